@@ -291,21 +291,11 @@ struct LayerDesc {
 }
 
 /// Up to 32 saved tensors of a layer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Parts {
     bytes: [u64; 32],
     s2: u32,
     n: u8,
-}
-
-impl Default for Parts {
-    fn default() -> Self {
-        Parts {
-            bytes: [0; 32],
-            s2: 0,
-            n: 0,
-        }
-    }
 }
 
 impl Parts {
@@ -549,6 +539,7 @@ fn transformer_layer(
 
 /// The layers of one pipeline rank.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // built once per walk
 enum Stack {
     /// `counts[i]` layers of `kinds[i]`, in order (encoder then decoder for T5).
     Uniform {

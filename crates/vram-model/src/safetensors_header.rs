@@ -39,20 +39,47 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Adds the tensors of one header: `bytes` is the 8-byte length followed by the JSON header.
-    pub fn add_header(&mut self, bytes: &[u8]) -> Result<()> {
-        let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)
-            .map_err(|e| Error::Safetensors(format!("{e:?}")))?;
-        for (_, info) in meta.tensors() {
+    /// Adds the tensors of one file's header.
+    ///
+    /// `bytes` is the 8-byte length followed by the JSON header; `file_len` is the whole file's
+    /// size, checked against the data the header describes (a truncated file is an error).
+    pub fn add_header(&mut self, bytes: &[u8], file_len: u64) -> Result<()> {
+        let n = header_len(bytes.get(..8).unwrap_or(bytes))?;
+        let json = bytes
+            .get(8..8 + n as usize)
+            .ok_or_else(|| Error::Safetensors("header is shorter than its stated length".into()))?;
+        let text = std::str::from_utf8(json)
+            .map_err(|_| Error::Safetensors("header is not UTF-8".into()))?;
+        let meta: safetensors::tensor::Metadata =
+            serde_json::from_str(text).map_err(|e| Error::Json {
+                what: "safetensors header".into(),
+                reason: e.to_string(),
+            })?;
+        let mut tensors: Vec<_> = meta.tensors().into_iter().collect();
+        tensors.sort_by_key(|(_, info)| info.data_offsets);
+        let mut end = 0usize;
+        for (name, info) in tensors {
             let numel = info
                 .shape
                 .iter()
                 .try_fold(1u64, |a, d| a.checked_mul(*d as u64))
-                .ok_or_else(|| Error::Safetensors("tensor shape overflows".into()))?;
-            let name = format!("{:?}", info.dtype);
-            *self.elements.entry(name.clone()).or_default() += numel;
-            *self.bytes.entry(name).or_default() +=
-                (info.data_offsets.1 - info.data_offsets.0) as u64;
+                .ok_or_else(|| Error::Safetensors(format!("tensor `{name}`: shape overflows")))?;
+            let (start, stop) = info.data_offsets;
+            let want = numel.checked_mul(info.dtype.size() as u64);
+            if start != end || stop < start || want != Some((stop - start) as u64) {
+                return Err(Error::Safetensors(format!("tensor `{name}`: data offsets {start}..{stop} do not match its shape and dtype")));
+            }
+            end = stop;
+            let dtype = format!("{:?}", info.dtype);
+            *self.elements.entry(dtype.clone()).or_default() += numel;
+            *self.bytes.entry(dtype).or_default() += (stop - start) as u64;
+        }
+        if 8 + n + end as u64 != file_len {
+            return Err(Error::Safetensors(format!(
+                "header describes {} bytes of data but the file holds {} (truncated or padded?)",
+                end,
+                file_len.saturating_sub(8 + n)
+            )));
         }
         Ok(())
     }
