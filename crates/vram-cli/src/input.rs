@@ -114,7 +114,7 @@ fn file_name(p: &Path) -> String {
 
 fn parse_config_file(config: &Path, name: &str) -> Result<Model> {
     let text = read_text(config, "config")?;
-    Ok(hf::parse_config(&text, name).with_context(|| format!("{}", config.display()))?)
+    hf::parse_config(&text, name).with_context(|| format!("{}", config.display()))
 }
 
 /// Adds one safetensors file's tensors to `tally`, reading only its header.
