@@ -44,6 +44,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once
 enum Command {
     /// Estimate the peak GPU memory of a training or inference step, and where it goes.
     Estimate(estimate::EstimateArgs),
