@@ -436,7 +436,10 @@ fn attention_parts(t: &Transformer, c: &Ctx, cross: bool, p: &mut Parts) -> (u64
         Attention::Eager => m(&[scores, c.sdt + c.cmp]),
         Attention::Sdpa => m(&[c.tok, q_w, c.cmp]),
     };
-    let infer = c.rep(t.hidden, c.res + c.cmp) + m(&[c.tok, q_w + 2 * kv_w, c.cmp]) + core;
+    let infer = c
+        .rep(t.hidden, c.res + c.cmp)
+        .saturating_add(m(&[c.tok, q_w + 2 * kv_w, c.cmp]))
+        .saturating_add(core);
     (fwd_tmp.max(bwd), infer)
 }
 
@@ -487,7 +490,8 @@ fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64
     let live = if t.mlp == Mlp::Gated { 3 } else { 2 };
     (
         m(&[f, live, k]),
-        c.rep(t.hidden, c.res + c.cmp) + m(&[f, live, k]),
+        c.rep(t.hidden, c.res + c.cmp)
+            .saturating_add(m(&[f, live, k])),
     )
 }
 
@@ -1576,8 +1580,10 @@ fn run(model: &Model, setup: &Setup, timeline: bool) -> Result<Estimate> {
         params: model.param_count(),
         params_per_gpu: step.rank_params(rank, &stack),
         peak_bytes: peak,
-        reserved_bytes: peak + overhead,
-        total_bytes: peak + overhead + o.cuda_context_bytes,
+        reserved_bytes: peak.saturating_add(overhead),
+        total_bytes: peak
+            .saturating_add(overhead)
+            .saturating_add(o.cuda_context_bytes),
         breakdown,
         peak_phase: sink.peak_phase.unwrap_or(Phase::Setup),
         pipeline_rank: rank,

@@ -259,6 +259,9 @@ impl Default for Setup {
 /// Largest batch, sequence or degree accepted: beyond it the input is a typo.
 pub const MAX_SIZE: u64 = 1 << 24;
 
+/// Most tokens in one micro-batch (or one inference batch): 2^32.
+pub const MAX_TOKENS: u64 = 1 << 32;
+
 fn range(field: &str, v: u64, max: u64) -> Result<()> {
     if v == 0 || v > max {
         return Err(Error::OutOfRange {
@@ -323,6 +326,13 @@ impl Setup {
                 range("--micro-batch", t.micro_batch, MAX_SIZE)?;
                 range("--seq", t.seq, MAX_SIZE)?;
                 range("--grad-accum", t.grad_accum, MAX_SIZE)?;
+                if t.micro_batch.saturating_mul(t.seq) > MAX_TOKENS {
+                    return Err(Error::OutOfRange {
+                        field: "--micro-batch x --seq".into(),
+                        value: format!("{} tokens", t.micro_batch.saturating_mul(t.seq)),
+                        why: format!("at most {MAX_TOKENS} tokens per micro-batch"),
+                    });
+                }
                 if let Some(k) = t.recompute_layers {
                     if t.recompute == Recompute::None {
                         return Err(Error::Setup(
@@ -349,6 +359,13 @@ impl Setup {
                 range("--batch", i.batch, MAX_SIZE)?;
                 range("--context", i.context, MAX_SIZE)?;
                 range("KV bytes", i.kv_bytes, 8)?;
+                if i.batch.saturating_mul(i.context) > MAX_TOKENS {
+                    return Err(Error::OutOfRange {
+                        field: "--batch x --context".into(),
+                        value: format!("{} tokens", i.batch.saturating_mul(i.context)),
+                        why: format!("at most {MAX_TOKENS} tokens"),
+                    });
+                }
                 if p.zero > 0 || p.dp > 1 {
                     return Err(Error::Setup(
                         "inference takes --tp and --pp; --dp and --zero are for training".into(),
