@@ -201,6 +201,8 @@ pub struct Handle {
 
 /// Receives the timeline's events.
 pub trait Sink {
+    /// Whether [`Sink::alloc`] uses `parts` (building them costs an allocation per layer).
+    const WANTS_PARTS: bool = false;
     /// A group of tensors (`parts`, summing to `h.bytes`; empty means one tensor) becomes live.
     fn alloc(&mut self, h: Handle, parts: &[u64]);
     /// A group allocated earlier is freed.
@@ -222,48 +224,60 @@ pub struct TimelinePoint {
 }
 
 /// The peak-tracking sink.
+///
+/// The breakdown at the peak is copied lazily: allocations only raise the total, so the state
+/// at the end of a rising run (the first free after a new peak) is the state at that peak.
 #[derive(Debug, Default)]
 struct PeakSink {
-    live: [u128; 13],
-    total: u128,
-    peak: u128,
-    at_peak: [u128; 13],
+    live: [u64; 13],
+    total: u64,
+    peak: u64,
+    rising: bool,
+    at_peak: [u64; 13],
     phase: Option<Phase>,
     peak_phase: Option<Phase>,
-    phase_high: u128,
+    phase_high: u64,
     timeline: Option<Vec<TimelinePoint>>,
 }
 
-fn sat(v: u128) -> u64 {
-    u64::try_from(v).unwrap_or(u64::MAX)
+impl PeakSink {
+    fn settle(&mut self) {
+        if self.rising {
+            self.at_peak = self.live;
+            self.rising = false;
+        }
+    }
 }
 
 impl Sink for PeakSink {
     #[inline]
     fn alloc(&mut self, h: Handle, _parts: &[u64]) {
-        self.live[h.cat as usize] += h.bytes as u128;
-        self.total += h.bytes as u128;
+        let c = &mut self.live[h.cat as usize];
+        *c = c.saturating_add(h.bytes);
+        self.total = self.total.saturating_add(h.bytes);
         if self.total > self.phase_high {
             self.phase_high = self.total;
         }
         if self.total > self.peak {
             self.peak = self.total;
-            self.at_peak = self.live;
+            self.rising = true;
             self.peak_phase = self.phase;
         }
     }
     #[inline]
     fn free(&mut self, h: Handle) {
-        self.live[h.cat as usize] -= h.bytes as u128;
-        self.total -= h.bytes as u128;
+        self.settle();
+        let c = &mut self.live[h.cat as usize];
+        *c = c.saturating_sub(h.bytes);
+        self.total = self.total.saturating_sub(h.bytes);
     }
     #[inline]
     fn phase(&mut self, p: Phase) {
         if let Some(t) = &mut self.timeline {
             t.push(TimelinePoint {
                 phase: p,
-                live_bytes: sat(self.total),
-                high_bytes: sat(self.phase_high),
+                live_bytes: self.total,
+                high_bytes: self.phase_high,
             });
         }
         self.phase_high = self.total;
@@ -276,6 +290,9 @@ impl Sink for PeakSink {
 struct LayerDesc {
     /// Saved tensors (bytes) without recomputation; `s2` marks the attention-score tensors.
     parts: Parts,
+    /// `parts` summed: everything, and without the attention scores (selective recompute).
+    saved_all: u64,
+    saved_selective: u64,
     /// Bytes of the block input kept under full recomputation.
     checkpoint: u64,
     /// Extra bytes live at the layer's forward high point (not kept).
@@ -288,6 +305,21 @@ struct LayerDesc {
     matmul_params: u64,
     /// Live bytes at the high point of an inference forward (nothing kept).
     infer_tmp: u64,
+}
+
+impl LayerDesc {
+    fn with_totals(mut self) -> Self {
+        self.saved_all = self.parts.total(false);
+        self.saved_selective = self.parts.total(true);
+        self
+    }
+    fn saved(&self, selective: bool) -> u64 {
+        if selective {
+            self.saved_selective
+        } else {
+            self.saved_all
+        }
+    }
 }
 
 /// Up to 32 saved tensors of a layer.
@@ -538,7 +570,9 @@ fn transformer_layer(
         params,
         matmul_params: matmul,
         infer_tmp: inf,
+        ..LayerDesc::default()
     }
+    .with_totals()
 }
 
 /// The layers of one pipeline rank.
@@ -855,15 +889,19 @@ impl<'a> Step<'a> {
                 p.push(m(&[out, c.cmp]), false); // ReLU output (next convolution's input)
             }
             let weights = conv.cin * conv.cout * conv.k * conv.k;
-            self.cnn.push(LayerDesc {
-                parts: p,
-                checkpoint: m(&[out, c.cmp]),
-                fwd_tmp: m(&[out, c.cmp]),
-                bwd_tmp: m(&[out, c.cmp, 2]),
-                params: weights + 2 * conv.cout,
-                matmul_params: weights,
-                infer_tmp: m(&[out, c.cmp, 3]),
-            });
+            self.cnn.push(
+                LayerDesc {
+                    parts: p,
+                    checkpoint: m(&[out, c.cmp]),
+                    fwd_tmp: m(&[out, c.cmp]),
+                    bwd_tmp: m(&[out, c.cmp, 2]),
+                    params: weights + 2 * conv.cout,
+                    matmul_params: weights,
+                    infer_tmp: m(&[out, c.cmp, 3]),
+                    ..LayerDesc::default()
+                }
+                .with_totals(),
+            );
         }
         self.head_params = r.fc_in() * r.classes + r.classes;
         self.head_saved = m(&[b, r.fc_in(), c.cmp]);
@@ -1230,16 +1268,16 @@ impl<'a> Step<'a> {
                 sink.alloc(gathered, &[]); // this layer and the prefetched next one
             }
             let saved = self.saved_handle(tr, unit, i, l);
-            let parts = if saved.key & 8 != 0 {
-                Vec::new()
-            } else {
+            let parts = if S::WANTS_PARTS && !self.recomputed(tr, i) {
                 l.parts.list(self.selective(tr, i))
+            } else {
+                Vec::new()
             };
             sink.alloc(saved, &parts);
             let tmp = Handle {
                 cat: Category::Temporaries,
                 bytes: if self.recomputed(tr, i) {
-                    l.parts.total(false).saturating_add(l.fwd_tmp)
+                    l.saved_all.saturating_add(l.fwd_tmp)
                 } else {
                     l.fwd_tmp
                 },
@@ -1280,7 +1318,7 @@ impl<'a> Step<'a> {
         } else {
             Handle {
                 cat: Category::Activations,
-                bytes: l.parts.total(self.selective(tr, i)),
+                bytes: l.saved(self.selective(tr, i)),
                 key: Self::act_key(unit, i, 4),
             }
         }
@@ -1433,14 +1471,21 @@ impl<'a> Step<'a> {
             };
             let re = Handle {
                 cat: Category::Activations,
-                bytes: l.parts.total(false),
+                bytes: l.saved_all,
                 key: Self::act_key(unit, i, 5),
             };
             if recomputed {
                 if autocast_copies {
                     sink.alloc(copies, &[]);
                 }
-                sink.alloc(re, &l.parts.list(false));
+                sink.alloc(
+                    re,
+                    &if S::WANTS_PARTS {
+                        l.parts.list(false)
+                    } else {
+                        Vec::new()
+                    },
+                );
             }
             if lazy_grads {
                 sink.alloc(
@@ -1553,12 +1598,13 @@ fn run(model: &Model, setup: &Setup, timeline: bool) -> Result<Estimate> {
             ..PeakSink::default()
         };
         step.walk(rank, &mut sink, timeline);
+        sink.settle();
         if best.as_ref().is_none_or(|(_, b)| sink.peak > b.peak) {
             best = Some((rank, sink));
         }
     }
     let (rank, sink) = best.expect("at least one rank");
-    if sink.peak >= 1u128 << 62 {
+    if sink.peak >= 1u64 << 62 {
         return Err(Error::OutOfRange {
             field: "estimate".into(),
             value: format!("{:.3e} bytes", sink.peak as f64),
@@ -1566,10 +1612,8 @@ fn run(model: &Model, setup: &Setup, timeline: bool) -> Result<Estimate> {
         });
     }
     let mut breakdown = Breakdown::default();
-    for (i, v) in sink.at_peak.iter().enumerate() {
-        breakdown.0[i] = sat(*v);
-    }
-    let peak = sat(sink.peak);
+    breakdown.0 = sink.at_peak;
+    let peak = sink.peak;
     let o = setup.overheads;
     let overhead = (peak as f64 * o.fragmentation) as u64;
     breakdown.0[Category::AllocatorOverhead as usize] = overhead;

@@ -42,6 +42,8 @@ struct TraceSink {
 }
 
 impl Sink for TraceSink {
+    const WANTS_PARTS: bool = true;
+
     fn alloc(&mut self, h: Handle, parts: &[u64]) {
         if h.bytes == 0 {
             return;
