@@ -1611,8 +1611,7 @@ fn run(model: &Model, setup: &Setup, timeline: bool) -> Result<Estimate> {
             why: "beyond any device; check the sizes".into(),
         });
     }
-    let mut breakdown = Breakdown::default();
-    breakdown.0 = sink.at_peak;
+    let mut breakdown = Breakdown(sink.at_peak);
     let peak = sink.peak;
     let o = setup.overheads;
     let overhead = (peak as f64 * o.fragmentation) as u64;
