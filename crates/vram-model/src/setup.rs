@@ -47,6 +47,7 @@ pub enum AmpStyle {
     Autocast,
     /// DeepSpeed: half weights and gradients, fp32 master weights and Adam states in the
     /// optimizer (partitioned by ZeRO).
+    #[serde(rename = "deepspeed")]
     DeepSpeed,
     /// Megatron-LM: half weights, fp32 main gradients, fp32 master weights and Adam states
     /// (partitioned by the distributed optimizer when `zero >= 1`).
