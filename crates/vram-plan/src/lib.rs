@@ -1,0 +1,41 @@
+//! The planner of vramkit: the fastest parallel configuration of a training job that fits in
+//! GPU memory, and the launch configuration that runs it.
+//!
+//! Pure functions of their inputs: no files, no clocks, no terminal, deterministic. Progress is
+//! reported through a callback the caller passes in.
+//!
+//! - [`cluster`] describes the GPUs and how they are connected (presets for DGX A100, DGX H100,
+//!   HGX H200, 8 × RTX 4090 over PCIe and a single-GPU workstation).
+//! - [`cost`] prices one configuration: FLOPs at a shape-dependent efficiency, tensor-, pipeline-
+//!   and data-parallel communication, the pipeline bubble, offload.
+//! - [`search()`] enumerates DP × TP × PP × schedule × sequence parallel × ZeRO × offload ×
+//!   recomputation × micro-batch, and checks memory with [`vram_model::estimate`] best-first.
+//! - [`checkpoint`] is optimal activation checkpointing for a chain of heterogeneous layers
+//!   under a memory budget (a rotor/Revolve-style dynamic programme).
+//! - [`batching`] packs variable-length sequences into batches whose estimated peak fits.
+//! - [`emit`] writes a plan as a DeepSpeed config, Megatron-LM arguments, an accelerate YAML or
+//!   a torchrun + FSDP2 command.
+//!
+//! ```
+//! use vram_model::catalog;
+//! use vram_plan::{cluster::Cluster, search, Request};
+//! let model = catalog::lookup("gpt2-medium").unwrap();
+//! let cluster = Cluster::for_gpu("a100-80g", 8).unwrap();
+//! let req = Request::new(model, cluster, 256, 1024);
+//! let out = search(&req, &mut |_| {}).unwrap();
+//! let best = &out.plans[0];
+//! assert_eq!(best.tp * best.pp * best.dp, 8);
+//! assert!(best.peak_bytes_per_gpu <= cluster.gpu.memory_bytes);
+//! ```
+#![deny(missing_docs)]
+
+pub mod batching;
+pub mod checkpoint;
+pub mod cluster;
+pub mod cost;
+pub mod emit;
+mod error;
+pub mod search;
+
+pub use error::{Error, Result};
+pub use search::{search, Bound, Outcome, Pins, Plan, Progress, RecomputeChoice, Request};

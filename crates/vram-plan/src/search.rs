@@ -1,0 +1,795 @@
+//! The search: every configuration of the space, priced, checked for memory best-first.
+//!
+//! Pricing a configuration ([`crate::cost::step_time`]) takes well under a microsecond; the
+//! memory estimate a few. So all candidates are priced, put in a min-heap by step time, and
+//! popped in order; a popped candidate's memory is estimated and it is kept if it fits. The
+//! search stops when `top` plans fit, so the memory model runs only on configurations that
+//! could be among the best. "Optimal" recomputation enters the heap priced as no
+//! recomputation (a lower bound); when popped, the smallest number of recomputed layers per
+//! stage that fits is found by bisection (memory falls as layers are recomputed) and the
+//! candidate goes back into the heap at its true price. A micro-batch size that does not fit
+//! rules out larger ones with the same other dimensions.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use serde::{Serialize, Serializer};
+use vram_model::arch::{Model, Transformer};
+use vram_model::setup::{
+    AmpStyle, Attention, Mode, Offload, Optimizer, Overheads, Parallel, Precision, Recompute,
+    Schedule, Setup, Train,
+};
+
+use crate::cluster::Cluster;
+use crate::cost::{self, Calibration, Config, StepTime};
+use crate::error::{Error, Result};
+
+/// How recomputation may be chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecomputeChoice {
+    /// No recomputation.
+    None,
+    /// Attention core only (Korthikanti et al. 2022).
+    Selective,
+    /// Every layer in full.
+    Full,
+    /// The fewest layers per stage recomputed in full that make the plan fit.
+    Optimal,
+}
+
+/// Dimensions the user fixed; `None` means searched.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Pins {
+    /// Tensor-parallel degree.
+    pub tp: Option<u64>,
+    /// Pipeline-parallel degree.
+    pub pp: Option<u64>,
+    /// Data-parallel degree.
+    pub dp: Option<u64>,
+    /// Micro-batch size.
+    pub micro_batch: Option<u64>,
+    /// Recomputation.
+    pub recompute: Option<RecomputeChoice>,
+    /// ZeRO stage.
+    pub zero: Option<u8>,
+    /// Offload.
+    pub offload: Option<Offload>,
+    /// Sequence parallelism.
+    pub sequence_parallel: Option<bool>,
+    /// Pipeline schedule.
+    pub schedule: Option<Schedule>,
+}
+
+/// Everything a search needs.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The model (a transformer).
+    pub model: Model,
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Sequences per optimizer step over the whole job.
+    pub global_batch: u64,
+    /// Sequence length.
+    pub seq: u64,
+    /// Precision (not searched: it changes the numerics, so the user chooses).
+    pub precision: Precision,
+    /// Attention implementation.
+    pub attention: Attention,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// Memory overheads for the estimator.
+    pub overheads: Overheads,
+    /// Pinned dimensions.
+    pub pins: Pins,
+    /// How many fitting plans to return.
+    pub top: usize,
+    /// Time-model constants.
+    pub calibration: Calibration,
+}
+
+impl Request {
+    /// A request with the CLI's defaults: bf16 mixed precision (fp16 on GPUs without bf16),
+    /// fused attention, AdamW, default overheads, nothing pinned, 10 plans.
+    pub fn new(model: Model, cluster: Cluster, global_batch: u64, seq: u64) -> Request {
+        let precision = if cluster.gpu.bf16 {
+            Precision::Bf16Amp
+        } else {
+            Precision::Fp16Amp
+        };
+        Request {
+            model,
+            cluster,
+            global_batch,
+            seq,
+            precision,
+            attention: Attention::Sdpa,
+            optimizer: Optimizer::Adamw,
+            overheads: Overheads::default(),
+            pins: Pins::default(),
+            top: 10,
+            calibration: Calibration::default(),
+        }
+    }
+}
+
+/// What limits a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bound {
+    /// Useful compute dominates: overheads are under 15 % of the step each.
+    Compute,
+    /// Tensor-parallel, pipeline or data-parallel communication.
+    Communication,
+    /// The pipeline bubble.
+    Bubble,
+    /// Time spent because memory is short: recomputation and offload transfers.
+    Memory,
+}
+
+fn ser_schedule<S: Serializer>(s: &Schedule, ser: S) -> std::result::Result<S::Ok, S::Error> {
+    ser.serialize_str(&schedule_name(*s))
+}
+
+/// `gpipe`, `1f1b` or `interleaved-v`.
+pub fn schedule_name(s: Schedule) -> String {
+    match s {
+        Schedule::Gpipe => "gpipe".into(),
+        Schedule::OneFOneB => "1f1b".into(),
+        Schedule::Interleaved(v) => format!("interleaved-{v}"),
+    }
+}
+
+/// One configuration with its predicted speed and memory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// Tensor-parallel degree.
+    pub tp: u64,
+    /// Pipeline-parallel degree.
+    pub pp: u64,
+    /// Data-parallel degree.
+    pub dp: u64,
+    /// Sequences per micro-batch.
+    pub micro_batch: u64,
+    /// Micro-batches per step on each data-parallel rank.
+    pub grad_accum: u64,
+    /// ZeRO stage.
+    pub zero_stage: u8,
+    /// Offload.
+    pub offload: Offload,
+    /// Recomputation (`full` with `recompute_layers` set: that many layers per stage).
+    pub recompute: Recompute,
+    /// Layers per stage recomputed; `None` means all (or none, with `recompute: none`).
+    pub recompute_layers: Option<u64>,
+    /// Sequence parallelism.
+    pub sequence_parallel: bool,
+    /// Pipeline schedule.
+    #[serde(serialize_with = "ser_schedule")]
+    pub schedule: Schedule,
+    /// Precision.
+    pub precision: Precision,
+    /// Mixed-precision layout (which engine's memory layout was assumed).
+    pub amp_style: AmpStyle,
+    /// Predicted seconds per optimizer step.
+    pub step_time_s: f64,
+    /// Tokens per second over the job.
+    pub tokens_per_s: f64,
+    /// Model FLOPs utilisation (no recomputation counted).
+    pub mfu: f64,
+    /// Hardware TFLOP/s per GPU (recomputation counted, as Megatron-LM reports).
+    pub tflops_per_gpu: f64,
+    /// Estimated memory per GPU (the pipeline stage that holds the most), bytes, overheads
+    /// included; what is compared with the GPU's memory.
+    pub peak_bytes_per_gpu: u64,
+    /// What limits it.
+    pub bound: Bound,
+    /// Where the time goes.
+    pub time: StepTime,
+}
+
+impl Plan {
+    /// One-line description of the configuration, e.g. `tp8 pp8 dp24 mb1x96 zero1 1f1b full`.
+    pub fn label(&self) -> String {
+        let mut s = format!(
+            "tp{} pp{} dp{} mb{}x{}",
+            self.tp, self.pp, self.dp, self.micro_batch, self.grad_accum
+        );
+        if self.zero_stage > 0 {
+            s += &format!(" zero{}", self.zero_stage);
+        }
+        if self.offload != Offload::None {
+            s += &format!(
+                " offload-{}",
+                if self.offload == Offload::Params {
+                    "params"
+                } else {
+                    "opt"
+                }
+            );
+        }
+        if self.sequence_parallel {
+            s += " sp";
+        }
+        if self.pp > 1 {
+            s += &format!(" {}", schedule_name(self.schedule));
+        }
+        s += match self.recompute {
+            Recompute::None => "",
+            Recompute::Selective => " rc-sel",
+            Recompute::Full => " rc-full",
+        };
+        if let (Recompute::Full, Some(k)) = (self.recompute, self.recompute_layers) {
+            s += &format!(":{k}");
+        }
+        s
+    }
+}
+
+/// Progress of a search, reported to the caller's callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Candidates examined.
+    pub done: u64,
+    /// Candidates in the space (an upper bound on `done`).
+    pub total: u64,
+}
+
+/// The answer of a search.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// Fitting plans, fastest first (at most `top`).
+    pub plans: Vec<Plan>,
+    /// When nothing fits: the configuration that came closest (least memory per GPU).
+    pub closest: Option<Plan>,
+    /// When nothing fits: what would make it fit, one suggestion per line.
+    pub suggestions: Vec<String>,
+    /// Configurations priced.
+    pub candidates: u64,
+    /// Memory estimates run.
+    pub estimates: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cand {
+    cfg: Config,
+    choice: RecomputeChoice,
+    /// Memory already known (resolved optimal candidates).
+    mem: Option<u64>,
+}
+
+/// Divisors of `n` in increasing order.
+fn divisors(n: u64) -> Vec<u64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut i = 1;
+    while i * i <= n {
+        if n % i == 0 {
+            small.push(i);
+            if i * i != n {
+                large.push(n / i);
+            }
+        }
+        i += 1;
+    }
+    large.reverse();
+    small.extend(large);
+    small
+}
+
+fn transformer(model: &Model) -> Result<&Transformer> {
+    match model {
+        Model::Transformer(t) => Ok(t),
+        other => Err(Error::NotTransformer {
+            what: "vram plan",
+            model: other.name().to_string(),
+        }),
+    }
+}
+
+fn pinned<T: Copy + PartialEq>(pin: Option<T>, v: T) -> bool {
+    pin.is_none_or(|p| p == v)
+}
+
+/// Every candidate of the space that passes the cheap structural checks.
+fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
+    let c = &req.cluster;
+    let pins = &req.pins;
+    let layers = t.layers + t.encoder_layers;
+    let mut out = Vec::new();
+    for tp in divisors(c.gpus_per_node) {
+        if !pinned(pins.tp, tp) || c.gpus % tp != 0 || t.heads % tp != 0 {
+            continue;
+        }
+        if t.kv_heads % tp != 0 && tp % t.kv_heads != 0 {
+            continue;
+        }
+        for pp in divisors(c.gpus / tp) {
+            if !pinned(pins.pp, pp) || layers % pp != 0 {
+                continue;
+            }
+            let dp = c.gpus / tp / pp;
+            if !pinned(pins.dp, dp) || req.global_batch % dp != 0 {
+                continue;
+            }
+            let per_rank = req.global_batch / dp;
+            let schedules: Vec<Schedule> = if pp == 1 {
+                vec![Schedule::OneFOneB]
+            } else {
+                let mut v = vec![Schedule::Gpipe, Schedule::OneFOneB];
+                for chunks in [2, 3, 4, 6, 8] {
+                    if layers % (pp * chunks) == 0 {
+                        v.push(Schedule::Interleaved(chunks));
+                    }
+                }
+                v
+            };
+            for mb in divisors(per_rank) {
+                if !pinned(pins.micro_batch, mb) {
+                    continue;
+                }
+                let ga = per_rank / mb;
+                for &schedule in &schedules {
+                    if pp > 1 && !pinned(pins.schedule, schedule) {
+                        continue;
+                    }
+                    if let Schedule::Interleaved(_) = schedule {
+                        // Megatron-LM needs the micro-batch count to be a multiple of pp.
+                        if ga % pp != 0 {
+                            continue;
+                        }
+                    }
+                    for sp in [false, true] {
+                        if (sp && tp == 1) || !pinned(pins.sequence_parallel, sp) {
+                            continue;
+                        }
+                        for zero in 0..=3u8 {
+                            // DeepSpeed and Megatron-LM pipelines take ZeRO-1 at most.
+                            if !pinned(pins.zero, zero) || (pp > 1 && zero > 1) {
+                                continue;
+                            }
+                            for offload in [Offload::None, Offload::Optimizer, Offload::Params] {
+                                if !pinned(pins.offload, offload)
+                                    || (offload != Offload::None && zero == 0)
+                                    || (offload == Offload::Params && zero != 3)
+                                    || (dp == 1 && zero > 0 && offload == Offload::None)
+                                {
+                                    continue;
+                                }
+                                for choice in [
+                                    RecomputeChoice::None,
+                                    RecomputeChoice::Selective,
+                                    RecomputeChoice::Full,
+                                    RecomputeChoice::Optimal,
+                                ] {
+                                    if !pinned(pins.recompute, choice) {
+                                        continue;
+                                    }
+                                    if choice == RecomputeChoice::Optimal && layers / pp < 2 {
+                                        continue;
+                                    }
+                                    let (recompute, recompute_layers) = match choice {
+                                        RecomputeChoice::None | RecomputeChoice::Optimal => {
+                                            (Recompute::None, None)
+                                        }
+                                        RecomputeChoice::Selective => (Recompute::Selective, None),
+                                        RecomputeChoice::Full => (Recompute::Full, None),
+                                    };
+                                    let parallel = Parallel {
+                                        dp,
+                                        tp,
+                                        pp,
+                                        sequence_parallel: sp,
+                                        zero,
+                                        schedule,
+                                    };
+                                    let setup = Setup {
+                                        parallel,
+                                        ..Setup::default()
+                                    };
+                                    out.push(Cand {
+                                        cfg: Config {
+                                            tp,
+                                            pp,
+                                            dp,
+                                            micro_batch: mb,
+                                            grad_accum: ga,
+                                            zero,
+                                            offload,
+                                            recompute,
+                                            recompute_layers,
+                                            sequence_parallel: sp,
+                                            schedule,
+                                            amp_style: setup.amp_style(),
+                                        },
+                                        choice,
+                                        mem: None,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn setup_of(req: &Request, cfg: &Config) -> Setup {
+    Setup {
+        precision: req.precision,
+        attention: req.attention,
+        parallel: Parallel {
+            dp: cfg.dp,
+            tp: cfg.tp,
+            pp: cfg.pp,
+            sequence_parallel: cfg.sequence_parallel,
+            zero: cfg.zero,
+            schedule: cfg.schedule,
+        },
+        overheads: req.overheads,
+        mode: Mode::Train(Train {
+            micro_batch: cfg.micro_batch,
+            seq: req.seq,
+            grad_accum: cfg.grad_accum,
+            optimizer: req.optimizer,
+            recompute: cfg.recompute,
+            recompute_layers: cfg.recompute_layers,
+            offload: cfg.offload,
+            amp_style: None,
+        }),
+    }
+}
+
+/// Orders positive step times: the bit pattern of a non-negative f64 sorts like the value.
+fn key(t: f64) -> u64 {
+    t.max(0.0).to_bits()
+}
+
+struct Ctx<'a> {
+    req: &'a Request,
+    t: &'a Transformer,
+    estimates: u64,
+    first_error: Option<vram_model::Error>,
+    closest: Option<(u64, Config)>,
+}
+
+impl Ctx<'_> {
+    fn price(&self, cfg: &Config) -> StepTime {
+        let r = self.req;
+        cost::step_time(
+            self.t,
+            &r.cluster,
+            &r.calibration,
+            r.precision,
+            r.attention,
+            r.seq,
+            cfg,
+        )
+    }
+
+    /// Total bytes per GPU, or `None` when the memory model rejects the setup.
+    fn memory(&mut self, cfg: &Config) -> Option<u64> {
+        self.estimates += 1;
+        match vram_model::estimate(&self.req.model, &setup_of(self.req, cfg)) {
+            Ok(e) => {
+                let bytes = e.total_bytes;
+                if self.closest.is_none_or(|(b, _)| bytes < b) {
+                    self.closest = Some((bytes, *cfg));
+                }
+                Some(bytes)
+            }
+            Err(e) => {
+                self.first_error.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    fn host_fits(&self, cfg: &Config) -> bool {
+        if cfg.offload == Offload::None {
+            return true;
+        }
+        // Offloaded per GPU: fp32 master + 2 Adam states (12 B/param) of its shard, and the
+        // half parameters with parameter offload; the node's GPUs share the host.
+        let c = &self.req.cluster;
+        let shard = self.t.param_count() as f64 / (cfg.tp * cfg.pp * cfg.dp) as f64;
+        let per_param = if cfg.offload == Offload::Params {
+            14.0
+        } else {
+            12.0
+        };
+        shard * per_param * c.gpus_per_node as f64 <= c.host_memory_bytes as f64
+    }
+
+    fn plan(&self, cfg: &Config, peak: u64) -> Plan {
+        let r = self.req;
+        let time = self.price(cfg);
+        let gpus = (cfg.tp * cfg.pp * cfg.dp) as f64;
+        let peak_flops = 1e12
+            * if r.precision == Precision::Fp32 {
+                r.cluster.gpu.fp32_tflops
+            } else {
+                r.cluster.gpu.half_tflops
+            };
+        let tokens = (r.global_batch * r.seq) as f64;
+        let total = time.total_s;
+        let parts = [
+            (Bound::Communication, time.model_comm_s + time.dp_comm_s),
+            (Bound::Bubble, time.bubble_s),
+            (Bound::Memory, time.recompute_s + time.offload_s),
+        ];
+        let (mut bound, mut worst) = (Bound::Compute, 0.15 * total);
+        for (b, s) in parts {
+            if s > worst {
+                bound = b;
+                worst = s;
+            }
+        }
+        Plan {
+            tp: cfg.tp,
+            pp: cfg.pp,
+            dp: cfg.dp,
+            micro_batch: cfg.micro_batch,
+            grad_accum: cfg.grad_accum,
+            zero_stage: cfg.zero,
+            offload: cfg.offload,
+            recompute: cfg.recompute,
+            recompute_layers: cfg.recompute_layers,
+            sequence_parallel: cfg.sequence_parallel,
+            schedule: cfg.schedule,
+            precision: r.precision,
+            amp_style: cfg.amp_style,
+            step_time_s: total,
+            tokens_per_s: tokens / total,
+            mfu: time.model_flops / (total * gpus * peak_flops),
+            tflops_per_gpu: time.hardware_flops / (total * gpus) / 1e12,
+            peak_bytes_per_gpu: peak,
+            bound,
+            time,
+        }
+    }
+}
+
+/// Fewest layers per stage, in `1..per_stage`, whose full recomputation makes `cfg` fit.
+fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Option<(u64, u64)> {
+    let layers = ctx.t.layers + ctx.t.encoder_layers;
+    let per_stage = layers / cfg.pp;
+    let with = |k: u64| Config {
+        recompute: Recompute::Full,
+        recompute_layers: Some(k),
+        ..*cfg
+    };
+    let top = per_stage - 1;
+    let hi_mem = ctx.memory(&with(top))?;
+    if hi_mem > capacity {
+        return None;
+    }
+    let (mut lo, mut hi, mut best) = (0u64, top, hi_mem); // lo does not fit (k = 0 is "none")
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match ctx.memory(&with(mid)) {
+            Some(m) if m <= capacity => {
+                hi = mid;
+                best = m;
+            }
+            _ => lo = mid,
+        }
+    }
+    Some((hi, best))
+}
+
+/// Searches the space for the fastest plans that fit.
+///
+/// `progress` is called now and then with the count of candidates examined; it must not
+/// block. Deterministic: the same request gives the same answer.
+pub fn search(req: &Request, progress: &mut dyn FnMut(Progress)) -> Result<Outcome> {
+    run(req, progress, true)
+}
+
+fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Result<Outcome> {
+    let t = transformer(&req.model)?;
+    check(req, t)?;
+    let all = candidates(req, t)?;
+    let total = all.len() as u64;
+    let mut ctx = Ctx {
+        req,
+        t,
+        estimates: 0,
+        first_error: None,
+        closest: None,
+    };
+    let capacity = req.cluster.gpu.memory_bytes;
+    // Heap of (time key, insertion index) so that ties pop in a fixed order.
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::with_capacity(all.len());
+    let mut pool = all;
+    for (i, c) in pool.iter().enumerate() {
+        heap.push(Reverse((key(ctx.price(&c.cfg).total_s), i)));
+    }
+    // Smallest micro-batch known not to fit, by every other dimension.
+    let mut too_big: HashMap<(u64, u64, u8, u8, u8, bool, u64, Option<u64>, u8), u64> =
+        HashMap::new();
+    let fail_key = |c: &Config, choice: RecomputeChoice| {
+        (
+            c.tp,
+            c.pp,
+            c.zero,
+            c.offload as u8,
+            c.recompute as u8,
+            c.sequence_parallel,
+            match c.schedule {
+                Schedule::Gpipe => 0,
+                Schedule::OneFOneB => 1,
+                Schedule::Interleaved(v) => 1 + v,
+            },
+            c.recompute_layers,
+            choice as u8,
+        )
+    };
+    let mut plans = Vec::new();
+    let mut done = 0u64;
+    while let Some(Reverse((_, i))) = heap.pop() {
+        done += 1;
+        if done % 4096 == 0 {
+            progress(Progress { done, total });
+        }
+        let cand = pool[i];
+        let cfg = cand.cfg;
+        if !ctx.host_fits(&cfg) {
+            continue;
+        }
+        if let Some(mem) = cand.mem {
+            plans.push(ctx.plan(&cfg, mem));
+            if plans.len() >= req.top {
+                break;
+            }
+            continue;
+        }
+        let fk = fail_key(&cfg, cand.choice);
+        if too_big.get(&fk).is_some_and(|&mb| cfg.micro_batch >= mb) {
+            continue;
+        }
+        if cand.choice == RecomputeChoice::Optimal {
+            // Unresolved: find its layer count, then re-enter at the true price.
+            match fewest_layers(&mut ctx, &cfg, capacity) {
+                Some((k, mem)) => {
+                    let resolved = Config {
+                        recompute: Recompute::Full,
+                        recompute_layers: Some(k),
+                        ..cfg
+                    };
+                    pool.push(Cand {
+                        cfg: resolved,
+                        choice: RecomputeChoice::Optimal,
+                        mem: Some(mem),
+                    });
+                    heap.push(Reverse((key(ctx.price(&resolved).total_s), pool.len() - 1)));
+                }
+                None => {
+                    too_big.insert(fk, cfg.micro_batch);
+                }
+            }
+            continue;
+        }
+        match ctx.memory(&cfg) {
+            Some(mem) if mem <= capacity => {
+                plans.push(ctx.plan(&cfg, mem));
+                if plans.len() >= req.top {
+                    break;
+                }
+            }
+            Some(_) => {
+                let e = too_big.entry(fk).or_insert(u64::MAX);
+                *e = (*e).min(cfg.micro_batch);
+            }
+            None => {}
+        }
+    }
+    progress(Progress { done, total });
+    let estimates = ctx.estimates;
+    if plans.is_empty() && ctx.closest.is_none() {
+        return Err(match ctx.first_error {
+            Some(e) => e.into(),
+            None => Error::Request(
+                "no configuration matches: the pinned degrees, the GPU count and the global \
+                 batch must agree (tp x pp x dp = GPUs, dp divides the global batch)"
+                    .into(),
+            ),
+        });
+    }
+    let (closest, suggestions) = if plans.is_empty() {
+        let (bytes, cfg) = ctx.closest.expect("checked above");
+        let closest = ctx.plan(&cfg, bytes);
+        let suggestions = if advise {
+            suggest(req, bytes)
+        } else {
+            Vec::new()
+        };
+        (Some(closest), suggestions)
+    } else {
+        (None, Vec::new())
+    };
+    Ok(Outcome {
+        plans,
+        closest,
+        suggestions,
+        candidates: total,
+        estimates,
+    })
+}
+
+fn check(req: &Request, t: &Transformer) -> Result<()> {
+    if req.global_batch == 0 || req.seq == 0 {
+        return Err(Error::Request(
+            "--global-batch and --seq must be at least 1".into(),
+        ));
+    }
+    if req.top == 0 {
+        return Err(Error::Request("--top must be at least 1".into()));
+    }
+    if t.layers + t.encoder_layers == 0 {
+        return Err(Error::Request("the model has no layers".into()));
+    }
+    if let (Some(tp), Some(pp), Some(dp)) = (req.pins.tp, req.pins.pp, req.pins.dp) {
+        if tp.saturating_mul(pp).saturating_mul(dp) != req.cluster.gpus {
+            return Err(Error::Request(format!(
+                "--tp {tp} x --pp {pp} x --dp {dp} = {} but --gpus is {}",
+                tp.saturating_mul(pp).saturating_mul(dp),
+                req.cluster.gpus
+            )));
+        }
+    }
+    Ok(())
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// What would make a request fit, given the least memory any configuration needed.
+fn suggest(req: &Request, least: u64) -> Vec<String> {
+    let mut out = vec![format!(
+        "the closest configuration needs {:.1} GiB per GPU; {} has {:.1} GiB",
+        least as f64 / GIB,
+        req.cluster.gpu.id,
+        req.cluster.gpu.memory_bytes as f64 / GIB
+    )];
+    let bigger: Vec<&str> = vram_model::gpu::GPUS
+        .iter()
+        .filter(|g| g.memory_bytes >= least)
+        .map(|g| g.id)
+        .collect();
+    if !bigger.is_empty() {
+        out.push(format!(
+            "a GPU with at least {:.1} GiB would fit it: {}",
+            least as f64 / GIB,
+            bigger.join(", ")
+        ));
+    }
+    for factor in [2u64, 4, 8, 16, 32, 64] {
+        let gpus = req.cluster.gpus * factor;
+        if gpus > 1 << 20 {
+            break;
+        }
+        let mut more = req.clone();
+        more.cluster.gpus = gpus;
+        more.cluster.gpus_per_node = if req.cluster.gpus_per_node < req.cluster.gpus {
+            req.cluster.gpus_per_node
+        } else {
+            gpus.min(8)
+        };
+        more.pins.dp = None;
+        more.top = 1;
+        if let Ok(o) = run(&more, &mut |_| {}, false) {
+            if let Some(p) = o.plans.first() {
+                out.push(format!(
+                    "{gpus} GPUs would fit it: {} at {:.2} s/step, {:.1} GiB per GPU",
+                    p.label(),
+                    p.step_time_s,
+                    p.peak_bytes_per_gpu as f64 / GIB
+                ));
+                break;
+            }
+        }
+    }
+    out
+}
+
