@@ -12,7 +12,7 @@
 //! A GEMM of shape `m × n × k` runs at `peak · η_max · g(m)·g(n)·g(k)` with
 //! `g(d) = d / (d + d₀)`. The saturating form is the arithmetic-intensity/tile-quantisation
 //! behaviour of NVIDIA's "Matrix Multiplication Background User's Guide" (throughput climbs with
-//! each dimension and flattens past a few thousand); `η_max = 0.72` is the fraction of the
+//! each dimension and flattens past a few thousand); `η_max = 0.75` (234 TFLOP/s) is the fraction of the
 //! 312 TFLOP/s A100 peak cuBLAS reaches on large bf16 GEMMs in practice (about 225–250 TFLOP/s
 //! in NVIDIA's and Megatron-LM's GEMM sweeps) after kernel-launch gaps, and `d₀ = 96` makes
 //! a 768-wide GEMM (h/t of GPT-18B on 8-way TP) lose about 11 %. The two constants were then
@@ -74,7 +74,7 @@ pub struct Calibration {
 impl Default for Calibration {
     fn default() -> Self {
         Calibration {
-            eta_max: 0.72,
+            eta_max: 0.75,
             d0: 96.0,
             flash_eta: 0.6,
             hbm_eta: 0.8,
@@ -239,12 +239,13 @@ pub fn step_time(
         Attention::Sdpa => cal.flash_eta,
     };
     let attn_f = tokens * tf.layer_attention / tp / (peak * attn_eta);
-    // Element-wise traffic per token: ~20 h-sized elements read or written in forward
-    // (2 norms, 2 bias-dropout-adds with masks, bias-GeLU over 4h counted as 8h); the GeLU part
-    // is inside the TP region, the rest is sharded only by sequence parallelism.
+    // Element-wise bytes per token in forward, with Megatron-LM's fused kernels: 2 norms
+    // (read + write h), 2 bias-dropout-adds (read 2h, write h, 1-byte mask), bias-GeLU (read +
+    // write f, inside the TP region); the rest is sharded only by sequence parallelism.
     let sp_div = if cfg.sequence_parallel { tp } else { 1.0 };
-    let elem_per_token = 8.0 * (t.intermediate as f64 / 4.0) / tp + 12.0 * h / sp_div;
-    let mut elem_f = tokens * elem_per_token * bytes / hbm;
+    let elem_bytes =
+        2.0 * t.intermediate as f64 * bytes / tp + (4.0 * h * bytes + h * (6.0 * bytes + 2.0)) / sp_div;
+    let mut elem_f = tokens * elem_bytes / hbm;
     let mut softmax_f = 0.0;
     if attention == Attention::Eager {
         // scale-mask-softmax read+write, dropout read+write+mask: ~5 elements per score.
@@ -310,9 +311,12 @@ pub fn step_time(
             0.0
         };
     let dp = cfg.dp as f64;
+    // PyTorch DDP under autocast reduces fp32 gradients; Megatron-LM reduces in the half type
+    // unless `--accumulate-allreduce-grads-in-fp32` (off by default for fp16); DeepSpeed
+    // reduces half gradients.
     let grad_bytes = match cfg.amp_style {
-        AmpStyle::Megatron | AmpStyle::Autocast => 4.0,
-        AmpStyle::DeepSpeed => bytes,
+        AmpStyle::Autocast => 4.0,
+        AmpStyle::Megatron | AmpStyle::DeepSpeed => bytes,
     };
     let dp_bw = cluster.group_gb_s(cfg.dp, cfg.tp) * 1e9;
     let frac = (dp - 1.0) / dp;
