@@ -9,9 +9,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod batch;
 mod estimate;
 mod fmt;
 mod input;
+mod plan;
 
 /// An error caused by the user's input (exit code 2).
 #[derive(Debug)]
@@ -52,6 +54,10 @@ enum Command {
     Models(estimate::ListArgs),
     /// List the GPU catalog.
     Gpus(estimate::ListArgs),
+    /// Find the fastest parallel configuration that fits, and write its launch config.
+    Plan(plan::PlanArgs),
+    /// Pack variable-length sequences into batches whose estimated peak fits.
+    Batch(batch::BatchArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -59,12 +65,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Estimate(a) => estimate::run(&a),
         Command::Models(a) => estimate::models(&a),
         Command::Gpus(a) => estimate::gpus(&a),
+        Command::Plan(a) => plan::run(&a),
+        Command::Batch(a) => batch::run(&a),
     }
 }
 
 fn is_bad_input(e: &anyhow::Error) -> bool {
     e.chain()
-        .any(|c| c.is::<BadInput>() || c.is::<vram_model::Error>())
+        .any(|c| c.is::<BadInput>() || c.is::<vram_model::Error>() || c.is::<vram_plan::Error>())
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

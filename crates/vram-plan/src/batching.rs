@@ -50,7 +50,9 @@ pub fn batch_by_memory(
         return Err(Error::Request("batching needs a training setup".into()));
     }
     if let Some(&bad) = lengths.iter().find(|&&l| l == 0) {
-        return Err(Error::Request(format!("sequence length {bad} must be at least 1")));
+        return Err(Error::Request(format!(
+            "sequence length {bad} must be at least 1"
+        )));
     }
     let mut order: Vec<usize> = (0..lengths.len()).collect();
     order.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]).then(a.cmp(&b)));

@@ -245,7 +245,13 @@ pub fn optimal(chain: &[Stage], budget: u64, slots: usize) -> Result<Option<Sche
     let s_units = (budget / unit) as usize;
     let units = |b: u64| b.div_ceil(unit) as usize;
     let x: Vec<usize> = (0..=n)
-        .map(|i| if i < n { units(chain[i].input_bytes) } else { 0 })
+        .map(|i| {
+            if i < n {
+                units(chain[i].input_bytes)
+            } else {
+                0
+            }
+        })
         .collect();
     let a: Vec<usize> = chain.iter().map(|s| units(s.saved_bytes)).collect();
     let f: Vec<f64> = chain.iter().map(|s| s.forward).collect();

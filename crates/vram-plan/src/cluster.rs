@@ -126,7 +126,11 @@ pub fn preset(name: &str) -> Result<&'static Preset> {
         .find(|p| p.name == lower)
         .ok_or_else(|| Error::UnknownCluster {
             name: name.into(),
-            known: PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
+            known: PRESETS
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", "),
         })
 }
 

@@ -243,8 +243,8 @@ pub fn step_time(
     // (read + write h), 2 bias-dropout-adds (read 2h, write h, 1-byte mask), bias-GeLU (read +
     // write f, inside the TP region); the rest is sharded only by sequence parallelism.
     let sp_div = if cfg.sequence_parallel { tp } else { 1.0 };
-    let elem_bytes =
-        2.0 * t.intermediate as f64 * bytes / tp + (4.0 * h * bytes + h * (6.0 * bytes + 2.0)) / sp_div;
+    let elem_bytes = 2.0 * t.intermediate as f64 * bytes / tp
+        + (4.0 * h * bytes + h * (6.0 * bytes + 2.0)) / sp_div;
     let mut elem_f = tokens * elem_bytes / hbm;
     let mut softmax_f = 0.0;
     if attention == Attention::Eager {

@@ -158,7 +158,11 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
         let _ = writeln!(s, "  megatron_lm_tp_degree: {}", p.tp);
         let _ = writeln!(s, "  megatron_lm_pp_degree: {}", p.pp);
         let _ = writeln!(s, "  megatron_lm_num_micro_batches: {}", p.grad_accum);
-        let _ = writeln!(s, "  megatron_lm_sequence_parallelism: {}", p.sequence_parallel);
+        let _ = writeln!(
+            s,
+            "  megatron_lm_sequence_parallelism: {}",
+            p.sequence_parallel
+        );
         let _ = writeln!(
             s,
             "  megatron_lm_recompute_activations: {}",
@@ -253,7 +257,8 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
             match p.schedule {
                 Schedule::Gpipe => "ScheduleGPipe".to_string(),
                 Schedule::OneFOneB => "Schedule1F1B".to_string(),
-                Schedule::Interleaved(v) => format!("ScheduleInterleaved1F1B ({v} stages per rank)"),
+                Schedule::Interleaved(v) =>
+                    format!("ScheduleInterleaved1F1B ({v} stages per rank)"),
             }
         );
     }

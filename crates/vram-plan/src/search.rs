@@ -551,8 +551,9 @@ impl Ctx<'_> {
     }
 }
 
-/// Fewest layers per stage, in `1..per_stage`, whose full recomputation makes `cfg` fit.
-fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Option<(u64, u64)> {
+/// Fewest layers per stage, in `1..per_stage`, whose full recomputation makes `cfg` fit;
+/// `None` when recomputing no layer already fits or even `per_stage - 1` layers do not.
+fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Layers {
     let layers = ctx.t.layers + ctx.t.encoder_layers;
     let per_stage = layers / cfg.pp;
     let with = |k: u64| Config {
@@ -560,10 +561,16 @@ fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Option<(u64,
         recompute_layers: Some(k),
         ..*cfg
     };
+    // Fits without recomputation: the `none` candidate covers it.
+    if ctx.memory(cfg).is_some_and(|m| m <= capacity) {
+        return Layers::NotNeeded;
+    }
     let top = per_stage - 1;
-    let hi_mem = ctx.memory(&with(top))?;
+    let Some(hi_mem) = ctx.memory(&with(top)) else {
+        return Layers::Never;
+    };
     if hi_mem > capacity {
-        return None;
+        return Layers::Never;
     }
     let (mut lo, mut hi, mut best) = (0u64, top, hi_mem); // lo does not fit (k = 0 is "none")
     while hi - lo > 1 {
@@ -576,7 +583,17 @@ fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Option<(u64,
             _ => lo = mid,
         }
     }
-    Some((hi, best))
+    Layers::Fits(hi, best)
+}
+
+/// What [`fewest_layers`] found.
+enum Layers {
+    /// No recomputation needed.
+    NotNeeded,
+    /// This many layers per stage, taking this many bytes.
+    Fits(u64, u64),
+    /// Even recomputing all but one layer per stage does not fit.
+    Never,
 }
 
 /// Searches the space for the fastest plans that fit.
@@ -628,6 +645,7 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
     };
     let mut plans = Vec::new();
     let mut done = 0u64;
+    let mut host_rejected = 0u64;
     while let Some(Reverse((_, i))) = heap.pop() {
         done += 1;
         if done % 4096 == 0 {
@@ -636,6 +654,7 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
         let cand = pool[i];
         let cfg = cand.cfg;
         if !ctx.host_fits(&cfg) {
+            host_rejected += 1;
             continue;
         }
         if let Some(mem) = cand.mem {
@@ -652,7 +671,7 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
         if cand.choice == RecomputeChoice::Optimal {
             // Unresolved: find its layer count, then re-enter at the true price.
             match fewest_layers(&mut ctx, &cfg, capacity) {
-                Some((k, mem)) => {
+                Layers::Fits(k, mem) => {
                     let resolved = Config {
                         recompute: Recompute::Full,
                         recompute_layers: Some(k),
@@ -665,7 +684,8 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
                     });
                     heap.push(Reverse((key(ctx.price(&resolved).total_s), pool.len() - 1)));
                 }
-                None => {
+                Layers::NotNeeded => {}
+                Layers::Never => {
                     too_big.insert(fk, cfg.micro_batch);
                 }
             }
@@ -687,6 +707,18 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
     }
     progress(Progress { done, total });
     let estimates = ctx.estimates;
+    if plans.is_empty() && ctx.closest.is_none() && host_rejected > 0 {
+        return Ok(Outcome {
+            plans,
+            closest: None,
+            suggestions: vec![format!(
+                "every configuration offloads more than the {:.0} GiB of host memory per node",
+                req.cluster.host_memory_bytes as f64 / GIB
+            )],
+            candidates: total,
+            estimates,
+        });
+    }
     if plans.is_empty() && ctx.closest.is_none() {
         return Err(match ctx.first_error {
             Some(e) => e.into(),
@@ -792,4 +824,3 @@ fn suggest(req: &Request, least: u64) -> Vec<String> {
     }
     out
 }
-

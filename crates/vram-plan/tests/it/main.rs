@@ -1,2 +1,8 @@
 //! Integration tests of vram-plan: checks against published figures and hand calculations.
+
+mod batching;
+mod checkpoint;
+mod emit;
+mod guidance;
 mod megatron;
+mod search;

@@ -76,7 +76,11 @@ fn parameter_counts_match_the_table() {
     // The table rounds to one decimal (1.65 -> 1.7).
     for r in rows() {
         let p = gpt(&r).param_count() as f64 / 1e9;
-        assert!((p - r.params_billion).abs() <= 0.05 + 1e-3 * p, "{p} vs {}", r.params_billion);
+        assert!(
+            (p - r.params_billion).abs() <= 0.05 + 1e-3 * p,
+            "{p} vs {}",
+            r.params_billion
+        );
     }
 }
 

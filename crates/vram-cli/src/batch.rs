@@ -1,0 +1,138 @@
+//! `vram batch`: memory-aware batches for variable-length sequences.
+
+use std::io::{Read, Write};
+
+use anyhow::Result;
+use clap::Args;
+use serde_json::json;
+use vram_model::gpu;
+use vram_plan::batching::batch_by_memory;
+
+use crate::estimate::StepArgs;
+use crate::input::resolve_model;
+use crate::{bad_input, fmt};
+
+/// Arguments of `vram batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// A catalog id (see `vram models`), a config.json or a folder holding one.
+    model: String,
+    /// File of sequence lengths (integers separated by spaces, commas or newlines); `-` reads
+    /// standard input.
+    #[arg(long)]
+    lengths: String,
+    /// GPU whose memory is the budget (see `vram gpus`).
+    #[arg(long, default_value = "h100-80g")]
+    gpu: String,
+    /// At most this many sequences per batch.
+    #[arg(long)]
+    max_batch: Option<u64>,
+    /// The step (precision, optimizer, parallelism, recomputation); `--micro-batch` and
+    /// `--seq` are replaced by each batch's size and padded length.
+    #[command(flatten)]
+    step: StepArgs,
+    /// Print JSON with every batch.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Largest lengths file read.
+const MAX_INPUT: u64 = 256 << 20;
+
+fn read_lengths(arg: &str) -> Result<Vec<u64>> {
+    let mut text = String::new();
+    if arg == "-" {
+        std::io::stdin()
+            .take(MAX_INPUT)
+            .read_to_string(&mut text)
+            .map_err(|e| bad_input!("cannot read lengths from standard input: {e}"))?;
+    } else {
+        std::fs::File::open(arg)
+            .and_then(|f| f.take(MAX_INPUT).read_to_string(&mut text))
+            .map_err(|e| bad_input!("cannot read lengths file {arg}: {e}"))?;
+    }
+    let mut out = Vec::new();
+    for (i, tok) in text
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|t| !t.is_empty())
+        .enumerate()
+    {
+        let n: u64 = tok
+            .parse()
+            .map_err(|_| bad_input!("lengths: item {} `{tok}` is not a whole number", i + 1))?;
+        if n == 0 || n > vram_model::setup::MAX_SIZE {
+            return Err(bad_input!(
+                "lengths: item {} = {n} must be between 1 and {}",
+                i + 1,
+                vram_model::setup::MAX_SIZE
+            ));
+        }
+        out.push(n);
+    }
+    if out.is_empty() {
+        return Err(bad_input!("lengths: no sequence lengths in {arg}"));
+    }
+    Ok(out)
+}
+
+pub fn run(a: &BatchArgs) -> Result<()> {
+    let model = resolve_model(&a.model)?.model;
+    let gpu = gpu::lookup(&a.gpu)?;
+    let setup = a.step.setup(&model)?;
+    let lengths = read_lengths(&a.lengths)?;
+    if a.max_batch == Some(0) {
+        return Err(bad_input!("--max-batch must be at least 1"));
+    }
+    let b = batch_by_memory(&model, &setup, &lengths, gpu.memory_bytes, a.max_batch)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let v = json!({
+            "model": model.name(),
+            "gpu": gpu.id,
+            "capacity_bytes": gpu.memory_bytes,
+            "sequences": lengths.len(),
+            "batches": b.batches,
+            "too_long": b.too_long,
+            "fill": b.fill,
+        });
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} sequences -> {} batches on {} ({}); {:.1}% of padded tokens are real",
+        lengths.len(),
+        b.batches.len(),
+        gpu.id,
+        fmt::bytes(gpu.memory_bytes),
+        b.fill * 100.0
+    )?;
+    if !b.too_long.is_empty() {
+        writeln!(
+            out,
+            "{} sequences do not fit even alone (indices {:?})",
+            b.too_long.len(),
+            &b.too_long[..b.too_long.len().min(10)]
+        )?;
+    }
+    writeln!(
+        out,
+        "{:>6}  {:>10}  {:>9}  {:>10}",
+        "batch", "sequences", "padded to", "memory"
+    )?;
+    for (i, batch) in b.batches.iter().enumerate().take(20) {
+        writeln!(
+            out,
+            "{:>6}  {:>10}  {:>9}  {:>10}",
+            i,
+            batch.indices.len(),
+            batch.padded_len,
+            fmt::bytes(batch.total_bytes)
+        )?;
+    }
+    if b.batches.len() > 20 {
+        writeln!(out, "... {} more (--json lists all)", b.batches.len() - 20)?;
+    }
+    Ok(())
+}
