@@ -551,6 +551,10 @@ impl Ctx<'_> {
     }
 }
 
+/// Every dimension of a candidate but the micro-batch: tp, pp, zero, offload, recompute,
+/// sequence parallel, schedule, recomputed layers, recompute choice.
+type FailKey = (u64, u64, u8, u8, u8, bool, u64, Option<u64>, u8);
+
 /// Fewest layers per stage, in `1..per_stage`, whose full recomputation makes `cfg` fit;
 /// `None` when recomputing no layer already fits or even `per_stage - 1` layers do not.
 fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Layers {
@@ -624,8 +628,7 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
         heap.push(Reverse((key(ctx.price(&c.cfg).total_s), i)));
     }
     // Smallest micro-batch known not to fit, by every other dimension.
-    let mut too_big: HashMap<(u64, u64, u8, u8, u8, bool, u64, Option<u64>, u8), u64> =
-        HashMap::new();
+    let mut too_big: HashMap<FailKey, u64> = HashMap::new();
     let fail_key = |c: &Config, choice: RecomputeChoice| {
         (
             c.tp,

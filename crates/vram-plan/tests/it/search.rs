@@ -189,7 +189,7 @@ fn optimal_recompute_is_the_fewest_layers_that_fit() {
     req.top = 1;
     let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
     let k = p.recompute_layers.expect("a layer count");
-    assert!(k >= 1 && k < 32, "{}", p.label());
+    assert!((1..32).contains(&k), "{}", p.label());
     let setup = |layers: Option<u64>, rc: Recompute| vram_model::setup::Setup {
         parallel: vram_model::setup::Parallel {
             dp: 8,

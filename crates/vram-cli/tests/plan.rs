@@ -1,0 +1,244 @@
+//! End-to-end tests of `vram plan` and `vram batch`.
+
+use std::process::Command;
+
+fn vram(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .output()
+        .expect("run vram");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const BASE: &[&str] = &[
+    "plan",
+    "llama-2-7b",
+    "--gpu",
+    "a100-80g",
+    "--gpus",
+    "16",
+    "--global-batch",
+    "128",
+    "--seq",
+    "4096",
+];
+
+fn with(extra: &[&str]) -> Vec<&'static str> {
+    let mut v: Vec<&str> = BASE.to_vec();
+    for e in extra {
+        v.push(Box::leak(e.to_string().into_boxed_str()));
+    }
+    v
+}
+
+#[test]
+fn table_lists_ranked_plans() {
+    let (code, out, err) = vram(&with(&["--top", "3"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("configuration"));
+    assert!(out.contains("TFLOP/s/GPU"));
+    assert!(out.contains("bound"));
+    // Header, searched line, blank, column header, 3 rows.
+    assert_eq!(out.lines().count(), 7, "{out}");
+}
+
+#[test]
+fn json_has_the_documented_fields_best_first() {
+    let (code, out, err) = vram(&with(&["--json", "--top", "4"]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let plans = v["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 4);
+    for p in plans {
+        for k in [
+            "tp",
+            "pp",
+            "dp",
+            "micro_batch",
+            "grad_accum",
+            "zero_stage",
+            "offload",
+            "recompute",
+            "sequence_parallel",
+            "schedule",
+            "step_time_s",
+            "tokens_per_s",
+            "mfu",
+            "tflops_per_gpu",
+            "peak_bytes_per_gpu",
+        ] {
+            assert!(p.get(k).is_some(), "missing {k}");
+        }
+        let n = |k: &str| p[k].as_u64().unwrap();
+        assert_eq!(n("tp") * n("pp") * n("dp"), 16);
+        assert_eq!(n("dp") * n("micro_batch") * n("grad_accum"), 128);
+        // A100 80GB: 81920 MiB as the driver reports it.
+        assert!(n("peak_bytes_per_gpu") <= 81_920 << 20);
+    }
+    let t: Vec<f64> = plans
+        .iter()
+        .map(|p| p["step_time_s"].as_f64().unwrap())
+        .collect();
+    assert!(t.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn pins_are_honoured() {
+    let (code, out, _) = vram(&with(&[
+        "--json",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+        "--sequence-parallel",
+        "--schedule",
+        "interleaved:2",
+    ]));
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for p in v["plans"].as_array().unwrap() {
+        assert_eq!(p["tp"], 2);
+        assert_eq!(p["pp"], 2);
+        assert_eq!(p["dp"], 4);
+        assert_eq!(p["micro_batch"], 1);
+        assert_eq!(p["recompute"], "full");
+        assert_eq!(p["zero_stage"], 1);
+        assert_eq!(p["sequence_parallel"], true);
+        assert_eq!(p["schedule"], "interleaved-2");
+    }
+}
+
+#[test]
+fn nothing_fits_is_a_result() {
+    let (code, out, _) = vram(&[
+        "plan",
+        "llama-2-70b",
+        "--cluster",
+        "workstation",
+        "--gpus",
+        "1",
+        "--global-batch",
+        "8",
+        "--seq",
+        "4096",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["plans"].as_array().unwrap().len(), 0);
+    assert!(v["closest"]["peak_bytes_per_gpu"].as_u64().unwrap() > 24 << 30);
+    assert!(!v["suggestions"].as_array().unwrap().is_empty());
+    let (code, out, _) = vram(&[
+        "plan",
+        "llama-2-70b",
+        "--cluster",
+        "workstation",
+        "--gpus",
+        "1",
+        "--global-batch",
+        "8",
+        "--seq",
+        "4096",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("nothing fits"), "{out}");
+    assert!(out.contains("GPUs would fit it"), "{out}");
+}
+
+#[test]
+fn emit_writes_engine_configs() {
+    let (code, out, err) = vram(&with(&["--emit", "deepspeed", "--tp", "1", "--pp", "1"]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["train_batch_size"], 128);
+    assert!(err.contains("emitted"));
+    let (code, out, _) = vram(&with(&["--emit", "megatron"]));
+    assert_eq!(code, 0);
+    assert!(out.contains("--tensor-model-parallel-size"));
+    let (code, out, _) = vram(&with(&["--emit", "accelerate"]));
+    assert_eq!(code, 0);
+    assert!(out.contains("num_processes: 16"));
+    let (code, out, _) = vram(&with(&["--emit", "torchrun"]));
+    assert_eq!(code, 0);
+    assert!(out.contains("torchrun --nnodes 2 --nproc-per-node 8"));
+}
+
+#[test]
+fn bad_input_exits_2_on_one_line() {
+    for args in [
+        with(&["--tp", "3"]),
+        with(&["--tp", "4", "--pp", "4", "--dp", "4"]),
+        with(&["--zero", "7"]),
+        with(&["--cluster", "dgx-z"]),
+        with(&["--schedule", "zigzag"]),
+        vec![
+            "plan",
+            "resnet-50",
+            "--gpu",
+            "a100",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "1",
+        ],
+        vec![
+            "plan",
+            "gpt2",
+            "--gpu",
+            "a100",
+            "--gpus",
+            "12",
+            "--global-batch",
+            "8",
+            "--seq",
+            "128",
+        ],
+    ] {
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty());
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn batch_packs_lengths_from_a_file() {
+    let dir = std::env::temp_dir().join(format!("vram-plan-batch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("lengths.txt");
+    std::fs::write(&file, "100 200, 300\n400\n50\n").unwrap();
+    let f = file.to_string_lossy().into_owned();
+    let (code, out, err) = vram(&[
+        "batch",
+        "gpt2",
+        "--gpu",
+        "a100-80g",
+        "--lengths",
+        &f,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // Five short sequences of gpt2 fit in one 80 GB batch, padded to the longest (400).
+    let batches = v["batches"].as_array().unwrap();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0]["padded_len"], 400);
+    assert_eq!(batches[0]["indices"], serde_json::json!([3, 2, 1, 0, 4]));
+    std::fs::write(&file, "100 x").unwrap();
+    let (code, _, err) = vram(&["batch", "gpt2", "--lengths", &f]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a whole number"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
