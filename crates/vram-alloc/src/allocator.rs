@@ -828,49 +828,61 @@ impl<D: Device> Inner<D> {
         Ok(seg)
     }
 
+    /// The placement for `rounded` bytes that needs the fewest newly mapped
+    /// bytes (lowest address on ties): `(first block, address, bytes to map)`.
+    fn find_run(&self, seg: u32, rounded: u64, g: u64) -> Option<(u32, u64, u64)> {
+        let mut best: Option<(u32, u64, u64)> = None;
+        let mut cur = self.segs[seg as usize].head;
+        let mut prev_free = false;
+        while cur != NIL {
+            let b = &self.blocks[cur as usize];
+            let free = b.state == State::Free;
+            if free && !prev_free {
+                // Evaluate placing the request at the start of this run.
+                let (mut run, mut need, mut c) = (0u64, 0u64, cur);
+                while c != NIL && run < rounded {
+                    let x = &self.blocks[c as usize];
+                    if x.state != State::Free {
+                        break;
+                    }
+                    let take = x.size.min(rounded - run);
+                    if !x.mapped {
+                        need += take.div_ceil(g) * g;
+                    }
+                    run += take;
+                    c = x.next;
+                }
+                if run >= rounded && best.map_or(true, |(_, _, n)| need < n) {
+                    best = Some((cur, b.addr, need));
+                    if need == 0 {
+                        break;
+                    }
+                }
+            }
+            prev_free = free;
+            cur = b.next;
+        }
+        best
+    }
+
     fn alloc_expandable(&mut self, rounded: u64, pool: usize, stream: u32) -> Result<u32, Fail> {
         let seg = self.expandable_segment(stream, pool)?;
-        if self.cfg.policy == Policy::Vramkit {
+        let g = self.map_granularity(pool);
+        let (mut start, mut run_addr, mut need_map) =
+            self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
+        if self.cfg.policy == Policy::Vramkit && need_map > 0 {
+            // Trim before grow: when cached bytes exceed the slack, unmap the
+            // free pages outside the chosen placement before mapping new ones.
             let cached =
                 self.stats.reserved_bytes[pool].current - self.stats.active_bytes[pool].current;
             let budget =
                 (self.cfg.trim_slack * self.stats.allocated_bytes[0].current as f64) as i64;
             if cached > budget {
-                self.trim_segment(seg);
+                self.trim_segment(seg, run_addr, run_addr + rounded);
+                (start, run_addr, need_map) = self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
             }
         }
-        let g = self.map_granularity(pool);
-        // Lowest-address run of free (mapped or unmapped) blocks that fits.
-        let mut cur = self.segs[seg as usize].head;
-        let mut start = NIL;
-        let mut run = 0u64;
-        let mut need_map = 0u64;
-        let mut found = false;
-        while cur != NIL {
-            let b = &self.blocks[cur as usize];
-            if b.state == State::Free {
-                if start == NIL {
-                    start = cur;
-                    run = 0;
-                    need_map = 0;
-                }
-                let take = b.size.min(rounded - run);
-                if !b.mapped {
-                    need_map += take.div_ceil(g) * g;
-                }
-                run += take;
-                if run >= rounded {
-                    found = true;
-                    break;
-                }
-            } else {
-                start = NIL;
-            }
-            cur = b.next;
-        }
-        if !found {
-            return Err(Fail::Oom);
-        }
+        let _ = run_addr;
         if self.over_cap(need_map) {
             return Err(Fail::Oom);
         }
@@ -931,16 +943,22 @@ impl<D: Device> Inner<D> {
         Ok(start)
     }
 
-    /// Unmaps every whole free page of an expandable segment.
-    fn trim_segment(&mut self, seg: u32) {
-        let mut cur = self.segs[seg as usize].head;
-        while cur != NIL {
-            let next = self.blocks[cur as usize].next;
-            let b = &self.blocks[cur as usize];
-            if b.state == State::Free && b.mapped {
-                self.unmap_block(cur);
-            }
-            cur = next;
+    /// Unmaps the whole free pages of an expandable segment, except in
+    /// blocks overlapping `[keep_lo, keep_hi)`.
+    fn trim_segment(&mut self, seg: u32, keep_lo: u64, keep_hi: u64) {
+        // Collect first: unmapping merges (and drops) unmapped neighbours, but
+        // never a block that is still free and mapped.
+        let victims: Vec<u32> = self
+            .segment_blocks(seg)
+            .into_iter()
+            .filter(|&i| {
+                let b = &self.blocks[i as usize];
+                let overlaps = b.addr < keep_hi && keep_lo < b.addr + b.size;
+                b.state == State::Free && b.mapped && !overlaps
+            })
+            .collect();
+        for i in victims {
+            self.unmap_block(i);
         }
     }
 
@@ -950,9 +968,11 @@ impl<D: Device> Inner<D> {
         let g = self.map_granularity(pool);
         let b = &self.blocks[i as usize];
         let (addr, size, stream) = (b.addr, b.size, b.stream);
+        // Pages are aligned relative to the segment base.
+        let base = self.segs[b.seg as usize].base;
         let end = addr + size;
-        let lo = addr.div_ceil(g) * g;
-        let hi = end / g * g;
+        let lo = base + (addr - base).div_ceil(g) * g;
+        let hi = base + (end - base) / g * g;
         if hi <= lo {
             return;
         }

@@ -132,6 +132,11 @@ impl SimDevice {
         self.fail_at = Some(self.calls + n.max(1));
     }
 
+    /// Disarms a fault set with [`SimDevice::fail_call`].
+    pub fn clear_fault(&mut self) {
+        self.fail_at = None;
+    }
+
     /// Number of fallible calls made so far.
     pub fn calls(&self) -> u64 {
         self.calls

@@ -94,7 +94,7 @@ impl Value {
 }
 
 const MAX_DEPTH: u32 = 1000;
-const MAX_EXPANSION: u64 = 1 << 26;
+const MAX_EXPANSION: u64 = 1 << 24;
 
 #[derive(Debug, Clone)]
 enum Item {

@@ -90,7 +90,7 @@ impl AllocatorConfig {
             garbage_collection_threshold: None,
             memory_fraction: None,
             history: None,
-            trim_slack: 0.02,
+            trim_slack: 0.005,
         }
     }
 

@@ -1,0 +1,129 @@
+//! Snapshot pickles: round trips, CPython-written fixtures, hostile input.
+//! Fixtures in tests/data were written by CPython 3.11 `pickle.dumps`
+//! (protocol 4 and 2) in the shape of `torch.cuda.memory._snapshot()`.
+
+use crate::{new_alloc, MIB};
+use vram_alloc::pickle::{self, Value};
+use vram_alloc::snapshot::{BlockState, TraceAction};
+use vram_alloc::{AllocError, Policy, Snapshot};
+
+fn data(name: &str) -> Vec<u8> {
+    let p = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+#[test]
+fn allocator_snapshot_round_trips_through_pickle() {
+    let a = new_alloc(Policy::PyTorch, 1 << 32);
+    let x = a.malloc(5 * MIB, 0).unwrap();
+    let _y = a.malloc(700, 1).unwrap();
+    a.free(x).unwrap();
+    let snap = a.snapshot();
+    assert_eq!(snap.segments.len(), 2);
+    assert!(snap
+        .traces
+        .iter()
+        .any(|t| t.action == TraceAction::SegmentAlloc));
+    let bytes = snap.to_pickle();
+    assert_eq!(&bytes[..2], &[0x80, 2], "protocol 2 header");
+    let back = Snapshot::from_pickle(&bytes).unwrap();
+    assert_eq!(back, snap);
+}
+
+#[test]
+fn reads_cpython_protocol_4_and_2_snapshots() {
+    for f in [
+        "torch_like_snapshot.pickle",
+        "torch_like_snapshot_p2.pickle",
+        "ordereddict_snapshot.pickle",
+    ] {
+        let s = Snapshot::from_pickle(&data(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert_eq!(s.segments.len(), 1, "{f}");
+        assert_eq!(s.segments[0].total_size, 20_971_520);
+        assert_eq!(s.segments[0].blocks[0].state, BlockState::ActiveAllocated);
+        assert_eq!(s.segments[0].blocks[0].address, 139_900_000_000_000);
+        assert_eq!(s.traces.len(), 8, "{f}");
+        assert_eq!(s.traces[1].action, TraceAction::Alloc);
+        assert_eq!(s.traces[1].size, 4_194_304);
+    }
+}
+
+fn pickle_err(bytes: &[u8]) -> String {
+    match Snapshot::from_pickle(bytes) {
+        Err(e @ (AllocError::Pickle { .. } | AllocError::Snapshot { .. })) => {
+            assert!(e.is_bad_input());
+            e.to_string()
+        }
+        other => panic!("expected a pickle/snapshot error, got {other:?}"),
+    }
+}
+
+#[test]
+fn refuses_code_execution_payloads() {
+    let e = pickle_err(&data("evil_reduce.pickle"));
+    assert!(e.contains("global posix.system is not allowed"), "{e}");
+    let e = pickle_err(&data("evil_global_p0.pickle"));
+    assert!(e.contains("global os.system is not allowed"), "{e}");
+    for (op, name) in [(b'b', "BUILD"), (0x81, "NEWOBJ"), (b'i', "INST")] {
+        let e = pickle_err(&[0x80, 2, b'}', op, b'.']);
+        assert!(e.contains(name), "{e}");
+    }
+}
+
+#[test]
+fn wrong_shapes_are_snapshot_errors() {
+    assert!(pickle_err(&data("wrong_types.pickle")).contains("'segments' is not a list"));
+    assert!(pickle_err(&data("not_a_dict.pickle")).contains("expected a dict"));
+}
+
+#[test]
+fn every_truncation_is_an_error_not_a_panic() {
+    let full = data("torch_like_snapshot.pickle");
+    for n in 0..full.len() {
+        let e = pickle_err(&full[..n]);
+        assert!(!e.contains('\n'), "one-line error");
+    }
+}
+
+#[test]
+fn deep_nesting_and_memo_bombs_are_bounded() {
+    // 100k nested lists: EMPTY_LIST x 100k, then APPEND each into the one below.
+    let mut deep = vec![0x80, 2];
+    deep.extend(std::iter::repeat(b']').take(100_000));
+    deep.extend(std::iter::repeat(b'a').take(99_999));
+    deep.push(b'.');
+    assert!(pickle_err(&deep).contains("nesting too deep"));
+    // A list memoized and doubled 64 times would need 2^64 nodes:
+    // memo[k+1] = [memo[k], memo[k]].
+    let mut bomb = vec![0x80, 2, b']', b'K', 1, b'a', 0x94];
+    for k in 0..64u8 {
+        bomb.extend_from_slice(&[b'(', b'h', k, b'h', k, b'l', 0x94]);
+    }
+    bomb.push(b'.');
+    let e = pickle::from_slice(&bomb).unwrap_err().to_string();
+    assert!(e.contains("expand too much"), "{e}");
+}
+
+#[test]
+fn writer_uses_only_memory_viz_opcodes() {
+    // MemoryViz.js understands: PROTO EMPTY_DICT EMPTY_LIST MARK SETITEMS APPENDS
+    // BINUNICODE BININT BININT1 BININT2 LONG1 NEWTRUE NEWFALSE NONE BINFLOAT
+    // TUPLE1-3 TUPLE EMPTY_TUPLE STOP (torch/utils/viz/MemoryViz.js, unpickle()).
+    let v = Value::Dict(vec![
+        (Value::Str("a".into()), Value::Int(0x7f00_0000_0000)),
+        (Value::Str("b".into()), Value::Int(-5)),
+        (
+            Value::Str("c".into()),
+            Value::Tuple(vec![Value::Int(0), Value::Int(70_000)]),
+        ),
+        (
+            Value::Str("d".into()),
+            Value::List(vec![Value::Bool(true), Value::None, Value::Float(1.5)]),
+        ),
+    ]);
+    let bytes = pickle::to_vec(&v);
+    assert_eq!(pickle::from_slice(&bytes).unwrap(), v);
+    // 0x7f00_0000_0000 as LONG1: 6 little-endian bytes.
+    let long1 = [0x8a, 6, 0, 0, 0, 0, 0, 0x7f];
+    assert!(bytes.windows(long1.len()).any(|w| w == long1));
+}
