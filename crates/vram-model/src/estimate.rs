@@ -14,7 +14,7 @@
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use crate::arch::{Layout, Mlp, Model, Norm, ResNet, Transformer};
+use crate::arch::{Act, Layout, Mlp, Model, Norm, ResNet, Transformer};
 use crate::error::{Error, Result};
 use crate::setup::{
     AmpStyle, Attention, Mode, Offload, Optimizer, Precision, Recompute, Schedule, Setup,
@@ -429,7 +429,16 @@ fn attention_parts(t: &Transformer, c: &Ctx, cross: bool, p: &mut Parts) -> (u64
         q_w
     };
     norm_parts(t, c, p);
-    p.push(c.rep(t.hidden, c.cmp), false); // projection input
+    // Projection inputs. Under autocast each nn.Linear casts its fp32 input separately
+    // (autocast caches casts of parameters, not of activations).
+    let copies = if c.style == AmpStyle::Autocast && c.res != c.cmp && !t.fused_qkv && !cross {
+        3
+    } else {
+        1
+    };
+    for _ in 0..copies {
+        p.push(c.rep(t.hidden, c.cmp), false);
+    }
     if cross {
         p.push(c.rep(t.hidden, c.cmp), false); // encoder output cast for K/V
     }
@@ -480,8 +489,17 @@ fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64
     if !shared_norm {
         norm_parts(t, c, p);
     }
-    if !shared_norm || c.style == AmpStyle::Autocast {
-        p.push(c.rep(t.hidden, c.cmp), false);
+    let autocast_casts = c.style == AmpStyle::Autocast && c.res != c.cmp;
+    if !shared_norm || autocast_casts {
+        // As for attention: separate gate and up projections cast their input separately.
+        let copies = if autocast_casts && t.mlp == Mlp::Gated && !t.fused_gate_up {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            p.push(c.rep(t.hidden, c.cmp), false);
+        }
     }
     let f = m(&[c.tok, t.intermediate.div_ceil(c.t), c.cmp]);
     let k = if t.experts > 1 {
@@ -490,11 +508,26 @@ fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64
         1
     };
     let drop = t.hidden_dropout > 0.0 && c.training;
+    // What the activation saves besides its input/output (fused kernels under Megatron).
+    let act_extra = match (t.act, c.style) {
+        (_, AmpStyle::Megatron) | (Act::Fused, _) => 0,
+        (Act::ComposedTanh, _) => {
+            // tanh output and 1 + tanh run in fp32 under autocast (pow is an fp32 op), 0.5·x in half.
+            let up = if c.style == AmpStyle::Autocast && c.training && c.res == 4 {
+                4
+            } else {
+                c.cmp
+            };
+            m(&[f / c.cmp, 2 * up + c.cmp])
+        }
+        (Act::QuickGelu, _) => f,
+    };
     for _ in 0..k {
         match t.mlp {
             Mlp::Plain => {
-                p.push(f, false);
-                p.push(f, false);
+                p.push(f, false); // activation input
+                p.push(act_extra, false);
+                p.push(f, false); // activation output, the second projection's input
             }
             Mlp::Relu => {
                 p.push(f, false);
@@ -504,9 +537,11 @@ fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64
                 }
             }
             Mlp::Gated => {
+                // gate output, activation output, up output, their product
                 for _ in 0..4 {
                     p.push(f, false);
                 }
+                p.push(act_extra, false);
             }
         }
     }
