@@ -736,6 +736,8 @@ pub(crate) struct Step<'a> {
     head_saved: u64,
     /// Logits `[tokens, vocab/t]` elements per micro-batch (0 without an LM head).
     logits: u64,
+    /// Half copy of the output projection's weight under autocast.
+    head_copy: u64,
     /// Optimizer state bytes per parameter element (without master weights), and a flat extra.
     opt_elems: f64,
 }
@@ -791,6 +793,7 @@ impl<'a> Step<'a> {
             emb_saved: 0,
             head_saved: 0,
             logits: 0,
+            head_copy: 0,
             opt_elems: 0.0,
         };
         match model {
@@ -897,6 +900,10 @@ impl<'a> Step<'a> {
             head.push(c.rep(t.hidden, c.cmp), false);
             self.head_saved = head.total(false);
             self.logits = m(&[c.tok, t.vocab.div_ceil(tp)]);
+            if self.autocast_copies() {
+                // The output projection's weight cast to half, kept for its backward.
+                self.head_copy = m(&[t.vocab.div_ceil(tp), t.hidden, c.cmp]);
+            }
         }
         Ok(())
     }
@@ -942,6 +949,14 @@ impl<'a> Step<'a> {
         self.head_saved = m(&[b, r.fc_in(), c.cmp]);
         self.logits = m(&[b, r.classes]);
         Ok(())
+    }
+
+    /// Whether autocast makes half copies of fp32 weights in forward.
+    fn autocast_copies(&self) -> bool {
+        self.style == AmpStyle::Autocast
+            && self.ctx.cmp != 4
+            && self.bytes.weight == 4
+            && self.ctx.training
     }
 
     /// Pipeline geometry of one rank: (first layer, layer count).
@@ -1112,7 +1127,7 @@ impl<'a> Step<'a> {
             let h = Handle {
                 cat: Category::Activations,
                 bytes: stack.get(i).infer_tmp,
-                key: (1 << 58) + i,
+                key: (1 << 59) | (i + 1),
             };
             sink.alloc(h, &[]);
             sink.free(h);
@@ -1141,8 +1156,14 @@ impl<'a> Step<'a> {
         tr.recompute == Recompute::Selective && tr.recompute_layers.is_none_or(|k| i < k)
     }
 
+    /// Key of layer `i`'s gradients.
     fn grad_key(i: u64) -> u64 {
-        (1 << 56) + i
+        (1 << 58) | (i << 2)
+    }
+
+    /// Key of the embedding's (`j = 0`) or the head's (`j = 1`) gradients.
+    fn edge_grad_key(j: u64) -> u64 {
+        (1 << 58) | (j + 1)
     }
 
     fn free_layer_grads<S: Sink>(&self, rank: u64, stack: &Stack, sink: &mut S) {
@@ -1159,7 +1180,7 @@ impl<'a> Step<'a> {
                 sink.free(Handle {
                     cat: Category::Gradients,
                     bytes: m(&[p, g]),
-                    key: Self::grad_key(1 << 20) + j as u64,
+                    key: Self::edge_grad_key(j as u64),
                 });
             }
         }
@@ -1242,8 +1263,10 @@ impl<'a> Step<'a> {
         (first, end, chunk == 0, chunk == chunks - 1)
     }
 
+    /// Key of tensor group `slot` (< 64) of `layer` (< 2^25) in micro-batch `unit` (< 2^25).
+    /// Layer-less groups (embedding, loss) use `layer` 0 and slots from 32 up.
     fn act_key(unit: u64, layer: u64, slot: u64) -> u64 {
-        (unit << 24) | (layer << 4) | slot
+        (unit << 32) | (layer << 6) | slot
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1273,7 +1296,7 @@ impl<'a> Step<'a> {
                 Handle {
                     cat: Category::Activations,
                     bytes: self.emb_saved,
-                    key: Self::act_key(unit, 1 << 19, 0),
+                    key: Self::act_key(unit, 0, 40),
                 },
                 &[],
             );
@@ -1360,7 +1383,7 @@ impl<'a> Step<'a> {
     }
 
     fn loss_keys(unit: u64) -> [u64; 6] {
-        std::array::from_fn(|j| Self::act_key(unit, 1 << 18, j as u64))
+        std::array::from_fn(|j| Self::act_key(unit, 0, 32 + j as u64))
     }
 
     fn loss_forward<S: Sink>(&self, unit: u64, sink: &mut S) {
@@ -1477,7 +1500,7 @@ impl<'a> Step<'a> {
                     Handle {
                         cat: Category::Gradients,
                         bytes: m(&[head_p, g]),
-                        key: Self::grad_key(1 << 20) + 1,
+                        key: Self::edge_grad_key(1),
                     },
                     &[],
                 );
@@ -1556,7 +1579,7 @@ impl<'a> Step<'a> {
                     Handle {
                         cat: Category::Gradients,
                         bytes: m(&[emb_p, g]),
-                        key: Self::grad_key(1 << 20),
+                        key: Self::edge_grad_key(0),
                     },
                     &[],
                 );
@@ -1565,7 +1588,7 @@ impl<'a> Step<'a> {
                 sink.free(Handle {
                     cat: Category::Activations,
                     bytes: self.emb_saved,
-                    key: Self::act_key(unit, 1 << 19, 0),
+                    key: Self::act_key(unit, 0, 40),
                 });
             }
         }
