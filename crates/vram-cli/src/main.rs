@@ -1,1 +1,118 @@
-fn main() {}
+//! `vram`: estimate, plan, allocate and watch GPU memory.
+//!
+//! This crate is only argument parsing, reading files, output and exit codes; the work happens
+//! in the library crates. Exit codes: 0 success, 1 internal failure, 2 bad input (clap's usage
+//! errors included).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod estimate;
+mod fmt;
+mod input;
+
+/// An error caused by the user's input (exit code 2).
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// Shorthand for returning a [`BadInput`] error.
+#[macro_export]
+macro_rules! bad_input {
+    ($($arg:tt)*) => { anyhow::Error::new($crate::BadInput(format!($($arg)*))) };
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vram",
+    version,
+    about = "Where GPU memory goes, and how to make a job fit.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once
+enum Command {
+    /// Estimate the peak GPU memory of a training or inference step, and where it goes.
+    Estimate(estimate::EstimateArgs),
+    /// List the built-in models with their parameter counts.
+    Models(estimate::ListArgs),
+    /// List the GPU catalog.
+    Gpus(estimate::ListArgs),
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Estimate(a) => estimate::run(&a),
+        Command::Models(a) => estimate::models(&a),
+        Command::Gpus(a) => estimate::gpus(&a),
+    }
+}
+
+fn is_bad_input(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.is::<BadInput>() || c.is::<vram_model::Error>())
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            // Help and version go to stdout.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // Usage errors are bad input, reported on one line like every other error.
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let msg = first.trim_start_matches("error: ");
+            let _ = writeln!(std::io::stderr(), "vram: {msg} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "vram: {}", one_line(&e));
+            ExitCode::from(if is_bad_input(&e) { 2 } else { 1 })
+        }
+    }
+}
+
+/// The error and its causes on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for (i, c) in e.chain().enumerate() {
+        let text = c.to_string().replace('\n', " ");
+        if i > 0 {
+            if s.contains(&text) {
+                continue;
+            }
+            s.push_str(": ");
+        }
+        s.push_str(&text);
+    }
+    s
+}

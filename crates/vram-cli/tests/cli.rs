@@ -1,0 +1,378 @@
+//! End-to-end tests of the `vram` binary: bad input, output contracts, file inputs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn vram(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .output()
+        .expect("run vram");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A fresh temporary folder for one test.
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vram-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+const LLAMA: &str = r#"{"model_type":"llama","vocab_size":32000,"hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":8}"#;
+
+/// A minimal safetensors file: one BF16 tensor of `shape`, zero-filled data.
+fn safetensors(shape: &[u64]) -> Vec<u8> {
+    let n: u64 = shape.iter().product::<u64>() * 2;
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let header = format!(
+        r#"{{"w":{{"dtype":"BF16","shape":[{}],"data_offsets":[0,{n}]}}}}"#,
+        dims.join(",")
+    );
+    let mut v = (header.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(header.as_bytes());
+    v.extend(std::iter::repeat_n(0u8, n as usize));
+    v
+}
+
+#[test]
+fn bad_input_table() {
+    let dir = tmp("bad");
+    let cfg = |name: &str, text: &str| write(&dir, name, text.as_bytes());
+    let llama_with = |field: &str, value: &str| {
+        let v: serde_json::Value = serde_json::from_str(LLAMA).unwrap();
+        let mut m = v.as_object().unwrap().clone();
+        m.insert(field.into(), serde_json::from_str(value).unwrap());
+        serde_json::to_string(&m).unwrap()
+    };
+    let empty_dir = dir.join("empty");
+    std::fs::create_dir_all(&empty_dir).unwrap();
+    let mut trunc = safetensors(&[4, 4]);
+    trunc.truncate(20);
+    let idx_dir = dir.join("sharded");
+    std::fs::create_dir_all(&idx_dir).unwrap();
+    std::fs::write(
+        idx_dir.join("model.safetensors.index.json"),
+        r#"{"weight_map":{"w":"model-00001-of-00002.safetensors"}}"#,
+    )
+    .unwrap();
+
+    // (args, what the one-line error must mention)
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![cfg("trunc.json", r#"{"model_type": "llama","#)],
+            "not valid JSON",
+        ),
+        (vec![cfg("empty.json", "")], "empty"),
+        (
+            vec![write(&dir, "bin.json", &[0xff, 0x00, 0xfe, 0x01])],
+            "not UTF-8",
+        ),
+        (
+            vec![cfg("unknown.json", r#"{"model_type":"frobnet"}"#)],
+            "unknown model_type `frobnet`",
+        ),
+        (
+            vec![cfg("notype.json", r#"{"hidden_size":4}"#)],
+            "unknown model_type `(missing)`",
+        ),
+        (vec![cfg("array.json", "[1,2]")], "should be an object"),
+        (
+            vec![cfg(
+                "missing.json",
+                r#"{"model_type":"llama","vocab_size":32000,"num_hidden_layers":2,"num_attention_heads":8,"intermediate_size":512}"#,
+            )],
+            "no `hidden_size`",
+        ),
+        (
+            vec![cfg("typed.json", &llama_with("hidden_size", "\"256\""))],
+            "`hidden_size` should be a positive integer",
+        ),
+        (
+            vec![cfg("zero.json", &llama_with("num_hidden_layers", "0"))],
+            "num_hidden_layers = 0",
+        ),
+        (
+            vec![cfg("neg.json", &llama_with("hidden_size", "-1"))],
+            "hidden_size = -1",
+        ),
+        (
+            vec![cfg(
+                "absurd.json",
+                &llama_with("hidden_size", "1000000000000"),
+            )],
+            "hidden_size",
+        ),
+        (
+            vec![cfg("float.json", &llama_with("num_attention_heads", "7.5"))],
+            "num_attention_heads",
+        ),
+        (
+            vec![cfg(
+                "heads.json",
+                r#"{"model_type":"gpt2","vocab_size":100,"n_embd":100,"n_layer":2,"n_head":3,"n_positions":64}"#,
+            )],
+            "hidden size by attention heads",
+        ),
+        (
+            vec![cfg("kv.json", &llama_with("num_key_value_heads", "3"))],
+            "key/value heads",
+        ),
+        (
+            vec![cfg("kvbig.json", &llama_with("num_key_value_heads", "16"))],
+            "key/value heads",
+        ),
+        (
+            vec![cfg(
+                "bool.json",
+                &llama_with("tie_word_embeddings", "\"yes\""),
+            )],
+            "tie_word_embeddings",
+        ),
+        (
+            vec![cfg("drop.json", &llama_with("attention_dropout", "1.5"))],
+            "attention_dropout",
+        ),
+        (
+            vec![cfg(
+                "moe.json",
+                r#"{"model_type":"mixtral","vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_local_experts":2,"num_experts_per_tok":4}"#,
+            )],
+            "num_experts_per_tok",
+        ),
+        (
+            vec!["llama-3-8b".into(), "--tp".into(), "3".into()],
+            "--tp must divide the attention heads",
+        ),
+        (
+            vec!["llama-3-8b".into(), "--gpu".into(), "z100".into()],
+            "unknown GPU `z100`",
+        ),
+        (vec!["llama-9".into()], "unknown model `llama-9`"),
+        (
+            vec![empty_dir.to_string_lossy().into_owned()],
+            "has no config.json",
+        ),
+        (
+            vec![dir.join("nope/config.json").to_string_lossy().into_owned()],
+            "no such file",
+        ),
+        (vec!["gpt2".into(), "--frobnicate".into()], "--frobnicate"),
+        (
+            vec!["gpt2".into(), "--micro-batch".into(), "0".into()],
+            "--micro-batch = 0",
+        ),
+        (
+            vec!["gpt2".into(), "--micro-batch".into(), "-3".into()],
+            "-3",
+        ),
+        (
+            vec!["gpt2".into(), "--micro-batch".into(), "99999999999".into()],
+            "--micro-batch",
+        ),
+        (vec!["gpt2".into(), "--seq".into(), "0".into()], "--seq = 0"),
+        (
+            vec![
+                "gpt2".into(),
+                "--zero".into(),
+                "4".into(),
+                "--dp".into(),
+                "2".into(),
+            ],
+            "--zero",
+        ),
+        (
+            vec!["gpt2".into(), "--sequence-parallel".into()],
+            "--sequence-parallel needs --tp",
+        ),
+        (
+            vec![
+                "gpt2".into(),
+                "--zero".into(),
+                "2".into(),
+                "--offload".into(),
+                "params".into(),
+            ],
+            "--offload params needs --zero 3",
+        ),
+        (
+            vec!["gpt2".into(), "--offload".into(), "optimizer".into()],
+            "--offload needs ZeRO",
+        ),
+        (
+            vec!["gpt2".into(), "--precision".into(), "fp64".into()],
+            "fp64",
+        ),
+        (
+            vec!["gpt2".into(), "--pp".into(), "100".into()],
+            "exceeds the model's 12 layers",
+        ),
+        (
+            vec!["gpt2".into(), "--fragmentation".into(), "50".into()],
+            "between 0 and 10",
+        ),
+        (
+            vec!["gpt2".into(), "--schedule".into(), "interleaved:x".into()],
+            "chunks must be a number",
+        ),
+        (
+            vec!["gpt2".into(), "--cuda-context".into(), "12XB".into()],
+            "unknown unit",
+        ),
+        (
+            vec!["gpt2".into(), "--recompute-layers".into(), "4".into()],
+            "--recompute-layers needs",
+        ),
+        (
+            vec!["gpt2".into(), "--context".into(), "128".into()],
+            "--context is for --inference",
+        ),
+        (
+            vec![
+                "gpt2".into(),
+                "--inference".into(),
+                "--dp".into(),
+                "2".into(),
+            ],
+            "inference takes",
+        ),
+        (
+            vec!["resnet-50".into(), "--tp".into(), "2".into()],
+            "transformers only",
+        ),
+        (vec![write(&dir, "trunc.safetensors", &trunc)], "truncated"),
+        (
+            vec![write(&dir, "tiny.safetensors", &[1, 2, 3])],
+            "shorter than the 8-byte",
+        ),
+        (
+            vec![idx_dir
+                .join("model.safetensors.index.json")
+                .to_string_lossy()
+                .into_owned()],
+            "is missing",
+        ),
+    ];
+    assert!(cases.len() >= 25);
+    let mut failures = Vec::new();
+    for (args, needle) in &cases {
+        let mut full = vec!["estimate"];
+        full.extend(args.iter().map(String::as_str));
+        let (code, _out, err) = vram(&full);
+        let lines = err.trim_end().lines().count();
+        if code != 2 || lines != 1 || !err.contains(needle) || err.contains("panicked") {
+            failures.push(format!(
+                "{args:?}: exit {code}, {lines} lines, stderr {err:?} (wanted {needle:?})"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn json_output_contract() {
+    let (code, out, err) = vram(&["estimate", "llama-3-8b", "--gpu", "h100-80g", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["params"].as_u64(), Some(8_030_261_248));
+    let peak = v["peak_bytes"].as_u64().unwrap();
+    let total = v["total_bytes"].as_u64().unwrap();
+    let breakdown = v["breakdown"].as_object().unwrap();
+    let sum: u64 = breakdown.values().map(|b| b.as_u64().unwrap()).sum();
+    assert_eq!(sum, total, "breakdown sums to the device total");
+    assert!(peak < total);
+    // Model states alone, 16 bytes per parameter under AMP + AdamW, are already over 80 GB.
+    assert_eq!(v["fits"], serde_json::Value::Bool(false));
+    assert!(peak > 16 * 8_030_261_248);
+}
+
+#[test]
+fn readme_command_runs() {
+    let (code, out, _) = vram(&["estimate", "llama-3-8b", "--gpu", "h100-80g"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("8,030,261,248 parameters"));
+    assert!(out.contains("peak allocated"));
+    assert!(out.contains("optimizer_states"));
+}
+
+#[test]
+fn config_folder_and_checkpoint_cross_check() {
+    let dir = tmp("folder");
+    // A llama with 2 layers; its checkpoint would have the same count. We write a fake
+    // single-tensor checkpoint of a different size to see the cross-check report it.
+    write(&dir, "config.json", LLAMA.as_bytes());
+    write(&dir, "model.safetensors", &safetensors(&[16, 8]));
+    let (code, out, err) = vram(&["estimate", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("checkpoint beside the config: 128 parameters (config says"),
+        "{out}"
+    );
+}
+
+#[test]
+fn safetensors_header_only() {
+    let dir = tmp("st");
+    let path = write(&dir, "model.safetensors", &safetensors(&[1000, 64]));
+    let (code, out, err) = vram(&["estimate", &path, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["params"].as_u64(), Some(64_000));
+    assert_eq!(v["weights_bytes"].as_u64(), Some(128_000));
+    // Sharded: two shards listed in an index.
+    let shard_dir = dir.join("sharded");
+    std::fs::create_dir_all(&shard_dir).unwrap();
+    write(&shard_dir, "a.safetensors", &safetensors(&[10, 10]));
+    write(&shard_dir, "b.safetensors", &safetensors(&[5]));
+    let index = write(&shard_dir, "model.safetensors.index.json", br#"{"metadata":{},"weight_map":{"x":"a.safetensors","y":"b.safetensors","z":"a.safetensors"}}"#);
+    let (code, out, err) = vram(&["estimate", &index, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["params"].as_u64(), Some(105));
+}
+
+#[test]
+fn inference_reports_kv_cache() {
+    let (code, out, _) = vram(&[
+        "estimate",
+        "llama-2-7b",
+        "--inference",
+        "--batch",
+        "4",
+        "--context",
+        "4096",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // KV cache by hand: 2 (K and V) x 32 layers x 4 x 4096 tokens x 4096 (32 heads x 128) x 2 bytes = 8 GiB.
+    assert_eq!(
+        v["breakdown"]["kv_cache"].as_u64(),
+        Some(2 * 32 * 4 * 4096 * 4096 * 2)
+    );
+    assert!(v["max_batch"].as_u64().unwrap() >= 4);
+}
+
+#[test]
+fn help_and_listings() {
+    let (code, out, _) = vram(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("estimate"));
+    let (code, out, _) = vram(&["models", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v.as_array().unwrap().len() >= 26);
+    let (code, out, _) = vram(&["gpus"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("mi300x"));
+}

@@ -1,0 +1,145 @@
+//! Built-in models: the `config.json` of each catalog id, read by the same parser as user files.
+//!
+//! The configs below carry the fields of the published Hugging Face configs that decide memory
+//! (sizes, heads, tying, biases, dropout); fields that do not (token ids, rope scaling) are left out.
+
+use crate::arch::{Model, ResNet};
+use crate::error::{Error, Result};
+use crate::hf;
+
+/// `(id, config.json text)` for every built-in transformer.
+const CONFIGS: &[(&str, &str)] = &[
+    (
+        "gpt2",
+        r#"{"model_type":"gpt2","vocab_size":50257,"n_positions":1024,"n_embd":768,"n_layer":12,"n_head":12}"#,
+    ),
+    (
+        "gpt2-medium",
+        r#"{"model_type":"gpt2","vocab_size":50257,"n_positions":1024,"n_embd":1024,"n_layer":24,"n_head":16}"#,
+    ),
+    (
+        "gpt2-large",
+        r#"{"model_type":"gpt2","vocab_size":50257,"n_positions":1024,"n_embd":1280,"n_layer":36,"n_head":20}"#,
+    ),
+    (
+        "gpt2-xl",
+        r#"{"model_type":"gpt2","vocab_size":50257,"n_positions":1024,"n_embd":1600,"n_layer":48,"n_head":25}"#,
+    ),
+    (
+        "bert-base-uncased",
+        r#"{"model_type":"bert","vocab_size":30522,"hidden_size":768,"num_hidden_layers":12,"num_attention_heads":12,"intermediate_size":3072,"max_position_embeddings":512,"type_vocab_size":2,"hidden_dropout_prob":0.1,"attention_probs_dropout_prob":0.1}"#,
+    ),
+    (
+        "bert-large-uncased",
+        r#"{"model_type":"bert","vocab_size":30522,"hidden_size":1024,"num_hidden_layers":24,"num_attention_heads":16,"intermediate_size":4096,"max_position_embeddings":512,"type_vocab_size":2,"hidden_dropout_prob":0.1,"attention_probs_dropout_prob":0.1}"#,
+    ),
+    (
+        "roberta-base",
+        r#"{"model_type":"roberta","vocab_size":50265,"hidden_size":768,"num_hidden_layers":12,"num_attention_heads":12,"intermediate_size":3072,"max_position_embeddings":514,"type_vocab_size":1,"hidden_dropout_prob":0.1,"attention_probs_dropout_prob":0.1}"#,
+    ),
+    (
+        "t5-base",
+        r#"{"model_type":"t5","vocab_size":32128,"d_model":768,"d_kv":64,"d_ff":3072,"num_layers":12,"num_decoder_layers":12,"num_heads":12,"relative_attention_num_buckets":32,"dropout_rate":0.1,"feed_forward_proj":"relu","n_positions":512}"#,
+    ),
+    (
+        "llama-2-7b",
+        r#"{"model_type":"llama","vocab_size":32000,"hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":32,"max_position_embeddings":4096,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "llama-2-13b",
+        r#"{"model_type":"llama","vocab_size":32000,"hidden_size":5120,"intermediate_size":13824,"num_hidden_layers":40,"num_attention_heads":40,"num_key_value_heads":40,"max_position_embeddings":4096,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "llama-2-70b",
+        r#"{"model_type":"llama","vocab_size":32000,"hidden_size":8192,"intermediate_size":28672,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":4096,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "llama-3-8b",
+        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"max_position_embeddings":8192,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "llama-3-70b",
+        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":8192,"intermediate_size":28672,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":8192,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "llama-3.1-405b",
+        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":16384,"intermediate_size":53248,"num_hidden_layers":126,"num_attention_heads":128,"num_key_value_heads":8,"max_position_embeddings":131072,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "mistral-7b",
+        r#"{"model_type":"mistral","vocab_size":32000,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"max_position_embeddings":32768,"sliding_window":4096,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "mixtral-8x7b",
+        r#"{"model_type":"mixtral","vocab_size":32000,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"max_position_embeddings":32768,"num_local_experts":8,"num_experts_per_tok":2,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "qwen2-7b",
+        r#"{"model_type":"qwen2","vocab_size":152064,"hidden_size":3584,"intermediate_size":18944,"num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,"max_position_embeddings":131072,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "qwen2-72b",
+        r#"{"model_type":"qwen2","vocab_size":152064,"hidden_size":8192,"intermediate_size":29568,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":131072,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "gemma-7b",
+        r#"{"model_type":"gemma","vocab_size":256000,"hidden_size":3072,"intermediate_size":24576,"num_hidden_layers":28,"num_attention_heads":16,"num_key_value_heads":16,"head_dim":256,"max_position_embeddings":8192}"#,
+    ),
+    (
+        "gemma-2-9b",
+        r#"{"model_type":"gemma2","vocab_size":256000,"hidden_size":3584,"intermediate_size":14336,"num_hidden_layers":42,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"max_position_embeddings":8192}"#,
+    ),
+    (
+        "phi-3-mini",
+        r#"{"model_type":"phi3","vocab_size":32064,"hidden_size":3072,"intermediate_size":8192,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":32,"max_position_embeddings":4096,"resid_pdrop":0.0,"tie_word_embeddings":false}"#,
+    ),
+    (
+        "falcon-7b",
+        r#"{"model_type":"falcon","vocab_size":65024,"hidden_size":4544,"num_hidden_layers":32,"num_attention_heads":71,"multi_query":true,"parallel_attn":true,"bias":false,"new_decoder_architecture":false,"alibi":false}"#,
+    ),
+    (
+        "pythia-1.4b",
+        r#"{"model_type":"gpt_neox","vocab_size":50304,"hidden_size":2048,"intermediate_size":8192,"num_hidden_layers":24,"num_attention_heads":16,"max_position_embeddings":2048,"use_parallel_residual":true,"tie_word_embeddings":false}"#,
+    ),
+];
+
+/// ResNet catalog ids and their depths.
+const RESNETS: &[(&str, u64)] = &[
+    ("resnet-18", 18),
+    ("resnet-34", 34),
+    ("resnet-50", 50),
+    ("resnet-101", 101),
+    ("resnet-152", 152),
+];
+
+/// Every catalog id, in display order.
+pub fn ids() -> impl Iterator<Item = &'static str> {
+    CONFIGS
+        .iter()
+        .map(|(id, _)| *id)
+        .chain(RESNETS.iter().map(|(id, _)| *id))
+}
+
+/// The built-in `config.json` text of a transformer id, if there is one.
+pub fn config_text(id: &str) -> Option<&'static str> {
+    CONFIGS.iter().find(|(i, _)| *i == id).map(|(_, c)| *c)
+}
+
+/// Looks up a catalog id (case-insensitive; `resnet50` and `resnet-50` both work).
+pub fn lookup(id: &str) -> Result<Model> {
+    let lower = id.to_ascii_lowercase();
+    if let Some(text) = config_text(&lower) {
+        return hf::parse_config(text, &lower);
+    }
+    let dashed = lower.replacen("resnet", "resnet-", 1).replace("--", "-");
+    if let Some((_, depth)) = RESNETS.iter().find(|(i, _)| *i == dashed) {
+        return Ok(Model::ResNet(
+            ResNet::torchvision(*depth).expect("catalog depths are torchvision's"),
+        ));
+    }
+    Err(Error::Unknown {
+        kind: "model",
+        name: id.into(),
+        known: ids().collect::<Vec<_>>().join(", "),
+    })
+}

@@ -1,0 +1,556 @@
+//! Reading Hugging Face `config.json` files into a [`Transformer`].
+//!
+//! Each supported `model_type` maps its field names (and their variants across releases:
+//! `n_embd`/`hidden_size`, `n_head`/`num_attention_heads`, `multi_query`/`num_kv_heads`, ...)
+//! onto the same description. Defaults are those of the `transformers` config classes.
+
+use serde_json::{Map, Value};
+
+use crate::arch::{Act, Layout, Mlp, Model, Norm, Positions, Transformer};
+use crate::error::{Error, Result};
+
+/// The `model_type` values the reader understands.
+pub const KNOWN_MODEL_TYPES: &[&str] = &[
+    "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "gemma", "gemma2", "phi3",
+    "falcon", "bert", "roberta", "t5",
+];
+
+/// Largest size accepted for any dimension; anything above is a typo or corrupt file.
+const MAX_DIM: u64 = 1 << 24;
+
+/// Parses the text of a `config.json`.
+///
+/// `name` is used for display (the catalog id or the file's folder name).
+///
+/// ```
+/// let cfg = r#"{"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+///               "vocab_size": 50257, "n_positions": 1024}"#;
+/// let model = vram_model::hf::parse_config(cfg, "gpt2").unwrap();
+/// assert_eq!(model.param_count(), 124_439_808);
+/// ```
+pub fn parse_config(text: &str, name: &str) -> Result<Model> {
+    if text.trim().is_empty() {
+        return Err(Error::Json {
+            what: "config.json".into(),
+            reason: "the file is empty".into(),
+        });
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
+        what: "config.json".into(),
+        reason: e.to_string(),
+    })?;
+    let Value::Object(map) = value else {
+        return Err(Error::WrongType {
+            field: "(top level)".into(),
+            expected: "an object",
+            found: kind_of(&value).into(),
+        });
+    };
+    let model_type = match map.get("model_type") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(Error::WrongType {
+                field: "model_type".into(),
+                expected: "a string",
+                found: kind_of(other).into(),
+            })
+        }
+        None => return Err(Error::UnknownModelType("(missing)".into())),
+    };
+    let c = Cfg {
+        map: &map,
+        model_type: &model_type,
+    };
+    let t = match model_type.as_str() {
+        "gpt2" => gpt2(&c)?,
+        "gpt_neox" => gpt_neox(&c)?,
+        "llama" | "mistral" | "mixtral" | "qwen2" | "gemma" | "gemma2" | "phi3" => llama_like(&c)?,
+        "falcon" | "RefinedWeb" | "RefinedWebModel" => falcon(&c)?,
+        "bert" | "roberta" => bert(&c)?,
+        "t5" => t5(&c)?,
+        other => return Err(Error::UnknownModelType(other.into())),
+    };
+    let t = Transformer {
+        name: name.to_string(),
+        model_type,
+        ..t
+    };
+    validate(&t)?;
+    Ok(Model::Transformer(t))
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+struct Cfg<'a> {
+    map: &'a Map<String, Value>,
+    model_type: &'a str,
+}
+
+impl Cfg<'_> {
+    /// The first of `names` present and not null.
+    fn find<'n>(&self, names: &[&'n str]) -> Option<(&'n str, &Value)> {
+        names.iter().find_map(|n| match self.map.get(*n) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some((*n, v)),
+        })
+    }
+
+    fn opt_u64(&self, names: &[&str]) -> Result<Option<u64>> {
+        let Some((name, v)) = self.find(names) else {
+            return Ok(None);
+        };
+        let bad = |found: String| Error::WrongType {
+            field: name.into(),
+            expected: "a positive integer",
+            found,
+        };
+        let n = match v {
+            Value::Number(n) => {
+                if let Some(u) = n.as_u64() {
+                    u
+                } else if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && *f > 0.0) {
+                    f as u64
+                } else {
+                    return Err(Error::OutOfRange {
+                        field: name.into(),
+                        value: n.to_string(),
+                        why: "must be a positive integer".into(),
+                    });
+                }
+            }
+            other => return Err(bad(kind_of(other).into())),
+        };
+        if n == 0 || n > MAX_DIM {
+            return Err(Error::OutOfRange {
+                field: name.into(),
+                value: n.to_string(),
+                why: format!("must be between 1 and {MAX_DIM}"),
+            });
+        }
+        Ok(Some(n))
+    }
+
+    fn u64(&self, names: &[&str]) -> Result<u64> {
+        self.opt_u64(names)?.ok_or_else(|| Error::MissingField {
+            field: names[0].into(),
+            model_type: self.model_type.into(),
+        })
+    }
+
+    fn bool(&self, name: &str, default: bool) -> Result<bool> {
+        match self.find(&[name]) {
+            None => Ok(default),
+            Some((_, Value::Bool(b))) => Ok(*b),
+            Some((_, other)) => Err(Error::WrongType {
+                field: name.into(),
+                expected: "a boolean",
+                found: kind_of(other).into(),
+            }),
+        }
+    }
+
+    fn prob(&self, names: &[&str], default: f64) -> Result<f64> {
+        match self.find(names) {
+            None => Ok(default),
+            Some((name, Value::Number(n))) => {
+                let p = n.as_f64().unwrap_or(-1.0);
+                if (0.0..1.0).contains(&p) {
+                    Ok(p)
+                } else {
+                    Err(Error::OutOfRange {
+                        field: name.into(),
+                        value: n.to_string(),
+                        why: "must be in [0, 1)".into(),
+                    })
+                }
+            }
+            Some((name, other)) => Err(Error::WrongType {
+                field: name.into(),
+                expected: "a number",
+                found: kind_of(other).into(),
+            }),
+        }
+    }
+
+    /// The activation named by the first present field of `names` (or `default`).
+    fn act(&self, names: &[&str], default: &str) -> Result<Act> {
+        let (field, name) = match self.find(names) {
+            None => (names[0], default),
+            Some((f, Value::String(s))) => (f, s.as_str()),
+            Some((f, other)) => {
+                return Err(Error::WrongType {
+                    field: f.into(),
+                    expected: "a string",
+                    found: kind_of(other).into(),
+                })
+            }
+        };
+        activation(name).ok_or_else(|| Error::OutOfRange {
+            field: field.into(),
+            value: name.into(),
+            why: "unknown activation (gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, quick_gelu, silu, swish, relu)".into(),
+        })
+    }
+
+    fn str(&self, name: &str) -> Result<Option<&str>> {
+        match self.find(&[name]) {
+            None => Ok(None),
+            Some((_, Value::String(s))) => Ok(Some(s)),
+            Some((_, other)) => Err(Error::WrongType {
+                field: name.into(),
+                expected: "a string",
+                found: kind_of(other).into(),
+            }),
+        }
+    }
+}
+
+/// How `transformers`' `ACT2FN` implements an activation name.
+fn activation(name: &str) -> Option<Act> {
+    Some(match name {
+        "gelu" | "gelu_python" | "gelu_pytorch_tanh" | "gelu_accurate" | "silu" | "swish"
+        | "relu" | "gelu_10" => Act::Fused,
+        "gelu_new" | "gelu_fast" => Act::ComposedTanh,
+        "quick_gelu" => Act::QuickGelu,
+        _ => return None,
+    })
+}
+
+/// A decoder-only transformer with defaults filled in by the family readers.
+fn base(vocab: u64, hidden: u64, layers: u64, heads: u64) -> Transformer {
+    Transformer {
+        name: String::new(),
+        model_type: String::new(),
+        layout: Layout::DecoderOnly,
+        vocab,
+        hidden,
+        layers,
+        encoder_layers: 0,
+        heads,
+        kv_heads: heads,
+        head_dim: hidden / heads.max(1),
+        intermediate: 4 * hidden,
+        max_positions: 2048,
+        mlp: Mlp::Gated,
+        act: Act::Fused,
+        fused_qkv: false,
+        fused_gate_up: false,
+        norm: Norm::RmsNorm,
+        norm_bias: false,
+        norms_per_layer: 2,
+        qkv_bias: false,
+        out_bias: false,
+        mlp_bias: false,
+        experts: 1,
+        experts_per_token: 1,
+        positions: Positions::Rotary,
+        type_vocab: 0,
+        tied_embeddings: false,
+        embedding_norm: false,
+        pooler: false,
+        final_norm: true,
+        parallel_residual: false,
+        attention_dropout: 0.0,
+        hidden_dropout: 0.0,
+        softmax_upcast: true,
+    }
+}
+
+fn check_heads(c: &Cfg, hidden: u64, heads: u64) -> Result<()> {
+    if hidden % heads != 0 {
+        return Err(Error::NotDivisible {
+            what: format!("{}: hidden size by attention heads", c.model_type),
+            a: hidden,
+            b: heads,
+        });
+    }
+    Ok(())
+}
+
+fn gpt2(c: &Cfg) -> Result<Transformer> {
+    let hidden = c.u64(&["n_embd", "hidden_size"])?;
+    let heads = c.u64(&["n_head", "num_attention_heads"])?;
+    check_heads(c, hidden, heads)?;
+    let positions = c.u64(&["n_positions", "n_ctx", "max_position_embeddings"])?;
+    let mut t = base(
+        c.u64(&["vocab_size"])?,
+        hidden,
+        c.u64(&["n_layer", "num_hidden_layers"])?,
+        heads,
+    );
+    t.intermediate = c.opt_u64(&["n_inner"])?.unwrap_or(4 * hidden);
+    t.max_positions = positions;
+    t.positions = Positions::Learned(positions);
+    t.mlp = Mlp::Plain;
+    t.act = c.act(&["activation_function"], "gelu_new")?;
+    t.fused_qkv = true;
+    t.norm = Norm::LayerNorm;
+    t.norm_bias = true;
+    (t.qkv_bias, t.out_bias, t.mlp_bias) = (true, true, true);
+    t.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    t.attention_dropout = c.prob(&["attn_pdrop"], 0.1)?;
+    t.hidden_dropout = c.prob(&["resid_pdrop"], 0.1)?;
+    t.softmax_upcast = false;
+    Ok(t)
+}
+
+fn gpt_neox(c: &Cfg) -> Result<Transformer> {
+    let hidden = c.u64(&["hidden_size"])?;
+    let heads = c.u64(&["num_attention_heads"])?;
+    check_heads(c, hidden, heads)?;
+    let mut t = base(
+        c.u64(&["vocab_size"])?,
+        hidden,
+        c.u64(&["num_hidden_layers"])?,
+        heads,
+    );
+    t.intermediate = c.opt_u64(&["intermediate_size"])?.unwrap_or(4 * hidden);
+    t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
+    t.mlp = Mlp::Plain;
+    t.act = c.act(&["hidden_act"], "gelu")?;
+    t.fused_qkv = true;
+    t.norm = Norm::LayerNorm;
+    t.norm_bias = true;
+    let bias = c.bool("attention_bias", true)?;
+    (t.qkv_bias, t.out_bias, t.mlp_bias) = (bias, bias, true);
+    t.tied_embeddings = c.bool("tie_word_embeddings", false)?;
+    t.parallel_residual = c.bool("use_parallel_residual", true)?;
+    t.attention_dropout = c.prob(&["attention_dropout"], 0.0)?;
+    t.hidden_dropout = c.prob(&["hidden_dropout"], 0.0)?;
+    Ok(t)
+}
+
+/// Llama and its descendants: Mistral, Mixtral, Qwen2, Gemma, Gemma 2, Phi-3.
+fn llama_like(c: &Cfg) -> Result<Transformer> {
+    let mt = c.model_type;
+    let hidden = c.u64(&["hidden_size"])?;
+    let heads = c.u64(&["num_attention_heads"])?;
+    let kv_heads = c.opt_u64(&["num_key_value_heads"])?.unwrap_or(heads);
+    let head_dim = match c.opt_u64(&["head_dim"])? {
+        Some(d) => d,
+        None => {
+            check_heads(c, hidden, heads)?;
+            hidden / heads
+        }
+    };
+    if heads % kv_heads != 0 {
+        return Err(Error::NotDivisible {
+            what: format!("{mt}: attention heads by key/value heads"),
+            a: heads,
+            b: kv_heads,
+        });
+    }
+    let mut t = base(
+        c.u64(&["vocab_size"])?,
+        hidden,
+        c.u64(&["num_hidden_layers"])?,
+        heads,
+    );
+    t.kv_heads = kv_heads;
+    t.head_dim = head_dim;
+    t.intermediate = c.u64(&["intermediate_size"])?;
+    t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
+    let gemma = mt == "gemma" || mt == "gemma2";
+    t.act = if gemma {
+        c.act(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh")?
+    } else {
+        c.act(&["hidden_act"], "silu")?
+    };
+    t.tied_embeddings = c.bool("tie_word_embeddings", gemma)?;
+    t.qkv_bias = mt == "qwen2" || c.bool("attention_bias", false)?;
+    t.out_bias = mt != "qwen2" && c.bool("attention_bias", false)?;
+    t.mlp_bias = c.bool("mlp_bias", false)?;
+    t.attention_dropout = c.prob(&["attention_dropout"], 0.0)?;
+    if mt == "phi3" {
+        (t.fused_qkv, t.fused_gate_up) = (true, true);
+        t.hidden_dropout = c.prob(&["resid_pdrop"], 0.0)?;
+    }
+    if mt == "gemma2" {
+        t.norms_per_layer = 4;
+    }
+    if mt == "mixtral" {
+        t.experts = c.u64(&["num_local_experts"])?;
+        t.experts_per_token = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+        if t.experts_per_token > t.experts {
+            return Err(Error::OutOfRange {
+                field: "num_experts_per_tok".into(),
+                value: t.experts_per_token.to_string(),
+                why: format!("cannot exceed num_local_experts = {}", t.experts),
+            });
+        }
+    }
+    Ok(t)
+}
+
+fn falcon(c: &Cfg) -> Result<Transformer> {
+    let hidden = c.u64(&["hidden_size", "n_embed"])?;
+    let heads = c.u64(&["num_attention_heads", "n_head"])?;
+    check_heads(c, hidden, heads)?;
+    let new_arch = c.bool("new_decoder_architecture", false)?;
+    let kv_heads = if new_arch {
+        c.opt_u64(&["num_kv_heads", "n_head_kv"])?.unwrap_or(heads)
+    } else if c.bool("multi_query", true)? {
+        1
+    } else {
+        heads
+    };
+    if heads % kv_heads != 0 {
+        return Err(Error::NotDivisible {
+            what: "falcon: attention heads by key/value heads".into(),
+            a: heads,
+            b: kv_heads,
+        });
+    }
+    let mut t = base(
+        c.u64(&["vocab_size"])?,
+        hidden,
+        c.u64(&["num_hidden_layers", "n_layer"])?,
+        heads,
+    );
+    t.kv_heads = kv_heads;
+    t.intermediate = c.opt_u64(&["ffn_hidden_size"])?.unwrap_or(4 * hidden);
+    t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
+    t.mlp = Mlp::Plain;
+    t.fused_qkv = true;
+    t.norm = Norm::LayerNorm;
+    t.norm_bias = true;
+    let bias = c.bool("bias", false)?;
+    (t.qkv_bias, t.out_bias, t.mlp_bias) = (bias, bias, bias);
+    t.parallel_residual = c.bool("parallel_attn", true)?;
+    t.norms_per_layer = if t.parallel_residual && !new_arch {
+        1
+    } else {
+        2
+    };
+    t.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    if c.bool("alibi", false)? {
+        t.positions = Positions::None;
+    }
+    t.attention_dropout = c.prob(&["attention_dropout"], 0.0)?;
+    t.hidden_dropout = c.prob(&["hidden_dropout"], 0.0)?;
+    t.softmax_upcast = false;
+    Ok(t)
+}
+
+fn bert(c: &Cfg) -> Result<Transformer> {
+    let hidden = c.u64(&["hidden_size"])?;
+    let heads = c.u64(&["num_attention_heads"])?;
+    check_heads(c, hidden, heads)?;
+    let positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(512);
+    let mut t = base(
+        c.u64(&["vocab_size"])?,
+        hidden,
+        c.u64(&["num_hidden_layers"])?,
+        heads,
+    );
+    t.layout = Layout::EncoderOnly;
+    t.intermediate = c.opt_u64(&["intermediate_size"])?.unwrap_or(4 * hidden);
+    t.max_positions = positions;
+    t.positions = Positions::Learned(positions);
+    t.type_vocab = match c.find(&["type_vocab_size"]) {
+        // RoBERTa configs set 1; a literal 0 is legal and means no token types.
+        Some((_, Value::Number(n))) if n.as_u64() == Some(0) => 0,
+        _ => c.opt_u64(&["type_vocab_size"])?.unwrap_or(2),
+    };
+    t.mlp = Mlp::Plain;
+    t.norm = Norm::LayerNorm;
+    t.norm_bias = true;
+    (t.qkv_bias, t.out_bias, t.mlp_bias) = (true, true, true);
+    t.act = c.act(&["hidden_act"], "gelu")?;
+    t.embedding_norm = true;
+    t.pooler = true;
+    t.final_norm = false;
+    t.attention_dropout = c.prob(&["attention_probs_dropout_prob"], 0.1)?;
+    t.hidden_dropout = c.prob(&["hidden_dropout_prob"], 0.1)?;
+    t.softmax_upcast = false;
+    Ok(t)
+}
+
+fn t5(c: &Cfg) -> Result<Transformer> {
+    let hidden = c.u64(&["d_model"])?;
+    let heads = c.u64(&["num_heads"])?;
+    let layers = c.u64(&["num_layers"])?;
+    let mut t = base(
+        c.u64(&["vocab_size"])?,
+        hidden,
+        c.opt_u64(&["num_decoder_layers"])?.unwrap_or(layers),
+        heads,
+    );
+    t.layout = Layout::EncoderDecoder;
+    t.encoder_layers = layers;
+    t.head_dim = c.u64(&["d_kv"])?;
+    t.intermediate = c.u64(&["d_ff"])?;
+    t.max_positions = c.opt_u64(&["n_positions"])?.unwrap_or(512);
+    t.positions = Positions::RelativeBuckets(
+        c.opt_u64(&["relative_attention_num_buckets"])?
+            .unwrap_or(32),
+    );
+    t.mlp = match c.str("feed_forward_proj")?.unwrap_or("relu") {
+        "relu" => Mlp::Relu,
+        s if s.starts_with("gated-") => {
+            // T5Config maps "gated-gelu" to gelu_new.
+            let act = if s == "gated-gelu" {
+                "gelu_new"
+            } else {
+                &s[6..]
+            };
+            t.act = activation(act).ok_or_else(|| Error::OutOfRange {
+                field: "feed_forward_proj".into(),
+                value: s.into(),
+                why: "unknown activation".into(),
+            })?;
+            Mlp::Gated
+        }
+        other => {
+            return Err(Error::OutOfRange {
+                field: "feed_forward_proj".into(),
+                value: other.into(),
+                why: "expected `relu` or `gated-<act>`".into(),
+            })
+        }
+    };
+    t.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    let p = c.prob(&["dropout_rate"], 0.1)?;
+    (t.attention_dropout, t.hidden_dropout) = (p, p);
+    t.softmax_upcast = true;
+    Ok(t)
+}
+
+/// Checks that the sizes hang together; the readers have checked each field on its own.
+pub(crate) fn validate(t: &Transformer) -> Result<()> {
+    if t.kv_heads > t.heads {
+        return Err(Error::OutOfRange {
+            field: "num_key_value_heads".into(),
+            value: t.kv_heads.to_string(),
+            why: format!("cannot exceed num_attention_heads = {}", t.heads),
+        });
+    }
+    if t.head_dim == 0 {
+        return Err(Error::OutOfRange {
+            field: "head_dim".into(),
+            value: "0".into(),
+            why: "must be positive".into(),
+        });
+    }
+    // A model beyond 1e15 parameters is corrupt input, and would overflow byte counts.
+    let rough = (t.vocab as f64 + 12.0 * t.hidden as f64 * (t.layers + t.encoder_layers) as f64)
+        * t.hidden as f64
+        * t.experts as f64;
+    if rough > 1e15 {
+        return Err(Error::OutOfRange {
+            field: "model size".into(),
+            value: format!("~{rough:.1e} parameters"),
+            why: "larger than 1e15 parameters; check the config".into(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,379 @@
+//! The knobs of a training or inference step: precision, optimizer, batch, parallelism, overheads.
+//!
+//! Every field has the default a user gets from the `vram` CLI when the flag is left out.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// Numeric precision of the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    /// Everything in fp32.
+    Fp32,
+    /// fp16 compute with fp32 master weights (and a loss scaler).
+    Fp16Amp,
+    /// bf16 compute with fp32 master weights (the default).
+    Bf16Amp,
+    /// Everything in bf16: weights, gradients and optimizer states; no master copy.
+    Bf16,
+}
+
+impl Precision {
+    /// Whether this is mixed precision with an fp32 master copy.
+    pub fn is_amp(self) -> bool {
+        matches!(self, Precision::Fp16Amp | Precision::Bf16Amp)
+    }
+    /// Bytes of one element of compute (matmul inputs and outputs).
+    pub fn compute_bytes(self) -> u64 {
+        if self == Precision::Fp32 {
+            4
+        } else {
+            2
+        }
+    }
+}
+
+/// Which implementation's mixed-precision memory layout applies.
+///
+/// The three engines hold the same 16 bytes of model state per parameter for Adam differently,
+/// and that changes when the bytes are live (see ARCHITECTURE.md, "mixed precision").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AmpStyle {
+    /// PyTorch `torch.autocast`: fp32 weights and gradients; half copies of weights made in
+    /// forward and kept for backward; fp32 residual stream.
+    Autocast,
+    /// DeepSpeed: half weights and gradients, fp32 master weights and Adam states in the
+    /// optimizer (partitioned by ZeRO).
+    #[serde(rename = "deepspeed")]
+    DeepSpeed,
+    /// Megatron-LM: half weights, fp32 main gradients, fp32 master weights and Adam states
+    /// (partitioned by the distributed optimizer when `zero >= 1`).
+    Megatron,
+}
+
+/// The optimizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Optimizer {
+    /// Plain SGD: no state.
+    Sgd,
+    /// SGD with momentum: one state.
+    Momentum,
+    /// AdamW (and Adam): two states.
+    Adamw,
+    /// bitsandbytes 8-bit AdamW: two 1-byte states plus block-wise scales.
+    Adam8bit,
+    /// Adafactor with factored second moments and no first moment (its default).
+    Adafactor,
+}
+
+/// Activation recomputation (checkpointing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recompute {
+    /// Store every activation backward needs.
+    None,
+    /// Recompute only the attention core (the `s²` tensors), as in Korthikanti et al. 2022.
+    Selective,
+    /// Store each block's input only and recompute the block in backward.
+    Full,
+}
+
+/// Attention implementation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Attention {
+    /// Explicit `softmax(QKᵀ)V`: stores the `s²` scores.
+    Eager,
+    /// Fused (`scaled_dot_product_attention`, FlashAttention): stores output and log-sum-exp.
+    Sdpa,
+}
+
+/// What ZeRO moves to host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Offload {
+    /// Nothing.
+    None,
+    /// Optimizer states and master weights (and, from ZeRO-2, gradient partitions).
+    Optimizer,
+    /// Also parameters (ZeRO-3 only).
+    Params,
+}
+
+/// Pipeline schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Schedule {
+    /// All micro-batches forward, then all backward.
+    Gpipe,
+    /// One forward, one backward (PipeDream-Flush); the default.
+    OneFOneB,
+    /// Interleaved 1F1B with this many model chunks per GPU.
+    Interleaved(u64),
+}
+
+/// Parallel layout of the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Parallel {
+    /// Data-parallel degree.
+    pub dp: u64,
+    /// Tensor-parallel degree.
+    pub tp: u64,
+    /// Pipeline-parallel degree.
+    pub pp: u64,
+    /// Megatron sequence parallelism (needs `tp > 1`).
+    pub sequence_parallel: bool,
+    /// ZeRO stage 0..=3.
+    pub zero: u8,
+    /// Pipeline schedule (used when `pp > 1`).
+    pub schedule: Schedule,
+}
+
+impl Default for Parallel {
+    fn default() -> Self {
+        Parallel {
+            dp: 1,
+            tp: 1,
+            pp: 1,
+            sequence_parallel: false,
+            zero: 0,
+            schedule: Schedule::OneFOneB,
+        }
+    }
+}
+
+/// Memory outside the tensors a model allocates. All settable; printed with every estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Overheads {
+    /// CUDA context, kernels and library handles, outside the caching allocator (what
+    /// `nvidia-smi` shows beyond `torch.cuda.memory_reserved()`).
+    pub cuda_context_bytes: u64,
+    /// cuBLAS/cuDNN workspaces allocated through the caching allocator.
+    pub workspace_bytes: u64,
+    /// Reserved-but-unallocated memory of the caching allocator, as a fraction of the peak
+    /// allocated bytes (block rounding, segment tails, fragmentation).
+    pub fragmentation: f64,
+}
+
+impl Default for Overheads {
+    fn default() -> Self {
+        // Context: ~500 MiB is what CUDA 12 with lazy loading shows for PyTorch on A100/H100
+        // (nvidia-smi minus memory_reserved). Workspace: cuBLAS's default on Hopper is
+        // 4 MiB x 8 = 32 MiB (CUBLAS_WORKSPACE_CONFIG=:4096:8). Fragmentation: 5 %, a typical
+        // reserved/allocated gap of the PyTorch caching allocator on steady training loops.
+        Overheads {
+            cuda_context_bytes: 500 << 20,
+            workspace_bytes: 32 << 20,
+            fragmentation: 0.05,
+        }
+    }
+}
+
+/// A training step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Train {
+    /// Sequences (or images) per micro-batch on one data-parallel rank.
+    pub micro_batch: u64,
+    /// Sequence length.
+    pub seq: u64,
+    /// Micro-batches per optimizer step (gradient accumulation, or pipeline micro-batches).
+    pub grad_accum: u64,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// Activation recomputation.
+    pub recompute: Recompute,
+    /// Recompute only this many layers (the first ones, Megatron's "block" method); all if `None`.
+    pub recompute_layers: Option<u64>,
+    /// ZeRO offload.
+    pub offload: Offload,
+    /// Mixed-precision layout; chosen from the parallel layout when `None`.
+    pub amp_style: Option<AmpStyle>,
+}
+
+impl Default for Train {
+    fn default() -> Self {
+        Train {
+            micro_batch: 1,
+            seq: 2048,
+            grad_accum: 1,
+            optimizer: Optimizer::Adamw,
+            recompute: Recompute::None,
+            recompute_layers: None,
+            offload: Offload::None,
+            amp_style: None,
+        }
+    }
+}
+
+/// An inference (generation) step with a KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Infer {
+    /// Concurrent sequences.
+    pub batch: u64,
+    /// Tokens of context per sequence (prompt plus generated); the cache holds all of them.
+    pub context: u64,
+    /// Bytes per KV-cache element (2 for fp16/bf16, 1 for fp8/int8).
+    pub kv_bytes: u64,
+}
+
+/// Training or inference.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// One optimizer step.
+    Train(Train),
+    /// A prefill of `context` tokens into a KV cache sized for `context`.
+    Infer(Infer),
+}
+
+/// Everything [`crate::estimate`] needs besides the model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Setup {
+    /// Precision.
+    pub precision: Precision,
+    /// Attention implementation.
+    pub attention: Attention,
+    /// Parallel layout.
+    pub parallel: Parallel,
+    /// Memory outside the model's tensors.
+    pub overheads: Overheads,
+    /// Training or inference.
+    pub mode: Mode,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            precision: Precision::Bf16Amp,
+            attention: Attention::Sdpa,
+            parallel: Parallel::default(),
+            overheads: Overheads::default(),
+            mode: Mode::Train(Train::default()),
+        }
+    }
+}
+
+/// Largest batch, sequence or degree accepted: beyond it the input is a typo.
+pub const MAX_SIZE: u64 = 1 << 24;
+
+/// Most tokens in one micro-batch (or one inference batch): 2^32.
+pub const MAX_TOKENS: u64 = 1 << 32;
+
+fn range(field: &str, v: u64, max: u64) -> Result<()> {
+    if v == 0 || v > max {
+        return Err(Error::OutOfRange {
+            field: field.into(),
+            value: v.to_string(),
+            why: format!("must be between 1 and {max}"),
+        });
+    }
+    Ok(())
+}
+
+impl Setup {
+    /// The mixed-precision layout in force: the explicit choice, else DeepSpeed under ZeRO,
+    /// Megatron under tensor or pipeline parallelism, PyTorch autocast otherwise.
+    pub fn amp_style(&self) -> AmpStyle {
+        let explicit = match self.mode {
+            Mode::Train(t) => t.amp_style,
+            Mode::Infer(_) => None,
+        };
+        explicit.unwrap_or(if self.parallel.zero >= 2 {
+            AmpStyle::DeepSpeed
+        } else if self.parallel.tp > 1 || self.parallel.pp > 1 {
+            AmpStyle::Megatron
+        } else if self.parallel.zero == 1 {
+            AmpStyle::DeepSpeed
+        } else {
+            AmpStyle::Autocast
+        })
+    }
+
+    /// Checks sizes and combinations that do not depend on the model.
+    pub fn validate(&self) -> Result<()> {
+        let p = &self.parallel;
+        range("--dp", p.dp, MAX_SIZE)?;
+        range("--tp", p.tp, 1024)?;
+        range("--pp", p.pp, 1024)?;
+        if p.zero > 3 {
+            return Err(Error::OutOfRange {
+                field: "--zero".into(),
+                value: p.zero.to_string(),
+                why: "must be 0, 1, 2 or 3".into(),
+            });
+        }
+        if p.sequence_parallel && p.tp == 1 {
+            return Err(Error::Setup(
+                "--sequence-parallel needs --tp greater than 1".into(),
+            ));
+        }
+        if let Schedule::Interleaved(v) = p.schedule {
+            range("interleaved chunks", v, 64)?;
+        }
+        let o = &self.overheads;
+        if !(0.0..=10.0).contains(&o.fragmentation) || o.fragmentation.is_nan() {
+            return Err(Error::OutOfRange {
+                field: "--fragmentation".into(),
+                value: o.fragmentation.to_string(),
+                why: "must be a fraction between 0 and 10".into(),
+            });
+        }
+        match self.mode {
+            Mode::Train(t) => {
+                range("--micro-batch", t.micro_batch, MAX_SIZE)?;
+                range("--seq", t.seq, MAX_SIZE)?;
+                range("--grad-accum", t.grad_accum, MAX_SIZE)?;
+                if t.micro_batch.saturating_mul(t.seq) > MAX_TOKENS {
+                    return Err(Error::OutOfRange {
+                        field: "--micro-batch x --seq".into(),
+                        value: format!("{} tokens", t.micro_batch.saturating_mul(t.seq)),
+                        why: format!("at most {MAX_TOKENS} tokens per micro-batch"),
+                    });
+                }
+                if let Some(k) = t.recompute_layers {
+                    if t.recompute == Recompute::None {
+                        return Err(Error::Setup(
+                            "--recompute-layers needs --recompute selective or full".into(),
+                        ));
+                    }
+                    range("--recompute-layers", k, MAX_SIZE)?;
+                }
+                if t.offload != Offload::None && p.zero == 0 {
+                    return Err(Error::Setup(
+                        "--offload needs ZeRO (--zero 1, 2 or 3)".into(),
+                    ));
+                }
+                if t.offload == Offload::Params && p.zero != 3 {
+                    return Err(Error::Setup("--offload params needs --zero 3".into()));
+                }
+                if self.amp_style() == AmpStyle::Autocast && p.zero > 0 {
+                    return Err(Error::Setup(
+                        "ZeRO needs the deepspeed or megatron amp style, not autocast".into(),
+                    ));
+                }
+            }
+            Mode::Infer(i) => {
+                range("--batch", i.batch, MAX_SIZE)?;
+                range("--context", i.context, MAX_SIZE)?;
+                range("KV bytes", i.kv_bytes, 8)?;
+                if i.batch.saturating_mul(i.context) > MAX_TOKENS {
+                    return Err(Error::OutOfRange {
+                        field: "--batch x --context".into(),
+                        value: format!("{} tokens", i.batch.saturating_mul(i.context)),
+                        why: format!("at most {MAX_TOKENS} tokens"),
+                    });
+                }
+                if p.zero > 0 || p.dp > 1 {
+                    return Err(Error::Setup(
+                        "inference takes --tp and --pp; --dp and --zero are for training".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,98 @@
+//! The step's timeline as individual tensor allocations and frees, for allocator replay.
+//!
+//! [`training_events`] walks the same step as [`crate::estimate()`] (so the live bytes at every
+//! moment agree with the estimate) but splits each layer's stored activations into the tensors
+//! the reference implementation keeps, and repeats the step `steps` times.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::arch::Model;
+use crate::error::Result;
+use crate::estimate::{Category, Handle, Phase, Sink, Step};
+use crate::setup::Setup;
+
+/// One event of a synthetic trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum TraceEvent {
+    /// A tensor is allocated.
+    Alloc {
+        /// Unique id of the tensor within the trace.
+        id: u64,
+        /// Requested bytes.
+        bytes: u64,
+        /// What it is.
+        category: Category,
+    },
+    /// A tensor allocated earlier is freed.
+    Free {
+        /// The tensor's id.
+        id: u64,
+    },
+}
+
+#[derive(Default)]
+struct TraceSink {
+    events: Vec<TraceEvent>,
+    next: u64,
+    live: HashMap<u64, Vec<(u64, u64)>>,
+    _phase: Option<Phase>,
+}
+
+impl Sink for TraceSink {
+    const WANTS_PARTS: bool = true;
+
+    fn alloc(&mut self, h: Handle, parts: &[u64]) {
+        if h.bytes == 0 {
+            return;
+        }
+        let sizes: Vec<u64> = if parts.is_empty() {
+            vec![h.bytes]
+        } else {
+            parts.to_vec()
+        };
+        let mut ids = Vec::with_capacity(sizes.len());
+        for bytes in sizes {
+            self.next += 1;
+            self.events.push(TraceEvent::Alloc {
+                id: self.next,
+                bytes,
+                category: h.cat,
+            });
+            ids.push((self.next, bytes));
+        }
+        // A key reused while live is a generator bug; keep both by chaining.
+        self.live.entry(h.key).or_default().extend(ids);
+    }
+    fn free(&mut self, h: Handle) {
+        if let Some(ids) = self.live.remove(&h.key) {
+            for (id, _) in ids {
+                self.events.push(TraceEvent::Free { id });
+            }
+        }
+    }
+    fn phase(&mut self, p: Phase) {
+        self._phase = Some(p);
+    }
+}
+
+/// The alloc/free events of `steps` consecutive training (or inference) steps on one GPU
+/// (pipeline rank 0), in program order. Every allocated tensor is freed by the end.
+pub fn training_events(model: &Model, setup: &Setup, steps: u32) -> Result<Vec<TraceEvent>> {
+    let step = Step::new(model, setup)?;
+    let mut sink = TraceSink::default();
+    for _ in 0..steps.max(1) {
+        step.walk(0, &mut sink, true);
+    }
+    // Anything still live (none for a well-formed walk) is freed at the end.
+    let rest: Vec<u64> = sink
+        .live
+        .drain()
+        .flat_map(|(_, v)| v.into_iter().map(|(id, _)| id))
+        .collect();
+    sink.events
+        .extend(rest.into_iter().map(|id| TraceEvent::Free { id }));
+    Ok(sink.events)
+}

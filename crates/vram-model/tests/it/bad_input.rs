@@ -1,0 +1,71 @@
+//! Library-level errors: each names the problem (the CLI's table test covers exit codes).
+
+use vram_model::setup::{Mode, Parallel, Setup, Train};
+use vram_model::{catalog, estimate, hf, Error};
+
+#[test]
+fn errors_name_the_problem() {
+    let cases: &[(&str, &str)] = &[
+        (
+            r#"{"model_type":"gemma","vocab_size":10,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4}"#,
+            "no `intermediate_size`",
+        ),
+        (
+            r#"{"model_type":"t5","vocab_size":10,"d_model":64,"d_kv":16,"d_ff":128,"num_layers":2,"num_heads":4,"feed_forward_proj":"swish"}"#,
+            "feed_forward_proj",
+        ),
+        (
+            r#"{"model_type":"falcon","vocab_size":10,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"new_decoder_architecture":true,"num_kv_heads":3}"#,
+            "key/value heads",
+        ),
+        (r#"{"model_type":null}"#, "should be a string"),
+        (
+            r#"{"model_type":"bert","vocab_size":10,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"hidden_dropout_prob":"x"}"#,
+            "hidden_dropout_prob",
+        ),
+    ];
+    for (cfg, needle) in cases {
+        let e = hf::parse_config(cfg, "x").unwrap_err();
+        assert!(e.to_string().contains(needle), "{cfg}: {e}");
+    }
+}
+
+#[test]
+fn setup_errors() {
+    let model = catalog::lookup("llama-2-70b").unwrap();
+    let mut s = Setup {
+        parallel: Parallel {
+            tp: 16,
+            ..Parallel::default()
+        },
+        ..Setup::default()
+    };
+    // 64 heads divide by 16, but 8 KV heads and 16 divide one another too: this one is fine.
+    assert!(estimate(&model, &s).is_ok());
+    s.parallel.tp = 3;
+    assert!(matches!(
+        estimate(&model, &s),
+        Err(Error::NotDivisible { .. })
+    ));
+    let s = Setup {
+        mode: Mode::Train(Train {
+            seq: 0,
+            ..Train::default()
+        }),
+        ..Setup::default()
+    };
+    assert!(matches!(
+        estimate(&model, &s),
+        Err(Error::OutOfRange { .. })
+    ));
+    // A huge but valid-looking request is refused rather than overflowing.
+    let s = Setup {
+        mode: Mode::Train(Train {
+            seq: 1 << 24,
+            micro_batch: 1 << 24,
+            ..Train::default()
+        }),
+        ..Setup::default()
+    };
+    assert!(estimate(&model, &s).is_err());
+}

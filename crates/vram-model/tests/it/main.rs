@@ -1,0 +1,7 @@
+//! Integration tests of vram-model: checks against published figures.
+
+mod activations;
+mod bad_input;
+mod params;
+mod timeline;
+mod zero;

@@ -1,0 +1,196 @@
+//! Exact parameter counts against published figures.
+//!
+//! Each figure is `sum(p.numel() for p in model.parameters())` of the PyTorch model, as printed
+//! by the model's Hugging Face card or paper, or torchvision's documentation table.
+
+use vram_model::catalog;
+
+fn check(id: &str, expected: u64) {
+    let model = catalog::lookup(id).unwrap_or_else(|e| panic!("{id}: {e}"));
+    assert_eq!(model.param_count(), expected, "{id}");
+}
+
+#[test]
+fn published_parameter_counts() {
+    // (catalog id, count, source)
+    let cases: &[(&str, u64, &str)] = &[
+        (
+            "gpt2",
+            124_439_808,
+            "GPT2LMHeadModel, HF model card / num_parameters()",
+        ),
+        (
+            "gpt2-medium",
+            354_823_168,
+            "GPT2LMHeadModel num_parameters()",
+        ),
+        (
+            "gpt2-large",
+            774_030_080,
+            "GPT2LMHeadModel num_parameters()",
+        ),
+        ("gpt2-xl", 1_557_611_200, "GPT2LMHeadModel num_parameters()"),
+        (
+            "bert-base-uncased",
+            109_482_240,
+            "BertModel num_parameters()",
+        ),
+        (
+            "bert-large-uncased",
+            335_141_888,
+            "BertModel num_parameters()",
+        ),
+        ("roberta-base", 124_645_632, "RobertaModel num_parameters()"),
+        (
+            "t5-base",
+            222_903_552,
+            "T5ForConditionalGeneration num_parameters()",
+        ),
+        (
+            "llama-2-7b",
+            6_738_415_616,
+            "Llama 2 HF checkpoint, safetensors total / 2 bytes",
+        ),
+        ("llama-2-13b", 13_015_864_320, "Llama 2 HF checkpoint"),
+        ("llama-2-70b", 68_976_648_192, "Llama 2 HF checkpoint"),
+        (
+            "llama-3-8b",
+            8_030_261_248,
+            "Meta-Llama-3-8B model card (8.03B), safetensors metadata",
+        ),
+        (
+            "llama-3-70b",
+            70_553_706_496,
+            "Meta-Llama-3-70B safetensors metadata",
+        ),
+        (
+            "llama-3.1-405b",
+            405_853_388_800,
+            "Llama 3.1 405B safetensors metadata",
+        ),
+        (
+            "mistral-7b",
+            7_241_732_096,
+            "Mistral-7B-v0.1 safetensors metadata",
+        ),
+        (
+            "mixtral-8x7b",
+            46_702_792_704,
+            "Mixtral-8x7B-v0.1 safetensors metadata",
+        ),
+        ("qwen2-7b", 7_615_616_512, "Qwen2-7B safetensors metadata"),
+        (
+            "qwen2-72b",
+            72_706_203_648,
+            "Qwen2-72B safetensors metadata",
+        ),
+        ("gemma-7b", 8_537_680_896, "gemma-7b safetensors metadata"),
+        (
+            "gemma-2-9b",
+            9_241_705_984,
+            "gemma-2-9b safetensors metadata",
+        ),
+        (
+            "phi-3-mini",
+            3_821_079_552,
+            "Phi-3-mini-4k-instruct safetensors metadata",
+        ),
+        ("falcon-7b", 6_921_720_704, "falcon-7b safetensors metadata"),
+        (
+            "pythia-1.4b",
+            1_414_647_808,
+            "Pythia paper Table 1 / EleutherAI model card",
+        ),
+        (
+            "resnet-18",
+            11_689_512,
+            "torchvision ResNet18_Weights.IMAGENET1K_V1 num_params",
+        ),
+        (
+            "resnet-34",
+            21_797_672,
+            "torchvision ResNet34_Weights num_params",
+        ),
+        (
+            "resnet-50",
+            25_557_032,
+            "torchvision ResNet50_Weights num_params",
+        ),
+        (
+            "resnet-101",
+            44_549_160,
+            "torchvision ResNet101_Weights num_params",
+        ),
+        (
+            "resnet-152",
+            60_192_808,
+            "torchvision ResNet152_Weights num_params",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (id, expected, _source) in cases {
+        let got = catalog::lookup(id).map(|m| m.param_count());
+        if got != Ok(*expected) {
+            failures.push(format!("{id}: got {got:?}, expected {expected}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn every_catalog_id_parses() {
+    for id in catalog::ids() {
+        check(id, catalog::lookup(id).unwrap().param_count());
+        assert!(
+            catalog::lookup(id).unwrap().param_count() > 1_000_000,
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn gpt2_by_hand() {
+    // GPT-2 small, summed by hand from its modules (h = 768, V = 50257, 1024 positions):
+    // wte 50257·768 + wpe 1024·768 + 12 × (ln 2·1536 + c_attn 768·2304+2304 + c_proj 768·768+768
+    // + c_fc 768·3072+3072 + c_proj 3072·768+768) + ln_f 1536.
+    let per_layer = 2 * 1536
+        + (768 * 2304 + 2304)
+        + (768 * 768 + 768)
+        + (768 * 3072 + 3072)
+        + (3072 * 768 + 768);
+    let expected = 50257 * 768 + 1024 * 768 + 12 * per_layer + 1536;
+    check("gpt2", expected);
+}
+
+#[test]
+fn tied_and_untied_heads_differ_by_the_embedding() {
+    let tied = r#"{"model_type":"llama","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"tie_word_embeddings":true}"#;
+    let untied = tied.replace(
+        "\"tie_word_embeddings\":true",
+        "\"tie_word_embeddings\":false",
+    );
+    let a = vram_model::hf::parse_config(tied, "a")
+        .unwrap()
+        .param_count();
+    let b = vram_model::hf::parse_config(&untied, "b")
+        .unwrap()
+        .param_count();
+    assert_eq!(b - a, 1000 * 64);
+}
+
+#[test]
+fn gqa_head_dim_and_fused_variants() {
+    // Falcon-40B style (new decoder architecture, 8 KV heads, two norms): by hand,
+    // qkv = h·(a + 2g)·d, dense = h², MLP 2·h·4h, two LayerNorms 2·2h.
+    let cfg = r#"{"model_type":"falcon","vocab_size":65024,"hidden_size":8192,"num_hidden_layers":60,"num_attention_heads":128,"num_kv_heads":8,"new_decoder_architecture":true,"parallel_attn":true,"bias":false}"#;
+    let h: u64 = 8192;
+    let d = 64;
+    let layer = h * (128 + 16) * d + h * h + 2 * h * 4 * h + 4 * h;
+    let expected = 65024 * h + 60 * layer + 2 * h;
+    assert_eq!(
+        vram_model::hf::parse_config(cfg, "falcon-40b")
+            .unwrap()
+            .param_count(),
+        expected
+    );
+}
