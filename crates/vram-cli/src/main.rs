@@ -12,6 +12,8 @@ use clap::{Parser, Subcommand};
 mod estimate;
 mod fmt;
 mod input;
+mod replay;
+mod trace;
 
 /// An error caused by the user's input (exit code 2).
 #[derive(Debug)]
@@ -52,6 +54,10 @@ enum Command {
     Models(estimate::ListArgs),
     /// List the GPU catalog.
     Gpus(estimate::ListArgs),
+    /// Replay a memory snapshot's alloc/free history through allocator policies.
+    Replay(replay::ReplayArgs),
+    /// Write a synthetic memory snapshot of a model's training steps.
+    Trace(trace::TraceArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -59,6 +65,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Estimate(a) => estimate::run(&a),
         Command::Models(a) => estimate::models(&a),
         Command::Gpus(a) => estimate::gpus(&a),
+        Command::Replay(a) => replay::run(&a),
+        Command::Trace(a) => trace::run(&a),
     }
 }
 
