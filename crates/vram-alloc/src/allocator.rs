@@ -852,7 +852,7 @@ impl<D: Device> Inner<D> {
                     run += take;
                     c = x.next;
                 }
-                if run >= rounded && best.map_or(true, |(_, _, n)| need < n) {
+                if run >= rounded && !matches!(best, Some((_, _, n)) if n <= need) {
                     best = Some((cur, b.addr, need));
                     if need == 0 {
                         break;
