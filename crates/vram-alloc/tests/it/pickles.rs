@@ -89,8 +89,8 @@ fn every_truncation_is_an_error_not_a_panic() {
 fn deep_nesting_and_memo_bombs_are_bounded() {
     // 100k nested lists: EMPTY_LIST x 100k, then APPEND each into the one below.
     let mut deep = vec![0x80, 2];
-    deep.extend(std::iter::repeat(b']').take(100_000));
-    deep.extend(std::iter::repeat(b'a').take(99_999));
+    deep.resize(deep.len() + 100_000, b']');
+    deep.resize(deep.len() + 99_999, b'a');
     deep.push(b'.');
     assert!(pickle_err(&deep).contains("nesting too deep"));
     // A list memoized and doubled 64 times would need 2^64 nodes:
