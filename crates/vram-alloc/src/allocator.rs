@@ -2,13 +2,14 @@
 
 use crate::device::{Device, DeviceError, EventId};
 use crate::error::{AllocError, OomInfo};
+use crate::freeindex::{key_size, mk_key, FreeIndex, Key, SIZE_MASK};
 use crate::policy::{
     allocation_size, round_size, AllocatorConfig, Policy, LARGE_BUFFER, MIN_BLOCK_SIZE,
     SMALL_BUFFER, SMALL_SIZE,
 };
 use crate::snapshot::{BlockInfo, BlockState, SegmentInfo, Snapshot, TraceAction, TraceEntry};
-use crate::stats::{bump, MemoryStats, LARGE, SMALL};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use crate::stats::{bump, Counters, MemoryStats, LARGE, SMALL};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard};
 
@@ -28,7 +29,14 @@ impl Hasher for AddrHasher {
         }
     }
     fn write_u64(&mut self, n: u64) {
-        self.0 = (n ^ (n >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // splitmix64's finalizer: addresses are multiples of 512 and share
+        // their high bits, so both ends of the hash need mixing.
+        let mut x = n;
+        x ^= x >> 30;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= x >> 27;
+        x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+        self.0 = x ^ (x >> 31);
     }
 }
 
@@ -55,7 +63,6 @@ struct Block {
     mapped: bool,
     pool: usize,
     events: u32,
-    stream_uses: Vec<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -69,8 +76,10 @@ struct Segment {
     alive: bool,
 }
 
-/// Free-set key: (stream, size, address, block index).
-type Key = (u32, u64, u64, u32);
+/// Largest request the allocator accepts (256 TiB); larger is out of memory.
+const MAX_SIZE: u64 = SIZE_MASK;
+/// Streams are identified by 16-bit numbers.
+const MAX_STREAM: u32 = u16::MAX as u32;
 
 enum Fail {
     Oom,
@@ -86,11 +95,13 @@ struct Inner<D> {
     free_slots: Vec<u32>,
     segs: Vec<Segment>,
     free_segs: Vec<u32>,
-    free: [BTreeSet<Key>; 3],
+    free: [FreeIndex; 3],
+    /// Streams other than its own that an allocated block was used on (`record_stream`).
+    uses: HashMap<u32, Vec<u32>>,
     active: AddrMap,
     pending: Vec<(EventId, u32)>,
     expandable: Vec<(u32, usize, u32)>,
-    stats: MemoryStats,
+    stats: Counters,
     history: Option<(usize, VecDeque<TraceEntry>)>,
     clock: u64,
 }
@@ -124,9 +135,9 @@ impl<D: Device> CachingAllocator<D> {
         let (_, total) = dev.mem_info();
         let cap = cfg.memory_fraction.map(|f| (total as f64 * f) as u64);
         let max_split = cfg.max_split_size.unwrap_or(u64::MAX);
-        let stats = MemoryStats {
+        let stats = Counters {
             max_split_size: i64::try_from(max_split).unwrap_or(i64::MAX),
-            ..MemoryStats::default()
+            ..Counters::default()
         };
         Ok(CachingAllocator {
             inner: Mutex::new(Inner {
@@ -140,6 +151,7 @@ impl<D: Device> CachingAllocator<D> {
                 segs: Vec::new(),
                 free_segs: Vec::new(),
                 free: Default::default(),
+                uses: HashMap::new(),
                 active: AddrMap::default(),
                 pending: Vec::new(),
                 expandable: Vec::new(),
@@ -176,9 +188,11 @@ impl<D: Device> CachingAllocator<D> {
             .active
             .get(&addr)
             .ok_or(AllocError::InvalidAddress { addr })?;
-        let b = &mut g.blocks[idx as usize];
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        if stream != g.blocks[idx as usize].stream {
+            let u = g.uses.entry(idx).or_default();
+            if !u.contains(&stream) {
+                u.push(stream);
+            }
         }
         Ok(())
     }
@@ -191,7 +205,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// A copy of the statistics.
     pub fn memory_stats(&self) -> MemoryStats {
-        self.lock().stats.clone()
+        self.lock().stats.snapshot()
     }
 
     /// Resets every peak statistic to its current value.
@@ -201,18 +215,18 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `torch.cuda.memory_summary()` text.
     pub fn memory_summary(&self, abbreviated: bool) -> String {
-        self.lock().stats.summary(0, abbreviated)
+        self.lock().stats.snapshot().summary(0, abbreviated)
     }
 
     /// Fraction of reserved bytes not allocated: `1 - allocated / reserved`
     /// (0 when nothing is reserved).
     pub fn fragmentation(&self) -> f64 {
         let g = self.lock();
-        let r = g.stats.reserved_bytes[0].current;
+        let r = g.stats.reserved_bytes.current_all();
         if r <= 0 {
             0.0
         } else {
-            1.0 - g.stats.allocated_bytes[0].current as f64 / r as f64
+            1.0 - g.stats.allocated_bytes.current_all() as f64 / r as f64
         }
     }
 
@@ -269,7 +283,9 @@ impl<D: Device> Inner<D> {
         b.prev = NIL;
         b.next = NIL;
         b.size = 0;
-        b.stream_uses = Vec::new();
+        if !self.uses.is_empty() {
+            self.uses.remove(&i);
+        }
         self.free_slots.push(i);
     }
 
@@ -286,21 +302,21 @@ impl<D: Device> Inner<D> {
     #[inline]
     fn key(&self, i: u32) -> Key {
         let b = &self.blocks[i as usize];
-        (b.stream, b.size, b.addr, i)
+        mk_key(b.stream, b.size, b.addr)
     }
 
     #[inline]
     fn insert_free(&mut self, i: u32) {
         let k = self.key(i);
         let pool = self.blocks[i as usize].pool;
-        self.free[pool].insert(k);
+        self.free[pool].insert(k, i);
     }
 
     #[inline]
     fn remove_free(&mut self, i: u32) {
         let k = self.key(i);
         let pool = self.blocks[i as usize].pool;
-        self.free[pool].remove(&k);
+        self.free[pool].remove(k);
     }
 
     fn seg_expandable(&self, i: u32) -> bool {
@@ -316,8 +332,14 @@ impl<D: Device> Inner<D> {
         if !self.pending.is_empty() {
             self.process_events();
         }
+        if stream > MAX_STREAM {
+            return Err(AllocError::InvalidStream { stream });
+        }
         let rounded = round_size(size);
         let pool = if rounded <= SMALL_SIZE { SMALL } else { LARGE };
+        if rounded > MAX_SIZE {
+            return Err(self.oom(size, rounded, stream));
+        }
         let idx = match self.get_free_block(pool, stream, rounded) {
             Some(i) => i,
             None => self.alloc_slow(size, rounded, pool, stream)?,
@@ -326,10 +348,8 @@ impl<D: Device> Inner<D> {
     }
 
     fn get_free_block(&mut self, pool: usize, stream: u32, size: u64) -> Option<u32> {
-        let &(s, bsize, _, idx) = self.free[pool].range((stream, size, 0, 0)..).next()?;
-        if s != stream {
-            return None;
-        }
+        let (k, idx) = self.free[pool].lower_bound(stream, size)?;
+        let bsize = key_size(k);
         // Do not return an oversized block for a small request, and round an
         // oversized request up by at most kLargeBuffer (PyTorch get_free_block).
         if size < self.max_split && bsize >= self.max_split {
@@ -370,7 +390,6 @@ impl<D: Device> Inner<D> {
                 mapped: true,
                 pool,
                 events: 0,
-                stream_uses: Vec::new(),
             };
             let rem_size = rem.size;
             let next = rem.next;
@@ -384,20 +403,16 @@ impl<D: Device> Inner<D> {
             self.insert_free(r);
             if !expandable {
                 if already_split {
-                    bump(
-                        &mut self.stats.inactive_split_bytes,
-                        pool,
-                        -(rounded as i64),
-                    );
+                    self.stats.inactive_split_bytes.dec(pool, rounded as i64);
                 } else {
-                    bump(&mut self.stats.inactive_split_bytes, pool, rem_size as i64);
-                    bump(&mut self.stats.inactive_split, pool, 1);
+                    self.stats.inactive_split_bytes.inc(pool, rem_size as i64);
+                    self.stats.inactive_split.inc(pool, 1);
                 }
             }
         } else if already_split && !expandable {
             let sz = self.blocks[idx as usize].size as i64;
-            bump(&mut self.stats.inactive_split_bytes, pool, -sz);
-            bump(&mut self.stats.inactive_split, pool, -1);
+            self.stats.inactive_split_bytes.dec(pool, sz);
+            self.stats.inactive_split.dec(pool, 1);
         }
         let b = &mut self.blocks[idx as usize];
         b.state = State::Allocated;
@@ -405,11 +420,11 @@ impl<D: Device> Inner<D> {
         let (addr, bsize, stream) = (b.addr, b.size, b.stream);
         self.active.insert(addr, idx);
         let st = &mut self.stats;
-        bump(&mut st.allocation, pool, 1);
-        bump(&mut st.allocated_bytes, pool, bsize as i64);
-        bump(&mut st.active, pool, 1);
-        bump(&mut st.active_bytes, pool, bsize as i64);
-        bump(&mut st.requested_bytes, pool, requested as i64);
+        st.allocation.inc(pool, 1);
+        st.allocated_bytes.inc(pool, bsize as i64);
+        st.active.inc(pool, 1);
+        st.active_bytes.inc(pool, bsize as i64);
+        st.requested_bytes.inc(pool, requested as i64);
         if bsize >= self.max_split {
             st.oversize_allocations.add(1);
         }
@@ -423,16 +438,20 @@ impl<D: Device> Inner<D> {
             .get(&addr)
             .ok_or(AllocError::InvalidAddress { addr })?;
         // Record events first so that a failing device leaves the block allocated.
-        let uses = self.blocks[idx as usize].stream_uses.clone();
-        let mut events = Vec::with_capacity(uses.len());
-        for s in uses {
-            events.push(self.dev.record_event(s)?);
+        let mut events = Vec::new();
+        if !self.uses.is_empty() {
+            if let Some(uses) = self.uses.get(&idx).cloned() {
+                for s in uses {
+                    events.push(self.dev.record_event(s)?);
+                }
+                self.uses.remove(&idx);
+            }
         }
         self.active.remove(&addr);
         let b = &mut self.blocks[idx as usize];
         let (pool, size, stream) = (b.pool, b.size, b.stream);
-        bump(&mut self.stats.allocation, pool, -1);
-        bump(&mut self.stats.allocated_bytes, pool, -(size as i64));
+        self.stats.allocation.dec(pool, 1);
+        self.stats.allocated_bytes.dec(pool, size as i64);
         if size >= self.max_split {
             self.stats.oversize_allocations.add(-1);
         }
@@ -451,7 +470,6 @@ impl<D: Device> Inner<D> {
     fn free_block(&mut self, idx: u32) {
         let b = &mut self.blocks[idx as usize];
         b.state = State::Free;
-        b.stream_uses.clear();
         b.events = 0;
         let (addr, orig, requested, pool, prev, next, stream) = (
             b.addr,
@@ -479,12 +497,12 @@ impl<D: Device> Inner<D> {
         }
         let st = &mut self.stats;
         if !expandable {
-            bump(&mut st.inactive_split, pool, net_cnt);
-            bump(&mut st.inactive_split_bytes, pool, net_bytes);
+            st.inactive_split.add(pool, net_cnt);
+            st.inactive_split_bytes.add(pool, net_bytes);
         }
-        bump(&mut st.active, pool, -1);
-        bump(&mut st.active_bytes, pool, -(orig as i64));
-        bump(&mut st.requested_bytes, pool, -(requested as i64));
+        st.active.dec(pool, 1);
+        st.active_bytes.dec(pool, orig as i64);
+        st.requested_bytes.dec(pool, requested as i64);
         self.trace(TraceAction::FreeCompleted, addr, orig, stream);
     }
 
@@ -501,26 +519,27 @@ impl<D: Device> Inner<D> {
         if s.mapped {
             self.remove_free(src);
         }
-        let s = self.blocks[src as usize].clone();
-        let seg = s.seg as usize;
+        let s = &self.blocks[src as usize];
+        let (s_addr, s_size, s_prev, s_next, seg) =
+            (s.addr, s.size, s.prev, s.next, s.seg as usize);
         let d = &mut self.blocks[dst as usize];
         if d.prev == src {
-            d.addr = s.addr;
-            d.prev = s.prev;
-            if s.prev != NIL {
-                self.blocks[s.prev as usize].next = dst;
+            d.addr = s_addr;
+            d.prev = s_prev;
+            if s_prev != NIL {
+                self.blocks[s_prev as usize].next = dst;
             } else {
                 self.segs[seg].head = dst;
             }
         } else {
-            d.next = s.next;
-            if s.next != NIL {
-                self.blocks[s.next as usize].prev = dst;
+            d.next = s_next;
+            if s_next != NIL {
+                self.blocks[s_next as usize].prev = dst;
             }
         }
-        self.blocks[dst as usize].size += s.size;
+        self.blocks[dst as usize].size += s_size;
         self.drop_block(src);
-        s.size
+        s_size
     }
 
     fn process_events(&mut self) {
@@ -553,7 +572,7 @@ impl<D: Device> Inner<D> {
     }
 
     fn reserved(&self) -> u64 {
-        self.stats.reserved_bytes[0].current.max(0) as u64
+        self.stats.reserved_bytes.current_all().max(0) as u64
     }
 
     fn alloc_slow(
@@ -590,19 +609,23 @@ impl<D: Device> Inner<D> {
             Err(Fail::Dev(e)) => return Err(e.into()),
             Err(Fail::Oom) => {}
         }
+        Err(self.oom(size, rounded, stream))
+    }
+
+    fn oom(&mut self, size: u64, rounded: u64, stream: u32) -> AllocError {
         self.stats.num_ooms += 1;
         let (device_free, device_total) = self.dev.mem_info();
         self.trace(TraceAction::Oom, 0, rounded, stream);
-        Err(AllocError::OutOfMemory(Box::new(OomInfo {
+        AllocError::OutOfMemory(Box::new(OomInfo {
             requested: size,
             rounded,
             stream,
             device_total,
             device_free,
-            allocated: self.stats.allocated_bytes[0].current.max(0) as u64,
+            allocated: self.stats.allocated_bytes.current_all().max(0) as u64,
             reserved: self.reserved(),
             cap: self.cap,
-        })))
+        }))
     }
 
     fn over_cap(&self, extra: u64) -> bool {
@@ -644,11 +667,10 @@ impl<D: Device> Inner<D> {
             mapped: true,
             pool,
             events: 0,
-            stream_uses: Vec::new(),
         });
         self.segs[seg as usize].head = b;
-        bump(&mut self.stats.segment, pool, 1);
-        bump(&mut self.stats.reserved_bytes, pool, size as i64);
+        self.stats.segment.inc(pool, 1);
+        self.stats.reserved_bytes.inc(pool, size as i64);
         if size >= self.max_split {
             self.stats.oversize_segments.add(1);
         }
@@ -668,8 +690,8 @@ impl<D: Device> Inner<D> {
         self.drop_block(i);
         self.segs[seg as usize].alive = false;
         self.free_segs.push(seg);
-        bump(&mut self.stats.segment, pool, -1);
-        bump(&mut self.stats.reserved_bytes, pool, -(size as i64));
+        self.stats.segment.dec(pool, 1);
+        self.stats.reserved_bytes.dec(pool, size as i64);
         if size >= self.max_split {
             self.stats.oversize_segments.add(-1);
         }
@@ -685,9 +707,9 @@ impl<D: Device> Inner<D> {
     fn release_available_cached_blocks(&mut self, rounded: u64, pool: usize, stream: u32) -> bool {
         let target = rounded.max(self.max_split);
         let candidates: Vec<u32> = self.free[pool]
-            .range((stream, self.max_split, 0, 0)..(stream + 1, 0, 0, 0))
-            .rev()
-            .map(|k| k.3)
+            .at_least_desc(stream, self.max_split.min(MAX_SIZE))
+            .into_iter()
+            .map(|e| e.1)
             .collect();
         // A single oversize block large enough, smallest first; else the largest ones.
         if let Some(&i) = candidates
@@ -715,7 +737,7 @@ impl<D: Device> Inner<D> {
     fn release_cached_blocks(&mut self) {
         self.synchronize_and_free_events();
         for pool in [LARGE, SMALL] {
-            let idxs: Vec<u32> = self.free[pool].iter().map(|k| k.3).collect();
+            let idxs: Vec<u32> = self.free[pool].values();
             for i in idxs {
                 if self.seg_expandable(i) {
                     self.unmap_block(i);
@@ -734,7 +756,7 @@ impl<D: Device> Inner<D> {
                 self.drop_block(head);
                 self.segs[seg as usize].alive = false;
                 self.free_segs.push(seg);
-                bump(&mut self.stats.segment, pool, -1);
+                self.stats.segment.dec(pool, 1);
             } else {
                 self.expandable.push((stream, pool, seg));
             }
@@ -752,8 +774,8 @@ impl<D: Device> Inner<D> {
             return;
         }
         let mut idxs: Vec<u32> = self.free[LARGE]
-            .iter()
-            .map(|k| k.3)
+            .values()
+            .into_iter()
             .filter(|&i| self.releasable(i))
             .collect();
         // Segment index order approximates age (lower = allocated earlier).
@@ -820,11 +842,10 @@ impl<D: Device> Inner<D> {
             mapped: false,
             pool,
             events: 0,
-            stream_uses: Vec::new(),
         });
         self.segs[seg as usize].head = b;
         self.expandable.push((stream, pool, seg));
-        bump(&mut self.stats.segment, pool, 1);
+        self.stats.segment.inc(pool, 1);
         Ok(seg)
     }
 
@@ -874,9 +895,9 @@ impl<D: Device> Inner<D> {
             // Trim before grow: when cached bytes exceed the slack, unmap the
             // free pages outside the chosen placement before mapping new ones.
             let cached =
-                self.stats.reserved_bytes[pool].current - self.stats.active_bytes[pool].current;
+                self.stats.reserved_bytes.current(pool) - self.stats.active_bytes.current(pool);
             let budget =
-                (self.cfg.trim_slack * self.stats.allocated_bytes[0].current as f64) as i64;
+                (self.cfg.trim_slack * self.stats.allocated_bytes.current_all() as f64) as i64;
             if cached > budget {
                 self.trim_segment(seg, run_addr, run_addr + rounded);
                 (start, run_addr, need_map) = self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
@@ -926,7 +947,7 @@ impl<D: Device> Inner<D> {
             // Newly mapped free block: put it in the free set so a failure
             // later leaves a consistent state.
             self.insert_free(cur);
-            bump(&mut self.stats.reserved_bytes, pool, len as i64);
+            self.stats.reserved_bytes.inc(pool, len as i64);
             self.stats.num_device_alloc += 1;
             self.trace(TraceAction::SegmentMap, addr, len, stream);
             covered += len;
@@ -1026,7 +1047,7 @@ impl<D: Device> Inner<D> {
         );
         self.try_merge(mid, p);
         self.try_merge(mid, n);
-        bump(&mut self.stats.reserved_bytes, pool, -((hi - lo) as i64));
+        self.stats.reserved_bytes.dec(pool, (hi - lo) as i64);
         self.stats.num_device_free += 1;
         self.trace(TraceAction::SegmentUnmap, lo, hi - lo, stream);
     }
@@ -1143,7 +1164,7 @@ impl<D: Device> Inner<D> {
                         return Err(format!("free neighbours {prev} and {i} not coalesced"));
                     }
                 }
-                let in_set = self.free[b.pool].contains(&self.key(i));
+                let in_set = self.free[b.pool].get(self.key(i)) == Some(i);
                 let want_in_set = b.state == State::Free && b.mapped;
                 if in_set != want_in_set {
                     return Err(format!(
@@ -1202,7 +1223,7 @@ impl<D: Device> Inner<D> {
         if self.active.len() != active_count {
             return Err("address map holds stale entries".into());
         }
-        let have = &self.stats;
+        let have = &self.stats.snapshot();
         let pairs = [
             ("allocation", &st.allocation, &have.allocation),
             ("segment", &st.segment, &have.segment),

@@ -20,6 +20,12 @@ pub enum AllocError {
         /// The address passed in.
         addr: u64,
     },
+    /// Streams are numbered 0..=65535.
+    #[error("stream {stream} is out of range (streams are 0..=65535)")]
+    InvalidStream {
+        /// The stream passed in.
+        stream: u32,
+    },
     /// A configuration value is out of range.
     #[error("invalid allocator configuration: {reason}")]
     InvalidConfig {

@@ -30,6 +30,7 @@
 mod allocator;
 pub mod device;
 mod error;
+mod freeindex;
 pub mod pickle;
 pub mod policy;
 pub mod replay;

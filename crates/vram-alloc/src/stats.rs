@@ -19,17 +19,13 @@ pub struct Stat {
 }
 
 impl Stat {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn add(&mut self, amount: i64) {
+        // Branch-free: this runs about twenty times per alloc+free pair.
         self.current += amount;
-        if self.current > self.peak {
-            self.peak = self.current;
-        }
-        if amount > 0 {
-            self.allocated += amount;
-        } else {
-            self.freed -= amount;
-        }
+        self.peak = self.peak.max(self.current);
+        self.allocated += amount.max(0);
+        self.freed += (-amount).max(0);
     }
 }
 
@@ -41,10 +37,15 @@ pub const SMALL: usize = 1;
 /// Index of the large pool in a [`StatArray`].
 pub const LARGE: usize = 2;
 
-#[inline]
+#[inline(always)]
 pub(crate) fn bump(arr: &mut StatArray, pool: usize, amount: i64) {
-    arr[0].add(amount);
-    arr[pool].add(amount);
+    let [all, small, large] = arr;
+    all.add(amount);
+    if pool == SMALL {
+        small.add(amount);
+    } else {
+        large.add(amount);
+    }
 }
 
 /// All counters the allocator keeps (PyTorch's `DeviceStats`).
@@ -260,4 +261,144 @@ fn format_count(mut cnt: i64, pref: i64) -> String {
         pref /= 1000.0;
     }
     format!("{cnt:7} {prefix} ")
+}
+
+/// The allocator's internal form of a [`StatArray`]: per-pool current,
+/// peak and running increase, plus the all-pools peak. `freed` is derived
+/// (`allocated - current`) and the `all` row is the sum of the pools, so an
+/// increase costs a handful of instructions and a decrease one.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counter {
+    cur: [i64; 2],
+    inc: [i64; 2],
+    peak: [i64; 2],
+    peak_all: i64,
+}
+
+#[inline(always)]
+fn ix(pool: usize) -> usize {
+    // SMALL = 1 -> 0, LARGE = 2 -> 1.
+    (pool >> 1) & 1
+}
+
+impl Counter {
+    #[inline(always)]
+    pub(crate) fn inc(&mut self, pool: usize, a: i64) {
+        let p = ix(pool);
+        self.cur[p] += a;
+        self.inc[p] += a;
+        self.peak[p] = self.peak[p].max(self.cur[p]);
+        self.peak_all = self.peak_all.max(self.cur[0] + self.cur[1]);
+    }
+
+    #[inline(always)]
+    pub(crate) fn dec(&mut self, pool: usize, a: i64) {
+        self.cur[ix(pool)] -= a;
+    }
+
+    #[inline(always)]
+    pub(crate) fn add(&mut self, pool: usize, a: i64) {
+        if a >= 0 {
+            self.inc(pool, a);
+        } else {
+            self.dec(pool, -a);
+        }
+    }
+
+    pub(crate) fn current(&self, pool: usize) -> i64 {
+        self.cur[ix(pool)]
+    }
+
+    pub(crate) fn current_all(&self) -> i64 {
+        self.cur[0] + self.cur[1]
+    }
+
+    fn reset_peak(&mut self) {
+        self.peak = self.cur;
+        self.peak_all = self.current_all();
+    }
+
+    fn to_array(self) -> StatArray {
+        let row = |p: usize| Stat {
+            current: self.cur[p],
+            peak: self.peak[p],
+            allocated: self.inc[p],
+            freed: self.inc[p] - self.cur[p],
+        };
+        let (s, l) = (row(0), row(1));
+        [
+            Stat {
+                current: s.current + l.current,
+                peak: self.peak_all,
+                allocated: s.allocated + l.allocated,
+                freed: s.freed + l.freed,
+            },
+            s,
+            l,
+        ]
+    }
+}
+
+/// The allocator's counters; [`Counters::snapshot`] gives the public [`MemoryStats`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counters {
+    pub(crate) allocation: Counter,
+    pub(crate) segment: Counter,
+    pub(crate) active: Counter,
+    pub(crate) inactive_split: Counter,
+    pub(crate) allocated_bytes: Counter,
+    pub(crate) reserved_bytes: Counter,
+    pub(crate) active_bytes: Counter,
+    pub(crate) inactive_split_bytes: Counter,
+    pub(crate) requested_bytes: Counter,
+    pub(crate) num_alloc_retries: i64,
+    pub(crate) num_ooms: i64,
+    pub(crate) num_sync_all_streams: i64,
+    pub(crate) num_device_alloc: i64,
+    pub(crate) num_device_free: i64,
+    pub(crate) oversize_allocations: Stat,
+    pub(crate) oversize_segments: Stat,
+    pub(crate) max_split_size: i64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> MemoryStats {
+        MemoryStats {
+            allocation: self.allocation.to_array(),
+            segment: self.segment.to_array(),
+            active: self.active.to_array(),
+            inactive_split: self.inactive_split.to_array(),
+            allocated_bytes: self.allocated_bytes.to_array(),
+            reserved_bytes: self.reserved_bytes.to_array(),
+            active_bytes: self.active_bytes.to_array(),
+            inactive_split_bytes: self.inactive_split_bytes.to_array(),
+            requested_bytes: self.requested_bytes.to_array(),
+            num_alloc_retries: self.num_alloc_retries,
+            num_ooms: self.num_ooms,
+            num_sync_all_streams: self.num_sync_all_streams,
+            num_device_alloc: self.num_device_alloc,
+            num_device_free: self.num_device_free,
+            oversize_allocations: self.oversize_allocations,
+            oversize_segments: self.oversize_segments,
+            max_split_size: self.max_split_size,
+        }
+    }
+
+    pub(crate) fn reset_peak(&mut self) {
+        for c in [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ] {
+            c.reset_peak();
+        }
+        self.oversize_allocations.peak = self.oversize_allocations.current;
+        self.oversize_segments.peak = self.oversize_segments.current;
+    }
 }
