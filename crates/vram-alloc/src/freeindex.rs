@@ -130,7 +130,7 @@ impl FreeIndex {
             .filter(|e| key_stream(e.0) == stream && key_size(e.0) >= size)
             .copied()
             .collect();
-        out.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        out.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
         out
     }
 
