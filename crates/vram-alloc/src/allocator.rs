@@ -815,7 +815,10 @@ impl<D: Device> Inner<D> {
         }
         let g = self.map_granularity(pool);
         let (_, total) = self.dev.mem_info();
-        let len = total.div_ceil(g).max(1) * g;
+        // Virtual space is cheap: reserve four times the device so that
+        // placement holes never exhaust the range before memory runs out
+        // (PyTorch reserves 1.125x per expandable segment).
+        let len = total.saturating_mul(4).div_ceil(g).max(1).saturating_mul(g);
         let base = match self.dev.reserve(len) {
             Ok(b) => b,
             Err(DeviceError::OutOfMemory { .. }) => return Err(Fail::Oom),

@@ -128,7 +128,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     };
     writeln!(
         out,
-        "{:<20} {:>15} {:>15} {:>9} {:>14} {:>13}",
+        "{:<20} {:>15} {:>15} {:>9} {:>14} {:>17}",
         "policy", "peak allocated", "peak reserved", "reserved/", "fragmentation", oom_header
     )?;
     writeln!(out, "{:<20} {:>15} {:>15} {:>9}", "", "", "", "allocated")?;
@@ -141,7 +141,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         };
         writeln!(
             out,
-            "{:<20} {:>15} {:>15} {:>9.3} {:>13.2}% {:>13}",
+            "{:<20} {:>15} {:>15} {:>9.3} {:>13.2}% {:>17}",
             r.name,
             fmt::bytes(r.peak_allocated_bytes),
             fmt::bytes(r.peak_reserved_bytes),

@@ -97,3 +97,17 @@ fn inconsistent_traces_are_errors() {
     let e = replay(&bad, &AllocatorConfig::new(Policy::PyTorch), None).unwrap_err();
     assert!(e.is_bad_input(), "{e}");
 }
+
+#[test]
+fn expandable_policies_fit_just_above_their_own_peak() {
+    // Regression: the virtual range must not run out before physical memory
+    // does (placement leaves holes in the address space).
+    let events = synthetic::training_events(&synthetic::presets()[1], 2);
+    for policy in [Policy::PyTorchExpandable, Policy::Vramkit] {
+        let cfg = AllocatorConfig::new(policy);
+        let free_run = replay(&events, &cfg, None).unwrap();
+        let cap = free_run.peak_reserved_bytes + 64 * MIB;
+        let r = replay(&events, &cfg, Some(cap)).unwrap();
+        assert_eq!(r.would_oom, Some(false), "{policy:?} at {cap}");
+    }
+}
