@@ -263,6 +263,7 @@ impl<D: Device> Inner<D> {
                 size,
                 stream: stream.into(),
                 time_us: self.clock,
+                category: None,
             });
         }
     }

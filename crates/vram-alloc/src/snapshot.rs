@@ -78,6 +78,8 @@ pub struct TraceEntry {
     pub stream: u64,
     /// Timestamp; the allocator writes a sequence number.
     pub time_us: u64,
+    /// What the tensor is (e.g. "activations"); pytorch.org/memory_viz colours by it.
+    pub category: Option<String>,
 }
 
 /// State of a block (PyTorch's `state` strings).
@@ -202,6 +204,7 @@ impl Snapshot {
                 ])
             })
             .collect();
+        let has_categories = self.traces.iter().any(|t| t.category.is_some());
         let traces = self
             .traces
             .iter()
@@ -216,6 +219,11 @@ impl Snapshot {
                 ];
                 if t.action == TraceAction::Oom {
                     d.push((s("device_free"), Value::Int(0)));
+                }
+                if has_categories {
+                    // MemoryViz.js expects 'unknown' among the categories whenever
+                    // any entry has one, so every entry gets one.
+                    d.push((s("category"), s(t.category.as_deref().unwrap_or("unknown"))));
                 }
                 Value::Dict(d)
             })
@@ -316,6 +324,10 @@ impl Snapshot {
                         size: opt_u64(e, "size", &ctx)?.unwrap_or(0),
                         stream: opt_u64(e, "stream", &ctx)?.unwrap_or(0),
                         time_us: opt_u64(e, "time_us", &ctx)?.unwrap_or(i as u64),
+                        category: e
+                            .get("category")
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
                     });
                 }
             }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use vram_alloc::snapshot::TraceAction;
 use vram_alloc::{AllocatorConfig, CachingAllocator, Policy, SimDevice};
 use vram_model::arch::Model;
 use vram_model::trace::{training_events, TraceEvent};
@@ -69,7 +70,21 @@ pub fn run(a: &TraceArgs) -> Result<()> {
         }
     }
     let stats = alloc.memory_stats();
-    let bytes = alloc.snapshot().to_pickle();
+    // Each malloc recorded exactly one `alloc` entry, in order: label them with
+    // the estimator's categories so memory_viz colours the tensors by kind.
+    let mut snap = alloc.snapshot();
+    let mut cats = events.iter().filter_map(|e| match e {
+        TraceEvent::Alloc { category, .. } => Some(category.name()),
+        TraceEvent::Free { .. } => None,
+    });
+    for t in snap
+        .traces
+        .iter_mut()
+        .filter(|t| t.action == TraceAction::Alloc)
+    {
+        t.category = cats.next().map(str::to_string);
+    }
+    let bytes = snap.to_pickle();
     std::fs::write(&a.out, &bytes).with_context(|| format!("cannot write {}", a.out.display()))?;
     let mut out = std::io::stdout().lock();
     writeln!(

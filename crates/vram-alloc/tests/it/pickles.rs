@@ -127,3 +127,40 @@ fn writer_uses_only_memory_viz_opcodes() {
     let long1 = [0x8a, 6, 0, 0, 0, 0, 0, 0x7f];
     assert!(bytes.windows(long1.len()).any(|w| w == long1));
 }
+
+#[test]
+fn categories_round_trip_and_always_include_unknown() {
+    use vram_alloc::snapshot::TraceEntry;
+    let entry = |action, category: Option<&str>| TraceEntry {
+        action,
+        addr: 0x7f00_0000_0000,
+        size: 512,
+        stream: 0,
+        time_us: 1,
+        category: category.map(str::to_string),
+    };
+    let snap = Snapshot {
+        segments: vec![],
+        traces: vec![
+            entry(TraceAction::SegmentAlloc, None),
+            entry(TraceAction::Alloc, Some("activations")),
+        ],
+    };
+    let v = pickle::from_slice(&snap.to_pickle()).unwrap();
+    let traces = v.get("device_traces").unwrap().as_seq().unwrap()[0]
+        .as_seq()
+        .unwrap();
+    // MemoryViz.js (annotate_snapshot) fails when categories exist but
+    // 'unknown' is not among them, so uncategorised entries say 'unknown'.
+    assert_eq!(
+        traces[0].get("category").and_then(Value::as_str),
+        Some("unknown")
+    );
+    assert_eq!(
+        traces[1].get("category").and_then(Value::as_str),
+        Some("activations")
+    );
+    let back = Snapshot::from_pickle(&snap.to_pickle()).unwrap();
+    assert_eq!(back.traces[1].category.as_deref(), Some("activations"));
+    assert_eq!(back.traces[0].category.as_deref(), Some("unknown"));
+}
