@@ -251,7 +251,16 @@ impl<D: Device> CachingAllocator<D> {
 }
 
 impl<D: Device> Inner<D> {
+    #[inline(always)]
     fn trace(&mut self, action: TraceAction, addr: u64, size: u64, stream: u32) {
+        if self.history.is_some() {
+            self.record(action, addr, size, stream);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: u32) {
         if let Some((max, h)) = &mut self.history {
             self.clock += 1;
             if h.len() >= *max {
