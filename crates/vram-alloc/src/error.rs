@@ -64,6 +64,7 @@ impl AllocError {
                 | AllocError::Snapshot { .. }
                 | AllocError::Trace { .. }
                 | AllocError::InvalidConfig { .. }
+                | AllocError::InvalidStream { .. }
         )
     }
 }

@@ -164,3 +164,41 @@ fn categories_round_trip_and_always_include_unknown() {
     assert_eq!(back.traces[1].category.as_deref(), Some("activations"));
     assert_eq!(back.traces[0].category.as_deref(), Some("unknown"));
 }
+
+mod fuzz {
+    use super::data;
+    use proptest::prelude::*;
+    use vram_alloc::{pickle, Snapshot};
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Arbitrary bytes never panic the reader; they decode or give an error.
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            prop_assert!(bad_input_or_ok(Snapshot::from_pickle(&bytes).map(|_| ())));
+            let mut with_header = vec![0x80, 2];
+            with_header.extend_from_slice(&bytes);
+            prop_assert!(bad_input_or_ok(pickle::from_slice(&with_header).map(|_| ())));
+        }
+
+        /// A real snapshot with a few bytes overwritten never panics either.
+        #[test]
+        fn mutated_snapshots_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
+            let mut bytes = data("torch_like_snapshot.pickle");
+            for (at, b) in edits {
+                let i = at % bytes.len();
+                bytes[i] = b;
+            }
+            prop_assert!(bad_input_or_ok(Snapshot::from_pickle(&bytes).map(|_| ())));
+        }
+    }
+
+    /// Decoding either succeeds or fails with a one-line bad-input error.
+    fn bad_input_or_ok(r: Result<(), vram_alloc::AllocError>) -> bool {
+        match r {
+            Ok(()) => true,
+            Err(e) => e.is_bad_input() && !e.to_string().contains('\n'),
+        }
+    }
+}
