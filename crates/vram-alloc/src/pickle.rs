@@ -327,7 +327,9 @@ impl<'a> Reader<'a> {
             ("collections", "OrderedDict") => Ok(Item::Global(Allowed::OrderedDict)),
             ("builtins" | "__builtin__", "set" | "frozenset") => Ok(Item::Global(Allowed::Set)),
             _ => self.err(format!(
-                "global {module}.{name} is not allowed (snapshots hold plain data; refusing to run code)"
+                "global {}.{} is not allowed (snapshots hold plain data; refusing to run code)",
+                module.escape_debug(),
+                name.escape_debug()
             )),
         }
     }

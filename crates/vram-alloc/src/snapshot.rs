@@ -282,7 +282,12 @@ impl Snapshot {
                         "active_allocated" => BlockState::ActiveAllocated,
                         "active_pending_free" => BlockState::ActivePendingFree,
                         "inactive" => BlockState::Inactive,
-                        other => return Err(bad(format!("{bctx}.state '{other}' is unknown"))),
+                        other => {
+                            return Err(bad(format!(
+                                "{bctx}.state '{}' is unknown",
+                                other.escape_debug()
+                            )))
+                        }
                     };
                     blocks.push(BlockInfo {
                         address: field_u64(b, "address", &bctx)?,
@@ -316,8 +321,9 @@ impl Snapshot {
                 for (i, e) in entries.iter().enumerate() {
                     let ctx = format!("device_traces[0][{i}]");
                     let name = field_str(e, "action", &ctx)?;
-                    let action = TraceAction::parse(name)
-                        .ok_or_else(|| bad(format!("{ctx}.action '{name}' is unknown")))?;
+                    let action = TraceAction::parse(name).ok_or_else(|| {
+                        bad(format!("{ctx}.action '{}' is unknown", name.escape_debug()))
+                    })?;
                     traces.push(TraceEntry {
                         action,
                         addr: opt_u64(e, "addr", &ctx)?.unwrap_or(0),
