@@ -280,6 +280,13 @@ impl SimulatedSource {
         }
     }
 
+    /// Skip ahead so the next sample is number `k` (e.g. to start `--demo`
+    /// with the training job already warmed up).
+    pub fn starting_at(mut self, k: u64) -> Self {
+        self.step = k;
+        self
+    }
+
     /// Number of samples taken so far.
     pub fn step(&self) -> u64 {
         self.step

@@ -1,0 +1,38 @@
+//! `vram report INPUT --out FILE.html`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::monitor::BadInput;
+
+/// Arguments of `vram report`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// A `vram record` timeline (JSON Lines), or the JSON printed by
+    /// `vram top --json`, `vram estimate --json`, `vram plan --json` or
+    /// `vram replay --json`.
+    pub input: PathBuf,
+    /// Where to write the HTML (default: INPUT with `.html`).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+}
+
+/// Render the report; an unreadable or unrecognised input is bad input.
+pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.input)
+        .map_err(|e| BadInput(format!("cannot read {}: {e}", args.input.display())))?;
+    let name = args
+        .input
+        .file_name()
+        .map_or_else(|| "input".into(), |n| n.to_string_lossy().into_owned());
+    let (kind, html) = vram_monitor::report::render(&text, &name)
+        .with_context(|| format!("{}", args.input.display()))?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.input.with_extension("html"));
+    std::fs::write(&out, html).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!("vram report: wrote {} ({})", out.display(), kind.name());
+    Ok(())
+}
