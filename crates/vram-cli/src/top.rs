@@ -315,14 +315,19 @@ fn event_loop(
 
 const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
-/// The last `width` values as block characters scaled to their own maximum.
+/// The last `width` values as block characters between the window's minimum
+/// and maximum, so growth stands out; a flat series (range under 1/64 of its
+/// maximum) draws as a flat mid line instead of amplified jitter.
 fn trend(values: &[Option<u64>], width: usize) -> String {
     let tail = &values[values.len().saturating_sub(width)..];
-    let max = tail.iter().flatten().copied().max().unwrap_or(0).max(1);
+    let max = tail.iter().flatten().copied().max().unwrap_or(0);
+    let min = tail.iter().flatten().copied().min().unwrap_or(0);
+    let range = max - min;
     tail.iter()
         .map(|v| match v {
-            Some(v) => BLOCKS[((*v as f64 / max as f64) * 7.0).round() as usize],
             None => ' ',
+            Some(_) if range == 0 || range < max / 64 => BLOCKS[3],
+            Some(v) => BLOCKS[(((*v - min) as f64 / range as f64) * 7.0).round() as usize],
         })
         .collect()
 }
@@ -631,7 +636,7 @@ const HELP: &[(&str, &str)] = &[
 ];
 
 fn draw_help(f: &mut Frame, area: Rect) {
-    let w = 70.min(area.width);
+    let w = 78.min(area.width);
     let h = (HELP.len() as u16 + 4).min(area.height);
     let r = Rect::new(
         area.x + (area.width - w) / 2,
@@ -767,5 +772,7 @@ mod tests {
     #[test]
     fn trend_scales_to_its_own_maximum() {
         assert_eq!(trend(&[Some(0), Some(50), None, Some(100)], 8), "▁▅ █");
+        assert_eq!(trend(&[Some(100), Some(150), Some(200)], 2), "▁█");
+        assert_eq!(trend(&[Some(1000), Some(1001), Some(1000)], 8), "▄▄▄");
     }
 }

@@ -71,7 +71,8 @@ pub struct MannKendall {
     pub var_s: f64,
     /// Continuity-corrected standard score.
     pub z: f64,
-    /// One-sided p-value for an increasing trend, `1 - Φ(z)`.
+    /// One-sided p-value for an increasing trend, `1 - Φ(z)` (computed
+    /// directly, so tiny p-values do not round to 0).
     pub p_increasing: f64,
 }
 
@@ -115,7 +116,7 @@ pub fn mann_kendall(x: &[f64]) -> MannKendall {
         s,
         var_s,
         z,
-        p_increasing: 1.0 - normal_cdf(z),
+        p_increasing: normal_sf(z),
     }
 }
 
@@ -144,10 +145,15 @@ pub fn sen_slope(t: &[f64], y: &[f64]) -> Option<f64> {
     })
 }
 
-/// Standard normal CDF via the complementary error function (Numerical
-/// Recipes `erfcc`, fractional error below 1.2e-7).
+/// Standard normal CDF, Φ(z).
 pub fn normal_cdf(z: f64) -> f64 {
-    let x = -z / std::f64::consts::SQRT_2;
+    normal_sf(-z)
+}
+
+/// Standard normal upper tail, 1 − Φ(z) = erfc(z/√2)/2, via Numerical
+/// Recipes' `erfcc` (fractional error below 1.2e-7 everywhere).
+pub fn normal_sf(z: f64) -> f64 {
+    let x = z / std::f64::consts::SQRT_2;
     let a = x.abs();
     let t = 1.0 / (1.0 + 0.5 * a);
     let poly = -a * a - 1.265_512_23
