@@ -58,7 +58,7 @@ fn plan_report_has_table_and_charts_with_optional_columns() {
             "Peak memory per GPU",
         ],
     );
-    assert_eq!(html.matches("<tr>").count() >= 4, true);
+    assert!(html.matches("<tr>").count() >= 4, "header and three plans");
 }
 
 #[test]
