@@ -55,6 +55,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Consecutive failed samples tolerated before giving up.
+const MAX_FAILURES: u32 = 10;
+
 /// Leak checks cost O(n²) in the kept points, so they run at most this often.
 const ASSESS_EVERY: Duration = Duration::from_secs(5);
 
@@ -98,11 +101,26 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
         args.out.display()
     );
     let mut n = 0u64;
+    let mut failures = 0u32;
     while !stop.load(Ordering::SeqCst)
         && args.count.map_or(true, |c| n < c)
         && args.duration.map_or(true, |d| started.elapsed() < d)
     {
-        let sample = source.sample(now_ms())?;
+        let sample = match source.sample(now_ms()) {
+            Ok(s) => {
+                failures = 0;
+                s
+            }
+            // A transient driver error should not end a long recording.
+            Err(e) if failures < MAX_FAILURES => {
+                failures += 1;
+                eprintln!("vram record: sample failed ({e}); retrying");
+                next += args.interval;
+                std::thread::sleep(args.interval);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         writer.append(&sample)?;
         n += 1;
         if let Some(det) = detector.as_mut() {

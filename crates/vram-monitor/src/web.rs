@@ -45,19 +45,24 @@ const COLORS = ["#0072B2","#D55E00","#009E73","#CC79A7","#E69F00","#56B4E9","#F0
 function human(b){ if(b==null) return "—"; const u=["B","KiB","MiB","GiB","TiB"]; let i=0,v=b;
   while(v>=1024&&i<u.length-1){v/=1024;i++;} return i? v.toFixed(1)+" "+u[i] : b+" B"; }
 function esc(s){ return String(s).replace(/[&<>"']/g,c=>({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c])); }
-function chart(series, ymax, fmt, w, h){
+function chart(series, ymax, fmt, w, h, ymin){
+  ymin = ymin||0; const span = Math.max(ymax-ymin, 1e-9);
   const L=64,R=8,T=8,B=18; let n=0; series.forEach(s=>{n=Math.max(n,s.values.length);});
   let out='<svg viewBox="0 0 '+w+' '+h+'" data-series="'+series.length+'">';
-  for(let i=0;i<=4;i++){ const v=ymax*i/4, y=T+(1-i/4)*(h-T-B);
+  for(let i=0;i<=4;i++){ const v=ymin+span*i/4, y=T+(1-i/4)*(h-T-B);
     out+='<line x1="'+L+'" x2="'+(w-R)+'" y1="'+y.toFixed(1)+'" y2="'+y.toFixed(1)+'" stroke="#e3e3e3"/>';
     out+='<text x="'+(L-4)+'" y="'+(y+4).toFixed(1)+'" font-size="10" text-anchor="end" fill="#555">'+fmt(v)+'</text>'; }
   series.forEach((s,k)=>{ let pts=[],segs=[];
     s.values.forEach((v,i)=>{ if(v==null){ if(pts.length) segs.push(pts); pts=[]; return; }
-      const x=L+(n<2?0:i/(n-1))*(w-L-R), y=T+(1-Math.min(v/ymax,1.05))*(h-T-B); pts.push(x.toFixed(1)+","+y.toFixed(1)); });
+      const x=L+(n<2?0:i/(n-1))*(w-L-R), y=T+(1-Math.min((v-ymin)/span,1.05))*(h-T-B); pts.push(x.toFixed(1)+","+y.toFixed(1)); });
     if(pts.length) segs.push(pts);
     segs.forEach(p=>{ out+='<polyline class="series" fill="none" stroke-width="1.6" stroke="'+(s.color||COLORS[k%COLORS.length])+'" points="'+p.join(" ")+'"><title>'+esc(s.name)+'</title></polyline>'; }); });
   return out+'</svg>';
 }
+// A process's own range, so growth shows; a flat line (range under 1/64 of
+// the maximum) is drawn flat instead of amplifying jitter.
+function spark(values,color){ const v=values.filter(x=>x!=null); const hi=Math.max(1,...v), lo=Math.min(hi,...v);
+  const flat=(hi-lo)<hi/64; return chart([{name:"history",values:values,color:color}], flat?hi*2:hi, ()=>"", 160, 36, flat?0:lo); }
 function render(st){
   document.getElementById("source").textContent = st.source ? "source: "+st.source : "";
   const n = (st.t||[]).length;
@@ -68,7 +73,7 @@ function render(st){
     const mem=[{name:"used",values:g.used,color:"#1d1f23"}].concat(g.processes.map((p,k)=>({name:p.pid+" "+p.command,values:p.bytes,color:COLORS[k%COLORS.length]})));
     const rows = g.processes.slice().sort((a,b)=>(b.current_bytes||0)-(a.current_bytes||0)).map(p=>{
       const k=g.processes.indexOf(p);
-      return '<tr class="proc" data-pid="'+p.pid+'"><td><span style="color:'+COLORS[k%COLORS.length]+'">■</span> '+p.pid+'</td><td>'+esc(p.user)+'</td><td class="cmd" title="'+esc(p.command)+'">'+esc(p.command)+'</td><td>'+(p.current_bytes==null?'<span class="muted">gone</span>':human(p.current_bytes))+'</td><td>'+(p.current_bytes==null||!total?"—":(100*p.current_bytes/total).toFixed(1)+"%")+'</td><td style="width:160px">'+chart([{name:String(p.pid),values:p.bytes,color:COLORS[k%COLORS.length]}],Math.max(1,...p.bytes.filter(v=>v!=null)),()=>"",160,36)+'</td></tr>'; }).join("");
+      return '<tr class="proc" data-pid="'+p.pid+'"><td><span style="color:'+COLORS[k%COLORS.length]+'">■</span> '+p.pid+'</td><td>'+esc(p.user)+'</td><td class="cmd" title="'+esc(p.command)+'">'+esc(p.command)+'</td><td>'+(p.current_bytes==null?'<span class="muted">gone</span>':human(p.current_bytes))+'</td><td>'+(p.current_bytes==null||!total?"—":(100*p.current_bytes/total).toFixed(1)+"%")+'</td><td style="width:160px">'+spark(p.bytes,COLORS[k%COLORS.length])+'</td></tr>'; }).join("");
     return '<section class="gpu" data-gpu="'+g.index+'"><h2>GPU '+g.index+' · '+esc(g.name)+'</h2>'
       +'<div>memory <b class="mem-text">'+human(used)+' / '+human(total)+'</b> ('+pct.toFixed(1)+'%)</div><div class="bar"><div style="width:'+pct.toFixed(1)+'%"></div></div>'
       +'<div>utilisation <b>'+(u==null?"n/a":u+"%")+'</b></div><div class="bar util"><div style="width:'+(u||0)+'%"></div></div>'
