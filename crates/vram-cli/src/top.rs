@@ -551,23 +551,21 @@ fn draw_process(f: &mut Frame, app: &App, gpu: u32, pid: u32, area: Rect) {
     );
     let mut det = LeakDetector::new(LeakConfig::default());
     app.history.samples().for_each(|s| det.observe(s));
-    let verdict = det
-        .assess()
-        .into_iter()
-        .find(|f| f.gpu == gpu && f.pid == pid)
-        .map_or("leak check: needs 12 samples".to_string(), |f| {
-            format!(
-                "leak check: {} (Mann-Kendall p={:.1e}, 2nd half p={:.1e}, {}/s)",
-                if f.leaking {
-                    "GROWING — possible leak"
-                } else {
-                    "no sustained growth"
-                },
-                f.whole.p_increasing,
-                f.recent.p_increasing,
-                human_bytes(f.slope_bytes_per_s.max(0.0) as u64)
-            )
-        });
+    let verdict =
+        det.assess_process(gpu, pid)
+            .map_or("leak check: needs 12 samples".to_string(), |f| {
+                format!(
+                    "leak check: {} (Mann-Kendall p={:.1e}, 2nd half p={:.1e}, {}/s)",
+                    if f.leaking {
+                        "GROWING — possible leak"
+                    } else {
+                        "no sustained growth"
+                    },
+                    f.whole.p_increasing,
+                    f.recent.p_increasing,
+                    human_bytes(f.slope_bytes_per_s.max(0.0) as u64)
+                )
+            });
     let block = Block::default()
         .borders(Borders::ALL)
         .title(format!(" pid {pid} · {user} · GPU {gpu} "));

@@ -316,41 +316,51 @@ impl LeakDetector {
 
     /// Test every process seen; processes with too few readings are left out.
     pub fn assess(&self) -> Vec<LeakFinding> {
+        self.tracked
+            .iter()
+            .filter_map(|(&(gpu, pid), tr)| self.test(gpu, pid, tr))
+            .collect()
+    }
+
+    /// Test one process (`None`: never seen, or too few readings).
+    pub fn assess_process(&self, gpu: u32, pid: u32) -> Option<LeakFinding> {
+        self.tracked
+            .get(&(gpu, pid))
+            .and_then(|tr| self.test(gpu, pid, tr))
+    }
+
+    fn test(&self, gpu: u32, pid: u32, tr: &Tracked) -> Option<LeakFinding> {
         let c = &self.config;
-        let mut out = Vec::new();
-        for (&(gpu, pid), tr) in &self.tracked {
-            let pts = tr.series.points();
-            if pts.len() < c.min_points {
-                continue;
-            }
-            let t: Vec<f64> = pts.iter().map(|p| p.0).collect();
-            let y: Vec<f64> = pts.iter().map(|p| p.1).collect();
-            let whole = mann_kendall(&y);
-            let half = y.len() / 2;
-            let recent = mann_kendall(&y[half..]);
-            let max_of = |s: &[f64]| s.iter().copied().fold(f64::MIN, f64::max);
-            let early = max_of(&y[..half]);
-            let late = max_of(&y[y.len() - y.len().div_ceil(4)..]);
-            let hw = (late - early) as i64;
-            let slope = sen_slope(&t, &y).unwrap_or(0.0);
-            let leaking = whole.p_increasing < c.alpha
-                && recent.p_increasing < c.alpha
-                && hw >= c.min_growth_bytes as i64;
-            out.push(LeakFinding {
-                gpu,
-                pid,
-                user: tr.user.clone(),
-                command: tr.command.clone(),
-                readings: tr.series.readings(),
-                first_bytes: tr.first,
-                last_bytes: tr.last,
-                slope_bytes_per_s: slope,
-                whole,
-                recent,
-                high_water_growth_bytes: hw,
-                leaking,
-            });
+        let pts = tr.series.points();
+        if pts.len() < c.min_points {
+            return None;
         }
-        out
+        let t: Vec<f64> = pts.iter().map(|p| p.0).collect();
+        let y: Vec<f64> = pts.iter().map(|p| p.1).collect();
+        let whole = mann_kendall(&y);
+        let half = y.len() / 2;
+        let recent = mann_kendall(&y[half..]);
+        let max_of = |s: &[f64]| s.iter().copied().fold(f64::MIN, f64::max);
+        let early = max_of(&y[..half]);
+        let late = max_of(&y[y.len() - y.len().div_ceil(4)..]);
+        let hw = (late - early) as i64;
+        let slope = sen_slope(&t, &y).unwrap_or(0.0);
+        let leaking = whole.p_increasing < c.alpha
+            && recent.p_increasing < c.alpha
+            && hw >= c.min_growth_bytes as i64;
+        Some(LeakFinding {
+            gpu,
+            pid,
+            user: tr.user.clone(),
+            command: tr.command.clone(),
+            readings: tr.series.readings(),
+            first_bytes: tr.first,
+            last_bytes: tr.last,
+            slope_bytes_per_s: slope,
+            whole,
+            recent,
+            high_water_growth_bytes: hw,
+            leaking,
+        })
     }
 }

@@ -16,7 +16,7 @@
 use serde_json::{Map, Value};
 
 use crate::leak::{LeakConfig, LeakDetector};
-use crate::svg::{bar_chart, esc, line_chart, Line};
+use crate::svg::{bar_chart, esc, line_chart, nice_max_bytes, Line};
 use crate::view::human_bytes;
 use crate::{timeline, MonitorError, Result, Sample};
 
@@ -133,7 +133,7 @@ h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}\
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}\
 .kv td:first-child{color:#555}.bad{color:#b00020;font-weight:600}.good{color:#007a33;font-weight:600}\
-.muted{color:#777}svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}";
+.muted{color:#777}td.cmd{text-align:left}svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}";
 
 fn page(title: &str, kind: Kind, body: &str) -> String {
     format!(
@@ -152,8 +152,11 @@ pub fn fmt_value(key: &str, v: &Value) -> String {
     match v {
         Value::Number(n) => {
             let f = n.as_f64().unwrap_or(f64::NAN);
-            if key.ends_with("bytes") && f >= 0.0 {
+            if key.contains("bytes") && f >= 0.0 {
                 human_bytes(f as u64)
+            } else if let Some(unit) = key.strip_suffix("_per_s") {
+                let unit = unit.rsplit('_').next().unwrap_or(unit);
+                format!("{} {unit}/s", group(&format!("{:.0}", f)))
             } else if key == "mfu" || key.ends_with("_ratio") || key.ends_with("_frac") {
                 format!("{:.1}%", f * 100.0)
             } else if key.ends_with("_s") {
@@ -275,8 +278,17 @@ fn estimate(m: &Map<String, Value>) -> String {
             });
         }
         let xf = move |x: f64| labels.get(x.round() as usize).cloned().unwrap_or_default();
+        let peak = lines
+            .iter()
+            .flat_map(|l| l.points.iter().filter_map(|p| p.1))
+            .fold(0.0, f64::max);
         o.push_str("<h2>Live memory over the step</h2>");
-        o.push_str(&line_chart(&lines, &xf, &bytes_fmt, None));
+        o.push_str(&line_chart(
+            &lines,
+            &xf,
+            &bytes_fmt,
+            Some(nice_max_bytes(peak)),
+        ));
     }
     o
 }
@@ -317,10 +329,25 @@ fn table(rows: &[Value], cols: &[String], id: &str) -> String {
     o
 }
 
+/// A short bar label from the row's `keys`: strings as they are, numbers
+/// after a short prefix (`tp8 pp2 dp4 mb1 z1`).
 fn row_label(r: &Value, i: usize, keys: &[&str]) -> String {
+    fn short(k: &str) -> &str {
+        match k {
+            "micro_batch" => "mb",
+            "zero_stage" => "z",
+            "grad_accum" => "ga",
+            k => k,
+        }
+    }
     let parts: Vec<String> = keys
         .iter()
-        .filter_map(|k| r.get(*k).map(|v| format!("{k}={}", fmt_value(k, v))))
+        .filter_map(|k| {
+            r.get(*k).map(|v| match v {
+                Value::String(s) => s.clone(),
+                v => format!("{}{}", short(k), fmt_value(k, v)),
+            })
+        })
         .collect();
     if parts.is_empty() {
         format!("#{}", i + 1)
@@ -433,7 +460,16 @@ fn recording(samples: &[Sample], torn: bool) -> String {
     let t0 = samples.first().map_or(0, |s| s.t_ms);
     let t1 = samples.last().map_or(0, |s| s.t_ms);
     let secs = |t: u64| (t.saturating_sub(t0)) as f64 / 1000.0;
-    let xf = |x: f64| format!("{x:.0} s");
+    let span_s = secs(t1);
+    let xf = move |x: f64| {
+        if span_s < 10.0 {
+            format!("{x:.1} s")
+        } else if span_s < 600.0 {
+            format!("{x:.0} s")
+        } else {
+            format!("{:.1} min", x / 60.0)
+        }
+    };
     let mut o = String::from("<h2>Recording</h2><table class=\"kv\">");
     o.push_str(&format!(
         "<tr><td>samples</td><td id=\"n-samples\">{}</td></tr><tr><td>duration</td><td>{:.1} s</td></tr><tr><td>source</td><td>{}</td></tr>",
@@ -537,18 +573,27 @@ fn recording(samples: &[Sample], torn: bool) -> String {
                     .collect(),
             })
             .collect();
+        let peak = lines
+            .iter()
+            .flat_map(|l| l.points.iter().filter_map(|p| p.1))
+            .fold(0.0, f64::max);
         o.push_str("<p class=\"muted\">Per process</p>");
-        o.push_str(&line_chart(&lines, &xf, &bytes_fmt, None));
+        o.push_str(&line_chart(
+            &lines,
+            &xf,
+            &bytes_fmt,
+            Some(nice_max_bytes(peak)),
+        ));
     }
 
     o.push_str("<h2>Leak check</h2><p class=\"muted\">Mann-Kendall trend test, one-sided α = 0.01, on the whole series and its second half, plus a rising high-water mark of at least 64 MiB.</p>");
     if findings.is_empty() {
         o.push_str("<p>Too few readings for a verdict.</p>");
     } else {
-        o.push_str("<table id=\"leaks\"><tr><th>GPU</th><th>pid</th><th>command</th><th>first</th><th>last</th><th>slope</th><th>p (whole)</th><th>p (2nd half)</th><th>verdict</th></tr>");
+        o.push_str("<table id=\"leaks\"><tr><th>GPU</th><th>pid</th><th class=\"cmd\">command</th><th>first</th><th>last</th><th>slope</th><th>p (whole)</th><th>p (2nd half)</th><th>verdict</th></tr>");
         for f in &findings {
             o.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/s</td><td>{:.2e}</td><td>{:.2e}</td><td class=\"{}\">{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"cmd\">{}</td><td>{}</td><td>{}</td><td>{}/s</td><td>{:.2e}</td><td>{:.2e}</td><td class=\"{}\">{}</td></tr>",
                 f.gpu,
                 f.pid,
                 esc(&f.command.chars().take(60).collect::<String>()),

@@ -47,6 +47,19 @@ pub fn nice_max(max: f64) -> f64 {
     10.0 * p
 }
 
+/// Like [`nice_max`] but in binary units, so byte axes read 10, 20, 30, 40 GiB
+/// rather than 9.3, 18.6 GiB.
+pub fn nice_max_bytes(max: f64) -> f64 {
+    if !(max.is_finite() && max > 0.0) {
+        return 1.0;
+    }
+    let mut unit = 1.0;
+    while max / unit >= 1024.0 {
+        unit *= 1024.0;
+    }
+    nice_max(max / unit) * unit
+}
+
 const W: f64 = 720.0;
 const H: f64 = 240.0;
 const L: f64 = 78.0;
@@ -172,7 +185,9 @@ pub fn line_chart(
 pub fn bar_chart(items: &[(String, f64)], fmt: &dyn Fn(f64) -> String, max: Option<f64>) -> String {
     let row = 22.0;
     let h = (items.len() as f64 * row + 8.0).max(30.0);
-    let label_w = 230.0;
+    // Room for the longest label at ~6.6 px per character, within bounds.
+    let longest = items.iter().map(|i| i.0.chars().count()).max().unwrap_or(0);
+    let label_w = (longest as f64 * 6.6 + 12.0).clamp(80.0, 300.0);
     let vmax = max
         .filter(|m| *m > 0.0)
         .unwrap_or_else(|| {
@@ -193,7 +208,7 @@ pub fn bar_chart(items: &[(String, f64)], fmt: &dyn Fn(f64) -> String, max: Opti
         let v_ok = if v.is_finite() && *v > 0.0 { *v } else { 0.0 };
         let bw = (v_ok / vmax).min(1.0) * (W - label_w - 110.0);
         let colour = PALETTE[i % PALETTE.len()];
-        let short: String = label.chars().take(36).collect();
+        let short: String = label.chars().take(44).collect();
         let _ = write!(
             o,
             r##"<text x="{}" y="{:.1}" text-anchor="end" font-size="12" fill="#222">{}</text><rect x="{label_w}" y="{y:.1}" width="{bw:.1}" height="{}" fill="{colour}"><title>{}: {}</title></rect><text x="{:.1}" y="{:.1}" font-size="12" fill="#222">{}</text>"##,

@@ -53,13 +53,14 @@ impl TimelineWriter {
                 .and_then(|_| file.read_exact(&mut tail))
                 .map_err(|e| MonitorError::io(ctx("cannot read"), e))?;
             if tail.last() != Some(&b'\n') {
-                let keep = match tail.iter().rposition(|&b| b == b'\n') {
-                    Some(i) => len - tail_len + i as u64 + 1,
-                    None if tail_len == len => 0,
-                    None => len,
+                let repair = match tail.iter().rposition(|&b| b == b'\n') {
+                    Some(i) => file.set_len(len - tail_len + i as u64 + 1),
+                    None if tail_len == len => file.set_len(0),
+                    // No newline in the last MiB: not ours to cut; end the
+                    // line so new samples start on a line of their own.
+                    None => file.write_all(b"\n"),
                 };
-                file.set_len(keep)
-                    .map_err(|e| MonitorError::io(ctx("cannot repair"), e))?;
+                repair.map_err(|e| MonitorError::io(ctx("cannot repair"), e))?;
             }
         }
         Ok(TimelineWriter { file, lines: 0 })

@@ -86,3 +86,13 @@ fn too_few_readings_give_no_verdict() {
     crate::demo_samples(5).iter().for_each(|s| det.observe(s));
     assert!(det.assess().is_empty());
 }
+
+#[test]
+fn one_process_can_be_tested_alone() {
+    let mut det = LeakDetector::new(LeakConfig::default());
+    crate::demo_samples(60).iter().for_each(|s| det.observe(s));
+    let all = det.assess();
+    let one = det.assess_process(1, 6001).unwrap();
+    assert_eq!(all.iter().find(|f| f.pid == 6001), Some(&one));
+    assert!(det.assess_process(0, 6001).is_none(), "not on GPU 0");
+}
