@@ -12,10 +12,26 @@ pub struct ReportArgs {
     /// A `vram record` timeline (JSON Lines), or the JSON printed by
     /// `vram top --json`, `vram estimate --json`, `vram plan --json` or
     /// `vram replay --json`.
-    pub input: PathBuf,
-    /// Where to write the HTML (default: INPUT with `.html`).
+    #[arg(required_unless_present = "demo")]
+    pub input: Option<PathBuf>,
+    /// Where to write the HTML (default: INPUT with `.html`; with --demo,
+    /// `vram-demo.html`).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
+    /// Report on a two-minute simulated recording instead of INPUT.
+    #[arg(long, conflicts_with = "input")]
+    pub demo: bool,
+}
+
+/// 120 one-second samples of the demo machine, as JSON Lines.
+fn demo_recording() -> String {
+    use vram_monitor::{SimulatedSource, Source};
+    let mut src = SimulatedSource::demo();
+    let t0 = crate::monitor::now_ms();
+    (0..120)
+        .filter_map(|k| src.sample(t0 + k * 1000).ok())
+        .map(|s| s.to_json_line() + "\n")
+        .collect()
 }
 
 /// Render the report; an unreadable or unrecognised input is bad input.

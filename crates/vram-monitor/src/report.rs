@@ -242,11 +242,30 @@ fn estimate(m: &Map<String, Value>) -> String {
         });
     }
     o.push_str(&kv_table(m, &[]));
-    if let Some(Value::Object(b)) = m.get("breakdown") {
-        let mut items: Vec<(String, f64)> = b
-            .iter()
-            .filter_map(|(k, v)| num(Some(v)).map(|f| (k.clone(), f)))
-            .collect();
+    // `breakdown` is category → bytes; an array of {name, bytes}-like
+    // objects is accepted too (first string field, first byte field).
+    let breakdown: Option<Vec<(String, f64)>> = match m.get("breakdown") {
+        Some(Value::Object(b)) => Some(
+            b.iter()
+                .filter_map(|(k, v)| num(Some(v)).map(|f| (k.clone(), f)))
+                .collect(),
+        ),
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .filter_map(|e| {
+                    let o = e.as_object()?;
+                    let label = o.values().find_map(Value::as_str)?.to_string();
+                    let bytes = o
+                        .iter()
+                        .find(|(k, v)| k.contains("bytes") && v.is_number())
+                        .and_then(|(_, v)| num(Some(v)))?;
+                    Some((label, bytes))
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
+    if let Some(mut items) = breakdown.filter(|b| !b.is_empty()) {
         items.sort_by(|a, b| b.1.total_cmp(&a.1));
         o.push_str("<h2>Breakdown at peak</h2>");
         o.push_str(&bar_chart(&items, &bytes_fmt, None));

@@ -76,3 +76,21 @@ fn unrecognised_or_missing_input_is_a_one_line_error_exit_2() {
     }
     assert!(!d.join("o.html").exists());
 }
+
+#[test]
+fn demo_report_needs_no_input() {
+    let d = scratch("report-demo");
+    let out = d.join("demo.html");
+    let o = vram(&["report", "--demo", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        page.contains(">120<") && page.contains(">LEAK<"),
+        "120 samples, the notebook flagged"
+    );
+    assert_eq!(
+        vram(&["report"]).status.code(),
+        Some(2),
+        "INPUT or --demo is required"
+    );
+}

@@ -125,3 +125,13 @@ fn text_is_escaped() {
     assert!(!html.contains("<script>x"));
     assert!(html.contains("&lt;script&gt;"));
 }
+
+#[test]
+fn breakdown_as_an_array_of_objects_is_accepted() {
+    let input = r#"{"model":"m","peak_bytes":3145728,"breakdown":[{"category":"weights","bytes":2097152},{"category":"activations","bytes":1048576}]}"#;
+    check(
+        input,
+        Kind::Estimate,
+        &["Breakdown at peak", "weights", "2.0 MiB", "activations"],
+    );
+}
