@@ -36,18 +36,23 @@ fn demo_recording() -> String {
 
 /// Render the report; an unreadable or unrecognised input is bad input.
 pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.input)
-        .map_err(|e| BadInput(format!("cannot read {}: {e}", args.input.display())))?;
-    let name = args
-        .input
-        .file_name()
-        .map_or_else(|| "input".into(), |n| n.to_string_lossy().into_owned());
-    let (kind, html) = vram_monitor::report::render(&text, &name)
-        .with_context(|| format!("{}", args.input.display()))?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| args.input.with_extension("html"));
+    let (text, name, default_out) = match &args.input {
+        Some(input) if !args.demo => {
+            let text = std::fs::read_to_string(input)
+                .map_err(|e| BadInput(format!("cannot read {}: {e}", input.display())))?;
+            let name = input
+                .file_name()
+                .map_or_else(|| "input".into(), |n| n.to_string_lossy().into_owned());
+            (text, name, input.with_extension("html"))
+        }
+        _ => (
+            demo_recording(),
+            "demo recording".to_string(),
+            PathBuf::from("vram-demo.html"),
+        ),
+    };
+    let (kind, html) = vram_monitor::report::render(&text, &name).with_context(|| name.clone())?;
+    let out = args.out.clone().unwrap_or(default_out);
     std::fs::write(&out, html).with_context(|| format!("cannot write {}", out.display()))?;
     eprintln!("vram report: wrote {} ({})", out.display(), kind.name());
     Ok(())
