@@ -16,7 +16,7 @@ use vram_monitor::leak::{LeakConfig, LeakDetector, LeakFinding};
 use vram_monitor::timeline::TimelineWriter;
 use vram_monitor::view::human_bytes;
 
-use crate::monitor::{now_ms, open_source, parse_interval, SourceArgs};
+use crate::monitor::{now_ms, open_source, parse_interval, BadInput, SourceArgs};
 
 /// Arguments of `vram record`.
 #[derive(clap::Args, Debug, Clone)]
@@ -79,7 +79,9 @@ fn describe(f: &LeakFinding) -> String {
 /// Record until stopped.
 pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
     let mut source = open_source(&args.source)?;
-    let mut writer = TimelineWriter::open(&args.out)?;
+    // A file that cannot be opened (missing folder, no permission) is the
+    // user's to fix: bad input, exit 2.
+    let mut writer = TimelineWriter::open(&args.out).map_err(|e| BadInput(e.to_string()))?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();

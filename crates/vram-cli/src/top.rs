@@ -348,7 +348,9 @@ fn draw(f: &mut Frame, app: &App) {
         Constraint::Length(1),
     ])
     .areas(area);
-    let dir = if app.descending { "↑" } else { "↓" };
+    // Memory sorts largest first naturally, the other columns ascending.
+    let largest_first = (app.sort == SortKey::Memory) != app.descending;
+    let dir = if largest_first { "↓" } else { "↑" };
     let state = if app.paused { "  PAUSED" } else { "" };
     f.render_widget(
         Paragraph::new(Line::from(vec![
@@ -765,6 +767,17 @@ mod tests {
         let s = screen(&app_with(5), 100, 12);
         assert!(s.contains("GPU 0 mem"), "{s}");
         assert!(s.contains("GPU 1 mem"), "{s}");
+    }
+
+    #[test]
+    fn tiny_terminals_do_not_panic() {
+        let mut app = app_with(20);
+        for (w, h) in [(1, 1), (20, 5), (40, 8), (200, 3)] {
+            app.help = false;
+            assert!(!screen(&app, w, h).is_empty());
+            app.help = true;
+            assert!(!screen(&app, w, h).is_empty());
+        }
     }
 
     #[test]

@@ -113,3 +113,18 @@ fn record_without_a_driver_exits_2() {
         f.to_str().unwrap(),
     ]));
 }
+
+#[test]
+fn an_unwritable_output_is_bad_input() {
+    let o = vram(&[
+        "record",
+        "--demo",
+        "--count",
+        "1",
+        "--out",
+        "/nonexistent-dir/t.jsonl",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o).1;
+    assert!(err.contains("/nonexistent-dir/t.jsonl"), "{err}");
+}
