@@ -78,6 +78,15 @@ pub struct MannKendall {
 
 /// Mann-Kendall trend test (Mann 1945; Kendall 1975) with the tie-corrected
 /// variance and continuity correction.
+///
+/// ```
+/// use vram_monitor::leak::mann_kendall;
+///
+/// let growing = mann_kendall(&[1.0, 2.0, 2.0, 3.0, 5.0, 4.0, 6.0, 7.0, 9.0, 8.0, 10.0, 11.0]);
+/// assert!(growing.p_increasing < 0.01);
+/// let noise = mann_kendall(&[3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0, 3.0, 5.0, 1.0]);
+/// assert!(noise.p_increasing > 0.05);
+/// ```
 pub fn mann_kendall(x: &[f64]) -> MannKendall {
     let n = x.len();
     let mut s: i64 = 0;

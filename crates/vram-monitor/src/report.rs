@@ -109,6 +109,15 @@ pub fn detect_kind(text: &str) -> Result<Kind> {
 /// Render `text` (the content of the input file called `name`) as one HTML
 /// document. Returns the kind and the HTML.
 ///
+/// ```
+/// use vram_monitor::report::{render, Kind};
+///
+/// let (kind, html) = render(r#"{"plans":[{"tp":8,"pp":1,"dp":4,"tokens_per_s":1000.0}]}"#, "plan.json").unwrap();
+/// assert_eq!(kind, Kind::Plan);
+/// assert!(html.contains("<svg") && !html.contains("<script"));
+/// assert!(render("name,bytes\n", "x.csv").unwrap_err().is_bad_input());
+/// ```
+///
 /// # Errors
 /// [`MonitorError::UnrecognisedInput`] when the input is not recognised.
 pub fn render(text: &str, name: &str) -> Result<(Kind, String)> {

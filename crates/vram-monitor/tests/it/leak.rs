@@ -96,3 +96,33 @@ fn one_process_can_be_tested_alone() {
     assert_eq!(all.iter().find(|f| f.pid == 6001), Some(&one));
     assert!(det.assess_process(0, 6001).is_none(), "not on GPU 0");
 }
+
+mod props {
+    use proptest::prelude::*;
+    use vram_monitor::leak::{mann_kendall, Series};
+
+    proptest! {
+        /// Reversing a series negates S; p-values stay probabilities.
+        #[test]
+        fn reversal_negates_s(x in proptest::collection::vec(0u32..50, 2..60)) {
+            let x: Vec<f64> = x.into_iter().map(f64::from).collect();
+            let rev: Vec<f64> = x.iter().rev().copied().collect();
+            let (a, b) = (mann_kendall(&x), mann_kendall(&rev));
+            prop_assert_eq!(a.s, -b.s);
+            prop_assert!((0.0..=1.0).contains(&a.p_increasing));
+            prop_assert!((a.var_s - b.var_s).abs() < 1e-9);
+        }
+
+        /// Averaging pairs keeps the overall level of a series within its range.
+        #[test]
+        fn decimation_stays_within_range(y in proptest::collection::vec(0u32..1000, 1..500)) {
+            let mut s = Series::new(8);
+            for (i, v) in y.iter().enumerate() {
+                s.push(i as f64, f64::from(*v));
+            }
+            let (lo, hi) = (f64::from(*y.iter().min().unwrap()), f64::from(*y.iter().max().unwrap()));
+            prop_assert!(s.points().len() <= 9);
+            prop_assert!(s.points().iter().all(|p| p.1 >= lo - 1e-9 && p.1 <= hi + 1e-9));
+        }
+    }
+}
