@@ -45,7 +45,7 @@ const COLORS = ["#0072B2","#D55E00","#009E73","#CC79A7","#E69F00","#56B4E9","#F0
 function human(b){ if(b==null) return "—"; const u=["B","KiB","MiB","GiB","TiB"]; let i=0,v=b;
   while(v>=1024&&i<u.length-1){v/=1024;i++;} return i? v.toFixed(1)+" "+u[i] : b+" B"; }
 function esc(s){ return String(s).replace(/[&<>"']/g,c=>({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c])); }
-function chart(series, ymax, fmt, w, h, ymin){
+function chart(series, ymax, fmt, w, h, ymin, xl){
   ymin = ymin||0; const span = Math.max(ymax-ymin, 1e-9);
   const L=64,R=8,T=8,B=18; let n=0; series.forEach(s=>{n=Math.max(n,s.values.length);});
   let out='<svg viewBox="0 0 '+w+' '+h+'" data-series="'+series.length+'">';
@@ -57,6 +57,8 @@ function chart(series, ymax, fmt, w, h, ymin){
       const x=L+(n<2?0:i/(n-1))*(w-L-R), y=T+(1-Math.min((v-ymin)/span,1.05))*(h-T-B); pts.push(x.toFixed(1)+","+y.toFixed(1)); });
     if(pts.length) segs.push(pts);
     segs.forEach(p=>{ out+='<polyline class="series" fill="none" stroke-width="1.6" stroke="'+(s.color||COLORS[k%COLORS.length])+'" points="'+p.join(" ")+'"><title>'+esc(s.name)+'</title></polyline>'; }); });
+  if(xl){ out+='<text x="'+L+'" y="'+(h-4)+'" font-size="10" fill="#555">'+esc(xl[0])+'</text>'
+    +'<text x="'+(w-R)+'" y="'+(h-4)+'" font-size="10" text-anchor="end" fill="#555">'+esc(xl[1])+'</text>'; }
   return out+'</svg>';
 }
 // A process's own range, so growth shows; a flat line (range under 1/64 of
@@ -68,6 +70,8 @@ function render(st){
   const n = (st.t||[]).length;
   document.getElementById("status").textContent = "live · "+n+" samples · "+(st.t_ms? new Date(st.t_ms).toLocaleTimeString() : "no data");
   const main = document.getElementById("gpus"); main.dataset.gpuCount = st.gpus.length;
+  const span = n>1 ? (st.t[n-1]-st.t[0])/1000 : 0;
+  const xl = ["-"+(span<120? span.toFixed(0)+" s" : (span/60).toFixed(1)+" min"), "now"];
   main.innerHTML = st.gpus.map(g=>{
     const used=g.memory_used_bytes,total=g.memory_total_bytes,pct=total?100*used/total:0, u=g.utilization_pct;
     const mem=[{name:"used",values:g.used,color:"#1d1f23"}].concat(g.processes.map((p,k)=>({name:p.pid+" "+p.command,values:p.bytes,color:COLORS[k%COLORS.length]})));
@@ -77,7 +81,7 @@ function render(st){
     return '<section class="gpu" data-gpu="'+g.index+'"><h2>GPU '+g.index+' · '+esc(g.name)+'</h2>'
       +'<div>memory <b class="mem-text">'+human(used)+' / '+human(total)+'</b> ('+pct.toFixed(1)+'%)</div><div class="bar"><div style="width:'+pct.toFixed(1)+'%"></div></div>'
       +'<div>utilisation <b>'+(u==null?"n/a":u+"%")+'</b></div><div class="bar util"><div style="width:'+(u||0)+'%"></div></div>'
-      +'<div class="charts"><div>'+chart(mem,total,human,640,200)+'</div><div>'+chart([{name:"util %",values:g.util,color:"#009E73"}],100,v=>v.toFixed(0)+"%",320,200)+'</div></div>'
+      +'<div class="charts"><div>'+chart(mem,total,human,640,200,0,xl)+'</div><div>'+chart([{name:"util %",values:g.util,color:"#009E73"}],100,v=>v.toFixed(0)+"%",320,200,0,xl)+'</div></div>'
       +'<table><tr><th>pid</th><th>user</th><th class="cmd">command</th><th>GPU memory</th><th>share</th><th>history</th></tr>'+rows+'</table></section>';
   }).join("");
 }
