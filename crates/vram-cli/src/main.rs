@@ -12,6 +12,11 @@ use clap::{Parser, Subcommand};
 mod estimate;
 mod fmt;
 mod input;
+mod monitor;
+mod record;
+mod report;
+mod serve;
+mod top;
 
 /// An error caused by the user's input (exit code 2).
 #[derive(Debug)]
@@ -52,6 +57,14 @@ enum Command {
     Models(estimate::ListArgs),
     /// List the GPU catalog.
     Gpus(estimate::ListArgs),
+    /// Live GPU memory and utilisation per GPU and per process.
+    Top(top::TopArgs),
+    /// Record a JSON Lines timeline of samples, optionally checking for leaks.
+    Record(record::RecordArgs),
+    /// Serve a live web page and Prometheus /metrics on 127.0.0.1.
+    Serve(serve::ServeArgs),
+    /// Render a recording, estimate, plan or replay as one offline HTML file.
+    Report(report::ReportArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -59,12 +72,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Estimate(a) => estimate::run(&a),
         Command::Models(a) => estimate::models(&a),
         Command::Gpus(a) => estimate::gpus(&a),
+        Command::Top(a) => top::run(&a),
+        Command::Record(a) => record::run(&a),
+        Command::Serve(a) => serve::run(&a),
+        Command::Report(a) => report::run(&a),
     }
 }
 
 fn is_bad_input(e: &anyhow::Error) -> bool {
     e.chain()
         .any(|c| c.is::<BadInput>() || c.is::<vram_model::Error>())
+        || monitor::exit_code(e) == 2
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
