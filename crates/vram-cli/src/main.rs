@@ -12,7 +12,12 @@ use clap::{Parser, Subcommand};
 mod estimate;
 mod fmt;
 mod input;
+mod monitor;
+mod record;
 mod replay;
+mod report;
+mod serve;
+mod top;
 mod trace;
 
 /// An error caused by the user's input (exit code 2).
@@ -58,6 +63,14 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Write a synthetic memory snapshot of a model's training steps.
     Trace(trace::TraceArgs),
+    /// Live GPU memory and utilisation per GPU and per process.
+    Top(top::TopArgs),
+    /// Record a JSON Lines timeline of samples, optionally checking for leaks.
+    Record(record::RecordArgs),
+    /// Serve a live web page and Prometheus /metrics on 127.0.0.1.
+    Serve(serve::ServeArgs),
+    /// Render a recording, estimate, plan or replay as one offline HTML file.
+    Report(report::ReportArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -67,12 +80,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gpus(a) => estimate::gpus(&a),
         Command::Replay(a) => replay::run(&a),
         Command::Trace(a) => trace::run(&a),
+        Command::Top(a) => top::run(&a),
+        Command::Record(a) => record::run(&a),
+        Command::Serve(a) => serve::run(&a),
+        Command::Report(a) => report::run(&a),
     }
 }
 
 fn is_bad_input(e: &anyhow::Error) -> bool {
     e.chain()
         .any(|c| c.is::<BadInput>() || c.is::<vram_model::Error>())
+        || monitor::exit_code(e) == 2
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

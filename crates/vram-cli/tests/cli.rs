@@ -303,6 +303,8 @@ fn readme_command_runs() {
     assert!(out.contains("8,030,261,248 parameters"));
     assert!(out.contains("peak allocated"));
     assert!(out.contains("optimizer_states"));
+    // It does not fit one H100; ZeRO-3 over 8 GPUs shards the 16 bytes/param to 2 and fits.
+    assert!(out.contains("would fit with --zero 3 --dp 8:"), "{out}");
 }
 
 #[test]

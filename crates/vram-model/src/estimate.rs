@@ -610,20 +610,19 @@ fn transformer_layer(
     .with_totals()
 }
 
-/// The layers of one pipeline rank.
-#[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)] // built once per walk
-enum Stack {
+/// The layers of one pipeline rank, borrowed from the [`Step`].
+#[derive(Debug, Clone, Copy)]
+enum Stack<'s> {
     /// `counts[i]` layers of `kinds[i]`, in order (encoder then decoder for T5).
     Uniform {
-        kinds: [LayerDesc; 2],
+        kinds: &'s [LayerDesc; 2],
         counts: [u64; 2],
     },
     /// Heterogeneous layers (CNNs).
-    List(Vec<LayerDesc>),
+    List(&'s [LayerDesc]),
 }
 
-impl Stack {
+impl Stack<'_> {
     fn len(&self) -> u64 {
         match self {
             Stack::Uniform { counts, .. } => counts[0] + counts[1],
@@ -974,18 +973,18 @@ impl<'a> Step<'a> {
         (first, count)
     }
 
-    fn stack(&self, rank: u64) -> Stack {
+    fn stack(&self, rank: u64) -> Stack<'_> {
         let (first, count) = self.stage_layers(rank);
         match self.model {
             Model::Transformer(t) => {
                 let enc_end = t.encoder_layers;
                 let enc = enc_end.saturating_sub(first).min(count);
                 Stack::Uniform {
-                    kinds: self.layer_kinds,
+                    kinds: &self.layer_kinds,
                     counts: [enc, count - enc],
                 }
             }
-            _ => Stack::List(self.cnn[first as usize..(first + count) as usize].to_vec()),
+            _ => Stack::List(&self.cnn[first as usize..(first + count) as usize]),
         }
     }
 
