@@ -109,7 +109,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     )?;
     writeln!(
         out,
-        "recorded by PyTorch: peak allocated {}, peak reserved {}{}",
+        "as recorded (the allocator that wrote the trace): peak allocated {}, peak reserved {}{}",
         fmt::bytes(recorded.peak_allocated_bytes),
         fmt::bytes(recorded.peak_reserved_bytes),
         if recorded.unmatched_frees > 0 {

@@ -433,7 +433,7 @@ fn replay_reads_cpython_snapshots_and_prints_a_table() {
     let (code, out, err) = vram(&["replay", &alloc_fixture("torch_like_snapshot.pickle")]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("recorded by PyTorch: peak allocated 12.0 MiB, peak reserved 20.0 MiB"),
+        out.contains("as recorded (the allocator that wrote the trace): peak allocated 12.0 MiB, peak reserved 20.0 MiB"),
         "{out}"
     );
     for name in ["pytorch ", "pytorch-expandable ", "vramkit "] {
