@@ -576,6 +576,8 @@ impl<D: Device> Inner<D> {
     fn synchronize_and_free_events(&mut self) {
         self.stats.num_sync_all_streams += 1;
         for (ev, idx) in std::mem::take(&mut self.pending) {
+            // A failed synchronize still ends the wait: the block is freed
+            // (the simulated device never fails here; a real backend records it).
             let _ = self.dev.synchronize_event(ev);
             self.complete_event(idx);
         }
@@ -902,7 +904,7 @@ impl<D: Device> Inner<D> {
     fn alloc_expandable(&mut self, rounded: u64, pool: usize, stream: u32) -> Result<u32, Fail> {
         let seg = self.expandable_segment(stream, pool)?;
         let g = self.map_granularity(pool);
-        let (mut start, mut run_addr, mut need_map) =
+        let (mut start, run_addr, mut need_map) =
             self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
         if self.cfg.policy == Policy::Vramkit && need_map > 0 {
             // Trim before grow: when cached bytes exceed the slack, unmap the
@@ -913,10 +915,9 @@ impl<D: Device> Inner<D> {
                 (self.cfg.trim_slack * self.stats.allocated_bytes.current_all() as f64) as i64;
             if cached > budget {
                 self.trim_segment(seg, run_addr, run_addr + rounded);
-                (start, run_addr, need_map) = self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
+                (start, _, need_map) = self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
             }
         }
-        let _ = run_addr;
         if self.over_cap(need_map) {
             return Err(Fail::Oom);
         }
