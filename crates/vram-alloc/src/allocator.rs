@@ -443,21 +443,26 @@ impl<D: Device> Inner<D> {
     }
 
     fn free(&mut self, addr: u64) -> Result<(), AllocError> {
-        let idx = *self
+        let idx = self
             .active
-            .get(&addr)
+            .remove(&addr)
             .ok_or(AllocError::InvalidAddress { addr })?;
         // Record events first so that a failing device leaves the block allocated.
         let mut events = Vec::new();
         if !self.uses.is_empty() {
             if let Some(uses) = self.uses.get(&idx).cloned() {
                 for s in uses {
-                    events.push(self.dev.record_event(s)?);
+                    match self.dev.record_event(s) {
+                        Ok(e) => events.push(e),
+                        Err(e) => {
+                            self.active.insert(addr, idx);
+                            return Err(e.into());
+                        }
+                    }
                 }
                 self.uses.remove(&idx);
             }
         }
-        self.active.remove(&addr);
         let b = &mut self.blocks[idx as usize];
         let (pool, size, stream) = (b.pool, b.size, b.stream);
         self.stats.allocation.dec(pool, 1);
