@@ -100,6 +100,70 @@ impl AllocatorConfig {
         self
     }
 
+    /// Settings from a `PYTORCH_CUDA_ALLOC_CONF` string such as
+    /// `"expandable_segments:True,max_split_size_mb:128,garbage_collection_threshold:0.6"`.
+    /// `backend:native` is accepted; other keys (e.g. `roundup_power2_divisions`,
+    /// `backend:cudaMallocAsync`) are errors rather than silently ignored.
+    ///
+    /// ```
+    /// use vram_alloc::{AllocatorConfig, Policy};
+    /// let c = AllocatorConfig::from_pytorch_conf("expandable_segments:True,max_split_size_mb:64")?;
+    /// assert_eq!(c.policy, Policy::PyTorchExpandable);
+    /// assert_eq!(c.max_split_size, Some(64 << 20));
+    /// # Ok::<(), vram_alloc::AllocError>(())
+    /// ```
+    pub fn from_pytorch_conf(conf: &str) -> Result<Self, AllocError> {
+        let bad = |reason: String| AllocError::InvalidConfig { reason };
+        let mut cfg = AllocatorConfig::new(Policy::PyTorch);
+        for item in conf.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (k, v) = item
+                .split_once(':')
+                .ok_or_else(|| bad(format!("`{}` is not key:value", item.escape_debug())))?;
+            let (k, v) = (k.trim(), v.trim());
+            match k {
+                "expandable_segments" => {
+                    cfg.policy = match v {
+                        "True" | "true" | "1" => Policy::PyTorchExpandable,
+                        "False" | "false" | "0" => Policy::PyTorch,
+                        _ => {
+                            return Err(bad(format!(
+                                "expandable_segments:{} is not True/False",
+                                v.escape_debug()
+                            )))
+                        }
+                    }
+                }
+                "max_split_size_mb" => {
+                    let mb: u64 = v.parse().map_err(|_| {
+                        bad(format!(
+                            "max_split_size_mb:{} is not an integer",
+                            v.escape_debug()
+                        ))
+                    })?;
+                    cfg.max_split_size = Some(mb.saturating_mul(1 << 20));
+                }
+                "garbage_collection_threshold" => {
+                    let t: f64 = v.parse().map_err(|_| {
+                        bad(format!(
+                            "garbage_collection_threshold:{} is not a number",
+                            v.escape_debug()
+                        ))
+                    })?;
+                    cfg.garbage_collection_threshold = Some(t);
+                }
+                "backend" if v == "native" => {}
+                _ => {
+                    return Err(bad(format!(
+                        "unsupported PYTORCH_CUDA_ALLOC_CONF key `{}`",
+                        item.escape_debug()
+                    )))
+                }
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), AllocError> {
         let bad = |reason: &str| {
             Err(AllocError::InvalidConfig {

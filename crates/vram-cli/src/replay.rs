@@ -23,6 +23,11 @@ pub struct ReplayArgs {
     /// Policies to compare (repeatable): pytorch, pytorch-expandable, vramkit [default: all].
     #[arg(long = "policy", value_parser = parse_policy)]
     policies: Vec<Policy>,
+    /// Also replay PyTorch under these PYTORCH_CUDA_ALLOC_CONF settings, e.g.
+    /// "max_split_size_mb:128,garbage_collection_threshold:0.6" (the GC threshold
+    /// applies with --capacity, which becomes the cap).
+    #[arg(long)]
+    alloc_conf: Option<String>,
     /// Device capacity for the would-OOM check, e.g. 80GiB.
     #[arg(long, value_parser = parse_bytes)]
     capacity: Option<u64>,
@@ -83,9 +88,27 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     } else {
         a.policies.clone()
     };
+    let mut configs: Vec<AllocatorConfig> =
+        policies.into_iter().map(AllocatorConfig::new).collect();
+    let mut conf_name = None;
+    if let Some(conf) = &a.alloc_conf {
+        let mut c = AllocatorConfig::from_pytorch_conf(conf)
+            .map_err(|e| bad_input!("--alloc-conf: {e}"))?;
+        if a.capacity.is_some() {
+            c.memory_fraction = Some(1.0);
+        }
+        conf_name = Some(format!("{} [{conf}]", c.policy.name()));
+        configs.push(c);
+    }
     let mut results = Vec::new();
-    for p in policies {
-        results.push(replay(&events, &AllocatorConfig::new(p), a.capacity).map_err(classify)?);
+    for (i, c) in configs.iter().enumerate() {
+        let mut r = replay(&events, c, a.capacity).map_err(classify)?;
+        if i + 1 == configs.len() {
+            if let Some(n) = conf_name.take() {
+                r.name = n;
+            }
+        }
+        results.push(r);
     }
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -126,12 +149,18 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         Some(c) => format!("OOM at {}", fmt::bytes(c)),
         None => "OOM".to_string(),
     };
+    let w = results
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(20);
     writeln!(
         out,
-        "{:<20} {:>15} {:>15} {:>9} {:>14} {:>17}",
+        "{:<w$} {:>15} {:>15} {:>9} {:>14} {:>17}",
         "policy", "peak allocated", "peak reserved", "reserved/", "fragmentation", oom_header
     )?;
-    writeln!(out, "{:<20} {:>15} {:>15} {:>9}", "", "", "", "allocated")?;
+    writeln!(out, "{:<w$} {:>15} {:>15} {:>9}", "", "", "", "allocated")?;
     for r in &results {
         let oom = match (r.would_oom, r.first_oom_event) {
             (Some(true), Some(i)) => format!("yes (event {i})"),
@@ -141,7 +170,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         };
         writeln!(
             out,
-            "{:<20} {:>15} {:>15} {:>9.3} {:>13.2}% {:>17}",
+            "{:<w$} {:>15} {:>15} {:>9.3} {:>13.2}% {:>17}",
             r.name,
             fmt::bytes(r.peak_allocated_bytes),
             fmt::bytes(r.peak_reserved_bytes),

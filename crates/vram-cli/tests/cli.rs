@@ -429,6 +429,31 @@ fn trace_then_replay_meets_the_expandable_target_on_three_models() {
 }
 
 #[test]
+fn replay_adds_a_row_for_alloc_conf() {
+    let (code, out, err) = vram(&[
+        "replay",
+        &alloc_fixture("torch_like_snapshot.pickle"),
+        "--json",
+        "--policy",
+        "pytorch",
+        "--alloc-conf",
+        "expandable_segments:True",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["pytorch", "pytorch-expandable [expandable_segments:True]"]
+    );
+}
+
+#[test]
 fn replay_reads_cpython_snapshots_and_prints_a_table() {
     let (code, out, err) = vram(&["replay", &alloc_fixture("torch_like_snapshot.pickle")]);
     assert_eq!(code, 0, "{err}");
