@@ -906,11 +906,67 @@ impl<D: Device> Inner<D> {
         best
     }
 
+    /// Bytes to map and whether `rounded` bytes fit when placed at block `start`.
+    fn run_at(&self, start: u32, rounded: u64, g: u64) -> Option<u64> {
+        let (mut run, mut need, mut c) = (0u64, 0u64, start);
+        while c != NIL && run < rounded {
+            let x = &self.blocks[c as usize];
+            if x.state != State::Free {
+                break;
+            }
+            let take = x.size.min(rounded - run);
+            if !x.mapped {
+                need += take.div_ceil(g) * g;
+            }
+            run += take;
+            c = x.next;
+        }
+        (run >= rounded).then_some(need)
+    }
+
+    /// PyTorch's `find_expandable_block`: unmapped blocks smallest first (then
+    /// lowest address); start at a free mapped block just before one when
+    /// there is one; the first placement with room wins.
+    fn find_run_pytorch(&self, seg: u32, rounded: u64, g: u64) -> Option<(u32, u64, u64)> {
+        let mut unmapped: Vec<(u64, u64, u32)> = self
+            .segment_blocks(seg)
+            .into_iter()
+            .filter(|&i| {
+                let b = &self.blocks[i as usize];
+                b.state == State::Free && !b.mapped
+            })
+            .map(|i| {
+                (
+                    self.blocks[i as usize].size,
+                    self.blocks[i as usize].addr,
+                    i,
+                )
+            })
+            .collect();
+        unmapped.sort_unstable();
+        for (_, _, c) in unmapped {
+            let p = self.blocks[c as usize].prev;
+            let start = if p != NIL && self.blocks[p as usize].state == State::Free {
+                p
+            } else {
+                c
+            };
+            if let Some(need) = self.run_at(start, rounded, g) {
+                return Some((start, self.blocks[start as usize].addr, need));
+            }
+        }
+        None
+    }
+
     fn alloc_expandable(&mut self, rounded: u64, pool: usize, stream: u32) -> Result<u32, Fail> {
         let seg = self.expandable_segment(stream, pool)?;
         let g = self.map_granularity(pool);
-        let (mut start, run_addr, mut need_map) =
-            self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
+        let found = if self.cfg.policy == Policy::PyTorchExpandable {
+            self.find_run_pytorch(seg, rounded, g)
+        } else {
+            self.find_run(seg, rounded, g)
+        };
+        let (mut start, run_addr, mut need_map) = found.ok_or(Fail::Oom)?;
         if self.cfg.policy == Policy::Vramkit && need_map > 0 {
             // Trim before grow: when cached bytes exceed the slack, unmap the
             // free pages outside the chosen placement before mapping new ones.
