@@ -52,10 +52,15 @@ proptest! {
     fn invariants_hold_under_random_programs(
         policy in policy(),
         max_split in prop_oneof![Just(None), Just(Some(32 * MIB))],
+        cap_gc in prop_oneof![Just(None), Just(Some((0.75, None))), Just(Some((1.0, Some(0.5))))],
         ops in proptest::collection::vec(op(), 1..80),
     ) {
         let mut cfg = AllocatorConfig::new(policy);
         cfg.max_split_size = max_split;
+        if let Some((fraction, gc)) = cap_gc {
+            cfg.memory_fraction = Some(fraction);
+            cfg.garbage_collection_threshold = gc;
+        }
         // 256 MiB keeps the device under pressure so release-and-retry and OOM paths run.
         let a = CachingAllocator::new(SimDevice::new(256 * MIB), cfg).unwrap();
         a.with_device(|d| d.hold_stream(2));
@@ -98,6 +103,10 @@ proptest! {
             prop_assert_eq!(st.allocation[0].current as usize, live.len());
             prop_assert!(st.reserved_bytes[0].current as u64 == a.with_device(|d| d.used()),
                 "reserved equals the device's physical use");
+            if let Some((fraction, _)) = cap_gc {
+                prop_assert!(st.reserved_bytes[0].current as f64 <= fraction * (256 * MIB) as f64,
+                    "the per-process cap holds");
+            }
         }
         a.with_device(|d| d.clear_fault());
         for (p, _) in live.drain(..) {
