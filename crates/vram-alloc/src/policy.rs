@@ -28,7 +28,9 @@ pub enum Policy {
     PyTorch,
     /// PyTorch with `expandable_segments:True`: one growing virtual range per
     /// stream and pool, mapped in 2 MiB (small) or 20 MiB (large) steps, always
-    /// split, pages unmapped only when an allocation would otherwise fail.
+    /// split, new mappings placed at the smallest unmapped range (joined with a
+    /// free block just before it), pages unmapped only when an allocation would
+    /// otherwise fail.
     PyTorchExpandable,
     /// vramkit's policy: expandable segments mapped at the device granularity,
     /// lowest-address placement, and trim-before-grow (free whole pages are
