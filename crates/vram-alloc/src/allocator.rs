@@ -273,6 +273,7 @@ impl<D: Device> Inner<D> {
                 stream: stream.into(),
                 time_us: self.clock,
                 category: None,
+                device_free: 0,
             });
         }
     }
@@ -633,6 +634,9 @@ impl<D: Device> Inner<D> {
         self.stats.num_ooms += 1;
         let (device_free, device_total) = self.dev.mem_info();
         self.trace(TraceAction::Oom, 0, rounded, stream);
+        if let Some(e) = self.history.as_mut().and_then(|(_, h)| h.back_mut()) {
+            e.device_free = device_free;
+        }
         AllocError::OutOfMemory(Box::new(OomInfo {
             requested: size,
             rounded,

@@ -80,6 +80,8 @@ pub struct TraceEntry {
     pub time_us: u64,
     /// What the tensor is (e.g. "activations"); pytorch.org/memory_viz colours by it.
     pub category: Option<String>,
+    /// For `oom` entries: device bytes free at the time (0 otherwise).
+    pub device_free: u64,
 }
 
 /// State of a block (PyTorch's `state` strings).
@@ -218,7 +220,7 @@ impl Snapshot {
                     (s("frames"), Value::List(vec![])),
                 ];
                 if t.action == TraceAction::Oom {
-                    d.push((s("device_free"), Value::Int(0)));
+                    d.push((s("device_free"), int(t.device_free)));
                 }
                 if has_categories {
                     // MemoryViz.js expects 'unknown' among the categories whenever
@@ -334,6 +336,7 @@ impl Snapshot {
                             .get("category")
                             .and_then(Value::as_str)
                             .map(str::to_string),
+                        device_free: opt_u64(e, "device_free", &ctx)?.unwrap_or(0),
                     });
                 }
             }

@@ -152,11 +152,17 @@ fn oom_is_a_value_with_an_informative_message() {
     let s = a.memory_stats();
     assert_eq!(s.num_ooms, 1);
     assert_eq!(s.num_alloc_retries, 1);
-    assert!(a
+    let oom = a
         .snapshot()
         .traces
-        .iter()
-        .any(|t| t.action == TraceAction::Oom));
+        .into_iter()
+        .find(|t| t.action == TraceAction::Oom)
+        .unwrap();
+    assert_eq!(
+        (oom.size, oom.device_free),
+        (15 * MIB, 12 * MIB),
+        "memory_viz shows both"
+    );
     check(&a);
 }
 

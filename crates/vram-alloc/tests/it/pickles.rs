@@ -138,6 +138,7 @@ fn categories_round_trip_and_always_include_unknown() {
         stream: 0,
         time_us: 1,
         category: category.map(str::to_string),
+        device_free: 0,
     };
     let snap = Snapshot {
         segments: vec![],
