@@ -496,14 +496,27 @@ fn print_table(
     }
     match (setup.mode, fit_batch) {
         (Mode::Train(_), Some(b)) => writeln!(out, "largest micro-batch that fits: {b}")?,
-        (Mode::Train(_), None) => writeln!(out, "no micro-batch fits; try --recompute full, --zero 3 with --dp, --offload, or a smaller --seq")?,
+        (Mode::Train(_), None) => writeln!(out, "no micro-batch fits")?,
         (Mode::Infer(i), Some(b)) => {
             writeln!(out, "largest batch at context {}: {b}", i.context)?;
             if let Some(c) = fit_context {
                 writeln!(out, "longest context at batch {}: {c}", i.batch)?;
             }
         }
-        (Mode::Infer(_), None) => writeln!(out, "the weights alone do not fit; try --tp, --pp or a smaller --kv-dtype")?,
+        (Mode::Infer(_), None) => writeln!(out, "not even batch 1 fits")?,
+    }
+    if !e.fits(cap) {
+        let fixes = suggestions(model, setup, cap);
+        if fixes.is_empty() {
+            writeln!(out, "no single change tried (recompute, 8-bit Adam, ZeRO-3 over 8 GPUs, offload, TP 2-8) makes it fit")?;
+        }
+        for (flags, total) in fixes {
+            writeln!(
+                out,
+                "would fit with {flags}: {} on the device",
+                fmt::bytes(total)
+            )?;
+        }
     }
     if setup.mode
         != Mode::Infer(Infer {
@@ -547,6 +560,84 @@ fn print_table(
     }
     let _ = Category::ALL;
     Ok(())
+}
+
+/// Changes of one or two knobs that make the step fit, with the device total each gives.
+fn suggestions(model: &Model, setup: &Setup, cap: u64) -> Vec<(String, u64)> {
+    let mut tries: Vec<(&str, Setup)> = Vec::new();
+    let with_train = |f: &dyn Fn(&mut Train)| {
+        let mut s = *setup;
+        if let Mode::Train(t) = &mut s.mode {
+            f(t);
+        }
+        s
+    };
+    match setup.mode {
+        Mode::Train(t) => {
+            if t.recompute != setup::Recompute::Full {
+                tries.push((
+                    "--recompute full",
+                    with_train(&|t| t.recompute = setup::Recompute::Full),
+                ));
+            }
+            if t.optimizer == setup::Optimizer::Adamw {
+                tries.push((
+                    "--optimizer adam8bit",
+                    with_train(&|t| t.optimizer = setup::Optimizer::Adam8bit),
+                ));
+                tries.push((
+                    "--optimizer adam8bit --recompute full",
+                    with_train(&|t| {
+                        t.optimizer = setup::Optimizer::Adam8bit;
+                        t.recompute = setup::Recompute::Full;
+                    }),
+                ));
+            }
+            if setup.parallel.zero < 3 {
+                let mut s = with_train(&|t| t.amp_style = None);
+                s.parallel.zero = 3;
+                s.parallel.dp = s.parallel.dp.max(8);
+                tries.push(("--zero 3 --dp 8", s));
+                let mut r = s;
+                if let Mode::Train(t) = &mut r.mode {
+                    t.recompute = setup::Recompute::Full;
+                }
+                tries.push(("--zero 3 --dp 8 --recompute full", r));
+            }
+            if setup.parallel.zero >= 1 && t.offload == setup::Offload::None {
+                tries.push((
+                    "--offload optimizer",
+                    with_train(&|t| t.offload = setup::Offload::Optimizer),
+                ));
+            }
+        }
+        Mode::Infer(i) => {
+            if i.kv_bytes > 1 {
+                let mut s = *setup;
+                if let Mode::Infer(i) = &mut s.mode {
+                    i.kv_bytes = 1;
+                }
+                tries.push(("--kv-dtype fp8", s));
+            }
+            for (tp, flags) in [(2, "--tp 2"), (4, "--tp 4"), (8, "--tp 8")] {
+                if tp > setup.parallel.tp {
+                    let mut s = *setup;
+                    s.parallel.tp = tp;
+                    tries.push((flags, s));
+                }
+            }
+        }
+    }
+    tries
+        .into_iter()
+        .filter_map(|(flags, s)| {
+            vram_model::estimate(model, &s)
+                .ok()
+                .filter(|e| e.fits(cap))
+                .map(|e| (flags.to_string(), e.total_bytes))
+        })
+        .take(3)
+        .collect()
 }
 
 fn print_weights(w: &vram_model::arch::Weights, json_out: bool) -> Result<()> {

@@ -13,7 +13,14 @@ mod batch;
 mod estimate;
 mod fmt;
 mod input;
+mod monitor;
 mod plan;
+mod record;
+mod replay;
+mod report;
+mod serve;
+mod top;
+mod trace;
 
 /// An error caused by the user's input (exit code 2).
 #[derive(Debug)]
@@ -58,6 +65,18 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Pack variable-length sequences into batches whose estimated peak fits.
     Batch(batch::BatchArgs),
+    /// Replay a memory snapshot's alloc/free history through allocator policies.
+    Replay(replay::ReplayArgs),
+    /// Write a synthetic memory snapshot of a model's training steps.
+    Trace(trace::TraceArgs),
+    /// Live GPU memory and utilisation per GPU and per process.
+    Top(top::TopArgs),
+    /// Record a JSON Lines timeline of samples, optionally checking for leaks.
+    Record(record::RecordArgs),
+    /// Serve a live web page and Prometheus /metrics on 127.0.0.1.
+    Serve(serve::ServeArgs),
+    /// Render a recording, estimate, plan or replay as one offline HTML file.
+    Report(report::ReportArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -67,12 +86,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gpus(a) => estimate::gpus(&a),
         Command::Plan(a) => plan::run(&a),
         Command::Batch(a) => batch::run(&a),
+        Command::Replay(a) => replay::run(&a),
+        Command::Trace(a) => trace::run(&a),
+        Command::Top(a) => top::run(&a),
+        Command::Record(a) => record::run(&a),
+        Command::Serve(a) => serve::run(&a),
+        Command::Report(a) => report::run(&a),
     }
 }
 
 fn is_bad_input(e: &anyhow::Error) -> bool {
     e.chain()
         .any(|c| c.is::<BadInput>() || c.is::<vram_model::Error>() || c.is::<vram_plan::Error>())
+        || monitor::exit_code(e) == 2
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -303,6 +303,8 @@ fn readme_command_runs() {
     assert!(out.contains("8,030,261,248 parameters"));
     assert!(out.contains("peak allocated"));
     assert!(out.contains("optimizer_states"));
+    // It does not fit one H100; ZeRO-3 over 8 GPUs shards the 16 bytes/param to 2 and fits.
+    assert!(out.contains("would fit with --zero 3 --dp 8:"), "{out}");
 }
 
 #[test]
@@ -375,4 +377,136 @@ fn help_and_listings() {
     let (code, out, _) = vram(&["gpus"]);
     assert_eq!(code, 0);
     assert!(out.contains("mi300x"));
+}
+
+// ---- vram trace / vram replay ------------------------------------------------
+
+fn alloc_fixture(name: &str) -> String {
+    format!(
+        "{}/../vram-alloc/tests/data/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn replay_json(path: &str) -> serde_json::Value {
+    let (code, out, err) = vram(&["replay", path, "--json", "--capacity", "80GiB"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).expect("replay --json prints JSON")
+}
+
+/// The issue-4 target: on `vram trace` snapshots of at least three models,
+/// vramkit's peak reserved is at most 1.05 x peak allocated and below the
+/// PyTorch-policy baseline.
+#[test]
+fn trace_then_replay_meets_the_expandable_target_on_three_models() {
+    let dir = tmp("trace-replay");
+    for model in ["gpt2", "bert-large-uncased", "llama-2-7b"] {
+        let out = dir
+            .join(format!("{model}.pickle"))
+            .to_string_lossy()
+            .into_owned();
+        let (code, stdout, err) = vram(&["trace", model, "--steps", "2", "--out", &out]);
+        assert_eq!(code, 0, "{err}");
+        assert!(stdout.starts_with("wrote "), "{stdout}");
+        let v = replay_json(&out);
+        let policies = v["policies"].as_array().unwrap();
+        let get = |name: &str| policies.iter().find(|p| p["name"] == name).unwrap().clone();
+        let (base, ours) = (get("pytorch"), get("vramkit"));
+        let alloc = ours["peak_allocated_bytes"].as_f64().unwrap();
+        let reserved = ours["peak_reserved_bytes"].as_f64().unwrap();
+        assert!(reserved <= 1.05 * alloc, "{model}: {reserved} vs {alloc}");
+        assert!(
+            reserved < base["peak_reserved_bytes"].as_f64().unwrap(),
+            "{model}"
+        );
+        // The trace was recorded under the PyTorch policy, so replaying that
+        // policy reproduces the recorded peak.
+        assert_eq!(
+            v["recorded"]["peak_reserved_bytes"], base["peak_reserved_bytes"],
+            "{model}"
+        );
+    }
+}
+
+#[test]
+fn replay_adds_a_row_for_alloc_conf() {
+    let (code, out, err) = vram(&[
+        "replay",
+        &alloc_fixture("torch_like_snapshot.pickle"),
+        "--json",
+        "--policy",
+        "pytorch",
+        "--alloc-conf",
+        "expandable_segments:True",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["pytorch", "pytorch-expandable [expandable_segments:True]"]
+    );
+}
+
+#[test]
+fn replay_reads_cpython_snapshots_and_prints_a_table() {
+    let (code, out, err) = vram(&["replay", &alloc_fixture("torch_like_snapshot.pickle")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("as recorded (the allocator that wrote the trace): peak allocated 12.0 MiB, peak reserved 20.0 MiB"),
+        "{out}"
+    );
+    for name in ["pytorch ", "pytorch-expandable ", "vramkit "] {
+        assert!(out.contains(name), "{out}");
+    }
+}
+
+#[test]
+fn replay_bad_input_exits_2_with_one_line() {
+    let dir = tmp("replay-bad");
+    let good = std::fs::read(alloc_fixture("torch_like_snapshot.pickle")).unwrap();
+    let truncated = write(&dir, "truncated.pickle", &good[..good.len() / 2]);
+    let cases = [
+        (
+            alloc_fixture("evil_reduce.pickle"),
+            "global posix.system is not allowed",
+        ),
+        (
+            alloc_fixture("evil_global_p0.pickle"),
+            "global os.system is not allowed",
+        ),
+        (
+            alloc_fixture("wrong_types.pickle"),
+            "'segments' is not a list",
+        ),
+        (alloc_fixture("not_a_dict.pickle"), "expected a dict"),
+        (truncated, "truncated pickle"),
+        (
+            dir.join("missing.pickle").to_string_lossy().into_owned(),
+            "cannot read snapshot",
+        ),
+    ];
+    for (path, want) in cases {
+        let (code, out, err) = vram(&["replay", &path]);
+        assert_eq!(code, 2, "{path}: {err}");
+        assert!(out.is_empty());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("vram: ") && err.contains(want),
+            "{path}: {err}"
+        );
+    }
+    let (code, _, err) = vram(&[
+        "replay",
+        &alloc_fixture("torch_like_snapshot.pickle"),
+        "--policy",
+        "magic",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown policy"), "{err}");
 }

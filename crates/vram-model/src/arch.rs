@@ -63,6 +63,22 @@ pub enum Mlp {
     Gated,
 }
 
+/// The feed-forward activation function, as the reference code computes it.
+///
+/// What autograd saves differs: fused kernels save their input (or output) only, while the
+/// Python-composed tanh approximations save several intermediates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Act {
+    /// One fused kernel (`F.gelu`, `F.silu`, `F.relu`, `gelu_pytorch_tanh`): one saved tensor.
+    Fused,
+    /// `gelu_new`/`gelu_fast` written as elementwise ops (GPT-2, T5 v1.1): saves the tanh
+    /// output, `1 + tanh` and `0.5·x` besides the input; under autocast `pow` runs in fp32.
+    ComposedTanh,
+    /// `quick_gelu` (`x·sigmoid(1.702x)`): saves the sigmoid output besides the input.
+    QuickGelu,
+}
+
 /// The normalisation layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -116,6 +132,12 @@ pub struct Transformer {
     pub max_positions: u64,
     /// Feed-forward kind.
     pub mlp: Mlp,
+    /// Activation function's implementation.
+    pub act: Act,
+    /// Query, key and value come from one fused projection (GPT-2, NeoX, Falcon, Phi-3).
+    pub fused_qkv: bool,
+    /// Gate and up projections are one fused matmul (Phi-3).
+    pub fused_gate_up: bool,
     /// Normalisation kind.
     pub norm: Norm,
     /// Whether LayerNorms carry a bias (ignored for RMSNorm).

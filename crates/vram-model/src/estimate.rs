@@ -14,7 +14,7 @@
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use crate::arch::{Layout, Mlp, Model, Norm, ResNet, Transformer};
+use crate::arch::{Act, Layout, Mlp, Model, Norm, ResNet, Transformer};
 use crate::error::{Error, Result};
 use crate::setup::{
     AmpStyle, Attention, Mode, Offload, Optimizer, Precision, Recompute, Schedule, Setup,
@@ -429,7 +429,16 @@ fn attention_parts(t: &Transformer, c: &Ctx, cross: bool, p: &mut Parts) -> (u64
         q_w
     };
     norm_parts(t, c, p);
-    p.push(c.rep(t.hidden, c.cmp), false); // projection input
+    // Projection inputs. Under autocast each nn.Linear casts its fp32 input separately
+    // (autocast caches casts of parameters, not of activations).
+    let copies = if c.style == AmpStyle::Autocast && c.res != c.cmp && !t.fused_qkv && !cross {
+        3
+    } else {
+        1
+    };
+    for _ in 0..copies {
+        p.push(c.rep(t.hidden, c.cmp), false);
+    }
     if cross {
         p.push(c.rep(t.hidden, c.cmp), false); // encoder output cast for K/V
     }
@@ -480,8 +489,17 @@ fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64
     if !shared_norm {
         norm_parts(t, c, p);
     }
-    if !shared_norm || c.style == AmpStyle::Autocast {
-        p.push(c.rep(t.hidden, c.cmp), false);
+    let autocast_casts = c.style == AmpStyle::Autocast && c.res != c.cmp;
+    if !shared_norm || autocast_casts {
+        // As for attention: separate gate and up projections cast their input separately.
+        let copies = if autocast_casts && t.mlp == Mlp::Gated && !t.fused_gate_up {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            p.push(c.rep(t.hidden, c.cmp), false);
+        }
     }
     let f = m(&[c.tok, t.intermediate.div_ceil(c.t), c.cmp]);
     let k = if t.experts > 1 {
@@ -490,11 +508,26 @@ fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64
         1
     };
     let drop = t.hidden_dropout > 0.0 && c.training;
+    // What the activation saves besides its input/output (fused kernels under Megatron).
+    let act_extra = match (t.act, c.style) {
+        (_, AmpStyle::Megatron) | (Act::Fused, _) => 0,
+        (Act::ComposedTanh, _) => {
+            // tanh output and 1 + tanh run in fp32 under autocast (pow is an fp32 op), 0.5·x in half.
+            let up = if c.style == AmpStyle::Autocast && c.training && c.res == 4 {
+                4
+            } else {
+                c.cmp
+            };
+            m(&[f / c.cmp, 2 * up + c.cmp])
+        }
+        (Act::QuickGelu, _) => f,
+    };
     for _ in 0..k {
         match t.mlp {
             Mlp::Plain => {
-                p.push(f, false);
-                p.push(f, false);
+                p.push(f, false); // activation input
+                p.push(act_extra, false);
+                p.push(f, false); // activation output, the second projection's input
             }
             Mlp::Relu => {
                 p.push(f, false);
@@ -504,9 +537,11 @@ fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64
                 }
             }
             Mlp::Gated => {
+                // gate output, activation output, up output, their product
                 for _ in 0..4 {
                     p.push(f, false);
                 }
+                p.push(act_extra, false);
             }
         }
     }
@@ -575,20 +610,19 @@ fn transformer_layer(
     .with_totals()
 }
 
-/// The layers of one pipeline rank.
-#[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)] // built once per walk
-enum Stack {
+/// The layers of one pipeline rank, borrowed from the [`Step`].
+#[derive(Debug, Clone, Copy)]
+enum Stack<'s> {
     /// `counts[i]` layers of `kinds[i]`, in order (encoder then decoder for T5).
     Uniform {
-        kinds: [LayerDesc; 2],
+        kinds: &'s [LayerDesc; 2],
         counts: [u64; 2],
     },
     /// Heterogeneous layers (CNNs).
-    List(Vec<LayerDesc>),
+    List(&'s [LayerDesc]),
 }
 
-impl Stack {
+impl Stack<'_> {
     fn len(&self) -> u64 {
         match self {
             Stack::Uniform { counts, .. } => counts[0] + counts[1],
@@ -701,6 +735,8 @@ pub(crate) struct Step<'a> {
     head_saved: u64,
     /// Logits `[tokens, vocab/t]` elements per micro-batch (0 without an LM head).
     logits: u64,
+    /// Half copy of the output projection's weight under autocast.
+    head_copy: u64,
     /// Optimizer state bytes per parameter element (without master weights), and a flat extra.
     opt_elems: f64,
 }
@@ -756,6 +792,7 @@ impl<'a> Step<'a> {
             emb_saved: 0,
             head_saved: 0,
             logits: 0,
+            head_copy: 0,
             opt_elems: 0.0,
         };
         match model {
@@ -862,6 +899,10 @@ impl<'a> Step<'a> {
             head.push(c.rep(t.hidden, c.cmp), false);
             self.head_saved = head.total(false);
             self.logits = m(&[c.tok, t.vocab.div_ceil(tp)]);
+            if self.autocast_copies() {
+                // The output projection's weight cast to half, kept for its backward.
+                self.head_copy = m(&[t.vocab.div_ceil(tp), t.hidden, c.cmp]);
+            }
         }
         Ok(())
     }
@@ -909,6 +950,14 @@ impl<'a> Step<'a> {
         Ok(())
     }
 
+    /// Whether autocast makes half copies of fp32 weights in forward.
+    fn autocast_copies(&self) -> bool {
+        self.style == AmpStyle::Autocast
+            && self.ctx.cmp != 4
+            && self.bytes.weight == 4
+            && self.ctx.training
+    }
+
     /// Pipeline geometry of one rank: (first layer, layer count).
     fn stage_layers(&self, rank: u64) -> (u64, u64) {
         let total = match self.model {
@@ -924,18 +973,18 @@ impl<'a> Step<'a> {
         (first, count)
     }
 
-    fn stack(&self, rank: u64) -> Stack {
+    fn stack(&self, rank: u64) -> Stack<'_> {
         let (first, count) = self.stage_layers(rank);
         match self.model {
             Model::Transformer(t) => {
                 let enc_end = t.encoder_layers;
                 let enc = enc_end.saturating_sub(first).min(count);
                 Stack::Uniform {
-                    kinds: self.layer_kinds,
+                    kinds: &self.layer_kinds,
                     counts: [enc, count - enc],
                 }
             }
-            _ => Stack::List(self.cnn[first as usize..(first + count) as usize].to_vec()),
+            _ => Stack::List(&self.cnn[first as usize..(first + count) as usize]),
         }
     }
 
@@ -1077,7 +1126,7 @@ impl<'a> Step<'a> {
             let h = Handle {
                 cat: Category::Activations,
                 bytes: stack.get(i).infer_tmp,
-                key: (1 << 58) + i,
+                key: (1 << 59) | (i + 1),
             };
             sink.alloc(h, &[]);
             sink.free(h);
@@ -1106,8 +1155,14 @@ impl<'a> Step<'a> {
         tr.recompute == Recompute::Selective && tr.recompute_layers.is_none_or(|k| i < k)
     }
 
+    /// Key of layer `i`'s gradients.
     fn grad_key(i: u64) -> u64 {
-        (1 << 56) + i
+        (1 << 58) | (i << 2)
+    }
+
+    /// Key of the embedding's (`j = 0`) or the head's (`j = 1`) gradients.
+    fn edge_grad_key(j: u64) -> u64 {
+        (1 << 58) | (j + 1)
     }
 
     fn free_layer_grads<S: Sink>(&self, rank: u64, stack: &Stack, sink: &mut S) {
@@ -1124,7 +1179,7 @@ impl<'a> Step<'a> {
                 sink.free(Handle {
                     cat: Category::Gradients,
                     bytes: m(&[p, g]),
-                    key: Self::grad_key(1 << 20) + j as u64,
+                    key: Self::edge_grad_key(j as u64),
                 });
             }
         }
@@ -1207,8 +1262,10 @@ impl<'a> Step<'a> {
         (first, end, chunk == 0, chunk == chunks - 1)
     }
 
+    /// Key of tensor group `slot` (< 64) of `layer` (< 2^25) in micro-batch `unit` (< 2^25).
+    /// Layer-less groups (embedding, loss) use `layer` 0 and slots from 32 up.
     fn act_key(unit: u64, layer: u64, slot: u64) -> u64 {
-        (unit << 24) | (layer << 4) | slot
+        (unit << 32) | (layer << 6) | slot
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1238,7 +1295,7 @@ impl<'a> Step<'a> {
                 Handle {
                     cat: Category::Activations,
                     bytes: self.emb_saved,
-                    key: Self::act_key(unit, 1 << 19, 0),
+                    key: Self::act_key(unit, 0, 40),
                 },
                 &[],
             );
@@ -1325,7 +1382,7 @@ impl<'a> Step<'a> {
     }
 
     fn loss_keys(unit: u64) -> [u64; 6] {
-        std::array::from_fn(|j| Self::act_key(unit, 1 << 18, j as u64))
+        std::array::from_fn(|j| Self::act_key(unit, 0, 32 + j as u64))
     }
 
     fn loss_forward<S: Sink>(&self, unit: u64, sink: &mut S) {
@@ -1442,7 +1499,7 @@ impl<'a> Step<'a> {
                     Handle {
                         cat: Category::Gradients,
                         bytes: m(&[head_p, g]),
-                        key: Self::grad_key(1 << 20) + 1,
+                        key: Self::edge_grad_key(1),
                     },
                     &[],
                 );
@@ -1521,7 +1578,7 @@ impl<'a> Step<'a> {
                     Handle {
                         cat: Category::Gradients,
                         bytes: m(&[emb_p, g]),
-                        key: Self::grad_key(1 << 20),
+                        key: Self::edge_grad_key(0),
                     },
                     &[],
                 );
@@ -1530,7 +1587,7 @@ impl<'a> Step<'a> {
                 sink.free(Handle {
                     cat: Category::Activations,
                     bytes: self.emb_saved,
-                    key: Self::act_key(unit, 1 << 19, 0),
+                    key: Self::act_key(unit, 0, 40),
                 });
             }
         }

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::arch::{Layout, Mlp, Model, Norm, Positions, Transformer};
+use crate::arch::{Act, Layout, Mlp, Model, Norm, Positions, Transformer};
 use crate::error::{Error, Result};
 
 /// The `model_type` values the reader understands.
@@ -181,6 +181,26 @@ impl Cfg<'_> {
         }
     }
 
+    /// The activation named by the first present field of `names` (or `default`).
+    fn act(&self, names: &[&str], default: &str) -> Result<Act> {
+        let (field, name) = match self.find(names) {
+            None => (names[0], default),
+            Some((f, Value::String(s))) => (f, s.as_str()),
+            Some((f, other)) => {
+                return Err(Error::WrongType {
+                    field: f.into(),
+                    expected: "a string",
+                    found: kind_of(other).into(),
+                })
+            }
+        };
+        activation(name).ok_or_else(|| Error::OutOfRange {
+            field: field.into(),
+            value: name.into(),
+            why: "unknown activation (gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, quick_gelu, silu, swish, relu)".into(),
+        })
+    }
+
     fn str(&self, name: &str) -> Result<Option<&str>> {
         match self.find(&[name]) {
             None => Ok(None),
@@ -192,6 +212,17 @@ impl Cfg<'_> {
             }),
         }
     }
+}
+
+/// How `transformers`' `ACT2FN` implements an activation name.
+fn activation(name: &str) -> Option<Act> {
+    Some(match name {
+        "gelu" | "gelu_python" | "gelu_pytorch_tanh" | "gelu_accurate" | "silu" | "swish"
+        | "relu" | "gelu_10" => Act::Fused,
+        "gelu_new" | "gelu_fast" => Act::ComposedTanh,
+        "quick_gelu" => Act::QuickGelu,
+        _ => return None,
+    })
 }
 
 /// A decoder-only transformer with defaults filled in by the family readers.
@@ -210,6 +241,9 @@ fn base(vocab: u64, hidden: u64, layers: u64, heads: u64) -> Transformer {
         intermediate: 4 * hidden,
         max_positions: 2048,
         mlp: Mlp::Gated,
+        act: Act::Fused,
+        fused_qkv: false,
+        fused_gate_up: false,
         norm: Norm::RmsNorm,
         norm_bias: false,
         norms_per_layer: 2,
@@ -257,6 +291,8 @@ fn gpt2(c: &Cfg) -> Result<Transformer> {
     t.max_positions = positions;
     t.positions = Positions::Learned(positions);
     t.mlp = Mlp::Plain;
+    t.act = c.act(&["activation_function"], "gelu_new")?;
+    t.fused_qkv = true;
     t.norm = Norm::LayerNorm;
     t.norm_bias = true;
     (t.qkv_bias, t.out_bias, t.mlp_bias) = (true, true, true);
@@ -280,6 +316,8 @@ fn gpt_neox(c: &Cfg) -> Result<Transformer> {
     t.intermediate = c.opt_u64(&["intermediate_size"])?.unwrap_or(4 * hidden);
     t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
     t.mlp = Mlp::Plain;
+    t.act = c.act(&["hidden_act"], "gelu")?;
+    t.fused_qkv = true;
     t.norm = Norm::LayerNorm;
     t.norm_bias = true;
     let bias = c.bool("attention_bias", true)?;
@@ -322,12 +360,18 @@ fn llama_like(c: &Cfg) -> Result<Transformer> {
     t.intermediate = c.u64(&["intermediate_size"])?;
     t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
     let gemma = mt == "gemma" || mt == "gemma2";
+    t.act = if gemma {
+        c.act(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh")?
+    } else {
+        c.act(&["hidden_act"], "silu")?
+    };
     t.tied_embeddings = c.bool("tie_word_embeddings", gemma)?;
     t.qkv_bias = mt == "qwen2" || c.bool("attention_bias", false)?;
     t.out_bias = mt != "qwen2" && c.bool("attention_bias", false)?;
     t.mlp_bias = c.bool("mlp_bias", false)?;
     t.attention_dropout = c.prob(&["attention_dropout"], 0.0)?;
     if mt == "phi3" {
+        (t.fused_qkv, t.fused_gate_up) = (true, true);
         t.hidden_dropout = c.prob(&["resid_pdrop"], 0.0)?;
     }
     if mt == "gemma2" {
@@ -376,6 +420,7 @@ fn falcon(c: &Cfg) -> Result<Transformer> {
     t.intermediate = c.opt_u64(&["ffn_hidden_size"])?.unwrap_or(4 * hidden);
     t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
     t.mlp = Mlp::Plain;
+    t.fused_qkv = true;
     t.norm = Norm::LayerNorm;
     t.norm_bias = true;
     let bias = c.bool("bias", false)?;
@@ -420,6 +465,7 @@ fn bert(c: &Cfg) -> Result<Transformer> {
     t.norm = Norm::LayerNorm;
     t.norm_bias = true;
     (t.qkv_bias, t.out_bias, t.mlp_bias) = (true, true, true);
+    t.act = c.act(&["hidden_act"], "gelu")?;
     t.embedding_norm = true;
     t.pooler = true;
     t.final_norm = false;
@@ -450,7 +496,20 @@ fn t5(c: &Cfg) -> Result<Transformer> {
     );
     t.mlp = match c.str("feed_forward_proj")?.unwrap_or("relu") {
         "relu" => Mlp::Relu,
-        s if s.starts_with("gated-") => Mlp::Gated,
+        s if s.starts_with("gated-") => {
+            // T5Config maps "gated-gelu" to gelu_new.
+            let act = if s == "gated-gelu" {
+                "gelu_new"
+            } else {
+                &s[6..]
+            };
+            t.act = activation(act).ok_or_else(|| Error::OutOfRange {
+                field: "feed_forward_proj".into(),
+                value: s.into(),
+                why: "unknown activation".into(),
+            })?;
+            Mlp::Gated
+        }
         other => {
             return Err(Error::OutOfRange {
                 field: "feed_forward_proj".into(),

@@ -96,6 +96,9 @@ fn no_parallelism_formula() {
     let model = gpt(64, 6144, 48);
     let mut st = setup(1, false, Recompute::None);
     st.precision = Precision::Bf16;
+    if let Mode::Train(t) = &mut st.mode {
+        t.amp_style = Some(vram_model::setup::AmpStyle::Megatron);
+    }
     let (s, h, a) = (2048.0, 6144.0, 64.0);
     let expected = s * h * (34.0 + 5.0 * a * s / h) + 2.0 * 8.0 * s;
     assert!((layer_activation_bytes(&model, &st).unwrap() as f64 - expected).abs() < 1.0);
@@ -126,4 +129,45 @@ fn worked_check_175b_first_stage() {
         act / (1u64 << 30) as f64,
         paper / (1u64 << 30) as f64
     );
+}
+
+/// Per-layer bytes of Hugging Face models under `torch.autocast(bf16)` with SDPA, summed by hand
+/// from the tensors autograd saves in their modelling code (transformers 4.4x).
+#[test]
+fn hf_layers_under_autocast_by_hand() {
+    let setup = |mb, seq| Setup {
+        precision: Precision::Bf16Amp,
+        attention: Attention::Sdpa,
+        mode: Mode::Train(Train {
+            micro_batch: mb,
+            seq,
+            ..Train::default()
+        }),
+        ..Setup::default()
+    };
+    let (b, s) = (2u64, 256u64);
+    let tok = b * s;
+
+    // GPT-2 small (h 768, f 3072, 12 heads, dropout 0.1, gelu_new composed of elementwise ops):
+    //   ln_1 input fp32 4h + mean/rstd 8 | c_attn input cast 2h | q,k,v 3·2h | SDPA output 2h
+    //   + log-sum-exp 4 per head | c_proj input 2h | dropout mask h | ln_2 input 4h + 8
+    //   | c_fc input cast 2h | gelu input 2f | tanh and 1+tanh in fp32 2·4f, 0.5x 2f
+    //   | c_proj input cast 2f | dropout mask h
+    let (h, f, a) = (768, 3072, 12);
+    let gpt2 = tok * h * (4 + 2 + 6 + 2 + 2 + 1 + 4 + 2 + 1)
+        + 16 * tok
+        + 4 * b * a * s
+        + tok * f * (2 + 8 + 2 + 2);
+    let model = vram_model::catalog::lookup("gpt2").unwrap();
+    assert_eq!(layer_activation_bytes(&model, &setup(b, s)).unwrap(), gpt2);
+
+    // Llama-2-7B (h 4096, f 11008, 32 heads, no dropout, RMSNorm in fp32, separate q/k/v and
+    // gate/up projections that each cast the fp32 input):
+    //   norm: input 4h + normalised 4h + rstd 4 (twice) | q,k,v input casts 3·2h | q,k,v 3·2h
+    //   | SDPA output 2h + lse 4 per head | o_proj input 2h | gate/up input casts 2·2h
+    //   | gate out, SiLU out, up out, product 4·2f
+    let (h, f, a) = (4096, 11008, 32);
+    let llama = tok * h * (8 + 6 + 6 + 2 + 2 + 8 + 4) + 8 * tok + 4 * b * a * s + tok * f * 8;
+    let model = vram_model::catalog::lookup("llama-2-7b").unwrap();
+    assert_eq!(layer_activation_bytes(&model, &setup(b, s)).unwrap(), llama);
 }

@@ -1,0 +1,202 @@
+//! The free-block index: best fit by (stream, size, address).
+//!
+//! Keys pack stream, size and address into a `u128` whose order is PyTorch's
+//! `BlockComparatorSize` order. Keys live in 192 size bins (four per power of
+//! two), each a sorted vector, with a bitmap of non-empty bins. A best-fit
+//! lookup binary-searches the request's bin and then takes the smallest entry
+//! of the same stream from the next non-empty bins, so it returns exactly
+//! what an ordered set's `lower_bound` would, with a few dozen instructions
+//! instead of a tree descent.
+
+const NBINS: usize = 256;
+
+pub(crate) type Key = u128;
+
+pub(crate) const SIZE_MASK: u64 = (1 << 48) - 1;
+
+#[inline]
+pub(crate) fn mk_key(stream: u32, size: u64, addr: u64) -> Key {
+    (u128::from(stream) << 112) | (u128::from(size & SIZE_MASK) << 64) | u128::from(addr)
+}
+
+#[inline]
+pub(crate) fn key_stream(k: Key) -> u32 {
+    (k >> 112) as u32
+}
+
+#[inline]
+pub(crate) fn key_size(k: Key) -> u64 {
+    ((k >> 64) as u64) & SIZE_MASK
+}
+
+/// Monotone size -> bin map: four bins per power of two.
+#[inline]
+fn bin_of(size: u64) -> usize {
+    if size < 8 {
+        return size as usize;
+    }
+    let lz = 63 - size.leading_zeros() as usize;
+    let sub = ((size >> (lz - 2)) & 3) as usize;
+    (lz * 4 + sub).min(NBINS - 1)
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct FreeIndex {
+    bins: Vec<Vec<(Key, u32)>>,
+    nonempty: [u64; NBINS / 64],
+    len: usize,
+}
+
+impl Default for FreeIndex {
+    fn default() -> Self {
+        FreeIndex {
+            bins: vec![Vec::new(); NBINS],
+            nonempty: [0; NBINS / 64],
+            len: 0,
+        }
+    }
+}
+
+impl FreeIndex {
+    #[inline]
+    pub(crate) fn insert(&mut self, k: Key, idx: u32) {
+        let b = bin_of(key_size(k));
+        let v = &mut self.bins[b];
+        let i = v.partition_point(|e| e.0 < k);
+        v.insert(i, (k, idx));
+        self.nonempty[b / 64] |= 1 << (b % 64);
+        self.len += 1;
+    }
+
+    #[inline]
+    pub(crate) fn remove(&mut self, k: Key) -> Option<u32> {
+        let b = bin_of(key_size(k));
+        let v = &mut self.bins[b];
+        let i = v.partition_point(|e| e.0 < k);
+        if i < v.len() && v[i].0 == k {
+            let (_, idx) = v.remove(i);
+            if v.is_empty() {
+                self.nonempty[b / 64] &= !(1 << (b % 64));
+            }
+            self.len -= 1;
+            Some(idx)
+        } else {
+            None
+        }
+    }
+
+    /// The block index stored under `k`.
+    pub(crate) fn get(&self, k: Key) -> Option<u32> {
+        let v = &self.bins[bin_of(key_size(k))];
+        let i = v.partition_point(|e| e.0 < k);
+        (i < v.len() && v[i].0 == k).then(|| v[i].1)
+    }
+
+    /// The smallest entry of `stream` with size at least `size`
+    /// (lowest address among equal sizes).
+    #[inline]
+    pub(crate) fn lower_bound(&self, stream: u32, size: u64) -> Option<(Key, u32)> {
+        let b0 = bin_of(size);
+        let want = mk_key(stream, size, 0);
+        let v = &self.bins[b0];
+        let i = v.partition_point(|e| e.0 < want);
+        if i < v.len() && key_stream(v[i].0) == stream {
+            return Some(v[i]);
+        }
+        let start = mk_key(stream, 0, 0);
+        let mut b = b0 + 1;
+        while b < NBINS {
+            let word = self.nonempty[b / 64] >> (b % 64);
+            if word == 0 {
+                b = (b / 64 + 1) * 64;
+                continue;
+            }
+            b += word.trailing_zeros() as usize;
+            let v = &self.bins[b];
+            let i = v.partition_point(|e| e.0 < start);
+            if i < v.len() && key_stream(v[i].0) == stream {
+                return Some(v[i]);
+            }
+            b += 1;
+        }
+        None
+    }
+
+    /// Entries of `stream` with size at least `size`, largest first.
+    pub(crate) fn at_least_desc(&self, stream: u32, size: u64) -> Vec<(Key, u32)> {
+        let mut out: Vec<(Key, u32)> = self.bins[bin_of(size)..]
+            .iter()
+            .flatten()
+            .filter(|e| key_stream(e.0) == stream && key_size(e.0) >= size)
+            .copied()
+            .collect();
+        out.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+        out
+    }
+
+    /// All block indices, in key order.
+    pub(crate) fn values(&self) -> Vec<u32> {
+        let mut all: Vec<(Key, u32)> = self.bins.iter().flatten().copied().collect();
+        all.sort_unstable_by_key(|e| e.0);
+        all.into_iter().map(|e| e.1).collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn bins_are_monotone() {
+        let mut last = 0;
+        for s in 1..100_000u64 {
+            let b = bin_of(s);
+            assert!(b >= last, "size {s}");
+            last = b;
+        }
+        for p in 3..48 {
+            assert!(bin_of(1u64 << p) > bin_of((1u64 << p) - 1));
+        }
+        assert!(bin_of(SIZE_MASK) < NBINS);
+        assert!(bin_of(1 << 20) < bin_of((1 << 20) + (1 << 18)));
+    }
+
+    #[test]
+    fn lower_bound_matches_an_ordered_map() {
+        let mut idx = FreeIndex::default();
+        let mut reference = BTreeMap::new();
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for i in 0..2000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = mk_key(
+                (x % 3) as u32,
+                512 * (1 + (x >> 8) % 50_000),
+                (x >> 20) % (1 << 40),
+            );
+            if i % 3 == 2 {
+                if let Some((&k0, _)) = reference.iter().nth((x as usize) % reference.len().max(1))
+                {
+                    assert_eq!(idx.remove(k0), reference.remove(&k0));
+                }
+            } else if let std::collections::btree_map::Entry::Vacant(e) = reference.entry(k) {
+                e.insert(i);
+                idx.insert(k, i);
+            }
+            let (st, sz) = ((x >> 3) % 3, 512 * ((x >> 30) % 60_000));
+            let want = reference
+                .range(mk_key(st as u32, sz, 0)..)
+                .next()
+                .filter(|(k, _)| key_stream(**k) == st as u32)
+                .map(|(k, v)| (*k, *v));
+            assert_eq!(idx.lower_bound(st as u32, sz), want);
+            assert_eq!(idx.len(), reference.len());
+        }
+    }
+}

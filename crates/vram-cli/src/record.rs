@@ -1,0 +1,168 @@
+//! `vram record --interval 100ms --out FILE [--leak-check]`.
+//!
+//! Appends one JSON line per sample (see `vram_monitor::timeline` for the
+//! format and the durability guarantee). Stops on Ctrl-C, after `--count`
+//! samples or after `--duration`; with `--leak-check` prints each process's
+//! verdict at the end and warns on stderr as soon as a process is flagged.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vram_monitor::leak::{LeakConfig, LeakDetector, LeakFinding};
+use vram_monitor::timeline::TimelineWriter;
+use vram_monitor::view::human_bytes;
+
+use crate::monitor::{now_ms, open_source, parse_interval, BadInput, SourceArgs};
+
+/// Arguments of `vram record`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Time between samples: 100ms, 1s, 2.5s, 1m.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Timeline file (JSON Lines). Appended to, never truncated.
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// Flag processes whose memory keeps growing (Mann-Kendall trend test,
+    /// one-sided α = 0.01, on the whole series and its second half, plus a
+    /// high-water mark rising by at least 64 MiB).
+    #[arg(long)]
+    pub leak_check: bool,
+    /// Stop after this many samples.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Stop after this long (e.g. 10m).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    // Same syntax as intervals, without the one-hour ceiling.
+    match s.strip_suffix('h') {
+        Some(h) => h
+            .parse::<f64>()
+            .ok()
+            .filter(|v| *v > 0.0 && v.is_finite())
+            .map(|v| Duration::from_secs_f64(v * 3600.0))
+            .ok_or_else(|| format!("`{s}` is not a duration")),
+        None => parse_interval(s),
+    }
+}
+
+/// Consecutive failed samples tolerated before giving up.
+const MAX_FAILURES: u32 = 10;
+
+/// Leak checks cost O(n²) in the kept points, so they run at most this often.
+const ASSESS_EVERY: Duration = Duration::from_secs(5);
+
+fn describe(f: &LeakFinding) -> String {
+    format!(
+        "gpu {} pid {} ({}): {} -> {}, {}/s, Mann-Kendall p={:.1e} (2nd half p={:.1e}) {}",
+        f.gpu,
+        f.pid,
+        f.command.chars().take(48).collect::<String>(),
+        human_bytes(f.first_bytes),
+        human_bytes(f.last_bytes),
+        human_bytes(f.slope_bytes_per_s.max(0.0) as u64),
+        f.whole.p_increasing,
+        f.recent.p_increasing,
+        if f.leaking { "LEAK" } else { "ok" }
+    )
+}
+
+/// Record until stopped.
+pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
+    let mut source = open_source(&args.source)?;
+    // A file that cannot be opened (missing folder, no permission) is the
+    // user's to fix: bad input, exit 2.
+    let mut writer = TimelineWriter::open(&args.out).map_err(|e| BadInput(e.to_string()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second handler cannot be installed (e.g. in tests): then Ctrl-C
+        // simply kills the process, which the format tolerates.
+        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
+    }
+    let mut detector = args
+        .leak_check
+        .then(|| LeakDetector::new(LeakConfig::default()));
+    let mut flagged = BTreeSet::new();
+    let started = Instant::now();
+    let mut last_assess = Instant::now();
+    let mut next = Instant::now();
+    eprintln!(
+        "vram record: {} every {:?} -> {} (Ctrl-C to stop)",
+        source.describe(),
+        args.interval,
+        args.out.display()
+    );
+    let mut n = 0u64;
+    let mut failures = 0u32;
+    while !stop.load(Ordering::SeqCst)
+        && args.count.is_none_or(|c| n < c)
+        && args.duration.is_none_or(|d| started.elapsed() < d)
+    {
+        let sample = match source.sample(now_ms()) {
+            Ok(s) => {
+                failures = 0;
+                s
+            }
+            // A transient driver error should not end a long recording.
+            Err(e) if failures < MAX_FAILURES => {
+                failures += 1;
+                eprintln!("vram record: sample failed ({e}); retrying");
+                next += args.interval;
+                std::thread::sleep(args.interval);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        writer.append(&sample)?;
+        n += 1;
+        if let Some(det) = detector.as_mut() {
+            det.observe(&sample);
+            if last_assess.elapsed() >= ASSESS_EVERY {
+                last_assess = Instant::now();
+                for f in det.assess().into_iter().filter(|f| f.leaking) {
+                    if flagged.insert((f.gpu, f.pid)) {
+                        eprintln!("vram record: leak suspected: {}", describe(&f));
+                    }
+                }
+            }
+        }
+        next += args.interval;
+        // Sleep in short slices so Ctrl-C is handled promptly.
+        while !stop.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= next {
+                break;
+            }
+            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+        }
+        if Instant::now() > next + args.interval {
+            next = Instant::now(); // fell behind (suspend, slow NVML): don't burst
+        }
+    }
+    eprintln!(
+        "vram record: {} samples appended to {}",
+        writer.lines(),
+        args.out.display()
+    );
+    if let Some(det) = detector {
+        let findings = det.assess();
+        let mut out = std::io::stdout().lock();
+        if findings.is_empty() {
+            writeln!(out, "leak check: too few samples for a verdict (need 12)")?;
+        }
+        for f in &findings {
+            writeln!(out, "leak check: {}", describe(f))?;
+        }
+    }
+    Ok(())
+}

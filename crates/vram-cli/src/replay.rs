@@ -1,0 +1,183 @@
+//! `vram replay`: run a recorded snapshot's alloc/free history through allocator policies.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use serde_json::json;
+use vram_alloc::replay::{events_from_snapshot, replay, Event};
+use vram_alloc::{AllocError, AllocatorConfig, Policy, Snapshot};
+
+use crate::input::parse_bytes;
+use crate::{bad_input, fmt};
+
+/// Largest snapshot read (PyTorch's default 100,000-entry history pickles to well under this).
+const MAX_SNAPSHOT: u64 = 2 << 30;
+
+/// Arguments of `vram replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A snapshot pickle from `torch.cuda.memory._dump_snapshot()` or `vram trace`.
+    snapshot: PathBuf,
+    /// Policies to compare (repeatable): pytorch, pytorch-expandable, vramkit [default: all].
+    #[arg(long = "policy", value_parser = parse_policy)]
+    policies: Vec<Policy>,
+    /// Also replay PyTorch under these PYTORCH_CUDA_ALLOC_CONF settings, e.g.
+    /// "max_split_size_mb:128,garbage_collection_threshold:0.6" (the GC threshold
+    /// applies with --capacity, which becomes the cap).
+    #[arg(long)]
+    alloc_conf: Option<String>,
+    /// Device capacity for the would-OOM check, e.g. 80GiB.
+    #[arg(long, value_parser = parse_bytes)]
+    capacity: Option<u64>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_policy(s: &str) -> std::result::Result<Policy, String> {
+    Policy::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown policy `{s}` (one of: {})", names.join(", "))
+    })
+}
+
+/// Marks the allocator's input errors (bad pickle, bad snapshot, bad trace) as bad input.
+pub fn classify(e: AllocError) -> anyhow::Error {
+    if e.is_bad_input() {
+        bad_input!("{e}")
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+/// Reads and decodes a snapshot file.
+pub fn read_snapshot(path: &std::path::Path) -> Result<Snapshot> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| bad_input!("cannot read snapshot {}: {e}", path.display()))?;
+    if meta.len() > MAX_SNAPSHOT {
+        return Err(bad_input!(
+            "snapshot {} is {} bytes; refusing more than 2 GiB",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path)
+        .map_err(|e| bad_input!("cannot read snapshot {}: {e}", path.display()))?;
+    Snapshot::from_pickle(&bytes)
+        .map_err(|e| classify(e).context(format!("snapshot {}", path.display())))
+}
+
+/// Runs `vram replay`.
+pub fn run(a: &ReplayArgs) -> Result<()> {
+    let snap = read_snapshot(&a.snapshot)?;
+    let (events, recorded) = events_from_snapshot(&snap);
+    let allocs = events
+        .iter()
+        .filter(|e| matches!(e, Event::Alloc { .. }))
+        .count();
+    if allocs == 0 {
+        return Err(bad_input!(
+            "snapshot {} has no allocation history (record it with torch.cuda.memory._record_memory_history())",
+            a.snapshot.display()
+        ));
+    }
+    let policies = if a.policies.is_empty() {
+        Policy::ALL.to_vec()
+    } else {
+        a.policies.clone()
+    };
+    let mut configs: Vec<AllocatorConfig> =
+        policies.into_iter().map(AllocatorConfig::new).collect();
+    let mut conf_name = None;
+    if let Some(conf) = &a.alloc_conf {
+        let mut c = AllocatorConfig::from_pytorch_conf(conf)
+            .map_err(|e| bad_input!("--alloc-conf: {e}"))?;
+        if a.capacity.is_some() {
+            c.memory_fraction = Some(1.0);
+        }
+        conf_name = Some(format!("{} [{conf}]", c.policy.name()));
+        configs.push(c);
+    }
+    let mut results = Vec::new();
+    for (i, c) in configs.iter().enumerate() {
+        let mut r = replay(&events, c, a.capacity).map_err(classify)?;
+        if i + 1 == configs.len() {
+            if let Some(n) = conf_name.take() {
+                r.name = n;
+            }
+        }
+        results.push(r);
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let v = json!({
+            "snapshot": a.snapshot.display().to_string(),
+            "events": events.len(),
+            "allocations": allocs,
+            "capacity_bytes": a.capacity,
+            "recorded": recorded,
+            "policies": results,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{}: {} events ({} allocations)",
+        a.snapshot.display(),
+        fmt::thousands(events.len() as u64),
+        fmt::thousands(allocs as u64)
+    )?;
+    writeln!(
+        out,
+        "as recorded (the allocator that wrote the trace): peak allocated {}, peak reserved {}{}",
+        fmt::bytes(recorded.peak_allocated_bytes),
+        fmt::bytes(recorded.peak_reserved_bytes),
+        if recorded.unmatched_frees > 0 {
+            format!(
+                " ({} frees of blocks allocated before the trace began)",
+                recorded.unmatched_frees
+            )
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(out)?;
+    let oom_header = match a.capacity {
+        Some(c) => format!("OOM at {}", fmt::bytes(c)),
+        None => "OOM".to_string(),
+    };
+    let w = results
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(20);
+    writeln!(
+        out,
+        "{:<w$} {:>15} {:>15} {:>9} {:>14} {:>17}",
+        "policy", "peak allocated", "peak reserved", "reserved/", "fragmentation", oom_header
+    )?;
+    writeln!(out, "{:<w$} {:>15} {:>15} {:>9}", "", "", "", "allocated")?;
+    for r in &results {
+        let oom = match (r.would_oom, r.first_oom_event) {
+            (Some(true), Some(i)) => format!("yes (event {i})"),
+            (Some(true), None) => "yes".to_string(),
+            (Some(false), _) => "no".to_string(),
+            (None, _) => "-".to_string(),
+        };
+        writeln!(
+            out,
+            "{:<w$} {:>15} {:>15} {:>9.3} {:>13.2}% {:>17}",
+            r.name,
+            fmt::bytes(r.peak_allocated_bytes),
+            fmt::bytes(r.peak_reserved_bytes),
+            r.peak_reserved_bytes as f64 / r.peak_allocated_bytes.max(1) as f64,
+            r.fragmentation * 100.0,
+            oom
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! `vram report INPUT --out FILE.html`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::monitor::BadInput;
+
+/// Arguments of `vram report`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// A `vram record` timeline (JSON Lines), or the JSON printed by
+    /// `vram top --json`, `vram estimate --json`, `vram plan --json` or
+    /// `vram replay --json`.
+    #[arg(required_unless_present = "demo")]
+    pub input: Option<PathBuf>,
+    /// Where to write the HTML (default: INPUT with `.html`; with --demo,
+    /// `vram-demo.html`).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Report on a two-minute simulated recording instead of INPUT.
+    #[arg(long, conflicts_with = "input")]
+    pub demo: bool,
+}
+
+/// 120 one-second samples of the demo machine, as JSON Lines.
+fn demo_recording() -> String {
+    use vram_monitor::{SimulatedSource, Source};
+    let mut src = SimulatedSource::demo();
+    let t0 = crate::monitor::now_ms();
+    (0..120)
+        .filter_map(|k| src.sample(t0 + k * 1000).ok())
+        .map(|s| s.to_json_line() + "\n")
+        .collect()
+}
+
+/// Render the report; an unreadable or unrecognised input is bad input.
+pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
+    let (text, name, default_out) = match &args.input {
+        Some(input) if !args.demo => {
+            let text = std::fs::read_to_string(input)
+                .map_err(|e| BadInput(format!("cannot read {}: {e}", input.display())))?;
+            let name = input
+                .file_name()
+                .map_or_else(|| "input".into(), |n| n.to_string_lossy().into_owned());
+            (text, name, input.with_extension("html"))
+        }
+        _ => (
+            demo_recording(),
+            "demo recording".to_string(),
+            PathBuf::from("vram-demo.html"),
+        ),
+    };
+    let (kind, html) = vram_monitor::report::render(&text, &name).with_context(|| name.clone())?;
+    let out = args.out.clone().unwrap_or(default_out);
+    std::fs::write(&out, html).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!("vram report: wrote {} ({})", out.display(), kind.name());
+    Ok(())
+}

@@ -1,0 +1,73 @@
+use thiserror::Error;
+
+/// Everything that can go wrong in `vram-monitor`.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum MonitorError {
+    /// NVML could not be loaded or initialised (no NVIDIA driver, no
+    /// `libnvidia-ml.so.1`, or no permission).
+    #[error("no NVIDIA GPU monitoring available: {reason} (use --demo for a simulated GPU)")]
+    NvmlUnavailable {
+        /// What NVML or the loader said.
+        reason: String,
+    },
+    /// An NVML call failed while sampling.
+    #[error("NVML call {call} failed: {message}")]
+    Nvml {
+        /// The NVML query that failed.
+        call: &'static str,
+        /// NVML's description of the failure.
+        message: String,
+    },
+    /// A recording line could not be parsed.
+    #[error("line {line}: not a vram sample: {message}")]
+    BadRecordLine {
+        /// 1-based line number in the input.
+        line: usize,
+        /// What was wrong with it.
+        message: String,
+    },
+    /// The input of `vram report` is not a recording, estimate, plan or replay.
+    #[error("unrecognised input: {reason}")]
+    UnrecognisedInput {
+        /// Why it was not recognised.
+        reason: String,
+    },
+    /// A simulated scenario is inconsistent (for example a process on a GPU
+    /// that does not exist).
+    #[error("invalid scenario: {reason}")]
+    InvalidScenario {
+        /// What is inconsistent.
+        reason: String,
+    },
+    /// An I/O error while writing or reading a timeline.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl MonitorError {
+    /// True when the error is the user's input or environment rather than a bug
+    /// or a transient failure: the CLI maps these to exit code 2.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            MonitorError::NvmlUnavailable { .. }
+                | MonitorError::BadRecordLine { .. }
+                | MonitorError::UnrecognisedInput { .. }
+                | MonitorError::InvalidScenario { .. }
+        )
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        MonitorError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
