@@ -128,8 +128,15 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
             }
         }
     }
-    if p.zero_stage >= 1 {
-        a.push("--use-distributed-optimizer".into());
+    // Megatron-LM's distributed optimizer shards optimizer states and reduce-scatters
+    // gradients (ZeRO-1/2); parameter sharding (ZeRO-3) is its PyTorch FSDP2 path.
+    match p.zero_stage {
+        0 => {}
+        1 | 2 => a.push("--use-distributed-optimizer".into()),
+        _ => {
+            a.push("--use-torch-fsdp2".into());
+            a.push("--no-gradient-accumulation-fusion".into());
+        }
     }
     match p.precision {
         Precision::Fp16Amp => a.push("--fp16".into()),
@@ -141,6 +148,10 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
         nodes(p, job),
         per_node(p, job)
     );
+    if p.offload != Offload::None {
+        s += "# the plan offloads optimizer states to the CPU: recent Megatron-core has \
+              --optimizer-cpu-offload; otherwise use --emit deepspeed\n";
+    }
     for (i, arg) in a.iter().enumerate() {
         let _ = writeln!(s, "{arg}{}", if i + 1 < a.len() { " \\" } else { "" });
     }

@@ -95,6 +95,19 @@ fn megatron_arguments_name_every_dimension() {
     assert!(s.contains(&format!("--micro-batch-size {}", p.micro_batch)));
     // Megatron-LM derives the accumulation: global / (micro × dp).
     assert_eq!(256 / (p.micro_batch * p.dp), p.grad_accum);
+    // ZeRO-3 is Megatron-LM's FSDP2 path, not the distributed optimizer.
+    let (p, t) = plan(
+        Pins {
+            tp: Some(2),
+            pp: Some(1),
+            zero: Some(3),
+            ..Pins::default()
+        },
+        16,
+    );
+    let s = megatron(&p, &job(&t));
+    assert!(s.contains("--use-torch-fsdp2"));
+    assert!(!s.contains("--use-distributed-optimizer"));
 }
 
 #[test]
