@@ -194,3 +194,34 @@ fn check_gpus(gpus: u64) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_bandwidth_by_placement() {
+        let c = Cluster::for_gpu("a100-80g", 64).unwrap();
+        assert_eq!(c.gpus_per_node, 8);
+        assert_eq!(c.nodes(), 8);
+        // Inside a node: NVSwitch.
+        assert_eq!(c.group_gb_s(8, 1), 230.0);
+        assert_eq!(c.group_gb_s(4, 2), 230.0);
+        // 64 consecutive ranks: 8 per node, 8 NICs' worth (8 × 20 = 160 GB/s).
+        assert_eq!(c.group_gb_s(64, 1), 160.0);
+        // One rank per node (stride 8, e.g. dp across tp = 8): one NIC.
+        assert_eq!(c.group_gb_s(8, 8), 20.0);
+        // Two per node (stride 4): two NICs.
+        assert_eq!(c.group_gb_s(16, 4), 40.0);
+    }
+
+    #[test]
+    fn small_jobs_are_one_node_and_presets_resolve() {
+        let c = Cluster::for_gpu("h100", 4).unwrap();
+        assert_eq!((c.gpus_per_node, c.nodes()), (4, 1));
+        let w = Cluster::from_preset(preset("workstation").unwrap(), None, 1).unwrap();
+        assert_eq!(w.gpu.id, "rtx-4090");
+        assert!(preset("dgx-z").is_err());
+        assert!(Cluster::for_gpu("a100", 0).is_err());
+    }
+}

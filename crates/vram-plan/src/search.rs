@@ -827,3 +827,59 @@ fn suggest(req: &Request, least: u64) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn divisors_in_order() {
+        // 3072 = 2^10 · 3: (10 + 1)(1 + 1) = 22 divisors.
+        let d = divisors(3072);
+        assert_eq!(d.len(), 22);
+        assert_eq!(&d[..6], &[1, 2, 3, 4, 6, 8]);
+        assert_eq!(*d.last().unwrap(), 3072);
+        assert_eq!(divisors(1), vec![1]);
+        assert_eq!(divisors(36), vec![1, 2, 3, 4, 6, 9, 12, 18, 36]);
+    }
+
+    #[test]
+    fn time_keys_sort_like_times() {
+        let t = [0.0, 1e-9, 0.5, 1.0, 2.5, 1e6];
+        assert!(t.windows(2).all(|w| key(w[0]) < key(w[1])));
+    }
+
+    #[test]
+    fn labels_name_every_searched_dimension() {
+        let p = Plan {
+            tp: 8,
+            pp: 8,
+            dp: 24,
+            micro_batch: 1,
+            grad_accum: 96,
+            zero_stage: 1,
+            offload: Offload::Optimizer,
+            recompute: Recompute::Full,
+            recompute_layers: Some(3),
+            sequence_parallel: true,
+            schedule: Schedule::Interleaved(2),
+            precision: Precision::Bf16Amp,
+            amp_style: AmpStyle::Megatron,
+            step_time_s: 1.0,
+            tokens_per_s: 1.0,
+            mfu: 0.5,
+            tflops_per_gpu: 150.0,
+            peak_bytes_per_gpu: 1,
+            bound: Bound::Compute,
+            time: StepTime::default(),
+        };
+        assert_eq!(
+            p.label(),
+            "tp8 pp8 dp24 mb1x96 zero1 offload-opt sp interleaved-2 rc-full:3"
+        );
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["schedule"], "interleaved-2");
+        assert_eq!(v["recompute"], "full");
+        assert_eq!(v["offload"], "optimizer");
+    }
+}
