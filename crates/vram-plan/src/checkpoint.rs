@@ -174,6 +174,37 @@ pub fn sqrt_checkpoints(chain: &[Stage]) -> Schedule {
     segments(chain, k)
 }
 
+/// Megatron-LM's "block" method (`--recompute-method block --recompute-num-layers k`), what
+/// the planner's "optimal" recomputation picks for a uniform stack: the first `k` stages hold
+/// only their input and are recomputed before their backward, the rest save everything.
+pub fn first_k_recomputed(chain: &[Stage], k: usize) -> Schedule {
+    let n = chain.len();
+    let k = k.min(n);
+    let mut ops = Vec::new();
+    for i in 0..n {
+        ops.push(Op::Forward {
+            stage: i,
+            save: i >= k,
+            keep_output: true,
+        });
+    }
+    for i in (0..n).rev() {
+        if i < k {
+            ops.push(Op::Forward {
+                stage: i,
+                save: true,
+                keep_output: false,
+            });
+        }
+        ops.push(Op::Backward(i));
+        if i > 0 {
+            ops.push(Op::Drop(i));
+        }
+    }
+    let cost = simulate(chain, &ops).map_or(f64::INFINITY, |r| r.cost);
+    Schedule { cost, ops }
+}
+
 /// Checkpoints every `k` stages; each segment re-run with saving before its backward.
 fn segments(chain: &[Stage], k: usize) -> Schedule {
     let n = chain.len();
