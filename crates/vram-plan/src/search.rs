@@ -315,7 +315,13 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
             let schedules: Vec<Schedule> = if pp == 1 {
                 vec![Schedule::OneFOneB]
             } else {
-                let mut v = vec![Schedule::Gpipe, Schedule::OneFOneB];
+                // GPipe has 1F1B's bubble and holds every micro-batch's activations instead
+                // of at most p: it never wins, so it is searched only when pinned (and its
+                // peak walk grows with the micro-batch count).
+                let mut v = vec![Schedule::OneFOneB];
+                if pins.schedule == Some(Schedule::Gpipe) {
+                    v.push(Schedule::Gpipe);
+                }
                 for chunks in [2, 3, 4, 6, 8] {
                     if layers % (pp * chunks) == 0 {
                         v.push(Schedule::Interleaved(chunks));

@@ -268,3 +268,17 @@ fn offload_respects_host_memory() {
     assert!(out.plans.is_empty());
     assert!(out.suggestions[0].contains("host memory"));
 }
+
+#[test]
+fn gpipe_only_when_pinned() {
+    // GPipe has 1F1B's bubble (Narayanan et al. 2021 §2.2) and holds all m micro-batches'
+    // activations instead of at most p, so the unpinned search never lists it.
+    let mut req = request();
+    req.pins.pp = Some(4);
+    let out = search(&req, &mut |_| {}).unwrap();
+    assert!(out.plans.iter().all(|p| p.schedule != Schedule::Gpipe));
+    req.pins.schedule = Some(Schedule::Gpipe);
+    let out = search(&req, &mut |_| {}).unwrap();
+    assert!(!out.plans.is_empty());
+    assert!(out.plans.iter().all(|p| p.schedule == Schedule::Gpipe));
+}
