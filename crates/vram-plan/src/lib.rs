@@ -9,7 +9,7 @@
 //! - [`cost`] prices one configuration: FLOPs at a shape-dependent efficiency, tensor-, pipeline-
 //!   and data-parallel communication, the pipeline bubble, offload.
 //! - [`search()`] enumerates DP × TP × PP × schedule × sequence parallel × ZeRO × offload ×
-//!   recomputation × micro-batch, and checks memory with [`vram_model::estimate`] best-first.
+//!   recomputation × micro-batch, and checks memory with [`vram_model::estimate()`] best-first.
 //! - [`checkpoint`] is optimal activation checkpointing for a chain of heterogeneous layers
 //!   under a memory budget (a rotor/Revolve-style dynamic programme).
 //! - [`batching`] packs variable-length sequences into batches whose estimated peak fits.
