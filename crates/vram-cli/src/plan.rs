@@ -133,10 +133,11 @@ pub struct PlanArgs {
     /// Pin the pipeline schedule: 1f1b, gpipe, interleaved:N.
     #[arg(long, value_parser = parse_schedule)]
     schedule: Option<Schedule>,
-    /// Precision (not searched: it changes the numerics). Default bf16-amp (fp16-amp on GPUs
-    /// without bf16).
-    #[arg(long, value_enum)]
-    precision: Option<PrecisionArg>,
+    /// Precision, or a comma-separated list to search (e.g. `bf16-amp,bf16`). Default: only
+    /// bf16-amp (fp16-amp on GPUs without bf16), since pure bf16 always wins on memory but
+    /// changes the numerics.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    precision: Vec<PrecisionArg>,
     /// Attention implementation.
     #[arg(long, value_enum, default_value = "sdpa")]
     attention: AttentionArg,
@@ -179,13 +180,18 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         return Err(bad_input!("--top must be at least 1"));
     }
     let mut req = Request::new(model, cluster, a.global_batch, a.seq);
-    if let Some(p) = a.precision {
-        req.precision = match p {
-            PrecisionArg::Fp32 => Precision::Fp32,
-            PrecisionArg::Fp16Amp => Precision::Fp16Amp,
-            PrecisionArg::Bf16Amp => Precision::Bf16Amp,
-            PrecisionArg::Bf16 => Precision::Bf16,
-        };
+    if !a.precision.is_empty() {
+        req.precisions = a
+            .precision
+            .iter()
+            .map(|p| match p {
+                PrecisionArg::Fp32 => Precision::Fp32,
+                PrecisionArg::Fp16Amp => Precision::Fp16Amp,
+                PrecisionArg::Bf16Amp => Precision::Bf16Amp,
+                PrecisionArg::Bf16 => Precision::Bf16,
+            })
+            .collect();
+        req.precisions.dedup();
     }
     req.attention = match a.attention {
         AttentionArg::Eager => Attention::Eager,

@@ -174,6 +174,8 @@ pub struct Config {
     pub schedule: Schedule,
     /// Mixed-precision layout in force (decides gradient bytes).
     pub amp_style: AmpStyle,
+    /// Precision.
+    pub precision: Precision,
 }
 
 /// Where the step's time goes, seconds.
@@ -210,11 +212,11 @@ pub fn step_time(
     t: &Transformer,
     cluster: &Cluster,
     cal: &Calibration,
-    precision: Precision,
     attention: Attention,
     seq: u64,
     cfg: &Config,
 ) -> StepTime {
+    let precision = cfg.precision;
     let tf = token_flops(t, seq);
     let peak = 1e12
         * if precision == Precision::Fp32 {

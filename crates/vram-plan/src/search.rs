@@ -72,8 +72,10 @@ pub struct Request {
     pub global_batch: u64,
     /// Sequence length.
     pub seq: u64,
-    /// Precision (not searched: it changes the numerics, so the user chooses).
-    pub precision: Precision,
+    /// Precisions to search (at least one). [`Request::new`] puts only the GPU's
+    /// mixed-precision default here: searching pure bf16 against bf16 AMP would always pick
+    /// pure bf16 for its memory, a change of numerics the user has to choose.
+    pub precisions: Vec<Precision>,
     /// Attention implementation.
     pub attention: Attention,
     /// Optimizer.
@@ -102,7 +104,7 @@ impl Request {
             cluster,
             global_batch,
             seq,
-            precision,
+            precisions: vec![precision],
             attention: Attention::Sdpa,
             optimizer: Optimizer::Adamw,
             overheads: Overheads::default(),
@@ -197,6 +199,11 @@ impl Plan {
         if self.zero_stage > 0 {
             s += &format!(" zero{}", self.zero_stage);
         }
+        s += match self.precision {
+            Precision::Bf16Amp | Precision::Fp16Amp => "",
+            Precision::Bf16 => " pure-bf16",
+            Precision::Fp32 => " fp32",
+        };
         if self.offload != Offload::None {
             s += &format!(
                 " offload-{}",
@@ -361,55 +368,60 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
                                 {
                                     continue;
                                 }
-                                for choice in [
-                                    RecomputeChoice::None,
-                                    RecomputeChoice::Selective,
-                                    RecomputeChoice::Full,
-                                    RecomputeChoice::Optimal,
-                                ] {
-                                    if !pinned(pins.recompute, choice) {
-                                        continue;
-                                    }
-                                    if choice == RecomputeChoice::Optimal && layers / pp < 2 {
-                                        continue;
-                                    }
-                                    let (recompute, recompute_layers) = match choice {
-                                        RecomputeChoice::None | RecomputeChoice::Optimal => {
-                                            (Recompute::None, None)
+                                for &precision in &req.precisions {
+                                    for choice in [
+                                        RecomputeChoice::None,
+                                        RecomputeChoice::Selective,
+                                        RecomputeChoice::Full,
+                                        RecomputeChoice::Optimal,
+                                    ] {
+                                        if !pinned(pins.recompute, choice) {
+                                            continue;
                                         }
-                                        RecomputeChoice::Selective => (Recompute::Selective, None),
-                                        RecomputeChoice::Full => (Recompute::Full, None),
-                                    };
-                                    let parallel = Parallel {
-                                        dp,
-                                        tp,
-                                        pp,
-                                        sequence_parallel: sp,
-                                        zero,
-                                        schedule,
-                                    };
-                                    let setup = Setup {
-                                        parallel,
-                                        ..Setup::default()
-                                    };
-                                    out.push(Cand {
-                                        cfg: Config {
+                                        if choice == RecomputeChoice::Optimal && layers / pp < 2 {
+                                            continue;
+                                        }
+                                        let (recompute, recompute_layers) = match choice {
+                                            RecomputeChoice::None | RecomputeChoice::Optimal => {
+                                                (Recompute::None, None)
+                                            }
+                                            RecomputeChoice::Selective => {
+                                                (Recompute::Selective, None)
+                                            }
+                                            RecomputeChoice::Full => (Recompute::Full, None),
+                                        };
+                                        let parallel = Parallel {
+                                            dp,
                                             tp,
                                             pp,
-                                            dp,
-                                            micro_batch: mb,
-                                            grad_accum: ga,
-                                            zero,
-                                            offload,
-                                            recompute,
-                                            recompute_layers,
                                             sequence_parallel: sp,
+                                            zero,
                                             schedule,
-                                            amp_style: setup.amp_style(),
-                                        },
-                                        choice,
-                                        mem: None,
-                                    });
+                                        };
+                                        let setup = Setup {
+                                            parallel,
+                                            ..Setup::default()
+                                        };
+                                        out.push(Cand {
+                                            cfg: Config {
+                                                tp,
+                                                pp,
+                                                dp,
+                                                micro_batch: mb,
+                                                grad_accum: ga,
+                                                zero,
+                                                offload,
+                                                recompute,
+                                                recompute_layers,
+                                                sequence_parallel: sp,
+                                                schedule,
+                                                amp_style: setup.amp_style(),
+                                                precision,
+                                            },
+                                            choice,
+                                            mem: None,
+                                        });
+                                    }
                                 }
                             }
                         }
@@ -423,7 +435,7 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
 
 fn setup_of(req: &Request, cfg: &Config) -> Setup {
     Setup {
-        precision: req.precision,
+        precision: cfg.precision,
         attention: req.attention,
         parallel: Parallel {
             dp: cfg.dp,
@@ -463,15 +475,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn price(&self, cfg: &Config) -> StepTime {
         let r = self.req;
-        cost::step_time(
-            self.t,
-            &r.cluster,
-            &r.calibration,
-            r.precision,
-            r.attention,
-            r.seq,
-            cfg,
-        )
+        cost::step_time(self.t, &r.cluster, &r.calibration, r.attention, r.seq, cfg)
     }
 
     /// Total bytes per GPU, or `None` when the memory model rejects the setup.
@@ -513,7 +517,7 @@ impl Ctx<'_> {
         let time = self.price(cfg);
         let gpus = (cfg.tp * cfg.pp * cfg.dp) as f64;
         let peak_flops = 1e12
-            * if r.precision == Precision::Fp32 {
+            * if cfg.precision == Precision::Fp32 {
                 r.cluster.gpu.fp32_tflops
             } else {
                 r.cluster.gpu.half_tflops
@@ -544,7 +548,7 @@ impl Ctx<'_> {
             recompute_layers: cfg.recompute_layers,
             sequence_parallel: cfg.sequence_parallel,
             schedule: cfg.schedule,
-            precision: r.precision,
+            precision: cfg.precision,
             amp_style: cfg.amp_style,
             step_time_s: total,
             tokens_per_s: tokens / total,
@@ -764,6 +768,9 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
         return Err(Error::Request(
             "--global-batch and --seq must be at least 1".into(),
         ));
+    }
+    if req.precisions.is_empty() {
+        return Err(Error::Request("no precision to search".into()));
     }
     if req.top == 0 {
         return Err(Error::Request("--top must be at least 1".into()));

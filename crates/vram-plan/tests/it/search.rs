@@ -78,6 +78,7 @@ fn cfg(pp: u64, m: u64, schedule: Schedule) -> Config {
         sequence_parallel: false,
         schedule,
         amp_style: AmpStyle::Megatron,
+        precision: Precision::Bf16Amp,
     }
 }
 
@@ -96,15 +97,7 @@ fn bubble_fractions_follow_the_schedules() {
         (Schedule::Gpipe, 3.0 / 8.0),
         (Schedule::Interleaved(2), 3.0 / 16.0),
     ] {
-        let s = step_time(
-            &t,
-            &c,
-            &cal,
-            Precision::Bf16Amp,
-            Attention::Sdpa,
-            2048,
-            &cfg(4, 8, schedule),
-        );
+        let s = step_time(&t, &c, &cal, Attention::Sdpa, 2048, &cfg(4, 8, schedule));
         let steady = s.total_s - s.bubble_s - s.dp_comm_s - s.optimizer_s - s.offload_s;
         assert!((s.bubble_s / steady - want).abs() < 1e-9, "{schedule:?}");
     }
@@ -281,4 +274,40 @@ fn gpipe_only_when_pinned() {
     let out = search(&req, &mut |_| {}).unwrap();
     assert!(!out.plans.is_empty());
     assert!(out.plans.iter().all(|p| p.schedule == Schedule::Gpipe));
+}
+
+#[test]
+fn precision_is_searched_when_asked() {
+    // Pure bf16 drops the fp32 master weights (4 bytes per parameter) and keeps bf16 Adam
+    // states, so the same configuration needs less memory than bf16 AMP at the same speed;
+    // fp32 runs at the A100's 19.5 fp32 TFLOP/s instead of 312, so it is far slower.
+    let mut req = Request::new(
+        catalog::lookup("llama-2-7b").unwrap(),
+        Cluster::for_gpu("a100-80g", 8).unwrap(),
+        64,
+        2048,
+    );
+    req.precisions = vec![Precision::Bf16Amp, Precision::Bf16, Precision::Fp32];
+    req.pins = Pins {
+        tp: Some(1),
+        pp: Some(1),
+        zero: Some(3),
+        micro_batch: Some(1),
+        recompute: Some(RecomputeChoice::Full),
+        offload: Some(Offload::None),
+        ..Pins::default()
+    };
+    req.top = 3;
+    let out = search(&req, &mut |_| {}).unwrap();
+    let by = |p: Precision| out.plans.iter().find(|x| x.precision == p).unwrap();
+    let (amp, pure, fp32) = (
+        by(Precision::Bf16Amp),
+        by(Precision::Bf16),
+        by(Precision::Fp32),
+    );
+    assert!(pure.peak_bytes_per_gpu < amp.peak_bytes_per_gpu);
+    assert!(fp32.step_time_s > 5.0 * amp.step_time_s);
+    assert!(pure.label().contains("pure-bf16"));
+    req.precisions.clear();
+    assert!(search(&req, &mut |_| {}).is_err());
 }
