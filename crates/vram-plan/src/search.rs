@@ -719,6 +719,13 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
         }
     }
     progress(Progress { done, total });
+    // Equally fast plans (e.g. ZeRO stages whose communication is hidden) rank by memory, so
+    // the best plan leaves the most headroom.
+    plans.sort_by(|a, b| {
+        a.step_time_s
+            .total_cmp(&b.step_time_s)
+            .then(a.peak_bytes_per_gpu.cmp(&b.peak_bytes_per_gpu))
+    });
     let estimates = ctx.estimates;
     if plans.is_empty() && ctx.closest.is_none() && host_rejected > 0 {
         return Ok(Outcome {

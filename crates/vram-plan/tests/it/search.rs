@@ -311,3 +311,26 @@ fn precision_is_searched_when_asked() {
     req.precisions.clear();
     assert!(search(&req, &mut |_| {}).is_err());
 }
+
+#[test]
+fn equally_fast_plans_rank_by_memory() {
+    // Llama-3-8B on 8 H100s: ZeRO stages whose communication the model hides tie on time;
+    // the one with the most headroom must come first.
+    let mut req = Request::new(
+        catalog::lookup("llama-3-8b").unwrap(),
+        Cluster::for_gpu("h100-80g", 8).unwrap(),
+        64,
+        4096,
+    );
+    req.top = 6;
+    let plans = search(&req, &mut |_| {}).unwrap().plans;
+    assert!(plans.len() >= 2);
+    for w in plans.windows(2) {
+        assert!(
+            w[0].step_time_s < w[1].step_time_s
+                || (w[0].step_time_s == w[1].step_time_s
+                    && w[0].peak_bytes_per_gpu <= w[1].peak_bytes_per_gpu),
+            "ranked by time, then memory"
+        );
+    }
+}
