@@ -278,10 +278,17 @@ fn python_module_against_the_cdylib() {
         return;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    // The cdylib next to this test binary's deps directory.
+    // `cargo test` builds the cdylib into the test binary's own `deps`
+    // directory (it is uplifted to `target/<profile>` only by `cargo build`).
     let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let lib = profile_dir.join("libvram_torch.so");
+    let deps = exe.parent().unwrap();
+    let lib = [
+        deps.join("libvram_torch.so"),
+        deps.parent().unwrap().join("libvram_torch.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| deps.join("libvram_torch.so"));
     if !lib.exists() {
         eprintln!(
             "skipping: {} not built (cargo build -p vram-torch)",
