@@ -17,6 +17,19 @@ macro_rules! device_tests {
                 }
             )*
         }
+        mod capped {
+            // vram-tier's cap wrapper must behave like a device too.
+            $(
+                #[test]
+                fn $name() {
+                    let make = || vram_tier::CappedDevice::new(
+                        vram_alloc::SimDevice::with_granularity(4 << 30, 2 << 20),
+                        Some(1 << 30),
+                    );
+                    vram_cuda::conformance::$name(&make).unwrap();
+                }
+            )*
+        }
         mod cuda {
             $(
                 #[test]
