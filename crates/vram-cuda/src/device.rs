@@ -1,5 +1,9 @@
 //! [`CudaDevice`] and [`CudaHost`]: the traits' CUDA implementations.
 
+// Calls `driver`'s `unsafe fn`s, discharging their one precondition: the device no
+// longer uses the memory or handle (events waited for, or the context synchronized).
+#![allow(unsafe_code)]
+
 use crate::driver::{self, Context};
 use crate::error::CudaError;
 use std::collections::{BTreeMap, HashMap};

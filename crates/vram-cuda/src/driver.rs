@@ -9,6 +9,8 @@
 //! module so that the types using them stay `Send` without `unsafe impl`.
 //! No Rust reference ever points into device or pinned memory.
 
+#![allow(unsafe_code)] // The one module that calls the driver.
+
 use crate::error::CudaError;
 use cudarc::driver::sys;
 use std::ffi::c_void;

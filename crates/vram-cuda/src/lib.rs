@@ -18,7 +18,10 @@
 //! machine without a driver, [`CudaDevice::open`] returns
 //! [`CudaError::NoDriver`] ("no NVIDIA driver: libcuda.so.1 not found").
 //!
-//! All `unsafe` code is in the private `driver` module. Dropping a
+//! `unsafe` is confined to the private `driver` module (every driver call)
+//! and the calls in `device` to `driver`'s `unsafe fn`s, whose one
+//! precondition is that the device no longer uses the memory or handle
+//! (`#![deny(unsafe_code)]` elsewhere). Dropping a
 //! [`CudaDevice`] or [`CudaHost`] returns everything it holds and never
 //! panics; failures are counted ([`drop_errors`]).
 //!
@@ -29,6 +32,7 @@
 //! }
 //! ```
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 pub mod conformance;
 mod device;

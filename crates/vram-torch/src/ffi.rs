@@ -18,6 +18,8 @@
 //! they write it, NUL-terminated, only when `len` exceeds that length, so a
 //! caller may ask with `len = 0` first. They return -1 on error.
 
+#![allow(unsafe_code)] // The C boundary: exported symbols, C strings and buffers.
+
 use crate::plugin::plugin;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -31,6 +31,7 @@
 //! PyTorch raises its usual `OutOfMemoryError`; the last error's text is
 //! kept for [`ffi::vram_last_error`].
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 pub mod ffi;
 mod plugin;
