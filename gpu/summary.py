@@ -23,6 +23,10 @@ if nat and vk and nat.get("median_step_s") and vk.get("median_step_s"):
                       "within_3_percent": ratio <= 1.03}
     s["peak_reserved"] = {"native": nat["peak_reserved_bytes"], "vramkit": vk["peak_reserved_bytes"],
                           "vramkit_not_higher": vk["peak_reserved_bytes"] <= nat["peak_reserved_bytes"]}
+pte = load("train_vramkit_pte.json")
+if nat and pte and nat.get("median_step_s") and pte.get("median_step_s"):
+    s["pytorch_expandable_policy"] = {"step_ratio": pte["median_step_s"] / nat["median_step_s"],
+                                      "peak_reserved": pte["peak_reserved_bytes"]}
 if natl and vkl:
     s["limited"] = {"cap_bytes": vkl.get("limit_bytes") or natl.get("limit_bytes"),
                     "native_oom": natl.get("oom"), "vramkit_finished": vkl.get("finished"),

@@ -273,6 +273,7 @@ impl Device for CudaDevice {
         let _b = self.bind()?;
         let dev = self.ctx.device();
         let mut at = addr;
+        let mut failure = None;
         while at < addr + size {
             match driver::create_and_map(dev, at, g) {
                 Ok(h) => {
@@ -280,21 +281,25 @@ impl Device for CudaDevice {
                     at += g;
                 }
                 Err(e) => {
-                    // Roll back the granules mapped by this call.
-                    let done: Vec<(u64, u64)> =
-                        self.pages.range(addr..at).map(|(&a, &h)| (a, h)).collect();
-                    for (a, h) in done {
-                        // SAFETY: mapped whole with `h` just now and never
-                        // handed to anyone (the map call has not returned).
-                        if unsafe { driver::unmap_and_release(a, g, h) }.is_ok() {
-                            self.pages.remove(&a);
-                        }
-                    }
-                    return Err(self.fail(e, size));
+                    failure = Some(e);
+                    break;
                 }
             }
         }
-        Ok(())
+        if failure.is_none() {
+            failure = driver::set_access(dev, addr, size).err();
+        }
+        let Some(e) = failure else { return Ok(()) };
+        // Roll back the granules mapped by this call.
+        let done: Vec<(u64, u64)> = self.pages.range(addr..at).map(|(&a, &h)| (a, h)).collect();
+        for (a, h) in done {
+            // SAFETY: mapped whole with `h` just now and never handed out
+            // (this call has not returned), so no device work uses it.
+            if unsafe { driver::unmap_and_release(a, g, h) }.is_ok() {
+                self.pages.remove(&a);
+            }
+        }
+        Err(self.fail(e, size))
     }
 
     fn unmap(&mut self, addr: u64, size: u64) -> Result<(), DeviceError> {

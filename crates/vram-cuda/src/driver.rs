@@ -282,10 +282,10 @@ pub(crate) unsafe fn address_free(addr: u64, size: u64) -> Result<(), CudaError>
     })
 }
 
-/// Creates `size` bytes of physical memory on `dev` (`cuMemCreate`), maps
-/// it at `addr` (`cuMemMap`) and makes it readable and writable from `dev`
-/// (`cuMemSetAccess`). Returns the allocation handle; on failure nothing
-/// stays mapped or allocated.
+/// Creates `size` bytes of physical memory on `dev` (`cuMemCreate`) and
+/// maps it at `addr` (`cuMemMap`); returns the allocation handle. Access
+/// must then be granted with [`set_access`]. On failure nothing stays
+/// mapped or allocated.
 pub(crate) fn create_and_map(dev: sys::CUdevice, addr: u64, size: u64) -> Result<u64, CudaError> {
     let prop = pinned_prop(dev);
     let mut h = 0;
@@ -302,21 +302,21 @@ pub(crate) fn create_and_map(dev: sys::CUdevice, addr: u64, size: u64) -> Result
         let _ = unsafe { sys::cuMemRelease(h) };
         return Err(e);
     }
+    Ok(h)
+}
+
+/// Makes `[addr, addr+size)`, mapped by one or more [`create_and_map`]
+/// calls, readable and writable from `dev` (`cuMemSetAccess`, one call for
+/// the whole range, as PyTorch's expandable segments do).
+pub(crate) fn set_access(dev: sys::CUdevice, addr: u64, size: u64) -> Result<(), CudaError> {
     let desc = sys::CUmemAccessDesc {
         location: location(dev),
         flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
-    // SAFETY: the range was just mapped; `desc` is a live local, count 1.
-    if let Err(e) = check("cuMemSetAccess", unsafe {
+    // SAFETY: `desc` is a live local, count 1; the driver validates the range.
+    check("cuMemSetAccess", unsafe {
         sys::cuMemSetAccess(addr, size as usize, &desc, 1)
-    }) {
-        // SAFETY: the range was just mapped with `h` and nothing used it.
-        let _ = unsafe { sys::cuMemUnmap(addr, size as usize) };
-        // SAFETY: `h` is now unmapped and owned here.
-        let _ = unsafe { sys::cuMemRelease(h) };
-        return Err(e);
-    }
-    Ok(h)
+    })
 }
 
 /// Unmaps `[addr, addr+size)` (`cuMemUnmap`) and releases its handle (`cuMemRelease`).
