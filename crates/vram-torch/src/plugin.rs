@@ -21,6 +21,14 @@ pub enum PluginError {
     /// The device ordinal is outside `0..64`.
     #[error("device {0} is out of range (0..64)")]
     BadDevice(i32),
+    /// The device's allocator could not be created (the first error is kept).
+    #[error("device {device} is unusable: {reason}")]
+    Unusable {
+        /// The device ordinal.
+        device: i32,
+        /// Why, e.g. "no NVIDIA driver: libcuda.so.1 not found".
+        reason: String,
+    },
     /// `vram_init` came after the device's allocator was created.
     #[error("device {0} is already initialized")]
     AlreadyInitialized(i32),

@@ -123,3 +123,60 @@ fn driver_errors_map_onto_device_errors() {
     assert_eq!(d.to_string(), "cuMemMap failed: CUDA_ERROR_INVALID_VALUE");
     let _ = SimDevice::new(1).granularity();
 }
+
+/// Compiles `tests/data/fake_libcuda.rs` into `<dir>/libcuda.so`; `None`
+/// (with a message) when rustc is not available.
+fn build_fake_driver(dir: &std::path::Path) -> Option<()> {
+    std::fs::create_dir_all(dir).unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fake_libcuda.rs");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = std::process::Command::new(rustc)
+        .args(["--edition", "2021", "--crate-type", "cdylib", "-o"])
+        .arg(dir.join("libcuda.so"))
+        .arg(&src)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Some(()),
+        Ok(o) => panic!(
+            "fake driver did not compile: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => {
+            eprintln!("skipping: rustc not runnable ({e})");
+            None
+        }
+    }
+}
+
+/// The whole CUDA path — library and symbol checks, cuInit, primary context
+/// binding, segments, per-granule cuMemCreate/cuMemMap with one
+/// cuMemSetAccess, whole-mapping cuMemUnmap, events, teardown — through the
+/// `vram-cuda-check` binary against a fake driver that enforces CUDA's rules
+/// (`tests/data/fake_libcuda.rs`). It proves the bookkeeping and the
+/// argument structs, not real GPU behaviour.
+#[test]
+fn vram_cuda_check_passes_against_a_strict_fake_driver() {
+    if vram_cuda::driver_present() {
+        eprintln!("skipping: a real NVIDIA driver is present (the fake would not be loaded first)");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-cuda-check");
+    let Some(()) = build_fake_driver(&dir) else {
+        return;
+    };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vram-cuda-check"))
+        .args(["--json", "--bench", "20"])
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{log}");
+    assert_eq!(
+        stdout.matches("\"ok\":true").count(),
+        conformance::checks::<SimDevice>().len(),
+        "{log}"
+    );
+    assert!(!stdout.contains("\"ok\":false"), "{log}");
+    assert!(stdout.contains("cuMemAlloc+cuMemFree"), "{log}");
+}

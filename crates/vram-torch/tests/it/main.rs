@@ -264,18 +264,19 @@ fn threads_allocate_concurrently() {
     assert_eq!(stats(9)["allocated_bytes.all.current"], 0);
 }
 
-#[test]
-fn python_module_against_the_cdylib() {
+/// Runs `python/tests/test_vramkit_torch.py` against the cdylib `cargo test`
+/// just built, with `env`; `false` (with a message) when python3 is absent.
+fn run_python_test(env: &[(&str, &std::ffi::OsStr)]) -> bool {
     let Ok(out) = std::process::Command::new("python3")
         .arg("--version")
         .output()
     else {
         eprintln!("skipping: python3 not found");
-        return;
+        return false;
     };
     if !out.status.success() {
         eprintln!("skipping: python3 does not run");
-        return;
+        return false;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     // `cargo test` builds the cdylib into the test binary's own `deps`
@@ -294,22 +295,60 @@ fn python_module_against_the_cdylib() {
             "skipping: {} not built (cargo build -p vram-torch)",
             lib.display()
         );
-        return;
+        return false;
     }
-    let out = std::process::Command::new("python3")
-        .arg(root.join("python/tests/test_vramkit_torch.py"))
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(root.join("python/tests/test_vramkit_torch.py"))
         .env("VRAMKIT_LIB", &lib)
-        .env("VRAM_BACKEND", "sim")
         .env("VRAM_DEVICE_LIMIT", "64MiB")
         .env("VRAM_HOST_LIMIT", "1GiB")
-        .env("PYTHONPATH", root.join("python"))
-        .output()
-        .unwrap();
+        .env("PYTHONPATH", root.join("python"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
     let log = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{log}");
-    assert!(log.contains("ok"), "{log}");
+    assert!(log.contains("ok: vramkit_torch"), "{log}");
+    true
+}
+
+#[test]
+fn python_module_against_the_cdylib() {
+    run_python_test(&[("VRAM_BACKEND", "sim".as_ref())]);
+}
+
+/// The same Python test with the CUDA backend on a fake driver that
+/// enforces CUDA's rules (`crates/vram-cuda/tests/data/fake_libcuda.rs`):
+/// the plug-in's CUDA path — `CudaDevice` under the caching allocator,
+/// `CudaHost` pinned memory for the spill, events guarding host frees —
+/// end to end through ctypes. Not real GPU behaviour.
+#[test]
+fn python_module_on_a_fake_cuda_driver() {
+    if vram_cuda::driver_present() {
+        eprintln!("skipping: a real NVIDIA driver is present (the fake would not be loaded first)");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-cuda-torch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-cuda/tests/data/fake_libcuda.rs");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let built = std::process::Command::new(rustc)
+        .args(["--edition", "2021", "--crate-type", "cdylib", "-o"])
+        .arg(dir.join("libcuda.so"))
+        .arg(&src)
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: could not compile the fake driver with rustc");
+        return;
+    }
+    run_python_test(&[
+        ("VRAM_BACKEND", "cuda".as_ref()),
+        ("LD_LIBRARY_PATH", dir.as_os_str()),
+    ]);
 }
