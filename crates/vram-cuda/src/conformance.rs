@@ -164,3 +164,45 @@ pub fn caching_allocator<D: Device + 'static>(make: &dyn Fn() -> D) -> Result<()
     }
     Ok(())
 }
+
+/// The host tier over a device and its host memory: under a 64 MiB cap the
+/// third 30 MiB request lands in pinned host memory, every tier's counters
+/// add up, and freeing returns the host memory once the stream's work is
+/// done (an event per block).
+pub fn tiered_spill<D: Device, H: vram_tier::HostMemory>(
+    make: &dyn Fn() -> (D, H),
+) -> Result<(), String> {
+    use vram_tier::{Tier, TierConfig, TieredAllocator};
+    const MIB: u64 = 1 << 20;
+    let (d, h) = make();
+    let cfg = TierConfig {
+        device_limit: Some(64 * MIB),
+        host_limit: 256 * MIB,
+        ..TierConfig::default()
+    };
+    let t = TieredAllocator::new(d, h, cfg).map_err(|x| x.to_string())?;
+    let mut ptrs = Vec::new();
+    for _ in 0..3 {
+        ptrs.push(t.malloc(30 * MIB, 0).map_err(|x| x.to_string())?);
+    }
+    let tiers: Vec<_> = ptrs.iter().map(|&p| t.tier_of(p)).collect();
+    ensure(tiers[2] == Some(Tier::Host), || format!("tiers {tiers:?}"))?;
+    let st = t.stats();
+    ensure(
+        st.host.current_bytes == 30 * MIB && st.num_spills == 1,
+        || format!("{st:?}"),
+    )?;
+    ensure(st.device_used_bytes <= 64 * MIB, || {
+        format!("device used {}", st.device_used_bytes)
+    })?;
+    t.check_invariants()?;
+    for p in ptrs {
+        t.free(p).map_err(|x| x.to_string())?;
+    }
+    t.empty_cache();
+    let st = t.stats();
+    ensure(st.host.current_bytes == 0 && st.num_leaked == 0, || {
+        format!("after free: {st:?}")
+    })?;
+    t.check_invariants()
+}

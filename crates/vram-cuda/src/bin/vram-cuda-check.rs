@@ -42,6 +42,28 @@ fn main() {
             r.err().map_or("null".to_string(), |e| format!("{e:?}"))
         ));
     }
+    {
+        let name = "tiered_spill";
+        let make_tier = || {
+            let d = make();
+            let h = d.host();
+            (d, h)
+        };
+        let r = std::panic::catch_unwind(|| conformance::tiered_spill(&make_tier))
+            .unwrap_or_else(|_| Err("panicked".into()));
+        failed |= r.is_err();
+        if !json {
+            match &r {
+                Ok(()) => println!("ok    {name}"),
+                Err(e) => println!("FAIL  {name}: {e}"),
+            }
+        }
+        results.push(format!(
+            "{{\"name\":\"{name}\",\"ok\":{},\"error\":{}}}",
+            r.is_ok(),
+            r.err().map_or("null".to_string(), |e| format!("{e:?}"))
+        ));
+    }
     let mut timings = Vec::new();
     if bench > 0 {
         for &size in &[4096u64, 1 << 20, 64 << 20] {

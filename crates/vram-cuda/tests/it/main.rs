@@ -62,6 +62,12 @@ fn cuda_or_skip(test: &str) -> Option<CudaDevice> {
 }
 
 #[test]
+fn tiered_spill_on_the_simulated_device_and_host() {
+    let make = || (SimDevice::new(1 << 30), vram_tier::SimHost::new(1 << 30));
+    conformance::tiered_spill(&make).unwrap();
+}
+
+#[test]
 fn the_check_list_names_every_check() {
     let names: Vec<&str> = conformance::checks::<SimDevice>()
         .iter()
@@ -174,7 +180,11 @@ fn vram_cuda_check_passes_against_a_strict_fake_driver() {
     assert!(out.status.success(), "{log}");
     assert_eq!(
         stdout.matches("\"ok\":true").count(),
-        conformance::checks::<SimDevice>().len(),
+        conformance::checks::<SimDevice>().len() + 1, // and tiered_spill
+        "{log}"
+    );
+    assert!(
+        stdout.contains("\"name\":\"tiered_spill\",\"ok\":true"),
         "{log}"
     );
     assert!(!stdout.contains("\"ok\":false"), "{log}");
