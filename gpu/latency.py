@@ -24,6 +24,8 @@ SIZES = [512, 1 << 20, 64 << 20]
 
 def pairs(alloc, free, size, n):
     p = alloc(size)
+    if not p:
+        raise RuntimeError(f"allocation of {size} B failed: {vramkit_torch.last_error()}")
     free(p, size)
     t = time.perf_counter_ns()
     for _ in range(n):
