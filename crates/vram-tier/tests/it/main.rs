@@ -391,3 +391,91 @@ fn sizes_parse() {
         assert!(parse_size(s).is_err(), "{s}");
     }
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Alloc { size: u64, stream: u32 },
+        Free { pick: usize },
+        Hold { stream: u32 },
+        Complete { stream: u32 },
+        EmptyCache,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (1u64..(24 << 20), 0u32..3).prop_map(|(size, stream)| Op::Alloc { size, stream }),
+            5 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+            1 => (0u32..3).prop_map(|stream| Op::Hold { stream }),
+            1 => (0u32..3).prop_map(|stream| Op::Complete { stream }),
+            1 => Just(Op::EmptyCache),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Under any sequence of requests, frees, held streams and cache
+        /// flushes: the device stays under its cap, the host tier under its
+        /// limit, host memory is never returned while its stream is held, and
+        /// every tier's counters equal a recount.
+        #[test]
+        fn tiers_stay_consistent(ops in proptest::collection::vec(op(), 1..120), policy in 0usize..3) {
+            let cfg = TierConfig {
+                alloc: AllocatorConfig::new(Policy::ALL[policy]),
+                device_limit: Some(64 * MIB),
+                host_limit: 96 * MIB,
+                ..TierConfig::default()
+            };
+            let t = TieredAllocator::new(SimDevice::new(GIB), SimHost::new(GIB), cfg).unwrap();
+            let mut live: Vec<(u64, u32, u64)> = Vec::new();
+            let mut held: Vec<u32> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Alloc { size, stream } => match t.malloc(size, stream) {
+                        Ok(a) => live.push((a, stream, size)),
+                        Err(e) => prop_assert!(e.is_out_of_memory(), "{e}"),
+                    },
+                    Op::Free { pick } if !live.is_empty() => {
+                        let (a, stream, size) = live.swap_remove(pick % live.len());
+                        let spilled = t.tier_of(a) == Some(Tier::Host);
+                        t.free(a).unwrap();
+                        if spilled && held.contains(&stream) {
+                            // Its stream's work is not done: the host memory must still be held.
+                            prop_assert!(t.with_host(|h| h.used()) >= size.div_ceil(4096) * 4096);
+                        }
+                    }
+                    Op::Free { .. } => {}
+                    Op::Hold { stream } => {
+                        t.with_device(|d| d.hold_stream(stream));
+                        held.push(stream);
+                    }
+                    Op::Complete { stream } => {
+                        t.with_device(|d| d.complete_stream(stream));
+                        held.retain(|&s| s != stream);
+                    }
+                    Op::EmptyCache => {
+                        t.empty_cache();
+                        held.clear(); // empty_cache waits for every stream
+                    }
+                }
+                let st = t.stats();
+                prop_assert!(st.device_used_bytes <= 64 * MIB);
+                prop_assert!(st.host.current_bytes <= 96 * MIB);
+                prop_assert_eq!(st.host.current_bytes, t.with_host(|h| h.used()));
+                prop_assert_eq!(st.num_leaked, 0);
+                if let Err(e) = t.check_invariants() {
+                    prop_assert!(false, "{}", e);
+                }
+            }
+            for (a, _, _) in live {
+                t.free(a).unwrap();
+            }
+            t.empty_cache();
+            prop_assert_eq!(t.with_host(|h| h.used()), 0);
+            prop_assert_eq!(t.stats().device_used_bytes, 0);
+        }
+    }
+}
