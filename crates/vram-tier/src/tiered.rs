@@ -112,7 +112,8 @@ impl TierStats {
     /// PyTorch's `memory_stats()` keys for the device tier, plus
     /// `host.*`, `managed.*`, `raw.*` (`bytes.current|peak|allocated|freed`,
     /// `allocation.current|peak|allocated`), `num_spills`,
-    /// `num_spill_failures`, `num_leaked`, `device_limit`, `host_limit`.
+    /// `num_spill_failures`, `num_leaked`, `device_used_bytes`, `device_limit`
+    /// (-1 when uncapped), `host_limit`.
     pub fn to_map(&self) -> BTreeMap<String, i64> {
         let mut m = self.device.to_map();
         self.raw.put(&mut m, "raw");
