@@ -19,6 +19,8 @@ MIB = 1 << 20
 ptrs = [lib.vram_malloc(30 * MIB, 0, None) for _ in range(3)]
 assert all(ptrs), vt.last_error()
 
+assert [vt.tier_of(p) for p in ptrs] == ["device", "device", "host"], [vt.tier_of(p) for p in ptrs]
+assert vt.tier_of(12345) in ("device", None)
 s = vt.memory_stats()
 assert s["allocated_bytes.all.current"] == 60 * MIB, s["allocated_bytes.all.current"]
 assert s["host.bytes.current"] == 30 * MIB, s["host.bytes.current"]

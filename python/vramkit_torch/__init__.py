@@ -25,6 +25,7 @@ import pathlib
 __all__ = [
     "library_path", "configure", "install", "mem_pool", "memory_stats", "memory_summary",
     "dump_snapshot", "empty_cache", "reset_peak_stats", "last_error", "VramkitError",
+    "tier_of", "rebalance",
 ]
 
 _LIB = None
@@ -66,6 +67,8 @@ def _lib():
         lib.vram_last_error.restype = c_ssize
         lib.vram_dump_snapshot.argtypes = [ctypes.c_int, ctypes.c_char_p]
         lib.vram_dump_snapshot.restype = ctypes.c_int
+        lib.vram_tier_of.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        lib.vram_tier_of.restype = ctypes.c_int
         for name in ("vram_empty_cache", "vram_reset_peak_stats"):
             f = getattr(lib, name)
             f.argtypes = [ctypes.c_int]
@@ -175,3 +178,36 @@ def reset_peak_stats(device=0):
     """Resets every peak statistic."""
     if _lib().vram_reset_peak_stats(int(device)) != 0:
         raise VramkitError(last_error())
+
+
+_TIERS = {0: "device", 1: "host", 2: "managed"}
+
+
+def tier_of(ptr, device=0):
+    """Where an address from vramkit lives: 'device', 'host' (pinned, device-mapped) or
+    'managed'; None when vramkit does not know it. Accepts a tensor (its ``data_ptr()``)."""
+    if hasattr(ptr, "data_ptr"):
+        device = ptr.device.index if ptr.device.index is not None else device
+        ptr = ptr.data_ptr()
+    return _TIERS.get(_lib().vram_tier_of(int(device), ptr))
+
+
+def rebalance(tensors, device=0):
+    """Brings spilled tensors back to the device where there is room: a tensor whose storage
+    is in host memory gets a fresh copy (``t.data = t.data.clone()``; the new allocation tries
+    the device first) and the host copy is freed once the stream's work is done. This is the
+    safe way to move memory back — vramkit never moves an allocation behind PyTorch's back.
+    ``tensors``: an iterable of tensors, or a module (its parameters, their gradients and the
+    buffers). Returns how many tensors moved back to the device."""
+    if hasattr(tensors, "parameters"):
+        mod = tensors
+        tensors = list(mod.parameters()) + [p.grad for p in mod.parameters() if p.grad is not None]
+        tensors += list(mod.buffers())
+    moved = 0
+    for t in tensors:
+        if tier_of(t, device) != "host":
+            continue
+        t.data = t.data.clone()
+        if tier_of(t, device) == "device":
+            moved += 1
+    return moved

@@ -23,7 +23,10 @@
 //! their stream has finished (an event guards each), they are never cached,
 //! and every new request tries the device first — so once room returns, new
 //! tensors land on the device again. Managed blocks are advised to prefer the
-//! device, so the driver migrates their pages back by itself.
+//! device, so the driver migrates their pages back by itself. A caller that
+//! owns the pointers can move a block back itself: copy it into a new
+//! allocation (which tries the device first) and free the old one —
+//! `vramkit_torch.rebalance()` does this for PyTorch tensors.
 //!
 //! [`SimHost`] is the always-compiled simulated host tier; `vram-cuda`
 //! provides the CUDA one.

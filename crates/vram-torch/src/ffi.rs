@@ -10,6 +10,7 @@
 //! ssize_t vram_memory_summary(int device, char* buf, size_t len);
 //! int     vram_dump_snapshot(int device, const char* path);
 //! int     vram_empty_cache(int device);
+//! int     vram_tier_of(int device, void* ptr);             // 0 device, 1 host, 2 managed
 //! int     vram_reset_peak_stats(int device);
 //! ssize_t vram_last_error(char* buf, size_t len);
 //! ```
@@ -233,6 +234,21 @@ pub extern "C" fn vram_reset_peak_stats(device: c_int) -> c_int {
             String::new()
         })
         .map_or(-1, |_| 0)
+    })
+}
+
+/// Where `ptr` (from [`vram_malloc`]) lives: 0 device, 1 pinned host
+/// memory, 2 managed memory; -1 when unknown or on error. In caching mode
+/// any address that did not spill reports 0.
+#[no_mangle]
+pub extern "C" fn vram_tier_of(device: c_int, ptr: *mut c_void) -> c_int {
+    let addr = ptr as usize as u64;
+    guard(-1, || match plugin().backend(device) {
+        Ok(b) => b.tier_code(addr),
+        Err(e) => {
+            plugin().set_error(e);
+            -1
+        }
     })
 }
 

@@ -130,6 +130,8 @@ fn device_limit_spills_to_the_host_tier() {
     assert!(ptrs.iter().all(|p| !p.is_null()), "{}", last_error());
     let m = stats(4);
     assert_eq!(m["num_spills"], 2);
+    let tiers: Vec<i32> = ptrs.iter().map(|&p| vram_tier_of(4, p)).collect();
+    assert_eq!(tiers, [0, 0, 1, 1]);
     assert_eq!(m["host.bytes.current"], 60 * (1 << 20));
     assert!(m["device_used_bytes"].as_i64().unwrap() <= 64 << 20);
     // SAFETY: null/0 or a buffer of the stated length.
