@@ -141,7 +141,8 @@ pub unsafe extern "C" fn vram_init(device: c_int, settings: *const c_char) -> c_
     })
 }
 
-fn text_of(device: c_int, f: impl FnOnce(&crate::Backend) -> String) -> Option<String> {
+/// Runs `f` on `device`'s allocator; `None` (error recorded) when it is unusable.
+fn with_backend<R>(device: c_int, f: impl FnOnce(&crate::Backend) -> R) -> Option<R> {
     let p = plugin();
     match p.backend(device) {
         Ok(b) => Some(f(b)),
@@ -166,7 +167,7 @@ pub unsafe extern "C" fn vram_memory_stats_json(
     len: usize,
 ) -> isize {
     let text = guard(None, || {
-        text_of(device, |b| {
+        with_backend(device, |b| {
             serde_json::to_string(&b.stats().to_map()).unwrap_or_default()
         })
     });
@@ -180,7 +181,7 @@ pub unsafe extern "C" fn vram_memory_stats_json(
 /// `buf` is null or valid for writes of `len` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn vram_memory_summary(device: c_int, buf: *mut c_char, len: usize) -> isize {
-    let text = guard(None, || text_of(device, |b| b.summary()));
+    let text = guard(None, || with_backend(device, |b| b.summary()));
     // SAFETY: forwarded caller contract.
     text.map_or(-1, |t| unsafe { write_text(&t, buf, len) })
 }
@@ -198,9 +199,7 @@ pub unsafe extern "C" fn vram_dump_snapshot(device: c_int, path: *const c_char) 
         return -1;
     };
     guard(-1, || {
-        let Some(bytes) = text_of(device, |_| String::new())
-            .and_then(|_| plugin().backend(device).ok().map(|b| b.snapshot_pickle()))
-        else {
+        let Some(bytes) = with_backend(device, |b| b.snapshot_pickle()) else {
             return -1;
         };
         match std::fs::write(&path, bytes) {
@@ -217,11 +216,7 @@ pub unsafe extern "C" fn vram_dump_snapshot(device: c_int, path: *const c_char) 
 #[no_mangle]
 pub extern "C" fn vram_empty_cache(device: c_int) -> c_int {
     guard(-1, || {
-        text_of(device, |b| {
-            b.empty_cache();
-            String::new()
-        })
-        .map_or(-1, |_| 0)
+        with_backend(device, |b| b.empty_cache()).map_or(-1, |()| 0)
     })
 }
 
@@ -229,11 +224,7 @@ pub extern "C" fn vram_empty_cache(device: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn vram_reset_peak_stats(device: c_int) -> c_int {
     guard(-1, || {
-        text_of(device, |b| {
-            b.reset_peak_stats();
-            String::new()
-        })
-        .map_or(-1, |_| 0)
+        with_backend(device, |b| b.reset_peak_stats()).map_or(-1, |()| 0)
     })
 }
 
@@ -243,12 +234,8 @@ pub extern "C" fn vram_reset_peak_stats(device: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn vram_tier_of(device: c_int, ptr: *mut c_void) -> c_int {
     let addr = ptr as usize as u64;
-    guard(-1, || match plugin().backend(device) {
-        Ok(b) => b.tier_code(addr),
-        Err(e) => {
-            plugin().set_error(e);
-            -1
-        }
+    guard(-1, || {
+        with_backend(device, |b| b.tier_code(addr)).unwrap_or(-1)
     })
 }
 
