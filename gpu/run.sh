@@ -5,7 +5,7 @@
 #                               # and the .so into gpu/dist/ (ignored by git; carried to the device)
 #   gpu/run.sh device [STAGE]   # ON THE DEVICE (CUDA, PyTorch, transformers; no Rust, no network)
 #
-# Stages (default: all, in this order): env check latency train limited summary.
+# Stages (default: all, in this order): env check plugin latency train limited summary.
 # Results are JSON files in $OUT (the run tool's output folder) or gpu/results/.
 # See gpu/README.md for the exact run-tool call. This script claims no figure: it measures.
 set -euo pipefail
@@ -59,6 +59,14 @@ stage_check() {
     cat "$RES/check.json"
 }
 
+stage_plugin() {
+    # The plug-in's own test (cargo test runs it on the simulated device and a fake driver)
+    # on the real GPU: stats, summary, snapshot, spill to pinned host memory, OOM -> null.
+    VRAMKIT_LIB=$DIST/libvram_torch.so PYTHONPATH=$ROOT/python VRAM_BACKEND=cuda \
+        VRAM_DEVICE_LIMIT=64MiB VRAM_HOST_LIMIT=1GiB timeout 120 "$PY" python/tests/test_vramkit_torch.py \
+        | tee "$RES/plugin.txt"
+}
+
 stage_latency() {
     VRAMKIT_LIB=$DIST/libvram_torch.so PYTHONPATH=$ROOT/python \
         timeout 300 "$PY" gpu/latency.py --out "$RES/latency.json"
@@ -100,7 +108,7 @@ case "${1:-}" in
         mkdir -p "$RES"
         test -x "$DIST/vram-cuda-check" || { echo "gpu/dist missing: run 'gpu/run.sh build' here and carry gpu/dist" >&2; exit 2; }
         stages=${2:-all}
-        [ "$stages" = all ] && stages="env check latency train limited summary"
+        [ "$stages" = all ] && stages="env check plugin latency train limited summary"
         for s in $stages; do echo "== $s"; "stage_$s"; done
         ;;
     *) sed -n '2,12p' "$0"; exit 2 ;;

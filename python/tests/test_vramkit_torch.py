@@ -72,4 +72,4 @@ except TypeError:
     pass
 
 assert "torch" not in sys.modules
-print("ok: vramkit_torch stats, summary, snapshot, OOM and configure on the sim backend")
+print(f"ok: vramkit_torch stats, summary, snapshot, OOM and configure on the {os.environ.get('VRAM_BACKEND', 'cuda')} backend")
