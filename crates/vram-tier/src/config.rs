@@ -65,6 +65,7 @@ impl TierConfig {
     /// | `VRAM_POLICY` | `pytorch`, `pytorch-expandable` or `vramkit` (overrides `VRAM_EXPANDABLE`) | |
     /// | `VRAM_MODE` | `caching` or `raw` (for `torch.cuda.MemPool`) | `caching` |
     /// | `VRAM_HISTORY` | history entries kept for snapshots | `0` |
+    /// | `VRAM_TRIM_SLACK` | vramkit policy: cached bytes tolerated, as a fraction of allocated, before growth unmaps free pages first | `0.005` |
     ///
     /// Sizes take `B`, `KiB`/`K`, `MiB`/`M`, `GiB`/`G`, `TiB`/`T` (powers of
     /// 1024) or `KB`, `MB`, `GB`, `TB` (powers of 1000).
@@ -115,6 +116,13 @@ impl TierConfig {
                 .parse()
                 .map_err(|_| bad("VRAM_HISTORY", &v, "expected a number of entries"))?;
             c.alloc.history = (n > 0).then_some(n);
+        }
+        if let Some(v) = get("VRAM_TRIM_SLACK") {
+            c.alloc.trim_slack = v
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite() && *f >= 0.0)
+                .ok_or_else(|| bad("VRAM_TRIM_SLACK", &v, "expected a non-negative fraction"))?;
         }
         Ok(c)
     }

@@ -346,6 +346,7 @@ fn configuration_from_environment_variables() {
         ("VRAM_EXPANDABLE", "0"),
         ("VRAM_MODE", "raw"),
         ("VRAM_HISTORY", "1000"),
+        ("VRAM_TRIM_SLACK", "0.05"),
     ]))
     .unwrap();
     assert_eq!(c.device_limit, Some(8 * GIB));
@@ -355,6 +356,7 @@ fn configuration_from_environment_variables() {
     assert_eq!(c.alloc.policy, Policy::PyTorch);
     assert_eq!(c.mode, Mode::Raw);
     assert_eq!(c.alloc.history, Some(1000));
+    assert_eq!(c.alloc.trim_slack, 0.05);
     let c = TierConfig::from_vars(env(&[("VRAM_POLICY", "pytorch-expandable")])).unwrap();
     assert_eq!(c.alloc.policy, Policy::PyTorchExpandable);
     for (k, v) in [
@@ -365,6 +367,8 @@ fn configuration_from_environment_variables() {
         ("VRAM_POLICY", "lru"),
         ("VRAM_MODE", "fast"),
         ("VRAM_HISTORY", "-1"),
+        ("VRAM_TRIM_SLACK", "-0.1"),
+        ("VRAM_TRIM_SLACK", "NaN"),
     ] {
         let e = TierConfig::from_vars(env(&[(k, v)])).unwrap_err();
         assert!(e.to_string().contains(k), "{e}");
