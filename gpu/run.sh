@@ -27,6 +27,7 @@ build() {
 stage_env() {
     { nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv,noheader || true; } \
         > "$RES/nvidia-smi.txt"
+    { ldd --version 2>&1 | head -1; } > "$RES/ldd.txt" || true
     "$PY" - "$RES/env.json" <<'PYEOF'
 import json, platform, subprocess, sys
 info = {"python": platform.python_version(), "platform": platform.platform()}
