@@ -39,6 +39,15 @@ pub enum DeviceError {
     /// An event id the device does not know.
     #[error("unknown event {0}")]
     UnknownEvent(EventId),
+    /// A real device's driver call failed for a reason other than running
+    /// out of memory (reported by backends such as `vram-cuda`).
+    #[error("{call} failed: {message}")]
+    Driver {
+        /// The driver function that failed, e.g. `cuMemMap`.
+        call: &'static str,
+        /// The driver's error name and description.
+        message: String,
+    },
 }
 
 /// Device memory as an allocator sees it.

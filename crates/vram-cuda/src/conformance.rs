@@ -1,0 +1,208 @@
+//! Checks any [`Device`] must pass, written once against the trait: the
+//! simulated device runs them in every `cargo test`, a real GPU through
+//! `vram-cuda-check` (see `gpu/README.md`). Each check takes a fresh device
+//! and returns a description of the first violation.
+
+use vram_alloc::{AllocatorConfig, CachingAllocator, Device, DeviceError, Policy};
+
+/// A named check; it calls the factory for each fresh device it needs.
+pub type Check<D> = (&'static str, fn(&dyn Fn() -> D) -> Result<(), String>);
+
+/// Every check, in order.
+pub fn checks<D: Device + 'static>() -> Vec<Check<D>> {
+    vec![
+        ("segments", segments::<D>),
+        ("virtual_ranges", virtual_ranges::<D>),
+        ("events", events::<D>),
+        ("out_of_memory_is_an_error", out_of_memory::<D>),
+        ("caching_allocator_all_policies", caching_allocator::<D>),
+    ]
+}
+
+fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+fn e(err: DeviceError) -> String {
+    err.to_string()
+}
+
+/// Segments: allocate, distinct non-overlapping addresses, free memory drops
+/// and comes back, bad releases are errors.
+pub fn segments<D: Device>(make: &dyn Fn() -> D) -> Result<(), String> {
+    let mut d = make();
+    let (free0, total) = d.mem_info();
+    ensure(total > 0 && free0 <= total, || {
+        format!("mem_info {free0}/{total}")
+    })?;
+    let size = 64 << 20;
+    let a = d.allocate(size).map_err(e)?;
+    let b = d.allocate(size).map_err(e)?;
+    ensure(a + size <= b || b + size <= a, || {
+        format!("overlap {a:#x} {b:#x}")
+    })?;
+    let (free1, _) = d.mem_info();
+    // Other processes may allocate too on a real GPU: only require a drop.
+    ensure(free1 < free0, || {
+        format!("free did not drop: {free0} -> {free1}")
+    })?;
+    d.release(a).map_err(e)?;
+    d.release(b).map_err(e)?;
+    ensure(d.release(a).is_err(), || "double release accepted".into())?;
+    ensure(d.allocate(0).is_err(), || {
+        "zero-byte segment accepted".into()
+    })?;
+    Ok(())
+}
+
+/// Expandable ranges: reserve, map at the granularity, partial unmap,
+/// remap, refuse misaligned or double maps, unreserve only when unmapped.
+pub fn virtual_ranges<D: Device>(make: &dyn Fn() -> D) -> Result<(), String> {
+    let mut d = make();
+    let g = d.granularity();
+    ensure(g.is_power_of_two() && g >= 512, || {
+        format!("granularity {g}")
+    })?;
+    let r = d.reserve(8 * g).map_err(e)?;
+    ensure(r % g == 0, || {
+        format!("reservation {r:#x} not aligned to {g}")
+    })?;
+    ensure(d.reserve(g + 1).is_err(), || {
+        "unaligned reserve accepted".into()
+    })?;
+    d.map(r, 4 * g).map_err(e)?;
+    ensure(d.map(r + g, g).is_err(), || "double map accepted".into())?;
+    ensure(d.map(r + 1, g).is_err(), || {
+        "misaligned map accepted".into()
+    })?;
+    ensure(d.map(r + 8 * g, g).is_err(), || {
+        "map outside reservation accepted".into()
+    })?;
+    // Unmap the middle of a mapping, then map it again.
+    d.unmap(r + g, 2 * g).map_err(e)?;
+    ensure(d.unmap(r + g, g).is_err(), || {
+        "unmap of unmapped range accepted".into()
+    })?;
+    d.map(r + g, 2 * g).map_err(e)?;
+    ensure(d.unreserve(r).is_err(), || {
+        "unreserve with mapped pages accepted".into()
+    })?;
+    d.unmap(r, 4 * g).map_err(e)?;
+    d.unreserve(r).map_err(e)?;
+    Ok(())
+}
+
+/// Events on the default stream complete; synchronize forgets them.
+pub fn events<D: Device>(make: &dyn Fn() -> D) -> Result<(), String> {
+    let mut d = make();
+    let ev = d.record_event(0).map_err(e)?;
+    d.synchronize_event(ev).map_err(e)?;
+    ensure(d.query_event(ev).is_err(), || {
+        "synchronized event still known".into()
+    })?;
+    let ev = d.record_event(0).map_err(e)?;
+    // Nothing is queued: it completes (poll a bounded number of times).
+    let mut done = false;
+    for _ in 0..1_000_000 {
+        if d.query_event(ev).map_err(e)? {
+            done = true;
+            break;
+        }
+    }
+    ensure(done, || "event on an idle stream never completed".into())?;
+    ensure(d.query_event(ev).is_err(), || {
+        "completed event still known".into()
+    })?;
+    Ok(())
+}
+
+/// Asking for more than the device has is `OutOfMemory`, never a panic, and
+/// leaves the device usable.
+pub fn out_of_memory<D: Device>(make: &dyn Fn() -> D) -> Result<(), String> {
+    let mut d = make();
+    let (_, total) = d.mem_info();
+    match d.allocate(total.saturating_mul(2)) {
+        Err(DeviceError::OutOfMemory { .. }) => {}
+        other => return Err(format!("allocating twice the device gave {other:?}")),
+    }
+    let a = d.allocate(1 << 20).map_err(e)?;
+    d.release(a).map_err(e)?;
+    Ok(())
+}
+
+/// The caching allocator under every policy over this device: allocate,
+/// free, reuse, empty the cache, invariants hold.
+pub fn caching_allocator<D: Device + 'static>(make: &dyn Fn() -> D) -> Result<(), String> {
+    for policy in Policy::ALL {
+        let alloc = CachingAllocator::new(make(), AllocatorConfig::new(policy))
+            .map_err(|x| x.to_string())?;
+        let sizes = [512u64, 4096, 1 << 20, 3 << 20, 25 << 20, 100 << 20];
+        let mut ptrs = Vec::new();
+        for &s in &sizes {
+            ptrs.push(alloc.malloc(s, 0).map_err(|x| format!("{policy:?}: {x}"))?);
+        }
+        for p in ptrs.drain(..) {
+            alloc.free(p).map_err(|x| x.to_string())?;
+        }
+        let again = alloc.malloc(1 << 20, 0).map_err(|x| x.to_string())?;
+        alloc.free(again).map_err(|x| x.to_string())?;
+        alloc
+            .check_invariants()
+            .map_err(|x| format!("{policy:?}: {x}"))?;
+        alloc.empty_cache();
+        let st = alloc.memory_stats();
+        ensure(st.reserved_bytes[0].current == 0, || {
+            format!(
+                "{policy:?}: {} bytes still reserved after empty_cache",
+                st.reserved_bytes[0].current
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The host tier over a device and its host memory: under a 64 MiB cap the
+/// third 30 MiB request lands in pinned host memory, every tier's counters
+/// add up, and freeing returns the host memory once the stream's work is
+/// done (an event per block).
+pub fn tiered_spill<D: Device, H: vram_tier::HostMemory>(
+    make: &dyn Fn() -> (D, H),
+) -> Result<(), String> {
+    use vram_tier::{Tier, TierConfig, TieredAllocator};
+    const MIB: u64 = 1 << 20;
+    let (d, h) = make();
+    let cfg = TierConfig {
+        device_limit: Some(64 * MIB),
+        host_limit: 256 * MIB,
+        ..TierConfig::default()
+    };
+    let t = TieredAllocator::new(d, h, cfg).map_err(|x| x.to_string())?;
+    let mut ptrs = Vec::new();
+    for _ in 0..3 {
+        ptrs.push(t.malloc(30 * MIB, 0).map_err(|x| x.to_string())?);
+    }
+    let tiers: Vec<_> = ptrs.iter().map(|&p| t.tier_of(p)).collect();
+    ensure(tiers[2] == Some(Tier::Host), || format!("tiers {tiers:?}"))?;
+    let st = t.stats();
+    ensure(
+        st.host.current_bytes == 30 * MIB && st.num_spills == 1,
+        || format!("{st:?}"),
+    )?;
+    ensure(st.device_used_bytes <= 64 * MIB, || {
+        format!("device used {}", st.device_used_bytes)
+    })?;
+    t.check_invariants()?;
+    for p in ptrs {
+        t.free(p).map_err(|x| x.to_string())?;
+    }
+    t.empty_cache();
+    let st = t.stats();
+    ensure(st.host.current_bytes == 0 && st.num_leaked == 0, || {
+        format!("after free: {st:?}")
+    })?;
+    t.check_invariants()
+}

@@ -1,0 +1,564 @@
+//! The tiered allocator: device, then managed (opt-in), then pinned host memory.
+
+use crate::capped::CappedDevice;
+use crate::config::{Mode, TierConfig};
+use crate::error::TierError;
+use crate::host::HostMemory;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use vram_alloc::device::EventId;
+use vram_alloc::{
+    AllocError, CachingAllocator, Device, DeviceError, MemoryStats, OomInfo, Snapshot,
+};
+
+/// Where an allocation lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Tier {
+    /// Device memory (the caching allocator's blocks, or raw segments).
+    Device,
+    /// Pinned, device-mapped host memory.
+    Host,
+    /// Managed (unified) memory, preferring the device.
+    Managed,
+}
+
+/// Counters of one tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TierCounters {
+    /// Bytes held now (including blocks freed by the caller whose stream
+    /// work has not finished).
+    pub current_bytes: u64,
+    /// Highest `current_bytes` since the last peak reset.
+    pub peak_bytes: u64,
+    /// Sum of all bytes ever allocated in this tier.
+    pub allocated_bytes: u64,
+    /// Sum of all bytes ever returned from this tier.
+    pub freed_bytes: u64,
+    /// Allocations held now.
+    pub current_count: u64,
+    /// Highest `current_count` since the last peak reset.
+    pub peak_count: u64,
+    /// Allocations ever made in this tier.
+    pub num_allocs: u64,
+}
+
+impl TierCounters {
+    fn add(&mut self, bytes: u64) {
+        self.current_bytes += bytes;
+        self.peak_bytes = self.peak_bytes.max(self.current_bytes);
+        self.allocated_bytes += bytes;
+        self.current_count += 1;
+        self.peak_count = self.peak_count.max(self.current_count);
+        self.num_allocs += 1;
+    }
+
+    fn sub(&mut self, bytes: u64) {
+        self.current_bytes -= bytes;
+        self.freed_bytes += bytes;
+        self.current_count -= 1;
+    }
+
+    fn reset_peak(&mut self) {
+        self.peak_bytes = self.current_bytes;
+        self.peak_count = self.current_count;
+    }
+
+    fn put(&self, m: &mut BTreeMap<String, i64>, prefix: &str) {
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (k, v) in [
+            ("bytes.current", self.current_bytes),
+            ("bytes.peak", self.peak_bytes),
+            ("bytes.allocated", self.allocated_bytes),
+            ("bytes.freed", self.freed_bytes),
+            ("allocation.current", self.current_count),
+            ("allocation.peak", self.peak_count),
+            ("allocation.allocated", self.num_allocs),
+        ] {
+            m.insert(format!("{prefix}.{k}"), i(v));
+        }
+    }
+}
+
+/// Statistics of every tier.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct TierStats {
+    /// The caching allocator's statistics (PyTorch's keys; all zero in raw mode).
+    pub device: MemoryStats,
+    /// Raw device segments ([`Mode::Raw`]).
+    pub raw: TierCounters,
+    /// Pinned host memory.
+    pub host: TierCounters,
+    /// Managed memory.
+    pub managed: TierCounters,
+    /// Requests placed in the host or managed tier because the device was full.
+    pub num_spills: u64,
+    /// Requests that could not spill (below `spill_min`, host tier full or
+    /// off, or the host allocation failed) and so failed with out-of-memory.
+    pub num_spill_failures: u64,
+    /// Host or managed blocks that could not be returned (an event could not
+    /// be recorded or the free failed); they are kept, never reused.
+    pub num_leaked: u64,
+    /// Bytes the device tier holds from the device now (under the cap).
+    pub device_used_bytes: u64,
+    /// The device cap, if any.
+    pub device_limit: Option<u64>,
+    /// The host tier's limit (0: off).
+    pub host_limit: u64,
+}
+
+impl TierStats {
+    /// PyTorch's `memory_stats()` keys for the device tier, plus
+    /// `host.*`, `managed.*`, `raw.*` (`bytes.current|peak|allocated|freed`,
+    /// `allocation.current|peak|allocated`), `num_spills`,
+    /// `num_spill_failures`, `num_leaked`, `device_used_bytes`, `device_limit`
+    /// (-1 when uncapped), `host_limit`.
+    pub fn to_map(&self) -> BTreeMap<String, i64> {
+        let mut m = self.device.to_map();
+        self.raw.put(&mut m, "raw");
+        self.host.put(&mut m, "host");
+        self.managed.put(&mut m, "managed");
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        m.insert("num_spills".into(), i(self.num_spills));
+        m.insert("num_spill_failures".into(), i(self.num_spill_failures));
+        m.insert("num_leaked".into(), i(self.num_leaked));
+        m.insert("device_used_bytes".into(), i(self.device_used_bytes));
+        m.insert("device_limit".into(), self.device_limit.map_or(-1, i));
+        m.insert("host_limit".into(), i(self.host_limit));
+        m
+    }
+}
+
+#[derive(Debug, Clone)]
+struct SideBlock {
+    size: u64,
+    tier: Tier,
+    streams: Vec<u32>,
+}
+
+/// Blocks outside the caching allocator: raw segments, host and managed memory.
+struct Side<H> {
+    host: H,
+    blocks: HashMap<u64, SideBlock>,
+    /// Freed host/managed blocks waiting for the events recorded on their streams.
+    pending: Vec<(Vec<EventId>, u64, SideBlock)>,
+    raw: TierCounters,
+    host_ctr: TierCounters,
+    managed: TierCounters,
+    num_spills: u64,
+    num_spill_failures: u64,
+    num_leaked: u64,
+    /// Blocks that could not be returned; still counted as held.
+    leaked: Vec<SideBlock>,
+}
+
+/// A thread-safe allocator that places requests on the device first and
+/// spills to host memory by the [`TierConfig`] policy (see the crate docs).
+pub struct TieredAllocator<D: Device, H: HostMemory> {
+    cfg: TierConfig,
+    device: CachingAllocator<CappedDevice<D>>,
+    side: Mutex<Side<H>>,
+    /// Number of entries in `side.blocks` plus `side.pending`, so that freeing
+    /// a device block needs no second lock when nothing has spilled.
+    side_count: AtomicUsize,
+}
+
+impl<D: Device, H: HostMemory> std::fmt::Debug for TieredAllocator<D, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TieredAllocator")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+const HOST_ROUND: u64 = 4096;
+
+impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
+    /// An allocator over `dev` and `host` under `cfg`.
+    pub fn new(dev: D, host: H, cfg: TierConfig) -> Result<Self, TierError> {
+        let device =
+            CachingAllocator::new(CappedDevice::new(dev, cfg.device_limit), cfg.alloc.clone())?;
+        Ok(TieredAllocator {
+            cfg,
+            device,
+            side: Mutex::new(Side {
+                host,
+                blocks: HashMap::new(),
+                pending: Vec::new(),
+                raw: TierCounters::default(),
+                host_ctr: TierCounters::default(),
+                managed: TierCounters::default(),
+                num_spills: 0,
+                num_spill_failures: 0,
+                num_leaked: 0,
+                leaked: Vec::new(),
+            }),
+            side_count: AtomicUsize::new(0),
+        })
+    }
+
+    /// The policy in force.
+    pub fn config(&self) -> &TierConfig {
+        &self.cfg
+    }
+
+    fn side(&self) -> MutexGuard<'_, Side<H>> {
+        // Side state is updated only after each fallible call succeeds, so it
+        // stays consistent even if a caller panicked while holding the lock.
+        self.side.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sync_count(&self, s: &Side<H>) {
+        self.side_count
+            .store(s.blocks.len() + s.pending.len(), Ordering::Release);
+    }
+
+    /// Allocates `size` bytes for use on `stream`: on the device if it fits,
+    /// else in the managed or host tier by the policy; else
+    /// [`AllocError::OutOfMemory`] (inside [`TierError::Alloc`]).
+    pub fn malloc(&self, size: u64, stream: u32) -> Result<u64, TierError> {
+        let oom = match self.cfg.mode {
+            Mode::Caching => match self.device.malloc(size, stream) {
+                Ok(a) => return Ok(a),
+                Err(AllocError::OutOfMemory(info)) => info,
+                Err(e) => return Err(e.into()),
+            },
+            Mode::Raw => {
+                let mut s = self.side();
+                let size = size.max(1);
+                match self.device.with_device(|d| d.allocate(size)) {
+                    Ok(a) => {
+                        s.raw.add(size);
+                        s.blocks.insert(
+                            a,
+                            SideBlock {
+                                size,
+                                tier: Tier::Device,
+                                streams: vec![stream],
+                            },
+                        );
+                        self.sync_count(&s);
+                        return Ok(a);
+                    }
+                    Err(DeviceError::OutOfMemory { .. }) => {
+                        let (free, total) = self.device.with_device(|d| d.mem_info());
+                        Box::new(OomInfo {
+                            requested: size,
+                            rounded: size,
+                            stream,
+                            device_total: total,
+                            device_free: free,
+                            allocated: s.raw.current_bytes,
+                            reserved: s.raw.current_bytes,
+                            cap: self.cfg.device_limit,
+                        })
+                    }
+                    Err(e) => return Err(AllocError::Device(e).into()),
+                }
+            }
+        };
+        self.spill(size, stream, oom)
+    }
+
+    fn spill(&self, size: u64, stream: u32, oom: Box<OomInfo>) -> Result<u64, TierError> {
+        let mut s = self.side();
+        self.process_pending(&mut s, false);
+        let fail = |s: &mut Side<H>| {
+            s.num_spill_failures += 1;
+            Err(TierError::Alloc(AllocError::OutOfMemory(oom.clone())))
+        };
+        if size < self.cfg.spill_min || (self.cfg.host_limit == 0 && self.cfg.managed_limit == 0) {
+            return fail(&mut s);
+        }
+        let rounded = size.max(1).div_ceil(HOST_ROUND) * HOST_ROUND;
+        // Opt-in managed tier: never ask for more than the device has free.
+        if s.managed.current_bytes + rounded <= self.cfg.managed_limit {
+            let (free, _) = self.device.with_device(|d| d.inner().mem_info());
+            if free >= rounded {
+                if let Ok(a) = s.host.alloc_managed(rounded) {
+                    s.managed.add(rounded);
+                    s.num_spills += 1;
+                    s.blocks.insert(
+                        a,
+                        SideBlock {
+                            size: rounded,
+                            tier: Tier::Managed,
+                            streams: vec![stream],
+                        },
+                    );
+                    self.sync_count(&s);
+                    return Ok(a);
+                }
+            }
+        }
+        if self.cfg.host_limit == 0 {
+            return fail(&mut s);
+        }
+        if s.host_ctr.current_bytes + rounded > self.cfg.host_limit && !s.pending.is_empty() {
+            // Blocks freed but guarded by events still count; wait for them.
+            self.process_pending(&mut s, true);
+        }
+        if s.host_ctr.current_bytes + rounded > self.cfg.host_limit {
+            return fail(&mut s);
+        }
+        match s.host.alloc_pinned(rounded) {
+            Ok(a) => {
+                s.host_ctr.add(rounded);
+                s.num_spills += 1;
+                s.blocks.insert(
+                    a,
+                    SideBlock {
+                        size: rounded,
+                        tier: Tier::Host,
+                        streams: vec![stream],
+                    },
+                );
+                self.sync_count(&s);
+                Ok(a)
+            }
+            Err(_) => fail(&mut s),
+        }
+    }
+
+    /// Frees an address from [`TieredAllocator::malloc`]. Host and managed
+    /// blocks are returned once the work queued on their streams finishes.
+    pub fn free(&self, addr: u64) -> Result<(), TierError> {
+        if self.side_count.load(Ordering::Acquire) == 0 {
+            return Ok(self.device.free(addr)?);
+        }
+        let mut s = self.side();
+        let Some(b) = s.blocks.remove(&addr) else {
+            let had_pending = !s.pending.is_empty();
+            if had_pending {
+                self.process_pending(&mut s, false);
+            }
+            drop(s);
+            return Ok(self.device.free(addr)?);
+        };
+        let result = match b.tier {
+            Tier::Device => {
+                let r = self.device.with_device(|d| d.release(addr));
+                match r {
+                    Ok(()) => {
+                        s.raw.sub(b.size);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        // Keep it: a segment the device refused to free is not reusable.
+                        s.num_leaked += 1;
+                        s.leaked.push(b);
+                        Err(AllocError::Device(e).into())
+                    }
+                }
+            }
+            Tier::Host | Tier::Managed => {
+                let mut events = Vec::with_capacity(b.streams.len());
+                let mut ok = true;
+                for &st in &b.streams {
+                    match self.device.with_device(|d| d.record_event(st)) {
+                        Ok(e) => events.push(e),
+                        Err(_) => ok = false,
+                    }
+                }
+                if ok {
+                    s.pending.push((events, addr, b));
+                } else {
+                    // Without an event we cannot know when the device is done
+                    // with it: never return it (a leak, not a use-after-free).
+                    s.num_leaked += 1;
+                    s.leaked.push(b);
+                }
+                self.process_pending(&mut s, false);
+                Ok(())
+            }
+        };
+        self.sync_count(&s);
+        result
+    }
+
+    /// Returns host/managed blocks whose events completed (all of them,
+    /// waiting, when `wait`).
+    fn process_pending(&self, s: &mut Side<H>, wait: bool) {
+        let mut i = 0;
+        while i < s.pending.len() {
+            let done = {
+                let events = &mut s.pending[i].0;
+                let mut remaining = Vec::new();
+                for &e in events.iter() {
+                    let r = self.device.with_device(|d| {
+                        if wait {
+                            d.synchronize_event(e).map(|()| true)
+                        } else {
+                            d.query_event(e)
+                        }
+                    });
+                    if !matches!(r, Ok(true)) {
+                        remaining.push(e);
+                    }
+                }
+                *events = remaining;
+                events.is_empty()
+            };
+            if !done {
+                i += 1;
+                continue;
+            }
+            let (_, addr, b) = s.pending.swap_remove(i);
+            let r = match b.tier {
+                Tier::Managed => s.host.free_managed(addr),
+                _ => s.host.free_pinned(addr),
+            };
+            match (r, b.tier) {
+                (Ok(()), Tier::Managed) => s.managed.sub(b.size),
+                (Ok(()), _) => s.host_ctr.sub(b.size),
+                (Err(_), _) => {
+                    s.num_leaked += 1;
+                    s.leaked.push(b);
+                }
+            }
+        }
+        self.sync_count(s);
+    }
+
+    /// Marks the allocation at `addr` as used on `stream` (PyTorch `recordStream`).
+    pub fn record_stream(&self, addr: u64, stream: u32) -> Result<(), TierError> {
+        let mut s = self.side();
+        if let Some(b) = s.blocks.get_mut(&addr) {
+            if !b.streams.contains(&stream) {
+                b.streams.push(stream);
+            }
+            return Ok(());
+        }
+        drop(s);
+        Ok(self.device.record_stream(addr, stream)?)
+    }
+
+    /// Which tier holds `addr`: [`Tier::Host`] or [`Tier::Managed`] for
+    /// spilled blocks, [`Tier::Device`] for raw segments; `None` for any
+    /// other address (the caching allocator's blocks included — ask
+    /// [`TieredAllocator::is_spilled`] to tell spilled ones apart).
+    pub fn tier_of(&self, addr: u64) -> Option<Tier> {
+        match self.side().blocks.get(&addr) {
+            Some(b) => Some(b.tier),
+            None if self.cfg.mode == Mode::Caching => Some(Tier::Device),
+            None => None,
+        }
+    }
+
+    /// Whether `addr` lives outside device memory.
+    pub fn is_spilled(&self, addr: u64) -> bool {
+        matches!(self.tier_of(addr), Some(Tier::Host | Tier::Managed))
+    }
+
+    /// Returns cached device blocks to the device and waits for freed host
+    /// blocks so that they are returned too (`torch.cuda.empty_cache()`).
+    pub fn empty_cache(&self) {
+        let mut s = self.side();
+        self.process_pending(&mut s, true);
+        drop(s);
+        self.device.empty_cache();
+    }
+
+    /// Statistics of every tier.
+    pub fn stats(&self) -> TierStats {
+        let s = self.side();
+        TierStats {
+            device: self.device.memory_stats(),
+            raw: s.raw,
+            host: s.host_ctr,
+            managed: s.managed,
+            num_spills: s.num_spills,
+            num_spill_failures: s.num_spill_failures,
+            num_leaked: s.num_leaked,
+            device_used_bytes: self.device.with_device(|d| d.used()),
+            device_limit: self.cfg.device_limit,
+            host_limit: self.cfg.host_limit,
+        }
+    }
+
+    /// Resets every peak statistic to its current value.
+    pub fn reset_peak_stats(&self) {
+        let mut s = self.side();
+        s.raw.reset_peak();
+        s.host_ctr.reset_peak();
+        s.managed.reset_peak();
+        drop(s);
+        self.device.reset_peak_stats();
+    }
+
+    /// `torch.cuda.memory_summary()` for the device tier, followed by one
+    /// line per other tier.
+    pub fn memory_summary(&self, abbreviated: bool) -> String {
+        let st = self.stats();
+        let mut out = self.device.memory_summary(abbreviated);
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let _ = writeln!(
+            out,
+            "vramkit tiers: device used {:.1} MiB (limit {}); spills {}, spill failures {}, leaked {}",
+            mib(st.device_used_bytes),
+            st.device_limit.map_or("none".to_string(), |l| format!("{:.1} MiB", mib(l))),
+            st.num_spills,
+            st.num_spill_failures,
+            st.num_leaked
+        );
+        for (name, c) in [("raw", st.raw), ("host", st.host), ("managed", st.managed)] {
+            let _ = writeln!(
+                out,
+                "  {name:<8} current {:>10.1} MiB in {:>6} blocks, peak {:>10.1} MiB, allocations {}",
+                mib(c.current_bytes),
+                c.current_count,
+                mib(c.peak_bytes),
+                c.num_allocs
+            );
+        }
+        out
+    }
+
+    /// The device tier's segments, blocks and history
+    /// (`torch.cuda.memory._snapshot()`).
+    pub fn snapshot(&self) -> Snapshot {
+        self.device.snapshot()
+    }
+
+    /// Runs `f` on the device (to register streams, inject faults, ...).
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
+        self.device.with_device(|c| f(c.inner_mut()))
+    }
+
+    /// Runs `f` on the host tier's memory.
+    pub fn with_host<R>(&self, f: impl FnOnce(&mut H) -> R) -> R {
+        f(&mut self.side().host)
+    }
+
+    /// Checks the device tier's invariants and that every tier's current
+    /// counters equal a recount of its blocks.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.device.check_invariants()?;
+        let s = self.side();
+        let mut count: HashMap<Tier, (u64, u64)> = HashMap::new();
+        let pending = s.pending.iter().map(|(_, _, b)| b);
+        for b in s.blocks.values().chain(pending).chain(&s.leaked) {
+            let e = count.entry(b.tier).or_default();
+            e.0 += b.size;
+            e.1 += 1;
+        }
+        for (tier, c) in [
+            (Tier::Device, s.raw),
+            (Tier::Host, s.host_ctr),
+            (Tier::Managed, s.managed),
+        ] {
+            let (bytes, n) = count.get(&tier).copied().unwrap_or_default();
+            if (bytes, n) != (c.current_bytes, c.current_count) {
+                return Err(format!(
+                    "{tier:?} tier counts {} bytes in {} blocks, recount {bytes} in {n}",
+                    c.current_bytes, c.current_count
+                ));
+            }
+        }
+        if self.side_count.load(Ordering::Acquire) != s.blocks.len() + s.pending.len() {
+            return Err("side count out of date".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,356 @@
+//! The exported C functions, called as PyTorch would, on the simulated
+//! backend. Each test uses its own device ordinal, configured with
+//! `vram_init`, because the plug-in's state is per process.
+
+use std::ffi::{c_char, c_void, CString};
+use vram_torch::ffi::*;
+
+const MIB: isize = 1 << 20;
+
+fn init(device: i32, settings: &str) {
+    let s = CString::new(format!("VRAM_BACKEND=sim;{settings}")).unwrap();
+    // SAFETY: a valid NUL-terminated string.
+    assert_eq!(
+        unsafe { vram_init(device, s.as_ptr()) },
+        0,
+        "{}",
+        last_error()
+    );
+}
+
+fn text(f: impl Fn(*mut c_char, usize) -> isize) -> Option<String> {
+    let n = f(std::ptr::null_mut(), 0);
+    if n < 0 {
+        return None;
+    }
+    let mut buf = vec![0u8; n as usize + 1];
+    assert_eq!(f(buf.as_mut_ptr().cast(), buf.len()), n);
+    assert_eq!(buf[n as usize], 0, "NUL-terminated");
+    buf.pop();
+    Some(String::from_utf8(buf).unwrap())
+}
+
+fn last_error() -> String {
+    // SAFETY: `text` passes null/0 or a buffer of the stated length.
+    text(|b, l| unsafe { vram_last_error(b, l) }).unwrap()
+}
+
+fn stats(device: i32) -> serde_json::Map<String, serde_json::Value> {
+    // SAFETY: as above.
+    let s = text(|b, l| unsafe { vram_memory_stats_json(device, b, l) }).unwrap();
+    match serde_json::from_str(&s).unwrap() {
+        serde_json::Value::Object(m) => m,
+        v => panic!("not an object: {v}"),
+    }
+}
+
+fn stream(n: usize) -> *mut c_void {
+    n as *mut c_void
+}
+
+#[test]
+fn malloc_and_free_through_the_c_functions() {
+    init(1, "");
+    let p = vram_malloc(1000, 1, std::ptr::null_mut());
+    assert!(!p.is_null(), "{}", last_error());
+    let q = vram_malloc(30 * MIB, 1, stream(0x1234));
+    assert!(!q.is_null());
+    let m = stats(1);
+    // PyTorch's keys: 1000 B rounds to 1024 B; 30 MiB stays 30 MiB.
+    assert_eq!(m["allocated_bytes.all.current"], 1024 + 30 * (1 << 20));
+    assert_eq!(m["allocation.all.current"], 2);
+    vram_free(p, 1000, 1, std::ptr::null_mut());
+    vram_free(q, 30 * MIB, 1, stream(0x1234));
+    let m = stats(1);
+    assert_eq!(m["allocated_bytes.all.current"], 0);
+    assert_eq!(m["allocated_bytes.all.peak"], 1024 + 30 * (1 << 20));
+    assert_eq!(vram_empty_cache(1), 0);
+    assert_eq!(stats(1)["reserved_bytes.all.current"], 0);
+}
+
+#[test]
+fn stats_json_has_pytorch_and_tier_keys() {
+    init(2, "");
+    let p = vram_malloc(MIB, 2, std::ptr::null_mut());
+    assert!(!p.is_null());
+    let m = stats(2);
+    for stat in [
+        "allocation",
+        "segment",
+        "active",
+        "inactive_split",
+        "allocated_bytes",
+        "reserved_bytes",
+        "active_bytes",
+        "inactive_split_bytes",
+        "requested_bytes",
+    ] {
+        for pool in ["all", "small_pool", "large_pool"] {
+            for k in ["current", "peak", "allocated", "freed"] {
+                let key = format!("{stat}.{pool}.{k}");
+                assert!(m.contains_key(&key), "missing {key}");
+            }
+        }
+    }
+    for key in [
+        "num_alloc_retries",
+        "num_ooms",
+        "host.bytes.current",
+        "host.bytes.peak",
+        "num_spills",
+        "managed.bytes.current",
+    ] {
+        assert!(m.contains_key(key), "missing {key}");
+    }
+    assert_eq!(vram_reset_peak_stats(2), 0);
+    vram_free(p, MIB, 2, std::ptr::null_mut());
+}
+
+#[test]
+fn out_of_memory_returns_null() {
+    init(3, "VRAM_SIM_CAPACITY=64MiB");
+    let p = vram_malloc(40 * MIB, 3, std::ptr::null_mut());
+    assert!(!p.is_null());
+    let q = vram_malloc(40 * MIB, 3, std::ptr::null_mut());
+    assert!(q.is_null());
+    let e = last_error();
+    assert!(e.contains("out of memory"), "{e}");
+    assert_eq!(stats(3)["num_ooms"], 1);
+    vram_free(p, 40 * MIB, 3, std::ptr::null_mut());
+    assert!(vram_malloc(-5, 3, std::ptr::null_mut()).is_null());
+    assert!(last_error().contains("negative size"));
+}
+
+#[test]
+fn device_limit_spills_to_the_host_tier() {
+    init(4, "VRAM_DEVICE_LIMIT=64MiB;VRAM_HOST_LIMIT=1GiB");
+    let ptrs: Vec<*mut c_void> = (0..4)
+        .map(|_| vram_malloc(30 * MIB, 4, std::ptr::null_mut()))
+        .collect();
+    assert!(ptrs.iter().all(|p| !p.is_null()), "{}", last_error());
+    let m = stats(4);
+    assert_eq!(m["num_spills"], 2);
+    let tiers: Vec<i32> = ptrs.iter().map(|&p| vram_tier_of(4, p)).collect();
+    assert_eq!(tiers, [0, 0, 1, 1]);
+    assert_eq!(m["host.bytes.current"], 60 * (1 << 20));
+    assert!(m["device_used_bytes"].as_i64().unwrap() <= 64 << 20);
+    // SAFETY: null/0 or a buffer of the stated length.
+    let summary = text(|b, l| unsafe { vram_memory_summary(4, b, l) }).unwrap();
+    assert!(summary.contains("vramkit tiers"), "{summary}");
+    assert!(
+        summary.contains("Allocated memory") || summary.contains("allocated"),
+        "{summary}"
+    );
+    for p in ptrs {
+        vram_free(p, 30 * MIB, 4, std::ptr::null_mut());
+    }
+    assert_eq!(stats(4)["host.bytes.current"], 0);
+}
+
+#[test]
+fn raw_mode_for_mempool() {
+    init(5, "VRAM_MODE=raw");
+    let p = vram_malloc(20 * MIB, 5, std::ptr::null_mut());
+    assert!(!p.is_null());
+    let m = stats(5);
+    assert_eq!(m["raw.bytes.current"], 20 * (1 << 20));
+    assert_eq!(m["allocated_bytes.all.current"], 0);
+    vram_free(p, 20 * MIB, 5, std::ptr::null_mut());
+    assert_eq!(stats(5)["raw.bytes.current"], 0);
+}
+
+#[test]
+fn snapshot_is_a_pickle_that_reads_back() {
+    init(6, "VRAM_HISTORY=100");
+    let p = vram_malloc(3 * MIB, 6, std::ptr::null_mut());
+    let dir = std::env::temp_dir().join(format!("vram-torch-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("snap.pickle");
+    let c = CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated string.
+    assert_eq!(
+        unsafe { vram_dump_snapshot(6, c.as_ptr()) },
+        0,
+        "{}",
+        last_error()
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    let snap = vram_alloc::Snapshot::from_pickle(&bytes).unwrap();
+    assert_eq!(snap.reserved_bytes(), 4 << 20); // the vramkit policy maps 2 MiB granules
+    let bad = CString::new(dir.join("no/such/dir/x.pickle").to_str().unwrap()).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { vram_dump_snapshot(6, bad.as_ptr()) }, -1);
+    // SAFETY: null is allowed.
+    assert_eq!(unsafe { vram_dump_snapshot(6, std::ptr::null()) }, -1);
+    vram_free(p, 3 * MIB, 6, std::ptr::null_mut());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_settings_and_devices_are_errors() {
+    for s in [
+        "VRAM_DEVICE_LIMIT=lots",
+        "nonsense",
+        "PATH=/bin",
+        "VRAM_BACKEND=opencl",
+    ] {
+        let c = CString::new(s).unwrap();
+        // SAFETY: a valid NUL-terminated string.
+        assert_eq!(unsafe { vram_init(7, c.as_ptr()) }, -1, "{s}");
+    }
+    init(7, "");
+    let p = vram_malloc(512, 7, std::ptr::null_mut());
+    let again = CString::new("VRAM_BACKEND=sim").unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { vram_init(7, again.as_ptr()) }, -1);
+    assert!(last_error().contains("already initialized"));
+    assert!(vram_malloc(512, 99, std::ptr::null_mut()).is_null());
+    assert!(last_error().contains("out of range"));
+    // Freeing an unknown pointer is reported, not fatal.
+    vram_free(0x1234 as *mut c_void, 512, 7, std::ptr::null_mut());
+    assert!(
+        last_error().contains("not an active allocation"),
+        "{}",
+        last_error()
+    );
+    vram_free(p, 512, 7, std::ptr::null_mut());
+}
+
+#[test]
+fn cuda_backend_without_a_driver_returns_null() {
+    if vram_cuda::driver_present() {
+        eprintln!("skipping: an NVIDIA driver is present here");
+        return;
+    }
+    let c = CString::new("VRAM_BACKEND=cuda").unwrap();
+    // SAFETY: a valid NUL-terminated string.
+    assert_eq!(unsafe { vram_init(8, c.as_ptr()) }, 0);
+    assert!(vram_malloc(512, 8, std::ptr::null_mut()).is_null());
+    assert!(
+        last_error().contains("no NVIDIA driver"),
+        "{}",
+        last_error()
+    );
+    // SAFETY: null/0.
+    assert_eq!(
+        unsafe { vram_memory_stats_json(8, std::ptr::null_mut(), 0) },
+        -1
+    );
+}
+
+#[test]
+fn no_panic_crosses_the_boundary() {
+    assert_eq!(vram_selftest_panic(), -1);
+    assert!(last_error().contains("panic"), "{}", last_error());
+    assert_eq!(guard(7, || -> i32 { panic!("x") }), 7);
+}
+
+#[test]
+fn threads_allocate_concurrently() {
+    init(9, "VRAM_DEVICE_LIMIT=256MiB;VRAM_HOST_LIMIT=4GiB");
+    let hs: Vec<_> = (1..=4usize)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for k in 0..300isize {
+                    let size = (k * 7919 + t as isize * 31) % (8 * MIB) + 1;
+                    let p = vram_malloc(size, 9, stream(t * 0x100));
+                    assert!(!p.is_null());
+                    vram_free(p, size, 9, stream(t * 0x100));
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(stats(9)["allocated_bytes.all.current"], 0);
+}
+
+/// Runs `python/tests/test_vramkit_torch.py` against the cdylib `cargo test`
+/// just built, with `env`; `false` (with a message) when python3 is absent.
+fn run_python_test(env: &[(&str, &std::ffi::OsStr)]) -> bool {
+    let Ok(out) = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("skipping: python3 not found");
+        return false;
+    };
+    if !out.status.success() {
+        eprintln!("skipping: python3 does not run");
+        return false;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // `cargo test` builds the cdylib into the test binary's own `deps`
+    // directory (it is uplifted to `target/<profile>` only by `cargo build`).
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let lib = [
+        deps.join("libvram_torch.so"),
+        deps.parent().unwrap().join("libvram_torch.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| deps.join("libvram_torch.so"));
+    if !lib.exists() {
+        eprintln!(
+            "skipping: {} not built (cargo build -p vram-torch)",
+            lib.display()
+        );
+        return false;
+    }
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(root.join("python/tests/test_vramkit_torch.py"))
+        .env("VRAMKIT_LIB", &lib)
+        .env("VRAM_DEVICE_LIMIT", "64MiB")
+        .env("VRAM_HOST_LIMIT", "1GiB")
+        .env("PYTHONPATH", root.join("python"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("ok: vramkit_torch"), "{log}");
+    true
+}
+
+#[test]
+fn python_module_against_the_cdylib() {
+    run_python_test(&[("VRAM_BACKEND", "sim".as_ref())]);
+}
+
+/// The same Python test with the CUDA backend on a fake driver that
+/// enforces CUDA's rules (`crates/vram-cuda/tests/data/fake_libcuda.rs`):
+/// the plug-in's CUDA path — `CudaDevice` under the caching allocator,
+/// `CudaHost` pinned memory for the spill, events guarding host frees —
+/// end to end through ctypes. Not real GPU behaviour.
+#[test]
+fn python_module_on_a_fake_cuda_driver() {
+    if vram_cuda::driver_present() {
+        eprintln!("skipping: a real NVIDIA driver is present (the fake would not be loaded first)");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-cuda-torch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-cuda/tests/data/fake_libcuda.rs");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let built = std::process::Command::new(rustc)
+        .args(["--edition", "2021", "--crate-type", "cdylib", "-o"])
+        .arg(dir.join("libcuda.so"))
+        .arg(&src)
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: could not compile the fake driver with rustc");
+        return;
+    }
+    run_python_test(&[
+        ("VRAM_BACKEND", "cuda".as_ref()),
+        ("LD_LIBRARY_PATH", dir.as_os_str()),
+    ]);
+}
