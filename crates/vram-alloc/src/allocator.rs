@@ -1001,10 +1001,14 @@ impl<D: Device> Inner<D> {
                 .saturating_mul(g)
                 .min(b.size);
             let (addr, bsize) = (b.addr, b.size);
-            match self.dev.map(addr, len) {
-                Ok(()) => {}
-                Err(DeviceError::OutOfMemory { .. }) => return Err(Fail::Oom),
-                Err(e) => return Err(Fail::Dev(e)),
+            if let Err(e) = self.dev.map(addr, len) {
+                // Blocks mapped so far are free and may touch free mapped neighbours:
+                // coalesce them before failing, so no two free neighbours stay apart.
+                self.coalesce_free_run(start);
+                return Err(match e {
+                    DeviceError::OutOfMemory { .. } => Fail::Oom,
+                    e => Fail::Dev(e),
+                });
             }
             if len < bsize {
                 let nb = Block {
@@ -1041,6 +1045,22 @@ impl<D: Device> Inner<D> {
             }
         }
         Ok(start)
+    }
+
+    /// Merges the free mapped blocks that follow free mapped block `start` into it.
+    fn coalesce_free_run(&mut self, start: u32) {
+        let b = &self.blocks[start as usize];
+        if b.state != State::Free || !b.mapped {
+            return;
+        }
+        self.remove_free(start);
+        loop {
+            let n = self.blocks[start as usize].next;
+            if n == NIL || self.try_merge(start, n) == 0 {
+                break;
+            }
+        }
+        self.insert_free(start);
     }
 
     /// Unmaps the whole free pages of an expandable segment, except in

@@ -65,7 +65,8 @@ proptest! {
         let a = CachingAllocator::new(SimDevice::new(256 * MIB), cfg).unwrap();
         a.with_device(|d| d.hold_stream(2));
         let mut live: Vec<(u64, u64)> = Vec::new();
-        for op in ops {
+        for (step, op) in ops.into_iter().enumerate() {
+            let dbg_op = format!("{op:?}");
             match op {
                 Op::Alloc(s, st) => match a.malloc(s, st) {
                     Ok(p) => live.push((p, s)),
@@ -90,7 +91,7 @@ proptest! {
                 Op::Fault(n) => a.with_device(|d| d.fail_call(n)),
             }
             if let Err(e) = a.check_invariants() {
-                prop_assert!(false, "{e}");
+                prop_assert!(false, "step {step} {dbg_op}: {e}");
             }
             // Live allocations never overlap.
             let mut v = live.clone();
