@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod batch;
+mod checkpoint;
 mod estimate;
 mod fmt;
 mod input;
@@ -65,6 +66,8 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Pack variable-length sequences into batches whose estimated peak fits.
     Batch(batch::BatchArgs),
+    /// Place activation checkpoints so that a step fits, at the least recomputation.
+    Checkpoint(checkpoint::CheckpointArgs),
     /// Replay a memory snapshot's alloc/free history through allocator policies.
     Replay(replay::ReplayArgs),
     /// Write a synthetic memory snapshot of a model's training steps.
@@ -86,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gpus(a) => estimate::gpus(&a),
         Command::Plan(a) => plan::run(&a),
         Command::Batch(a) => batch::run(&a),
+        Command::Checkpoint(a) => checkpoint::run(&a),
         Command::Replay(a) => replay::run(&a),
         Command::Trace(a) => trace::run(&a),
         Command::Top(a) => top::run(&a),

@@ -1,4 +1,4 @@
-//! End-to-end tests of `vram plan` and `vram batch`.
+//! End-to-end tests of `vram plan`, `vram batch` and `vram checkpoint`.
 
 use std::process::Command;
 
@@ -241,4 +241,102 @@ fn batch_packs_lengths_from_a_file() {
     assert_eq!(code, 2);
     assert!(err.contains("not a whole number"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+const CKPT: &[&str] = &[
+    "checkpoint",
+    "llama-2-7b",
+    "--gpu",
+    "h100-80g",
+    "--micro-batch",
+    "2",
+    "--seq",
+    "4096",
+    "--optimizer",
+    "adam8bit",
+];
+
+#[test]
+fn checkpoint_recommends_a_schedule_that_fits_and_agrees_with_estimate() {
+    let mut args = CKPT.to_vec();
+    args.push("--json");
+    let (code, out, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let k = v["device"]["block_layers"]
+        .as_u64()
+        .expect("some recomputation");
+    // `vram estimate` with the block method at k layers fits; at k − 1 it does not.
+    let fits = |k: u64| {
+        let ks = k.to_string();
+        let mut e = vec![
+            "estimate",
+            "llama-2-7b",
+            "--gpu",
+            "h100-80g",
+            "--micro-batch",
+            "2",
+        ];
+        e.extend(["--seq", "4096", "--optimizer", "adam8bit", "--json"]);
+        e.extend(["--recompute", "full", "--recompute-layers", &ks]);
+        let (code, out, err) = vram(&e);
+        assert_eq!(code, 0, "{err}");
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        j["fits"].as_bool().unwrap()
+    };
+    assert!(fits(k) && !fits(k - 1), "k = {k}");
+    let rec = v["recommended"].as_str().unwrap();
+    let cands = v["candidates"].as_array().unwrap();
+    let pick = cands.iter().find(|c| c["name"] == rec).unwrap();
+    assert_eq!(pick["fits"], true);
+    // Nothing that fits is cheaper than the recommendation; store-all does not fit.
+    let cost = pick["cost"].as_f64().unwrap();
+    for c in cands.iter().filter(|c| c["fits"] == true) {
+        assert!(c["cost"].as_f64().unwrap() >= cost * (1.0 - 1e-9), "{c}");
+    }
+    assert_eq!(cands[0]["name"], "store-all");
+    assert_eq!(cands[0]["fits"], false);
+    // Per-stage forward runs: the 32 layers and the head, each run once or twice.
+    let runs = pick["forward_runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 33);
+    let device = v["device_peak_bytes"].as_u64().unwrap();
+    assert!(device <= v["device"]["allocatable_bytes"].as_u64().unwrap());
+
+    let (code, out, err) = vram(CKPT);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("--recompute-layers {k}")), "{out}");
+    assert!(out.contains("recommended:"), "{out}");
+}
+
+#[test]
+fn checkpoint_without_pressure_recommends_no_recomputation() {
+    let (code, out, err) = vram(&["checkpoint", "gpt2", "--gpu", "h100-80g", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["device"]["block_layers"].as_u64(), Some(0));
+    assert_eq!(v["recommended"], "store-all");
+}
+
+#[test]
+fn checkpoint_bad_input_exits_2_on_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["checkpoint", "t5-base"], "not a chain"),
+        (&["checkpoint", "resnet-50"], "transformers only"),
+        (&["checkpoint", "gpt2", "--inference"], "drop --inference"),
+        (
+            &["checkpoint", "gpt2", "--recompute", "full"],
+            "drop --recompute",
+        ),
+        (&["checkpoint", "gpt2", "--pp", "2"], "--pp 1"),
+        (&["checkpoint", "gpt2", "--slots", "0"], "--slots 0"),
+        (&["checkpoint", "gpt2", "--budget", "lots"], "--budget"),
+        (&["checkpoint", "no-such-model"], "no-such-model"),
+    ];
+    for (args, needle) in cases {
+        let (code, _, err) = vram(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err} (wanted {needle})");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
 }

@@ -1712,6 +1712,98 @@ pub fn layer_activation_bytes(model: &Model, setup: &Setup) -> Result<u64> {
     Ok(step.saved_handle(&tr, 0, 0, &l).bytes)
 }
 
+/// What one training micro-batch's chain of layers keeps for backward, on one GPU: the input
+/// to checkpoint placement (`vram_plan::checkpoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ChainBytes {
+    /// Transformer layers in the chain.
+    pub layers: u64,
+    /// Bytes one layer saves for its backward without recomputation.
+    pub layer_saved: u64,
+    /// Bytes one layer saves under selective recomputation (no attention scores).
+    pub layer_selective: u64,
+    /// Bytes of one layer's input: what a checkpoint before it holds.
+    pub layer_input: u64,
+    /// Bytes the head keeps until its backward: the final norm's and the projection's inputs,
+    /// and the fp32 log-softmax of the loss (the logits themselves are freed before backward).
+    pub head_saved: u64,
+    /// Autocast's half copies of one layer's matmul weights (0 outside autocast): kept from a
+    /// layer's forward to its backward, made again by a recomputation.
+    pub layer_copies: u64,
+    /// Gradient bytes one layer's backward allocates and keeps (autocast creates gradients
+    /// lazily on the first micro-batch; 0 where they are allocated before the step).
+    pub layer_grad: u64,
+    /// Gradient bytes the head's backward allocates and keeps (as `layer_grad`).
+    pub head_grad: u64,
+    /// Extra bytes live at the high point of one layer's forward (beyond what it saves).
+    pub layer_forward_tmp: u64,
+    /// Extra bytes live at the high point of one layer's backward (beyond saved and gradients).
+    pub layer_backward_tmp: u64,
+    /// Extra bytes at the high point of the head's forward: the logits and their fp32 upcast.
+    pub head_forward_tmp: u64,
+    /// Extra bytes at the high point of the head's backward: two fp32 logit gradients.
+    pub head_backward_tmp: u64,
+}
+
+/// The layer chain of a decoder-only or encoder-only transformer's training micro-batch, with
+/// the same tensor sizes the step walk uses (TP and sequence parallelism applied).
+///
+/// Encoder-decoders (every decoder layer reads the encoder's output, so the layers are not a
+/// chain), CNNs, inference and pipeline parallelism (`pp > 1`) are refused with an error.
+pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
+    let t = match model {
+        Model::Transformer(t) => t,
+        _ => {
+            return Err(Error::Setup(
+                "checkpoint placement is modelled for transformers only".into(),
+            ))
+        }
+    };
+    if t.layout == Layout::EncoderDecoder {
+        return Err(Error::Setup(
+            "an encoder-decoder is not a chain (every decoder layer reads the encoder output); checkpoint placement needs a decoder-only or encoder-only model".into(),
+        ));
+    }
+    if setup.parallel.pp > 1 {
+        return Err(Error::Setup(
+            "checkpoint placement covers a whole model's chain; use --pp 1".into(),
+        ));
+    }
+    let step = Step::new(model, setup)?;
+    if !matches!(setup.mode, Mode::Train(_)) {
+        return Err(Error::Setup(
+            "activations are stored in training only".into(),
+        ));
+    }
+    let l = step.layer_kinds[1];
+    let autocast = step.style == AmpStyle::Autocast;
+    let copies = autocast && step.ctx.cmp != 4 && step.bytes.weight == 4;
+    let g = if autocast { step.bytes.grad } else { 0 };
+    Ok(ChainBytes {
+        layers: t.layers,
+        layer_saved: l.saved(false),
+        layer_selective: l.saved(true),
+        layer_input: l.checkpoint,
+        head_saved: step.head_saved + m(&[step.logits, 4]),
+        layer_copies: if copies {
+            m(&[l.matmul_params, step.ctx.cmp])
+        } else {
+            0
+        },
+        layer_grad: m(&[l.params, g]),
+        head_grad: m(&[step.head_params, g]),
+        layer_forward_tmp: l.fwd_tmp,
+        layer_backward_tmp: l.bwd_tmp,
+        head_forward_tmp: m(&[step.logits, step.ctx.cmp])
+            + if step.ctx.cmp != 4 {
+                m(&[step.logits, 4])
+            } else {
+                0
+            },
+        head_backward_tmp: m(&[step.logits, 4, 2]),
+    })
+}
+
 /// The largest micro-batch (training) or batch (inference) whose estimate fits `capacity`.
 ///
 /// Returns `Ok(None)` when not even 1 fits.

@@ -50,6 +50,9 @@ fn bench(c: &mut Criterion) {
             backward: 2.0 + 2.0 * (i % 5) as f64,
             input_bytes: 1 + i % 3,
             saved_bytes: 4 + (i * 7) % 11,
+            grad_bytes: 0,
+            forward_tmp: 0,
+            backward_tmp: 0,
         })
         .collect();
     c.bench_function("checkpoint::optimal 64 stages, 256 slots", |b| {

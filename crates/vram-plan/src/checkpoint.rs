@@ -11,13 +11,21 @@
 //!   hold `x_{s'}`, solve `s'..=t` in `m − x_{s'}`, drop `x_{s'}`, and solve `s..s'` again
 //!   from `x_s` in `m`.
 //!
-//! A single stage costs `f + b` and needs `a ≤ m`. Memory is counted in `slots` equal units of
-//! the budget, every size rounded up, so a schedule the programme accepts fits the real budget.
+//! Weight gradients created by a backward (`g`, PyTorch allocates them lazily on the first
+//! micro-batch) stay to the end, so each backward runs with the gradients of every later stage:
+//! the store branch needs `a_s + g_s..=t ≤ m` at `s`'s backward, and the left part of a
+//! checkpoint split gets `m − g_s'..=t`. A forward's high point adds what the stage makes (its
+//! saved bytes, even when it drops them) and its temporaries; a backward's adds its
+//! temporaries. A single stage costs `f + b`.
+//! Memory is counted in `slots` equal units of the budget, every size rounded up, so a
+//! schedule the programme accepts fits the real budget.
 //! The answer is a list of [`Op`]s that [`simulate`] replays independently of the programme;
 //! [`store_all`], [`full_recompute`] and [`sqrt_checkpoints`] build the usual baselines in the
 //! same language. `x_0` (the chain's input) is held by the caller and not counted.
 
 use serde::Serialize;
+use vram_model::arch::Model;
+use vram_model::setup::{Mode, Setup};
 
 use crate::error::{Error, Result};
 
@@ -32,6 +40,14 @@ pub struct Stage {
     pub input_bytes: u64,
     /// Bytes the stage's forward saves for its backward when run with saving.
     pub saved_bytes: u64,
+    /// Bytes the stage's backward allocates and keeps to the end of the chain (weight
+    /// gradients created lazily, as PyTorch does on the first micro-batch); 0 for none.
+    pub grad_bytes: u64,
+    /// Extra bytes live at the high point of the stage's forward, beyond its saved bytes (which
+    /// a forward without saving also makes before dropping them).
+    pub forward_tmp: u64,
+    /// Extra bytes live at the high point of the stage's backward, beyond saved and gradients.
+    pub backward_tmp: u64,
 }
 
 /// One step of a checkpointing schedule.
@@ -99,6 +115,18 @@ pub fn simulate(chain: &[Stage], ops: &[Op]) -> Result<Replay> {
                 }
                 cost += chain[stage].forward;
                 forwards += 1;
+                // High point: everything the forward makes, saved or not, and its output.
+                let out = if keep_output && stage + 1 < n && !input_held[stage + 1] {
+                    size_in(stage + 1)
+                } else {
+                    0
+                };
+                let made = if saved_held[stage] {
+                    0
+                } else {
+                    chain[stage].saved_bytes
+                };
+                peak = peak.max(live + made + chain[stage].forward_tmp + out);
                 if save && !saved_held[stage] {
                     saved_held[stage] = true;
                     live += chain[stage].saved_bytes;
@@ -123,6 +151,8 @@ pub fn simulate(chain: &[Stage], ops: &[Op]) -> Result<Replay> {
                     return Err(bad(format!("backward {i} without saved activations")));
                 }
                 cost += chain[i].backward;
+                live += chain[i].grad_bytes;
+                peak = peak.max(live + chain[i].backward_tmp);
                 saved_held[i] = false;
                 live -= chain[i].saved_bytes;
                 next_backward = i;
@@ -260,6 +290,35 @@ enum Choice {
 /// Returns `Ok(None)` when no schedule fits (some stage alone needs more than the budget).
 /// Time `O(n³·slots)`, memory `O(n²·slots)`.
 pub fn optimal(chain: &[Stage], budget: u64, slots: usize) -> Result<Option<Schedule>> {
+    programme(chain, budget, slots, true)
+}
+
+/// [`optimal`] with sizes rounded to the nearest slot instead of up, checked by [`simulate`]:
+/// rounding up overcounts by up to a slot per tensor, which near a tight budget can rule out
+/// schedules that fit (a 33-stage chain over 512 slots loses several per cent of the budget).
+/// When the answer's replay exceeds `budget`, the programme runs again on a budget lowered by
+/// the excess (three times at most), then falls back to [`optimal`].
+pub fn optimal_nearest(chain: &[Stage], budget: u64, slots: usize) -> Result<Option<Schedule>> {
+    let mut b = budget;
+    for _ in 0..3 {
+        let Some(s) = programme(chain, b, slots, false)? else {
+            break;
+        };
+        let peak = simulate(chain, &s.ops)?.peak_bytes;
+        if peak <= budget {
+            return Ok(Some(s));
+        }
+        b = b.saturating_sub(peak - budget);
+    }
+    optimal(chain, budget, slots)
+}
+
+fn programme(
+    chain: &[Stage],
+    budget: u64,
+    slots: usize,
+    round_up: bool,
+) -> Result<Option<Schedule>> {
     let n = chain.len();
     if n == 0 {
         return Ok(Some(Schedule {
@@ -274,7 +333,13 @@ pub fn optimal(chain: &[Stage], budget: u64, slots: usize) -> Result<Option<Sche
     }
     let unit = budget.div_ceil(slots as u64).max(1);
     let s_units = (budget / unit) as usize;
-    let units = |b: u64| b.div_ceil(unit) as usize;
+    let units = |b: u64| {
+        if round_up {
+            b.div_ceil(unit) as usize
+        } else {
+            ((b + unit / 2) / unit) as usize
+        }
+    };
     let x: Vec<usize> = (0..=n)
         .map(|i| {
             if i < n {
@@ -285,6 +350,14 @@ pub fn optimal(chain: &[Stage], budget: u64, slots: usize) -> Result<Option<Sche
         })
         .collect();
     let a: Vec<usize> = chain.iter().map(|s| units(s.saved_bytes)).collect();
+    let g: Vec<usize> = chain.iter().map(|s| units(s.grad_bytes)).collect();
+    let ft: Vec<usize> = chain.iter().map(|s| units(s.forward_tmp)).collect();
+    let bt: Vec<usize> = chain.iter().map(|s| units(s.backward_tmp)).collect();
+    // gsum[i]: gradient units of stages 0..i; those of s..=t are gsum[t+1] - gsum[s].
+    let mut gsum = vec![0usize; n + 1];
+    for i in 0..n {
+        gsum[i + 1] = gsum[i] + g[i];
+    }
     let f: Vec<f64> = chain.iter().map(|s| s.forward).collect();
     let m1 = s_units + 1;
     let idx = |s: usize, t: usize, m: usize| (s * n + t) * m1 + m;
@@ -300,13 +373,14 @@ pub fn optimal(chain: &[Stage], budget: u64, slots: usize) -> Result<Option<Sche
             for m in 0..=s_units {
                 let (mut best, mut how) = (f64::INFINITY, Choice::Infeasible);
                 if s == t {
-                    if a[s] <= m {
+                    if a[s] + ft[s] <= m && a[s] + g[s] + bt[s] <= m {
                         best = chain[s].forward + chain[s].backward;
                         how = Choice::Leaf;
                     }
                 } else {
                     let need = a[s] + x[s + 1];
-                    if need <= m {
+                    // Stage s's backward runs with the gradients of s..=t allocated.
+                    if need + ft[s] <= m && a[s] + gsum[t + 1] - gsum[s] + bt[s] <= m {
                         let c = f[s] + cost[idx(s + 1, t, m - need)] + chain[s].backward;
                         if c < best {
                             best = c;
@@ -314,16 +388,21 @@ pub fn optimal(chain: &[Stage], budget: u64, slots: usize) -> Result<Option<Sche
                         }
                     }
                     // Transient while running s..s' forward without saving: the running
-                    // activation and the next one.
+                    // activation, the next one, and what the stage makes before dropping it.
                     let mut transient = 0;
                     for sp in s + 1..=t {
                         let held = if sp - 1 > s { x[sp - 1] } else { 0 };
-                        transient = transient.max(held + x[sp]);
+                        transient = transient.max(held + x[sp] + a[sp - 1] + ft[sp - 1]);
                         if transient > m || x[sp] > m {
                             break;
                         }
+                        // The left part runs after the right part's gradients exist.
+                        let right_grads = gsum[t + 1] - gsum[sp];
+                        if right_grads > m {
+                            continue;
+                        }
                         let right = cost[idx(sp, t, m - x[sp])];
-                        let left = cost[idx(s, sp - 1, m)];
+                        let left = cost[idx(s, sp - 1, m - right_grads)];
                         let c = fsum[sp] - fsum[s] + right + left;
                         if c < best {
                             best = c;
@@ -391,11 +470,259 @@ pub fn optimal(chain: &[Stage], budget: u64, slots: usize) -> Result<Option<Sche
                         ops.push(Op::Drop(k));
                     }
                 }
-                stack.push(Task::Solve(s, sp - 1, m));
+                stack.push(Task::Solve(s, sp - 1, m - (gsum[t + 1] - gsum[sp])));
                 stack.push(Task::Emit(Op::Drop(sp)));
                 stack.push(Task::Solve(sp, t, m - x[sp]));
             }
         }
     }
     Ok(Some(Schedule { cost: total, ops }))
+}
+
+/// A transformer's training micro-batch as a chain for [`optimal`]: its layers, then the head
+/// (final norm, output projection and loss) as the last stage.
+///
+/// Sizes come from [`vram_model::estimate::chain_bytes`] (the tensors the step walk saves, TP
+/// and sequence parallelism applied; a stored layer also keeps autocast's half copies of its
+/// weights, which a recomputation makes again); times are GFLOP per GPU from [`crate::cost::token_flops`],
+/// backward twice the forward.
+pub fn transformer_chain(model: &Model, setup: &Setup) -> Result<Vec<Stage>> {
+    let bytes = vram_model::estimate::chain_bytes(model, setup)?;
+    let Model::Transformer(t) = model else {
+        unreachable!("chain_bytes accepts transformers only")
+    };
+    let Mode::Train(tr) = setup.mode else {
+        unreachable!("chain_bytes accepts training only")
+    };
+    let f = crate::cost::token_flops(t, tr.seq);
+    let gflop = (tr.micro_batch * tr.seq) as f64 / setup.parallel.tp as f64 / 1e9;
+    let layer = gflop * (f.layer_matmul + f.layer_attention);
+    let mut chain = vec![
+        Stage {
+            forward: layer,
+            backward: 2.0 * layer,
+            input_bytes: bytes.layer_input,
+            // A layer's saved tensors include its input, which the chain counts as held
+            // (`x_i`) whenever the stage's saved tensors are.
+            saved_bytes: bytes.layer_saved.saturating_sub(bytes.layer_input) + bytes.layer_copies,
+            grad_bytes: bytes.layer_grad,
+            forward_tmp: bytes.layer_forward_tmp,
+            backward_tmp: bytes.layer_backward_tmp,
+        };
+        bytes.layers as usize
+    ];
+    chain.push(Stage {
+        forward: gflop * f.head,
+        backward: 2.0 * gflop * f.head,
+        input_bytes: bytes.layer_input,
+        saved_bytes: bytes.head_saved.saturating_sub(bytes.layer_input),
+        grad_bytes: bytes.head_grad,
+        forward_tmp: bytes.head_forward_tmp,
+        backward_tmp: bytes.head_backward_tmp,
+    });
+    Ok(chain)
+}
+
+/// How many times each stage's forward runs in `ops`: 1 stored on the first pass, 2 recomputed
+/// once, 3 or more recomputed within a recomputation (nested checkpoints).
+pub fn forward_runs(n: usize, ops: &[Op]) -> Vec<u32> {
+    let mut runs = vec![0; n];
+    for op in ops {
+        if let Op::Forward { stage, .. } = *op {
+            if stage < n {
+                runs[stage] += 1;
+            }
+        }
+    }
+    runs
+}
+
+/// One checkpointing strategy replayed under a budget.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    /// `store-all`, `block-K`, `sqrt-n`, `full` or `optimal`.
+    pub name: String,
+    /// The schedule.
+    pub schedule: Schedule,
+    /// Its independent replay (cost, peak held bytes, forward runs).
+    pub replay: Replay,
+    /// Whether the replayed peak is within the budget.
+    pub fits: bool,
+}
+
+/// The usual strategies and the optimal one on the same chain and budget, in this order: no
+/// recomputation, Megatron's block method with `block` recomputed stages (when `None`, the
+/// fewest that fit; omitted when none does), √n checkpointing, full recomputation, and
+/// [`optimal`] (omitted when nothing fits). Every schedule is replayed by [`simulate`].
+pub fn compare(
+    chain: &[Stage],
+    budget: u64,
+    slots: usize,
+    block: Option<usize>,
+) -> Result<Vec<Candidate>> {
+    let replayed = |name: String, schedule: Schedule| -> Result<Candidate> {
+        let replay = simulate(chain, &schedule.ops)?;
+        Ok(Candidate {
+            name,
+            fits: replay.peak_bytes <= budget,
+            schedule,
+            replay,
+        })
+    };
+    let mut out = vec![replayed("store-all".into(), store_all(chain))?];
+    match block {
+        Some(k) if k > 0 => {
+            out.push(replayed(
+                format!("block-{k}"),
+                first_k_recomputed(chain, k),
+            )?);
+        }
+        Some(_) => {}
+        None => {
+            for k in 1..=chain.len() {
+                let c = replayed(format!("block-{k}"), first_k_recomputed(chain, k))?;
+                if c.fits {
+                    out.push(c);
+                    break;
+                }
+            }
+        }
+    }
+    out.push(replayed("sqrt-n".into(), sqrt_checkpoints(chain))?);
+    out.push(replayed("full".into(), full_recompute(chain))?);
+    if let Some(s) = optimal_nearest(chain, budget, slots)? {
+        out.push(replayed("optimal".into(), s)?);
+    }
+    Ok(out)
+}
+
+/// The recomputed segments of a schedule's first forward pass, as `(first, last)` stage pairs:
+/// each begins at a stage whose input stays held (a checkpoint) and runs without saving up to
+/// the next checkpoint or saved stage. These are the modules to wrap in one
+/// `torch.utils.checkpoint` call each; nested recomputation (stages run three times or more)
+/// happens inside them.
+pub fn segments_of(n: usize, ops: &[Op]) -> Vec<(usize, usize)> {
+    let mut held = vec![false; n + 1];
+    held[0] = true;
+    let mut unsaved = vec![false; n];
+    let mut seen = vec![false; n];
+    for op in ops {
+        match *op {
+            Op::Forward {
+                stage,
+                save,
+                keep_output,
+            } if stage < n => {
+                if !seen[stage] {
+                    seen[stage] = true;
+                    unsaved[stage] = !save;
+                }
+                if keep_output {
+                    held[stage + 1] = true;
+                }
+            }
+            Op::Drop(i) if i <= n => held[i] = false,
+            Op::Backward(_) => break,
+            _ => {}
+        }
+    }
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for i in 0..n {
+        if !unsaved[i] {
+            continue;
+        }
+        match out.last_mut() {
+            Some((_, last)) if *last + 1 == i && !held[i] => *last = i,
+            _ => out.push((i, i)),
+        }
+    }
+    out
+}
+
+/// The chain's memory budget on a GPU, tied to the step estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DeviceBudget {
+    /// The fewest layers Megatron's block method must recompute for the step estimate to fit
+    /// (`Some(0)`: nothing to recompute; `None`: not even full recomputation fits).
+    pub block_layers: Option<u64>,
+    /// Bytes live tensors may take on the device: its memory less the CUDA context, divided by
+    /// one plus the allocator overhead.
+    pub allocatable_bytes: u64,
+    /// Peak allocated bytes of the step estimate with `block_layers` recomputed.
+    pub block_peak_bytes: u64,
+    /// What the step holds besides the chain at that peak.
+    pub others_bytes: u64,
+    /// The chain's budget: its replayed peak under the block method, plus what the device still
+    /// has free at that peak.
+    pub chain_bytes: u64,
+}
+
+/// The budget of `chain` (built by [`transformer_chain`] from `model` and `setup`) on a device
+/// of `capacity` bytes, anchored to the step estimate: find the fewest recomputed layers with
+/// which [`vram_model::estimate()`] fits, and give the chain what that schedule holds plus the
+/// headroom left. A schedule within this budget holds no more at any moment than the block
+/// method the estimate approved, except for what the chain does not see: autocast's cast cache
+/// keeps the half weight copies of every layer run without saving until the forward pass ends,
+/// which is at most what the block method's recomputed layers keep when the optimal schedule
+/// recomputes no more layers than it does (true on a uniform stack, where equal cost means equal
+/// count).
+pub fn device_budget(
+    model: &Model,
+    setup: &Setup,
+    chain: &[Stage],
+    capacity: u64,
+) -> Result<DeviceBudget> {
+    let Mode::Train(tr) = setup.mode else {
+        return Err(Error::Request(
+            "checkpoint placement is for training".into(),
+        ));
+    };
+    let layers = chain.len().saturating_sub(1) as u64;
+    let with_k = |k: u64| -> Result<vram_model::estimate::Estimate> {
+        let mut s = *setup;
+        s.mode = Mode::Train(vram_model::setup::Train {
+            recompute: if k == 0 {
+                vram_model::setup::Recompute::None
+            } else {
+                vram_model::setup::Recompute::Full
+            },
+            recompute_layers: (k > 0).then_some(k),
+            ..tr
+        });
+        Ok(vram_model::estimate(model, &s)?)
+    };
+    let o = setup.overheads;
+    let allocatable =
+        (capacity.saturating_sub(o.cuda_context_bytes) as f64 / (1.0 + o.fragmentation)) as u64;
+    let mut k = None;
+    if with_k(0)?.fits(capacity) {
+        k = Some(0);
+    } else if with_k(layers)?.fits(capacity) {
+        // Memory falls as k grows: bisect for the smallest k that fits.
+        let (mut lo, mut hi) = (0, layers);
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if with_k(mid)?.fits(capacity) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        k = Some(hi);
+    }
+    let k_used = k.unwrap_or(layers);
+    let e = with_k(k_used)?;
+    let block = simulate(chain, &first_k_recomputed(chain, k_used as usize).ops)?.peak_bytes;
+    let others = e.peak_bytes.saturating_sub(block);
+    Ok(DeviceBudget {
+        block_layers: k,
+        allocatable_bytes: allocatable,
+        block_peak_bytes: e.peak_bytes,
+        others_bytes: others,
+        chain_bytes: if k.is_some() {
+            block + allocatable.saturating_sub(e.peak_bytes)
+        } else {
+            0
+        },
+    })
 }
