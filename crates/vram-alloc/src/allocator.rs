@@ -884,23 +884,12 @@ impl<D: Device> Inner<D> {
             let free = b.state == State::Free;
             if free && !prev_free {
                 // Evaluate placing the request at the start of this run.
-                let (mut run, mut need, mut c) = (0u64, 0u64, cur);
-                while c != NIL && run < rounded {
-                    let x = &self.blocks[c as usize];
-                    if x.state != State::Free {
-                        break;
-                    }
-                    let take = x.size.min(rounded - run);
-                    if !x.mapped {
-                        need += take.div_ceil(g) * g;
-                    }
-                    run += take;
-                    c = x.next;
-                }
-                if run >= rounded && !matches!(best, Some((_, _, n)) if n <= need) {
-                    best = Some((cur, b.addr, need));
-                    if need == 0 {
-                        break;
+                if let Some(need) = self.run_at(cur, rounded, g) {
+                    if !matches!(best, Some((_, _, n)) if n <= need) {
+                        best = Some((cur, b.addr, need));
+                        if need == 0 {
+                            break;
+                        }
                     }
                 }
             }
@@ -1038,12 +1027,7 @@ impl<D: Device> Inner<D> {
         }
         // Coalesce the run into one free mapped block and take it out of the free set.
         self.remove_free(start);
-        loop {
-            let n = self.blocks[start as usize].next;
-            if n == NIL || self.try_merge(start, n) == 0 {
-                break;
-            }
-        }
+        self.merge_following(start);
         Ok(start)
     }
 
@@ -1054,13 +1038,19 @@ impl<D: Device> Inner<D> {
             return;
         }
         self.remove_free(start);
+        self.merge_following(start);
+        self.insert_free(start);
+    }
+
+    /// Merges into block `start` (out of the free set) every following free block with the
+    /// same mapping state.
+    fn merge_following(&mut self, start: u32) {
         loop {
             let n = self.blocks[start as usize].next;
             if n == NIL || self.try_merge(start, n) == 0 {
                 break;
             }
         }
-        self.insert_free(start);
     }
 
     /// Unmaps the whole free pages of an expandable segment, except in
