@@ -271,7 +271,9 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
         let peak = d.others_bytes + best.replay.peak_bytes;
         let total = estimate(&model, &setup)?;
         let o = setup.overheads;
-        let device = peak + (peak as f64 * o.fragmentation) as u64 + o.cuda_context_bytes;
+        // The allocator's reserved-to-allocated ratio as replayed for the step.
+        let ratio = total.reserved_bytes as f64 / total.peak_bytes.max(1) as f64;
+        let device = (peak as f64 * ratio) as u64 + o.cuda_context_bytes;
         writeln!(
             out,
             "with it the step needs about {} on the device ({} without recomputation)",

@@ -161,9 +161,19 @@ pub struct StepArgs {
     /// Inference: concurrent sequences.
     #[arg(long, default_value_t = 1)]
     batch: u64,
-    /// Inference: tokens per sequence held in the KV cache [default: min(2048, the model's maximum)].
+    /// Inference: tokens per sequence at the end of generation, prompt plus new tokens
+    /// [default: min(2048, the model's maximum), or --prompt + --new-tokens].
     #[arg(long)]
     context: Option<u64>,
+    /// Inference: prompt tokens per sequence (with --new-tokens; instead of --context).
+    #[arg(long)]
+    prompt: Option<u64>,
+    /// Inference: tokens `generate` produces after the prompt (max_new_tokens).
+    #[arg(long, default_value_t = 16)]
+    new_tokens: u64,
+    /// Inference: the KV cache of `generate` (dynamic: grows by torch.cat at every token).
+    #[arg(long, value_enum, default_value = "dynamic")]
+    kv_cache: KvCacheArg,
     /// Inference: KV-cache element type.
     #[arg(long, value_enum, default_value = "bf16")]
     kv_dtype: KvDtype,
@@ -173,24 +183,73 @@ pub struct StepArgs {
     /// cuBLAS/cuDNN workspace inside the allocator, e.g. 32MiB.
     #[arg(long, value_parser = parse_bytes)]
     workspace: Option<u64>,
-    /// Allocator overhead as a fraction of peak allocated, e.g. 0.05 or 5%.
+    /// A fixed allocator overhead as a fraction of peak allocated (e.g. 0.05 or 5%), instead of
+    /// replaying the step through the allocator.
     #[arg(long, value_parser = parse_fraction)]
     fragmentation: Option<f64>,
+    /// The caching allocator whose replay gives the reserved bytes.
+    #[arg(long, value_enum, default_value = "pytorch")]
+    allocator: AllocatorArg,
+    /// How half-precision weights came to be: `fp32` when the model was built in fp32 and cast
+    /// (from_config, then model.to(bfloat16)), `native` when loaded in its own dtype
+    /// (from_pretrained(..., dtype=torch.bfloat16)). Changes the reserved bytes only.
+    #[arg(long, value_enum, default_value = "fp32")]
+    weights_created: WeightsCreated,
+}
+
+/// `--weights-created`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WeightsCreated {
+    /// Built in fp32, then cast to the step's precision.
+    Fp32,
+    /// Created in the step's precision.
+    Native,
+}
+
+/// `--kv-cache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvCacheArg {
+    /// transformers' DynamicCache (the default).
+    Dynamic,
+    /// StaticCache (cache_implementation="static"), allocated for the whole context up front.
+    Static,
+}
+
+/// `--allocator`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AllocatorArg {
+    /// PyTorch's CUDACachingAllocator, default settings.
+    Pytorch,
+    /// PyTorch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
+    PytorchExpandable,
+    /// vramkit's allocator (the plug-in's default policy).
+    Vramkit,
 }
 
 impl StepArgs {
-    /// The setup these flags describe for `model`.
+    /// The setup these flags describe for `model` on the default GPU (H100).
     pub fn setup(&self, model: &Model) -> Result<Setup> {
+        self.setup_on(model, None)
+    }
+
+    /// The setup these flags describe for `model` on `gpu` (its context and workspace).
+    pub fn setup_on(&self, model: &Model, gpu: Option<&vram_model::gpu::Gpu>) -> Result<Setup> {
         let max_pos = match model {
             Model::Transformer(t) => t.max_positions,
             _ => 2048,
         };
         let default_len = max_pos.min(2048);
-        let d = Overheads::default();
+        let d = gpu.map_or_else(Overheads::default, Overheads::for_gpu);
         let overheads = Overheads {
             cuda_context_bytes: self.cuda_context.unwrap_or(d.cuda_context_bytes),
             workspace_bytes: self.workspace.unwrap_or(d.workspace_bytes),
-            fragmentation: self.fragmentation.unwrap_or(d.fragmentation),
+            fragmentation: self.fragmentation,
+            allocator: match self.allocator {
+                AllocatorArg::Pytorch => setup::Allocator::Pytorch,
+                AllocatorArg::PytorchExpandable => setup::Allocator::PytorchExpandable,
+                AllocatorArg::Vramkit => setup::Allocator::Vramkit,
+            },
+            weights_cast_from_fp32: self.weights_created == WeightsCreated::Fp32,
         };
         let mode = if self.inference {
             let kv_bytes = match self.kv_dtype {
@@ -198,15 +257,36 @@ impl StepArgs {
                 KvDtype::Fp16 | KvDtype::Bf16 => 2,
                 KvDtype::Fp8 | KvDtype::Int8 => 1,
             };
+            let context = match (self.context, self.prompt) {
+                (Some(_), Some(_)) => {
+                    return Err(bad_input!(
+                        "give --context (prompt plus new tokens) or --prompt, not both"
+                    ))
+                }
+                (Some(c), None) => c,
+                (None, Some(p)) => p.saturating_add(self.new_tokens),
+                (None, None) => default_len,
+            };
+            if self.new_tokens >= context {
+                return Err(bad_input!(
+                    "--new-tokens {} leaves no prompt in a context of {context} tokens",
+                    self.new_tokens
+                ));
+            }
             Mode::Infer(Infer {
                 batch: self.batch,
-                context: self.context.unwrap_or(default_len),
+                context,
+                new_tokens: self.new_tokens,
                 kv_bytes,
+                kv_cache: match self.kv_cache {
+                    KvCacheArg::Dynamic => setup::KvCache::Dynamic,
+                    KvCacheArg::Static => setup::KvCache::Static,
+                },
             })
         } else {
-            if self.context.is_some() {
+            if self.context.is_some() || self.prompt.is_some() {
                 return Err(bad_input!(
-                    "--context is for --inference; training takes --seq"
+                    "--context and --prompt are for --inference; training takes --seq"
                 ));
             }
             Mode::Train(Train {
@@ -304,7 +384,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     if let Model::Weights(w) = model {
         return print_weights(w, a.json);
     }
-    let setup = a.step.setup(model)?;
+    let setup = a.step.setup_on(model, Some(gpu))?;
     let e = estimate_with_timeline(model, &setup)?;
     let cap = gpu.memory_bytes;
     let (fit_batch, fit_context) = match setup.mode {
@@ -333,6 +413,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "peak_phase": e.peak_phase.to_string(),
             "pipeline_rank": e.pipeline_rank,
             "amp_style": e.amp_style,
+            "allocator": e.allocator,
+            "assumes": e.assumes,
+            "cuda_context_source": gpu.context_source(),
             "gpu": {"id": gpu.id, "name": gpu.name, "memory_bytes": gpu.memory_bytes},
             "gpu_memory_bytes": gpu.memory_bytes,
             "fits": e.fits(cap),
@@ -412,7 +495,14 @@ fn describe(setup: &Setup, e: &Estimate) -> String {
                 if t.offload == setup::Offload::None { String::new() } else { format!(", offload {}", j(json!(t.offload))) },
             )
         }
-        Mode::Infer(i) => format!("inference, {prec}, batch {} x context {}, KV cache {} B/element, attention {attn}, {par}", i.batch, i.context, i.kv_bytes),
+        Mode::Infer(i) => format!(
+            "inference (generate), {prec}, batch {} x (prompt {} + {} new tokens), {} KV cache {} B/element, attention {attn}, {par}",
+            i.batch,
+            i.prompt(),
+            i.new_tokens,
+            if i.kv_cache == setup::KvCache::Static { "static" } else { "dynamic" },
+            i.kv_bytes
+        ),
     }
 }
 
@@ -518,14 +608,9 @@ fn print_table(
             )?;
         }
     }
-    if setup.mode
-        != Mode::Infer(Infer {
-            batch: 0,
-            context: 0,
-            kv_bytes: 0,
-        })
-        && !gpu.bf16
+    if !gpu.bf16
         && setup.precision != setup::Precision::Fp32
+        && setup.precision != setup::Precision::Fp16Amp
     {
         writeln!(
             out,
@@ -534,12 +619,27 @@ fn print_table(
         )?;
     }
     let o = setup.overheads;
+    let reserved = match o.fragmentation {
+        Some(f) => format!(
+            "allocator overhead {:.0}% of peak (--fragmentation)",
+            f * 100.0
+        ),
+        None => format!(
+            "reserved from a replay of the step through the {} allocator (--allocator)",
+            o.allocator.name()
+        ),
+    };
     writeln!(
         out,
-        "assumed: CUDA context {} (--cuda-context), library workspace {} (--workspace), allocator overhead {:.0}% of peak (--fragmentation)",
+        "assumed: CUDA context {} (--cuda-context; {}), library workspace {} (--workspace), {reserved}",
         fmt::bytes(o.cuda_context_bytes),
+        gpu.context_source(),
         fmt::bytes(o.workspace_bytes),
-        o.fragmentation * 100.0
+    )?;
+    writeln!(
+        out,
+        "models: PyTorch {}, transformers {}, CUDA {}",
+        e.assumes.torch, e.assumes.transformers, e.assumes.cuda
     )?;
     if timeline {
         writeln!(out)?;

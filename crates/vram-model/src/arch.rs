@@ -174,6 +174,14 @@ pub struct Transformer {
     pub hidden_dropout: f64,
     /// The reference implementation's eager softmax runs in fp32 and casts back.
     pub softmax_upcast: bool,
+    /// Sliding-window attention span (Mistral's `sliding_window`, default 4096 in
+    /// transformers 5.x): once the sequence reaches it, transformers builds an explicit mask,
+    /// which turns off SDPA's grouped-query path (K/V are repeated to every head) and is saved
+    /// by the attention kernel.
+    pub sliding_window: Option<u64>,
+    /// Gemma 2's `final_logit_softcapping`: `tanh(logits / c) · c` over the whole logits, whose
+    /// tanh output is saved for backward.
+    pub logit_softcap: bool,
 }
 
 /// One kind of parameter tensor: `count` tensors of shape `rows × cols`.
@@ -331,6 +339,73 @@ impl Transformer {
             + s.per_encoder_layer * self.encoder_layers
             + s.relative_bias
             + s.head
+    }
+
+    /// Element counts of one block's parameter tensors, one entry per tensor, in module order
+    /// (attention, cross-attention for a decoder block of an encoder-decoder, feed-forward,
+    /// norms). Sums to the block's share of [`ParamSplit`]; used where individual tensors matter
+    /// (allocator replay: gradients and optimizer states are per tensor).
+    pub fn block_tensor_elems(&self, decoder_of_enc_dec: bool) -> Vec<u64> {
+        let h = self.hidden;
+        let (q, kv) = self.attn_widths();
+        let norm = |v: &mut Vec<u64>| {
+            v.push(h);
+            if self.norm == Norm::LayerNorm && self.norm_bias {
+                v.push(h);
+            }
+        };
+        let attention = |v: &mut Vec<u64>| {
+            if self.fused_qkv {
+                v.push(h * (q + 2 * kv));
+                if self.qkv_bias {
+                    v.push(q + 2 * kv);
+                }
+            } else {
+                for w in [q, kv, kv] {
+                    v.push(h * w);
+                    if self.qkv_bias {
+                        v.push(w);
+                    }
+                }
+            }
+            v.push(q * h);
+            if self.out_bias {
+                v.push(h);
+            }
+        };
+        let mut v = Vec::new();
+        attention(&mut v);
+        if decoder_of_enc_dec {
+            attention(&mut v);
+            norm(&mut v);
+        }
+        let f = self.intermediate;
+        for _ in 0..self.experts {
+            let ups = if self.mlp == Mlp::Gated { 2 } else { 1 };
+            if self.fused_gate_up && ups == 2 {
+                v.push(2 * h * f);
+            } else {
+                for _ in 0..ups {
+                    v.push(h * f);
+                }
+            }
+            if self.mlp_bias {
+                for _ in 0..ups {
+                    v.push(f);
+                }
+            }
+            v.push(f * h);
+            if self.mlp_bias {
+                v.push(h);
+            }
+        }
+        if self.experts > 1 {
+            v.push(h * self.experts);
+        }
+        for _ in 0..self.norms_per_layer {
+            norm(&mut v);
+        }
+        v
     }
 
     /// The parameter tensors by shape, for optimizers whose state depends on shapes (Adafactor).

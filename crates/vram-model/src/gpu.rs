@@ -29,6 +29,9 @@ pub struct Gpu {
     pub hbm_gb_s: f64,
     /// Whether the GPU runs bf16 natively (Ampere and later).
     pub bf16: bool,
+    /// CUDA compute capability major version (7 Volta/Turing, 8 Ampere/Ada, 9 Hopper; 9 for the
+    /// MI300X, whose ROCm stack is not modelled separately).
+    pub sm_major: u32,
 }
 
 /// Every GPU in the catalog.
@@ -41,6 +44,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 19.5,
         hbm_gb_s: 1555.0,
         bf16: true,
+        sm_major: 8,
     },
     Gpu {
         id: "a100-80g",
@@ -50,6 +54,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 19.5,
         hbm_gb_s: 2039.0,
         bf16: true,
+        sm_major: 8,
     },
     Gpu {
         id: "h100-80g",
@@ -59,6 +64,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 66.9,
         hbm_gb_s: 3350.0,
         bf16: true,
+        sm_major: 9,
     },
     Gpu {
         id: "h100-pcie",
@@ -68,6 +74,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 51.2,
         hbm_gb_s: 2000.0,
         bf16: true,
+        sm_major: 9,
     },
     Gpu {
         id: "h200",
@@ -77,6 +84,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 66.9,
         hbm_gb_s: 4800.0,
         bf16: true,
+        sm_major: 9,
     },
     Gpu {
         id: "l4",
@@ -86,6 +94,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 30.3,
         hbm_gb_s: 300.0,
         bf16: true,
+        sm_major: 8,
     },
     Gpu {
         id: "l40s",
@@ -95,6 +104,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 91.6,
         hbm_gb_s: 864.0,
         bf16: true,
+        sm_major: 8,
     },
     Gpu {
         id: "rtx-3090",
@@ -104,6 +114,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 35.6,
         hbm_gb_s: 936.0,
         bf16: true,
+        sm_major: 8,
     },
     Gpu {
         id: "rtx-4090",
@@ -113,6 +124,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 82.6,
         hbm_gb_s: 1008.0,
         bf16: true,
+        sm_major: 8,
     },
     Gpu {
         id: "v100-16g",
@@ -122,6 +134,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 15.7,
         hbm_gb_s: 900.0,
         bf16: false,
+        sm_major: 7,
     },
     Gpu {
         id: "v100-32g",
@@ -131,6 +144,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 15.7,
         hbm_gb_s: 900.0,
         bf16: false,
+        sm_major: 7,
     },
     Gpu {
         id: "t4",
@@ -140,6 +154,7 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 8.1,
         hbm_gb_s: 320.0,
         bf16: false,
+        sm_major: 7,
     },
     Gpu {
         id: "mi300x",
@@ -149,8 +164,52 @@ pub const GPUS: &[Gpu] = &[
         fp32_tflops: 163.4,
         hbm_gb_s: 5300.0,
         bf16: true,
+        sm_major: 9,
     },
 ];
+
+/// What a process holds on the device outside PyTorch's caching allocator (CUDA context, loaded
+/// kernels and libraries), and where the figure comes from.
+///
+/// Measured: 767–779 MiB on an H100 80GB HBM3 with driver 580.159.04, CUDA 13.0 and PyTorch
+/// 2.11 after training and `generate` steps (`mem_get_info` total − free, minus
+/// `memory_reserved()`; vramkit's shared ground truth, 2026-11-22). The largest reading is
+/// used, so a verdict of "fits" keeps to the safe side. Other GPUs have not been measured here;
+/// they get the same figure, and [`Gpu::context_source`] says so.
+pub const H100_CUDA13_CONTEXT_BYTES: u64 = 779 * MIB;
+
+/// cuBLAS workspaces PyTorch allocates through its caching allocator once matrix products have
+/// run: 32 MiB per handle on compute capability 9.x (PyTorch's Hopper default), two handles
+/// (cuBLAS and cuBLASLt) measured as 64–66 MiB allocated before the first step on the H100
+/// (shared ground truth, 2026-11-22). Before Hopper PyTorch's default per handle is
+/// `:4096:2:16:8`, 4096 KiB × 2 + 16 KiB × 8.
+pub fn workspace_bytes(sm_major: u32) -> u64 {
+    let per_handle = if sm_major >= 9 {
+        32 * MIB
+    } else {
+        2 * 4096 * 1024 + 8 * 16 * 1024
+    };
+    2 * per_handle
+}
+
+impl Gpu {
+    /// Bytes outside the caching allocator on this GPU (see [`H100_CUDA13_CONTEXT_BYTES`]).
+    pub fn context_bytes(&self) -> u64 {
+        H100_CUDA13_CONTEXT_BYTES
+    }
+    /// Where [`Gpu::context_bytes`] comes from.
+    pub fn context_source(&self) -> &'static str {
+        if self.id.starts_with("h100") {
+            "measured: H100 80GB HBM3, CUDA 13.0, driver 580, PyTorch 2.11"
+        } else {
+            "not measured on this GPU; the H100/CUDA 13 measurement is used"
+        }
+    }
+    /// cuBLAS workspace bytes inside the caching allocator (see [`workspace_bytes`]).
+    pub fn workspace_bytes(&self) -> u64 {
+        workspace_bytes(self.sm_major)
+    }
+}
 
 /// Other spellings users type for the same GPUs.
 const ALIASES: &[(&str, &str)] = &[

@@ -262,6 +262,8 @@ fn base(vocab: u64, hidden: u64, layers: u64, heads: u64) -> Transformer {
         attention_dropout: 0.0,
         hidden_dropout: 0.0,
         softmax_upcast: true,
+        sliding_window: None,
+        logit_softcap: false,
     }
 }
 
@@ -376,6 +378,27 @@ fn llama_like(c: &Cfg) -> Result<Transformer> {
     }
     if mt == "gemma2" {
         t.norms_per_layer = 4;
+        // Gemma2Config defaults: final_logit_softcapping=30.0 (null turns it off).
+        t.logit_softcap = match c.map.get("final_logit_softcapping") {
+            None => true,
+            Some(Value::Null) => false,
+            Some(Value::Number(_)) => true,
+            Some(other) => {
+                return Err(Error::WrongType {
+                    field: "final_logit_softcapping".into(),
+                    expected: "a number or null",
+                    found: kind_of(other).into(),
+                })
+            }
+        };
+    }
+    if mt == "mistral" {
+        // MistralConfig's default sliding_window is 4096; null turns it off.
+        t.sliding_window = if c.map.contains_key("sliding_window") {
+            c.opt_u64(&["sliding_window"])?
+        } else {
+            Some(4096)
+        };
     }
     if mt == "mixtral" {
         t.experts = c.u64(&["num_local_experts"])?;

@@ -30,4 +30,6 @@ pub mod setup;
 pub mod trace;
 
 pub use error::{Error, Result};
-pub use estimate::{estimate, estimate_with_timeline, Breakdown, Category, Estimate, Phase};
+pub use estimate::{
+    estimate, estimate_allocated, estimate_with_timeline, Breakdown, Category, Estimate, Phase,
+};

@@ -154,21 +154,63 @@ pub struct Overheads {
     pub cuda_context_bytes: u64,
     /// cuBLAS/cuDNN workspaces allocated through the caching allocator.
     pub workspace_bytes: u64,
-    /// Reserved-but-unallocated memory of the caching allocator, as a fraction of the peak
-    /// allocated bytes (block rounding, segment tails, fragmentation).
-    pub fragmentation: f64,
+    /// A fixed reserved-but-unallocated share of the peak allocated bytes, in place of running
+    /// the step's tensors through the allocator. `None` (the default) replays them.
+    pub fragmentation: Option<f64>,
+    /// The caching allocator whose behaviour gives the reserved bytes.
+    pub allocator: Allocator,
+    /// Whether half-precision weights were first created in fp32 and then cast
+    /// (`AutoModel.from_config(cfg)` or `from_pretrained(..., dtype=torch.float32)` followed by
+    /// `model.to(torch.bfloat16)`): the fp32 tensors' blocks stay reserved and the half ones are
+    /// carved out of them. `false` when the weights are created in their own dtype
+    /// (`from_pretrained(..., dtype=torch.bfloat16)`). Affects reserved bytes only.
+    pub weights_cast_from_fp32: bool,
+}
+
+/// The caching allocator the step's tensors are replayed through (`--allocator`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Allocator {
+    /// PyTorch's `CUDACachingAllocator` with default settings.
+    Pytorch,
+    /// PyTorch with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
+    PytorchExpandable,
+    /// vramkit's own policy (`vram_alloc`, the plug-in's default).
+    Vramkit,
+}
+
+impl Allocator {
+    /// The `--allocator` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Allocator::Pytorch => "pytorch",
+            Allocator::PytorchExpandable => "pytorch-expandable",
+            Allocator::Vramkit => "vramkit",
+        }
+    }
+}
+
+impl Overheads {
+    /// The defaults for one GPU: its context and cuBLAS workspace (see [`crate::gpu`]).
+    pub fn for_gpu(gpu: &crate::gpu::Gpu) -> Self {
+        Overheads {
+            cuda_context_bytes: gpu.context_bytes(),
+            workspace_bytes: gpu.workspace_bytes(),
+            ..Overheads::default()
+        }
+    }
 }
 
 impl Default for Overheads {
     fn default() -> Self {
-        // Context: ~500 MiB is what CUDA 12 with lazy loading shows for PyTorch on A100/H100
-        // (nvidia-smi minus memory_reserved). Workspace: cuBLAS's default on Hopper is
-        // 4 MiB x 8 = 32 MiB (CUBLAS_WORKSPACE_CONFIG=:4096:8). Fragmentation: 5 %, a typical
-        // reserved/allocated gap of the PyTorch caching allocator on steady training loops.
+        // The H100 with CUDA 13 figures (measured; see `gpu::H100_CUDA13_CONTEXT_BYTES` and
+        // `gpu::workspace_bytes`), PyTorch's default allocator replayed.
         Overheads {
-            cuda_context_bytes: 500 << 20,
-            workspace_bytes: 32 << 20,
-            fragmentation: 0.05,
+            cuda_context_bytes: crate::gpu::H100_CUDA13_CONTEXT_BYTES,
+            workspace_bytes: crate::gpu::workspace_bytes(9),
+            fragmentation: None,
+            allocator: Allocator::Pytorch,
+            weights_cast_from_fp32: true,
         }
     }
 }
@@ -209,15 +251,40 @@ impl Default for Train {
     }
 }
 
-/// An inference (generation) step with a KV cache.
+/// An inference step: one `generate` call (prefill of the prompt, then one forward per new
+/// token) with a KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Infer {
     /// Concurrent sequences.
     pub batch: u64,
-    /// Tokens of context per sequence (prompt plus generated); the cache holds all of them.
+    /// Tokens per sequence at the end of generation (prompt plus new tokens); the cache holds
+    /// all of them.
     pub context: u64,
+    /// Tokens generated after the prompt (`max_new_tokens`); the prompt is `context − new_tokens`.
+    pub new_tokens: u64,
     /// Bytes per KV-cache element (2 for fp16/bf16, 1 for fp8/int8).
     pub kv_bytes: u64,
+    /// How the cache is held.
+    pub kv_cache: KvCache,
+}
+
+impl Infer {
+    /// Prompt tokens per sequence (at least 1).
+    pub fn prompt(&self) -> u64 {
+        self.context.saturating_sub(self.new_tokens).max(1)
+    }
+}
+
+/// The KV cache of `generate` (transformers 5.x).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvCache {
+    /// `DynamicCache`, the default: each layer's keys and values grow by `torch.cat` at every
+    /// token, so each new token reallocates them.
+    Dynamic,
+    /// `StaticCache` (`cache_implementation="static"`): allocated for the whole context before
+    /// the prefill and written in place.
+    Static,
 }
 
 /// Training or inference.
@@ -315,10 +382,13 @@ impl Setup {
             range("interleaved chunks", v, 64)?;
         }
         let o = &self.overheads;
-        if !(0.0..=10.0).contains(&o.fragmentation) || o.fragmentation.is_nan() {
+        if let Some(f) = o
+            .fragmentation
+            .filter(|f| !(0.0..=10.0).contains(f) || f.is_nan())
+        {
             return Err(Error::OutOfRange {
                 field: "--fragmentation".into(),
-                value: o.fragmentation.to_string(),
+                value: f.to_string(),
                 why: "must be a fraction between 0 and 10".into(),
             });
         }

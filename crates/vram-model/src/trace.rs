@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::arch::Model;
 use crate::error::Result;
-use crate::estimate::{Category, Handle, Phase, Sink, Step};
+use crate::estimate::{Category, Handle, Phase, Run, Sink, Step};
 use crate::setup::Setup;
 
 /// One event of a synthetic trace.
@@ -83,8 +83,15 @@ impl Sink for TraceSink {
 pub fn training_events(model: &Model, setup: &Setup, steps: u32) -> Result<Vec<TraceEvent>> {
     let step = Step::new(model, setup)?;
     let mut sink = TraceSink::default();
-    for _ in 0..steps.max(1) {
-        step.walk(0, &mut sink, true);
+    if matches!(setup.mode, crate::setup::Mode::Infer(_)) {
+        step.walk(0, &mut sink, true, Run::Whole);
+    } else {
+        // As a training script runs: weights first, optimizer states in the first step.
+        step.walk(0, &mut sink, true, Run::First);
+        for _ in 1..steps.max(1) {
+            step.walk(0, &mut sink, true, Run::Later);
+        }
+        // The persistent state stays allocated at the end of a run.
     }
     // Anything still live (none for a well-formed walk) is freed at the end.
     let rest: Vec<u64> = sink

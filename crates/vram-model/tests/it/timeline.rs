@@ -152,14 +152,17 @@ fn knobs_move_the_peak_the_right_way() {
 
 #[test]
 fn inference_by_hand() {
-    // Llama-2-7B in bf16: weights 2 bytes x 6,738,415,616; KV cache 2 x 32 layers x 1 x 4096
-    // tokens x 4096 x 2 bytes = 2 GiB.
+    // Llama-2-7B in bf16: weights 2 bytes x 6,738,415,616; a static KV cache of 2 x 32 layers
+    // x 1 x 4096 tokens x 4096 x 2 bytes = 2 GiB. `generate` sizes it for prompt + new tokens
+    // - 1 (transformers 5.17 `max_cache_len = max_length - 1`): 4081 + 16 - 1 = 4096.
     let model = catalog::lookup("llama-2-7b").unwrap();
     let s = Setup {
         mode: Mode::Infer(vram_model::setup::Infer {
             batch: 1,
-            context: 4096,
+            context: 4097,
+            new_tokens: 16,
             kv_bytes: 2,
+            kv_cache: vram_model::setup::KvCache::Static,
         }),
         ..Setup::default()
     };

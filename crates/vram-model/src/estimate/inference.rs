@@ -1,0 +1,382 @@
+//! The inference walk: one `generate` call of transformers 5.x — the prompt's prefill, then one
+//! forward per new token — with its KV cache.
+//!
+//! Each decoder layer of the prefill is walked op by op ([`prefill_ops`]): the tensors PyTorch
+//! eager allocates and frees in the order the modelling code creates them (norms through an fp32
+//! copy, rotary embeddings through `rotate_half`'s `cat`, the cache update, SDPA and its
+//! `transpose(1, 2).contiguous()`, the feed-forward). That order matters for the reserved bytes:
+//! the cache tensors kept by each layer land in blocks the previous layer's temporaries left.
+//!
+//! The dynamic cache (`DynamicLayer.update` in `cache_utils.py`) grows by `torch.cat` at every
+//! token, so each decode step allocates every layer's keys and values one token longer and then
+//! frees the old ones. `generate` asks the model for the last position's logits only
+//! (`logits_to_keep=1`) and copies them to fp32 (`next_token_logits = outputs.logits[:, -1, :]
+//! .to(copy=True, dtype=torch.float32)` in `GenerationMixin._sample`).
+
+use super::*;
+use crate::arch::{Act, Mlp, Norm, Positions};
+use crate::setup::{Attention, Infer, KvCache};
+
+/// One step of a layer's op program: a tensor in slot `.0` is created with `.1` bytes, or the
+/// tensor in slot `.0` is released (`.1 == FREE`).
+type Op = (u8, u64);
+const FREE: u64 = u64::MAX;
+
+/// Slots with a fixed meaning across layers.
+const X: u8 = 0; // the residual stream entering the layer (then leaving it)
+const K_CACHE: u8 = 1;
+const V_CACHE: u8 = 2;
+
+/// Builds one decoder layer's prefill program over `tok` tokens. The layer output ends in slot
+/// [`X`]; the cache update creates [`K_CACHE`]/[`V_CACHE`] (kept by the caller).
+fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -> Vec<Op> {
+    let mut ops: Vec<Op> = Vec::with_capacity(64);
+    let mut next = 3u8;
+    let mut new = |ops: &mut Vec<Op>, bytes: u64| -> u8 {
+        let s = next;
+        next += 1;
+        ops.push((s, bytes));
+        s
+    };
+    let free = |ops: &mut Vec<Op>, s: u8| ops.push((s, FREE));
+    let tok = c.tok;
+    let (h, cmp) = (t.hidden.div_ceil(1), c.cmp);
+    let tp = c.t;
+    let q_w = (t.heads * t.head_dim).div_ceil(tp);
+    let kv_w = (t.kv_heads * t.head_dim).div_ceil(tp).max(t.head_dim);
+    let f = t.intermediate.div_ceil(tp);
+    let hd = m(&[tok, h, cmp]);
+    // A norm of the tensor in `input`; returns the slot of its output.
+    let norm = |ops: &mut Vec<Op>, new: &mut dyn FnMut(&mut Vec<Op>, u64) -> u8| -> u8 {
+        match t.norm {
+            Norm::RmsNorm if cmp != 4 => {
+                // x.to(float32); x.pow(2).mean(-1); x * rsqrt(...); weight * x.to(dtype)
+                let a = new(ops, m(&[tok, h, 4]));
+                let p = new(ops, m(&[tok, h, 4]));
+                free(ops, p);
+                let n = new(ops, m(&[tok, h, 4]));
+                free(ops, a);
+                let cst = new(ops, hd);
+                free(ops, n);
+                let o = new(ops, hd);
+                free(ops, cst);
+                o
+            }
+            Norm::RmsNorm => {
+                let p = new(ops, hd);
+                free(ops, p);
+                let n = new(ops, hd);
+                let o = new(ops, hd);
+                free(ops, n);
+                o
+            }
+            Norm::LayerNorm => new(ops, hd),
+        }
+    };
+    let n1 = norm(&mut ops, &mut new);
+    let q_bytes = m(&[tok, q_w, cmp]);
+    let kv_act = m(&[tok, kv_w, cmp]);
+    // Projections: one fused tensor (views for q, k, v) or three.
+    let (q, k, v, fused) = if t.fused_qkv {
+        let qkv = new(&mut ops, m(&[tok, q_w + 2 * kv_w, cmp]));
+        (qkv, qkv, qkv, true)
+    } else {
+        let q = new(&mut ops, q_bytes);
+        let k = new(&mut ops, kv_act);
+        let v = new(&mut ops, kv_act);
+        (q, k, v, false)
+    };
+    free(&mut ops, n1);
+    // Rotary embeddings: q * cos + rotate_half(q) * sin, rotate_half = cat(-x2, x1).
+    let rope = |ops: &mut Vec<Op>, new: &mut dyn FnMut(&mut Vec<Op>, u64) -> u8, bytes: u64| {
+        let t1 = new(ops, bytes);
+        let neg = new(ops, bytes / 2);
+        let rh = new(ops, bytes);
+        free(ops, neg);
+        let t2 = new(ops, bytes);
+        free(ops, rh);
+        let e = new(ops, bytes);
+        free(ops, t1);
+        free(ops, t2);
+        e
+    };
+    let (qe, ke) = if t.positions == Positions::Rotary {
+        let qe = rope(&mut ops, &mut new, q_bytes);
+        let ke = rope(&mut ops, &mut new, kv_act);
+        if !fused {
+            free(&mut ops, q);
+            free(&mut ops, k);
+        }
+        (qe, ke)
+    } else {
+        (q, k)
+    };
+    // The cache update copies keys and values into the cache (DynamicLayer: torch.cat).
+    let cache = m(&[tok, kv_w, kv_bytes]);
+    if cache_made_here {
+        ops.push((K_CACHE, cache));
+        ops.push((V_CACHE, cache));
+    }
+    if ke != qe && ke != k {
+        free(&mut ops, ke);
+    }
+    if !fused {
+        if ke == k {
+            free(&mut ops, k);
+        }
+        free(&mut ops, v);
+    }
+    // Attention.
+    let heads = t.heads.div_ceil(tp);
+    let out = match c.attention {
+        Attention::Sdpa => new(&mut ops, q_bytes),
+        Attention::Eager => {
+            let s = m(&[c.b, heads, c.s, c.s]);
+            let sc = new(&mut ops, m(&[s, cmp]));
+            let sm = new(&mut ops, m(&[s, c.sdt]));
+            free(&mut ops, sc);
+            let sd = if c.sdt != cmp {
+                let sd = new(&mut ops, m(&[s, cmp]));
+                free(&mut ops, sm);
+                sd
+            } else {
+                sm
+            };
+            let o = new(&mut ops, q_bytes);
+            free(&mut ops, sd);
+            o
+        }
+    };
+    if qe != q {
+        free(&mut ops, qe);
+    }
+    let at = new(&mut ops, q_bytes); // transpose(1, 2).contiguous()
+    free(&mut ops, out);
+    let y = new(&mut ops, hd);
+    free(&mut ops, at);
+    if fused {
+        free(&mut ops, q);
+    }
+    let r = new(&mut ops, hd);
+    free(&mut ops, y);
+    free(&mut ops, X);
+    let n2 = norm(&mut ops, &mut new);
+    let fb = m(&[tok, f, cmp]);
+    let d = match (t.mlp, t.act) {
+        (Mlp::Gated, _) => {
+            let g = new(&mut ops, fb);
+            let a = new(&mut ops, fb);
+            free(&mut ops, g);
+            let u = new(&mut ops, fb);
+            let p = new(&mut ops, fb);
+            free(&mut ops, a);
+            free(&mut ops, u);
+            let d = new(&mut ops, hd);
+            free(&mut ops, p);
+            d
+        }
+        (_, Act::ComposedTanh) => {
+            // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), one op at a time.
+            let u = new(&mut ops, fb);
+            let t0 = new(&mut ops, fb);
+            let mut prev = new(&mut ops, fb);
+            for _ in 0..4 {
+                let nx = new(&mut ops, fb);
+                free(&mut ops, prev);
+                prev = nx;
+            }
+            let a = new(&mut ops, fb);
+            free(&mut ops, t0);
+            free(&mut ops, prev);
+            free(&mut ops, u);
+            let d = new(&mut ops, hd);
+            free(&mut ops, a);
+            d
+        }
+        _ => {
+            let u = new(&mut ops, fb);
+            let a = new(&mut ops, fb);
+            free(&mut ops, u);
+            let d = new(&mut ops, hd);
+            free(&mut ops, a);
+            d
+        }
+    };
+    free(&mut ops, n2);
+    // The layer's output becomes slot X.
+    ops.push((X, hd));
+    free(&mut ops, d);
+    free(&mut ops, r);
+    ops
+}
+
+impl Step<'_> {
+    pub(super) fn walk_inference<S: Sink>(
+        &self,
+        rank: u64,
+        stack: &Stack,
+        inf: Infer,
+        sink: &mut S,
+        full: bool,
+    ) {
+        let c = self.ctx;
+        let last_rank = rank == self.setup.parallel.pp - 1;
+        let t = match self.model {
+            Model::Transformer(t) if t.layout == Layout::DecoderOnly => t,
+            _ => return self.walk_forward_only(stack, sink),
+        };
+        let kvb = inf.kv_bytes;
+        let kv_w = (t.kv_heads * t.head_dim).div_ceil(c.t).max(t.head_dim);
+        let per_token = m(&[c.b, kv_w, kvb]); // one layer's keys (or values) per token
+        let layers = stack.len();
+        let key =
+            |layer: u64, slot: u64, gen: u64| (1u64 << 56) | (layer << 20) | (gen << 8) | slot;
+        let cache_handle = |layer: u64, which: u64, len: u64, gen: u64| Handle {
+            cat: Category::KvCache,
+            bytes: m(&[per_token, len]),
+            key: key(layer, which, gen),
+        };
+        let prompt = inf.prompt();
+        let dynamic = inf.kv_cache == KvCache::Dynamic;
+        // The cache ends holding every token but the last generated one: StaticCache's
+        // `max_cache_len` is `max_length − 1` (prompt + new tokens − 1), and the dynamic cache
+        // grows to the same length.
+        let cache_len = inf.context.saturating_sub(1).max(prompt);
+        if !dynamic {
+            // StaticCache: every layer's keys and values for the whole length, up front.
+            for i in 0..layers {
+                for which in [K_CACHE, V_CACHE] {
+                    sink.alloc(cache_handle(i, which as u64, cache_len, 0), &[]);
+                }
+            }
+        }
+        // Prefill: the embedding output, then each layer's program.
+        let ops = prefill_ops(t, &c, kvb, dynamic);
+        let x0 = Handle {
+            cat: Category::Activations,
+            bytes: m(&[c.tok, t.hidden, c.cmp]),
+            key: key(0, X as u64, 0),
+        };
+        sink.phase(Phase::Prefill { layer: 0 });
+        sink.alloc(x0, &[]);
+        let mut sizes = [0u64; 256];
+        sizes[X as usize] = x0.bytes;
+        for i in 0..layers {
+            sink.phase(Phase::Prefill { layer: i as u32 });
+            for &(slot, bytes) in &ops {
+                let (cat, k) = match slot {
+                    X => (Category::Activations, key(0, X as u64, (i + 1) & 1)),
+                    K_CACHE | V_CACHE => (Category::KvCache, key(i, slot as u64, 0)),
+                    _ => (Category::Temporaries, key(i, slot as u64, 1)),
+                };
+                if bytes == FREE {
+                    let k = if slot == X {
+                        key(0, X as u64, i & 1)
+                    } else {
+                        k
+                    };
+                    let bytes = sizes[slot as usize];
+                    sink.free(Handle { cat, bytes, key: k });
+                } else {
+                    sizes[slot as usize] = bytes;
+                    sink.alloc(Handle { cat, bytes, key: k }, &[]);
+                }
+            }
+        }
+        let x_last = Handle {
+            cat: Category::Activations,
+            bytes: x0.bytes,
+            key: key(0, X as u64, layers & 1),
+        };
+        // The final norm over all positions, then the head on the last position only.
+        let normed = Handle {
+            cat: Category::Temporaries,
+            bytes: x0.bytes,
+            key: key(layers, 3, 0),
+        };
+        sink.alloc(normed, &[]);
+        sink.free(x_last);
+        let logits_step = |sink: &mut S, token: u64| {
+            if !last_rank || self.logits == 0 {
+                return;
+            }
+            let vocab = self.logits / c.tok.max(1);
+            let lg = Handle {
+                cat: Category::Loss,
+                bytes: m(&[c.b, vocab, c.cmp]),
+                key: key(layers, 4, token),
+            };
+            let next = Handle {
+                cat: Category::Loss,
+                bytes: m(&[c.b, vocab, 4]),
+                key: key(layers, 5, token),
+            };
+            sink.alloc(lg, &[]);
+            sink.alloc(next, &[]);
+            sink.free(lg);
+            sink.free(next);
+        };
+        logits_step(sink, 0);
+        sink.free(normed);
+        // Decode: each new token runs every layer on one position per sequence; the dynamic
+        // cache reallocates each layer's keys and values one token longer.
+        let steps = inf.new_tokens.saturating_sub(1);
+        // A peak-only walk needs the first and the last decode steps: the cache only grows.
+        let walked: Vec<u64> = if full || steps <= 2 {
+            (1..=steps).collect()
+        } else {
+            vec![1, steps]
+        };
+        let mut len = prompt;
+        let mut gen = 0u64;
+        for token in walked {
+            sink.phase(Phase::Decode {
+                token: token as u32,
+            });
+            let new_len = prompt + token;
+            for i in 0..layers {
+                if dynamic {
+                    for which in [K_CACHE, V_CACHE] {
+                        sink.alloc(cache_handle(i, which as u64, new_len, gen + 1), &[]);
+                        sink.free(cache_handle(i, which as u64, len, gen));
+                    }
+                }
+                let act = Handle {
+                    cat: Category::Activations,
+                    bytes: stack.get(i).infer_tmp / c.s.max(1),
+                    key: key(i, 6, token),
+                };
+                sink.alloc(act, &[]);
+                sink.free(act);
+            }
+            logits_step(sink, token);
+            len = new_len;
+            gen += 1;
+        }
+        for i in 0..layers {
+            for which in [K_CACHE, V_CACHE] {
+                let h = if dynamic {
+                    cache_handle(i, which as u64, len, gen)
+                } else {
+                    cache_handle(i, which as u64, cache_len, 0)
+                };
+                sink.free(h);
+            }
+        }
+    }
+
+    /// Models without a `generate` loop modelled op by op (encoder-only, encoder-decoder,
+    /// CNNs): one forward over the batch, layer by layer, nothing kept.
+    fn walk_forward_only<S: Sink>(&self, stack: &Stack, sink: &mut S) {
+        for i in 0..stack.len() {
+            sink.phase(Phase::Prefill { layer: i as u32 });
+            let h = Handle {
+                cat: Category::Activations,
+                bytes: stack.get(i).infer_tmp,
+                key: (1 << 59) | (i + 1),
+            };
+            sink.alloc(h, &[]);
+            sink.free(h);
+        }
+    }
+}

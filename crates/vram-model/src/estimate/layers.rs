@@ -1,0 +1,561 @@
+//! Layer descriptions: what each layer saves for backward, its transient high points, its
+//! parameters; and the bytes of each model state by precision.
+
+use crate::arch::{Act, Mlp, Model, Norm, Transformer};
+use crate::setup::{AmpStyle, Attention, Optimizer, Precision};
+
+/// What one layer stores and needs, on one GPU, for one micro-batch.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct LayerDesc {
+    /// Saved tensors (bytes) without recomputation; `s2` marks the attention-score tensors.
+    pub(super) parts: Parts,
+    /// `parts` summed: everything, and without the attention scores (selective recompute).
+    pub(super) saved_all: u64,
+    pub(super) saved_selective: u64,
+    /// Bytes of the block input kept under full recomputation.
+    pub(super) checkpoint: u64,
+    /// Extra bytes live at the layer's forward high point (not kept).
+    pub(super) fwd_tmp: u64,
+    /// Extra bytes live at the layer's backward high point.
+    pub(super) bwd_tmp: u64,
+    /// Parameter elements on this GPU.
+    pub(super) params: u64,
+    /// Of which weights of matmuls/convolutions (copied to half under autocast).
+    pub(super) matmul_params: u64,
+    /// Live bytes at the high point of an inference forward (nothing kept).
+    pub(super) infer_tmp: u64,
+    /// Bytes made in the layer's forward and kept until the model's forward returns, not for
+    /// backward (transformers' `DynamicCache` copies of K and V in training).
+    pub(super) fwd_kept: u64,
+}
+
+impl LayerDesc {
+    pub(super) fn with_totals(mut self) -> Self {
+        self.saved_all = self.parts.total(false);
+        self.saved_selective = self.parts.total(true);
+        self
+    }
+    pub(super) fn saved(&self, selective: bool) -> u64 {
+        if selective {
+            self.saved_selective
+        } else {
+            self.saved_all
+        }
+    }
+}
+
+/// Up to 32 saved tensors of a layer.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Parts {
+    pub(super) bytes: [u64; 32],
+    pub(super) s2: u32,
+    pub(super) n: u8,
+}
+
+impl Parts {
+    pub(super) fn push(&mut self, bytes: u64, s2: bool) {
+        if bytes == 0 || self.n as usize >= self.bytes.len() {
+            return;
+        }
+        if s2 {
+            self.s2 |= 1 << self.n;
+        }
+        self.bytes[self.n as usize] = bytes;
+        self.n += 1;
+    }
+    pub(super) fn total(&self, selective: bool) -> u64 {
+        let mut t = 0u64;
+        for i in 0..self.n as usize {
+            if !(selective && self.s2 & (1 << i) != 0) {
+                t = t.saturating_add(self.bytes[i]);
+            }
+        }
+        t
+    }
+    /// The tensors kept, as a list (for traces).
+    pub(super) fn list(&self, selective: bool) -> Vec<u64> {
+        (0..self.n as usize)
+            .filter(|i| !(selective && self.s2 & (1 << i) != 0))
+            .map(|i| self.bytes[i])
+            .collect()
+    }
+}
+
+/// Saturating product, so absurd sizes become "does not fit" rather than overflow.
+pub(super) fn m(factors: &[u64]) -> u64 {
+    factors.iter().fold(1u64, |a, b| a.saturating_mul(*b))
+}
+
+/// Element sizes and geometry shared by all layers of one step.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ctx {
+    /// Tokens per micro-batch (`b · s`).
+    pub(super) tok: u64,
+    pub(super) b: u64,
+    pub(super) s: u64,
+    pub(super) t: u64,
+    pub(super) sp: bool,
+    /// Bytes of the residual stream.
+    pub(super) res: u64,
+    /// Bytes of matmul inputs/outputs.
+    pub(super) cmp: u64,
+    /// Bytes of the stored eager softmax output.
+    pub(super) sdt: u64,
+    pub(super) attention: Attention,
+    pub(super) style: AmpStyle,
+    pub(super) training: bool,
+    /// Whether transformers builds its `DynamicCache` in this training forward.
+    pub(super) hf_cache: bool,
+}
+
+impl Ctx {
+    /// Bytes of a `[tokens, hidden]` tensor outside the tensor-parallel region.
+    pub(super) fn rep(&self, h: u64, bytes: u64) -> u64 {
+        let v = m(&[self.tok, h, bytes]);
+        if self.sp {
+            v.div_ceil(self.t)
+        } else {
+            v
+        }
+    }
+}
+
+pub(super) fn norm_parts(t: &Transformer, c: &Ctx, p: &mut Parts) {
+    let per_token = if c.sp { c.tok.div_ceil(c.t) } else { c.tok };
+    if c.style == AmpStyle::Megatron {
+        // Fused LayerNorm/RMSNorm kernels keep the input and per-token statistics only.
+        p.push(c.rep(t.hidden, c.res), false);
+        p.push(m(&[per_token, 8]), false);
+        return;
+    }
+    match t.norm {
+        Norm::LayerNorm => {
+            p.push(c.rep(t.hidden, c.res), false);
+            p.push(m(&[per_token, 8]), false); // mean and rstd, fp32
+        }
+        Norm::RmsNorm => {
+            // HF's RMSNorm: the fp32 view of the input, the normalised tensor, and rstd.
+            p.push(c.rep(t.hidden, 4), false);
+            p.push(c.rep(t.hidden, c.res), false);
+            p.push(m(&[per_token, 4]), false);
+        }
+    }
+}
+
+/// The attention kernel that runs, as PyTorch 2.11 dispatches `scaled_dot_product_attention`
+/// on an sm90 GPU for the call transformers 5.17 makes (`sdp_utils.cpp`: cuDNN, then flash,
+/// then memory-efficient, then the math composite).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// cuDNN or flash attention: saves q, k, v, the output and a log-sum-exp; the output is
+    /// already laid out `[b, s, h, d]`, so the `transpose(1, 2).contiguous()` after it is free.
+    Fused,
+    /// The math composite (`_scaled_dot_product_attention_math`): inputs upcast to fp32, the
+    /// `[b, h, s, s]` scores materialised in fp32. Runs when no fused kernel accepts the call:
+    /// an attention bias that requires grad (T5's relative position bias in training), a
+    /// multi-query K/V without `enable_gqa` (Falcon), grouped-query attention in fp32 (the
+    /// memory-efficient kernel has no GQA in 2.11).
+    Math,
+    /// The model's own eager attention (`attn_implementation="eager"`).
+    Eager,
+}
+
+/// Which attention kernel runs for a self-attention (`cross = false`) or cross-attention
+/// block of `t` under `c`.
+pub(crate) fn attention_kernel(t: &Transformer, c: &Ctx, cross: bool) -> Kernel {
+    if c.attention == Attention::Eager {
+        return Kernel::Eager;
+    }
+    if c.style == AmpStyle::Megatron {
+        return Kernel::Fused;
+    }
+    let gqa = t.kv_heads < t.heads;
+    let relative_bias = matches!(t.positions, crate::arch::Positions::RelativeBuckets(_));
+    if relative_bias && !cross && c.training {
+        return Kernel::Math;
+    }
+    if t.model_type == "falcon" && gqa && t.kv_heads == 1 {
+        return Kernel::Math;
+    }
+    if c.cmp == 4 && gqa && !repeats_kv(t, c) {
+        return Kernel::Math;
+    }
+    Kernel::Fused
+}
+
+/// Whether transformers repeats K/V to every head before SDPA (`repeat_kv`): grouped-query
+/// attention with an explicit mask or a head dimension over 256 (`use_gqa_in_sdpa`), or the
+/// eager path.
+pub(crate) fn repeats_kv(t: &Transformer, c: &Ctx) -> bool {
+    t.kv_heads < t.heads && (c.attention == Attention::Eager || has_mask(t, c) || t.head_dim > 256)
+}
+
+/// Whether transformers hands SDPA an explicit mask: a sliding window the sequence reaches
+/// (`create_sliding_window_causal_mask` stops skipping the mask), or Falcon (always).
+fn has_mask(t: &Transformer, c: &Ctx) -> bool {
+    t.sliding_window.is_some_and(|w| c.s >= w) || t.model_type == "falcon"
+}
+
+/// An attention sub-block (norm, projections, core, output projection, dropout). Returns (the
+/// backward's extra bytes, the inference high point, the bytes kept only until the forward
+/// ends: transformers' `DynamicCache` copies of K and V in a training forward).
+pub(super) fn attention_parts(
+    t: &Transformer,
+    c: &Ctx,
+    cross: bool,
+    p: &mut Parts,
+) -> (u64, u64, u64) {
+    let tp = c.t;
+    let q_w = (t.heads * t.head_dim).div_ceil(tp);
+    let kv_real = (t.kv_heads * t.head_dim)
+        .div_ceil(tp)
+        .max(t.head_dim.min(q_w));
+    let megatron = c.style == AmpStyle::Megatron;
+    let kernel = attention_kernel(t, c, cross);
+    // K/V as the kernel sees them: repeated to every head by transformers where it must.
+    let kv_w = if megatron {
+        if c.attention == Attention::Sdpa {
+            kv_real
+        } else {
+            q_w
+        }
+    } else if repeats_kv(t, c) || (kernel == Kernel::Math && t.kv_heads < t.heads) {
+        q_w
+    } else {
+        kv_real
+    };
+    norm_parts(t, c, p);
+    let autocast = c.style == AmpStyle::Autocast && c.res != c.cmp;
+    // Projection inputs. Under autocast each nn.Linear casts its fp32 input separately
+    // (autocast caches casts of parameters, not of activations).
+    let copies = if autocast && !t.fused_qkv && !cross {
+        3
+    } else {
+        1
+    };
+    for _ in 0..copies {
+        p.push(c.rep(t.hidden, c.cmp), false);
+    }
+    if cross {
+        p.push(c.rep(t.hidden, c.cmp), false); // encoder output cast for K/V
+    }
+    let rotary = t.positions == crate::arch::Positions::Rotary;
+    // transformers' DynamicCache in a training forward (use_cache defaults to True; turned off
+    // by gradient checkpointing): `torch.cat` copies K and V, and attention reads the copies.
+    // After rotary embeddings under autocast K is fp32 (fp32 cos/sin), and the cache's empty
+    // tensors take K's dtype, so V's copy is fp32 too.
+    let cache = c.hf_cache && !megatron && t.layout != crate::arch::Layout::EncoderOnly;
+    let cache_bytes = if rotary && autocast { 4 } else { c.cmp };
+    let mut fwd_kept = 0;
+    if !megatron && t.fused_qkv && !rotary {
+        // q, k and v are views of one projection output; whatever saves q keeps all of it.
+        p.push(m(&[c.tok, q_w + 2 * kv_real, c.cmp]), false);
+        if cache {
+            // The kernel reads (and saves) the cache's copies of K and V.
+            p.push(m(&[c.tok, 2 * kv_real, cache_bytes]), false);
+        }
+    } else {
+        p.push(m(&[c.tok, q_w, c.cmp]), false);
+        if cache && cache_bytes != c.cmp {
+            // fp32 cache copies live until the forward returns; the kernel saves half casts.
+            fwd_kept = m(&[c.tok, 2 * kv_real, cache_bytes]);
+        }
+        p.push(m(&[c.tok, kv_w, c.cmp]), false);
+        p.push(m(&[c.tok, kv_w, c.cmp]), false);
+    }
+    let heads = t.heads.div_ceil(tp);
+    let scores = m(&[c.b, heads, c.s, c.s]);
+    let mut fwd_tmp = c.rep(t.hidden, 4);
+    let mut bwd_core = 0;
+    let dropout = t.attention_dropout > 0.0 && c.training;
+    match kernel {
+        Kernel::Eager => {
+            // softmax output (fp32 where the code or autocast upcasts), then either dropout's
+            // mask and output, or the cast the second matmul reads.
+            p.push(m(&[scores, c.sdt]), true);
+            if dropout {
+                p.push(scores, true);
+                p.push(m(&[scores, c.cmp]), true);
+            } else if c.sdt != c.cmp {
+                p.push(m(&[scores, c.cmp]), true);
+            }
+            fwd_tmp = fwd_tmp.max(m(&[scores, c.cmp, 2]));
+            bwd_core = m(&[scores, c.cmp + c.sdt]);
+            p.push(m(&[c.tok, q_w, c.cmp]), false); // transpose(1, 2).contiguous() for o_proj
+        }
+        Kernel::Fused => {
+            p.push(m(&[c.tok, q_w, c.cmp]), false); // output (o_proj reads the same tensor)
+            p.push(m(&[c.b, heads, c.s, 4]), false); // log-sum-exp
+            if has_mask(t, c) {
+                // The bool mask converted to an additive one in the input dtype, saved.
+                p.push(m(&[c.b, c.s, c.s, c.cmp]), true);
+            }
+            if megatron {
+                p.push(m(&[c.tok, q_w, c.cmp]), false); // output projection input
+            }
+        }
+        Kernel::Math => {
+            // fp32 scaled q, k and v saved by the two matmuls; softmax output; dropout's mask
+            // and output; then the half output made contiguous for o_proj.
+            p.push(m(&[c.tok, q_w + 2 * kv_w, 4]), false);
+            p.push(m(&[scores, 4]), true);
+            if dropout {
+                p.push(scores, true);
+                p.push(m(&[scores, 4]), true);
+            }
+            p.push(m(&[c.tok, q_w, c.cmp]), false);
+            fwd_tmp = fwd_tmp.max(m(&[scores, 4, 2]));
+            bwd_core = m(&[scores, 8]);
+        }
+    }
+    if t.hidden_dropout > 0.0 && c.training {
+        p.push(c.rep(t.hidden, 1), false);
+    }
+    let bwd = bwd_core.max(m(&[c.tok, q_w + 2 * kv_w, c.cmp]));
+    // Inference: input, normed input, q/k/v and the core's output or scores at once.
+    let core = match c.attention {
+        Attention::Eager => m(&[scores, c.sdt + c.cmp]),
+        Attention::Sdpa => m(&[c.tok, q_w, c.cmp]),
+    };
+    let infer = c
+        .rep(t.hidden, c.res + c.cmp)
+        .saturating_add(m(&[c.tok, q_w + 2 * kv_w, c.cmp]))
+        .saturating_add(core);
+    (fwd_tmp.max(bwd), infer, fwd_kept)
+}
+
+/// A feed-forward sub-block. Returns (backward extra, inference high point).
+pub(super) fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64, u64) {
+    if !shared_norm {
+        norm_parts(t, c, p);
+    }
+    let autocast_casts = c.style == AmpStyle::Autocast && c.res != c.cmp;
+    if !shared_norm || autocast_casts {
+        // As for attention: separate gate and up projections cast their input separately.
+        let copies = if autocast_casts && t.mlp == Mlp::Gated && !t.fused_gate_up {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            p.push(c.rep(t.hidden, c.cmp), false);
+        }
+    }
+    let f = m(&[c.tok, t.intermediate.div_ceil(c.t), c.cmp]);
+    let k = if t.experts > 1 {
+        t.experts_per_token
+    } else {
+        1
+    };
+    let drop = t.hidden_dropout > 0.0 && c.training;
+    // What the activation saves besides its input/output (fused kernels under Megatron).
+    let act_extra = match (t.act, c.style) {
+        (_, AmpStyle::Megatron) | (Act::Fused, _) => 0,
+        (Act::ComposedTanh, _) => {
+            // `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` as separate ops (NewGELUActivation):
+            // pow saves its input, tanh its output, the last product `0.5·x` and `1 + tanh`.
+            // Under autocast pow is an fp32 op, so its input is an fp32 copy and tanh, 1 + tanh
+            // follow in fp32; `0.5·x` stays half. The projection's input itself is not saved.
+            let up = if c.style == AmpStyle::Autocast && c.training && c.res == 4 {
+                4
+            } else {
+                c.cmp
+            };
+            m(&[f / c.cmp, 3 * up + c.cmp])
+        }
+        (Act::QuickGelu, _) => f,
+    };
+    for _ in 0..k {
+        match t.mlp {
+            Mlp::Plain => {
+                if t.act != Act::ComposedTanh || c.style == AmpStyle::Megatron {
+                    p.push(f, false); // activation input
+                }
+                p.push(act_extra, false);
+                p.push(f, false); // activation output, the second projection's input
+            }
+            Mlp::Relu => {
+                p.push(f, false);
+                if drop {
+                    p.push(f / c.cmp, false);
+                    p.push(f, false);
+                }
+            }
+            Mlp::Gated => {
+                // gate output, activation output, up output, their product
+                for _ in 0..4 {
+                    p.push(f, false);
+                }
+                p.push(act_extra, false);
+            }
+        }
+    }
+    if t.experts > 1 {
+        // Router probabilities (fp32), then per routed copy: the gathered input and the output.
+        p.push(m(&[c.tok, t.experts, 4]), false);
+        p.push(m(&[c.tok, t.hidden, c.cmp, k]), false);
+        p.push(m(&[c.tok, t.hidden, c.cmp, k]), false);
+    }
+    if drop {
+        p.push(c.rep(t.hidden, 1), false);
+    }
+    let live = if t.mlp == Mlp::Gated { 3 } else { 2 };
+    (
+        m(&[f, live, k]),
+        c.rep(t.hidden, c.res + c.cmp)
+            .saturating_add(m(&[f, live, k])),
+    )
+}
+
+pub(super) fn transformer_layer(
+    t: &Transformer,
+    c: &Ctx,
+    decoder_of_enc_dec: bool,
+    params: u64,
+    matmul: u64,
+) -> LayerDesc {
+    let mut p = Parts::default();
+    let (attn_bwd, attn_inf, mut fwd_kept) = attention_parts(t, c, false, &mut p);
+    let (mut bwd, mut inf) = (attn_bwd, attn_inf);
+    if decoder_of_enc_dec {
+        let (b2, i2, k2) = attention_parts(t, c, true, &mut p);
+        bwd = bwd.max(b2);
+        inf = inf.max(i2);
+        fwd_kept += k2;
+    }
+    let shared = t.parallel_residual && t.norms_per_layer == 1;
+    let (mlp_bwd, mlp_inf) = mlp_parts(t, c, shared, &mut p);
+    for _ in 2..t.norms_per_layer {
+        norm_parts(t, c, &mut p); // Gemma 2's post-norms
+    }
+    bwd = bwd.max(mlp_bwd);
+    inf = inf.max(mlp_inf);
+    let grads_in_out = 2 * c.rep(t.hidden, c.res);
+    let mut bwd_tmp = grads_in_out.saturating_add(bwd);
+    if c.style == AmpStyle::Autocast && c.cmp != 4 {
+        // The half gradient of the largest weight before it is added to the fp32 `.grad`.
+        let largest = t.hidden * t.intermediate.max(t.heads * t.head_dim).div_ceil(c.t);
+        bwd_tmp = bwd_tmp.saturating_add(m(&[largest, c.cmp]));
+    }
+    LayerDesc {
+        parts: p,
+        checkpoint: c.rep(t.hidden, c.res),
+        fwd_tmp: c
+            .rep(t.hidden, c.res)
+            .saturating_add(if c.attention == Attention::Eager {
+                m(&[c.b, t.heads.div_ceil(c.t), c.s, c.s, c.cmp, 2])
+            } else {
+                c.rep(t.hidden, 4)
+            }),
+        bwd_tmp,
+        params,
+        matmul_params: matmul,
+        infer_tmp: inf,
+        fwd_kept,
+        ..LayerDesc::default()
+    }
+    .with_totals()
+}
+
+/// The layers of one pipeline rank, borrowed from the [`Step`].
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stack<'s> {
+    /// `counts[i]` layers of `kinds[i]`, in order (encoder then decoder for T5).
+    Uniform {
+        kinds: &'s [LayerDesc; 2],
+        counts: [u64; 2],
+    },
+    /// Heterogeneous layers (CNNs).
+    List(&'s [LayerDesc]),
+}
+
+impl Stack<'_> {
+    pub(super) fn len(&self) -> u64 {
+        match self {
+            Stack::Uniform { counts, .. } => counts[0] + counts[1],
+            Stack::List(v) => v.len() as u64,
+        }
+    }
+    pub(super) fn get(&self, i: u64) -> &LayerDesc {
+        match self {
+            Stack::Uniform { kinds, counts } => &kinds[usize::from(i >= counts[0])],
+            Stack::List(v) => &v[i as usize],
+        }
+    }
+}
+
+/// Bytes per element of each model state, by precision and style.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StateBytes {
+    pub(super) weight: u64,
+    pub(super) grad: u64,
+    pub(super) master: u64,
+    pub(super) state: u64,
+}
+
+pub(super) fn state_bytes(precision: Precision, style: AmpStyle) -> StateBytes {
+    match precision {
+        Precision::Fp32 => StateBytes {
+            weight: 4,
+            grad: 4,
+            master: 0,
+            state: 4,
+        },
+        Precision::Bf16 => StateBytes {
+            weight: 2,
+            grad: 2,
+            master: 0,
+            state: 2,
+        },
+        Precision::Fp16Amp | Precision::Bf16Amp => match style {
+            AmpStyle::Autocast => StateBytes {
+                weight: 4,
+                grad: 4,
+                master: 0,
+                state: 4,
+            },
+            AmpStyle::DeepSpeed => StateBytes {
+                weight: 2,
+                grad: 2,
+                master: 4,
+                state: 4,
+            },
+            AmpStyle::Megatron => StateBytes {
+                weight: 2,
+                grad: 4,
+                master: 4,
+                state: 4,
+            },
+        },
+    }
+}
+
+/// Optimizer state elements per parameter (excluding master weights).
+pub(super) fn optimizer_elems(model: &Model, opt: Optimizer) -> f64 {
+    match opt {
+        Optimizer::Sgd => 0.0,
+        Optimizer::Momentum => 1.0,
+        Optimizer::Adamw => 2.0,
+        // Two 1-byte states and one fp32 scale per 2048-element block each (bitsandbytes),
+        // expressed in 4-byte state elements.
+        Optimizer::Adam8bit => (2.0 + 8.0 / 2048.0) / 4.0,
+        Optimizer::Adafactor => match model {
+            Model::Transformer(t) => {
+                let tensors = t.param_tensors();
+                let factored: u64 = tensors
+                    .iter()
+                    .map(|p| {
+                        if p.cols > 1 && p.rows > 1 {
+                            (p.rows + p.cols) * p.count
+                        } else {
+                            p.numel()
+                        }
+                    })
+                    .sum();
+                factored as f64 / t.param_count().max(1) as f64
+            }
+            // Convolution kernels are factored over their first two dimensions; close to zero.
+            _ => 0.01,
+        },
+    }
+}

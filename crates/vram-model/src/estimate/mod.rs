@@ -1,0 +1,851 @@
+//! The step as a timeline: every allocation and free of a training or inference step, in order.
+//!
+//! [`estimate`] walks the step (setup, forward layer by layer, loss, backward layer by layer,
+//! optimizer step; micro-batches and pipeline schedule included) through a [`Sink`] that keeps
+//! the live bytes per [`Category`]. The peak is the true maximum of live bytes, and the
+//! breakdown is taken at that moment. The same walk drives [`crate::trace`], which turns it
+//! into individual tensors.
+//!
+//! What is stored for backward follows the saved tensors of the reference implementations
+//! (Hugging Face `transformers` modelling code under PyTorch, Megatron-LM's fused kernels under
+//! the Megatron style); for a GPT layer in half precision it reproduces Korthikanti et al.
+//! 2022 exactly (`sbh(34 + 5as/h)` plus layer-norm statistics).
+
+mod inference;
+mod layers;
+mod replay;
+mod sinks;
+mod training;
+
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+
+use layers::{
+    m, norm_parts, optimizer_elems, state_bytes, transformer_layer, Ctx, LayerDesc, Parts, Stack,
+    StateBytes,
+};
+use sinks::PeakSink;
+
+use crate::arch::{Layout, Model, ResNet, Transformer};
+use crate::error::{Error, Result};
+use crate::setup::{AmpStyle, Mode, Optimizer, Precision, Schedule, Setup};
+
+/// Where bytes go. The first ten are tensors on the step's timeline; the last two are
+/// overheads added on top of the timeline's peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Model weights as the forward pass reads them.
+    Parameters,
+    /// fp32 master copy of half-precision weights.
+    MasterWeights,
+    /// Parameter gradients.
+    Gradients,
+    /// Optimizer states (Adam moments, momentum, factored moments).
+    OptimizerStates,
+    /// Half copies of fp32 weights (autocast) and gathered ZeRO-3 parameters.
+    WeightCopies,
+    /// Tensors stored for backward, checkpoints and recomputed layers.
+    Activations,
+    /// Logits and the cross-entropy's tensors.
+    Loss,
+    /// Short-lived tensors inside a layer's forward or backward and the optimizer step.
+    Temporaries,
+    /// Gradient buckets of data parallelism.
+    CommBuffers,
+    /// The KV cache of inference.
+    KvCache,
+    /// cuBLAS/cuDNN workspaces.
+    Workspace,
+    /// Reserved but unallocated memory of the caching allocator.
+    AllocatorOverhead,
+    /// CUDA context and kernels (outside the allocator).
+    CudaContext,
+}
+
+impl Category {
+    /// Every category, in display order.
+    pub const ALL: [Category; 13] = [
+        Category::Parameters,
+        Category::MasterWeights,
+        Category::Gradients,
+        Category::OptimizerStates,
+        Category::WeightCopies,
+        Category::Activations,
+        Category::Loss,
+        Category::Temporaries,
+        Category::CommBuffers,
+        Category::KvCache,
+        Category::Workspace,
+        Category::AllocatorOverhead,
+        Category::CudaContext,
+    ];
+
+    /// The name used in JSON and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameters => "parameters",
+            Category::MasterWeights => "master_weights",
+            Category::Gradients => "gradients",
+            Category::OptimizerStates => "optimizer_states",
+            Category::WeightCopies => "weight_copies",
+            Category::Activations => "activations",
+            Category::Loss => "loss",
+            Category::Temporaries => "temporaries",
+            Category::CommBuffers => "comm_buffers",
+            Category::KvCache => "kv_cache",
+            Category::Workspace => "workspace",
+            Category::AllocatorOverhead => "allocator_overhead",
+            Category::CudaContext => "cuda_context",
+        }
+    }
+}
+
+/// Bytes per [`Category`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Breakdown(pub [u64; 13]);
+
+impl Breakdown {
+    /// Bytes of one category.
+    pub fn get(&self, c: Category) -> u64 {
+        self.0[c as usize]
+    }
+    /// Sum over all categories.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    /// Parameters, master weights, gradients and optimizer states: ZeRO's "model states".
+    pub fn model_states(&self) -> u64 {
+        [
+            Category::Parameters,
+            Category::MasterWeights,
+            Category::Gradients,
+            Category::OptimizerStates,
+        ]
+        .iter()
+        .map(|c| self.get(*c))
+        .sum()
+    }
+    /// Non-zero categories with their bytes.
+    pub fn iter(&self) -> impl Iterator<Item = (Category, u64)> + '_ {
+        Category::ALL
+            .iter()
+            .map(|c| (*c, self.get(*c)))
+            .filter(|(_, b)| *b > 0)
+    }
+}
+
+impl Serialize for Breakdown {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (c, b) in self.iter() {
+            m.serialize_entry(c.name(), &b)?;
+        }
+        m.end()
+    }
+}
+
+/// A moment of the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum Phase {
+    /// Before the first forward: persistent state only.
+    Setup,
+    /// Forward of one layer of one micro-batch (pipeline unit).
+    Forward {
+        /// Micro-batch (or pipeline chunk-unit) index.
+        micro: u32,
+        /// Layer index on this GPU.
+        layer: u32,
+    },
+    /// Logits and loss of one micro-batch.
+    Loss {
+        /// Micro-batch index.
+        micro: u32,
+    },
+    /// Backward of one layer of one micro-batch.
+    Backward {
+        /// Micro-batch index.
+        micro: u32,
+        /// Layer index on this GPU.
+        layer: u32,
+    },
+    /// The optimizer step.
+    Optimizer,
+    /// Inference prefill of one layer.
+    Prefill {
+        /// Layer index on this GPU.
+        layer: u32,
+    },
+    /// Inference: the forward that generates new token `token` (1 = the first after the
+    /// prefill's).
+    Decode {
+        /// Index of the generated token.
+        token: u32,
+    },
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Phase::Setup => write!(f, "before forward"),
+            Phase::Forward { micro, layer } => {
+                write!(f, "forward, micro-batch {micro}, layer {layer}")
+            }
+            Phase::Loss { micro } => write!(f, "loss, micro-batch {micro}"),
+            Phase::Backward { micro, layer } => {
+                write!(f, "backward, micro-batch {micro}, layer {layer}")
+            }
+            Phase::Optimizer => write!(f, "optimizer step"),
+            Phase::Prefill { layer } => write!(f, "prefill, layer {layer}"),
+            Phase::Decode { token } => write!(f, "decode, token {token}"),
+        }
+    }
+}
+
+/// A live allocation of the timeline, as the generator hands it back to free it.
+///
+/// `key` identifies the tensor (group) deterministically, so the generator never stores handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handle {
+    /// Category.
+    pub cat: Category,
+    /// Bytes of the group.
+    pub bytes: u64,
+    /// Deterministic identity of the group within the step.
+    pub key: u64,
+}
+
+/// Receives the timeline's events.
+pub trait Sink {
+    /// Whether [`Sink::alloc`] uses `parts` (building them costs an allocation per layer).
+    const WANTS_PARTS: bool = false;
+    /// A group of tensors (`parts`, summing to `h.bytes`; empty means one tensor) becomes live.
+    fn alloc(&mut self, h: Handle, parts: &[u64]);
+    /// A group allocated earlier is freed.
+    fn free(&mut self, h: Handle);
+    /// The step enters a new phase.
+    fn phase(&mut self, p: Phase);
+}
+
+/// A sampled point of the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TimelinePoint {
+    /// The phase just entered.
+    #[serde(flatten)]
+    pub phase: Phase,
+    /// Live bytes when entering it (after the previous phase's frees).
+    pub live_bytes: u64,
+    /// Highest live bytes reached during the previous phase.
+    pub high_bytes: u64,
+}
+
+/// The library versions whose behaviour the estimate models (read from their source: the
+/// modelling code, loss, cache and `generate` of transformers; autocast, SDPA dispatch, the
+/// foreach optimizers and the caching allocator of PyTorch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Assumes {
+    /// PyTorch version.
+    pub torch: &'static str,
+    /// Hugging Face transformers version.
+    pub transformers: &'static str,
+    /// CUDA version of the context and workspace figures.
+    pub cuda: &'static str,
+}
+
+/// What every estimate assumes.
+pub const ASSUMES: Assumes = Assumes {
+    torch: "2.11",
+    transformers: "5.17",
+    cuda: "13.0",
+};
+
+/// The result of an estimate, for one GPU (the pipeline rank that needs the most).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// Model name.
+    pub model: String,
+    /// Exact parameter count of the whole model.
+    pub params: u64,
+    /// Parameters held by the reported GPU before ZeRO partitioning.
+    pub params_per_gpu: u64,
+    /// Peak bytes of live tensors (what `torch.cuda.max_memory_allocated()` reports).
+    pub peak_bytes: u64,
+    /// Peak reserved by the caching allocator (`max_memory_reserved()`): peak plus overhead.
+    pub reserved_bytes: u64,
+    /// Device memory in use at the peak (reserved plus CUDA context), as `nvidia-smi` shows.
+    pub total_bytes: u64,
+    /// Bytes per category at the peak, overheads included; sums to `total_bytes`.
+    pub breakdown: Breakdown,
+    /// When the peak happens.
+    pub peak_phase: Phase,
+    /// The pipeline rank reported (0 without pipeline parallelism).
+    pub pipeline_rank: u64,
+    /// The mixed-precision layout used.
+    pub amp_style: AmpStyle,
+    /// The caching allocator whose replay gave `reserved_bytes`.
+    pub allocator: crate::setup::Allocator,
+    /// Whether `reserved_bytes` comes from an allocator replay (or a set fragmentation share);
+    /// false for [`estimate_allocated`]'s lower bound.
+    pub reserved_exact: bool,
+    /// The software whose behaviour the estimate models.
+    pub assumes: Assumes,
+    /// The sampled timeline (empty unless asked for).
+    pub timeline: Vec<TimelinePoint>,
+}
+
+impl Estimate {
+    /// Whether `total_bytes` fits in `capacity` bytes.
+    pub fn fits(&self, capacity: u64) -> bool {
+        self.total_bytes <= capacity
+    }
+}
+
+/// What a walk does with the state that outlives one step; see [`Step::walk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Run {
+    /// One step on its own: persistent state allocated at its start and freed at its end.
+    Whole,
+    /// The first step of a run: weights before it, optimizer states in its optimizer step.
+    First,
+    /// A later step: the persistent state is already there and stays.
+    Later,
+}
+
+/// Everything derived from (model, setup) once, then walked per pipeline rank.
+#[derive(Debug)]
+pub(crate) struct Step<'a> {
+    model: &'a Model,
+    setup: &'a Setup,
+    style: AmpStyle,
+    bytes: StateBytes,
+    ctx: Ctx,
+    layer_kinds: [LayerDesc; 2],
+    cnn: Vec<LayerDesc>,
+    /// Parameters of the embedding / head on this GPU (after TP).
+    emb_params: u64,
+    head_params: u64,
+    /// Saved bytes of the embedding block and of the head (final norm and projection input).
+    emb_saved: u64,
+    head_saved: u64,
+    /// Logits `[tokens, vocab/t]` elements per micro-batch (0 without an LM head).
+    logits: u64,
+    /// Half copy of the output projection's weight under autocast.
+    head_copy: u64,
+    /// Optimizer state bytes per parameter element (without master weights), and a flat extra.
+    opt_elems: f64,
+}
+
+impl<'a> Step<'a> {
+    pub(crate) fn new(model: &'a Model, setup: &'a Setup) -> Result<Step<'a>> {
+        setup.validate()?;
+        let style = setup.amp_style();
+        let bytes = state_bytes(setup.precision, style);
+        let par = setup.parallel;
+        let (b, s, training) = match setup.mode {
+            Mode::Train(t) => (t.micro_batch, t.seq, true),
+            Mode::Infer(i) => (i.batch, i.prompt(), false),
+        };
+        let cmp = setup.precision.compute_bytes();
+        let res = match (setup.precision, style) {
+            (Precision::Fp32, _) => 4,
+            (p, AmpStyle::Autocast) if p.is_amp() && training => 4,
+            _ => 2,
+        };
+        let upcast = matches!(model, Model::Transformer(t) if t.softmax_upcast);
+        let sdt = if cmp == 4
+            || (style == AmpStyle::Autocast && training && setup.precision.is_amp())
+            || (upcast && style != AmpStyle::Megatron)
+        {
+            4
+        } else {
+            cmp
+        };
+        let ctx = Ctx {
+            tok: m(&[b, s]),
+            b,
+            s,
+            t: par.tp,
+            sp: par.sequence_parallel,
+            res,
+            cmp,
+            sdt,
+            attention: setup.attention,
+            style,
+            training,
+            hf_cache: matches!(setup.mode, Mode::Train(tr) if tr.recompute != crate::setup::Recompute::Full),
+        };
+        let mut step = Step {
+            model,
+            setup,
+            style,
+            bytes,
+            ctx,
+            layer_kinds: [LayerDesc::default(); 2],
+            cnn: Vec::new(),
+            emb_params: 0,
+            head_params: 0,
+            emb_saved: 0,
+            head_saved: 0,
+            logits: 0,
+            head_copy: 0,
+            opt_elems: 0.0,
+        };
+        match model {
+            Model::Transformer(t) => step.init_transformer(t)?,
+            Model::ResNet(r) => step.init_resnet(r)?,
+            Model::Weights(_) => {
+                return Err(Error::Setup(
+                    "a safetensors file without config.json gives parameters only; pass the folder with config.json to estimate activations".into(),
+                ))
+            }
+        }
+        step.opt_elems = match setup.mode {
+            Mode::Train(t) => optimizer_elems(model, t.optimizer),
+            Mode::Infer(_) => 0.0,
+        };
+        Ok(step)
+    }
+
+    fn init_transformer(&mut self, t: &Transformer) -> Result<()> {
+        let par = self.setup.parallel;
+        let tp = par.tp;
+        if t.heads % tp != 0 {
+            return Err(Error::NotDivisible {
+                what: "--tp must divide the attention heads".into(),
+                a: t.heads,
+                b: tp,
+            });
+        }
+        if t.kv_heads % tp != 0 && tp % t.kv_heads != 0 {
+            return Err(Error::NotDivisible {
+                what: "--tp and the key/value heads must divide one another".into(),
+                a: t.kv_heads,
+                b: tp,
+            });
+        }
+        if t.intermediate % tp != 0 {
+            return Err(Error::NotDivisible {
+                what: "--tp must divide the feed-forward size".into(),
+                a: t.intermediate,
+                b: tp,
+            });
+        }
+        let total_layers = t.layers + t.encoder_layers;
+        if par.pp > total_layers {
+            return Err(Error::Setup(format!(
+                "--pp {} exceeds the model's {} layers",
+                par.pp, total_layers
+            )));
+        }
+        if let Schedule::Interleaved(v) = par.schedule {
+            if par.pp > 1 && total_layers % (par.pp * v) != 0 {
+                return Err(Error::NotDivisible {
+                    what: "interleaved schedule: layers by pp × chunks".into(),
+                    a: total_layers,
+                    b: par.pp * v,
+                });
+            }
+        }
+        let split = t.param_split();
+        let local = |p: u64, replicated: u64| replicated + (p - replicated).div_ceil(tp);
+        let dec_params = local(split.per_layer, split.per_layer_replicated);
+        let enc_params = local(
+            split.per_encoder_layer,
+            split.per_layer_replicated.min(split.per_encoder_layer),
+        );
+        let c = self.ctx;
+        let dec_matmul = dec_params.saturating_sub(split.per_layer_replicated);
+        let enc_matmul = enc_params.saturating_sub(split.per_layer_replicated);
+        let decoder = transformer_layer(
+            t,
+            &c,
+            t.layout == Layout::EncoderDecoder,
+            dec_params,
+            dec_matmul,
+        );
+        let encoder = transformer_layer(t, &c, false, enc_params, enc_matmul);
+        self.layer_kinds = [encoder, decoder];
+        let vocab_emb = t.vocab * t.hidden;
+        self.emb_params =
+            split.embedding - vocab_emb + vocab_emb.div_ceil(tp) + split.relative_bias;
+        let untied_head = if !t.tied_embeddings && t.layout != Layout::EncoderOnly {
+            vocab_emb
+        } else {
+            0
+        };
+        self.head_params = split.head - untied_head + untied_head.div_ceil(tp);
+        if par.pp > 1 && t.tied_embeddings && t.layout != Layout::EncoderOnly {
+            // The last stage keeps its own copy of a tied embedding (Megatron).
+            self.head_params += vocab_emb.div_ceil(tp);
+        }
+        let mut emb = Parts::default();
+        if t.embedding_norm {
+            norm_parts(t, &c, &mut emb);
+        }
+        if t.hidden_dropout > 0.0 && c.training {
+            emb.push(c.rep(t.hidden, 1), false);
+        }
+        self.emb_saved = emb.total(false);
+        if t.layout != Layout::EncoderOnly {
+            let mut head = Parts::default();
+            if t.final_norm {
+                norm_parts(t, &c, &mut head);
+            }
+            head.push(c.rep(t.hidden, c.cmp), false);
+            self.head_saved = head.total(false);
+            self.logits = m(&[c.tok, t.vocab.div_ceil(tp)]);
+            if self.autocast_copies() {
+                // The output projection's weight cast to half, kept for its backward.
+                self.head_copy = m(&[t.vocab.div_ceil(tp), t.hidden, c.cmp]);
+            }
+        }
+        Ok(())
+    }
+
+    fn init_resnet(&mut self, r: &ResNet) -> Result<()> {
+        let par = self.setup.parallel;
+        if par.tp > 1 || par.pp > 1 || par.sequence_parallel {
+            return Err(Error::Setup("tensor and pipeline parallelism are modelled for transformers only; use --dp for CNNs".into()));
+        }
+        let c = self.ctx;
+        let b = c.b;
+        let convs = r.convs();
+        for (i, conv) in convs.iter().enumerate() {
+            let out = m(&[b, conv.cout, conv.out_side, conv.out_side]);
+            let mut p = Parts::default();
+            if i == 0 {
+                let img = m(&[b, 3, r.image_size, r.image_size]);
+                p.push(m(&[img, c.cmp]), false); // the (cast) input image
+                let pooled = m(&[b, 64, conv.out_side.div_ceil(2), conv.out_side.div_ceil(2)]);
+                p.push(m(&[pooled, 8]), false); // max-pool indices (int64)
+            }
+            p.push(m(&[out, c.cmp]), false); // batch-norm input
+            p.push(m(&[conv.cout, 8]), false); // batch-norm saved mean and invstd
+            if conv.relu {
+                p.push(m(&[out, c.cmp]), false); // ReLU output (next convolution's input)
+            }
+            let weights = conv.cin * conv.cout * conv.k * conv.k;
+            self.cnn.push(
+                LayerDesc {
+                    parts: p,
+                    checkpoint: m(&[out, c.cmp]),
+                    fwd_tmp: m(&[out, c.cmp]),
+                    bwd_tmp: m(&[out, c.cmp, 2]),
+                    params: weights + 2 * conv.cout,
+                    matmul_params: weights,
+                    infer_tmp: m(&[out, c.cmp, 3]),
+                    ..LayerDesc::default()
+                }
+                .with_totals(),
+            );
+        }
+        self.head_params = r.fc_in() * r.classes + r.classes;
+        self.head_saved = m(&[b, r.fc_in(), c.cmp]);
+        self.logits = m(&[b, r.classes]);
+        Ok(())
+    }
+
+    /// Whether autocast makes half copies of fp32 weights in forward.
+    fn autocast_copies(&self) -> bool {
+        self.style == AmpStyle::Autocast
+            && self.ctx.cmp != 4
+            && self.bytes.weight == 4
+            && self.ctx.training
+    }
+
+    /// Pipeline geometry of one rank: (first layer, layer count).
+    fn stage_layers(&self, rank: u64) -> (u64, u64) {
+        let total = match self.model {
+            Model::Transformer(t) => t.layers + t.encoder_layers,
+            _ => self.cnn.len() as u64,
+        };
+        let p = self.setup.parallel.pp;
+        let base = total / p;
+        let extra = total % p;
+        // The first `extra` ranks take one more layer.
+        let count = base + u64::from(rank < extra);
+        let first = rank * base + rank.min(extra);
+        (first, count)
+    }
+
+    fn stack(&self, rank: u64) -> Stack<'_> {
+        let (first, count) = self.stage_layers(rank);
+        match self.model {
+            Model::Transformer(t) => {
+                let enc_end = t.encoder_layers;
+                let enc = enc_end.saturating_sub(first).min(count);
+                Stack::Uniform {
+                    kinds: &self.layer_kinds,
+                    counts: [enc, count - enc],
+                }
+            }
+            _ => Stack::List(&self.cnn[first as usize..(first + count) as usize]),
+        }
+    }
+
+    /// Parameter elements this rank holds (after TP, before ZeRO).
+    fn rank_params(&self, rank: u64, stack: &Stack) -> u64 {
+        let p = self.setup.parallel.pp;
+        let layers: u64 = match stack {
+            Stack::Uniform { kinds, counts } => {
+                kinds[0].params * counts[0] + kinds[1].params * counts[1]
+            }
+            Stack::List(v) => v.iter().map(|l| l.params).sum(),
+        };
+        layers
+            + if rank == 0 { self.emb_params } else { 0 }
+            + if rank == p - 1 { self.head_params } else { 0 }
+    }
+}
+
+/// Estimates the step's peak memory on one GPU.
+///
+/// With pipeline parallelism, the first and last ranks are walked and the larger reported.
+///
+/// ```
+/// use vram_model::{catalog, estimate, setup::Setup};
+/// let model = catalog::lookup("gpt2").unwrap();
+/// let e = estimate(&model, &Setup::default()).unwrap();
+/// assert_eq!(e.params, 124_439_808);
+/// assert!(e.peak_bytes > 16 * e.params);
+/// ```
+pub fn estimate(model: &Model, setup: &Setup) -> Result<Estimate> {
+    run(model, setup, false, true)
+}
+
+/// The peak walk alone: `reserved_bytes` is the lower bound `peak_bytes` (or the
+/// `fragmentation` share when one is set) and `reserved_exact` is false. Microseconds instead
+/// of the milliseconds an allocator replay takes; the planner screens candidates with it
+/// (reserved ≥ allocated, so a candidate this refuses does not fit).
+pub fn estimate_allocated(model: &Model, setup: &Setup) -> Result<Estimate> {
+    run(model, setup, false, false)
+}
+
+/// Like [`estimate`], also sampling the timeline at every phase.
+pub fn estimate_with_timeline(model: &Model, setup: &Setup) -> Result<Estimate> {
+    run(model, setup, true, true)
+}
+
+fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Estimate> {
+    let step = Step::new(model, setup)?;
+    let p = setup.parallel.pp;
+    let ranks: &[u64] = if p == 1 { &[0] } else { &[0, p - 1] };
+    let mut best: Option<(u64, PeakSink)> = None;
+    for &rank in ranks {
+        let mut sink = PeakSink {
+            timeline: timeline.then(Vec::new),
+            ..PeakSink::default()
+        };
+        step.walk(rank, &mut sink, timeline, Run::Whole);
+        sink.settle();
+        if best.as_ref().is_none_or(|(_, b)| sink.peak > b.peak) {
+            best = Some((rank, sink));
+        }
+    }
+    let (rank, sink) = best.expect("at least one rank");
+    if sink.peak >= 1u64 << 62 {
+        return Err(Error::OutOfRange {
+            field: "estimate".into(),
+            value: format!("{:.3e} bytes", sink.peak as f64),
+            why: "beyond any device; check the sizes".into(),
+        });
+    }
+    let mut breakdown = Breakdown(sink.at_peak);
+    let mut peak = sink.peak;
+    let o = setup.overheads;
+    let reserved = match (o.fragmentation, replay) {
+        (Some(f), _) => peak.saturating_add((peak as f64 * f) as u64),
+        (None, true) => match step.replay(rank, o.allocator) {
+            Some(r) => {
+                // The allocator's blocks are rounded (512 B, unsplit remainders): what
+                // `max_memory_allocated()` reports. The tensors' own bytes stay in the breakdown.
+                peak = peak.max(r.allocated);
+                r.reserved.max(peak)
+            }
+            None => peak,
+        },
+        (None, false) => peak,
+    };
+    breakdown.0[Category::AllocatorOverhead as usize] = reserved.saturating_sub(sink.peak);
+    breakdown.0[Category::CudaContext as usize] = o.cuda_context_bytes;
+    let stack = step.stack(rank);
+    Ok(Estimate {
+        model: model.name().to_string(),
+        params: model.param_count(),
+        params_per_gpu: step.rank_params(rank, &stack),
+        peak_bytes: peak,
+        reserved_bytes: reserved,
+        total_bytes: reserved.saturating_add(o.cuda_context_bytes),
+        breakdown,
+        peak_phase: sink.peak_phase.unwrap_or(Phase::Setup),
+        pipeline_rank: rank,
+        amp_style: step.style,
+        allocator: o.allocator,
+        reserved_exact: replay || o.fragmentation.is_some(),
+        assumes: ASSUMES,
+        timeline: sink.timeline.unwrap_or_default(),
+    })
+}
+
+/// Per-layer activation bytes stored for backward, for checks against published formulas.
+///
+/// Returns the bytes one layer (the decoder kind) stores on one GPU under `setup`.
+pub fn layer_activation_bytes(model: &Model, setup: &Setup) -> Result<u64> {
+    let step = Step::new(model, setup)?;
+    let tr = match setup.mode {
+        Mode::Train(t) => t,
+        Mode::Infer(_) => {
+            return Err(Error::Setup(
+                "activations are stored in training only".into(),
+            ))
+        }
+    };
+    let l = match model {
+        Model::Transformer(_) => step.layer_kinds[1],
+        _ => step.cnn[0],
+    };
+    Ok(step.saved_handle(&tr, 0, 0, &l).bytes)
+}
+
+/// What one training micro-batch's chain of layers keeps for backward, on one GPU: the input
+/// to checkpoint placement (`vram_plan::checkpoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ChainBytes {
+    /// Transformer layers in the chain.
+    pub layers: u64,
+    /// Bytes one layer saves for its backward without recomputation.
+    pub layer_saved: u64,
+    /// Bytes one layer saves under selective recomputation (no attention scores).
+    pub layer_selective: u64,
+    /// Bytes of one layer's input: what a checkpoint before it holds.
+    pub layer_input: u64,
+    /// Bytes the head keeps until its backward: the final norm's and the projection's inputs,
+    /// and the fp32 log-softmax of the loss (the logits themselves are freed before backward).
+    pub head_saved: u64,
+    /// Autocast's half copies of one layer's matmul weights (0 outside autocast): kept from a
+    /// layer's forward to its backward, made again by a recomputation.
+    pub layer_copies: u64,
+    /// Gradient bytes one layer's backward allocates and keeps (autocast creates gradients
+    /// lazily on the first micro-batch; 0 where they are allocated before the step).
+    pub layer_grad: u64,
+    /// Gradient bytes the head's backward allocates and keeps (as `layer_grad`).
+    pub head_grad: u64,
+    /// Extra bytes live at the high point of one layer's forward (beyond what it saves).
+    pub layer_forward_tmp: u64,
+    /// Extra bytes live at the high point of one layer's backward (beyond saved and gradients).
+    pub layer_backward_tmp: u64,
+    /// Extra bytes at the high point of the head's forward: the logits and their fp32 upcast.
+    pub head_forward_tmp: u64,
+    /// Extra bytes at the high point of the head's backward: two fp32 logit gradients.
+    pub head_backward_tmp: u64,
+}
+
+/// The layer chain of a decoder-only or encoder-only transformer's training micro-batch, with
+/// the same tensor sizes the step walk uses (TP and sequence parallelism applied).
+///
+/// Encoder-decoders (every decoder layer reads the encoder's output, so the layers are not a
+/// chain), CNNs, inference and pipeline parallelism (`pp > 1`) are refused with an error.
+pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
+    let t = match model {
+        Model::Transformer(t) => t,
+        _ => {
+            return Err(Error::Setup(
+                "checkpoint placement is modelled for transformers only".into(),
+            ))
+        }
+    };
+    if t.layout == Layout::EncoderDecoder {
+        return Err(Error::Setup(
+            "an encoder-decoder is not a chain (every decoder layer reads the encoder output); checkpoint placement needs a decoder-only or encoder-only model".into(),
+        ));
+    }
+    if setup.parallel.pp > 1 {
+        return Err(Error::Setup(
+            "checkpoint placement covers a whole model's chain; use --pp 1".into(),
+        ));
+    }
+    let step = Step::new(model, setup)?;
+    if !matches!(setup.mode, Mode::Train(_)) {
+        return Err(Error::Setup(
+            "activations are stored in training only".into(),
+        ));
+    }
+    let l = step.layer_kinds[1];
+    let autocast = step.style == AmpStyle::Autocast;
+    let copies = autocast && step.ctx.cmp != 4 && step.bytes.weight == 4;
+    let g = if autocast { step.bytes.grad } else { 0 };
+    Ok(ChainBytes {
+        layers: t.layers,
+        layer_saved: l.saved(false),
+        layer_selective: l.saved(true),
+        layer_input: l.checkpoint,
+        head_saved: step.head_saved + m(&[step.logits, 4]),
+        layer_copies: if copies {
+            m(&[l.matmul_params, step.ctx.cmp])
+        } else {
+            0
+        },
+        layer_grad: m(&[l.params, g]),
+        head_grad: m(&[step.head_params, g]),
+        layer_forward_tmp: l.fwd_tmp,
+        layer_backward_tmp: l.bwd_tmp,
+        head_forward_tmp: m(&[step.logits, step.ctx.cmp])
+            + if step.ctx.cmp != 4 {
+                m(&[step.logits, 4])
+            } else {
+                0
+            },
+        head_backward_tmp: m(&[step.logits, 4, 2]),
+    })
+}
+
+/// The largest micro-batch (training) or batch (inference) whose estimate fits `capacity`.
+///
+/// Returns `Ok(None)` when not even 1 fits.
+pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
+    let with = |n: u64| -> Result<bool> {
+        let mut s = *setup;
+        match &mut s.mode {
+            Mode::Train(t) => t.micro_batch = n,
+            Mode::Infer(i) => i.batch = n,
+        }
+        Ok(estimate(model, &s)?.fits(capacity))
+    };
+    search_max(with)
+}
+
+/// The longest context (inference) whose estimate fits `capacity` at the setup's batch.
+pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
+    let with = |n: u64| -> Result<bool> {
+        let mut s = *setup;
+        if let Mode::Infer(i) = &mut s.mode {
+            i.context = n;
+        }
+        Ok(estimate(model, &s)?.fits(capacity))
+    };
+    search_max(with)
+}
+
+/// Largest `n` in 1..=2^24 with `fits(n)`, assuming `fits` is monotone.
+fn search_max(mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
+    if !fits(1)? {
+        return Ok(None);
+    }
+    let mut lo = 1u64; // fits
+    let mut hi = 2u64;
+    while hi <= crate::setup::MAX_SIZE && fits(hi)? {
+        lo = hi;
+        hi *= 2;
+    }
+    let mut hi = hi.min(crate::setup::MAX_SIZE + 1); // does not fit (or beyond the range)
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(lo))
+}

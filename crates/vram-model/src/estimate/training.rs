@@ -1,0 +1,780 @@
+//! The training walk: persistent state, micro-batches in schedule order, forward, loss,
+//! backward and the optimizer step.
+
+use super::*;
+use crate::setup::{Offload, Recompute, Schedule};
+
+impl Step<'_> {
+    /// Walks the step of pipeline rank `rank` through `sink`.
+    ///
+    /// `run` says what happens to the state that outlives a step (weights, optimizer states,
+    /// workspace): [`Run::Whole`] allocates it at the start and frees it at the end (one step,
+    /// as the peak sees it); [`Run::First`] allocates the weights before the step and the
+    /// optimizer states in the first optimizer step, as PyTorch does, and keeps both;
+    /// [`Run::Later`] finds them allocated and keeps them.
+    pub(crate) fn walk<S: Sink>(&self, rank: u64, sink: &mut S, full: bool, run: Run) {
+        let par = self.setup.parallel;
+        let stack = self.stack(rank);
+        let params = self.rank_params(rank, &stack);
+        let o = self.setup.overheads;
+        sink.phase(Phase::Setup);
+        let tensors = if S::WANTS_PARTS {
+            self.rank_tensor_elems(rank, &stack)
+        } else {
+            Vec::new()
+        };
+        let scaled = |bytes_per: u64, factor: f64| -> Vec<u64> {
+            tensors
+                .iter()
+                .map(|e| (*e as f64 * bytes_per as f64 * factor) as u64)
+                .collect()
+        };
+        let mut key = 1u64 << 60;
+        let mut hold = |sink: &mut S, cat: Category, bytes: u64, parts: &[u64], now: bool| {
+            key += 1;
+            let h = Handle { cat, bytes, key };
+            if bytes > 0 && now {
+                sink.alloc(h, parts);
+            }
+            h
+        };
+        let at_start = run != Run::Later;
+        let ws = hold(sink, Category::Workspace, o.workspace_bytes, &[], at_start);
+        match self.setup.mode {
+            Mode::Infer(inf) => {
+                let wb = self.bytes.weight.min(self.ctx.cmp);
+                let w = hold(
+                    sink,
+                    Category::Parameters,
+                    m(&[params, wb]),
+                    &scaled(wb, 1.0),
+                    at_start,
+                );
+                self.walk_inference(rank, &stack, inf, sink, full);
+                if run == Run::Whole && w.bytes > 0 {
+                    sink.free(w);
+                }
+            }
+            Mode::Train(tr) => {
+                let n = par.dp;
+                let z = par.zero;
+                let b = self.bytes;
+                let offload = tr.offload;
+                let shard = |on: bool, v: u64| if on { v.div_ceil(n) } else { v };
+                let sharded = |on: bool, v: Vec<u64>| -> Vec<u64> {
+                    if on {
+                        v.into_iter().map(|x| x.div_ceil(n)).collect()
+                    } else {
+                        v
+                    }
+                };
+                let w_bytes = if offload == Offload::Params {
+                    0
+                } else {
+                    shard(z >= 3, m(&[params, b.weight]))
+                };
+                let on_host = offload != Offload::None;
+                let master = if on_host {
+                    0
+                } else {
+                    shard(z >= 1, m(&[params, b.master]))
+                };
+                let states = if on_host {
+                    0
+                } else {
+                    shard(
+                        z >= 1,
+                        (params as f64 * self.opt_elems * b.state as f64) as u64,
+                    )
+                };
+                let persistent_grads = self.style != AmpStyle::Autocast;
+                let grads_full = m(&[params, b.grad]);
+                let grads = if !persistent_grads || (on_host && z >= 2) {
+                    0
+                } else {
+                    shard(z >= 2, grads_full)
+                };
+                let comm = if n > 1 {
+                    match (self.style, z) {
+                        (AmpStyle::Autocast, _) => grads_full, // DDP buckets, gradient_as_bucket_view=False
+                        (AmpStyle::DeepSpeed, _) => m(&[params.min(500_000_000), b.grad]), // reduce bucket
+                        (AmpStyle::Megatron, _) => 0,
+                    }
+                } else {
+                    0
+                };
+                let state_parts = if S::WANTS_PARTS {
+                    // One state tensor per parameter and state (Adam's two moments are
+                    // created together per parameter).
+                    let per = self.opt_elems.ceil().max(1.0) as usize;
+                    let each = self.opt_elems / per as f64;
+                    let one = scaled(b.state, each);
+                    let mut v = Vec::with_capacity(one.len() * per);
+                    for x in one {
+                        v.extend(std::iter::repeat_n(x, per));
+                    }
+                    sharded(z >= 1, v)
+                } else {
+                    Vec::new()
+                };
+                let held = [
+                    hold(
+                        sink,
+                        Category::Parameters,
+                        w_bytes,
+                        &sharded(z >= 3, scaled(b.weight, 1.0)),
+                        at_start,
+                    ),
+                    hold(
+                        sink,
+                        Category::MasterWeights,
+                        master,
+                        &sharded(z >= 1, scaled(b.master, 1.0)),
+                        at_start,
+                    ),
+                    hold(
+                        sink,
+                        Category::Gradients,
+                        grads,
+                        &sharded(z >= 2, scaled(b.grad, 1.0)),
+                        at_start,
+                    ),
+                    hold(sink, Category::CommBuffers, comm, &[], at_start),
+                ];
+                // PyTorch creates optimizer states lazily, in the first `step()`.
+                let st = hold(
+                    sink,
+                    Category::OptimizerStates,
+                    states,
+                    &state_parts,
+                    run == Run::Whole,
+                );
+                self.walk_training(rank, &stack, &tr, sink, full);
+                sink.phase(Phase::Optimizer);
+                if run == Run::First && st.bytes > 0 {
+                    sink.alloc(st, &state_parts);
+                }
+                let tmp = match (self.style, tr.optimizer) {
+                    // torch.optim's foreach AdamW keeps one param-sized state temporary (sqrt of v).
+                    (AmpStyle::Autocast, Optimizer::Adamw) => m(&[params, b.state]),
+                    _ => 0,
+                };
+                let t = hold(
+                    sink,
+                    Category::Temporaries,
+                    tmp,
+                    &scaled(b.state, 1.0),
+                    true,
+                );
+                if tmp > 0 {
+                    sink.free(t);
+                }
+                if !persistent_grads {
+                    // zero_grad(set_to_none=True) frees the gradients after the step.
+                    self.free_layer_grads(rank, &stack, sink);
+                }
+                if run == Run::Whole {
+                    for h in held.into_iter().chain([st]) {
+                        if h.bytes > 0 {
+                            sink.free(h);
+                        }
+                    }
+                }
+            }
+        }
+        if run == Run::Whole && ws.bytes > 0 {
+            sink.free(ws);
+        }
+    }
+
+    /// Bytes of layer `i`'s parameter tensors at `bytes` per element, one per tensor.
+    pub(super) fn layer_tensor_bytes(&self, stack: &Stack, i: u64, bytes: u64) -> Vec<u64> {
+        let l = stack.get(i);
+        let elems = match (self.model, stack) {
+            (Model::Transformer(t), Stack::Uniform { counts, .. }) => {
+                let tp = self.setup.parallel.tp;
+                let dec = i >= counts[0];
+                t.block_tensor_elems(dec && t.layout == Layout::EncoderDecoder)
+                    .into_iter()
+                    .map(|e| {
+                        if e >= t.hidden * t.hidden {
+                            e.div_ceil(tp)
+                        } else {
+                            e
+                        }
+                    })
+                    .collect()
+            }
+            _ => vec![l.matmul_params, l.params - l.matmul_params],
+        };
+        elems
+            .into_iter()
+            .filter(|e| *e > 0)
+            .map(|e| e * bytes)
+            .collect()
+    }
+
+    /// Whether the loss path soft-caps the logits (Gemma 2 under transformers).
+    pub(super) fn softcap(&self) -> bool {
+        self.style != AmpStyle::Megatron
+            && matches!(self.model, Model::Transformer(t) if t.logit_softcap)
+    }
+
+    /// Element counts of rank `rank`'s parameter tensors.
+    pub(super) fn weight_tensor_elems(&self, rank: u64) -> Vec<u64> {
+        self.rank_tensor_elems(rank, &self.stack(rank))
+    }
+
+    /// Bytes per element of the weights as the forward pass reads them.
+    pub(super) fn weight_bytes(&self) -> u64 {
+        match self.setup.mode {
+            Mode::Infer(_) => self.bytes.weight.min(self.ctx.cmp),
+            Mode::Train(_) => self.bytes.weight,
+        }
+    }
+
+    /// Element counts of the parameter tensors this rank holds (after TP), one per tensor.
+    pub(super) fn rank_tensor_elems(&self, rank: u64, stack: &Stack) -> Vec<u64> {
+        let tp = self.setup.parallel.tp;
+        let mut v = Vec::new();
+        let [emb, head] = self.edge_params(rank);
+        match self.model {
+            Model::Transformer(t) => {
+                let local = |e: u64| {
+                    if e >= t.hidden * t.hidden {
+                        e.div_ceil(tp)
+                    } else {
+                        e
+                    }
+                };
+                if emb > 0 {
+                    v.push(emb);
+                }
+                let enc = t.block_tensor_elems(false);
+                let dec = t.block_tensor_elems(t.layout == Layout::EncoderDecoder);
+                if let Stack::Uniform { counts, .. } = stack {
+                    for _ in 0..counts[0] {
+                        v.extend(enc.iter().map(|e| local(*e)));
+                    }
+                    for _ in 0..counts[1] {
+                        v.extend(dec.iter().map(|e| local(*e)));
+                    }
+                }
+                if head > 0 {
+                    v.push(head);
+                }
+            }
+            _ => {
+                for i in 0..stack.len() {
+                    let l = stack.get(i);
+                    v.push(l.matmul_params);
+                    v.push(l.params - l.matmul_params);
+                }
+                v.push(head);
+            }
+        }
+        v.retain(|e| *e > 0);
+        v
+    }
+
+    pub(super) fn recomputed(&self, tr: &crate::setup::Train, i: u64) -> bool {
+        tr.recompute == Recompute::Full && tr.recompute_layers.is_none_or(|k| i < k)
+    }
+
+    pub(super) fn selective(&self, tr: &crate::setup::Train, i: u64) -> bool {
+        tr.recompute == Recompute::Selective && tr.recompute_layers.is_none_or(|k| i < k)
+    }
+
+    /// Key of layer `i`'s gradients.
+    pub(super) fn grad_key(i: u64) -> u64 {
+        (1 << 58) | (i << 2)
+    }
+
+    /// Key of the embedding's (`j = 0`) or the head's (`j = 1`) gradients.
+    pub(super) fn edge_grad_key(j: u64) -> u64 {
+        (1 << 58) | (j + 1)
+    }
+
+    pub(super) fn free_layer_grads<S: Sink>(&self, rank: u64, stack: &Stack, sink: &mut S) {
+        let g = self.bytes.grad;
+        for i in 0..stack.len() {
+            sink.free(Handle {
+                cat: Category::Gradients,
+                bytes: m(&[stack.get(i).params, g]),
+                key: Self::grad_key(i),
+            });
+        }
+        for (j, p) in self.edge_params(rank).into_iter().enumerate() {
+            if p > 0 {
+                sink.free(Handle {
+                    cat: Category::Gradients,
+                    bytes: m(&[p, g]),
+                    key: Self::edge_grad_key(j as u64),
+                });
+            }
+        }
+    }
+
+    /// (embedding params, head params) present on `rank`.
+    pub(super) fn edge_params(&self, rank: u64) -> [u64; 2] {
+        let last = self.setup.parallel.pp - 1;
+        [
+            if rank == 0 { self.emb_params } else { 0 },
+            if rank == last { self.head_params } else { 0 },
+        ]
+    }
+
+    /// The training micro-batches of one rank in schedule order: forwards and backwards.
+    pub(super) fn walk_training<S: Sink>(
+        &self,
+        rank: u64,
+        stack: &Stack,
+        tr: &crate::setup::Train,
+        sink: &mut S,
+        full: bool,
+    ) {
+        let par = self.setup.parallel;
+        let p = par.pp;
+        let micro = tr.grad_accum;
+        let (chunks, in_flight) = if p == 1 {
+            (1, 1)
+        } else {
+            match par.schedule {
+                Schedule::Gpipe => (1, micro),
+                Schedule::OneFOneB => (1, (p - rank).min(micro)),
+                Schedule::Interleaved(v) => {
+                    (v, ((p - rank - 1) * 2 + (v - 1) * p + 1).min(micro * v))
+                }
+            }
+        };
+        let units = micro * chunks;
+        // After `in_flight + 1` units the live set repeats; a peak-only walk stops there.
+        let simulate = if full {
+            units
+        } else {
+            units.min(in_flight + 1)
+        };
+        let per_chunk = stack.len().div_ceil(chunks);
+        let mut grads_live = false;
+        let (mut next_fwd, mut next_bwd) = (0u64, 0u64);
+        while next_bwd < simulate {
+            let can_fwd = next_fwd < simulate && next_fwd - next_bwd < in_flight;
+            if can_fwd {
+                self.forward_unit(rank, stack, tr, next_fwd, chunks, per_chunk, sink);
+                next_fwd += 1;
+            } else {
+                self.backward_unit(
+                    rank,
+                    stack,
+                    tr,
+                    next_bwd,
+                    chunks,
+                    per_chunk,
+                    !grads_live,
+                    sink,
+                );
+                grads_live = true;
+                next_bwd += 1;
+            }
+        }
+    }
+
+    pub(super) fn unit_layers(
+        &self,
+        stack: &Stack,
+        unit: u64,
+        chunks: u64,
+        per_chunk: u64,
+    ) -> (u64, u64, bool, bool) {
+        let chunk = unit % chunks;
+        let first = chunk * per_chunk;
+        let end = (first + per_chunk).min(stack.len());
+        (first, end, chunk == 0, chunk == chunks - 1)
+    }
+
+    /// Key of tensor group `slot` (< 64) of `layer` (< 2^25) in micro-batch `unit` (< 2^25).
+    /// Layer-less groups (embedding, loss) use `layer` 0 and slots from 32 up.
+    pub(super) fn act_key(unit: u64, layer: u64, slot: u64) -> u64 {
+        (unit << 32) | (layer << 6) | slot
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward_unit<S: Sink>(
+        &self,
+        rank: u64,
+        stack: &Stack,
+        tr: &crate::setup::Train,
+        unit: u64,
+        chunks: u64,
+        per_chunk: u64,
+        sink: &mut S,
+    ) {
+        let (first, end, first_chunk, last_chunk) =
+            self.unit_layers(stack, unit, chunks, per_chunk);
+        let last_rank = rank == self.setup.parallel.pp - 1;
+        let c = self.ctx;
+        let autocast_copies =
+            self.style == AmpStyle::Autocast && c.cmp != 4 && self.bytes.weight == 4;
+        let zero3 = self.setup.parallel.zero == 3;
+        if rank == 0 && first_chunk && self.emb_saved > 0 {
+            sink.phase(Phase::Forward {
+                micro: unit as u32,
+                layer: 0,
+            });
+            sink.alloc(
+                Handle {
+                    cat: Category::Activations,
+                    bytes: self.emb_saved,
+                    key: Self::act_key(unit, 0, 40),
+                },
+                &[],
+            );
+        }
+        for i in first..end {
+            let l = stack.get(i);
+            sink.phase(Phase::Forward {
+                micro: unit as u32,
+                layer: i as u32,
+            });
+            if autocast_copies {
+                sink.alloc(
+                    Handle {
+                        cat: Category::WeightCopies,
+                        bytes: m(&[l.matmul_params, c.cmp]),
+                        key: Self::act_key(unit, i, 1),
+                    },
+                    &[],
+                );
+            }
+            let gathered = Handle {
+                cat: Category::WeightCopies,
+                bytes: m(&[l.params, self.bytes.weight, 2]),
+                key: Self::act_key(unit, i, 2),
+            };
+            if zero3 {
+                sink.alloc(gathered, &[]); // this layer and the prefetched next one
+            }
+            let saved = self.saved_handle(tr, unit, i, l);
+            let parts = if S::WANTS_PARTS && !self.recomputed(tr, i) {
+                l.parts.list(self.selective(tr, i))
+            } else {
+                Vec::new()
+            };
+            sink.alloc(saved, &parts);
+            if l.fwd_kept > 0 {
+                sink.alloc(
+                    Handle {
+                        cat: Category::Activations,
+                        bytes: l.fwd_kept,
+                        key: Self::act_key(unit, i, 9),
+                    },
+                    &[l.fwd_kept / 2, l.fwd_kept / 2],
+                );
+            }
+            let tmp = Handle {
+                cat: Category::Temporaries,
+                bytes: if self.recomputed(tr, i) {
+                    l.saved_all.saturating_add(l.fwd_tmp)
+                } else {
+                    l.fwd_tmp
+                },
+                key: Self::act_key(unit, i, 3),
+            };
+            sink.alloc(tmp, &[]);
+            sink.free(tmp);
+            if zero3 {
+                sink.free(gathered);
+            }
+        }
+        if last_rank && last_chunk {
+            sink.phase(Phase::Loss { micro: unit as u32 });
+            self.loss_forward(unit, sink);
+        }
+        // The model's forward returns: what it kept only for its own output goes.
+        for i in first..end {
+            let l = stack.get(i);
+            if l.fwd_kept > 0 {
+                sink.free(Handle {
+                    cat: Category::Activations,
+                    bytes: l.fwd_kept,
+                    key: Self::act_key(unit, i, 9),
+                });
+            }
+        }
+        if last_rank && last_chunk {
+            if autocast_copies && self.style == AmpStyle::Autocast {
+                // Leaving autocast clears its cast cache: copies of recomputed layers go.
+                for i in first..end {
+                    if self.recomputed(tr, i) {
+                        let l = stack.get(i);
+                        sink.free(Handle {
+                            cat: Category::WeightCopies,
+                            bytes: m(&[l.matmul_params, c.cmp]),
+                            key: Self::act_key(unit, i, 1),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn saved_handle(
+        &self,
+        tr: &crate::setup::Train,
+        unit: u64,
+        i: u64,
+        l: &LayerDesc,
+    ) -> Handle {
+        if self.recomputed(tr, i) {
+            Handle {
+                cat: Category::Activations,
+                bytes: l.checkpoint,
+                key: Self::act_key(unit, i, 8),
+            }
+        } else {
+            Handle {
+                cat: Category::Activations,
+                bytes: l.saved(self.selective(tr, i)),
+                key: Self::act_key(unit, i, 4),
+            }
+        }
+    }
+
+    pub(super) fn loss_keys(unit: u64) -> [u64; 8] {
+        std::array::from_fn(|j| Self::act_key(unit, 0, 32 + j as u64))
+    }
+
+    pub(super) fn loss_forward<S: Sink>(&self, unit: u64, sink: &mut S) {
+        let k = Self::loss_keys(unit);
+        let c = self.ctx;
+        sink.alloc(
+            Handle {
+                cat: Category::Activations,
+                bytes: self.head_saved,
+                key: k[0],
+            },
+            &[],
+        );
+        if self.logits == 0 {
+            return;
+        }
+        let logits = Handle {
+            cat: Category::Loss,
+            bytes: m(&[self.logits, c.cmp]),
+            key: k[1],
+        };
+        if self.softcap() {
+            // Gemma 2: logits / c, tanh (its output saved), · c, each a new logits-sized tensor.
+            let t = |j: usize| Handle {
+                cat: Category::Loss,
+                bytes: m(&[self.logits, c.cmp]),
+                key: k[j],
+            };
+            sink.alloc(t(6), &[]);
+            sink.alloc(t(7), &[]);
+            sink.free(t(6));
+            sink.alloc(t(6), &[]);
+            sink.free(t(7));
+            // t(6) now holds the saved tanh output.
+        }
+        sink.alloc(logits, &[]);
+        let upcast = Handle {
+            cat: Category::Loss,
+            bytes: m(&[self.logits, 4]),
+            key: k[2],
+        };
+        if c.cmp != 4 {
+            sink.alloc(upcast, &[]);
+        }
+        sink.alloc(
+            Handle {
+                cat: Category::Loss,
+                bytes: m(&[self.logits, 4]),
+                key: k[3],
+            },
+            &[],
+        ); // log-softmax
+        if c.cmp != 4 {
+            sink.free(upcast);
+        }
+        sink.free(logits); // the training loop drops the model output before backward
+    }
+
+    pub(super) fn loss_backward<S: Sink>(&self, unit: u64, sink: &mut S) {
+        let k = Self::loss_keys(unit);
+        let c = self.ctx;
+        if self.logits > 0 {
+            let f32b = m(&[self.logits, 4]);
+            let g1 = Handle {
+                cat: Category::Loss,
+                bytes: f32b,
+                key: k[4],
+            };
+            let g2 = Handle {
+                cat: Category::Loss,
+                bytes: f32b,
+                key: k[5],
+            };
+            sink.alloc(g1, &[]);
+            sink.alloc(g2, &[]);
+            sink.free(g1);
+            sink.free(Handle {
+                cat: Category::Loss,
+                bytes: f32b,
+                key: k[3],
+            });
+            let g3 = Handle {
+                cat: Category::Loss,
+                bytes: m(&[self.logits, c.cmp]),
+                key: k[1],
+            };
+            if c.cmp != 4 {
+                sink.alloc(g3, &[]);
+            }
+            sink.free(g2);
+            if c.cmp != 4 {
+                sink.free(g3);
+            }
+        }
+        if self.softcap() {
+            sink.free(Handle {
+                cat: Category::Loss,
+                bytes: m(&[self.logits, c.cmp]),
+                key: k[6],
+            });
+        }
+        sink.free(Handle {
+            cat: Category::Activations,
+            bytes: self.head_saved,
+            key: k[0],
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn backward_unit<S: Sink>(
+        &self,
+        rank: u64,
+        stack: &Stack,
+        tr: &crate::setup::Train,
+        unit: u64,
+        chunks: u64,
+        per_chunk: u64,
+        first_time: bool,
+        sink: &mut S,
+    ) {
+        let (first, end, first_chunk, last_chunk) =
+            self.unit_layers(stack, unit, chunks, per_chunk);
+        let last_rank = rank == self.setup.parallel.pp - 1;
+        let c = self.ctx;
+        let g = self.bytes.grad;
+        let lazy_grads = self.style == AmpStyle::Autocast && (first_time || unit < chunks);
+        let autocast_copies =
+            self.style == AmpStyle::Autocast && c.cmp != 4 && self.bytes.weight == 4;
+        let zero3 = self.setup.parallel.zero == 3;
+        let [emb_p, head_p] = self.edge_params(rank);
+        if last_rank && last_chunk {
+            sink.phase(Phase::Loss { micro: unit as u32 });
+            if lazy_grads && head_p > 0 {
+                sink.alloc(
+                    Handle {
+                        cat: Category::Gradients,
+                        bytes: m(&[head_p, g]),
+                        key: Self::edge_grad_key(1),
+                    },
+                    &[],
+                );
+            }
+            self.loss_backward(unit, sink);
+        }
+        for i in (first..end).rev() {
+            let l = stack.get(i);
+            sink.phase(Phase::Backward {
+                micro: unit as u32,
+                layer: i as u32,
+            });
+            let gathered = Handle {
+                cat: Category::WeightCopies,
+                bytes: m(&[l.params, self.bytes.weight, 2]),
+                key: Self::act_key(unit, i, 2),
+            };
+            if zero3 {
+                sink.alloc(gathered, &[]);
+            }
+            let recomputed = self.recomputed(tr, i);
+            let copies = Handle {
+                cat: Category::WeightCopies,
+                bytes: m(&[l.matmul_params, c.cmp]),
+                key: Self::act_key(unit, i, 1),
+            };
+            let re = Handle {
+                cat: Category::Activations,
+                bytes: l.saved_all,
+                key: Self::act_key(unit, i, 5),
+            };
+            if recomputed {
+                if autocast_copies {
+                    sink.alloc(copies, &[]);
+                }
+                sink.alloc(
+                    re,
+                    &if S::WANTS_PARTS {
+                        l.parts.list(false)
+                    } else {
+                        Vec::new()
+                    },
+                );
+            }
+            if lazy_grads {
+                let parts = if S::WANTS_PARTS {
+                    self.layer_tensor_bytes(stack, i, g)
+                } else {
+                    Vec::new()
+                };
+                sink.alloc(
+                    Handle {
+                        cat: Category::Gradients,
+                        bytes: m(&[l.params, g]),
+                        key: Self::grad_key(i),
+                    },
+                    &parts,
+                );
+            }
+            let tmp = Handle {
+                cat: Category::Temporaries,
+                bytes: l.bwd_tmp,
+                key: Self::act_key(unit, i, 6),
+            };
+            sink.alloc(tmp, &[]);
+            sink.free(tmp);
+            sink.free(self.saved_handle(tr, unit, i, l));
+            if recomputed {
+                sink.free(re);
+            }
+            if autocast_copies {
+                sink.free(copies);
+            }
+            if zero3 {
+                sink.free(gathered);
+            }
+        }
+        if rank == 0 && first_chunk {
+            if lazy_grads && emb_p > 0 {
+                sink.alloc(
+                    Handle {
+                        cat: Category::Gradients,
+                        bytes: m(&[emb_p, g]),
+                        key: Self::edge_grad_key(0),
+                    },
+                    &[],
+                );
+            }
+            if self.emb_saved > 0 {
+                sink.free(Handle {
+                    cat: Category::Activations,
+                    bytes: self.emb_saved,
+                    key: Self::act_key(unit, 0, 40),
+                });
+            }
+        }
+    }
+}
