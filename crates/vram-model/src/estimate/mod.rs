@@ -269,8 +269,13 @@ pub struct Estimate {
     pub params: u64,
     /// Parameters held by the reported GPU before ZeRO partitioning.
     pub params_per_gpu: u64,
-    /// Peak bytes of live tensors (what `torch.cuda.max_memory_allocated()` reports).
+    /// Peak bytes of live tensors as `torch.cuda.max_memory_allocated()` reports them: the
+    /// allocator's blocks (512-byte rounding, unsplit remainders) from the replay, or the
+    /// tensors' own bytes when no replay ran.
     pub peak_bytes: u64,
+    /// Peak of the tensors' own bytes (the timeline's maximum, before any rounding); the
+    /// breakdown sums to it plus the overheads.
+    pub peak_tensor_bytes: u64,
     /// Peak reserved by the caching allocator (`max_memory_reserved()`): peak plus overhead.
     pub reserved_bytes: u64,
     /// Device memory in use at the peak (reserved plus CUDA context), as `nvidia-smi` shows.
@@ -675,6 +680,7 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         params: model.param_count(),
         params_per_gpu: step.rank_params(rank, &stack),
         peak_bytes: peak,
+        peak_tensor_bytes: sink.peak,
         reserved_bytes: reserved,
         total_bytes: reserved.saturating_add(o.cuda_context_bytes),
         breakdown,

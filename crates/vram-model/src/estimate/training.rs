@@ -34,7 +34,7 @@ impl Step<'_> {
             key += 1;
             let h = Handle { cat, bytes, key };
             if bytes > 0 && now {
-                sink.alloc(h, parts);
+                sink.alloc(h, &fit(parts, bytes));
             }
             h
         };
@@ -152,7 +152,7 @@ impl Step<'_> {
                 self.walk_training(rank, &stack, &tr, sink, full);
                 sink.phase(Phase::Optimizer);
                 if run == Run::First && st.bytes > 0 {
-                    sink.alloc(st, &state_parts);
+                    sink.alloc(st, &fit(&state_parts, st.bytes));
                 }
                 let tmp = match (self.style, tr.optimizer) {
                     // torch.optim's foreach AdamW keeps one param-sized state temporary (sqrt of v).
@@ -600,9 +600,19 @@ impl Step<'_> {
         sink.free(logits); // the training loop drops the model output before backward
     }
 
-    pub(super) fn loss_backward<S: Sink>(&self, unit: u64, sink: &mut S) {
+    /// The loss's backward, then the head's, which makes the head's weight gradient
+    /// (`head_grad`, when this backward creates it) once the fp32 logit gradients are gone.
+    pub(super) fn loss_backward<S: Sink>(&self, unit: u64, head_grad: Option<Handle>, sink: &mut S) {
         let k = Self::loss_keys(unit);
         let c = self.ctx;
+        let grad = |sink: &mut S| {
+            if let Some(h) = head_grad {
+                sink.alloc(h, &[]);
+            }
+        };
+        if self.logits == 0 {
+            grad(sink);
+        }
         if self.logits > 0 {
             let f32b = m(&[self.logits, 4]);
             let g1 = Handle {
@@ -630,10 +640,12 @@ impl Step<'_> {
             };
             if c.cmp != 4 {
                 sink.alloc(g3, &[]);
-            }
-            sink.free(g2);
-            if c.cmp != 4 {
+                sink.free(g2);
+                grad(sink);
                 sink.free(g3);
+            } else {
+                grad(sink);
+                sink.free(g2);
             }
         }
         if self.softcap() {
@@ -674,17 +686,12 @@ impl Step<'_> {
         let [emb_p, head_p] = self.edge_params(rank);
         if last_rank && last_chunk {
             sink.phase(Phase::Loss { micro: unit as u32 });
-            if lazy_grads && head_p > 0 {
-                sink.alloc(
-                    Handle {
-                        cat: Category::Gradients,
-                        bytes: m(&[head_p, g]),
-                        key: Self::edge_grad_key(1),
-                    },
-                    &[],
-                );
-            }
-            self.loss_backward(unit, sink);
+            let head_grad = (lazy_grads && head_p > 0).then_some(Handle {
+                cat: Category::Gradients,
+                bytes: m(&[head_p, g]),
+                key: Self::edge_grad_key(1),
+            });
+            self.loss_backward(unit, head_grad, sink);
         }
         for i in (first..end).rev() {
             let l = stack.get(i);
@@ -777,4 +784,21 @@ impl Step<'_> {
             }
         }
     }
+}
+
+/// Per-tensor sizes adjusted so they sum to `total` exactly (shares rounded per tensor, as
+/// ZeRO's partitions or fractional optimizer states are, can drift by a few bytes); the last
+/// tensor absorbs the difference. Empty stays empty (one tensor of `total`).
+fn fit(parts: &[u64], total: u64) -> Vec<u64> {
+    let mut v = parts.to_vec();
+    let sum: u64 = v.iter().sum();
+    if let Some(last) = v.last_mut() {
+        if sum > total {
+            *last = last.saturating_sub(sum - total);
+        } else {
+            *last += total - sum;
+        }
+    }
+    v.retain(|x| *x > 0);
+    v
 }

@@ -132,7 +132,8 @@ fn worked_check_175b_first_stage() {
 }
 
 /// Per-layer bytes of Hugging Face models under `torch.autocast(bf16)` with SDPA, summed by hand
-/// from the tensors autograd saves in their modelling code (transformers 4.4x).
+/// from the tensors autograd saves in their modelling code (transformers 5.17, PyTorch 2.11:
+/// cuDNN/flash attention, whose output is already laid out for `o_proj`).
 #[test]
 fn hf_layers_under_autocast_by_hand() {
     let setup = |mb, seq| Setup {
@@ -149,25 +150,27 @@ fn hf_layers_under_autocast_by_hand() {
     let tok = b * s;
 
     // GPT-2 small (h 768, f 3072, 12 heads, dropout 0.1, gelu_new composed of elementwise ops):
-    //   ln_1 input fp32 4h + mean/rstd 8 | c_attn input cast 2h | q,k,v 3·2h | SDPA output 2h
-    //   + log-sum-exp 4 per head | c_proj input 2h | dropout mask h | ln_2 input 4h + 8
-    //   | c_fc input cast 2h | gelu input 2f | tanh and 1+tanh in fp32 2·4f, 0.5x 2f
-    //   | c_proj input cast 2f | dropout mask h
+    //   ln_1 input fp32 4h + mean/rstd 8 | c_attn input cast 2h | c_attn output (q, k, v views;
+    //   SDPA saves q) 3·2h | the training forward's DynamicCache copies of K and V, which SDPA
+    //   reads and saves, 2·2h | SDPA output 2h + log-sum-exp 4 per head | dropout mask h
+    //   | ln_2 input 4h + 8 | c_fc input cast 2h | gelu_new: 0.5x 2f, pow's fp32 copy of x 4f,
+    //   tanh 4f, 1 + tanh 4f | c_proj input cast 2f | dropout mask h
     let (h, f, a) = (768, 3072, 12);
-    let gpt2 = tok * h * (4 + 2 + 6 + 2 + 2 + 1 + 4 + 2 + 1)
+    let gpt2 = tok * h * (4 + 2 + 6 + 4 + 2 + 1 + 4 + 2 + 1)
         + 16 * tok
         + 4 * b * a * s
-        + tok * f * (2 + 8 + 2 + 2);
+        + tok * f * (2 + 4 + 4 + 4 + 2);
     let model = vram_model::catalog::lookup("gpt2").unwrap();
     assert_eq!(layer_activation_bytes(&model, &setup(b, s)).unwrap(), gpt2);
 
     // Llama-2-7B (h 4096, f 11008, 32 heads, no dropout, RMSNorm in fp32, separate q/k/v and
     // gate/up projections that each cast the fp32 input):
-    //   norm: input 4h + normalised 4h + rstd 4 (twice) | q,k,v input casts 3·2h | q,k,v 3·2h
-    //   | SDPA output 2h + lse 4 per head | o_proj input 2h | gate/up input casts 2·2h
-    //   | gate out, SiLU out, up out, product 4·2f
+    //   norm: input 4h + normalised 4h + rstd 4 (twice) | q,k,v input casts 3·2h | SDPA's half
+    //   casts of the fp32 rotary q and k and of v 3·2h | SDPA output 2h + lse 4 per head
+    //   | gate/up input casts 2·2h | gate out, SiLU out, up out, product 4·2f
+    // (The fp32 DynamicCache copies of K and V live until the forward returns but are not saved.)
     let (h, f, a) = (4096, 11008, 32);
-    let llama = tok * h * (8 + 6 + 6 + 2 + 2 + 8 + 4) + 8 * tok + 4 * b * a * s + tok * f * 8;
+    let llama = tok * h * (8 + 6 + 6 + 2 + 8 + 4) + 8 * tok + 4 * b * a * s + tok * f * 8;
     let model = vram_model::catalog::lookup("llama-2-7b").unwrap();
     assert_eq!(layer_activation_bytes(&model, &setup(b, s)).unwrap(), llama);
 }
