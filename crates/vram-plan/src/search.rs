@@ -262,6 +262,8 @@ struct Cand {
     choice: RecomputeChoice,
     /// Memory already known (resolved optimal candidates).
     mem: Option<u64>,
+    /// Whether `mem` comes from the allocator replay (else from allocated bytes alone).
+    confirmed: bool,
 }
 
 /// Divisors of `n` in increasing order.
@@ -420,6 +422,7 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
                                             },
                                             choice,
                                             mem: None,
+                                            confirmed: false,
                                         });
                                     }
                                 }
@@ -468,6 +471,7 @@ struct Ctx<'a> {
     req: &'a Request,
     t: &'a Transformer,
     estimates: u64,
+    replays: u64,
     first_error: Option<vram_model::Error>,
     closest: Option<(u64, Config)>,
 }
@@ -481,7 +485,27 @@ impl Ctx<'_> {
     /// Total bytes per GPU, or `None` when the memory model rejects the setup.
     fn memory(&mut self, cfg: &Config) -> Option<u64> {
         self.estimates += 1;
-        match vram_model::estimate(&self.req.model, &setup_of(self.req, cfg)) {
+        // The peak walk alone (microseconds): reserved bytes are at least the allocated ones,
+        // so what this refuses cannot fit. A candidate it accepts is replayed through the
+        // allocator (`confirm`) before it becomes a plan.
+        let result = vram_model::estimate_allocated(&self.req.model, &setup_of(self.req, cfg));
+        self.record(cfg, result)
+    }
+
+    /// Total bytes per GPU with the allocator's reserved bytes (milliseconds: only for
+    /// candidates about to become plans).
+    fn confirm(&mut self, cfg: &Config) -> Option<u64> {
+        self.replays += 1;
+        let result = vram_model::estimate(&self.req.model, &setup_of(self.req, cfg));
+        self.record(cfg, result)
+    }
+
+    fn record(
+        &mut self,
+        cfg: &Config,
+        result: vram_model::Result<vram_model::Estimate>,
+    ) -> Option<u64> {
+        match result {
             Ok(e) => {
                 let bytes = e.total_bytes;
                 if self.closest.is_none_or(|(b, _)| bytes < b) {
@@ -600,6 +624,33 @@ fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Layers {
     Layers::Fits(hi, best)
 }
 
+/// From `cfg`'s recomputed layers (which fit by allocated bytes) up, the fewest whose replayed
+/// step fits, with its bytes; a bisection of replays.
+fn fewest_layers_replayed(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Option<(u64, u64)> {
+    let k0 = cfg.recompute_layers?;
+    let top = (ctx.t.layers + ctx.t.encoder_layers) / cfg.pp - 1;
+    let with = |k: u64| Config {
+        recompute_layers: Some(k),
+        ..*cfg
+    };
+    if let Some(m) = ctx.confirm(cfg).filter(|m| *m <= capacity) {
+        return Some((k0, m));
+    }
+    let hi_mem = ctx.confirm(&with(top)).filter(|m| *m <= capacity)?;
+    let (mut lo, mut hi, mut best) = (k0, top, hi_mem); // lo does not fit
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match ctx.confirm(&with(mid)) {
+            Some(m) if m <= capacity => {
+                hi = mid;
+                best = m;
+            }
+            _ => lo = mid,
+        }
+    }
+    Some((hi, best))
+}
+
 /// What [`fewest_layers`] found.
 enum Layers {
     /// No recomputation needed.
@@ -627,6 +678,7 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
         req,
         t,
         estimates: 0,
+        replays: 0,
         first_error: None,
         closest: None,
     };
@@ -670,10 +722,28 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
             host_rejected += 1;
             continue;
         }
-        if let Some(mem) = cand.mem {
-            plans.push(ctx.plan(&cfg, mem));
-            if plans.len() >= req.top {
-                break;
+        if let Some(known) = cand.mem {
+            if cand.confirmed {
+                plans.push(ctx.plan(&cfg, known));
+                if plans.len() >= req.top {
+                    break;
+                }
+                continue;
+            }
+            // Resolved by the bisection on allocated bytes: the allocator's replay may need
+            // more recomputed layers; the candidate goes back at its new price.
+            if let Some((k, mem)) = fewest_layers_replayed(&mut ctx, &cfg, capacity) {
+                let resolved = Config {
+                    recompute_layers: Some(k),
+                    ..cfg
+                };
+                pool.push(Cand {
+                    cfg: resolved,
+                    choice: cand.choice,
+                    mem: Some(mem),
+                    confirmed: true,
+                });
+                heap.push(Reverse((key(ctx.price(&resolved).total_s), pool.len() - 1)));
             }
             continue;
         }
@@ -694,6 +764,7 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
                         cfg: resolved,
                         choice: RecomputeChoice::Optimal,
                         mem: Some(mem),
+                        confirmed: false,
                     });
                     heap.push(Reverse((key(ctx.price(&resolved).total_s), pool.len() - 1)));
                 }
@@ -704,7 +775,11 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
             }
             continue;
         }
-        match ctx.memory(&cfg) {
+        let mem = match ctx.memory(&cfg) {
+            Some(m) if m <= capacity => ctx.confirm(&cfg),
+            other => other,
+        };
+        match mem {
             Some(mem) if mem <= capacity => {
                 plans.push(ctx.plan(&cfg, mem));
                 if plans.len() >= req.top {

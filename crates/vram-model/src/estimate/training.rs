@@ -602,7 +602,12 @@ impl Step<'_> {
 
     /// The loss's backward, then the head's, which makes the head's weight gradient
     /// (`head_grad`, when this backward creates it) once the fp32 logit gradients are gone.
-    pub(super) fn loss_backward<S: Sink>(&self, unit: u64, head_grad: Option<Handle>, sink: &mut S) {
+    pub(super) fn loss_backward<S: Sink>(
+        &self,
+        unit: u64,
+        head_grad: Option<Handle>,
+        sink: &mut S,
+    ) {
         let k = Self::loss_keys(unit);
         let c = self.ctx;
         let grad = |sink: &mut S| {
