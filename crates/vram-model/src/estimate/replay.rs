@@ -98,7 +98,12 @@ impl Step<'_> {
             live: HashMap::new(),
             cast_from: Vec::new(),
         };
-        if self.setup.overheads.weights_cast_from_fp32 && self.weight_bytes() < 4 {
+        // Engines that shard or split the model build it in place (DeepSpeed's zero.Init,
+        // Megatron's per-rank layers); plain PyTorch materialises it whole first.
+        let p = self.setup.parallel;
+        let whole_model_built = p.zero == 0 && p.tp == 1 && p.pp == 1;
+        if self.setup.overheads.weights_cast_from_fp32 && whole_model_built && self.weight_bytes() < 4
+        {
             // The model as `from_config` builds it: fp32 parameters, one tensor each.
             for e in self.weight_tensor_elems(rank) {
                 if let Ok(a) = sink.alloc.malloc((e * 4).max(1), 0) {
