@@ -235,7 +235,7 @@ fn bad_input_table() {
         ),
         (
             vec!["gpt2".into(), "--context".into(), "128".into()],
-            "--context is for --inference",
+            "--context and --prompt are for --inference",
         ),
         (
             vec![
@@ -352,12 +352,15 @@ fn inference_reports_kv_cache() {
         "--batch",
         "4",
         "--context",
-        "4096",
+        "4097",
+        "--kv-cache",
+        "static",
         "--json",
     ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     // KV cache by hand: 2 (K and V) x 32 layers x 4 x 4096 tokens x 4096 (32 heads x 128) x 2 bytes = 8 GiB.
+    // transformers' StaticCache holds prompt + new tokens - 1 = 4097 - 1 tokens.
     assert_eq!(
         v["breakdown"]["kv_cache"].as_u64(),
         Some(2 * 32 * 4 * 4096 * 4096 * 2)
