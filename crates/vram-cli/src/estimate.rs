@@ -407,6 +407,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "params": e.params,
             "params_per_gpu": e.params_per_gpu,
             "peak_bytes": e.peak_bytes,
+            "peak_tensor_bytes": e.peak_tensor_bytes,
             "reserved_bytes": e.reserved_bytes,
             "total_bytes": e.total_bytes,
             "breakdown": e.breakdown,

@@ -254,6 +254,12 @@ pub(super) fn attention_parts(
             // The kernel reads (and saves) the cache's copies of K and V.
             p.push(m(&[c.tok, 2 * kv_real, cache_bytes]), false);
         }
+    } else if kernel == Kernel::Math {
+        // The math composite saves its own fp32 scaled q and k and fp32 v (below), not the
+        // projections' outputs; cache copies are kept until the forward returns.
+        if cache {
+            fwd_kept = m(&[c.tok, 2 * kv_real, cache_bytes]);
+        }
     } else {
         p.push(m(&[c.tok, q_w, c.cmp]), false);
         if cache && cache_bytes != c.cmp {

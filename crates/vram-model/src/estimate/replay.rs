@@ -102,7 +102,9 @@ impl Step<'_> {
         // Megatron's per-rank layers); plain PyTorch materialises it whole first.
         let p = self.setup.parallel;
         let whole_model_built = p.zero == 0 && p.tp == 1 && p.pp == 1;
-        if self.setup.overheads.weights_cast_from_fp32 && whole_model_built && self.weight_bytes() < 4
+        if self.setup.overheads.weights_cast_from_fp32
+            && whole_model_built
+            && self.weight_bytes() < 4
         {
             // The model as `from_config` builds it: fp32 parameters, one tensor each.
             for e in self.weight_tensor_elems(rank) {
