@@ -1,15 +1,17 @@
 //! How long one estimate takes. The planner calls `estimate` for every candidate
-//! configuration, so the target is at most 5 µs for an 80-layer model.
+//! configuration, so the target is at most 5 µs for an 80-layer model (the peak walk,
+//! `estimate_allocated`). The allocator replay that `estimate` adds for reserved bytes is
+//! measured separately.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use vram_model::setup::{Mode, Parallel, Recompute, Schedule, Setup, Train};
-use vram_model::{catalog, estimate};
+use vram_model::{catalog, estimate, estimate_allocated};
 
 fn bench(c: &mut Criterion) {
     let llama70 = catalog::lookup("llama-2-70b").unwrap(); // 80 layers
     let single = Setup::default();
     c.bench_function("estimate llama-2-70b (80 layers), 1 GPU", |b| {
-        b.iter(|| estimate(black_box(&llama70), black_box(&single)).unwrap())
+        b.iter(|| estimate_allocated(black_box(&llama70), black_box(&single)).unwrap())
     });
     let three_d = Setup {
         parallel: Parallel {
@@ -31,7 +33,7 @@ fn bench(c: &mut Criterion) {
     };
     c.bench_function(
         "estimate llama-2-70b, dp8 tp8 pp4 interleaved, 32 micro-batches",
-        |b| b.iter(|| estimate(black_box(&llama70), black_box(&three_d)).unwrap()),
+        |b| b.iter(|| estimate_allocated(black_box(&llama70), black_box(&three_d)).unwrap()),
     );
     let accum = Setup {
         mode: Mode::Train(Train {
@@ -41,12 +43,36 @@ fn bench(c: &mut Criterion) {
         ..Setup::default()
     };
     c.bench_function("estimate llama-2-70b, grad-accum 8", |b| {
-        b.iter(|| estimate(black_box(&llama70), black_box(&accum)).unwrap())
+        b.iter(|| estimate_allocated(black_box(&llama70), black_box(&accum)).unwrap())
     });
     let resnet = catalog::lookup("resnet-152").unwrap();
     c.bench_function("estimate resnet-152", |b| {
-        b.iter(|| estimate(black_box(&resnet), black_box(&single)).unwrap())
+        b.iter(|| estimate_allocated(black_box(&resnet), black_box(&single)).unwrap())
     });
+    let mut r = c.benchmark_group("with allocator replay");
+    r.sample_size(10);
+    r.bench_function("llama-2-70b (80 layers), 1 GPU", |b| {
+        b.iter(|| estimate(black_box(&llama70), black_box(&single)).unwrap())
+    });
+    r.bench_function("llama-2-70b, dp8 tp8 pp4 interleaved, 32 micro-batches", |b| {
+        b.iter(|| estimate(black_box(&llama70), black_box(&three_d)).unwrap())
+    });
+    r.bench_function("llama-3-8b generate, batch 8, context 4096", |b| {
+        let l3 = catalog::lookup("llama-3-8b").unwrap();
+        let gen = Setup {
+            precision: vram_model::setup::Precision::Bf16,
+            mode: Mode::Infer(vram_model::setup::Infer {
+                batch: 8,
+                context: 4096,
+                new_tokens: 16,
+                kv_bytes: 2,
+                kv_cache: vram_model::setup::KvCache::Dynamic,
+            }),
+            ..Setup::default()
+        };
+        b.iter(|| estimate(black_box(&l3), black_box(&gen)).unwrap())
+    });
+    r.finish();
 }
 
 criterion_group!(benches, bench);
