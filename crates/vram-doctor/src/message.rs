@@ -166,8 +166,20 @@ const START: &str = "out of memory. Tried to allocate ";
 /// assert_eq!(m.reserved_unallocated_bytes(), 1_095_216_660);
 /// ```
 pub fn parse(text: &str) -> Result<OomMessage> {
-    // Line breaks (wrapped logs) become spaces; runs of spaces collapse.
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    // Line breaks (wrapped logs) become spaces and runs of spaces collapse;
+    // a log prefix in brackets at the start of a line (`[rank0]:`) goes.
+    let flat: String = text
+        .lines()
+        .map(|l| {
+            let l = l.trim_start();
+            match (l.starts_with('['), l.find("]:")) {
+                (true, Some(i)) => &l[i + 2..],
+                _ => l,
+            }
+        })
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ");
     let Some(start) = flat.find(START) else {
         let reason = if flat.contains("CUDA error: out of memory") {
             "this is the CUDA runtime's `CUDA error: out of memory` (a kernel, library or context \
