@@ -337,7 +337,7 @@ fn no_false_alarm_for_sawtooth_or_plateau_and_leaks_caught_within_5_minutes() {
             }
         }
     }
-    // Printed for BENCHMARKS.md (`cargo test -p vram-monitor --test it rates -- --nocapture`).
+    // Printed for BENCHMARKS.md (`cargo test -p vram-monitor --test it no_false_alarm -- --nocapture`).
     eprintln!("leak check rates:\n{}", table.join("\n"));
 }
 
