@@ -241,3 +241,24 @@ fn a_step_too_large_gets_the_fastest_setup_that_fits_and_it_does_fit() {
         h100.memory_bytes
     );
 }
+
+#[test]
+fn a_recording_with_a_leaking_process_is_a_leak_cause() {
+    use vram_monitor::{SimulatedSource, Source};
+    // The demo machine: pid 6001 leaks 24 MiB per one-second sample.
+    let mut src = SimulatedSource::demo();
+    let samples: Vec<_> = (0..120).map(|k| src.sample(k * 1000).unwrap()).collect();
+    let mut inp = Inputs::new(msg(&fixture("pytorch-2.5.txt")));
+    inp.recording = Some(samples[..60].to_vec());
+    let d = diagnose(&inp).unwrap();
+    assert!(d.causes.iter().all(|c| c.kind != CauseKind::Leak));
+    assert!(
+        d.notes.iter().any(|n| n.contains("too short")),
+        "{:?}",
+        d.notes
+    );
+    inp.recording = Some(samples);
+    let d = diagnose(&inp).unwrap();
+    let leak = d.causes.iter().find(|c| c.kind == CauseKind::Leak).unwrap();
+    assert!(leak.detail.contains("pid 6001"), "{}", leak.detail);
+}
