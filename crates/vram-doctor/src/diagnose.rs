@@ -636,7 +636,7 @@ fn step_remedies(
             (c.name().to_string(), b)
         })
         .collect();
-    breakdown.sort_by(|a, b| b.1.cmp(&a.1));
+    breakdown.sort_by_key(|b| std::cmp::Reverse(b.1));
     let fits = e.fits(catalog);
     let summary = EstimateSummary {
         peak_allocated_bytes: e.peak_bytes,
