@@ -160,9 +160,12 @@ fn int(x: u64) -> Value {
 }
 
 impl Snapshot {
-    /// Total bytes of all segments.
+    /// Total bytes of all segments (saturating: a hostile snapshot's sizes
+    /// can sum past `u64::MAX`).
     pub fn reserved_bytes(&self) -> u64 {
-        self.segments.iter().map(|s| s.total_size).sum()
+        self.segments
+            .iter()
+            .fold(0u64, |a, s| a.saturating_add(s.total_size))
     }
 
     /// The snapshot as the value `torch.cuda.memory._snapshot()` returns.

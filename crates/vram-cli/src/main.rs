@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod batch;
 mod checkpoint;
+mod doctor;
 mod estimate;
 mod fmt;
 mod input;
@@ -68,6 +69,8 @@ enum Command {
     Batch(batch::BatchArgs),
     /// Place activation checkpoints so that a step fits, at the least recomputation.
     Checkpoint(checkpoint::CheckpointArgs),
+    /// Why a PyTorch job ran out of GPU memory (its "CUDA out of memory" message), and what to change.
+    Doctor(doctor::DoctorArgs),
     /// Replay a memory snapshot's alloc/free history through allocator policies.
     Replay(replay::ReplayArgs),
     /// Write a synthetic memory snapshot of a model's training steps.
@@ -90,6 +93,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan(a) => plan::run(&a),
         Command::Batch(a) => batch::run(&a),
         Command::Checkpoint(a) => checkpoint::run(&a),
+        Command::Doctor(a) => doctor::run(&a),
         Command::Replay(a) => replay::run(&a),
         Command::Trace(a) => trace::run(&a),
         Command::Top(a) => top::run(&a),

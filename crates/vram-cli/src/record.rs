@@ -5,14 +5,13 @@
 //! samples or after `--duration`; with `--leak-check` prints each process's
 //! verdict at the end and warns on stderr as soon as a process is flagged.
 
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vram_monitor::leak::{LeakConfig, LeakDetector, LeakFinding};
+use vram_monitor::leak::{LeakConfig, LeakFinding, LeakWatch};
 use vram_monitor::timeline::TimelineWriter;
 use vram_monitor::view::human_bytes;
 
@@ -29,11 +28,15 @@ pub struct RecordArgs {
     /// Timeline file (JSON Lines). Appended to, never truncated.
     #[arg(long, short)]
     pub out: PathBuf,
-    /// Flag processes whose memory keeps growing (Mann-Kendall trend test,
-    /// one-sided α = 0.01, on the whole series and its second half, plus a
-    /// high-water mark rising by at least 64 MiB).
+    /// Flag processes whose memory floor keeps rising (the lowest reading of
+    /// each twelfth of the span: Mann-Kendall trend test, one-sided α = 0.01,
+    /// and a rise in each of the last four twelfths, 64 MiB in all).
     #[arg(long)]
     pub leak_check: bool,
+    /// Shortest span of readings before the leak check gives a verdict;
+    /// growth that stops within two thirds of it (a warm-up) is never flagged.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    pub leak_min_span: Duration,
     /// Stop after this many samples.
     #[arg(long)]
     pub count: Option<u64>,
@@ -58,20 +61,23 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Consecutive failed samples tolerated before giving up.
 const MAX_FAILURES: u32 = 10;
 
-/// Leak checks cost O(n²) in the kept points, so they run at most this often.
-const ASSESS_EVERY: Duration = Duration::from_secs(5);
+/// Live leak checks run at most this often (of sample time).
+const ASSESS_EVERY_MS: u64 = 5_000;
 
-fn describe(f: &LeakFinding) -> String {
+/// One line for a verdict; the slope printed is the one the verdict used.
+pub fn describe(f: &LeakFinding) -> String {
     format!(
-        "gpu {} pid {} ({}): {} -> {}, {}/s, Mann-Kendall p={:.1e} (2nd half p={:.1e}) {}",
+        "gpu {} pid {} ({}): {} -> {} over {:.0} s, floor {}{}/s, rose in {} of the last 4 stretches, Mann-Kendall p={:.1e} {}",
         f.gpu,
         f.pid,
         f.command.chars().take(48).collect::<String>(),
         human_bytes(f.first_bytes),
         human_bytes(f.last_bytes),
-        human_bytes(f.slope_bytes_per_s.max(0.0) as u64),
+        f.span_s,
+        if f.slope_bytes_per_s < 0.0 { "-" } else { "+" },
+        human_bytes(f.slope_bytes_per_s.abs() as u64),
+        f.rising_chunks,
         f.whole.p_increasing,
-        f.recent.p_increasing,
         if f.leaking { "LEAK" } else { "ok" }
     )
 }
@@ -89,12 +95,14 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
         // simply kills the process, which the format tolerates.
         let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
     }
-    let mut detector = args
+    let config = LeakConfig {
+        min_span_s: args.leak_min_span.as_secs_f64(),
+        ..LeakConfig::default()
+    };
+    let mut watch = args
         .leak_check
-        .then(|| LeakDetector::new(LeakConfig::default()));
-    let mut flagged = BTreeSet::new();
+        .then(|| LeakWatch::new(config, ASSESS_EVERY_MS));
     let started = Instant::now();
-    let mut last_assess = Instant::now();
     let mut next = Instant::now();
     eprintln!(
         "vram record: {} every {:?} -> {} (Ctrl-C to stop)",
@@ -125,15 +133,9 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
         };
         writer.append(&sample)?;
         n += 1;
-        if let Some(det) = detector.as_mut() {
-            det.observe(&sample);
-            if last_assess.elapsed() >= ASSESS_EVERY {
-                last_assess = Instant::now();
-                for f in det.assess().into_iter().filter(|f| f.leaking) {
-                    if flagged.insert((f.gpu, f.pid)) {
-                        eprintln!("vram record: leak suspected: {}", describe(&f));
-                    }
-                }
+        if let Some(w) = watch.as_mut() {
+            for f in w.observe(&sample) {
+                eprintln!("vram record: leak suspected: {}", describe(&f));
             }
         }
         next += args.interval;
@@ -154,14 +156,25 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
         writer.lines(),
         args.out.display()
     );
-    if let Some(det) = detector {
-        let findings = det.assess();
+    if let Some(w) = watch {
+        let verdicts = w.finish();
         let mut out = std::io::stdout().lock();
-        if findings.is_empty() {
-            writeln!(out, "leak check: too few samples for a verdict (need 12)")?;
+        if verdicts.is_empty() {
+            writeln!(
+                out,
+                "leak check: too few samples for a verdict (need {} readings over {:.0} s)",
+                config.min_points, config.min_span_s
+            )?;
         }
-        for f in &findings {
-            writeln!(out, "leak check: {}", describe(f))?;
+        for v in &verdicts {
+            writeln!(out, "leak check: {}", describe(&v.finding))?;
+            if let (Some(after), false) = (v.flagged_after_s, v.finding.leaking) {
+                writeln!(
+                    out,
+                    "leak check: gpu {} pid {} was flagged by the live check {after:.0} s in; its floor stopped rising since",
+                    v.finding.gpu, v.finding.pid
+                )?;
+            }
         }
     }
     Ok(())

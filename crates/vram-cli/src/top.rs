@@ -553,21 +553,24 @@ fn draw_process(f: &mut Frame, app: &App, gpu: u32, pid: u32, area: Rect) {
     );
     let mut det = LeakDetector::new(LeakConfig::default());
     app.history.samples().for_each(|s| det.observe(s));
-    let verdict =
-        det.assess_process(gpu, pid)
-            .map_or("leak check: needs 12 samples".to_string(), |f| {
-                format!(
-                    "leak check: {} (Mann-Kendall p={:.1e}, 2nd half p={:.1e}, {}/s)",
-                    if f.leaking {
-                        "GROWING — possible leak"
-                    } else {
-                        "no sustained growth"
-                    },
-                    f.whole.p_increasing,
-                    f.recent.p_increasing,
-                    human_bytes(f.slope_bytes_per_s.max(0.0) as u64)
-                )
-            });
+    let need = det.config().min_span_s;
+    let verdict = det.assess_process(gpu, pid).map_or(
+        format!("leak check: needs {need:.0} s of readings"),
+        |f| {
+            format!(
+                "leak check: {} (floor {}{}/s, rose in {} of the last 4 stretches, Mann-Kendall p={:.1e})",
+                if f.leaking {
+                    "GROWING — possible leak"
+                } else {
+                    "no sustained growth"
+                },
+                if f.slope_bytes_per_s < 0.0 { "-" } else { "+" },
+                human_bytes(f.slope_bytes_per_s.abs() as u64),
+                f.rising_chunks,
+                f.whole.p_increasing,
+            )
+        },
+    );
     let block = Block::default()
         .borders(Borders::ALL)
         .title(format!(" pid {pid} · {user} · GPU {gpu} "));
@@ -722,7 +725,7 @@ mod tests {
 
     #[test]
     fn filter_sort_and_process_view_follow_keys() {
-        let mut app = app_with(40);
+        let mut app = app_with(120);
         // Default: memory, largest first → the 38+ GiB trainer on top.
         assert_eq!(app.rows()[0].pid, 4242);
         press(&mut app, KeyCode::Char('s')); // pid ascending
@@ -755,7 +758,7 @@ mod tests {
 
     #[test]
     fn training_job_is_not_flagged_in_process_view() {
-        let mut app = app_with(60);
+        let mut app = app_with(120);
         press(&mut app, KeyCode::Enter); // top row: pid 4242
         assert_eq!(app.mode, Mode::Process { gpu: 0, pid: 4242 });
         let s = screen(&app, 140, 40);

@@ -513,3 +513,114 @@ fn replay_bad_input_exits_2_with_one_line() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unknown policy"), "{err}");
 }
+
+/// PyTorch 2.5+'s message (format of c10/cuda/CUDACachingAllocator.cpp): 7 GiB
+/// cached but unallocated, a 2 GiB request, 1.5 GiB free.
+const OOM_2_5: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 7.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+
+#[test]
+fn doctor_reads_an_argument_a_file_or_stdin() {
+    let (code, out, err) = vram(&["doctor", OOM_2_5, "--no-nvml"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1. fragmentation (explains it alone)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "1. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  [enough; saves 7.00 GiB]"
+        ),
+        "{out}"
+    );
+    let dir = tmp("doctor");
+    let f = write(
+        &dir,
+        "log.txt",
+        format!("Traceback ...\n{OOM_2_5}\n").as_bytes(),
+    );
+    let (code, out2, _) = vram(&["doctor", &f, "--no-nvml"]);
+    assert_eq!((code, &out2), (0, &out));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(["doctor", "--no-nvml", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(OOM_2_5.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["causes"][0]["kind"], "fragmentation");
+    assert_eq!(v["message"]["requested_bytes"], 2u64 << 30);
+    assert_eq!(v["remedies"][0]["saves_bytes"], 7u64 << 30);
+}
+
+#[test]
+fn doctor_with_the_model_gives_the_estimate_and_a_setup_that_fits() {
+    let (code, out, err) = vram(&[
+        "doctor",
+        "CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.20 GiB is free. Including non-PyTorch memory, this process has 77.98 GiB memory in use. Of the allocated memory 76.10 GiB is allocated by PyTorch, and 1.37 GiB is reserved by PyTorch but unallocated.",
+        "--model",
+        "gpt2-large",
+        "--micro-batch",
+        "32",
+        "--seq",
+        "1024",
+        "--no-nvml",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1. the step is too large"), "{out}");
+    assert!(
+        out.contains("estimate of the step:") && out.contains("activations"),
+        "{out}"
+    );
+    // The first remedy is a planner configuration with the same global batch.
+    let first = out
+        .lines()
+        .find(|l| l.starts_with("1. --micro-batch"))
+        .unwrap();
+    assert!(first.contains("[enough"), "{out}");
+}
+
+#[test]
+fn doctor_bad_input_is_one_line_and_exit_2() {
+    let dir = tmp("doctor-bad");
+    let stats = write(&dir, "s.json", b"{\"reserved_bytes.all.current\": 1}");
+    for (args, says) in [
+        (
+            vec![
+                "doctor",
+                "RuntimeError: CUDA error: out of memory",
+                "--no-nvml",
+            ],
+            "CUDA runtime",
+        ),
+        (
+            vec!["doctor", "/nonexistent/log.txt", "--no-nvml"],
+            "cannot read message file",
+        ),
+        (
+            vec!["doctor", OOM_2_5, "--gpu", "h100-80g", "--no-nvml"],
+            "--gpu is for --model",
+        ),
+        (
+            vec!["doctor", OOM_2_5, "--stats", &stats, "--no-nvml"],
+            "allocated_bytes.all.current",
+        ),
+        (
+            vec!["doctor", OOM_2_5, "--model", "nope-7b", "--no-nvml"],
+            "nope-7b",
+        ),
+    ] {
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -14,7 +14,8 @@
 //! * [`History`] keeps the last samples for graphs; [`view`] turns a sample into
 //!   sorted, filtered process rows.
 //! * [`timeline`] writes and reads the JSON Lines recording format;
-//!   [`leak`] runs the Mann-Kendall trend test over per-process memory.
+//!   [`leak`] tests whether the floor of each process's memory keeps rising
+//!   (Mann-Kendall on per-stretch minima, the same test live and at the end).
 //! * [`prom`] renders the Prometheus text exposition format; [`web`] is the
 //!   live page served by `vram serve`; [`report`] renders one offline HTML
 //!   file for a recording, an estimate, a plan or a replay.

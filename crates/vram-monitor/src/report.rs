@@ -614,22 +614,23 @@ fn recording(samples: &[Sample], torn: bool) -> String {
         ));
     }
 
-    o.push_str("<h2>Leak check</h2><p class=\"muted\">Mann-Kendall trend test, one-sided α = 0.01, on the whole series and its second half, plus a rising high-water mark of at least 64 MiB.</p>");
+    o.push_str("<h2>Leak check</h2><p class=\"muted\">The floor of each process's memory (its lowest reading in each twelfth of the recording) must trend upwards (Mann-Kendall, one-sided α = 0.01) and have risen in each of the last four twelfths, by 64 MiB in all, over at least 90 s of readings.</p>");
     if findings.is_empty() {
         o.push_str("<p>Too few readings for a verdict.</p>");
     } else {
-        o.push_str("<table id=\"leaks\"><tr><th>GPU</th><th>pid</th><th class=\"cmd\">command</th><th>first</th><th>last</th><th>slope</th><th>p (whole)</th><th>p (2nd half)</th><th>verdict</th></tr>");
+        o.push_str("<table id=\"leaks\"><tr><th>GPU</th><th>pid</th><th class=\"cmd\">command</th><th>first</th><th>last</th><th>floor slope</th><th>p (floors)</th><th>rising stretches</th><th>verdict</th></tr>");
         for f in &findings {
             o.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td class=\"cmd\">{}</td><td>{}</td><td>{}</td><td>{}/s</td><td>{:.2e}</td><td>{:.2e}</td><td class=\"{}\">{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"cmd\">{}</td><td>{}</td><td>{}</td><td>{}{}/s</td><td>{:.2e}</td><td>{} of 4</td><td class=\"{}\">{}</td></tr>",
                 f.gpu,
                 f.pid,
                 esc(&f.command.chars().take(60).collect::<String>()),
                 human_bytes(f.first_bytes),
                 human_bytes(f.last_bytes),
-                human_bytes(f.slope_bytes_per_s.max(0.0) as u64),
+                if f.slope_bytes_per_s < 0.0 { "-" } else { "+" },
+                human_bytes(f.slope_bytes_per_s.abs() as u64),
                 f.whole.p_increasing,
-                f.recent.p_increasing,
+                f.rising_chunks,
                 if f.leaking { "bad" } else { "good" },
                 if f.leaking { "LEAK" } else { "ok" }
             ));

@@ -39,6 +39,51 @@ pub enum Pattern {
         /// Where it wraps around.
         cap: u64,
     },
+    /// Models loaded and freed one after another (a notebook, a sweep, a
+    /// measurement script): model `i` takes a size drawn in
+    /// `[min_bytes, max_bytes]`, loads over 1 to 3 samples, is held for a
+    /// drawn `[min_hold, max_hold]` samples with a caching allocator's
+    /// sawtooth of up to a tenth of its size on top, then is freed
+    /// (`empty_cache()`) back to `base` for `gap` samples. Not a leak.
+    Models {
+        /// Bytes held between models (CUDA context, libraries).
+        base: u64,
+        /// Smallest model (with its training state) in bytes.
+        min_bytes: u64,
+        /// Largest model in bytes.
+        max_bytes: u64,
+        /// Fewest samples a model is held.
+        min_hold: u64,
+        /// Most samples a model is held.
+        max_hold: u64,
+        /// Samples between freeing one model and loading the next (at least 1).
+        gap: u64,
+    },
+    /// A caching allocator warming up: it grows each time a batch needs more
+    /// than every batch before it (often at first, then rarely, as the
+    /// running maximum of random draws), reaches `plateau` after `warmup`
+    /// samples and holds it, with a sawtooth of `saw` bytes and period
+    /// `period` on top from the start. Not a leak.
+    WarmUp {
+        /// Bytes at the first sample.
+        start: u64,
+        /// Bytes once warm.
+        plateau: u64,
+        /// Samples the warm-up lasts.
+        warmup: u64,
+        /// Sawtooth height in bytes.
+        saw: u64,
+        /// Sawtooth period in samples (at least 1).
+        period: u64,
+    },
+    /// Another pattern plus `per_step` bytes per sample that are never given
+    /// back: a real leak under whatever the process does otherwise.
+    Leaking {
+        /// What the process would hold without the leak.
+        under: Box<Pattern>,
+        /// Bytes leaked per sample.
+        per_step: u64,
+    },
     /// Present for `on` samples, absent for `off` samples, repeating.
     Intermittent {
         /// Bytes held while present.
@@ -190,6 +235,19 @@ impl Scenario {
                 Pattern::Leak { start, cap, .. } if cap <= start => {
                     return bad(format!("pid {}: leak cap below start", p.pid))
                 }
+                Pattern::Models {
+                    min_bytes,
+                    max_bytes,
+                    min_hold,
+                    max_hold,
+                    gap,
+                    ..
+                } if min_bytes > max_bytes || min_hold == 0 || min_hold > max_hold || gap == 0 => {
+                    return bad(format!("pid {}: model sizes or holds out of order", p.pid))
+                }
+                Pattern::WarmUp { period: 0, .. } => {
+                    return bad(format!("pid {}: sawtooth period 0", p.pid))
+                }
                 _ => {}
             }
         }
@@ -246,6 +304,68 @@ impl Pattern {
                 let grown = per_step.saturating_mul(k) % span;
                 Some(add(start + grown, jitter(seed, k, id, per_step / 2)))
             }
+            Pattern::Models {
+                base,
+                min_bytes,
+                max_bytes,
+                min_hold,
+                max_hold,
+                gap,
+            } => {
+                let draw = |i: u64, what: u64, lo: u64, hi: u64| {
+                    lo + mix(seed ^ mix(id ^ mix(i.wrapping_mul(31).wrapping_add(what))))
+                        % (hi.saturating_sub(lo).saturating_add(1)).max(1)
+                };
+                let mut start = 0;
+                for i in 0.. {
+                    let size = draw(i, 1, min_bytes, max_bytes);
+                    let load = draw(i, 2, 1, 3);
+                    let hold = draw(i, 3, min_hold.max(1), max_hold.max(min_hold.max(1)));
+                    let end = start + load + hold + gap.max(1);
+                    if k < end {
+                        let j = k - start;
+                        let held = if j < load {
+                            size * (j + 1) / load
+                        } else if j < load + hold {
+                            let period = 5;
+                            size + size / 10 * ((j - load) % period) / period
+                        } else {
+                            0
+                        };
+                        return Some(add(base + held, jitter(seed, k, id, MIB)));
+                    }
+                    start = end;
+                }
+                None
+            }
+            Pattern::WarmUp {
+                start,
+                plateau,
+                warmup,
+                saw,
+                period,
+            } => {
+                let period = period.max(1);
+                let span = plateau.saturating_sub(start);
+                let level = if k >= warmup {
+                    plateau
+                } else {
+                    // Running maximum of uniform draws in [0, 1): the batch
+                    // that needs the most memory so far.
+                    let most = (0..=k)
+                        .map(|j| mix(seed ^ mix(id ^ mix(j))) >> 11)
+                        .max()
+                        .unwrap_or(0);
+                    start + (span as f64 * most as f64 / (1u64 << 53) as f64) as u64
+                };
+                Some(level + saw * (k % period) / period)
+            }
+            Pattern::Leaking {
+                ref under,
+                per_step,
+            } => under
+                .bytes_at(k, seed, id)
+                .map(|b| b.saturating_add(per_step.saturating_mul(k))),
             Pattern::Intermittent { bytes, on, off } => {
                 let cycle = on + off;
                 (cycle == 0 || k % cycle < on).then_some(bytes)

@@ -1,6 +1,7 @@
 //! Integration tests for vram-alloc (one binary).
 
 mod alloc;
+mod fuzz;
 mod pickles;
 mod props;
 mod replay;

@@ -20,6 +20,10 @@ fn record_appends_lines_and_the_leak_check_flags_the_notebook() {
         "--out",
         fs,
         "--leak-check",
+        // 40 samples 10 ms apart span 0.39 s: the demo's patterns are in
+        // samples, so the span asked for shrinks with the interval.
+        "--leak-min-span",
+        "0.3s",
     ]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");

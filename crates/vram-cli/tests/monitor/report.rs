@@ -15,17 +15,19 @@ fn report_of_a_recording_is_one_offline_html_file() {
     let d = scratch("report-rec");
     let f = d.join("t.jsonl");
     let html = d.join("t.html");
-    let o = vram(&[
-        "record",
-        "--demo",
-        "--interval",
-        "10ms",
-        "--count",
-        "40",
-        "--out",
-        f.to_str().unwrap(),
-    ]);
-    assert!(o.status.success());
+    // 120 demo samples one second apart (the leak check wants 90 s of
+    // readings; `vram record --demo` at 10 ms would span 0.4 s).
+    let mut src = vram_monitor::SimulatedSource::demo();
+    let lines: Vec<String> = (0..120)
+        .map(|k| {
+            use vram_monitor::Source;
+            src.sample(1_700_000_000_000 + k * 1000)
+                .unwrap()
+                .to_json_line()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(&f, lines.concat()).unwrap();
     let o = vram(&[
         "report",
         f.to_str().unwrap(),

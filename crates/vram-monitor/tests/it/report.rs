@@ -79,7 +79,7 @@ fn replay_report_handles_missing_reserved() {
 
 #[test]
 fn recording_report_plots_gpus_processes_and_leaks() {
-    let text: String = crate::demo_samples(80)
+    let text: String = crate::demo_samples(120)
         .iter()
         .map(|s| s.to_json_line() + "\n")
         .collect();

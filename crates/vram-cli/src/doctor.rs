@@ -1,0 +1,274 @@
+//! `vram doctor [MESSAGE | FILE | -]`: why a PyTorch job ran out of GPU
+//! memory and what to change. The work is in `vram_doctor`; this reads the
+//! inputs (argument, file or stdin; model and step flags; memory_stats()
+//! dumps; a snapshot; a recording), asks NVML when a driver is present, and
+//! prints.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use vram_doctor::{human_bytes as hb, message, stats, Diagnosis, DoctorError, Inputs, Job};
+use vram_model::arch::Model;
+use vram_model::gpu;
+use vram_monitor::{NvmlSource, Source};
+
+use crate::bad_input;
+use crate::estimate::StepArgs;
+use crate::input::resolve_model;
+
+/// Arguments of `vram doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The out-of-memory message itself, a file holding it (a whole log or
+    /// traceback is fine), or `-` for standard input (the default).
+    message: Option<String>,
+    /// The model (catalog id, config.json, folder): adds the estimate's
+    /// breakdown and the fastest setup that fits.
+    #[arg(long)]
+    model: Option<String>,
+    /// GPU of the job, for the time model [default: the catalog GPU nearest
+    /// the message's total capacity].
+    #[arg(long)]
+    gpu: Option<String>,
+    #[command(flatten)]
+    step: StepArgs,
+    /// A `torch.cuda.memory_stats()` dump as JSON; give two (earlier first)
+    /// to check growth between them.
+    #[arg(long = "stats")]
+    stats: Vec<PathBuf>,
+    /// A memory snapshot pickle of the job (`torch.cuda.memory._dump_snapshot`):
+    /// replayed to say what each allocator policy saves.
+    #[arg(long)]
+    snapshot: Option<PathBuf>,
+    /// A `vram record` recording (JSON Lines): its leak check.
+    #[arg(long)]
+    recording: Option<PathBuf>,
+    /// Do not ask NVML for the processes on the device now.
+    #[arg(long)]
+    no_nvml: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Largest message or stats file read (a log can be long; the message is at its end).
+const MAX_TEXT: u64 = 64 << 20;
+
+fn read_text(path: &Path, what: &str) -> Result<String> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
+    if meta.len() > MAX_TEXT {
+        return Err(bad_input!(
+            "{what} {} is larger than 64 MiB",
+            path.display()
+        ));
+    }
+    let bytes = std::fs::read(path)
+        .map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn doctor_err(e: DoctorError) -> anyhow::Error {
+    match e {
+        DoctorError::Model(m) => anyhow::Error::new(m),
+        DoctorError::Plan(p) => anyhow::Error::new(p),
+        DoctorError::Alloc(a) => crate::replay::classify(a),
+        other => bad_input!("{other}"),
+    }
+}
+
+/// Runs `vram doctor`.
+pub fn run(a: &DoctorArgs) -> Result<()> {
+    let text = match a.message.as_deref() {
+        None | Some("-") => {
+            let mut s = String::new();
+            std::io::stdin()
+                .take(MAX_TEXT)
+                .read_to_string(&mut s)
+                .map_err(|e| bad_input!("cannot read standard input: {e}"))?;
+            s
+        }
+        Some(m) if m.contains("out of memory") => m.to_string(),
+        Some(p) => read_text(Path::new(p), "message file")?,
+    };
+    let msg = message::parse(&text).map_err(doctor_err)?;
+    let mut inp = Inputs::new(msg.clone());
+    if let Some(model_arg) = &a.model {
+        let gpu = match &a.gpu {
+            Some(g) => gpu::lookup(g)?,
+            None => nearest_gpu(msg.total_bytes),
+        };
+        let resolved = resolve_model(model_arg)?;
+        if matches!(resolved.model, Model::Weights(_)) {
+            return Err(bad_input!(
+                "--model {model_arg}: weights alone do not describe a step; give a config.json or catalog id"
+            ));
+        }
+        let setup = a.step.setup(&resolved.model)?;
+        inp.job = Some(Job {
+            model: resolved.model,
+            setup,
+            gpu,
+        });
+    } else if a.gpu.is_some() {
+        return Err(bad_input!("--gpu is for --model (the step's time model)"));
+    }
+    for p in &a.stats {
+        let name = p.display().to_string();
+        inp.stats
+            .push(stats::parse(&read_text(p, "memory_stats() dump")?, &name).map_err(doctor_err)?);
+    }
+    if let Some(p) = &a.snapshot {
+        let snap = crate::replay::read_snapshot(p)?;
+        inp.events = Some(vram_alloc::replay::events_from_snapshot(&snap).0);
+    }
+    if let Some(p) = &a.recording {
+        let tl = vram_monitor::timeline::parse(&read_text(p, "recording")?)
+            .map_err(|e| bad_input!("recording {}: {e}", p.display()))?;
+        inp.recording = Some(tl.samples);
+    }
+    let mut nvml_note = None;
+    if !a.no_nvml {
+        match NvmlSource::new() {
+            Ok(mut src) => {
+                if let Ok(s) = src.sample(crate::monitor::now_ms()) {
+                    inp.device_processes = s
+                        .gpus
+                        .into_iter()
+                        .find(|g| g.index == msg.device)
+                        .map(|g| g.processes);
+                }
+            }
+            Err(_) => {
+                nvml_note = Some(
+                    "no NVIDIA driver here: processes on the device not checked now".to_string(),
+                )
+            }
+        }
+    }
+    let mut d = vram_doctor::diagnose(&inp).map_err(doctor_err)?;
+    d.notes.extend(nvml_note);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
+    } else {
+        print_text(&mut out, &d).context("writing the diagnosis")?;
+    }
+    Ok(())
+}
+
+/// The catalog GPU whose memory is nearest the message's total capacity.
+fn nearest_gpu(total: u64) -> &'static gpu::Gpu {
+    gpu::GPUS
+        .iter()
+        .min_by_key(|g| g.memory_bytes.abs_diff(total))
+        .expect("the GPU catalog is not empty")
+}
+
+fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
+    let m = &d.message;
+    writeln!(
+        out,
+        "GPU {}: {} requested, {} free of {}; PyTorch: {} allocated, {} reserved ({} of it unallocated); outside PyTorch in this process: {}",
+        m.device,
+        hb(m.requested_bytes),
+        hb(m.free_bytes),
+        hb(m.total_bytes),
+        hb(m.allocated_bytes),
+        hb(m.reserved_bytes),
+        hb(m.reserved_unallocated_bytes()),
+        hb(d.non_pytorch_bytes)
+    )?;
+    writeln!(
+        out,
+        "this process could hold at most {}; missing even with every cached byte usable: {}",
+        hb(d.usable_bytes),
+        hb(d.shortfall_bytes)
+    )?;
+    writeln!(out)?;
+    writeln!(out, "causes (most important first):")?;
+    for (i, c) in d.causes.iter().enumerate() {
+        writeln!(
+            out,
+            "{}. {}{}: {}",
+            i + 1,
+            kind_name(c.kind),
+            if c.sufficient {
+                " (explains it alone)"
+            } else {
+                ""
+            },
+            c.detail
+        )?;
+    }
+    if d.causes.is_empty() {
+        writeln!(out, "none found in the figures given")?;
+    }
+    if let Some(e) = &d.estimate {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "estimate of the step: {} at the peak ({}), {} allocated; {}",
+            hb(e.total_bytes),
+            e.peak_phase,
+            hb(e.peak_allocated_bytes),
+            if e.fits { "fits" } else { "does not fit" }
+        )?;
+        for (cat, b) in e.breakdown.iter().take(8) {
+            writeln!(out, "  {cat:<22} {:>12}", hb(*b))?;
+        }
+    }
+    if !d.replay.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "snapshot replayed in the {} usable:",
+            hb(d.usable_bytes)
+        )?;
+        for r in &d.replay {
+            writeln!(
+                out,
+                "  {:<20} peak reserved {:>12}  saves {:>12}  {}",
+                r.policy,
+                hb(r.peak_reserved_bytes),
+                hb(r.saves_bytes),
+                if r.would_oom { "out of memory" } else { "fits" }
+            )?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "remedies (best first):")?;
+    for (i, r) in d.remedies.iter().enumerate() {
+        writeln!(
+            out,
+            "{}. {}{}",
+            i + 1,
+            r.action,
+            match (r.enough, r.saves_bytes) {
+                (true, Some(s)) => format!("  [enough; saves {}]", hb(s)),
+                (true, None) => "  [enough]".to_string(),
+                (false, Some(s)) => format!("  [saves {}; not enough alone]", hb(s)),
+                (false, None) => "  [not enough alone]".to_string(),
+            }
+        )?;
+        writeln!(out, "   {}", r.detail)?;
+    }
+    for n in &d.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    Ok(())
+}
+
+fn kind_name(k: vram_doctor::CauseKind) -> &'static str {
+    use vram_doctor::CauseKind::*;
+    match k {
+        TensorLargerThanDevice => "one tensor larger than the device",
+        Fragmentation => "fragmentation",
+        StepTooLarge => "the step is too large",
+        OtherProcesses => "other processes",
+        ProcessCap => "per-process cap",
+        Leak => "growth (leak?)",
+    }
+}

@@ -1,0 +1,264 @@
+use vram_alloc::{replay, synthetic, AllocatorConfig, Policy};
+use vram_doctor::message::parse;
+use vram_doctor::{diagnose, stats, CauseKind, Inputs, Job};
+use vram_model::setup::{Mode, Offload, Recompute, Setup, Train};
+use vram_model::{catalog, gpu};
+
+use crate::{fixture, gib};
+
+fn msg(text: &str) -> vram_doctor::message::OomMessage {
+    parse(text).unwrap()
+}
+
+#[test]
+fn cached_but_unallocated_memory_is_fragmentation() {
+    // 2.00 GiB requested with 1.50 GiB free and 7.00 GiB reserved but
+    // unallocated: 8.5 GiB could have served it, so fragmentation explains it.
+    let d = diagnose(&Inputs::new(msg(&fixture("pytorch-2.5.txt")))).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::Fragmentation);
+    assert!(d.causes[0].sufficient);
+    assert_eq!(d.shortfall_bytes, 0);
+    let r = &d.remedies[0];
+    assert!(
+        r.action.contains("expandable_segments:True") && r.enough,
+        "{r:?}"
+    );
+    assert_eq!(r.saves_bytes, Some(7 << 30));
+    // 77.68 GiB used by this process, 77.00 GiB of it PyTorch's.
+    assert_eq!(d.non_pytorch_bytes, gib(77.68) - (77 << 30));
+}
+
+#[test]
+fn other_processes_holding_the_missing_memory_come_first() {
+    // 4 GiB requested; 1 GiB free and 0.49 GiB cached: 2.51 GiB missing,
+    // and pid 777 holds 30 GiB.
+    let d = diagnose(&Inputs::new(msg(
+        "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. Process 777 has 30.00 GiB memory in use. Including non-PyTorch memory, this process has 48.00 GiB memory in use. Of the allocated memory 47.00 GiB is allocated by PyTorch, and 500.00 MiB is reserved by PyTorch but unallocated.",
+    )))
+    .unwrap();
+    assert_eq!(d.shortfall_bytes, (4 << 30) - (1 << 30) - (500 << 20));
+    assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
+    assert_eq!(d.causes[0].bytes, 30 << 30);
+    assert_eq!(d.remedies[0].kind, CauseKind::OtherProcesses);
+    assert!(d.remedies[0].enough && d.remedies[0].action.contains("pid 777"));
+    // Usable: 79.19 GiB less pid 777's 30 GiB and the 0.51 GiB this process
+    // holds outside PyTorch (48 - 47 - 0.49).
+    assert_eq!(
+        d.usable_bytes,
+        gib(79.19) - (30 << 30) - ((48 << 30) - (47 << 30) - (500 << 20))
+    );
+}
+
+#[test]
+fn a_container_process_is_not_another_process() {
+    let d = diagnose(&Inputs::new(msg(&fixture("pytorch-2.6-container.txt")))).unwrap();
+    assert!(
+        d.causes.iter().all(|c| c.kind != CauseKind::OtherProcesses),
+        "{:#?}",
+        d.causes
+    );
+    // This process holds 91.82 - 90.75 = 1.07 GiB outside PyTorch, so it can
+    // hold 91.95 GiB: 90.63 allocated + 1.25 requested = 91.88 GiB fits, and
+    // 1.18 GiB free + 0.12 GiB cached >= 1.25 GiB: fragmentation, by 50 MiB.
+    assert_eq!(
+        d.usable_bytes,
+        gib(93.02) - (gib(91.82) - gib(90.63) - crate::mib(120.54))
+    );
+    assert_eq!(d.causes[0].kind, CauseKind::Fragmentation);
+    assert!(d.causes.iter().all(|c| c.kind != CauseKind::StepTooLarge));
+}
+
+#[test]
+fn a_cap_below_the_device_is_a_cause() {
+    let d = diagnose(&Inputs::new(msg(&fixture("pytorch-2.9.txt")))).unwrap();
+    let cap = d
+        .causes
+        .iter()
+        .find(|c| c.kind == CauseKind::ProcessCap)
+        .unwrap();
+    assert_eq!(cap.bytes, gib(79.19) - (40 << 30));
+    assert!(d
+        .remedies
+        .iter()
+        .any(|r| r.action.contains("set_per_process_memory_fraction")));
+}
+
+#[test]
+fn one_tensor_larger_than_the_device() {
+    // A real message (a diffusion demo, 2026): 130206.04 GiB on a 23.56 GiB GPU.
+    let d = diagnose(&Inputs::new(msg(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130206.04 GiB. GPU 0 has a total capacity of 23.56 GiB of which 16.57 GiB is free. Including non-PyTorch memory, this process has 6.97 GiB memory in use. Of the allocated memory 5.45 GiB is allocated by PyTorch, and 1.17 GiB is reserved by PyTorch but unallocated.",
+    )))
+    .unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::TensorLargerThanDevice);
+    assert!(
+        d.remedies.iter().all(|r| !r.enough),
+        "no setting makes it fit"
+    );
+}
+
+#[test]
+fn growth_between_two_memory_stats_dumps_is_a_leak() {
+    let dump = |alloc: u64| {
+        stats::parse(
+            &format!(r#"{{"allocated_bytes.all.current": {alloc}, "reserved_bytes.all.current": {}, "num_alloc_retries": 3}}"#, alloc + (1 << 30)),
+            "dump",
+        )
+        .unwrap()
+    };
+    let mut inp = Inputs::new(msg(&fixture("pytorch-2.5.txt")));
+    inp.stats = vec![dump(10 << 30), dump(12 << 30)];
+    let d = diagnose(&inp).unwrap();
+    let leak = d.causes.iter().find(|c| c.kind == CauseKind::Leak).unwrap();
+    assert_eq!(leak.bytes, 2 << 30);
+    assert!(d.notes.iter().any(|n| n.contains("3 cudaMalloc retries")));
+    // No growth: a note, no cause.
+    inp.stats = vec![dump(10 << 30), dump(10 << 30)];
+    let d = diagnose(&inp).unwrap();
+    assert!(d.causes.iter().all(|c| c.kind != CauseKind::Leak));
+    assert!(stats::parse("[1, 2]", "x").is_err());
+    assert!(stats::parse(r#"{"reserved_bytes.all.current": 1}"#, "x")
+        .unwrap_err()
+        .to_string()
+        .contains("allocated_bytes.all.current"));
+}
+
+#[test]
+fn a_snapshot_is_replayed_through_every_policy() {
+    let preset = &synthetic::presets()[0];
+    let events = synthetic::training_events(preset, 2);
+    let mut inp = Inputs::new(msg(&fixture("pytorch-2.5.txt")));
+    inp.events = Some(events.clone());
+    let d = diagnose(&inp).unwrap();
+    assert_eq!(d.replay.len(), 3);
+    // Independently: each policy replayed on its own.
+    let peak = |p| {
+        replay::replay(&events, &AllocatorConfig::new(p), None)
+            .unwrap()
+            .peak_reserved_bytes
+    };
+    let (base, exp) = (peak(Policy::PyTorch), peak(Policy::PyTorchExpandable));
+    let row = d
+        .replay
+        .iter()
+        .find(|r| r.policy == "pytorch-expandable")
+        .unwrap();
+    assert_eq!(row.peak_reserved_bytes, exp);
+    assert_eq!(row.saves_bytes, base.saturating_sub(exp));
+    let r = d
+        .remedies
+        .iter()
+        .find(|r| r.action.contains("expandable"))
+        .unwrap();
+    assert_eq!(r.saves_bytes, Some(base.saturating_sub(exp)));
+    assert!(r.detail.contains("snapshot replayed"));
+}
+
+/// Reads `--flag value` pairs of a remedy back into a setup.
+fn apply_flags(mut s: Setup, action: &str) -> Setup {
+    let w: Vec<&str> = action.split_whitespace().collect();
+    let Mode::Train(t) = &mut s.mode else {
+        unreachable!()
+    };
+    for pair in w.windows(2) {
+        match pair[0] {
+            "--micro-batch" => t.micro_batch = pair[1].parse().unwrap(),
+            "--grad-accum" => t.grad_accum = pair[1].parse().unwrap(),
+            "--recompute" => {
+                t.recompute = if pair[1] == "full" {
+                    Recompute::Full
+                } else {
+                    Recompute::Selective
+                }
+            }
+            "--recompute-layers" => t.recompute_layers = Some(pair[1].parse().unwrap()),
+            "--offload" => {
+                t.offload = if pair[1] == "optimizer" {
+                    Offload::Optimizer
+                } else {
+                    Offload::Params
+                }
+            }
+            "--zero" => s.parallel.zero = pair[1].parse().unwrap(),
+            _ => {}
+        }
+    }
+    s
+}
+
+#[test]
+fn a_step_too_large_gets_the_fastest_setup_that_fits_and_it_does_fit() {
+    // GPT-2 large at micro-batch 32 x 1024 under bf16 AdamW on an H100:
+    // the estimate is far above the 76.7 GiB left.
+    let model = catalog::lookup("gpt2-large").unwrap();
+    let setup = Setup {
+        mode: Mode::Train(Train {
+            micro_batch: 32,
+            seq: 1024,
+            ..Train::default()
+        }),
+        ..Setup::default()
+    };
+    let text = "CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.20 GiB is free. Process 4211 has 2.00 GiB memory in use. Including non-PyTorch memory, this process has 75.98 GiB memory in use. Of the allocated memory 74.10 GiB is allocated by PyTorch, and 1.37 GiB is reserved by PyTorch but unallocated.";
+    let m = msg(text);
+    let h100 = gpu::lookup("h100-80g").unwrap();
+    let mut inp = Inputs::new(m.clone());
+    inp.job = Some(Job {
+        model: model.clone(),
+        setup,
+        gpu: h100,
+    });
+    let d = diagnose(&inp).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
+    let e = d.estimate.as_ref().unwrap();
+    assert!(!e.fits && e.total_bytes > d.usable_bytes);
+    let best = &d.remedies[0];
+    assert_eq!(best.kind, CauseKind::StepTooLarge);
+    assert!(best.enough && best.step_time_s.is_some(), "{best:?}");
+    // Other processes' 2 GiB do not rescue a step this far over.
+    let other = d
+        .remedies
+        .iter()
+        .find(|r| r.kind == CauseKind::OtherProcesses)
+        .unwrap();
+    assert!(!other.enough);
+    // The remedy checked by the estimator itself, with the memory the
+    // message shows: what this process holds outside PyTorch and what the
+    // other process holds count as context, the global batch stays 32.
+    let fixed = apply_flags(setup, &best.action);
+    let Mode::Train(t) = fixed.mode else {
+        unreachable!()
+    };
+    assert_eq!(t.micro_batch * t.grad_accum, 32);
+    let mut check = fixed;
+    check.overheads.cuda_context_bytes =
+        d.non_pytorch_bytes + (2 << 30) + h100.memory_bytes.saturating_sub(m.total_bytes);
+    let est = vram_model::estimate(&model, &check).unwrap();
+    assert!(
+        est.fits(h100.memory_bytes),
+        "{} > {}",
+        est.total_bytes,
+        h100.memory_bytes
+    );
+}
+
+#[test]
+fn a_recording_with_a_leaking_process_is_a_leak_cause() {
+    use vram_monitor::{SimulatedSource, Source};
+    // The demo machine: pid 6001 leaks 24 MiB per one-second sample.
+    let mut src = SimulatedSource::demo();
+    let samples: Vec<_> = (0..120).map(|k| src.sample(k * 1000).unwrap()).collect();
+    let mut inp = Inputs::new(msg(&fixture("pytorch-2.5.txt")));
+    inp.recording = Some(samples[..60].to_vec());
+    let d = diagnose(&inp).unwrap();
+    assert!(d.causes.iter().all(|c| c.kind != CauseKind::Leak));
+    assert!(
+        d.notes.iter().any(|n| n.contains("too short")),
+        "{:?}",
+        d.notes
+    );
+    inp.recording = Some(samples);
+    let d = diagnose(&inp).unwrap();
+    let leak = d.causes.iter().find(|c| c.kind == CauseKind::Leak).unwrap();
+    assert!(leak.detail.contains("pid 6001"), "{}", leak.detail);
+}

@@ -1,0 +1,150 @@
+use proptest::prelude::*;
+use vram_doctor::human_bytes;
+use vram_doctor::message::{parse, parse_size, Layout, MessageProcess};
+
+use crate::{fixture, gib, mib};
+
+#[test]
+fn pytorch_2_0_layout_inside_a_traceback() {
+    // PyTorch 1.10-2.0: "(GPU d; T total capacity; A already allocated; F free; R reserved in total by PyTorch)".
+    let m = parse(&fixture("pytorch-2.0.txt")).unwrap();
+    assert_eq!(m.layout, Layout::Legacy);
+    assert_eq!(m.requested_bytes, 20 << 20);
+    assert_eq!(m.device, 0);
+    assert_eq!(m.total_bytes, gib(79.19));
+    assert_eq!(m.allocated_bytes, gib(77.65));
+    assert_eq!(m.free_bytes, mib(6.75));
+    assert_eq!(m.reserved_bytes, gib(78.67));
+    assert_eq!(m.reserved_unallocated_bytes(), gib(78.67) - gib(77.65));
+    assert_eq!((m.allowed_bytes, m.this_process_bytes), (None, None));
+}
+
+#[test]
+fn pytorch_2_0_layout_with_a_cap() {
+    let m = parse(&fixture("pytorch-2.0-allowed.txt")).unwrap();
+    assert_eq!(m.device, 1);
+    assert_eq!(m.allowed_bytes, Some(gib(19.69)));
+    assert_eq!(m.reserved_bytes, gib(18.50));
+    assert_eq!(m.free_bytes, gib(19.02));
+}
+
+#[test]
+fn pytorch_2_1_layout_with_its_spelling_and_a_process_list() {
+    // PyTorch 2.1: "has a total capacty of", Process N lines from NVML.
+    let m = parse(&fixture("pytorch-2.1.txt")).unwrap();
+    assert_eq!(m.layout, Layout::Current);
+    assert_eq!(m.total_bytes, gib(23.65));
+    assert_eq!(m.free_bytes, mib(7.06));
+    assert_eq!(
+        m.other_processes,
+        vec![MessageProcess {
+            pid: 2435,
+            bytes: gib(1.50)
+        }]
+    );
+    assert_eq!(m.this_process_bytes, Some(gib(22.13)));
+    assert_eq!(m.allocated_bytes, gib(20.85));
+    // Reserved = allocated + "reserved but unallocated".
+    assert_eq!(m.reserved_bytes, gib(20.85) + mib(338.96));
+    assert_eq!(
+        m.non_pytorch_bytes(),
+        Some(gib(22.13) - gib(20.85) - mib(338.96))
+    );
+}
+
+#[test]
+fn pytorch_2_5_layout() {
+    let m = parse(&fixture("pytorch-2.5.txt")).unwrap();
+    assert_eq!(m.requested_bytes, 2 << 30);
+    assert_eq!(m.reserved_bytes, 77 << 30);
+    assert_eq!(m.reserved_unallocated_bytes(), 7 << 30);
+    assert_eq!(m.this_process_bytes, Some(gib(77.68)));
+    assert!(m.other_processes.is_empty());
+}
+
+#[test]
+fn a_container_lists_itself_as_another_process() {
+    // vLLM issue, April 2025 (PyTorch 2.6): only "Process 2752205 has 91.82
+    // GiB", no "this process" entry, and 91.82 GiB >= the 90.75 GiB reserved:
+    // that is this process seen from the host's pid namespace.
+    let m = parse(&fixture("pytorch-2.6-container.txt")).unwrap();
+    assert_eq!(m.device, 1);
+    assert!(m.other_processes.is_empty(), "{:?}", m.other_processes);
+    assert_eq!(m.this_process_bytes, Some(gib(91.82)));
+    assert_eq!(m.self_pid_in_list, Some(2752205));
+    assert_eq!(m.reserved_bytes, gib(90.63) + mib(120.54));
+}
+
+#[test]
+fn current_layout_with_cap_private_pools_and_another_process() {
+    let m = parse(&fixture("pytorch-2.9.txt")).unwrap();
+    assert_eq!(m.requested_bytes, 512 << 20);
+    assert_eq!(m.allowed_bytes, Some(40 << 30));
+    assert_eq!(m.private_pool_bytes, Some(4 << 30));
+    assert_eq!(m.this_process_bytes, Some(gib(39.20)));
+    assert_eq!(m.other_process_bytes(), gib(39.60));
+    assert_eq!(m.allocated_bytes, 38 << 30);
+    assert_eq!(m.reserved_bytes, (38 << 30) + (700 << 20));
+}
+
+#[test]
+fn a_wrapped_prefixed_log_is_read() {
+    let m = parse(&fixture("wrapped-log.txt")).unwrap();
+    assert_eq!(m.free_bytes, 0, "`0 bytes is free`");
+    assert_eq!(m.requested_bytes, 64 << 20);
+    assert_eq!(m.reserved_unallocated_bytes(), 520 << 20);
+}
+
+#[test]
+fn sizes_as_format_size_prints_them() {
+    // c10's format_size: "N bytes" up to 1024, then two decimals.
+    for (s, v) in [
+        ("0 bytes", 0),
+        ("1024 bytes", 1024),
+        ("1.00 KiB", 1024),
+        ("20.00 MiB", 20 << 20),
+        ("1.50 GiB", 3 << 29),
+        ("130206.04 GiB", gib(130206.04)),
+    ] {
+        assert_eq!(parse_size(s), Some(v), "{s}");
+    }
+    for s in ["", "12", "1.0 parsecs", "-1.00 MiB", "NaN GiB", "1e400 GiB"] {
+        assert_eq!(parse_size(s), None, "{s}");
+    }
+}
+
+#[test]
+fn what_is_not_a_message_gets_a_specific_error() {
+    for (text, says) in [
+        ("", "no PyTorch out-of-memory message"),
+        ("RuntimeError: shapes cannot be multiplied", "no PyTorch out-of-memory message"),
+        ("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported", "CUDA runtime"),
+        ("CUDA out of memory. Tried to allocate lots", "no size after `Tried to allocate`"),
+        ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which", "free memory"),
+        ("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.19 GiB total capacity; 1.00 GiB already", "already allocated"),
+        ("CUDA out of memory. Tried to allocate 2.00 GiB and then", "neither"),
+    ] {
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.contains(says), "{text:?}: {e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}
+
+proptest! {
+    /// What PyTorch prints reads back within its rounding (half a unit of
+    /// the last decimal printed).
+    #[test]
+    fn format_size_round_trips(n in 0u64..(1 << 45)) {
+        let s = human_bytes(n);
+        let back = parse_size(&s).unwrap();
+        let unit = if n <= 1024 { 1.0 } else if n <= 1 << 20 { 1024.0 } else if n <= 1 << 30 { (1u64 << 20) as f64 } else { (1u64 << 30) as f64 };
+        prop_assert!((back as f64 - n as f64).abs() <= unit * 0.005 + 1.0, "{n} -> {s} -> {back}");
+    }
+
+    /// Arbitrary text never panics the parser.
+    #[test]
+    fn arbitrary_text_is_an_error_or_a_message(s in ".{0,300}") {
+        let _ = parse(&s);
+        let _ = parse(&format!("CUDA out of memory. Tried to allocate {s}"));
+    }
+}
