@@ -33,9 +33,11 @@ pub mod batching;
 pub mod checkpoint;
 pub mod cluster;
 pub mod cost;
+pub mod eager;
 pub mod emit;
 mod error;
 pub mod search;
 
+pub use eager::Stack;
 pub use error::{Error, Result};
 pub use search::{search, Bound, Outcome, Pins, Plan, Progress, RecomputeChoice, Request};

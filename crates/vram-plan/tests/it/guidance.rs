@@ -12,13 +12,14 @@
 use vram_model::catalog;
 use vram_model::hf;
 use vram_plan::cluster::Cluster;
-use vram_plan::{search, Pins, Plan, Request};
+use vram_plan::{search, Pins, Plan, Request, Stack};
 
-fn best(model: vram_model::arch::Model, gpus: u64, global_batch: u64) -> Plan {
+fn best_on(stack: Stack, model: vram_model::arch::Model, gpus: u64, global_batch: u64) -> Plan {
     let cluster = Cluster::for_gpu("a100-40g", gpus).unwrap();
     let mut plans = Vec::new();
     for zero in [0, 1] {
         let mut req = Request::new(model.clone(), cluster, global_batch, 2048);
+        req.stack = stack;
         req.pins = Pins {
             zero: Some(zero),
             ..Pins::default()
@@ -30,6 +31,10 @@ fn best(model: vram_model::arch::Model, gpus: u64, global_batch: u64) -> Plan {
         .into_iter()
         .min_by(|a, b| a.step_time_s.total_cmp(&b.step_time_s))
         .unwrap()
+}
+
+fn best(model: vram_model::arch::Model, gpus: u64, global_batch: u64) -> Plan {
+    best_on(Stack::Megatron, model, gpus, global_batch)
 }
 
 #[test]

@@ -11,7 +11,7 @@ use vram_model::hf;
 use vram_model::setup::Attention;
 use vram_plan::cluster::Cluster;
 use vram_plan::cost::Calibration;
-use vram_plan::{search, Pins, RecomputeChoice, Request};
+use vram_plan::{search, Pins, RecomputeChoice, Request, Stack};
 
 pub struct Row {
     pub params_billion: f64,
@@ -62,6 +62,7 @@ pub fn gpt(r: &Row) -> Model {
 pub fn request(r: &Row) -> Request {
     let cluster = Cluster::for_gpu("a100-80g", r.gpus).unwrap();
     let mut req = Request::new(gpt(r), cluster, r.global_batch, 2048);
+    req.stack = Stack::Megatron;
     req.attention = Attention::Eager;
     req.calibration = Calibration {
         overlap_grad_reduce: false,
