@@ -23,8 +23,9 @@
 //! - **rotary** (`apply_rotary_pos_emb`): `q·cos`, `rotate_half` (slice, `neg`, `cat`),
 //!   `·sin`, `+`, the same for `k`: ten kernels; `cos`/`sin` are fp32 under autocast, so `q`
 //!   and `k` are promoted to fp32 and `sdpa` casts them back (two more).
-//! - **attention**: see [`attention_kernel`]: one fused kernel, or the math path (two batched
-//!   GEMMs and scale, mask, softmax (fp32 under autocast, cast back), dropout over `b·a·s²`).
+//! - **attention**: see [`attention_kernel`]: one fused kernel, the model's eager code (two
+//!   batched GEMMs and scale, mask, softmax (fp32 under autocast, cast back), dropout over
+//!   `b·a·s²` scores), or `sdpa`'s math composite (inputs upcast to fp32, fp32 score GEMMs).
 //! - **the rest**: the head transpose copy before `o_proj`, dropout where the config has it
 //!   (GPT-2, BERT, T5: 0.1), residual adds (fp32 + bf16 → fp32), the activation (one kernel for
 //!   `F.gelu`/`F.silu`/`gelu_pytorch_tanh`; nine for GPT-2's `gelu_new`, written as
@@ -359,37 +360,57 @@ impl<'a> Rates<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AttnKernel {
-    /// `sdpa`'s FlashAttention-2 backend (half precision, head size ≤ 256, causal or no mask).
+    /// `sdpa`'s fused kernels (cuDNN / FlashAttention-2) in half precision.
     Flash,
-    /// `sdpa`'s memory-efficient backend (fp32, or head size > 256).
+    /// `sdpa`'s memory-efficient kernel (fp32 multi-head attention).
     MemEfficient,
-    /// The math path: scores materialised, `score_bytes` per element before the softmax.
-    Math {
-        /// Bytes per score element as the model writes it (2 or 4).
-        score_bytes: u64,
-    },
+    /// The model's own eager attention: scores materialised in the compute dtype.
+    Eager,
+    /// `sdpa`'s math composite (`_scaled_dot_product_attention_math`): no fused kernel takes
+    /// the call; half inputs are upcast to fp32, so the score GEMMs run in fp32 and the
+    /// scores are fp32.
+    Composite,
 }
 
-/// Which attention kernel runs. One small function so that the estimator's own choice
-/// (`vram_model::kernels`, being written) can replace it.
+/// Which attention kernel runs for a self-attention (`cross = false`) or cross-attention
+/// block, as PyTorch 2.11 dispatches the call transformers 5.17 makes (`sdp_utils.cpp`: cuDNN,
+/// flash, memory-efficient, then the math composite). The same rules as the estimator's own
+/// choice (`vram_model` `estimate::layers::attention_kernel`, crate-private today): one small
+/// function to switch over once that is public.
 ///
-/// `attention: eager` is the math path in the compute dtype. T5 adds a learned relative
-/// position bias to the scores in its own `T5Attention` (no `sdpa` path), so it always
-/// materialises them, in fp32 once the fp32 bias is added. `sdpa` in half precision picks
-/// flash for head sizes up to 256 (PyTorch's `sdp_utils` checks); in fp32 flash is not
-/// available and the memory-efficient kernel runs.
-pub fn attention_kernel(t: &Transformer, attention: Attention, precision: Precision) -> AttnKernel {
-    let a = precision.compute_bytes();
-    if matches!(t.positions, Positions::RelativeBuckets(_)) {
-        return AttnKernel::Math { score_bytes: 4 };
+/// - `attention: eager`: the model's eager code.
+/// - T5's relative position bias requires grad in training: no fused kernel accepts a bias
+///   that needs a gradient, so self-attention runs the composite (cross-attention's bias is
+///   a constant zero).
+/// - Falcon's multi-query K/V (one head) without `enable_gqa`: the composite.
+/// - Grouped-query attention in fp32: the memory-efficient kernel has no GQA in 2.11: the
+///   composite.
+/// - Otherwise fp32 runs the memory-efficient kernel and half precision a fused one.
+pub fn attention_kernel(
+    t: &Transformer,
+    attention: Attention,
+    precision: Precision,
+    training: bool,
+    cross: bool,
+) -> AttnKernel {
+    if attention == Attention::Eager {
+        return AttnKernel::Eager;
     }
-    match attention {
-        Attention::Eager => AttnKernel::Math { score_bytes: a },
-        Attention::Sdpa if precision == Precision::Fp32 || t.head_dim > 256 => {
+    let gqa = t.kv_heads < t.heads;
+    if matches!(t.positions, Positions::RelativeBuckets(_)) && training && !cross {
+        return AttnKernel::Composite;
+    }
+    if t.model_type == "falcon" && gqa && t.kv_heads == 1 {
+        return AttnKernel::Composite;
+    }
+    if precision == Precision::Fp32 {
+        return if gqa {
+            AttnKernel::Composite
+        } else {
             AttnKernel::MemEfficient
-        }
-        Attention::Sdpa => AttnKernel::Flash,
+        };
     }
+    AttnKernel::Flash
 }
 
 // ---------------------------------------------------------------------------------------
@@ -566,8 +587,8 @@ pub fn layer(
             o.ew(elems, 2.0 * a + 1.0, 1.0);
         }
     };
-    let kernel = attention_kernel(t, attention, precision);
     let attn = |o: &mut Ops<'_, '_>, kv_tokens: f64, is_self: bool| {
+        let kernel = attention_kernel(t, attention, precision, s.train, !is_self);
         if t.fused_qkv && is_self {
             cast_in(o);
             o.gemm(n, h, q + 2.0 * kv, 1.0, s.fp32);
@@ -620,23 +641,15 @@ pub fn layer(
                 o.w.kernels += 1.0;
                 o.w.attn_s += flops / rate;
             }
-            AttnKernel::Math { score_bytes } => {
-                let sb = score_bytes as f64;
+            AttnKernel::Eager => {
                 let hd = t.head_dim as f64;
                 let scores = n * heads * kv_len;
                 o.gemm(s.seq, hd, kv_len, b * heads, s.fp32);
-                let t5 = matches!(t.positions, Positions::RelativeBuckets(_));
-                let mut per = 0.0;
-                let mut k = 0.0;
-                if !t5 {
-                    per += 2.0 * a; // scale
-                    k += 1.0;
-                }
-                // mask (or T5's fp32 position bias) added
-                per += if t5 { a + 4.0 + a } else { 2.0 * a };
-                k += 1.0;
-                if cast || t5 {
-                    // autocast's fp32 softmax (T5: `scores.float()`): cast, softmax, cast back
+                // scale, mask add, softmax, dropout over the scores
+                let mut per = 2.0 * a + 2.0 * a;
+                let mut k = 2.0;
+                if cast {
+                    // autocast's fp32 softmax: cast, softmax, cast back
                     per += (a + 4.0) + 8.0 + (4.0 + a);
                     k += 3.0;
                 } else if t.softmax_upcast && a < 4.0 {
@@ -644,7 +657,7 @@ pub fn layer(
                     per += (a + 4.0) + (4.0 + a);
                     k += 2.0;
                 } else {
-                    per += 2.0 * sb.max(a);
+                    per += 2.0 * a;
                     k += 1.0;
                 }
                 if p_attn > 0.0 {
@@ -654,6 +667,23 @@ pub fn layer(
                 o.w.kernels += k;
                 o.w.score_s += r.bytes_s(scores * per);
                 o.gemm(s.seq, kv_len, hd, b * heads, s.fp32);
+            }
+            AttnKernel::Composite => {
+                let hd = t.head_dim as f64;
+                let scores = n * heads * kv_len;
+                if a < 4.0 {
+                    // q, k, v upcast to fp32, the output cast back
+                    o.ew(n * q + 2.0 * kv_tokens * kv, a + 4.0, 3.0);
+                    o.ew(n * q, 4.0 + a, 1.0);
+                }
+                // q and k scaled by sqrt(scale), fp32 score GEMMs
+                o.ew(n * q + kv_tokens * kv, 8.0, 2.0);
+                o.gemm(s.seq, hd, kv_len, b * heads, true);
+                // bias or mask add (fp32), softmax, dropout: fp32 scores
+                let per = 12.0 + 8.0 + if p_attn > 0.0 { 9.0 } else { 0.0 };
+                o.w.kernels += if p_attn > 0.0 { 3.0 } else { 2.0 };
+                o.w.score_s += r.bytes_s(scores * per);
+                o.gemm(s.seq, kv_len, hd, b * heads, true);
             }
         }
         // transpose(1, 2).reshape: a copy of the attention output, then o_proj.
