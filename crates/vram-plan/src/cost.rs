@@ -1,5 +1,11 @@
 //! The time model: how long one optimizer step of a configuration takes.
 //!
+//! Compute is priced for the [`Stack`] in the [`Config`]: under [`Stack::Megatron`] by the
+//! closed form below (Megatron-LM's fused kernels, calibrated on A100s); under
+//! [`Stack::Transformers`] by [`crate::eager`] (PyTorch eager as transformers 5.x launches it,
+//! from H100 measurements). The communication, bubble and offload terms are shared; the
+//! optimizer step follows [`Config::optimizer`] under both.
+//!
 //! # FLOPs
 //! Counted per token from the model's shapes, as Megatron-LM counts them (Narayanan et al.
 //! 2021, appendix: `F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))` for GPT): every matrix multiply
