@@ -432,6 +432,11 @@ pub struct Work {
     pub score_s: f64,
     /// Work after a host sync: CPU and GPU time add instead of overlapping (MoE loops).
     pub serial_s: f64,
+    /// Kernels of that serialised work (its backward overlaps like any other: autograd
+    /// replays it without the sync).
+    pub serial_kernels: f64,
+    /// GPU seconds of that serialised work.
+    pub serial_gpu_s: f64,
 }
 
 impl Work {
@@ -450,7 +455,8 @@ impl Work {
             + 2.5 * self.attn_s
             + cal.bwd_bytes * self.ew_s
             + cal.score_bwd_bytes * self.score_s;
-        (self.kernels * cal.bwd_kernels * cal.bwd_cpu_s).max(gpu) + 2.0 * self.serial_s
+        let kernels = self.kernels + self.serial_kernels;
+        (kernels * cal.bwd_kernels * cal.bwd_cpu_s).max(gpu + 2.0 * self.serial_gpu_s)
     }
 
     /// Forward seconds with no autograd (inference).
@@ -758,6 +764,8 @@ pub fn layer(
             }
             let w = inner.w;
             o.w.serial_s += w.kernels * o.r.loop_cpu_s + w.gpu();
+            o.w.serial_kernels += w.kernels;
+            o.w.serial_gpu_s += w.gpu();
         } else {
             one(o, tokens);
         }
