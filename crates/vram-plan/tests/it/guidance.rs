@@ -5,7 +5,10 @@
 //! The cluster is the one that guidance was written for: DGX A100 40GB nodes (8 GPUs,
 //! NVSwitch, 8 × 200 Gb/s InfiniBand; Narayanan et al. 2021 and the ZeRO paper's era), and the
 //! engine is Megatron-LM, whose optimizer sharding is ZeRO-1 (`--use-distributed-optimizer`),
-//! so each search runs with ZeRO pinned to 0 and to 1 and the faster answer counts. On 80 GB
+//! so each search runs with ZeRO pinned to 0 and to 1 and the faster answer counts; the
+//! searches price the Megatron-LM stack (`Stack::Megatron`). (Priced as Hugging Face models
+//! under PyTorch eager, 7B on 64 GPUs prefers sharded data parallelism over tensor
+//! parallelism, which transformers does not run natively.) On 80 GB
 //! GPUs with ZeRO-3 allowed the model prefers sharded data parallelism (FSDP) up to ~100B
 //! parameters; see README.
 
