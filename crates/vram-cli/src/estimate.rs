@@ -432,6 +432,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         if a.timeline {
             v["timeline"] = json!(timeline);
         }
+        if let Some(s) = crate::speed::of(model, gpu, &setup) {
+            v["serving"] = json!(s);
+        }
         if let Some(w) = &resolved.checkpoint {
             v["checkpoint_params"] = json!(w.params);
         }
@@ -448,6 +451,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         fit_context,
         a.timeline,
     )?;
+    if let Some(s) = crate::speed::of(model, gpu, &setup) {
+        writeln!(out, "{}", crate::speed::line(&s))?;
+    }
     if let Some(w) = &resolved.checkpoint {
         let verdict = if w.params == e.params {
             "matches the config".to_string()

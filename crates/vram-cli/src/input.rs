@@ -51,13 +51,14 @@ pub fn resolve_model(arg: &str) -> Result<Resolved> {
         if !config.is_file() {
             return Err(bad_input!("folder {} has no config.json", path.display()));
         }
-        let name = folder_name(path);
-        let model = parse_config_file(&config, &name)?;
+        let text = read_text(&config, "config")?;
+        let name = name_or_path(&text).unwrap_or_else(|| folder_name(path));
+        let model =
+            hf::parse_config(&text, &name).with_context(|| format!("{}", config.display()))?;
         let checkpoint = checkpoint_beside(path)?;
         return Ok(Resolved { model, checkpoint });
     }
     if path.is_file() {
-        let name = folder_name(path.parent().unwrap_or(Path::new(".")));
         if arg.ends_with(".safetensors") {
             let mut tally = Tally::default();
             read_header(path, &mut tally)?;
@@ -74,6 +75,9 @@ pub fn resolve_model(arg: &str) -> Result<Resolved> {
                 checkpoint: None,
             });
         }
+        // A config file is named by `_name_or_path` inside it, else by its own stem
+        // (`configs/gpt2.json` is "gpt2"), never by the folder that holds it.
+        let name = name_or_path(&text).unwrap_or_else(|| file_stem(path));
         let model =
             hf::parse_config(&text, &name).with_context(|| format!("{}", path.display()))?;
         return Ok(Resolved {
@@ -112,9 +116,22 @@ fn file_name(p: &Path) -> String {
         .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
 }
 
-fn parse_config_file(config: &Path, name: &str) -> Result<Model> {
-    let text = read_text(config, "config")?;
-    hf::parse_config(&text, name).with_context(|| format!("{}", config.display()))
+fn file_stem(p: &Path) -> String {
+    p.file_stem()
+        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+}
+
+/// The last path component of a config's `_name_or_path` (`meta-llama/Llama-3.1-8B` gives
+/// `Llama-3.1-8B`), when it is a non-empty string.
+fn name_or_path(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let s = v
+        .get("_name_or_path")?
+        .as_str()?
+        .trim()
+        .trim_end_matches(['/', '\\']);
+    let last = s.rsplit(['/', '\\']).next()?.trim();
+    (!last.is_empty()).then(|| last.to_string())
 }
 
 /// Adds one safetensors file's tensors to `tally`, reading only its header.
@@ -210,7 +227,19 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{file_stem, name_or_path, parse_bytes};
+    use std::path::Path;
+
+    #[test]
+    fn config_files_are_named_by_themselves() {
+        assert_eq!(file_stem(Path::new("configs/gpt2.json")), "gpt2");
+        assert_eq!(
+            name_or_path(r#"{"_name_or_path": "meta-llama/Llama-3.1-8B", "model_type": "llama"}"#),
+            Some("Llama-3.1-8B".into())
+        );
+        assert_eq!(name_or_path(r#"{"_name_or_path": ""}"#), None);
+        assert_eq!(name_or_path(r#"{"model_type": "gpt2"}"#), None);
+    }
 
     #[test]
     fn sizes() {

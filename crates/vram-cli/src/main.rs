@@ -21,6 +21,7 @@ mod record;
 mod replay;
 mod report;
 mod serve;
+mod speed;
 mod top;
 mod trace;
 

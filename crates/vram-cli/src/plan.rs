@@ -12,10 +12,10 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use vram_model::arch::Model;
-use vram_model::setup::{Attention, Offload, Precision, Schedule};
+use vram_model::setup::{Attention, Offload, Optimizer, Precision, Schedule};
 use vram_plan::cluster::{self, Cluster};
 use vram_plan::emit::{self, Job};
-use vram_plan::{search, Outcome, Pins, Plan, Progress, RecomputeChoice, Request};
+use vram_plan::{search, Outcome, Pins, Plan, Progress, RecomputeChoice, Request, Stack};
 
 use crate::input::resolve_model;
 use crate::{bad_input, fmt};
@@ -51,6 +51,24 @@ enum AttentionArg {
     Eager,
     #[value(alias = "flash")]
     Sdpa,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StackArg {
+    /// Hugging Face transformers under PyTorch eager (DeepSpeed, accelerate, torchrun).
+    Transformers,
+    /// Megatron-LM's fused kernels.
+    Megatron,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OptimizerArg {
+    Sgd,
+    Momentum,
+    #[value(alias = "adam")]
+    Adamw,
+    Adam8bit,
+    Adafactor,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -141,6 +159,13 @@ pub struct PlanArgs {
     /// Attention implementation.
     #[arg(long, value_enum, default_value = "sdpa")]
     attention: AttentionArg,
+    /// Optimizer (its states count in memory, its step in time).
+    #[arg(long, value_enum, default_value = "adamw")]
+    optimizer: OptimizerArg,
+    /// The software that runs the step, which decides the kernels priced [default: megatron
+    /// with `--emit megatron`, else transformers].
+    #[arg(long, value_enum)]
+    stack: Option<StackArg>,
     /// How many plans to list.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -196,6 +221,18 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     req.attention = match a.attention {
         AttentionArg::Eager => Attention::Eager,
         AttentionArg::Sdpa => Attention::Sdpa,
+    };
+    req.optimizer = match a.optimizer {
+        OptimizerArg::Sgd => Optimizer::Sgd,
+        OptimizerArg::Momentum => Optimizer::Momentum,
+        OptimizerArg::Adamw => Optimizer::Adamw,
+        OptimizerArg::Adam8bit => Optimizer::Adam8bit,
+        OptimizerArg::Adafactor => Optimizer::Adafactor,
+    };
+    req.stack = match (a.stack, a.emit) {
+        (Some(StackArg::Transformers), _) => Stack::Transformers,
+        (Some(StackArg::Megatron), _) | (None, Some(Engine::Megatron)) => Stack::Megatron,
+        (None, _) => Stack::Transformers,
     };
     req.top = a.top;
     req.pins = Pins {
@@ -294,6 +331,8 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             "gpus_per_node": req.cluster.gpus_per_node,
             "global_batch": req.global_batch,
             "seq": req.seq,
+            "stack": req.stack,
+            "optimizer": req.optimizer,
             "plans": out.plans,
             "closest": out.closest,
             "suggestions": out.suggestions,
@@ -336,7 +375,14 @@ fn table(w: &mut impl Write, req: &Request, out: &Outcome) -> Result<()> {
     )?;
     writeln!(
         w,
-        "searched {} configurations, {} memory estimates",
+        "priced as {} with {}; searched {} configurations, {} memory estimates",
+        match req.stack {
+            Stack::Transformers => "transformers (PyTorch eager, H100-measured kernels)",
+            Stack::Megatron => "Megatron-LM (fused kernels)",
+        },
+        serde_json::to_value(req.optimizer)?
+            .as_str()
+            .unwrap_or("adamw"),
         fmt::thousands(out.candidates),
         fmt::thousands(out.estimates)
     )?;

@@ -340,3 +340,183 @@ fn checkpoint_bad_input_exits_2_on_one_line() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A model given as a config file is named by the file, not by its folder (issue 12).
+#[test]
+fn config_file_is_named_by_its_stem_or_name_or_path() {
+    let dir = std::env::temp_dir().join(format!("vram-plan-name-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("configs")).unwrap();
+    let gpt2 = r#"{"model_type":"gpt2","vocab_size":50257,"n_positions":1024,"n_embd":768,"n_layer":12,"n_head":12}"#;
+    let plain = dir.join("configs").join("my-gpt2.json");
+    std::fs::write(&plain, gpt2).unwrap();
+    let named = dir.join("configs").join("config.json");
+    std::fs::write(
+        &named,
+        gpt2.replace('{', r#"{"_name_or_path":"openai-community/gpt2","#),
+    )
+    .unwrap();
+    for (path, want) in [(&plain, "my-gpt2"), (&named, "gpt2")] {
+        let p = path.to_str().unwrap();
+        let args = [
+            "plan",
+            p,
+            "--gpu",
+            "h100-80g",
+            "--gpus",
+            "1",
+            "--global-batch",
+            "8",
+            "--seq",
+            "1024",
+            "--json",
+            "--top",
+            "1",
+        ];
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["model"], want);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn stack_defaults_to_transformers_and_follows_emit() {
+    let stack = |extra: &[&str]| {
+        let (code, out, err) = vram(&with(&[&["--json", "--top", "1"][..], extra].concat()));
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (
+            v["stack"].as_str().unwrap().to_string(),
+            v["plans"][0]["step_time_s"].as_f64().unwrap(),
+        )
+    };
+    let (t, t_s) = stack(&[]);
+    let (m, m_s) = stack(&["--stack", "megatron"]);
+    assert_eq!(t, "transformers");
+    assert_eq!(m, "megatron");
+    // PyTorch eager launches unfused kernels: slower than Megatron-LM's fused ones.
+    assert!(t_s > m_s, "{t_s} vs {m_s}");
+    // --emit megatron prices the Megatron stack unless told otherwise.
+    let (code, _, err) = vram(&with(&["--emit", "megatron"]));
+    assert_eq!(code, 0);
+    assert!(err.contains("s/step"), "{err}");
+    let m_emit: f64 = err
+        .split(" at ")
+        .nth(1)
+        .and_then(|s| s.split(" s/step").next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap();
+    assert!(
+        (m_emit - m_s).abs() < 0.01 + 0.01 * m_s,
+        "{m_emit} vs {m_s}"
+    );
+    let (code, _, err) = vram(&with(&["--stack", "jax"]));
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn optimizer_changes_memory_and_time() {
+    // Pure-bf16 SGD of a 7B model on one H100 has no optimizer state; AdamW adds its states
+    // to memory and its longer step to time.
+    let run = |opt: &str| {
+        let (code, out, err) = vram(&[
+            "plan",
+            "llama-2-7b",
+            "--gpu",
+            "h100-80g",
+            "--gpus",
+            "1",
+            "--global-batch",
+            "1",
+            "--seq",
+            "2048",
+            "--precision",
+            "bf16",
+            "--optimizer",
+            opt,
+            "--recompute",
+            "full",
+            "--json",
+            "--top",
+            "1",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let p = &v["plans"][0];
+        (
+            p["peak_bytes_per_gpu"].as_u64().unwrap(),
+            p["step_time_s"].as_f64().unwrap(),
+        )
+    };
+    let (sgd_mem, sgd_s) = run("sgd");
+    let (adam_mem, adam_s) = run("adamw");
+    // 6.74e9 parameters x (two bf16 Adam states, 4 bytes, + the foreach step's temporary
+    // sqrt(v), 2 bytes) x 1.05 default allocator overhead = 42.4 GB more.
+    let more = adam_mem as f64 - sgd_mem as f64;
+    assert!((more / (6.738e9 * 6.0 * 1.05) - 1.0).abs() < 0.03, "{more}");
+    assert!(adam_s > sgd_s);
+    let (code, _, _) = vram(&[
+        "plan",
+        "llama-2-7b",
+        "--gpu",
+        "h100-80g",
+        "--gpus",
+        "1",
+        "--global-batch",
+        "1",
+        "--seq",
+        "2048",
+        "--optimizer",
+        "lion",
+    ]);
+    assert_eq!(code, 2);
+}
+
+/// `vram estimate --inference` reports serving speed (issue 12): decode is bandwidth-bound.
+#[test]
+fn estimate_inference_reports_serving_speed() {
+    let (code, out, err) = vram(&[
+        "estimate",
+        "llama-2-7b",
+        "--inference",
+        "--precision",
+        "bf16",
+        "--batch",
+        "4",
+        "--context",
+        "4096",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = &v["serving"];
+    let f = |k: &str| s[k].as_f64().unwrap();
+    // By hand: bf16 weights 2 x 6,738,415,616 bytes, plus the KV cache (2 x 32 layers x 4096
+    // wide x 2 bytes = 512 KiB a token, x 4 sequences x 4096 tokens = 8 GiB) read by attention
+    // and copied by DynamicCache's torch.cat (read + write): 3 x 8 GiB; over the H100's
+    // measured 2925 GB/s x 0.8 for real kernels.
+    let bytes = 2.0 * 6_738_415_616.0 + 3.0 * 4.0 * 4096.0 * 524_288.0;
+    let want = bytes / (2925e9 * 0.8);
+    assert!(
+        (f("decode_gpu_s") / want - 1.0).abs() < 0.02,
+        "{} vs {want}",
+        f("decode_gpu_s")
+    );
+    assert!(f("decode_token_s") >= f("decode_gpu_s"));
+    assert!((f("decode_tokens_per_s") - 4.0 / f("decode_token_s")).abs() < 1e-6);
+    // Prefill of 4 x 4096 tokens is compute-bound: at least 2 x params x tokens FLOPs at the
+    // H100's 989 TFLOP/s peak.
+    assert!(f("prefill_s") > 2.0 * 6.738e9 * 16384.0 / 989.4e12);
+    let (code, out, _) = vram(&[
+        "estimate",
+        "llama-2-7b",
+        "--inference",
+        "--batch",
+        "4",
+        "--context",
+        "4096",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("tokens/s"), "{out}");
+}

@@ -20,6 +20,12 @@ fn bench(c: &mut Criterion) {
     c.bench_function("plan gpt-1t on 3072 x a100-80g, full search, top 10", |b| {
         b.iter(|| search(black_box(&req), &mut |_| {}).unwrap())
     });
+    let mut megatron = req.clone();
+    megatron.stack = vram_plan::Stack::Megatron;
+    c.bench_function(
+        "plan gpt-1t on 3072 x a100-80g, full search, top 10, megatron stack",
+        |b| b.iter(|| search(black_box(&megatron), &mut |_| {}).unwrap()),
+    );
     let mut one = req.clone();
     one.top = 1;
     c.bench_function("plan gpt-1t on 3072 x a100-80g, full search, top 1", |b| {

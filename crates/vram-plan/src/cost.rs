@@ -1,5 +1,11 @@
 //! The time model: how long one optimizer step of a configuration takes.
 //!
+//! Compute is priced for the [`Stack`] in the [`Config`]: under [`Stack::Megatron`] by the
+//! closed form below (Megatron-LM's fused kernels, calibrated on A100s); under
+//! [`Stack::Transformers`] by [`crate::eager`] (PyTorch eager as transformers 5.x launches it,
+//! from H100 measurements). The communication, bubble and offload terms are shared; the
+//! optimizer step follows [`Config::optimizer`] under both.
+//!
 //! # FLOPs
 //! Counted per token from the model's shapes, as Megatron-LM counts them (Narayanan et al.
 //! 2021, appendix: `F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))` for GPT): every matrix multiply
@@ -50,9 +56,13 @@
 
 use serde::Serialize;
 use vram_model::arch::{Layout, Mlp, Transformer};
-use vram_model::setup::{AmpStyle, Attention, Offload, Precision, Recompute, Schedule};
+use vram_model::setup::{AmpStyle, Attention, Offload, Optimizer, Precision, Recompute, Schedule};
 
 use crate::cluster::Cluster;
+use crate::eager::{self, EagerCalibration, Stack};
+
+/// The transformers stack's price of one micro-batch (see [`micro_batch_of`]).
+pub type MicroBatchPrice = eager::MicroBatch;
 
 /// The tunable constants of the time model (see the module docs for their sources).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -72,6 +82,8 @@ pub struct Calibration {
     pub overlap_grad_reduce: bool,
     /// CPU Adam throughput per node, parameters per second (offload).
     pub cpu_adam_params_per_s: f64,
+    /// Constants of the transformers stack ([`crate::eager`]).
+    pub eager: EagerCalibration,
 }
 
 impl Default for Calibration {
@@ -84,6 +96,7 @@ impl Default for Calibration {
             collective_latency_s: 10e-6,
             overlap_grad_reduce: true,
             cpu_adam_params_per_s: 2e9,
+            eager: EagerCalibration::default(),
         }
     }
 }
@@ -176,6 +189,25 @@ pub struct Config {
     pub amp_style: AmpStyle,
     /// Precision.
     pub precision: Precision,
+    /// The software that runs the step.
+    pub stack: Stack,
+    /// The optimizer.
+    pub optimizer: Optimizer,
+}
+
+/// Bytes a fused GPU optimizer step moves per parameter under Megatron-LM (fp32 master
+/// weights and states, fp32 main gradient, half parameter written back): Adam reads and
+/// writes the master weight and two states and reads the gradient (28), writes the half
+/// copy (2), plus its read-modify of the step's scalars: 36 as before; SGD 4 + 4 + 4 + 2 = 14;
+/// momentum adds its buffer read and written (22); Adafactor's factored second moment is
+/// small, but it reads the gradient twice more (22); 8-bit Adam's states are 1 byte (18).
+fn megatron_optimizer_bytes(opt: Optimizer) -> f64 {
+    match opt {
+        Optimizer::Adamw => 36.0,
+        Optimizer::Sgd => 14.0,
+        Optimizer::Momentum | Optimizer::Adafactor => 22.0,
+        Optimizer::Adam8bit => 18.0,
+    }
 }
 
 /// Where the step's time goes, seconds.
@@ -215,6 +247,48 @@ pub fn step_time(
     attention: Attention,
     seq: u64,
     cfg: &Config,
+) -> StepTime {
+    let mb = micro_batch_of(t, cluster, cal, attention, seq, cfg);
+    step_time_with(t, cluster, cal, attention, seq, cfg, mb.as_ref())
+}
+
+/// The transformers stack's price of one micro-batch of `cfg` (`None` under Megatron-LM).
+/// It depends only on the micro-batch, tensor parallelism, sequence parallelism, precision
+/// and mixed-precision layout, so the search computes it once per such combination.
+pub fn micro_batch_of(
+    t: &Transformer,
+    cluster: &Cluster,
+    cal: &Calibration,
+    attention: Attention,
+    seq: u64,
+    cfg: &Config,
+) -> Option<eager::MicroBatch> {
+    (cfg.stack == Stack::Transformers).then(|| {
+        eager::micro_batch(
+            t,
+            cluster.gpu,
+            &cal.eager,
+            attention,
+            cfg.precision,
+            cfg.amp_style,
+            (cfg.micro_batch * seq) as f64,
+            seq as f64,
+            cfg.tp as f64,
+            cfg.sequence_parallel,
+        )
+    })
+}
+
+/// [`step_time`] with the transformers stack's micro-batch already priced
+/// ([`micro_batch_of`]; ignored under Megatron-LM).
+pub fn step_time_with(
+    t: &Transformer,
+    cluster: &Cluster,
+    cal: &Calibration,
+    attention: Attention,
+    seq: u64,
+    cfg: &Config,
+    eager_mb: Option<&eager::MicroBatch>,
 ) -> StepTime {
     let precision = cfg.precision;
     let tf = token_flops(t, seq);
@@ -257,8 +331,18 @@ pub fn step_time(
         softmax_f = tokens * 5.0 * (t.heads as f64 / tp) * seq as f64 * bytes / hbm;
         elem_f += softmax_f;
     }
-    let fwd = mm_f + attn_f + elem_f;
-    let bwd = 2.0 * fwd;
+    let mut fwd = mm_f + attn_f + elem_f;
+    let mut bwd = 2.0 * fwd;
+    let mut attn_core = attn_f + softmax_f;
+    let mut eager_head = None;
+    let mut tensors_per_param = 0.0;
+    if let (Stack::Transformers, Some(mb)) = (cfg.stack, eager_mb) {
+        tensors_per_param = mb.tensors_per_param;
+        fwd = mb.layer_fwd_s;
+        bwd = mb.layer_bwd_s;
+        attn_core = mb.layer_attn_s;
+        eager_head = Some(mb.head_s);
+    }
     let lat = cal.collective_latency_s;
     let tp_ar = if cfg.tp > 1 {
         2.0 * (tp - 1.0) / tp * tokens * h * bytes / (cluster.intra_gb_s * 1e9) + lat
@@ -268,7 +352,7 @@ pub fn step_time(
     let layer_comm = 4.0 * tp_ar;
     let recompute_one = match cfg.recompute {
         Recompute::None => 0.0,
-        Recompute::Selective => attn_f + softmax_f,
+        Recompute::Selective => attn_core,
         Recompute::Full => fwd + 2.0 * tp_ar,
     };
 
@@ -280,7 +364,9 @@ pub fn step_time(
         (_, Some(k)) => (k as f64).min(per_stage),
         (_, None) => per_stage,
     };
-    let head_f = if tf.head > 0.0 {
+    let head_f = if let Some(head) = eager_head {
+        head
+    } else if tf.head > 0.0 {
         let mm = tokens * tf.head / tp / (peak * cal.eta_max * g(tokens, cal.d0) * g(h, cal.d0));
         // logits, fp32 upcast, softmax, and their gradients: ~16 bytes per logit.
         let loss = tokens * t.vocab as f64 / tp * 16.0 / hbm;
@@ -352,10 +438,48 @@ pub fn step_time(
         stage_params
     };
     let pcie = cluster.pcie_gb_s * 1e9;
-    // Adam on the GPU reads and writes ~36 bytes per parameter (fp32 master, 2 states,
-    // gradient, half copy).
+    let gpu_optimizer = match cfg.stack {
+        Stack::Megatron => shard * megatron_optimizer_bytes(cfg.optimizer) / hbm,
+        Stack::Transformers => {
+            // Optimizer states take the parameters' dtype: bf16 in pure bf16, fp32 masters
+            // otherwise (autocast's fp32 weights, DeepSpeed's fp32 partitions).
+            let state_bytes = if precision == Precision::Bf16 {
+                2.0
+            } else {
+                4.0
+            };
+            let tensors = tensors_per_param * shard;
+            eager::optimizer_s(
+                cluster.gpu,
+                &cal.eager,
+                cfg.optimizer,
+                shard,
+                tensors,
+                state_bytes,
+                precision == Precision::Fp16Amp,
+            )
+        }
+    };
+    // Gradient accumulation under PyTorch: each micro-batch after the first adds its
+    // gradients into `.grad` (Megatron-LM accumulates inside its fused weight-gradient GEMM).
+    let accumulate = if cfg.stack == Stack::Transformers && cfg.grad_accum > 1 {
+        let grad_bytes = if precision == Precision::Bf16 {
+            2.0
+        } else {
+            4.0
+        };
+        let grads = if cfg.zero >= 2 {
+            stage_params / dp
+        } else {
+            stage_params
+        };
+        (cfg.grad_accum - 1) as f64
+            * eager::accumulate_s(cluster.gpu, &cal.eager, grads, grad_bytes)
+    } else {
+        0.0
+    };
     let (optimizer, offload) = match cfg.offload {
-        Offload::None => (shard * 36.0 / hbm, 0.0),
+        Offload::None => (gpu_optimizer + accumulate, 0.0),
         Offload::Optimizer | Offload::Params => {
             let cpu = shard * cluster.gpus_per_node as f64 / cal.cpu_adam_params_per_s;
             let mut moved = shard * (grad_bytes + bytes) / pcie;

@@ -7,7 +7,10 @@
 //! - [`cluster`] describes the GPUs and how they are connected (presets for DGX A100, DGX H100,
 //!   HGX H200, 8 × RTX 4090 over PCIe and a single-GPU workstation).
 //! - [`cost`] prices one configuration: FLOPs at a shape-dependent efficiency, tensor-, pipeline-
-//!   and data-parallel communication, the pipeline bubble, offload.
+//!   and data-parallel communication, the pipeline bubble, offload. Compute is priced for the
+//!   [`Stack`] that runs the step: Megatron-LM's fused kernels, or [`eager`], Hugging Face
+//!   transformers under PyTorch eager (operator by operator, from H100 measurements), which
+//!   also prices `generate` ([`eager::serving`]).
 //! - [`search()`] enumerates DP × TP × PP × schedule × sequence parallel × ZeRO × offload ×
 //!   recomputation × micro-batch, and checks memory with [`vram_model::estimate()`] best-first.
 //! - [`checkpoint`] is optimal activation checkpointing for a chain of heterogeneous layers
@@ -33,9 +36,11 @@ pub mod batching;
 pub mod checkpoint;
 pub mod cluster;
 pub mod cost;
+pub mod eager;
 pub mod emit;
 mod error;
 pub mod search;
 
+pub use eager::Stack;
 pub use error::{Error, Result};
 pub use search::{search, Bound, Outcome, Pins, Plan, Progress, RecomputeChoice, Request};

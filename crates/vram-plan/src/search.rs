@@ -22,6 +22,7 @@ use vram_model::setup::{
 
 use crate::cluster::Cluster;
 use crate::cost::{self, Calibration, Config, StepTime};
+use crate::eager::Stack;
 use crate::error::{Error, Result};
 
 /// How recomputation may be chosen.
@@ -78,8 +79,12 @@ pub struct Request {
     pub precisions: Vec<Precision>,
     /// Attention implementation.
     pub attention: Attention,
-    /// Optimizer.
+    /// Optimizer (memory and time).
     pub optimizer: Optimizer,
+    /// The software that runs the step (decides which kernels are priced).
+    /// [`Request::new`] puts [`Stack::Transformers`]: Hugging Face models under PyTorch,
+    /// what DeepSpeed, accelerate and torchrun launch.
+    pub stack: Stack,
     /// Memory overheads for the estimator.
     pub overheads: Overheads,
     /// Pinned dimensions.
@@ -107,6 +112,7 @@ impl Request {
             precisions: vec![precision],
             attention: Attention::Sdpa,
             optimizer: Optimizer::Adamw,
+            stack: Stack::Transformers,
             overheads: Overheads::default(),
             pins: Pins::default(),
             top: 10,
@@ -419,6 +425,8 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
                                                 schedule,
                                                 amp_style: setup.amp_style(),
                                                 precision,
+                                                stack: req.stack,
+                                                optimizer: req.optimizer,
                                             },
                                             choice,
                                             mem: None,
@@ -467,9 +475,14 @@ fn key(t: f64) -> u64 {
     t.max(0.0).to_bits()
 }
 
+/// What the transformers stack's micro-batch price depends on: micro-batch, tp, sequence
+/// parallelism, precision, mixed-precision layout.
+type MbKey = (u64, u64, bool, u8, u8);
+
 struct Ctx<'a> {
     req: &'a Request,
     t: &'a Transformer,
+    micro_batches: std::cell::RefCell<HashMap<MbKey, Option<cost::MicroBatchPrice>>>,
     estimates: u64,
     replays: u64,
     first_error: Option<vram_model::Error>,
@@ -479,7 +492,29 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn price(&self, cfg: &Config) -> StepTime {
         let r = self.req;
-        cost::step_time(self.t, &r.cluster, &r.calibration, r.attention, r.seq, cfg)
+        let key = (
+            cfg.micro_batch,
+            cfg.tp,
+            cfg.sequence_parallel,
+            cfg.precision as u8,
+            cfg.amp_style as u8,
+        );
+        let mb = *self
+            .micro_batches
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| {
+                cost::micro_batch_of(self.t, &r.cluster, &r.calibration, r.attention, r.seq, cfg)
+            });
+        cost::step_time_with(
+            self.t,
+            &r.cluster,
+            &r.calibration,
+            r.attention,
+            r.seq,
+            cfg,
+            mb.as_ref(),
+        )
     }
 
     /// Total bytes per GPU, or `None` when the memory model rejects the setup.
@@ -524,15 +559,26 @@ impl Ctx<'_> {
         if cfg.offload == Offload::None {
             return true;
         }
-        // Offloaded per GPU: fp32 master + 2 Adam states (12 B/param) of its shard, and the
-        // half parameters with parameter offload; the node's GPUs share the host.
+        // Offloaded per GPU: fp32 master + optimizer states of its shard (12 B/param for
+        // Adam), and the half parameters with parameter offload; the node's GPUs share the
+        // host.
         let c = &self.req.cluster;
         let shard = self.t.param_count() as f64 / (cfg.tp * cfg.pp * cfg.dp) as f64;
-        let per_param = if cfg.offload == Offload::Params {
-            14.0
-        } else {
-            12.0
+        // fp32 master weights and the optimizer's fp32 states.
+        let states = match self.req.optimizer {
+            Optimizer::Sgd => 0.0,
+            Optimizer::Momentum => 4.0,
+            Optimizer::Adamw => 8.0,
+            Optimizer::Adam8bit => 2.0,
+            Optimizer::Adafactor => 0.5,
         };
+        let per_param = 4.0
+            + states
+            + if cfg.offload == Offload::Params {
+                2.0
+            } else {
+                0.0
+            };
         shard * per_param * c.gpus_per_node as f64 <= c.host_memory_bytes as f64
     }
 
@@ -677,6 +723,7 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
     let mut ctx = Ctx {
         req,
         t,
+        micro_batches: Default::default(),
         estimates: 0,
         replays: 0,
         first_error: None,

@@ -4,5 +4,6 @@ mod batching;
 mod checkpoint;
 mod emit;
 mod guidance;
+mod measured;
 mod megatron;
 mod search;

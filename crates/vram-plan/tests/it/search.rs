@@ -2,10 +2,10 @@
 
 use vram_model::catalog;
 use vram_model::hf;
-use vram_model::setup::{AmpStyle, Attention, Offload, Precision, Recompute, Schedule};
+use vram_model::setup::{AmpStyle, Attention, Offload, Optimizer, Precision, Recompute, Schedule};
 use vram_plan::cluster::Cluster;
 use vram_plan::cost::{step_time, token_flops, Calibration, Config};
-use vram_plan::{search, Pins, RecomputeChoice, Request};
+use vram_plan::{search, Pins, RecomputeChoice, Request, Stack};
 
 fn gpt(h: u64, l: u64, a: u64) -> vram_model::arch::Model {
     let cfg = format!(
@@ -79,6 +79,8 @@ fn cfg(pp: u64, m: u64, schedule: Schedule) -> Config {
         schedule,
         amp_style: AmpStyle::Megatron,
         precision: Precision::Bf16Amp,
+        stack: Stack::Megatron,
+        optimizer: Optimizer::Adamw,
     }
 }
 

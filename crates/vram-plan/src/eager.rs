@@ -1,0 +1,1178 @@
+//! The transformers stack: what PyTorch eager launches when Hugging Face transformers 5.x
+//! runs a training step, and what that costs on the GPU and on the CPU that launches it.
+//!
+//! Megatron-LM fuses its element-wise work and runs large GEMMs back to back; the
+//! [`crate::cost`] model prices that. A Hugging Face model under plain PyTorch (what
+//! DeepSpeed, accelerate and torchrun + FSDP2 launch) runs one kernel per operator of its
+//! Python code: casts, norms written as five operators, rotary embeddings as five more, the
+//! loss upcast to fp32. This module walks one layer's operators, prices each, and adds them
+//! up; [`crate::cost::step_time`] uses it for compute and optimizer time under
+//! [`Stack::Transformers`] and keeps its own communication, bubble and offload terms.
+//!
+//! # What a layer launches (forward; read from the transformers 5.x modelling code)
+//!
+//! Per decoder layer of `LlamaDecoderLayer` / `MistralDecoderLayer` / `Gemma2DecoderLayer`,
+//! `GPT2Block`, `GPTNeoXLayer`, `BertLayer` / `RobertaLayer`, `T5Block`, under autocast:
+//! - **norms**: `nn.LayerNorm` is one kernel (fp32 out under autocast); `LlamaRMSNorm`,
+//!   `T5LayerNorm`, `Gemma2RMSNorm` are `to(fp32)`, `pow(2)`, `mean`, `+ eps`, `rsqrt`, `*`,
+//!   (`to(dtype)`), `weight *`: six kernels, four over the whole tensor.
+//! - **projections**: each `nn.Linear` / GPT-2 `Conv1D` under autocast casts its fp32 input to
+//!   bf16 (one kernel, `R + A` bytes an element) and its weight (once per forward: autocast
+//!   caches leaf casts), then one GEMM (bias fused in `addmm`). Fused QKV (GPT-2, NeoX) casts
+//!   once; Llama-style separate `q_proj`, `k_proj`, `v_proj` cast three times.
+//! - **rotary** (`apply_rotary_pos_emb`): `q·cos`, `rotate_half` (slice, `neg`, `cat`),
+//!   `·sin`, `+`, the same for `k`: ten kernels; `cos`/`sin` are fp32 under autocast, so `q`
+//!   and `k` are promoted to fp32 and `sdpa` casts them back (two more).
+//! - **attention**: see [`attention_kernel`]: one fused kernel, the model's eager code (two
+//!   batched GEMMs and scale, mask, softmax (fp32 under autocast, cast back), dropout over
+//!   `b·a·s²` scores), or `sdpa`'s math composite (inputs upcast to fp32, fp32 score GEMMs).
+//! - **the rest**: the head transpose copy before `o_proj`, dropout where the config has it
+//!   (GPT-2, BERT, T5: 0.1), residual adds (fp32 + bf16 → fp32), the activation (one kernel for
+//!   `F.gelu`/`F.silu`/`gelu_pytorch_tanh`; nine for GPT-2's `gelu_new`, written as
+//!   `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` with `pow` in fp32 under autocast), the gate
+//!   product of gated MLPs, T5's cast of the `wo` input to the weight's dtype.
+//! - **MoE** (Mixtral-style `*SparseMoeBlock`): router GEMM, softmax, top-k, normalisation,
+//!   `one_hot`, and a Python loop over the experts hit (`nonzero` syncs the host), each
+//!   iteration `where`, index, gate/up GEMM, act, product, down GEMM, weight, `index_add_`.
+//!   The sync means the loop's launches do not overlap the GPU: its CPU and GPU time add.
+//! - **head and loss**: final norm, LM-head GEMM, Gemma 2's final logit soft-capping (divide,
+//!   `tanh`, multiply), `ForCausalLMLoss` upcasting the logits to fp32 and `cross_entropy`
+//!   (log-softmax + NLL). Encoder classifiers (BERT) have only a pooler and a 2-way head.
+//!
+//! Backward launches about 1.5 kernels per forward kernel (two GEMMs per GEMM, one or two
+//! kernels per element-wise op, gradient sums where a tensor has several users, the fp32 cast
+//! of each weight gradient) and moves [`EagerCalibration::bwd_bytes`] times the forward's
+//! element-wise bytes (it reads the saved inputs and the incoming gradient and writes the
+//! outgoing one). GEMMs cost twice the forward (data and weight gradients); fused attention
+//! 2.5× (FlashAttention-2's backward does 2.5× the forward's matmul work, Dao 2023).
+//!
+//! # Pricing
+//! - GEMM time: FLOPs over the throughput measured on an H100 for the nearest shapes
+//!   (`data/h100-calibration.json`: bf16 and fp32 with TF32 off, `m` = 512–32768 rows, eight
+//!   `k × n` shapes; bilinear interpolation in `log m`, `log(k·n)`, clamped at the edges).
+//!   Other GPUs scale by their dense peak against the H100's (989.4 / 66.9 TFLOP/s).
+//! - Element-wise time: bytes over the measured large-tensor bandwidth (2925 GB/s, a 1 GiB
+//!   copy; the 64 MiB point gives 2877) times [`EagerCalibration::elementwise_eta`]; other GPUs
+//!   scale by HBM bandwidth (3350 GB/s for the H100 SXM). Below a few MiB the measured
+//!   per-call time is flat at ~15 µs: the launch floor, priced by the CPU term below.
+//! - CPU time: every kernel is launched by Python in forward
+//!   ([`EagerCalibration::fwd_cpu_s`] each) and by the C++ autograd engine in backward
+//!   ([`EagerCalibration::bwd_cpu_s`]). Launches are asynchronous, so a layer takes the larger
+//!   of its CPU time and its GPU time (small models at small batches are launch-bound).
+//! - No `torch.compile`: nothing is fused beyond what the operators themselves fuse.
+//! - Optimizer: `torch.optim` on CUDA defaults to `foreach` kernels that stream the states;
+//!   bytes per parameter are counted in [`optimizer_elements`], priced at the element-wise
+//!   bandwidth. Adafactor has no `foreach` path and reads a norm back to the host per tensor.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+use vram_model::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
+use vram_model::gpu::Gpu;
+use vram_model::setup::{AmpStyle, Attention, Optimizer, Precision};
+
+/// Which software runs the step, and so which kernels the time model prices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stack {
+    /// Hugging Face transformers 5.x under PyTorch eager (DeepSpeed, accelerate, torchrun +
+    /// FSDP2): one kernel per operator, no `torch.compile`, `foreach` optimizers. H100-measured.
+    Transformers,
+    /// Megatron-LM: fused element-wise kernels, large GEMMs; calibrated on A100s against
+    /// Megatron-LM's own published throughput ([`crate::cost`]).
+    Megatron,
+}
+
+impl Stack {
+    /// `transformers` or `megatron`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stack::Transformers => "transformers",
+            Stack::Megatron => "megatron",
+        }
+    }
+}
+
+/// The constants of the transformers-stack model that were not measured directly, with why
+/// each has its value. Everything else comes from `data/h100-calibration.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EagerCalibration {
+    /// CPU time per counted forward kernel: the Python module calls, autograd recording,
+    /// autocast dispatch and the views, allocations and bookkeeping between the operators
+    /// this model counts. The measured bare loop of tiny ops costs 9.6 µs a kernel without
+    /// any of these; 45 µs is fitted to the measured training steps of the small models
+    /// (GPT-2, BERT, RoBERTa, T5 in bf16), whose steps launches bound. The same cost is used
+    /// for the first, `no_grad`, forward of checkpointed layers (module and autocast overhead
+    /// remain there).
+    pub fwd_cpu_s: f64,
+    /// CPU time per backward kernel: the C++ autograd engine, no Python: 20 µs, about twice
+    /// the bare launch (node dispatch, gradient buffers); an assumption that the measured
+    /// steps do not constrain (their backward passes are GPU-bound).
+    pub bwd_cpu_s: f64,
+    /// CPU time per kernel with no autograd (inference): the measured 9.6 µs.
+    pub launch_s: f64,
+    /// Backward kernels per forward kernel (see the module docs).
+    pub bwd_kernels: f64,
+    /// Backward element-wise bytes per forward element-wise byte: 2.5 (fitted; a hand count
+    /// of `native_layer_norm_backward`, `native_dropout_backward`, `gelu_backward` and the
+    /// gradient sums at branch points gives 2–3).
+    pub bwd_bytes: f64,
+    /// Backward bytes per forward byte over materialised attention scores: 1.0 by hand count
+    /// (`_softmax_backward_data` reads the fp32 output and gradient and writes one: 12 bytes
+    /// against the forward's scale, mask, upcast-softmax and cast-back 28; the casts' and the
+    /// scale's backwards mirror the forward; the mask add has none).
+    pub score_bwd_bytes: f64,
+    /// Fraction of the measured copy bandwidth real element-wise kernels reach (reductions in
+    /// norms and softmax, Philox in dropout): 0.8, fitted to the measured steps.
+    pub elementwise_eta: f64,
+    /// Fraction of the dense peak FlashAttention-2 (`sdpa`'s flash backend, forward) reaches
+    /// on an H100: 0.35 (≈ 350 TFLOP/s at head size 128, Dao 2023, FlashAttention-2 §4).
+    pub flash_eta: f64,
+    /// fp32 `sdpa` runs the memory-efficient (xFormers/cutlass) kernel on CUDA cores:
+    /// 0.3 of the fp32 peak (an assumption: it reaches about a third of cuBLAS's fp32 rate).
+    pub mem_efficient_fp32_eta: f64,
+    /// Wall time per generated token that `generate` spends outside the model's kernels
+    /// (logits processors, stopping criteria, cache bookkeeping, host syncs), per sequence
+    /// of the batch and fixed; see [`serving`].
+    pub generate_token_s: f64,
+    /// Per sequence of the batch, per generated token, on top of `generate_token_s`.
+    pub generate_token_per_seq_s: f64,
+}
+
+impl Default for EagerCalibration {
+    fn default() -> Self {
+        EagerCalibration {
+            fwd_cpu_s: 45e-6,
+            bwd_cpu_s: 20e-6,
+            launch_s: 9.6e-6,
+            bwd_kernels: 1.5,
+            bwd_bytes: 2.5,
+            score_bwd_bytes: 1.0,
+            elementwise_eta: 0.8,
+            flash_eta: 0.35,
+            mem_efficient_fp32_eta: 0.3,
+            generate_token_s: 0.1,
+            generate_token_per_seq_s: 8.5e-3,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// H100 measurements
+// ---------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct RawGemm {
+    dtype: String,
+    m: f64,
+    k: f64,
+    n: f64,
+    tflops: f64,
+}
+
+#[derive(Deserialize)]
+struct RawEw {
+    bytes_moved: f64,
+    #[serde(rename = "GBps")]
+    gbps: f64,
+}
+
+#[derive(Deserialize)]
+struct RawLaunch {
+    tiny_kernel_us_python_loop: f64,
+}
+
+#[derive(Deserialize)]
+struct RawCal {
+    gemm: Vec<RawGemm>,
+    elementwise: Vec<RawEw>,
+    launch: RawLaunch,
+}
+
+/// GEMM throughput measured on the H100, by rows and by `k·n`.
+#[derive(Debug, Clone)]
+struct Grid {
+    /// `ln m` of the measured rows.
+    ms: Vec<f64>,
+    /// `ln(k·n)` of the measured shapes.
+    kns: Vec<f64>,
+    /// `ln TFLOP/s`, `[kn][m]`.
+    ln_tflops: Vec<Vec<f64>>,
+}
+
+impl Grid {
+    fn from(points: &[&RawGemm]) -> Grid {
+        let mut ms: Vec<f64> = points.iter().map(|p| p.m).collect();
+        ms.sort_by(f64::total_cmp);
+        ms.dedup();
+        let mut kns: Vec<f64> = points.iter().map(|p| p.k * p.n).collect();
+        kns.sort_by(f64::total_cmp);
+        kns.dedup();
+        let mut ln_tflops = Vec::new();
+        for &kn in &kns {
+            let mut row = Vec::new();
+            for &m in &ms {
+                // Shapes with the same k·n (2048×8192 and 4096×4096) are averaged; a missing
+                // point (fp32 at m = 32768, k·n = 8192×28672) takes the largest m measured.
+                let same: Vec<f64> = points
+                    .iter()
+                    .filter(|p| p.k * p.n == kn && p.m == m)
+                    .map(|p| p.tflops)
+                    .collect();
+                let v = if same.is_empty() {
+                    points
+                        .iter()
+                        .filter(|p| p.k * p.n == kn)
+                        .max_by(|a, b| a.m.total_cmp(&b.m))
+                        .map_or(1.0, |p| p.tflops)
+                } else {
+                    same.iter().sum::<f64>() / same.len() as f64
+                };
+                row.push(v.ln());
+            }
+            ln_tflops.push(row);
+        }
+        Grid {
+            ms: ms.iter().map(|m| m.ln()).collect(),
+            kns: kns.iter().map(|x| x.ln()).collect(),
+            ln_tflops,
+        }
+    }
+
+    /// TFLOP/s of an `m × k × n` GEMM.
+    fn tflops(&self, m: f64, kn: f64) -> f64 {
+        let (a, b, t) = bracket(&self.ms, m.max(1.0).ln());
+        let (c, d, u) = bracket(&self.kns, kn.max(1.0).ln());
+        let at = |i: usize| (1.0 - t) * self.ln_tflops[i][a] + t * self.ln_tflops[i][b];
+        ((1.0 - u) * at(c) + u * at(d)).exp()
+    }
+}
+
+/// Indices around `x` in sorted `xs` and the fraction between them (clamped at the ends).
+fn bracket(xs: &[f64], x: f64) -> (usize, usize, f64) {
+    let last = xs.len() - 1;
+    if x <= xs[0] {
+        return (0, 0, 0.0);
+    }
+    if x >= xs[last] {
+        return (last, last, 0.0);
+    }
+    let i = xs.partition_point(|&v| v <= x) - 1;
+    (i, i + 1, (x - xs[i]) / (xs[i + 1] - xs[i]))
+}
+
+/// What was measured on the H100 (`data/h100-calibration.json`).
+#[derive(Debug, Clone)]
+pub struct H100 {
+    bf16: Grid,
+    fp32: Grid,
+    /// Element-wise bandwidth of the largest measured copy, bytes/s.
+    pub bandwidth: f64,
+    /// Per-kernel cost of a Python loop of tiny ops, seconds.
+    pub launch_s: f64,
+}
+
+/// Dense peaks and HBM bandwidth of the H100 SXM the calibration was measured on (NVIDIA
+/// H100 datasheet; the catalog's `h100-80g`), used to scale to other GPUs.
+const H100_BF16_TFLOPS: f64 = 989.4;
+const H100_FP32_TFLOPS: f64 = 66.9;
+const H100_HBM_GB_S: f64 = 3350.0;
+
+/// The H100 measurements, parsed once.
+pub fn h100() -> &'static H100 {
+    static CAL: OnceLock<H100> = OnceLock::new();
+    CAL.get_or_init(|| {
+        let raw: RawCal = serde_json::from_str(include_str!("../data/h100-calibration.json"))
+            .expect("data/h100-calibration.json is valid (checked by a test)");
+        let pick =
+            |dt: &str| -> Vec<&RawGemm> { raw.gemm.iter().filter(|g| g.dtype == dt).collect() };
+        let big = raw
+            .elementwise
+            .iter()
+            .max_by(|a, b| a.bytes_moved.total_cmp(&b.bytes_moved))
+            .expect("elementwise points");
+        H100 {
+            bf16: Grid::from(&pick("bfloat16")),
+            fp32: Grid::from(&pick("float32")),
+            bandwidth: big.gbps * 1e9,
+            launch_s: raw.launch.tiny_kernel_us_python_loop * 1e-6,
+        }
+    })
+}
+
+/// GPU-specific rates: the H100 measurements scaled to `gpu`.
+#[derive(Debug, Clone, Copy)]
+pub struct Rates<'a> {
+    h: &'a H100,
+    half_scale: f64,
+    fp32_scale: f64,
+    /// Element-wise bytes per second reached by real kernels.
+    pub bytes_per_s: f64,
+    /// FLOP/s of the flash kernel (forward).
+    flash_flops: f64,
+    /// FLOP/s of the fp32 memory-efficient kernel (forward).
+    mem_efficient_flops: f64,
+    /// CPU seconds per kernel launched after a host sync (forward, autograd on).
+    loop_cpu_s: f64,
+}
+
+impl<'a> Rates<'a> {
+    /// Rates for `gpu` under `cal`.
+    pub fn new(gpu: &Gpu, cal: &EagerCalibration) -> Rates<'static> {
+        let h = h100();
+        Rates {
+            h,
+            half_scale: gpu.half_tflops / H100_BF16_TFLOPS,
+            fp32_scale: gpu.fp32_tflops / H100_FP32_TFLOPS,
+            bytes_per_s: h.bandwidth * (gpu.hbm_gb_s / H100_HBM_GB_S) * cal.elementwise_eta,
+            flash_flops: gpu.half_tflops * 1e12 * cal.flash_eta,
+            mem_efficient_flops: gpu.fp32_tflops * 1e12 * cal.mem_efficient_fp32_eta,
+            loop_cpu_s: cal.fwd_cpu_s,
+        }
+    }
+
+    /// Seconds of `batch` GEMMs of `m × k × n` (`2mkn` FLOPs each).
+    pub fn gemm_s(&self, m: f64, k: f64, n: f64, batch: f64, fp32: bool) -> f64 {
+        if m <= 0.0 || k <= 0.0 || n <= 0.0 {
+            return 0.0;
+        }
+        // A batched GEMM is one kernel over `batch·m` rows.
+        let rows = m * batch.max(1.0);
+        let tflops = if fp32 {
+            self.h.fp32.tflops(rows, k * n) * self.fp32_scale
+        } else {
+            self.h.bf16.tflops(rows, k * n) * self.half_scale
+        };
+        2.0 * rows * k * n / (tflops * 1e12)
+    }
+
+    /// Seconds to move `bytes` through an element-wise kernel.
+    pub fn bytes_s(&self, bytes: f64) -> f64 {
+        bytes / self.bytes_per_s
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Attention kernel
+// ---------------------------------------------------------------------------------------
+
+/// The attention kernel PyTorch runs for a model and setup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttnKernel {
+    /// `sdpa`'s fused kernels (cuDNN / FlashAttention-2) in half precision.
+    Flash,
+    /// `sdpa`'s memory-efficient kernel (fp32 multi-head attention).
+    MemEfficient,
+    /// The model's own eager attention: scores materialised in the compute dtype.
+    Eager,
+    /// `sdpa`'s math composite (`_scaled_dot_product_attention_math`): no fused kernel takes
+    /// the call; half inputs are upcast to fp32, so the score GEMMs run in fp32 and the
+    /// scores are fp32.
+    Composite,
+}
+
+/// Which attention kernel runs for a self-attention (`cross = false`) or cross-attention
+/// block, as PyTorch 2.11 dispatches the call transformers 5.17 makes (`sdp_utils.cpp`: cuDNN,
+/// flash, memory-efficient, then the math composite). The same rules as the estimator's own
+/// choice (`vram_model` `estimate::layers::attention_kernel`, crate-private today): one small
+/// function to switch over once that is public.
+///
+/// - `attention: eager`: the model's eager code.
+/// - T5's relative position bias requires grad in training: no fused kernel accepts a bias
+///   that needs a gradient, so self-attention runs the composite (cross-attention's bias is
+///   a constant zero).
+/// - Falcon's multi-query K/V (one head) without `enable_gqa`: the composite.
+/// - Grouped-query attention in fp32: the memory-efficient kernel has no GQA in 2.11: the
+///   composite.
+/// - Otherwise fp32 runs the memory-efficient kernel and half precision a fused one.
+pub fn attention_kernel(
+    t: &Transformer,
+    attention: Attention,
+    precision: Precision,
+    training: bool,
+    cross: bool,
+) -> AttnKernel {
+    if attention == Attention::Eager {
+        return AttnKernel::Eager;
+    }
+    let gqa = t.kv_heads < t.heads;
+    if matches!(t.positions, Positions::RelativeBuckets(_)) && training && !cross {
+        return AttnKernel::Composite;
+    }
+    if t.model_type == "falcon" && gqa && t.kv_heads == 1 {
+        return AttnKernel::Composite;
+    }
+    if precision == Precision::Fp32 {
+        return if gqa {
+            AttnKernel::Composite
+        } else {
+            AttnKernel::MemEfficient
+        };
+    }
+    AttnKernel::Flash
+}
+
+// ---------------------------------------------------------------------------------------
+// Operators
+// ---------------------------------------------------------------------------------------
+
+/// Work of a stretch of operators: kernels launched and GPU time by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Work {
+    /// Kernels launched.
+    pub kernels: f64,
+    /// GEMM seconds (the forward's; backward doubles them).
+    pub gemm_s: f64,
+    /// Fused-attention seconds.
+    pub attn_s: f64,
+    /// Element-wise seconds.
+    pub ew_s: f64,
+    /// Element-wise seconds over materialised attention scores (math path).
+    pub score_s: f64,
+    /// Work after a host sync: CPU and GPU time add instead of overlapping (MoE loops).
+    pub serial_s: f64,
+    /// Kernels of that serialised work (its backward overlaps like any other: autograd
+    /// replays it without the sync).
+    pub serial_kernels: f64,
+    /// GPU seconds of that serialised work.
+    pub serial_gpu_s: f64,
+}
+
+impl Work {
+    fn gpu(&self) -> f64 {
+        self.gemm_s + self.attn_s + self.ew_s + self.score_s
+    }
+
+    /// Forward seconds: launches overlap the GPU.
+    pub fn forward_s(&self, cal: &EagerCalibration) -> f64 {
+        (self.kernels * cal.fwd_cpu_s).max(self.gpu()) + self.serial_s
+    }
+
+    /// Backward seconds.
+    pub fn backward_s(&self, cal: &EagerCalibration) -> f64 {
+        let gpu = 2.0 * self.gemm_s
+            + 2.5 * self.attn_s
+            + cal.bwd_bytes * self.ew_s
+            + cal.score_bwd_bytes * self.score_s;
+        let kernels = self.kernels + self.serial_kernels;
+        (kernels * cal.bwd_kernels * cal.bwd_cpu_s).max(gpu + 2.0 * self.serial_gpu_s)
+    }
+
+    /// Forward seconds with no autograd (inference).
+    pub fn inference_s(&self, cal: &EagerCalibration) -> f64 {
+        (self.kernels * cal.launch_s).max(self.gpu()) + self.serial_s
+    }
+}
+
+/// Shapes and dtypes of one layer's forward on one GPU.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Tokens of the micro-batch on this GPU.
+    pub tokens: f64,
+    /// Sequence length (keys per query).
+    pub seq: f64,
+    /// Tensor-parallel degree.
+    pub tp: f64,
+    /// Sequence parallelism (element-wise work on `h`-wide tensors split by `tp`).
+    pub sp: bool,
+    /// Compute dtype bytes (`A`).
+    pub act: f64,
+    /// Residual-stream / weight dtype bytes (`R`): 4 under autocast (fp32 weights), else `A`.
+    pub resid: f64,
+    /// fp32 GEMMs.
+    pub fp32: bool,
+    /// Training (dropout active).
+    pub train: bool,
+}
+
+impl Shape {
+    /// The shape of a step in `precision` under `amp`.
+    pub fn new(tokens: f64, seq: f64, precision: Precision, amp: AmpStyle, train: bool) -> Shape {
+        let act = precision.compute_bytes() as f64;
+        let resid = match precision {
+            Precision::Fp32 => 4.0,
+            Precision::Bf16 => 2.0,
+            // Autocast keeps fp32 weights and an fp32 residual stream; DeepSpeed and
+            // Megatron run the model in half precision.
+            Precision::Bf16Amp | Precision::Fp16Amp => {
+                if amp == AmpStyle::Autocast {
+                    4.0
+                } else {
+                    2.0
+                }
+            }
+        };
+        Shape {
+            tokens,
+            seq,
+            tp: 1.0,
+            sp: false,
+            act,
+            resid,
+            fp32: precision == Precision::Fp32,
+            train,
+        }
+    }
+}
+
+struct Ops<'r, 'a> {
+    r: &'r Rates<'a>,
+    w: Work,
+}
+
+impl Ops<'_, '_> {
+    fn ew(&mut self, elems: f64, bytes_per: f64, kernels: f64) {
+        self.w.kernels += kernels;
+        self.w.ew_s += self.r.bytes_s(elems * bytes_per);
+    }
+    fn gemm(&mut self, m: f64, k: f64, n: f64, batch: f64, fp32: bool) {
+        self.w.kernels += 1.0;
+        self.w.gemm_s += self.r.gemm_s(m, k, n, batch, fp32);
+    }
+}
+
+/// Fraction of each head that rotary embeddings rotate: GPT-NeoX's `rotary_pct` and
+/// StableLM's default 0.25, Phi-2's `partial_rotary_factor` 0.4, the whole head otherwise
+/// (the `Transformer` does not carry the config field; these are the families' defaults).
+pub fn rotary_fraction(t: &Transformer) -> f64 {
+    match t.model_type.as_str() {
+        "gpt_neox" | "stablelm" => 0.25,
+        "phi" => 0.4,
+        _ => 1.0,
+    }
+}
+
+/// Forward work of one layer (`cross`: a decoder layer with cross-attention over `cross`
+/// encoder tokens).
+pub fn layer(
+    t: &Transformer,
+    s: &Shape,
+    r: &Rates<'_>,
+    attention: Attention,
+    precision: Precision,
+    cross: Option<f64>,
+) -> Work {
+    let mut o = Ops {
+        r,
+        w: Work::default(),
+    };
+    let n = s.tokens;
+    let (a, rb) = (s.act, s.resid);
+    let h = t.hidden as f64;
+    let (q, kv) = t.attn_widths();
+    let (q, kv) = (
+        q as f64 / s.tp,
+        kv as f64 / s.tp.min(t.kv_heads as f64).max(1.0),
+    );
+    let f = t.intermediate as f64 / s.tp;
+    let hs = if s.sp { h / s.tp } else { h };
+    let cast = rb != a;
+    let p_hidden = if s.train { t.hidden_dropout } else { 0.0 };
+    let p_attn = if s.train { t.attention_dropout } else { 0.0 };
+
+    let norm = |o: &mut Ops<'_, '_>| match t.norm {
+        Norm::LayerNorm => o.ew(n * hs, 2.0 * rb, 1.0),
+        Norm::RmsNorm => {
+            // to(fp32) (if not fp32), pow, mean (reads), ·rsqrt, (to(dtype)), weight·:
+            // rsqrt and +eps are on (N, 1).
+            let up = if rb == 4.0 { 0.0 } else { rb + 4.0 };
+            let down = if rb == 4.0 { 0.0 } else { 4.0 + rb };
+            let k = if rb == 4.0 { 6.0 } else { 8.0 };
+            o.ew(n * hs, up + 8.0 + 4.0 + 8.0 + down + 2.0 * rb, k);
+        }
+    };
+    let cast_in = |o: &mut Ops<'_, '_>| {
+        if cast {
+            o.ew(n * hs, rb + a, 1.0);
+        }
+    };
+    let dropout = |o: &mut Ops<'_, '_>, elems: f64, p: f64| {
+        if p > 0.0 {
+            // native_dropout: read, write, 1-byte mask.
+            o.ew(elems, 2.0 * a + 1.0, 1.0);
+        }
+    };
+    let attn = |o: &mut Ops<'_, '_>, kv_tokens: f64, is_self: bool| {
+        let kernel = attention_kernel(t, attention, precision, s.train, !is_self);
+        if t.fused_qkv && is_self {
+            cast_in(o);
+            o.gemm(n, h, q + 2.0 * kv, 1.0, s.fp32);
+        } else {
+            cast_in(o);
+            o.gemm(n, h, q, 1.0, s.fp32);
+            for _ in 0..2 {
+                // Cross-attention projects the encoder's output (already in `R`).
+                if cast {
+                    o.ew(kv_tokens * h, rb + a, 1.0);
+                }
+                o.gemm(kv_tokens, h, kv, 1.0, s.fp32);
+            }
+        }
+        if t.positions == Positions::Rotary && is_self {
+            let frac = rotary_fraction(t);
+            // mul cos, neg (half), cat, mul sin, add; promoted to fp32 under autocast.
+            let promoted = cast;
+            let per = if promoted {
+                (a + 4.0) + a + 2.0 * a + (a + 4.0) + 12.0
+            } else {
+                5.0 * 2.0 * a
+            };
+            o.ew(frac * n * (q + kv), per, 10.0);
+            if frac < 1.0 {
+                // split into rotated and passed-through parts, cat back
+                o.ew(n * (q + kv), 2.0 * a + if promoted { 4.0 } else { a }, 2.0);
+            }
+            if promoted {
+                o.ew(n * (q + kv), 4.0 + a, 2.0);
+            }
+        }
+        let heads = t.heads as f64 / s.tp;
+        let b = (n / s.seq).max(1.0);
+        let kv_len = kv_tokens / b;
+        match kernel {
+            AttnKernel::Flash | AttnKernel::MemEfficient => {
+                // Causal self-attention skips the masked half of the tiles.
+                let causal = if t.layout == Layout::EncoderOnly || !is_self {
+                    1.0
+                } else {
+                    0.5
+                };
+                let flops = 4.0 * n * kv_len * q * causal;
+                let rate = if kernel == AttnKernel::Flash {
+                    r.flash_flops
+                } else {
+                    r.mem_efficient_flops
+                };
+                o.w.kernels += 1.0;
+                o.w.attn_s += flops / rate;
+            }
+            AttnKernel::Eager => {
+                let hd = t.head_dim as f64;
+                let scores = n * heads * kv_len;
+                o.gemm(s.seq, hd, kv_len, b * heads, s.fp32);
+                // scale, mask add, softmax, dropout over the scores
+                let mut per = 2.0 * a + 2.0 * a;
+                let mut k = 2.0;
+                if cast {
+                    // autocast's fp32 softmax: cast, softmax, cast back
+                    per += (a + 4.0) + 8.0 + (4.0 + a);
+                    k += 3.0;
+                } else if t.softmax_upcast && a < 4.0 {
+                    // softmax(dtype=float32).to(dtype)
+                    per += (a + 4.0) + (4.0 + a);
+                    k += 2.0;
+                } else {
+                    per += 2.0 * a;
+                    k += 1.0;
+                }
+                if p_attn > 0.0 {
+                    per += 2.0 * a + 1.0;
+                    k += 1.0;
+                }
+                o.w.kernels += k;
+                o.w.score_s += r.bytes_s(scores * per);
+                o.gemm(s.seq, kv_len, hd, b * heads, s.fp32);
+            }
+            AttnKernel::Composite => {
+                let hd = t.head_dim as f64;
+                let scores = n * heads * kv_len;
+                if a < 4.0 {
+                    // q, k, v upcast to fp32, the output cast back
+                    o.ew(n * q + 2.0 * kv_tokens * kv, a + 4.0, 3.0);
+                    o.ew(n * q, 4.0 + a, 1.0);
+                }
+                // q and k scaled by sqrt(scale), fp32 score GEMMs
+                o.ew(n * q + kv_tokens * kv, 8.0, 2.0);
+                o.gemm(s.seq, hd, kv_len, b * heads, true);
+                // bias or mask add (fp32), softmax, dropout: fp32 scores
+                let per = 12.0 + 8.0 + if p_attn > 0.0 { 9.0 } else { 0.0 };
+                o.w.kernels += if p_attn > 0.0 { 3.0 } else { 2.0 };
+                o.w.score_s += r.bytes_s(scores * per);
+                o.gemm(s.seq, kv_len, hd, b * heads, true);
+            }
+        }
+        // transpose(1, 2).reshape: a copy of the attention output, then o_proj.
+        o.ew(n * q, 2.0 * a, 1.0);
+        o.gemm(n, q, h, 1.0, s.fp32);
+        dropout(o, n * hs, p_hidden);
+        o.ew(n * hs, 2.0 * rb + a, 1.0); // residual add
+    };
+    let mlp = |o: &mut Ops<'_, '_>, tokens: f64| {
+        let one = |o: &mut Ops<'_, '_>, m: f64| {
+            match t.mlp {
+                Mlp::Gated => {
+                    if t.fused_gate_up {
+                        o.gemm(m, h, 2.0 * f, 1.0, s.fp32);
+                    } else {
+                        o.gemm(m, h, f, 1.0, s.fp32);
+                        if cast {
+                            o.ew(m * hs, rb + a, 1.0);
+                        }
+                        o.gemm(m, h, f, 1.0, s.fp32);
+                    }
+                    o.ew(m * f, 2.0 * a, 1.0); // act
+                    o.ew(m * f, 3.0 * a, 1.0); // gate · up
+                }
+                Mlp::Plain | Mlp::Relu => {
+                    o.gemm(m, h, f, 1.0, s.fp32);
+                    match t.act {
+                        Act::ComposedTanh => {
+                            if cast {
+                                // pow in fp32 (cast + pow), ·c, +x, ·√(2/π), tanh, +1, 0.5·x,
+                                // product (fp32), then the cast before c_proj.
+                                o.ew(
+                                    m * f,
+                                    6.0 + 8.0 + 10.0 + 8.0 + 8.0 + 8.0 + 2.0 * a + 10.0,
+                                    9.0,
+                                );
+                                o.ew(m * f, 4.0 + a, 1.0);
+                            } else {
+                                o.ew(m * f, 8.0 * 2.0 * a + a, 8.0);
+                            }
+                        }
+                        Act::QuickGelu => o.ew(m * f, 2.0 * a + 3.0 * a + 2.0 * a, 3.0),
+                        Act::Fused => o.ew(m * f, 2.0 * a, 1.0),
+                    }
+                    if t.mlp == Mlp::Relu {
+                        dropout(o, m * f, p_hidden);
+                        if cast {
+                            // T5DenseActDense casts to the fp32 weight's dtype; autocast
+                            // casts back for the GEMM.
+                            o.ew(m * f, 2.0 * (a + 4.0), 2.0);
+                        }
+                    }
+                }
+            }
+            o.gemm(m, f, h, 1.0, s.fp32);
+        };
+        if t.experts > 1 {
+            let e = t.experts as f64;
+            let k = t.experts_per_token.max(1) as f64;
+            o.gemm(tokens, h, e, 1.0, s.fp32); // router
+            o.ew(tokens * e, 4.0 * 4.0, 8.0); // softmax, topk, normalise, one_hot, hit
+                                              // The per-expert loop after `nonzero`: launches and kernels add.
+            let per_expert = tokens * k / e;
+            let mut inner = Ops {
+                r: o.r,
+                w: Work::default(),
+            };
+            for _ in 0..t.experts {
+                inner.ew(per_expert * h, 2.0 * rb, 2.0); // where, index
+                one(&mut inner, per_expert);
+                inner.ew(per_expert * h, 2.0 * a + rb + rb, 3.0); // ·weight, to(dtype), index_add_
+            }
+            let w = inner.w;
+            o.w.serial_s += w.kernels * o.r.loop_cpu_s + w.gpu();
+            o.w.serial_kernels += w.kernels;
+            o.w.serial_gpu_s += w.gpu();
+        } else {
+            one(o, tokens);
+        }
+        dropout(o, tokens * hs, p_hidden);
+        o.ew(tokens * hs, 2.0 * rb + a, 1.0);
+    };
+
+    norm(&mut o);
+    attn(&mut o, n, true);
+    if let Some(enc) = cross {
+        norm(&mut o);
+        attn(&mut o, enc, false);
+    }
+    // Sequential blocks norm the attention block's output; GPT-NeoX's parallel residual
+    // norms the layer input twice (x + attn(ln1(x)) + mlp(ln2(x))): the same work.
+    norm(&mut o);
+    cast_in(&mut o);
+    mlp(&mut o, n);
+    for _ in 2..t.norms_per_layer {
+        norm(&mut o);
+    }
+    o.w
+}
+
+/// Forward work of the weight casts under autocast for `params` parameters in `tensors`
+/// tensors: one kernel per tensor, fp32 read + bf16 written (the backward casts each weight
+/// gradient back to fp32: the same again).
+fn weight_casts(o: &mut Ops<'_, '_>, s: &Shape, params: f64, tensors: f64) {
+    if s.resid != s.act {
+        o.ew(params, s.resid + s.act, tensors);
+    }
+}
+
+/// Weight tensors of one layer (matrices and biases of the projections).
+fn layer_tensors(t: &Transformer) -> f64 {
+    let attn = if t.fused_qkv { 2.0 } else { 4.0 };
+    let mlp = match t.mlp {
+        Mlp::Gated if t.fused_gate_up => 2.0,
+        Mlp::Gated => 3.0,
+        _ => 2.0,
+    } * t.experts.max(1) as f64;
+    let biases = if t.qkv_bias || t.mlp_bias {
+        attn + mlp
+    } else {
+        0.0
+    };
+    attn + mlp + biases + t.norms_per_layer as f64
+}
+
+/// One micro-batch's compute on one GPU, seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct MicroBatch {
+    /// Forward of one layer (mean over encoder and decoder layers).
+    pub layer_fwd_s: f64,
+    /// Backward of one layer.
+    pub layer_bwd_s: f64,
+    /// The attention core of one layer's forward (what selective recomputation redoes).
+    pub layer_attn_s: f64,
+    /// Embedding, head and loss, forward and backward.
+    pub head_s: f64,
+    /// Kernels one layer's forward launches.
+    pub layer_kernels: f64,
+    /// Parameter tensors per parameter (for the optimizer's per-tensor launches).
+    pub tensors_per_param: f64,
+}
+
+/// Prices one micro-batch of `tokens` tokens (sequences of `seq`) on one GPU.
+#[allow(clippy::too_many_arguments)]
+pub fn micro_batch(
+    t: &Transformer,
+    gpu: &Gpu,
+    cal: &EagerCalibration,
+    attention: Attention,
+    precision: Precision,
+    amp: AmpStyle,
+    tokens: f64,
+    seq: f64,
+    tp: f64,
+    sp: bool,
+) -> MicroBatch {
+    let r = Rates::new(gpu, cal);
+    let mut s = Shape::new(tokens, seq, precision, amp, true);
+    s.tp = tp;
+    s.sp = sp;
+    let split = t.param_split();
+    let per_layer_params = split.per_layer as f64 / tp;
+    let with_casts = |mut w: Work, params: f64| {
+        let mut o = Ops { r: &r, w };
+        weight_casts(&mut o, &s, params, layer_tensors(t));
+        w = o.w;
+        w
+    };
+    let dec = with_casts(
+        layer(
+            t,
+            &s,
+            &r,
+            attention,
+            precision,
+            if t.layout == Layout::EncoderDecoder {
+                Some(tokens)
+            } else {
+                None
+            },
+        ),
+        per_layer_params,
+    );
+    let (l_dec, l_enc) = (t.layers as f64, t.encoder_layers as f64);
+    let enc = if l_enc > 0.0 {
+        with_casts(
+            layer(t, &s, &r, attention, precision, None),
+            split.per_encoder_layer as f64 / tp,
+        )
+    } else {
+        dec
+    };
+    let mean = |f: &dyn Fn(&Work) -> f64| (l_dec * f(&dec) + l_enc * f(&enc)) / (l_dec + l_enc);
+    let layer_fwd_s = mean(&|w| w.forward_s(cal));
+    let layer_bwd_s = mean(&|w| w.backward_s(cal));
+    let layer_attn_s = mean(&|w| w.attn_s);
+    let layer_kernels = mean(&|w| w.kernels);
+
+    // --- embedding, head, loss ---
+    let h = t.hidden as f64;
+    let v = t.vocab as f64 / tp;
+    let (a, rb) = (s.act, s.resid);
+    let mut f = Ops {
+        r: &r,
+        w: Work::default(),
+    };
+    // gathers (word, positions, token types), adds, embedding norm, dropout
+    let gathers =
+        1.0 + f64::from(matches!(t.positions, Positions::Learned(_))) + f64::from(t.type_vocab > 0);
+    f.ew(
+        tokens * h,
+        gathers * 2.0 * rb + (gathers - 1.0) * 3.0 * rb,
+        2.0 * gathers - 1.0,
+    );
+    if t.embedding_norm {
+        f.ew(tokens * h, 2.0 * rb, 1.0);
+    }
+    if t.hidden_dropout > 0.0 {
+        f.ew(tokens * h, 2.0 * rb + 1.0, 1.0);
+    }
+    let mut b = Ops {
+        r: &r,
+        w: Work::default(),
+    };
+    // embedding_dense_backward: a zeroed fp32 table gradient and an index add
+    b.ew(t.vocab as f64 * h / tp, 4.0, 2.0);
+    b.ew(tokens * h, 2.0 * 4.0, 1.0);
+    if t.layout == Layout::EncoderOnly {
+        // pooler (first token), tanh, dropout, 2-way classifier, loss
+        let rows = tokens / seq;
+        f.gemm(rows, h, h, 1.0, s.fp32);
+        f.ew(rows * h, 4.0 * a, 6.0);
+        b.gemm(rows, h, h, 2.0, s.fp32);
+        b.ew(rows * h, 6.0 * a, 6.0);
+    } else {
+        // final norm (RMS: six kernels), T5's tied rescale, cast, LM head
+        f.ew(
+            tokens * h,
+            if t.norm == Norm::RmsNorm {
+                28.0
+            } else {
+                2.0 * rb
+            },
+            if t.norm == Norm::RmsNorm { 6.0 } else { 1.0 },
+        );
+        if t.layout == Layout::EncoderDecoder && t.tied_embeddings {
+            f.ew(tokens * h, 2.0 * rb, 1.0);
+        }
+        if rb != a {
+            f.ew(tokens * h, rb + a, 1.0);
+        }
+        f.gemm(tokens, h, v, 1.0, s.fp32);
+        b.gemm(tokens, h, v, 2.0, s.fp32);
+        let logits = tokens * v;
+        let upcast = if a < 4.0 { a + 4.0 } else { 0.0 };
+        // Gemma 2's final_logit_softcapping (default 30): divide, tanh, multiply.
+        let softcap = t.model_type == "gemma2";
+        if softcap {
+            f.ew(logits, 3.0 * 2.0 * a, 3.0);
+            b.ew(logits, 3.0 * 3.0 * a, 3.0);
+        }
+        // ForCausalLMLoss: logits.float(), label pad/shift, cross_entropy (log_softmax, nll)
+        f.ew(logits, upcast + 8.0, 5.0);
+        // nll backward (zeroed fp32 gradient), log_softmax backward, the cast back
+        b.ew(logits, 4.0 + 12.0 + upcast, 4.0);
+    }
+    let head_s = f.w.forward_s(cal) + (b.w.kernels * cal.bwd_cpu_s).max(b.w.gpu());
+    MicroBatch {
+        layer_fwd_s,
+        layer_bwd_s,
+        layer_attn_s,
+        head_s,
+        layer_kernels,
+        tensors_per_param: t.param_tensors().iter().map(|p| p.count).sum::<u64>() as f64
+            / t.param_count().max(1) as f64,
+    }
+}
+
+/// Elements moved per parameter by one optimizer step (`torch.optim`, `foreach` on CUDA),
+/// each of the parameter's dtype; and kernels launched per parameter tensor.
+///
+/// - AdamW (`_multi_tensor_adam`, decoupled weight decay 0.01 by default): `mul_` (p: 2),
+///   `lerp_` (m, g → m: 3), `mul_` (v: 2), `addcmul_` (v, g, g → v: 4), `sqrt` (v → d: 2),
+///   `div_` (d: 2), `add_` (d: 2), `addcdiv_` (p, m, d → p: 4) = 21.
+/// - SGD: `add_` (p, g → p) = 3. With momentum: `mul_` (b: 2), `add_` (b, g: 3), `add_`
+///   (p, b: 3) = 8.
+/// - Adafactor (`torch.optim.Adafactor`, single-tensor): two norms of the gradient (2), the
+///   `row_var @ col_var` estimate written (1), `div_` (2), `clamp_` and `rsqrt_` (4), `mul_` by
+///   the gradient (3), the update's norm (1), `add_` to the parameter (3) = 16, about 15 kernels
+///   per tensor and a `.item()` per tensor (the update clipping), which syncs the host.
+/// - 8-bit Adam (bitsandbytes): one fused kernel reading p, g and two 1-byte states and
+///   writing them: about 4 fp32-sized elements.
+pub fn optimizer_elements(opt: Optimizer) -> (f64, f64) {
+    match opt {
+        Optimizer::Adamw => (21.0, 8.0 / 48.0),
+        Optimizer::Sgd => (3.0, 1.0 / 48.0),
+        Optimizer::Momentum => (8.0, 3.0 / 48.0),
+        Optimizer::Adafactor => (16.0, 15.0),
+        Optimizer::Adam8bit => (4.0, 1.0),
+    }
+}
+
+/// Seconds of one optimizer step over `params` parameters in `tensors` tensors whose
+/// states have `state_bytes` bytes an element; `scaler`: fp16 loss scaling (unscale and
+/// inf check over the gradients, one `.item()`).
+pub fn optimizer_s(
+    gpu: &Gpu,
+    cal: &EagerCalibration,
+    opt: Optimizer,
+    params: f64,
+    tensors: f64,
+    state_bytes: f64,
+    scaler: bool,
+) -> f64 {
+    let r = Rates::new(gpu, cal);
+    let (elems, kernels_per_tensor) = optimizer_elements(opt);
+    let gpu_s = r.bytes_s(params * elems * state_bytes);
+    let kernels = tensors * kernels_per_tensor;
+    let mut t = if opt == Optimizer::Adafactor {
+        // A host sync per tensor: launches and GPU work do not overlap.
+        kernels * cal.launch_s + gpu_s
+    } else {
+        (kernels * cal.launch_s).max(gpu_s)
+    };
+    if scaler {
+        t += r.bytes_s(params * 2.0 * 4.0);
+    }
+    t
+}
+
+/// Seconds to add one more micro-batch's gradients into `.grad` (gradient accumulation):
+/// read both, write the sum, of the gradient's dtype.
+pub fn accumulate_s(gpu: &Gpu, cal: &EagerCalibration, params: f64, grad_bytes: f64) -> f64 {
+    Rates::new(gpu, cal).bytes_s(params * 3.0 * grad_bytes)
+}
+
+// ---------------------------------------------------------------------------------------
+// Serving
+// ---------------------------------------------------------------------------------------
+
+/// Serving speed of `generate` on one GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Serving {
+    /// Prefill of the whole prompt batch (compute-bound), seconds.
+    pub prefill_s: f64,
+    /// One decode step (one new token for every sequence), seconds, averaged over the new
+    /// tokens: the larger of weight + KV-cache bytes over bandwidth and the kernels' launch
+    /// time, plus `generate`'s own per-token overhead.
+    pub decode_token_s: f64,
+    /// Of `decode_token_s`: GPU time (bandwidth-bound).
+    pub decode_gpu_s: f64,
+    /// Of `decode_token_s`: launch time of one forward's kernels.
+    pub decode_launch_s: f64,
+    /// Of `decode_token_s`: `generate`'s per-token overhead outside the model.
+    pub generate_overhead_s: f64,
+    /// The whole `generate` call: prefill plus `new_tokens` decode steps, seconds.
+    pub generate_s: f64,
+    /// Tokens generated per second over the batch while decoding.
+    pub decode_tokens_per_s: f64,
+}
+
+/// A `generate` call: `batch` sequences of a `prompt`-token prompt, `new_tokens` generated,
+/// KV cache of `kv_bytes` per element; `static_cache`: transformers' `StaticCache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Generate {
+    /// Sequences.
+    pub batch: u64,
+    /// Prompt tokens per sequence.
+    pub prompt: u64,
+    /// Tokens generated per sequence.
+    pub new_tokens: u64,
+    /// Bytes per KV-cache element.
+    pub kv_bytes: u64,
+    /// `cache_implementation="static"`.
+    pub static_cache: bool,
+}
+
+/// Prices `generate` of `new_tokens` tokens after a `prompt`-token prompt for `batch`
+/// sequences of a decoder-only `t` in bf16, KV cache of `kv_bytes` per element, on one GPU.
+/// `static_cache`: transformers' `StaticCache` (attention reads the full preallocated length;
+/// no copy), else the default `DynamicCache`, which appends with `torch.cat` and so copies each
+/// layer's cache every token. `None` for models without a decoder-only generate path.
+pub fn serving(
+    t: &Transformer,
+    gpu: &Gpu,
+    cal: &EagerCalibration,
+    g: &Generate,
+) -> Option<Serving> {
+    let Generate {
+        batch,
+        prompt,
+        new_tokens,
+        kv_bytes,
+        static_cache,
+    } = *g;
+    if t.layout != Layout::DecoderOnly || batch == 0 || prompt == 0 {
+        return None;
+    }
+    let r = Rates::new(gpu, cal);
+    let b = batch as f64;
+    let p = prompt as f64;
+    let layers = t.layers as f64;
+    let h = t.hidden as f64;
+    let v = t.vocab as f64;
+    // Prefill: the prompt through every layer, logits for the last position only
+    // (`logits_to_keep=1` in generate).
+    let s = Shape::new(b * p, p, Precision::Bf16, AmpStyle::Autocast, false);
+    let lw = layer(t, &s, &r, Attention::Sdpa, Precision::Bf16, None);
+    let mut head = Ops {
+        r: &r,
+        w: Work::default(),
+    };
+    head.ew(b * p * h, 4.0, 2.0);
+    head.gemm(b, h, v, 1.0, false);
+    head.ew(b * v, 6.0 + 4.0, 4.0);
+    let prefill_s = layers * lw.inference_s(cal) + head.w.inference_s(cal);
+
+    // Decode: one token per sequence per step.
+    let (_, kv_w) = t.attn_widths();
+    let kv_w = kv_w as f64;
+    let kv_per_token = layers * 2.0 * kv_w * kv_bytes as f64;
+    let weights = t.param_count() as f64 * 2.0;
+    let d = Shape::new(b, 1.0, Precision::Bf16, AmpStyle::Autocast, false);
+    let dw = layer(t, &d, &r, Attention::Sdpa, Precision::Bf16, None);
+    let launch = (layers * dw.kernels + 8.0) * cal.launch_s;
+    let mut gpu_sum = 0.0;
+    for i in 0..new_tokens {
+        let ctx = p + i as f64;
+        let read = if static_cache {
+            p + new_tokens as f64
+        } else {
+            ctx
+        };
+        let copy = if static_cache { 0.0 } else { 2.0 * ctx };
+        gpu_sum += (weights + b * kv_per_token * (read + copy)) / r.bytes_per_s;
+    }
+    let n = new_tokens.max(1) as f64;
+    let decode_gpu_s = gpu_sum / n;
+    let overhead = cal.generate_token_s + cal.generate_token_per_seq_s * b;
+    let decode_token_s = decode_gpu_s.max(launch) + overhead;
+    // The first new token comes out of the prefill; the others each take a decode step.
+    let generate_s = prefill_s + (new_tokens.saturating_sub(1)) as f64 * decode_token_s + overhead;
+    Some(Serving {
+        prefill_s,
+        decode_token_s,
+        decode_gpu_s,
+        decode_launch_s: launch,
+        generate_overhead_s: overhead,
+        generate_s,
+        decode_tokens_per_s: b / decode_token_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_parses_and_interpolates_the_measured_points() {
+        let h = h100();
+        // bf16 at m = 8192: 4096 x 4096 measured at 694.0 TFLOP/s and 2048 x 8192 (the same
+        // k·n) at 642.4; the grid point is their mean, 668.2.
+        let r = h.bf16.tflops(8192.0, 4096.0 * 4096.0);
+        assert!((r / 668.2 - 1.0).abs() < 0.001, "{r}");
+        // m = 32768, 8192 x 28672 measured at 680.7.
+        let r = h.bf16.tflops(32768.0, 8192.0 * 28672.0);
+        assert!((r / 680.67 - 1.0).abs() < 0.001, "{r}");
+        // fp32 2048 x 768 x 3072 measured at 38.9 TFLOP/s.
+        let r = h.fp32.tflops(2048.0, 768.0 * 3072.0);
+        assert!((r / 38.86 - 1.0).abs() < 0.01, "{r}");
+        // 1 GiB copy: 2925 GB/s; the bare Python loop: 9.64 µs a kernel.
+        assert!((h.bandwidth / 2.9249e12 - 1.0).abs() < 1e-3);
+        assert!((h.launch_s - 9.64e-6).abs() < 0.01e-6);
+        // Between grid points throughput is monotone in the rows for a fixed shape.
+        let a = h.bf16.tflops(1024.0, 4096.0 * 4096.0);
+        let b = h.bf16.tflops(4096.0, 4096.0 * 4096.0);
+        assert!(453.0 < a && a < b && b < 668.3, "{a} {b}");
+    }
+
+    #[test]
+    fn optimizer_bytes_by_hand() {
+        // foreach AdamW streams 21 fp32 elements a parameter: 84 bytes; SGD 12.
+        assert_eq!(optimizer_elements(Optimizer::Adamw).0 * 4.0, 84.0);
+        assert_eq!(optimizer_elements(Optimizer::Sgd).0 * 4.0, 12.0);
+    }
+}

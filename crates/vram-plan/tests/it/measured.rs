@@ -1,0 +1,186 @@
+//! The transformers stack against steps measured on an H100 (`tests/data/measured_steps.csv`,
+//! `tests/data/measured_generate.csv`; sources in their headers): a plan pinned to each
+//! measured setup must predict the measured step time within 10 % median and 30 % at worst;
+//! `generate` calls within 20 %.
+
+use vram_model::arch::Model;
+use vram_model::hf;
+use vram_model::setup::{Attention, Offload, Optimizer, Precision};
+use vram_plan::cluster::Cluster;
+use vram_plan::cost::Calibration;
+use vram_plan::eager::{self, Stack};
+use vram_plan::{search, Pins, Plan, RecomputeChoice, Request};
+
+fn config(name: &str) -> Model {
+    let text = match name {
+        "gpt2.json" => include_str!("../data/configs/gpt2.json"),
+        "gpt2-medium.json" => include_str!("../data/configs/gpt2-medium.json"),
+        "bert-base-uncased.json" => include_str!("../data/configs/bert-base-uncased.json"),
+        "roberta-base.json" => include_str!("../data/configs/roberta-base.json"),
+        "t5-base.json" => include_str!("../data/configs/t5-base.json"),
+        "pythia-1.4b.json" => include_str!("../data/configs/pythia-1.4b.json"),
+        "llama-3-8b-L4.json" => include_str!("../data/configs/llama-3-8b-L4.json"),
+        "llama-3-8b.json" => include_str!("../data/configs/llama-3-8b.json"),
+        "mistral-7b-L4.json" => include_str!("../data/configs/mistral-7b-L4.json"),
+        "mistral-7b.json" => include_str!("../data/configs/mistral-7b.json"),
+        "gemma-2-9b-L4.json" => include_str!("../data/configs/gemma-2-9b-L4.json"),
+        other => panic!("no test config {other}"),
+    };
+    hf::parse_config(text, name.trim_end_matches(".json")).unwrap()
+}
+
+fn rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect()
+}
+
+/// The plan of one measured training case, pinned to its setup on one H100.
+fn pinned(r: &[String], stack: Stack) -> Plan {
+    let model = config(&r[1]);
+    let (mb, seq, ga): (u64, u64, u64) = (
+        r[4].parse().unwrap(),
+        r[5].parse().unwrap(),
+        r[8].parse().unwrap(),
+    );
+    let cluster = Cluster::for_gpu("h100-80g", 1).unwrap();
+    let mut req = Request::new(model, cluster, mb * ga, seq);
+    req.stack = stack;
+    req.precisions = vec![match r[2].as_str() {
+        "fp32" => Precision::Fp32,
+        "bf16-amp" => Precision::Bf16Amp,
+        "fp16-amp" => Precision::Fp16Amp,
+        "bf16" => Precision::Bf16,
+        p => panic!("{p}"),
+    }];
+    req.optimizer = match r[3].as_str() {
+        "adamw" => Optimizer::Adamw,
+        "sgd" => Optimizer::Sgd,
+        "momentum" => Optimizer::Momentum,
+        "adafactor" => Optimizer::Adafactor,
+        o => panic!("{o}"),
+    };
+    req.attention = if r[7] == "eager" {
+        Attention::Eager
+    } else {
+        Attention::Sdpa
+    };
+    req.pins = Pins {
+        tp: Some(1),
+        pp: Some(1),
+        dp: Some(1),
+        micro_batch: Some(mb),
+        recompute: Some(if r[6] == "full" {
+            RecomputeChoice::Full
+        } else {
+            RecomputeChoice::None
+        }),
+        zero: Some(0),
+        offload: Some(Offload::None),
+        ..Pins::default()
+    };
+    req.top = 1;
+    let out = search(&req, &mut |_| {}).unwrap();
+    // The time model is what is checked; a case the memory model puts over 80 GiB is priced
+    // all the same (`closest`).
+    out.plans.into_iter().next().or(out.closest).unwrap()
+}
+
+fn errors(stack: Stack) -> Vec<(String, f64)> {
+    rows(include_str!("../data/measured_steps.csv"))
+        .iter()
+        .map(|r| {
+            let p = pinned(r, stack);
+            let measured: f64 = r[9].parse().unwrap();
+            let ratio = p.step_time_s / measured;
+            eprintln!(
+                "{:45} measured {:7.1} ms  predicted {:7.1} ms  ratio {:.2}  ({:?})",
+                r[0],
+                measured * 1e3,
+                p.step_time_s * 1e3,
+                ratio,
+                p.time
+            );
+            (r[0].clone(), ratio)
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[test]
+fn transformers_stack_predicts_measured_h100_steps() {
+    let e = errors(Stack::Transformers);
+    let abs: Vec<f64> = e.iter().map(|(_, r)| (r - 1.0).abs()).collect();
+    let med = median(abs.clone());
+    eprintln!("median |error| {:.1} %", med * 100.0);
+    assert!(med <= 0.10, "median |error| {med:.3}");
+    for (id, r) in &e {
+        assert!((r - 1.0).abs() <= 0.30, "{id}: predicted/measured {r:.2}");
+    }
+}
+
+#[test]
+fn megatron_stack_is_optimistic_for_eager_pytorch() {
+    // What issue 12 reported: Megatron-LM's fused kernels priced for PyTorch eager runs are
+    // optimistic (median about 0.6 of the measured time). The transformers stack must be
+    // closer on every measured case but a handful.
+    let m = errors(Stack::Megatron);
+    let t = errors(Stack::Transformers);
+    let med = median(m.iter().map(|(_, r)| *r).collect());
+    assert!(med < 0.8, "megatron stack median ratio {med:.2}");
+    let closer = m
+        .iter()
+        .zip(&t)
+        .filter(|((_, a), (_, b))| (b.ln()).abs() < (a.ln()).abs())
+        .count();
+    assert!(closer * 4 >= m.len() * 3, "{closer} of {}", m.len());
+}
+
+#[test]
+fn generate_calls_within_twenty_percent() {
+    let cal = Calibration::default().eager;
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    for r in rows(include_str!("../data/measured_generate.csv")) {
+        let Model::Transformer(t) = config(&r[1]) else {
+            panic!()
+        };
+        let (b, ctx, new): (u64, u64, u64) = (
+            r[2].parse().unwrap(),
+            r[3].parse().unwrap(),
+            r[5].parse().unwrap(),
+        );
+        let g = eager::Generate {
+            batch: b,
+            prompt: ctx - new,
+            new_tokens: new,
+            kv_bytes: 2,
+            static_cache: r[4] == "static",
+        };
+        let s = eager::serving(&t, gpu, &cal, &g).unwrap();
+        let measured: f64 = r[6].parse().unwrap();
+        let ratio = s.generate_s / measured;
+        eprintln!(
+            "{:35} measured {:7.3} s predicted {:7.3} s ratio {:.2} ({:?})",
+            r[0], measured, s.generate_s, ratio, s
+        );
+        if r[4] == "static" {
+            // transformers compiles the forward (torch.compile) on the first generate with a
+            // static cache of a new size; the measured call includes that compilation, which
+            // no serving-speed model prices. Only a floor is checked.
+            assert!(s.generate_s < measured);
+            continue;
+        }
+        assert!((ratio - 1.0).abs() <= 0.20, "{}: {ratio:.2}", r[0]);
+    }
+}
