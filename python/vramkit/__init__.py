@@ -28,6 +28,7 @@ __all__ = [
     "Replay",
     "estimate",
     "plan",
+    "plan_outcome",
     "replay",
     "fit_batch_size",
     "oom_guard",
@@ -47,6 +48,7 @@ _LAZY = {
     "Replay": "._api",
     "estimate": "._api",
     "plan": "._api",
+    "plan_outcome": "._api",
     "replay": "._api",
     "fit_batch_size": "._api",
     "models": "._api",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
         gpus,
         models,
         plan,
+        plan_outcome,
         replay,
     )
     from ._guard import oom_guard

@@ -45,11 +45,14 @@ def _flags(options: Mapping[str, Any]) -> list[str]:
 
 
 def _call(args: list[str]) -> str:
-    """Runs one command in-process; its notes (stderr) go to the ``vramkit`` logger."""
+    """Runs one command in-process; what it says on stderr goes to the ``vramkit`` logger
+    (its notes about the input as warnings, progress lines as info)."""
     out, err = run(args)
     for line in err.splitlines():
         if line.strip():
-            log.warning("%s", line.removeprefix("vram: "))
+            text = line.removeprefix("vram: ")
+            level = logging.WARNING if text.startswith(("note:", "warning:")) else logging.INFO
+            log.log(level, "%s", text)
     return out
 
 
@@ -113,6 +116,8 @@ class _Result:
         object.__setattr__(self, "_data", dict(data))
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
         try:
             return self._data[name]
         except KeyError:
@@ -241,7 +246,8 @@ class Plan(_Result):
         return (
             f"Plan(tp={d.get('tp')}, pp={d.get('pp')}, dp={d.get('dp')}, "
             f"micro_batch={d.get('micro_batch')}, grad_accum={d.get('grad_accum')}, "
-            f"zero={d.get('zero_stage')}, recompute={rc}, schedule={d.get('schedule')}, "
+            f"zero={d.get('zero_stage')}, sp={d.get('sequence_parallel')}, recompute={rc}, "
+            f"schedule={d.get('schedule')}, "
             f"step_time_s={d.get('step_time_s', 0):.3f}, mfu={d.get('mfu', 0):.3f}, "
             f"mem/GPU={_fmt_bytes(d.get('peak_bytes_per_gpu'))})"
         )
@@ -308,8 +314,9 @@ def plan(model: Any, **options: Any) -> list[Plan]:
 
 
 def plan_outcome(model: Any, **options: Any) -> dict[str, Any]:
-    """The whole ``vram plan --json`` object (``plans`` as :class:`Plan` objects,
-    ``closest``, ``suggestions``, ``candidates``, ``estimates``, ...)."""
+    """The whole ``vram plan --json`` object: ``plans`` (a list of :class:`Plan`, best
+    first), ``closest`` (when nothing fits: the :class:`Plan` that came closest, else None),
+    ``suggestions`` (what would make it fit), ``candidates``, ``estimates``, ..."""
     options.pop("json", None)
     if options.get("emit"):
         raise VramError("use Plan.emit(engine) to write a launch config")
@@ -317,7 +324,8 @@ def plan_outcome(model: Any, **options: Any) -> dict[str, Any]:
         data = _json(_call(["plan", arg, "--json", *_flags(options)]))
     request = (model, dict(options))
     data["plans"] = [Plan(p, request) for p in data.get("plans", [])]
-    data["closest"] = [Plan(p, request) for p in data.get("closest") or []]
+    closest = data.get("closest")
+    data["closest"] = Plan(closest, request) if isinstance(closest, Mapping) else None
     return data
 
 
