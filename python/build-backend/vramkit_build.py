@@ -44,7 +44,12 @@ def _build_native():
     lib = os.path.join(ROOT, "python", "vramkit", "libvram_torch.so")
     shutil.copy2(os.path.join(release, "libvram_torch.so"), lib)
     os.makedirs(SCRIPTS, exist_ok=True)
-    shutil.copy2(os.path.join(release, "vram"), os.path.join(SCRIPTS, "vram"))
+    exe = os.path.join(SCRIPTS, "vram")
+    shutil.copy2(os.path.join(release, "vram"), exe)
+    # The release profile keeps line tables (debug = 1) for profiling; the wheel needs none.
+    strip = shutil.which("strip")
+    if strip:
+        subprocess.run([strip, "--strip-debug", lib, exe], check=False)
 
 
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
