@@ -84,7 +84,7 @@ pub fn run(a: &BatchArgs) -> Result<()> {
         return Err(bad_input!("--max-batch must be at least 1"));
     }
     let b = batch_by_memory(&model, &setup, &lengths, gpu.memory_bytes, a.max_batch)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         let v = json!({
             "model": model.name(),

@@ -111,7 +111,7 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
             format!("layer {i}")
         }
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         let v = json!({
             "model": model.name(),

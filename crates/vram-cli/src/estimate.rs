@@ -320,7 +320,7 @@ impl StepArgs {
         };
         if let Some(seq) = self.seq {
             if matches!(model, Model::Transformer(_)) && seq > max_pos && !self.inference {
-                eprintln!("vram: note: --seq {seq} exceeds the model's configured maximum of {max_pos} positions");
+                let _ = writeln!(crate::output::stderr(), "vram: note: --seq {seq} exceeds the model's configured maximum of {max_pos} positions");
             }
         }
         let setup = Setup {
@@ -394,7 +394,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             max_context(model, &setup, cap)?,
         ),
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         let timeline: Vec<_> = e
             .timeline
@@ -748,7 +748,7 @@ fn suggestions(model: &Model, setup: &Setup, cap: u64) -> Vec<(String, u64)> {
 }
 
 fn print_weights(w: &vram_model::arch::Weights, json_out: bool) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if json_out {
         let dtypes: serde_json::Map<String, serde_json::Value> = w
             .dtypes
@@ -782,7 +782,7 @@ fn print_weights(w: &vram_model::arch::Weights, json_out: bool) -> Result<()> {
 }
 
 pub fn models(a: &ListArgs) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     let mut rows = Vec::new();
     for id in catalog::ids() {
         let m = catalog::lookup(id)?;
@@ -805,7 +805,7 @@ pub fn models(a: &ListArgs) -> Result<()> {
 }
 
 pub fn gpus(a: &ListArgs) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(gpu::GPUS)?)?;
     } else {

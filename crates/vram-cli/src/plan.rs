@@ -292,7 +292,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     let out = search(&req, &mut on_progress)?;
     bar.finish_and_clear();
 
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     if let Some(engine) = a.emit {
         let Some(best) = out.plans.first() else {
             return Err(bad_input!(
@@ -314,7 +314,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         };
         stdout.write_all(text.as_bytes())?;
         let _ = writeln!(
-            std::io::stderr(),
+            crate::output::stderr(),
             "vram: emitted {} at {:.2} s/step, {} per GPU",
             best.label(),
             best.step_time_s,

@@ -110,7 +110,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         results.push(r);
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         let v = json!({
             "snapshot": a.snapshot.display().to_string(),

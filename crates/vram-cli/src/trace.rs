@@ -86,7 +86,7 @@ pub fn run(a: &TraceArgs) -> Result<()> {
     }
     let bytes = snap.to_pickle();
     std::fs::write(&a.out, &bytes).with_context(|| format!("cannot write {}", a.out.display()))?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "wrote {} ({}): {} events over {} steps; {} policy peak allocated {}, peak reserved {}",

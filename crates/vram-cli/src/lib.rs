@@ -1,0 +1,207 @@
+//! `vram`: estimate, plan, allocate and watch GPU memory.
+//!
+//! This crate is only argument parsing, reading files, output and exit codes; the work happens
+//! in the library crates. Exit codes: 0 success, 1 internal failure, 2 bad input (clap's usage
+//! errors included).
+//!
+//! The `vram` binary is [`main_from`] on the process's arguments. The same entry point runs
+//! in-process with its output captured ([`run_captured`]): the Python binding calls the
+//! commands this way, so both give the same JSON and the same one-line errors.
+
+use std::io::Write;
+
+use clap::{Parser, Subcommand};
+
+mod batch;
+mod checkpoint;
+mod doctor;
+mod estimate;
+mod fmt;
+mod input;
+mod monitor;
+pub mod output;
+mod plan;
+mod record;
+mod replay;
+mod report;
+mod serve;
+mod speed;
+mod top;
+mod trace;
+
+/// An error caused by the user's input (exit code 2).
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// Shorthand for returning a [`BadInput`] error.
+#[macro_export]
+macro_rules! bad_input {
+    ($($arg:tt)*) => { anyhow::Error::new($crate::BadInput(format!($($arg)*))) };
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vram",
+    version,
+    about = "Where GPU memory goes, and how to make a job fit.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once
+enum Command {
+    /// Estimate the peak GPU memory of a training or inference step, and where it goes.
+    Estimate(estimate::EstimateArgs),
+    /// List the built-in models with their parameter counts.
+    Models(estimate::ListArgs),
+    /// List the GPU catalog.
+    Gpus(estimate::ListArgs),
+    /// Find the fastest parallel configuration that fits, and write its launch config.
+    Plan(plan::PlanArgs),
+    /// Pack variable-length sequences into batches whose estimated peak fits.
+    Batch(batch::BatchArgs),
+    /// Place activation checkpoints so that a step fits, at the least recomputation.
+    Checkpoint(checkpoint::CheckpointArgs),
+    /// Why a PyTorch job ran out of GPU memory (its "CUDA out of memory" message), and what to change.
+    Doctor(doctor::DoctorArgs),
+    /// Replay a memory snapshot's alloc/free history through allocator policies.
+    Replay(replay::ReplayArgs),
+    /// Write a synthetic memory snapshot of a model's training steps.
+    Trace(trace::TraceArgs),
+    /// Live GPU memory and utilisation per GPU and per process.
+    Top(top::TopArgs),
+    /// Record a JSON Lines timeline of samples, optionally checking for leaks.
+    Record(record::RecordArgs),
+    /// Serve a live web page and Prometheus /metrics on 127.0.0.1.
+    Serve(serve::ServeArgs),
+    /// Render a recording, estimate, plan or replay as one offline HTML file.
+    Report(report::ReportArgs),
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Estimate(a) => estimate::run(&a),
+        Command::Models(a) => estimate::models(&a),
+        Command::Gpus(a) => estimate::gpus(&a),
+        Command::Plan(a) => plan::run(&a),
+        Command::Batch(a) => batch::run(&a),
+        Command::Checkpoint(a) => checkpoint::run(&a),
+        Command::Doctor(a) => doctor::run(&a),
+        Command::Replay(a) => replay::run(&a),
+        Command::Trace(a) => trace::run(&a),
+        Command::Top(a) => top::run(&a),
+        Command::Record(a) => record::run(&a),
+        Command::Serve(a) => serve::run(&a),
+        Command::Report(a) => report::run(&a),
+    }
+}
+
+fn is_bad_input(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.is::<BadInput>() || c.is::<vram_model::Error>() || c.is::<vram_plan::Error>())
+        || monitor::exit_code(e) == 2
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Runs `vram` on `args` (the program name first, as in `std::env::args_os`), writing to
+/// [`output::stdout`]/[`output::stderr`]; returns the exit code.
+pub fn main_from<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            // Help and version go to stdout.
+            if output::is_captured() {
+                let _ = write!(output::stdout(), "{}", e.render());
+            } else {
+                let _ = e.print();
+            }
+            return 0;
+        }
+        Err(e) => {
+            // Usage errors are bad input, reported on one line like every other error.
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let msg = first.trim_start_matches("error: ");
+            let _ = writeln!(output::stderr(), "vram: {msg} (see --help)");
+            return 2;
+        }
+    };
+    match run(cli) {
+        Ok(()) => 0,
+        Err(e) if is_broken_pipe(&e) => 0,
+        Err(e) => {
+            let _ = writeln!(output::stderr(), "vram: {}", one_line(&e));
+            if is_bad_input(&e) {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}
+
+/// What a command run in-process by [`run_captured`] gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// The exit code the binary would have returned (0, 1 or 2).
+    pub code: u8,
+    /// What it wrote to standard output.
+    pub stdout: Vec<u8>,
+    /// What it wrote to standard error (on failure: `vram: ` and the one-line error).
+    pub stderr: Vec<u8>,
+}
+
+/// Runs `vram` on `args` (without the program name) in this thread, capturing its output.
+pub fn run_captured<I, T>(args: I) -> Finished
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let argv = std::iter::once(std::ffi::OsString::from("vram"))
+        .chain(args.into_iter().map(Into::into))
+        .collect::<Vec<_>>();
+    let (code, stdout, stderr) = output::capture(|| main_from(argv));
+    Finished {
+        code,
+        stdout,
+        stderr,
+    }
+}
+
+/// The error and its causes on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for (i, c) in e.chain().enumerate() {
+        let text = c.to_string().replace('\n', " ");
+        if i > 0 {
+            if s.contains(&text) {
+                continue;
+            }
+            s.push_str(": ");
+        }
+        s.push_str(&text);
+    }
+    s
+}

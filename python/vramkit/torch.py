@@ -1,0 +1,216 @@
+"""vramkit inside PyTorch: GPU memory first, pinned host memory instead of out-of-memory.
+
+Loads ``libvram_torch.so`` (the ``vram-torch`` crate), which the wheel installs inside this
+package (``$VRAMKIT_LIB`` overrides it; in a source checkout, ``target/release`` of the
+repository is tried too), and installs it as PyTorch's CUDA allocator::
+
+    import vramkit.torch
+    vramkit.torch.install(device_limit="8GiB", host_limit="32GiB")  # before any CUDA tensor
+    ...
+    print(vramkit.torch.memory_summary())
+    vramkit.torch.dump_snapshot("snap.pickle")  # open at https://pytorch.org/memory_viz
+
+PyTorch's pluggable-allocator path keeps no statistics of its own (pytorch issue 133281):
+use ``vramkit.torch.memory_stats()`` / ``memory_summary()`` instead of ``torch.cuda.*``.
+``vramkit_torch`` (the old import path) is an alias of this module.
+Settings are the ``VRAM_*`` environment variables (see ``gpu/README.md``); the keyword
+arguments of ``install``/``configure`` override them. torch is imported only by
+``install`` and ``mem_pool``, so the statistics functions work without it.
+"""
+
+import ctypes
+import json
+import os
+import pathlib
+
+__all__ = [
+    "library_path", "configure", "install", "mem_pool", "memory_stats", "memory_summary",
+    "dump_snapshot", "empty_cache", "reset_peak_stats", "last_error", "VramkitError",
+    "tier_of", "rebalance",
+]
+
+_LIB = None
+
+
+class VramkitError(RuntimeError):
+    """A call into libvram_torch failed; the message is the library's last error."""
+
+
+def library_path():
+    """Where libvram_torch.so is loaded from."""
+    env = os.environ.get("VRAMKIT_LIB")
+    if env:
+        return env
+    here = pathlib.Path(__file__).resolve().parent
+    # Inside the installed package (the wheel), then a source checkout's cargo build.
+    for cand in (here / "libvram_torch.so", here.parent.parent / "target" / "release" / "libvram_torch.so"):
+        if cand.exists():
+            return str(cand)
+    raise VramkitError(
+        "libvram_torch.so not found: reinstall vramkit (`pip install vramkit`), set VRAMKIT_LIB, "
+        "or build it with `cargo build --release -p vram-torch`")
+
+
+def _lib():
+    global _LIB
+    if _LIB is None:
+        lib = ctypes.CDLL(library_path())
+        c_ssize = ctypes.c_ssize_t
+        lib.vram_malloc.argtypes = [c_ssize, ctypes.c_int, ctypes.c_void_p]
+        lib.vram_malloc.restype = ctypes.c_void_p
+        lib.vram_free.argtypes = [ctypes.c_void_p, c_ssize, ctypes.c_int, ctypes.c_void_p]
+        lib.vram_free.restype = None
+        lib.vram_init.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        lib.vram_init.restype = ctypes.c_int
+        for name in ("vram_memory_stats_json", "vram_memory_summary"):
+            f = getattr(lib, name)
+            f.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+            f.restype = c_ssize
+        lib.vram_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.vram_last_error.restype = c_ssize
+        lib.vram_dump_snapshot.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        lib.vram_dump_snapshot.restype = ctypes.c_int
+        lib.vram_tier_of.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        lib.vram_tier_of.restype = ctypes.c_int
+        for name in ("vram_empty_cache", "vram_reset_peak_stats"):
+            f = getattr(lib, name)
+            f.argtypes = [ctypes.c_int]
+            f.restype = ctypes.c_int
+        _LIB = lib
+    return _LIB
+
+
+def _text(fn, *args):
+    n = fn(*args, None, 0)
+    if n < 0:
+        raise VramkitError(last_error())
+    buf = ctypes.create_string_buffer(n + 1)
+    fn(*args, buf, n + 1)
+    return buf.value.decode("utf-8")
+
+
+def last_error():
+    """The library's last error message ('' when none)."""
+    lib = _lib()
+    n = lib.vram_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.vram_last_error(buf, n + 1)
+    return buf.value.decode("utf-8")
+
+
+_KEYS = {
+    "backend": "VRAM_BACKEND", "device_limit": "VRAM_DEVICE_LIMIT", "host_limit": "VRAM_HOST_LIMIT",
+    "spill_min": "VRAM_SPILL_MIN", "managed_limit": "VRAM_MANAGED_LIMIT", "expandable": "VRAM_EXPANDABLE",
+    "policy": "VRAM_POLICY", "mode": "VRAM_MODE", "history": "VRAM_HISTORY",
+}
+
+
+def configure(device=0, **settings):
+    """Settings for one device before its first allocation, e.g.
+    ``configure(0, device_limit="8GiB", host_limit="32GiB")``; they override ``VRAM_*``."""
+    parts = []
+    for k, v in settings.items():
+        if v is None:
+            continue
+        if k not in _KEYS:
+            raise TypeError(f"unknown setting {k!r}; expected one of {sorted(_KEYS)}")
+        if isinstance(v, bool):
+            v = int(v)
+        parts.append(f"{_KEYS[k]}={v}")
+    if _lib().vram_init(int(device), ";".join(parts).encode()) != 0:
+        raise VramkitError(last_error())
+
+
+def _pluggable():
+    import torch  # imported here: the rest of this module works without torch
+
+    return torch.cuda.memory.CUDAPluggableAllocator(library_path(), "vram_malloc", "vram_free")
+
+
+def install(devices=None, **settings):
+    """Makes vramkit PyTorch's CUDA allocator. Call before the first CUDA allocation.
+    ``settings`` as in ``configure``, applied to every device in ``devices``
+    (default: all visible devices)."""
+    import torch
+
+    if settings:
+        n = torch.cuda.device_count() if devices is None else None
+        for d in (range(n) if devices is None else devices):
+            configure(d, **settings)
+    alloc = _pluggable()
+    torch.cuda.memory.change_current_allocator(alloc)
+    return alloc
+
+
+def mem_pool(**settings):
+    """A ``torch.cuda.MemPool`` whose segments come from vramkit (raw-segment mode), so that
+    PyTorch's own caching allocator carves them and keeps ``torch.cuda.memory_stats()``.
+    The device must be in raw mode: ``mem_pool()`` configures the current device so.
+    Use ``with torch.cuda.use_mem_pool(pool): ...``."""
+    import torch
+
+    configure(torch.cuda.current_device(), mode="raw", **settings)
+    return torch.cuda.MemPool(_pluggable().allocator())
+
+
+def memory_stats(device=0):
+    """``torch.cuda.memory_stats()``'s keys for vramkit's device tier, plus ``host.*``,
+    ``managed.*``, ``raw.*``, ``num_spills``, ``num_spill_failures``, ``device_limit``..."""
+    return json.loads(_text(_lib().vram_memory_stats_json, int(device)))
+
+
+def memory_summary(device=0):
+    """``torch.cuda.memory_summary()``'s table for vramkit, with a line per tier."""
+    return _text(_lib().vram_memory_summary, int(device))
+
+
+def dump_snapshot(path, device=0):
+    """Writes a snapshot pickle (segments, blocks, and history when ``VRAM_HISTORY`` > 0)
+    that https://pytorch.org/memory_viz opens."""
+    if _lib().vram_dump_snapshot(int(device), os.fsencode(path)) != 0:
+        raise VramkitError(last_error())
+
+
+def empty_cache(device=0):
+    """Returns cached device blocks and freed host blocks to the driver."""
+    if _lib().vram_empty_cache(int(device)) != 0:
+        raise VramkitError(last_error())
+
+
+def reset_peak_stats(device=0):
+    """Resets every peak statistic."""
+    if _lib().vram_reset_peak_stats(int(device)) != 0:
+        raise VramkitError(last_error())
+
+
+_TIERS = {0: "device", 1: "host", 2: "managed"}
+
+
+def tier_of(ptr, device=0):
+    """Where an address from vramkit lives: 'device', 'host' (pinned, device-mapped) or
+    'managed'; None when vramkit does not know it. Accepts a tensor (its ``data_ptr()``)."""
+    if hasattr(ptr, "data_ptr"):
+        device = ptr.device.index if ptr.device.index is not None else device
+        ptr = ptr.data_ptr()
+    return _TIERS.get(_lib().vram_tier_of(int(device), ptr))
+
+
+def rebalance(tensors, device=0):
+    """Brings spilled tensors back to the device where there is room: a tensor whose storage
+    is in host memory gets a fresh copy (``t.data = t.data.clone()``; the new allocation tries
+    the device first) and the host copy is freed once the stream's work is done. This is the
+    safe way to move memory back — vramkit never moves an allocation behind PyTorch's back.
+    ``tensors``: an iterable of tensors, or a module (its parameters, their gradients and the
+    buffers). Returns how many tensors moved back to the device."""
+    if hasattr(tensors, "parameters"):
+        mod = tensors
+        tensors = list(mod.parameters()) + [p.grad for p in mod.parameters() if p.grad is not None]
+        tensors += list(mod.buffers())
+    moved = 0
+    for t in tensors:
+        if tier_of(t, device) != "host":
+            continue
+        t.data = t.data.clone()
+        if tier_of(t, device) == "device":
+            moved += 1
+    return moved
