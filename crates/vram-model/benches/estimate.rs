@@ -54,9 +54,10 @@ fn bench(c: &mut Criterion) {
     r.bench_function("llama-2-70b (80 layers), 1 GPU", |b| {
         b.iter(|| estimate(black_box(&llama70), black_box(&single)).unwrap())
     });
-    r.bench_function("llama-2-70b, dp8 tp8 pp4 interleaved, 32 micro-batches", |b| {
-        b.iter(|| estimate(black_box(&llama70), black_box(&three_d)).unwrap())
-    });
+    r.bench_function(
+        "llama-2-70b, dp8 tp8 pp4 interleaved, 32 micro-batches",
+        |b| b.iter(|| estimate(black_box(&llama70), black_box(&three_d)).unwrap()),
+    );
     r.bench_function("llama-3-8b generate, batch 8, context 4096", |b| {
         let l3 = catalog::lookup("llama-3-8b").unwrap();
         let gen = Setup {

@@ -501,18 +501,16 @@ impl Step<'_> {
                 });
             }
         }
-        if last_rank && last_chunk {
-            if autocast_copies && self.style == AmpStyle::Autocast {
-                // Leaving autocast clears its cast cache: copies of recomputed layers go.
-                for i in first..end {
-                    if self.recomputed(tr, i) {
-                        let l = stack.get(i);
-                        sink.free(Handle {
-                            cat: Category::WeightCopies,
-                            bytes: m(&[l.matmul_params, c.cmp]),
-                            key: Self::act_key(unit, i, 1),
-                        });
-                    }
+        if last_rank && last_chunk && autocast_copies && self.style == AmpStyle::Autocast {
+            // Leaving autocast clears its cast cache: copies of recomputed layers go.
+            for i in first..end {
+                if self.recomputed(tr, i) {
+                    let l = stack.get(i);
+                    sink.free(Handle {
+                        cat: Category::WeightCopies,
+                        bytes: m(&[l.matmul_params, c.cmp]),
+                        key: Self::act_key(unit, i, 1),
+                    });
                 }
             }
         }
