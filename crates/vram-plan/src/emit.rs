@@ -491,7 +491,8 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
     } else {
         let _ = writeln!(s, "distributed_type: 'NO'");
     }
-    let _ = writeln!(s, "mixed_precision: {}", half(p));
+    // Quoted: YAML 1.1 (PyYAML, which accelerate uses) reads a bare `no` as the boolean false.
+    let _ = writeln!(s, "mixed_precision: '{}'", half(p));
     let _ = writeln!(s, "num_machines: {}", nodes(p, job));
     let _ = writeln!(s, "num_processes: {}", p.tp * p.pp * p.dp);
     let _ = writeln!(s, "machine_rank: 0");

@@ -131,7 +131,8 @@ fn accelerate_yaml_keys() {
     assert_eq!(get("distributed_type"), "MEGATRON_LM");
     assert_eq!(get("num_processes"), "16");
     assert_eq!(get("num_machines"), "2");
-    assert_eq!(get("mixed_precision"), "bf16");
+    // Quoted: PyYAML reads a bare `no` (fp32) as false; accelerate wants the string.
+    assert_eq!(get("mixed_precision"), "'bf16'");
     assert_eq!(get("megatron_lm_tp_degree"), "2");
     assert_eq!(get("megatron_lm_pp_degree"), "1");
     assert_eq!(
