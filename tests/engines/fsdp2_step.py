@@ -2,7 +2,8 @@
 
 Started by the emitted `torchrun` command (tests/engines/test_torchrun.py). The emitted snippet is
 read from $VRAMKIT_FSDP2_SNIPPET and executed as written, with one change for a machine without
-GPUs: its device mesh is made on "cpu" instead of "cuda" (gloo instead of NCCL).
+GPUs: its device mesh is made on "cpu" instead of "cuda" (gloo instead of NCCL), and
+CPUOffloadPolicy does not pin host memory (pinning needs a CUDA driver).
 Prints `STEP_OK rank=R world=W loss=L sharded=True changed=True` per rank.
 """
 
@@ -52,6 +53,7 @@ def main():
     torch.manual_seed(0)
     model = Tiny()
     snippet = open(os.environ["VRAMKIT_FSDP2_SNIPPET"]).read().replace('"cuda"', '"cpu"')
+    snippet = snippet.replace("CPUOffloadPolicy()", "CPUOffloadPolicy(pin_memory=False)")
     ns = {"model": model}
     exec(compile(snippet, "emitted-fsdp2-setup", "exec"), ns)
     model = ns["model"]

@@ -3,7 +3,7 @@
 PyTorch 2.15.0 (tests/engines/requirements.txt), 2 CPU processes over gloo, the tiny model of
 fsdp2_step.py (4 blocks, hidden 64). The command is run as emitted but for its rendezvous endpoint
 (a free local port instead of $MASTER_ADDR:29500) and the script path; the setup is executed as
-printed, with its mesh on "cpu".
+printed, with its mesh on "cpu" (and CPUOffloadPolicy unpinned).
 """
 
 import math
