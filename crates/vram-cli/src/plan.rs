@@ -200,7 +200,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     req.top = a.top;
     if a.emit.is_some() {
         // Room for the nearest plan the engine runs when it refuses the best one.
-        req.top = req.top.max(32);
+        req.top = req.top.max(256);
     }
     req.pins = Pins {
         tp: a.tp,
