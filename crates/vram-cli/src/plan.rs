@@ -280,10 +280,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             Engine::Torchrun => emit::Engine::Torchrun,
         };
         // The fastest plan the engine can run; when that is not the best one, say why.
-        let refusal = match emit::check(engine, best, &job) {
-            Ok(()) => None,
-            Err(r) => Some(r),
-        };
+        let refusal = emit::check(engine, best, &job).err();
         let Some(chosen) = out
             .plans
             .iter()

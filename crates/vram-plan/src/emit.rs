@@ -508,14 +508,13 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
 /// the lines are Python (prose is a Python comment) that runs once `model` (with its blocks in
 /// `model.layers`) exists and the process group is up.
 pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
-    let mut py: Vec<String> = Vec::new();
-    py.push("# In train.py (PyTorch >= 2.6, FSDP2), once `model` is built:".into());
-    py.push("import torch".into());
-    py.push("from torch.distributed.device_mesh import init_device_mesh".into());
-    py.push(
+    let mut py: Vec<String> = vec![
+        "# In train.py (PyTorch >= 2.6, FSDP2), once `model` is built:".into(),
+        "import torch".into(),
+        "from torch.distributed.device_mesh import init_device_mesh".into(),
         "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy"
             .into(),
-    );
+    ];
     if p.tp > 1 {
         py.push(format!(
             "mesh = init_device_mesh(\"cuda\", ({}, {}), mesh_dim_names=(\"dp\", \"tp\"))",
