@@ -50,8 +50,7 @@ def split(text: str):
     [
         ["--zero", "3"],  # reshard after forward, bf16 compute
         ["--zero", "2", "--micro-batch", "2", "--precision", "fp16-amp"],  # accumulation 2
-        ["--zero", "3", "--precision", "fp32"],
-        ["--zero", "3", "--offload", "params"],  # CPUOffloadPolicy
+        ["--zero", "3", "--offload", "params", "--precision", "fp32"],  # CPUOffloadPolicy, no casts
     ],
     ids=" ".join,
 )
