@@ -235,6 +235,10 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         (None, _) => Stack::Transformers,
     };
     req.top = a.top;
+    if a.emit.is_some() {
+        // Room for the nearest plan the engine runs when it refuses the best one.
+        req.top = req.top.max(256);
+    }
     req.pins = Pins {
         tp: a.tp,
         pp: a.pp,
@@ -306,19 +310,41 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             seq: req.seq,
             gpus_per_node: req.cluster.gpus_per_node,
         };
-        let text = match engine {
-            Engine::Deepspeed => emit::deepspeed(best, &job),
-            Engine::Megatron => emit::megatron(best, &job),
-            Engine::Accelerate => emit::accelerate(best, &job),
-            Engine::Torchrun => emit::torchrun(best, &job),
+        let engine = match engine {
+            Engine::Deepspeed => emit::Engine::Deepspeed,
+            Engine::Megatron => emit::Engine::Megatron,
+            Engine::Accelerate => emit::Engine::Accelerate,
+            Engine::Torchrun => emit::Engine::Torchrun,
         };
+        // The fastest plan the engine can run; when that is not the best one, say why.
+        let refusal = emit::check(engine, best, &job).err();
+        let Some(chosen) = out
+            .plans
+            .iter()
+            .find(|p| emit::check(engine, p, &job).is_ok())
+        else {
+            let r = refusal.map_or_else(String::new, |r| r.to_string());
+            return Err(bad_input!(
+                "{r} (nor can it run the other {} plans that fit; pin --zero, --pp, --offload or \
+                 --recompute to one it runs)",
+                out.plans.len() - 1
+            ));
+        };
+        let text = emit::emit(engine, chosen, &job).map_err(|r| bad_input!("{r}"))?;
         stdout.write_all(text.as_bytes())?;
+        if let Some(r) = refusal {
+            let _ = writeln!(
+                std::io::stderr(),
+                "vram: the best plan, {}, is not emitted: {r}; the nearest plan it runs follows",
+                best.label()
+            );
+        }
         let _ = writeln!(
             crate::output::stderr(),
             "vram: emitted {} at {:.2} s/step, {} per GPU",
-            best.label(),
-            best.step_time_s,
-            fmt::bytes(best.peak_bytes_per_gpu)
+            chosen.label(),
+            chosen.step_time_s,
+            fmt::bytes(chosen.peak_bytes_per_gpu)
         );
         return Ok(());
     }

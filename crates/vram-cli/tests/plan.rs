@@ -173,6 +173,47 @@ fn emit_writes_engine_configs() {
     assert!(out.contains("torchrun --nnodes 2 --nproc-per-node 8"));
 }
 
+/// A plan the engine cannot run is not emitted for it (issue 15): the nearest plan it runs, with
+/// the rule on stderr, or exit 2 naming the rule. Rules from DeepSpeed 0.19.8
+/// (runtime/pipe/engine.py: 1F1B only) and Megatron-LM arguments.py (FSDP2 needs untied
+/// embeddings; GPT-2 ties them).
+#[test]
+fn emit_refuses_what_the_engine_refuses() {
+    let (code, out, err) = vram(&with(&["--emit", "deepspeed", "--pp", "4"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("is not emitted") && err.contains("1F1B"),
+        "{err}"
+    );
+    let emitted = err.lines().find(|l| l.contains("vram: emitted")).unwrap();
+    assert!(emitted.contains(" 1f1b "), "{emitted}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["pipeline"]["stages"], 4);
+    let (code, out, err) = vram(&[
+        "plan",
+        "gpt2-xl",
+        "--gpu",
+        "a100-80g",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "64",
+        "--seq",
+        "1024",
+        "--zero",
+        "3",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("megatron cannot run this plan") && err.contains("untie"),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_input_exits_2_on_one_line() {
     for args in [

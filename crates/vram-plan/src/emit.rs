@@ -9,13 +9,267 @@
 //! Hugging Face accelerate's config YAML (`distributed_type`, `num_processes`,
 //! `deepspeed_config.zero_stage`, `fsdp_config`, `megatron_lm_config.megatron_lm_tp_degree`,
 //! ...), and `torchrun` flags with PyTorch FSDP2's `fully_shard`.
+//!
+//! [`check`] refuses a plan that an engine cannot run with the settings written for it (each
+//! rule names the engine's source and version); [`emit`] writes only plans [`check`] accepts.
+//! The acceptance tests in `tests/engines` (run by `.ci/engine-tests`) feed what these functions
+//! write to the engines themselves: DeepSpeed 0.19.8, accelerate 1.15.0, megatron-core 0.16.1,
+//! PyTorch 2.15.0.
 
 use std::fmt::Write;
 
-use vram_model::arch::Transformer;
+use vram_model::arch::{Mlp, Norm, Positions, Transformer};
 use vram_model::setup::{Offload, Precision, Recompute, Schedule};
 
 use crate::search::Plan;
+
+/// The engines a plan can be written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// A DeepSpeed JSON config.
+    Deepspeed,
+    /// Megatron-LM `pretrain_gpt.py` arguments.
+    Megatron,
+    /// A Hugging Face accelerate config YAML.
+    Accelerate,
+    /// A `torchrun` command with PyTorch FSDP2.
+    Torchrun,
+}
+
+impl Engine {
+    /// The name used on the command line (`--emit NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Deepspeed => "deepspeed",
+            Engine::Megatron => "megatron",
+            Engine::Accelerate => "accelerate",
+            Engine::Torchrun => "torchrun",
+        }
+    }
+}
+
+/// Why an engine cannot run a plan as it would be emitted: the engine's own rule, and where
+/// the engine states it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The engine that refuses.
+    pub engine: Engine,
+    /// The rule, one line, naming the engine's source.
+    pub rule: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} cannot run this plan: {}",
+            self.engine.name(),
+            self.rule
+        )
+    }
+}
+
+fn refuse(engine: Engine, rule: impl Into<String>) -> Result<(), Refusal> {
+    Err(Refusal {
+        engine,
+        rule: rule.into(),
+    })
+}
+
+/// DeepSpeed 0.19.8's rules on ZeRO, offload and pipelines (shared by `--emit deepspeed` and
+/// accelerate's `DEEPSPEED` type).
+fn deepspeed_rules(engine: Engine, p: &Plan) -> Result<(), Refusal> {
+    if p.pp > 1 && p.zero_stage >= 2 {
+        // deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__.
+        return refuse(
+            engine,
+            "DeepSpeed 0.19.8 PipelineEngine asserts \"ZeRO-2 and ZeRO-3 are incompatible with \
+             pipeline parallelism\" (runtime/pipe/engine.py); use ZeRO 0-1 with --pp > 1",
+        );
+    }
+    if p.pp > 1 && p.schedule != Schedule::OneFOneB {
+        // deepspeed/runtime/pipe/engine.py, PipelineEngine._train_schedule.
+        return refuse(
+            engine,
+            "DeepSpeed 0.19.8 PipelineEngine trains only with its 1F1B TrainSchedule \
+             (runtime/pipe/engine.py _train_schedule); pin --schedule 1f1b",
+        );
+    }
+    if p.offload == Offload::Params && p.zero_stage < 3 {
+        // deepspeed/runtime/engine.py, _configure_zero_optimizer: only the stage-3 optimizer
+        // takes offload_param_config.
+        return refuse(
+            engine,
+            format!(
+                "DeepSpeed 0.19.8 offloads parameters only under ZeRO-3 (offload_param reaches \
+                 only the stage-3 optimizer, runtime/engine.py); ZeRO-{} would keep them on the GPU",
+                p.zero_stage
+            ),
+        );
+    }
+    if p.offload != Offload::None && p.zero_stage == 0 {
+        return refuse(
+            engine,
+            "DeepSpeed 0.19.8 offloads optimizer states only through a ZeRO optimizer (stages \
+             1-3, runtime/engine.py _configure_zero_optimizer); ZeRO-0 would ignore offload_optimizer",
+        );
+    }
+    Ok(())
+}
+
+/// Megatron-LM's (`megatron/training/arguments.py` `validate_args`, main of 2026-08-22) and
+/// megatron-core 0.16.1's (`TransformerConfig.__post_init__`) rules.
+fn megatron_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refusal> {
+    if t.layers % p.pp != 0 {
+        return refuse(
+            engine,
+            format!(
+                "Megatron-LM asserts \"Number of layers should be divisible by the \
+                 pipeline-model-parallel size\" ({} layers, pp {})",
+                t.layers, p.pp
+            ),
+        );
+    }
+    if let Schedule::Interleaved(v) = p.schedule {
+        if p.pp > 1 && v > 1 && (t.layers / p.pp) % v != 0 {
+            return refuse(
+                engine,
+                format!(
+                    "Megatron-LM asserts \"number of layers per pipeline stage must be divisible \
+                     number of layers per virtual pipeline stage\" ({} layers per stage, {v} chunks)",
+                    t.layers / p.pp
+                ),
+            );
+        }
+    }
+    if t.heads % p.tp != 0 {
+        return refuse(
+            engine,
+            format!(
+                "megatron-core 0.16.1 TransformerConfig: num_attention_heads ({}) must be a \
+                 multiple of tensor_model_parallel_size ({})",
+                t.heads, p.tp
+            ),
+        );
+    }
+    if t.kv_heads % p.tp != 0 && p.tp % t.kv_heads != 0 {
+        return refuse(
+            engine,
+            format!(
+                "megatron-core 0.16.1 TransformerConfig: num_query_groups ({}) and \
+                 tensor_model_parallel_size ({}) must divide one another",
+                t.kv_heads, p.tp
+            ),
+        );
+    }
+    if p.offload == Offload::Params {
+        return refuse(
+            engine,
+            "Megatron-LM has no parameter offload (only --optimizer-cpu-offload); use --emit \
+             deepspeed with ZeRO-3",
+        );
+    }
+    if p.zero_stage >= 3 {
+        // Megatron-LM's ZeRO-3 is its PyTorch FSDP2 path: validate_args, `if args.use_torch_fsdp2`.
+        if p.pp > 1 {
+            return refuse(
+                engine,
+                "Megatron-LM asserts \"--use-torch-fsdp2 is not supported with pipeline \
+                 parallelism\" (ZeRO-3 is its FSDP2 path)",
+            );
+        }
+        if p.precision == Precision::Fp16Amp {
+            return refuse(
+                engine,
+                "Megatron-LM asserts \"--use-torch-fsdp2 not supported with fp16 yet\" (ZeRO-3 is \
+                 its FSDP2 path)",
+            );
+        }
+        if t.tied_embeddings {
+            return refuse(
+                engine,
+                "Megatron-LM asserts \"--use-torch-fsdp2 requires \
+                 --untie-embeddings-and-output-weights\", and this model ties them",
+            );
+        }
+    }
+    if p.offload == Offload::Optimizer && !(1..=2).contains(&p.zero_stage) {
+        return refuse(
+            engine,
+            format!(
+                "Megatron-LM's --optimizer-cpu-offload needs --use-precision-aware-optimizer, which \
+                 megatron-core 0.16.1 allows \"only with distributed optimizer\" (ZeRO-1/2), not \
+                 ZeRO-{}",
+                p.zero_stage
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Whether `engine` can run `p` with the settings [`emit`] writes for it; the refusal names
+/// the engine's rule.
+pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
+    match engine {
+        Engine::Deepspeed => deepspeed_rules(engine, p),
+        Engine::Megatron => megatron_rules(engine, p, job.model),
+        Engine::Accelerate => {
+            if p.tp > 1 || p.pp > 1 {
+                megatron_rules(engine, p, job.model)?;
+                if p.zero_stage >= 3 {
+                    return refuse(
+                        engine,
+                        "accelerate 1.15.0's MEGATRON_LM type has no ZeRO-3 setting \
+                         (megatron_lm_use_distributed_optimizer is ZeRO-1/2)",
+                    );
+                }
+                if p.recompute != Recompute::Full {
+                    // accelerate/utils/dataclasses.py MegatronLMPlugin.__post_init__ defaults
+                    // recompute_granularity to "full" and recompute_method to "uniform", and
+                    // utils/megatron_lm.py passes them to Megatron-LM's validate_args.
+                    return refuse(
+                        engine,
+                        "accelerate 1.15.0's MegatronLMPlugin always passes recompute_granularity \
+                         (default full) with a recompute_method (default uniform) to Megatron-LM, \
+                         which asserts no method with selective; only full recomputation can be \
+                         written",
+                    );
+                }
+                if matches!(p.schedule, Schedule::Interleaved(v) if v > 1) && p.pp > 1 {
+                    return refuse(
+                        engine,
+                        "accelerate 1.15.0 launch has no megatron_lm key for virtual pipeline \
+                         stages (MegatronLMPlugin.num_layers_per_virtual_pipeline_stage is set only \
+                         in code), so the interleaved schedule would be lost",
+                    );
+                }
+                Ok(())
+            } else if p.zero_stage >= 1 {
+                deepspeed_rules(engine, p)
+            } else if p.offload != Offload::None {
+                refuse(
+                    engine,
+                    "accelerate 1.15.0 offloads only through DeepSpeed (ZeRO 1-3) or FSDP; a \
+                     ZeRO-0 plan is MULTI_GPU, which would drop the offload",
+                )
+            } else {
+                Ok(())
+            }
+        }
+        Engine::Torchrun => Ok(()),
+    }
+}
+
+/// The launch config of `p` for `engine`, or the engine's rule that refuses it.
+pub fn emit(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<String, Refusal> {
+    check(engine, p, job)?;
+    Ok(match engine {
+        Engine::Deepspeed => deepspeed(p, job),
+        Engine::Megatron => megatron(p, job),
+        Engine::Accelerate => accelerate(p, job),
+        Engine::Torchrun => torchrun(p, job),
+    })
+}
 
 /// What the emitters need besides the plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,6 +354,23 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
         a.push("--group-query-attention".into());
         a.push(format!("--num-query-groups {}", t.kv_heads));
     }
+    if t.head_dim * t.heads != t.hidden {
+        a.push(format!("--kv-channels {}", t.head_dim));
+    }
+    // Model shape flags whose Megatron-LM defaults are GPT-2's (tied embeddings, GeLU MLP,
+    // LayerNorm, learned positions).
+    if !t.tied_embeddings {
+        a.push("--untie-embeddings-and-output-weights".into());
+    }
+    if t.mlp == Mlp::Gated {
+        a.push("--swiglu".into());
+    }
+    if t.norm == Norm::RmsNorm {
+        a.push("--normalization RMSNorm".into());
+    }
+    if t.positions == Positions::Rotary {
+        a.push("--position-embedding-type rope".into());
+    }
     if let Schedule::Interleaved(v) = p.schedule {
         if p.pp > 1 {
             a.push(format!(
@@ -108,7 +379,8 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
             ));
         }
     }
-    if p.sequence_parallel {
+    // Megatron-LM turns sequence parallelism off at tp 1 (and megatron-core refuses it).
+    if p.sequence_parallel && p.tp > 1 {
         a.push("--sequence-parallel".into());
     }
     match p.recompute {
@@ -136,7 +408,13 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
         _ => {
             a.push("--use-torch-fsdp2".into());
             a.push("--no-gradient-accumulation-fusion".into());
+            a.push("--ckpt-format torch_dist".into());
         }
+    }
+    if p.offload == Offload::Optimizer {
+        // validate_args: --optimizer-cpu-offload needs --use-precision-aware-optimizer.
+        a.push("--optimizer-cpu-offload".into());
+        a.push("--use-precision-aware-optimizer".into());
     }
     match p.precision {
         Precision::Fp16Amp => a.push("--fp16".into()),
@@ -148,10 +426,6 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
         nodes(p, job),
         per_node(p, job)
     );
-    if p.offload != Offload::None {
-        s += "# the plan offloads optimizer states to the CPU: recent Megatron-core has \
-              --optimizer-cpu-offload; otherwise use --emit deepspeed\n";
-    }
     for (i, arg) in a.iter().enumerate() {
         let _ = writeln!(s, "{arg}{}", if i + 1 < a.len() { " \\" } else { "" });
     }
@@ -172,18 +446,28 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
         let _ = writeln!(
             s,
             "  megatron_lm_sequence_parallelism: {}",
-            p.sequence_parallel
+            p.sequence_parallel && p.tp > 1
         );
-        let _ = writeln!(
-            s,
-            "  megatron_lm_recompute_activations: {}",
-            p.recompute != Recompute::None
-        );
+        let _ = writeln!(s, "  megatron_lm_recompute_granularity: full");
+        match p.recompute_layers {
+            Some(k) => {
+                let _ = writeln!(s, "  megatron_lm_recompute_method: block");
+                let _ = writeln!(s, "  megatron_lm_recompute_num_layers: {k}");
+            }
+            None => {
+                let _ = writeln!(s, "  megatron_lm_recompute_method: uniform");
+                let _ = writeln!(s, "  megatron_lm_recompute_num_layers: 1");
+            }
+        }
         let _ = writeln!(
             s,
             "  megatron_lm_use_distributed_optimizer: {}",
             p.zero_stage >= 1
         );
+        if p.offload == Offload::Optimizer {
+            let _ = writeln!(s, "  megatron_lm_optimizer_cpu_offload: true");
+            let _ = writeln!(s, "  megatron_lm_use_precision_aware_optimizer: true");
+        }
         let _ = writeln!(s, "  megatron_lm_gradient_clipping: 1.0");
     } else if p.zero_stage >= 1 {
         let dev = |on: bool| if on { "cpu" } else { "none" };
@@ -207,7 +491,8 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
     } else {
         let _ = writeln!(s, "distributed_type: 'NO'");
     }
-    let _ = writeln!(s, "mixed_precision: {}", half(p));
+    // Quoted: YAML 1.1 (PyYAML, which accelerate uses) reads a bare `no` as the boolean false.
+    let _ = writeln!(s, "mixed_precision: '{}'", half(p));
     let _ = writeln!(s, "num_machines: {}", nodes(p, job));
     let _ = writeln!(s, "num_processes: {}", p.tp * p.pp * p.dp);
     let _ = writeln!(s, "machine_rank: 0");
@@ -219,8 +504,84 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
 }
 
 /// A `torchrun` command and the FSDP2 (`torch.distributed.fsdp.fully_shard`) setup it expects
-/// in the training script.
+/// in the training script. Every line after the command starts with `# `; with that prefix cut,
+/// the lines are Python (prose is a Python comment) that runs once `model` (with its blocks in
+/// `model.layers`) exists and the process group is up.
 pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
+    let mut py: Vec<String> = vec![
+        "# In train.py (PyTorch >= 2.6, FSDP2), once `model` is built:".into(),
+        "import torch".into(),
+        "from torch.distributed.device_mesh import init_device_mesh".into(),
+        "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy"
+            .into(),
+    ];
+    if p.tp > 1 {
+        py.push(format!(
+            "mesh = init_device_mesh(\"cuda\", ({}, {}), mesh_dim_names=(\"dp\", \"tp\"))",
+            p.dp * p.pp,
+            p.tp
+        ));
+        py.push(
+            "# per block: torch.distributed.tensor.parallel.parallelize_module(block, mesh[\"tp\"], plan)"
+                .into(),
+        );
+    } else {
+        py.push(format!(
+            "mesh = init_device_mesh(\"cuda\", ({},), mesh_dim_names=(\"dp\",))",
+            p.dp * p.pp
+        ));
+    }
+    if p.pp > 1 {
+        py.push(format!(
+            "# pipeline: torch.distributed.pipelining with {} stages, schedule {}",
+            p.pp,
+            match p.schedule {
+                Schedule::Gpipe => "ScheduleGPipe".to_string(),
+                Schedule::OneFOneB => "Schedule1F1B".to_string(),
+                Schedule::Interleaved(v) =>
+                    format!("ScheduleInterleaved1F1B ({v} stages per rank)"),
+            }
+        ));
+    }
+    // FSDP2 casts parameters for compute with its policy; fp32 needs none, and pure bf16 keeps
+    // the model itself in bf16.
+    let mp = match p.precision {
+        Precision::Fp16Amp => {
+            "MixedPrecisionPolicy(param_dtype=torch.float16, reduce_dtype=torch.float32)"
+        }
+        Precision::Bf16Amp => {
+            "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)"
+        }
+        Precision::Bf16 | Precision::Fp32 => "MixedPrecisionPolicy()",
+    };
+    if p.precision == Precision::Bf16 {
+        py.push("model = model.to(torch.bfloat16)".into());
+    }
+    py.push(format!("mp = {mp}"));
+    if p.recompute != Recompute::None {
+        py.push(format!(
+            "# torch.utils.checkpoint (checkpoint_wrapper) on {} blocks",
+            p.recompute_layers
+                .map_or("all".to_string(), |k| format!("the first {k}"))
+        ));
+    }
+    // FSDP2's CPUOffloadPolicy moves parameters, gradients and the optimizer step to the CPU
+    // together: it offloads at least what the plan offloads.
+    let offload = if p.offload != Offload::None {
+        ", offload_policy=CPUOffloadPolicy()"
+    } else {
+        ""
+    };
+    // ZeRO-3 reshards after forward; ZeRO-1/2 keep the gathered parameters until backward.
+    let reshard = if p.zero_stage >= 3 { "True" } else { "False" };
+    let mesh = if p.tp > 1 { "mesh[\"dp\"]" } else { "mesh" };
+    py.push(format!(
+        "for block in model.layers: fully_shard(block, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
+    ));
+    py.push(format!(
+        "fully_shard(model, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
+    ));
+
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -233,78 +594,8 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
         "  --micro-batch-size {} --grad-accum {} --seq-len {}",
         p.micro_batch, p.grad_accum, job.seq
     );
-    let _ = writeln!(s, "# In train.py (PyTorch >= 2.6, FSDP2):");
-    let _ = writeln!(
-        s,
-        "# from torch.distributed.device_mesh import init_device_mesh"
-    );
-    let _ = writeln!(
-        s,
-        "# from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy"
-    );
-    if p.tp > 1 {
-        let _ = writeln!(
-            s,
-            "# mesh = init_device_mesh(\"cuda\", ({}, {}), mesh_dim_names=(\"dp\", \"tp\"))",
-            p.dp * p.pp,
-            p.tp
-        );
-        let _ = writeln!(
-            s,
-            "# parallelize_module(block, mesh[\"tp\"], plan)  # torch.distributed.tensor.parallel, per block"
-        );
-    } else {
-        let _ = writeln!(
-            s,
-            "# mesh = init_device_mesh(\"cuda\", ({},), mesh_dim_names=(\"dp\",))",
-            p.dp * p.pp
-        );
+    for line in py {
+        let _ = writeln!(s, "# {line}");
     }
-    if p.pp > 1 {
-        let _ = writeln!(
-            s,
-            "# pipeline: torch.distributed.pipelining with {} stages, schedule {}",
-            p.pp,
-            match p.schedule {
-                Schedule::Gpipe => "ScheduleGPipe".to_string(),
-                Schedule::OneFOneB => "Schedule1F1B".to_string(),
-                Schedule::Interleaved(v) =>
-                    format!("ScheduleInterleaved1F1B ({v} stages per rank)"),
-            }
-        );
-    }
-    let dtype = if p.precision == Precision::Fp16Amp {
-        "torch.float16"
-    } else {
-        "torch.bfloat16"
-    };
-    let offload = if p.offload != Offload::None {
-        ", offload_policy=CPUOffloadPolicy()"
-    } else {
-        ""
-    };
-    // ZeRO-3 reshards after forward; ZeRO-1/2 keep the gathered parameters until backward.
-    let reshard = if p.zero_stage >= 3 { "True" } else { "False" };
-    let _ = writeln!(
-        s,
-        "# mp = MixedPrecisionPolicy(param_dtype={dtype}, reduce_dtype=torch.float32)"
-    );
-    if p.recompute != Recompute::None {
-        let _ = writeln!(
-            s,
-            "# torch.utils.checkpoint (checkpoint_wrapper) on {} blocks",
-            p.recompute_layers
-                .map_or("all".to_string(), |k| format!("the first {k}"))
-        );
-    }
-    let mesh = if p.tp > 1 { "mesh[\"dp\"]" } else { "mesh" };
-    let _ = writeln!(
-        s,
-        "# for block in model.layers: fully_shard(block, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
-    );
-    let _ = writeln!(
-        s,
-        "# fully_shard(model, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
-    );
     s
 }

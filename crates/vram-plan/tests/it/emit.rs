@@ -131,7 +131,8 @@ fn accelerate_yaml_keys() {
     assert_eq!(get("distributed_type"), "MEGATRON_LM");
     assert_eq!(get("num_processes"), "16");
     assert_eq!(get("num_machines"), "2");
-    assert_eq!(get("mixed_precision"), "bf16");
+    // Quoted: PyYAML reads a bare `no` (fp32) as false; accelerate wants the string.
+    assert_eq!(get("mixed_precision"), "'bf16'");
     assert_eq!(get("megatron_lm_tp_degree"), "2");
     assert_eq!(get("megatron_lm_pp_degree"), "1");
     assert_eq!(
@@ -168,4 +169,213 @@ fn torchrun_fsdp2_command() {
     assert!(s.starts_with("torchrun --nnodes 2 --nproc-per-node 8 "));
     assert!(s.contains("fully_shard(model, mesh=mesh, reshard_after_forward=True"));
     assert!(s.contains("MixedPrecisionPolicy(param_dtype=torch.bfloat16"));
+}
+
+// ---- What each engine refuses (issue 15). Each rule is quoted from the engine's source, at the
+// versions the acceptance tests in tests/engines install: DeepSpeed 0.19.8
+// (runtime/pipe/engine.py, runtime/engine.py), Megatron-LM megatron/training/arguments.py
+// (main, 2026-08-22) with megatron-core 0.16.1 (TransformerConfig, OptimizerConfig), accelerate
+// 1.15.0 (utils/dataclasses.py MegatronLMPlugin, commands/launch.py).
+
+use vram_model::setup::{Offload, Precision, Recompute, Schedule};
+use vram_plan::emit::{check, emit, Engine};
+
+fn refused(engine: Engine, p: &Plan, t: &Transformer, needle: &str) {
+    let r = check(engine, p, &job(t)).expect_err("the engine should refuse this plan");
+    assert_eq!(r.engine, engine);
+    assert!(r.rule.contains(needle), "{needle:?} not in {:?}", r.rule);
+    assert!(!r.to_string().contains('\n'), "one line: {r}");
+    // emit() refuses with the same rule and writes nothing.
+    assert_eq!(emit(engine, p, &job(t)).unwrap_err(), r);
+}
+
+fn accepted(engine: Engine, p: &Plan, t: &Transformer) -> String {
+    emit(engine, p, &job(t)).unwrap_or_else(|r| panic!("{r}"))
+}
+
+fn base() -> (Plan, Transformer) {
+    plan(
+        Pins {
+            tp: Some(1),
+            pp: Some(1),
+            zero: Some(3),
+            ..Pins::default()
+        },
+        16,
+    )
+}
+
+#[test]
+fn deepspeed_refuses_zero2_and_zero3_with_pipelines_and_misplaced_offload() {
+    let (mut p, t) = base();
+    accepted(Engine::Deepspeed, &p, &t);
+    p.pp = 2;
+    p.schedule = Schedule::OneFOneB;
+    for z in [2, 3] {
+        p.zero_stage = z;
+        refused(
+            Engine::Deepspeed,
+            &p,
+            &t,
+            "incompatible with pipeline parallelism",
+        );
+    }
+    p.zero_stage = 1;
+    accepted(Engine::Deepspeed, &p, &t);
+    // DeepSpeed's PipelineEngine has one training schedule, 1F1B.
+    p.schedule = Schedule::Interleaved(2);
+    refused(Engine::Deepspeed, &p, &t, "1F1B");
+    p.schedule = Schedule::Gpipe;
+    refused(Engine::Deepspeed, &p, &t, "1F1B");
+    p.pp = 1;
+    // offload_param reaches only the stage-3 optimizer.
+    p.offload = Offload::Params;
+    for z in [0, 1, 2] {
+        p.zero_stage = z;
+        refused(Engine::Deepspeed, &p, &t, "only under ZeRO-3");
+    }
+    p.zero_stage = 3;
+    let v: serde_json::Value = serde_json::from_str(&accepted(Engine::Deepspeed, &p, &t)).unwrap();
+    assert_eq!(v["zero_optimization"]["offload_param"]["device"], "cpu");
+    // Optimizer offload needs a ZeRO optimizer.
+    p.offload = Offload::Optimizer;
+    p.zero_stage = 0;
+    refused(Engine::Deepspeed, &p, &t, "ZeRO-0 would ignore");
+    p.zero_stage = 1;
+    accepted(Engine::Deepspeed, &p, &t);
+}
+
+#[test]
+fn megatron_refuses_what_validate_args_and_transformer_config_refuse() {
+    // llama-2-13b: 40 layers, 40 heads, 40 KV heads, untied embeddings.
+    let (mut p, t) = base();
+    assert_eq!((t.layers, t.heads, t.kv_heads), (40, 40, 40));
+    p.zero_stage = 1;
+    p.pp = 3; // 40 % 3 != 0
+    refused(
+        Engine::Megatron,
+        &p,
+        &t,
+        "divisible by the pipeline-model-parallel size",
+    );
+    p.pp = 4;
+    p.schedule = Schedule::Interleaved(4); // 10 layers per stage, 4 chunks
+    refused(Engine::Megatron, &p, &t, "virtual pipeline stage");
+    p.schedule = Schedule::Interleaved(2); // 5 layers per chunk
+    let s = accepted(Engine::Megatron, &p, &t);
+    assert!(
+        s.contains("--num-layers-per-virtual-pipeline-stage 5"),
+        "{s}"
+    );
+    p.pp = 1;
+    p.schedule = Schedule::OneFOneB;
+    p.tp = 3; // 40 heads % 3 != 0
+    refused(Engine::Megatron, &p, &t, "num_attention_heads (40)");
+    p.tp = 8;
+    accepted(Engine::Megatron, &p, &t);
+    // ZeRO-3 is Megatron-LM's FSDP2 path: no pipelines, no fp16, untied embeddings.
+    p.tp = 2;
+    p.zero_stage = 3;
+    let s = accepted(Engine::Megatron, &p, &t);
+    for arg in [
+        "--use-torch-fsdp2",
+        "--untie-embeddings-and-output-weights",
+        "--ckpt-format torch_dist",
+        "--no-gradient-accumulation-fusion",
+    ] {
+        assert!(s.contains(arg), "missing {arg} in\n{s}");
+    }
+    p.pp = 2;
+    refused(
+        Engine::Megatron,
+        &p,
+        &t,
+        "not supported with pipeline parallelism",
+    );
+    p.pp = 1;
+    p.precision = Precision::Fp16Amp;
+    refused(Engine::Megatron, &p, &t, "not supported with fp16");
+    p.precision = Precision::Bf16Amp;
+    let gpt2 = match catalog::lookup("gpt2-xl").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    assert!(gpt2.tied_embeddings);
+    p.tp = 1;
+    refused(Engine::Megatron, &p, &gpt2, "untie-embeddings");
+    // Offload: optimizer states through the distributed optimizer only; parameters never.
+    p.offload = Offload::Optimizer;
+    refused(Engine::Megatron, &p, &t, "only with distributed optimizer");
+    p.zero_stage = 0;
+    refused(Engine::Megatron, &p, &t, "only with distributed optimizer");
+    p.zero_stage = 2;
+    let s = accepted(Engine::Megatron, &p, &t);
+    assert!(s.contains("--optimizer-cpu-offload \\\n--use-precision-aware-optimizer"));
+    assert!(s.contains("--use-distributed-optimizer"));
+    p.offload = Offload::Params;
+    refused(Engine::Megatron, &p, &t, "no parameter offload");
+    // Sequence parallelism is dropped at tp 1 (megatron-core refuses it there).
+    p.offload = Offload::None;
+    p.sequence_parallel = true;
+    assert!(!accepted(Engine::Megatron, &p, &t).contains("--sequence-parallel"));
+    p.tp = 2;
+    assert!(accepted(Engine::Megatron, &p, &t).contains("--sequence-parallel"));
+}
+
+#[test]
+fn accelerate_megatron_lm_writes_only_full_recompute_and_zero_1_2() {
+    let (mut p, t) = base();
+    p.tp = 2;
+    p.zero_stage = 1;
+    p.recompute = Recompute::Full;
+    p.recompute_layers = Some(3);
+    let y = accepted(Engine::Accelerate, &p, &t);
+    for line in [
+        "distributed_type: MEGATRON_LM",
+        "  megatron_lm_recompute_granularity: full",
+        "  megatron_lm_recompute_method: block",
+        "  megatron_lm_recompute_num_layers: 3",
+        "  megatron_lm_use_distributed_optimizer: true",
+    ] {
+        assert!(y.lines().any(|l| l == line), "missing {line:?} in\n{y}");
+    }
+    for r in [Recompute::None, Recompute::Selective] {
+        p.recompute = r;
+        p.recompute_layers = None;
+        refused(Engine::Accelerate, &p, &t, "only full recomputation");
+    }
+    p.recompute = Recompute::Full;
+    p.zero_stage = 3;
+    refused(Engine::Accelerate, &p, &t, "no ZeRO-3 setting");
+    p.zero_stage = 1;
+    p.pp = 4;
+    p.schedule = Schedule::Interleaved(2);
+    refused(Engine::Accelerate, &p, &t, "virtual pipeline");
+    // Without tp/pp accelerate hands ZeRO to DeepSpeed, and DeepSpeed's rules apply.
+    let (mut p, t) = base();
+    p.offload = Offload::Params;
+    p.zero_stage = 2;
+    refused(Engine::Accelerate, &p, &t, "only under ZeRO-3");
+    p.zero_stage = 0;
+    p.offload = Offload::Optimizer;
+    refused(Engine::Accelerate, &p, &t, "drop the offload");
+}
+
+#[test]
+fn torchrun_snippet_is_python_after_the_prefix() {
+    let (mut p, t) = base();
+    p.precision = Precision::Fp32;
+    let s = accepted(Engine::Torchrun, &p, &t);
+    let py: Vec<&str> = s
+        .lines()
+        .skip(2)
+        .map(|l| l.strip_prefix("# ").unwrap())
+        .collect();
+    assert!(py.contains(&"mp = MixedPrecisionPolicy()"), "{s}");
+    assert!(py
+        .iter()
+        .any(|l| l.starts_with("fully_shard(model, mesh=mesh")));
+    p.precision = Precision::Fp16Amp;
+    let s = accepted(Engine::Torchrun, &p, &t);
+    assert!(s.contains("MixedPrecisionPolicy(param_dtype=torch.float16"));
 }

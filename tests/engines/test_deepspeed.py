@@ -1,0 +1,188 @@
+"""DeepSpeed reads every key `vram plan --emit deepspeed` writes, for the plan's world size.
+
+DeepSpeed 0.19.8 (tests/engines/requirements.txt). Its `DeepSpeedConfig(config, mpu)` is the object
+`deepspeed.initialize` builds; it asserts train_batch_size = micro x accumulation x data-parallel
+size, and validates `zero_optimization`, `bf16` and `fp16` with pydantic models that forbid unknown
+keys. Other sections (`activation_checkpointing`, `pipeline`) are read with `.get`, so a misspelt key
+there would be silently ignored: the test records every key DeepSpeed reads and fails on any it
+did not.
+"""
+
+import json
+import logging
+
+import pytest
+
+from conftest import TINY, emit, run_vram
+
+deepspeed = pytest.importorskip("deepspeed")  # installed by .ci/engine-tests; never skipped there
+from deepspeed.runtime import config as ds_config  # noqa: E402
+from deepspeed.runtime.config_utils import DeepSpeedConfigModel  # noqa: E402
+
+
+class Recorder(dict):
+    """A dict that notes each key read through it (nested dicts too)."""
+
+    def __init__(self, d, path=(), seen=None):
+        seen = set() if seen is None else seen
+        super().__init__({k: Recorder(v, path + (k,), seen) if isinstance(v, dict) else v for k, v in d.items()})
+        self.path, self.seen = path, seen
+
+    def _note(self, k):
+        self.seen.add(self.path + (k,))
+
+    def __getitem__(self, k):
+        self._note(k)
+        return super().__getitem__(k)
+
+    def get(self, k, default=None):
+        self._note(k)
+        return super().get(k, default)
+
+    def __contains__(self, k):
+        self._note(k)
+        return super().__contains__(k)
+
+
+class Mpu:
+    """The model-parallel unit DeepSpeed asks for the data-parallel world size."""
+
+    def __init__(self, dp):
+        self.dp = dp
+
+    def get_data_parallel_world_size(self):
+        return self.dp
+
+
+def keys(d, path=()):
+    for k, v in d.items():
+        yield path + (k,)
+        if isinstance(v, dict):
+            yield from keys(v, path + (k,))
+
+
+# Sections DeepSpeed validates with pydantic models that forbid unknown keys.
+VALIDATED = {"zero_optimization": "DeepSpeedZeroConfig", "bf16": "DeepSpeedBF16Config", "fp16": "DeepSpeedFP16Config"}
+
+
+def load(text: str, dp: int, monkeypatch):
+    """DeepSpeedConfig of the emitted JSON; returns (config, unread keys, warnings)."""
+    raw = json.loads(text)
+    rec = Recorder(raw)
+    # No process group here: DeepSpeedConfig asks dist for the rank first, then the mpu for the
+    # data-parallel size (runtime/config.py); without a rank it would fall back to world size 1.
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    records = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = records.append
+    deepspeed.utils.logger.addHandler(handler)
+    try:
+        cfg = ds_config.DeepSpeedConfig(rec, mpu=Mpu(dp))
+    finally:
+        deepspeed.utils.logger.removeHandler(handler)
+    pipeline_keys = set(ds_config.get_pipeline_config({}))  # DeepSpeed's own pipeline keys
+    unread = []
+    for k in keys(raw):
+        if k in rec.seen or (k[0] in VALIDATED and len(k) > 1):
+            continue
+        if k[0] == "pipeline" and len(k) == 2 and k[1] in pipeline_keys:
+            continue
+        unread.append(".".join(k))
+    return cfg, unread, [r.getMessage() for r in records]
+
+
+def test_validated_sections_forbid_unknown_keys():
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    for cls in (DeepSpeedZeroConfig, DeepSpeedBF16Config, DeepSpeedFP16Config):
+        assert issubclass(cls, DeepSpeedConfigModel)
+        assert cls.model_config["extra"] == "forbid"
+        with pytest.raises(Exception):
+            cls(**{"no_such_key": 1})
+
+
+# (model, gpus, global batch, seq, pins): ZeRO 0-3, offload of optimizer and parameters, bf16 and
+# fp16, accumulation and micro-batch, data-parallel sizes from 2 to 64, pipelines, recomputation.
+PLANS = [
+    (TINY, 2, 8, 64, ["--zero", "0"]),
+    (TINY, 2, 8, 64, ["--zero", "1", "--precision", "fp16-amp"]),
+    (TINY, 2, 16, 64, ["--zero", "2", "--micro-batch", "2"]),  # accumulation 4
+    (TINY, 4, 8, 64, ["--zero", "3", "--micro-batch", "1"]),
+    (TINY, 2, 8, 64, ["--zero", "2", "--offload", "optimizer"]),
+    (TINY, 2, 8, 64, ["--zero", "3", "--offload", "params", "--precision", "fp16-amp"]),
+    (TINY, 2, 8, 64, ["--zero", "0", "--precision", "fp32"]),
+    ("llama-2-13b", 16, 256, 4096, ["--tp", "1", "--pp", "1", "--zero", "3", "--offload", "optimizer"]),
+    ("llama-2-13b", 64, 512, 4096, ["--tp", "1", "--pp", "1", "--zero", "3", "--recompute", "full"]),
+    ("llama-2-13b", 32, 256, 4096, ["--pp", "4", "--zero", "1", "--schedule", "1f1b", "--recompute", "selective"]),
+    ("llama-2-7b", 8, 64, 4096, ["--tp", "1", "--zero", "2", "--recompute", "optimal"]),
+]
+
+
+@pytest.mark.parametrize("model,gpus,gb,seq,pins", PLANS, ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_deepspeed_builds_its_config_from_the_emitted_json(model, gpus, gb, seq, pins, monkeypatch):
+    e = emit("deepspeed", model, gpus, gb, seq, *pins)
+    cfg, unread, warnings = load(e.text, e.dp, monkeypatch)
+    assert unread == [], f"keys DeepSpeed does not read: {unread}"
+    assert warnings == []
+    # The values DeepSpeed settled on are the plan's.
+    assert cfg.train_batch_size == gb == e.micro_batch * e.grad_accum * e.dp
+    assert cfg.train_micro_batch_size_per_gpu == e.micro_batch
+    assert cfg.gradient_accumulation_steps == e.grad_accum
+    assert cfg.zero_optimization_stage == e.zero
+    assert cfg.zero_enabled == (e.zero > 0)
+    raw = json.loads(e.text)
+    assert cfg.bfloat16_config.enabled == raw["bf16"]["enabled"]
+    assert cfg.float16_config.enabled == raw["fp16"]["enabled"]
+    assert not (cfg.bfloat16_config.enabled and cfg.float16_config.enabled)
+    if "--precision" in pins:
+        want = pins[pins.index("--precision") + 1]
+        assert cfg.float16_config.enabled == (want == "fp16-amp")
+        assert cfg.bfloat16_config.enabled is False if want != "bf16-amp" else True
+    off = " offload-" in f" {e.label}"
+    assert (cfg.zero_config.offload_optimizer is not None) == off
+    if "offload-params" in e.label:
+        assert cfg.zero_config.offload_param.device == "cpu"
+    if e.pp > 1:
+        assert cfg.pipeline["stages"] == e.pp
+
+
+@pytest.mark.parametrize(
+    "pins,rule",
+    [
+        # (ZeRO-2/3 with --pp > 1 never reaches the emitter: the planner does not search it.)
+        (["--pp", "2", "--zero", "1", "--schedule", "interleaved:2"], "1F1B"),
+        (["--pp", "4", "--zero", "1", "--schedule", "gpipe"], "1F1B"),
+        # (Parameter offload below ZeRO-3 and offload at ZeRO-0 are refused too, see
+        # crates/vram-plan/tests/it/emit.rs; the planner does not search them.)
+    ],
+)
+def test_plans_deepspeed_refuses_are_not_emitted(pins, rule):
+    r = run_vram(
+        "plan", "llama-2-7b", "--gpu", "h100-80g", "--gpus", "16", "--global-batch", "256", "--seq", "2048",
+        "--emit", "deepspeed", *pins,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert rule in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_deepspeed_refuses_zero2_with_a_pipeline_itself():
+    # The rule vram applies is DeepSpeed's own assertion, in the installed PipelineEngine.
+    import inspect
+
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+
+    assert "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in inspect.getsource(PipelineEngine.__init__)
+    assert "schedule.TrainSchedule(" in inspect.getsource(PipelineEngine._train_schedule)
+
+
+def test_the_nearest_plan_deepspeed_runs_is_emitted_with_a_note(monkeypatch):
+    # The fastest plan with 4 pipeline stages interleaves; DeepSpeed runs only 1F1B, so vram
+    # writes the fastest 1F1B plan and says why on stderr.
+    e = emit("deepspeed", "llama-2-7b", 16, 256, 2048, "--pp", "4")
+    assert "is not emitted" in e.stderr and "1F1B" in e.stderr
+    assert e.label.endswith("1f1b") or " 1f1b" in e.label
+    cfg, unread, warnings = load(e.text, e.dp, monkeypatch)
+    assert (unread, warnings) == ([], [])
+    assert cfg.pipeline["stages"] == 4 and cfg.zero_optimization_stage <= 1

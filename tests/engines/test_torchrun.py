@@ -1,0 +1,78 @@
+"""The `torchrun` command and FSDP2 setup `vram plan --emit torchrun` prints run one step.
+
+PyTorch 2.15.0 (tests/engines/requirements.txt), 2 CPU processes over gloo, the tiny model of
+fsdp2_step.py (4 blocks, hidden 64). The command is run as emitted but for its rendezvous endpoint
+(a free local port instead of $MASTER_ADDR:29500) and the script path; the setup is executed as
+printed, with its mesh on "cpu" (and CPUOffloadPolicy unpinned).
+"""
+
+import math
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, emit
+
+pytest.importorskip("torch")
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def split(text: str):
+    """(command argv, Python setup) from the emitted text."""
+    lines = text.splitlines()
+    cmd = []
+    i = 0
+    while True:
+        line = lines[i]
+        cmd.append(line.rstrip("\\").strip())
+        i += 1
+        if not line.endswith("\\"):
+            break
+    py = [l[2:] for l in lines[i:]]
+    assert all(l.startswith("# ") for l in lines[i:]), text
+    return shlex.split(" ".join(cmd)), "\n".join(py) + "\n"
+
+
+@pytest.mark.parametrize(
+    "pins",
+    [
+        ["--zero", "3"],  # reshard after forward, bf16 compute
+        ["--zero", "2", "--micro-batch", "2", "--precision", "fp16-amp"],  # accumulation 2
+        ["--zero", "3", "--offload", "params", "--precision", "fp32"],  # CPUOffloadPolicy, no casts
+    ],
+    ids=" ".join,
+)
+def test_fsdp2_setup_runs_one_step_on_two_cpu_processes(pins, tmp_path):
+    e = emit("torchrun", TINY, 2, 8, 64, *pins)
+    argv, setup = split(e.text)
+    compile(setup, "emitted-fsdp2-setup", "exec")  # the setup is Python as printed
+    assert argv[0] == "torchrun" and "train.py" in argv
+    assert argv[argv.index("--nproc-per-node") + 1] == "2" and argv[argv.index("--nnodes") + 1] == "1"
+    endpoint = argv.index("--rdzv-endpoint") + 1
+    assert argv[endpoint] == "$MASTER_ADDR:29500"
+    argv[endpoint] = f"127.0.0.1:{free_port()}"
+    argv[argv.index("train.py")] = str(HERE / "fsdp2_step.py")
+    argv[0:1] = [sys.executable, "-m", "torch.distributed.run"]
+    snippet = tmp_path / "setup.py"
+    snippet.write_text(setup)
+    env = dict(os.environ, VRAMKIT_FSDP2_SNIPPET=str(snippet), OMP_NUM_THREADS="1")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    ok = re.findall(r"STEP_OK rank=(\d) world=(\d) loss=(\S+) sharded=(\w+) changed=(\w+)", r.stdout)
+    assert r.returncode == 0 and len(ok) == 2, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(o[0] for o in ok) == ["0", "1"]
+    for _, world, loss, sharded, changed in ok:
+        assert world == "2" and sharded == "True" and changed == "True"
+        # Untrained logits over 256 tokens: cross-entropy near ln 256 = 5.55.
+        assert abs(float(loss) - math.log(256)) < 1.0, loss
