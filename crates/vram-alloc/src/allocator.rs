@@ -5,7 +5,7 @@ use crate::error::{AllocError, OomInfo};
 use crate::freeindex::{key_size, mk_key, FreeIndex, Key, SIZE_MASK};
 use crate::policy::{
     allocation_size, round_size, AllocatorConfig, Policy, LARGE_BUFFER, MIN_BLOCK_SIZE,
-    SMALL_BUFFER, SMALL_SIZE,
+    SMALL_BUFFER, SMALL_SIZE, VRAMKIT_LARGE_CHUNK,
 };
 use crate::snapshot::{BlockInfo, BlockState, SegmentInfo, Snapshot, TraceAction, TraceEntry};
 use crate::stats::{bump, Counters, MemoryStats, LARGE, SMALL};
@@ -822,7 +822,16 @@ impl<D: Device> Inner<D> {
                 };
                 want.div_ceil(g) * g
             }
-            _ => g,
+            _ => {
+                // A finite trim slack asks for memory first: map at the
+                // device granularity, as before issue 13.
+                let want = if pool == SMALL || self.cfg.trim_slack.is_finite() {
+                    g
+                } else {
+                    VRAMKIT_LARGE_CHUNK
+                };
+                want.div_ceil(g) * g
+            }
         }
     }
 
@@ -961,13 +970,19 @@ impl<D: Device> Inner<D> {
         };
         let (mut start, run_addr, mut need_map) = found.ok_or(Fail::Oom)?;
         if self.cfg.policy == Policy::Vramkit && need_map > 0 {
-            // Trim before grow: when cached bytes exceed the slack, unmap the
-            // free pages outside the chosen placement before mapping new ones.
+            // Free pages stay mapped (cached) by default: unmapping waits for
+            // the device, so a loop that repeats its steps must not unmap in
+            // steady state. Trim before grow only (a) when cached bytes exceed
+            // the slack, if one is set, or (b) when the new pages would not
+            // fit under the cap or in the device's free memory: then the free
+            // pages of this segment outside the placement go first, before the
+            // release-everything-and-retry path.
             let cached =
                 self.stats.reserved_bytes.current(pool) - self.stats.active_bytes.current(pool);
-            let budget =
-                (self.cfg.trim_slack * self.stats.allocated_bytes.current_all() as f64) as i64;
-            if cached > budget {
+            let budget = self.cfg.trim_slack * self.stats.allocated_bytes.current_all() as f64;
+            let pressure = cached > 0
+                && (self.over_cap(need_map) || need_map > self.dev.mem_info().0);
+            if pressure || cached as f64 > budget {
                 self.trim_segment(seg, run_addr, run_addr + rounded);
                 (start, _, need_map) = self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
             }

@@ -80,6 +80,55 @@ pub trait Device: Send {
     fn synchronize_event(&mut self, event: EventId) -> Result<(), DeviceError>;
 }
 
+/// How many device calls of each kind a [`SimDevice`] has served (successful
+/// calls only), with what they would cost on a real GPU: the CUDA backend
+/// creates one physical handle per granule it maps, and `cuMemUnmap`,
+/// `cuMemFree` and event synchronisation wait for the device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceCalls {
+    /// `allocate` calls (`cuMemAlloc`).
+    pub allocates: u64,
+    /// `release` calls (`cuMemFree`, synchronising).
+    pub releases: u64,
+    /// `reserve` calls (`cuMemAddressReserve`).
+    pub reserves: u64,
+    /// `unreserve` calls (`cuMemAddressFree`).
+    pub unreserves: u64,
+    /// `map` calls.
+    pub maps: u64,
+    /// Granules mapped: the `cuMemCreate` calls a one-handle-per-granule backend makes.
+    pub granules_mapped: u64,
+    /// `unmap` calls (the CUDA backend synchronises before each).
+    pub unmaps: u64,
+    /// Granules unmapped (`cuMemUnmap` + `cuMemRelease` pairs).
+    pub granules_unmapped: u64,
+    /// `synchronize_event` calls.
+    pub event_syncs: u64,
+    /// Calls that wait for the device: releases, unmaps and event synchronisations.
+    pub synchronising: u64,
+    /// Host-tier migrations performed by [`Device::migrate`] (either direction).
+    pub migrations: u64,
+}
+
+impl std::ops::Sub for DeviceCalls {
+    type Output = DeviceCalls;
+    fn sub(self, o: DeviceCalls) -> DeviceCalls {
+        DeviceCalls {
+            allocates: self.allocates - o.allocates,
+            releases: self.releases - o.releases,
+            reserves: self.reserves - o.reserves,
+            unreserves: self.unreserves - o.unreserves,
+            maps: self.maps - o.maps,
+            granules_mapped: self.granules_mapped - o.granules_mapped,
+            unmaps: self.unmaps - o.unmaps,
+            granules_unmapped: self.granules_unmapped - o.granules_unmapped,
+            event_syncs: self.event_syncs - o.event_syncs,
+            synchronising: self.synchronising - o.synchronising,
+            migrations: self.migrations - o.migrations,
+        }
+    }
+}
+
 const SEGMENT_BASE: u64 = 0x7f00_0000_0000;
 const VIRTUAL_BASE: u64 = 0x7e00_0000_0000;
 const SEGMENT_ALIGN: u64 = 512;
@@ -107,6 +156,7 @@ pub struct SimDevice {
     next_event: EventId,
     calls: u64,
     fail_at: Option<u64>,
+    counts: DeviceCalls,
 }
 
 impl SimDevice {
@@ -133,6 +183,7 @@ impl SimDevice {
             next_event: 1,
             calls: 0,
             fail_at: None,
+            counts: DeviceCalls::default(),
         }
     }
 
@@ -149,6 +200,11 @@ impl SimDevice {
     /// Number of fallible calls made so far.
     pub fn calls(&self) -> u64 {
         self.calls
+    }
+
+    /// The device calls served so far, by kind.
+    pub fn call_counts(&self) -> DeviceCalls {
+        self.counts
     }
 
     /// Physical bytes in use (segments plus mapped pages).
@@ -218,6 +274,7 @@ impl Device for SimDevice {
         let addr = self.next_segment;
         self.next_segment += size.div_ceil(SEGMENT_ALIGN) * SEGMENT_ALIGN;
         self.segments.insert(addr, size);
+        self.counts.allocates += 1;
         Ok(addr)
     }
 
@@ -227,6 +284,8 @@ impl Device for SimDevice {
             .remove(&addr)
             .ok_or(DeviceError::InvalidRange { addr, size: 0 })?;
         self.used -= size;
+        self.counts.releases += 1;
+        self.counts.synchronising += 1;
         Ok(())
     }
 
@@ -240,6 +299,7 @@ impl Device for SimDevice {
         // Leave a one-granule guard gap between reservations.
         self.next_virtual += size + g;
         self.reservations.insert(addr, size);
+        self.counts.reserves += 1;
         Ok(addr)
     }
 
@@ -252,6 +312,7 @@ impl Device for SimDevice {
             return Err(DeviceError::InvalidRange { addr, size: len });
         }
         self.reservations.remove(&addr);
+        self.counts.unreserves += 1;
         Ok(())
     }
 
@@ -271,6 +332,8 @@ impl Device for SimDevice {
         }
         self.take(size)?;
         self.mapped.insert(addr, size);
+        self.counts.maps += 1;
+        self.counts.granules_mapped += size / g;
         Ok(())
     }
 
@@ -303,6 +366,9 @@ impl Device for SimDevice {
             }
         }
         self.used -= size;
+        self.counts.unmaps += 1;
+        self.counts.granules_unmapped += size / self.granularity;
+        self.counts.synchronising += 1;
         Ok(())
     }
 
@@ -341,6 +407,8 @@ impl Device for SimDevice {
             .ok_or(DeviceError::UnknownEvent(event))?;
         self.complete_stream(stream);
         self.events.remove(&event);
+        self.counts.event_syncs += 1;
+        self.counts.synchronising += 1;
         Ok(())
     }
 }

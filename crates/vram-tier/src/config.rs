@@ -65,7 +65,7 @@ impl TierConfig {
     /// | `VRAM_POLICY` | `pytorch`, `pytorch-expandable` or `vramkit` (overrides `VRAM_EXPANDABLE`) | |
     /// | `VRAM_MODE` | `caching` or `raw` (for `torch.cuda.MemPool`) | `caching` |
     /// | `VRAM_HISTORY` | history entries kept for snapshots | `0` |
-    /// | `VRAM_TRIM_SLACK` | vramkit policy: cached bytes tolerated, as a fraction of allocated, before growth unmaps free pages first | `0.005` |
+    /// | `VRAM_TRIM_SLACK` | vramkit policy: cached bytes tolerated, as a fraction of allocated, before growth unmaps free pages first (`inf`: only under pressure; a finite value saves memory but unmaps, and so synchronises, during steady state) | `inf` |
     ///
     /// Sizes take `B`, `KiB`/`K`, `MiB`/`M`, `GiB`/`G`, `TiB`/`T` (powers of
     /// 1024) or `KB`, `MB`, `GB`, `TB` (powers of 1000).
@@ -121,8 +121,14 @@ impl TierConfig {
             c.alloc.trim_slack = v
                 .parse::<f64>()
                 .ok()
-                .filter(|f| f.is_finite() && *f >= 0.0)
-                .ok_or_else(|| bad("VRAM_TRIM_SLACK", &v, "expected a non-negative fraction"))?;
+                .filter(|f| *f >= 0.0)
+                .ok_or_else(|| {
+                    bad(
+                        "VRAM_TRIM_SLACK",
+                        &v,
+                        "expected a non-negative fraction or inf",
+                    )
+                })?;
         }
         Ok(c)
     }

@@ -24,7 +24,7 @@
 //! | `VRAM_POLICY` | `vramkit`, `pytorch`, `pytorch-expandable` | |
 //! | `VRAM_MODE` | `caching`, or `raw` whole segments for `torch.cuda.MemPool` | `caching` |
 //! | `VRAM_HISTORY` | history entries kept for snapshots | `0` |
-//! | `VRAM_TRIM_SLACK` | vramkit policy's tolerated cached fraction before unmapping | `0.005` |
+//! | `VRAM_TRIM_SLACK` | vramkit policy's tolerated cached fraction before unmapping (`inf`: only under pressure) | `inf` |
 //! | `VRAM_SIM_CAPACITY` | simulated device size (`sim` only) | `16GiB` |
 //!
 //! No panic crosses the C boundary (each export runs under
