@@ -18,8 +18,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for (name, events) in traces {
         let ends = step_ends(&events);
-        if let Some(k) = std::env::var("VRAMFREEZE").ok().and_then(|v| v.parse::<usize>().ok()) {
-            let n = events[..ends[k - 1]].iter().filter(|e| matches!(e, vram_alloc::Event::Alloc { .. })).count();
+        if let Some(k) = std::env::var("VRAMFREEZE")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            let n = events[..ends[k - 1]]
+                .iter()
+                .filter(|e| matches!(e, vram_alloc::Event::Alloc { .. }))
+                .count();
             std::env::set_var("VRAMT", n.to_string());
         }
         println!("{name}: {} events, step ends {ends:?}", events.len());
@@ -28,7 +34,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .split(',')
             .filter_map(|v| v.parse().ok())
             .collect();
-        let mut cfgs: Vec<AllocatorConfig> = Policy::ALL.iter().map(|&p| AllocatorConfig::new(p)).collect();
+        let mut cfgs: Vec<AllocatorConfig> = Policy::ALL
+            .iter()
+            .map(|&p| AllocatorConfig::new(p))
+            .collect();
         for &s in &slacks {
             let mut c = AllocatorConfig::new(Policy::Vramkit);
             c.trim_slack = s;
@@ -40,7 +49,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let per = device_calls_per_step(&events, &cfg, &ends)?;
             let show: Vec<String> = per
                 .iter()
-                .map(|c| format!("m{}/g{}/u{}/s{}", c.maps, c.granules_mapped, c.unmaps, c.synchronising))
+                .map(|c| {
+                    format!(
+                        "m{}/g{}/u{}/s{}",
+                        c.maps, c.granules_mapped, c.unmaps, c.synchronising
+                    )
+                })
                 .collect();
             println!(
                 "  {:12} {:6} peak reserved {:8.3} GiB  per step (maps/granules/unmaps/syncs): {}",

@@ -312,7 +312,10 @@ fn vramkit_keeps_free_pages_mapped_until_there_is_pressure() {
     assert_eq!((calls.unmaps, calls.synchronising), (0, 0));
     // 100 MiB (x, cached) + 20 MiB (y's chunk, 19 MiB of it free after y) +
     // 140 MiB for z placed after y (150 - 19 = 131 MiB, in 20 MiB chunks).
-    assert_eq!(a.memory_stats().reserved_bytes[0].current, (260 * MIB) as i64);
+    assert_eq!(
+        a.memory_stats().reserved_bytes[0].current,
+        (260 * MIB) as i64
+    );
     for p in [y, z] {
         a.free(p).unwrap();
     }

@@ -5,6 +5,7 @@ mod pickles;
 mod props;
 mod replay;
 mod stress;
+mod tier;
 
 use vram_alloc::{AllocatorConfig, CachingAllocator, Policy, SimDevice};
 

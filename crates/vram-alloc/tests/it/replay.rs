@@ -61,7 +61,11 @@ fn vramkit_beats_the_pytorch_baseline_on_three_models() {
         let t = replay(&events, &tight, None).unwrap();
         let ratio = t.peak_reserved_bytes as f64 / t.peak_allocated_bytes as f64;
         assert!(ratio <= 1.05, "{}: ratio {ratio}", m.name);
-        assert!(t.peak_reserved_bytes < base.peak_reserved_bytes, "{}", m.name);
+        assert!(
+            t.peak_reserved_bytes < base.peak_reserved_bytes,
+            "{}",
+            m.name
+        );
     }
 }
 
