@@ -959,16 +959,7 @@ impl<D: Device> Inner<D> {
                 };
                 want.div_ceil(g) * g
             }
-            _ => {
-                // A finite trim slack asks for memory first: map at the
-                // device granularity, as before issue 13.
-                let want = if pool == SMALL || self.cfg.trim_slack.is_finite() {
-                    g
-                } else {
-                    VRAMKIT_LARGE_CHUNK
-                };
-                want.div_ceil(g) * g
-            }
+            _ => g,
         }
     }
 
@@ -1128,6 +1119,25 @@ impl<D: Device> Inner<D> {
         if self.over_cap(need_map) {
             return Err(Fail::Oom);
         }
+        // Grow the large pool by at least one chunk when there is room for
+        // it: fewer map calls (each creates and maps physical pages) for the
+        // same pages, which stay mapped. A finite trim slack asks for memory
+        // first and maps only what the request needs.
+        let mut target = rounded;
+        if self.cfg.policy == Policy::Vramkit
+            && pool == LARGE
+            && self.cfg.trim_slack.is_infinite()
+            && need_map > 0
+            && need_map < VRAMKIT_LARGE_CHUNK
+        {
+            let want = rounded + (VRAMKIT_LARGE_CHUNK - need_map);
+            if let Some(n) = self.run_at(start, want, g) {
+                if !self.over_cap(n) && n <= self.dev.mem_info().0 {
+                    target = want;
+                }
+            }
+        }
+        let rounded = target;
         // Map the unmapped parts of the run, front to back.
         let mut covered = 0u64;
         let mut cur = start;

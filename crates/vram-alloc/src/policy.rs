@@ -19,9 +19,10 @@ pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
 /// Larger requests get a segment rounded up to this (PyTorch `kRoundLarge`, 2 MiB).
 pub const ROUND_LARGE: u64 = 2 << 20;
 
-/// The large pool's mapping step under [`Policy::Vramkit`] (20 MiB, as
-/// PyTorch's expandable segments): ten times fewer map calls than the 2 MiB
-/// granularity for the same peak on recorded training traces.
+/// The smallest growth of the large pool under [`Policy::Vramkit`] when the
+/// device has room for it (20 MiB, as PyTorch's expandable segments): fewer
+/// map calls than growing by the 2 MiB granularity, for the same peak on
+/// recorded training traces. Pages are still unmapped at the granularity.
 pub const VRAMKIT_LARGE_CHUNK: u64 = LARGE_BUFFER;
 
 /// Which placement policy the allocator follows.
@@ -37,16 +38,15 @@ pub enum Policy {
     /// free block just before it), pages unmapped only when an allocation would
     /// otherwise fail.
     PyTorchExpandable,
-    /// vramkit's policy: expandable segments, large pool mapped in
-    /// [`VRAMKIT_LARGE_CHUNK`] steps and small pool at the device granularity,
+    /// vramkit's policy: expandable segments at the device granularity, the
+    /// large pool grown by at least [`VRAMKIT_LARGE_CHUNK`] when there is room,
     /// placement needing the fewest newly mapped bytes (lowest address on
     /// ties), free pages kept mapped in steady state (no unmap, hence no
     /// device synchronisation, while a loop repeats its steps), and
     /// trim-before-grow under pressure: when new pages would pass the cap or
     /// the device's free memory, the segment's free pages are unmapped first.
     /// [`AllocatorConfig::trim_slack`] set to a finite value asks for memory
-    /// first: the large pool is mapped at the device granularity and growth
-    /// trims whenever cached bytes exceed that fraction of allocated bytes
+    /// first: growth maps only what the request needs and trims whenever cached bytes exceed that fraction of allocated bytes
     /// (the policy before issue 13: less memory, but unmaps, each of which
     /// synchronises the device, during steady state).
     Vramkit,
