@@ -285,12 +285,12 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             self.process_pending(&mut s, false);
             self.host_room(&s)
         };
-        // The request plus one mapping chunk (the new pages need not line up
-        // with the ones freed), less what the device has free under its cap.
-        let (free, _) = self.device.with_device(|d| d.mem_info());
-        let need = size
-            .saturating_add(vram_alloc::policy::VRAMKIT_LARGE_CHUNK)
-            .saturating_sub(free);
+        // The request plus a page at each end (it need not line up with the
+        // pages freed), less what the device has free under its cap.
+        let (free, g) = self
+            .device
+            .with_device(|d| (d.mem_info().0, d.granularity()));
+        let need = size.saturating_add(2 * g).saturating_sub(free);
         if self.device.evict_cold(need, room) == 0 {
             return None;
         }
