@@ -1,6 +1,8 @@
 //! Device calls per training step under each policy, on snapshot pickles
 //! given as arguments (or the synthetic presets): `cargo run -p vram-alloc
-//! --example steady -- a.pickle b.pickle`.
+//! --example steady -- a.pickle b.pickle`. `SLACKS=0.005,0.05` adds rows for
+//! the vramkit policy with those trim slacks. The figures of BENCHMARKS.md's
+//! "Device calls per steady-state step" come from this.
 
 use vram_alloc::replay::{device_calls_per_step, events_from_snapshot, replay, step_ends};
 use vram_alloc::{synthetic, AllocatorConfig, Policy, Snapshot};
