@@ -282,7 +282,7 @@ impl<D: Device> CachingAllocator<D> {
             .active
             .get(&addr)
             .ok_or(AllocError::InvalidAddress { addr })?;
-        g.to_host(idx).map_err(AllocError::from)
+        g.move_to_host(idx).map_err(AllocError::from)
     }
 
     /// Brings the pages of the allocation at `addr` back from host memory;
@@ -294,7 +294,7 @@ impl<D: Device> CachingAllocator<D> {
             .active
             .get(&addr)
             .ok_or(AllocError::InvalidAddress { addr })?;
-        g.to_device(idx).map_err(AllocError::from)
+        g.move_to_device(idx).map_err(AllocError::from)
     }
 
     /// Moves cold allocations to host memory until `need` bytes of device
@@ -1333,7 +1333,7 @@ impl<D: Device> Inner<D> {
         (hi > lo).then_some((lo, hi))
     }
 
-    fn to_host(&mut self, idx: u32) -> Result<u64, DeviceError> {
+    fn move_to_host(&mut self, idx: u32) -> Result<u64, DeviceError> {
         if self.host.contains_key(&idx) {
             return Ok(0);
         }
@@ -1351,7 +1351,7 @@ impl<D: Device> Inner<D> {
         Ok(hi - lo)
     }
 
-    fn to_device(&mut self, idx: u32) -> Result<u64, DeviceError> {
+    fn move_to_device(&mut self, idx: u32) -> Result<u64, DeviceError> {
         let Some(&(lo, hi, true)) = self.host.get(&idx) else {
             return Ok(0);
         };
@@ -1402,7 +1402,7 @@ impl<D: Device> Inner<D> {
             if moved + bytes > host_room {
                 continue;
             }
-            if let Ok(n) = self.to_host(i) {
+            if let Ok(n) = self.move_to_host(i) {
                 moved += n;
             }
         }
@@ -1441,7 +1441,7 @@ impl<D: Device> Inner<D> {
             if room(self) < (hi - lo).saturating_add(headroom) {
                 break;
             }
-            match self.to_device(i) {
+            match self.move_to_device(i) {
                 Ok(n) => moved += n,
                 Err(_) => break,
             }

@@ -203,7 +203,7 @@ impl AllocatorConfig {
                 return bad("garbage_collection_threshold must be in (0, 1)");
             }
         }
-        if !(self.trim_slack >= 0.0) {
+        if self.trim_slack.is_nan() || self.trim_slack < 0.0 {
             return bad("trim_slack must be a non-negative number or inf");
         }
         Ok(())

@@ -108,7 +108,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         configs.push((c, Some(name)));
     }
     if let Some(slack) = a.trim_slack {
-        if !(slack >= 0.0) {
+        if slack.is_nan() || slack < 0.0 {
             return Err(bad_input!(
                 "--trim-slack {slack}: expected a non-negative fraction"
             ));
