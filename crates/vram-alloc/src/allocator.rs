@@ -300,11 +300,11 @@ impl<D: Device> CachingAllocator<D> {
     /// Moves cold allocations to host memory until `need` bytes of device
     /// memory were freed, never moving more than `host_room` bytes in all;
     /// returns the bytes moved. Cold means long-lived: allocated before the
-    /// last step mark (or, with no mark yet, in the first half of the
-    /// allocations so far). Among those the newest go first, largest first
-    /// on ties: optimizer states (created by the first optimizer step) before
-    /// weights (created before it), and the weights of the last layers
-    /// (used last in forward, first in backward) before the first layers'.
+    /// last step mark, newest first, largest first on ties: optimizer states
+    /// (created by the first optimizer step) before weights (created before
+    /// it), and the weights of the last layers before the first layers'.
+    /// With no mark yet, blocks from the first half of the allocations so far
+    /// qualify, oldest first (the weights before any early activation).
     pub fn evict_cold(&self, need: u64, host_room: u64) -> u64 {
         self.lock().evict_cold(need, host_room)
     }
@@ -1392,8 +1392,16 @@ impl<D: Device> Inner<D> {
                 Some((self.blocks[i as usize].born, hi - lo, i))
             })
             .collect();
-        // Newest first; largest first among the same birth.
-        victims.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+        if step > 0 {
+            // Newest long-lived first (optimizer states, created by the first
+            // optimizer step, before the weights); largest first on ties.
+            victims.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+        } else {
+            // No step marked yet: only age tells, and the first half of the
+            // allocations may hold this step's early activations: oldest
+            // (weights) first.
+            victims.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        }
         let mut moved = 0u64;
         for (_, bytes, i) in victims {
             if moved >= need {

@@ -181,6 +181,24 @@ fn cold_means_long_lived_and_new_allocations_are_not_moved() {
 }
 
 #[test]
+fn before_any_step_mark_the_oldest_blocks_go_first() {
+    // No mark yet: the weights (allocated first) move, not the activations
+    // that follow them, even those old enough to qualify.
+    let a = tiered(Policy::Vramkit, 1 << 30, 1 << 30);
+    let w = a.malloc(60 * MIB, 0).unwrap();
+    let acts: Vec<u64> = (0..5).map(|_| a.malloc(10 * MIB, 0).unwrap()).collect();
+    assert_eq!(a.evict_cold(50 * MIB, 1 << 30), 60 * MIB);
+    assert_eq!(
+        a.host_ranges().iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![w]
+    );
+    for p in acts.into_iter().chain([w]) {
+        a.free(p).unwrap();
+    }
+    a.check_invariants().unwrap();
+}
+
+#[test]
 fn a_device_without_host_mappings_says_so() {
     struct NoHost(SimDevice);
     impl vram_alloc::Device for NoHost {
