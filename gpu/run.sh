@@ -5,7 +5,9 @@
 #                               # and the .so into gpu/dist/ (ignored by git; carried to the device)
 #   gpu/run.sh device [STAGE]   # ON THE DEVICE (CUDA, PyTorch, transformers; no Rust, no network)
 #
-# Stages (default: all, in this order): env check plugin latency train limited summary.
+# Stages (default: all, in this order): env check plugin latency loops capped summary.
+# Two device calls of 10 minutes: 'env check plugin latency loops', then 'capped summary'
+# (copy the first call's files into gpu/results/ in between; see gpu/README.md).
 # Results are JSON files in $OUT (the run tool's output folder) or gpu/results/.
 # See gpu/README.md for the exact run-tool call. This script claims no figure: it measures.
 set -euo pipefail
@@ -73,34 +75,77 @@ stage_latency() {
         timeout 300 "$PY" gpu/latency.py --out "$RES/latency.json"
 }
 
-train() { # NAME ALLOCATOR [extra args...]; env passes VRAM_* settings
-    local name=$1; shift
+steps_for() { # the steps and warm-up steps of each loop
+    case $1 in
+        gpt2) echo "--steps 25 --warmup 5" ;;
+        llama) echo "--steps 12 --warmup 3" ;;
+        resnet50) echo "--steps 20 --warmup 5" ;;
+    esac
+}
+
+train() { # FILE MODEL ALLOCATOR [extra args...]; env passes VRAM_* settings
+    local file=$1 model=$2 alloc=$3; shift 3
     VRAMKIT_LIB=$DIST/libvram_torch.so PYTHONPATH=$ROOT/python \
-        timeout 400 "$PY" gpu/train_gpt2.py --allocator "$@" --out "$RES/train_$name.json" \
-        || echo "{\"name\": \"$name\", \"crashed\": true}" > "$RES/train_$name.json.crash"
+        timeout "${TRAIN_TIMEOUT:-240}" "$PY" gpu/train.py --model "$model" --allocator "$alloc" "$@" \
+        --out "$RES/$file.json" \
+        || echo "{\"file\": \"$file\", \"crashed\": true}" > "$RES/$file.json.crash"
 }
 
-stage_train() {
-    train native native
-    VRAM_DEVICE_LIMIT= VRAM_HOST_LIMIT=0 train vramkit vramkit
-    # The same with PyTorch's expandable-segments placement (fewer unmaps, each of which
-    # synchronizes): the comparison to look at if the vramkit policy misses the 3 %.
-    VRAM_DEVICE_LIMIT= VRAM_HOST_LIMIT=0 VRAM_POLICY=pytorch-expandable train vramkit_pte vramkit
+prior() { # FILE KEY: a figure from this call's results, else from gpu/results/ (a first call's)
+    "$PY" - "$RES/$1.json" "$ROOT/gpu/results/$1.json" "$2" <<'PYEOF'
+import json, os, sys
+for path in sys.argv[1:3]:
+    if os.path.exists(path):
+        v = json.load(open(path)).get(sys.argv[3])
+        if v is not None:
+            print(v)
+            break
+PYEOF
 }
 
-stage_limited() {
-    # A device cap below what the loop needs: 70 % of the native run's peak reserved.
-    local need limit
-    need=$("$PY" -c "import json;print(json.load(open('$RES/train_native.json'))['peak_reserved_bytes'])")
-    limit=$(( need * 7 / 10 ))
-    echo "native peak reserved $need B; cap $limit B"
-    train native_limited native --limit-bytes "$limit" --steps 6 --warmup 2
-    VRAM_DEVICE_LIMIT=$limit VRAM_HOST_LIMIT=${VRAM_HOST_LIMIT_FOR_SPILL:-64GiB} \
-        train vramkit_limited vramkit --limit-bytes "$limit" --steps 6 --warmup 2
+stage_loops() {
+    # Three loops (GPT-2 small; a 1.1 B Llama-style model at 2 x 2048; ResNet-50 at batch 128),
+    # each under PyTorch's allocator, PyTorch's expandable segments, and vramkit (its default
+    # policy, no cap, no host tier). One process per run.
+    for m in gpt2 llama resnet50; do
+        for al in native native_expandable vramkit; do
+            # shellcheck disable=SC2046
+            VRAM_DEVICE_LIMIT= VRAM_HOST_LIMIT=0 train "train_${m}_${al}" "$m" "$al" $(steps_for "$m")
+        done
+    done
+}
+
+capped_one() { # MODEL: native uncapped peak (reused from the loops stage when present), the cap,
+    # then native capped (expected to run out of memory) and vramkit capped with a host tier.
+    local m=$1 peak states cap
+    peak=$(prior "train_${m}_native" peak_reserved_bytes)
+    states=$(prior "train_${m}_native" optimizer_state_bytes)
+    if [ -z "$peak" ] || [ -z "$states" ]; then
+        train "capped_${m}_native_uncapped" "$m" native --steps 8 --warmup 2
+        peak=$(prior "capped_${m}_native_uncapped" peak_reserved_bytes)
+        states=$(prior "capped_${m}_native_uncapped" optimizer_state_bytes)
+    fi
+    if [ -z "$peak" ]; then echo "no native peak for $m: skipping its capped runs"; return; fi
+    if [ "$m" = gpt2 ]; then
+        cap=$(( peak * 7 / 10 ))       # 70 % of the native peak reserved
+    else
+        # Weights, gradients and activations fit; the AdamW states (2 x fp32 parameters) do not:
+        # the cap leaves out LLAMA_STATES_OUT (default 1.0) of the states' bytes.
+        cap=$("$PY" -c "print(int($peak - ${LLAMA_STATES_OUT:-1.0} * $states))")
+    fi
+    echo "$m: native peak reserved $peak B, optimizer states $states B, cap $cap B"
+    train "capped_${m}_native" "$m" native --limit-bytes "$cap" --steps 6 --warmup 2
+    VRAM_HOST_LIMIT=${VRAM_HOST_LIMIT_FOR_SPILL:-64GiB} \
+        train "capped_${m}_vramkit" "$m" vramkit --limit-bytes "$cap" $(steps_for "$m")
+}
+
+stage_capped() {
+    capped_one gpt2
+    capped_one llama
 }
 
 stage_summary() {
-    "$PY" gpu/summary.py "$RES"
+    "$PY" gpu/summary.py "$RES" "$ROOT/gpu/results"
 }
 
 case "${1:-}" in
@@ -109,7 +154,7 @@ case "${1:-}" in
         mkdir -p "$RES"
         test -x "$DIST/vram-cuda-check" || { echo "gpu/dist missing: run 'gpu/run.sh build' here and carry gpu/dist" >&2; exit 2; }
         stages=${2:-all}
-        [ "$stages" = all ] && stages="env check plugin latency train limited summary"
+        [ "$stages" = all ] && stages="env check plugin latency loops capped summary"
         for s in $stages; do echo "== $s"; "stage_$s"; done
         ;;
     *) sed -n '2,12p' "$0"; exit 2 ;;

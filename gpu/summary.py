@@ -1,38 +1,84 @@
-"""Reads the stage results in DIR and writes DIR/summary.json: the issue's criteria, each
-with the figures it was decided on. Missing inputs are reported as missing."""
+"""Reads the stage results and writes DIR/summary.json in the issue's schema:
+
+  loops:   [{model, native_median_s, native_mean_s, vramkit_median_s, vramkit_mean_s,
+             native_expandable_reserved_bytes, vramkit_reserved_bytes}]
+  limited: [{model, cap_bytes, native_oom, vramkit_finished, slowdown}]
+
+`slowdown` is the capped vramkit run's median step over the uncapped native run's median step
+(the same loop). Results are looked up in DIR, then in each further directory given (a first
+device call's results copied into gpu/results/). A missing figure is null. Everything else the
+runs measured (criteria, spills, migrations, versions) goes to DIR/details.json.
+
+  python3 gpu/summary.py DIR [MORE_DIRS...]
+"""
 import json, os, sys
 
-d = sys.argv[1]
+dirs = sys.argv[1:]
+out = dirs[0]
 
 
 def load(name):
-    path = os.path.join(d, name)
-    return json.load(open(path)) if os.path.exists(path) else None
+    for d in dirs:
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            return json.load(open(path))
+    return None
 
 
-env, check = load("env.json"), load("check.json")
-nat, vk = load("train_native.json"), load("train_vramkit.json")
-natl, vkl = load("train_native_limited.json"), load("train_vramkit_limited.json")
-s = {"gpu": env and env.get("gpu"), "driver": env and env.get("nvidia_smi"), "torch": env and env.get("torch")}
-if check:
-    s["device_checks_passed"] = all(c["ok"] for c in check["checks"])
-    s["device_checks"] = {c["name"]: c["ok"] for c in check["checks"]}
-if nat and vk and nat.get("median_step_s") and vk.get("median_step_s"):
-    ratio = vk["median_step_s"] / nat["median_step_s"]
-    s["step_time"] = {"native_s": nat["median_step_s"], "vramkit_s": vk["median_step_s"], "ratio": ratio,
-                      "within_3_percent": ratio <= 1.03}
-    s["peak_reserved"] = {"native": nat["peak_reserved_bytes"], "vramkit": vk["peak_reserved_bytes"],
-                          "vramkit_not_higher": vk["peak_reserved_bytes"] <= nat["peak_reserved_bytes"]}
-pte = load("train_vramkit_pte.json")
-if nat and pte and nat.get("median_step_s") and pte.get("median_step_s"):
-    s["pytorch_expandable_policy"] = {"step_ratio": pte["median_step_s"] / nat["median_step_s"],
-                                      "peak_reserved": pte["peak_reserved_bytes"]}
-if natl and vkl:
-    s["limited"] = {"cap_bytes": vkl.get("limit_bytes") or natl.get("limit_bytes"),
-                    "native_oom": natl.get("oom"), "vramkit_finished": vkl.get("finished"),
-                    "vramkit_host_peak_bytes": vkl.get("vramkit", {}).get("host.bytes.peak"),
-                    "vramkit_spills": vkl.get("vramkit", {}).get("num_spills")}
-    if vkl.get("median_step_s") and vk and vk.get("median_step_s"):
-        s["limited"]["slowdown_vs_vramkit_unlimited"] = vkl["median_step_s"] / vk["median_step_s"]
-json.dump(s, open(os.path.join(d, "summary.json"), "w"), indent=1)
+def get(r, k):
+    return r.get(k) if r else None
+
+
+MODELS = ["gpt2", "llama", "resnet50"]
+loops, limited, details = [], [], {"env": load("env.json"), "loops": {}, "limited": {}}
+for m in MODELS:
+    nat, exp, vk = (load(f"train_{m}_{al}.json") for al in ("native", "native_expandable", "vramkit"))
+    loops.append({
+        "model": m,
+        "native_median_s": get(nat, "median_step_s"),
+        "native_mean_s": get(nat, "mean_step_s"),
+        "vramkit_median_s": get(vk, "median_step_s"),
+        "vramkit_mean_s": get(vk, "mean_step_s"),
+        "native_expandable_reserved_bytes": get(exp, "peak_reserved_bytes"),
+        "vramkit_reserved_bytes": get(vk, "peak_reserved_bytes"),
+    })
+    row = loops[-1]
+    crit = {}
+    if row["native_median_s"] and row["vramkit_median_s"]:
+        crit["median_ratio"] = row["vramkit_median_s"] / row["native_median_s"]
+        crit["mean_ratio"] = row["vramkit_mean_s"] / row["native_mean_s"]
+        crit["within_1_percent"] = crit["median_ratio"] <= 1.01 and crit["mean_ratio"] <= 1.01
+    if row["native_expandable_reserved_bytes"] and row["vramkit_reserved_bytes"]:
+        crit["reserved_not_above_expandable"] = (
+            row["vramkit_reserved_bytes"] <= row["native_expandable_reserved_bytes"])
+    details["loops"][m] = {"criteria": crit, "native_expandable_median_s": get(exp, "median_step_s"),
+                           "native_reserved_bytes": get(nat, "peak_reserved_bytes"),
+                           "vramkit_counters": get(vk, "vramkit"),
+                           "errors": {al: get(r, "error") for al, r in
+                                      (("native", nat), ("native_expandable", exp), ("vramkit", vk))
+                                      if get(r, "error")}}
+
+TARGET = {"gpt2": 3.0, "llama": 1.5}
+for m in ("gpt2", "llama"):
+    nat_cap, vk_cap, nat = (load(f"capped_{m}_{al}.json") for al in ("native", "vramkit", "native_uncapped"))
+    nat = nat or load(f"train_{m}_native.json")
+    slow = None
+    if get(vk_cap, "median_step_s") and get(nat, "median_step_s"):
+        slow = vk_cap["median_step_s"] / nat["median_step_s"]
+    limited.append({
+        "model": m,
+        "cap_bytes": get(vk_cap, "limit_bytes") or get(nat_cap, "limit_bytes"),
+        "native_oom": get(nat_cap, "oom"),
+        "vramkit_finished": get(vk_cap, "finished"),
+        "slowdown": slow,
+    })
+    details["limited"][m] = {"target_slowdown": TARGET[m],
+                             "met": None if slow is None else (slow <= TARGET[m] and bool(get(vk_cap, "finished"))),
+                             "vramkit_counters": get(vk_cap, "vramkit"),
+                             "vramkit_error": get(vk_cap, "error"),
+                             "optimizer_state_bytes": get(nat, "optimizer_state_bytes")}
+
+s = {"loops": loops, "limited": limited}
+json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
+json.dump(details, open(os.path.join(out, "details.json"), "w"), indent=1)
 print(json.dumps(s, indent=1))

@@ -20,6 +20,9 @@ ptrs = [lib.vram_malloc(30 * MIB, 0, None) for _ in range(3)]
 assert all(ptrs), vt.last_error()
 
 assert [vt.tier_of(p) for p in ptrs] == ["device", "device", "host"], [vt.tier_of(p) for p in ptrs]
+# Nothing was moved (VRAM_MIGRATE=0 here; the spill path is what this test checks).
+assert vt.step() == 0
+assert vt.memory_stats()["num_migrations_to_host"] == 0
 assert vt.tier_of(12345) in ("device", None)
 s = vt.memory_stats()
 assert s["allocated_bytes.all.current"] == 60 * MIB, s["allocated_bytes.all.current"]

@@ -26,7 +26,7 @@ import pathlib
 __all__ = [
     "library_path", "configure", "install", "mem_pool", "memory_stats", "memory_summary",
     "dump_snapshot", "empty_cache", "reset_peak_stats", "last_error", "VramkitError",
-    "tier_of", "rebalance",
+    "tier_of", "rebalance", "step",
 ]
 
 _LIB = None
@@ -72,6 +72,8 @@ def _lib():
         lib.vram_dump_snapshot.restype = ctypes.c_int
         lib.vram_tier_of.argtypes = [ctypes.c_int, ctypes.c_void_p]
         lib.vram_tier_of.restype = ctypes.c_int
+        lib.vram_step.argtypes = [ctypes.c_int]
+        lib.vram_step.restype = ctypes.c_int64
         for name in ("vram_empty_cache", "vram_reset_peak_stats"):
             f = getattr(lib, name)
             f.argtypes = [ctypes.c_int]
@@ -183,12 +185,29 @@ def reset_peak_stats(device=0):
         raise VramkitError(last_error())
 
 
+def step(device=0):
+    """Marks the end of a training step (call it after ``optimizer.step()``/``zero_grad()``).
+
+    With a host tier (``host_limit``) and ``VRAM_MIGRATE=1`` (the default), allocations alive
+    across step marks are the ones moved to host memory under pressure, at the same addresses
+    (optimizer states first, then weights); at each mark, moved ones come back when the device
+    has room for them plus what the last step needed above its start. Returns the bytes brought
+    back. Costs nothing when nothing was moved."""
+    n = _lib().vram_step(int(device))
+    if n < 0:
+        raise VramkitError(last_error())
+    return n
+
+
 _TIERS = {0: "device", 1: "host", 2: "managed"}
 
 
 def tier_of(ptr, device=0):
     """Where an address from vramkit lives: 'device', 'host' (pinned, device-mapped) or
-    'managed'; None when vramkit does not know it. Accepts a tensor (its ``data_ptr()``)."""
+    'managed'; None when vramkit does not know it. Accepts a tensor (its ``data_ptr()``).
+    An allocation whose pages were moved to host memory by the tier (``step``) keeps its
+    device address and reports 'device'; ``memory_stats()["host.migrated_bytes.current"]``
+    counts those pages."""
     if hasattr(ptr, "data_ptr"):
         device = ptr.device.index if ptr.device.index is not None else device
         ptr = ptr.data_ptr()

@@ -1,11 +1,11 @@
 //! The caching allocator.
 
-use crate::device::{Device, DeviceError, EventId};
+use crate::device::{Device, DeviceError, EventId, Location};
 use crate::error::{AllocError, OomInfo};
 use crate::freeindex::{key_size, mk_key, FreeIndex, Key, SIZE_MASK};
 use crate::policy::{
     allocation_size, round_size, AllocatorConfig, Policy, LARGE_BUFFER, MIN_BLOCK_SIZE,
-    SMALL_BUFFER, SMALL_SIZE,
+    SMALL_BUFFER, SMALL_SIZE, VRAMKIT_LARGE_CHUNK,
 };
 use crate::snapshot::{BlockInfo, BlockState, SegmentInfo, Snapshot, TraceAction, TraceEntry};
 use crate::stats::{bump, Counters, MemoryStats, LARGE, SMALL};
@@ -63,6 +63,10 @@ struct Block {
     mapped: bool,
     pool: usize,
     events: u32,
+    /// Allocation clock when handed out.
+    born: u64,
+    /// Step (see `mark_step`) when handed out.
+    born_step: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +108,20 @@ struct Inner<D> {
     stats: Counters,
     history: Option<(usize, VecDeque<TraceEntry>)>,
     clock: u64,
+    /// Live blocks whose interior pages live in host memory: block -> `[lo, hi)`.
+    /// `(lo, hi, on_host)`: `on_host` false once freed and unmapped, until the
+    /// block is free and the hole is cut out of it.
+    host: HashMap<u32, (u64, u64, bool)>,
+    /// Allocations so far (the age clock).
+    mallocs: u64,
+    /// Steps marked so far.
+    step: u32,
+    /// Peak allocated bytes since the last step mark.
+    step_peak: i64,
+    /// Allocated bytes at the last step mark.
+    step_start: i64,
+    /// How far the last complete step rose above its start (its transient need).
+    transient: i64,
 }
 
 /// A thread-safe caching allocator over a [`Device`].
@@ -157,6 +175,12 @@ impl<D: Device> CachingAllocator<D> {
                 expandable: Vec::new(),
                 stats,
                 clock: 0,
+                host: HashMap::new(),
+                mallocs: 0,
+                step: 0,
+                step_peak: 0,
+                step_start: 0,
+                transient: 0,
             }),
         })
     }
@@ -233,6 +257,80 @@ impl<D: Device> CachingAllocator<D> {
     /// Segments, blocks and recorded history, as `torch.cuda.memory._snapshot()`.
     pub fn snapshot(&self) -> Snapshot {
         self.lock().snapshot()
+    }
+
+    /// Marks the end of a training step (the plug-in's `vram_step()`): blocks
+    /// alive across a mark are long-lived, and the step's peak sets the room
+    /// [`CachingAllocator::rebalance`] keeps free.
+    pub fn mark_step(&self) {
+        let mut g = self.lock();
+        g.step += 1;
+        let now = g.stats.allocated_bytes.current_all();
+        g.transient = (g.step_peak - g.step_start).max(0);
+        g.step_start = now;
+        g.step_peak = now;
+    }
+
+    /// Moves the whole pages inside the live allocation at `addr` to host
+    /// memory at the same addresses ([`Device::migrate`]); returns the bytes
+    /// moved (0 when the block has no whole page of its own, is not in an
+    /// expandable segment, or already moved). Pages shared with neighbours
+    /// stay on the device.
+    pub fn migrate_to_host(&self, addr: u64) -> Result<u64, AllocError> {
+        let mut g = self.lock();
+        let idx = *g
+            .active
+            .get(&addr)
+            .ok_or(AllocError::InvalidAddress { addr })?;
+        g.move_to_host(idx).map_err(AllocError::from)
+    }
+
+    /// Brings the pages of the allocation at `addr` back from host memory;
+    /// returns the bytes moved. Out of device memory is an error and changes
+    /// nothing.
+    pub fn migrate_to_device(&self, addr: u64) -> Result<u64, AllocError> {
+        let mut g = self.lock();
+        let idx = *g
+            .active
+            .get(&addr)
+            .ok_or(AllocError::InvalidAddress { addr })?;
+        g.move_to_device(idx).map_err(AllocError::from)
+    }
+
+    /// Moves cold allocations to host memory until `need` bytes of device
+    /// memory were freed, never moving more than `host_room` bytes in all;
+    /// returns the bytes moved. Cold means long-lived: allocated before the
+    /// last step mark, newest first, largest first on ties: optimizer states
+    /// (created by the first optimizer step) before weights (created before
+    /// it), and the weights of the last layers before the first layers'.
+    /// With no mark yet, blocks from the first half of the allocations so far
+    /// qualify, oldest first (the weights before any early activation).
+    pub fn evict_cold(&self, need: u64, host_room: u64) -> u64 {
+        self.lock().evict_cold(need, host_room)
+    }
+
+    /// Brings moved allocations back while the device has room for them plus
+    /// the headroom the last complete step needed above its starting point
+    /// (its peak allocated bytes minus those live at its start mark); oldest
+    /// first. Cached free pages count as room: when they are needed, the
+    /// cache is released first (one synchronisation, only when something
+    /// comes back). Returns the bytes brought back.
+    pub fn rebalance(&self) -> u64 {
+        self.lock().rebalance()
+    }
+
+    /// `(allocation address, pages start, pages end, on host)` for every live
+    /// allocation whose pages were moved to host memory.
+    pub fn host_ranges(&self) -> Vec<(u64, u64, u64)> {
+        let g = self.lock();
+        let mut v: Vec<(u64, u64, u64)> = g
+            .host
+            .iter()
+            .filter(|(_, r)| r.2)
+            .map(|(&i, r)| (g.blocks[i as usize].addr, r.0, r.1))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Runs `f` on the device (for example to inject a fault or complete a stream).
@@ -401,6 +499,8 @@ impl<D: Device> Inner<D> {
                 mapped: true,
                 pool,
                 events: 0,
+                born: 0,
+                born_step: 0,
             };
             let rem_size = rem.size;
             let next = rem.next;
@@ -425,9 +525,13 @@ impl<D: Device> Inner<D> {
             self.stats.inactive_split_bytes.dec(pool, sz);
             self.stats.inactive_split.dec(pool, 1);
         }
+        self.mallocs += 1;
+        let (mallocs, step) = (self.mallocs, self.step);
         let b = &mut self.blocks[idx as usize];
         b.state = State::Allocated;
         b.requested = requested;
+        b.born = mallocs;
+        b.born_step = step;
         let (addr, bsize, stream) = (b.addr, b.size, b.stream);
         self.active.insert(addr, idx);
         let st = &mut self.stats;
@@ -436,6 +540,7 @@ impl<D: Device> Inner<D> {
         st.active.inc(pool, 1);
         st.active_bytes.inc(pool, bsize as i64);
         st.requested_bytes.inc(pool, requested as i64);
+        self.step_peak = self.step_peak.max(st.allocated_bytes.current_all());
         if bsize >= self.max_split {
             st.oversize_allocations.add(1);
         }
@@ -463,6 +568,19 @@ impl<D: Device> Inner<D> {
                 }
                 self.uses.remove(&idx);
             }
+        }
+        // Host memory behind the block goes back (its contents are dead; the
+        // CUDA backend waits for the device before unmapping).
+        if let Some(&(lo, hi, true)) = self.host.get(&idx) {
+            if let Err(e) = self.dev.unmap(lo, hi - lo) {
+                self.active.insert(addr, idx);
+                return Err(e.into());
+            }
+            self.host.insert(idx, (lo, hi, false));
+            self.stats.migrated_bytes.add(-((hi - lo) as i64));
+            self.stats.num_device_free += 1;
+            let stream = self.blocks[idx as usize].stream;
+            self.trace(TraceAction::SegmentUnmap, lo, hi - lo, stream);
         }
         let b = &mut self.blocks[idx as usize];
         let (pool, size, stream) = (b.pool, b.size, b.stream);
@@ -520,6 +638,16 @@ impl<D: Device> Inner<D> {
         st.active_bytes.dec(pool, orig as i64);
         st.requested_bytes.dec(pool, requested as i64);
         self.trace(TraceAction::FreeCompleted, addr, orig, stream);
+        // (`remove` hashes even on an empty map: skip it on the hot path.)
+        if let Some((lo, hi, on_host)) = (!self.host.is_empty())
+            .then(|| self.host.remove(&idx))
+            .flatten()
+        {
+            debug_assert!(!on_host);
+            // Cut the unmapped hole out of the free block.
+            self.stats.reserved_bytes.inc(pool, (hi - lo) as i64);
+            self.unmap_pages(idx, lo, hi, false);
+        }
     }
 
     /// Merges free neighbour `src` into `dst` (which is not in a free set);
@@ -587,6 +715,17 @@ impl<D: Device> Inner<D> {
             let _ = self.dev.synchronize_event(ev);
             self.complete_event(idx);
         }
+    }
+
+    /// Device bytes mapped but not in use in `pool` (host-located pages of
+    /// live blocks, which only whole large-pool units can be, excluded).
+    fn cached(&self, pool: usize) -> i64 {
+        let moved = if pool == LARGE {
+            self.stats.migrated_bytes.current
+        } else {
+            0
+        };
+        self.stats.reserved_bytes.current(pool) - (self.stats.active_bytes.current(pool) - moved)
     }
 
     fn reserved(&self) -> u64 {
@@ -688,6 +827,8 @@ impl<D: Device> Inner<D> {
             mapped: true,
             pool,
             events: 0,
+            born: 0,
+            born_step: 0,
         });
         self.segs[seg as usize].head = b;
         self.stats.segment.inc(pool, 1);
@@ -866,6 +1007,8 @@ impl<D: Device> Inner<D> {
             mapped: false,
             pool,
             events: 0,
+            born: 0,
+            born_step: 0,
         });
         self.segs[seg as usize].head = b;
         self.expandable.push((stream, pool, seg));
@@ -961,13 +1104,18 @@ impl<D: Device> Inner<D> {
         };
         let (mut start, run_addr, mut need_map) = found.ok_or(Fail::Oom)?;
         if self.cfg.policy == Policy::Vramkit && need_map > 0 {
-            // Trim before grow: when cached bytes exceed the slack, unmap the
-            // free pages outside the chosen placement before mapping new ones.
-            let cached =
-                self.stats.reserved_bytes.current(pool) - self.stats.active_bytes.current(pool);
-            let budget =
-                (self.cfg.trim_slack * self.stats.allocated_bytes.current_all() as f64) as i64;
-            if cached > budget {
+            // Free pages stay mapped (cached) by default: unmapping waits for
+            // the device, so a loop that repeats its steps must not unmap in
+            // steady state. Trim before grow only (a) when cached bytes exceed
+            // the slack, if one is set, or (b) when the new pages would not
+            // fit under the cap or in the device's free memory: then the free
+            // pages of this segment outside the placement go first, before the
+            // release-everything-and-retry path.
+            let cached = self.cached(pool);
+            let budget = self.cfg.trim_slack * self.stats.allocated_bytes.current_all() as f64;
+            let pressure =
+                cached > 0 && (self.over_cap(need_map) || need_map > self.dev.mem_info().0);
+            if pressure || cached as f64 > budget {
                 self.trim_segment(seg, run_addr, run_addr + rounded);
                 (start, _, need_map) = self.find_run(seg, rounded, g).ok_or(Fail::Oom)?;
             }
@@ -975,6 +1123,25 @@ impl<D: Device> Inner<D> {
         if self.over_cap(need_map) {
             return Err(Fail::Oom);
         }
+        // Grow the large pool by at least one chunk when there is room for
+        // it: fewer map calls (each creates and maps physical pages) for the
+        // same pages, which stay mapped. A finite trim slack asks for memory
+        // first and maps only what the request needs.
+        let mut target = rounded;
+        if self.cfg.policy == Policy::Vramkit
+            && pool == LARGE
+            && self.cfg.trim_slack.is_infinite()
+            && need_map > 0
+            && need_map < VRAMKIT_LARGE_CHUNK
+        {
+            let want = rounded + (VRAMKIT_LARGE_CHUNK - need_map);
+            if let Some(n) = self.run_at(start, want, g) {
+                if !self.over_cap(n) && n <= self.dev.mem_info().0 {
+                    target = want;
+                }
+            }
+        }
+        let rounded = target;
         // Map the unmapped parts of the run, front to back.
         let mut covered = 0u64;
         let mut cur = start;
@@ -1077,7 +1244,7 @@ impl<D: Device> Inner<D> {
         let pool = self.blocks[i as usize].pool;
         let g = self.map_granularity(pool);
         let b = &self.blocks[i as usize];
-        let (addr, size, stream) = (b.addr, b.size, b.stream);
+        let (addr, size) = (b.addr, b.size);
         // Pages are aligned relative to the segment base.
         let base = self.segs[b.seg as usize].base;
         let end = addr + size;
@@ -1086,7 +1253,18 @@ impl<D: Device> Inner<D> {
         if hi <= lo {
             return;
         }
-        if self.dev.unmap(lo, hi - lo).is_err() {
+        self.unmap_pages(i, lo, hi, true);
+    }
+
+    /// Unmaps `[lo, hi)` (whole pages) inside free mapped block `i` and cuts it
+    /// out as an unmapped block; `call_device` false when the pages were
+    /// already unmapped (host memory of a freed block).
+    fn unmap_pages(&mut self, i: u32, lo: u64, hi: u64, call_device: bool) {
+        let pool = self.blocks[i as usize].pool;
+        let b = &self.blocks[i as usize];
+        let (addr, size, stream) = (b.addr, b.size, b.stream);
+        let end = addr + size;
+        if call_device && self.dev.unmap(lo, hi - lo).is_err() {
             return;
         }
         self.remove_free(i);
@@ -1137,8 +1315,150 @@ impl<D: Device> Inner<D> {
         self.try_merge(mid, p);
         self.try_merge(mid, n);
         self.stats.reserved_bytes.dec(pool, (hi - lo) as i64);
-        self.stats.num_device_free += 1;
+        if call_device {
+            self.stats.num_device_free += 1;
+            self.trace(TraceAction::SegmentUnmap, lo, hi - lo, stream);
+        }
+    }
+
+    // ---- host tier -----------------------------------------------------------
+
+    /// The whole map units inside block `i` (`None` when it has none or is
+    /// not in an expandable segment).
+    fn interior(&self, i: u32) -> Option<(u64, u64)> {
+        let b = &self.blocks[i as usize];
+        let seg = &self.segs[b.seg as usize];
+        if !seg.expandable || b.pool == SMALL {
+            return None;
+        }
+        let g = self.map_granularity(b.pool);
+        let lo = seg.base + (b.addr - seg.base).div_ceil(g) * g;
+        let hi = seg.base + (b.addr + b.size - seg.base) / g * g;
+        (hi > lo).then_some((lo, hi))
+    }
+
+    fn move_to_host(&mut self, idx: u32) -> Result<u64, DeviceError> {
+        if self.host.contains_key(&idx) {
+            return Ok(0);
+        }
+        let Some((lo, hi)) = self.interior(idx) else {
+            return Ok(0);
+        };
+        self.dev.migrate(lo, hi - lo, Location::Host)?;
+        let b = &self.blocks[idx as usize];
+        let (pool, stream) = (b.pool, b.stream);
+        self.host.insert(idx, (lo, hi, true));
+        self.stats.reserved_bytes.dec(pool, (hi - lo) as i64);
+        self.stats.migrated_bytes.add((hi - lo) as i64);
+        self.stats.num_migrations_to_host += 1;
         self.trace(TraceAction::SegmentUnmap, lo, hi - lo, stream);
+        Ok(hi - lo)
+    }
+
+    fn move_to_device(&mut self, idx: u32) -> Result<u64, DeviceError> {
+        let Some(&(lo, hi, true)) = self.host.get(&idx) else {
+            return Ok(0);
+        };
+        if self.over_cap(hi - lo) {
+            return Err(DeviceError::OutOfMemory {
+                requested: hi - lo,
+                free: self.cap.unwrap_or(0).saturating_sub(self.reserved()),
+            });
+        }
+        self.dev.migrate(lo, hi - lo, Location::Device)?;
+        let b = &self.blocks[idx as usize];
+        let (pool, stream) = (b.pool, b.stream);
+        self.host.remove(&idx);
+        self.stats.reserved_bytes.inc(pool, (hi - lo) as i64);
+        self.stats.migrated_bytes.add(-((hi - lo) as i64));
+        self.stats.num_migrations_to_device += 1;
+        self.trace(TraceAction::SegmentMap, lo, hi - lo, stream);
+        Ok(hi - lo)
+    }
+
+    fn evict_cold(&mut self, need: u64, host_room: u64) -> u64 {
+        let (step, mallocs) = (self.step, self.mallocs);
+        let mut victims: Vec<(u64, u64, u32)> = self
+            .active
+            .values()
+            .copied()
+            .filter(|&i| {
+                let b = &self.blocks[i as usize];
+                let old = if step > 0 {
+                    b.born_step < step
+                } else {
+                    b.born <= mallocs / 2
+                };
+                old && !self.host.contains_key(&i)
+            })
+            .filter_map(|i| {
+                let (lo, hi) = self.interior(i)?;
+                Some((self.blocks[i as usize].born, hi - lo, i))
+            })
+            .collect();
+        if step > 0 {
+            // Newest long-lived first (optimizer states, created by the first
+            // optimizer step, before the weights); largest first on ties.
+            victims.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+        } else {
+            // No step marked yet: only age tells, and the first half of the
+            // allocations may hold this step's early activations: oldest
+            // (weights) first.
+            victims.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        }
+        let mut moved = 0u64;
+        for (_, bytes, i) in victims {
+            if moved >= need {
+                break;
+            }
+            if moved + bytes > host_room {
+                continue;
+            }
+            if let Ok(n) = self.move_to_host(i) {
+                moved += n;
+            }
+        }
+        moved
+    }
+
+    fn rebalance(&mut self) -> u64 {
+        let headroom = self.transient.max(0) as u64;
+        let mut back: Vec<(u64, u32)> = self
+            .host
+            .iter()
+            .filter(|(_, r)| r.2)
+            .map(|(&i, _)| (self.blocks[i as usize].born, i))
+            .collect();
+        if back.is_empty() {
+            return 0;
+        }
+        back.sort_unstable();
+        let room = |s: &Self| {
+            let (free, _) = s.dev.mem_info();
+            match s.cap {
+                Some(c) => free.min(c.saturating_sub(s.reserved())),
+                None => free,
+            }
+        };
+        let cached = (self.cached(SMALL) + self.cached(LARGE)).max(0) as u64;
+        let first = back[0].1;
+        let (lo, hi, _) = self.host[&first];
+        let want = (hi - lo).saturating_add(headroom);
+        if room(self) < want && room(self).saturating_add(cached) >= want {
+            self.release_cached_blocks();
+        }
+        let mut moved = 0;
+        for (_, i) in back {
+            let (lo, hi, _) = self.host[&i];
+            if room(self) < (hi - lo).saturating_add(headroom) {
+                break;
+            }
+            match self.move_to_device(i) {
+                Ok(n) => moved += n,
+                Err(_) => break,
+            }
+        }
+        moved
     }
 
     // ---- snapshot and checks --------------------------------------------------
@@ -1222,6 +1542,8 @@ impl<D: Device> Inner<D> {
         let mut st = MemoryStats::default();
         let mut free_count = 0usize;
         let mut active_count = 0usize;
+        let mut migrated = 0u64;
+        let mut host_seen = 0usize;
         for (si, s) in self.segs.iter().enumerate() {
             if !s.alive {
                 continue;
@@ -1264,7 +1586,27 @@ impl<D: Device> Inner<D> {
                     return Err(format!("block {i} is in use but unmapped"));
                 }
                 if b.mapped {
-                    bump(&mut st.reserved_bytes, s.pool, b.size as i64);
+                    let moved = match self.host.get(&i) {
+                        Some(&(lo, hi, on_host)) => {
+                            let ok = match b.state {
+                                State::Allocated => on_host,
+                                State::Pending => true,
+                                State::Free => false,
+                            };
+                            if !ok || self.interior(i) != Some((lo, hi)) {
+                                return Err(format!(
+                                    "block {i} has a stale host range {lo:#x}..{hi:#x}"
+                                ));
+                            }
+                            if on_host {
+                                migrated += hi - lo;
+                            }
+                            host_seen += 1;
+                            hi - lo
+                        }
+                        None => 0,
+                    };
+                    bump(&mut st.reserved_bytes, s.pool, (b.size - moved) as i64);
                 }
                 match b.state {
                     State::Free => {
@@ -1311,6 +1653,15 @@ impl<D: Device> Inner<D> {
         }
         if self.active.len() != active_count {
             return Err("address map holds stale entries".into());
+        }
+        if host_seen != self.host.len() {
+            return Err("host ranges of blocks that are gone".into());
+        }
+        if self.stats.migrated_bytes.current != migrated as i64 {
+            return Err(format!(
+                "migrated_bytes is {} but a recount gives {migrated}",
+                self.stats.migrated_bytes.current
+            ));
         }
         let have = &self.stats.snapshot();
         let pairs = [

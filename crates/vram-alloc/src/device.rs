@@ -39,6 +39,13 @@ pub enum DeviceError {
     /// An event id the device does not know.
     #[error("unknown event {0}")]
     UnknownEvent(EventId),
+    /// The backend cannot do this (for example host-located mappings on a
+    /// driver without them).
+    #[error("not supported by this device: {what}")]
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+    },
     /// A real device's driver call failed for a reason other than running
     /// out of memory (reported by backends such as `vram-cuda`).
     #[error("{call} failed: {message}")]
@@ -48,6 +55,16 @@ pub enum DeviceError {
         /// The driver's error name and description.
         message: String,
     },
+}
+
+/// Where the physical memory behind a mapped range lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Location {
+    /// Device memory (HBM).
+    Device,
+    /// Host memory mapped into the device's address space (read and written
+    /// by kernels over the bus; `cuMemCreate` with a host location).
+    Host,
 }
 
 /// Device memory as an allocator sees it.
@@ -78,6 +95,69 @@ pub trait Device: Send {
     fn query_event(&mut self, event: EventId) -> Result<bool, DeviceError>;
     /// Waits for `event` and forgets it.
     fn synchronize_event(&mut self, event: EventId) -> Result<(), DeviceError>;
+    /// Moves the physical memory behind the mapped range `[addr, addr+size)`
+    /// to `to`, keeping its addresses and its contents: new backing is
+    /// allocated at `to`, the bytes are copied, the old backing is unmapped
+    /// and released and the new one mapped at the same addresses. A range
+    /// moved to the host comes back with the same `addr` and `size`. On
+    /// failure nothing has changed. Unmapping a host-located range returns
+    /// its host memory. Backends without host-located mappings answer
+    /// [`DeviceError::Unsupported`] (the default).
+    fn migrate(&mut self, addr: u64, size: u64, to: Location) -> Result<(), DeviceError> {
+        let _ = (addr, size, to);
+        Err(DeviceError::Unsupported {
+            what: "host-located mappings",
+        })
+    }
+}
+
+/// How many device calls of each kind a [`SimDevice`] has served (successful
+/// calls only), with what they would cost on a real GPU: the CUDA backend
+/// creates one physical handle per granule it maps, and `cuMemUnmap`,
+/// `cuMemFree` and event synchronisation wait for the device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceCalls {
+    /// `allocate` calls (`cuMemAlloc`).
+    pub allocates: u64,
+    /// `release` calls (`cuMemFree`, synchronising).
+    pub releases: u64,
+    /// `reserve` calls (`cuMemAddressReserve`).
+    pub reserves: u64,
+    /// `unreserve` calls (`cuMemAddressFree`).
+    pub unreserves: u64,
+    /// `map` calls.
+    pub maps: u64,
+    /// Granules mapped: the `cuMemCreate` calls a one-handle-per-granule backend makes.
+    pub granules_mapped: u64,
+    /// `unmap` calls (the CUDA backend synchronises before each).
+    pub unmaps: u64,
+    /// Granules unmapped (`cuMemUnmap` + `cuMemRelease` pairs).
+    pub granules_unmapped: u64,
+    /// `synchronize_event` calls.
+    pub event_syncs: u64,
+    /// Calls that wait for the device: releases, unmaps and event synchronisations.
+    pub synchronising: u64,
+    /// Host-tier migrations performed by [`Device::migrate`] (either direction).
+    pub migrations: u64,
+}
+
+impl std::ops::Sub for DeviceCalls {
+    type Output = DeviceCalls;
+    fn sub(self, o: DeviceCalls) -> DeviceCalls {
+        DeviceCalls {
+            allocates: self.allocates - o.allocates,
+            releases: self.releases - o.releases,
+            reserves: self.reserves - o.reserves,
+            unreserves: self.unreserves - o.unreserves,
+            maps: self.maps - o.maps,
+            granules_mapped: self.granules_mapped - o.granules_mapped,
+            unmaps: self.unmaps - o.unmaps,
+            granules_unmapped: self.granules_unmapped - o.granules_unmapped,
+            event_syncs: self.event_syncs - o.event_syncs,
+            synchronising: self.synchronising - o.synchronising,
+            migrations: self.migrations - o.migrations,
+        }
+    }
 }
 
 const SEGMENT_BASE: u64 = 0x7f00_0000_0000;
@@ -107,6 +187,13 @@ pub struct SimDevice {
     next_event: EventId,
     calls: u64,
     fail_at: Option<u64>,
+    counts: DeviceCalls,
+    host_capacity: u64,
+    host_used: u64,
+    /// Ranges whose backing is host memory: address -> size.
+    host: BTreeMap<u64, u64>,
+    /// Contents of written granules, by location (only when carrying bytes).
+    bytes: Option<[BTreeMap<u64, Vec<u8>>; 2]>,
 }
 
 impl SimDevice {
@@ -133,7 +220,78 @@ impl SimDevice {
             next_event: 1,
             calls: 0,
             fail_at: None,
+            counts: DeviceCalls::default(),
+            host_capacity: 0,
+            host_used: 0,
+            host: BTreeMap::new(),
+            bytes: None,
         }
+    }
+
+    /// Lets up to `bytes` of mapped ranges move to host memory ([`Device::migrate`]).
+    pub fn with_host_capacity(mut self, bytes: u64) -> Self {
+        self.host_capacity = bytes;
+        self
+    }
+
+    /// Makes the device carry the bytes written with [`SimDevice::write`]
+    /// through migrations (each mapping starts filled with `0xA5`).
+    pub fn with_contents(mut self) -> Self {
+        self.bytes = Some(Default::default());
+        self
+    }
+
+    /// Host bytes backing mapped ranges.
+    pub fn host_used(&self) -> u64 {
+        self.host_used
+    }
+
+    /// Where the mapped byte at `addr` lives, or `None` when it is not mapped.
+    pub fn location(&self, addr: u64) -> Option<Location> {
+        let (&a, &l) = self.mapped.range(..=addr).next_back()?;
+        if addr >= a + l {
+            return None;
+        }
+        match self.host.range(..=addr).next_back() {
+            Some((&h, &hl)) if addr < h + hl => Some(Location::Host),
+            _ => Some(Location::Device),
+        }
+    }
+
+    fn store(&mut self, addr: u64) -> Option<&mut BTreeMap<u64, Vec<u8>>> {
+        let loc = self.location(addr)?;
+        self.bytes.as_mut().map(|b| &mut b[loc as usize])
+    }
+
+    /// Writes `data` at `addr` (mapped memory only; needs [`SimDevice::with_contents`]).
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let g = self.granularity;
+        let bad = DeviceError::InvalidRange {
+            addr,
+            size: data.len() as u64,
+        };
+        for (i, &byte) in data.iter().enumerate() {
+            let a = addr + i as u64;
+            let page = a / g * g;
+            let store = self.store(a).ok_or(bad.clone())?;
+            let buf = store.entry(page).or_insert_with(|| vec![0xA5; g as usize]);
+            buf[(a - page) as usize] = byte;
+        }
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `addr` (mapped memory only).
+    pub fn read(&mut self, addr: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        let g = self.granularity;
+        let mut out = Vec::with_capacity(len as usize);
+        for a in addr..addr + len {
+            let page = a / g * g;
+            let store = self
+                .store(a)
+                .ok_or(DeviceError::InvalidRange { addr, size: len })?;
+            out.push(store.get(&page).map_or(0xA5, |b| b[(a - page) as usize]));
+        }
+        Ok(out)
     }
 
     /// Makes the `n`th fallible call from now (1 = the next one) fail once.
@@ -149,6 +307,11 @@ impl SimDevice {
     /// Number of fallible calls made so far.
     pub fn calls(&self) -> u64 {
         self.calls
+    }
+
+    /// The device calls served so far, by kind.
+    pub fn call_counts(&self) -> DeviceCalls {
+        self.counts
     }
 
     /// Physical bytes in use (segments plus mapped pages).
@@ -218,6 +381,7 @@ impl Device for SimDevice {
         let addr = self.next_segment;
         self.next_segment += size.div_ceil(SEGMENT_ALIGN) * SEGMENT_ALIGN;
         self.segments.insert(addr, size);
+        self.counts.allocates += 1;
         Ok(addr)
     }
 
@@ -227,6 +391,8 @@ impl Device for SimDevice {
             .remove(&addr)
             .ok_or(DeviceError::InvalidRange { addr, size: 0 })?;
         self.used -= size;
+        self.counts.releases += 1;
+        self.counts.synchronising += 1;
         Ok(())
     }
 
@@ -240,6 +406,7 @@ impl Device for SimDevice {
         // Leave a one-granule guard gap between reservations.
         self.next_virtual += size + g;
         self.reservations.insert(addr, size);
+        self.counts.reserves += 1;
         Ok(addr)
     }
 
@@ -252,6 +419,7 @@ impl Device for SimDevice {
             return Err(DeviceError::InvalidRange { addr, size: len });
         }
         self.reservations.remove(&addr);
+        self.counts.unreserves += 1;
         Ok(())
     }
 
@@ -271,6 +439,8 @@ impl Device for SimDevice {
         }
         self.take(size)?;
         self.mapped.insert(addr, size);
+        self.counts.maps += 1;
+        self.counts.granules_mapped += size / g;
         Ok(())
     }
 
@@ -293,6 +463,19 @@ impl Device for SimDevice {
         if covered != size || size % self.granularity != 0 {
             return Err(bad);
         }
+        // A host-located range is unmapped whole, or not at all.
+        let host_overlap: Vec<(u64, u64)> = self
+            .host
+            .range(..end)
+            .rev()
+            .take_while(|(&a, &l)| a + l > addr)
+            .map(|(&a, &l)| (a, l))
+            .collect();
+        let on_host = match host_overlap.as_slice() {
+            [] => false,
+            [(a, l)] if *a == addr && *l == size => true,
+            _ => return Err(bad),
+        };
         for (a, l) in pieces {
             self.mapped.remove(&a);
             if a < addr {
@@ -302,7 +485,22 @@ impl Device for SimDevice {
                 self.mapped.insert(end, a + l - end);
             }
         }
-        self.used -= size;
+        if let Some(b) = self.bytes.as_mut() {
+            let loc = usize::from(on_host);
+            let pages: Vec<u64> = b[loc].range(addr..end).map(|(&p, _)| p).collect();
+            for p in pages {
+                b[loc].remove(&p);
+            }
+        }
+        if on_host {
+            self.host.remove(&addr);
+            self.host_used -= size;
+        } else {
+            self.used -= size;
+        }
+        self.counts.unmaps += 1;
+        self.counts.granules_unmapped += size / self.granularity;
+        self.counts.synchronising += 1;
         Ok(())
     }
 
@@ -334,6 +532,67 @@ impl Device for SimDevice {
         Ok(done)
     }
 
+    fn migrate(&mut self, addr: u64, size: u64, to: Location) -> Result<(), DeviceError> {
+        self.tick()?;
+        let g = self.granularity;
+        let bad = DeviceError::InvalidRange { addr, size };
+        if size == 0 || addr % g != 0 || size % g != 0 {
+            return Err(bad);
+        }
+        // The range must be mapped throughout.
+        let mut at = addr;
+        while at < addr + size {
+            match self.mapped.range(..=at).next_back() {
+                Some((&a, &l)) if at < a + l => at = a + l,
+                _ => return Err(bad),
+            }
+        }
+        match to {
+            Location::Host => {
+                let overlaps = self
+                    .host
+                    .range(..addr + size)
+                    .next_back()
+                    .is_some_and(|(&a, &l)| a + l > addr);
+                if overlaps {
+                    return Err(bad);
+                }
+                if self.host_used + size > self.host_capacity {
+                    return Err(DeviceError::OutOfMemory {
+                        requested: size,
+                        free: self.host_capacity - self.host_used,
+                    });
+                }
+                self.host_used += size;
+                self.used -= size;
+                self.host.insert(addr, size);
+            }
+            Location::Device => {
+                if self.host.get(&addr) != Some(&size) {
+                    return Err(bad);
+                }
+                self.take(size)?;
+                self.host.remove(&addr);
+                self.host_used -= size;
+            }
+        }
+        // Copy the bytes to the new backing, then drop the old one.
+        if let Some(b) = self.bytes.as_mut() {
+            let (from, dst) = match to {
+                Location::Host => (0, 1),
+                Location::Device => (1, 0),
+            };
+            let pages: Vec<u64> = b[from].range(addr..addr + size).map(|(&p, _)| p).collect();
+            for p in pages {
+                if let Some(v) = b[from].remove(&p) {
+                    b[dst].insert(p, v);
+                }
+            }
+        }
+        self.counts.migrations += 1;
+        Ok(())
+    }
+
     fn synchronize_event(&mut self, event: EventId) -> Result<(), DeviceError> {
         let (stream, _) = *self
             .events
@@ -341,6 +600,8 @@ impl Device for SimDevice {
             .ok_or(DeviceError::UnknownEvent(event))?;
         self.complete_stream(stream);
         self.events.remove(&event);
+        self.counts.event_syncs += 1;
+        self.counts.synchronising += 1;
         Ok(())
     }
 }

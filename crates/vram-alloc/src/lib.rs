@@ -39,7 +39,7 @@ pub mod stats;
 pub mod synthetic;
 
 pub use allocator::CachingAllocator;
-pub use device::{Device, DeviceError, SimDevice};
+pub use device::{Device, DeviceCalls, DeviceError, Location, SimDevice};
 pub use error::{AllocError, OomInfo};
 pub use policy::{AllocatorConfig, Policy};
 pub use replay::{Event, PolicyResult};

@@ -19,6 +19,12 @@ pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
 /// Larger requests get a segment rounded up to this (PyTorch `kRoundLarge`, 2 MiB).
 pub const ROUND_LARGE: u64 = 2 << 20;
 
+/// The smallest growth of the large pool under [`Policy::Vramkit`] when the
+/// device has room for it (20 MiB, as PyTorch's expandable segments): fewer
+/// map calls than growing by the 2 MiB granularity, for the same peak on
+/// recorded training traces. Pages are still unmapped at the granularity.
+pub const VRAMKIT_LARGE_CHUNK: u64 = LARGE_BUFFER;
+
 /// Which placement policy the allocator follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Policy {
@@ -32,9 +38,17 @@ pub enum Policy {
     /// free block just before it), pages unmapped only when an allocation would
     /// otherwise fail.
     PyTorchExpandable,
-    /// vramkit's policy: expandable segments mapped at the device granularity,
-    /// lowest-address placement, and trim-before-grow (free whole pages are
-    /// unmapped before new ones are mapped once cached bytes exceed a slack).
+    /// vramkit's policy: expandable segments at the device granularity, the
+    /// large pool grown by at least [`VRAMKIT_LARGE_CHUNK`] when there is room,
+    /// placement needing the fewest newly mapped bytes (lowest address on
+    /// ties), free pages kept mapped in steady state (no unmap, hence no
+    /// device synchronisation, while a loop repeats its steps), and
+    /// trim-before-grow under pressure: when new pages would pass the cap or
+    /// the device's free memory, the segment's free pages are unmapped first.
+    /// [`AllocatorConfig::trim_slack`] set to a finite value asks for memory
+    /// first: growth maps only what the request needs and trims whenever cached bytes exceed that fraction of allocated bytes
+    /// (the policy before issue 13: less memory, but unmaps, each of which
+    /// synchronises the device, during steady state).
     Vramkit,
 }
 
@@ -80,6 +94,8 @@ pub struct AllocatorConfig {
     pub history: Option<usize>,
     /// [`Policy::Vramkit`] only: cached (reserved minus active) bytes tolerated,
     /// as a fraction of allocated bytes, before growth first unmaps free pages.
+    /// Infinite by default: free pages are unmapped only under pressure (cap
+    /// or device full), by `empty_cache`, or by the release-and-retry path.
     pub trim_slack: f64,
 }
 
@@ -92,7 +108,7 @@ impl AllocatorConfig {
             garbage_collection_threshold: None,
             memory_fraction: None,
             history: None,
-            trim_slack: 0.005,
+            trim_slack: f64::INFINITY,
         }
     }
 
@@ -187,8 +203,8 @@ impl AllocatorConfig {
                 return bad("garbage_collection_threshold must be in (0, 1)");
             }
         }
-        if !(self.trim_slack >= 0.0 && self.trim_slack.is_finite()) {
-            return bad("trim_slack must be a non-negative number");
+        if self.trim_slack.is_nan() || self.trim_slack < 0.0 {
+            return bad("trim_slack must be a non-negative number or inf");
         }
         Ok(())
     }

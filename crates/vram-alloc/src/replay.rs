@@ -226,3 +226,82 @@ fn run(
     }
     Ok((alloc, first_oom))
 }
+
+/// Where a training trace's steps end: the event indices at which the live
+/// bytes fall back to the trace's floor after having risen to its ceiling.
+///
+/// A training step starts and ends with only the persistent state (weights,
+/// optimizer states) allocated; in between, activations and gradients raise
+/// the live bytes far above that. With `high` the largest live bytes and
+/// `low` the smallest in the second half of the trace (where the persistent
+/// state is complete), a step ends at the first event after a visit above
+/// `low + (high - low) / 2` where the live bytes are at most
+/// `low + (high - low) / 10` (hysteresis, so that short-lived temporaries do
+/// not count as steps). Returns an empty list for a trace without that shape.
+pub fn step_ends(events: &[Event]) -> Vec<usize> {
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    let mut live = 0u64;
+    let mut line = Vec::with_capacity(events.len());
+    for e in events {
+        match *e {
+            Event::Alloc { id, size, .. } => {
+                sizes.insert(id, size);
+                live += size;
+            }
+            Event::Free { id } => live -= sizes.remove(&id).unwrap_or(0),
+        }
+        line.push(live);
+    }
+    let max = line.iter().copied().max().unwrap_or(0);
+    let low = line[line.len() / 2..].iter().copied().min().unwrap_or(0);
+    let (lo_mark, hi_mark) = (low + (max - low) / 10, low + (max - low) / 2);
+    let mut ends = Vec::new();
+    let mut up = false;
+    for (i, &v) in line.iter().enumerate() {
+        if v >= hi_mark {
+            up = true;
+        } else if up && v <= lo_mark {
+            ends.push(i);
+            up = false;
+        }
+    }
+    ends
+}
+
+/// Replays `events` under `cfg` on an unbounded [`SimDevice`] and returns
+/// the device calls made during each step (the events up to and including
+/// each index of `ends`, then after the last one), so that the cost of a
+/// policy in steady state can be read off step by step.
+pub fn device_calls_per_step(
+    events: &[Event],
+    cfg: &AllocatorConfig,
+    ends: &[usize],
+) -> Result<Vec<crate::device::DeviceCalls>, AllocError> {
+    let alloc = CachingAllocator::new(SimDevice::new(UNBOUNDED), cfg.clone())?;
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    let mut out = Vec::new();
+    let mut last = crate::device::DeviceCalls::default();
+    let mut next_end = ends.iter().copied().peekable();
+    for (i, e) in events.iter().enumerate() {
+        match *e {
+            Event::Alloc { id, size, stream } => {
+                live.insert(id, alloc.malloc(size, stream)?);
+            }
+            Event::Free { id } => {
+                let a = live.remove(&id).ok_or_else(|| AllocError::Trace {
+                    reason: format!("event {i}: free of id {id} which is not live"),
+                })?;
+                alloc.free(a)?;
+            }
+        }
+        if next_end.peek() == Some(&i) {
+            next_end.next();
+            let now = alloc.with_device(|d| d.call_counts());
+            out.push(now - last);
+            last = now;
+        }
+    }
+    let now = alloc.with_device(|d| d.call_counts());
+    out.push(now - last);
+    Ok(out)
+}

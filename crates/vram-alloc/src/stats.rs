@@ -85,6 +85,14 @@ pub struct MemoryStats {
     pub oversize_segments: Stat,
     /// The `max_split_size` setting (`u64::MAX` reported as `i64::MAX`).
     pub max_split_size: i64,
+    /// Bytes of live allocations whose backing was moved to host memory at
+    /// the same addresses (not counted in `reserved_bytes`, which is device
+    /// memory only).
+    pub migrated_bytes: Stat,
+    /// Ranges moved from device to host memory.
+    pub num_migrations_to_host: i64,
+    /// Ranges moved back from host to device memory.
+    pub num_migrations_to_device: i64,
 }
 
 impl MemoryStats {
@@ -116,6 +124,12 @@ impl MemoryStats {
         m.insert("num_device_alloc".into(), self.num_device_alloc);
         m.insert("num_device_free".into(), self.num_device_free);
         m.insert("max_split_size".into(), self.max_split_size);
+        put_stat(&mut m, "host.migrated_bytes", &self.migrated_bytes);
+        m.insert("num_migrations_to_host".into(), self.num_migrations_to_host);
+        m.insert(
+            "num_migrations_to_device".into(),
+            self.num_migrations_to_device,
+        );
         m
     }
 
@@ -128,6 +142,7 @@ impl MemoryStats {
         }
         self.oversize_allocations.peak = self.oversize_allocations.current;
         self.oversize_segments.peak = self.oversize_segments.current;
+        self.migrated_bytes.peak = self.migrated_bytes.current;
     }
 
     fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
@@ -200,6 +215,24 @@ impl MemoryStats {
                 ));
             }
         }
+        lines.push(dash.clone());
+        let m = self.migrated_bytes;
+        lines.push(format!(
+            " {:<21} | {} | {} | {} | {} ",
+            "Moved to host memory",
+            format_size(m.current, m.current),
+            format_size(m.peak, m.peak),
+            format_size(m.allocated, m.allocated),
+            format_size(m.freed, m.freed)
+        ));
+        lines.push(format!(
+            " {:<21} | {:>10} | {:>10} | {:>10} | {:>10} ",
+            "Migrations (to host)", "", "", self.num_migrations_to_host, ""
+        ));
+        lines.push(format!(
+            " {:<21} | {:>10} | {:>10} | {:>10} | {:>10} ",
+            "Migrations (back)", "", "", self.num_migrations_to_device, ""
+        ));
         lines.push(dash.clone());
         for (s, name) in [
             (self.oversize_allocations, "Oversize allocations"),
@@ -359,6 +392,9 @@ pub(crate) struct Counters {
     pub(crate) oversize_allocations: Stat,
     pub(crate) oversize_segments: Stat,
     pub(crate) max_split_size: i64,
+    pub(crate) migrated_bytes: Stat,
+    pub(crate) num_migrations_to_host: i64,
+    pub(crate) num_migrations_to_device: i64,
 }
 
 impl Counters {
@@ -381,6 +417,9 @@ impl Counters {
             oversize_allocations: self.oversize_allocations,
             oversize_segments: self.oversize_segments,
             max_split_size: self.max_split_size,
+            migrated_bytes: self.migrated_bytes,
+            num_migrations_to_host: self.num_migrations_to_host,
+            num_migrations_to_device: self.num_migrations_to_device,
         }
     }
 
@@ -400,5 +439,6 @@ impl Counters {
         }
         self.oversize_allocations.peak = self.oversize_allocations.current;
         self.oversize_segments.peak = self.oversize_segments.current;
+        self.migrated_bytes.peak = self.migrated_bytes.current;
     }
 }

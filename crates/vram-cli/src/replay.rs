@@ -28,6 +28,12 @@ pub struct ReplayArgs {
     /// applies with --capacity, which becomes the cap).
     #[arg(long)]
     alloc_conf: Option<String>,
+    /// Also replay the vramkit policy with this trim slack (cached bytes tolerated, as a
+    /// fraction of allocated, before growth unmaps): memory first, e.g. 0.005, at the price
+    /// of unmaps (each synchronises the GPU) in steady state. The default policy never
+    /// trims in steady state.
+    #[arg(long)]
+    trim_slack: Option<f64>,
     /// Device capacity for the would-OOM check, e.g. 80GiB.
     #[arg(long, value_parser = parse_bytes)]
     capacity: Option<u64>,
@@ -88,25 +94,34 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     } else {
         a.policies.clone()
     };
-    let mut configs: Vec<AllocatorConfig> =
-        policies.into_iter().map(AllocatorConfig::new).collect();
-    let mut conf_name = None;
+    let mut configs: Vec<(AllocatorConfig, Option<String>)> = policies
+        .into_iter()
+        .map(|p| (AllocatorConfig::new(p), None))
+        .collect();
     if let Some(conf) = &a.alloc_conf {
         let mut c = AllocatorConfig::from_pytorch_conf(conf)
             .map_err(|e| bad_input!("--alloc-conf: {e}"))?;
         if a.capacity.is_some() {
             c.memory_fraction = Some(1.0);
         }
-        conf_name = Some(format!("{} [{conf}]", c.policy.name()));
-        configs.push(c);
+        let name = format!("{} [{conf}]", c.policy.name());
+        configs.push((c, Some(name)));
+    }
+    if let Some(slack) = a.trim_slack {
+        if slack.is_nan() || slack < 0.0 {
+            return Err(bad_input!(
+                "--trim-slack {slack}: expected a non-negative fraction"
+            ));
+        }
+        let mut c = AllocatorConfig::new(Policy::Vramkit);
+        c.trim_slack = slack;
+        configs.push((c, Some(format!("vramkit [trim_slack {slack}]"))));
     }
     let mut results = Vec::new();
-    for (i, c) in configs.iter().enumerate() {
+    for (c, name) in &configs {
         let mut r = replay(&events, c, a.capacity).map_err(classify)?;
-        if i + 1 == configs.len() {
-            if let Some(n) = conf_name.take() {
-                r.name = n;
-            }
+        if let Some(n) = name {
+            r.name = n.clone();
         }
         results.push(r);
     }

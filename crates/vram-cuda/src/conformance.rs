@@ -3,7 +3,7 @@
 //! `vram-cuda-check` (see `gpu/README.md`). Each check takes a fresh device
 //! and returns a description of the first violation.
 
-use vram_alloc::{AllocatorConfig, CachingAllocator, Device, DeviceError, Policy};
+use vram_alloc::{AllocatorConfig, CachingAllocator, Device, DeviceError, Location, Policy};
 
 /// A named check; it calls the factory for each fresh device it needs.
 pub type Check<D> = (&'static str, fn(&dyn Fn() -> D) -> Result<(), String>);
@@ -16,6 +16,7 @@ pub fn checks<D: Device + 'static>() -> Vec<Check<D>> {
         ("events", events::<D>),
         ("out_of_memory_is_an_error", out_of_memory::<D>),
         ("caching_allocator_all_policies", caching_allocator::<D>),
+        ("host_migration", host_migration::<D>),
     ]
 }
 
@@ -92,6 +93,51 @@ pub fn virtual_ranges<D: Device>(make: &dyn Fn() -> D) -> Result<(), String> {
         "unreserve with mapped pages accepted".into()
     })?;
     d.unmap(r, 4 * g).map_err(e)?;
+    d.unreserve(r).map_err(e)?;
+    Ok(())
+}
+
+/// Host-located backing at the same addresses ([`Device::migrate`]): the
+/// middle of a mapping moves to host memory (device memory is freed), invalid
+/// moves are refused, it comes back and goes again, and the host range is
+/// then unmapped whole and the reservation returned. A backend without
+/// host-located mappings must say so with [`DeviceError::Unsupported`]
+/// (the check then passes and reports nothing else).
+pub fn host_migration<D: Device>(make: &dyn Fn() -> D) -> Result<(), String> {
+    let mut d = make();
+    let g = d.granularity();
+    let r = d.reserve(8 * g).map_err(e)?;
+    d.map(r, 4 * g).map_err(e)?;
+    let (free0, _) = d.mem_info();
+    match d.migrate(r + g, 2 * g, Location::Host) {
+        Err(DeviceError::Unsupported { .. }) => {
+            d.unmap(r, 4 * g).map_err(e)?;
+            return d.unreserve(r).map_err(e);
+        }
+        other => other.map_err(e)?,
+    }
+    let (free1, _) = d.mem_info();
+    // Other processes may allocate too on a real GPU: only require a rise.
+    ensure(free1 > free0, || {
+        format!("device memory not freed by the move: {free0} -> {free1}")
+    })?;
+    ensure(d.migrate(r + 4 * g, g, Location::Host).is_err(), || {
+        "migration of an unmapped range accepted".into()
+    })?;
+    ensure(d.migrate(r + 1, g, Location::Host).is_err(), || {
+        "misaligned migration accepted".into()
+    })?;
+    ensure(d.migrate(r + g, 2 * g, Location::Host).is_err(), || {
+        "second migration to the host accepted".into()
+    })?;
+    ensure(d.migrate(r, g, Location::Device).is_err(), || {
+        "migration of a device range to the device accepted".into()
+    })?;
+    d.migrate(r + g, 2 * g, Location::Device).map_err(e)?;
+    d.migrate(r + g, 2 * g, Location::Host).map_err(e)?;
+    d.unmap(r + g, 2 * g).map_err(e)?;
+    d.unmap(r, g).map_err(e)?;
+    d.unmap(r + 3 * g, g).map_err(e)?;
     d.unreserve(r).map_err(e)?;
     Ok(())
 }
@@ -178,6 +224,7 @@ pub fn tiered_spill<D: Device, H: vram_tier::HostMemory>(
     let cfg = TierConfig {
         device_limit: Some(64 * MIB),
         host_limit: 256 * MIB,
+        migrate: false,
         ..TierConfig::default()
     };
     let t = TieredAllocator::new(d, h, cfg).map_err(|x| x.to_string())?;
@@ -204,5 +251,50 @@ pub fn tiered_spill<D: Device, H: vram_tier::HostMemory>(
     ensure(st.host.current_bytes == 0 && st.num_leaked == 0, || {
         format!("after free: {st:?}")
     })?;
+    t.check_invariants()
+}
+
+/// The tiered allocator with migration (`VRAM_MIGRATE=1`): under a 64 MiB
+/// cap, a third 30 MiB request stays on the device because a block alive
+/// across a step mark moves to host memory at the same address; freeing
+/// everything returns the host memory. On a backend without host-located
+/// mappings the request spills instead (the check accepts either, and says
+/// which in its error otherwise).
+pub fn tiered_migration<D: Device, H: vram_tier::HostMemory>(
+    make: &dyn Fn() -> (D, H),
+) -> Result<(), String> {
+    use vram_tier::{Tier, TierConfig, TieredAllocator};
+    const MIB: u64 = 1 << 20;
+    let (d, h) = make();
+    let cfg = TierConfig {
+        device_limit: Some(64 * MIB),
+        host_limit: 256 * MIB,
+        ..TierConfig::default()
+    };
+    let t = TieredAllocator::new(d, h, cfg).map_err(|x| x.to_string())?;
+    let a = t.malloc(30 * MIB, 0).map_err(|x| x.to_string())?;
+    let b = t.malloc(30 * MIB, 0).map_err(|x| x.to_string())?;
+    t.mark_step();
+    let c = t.malloc(30 * MIB, 0).map_err(|x| x.to_string())?;
+    let st = t.stats();
+    let moved = st.device.num_migrations_to_host > 0;
+    ensure(
+        (moved && t.tier_of(c) == Some(Tier::Device) && st.num_spills == 0)
+            || (!moved && t.tier_of(c) == Some(Tier::Host)),
+        || format!("moved {moved}, tier {:?}: {st:?}", t.tier_of(c)),
+    )?;
+    ensure(st.device_used_bytes <= 64 * MIB, || {
+        format!("device used {}", st.device_used_bytes)
+    })?;
+    t.check_invariants()?;
+    for p in [a, b, c] {
+        t.free(p).map_err(|x| x.to_string())?;
+    }
+    t.empty_cache();
+    let st = t.stats();
+    ensure(
+        st.device.migrated_bytes.current == 0 && st.host.current_bytes == 0,
+        || format!("after free: {st:?}"),
+    )?;
     t.check_invariants()
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use vram_alloc::device::EventId;
-use vram_alloc::{Device, DeviceError};
+use vram_alloc::{Device, DeviceError, Location};
 use vram_tier::HostMemory;
 
 static DROP_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -36,6 +36,8 @@ pub struct CudaDevice {
     reservations: BTreeMap<u64, u64>,
     /// Mapped granules: address -> allocation handle.
     pages: BTreeMap<u64, u64>,
+    /// Granules whose handle is host-located (`migrate`).
+    host_pages: std::collections::BTreeSet<u64>,
     streams: HashMap<u32, usize>,
     events: HashMap<EventId, usize>,
     spare_events: Vec<usize>,
@@ -61,6 +63,7 @@ impl CudaDevice {
             segments: HashMap::new(),
             reservations: BTreeMap::new(),
             pages: BTreeMap::new(),
+            host_pages: Default::default(),
             streams: HashMap::new(),
             events: HashMap::new(),
             spare_events: Vec::new(),
@@ -325,11 +328,92 @@ impl Device for CudaDevice {
             match unsafe { driver::unmap_and_release(a, g, h) } {
                 Ok(()) => {
                     self.pages.remove(&a);
+                    self.host_pages.remove(&a);
                 }
                 Err(e) => return Err(self.fail(e, 0)),
             }
         }
         Ok(())
+    }
+
+    fn migrate(&mut self, addr: u64, size: u64, to: Location) -> Result<(), DeviceError> {
+        let g = self.granularity;
+        let bad = DeviceError::InvalidRange { addr, size };
+        let end = addr.checked_add(size).ok_or(bad.clone())?;
+        if size == 0 || addr % g != 0 || size % g != 0 {
+            return Err(bad);
+        }
+        let pages: Vec<(u64, u64)> = self.pages.range(addr..end).map(|(&a, &h)| (a, h)).collect();
+        let want_host = to == Location::Host;
+        if pages.len() as u64 != size / g
+            || pages
+                .iter()
+                .any(|(a, _)| self.host_pages.contains(a) == want_host)
+        {
+            return Err(bad);
+        }
+        let _b = self.bind()?;
+        let dev = self.ctx.device();
+        // 1. New backing at `to`, mapped at a scratch range; copy the bytes.
+        let scratch = driver::address_reserve(size, g).map_err(|e| self.fail(e, size))?;
+        let mut fresh: Vec<u64> = Vec::with_capacity(pages.len());
+        let mut step = (|| -> Result<(), CudaError> {
+            for i in 0..pages.len() as u64 {
+                let h = driver::create(dev, g, want_host)?;
+                fresh.push(h);
+                driver::map(scratch + i * g, g, h)?;
+            }
+            driver::set_access(dev, scratch, size)?;
+            driver::synchronize()?;
+            // SAFETY: both ranges are mapped and accessible; the context was
+            // synchronized, and the allocator holds the block (no one frees it).
+            unsafe { driver::memcpy_dtod(scratch, addr, size) }?;
+            driver::synchronize()
+        })();
+        // 2. Drop the scratch mappings (the new handles stay alive).
+        for (i, _) in fresh.iter().enumerate() {
+            // SAFETY: mapped just now at the scratch range, unused after the
+            // synchronize above (or never used when a step failed).
+            let _ = unsafe { driver::unmap(scratch + i as u64 * g, g) };
+        }
+        // SAFETY: nothing is mapped in the scratch reservation any more.
+        let _ = unsafe { driver::address_free(scratch, size) };
+        if step.is_ok() {
+            // 3. Swap: release the old backing, map the new at the same addresses.
+            for (i, &(a, old)) in pages.iter().enumerate() {
+                // SAFETY: the context was synchronized; the old handle is mapped
+                // whole at `a` and nothing uses it after the copy.
+                let r = unsafe { driver::unmap_and_release(a, g, old) }
+                    .and_then(|()| driver::map(a, g, fresh[i]));
+                if let Err(e) = r {
+                    // The range is now partly remapped: record what is where
+                    // and report the failure (contents of this granule lost).
+                    step = Err(e);
+                    for &(b, _) in &pages[i..] {
+                        self.pages.remove(&b);
+                    }
+                    break;
+                }
+                self.pages.insert(a, fresh[i]);
+                if want_host {
+                    self.host_pages.insert(a);
+                } else {
+                    self.host_pages.remove(&a);
+                }
+            }
+            if step.is_ok() {
+                step = driver::set_access(dev, addr, size);
+            }
+            if let Err(e) = step {
+                return Err(self.fail(e, size));
+            }
+            return Ok(());
+        }
+        for h in fresh {
+            // SAFETY: unmapped above.
+            let _ = unsafe { driver::release(h) };
+        }
+        Err(self.fail(step.unwrap_err(), size))
     }
 
     fn granularity(&self) -> u64 {

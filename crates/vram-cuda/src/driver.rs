@@ -37,6 +37,7 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuMemUnmap",
     "cuMemSetAccess",
     "cuMemGetAllocationGranularity",
+    "cuMemcpyDtoD_v2",
     "cuEventCreate",
     "cuEventRecord",
     "cuEventQuery",
@@ -208,6 +209,71 @@ fn pinned_prop(dev: sys::CUdevice) -> sys::CUmemAllocationProp {
     p.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     p.location = location(dev);
     p
+}
+
+fn host_prop() -> sys::CUmemAllocationProp {
+    // SAFETY: as in `pinned_prop`.
+    let mut p: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    p.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    // Host memory of the calling process (id 0, as probed on an H100 with
+    // driver 580: `CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT` was refused there).
+    p.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
+    p.location.id = 0;
+    p
+}
+
+/// `cuMemCreate` of `size` bytes on the device (`host` false) or in host
+/// memory (`host` true, `CU_MEM_LOCATION_TYPE_HOST`); returns the handle.
+pub(crate) fn create(dev: sys::CUdevice, size: u64, host: bool) -> Result<u64, CudaError> {
+    let prop = if host { host_prop() } else { pinned_prop(dev) };
+    let mut h = 0;
+    // SAFETY: pointers are live locals.
+    check("cuMemCreate", unsafe {
+        sys::cuMemCreate(&mut h, size as usize, &prop, 0)
+    })?;
+    Ok(h)
+}
+
+/// Maps the whole of handle `h` (`size` bytes) at `addr` (`cuMemMap`).
+pub(crate) fn map(addr: u64, size: u64, h: u64) -> Result<(), CudaError> {
+    // SAFETY: the driver validates the handle and that `addr` lies in a
+    // reservation with nothing mapped there.
+    check("cuMemMap", unsafe {
+        sys::cuMemMap(addr, size as usize, 0, h, 0)
+    })
+}
+
+/// `cuMemUnmap` of one whole mapping.
+///
+/// # Safety
+/// No queued or future device work uses the range.
+pub(crate) unsafe fn unmap(addr: u64, size: u64) -> Result<(), CudaError> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemUnmap", unsafe {
+        sys::cuMemUnmap(addr, size as usize)
+    })
+}
+
+/// `cuMemRelease` of a handle that is mapped nowhere.
+///
+/// # Safety
+/// The handle is not mapped.
+pub(crate) unsafe fn release(h: u64) -> Result<(), CudaError> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemRelease", unsafe { sys::cuMemRelease(h) })
+}
+
+/// `cuMemcpyDtoD` of `size` bytes (synchronous with respect to the host for
+/// device-to-device copies only once the context is synchronized; callers
+/// synchronize).
+///
+/// # Safety
+/// Both ranges are mapped and accessible, and nothing else writes them.
+pub(crate) unsafe fn memcpy_dtod(dst: u64, src: u64, size: u64) -> Result<(), CudaError> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyDtoD", unsafe {
+        sys::cuMemcpyDtoD_v2(dst, src, size as usize)
+    })
 }
 
 /// `cuMemGetAllocationGranularity` (minimum) for pinned device memory.

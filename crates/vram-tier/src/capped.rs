@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use vram_alloc::device::EventId;
-use vram_alloc::{Device, DeviceError};
+use vram_alloc::{Device, DeviceError, Location};
 
 /// Wraps a [`Device`] so that its physical use (segments plus mapped pages)
 /// never exceeds `limit` bytes, and its reported total is at most `limit`
@@ -14,6 +14,8 @@ pub struct CappedDevice<D> {
     limit: Option<u64>,
     used: u64,
     segments: BTreeMap<u64, u64>,
+    /// Ranges moved to host memory (not counted against the cap).
+    host: BTreeMap<u64, u64>,
 }
 
 impl<D: Device> CappedDevice<D> {
@@ -24,6 +26,7 @@ impl<D: Device> CappedDevice<D> {
             limit,
             used: 0,
             segments: BTreeMap::new(),
+            host: BTreeMap::new(),
         }
     }
 
@@ -92,7 +95,28 @@ impl<D: Device> Device for CappedDevice<D> {
 
     fn unmap(&mut self, addr: u64, size: u64) -> Result<(), DeviceError> {
         self.inner.unmap(addr, size)?;
-        self.used = self.used.saturating_sub(size);
+        if self.host.get(&addr) == Some(&size) {
+            self.host.remove(&addr);
+        } else {
+            self.used = self.used.saturating_sub(size);
+        }
+        Ok(())
+    }
+
+    fn migrate(&mut self, addr: u64, size: u64, to: Location) -> Result<(), DeviceError> {
+        match to {
+            Location::Host => {
+                self.inner.migrate(addr, size, to)?;
+                self.host.insert(addr, size);
+                self.used = self.used.saturating_sub(size);
+            }
+            Location::Device => {
+                self.admit(size)?;
+                self.inner.migrate(addr, size, to)?;
+                self.host.remove(&addr);
+                self.used += size;
+            }
+        }
         Ok(())
     }
 

@@ -35,6 +35,10 @@ pub struct TierConfig {
     /// Most bytes of managed memory (`VRAM_MANAGED_LIMIT`); 0, the default,
     /// turns the opt-in managed tier off.
     pub managed_limit: u64,
+    /// Under pressure, move cold allocations to host memory at the same
+    /// addresses before spilling a new request (`VRAM_MIGRATE`, on by
+    /// default; needs `host_limit`, which migrated bytes share with spills).
+    pub migrate: bool,
 }
 
 impl Default for TierConfig {
@@ -47,6 +51,7 @@ impl Default for TierConfig {
             host_limit: 0,
             spill_min: 0,
             managed_limit: 0,
+            migrate: true,
         }
     }
 }
@@ -64,8 +69,9 @@ impl TierConfig {
     /// | `VRAM_EXPANDABLE` | `1`: expandable segments (vramkit policy); `0`: PyTorch's fixed segments | `1` |
     /// | `VRAM_POLICY` | `pytorch`, `pytorch-expandable` or `vramkit` (overrides `VRAM_EXPANDABLE`) | |
     /// | `VRAM_MODE` | `caching` or `raw` (for `torch.cuda.MemPool`) | `caching` |
+    /// | `VRAM_MIGRATE` | `1`: under pressure move cold allocations (long-lived, newest first: optimizer states, then weights) to host memory at the same addresses, and back at `vram_step()` marks when room returns; `0`: only spill new requests | `1` |
     /// | `VRAM_HISTORY` | history entries kept for snapshots | `0` |
-    /// | `VRAM_TRIM_SLACK` | vramkit policy: cached bytes tolerated, as a fraction of allocated, before growth unmaps free pages first | `0.005` |
+    /// | `VRAM_TRIM_SLACK` | vramkit policy: cached bytes tolerated, as a fraction of allocated, before growth unmaps free pages first (`inf`: only under pressure; a finite value saves memory but unmaps, and so synchronises, during steady state) | `inf` |
     ///
     /// Sizes take `B`, `KiB`/`K`, `MiB`/`M`, `GiB`/`G`, `TiB`/`T` (powers of
     /// 1024) or `KB`, `MB`, `GB`, `TB` (powers of 1000).
@@ -117,12 +123,21 @@ impl TierConfig {
                 .map_err(|_| bad("VRAM_HISTORY", &v, "expected a number of entries"))?;
             c.alloc.history = (n > 0).then_some(n);
         }
+        if let Some(v) = get("VRAM_MIGRATE") {
+            c.migrate = match v.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(bad("VRAM_MIGRATE", &v, "expected 1 or 0")),
+            };
+        }
         if let Some(v) = get("VRAM_TRIM_SLACK") {
-            c.alloc.trim_slack = v
-                .parse::<f64>()
-                .ok()
-                .filter(|f| f.is_finite() && *f >= 0.0)
-                .ok_or_else(|| bad("VRAM_TRIM_SLACK", &v, "expected a non-negative fraction"))?;
+            c.alloc.trim_slack = v.parse::<f64>().ok().filter(|f| *f >= 0.0).ok_or_else(|| {
+                bad(
+                    "VRAM_TRIM_SLACK",
+                    &v,
+                    "expected a non-negative fraction or inf",
+                )
+            })?;
         }
         Ok(c)
     }

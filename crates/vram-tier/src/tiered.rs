@@ -221,7 +221,11 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         let oom = match self.cfg.mode {
             Mode::Caching => match self.device.malloc(size, stream) {
                 Ok(a) => return Ok(a),
-                Err(AllocError::OutOfMemory(info)) => info,
+                Err(AllocError::OutOfMemory(info)) => match self.migrate_and_retry(size, stream) {
+                    Some(Ok(a)) => return Ok(a),
+                    Some(Err(e)) => return Err(e),
+                    None => info,
+                },
                 Err(e) => return Err(e.into()),
             },
             Mode::Raw => {
@@ -261,6 +265,51 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         self.spill(size, stream, oom)
     }
 
+    /// Host bytes the tier may still use: the limit minus pinned blocks and
+    /// migrated pages.
+    fn host_room(&self, s: &Side<H>) -> u64 {
+        let migrated = self.device.memory_stats().migrated_bytes.current.max(0) as u64;
+        self.cfg
+            .host_limit
+            .saturating_sub(s.host_ctr.current_bytes + migrated)
+    }
+
+    /// Moves cold allocations to host memory to make room for `size` bytes
+    /// and retries; `None` when nothing could move (or migration is off).
+    fn migrate_and_retry(&self, size: u64, stream: u32) -> Option<Result<u64, TierError>> {
+        if !self.cfg.migrate || self.cfg.host_limit == 0 {
+            return None;
+        }
+        let room = {
+            let mut s = self.side();
+            self.process_pending(&mut s, false);
+            self.host_room(&s)
+        };
+        // The request plus a page at each end (it need not line up with the
+        // pages freed), less what the device has free under its cap.
+        let (free, g) = self
+            .device
+            .with_device(|d| (d.mem_info().0, d.granularity()));
+        let need = size.saturating_add(2 * g).saturating_sub(free);
+        if self.device.evict_cold(need, room) == 0 {
+            return None;
+        }
+        match self.device.malloc(size, stream) {
+            Ok(a) => Some(Ok(a)),
+            Err(AllocError::OutOfMemory(_)) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    /// Marks the end of a training step (`vram_step()`): allocations alive
+    /// across marks become candidates for the host, and moved ones come back
+    /// when the device has room for them plus the last step's transient need.
+    /// Returns the bytes brought back.
+    pub fn mark_step(&self) -> u64 {
+        self.device.mark_step();
+        self.device.rebalance()
+    }
+
     fn spill(&self, size: u64, stream: u32, oom: Box<OomInfo>) -> Result<u64, TierError> {
         let mut s = self.side();
         self.process_pending(&mut s, false);
@@ -295,11 +344,11 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         if self.cfg.host_limit == 0 {
             return fail(&mut s);
         }
-        if s.host_ctr.current_bytes + rounded > self.cfg.host_limit && !s.pending.is_empty() {
+        if self.host_room(&s) < rounded && !s.pending.is_empty() {
             // Blocks freed but guarded by events still count; wait for them.
             self.process_pending(&mut s, true);
         }
-        if s.host_ctr.current_bytes + rounded > self.cfg.host_limit {
+        if self.host_room(&s) < rounded {
             return fail(&mut s);
         }
         match s.host.alloc_pinned(rounded) {
@@ -502,6 +551,15 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             st.num_spill_failures,
             st.num_leaked
         );
+        let d = &st.device;
+        let _ = writeln!(
+            out,
+            "  migrated current {:>10.1} MiB, peak {:>10.1} MiB; migrations to host {}, back {}",
+            mib(d.migrated_bytes.current.max(0) as u64),
+            mib(d.migrated_bytes.peak.max(0) as u64),
+            d.num_migrations_to_host,
+            d.num_migrations_to_device
+        );
         for (name, c) in [("raw", st.raw), ("host", st.host), ("managed", st.managed)] {
             let _ = writeln!(
                 out,
@@ -558,6 +616,13 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         }
         if self.side_count.load(Ordering::Acquire) != s.blocks.len() + s.pending.len() {
             return Err("side count out of date".into());
+        }
+        let migrated = self.device.memory_stats().migrated_bytes.current.max(0) as u64;
+        if migrated > 0 && s.host_ctr.current_bytes + migrated > self.cfg.host_limit {
+            return Err(format!(
+                "host tier holds {} pinned + {migrated} migrated bytes, over its limit {}",
+                s.host_ctr.current_bytes, self.cfg.host_limit
+            ));
         }
         Ok(())
     }

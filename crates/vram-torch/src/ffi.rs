@@ -220,6 +220,17 @@ pub extern "C" fn vram_empty_cache(device: c_int) -> c_int {
     })
 }
 
+/// Marks the end of a training step on `device` (`vramkit_torch.step()`):
+/// allocations alive across marks become candidates for host memory under
+/// pressure, and moved ones come back when the last step's transient need
+/// fits. Returns the bytes brought back, or -1 on error.
+#[no_mangle]
+pub extern "C" fn vram_step(device: c_int) -> i64 {
+    guard(-1, || {
+        with_backend(device, |b| b.mark_step() as i64).unwrap_or(-1)
+    })
+}
+
 /// Resets every peak statistic of `device`.
 #[no_mangle]
 pub extern "C" fn vram_reset_peak_stats(device: c_int) -> c_int {

@@ -85,6 +85,11 @@ impl Backend {
     pub fn empty_cache(&self) {
         each!(self, t => t.empty_cache())
     }
+    /// Marks the end of a training step; returns the bytes brought back
+    /// from host memory.
+    pub fn mark_step(&self) -> u64 {
+        each!(self, t => t.mark_step())
+    }
     /// Resets peaks.
     pub fn reset_peak_stats(&self) {
         each!(self, t => t.reset_peak_stats())
@@ -256,8 +261,12 @@ fn create(device: i32, settings: Option<&HashMap<String, String>>) -> Result<Bac
                     parse_size(&v).map_err(|e| PluginError::Setting(format!("{k}={v:?}: {e}")))
                 })
             };
-            let dev = SimDevice::new(size("VRAM_SIM_CAPACITY", 16 << 30)?);
-            let host = SimHost::new(size("VRAM_SIM_HOST_CAPACITY", 64 << 30)?);
+            let host_capacity = size("VRAM_SIM_HOST_CAPACITY", 64 << 30)?;
+            // The simulated device can back ranges with host memory too
+            // (migration), from the same simulated host.
+            let dev = SimDevice::new(size("VRAM_SIM_CAPACITY", 16 << 30)?)
+                .with_host_capacity(host_capacity);
+            let host = SimHost::new(host_capacity);
             Ok(Backend::Sim(TieredAllocator::new(dev, host, cfg)?))
         }
         Some(other) => Err(PluginError::Setting(format!(

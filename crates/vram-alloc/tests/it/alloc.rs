@@ -277,13 +277,16 @@ fn expandable_segments_grow_one_range_and_unmap_on_empty_cache() {
 }
 
 #[test]
-fn vramkit_trims_cached_pages_before_growing() {
-    let a = new_alloc(Policy::Vramkit, 1 << 32);
+fn vramkit_with_a_finite_slack_trims_cached_pages_before_growing() {
+    let mut cfg = AllocatorConfig::new(Policy::Vramkit).with_history(1000);
+    cfg.trim_slack = 0.005;
+    let a = CachingAllocator::new(SimDevice::new(1 << 32), cfg).unwrap();
     let x = a.malloc(100 * MIB, 0).unwrap();
     let y = a.malloc(MIB + 512, 0).unwrap();
     a.free(x).unwrap();
-    // x's pages are cached (100 MiB > 2% slack); a 150 MiB request cannot use
-    // the hole, so vramkit unmaps it before mapping more.
+    // x's pages are cached (100 MiB > 0.5% slack); a 150 MiB request cannot use
+    // the hole, so vramkit unmaps it before mapping more (y's 2 MiB page and
+    // the request's 150 MiB, never x's pages at the same time).
     a.malloc(150 * MIB, 0).unwrap();
     let s = a.memory_stats();
     assert!(
@@ -291,7 +294,49 @@ fn vramkit_trims_cached_pages_before_growing() {
         "peak {}",
         s.reserved_bytes[0].peak
     );
+    assert!(a.with_device(|d| d.call_counts().unmaps) >= 1);
     a.free(y).unwrap();
+    check(&a);
+}
+
+#[test]
+fn vramkit_keeps_free_pages_mapped_until_there_is_pressure() {
+    // Plenty of room: freed pages stay mapped, no unmap (no synchronisation).
+    let a = new_alloc(Policy::Vramkit, 1 << 32);
+    let x = a.malloc(100 * MIB, 0).unwrap();
+    let y = a.malloc(MIB + 512, 0).unwrap();
+    a.free(x).unwrap();
+    let z = a.malloc(150 * MIB, 0).unwrap();
+    let calls = a.with_device(|d| d.call_counts());
+    assert_eq!((calls.unmaps, calls.synchronising), (0, 0));
+    // 100 MiB (x, cached) + 20 MiB (y grows the pool by a whole chunk, 19 MiB
+    // of it free after y) + 132 MiB for z placed after y (150 - 19 = 131 MiB,
+    // rounded to the 2 MiB granularity).
+    assert_eq!(
+        a.memory_stats().reserved_bytes[0].current,
+        (252 * MIB) as i64
+    );
+    for p in [y, z] {
+        a.free(p).unwrap();
+    }
+    check(&a);
+
+    // A 200 MiB device: the same program cannot keep x's pages (120 + 132 >
+    // 200), so they are unmapped before the request grows the segment,
+    // without the release-everything path (no stream synchronisation).
+    let a = new_alloc(Policy::Vramkit, 200 * MIB);
+    let x = a.malloc(100 * MIB, 0).unwrap();
+    let y = a.malloc(MIB + 512, 0).unwrap();
+    a.free(x).unwrap();
+    let z = a.malloc(150 * MIB, 0).unwrap();
+    let s = a.memory_stats();
+    assert!(s.reserved_bytes[0].peak <= (200 * MIB) as i64);
+    assert_eq!(s.num_sync_all_streams, 0);
+    assert_eq!(s.num_alloc_retries, 0);
+    assert!(a.with_device(|d| d.call_counts().unmaps) >= 1);
+    for p in [y, z] {
+        a.free(p).unwrap();
+    }
     check(&a);
 }
 

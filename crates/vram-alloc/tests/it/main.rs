@@ -6,6 +6,7 @@ mod pickles;
 mod props;
 mod replay;
 mod stress;
+mod tier;
 
 use vram_alloc::{AllocatorConfig, CachingAllocator, Policy, SimDevice};
 

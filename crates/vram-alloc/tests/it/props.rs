@@ -53,10 +53,13 @@ proptest! {
         policy in policy(),
         max_split in prop_oneof![Just(None), Just(Some(32 * MIB))],
         cap_gc in prop_oneof![Just(None), Just(Some((0.75, None))), Just(Some((1.0, Some(0.5))))],
+        // vramkit's default (free pages stay mapped) and its memory-first setting.
+        trim_slack in prop_oneof![Just(f64::INFINITY), Just(0.005)],
         ops in proptest::collection::vec(op(), 1..80),
     ) {
         let mut cfg = AllocatorConfig::new(policy);
         cfg.max_split_size = max_split;
+        cfg.trim_slack = trim_slack;
         if let Some((fraction, gc)) = cap_gc {
             cfg.memory_fraction = Some(fraction);
             cfg.garbage_collection_threshold = gc;

@@ -42,14 +42,23 @@ fn main() {
             r.err().map_or("null".to_string(), |e| format!("{e:?}"))
         ));
     }
-    {
-        let name = "tiered_spill";
+    for (name, check) in [
+        (
+            "tiered_spill",
+            conformance::tiered_spill::<CudaDevice, _>
+                as fn(&dyn Fn() -> (CudaDevice, _)) -> Result<(), String>,
+        ),
+        (
+            "tiered_migration",
+            conformance::tiered_migration::<CudaDevice, _>,
+        ),
+    ] {
         let make_tier = || {
             let d = make();
             let h = d.host();
             (d, h)
         };
-        let r = std::panic::catch_unwind(|| conformance::tiered_spill(&make_tier))
+        let r = std::panic::catch_unwind(|| check(&make_tier))
             .unwrap_or_else(|_| Err("panicked".into()));
         failed |= r.is_err();
         if !json {

@@ -51,6 +51,9 @@ struct State {
     events: HashSet<usize>,
     next_event: usize,
     host: HashMap<u64, u64>,
+    /// Handles created with a host location (`CU_MEM_LOCATION_TYPE_HOST`).
+    host_handles: HashSet<u64>,
+    host_located: u64,
 }
 
 static S: Mutex<Option<State>> = Mutex::new(None);
@@ -117,13 +120,55 @@ unsafe fn prop_ok(p: *const Prop) -> bool {
         s.reservations.remove(&p); OK
     })
 }
+/// A pinned allocation located in host memory (location type 2, id 0), as
+/// CUDA 12.2+ accepts for `cuMemCreate`; 4 GiB of host memory.
+unsafe fn host_prop_ok(p: *const Prop) -> bool {
+    let p = &*p;
+    p.type_ == 1 && p.handle_types == 0 && p.location.type_ == 2 && p.location.id == 0 && p.win32.is_null()
+}
 #[no_mangle] pub unsafe extern "C" fn cuMemCreate(h: *mut u64, n: usize, p: *const Prop, flags: u64) -> u32 {
-    if !prop_ok(p) || flags != 0 || n == 0 || n as u64 % GRAN != 0 { return INVALID_VALUE; }
-    with(|s| { if !take(s, n as u64) { return OUT_OF_MEMORY; } let id = s.next_handle; s.next_handle += 1; s.handles.insert(id, (n as u64, false)); *h = id; OK })
+    let on_host = host_prop_ok(p);
+    if !(prop_ok(p) || on_host) || flags != 0 || n == 0 || n as u64 % GRAN != 0 { return INVALID_VALUE; }
+    with(|s| {
+        if on_host {
+            if s.host_located + n as u64 > 4 * TOTAL { return OUT_OF_MEMORY; }
+            s.host_located += n as u64;
+        } else if !take(s, n as u64) {
+            return OUT_OF_MEMORY;
+        }
+        let id = s.next_handle; s.next_handle += 1; s.handles.insert(id, (n as u64, false));
+        if on_host { s.host_handles.insert(id); }
+        *h = id; OK
+    })
 }
 #[no_mangle] pub extern "C" fn cuMemRelease(h: u64) -> u32 {
-    with(|s| match s.handles.get(&h) { Some(&(n, false)) => { s.handles.remove(&h); s.used -= n; OK } _ => INVALID_VALUE })
+    with(|s| match s.handles.get(&h) {
+        Some(&(n, false)) => {
+            s.handles.remove(&h);
+            if s.host_handles.remove(&h) { s.host_located -= n; } else { s.used -= n; }
+            OK
+        }
+        _ => INVALID_VALUE,
+    })
 }
+/// Both ranges must be mapped throughout with access granted.
+#[no_mangle] pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> u32 {
+    if !ctx() { return INVALID_CONTEXT; }
+    with(|s| {
+        for base in [dst, src] {
+            let mut at = base;
+            while at < base + n as u64 {
+                match s.mappings.range(..=at).next_back() {
+                    Some((&a, &(l, _, access))) if at < a + l && access => at = a + l,
+                    _ => return INVALID_VALUE,
+                }
+            }
+        }
+        OK
+    })
+}
+/// Test hook: host bytes held by host-located handles.
+#[no_mangle] pub extern "C" fn fake_host_located_bytes() -> u64 { with(|s| s.host_located) }
 #[no_mangle] pub extern "C" fn cuMemMap(p: u64, n: usize, off: usize, h: u64, flags: u64) -> u32 {
     let n = n as u64;
     with(|s| {

@@ -12,7 +12,10 @@ macro_rules! device_tests {
             $(
                 #[test]
                 fn $name() {
-                    let make = || vram_alloc::SimDevice::with_granularity(4 << 30, 2 << 20);
+                    let make = || {
+                        vram_alloc::SimDevice::with_granularity(4 << 30, 2 << 20)
+                            .with_host_capacity(1 << 30)
+                    };
                     vram_cuda::conformance::$name(&make).unwrap();
                 }
             )*
@@ -23,7 +26,8 @@ macro_rules! device_tests {
                 #[test]
                 fn $name() {
                     let make = || vram_tier::CappedDevice::new(
-                        vram_alloc::SimDevice::with_granularity(4 << 30, 2 << 20),
+                        vram_alloc::SimDevice::with_granularity(4 << 30, 2 << 20)
+                            .with_host_capacity(1 << 30),
                         Some(1 << 30),
                     );
                     vram_cuda::conformance::$name(&make).unwrap();
@@ -48,7 +52,8 @@ device_tests!(
     virtual_ranges,
     events,
     out_of_memory,
-    caching_allocator
+    caching_allocator,
+    host_migration
 );
 
 fn cuda_or_skip(test: &str) -> Option<CudaDevice> {
@@ -68,6 +73,21 @@ fn tiered_spill_on_the_simulated_device_and_host() {
 }
 
 #[test]
+fn tiered_migration_on_the_simulated_device_and_host() {
+    // Without host-located mappings the request spills; with them a cold
+    // block moves instead (the check accepts either; both are run).
+    let spill = || (SimDevice::new(1 << 30), vram_tier::SimHost::new(1 << 30));
+    conformance::tiered_migration(&spill).unwrap();
+    let migrate = || {
+        (
+            SimDevice::new(1 << 30).with_host_capacity(1 << 30),
+            vram_tier::SimHost::new(1 << 30),
+        )
+    };
+    conformance::tiered_migration(&migrate).unwrap();
+}
+
+#[test]
 fn the_check_list_names_every_check() {
     let names: Vec<&str> = conformance::checks::<SimDevice>()
         .iter()
@@ -80,10 +100,11 @@ fn the_check_list_names_every_check() {
             "virtual_ranges",
             "events",
             "out_of_memory_is_an_error",
-            "caching_allocator_all_policies"
+            "caching_allocator_all_policies",
+            "host_migration"
         ]
     );
-    let make = || SimDevice::new(1 << 30);
+    let make = || SimDevice::new(1 << 30).with_host_capacity(1 << 30);
     for (name, check) in conformance::checks::<SimDevice>() {
         check(&make).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
@@ -180,13 +201,15 @@ fn vram_cuda_check_passes_against_a_strict_fake_driver() {
     assert!(out.status.success(), "{log}");
     assert_eq!(
         stdout.matches("\"ok\":true").count(),
-        conformance::checks::<SimDevice>().len() + 1, // and tiered_spill
+        conformance::checks::<SimDevice>().len() + 2, // and the two tiered checks
         "{log}"
     );
-    assert!(
-        stdout.contains("\"name\":\"tiered_spill\",\"ok\":true"),
-        "{log}"
-    );
+    for name in ["tiered_spill", "tiered_migration", "host_migration"] {
+        assert!(
+            stdout.contains(&format!("\"name\":\"{name}\",\"ok\":true")),
+            "{log}"
+        );
+    }
     assert!(!stdout.contains("\"ok\":false"), "{log}");
     assert!(stdout.contains("cuMemAlloc+cuMemFree"), "{log}");
 }

@@ -15,6 +15,84 @@ fn tiered(device_limit: Option<u64>, host_limit: u64) -> TieredAllocator<SimDevi
     TieredAllocator::new(SimDevice::new(GIB), SimHost::new(4 * GIB), cfg).unwrap()
 }
 
+/// Issue 13: under a cap, the tier moves what is cold (long-lived optimizer
+/// states, allocated before the last step mark) to host memory at the same
+/// addresses, so that the step's new activations stay on the device, instead
+/// of spilling the activations; contents and addresses survive; statistics
+/// count the migrations; the states come back when a step leaves room.
+#[test]
+fn pressure_moves_cold_blocks_not_new_ones() {
+    let cfg = TierConfig {
+        device_limit: Some(200 * MIB),
+        host_limit: 512 * MIB,
+        ..TierConfig::default()
+    };
+    let dev = SimDevice::new(GIB).with_host_capacity(GIB).with_contents();
+    let t = TieredAllocator::new(dev, SimHost::new(GIB), cfg).unwrap();
+    // Step 1: weights, activations, then two optimizer states.
+    let w = t.malloc(60 * MIB, 0).unwrap();
+    let act = t.malloc(100 * MIB, 0).unwrap();
+    t.free(act).unwrap();
+    let s1 = t.malloc(40 * MIB, 0).unwrap();
+    let s2 = t.malloc(40 * MIB, 0).unwrap();
+    for (i, p) in [w, s1, s2].into_iter().enumerate() {
+        t.with_device(|d| d.write(p + 30 * MIB, &[i as u8 + 1; 64]))
+            .unwrap();
+    }
+    assert_eq!(t.mark_step(), 0);
+    // Step 2: 60 + 80 + 100 MiB does not fit under 200 MiB.
+    let act = t.malloc(100 * MIB, 0).unwrap();
+    assert_eq!(
+        t.tier_of(act),
+        Some(Tier::Device),
+        "the new block is not spilled"
+    );
+    let st = t.stats();
+    assert_eq!(st.num_spills, 0);
+    assert!(st.device_used_bytes <= 200 * MIB);
+    let m = st.to_map();
+    let moved = vec![
+        m["num_migrations_to_host"] as u64,
+        m["host.migrated_bytes.current"] as u64,
+    ];
+    // Both states (the newest long-lived blocks), not the weights; each
+    // moves all its pages (40 MiB blocks at 2 MiB-aligned addresses).
+    assert_eq!(moved, vec![2, 80 * MIB]);
+    for (i, p) in [w, s1, s2].into_iter().enumerate() {
+        let back = t.with_device(|d| d.read(p + 30 * MIB, 64)).unwrap();
+        assert_eq!(back, vec![i as u8 + 1; 64], "contents at the same address");
+    }
+    assert_eq!(
+        t.with_device(|d| d.location(s1 + MIB)),
+        Some(vram_alloc::Location::Host)
+    );
+    assert_eq!(
+        t.with_device(|d| d.location(w + MIB)),
+        Some(vram_alloc::Location::Device)
+    );
+    t.check_invariants().unwrap();
+    t.free(act).unwrap();
+    // That step needed 100 MiB above its start: with both states back
+    // (60 + 80 + 100 > 200) the next such step would move them out again, so
+    // only one comes back (60 + 40 + 100 = 200), the older one.
+    assert_eq!(t.mark_step(), 40 * MIB);
+    assert_eq!(t.stats().device.migrated_bytes.current, (40 * MIB) as i64);
+    // A lighter step (10 MiB of activations) leaves room for the other.
+    let small = t.malloc(10 * MIB, 0).unwrap();
+    t.free(small).unwrap();
+    assert_eq!(t.mark_step(), 40 * MIB);
+    let st = t.stats();
+    assert_eq!(st.device.num_migrations_to_device, 2);
+    assert_eq!(st.device.migrated_bytes.current, 0);
+    assert!(t
+        .memory_summary(true)
+        .contains("migrations to host 2, back 2"));
+    for p in [w, s1, s2] {
+        t.free(p).unwrap();
+    }
+    t.check_invariants().unwrap();
+}
+
 #[test]
 fn fits_on_device_without_touching_host() {
     let t = tiered(None, GIB);
@@ -407,6 +485,7 @@ mod props {
         Hold { stream: u32 },
         Complete { stream: u32 },
         EmptyCache,
+        Step,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -416,6 +495,7 @@ mod props {
             1 => (0u32..3).prop_map(|stream| Op::Hold { stream }),
             1 => (0u32..3).prop_map(|stream| Op::Complete { stream }),
             1 => Just(Op::EmptyCache),
+            1 => Just(Op::Step),
         ]
     }
 
@@ -433,7 +513,10 @@ mod props {
                 host_limit: 96 * MIB,
                 ..TierConfig::default()
             };
-            let t = TieredAllocator::new(SimDevice::new(GIB), SimHost::new(GIB), cfg).unwrap();
+            // The device can move blocks to host memory too (VRAM_MIGRATE):
+            // migrated pages share the 96 MiB host limit with spills.
+            let dev = SimDevice::new(GIB).with_host_capacity(GIB);
+            let t = TieredAllocator::new(dev, SimHost::new(GIB), cfg).unwrap();
             let mut live: Vec<(u64, u32, u64)> = Vec::new();
             let mut held: Vec<u32> = Vec::new();
             for op in ops {
@@ -472,7 +555,23 @@ mod props {
                         t.empty_cache();
                         held.clear(); // empty_cache waits for every stream
                     }
+                    Op::Step => {
+                        // Bringing blocks back may release the cache (waits).
+                        if t.stats().device.migrated_bytes.current > 0 {
+                            held.clear();
+                        }
+                        t.mark_step();
+                    }
                 }
+                prop_assert!(
+                    t.stats().host.current_bytes
+                        + t.stats().device.migrated_bytes.current as u64
+                        <= 96 * MIB
+                );
+                prop_assert_eq!(
+                    t.with_device(|d| d.host_used()),
+                    t.stats().device.migrated_bytes.current as u64
+                );
                 let st = t.stats();
                 prop_assert!(st.device_used_bytes <= 64 * MIB);
                 prop_assert!(st.host.current_bytes <= 96 * MIB);
