@@ -142,7 +142,8 @@ def test_model_from_a_folder_path(tmp_path):
     (tmp_path / "my-gpt2").mkdir()
     (tmp_path / "my-gpt2" / "config.json").write_text(json.dumps(GPT2_CONFIG))
     e = vramkit.estimate(tmp_path / "my-gpt2")
-    assert e.params == GPT2_PARAMS and e.model == "my-gpt2"
+    # Named by the config's `_name_or_path` ("openai-community/gpt2"), never by its folder.
+    assert e.params == GPT2_PARAMS and e.model == "gpt2"
 
 
 @pytest.mark.parametrize(
