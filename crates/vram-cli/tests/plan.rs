@@ -493,9 +493,10 @@ fn optimizer_changes_memory_and_time() {
     let (sgd_mem, sgd_s) = run("sgd");
     let (adam_mem, adam_s) = run("adamw");
     // 6.74e9 parameters x (two bf16 Adam states, 4 bytes, + the foreach step's temporary
-    // sqrt(v), 2 bytes) x 1.05 default allocator overhead = 42.4 GB more.
+    // sqrt(v), 2 bytes) = 40.4 GB more (reserved bytes come from the allocator replay, whose
+    // blocks for these parameter-sized tensors are within a few MiB of their sizes).
     let more = adam_mem as f64 - sgd_mem as f64;
-    assert!((more / (6.738e9 * 6.0 * 1.05) - 1.0).abs() < 0.03, "{more}");
+    assert!((more / (6.738e9 * 6.0) - 1.0).abs() < 0.03, "{more}");
     assert!(adam_s > sgd_s);
     let (code, _, _) = vram(&[
         "plan",

@@ -423,7 +423,14 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
                                                 recompute_layers,
                                                 sequence_parallel: sp,
                                                 schedule,
-                                                amp_style: setup.amp_style(),
+                                                // Megatron-LM holds its own layout (half
+                                                // weights, fp32 main gradients) whatever the
+                                                // parallel layout; the others follow it.
+                                                amp_style: if req.stack == Stack::Megatron {
+                                                    AmpStyle::Megatron
+                                                } else {
+                                                    setup.amp_style()
+                                                },
                                                 precision,
                                                 stack: req.stack,
                                                 optimizer: req.optimizer,
@@ -465,7 +472,7 @@ fn setup_of(req: &Request, cfg: &Config) -> Setup {
             recompute: cfg.recompute,
             recompute_layers: cfg.recompute_layers,
             offload: cfg.offload,
-            amp_style: None,
+            amp_style: (req.stack == Stack::Megatron).then_some(AmpStyle::Megatron),
         }),
     }
 }
