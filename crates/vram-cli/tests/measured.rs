@@ -133,7 +133,6 @@ fn estimate_agrees_with_h100_measurements() {
     // cuDNN's convolution workspaces and GPT-2's prefill temporaries are not modelled).
     assert!(ma <= 0.02, "median allocated error {ma}");
     assert!(mr <= 0.03, "median reserved error {mr}");
-    let _ = (wa, wr);
     for r in &rows {
         let (alloc, reserved) = KNOWN
             .iter()

@@ -40,7 +40,7 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
     };
     let free = |ops: &mut Vec<Op>, s: u8| ops.push((s, FREE));
     let tok = c.tok;
-    let (h, cmp) = (t.hidden.div_ceil(1), c.cmp);
+    let (h, cmp) = (t.hidden, c.cmp);
     let tp = c.t;
     let q_w = (t.heads * t.head_dim).div_ceil(tp);
     let kv_w = (t.kv_heads * t.head_dim).div_ceil(tp).max(t.head_dim);
@@ -185,9 +185,11 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
                 free(&mut ops, prev);
                 prev = nx;
             }
-            let a = new(&mut ops, fb);
-            free(&mut ops, t0);
+            let g = new(&mut ops, fb); // 1 + tanh
             free(&mut ops, prev);
+            let a = new(&mut ops, fb); // 0.5·x · (1 + tanh)
+            free(&mut ops, t0);
+            free(&mut ops, g);
             free(&mut ops, u);
             let d = new(&mut ops, hd);
             free(&mut ops, a);
