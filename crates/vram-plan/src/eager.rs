@@ -373,44 +373,26 @@ pub enum AttnKernel {
 }
 
 /// Which attention kernel runs for a self-attention (`cross = false`) or cross-attention
-/// block, as PyTorch 2.11 dispatches the call transformers 5.17 makes (`sdp_utils.cpp`: cuDNN,
-/// flash, memory-efficient, then the math composite). The same rules as the estimator's own
-/// choice (`vram_model` `estimate::layers::attention_kernel`, crate-private today): one small
-/// function to switch over once that is public.
-///
-/// - `attention: eager`: the model's eager code.
-/// - T5's relative position bias requires grad in training: no fused kernel accepts a bias
-///   that needs a gradient, so self-attention runs the composite (cross-attention's bias is
-///   a constant zero).
-/// - Falcon's multi-query K/V (one head) without `enable_gqa`: the composite.
-/// - Grouped-query attention in fp32: the memory-efficient kernel has no GQA in 2.11: the
-///   composite.
-/// - Otherwise fp32 runs the memory-efficient kernel and half precision a fused one.
+/// block at sequence length `seq`: the estimator's rule
+/// ([`vram_model::estimate::attention_kernel`], from PyTorch 2.11's SDPA dispatch and the calls
+/// transformers 5.17 makes), so memory and time agree on the kernel.
 pub fn attention_kernel(
     t: &Transformer,
     attention: Attention,
     precision: Precision,
     training: bool,
+    seq: u64,
     cross: bool,
 ) -> AttnKernel {
-    if attention == Attention::Eager {
-        return AttnKernel::Eager;
+    // One rule for memory and time: vram-model's, read from PyTorch 2.11's dispatch.
+    use vram_model::estimate::Kernel;
+    let half = precision != Precision::Fp32;
+    match vram_model::estimate::attention_kernel(t, attention, half, training, seq, cross) {
+        Kernel::Fused => AttnKernel::Flash,
+        Kernel::MemEfficient => AttnKernel::MemEfficient,
+        Kernel::Math => AttnKernel::Composite,
+        Kernel::Eager => AttnKernel::Eager,
     }
-    let gqa = t.kv_heads < t.heads;
-    if matches!(t.positions, Positions::RelativeBuckets(_)) && training && !cross {
-        return AttnKernel::Composite;
-    }
-    if t.model_type == "falcon" && gqa && t.kv_heads == 1 {
-        return AttnKernel::Composite;
-    }
-    if precision == Precision::Fp32 {
-        return if gqa {
-            AttnKernel::Composite
-        } else {
-            AttnKernel::MemEfficient
-        };
-    }
-    AttnKernel::Flash
 }
 
 // ---------------------------------------------------------------------------------------
@@ -594,7 +576,7 @@ pub fn layer(
         }
     };
     let attn = |o: &mut Ops<'_, '_>, kv_tokens: f64, is_self: bool| {
-        let kernel = attention_kernel(t, attention, precision, s.train, !is_self);
+        let kernel = attention_kernel(t, attention, precision, s.train, s.seq as u64, !is_self);
         if t.fused_qkv && is_self {
             cast_in(o);
             o.gemm(n, h, q + 2.0 * kv, 1.0, s.fp32);

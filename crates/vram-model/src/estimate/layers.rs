@@ -145,11 +145,16 @@ pub(super) fn norm_parts(t: &Transformer, c: &Ctx, p: &mut Parts) {
 /// The attention kernel that runs, as PyTorch 2.11 dispatches `scaled_dot_product_attention`
 /// on an sm90 GPU for the call transformers 5.17 makes (`sdp_utils.cpp`: cuDNN, then flash,
 /// then memory-efficient, then the math composite).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kernel {
-    /// cuDNN or flash attention: saves q, k, v, the output and a log-sum-exp; the output is
-    /// already laid out `[b, s, h, d]`, so the `transpose(1, 2).contiguous()` after it is free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kernel {
+    /// cuDNN or flash attention (half precision): saves q, k, v, the output and a log-sum-exp;
+    /// the output is already laid out `[b, s, h, d]`, so the `transpose(1, 2).contiguous()`
+    /// after it is free.
     Fused,
+    /// The memory-efficient kernel (fp32 inputs; the only fused kernel that takes them):
+    /// saves what `Fused` saves.
+    MemEfficient,
     /// The math composite (`_scaled_dot_product_attention_math`): inputs upcast to fp32, the
     /// `[b, h, s, s]` scores materialised in fp32. Runs when no fused kernel accepts the call:
     /// an attention bias that requires grad (T5's relative position bias in training), a
@@ -160,40 +165,62 @@ pub(crate) enum Kernel {
     Eager,
 }
 
-/// Which attention kernel runs for a self-attention (`cross = false`) or cross-attention
-/// block of `t` under `c`.
-pub(crate) fn attention_kernel(t: &Transformer, c: &Ctx, cross: bool) -> Kernel {
-    if c.attention == Attention::Eager {
+/// Which attention kernel runs for a self-attention (`cross = false`) or cross-attention block
+/// of `t` run by transformers 5.17 on PyTorch 2.11, at sequence length `seq`, with
+/// `half` (bf16/fp16) or fp32 inputs. Megatron-LM's own fused attention is not covered: it
+/// always runs its fused kernel.
+pub fn attention_kernel(
+    t: &Transformer,
+    attention: Attention,
+    half: bool,
+    training: bool,
+    seq: u64,
+    cross: bool,
+) -> Kernel {
+    if attention == Attention::Eager {
         return Kernel::Eager;
-    }
-    if c.style == AmpStyle::Megatron {
-        return Kernel::Fused;
     }
     let gqa = t.kv_heads < t.heads;
     let relative_bias = matches!(t.positions, crate::arch::Positions::RelativeBuckets(_));
-    if relative_bias && !cross && c.training {
+    if relative_bias && !cross && training {
         return Kernel::Math;
     }
     if t.model_type == "falcon" && gqa && t.kv_heads == 1 {
         return Kernel::Math;
     }
-    if c.cmp == 4 && gqa && !repeats_kv(t, c) {
-        return Kernel::Math;
+    if !half {
+        return if gqa && !repeats_kv_at(t, attention, seq) {
+            Kernel::Math
+        } else {
+            Kernel::MemEfficient
+        };
     }
     Kernel::Fused
+}
+
+/// [`attention_kernel`] for the step described by `c` (Megatron's layout: always fused).
+pub(super) fn kernel_of(t: &Transformer, c: &Ctx, cross: bool) -> Kernel {
+    if c.style == AmpStyle::Megatron && c.attention == Attention::Sdpa {
+        return Kernel::Fused;
+    }
+    attention_kernel(t, c.attention, c.cmp != 4, c.training, c.s, cross)
 }
 
 /// Whether transformers repeats K/V to every head before SDPA (`repeat_kv`): grouped-query
 /// attention with an explicit mask or a head dimension over 256 (`use_gqa_in_sdpa`), or the
 /// eager path.
-pub(crate) fn repeats_kv(t: &Transformer, c: &Ctx) -> bool {
-    t.kv_heads < t.heads && (c.attention == Attention::Eager || has_mask(t, c) || t.head_dim > 256)
+pub fn repeats_kv_at(t: &Transformer, attention: Attention, seq: u64) -> bool {
+    t.kv_heads < t.heads && (attention == Attention::Eager || has_mask(t, seq) || t.head_dim > 256)
+}
+
+fn repeats_kv(t: &Transformer, c: &Ctx) -> bool {
+    repeats_kv_at(t, c.attention, c.s)
 }
 
 /// Whether transformers hands SDPA an explicit mask: a sliding window the sequence reaches
 /// (`create_sliding_window_causal_mask` stops skipping the mask), or Falcon (always).
-fn has_mask(t: &Transformer, c: &Ctx) -> bool {
-    t.sliding_window.is_some_and(|w| c.s >= w) || t.model_type == "falcon"
+fn has_mask(t: &Transformer, seq: u64) -> bool {
+    t.sliding_window.is_some_and(|w| seq >= w) || t.model_type == "falcon"
 }
 
 /// An attention sub-block (norm, projections, core, output projection, dropout). Returns (the
@@ -211,7 +238,7 @@ pub(super) fn attention_parts(
         .div_ceil(tp)
         .max(t.head_dim.min(q_w));
     let megatron = c.style == AmpStyle::Megatron;
-    let kernel = attention_kernel(t, c, cross);
+    let kernel = kernel_of(t, c, cross);
     // K/V as the kernel sees them: repeated to every head by transformers where it must.
     let kv_w = if megatron {
         if c.attention == Attention::Sdpa {
@@ -289,10 +316,10 @@ pub(super) fn attention_parts(
             bwd_core = m(&[scores, c.cmp + c.sdt]);
             p.push(m(&[c.tok, q_w, c.cmp]), false); // transpose(1, 2).contiguous() for o_proj
         }
-        Kernel::Fused => {
+        Kernel::Fused | Kernel::MemEfficient => {
             p.push(m(&[c.tok, q_w, c.cmp]), false); // output (o_proj reads the same tensor)
             p.push(m(&[c.b, heads, c.s, 4]), false); // log-sum-exp
-            if has_mask(t, c) {
+            if has_mask(t, c.s) {
                 // The bool mask converted to an additive one in the input dtype, saved.
                 p.push(m(&[c.b, c.s, c.s, c.cmp]), true);
             }

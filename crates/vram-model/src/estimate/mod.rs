@@ -13,6 +13,8 @@
 
 mod inference;
 mod layers;
+
+pub use layers::{attention_kernel, repeats_kv_at, Kernel};
 mod replay;
 mod sinks;
 mod training;
