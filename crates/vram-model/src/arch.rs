@@ -498,6 +498,10 @@ pub struct Conv {
     pub cout: u64,
     /// Kernel side.
     pub k: u64,
+    /// Stride (1, or 2 where a stage or the stem halves the image).
+    pub stride: u64,
+    /// Input spatial side.
+    pub in_side: u64,
     /// Output spatial side.
     pub out_side: u64,
     /// A ReLU output follows (directly, or after the residual add); false for downsample convs.
@@ -531,6 +535,8 @@ impl ResNet {
             cin: 3,
             cout: 64,
             k: 7,
+            stride: 2,
+            in_side: self.image_size,
             out_side: side,
             relu: true,
         }];
@@ -548,6 +554,8 @@ impl ResNet {
                         cin,
                         cout: width,
                         k: 1,
+                        stride: 1,
+                        in_side: side,
                         out_side: side,
                         relu: true,
                     });
@@ -555,6 +563,8 @@ impl ResNet {
                         cin: width,
                         cout: width,
                         k: 3,
+                        stride,
+                        in_side: side,
                         out_side,
                         relu: true,
                     });
@@ -562,6 +572,8 @@ impl ResNet {
                         cin: width,
                         cout,
                         k: 1,
+                        stride: 1,
+                        in_side: out_side,
                         out_side,
                         relu: true,
                     });
@@ -570,6 +582,8 @@ impl ResNet {
                         cin,
                         cout: width,
                         k: 3,
+                        stride,
+                        in_side: side,
                         out_side,
                         relu: true,
                     });
@@ -577,6 +591,8 @@ impl ResNet {
                         cin: width,
                         cout,
                         k: 3,
+                        stride: 1,
+                        in_side: out_side,
                         out_side,
                         relu: true,
                     });
@@ -586,6 +602,8 @@ impl ResNet {
                         cin,
                         cout,
                         k: 1,
+                        stride,
+                        in_side: side,
                         out_side,
                         relu: false,
                     });

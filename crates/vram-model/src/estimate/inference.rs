@@ -13,6 +13,7 @@
 //! (`logits_to_keep=1`) and copies them to fp32 (`next_token_logits = outputs.logits[:, -1, :]
 //! .to(copy=True, dtype=torch.float32)` in `GenerationMixin._sample`).
 
+use super::layers::has_mask;
 use super::*;
 use crate::arch::{Act, Mlp, Norm, Positions};
 use crate::setup::{Attention, Infer, KvCache};
@@ -128,9 +129,70 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
     }
     // Attention.
     let heads = t.heads.div_ceil(tp);
-    let out = match c.attention {
-        Attention::Sdpa => new(&mut ops, q_bytes),
-        Attention::Eager => {
+    let kernel = super::layers::attention_kernel(t, c.attention, cmp != 4, false, c.s, false);
+    let masked = has_mask(t, c.s);
+    // `repeat_kv`: keys and values expanded to every head (copies) where SDPA's grouped-query
+    // path is off, freed when the attention function returns.
+    let repeated: Vec<u8> = if c.attention == Attention::Sdpa && repeats_kv_at(t, c.attention, c.s)
+    {
+        vec![new(&mut ops, q_bytes), new(&mut ops, q_bytes)]
+    } else {
+        Vec::new()
+    };
+    let mask_elems = m(&[c.b, c.s, c.s]);
+    let out = match (c.attention, kernel) {
+        (Attention::Sdpa, Kernel::Math) => {
+            // `_scaled_dot_product_attention_math`: fp32 copies of q, k, v (half inputs), the
+            // scaled q and k, the fp32 scores, the mask added in place, then `_safe_softmax`:
+            // softmax, the `== -inf` test kept to the end, and `where` over the softmax.
+            let kv_seen = if repeated.is_empty() { kv_act } else { q_bytes };
+            let widen = |b: u64| b / cmp * 4;
+            let mut acc = Vec::new();
+            if cmp != 4 {
+                acc.push(new(&mut ops, widen(q_bytes)));
+                acc.push(new(&mut ops, widen(kv_seen)));
+                acc.push(new(&mut ops, widen(kv_seen)));
+            }
+            let qs = new(&mut ops, widen(q_bytes));
+            let ks = new(&mut ops, widen(kv_seen));
+            let scores = m(&[c.b, heads, c.s, c.s]);
+            let attn = new(&mut ops, m(&[scores, 4]));
+            free(&mut ops, qs);
+            free(&mut ops, ks);
+            if masked {
+                let fm = new(&mut ops, m(&[mask_elems, cmp]));
+                free(&mut ops, fm);
+            }
+            let sm = new(&mut ops, m(&[scores, 4]));
+            let eq = new(&mut ops, scores);
+            let w = new(&mut ops, m(&[scores, 4]));
+            free(&mut ops, eq);
+            free(&mut ops, sm);
+            free(&mut ops, attn);
+            let o32 = new(&mut ops, widen(q_bytes));
+            free(&mut ops, w);
+            for a in acc {
+                free(&mut ops, a);
+            }
+            let o = new(&mut ops, q_bytes);
+            free(&mut ops, o32);
+            o
+        }
+        (Attention::Sdpa, _) => {
+            if masked {
+                // The fused kernels take an additive mask: `where(~mask, -65504, 0)` in the
+                // query's dtype (`convert_boolean_attn_mask_cudnn`), made per call.
+                let not = new(&mut ops, mask_elems);
+                let add = new(&mut ops, m(&[mask_elems, cmp]));
+                free(&mut ops, not);
+                let o = new(&mut ops, q_bytes);
+                free(&mut ops, add);
+                o
+            } else {
+                new(&mut ops, q_bytes)
+            }
+        }
+        (Attention::Eager, _) => {
             let s = m(&[c.b, heads, c.s, c.s]);
             let sc = new(&mut ops, m(&[s, cmp]));
             let sm = new(&mut ops, m(&[s, c.sdt]));
@@ -147,6 +209,9 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
             o
         }
     };
+    for r in repeated {
+        free(&mut ops, r);
+    }
     if qe != q {
         free(&mut ops, qe);
     }
@@ -158,8 +223,12 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
         free(&mut ops, q);
     }
     let r = new(&mut ops, hd);
-    free(&mut ops, y);
-    free(&mut ops, X);
+    // GPT-2's block names the attention output (`hidden_states = attn_output + residual`), so
+    // it lives until the block returns; the others rebind `hidden_states` and free it here.
+    let named_attn_out = t.model_type == "gpt2";
+    if !named_attn_out {
+        free(&mut ops, y);
+    }
     let n2 = norm(&mut ops, &mut new);
     let fb = m(&[tok, f, cmp]);
     let d = match (t.mlp, t.act) {
@@ -205,10 +274,15 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
         }
     };
     free(&mut ops, n2);
-    // The layer's output becomes slot X.
+    // The layer's output becomes slot X. The model's loop (`hidden_states =
+    // decoder_layer(hidden_states, ...)`) holds the layer's input until the layer returns.
     ops.push((X, hd));
     free(&mut ops, d);
     free(&mut ops, r);
+    if named_attn_out {
+        free(&mut ops, y);
+    }
+    free(&mut ops, X);
     ops
 }
 
@@ -254,18 +328,56 @@ impl Step<'_> {
         }
         // Prefill: the embedding output, then each layer's program.
         let ops = prefill_ops(t, &c, kvb, dynamic);
+        let hd = m(&[c.tok, t.hidden, c.cmp]);
         let x0 = Handle {
             cat: Category::Activations,
-            bytes: m(&[c.tok, t.hidden, c.cmp]),
+            bytes: hd,
             key: key(0, X as u64, 0),
         };
         sink.phase(Phase::Prefill { layer: 0 });
+        // What the model's forward holds in locals until it returns: the embedding output
+        // (`inputs_embeds`; GPT-2's `position_embeds` too, per sequence as `generate` passes
+        // positions), the rotary tables (`position_embeddings = (cos, sin)`, `[b, s, head_dim]`
+        // each), and the explicit mask when there is one (bool `[b, 1, s, s]`).
+        let mut kept: Vec<Handle> = Vec::new();
+        let mut keep = |sink: &mut S, bytes: u64| {
+            let h = Handle {
+                cat: Category::Activations,
+                bytes,
+                key: key(layers + 1, kept.len() as u64, 0),
+            };
+            sink.alloc(h, &[]);
+            kept.push(h);
+        };
+        // Gemma scales the embeddings (`inputs_embeds * normalizer`) and GPT-2 adds learned
+        // positions: the first layer's input is then a tensor of its own.
+        let scaled = matches!(t.model_type.as_str(), "gemma" | "gemma2");
+        let learned = matches!(t.positions, Positions::Learned(_));
+        if scaled || learned {
+            keep(sink, hd);
+            if learned {
+                keep(sink, hd);
+            }
+        }
+        if t.positions == Positions::Rotary {
+            keep(sink, m(&[c.tok, t.head_dim, c.cmp]));
+            keep(sink, m(&[c.tok, t.head_dim, c.cmp]));
+        }
+        if has_mask(t, c.s) {
+            keep(sink, m(&[c.b, c.s, c.s]));
+        }
         sink.alloc(x0, &[]);
+        // The first layer's input is `inputs_embeds` itself unless scaled or summed: the
+        // forward's local keeps it after the loop moves on.
+        let x0_kept = !(scaled || learned);
         let mut sizes = [0u64; 256];
         sizes[X as usize] = x0.bytes;
         for i in 0..layers {
             sink.phase(Phase::Prefill { layer: i as u32 });
             for &(slot, bytes) in &ops {
+                if i == 0 && x0_kept && slot == X && bytes == FREE {
+                    continue;
+                }
                 let (cat, k) = match slot {
                     X => (Category::Activations, key(0, X as u64, (i + 1) & 1)),
                     K_CACHE | V_CACHE => (Category::KvCache, key(i, slot as u64, 0)),
@@ -298,6 +410,12 @@ impl Step<'_> {
         };
         sink.alloc(normed, &[]);
         sink.free(x_last);
+        if x0_kept && layers > 0 {
+            sink.free(x0);
+        }
+        for h in kept {
+            sink.free(h);
+        }
         let logits_step = |sink: &mut S, token: u64| {
             if !last_rank || self.logits == 0 {
                 return;

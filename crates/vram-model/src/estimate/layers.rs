@@ -27,6 +27,52 @@ pub(super) struct LayerDesc {
     /// Bytes made in the layer's forward and kept until the model's forward returns, not for
     /// backward (transformers' `DynamicCache` copies of K and V in training).
     pub(super) fwd_kept: u64,
+    /// Saved tensors made before the forward's temporary (`fwd_tmp`) in traces; 0: all of them.
+    pub(super) tmp_after: u8,
+    /// The backward's temporaries op by op, where the layer describes them so (CNNs); when
+    /// empty, the backward makes one `bwd_tmp` block.
+    pub(super) bwd_prog: Program,
+}
+
+/// One step of a layer's temporaries in order of execution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum TmpOp {
+    /// The end of the program.
+    #[default]
+    End,
+    /// A temporary of this many bytes in the layer's slot (0–7).
+    Alloc(u8, u64),
+    /// The temporary in the layer's slot goes.
+    Free(u8),
+    /// The temporary in this slot of the layer walked just before goes: the gradient it handed
+    /// on has been consumed.
+    FreeHanded(u8),
+}
+
+/// Up to 16 temporaries steps.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Program {
+    pub(super) ops: [TmpOp; 16],
+}
+
+impl Program {
+    pub(super) fn new(ops: &[TmpOp]) -> Program {
+        let mut p = Program::default();
+        let ops: Vec<TmpOp> = ops
+            .iter()
+            .copied()
+            .filter(|op| !matches!(op, TmpOp::Alloc(_, 0)))
+            .collect();
+        assert!(ops.len() <= p.ops.len(), "a program of at most 16 steps");
+        p.ops[..ops.len()].copy_from_slice(&ops);
+        p
+    }
+    pub(super) fn is_empty(&self) -> bool {
+        self.ops[0] == TmpOp::End
+    }
+    pub(super) fn steps(&self) -> impl Iterator<Item = TmpOp> + '_ {
+        self.ops.iter().copied().take_while(|op| *op != TmpOp::End)
+    }
 }
 
 impl LayerDesc {
@@ -219,7 +265,7 @@ fn repeats_kv(t: &Transformer, c: &Ctx) -> bool {
 
 /// Whether transformers hands SDPA an explicit mask: a sliding window the sequence reaches
 /// (`create_sliding_window_causal_mask` stops skipping the mask), or Falcon (always).
-fn has_mask(t: &Transformer, seq: u64) -> bool {
+pub(super) fn has_mask(t: &Transformer, seq: u64) -> bool {
     t.sliding_window.is_some_and(|w| seq >= w) || t.model_type == "falcon"
 }
 

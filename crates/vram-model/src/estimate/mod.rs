@@ -23,8 +23,8 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use layers::{
-    m, norm_parts, optimizer_elems, state_bytes, transformer_layer, Ctx, LayerDesc, Parts, Stack,
-    StateBytes,
+    m, norm_parts, optimizer_elems, state_bytes, transformer_layer, Ctx, LayerDesc, Parts, Program,
+    Stack, StateBytes, TmpOp,
 };
 use sinks::PeakSink;
 
@@ -519,29 +519,58 @@ impl<'a> Step<'a> {
         let b = c.b;
         let convs = r.convs();
         for (i, conv) in convs.iter().enumerate() {
-            let out = m(&[b, conv.cout, conv.out_side, conv.out_side]);
+            let out = m(&[b, conv.cout, conv.out_side, conv.out_side, c.cmp]);
+            let input = m(&[b, conv.cin, conv.in_side, conv.in_side, c.cmp]);
+            // In the order the forward makes them; cuDNN's workspace comes and goes right after
+            // the convolution's output.
             let mut p = Parts::default();
             if i == 0 {
                 let img = m(&[b, 3, r.image_size, r.image_size]);
                 p.push(m(&[img, c.cmp]), false); // the (cast) input image
+            }
+            p.push(out, false); // the convolution's output, batch norm's input
+            let tmp_after = p.n;
+            if conv.relu {
+                p.push(out, false); // ReLU output (in place on the batch-norm output)
+            }
+            p.push(m(&[conv.cout, 4]), false); // batch-norm saved mean
+            p.push(m(&[conv.cout, 4]), false); // and inverse standard deviation
+            if i == 0 {
                 let pooled = m(&[b, 64, conv.out_side.div_ceil(2), conv.out_side.div_ceil(2)]);
+                p.push(m(&[pooled, c.cmp]), false); // max-pool output (the next conv's input)
                 p.push(m(&[pooled, 8]), false); // max-pool indices (int64)
             }
-            p.push(m(&[out, c.cmp]), false); // batch-norm input
-            p.push(m(&[conv.cout, 8]), false); // batch-norm saved mean and invstd
-            if conv.relu {
-                p.push(m(&[out, c.cmp]), false); // ReLU output (next convolution's input)
-            }
             let weights = conv.cin * conv.cout * conv.k * conv.k;
+            let ws = cudnn_workspace(conv, b, c.cmp);
+            // Backward, as autograd runs it: the ReLU's gradient (which consumes the gradient
+            // handed on by the layer after), batch norm's, the convolution's gradient for its
+            // input (handed on; the stem's image needs none) with cuDNN's workspace, then the
+            // weight gradient's workspace.
+            let bwd_prog = Program::new(&[
+                TmpOp::Alloc(0, if conv.relu { out } else { 0 }),
+                TmpOp::FreeHanded(2),
+                TmpOp::Alloc(1, out),
+                TmpOp::Free(0),
+                TmpOp::Alloc(2, if i == 0 { 0 } else { input }),
+                TmpOp::Alloc(3, if i == 0 { 0 } else { ws }),
+                TmpOp::Free(3),
+                TmpOp::Alloc(4, ws),
+                TmpOp::Free(4),
+                TmpOp::Free(1),
+            ]);
             self.cnn.push(
                 LayerDesc {
                     parts: p,
-                    checkpoint: m(&[out, c.cmp]),
-                    fwd_tmp: m(&[out, c.cmp]),
-                    bwd_tmp: m(&[out, c.cmp, 2]),
+                    checkpoint: out,
+                    // cuDNN's workspace; a downsample's batch-norm output lives until the
+                    // residual add.
+                    fwd_tmp: if conv.relu { ws } else { ws.max(out) },
+                    bwd_tmp: m(&[out, 2]).max(out.saturating_add(input).saturating_add(ws)),
                     params: weights + 2 * conv.cout,
                     matmul_params: weights,
-                    infer_tmp: m(&[out, c.cmp, 3]),
+                    infer_tmp: m(&[out, 3]).max(out.saturating_add(ws)),
+                    bwd_prog,
+                    tmp_after,
                     ..LayerDesc::default()
                 }
                 .with_totals(),
@@ -604,6 +633,26 @@ impl<'a> Step<'a> {
             + if rank == 0 { self.emb_params } else { 0 }
             + if rank == p - 1 { self.head_params } else { 0 }
     }
+}
+
+/// Bytes of the workspace cuDNN takes for one call of `conv` over `b` images of `bytes`-wide
+/// elements (forward, backward-data and backward-filter alike).
+///
+/// PyTorch (2.11, `cudnn.benchmark` off) asks cuDNN 9's heuristics for an engine and gives it the
+/// workspace that engine states, from the caching allocator, for the length of the call. The
+/// heuristics' engines for NCHW tensors on tensor-core GPUs work in NHWC: the input, the filter
+/// and the output are transposed inside the workspace, which is then their three sizes together
+/// (to within 200 bytes on every strided and 3×3 and 7×7 call of the H100 ResNet-50 snapshot, a
+/// handful of calls taking up to twice that). A 1×1 convolution with stride 1 is a plain matrix
+/// product over the NCHW layout and takes no workspace (400 bytes in the snapshot).
+pub(crate) fn cudnn_workspace(conv: &crate::arch::Conv, b: u64, bytes: u64) -> u64 {
+    if conv.k == 1 && conv.stride == 1 {
+        return 0;
+    }
+    let input = m(&[b, conv.cin, conv.in_side, conv.in_side, bytes]);
+    let output = m(&[b, conv.cout, conv.out_side, conv.out_side, bytes]);
+    let filter = m(&[conv.cin, conv.cout, conv.k, conv.k, bytes]);
+    input.saturating_add(output).saturating_add(filter)
 }
 
 /// Estimates the step's peak memory on one GPU.
@@ -856,4 +905,36 @@ fn search_max(mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> 
         }
     }
     Ok(Some(lo))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::ResNet;
+
+    /// cuDNN's workspaces for ResNet-50 over 64 fp32 images, as the H100 snapshot
+    /// `resnet50-fp32-momentum-mb64.pickle` of the shared ground truth recorded them (PyTorch
+    /// 2.11, cuDNN 9.19; the odd-sized blocks allocated and freed around each convolution).
+    #[test]
+    fn cudnn_workspace_is_the_nhwc_transposes() {
+        let convs = ResNet::torchvision(50).unwrap().convs();
+        let ws = |i: usize| cudnn_workspace(&convs[i], 64, 4);
+        // The stem (7×7, stride 2): 36.75 MiB image + 196 MiB output + 36.75 KiB filter.
+        // layer1.0.conv2 (3×3, 56×56), layer2.0.conv2 (3×3, stride 2), layer4.1.conv2 (3×3, 7×7).
+        for (i, recorded) in [
+            (0, 244_093_712u64),
+            (2, 102_908_051),
+            (12, 129_040_531),
+            (48, 22_282_256),
+        ] {
+            assert!(
+                ws(i).abs_diff(recorded) <= 200,
+                "conv {i}: {} vs {recorded}",
+                ws(i)
+            );
+        }
+        // layer1.0's downsample (1×1, stride 1) recorded a 400-byte workspace.
+        assert_eq!((convs[4].k, convs[4].stride), (1, 1));
+        assert_eq!(ws(4), 0);
+    }
 }

@@ -460,7 +460,39 @@ impl Step<'_> {
             } else {
                 Vec::new()
             };
-            sink.alloc(saved, &parts);
+            let split = usize::from(l.tmp_after);
+            let tmp = Handle {
+                cat: Category::Temporaries,
+                bytes: if self.recomputed(tr, i) {
+                    l.saved_all.saturating_add(l.fwd_tmp)
+                } else {
+                    l.fwd_tmp
+                },
+                key: Self::act_key(unit, i, 3),
+            };
+            if split > 0 && split < parts.len() {
+                // The saved tensors made before the temporary, the temporary, then the rest
+                // (same key: they go together in backward). Only trace sinks see parts.
+                let first: u64 = parts[..split].iter().sum();
+                sink.alloc(
+                    Handle {
+                        bytes: first,
+                        ..saved
+                    },
+                    &parts[..split],
+                );
+                sink.alloc(tmp, &[]);
+                sink.free(tmp);
+                sink.alloc(
+                    Handle {
+                        bytes: saved.bytes - first,
+                        ..saved
+                    },
+                    &parts[split..],
+                );
+            } else {
+                sink.alloc(saved, &parts);
+            }
             if l.fwd_kept > 0 {
                 sink.alloc(
                     Handle {
@@ -471,17 +503,10 @@ impl Step<'_> {
                     &[l.fwd_kept / 2, l.fwd_kept / 2],
                 );
             }
-            let tmp = Handle {
-                cat: Category::Temporaries,
-                bytes: if self.recomputed(tr, i) {
-                    l.saved_all.saturating_add(l.fwd_tmp)
-                } else {
-                    l.fwd_tmp
-                },
-                key: Self::act_key(unit, i, 3),
-            };
-            sink.alloc(tmp, &[]);
-            sink.free(tmp);
+            if !(split > 0 && split < parts.len()) {
+                sink.alloc(tmp, &[]);
+                sink.free(tmp);
+            }
             if zero3 {
                 sink.free(gathered);
             }
@@ -696,6 +721,8 @@ impl Step<'_> {
             });
             self.loss_backward(unit, head_grad, sink);
         }
+        // Temporaries a layer's backward left for the next one to consume (by slot).
+        let mut handed = [0u64; 8];
         for i in (first..end).rev() {
             let l = stack.get(i);
             sink.phase(Phase::Backward {
@@ -749,13 +776,44 @@ impl Step<'_> {
                     &parts,
                 );
             }
-            let tmp = Handle {
-                cat: Category::Temporaries,
-                bytes: l.bwd_tmp,
-                key: Self::act_key(unit, i, 6),
-            };
-            sink.alloc(tmp, &[]);
-            sink.free(tmp);
+            if l.bwd_prog.is_empty() {
+                let tmp = Handle {
+                    cat: Category::Temporaries,
+                    bytes: l.bwd_tmp,
+                    key: Self::act_key(unit, i, 6),
+                };
+                sink.alloc(tmp, &[]);
+                sink.free(tmp);
+            } else {
+                let slot = |layer: u64, n: u8, bytes: u64| Handle {
+                    cat: Category::Temporaries,
+                    bytes,
+                    key: Self::act_key(unit, layer, 10 + u64::from(n)),
+                };
+                let mut mine = [0u64; 8];
+                for op in l.bwd_prog.steps() {
+                    match op {
+                        TmpOp::Alloc(n, bytes) => {
+                            mine[n as usize] = bytes;
+                            sink.alloc(slot(i, n, bytes), &[]);
+                        }
+                        TmpOp::Free(n) => {
+                            let bytes = std::mem::take(&mut mine[n as usize]);
+                            if bytes > 0 {
+                                sink.free(slot(i, n, bytes));
+                            }
+                        }
+                        TmpOp::FreeHanded(n) => {
+                            let bytes = std::mem::take(&mut handed[n as usize]);
+                            if bytes > 0 {
+                                sink.free(slot(i + 1, n, bytes));
+                            }
+                        }
+                        TmpOp::End => break,
+                    }
+                }
+                handed = mine;
+            }
             sink.free(self.saved_handle(tr, unit, i, l));
             if recomputed {
                 sink.free(re);
@@ -765,6 +823,15 @@ impl Step<'_> {
             }
             if zero3 {
                 sink.free(gathered);
+            }
+        }
+        for (n, bytes) in handed.into_iter().enumerate() {
+            if bytes > 0 {
+                sink.free(Handle {
+                    cat: Category::Temporaries,
+                    bytes,
+                    key: Self::act_key(unit, first, 10 + n as u64),
+                });
             }
         }
         if rank == 0 && first_chunk {
