@@ -642,9 +642,11 @@ impl<'a> Step<'a> {
 /// workspace that engine states, from the caching allocator, for the length of the call. The
 /// heuristics' engines for NCHW tensors on tensor-core GPUs work in NHWC: the input, the filter
 /// and the output are transposed inside the workspace, which is then their three sizes together
-/// (to within 200 bytes on every strided and 3×3 and 7×7 call of the H100 ResNet-50 snapshot, a
-/// handful of calls taking up to twice that). A 1×1 convolution with stride 1 is a plain matrix
-/// product over the NCHW layout and takes no workspace (400 bytes in the snapshot).
+/// (to within 200 bytes for the stem, the 56×56, 28×28 and 7×7 3×3 calls and the first strided
+/// 3×3 call of the H100 ResNet-50 snapshot; its other strided and 14×14 calls take 0.67× to
+/// 1.8× of it, and its weight-gradient calls a few MiB more). A 1×1 convolution with stride 1
+/// is a plain matrix product over the NCHW layout and takes no workspace (400 bytes in the
+/// snapshot) for its forward and input gradient.
 pub(crate) fn cudnn_workspace(conv: &crate::arch::Conv, b: u64, bytes: u64) -> u64 {
     if conv.k == 1 && conv.stride == 1 {
         return 0;
