@@ -13,7 +13,6 @@
 //! (`logits_to_keep=1`) and copies them to fp32 (`next_token_logits = outputs.logits[:, -1, :]
 //! .to(copy=True, dtype=torch.float32)` in `GenerationMixin._sample`).
 
-use super::layers::has_mask;
 use super::*;
 use crate::arch::{Act, Mlp, Norm, Positions};
 use crate::setup::{Attention, Infer, KvCache};
@@ -129,7 +128,7 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
     }
     // Attention.
     let heads = t.heads.div_ceil(tp);
-    let kernel = super::layers::attention_kernel(t, c.attention, cmp != 4, false, c.s, false);
+    let kernel = attention_kernel(t, c.attention, cmp != 4, false, c.s, false);
     let masked = has_mask(t, c.s);
     // `repeat_kv`: keys and values expanded to every head (copies) where SDPA's grouped-query
     // path is off, freed when the attention function returns.
@@ -354,10 +353,10 @@ impl Step<'_> {
         let scaled = matches!(t.model_type.as_str(), "gemma" | "gemma2");
         let learned = matches!(t.positions, Positions::Learned(_));
         if scaled || learned {
-            keep(sink, hd);
-            if learned {
-                keep(sink, hd);
-            }
+            keep(sink, hd); // inputs_embeds
+        }
+        if learned {
+            keep(sink, hd); // position_embeds
         }
         if t.positions == Positions::Rotary {
             keep(sink, m(&[c.tok, t.head_dim, c.cmp]));

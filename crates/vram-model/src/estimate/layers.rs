@@ -67,6 +67,21 @@ impl Program {
         p.ops[..ops.len()].copy_from_slice(&ops);
         p
     }
+    /// Bytes live at the program's high point (the gradient handed in from the layer after
+    /// not counted).
+    pub(super) fn high(&self) -> u64 {
+        let mut slots = [0u64; 8];
+        let mut high = 0u64;
+        for op in self.steps() {
+            match op {
+                TmpOp::Alloc(n, bytes) => slots[n as usize] = bytes,
+                TmpOp::Free(n) => slots[n as usize] = 0,
+                TmpOp::FreeHanded(_) | TmpOp::End => {}
+            }
+            high = high.max(slots.iter().sum());
+        }
+        high
+    }
     pub(super) fn is_empty(&self) -> bool {
         self.ops[0] == TmpOp::End
     }

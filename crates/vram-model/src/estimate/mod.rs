@@ -23,8 +23,8 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use layers::{
-    m, norm_parts, optimizer_elems, state_bytes, transformer_layer, Ctx, LayerDesc, Parts, Program,
-    Stack, StateBytes, TmpOp,
+    has_mask, m, norm_parts, optimizer_elems, state_bytes, transformer_layer, Ctx, LayerDesc,
+    Parts, Program, Stack, StateBytes, TmpOp,
 };
 use sinks::PeakSink;
 
@@ -565,7 +565,7 @@ impl<'a> Step<'a> {
                     // cuDNN's workspace; a downsample's batch-norm output lives until the
                     // residual add.
                     fwd_tmp: if conv.relu { ws } else { ws.max(out) },
-                    bwd_tmp: m(&[out, 2]).max(out.saturating_add(input).saturating_add(ws)),
+                    bwd_tmp: bwd_prog.high(),
                     params: weights + 2 * conv.cout,
                     matmul_params: weights,
                     infer_tmp: m(&[out, 3]).max(out.saturating_add(ws)),

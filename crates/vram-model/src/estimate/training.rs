@@ -460,7 +460,6 @@ impl Step<'_> {
             } else {
                 Vec::new()
             };
-            let split = usize::from(l.tmp_after);
             let tmp = Handle {
                 cat: Category::Temporaries,
                 bytes: if self.recomputed(tr, i) {
@@ -470,16 +469,24 @@ impl Step<'_> {
                 },
                 key: Self::act_key(unit, i, 3),
             };
-            if split > 0 && split < parts.len() {
-                // The saved tensors made before the temporary, the temporary, then the rest
-                // (same key: they go together in backward). Only trace sinks see parts.
-                let first: u64 = parts[..split].iter().sum();
+            // Saved tensors made before the temporary (cuDNN's workspace right after the
+            // convolution's output), then the temporary, then the rest under the same key:
+            // they go together in backward.
+            let split = if self.recomputed(tr, i) {
+                0
+            } else {
+                usize::from(l.tmp_after)
+            };
+            let first: u64 = l.parts.bytes[..split].iter().sum();
+            let tmp_early = split > 0 && first < saved.bytes;
+            if tmp_early {
+                let cut = split.min(parts.len());
                 sink.alloc(
                     Handle {
                         bytes: first,
                         ..saved
                     },
-                    &parts[..split],
+                    &parts[..cut],
                 );
                 sink.alloc(tmp, &[]);
                 sink.free(tmp);
@@ -488,7 +495,7 @@ impl Step<'_> {
                         bytes: saved.bytes - first,
                         ..saved
                     },
-                    &parts[split..],
+                    &parts[cut..],
                 );
             } else {
                 sink.alloc(saved, &parts);
@@ -503,7 +510,7 @@ impl Step<'_> {
                     &[l.fwd_kept / 2, l.fwd_kept / 2],
                 );
             }
-            if !(split > 0 && split < parts.len()) {
+            if !tmp_early {
                 sink.alloc(tmp, &[]);
                 sink.free(tmp);
             }
@@ -723,6 +730,11 @@ impl Step<'_> {
         }
         // Temporaries a layer's backward left for the next one to consume (by slot).
         let mut handed = [0u64; 8];
+        let slot = |layer: u64, n: u8, bytes: u64| Handle {
+            cat: Category::Temporaries,
+            bytes,
+            key: Self::act_key(unit, layer, 10 + u64::from(n)),
+        };
         for i in (first..end).rev() {
             let l = stack.get(i);
             sink.phase(Phase::Backward {
@@ -785,11 +797,6 @@ impl Step<'_> {
                 sink.alloc(tmp, &[]);
                 sink.free(tmp);
             } else {
-                let slot = |layer: u64, n: u8, bytes: u64| Handle {
-                    cat: Category::Temporaries,
-                    bytes,
-                    key: Self::act_key(unit, layer, 10 + u64::from(n)),
-                };
                 let mut mine = [0u64; 8];
                 for op in l.bwd_prog.steps() {
                     match op {
@@ -825,13 +832,9 @@ impl Step<'_> {
                 sink.free(gathered);
             }
         }
-        for (n, bytes) in handed.into_iter().enumerate() {
+        for (n, bytes) in (0u8..).zip(handed) {
             if bytes > 0 {
-                sink.free(Handle {
-                    cat: Category::Temporaries,
-                    bytes,
-                    key: Self::act_key(unit, first, 10 + n as u64),
-                });
+                sink.free(slot(first, n, bytes));
             }
         }
         if rank == 0 && first_chunk {
