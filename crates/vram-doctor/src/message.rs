@@ -194,17 +194,20 @@ fn unparseable(reason: String) -> DoctorError {
 
 const START: &str = "out of memory. Tried to allocate ";
 
-/// A token that is a log timestamp or a `grep -n` line number: digits with
-/// `-`, `:`, `T`, `.`, `,`, `Z`, `+` or `/`, holding a `-` or a `:`
-/// (`2021-12-08T01:25:15.387Z`, `12:50:58,411`, `1234:`). Sizes never hold
-/// either, so a wrapped line starting with a figure is kept.
+/// A token that is a log timestamp: digits with `-`, `:`, `T`, `.`, `,`,
+/// `Z`, `+` or `/`, with two separators (`2021-12-08T01:25:15.387Z`,
+/// `12:50:58,411`) or a month-day (`08-14`). Sizes hold neither, and a
+/// `grep -n` number glued to a figure (`123:1.50`) has one separator.
 fn is_stamp(tok: &str) -> bool {
-    tok.len() >= 2
-        && tok.starts_with(|c: char| c.is_ascii_digit())
-        && tok.contains(['-', ':'])
+    let seps = tok.chars().filter(|c| matches!(c, '-' | ':')).count();
+    let month_day = tok.split_once('-').is_some_and(|(a, b)| {
+        (1..=4).contains(&a.len()) && (1..=2).contains(&b.len()) && !b.contains(':')
+    });
+    tok.starts_with(|c: char| c.is_ascii_digit())
         && tok
             .chars()
             .all(|c| c.is_ascii_digit() || "-:T.,Z+/".contains(c))
+        && (seps >= 2 || month_day)
 }
 
 /// Strips what logs, quoting and tools put before each line: comment and
