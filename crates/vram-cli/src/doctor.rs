@@ -91,7 +91,9 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
                 .map_err(|e| bad_input!("cannot read standard input: {e}"))?;
             s
         }
-        Some(m) if m.contains("out of memory") => m.to_string(),
+        // An existing file is read; other text with spaces is the message itself.
+        Some(p) if Path::new(p).is_file() => read_text(Path::new(p), "message file")?,
+        Some(m) if m.contains(char::is_whitespace) => m.to_string(),
         Some(p) => read_text(Path::new(p), "message file")?,
     };
     let msg = match vram_doctor::read(&text).map_err(doctor_err)? {
@@ -288,13 +290,7 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
                 "  {:<20} peak reserved {:>12}  {:<24}  {}",
                 r.policy,
                 hb(r.peak_reserved_bytes),
-                if r.policy == "pytorch" {
-                    "(the baseline)".to_string()
-                } else if r.reserves_more_bytes > 0 {
-                    format!("reserves {} more", hb(r.reserves_more_bytes))
-                } else {
-                    format!("saves {}", hb(r.saves_bytes))
-                },
+                r.against_default(),
                 if r.would_oom { "out of memory" } else { "fits" }
             )?;
         }

@@ -139,6 +139,20 @@ pub struct PolicySaving {
     pub would_oom: bool,
 }
 
+impl PolicySaving {
+    /// How it compares with PyTorch's default policy, as printed: `saves X`,
+    /// `reserves X more`, or `(the baseline)` for the default itself.
+    pub fn against_default(&self) -> String {
+        if self.policy == "pytorch" {
+            "(the baseline)".into()
+        } else if self.reserves_more_bytes > 0 {
+            format!("reserves {} more", human_bytes(self.reserves_more_bytes))
+        } else {
+            format!("saves {}", human_bytes(self.saves_bytes))
+        }
+    }
+}
+
 /// The estimate of the job, where one was given.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EstimateSummary {
@@ -976,6 +990,16 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // The step: from the message alone, and with the model when given.
     let over = alloc.saturating_add(req).saturating_sub(usable);
     let step_cause = contributing && (shortfall > 0 || tight);
+    // PyTorch counts the free blocks of CUDA-graph pools as allocated.
+    let held = if private > 0 {
+        format!(
+            "live tensors ({}) and CUDA-graph pools ({})",
+            hb(alloc - private),
+            hb(private)
+        )
+    } else {
+        format!("live tensors ({})", hb(alloc))
+    };
     let mut estimate = None;
     if step_cause {
         causes.push((
@@ -986,16 +1010,16 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 sufficient: true,
                 detail: if over > 0 {
                     format!(
-                        "live tensors ({}) plus the request ({}) exceed the {} this process could hold by {}",
-                        hb(alloc),
+                        "{} plus the request ({}) exceed the {} this process could hold by {}",
+                        held,
                         hb(req),
                         hb(usable),
                         hb(over)
                     )
                 } else {
                     format!(
-                        "live tensors ({}) plus the request ({}) fill {:.1}% of the {} this process could hold: the {} of slack ({:.1}% of reserved) could serve this request, but the step has no room left",
-                        hb(alloc),
+                        "{} plus the request ({}) fill {:.1}% of the {} this process could hold: the {} of slack ({:.1}% of reserved) could serve this request, but the step has no room left",
+                        held,
                         hb(req),
                         pct(alloc.saturating_add(req), usable),
                         hb(usable),
@@ -1080,7 +1104,19 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             saves_bytes: None,
             enough: false,
             step_time_s: None,
-            detail: format!("{} allocated + {} requested against {} this process could hold", hb(alloc), hb(req), hb(usable)),
+            detail: if over > 0 {
+                format!("{} allocated + {} requested against {} this process could hold", hb(alloc), hb(req), hb(usable))
+            } else {
+                format!(
+                    "{} allocated + {} requested leave {} ({:.1}%) of the {} this process could hold; {} less leaves 5%",
+                    hb(alloc),
+                    hb(req),
+                    hb(left),
+                    pct(left, usable),
+                    hb(usable),
+                    hb(need)
+                )
+            },
         });
     }
 

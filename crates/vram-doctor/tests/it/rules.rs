@@ -334,6 +334,8 @@ fn item_11_a_policy_that_reserves_more_saves_nothing_and_says_so() {
         .find(|r| r.policy == "pytorch-expandable")
         .unwrap();
     assert_eq!((row.saves_bytes, row.reserves_more_bytes), (0, 18 << 20));
+    // What `vram doctor` prints for the row.
+    assert_eq!(row.against_default(), "reserves 18.00 MiB more");
     let r = d
         .remedies
         .iter()
