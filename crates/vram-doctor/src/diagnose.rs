@@ -264,9 +264,11 @@ const ABSURD: u64 = 1 << 50;
 /// not the reason it ran out.
 const TIGHT_SHARE: f64 = 0.05;
 
-/// Other processes smaller than this share of the device are not the top
-/// cause even when their bytes would have covered the request.
-const SMALL_SHARE: f64 = 0.05;
+/// Other processes (or memory outside PyTorch beyond a context) under this
+/// share of the device are not the top cause even when their bytes would
+/// have covered the request: a process that fills the rest of the device
+/// itself is the one to change.
+const SMALL_SHARE: f64 = 0.2;
 
 fn pct(a: u64, b: u64) -> f64 {
     100.0 * a as f64 / b.max(1) as f64
@@ -469,7 +471,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             hb(reserved)
         )),
         SelfProcess::NotListed => notes.push(format!(
-            "the message has no `this process` line and no listed process holds the {} PyTorch reserved: this process is not among them, so every listed process is another one",
+            "the message has no `this process` line and no listed process holds about the {} PyTorch reserved: this process is not among them, so every listed process is another one",
             hb(reserved)
         )),
         SelfProcess::Named | SelfProcess::NoList => {}
@@ -707,8 +709,9 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     if outside_cause && !unexplained {
         let sufficient = contributing && free.saturating_add(outside_free) >= req;
+        let big = outside_free as f64 >= SMALL_SHARE * total as f64;
         causes.push((
-            if sufficient { 3 } else { 9 },
+            if sufficient && big { 3 } else if sufficient { 7 } else { 9 },
             Cause {
                 kind: CauseKind::OutsidePytorch,
                 bytes: outside,
@@ -781,6 +784,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         && unalloc > 0
         && (frag_sufficient
             || (contributing
+                && available < req
                 && unalloc.saturating_mul(2) >= short
                 && unalloc as f64 >= TIGHT_SHARE * reserved as f64));
     if frag_listed {

@@ -68,14 +68,15 @@ pub enum SelfProcess {
     /// The message has an `Including non-PyTorch memory, this process has ...` line.
     Named,
     /// No such line, but the message lists processes: the smallest listed
-    /// process holding at least what PyTorch reserved is taken as this one
-    /// (a container: NVML's pids are the host's, so PyTorch does not
-    /// recognise itself).
+    /// process holding at least what PyTorch reserved (and at most
+    /// [`SELF_EXTRA_BYTES`] or a tenth more) is taken as this one (a
+    /// container: NVML's pids are the host's, so PyTorch does not recognise
+    /// itself).
     Chosen {
         /// Its pid as the message lists it.
         pid: u32,
     },
-    /// Processes are listed but none holds what PyTorch reserved: this
+    /// Processes are listed but none holds about what PyTorch reserved: this
     /// process is not among them, and every listed one is another process.
     NotListed,
     /// The message lists no process at all (1.x/2.0 layouts, ROCm, no NVML).
@@ -193,6 +194,13 @@ fn unparseable(reason: String) -> DoctorError {
 }
 
 const START: &str = "out of memory. Tried to allocate ";
+
+/// The most a process holds beyond PyTorch's reservation for a listed
+/// process to be taken as this one when the message has no `this process`
+/// line (or a tenth of the reservation, when larger): a CUDA context
+/// (0.5–1.5 GiB) and NCCL's buffers. A process far larger than what PyTorch
+/// reserved is a neighbour, not this process.
+pub const SELF_EXTRA_BYTES: u64 = 3 << 30;
 
 /// A token that is a log timestamp: digits with `-`, `:`, `T`, `.`, `,`,
 /// `Z`, `+` or `/`, with two separators (`2021-12-08T01:25:15.387Z`,
@@ -397,12 +405,14 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
         SelfProcess::NoList
     } else {
         // No `this process` line: the smallest listed process holding at
-        // least PyTorch's reservation is this one seen from another pid
+        // least PyTorch's reservation, and not more than a CUDA context and
+        // communication buffers beyond it, is this one seen from another pid
         // namespace; if none does, this process is not listed.
+        let most = reserved_bytes.saturating_add(SELF_EXTRA_BYTES.max(reserved_bytes / 10));
         match other_processes
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.bytes >= reserved_bytes)
+            .filter(|(_, p)| p.bytes >= reserved_bytes && p.bytes <= most)
             .min_by_key(|(_, p)| p.bytes)
             .map(|(i, _)| i)
         {

@@ -123,6 +123,22 @@ fn rule_5_without_a_self_line_the_smallest_process_holding_reserved_is_this_one(
     assert_eq!(m.other_process_bytes(), 7 << 30);
     let d = diagnose(&Inputs::new(m)).unwrap();
     assert!(d.notes.iter().any(|n| n.contains("not among them")));
+    // A lone 75 GiB neighbour is not this process (2.10 GiB reserved): it
+    // is the cause.
+    let m = parse(
+        &fixture("pytorch-2.5-no-self-line.txt")
+            .replace("Process 5002 has 2.60 GiB memory in use. ", ""),
+    )
+    .unwrap();
+    assert_eq!(m.self_process, SelfProcess::NotListed);
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
+    assert_eq!(d.causes[0].bytes, 75 << 30);
+    assert!(
+        d.causes.iter().all(|c| c.kind != CauseKind::OutsidePytorch),
+        "{:#?}",
+        d.causes
+    );
 }
 
 #[test]
