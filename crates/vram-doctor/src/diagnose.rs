@@ -555,7 +555,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     "raise torch.cuda.set_per_process_memory_fraction to at least {:.2}",
                     (need_fraction * 100.0).ceil() / 100.0
                 ),
-                saves_bytes: Some(over),
+                saves_bytes: None,
                 enough: raise_enough,
                 step_time_s: None,
                 detail: if raise_enough {
@@ -646,7 +646,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // Other processes.
     let others_bytes = listed_others.max(now_bytes);
-    if others_bytes > 0 {
+    if others_bytes > 0 && cap_decides {
+        notes.push(format!(
+            "other processes hold {} on GPU {}, but the cap decided: PyTorch checks it against its own reservation, so they do not matter here",
+            hb(others_bytes),
+            m.device
+        ));
+    } else if others_bytes > 0 {
         let sufficient = !cap_decides && !unexplained && free.saturating_add(others_bytes) >= req;
         let big = others_bytes as f64 >= SMALL_SHARE * total as f64;
         let mut who: Vec<String> = m
@@ -707,7 +713,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         });
     }
 
-    if outside_cause && !unexplained {
+    if outside_cause && !unexplained && !cap_decides {
         let sufficient = contributing && free.saturating_add(outside_free) >= req;
         let big = outside_free as f64 >= SMALL_SHARE * total as f64;
         causes.push((
