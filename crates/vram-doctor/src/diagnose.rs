@@ -315,6 +315,15 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
     }
     let np_raw = m.non_pytorch_bytes();
     let this = m.this_process_bytes.filter(|&b| b < ABSURD);
+    if let Some(b) = m.this_process_bytes.filter(|&b| b >= ABSURD) {
+        // NVML's NVML_VALUE_NOT_AVAILABLE (2^64 - 1) for usedGpuMemory
+        // (Windows WDDM, some containers) prints the same way.
+        notes.push(underflow(
+            "this process's memory",
+            b,
+            "NVML could not say (NVML_VALUE_NOT_AVAILABLE); left out",
+        ));
+    }
     let mut others = 0u64;
     for p in &m.other_processes {
         if p.bytes >= ABSURD {
@@ -621,10 +630,17 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 bytes: req,
                 sufficient: true,
                 detail: format!(
-                    "the request alone ({}) is larger than the {} this process could have on the device{}",
+                    "the request alone ({}) is larger than the whole {}{}: no setting and no other process makes room for it",
                     hb(req),
-                    hb(device_room),
-                    if allowed.is_some() { " under its cap" } else { "" }
+                    if allowed.is_some_and(|l| l < total) {
+                        format!("{} the cap allows", hb(allowed.unwrap_or(0)))
+                    } else {
+                        format!("{} device", hb(total))
+                    },
+                    match np {
+                        Some(n) if n > 0 => format!(" less the {} this process holds outside PyTorch", hb(n)),
+                        _ => String::new(),
+                    }
                 ),
             },
         ));
@@ -635,7 +651,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             enough: false,
             step_time_s: None,
             detail: format!(
-                "no allocator setting helps: {} requested, {} on the device for this process",
+                "no allocator setting helps: {} requested, at most {} on the device for this process",
                 hb(req),
                 hb(device_room)
             ),

@@ -276,16 +276,28 @@ fn strip_line_prefix(mut l: &str) -> &str {
 }
 
 /// The input as one line: escapes of a Python or JSON string undone, each
-/// line's prefixes stripped, line breaks and runs of spaces made one space.
-fn flatten(text: &str) -> String {
+/// line's prefixes stripped, lines joined with `sep` (a space for lines
+/// wrapped between words; nothing for lines cut at a fixed width, inside a
+/// word or a figure), runs of spaces made one space.
+fn flatten(text: &str, sep: &str) -> String {
     let text = text
         .replace("\\r\\n", "\n")
         .replace("\\n", "\n")
         .replace("\\'", "'")
         .replace("\\\"", "\"");
     text.lines()
-        .map(strip_line_prefix)
-        .flat_map(str::split_whitespace)
+        .map(|l| {
+            let st = strip_line_prefix(l);
+            // Cut at a fixed width, a line's leading space is the text's.
+            if sep.is_empty() && st.len() == l.trim_start().len() {
+                l
+            } else {
+                st
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(sep)
+        .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -308,7 +320,14 @@ fn flatten(text: &str) -> String {
 /// assert_eq!(m.reserved_unallocated_bytes(), 1_095_216_660);
 /// ```
 pub fn parse(text: &str) -> Result<OomMessage> {
-    let flat = flatten(text);
+    match parse_flat(&flatten(text, " ")) {
+        Ok(m) => Ok(m),
+        // Lines cut at a fixed width, inside a figure: join them as they are.
+        Err(e) => parse_flat(&flatten(text, "")).map_err(|_| e),
+    }
+}
+
+fn parse_flat(flat: &str) -> Result<OomMessage> {
     let starts: Vec<usize> = flat.match_indices(START).map(|(i, _)| i).collect();
     if starts.is_empty() {
         let reason = if flat.contains("CUDA error: out of memory")

@@ -144,7 +144,7 @@ fn gen() -> impl Strategy<Value = Gen> {
                     reserved,
                     private,
                     allowed: (cap && layout != Layout::Cached)
-                        .then(|| (capf * total as f64) as u64),
+                        .then_some((capf * total as f64) as u64),
                     this_process: (named && layout == Layout::Current)
                         .then_some(reserved + this_np),
                     others: other,

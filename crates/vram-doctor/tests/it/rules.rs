@@ -150,6 +150,21 @@ fn rule_6_impossible_figures_get_a_note_and_a_consistent_diagnosis() {
     assert_eq!(d.figures.unallocated_bytes, 0);
     assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
     assert!(d.usable_bytes < gib(23.57));
+    // NVML's "not available" for a process prints as 2^64 bytes too.
+    let m = parse(&fixture("pytorch-2.5.txt").replace(
+        "this process has 77.68 GiB",
+        "this process has 17179869184.00 GiB",
+    ))
+    .unwrap();
+    assert_eq!(m.this_process_bytes, Some(u64::MAX));
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert!(
+        d.notes.iter().any(|n| n.contains("this process's memory")),
+        "{:?}",
+        d.notes
+    );
+    assert_eq!(d.non_pytorch_bytes, None);
+    assert_eq!(d.causes[0].kind, CauseKind::Fragmentation);
     // Allocated above the total: Windows' shared GPU memory.
     let d = doctor("pytorch-2.5-windows-shared.txt");
     assert!(
@@ -222,6 +237,16 @@ fn rule_7_layout_noise_is_read() {
             .collect();
         let m = parse(&wrapped).unwrap_or_else(|e| panic!("{prefix:?}: {e}"));
         assert_eq!(m, clean, "{prefix:?}");
+    }
+    // Cut at a fixed width, inside words and figures (a log shipper's line limit).
+    let flat = text.trim();
+    for width in [37, 64, 80] {
+        let cut: String = flat
+            .as_bytes()
+            .chunks(width)
+            .map(|c| format!("{}\n", std::str::from_utf8(c).unwrap()))
+            .collect();
+        assert_eq!(parse(&cut).unwrap(), clean, "width {width}");
     }
 }
 
