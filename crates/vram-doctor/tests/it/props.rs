@@ -102,7 +102,7 @@ fn gen() -> impl Strategy<Value = Gen> {
         (0u64..4 * GIB, 512u64..64 * GIB),
         (any::<bool>(), 0.2f64..1.0),
         (any::<bool>(), 0u64..(3 << 29)),
-        prop::collection::vec((1u32..99999, 0.0f64..0.3), 0..3),
+        prop::collection::vec((1u32..99999, 0.0f64..1.0), 0..3),
     )
         .prop_map(
             |(

@@ -268,6 +268,24 @@ fn rule_8_many_gib_outside_pytorch_is_not_a_context() {
         .notes
         .iter()
         .all(|n| !n.contains("taken as this process's CUDA context")));
+    // With a `this process` line: 12 GiB of it outside PyTorch's cache is
+    // this process's own non-PyTorch memory (NCCL, another framework).
+    let d = diagnose(&Inputs::new(parse(
+        "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.00 GiB memory in use. Of the allocated memory 64.00 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but unallocated.",
+    ).unwrap())).unwrap();
+    assert_eq!(d.non_pytorch_bytes, Some(12 << 30));
+    let out = d
+        .causes
+        .iter()
+        .find(|c| c.kind == CauseKind::OutsidePytorch)
+        .unwrap();
+    assert!(
+        out.detail
+            .contains("held by this process outside PyTorch's cache"),
+        "{}",
+        out.detail
+    );
+    assert_eq!(out.bytes, 12 << 30);
     // A context-sized remainder stays a note.
     let d = doctor("pytorch-2.0.txt");
     assert!(!has(&d, CauseKind::OutsidePytorch));
