@@ -113,6 +113,9 @@ pub struct OomMessage {
     pub this_process_bytes: Option<u64>,
     /// The other processes on the device (2.1+ messages, when NVML works).
     pub other_processes: Vec<MessageProcess>,
+    /// A ROCm build's message (`HIP out of memory`; its settings are
+    /// `PYTORCH_HIP_ALLOC_CONF`).
+    pub hip: bool,
 }
 
 impl OomMessage {
@@ -348,7 +351,10 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
     for (k, &s) in starts.iter().enumerate() {
         let end = starts.get(k + 1).copied().unwrap_or(flat.len());
         match parse_one(&flat[s + START.len()..end]) {
-            Ok(m) => return Ok(m),
+            Ok(mut m) => {
+                m.hip = flat[..s].ends_with("HIP ");
+                return Ok(m);
+            }
             Err(e) => {
                 first_err.get_or_insert(e);
             }
@@ -456,6 +462,7 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
         allowed_bytes,
         this_process_bytes,
         other_processes,
+        hip: false,
     })
 }
 
@@ -512,5 +519,6 @@ fn legacy(requested_bytes: u64, r: &str) -> Result<OomMessage> {
         allowed_bytes,
         this_process_bytes: None,
         other_processes: Vec::new(),
+        hip: false,
     })
 }

@@ -251,6 +251,32 @@ fn rule_7_layout_noise_is_read() {
 }
 
 #[test]
+fn rocm_messages_are_read_with_their_settings() {
+    // A real ROCm message (a RAG project's log, PyTorch 2.x on a 16 GB
+    // Radeon): nothing in PyTorch, 15.35 GiB held outside it.
+    let text = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 978.00 MiB. GPU 0 has a total capacity of 15.98 GiB of which 630.00 MiB is free. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+    let m = parse(text).unwrap();
+    assert!(m.hip);
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OutsidePytorch,
+        "{:#?}",
+        d.causes
+    );
+    let d = doctor("pytorch-2.5.txt");
+    assert!(d.remedies[0].action.starts_with("PYTORCH_CUDA_ALLOC_CONF"));
+    let hip = parse(&fixture("pytorch-2.5.txt").replace("CUDA out of memory", "HIP out of memory"))
+        .unwrap();
+    let d = diagnose(&Inputs::new(hip)).unwrap();
+    assert!(
+        d.remedies[0].action.starts_with("PYTORCH_HIP_ALLOC_CONF"),
+        "{}",
+        d.remedies[0].action
+    );
+}
+
+#[test]
 fn rule_8_many_gib_outside_pytorch_is_not_a_context() {
     // 1.4-2.0 layout, no process lines: 79.19 - 1.20 free - 41 reserved =
     // 36.99 GiB that is neither free nor PyTorch's.
