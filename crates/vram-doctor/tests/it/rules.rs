@@ -483,3 +483,29 @@ fn item_11_the_largest_batch_that_fits_is_the_largest() {
     assert!(b < 40 && r.enough);
     let _ = mib(0.0);
 }
+
+#[test]
+fn real_messages_from_public_issues() {
+    // tests/data/real-messages.txt: source, expected top cause, message.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/real-messages.txt"
+    ))
+    .unwrap();
+    let mut n = 0;
+    for block in text.split("\n\n").filter(|b| b.starts_with("source: ")) {
+        let lines: Vec<&str> = block.lines().collect();
+        let top = lines[1].strip_prefix("top: ").unwrap();
+        let m = parse(lines[2]).unwrap_or_else(|e| panic!("{}: {e}", lines[0]));
+        let d = diagnose(&Inputs::new(m.clone())).unwrap();
+        let kind = serde_json::to_value(d.causes[0].kind).unwrap();
+        assert_eq!(kind, top, "{}\n{:#?}", lines[0], d.causes);
+        // Rule 3 on every one of them.
+        assert_eq!(
+            d.usable_bytes,
+            (m.reserved_bytes + m.free_bytes).min(m.allowed_bytes.unwrap_or(u64::MAX))
+        );
+        n += 1;
+    }
+    assert_eq!(n, 18);
+}
