@@ -258,7 +258,9 @@ fn strip_line_prefix(mut l: &str) -> &str {
             }
         }
         let tok_end = l.find(char::is_whitespace).unwrap_or(l.len());
-        if is_stamp(&l[..tok_end]) {
+        let tok = &l[..tok_end];
+        if is_stamp(tok) || (tok.ends_with(']') && tok.contains(".py:")) {
+            // A timestamp, or old vLLM's `multiproc_worker_utils.py:233]`.
             l = &l[tok_end..];
         } else if let Some(i) = l[..tok_end].find(':') {
             // grep -n: `1234:rest` or `train.log:1234:rest`.
