@@ -216,7 +216,8 @@ pub fn parse(text: &str) -> Option<ServingError> {
             desired_bytes: parse_size(x.trim())?,
         });
     }
-    if flat.contains("Not enough memory. Please try to increase --mem-fraction-static") {
+    // Early SGLang spelled it `Not enought memory`.
+    if flat.contains("Please try to increase --mem-fraction-static") {
         let mem_fraction_static = flat.find("mem_fraction_static=").and_then(|j| {
             let r = &flat[j + "mem_fraction_static=".len()..];
             r.split(|c: char| !(c.is_ascii_digit() || c == '.'))

@@ -268,6 +268,27 @@ proptest! {
         }
     }
 
+    /// Log noise around a generated message changes none of its figures.
+    #[test]
+    fn noise_does_not_change_the_figures(
+        g in gen(),
+        prefix in prop_oneof![
+            Just(""), Just("# "), Just("> "), Just("[rank7]: "), Just("2025-03-01T10:00:00.123Z "),
+            Just("train.log:981:"), Just("(VllmWorker rank=3 pid=77) "), Just("INFO 03-01 10:00:00 [x.py:1] "),
+        ],
+        chunk in 1usize..12,
+        repeat in any::<bool>(),
+    ) {
+        let text = render(&g);
+        let clean = parse(&text).unwrap();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let mut noisy: String = words.chunks(chunk).map(|c| format!("{prefix}{}\n", c.join(" "))).collect();
+        if repeat {
+            noisy = format!("{noisy}\nDuring handling of the above exception, another exception occurred:\n\n{noisy}");
+        }
+        prop_assert_eq!(parse(&noisy).map_err(|e| TestCaseError::fail(format!("{e}\n{noisy}")))?, clean);
+    }
+
     /// "Could hold at most" is reserved + free, capped by allowed (rule 3),
     /// and a diagnosis never contradicts itself.
     #[test]
