@@ -1,5 +1,5 @@
 //! `vram doctor [MESSAGE | FILE | -]`: why a PyTorch job ran out of GPU
-//! memory and what to change. The work is in `vram_doctor`; this reads the
+//! memory (or a serving engine would not start) and what to change. The work is in `vram_doctor`; this reads the
 //! inputs (argument, file or stdin; model and step flags; memory_stats()
 //! dumps; a snapshot; a recording), asks NVML when a driver is present, and
 //! prints.
@@ -22,8 +22,9 @@ use crate::input::resolve_model;
 /// Arguments of `vram doctor`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// The out-of-memory message itself, a file holding it (a whole log or
-    /// traceback is fine), or `-` for standard input (the default).
+    /// The out-of-memory message itself (or a vLLM/SGLang start-up memory
+    /// error), a file holding it (a whole log or traceback is fine), or `-`
+    /// for standard input (the default).
     message: Option<String>,
     /// The model (catalog id, config.json, folder): adds the estimate's
     /// breakdown and the fastest setup that fits.
