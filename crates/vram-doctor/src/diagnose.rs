@@ -769,9 +769,17 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // CUDA-graph private pools.
     if private > 0 && !unexplained {
         let sufficient = contributing && free.saturating_add(private) >= req;
-        if sufficient || private as f64 >= 0.1 * reserved as f64 {
+        // "Much of the memory": a tenth of what PyTorch reserved.
+        let much = private as f64 >= 0.1 * reserved as f64;
+        if sufficient || much {
             causes.push((
-                if sufficient { 4 } else { 9 },
+                if sufficient && much {
+                    4
+                } else if sufficient {
+                    7
+                } else {
+                    9
+                },
                 Cause {
                     kind: CauseKind::PrivatePools,
                     bytes: private,

@@ -353,6 +353,11 @@ fn rule_10_cuda_graph_pools_are_a_cause() {
         assert!(r.action.contains(knob), "{}", r.action);
     }
     assert!(r.enough);
+    // 500 MiB of pools (0.6% of reserved) on a full GPU: the step, not the graphs.
+    let small = fixture("pytorch-2.9-graph-pools.txt")
+        .replace("with 20.00 GiB allocated", "with 500.00 MiB allocated");
+    let d = diagnose(&Inputs::new(parse(&small).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
 }
 
 #[test]
