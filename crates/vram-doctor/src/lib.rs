@@ -17,6 +17,30 @@
 //! names, with the capacity model's figures when they are given
 //! ([`serving::CapacityFigures`]).
 //!
+//! Each rule of issue 24 is one mechanism, in one place:
+//!
+//! 1. the 1.0–1.3 `C cached)` layout is cached-but-unallocated, reserved =
+//!    A + C: [`message`] (`Layout::Cached`);
+//! 2. a request no larger than the free memory is [`CauseKind::Unexplained`]
+//!    and nothing is "enough": [`diagnose`];
+//! 3. "could hold at most" is reserved + free, capped by `allowed`:
+//!    [`Figures::could_hold_bytes`];
+//! 4. the cap decides when reserved + request > allowed (`alloc_block`), the
+//!    headroom is allowed − reserved: [`CauseKind::ProcessCap`];
+//! 5. without a `this process` line, the smallest listed process holding about
+//!    what PyTorch reserved, or none, and a note says which:
+//!    [`message::SelfProcess`];
+//! 6. impossible figures get a note and are set aside: [`Figures`];
+//! 7. log noise around the message: [`message::parse`];
+//! 8. memory outside PyTorch far beyond a CUDA context
+//!    ([`CONTEXT_MAX_BYTES`]): [`CauseKind::OutsidePytorch`];
+//! 9. slack is fragmentation only when it would serve the request and leave
+//!    room: [`CauseKind::Fragmentation`];
+//! 10. CUDA-graph pools: [`CauseKind::PrivatePools`];
+//! 11. causes ranked by tier, remedies in their cause's order, a recording's
+//!     leak on another GPU is a note: [`diagnose`];
+//! 12. vLLM's and SGLang's start-up errors: [`serving`].
+//!
 //! Pure: no files, no clocks, no GPU; the CLI reads the inputs and asks NVML.
 //!
 //! ```
