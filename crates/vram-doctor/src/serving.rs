@@ -359,8 +359,9 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                     },
                 },
             };
-            r.detail
-                .push_str("; other processes on the GPU count against the fraction");
+            r.detail.push_str(
+                "; in vLLM V0, other processes on the GPU count against the fraction too",
+            );
             remedies.push(r);
             remedies.push(ServingRemedy {
                 action: "shrink what precedes the cache: --max-num-batched-tokens or --max-num-seqs (the profiled activation peak), quantized weights, or --tensor-parallel-size".into(),
@@ -456,7 +457,7 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                 "sglang",
                 "mem_fraction_static",
                 format!(
-                    "mem_fraction_static{} is the share of the GPU for SGLang's static pool, the weights and the KV cache together; after the weights, the KV pool got no tokens. Unlike vLLM's gpu_memory_utilization, the fix is to raise it",
+                    "mem_fraction_static{} is the share of the GPU memory free at start-up that SGLang's static pool takes, the weights and the KV cache together (its profile: what is free after loading less (1 - mem_fraction_static) of what was free before goes to the KV pool); after the weights, the KV pool got no tokens. The fix is to raise it",
                     mem_fraction_static.map(|v| format!(" ({v})")).unwrap_or_default()
                 ),
             )
