@@ -1125,6 +1125,23 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 hb(room)
             ));
         }
+        if !summary.fits && fixes.is_empty() {
+            fixes.push(Remedy {
+                kind: CauseKind::StepTooLarge,
+                action: format!(
+                    "make the step need {} less (fewer layers or parameters trained, a shorter sequence, more GPUs)",
+                    hb(est_over)
+                ),
+                saves_bytes: None,
+                enough: false,
+                step_time_s: None,
+                detail: format!(
+                    "no setup searched fits the {} this process could have: micro-batch with accumulation, recomputation, ZeRO and offload{}",
+                    hb(room),
+                    if matches!(job.setup.mode, Mode::Train(_)) { "" } else { " (for inference: no smaller batch fits)" }
+                ),
+            });
+        }
         if !summary.fits || step_cause {
             remedies.append(&mut fixes);
         }

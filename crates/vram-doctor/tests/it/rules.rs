@@ -515,3 +515,36 @@ fn real_messages_from_public_issues() {
     }
     assert_eq!(n, 20);
 }
+
+#[test]
+fn rule_11_a_step_no_setup_fits_still_leads_its_remedies() {
+    // Llama-3-8B full fine-tuning against the 3.7 GiB the 75 GiB neighbour
+    // leaves: nothing the planner searches fits, and the step's remedy (not
+    // enough, with the figure) still comes first, as its cause does.
+    let model = catalog::lookup("llama-3-8b").unwrap();
+    let setup = Setup {
+        mode: Mode::Train(vram_model::setup::Train {
+            micro_batch: 4,
+            seq: 4096,
+            ..vram_model::setup::Train::default()
+        }),
+        ..Setup::default()
+    };
+    let mut inp = Inputs::new(parse(&fixture("pytorch-2.5-no-self-line.txt")).unwrap());
+    inp.job = Some(Job {
+        model,
+        setup,
+        gpu: gpu::lookup("h100-80g").unwrap(),
+    });
+    let d = diagnose(&inp).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
+    assert_eq!(d.remedies[0].kind, CauseKind::StepTooLarge);
+    assert!(!d.remedies[0].enough);
+    assert!(
+        d.remedies[0].detail.contains("no setup searched fits"),
+        "{}",
+        d.remedies[0].detail
+    );
+    // The neighbour's 75 GiB does not rescue a step hundreds of GiB over.
+    assert!(d.remedies.iter().all(|r| !r.enough));
+}
