@@ -1028,6 +1028,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // The step: from the message alone, and with the model when given.
     let over = alloc.saturating_add(req).saturating_sub(usable);
     let step_cause = contributing && (shortfall > 0 || tight);
+    // What the step must shed: what it is over, or what leaves the 5 % a
+    // step needs beyond this request.
+    let step_need = if over > 0 {
+        over
+    } else {
+        ((TIGHT_SHARE * usable as f64) as u64).saturating_sub(left)
+    };
     // PyTorch counts the free blocks of CUDA-graph pools as allocated.
     let held = if private > 0 {
         format!(
@@ -1044,7 +1051,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             6,
             Cause {
                 kind: CauseKind::StepTooLarge,
-                bytes: if over > 0 { over } else { req.saturating_sub(left) },
+                bytes: step_need,
                 sufficient: true,
                 detail: if over > 0 {
                     format!(
@@ -1147,12 +1154,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         }
         estimate = Some(summary);
     } else if step_cause {
-        let need = if over > 0 {
-            over
-        } else {
-            // Back to the 5% of room the slack argument asks for.
-            ((TIGHT_SHARE * usable as f64) as u64).saturating_sub(left)
-        };
+        let need = step_need;
         remedies.push(Remedy {
             kind: CauseKind::StepTooLarge,
             action: format!("make the step need {} less (give the model and step flags for the breakdown and the fastest setup that fits)", hb(need)),
