@@ -1,5 +1,5 @@
 //! `vram doctor [MESSAGE | FILE | -]`: why a PyTorch job ran out of GPU
-//! memory and what to change. The work is in `vram_doctor`; this reads the
+//! memory (or a serving engine would not start) and what to change. The work is in `vram_doctor`; this reads the
 //! inputs (argument, file or stdin; model and step flags; memory_stats()
 //! dumps; a snapshot; a recording), asks NVML when a driver is present, and
 //! prints.
@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use vram_doctor::{human_bytes as hb, message, stats, Diagnosis, DoctorError, Inputs, Job};
+use vram_doctor::serving::{self, ServingDiagnosis, ServingError};
+use vram_doctor::{human_bytes as hb, stats, Diagnosis, DoctorError, Inputs, Job};
 use vram_model::arch::Model;
 use vram_model::gpu;
 use vram_monitor::{NvmlSource, Source};
@@ -21,8 +22,9 @@ use crate::input::resolve_model;
 /// Arguments of `vram doctor`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// The out-of-memory message itself, a file holding it (a whole log or
-    /// traceback is fine), or `-` for standard input (the default).
+    /// The out-of-memory message itself (or a vLLM/SGLang start-up memory
+    /// error), a file holding it (a whole log or traceback is fine), or `-`
+    /// for standard input (the default).
     message: Option<String>,
     /// The model (catalog id, config.json, folder): adds the estimate's
     /// breakdown and the fastest setup that fits.
@@ -90,10 +92,15 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
                 .map_err(|e| bad_input!("cannot read standard input: {e}"))?;
             s
         }
-        Some(m) if m.contains("out of memory") => m.to_string(),
+        // An existing file is read; other text with spaces is the message itself.
+        Some(p) if Path::new(p).is_file() => read_text(Path::new(p), "message file")?,
+        Some(m) if m.contains(char::is_whitespace) => m.to_string(),
         Some(p) => read_text(Path::new(p), "message file")?,
     };
-    let msg = message::parse(&text).map_err(doctor_err)?;
+    let msg = match vram_doctor::read(&text).map_err(doctor_err)? {
+        vram_doctor::Reading::Oom(m) => m,
+        vram_doctor::Reading::Serving(e) => return serving(a, &e),
+    };
     let mut inp = Inputs::new(msg.clone());
     if let Some(model_arg) = &a.model {
         let gpu = match &a.gpu {
@@ -159,6 +166,52 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
     Ok(())
 }
 
+/// A serving engine's start-up error: the knob it names, explained. The
+/// PyTorch-only inputs do not apply to it.
+fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
+    if a.model.is_some() || !a.stats.is_empty() || a.snapshot.is_some() || a.recording.is_some() {
+        return Err(bad_input!(
+            "this is a serving engine's start-up error, not a PyTorch out-of-memory message: --model, --stats, --snapshot and --recording do not apply"
+        ));
+    }
+    // The serving capacity model's figures plug in here (`CapacityFigures`)
+    // once `vram capacity` can build them for the engine's configuration.
+    let d = serving::explain(e, None);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
+    } else {
+        print_serving(&mut out, &d).context("writing the diagnosis")?;
+    }
+    Ok(())
+}
+
+fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} start-up error: not enough memory for the KV cache ({})",
+        d.engine, d.knob
+    )?;
+    writeln!(out, "{}", d.explanation)?;
+    writeln!(out)?;
+    writeln!(out, "remedies (best first):")?;
+    for (i, r) in d.remedies.iter().enumerate() {
+        writeln!(
+            out,
+            "{}. {}{}",
+            i + 1,
+            r.action,
+            if r.enough {
+                "  [enough]"
+            } else {
+                "  [not enough alone]"
+            }
+        )?;
+        writeln!(out, "   {}", r.detail)?;
+    }
+    Ok(())
+}
+
 /// The catalog GPU whose memory is nearest the message's total capacity.
 fn nearest_gpu(total: u64) -> &'static gpu::Gpu {
     gpu::GPUS
@@ -169,23 +222,34 @@ fn nearest_gpu(total: u64) -> &'static gpu::Gpu {
 
 fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
     let m = &d.message;
+    let f = &d.figures;
     writeln!(
         out,
-        "GPU {}: {} requested, {} free of {}; PyTorch: {} allocated, {} reserved ({} of it unallocated); outside PyTorch in this process: {}",
+        "GPU {}: {} requested, {} free of {}; PyTorch: {} allocated, {} reserved ({} of it unallocated); {}",
         m.device,
-        hb(m.requested_bytes),
-        hb(m.free_bytes),
-        hb(m.total_bytes),
-        hb(m.allocated_bytes),
-        hb(m.reserved_bytes),
-        hb(m.reserved_unallocated_bytes()),
-        hb(d.non_pytorch_bytes)
+        hb(f.requested_bytes),
+        hb(f.free_bytes),
+        hb(f.total_bytes),
+        hb(f.allocated_bytes),
+        hb(f.reserved_bytes),
+        hb(f.unallocated_bytes),
+        match d.non_pytorch_bytes {
+            Some(n) => format!("outside PyTorch in this process: {}", hb(n)),
+            None => format!("neither free nor PyTorch's: {}", hb(f.unaccounted_bytes)),
+        }
     )?;
+    let left = (f.free_bytes + f.unallocated_bytes).saturating_sub(f.requested_bytes);
     writeln!(
         out,
-        "this process could hold at most {}; missing even with every cached byte usable: {}",
+        "this process could hold at most {} (reserved + free{}); missing even with every cached byte usable: {}{}",
         hb(d.usable_bytes),
-        hb(d.shortfall_bytes)
+        if f.allowed_bytes.is_some() { ", capped by allowed" } else { "" },
+        hb(d.shortfall_bytes),
+        if d.shortfall_bytes == 0 {
+            format!(" ({} would be left)", hb(left))
+        } else {
+            String::new()
+        }
     )?;
     writeln!(out)?;
     writeln!(out, "causes (most important first):")?;
@@ -230,10 +294,10 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
         for r in &d.replay {
             writeln!(
                 out,
-                "  {:<20} peak reserved {:>12}  saves {:>12}  {}",
+                "  {:<20} peak reserved {:>12}  {:<24}  {}",
                 r.policy,
                 hb(r.peak_reserved_bytes),
-                hb(r.saves_bytes),
+                r.against_default(),
                 if r.would_oom { "out of memory" } else { "fits" }
             )?;
         }
@@ -264,11 +328,14 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
 fn kind_name(k: vram_doctor::CauseKind) -> &'static str {
     use vram_doctor::CauseKind::*;
     match k {
+        ProcessCap => "per-process cap",
+        Unexplained => "the figures do not explain it",
         TensorLargerThanDevice => "one tensor larger than the device",
+        OutsidePytorch => "memory outside PyTorch",
+        PrivatePools => "CUDA-graph private pools",
         Fragmentation => "fragmentation",
         StepTooLarge => "the step is too large",
         OtherProcesses => "other processes",
-        ProcessCap => "per-process cap",
         Leak => "growth (leak?)",
     }
 }

@@ -74,7 +74,8 @@ enum Command {
     Batch(batch::BatchArgs),
     /// Place activation checkpoints so that a step fits, at the least recomputation.
     Checkpoint(checkpoint::CheckpointArgs),
-    /// Why a PyTorch job ran out of GPU memory (its "CUDA out of memory" message), and what to change.
+    /// Why a PyTorch job ran out of GPU memory (its "CUDA out of memory" message), or a vLLM/SGLang
+    /// server would not start, and what to change.
     Doctor(doctor::DoctorArgs),
     /// Replay a memory snapshot's alloc/free history through allocator policies.
     Replay(replay::ReplayArgs),

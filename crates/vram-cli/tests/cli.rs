@@ -608,6 +608,158 @@ fn doctor_with_the_model_gives_the_estimate_and_a_setup_that_fits() {
     assert!(first.contains("[enough"), "{out}");
 }
 
+/// vram-doctor's message fixtures (one per layout and rule; their README names the sources).
+fn doctor_fixtures() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The cause names, in order, of `vram doctor`'s text: the lines under
+/// "causes (most important first):" up to the blank line.
+fn text_causes(out: &str) -> Vec<String> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("causes"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| {
+            l.split_once(". ")
+                .map(|(_, r)| r.split([':', '(']).next().unwrap().trim().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn doctor_text_and_json_name_the_same_causes_in_the_same_order() {
+    // The names the text prints for each JSON kind (vram-cli's kind_name).
+    let name = |k: &str| match k {
+        "process-cap" => "per-process cap",
+        "unexplained" => "the figures do not explain it",
+        "tensor-larger-than-device" => "one tensor larger than the device",
+        "other-processes" => "other processes",
+        "outside-pytorch" => "memory outside PyTorch",
+        "private-pools" => "CUDA-graph private pools",
+        "fragmentation" => "fragmentation",
+        "step-too-large" => "the step is too large",
+        "leak" => "growth",
+        other => panic!("unknown kind {other}"),
+    };
+    let mut pytorch = 0;
+    for f in doctor_fixtures() {
+        let f = f.to_str().unwrap();
+        let (code, text, err) = vram(&["doctor", f, "--no-nvml"]);
+        assert_eq!(code, 0, "{f}: {err}");
+        let (code, json, _) = vram(&["doctor", f, "--no-nvml", "--json"]);
+        assert_eq!(code, 0);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let Some(causes) = v["causes"].as_array() else {
+            // A serving engine's start-up error: its knob in both.
+            assert!(text.contains(v["knob"].as_str().unwrap()), "{f}");
+            continue;
+        };
+        pytorch += 1;
+        let from_json: Vec<&str> = causes
+            .iter()
+            .map(|c| name(c["kind"].as_str().unwrap()))
+            .collect();
+        assert_eq!(text_causes(&text), from_json, "{f}\n{text}");
+        // The remedies too, and "enough" only where the JSON says so.
+        for (i, r) in v["remedies"].as_array().unwrap().iter().enumerate() {
+            let line = text
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!("{}. ", i + 1))
+                        && l.contains(r["action"].as_str().unwrap())
+                })
+                .unwrap_or_else(|| panic!("{f}: remedy {i}\n{text}"));
+            assert_eq!(
+                line.contains("[enough"),
+                r["enough"].as_bool().unwrap(),
+                "{f}: {line}"
+            );
+        }
+    }
+    assert!(pytorch >= 20, "{pytorch} PyTorch fixtures");
+}
+
+/// Splits a README command line into arguments: words, and double-quoted strings.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = line.trim();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('"') {
+            let end = r.find('"').expect("closing quote");
+            out.push(r[..end].to_string());
+            rest = r[end + 1..].trim_start();
+        } else {
+            let end = rest.find(' ').unwrap_or(rest.len());
+            out.push(rest[..end].to_string());
+            rest = rest[end..].trim_start();
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readmes_doctor_examples_print_what_the_binary_prints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut checked = 0;
+    for block in readme.split("```text\n").skip(1) {
+        let block = &block[..block.find("```").unwrap()];
+        let Some(cmd) = block
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("$ vram doctor "))
+        else {
+            continue;
+        };
+        let mut args = vec!["doctor".to_string()];
+        args.extend(shell_words(cmd));
+        let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+            .args(&args)
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cmd}");
+        let want: String = block.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{cmd}");
+        checked += 1;
+    }
+    assert!(checked >= 3, "{checked} doctor examples");
+}
+
+#[test]
+fn doctor_explains_a_serving_engines_start_up_error() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let f = dir.join("vllm-v0-max-seq-len.txt");
+    let (code, out, err) = vram(&["doctor", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("vllm start-up error"), "{out}");
+    assert!(out.contains("1. --max-model-len 93760  [enough]"), "{out}");
+    let (code, json, _) = vram(&["doctor", f.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["error"]["error"], "vllm-max-seq-len");
+    assert_eq!(v["error"]["kv_tokens"], 93760);
+    let f = dir.join("sglang-not-enough.txt");
+    let (code, out, _) = vram(&["doctor", f.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("raise --mem-fraction-static above 0.6"),
+        "{out}"
+    );
+    // PyTorch-only inputs do not apply.
+    let (code, _, err) = vram(&["doctor", f.to_str().unwrap(), "--model", "gpt2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("serving engine"), "{err}");
+}
+
 #[test]
 fn doctor_bad_input_is_one_line_and_exit_2() {
     let dir = tmp("doctor-bad");
@@ -636,6 +788,27 @@ fn doctor_bad_input_is_one_line_and_exit_2() {
         (
             vec!["doctor", OOM_2_5, "--model", "nope-7b", "--no-nvml"],
             "nope-7b",
+        ),
+        // Not PyTorch's, or without figures.
+        (
+            vec!["doctor", "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!", "--no-nvml"],
+            "no PyTorch out-of-memory message",
+        ),
+        (
+            vec!["doctor", "2026-01-02 03:04:05 Killed process 4242 (python) total-vm:123456kB: out of memory", "--no-nvml"],
+            "no PyTorch out-of-memory message",
+        ),
+        (
+            vec!["doctor", "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[64,1024,1024]", "--no-nvml"],
+            "no PyTorch out-of-memory message",
+        ),
+        (
+            vec!["doctor", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 162.00 MiB. GPU 0 has a total capacity of 14.56 GiB of which 29.81 MiB is free.", "--no-nvml"],
+            "paste it whole",
+        ),
+        (
+            vec!["doctor", "ValueError: The model's max seq len is larger than the maximum number of tokens", "--no-nvml"],
+            "no PyTorch out-of-memory message",
         ),
     ] {
         let (code, out, err) = vram(&args);

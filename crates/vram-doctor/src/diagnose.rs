@@ -10,7 +10,7 @@ use vram_monitor::{ProcessSample, Sample};
 use vram_plan::cluster::Cluster;
 use vram_plan::{Pins, Request};
 
-use crate::message::OomMessage;
+use crate::message::{Layout, OomMessage, SelfProcess};
 use crate::stats::StatsDump;
 use crate::Result;
 
@@ -64,16 +64,28 @@ impl Inputs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CauseKind {
+    /// `set_per_process_memory_fraction`'s cap: PyTorch's reserved bytes plus
+    /// the request exceed `allowed` (`alloc_block` checks nothing else).
+    ProcessCap,
+    /// The request was no larger than the free memory: the figures do not
+    /// explain the failure (another process allocating at that moment, a
+    /// limit outside PyTorch, a stale reading).
+    Unexplained,
     /// One request is larger than everything this process could ever get.
     TensorLargerThanDevice,
-    /// Free bytes in PyTorch's cache, too scattered for the request.
-    Fragmentation,
-    /// Live tensors plus the request exceed what the process can get.
-    StepTooLarge,
     /// Other processes hold memory on the device.
     OtherProcesses,
-    /// `set_per_process_memory_fraction` caps the process below the device.
-    ProcessCap,
+    /// Memory that is neither free nor PyTorch's, far beyond a CUDA context:
+    /// this process's non-PyTorch allocations, or processes the message does
+    /// not list.
+    OutsidePytorch,
+    /// CUDA-graph private pools hold memory eager allocations cannot use.
+    PrivatePools,
+    /// Free bytes in PyTorch's cache, too scattered for the request.
+    Fragmentation,
+    /// Live tensors plus the request exceed (or all but fill) what the
+    /// process can hold.
+    StepTooLarge,
     /// Memory grows from step to step.
     Leak,
 }
@@ -85,13 +97,15 @@ pub struct Cause {
     pub kind: CauseKind,
     /// Bytes it accounts for (its share of the memory that was missing or held).
     pub bytes: u64,
-    /// True when this cause alone explains the failure.
+    /// True when this cause alone explains the failure: without it, by the
+    /// figures, the request would have fit.
     pub sufficient: bool,
     /// One line with the figures.
     pub detail: String,
 }
 
-/// One remedy, ranked: remedies that are enough come first, cheapest first.
+/// One remedy, ranked: the top cause's remedies first; within a cause,
+/// remedies that are enough first, cheapest first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Remedy {
     /// The cause it addresses.
@@ -117,10 +131,26 @@ pub struct PolicySaving {
     pub peak_reserved_bytes: u64,
     /// Peak allocated bytes.
     pub peak_allocated_bytes: u64,
-    /// Reserved bytes saved against PyTorch's default policy.
+    /// Reserved bytes saved against PyTorch's default policy (0 when it reserves more).
     pub saves_bytes: u64,
+    /// Reserved bytes beyond PyTorch's default policy (0 when it reserves less).
+    pub reserves_more_bytes: u64,
     /// Whether it runs out of the memory the process could get.
     pub would_oom: bool,
+}
+
+impl PolicySaving {
+    /// How it compares with PyTorch's default policy, as printed: `saves X`,
+    /// `reserves X more`, or `(the baseline)` for the default itself.
+    pub fn against_default(&self) -> String {
+        if self.policy == "pytorch" {
+            "(the baseline)".into()
+        } else if self.reserves_more_bytes > 0 {
+            format!("reserves {} more", human_bytes(self.reserves_more_bytes))
+        } else {
+            format!("saves {}", human_bytes(self.saves_bytes))
+        }
+    }
 }
 
 /// The estimate of the job, where one was given.
@@ -128,8 +158,8 @@ pub struct PolicySaving {
 pub struct EstimateSummary {
     /// Peak bytes of live tensors (`max_memory_allocated()`).
     pub peak_allocated_bytes: u64,
-    /// Device memory at the peak, the CUDA context and library memory seen in
-    /// the message included.
+    /// This process's device memory at the peak: PyTorch's plus the memory
+    /// outside PyTorch the message shows.
     pub total_bytes: u64,
     /// Phase of the peak.
     pub peak_phase: String,
@@ -139,17 +169,55 @@ pub struct EstimateSummary {
     pub fits: bool,
 }
 
+/// The figures the diagnosis used: the message's, with impossible ones set
+/// aside (each with a note) and the derived ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Figures {
+    /// The request.
+    pub requested_bytes: u64,
+    /// The device's memory (raised to what the process demonstrably holds
+    /// when the message's total is below it: shared or unified memory).
+    pub total_bytes: u64,
+    /// Free device memory.
+    pub free_bytes: u64,
+    /// PyTorch's live tensors (private pools included).
+    pub allocated_bytes: u64,
+    /// PyTorch's reservation.
+    pub reserved_bytes: u64,
+    /// Reserved but in no live tensor nor private pool.
+    pub unallocated_bytes: u64,
+    /// Held in CUDA-graph private pools (0 when the message does not say).
+    pub private_pool_bytes: u64,
+    /// The cap, when set.
+    pub allowed_bytes: Option<u64>,
+    /// This process's memory outside PyTorch, when the message lists it.
+    pub non_pytorch_bytes: Option<u64>,
+    /// Other processes listed.
+    pub other_process_bytes: u64,
+    /// Neither free, nor PyTorch's, nor this process's, nor a listed
+    /// process's: total − free − reserved − this process's non-PyTorch −
+    /// other processes. Without process lines it includes this process's
+    /// CUDA context.
+    pub unaccounted_bytes: u64,
+    /// What this process could hold at most: reserved + free, capped by
+    /// `allowed`.
+    pub could_hold_bytes: u64,
+}
+
 /// The doctor's answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Diagnosis {
     /// The message's figures.
     pub message: OomMessage,
-    /// Bytes this process could hold at most: the device (or the cap) less
-    /// other processes and this process's memory outside PyTorch.
+    /// The figures the diagnosis used.
+    pub figures: Figures,
+    /// Bytes this process could hold at most: reserved + free, capped by
+    /// `allowed` (never total minus other processes: memory that is neither
+    /// free nor listed exists).
     pub usable_bytes: u64,
-    /// What this process holds outside PyTorch (context, libraries), from the
-    /// message, or inferred as total − free − reserved − other processes.
-    pub non_pytorch_bytes: u64,
+    /// What this process holds outside PyTorch (context, libraries), when the
+    /// message lists this process.
+    pub non_pytorch_bytes: Option<u64>,
     /// Bytes missing even if every cached byte could have been used:
     /// request − (free + reserved but unallocated), 0 when the request would
     /// have fit without fragmentation.
@@ -181,7 +249,207 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
+/// The most a CUDA context with PyTorch's kernels and libraries (cuBLAS,
+/// cuDNN handles) holds outside the caching allocator: 0.5–1.5 GiB on
+/// today's GPUs (`nvidia-smi` beyond `memory_reserved()`; vramkit's H100
+/// measurements in BENCHMARKS.md show 0.5–0.7 GiB). More than this outside
+/// PyTorch is something else.
+pub const CONTEXT_MAX_BYTES: u64 = 3 << 29;
+
+/// A figure no device has (1 PiB): an underflowed or garbage counter.
+const ABSURD: u64 = 1 << 50;
+
+/// When live tensors plus the request leave less than this share of what the
+/// process could hold, the step fills the device: a few percent of slack is
+/// not the reason it ran out.
+const TIGHT_SHARE: f64 = 0.05;
+
+/// Other processes (or memory outside PyTorch beyond a context) under this
+/// share of the device are not the top cause even when their bytes would
+/// have covered the request: a process that fills the rest of the device
+/// itself is the one to change.
+const SMALL_SHARE: f64 = 0.2;
+
+fn pct(a: u64, b: u64) -> f64 {
+    100.0 * a as f64 / b.max(1) as f64
+}
+
+/// The message's figures with the impossible ones set aside, each with a note.
+fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
+    let hb = human_bytes;
+    let mut t = m.total_bytes;
+    let mut f = m.free_bytes;
+    let mut a = m.allocated_bytes;
+    let mut r = m.reserved_bytes;
+    let req = m.requested_bytes;
+    let mut u = r.saturating_sub(a);
+    let underflow = |what: &str, v: u64, instead: &str| {
+        format!(
+            "{what} reads {} ({v} bytes), more than any device holds: an underflowed counter in PyTorch (2^64 bytes prints as 17179869184.00 GiB); {instead}",
+            hb(v)
+        )
+    };
+    if a >= ABSURD {
+        let guess = t.saturating_sub(f).saturating_sub(u.min(ABSURD));
+        notes.push(underflow(
+            "allocated",
+            a,
+            &format!("taken as total − free − unallocated, {}", hb(guess)),
+        ));
+        a = guess;
+        u = u.min(t);
+        r = a.saturating_add(u);
+    }
+    if u >= ABSURD || r >= ABSURD {
+        notes.push(underflow(
+            if m.layout == Layout::Legacy {
+                "reserved"
+            } else {
+                "reserved but unallocated"
+            },
+            if m.layout == Layout::Legacy { r } else { u },
+            "taken as 0 unallocated (reserved = allocated)",
+        ));
+        u = 0;
+        r = a;
+    }
+    let np_raw = m.non_pytorch_bytes();
+    let this = m.this_process_bytes.filter(|&b| b < ABSURD);
+    if let Some(b) = m.this_process_bytes.filter(|&b| b >= ABSURD) {
+        // NVML's NVML_VALUE_NOT_AVAILABLE (2^64 - 1) for usedGpuMemory
+        // (Windows WDDM, some containers) prints the same way.
+        notes.push(underflow(
+            "this process's memory",
+            b,
+            "NVML could not say (NVML_VALUE_NOT_AVAILABLE); left out",
+        ));
+    }
+    let mut others = 0u64;
+    for p in &m.other_processes {
+        if p.bytes >= ABSURD {
+            notes.push(underflow(
+                &format!("process {}", p.pid),
+                p.bytes,
+                "left out",
+            ));
+        } else {
+            others = others.saturating_add(p.bytes);
+        }
+    }
+    let np = match (this, np_raw) {
+        (Some(p), _) if p < r => {
+            notes.push(format!(
+                "NVML's figure for this process ({}) is below what PyTorch reserved ({}): read at another moment; its memory outside PyTorch is taken as unknown",
+                hb(p),
+                hb(r)
+            ));
+            None
+        }
+        (Some(p), _) => Some(p - r),
+        (None, _) => None,
+    };
+    if req >= ABSURD {
+        notes.push(format!(
+            "the request reads {}: no real tensor is that large; a shape computed from an underflowed or overflowed size (a negative dimension) asked for it",
+            hb(req)
+        ));
+    }
+    if f >= ABSURD {
+        let guess = t
+            .saturating_sub(r)
+            .saturating_sub(np.unwrap_or(0))
+            .saturating_sub(others);
+        notes.push(underflow(
+            "free",
+            f,
+            &format!("taken as total − reserved − other processes, {}", hb(guess)),
+        ));
+        f = guess;
+    }
+    let held = r
+        .saturating_add(f)
+        .saturating_add(np.unwrap_or(0))
+        .saturating_add(others);
+    if t >= ABSURD {
+        notes.push(underflow(
+            "the total capacity",
+            t,
+            &format!("taken as what the figures account for, {}", hb(held)),
+        ));
+        t = held;
+    } else if f > t {
+        notes.push(format!(
+            "free ({}) is more than the total capacity ({}): unified memory (Jetson, Grace Hopper) or a driver counting system memory; the total is taken as what the figures account for, {}",
+            hb(f),
+            hb(t),
+            hb(held)
+        ));
+        t = held;
+    } else if r > t || a > t {
+        notes.push(format!(
+            "PyTorch {} {}, more than the {} total capacity: Windows' shared GPU memory (WDDM's system-memory fallback) or unified memory let the process go beyond the card; the total is taken as what the figures account for, {}",
+            if a > t { "allocated" } else { "reserved" },
+            hb(a.max(r)),
+            hb(t),
+            hb(held)
+        ));
+        t = held;
+    }
+    let private = m.private_pool_bytes.unwrap_or(0).min(a);
+    let unaccounted = t
+        .saturating_sub(f)
+        .saturating_sub(r)
+        .saturating_sub(np.unwrap_or(0))
+        .saturating_sub(others);
+    let allowed = m.allowed_bytes.filter(|&l| l < ABSURD);
+    let could_hold = r.saturating_add(f).min(allowed.unwrap_or(u64::MAX));
+    Figures {
+        requested_bytes: req,
+        total_bytes: t,
+        free_bytes: f,
+        allocated_bytes: a,
+        reserved_bytes: r,
+        unallocated_bytes: u,
+        private_pool_bytes: private,
+        allowed_bytes: allowed,
+        non_pytorch_bytes: np,
+        other_process_bytes: others,
+        unaccounted_bytes: unaccounted,
+        could_hold_bytes: could_hold,
+    }
+}
+
 /// Diagnoses an out-of-memory error.
+///
+/// The mechanisms, each from how PyTorch's caching allocator
+/// (`c10/cuda/CUDACachingAllocator.cpp`) fails:
+///
+/// - **the cap** (`alloc_block`: `total_allocated_memory + size >
+///   allowed_memory_maximum`): with `allowed` in the message, reserved +
+///   request > allowed means the cap refused it, whatever the device had
+///   free; the headroom is allowed − reserved.
+/// - **unexplained**: otherwise, a request no larger than the free memory
+///   should have succeeded (the allocator had already freed its unsplit
+///   cache and retried); the figures do not explain it.
+/// - what this process **could hold at most** is reserved + free (capped by
+///   `allowed`): everything else on the device is held by someone.
+/// - **one tensor larger than the device**: the request exceeds the device
+///   (or the cap) less this process's own memory outside PyTorch.
+/// - **other processes** (listed), **memory outside PyTorch** (far beyond a
+///   CUDA context: [`CONTEXT_MAX_BYTES`]), **CUDA-graph private pools** and
+///   **fragmentation** (reserved but unallocated): each explains the failure
+///   alone when its bytes plus the free bytes would have served the request;
+///   slack that leaves under 5 % of what the process could hold after the
+///   request is not fragmentation but a step that fills the device.
+/// - **the step**: live tensors plus the request exceed, or all but fill,
+///   what the process could hold.
+/// - **growth** between `memory_stats()` dumps, or a recording's leak check
+///   on this GPU.
+///
+/// Causes are ranked: the cap, unexplained, a tensor larger than the device,
+/// then sufficient causes (large other processes and memory outside PyTorch
+/// before private pools, fragmentation and the step), then the rest by
+/// bytes. Remedies follow the causes' order.
 ///
 /// # Errors
 /// Only from the inputs: an invalid setup ([`crate::DoctorError::Model`]), a
@@ -190,7 +458,33 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     let m = &inp.message;
     let hb = human_bytes;
     let mut notes = Vec::new();
-    let listed_others = m.other_process_bytes();
+    let fig = figures(m, &mut notes);
+    let Figures {
+        requested_bytes: req,
+        total_bytes: total,
+        free_bytes: free,
+        allocated_bytes: alloc,
+        reserved_bytes: reserved,
+        unallocated_bytes: unalloc,
+        private_pool_bytes: private,
+        allowed_bytes: allowed,
+        non_pytorch_bytes: np,
+        other_process_bytes: listed_others,
+        unaccounted_bytes: unaccounted,
+        could_hold_bytes: usable,
+    } = fig;
+    match &m.self_process {
+        SelfProcess::Chosen { pid } => notes.push(format!(
+            "the message has no `this process` line: Process {pid} ({}) is taken as this process, the smallest listed process holding at least the {} PyTorch reserved (a container: NVML's pids are the host's)",
+            hb(m.this_process_bytes.unwrap_or(0)),
+            hb(reserved)
+        )),
+        SelfProcess::NotListed => notes.push(format!(
+            "the message has no `this process` line and no listed process holds about the {} PyTorch reserved: this process is not among them, so every listed process is another one",
+            hb(reserved)
+        )),
+        SelfProcess::Named | SelfProcess::NoList => {}
+    }
     // Processes NVML lists now that the message did not (another job started
     // since, or a message without the process list).
     let now_others: Vec<&ProcessSample> = inp
@@ -199,42 +493,157 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         .flatten()
         .filter(|p| Some(p.pid) != inp.self_pid)
         .filter(|p| !m.other_processes.iter().any(|q| q.pid == p.pid))
+        .filter(|p| match &m.self_process {
+            SelfProcess::Chosen { pid } => p.pid != *pid,
+            _ => true,
+        })
         .filter(|p| p.gpu_memory_bytes.unwrap_or(0) > 0)
         .collect();
-    let non_pytorch = m.non_pytorch_bytes().unwrap_or_else(|| {
-        m.total_bytes
-            .saturating_sub(m.free_bytes)
-            .saturating_sub(m.reserved_bytes)
-            .saturating_sub(listed_others)
-    });
-    let inferred_non_pytorch = m.non_pytorch_bytes().is_none();
-    let cap = m.allowed_bytes.unwrap_or(u64::MAX).min(m.total_bytes);
-    let usable = cap
-        .saturating_sub(listed_others)
-        .saturating_sub(non_pytorch);
-    let unalloc = m.reserved_unallocated_bytes();
-    let available = m.free_bytes.saturating_add(unalloc);
-    let shortfall = m.requested_bytes.saturating_sub(available);
-    // What the allocated tensors plus the request need, against what the
-    // process could get: positive when the step is too large whatever the
-    // allocator does.
-    let need = m.allocated_bytes.saturating_add(m.requested_bytes);
-    let over = need.saturating_sub(usable);
+    let now_bytes: u64 = now_others.iter().filter_map(|p| p.gpu_memory_bytes).sum();
 
-    let mut causes = Vec::new();
+    let cap_decides = allowed.is_some_and(|l| reserved.saturating_add(req) > l);
+    let unexplained = !cap_decides && req <= free;
+    let available = free.saturating_add(unalloc);
+    let shortfall = req.saturating_sub(available);
+    // What would be left of what the process could hold had the cache
+    // served the request perfectly.
+    let left = available.saturating_sub(req);
+    let tight = (left as f64) < TIGHT_SHARE * usable as f64;
+    // Bytes the request needed beyond what was free on the device.
+    let short = req.saturating_sub(free);
+    let device_room = total
+        .min(allowed.unwrap_or(u64::MAX))
+        .saturating_sub(np.unwrap_or(0));
+    let larger_than_device = !cap_decides && !unexplained && req > device_room;
+    // Memory neither free nor PyTorch's beyond a CUDA context.
+    let (outside, outside_what) = match (np, m.self_process == SelfProcess::NoList) {
+        (None, true) => (
+            unaccounted,
+            "neither free nor PyTorch's, and the message lists no processes (1.x/2.0 layout, ROCm, or NVML unavailable): another process, or this process's non-PyTorch allocations (NCCL, cuBLAS/cuDNN workspaces, another framework), hold it",
+        ),
+        (Some(n), _) if n > CONTEXT_MAX_BYTES => (
+            n.saturating_add(if unaccounted > CONTEXT_MAX_BYTES { unaccounted } else { 0 }),
+            "held by this process outside PyTorch's cache (NCCL buffers, cuBLAS/cuDNN workspaces, another framework or allocator), beyond what any listed process holds",
+        ),
+        _ => (
+            unaccounted,
+            "held by no listed process: processes NVML does not show (other containers), or the driver",
+        ),
+    };
+    let outside_free = outside.saturating_sub(CONTEXT_MAX_BYTES);
+    let outside_cause = outside > CONTEXT_MAX_BYTES;
+
+    let mut causes: Vec<(u8, Cause)> = Vec::new();
     let mut remedies = Vec::new();
 
-    if m.requested_bytes > usable {
-        causes.push(Cause {
-            kind: CauseKind::TensorLargerThanDevice,
-            bytes: m.requested_bytes,
-            sufficient: true,
+    if let Some(l) = allowed {
+        if cap_decides {
+            let over = reserved.saturating_add(req) - l;
+            let raise_enough = req <= free;
+            let need_fraction = (reserved.saturating_add(req)) as f64 / m.total_bytes.max(1) as f64;
+            causes.push((
+                0,
+                Cause {
+                    kind: CauseKind::ProcessCap,
+                    bytes: over,
+                    sufficient: true,
+                    detail: format!(
+                        "PyTorch reserves {} and the request is {}: {} together, over the {} allowed by set_per_process_memory_fraction by {} (the headroom under the cap was {}); PyTorch checks the cap against its own reservation only",
+                        hb(reserved),
+                        hb(req),
+                        hb(reserved.saturating_add(req)),
+                        hb(l),
+                        hb(over),
+                        hb(l.saturating_sub(reserved))
+                    ),
+                },
+            ));
+            remedies.push(Remedy {
+                kind: CauseKind::ProcessCap,
+                action: format!(
+                    "raise torch.cuda.set_per_process_memory_fraction to at least {:.2}",
+                    (need_fraction * 100.0).ceil() / 100.0
+                ),
+                saves_bytes: None,
+                enough: raise_enough,
+                step_time_s: None,
+                detail: if raise_enough {
+                    format!(
+                        "the device had {} free, enough for the {} request once the cap allows it",
+                        hb(free),
+                        hb(req)
+                    )
+                } else {
+                    format!(
+                        "the device had only {} free: above the cap the {} request would still not fit",
+                        hb(free),
+                        hb(req)
+                    )
+                },
+            });
+        } else {
+            notes.push(format!(
+                "the {} cap was not reached ({} reserved + {} requested): the device itself refused the request",
+                hb(l),
+                hb(reserved),
+                hb(req)
+            ));
+        }
+    }
+
+    if unexplained {
+        causes.push((
+            1,
+            Cause {
+                kind: CauseKind::Unexplained,
+                bytes: free,
+                sufficient: false,
+                detail: format!(
+                    "the request ({}) is no larger than the {} free on the device, so PyTorch's cache is not the reason and the figures do not explain the failure: another process allocating at that moment (free is read after the failure), a limit outside PyTorch (MPS's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, a vGPU or container quota), a driver or unified-memory limit, or free memory read after someone released it",
+                    hb(req),
+                    hb(free)
+                ),
+            },
+        ));
+        remedies.push(Remedy {
+            kind: CauseKind::Unexplained,
+            action: format!(
+                "watch GPU {} while the job runs (`vram monitor`, or nvidia-smi on the host) for another process's allocations, and check MPS or container memory limits",
+                m.device
+            ),
+            saves_bytes: None,
+            enough: false,
+            step_time_s: None,
             detail: format!(
-                "the request alone ({}) is larger than all this process could hold ({})",
-                hb(m.requested_bytes),
-                hb(usable)
+                "{} requested with {} free: nothing in the message accounts for the failure",
+                hb(req),
+                hb(free)
             ),
         });
+    }
+
+    if larger_than_device {
+        causes.push((
+            2,
+            Cause {
+                kind: CauseKind::TensorLargerThanDevice,
+                bytes: req,
+                sufficient: true,
+                detail: format!(
+                    "the request alone ({}) is larger than the whole {}{}: no setting and no other process makes room for it",
+                    hb(req),
+                    if allowed.is_some_and(|l| l < total) {
+                        format!("{} the cap allows", hb(allowed.unwrap_or(0)))
+                    } else {
+                        format!("{} device", hb(total))
+                    },
+                    match np {
+                        Some(n) if n > 0 => format!(" less the {} this process holds outside PyTorch", hb(n)),
+                        _ => String::new(),
+                    }
+                ),
+            },
+        ));
         remedies.push(Remedy {
             kind: CauseKind::TensorLargerThanDevice,
             action: "make that one tensor smaller (shorter sequence, smaller batch, chunked loss or attention) or shard it (tensor parallelism)".into(),
@@ -242,33 +651,196 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             enough: false,
             step_time_s: None,
             detail: format!(
-                "no allocator setting helps: {} requested, {} usable",
-                hb(m.requested_bytes),
-                hb(usable)
+                "no allocator setting helps: {} requested, at most {} on the device for this process",
+                hb(req),
+                hb(device_room)
             ),
         });
     }
 
-    // Fragmentation: cached but unallocated bytes that, with the free bytes,
-    // would have served the request.
-    if unalloc > 0 && (unalloc >= m.requested_bytes / 4 || available >= m.requested_bytes) {
-        let sufficient = available >= m.requested_bytes;
-        causes.push(Cause {
-            kind: CauseKind::Fragmentation,
-            bytes: unalloc,
-            sufficient,
+    let contributing = !cap_decides && !unexplained && !larger_than_device;
+
+    // Other processes.
+    let others_bytes = listed_others.max(now_bytes);
+    if others_bytes > 0 && cap_decides {
+        notes.push(format!(
+            "other processes hold {} on GPU {}, but the cap decided: PyTorch checks it against its own reservation, so they do not matter here",
+            hb(others_bytes),
+            m.device
+        ));
+    } else if others_bytes > 0 {
+        let sufficient = !cap_decides && !unexplained && free.saturating_add(others_bytes) >= req;
+        let big = others_bytes as f64 >= SMALL_SHARE * total as f64;
+        let mut who: Vec<String> = m
+            .other_processes
+            .iter()
+            .map(|p| format!("pid {} {}", p.pid, hb(p.bytes)))
+            .collect();
+        who.extend(now_others.iter().map(|p| {
+            format!(
+                "pid {} ({}) {} now",
+                p.pid,
+                p.command.chars().take(40).collect::<String>(),
+                hb(p.gpu_memory_bytes.unwrap_or(0))
+            )
+        }));
+        causes.push((
+            if sufficient && big {
+                3
+            } else if sufficient {
+                7
+            } else {
+                9
+            },
+            Cause {
+                kind: CauseKind::OtherProcesses,
+                bytes: others_bytes,
+                sufficient,
+                detail: format!(
+                    "other processes hold {} on GPU {}: {}{}",
+                    hb(others_bytes),
+                    m.device,
+                    who.join(", "),
+                    if unexplained {
+                        "; one of them allocating at the moment of the failure would explain it"
+                    } else if sufficient {
+                        "; without them the request would have fit in the free memory"
+                    } else {
+                        ""
+                    }
+                ),
+            },
+        ));
+        remedies.push(Remedy {
+            kind: CauseKind::OtherProcesses,
+            action: format!(
+                "stop or move the other processes on GPU {} ({})",
+                m.device,
+                who.join(", ")
+            ),
+            saves_bytes: Some(others_bytes),
+            enough: sufficient,
+            step_time_s: None,
             detail: format!(
-                "{} is reserved by PyTorch but unallocated ({:.0}% of reserved): free blocks too scattered for a {} request{}",
-                hb(unalloc),
-                100.0 * unalloc as f64 / m.reserved_bytes.max(1) as f64,
-                hb(m.requested_bytes),
-                if sufficient {
-                    format!("; with the {} free, the request would have fit", hb(m.free_bytes))
-                } else {
-                    String::new()
-                }
+                "frees {}; the request needed {} beyond what was free",
+                hb(others_bytes),
+                hb(short)
             ),
         });
+    }
+
+    if outside_cause && !unexplained && !cap_decides {
+        let sufficient = contributing && free.saturating_add(outside_free) >= req;
+        let big = outside_free as f64 >= SMALL_SHARE * total as f64;
+        causes.push((
+            if sufficient && big { 3 } else if sufficient { 7 } else { 9 },
+            Cause {
+                kind: CauseKind::OutsidePytorch,
+                bytes: outside,
+                sufficient,
+                detail: format!(
+                    "{} of GPU {} is {}; a CUDA context is 0.5–1.5 GiB, so at least {} of it is something else",
+                    hb(outside),
+                    m.device,
+                    outside_what,
+                    hb(outside_free)
+                ),
+            },
+        ));
+        remedies.push(Remedy {
+            kind: CauseKind::OutsidePytorch,
+            action: "find what holds the memory outside PyTorch: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` on the host (other containers), NCCL's buffers (NCCL_BUFFSIZE, fewer communicators), another framework's pool (JAX/TensorFlow: XLA_PYTHON_CLIENT_PREALLOCATE=false, allow_growth)".into(),
+            saves_bytes: Some(outside_free),
+            enough: sufficient,
+            step_time_s: None,
+            detail: format!(
+                "up to {} beyond a CUDA context; the request needed {} beyond what was free",
+                hb(outside_free),
+                hb(short)
+            ),
+        });
+    } else if m.self_process == SelfProcess::NoList && np.is_none() {
+        notes.push(format!(
+            "the message lists no processes (1.x/2.0 layout, ROCm, or NVML unavailable): the {} neither free nor PyTorch's is taken as this process's CUDA context and libraries",
+            hb(unaccounted)
+        ));
+    }
+
+    // CUDA-graph private pools.
+    if private > 0 && !unexplained {
+        let sufficient = contributing && free.saturating_add(private) >= req;
+        // "Much of the memory": a tenth of what PyTorch reserved.
+        let much = private as f64 >= 0.1 * reserved as f64;
+        if sufficient || much {
+            causes.push((
+                if sufficient && much {
+                    4
+                } else if sufficient {
+                    7
+                } else {
+                    9
+                },
+                Cause {
+                    kind: CauseKind::PrivatePools,
+                    bytes: private,
+                    sufficient,
+                    detail: format!(
+                        "{} ({:.0}% of reserved) sits in CUDA-graph private pools, which eager allocations cannot use{}",
+                        hb(private),
+                        pct(private, reserved),
+                        if sufficient {
+                            format!("; with the {} free, it would have served the request", hb(free))
+                        } else {
+                            String::new()
+                        }
+                    ),
+                },
+            ));
+            remedies.push(Remedy {
+                kind: CauseKind::PrivatePools,
+                action: "capture CUDA graphs for fewer batch sizes (vLLM: a shorter --cuda-graph-sizes / cudagraph_capture_sizes; SGLang: a lower --cuda-graph-max-bs), or run without them (vLLM --enforce-eager, SGLang --disable-cuda-graph)".into(),
+                saves_bytes: Some(private),
+                enough: sufficient,
+                step_time_s: None,
+                detail: format!("up to the {} the private pools hold", hb(private)),
+            });
+        }
+    }
+
+    // Fragmentation: slack that could have served the request, and is not a
+    // few percent of a full device.
+    let frag_sufficient = contributing && available >= req && !tight;
+    let frag_listed = !unexplained
+        && unalloc > 0
+        && (frag_sufficient
+            || (contributing
+                && available < req
+                && unalloc.saturating_mul(2) >= short
+                && unalloc as f64 >= TIGHT_SHARE * reserved as f64));
+    if frag_listed {
+        causes.push((
+            if frag_sufficient { 5 } else { 9 },
+            Cause {
+                kind: CauseKind::Fragmentation,
+                bytes: unalloc,
+                sufficient: frag_sufficient,
+                detail: format!(
+                    "{} is reserved by PyTorch but unallocated ({:.0}% of reserved): free blocks too scattered for a {} request{}",
+                    hb(unalloc),
+                    pct(unalloc, reserved),
+                    hb(req),
+                    if frag_sufficient {
+                        format!(
+                            "; with the {} free, the request would have fit, leaving {}",
+                            hb(free),
+                            hb(left)
+                        )
+                    } else {
+                        format!("; it covers {:.0}% of the {} missing", pct(unalloc.min(short), short), hb(short))
+                    }
+                ),
+            },
+        ));
     }
     if let Some(s) = inp.stats.last() {
         if s.alloc_retries > 0 || s.inactive_split > 0 {
@@ -294,12 +866,12 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 peak_reserved_bytes: r.peak_reserved_bytes,
                 peak_allocated_bytes: r.peak_allocated_bytes,
                 saves_bytes: base.saturating_sub(r.peak_reserved_bytes),
+                reserves_more_bytes: r.peak_reserved_bytes.saturating_sub(base),
                 would_oom: r.would_oom.unwrap_or(false),
             });
         }
     }
-    let frag = causes.iter().any(|c| c.kind == CauseKind::Fragmentation);
-    if frag || !replay_rows.is_empty() {
+    if frag_listed || !replay_rows.is_empty() {
         // Step-time costs measured on an H100 80GB HBM3 (driver 580.159.04,
         // PyTorch 2.11.0+cu130, 2026-11-22), five training loops (GPT-2,
         // BERT, ResNet-50, Pythia-1.4B, Llama-3-8B cut to 4 layers), median
@@ -308,17 +880,33 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         for (policy, action, cost) in [
             (
                 "pytorch-expandable",
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                if m.hip {
+                    "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True"
+                } else {
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+                },
                 "no code change; 1.00-1.09x the default's step time on five training loops measured on an H100",
             ),
             (
                 "vramkit",
-                "vramkit's allocator (import vramkit_torch; vramkit_torch.install())",
+                "vramkit's allocator (import vramkit.torch; vramkit.torch.install())",
                 "1.08-1.82x the default's step time on five training loops measured on an H100",
             ),
         ] {
             let row = replay_rows.iter().find(|r| r.policy == policy);
             let (saves, enough, how) = match row {
+                Some(r) if r.reserves_more_bytes > 0 => (
+                    None,
+                    false,
+                    format!(
+                        "the snapshot replayed: peak reserved {}, {} more than PyTorch's default ({}); {} in the {} usable",
+                        hb(r.peak_reserved_bytes),
+                        hb(r.reserves_more_bytes),
+                        hb(r.peak_reserved_bytes - r.reserves_more_bytes),
+                        if r.would_oom { "still out of memory" } else { "fits" },
+                        hb(usable)
+                    ),
+                ),
                 Some(r) => (
                     Some(r.saves_bytes),
                     !r.would_oom,
@@ -332,10 +920,22 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 ),
                 None => (
                     Some(unalloc),
-                    available >= m.requested_bytes,
+                    frag_sufficient,
                     format!(
-                        "up to the {} reserved but unallocated (pass --snapshot for a replay of this job)",
-                        hb(unalloc)
+                        "up to the {} reserved but unallocated{} (pass --snapshot for a replay of this job)",
+                        hb(unalloc),
+                        if frag_sufficient {
+                            String::new()
+                        } else if available >= req {
+                            format!(
+                                "; it would serve this request but leave only {} ({:.1}% of the {} this process could hold) for the rest of the step",
+                                hb(left),
+                                pct(left, usable),
+                                hb(usable)
+                            )
+                        } else {
+                            format!("; {} would still be missing", hb(shortfall))
+                        }
                     ),
                 ),
             };
@@ -350,96 +950,31 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         }
     }
 
-    // Other processes.
-    let now_bytes: u64 = now_others.iter().filter_map(|p| p.gpu_memory_bytes).sum();
-    if listed_others > 0 || now_bytes > 0 {
-        let sufficient = listed_others >= shortfall && shortfall > 0
-            || listed_others.saturating_add(available) >= m.requested_bytes;
-        let mut who: Vec<String> = m
-            .other_processes
-            .iter()
-            .map(|p| format!("pid {} {}", p.pid, hb(p.bytes)))
-            .collect();
-        who.extend(now_others.iter().map(|p| {
-            format!(
-                "pid {} ({}) {} now",
-                p.pid,
-                p.command.chars().take(40).collect::<String>(),
-                hb(p.gpu_memory_bytes.unwrap_or(0))
-            )
-        }));
-        causes.push(Cause {
-            kind: CauseKind::OtherProcesses,
-            bytes: listed_others.max(now_bytes),
-            sufficient,
-            detail: format!(
-                "other processes hold memory on GPU {}: {}",
-                m.device,
-                who.join(", ")
-            ),
-        });
-        remedies.push(Remedy {
-            kind: CauseKind::OtherProcesses,
-            action: format!(
-                "stop or move the other processes on GPU {} ({})",
-                m.device,
-                who.join(", ")
-            ),
-            saves_bytes: Some(listed_others.max(now_bytes)),
-            enough: sufficient,
-            step_time_s: None,
-            detail: format!(
-                "frees {}; the request needed {} beyond what was free and cached",
-                hb(listed_others.max(now_bytes)),
-                hb(shortfall)
-            ),
-        });
-    }
-
-    // The per-process cap.
-    if let Some(allowed) = m.allowed_bytes.filter(|a| *a < m.total_bytes) {
-        let gain = m.total_bytes - allowed;
-        causes.push(Cause {
-            kind: CauseKind::ProcessCap,
-            bytes: gain,
-            sufficient: gain >= over && over > 0,
-            detail: format!(
-                "set_per_process_memory_fraction allows {} of the {} device",
-                hb(allowed),
-                hb(m.total_bytes)
-            ),
-        });
-        remedies.push(Remedy {
-            kind: CauseKind::ProcessCap,
-            action: "raise torch.cuda.set_per_process_memory_fraction".into(),
-            saves_bytes: Some(gain),
-            enough: gain >= over,
-            step_time_s: None,
-            detail: format!("up to {} more for this process", hb(gain)),
-        });
-    }
-
     // Leak: growth between memory_stats() dumps, or a recording's verdict.
     if inp.stats.len() >= 2 {
         let (a, b) = (inp.stats[0], inp.stats[inp.stats.len() - 1]);
         let grew = b.allocated.saturating_sub(a.allocated);
         if grew >= 1 << 20 {
-            causes.push(Cause {
-                kind: CauseKind::Leak,
-                bytes: grew,
-                sufficient: grew >= over && over > 0,
-                detail: format!(
-                    "allocated memory grew by {} between the first and last memory_stats() dumps ({} -> {})",
-                    hb(grew),
-                    hb(a.allocated),
-                    hb(b.allocated)
-                ),
-            });
+            let sufficient = shortfall > 0 && grew >= shortfall;
+            causes.push((
+                if sufficient { 8 } else { 9 },
+                Cause {
+                    kind: CauseKind::Leak,
+                    bytes: grew,
+                    sufficient,
+                    detail: format!(
+                        "allocated memory grew by {} between the first and last memory_stats() dumps ({} -> {})",
+                        hb(grew),
+                        hb(a.allocated),
+                        hb(b.allocated)
+                    ),
+                },
+            ));
             remedies.push(Remedy {
                 kind: CauseKind::Leak,
                 action: "find what keeps tensors alive across steps (a loss or output kept with its graph: use .item() or .detach(); growing lists or caches on the GPU)".into(),
                 saves_bytes: Some(grew),
-                enough: grew >= over,
+                enough: sufficient,
                 step_time_s: None,
                 detail: format!("{} per interval between the dumps", hb(grew)),
             });
@@ -457,18 +992,28 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         let findings = det.assess();
         for f in findings.iter().filter(|f| f.leaking) {
             let grew = f.floor_growth_bytes.max(0) as u64;
-            causes.push(Cause {
-                kind: CauseKind::Leak,
-                bytes: grew,
-                sufficient: false,
-                detail: format!(
-                    "the recording's leak check flags GPU {} pid {}: its floor rose {} at {}/s",
-                    f.gpu,
-                    f.pid,
-                    hb(grew),
-                    hb(f.slope_bytes_per_s.max(0.0) as u64)
-                ),
-            });
+            if f.gpu != m.device {
+                notes.push(format!(
+                    "the recording's leak check flags pid {} on GPU {}, not GPU {} of this error: not a cause here",
+                    f.pid, f.gpu, m.device
+                ));
+                continue;
+            }
+            causes.push((
+                9,
+                Cause {
+                    kind: CauseKind::Leak,
+                    bytes: grew,
+                    sufficient: false,
+                    detail: format!(
+                        "the recording's leak check flags GPU {} pid {}: its floor rose {} at {}/s",
+                        f.gpu,
+                        f.pid,
+                        hb(grew),
+                        hb(f.slope_bytes_per_s.max(0.0) as u64)
+                    ),
+                },
+            ));
         }
         if findings.is_empty() {
             notes.push("the recording is too short for a leak verdict".into());
@@ -481,44 +1026,81 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     }
 
     // The step: from the message alone, and with the model when given.
+    let over = alloc.saturating_add(req).saturating_sub(usable);
+    let step_cause = contributing && (shortfall > 0 || tight);
+    // What the step must shed: what it is over, or what leaves the 5 % a
+    // step needs beyond this request.
+    let step_need = if over > 0 {
+        over
+    } else {
+        ((TIGHT_SHARE * usable as f64) as u64).saturating_sub(left)
+    };
+    // PyTorch counts the free blocks of CUDA-graph pools as allocated.
+    let held = if private > 0 {
+        format!(
+            "live tensors ({}) and CUDA-graph pools ({})",
+            hb(alloc - private),
+            hb(private)
+        )
+    } else {
+        format!("live tensors ({})", hb(alloc))
+    };
     let mut estimate = None;
-    if over > 0 && m.requested_bytes <= usable {
-        causes.push(Cause {
-            kind: CauseKind::StepTooLarge,
-            bytes: over,
-            sufficient: true,
-            detail: format!(
-                "live tensors ({}) plus the request ({}) exceed the {} this process can hold by {}",
-                hb(m.allocated_bytes),
-                hb(m.requested_bytes),
-                hb(usable),
-                hb(over)
-            ),
-        });
+    if step_cause {
+        causes.push((
+            6,
+            Cause {
+                kind: CauseKind::StepTooLarge,
+                bytes: step_need,
+                sufficient: true,
+                detail: if over > 0 {
+                    format!(
+                        "{} plus the request ({}) exceed the {} this process could hold by {}",
+                        held,
+                        hb(req),
+                        hb(usable),
+                        hb(over)
+                    )
+                } else {
+                    format!(
+                        "{} plus the request ({}) fill {:.1}% of the {} this process could hold: the {} of slack ({:.1}% of reserved) could serve this request, but the step has no room left",
+                        held,
+                        hb(req),
+                        pct(alloc.saturating_add(req), usable),
+                        hb(usable),
+                        hb(unalloc),
+                        pct(unalloc, reserved)
+                    )
+                },
+            },
+        ));
     }
     if let Some(job) = &inp.job {
-        let (summary, mut fixes) = step_remedies(job, m, usable, non_pytorch, listed_others)?;
-        let est_over = summary
-            .total_bytes
-            .saturating_sub(usable.saturating_add(non_pytorch));
+        let (summary, mut fixes) = step_remedies(job, &fig)?;
+        let room = usable.saturating_add(np.unwrap_or(0));
+        let est_over = summary.total_bytes.saturating_sub(room);
         if !summary.fits {
-            causes.retain(|c| c.kind != CauseKind::StepTooLarge);
-            causes.push(Cause {
-                kind: CauseKind::StepTooLarge,
-                bytes: est_over.max(over),
-                sufficient: true,
-                detail: format!(
-                    "the estimate of this step needs {} at its peak ({}), {} more than this process can hold{}",
-                    hb(summary.total_bytes),
-                    summary.peak_phase,
-                    hb(est_over),
-                    if over > 0 {
-                        format!("; at the failure, live tensors plus the request were already {} over", hb(over))
-                    } else {
-                        String::new()
-                    }
-                ),
-            });
+            causes.retain(|(_, c)| c.kind != CauseKind::StepTooLarge);
+            causes.push((
+                6,
+                Cause {
+                    kind: CauseKind::StepTooLarge,
+                    bytes: est_over.max(over),
+                    sufficient: true,
+                    detail: format!(
+                        "the estimate of this step needs {} at its peak ({}), {} more than the {} this process could have{}",
+                        hb(summary.total_bytes),
+                        summary.peak_phase,
+                        hb(est_over),
+                        hb(room),
+                        if over > 0 {
+                            format!("; at the failure, live tensors plus the request were already {} over", hb(over))
+                        } else {
+                            String::new()
+                        }
+                    ),
+                },
+            ));
             // A remedy that frees less than the step is over is not enough,
             // whatever it does for this one request.
             for r in remedies
@@ -533,66 +1115,102 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     ));
                 }
             }
-            for c in causes
+            for (tier, c) in causes
                 .iter_mut()
-                .filter(|c| c.kind != CauseKind::StepTooLarge)
+                .filter(|(_, c)| c.kind != CauseKind::StepTooLarge)
             {
-                c.sufficient = false;
+                if c.sufficient && c.bytes < est_over {
+                    c.sufficient = false;
+                    *tier = 9;
+                }
             }
         }
-        if summary.fits && over > 0 {
+        if summary.fits && (over > 0 || step_cause) {
             notes.push(format!(
-                "the estimate ({} at the peak) fits in {}: the setup given may not be the one that ran, or memory is held that the step does not explain (see the leak and other-process causes)",
+                "the estimate ({} at the peak) fits in the {} this process could have: the setup given may not be the one that ran, or memory is held that the step does not explain (see the leak and other-process causes)",
                 hb(summary.total_bytes),
-                hb(usable)
+                hb(room)
             ));
         }
-        if !summary.fits || over > 0 {
+        if !summary.fits && fixes.is_empty() {
+            fixes.push(Remedy {
+                kind: CauseKind::StepTooLarge,
+                action: format!(
+                    "make the step need {} less (fewer layers or parameters trained, a shorter sequence, more GPUs)",
+                    hb(est_over)
+                ),
+                saves_bytes: None,
+                enough: false,
+                step_time_s: None,
+                detail: format!(
+                    "no setup searched fits the {} this process could have: micro-batch with accumulation, recomputation, ZeRO and offload{}",
+                    hb(room),
+                    if matches!(job.setup.mode, Mode::Train(_)) { "" } else { " (for inference: no smaller batch fits)" }
+                ),
+            });
+        }
+        if !summary.fits || step_cause {
             remedies.append(&mut fixes);
         }
         estimate = Some(summary);
-    } else if over > 0 {
+    } else if step_cause {
+        let need = step_need;
         remedies.push(Remedy {
             kind: CauseKind::StepTooLarge,
-            action: format!("make the step need {} less (give the model and step flags for the breakdown and the fastest setup that fits)", hb(over)),
+            action: format!("make the step need {} less (give the model and step flags for the breakdown and the fastest setup that fits)", hb(need)),
             saves_bytes: None,
             enough: false,
             step_time_s: None,
-            detail: format!("{} allocated + {} requested > {} usable", hb(m.allocated_bytes), hb(m.requested_bytes), hb(usable)),
+            detail: if over > 0 {
+                format!("{} allocated + {} requested against {} this process could hold", hb(alloc), hb(req), hb(usable))
+            } else {
+                format!(
+                    "{} allocated + {} requested leave {} ({:.1}%) of the {} this process could hold; {} less leaves 5%",
+                    hb(alloc),
+                    hb(req),
+                    hb(left),
+                    pct(left, usable),
+                    hb(usable),
+                    hb(need)
+                )
+            },
         });
     }
-    if inferred_non_pytorch {
-        notes.push(format!(
-            "the message does not list processes (PyTorch 2.0 layout, or NVML unavailable): {} used outside PyTorch's cache is taken as this process's context and libraries",
-            hb(non_pytorch)
-        ));
-    }
 
-    // Rank causes: sufficient ones first, then by bytes.
-    causes.sort_by(|a, b| b.sufficient.cmp(&a.sufficient).then(b.bytes.cmp(&a.bytes)));
-    // Rank remedies: enough first; then cheapest: settings, other processes,
-    // the cap, the step (fastest first), then vramkit's allocator, the leak,
-    // and last the changes that rewrite the model.
-    let rank = |r: &Remedy| match (r.kind, r.action.starts_with("vramkit")) {
-        (CauseKind::Fragmentation, false) => 0,
-        (CauseKind::OtherProcesses, _) => 1,
-        (CauseKind::ProcessCap, _) => 2,
-        (CauseKind::Leak, _) => 3,
-        (CauseKind::StepTooLarge, _) => 4,
-        (CauseKind::Fragmentation, true) => 5,
-        (CauseKind::TensorLargerThanDevice, _) => 6,
+    // Rank causes: by tier (the cap, unexplained, a tensor larger than the
+    // device, large other processes / memory outside PyTorch, private pools,
+    // fragmentation, the step, small sufficient others, growth, then the
+    // insufficient ones), then bytes.
+    causes.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then(b.bytes.cmp(&a.bytes)));
+    let causes: Vec<Cause> = causes.into_iter().map(|(_, c)| c).collect();
+    // Rank remedies: by their cause's place, then enough first, then the
+    // cheapest (the setting before vramkit's allocator; fastest step first).
+    let place = |k: CauseKind| {
+        causes
+            .iter()
+            .position(|c| c.kind == k)
+            .unwrap_or(causes.len())
     };
     remedies.sort_by(|a, b| {
-        b.enough.cmp(&a.enough).then(rank(a).cmp(&rank(b))).then(
-            a.step_time_s
-                .unwrap_or(0.0)
-                .total_cmp(&b.step_time_s.unwrap_or(0.0)),
-        )
+        place(a.kind)
+            .cmp(&place(b.kind))
+            .then(b.enough.cmp(&a.enough))
+            .then(
+                a.action
+                    .starts_with("vramkit")
+                    .cmp(&b.action.starts_with("vramkit")),
+            )
+            .then(
+                a.step_time_s
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.step_time_s.unwrap_or(0.0)),
+            )
     });
     Ok(Diagnosis {
         message: m.clone(),
+        figures: fig,
         usable_bytes: usable,
-        non_pytorch_bytes: non_pytorch,
+        non_pytorch_bytes: np,
         shortfall_bytes: shortfall,
         causes,
         remedies,
@@ -604,24 +1222,24 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
 /// The estimate of the job against the memory the message shows, and the
 /// fastest configurations that fit it.
-fn step_remedies(
-    job: &Job,
-    m: &OomMessage,
-    usable: u64,
-    non_pytorch: u64,
-    others: u64,
-) -> Result<(EstimateSummary, Vec<Remedy>)> {
+///
+/// The estimate is anchored to the device in the message: the process can
+/// reach `room` = what it could hold (reserved + free, capped) plus its own
+/// memory outside PyTorch. Everything else the catalog GPU has (other
+/// processes, memory nobody lists, the cap, a catalog size above the
+/// device's) is `blocked`, added to the estimate's context so that "fits the
+/// catalog GPU" means "fits the room". Every figure reported is in the
+/// device's terms: the estimate's total less `blocked`, in one place
+/// ([`in_room`]) for the estimate and for each plan.
+fn step_remedies(job: &Job, fig: &Figures) -> Result<(EstimateSummary, Vec<Remedy>)> {
     let hb = human_bytes;
-    // Anchor the estimate to the device in the message: this process's
-    // memory outside PyTorch as measured, and everything else it cannot
-    // have (other processes, the cap, a catalog GPU larger than the device)
-    // as extra context.
+    let np = fig.non_pytorch_bytes.unwrap_or(0);
+    let room = fig.could_hold_bytes.saturating_add(np);
     let catalog = job.gpu.memory_bytes;
-    let room = m.allowed_bytes.unwrap_or(u64::MAX).min(m.total_bytes);
+    let blocked = catalog.saturating_sub(room);
+    let in_room = |device_total: u64| device_total.saturating_sub(blocked);
     let mut setup = job.setup;
-    setup.overheads.cuda_context_bytes = non_pytorch
-        .saturating_add(others)
-        .saturating_add(catalog.saturating_sub(room));
+    setup.overheads.cuda_context_bytes = np.saturating_add(blocked);
     let e = vram_model::estimate(&job.model, &setup)?;
     let mut breakdown: Vec<(String, u64)> = e
         .breakdown
@@ -629,51 +1247,64 @@ fn step_remedies(
         .filter(|(_, b)| *b > 0)
         .map(|(c, b)| {
             let b = if c == vram_model::Category::CudaContext {
-                non_pytorch
+                np
             } else {
                 b
             };
             (c.name().to_string(), b)
         })
+        .filter(|(_, b)| *b > 0)
         .collect();
     breakdown.sort_by_key(|b| std::cmp::Reverse(b.1));
-    let fits = e.fits(catalog);
+    let total = in_room(e.total_bytes);
     let summary = EstimateSummary {
         peak_allocated_bytes: e.peak_bytes,
-        total_bytes: e
-            .total_bytes
-            .saturating_sub(others)
-            .saturating_sub(catalog.saturating_sub(room)),
+        total_bytes: total,
         peak_phase: e.peak_phase.to_string(),
         breakdown,
-        fits,
+        fits: total <= room,
+    };
+    let fits = |s: &Setup| {
+        vram_model::estimate(&job.model, s).is_ok_and(|e| in_room(e.total_bytes) <= room)
     };
     let mut fixes = Vec::new();
     let (Mode::Train(t), Model::Transformer(_)) = (setup.mode, &job.model) else {
-        // Inference, or a model the planner does not take: the largest batch that fits.
+        // Inference, or a model the planner does not take: the largest batch
+        // that fits, by bisection (the estimate grows with the batch).
         if let Mode::Infer(i) = setup.mode {
-            let mut b = i.batch.saturating_sub(1);
-            while b >= 1 {
+            let with_batch = |b: u64| {
                 let mut s = setup;
                 if let Mode::Infer(ii) = &mut s.mode {
                     ii.batch = b;
                 }
-                if vram_model::estimate(&job.model, &s).is_ok_and(|e| e.fits(catalog)) {
-                    fixes.push(Remedy {
-                        kind: CauseKind::StepTooLarge,
-                        action: format!("--batch {b}"),
-                        saves_bytes: None,
-                        enough: true,
-                        step_time_s: None,
-                        detail: format!(
-                            "the largest batch that fits in {} at context {}",
-                            hb(usable),
-                            i.context
-                        ),
-                    });
-                    break;
+                s
+            };
+            if i.batch > 1 && fits(&with_batch(1)) {
+                let (mut lo, mut hi) = (1, i.batch - 1);
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    if fits(&with_batch(mid)) {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
                 }
-                b /= 2;
+                let after = vram_model::estimate(&job.model, &with_batch(lo))
+                    .map(|e| in_room(e.total_bytes))?;
+                fixes.push(Remedy {
+                    kind: CauseKind::StepTooLarge,
+                    action: format!("--batch {lo}"),
+                    saves_bytes: Some(total.saturating_sub(after)),
+                    enough: true,
+                    step_time_s: None,
+                    detail: format!(
+                        "the largest batch that fits: {} at batch {lo} in the {} this process could have, at context {} (batch {} would need more)",
+                        hb(after),
+                        hb(room),
+                        i.context,
+                        lo + 1
+                    ),
+                });
             }
         }
         return Ok((summary, fixes));
@@ -719,17 +1350,18 @@ fn step_remedies(
             if opt != t.optimizer {
                 action.push_str(" --optimizer adam8bit");
             }
+            let after = in_room(plan.peak_bytes_per_gpu);
             fixes.push(Remedy {
                 kind: CauseKind::StepTooLarge,
                 action,
-                saves_bytes: Some(summary.total_bytes.saturating_sub(plan.peak_bytes_per_gpu.saturating_sub(others))),
+                saves_bytes: Some(total.saturating_sub(after)),
                 enough: true,
                 step_time_s: Some(plan.step_time_s),
                 detail: format!(
-                    "{}: {} per GPU of the {} usable, {:.3} s/step predicted, same global batch of {}",
+                    "{}: {} per GPU of the {} this process could have, {:.3} s/step predicted, same global batch of {}",
                     plan.label(),
-                    hb(plan.peak_bytes_per_gpu.saturating_sub(others).saturating_sub(catalog.saturating_sub(room))),
-                    hb(usable),
+                    hb(after),
+                    hb(room),
                     plan.step_time_s,
                     p.dp * t.micro_batch * t.grad_accum
                 ),

@@ -1,25 +1,45 @@
 //! `vram-doctor`: why a PyTorch job ran out of GPU memory, and what to change.
 //!
 //! The input is the error the user has in hand: PyTorch's `CUDA out of memory.
-//! Tried to allocate ...` message ([`message::parse`], every 2.x layout). It
-//! may come with the model and setup ([`Job`]: the same knobs as `vram
-//! estimate`), `torch.cuda.memory_stats()` dumps ([`stats::parse`]), the
-//! alloc/free events of a memory snapshot, a `vram record` recording, and the
-//! processes NVML lists on the device now. [`diagnose`] weighs them and
-//! returns causes and ranked remedies, each with its numbers:
+//! Tried to allocate ...` message ([`message::parse`], every layout from 1.0
+//! to 2.9, read through log noise), or a serving engine's start-up memory
+//! error ([`serving::parse`]: vLLM, SGLang). [`read`] tells them apart. A
+//! PyTorch message may come with the model and setup ([`Job`]: the same
+//! knobs as `vram estimate`), `torch.cuda.memory_stats()` dumps
+//! ([`stats::parse`]), the alloc/free events of a memory snapshot, a `vram
+//! record` recording, and the processes NVML lists on the device now.
+//! [`diagnose`] weighs them and returns causes and ranked remedies, each with
+//! its numbers; its documentation lists the mechanisms (the `allowed` cap as
+//! `alloc_block` checks it, a request no larger than the free memory that the
+//! figures cannot explain, what the process could hold at most, other
+//! processes, memory outside PyTorch, CUDA-graph pools, fragmentation, the
+//! step, growth). [`serving::explain`] explains the knob an engine's error
+//! names, with the capacity model's figures when they are given
+//! ([`serving::CapacityFigures`]).
 //!
-//! - **fragmentation** (memory reserved by PyTorch but unallocated could have
-//!   served the request): `expandable_segments:True` or vramkit's allocator,
-//!   with what each saves on this job when a snapshot is given (its events
-//!   replayed through each policy by `vram_alloc::replay`);
-//! - **the step is too large**: the estimate's breakdown and the fastest
-//!   configuration that fits the memory actually left on the device
-//!   (`vram_plan::search` over recomputation, micro-batch with accumulation,
-//!   ZeRO and offload, with the user's optimizer and with 8-bit Adam);
-//! - **other processes** holding memory (from the message, and from NVML);
-//! - **a per-process cap** (`set_per_process_memory_fraction`);
-//! - **growth that suggests a leak** (two `memory_stats()` dumps, or a
-//!   recording's leak check).
+//! Each rule of issue 24 is one mechanism, in one place:
+//!
+//! 1. the 1.0–1.3 `C cached)` layout is cached-but-unallocated, reserved =
+//!    A + C: [`message`] (`Layout::Cached`);
+//! 2. a request no larger than the free memory is [`CauseKind::Unexplained`]
+//!    and nothing is "enough": [`diagnose`];
+//! 3. "could hold at most" is reserved + free, capped by `allowed`:
+//!    [`Figures::could_hold_bytes`];
+//! 4. the cap decides when reserved + request > allowed (`alloc_block`), the
+//!    headroom is allowed − reserved: [`CauseKind::ProcessCap`];
+//! 5. without a `this process` line, the smallest listed process holding about
+//!    what PyTorch reserved, or none, and a note says which:
+//!    [`message::SelfProcess`];
+//! 6. impossible figures get a note and are set aside: [`Figures`];
+//! 7. log noise around the message: [`message::parse`];
+//! 8. memory outside PyTorch far beyond a CUDA context
+//!    ([`CONTEXT_MAX_BYTES`]): [`CauseKind::OutsidePytorch`];
+//! 9. slack is fragmentation only when it would serve the request and leave
+//!    room: [`CauseKind::Fragmentation`];
+//! 10. CUDA-graph pools: [`CauseKind::PrivatePools`];
+//! 11. causes ranked by tier, remedies in their cause's order, a recording's
+//!     leak on another GPU is a note: [`diagnose`];
+//! 12. vLLM's and SGLang's start-up errors: [`serving`].
 //!
 //! Pure: no files, no clocks, no GPU; the CLI reads the inputs and asks NVML.
 //!
@@ -39,12 +59,39 @@
 
 mod diagnose;
 pub mod message;
+pub mod serving;
 pub mod stats;
 
 pub use diagnose::{
-    diagnose, human_bytes, Cause, CauseKind, Diagnosis, EstimateSummary, Inputs, Job, PolicySaving,
-    Remedy,
+    diagnose, human_bytes, Cause, CauseKind, Diagnosis, EstimateSummary, Figures, Inputs, Job,
+    PolicySaving, Remedy, CONTEXT_MAX_BYTES,
 };
+
+/// What the doctor found in its input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reading {
+    /// PyTorch's out-of-memory message.
+    Oom(message::OomMessage),
+    /// A serving engine's start-up memory error.
+    Serving(serving::ServingError),
+}
+
+/// Reads the input: PyTorch's message when there is one (a serving engine's
+/// log may hold both; the PyTorch error is the one with figures), else a
+/// serving engine's start-up memory error.
+///
+/// # Errors
+/// [`DoctorError::Unparseable`] when neither is found, or PyTorch's message
+/// cannot be read.
+pub fn read(text: &str) -> Result<Reading> {
+    match message::parse(text) {
+        Ok(m) => Ok(Reading::Oom(m)),
+        Err(e) => match serving::parse(text) {
+            Some(s) => Ok(Reading::Serving(s)),
+            None => Err(e),
+        },
+    }
+}
 
 /// Errors of the doctor; all of them are the user's input.
 #[derive(Debug, thiserror::Error)]

@@ -1,26 +1,39 @@
 //! PyTorch's CUDA out-of-memory message, parsed.
 //!
 //! The caching allocator (`c10/cuda/CUDACachingAllocator.cpp`,
-//! `DeviceCachingAllocator::malloc`) raises `torch.OutOfMemoryError`
-//! (`torch.cuda.OutOfMemoryError` before 2.5) with one of two layouts:
+//! `DeviceCachingAllocator::malloc`) raises the error after it has tried its
+//! cache, `cudaMalloc`, and `cudaMalloc` again after freeing every unsplit
+//! cached block. Its text has had three layouts:
 //!
-//! * PyTorch 1.x and 2.0: `CUDA out of memory. Tried to allocate S (GPU d;
-//!   T total capacity; A already allocated; F free; [L allowed; ]R reserved
-//!   in total by PyTorch) If reserved memory is >> allocated memory try setting
-//!   max_split_size_mb ...` (before 1.10: `R cached)`);
-//! * PyTorch 2.1 and later: `CUDA out of memory. Tried to allocate S. GPU d
-//!   has a total capacity of T of which F is free. ` then, from NVML, one
-//!   `Process P has X memory in use. ` per process on the device, this one
-//!   written `Including non-PyTorch memory, this process has X memory in use. `,
+//! * **PyTorch 1.0–1.3** (`THCCachingAllocator`): `CUDA out of memory. Tried
+//!   to allocate S (GPU d; T total capacity; A already allocated; F free; C
+//!   cached)`, where C is `amount_cached - amount_allocated`: the cached bytes
+//!   **not** in live tensors. Reserved is therefore A + C ([`Layout::Cached`]).
+//!   (Read in Huawei's torch_npu copy of that allocator,
+//!   `NPUCachingAllocator.cpp`, which keeps the 1.x text and its comment "the
+//!   sum of allocated + free + cached may be less than the total capacity".)
+//! * **PyTorch 1.4–2.0**: `(GPU d; T total capacity; A already allocated; F
+//!   free; [L allowed; ]R reserved in total by PyTorch)` with R
+//!   `reserved_bytes.all.current`; `L allowed;` from 1.8
+//!   (`set_per_process_memory_fraction`); the `max_split_size_mb` hint from
+//!   1.10 ([`Layout::Legacy`]).
+//! * **PyTorch 2.1 and later**: `CUDA out of memory. Tried to allocate S. GPU d
+//!   has a total capacity of T of which F is free. ` then `reportProcessMemoryInfo`'s
+//!   NVML lines in NVML's order, `Process P has X memory in use. ` for others and
+//!   `Including non-PyTorch memory, this process has X memory in use. ` for
+//!   this one (none at all without NVML: ROCm builds, containers without it),
 //!   then `[L allowed; ]Of the allocated memory A is allocated by PyTorch,
 //!   [with G allocated in private pools (e.g., CUDA Graphs), ]and U is reserved
-//!   by PyTorch but unallocated.` and a hint (2.1: `max_split_size_mb`; 2.2
-//!   and later: `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`). 2.1
-//!   spelled it `total capacty`.
+//!   by PyTorch but unallocated.` and a hint. A includes G (the free blocks of
+//!   CUDA-graph pools) and U excludes it, so reserved = A + U. 2.1 spelled it
+//!   `total capacty`; ROCm builds say `HIP out of memory` ([`Layout::Current`]).
 //!
 //! Sizes are `format_size`'s: `N bytes` up to 1 KiB, else two decimals of
 //! KiB, MiB or GiB (binary units). [`parse`] finds the message anywhere in
-//! its input (a whole traceback is fine) and reads every figure.
+//! its input: a whole traceback, a log with timestamps, `[rank0]:` or
+//! `grep -n` prefixes, comment (`# `) or quote (`> `) markers, lines wrapped,
+//! the message repeated (chained exceptions, several ranks: the first whole
+//! one is read), or embedded in a Python dict or JSON string (`\n` escapes).
 
 use serde::Serialize;
 
@@ -39,14 +52,40 @@ pub struct MessageProcess {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Layout {
-    /// PyTorch 1.x / 2.0: `(GPU 0; ... total capacity; ... already allocated; ...)`.
+    /// PyTorch 1.0–1.3: `(GPU 0; ... already allocated; ... free; C cached)`,
+    /// C being cached but not allocated.
+    Cached,
+    /// PyTorch 1.4–2.0: `(GPU 0; ... already allocated; ... free; ... reserved in total by PyTorch)`.
     Legacy,
     /// PyTorch 2.1 and later: `GPU 0 has a total capacity of ... of which ... is free.`
     Current,
 }
 
+/// How the message's `this process` figure was found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "how")]
+pub enum SelfProcess {
+    /// The message has an `Including non-PyTorch memory, this process has ...` line.
+    Named,
+    /// No such line, but the message lists processes: the smallest listed
+    /// process holding at least what PyTorch reserved (and at most
+    /// [`SELF_EXTRA_BYTES`] or a tenth more) is taken as this one (a
+    /// container: NVML's pids are the host's, so PyTorch does not recognise
+    /// itself).
+    Chosen {
+        /// Its pid as the message lists it.
+        pid: u32,
+    },
+    /// Processes are listed but none holds about what PyTorch reserved: this
+    /// process is not among them, and every listed one is another process.
+    NotListed,
+    /// The message lists no process at all (1.x/2.0 layouts, ROCm, no NVML).
+    NoList,
+}
+
 /// Every figure of an out-of-memory message, in bytes. Figures are exact to
-/// the message's rounding (two decimals of the unit printed).
+/// the message's rounding (two decimals of the unit printed); a figure too
+/// large for 64 bits (an underflowed counter) reads as `u64::MAX`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OomMessage {
     /// The layout the figures were read from.
@@ -63,10 +102,9 @@ pub struct OomMessage {
     pub allocated_bytes: u64,
     /// Bytes the caching allocator holds (`memory_reserved()`).
     pub reserved_bytes: u64,
-    /// The pid NVML gave this process when the message listed it as
-    /// `Process N` (a container: another pid namespace).
-    pub self_pid_in_list: Option<u32>,
-    /// Of `allocated_bytes`, what private pools (CUDA graphs) hold (2.7+ messages).
+    /// How this process's line was found.
+    pub self_process: SelfProcess,
+    /// Of `allocated_bytes`, what private pools (CUDA graphs) hold (2.x messages that say).
     pub private_pool_bytes: Option<u64>,
     /// The per-process cap from `set_per_process_memory_fraction`, when set.
     pub allowed_bytes: Option<u64>,
@@ -75,10 +113,14 @@ pub struct OomMessage {
     pub this_process_bytes: Option<u64>,
     /// The other processes on the device (2.1+ messages, when NVML works).
     pub other_processes: Vec<MessageProcess>,
+    /// A ROCm build's message (`HIP out of memory`; its settings are
+    /// `PYTORCH_HIP_ALLOC_CONF`).
+    pub hip: bool,
 }
 
 impl OomMessage {
-    /// Reserved by PyTorch but not in any live tensor: free blocks in its cache.
+    /// Reserved by PyTorch but not in any live tensor nor private pool: free
+    /// blocks in its cache.
     pub fn reserved_unallocated_bytes(&self) -> u64 {
         self.reserved_bytes.saturating_sub(self.allocated_bytes)
     }
@@ -92,12 +134,16 @@ impl OomMessage {
 
     /// Bytes the other processes listed hold.
     pub fn other_process_bytes(&self) -> u64 {
-        self.other_processes.iter().map(|p| p.bytes).sum()
+        self.other_processes
+            .iter()
+            .fold(0u64, |a, p| a.saturating_add(p.bytes))
     }
 }
 
 /// One size as `format_size` prints it: `123 bytes`, `1.50 KiB`, `20.00 MiB`,
-/// `79.19 GiB` (also `TiB`, and `B`/`KB`-style units for tolerance).
+/// `79.19 GiB` (also `TiB`, and `B`/`KB`-style units for tolerance). A
+/// finite size beyond 64 bits saturates to `u64::MAX` (PyTorch has printed
+/// `17179869184.00 GiB`, 2^64 bytes, for an underflowed counter).
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
     let (num, unit) = s.split_once(' ')?;
@@ -114,7 +160,11 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     let b = (v * mult).round();
-    (b < 1.8e19).then_some(b as u64)
+    b.is_finite().then_some(if b >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        b as u64
+    })
 }
 
 /// Reads a size at the start of `s` (number, space, unit); returns it and the rest.
@@ -148,6 +198,115 @@ fn unparseable(reason: String) -> DoctorError {
 
 const START: &str = "out of memory. Tried to allocate ";
 
+/// The most a process holds beyond PyTorch's reservation for a listed
+/// process to be taken as this one when the message has no `this process`
+/// line (or a tenth of the reservation, when larger): a CUDA context
+/// (0.5–1.5 GiB) and NCCL's buffers. A process far larger than what PyTorch
+/// reserved is a neighbour, not this process.
+pub const SELF_EXTRA_BYTES: u64 = 3 << 30;
+
+/// A token that is a log timestamp: digits with `-`, `:`, `T`, `.`, `,`,
+/// `Z`, `+` or `/`, with two separators (`2021-12-08T01:25:15.387Z`,
+/// `12:50:58,411`) or a month-day (`08-14`). Sizes hold neither, and a
+/// `grep -n` number glued to a figure (`123:1.50`) has one separator.
+fn is_stamp(tok: &str) -> bool {
+    let seps = tok.chars().filter(|c| matches!(c, '-' | ':')).count();
+    let month_day = tok.split_once('-').is_some_and(|(a, b)| {
+        (1..=4).contains(&a.len()) && (1..=2).contains(&b.len()) && !b.contains(':')
+    });
+    tok.starts_with(|c: char| c.is_ascii_digit())
+        && tok
+            .chars()
+            .all(|c| c.is_ascii_digit() || "-:T.,Z+/".contains(c))
+        && (seps >= 2 || month_day)
+}
+
+/// Strips what logs, quoting and tools put before each line: comment and
+/// quote markers, `[...]` groups (`[rank0]:`, `[2024-01-01 12:00:00]`),
+/// timestamps, `grep -n`'s `N:` / `file:N:`.
+fn strip_line_prefix(mut l: &str) -> &str {
+    loop {
+        let before = l.len();
+        l = l.trim_start();
+        for p in [">", "#", "//", "|", "*"] {
+            if let Some(r) = l.strip_prefix(p) {
+                l = r;
+            }
+        }
+        l = l.trim_start();
+        if l.starts_with('[') {
+            if let Some(i) = l.find(']').filter(|&i| i < 100) {
+                l = l[i + 1..].trim_start_matches(':');
+            }
+        }
+        // vLLM's `(VllmWorker rank=1 pid=254) ` / `(EngineCore_DP0 pid=7) `.
+        if l.starts_with('(') {
+            if let Some(i) = l.find(')').filter(|&i| i < 80 && l[..i].contains('=')) {
+                l = &l[i + 1..];
+            }
+        }
+        for level in [
+            "INFO ",
+            "WARNING ",
+            "WARN ",
+            "ERROR ",
+            "DEBUG ",
+            "CRITICAL ",
+        ] {
+            if let Some(r) = l.strip_prefix(level) {
+                l = r;
+            }
+        }
+        let tok_end = l.find(char::is_whitespace).unwrap_or(l.len());
+        let tok = &l[..tok_end];
+        if is_stamp(tok) || (tok.ends_with(']') && tok.contains(".py:")) {
+            // A timestamp, or old vLLM's `multiproc_worker_utils.py:233]`.
+            l = &l[tok_end..];
+        } else if let Some(i) = l[..tok_end].find(':') {
+            // grep -n: `1234:rest` or `train.log:1234:rest`.
+            let (a, b) = (&l[..i], &l[i + 1..]);
+            let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+            if digits(a) {
+                l = b;
+            } else if let Some(j) = b[..tok_end - i - 1].find([':', '-']) {
+                if !a.contains(' ') && a.contains('.') && digits(&b[..j]) {
+                    l = &b[j + 1..];
+                }
+            }
+        }
+        if l.len() == before {
+            return l;
+        }
+    }
+}
+
+/// The input as one line: escapes of a Python or JSON string undone, each
+/// line's prefixes stripped, lines joined with `sep` (a space for lines
+/// wrapped between words; nothing for lines cut at a fixed width, inside a
+/// word or a figure), runs of spaces made one space.
+fn flatten(text: &str, sep: &str) -> String {
+    let text = text
+        .replace("\\r\\n", "\n")
+        .replace("\\n", "\n")
+        .replace("\\'", "'")
+        .replace("\\\"", "\"");
+    text.lines()
+        .map(|l| {
+            let st = strip_line_prefix(l);
+            // Cut at a fixed width, a line's leading space is the text's.
+            if sep.is_empty() && st.len() == l.trim_start().len() {
+                l
+            } else {
+                st
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(sep)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Finds and parses the out-of-memory message in `text`.
 ///
 /// # Errors
@@ -166,22 +325,19 @@ const START: &str = "out of memory. Tried to allocate ";
 /// assert_eq!(m.reserved_unallocated_bytes(), 1_095_216_660);
 /// ```
 pub fn parse(text: &str) -> Result<OomMessage> {
-    // Line breaks (wrapped logs) become spaces and runs of spaces collapse;
-    // a log prefix in brackets at the start of a line (`[rank0]:`) goes.
-    let flat: String = text
-        .lines()
-        .map(|l| {
-            let l = l.trim_start();
-            match (l.starts_with('['), l.find("]:")) {
-                (true, Some(i)) => &l[i + 2..],
-                _ => l,
-            }
-        })
-        .flat_map(str::split_whitespace)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let Some(start) = flat.find(START) else {
-        let reason = if flat.contains("CUDA error: out of memory") {
+    match parse_flat(&flatten(text, " ")) {
+        Ok(m) => Ok(m),
+        // Lines cut at a fixed width, inside a figure: join them as they are.
+        Err(e) => parse_flat(&flatten(text, "")).map_err(|_| e),
+    }
+}
+
+fn parse_flat(flat: &str) -> Result<OomMessage> {
+    let starts: Vec<usize> = flat.match_indices(START).map(|(i, _)| i).collect();
+    if starts.is_empty() {
+        let reason = if flat.contains("CUDA error: out of memory")
+            || flat.contains("HIP error: out of memory")
+        {
             "this is the CUDA runtime's `CUDA error: out of memory` (a kernel, library or context \
              allocation outside PyTorch's allocator): it carries no figures; paste the \
              `CUDA out of memory. Tried to allocate ...` message instead"
@@ -191,8 +347,25 @@ pub fn parse(text: &str) -> Result<OomMessage> {
                 .to_string()
         };
         return Err(unparseable(reason));
-    };
-    let msg = &flat[start + START.len()..];
+    }
+    // Each occurrence up to the next one; the first that reads whole wins.
+    let mut first_err = None;
+    for (k, &s) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).copied().unwrap_or(flat.len());
+        match parse_one(&flat[s + START.len()..end]) {
+            Ok(mut m) => {
+                m.hip = flat[..s].ends_with("HIP ");
+                return Ok(m);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_err.expect("at least one occurrence"))
+}
+
+fn parse_one(msg: &str) -> Result<OomMessage> {
     let (requested_bytes, rest) =
         size_prefix(msg).ok_or_else(|| unparseable("no size after `Tried to allocate`".into()))?;
     if let Some(r) = rest.strip_prefix(" (GPU ") {
@@ -200,7 +373,7 @@ pub fn parse(text: &str) -> Result<OomMessage> {
     }
     let r = rest.strip_prefix(". GPU ").ok_or_else(|| {
         unparseable(
-            "neither `. GPU n has a total capacity` (2.1+) nor `(GPU n;` (2.0) after the request"
+            "neither `. GPU n has a total capacity` (2.1+) nor `(GPU n;` (1.x/2.0) after the request"
                 .into(),
         )
     })?;
@@ -217,7 +390,7 @@ pub fn parse(text: &str) -> Result<OomMessage> {
         if let Some(p) = cursor.strip_prefix("Including non-PyTorch memory, this process has ") {
             let (v, rest) =
                 size_prefix(p).ok_or_else(|| unparseable("no size for this process".into()))?;
-            this_process_bytes = Some(this_process_bytes.unwrap_or(0) + v);
+            this_process_bytes = Some(this_process_bytes.unwrap_or(0u64).saturating_add(v));
             cursor = rest.strip_prefix(" memory in use. ").unwrap_or(rest);
         } else if let Some(p) = cursor.strip_prefix("Process ") {
             let pid = leading_u32(p).ok_or_else(|| unparseable("no pid after `Process`".into()))?;
@@ -230,17 +403,19 @@ pub fn parse(text: &str) -> Result<OomMessage> {
             break;
         }
     }
-    // In a container NVML's pids are the host's, so PyTorch does not
-    // recognise itself and lists this process as `Process N`: with no
-    // `this process` entry, the listed process holding at least PyTorch's
-    // reservation is this one.
-    let self_in_list = this_process_bytes.is_none() && !other_processes.is_empty();
     let allowed_bytes = size_prefix(cursor)
         .filter(|(_, rest)| rest.starts_with(" allowed;"))
         .map(|(v, _)| v);
+    if after(r, "Of the allocated memory ").is_none() {
+        return Err(unparseable(
+            "the message stops before `Of the allocated memory ...` (PyTorch's own figures): paste it whole"
+                .into(),
+        ));
+    }
     let allocated_bytes = field(r, "Of the allocated memory ", "allocated by PyTorch")?;
     let private_pool_bytes = after(r, " is allocated by PyTorch, with ")
         .and_then(size_prefix)
+        .filter(|(_, rest)| rest.starts_with(" allocated in private pools"))
         .map(|(v, _)| v);
     let unallocated = after(r, " is allocated by PyTorch, ")
         .and_then(|s| after(s, "and "))
@@ -248,23 +423,34 @@ pub fn parse(text: &str) -> Result<OomMessage> {
         .filter(|(_, rest)| rest.starts_with(" is reserved by PyTorch but unallocated"))
         .map(|(v, _)| v)
         .ok_or_else(|| unparseable("no `... is reserved by PyTorch but unallocated`".into()))?;
-    // Both 2.1's (allocated, reserved - allocated) and 2.7+'s (allocated
-    // + private, reserved - allocated - private) sum to reserved.
+    // PyTorch prints allocated + private and reserved - allocated - private:
+    // they sum to reserved.
     let reserved_bytes = allocated_bytes.saturating_add(unallocated);
-    let mut self_pid = None;
-    if self_in_list {
-        if let Some(i) = other_processes
+    let self_process = if this_process_bytes.is_some() {
+        SelfProcess::Named
+    } else if other_processes.is_empty() {
+        SelfProcess::NoList
+    } else {
+        // No `this process` line: the smallest listed process holding at
+        // least PyTorch's reservation, and not more than a CUDA context and
+        // communication buffers beyond it, is this one seen from another pid
+        // namespace; if none does, this process is not listed.
+        let most = reserved_bytes.saturating_add(SELF_EXTRA_BYTES.max(reserved_bytes / 10));
+        match other_processes
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.bytes >= reserved_bytes)
-            .max_by_key(|(_, p)| p.bytes)
+            .filter(|(_, p)| p.bytes >= reserved_bytes && p.bytes <= most)
+            .min_by_key(|(_, p)| p.bytes)
             .map(|(i, _)| i)
         {
-            let me = other_processes.remove(i);
-            this_process_bytes = Some(me.bytes);
-            self_pid = Some(me.pid);
+            Some(i) => {
+                let me = other_processes.remove(i);
+                this_process_bytes = Some(me.bytes);
+                SelfProcess::Chosen { pid: me.pid }
+            }
+            None => SelfProcess::NotListed,
         }
-    }
+    };
     Ok(OomMessage {
         layout: Layout::Current,
         requested_bytes,
@@ -273,11 +459,12 @@ pub fn parse(text: &str) -> Result<OomMessage> {
         free_bytes,
         allocated_bytes,
         reserved_bytes,
-        self_pid_in_list: self_pid,
+        self_process,
         private_pool_bytes,
         allowed_bytes,
         this_process_bytes,
         other_processes,
+        hip: false,
     })
 }
 
@@ -306,22 +493,34 @@ fn legacy(requested_bytes: u64, r: &str) -> Result<OomMessage> {
         allowed_bytes = Some(v);
         rest = &r2[" allowed;".len()..];
     }
-    let (reserved_bytes, tail) = size_prefix(rest)
-        .filter(|(_, t)| t.starts_with(" reserved in total by PyTorch") || t.starts_with(" cached"))
-        .ok_or_else(|| unparseable("no `... reserved in total by PyTorch)`".into()))?;
-    let _ = tail;
+    let (last, tail) = size_prefix(rest).ok_or_else(|| {
+        unparseable(
+            "no `... reserved in total by PyTorch)` (1.4–2.0) nor `... cached)` (1.0–1.3)".into(),
+        )
+    })?;
+    let (layout, reserved_bytes) = if tail.starts_with(" reserved in total by PyTorch") {
+        (Layout::Legacy, last)
+    } else if tail.starts_with(" cached") {
+        // 1.0-1.3: `format_size(amount_cached - amount_allocated) " cached)"`.
+        (Layout::Cached, allocated_bytes.saturating_add(last))
+    } else {
+        return Err(unparseable(
+            "no `... reserved in total by PyTorch)` (1.4–2.0) nor `... cached)` (1.0–1.3)".into(),
+        ));
+    };
     Ok(OomMessage {
-        layout: Layout::Legacy,
+        layout,
         requested_bytes,
         device,
         total_bytes,
         free_bytes,
         allocated_bytes,
         reserved_bytes,
-        self_pid_in_list: None,
+        self_process: SelfProcess::NoList,
         private_pool_bytes: None,
         allowed_bytes,
         this_process_bytes: None,
         other_processes: Vec::new(),
+        hip: false,
     })
 }

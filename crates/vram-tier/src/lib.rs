@@ -26,7 +26,7 @@
 //! device, so the driver migrates their pages back by itself. A caller that
 //! owns the pointers can move a block back itself: copy it into a new
 //! allocation (which tries the device first) and free the old one —
-//! `vramkit_torch.rebalance()` does this for PyTorch tensors.
+//! `vramkit.torch.rebalance()` does this for PyTorch tensors.
 //!
 //! [`SimHost`] is the always-compiled simulated host tier; `vram-cuda`
 //! provides the CUDA one.

@@ -220,7 +220,7 @@ pub extern "C" fn vram_empty_cache(device: c_int) -> c_int {
     })
 }
 
-/// Marks the end of a training step on `device` (`vramkit_torch.step()`):
+/// Marks the end of a training step on `device` (`vramkit.torch.step()`):
 /// allocations alive across marks become candidates for host memory under
 /// pressure, and moved ones come back when the last step's transient need
 /// fits. Returns the bytes brought back, or -1 on error.

@@ -3,6 +3,9 @@
 
 mod diagnose;
 mod message;
+mod props;
+mod rules;
+mod serving;
 
 /// A fixture's text.
 pub fn fixture(name: &str) -> String {

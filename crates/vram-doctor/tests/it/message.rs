@@ -1,12 +1,12 @@
 use proptest::prelude::*;
 use vram_doctor::human_bytes;
-use vram_doctor::message::{parse, parse_size, Layout, MessageProcess};
+use vram_doctor::message::{parse, parse_size, Layout, MessageProcess, SelfProcess};
 
 use crate::{fixture, gib, mib};
 
 #[test]
 fn pytorch_2_0_layout_inside_a_traceback() {
-    // PyTorch 1.10-2.0: "(GPU d; T total capacity; A already allocated; F free; R reserved in total by PyTorch)".
+    // PyTorch 1.4-2.0: "(GPU d; T total capacity; A already allocated; F free; R reserved in total by PyTorch)".
     let m = parse(&fixture("pytorch-2.0.txt")).unwrap();
     assert_eq!(m.layout, Layout::Legacy);
     assert_eq!(m.requested_bytes, 20 << 20);
@@ -71,7 +71,7 @@ fn a_container_lists_itself_as_another_process() {
     assert_eq!(m.device, 1);
     assert!(m.other_processes.is_empty(), "{:?}", m.other_processes);
     assert_eq!(m.this_process_bytes, Some(gib(91.82)));
-    assert_eq!(m.self_pid_in_list, Some(2752205));
+    assert_eq!(m.self_process, SelfProcess::Chosen { pid: 2752205 });
     assert_eq!(m.reserved_bytes, gib(90.63) + mib(120.54));
 }
 
@@ -123,6 +123,8 @@ fn what_is_not_a_message_gets_a_specific_error() {
         ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which", "free memory"),
         ("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.19 GiB total capacity; 1.00 GiB already", "already allocated"),
         ("CUDA out of memory. Tried to allocate 2.00 GiB and then", "neither"),
+        ("OutOfMemoryError: CUDA out of memory. Tried to allocate 162.00 MiB. GPU 0 has a total capacity of 14.56 GiB of which 29.81 MiB is free. Including non-PyTorch memory, this process has 14.53 GiB memory in use.", "paste it whole"),
+        ("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.19 GiB total capacity; 1.00 GiB already allocated; 2.00 GiB free; 3.00 GiB in use)", "cached)"),
     ] {
         let e = parse(text).unwrap_err().to_string();
         assert!(e.contains(says), "{text:?}: {e}");

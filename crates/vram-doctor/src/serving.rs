@@ -1,0 +1,506 @@
+//! Serving engines' start-up memory errors: vLLM's and SGLang's.
+//!
+//! These are not PyTorch out-of-memory errors: the engine measured the
+//! memory left for its KV cache and refused to start. Each names one knob;
+//! [`explain`] says what the knob does with the message's own figures.
+//!
+//! The texts, from the engines' source:
+//!
+//! * vLLM V0 (`vllm/worker/worker.py`, `raise_if_cache_size_invalid`):
+//!   `No available memory for the cache blocks. Try increasing
+//!   `gpu_memory_utilization` when initializing the engine.` when
+//!   `num_gpu_blocks <= 0`, and `The model's max seq len (L) is larger than
+//!   the maximum number of tokens that can be stored in KV cache (K). Try
+//!   increasing `gpu_memory_utilization` or decreasing `max_model_len` ...`
+//!   when `max_model_len > block_size * num_gpu_blocks`.
+//! * vLLM V1 (`vllm/v1/core/kv_cache_utils.py`,
+//!   `check_enough_kv_cache_memory`): the same `No available memory for the
+//!   cache blocks`, and `To serve at least one request with the model's max
+//!   seq len (L), (N GiB KV cache is needed, which is larger than the
+//!   available KV cache memory (M GiB). Based on the available memory, the
+//!   estimated maximum model length is E. Try increasing ...` (some releases
+//!   write `models's`, or no `(` before N, or no estimate). The profiler's log
+//!   line `Available KV cache memory: -X GiB` often precedes the error.
+//! * vLLM (`vllm/worker/worker.py` / `vllm/v1/worker/gpu_worker.py`):
+//!   `Free memory on device (F/T GiB) on startup is less than desired GPU
+//!   memory utilization (U, X GiB).`
+//! * SGLang (`python/sglang/srt/model_executor/model_runner.py`, later
+//!   `pool_configurator.py`'s `MemoryPoolConfig`): `Not enough memory.
+//!   Please try to increase --mem-fraction-static.`, from 2025 with ` Current
+//!   value: mem_fraction_static=V`, when the profiled `max_total_num_tokens`
+//!   is not positive.
+//!
+//! **Where the capacity model plugs in.** [`CapacityFigures`] is the one
+//! place the serving capacity model (`vram capacity`, engineer "serving"'s
+//! module) hands its figures to the doctor: KV bytes per token, the memory
+//! outside the KV cache, the device. [`explain`] uses them when given
+//! (`Some`) to turn each knob into a number; without them it explains the
+//! knob with the message's figures alone. Nothing else needs to change when
+//! that model lands: build a `CapacityFigures` from its output in the CLI.
+
+use serde::Serialize;
+
+use crate::diagnose::human_bytes;
+use crate::message::parse_size;
+
+/// A serving engine's start-up memory error, with its figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "error")]
+pub enum ServingError {
+    /// vLLM V0: `The model's max seq len (L) is larger than the maximum number
+    /// of tokens that can be stored in KV cache (K)`.
+    VllmMaxSeqLen {
+        /// `max_model_len`.
+        max_model_len: u64,
+        /// Tokens the KV cache holds (`block_size * num_gpu_blocks`).
+        kv_tokens: u64,
+    },
+    /// vLLM V1: `To serve at least one request with the model's max seq len
+    /// (L), (N GiB KV cache is needed, which is larger than the available KV
+    /// cache memory (M GiB).`
+    VllmKvMemory {
+        /// `max_model_len`.
+        max_model_len: u64,
+        /// KV-cache bytes one request of `max_model_len` needs.
+        needed_bytes: u64,
+        /// KV-cache bytes available.
+        available_bytes: u64,
+        /// vLLM's estimate of the longest `max_model_len` that fits, when printed.
+        estimated_max_len: Option<u64>,
+    },
+    /// vLLM: `No available memory for the cache blocks.`
+    VllmNoCacheMemory {
+        /// The profiler's `Available KV cache memory: X GiB` when the log has
+        /// it (negative: that much short), bytes.
+        available_bytes: Option<i64>,
+    },
+    /// vLLM: `Free memory on device (F/T GiB) on startup is less than desired
+    /// GPU memory utilization (U, X GiB).`
+    VllmFreeBelowUtilization {
+        /// Free bytes at start-up.
+        free_bytes: u64,
+        /// Device bytes.
+        total_bytes: u64,
+        /// `gpu_memory_utilization`.
+        utilization: f64,
+        /// `utilization × total`, bytes.
+        desired_bytes: u64,
+    },
+    /// SGLang: `Not enough memory. Please try to increase --mem-fraction-static.`
+    SglangNotEnoughMemory {
+        /// `mem_fraction_static`, when the message prints it.
+        mem_fraction_static: Option<f64>,
+    },
+}
+
+/// What the serving capacity model knows about the engine's configuration:
+/// the single place its figures plug into the doctor (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CapacityFigures {
+    /// The GPU's memory, bytes (per GPU under tensor parallelism).
+    pub device_bytes: u64,
+    /// Everything the engine holds per GPU outside its KV cache: weights,
+    /// the profiled activation peak, CUDA graphs, the CUDA context.
+    pub non_kv_bytes: u64,
+    /// KV-cache bytes per token of context per GPU, all layers.
+    pub kv_bytes_per_token: u64,
+}
+
+/// A remedy for a serving start-up error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServingRemedy {
+    /// The flag (or action) to change.
+    pub action: String,
+    /// True when, by the figures at hand, it makes the engine start.
+    pub enough: bool,
+    /// One line with the figures.
+    pub detail: String,
+}
+
+/// The doctor's answer for a serving start-up error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServingDiagnosis {
+    /// The engine (`vllm`, `sglang`).
+    pub engine: &'static str,
+    /// The error and its figures.
+    pub error: ServingError,
+    /// The knob the message names.
+    pub knob: &'static str,
+    /// What that knob does and why the engine refused, with the figures.
+    pub explanation: String,
+    /// Remedies, the one that fits as is first.
+    pub remedies: Vec<ServingRemedy>,
+    /// The capacity model's figures, when given.
+    pub capacity: Option<CapacityFigures>,
+}
+
+/// The number in the first `(...)` after `pat`.
+fn paren_after(s: &str, pat: &str) -> Option<String> {
+    let i = s.find(pat)? + pat.len();
+    let rest = &s[i..];
+    let open = rest.find('(')?;
+    let close = rest[open..].find(')')? + open;
+    Some(rest[open + 1..close].trim().to_string())
+}
+
+fn num(s: &str) -> Option<u64> {
+    s.trim().replace(',', "").parse().ok()
+}
+
+/// Finds a serving engine's start-up memory error in `text`, if there is one.
+pub fn parse(text: &str) -> Option<ServingError> {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.contains("larger than the maximum number of tokens that can be stored in KV cache") {
+        let max_model_len = num(&paren_after(&flat, "max seq len")?)?;
+        let kv_tokens = num(&paren_after(&flat, "can be stored in KV cache")?)?;
+        return Some(ServingError::VllmMaxSeqLen {
+            max_model_len,
+            kv_tokens,
+        });
+    }
+    if let Some(i) =
+        flat.find("KV cache is needed, which is larger than the available KV cache memory")
+    {
+        let before = &flat[..i];
+        let max_model_len = num(&paren_after(before, "max seq len")?)?;
+        // `..., (16.00 GiB ` or `..., 16.00 GiB `: the two words before `KV cache is needed`.
+        let words: Vec<&str> = before.split_whitespace().collect();
+        let n = words.len();
+        let needed = parse_size(&format!(
+            "{} {}",
+            words.get(n.checked_sub(2)?)?.trim_start_matches('('),
+            words.get(n - 1)?
+        ))?;
+        let after = &flat[i..];
+        let available = parse_size(&paren_after(after, "available KV cache memory")?)?;
+        let estimated_max_len = after
+            .find("estimated maximum model length is ")
+            .and_then(|j| {
+                let r = &after[j + "estimated maximum model length is ".len()..];
+                num(r.split(|c: char| !c.is_ascii_digit()).next()?)
+            });
+        return Some(ServingError::VllmKvMemory {
+            max_model_len,
+            needed_bytes: needed,
+            available_bytes: available,
+            estimated_max_len,
+        });
+    }
+    if flat.contains("No available memory for the cache blocks") {
+        let available_bytes = flat.rfind("Available KV cache memory: ").and_then(|j| {
+            let r = &flat[j + "Available KV cache memory: ".len()..];
+            let mut w = r.split_whitespace();
+            let v = w.next()?;
+            let unit = w.next()?.trim_end_matches(['.', ',']);
+            let neg = v.starts_with('-');
+            let b = parse_size(&format!("{} {unit}", v.trim_start_matches('-')))?;
+            let b = i64::try_from(b).ok()?;
+            Some(if neg { -b } else { b })
+        });
+        return Some(ServingError::VllmNoCacheMemory { available_bytes });
+    }
+    if let Some(i) = flat.find("on startup is less than desired GPU memory utilization") {
+        // `Free memory on device [cuda:0 ](F/T GiB) on startup ... (U, X GiB)`.
+        let j = flat[..i].rfind("Free memory on device")?;
+        let fr = paren_after(&flat[j..], "Free memory on device")?;
+        let (f, t) = fr.split_once('/')?;
+        let unit = t.split_whitespace().nth(1)?;
+        let free_bytes = parse_size(&format!("{} {unit}", f.trim()))?;
+        let total_bytes = parse_size(t.trim())?;
+        let ut = paren_after(&flat[i..], "GPU memory utilization")?;
+        let (u, x) = ut.split_once(',')?;
+        return Some(ServingError::VllmFreeBelowUtilization {
+            free_bytes,
+            total_bytes,
+            utilization: u.trim().parse().ok()?,
+            desired_bytes: parse_size(x.trim())?,
+        });
+    }
+    // Early SGLang spelled it `Not enought memory`.
+    if flat.contains("Please try to increase --mem-fraction-static") {
+        let mem_fraction_static = flat.find("mem_fraction_static=").and_then(|j| {
+            let r = &flat[j + "mem_fraction_static=".len()..];
+            r.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .next()?
+                .trim_end_matches('.')
+                .parse()
+                .ok()
+        });
+        return Some(ServingError::SglangNotEnoughMemory {
+            mem_fraction_static,
+        });
+    }
+    None
+}
+
+/// vLLM's KV-cache block: 16 tokens by default (`--block-size`).
+const VLLM_BLOCK: u64 = 16;
+
+fn floor_to(v: u64, m: u64) -> u64 {
+    v / m * m
+}
+
+fn frac_up(x: f64) -> f64 {
+    (x * 100.0).ceil() / 100.0
+}
+
+/// Explains a serving start-up error: the knob it names, what it does, and
+/// what to set, with the message's figures and, when given, the capacity
+/// model's.
+pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiagnosis {
+    let hb = human_bytes;
+    let mut remedies = Vec::new();
+    let (engine, knob, explanation) = match *err {
+        ServingError::VllmMaxSeqLen {
+            max_model_len,
+            kv_tokens,
+        } => {
+            let fits = floor_to(kv_tokens, VLLM_BLOCK);
+            remedies.push(ServingRemedy {
+                action: format!("--max-model-len {fits}"),
+                enough: fits > 0,
+                detail: format!(
+                    "the KV cache holds {kv_tokens} tokens, so one request of up to {fits} tokens (a multiple of the 16-token block) fits with the memory as it is"
+                ),
+            });
+            remedies.push(raise_utilization(
+                cap,
+                max_model_len,
+                format!(
+                    "the cache must grow {:.2}x (from {kv_tokens} to {max_model_len} tokens)",
+                    max_model_len as f64 / kv_tokens.max(1) as f64
+                ),
+            ));
+            (
+                "vllm",
+                "gpu_memory_utilization / max_model_len",
+                format!(
+                    "vLLM gives its KV cache what is left of gpu_memory_utilization × the GPU's memory after the weights and the profiled activation peak; that holds {kv_tokens} tokens, fewer than the {max_model_len} of one request at max_model_len, so it refuses to start"
+                ),
+            )
+        }
+        ServingError::VllmKvMemory {
+            max_model_len,
+            needed_bytes,
+            available_bytes,
+            estimated_max_len,
+        } => {
+            let per_token = needed_bytes as f64 / max_model_len.max(1) as f64;
+            let fits = estimated_max_len.unwrap_or_else(|| {
+                floor_to(
+                    (available_bytes as f64 / per_token.max(1.0)) as u64,
+                    VLLM_BLOCK,
+                )
+            });
+            remedies.push(ServingRemedy {
+                action: format!("--max-model-len {fits}"),
+                enough: fits > 0,
+                detail: format!(
+                    "{} of KV cache at {:.0} bytes per token ({} / {max_model_len} tokens) holds {fits} tokens{}",
+                    hb(available_bytes),
+                    per_token,
+                    hb(needed_bytes),
+                    if estimated_max_len.is_some() { ", vLLM's own estimate" } else { "" }
+                ),
+            });
+            let mut r = raise_utilization(
+                cap,
+                max_model_len,
+                format!(
+                    "the KV cache needs {} more",
+                    hb(needed_bytes.saturating_sub(available_bytes))
+                ),
+            );
+            if cap.is_none() {
+                r.detail = format!(
+                    "raise it by at least {} divided by the GPU's memory, as long as that memory is free",
+                    hb(needed_bytes.saturating_sub(available_bytes))
+                );
+            }
+            remedies.push(r);
+            (
+                "vllm",
+                "gpu_memory_utilization / max_model_len",
+                format!(
+                    "vLLM needs room in its KV cache for one whole request of max_model_len ({max_model_len} tokens: {}), but what is left of gpu_memory_utilization × the GPU's memory after the weights and the profiled activation peak is {}",
+                    hb(needed_bytes),
+                    hb(available_bytes)
+                ),
+            )
+        }
+        ServingError::VllmNoCacheMemory { available_bytes } => {
+            let short = available_bytes.filter(|&b| b < 0).map(|b| b.unsigned_abs());
+            let mut r = match cap {
+                Some(c) => {
+                    let need = c.non_kv_bytes.saturating_add(c.kv_bytes_per_token.saturating_mul(VLLM_BLOCK));
+                    ServingRemedy {
+                        action: format!(
+                            "--gpu-memory-utilization {:.2}",
+                            frac_up(need as f64 / c.device_bytes.max(1) as f64)
+                        ),
+                        enough: need <= c.device_bytes,
+                        detail: format!(
+                            "the capacity model puts what precedes the cache at {} on a {} GPU",
+                            hb(c.non_kv_bytes),
+                            hb(c.device_bytes)
+                        ),
+                    }
+                }
+                None => ServingRemedy {
+                    action: "raise --gpu-memory-utilization".into(),
+                    enough: false,
+                    detail: match short {
+                        Some(s) => format!(
+                            "the profiler found the cache {} short: raise it by at least {} / the GPU's memory, as long as that memory is free",
+                            hb(s),
+                            hb(s)
+                        ),
+                        None => "by how much depends on the weights and the activation peak (the log's `Available KV cache memory` line says)".into(),
+                    },
+                },
+            };
+            r.detail.push_str(
+                "; in vLLM V0, other processes on the GPU count against the fraction too",
+            );
+            remedies.push(r);
+            remedies.push(ServingRemedy {
+                action: "shrink what precedes the cache: --max-num-batched-tokens or --max-num-seqs (the profiled activation peak), quantized weights, or --tensor-parallel-size".into(),
+                enough: false,
+                detail: "each lowers the memory taken before the KV cache is sized".into(),
+            });
+            (
+                "vllm",
+                "gpu_memory_utilization",
+                format!(
+                    "vLLM gives its KV cache what is left of gpu_memory_utilization × the GPU's memory after the weights and the profiled activation peak; nothing was left{}",
+                    match available_bytes {
+                        Some(b) if b < 0 => format!(" (the profiler's `Available KV cache memory` was {} short)", hb(b.unsigned_abs())),
+                        Some(b) => format!(" (`Available KV cache memory`: {})", hb(b as u64)),
+                        None => String::new(),
+                    }
+                ),
+            )
+        }
+        ServingError::VllmFreeBelowUtilization {
+            free_bytes,
+            total_bytes,
+            utilization,
+            desired_bytes,
+        } => {
+            let max_u = (free_bytes as f64 / total_bytes.max(1) as f64 * 100.0).floor() / 100.0;
+            remedies.push(ServingRemedy {
+                action: format!("--gpu-memory-utilization {max_u:.2}"),
+                enough: true,
+                detail: format!(
+                    "{} free of {}: at most {max_u:.2} of the GPU can be asked for (the KV cache shrinks by {})",
+                    hb(free_bytes),
+                    hb(total_bytes),
+                    hb(desired_bytes.saturating_sub((max_u * total_bytes as f64) as u64))
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "stop what holds the rest of the GPU (another process, a previous instance of the server)".into(),
+                enough: true,
+                detail: format!("{} of the GPU was in use before vLLM started", hb(total_bytes.saturating_sub(free_bytes))),
+            });
+            (
+                "vllm",
+                "gpu_memory_utilization",
+                format!(
+                    "gpu_memory_utilization is a share of the whole GPU: {utilization} × {} = {}, but only {} was free at start-up",
+                    hb(total_bytes),
+                    hb(desired_bytes),
+                    hb(free_bytes)
+                ),
+            )
+        }
+        ServingError::SglangNotEnoughMemory {
+            mem_fraction_static,
+        } => {
+            let r = match cap {
+                Some(c) => {
+                    // SGLang's static pool holds the weights and the KV pool;
+                    // at least one request's worth of tokens (one page) must remain.
+                    let need = c.non_kv_bytes.saturating_add(c.kv_bytes_per_token);
+                    ServingRemedy {
+                        action: format!(
+                            "--mem-fraction-static {:.2}",
+                            frac_up(need as f64 / c.device_bytes.max(1) as f64)
+                        ),
+                        enough: need <= c.device_bytes,
+                        detail: format!(
+                            "the capacity model puts the weights and what else the static pool holds at {} on a {} GPU",
+                            hb(c.non_kv_bytes),
+                            hb(c.device_bytes)
+                        ),
+                    }
+                }
+                None => ServingRemedy {
+                    action: format!(
+                        "raise --mem-fraction-static{}",
+                        mem_fraction_static
+                            .map(|v| format!(" above {v}"))
+                            .unwrap_or_default()
+                    ),
+                    enough: false,
+                    detail: "until the static pool holds the weights plus a KV pool; the rest of the GPU is left for activations and CUDA graphs, so going too high moves the failure to run time".into(),
+                },
+            };
+            remedies.push(r);
+            remedies.push(ServingRemedy {
+                action: "shrink the weights (a quantized checkpoint) or spread them (--tp-size)"
+                    .into(),
+                enough: false,
+                detail: "leaves more of the static pool to the KV cache".into(),
+            });
+            (
+                "sglang",
+                "mem_fraction_static",
+                format!(
+                    "mem_fraction_static{} is the share of the GPU memory free at start-up that SGLang's static pool takes, the weights and the KV cache together (its profile: what is free after loading less (1 - mem_fraction_static) of what was free before goes to the KV pool); after the weights, the KV pool got no tokens. The fix is to raise it",
+                    mem_fraction_static.map(|v| format!(" ({v})")).unwrap_or_default()
+                ),
+            )
+        }
+    };
+    ServingDiagnosis {
+        engine,
+        error: err.clone(),
+        knob,
+        explanation,
+        remedies,
+        capacity: cap.copied(),
+    }
+}
+
+/// Raising vLLM's `gpu_memory_utilization` for one request of `max_model_len`.
+fn raise_utilization(
+    cap: Option<&CapacityFigures>,
+    max_model_len: u64,
+    why: String,
+) -> ServingRemedy {
+    match cap {
+        Some(c) => {
+            let need = c
+                .non_kv_bytes
+                .saturating_add(c.kv_bytes_per_token.saturating_mul(max_model_len));
+            let u = frac_up(need as f64 / c.device_bytes.max(1) as f64);
+            ServingRemedy {
+                action: format!("--gpu-memory-utilization {u:.2}"),
+                enough: u <= 0.99,
+                detail: format!(
+                    "{why}: {} outside the cache + {max_model_len} tokens × {} per token = {} of the {} GPU (capacity model)",
+                    human_bytes(c.non_kv_bytes),
+                    human_bytes(c.kv_bytes_per_token),
+                    human_bytes(need),
+                    human_bytes(c.device_bytes)
+                ),
+            }
+        }
+        None => ServingRemedy {
+            action: "raise --gpu-memory-utilization".into(),
+            enough: false,
+            detail: format!("{why}; as long as that memory is free on the GPU"),
+        },
+    }
+}

@@ -1,0 +1,550 @@
+//! Issue 24's rules, one test each, on messages of that shape
+//! (`tests/data/messages/README.md` names the source of every one).
+
+use vram_doctor::message::{parse, Layout, SelfProcess};
+use vram_doctor::{diagnose, human_bytes, CauseKind, Diagnosis, Inputs, Job};
+use vram_model::setup::{Infer, KvCache, Mode, Setup};
+use vram_model::{catalog, gpu};
+
+use crate::{fixture, gib, mib};
+
+fn doctor(name: &str) -> Diagnosis {
+    diagnose(&Inputs::new(parse(&fixture(name)).unwrap())).unwrap()
+}
+
+fn has(d: &Diagnosis, k: CauseKind) -> bool {
+    d.causes.iter().any(|c| c.kind == k)
+}
+
+#[test]
+fn rule_1_the_cached_layout_is_cached_but_unallocated() {
+    // PyTorch 1.0-1.3: `C cached` is amount_cached - amount_allocated, so
+    // reserved = 7.95 + 1.25 GiB, never below allocated.
+    let m = parse(&fixture("pytorch-1.3-cached.txt")).unwrap();
+    assert_eq!(m.layout, Layout::Cached);
+    assert_eq!(m.allocated_bytes, gib(7.95));
+    assert_eq!(m.reserved_bytes, gib(7.95) + gib(1.25));
+    assert_eq!(m.reserved_unallocated_bytes(), gib(1.25));
+    let d = doctor("pytorch-1.3-cached.txt");
+    // 10.92 - 1.18 free - 9.20 reserved = 0.54 GiB: a CUDA context, not memory
+    // outside PyTorch.
+    assert_eq!(
+        d.figures.unaccounted_bytes,
+        gib(10.92) - gib(1.18) - gib(7.95) - gib(1.25)
+    );
+    assert!(!has(&d, CauseKind::OutsidePytorch), "{:#?}", d.causes);
+    // 1.53 GiB requested, 1.18 free + 1.25 cached: the split blocks left
+    // after PyTorch freed every unsplit one would have served it.
+    assert_eq!(d.causes[0].kind, CauseKind::Fragmentation);
+    assert!(d.causes[0].sufficient);
+}
+
+#[test]
+fn rule_2_a_request_no_larger_than_free_is_not_explained() {
+    let d = doctor("pytorch-2.3-request-below-free.txt");
+    assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
+    assert!(d.causes[0].detail.contains("do not explain"));
+    assert!(!has(&d, CauseKind::Fragmentation));
+    assert!(d.causes.iter().all(|c| !c.sufficient));
+    assert!(d.remedies.iter().all(|r| !r.enough), "{:#?}", d.remedies);
+    assert!(d.remedies.iter().all(|r| !r.action.contains("expandable")));
+}
+
+#[test]
+fn rule_3_could_hold_is_reserved_plus_free() {
+    // 20 GiB in pid 1111, 50 GiB in this process, 1 GiB free: 8.19 GiB of
+    // the 79.19 GiB is in nothing listed (another container, the driver).
+    let d = doctor("pytorch-2.4-unlisted-memory.txt");
+    let reserved = (48 << 30) + gib(1.50);
+    assert_eq!(d.usable_bytes, reserved + (1 << 30));
+    assert_eq!(d.figures.could_hold_bytes, d.usable_bytes);
+    assert_eq!(
+        d.figures.unaccounted_bytes,
+        gib(79.19) - (1 << 30) - (50 << 30) - (20 << 30)
+    );
+    let out = d
+        .causes
+        .iter()
+        .find(|c| c.kind == CauseKind::OutsidePytorch)
+        .unwrap();
+    assert!(out.detail.contains("no listed process"), "{}", out.detail);
+    assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
+}
+
+#[test]
+fn rule_4_the_cap_decides_against_reserved_plus_request() {
+    // 38 GiB reserved + 4 GiB > 39.59 GiB allowed, with 30 GiB free on the
+    // device: alloc_block refused it at the cap.
+    let d = doctor("pytorch-2.4-allowed.txt");
+    assert_eq!(d.causes[0].kind, CauseKind::ProcessCap, "{:#?}", d.causes);
+    assert_eq!(d.causes[0].bytes, (38u64 << 30) + (4 << 30) - gib(39.59));
+    assert!(d.causes[0].detail.contains(&format!(
+        "headroom under the cap was {}",
+        human_bytes(gib(39.59) - (38 << 30))
+    )));
+    let top = &d.remedies[0];
+    assert!(
+        top.action.contains("set_per_process_memory_fraction") && top.enough,
+        "{top:?}"
+    );
+    // (38 + 4) / 79.19 = 0.5304 -> 0.54.
+    assert!(top.action.ends_with("0.54"), "{}", top.action);
+    // The 10 GiB neighbour is not what decided.
+    assert!(!has(&d, CauseKind::OtherProcesses), "{:#?}", d.causes);
+    assert!(d.notes.iter().any(|n| n.contains("the cap decided")));
+    assert_eq!(d.usable_bytes, gib(39.59));
+}
+
+#[test]
+fn rule_5_without_a_self_line_the_smallest_process_holding_reserved_is_this_one() {
+    let m = parse(&fixture("pytorch-2.5-no-self-line.txt")).unwrap();
+    // Reserved 2.10 GiB: pid 5002 (2.60 GiB) is the smallest at least that.
+    assert_eq!(m.self_process, SelfProcess::Chosen { pid: 5002 });
+    assert_eq!(m.this_process_bytes, Some(gib(2.60)));
+    assert_eq!(m.other_process_bytes(), 75 << 30);
+    let d = doctor("pytorch-2.5-no-self-line.txt");
+    assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
+    assert!(d.causes[0].detail.contains("pid 5001"));
+    assert!(
+        d.notes.iter().any(|n| n.contains("Process 5002")),
+        "{:?}",
+        d.notes
+    );
+    // None holding what PyTorch reserved: none is this process.
+    let m = parse(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. Process 1 has 3.00 GiB memory in use. Process 2 has 4.00 GiB memory in use. Of the allocated memory 60.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated.",
+    )
+    .unwrap();
+    assert_eq!(m.self_process, SelfProcess::NotListed);
+    assert_eq!(m.other_process_bytes(), 7 << 30);
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert!(d.notes.iter().any(|n| n.contains("not among them")));
+    // A lone 75 GiB neighbour is not this process (2.10 GiB reserved): it
+    // is the cause.
+    let m = parse(
+        &fixture("pytorch-2.5-no-self-line.txt")
+            .replace("Process 5002 has 2.60 GiB memory in use. ", ""),
+    )
+    .unwrap();
+    assert_eq!(m.self_process, SelfProcess::NotListed);
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
+    assert_eq!(d.causes[0].bytes, 75 << 30);
+    assert!(
+        d.causes.iter().all(|c| c.kind != CauseKind::OutsidePytorch),
+        "{:#?}",
+        d.causes
+    );
+}
+
+#[test]
+fn rule_6_impossible_figures_get_a_note_and_a_consistent_diagnosis() {
+    // 2^64 bytes of "reserved but unallocated": an underflowed counter.
+    let d = doctor("pytorch-2.6-underflow.txt");
+    assert!(
+        d.notes.iter().any(|n| n.contains("17179869184.00 GiB")),
+        "{:?}",
+        d.notes
+    );
+    assert_eq!(d.figures.reserved_bytes, gib(22.90));
+    assert_eq!(d.figures.unallocated_bytes, 0);
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
+    assert!(d.usable_bytes < gib(23.57));
+    // NVML's "not available" for a process prints as 2^64 bytes too.
+    let m = parse(&fixture("pytorch-2.5.txt").replace(
+        "this process has 77.68 GiB",
+        "this process has 17179869184.00 GiB",
+    ))
+    .unwrap();
+    assert_eq!(m.this_process_bytes, Some(u64::MAX));
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert!(
+        d.notes.iter().any(|n| n.contains("this process's memory")),
+        "{:?}",
+        d.notes
+    );
+    assert_eq!(d.non_pytorch_bytes, None);
+    assert_eq!(d.causes[0].kind, CauseKind::Fragmentation);
+    // Allocated above the total: Windows' shared GPU memory.
+    let d = doctor("pytorch-2.5-windows-shared.txt");
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.contains("more than the 8.00 GiB total")),
+        "{:?}",
+        d.notes
+    );
+    assert_eq!(d.figures.total_bytes, gib(13.50) + gib(1.20));
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
+    assert!(!has(&d, CauseKind::TensorLargerThanDevice));
+    // Free above the total: unified memory.
+    let d = doctor("pytorch-2.2-free-above-total.txt");
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.contains("free (12.30 GiB) is more than the total")),
+        "{:?}",
+        d.notes
+    );
+    assert_eq!(d.causes[0].kind, CauseKind::Unexplained);
+    assert!(d.remedies.iter().all(|r| !r.enough));
+}
+
+#[test]
+fn rule_7_layout_noise_is_read() {
+    let clean = parse(&fixture("pytorch-2.5.txt")).unwrap();
+    for f in [
+        "noise-github-quote.txt",
+        "noise-grep-timestamps.txt",
+        "noise-python-dict.txt",
+        "noise-chained.txt",
+    ] {
+        let m = parse(&fixture(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        for (a, b) in [
+            (m.requested_bytes, clean.requested_bytes),
+            (m.total_bytes, clean.total_bytes),
+            (m.free_bytes, clean.free_bytes),
+            (m.allocated_bytes, clean.allocated_bytes),
+            (m.reserved_bytes, clean.reserved_bytes),
+        ] {
+            assert_eq!(a, b, "{f}");
+        }
+        assert_eq!(m.this_process_bytes, clean.this_process_bytes, "{f}");
+    }
+    // The same message under every prefix, wrapped at every third word.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/messages/pytorch-2.5.txt"
+    ))
+    .unwrap();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    for prefix in [
+        "# ",
+        "> ",
+        "> > ",
+        "// ",
+        "2024-01-02 03:04:05,678 ",
+        "[2024-01-02 03:04:05] ",
+        "123:",
+        "log.txt:123:",
+        "[rank3]: ",
+        "(VllmWorker rank=1 pid=254) ",
+        "ERROR 01-02 03:04:05 [core.py:1] ",
+        "(VllmWorkerProcess pid=2421) ERROR 10-14 12:32:47 multiproc_worker_utils.py:233] ",
+    ] {
+        let wrapped: String = words
+            .chunks(3)
+            .map(|c| format!("{prefix}{}\n", c.join(" ")))
+            .collect();
+        let m = parse(&wrapped).unwrap_or_else(|e| panic!("{prefix:?}: {e}"));
+        assert_eq!(m, clean, "{prefix:?}");
+    }
+    // Cut at a fixed width, inside words and figures (a log shipper's line limit).
+    let flat = text.trim();
+    for width in [37, 64, 80] {
+        let cut: String = flat
+            .as_bytes()
+            .chunks(width)
+            .map(|c| format!("{}\n", std::str::from_utf8(c).unwrap()))
+            .collect();
+        assert_eq!(parse(&cut).unwrap(), clean, "width {width}");
+    }
+}
+
+#[test]
+fn rocm_messages_are_read_with_their_settings() {
+    // A real ROCm message (a RAG project's log, PyTorch 2.x on a 16 GB
+    // Radeon): nothing in PyTorch, 15.35 GiB held outside it.
+    let text = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 978.00 MiB. GPU 0 has a total capacity of 15.98 GiB of which 630.00 MiB is free. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+    let m = parse(text).unwrap();
+    assert!(m.hip);
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OutsidePytorch,
+        "{:#?}",
+        d.causes
+    );
+    let d = doctor("pytorch-2.5.txt");
+    assert!(d.remedies[0].action.starts_with("PYTORCH_CUDA_ALLOC_CONF"));
+    let hip = parse(&fixture("pytorch-2.5.txt").replace("CUDA out of memory", "HIP out of memory"))
+        .unwrap();
+    let d = diagnose(&Inputs::new(hip)).unwrap();
+    assert!(
+        d.remedies[0].action.starts_with("PYTORCH_HIP_ALLOC_CONF"),
+        "{}",
+        d.remedies[0].action
+    );
+}
+
+#[test]
+fn rule_8_many_gib_outside_pytorch_is_not_a_context() {
+    // 1.4-2.0 layout, no process lines: 79.19 - 1.20 free - 41 reserved =
+    // 36.99 GiB that is neither free nor PyTorch's.
+    let d = doctor("pytorch-2.0-outside.txt");
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OutsidePytorch,
+        "{:#?}",
+        d.causes
+    );
+    assert_eq!(d.causes[0].bytes, gib(79.19) - gib(1.20) - (41 << 30));
+    assert!(d.causes[0].detail.contains("another process"));
+    assert_eq!(d.remedies[0].kind, CauseKind::OutsidePytorch);
+    assert!(d
+        .notes
+        .iter()
+        .all(|n| !n.contains("taken as this process's CUDA context")));
+    // With a `this process` line: 12 GiB of it outside PyTorch's cache is
+    // this process's own non-PyTorch memory (NCCL, another framework).
+    let d = diagnose(&Inputs::new(parse(
+        "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.00 GiB memory in use. Of the allocated memory 64.00 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but unallocated.",
+    ).unwrap())).unwrap();
+    assert_eq!(d.non_pytorch_bytes, Some(12 << 30));
+    let out = d
+        .causes
+        .iter()
+        .find(|c| c.kind == CauseKind::OutsidePytorch)
+        .unwrap();
+    assert!(
+        out.detail
+            .contains("held by this process outside PyTorch's cache"),
+        "{}",
+        out.detail
+    );
+    assert_eq!(out.bytes, 12 << 30);
+    // A context-sized remainder stays a note.
+    let d = doctor("pytorch-2.0.txt");
+    assert!(!has(&d, CauseKind::OutsidePytorch));
+    assert!(d
+        .notes
+        .iter()
+        .any(|n| n.contains("taken as this process's CUDA context")));
+}
+
+#[test]
+fn rule_9_small_slack_on_a_full_gpu_is_not_fragmentation() {
+    // 1.02 GiB unallocated of 78.67 GiB reserved (1.3%), 20 MiB requested:
+    // the live tensors fill the GPU.
+    let d = doctor("pytorch-2.0.txt");
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert!(!has(&d, CauseKind::Fragmentation));
+    assert!(d
+        .remedies
+        .iter()
+        .all(|r| !(r.enough && r.kind == CauseKind::Fragmentation)));
+    // 7 GiB of 77 (9%) that leaves 6.5 GiB after a 2 GiB request is.
+    let d = doctor("pytorch-2.5.txt");
+    assert_eq!(d.causes[0].kind, CauseKind::Fragmentation);
+}
+
+#[test]
+fn rule_10_cuda_graph_pools_are_a_cause() {
+    let d = doctor("pytorch-2.9-graph-pools.txt");
+    assert_eq!(d.causes[0].kind, CauseKind::PrivatePools, "{:#?}", d.causes);
+    assert_eq!(d.causes[0].bytes, 20 << 30);
+    let r = &d.remedies[0];
+    assert_eq!(r.kind, CauseKind::PrivatePools);
+    for knob in [
+        "--enforce-eager",
+        "--cuda-graph-max-bs",
+        "cudagraph_capture_sizes",
+    ] {
+        assert!(r.action.contains(knob), "{}", r.action);
+    }
+    assert!(r.enough);
+    // 500 MiB of pools (0.6% of reserved) on a full GPU: the step, not the graphs.
+    let small = fixture("pytorch-2.9-graph-pools.txt")
+        .replace("with 20.00 GiB allocated", "with 500.00 MiB allocated");
+    let d = diagnose(&Inputs::new(parse(&small).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+}
+
+#[test]
+fn rule_11_remedies_follow_the_top_cause() {
+    // 25 GiB in pid 777 and 6 GiB of slack that would each have served 3 GiB.
+    let d = doctor("pytorch-2.5-others-and-slack.txt");
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OtherProcesses,
+        "{:#?}",
+        d.causes
+    );
+    assert!(has(&d, CauseKind::Fragmentation));
+    assert_eq!(d.remedies[0].kind, CauseKind::OtherProcesses);
+    let first_frag = d
+        .remedies
+        .iter()
+        .position(|r| r.kind == CauseKind::Fragmentation)
+        .unwrap();
+    assert!(first_frag > 0);
+    // Every remedy comes in its cause's order.
+    let place = |k| d.causes.iter().position(|c| c.kind == k).unwrap();
+    assert!(d
+        .remedies
+        .windows(2)
+        .all(|w| place(w[0].kind) <= place(w[1].kind)));
+}
+
+#[test]
+fn item_9_one_import_name() {
+    let d = doctor("pytorch-2.5.txt");
+    let r = d
+        .remedies
+        .iter()
+        .find(|r| r.action.starts_with("vramkit"))
+        .unwrap();
+    assert!(
+        r.action
+            .contains("import vramkit.torch; vramkit.torch.install()"),
+        "{}",
+        r.action
+    );
+    assert!(!r.action.contains("vramkit_torch"));
+}
+
+#[test]
+fn item_11_a_policy_that_reserves_more_saves_nothing_and_says_so() {
+    use vram_alloc::replay::Event;
+    // One 21 MiB tensor: PyTorch rounds the segment to 22 MiB, expandable
+    // segments map 20 MiB pages, 40 MiB (vram_alloc's replay of both).
+    let mut inp = Inputs::new(parse(&fixture("pytorch-2.5.txt")).unwrap());
+    inp.events = Some(vec![Event::Alloc {
+        id: 0,
+        size: 21 << 20,
+        stream: 0,
+    }]);
+    let d = diagnose(&inp).unwrap();
+    let row = d
+        .replay
+        .iter()
+        .find(|r| r.policy == "pytorch-expandable")
+        .unwrap();
+    assert_eq!((row.saves_bytes, row.reserves_more_bytes), (0, 18 << 20));
+    // What `vram doctor` prints for the row.
+    assert_eq!(row.against_default(), "reserves 18.00 MiB more");
+    let r = d
+        .remedies
+        .iter()
+        .find(|r| r.action.contains("expandable"))
+        .unwrap();
+    assert_eq!(r.saves_bytes, None);
+    assert!(!r.enough);
+    assert!(
+        r.detail.contains("18.00 MiB more than PyTorch's default"),
+        "{}",
+        r.detail
+    );
+}
+
+#[test]
+fn item_11_the_largest_batch_that_fits_is_the_largest() {
+    // Llama-3-8B generating at context 8192, batch 40 on an H100 that failed.
+    let model = catalog::lookup("llama-3-8b").unwrap();
+    let setup = Setup {
+        mode: Mode::Infer(Infer {
+            batch: 40,
+            context: 8192,
+            new_tokens: 512,
+            kv_bytes: 2,
+            kv_cache: KvCache::Dynamic,
+        }),
+        ..Setup::default()
+    };
+    let text = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.20 GiB is free. Including non-PyTorch memory, this process has 77.98 GiB memory in use. Of the allocated memory 76.90 GiB is allocated by PyTorch, and 570.00 MiB is reserved by PyTorch but unallocated.";
+    let m = parse(text).unwrap();
+    let h100 = gpu::lookup("h100-80g").unwrap();
+    let mut inp = Inputs::new(m);
+    inp.job = Some(Job {
+        model: model.clone(),
+        setup,
+        gpu: h100,
+    });
+    let d = diagnose(&inp).unwrap();
+    let r = d
+        .remedies
+        .iter()
+        .find(|r| r.action.starts_with("--batch "))
+        .unwrap();
+    let b: u64 = r.action["--batch ".len()..].parse().unwrap();
+    // Checked with the estimator: the memory outside this process's room
+    // (catalog size beyond reserved + free + its non-PyTorch memory) is context.
+    let room = d.usable_bytes + d.non_pytorch_bytes.unwrap();
+    let fits = |batch| {
+        let mut s = setup;
+        if let Mode::Infer(i) = &mut s.mode {
+            i.batch = batch;
+        }
+        s.overheads.cuda_context_bytes = h100.memory_bytes - room + d.non_pytorch_bytes.unwrap();
+        vram_model::estimate(&model, &s)
+            .unwrap()
+            .fits(h100.memory_bytes)
+    };
+    assert!(fits(b), "batch {b} must fit");
+    assert!(
+        !fits(b + 1),
+        "batch {} fits too: {b} is not the largest",
+        b + 1
+    );
+    assert!(b < 40 && r.enough);
+    let _ = mib(0.0);
+}
+
+#[test]
+fn real_messages_from_public_issues() {
+    // tests/data/real-messages.txt: source, expected top cause, message.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/real-messages.txt"
+    ))
+    .unwrap();
+    let mut n = 0;
+    for block in text.split("\n\n").filter(|b| b.starts_with("source: ")) {
+        let lines: Vec<&str> = block.lines().collect();
+        let top = lines[1].strip_prefix("top: ").unwrap();
+        let m = parse(lines[2]).unwrap_or_else(|e| panic!("{}: {e}", lines[0]));
+        let d = diagnose(&Inputs::new(m.clone())).unwrap();
+        let kind = serde_json::to_value(d.causes[0].kind).unwrap();
+        assert_eq!(kind, top, "{}\n{:#?}", lines[0], d.causes);
+        // Rule 3 on every one of them.
+        assert_eq!(
+            d.usable_bytes,
+            (m.reserved_bytes + m.free_bytes).min(m.allowed_bytes.unwrap_or(u64::MAX))
+        );
+        n += 1;
+    }
+    assert_eq!(n, 20);
+}
+
+#[test]
+fn rule_11_a_step_no_setup_fits_still_leads_its_remedies() {
+    // Llama-3-8B full fine-tuning against the 3.7 GiB the 75 GiB neighbour
+    // leaves: nothing the planner searches fits, and the step's remedy (not
+    // enough, with the figure) still comes first, as its cause does.
+    let model = catalog::lookup("llama-3-8b").unwrap();
+    let setup = Setup {
+        mode: Mode::Train(vram_model::setup::Train {
+            micro_batch: 4,
+            seq: 4096,
+            ..vram_model::setup::Train::default()
+        }),
+        ..Setup::default()
+    };
+    let mut inp = Inputs::new(parse(&fixture("pytorch-2.5-no-self-line.txt")).unwrap());
+    inp.job = Some(Job {
+        model,
+        setup,
+        gpu: gpu::lookup("h100-80g").unwrap(),
+    });
+    let d = diagnose(&inp).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
+    assert_eq!(d.remedies[0].kind, CauseKind::StepTooLarge);
+    assert!(!d.remedies[0].enough);
+    assert!(
+        d.remedies[0].detail.contains("no setup searched fits"),
+        "{}",
+        d.remedies[0].detail
+    );
+    // The neighbour's 75 GiB does not rescue a step hundreds of GiB over.
+    assert!(d.remedies.iter().all(|r| !r.enough));
+}
