@@ -188,7 +188,8 @@ fn transformer(model: &Model) -> Result<&vram_model::arch::Transformer> {
 }
 
 pub fn run(a: &PlanArgs) -> Result<()> {
-    let model = resolve_model(&a.model)?.model;
+    let resolved = resolve_model(&a.model)?;
+    let (model, config) = (resolved.model, resolved.config);
     transformer(&model)?;
     let cluster = match &a.cluster {
         Some(name) => Cluster::from_preset(cluster::preset(name)?, a.gpu.as_deref(), a.gpus)?,
@@ -309,6 +310,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             global_batch: req.global_batch,
             seq: req.seq,
             gpus_per_node: req.cluster.gpus_per_node,
+            config: config.as_deref(),
         };
         let engine = match engine {
             Engine::Deepspeed => emit::Engine::Deepspeed,
