@@ -708,8 +708,10 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
 
 /// A `torchrun` command and the FSDP2 (`torch.distributed.fsdp.fully_shard`) setup it expects
 /// in the training script. Every line after the command starts with `# `; with that prefix cut,
-/// the lines are Python (prose is a Python comment) that runs once `model` (with its blocks in
-/// `model.layers`) exists and the process group is up.
+/// the lines are Python (prose is a Python comment) that runs once `model` (a transformers
+/// `PreTrainedModel`) exists and the process group is up. Its blocks are the modules whose class
+/// is in `model._no_split_modules`, as accelerate 1.15.0's FSDP2 auto-wrap picks them
+/// (`transformer_cls_names_to_wrap` defaults to `_no_split_modules`).
 pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     let mut py: Vec<String> = vec![
         "# In train.py (PyTorch >= 2.6, FSDP2), once `model` is built:".into(),
@@ -778,8 +780,12 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     // ZeRO-3 reshards after forward; ZeRO-1/2 keep the gathered parameters until backward.
     let reshard = if p.zero_stage >= 3 { "True" } else { "False" };
     let mesh = if p.tp > 1 { "mesh[\"dp\"]" } else { "mesh" };
+    py.push(
+        "blocks = [m for m in model.modules() if type(m).__name__ in model._no_split_modules]"
+            .into(),
+    );
     py.push(format!(
-        "for block in model.layers: fully_shard(block, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
+        "for block in blocks: fully_shard(block, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
     ));
     py.push(format!(
         "fully_shard(model, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
