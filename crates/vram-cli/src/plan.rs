@@ -177,6 +177,13 @@ pub struct PlanArgs {
     emit: Option<Engine>,
 }
 
+/// A plan as JSON with the label the text prints (`tp2 pp1 dp32 mb1x16 zero3 sp rc-full:4`).
+fn labelled(p: &vram_plan::Plan) -> serde_json::Value {
+    let mut v = json!(p);
+    v["label"] = p.label().into();
+    v
+}
+
 fn transformer(model: &Model) -> Result<&vram_model::arch::Transformer> {
     match model {
         Model::Transformer(t) => Ok(t),
@@ -361,8 +368,8 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             "seq": req.seq,
             "stack": req.stack,
             "optimizer": req.optimizer,
-            "plans": out.plans,
-            "closest": out.closest,
+            "plans": out.plans.iter().map(labelled).collect::<Vec<_>>(),
+            "closest": out.closest.as_ref().map(labelled),
             "suggestions": out.suggestions,
             "candidates": out.candidates,
             "estimates": out.estimates,
