@@ -456,10 +456,7 @@ fn table(rows: &[Value], cols: &[Col<'_>], id: &str) -> String {
     for r in rows {
         o.push_str("<tr>");
         for (k, _, f) in cols {
-            let cell = r
-                .get(*k)
-                .filter(|v| !v.is_null())
-                .map_or("—".into(), |v| f(v));
+            let cell = r.get(*k).filter(|v| !v.is_null()).map_or("—".into(), f);
             o.push_str(&format!("<td>{}</td>", esc(&cell)));
         }
         o.push_str("</tr>");

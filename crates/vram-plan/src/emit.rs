@@ -211,6 +211,9 @@ fn megatron_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refus
 /// [`megatron`] writes) builds the same model as transformers: every parameter tensor the same
 /// shape, except the vocabulary rows Megatron-LM pads.
 fn megatron_model_rules(engine: Engine, t: &Transformer, f: &ConfigFields) -> Result<(), Refusal> {
+    // Megatron-LM writes biases on every linear layer, on none, or on the QKV projection only.
+    let biases_written =
+        (t.qkv_bias == t.out_bias && t.out_bias == t.mlp_bias) || (!t.out_bias && !t.mlp_bias);
     let what = if t.layout != Layout::DecoderOnly {
         Some(
             "megatron-core's GPTModel is a decoder-only causal LM; this model has an encoder"
@@ -230,9 +233,7 @@ fn megatron_model_rules(engine: Engine, t: &Transformer, f: &ConfigFields) -> Re
         ))
     } else if t.norm == Norm::LayerNorm && !t.norm_bias {
         Some("megatron-core's LayerNorm has a bias; this model's LayerNorms have none".into())
-    } else if !((t.qkv_bias == t.out_bias && t.out_bias == t.mlp_bias)
-        || (!t.out_bias && !t.mlp_bias))
-    {
+    } else if !biases_written {
         Some(
             "Megatron-LM sets biases on all linear layers (its default), none \
              (--disable-bias-linear) or on the QKV projection only (--add-qkv-bias); this model \
