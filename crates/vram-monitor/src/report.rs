@@ -231,6 +231,13 @@ pub fn key_name(key: &str) -> String {
         "capacity_bytes" => "capacity",
         "events" => "events",
         "allocations" => "allocations",
+        "prefill_s" => "prefill",
+        "decode_token_s" => "decode, per token",
+        "decode_gpu_s" => "decode, GPU time per token",
+        "decode_launch_s" => "decode, launch time per token",
+        "generate_overhead_s" => "generate's overhead per token",
+        "generate_s" => "whole generate call",
+        "decode_tokens_per_s" => "decode tokens/s",
         k => {
             let k = k.strip_suffix("_bytes").unwrap_or(k);
             return k.replace('_', " ");
@@ -365,6 +372,21 @@ fn estimate(m: &Map<String, Value>) -> String {
         &first,
         &["model", "description", "fits", "gpu_memory_bytes"],
     ));
+    // `serving` (inference): the text's "serving speed" line, as a table.
+    if let Some(Value::Object(sv)) = m.get("serving") {
+        o.push_str("<h2>Serving speed (transformers generate, one GPU)</h2>");
+        o.push_str(&kv_table(
+            sv,
+            &[
+                "prefill_s",
+                "decode_token_s",
+                "decode_gpu_s",
+                "generate_overhead_s",
+                "decode_tokens_per_s",
+            ],
+            &[],
+        ));
+    }
     // `breakdown` is category → bytes; an array of {name, bytes}-like
     // objects is accepted too (first string field, first byte field).
     let breakdown: Option<Vec<(String, f64)>> = match m.get("breakdown") {
