@@ -4,7 +4,10 @@ Started by the emitted `torchrun` command (tests/engines/test_torchrun.py). The 
 read from $VRAMKIT_FSDP2_SNIPPET and executed as written, with one change for a machine without
 GPUs: its device mesh is made on "cpu" instead of "cuda" (gloo instead of NCCL), and
 CPUOffloadPolicy does not pin host memory (pinning needs a CUDA driver).
-Prints `STEP_OK rank=R world=W loss=L sharded=True changed=True` per rank.
+The model is transformers' LlamaForCausalLM built from $VRAMKIT_CONFIG (tests/engines/data/
+tiny-llama.json, the config `vram plan` was given). Prints
+`STEP_OK rank=R world=W loss=L sharded=True changed=True params=N` per rank, N the parameters of
+the sharded model (each DTensor's global size).
 """
 
 import argparse
@@ -12,35 +15,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.distributed.tensor import DTensor
-
-
-class Block(nn.Module):
-    def __init__(self, h=64):
-        super().__init__()
-        self.norm = nn.LayerNorm(h)
-        self.up = nn.Linear(h, 2 * h)
-        self.down = nn.Linear(2 * h, h)
-
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-class Tiny(nn.Module):
-    """A few layers, hidden 64, vocabulary 256 (the issue's tiny model)."""
-
-    def __init__(self, layers=4, h=64, vocab=256):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, h)
-        self.layers = nn.ModuleList(Block(h) for _ in range(layers))
-        self.head = nn.Linear(h, vocab)
-
-    def forward(self, ids):
-        x = self.embed(ids)
-        for b in self.layers:
-            x = b(x)
-        return self.head(x)
 
 
 def main():
@@ -51,7 +26,10 @@ def main():
     a = ap.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = Tiny()
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(os.environ["VRAMKIT_CONFIG"])
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
     snippet = open(os.environ["VRAMKIT_FSDP2_SNIPPET"]).read().replace('"cuda"', '"cpu"')
     snippet = snippet.replace("CPUOffloadPolicy()", "CPUOffloadPolicy(pin_memory=False)")
     ns = {"model": model}
@@ -64,13 +42,13 @@ def main():
     total = 0.0
     for _ in range(a.grad_accum):
         ids = torch.randint(0, 256, (a.micro_batch_size, a.seq_len), generator=g)
-        logits = model(ids)
+        logits = model(input_ids=ids).logits
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), ids.flatten()) / a.grad_accum
         loss.backward()
         total += loss.item()
     opt.step()
     changed = any(not torch.equal(b, p.detach().full_tensor()) for b, p in zip(before, model.parameters()))
-    print(f"STEP_OK rank={dist.get_rank()} world={dist.get_world_size()} loss={total:.4f} sharded={sharded} changed={changed}", flush=True)
+    print(f"STEP_OK rank={dist.get_rank()} world={dist.get_world_size()} loss={total:.4f} sharded={sharded} changed={changed} params={sum(p.numel() for p in model.parameters())}", flush=True)
     dist.destroy_process_group()
 
 

@@ -126,14 +126,16 @@ def test_accelerate_launch_runs_one_step_on_two_cpu_processes(pins, tmp_path):
     port = str(__import__("test_torchrun").free_port())
     r = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(f), "--main_process_port", port,
-         str(HERE / "accelerate_step.py"), str(e.micro_batch)],
+         str(HERE / "accelerate_step.py"), str(e.micro_batch), TINY],
         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
     )
     # True|False, not \w+: two processes can write their lines without a newline between them.
-    ok = re.findall(r"STEP_OK (\S+) (\d+) (\S+) ([-\d.]+) changed=(True|False)", r.stdout)
+    ok = re.findall(r"STEP_OK (\S+) (\d+) (\S+) ([-\d.]+) changed=(True|False) params=(\d+)", r.stdout)
     assert r.returncode == 0 and len(ok) == 2, r.stdout[-3000:] + r.stderr[-3000:]
-    for dist_type, n, mp, loss, changed in ok:
-        assert (dist_type, n, mp, changed) == ("MULTI_CPU", "2", "bf16", "True")
+    # accelerate wraps the transformers model the plan was made for: vram's count for that config.
+    params = str(__import__("json").loads(run_vram("estimate", TINY, "--json").stdout)["params"])
+    for dist_type, n, mp, loss, changed, count in ok:
+        assert (dist_type, n, mp, changed, count) == ("MULTI_CPU", "2", "bf16", "True", params)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,11 @@ did not.
 
 import json
 import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +191,24 @@ def test_the_nearest_plan_deepspeed_runs_is_emitted_with_a_note(monkeypatch):
     cfg, unread, warnings = load(e.text, e.dp, monkeypatch)
     assert (unread, warnings) == ([], [])
     assert cfg.pipeline["stages"] == 4 and cfg.zero_optimization_stage <= 1
+
+
+def test_deepspeed_zero3_engine_holds_the_transformers_model(tmp_path):
+    # The emitted ZeRO-3 config, given to deepspeed.initialize around the transformers model of
+    # the same config: the engine holds every parameter vram counts for it.
+    e = emit("deepspeed", TINY, 1, 4, 64, "--zero", "3")
+    assert e.zero == 3, e.label
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(e.text)
+    env = dict(
+        os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(__import__("test_torchrun").free_port()), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
+    )
+    r = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("deepspeed_count.py")), str(cfg), TINY],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )
+    m = re.search(r"PARAMS engine=(\d+) model=(\d+) stage=(\d)", r.stdout)
+    assert r.returncode == 0 and m, r.stdout[-3000:] + r.stderr[-3000:]
+    params = json.loads(run_vram("estimate", TINY, "--json").stdout)["params"]
+    assert (int(m.group(1)), int(m.group(2)), int(m.group(3))) == (params, params, 3)

@@ -6,6 +6,7 @@ fsdp2_step.py (4 blocks, hidden 64). The command is run as emitted but for its r
 printed, with its mesh on "cpu" (and CPUOffloadPolicy unpinned).
 """
 
+import json
 import math
 import os
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, emit
+from conftest import TINY, emit, run_vram
 
 pytest.importorskip("torch")
 HERE = Path(__file__).resolve().parent
@@ -67,13 +68,19 @@ def test_fsdp2_setup_runs_one_step_on_two_cpu_processes(pins, tmp_path):
     argv[0:1] = [sys.executable, "-m", "torch.distributed.run"]
     snippet = tmp_path / "setup.py"
     snippet.write_text(setup)
-    env = dict(os.environ, VRAMKIT_FSDP2_SNIPPET=str(snippet), OMP_NUM_THREADS="1")
+    env = dict(os.environ, VRAMKIT_FSDP2_SNIPPET=str(snippet), VRAMKIT_CONFIG=TINY, OMP_NUM_THREADS="1")
     r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     # True|False, not \w+: two ranks can write their lines without a newline between them.
-    ok = re.findall(r"STEP_OK rank=(\d) world=(\d) loss=([-\d.]+) sharded=(True|False) changed=(True|False)", r.stdout)
+    ok = re.findall(
+        r"STEP_OK rank=(\d) world=(\d) loss=([-\d.]+) sharded=(True|False) changed=(True|False) params=(\d+)", r.stdout
+    )
     assert r.returncode == 0 and len(ok) == 2, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted(o[0] for o in ok) == ["0", "1"]
-    for _, world, loss, sharded, changed in ok:
+    # FSDP2 shards the transformers model the plan was made for: the same parameters as vram
+    # counts for that config (and as transformers builds from it).
+    params = json.loads(run_vram("estimate", TINY, "--json").stdout)["params"]
+    for _, world, loss, sharded, changed, n in ok:
         assert world == "2" and sharded == "True" and changed == "True"
+        assert int(n) == params, (n, params)
         # Untrained logits over 256 tokens: cross-entropy near ln 256 = 5.55.
         assert abs(float(loss) - math.log(256)) < 1.0, loss

@@ -422,7 +422,15 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "fits": e.fits(cap),
             "headroom_bytes": cap as i128 - e.total_bytes as i128,
             "setup": setup,
+            "description": describe(&setup, &e),
         });
+        if !e.fits(cap) {
+            // The text's "would fit with" lines.
+            v["suggestions"] = suggestions(model, &setup, cap)
+                .into_iter()
+                .map(|(flags, total)| json!({"flags": flags, "total_bytes": total}))
+                .collect();
+        }
         if let Mode::Train(_) = setup.mode {
             v["max_micro_batch"] = json!(fit_batch);
         } else {

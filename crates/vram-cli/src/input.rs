@@ -18,6 +18,8 @@ pub struct Resolved {
     pub model: Model,
     /// Parameters counted from checkpoint headers beside the config, if any.
     pub checkpoint: Option<vram_model::arch::Weights>,
+    /// The config.json text the model was read from (the catalog's embedded one for an id).
+    pub config: Option<String>,
 }
 
 /// Largest config.json read (a real one is a few KiB).
@@ -56,7 +58,11 @@ pub fn resolve_model(arg: &str) -> Result<Resolved> {
         let model =
             hf::parse_config(&text, &name).with_context(|| format!("{}", config.display()))?;
         let checkpoint = checkpoint_beside(path)?;
-        return Ok(Resolved { model, checkpoint });
+        return Ok(Resolved {
+            model,
+            checkpoint,
+            config: Some(text),
+        });
     }
     if path.is_file() {
         if arg.ends_with(".safetensors") {
@@ -65,6 +71,7 @@ pub fn resolve_model(arg: &str) -> Result<Resolved> {
             return Ok(Resolved {
                 model: Model::Weights(tally.into_weights(&file_name(path))),
                 checkpoint: None,
+                config: None,
             });
         }
         let text = read_text(path, "file")?;
@@ -73,6 +80,7 @@ pub fn resolve_model(arg: &str) -> Result<Resolved> {
             return Ok(Resolved {
                 model: Model::Weights(weights),
                 checkpoint: None,
+                config: None,
             });
         }
         // A config file is named by `_name_or_path` inside it, else by its own stem
@@ -83,12 +91,14 @@ pub fn resolve_model(arg: &str) -> Result<Resolved> {
         return Ok(Resolved {
             model,
             checkpoint: None,
+            config: Some(text),
         });
     }
     match catalog::lookup(arg) {
         Ok(model) => Ok(Resolved {
             model,
             checkpoint: None,
+            config: catalog::config_text(arg).map(str::to_string),
         }),
         Err(e) if looks_like_path(arg) => {
             drop(e);

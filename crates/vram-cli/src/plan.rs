@@ -177,6 +177,13 @@ pub struct PlanArgs {
     emit: Option<Engine>,
 }
 
+/// A plan as JSON with the label the text prints (`tp2 pp1 dp32 mb1x16 zero3 sp rc-full:4`).
+fn labelled(p: &vram_plan::Plan) -> serde_json::Value {
+    let mut v = json!(p);
+    v["label"] = p.label().into();
+    v
+}
+
 fn transformer(model: &Model) -> Result<&vram_model::arch::Transformer> {
     match model {
         Model::Transformer(t) => Ok(t),
@@ -188,7 +195,8 @@ fn transformer(model: &Model) -> Result<&vram_model::arch::Transformer> {
 }
 
 pub fn run(a: &PlanArgs) -> Result<()> {
-    let model = resolve_model(&a.model)?.model;
+    let resolved = resolve_model(&a.model)?;
+    let (model, config) = (resolved.model, resolved.config);
     transformer(&model)?;
     let cluster = match &a.cluster {
         Some(name) => Cluster::from_preset(cluster::preset(name)?, a.gpu.as_deref(), a.gpus)?,
@@ -309,6 +317,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             global_batch: req.global_batch,
             seq: req.seq,
             gpus_per_node: req.cluster.gpus_per_node,
+            config: config.as_deref(),
         };
         let engine = match engine {
             Engine::Deepspeed => emit::Engine::Deepspeed,
@@ -359,8 +368,8 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             "seq": req.seq,
             "stack": req.stack,
             "optimizer": req.optimizer,
-            "plans": out.plans,
-            "closest": out.closest,
+            "plans": out.plans.iter().map(labelled).collect::<Vec<_>>(),
+            "closest": out.closest.as_ref().map(labelled),
             "suggestions": out.suggestions,
             "candidates": out.candidates,
             "estimates": out.estimates,

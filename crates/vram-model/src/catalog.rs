@@ -1,7 +1,8 @@
 //! Built-in models: the `config.json` of each catalog id, read by the same parser as user files.
 //!
 //! The configs below carry the fields of the published Hugging Face configs that decide memory
-//! (sizes, heads, tying, biases, dropout); fields that do not (token ids, rope scaling) are left out.
+//! (sizes, heads, tying, biases, dropout), and the rotary base and scaling that `--emit megatron`
+//! writes; token ids are left out.
 
 use crate::arch::{Model, ResNet};
 use crate::error::{Error, Result};
@@ -55,15 +56,15 @@ const CONFIGS: &[(&str, &str)] = &[
     ),
     (
         "llama-3-8b",
-        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"max_position_embeddings":8192,"tie_word_embeddings":false}"#,
+        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"max_position_embeddings":8192,"rope_theta":500000.0,"tie_word_embeddings":false}"#,
     ),
     (
         "llama-3-70b",
-        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":8192,"intermediate_size":28672,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":8192,"tie_word_embeddings":false}"#,
+        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":8192,"intermediate_size":28672,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":8192,"rope_theta":500000.0,"tie_word_embeddings":false}"#,
     ),
     (
         "llama-3.1-405b",
-        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":16384,"intermediate_size":53248,"num_hidden_layers":126,"num_attention_heads":128,"num_key_value_heads":8,"max_position_embeddings":131072,"tie_word_embeddings":false}"#,
+        r#"{"model_type":"llama","vocab_size":128256,"hidden_size":16384,"intermediate_size":53248,"num_hidden_layers":126,"num_attention_heads":128,"num_key_value_heads":8,"max_position_embeddings":131072,"rope_theta":500000.0,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},"tie_word_embeddings":false}"#,
     ),
     (
         "mistral-7b",
@@ -75,11 +76,11 @@ const CONFIGS: &[(&str, &str)] = &[
     ),
     (
         "qwen2-7b",
-        r#"{"model_type":"qwen2","vocab_size":152064,"hidden_size":3584,"intermediate_size":18944,"num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,"max_position_embeddings":131072,"tie_word_embeddings":false}"#,
+        r#"{"model_type":"qwen2","vocab_size":152064,"hidden_size":3584,"intermediate_size":18944,"num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,"max_position_embeddings":131072,"rope_theta":1000000.0,"tie_word_embeddings":false}"#,
     ),
     (
         "qwen2-72b",
-        r#"{"model_type":"qwen2","vocab_size":152064,"hidden_size":8192,"intermediate_size":29568,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":131072,"tie_word_embeddings":false}"#,
+        r#"{"model_type":"qwen2","vocab_size":152064,"hidden_size":8192,"intermediate_size":29568,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":131072,"rope_theta":1000000.0,"rope_theta":500000.0,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},"tie_word_embeddings":false}"#,
     ),
     (
         "gemma-7b",

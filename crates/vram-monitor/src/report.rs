@@ -142,7 +142,8 @@ h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}\
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}\
 .kv td:first-child{color:#555}.bad{color:#b00020;font-weight:600}.good{color:#007a33;font-weight:600}\
-.muted{color:#777}td.cmd{text-align:left}svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}";
+.muted{color:#777}td.cmd{text-align:left}svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}\
+div.wide{max-width:100%;overflow-x:auto}code{font-size:13px}";
 
 fn page(title: &str, kind: Kind, body: &str) -> String {
     format!(
@@ -205,19 +206,78 @@ fn group(digits: &str) -> String {
     format!("{sign}{out}")
 }
 
-fn kv_table(m: &Map<String, Value>, skip: &[&str]) -> String {
+/// A person's name for a JSON key: `headroom_bytes` is "headroom", `max_micro_batch` is "max
+/// micro batch"; a few keys get the words the text output uses.
+pub fn key_name(key: &str) -> String {
+    let named = match key {
+        "params" => "parameters",
+        "params_per_gpu" => "parameters per GPU",
+        "peak_bytes" => "peak allocated",
+        "reserved_bytes" => "peak reserved",
+        "total_bytes" => "device total (what nvidia-smi shows)",
+        "headroom_bytes" => "headroom",
+        "peak_phase" => "peak at",
+        "peak_tensor_bytes" => "tensors at peak",
+        "max_micro_batch" => "largest micro-batch that fits",
+        "max_batch" => "largest batch that fits",
+        "max_context" => "longest context that fits",
+        "gpu_memory_bytes" => "GPU memory",
+        "amp_style" => "mixed-precision layout",
+        "cuda_context_source" => "CUDA context",
+        "global_batch" => "global batch",
+        "gpus_per_node" => "GPUs per node",
+        "candidates" => "configurations searched",
+        "estimates" => "memory estimates",
+        "capacity_bytes" => "capacity",
+        "events" => "events",
+        "allocations" => "allocations",
+        "prefill_s" => "prefill",
+        "decode_token_s" => "decode, per token",
+        "decode_gpu_s" => "decode, GPU time per token",
+        "decode_launch_s" => "decode, launch time per token",
+        "generate_overhead_s" => "generate's overhead per token",
+        "generate_s" => "whole generate call",
+        "decode_tokens_per_s" => "decode tokens/s",
+        k => {
+            let k = k.strip_suffix("_bytes").unwrap_or(k);
+            return k.replace('_', " ");
+        }
+    };
+    named.to_string()
+}
+
+/// Format a byte count that may be negative (headroom): "−90.4 GiB".
+fn signed_bytes(v: f64) -> String {
+    if v < 0.0 {
+        format!("\u{2212}{}", bytes_fmt(-v))
+    } else {
+        bytes_fmt(v)
+    }
+}
+
+/// The scalar fields of `m` as a two-column table, those named in `first` first (in that
+/// order), the others after them.
+fn kv_table(m: &Map<String, Value>, first: &[&str], skip: &[&str]) -> String {
     let mut o = String::from("<table class=\"kv\">");
     let mut any = false;
-    for (k, v) in m {
+    let ordered = first
+        .iter()
+        .filter_map(|k| m.get_key_value(*k))
+        .chain(m.iter().filter(|(k, _)| !first.contains(&k.as_str())));
+    for (k, v) in ordered {
         if skip.contains(&k.as_str()) || v.is_array() || v.is_object() {
             continue;
         }
         any = true;
+        let shown = match num(Some(v)) {
+            Some(f) if k.contains("bytes") => signed_bytes(f),
+            _ => fmt_value(k, v),
+        };
         o.push_str(&format!(
             "<tr><td>{}</td><td title=\"{}\">{}</td></tr>",
-            esc(k),
+            esc(&key_name(k)),
             esc(&v.to_string()),
-            esc(&fmt_value(k, v))
+            esc(&shown)
         ));
     }
     o.push_str("</table>");
@@ -243,20 +303,96 @@ fn estimate(m: &Map<String, Value>) -> String {
         .and_then(Value::as_str)
         .unwrap_or("(unnamed model)");
     o.push_str(&format!("<h2>Estimate for {}</h2>", esc(model)));
+    // The setup line of the text output (`description`), then the GPU.
+    if let Some(d) = m.get("description").and_then(Value::as_str) {
+        o.push_str(&format!("<p id=\"setup\">{}</p>", esc(d)));
+    }
+    let gpu_name = m
+        .get("gpu")
+        .and_then(|g| g.get("name").or(Some(g)))
+        .and_then(Value::as_str);
+    let gpu_bytes = num(m.get("gpu_memory_bytes"));
+    if let Some(g) = gpu_name {
+        o.push_str(&format!(
+            "<p id=\"gpu\">GPU: {}{}</p>",
+            esc(g),
+            gpu_bytes.map_or(String::new(), |b| format!(" ({})", bytes_fmt(b)))
+        ));
+    }
     if let Some(fits) = m.get("fits").and_then(Value::as_bool) {
-        o.push_str(&if fits {
-            "<p class=\"good\" id=\"verdict\">Fits in GPU memory.</p>".to_string()
-        } else {
-            "<p class=\"bad\" id=\"verdict\">Does not fit in GPU memory.</p>".to_string()
+        let head = num(m.get("headroom_bytes"));
+        let total = num(m.get("total_bytes"));
+        o.push_str(&match (fits, head) {
+            (true, Some(h)) => format!(
+                "<p class=\"good\" id=\"verdict\">Fits: {} on the device, {} to spare.</p>",
+                total.map_or("?".into(), bytes_fmt),
+                bytes_fmt(h)
+            ),
+            (false, Some(h)) => format!(
+                "<p class=\"bad\" id=\"verdict\">Does NOT fit: {} on the device, {} short.</p>",
+                total.map_or("?".into(), bytes_fmt),
+                bytes_fmt(-h)
+            ),
+            (true, None) => "<p class=\"good\" id=\"verdict\">Fits in GPU memory.</p>".to_string(),
+            (false, None) => {
+                "<p class=\"bad\" id=\"verdict\">Does not fit in GPU memory.</p>".to_string()
+            }
         });
     }
-    o.push_str(&kv_table(m, &[]));
+    if let Some(Value::Array(sug)) = m.get("suggestions") {
+        if !sug.is_empty() {
+            o.push_str("<ul id=\"suggestions\">");
+            for s in sug {
+                let flags = s.get("flags").and_then(Value::as_str).unwrap_or("");
+                let total = num(s.get("total_bytes"));
+                o.push_str(&format!(
+                    "<li>would fit with <code>{}</code>: {} on the device</li>",
+                    esc(flags),
+                    total.map_or("?".into(), bytes_fmt)
+                ));
+            }
+            o.push_str("</ul>");
+        }
+    }
+    // The figures in the text's order, then the rest.
+    let first = [
+        "params",
+        "params_per_gpu",
+        "peak_bytes",
+        "peak_phase",
+        "reserved_bytes",
+        "total_bytes",
+        "headroom_bytes",
+        "max_micro_batch",
+        "max_batch",
+        "max_context",
+    ];
+    o.push_str(&kv_table(
+        m,
+        &first,
+        &["model", "description", "fits", "gpu_memory_bytes"],
+    ));
+    // `serving` (inference): the text's "serving speed" line, as a table.
+    if let Some(Value::Object(sv)) = m.get("serving") {
+        o.push_str("<h2>Serving speed (transformers generate, one GPU)</h2>");
+        o.push_str(&kv_table(
+            sv,
+            &[
+                "prefill_s",
+                "decode_token_s",
+                "decode_gpu_s",
+                "generate_overhead_s",
+                "decode_tokens_per_s",
+            ],
+            &[],
+        ));
+    }
     // `breakdown` is category → bytes; an array of {name, bytes}-like
     // objects is accepted too (first string field, first byte field).
     let breakdown: Option<Vec<(String, f64)>> = match m.get("breakdown") {
         Some(Value::Object(b)) => Some(
             b.iter()
-                .filter_map(|(k, v)| num(Some(v)).map(|f| (k.clone(), f)))
+                .filter_map(|(k, v)| num(Some(v)).map(|f| (key_name(k), f)))
                 .collect(),
         ),
         Some(Value::Array(a)) => Some(
@@ -295,11 +431,20 @@ fn estimate(m: &Map<String, Value>) -> String {
             })
             .collect();
         let mut lines = vec![Line {
-            name: "live bytes".into(),
+            name: "live bytes (end of phase)".into(),
             points: pts,
         }];
-        let gpu = num(m.get("gpu_memory_bytes"));
-        if let Some(g) = gpu {
+        if tl.iter().any(|e| e.get("high_bytes").is_some()) {
+            lines.push(Line {
+                name: "high point within the phase".into(),
+                points: tl
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (i as f64, num(e.get("high_bytes"))))
+                    .collect(),
+            });
+        }
+        if let Some(g) = gpu_bytes {
             lines.push(Line {
                 name: "GPU memory".into(),
                 points: vec![(0.0, Some(g)), ((tl.len().max(2) - 1) as f64, Some(g))],
@@ -321,67 +466,71 @@ fn estimate(m: &Map<String, Value>) -> String {
     o
 }
 
-fn columns(rows: &[Value], preferred: &[&str]) -> Vec<String> {
-    let mut cols: Vec<String> = preferred
-        .iter()
-        .filter(|p| rows.iter().any(|r| r.get(**p).is_some()))
-        .map(|s| s.to_string())
-        .collect();
-    for r in rows {
-        if let Value::Object(m) = r {
-            for k in m.keys() {
-                if !cols.contains(k) {
-                    cols.push(k.clone());
-                }
-            }
-        }
-    }
-    cols
-}
+/// One column of a curated table: JSON key, header, and how to show the value.
+type Col<'a> = (&'a str, &'a str, &'a dyn Fn(&Value) -> String);
 
-fn table(rows: &[Value], cols: &[String], id: &str) -> String {
-    let mut o = format!("<table id=\"{id}\"><tr>");
-    for c in cols {
-        o.push_str(&format!("<th>{}</th>", esc(c)));
+fn table(rows: &[Value], cols: &[Col<'_>], id: &str) -> String {
+    let mut o = format!("<div class=\"wide\"><table id=\"{id}\"><tr>");
+    for (_, h, _) in cols {
+        o.push_str(&format!("<th>{}</th>", esc(h)));
     }
     o.push_str("</tr>");
     for r in rows {
         o.push_str("<tr>");
-        for c in cols {
-            let cell = r.get(c).map_or("—".into(), |v| fmt_value(c, v));
+        for (k, _, f) in cols {
+            let cell = r.get(*k).filter(|v| !v.is_null()).map_or("—".into(), f);
             o.push_str(&format!("<td>{}</td>", esc(&cell)));
         }
         o.push_str("</tr>");
     }
-    o.push_str("</table>");
+    o.push_str("</table></div>");
     o
 }
 
-/// A short bar label from the row's `keys`: strings as they are, numbers
-/// after a short prefix (`tp8 pp2 dp4 mb1 z1`).
-fn row_label(r: &Value, i: usize, keys: &[&str]) -> String {
-    fn short(k: &str) -> &str {
-        match k {
-            "micro_batch" => "mb",
-            "zero_stage" => "z",
-            "grad_accum" => "ga",
-            k => k,
+/// Bar labels made unique: a label that repeats gets its row number.
+fn unique(mut labels: Vec<String>) -> Vec<String> {
+    let dup: Vec<bool> = labels
+        .iter()
+        .map(|l| labels.iter().filter(|m| *m == l).count() > 1)
+        .collect();
+    for (i, l) in labels.iter_mut().enumerate() {
+        if dup[i] {
+            *l = format!("#{} {l}", i + 1);
         }
     }
-    let parts: Vec<String> = keys
-        .iter()
-        .filter_map(|k| {
-            r.get(*k).map(|v| match v {
-                Value::String(s) => s.clone(),
-                v => format!("{}{}", short(k), fmt_value(k, v)),
-            })
-        })
-        .collect();
-    if parts.is_empty() {
-        format!("#{}", i + 1)
-    } else {
-        parts.join(" ")
+    labels
+}
+
+/// The plan's label as `vram plan` prints it (`tp2 pp1 dp32 mb1x16 zero3 sp rc-full:4`), from
+/// `label` when the JSON has it, else rebuilt from the fields.
+fn plan_label(r: &Value) -> String {
+    if let Some(l) = r.get("label").and_then(Value::as_str) {
+        return l.to_string();
     }
+    let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let mut l = format!(
+        "tp{} pp{} dp{} mb{}x{} zero{}",
+        n("tp"),
+        n("pp"),
+        n("dp"),
+        n("micro_batch"),
+        n("grad_accum"),
+        n("zero_stage")
+    );
+    if r.get("sequence_parallel").and_then(Value::as_bool) == Some(true) {
+        l.push_str(" sp");
+    }
+    match r.get("recompute").and_then(Value::as_str) {
+        Some("full") => {
+            l.push_str(" rc-full");
+            if let Some(k) = r.get("recompute_layers").and_then(Value::as_u64) {
+                l.push_str(&format!(":{k}"));
+            }
+        }
+        Some("selective") => l.push_str(" rc-sel"),
+        _ => {}
+    }
+    l
 }
 
 fn plan(m: &Map<String, Value>) -> String {
@@ -390,44 +539,96 @@ fn plan(m: &Map<String, Value>) -> String {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let mut o = format!("<h2>{} parallelism plans</h2>", rows.len());
-    o.push_str(&kv_table(m, &[]));
+    let model = m.get("model").and_then(Value::as_str).unwrap_or("model");
+    let mut o = format!("<h2>Parallelism plans for {}</h2>", esc(model));
+    // The header lines of `vram plan`.
+    let n = |k: &str| m.get(k).and_then(Value::as_u64);
+    let s = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("?");
+    o.push_str(&format!(
+        "<p id=\"setup\">{} ({} parameters) on {} x {} ({} per node), global batch {} x {} tokens; \
+         priced as {} with {}; searched {} configurations, {} memory estimates</p>",
+        esc(model),
+        n("params").map_or("?".into(), |p| group(&p.to_string())),
+        n("gpus").unwrap_or(0),
+        esc(s("gpu")),
+        n("gpus_per_node").unwrap_or(0),
+        n("global_batch").unwrap_or(0),
+        n("seq").unwrap_or(0),
+        esc(s("stack")),
+        esc(s("optimizer")),
+        n("candidates").map_or("?".into(), |c| group(&c.to_string())),
+        n("estimates").map_or("?".into(), |c| group(&c.to_string())),
+    ));
+    let closest = m.get("closest").filter(|c| c.is_object());
     if rows.is_empty() {
+        o.push_str("<p class=\"bad\" id=\"verdict\">Nothing fits.</p>");
+    }
+    if let Some(Value::Array(sug)) = m.get("suggestions") {
+        if !sug.is_empty() {
+            o.push_str("<ul id=\"suggestions\">");
+            for x in sug.iter().filter_map(Value::as_str) {
+                o.push_str(&format!("<li>{}</li>", esc(x)));
+            }
+            o.push_str("</ul>");
+        }
+    }
+    let shown: Vec<Value> = if rows.is_empty() {
+        closest.cloned().into_iter().collect()
+    } else {
+        rows.clone()
+    };
+    if shown.is_empty() {
         o.push_str("<p class=\"muted\">The plan lists no configurations.</p>");
         return o;
     }
-    let cols = columns(
-        &rows,
-        &[
-            "tp",
-            "pp",
-            "dp",
-            "micro_batch",
-            "grad_accum",
-            "zero_stage",
-            "step_time_s",
-            "tokens_per_s",
-            "mfu",
-            "peak_bytes_per_gpu",
-        ],
-    );
-    o.push_str(&table(&rows, &cols, "plans"));
-    let label_keys = ["tp", "pp", "dp", "micro_batch", "zero_stage"];
+    let labelled: Vec<Value> = shown
+        .iter()
+        .zip(unique(shown.iter().map(plan_label).collect()))
+        .map(|(r, l)| {
+            let mut r = r.clone();
+            r["label"] = Value::String(l);
+            r
+        })
+        .collect();
+    let text = |v: &Value| fmt_value("", v);
+    let secs = |v: &Value| v.as_f64().map_or("—".into(), |f| format!("{f:.3}"));
+    let whole = |v: &Value| v.as_f64().map_or("—".into(), |f| group(&format!("{f:.0}")));
+    let pct = |v: &Value| {
+        v.as_f64()
+            .map_or("—".into(), |f| format!("{:.1}%", f * 100.0))
+    };
+    let tflops = |v: &Value| v.as_f64().map_or("—".into(), |f| format!("{f:.1}"));
+    let bytes = |v: &Value| v.as_f64().map_or("—".into(), bytes_fmt);
+    let cols: [Col<'_>; 7] = [
+        ("label", "configuration", &text),
+        ("step_time_s", "step s", &secs),
+        ("tokens_per_s", "tokens/s", &whole),
+        ("mfu", "MFU", &pct),
+        ("tflops_per_gpu", "TFLOP/s/GPU", &tflops),
+        ("peak_bytes_per_gpu", "mem/GPU", &bytes),
+        ("bound", "bound", &text),
+    ];
+    if rows.is_empty() {
+        o.push_str("<h2>Closest configuration</h2>");
+    }
+    o.push_str(&table(&labelled, &cols, "plans"));
     for (key, title, f) in [
         (
             "tokens_per_s",
             "Throughput (tokens/s)",
-            &(|v: f64| format!("{v:.0}")) as &dyn Fn(f64) -> String,
+            &(|v: f64| group(&format!("{v:.0}"))) as &dyn Fn(f64) -> String,
         ),
         ("peak_bytes_per_gpu", "Peak memory per GPU", &bytes_fmt),
         ("mfu", "Model FLOPs utilisation", &|v: f64| {
             format!("{:.1}%", v * 100.0)
         }),
     ] {
-        let items: Vec<(String, f64)> = rows
+        let items: Vec<(String, f64)> = labelled
             .iter()
-            .enumerate()
-            .filter_map(|(i, r)| num(r.get(key)).map(|v| (row_label(r, i, &label_keys), v)))
+            .filter_map(|r| {
+                let l = r.get("label")?.as_str()?.to_string();
+                num(r.get(key)).map(|v| (l, v))
+            })
             .collect();
         if !items.is_empty() {
             o.push_str(&format!("<h2>{title}</h2>"));
@@ -444,24 +645,86 @@ fn replay(m: &Map<String, Value>) -> String {
         .cloned()
         .unwrap_or_default();
     let mut o = format!("<h2>Allocator replay: {} policies</h2>", rows.len());
-    o.push_str(&kv_table(m, &[]));
+    let cap = num(m.get("capacity_bytes"));
+    o.push_str(&format!(
+        "<p id=\"setup\">{} events ({} allocations){}</p>",
+        m.get("events")
+            .and_then(Value::as_u64)
+            .map_or("?".into(), |e| group(&e.to_string())),
+        m.get("allocations")
+            .and_then(Value::as_u64)
+            .map_or("?".into(), |e| group(&e.to_string())),
+        cap.map_or(String::new(), |c| format!(
+            "; out of memory is judged at {}",
+            bytes_fmt(c)
+        ))
+    ));
+    if let Some(Value::Object(rec)) = m.get("recorded") {
+        o.push_str(&format!(
+            "<p>as recorded (the allocator that wrote the trace): peak allocated {}, peak reserved {}</p>",
+            num(rec.get("peak_allocated_bytes")).map_or("?".into(), bytes_fmt),
+            num(rec.get("peak_reserved_bytes")).map_or("?".into(), bytes_fmt)
+        ));
+    }
     if rows.is_empty() {
         o.push_str("<p class=\"muted\">The replay lists no policies.</p>");
         return o;
     }
-    let cols = columns(
-        &rows,
-        &["name", "peak_allocated_bytes", "peak_reserved_bytes"],
-    );
+    let text = |v: &Value| fmt_value("", v);
+    let bytes = |v: &Value| v.as_f64().map_or("—".into(), bytes_fmt);
+    let pct = |v: &Value| {
+        v.as_f64()
+            .map_or("—".into(), |f| format!("{:.2}%", f * 100.0))
+    };
+    let ratio = |v: &Value| v.as_f64().map_or("—".into(), |f| format!("{f:.3}"));
+    let oom = |v: &Value| match v.as_u64() {
+        Some(e) => format!("yes (event {})", group(&e.to_string())),
+        None => "no".into(),
+    };
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|mut r| {
+            if let (Some(a), Some(res)) = (
+                num(r.get("peak_allocated_bytes")),
+                num(r.get("peak_reserved_bytes")),
+            ) {
+                if a > 0.0 {
+                    r["reserved_per_allocated"] = Value::from(res / a);
+                }
+            }
+            let e = r.get("first_oom_event").cloned().unwrap_or(Value::Null);
+            r["oom"] = if e.is_null() { Value::Bool(false) } else { e };
+            r
+        })
+        .collect();
+    let oom_head = cap.map_or("OOM".to_string(), |c| format!("OOM at {}", bytes_fmt(c)));
+    let cols: [Col<'_>; 6] = [
+        ("name", "policy", &text),
+        ("peak_allocated_bytes", "peak allocated", &bytes),
+        ("peak_reserved_bytes", "peak reserved", &bytes),
+        ("reserved_per_allocated", "reserved/allocated", &ratio),
+        ("fragmentation", "fragmentation", &pct),
+        ("oom", &oom_head, &oom),
+    ];
     o.push_str(&table(&rows, &cols, "policies"));
+    let names = unique(
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.get("name")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("#{}", i + 1), str::to_string)
+            })
+            .collect(),
+    );
     for (key, title) in [
         ("peak_reserved_bytes", "Peak reserved"),
         ("peak_allocated_bytes", "Peak allocated"),
     ] {
         let items: Vec<(String, f64)> = rows
             .iter()
-            .enumerate()
-            .filter_map(|(i, r)| num(r.get(key)).map(|v| (row_label(r, i, &["name"]), v)))
+            .zip(&names)
+            .filter_map(|(r, n)| num(r.get(key)).map(|v| (n.clone(), v)))
             .collect();
         if !items.is_empty() {
             o.push_str(&format!("<h2>{title}</h2>"));
@@ -470,11 +733,11 @@ fn replay(m: &Map<String, Value>) -> String {
     }
     let frag: Vec<(String, f64)> = rows
         .iter()
-        .enumerate()
-        .filter_map(|(i, r)| {
+        .zip(&names)
+        .filter_map(|(r, n)| {
             let a = num(r.get("peak_allocated_bytes"))?;
             let res = num(r.get("peak_reserved_bytes"))?;
-            Some((row_label(r, i, &["name"]), res - a))
+            Some((n.clone(), res - a))
         })
         .collect();
     if !frag.is_empty() {

@@ -122,19 +122,12 @@ pub fn line_chart(
             esc(&y_fmt(v))
         );
     }
-    for i in 0..=4 {
-        let v = x0 + (x1 - x0) * f64::from(i) / 4.0;
-        let anchor = match i {
-            0 => "start",
-            4 => "end",
-            _ => "middle",
-        };
+    for (x, anchor, label) in x_ticks(x0, x1, &px, x_fmt) {
         let _ = write!(
             o,
-            r##"<text x="{:.1}" y="{}" text-anchor="{anchor}" font-size="11" fill="#444">{}</text>"##,
-            px(v),
+            r##"<text x="{x:.1}" y="{}" text-anchor="{anchor}" font-size="11" fill="#444">{}</text>"##,
             H - 10.0,
-            esc(&x_fmt(v))
+            esc(&label)
         );
     }
     let _ = write!(
@@ -180,6 +173,63 @@ pub fn line_chart(
     o
 }
 
+/// Width of a label at font-size 11, generously (system-ui averages under 6 px a character).
+fn label_w(s: &str) -> f64 {
+    s.chars().count() as f64 * 6.4
+}
+
+/// The x-axis labels: as many evenly spaced ticks (5, 4, 3 or 2) as fit without two labels
+/// overlapping (the first anchored at its start, the last at its end); labels longer than 30
+/// characters, or than half the axis with two ticks, are cut with "…".
+fn x_ticks(
+    x0: f64,
+    x1: f64,
+    px: &dyn Fn(f64) -> f64,
+    x_fmt: &dyn Fn(f64) -> String,
+) -> Vec<(f64, &'static str, String)> {
+    let cut = |s: String, max: usize| -> String {
+        if s.chars().count() <= max {
+            s
+        } else {
+            let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+            t.push('…');
+            t
+        }
+    };
+    let half = (((W - L - R) / 2.0 - 8.0) / 6.4) as usize;
+    for n in (1..=4u32).rev() {
+        let max = if n == 1 { half.min(30) } else { 30 };
+        let ticks: Vec<(f64, &'static str, String)> = (0..=n)
+            .map(|i| {
+                let v = x0 + (x1 - x0) * f64::from(i) / f64::from(n);
+                let anchor = if i == 0 {
+                    "start"
+                } else if i == n {
+                    "end"
+                } else {
+                    "middle"
+                };
+                (px(v), anchor, cut(x_fmt(v), max))
+            })
+            .collect();
+        let span = |(x, a, l): &(f64, &str, String)| {
+            let w = label_w(l);
+            match *a {
+                "start" => (*x, x + w),
+                "end" => (x - w, *x),
+                _ => (x - w / 2.0, x + w / 2.0),
+            }
+        };
+        let fits = ticks
+            .windows(2)
+            .all(|p| span(&p[0]).1 + 8.0 <= span(&p[1]).0);
+        if fits || n == 1 {
+            return ticks;
+        }
+    }
+    Vec::new()
+}
+
 /// Horizontal bars, one per `(label, value)`, scaled to the largest value
 /// (or to `max` when given). Negative and non-finite values draw as empty.
 pub fn bar_chart(items: &[(String, f64)], fmt: &dyn Fn(f64) -> String, max: Option<f64>) -> String {
@@ -187,7 +237,7 @@ pub fn bar_chart(items: &[(String, f64)], fmt: &dyn Fn(f64) -> String, max: Opti
     let h = (items.len() as f64 * row + 8.0).max(30.0);
     // Room for the longest label at ~6.6 px per character, within bounds.
     let longest = items.iter().map(|i| i.0.chars().count()).max().unwrap_or(0);
-    let label_w = (longest as f64 * 6.6 + 12.0).clamp(80.0, 300.0);
+    let label_w = (longest.min(56) as f64 * 6.6 + 12.0).clamp(80.0, 390.0);
     let vmax = max
         .filter(|m| *m > 0.0)
         .unwrap_or_else(|| {
@@ -208,7 +258,11 @@ pub fn bar_chart(items: &[(String, f64)], fmt: &dyn Fn(f64) -> String, max: Opti
         let v_ok = if v.is_finite() && *v > 0.0 { *v } else { 0.0 };
         let bw = (v_ok / vmax).min(1.0) * (W - label_w - 110.0);
         let colour = PALETTE[i % PALETTE.len()];
-        let short: String = label.chars().take(44).collect();
+        let short: String = if label.chars().count() > 56 {
+            label.chars().take(55).chain(['…']).collect()
+        } else {
+            label.clone()
+        };
         let _ = write!(
             o,
             r##"<text x="{}" y="{:.1}" text-anchor="end" font-size="12" fill="#222">{}</text><rect x="{label_w}" y="{y:.1}" width="{bw:.1}" height="{}" fill="{colour}"><title>{}: {}</title></rect><text x="{:.1}" y="{:.1}" font-size="12" fill="#222">{}</text>"##,

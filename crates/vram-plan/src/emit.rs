@@ -18,7 +18,7 @@
 
 use std::fmt::Write;
 
-use vram_model::arch::{Mlp, Norm, Positions, Transformer};
+use vram_model::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
 use vram_model::setup::{Offload, Precision, Recompute, Schedule};
 
 use crate::search::Plan;
@@ -207,12 +207,87 @@ fn megatron_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refus
     Ok(())
 }
 
+/// Whether megatron-core 0.16.1's `GPTModel` (`get_gpt_layer_local_spec`, the arguments
+/// [`megatron`] writes) builds the same model as transformers: every parameter tensor the same
+/// shape, except the vocabulary rows Megatron-LM pads.
+fn megatron_model_rules(engine: Engine, t: &Transformer, f: &ConfigFields) -> Result<(), Refusal> {
+    // Megatron-LM writes biases on every linear layer, on none, or on the QKV projection only.
+    let biases_written =
+        (t.qkv_bias == t.out_bias && t.out_bias == t.mlp_bias) || (!t.out_bias && !t.mlp_bias);
+    let what = if t.layout != Layout::DecoderOnly {
+        Some(
+            "megatron-core's GPTModel is a decoder-only causal LM; this model has an encoder"
+                .into(),
+        )
+    } else if t.parallel_residual {
+        Some(
+            "megatron-core 0.16.1's TransformerLayer runs attention then MLP, each on its own \
+             residual (transformer_layer.py); this model adds them in parallel"
+                .into(),
+        )
+    } else if t.norms_per_layer != 2 || !t.final_norm {
+        Some(format!(
+            "megatron-core 0.16.1's TransformerLayer has 2 norms (input_layernorm, \
+             pre_mlp_layernorm) and GPTModel a final one; this model has {} per layer",
+            t.norms_per_layer
+        ))
+    } else if t.norm == Norm::LayerNorm && !t.norm_bias {
+        Some("megatron-core's LayerNorm has a bias; this model's LayerNorms have none".into())
+    } else if !biases_written {
+        Some(
+            "Megatron-LM sets biases on all linear layers (its default), none \
+             (--disable-bias-linear) or on the QKV projection only (--add-qkv-bias); this model \
+             has another combination"
+                .into(),
+        )
+    } else if t.mlp == Mlp::Gated && f.hidden_act != "silu" {
+        Some(format!(
+            "Megatron-LM's gated MLP (--swiglu) is SiLU-gated; this model's gate is {}",
+            f.hidden_act
+        ))
+    } else if t.positions == Positions::Rotary
+        && !matches!(f.rope_type.as_str(), "default" | "llama3")
+    {
+        Some(format!(
+            "Megatron-LM writes default and Llama 3 rotary embeddings (--use-rope-scaling); this \
+             model's rope_type is {}",
+            f.rope_type
+        ))
+    } else if t.positions == Positions::Rotary && f.rope_theta.fract() != 0.0 {
+        Some(format!(
+            "Megatron-LM's --rotary-base is an integer (arguments.py); this model's rope_theta is {}",
+            f.rope_theta
+        ))
+    } else if f
+        .llama3
+        .is_some_and(|l| l[1] != 1.0 || l[2] != 4.0 || l[3] != 8192.0)
+    {
+        Some(
+            "megatron-core 0.16.1's RotaryEmbedding._apply_scaling fixes low_freq_factor 1, \
+             high_freq_factor 4 and original_max_position_embeddings 8192; this model's Llama 3 \
+             scaling differs"
+                .into(),
+        )
+    } else if matches!(t.positions, Positions::RelativeBuckets(_)) {
+        Some("megatron-core's GPTModel has no relative attention bias".into())
+    } else {
+        None
+    };
+    match what {
+        Some(w) => refuse(engine, format!("{w} (model {})", t.name)),
+        None => Ok(()),
+    }
+}
+
 /// Whether `engine` can run `p` with the settings [`emit`] writes for it; the refusal names
 /// the engine's rule.
 pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
     match engine {
         Engine::Deepspeed => deepspeed_rules(engine, p),
-        Engine::Megatron => megatron_rules(engine, p, job.model),
+        Engine::Megatron => {
+            megatron_model_rules(engine, job.model, &fields(job))?;
+            megatron_rules(engine, p, job.model)
+        }
         Engine::Accelerate => {
             if p.tp > 1 || p.pp > 1 {
                 megatron_rules(engine, p, job.model)?;
@@ -282,6 +357,97 @@ pub struct Job<'a> {
     pub seq: u64,
     /// GPUs per node.
     pub gpus_per_node: u64,
+    /// The model's `config.json` text, when there is one (a catalog id's embedded config, or
+    /// the user's file): Megatron-LM needs what [`Transformer`] does not hold (the rotary base
+    /// and scaling, the activation), read by [`ConfigFields::read`].
+    pub config: Option<&'a str>,
+}
+
+/// The `config.json` fields Megatron-LM's arguments need besides the sizes in [`Transformer`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigFields {
+    /// `rope_parameters.rope_theta` (transformers 5.x) or `rope_theta` (4.x files); absent, the
+    /// default of transformers 5.24's config class (1e6 for `MixtralConfig`, 1e4 for the others:
+    /// `LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Phi3Config`, ... `default_theta`).
+    pub rope_theta: f64,
+    /// `rope_type` of `rope_parameters` / `rope_scaling` (`default` when absent).
+    pub rope_type: String,
+    /// Llama 3's scaling: `factor`, `low_freq_factor`, `high_freq_factor`,
+    /// `original_max_position_embeddings`.
+    pub llama3: Option<[f64; 4]>,
+    /// `partial_rotary_factor` (1 when absent).
+    pub partial_rotary_factor: f64,
+    /// `hidden_act` / `hidden_activation`; absent, the config class's default (`silu` for
+    /// `LlamaConfig` and most, `gelu_pytorch_tanh` for Gemma's).
+    pub hidden_act: String,
+}
+
+impl ConfigFields {
+    /// The fields of `text` (a config.json), with transformers 5.24's defaults for the absent
+    /// ones; `None` for text that is not a JSON object.
+    pub fn read(text: &str) -> Option<ConfigFields> {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        let o = v.as_object()?;
+        let rope = o
+            .get("rope_parameters")
+            .filter(|r| r.is_object())
+            .or_else(|| o.get("rope_scaling").filter(|r| r.is_object()));
+        let num = |r: Option<&serde_json::Value>, k: &str| r.and_then(|r| r.get(k)?.as_f64());
+        let model_type = o.get("model_type").and_then(|m| m.as_str()).unwrap_or("");
+        let default_theta = if model_type == "mixtral" { 1e6 } else { 1e4 };
+        let rope_theta = num(rope, "rope_theta")
+            .or_else(|| o.get("rope_theta")?.as_f64())
+            .unwrap_or(default_theta);
+        let rope_type = rope
+            .and_then(|r| r.get("rope_type").or_else(|| r.get("type"))?.as_str())
+            .unwrap_or("default")
+            .to_string();
+        let llama3 = (rope_type == "llama3").then(|| {
+            [
+                num(rope, "factor").unwrap_or(8.0),
+                num(rope, "low_freq_factor").unwrap_or(1.0),
+                num(rope, "high_freq_factor").unwrap_or(4.0),
+                num(rope, "original_max_position_embeddings").unwrap_or(8192.0),
+            ]
+        });
+        let partial_rotary_factor = num(rope, "partial_rotary_factor")
+            .or_else(|| o.get("partial_rotary_factor")?.as_f64())
+            .unwrap_or(1.0);
+        let hidden_act = o
+            .get("hidden_act")
+            .or_else(|| o.get("hidden_activation"))
+            .and_then(|a| a.as_str())
+            .unwrap_or(match model_type {
+                // GemmaConfig's and Gemma2Config's default; GPTNeoXConfig's.
+                "gemma" | "gemma2" => "gelu_pytorch_tanh",
+                "gpt_neox" => "gelu",
+                _ => "silu",
+            })
+            .to_string();
+        Some(ConfigFields {
+            rope_theta,
+            rope_type,
+            llama3,
+            partial_rotary_factor,
+            hidden_act,
+        })
+    }
+}
+
+/// Megatron-LM's vocabulary after its padding (`vocab_size_with_padding` in
+/// megatron/core/tokenizers/utils/build_tokenizer.py: a multiple of
+/// `--make-vocab-size-divisible-by` × tensor-parallel size).
+pub fn megatron_padded_vocab(vocab: u64, tp: u64) -> u64 {
+    vocab.div_ceil(MEGATRON_VOCAB_MULTIPLE * tp) * MEGATRON_VOCAB_MULTIPLE * tp
+}
+
+/// `--make-vocab-size-divisible-by`, Megatron-LM's default, written explicitly.
+pub const MEGATRON_VOCAB_MULTIPLE: u64 = 128;
+
+fn fields(job: &Job<'_>) -> ConfigFields {
+    job.config
+        .and_then(ConfigFields::read)
+        .unwrap_or_else(|| ConfigFields::read("{}").expect("an empty object reads"))
 }
 
 fn nodes(p: &Plan, job: &Job<'_>) -> u64 {
@@ -338,6 +504,12 @@ pub fn deepspeed(p: &Plan, job: &Job<'_>) -> String {
 /// Megatron-LM `pretrain_gpt.py` arguments, one per line.
 pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
     let t = job.model;
+    let f = fields(job);
+    // Learned positions are a table of exactly the model's rows; rotary ones are computed.
+    let max_positions = match t.positions {
+        Positions::Learned(n) => n,
+        _ => job.seq.max(t.max_positions),
+    };
     let mut a = vec![
         format!("--tensor-model-parallel-size {}", p.tp),
         format!("--pipeline-model-parallel-size {}", p.pp),
@@ -346,7 +518,7 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
         format!("--num-attention-heads {}", t.heads),
         format!("--ffn-hidden-size {}", t.intermediate),
         format!("--seq-length {}", job.seq),
-        format!("--max-position-embeddings {}", job.seq.max(t.max_positions)),
+        format!("--max-position-embeddings {max_positions}"),
         format!("--micro-batch-size {}", p.micro_batch),
         format!("--global-batch-size {}", job.global_batch),
     ];
@@ -364,13 +536,41 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
     }
     if t.mlp == Mlp::Gated {
         a.push("--swiglu".into());
+    } else if t.act == Act::ComposedTanh {
+        // GPT-2's gelu_new is the tanh approximation: Megatron-LM's --openai-gelu.
+        a.push("--openai-gelu".into());
     }
     if t.norm == Norm::RmsNorm {
         a.push("--normalization RMSNorm".into());
     }
     if t.positions == Positions::Rotary {
         a.push("--position-embedding-type rope".into());
+        a.push(format!("--rotary-base {}", f.rope_theta));
+        if f.partial_rotary_factor != 1.0 {
+            a.push(format!("--rotary-percent {}", f.partial_rotary_factor));
+        }
+        if let Some([factor, ..]) = f.llama3 {
+            a.push("--use-rope-scaling".into());
+            a.push(format!("--rope-scaling-factor {factor}"));
+        }
     }
+    // Megatron-LM's default is a bias on every linear layer (GPT-2's); Llama-style models have
+    // none, Qwen2 only on the QKV projection.
+    if !t.out_bias && !t.mlp_bias {
+        a.push("--disable-bias-linear".into());
+        if t.qkv_bias {
+            a.push("--add-qkv-bias".into());
+        }
+    }
+    if t.experts > 1 {
+        a.push(format!("--num-experts {}", t.experts));
+        a.push(format!("--moe-router-topk {}", t.experts_per_token));
+    }
+    // The tokenizer gives the vocabulary; Megatron-LM pads it (build_tokenizer.py
+    // vocab_size_with_padding), written explicitly so the padding is visible.
+    a.push(format!(
+        "--make-vocab-size-divisible-by {MEGATRON_VOCAB_MULTIPLE}"
+    ));
     if let Schedule::Interleaved(v) = p.schedule {
         if p.pp > 1 {
             a.push(format!(
@@ -421,8 +621,12 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
         Precision::Fp32 => {}
         _ => a.push("--bf16".into()),
     }
+    let padded = megatron_padded_vocab(t.vocab, p.tp);
     let mut s = format!(
-        "# torchrun --nnodes {} --nproc-per-node {} pretrain_gpt.py \\\n",
+        "# vocabulary: {} tokens from the model's tokenizer (--tokenizer-type HuggingFaceTokenizer \
+         --tokenizer-model <its repository>), padded by Megatron-LM to {padded}\n\
+         # torchrun --nnodes {} --nproc-per-node {} pretrain_gpt.py \\\n",
+        t.vocab,
         nodes(p, job),
         per_node(p, job)
     );
@@ -505,8 +709,10 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
 
 /// A `torchrun` command and the FSDP2 (`torch.distributed.fsdp.fully_shard`) setup it expects
 /// in the training script. Every line after the command starts with `# `; with that prefix cut,
-/// the lines are Python (prose is a Python comment) that runs once `model` (with its blocks in
-/// `model.layers`) exists and the process group is up.
+/// the lines are Python (prose is a Python comment) that runs once `model` (a transformers
+/// `PreTrainedModel`) exists and the process group is up. Its blocks are the modules whose class
+/// is in `model._no_split_modules`, as accelerate 1.15.0's FSDP2 auto-wrap picks them
+/// (`transformer_cls_names_to_wrap` defaults to `_no_split_modules`).
 pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     let mut py: Vec<String> = vec![
         "# In train.py (PyTorch >= 2.6, FSDP2), once `model` is built:".into(),
@@ -575,8 +781,12 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     // ZeRO-3 reshards after forward; ZeRO-1/2 keep the gathered parameters until backward.
     let reshard = if p.zero_stage >= 3 { "True" } else { "False" };
     let mesh = if p.tp > 1 { "mesh[\"dp\"]" } else { "mesh" };
+    py.push(
+        "blocks = [m for m in model.modules() if type(m).__name__ in model._no_split_modules]"
+            .into(),
+    );
     py.push(format!(
-        "for block in model.layers: fully_shard(block, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
+        "for block in blocks: fully_shard(block, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
     ));
     py.push(format!(
         "fully_shard(model, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"

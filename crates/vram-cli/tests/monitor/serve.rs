@@ -1,10 +1,10 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::{assert_real_source_ok_or_exit_2, scratch, vram};
+use crate::{assert_real_source_ok_or_exit_2, chromium, run_chromium, scratch, vram};
 
 /// `vram serve --demo` on 127.0.0.1 with an ephemeral port; killed on drop,
 /// and bounded by --max-seconds in any case.
@@ -103,59 +103,9 @@ fn metrics_state_and_errors_over_http() {
     assert_eq!(request(&srv.addr, "POST", "/metrics").0, 405);
 }
 
-fn chromium() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .find_map(|name| {
-            std::env::split_paths(&path)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-}
-
-/// Run headless Chromium with `extra` args on `url`; bounded to 90 s.
-fn run_chromium(bin: &Path, profile: &Path, extra: &[String], url: &str) -> String {
-    let mut child = Command::new(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(extra)
-        .arg(url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromium");
-    let mut out = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish in 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    reader.join().unwrap()
-}
-
 #[test]
 fn live_page_renders_in_headless_chromium_with_a_screenshot() {
-    let Some(bin) = chromium() else {
-        eprintln!("SKIP live_page_renders_in_headless_chromium: chromium is not installed (Debian package `chromium`, listed in .ci/apt-packages)");
+    let Some(bin) = chromium("live_page_renders_in_headless_chromium_with_a_screenshot") else {
         return;
     };
     let srv = start();

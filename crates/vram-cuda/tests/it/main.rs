@@ -56,11 +56,19 @@ device_tests!(
     host_migration
 );
 
+/// Says on the test run's stderr that `test` skips, and why. libtest captures `eprintln!` (and
+/// shows it only for a failing test); a write to the stderr handle itself is not captured, so
+/// the line shows in `cargo test`'s output, and CI's, although the test reports `ok`.
+fn skip(test: &str, reason: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIP {test}: {reason}");
+}
+
 fn cuda_or_skip(test: &str) -> Option<CudaDevice> {
     match CudaDevice::open(0) {
         Ok(d) => Some(d),
         Err(e) => {
-            eprintln!("skipping cuda::{test}: {e}");
+            skip(&format!("cuda::{test}"), format!("no CUDA device 0 ({e})"));
             None
         }
     }
@@ -113,7 +121,10 @@ fn the_check_list_names_every_check() {
 #[test]
 fn a_missing_driver_is_an_error_not_a_panic() {
     if vram_cuda::driver_present() {
-        eprintln!("skipping: an NVIDIA driver is present here");
+        skip(
+            "a_missing_driver_is_an_error_not_a_panic",
+            "an NVIDIA driver is present here",
+        );
         return;
     }
     let e = CudaDevice::open(0).unwrap_err();
@@ -169,7 +180,10 @@ fn build_fake_driver(dir: &std::path::Path) -> Option<()> {
             String::from_utf8_lossy(&o.stderr)
         ),
         Err(e) => {
-            eprintln!("skipping: rustc not runnable ({e})");
+            skip(
+                "vram_cuda_check_passes_against_a_strict_fake_driver",
+                format!("rustc not runnable ({e})"),
+            );
             None
         }
     }
@@ -184,7 +198,10 @@ fn build_fake_driver(dir: &std::path::Path) -> Option<()> {
 #[test]
 fn vram_cuda_check_passes_against_a_strict_fake_driver() {
     if vram_cuda::driver_present() {
-        eprintln!("skipping: a real NVIDIA driver is present (the fake would not be loaded first)");
+        skip(
+            "vram_cuda_check_passes_against_a_strict_fake_driver",
+            "a real NVIDIA driver is present (the fake would not be loaded first)",
+        );
         return;
     }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-cuda-check");

@@ -49,10 +49,11 @@ fn plan_report_has_table_and_charts_with_optional_columns() {
         &crate::fixture("plan.json"),
         Kind::Plan,
         &[
-            "3 parallelism plans",
-            "<th>tp</th>",
-            "<th>note</th>",
-            "tight",
+            "Parallelism plans for llama-70b",
+            "<th>configuration</th>",
+            // The label `vram plan` prints, rebuilt from the fields when the JSON has none.
+            "tp8 pp2 dp4 mb1x16 zero1",
+            "tp8 pp1 dp8 mb1x8 zero3",
             "47.0%",
             "Throughput (tokens/s)",
             "Peak memory per GPU",

@@ -37,6 +37,7 @@ fn job(t: &Transformer) -> Job<'_> {
         global_batch: 256,
         seq: 4096,
         gpus_per_node: 8,
+        config: catalog::config_text("llama-2-13b"),
     }
 }
 
@@ -378,4 +379,90 @@ fn torchrun_snippet_is_python_after_the_prefix() {
     p.precision = Precision::Fp16Amp;
     let s = accepted(Engine::Torchrun, &p, &t);
     assert!(s.contains("MixedPrecisionPolicy(param_dtype=torch.float16"));
+}
+
+/// meta-llama/Llama-3.1-8B's config.json, as published (tests/engines/data/configs has the copy
+/// the engine tests build it from).
+const LLAMA_3_1_8B: &str = include_str!("../../../../tests/engines/data/configs/llama-3.1-8b.json");
+
+#[test]
+fn megatron_arguments_build_llama_3_1_8b_not_gpt_2() {
+    // Megatron-LM's defaults are GPT-2's (biases on every linear layer, rotary base 10000, no
+    // scaling): each way Llama 3.1 differs is written.
+    let model = vram_model::hf::parse_config(LLAMA_3_1_8B, "llama-3.1-8b").unwrap();
+    let Model::Transformer(t) = &model else {
+        unreachable!()
+    };
+    let mut req = Request::new(
+        model.clone(),
+        Cluster::for_gpu("h100-80g", 16).unwrap(),
+        256,
+        4096,
+    );
+    req.pins = Pins {
+        tp: Some(2),
+        pp: Some(1),
+        zero: Some(1),
+        ..Pins::default()
+    };
+    req.top = 1;
+    let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
+    let job = Job {
+        config: Some(LLAMA_3_1_8B),
+        ..job(t)
+    };
+    let s = vram_plan::emit::emit(vram_plan::emit::Engine::Megatron, &p, &job).unwrap();
+    let args: Vec<&str> = s.lines().map(|l| l.trim_end_matches(" \\")).collect();
+    for arg in [
+        "--disable-bias-linear",
+        "--rotary-base 500000",
+        "--use-rope-scaling",
+        "--rope-scaling-factor 8",
+        "--normalization RMSNorm",
+        "--swiglu",
+        "--untie-embeddings-and-output-weights",
+        "--group-query-attention",
+        "--num-query-groups 8",
+        "--ffn-hidden-size 14336",
+        "--make-vocab-size-divisible-by 128",
+    ] {
+        assert!(args.contains(&arg), "missing {arg} in\n{s}");
+    }
+    assert!(!s.contains("--add-qkv-bias"), "{s}");
+    // 128,256 = 501 × 256: no padding at tp 2 (Megatron-LM pads to 128 × tp).
+    assert!(s.contains("128256 tokens"), "{s}");
+    assert!(s.contains("padded by Megatron-LM to 128256"), "{s}");
+    assert_eq!(vram_plan::emit::megatron_padded_vocab(50257, 1), 50304);
+    assert_eq!(vram_plan::emit::megatron_padded_vocab(50257, 2), 50432);
+}
+
+#[test]
+fn megatron_is_not_emitted_for_models_its_gpt_model_builds_differently() {
+    // Gemma's gate is GeLU (Megatron-LM's --swiglu is SiLU); Pythia adds attention and MLP in
+    // parallel; BERT has an encoder.
+    for (id, rule) in [
+        ("gemma-7b", "gelu_pytorch_tanh"),
+        ("pythia-1.4b", "in parallel"),
+        ("bert-base-uncased", "encoder"),
+        ("gemma-2-9b", "norms"),
+    ] {
+        let model = catalog::lookup(id).unwrap();
+        let Model::Transformer(t) = &model else {
+            unreachable!()
+        };
+        let mut req = Request::new(
+            model.clone(),
+            Cluster::for_gpu("h100-80g", 16).unwrap(),
+            256,
+            1024,
+        );
+        req.top = 1;
+        let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
+        let job = Job {
+            config: catalog::config_text(id),
+            ..job(t)
+        };
+        let e = vram_plan::emit::check(vram_plan::emit::Engine::Megatron, &p, &job).unwrap_err();
+        assert!(e.rule.contains(rule), "{id}: {e}");
+    }
 }

@@ -261,7 +261,10 @@ fn bad_settings_and_devices_are_errors() {
 #[test]
 fn cuda_backend_without_a_driver_returns_null() {
     if vram_cuda::driver_present() {
-        eprintln!("skipping: an NVIDIA driver is present here");
+        skip(
+            "cuda_backend_without_a_driver_returns_null",
+            "an NVIDIA driver is present here",
+        );
         return;
     }
     let c = CString::new("VRAM_BACKEND=cuda").unwrap();
@@ -308,19 +311,31 @@ fn threads_allocate_concurrently() {
     assert_eq!(stats(9)["allocated_bytes.all.current"], 0);
 }
 
+/// Says on the test run's stderr that `test` skips, and why. libtest captures `eprintln!` (and
+/// shows it only for a failing test); a write to the stderr handle itself is not captured, so
+/// the line shows in `cargo test`'s output, and CI's, although the test reports `ok`.
+fn skip(test: &str, reason: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIP {test}: {reason}");
+}
+
 /// Runs `python/tests/test_vramkit_torch.py` against the cdylib `cargo test`
-/// just built, with `env`; `false` (with a message) when python3 is absent.
-fn run_python_test(env: &[(&str, &std::ffi::OsStr)]) -> bool {
+/// just built, with `env`, and returns what it printed (it asserts as it goes, and has
+/// exited 0); `None`, with a visible skip line, when python3 is absent.
+fn run_python_test(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> Option<String> {
     let Ok(out) = std::process::Command::new("python3")
         .arg("--version")
         .output()
     else {
-        eprintln!("skipping: python3 not found");
-        return false;
+        skip(
+            test,
+            "python3 not found (Debian package python3, in .ci/apt-packages)",
+        );
+        return None;
     };
     if !out.status.success() {
-        eprintln!("skipping: python3 does not run");
-        return false;
+        skip(test, "python3 does not run");
+        return None;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     // `cargo test` builds the cdylib into the test binary's own `deps`
@@ -334,13 +349,11 @@ fn run_python_test(env: &[(&str, &std::ffi::OsStr)]) -> bool {
     .into_iter()
     .find(|p| p.exists())
     .unwrap_or_else(|| deps.join("libvram_torch.so"));
-    if !lib.exists() {
-        eprintln!(
-            "skipping: {} not built (cargo build -p vram-torch)",
-            lib.display()
-        );
-        return false;
-    }
+    assert!(
+        lib.exists(),
+        "{} not built by cargo test -p vram-torch",
+        lib.display()
+    );
     let mut cmd = std::process::Command::new("python3");
     cmd.arg(root.join("python/tests/test_vramkit_torch.py"))
         .env("VRAMKIT_LIB", &lib)
@@ -358,13 +371,23 @@ fn run_python_test(env: &[(&str, &std::ffi::OsStr)]) -> bool {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{log}");
-    assert!(log.contains("ok: vramkit_torch"), "{log}");
-    true
+    Some(log)
 }
 
 #[test]
 fn python_module_against_the_cdylib() {
-    run_python_test(&[("VRAM_BACKEND", "sim".as_ref())]);
+    let Some(log) = run_python_test(
+        "python_module_against_the_cdylib",
+        &[("VRAM_BACKEND", "sim".as_ref())],
+    ) else {
+        return;
+    };
+    // The script's last line, printed only after every check passed, on the backend asked for.
+    assert!(
+        log.lines().any(|l| l
+            == "ok: vramkit_torch stats, summary, snapshot, OOM and configure on the sim backend"),
+        "{log}"
+    );
 }
 
 /// The same Python test with the CUDA backend on a fake driver that
@@ -375,7 +398,10 @@ fn python_module_against_the_cdylib() {
 #[test]
 fn python_module_on_a_fake_cuda_driver() {
     if vram_cuda::driver_present() {
-        eprintln!("skipping: a real NVIDIA driver is present (the fake would not be loaded first)");
+        skip(
+            "python_module_on_a_fake_cuda_driver",
+            "a real NVIDIA driver is present (the fake would not be loaded first)",
+        );
         return;
     }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-cuda-torch");
@@ -389,11 +415,24 @@ fn python_module_on_a_fake_cuda_driver() {
         .arg(&src)
         .status();
     if !built.is_ok_and(|s| s.success()) {
-        eprintln!("skipping: could not compile the fake driver with rustc");
+        skip(
+            "python_module_on_a_fake_cuda_driver",
+            "could not compile the fake driver with rustc",
+        );
         return;
     }
-    run_python_test(&[
-        ("VRAM_BACKEND", "cuda".as_ref()),
-        ("LD_LIBRARY_PATH", dir.as_os_str()),
-    ]);
+    let Some(log) = run_python_test(
+        "python_module_on_a_fake_cuda_driver",
+        &[
+            ("VRAM_BACKEND", "cuda".as_ref()),
+            ("LD_LIBRARY_PATH", dir.as_os_str()),
+        ],
+    ) else {
+        return;
+    };
+    assert!(
+        log.lines().any(|l| l
+            == "ok: vramkit_torch stats, summary, snapshot, OOM and configure on the cuda backend"),
+        "{log}"
+    );
 }
