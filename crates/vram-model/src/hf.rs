@@ -7,6 +7,7 @@
 use serde_json::{Map, Value};
 
 use crate::arch::{Act, Layout, Mlp, Model, Norm, Positions, Transformer};
+use crate::blocks::Blocks;
 use crate::error::{Error, Result};
 
 /// The `model_type` values the reader understands.
@@ -70,12 +71,13 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         "t5" => t5(&c)?,
         other => return Err(Error::UnknownModelType(other.into())),
     };
-    let t = Transformer {
+    let mut t = Transformer {
         name: name.to_string(),
         model_type,
         ..t
     };
     validate(&t)?;
+    t.blocks = t.uniform_blocks();
     Ok(Model::Transformer(t))
 }
 
@@ -264,6 +266,7 @@ fn base(vocab: u64, hidden: u64, layers: u64, heads: u64) -> Transformer {
         softmax_upcast: true,
         sliding_window: None,
         logit_softcap: false,
+        blocks: Blocks::empty(),
     }
 }
 
