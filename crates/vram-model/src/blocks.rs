@@ -347,7 +347,8 @@ pub struct Moe {
     pub expert_bias: bool,
     /// Bias on the router linear (gpt-oss).
     pub router_bias: bool,
-    /// `e_score_correction_bias` of DeepSeek-style routers.
+    /// `e_score_correction_bias` as a parameter (ERNIE 4.5's `moe_statics`); DeepSeek-V3,
+    /// GLM, MiniMax-M2 and Nemotron-H register it as a buffer, not a parameter.
     pub correction_bias: bool,
     /// Further router parameters beyond its `[E, H]` weight and biases (Gemma 4's scale and
     /// per-expert scale).
@@ -1027,6 +1028,8 @@ pub struct Blocks {
     /// 2019–2024 families); otherwise they are stand-ins that keep the uniform walks running,
     /// and the parameter split comes from these blocks.
     pub uniform: bool,
+    /// What the reader assumed or left out, for the estimate's notes (true text only).
+    pub notes: Vec<String>,
 }
 
 impl Blocks {
@@ -1041,6 +1044,7 @@ impl Blocks {
             mtp: None,
             storage: Storage::default(),
             uniform: false,
+            notes: Vec::new(),
         }
     }
 
@@ -1055,6 +1059,7 @@ impl Blocks {
             mtp: None,
             storage: Storage::default(),
             uniform: false,
+            notes: Vec::new(),
         }
     }
 
@@ -1081,6 +1086,7 @@ impl Blocks {
             mtp: None,
             storage: Storage::default(),
             uniform: false,
+            notes: Vec::new(),
         }
     }
 

@@ -7,13 +7,63 @@
 use serde_json::{Map, Value};
 
 use crate::arch::{Act, Layout, Mlp, Model, Norm, Positions, Transformer};
-use crate::blocks::Blocks;
+use crate::blocks::{Blocks, Dtype, Quant, Storage};
 use crate::error::{Error, Result};
 
-/// The `model_type` values the reader understands.
+mod decoders;
+
+/// The `model_type` values the reader understands (besides any decoder with the standard
+/// keys, read as a generic decoder).
 pub const KNOWN_MODEL_TYPES: &[&str] = &[
-    "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "gemma", "gemma2", "phi3",
-    "falcon", "bert", "roberta", "t5",
+    "gpt2",
+    "gpt_neox",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "gemma",
+    "gemma2",
+    "phi3",
+    "falcon",
+    "bert",
+    "roberta",
+    "t5",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_next",
+    "deepseek_v3",
+    "kimi_k2",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe",
+    "gpt_oss",
+    "llama4",
+    "gemma3",
+    "gemma3_text",
+    "minimax_m2",
+    "nemotron_h",
+    "granitemoehybrid",
+    "mimo",
+    "olmo2",
+    "olmo3",
+    "smollm3",
+    "ernie4_5",
+    "ernie4_5_moe",
+    "exaone4",
+    "seed_oss",
+    "hunyuan_v1_dense",
+    "hunyuan_v1_moe",
+];
+
+/// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
+const STANDARD_DECODER_KEYS: &[&str] = &[
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
 ];
 
 /// Largest size accepted for any dimension; anything above is a typo or corrupt file.
@@ -62,22 +112,56 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         map: &map,
         model_type: &model_type,
     };
-    let t = match model_type.as_str() {
-        "gpt2" => gpt2(&c)?,
-        "gpt_neox" => gpt_neox(&c)?,
-        "llama" | "mistral" | "mixtral" | "qwen2" | "gemma" | "gemma2" | "phi3" => llama_like(&c)?,
-        "falcon" | "RefinedWeb" | "RefinedWebModel" => falcon(&c)?,
-        "bert" | "roberta" => bert(&c)?,
-        "t5" => t5(&c)?,
-        other => return Err(Error::UnknownModelType(other.into())),
+    let legacy = match model_type.as_str() {
+        "gpt2" => Some(gpt2(&c)?),
+        "gpt_neox" => Some(gpt_neox(&c)?),
+        "llama" | "mistral" | "mixtral" | "qwen2" | "gemma" | "gemma2" | "phi3" => {
+            Some(llama_like(&c)?)
+        }
+        "falcon" | "RefinedWeb" | "RefinedWebModel" => Some(falcon(&c)?),
+        "bert" | "roberta" => Some(bert(&c)?),
+        "t5" => Some(t5(&c)?),
+        _ => None,
     };
-    let mut t = Transformer {
-        name: name.to_string(),
-        model_type,
-        ..t
+    let mut t = match legacy {
+        Some(mut t) => {
+            validate(&t)?;
+            t.blocks = t.uniform_blocks();
+            t
+        }
+        None => {
+            // Multimodal wrappers keep the decoder's keys in `text_config`.
+            let text_map = match map.get("text_config") {
+                Some(Value::Object(m)) => Some(m),
+                None | Some(Value::Null) => None,
+                Some(other) => {
+                    return Err(Error::WrongType {
+                        field: "text_config".into(),
+                        expected: "an object",
+                        found: kind_of(other).into(),
+                    })
+                }
+            };
+            let text = Cfg {
+                map: text_map.unwrap_or(&map),
+                model_type: &model_type,
+            };
+            if decoders::FAMILIES.contains(&model_type.as_str()) {
+                decoders::read(&text, &c)?
+            } else if STANDARD_DECODER_KEYS
+                .iter()
+                .all(|k| text.find(&[k]).is_some())
+            {
+                decoders::generic(&text)?
+            } else {
+                return Err(Error::UnknownModelType(model_type.clone()));
+            }
+        }
     };
+    t.blocks.storage = storage(&c)?;
+    t.name = name.to_string();
+    t.model_type = model_type;
     validate(&t)?;
-    t.blocks = t.uniform_blocks();
     Ok(Model::Transformer(t))
 }
 
@@ -549,6 +633,80 @@ fn t5(c: &Cfg) -> Result<Transformer> {
     (t.attention_dropout, t.hidden_dropout) = (p, p);
     t.softmax_upcast = true;
     Ok(t)
+}
+
+/// The weights as shipped: the config's `dtype` (`torch_dtype` in older files; bf16 when
+/// absent, as `from_pretrained(dtype="auto")` falls back) and `quantization_config`.
+fn storage(c: &Cfg) -> Result<Storage> {
+    let dtype = match c.str("dtype")?.or(c.str("torch_dtype")?) {
+        None | Some("bfloat16") | Some("auto") => Dtype::Bf16,
+        Some("float16") | Some("half") => Dtype::F16,
+        Some("float32") | Some("float") => Dtype::F32,
+        Some(other) => {
+            return Err(Error::OutOfRange {
+                field: "dtype".into(),
+                value: other.into(),
+                why: "expected bfloat16, float16 or float32".into(),
+            })
+        }
+    };
+    let quant = match c.map.get("quantization_config") {
+        None | Some(Value::Null) => Quant::None,
+        Some(Value::Object(q)) => {
+            let qc = Cfg {
+                map: q,
+                model_type: c.model_type,
+            };
+            match qc.str("quant_method")? {
+                Some("fp8") => {
+                    let (bn, bk) = match qc.find(&["weight_block_size"]) {
+                        Some((_, Value::Array(a))) if a.len() == 2 => (
+                            a[0].as_u64().filter(|n| *n > 0),
+                            a[1].as_u64().filter(|n| *n > 0),
+                        ),
+                        None => (Some(128), Some(128)),
+                        _ => (None, None),
+                    };
+                    let (Some(bn), Some(bk)) = (bn, bk) else {
+                        return Err(Error::OutOfRange {
+                            field: "quantization_config.weight_block_size".into(),
+                            value: "?".into(),
+                            why: "expected two positive integers".into(),
+                        });
+                    };
+                    let skip_head = match qc.find(&["modules_to_not_convert"]) {
+                        Some((_, Value::Array(a))) => a
+                            .iter()
+                            .any(|m| m.as_str().is_some_and(|s| s.contains("lm_head"))),
+                        _ => true,
+                    };
+                    Quant::Fp8Block { bn, bk, skip_head }
+                }
+                Some("mxfp4") => Quant::Mxfp4,
+                Some(other) => {
+                    return Err(Error::OutOfRange {
+                        field: "quantization_config.quant_method".into(),
+                        value: other.into(),
+                        why: "vramkit reads fp8 (block-wise) and mxfp4 checkpoints".into(),
+                    })
+                }
+                None => {
+                    return Err(Error::MissingField {
+                        field: "quantization_config.quant_method".into(),
+                        model_type: c.model_type.into(),
+                    })
+                }
+            }
+        }
+        Some(other) => {
+            return Err(Error::WrongType {
+                field: "quantization_config".into(),
+                expected: "an object",
+                found: kind_of(other).into(),
+            })
+        }
+    };
+    Ok(Storage { dtype, quant })
 }
 
 /// Checks that the sizes hang together; the readers have checked each field on its own.
