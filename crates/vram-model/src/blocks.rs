@@ -420,6 +420,46 @@ pub struct CacheSpec {
     pub state_f32: u64,
 }
 
+/// One cache kind's layers and bytes in a [`CacheReport`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KindCache {
+    /// The kind.
+    pub kind: CacheKind,
+    /// Layers of this kind.
+    pub layers: u64,
+    /// Storage kept alive right after the prefill.
+    pub after_prefill_bytes: u64,
+    /// Storage kept alive after one decode step.
+    pub after_decode_bytes: u64,
+}
+
+impl Default for KindCache {
+    fn default() -> Self {
+        KindCache {
+            kind: CacheKind::Full,
+            layers: 0,
+            after_prefill_bytes: 0,
+            after_decode_bytes: 0,
+        }
+    }
+}
+
+/// The cache after a prefill and after one decode step (`vram estimate --inference --json`'s
+/// `cache_after_prefill_bytes`, `cache_bytes_per_token`, `cache_by_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CacheReport {
+    /// Storage the cache keeps alive right after the prefill (a sliding layer's window is a view
+    /// of the whole prompt's keys and values until the first decode step).
+    pub after_prefill_bytes: u64,
+    /// Storage after one decode step.
+    pub after_decode_bytes: u64,
+    /// What one decode step adds after the prefill (negative when sliding layers drop the
+    /// prompt's storage beyond their window).
+    pub bytes_per_token: i64,
+    /// Per reported kind, in [`CacheKind::REPORTED`] order.
+    pub by_kind: [KindCache; 4],
+}
+
 /// transformers 5.24's cache layer classes (cache_utils.py, `DYNAMIC_LAYER_TYPE_MAPPING`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -1090,6 +1130,19 @@ impl Blocks {
         }
     }
 
+    /// Whether the layers differ in a way the uniform walk cannot follow: more than one kind
+    /// outside an encoder-decoder's stacks, or a mixer other than attention.
+    pub fn varies(&self) -> bool {
+        if self.uniform {
+            return false;
+        }
+        self.kinds.len() > 1
+            || self.kinds.iter().any(|k| {
+                !matches!(k.mixer, Mixer::Attention(_))
+                    || matches!(k.ffn, Ffn::None | Ffn::DenseAndMoe(..))
+            })
+    }
+
     /// Number of layers.
     pub fn len(&self) -> usize {
         self.pattern.len()
@@ -1198,6 +1251,31 @@ impl Blocks {
             }
         }
         out
+    }
+
+    /// What transformers' `DynamicCache` holds for `batch` sequences of a `prompt`-token
+    /// prefill and after one decode step, with `dtype` bytes per cached element (fp32 recurrent
+    /// states are 4 bytes whatever `dtype` is).
+    pub fn cache_report(&self, batch: u64, prompt: u64, dtype: u64) -> CacheReport {
+        let prefill = self.cache_by_kind(batch, prompt, 0, dtype);
+        let decode = self.cache_by_kind(batch, prompt, 1, dtype);
+        let mut by_kind = [KindCache::default(); 4];
+        for (i, k) in by_kind.iter_mut().enumerate() {
+            *k = KindCache {
+                kind: CacheKind::REPORTED[i],
+                layers: prefill[i].0,
+                after_prefill_bytes: prefill[i].1,
+                after_decode_bytes: decode[i].1,
+            };
+        }
+        let after_prefill: u64 = by_kind.iter().map(|k| k.after_prefill_bytes).sum();
+        let after_decode: u64 = by_kind.iter().map(|k| k.after_decode_bytes).sum();
+        CacheReport {
+            after_prefill_bytes: after_prefill,
+            after_decode_bytes: after_decode,
+            bytes_per_token: after_decode as i64 - after_prefill as i64,
+            by_kind,
+        }
     }
 
     /// Forward FLOPs per token of all layers with `ctx` earlier tokens.

@@ -86,7 +86,8 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             reason: "the file is empty".into(),
         });
     }
-    let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
+    let cleaned = non_finite_to_json(text);
+    let value: Value = serde_json::from_str(&cleaned).map_err(|e| Error::Json {
         what: "config.json".into(),
         reason: e.to_string(),
     })?;
@@ -163,6 +164,50 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
     t.model_type = model_type;
     validate(&t)?;
     Ok(Model::Transformer(t))
+}
+
+/// Python's `json.dump` writes `Infinity`, `-Infinity` and `NaN` (Nemotron-H's
+/// `time_step_limit: [0.0, Infinity]`); JSON has no such tokens. Outside strings they become
+/// ±1e308 and null, which no size field accepts.
+fn non_finite_to_json(text: &str) -> std::borrow::Cow<'_, str> {
+    if !(text.contains("Infinity") || text.contains("NaN")) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let (mut in_str, mut escaped) = (false, false);
+    let mut rest = text;
+    while let Some(ch) = rest.chars().next() {
+        if in_str {
+            out.push(ch);
+            if escaped {
+                escaped = false;
+            } else if ch == '\\' {
+                escaped = true;
+            } else if ch == '"' {
+                in_str = false;
+            }
+            rest = &rest[ch.len_utf8()..];
+            continue;
+        }
+        let replaced = [
+            ("-Infinity", "-1e308"),
+            ("Infinity", "1e308"),
+            ("NaN", "null"),
+        ]
+        .iter()
+        .find(|(from, _)| rest.starts_with(from));
+        if let Some((from, to)) = replaced {
+            out.push_str(to);
+            rest = &rest[from.len()..];
+            continue;
+        }
+        if ch == '"' {
+            in_str = true;
+        }
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -635,10 +680,26 @@ fn t5(c: &Cfg) -> Result<Transformer> {
     Ok(t)
 }
 
-/// The weights as shipped: the config's `dtype` (`torch_dtype` in older files; bf16 when
-/// absent, as `from_pretrained(dtype="auto")` falls back) and `quantization_config`.
+/// The weights as shipped: the config's `dtype` (`torch_dtype` in older files) and
+/// `quantization_config`.
 fn storage(c: &Cfg) -> Result<Storage> {
-    let dtype = match c.str("dtype")?.or(c.str("torch_dtype")?) {
+    // The top level's dtype, else the text config's (Qwen3.5, Qwen3-VL keep it there); absent,
+    // from_pretrained takes the checkpoint's (modeling_utils.py `_get_dtype`): bf16 for every
+    // current release.
+    let text = match c.map.get("text_config") {
+        Some(Value::Object(m)) => Some(Cfg {
+            map: m,
+            model_type: c.model_type,
+        }),
+        _ => None,
+    };
+    let mut name = c.str("dtype")?.or(c.str("torch_dtype")?);
+    if name.is_none() {
+        if let Some(t) = &text {
+            name = t.str("dtype")?.or(t.str("torch_dtype")?);
+        }
+    }
+    let dtype = match name {
         None | Some("bfloat16") | Some("auto") => Dtype::Bf16,
         Some("float16") | Some("half") => Dtype::F16,
         Some("float32") | Some("float") => Dtype::F32,
