@@ -33,6 +33,8 @@ pub const KNOWN_MODEL_TYPES: &[&str] = &[
     "qwen3_5",
     "qwen3_5_moe",
     "qwen3_next",
+    "qwen3_vl",
+    "qwen3_vl_moe",
     "deepseek_v3",
     "kimi_k2",
     "deepseek_v32",

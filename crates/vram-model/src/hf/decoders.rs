@@ -11,7 +11,7 @@ use super::{kind_of, Cfg};
 use crate::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
 use crate::blocks::{
     Attention, Block, Blocks, Component, Dense, Dispatch, Ends, Ffn, Gdn, Indexer, Mamba2, Mixer,
-    Mla, Moe, Mtp, Norms, QkNorm, Window,
+    Mla, Moe, Mtp, Norms, QkNorm, Vision, Window,
 };
 use crate::error::{Error, Result};
 
@@ -25,6 +25,8 @@ pub const FAMILIES: &[&str] = &[
     "qwen3_5_moe",
     "qwen3_5_moe_text",
     "qwen3_next",
+    "qwen3_vl",
+    "qwen3_vl_moe",
     "deepseek_v3",
     "kimi_k2",
     "deepseek_v32",
@@ -322,7 +324,7 @@ fn sliding(c: &Cfg, default: Option<u64>) -> Result<Option<u64>> {
 pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
     let mt = outer.model_type;
     let d = match mt {
-        "qwen3" | "qwen3_moe" => qwen3(c)?,
+        "qwen3" | "qwen3_moe" | "qwen3_vl" | "qwen3_vl_moe" => qwen3(c)?,
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
             qwen3_5(c, mt)?
         }
@@ -330,7 +332,30 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "glm4_moe" => glm4_moe(c)?,
         "gpt_oss" => gpt_oss(c)?,
         "llama4" | "llama4_text" => llama4(c)?,
-        "gemma3" | "gemma3_text" => gemma3(c)?,
+        "gemma3" | "gemma3_text" => {
+            // Gemma3TextConfig's defaults for the keys a multimodal checkpoint leaves out
+            // (gemma-3-4b-it's text_config lists five keys).
+            let mut map = serde_json::Map::new();
+            for (k, v) in [
+                ("vocab_size", 262_208),
+                ("hidden_size", 2304),
+                ("intermediate_size", 9216),
+                ("num_hidden_layers", 26),
+                ("num_attention_heads", 8),
+                ("num_key_value_heads", 4),
+                ("head_dim", 256),
+                ("max_position_embeddings", 131_072),
+            ] {
+                map.insert(k.into(), Value::from(v));
+            }
+            for (k, v) in c.map {
+                map.insert(k.clone(), v.clone());
+            }
+            gemma3(&Cfg {
+                map: &map,
+                model_type: c.model_type,
+            })?
+        }
         "minimax_m2" => minimax_m2(c)?,
         "nemotron_h" => nemotron_h(c)?,
         "granitemoehybrid" => granite_hybrid(c)?,
@@ -343,7 +368,151 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "hunyuan_v1_dense" | "hunyuan_v1_moe" => hunyuan(c, mt)?,
         other => return Err(Error::UnknownModelType(other.into())),
     };
-    build(d)
+    let text_hidden = d.hidden;
+    let mut t = build(d)?;
+    if builds_vision(outer)? {
+        t.blocks.vision = vision(outer, text_hidden)?;
+    }
+    Ok(t)
+}
+
+/// Whether the class the checkpoint names builds the vision tower: `architectures[0]` a
+/// `*ForConditionalGeneration`; without `architectures`, the class `AutoModelForCausalLM` maps
+/// the `model_type` to (models/auto/modeling_auto.py: qwen3_vl, gemma3 and gemma4 to their
+/// `*ForConditionalGeneration`, qwen3_5 and llama4 to text-only `*ForCausalLM`).
+fn builds_vision(outer: &Cfg) -> Result<bool> {
+    if let Some(a) = outer.list("architectures")? {
+        if let Some(Value::String(name)) = a.first() {
+            return Ok(name.ends_with("ForConditionalGeneration"));
+        }
+    }
+    Ok(matches!(
+        outer.model_type,
+        "qwen3_vl" | "qwen3_vl_moe" | "gemma3" | "gemma4"
+    ))
+}
+
+/// The vision tower and projector of a multimodal wrapper, from `vision_config` (missing keys
+/// take the vision config class's defaults).
+fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
+    let empty = serde_json::Map::new();
+    let map = match outer.map.get("vision_config") {
+        Some(Value::Object(m)) => m,
+        None | Some(Value::Null) => &empty,
+        Some(other) => {
+            return Err(Error::WrongType {
+                field: "vision_config".into(),
+                expected: "an object",
+                found: kind_of(other).into(),
+            })
+        }
+    };
+    let v = Cfg {
+        map,
+        model_type: outer.model_type,
+    };
+    Ok(Some(match outer.model_type {
+        // Qwen3VLVisionModel / Qwen3_5VisionModel: Conv3d patch embedding with bias, learned
+        // positions, `depth` blocks (two LayerNorms, fused qkv and proj with biases, a
+        // non-gated MLP with biases), the patch merger (LayerNorm, fc1, fc2 with biases) and one
+        // more merger per `deepstack_visual_indexes` entry (its LayerNorm over the merged width).
+        "qwen3_vl" | "qwen3_vl_moe" | "qwen3_5" | "qwen3_5_moe" => {
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1152);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4304);
+            let depth = v.opt_u64(&["depth"])?.unwrap_or(27);
+            let heads = v.opt_u64(&["num_heads"])?.unwrap_or(16);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
+            let tp = v.opt_u64(&["temporal_patch_size"])?.unwrap_or(2);
+            let ch = v.opt_u64(&["in_channels"])?.unwrap_or(3);
+            let m = v.opt_u64(&["spatial_merge_size"])?.unwrap_or(2);
+            let out = v.opt_u64(&["out_hidden_size"])?.unwrap_or(text_hidden);
+            let pos = v.opt_u64(&["num_position_embeddings"])?.unwrap_or(2304);
+            let deepstack = match v.u64_list("deepstack_visual_indexes")? {
+                Some(l) => l.len() as u64,
+                None if outer.model_type.starts_with("qwen3_vl") => 3,
+                None => 0,
+            };
+            let block = 4 * hv + 3 * hv * hv + 3 * hv + hv * hv + hv + 2 * i * hv + i + hv;
+            let merged = hv * m * m;
+            let merger = |norm: u64| 2 * norm + merged * merged + merged + out * merged + out;
+            let params = hv * ch * tp * p * p
+                + hv
+                + pos * hv
+                + depth * block
+                + merger(hv)
+                + deepstack * merger(merged);
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+            }
+        }
+        // Gemma3: SiglipVisionModel (Conv2d patch embedding with bias, learned positions,
+        // pre-LN encoder layers with biased projections and a non-gated MLP, post LayerNorm;
+        // `vision_use_head` false) and `Gemma3MultiModalProjector` (an `[hv, H]` weight and an
+        // RMSNorm over hv).
+        "gemma3" => {
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(768);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(3072);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(12);
+            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(12);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
+            let image = v.opt_u64(&["image_size"])?.unwrap_or(224);
+            let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+            let block = 4 * hv + 4 * (hv * hv + hv) + 2 * i * hv + i + hv;
+            let params = hv * ch * p * p
+                + hv
+                + (image / p).pow(2) * hv
+                + depth * block
+                + 2 * hv
+                + hv * text_hidden
+                + hv;
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+            }
+        }
+        // Llama4VisionModel (class embedding, positions for every patch plus the class token,
+        // a bias-free linear patch embedding, pre/post LayerNorms, biased attention and MLP
+        // layers, the `vision_adapter` MLP without biases) and `Llama4MultiModalProjector`.
+        "llama4" => {
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(768);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(5632);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(34);
+            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(16);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(14);
+            let image = v.opt_u64(&["image_size"])?.unwrap_or(448);
+            let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+            let pin = v.opt_u64(&["projector_input_dim"])?.unwrap_or(4096);
+            let pout = v.opt_u64(&["projector_output_dim"])?.unwrap_or(4096);
+            let vout = v.opt_u64(&["vision_output_dim"])?.unwrap_or(7680);
+            let block = 4 * hv + 4 * (hv * hv + hv) + 2 * i * hv + i + hv;
+            let params = hv
+                + ((image / p).pow(2) + 1) * hv
+                + hv * ch * p * p
+                + 4 * hv
+                + depth * block
+                + pin * i
+                + pout * pout
+                + text_hidden * vout;
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+            }
+        }
+        _ => return Ok(None),
+    }))
 }
 
 /// An unknown `model_type` with the standard decoder keys: a Llama-style decoder (pre-norm,
