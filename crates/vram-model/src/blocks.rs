@@ -209,7 +209,7 @@ pub struct Attention {
     /// Bias on the output projection.
     pub out_bias: bool,
     /// Keys and values come from an earlier layer (Gemma 4's `num_kv_shared_layers`): the layer
-    /// still has its key/value projections but caches nothing.
+    /// has no key/value projections or key norm, and caches nothing.
     pub kv_shared: bool,
     /// Query, key and value come from one fused projection (GPT-2, NeoX, Falcon, Phi-3).
     pub fused_qkv: bool,
@@ -541,8 +541,14 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => {
                 let q = a.heads * a.head_dim * if a.q_gate { 2 } else { 1 };
-                let k = a.kv_heads * a.head_dim;
-                let v = if a.k_eq_v {
+                // KV-shared layers (Gemma 4 `is_kv_shared_layer`) build no k/v projections
+                // and no k_norm.
+                let k = if a.kv_shared {
+                    0
+                } else {
+                    a.kv_heads * a.head_dim
+                };
+                let v = if a.k_eq_v || a.kv_shared {
                     0
                 } else {
                     a.kv_heads * a.v_head_dim
@@ -569,7 +575,9 @@ impl Mixer {
                 match a.qk_norm {
                     QkNorm::PerHead => {
                         out(vector(c, a.head_dim));
-                        out(vector(c, a.head_dim));
+                        if !a.kv_shared {
+                            out(vector(c, a.head_dim));
+                        }
                     }
                     QkNorm::FullWidth => {
                         out(vector(c, a.heads * a.head_dim));

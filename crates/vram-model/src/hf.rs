@@ -44,6 +44,7 @@ pub const KNOWN_MODEL_TYPES: &[&str] = &[
     "llama4",
     "gemma3",
     "gemma3_text",
+    "gemma4",
     "minimax_m2",
     "nemotron_h",
     "granitemoehybrid",

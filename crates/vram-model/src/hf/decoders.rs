@@ -37,6 +37,8 @@ pub const FAMILIES: &[&str] = &[
     "llama4_text",
     "gemma3",
     "gemma3_text",
+    "gemma4",
+    "gemma4_text",
     "minimax_m2",
     "nemotron_h",
     "granitemoehybrid",
@@ -119,6 +121,16 @@ struct Draft {
     notes: Vec<String>,
     attention_dropout: f64,
     hidden_dropout: f64,
+    /// Per layer, an attention shape overriding `attn` (Gemma 4's full layers).
+    per_layer_attn: Vec<Option<Attention>>,
+    /// Per layer, a dense MLP overriding `dense` (Gemma 4's double-wide KV-shared layers).
+    per_layer_dense: Vec<Option<Dense>>,
+    /// Extra per-layer parameters (Gemma 4's per-layer-input gate, projection and norm).
+    layer_extra: (Component, u64),
+    /// Embedding parameters beyond `vocab × hidden` (Gemma 4's per-layer-input tables).
+    embedding_extra: u64,
+    /// `final_logit_softcapping` is set.
+    softcap: bool,
 }
 
 impl Cfg<'_> {
@@ -300,6 +312,11 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         notes: Vec::new(),
         attention_dropout: c.prob(&["attention_dropout"], 0.0)?,
         hidden_dropout: 0.0,
+        per_layer_attn: vec![None; layers as usize],
+        per_layer_dense: vec![None; layers as usize],
+        layer_extra: (Component::Other, 0),
+        embedding_extra: 0,
+        softcap: false,
     };
     Ok((d, layers))
 }
@@ -356,6 +373,7 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
                 model_type: c.model_type,
             })?
         }
+        "gemma4" | "gemma4_text" => gemma4(c)?,
         "minimax_m2" => minimax_m2(c)?,
         "nemotron_h" => nemotron_h(c)?,
         "granitemoehybrid" => granite_hybrid(c)?,
@@ -502,6 +520,33 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 + pin * i
                 + pout * pout
                 + text_hidden * vout;
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+            }
+        }
+        // Gemma4VisionModel: a bias-free patch projection, a two-row position table, layers of
+        // bias-free q/k/v/o and gated MLP with per-head q/k norms and four RMSNorms, and
+        // `embed_vision`'s bias-free projection to the text width. `vision_config: null` builds
+        // none; an audio tower is not counted (none in the 26B/31B releases).
+        "gemma4" => {
+            if matches!(outer.map.get("vision_config"), Some(Value::Null)) {
+                return Ok(None);
+            }
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1152);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4304);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(27);
+            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(16);
+            let kv = v.opt_u64(&["num_key_value_heads"])?.unwrap_or(heads);
+            let hd = v.opt_u64(&["head_dim"])?.unwrap_or(hv / heads);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
+            let pos = v.opt_u64(&["position_embedding_size"])?.unwrap_or(10_240);
+            let block = 2 * heads * hd * hv + 2 * kv * hd * hv + 2 * hd + 3 * i * hv + 4 * hv;
+            let params = 2 * pos * hv + hv * 3 * p * p + depth * block + text_hidden * hv;
             Vision {
                 depth,
                 hidden: hv,
@@ -881,6 +926,90 @@ fn gemma3(c: &Cfg) -> Result<Draft> {
     Ok(d)
 }
 
+/// Gemma 4 text (configuration_gemma4.py `__post_init__`, modeling_gemma4.py
+/// `Gemma4TextAttention`, `Gemma4TextDecoderLayer`): `layer_types` (default 5 sliding : 1 full,
+/// the last layer forced full); full layers take `global_head_dim` and, with
+/// `attention_k_eq_v`, `num_global_key_value_heads` and no `v_proj`; per-head q/k norms, a
+/// weightless v_norm; the last `num_kv_shared_layers` layers reuse earlier K/V (no k/v
+/// projections, no cache; `use_double_wide_mlp` doubles their MLP); with `enable_moe_block` a
+/// dense MLP and a MoE side by side (router: a scale over H, a per-expert scale, `proj`), three
+/// more norms; per-layer inputs when `hidden_size_per_layer_input > 0`.
+fn gemma4(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    d.act = c.act(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh")?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::PerHead;
+    d.attn.v_norm = true;
+    d.norms = 4;
+    d.sliding_window = sliding(c, Some(512))?;
+    d.softcap = matches!(
+        c.find(&["final_logit_softcapping"]),
+        Some((_, Value::Number(_)))
+    );
+    let mut types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => (0..layers)
+            .map(|i| {
+                if (i + 1) % 6 != 0 {
+                    LayerType::Sliding
+                } else {
+                    LayerType::Full
+                }
+            })
+            .collect(),
+    };
+    if let Some(last) = types.last_mut() {
+        *last = LayerType::Full;
+    }
+    let k_eq_v = c.bool("attention_k_eq_v", false)?;
+    let global_hd = c.opt_u64(&["global_head_dim"])?.unwrap_or(512);
+    let global_kv = if k_eq_v {
+        c.opt_u64(&["num_global_key_value_heads"])?
+    } else {
+        None
+    };
+    let shared = c.count(&["num_kv_shared_layers"], 0)?.min(layers);
+    let double = c.bool("use_double_wide_mlp", false)?;
+    for (i, t) in types.iter().enumerate() {
+        let reuse = (i as u64) >= layers - shared;
+        let mut a = d.attn;
+        if *t == LayerType::Full {
+            a.head_dim = global_hd;
+            a.v_head_dim = global_hd;
+            a.k_eq_v = k_eq_v;
+            if let Some(kv) = global_kv {
+                a.kv_heads = kv;
+            }
+        }
+        a.kv_shared = reuse;
+        d.per_layer_attn[i] = Some(a);
+        if reuse && double {
+            d.per_layer_dense[i] = Some(dense(2 * d.dense.intermediate));
+        }
+    }
+    d.layer_types = types;
+    if c.bool("enable_moe_block", false)? {
+        let e = c.u64(&["num_experts"])?;
+        let k = c.u64(&["top_k_experts"])?;
+        let mut m = moe_template(e, k, c.u64(&["moe_intermediate_size"])?);
+        m.router_extra = d.hidden + e;
+        m.router_weights_fp32 = true;
+        d.moe = Some(m);
+        d.ffn.iter_mut().for_each(|f| *f = FfnKind::DenseAndMoe);
+        d.norms = 7;
+    }
+    let hpl = c.count(&["hidden_size_per_layer_input"], 256)?;
+    if hpl > 0 {
+        let vpl = c
+            .opt_u64(&["vocab_size_per_layer_input"])?
+            .unwrap_or(262_144);
+        d.embedding_extra = vpl * layers * hpl + layers * hpl * d.hidden + hpl;
+        d.layer_extra = (Component::Embedding, 2 * d.hidden * hpl + d.hidden);
+    }
+    Ok(d)
+}
+
 /// MiniMax-M2 (`MiniMaxM2Attention`: q/k RMSNorm over the whole projection width;
 /// `MiniMaxM2SparseMoeBlock` in every layer with `e_score_correction_bias`, fp32 weights).
 fn minimax_m2(c: &Cfg) -> Result<Draft> {
@@ -1248,17 +1377,18 @@ fn build(d: Draft) -> Result<Transformer> {
     }
     let mut layers = Vec::with_capacity(n);
     for (i, t) in d.layer_types.iter().enumerate() {
+        let base = d.per_layer_attn.get(i).copied().flatten().unwrap_or(d.attn);
+        let rope = d.rope.get(i).copied().unwrap_or(true);
         let attn = |window| {
             Mixer::Attention(Attention {
                 window,
-                rope: d.rope.get(i).copied().unwrap_or(true),
-                qk_norm: if d.attn.qk_norm == QkNorm::L2 && !d.rope.get(i).copied().unwrap_or(true)
-                {
+                rope,
+                qk_norm: if base.qk_norm == QkNorm::L2 && !rope {
                     QkNorm::None
                 } else {
-                    d.attn.qk_norm
+                    base.qk_norm
                 },
-                ..d.attn
+                ..base
             })
         };
         let missing = |key: &str| Error::MissingField {
@@ -1281,10 +1411,16 @@ fn build(d: Draft) -> Result<Transformer> {
             LayerType::MoeOnly | LayerType::MlpOnly => Mixer::None,
         };
         let moe = || d.moe.ok_or_else(|| missing("num_experts"));
+        let dense = d
+            .per_layer_dense
+            .get(i)
+            .copied()
+            .flatten()
+            .unwrap_or(d.dense);
         let ffn = match d.ffn[i] {
-            FfnKind::Dense => Ffn::Dense(d.dense),
+            FfnKind::Dense => Ffn::Dense(dense),
             FfnKind::Moe => Ffn::Moe(moe()?),
-            FfnKind::DenseAndMoe => Ffn::DenseAndMoe(d.dense, moe()?),
+            FfnKind::DenseAndMoe => Ffn::DenseAndMoe(dense, moe()?),
             FfnKind::None => Ffn::None,
         };
         layers.push(Block {
@@ -1295,7 +1431,7 @@ fn build(d: Draft) -> Result<Transformer> {
                 count: d.norms,
                 params_each: h,
             },
-            extra: (Component::Other, 0),
+            extra: d.layer_extra,
         });
     }
     if layers.is_empty() {
@@ -1314,7 +1450,7 @@ fn build(d: Draft) -> Result<Transformer> {
         h,
         &layers,
         Ends {
-            embedding: d.vocab * h,
+            embedding: d.vocab * h + d.embedding_extra,
             vocab: d.vocab,
             final_norm: h,
             head,
@@ -1340,7 +1476,10 @@ fn build(d: Draft) -> Result<Transformer> {
         kv_heads = m.heads;
         head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
     }
-    let any_dense = d.ffn.iter().any(|f| *f == FfnKind::Dense);
+    let any_dense = d
+        .ffn
+        .iter()
+        .any(|f| matches!(f, FfnKind::Dense | FfnKind::DenseAndMoe));
     let (intermediate, experts, top_k, gated) = match d.moe {
         Some(m) if !any_dense || d.ffn.iter().filter(|f| **f == FfnKind::Moe).count() * 2 > n => {
             (m.expert_intermediate, m.experts, m.top_k, m.gated)
@@ -1384,7 +1523,7 @@ fn build(d: Draft) -> Result<Transformer> {
         hidden_dropout: d.hidden_dropout,
         softmax_upcast: true,
         sliding_window: if all_sliding { d.sliding_window } else { None },
-        logit_softcap: false,
+        logit_softcap: d.softcap,
         blocks,
     };
     Ok(t)
