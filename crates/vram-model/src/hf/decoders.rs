@@ -469,8 +469,8 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
             }
         }
         // Gemma3: SiglipVisionModel (Conv2d patch embedding with bias, learned positions,
-        // pre-LN encoder layers with biased projections and a non-gated MLP, post LayerNorm;
-        // `vision_use_head` false) and `Gemma3MultiModalProjector` (an `[hv, H]` weight and an
+        // pre-LN encoder layers with biased projections and a non-gated MLP, post LayerNorm,
+        // the pooling head if `vision_use_head`) and `Gemma3MultiModalProjector` (an `[hv, H]` weight and an
         // RMSNorm over hv).
         "gemma3" => {
             let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(768);
@@ -481,11 +481,19 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
             let image = v.opt_u64(&["image_size"])?.unwrap_or(224);
             let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
             let block = 4 * hv + 4 * (hv * hv + hv) + 2 * i * hv + i + hv;
+            // SiglipMultiheadAttentionPoolingHead when `vision_use_head` (the class default):
+            // probe, nn.MultiheadAttention, LayerNorm, MLP.
+            let head = if v.bool("vision_use_head", true)? {
+                hv + 4 * hv * hv + 4 * hv + 2 * hv + 2 * i * hv + i + hv
+            } else {
+                0
+            };
             let params = hv * ch * p * p
                 + hv
                 + (image / p).pow(2) * hv
                 + depth * block
                 + 2 * hv
+                + head
                 + hv * text_hidden
                 + hv;
             Vision {
