@@ -545,6 +545,7 @@ fn blocks_lines(
             format!("fp8 {bn}x{bk} blocks + fp32 scales")
         }
         vram_model::blocks::Quant::Mxfp4 => "mxfp4 experts".into(),
+        vram_model::blocks::Quant::Other => format!("{:?}", b.storage.dtype).to_lowercase(),
     };
     let how = if dequantized {
         format!("{how}, dequantized")

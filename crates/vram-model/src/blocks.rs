@@ -985,6 +985,9 @@ pub enum Quant {
     /// MXFP4 experts (gpt-oss, quantizers/quantizer_mxfp4.py): expert banks packed two values a
     /// byte with one uint8 scale per 32 values; everything else in the config's dtype.
     Mxfp4,
+    /// A `quantization_config` whose method is not modelled (NVFP4 via modelopt, compressed
+    /// tensors, ...): counted in the config's dtype, with a note.
+    Other,
 }
 
 /// The weights as shipped.
@@ -1035,7 +1038,7 @@ impl Storage {
                 TensorKind::Experts(_) => e * t.rows * (t.cols.div_ceil(32) * 17),
                 _ => t.numel() * d,
             },
-            Quant::None => t.numel() * d,
+            Quant::None | Quant::Other => t.numel() * d,
         }
     }
 }

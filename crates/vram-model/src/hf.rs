@@ -150,8 +150,24 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                 map: text_map.unwrap_or(&map),
                 model_type: &model_type,
             };
+            let text_type = match text.map.get("model_type") {
+                Some(Value::String(s)) if text_map.is_some() => Some(s.as_str()),
+                _ => None,
+            };
             if decoders::FAMILIES.contains(&model_type.as_str()) {
                 decoders::read(&text, &c)?
+            } else if let Some(inner) = text_type.filter(|t| decoders::FAMILIES.contains(t)) {
+                // A multimodal wrapper this reader does not know around a decoder it does
+                // (Kimi-K2.5: `kimi_k25` around `kimi_k2`): the decoder alone, said so.
+                let wrapped = Cfg {
+                    map: text.map,
+                    model_type: inner,
+                };
+                let mut t = decoders::read(&wrapped, &wrapped)?;
+                t.blocks.notes.push(format!(
+                    "model_type `{model_type}` is not known: its text_config (`{inner}`) is read; any vision or audio tower is not counted"
+                ));
+                t
             } else if STANDARD_DECODER_KEYS
                 .iter()
                 .all(|k| text.find(&[k]).is_some())
@@ -163,6 +179,19 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         }
     };
     t.blocks.storage = storage(&c)?;
+    if t.blocks.storage.quant == Quant::Other {
+        let method = match map.get("quantization_config") {
+            Some(Value::Object(q)) => q
+                .get("quant_method")
+                .and_then(Value::as_str)
+                .unwrap_or("(none named)")
+                .to_string(),
+            _ => String::new(),
+        };
+        t.blocks.notes.push(format!(
+            "quantization_config's method `{method}` is not modelled: weights are counted in the config's dtype"
+        ));
+    }
     t.name = name.to_string();
     t.model_type = model_type;
     validate(&t)?;
@@ -716,6 +745,16 @@ fn storage(c: &Cfg) -> Result<Storage> {
     };
     let quant = match c.map.get("quantization_config") {
         None | Some(Value::Null) => Quant::None,
+        // A quantization_config whose method is not read (modelopt NVFP4, compressed-tensors,
+        // bitsandbytes...): the weights are counted in the config's dtype, with a note.
+        Some(Value::Object(q))
+            if !matches!(
+                q.get("quant_method").and_then(Value::as_str),
+                Some("fp8") | Some("mxfp4")
+            ) =>
+        {
+            Quant::Other
+        }
         Some(Value::Object(q)) => {
             let qc = Cfg {
                 map: q,
@@ -746,20 +785,7 @@ fn storage(c: &Cfg) -> Result<Storage> {
                     };
                     Quant::Fp8Block { bn, bk, skip_head }
                 }
-                Some("mxfp4") => Quant::Mxfp4,
-                Some(other) => {
-                    return Err(Error::OutOfRange {
-                        field: "quantization_config.quant_method".into(),
-                        value: other.into(),
-                        why: "vramkit reads fp8 (block-wise) and mxfp4 checkpoints".into(),
-                    })
-                }
-                None => {
-                    return Err(Error::MissingField {
-                        field: "quantization_config.quant_method".into(),
-                        model_type: c.model_type.into(),
-                    })
-                }
+                _ => Quant::Mxfp4,
             }
         }
         Some(other) => {

@@ -572,6 +572,29 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
 /// GQA attention without biases, gated SiLU MLP, untied head), with a note naming what was
 /// assumed.
 pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
+    // Keys that change the module tree in ways a generic decoder would silently miss.
+    for key in [
+        "num_experts",
+        "num_local_experts",
+        "n_routed_experts",
+        "moe_num_experts",
+        "kv_lora_rank",
+        "linear_num_key_heads",
+        "mamba_num_heads",
+        "hybrid_override_pattern",
+    ] {
+        let present = match c.map.get(key) {
+            None | Some(Value::Null) => false,
+            Some(Value::Number(n)) => n.as_u64().is_some_and(|n| n > 0),
+            Some(_) => true,
+        };
+        if present {
+            return Err(Error::Undescribable {
+                field: key.into(),
+                model_type: c.model_type.into(),
+            });
+        }
+    }
     let (mut d, _) = common(c, false)?;
     d.attn.qkv_bias = c.bool("attention_bias", false)?;
     d.attn.out_bias = d.attn.qkv_bias;
