@@ -529,7 +529,18 @@ impl Transformer {
     /// (attention, cross-attention for a decoder block of an encoder-decoder, feed-forward,
     /// norms). Sums to the block's share of [`ParamSplit`]; used where individual tensors matter
     /// (allocator replay: gradients and optimizer states are per tensor).
+    ///
+    /// For models whose layers differ (not `blocks.uniform`), the tensors of the most common
+    /// layer kind as transformers holds them (an expert bank is one 3-D parameter).
     pub fn block_tensor_elems(&self, decoder_of_enc_dec: bool) -> Vec<u64> {
+        if !self.blocks.uniform {
+            let counts = self.blocks.kind_counts();
+            let mut v = Vec::new();
+            if let Some((kind, _)) = self.blocks.kinds.iter().zip(counts).max_by_key(|(_, n)| *n) {
+                kind.tensors(self.hidden, &mut |t| v.push(t.numel()));
+            }
+            return v;
+        }
         let h = self.hidden;
         let (q, kv) = self.attn_widths();
         let norm = |v: &mut Vec<u64>| {
@@ -593,7 +604,39 @@ impl Transformer {
     }
 
     /// The parameter tensors by shape, for optimizers whose state depends on shapes (Adafactor).
+    ///
+    /// For models whose layers differ, every tensor of the blocks (an expert bank counts as
+    /// `experts` matrices), the embedding and the head.
     pub fn param_tensors(&self) -> Vec<ParamTensor> {
+        if !self.blocks.uniform {
+            let b = &self.blocks;
+            let mut v = vec![ParamTensor::matrix(self.vocab, self.hidden, 1)];
+            for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
+                kind.tensors(b.hidden, &mut |t| {
+                    let e = match t.kind {
+                        crate::blocks::TensorKind::Experts(e) => e,
+                        _ => 1,
+                    };
+                    v.push(ParamTensor {
+                        rows: t.rows,
+                        cols: t.cols,
+                        count: e * n,
+                        tp_split: t.cols > 1,
+                    });
+                });
+            }
+            if b.ends.head > 0 {
+                v.push(ParamTensor::matrix(self.vocab, self.hidden, 1));
+            }
+            let rest = b.ends.embedding.saturating_sub(self.vocab * self.hidden)
+                + b.ends.final_norm
+                + b.vision.map_or(0, |x| x.params)
+                + b.mtp.filter(|m| m.instantiated).map_or(0, |m| m.params);
+            if rest > 0 {
+                v.push(ParamTensor::vector(rest, 1, false));
+            }
+            return v;
+        }
         let h = self.hidden;
         let (q, kv) = self.attn_widths();
         let l = self.layers + self.encoder_layers;

@@ -195,18 +195,6 @@ impl Cfg<'_> {
         }
         Ok(Some(v))
     }
-
-    fn f64_or(&self, name: &str, default: f64) -> Result<f64> {
-        match self.find(&[name]) {
-            None => Ok(default),
-            Some((_, Value::Number(n))) => Ok(n.as_f64().unwrap_or(default)),
-            Some((_, other)) => Err(Error::WrongType {
-                field: name.into(),
-                expected: "a number",
-                found: kind_of(other).into(),
-            }),
-        }
-    }
 }
 
 fn attention_template(heads: u64, kv_heads: u64, head_dim: u64) -> Attention {
