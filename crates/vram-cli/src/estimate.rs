@@ -890,10 +890,17 @@ pub fn models(a: &ListArgs) -> Result<()> {
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        for r in rows {
+        let width = |key: &str| {
+            rows.iter()
+                .map(|r| r[key].as_str().unwrap_or("").len())
+                .max()
+                .unwrap_or(0)
+        };
+        let (wi, wk) = (width("id").max(20), width("kind").max(10));
+        for r in &rows {
             writeln!(
                 out,
-                "{:<20} {:<10} {:>20}",
+                "{:<wi$} {:<wk$} {:>20}",
                 r["id"].as_str().unwrap_or(""),
                 r["kind"].as_str().unwrap_or(""),
                 fmt::thousands(r["params"].as_u64().unwrap_or(0))
