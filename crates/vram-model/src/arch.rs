@@ -379,6 +379,7 @@ impl Transformer {
                 correction_bias: false,
                 router_extra: 0,
                 router_weights_fp32: false,
+                router_param_fp32: false,
                 dispatch: Dispatch::GroupedMm,
                 shared: None,
                 shared_gate: false,

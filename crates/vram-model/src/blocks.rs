@@ -124,6 +124,9 @@ pub struct Tensor {
     pub rows: u64,
     /// Second dimension (input features of a linear; 1 for vectors).
     pub cols: u64,
+    /// Kept in fp32 whatever the model's dtype (`_keep_in_fp32_modules_strict`: DeepSeek-style
+    /// router weights).
+    pub fp32: bool,
 }
 
 impl Tensor {
@@ -143,6 +146,7 @@ fn lin(c: Component, out: u64, inp: u64) -> Tensor {
         kind: TensorKind::Linear,
         rows: out,
         cols: inp,
+        fp32: false,
     }
 }
 
@@ -152,6 +156,7 @@ fn vector(c: Component, n: u64) -> Tensor {
         kind: TensorKind::Vector,
         rows: n,
         cols: 1,
+        fp32: false,
     }
 }
 
@@ -355,6 +360,9 @@ pub struct Moe {
     pub router_extra: u64,
     /// The routing weights stay fp32 when they multiply the expert outputs.
     pub router_weights_fp32: bool,
+    /// The router's weight is an fp32 parameter (`_keep_in_fp32_modules_strict`: DeepSeek-V3/
+    /// V3.2, Kimi-K2, GLM-4.5/5, Nemotron-H, ERNIE 4.5 MoE).
+    pub router_param_fp32: bool,
     /// How the experts run.
     pub dispatch: Dispatch,
     /// Shared expert(s) as one dense MLP beside the routed ones.
@@ -594,6 +602,7 @@ impl Mixer {
                         kind: TensorKind::Embedding,
                         rows: a.rel_buckets,
                         cols: a.heads,
+                        fp32: false,
                     });
                 }
             }
@@ -794,6 +803,7 @@ impl Moe {
             kind: TensorKind::Linear,
             rows: e,
             cols: h,
+            fp32: self.router_param_fp32,
         });
         if self.router_bias {
             out(vector(Component::Router, e));
@@ -810,6 +820,7 @@ impl Moe {
             kind: TensorKind::Experts(e),
             rows,
             cols,
+            fp32: false,
         };
         out(bank(up, inner));
         if self.expert_bias {
@@ -979,7 +990,8 @@ pub enum Quant {
         bn: u64,
         /// Block columns.
         bk: u64,
-        /// The LM head stays unquantized (listed in `modules_to_not_convert`).
+        /// The LM head stays unquantized: `get_modules_to_not_convert` (quantizers/base.py)
+        /// always adds the output embeddings to the config's `modules_to_not_convert`.
         skip_head: bool,
     },
     /// MXFP4 experts (gpt-oss, quantizers/quantizer_mxfp4.py): expert banks packed two values a
@@ -1013,6 +1025,9 @@ impl Storage {
     /// available); with `dequantized`, as the fallback holds it (everything in `dtype`).
     pub fn tensor_bytes(&self, t: &Tensor, dequantized: bool) -> u64 {
         let d = self.dtype.bytes();
+        if t.fp32 {
+            return t.numel() * 4;
+        }
         if dequantized {
             return t.numel() * d;
         }
@@ -1033,9 +1048,10 @@ impl Storage {
                 _ => t.numel() * d,
             },
             Quant::Mxfp4 => match t.kind {
-                // Mxfp4GptOssExperts: blocks uint8 [E, rows, cols/32, 16] and scales uint8
-                // [E, rows, cols/32].
+                // Mxfp4GptOssExperts (integrations/mxfp4.py): packed uint8 [E, rows, cols/2] and
+                // one uint8 scale per 32 values; its expert biases are fp32.
                 TensorKind::Experts(_) => e * t.rows * (t.cols.div_ceil(32) * 17),
+                TensorKind::Vector if t.component == Component::RoutedExperts => t.numel() * 4,
                 _ => t.numel() * d,
             },
             Quant::None | Quant::Other => t.numel() * d,
@@ -1231,6 +1247,7 @@ impl Blocks {
             kind: TensorKind::Linear,
             rows: self.ends.vocab,
             cols: self.ends.head / self.ends.vocab.max(1),
+            fp32: false,
         };
         bytes += if self.ends.head > 0 && head.numel() == self.ends.head {
             self.storage.tensor_bytes(&head, dequantized)
@@ -1384,6 +1401,7 @@ mod tests {
                 correction_bias: true,
                 router_extra: 0,
                 router_weights_fp32: true,
+                router_param_fp32: false,
                 dispatch: Dispatch::GroupedMm,
                 shared: Some(Dense {
                     intermediate: 256,

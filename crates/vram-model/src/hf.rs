@@ -777,13 +777,13 @@ fn storage(c: &Cfg) -> Result<Storage> {
                             why: "expected two positive integers".into(),
                         });
                     };
-                    let skip_head = match qc.find(&["modules_to_not_convert"]) {
-                        Some((_, Value::Array(a))) => a
-                            .iter()
-                            .any(|m| m.as_str().is_some_and(|s| s.contains("lm_head"))),
-                        _ => true,
-                    };
-                    Quant::Fp8Block { bn, bk, skip_head }
+                    // get_modules_to_not_convert (quantizers/base.py) always keeps the output
+                    // embeddings unquantized, whatever `modules_to_not_convert` adds.
+                    Quant::Fp8Block {
+                        bn,
+                        bk,
+                        skip_head: true,
+                    }
                 }
                 _ => Quant::Mxfp4,
             }

@@ -229,6 +229,7 @@ fn moe_template(experts: u64, top_k: u64, expert_intermediate: u64) -> Moe {
         correction_bias: false,
         router_extra: 0,
         router_weights_fp32: false,
+        router_param_fp32: false,
         dispatch: Dispatch::GroupedMm,
         shared: None,
         shared_gate: false,
@@ -775,6 +776,7 @@ fn deepseek(c: &Cfg, mt: &str) -> Result<Draft> {
         m.shared = Some(dense(mi * shared));
     }
     m.router_weights_fp32 = true;
+    m.router_param_fp32 = true;
     d.moe = Some(m);
     let first_dense = c.count(&["first_k_dense_replace"], 0)?;
     match c.list("mlp_layer_types")? {
@@ -812,6 +814,7 @@ fn glm4_moe(c: &Cfg) -> Result<Draft> {
         m.shared = Some(dense(mi * shared));
     }
     m.router_weights_fp32 = true;
+    m.router_param_fp32 = true;
     d.moe = Some(m);
     let first_dense = c.count(&["first_k_dense_replace"], 1)?;
     place_moe(&mut d, |i| i as u64 >= first_dense);
@@ -1119,6 +1122,7 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
         let mut m = moe_template(e, k, c.u64(&["moe_intermediate_size"])?);
         m.gated = false;
         m.router_weights_fp32 = true;
+        m.router_param_fp32 = true;
         let shared_n = c.count(&["n_shared_experts"], 1)?;
         if shared_n > 0 {
             m.shared = Some(Dense {
@@ -1294,6 +1298,7 @@ fn ernie(c: &Cfg, mt: &str) -> Result<Draft> {
         }
         m.correction_bias = true;
         m.router_weights_fp32 = true;
+        m.router_param_fp32 = true;
         d.moe = Some(m);
         let start = c.count(&["moe_layer_start_index"], 1)?;
         let end = match c.find(&["moe_layer_end_index"]) {

@@ -200,3 +200,66 @@ fn caches_hold_what_transformers_dynamic_cache_holds() {
         );
     }
 }
+
+fn transformer(id: &str) -> vram_model::arch::Transformer {
+    match catalog::lookup(id).unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    }
+}
+
+/// gpt-oss ships MXFP4 experts (quantizers/quantizer_mxfp4.py, integrations/mxfp4.py
+/// `Mxfp4GptOssExperts`): packed uint8 pairs plus a uint8 scale per 32 values, fp32 expert
+/// biases; everything else bf16. The dequantized fallback holds every parameter in bf16.
+#[test]
+fn mxfp4_experts_are_stored_packed() {
+    use vram_model::blocks::Quant;
+    let t = transformer("gpt-oss-20b");
+    assert_eq!(t.blocks.storage.quant, Quant::Mxfp4);
+    let (e, h, i, l) = (32u64, 2880u64, 2880u64, 24u64);
+    let banks = l * e * (2 * i * h + h * i);
+    let biases = l * e * (2 * i + h);
+    let packed = l * e * (2 * i * (h / 32) * 17 + h * (i / 32) * 17);
+    let rest = t.param_count() - banks - biases;
+    assert_eq!(
+        t.blocks.weights_bytes(false),
+        packed + 4 * biases + 2 * rest
+    );
+    assert_eq!(t.blocks.weights_bytes(true), 2 * t.param_count());
+}
+
+/// DeepSeek-V3 ships fine-grained FP8 (`weight_block_size` [128, 128]): every linear and expert
+/// bank one byte per weight plus an fp32 scale per 128×128 block; the LM head, embeddings and
+/// norms bf16, the router's weight fp32 (`_keep_in_fp32_modules_strict`).
+#[test]
+fn fp8_block_weights_carry_their_scales() {
+    use vram_model::blocks::{Component, Quant};
+    let t = transformer("deepseek-v3");
+    assert_eq!(
+        t.blocks.storage.quant,
+        Quant::Fp8Block {
+            bn: 128,
+            bk: 128,
+            skip_head: true
+        }
+    );
+    let p = t.params_by_component();
+    let stored = t.blocks.weights_bytes(false);
+    let router = p.get(Component::Router);
+    // Between one byte per quantized weight and that plus 1/4096 of it in scales.
+    let bf16 = 2 * (p.get(Component::Embedding) + p.get(Component::Head) + p.get(Component::Norms));
+    let fp8 = t.param_count() - router - p.get(Component::Embedding) - p.get(Component::Head);
+    assert!(
+        stored > bf16 + 4 * router + fp8 - p.get(Component::Norms),
+        "{stored}"
+    );
+    assert!(
+        stored < bf16 + 4 * router + fp8 + fp8 / 4096 + 61 * 4 * 1024,
+        "{stored}"
+    );
+    // Dequantized: bf16 but the fp32 router.
+    assert_eq!(
+        t.blocks.weights_bytes(true),
+        2 * t.param_count() + 2 * router
+    );
+}
