@@ -131,6 +131,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         Some(mut t) => {
             validate(&t)?;
             t.blocks = t.uniform_blocks();
+            legacy_windows(&c, &mut t)?;
             t
         }
         None => {
@@ -710,6 +711,47 @@ fn t5(c: &Cfg) -> Result<Transformer> {
     (t.attention_dropout, t.hidden_dropout) = (p, p);
     t.softmax_upcast = true;
     Ok(t)
+}
+
+/// The per-layer windows transformers 5.24 gives the older families' caches, where the uniform
+/// fields keep one: Gemma 2's `layer_types` default alternates sliding (even layers) and full
+/// (configuration_gemma2.py); Phi-3 with a `sliding_window` slides every layer
+/// (cache_utils.py `get_layer_types_and_kwargs`). Only the cache description changes.
+fn legacy_windows(c: &Cfg, t: &mut Transformer) -> Result<()> {
+    use crate::blocks::{Mixer, Window};
+    let window = match c.model_type {
+        "gemma2" if !c.map.contains_key("sliding_window") => Some(4096),
+        "gemma2" | "phi3" => c.opt_u64(&["sliding_window"])?,
+        _ => None,
+    };
+    let Some(w) = window else {
+        return Ok(());
+    };
+    let gemma2 = c.model_type == "gemma2";
+    let layers: Vec<_> = t
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut b = *b;
+            if let Mixer::Attention(a) = &mut b.mixer {
+                if !gemma2 || i % 2 == 0 {
+                    a.window = Window::Sliding(w);
+                }
+            }
+            b
+        })
+        .collect();
+    let old = std::mem::replace(&mut t.blocks, Blocks::empty());
+    t.blocks = Blocks {
+        kinds: Vec::new(),
+        pattern: Vec::new(),
+        ..old
+    };
+    let fresh = Blocks::from_layers(t.blocks.hidden, &layers, t.blocks.ends);
+    t.blocks.kinds = fresh.kinds;
+    t.blocks.pattern = fresh.pattern;
+    Ok(())
 }
 
 /// The weights as shipped: the config's `dtype` (`torch_dtype` in older files) and

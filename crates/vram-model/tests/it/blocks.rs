@@ -27,11 +27,12 @@ fn blocks_reexpress_every_catalog_transformer_exactly() {
             t.layers + t.encoder_layers,
             "{id}: one block per layer"
         );
-        // One kind per stack, plus T5's first blocks that hold the relative-position tables.
-        let kinds = if t.layout == Layout::EncoderDecoder {
-            4
-        } else {
-            1
+        // One kind per stack, plus T5's first blocks that hold the relative-position tables;
+        // Gemma 2 alternates sliding and full windows.
+        let kinds = match (t.layout, t.model_type.as_str()) {
+            (Layout::EncoderDecoder, _) => 4,
+            (_, "gemma2") => 2,
+            _ => 1,
         };
         assert_eq!(t.blocks.kinds.len(), kinds, "{id}");
         let experts = p.get(Component::RoutedExperts);
@@ -91,6 +92,18 @@ fn caches_hold_what_transformers_dynamic_cache_holds() {
             1_835_008,
             114_688,
             &[(CacheKind::Full, 28, 1_835_008, 1_949_696)],
+        ),
+        // Gemma 2's default layer_types: even layers sliding (4096), odd layers full.
+        (
+            "gemma-2-9b",
+            2,
+            4200,
+            1_445_068_800,
+            -17_719_296,
+            &[
+                (CacheKind::Full, 21, 722_534_400, 722_706_432),
+                (CacheKind::Sliding, 21, 722_534_400, 704_643_072),
+            ],
         ),
         (
             "qwen3-0.6b",
