@@ -367,6 +367,10 @@ pub struct EstimateArgs {
     /// Include the step's timeline (live bytes at every phase).
     #[arg(long)]
     timeline: bool,
+    /// Report stored weights as the dequantized fallback holds them (FP8/MXFP4 checkpoints
+    /// without their kernels: everything in the config's dtype).
+    #[arg(long)]
+    dequantized: bool,
 }
 
 /// Arguments of the listing commands.
@@ -446,6 +450,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         if let Some(w) = &resolved.checkpoint {
             v["checkpoint_params"] = json!(w.params);
         }
+        if let Model::Transformer(t) = model {
+            describe_blocks(&mut v, t, &setup, a.dequantized);
+        }
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
     }
@@ -462,6 +469,11 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     if let Some(s) = crate::speed::of(model, gpu, &setup) {
         writeln!(out, "{}", crate::speed::line(&s))?;
     }
+    if let Model::Transformer(t) = model {
+        for line in blocks_lines(t, &setup, a.dequantized) {
+            writeln!(out, "{line}")?;
+        }
+    }
     if let Some(w) = &resolved.checkpoint {
         let verdict = if w.params == e.params {
             "matches the config".to_string()
@@ -475,6 +487,93 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// What the layer-by-layer description adds to `--json`: `params_by_component`,
+/// `weights_bytes`, the cache after prefill and one decode step (inference), and notes.
+fn describe_blocks(
+    v: &mut serde_json::Value,
+    t: &vram_model::arch::Transformer,
+    setup: &Setup,
+    dequantized: bool,
+) {
+    let p = t.params_by_component();
+    let by: serde_json::Map<String, serde_json::Value> = vram_model::blocks::Component::ALL
+        .iter()
+        .map(|c| (c.key().to_string(), json!(p.get(*c))))
+        .collect();
+    v["params_by_component"] = json!(by);
+    v["weights_bytes"] = json!(t.blocks.weights_bytes(dequantized));
+    v["weights_storage"] = json!(t.blocks.storage);
+    if let Mode::Infer(i) = setup.mode {
+        let r = t.blocks.cache_report(i.batch, i.prompt(), i.kv_bytes);
+        v["cache_after_prefill_bytes"] = json!(r.after_prefill_bytes);
+        v["cache_bytes_per_token"] = json!(r.bytes_per_token);
+        let kinds: serde_json::Map<String, serde_json::Value> = r
+            .by_kind
+            .iter()
+            .map(|k| {
+                (
+                    k.kind.key().to_string(),
+                    json!({"layers": k.layers, "after_prefill_bytes": k.after_prefill_bytes, "after_decode_bytes": k.after_decode_bytes}),
+                )
+            })
+            .collect();
+        v["cache_by_kind"] = json!(kinds);
+    }
+    v["notes"] = json!(blocks_notes(t));
+}
+
+/// The model's notes: what the reader assumed, and where the uniform walk stands in.
+fn blocks_notes(t: &vram_model::arch::Transformer) -> Vec<String> {
+    let mut notes = t.blocks.notes.clone();
+    if t.blocks.varies() {
+        notes.push("layers differ (mixer, feed-forward or window per layer): parameters, weights and the cache follow each layer; activations and temporaries are walked with one stand-in layer (the first attention layer's shape, the routed experts' size) and are approximate".into());
+    }
+    notes
+}
+
+/// The text lines that match [`describe_blocks`].
+/// Printed for the models the uniform fields do not describe, or stored quantized; the
+/// 2019–2024 families' tables stay as they were.
+fn blocks_lines(
+    t: &vram_model::arch::Transformer,
+    setup: &Setup,
+    dequantized: bool,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let b = &t.blocks;
+    if !b.varies() && b.storage.quant == vram_model::blocks::Quant::None && b.notes.is_empty() {
+        return lines;
+    }
+    let stored = b.weights_bytes(dequantized);
+    let how = match b.storage.quant {
+        vram_model::blocks::Quant::None => format!("{:?}", b.storage.dtype).to_lowercase(),
+        vram_model::blocks::Quant::Fp8Block { bn, bk, .. } => {
+            format!("fp8 {bn}x{bk} blocks + fp32 scales")
+        }
+        vram_model::blocks::Quant::Mxfp4 => "mxfp4 experts".into(),
+        vram_model::blocks::Quant::Other => format!("{:?}", b.storage.dtype).to_lowercase(),
+    };
+    let how = if dequantized {
+        format!("{how}, dequantized")
+    } else {
+        how
+    };
+    lines.push(format!("weights as stored: {} ({how})", fmt::bytes(stored)));
+    if let Mode::Infer(i) = setup.mode {
+        let r = b.cache_report(i.batch, i.prompt(), i.kv_bytes);
+        lines.push(format!(
+            "cache after the prefill: {}; one decode step adds {}{}",
+            fmt::bytes(r.after_prefill_bytes),
+            if r.bytes_per_token < 0 { "-" } else { "" },
+            fmt::bytes(r.bytes_per_token.unsigned_abs())
+        ));
+    }
+    for n in blocks_notes(t) {
+        lines.push(format!("note: {n}"));
+    }
+    lines
 }
 
 fn describe(setup: &Setup, e: &Estimate) -> String {
@@ -799,10 +898,17 @@ pub fn models(a: &ListArgs) -> Result<()> {
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        for r in rows {
+        let width = |key: &str| {
+            rows.iter()
+                .map(|r| r[key].as_str().unwrap_or("").len())
+                .max()
+                .unwrap_or(0)
+        };
+        let (wi, wk) = (width("id").max(20), width("kind").max(10));
+        for r in &rows {
             writeln!(
                 out,
-                "{:<20} {:<10} {:>20}",
+                "{:<wi$} {:<wk$} {:>20}",
                 r["id"].as_str().unwrap_or(""),
                 r["kind"].as_str().unwrap_or(""),
                 fmt::thousands(r["params"].as_u64().unwrap_or(0))

@@ -7,7 +7,14 @@
 
 use serde::Serialize;
 
+use crate::blocks::{
+    Attention, Block, Blocks, Component, ComponentParams, Dense, Dispatch, Ends, Ffn, Mixer, Moe,
+    Norms, QkNorm, Window,
+};
+
 /// A model whose memory vramkit can estimate.
+// One model per run, passed by reference: the transformer's size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Model {
@@ -182,6 +189,12 @@ pub struct Transformer {
     /// Gemma 2's `final_logit_softcapping`: `tanh(logits / c) · c` over the whole logits, whose
     /// tanh output is saved for backward.
     pub logit_softcap: bool,
+    /// The layer-by-layer description: what each layer's mixer and feed-forward are, the
+    /// embedding and head, extras and storage. Parameter counts, per-component splits, weight
+    /// bytes and caches come from it. For the 2019–2024 families (`blocks.uniform`) it is
+    /// derived from the fields above; for the others the fields above are stand-ins (the first
+    /// attention layer's shape, the routed experts' size) that keep the uniform walks running.
+    pub blocks: Blocks,
 }
 
 /// One kind of parameter tensor: `count` tensors of shape `rows × cols`.
@@ -275,8 +288,174 @@ impl Transformer {
         }
     }
 
-    /// The parameter split; see [`ParamSplit`].
+    /// The parameter split; see [`ParamSplit`]. From the uniform fields where they describe
+    /// every layer, else from the blocks (per-layer figures are then the average over layers,
+    /// rounded up; the vision tower counts with the embedding, MTP layers with the head).
     pub fn param_split(&self) -> ParamSplit {
+        if self.blocks.uniform {
+            self.uniform_param_split()
+        } else {
+            self.blocks_param_split()
+        }
+    }
+
+    fn blocks_param_split(&self) -> ParamSplit {
+        let b = &self.blocks;
+        let p = b.params_by_component();
+        let n = b.len().max(1) as u64;
+        let layers = b.layer_params();
+        let mut replicated = layers.get(Component::Norms);
+        let mut per_expert = 0;
+        for (kind, count) in b.kinds.iter().zip(b.kind_counts()) {
+            if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = kind.ffn {
+                let per = if m.gated { 3 } else { 2 } * b.hidden * m.expert_intermediate;
+                per_expert = per_expert.max(per);
+            }
+            kind.tensors(b.hidden, &mut |t| {
+                if t.kind == crate::blocks::TensorKind::Vector
+                    && t.component != Component::Norms
+                    && t.rows == b.hidden
+                {
+                    replicated += count * t.numel();
+                }
+            });
+        }
+        ParamSplit {
+            embedding: p.get(Component::Embedding) + p.get(Component::Vision),
+            per_layer: layers.total().div_ceil(n),
+            per_encoder_layer: 0,
+            relative_bias: 0,
+            head: b.ends.final_norm + b.ends.head + b.ends.other + p.get(Component::Mtp),
+            per_layer_replicated: replicated.div_ceil(n),
+            per_expert,
+        }
+    }
+
+    /// Parameters per component (`params_by_component` of `vram estimate --json`).
+    pub fn params_by_component(&self) -> ComponentParams {
+        self.blocks.params_by_component()
+    }
+
+    /// The layer-by-layer description the uniform fields give: every layer the same block
+    /// (T5: the first block of each stack holds the relative-position table; decoder blocks add
+    /// cross-attention and its norm).
+    pub fn uniform_blocks(&self) -> Blocks {
+        let s = self.uniform_param_split();
+        let attention = Attention {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            v_head_dim: self.head_dim,
+            window: match self.sliding_window {
+                Some(w) => Window::Sliding(w),
+                None => Window::Full,
+            },
+            sinks: false,
+            qk_norm: QkNorm::None,
+            q_gate: false,
+            k_eq_v: false,
+            v_norm: false,
+            qkv_bias: self.qkv_bias,
+            out_bias: self.out_bias,
+            kv_shared: false,
+            fused_qkv: self.fused_qkv,
+            rel_buckets: 0,
+            rope: self.positions == Positions::Rotary,
+        };
+        let dense = Dense {
+            intermediate: self.intermediate,
+            gated: self.mlp == Mlp::Gated,
+            bias: self.mlp_bias,
+            fused_gate_up: self.fused_gate_up,
+        };
+        let ffn = if self.experts > 1 {
+            Ffn::Moe(Moe {
+                experts: self.experts,
+                top_k: self.experts_per_token,
+                expert_intermediate: self.intermediate,
+                gated: dense.gated,
+                expert_bias: self.mlp_bias,
+                router_bias: false,
+                correction_bias: false,
+                router_extra: 0,
+                router_weights_fp32: false,
+                router_param_fp32: false,
+                dispatch: Dispatch::GroupedMm,
+                shared: None,
+                shared_gate: false,
+                latent: None,
+            })
+        } else {
+            Ffn::Dense(dense)
+        };
+        let block = Block {
+            mixer: Mixer::Attention(attention),
+            cross_attention: false,
+            ffn,
+            norms: Norms {
+                count: self.norms_per_layer,
+                params_each: self.norm_params(),
+            },
+            extra: (Component::Other, 0),
+        };
+        let enc_dec = self.layout == Layout::EncoderDecoder;
+        let decoder = Block {
+            cross_attention: enc_dec,
+            norms: Norms {
+                count: self.norms_per_layer + u64::from(enc_dec),
+                ..block.norms
+            },
+            ..block
+        };
+        let with_table = |b: Block| match (b.mixer, self.positions) {
+            (Mixer::Attention(a), Positions::RelativeBuckets(n)) => Block {
+                mixer: Mixer::Attention(Attention {
+                    rel_buckets: n,
+                    ..a
+                }),
+                ..b
+            },
+            _ => b,
+        };
+        let mut layers = Vec::with_capacity((self.layers + self.encoder_layers) as usize);
+        for i in 0..self.encoder_layers {
+            layers.push(if i == 0 { with_table(block) } else { block });
+        }
+        for i in 0..self.layers {
+            layers.push(if i == 0 { with_table(decoder) } else { decoder });
+        }
+        let stacks = if enc_dec { 2 } else { 1 };
+        let final_norm = if self.final_norm {
+            stacks * self.norm_params()
+        } else {
+            0
+        };
+        let head = if !self.tied_embeddings && self.layout != Layout::EncoderOnly {
+            self.vocab * self.hidden
+        } else {
+            0
+        };
+        let mut b = Blocks::from_layers(
+            self.hidden,
+            &layers,
+            Ends {
+                embedding: s.embedding,
+                vocab: self.vocab,
+                final_norm,
+                head,
+                other: if self.pooler {
+                    self.hidden * self.hidden + self.hidden
+                } else {
+                    0
+                },
+            },
+        );
+        b.uniform = true;
+        b
+    }
+
+    /// The split the uniform fields give (exact for the families they describe).
+    pub fn uniform_param_split(&self) -> ParamSplit {
         let h = self.hidden;
         let norm = self.norm_params();
         let mut embedding = self.vocab * h;
@@ -331,9 +510,15 @@ impl Transformer {
         }
     }
 
-    /// Exact parameter count.
+    /// Exact parameter count, from the layer-by-layer description.
     pub fn param_count(&self) -> u64 {
-        let s = self.param_split();
+        self.blocks.param_count()
+    }
+
+    /// The parameter count the uniform fields give (equal to [`Transformer::param_count`] for
+    /// the families they describe; a test holds them together).
+    pub fn uniform_param_count(&self) -> u64 {
+        let s = self.uniform_param_split();
         s.embedding
             + s.per_layer * self.layers
             + s.per_encoder_layer * self.encoder_layers
@@ -345,7 +530,18 @@ impl Transformer {
     /// (attention, cross-attention for a decoder block of an encoder-decoder, feed-forward,
     /// norms). Sums to the block's share of [`ParamSplit`]; used where individual tensors matter
     /// (allocator replay: gradients and optimizer states are per tensor).
+    ///
+    /// For models whose layers differ (not `blocks.uniform`), the tensors of the most common
+    /// layer kind as transformers holds them (an expert bank is one 3-D parameter).
     pub fn block_tensor_elems(&self, decoder_of_enc_dec: bool) -> Vec<u64> {
+        if !self.blocks.uniform {
+            let counts = self.blocks.kind_counts();
+            let mut v = Vec::new();
+            if let Some((kind, _)) = self.blocks.kinds.iter().zip(counts).max_by_key(|(_, n)| *n) {
+                kind.tensors(self.hidden, &mut |t| v.push(t.numel()));
+            }
+            return v;
+        }
         let h = self.hidden;
         let (q, kv) = self.attn_widths();
         let norm = |v: &mut Vec<u64>| {
@@ -409,7 +605,39 @@ impl Transformer {
     }
 
     /// The parameter tensors by shape, for optimizers whose state depends on shapes (Adafactor).
+    ///
+    /// For models whose layers differ, every tensor of the blocks (an expert bank counts as
+    /// `experts` matrices), the embedding and the head.
     pub fn param_tensors(&self) -> Vec<ParamTensor> {
+        if !self.blocks.uniform {
+            let b = &self.blocks;
+            let mut v = vec![ParamTensor::matrix(self.vocab, self.hidden, 1)];
+            for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
+                kind.tensors(b.hidden, &mut |t| {
+                    let e = match t.kind {
+                        crate::blocks::TensorKind::Experts(e) => e,
+                        _ => 1,
+                    };
+                    v.push(ParamTensor {
+                        rows: t.rows,
+                        cols: t.cols,
+                        count: e * n,
+                        tp_split: t.cols > 1,
+                    });
+                });
+            }
+            if b.ends.head > 0 {
+                v.push(ParamTensor::matrix(self.vocab, self.hidden, 1));
+            }
+            let rest = b.ends.embedding.saturating_sub(self.vocab * self.hidden)
+                + b.ends.final_norm
+                + b.vision.map_or(0, |x| x.params)
+                + b.mtp.filter(|m| m.instantiated).map_or(0, |m| m.params);
+            if rest > 0 {
+                v.push(ParamTensor::vector(rest, 1, false));
+            }
+            return v;
+        }
         let h = self.hidden;
         let (q, kv) = self.attn_widths();
         let l = self.layers + self.encoder_layers;

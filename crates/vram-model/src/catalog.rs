@@ -1,8 +1,10 @@
 //! Built-in models: the `config.json` of each catalog id, read by the same parser as user files.
 //!
-//! The configs below carry the fields of the published Hugging Face configs that decide memory
-//! (sizes, heads, tying, biases, dropout), and the rotary base and scaling that `--emit megatron`
-//! writes; token ids are left out.
+//! The 2019–2024 configs (`CONFIGS`) carry the fields of the published Hugging Face configs
+//! that decide memory (sizes, heads, tying, biases, dropout), and the rotary base and scaling
+//! that `--emit megatron` writes; token ids are left out. The current families (`FILES`) are
+//! real `config.json` files kept byte-for-byte under `data/catalog/` (sources in
+//! `data/catalog/SOURCES.md`).
 
 use crate::arch::{Model, ResNet};
 use crate::error::{Error, Result};
@@ -104,6 +106,132 @@ const CONFIGS: &[(&str, &str)] = &[
     ),
 ];
 
+/// `(id, config.json text)` of the current families' common sizes: real files, see
+/// `data/catalog/SOURCES.md`.
+const FILES: &[(&str, &str)] = &[
+    (
+        "qwen3-0.6b",
+        include_str!("../data/catalog/qwen3-0.6b.json"),
+    ),
+    (
+        "qwen3-1.7b",
+        include_str!("../data/catalog/qwen3-1.7b.json"),
+    ),
+    ("qwen3-8b", include_str!("../data/catalog/qwen3-8b.json")),
+    ("qwen3-32b", include_str!("../data/catalog/qwen3-32b.json")),
+    (
+        "qwen3-30b-a3b",
+        include_str!("../data/catalog/qwen3-30b-a3b.json"),
+    ),
+    (
+        "qwen3-235b-a22b",
+        include_str!("../data/catalog/qwen3-235b-a22b.json"),
+    ),
+    (
+        "qwen3-coder-480b-a35b",
+        include_str!("../data/catalog/qwen3-coder-480b-a35b.json"),
+    ),
+    (
+        "qwen3.5-27b",
+        include_str!("../data/catalog/qwen3.5-27b.json"),
+    ),
+    (
+        "qwen3.5-35b-a3b",
+        include_str!("../data/catalog/qwen3.5-35b-a3b.json"),
+    ),
+    (
+        "qwen3.5-122b-a10b",
+        include_str!("../data/catalog/qwen3.5-122b-a10b.json"),
+    ),
+    (
+        "qwen3.5-397b-a17b",
+        include_str!("../data/catalog/qwen3.5-397b-a17b.json"),
+    ),
+    (
+        "qwen3-vl-8b",
+        include_str!("../data/catalog/qwen3-vl-8b.json"),
+    ),
+    (
+        "qwen3-vl-30b-a3b",
+        include_str!("../data/catalog/qwen3-vl-30b-a3b.json"),
+    ),
+    (
+        "qwen3-next-80b-a3b",
+        include_str!("../data/catalog/qwen3-next-80b-a3b.json"),
+    ),
+    (
+        "deepseek-v3",
+        include_str!("../data/catalog/deepseek-v3.json"),
+    ),
+    (
+        "deepseek-r1",
+        include_str!("../data/catalog/deepseek-r1.json"),
+    ),
+    (
+        "deepseek-v3.2",
+        include_str!("../data/catalog/deepseek-v3.2.json"),
+    ),
+    ("kimi-k2", include_str!("../data/catalog/kimi-k2.json")),
+    ("glm-5", include_str!("../data/catalog/glm-5.json")),
+    (
+        "gpt-oss-20b",
+        include_str!("../data/catalog/gpt-oss-20b.json"),
+    ),
+    (
+        "gpt-oss-120b",
+        include_str!("../data/catalog/gpt-oss-120b.json"),
+    ),
+    (
+        "llama-3.1-8b",
+        include_str!("../data/catalog/llama-3.1-8b.json"),
+    ),
+    (
+        "llama-3.1-70b",
+        include_str!("../data/catalog/llama-3.1-70b.json"),
+    ),
+    (
+        "llama-4-scout",
+        include_str!("../data/catalog/llama-4-scout.json"),
+    ),
+    (
+        "llama-4-maverick",
+        include_str!("../data/catalog/llama-4-maverick.json"),
+    ),
+    (
+        "gemma-3-1b",
+        include_str!("../data/catalog/gemma-3-1b.json"),
+    ),
+    (
+        "gemma-4-26b-a4b",
+        include_str!("../data/catalog/gemma-4-26b-a4b.json"),
+    ),
+    (
+        "mixtral-8x22b",
+        include_str!("../data/catalog/mixtral-8x22b.json"),
+    ),
+    (
+        "minimax-m2.5",
+        include_str!("../data/catalog/minimax-m2.5.json"),
+    ),
+    (
+        "nemotron-3-nano-30b-a3b",
+        include_str!("../data/catalog/nemotron-3-nano-30b-a3b.json"),
+    ),
+    (
+        "nemotron-3-super-120b-a12b-fp8",
+        include_str!("../data/catalog/nemotron-3-super-120b-a12b-fp8.json"),
+    ),
+    (
+        "nemotron-h-56b",
+        include_str!("../data/catalog/nemotron-h-56b.json"),
+    ),
+    ("mimo-7b", include_str!("../data/catalog/mimo-7b.json")),
+    (
+        "smollm3-3b",
+        include_str!("../data/catalog/smollm3-3b.json"),
+    ),
+];
+
 /// ResNet catalog ids and their depths.
 const RESNETS: &[(&str, u64)] = &[
     ("resnet-18", 18),
@@ -117,13 +245,18 @@ const RESNETS: &[(&str, u64)] = &[
 pub fn ids() -> impl Iterator<Item = &'static str> {
     CONFIGS
         .iter()
+        .chain(FILES)
         .map(|(id, _)| *id)
         .chain(RESNETS.iter().map(|(id, _)| *id))
 }
 
 /// The built-in `config.json` text of a transformer id, if there is one.
 pub fn config_text(id: &str) -> Option<&'static str> {
-    CONFIGS.iter().find(|(i, _)| *i == id).map(|(_, c)| *c)
+    CONFIGS
+        .iter()
+        .chain(FILES)
+        .find(|(i, _)| *i == id)
+        .map(|(_, c)| *c)
 }
 
 /// Looks up a catalog id (case-insensitive; `resnet50` and `resnet-50` both work).

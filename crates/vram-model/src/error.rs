@@ -67,6 +67,14 @@ pub enum Error {
     /// The setup is inconsistent (e.g. sequence parallelism without tensor parallelism).
     #[error("invalid setup: {0}")]
     Setup(String),
+    /// An unknown `model_type` whose config carries a key a generic decoder cannot honour.
+    #[error("model_type `{model_type}` is not known and its `{field}` needs a family reader (a generic decoder would miss those layers)")]
+    Undescribable {
+        /// The key.
+        field: String,
+        /// The unknown `model_type`.
+        model_type: String,
+    },
     /// A safetensors header could not be read.
     #[error("safetensors header: {0}")]
     Safetensors(String),

@@ -7,12 +7,66 @@
 use serde_json::{Map, Value};
 
 use crate::arch::{Act, Layout, Mlp, Model, Norm, Positions, Transformer};
+use crate::blocks::{Blocks, Dtype, Quant, Storage};
 use crate::error::{Error, Result};
 
-/// The `model_type` values the reader understands.
+mod decoders;
+
+/// The `model_type` values the reader understands (besides any decoder with the standard
+/// keys, read as a generic decoder).
 pub const KNOWN_MODEL_TYPES: &[&str] = &[
-    "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "gemma", "gemma2", "phi3",
-    "falcon", "bert", "roberta", "t5",
+    "gpt2",
+    "gpt_neox",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "gemma",
+    "gemma2",
+    "phi3",
+    "falcon",
+    "bert",
+    "roberta",
+    "t5",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_next",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+    "deepseek_v3",
+    "kimi_k2",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe",
+    "gpt_oss",
+    "llama4",
+    "gemma3",
+    "gemma3_text",
+    "gemma4",
+    "minimax_m2",
+    "nemotron_h",
+    "granitemoehybrid",
+    "mimo",
+    "olmo2",
+    "olmo3",
+    "smollm3",
+    "ernie4_5",
+    "ernie4_5_moe",
+    "exaone4",
+    "seed_oss",
+    "hunyuan_v1_dense",
+    "hunyuan_v1_moe",
+];
+
+/// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
+const STANDARD_DECODER_KEYS: &[&str] = &[
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
 ];
 
 /// Largest size accepted for any dimension; anything above is a typo or corrupt file.
@@ -35,7 +89,8 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             reason: "the file is empty".into(),
         });
     }
-    let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
+    let cleaned = non_finite_to_json(text);
+    let value: Value = serde_json::from_str(&cleaned).map_err(|e| Error::Json {
         what: "config.json".into(),
         reason: e.to_string(),
     })?;
@@ -61,22 +116,131 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         map: &map,
         model_type: &model_type,
     };
-    let t = match model_type.as_str() {
-        "gpt2" => gpt2(&c)?,
-        "gpt_neox" => gpt_neox(&c)?,
-        "llama" | "mistral" | "mixtral" | "qwen2" | "gemma" | "gemma2" | "phi3" => llama_like(&c)?,
-        "falcon" | "RefinedWeb" | "RefinedWebModel" => falcon(&c)?,
-        "bert" | "roberta" => bert(&c)?,
-        "t5" => t5(&c)?,
-        other => return Err(Error::UnknownModelType(other.into())),
+    let legacy = match model_type.as_str() {
+        "gpt2" => Some(gpt2(&c)?),
+        "gpt_neox" => Some(gpt_neox(&c)?),
+        "llama" | "mistral" | "mixtral" | "qwen2" | "gemma" | "gemma2" | "phi3" => {
+            Some(llama_like(&c)?)
+        }
+        "falcon" | "RefinedWeb" | "RefinedWebModel" => Some(falcon(&c)?),
+        "bert" | "roberta" => Some(bert(&c)?),
+        "t5" => Some(t5(&c)?),
+        _ => None,
     };
-    let t = Transformer {
-        name: name.to_string(),
-        model_type,
-        ..t
+    let mut t = match legacy {
+        Some(mut t) => {
+            validate(&t)?;
+            t.blocks = t.uniform_blocks();
+            legacy_windows(&c, &mut t)?;
+            t
+        }
+        None => {
+            // Multimodal wrappers keep the decoder's keys in `text_config`.
+            let text_map = match map.get("text_config") {
+                Some(Value::Object(m)) => Some(m),
+                None | Some(Value::Null) => None,
+                Some(other) => {
+                    return Err(Error::WrongType {
+                        field: "text_config".into(),
+                        expected: "an object",
+                        found: kind_of(other).into(),
+                    })
+                }
+            };
+            let text = Cfg {
+                map: text_map.unwrap_or(&map),
+                model_type: &model_type,
+            };
+            let text_type = match text.map.get("model_type") {
+                Some(Value::String(s)) if text_map.is_some() => Some(s.as_str()),
+                _ => None,
+            };
+            if decoders::FAMILIES.contains(&model_type.as_str()) {
+                decoders::read(&text, &c)?
+            } else if let Some(inner) = text_type.filter(|t| decoders::FAMILIES.contains(t)) {
+                // A multimodal wrapper this reader does not know around a decoder it does
+                // (Kimi-K2.5: `kimi_k25` around `kimi_k2`): the decoder alone, said so.
+                let wrapped = Cfg {
+                    map: text.map,
+                    model_type: inner,
+                };
+                let mut t = decoders::read(&wrapped, &wrapped)?;
+                t.blocks.notes.push(format!(
+                    "model_type `{model_type}` is not known: its text_config (`{inner}`) is read; any vision or audio tower is not counted"
+                ));
+                t
+            } else if STANDARD_DECODER_KEYS
+                .iter()
+                .all(|k| text.find(&[k]).is_some())
+            {
+                decoders::generic(&text)?
+            } else {
+                return Err(Error::UnknownModelType(model_type.clone()));
+            }
+        }
     };
+    t.blocks.storage = storage(&c)?;
+    if t.blocks.storage.quant == Quant::Other {
+        let method = match map.get("quantization_config") {
+            Some(Value::Object(q)) => q
+                .get("quant_method")
+                .and_then(Value::as_str)
+                .unwrap_or("(none named)")
+                .to_string(),
+            _ => String::new(),
+        };
+        t.blocks.notes.push(format!(
+            "quantization_config's method `{method}` is not modelled: weights are counted in the config's dtype"
+        ));
+    }
+    t.name = name.to_string();
+    t.model_type = model_type;
     validate(&t)?;
     Ok(Model::Transformer(t))
+}
+
+/// Python's `json.dump` writes `Infinity`, `-Infinity` and `NaN` (Nemotron-H's
+/// `time_step_limit: [0.0, Infinity]`); JSON has no such tokens. Outside strings they become
+/// ±1e308 and null, which no size field accepts.
+fn non_finite_to_json(text: &str) -> std::borrow::Cow<'_, str> {
+    if !(text.contains("Infinity") || text.contains("NaN")) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let (mut in_str, mut escaped) = (false, false);
+    let mut rest = text;
+    while let Some(ch) = rest.chars().next() {
+        if in_str {
+            out.push(ch);
+            if escaped {
+                escaped = false;
+            } else if ch == '\\' {
+                escaped = true;
+            } else if ch == '"' {
+                in_str = false;
+            }
+            rest = &rest[ch.len_utf8()..];
+            continue;
+        }
+        let replaced = [
+            ("-Infinity", "-1e308"),
+            ("Infinity", "1e308"),
+            ("NaN", "null"),
+        ]
+        .iter()
+        .find(|(from, _)| rest.starts_with(from));
+        if let Some((from, to)) = replaced {
+            out.push_str(to);
+            rest = &rest[from.len()..];
+            continue;
+        }
+        if ch == '"' {
+            in_str = true;
+        }
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -264,6 +428,7 @@ fn base(vocab: u64, hidden: u64, layers: u64, heads: u64) -> Transformer {
         softmax_upcast: true,
         sliding_window: None,
         logit_softcap: false,
+        blocks: Blocks::empty(),
     }
 }
 
@@ -546,6 +711,134 @@ fn t5(c: &Cfg) -> Result<Transformer> {
     (t.attention_dropout, t.hidden_dropout) = (p, p);
     t.softmax_upcast = true;
     Ok(t)
+}
+
+/// The per-layer windows transformers 5.24 gives the older families' caches, where the uniform
+/// fields keep one: Gemma 2's `layer_types` default alternates sliding (even layers) and full
+/// (configuration_gemma2.py); Phi-3 with a `sliding_window` slides every layer
+/// (cache_utils.py `get_layer_types_and_kwargs`). Only the cache description changes.
+fn legacy_windows(c: &Cfg, t: &mut Transformer) -> Result<()> {
+    use crate::blocks::{Mixer, Window};
+    let window = match c.model_type {
+        "gemma2" if !c.map.contains_key("sliding_window") => Some(4096),
+        "gemma2" | "phi3" => c.opt_u64(&["sliding_window"])?,
+        _ => None,
+    };
+    let Some(w) = window else {
+        return Ok(());
+    };
+    let gemma2 = c.model_type == "gemma2";
+    let layers: Vec<_> = t
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut b = *b;
+            if let Mixer::Attention(a) = &mut b.mixer {
+                if !gemma2 || i % 2 == 0 {
+                    a.window = Window::Sliding(w);
+                }
+            }
+            b
+        })
+        .collect();
+    let old = std::mem::replace(&mut t.blocks, Blocks::empty());
+    t.blocks = Blocks {
+        kinds: Vec::new(),
+        pattern: Vec::new(),
+        ..old
+    };
+    let fresh = Blocks::from_layers(t.blocks.hidden, &layers, t.blocks.ends);
+    t.blocks.kinds = fresh.kinds;
+    t.blocks.pattern = fresh.pattern;
+    Ok(())
+}
+
+/// The weights as shipped: the config's `dtype` (`torch_dtype` in older files) and
+/// `quantization_config`.
+fn storage(c: &Cfg) -> Result<Storage> {
+    // The top level's dtype, else the text config's (Qwen3.5, Qwen3-VL keep it there); absent,
+    // from_pretrained takes the checkpoint's (modeling_utils.py `_get_dtype`): bf16 for every
+    // current release.
+    let text = match c.map.get("text_config") {
+        Some(Value::Object(m)) => Some(Cfg {
+            map: m,
+            model_type: c.model_type,
+        }),
+        _ => None,
+    };
+    let mut name = c.str("dtype")?.or(c.str("torch_dtype")?);
+    if name.is_none() {
+        if let Some(t) = &text {
+            name = t.str("dtype")?.or(t.str("torch_dtype")?);
+        }
+    }
+    let dtype = match name {
+        None | Some("bfloat16") | Some("auto") => Dtype::Bf16,
+        Some("float16") | Some("half") => Dtype::F16,
+        Some("float32") | Some("float") => Dtype::F32,
+        Some(other) => {
+            return Err(Error::OutOfRange {
+                field: "dtype".into(),
+                value: other.into(),
+                why: "expected bfloat16, float16 or float32".into(),
+            })
+        }
+    };
+    let quant = match c.map.get("quantization_config") {
+        None | Some(Value::Null) => Quant::None,
+        // A quantization_config whose method is not read (modelopt NVFP4, compressed-tensors,
+        // bitsandbytes...): the weights are counted in the config's dtype, with a note.
+        Some(Value::Object(q))
+            if !matches!(
+                q.get("quant_method").and_then(Value::as_str),
+                Some("fp8") | Some("mxfp4")
+            ) =>
+        {
+            Quant::Other
+        }
+        Some(Value::Object(q)) => {
+            let qc = Cfg {
+                map: q,
+                model_type: c.model_type,
+            };
+            match qc.str("quant_method")? {
+                Some("fp8") => {
+                    let (bn, bk) = match qc.find(&["weight_block_size"]) {
+                        Some((_, Value::Array(a))) if a.len() == 2 => (
+                            a[0].as_u64().filter(|n| *n > 0),
+                            a[1].as_u64().filter(|n| *n > 0),
+                        ),
+                        None => (Some(128), Some(128)),
+                        _ => (None, None),
+                    };
+                    let (Some(bn), Some(bk)) = (bn, bk) else {
+                        return Err(Error::OutOfRange {
+                            field: "quantization_config.weight_block_size".into(),
+                            value: "?".into(),
+                            why: "expected two positive integers".into(),
+                        });
+                    };
+                    // get_modules_to_not_convert (quantizers/base.py) always keeps the output
+                    // embeddings unquantized, whatever `modules_to_not_convert` adds.
+                    Quant::Fp8Block {
+                        bn,
+                        bk,
+                        skip_head: true,
+                    }
+                }
+                _ => Quant::Mxfp4,
+            }
+        }
+        Some(other) => {
+            return Err(Error::WrongType {
+                field: "quantization_config".into(),
+                expected: "an object",
+                found: kind_of(other).into(),
+            })
+        }
+    };
+    Ok(Storage { dtype, quant })
 }
 
 /// Checks that the sizes hang together; the readers have checked each field on its own.

@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod arch;
+pub mod blocks;
 pub mod catalog;
 mod error;
 pub mod estimate;

@@ -69,3 +69,40 @@ fn setup_errors() {
     };
     assert!(estimate(&model, &s).is_err());
 }
+
+/// The current families: a missing or contradictory per-layer key is named in one line.
+#[test]
+fn current_family_errors_name_the_key() {
+    let base = r#""vocab_size":100,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128"#;
+    let cases: &[(String, &str)] = &[
+        (
+            format!(r#"{{"model_type":"deepseek_v3",{base},"q_lora_rank":16,"qk_nope_head_dim":8,"qk_rope_head_dim":8,"v_head_dim":8,"n_routed_experts":4,"moe_intermediate_size":32}}"#),
+            "`kv_lora_rank`",
+        ),
+        (
+            format!(r#"{{"model_type":"gpt_oss",{base},"num_local_experts":4,"layer_types":["sliding_attention"]}}"#),
+            "must list num_hidden_layers = 2",
+        ),
+        (
+            format!(r#"{{"model_type":"qwen3_5",{base},"layer_types":["linear_attention","full_attention"]}}"#),
+            "`linear_num_key_heads`",
+        ),
+        (
+            format!(r#"{{"model_type":"gemma3_text",{base},"layer_types":["sliding_attention","lightning"]}}"#),
+            "lightning",
+        ),
+        (
+            r#"{"model_type":"nemotron_h","vocab_size":100,"hidden_size":64,"num_attention_heads":4,"hybrid_override_pattern":"M?"}"#.into(),
+            "hybrid_override_pattern",
+        ),
+        (
+            format!(r#"{{"model_type":"qwen3",{base},"quantization_config":{{"quant_method":"fp8","weight_block_size":[0,128]}}}}"#),
+            "weight_block_size",
+        ),
+    ];
+    for (cfg, needle) in cases {
+        let e = hf::parse_config(cfg, "x").unwrap_err().to_string();
+        assert!(e.contains(needle), "{cfg}: {e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}

@@ -194,3 +194,105 @@ fn gqa_head_dim_and_fused_variants() {
         expected
     );
 }
+
+/// The current families' catalog entries (real config.json files, data/catalog/SOURCES.md):
+/// `sum(p.numel() for p in model.parameters())` of transformers 5.24.0's `architectures[0]`
+/// class built by `from_config` on the meta device (Kimi-K2 as DeepSeek-V3, MiMo as Qwen2 plus
+/// its remote code's MTP blocks), and a few components of the same module trees.
+#[test]
+fn current_families_match_transformers_5_24() {
+    use vram_model::arch::Model;
+    use vram_model::blocks::Component;
+    let cases: &[(&str, u64)] = &[
+        ("qwen3-0.6b", 596_049_920),
+        ("qwen3-1.7b", 1_720_574_976),
+        ("qwen3-8b", 8_190_735_360),
+        ("qwen3-32b", 32_762_123_264),
+        ("qwen3-30b-a3b", 30_532_122_624),
+        ("qwen3-235b-a22b", 235_093_634_560),
+        ("qwen3-coder-480b-a35b", 480_154_875_392),
+        ("qwen3.5-27b", 27_356_728_560),
+        ("qwen3.5-35b-a3b", 35_107_181_936),
+        ("qwen3.5-122b-a10b", 122_562_817_776),
+        ("qwen3.5-397b-a17b", 396_802_360_816),
+        ("qwen3-vl-8b", 8_767_123_696),
+        ("qwen3-vl-30b-a3b", 31_070_754_032),
+        ("qwen3-next-80b-a3b", 79_674_391_296),
+        ("deepseek-v3", 671_026_404_352),
+        ("deepseek-r1", 671_026_404_352),
+        ("deepseek-v3.2", 671_877_929_216),
+        ("kimi-k2", 1_026_408_209_408),
+        ("glm-5", 743_911_199_232),
+        ("gpt-oss-20b", 20_914_757_184),
+        ("gpt-oss-120b", 116_829_156_672),
+        ("llama-3.1-8b", 8_030_261_248),
+        ("llama-3.1-70b", 70_553_706_496),
+        ("llama-4-scout", 108_225_039_360),
+        ("llama-4-maverick", 401_167_027_200),
+        ("gemma-3-1b", 999_885_952),
+        ("gemma-4-26b-a4b", 25_805_933_872),
+        ("mixtral-8x22b", 140_620_634_112),
+        ("minimax-m2.5", 228_689_748_992),
+        ("nemotron-3-nano-30b-a3b", 31_577_937_344),
+        ("nemotron-3-super-120b-a12b-fp8", 120_668_687_360),
+        ("nemotron-h-56b", 56_324_350_464),
+        ("mimo-7b", 7_833_409_536),
+        ("smollm3-3b", 3_075_098_624),
+    ];
+    for (id, want) in cases {
+        check(id, *want);
+    }
+    let comp = |id: &str, c: Component| match catalog::lookup(id).unwrap() {
+        Model::Transformer(t) => t.params_by_component().get(c),
+        _ => unreachable!(),
+    };
+    // Components as the module tree names them (tests/zoo/reference.py `component()`).
+    assert_eq!(comp("qwen3-vl-8b", Component::Vision), 576_388_336);
+    assert_eq!(comp("llama-4-scout", Component::Vision), 455_178_240);
+    assert_eq!(comp("gemma-4-26b-a4b", Component::Vision), 572_792_112);
+    assert_eq!(comp("gemma-4-26b-a4b", Component::Router), 10_901_760);
+    assert_eq!(comp("deepseek-v3", Component::Router), 106_430_464);
+    assert_eq!(comp("deepseek-v3", Component::SharedExperts), 2_554_331_136);
+    assert_eq!(comp("deepseek-v3", Component::DenseMlp), 1_189_085_184);
+    assert_eq!(comp("deepseek-v3", Component::Mixer), 11_413_547_008);
+    assert_eq!(
+        comp("qwen3.5-35b-a3b", Component::SharedExperts),
+        125_911_040
+    );
+    assert_eq!(comp("gpt-oss-20b", Component::Router), 2_212_608);
+    assert_eq!(comp("mimo-7b", Component::Mtp), 210_790_400);
+    assert_eq!(comp("nemotron-h-56b", Component::Mixer), 25_184_862_720);
+}
+
+/// Unknown `model_type`s: the standard decoder keys give a generic decoder with a note; a
+/// structural key it cannot honour is refused, naming the key.
+#[test]
+fn unknown_model_types_are_read_generically_or_refused_by_key() {
+    use vram_model::arch::Model;
+    let generic = r#"{"model_type": "brand_new", "vocab_size": 1000, "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}"#;
+    let Model::Transformer(t) = vram_model::hf::parse_config(generic, "x").unwrap() else {
+        unreachable!()
+    };
+    // Embedding, untied head, 2 × (4·64² attention + 3·64·128 MLP + 2 norms), final norm.
+    assert_eq!(
+        t.param_count(),
+        2 * 1000 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128 + 128) + 64
+    );
+    assert!(
+        t.blocks.notes[0].contains("brand_new"),
+        "{:?}",
+        t.blocks.notes
+    );
+    let moe = generic.replace(
+        "\"intermediate_size\"",
+        "\"n_routed_experts\": 8, \"intermediate_size\"",
+    );
+    let err = vram_model::hf::parse_config(&moe, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("n_routed_experts") && err.contains("brand_new"),
+        "{err}"
+    );
+}

@@ -1,0 +1,1554 @@
+//! The 2025–2026 decoder families, read into the layer-by-layer description.
+//!
+//! Every family goes through one generic path ([`Draft`] → [`build`]): a small adapter per
+//! family says which keys hold the attention, feed-forward and per-layer pattern, and what the
+//! modelling code's defaults are. The facts come from transformers 5.24.0's
+//! `models/<family>/{configuration,modeling}_<family>.py` (named per adapter).
+
+use serde_json::Value;
+
+use super::{kind_of, Cfg};
+use crate::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
+use crate::blocks::{
+    Attention, Block, Blocks, Component, Dense, Dispatch, Ends, Ffn, Gdn, Indexer, Mamba2, Mixer,
+    Mla, Moe, Mtp, Norms, QkNorm, Vision, Window,
+};
+use crate::error::{Error, Result};
+
+/// The `model_type`s read here (`kimi_k2` and `mimo` are remote-code families whose
+/// architecture is DeepSeek-V3's and Qwen2's).
+pub const FAMILIES: &[&str] = &[
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_text",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
+    "qwen3_next",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+    "deepseek_v3",
+    "kimi_k2",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe",
+    "gpt_oss",
+    "llama4",
+    "llama4_text",
+    "gemma3",
+    "gemma3_text",
+    "gemma4",
+    "gemma4_text",
+    "minimax_m2",
+    "nemotron_h",
+    "granitemoehybrid",
+    "mimo",
+    "olmo2",
+    "olmo3",
+    "smollm3",
+    "ernie4_5",
+    "ernie4_5_moe",
+    "exaone4",
+    "seed_oss",
+    "hunyuan_v1_dense",
+    "hunyuan_v1_moe",
+];
+
+/// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
+/// configuration_utils.py `_LEGACY_LAYER_TYPE_REMAP` does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LayerType {
+    Full,
+    Sliding,
+    Chunked,
+    Linear,
+    Indexed,
+    /// Nemotron-H's mixer-less `moe` and `mlp` layers.
+    MoeOnly,
+    MlpOnly,
+}
+
+fn layer_type(field: &str, s: &str) -> Result<LayerType> {
+    Ok(match s {
+        "full_attention" | "attention" | "global" => LayerType::Full,
+        "sliding_attention" | "local" => LayerType::Sliding,
+        "chunked_attention" => LayerType::Chunked,
+        "linear_attention" | "mamba" => LayerType::Linear,
+        "indexed_attention" | "deepseek_sparse_attention" => LayerType::Indexed,
+        "moe" => LayerType::MoeOnly,
+        "mlp" => LayerType::MlpOnly,
+        other => {
+            return Err(Error::OutOfRange {
+                field: field.into(),
+                value: other.into(),
+                why: "unknown layer type (full_attention, sliding_attention, chunked_attention, linear_attention, indexed_attention, moe, mlp)".into(),
+            })
+        }
+    })
+}
+
+/// Which feed-forward a layer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FfnKind {
+    Dense,
+    Moe,
+    DenseAndMoe,
+    None,
+}
+
+/// What a family adapter fills in; [`build`] turns it into blocks and stand-in uniform fields.
+struct Draft {
+    model_type: String,
+    vocab: u64,
+    hidden: u64,
+    attn: Attention,
+    sliding_window: Option<u64>,
+    chunk: Option<u64>,
+    layer_types: Vec<LayerType>,
+    /// Per layer: rotary positions (false for NoPE layers).
+    rope: Vec<bool>,
+    ffn: Vec<FfnKind>,
+    dense: Dense,
+    moe: Option<Moe>,
+    linear: Option<Mixer>,
+    mla: Option<Mla>,
+    norms: u64,
+    tied: bool,
+    head_bias: bool,
+    act: Act,
+    max_positions: u64,
+    mtp: Option<Mtp>,
+    notes: Vec<String>,
+    attention_dropout: f64,
+    hidden_dropout: f64,
+    /// Per layer, an attention shape overriding `attn` (Gemma 4's full layers).
+    per_layer_attn: Vec<Option<Attention>>,
+    /// Per layer, a dense MLP overriding `dense` (Gemma 4's double-wide KV-shared layers).
+    per_layer_dense: Vec<Option<Dense>>,
+    /// Extra per-layer parameters (Gemma 4's per-layer-input gate, projection and norm).
+    layer_extra: (Component, u64),
+    /// Embedding parameters beyond `vocab × hidden` (Gemma 4's per-layer-input tables).
+    embedding_extra: u64,
+    /// `final_logit_softcapping` is set.
+    softcap: bool,
+}
+
+impl Cfg<'_> {
+    /// A count that may be 0 (`first_k_dense_replace`, `n_shared_experts`, ...).
+    fn count(&self, names: &[&str], default: u64) -> Result<u64> {
+        match self.find(names) {
+            None => Ok(default),
+            Some((_, Value::Number(n))) if n.as_u64() == Some(0) => Ok(0),
+            Some(_) => Ok(self.opt_u64(names)?.unwrap_or(default)),
+        }
+    }
+
+    fn list(&self, name: &str) -> Result<Option<&Vec<Value>>> {
+        match self.find(&[name]) {
+            None => Ok(None),
+            Some((_, Value::Array(a))) => Ok(Some(a)),
+            Some((_, other)) => Err(Error::WrongType {
+                field: name.into(),
+                expected: "a list",
+                found: kind_of(other).into(),
+            }),
+        }
+    }
+
+    fn u64_list(&self, name: &str) -> Result<Option<Vec<u64>>> {
+        let Some(a) = self.list(name)? else {
+            return Ok(None);
+        };
+        a.iter()
+            .map(|v| {
+                v.as_u64().ok_or_else(|| Error::WrongType {
+                    field: name.into(),
+                    expected: "a list of non-negative integers",
+                    found: kind_of(v).into(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    fn layer_types(&self, name: &str, layers: u64) -> Result<Option<Vec<LayerType>>> {
+        let Some(a) = self.list(name)? else {
+            return Ok(None);
+        };
+        let v = a
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => layer_type(name, s),
+                other => Err(Error::WrongType {
+                    field: name.into(),
+                    expected: "a list of strings",
+                    found: kind_of(other).into(),
+                }),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if layers > 0 && v.len() as u64 != layers {
+            return Err(Error::OutOfRange {
+                field: name.into(),
+                value: format!("{} entries", v.len()),
+                why: format!("must list num_hidden_layers = {layers} layers"),
+            });
+        }
+        Ok(Some(v))
+    }
+}
+
+fn attention_template(heads: u64, kv_heads: u64, head_dim: u64) -> Attention {
+    Attention {
+        heads,
+        kv_heads,
+        head_dim,
+        v_head_dim: head_dim,
+        window: Window::Full,
+        sinks: false,
+        qk_norm: QkNorm::None,
+        q_gate: false,
+        k_eq_v: false,
+        v_norm: false,
+        qkv_bias: false,
+        out_bias: false,
+        kv_shared: false,
+        fused_qkv: false,
+        rel_buckets: 0,
+        rope: true,
+    }
+}
+
+fn moe_template(experts: u64, top_k: u64, expert_intermediate: u64) -> Moe {
+    Moe {
+        experts,
+        top_k,
+        expert_intermediate,
+        gated: true,
+        expert_bias: false,
+        router_bias: false,
+        correction_bias: false,
+        router_extra: 0,
+        router_weights_fp32: false,
+        router_param_fp32: false,
+        dispatch: Dispatch::GroupedMm,
+        shared: None,
+        shared_gate: false,
+        latent: None,
+    }
+}
+
+fn dense(intermediate: u64) -> Dense {
+    Dense {
+        intermediate,
+        gated: true,
+        bias: false,
+        fused_gate_up: false,
+    }
+}
+
+/// The common decoder keys: sizes, heads, head_dim, tying, activation.
+fn common(c: &Cfg, tie_default: bool) -> Result<(Draft, u64)> {
+    let layers = c.u64(&["num_hidden_layers", "num_layers", "n_layer"])?;
+    common_with(c, tie_default, layers)
+}
+
+/// [`common`] with the layer count given (Nemotron-H's comes from its pattern).
+fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> {
+    let hidden = c.u64(&["hidden_size", "d_model", "n_embd"])?;
+    let heads = c.u64(&["num_attention_heads", "n_head", "num_heads"])?;
+    let kv_heads = c
+        .opt_u64(&["num_key_value_heads", "num_kv_heads"])?
+        .unwrap_or(heads);
+    if heads % kv_heads != 0 {
+        return Err(Error::NotDivisible {
+            what: format!("{}: attention heads by key/value heads", c.model_type),
+            a: heads,
+            b: kv_heads,
+        });
+    }
+    // `getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)`: a floor.
+    let head_dim = match c.opt_u64(&["head_dim"])? {
+        Some(d) => d,
+        None if hidden >= heads => hidden / heads,
+        None => {
+            return Err(Error::MissingField {
+                field: "head_dim".into(),
+                model_type: c.model_type.into(),
+            })
+        }
+    };
+    let intermediate = c.opt_u64(&["intermediate_size"])?.unwrap_or(4 * hidden);
+    let d = Draft {
+        model_type: c.model_type.to_string(),
+        vocab: c.u64(&["vocab_size"])?,
+        hidden,
+        attn: attention_template(heads, kv_heads, head_dim),
+        sliding_window: None,
+        chunk: None,
+        layer_types: vec![LayerType::Full; layers as usize],
+        rope: vec![true; layers as usize],
+        ffn: vec![FfnKind::Dense; layers as usize],
+        dense: dense(intermediate),
+        moe: None,
+        linear: None,
+        mla: None,
+        norms: 2,
+        tied: c.bool("tie_word_embeddings", tie_default)?,
+        head_bias: false,
+        act: c.act(&["hidden_act", "hidden_activation"], "silu")?,
+        max_positions: c.opt_u64(&["max_position_embeddings"])?.unwrap_or(4096),
+        mtp: None,
+        notes: Vec::new(),
+        attention_dropout: c.prob(&["attention_dropout"], 0.0)?,
+        hidden_dropout: 0.0,
+        per_layer_attn: vec![None; layers as usize],
+        per_layer_dense: vec![None; layers as usize],
+        layer_extra: (Component::Other, 0),
+        embedding_extra: 0,
+        softcap: false,
+    };
+    Ok((d, layers))
+}
+
+/// Layers whose index satisfies `moe`, MoE; the rest dense.
+fn place_moe(d: &mut Draft, moe: impl Fn(usize) -> bool) {
+    for (i, f) in d.ffn.iter_mut().enumerate() {
+        *f = if moe(i) { FfnKind::Moe } else { FfnKind::Dense };
+    }
+}
+
+fn sliding(c: &Cfg, default: Option<u64>) -> Result<Option<u64>> {
+    if c.map.contains_key("sliding_window") {
+        c.opt_u64(&["sliding_window"])
+    } else {
+        Ok(default)
+    }
+}
+
+/// Reads a config of one of [`FAMILIES`]; `outer` is the top-level config when `c` is its
+/// `text_config`.
+pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
+    let mt = outer.model_type;
+    let d = match mt {
+        "qwen3" | "qwen3_moe" | "qwen3_vl" | "qwen3_vl_moe" => qwen3(c)?,
+        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
+            qwen3_5(c, mt)?
+        }
+        "deepseek_v3" | "kimi_k2" | "deepseek_v32" | "glm_moe_dsa" => deepseek(c, mt)?,
+        "glm4_moe" => glm4_moe(c)?,
+        "gpt_oss" => gpt_oss(c)?,
+        "llama4" | "llama4_text" => llama4(c)?,
+        "gemma3" | "gemma3_text" => {
+            // Gemma3TextConfig's defaults for the keys a multimodal checkpoint leaves out
+            // (gemma-3-4b-it's text_config lists five keys).
+            let mut map = serde_json::Map::new();
+            for (k, v) in [
+                ("vocab_size", 262_208),
+                ("hidden_size", 2304),
+                ("intermediate_size", 9216),
+                ("num_hidden_layers", 26),
+                ("num_attention_heads", 8),
+                ("num_key_value_heads", 4),
+                ("head_dim", 256),
+                ("max_position_embeddings", 131_072),
+            ] {
+                map.insert(k.into(), Value::from(v));
+            }
+            for (k, v) in c.map {
+                map.insert(k.clone(), v.clone());
+            }
+            gemma3(&Cfg {
+                map: &map,
+                model_type: c.model_type,
+            })?
+        }
+        "gemma4" | "gemma4_text" => gemma4(c)?,
+        "minimax_m2" => minimax_m2(c)?,
+        "nemotron_h" => nemotron_h(c)?,
+        "granitemoehybrid" => granite_hybrid(c)?,
+        "mimo" => mimo(c)?,
+        "olmo2" | "olmo3" => olmo(c, mt)?,
+        "smollm3" => smollm3(c)?,
+        "ernie4_5" | "ernie4_5_moe" => ernie(c, mt)?,
+        "exaone4" => exaone4(c)?,
+        "seed_oss" => seed_oss(c)?,
+        "hunyuan_v1_dense" | "hunyuan_v1_moe" => hunyuan(c, mt)?,
+        other => return Err(Error::UnknownModelType(other.into())),
+    };
+    let text_hidden = d.hidden;
+    let mut t = build(d)?;
+    if builds_vision(outer)? {
+        t.blocks.vision = vision(outer, text_hidden)?;
+    }
+    Ok(t)
+}
+
+/// Whether the class the checkpoint names builds the vision tower: `architectures[0]` a
+/// `*ForConditionalGeneration`; without `architectures`, the class `AutoModelForCausalLM` maps
+/// the `model_type` to (models/auto/modeling_auto.py: qwen3_vl, gemma3 and gemma4 to their
+/// `*ForConditionalGeneration`, qwen3_5 and llama4 to text-only `*ForCausalLM`).
+fn builds_vision(outer: &Cfg) -> Result<bool> {
+    if let Some(a) = outer.list("architectures")? {
+        if let Some(Value::String(name)) = a.first() {
+            return Ok(name.ends_with("ForConditionalGeneration"));
+        }
+    }
+    Ok(matches!(
+        outer.model_type,
+        "qwen3_vl" | "qwen3_vl_moe" | "gemma3" | "gemma4"
+    ))
+}
+
+/// The vision tower and projector of a multimodal wrapper, from `vision_config` (missing keys
+/// take the vision config class's defaults).
+fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
+    let empty = serde_json::Map::new();
+    let map = match outer.map.get("vision_config") {
+        Some(Value::Object(m)) => m,
+        None | Some(Value::Null) => &empty,
+        Some(other) => {
+            return Err(Error::WrongType {
+                field: "vision_config".into(),
+                expected: "an object",
+                found: kind_of(other).into(),
+            })
+        }
+    };
+    let v = Cfg {
+        map,
+        model_type: outer.model_type,
+    };
+    Ok(Some(match outer.model_type {
+        // Qwen3VLVisionModel / Qwen3_5VisionModel: Conv3d patch embedding with bias, learned
+        // positions, `depth` blocks (two LayerNorms, fused qkv and proj with biases, a
+        // non-gated MLP with biases), the patch merger (LayerNorm, fc1, fc2 with biases) and one
+        // more merger per `deepstack_visual_indexes` entry (its LayerNorm over the merged width).
+        "qwen3_vl" | "qwen3_vl_moe" | "qwen3_5" | "qwen3_5_moe" => {
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1152);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4304);
+            let depth = v.opt_u64(&["depth"])?.unwrap_or(27);
+            let heads = v.opt_u64(&["num_heads"])?.unwrap_or(16);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
+            let tp = v.opt_u64(&["temporal_patch_size"])?.unwrap_or(2);
+            let ch = v.opt_u64(&["in_channels"])?.unwrap_or(3);
+            let m = v.opt_u64(&["spatial_merge_size"])?.unwrap_or(2);
+            let out = v.opt_u64(&["out_hidden_size"])?.unwrap_or(text_hidden);
+            let pos = v.opt_u64(&["num_position_embeddings"])?.unwrap_or(2304);
+            let deepstack = match v.u64_list("deepstack_visual_indexes")? {
+                Some(l) => l.len() as u64,
+                None if outer.model_type.starts_with("qwen3_vl") => 3,
+                None => 0,
+            };
+            let block = 4 * hv + 3 * hv * hv + 3 * hv + hv * hv + hv + 2 * i * hv + i + hv;
+            let merged = hv * m * m;
+            let merger = |norm: u64| 2 * norm + merged * merged + merged + out * merged + out;
+            let params = hv * ch * tp * p * p
+                + hv
+                + pos * hv
+                + depth * block
+                + merger(hv)
+                + deepstack * merger(merged);
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+            }
+        }
+        // Gemma3: SiglipVisionModel (Conv2d patch embedding with bias, learned positions,
+        // pre-LN encoder layers with biased projections and a non-gated MLP, post LayerNorm,
+        // the pooling head if `vision_use_head`) and `Gemma3MultiModalProjector` (an `[hv, H]` weight and an
+        // RMSNorm over hv).
+        "gemma3" => {
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(768);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(3072);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(12);
+            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(12);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
+            let image = v.opt_u64(&["image_size"])?.unwrap_or(224);
+            let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+            let block = 4 * hv + 4 * (hv * hv + hv) + 2 * i * hv + i + hv;
+            // SiglipMultiheadAttentionPoolingHead when `vision_use_head` (the class default):
+            // probe, nn.MultiheadAttention, LayerNorm, MLP.
+            let head = if v.bool("vision_use_head", true)? {
+                hv + 4 * hv * hv + 4 * hv + 2 * hv + 2 * i * hv + i + hv
+            } else {
+                0
+            };
+            let params = hv * ch * p * p
+                + hv
+                + (image / p).pow(2) * hv
+                + depth * block
+                + 2 * hv
+                + head
+                + hv * text_hidden
+                + hv;
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+            }
+        }
+        // Llama4VisionModel (class embedding, positions for every patch plus the class token,
+        // a bias-free linear patch embedding, pre/post LayerNorms, biased attention and MLP
+        // layers, the `vision_adapter` MLP without biases) and `Llama4MultiModalProjector`.
+        "llama4" => {
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(768);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(5632);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(34);
+            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(16);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(14);
+            let image = v.opt_u64(&["image_size"])?.unwrap_or(448);
+            let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+            let pin = v.opt_u64(&["projector_input_dim"])?.unwrap_or(4096);
+            let pout = v.opt_u64(&["projector_output_dim"])?.unwrap_or(4096);
+            let vout = v.opt_u64(&["vision_output_dim"])?.unwrap_or(7680);
+            let block = 4 * hv + 4 * (hv * hv + hv) + 2 * i * hv + i + hv;
+            let params = hv
+                + ((image / p).pow(2) + 1) * hv
+                + hv * ch * p * p
+                + 4 * hv
+                + depth * block
+                + pin * i
+                + pout * pout
+                + text_hidden * vout;
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+            }
+        }
+        // Gemma4VisionModel: a bias-free patch projection, a two-row position table, layers of
+        // bias-free q/k/v/o and gated MLP with per-head q/k norms and four RMSNorms, and
+        // `embed_vision`'s bias-free projection to the text width. `vision_config: null` builds
+        // none; an audio tower is not counted (none in the 26B/31B releases).
+        "gemma4" => {
+            if matches!(outer.map.get("vision_config"), Some(Value::Null)) {
+                return Ok(None);
+            }
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1152);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4304);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(27);
+            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(16);
+            let kv = v.opt_u64(&["num_key_value_heads"])?.unwrap_or(heads);
+            let hd = v.opt_u64(&["head_dim"])?.unwrap_or(hv / heads);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
+            let pos = v.opt_u64(&["position_embedding_size"])?.unwrap_or(10_240);
+            let block = 2 * heads * hd * hv + 2 * kv * hd * hv + 2 * hd + 3 * i * hv + 4 * hv;
+            let params = 2 * pos * hv + hv * 3 * p * p + depth * block + text_hidden * hv;
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// An unknown `model_type` with the standard decoder keys: a Llama-style decoder (pre-norm,
+/// GQA attention without biases, gated SiLU MLP, untied head), with a note naming what was
+/// assumed.
+pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
+    // Keys that change the module tree in ways a generic decoder would silently miss.
+    for key in [
+        "num_experts",
+        "num_local_experts",
+        "n_routed_experts",
+        "moe_num_experts",
+        "kv_lora_rank",
+        "linear_num_key_heads",
+        "mamba_num_heads",
+        "hybrid_override_pattern",
+    ] {
+        let present = match c.map.get(key) {
+            None | Some(Value::Null) => false,
+            Some(Value::Number(n)) => n.as_u64().is_some_and(|n| n > 0),
+            Some(_) => true,
+        };
+        if present {
+            return Err(Error::Undescribable {
+                field: key.into(),
+                model_type: c.model_type.into(),
+            });
+        }
+    }
+    let (mut d, _) = common(c, false)?;
+    d.attn.qkv_bias = c.bool("attention_bias", false)?;
+    d.attn.out_bias = d.attn.qkv_bias;
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    let mut assumed = vec![
+        "a Llama-style decoder: pre-norm RMSNorm (2 per layer), separate q/k/v/o projections, a gated MLP".to_string(),
+    ];
+    if !c.map.contains_key("attention_bias") {
+        assumed.push("no attention biases".into());
+    }
+    if !c.map.contains_key("tie_word_embeddings") {
+        assumed.push("an untied LM head".into());
+    }
+    if let Some(w) = sliding(c, None)? {
+        d.sliding_window = Some(w);
+        d.layer_types
+            .iter_mut()
+            .for_each(|t| *t = LayerType::Sliding);
+    }
+    if let Some(t) = c.layer_types("layer_types", d.layer_types.len() as u64)? {
+        d.layer_types = t;
+    }
+    d.notes.push(format!(
+        "model_type `{}` is not known: read as {}",
+        c.model_type,
+        assumed.join(", ")
+    ));
+    build(d)
+}
+
+/// qwen3 / qwen3_moe (`Qwen3Attention`: q/k/v/o bias = `attention_bias`, per-head q/k RMSNorm;
+/// `Qwen3MoeSparseMoeBlock`: router `gate` without bias, softmax top-k weights cast to the
+/// model dtype, no shared expert; dense where `i in mlp_only_layers` or
+/// `(i + 1) % decoder_sparse_step != 0`).
+fn qwen3(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::PerHead;
+    if c.bool("use_sliding_window", false)? {
+        if let Some(w) = c.opt_u64(&["sliding_window"])? {
+            let from = c.count(&["max_window_layers"], 28)?;
+            d.sliding_window = Some(w);
+            for (i, t) in d.layer_types.iter_mut().enumerate() {
+                if i as u64 >= from {
+                    *t = LayerType::Sliding;
+                }
+            }
+        }
+    }
+    if let Some(t) = c.layer_types("layer_types", layers)? {
+        d.layer_types = t;
+        if d.sliding_window.is_none() && d.layer_types.contains(&LayerType::Sliding) {
+            d.sliding_window = c.opt_u64(&["sliding_window"])?;
+        }
+    }
+    if c.model_type == "qwen3_moe" || c.find(&["num_experts", "num_local_experts"]).is_some() {
+        let e = c.u64(&["num_experts", "num_local_experts"])?;
+        let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(8);
+        d.moe = Some(moe_template(e, k, c.u64(&["moe_intermediate_size"])?));
+        let step = c.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1);
+        let only = c.u64_list("mlp_only_layers")?.unwrap_or_default();
+        place_moe(&mut d, |i| {
+            !only.contains(&(i as u64)) && (i as u64 + 1) % step == 0
+        });
+    }
+    Ok(d)
+}
+
+/// qwen3_5(_moe) and qwen3_next: `layer_types` or `full_attention_interval` (default 4) of
+/// Gated DeltaNet and gated full attention (`q_proj` twice as wide, per-head q/k norms);
+/// qwen3_5_moe has MoE in every layer with a sigmoid-gated shared expert; qwen3_next places
+/// MoE by `decoder_sparse_step`/`mlp_only_layers`. MTP weights (`mtp_*`) are ignored at load
+/// (`_keys_to_ignore_on_load_unexpected = [r"^mtp.*"]`).
+fn qwen3_5(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::PerHead;
+    d.attn.q_gate = true;
+    d.layer_types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => {
+            let every = c.opt_u64(&["full_attention_interval"])?.unwrap_or(4);
+            (0..layers)
+                .map(|i| {
+                    if (i + 1) % every == 0 {
+                        LayerType::Full
+                    } else {
+                        LayerType::Linear
+                    }
+                })
+                .collect()
+        }
+    };
+    d.linear = Some(Mixer::GatedDeltaNet(Gdn {
+        num_k_heads: c.u64(&["linear_num_key_heads"])?,
+        num_v_heads: c.u64(&["linear_num_value_heads"])?,
+        k_head_dim: c.u64(&["linear_key_head_dim"])?,
+        v_head_dim: c.u64(&["linear_value_head_dim"])?,
+        conv_kernel: c.opt_u64(&["linear_conv_kernel_dim"])?.unwrap_or(4),
+    }));
+    let is_moe = mt.contains("moe") || mt == "qwen3_next";
+    if is_moe {
+        let e = c.u64(&["num_experts", "num_local_experts"])?;
+        let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(8);
+        let mut m = moe_template(e, k, c.u64(&["moe_intermediate_size"])?);
+        let shared = c.count(&["shared_expert_intermediate_size"], 0)?;
+        if shared > 0 {
+            m.shared = Some(dense(shared));
+            m.shared_gate = true;
+        }
+        d.moe = Some(m);
+        if mt == "qwen3_next" {
+            let step = c.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1);
+            let only = c.u64_list("mlp_only_layers")?.unwrap_or_default();
+            place_moe(&mut d, |i| {
+                !only.contains(&(i as u64)) && (i as u64 + 1) % step == 0
+            });
+        } else {
+            place_moe(&mut d, |_| true);
+        }
+    }
+    let mtp = c.count(&["mtp_num_hidden_layers", "num_nextn_predict_layers"], 0)?;
+    if mtp > 0 {
+        d.mtp = Some(Mtp {
+            layers: mtp,
+            instantiated: false,
+            params: 0,
+        });
+    }
+    Ok(d)
+}
+
+/// DeepSeek-V3 (and Kimi-K2, its architecture under remote code), DeepSeek-V3.2 and GLM-5
+/// (`glm_moe_dsa`): MLA (`DeepseekV3Attention`), the first `first_k_dense_replace` layers dense,
+/// the rest MoE with `n_shared_experts × moe_intermediate_size` shared experts and the fp32
+/// sigmoid router with `e_score_correction_bias` (`DeepseekV3TopkRouter`,
+/// `_keep_in_fp32_modules_strict`). V3.2/GLM-5 add the DSA indexer (`GlmMoeDsaIndexer`:
+/// `wq_b`, `wk`, LayerNorm `k_norm`, `weights_proj`). Next-n (MTP) layers are not built
+/// (`_keys_to_ignore_on_load_unexpected`).
+fn deepseek(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let heads = d.attn.heads;
+    let q_lora = c.opt_u64(&["q_lora_rank"])?;
+    let mut mla = Mla {
+        heads,
+        q_lora_rank: q_lora,
+        kv_lora_rank: c.u64(&["kv_lora_rank"])?,
+        qk_nope_head_dim: c.u64(&["qk_nope_head_dim"])?,
+        qk_rope_head_dim: c.u64(&["qk_rope_head_dim"])?,
+        v_head_dim: c.u64(&["v_head_dim"])?,
+        bias: c.bool("attention_bias", false)?,
+        indexer: None,
+    };
+    let dsa = mt == "deepseek_v32" || mt == "glm_moe_dsa";
+    if dsa {
+        let ih = c.u64(&["index_n_heads"])?;
+        let id = c.u64(&["index_head_dim"])?;
+        let h = d.hidden;
+        let q_in = q_lora.ok_or_else(|| Error::MissingField {
+            field: "q_lora_rank".into(),
+            model_type: mt.into(),
+        })?;
+        mla.indexer = Some(Indexer {
+            heads: ih,
+            head_dim: id,
+            topk: c.opt_u64(&["index_topk"])?.unwrap_or(2048),
+            params: ih * id * q_in + id * h + 2 * id + ih * h,
+        });
+    }
+    d.mla = Some(mla);
+    d.layer_types = vec![
+        if dsa {
+            LayerType::Indexed
+        } else {
+            LayerType::Full
+        };
+        layers as usize
+    ];
+    d.attn.head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+    d.attn.v_head_dim = mla.v_head_dim;
+    d.attn.kv_heads = heads;
+    let e = c.u64(&["n_routed_experts", "num_local_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(8);
+    let mi = c.u64(&["moe_intermediate_size"])?;
+    let mut m = moe_template(e, k, mi);
+    let shared = c.count(&["n_shared_experts"], 1)?;
+    if shared > 0 {
+        m.shared = Some(dense(mi * shared));
+    }
+    m.router_weights_fp32 = true;
+    m.router_param_fp32 = true;
+    d.moe = Some(m);
+    let first_dense = c.count(&["first_k_dense_replace"], 0)?;
+    match c.list("mlp_layer_types")? {
+        Some(types) if mt == "glm_moe_dsa" => {
+            let v: Vec<bool> = types.iter().map(|t| t.as_str() == Some("sparse")).collect();
+            place_moe(&mut d, |i| v.get(i).copied().unwrap_or(true));
+        }
+        _ => place_moe(&mut d, |i| i as u64 >= first_dense),
+    }
+    let mtp = c.count(&["num_nextn_predict_layers"], 0)?;
+    if mtp > 0 {
+        d.mtp = Some(Mtp {
+            layers: mtp,
+            instantiated: false,
+            params: 0,
+        });
+    }
+    Ok(d)
+}
+
+/// GLM-4.5/4.6 (`Glm4MoeAttention`: q/k/v bias = `attention_bias`, no output bias, per-head q/k
+/// norms if `use_qk_norm`; MoE as DeepSeek-V3's after `first_k_dense_replace` dense layers).
+fn glm4_moe(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.attn.qkv_bias = c.bool("attention_bias", false)?;
+    if c.bool("use_qk_norm", false)? {
+        d.attn.qk_norm = QkNorm::PerHead;
+    }
+    let e = c.u64(&["n_routed_experts", "num_local_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(8);
+    let mi = c.u64(&["moe_intermediate_size"])?;
+    let mut m = moe_template(e, k, mi);
+    let shared = c.count(&["n_shared_experts"], 1)?;
+    if shared > 0 {
+        m.shared = Some(dense(mi * shared));
+    }
+    m.router_weights_fp32 = true;
+    m.router_param_fp32 = true;
+    d.moe = Some(m);
+    let first_dense = c.count(&["first_k_dense_replace"], 1)?;
+    place_moe(&mut d, |i| i as u64 >= first_dense);
+    let mtp = c.count(&["num_nextn_predict_layers"], 0)?;
+    if mtp > 0 {
+        d.mtp = Some(Mtp {
+            layers: mtp,
+            instantiated: false,
+            params: 0,
+        });
+    }
+    Ok(d)
+}
+
+/// gpt-oss (`GptOssAttention`: biased q/k/v/o and per-head `sinks`; `layer_types` alternating
+/// sliding (128) and full; `GptOssExperts` with biases and `GptOssTopKRouter` with bias in every
+/// layer).
+fn gpt_oss(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", true)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.sinks = true;
+    d.sliding_window = sliding(c, Some(128))?;
+    d.layer_types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => (0..layers)
+            .map(|i| {
+                if (i + 1) % 2 == 1 {
+                    LayerType::Sliding
+                } else {
+                    LayerType::Full
+                }
+            })
+            .collect(),
+    };
+    let e = c.u64(&["num_local_experts", "num_experts"])?;
+    let k = c
+        .opt_u64(&["num_experts_per_tok", "experts_per_token"])?
+        .unwrap_or(4);
+    let mut m = moe_template(e, k, d.dense.intermediate);
+    m.expert_bias = true;
+    m.router_bias = true;
+    d.moe = Some(m);
+    place_moe(&mut d, |_| true);
+    Ok(d)
+}
+
+/// Llama 4 text (`Llama4TextAttention`: L2 q/k norm without weights on rope layers;
+/// `layer_types` or chunked rope layers from `no_rope_layers`/`attention_chunk_size`; MoE where
+/// `i in moe_layers` (default every `interleave_moe_layer_step`-th), run over all experts
+/// (`Llama4TextMoe`), with a shared expert of `intermediate_size`; dense layers use
+/// `intermediate_size_mlp`).
+fn llama4(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    let interval = c.opt_u64(&["no_rope_layer_interval"])?.unwrap_or(4);
+    let rope: Vec<bool> = match c.u64_list("no_rope_layers")? {
+        Some(v) if !v.is_empty() => v.iter().map(|x| *x != 0).collect(),
+        _ => (0..layers).map(|i| (i + 1) % interval != 0).collect(),
+    };
+    if rope.len() as u64 != layers {
+        return Err(Error::OutOfRange {
+            field: "no_rope_layers".into(),
+            value: format!("{} entries", rope.len()),
+            why: format!("must list num_hidden_layers = {layers} layers"),
+        });
+    }
+    d.chunk = c.opt_u64(&["attention_chunk_size"])?;
+    d.layer_types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => rope
+            .iter()
+            .map(|r| {
+                if *r && d.chunk.is_some() {
+                    LayerType::Chunked
+                } else {
+                    LayerType::Full
+                }
+            })
+            .collect(),
+    };
+    if c.bool("use_qk_norm", true)? {
+        d.attn.qk_norm = QkNorm::L2;
+    }
+    d.rope = rope;
+    let shared = d.dense.intermediate;
+    let e = c.u64(&["num_local_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(1);
+    let mut m = moe_template(e, k, shared);
+    m.shared = Some(dense(shared));
+    m.dispatch = Dispatch::AllExperts;
+    d.moe = Some(m);
+    d.dense = dense(c.u64(&["intermediate_size_mlp"])?);
+    let step = c.opt_u64(&["interleave_moe_layer_step"])?.unwrap_or(1);
+    let moe_layers = match c.u64_list("moe_layers")? {
+        Some(v) => v,
+        None => (step - 1..layers).step_by(step as usize).collect(),
+    };
+    place_moe(&mut d, |i| moe_layers.contains(&(i as u64)));
+    Ok(d)
+}
+
+/// Gemma 3 text (`Gemma3Attention`: per-head q/k norms, bias = `attention_bias`; four norms per
+/// layer; `layer_types` or `sliding_window_pattern` (default 6); tied head by default).
+fn gemma3(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    d.act = c.act(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh")?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::PerHead;
+    d.norms = 4;
+    d.sliding_window = sliding(c, Some(4096))?;
+    d.layer_types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => {
+            let p = c
+                .opt_u64(&["sliding_window_pattern", "_sliding_window_pattern"])?
+                .unwrap_or(6);
+            (0..layers)
+                .map(|i| {
+                    if (i + 1) % p != 0 {
+                        LayerType::Sliding
+                    } else {
+                        LayerType::Full
+                    }
+                })
+                .collect()
+        }
+    };
+    Ok(d)
+}
+
+/// Gemma 4 text (configuration_gemma4.py `__post_init__`, modeling_gemma4.py
+/// `Gemma4TextAttention`, `Gemma4TextDecoderLayer`): `layer_types` (default 5 sliding : 1 full,
+/// the last layer forced full); full layers take `global_head_dim` and, with
+/// `attention_k_eq_v`, `num_global_key_value_heads` and no `v_proj`; per-head q/k norms, a
+/// weightless v_norm; the last `num_kv_shared_layers` layers reuse earlier K/V (no k/v
+/// projections, no cache; `use_double_wide_mlp` doubles their MLP); with `enable_moe_block` a
+/// dense MLP and a MoE side by side (router: a scale over H, a per-expert scale, `proj`), three
+/// more norms; per-layer inputs when `hidden_size_per_layer_input > 0`.
+fn gemma4(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    d.act = c.act(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh")?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::PerHead;
+    d.attn.v_norm = true;
+    d.norms = 4;
+    d.sliding_window = sliding(c, Some(512))?;
+    d.softcap = matches!(
+        c.find(&["final_logit_softcapping"]),
+        Some((_, Value::Number(_)))
+    );
+    let mut types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => (0..layers)
+            .map(|i| {
+                if (i + 1) % 6 != 0 {
+                    LayerType::Sliding
+                } else {
+                    LayerType::Full
+                }
+            })
+            .collect(),
+    };
+    if let Some(last) = types.last_mut() {
+        *last = LayerType::Full;
+    }
+    let k_eq_v = c.bool("attention_k_eq_v", false)?;
+    let global_hd = c.opt_u64(&["global_head_dim"])?.unwrap_or(512);
+    let global_kv = if k_eq_v {
+        c.opt_u64(&["num_global_key_value_heads"])?
+    } else {
+        None
+    };
+    let shared = c.count(&["num_kv_shared_layers"], 0)?.min(layers);
+    let double = c.bool("use_double_wide_mlp", false)?;
+    for (i, t) in types.iter().enumerate() {
+        let reuse = (i as u64) >= layers - shared;
+        let mut a = d.attn;
+        if *t == LayerType::Full {
+            a.head_dim = global_hd;
+            a.v_head_dim = global_hd;
+            a.k_eq_v = k_eq_v;
+            if let Some(kv) = global_kv {
+                a.kv_heads = kv;
+            }
+        }
+        a.kv_shared = reuse;
+        d.per_layer_attn[i] = Some(a);
+        if reuse && double {
+            d.per_layer_dense[i] = Some(dense(2 * d.dense.intermediate));
+        }
+    }
+    d.layer_types = types;
+    if c.bool("enable_moe_block", false)? {
+        let e = c.u64(&["num_experts"])?;
+        let k = c.u64(&["top_k_experts"])?;
+        let mut m = moe_template(e, k, c.u64(&["moe_intermediate_size"])?);
+        m.router_extra = d.hidden + e;
+        m.router_weights_fp32 = true;
+        d.moe = Some(m);
+        d.ffn.iter_mut().for_each(|f| *f = FfnKind::DenseAndMoe);
+        d.norms = 7;
+    }
+    let hpl = c.count(&["hidden_size_per_layer_input"], 256)?;
+    if hpl > 0 {
+        let vpl = c
+            .opt_u64(&["vocab_size_per_layer_input"])?
+            .unwrap_or(262_144);
+        d.embedding_extra = vpl * layers * hpl + layers * hpl * d.hidden + hpl;
+        d.layer_extra = (Component::Embedding, 2 * d.hidden * hpl + d.hidden);
+    }
+    Ok(d)
+}
+
+/// MiniMax-M2 (`MiniMaxM2Attention`: q/k RMSNorm over the whole projection width;
+/// `MiniMaxM2SparseMoeBlock` in every layer with `e_score_correction_bias`, fp32 weights).
+fn minimax_m2(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    if c.bool("use_qk_norm", true)? {
+        d.attn.qk_norm = QkNorm::FullWidth;
+    }
+    let e = c.u64(&["num_local_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(8);
+    let mut m = moe_template(e, k, d.dense.intermediate);
+    m.router_weights_fp32 = true;
+    d.moe = Some(m);
+    place_moe(&mut d, |_| true);
+    Ok(d)
+}
+
+/// Nemotron-H (`NemotronHBlock`: one norm and one mixer per layer from
+/// `hybrid_override_pattern` (M/E/*/-) or `layers_block_type`; Mamba2 `NemotronHMamba2Mixer`;
+/// attention without rope, bias = `attention_bias`; non-gated relu² MLP and experts
+/// (`up_proj`/`down_proj`), non-gated shared expert, optional latent projections; the router's
+/// correction bias is a buffer, not a parameter).
+fn nemotron_h(c: &Cfg) -> Result<Draft> {
+    let types = if let Some((_, v)) = c.find(&["hybrid_override_pattern"]) {
+        let s = v.as_str().ok_or_else(|| Error::WrongType {
+            field: "hybrid_override_pattern".into(),
+            expected: "a string",
+            found: kind_of(v).into(),
+        })?;
+        s.chars()
+            .map(|ch| match ch {
+                'M' => Ok(LayerType::Linear),
+                'E' => Ok(LayerType::MoeOnly),
+                '*' => Ok(LayerType::Full),
+                '-' => Ok(LayerType::MlpOnly),
+                other => Err(Error::OutOfRange {
+                    field: "hybrid_override_pattern".into(),
+                    value: other.to_string(),
+                    why: "expected M, E, * or -".into(),
+                }),
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else if let Some(t) = c.layer_types("layers_block_type", 0)? {
+        t
+    } else if let Some(t) = c.layer_types("layer_types", 0)? {
+        t
+    } else {
+        return Err(Error::MissingField {
+            field: "hybrid_override_pattern".into(),
+            model_type: c.model_type.into(),
+        });
+    };
+    let (mut d, _) = common_with(c, false, types.len() as u64)?;
+    let n = types.len();
+    d.norms = 1;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.rope = false;
+    d.rope = vec![false; n];
+    d.act = Act::Fused;
+    d.dense = Dense {
+        intermediate: d.dense.intermediate,
+        gated: false,
+        bias: c.bool("mlp_bias", false)?,
+        fused_gate_up: false,
+    };
+    let heads = c.u64(&["mamba_num_heads"])?;
+    d.linear = Some(Mixer::Mamba2(Mamba2 {
+        heads,
+        head_dim: c.u64(&["mamba_head_dim"])?,
+        state_size: c.u64(&["ssm_state_size"])?,
+        groups: c.opt_u64(&["n_groups"])?.unwrap_or(8),
+        conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
+        chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(128),
+        bias: c.bool("use_bias", false)?,
+        conv_bias: c.bool("use_conv_bias", true)?,
+    }));
+    d.ffn = types
+        .iter()
+        .map(|t| match t {
+            LayerType::MoeOnly => FfnKind::Moe,
+            LayerType::MlpOnly => FfnKind::Dense,
+            _ => FfnKind::None,
+        })
+        .collect();
+    if types.contains(&LayerType::MoeOnly) {
+        let e = c.u64(&["n_routed_experts", "num_local_experts"])?;
+        let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+        let mut m = moe_template(e, k, c.u64(&["moe_intermediate_size"])?);
+        m.gated = false;
+        m.router_weights_fp32 = true;
+        m.router_param_fp32 = true;
+        let shared_n = c.count(&["n_shared_experts"], 1)?;
+        if shared_n > 0 {
+            m.shared = Some(Dense {
+                intermediate: c.u64(&["moe_shared_expert_intermediate_size"])? * shared_n,
+                gated: false,
+                bias: d.dense.bias,
+                fused_gate_up: false,
+            });
+        }
+        m.latent = c.opt_u64(&["moe_latent_size"])?;
+        d.moe = Some(m);
+    }
+    d.layer_types = types;
+    let mtp = c.count(&["num_nextn_predict_layers"], 0)?;
+    if mtp > 0 {
+        d.mtp = Some(Mtp {
+            layers: mtp,
+            instantiated: false,
+            params: 0,
+        });
+    }
+    Ok(d)
+}
+
+/// Granite 4 hybrids (`GraniteMoeHybridDecoderLayer`: Mamba2 or attention per `layer_types`,
+/// a gated `shared_mlp` of `shared_intermediate_size` in every layer, plus MoE if
+/// `num_local_experts > 0`).
+fn granite_hybrid(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    if let Some(t) = c.layer_types("layer_types", layers)? {
+        d.layer_types = t;
+    } else if let Some(t) = c.layer_types("layers_block_type", layers)? {
+        d.layer_types = t;
+    }
+    let nope = c.str("position_embedding_type")? != Some("rope");
+    d.attn.rope = !nope;
+    d.rope = vec![!nope; layers as usize];
+    let heads = c.opt_u64(&["mamba_n_heads"])?.unwrap_or(128);
+    let expand = c.opt_u64(&["mamba_expand"])?.unwrap_or(2);
+    let head_dim = match c.find(&["mamba_d_head"]) {
+        Some((_, Value::Number(_))) => c.u64(&["mamba_d_head"])?,
+        _ => expand * d.hidden / heads,
+    };
+    d.linear = Some(Mixer::Mamba2(Mamba2 {
+        heads,
+        head_dim,
+        state_size: c.opt_u64(&["mamba_d_state"])?.unwrap_or(256),
+        groups: c.opt_u64(&["mamba_n_groups"])?.unwrap_or(1),
+        conv_kernel: c.opt_u64(&["mamba_d_conv"])?.unwrap_or(4),
+        chunk: c.opt_u64(&["mamba_chunk_size"])?.unwrap_or(256),
+        bias: c.bool("mamba_proj_bias", false)?,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+    }));
+    let shared = dense(c.opt_u64(&["shared_intermediate_size"])?.unwrap_or(1024));
+    let e = c.count(&["num_local_experts"], 0)?;
+    if e > 0 {
+        let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+        let mut m = moe_template(e, k, d.dense.intermediate);
+        m.shared = Some(shared);
+        d.moe = Some(m);
+        place_moe(&mut d, |_| true);
+    } else {
+        d.dense = shared;
+    }
+    Ok(d)
+}
+
+/// MiMo-7B (remote code `MiMoForCausalLM`, Qwen2 architecture: q/k/v biases): its
+/// `num_nextn_predict_layers` MTP layers are instantiated (`MiMoMTPLayers`: token and hidden
+/// norms, `input_proj` 2H→H, a Qwen2 decoder layer, a final norm).
+fn mimo(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.attn.qkv_bias = true;
+    let mtp = c.count(&["num_nextn_predict_layers"], 0)?;
+    if mtp > 0 {
+        let h = d.hidden;
+        let block = Block {
+            mixer: Mixer::Attention(d.attn),
+            cross_attention: false,
+            ffn: Ffn::Dense(d.dense),
+            norms: Norms {
+                count: 2,
+                params_each: h,
+            },
+            extra: (Component::Other, 0),
+        };
+        let per = block.params(h).total() + 2 * h * h + 3 * h;
+        d.mtp = Some(Mtp {
+            layers: mtp,
+            instantiated: true,
+            params: per * mtp,
+        });
+    }
+    Ok(d)
+}
+
+/// OLMo 2/3 (`Olmo2Attention`: q/k RMSNorm over the whole width, bias = `attention_bias`;
+/// post-norms; OLMo 3 `layer_types` 3 sliding : 1 full).
+fn olmo(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::FullWidth;
+    if mt == "olmo3" {
+        d.sliding_window = sliding(c, Some(4096))?;
+        d.layer_types = match c.layer_types("layer_types", layers)? {
+            Some(t) => t,
+            None => (0..layers)
+                .map(|i| {
+                    if (i + 1) % 4 != 0 {
+                        LayerType::Sliding
+                    } else {
+                        LayerType::Full
+                    }
+                })
+                .collect(),
+        };
+    }
+    Ok(d)
+}
+
+/// SmolLM3 (Llama-like with `no_rope_layers`; biases = `attention_bias`/`mlp_bias`; tied).
+fn smollm3(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    let interval = c.opt_u64(&["no_rope_layer_interval"])?.unwrap_or(4);
+    d.rope = match c.u64_list("no_rope_layers")? {
+        Some(v) if v.len() as u64 == layers => v.iter().map(|x| *x != 0).collect(),
+        _ => (0..layers).map(|i| (i + 1) % interval != 0).collect(),
+    };
+    if let Some(t) = c.layer_types("layer_types", layers)? {
+        d.layer_types = t;
+    } else if c.bool("use_sliding_window", false)? {
+        if let Some(w) = c.opt_u64(&["sliding_window"])? {
+            d.sliding_window = Some(w);
+            for (t, r) in d.layer_types.iter_mut().zip(&d.rope) {
+                if !r {
+                    *t = LayerType::Sliding;
+                }
+            }
+        }
+    }
+    if d.layer_types.contains(&LayerType::Sliding) && d.sliding_window.is_none() {
+        d.sliding_window = c.opt_u64(&["sliding_window"])?;
+    }
+    Ok(d)
+}
+
+/// ERNIE 4.5 (`use_bias` on every projection, and on the MoE model's LM head; tied by default);
+/// MoE layers where `(i + 1) % moe_layer_interval == 0` and `moe_layer_start_index ≤ i ≤
+/// moe_layer_end_index`, with `moe_num_shared_experts × moe_intermediate_size` shared experts
+/// and an fp32 router with `e_score_correction_bias`.
+fn ernie(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    let bias = c.bool("use_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias, d.dense.bias) = (bias, bias, bias);
+    if mt == "ernie4_5_moe" {
+        d.head_bias = bias && !d.tied;
+        let e = c.u64(&["moe_num_experts", "num_experts"])?;
+        let k = c.opt_u64(&["moe_k", "num_experts_per_tok"])?.unwrap_or(6);
+        let mi = c.u64(&["moe_intermediate_size"])?;
+        let mut m = moe_template(e, k, mi);
+        let shared = c.count(&["moe_num_shared_experts"], 0)?;
+        if shared > 0 {
+            m.shared = Some(Dense {
+                bias,
+                ..dense(mi * shared)
+            });
+        }
+        m.correction_bias = true;
+        m.router_weights_fp32 = true;
+        m.router_param_fp32 = true;
+        d.moe = Some(m);
+        let start = c.count(&["moe_layer_start_index"], 1)?;
+        let end = match c.find(&["moe_layer_end_index"]) {
+            Some((_, Value::Number(n))) if n.as_i64() == Some(-1) => layers - 1,
+            _ => c.count(&["moe_layer_end_index"], layers - 1)?,
+        };
+        let interval = c.opt_u64(&["moe_layer_interval"])?.unwrap_or(1);
+        place_moe(&mut d, |i| {
+            let i = i as u64;
+            (i + 1) % interval == 0 && i >= start && i <= end
+        });
+    }
+    Ok(d)
+}
+
+/// EXAONE 4 (`Exaone4Attention`: per-head q/k norms, no biases; post-norms; `layer_types` or
+/// `sliding_window_pattern` (an int period, or a string such as "LLLG")).
+fn exaone4(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    d.attn.qk_norm = QkNorm::PerHead;
+    d.sliding_window = sliding(c, Some(4096))?;
+    d.layer_types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None if d.sliding_window.is_none() => vec![LayerType::Full; layers as usize],
+        None => match c.find(&["sliding_window_pattern"]) {
+            Some((_, Value::String(s))) if !s.is_empty() => {
+                let p: Vec<char> = s.chars().collect();
+                (0..layers as usize)
+                    .map(|i| {
+                        if p[i % p.len()] == 'L' {
+                            LayerType::Sliding
+                        } else {
+                            LayerType::Full
+                        }
+                    })
+                    .collect()
+            }
+            _ => {
+                let p = c.opt_u64(&["sliding_window_pattern"])?.unwrap_or(4);
+                (0..layers)
+                    .map(|i| {
+                        if (i + 1) % p != 0 {
+                            LayerType::Sliding
+                        } else {
+                            LayerType::Full
+                        }
+                    })
+                    .collect()
+            }
+        },
+    };
+    Ok(d)
+}
+
+/// Seed-OSS (`SeedOssAttention`: q/k/v bias = `attention_bias`, output bias =
+/// `attention_out_bias`; `mlp_bias`; default dropouts 0.1).
+fn seed_oss(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.attn.qkv_bias = c.bool("attention_bias", true)?;
+    d.attn.out_bias = c.bool("attention_out_bias", false)?;
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    d.attention_dropout = c.prob(&["attention_dropout"], 0.1)?;
+    d.hidden_dropout = c.prob(&["residual_dropout"], 0.1)?;
+    Ok(d)
+}
+
+/// Hunyuan (`HunYuan*Attention`: `query_layernorm`/`key_layernorm` per head, biases =
+/// `attention_bias`; the MoE model's every layer has a shared MLP of `intermediate_size` and
+/// `num_experts` experts of `intermediate_size`, router `wg` in fp32).
+fn hunyuan(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::PerHead;
+    if mt == "hunyuan_v1_moe" {
+        let e = c.u64(&["num_experts", "num_local_experts"])?;
+        let k = match c.find(&["moe_topk"]) {
+            Some((_, Value::Array(a))) => a.first().and_then(Value::as_u64).unwrap_or(1),
+            _ => c.opt_u64(&["moe_topk"])?.unwrap_or(1),
+        };
+        let mut m = moe_template(e, k, d.dense.intermediate);
+        m.shared = Some(d.dense);
+        m.router_weights_fp32 = true;
+        d.moe = Some(m);
+        place_moe(&mut d, |_| true);
+    }
+    Ok(d)
+}
+
+/// Blocks and stand-in uniform fields from a draft.
+fn build(d: Draft) -> Result<Transformer> {
+    let h = d.hidden;
+    let n = d.layer_types.len();
+    if d.ffn.len() != n {
+        return Err(Error::OutOfRange {
+            field: "num_hidden_layers".into(),
+            value: n.to_string(),
+            why: format!("the per-layer pattern lists {} layers", d.ffn.len()),
+        });
+    }
+    let mut layers = Vec::with_capacity(n);
+    for (i, t) in d.layer_types.iter().enumerate() {
+        let base = d.per_layer_attn.get(i).copied().flatten().unwrap_or(d.attn);
+        let rope = d.rope.get(i).copied().unwrap_or(true);
+        let attn = |window| {
+            Mixer::Attention(Attention {
+                window,
+                rope,
+                qk_norm: if base.qk_norm == QkNorm::L2 && !rope {
+                    QkNorm::None
+                } else {
+                    base.qk_norm
+                },
+                ..base
+            })
+        };
+        let missing = |key: &str| Error::MissingField {
+            field: key.into(),
+            model_type: d.model_type.clone(),
+        };
+        let need = |what: Option<u64>, key: &str| what.ok_or_else(|| missing(key));
+        let mixer = match t {
+            LayerType::Full => match d.mla {
+                Some(m) => Mixer::Mla(Mla { indexer: None, ..m }),
+                None => attn(Window::Full),
+            },
+            LayerType::Sliding => attn(Window::Sliding(need(d.sliding_window, "sliding_window")?)),
+            LayerType::Chunked => attn(Window::Chunked(need(d.chunk, "attention_chunk_size")?)),
+            LayerType::Indexed => match d.mla {
+                Some(m) => Mixer::Mla(m),
+                None => return Err(missing("kv_lora_rank")),
+            },
+            LayerType::Linear => d.linear.ok_or_else(|| missing("linear_num_key_heads"))?,
+            LayerType::MoeOnly | LayerType::MlpOnly => Mixer::None,
+        };
+        let moe = || d.moe.ok_or_else(|| missing("num_experts"));
+        let dense = d
+            .per_layer_dense
+            .get(i)
+            .copied()
+            .flatten()
+            .unwrap_or(d.dense);
+        let ffn = match d.ffn[i] {
+            FfnKind::Dense => Ffn::Dense(dense),
+            FfnKind::Moe => Ffn::Moe(moe()?),
+            FfnKind::DenseAndMoe => Ffn::DenseAndMoe(dense, moe()?),
+            FfnKind::None => Ffn::None,
+        };
+        layers.push(Block {
+            mixer,
+            cross_attention: false,
+            ffn,
+            norms: Norms {
+                count: d.norms,
+                params_each: h,
+            },
+            extra: d.layer_extra,
+        });
+    }
+    if layers.is_empty() {
+        return Err(Error::OutOfRange {
+            field: "num_hidden_layers".into(),
+            value: "0".into(),
+            why: "must be positive".into(),
+        });
+    }
+    let head = if d.tied {
+        0
+    } else {
+        d.vocab * h + if d.head_bias { d.vocab } else { 0 }
+    };
+    let mut blocks = Blocks::from_layers(
+        h,
+        &layers,
+        Ends {
+            embedding: d.vocab * h + d.embedding_extra,
+            vocab: d.vocab,
+            final_norm: h,
+            head,
+            other: 0,
+        },
+    );
+    if blocks.kinds.len() > 256 {
+        return Err(Error::OutOfRange {
+            field: "layer_types".into(),
+            value: blocks.kinds.len().to_string(),
+            why: "more than 256 distinct layer kinds".into(),
+        });
+    }
+    blocks.mtp = d.mtp;
+    blocks.notes = d.notes;
+    // Stand-ins for the uniform walks: the first attention-like layer's shape, the MoE's
+    // routed experts (or the dense MLP).
+    let mut heads = d.attn.heads;
+    let mut kv_heads = d.attn.kv_heads;
+    let mut head_dim = d.attn.head_dim;
+    if let Some(m) = d.mla {
+        heads = m.heads;
+        kv_heads = m.heads;
+        head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    }
+    let any_dense = d
+        .ffn
+        .iter()
+        .any(|f| matches!(f, FfnKind::Dense | FfnKind::DenseAndMoe));
+    let (intermediate, experts, top_k, gated) = match d.moe {
+        Some(m) if !any_dense || d.ffn.iter().filter(|f| **f == FfnKind::Moe).count() * 2 > n => {
+            (m.expert_intermediate, m.experts, m.top_k, m.gated)
+        }
+        _ => (d.dense.intermediate, 1, 1, d.dense.gated),
+    };
+    let all_sliding = d.layer_types.iter().all(|t| *t == LayerType::Sliding);
+    let t = Transformer {
+        name: String::new(),
+        model_type: String::new(),
+        layout: Layout::DecoderOnly,
+        vocab: d.vocab,
+        hidden: h,
+        layers: n as u64,
+        encoder_layers: 0,
+        heads,
+        kv_heads,
+        head_dim,
+        intermediate,
+        max_positions: d.max_positions,
+        mlp: if gated { Mlp::Gated } else { Mlp::Plain },
+        act: d.act,
+        fused_qkv: false,
+        fused_gate_up: false,
+        norm: Norm::RmsNorm,
+        norm_bias: false,
+        norms_per_layer: d.norms,
+        qkv_bias: d.attn.qkv_bias,
+        out_bias: d.attn.out_bias,
+        mlp_bias: d.dense.bias,
+        experts,
+        experts_per_token: top_k,
+        positions: Positions::Rotary,
+        type_vocab: 0,
+        tied_embeddings: d.tied,
+        embedding_norm: false,
+        pooler: false,
+        final_norm: true,
+        parallel_residual: false,
+        attention_dropout: d.attention_dropout,
+        hidden_dropout: d.hidden_dropout,
+        softmax_upcast: true,
+        sliding_window: if all_sliding { d.sliding_window } else { None },
+        logit_softcap: d.softcap,
+        blocks,
+    };
+    Ok(t)
+}
