@@ -1,0 +1,139 @@
+//! Fine-tuning figures against the real libraries (issue 22). The expected JSON is written by
+//! `tests/engines/finetune_reference.py` with transformers 5.24.0, PEFT 0.21.2 and
+//! bitsandbytes 0.50.2 on the CPU, and re-checked against them by `.ci/engine-tests`.
+
+use serde_json::Value;
+use vram_model::arch::{Model, Transformer};
+use vram_model::finetune::{lora, weights_bytes, LoraSpec, SiteKind, Targets, WeightFormat};
+use vram_model::hf;
+
+fn config(name: &str) -> Transformer {
+    let text = match name {
+        "llama-3.1-8b" => include_str!("../data/finetune/configs/llama-3.1-8b.json"),
+        "mixtral-8x7b" => include_str!("../data/finetune/configs/mixtral-8x7b.json"),
+        "phi-4" => include_str!("../data/finetune/configs/phi-4.json"),
+        "tiny-llama-odd" => include_str!("../data/finetune/configs/tiny-llama-odd.json"),
+        "tiny-qwen2" => include_str!("../data/finetune/configs/tiny-qwen2.json"),
+        "tiny-mixtral" => include_str!("../data/finetune/configs/tiny-mixtral.json"),
+        "tiny-gpt2" => include_str!("../data/finetune/configs/tiny-gpt2.json"),
+        other => panic!("no config {other}"),
+    };
+    match hf::parse_config(text, name).unwrap() {
+        Model::Transformer(t) => t,
+        _ => panic!("{name} is not a transformer"),
+    }
+}
+
+fn cases(text: &str) -> Vec<Value> {
+    let v: Value = serde_json::from_str(text).unwrap();
+    v["cases"].as_array().unwrap().clone()
+}
+
+/// Every byte the quantized model holds (parameters plus bitsandbytes' quantization state).
+#[test]
+fn bnb_storage_equals_what_bitsandbytes_holds() {
+    let rows = cases(include_str!("../data/finetune/bnb_storage.json"));
+    assert!(rows.len() >= 10);
+    for c in rows {
+        let name = c["config"].as_str().unwrap();
+        let t = config(name);
+        let f = WeightFormat::parse(c["weights"].as_str().unwrap()).unwrap();
+        let dq = c["double_quant"].as_bool().unwrap();
+        let skip: Vec<String> = c["skip_modules"]
+            .as_array()
+            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        let w = weights_bytes(&t, f, dq, &skip);
+        let what = format!("{name} {} dq={dq} skip={skip:?}", f.name());
+        assert_eq!(w.total, c["weights_bytes"].as_u64().unwrap(), "{what}");
+        // get_memory_footprint() misses the quantization state: vram does not.
+        assert!(
+            w.total
+                > c["get_memory_footprint"].as_u64().unwrap()
+                    - c["buffers_bytes"].as_u64().unwrap(),
+            "{what}"
+        );
+    }
+}
+
+/// `get_peft_model(...).get_nb_trainable_parameters()[0]` for every recipe.
+#[test]
+fn lora_trainable_params_equal_peft() {
+    let rows = cases(include_str!("../data/finetune/lora_counts.json"));
+    assert!(rows.len() >= 10);
+    for c in rows {
+        let name = c["config"].as_str().unwrap();
+        let t = config(name);
+        let targets = match &c["target_modules"] {
+            Value::String(s) => Targets::parse(s).unwrap(),
+            Value::Array(a) => {
+                Targets::List(a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+            }
+            _ => panic!(),
+        };
+        let r = c["r"].as_u64().unwrap();
+        let spec = LoraSpec {
+            rank: r,
+            alpha: 2 * r,
+            dropout: c["lora_dropout"].as_f64().unwrap(),
+            targets,
+        };
+        let plan = lora(&t, &spec).unwrap();
+        let what = format!("{name} r={r} {}", spec.targets.display());
+        assert_eq!(
+            plan.trainable_params,
+            c["trainable_params"].as_u64().unwrap(),
+            "{what}"
+        );
+        let mut tp: Vec<String> = plan.target_parameters.clone();
+        tp.sort();
+        let expected: Vec<String> = c["target_parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(tp, expected, "{what}");
+        // PEFT's total is the unquantized model plus the adapters.
+        assert_eq!(
+            t.param_count() + plan.trainable_params,
+            c["all_params"].as_u64().unwrap(),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn bad_lora_recipes_are_refused_with_a_reason() {
+    let llama = config("tiny-llama-odd");
+    let spec = |r, t: &str, p| LoraSpec {
+        rank: r,
+        alpha: 16,
+        dropout: p,
+        targets: Targets::parse(t).unwrap(),
+    };
+    let e = lora(&llama, &spec(0, "all-linear", 0.0))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank"), "{e}");
+    let e = lora(&llama, &spec(8, "qkv,attn_out", 0.0))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no module") && e.contains("q_proj"), "{e}");
+    let mixtral = config("tiny-mixtral");
+    // PEFT: w1 and w3 are fused into gate_up_proj; one without the other cannot be converted.
+    let e = lora(&mixtral, &spec(8, "w1", 0.0)).unwrap_err().to_string();
+    assert!(e.contains("w3"), "{e}");
+    // ParamWrapper refuses dropout.
+    let e = lora(&mixtral, &spec(8, "all-linear", 0.1))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lora_dropout"), "{e}");
+    // all-linear on Mixtral adapts the expert banks and the router, never lm_head.
+    let p = lora(&mixtral, &spec(8, "all-linear", 0.0)).unwrap();
+    assert!(p
+        .adapted
+        .iter()
+        .any(|a| matches!(a.site.kind, SiteKind::Experts(_))));
+    assert!(p.adapted.iter().all(|a| a.site.path != "lm_head"));
+}
