@@ -137,3 +137,115 @@ fn bad_lora_recipes_are_refused_with_a_reason() {
         .any(|a| matches!(a.site.kind, SiteKind::Experts(_))));
     assert!(p.adapted.iter().all(|a| a.site.path != "lm_head"));
 }
+
+mod step {
+    use super::config;
+    use vram_model::arch::Model;
+    use vram_model::estimate::Category;
+    use vram_model::finetune::step::{estimate, FinetuneSpec, Method};
+    use vram_model::finetune::{LoraSpec, Targets, WeightFormat};
+    use vram_model::setup::{Mode, Setup, Train};
+
+    fn spec(method: Method, weights: WeightFormat) -> FinetuneSpec {
+        FinetuneSpec {
+            method,
+            weights,
+            double_quant: false,
+            lora: LoraSpec {
+                rank: 16,
+                alpha: 32,
+                dropout: 0.0,
+                targets: Targets::AllLinear,
+            },
+            skip_modules: Vec::new(),
+            prepare_kbit: false,
+            gradient_checkpointing: true,
+        }
+    }
+
+    fn setup(mb: u64) -> Setup {
+        Setup {
+            mode: Mode::Train(Train {
+                micro_batch: mb,
+                seq: 1024,
+                ..Train::default()
+            }),
+            ..Setup::default()
+        }
+    }
+
+    #[test]
+    fn the_frozen_base_holds_no_gradients_and_the_adapters_their_adam_states() {
+        let m = Model::Transformer(config("llama-3.1-8b"));
+        let lora = estimate(&m, &setup(1), &spec(Method::Lora, WeightFormat::Bf16)).unwrap();
+        let p = lora.trainable_params;
+        // fp32 adapters: 4 B weights, 4 B grads, 8 B AdamW states.
+        assert_eq!(lora.adapter_bytes, 4);
+        assert_eq!(lora.breakdown.get(Category::OptimizerStates), 8 * p);
+        assert!(lora.breakdown.get(Category::Gradients) <= 4 * p);
+        assert_eq!(
+            lora.breakdown.get(Category::Parameters),
+            lora.weights.total + 4 * p
+        );
+        // QLoRA under TRL: bf16 adapters and states, a ~4-bit base.
+        let q = estimate(&m, &setup(1), &spec(Method::Qlora, WeightFormat::Nf4)).unwrap();
+        assert_eq!(q.adapter_bytes, 2);
+        assert_eq!(q.breakdown.get(Category::OptimizerStates), 4 * p);
+        assert!(q.total_bytes < lora.total_bytes / 2);
+    }
+
+    #[test]
+    fn the_libraries_knobs_move_the_estimate_the_way_they_should() {
+        let m = Model::Transformer(config("llama-3.1-8b"));
+        let base = spec(Method::Qlora, WeightFormat::Nf4);
+        let q = estimate(&m, &setup(1), &base).unwrap();
+        // prepare_model_for_kbit_training: every unpacked half parameter becomes fp32.
+        let prep = estimate(
+            &m,
+            &setup(1),
+            &FinetuneSpec {
+                prepare_kbit: true,
+                ..base.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            prep.breakdown.get(Category::Parameters) - q.breakdown.get(Category::Parameters),
+            2 * q.weights.unquantized_params
+        );
+        // Dropout saves a mask and its output per adapted linear.
+        let mut d = base.clone();
+        d.lora.dropout = 0.1;
+        let drop = estimate(&m, &setup(1), &d).unwrap();
+        assert!(drop.breakdown.get(Category::Activations) > q.breakdown.get(Category::Activations));
+        // Without checkpointing every layer keeps its tensors.
+        let nogc = estimate(
+            &m,
+            &setup(1),
+            &FinetuneSpec {
+                gradient_checkpointing: false,
+                ..base.clone()
+            },
+        )
+        .unwrap();
+        assert!(nogc.peak_bytes > q.peak_bytes + 2 * (1 << 30));
+        // Double quant stores less; bigger micro-batches need more.
+        let dq = estimate(
+            &m,
+            &setup(1),
+            &FinetuneSpec {
+                double_quant: true,
+                ..base.clone()
+            },
+        )
+        .unwrap();
+        assert!(dq.weights.total < q.weights.total);
+        let mut prev = 0;
+        for mb in [1, 2, 4, 8] {
+            let e = estimate(&m, &setup(mb), &base).unwrap();
+            assert!(e.peak_bytes > prev);
+            assert!(e.reserved_bytes >= e.peak_bytes);
+            prev = e.peak_bytes;
+        }
+    }
+}

@@ -14,8 +14,10 @@
 
 use serde::Serialize;
 
+pub mod step;
+
 use crate::arch::{Layout, Transformer};
-use crate::blocks::{Block, Component, Ffn, Mixer, Quant, Storage, Tensor, TensorKind};
+use crate::blocks::{Block, Component, Ffn, Mixer};
 use crate::error::{Error, Result};
 
 /// How the frozen base's weights are stored (`--weights`).
@@ -156,47 +158,52 @@ pub const BNB_NESTED_BLOCK: u64 = 256;
 /// - AWQ (autoawq `WQLinear_GEMM`, 4 bits): `qweight` int32 `[in, out/8]`, `qzeros` int32
 ///   `[groups, out/8]`, `scales` fp16 `[groups, out]`; no `g_idx`.
 pub fn linear_bytes(format: WeightFormat, double_quant: bool, out: u64, inp: u64) -> u64 {
+    linear_parts(format, double_quant, out, inp).iter().sum()
+}
+
+/// The tensors of one packed `out × in` linear, in bytes, as [`linear_bytes`] counts them (the
+/// allocator sees each one; the small quantization-state tensors round up to 512 B blocks).
+pub fn linear_parts(format: WeightFormat, double_quant: bool, out: u64, inp: u64) -> Vec<u64> {
     let n = out * inp;
     match format {
-        WeightFormat::Bf16 | WeightFormat::Fp16 => 2 * n,
-        WeightFormat::Fp32 => 4 * n,
-        WeightFormat::Int8 => n + 4 * out,
+        WeightFormat::Bf16 | WeightFormat::Fp16 => vec![2 * n],
+        WeightFormat::Fp32 => vec![4 * n],
+        WeightFormat::Int8 => vec![n, 4 * out],
         WeightFormat::Nf4 | WeightFormat::Fp4 => {
             let blocks = n.div_ceil(BNB_4BIT_BLOCK);
             let code4 = 16 * 4;
             if double_quant {
-                n.div_ceil(2) + blocks + 4 * blocks.div_ceil(BNB_NESTED_BLOCK) + code4 + 4 + 256 * 4
+                vec![
+                    n.div_ceil(2),
+                    blocks,
+                    4 * blocks.div_ceil(BNB_NESTED_BLOCK),
+                    code4,
+                    4,
+                    256 * 4,
+                ]
             } else {
-                n.div_ceil(2) + 4 * blocks + code4
+                vec![n.div_ceil(2), 4 * blocks, code4]
             }
         }
-        WeightFormat::Fp8 => {
-            let s = Storage {
-                dtype: crate::blocks::Dtype::Bf16,
-                quant: Quant::Fp8Block {
-                    bn: 128,
-                    bk: 128,
-                    skip_head: true,
-                },
-            };
-            s.tensor_bytes(
-                &Tensor {
-                    component: Component::Mixer,
-                    kind: TensorKind::Linear,
-                    rows: out,
-                    cols: inp,
-                },
-                false,
-            )
-        }
+        WeightFormat::Fp8 => vec![n, 4 * out.div_ceil(128) * inp.div_ceil(128)],
         WeightFormat::Gptq { group } => {
             let groups = inp.div_ceil(group);
-            inp * out / 2 + groups * out / 2 + groups * out * 2 + 4 * inp
+            vec![inp * out / 2, groups * out / 2, groups * out * 2, 4 * inp]
         }
         WeightFormat::Awq { group } => {
             let groups = inp.div_ceil(group);
-            inp * out / 2 + groups * out / 2 + groups * out * 2
+            vec![inp * out / 2, groups * out / 2, groups * out * 2]
         }
+    }
+}
+
+/// Bytes as `12.3 GiB`.
+pub(crate) fn fmt_bytes(b: u64) -> String {
+    let g = b as f64 / (1u64 << 30) as f64;
+    if g >= 1.0 {
+        format!("{g:.1} GiB")
+    } else {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
     }
 }
 
@@ -228,6 +235,9 @@ pub struct Site {
     pub kind: SiteKind,
     /// Where its parameters belong.
     pub component: Component,
+    /// Which tensor it reads, within its layer: sites with the same number read the same
+    /// tensor (`q_proj`, `k_proj` and `v_proj` read the normed hidden states).
+    pub input: u8,
 }
 
 impl Site {
@@ -312,13 +322,14 @@ fn names(model_type: &str) -> Names {
 pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
     let n = names(model_type);
     let mut v = Vec::new();
-    let mut module = |path: String, out: u64, inp: u64, c: Component| {
+    let mut module = |path: String, out: u64, inp: u64, c: Component, input: u8| {
         v.push(Site {
             path,
             out,
             inp,
             kind: SiteKind::Module,
             component: c,
+            input,
         })
     };
     let c = Component::Mixer;
@@ -332,78 +343,88 @@ pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
                 a.kv_heads * a.v_head_dim
             };
             if a.fused_qkv {
-                module(format!("{}.{}", n.attn, n.qkv), q + k + val, h, c);
+                module(format!("{}.{}", n.attn, n.qkv), q + k + val, h, c, 0);
             } else {
-                module(format!("{}.{}", n.attn, n.q), q, h, c);
-                module(format!("{}.{}", n.attn, n.k), k, h, c);
+                module(format!("{}.{}", n.attn, n.q), q, h, c, 0);
+                module(format!("{}.{}", n.attn, n.k), k, h, c, 0);
                 if val > 0 {
-                    module(format!("{}.{}", n.attn, n.v), val, h, c);
+                    module(format!("{}.{}", n.attn, n.v), val, h, c, 0);
                 }
             }
-            module(format!("{}.{}", n.attn, n.o), h, a.heads * a.v_head_dim, c);
+            module(
+                format!("{}.{}", n.attn, n.o),
+                h,
+                a.heads * a.v_head_dim,
+                c,
+                1,
+            );
         }
         Mixer::Mla(m) => {
             let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
             match m.q_lora_rank {
                 Some(r) => {
-                    module("self_attn.q_a_proj".into(), r, h, c);
-                    module("self_attn.q_b_proj".into(), m.heads * qk, r, c);
+                    module("self_attn.q_a_proj".into(), r, h, c, 0);
+                    module("self_attn.q_b_proj".into(), m.heads * qk, r, c, 2);
                 }
-                None => module("self_attn.q_proj".into(), m.heads * qk, h, c),
+                None => module("self_attn.q_proj".into(), m.heads * qk, h, c, 0),
             }
             module(
                 "self_attn.kv_a_proj_with_mqa".into(),
                 m.kv_lora_rank + m.qk_rope_head_dim,
                 h,
                 c,
+                0,
             );
             module(
                 "self_attn.kv_b_proj".into(),
                 m.heads * (m.qk_nope_head_dim + m.v_head_dim),
                 m.kv_lora_rank,
                 c,
+                3,
             );
-            module("self_attn.o_proj".into(), h, m.heads * m.v_head_dim, c);
+            module("self_attn.o_proj".into(), h, m.heads * m.v_head_dim, c, 1);
         }
         Mixer::GatedDeltaNet(g) => {
             let (kd, vd) = (g.num_k_heads * g.k_head_dim, g.num_v_heads * g.v_head_dim);
-            module("linear_attn.in_proj_qkv".into(), 2 * kd + vd, h, c);
-            module("linear_attn.in_proj_z".into(), vd, h, c);
-            module("linear_attn.in_proj_b".into(), g.num_v_heads, h, c);
-            module("linear_attn.in_proj_a".into(), g.num_v_heads, h, c);
-            module("linear_attn.out_proj".into(), h, vd, c);
+            module("linear_attn.in_proj_qkv".into(), 2 * kd + vd, h, c, 0);
+            module("linear_attn.in_proj_z".into(), vd, h, c, 0);
+            module("linear_attn.in_proj_b".into(), g.num_v_heads, h, c, 0);
+            module("linear_attn.in_proj_a".into(), g.num_v_heads, h, c, 0);
+            module("linear_attn.out_proj".into(), h, vd, c, 1);
         }
         Mixer::Mamba2(m) => {
             let d_in = m.heads * m.head_dim;
             let conv_dim = d_in + 2 * m.groups * m.state_size;
-            module("mixer.in_proj".into(), d_in + conv_dim + m.heads, h, c);
-            module("mixer.out_proj".into(), h, d_in, c);
+            module("mixer.in_proj".into(), d_in + conv_dim + m.heads, h, c, 0);
+            module("mixer.out_proj".into(), h, d_in, c, 1);
         }
         Mixer::None => {}
     }
-    let dense = |d: &crate::blocks::Dense, prefix: &str, c: Component, v: &mut Vec<Site>| {
-        let mut add = |leaf: &str, out: u64, inp: u64| {
-            v.push(Site {
-                path: format!("{prefix}.{leaf}"),
-                out,
-                inp,
-                kind: SiteKind::Module,
-                component: c,
-            })
-        };
-        let f = d.intermediate;
-        if d.gated {
-            if d.fused_gate_up {
-                add(n.gate_up, 2 * f, h);
+    let dense =
+        |d: &crate::blocks::Dense, prefix: &str, c: Component, base: u8, v: &mut Vec<Site>| {
+            let mut add = |leaf: &str, out: u64, inp: u64, input: u8| {
+                v.push(Site {
+                    path: format!("{prefix}.{leaf}"),
+                    out,
+                    inp,
+                    kind: SiteKind::Module,
+                    component: c,
+                    input,
+                })
+            };
+            let f = d.intermediate;
+            if d.gated {
+                if d.fused_gate_up {
+                    add(n.gate_up, 2 * f, h, base);
+                } else {
+                    add(n.gate, f, h, base);
+                    add(n.up, f, h, base);
+                }
             } else {
-                add(n.gate, f, h);
-                add(n.up, f, h);
+                add(n.up, f, h, base);
             }
-        } else {
-            add(n.up, f, h);
-        }
-        add(n.down, h, f);
-    };
+            add(n.down, h, f, base + 1);
+        };
     let moe = |m: &crate::blocks::Moe, v: &mut Vec<Site>| {
         let inner = m.latent.unwrap_or(h);
         let (e, i) = (m.experts, m.expert_intermediate);
@@ -413,6 +434,7 @@ pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
             inp: h,
             kind: SiteKind::Param,
             component: Component::Router,
+            input: 4,
         });
         let up = if m.gated { 2 * i } else { i };
         let up_name = if m.gated { "gate_up_proj" } else { "up_proj" };
@@ -422,6 +444,7 @@ pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
             inp: inner,
             kind: SiteKind::Experts(e),
             component: Component::RoutedExperts,
+            input: 10,
         });
         v.push(Site {
             path: format!("{}.experts.down_proj", n.mlp),
@@ -429,15 +452,19 @@ pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
             inp: i,
             kind: SiteKind::Experts(e),
             component: Component::RoutedExperts,
+            input: 11,
         });
         if let Some(l) = m.latent {
-            for (leaf, out, inp) in [("fc1_latent_proj", l, h), ("fc2_latent_proj", h, l)] {
+            for (leaf, out, inp, input) in
+                [("fc1_latent_proj", l, h, 4), ("fc2_latent_proj", h, l, 12)]
+            {
                 v.push(Site {
                     path: format!("{}.{leaf}", n.mlp),
                     out,
                     inp,
                     kind: SiteKind::Module,
                     component: Component::RoutedExperts,
+                    input,
                 });
             }
         }
@@ -446,6 +473,7 @@ pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
                 &s,
                 &format!("{}.shared_experts", n.mlp),
                 Component::SharedExperts,
+                4,
                 v,
             );
         }
@@ -456,14 +484,15 @@ pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
                 inp: h,
                 kind: SiteKind::Module,
                 component: Component::SharedExperts,
+                input: 4,
             });
         }
     };
     match &b.ffn {
-        Ffn::Dense(d) => dense(d, n.mlp, Component::DenseMlp, &mut v),
+        Ffn::Dense(d) => dense(d, n.mlp, Component::DenseMlp, 4, &mut v),
         Ffn::Moe(m) => moe(m, &mut v),
         Ffn::DenseAndMoe(d, m) => {
-            dense(d, n.mlp, Component::DenseMlp, &mut v);
+            dense(d, n.mlp, Component::DenseMlp, 4, &mut v);
             moe(m, &mut v);
         }
         Ffn::None => {}
@@ -489,6 +518,7 @@ pub fn sites(t: &Transformer) -> Vec<(Vec<Site>, u64)> {
                 inp: t.hidden,
                 kind: SiteKind::Module,
                 component: Component::Head,
+                input: 0,
             }],
             1,
         ));
