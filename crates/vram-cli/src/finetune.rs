@@ -398,3 +398,352 @@ pub fn apply_inference_weights(
     e.total_bytes = adj(e.total_bytes);
     Ok((delta, w.total))
 }
+
+/// One LoRA/QLoRA configuration `vram plan --finetune` found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FtPlan {
+    /// Data-parallel replicas (DDP), one per GPU.
+    pub dp: u64,
+    /// Sequences per micro-batch per GPU.
+    pub micro_batch: u64,
+    /// Micro-batches per optimizer step.
+    pub grad_accum: u64,
+    /// Gradient checkpointing.
+    pub gradient_checkpointing: bool,
+    /// Device total per GPU.
+    pub bytes_per_gpu: u64,
+    /// Matmul FLOPs per optimizer step per GPU: 2·(active weights)·tokens per forward; the
+    /// backward computes input gradients through the frozen base (another 2) and the adapters'
+    /// weight gradients; a checkpointed forward runs twice.
+    pub flops_per_gpu: f64,
+    /// The adapters.
+    pub trainable_params: u64,
+}
+
+impl FtPlan {
+    /// A short label.
+    pub fn label(&self) -> String {
+        format!(
+            "dp{} mb{}x{}{}",
+            self.dp,
+            self.micro_batch,
+            self.grad_accum,
+            if self.gradient_checkpointing {
+                " gc"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// What `vram plan --emit peft|peft-yaml` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmitKind {
+    /// A Python snippet building BitsAndBytesConfig, LoraConfig and SFTConfig.
+    Python,
+    /// The same as YAML (three mappings of keyword arguments).
+    Yaml,
+}
+
+/// `vram plan --finetune lora|qlora`: every DDP layout (one replica per GPU) whose step fits,
+/// with the micro-batch and accumulation that meet the global batch, checkpointing on or off;
+/// best first by FLOPs per step (no recomputation beats recomputation), then fewer
+/// accumulation steps.
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    model: &Model,
+    gpu: &'static Gpu,
+    gpus: u64,
+    global_batch: u64,
+    seq: u64,
+    optimizer: vram_model::setup::Optimizer,
+    pin_mb: Option<u64>,
+    a: &FinetuneArgs,
+    emit: Option<EmitKind>,
+    json_out: bool,
+    top: usize,
+) -> Result<()> {
+    let spec = a.spec()?;
+    if spec.method == Method::Full {
+        return Err(bad_input!(
+            "--emit peft/peft-yaml writes LoRA/QLoRA configs: add --finetune lora or qlora"
+        ));
+    }
+    if global_batch % gpus != 0 {
+        return Err(bad_input!(
+            "--global-batch {global_batch} is not a multiple of --gpus {gpus} (one DDP replica per GPU)"
+        ));
+    }
+    let per_gpu = global_batch / gpus;
+    let Model::Transformer(t) = model else {
+        return Err(bad_input!("vram plan needs a transformer"));
+    };
+    let mut plans = Vec::new();
+    let cap = gpu.memory_bytes;
+    let gc_options: &[bool] = if a.no_gradient_checkpointing {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    let trainable = ft::lora(t, &spec.lora)?.trainable_params;
+    for &gc in gc_options {
+        for mb in (1..=per_gpu).filter(|m| per_gpu % m == 0) {
+            if pin_mb.is_some_and(|p| p != mb) {
+                continue;
+            }
+            let s = Setup {
+                mode: Mode::Train(Train {
+                    micro_batch: mb,
+                    seq,
+                    grad_accum: per_gpu / mb,
+                    optimizer,
+                    ..Train::default()
+                }),
+                parallel: vram_model::setup::Parallel {
+                    dp: gpus,
+                    ..Default::default()
+                },
+                overheads: vram_model::setup::Overheads::for_gpu(gpu),
+                ..Setup::default()
+            };
+            let sp = FinetuneSpec {
+                gradient_checkpointing: gc,
+                ..spec.clone()
+            };
+            let e = step::estimate(model, &s, &sp)?;
+            if !e.fits(cap) {
+                continue;
+            }
+            let tokens = (per_gpu * seq) as f64;
+            let active =
+                t.blocks.flops_per_token(seq / 2) as f64 / 2.0 + (t.vocab * t.hidden) as f64;
+            let fwd = 2.0 * active * tokens;
+            let flops = fwd * if gc { 3.0 } else { 2.0 } + 6.0 * trainable as f64 * tokens;
+            plans.push(FtPlan {
+                dp: gpus,
+                micro_batch: mb,
+                grad_accum: per_gpu / mb,
+                gradient_checkpointing: gc,
+                bytes_per_gpu: e.total_bytes,
+                flops_per_gpu: flops,
+                trainable_params: trainable,
+            });
+        }
+    }
+    plans.sort_by(|x, y| {
+        x.flops_per_gpu
+            .total_cmp(&y.flops_per_gpu)
+            .then(x.grad_accum.cmp(&y.grad_accum))
+    });
+    let mut out = crate::output::stdout();
+    if let Some(kind) = emit {
+        let Some(best) = plans.first() else {
+            return Err(bad_input!(
+                "no {} configuration fits on {} x {}: try --finetune qlora, a smaller --seq or more GPUs",
+                spec.method.name(),
+                gpus,
+                gpu.id
+            ));
+        };
+        let text = emit_config(t, &spec, best, seq, kind);
+        out.write_all(text.as_bytes())?;
+        let _ = writeln!(
+            crate::output::stderr(),
+            "vram: emitted {} {} at {} per GPU",
+            spec.method.name(),
+            best.label(),
+            fmt::bytes(best.bytes_per_gpu)
+        );
+        return Ok(());
+    }
+    plans.truncate(top);
+    if json_out {
+        let v = json!({
+            "model": t.name,
+            "params": t.param_count(),
+            "finetune": spec.method.name(),
+            "weights": spec.weights.name(),
+            "trainable_params": trainable,
+            "gpu": gpu.id,
+            "gpus": gpus,
+            "global_batch": global_batch,
+            "seq": seq,
+            "plans": plans,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} ({} parameters, {} trainable) {} on {} x {} (DDP), global batch {} x {} tokens",
+        t.name,
+        fmt::thousands(t.param_count()),
+        fmt::thousands(trainable),
+        spec.method.name(),
+        gpus,
+        gpu.id,
+        global_batch,
+        seq
+    )?;
+    writeln!(
+        out,
+        "ranked by matmul FLOPs per step (checkpointing recomputes the forward), then fewer accumulation steps"
+    )?;
+    if plans.is_empty() {
+        writeln!(out, "\nnothing fits in {} per GPU", fmt::bytes(cap))?;
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<20} {:>12} {:>10}",
+        "configuration", "TFLOP/step", "mem/GPU"
+    )?;
+    for p in &plans {
+        writeln!(
+            out,
+            "{:<20} {:>12.1} {:>10}",
+            p.label(),
+            p.flops_per_gpu / 1e12,
+            fmt::bytes(p.bytes_per_gpu)
+        )?;
+    }
+    Ok(())
+}
+
+fn py_str(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// The PEFT/TRL/bitsandbytes configs that run `p` (PEFT 0.21.2, TRL 1.16.0, transformers 5.24).
+pub fn emit_config(
+    t: &vram_model::arch::Transformer,
+    spec: &FinetuneSpec,
+    p: &FtPlan,
+    seq: u64,
+    kind: EmitKind,
+) -> String {
+    let targets = match &spec.lora.targets {
+        Targets::AllLinear => py_str("all-linear"),
+        Targets::List(v) => format!(
+            "[{}]",
+            v.iter().map(|s| py_str(s)).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let bnb: Option<Vec<(&str, String)>> = match spec.weights {
+        WeightFormat::Int8 => Some(vec![("load_in_8bit", "True".into())]),
+        WeightFormat::Nf4 | WeightFormat::Fp4 => Some(vec![
+            ("load_in_4bit", "True".into()),
+            ("bnb_4bit_quant_type", py_str(&spec.weights.name())),
+            (
+                "bnb_4bit_use_double_quant",
+                if spec.double_quant { "True" } else { "False" }.into(),
+            ),
+            ("bnb_4bit_compute_dtype", py_str("bfloat16")),
+        ]),
+        _ => None,
+    };
+    let lora = vec![
+        ("r", spec.lora.rank.to_string()),
+        ("lora_alpha", spec.lora.alpha.to_string()),
+        ("lora_dropout", format!("{}", spec.lora.dropout)),
+        ("target_modules", targets),
+        ("task_type", py_str("CAUSAL_LM")),
+    ];
+    let sft = vec![
+        ("per_device_train_batch_size", p.micro_batch.to_string()),
+        ("gradient_accumulation_steps", p.grad_accum.to_string()),
+        // transformers 5.24 renamed gradient_checkpointing (a deprecated alias now).
+        (
+            "activation_checkpointing",
+            if p.gradient_checkpointing {
+                "True"
+            } else {
+                "False"
+            }
+            .into(),
+        ),
+        ("max_length", seq.to_string()),
+        ("bf16", "True".into()),
+        ("optim", py_str("adamw_torch_fused")),
+    ];
+    let header = format!(
+        "vram plan --finetune {}: {} on {} GPU(s), {} per GPU; {} trainable parameters",
+        spec.method.name(),
+        p.label(),
+        p.dp,
+        fmt::bytes(p.bytes_per_gpu),
+        fmt::thousands(p.trainable_params)
+    );
+    let yaml_val = |v: &str| -> String {
+        match v {
+            "True" => "true".into(),
+            "False" => "false".into(),
+            _ if v.starts_with('[') => v.replace('"', "'"),
+            _ => v.to_string(),
+        }
+    };
+    match kind {
+        EmitKind::Python => {
+            let mut s = format!("# {header}\n");
+            s += "# PEFT 0.21.2, TRL 1.16.0, transformers 5.24.0, bitsandbytes 0.50.2\n";
+            s += "import torch\n";
+            if bnb.is_some() {
+                s += "from transformers import BitsAndBytesConfig\n";
+            }
+            s += "from peft import LoraConfig\nfrom trl import SFTConfig\n\n";
+            s += &format!("model_id = {}\n", py_str(&t.name));
+            match &bnb {
+                Some(kv) => {
+                    s += "bnb_config = BitsAndBytesConfig(\n";
+                    for (k, v) in kv {
+                        let v = if *k == "bnb_4bit_compute_dtype" {
+                            "torch.bfloat16".to_string()
+                        } else {
+                            v.clone()
+                        };
+                        s += &format!("    {k}={v},\n");
+                    }
+                    s += ")\n";
+                }
+                None => s += "bnb_config = None\n",
+            }
+            s += "peft_config = LoraConfig(\n";
+            for (k, v) in &lora {
+                s += &format!("    {k}={v},\n");
+            }
+            s += ")\nsft_config = SFTConfig(\n    output_dir=\"out\",\n";
+            for (k, v) in &sft {
+                s += &format!("    {k}={v},\n");
+            }
+            s += ")\n";
+            s += "# model = AutoModelForCausalLM.from_pretrained(model_id, quantization_config=bnb_config, dtype=torch.bfloat16)\n";
+            s += "# SFTTrainer(model=model, args=sft_config, peft_config=peft_config, train_dataset=...).train()\n";
+            s
+        }
+        EmitKind::Yaml => {
+            let mut s = format!("# {header}\n");
+            s += "# keyword arguments of BitsAndBytesConfig, LoraConfig and SFTConfig\n";
+            s += &format!("model_id: {}\n", py_str(&t.name));
+            match &bnb {
+                Some(kv) => {
+                    s += "bnb_config:\n";
+                    for (k, v) in kv {
+                        s += &format!("  {k}: {}\n", yaml_val(v));
+                    }
+                }
+                None => s += "bnb_config: null\n",
+            }
+            s += "peft_config:\n";
+            for (k, v) in &lora {
+                s += &format!("  {k}: {}\n", yaml_val(v));
+            }
+            s += "sft_config:\n  output_dir: out\n";
+            for (k, v) in &sft {
+                s += &format!("  {k}: {}\n", yaml_val(v));
+            }
+            s
+        }
+    }
+}

@@ -164,3 +164,76 @@ fn mixtral_qlora_notes_what_bitsandbytes_leaves_in_bf16() {
     let tp = q["lora"]["target_parameters"].as_array().unwrap();
     assert_eq!(tp.len(), 3);
 }
+
+#[test]
+fn plan_searches_lora_and_qlora_layouts() {
+    let base = [
+        "plan",
+        "llama-3-8b",
+        "--gpu",
+        "rtx-4090",
+        "--gpus",
+        "1",
+        "--global-batch",
+        "16",
+        "--seq",
+        "2048",
+    ];
+    let mut q = base.to_vec();
+    q.extend(["--finetune", "qlora"]);
+    let v = json(&q);
+    let plans = v["plans"].as_array().unwrap();
+    assert!(!plans.is_empty());
+    let cap = 24 * (1u64 << 30);
+    for p in plans {
+        assert!(p["bytes_per_gpu"].as_u64().unwrap() <= cap);
+        assert_eq!(
+            p["micro_batch"].as_u64().unwrap() * p["grad_accum"].as_u64().unwrap(),
+            16
+        );
+    }
+    // Plain LoRA of an 8B model in bf16 fits a 24 GB card only with small micro-batches, and
+    // every plan it lists agrees with `vram estimate` for that configuration.
+    let mut l = base.to_vec();
+    l.extend(["--finetune", "lora"]);
+    let v = json(&l);
+    let p = &v["plans"][0];
+    let mb = p["micro_batch"].to_string();
+    let ga = p["grad_accum"].to_string();
+    let mut est = vec![
+        "estimate",
+        "llama-3-8b",
+        "--gpu",
+        "rtx-4090",
+        "--seq",
+        "2048",
+        "--finetune",
+        "lora",
+        "--micro-batch",
+        &mb,
+        "--grad-accum",
+        &ga,
+    ];
+    if p["gradient_checkpointing"] == false {
+        est.push("--no-gradient-checkpointing");
+    }
+    let e = json(&est);
+    assert_eq!(e["total_bytes"], p["bytes_per_gpu"]);
+    // Layouts the LoRA step does not model, and an engine that cannot run it, are refused.
+    for extra in [
+        &["--tp", "2"][..],
+        &["--zero", "3"][..],
+        &["--emit", "deepspeed"][..],
+    ] {
+        let mut a = l.clone();
+        a.extend_from_slice(extra);
+        let (code, _, err) = vram(&a);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    let mut a = base.to_vec();
+    a.extend(["--emit", "peft"]);
+    let (code, _, err) = vram(&a);
+    assert_eq!(code, 2);
+    assert!(err.contains("--finetune lora or qlora"), "{err}");
+}
