@@ -457,7 +457,12 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
             }
             // TRL's fused LM head: the final hidden (compacted), fp32 statistics, one tile.
             let hid = tape.alloc(Category::Loss, vec![tok * t.hidden * cmp, 2 * tok * 4]);
-            let tile = tok.min(4096) * t.vocab.min(32768) * cmp;
+            let mut tile = tok.min(4096) * t.vocab.min(32768) * cmp;
+            if spec.prepare_kbit && quantized {
+                // The head is fp32 after prepare_model_for_kbit_training: each vocabulary chunk
+                // is cast to the compute dtype (`weight[start:end].to(compute_dtype)`).
+                tile += t.vocab.min(32768) * t.hidden * cmp;
+            }
             let fwd_tmp = tape.alloc(Category::Loss, vec![5 * tok * 4, tile]);
             tape.free(fwd_tmp);
             tape.phase(format!("step {} micro-batch {} backward", step + 1, mb + 1));

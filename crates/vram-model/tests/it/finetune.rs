@@ -7,8 +7,29 @@ use vram_model::arch::{Model, Transformer};
 use vram_model::finetune::{lora, weights_bytes, LoraSpec, SiteKind, Targets, WeightFormat};
 use vram_model::hf;
 
+/// The configs the fine-tuning code was developed on; the others are held back (current families
+/// whose model types the config reader learns in issue 21: checked as soon as it reads them).
+const DEVELOPED: [&str; 7] = [
+    "llama-3.1-8b",
+    "mixtral-8x7b",
+    "phi-4",
+    "tiny-llama-odd",
+    "tiny-qwen2",
+    "tiny-mixtral",
+    "tiny-gpt2",
+];
+
 fn config(name: &str) -> Transformer {
+    held_back(name).unwrap_or_else(|| panic!("{name}: the reader does not know its model type"))
+}
+
+/// The config as vram reads it, or `None` when its model type is not known to the reader yet.
+fn held_back(name: &str) -> Option<Transformer> {
     let text = match name {
+        "qwen3-0.6b" => include_str!("../data/finetune/configs/qwen3-0.6b.json"),
+        "qwen3-30b-a3b" => include_str!("../data/finetune/configs/qwen3-30b-a3b.json"),
+        "deepseek-v3" => include_str!("../data/finetune/configs/deepseek-v3.json"),
+        "gpt-oss-20b" => include_str!("../data/finetune/configs/gpt-oss-20b.json"),
         "llama-3.1-8b" => include_str!("../data/finetune/configs/llama-3.1-8b.json"),
         "mixtral-8x7b" => include_str!("../data/finetune/configs/mixtral-8x7b.json"),
         "phi-4" => include_str!("../data/finetune/configs/phi-4.json"),
@@ -18,9 +39,11 @@ fn config(name: &str) -> Transformer {
         "tiny-gpt2" => include_str!("../data/finetune/configs/tiny-gpt2.json"),
         other => panic!("no config {other}"),
     };
-    match hf::parse_config(text, name).unwrap() {
-        Model::Transformer(t) => t,
-        _ => panic!("{name} is not a transformer"),
+    match hf::parse_config(text, name) {
+        Ok(Model::Transformer(t)) => Some(t),
+        Err(vram_model::Error::UnknownModelType(_)) if !DEVELOPED.contains(&name) => None,
+        Ok(_) => panic!("{name} is not a transformer"),
+        Err(e) => panic!("{name}: {e}"),
     }
 }
 
@@ -61,9 +84,14 @@ fn bnb_storage_equals_what_bitsandbytes_holds() {
 fn lora_trainable_params_equal_peft() {
     let rows = cases(include_str!("../data/finetune/lora_counts.json"));
     assert!(rows.len() >= 10);
+    let (mut checked, mut held) = (0, Vec::new());
     for c in rows {
         let name = c["config"].as_str().unwrap();
-        let t = config(name);
+        let Some(t) = held_back(name) else {
+            held.push(name.to_string());
+            continue;
+        };
+        checked += 1;
         let targets = match &c["target_modules"] {
             Value::String(s) => Targets::parse(s).unwrap(),
             Value::Array(a) => {
@@ -100,6 +128,10 @@ fn lora_trainable_params_equal_peft() {
             c["all_params"].as_u64().unwrap(),
             "{what}"
         );
+    }
+    assert!(checked >= 14, "{checked} recipes checked");
+    if !held.is_empty() {
+        eprintln!("held back until the reader knows their model type: {held:?}");
     }
 }
 
