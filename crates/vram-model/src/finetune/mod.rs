@@ -598,7 +598,7 @@ pub fn weights_bytes(
     }
     // Everything else (embedding, norms, biases, head, vision tower, MTP) in the load dtype;
     // the head is in `modules_to_not_convert` of every quantizer here.
-    let rest = t.param_count() - site_params;
+    let rest = t.param_count().saturating_sub(site_params);
     w.unquantized += rest * d;
     w.unquantized_params += rest;
     w.total = w.quantized + w.unquantized;

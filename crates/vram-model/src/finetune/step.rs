@@ -380,7 +380,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         }
     }
     let placed: u64 = base_parts.iter().sum();
-    let rest = w.total - placed;
+    let rest = w.total.saturating_sub(placed);
     // Embedding, head and the per-layer vectors.
     let emb = (t.vocab * t.hidden * d).min(rest);
     let head = (t.blocks.ends.head * d).min(rest - emb);
