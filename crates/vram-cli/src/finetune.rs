@@ -189,6 +189,7 @@ pub fn run_estimate(
                 "format": spec.weights.name(),
             },
             "adapter_dtype_bytes": e.adapter_bytes,
+            "adapter_saved_bytes": e.adapter_saved.iter().map(|(p, b)| json!({"path": p, "bytes": b})).collect::<Vec<_>>(),
             "peak_tensor_bytes": e.peak_tensor_bytes,
             "peak_bytes": e.peak_bytes,
             "reserved_bytes": e.reserved_bytes,

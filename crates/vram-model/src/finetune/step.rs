@@ -130,6 +130,10 @@ pub struct FinetuneEstimate {
     pub peak_phase: String,
     /// The adapters.
     pub plan: LoraPlan,
+    /// What autograd saves for each adapter of the first layer (path, bytes per micro-batch)
+    /// when the layer runs with saving on: the adapters' own tensors and, on expert banks, the
+    /// W+ΔW the parametrization builds.
+    pub adapter_saved: Vec<(String, u64)>,
     /// What the libraries do that a user would not expect, as the estimate follows it.
     pub notes: Vec<String>,
     /// The library code the estimate follows.
@@ -191,6 +195,8 @@ struct LayerAdapters {
     tmp_bwd: u64,
     /// Adapter parameter tensors of the layer (element counts).
     tensors: Vec<u64>,
+    /// What each adapted site adds to `saved`, in module order.
+    per_site: Vec<(String, u64)>,
 }
 
 /// Estimates one LoRA/QLoRA step of `model` under `setup` (its micro-batch, sequence,
@@ -286,24 +292,32 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 let r = a.rank;
                 la.tensors.push(r * e * s.inp);
                 la.tensors.push(r * e * s.out);
+                let before = la.saved;
                 match s.kind {
                     SiteKind::Module => {
+                        let p = spec.lora.dropout > 0.0;
                         if adapter_bytes == 4 {
-                            // Under autocast: the fp32 cast of x (transient), its bf16 copy
-                            // saved by lora_A, lora_A's output saved by lora_B.
-                            la.saved += tok * s.inp * cmp + tok * r * cmp;
-                            fwd = fwd.max(tok * s.inp * 4);
+                            // Under autocast (TRL's bf16=True), fp32 adapters: x is cast to fp32
+                            // (transient), dropped out when p > 0 (CUDA native_dropout saves a
+                            // bool mask), cast to bf16 for lora_A (saved), lora_A's bf16 output
+                            // saved by lora_B, and autocast's bf16 copies of A and B saved by
+                            // their matmuls.
+                            la.saved += tok * s.inp * cmp
+                                + tok * r * cmp
+                                + r * (s.inp + s.out) * cmp
+                                + if p { tok * s.inp } else { 0 };
+                            fwd = fwd.max(tok * s.inp * 4 * if p { 2 } else { 1 });
                         } else {
-                            // bf16 adapters read x itself: saved once per input tensor.
-                            if !inputs_seen.contains(&s.input) {
+                            // Adapters in the compute dtype read x itself: saved once per input
+                            // tensor (q/k/v share theirs); with p > 0 each adapter saves its own
+                            // dropout output and mask instead.
+                            if p {
+                                la.saved += tok * s.inp * (cmp + 1);
+                            } else if !inputs_seen.contains(&s.input) {
                                 inputs_seen.push(s.input);
                                 la.saved += tok * s.inp * cmp;
                             }
                             la.saved += tok * r * cmp;
-                        }
-                        if spec.lora.dropout > 0.0 {
-                            // CUDA native_dropout: a bool mask and the dropout output.
-                            la.saved += tok * s.inp * (1 + cmp);
                         }
                         if quant_site && spec.weights.is_bnb_4bit() {
                             // lora/bnb.py Linear4bit.forward: result.clone().
@@ -321,6 +335,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                         fwd = fwd.max(e * s.out * s.inp * wd);
                     }
                 }
+                la.per_site.push((s.path.clone(), la.saved - before));
             }
             la.tmp_fwd = la.tmp_fwd.max(fwd);
             la.tmp_bwd = la.tmp_bwd.max(bwd);
@@ -555,6 +570,10 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         total_bytes: reserved + setup.overheads.cuda_context_bytes,
         breakdown: bd,
         peak_phase: phase,
+        adapter_saved: per_kind
+            .first()
+            .map(|k| k.per_site.clone())
+            .unwrap_or_default(),
         plan,
         notes,
         assumes: ASSUMES.to_vec(),
