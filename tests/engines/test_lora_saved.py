@@ -88,3 +88,56 @@ def test_saved_tensors_per_adapted_linear(method):
             new += x.numel() * x.element_size()
         assert new > 0
         assert new == want, f"{method} {path}: measured {new} B, vram {want} B"
+
+
+def test_saved_tensors_of_lora_on_fused_experts():
+    """Mixtral's `all-linear` becomes `target_parameters` (router `gate.weight`, expert banks
+    `gate_up_proj`, `down_proj`): the MoE block saves W+ΔW of every targeted bank, the LoRA
+    factors, and the inputs the now-trainable weights need (routed rows, the hidden states)."""
+    import contextlib
+    from pathlib import Path
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(TINY).parents[3] / "crates/vram-model/tests/data/finetune/configs/tiny-mixtral.json"
+    r = run_vram("estimate", str(path), "--finetune", "lora", "--lora-rank", "2", "--seq", str(SEQ), "--json")
+    assert r.returncode == 0, r.stderr
+    sites = {s["path"]: s["bytes"] for s in json.loads(r.stdout)["adapter_saved_bytes"]}
+    want = sum(b for p, b in sites.items() if p.startswith("mlp."))
+    assert set(p for p in sites if p.startswith("mlp.")) == {"mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"}
+
+    cfg = AutoConfig.for_model(**json.loads(path.read_text()))
+    torch.manual_seed(0)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16),
+        LoraConfig(r=2, lora_alpha=4, target_modules="all-linear"),
+    )
+    assert sorted(model.peft_config["default"].target_parameters) == ["down_proj", "gate.weight", "gate_up_proj"]
+    mlp = model.get_submodule("base_model.model.model.layers.0.mlp")
+    x = torch.randn(1, SEQ, cfg.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    xp = x.untyped_storage().data_ptr()
+
+    def run(adapters):
+        before = {p.untyped_storage().data_ptr() for p in model.parameters()} | {xp}
+        seen, saved_x = {}, False
+
+        def pack(t):
+            nonlocal saved_x
+            s = t.untyped_storage()
+            saved_x |= s.data_ptr() == xp
+            if s.data_ptr() not in before:
+                seen[s.data_ptr()] = s.nbytes()
+            return t
+
+        ctx = contextlib.nullcontext() if adapters else model.disable_adapter()
+        with ctx, torch.autocast("cpu", dtype=torch.bfloat16), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            mlp(x)
+        return sum(seen.values()), saved_x
+
+    (with_, x_with), (without, x_without) = run(True), run(False)
+    extra = with_ - without + (x.numel() * x.element_size() if x_with and not x_without else 0)
+    assert extra == want, f"measured {extra} B more with adapters, vram {want} B"
+    # The expert banks' W+ΔW dominate: each is the whole bank.
+    bank = cfg.num_local_experts * 3 * cfg.intermediate_size * cfg.hidden_size * 2
+    assert extra > bank

@@ -263,6 +263,10 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         let sites = super::block_sites(&t.model_type, kind, b.hidden);
         let mut la = LayerAdapters::default();
         let mut inputs_seen: Vec<u8> = Vec::new();
+        let top_k = match kind.ffn {
+            crate::blocks::Ffn::Moe(m) | crate::blocks::Ffn::DenseAndMoe(_, m) => m.top_k,
+            _ => 1,
+        };
         for s in &sites {
             let ad = plan
                 .adapted
@@ -328,10 +332,22 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                         }
                     }
                     SiteKind::Param | SiteKind::Experts(_) => {
-                        // The parametrization builds W+ΔW (baddbmm) in the base's dtype, which the
-                        // expert matmul saves.
+                        // ParamWrapper's parametrization builds W+ΔW (`baddbmm(W, lhs, rhs)`) in
+                        // the base's dtype, and saves its factors (bf16 under autocast); the
+                        // matmul that reads W+ΔW saves it and, since it now needs a weight
+                        // gradient, its input: the routed rows (tokens × top-k) of an expert
+                        // bank, the layer's hidden states for the router (once per input).
                         let wd = if spec.prepare_kbit && quantized { 4 } else { d };
-                        la.saved += e * s.out * s.inp * wd;
+                        la.saved += e * s.out * s.inp * wd + e * r * (s.inp + s.out) * cmp;
+                        match s.kind {
+                            SiteKind::Experts(_) => la.saved += tok * top_k * s.inp * cmp,
+                            _ => {
+                                if !inputs_seen.contains(&s.input) {
+                                    inputs_seen.push(s.input);
+                                    la.saved += tok * s.inp * cmp;
+                                }
+                            }
+                        }
                         fwd = fwd.max(e * s.out * s.inp * wd);
                     }
                 }
