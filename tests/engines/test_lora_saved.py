@@ -141,3 +141,39 @@ def test_saved_tensors_of_lora_on_fused_experts():
     # The expert banks' W+ΔW dominate: each is the whole bank.
     bank = cfg.num_local_experts * 3 * cfg.intermediate_size * cfg.hidden_size * 2
     assert extra > bank
+
+
+def test_a_frozen_layer_saves_less_than_a_trained_one():
+    """A frozen Llama layer (the base under LoRA) does not save its matmuls' inputs (no weight
+    gradient) nor RMSNorm's `weight * x` product: vram's `frozen_layer_discount_bytes` is the
+    difference between what the same layer saves with trainable and with frozen weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    r = run_vram("estimate", TINY, "--finetune", "lora", "--seq", str(SEQ), "--json")
+    assert r.returncode == 0, r.stderr
+    want = json.loads(r.stdout)["frozen_layer_discount_bytes"]
+    cfg = AutoConfig.for_model(**json.load(open(TINY)))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    ids = torch.arange(SEQ)[None]
+
+    def saved(trainable):
+        for p in model.parameters():
+            p.requires_grad_(trainable)
+        x = torch.randn(1, SEQ, cfg.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+        before = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
+        seen = {}
+
+        def pack(t):
+            s = t.untyped_storage()
+            if s.data_ptr() not in before:
+                seen[s.data_ptr()] = s.nbytes()
+            return t
+
+        pe = model.model.rotary_emb(x, ids)
+        with torch.autocast("cpu", dtype=torch.bfloat16), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model.model.layers[0](x, attention_mask=None, position_ids=ids, position_embeddings=pe)
+        return sum(seen.values())
+
+    assert want > 0
+    assert saved(True) - saved(False) == want

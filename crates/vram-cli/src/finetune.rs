@@ -189,6 +189,7 @@ pub fn run_estimate(
                 "format": spec.weights.name(),
             },
             "adapter_dtype_bytes": e.adapter_bytes,
+            "frozen_layer_discount_bytes": e.frozen_layer_discount,
             "adapter_saved_bytes": e.adapter_saved.iter().map(|(p, b)| json!({"path": p, "bytes": b})).collect::<Vec<_>>(),
             "peak_tensor_bytes": e.peak_tensor_bytes,
             "peak_bytes": e.peak_bytes,

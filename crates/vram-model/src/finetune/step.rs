@@ -134,6 +134,9 @@ pub struct FinetuneEstimate {
     /// when the layer runs with saving on: the adapters' own tensors and, on expert banks, the
     /// W+ΔW the parametrization builds.
     pub adapter_saved: Vec<(String, u64)>,
+    /// What the first layer, frozen, does not save that full training's saves (bytes per
+    /// micro-batch).
+    pub frozen_layer_discount: u64,
     /// What the libraries do that a user would not expect, as the estimate follows it.
     pub notes: Vec<String>,
     /// The library code the estimate follows.
@@ -197,6 +200,36 @@ struct LayerAdapters {
     tensors: Vec<u64>,
     /// What each adapted site adds to `saved`, in module order.
     per_site: Vec<(String, u64)>,
+    /// What a frozen layer does not save that full training's layer does (see
+    /// [`frozen_discount`]).
+    discount: u64,
+}
+
+/// Bytes full training's layer saves that a frozen one does not, per micro-batch of `tok`
+/// tokens: autograd keeps a matmul's input only for its weight's gradient, and the norm
+/// product `weight * x` of transformers' RMSNorm (Llama, Mistral, Qwen2, Phi-3) only for the
+/// weight's. So a frozen attention + dense-MLP layer drops the normed input of q/k/v, the normed
+/// input of the MLP, the input of the down projection and one normed product per RMSNorm
+/// (measured on the CPU: `tests/engines/test_lora_saved.py`). The attention output that the
+/// output projection reads is kept (the attention kernel saves it too); other layer kinds get
+/// no discount (their saved tensors stay an upper bound).
+fn frozen_discount(
+    t: &crate::arch::Transformer,
+    b: &crate::blocks::Block,
+    tok: u64,
+    cmp: u64,
+) -> u64 {
+    let (crate::blocks::Mixer::Attention(_), crate::blocks::Ffn::Dense(dense)) = (b.mixer, b.ffn)
+    else {
+        return 0;
+    };
+    let h = t.hidden;
+    let norms = if t.norm == crate::arch::Norm::RmsNorm && !t.model_type.starts_with("gemma") {
+        b.norms.count
+    } else {
+        0
+    };
+    tok * cmp * (2 * h + dense.intermediate + norms * h)
 }
 
 /// Estimates one LoRA/QLoRA step of `model` under `setup` (its micro-batch, sequence,
@@ -261,7 +294,10 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     let b = &t.blocks;
     for kind in &b.kinds {
         let sites = super::block_sites(&t.model_type, kind, b.hidden);
-        let mut la = LayerAdapters::default();
+        let mut la = LayerAdapters {
+            discount: frozen_discount(t, kind, tok, cmp),
+            ..LayerAdapters::default()
+        };
         let mut inputs_seen: Vec<u8> = Vec::new();
         let top_k = match kind.ffn {
             crate::blocks::Ffn::Moe(m) | crate::blocks::Ffn::DenseAndMoe(_, m) => m.top_k,
@@ -477,7 +513,10 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 let la = &per_kind[b.pattern[i] as usize];
                 let mut keys = vec![tape.alloc(Category::Activations, vec![chain.layer_input])];
                 if !spec.gradient_checkpointing {
-                    keys.push(tape.alloc(Category::Activations, vec![chain.layer_saved, la.saved]));
+                    keys.push(tape.alloc(
+                        Category::Activations,
+                        vec![chain.layer_saved.saturating_sub(la.discount), la.saved],
+                    ));
                 }
                 let tmp = tape.alloc(
                     Category::Temporaries,
@@ -519,7 +558,10 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                         vec![chain.layer_forward_tmp.max(la.tmp_fwd)],
                     );
                     tape.free(tmp);
-                    tape.alloc(Category::Activations, vec![chain.layer_saved, la.saved])
+                    tape.alloc(
+                        Category::Activations,
+                        vec![chain.layer_saved.saturating_sub(la.discount), la.saved],
+                    )
                 });
                 let tmp = tape.alloc(
                     Category::Temporaries,
@@ -572,7 +614,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     bd.0[Category::AllocatorOverhead as usize] = reserved - peak;
     bd.0[Category::CudaContext as usize] = setup.overheads.cuda_context_bytes;
     if spec.gradient_checkpointing {
-        notes.push("gradient checkpointing as TRL turns it on (non-reentrant): one layer's tensors are recomputed at a time in backward; the frozen layer's saved tensors are counted as full training saves them (its linears' inputs included), an upper bound".into());
+        notes.push("gradient checkpointing as TRL turns it on (non-reentrant): one layer's tensors are recomputed at a time in backward".into());
     }
     Ok(FinetuneEstimate {
         model: t.name.clone(),
@@ -590,6 +632,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
             .first()
             .map(|k| k.per_site.clone())
             .unwrap_or_default(),
+        frozen_layer_discount: per_kind.first().map_or(0, |k| k.discount),
         plan,
         notes,
         assumes: ASSUMES.to_vec(),
