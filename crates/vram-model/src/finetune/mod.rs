@@ -830,7 +830,10 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
             }
         }
         if fused_seen.len() == 1 {
-            let missing = fused.iter().find(|f| !fused_seen.contains(f)).unwrap();
+            let missing = fused
+                .iter()
+                .find(|f| !fused_seen.contains(f))
+                .unwrap_or(&fused[1]);
             return Err(Error::Setup(format!(
                 "--lora-targets: PEFT cannot convert target {} without also targeting {missing} because they are fused into gate_up_proj",
                 fused_seen[0]
@@ -869,7 +872,6 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
     }
     let mut adapted = Vec::new();
     let mut found = vec![false; modules.len()];
-    let mut pfound = vec![false; params.len()];
     for (ss, n) in &all {
         for s in ss {
             let rank = match s.kind {
@@ -885,9 +887,8 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
                 }
                 SiteKind::Param | SiteKind::Experts(_) => {
                     let mut r = None;
-                    for (i, (p, pr)) in params.iter().enumerate() {
+                    for (p, pr) in &params {
                         if matches(&s.path, p) {
-                            pfound[i] = true;
                             r = Some(*pr);
                         }
                     }
@@ -942,7 +943,6 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
         )));
     }
     let trainable_params = adapted.iter().map(Adapted::params).sum();
-    let _ = pfound;
     Ok(LoraPlan {
         adapted,
         trainable_params,
