@@ -497,6 +497,11 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         // Adafactor's factored second moment of a [r, n] matrix: r + n fp32.
         Optimizer::Adafactor => Vec::new(),
     };
+    if par.dp > 1 {
+        // DDP allocates its gradient buckets when it wraps the model (gradient_as_bucket_view
+        // is False by default): a copy of every trainable gradient, kept for the run.
+        tape.alloc(Category::CommBuffers, vec![adapter_total]);
+    }
     let steps = 3;
     let mut states: Option<u64> = None;
     let micro = tr.grad_accum.max(1);
@@ -585,10 +590,6 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 }
             }
             tape.free(g_prev);
-            if first && par.dp > 1 {
-                // DDP's buckets (gradient_as_bucket_view=False) hold a copy of every grad.
-                grads.push(tape.alloc(Category::CommBuffers, vec![adapter_total]));
-            }
         }
         tape.phase(format!("step {} optimizer", step + 1));
         if states.is_none() && !state_elems.is_empty() {
