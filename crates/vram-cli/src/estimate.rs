@@ -361,6 +361,8 @@ pub struct EstimateArgs {
     gpu: String,
     #[command(flatten)]
     step: StepArgs,
+    #[command(flatten)]
+    finetune: crate::finetune::FinetuneArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -388,14 +390,60 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     if let Model::Weights(w) = model {
         return print_weights(w, a.json);
     }
-    let setup = a.step.setup_on(model, Some(gpu))?;
-    let e = estimate_with_timeline(model, &setup)?;
+    let mut setup = a.step.setup_on(model, Some(gpu))?;
+    // Issue 22: --weights for inference; --finetune lora/qlora for training.
+    let mut inference_weights = None;
+    let mut trainable = None;
+    if let Mode::Infer(_) = setup.mode {
+        if a.finetune.is_lora() {
+            return Err(crate::bad_input!(
+                "--finetune {} is a training step; drop --inference",
+                a.finetune.finetune
+            ));
+        }
+        if a.finetune.weights.is_some() {
+            let f = a.finetune.weights()?;
+            if f.is_quantized() {
+                // from_pretrained(..., quantization_config=...) quantizes while loading: no fp32
+                // model is built and cast first.
+                setup.overheads.weights_cast_from_fp32 = false;
+            }
+            inference_weights = Some(f);
+        } else if a.finetune.double_quant {
+            return Err(crate::bad_input!(
+                "--double-quant goes with --weights nf4 or fp4"
+            ));
+        }
+    } else {
+        let spec = a.finetune.spec()?;
+        if a.finetune.is_lora() {
+            return crate::finetune::run_estimate(model, &setup, &spec, gpu, a.json);
+        }
+        trainable = Some(model.param_count());
+    }
+    let setup = setup;
+    let mut e = estimate_with_timeline(model, &setup)?;
     let cap = gpu.memory_bytes;
+    // Quantized inference: the weights as stored replace the half weights; the fit searches
+    // run against the capacity the difference leaves.
+    let mut fit_cap = cap;
+    let mut weights_bytes = e.breakdown.get(Category::Parameters);
+    if let Some(f) = inference_weights {
+        let (delta, w) = crate::finetune::apply_inference_weights(
+            model,
+            &setup,
+            &mut e,
+            f,
+            a.finetune.double_quant,
+        )?;
+        fit_cap = (cap as i128 - delta).max(0) as u64;
+        weights_bytes = w;
+    }
     let (fit_batch, fit_context) = match setup.mode {
         Mode::Train(_) => (max_batch(model, &setup, cap)?, None),
         Mode::Infer(_) => (
-            max_batch(model, &setup, cap)?,
-            max_context(model, &setup, cap)?,
+            max_batch(model, &setup, fit_cap)?,
+            max_context(model, &setup, fit_cap)?,
         ),
     };
     let mut out = crate::output::stdout();
@@ -427,6 +475,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "headroom_bytes": cap as i128 - e.total_bytes as i128,
             "setup": setup,
             "description": describe(&setup, &e),
+            "trainable_params": trainable.unwrap_or(0),
+            "weights_bytes": weights_bytes,
+            "weights": inference_weights.map_or("as --precision".to_string(), |f| f.name()),
         });
         if !e.fits(cap) {
             // The text's "would fit with" lines.
@@ -451,7 +502,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             v["checkpoint_params"] = json!(w.params);
         }
         if let Model::Transformer(t) = model {
-            describe_blocks(&mut v, t, &setup, a.dequantized);
+            describe_blocks(&mut v, t, &setup, a.dequantized, inference_weights.is_some());
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
@@ -469,8 +520,17 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     if let Some(s) = crate::speed::of(model, gpu, &setup) {
         writeln!(out, "{}", crate::speed::line(&s))?;
     }
+    if let Some(f) = inference_weights {
+        writeln!(
+            out,
+            "weights as stored in {}: {} (packed weights with their scales/zeros/absmax; embedding, head and norms in {}); loaded in place, no fp32 build",
+            f.name(),
+            fmt::bytes(weights_bytes),
+            if f.dense_bytes() == 4 { "fp32" } else { "bf16/fp16" }
+        )?;
+    }
     if let Model::Transformer(t) = model {
-        for line in blocks_lines(t, &setup, a.dequantized) {
+        for line in blocks_lines(t, &setup, a.dequantized, inference_weights.is_some()) {
             writeln!(out, "{line}")?;
         }
     }
@@ -496,6 +556,7 @@ fn describe_blocks(
     t: &vram_model::arch::Transformer,
     setup: &Setup,
     dequantized: bool,
+    packed_by_flag: bool,
 ) {
     let p = t.params_by_component();
     let by: serde_json::Map<String, serde_json::Value> = vram_model::blocks::Component::ALL
@@ -503,7 +564,10 @@ fn describe_blocks(
         .map(|c| (c.key().to_string(), json!(p.get(*c))))
         .collect();
     v["params_by_component"] = json!(by);
-    v["weights_bytes"] = json!(t.blocks.weights_bytes(dequantized));
+    if !packed_by_flag {
+        // `--weights` (bitsandbytes, GPTQ, AWQ...) already set the packed bytes.
+        v["weights_bytes"] = json!(t.blocks.weights_bytes(dequantized));
+    }
     v["weights_storage"] = json!(t.blocks.storage);
     if let Mode::Infer(i) = setup.mode {
         let r = t.blocks.cache_report(i.batch, i.prompt(), i.kv_bytes);
@@ -540,6 +604,7 @@ fn blocks_lines(
     t: &vram_model::arch::Transformer,
     setup: &Setup,
     dequantized: bool,
+    packed_by_flag: bool,
 ) -> Vec<String> {
     let mut lines = Vec::new();
     let b = &t.blocks;
@@ -560,7 +625,10 @@ fn blocks_lines(
     } else {
         how
     };
-    lines.push(format!("weights as stored: {} ({how})", fmt::bytes(stored)));
+    if !packed_by_flag {
+        // With `--weights`, the packed form's line above says what is stored.
+        lines.push(format!("weights as stored: {} ({how})", fmt::bytes(stored)));
+    }
     if let Mode::Infer(i) = setup.mode {
         let r = b.cache_report(i.batch, i.prompt(), i.kv_bytes);
         lines.push(format!(
@@ -710,7 +778,10 @@ fn print_table(
         (Mode::Infer(_), None) => writeln!(out, "not even batch 1 fits")?,
     }
     if !e.fits(cap) {
-        let fixes = suggestions(model, setup, cap);
+        let mut fixes = suggestions(model, setup, cap);
+        if let Mode::Train(_) = setup.mode {
+            fixes.extend(crate::finetune::suggestions(model, setup, cap));
+        }
         if fixes.is_empty() {
             writeln!(out, "no single change tried (recompute, 8-bit Adam, ZeRO-3 over 8 GPUs, offload, TP 2-8) makes it fit")?;
         }

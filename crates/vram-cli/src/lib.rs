@@ -16,6 +16,7 @@ mod batch;
 mod checkpoint;
 mod doctor;
 mod estimate;
+mod finetune;
 mod fmt;
 mod input;
 mod monitor;

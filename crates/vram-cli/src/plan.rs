@@ -77,6 +77,11 @@ enum Engine {
     Megatron,
     Accelerate,
     Torchrun,
+    /// PEFT LoraConfig + TRL SFTConfig (+ BitsAndBytesConfig) as a Python snippet (with
+    /// --finetune lora|qlora).
+    Peft,
+    /// The same as YAML.
+    PeftYaml,
 }
 
 /// Parses `1f1b`, `gpipe` or `interleaved:N`.
@@ -175,6 +180,8 @@ pub struct PlanArgs {
     /// Write the best plan as a launch config for this engine to stdout.
     #[arg(long, value_enum)]
     emit: Option<Engine>,
+    #[command(flatten)]
+    finetune: crate::finetune::FinetuneArgs,
 }
 
 /// A plan as JSON with the label the text prints (`tp2 pp1 dp32 mb1x16 zero3 sp rc-full:4`).
@@ -211,6 +218,58 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     }
     if a.top == 0 {
         return Err(bad_input!("--top must be at least 1"));
+    }
+    // Issue 22: LoRA/QLoRA plans (DDP replicas) and their PEFT/TRL configs.
+    let peft_emit = match a.emit {
+        Some(Engine::Peft) => Some(crate::finetune::EmitKind::Python),
+        Some(Engine::PeftYaml) => Some(crate::finetune::EmitKind::Yaml),
+        _ => None,
+    };
+    if a.finetune.is_lora() || peft_emit.is_some() {
+        if a.finetune.is_lora() && a.emit.is_some() && peft_emit.is_none() {
+            return Err(bad_input!(
+                "--finetune {} writes PEFT/TRL configs: use --emit peft or --emit peft-yaml",
+                a.finetune.finetune
+            ));
+        }
+        for (flag, set) in [
+            ("--tp", a.tp.is_some_and(|v| v > 1)),
+            ("--pp", a.pp.is_some_and(|v| v > 1)),
+            ("--zero", a.zero.is_some_and(|v| v > 0)),
+            ("--dp", a.dp.is_some_and(|v| v != a.gpus)),
+            ("--offload", a.offload.is_some()),
+        ] {
+            if set {
+                return Err(bad_input!(
+                    "{flag}: --finetune lora/qlora is planned as DDP, one replica per GPU"
+                ));
+            }
+        }
+        if a.gpus == 0 || a.global_batch == 0 || a.seq == 0 {
+            return Err(bad_input!(
+                "--gpus, --global-batch and --seq must be at least 1"
+            ));
+        }
+        let optimizer = match a.optimizer {
+            OptimizerArg::Sgd => Optimizer::Sgd,
+            OptimizerArg::Momentum => Optimizer::Momentum,
+            OptimizerArg::Adamw => Optimizer::Adamw,
+            OptimizerArg::Adam8bit => Optimizer::Adam8bit,
+            OptimizerArg::Adafactor => Optimizer::Adafactor,
+        };
+        return crate::finetune::plan(
+            &model,
+            cluster.gpu,
+            a.gpus,
+            a.global_batch,
+            a.seq,
+            optimizer,
+            a.micro_batch,
+            &a.finetune,
+            peft_emit,
+            a.json,
+            a.top,
+        );
     }
     let mut req = Request::new(model, cluster, a.global_batch, a.seq);
     if !a.precision.is_empty() {
@@ -324,6 +383,9 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             Engine::Megatron => emit::Engine::Megatron,
             Engine::Accelerate => emit::Engine::Accelerate,
             Engine::Torchrun => emit::Engine::Torchrun,
+            Engine::Peft | Engine::PeftYaml => {
+                return Err(bad_input!("--emit peft needs --finetune lora or qlora"))
+            }
         };
         // The fastest plan the engine can run; when that is not the best one, say why.
         let refusal = emit::check(engine, best, &job).err();

@@ -24,6 +24,7 @@ pub mod blocks;
 pub mod catalog;
 mod error;
 pub mod estimate;
+pub mod finetune;
 pub mod gpu;
 pub mod hf;
 pub mod safetensors_header;

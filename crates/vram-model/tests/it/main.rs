@@ -3,6 +3,7 @@
 mod activations;
 mod bad_input;
 mod blocks;
+mod finetune;
 mod params;
 mod timeline;
 mod zero;

@@ -1,0 +1,1006 @@
+//! Fine-tuning as people run it: the base's storage (bitsandbytes int8/NF4/FP4, FP8, GPTQ/AWQ
+//! 4-bit) and LoRA adapters attached to the linears of the layer description ([`crate::blocks`]).
+//!
+//! Everything here is read from the libraries' source at pinned versions (PEFT 0.21.2,
+//! bitsandbytes 0.50.2, transformers 5.24.0, TRL 1.16.0) and held to them by tests that run
+//! the real libraries (`tests/engines/finetune_reference.py`):
+//!
+//! - [`linear_bytes`] is the storage of one packed linear, byte for byte as the library holds it
+//!   (the quantization state included, which `get_memory_footprint()` leaves out);
+//! - [`weights_bytes`] is a whole model's base weights in a [`WeightFormat`];
+//! - [`sites`] names the linears and parameters of each layer as transformers names them, and
+//!   [`lora`] resolves a PEFT `LoraConfig`'s targets on them (`all-linear`, suffix lists, the
+//!   MoE rewrite to `target_parameters`) and counts the adapter parameters.
+
+use serde::Serialize;
+
+pub mod step;
+
+use crate::arch::{Layout, Transformer};
+use crate::blocks::{Block, Component, Ffn, Mixer};
+use crate::error::{Error, Result};
+
+/// How the frozen base's weights are stored (`--weights`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "format")]
+pub enum WeightFormat {
+    /// bfloat16.
+    Bf16,
+    /// float16.
+    Fp16,
+    /// float32.
+    Fp32,
+    /// bitsandbytes LLM.int8 (`load_in_8bit`).
+    Int8,
+    /// bitsandbytes 4-bit NormalFloat (`load_in_4bit`, `bnb_4bit_quant_type="nf4"`).
+    Nf4,
+    /// bitsandbytes 4-bit float (`bnb_4bit_quant_type="fp4"`).
+    Fp4,
+    /// transformers' fine-grained FP8 (`FineGrainedFP8Config`, 128×128 blocks).
+    Fp8,
+    /// GPTQ 4-bit with this group size (0: one group per input row, `group_size=-1`).
+    Gptq {
+        /// Input features per scale/zero group.
+        group: u64,
+    },
+    /// AWQ 4-bit GEMM layout with this group size.
+    Awq {
+        /// Input features per scale/zero group.
+        group: u64,
+    },
+}
+
+impl WeightFormat {
+    /// Parses `--weights` (`bf16`, `fp16`, `fp32`, `int8`, `nf4`, `fp4`, `fp8`, `gptq`,
+    /// `gptq-g64`, `awq`, `awq-g64`; GPTQ and AWQ default to group size 128).
+    pub fn parse(s: &str) -> Result<WeightFormat> {
+        let group = |rest: &str, what: &str| -> Result<u64> {
+            if rest.is_empty() {
+                return Ok(128);
+            }
+            let g = rest
+                .strip_prefix("-g")
+                .and_then(|g| g.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    Error::Setup(format!(
+                        "--weights {s}: write {what} or {what}-gN with a group size N (e.g. {what}-g128)"
+                    ))
+                })?;
+            if g == 0 || g % 8 != 0 {
+                return Err(Error::Setup(format!(
+                    "--weights {s}: the group size must be a positive multiple of 8"
+                )));
+            }
+            Ok(g)
+        };
+        Ok(match s {
+            "bf16" => WeightFormat::Bf16,
+            "fp16" => WeightFormat::Fp16,
+            "fp32" => WeightFormat::Fp32,
+            "int8" => WeightFormat::Int8,
+            "nf4" => WeightFormat::Nf4,
+            "fp4" => WeightFormat::Fp4,
+            "fp8" => WeightFormat::Fp8,
+            _ if s.starts_with("gptq") => WeightFormat::Gptq {
+                group: group(&s[4..], "gptq")?,
+            },
+            _ if s.starts_with("awq") => WeightFormat::Awq {
+                group: group(&s[3..], "awq")?,
+            },
+            _ => {
+                return Err(Error::Setup(format!(
+                    "--weights {s}: expected bf16, fp16, fp32, int8, nf4, fp4, fp8, gptq[-gN] or awq[-gN]"
+                )))
+            }
+        })
+    }
+
+    /// The flag's spelling.
+    pub fn name(self) -> String {
+        match self {
+            WeightFormat::Bf16 => "bf16".into(),
+            WeightFormat::Fp16 => "fp16".into(),
+            WeightFormat::Fp32 => "fp32".into(),
+            WeightFormat::Int8 => "int8".into(),
+            WeightFormat::Nf4 => "nf4".into(),
+            WeightFormat::Fp4 => "fp4".into(),
+            WeightFormat::Fp8 => "fp8".into(),
+            WeightFormat::Gptq { group } => format!("gptq-g{group}"),
+            WeightFormat::Awq { group } => format!("awq-g{group}"),
+        }
+    }
+
+    /// bitsandbytes 4-bit (NF4 or FP4).
+    pub fn is_bnb_4bit(self) -> bool {
+        matches!(self, WeightFormat::Nf4 | WeightFormat::Fp4)
+    }
+
+    /// Packed (quantized) rather than a plain float dtype.
+    pub fn is_quantized(self) -> bool {
+        !matches!(
+            self,
+            WeightFormat::Bf16 | WeightFormat::Fp16 | WeightFormat::Fp32
+        )
+    }
+
+    /// Bytes per element of what stays unquantized (embedding, norms, biases, head, router,
+    /// fused experts under bitsandbytes): the load dtype, bf16 for the quantized formats (fp16
+    /// for GPTQ/AWQ, whose kernels run in fp16 and whose checkpoints store fp16).
+    pub fn dense_bytes(self) -> u64 {
+        match self {
+            WeightFormat::Fp32 => 4,
+            _ => 2,
+        }
+    }
+}
+
+/// bitsandbytes' 4-bit block size (`functional.quantize_4bit`, `blocksize=None` → 64).
+pub const BNB_4BIT_BLOCK: u64 = 64;
+/// The block size of the nested quantization of the 4-bit absmax (`quantize_blockwise(...,
+/// blocksize=256)` in `functional.quantize_4bit` with `compress_statistics=True`).
+pub const BNB_NESTED_BLOCK: u64 = 256;
+
+/// Bytes one `out × in` linear weight (no bias) takes in `format`, exactly as the library holds
+/// it after loading, quantization state included. `double_quant` applies to bitsandbytes 4-bit.
+///
+/// - int8 (`bitsandbytes/nn/modules.py::Int8Params._quantize`): the int8 weight (`CB`, one
+///   storage with `data`) plus `SCB`, one fp32 absmax per output row.
+/// - NF4/FP4 (`functional.quantize_4bit`, `Params4bit._quantize`): the packed uint8 weight,
+///   two values a byte (⌈n/2⌉); the `QuantState`: fp32 absmax per 64 values and its own copy of
+///   the 16-entry fp32 code (`get_4bit_type`). With double quant (`compress_statistics`), the
+///   absmax minus its mean (`offset`, a 0-d fp32) goes through `quantize_blockwise` with block
+///   256: uint8 absmax (one byte per 64 values), `state2.absmax` fp32 per 256 of those, and a
+///   copy of the 256-entry fp32 dynamic code (`code.to(A.device, copy=True)`, per linear).
+/// - FP8 (`quantizers/quantizer_finegrained_fp8.py`): `float8_e4m3fn` plus an fp32
+///   `weight_scale_inv` per 128×128 block (the zoo's [`Storage::tensor_bytes`]).
+/// - GPTQ (gptqmodel/auto-gptq `QuantLinear`, 4 bits): `qweight` int32 `[in/8, out]`,
+///   `qzeros` int32 `[groups, out/8]`, `scales` fp16 `[groups, out]`, `g_idx` int32 `[in]`.
+/// - AWQ (autoawq `WQLinear_GEMM`, 4 bits): `qweight` int32 `[in, out/8]`, `qzeros` int32
+///   `[groups, out/8]`, `scales` fp16 `[groups, out]`; no `g_idx`.
+pub fn linear_bytes(format: WeightFormat, double_quant: bool, out: u64, inp: u64) -> u64 {
+    linear_parts(format, double_quant, out, inp).iter().sum()
+}
+
+/// The tensors of one packed `out × in` linear, in bytes, as [`linear_bytes`] counts them (the
+/// allocator sees each one; the small quantization-state tensors round up to 512 B blocks).
+pub fn linear_parts(format: WeightFormat, double_quant: bool, out: u64, inp: u64) -> Vec<u64> {
+    let n = out * inp;
+    match format {
+        WeightFormat::Bf16 | WeightFormat::Fp16 => vec![2 * n],
+        WeightFormat::Fp32 => vec![4 * n],
+        WeightFormat::Int8 => vec![n, 4 * out],
+        WeightFormat::Nf4 | WeightFormat::Fp4 => {
+            let blocks = n.div_ceil(BNB_4BIT_BLOCK);
+            let code4 = 16 * 4;
+            if double_quant {
+                vec![
+                    n.div_ceil(2),
+                    blocks,
+                    4 * blocks.div_ceil(BNB_NESTED_BLOCK),
+                    code4,
+                    4,
+                    256 * 4,
+                ]
+            } else {
+                vec![n.div_ceil(2), 4 * blocks, code4]
+            }
+        }
+        WeightFormat::Fp8 => vec![n, 4 * out.div_ceil(128) * inp.div_ceil(128)],
+        WeightFormat::Gptq { group } => {
+            let groups = inp.div_ceil(group);
+            vec![inp * out / 2, groups * out / 2, groups * out * 2, 4 * inp]
+        }
+        WeightFormat::Awq { group } => {
+            let groups = inp.div_ceil(group);
+            vec![inp * out / 2, groups * out / 2, groups * out * 2]
+        }
+    }
+}
+
+/// Bytes as `12.3 GiB`.
+pub(crate) fn fmt_bytes(b: u64) -> String {
+    let g = b as f64 / (1u64 << 30) as f64;
+    if g >= 1.0 {
+        format!("{g:.1} GiB")
+    } else {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// How a linear site is held by the module tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteKind {
+    /// An `nn.Linear` (or GPT-2's `Conv1D`): quantized by bitsandbytes, matched by `all-linear`.
+    Module,
+    /// A 2-D parameter of a custom module (transformers 5's routers, `MixtralTopKRouter`):
+    /// never quantized by bitsandbytes, reachable by PEFT only through `target_parameters`.
+    Param,
+    /// A fused 3-D expert bank `[E, out, in]` (`MixtralExperts.gate_up_proj`): left in the load
+    /// dtype by 4-bit/8-bit loading, reachable only through `target_parameters`.
+    Experts(u64),
+}
+
+/// One matrix of a layer (or the head) that an adapter can attach to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Site {
+    /// Module path inside the layer as transformers names it (`self_attn.q_proj`,
+    /// `mlp.experts.gate_up_proj`, `mlp.gate.weight`), or `lm_head`.
+    pub path: String,
+    /// Output features.
+    pub out: u64,
+    /// Input features.
+    pub inp: u64,
+    /// Module, parameter or expert bank.
+    pub kind: SiteKind,
+    /// Where its parameters belong.
+    pub component: Component,
+    /// Which tensor it reads, within its layer: sites with the same number read the same
+    /// tensor (`q_proj`, `k_proj` and `v_proj` read the normed hidden states).
+    pub input: u8,
+}
+
+impl Site {
+    /// The last name of the path (`q_proj`; `gate.weight` for a router parameter).
+    pub fn leaf(&self) -> &str {
+        let p = self.path.strip_suffix(".weight").unwrap_or(&self.path);
+        p.rsplit('.').next().unwrap_or(p)
+    }
+
+    /// Elements of the weight.
+    pub fn numel(&self) -> u64 {
+        let e = match self.kind {
+            SiteKind::Experts(e) => e,
+            _ => 1,
+        };
+        e * self.out * self.inp
+    }
+}
+
+/// transformers' module names for one family.
+struct Names {
+    attn: &'static str,
+    q: &'static str,
+    k: &'static str,
+    v: &'static str,
+    qkv: &'static str,
+    o: &'static str,
+    mlp: &'static str,
+    gate: &'static str,
+    up: &'static str,
+    gate_up: &'static str,
+    down: &'static str,
+}
+
+fn names(model_type: &str) -> Names {
+    let llama = Names {
+        attn: "self_attn",
+        q: "q_proj",
+        k: "k_proj",
+        v: "v_proj",
+        qkv: "qkv_proj",
+        o: "o_proj",
+        mlp: "mlp",
+        gate: "gate_proj",
+        up: "up_proj",
+        gate_up: "gate_up_proj",
+        down: "down_proj",
+    };
+    match model_type {
+        // GPT2Attention / GPT2MLP: Conv1D modules.
+        "gpt2" => Names {
+            attn: "attn",
+            qkv: "c_attn",
+            o: "c_proj",
+            up: "c_fc",
+            down: "c_proj",
+            ..llama
+        },
+        // GPTNeoXAttention / GPTNeoXMLP.
+        "gpt_neox" => Names {
+            attn: "attention",
+            qkv: "query_key_value",
+            o: "dense",
+            up: "dense_h_to_4h",
+            down: "dense_4h_to_h",
+            ..llama
+        },
+        // FalconAttention / FalconMLP.
+        "falcon" | "RefinedWeb" | "RefinedWebModel" => Names {
+            attn: "self_attention",
+            qkv: "query_key_value",
+            o: "dense",
+            up: "dense_h_to_4h",
+            down: "dense_4h_to_h",
+            ..llama
+        },
+        _ => llama,
+    }
+}
+
+/// The sites of one block, in module order, with transformers' names for `model_type`.
+pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
+    let n = names(model_type);
+    let mut v = Vec::new();
+    let mut module = |path: String, out: u64, inp: u64, c: Component, input: u8| {
+        v.push(Site {
+            path,
+            out,
+            inp,
+            kind: SiteKind::Module,
+            component: c,
+            input,
+        })
+    };
+    let c = Component::Mixer;
+    match b.mixer {
+        Mixer::Attention(a) => {
+            let q = a.heads * a.head_dim * if a.q_gate { 2 } else { 1 };
+            let k = a.kv_heads * a.head_dim;
+            let val = if a.k_eq_v {
+                0
+            } else {
+                a.kv_heads * a.v_head_dim
+            };
+            if a.fused_qkv {
+                module(format!("{}.{}", n.attn, n.qkv), q + k + val, h, c, 0);
+            } else {
+                module(format!("{}.{}", n.attn, n.q), q, h, c, 0);
+                module(format!("{}.{}", n.attn, n.k), k, h, c, 0);
+                if val > 0 {
+                    module(format!("{}.{}", n.attn, n.v), val, h, c, 0);
+                }
+            }
+            module(
+                format!("{}.{}", n.attn, n.o),
+                h,
+                a.heads * a.v_head_dim,
+                c,
+                1,
+            );
+        }
+        Mixer::Mla(m) => {
+            let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+            match m.q_lora_rank {
+                Some(r) => {
+                    module("self_attn.q_a_proj".into(), r, h, c, 0);
+                    module("self_attn.q_b_proj".into(), m.heads * qk, r, c, 2);
+                }
+                None => module("self_attn.q_proj".into(), m.heads * qk, h, c, 0),
+            }
+            module(
+                "self_attn.kv_a_proj_with_mqa".into(),
+                m.kv_lora_rank + m.qk_rope_head_dim,
+                h,
+                c,
+                0,
+            );
+            module(
+                "self_attn.kv_b_proj".into(),
+                m.heads * (m.qk_nope_head_dim + m.v_head_dim),
+                m.kv_lora_rank,
+                c,
+                3,
+            );
+            module("self_attn.o_proj".into(), h, m.heads * m.v_head_dim, c, 1);
+        }
+        Mixer::GatedDeltaNet(g) => {
+            let (kd, vd) = (g.num_k_heads * g.k_head_dim, g.num_v_heads * g.v_head_dim);
+            module("linear_attn.in_proj_qkv".into(), 2 * kd + vd, h, c, 0);
+            module("linear_attn.in_proj_z".into(), vd, h, c, 0);
+            module("linear_attn.in_proj_b".into(), g.num_v_heads, h, c, 0);
+            module("linear_attn.in_proj_a".into(), g.num_v_heads, h, c, 0);
+            module("linear_attn.out_proj".into(), h, vd, c, 1);
+        }
+        Mixer::Mamba2(m) => {
+            let d_in = m.heads * m.head_dim;
+            let conv_dim = d_in + 2 * m.groups * m.state_size;
+            module("mixer.in_proj".into(), d_in + conv_dim + m.heads, h, c, 0);
+            module("mixer.out_proj".into(), h, d_in, c, 1);
+        }
+        Mixer::None => {}
+    }
+    let dense =
+        |d: &crate::blocks::Dense, prefix: &str, c: Component, base: u8, v: &mut Vec<Site>| {
+            let mut add = |leaf: &str, out: u64, inp: u64, input: u8| {
+                v.push(Site {
+                    path: format!("{prefix}.{leaf}"),
+                    out,
+                    inp,
+                    kind: SiteKind::Module,
+                    component: c,
+                    input,
+                })
+            };
+            let f = d.intermediate;
+            if d.gated {
+                if d.fused_gate_up {
+                    add(n.gate_up, 2 * f, h, base);
+                } else {
+                    add(n.gate, f, h, base);
+                    add(n.up, f, h, base);
+                }
+            } else {
+                add(n.up, f, h, base);
+            }
+            add(n.down, h, f, base + 1);
+        };
+    let moe = |m: &crate::blocks::Moe, v: &mut Vec<Site>| {
+        let inner = m.latent.unwrap_or(h);
+        let (e, i) = (m.experts, m.expert_intermediate);
+        v.push(Site {
+            path: format!("{}.gate.weight", n.mlp),
+            out: e,
+            inp: h,
+            kind: SiteKind::Param,
+            component: Component::Router,
+            input: 4,
+        });
+        let up = if m.gated { 2 * i } else { i };
+        let up_name = if m.gated { "gate_up_proj" } else { "up_proj" };
+        v.push(Site {
+            path: format!("{}.experts.{up_name}", n.mlp),
+            out: up,
+            inp: inner,
+            kind: SiteKind::Experts(e),
+            component: Component::RoutedExperts,
+            input: 10,
+        });
+        v.push(Site {
+            path: format!("{}.experts.down_proj", n.mlp),
+            out: inner,
+            inp: i,
+            kind: SiteKind::Experts(e),
+            component: Component::RoutedExperts,
+            input: 11,
+        });
+        if let Some(l) = m.latent {
+            for (leaf, out, inp, input) in
+                [("fc1_latent_proj", l, h, 4), ("fc2_latent_proj", h, l, 12)]
+            {
+                v.push(Site {
+                    path: format!("{}.{leaf}", n.mlp),
+                    out,
+                    inp,
+                    kind: SiteKind::Module,
+                    component: Component::RoutedExperts,
+                    input,
+                });
+            }
+        }
+        if let Some(s) = m.shared {
+            dense(
+                &s,
+                &format!("{}.shared_experts", n.mlp),
+                Component::SharedExperts,
+                4,
+                v,
+            );
+        }
+        if m.shared_gate {
+            v.push(Site {
+                path: format!("{}.shared_expert_gate", n.mlp),
+                out: 1,
+                inp: h,
+                kind: SiteKind::Module,
+                component: Component::SharedExperts,
+                input: 4,
+            });
+        }
+    };
+    match &b.ffn {
+        Ffn::Dense(d) => dense(d, n.mlp, Component::DenseMlp, 4, &mut v),
+        Ffn::Moe(m) => moe(m, &mut v),
+        Ffn::DenseAndMoe(d, m) => {
+            dense(d, n.mlp, Component::DenseMlp, 4, &mut v);
+            moe(m, &mut v);
+        }
+        Ffn::None => {}
+    }
+    v
+}
+
+/// Every site of the model: per distinct block kind, its sites and how many layers use it;
+/// then the LM head (`lm_head`, counted once) when the model has one.
+pub fn sites(t: &Transformer) -> Vec<(Vec<Site>, u64)> {
+    let b = &t.blocks;
+    let mut out: Vec<(Vec<Site>, u64)> = b
+        .kinds
+        .iter()
+        .zip(b.kind_counts())
+        .map(|(k, n)| (block_sites(&t.model_type, k, b.hidden), n))
+        .collect();
+    if t.layout == Layout::DecoderOnly {
+        out.push((
+            vec![Site {
+                path: "lm_head".into(),
+                out: t.vocab,
+                inp: t.hidden,
+                kind: SiteKind::Module,
+                component: Component::Head,
+                input: 0,
+            }],
+            1,
+        ));
+    }
+    out
+}
+
+/// Whether `path` matches one of PEFT's list targets or `llm_int8_skip_modules`: the whole name,
+/// or a suffix after a dot (`tuners_utils.py::check_target_module_exists`).
+fn matches(path: &str, target: &str) -> bool {
+    path == target || path.ends_with(&format!(".{target}"))
+}
+
+/// The base weights' storage and where it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct WeightsBytes {
+    /// Every byte of the base weights as stored (quantization state included).
+    pub total: u64,
+    /// Of which packed (quantized) linears with their quantization state.
+    pub quantized: u64,
+    /// Of which kept in the load dtype (embedding, norms, biases, head, routers, fused experts
+    /// under bitsandbytes, skipped modules).
+    pub unquantized: u64,
+    /// Parameters kept in the load dtype (what `prepare_model_for_kbit_training` upcasts to
+    /// fp32 under bitsandbytes).
+    pub unquantized_params: u64,
+    /// The largest packed linear's element count (the dequantized-weight temporary).
+    pub largest_quantized: u64,
+}
+
+/// The whole base's weight bytes in `format` (`skip`: `llm_int8_skip_modules`, matched as
+/// suffixes). What each format leaves unquantized:
+///
+/// - bitsandbytes (`integrations/bitsandbytes.py::replace_with_bnb_linear`): only modules whose
+///   type is exactly `nn.Linear` (or `Conv1D`) are replaced, minus `modules_to_not_convert`
+///   (`quantizers/base.py::get_keys_to_not_convert`: the output embedding, tied weights, the
+///   last parameter) and `llm_int8_skip_modules`. Routers (custom modules in 5.x) and fused
+///   3-D experts stay in the load dtype. Biases stay in the load dtype.
+/// - FP8: linears and expert banks, routers and the head excluded (zoo's `Storage`).
+/// - GPTQ/AWQ: every linear of the layers; the head, embedding and routers unquantized.
+///
+/// The vision tower and MTP layers are counted in the load dtype (their module tree is not
+/// described linear by linear).
+pub fn weights_bytes(
+    t: &Transformer,
+    format: WeightFormat,
+    double_quant: bool,
+    skip: &[String],
+) -> WeightsBytes {
+    let d = format.dense_bytes();
+    let mut w = WeightsBytes::default();
+    let mut site_params = 0;
+    let b = &t.blocks;
+    for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
+        for s in block_sites(&t.model_type, kind, b.hidden) {
+            let numel = s.numel();
+            site_params += n * numel;
+            let skipped = skip.iter().any(|k| matches(&s.path, k));
+            let quantized = format.is_quantized()
+                && !skipped
+                && match format {
+                    WeightFormat::Fp8 => s.kind != SiteKind::Param && s.out > 1,
+                    _ => s.kind == SiteKind::Module,
+                };
+            if quantized {
+                let e = match s.kind {
+                    SiteKind::Experts(e) => e,
+                    _ => 1,
+                };
+                w.quantized += n * e * linear_bytes(format, double_quant, s.out, s.inp);
+                w.largest_quantized = w.largest_quantized.max(s.out * s.inp);
+            } else {
+                w.unquantized += n * numel * d;
+                w.unquantized_params += n * numel;
+            }
+        }
+    }
+    // Everything else (embedding, norms, biases, head, vision tower, MTP) in the load dtype;
+    // the head is in `modules_to_not_convert` of every quantizer here.
+    let rest = t.param_count().saturating_sub(site_params);
+    w.unquantized += rest * d;
+    w.unquantized_params += rest;
+    w.total = w.quantized + w.unquantized;
+    w
+}
+
+/// PEFT's `target_modules`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Targets {
+    /// `"all-linear"`: every `nn.Linear`/`Conv1D` but the output layer
+    /// (`tuners_utils.py::_maybe_include_all_linear_layers`).
+    AllLinear,
+    /// Module names, matched as the whole name or a dotted suffix.
+    List(Vec<String>),
+}
+
+impl Targets {
+    /// Parses `--lora-targets` (`all-linear`, or a comma-separated list).
+    pub fn parse(s: &str) -> Result<Targets> {
+        if s.eq_ignore_ascii_case("all-linear") {
+            return Ok(Targets::AllLinear);
+        }
+        let v: Vec<String> = s
+            .split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect();
+        if v.is_empty() {
+            return Err(Error::Setup(
+                "--lora-targets: give all-linear or module names such as q_proj,v_proj".into(),
+            ));
+        }
+        Ok(Targets::List(v))
+    }
+
+    /// As a `LoraConfig` argument would read.
+    pub fn display(&self) -> String {
+        match self {
+            Targets::AllLinear => "all-linear".into(),
+            Targets::List(v) => v.join(","),
+        }
+    }
+}
+
+/// A PEFT `LoraConfig`'s memory-relevant fields.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoraSpec {
+    /// `r`.
+    pub rank: u64,
+    /// `lora_alpha` (no memory effect; emitted).
+    pub alpha: u64,
+    /// `lora_dropout`.
+    pub dropout: f64,
+    /// `target_modules`.
+    pub targets: Targets,
+}
+
+/// One adapted site: its rank and how many layers carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Adapted {
+    /// The site.
+    pub site: Site,
+    /// Rank after PEFT's `rank_pattern` (twice `r` on a fused `gate_up_proj`).
+    pub rank: u64,
+    /// Layers that carry it (1 for the head).
+    pub count: u64,
+}
+
+impl Adapted {
+    /// Adapter parameters: `lora_A [r, in] + lora_B [out, r]` on a module or 2-D parameter;
+    /// `ParamWrapper`'s `lora_A = Linear(in, r·E)`, `lora_B = Linear(r·E, out)` on an expert
+    /// bank (peft/tuners/lora/layer.py).
+    pub fn params(&self) -> u64 {
+        let e = match self.site.kind {
+            SiteKind::Experts(e) => e,
+            _ => 1,
+        };
+        self.count * self.rank * e * (self.site.inp + self.site.out)
+    }
+}
+
+/// What `get_peft_model` builds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoraPlan {
+    /// The adapted sites.
+    pub adapted: Vec<Adapted>,
+    /// Adapter parameters (`get_nb_trainable_parameters()[0]`).
+    pub trainable_params: u64,
+    /// The `target_parameters` PEFT's MoE rewrite produced (empty if none).
+    pub target_parameters: Vec<String>,
+    /// What the libraries do that a user may not expect.
+    pub notes: Vec<String>,
+}
+
+/// transformers' `conversion_mapping._MODEL_TO_CONVERSION_PATTERN` (5.24.0), as PEFT 0.21.2
+/// copies it (with `mixtral` added): the model types whose `all-linear`/list targets
+/// `_convert_peft_config_moe` rewrites, and to which base pattern.
+fn moe_conversion(model_type: &str) -> Option<&'static str> {
+    Some(match model_type {
+        "mixtral" | "minimax" | "minimax_m2" => "mixtral",
+        "afmoe"
+        | "deepseek_v2"
+        | "deepseek_v3"
+        | "deepseek_v32"
+        | "dots1"
+        | "ernie4_5_moe"
+        | "glm4_moe"
+        | "glm4_moe_lite"
+        | "glm_moe_dsa"
+        | "glm4v_moe"
+        | "longcat_flash"
+        | "solar_open"
+        | "mellum"
+        | "qwen2_moe"
+        | "qwen3_moe"
+        | "beam"
+        | "qwen3_omni_moe"
+        | "qwen3_omni_moe_thinker"
+        | "qwen3_omni_moe_text"
+        | "qwen3_next"
+        | "hunyuan_v1_moe"
+        | "flex_olmo"
+        | "olmoe"
+        | "sarvam_mla"
+        | "exaone_moe"
+        | "cohere2_moe" => "qwen2_moe",
+        _ => return None,
+    })
+}
+
+/// Resolves `spec` on `t` as `get_peft_model` does and counts the adapters.
+///
+/// PEFT 0.21.2 with transformers 5:
+/// - `"all-linear"` becomes the leaf names of every `nn.Linear`/`Conv1D` except the output
+///   layer (`_maybe_include_all_linear_layers`);
+/// - on model types mapped to `mixtral`/`qwen2_moe` (`_convert_peft_config_moe`), the v4
+///   expert and router names (`w1`/`w3`/`w2`/`gate`, or `gate_proj`/`up_proj`/`down_proj`/
+///   `gate`) move from `target_modules` to `target_parameters` (`gate_up_proj` at rank 2r when
+///   both halves are named, `down_proj`, `gate.weight`); `all-linear` adds all of them. Those
+///   names then no longer match any module, so dense MLPs and shared experts of such models are
+///   never adapted;
+/// - a target naming no module fails (`ValueError: Target modules ... not found`);
+/// - `lora_dropout ≠ 0` on a `target_parameters` site fails (`ParamWrapper`).
+pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
+    if spec.rank == 0 {
+        return Err(Error::Setup("--lora-rank must be at least 1".into()));
+    }
+    if !(0.0..1.0).contains(&spec.dropout) {
+        return Err(Error::Setup(format!(
+            "--lora-dropout {} must be in [0, 1)",
+            spec.dropout
+        )));
+    }
+    if t.layout != Layout::DecoderOnly {
+        return Err(Error::Setup(format!(
+            "LoRA is modelled for decoder-only causal LMs (AutoModelForCausalLM); {} is {}",
+            t.name,
+            if t.layout == Layout::EncoderOnly {
+                "encoder-only"
+            } else {
+                "an encoder-decoder"
+            }
+        )));
+    }
+    let all = sites(t);
+    let mut notes = Vec::new();
+    // The list of module targets after resolution.
+    let mut modules: Vec<String> = match &spec.targets {
+        Targets::AllLinear => {
+            let mut v: Vec<String> = Vec::new();
+            for (ss, _) in &all {
+                for s in ss {
+                    if s.kind == SiteKind::Module && s.component != Component::Head {
+                        let leaf = s.leaf().to_string();
+                        if !v.contains(&leaf) {
+                            v.push(leaf);
+                        }
+                    }
+                }
+            }
+            v
+        }
+        Targets::List(v) => v.clone(),
+    };
+    let mut params: Vec<(String, u64)> = Vec::new(); // target_parameters with their rank
+    if let Some(pattern) = moe_conversion(&t.model_type) {
+        let (mapping, fused): (&[(&str, &str)], [&str; 2]) = if pattern == "mixtral" {
+            (
+                &[
+                    ("gate", "gate.weight"),
+                    ("w1", "gate_up_proj"),
+                    ("w3", "gate_up_proj"),
+                    ("w2", "down_proj"),
+                ],
+                ["w1", "w3"],
+            )
+        } else {
+            (
+                &[
+                    ("gate", "gate.weight"),
+                    ("gate_proj", "gate_up_proj"),
+                    ("up_proj", "gate_up_proj"),
+                    ("down_proj", "down_proj"),
+                ],
+                ["gate_proj", "up_proj"],
+            )
+        };
+        if spec.targets == Targets::AllLinear {
+            for (old, _) in mapping {
+                if !modules.iter().any(|m| m == old) {
+                    modules.push(old.to_string());
+                }
+            }
+        }
+        let mut remaining = Vec::new();
+        let mut fused_seen = Vec::new();
+        for target in &modules {
+            match mapping.iter().find(|(old, _)| matches(target, old)) {
+                Some((old, new)) => {
+                    if !params.iter().any(|(p, _)| p == new) {
+                        params.push((new.to_string(), spec.rank));
+                    }
+                    if fused.contains(old) && !fused_seen.contains(old) {
+                        fused_seen.push(*old);
+                    }
+                }
+                None => remaining.push(target.clone()),
+            }
+        }
+        if fused_seen.len() == 1 {
+            let missing = fused
+                .iter()
+                .find(|f| !fused_seen.contains(f))
+                .unwrap_or(&fused[1]);
+            return Err(Error::Setup(format!(
+                "--lora-targets: PEFT cannot convert target {} without also targeting {missing} because they are fused into gate_up_proj",
+                fused_seen[0]
+            )));
+        }
+        if fused_seen.len() == 2 {
+            for p in params.iter_mut().filter(|(p, _)| p == "gate_up_proj") {
+                p.1 = 2 * spec.rank;
+            }
+        }
+        if !params.is_empty() {
+            notes.push(format!(
+                "PEFT 0.21.2 rewrites the targets of {} (transformers 5 fused its experts): {} become target_parameters{}; \
+                 the experts' adapters build W+ΔW for the whole bank on every forward",
+                t.model_type,
+                params.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", "),
+                if fused_seen.len() == 2 {
+                    " (gate_up_proj at rank 2r)"
+                } else {
+                    ""
+                }
+            ));
+            if spec.targets == Targets::AllLinear || remaining.len() < modules.len() {
+                let has_dense = t.blocks.kinds.iter().any(|k| {
+                    matches!(k.ffn, Ffn::Dense(_) | Ffn::DenseAndMoe(..))
+                        || matches!(k.ffn, Ffn::Moe(m) if m.shared.is_some())
+                });
+                if has_dense {
+                    notes.push(
+                        "dense MLPs and shared experts are not adapted: their names moved to target_parameters, which match only the expert banks (PEFT's MoE rewrite)".into(),
+                    );
+                }
+            }
+        }
+        modules = remaining;
+    }
+    let mut adapted = Vec::new();
+    let mut found = vec![false; modules.len()];
+    for (ss, n) in &all {
+        for s in ss {
+            let rank = match s.kind {
+                SiteKind::Module => {
+                    let mut hit = false;
+                    for (i, m) in modules.iter().enumerate() {
+                        if matches(&s.path, m) {
+                            found[i] = true;
+                            hit = true;
+                        }
+                    }
+                    hit.then_some(spec.rank)
+                }
+                SiteKind::Param | SiteKind::Experts(_) => {
+                    let mut r = None;
+                    for (p, pr) in &params {
+                        if matches(&s.path, p) {
+                            r = Some(*pr);
+                        }
+                    }
+                    r
+                }
+            };
+            if let Some(rank) = rank {
+                adapted.push(Adapted {
+                    site: s.clone(),
+                    rank,
+                    count: *n,
+                });
+            }
+        }
+    }
+    if let Targets::List(_) = spec.targets {
+        let missing: Vec<&str> = modules
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| !**f)
+            .map(|(m, _)| m.as_str())
+            .collect();
+        if adapted.is_empty() || (!missing.is_empty() && missing.len() == modules.len()) {
+            let mut names: Vec<String> = Vec::new();
+            for (ss, _) in &all {
+                for s in ss {
+                    let l = s.leaf().to_string();
+                    if s.kind == SiteKind::Module && !names.contains(&l) {
+                        names.push(l);
+                    }
+                }
+            }
+            return Err(Error::Setup(format!(
+                "--lora-targets {}: no module of {} matches (its linears: {})",
+                spec.targets.display(),
+                t.name,
+                names.join(", ")
+            )));
+        }
+    }
+    if adapted.is_empty() {
+        return Err(Error::Setup(format!(
+            "--lora-targets {}: no module of {} matches",
+            spec.targets.display(),
+            t.name
+        )));
+    }
+    if spec.dropout > 0.0 && adapted.iter().any(|a| a.site.kind != SiteKind::Module) {
+        return Err(Error::Setup(format!(
+            "--lora-dropout {}: PEFT's ParamWrapper (LoRA on {}'s fused experts/router via target_parameters) does not work with lora_dropout != 0",
+            spec.dropout, t.model_type
+        )));
+    }
+    let trainable_params = adapted.iter().map(Adapted::params).sum();
+    Ok(LoraPlan {
+        adapted,
+        trainable_params,
+        target_parameters: params.into_iter().map(|(p, _)| p).collect(),
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gptq_and_awq_hold_their_packed_tensors() {
+        // A 4096 → 11008 linear, group 128: 32 groups.
+        let (out, inp) = (11008, 4096);
+        // GPTQ QuantLinear: qweight int32 [in/8, out], qzeros int32 [32, out/8],
+        // scales fp16 [32, out], g_idx int32 [in].
+        let gptq = (inp / 8 * out) * 4 + (32 * out / 8) * 4 + 32 * out * 2 + inp * 4;
+        assert_eq!(
+            linear_bytes(WeightFormat::Gptq { group: 128 }, false, out, inp),
+            gptq
+        );
+        // AWQ WQLinear_GEMM: qweight int32 [in, out/8], qzeros int32 [32, out/8],
+        // scales fp16 [32, out].
+        let awq = (inp * out / 8) * 4 + (32 * out / 8) * 4 + 32 * out * 2;
+        assert_eq!(
+            linear_bytes(WeightFormat::Awq { group: 128 }, false, out, inp),
+            awq
+        );
+        // Both are a little over half a byte per weight.
+        assert!(gptq as f64 / (out * inp) as f64 > 0.5 && (gptq as f64 / (out * inp) as f64) < 0.6);
+    }
+
+    #[test]
+    fn weights_flag_parses_and_refuses() {
+        assert_eq!(
+            WeightFormat::parse("gptq").unwrap(),
+            WeightFormat::Gptq { group: 128 }
+        );
+        assert_eq!(
+            WeightFormat::parse("awq-g64").unwrap(),
+            WeightFormat::Awq { group: 64 }
+        );
+        for bad in ["int4", "gptq-g0", "awq-64", "gptq-g12"] {
+            assert!(WeightFormat::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(WeightFormat::parse("nf4").unwrap().name(), "nf4");
+    }
+
+    #[test]
+    fn nf4_double_quant_saves_about_three_bits_per_block() {
+        let n = 4096 * 4096;
+        let plain = linear_bytes(WeightFormat::Nf4, false, 4096, 4096);
+        let dq = linear_bytes(WeightFormat::Nf4, true, 4096, 4096);
+        assert_eq!(plain, n / 2 + 4 * n / 64 + 64);
+        // fp32 absmax (32 bits per 64 values) becomes uint8 plus fp32 per 256 blocks.
+        assert!(dq < plain);
+        assert_eq!(plain - dq, 3 * n / 64 - 4 * (n / 64 / 256) - 4 - 1024);
+    }
+}

@@ -1,0 +1,716 @@
+//! One LoRA/QLoRA training step as PEFT 0.21.2, bitsandbytes 0.50.2 and TRL 1.16.0's
+//! `SFTTrainer` run it: a frozen base, adapters and their optimizer states, gradient
+//! checkpointing (TRL's default), the fused LM head, and the quantized matmuls' temporaries.
+//!
+//! The step is written as a list of allocations and frees (one tensor or a few per event), walked
+//! for the peak of live tensor bytes with its breakdown, and replayed through the caching
+//! allocator model (`vram_alloc`) for the reserved bytes, over three steps as a training script
+//! runs them (the optimizer states appear in the first step; peaks reset after it).
+
+use serde::Serialize;
+use vram_alloc::{AllocatorConfig, CachingAllocator, Policy, SimDevice};
+
+use super::{lora, weights_bytes, LoraPlan, LoraSpec, SiteKind, WeightFormat, WeightsBytes};
+use crate::arch::Model;
+use crate::error::{Error, Result};
+use crate::estimate::{chain_bytes, Breakdown, Category};
+use crate::setup::{Allocator, Mode, Optimizer, Precision, Recompute, Setup};
+
+/// Full fine-tuning, LoRA on a half-precision base, or QLoRA on a quantized base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Every parameter trains (the ordinary estimate).
+    Full,
+    /// PEFT LoRA adapters on a frozen bf16/fp16/fp32 base.
+    Lora,
+    /// PEFT LoRA adapters on a frozen bitsandbytes int8/NF4/FP4 base.
+    Qlora,
+}
+
+impl Method {
+    /// Parses `--finetune`.
+    pub fn parse(s: &str) -> Result<Method> {
+        match s {
+            "full" => Ok(Method::Full),
+            "lora" => Ok(Method::Lora),
+            "qlora" => Ok(Method::Qlora),
+            _ => Err(Error::Setup(format!(
+                "--finetune {s}: expected full, lora or qlora"
+            ))),
+        }
+    }
+    /// The flag's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Full => "full",
+            Method::Lora => "lora",
+            Method::Qlora => "qlora",
+        }
+    }
+}
+
+/// What a fine-tuning run is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FinetuneSpec {
+    /// Full, LoRA or QLoRA.
+    pub method: Method,
+    /// The base's storage.
+    pub weights: WeightFormat,
+    /// bitsandbytes 4-bit double quantization (`bnb_4bit_use_double_quant`).
+    pub double_quant: bool,
+    /// The adapters.
+    pub lora: LoraSpec,
+    /// `llm_int8_skip_modules`.
+    pub skip_modules: Vec<String>,
+    /// `peft.prepare_model_for_kbit_training` was called on the quantized base (TRL's
+    /// `SFTTrainer` does not call it; PEFT's QLoRA examples do).
+    pub prepare_kbit: bool,
+    /// Gradient checkpointing (TRL's `SFTConfig` default: on, non-reentrant).
+    pub gradient_checkpointing: bool,
+}
+
+impl FinetuneSpec {
+    /// Checks the combination; one line for each refusal.
+    pub fn validate(&self) -> Result<()> {
+        match (self.method, self.weights.is_quantized()) {
+            (Method::Full, true) => Err(Error::Setup(format!(
+                "--weights {} with --finetune full: a quantized base cannot be trained (its packed weights take no gradients); use --finetune qlora, or --weights bf16",
+                self.weights.name()
+            ))),
+            (Method::Lora, true) => Err(Error::Setup(format!(
+                "--finetune lora with --weights {}: adapters on a quantized base are QLoRA; use --finetune qlora",
+                self.weights.name()
+            ))),
+            (Method::Qlora, _)
+                if !matches!(
+                    self.weights,
+                    WeightFormat::Int8 | WeightFormat::Nf4 | WeightFormat::Fp4
+                ) =>
+            {
+                Err(Error::Setup(format!(
+                    "--finetune qlora trains on a bitsandbytes base: --weights nf4, fp4 or int8 (not {})",
+                    self.weights.name()
+                )))
+            }
+            _ if self.double_quant && !self.weights.is_bnb_4bit() => Err(Error::Setup(format!(
+                "--double-quant applies to bitsandbytes 4-bit (--weights nf4 or fp4), not {}",
+                self.weights.name()
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The estimate of one LoRA/QLoRA step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FinetuneEstimate {
+    /// Model name.
+    pub model: String,
+    /// Parameters of the unquantized model.
+    pub params: u64,
+    /// The adapters' parameters.
+    pub trainable_params: u64,
+    /// The base's storage.
+    pub weights: WeightsBytes,
+    /// Bytes per adapter element (4: PEFT's fp32 default; 2: TRL's bf16 cast on a quantized base).
+    pub adapter_bytes: u64,
+    /// Peak of live tensor bytes (no allocator rounding).
+    pub peak_tensor_bytes: u64,
+    /// Peak allocated as `max_memory_allocated()` reports it (allocator blocks, from the replay).
+    pub peak_bytes: u64,
+    /// Peak reserved (`max_memory_reserved()`), from the replay.
+    pub reserved_bytes: u64,
+    /// Reserved plus the CUDA context.
+    pub total_bytes: u64,
+    /// Bytes per category at the peak; sums to `total_bytes`.
+    #[serde(skip)]
+    pub breakdown: Breakdown,
+    /// Where the peak happens.
+    pub peak_phase: String,
+    /// The adapters.
+    pub plan: LoraPlan,
+    /// What autograd saves for each adapter of the first layer (path, bytes per micro-batch)
+    /// when the layer runs with saving on: the adapters' own tensors and, on expert banks, the
+    /// W+ΔW the parametrization builds.
+    pub adapter_saved: Vec<(String, u64)>,
+    /// What the first layer, frozen, does not save that full training's saves (bytes per
+    /// micro-batch).
+    pub frozen_layer_discount: u64,
+    /// What the libraries do that a user would not expect, as the estimate follows it.
+    pub notes: Vec<String>,
+    /// The library code the estimate follows.
+    pub assumes: Vec<&'static str>,
+}
+
+impl FinetuneEstimate {
+    /// Whether `total_bytes` fits in `capacity`.
+    pub fn fits(&self, capacity: u64) -> bool {
+        self.total_bytes <= capacity
+    }
+}
+
+/// The library code this estimate follows (printed under `assumes`).
+pub const ASSUMES: [&str; 9] = [
+    "peft 0.21.2 get_peft_model(autocast_adapter_dtype=True): fp32 adapters (tuners_utils.py::cast_adapter_dtype)",
+    "peft 0.21.2 lora/layer.py::Linear.forward: x cast to the adapter dtype, lora_B(lora_A(dropout(x)))",
+    "peft 0.21.2 lora/layer.py::ParamWrapper: W+ΔW of the whole expert bank per forward",
+    "peft 0.21.2 utils/other.py::prepare_model_for_kbit_training: non-4-bit half params cast to fp32",
+    "bitsandbytes 0.50.2 functional.quantize_4bit (blocksize 64, nested 256) / Int8Params (SCB)",
+    "bitsandbytes 0.50.2 backends/cuda/ops.py gemm_4bit: dequantized weight above 1536 tokens; MatMul4Bit backward dequantizes",
+    "transformers 5.24 integrations/bitsandbytes.py: nn.Linear/Conv1D only; head, routers, fused experts unquantized",
+    "trl 1.16.0 SFTConfig: gradient_checkpointing=True (non-reentrant), bf16=True, adamw_torch_fused; QLoRA adapters cast to bf16",
+    "trl 1.16.0 add_fused_lm_head / ChunkedLogProbFunction: 4096-token × 32768-vocab tiles, no full logits",
+];
+
+#[derive(Debug, Clone)]
+enum Ev {
+    Alloc(u64, Category, Vec<u64>),
+    Free(u64),
+    Phase(String),
+}
+
+struct Tape(Vec<Ev>, u64);
+
+impl Tape {
+    fn alloc(&mut self, cat: Category, parts: Vec<u64>) -> u64 {
+        self.1 += 1;
+        let parts: Vec<u64> = parts.into_iter().filter(|&p| p > 0).collect();
+        self.0.push(Ev::Alloc(self.1, cat, parts));
+        self.1
+    }
+    fn free(&mut self, k: u64) {
+        self.0.push(Ev::Free(k));
+    }
+    fn phase(&mut self, p: String) {
+        self.0.push(Ev::Phase(p));
+    }
+}
+
+/// One adapted layer's tensors, per micro-batch of `tok` tokens.
+#[derive(Debug, Default, Clone)]
+struct LayerAdapters {
+    /// What autograd saves for the adapters (and expert banks' W+ΔW) when the layer runs with
+    /// saving on.
+    saved: u64,
+    /// The largest transient of one adapted or quantized linear (dequantized weight, input casts).
+    tmp_fwd: u64,
+    tmp_bwd: u64,
+    /// Adapter parameter tensors of the layer (element counts).
+    tensors: Vec<u64>,
+    /// What each adapted site adds to `saved`, in module order.
+    per_site: Vec<(String, u64)>,
+    /// What a frozen layer does not save that full training's layer does (see
+    /// [`frozen_discount`]).
+    discount: u64,
+}
+
+/// Bytes full training's layer saves that a frozen one does not, per micro-batch of `tok`
+/// tokens: autograd keeps a matmul's input only for its weight's gradient, and the norm
+/// product `weight * x` of transformers' RMSNorm (Llama, Mistral, Qwen2, Phi-3) only for the
+/// weight's. So a frozen attention + dense-MLP layer drops the normed input of q/k/v, the normed
+/// input of the MLP, the input of the down projection and one normed product per RMSNorm
+/// (measured on the CPU: `tests/engines/test_lora_saved.py`). The attention output that the
+/// output projection reads is kept (the attention kernel saves it too); other layer kinds get
+/// no discount (their saved tensors stay an upper bound).
+fn frozen_discount(
+    t: &crate::arch::Transformer,
+    b: &crate::blocks::Block,
+    tok: u64,
+    cmp: u64,
+) -> u64 {
+    let (crate::blocks::Mixer::Attention(_), crate::blocks::Ffn::Dense(dense)) = (b.mixer, b.ffn)
+    else {
+        return 0;
+    };
+    let h = t.hidden;
+    let norms = if t.norm == crate::arch::Norm::RmsNorm && !t.model_type.starts_with("gemma") {
+        b.norms.count
+    } else {
+        0
+    };
+    tok * cmp * (2 * h + dense.intermediate + norms * h)
+}
+
+/// Estimates one LoRA/QLoRA step of `model` under `setup` (its micro-batch, sequence,
+/// accumulation, optimizer, attention, overheads, allocator).
+pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<FinetuneEstimate> {
+    spec.validate()?;
+    let Model::Transformer(t) = model else {
+        return Err(Error::Setup(
+            "LoRA/QLoRA is modelled for transformers (config.json or a catalog id)".into(),
+        ));
+    };
+    if spec.method == Method::Full {
+        return Err(Error::Setup(
+            "full fine-tuning is the ordinary estimate".into(),
+        ));
+    }
+    let Mode::Train(tr) = setup.mode else {
+        return Err(Error::Setup(
+            "--finetune lora/qlora is a training step; drop --inference".into(),
+        ));
+    };
+    let par = setup.parallel;
+    if par.tp > 1 || par.pp > 1 || par.zero > 0 {
+        return Err(Error::Setup(
+            "--finetune lora/qlora is modelled on one GPU per data-parallel replica (DDP): drop --tp, --pp and --zero".into(),
+        ));
+    }
+    let plan = lora(t, &spec.lora)?;
+    let w = weights_bytes(t, spec.weights, spec.double_quant, &spec.skip_modules);
+    let quantized = spec.weights.is_quantized();
+    let d = spec.weights.dense_bytes();
+    let mut notes = plan.notes.clone();
+    // TRL casts the trainable parameters of a quantized model to bf16 after get_peft_model.
+    let adapter_bytes = if quantized { 2 } else { 4 };
+    if quantized {
+        notes.push("TRL's SFTTrainer casts the adapters of a quantized base to bf16 (QLoRA paper's recipe), so their AdamW states are bf16 too; PEFT alone keeps them fp32".into());
+    } else {
+        notes.push("PEFT keeps the adapters fp32 on a half-precision base (autocast_adapter_dtype=True): 16 bytes per adapter parameter with AdamW".into());
+    }
+    // The per-layer tensors of the frozen model's forward, as the full-training walk has them
+    // (bf16, no recomputation): an upper bound for a frozen base, whose linears save no input.
+    let frozen = Setup {
+        precision: if d == 4 {
+            Precision::Fp32
+        } else {
+            Precision::Bf16
+        },
+        mode: Mode::Train(crate::setup::Train {
+            recompute: Recompute::None,
+            recompute_layers: None,
+            grad_accum: 1,
+            ..tr
+        }),
+        ..*setup
+    };
+    let chain = chain_bytes(model, &frozen)?;
+    let tok = tr.micro_batch * tr.seq;
+    let cmp = if d == 4 { 4 } else { 2 };
+    // Per-layer adapters (every layer kind's sites; the per-kind table gives the count).
+    let layers = t.blocks.len() as u64;
+    let mut per_kind: Vec<LayerAdapters> = Vec::new();
+    let b = &t.blocks;
+    for kind in &b.kinds {
+        let sites = super::block_sites(&t.model_type, kind, b.hidden);
+        let mut la = LayerAdapters {
+            discount: frozen_discount(t, kind, tok, cmp),
+            ..LayerAdapters::default()
+        };
+        let mut inputs_seen: Vec<u8> = Vec::new();
+        let top_k = match kind.ffn {
+            crate::blocks::Ffn::Moe(m) | crate::blocks::Ffn::DenseAndMoe(_, m) => m.top_k,
+            _ => 1,
+        };
+        for s in &sites {
+            let ad = plan
+                .adapted
+                .iter()
+                .find(|a| a.site.path == s.path && a.site.out == s.out && a.site.inp == s.inp);
+            let quant_site = quantized && s.kind == SiteKind::Module;
+            let e = match s.kind {
+                SiteKind::Experts(e) => e,
+                _ => 1,
+            };
+            let mut fwd = 0;
+            let mut bwd = 0;
+            if quant_site && spec.weights.is_bnb_4bit() {
+                // gemm_4bit's fallback (M > 1536) dequantizes the whole weight in the input's
+                // dtype; MatMul4Bit's backward dequantizes again for grad_input.
+                let deq = s.out * s.inp * cmp;
+                if tok > 1536 {
+                    fwd = fwd.max(deq);
+                }
+                bwd = bwd.max(deq);
+            }
+            if quant_site && spec.weights == WeightFormat::Int8 {
+                // MatMul8bitLt backward: CB.to(dtype) then * SCB / 127: two full weights.
+                bwd = bwd.max(2 * s.out * s.inp * 2);
+            }
+            if let Some(a) = ad {
+                let r = a.rank;
+                la.tensors.push(r * e * s.inp);
+                la.tensors.push(r * e * s.out);
+                let before = la.saved;
+                match s.kind {
+                    SiteKind::Module => {
+                        let p = spec.lora.dropout > 0.0;
+                        if adapter_bytes == 4 {
+                            // Under autocast (TRL's bf16=True), fp32 adapters: x is cast to fp32
+                            // (transient), dropped out when p > 0 (CUDA native_dropout saves a
+                            // bool mask), cast to bf16 for lora_A (saved), lora_A's bf16 output
+                            // saved by lora_B, and autocast's bf16 copies of A and B saved by
+                            // their matmuls.
+                            la.saved += tok * s.inp * cmp
+                                + tok * r * cmp
+                                + r * (s.inp + s.out) * cmp
+                                + if p { tok * s.inp } else { 0 };
+                            fwd = fwd.max(tok * s.inp * 4 * if p { 2 } else { 1 });
+                        } else {
+                            // Adapters in the compute dtype read x itself: saved once per input
+                            // tensor (q/k/v share theirs); with p > 0 each adapter saves its own
+                            // dropout output and mask instead.
+                            if p {
+                                la.saved += tok * s.inp * (cmp + 1);
+                            } else if !inputs_seen.contains(&s.input) {
+                                inputs_seen.push(s.input);
+                                la.saved += tok * s.inp * cmp;
+                            }
+                            la.saved += tok * r * cmp;
+                        }
+                        if quant_site && spec.weights.is_bnb_4bit() {
+                            // lora/bnb.py Linear4bit.forward: result.clone().
+                            fwd = fwd.max(
+                                tok * s.out * cmp
+                                    + if tok > 1536 { s.out * s.inp * cmp } else { 0 },
+                            );
+                        }
+                    }
+                    SiteKind::Param | SiteKind::Experts(_) => {
+                        // ParamWrapper's parametrization builds W+ΔW (`baddbmm(W, lhs, rhs)`) in
+                        // the base's dtype, and saves its factors (bf16 under autocast); the
+                        // matmul that reads W+ΔW saves it and, since it now needs a weight
+                        // gradient, its input: the routed rows (tokens × top-k) of an expert
+                        // bank, the layer's hidden states for the router (once per input).
+                        let wd = if spec.prepare_kbit && quantized { 4 } else { d };
+                        la.saved += e * s.out * s.inp * wd + e * r * (s.inp + s.out) * cmp;
+                        match s.kind {
+                            SiteKind::Experts(_) => la.saved += tok * top_k * s.inp * cmp,
+                            _ => {
+                                if !inputs_seen.contains(&s.input) {
+                                    inputs_seen.push(s.input);
+                                    la.saved += tok * s.inp * cmp;
+                                }
+                            }
+                        }
+                        fwd = fwd.max(e * s.out * s.inp * wd);
+                    }
+                }
+                la.per_site.push((s.path.clone(), la.saved - before));
+            }
+            la.tmp_fwd = la.tmp_fwd.max(fwd);
+            la.tmp_bwd = la.tmp_bwd.max(bwd);
+        }
+        per_kind.push(la);
+    }
+    let head_adapted = plan.adapted.iter().find(|a| a.site.path == "lm_head");
+    if quantized && spec.weights.is_bnb_4bit() && tok <= 1536 {
+        notes.push(format!(
+            "{tok} tokens per micro-batch: bitsandbytes' gemm_4bit may take its fused kernel (up to 1536 rows) in forward and skip the dequantized weight"
+        ));
+    }
+    let has_experts_unquantized = quantized
+        && t.blocks.kinds.iter().any(|k| {
+            matches!(
+                k.ffn,
+                crate::blocks::Ffn::Moe(_) | crate::blocks::Ffn::DenseAndMoe(..)
+            )
+        });
+    if has_experts_unquantized {
+        notes.push(format!(
+            "bitsandbytes quantizes nn.Linear only: the fused 3-D experts and the routers stay in bf16 ({} of the {} stored weight bytes){}",
+            super::fmt_bytes(w.unquantized),
+            super::fmt_bytes(w.total),
+            if spec.prepare_kbit {
+                "; prepare_model_for_kbit_training then casts them to fp32"
+            } else {
+                ""
+            }
+        ));
+    }
+    let mut tape = Tape(Vec::new(), 0);
+    // Persistent state: the workspace, the base, the adapters.
+    tape.alloc(Category::Workspace, vec![setup.overheads.workspace_bytes]);
+    let mut base_parts = Vec::new();
+    for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
+        for s in super::block_sites(&t.model_type, kind, b.hidden) {
+            let e = match s.kind {
+                SiteKind::Experts(e) => e,
+                _ => 1,
+            };
+            let q = quantized
+                && s.kind == SiteKind::Module
+                && !spec.skip_modules.iter().any(|k| super::matches(&s.path, k));
+            for _ in 0..n {
+                if q {
+                    base_parts.extend(super::linear_parts(
+                        spec.weights,
+                        spec.double_quant,
+                        s.out,
+                        s.inp,
+                    ));
+                } else {
+                    base_parts.push(e * s.out * s.inp * d);
+                }
+            }
+        }
+    }
+    let placed: u64 = base_parts.iter().sum();
+    let rest = w.total.saturating_sub(placed);
+    // Embedding, head and the per-layer vectors.
+    let emb = (t.vocab * t.hidden * d).min(rest);
+    let head = (t.blocks.ends.head * d).min(rest - emb);
+    base_parts.push(emb);
+    base_parts.push(head);
+    let vec_rest = rest - emb - head;
+    if layers > 0 && vec_rest > 0 {
+        for i in 0..layers {
+            base_parts.push(vec_rest / layers + u64::from(i < vec_rest % layers));
+        }
+    }
+    tape.alloc(Category::Parameters, base_parts);
+    if spec.prepare_kbit && quantized {
+        // bf16 → fp32 of everything not packed: the upcast copies replace the half tensors.
+        tape.alloc(Category::Parameters, vec![w.unquantized_params * 2]);
+        notes.push(format!(
+            "prepare_model_for_kbit_training casts every non-packed half parameter to fp32 (embedding, head, norms{}): +{}",
+            if has_experts_unquantized { ", fused experts, routers" } else { "" },
+            super::fmt_bytes(w.unquantized_params * 2)
+        ));
+    }
+    let mut adapter_tensors: Vec<u64> = Vec::new();
+    for (i, la) in per_kind.iter().enumerate() {
+        let n = b.pattern.iter().filter(|&&k| k as usize == i).count();
+        for _ in 0..n {
+            adapter_tensors.extend(la.tensors.iter().map(|e| e * adapter_bytes));
+        }
+    }
+    if let Some(h) = head_adapted {
+        adapter_tensors.push(h.rank * h.site.inp * adapter_bytes);
+        adapter_tensors.push(h.rank * h.site.out * adapter_bytes);
+    }
+    let adapter_total: u64 = adapter_tensors.iter().sum();
+    tape.alloc(Category::Parameters, adapter_tensors.clone());
+    let state_elems: Vec<u64> = match tr.optimizer {
+        Optimizer::Sgd => Vec::new(),
+        Optimizer::Momentum => adapter_tensors.clone(),
+        Optimizer::Adamw => adapter_tensors.iter().flat_map(|&x| [x, x]).collect(),
+        // bitsandbytes 8-bit: two uint8 states and fp32 block scales (per 2048) per tensor.
+        Optimizer::Adam8bit => adapter_tensors
+            .iter()
+            .map(|&x| {
+                let n = x / adapter_bytes;
+                2 * n + 2 * 4 * n.div_ceil(2048)
+            })
+            .collect(),
+        // Adafactor's factored second moment of a [r, n] matrix: r + n fp32.
+        Optimizer::Adafactor => Vec::new(),
+    };
+    if par.dp > 1 {
+        // DDP allocates its gradient buckets when it wraps the model (gradient_as_bucket_view
+        // is False by default): a copy of every trainable gradient, kept for the run.
+        tape.alloc(Category::CommBuffers, vec![adapter_total]);
+    }
+    let steps = 3;
+    let mut states: Option<u64> = None;
+    let micro = tr.grad_accum.max(1);
+    for step in 0..steps {
+        // Gradients are created by AccumulateGrad as backward reaches each adapter, kept across
+        // micro-batches (accumulated in place) and freed by zero_grad(set_to_none=True).
+        let mut grads: Vec<u64> = Vec::new();
+        for mb in 0..micro {
+            let first = mb == 0;
+            tape.phase(format!("step {} micro-batch {} forward", step + 1, mb + 1));
+            // Forward: each layer's input stays (checkpoint) or its saved tensors stay.
+            let mut kept: Vec<Vec<u64>> = Vec::new();
+            for i in 0..layers as usize {
+                let la = &per_kind[b.pattern[i] as usize];
+                let mut keys = vec![tape.alloc(Category::Activations, vec![chain.layer_input])];
+                if !spec.gradient_checkpointing {
+                    keys.push(tape.alloc(
+                        Category::Activations,
+                        vec![chain.layer_saved.saturating_sub(la.discount), la.saved],
+                    ));
+                }
+                let tmp = tape.alloc(
+                    Category::Temporaries,
+                    vec![chain.layer_forward_tmp.max(la.tmp_fwd)],
+                );
+                tape.free(tmp);
+                kept.push(keys);
+            }
+            // TRL's fused LM head: the final hidden (compacted), fp32 statistics, one tile.
+            let hid = tape.alloc(Category::Loss, vec![tok * t.hidden * cmp, 2 * tok * 4]);
+            let mut tile = tok.min(4096) * t.vocab.min(32768) * cmp;
+            if spec.prepare_kbit && quantized {
+                // The head is fp32 after prepare_model_for_kbit_training: each vocabulary chunk
+                // is cast to the compute dtype (`weight[start:end].to(compute_dtype)`).
+                tile += t.vocab.min(32768) * t.hidden * cmp;
+            }
+            let fwd_tmp = tape.alloc(Category::Loss, vec![5 * tok * 4, tile]);
+            tape.free(fwd_tmp);
+            tape.phase(format!("step {} micro-batch {} backward", step + 1, mb + 1));
+            let bwd_loss = tape.alloc(Category::Loss, vec![tok * t.hidden * 4, tile]);
+            let gh = tape.alloc(Category::Activations, vec![tok * t.hidden * cmp]);
+            tape.free(bwd_loss);
+            tape.free(hid);
+            if let (Some(h), true) = (head_adapted, first) {
+                grads.push(tape.alloc(
+                    Category::Gradients,
+                    vec![
+                        h.rank * h.site.inp * adapter_bytes,
+                        h.rank * h.site.out * adapter_bytes,
+                    ],
+                ));
+            }
+            let mut g_prev = gh;
+            for i in (0..layers as usize).rev() {
+                let la = &per_kind[b.pattern[i] as usize];
+                let recomputed = spec.gradient_checkpointing.then(|| {
+                    let tmp = tape.alloc(
+                        Category::Temporaries,
+                        vec![chain.layer_forward_tmp.max(la.tmp_fwd)],
+                    );
+                    tape.free(tmp);
+                    tape.alloc(
+                        Category::Activations,
+                        vec![chain.layer_saved.saturating_sub(la.discount), la.saved],
+                    )
+                });
+                let tmp = tape.alloc(
+                    Category::Temporaries,
+                    vec![chain.layer_backward_tmp, la.tmp_bwd],
+                );
+                if first {
+                    grads.push(tape.alloc(
+                        Category::Gradients,
+                        la.tensors.iter().map(|e| e * adapter_bytes).collect(),
+                    ));
+                }
+                let g = tape.alloc(Category::Activations, vec![tok * t.hidden * cmp]);
+                tape.free(g_prev);
+                g_prev = g;
+                tape.free(tmp);
+                if let Some(k) = recomputed {
+                    tape.free(k);
+                }
+                for k in kept.pop().unwrap_or_default() {
+                    tape.free(k);
+                }
+            }
+            tape.free(g_prev);
+        }
+        tape.phase(format!("step {} optimizer", step + 1));
+        if states.is_none() && !state_elems.is_empty() {
+            states = Some(tape.alloc(Category::OptimizerStates, state_elems.clone()));
+        }
+        for g in grads {
+            tape.free(g); // zero_grad(set_to_none=True)
+        }
+        if step == 0 {
+            tape.0.push(Ev::Phase("reset".into()));
+        }
+    }
+    // Walk: the peak of tensor bytes after the warm-up step, and its breakdown.
+    let (peak, at_peak, phase) = walk(&tape.0);
+    let (allocated, reserved) = replay(&tape.0, setup.overheads.allocator);
+    let reserved = match setup.overheads.fragmentation {
+        Some(f) => (peak as f64 * (1.0 + f)) as u64,
+        None => reserved,
+    };
+    let allocated = allocated.max(peak);
+    let reserved = reserved.max(allocated);
+    let mut bd = Breakdown(at_peak);
+    bd.0[Category::AllocatorOverhead as usize] = reserved - peak;
+    bd.0[Category::CudaContext as usize] = setup.overheads.cuda_context_bytes;
+    if spec.gradient_checkpointing {
+        notes.push("gradient checkpointing as TRL turns it on (non-reentrant): one layer's tensors are recomputed at a time in backward".into());
+    }
+    Ok(FinetuneEstimate {
+        model: t.name.clone(),
+        params: t.param_count(),
+        trainable_params: plan.trainable_params,
+        weights: w,
+        adapter_bytes,
+        peak_tensor_bytes: peak,
+        peak_bytes: allocated,
+        reserved_bytes: reserved,
+        total_bytes: reserved + setup.overheads.cuda_context_bytes,
+        breakdown: bd,
+        peak_phase: phase,
+        adapter_saved: per_kind
+            .first()
+            .map(|k| k.per_site.clone())
+            .unwrap_or_default(),
+        frozen_layer_discount: per_kind.first().map_or(0, |k| k.discount),
+        plan,
+        notes,
+        assumes: ASSUMES.to_vec(),
+    })
+}
+
+fn walk(evs: &[Ev]) -> (u64, [u64; 13], String) {
+    let mut live = [0u64; 13];
+    let mut sizes: std::collections::HashMap<u64, (Category, u64)> = Default::default();
+    let (mut total, mut peak, mut at_peak) = (0u64, 0u64, [0u64; 13]);
+    let mut phase = String::new();
+    let mut peak_phase = String::new();
+    let mut measuring = false;
+    for e in evs {
+        match e {
+            Ev::Alloc(k, c, parts) => {
+                let b: u64 = parts.iter().sum();
+                sizes.insert(*k, (*c, b));
+                live[*c as usize] += b;
+                total += b;
+                if measuring && total > peak {
+                    peak = total;
+                    at_peak = live;
+                    peak_phase = phase.clone();
+                }
+            }
+            Ev::Free(k) => {
+                if let Some((c, b)) = sizes.remove(k) {
+                    live[c as usize] -= b;
+                    total -= b;
+                }
+            }
+            Ev::Phase(p) if p == "reset" => {
+                measuring = true;
+                peak = total;
+                at_peak = live;
+                peak_phase = phase.clone();
+            }
+            Ev::Phase(p) => phase = p.clone(),
+        }
+    }
+    (peak, at_peak, peak_phase)
+}
+
+fn replay(evs: &[Ev], a: Allocator) -> (u64, u64) {
+    let policy = match a {
+        Allocator::Pytorch => Policy::PyTorch,
+        Allocator::PytorchExpandable => Policy::PyTorchExpandable,
+        Allocator::Vramkit => Policy::Vramkit,
+    };
+    let Ok(alloc) = CachingAllocator::new(SimDevice::new(1 << 50), AllocatorConfig::new(policy))
+    else {
+        return (0, 0);
+    };
+    let mut live: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+    for e in evs {
+        match e {
+            Ev::Alloc(k, _, parts) => {
+                let v = live.entry(*k).or_default();
+                for &p in parts {
+                    if let Ok(addr) = alloc.malloc(p.max(1), 0) {
+                        v.push(addr);
+                    }
+                }
+            }
+            Ev::Free(k) => {
+                for a in live.remove(k).unwrap_or_default() {
+                    let _ = alloc.free(a);
+                }
+            }
+            Ev::Phase(p) if p == "reset" => alloc.reset_peak_stats(),
+            Ev::Phase(_) => {}
+        }
+    }
+    let st = alloc.memory_stats();
+    (
+        st.allocated_bytes[0].peak.max(0) as u64,
+        st.reserved_bytes[0].peak.max(0) as u64,
+    )
+}
