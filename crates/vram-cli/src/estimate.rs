@@ -812,13 +812,13 @@ pub fn gpus(a: &ListArgs) -> Result<()> {
     } else {
         writeln!(
             out,
-            "{:<11} {:<30} {:>10} {:>10} {:>9} {:>9}",
+            "{:<11} {:<36} {:>10} {:>10} {:>9} {:>9}",
             "id", "name", "memory", "bf16 TF/s", "fp32 TF/s", "HBM GB/s"
         )?;
         for g in gpu::GPUS {
             writeln!(
                 out,
-                "{:<11} {:<30} {:>10} {:>10} {:>9} {:>9}",
+                "{:<11} {:<36} {:>10} {:>10} {:>9} {:>9}",
                 g.id,
                 g.name,
                 fmt::bytes(g.memory_bytes),
