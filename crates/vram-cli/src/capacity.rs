@@ -202,6 +202,12 @@ fn knobs(a: &CapacityArgs, engine: Engine) -> Result<Knobs> {
         max_total_tokens: a.max_total_tokens,
         chunked_prefill_size: a.chunked_prefill_size,
         cuda_graph_max_bs: a.cuda_graph_max_bs,
+        vllm_v0: engine == Engine::Vllm
+            && a.engine_version.as_deref().is_some_and(|v| {
+                ["0.5", "0.6", "0.7"]
+                    .iter()
+                    .any(|k| v == *k || v.starts_with(&format!("{k}.")))
+            }),
     })
 }
 

@@ -77,7 +77,7 @@ impl Engine {
     /// Versions whose memory layout is the pinned one (`--engine-version`).
     pub fn versions(self) -> &'static [&'static str] {
         match self {
-            Engine::Vllm => &["0.10", "0.11"],
+            Engine::Vllm => &["0.5", "0.6", "0.7", "0.8", "0.9", "0.10", "0.11"],
             Engine::Sglang => &["0.5"],
         }
     }
@@ -228,6 +228,11 @@ pub struct Knobs {
     pub chunked_prefill_size: Option<u64>,
     /// SGLang `--cuda-graph-max-bs`.
     pub cuda_graph_max_bs: Option<u64>,
+    /// vLLM's V0 engine (0.5 to 0.7, `vllm/worker/worker.py` `determine_num_available_blocks`):
+    /// no chunked prefill up to 32K tokens, so the profile run is one batch of
+    /// `max(max_model_len, 2048)` tokens; `max_num_seqs` 256; the concurrency logged is the
+    /// pool's tokens over `max_model_len`.
+    pub vllm_v0: bool,
 }
 
 impl Default for Knobs {
@@ -248,6 +253,7 @@ impl Default for Knobs {
             max_total_tokens: None,
             chunked_prefill_size: None,
             cuda_graph_max_bs: None,
+            vllm_v0: false,
         }
     }
 }
@@ -450,6 +456,13 @@ fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs) -> u64 {
 /// the profile run skips top-k/top-p and logprobs (`_dummy_sampler_run`).
 fn sampler_peak(t: &Transformer, reqs: u64, k: &Knobs) -> u64 {
     let v = t.vocab.div_ceil(64) * 64;
+    if k.vllm_v0 {
+        // V0's profile run samples with top-k and top-p on (`SamplingParams(top_p=0.99,
+        // top_k=vocab_size - 1)` in `ModelRunner.profile_run`): the logits, their fp32 copy,
+        // the sorted values and int64 indices, probabilities, log-probabilities and the
+        // cumulative sum of the top-p mask.
+        return reqs * v * (k.dtype_bytes + 4 + 4 + 8 + 4 + 4 + 4);
+    }
     reqs * v * (k.dtype_bytes + 3 * 4)
 }
 
@@ -484,11 +497,24 @@ fn stage_layers(t: &Transformer, pp: u64) -> Vec<LayerCache> {
 fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let total = gpu.memory_bytes;
     let big = total as f64 >= 70.0 * GIB && !gpu.id.starts_with("a100");
-    let max_num_seqs = k.max_num_seqs.unwrap_or(if big { 1024 } else { 256 });
-    let mut mnbt = k
-        .max_num_batched_tokens
-        .unwrap_or(if big { 8192 } else { 2048 });
     let max_len = k.max_model_len.unwrap_or(t.max_positions);
+    let (seqs_default, tokens_default) = if k.vllm_v0 {
+        // V0's EngineArgs: chunked prefill only above 32K tokens (then 2048 a step).
+        (
+            256,
+            if max_len <= 32768 {
+                max_len.max(2048)
+            } else {
+                2048
+            },
+        )
+    } else if big {
+        (1024, 8192)
+    } else {
+        (256, 2048)
+    };
+    let max_num_seqs = k.max_num_seqs.unwrap_or(seqs_default);
+    let mut mnbt = k.max_num_batched_tokens.unwrap_or(tokens_default);
     let block = k.block_size.unwrap_or(16);
     let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
     let util = k.gpu_memory_utilization.unwrap_or(0.9);
@@ -497,6 +523,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     mnbt = mnbt.max(max_num_seqs.min(mnbt));
     let weights = weights_per_gpu(t, k);
     let reqs = max_num_seqs.min(mnbt);
+    // vLLM 0.11 logs the profile's peak only through the pool; V0 logged it.
     let activation = forward_peak(t, mnbt, k).max(sampler_peak(t, reqs, k));
     // cuBLAS/cuBLASLt handles' workspaces and NCCL communicators (TP/PP > 1: NCCL's buffers
     // and vLLM's custom all-reduce IPC buffers) appear after the snapshot.
@@ -563,7 +590,9 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         b
     };
     let need = blocks_for(max_len);
-    let max_concurrency = if need > 0 {
+    let max_concurrency = if k.vllm_v0 {
+        tokens as f64 / max_len as f64
+    } else if need > 0 {
         num_blocks as f64 / need as f64
     } else {
         0.0
@@ -642,7 +671,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     }
     Capacity {
         engine: Engine::Vllm,
-        engine_version: Engine::Vllm.pinned_version(),
+        engine_version: if k.vllm_v0 { "0.6" } else { Engine::Vllm.pinned_version() },
         total_bytes: total,
         budget_bytes: budget,
         memory_fraction: util,
