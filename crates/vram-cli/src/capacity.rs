@@ -211,16 +211,17 @@ fn knobs(a: &CapacityArgs, engine: Engine) -> Result<Knobs> {
     })
 }
 
-/// The capacity these flags describe, and the cheapest change when it does not start: the
-/// one computation behind the text, `--json` and Python's `vramkit.capacity`.
-pub fn compute(
-    a: &CapacityArgs,
-) -> Result<(
+/// The model's name, the GPU, the capacity, and the cheapest change when it does not start.
+type Answer = (
     String,
     &'static gpu::Gpu,
     Capacity,
     Option<(String, Capacity)>,
-)> {
+);
+
+/// The capacity these flags describe, and the cheapest change when it does not start: the
+/// one computation behind the text, `--json` and Python's `vramkit.capacity`.
+pub fn compute(a: &CapacityArgs) -> Result<Answer> {
     let engine = match a.engine {
         EngineArg::Vllm => Engine::Vllm,
         EngineArg::Sglang => Engine::Sglang,

@@ -430,7 +430,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     let b = v * mult;
-    (b.is_finite() && b >= 1.0 && b < 1e15).then_some(b.round() as u64)
+    (b.is_finite() && (1.0..1e15).contains(&b)).then_some(b.round() as u64)
 }
 
 /// A GPU the catalog lacks, given by its size: the memory as given, every rate (and the

@@ -837,6 +837,77 @@ pub fn cheapest_change(
     })
 }
 
+/// A serving engine's start-up failure, read from its log for `vram doctor`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StartupError {
+    /// vLLM: one request of `max_model_len` does not fit the KV cache (V1's "To serve at least
+    /// one request with the models's max seq len (L), (X GiB KV cache is needed, which is larger
+    /// than the available KV cache memory (Y GiB) ... estimated maximum model length is M", or
+    /// V0's "The model's max seq len (L) is larger than the maximum number of tokens that can be
+    /// stored in KV cache (T)").
+    VllmMaxSeqLen {
+        /// The `max_model_len` asked for.
+        max_model_len: u64,
+        /// KV cache one request needs, bytes (V1).
+        needed_bytes: Option<u64>,
+        /// KV cache available, bytes (V1).
+        available_bytes: Option<u64>,
+        /// The largest length that fits: V1's estimate, or V0's token count.
+        max_model_len_that_fits: Option<u64>,
+    },
+    /// vLLM: "No available memory for the cache blocks": weights and the profile's peak exceed
+    /// `total × gpu_memory_utilization`.
+    VllmNoCacheMemory,
+    /// SGLang: "Not enough memory. Please try to increase --mem-fraction-static."
+    SglangNotEnoughMemory,
+}
+
+fn number_after(text: &str, key: &str) -> Option<f64> {
+    let i = text.find(key)? + key.len();
+    let rest = text[i..].trim_start_matches([' ', '(', ':']);
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+        .unwrap_or(rest.len());
+    rest[..end].replace(',', "").parse().ok()
+}
+
+/// Recognises a vLLM or SGLang start-up failure in `log` (a message or a whole log) and reads
+/// its figures; `None` when there is none. Pure: the doctor passes the text in, and then asks
+/// [`capacity`] and [`cheapest_change`] for the figures and the change that fixes it.
+pub fn startup_error(log: &str) -> Option<StartupError> {
+    if log.contains("Not enough memory. Please try to increase --mem-fraction-static") {
+        return Some(StartupError::SglangNotEnoughMemory);
+    }
+    if log.contains("No available memory for the cache blocks") {
+        return Some(StartupError::VllmNoCacheMemory);
+    }
+    let gib = |x: f64| (x * GIB).round() as u64;
+    if let Some(i) = log.find("max seq len (") {
+        let tail = &log[i..];
+        let len = number_after(tail, "max seq len (")? as u64;
+        if tail.contains("KV cache is needed") {
+            return Some(StartupError::VllmMaxSeqLen {
+                max_model_len: len,
+                needed_bytes: number_after(tail, "), (").map(gib),
+                available_bytes: number_after(tail, "available KV cache memory (").map(gib),
+                max_model_len_that_fits: number_after(tail, "maximum model length is")
+                    .map(|x| x as u64),
+            });
+        }
+        if tail.contains("stored in KV cache") {
+            return Some(StartupError::VllmMaxSeqLen {
+                max_model_len: len,
+                needed_bytes: None,
+                available_bytes: None,
+                max_model_len_that_fits: number_after(tail, "stored in KV cache (")
+                    .map(|x| x as u64),
+            });
+        }
+    }
+    None
+}
+
 fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
@@ -937,6 +1008,53 @@ mod tests {
             c.max_model_len_that_fits == 0
                 || c2.max_model_len_that_fits == c.max_model_len_that_fits
         );
+    }
+
+    #[test]
+    fn startup_errors_are_read_from_real_messages() {
+        // vllm-project/vllm#10517 (V0) and QwenLM/Qwen3#295.
+        let v0 = "ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (23648). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
+        assert_eq!(
+            startup_error(v0),
+            Some(StartupError::VllmMaxSeqLen {
+                max_model_len: 29000,
+                needed_bytes: None,
+                available_bytes: None,
+                max_model_len_that_fits: Some(23648)
+            })
+        );
+        let v1 = "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (4.86 GiB). Based on the available memory, the estimated maximum model length is 39792. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
+        match startup_error(v1) {
+            Some(StartupError::VllmMaxSeqLen {
+                max_model_len: 131072,
+                needed_bytes: Some(n),
+                available_bytes: Some(a),
+                max_model_len_that_fits: Some(39792),
+            }) => {
+                assert_eq!(n, 16 << 30);
+                assert!((a as f64 / GIB - 4.86).abs() < 1e-9);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            startup_error(
+                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+            ),
+            Some(StartupError::SglangNotEnoughMemory)
+        );
+        assert_eq!(
+            startup_error("CUDA out of memory. Tried to allocate 2.00 GiB"),
+            None
+        );
+        // The message this module writes for a run that does not start is read back.
+        let t = llama3();
+        let gpu = vram_model::gpu::lookup("rtx-4090").unwrap();
+        let mut k = Knobs::default();
+        k.max_model_len = Some(8192);
+        k.gpu_memory_utilization = Some(0.68);
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        let read = c.log.iter().find_map(|l| startup_error(l));
+        assert!(!c.starts && read.is_some(), "{:?}", c.log);
     }
 
     #[test]
