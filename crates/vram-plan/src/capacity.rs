@@ -1049,9 +1049,11 @@ mod tests {
         // The message this module writes for a run that does not start is read back.
         let t = llama3();
         let gpu = vram_model::gpu::lookup("rtx-4090").unwrap();
-        let mut k = Knobs::default();
-        k.max_model_len = Some(8192);
-        k.gpu_memory_utilization = Some(0.68);
+        let k = Knobs {
+            max_model_len: Some(8192),
+            gpu_memory_utilization: Some(0.68),
+            ..Knobs::default()
+        };
         let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
         let read = c.log.iter().find_map(|l| startup_error(l));
         assert!(!c.starts && read.is_some(), "{:?}", c.log);
