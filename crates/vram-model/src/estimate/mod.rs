@@ -14,6 +14,7 @@
 mod inference;
 mod layers;
 
+pub use inference::set_replay_every_token;
 pub use layers::{attention_kernel, repeats_kv_at, Kernel};
 mod replay;
 mod sinks;
@@ -869,7 +870,7 @@ pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u
             Mode::Train(t) => t.micro_batch = n,
             Mode::Infer(i) => i.batch = n,
         }
-        Ok(estimate(model, &s)?.fits(capacity))
+        fits_screened(model, &s, capacity)
     };
     search_max(with)
 }
@@ -881,9 +882,24 @@ pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option
         if let Mode::Infer(i) = &mut s.mode {
             i.context = n;
         }
-        Ok(estimate(model, &s)?.fits(capacity))
+        fits_screened(model, &s, capacity)
     };
     search_max(with)
+}
+
+/// Whether `setup` fits `capacity`, replaying the allocator only when the peak walk alone
+/// cannot decide: reserved bytes are at least the allocated peak, so a step whose allocated
+/// peak plus context already exceeds the device does not fit (the same answer as
+/// `estimate(..).fits(..)`, without its replay).
+fn fits_screened(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
+    let a = estimate_allocated(model, setup)?;
+    if a.peak_bytes
+        .saturating_add(setup.overheads.cuda_context_bytes)
+        > capacity
+    {
+        return Ok(false);
+    }
+    Ok(estimate(model, setup)?.fits(capacity))
 }
 
 /// Largest `n` in 1..=2^24 with `fits(n)`, assuming `fits` is monotone.

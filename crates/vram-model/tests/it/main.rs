@@ -2,6 +2,7 @@
 
 mod activations;
 mod bad_input;
+mod generate_replay;
 mod params;
 mod timeline;
 mod zero;
