@@ -477,8 +477,7 @@ fn vllm_capture_sizes(max_num_seqs: u64) -> Vec<u64> {
 }
 
 /// The capacity of `t` served by `engine` on `gpu` with `knobs`, as the engine computes it at
-/// start-up. `context_bytes`: the CUDA context outside the caching allocator (the GPU's, see
-/// [`vram_model::gpu::Gpu::context_bytes`]).
+/// start-up (the CUDA context is the GPU's, [`vram_model::gpu::Gpu::context_bytes`]).
 pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
     validate(t, knobs)?;
     match engine {
