@@ -64,7 +64,8 @@ fn segment_class(bytes: u64) -> (u64, u64, bool) {
 /// the previous step's placement one token longer (each cache tensor alternating between the
 /// same two blocks), so they add nothing to the reserved peak and their allocated peak is
 /// reached again at the last step. The walk takes the first two and last two steps and each
-/// step where a class changes with its neighbours: the test
+/// step where a class changes with its neighbours (the caller takes this path only when each
+/// cache tensor has segments of its own and the step's other tensors cannot share them): the test
 /// `generate_replay_of_chosen_steps_equals_every_step` compares both on a grid of models,
 /// batches, lengths and allocators.
 pub(crate) fn replay_tokens(steps: u64, prompt: u64, per_token: u64, others: &[u64]) -> Vec<u64> {
@@ -560,10 +561,17 @@ impl Step<'_> {
             // rounded to 2 MiB): then only the cache tensors use the large pool, each one
             // alternating between two whole segments of its class. Otherwise where a block
             // lands in a shared segment depends on every step before, and all are walked.
-            use vram_alloc::policy::{MIN_LARGE_ALLOC, SMALL_SIZE};
-            if others.iter().all(|&o| o <= SMALL_SIZE)
-                && per_token.saturating_mul(prompt) >= MIN_LARGE_ALLOC
-            {
+            // A step tensor of at least 2 MiB whose own segment is smaller than every cache
+            // block is as good: it fits no cache remainder (< 2 MiB), best fit keeps it in its
+            // own segment, and no cache tensor fits there.
+            use vram_alloc::policy::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_SIZE};
+            let cache0 = per_token.saturating_mul(prompt);
+            let apart = |o: u64| {
+                let (seg, _, _) = segment_class(o);
+                o <= SMALL_SIZE
+                    || (o.div_ceil(512) * 512 >= ROUND_LARGE && seg < cache0.div_ceil(512) * 512)
+            };
+            if others.iter().all(|&o| apart(o)) && cache0 >= MIN_LARGE_ALLOC {
                 replay_tokens(steps, prompt, per_token, &others)
             } else {
                 (1..=steps).collect()

@@ -52,6 +52,10 @@ fn generate_replay_of_chosen_steps_equals_every_step() {
         // Long prompts at small batches: the cache tensors have segments of their own and the
         // steps between class changes are skipped (2 MiB classes, 64-256 tokens each).
         ("llama-3-8b", &[1, 2][..], &[8000][..], &[1500][..]),
+        // Large batches: the logits (>= 2 MiB) keep segments of their own, smaller than any
+        // cache block, and are skipped too.
+        ("llama-3-8b", &[9, 12][..], &[2000][..], &[500][..]),
+        ("gpt2", &[40][..], &[900][..], &[300][..]),
     ] {
         let model = catalog::lookup(id).unwrap();
         for &b in batches {
