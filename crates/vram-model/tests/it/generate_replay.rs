@@ -56,6 +56,9 @@ fn generate_replay_of_chosen_steps_equals_every_step() {
         // cache block, and are skipped too.
         ("llama-3-8b", &[9, 12][..], &[2000][..], &[500][..]),
         ("gpt2", &[40][..], &[900][..], &[300][..]),
+        // Logits between 1 and 2 MiB (batches 4-8 at a 128K vocabulary): eight steps either
+        // side of each class change.
+        ("llama-3-8b", &[4, 7][..], &[8000][..], &[1200][..]),
     ] {
         let model = catalog::lookup(id).unwrap();
         for &b in batches {
