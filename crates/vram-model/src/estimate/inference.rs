@@ -577,14 +577,14 @@ impl Step<'_> {
                 o <= SMALL_SIZE
                     || (o.div_ceil(512) * 512 >= ROUND_LARGE && seg < cache0.div_ceil(512) * 512)
             };
-            if cache0 < MIN_LARGE_ALLOC {
-                (1..=steps).collect()
-            } else if others.iter().all(|&o| apart(o)) {
+            if cache0 >= MIN_LARGE_ALLOC && others.iter().all(|&o| apart(o)) {
                 replay_tokens(steps, prompt, per_token, &others, 1)
             } else {
-                // A step tensor between 1 and 2 MiB can sit in what a cache segment leaves;
-                // after a class change its placement settles within a few steps (the test
-                // below walks every step on such cases too): eight steps either side.
+                // Cache tensors sharing segments (below 10 MiB), or a step tensor between 1
+                // and 2 MiB that can sit in what a cache segment leaves: placements settle
+                // within a few steps of a class change, not at once. Eight steps either side
+                // are walked; `generate_replay_of_chosen_steps_equals_every_step` checks such
+                // cases against walking every step (an empirical bound, not a proof).
                 replay_tokens(steps, prompt, per_token, &others, 8)
             }
         };

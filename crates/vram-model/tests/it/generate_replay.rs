@@ -59,6 +59,10 @@ fn generate_replay_of_chosen_steps_equals_every_step() {
         // Logits between 1 and 2 MiB (batches 4-8 at a 128K vocabulary): eight steps either
         // side of each class change.
         ("llama-3-8b", &[4, 7][..], &[8000][..], &[1200][..]),
+        // Caches that start small (shared segments, small pool) and grow past 10 MiB.
+        ("gpt2", &[1, 5][..], &[3][..], &[2500][..]),
+        ("phi-3-mini", &[2][..], &[100][..], &[1500][..]),
+        ("llama-3-8b", &[1][..], &[1][..], &[4095][..]),
     ] {
         let model = catalog::lookup(id).unwrap();
         for &b in batches {
