@@ -578,7 +578,8 @@ impl Step<'_> {
                     || (o.div_ceil(512) * 512 >= ROUND_LARGE && seg < cache0.div_ceil(512) * 512)
             };
             if cache0 >= MIN_LARGE_ALLOC && others.iter().all(|&o| apart(o)) {
-                replay_tokens(steps, prompt, per_token, &others, 1)
+                // The other tensors never meet the cache's segments: only its classes count.
+                replay_tokens(steps, prompt, per_token, &[], 1)
             } else {
                 // Cache tensors sharing segments (below 10 MiB), or a step tensor between 1
                 // and 2 MiB that can sit in what a cache segment leaves: placements settle
