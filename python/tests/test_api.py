@@ -94,6 +94,22 @@ def test_estimate_reads_like_the_cli_json():
     assert r.startswith("Estimate(model='gpt2', params=124,439,808, peak=") and "fits=True on h100-80g" in r
 
 
+def test_capacity_reads_like_the_cli_json():
+    c = vramkit.capacity("llama-3-8b", engine="vllm", gpu="h100-80g", max_model_len=8192)
+    out = vram("capacity", "llama-3-8b", "--engine", "vllm", "--gpu", "h100-80g",
+               "--max-model-len", "8192", "--json")
+    assert out.returncode == 0, out.stderr
+    assert c.to_dict() == json.loads(out.stdout)
+    assert c.starts is True and c.kv_cache_tokens > 0 and c.max_concurrency > 1
+    # One block of 16 tokens over 32 layers of 8 KV heads x 128 x 2 (K, V) x 2 bytes.
+    assert c.kv_cache_bytes == c.kv_cache_blocks * 16 * 32 * 8 * 128 * 2 * 2
+    assert repr(c).startswith("Capacity(model='llama-3-8b', engine=vllm")
+    s = vramkit.capacity("llama-3-8b", engine="sglang", gpu="rtx-4090", mem_fraction_static=0.9)
+    assert s.engine == "sglang" and s.memory_fraction == 0.9
+    with pytest.raises(vramkit.VramError, match="outside"):
+        vramkit.capacity("llama-3-8b", gpu_memory_utilization=1.5)
+
+
 def test_fit_batch_size_is_the_largest_that_fits():
     # rtx-4090: 24 GiB (datasheet); the largest micro-batch fits and one more does not.
     n = vramkit.fit_batch_size("gpt2-medium", gpu="rtx-4090", seq=1024, optimizer="adamw")

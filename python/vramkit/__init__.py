@@ -6,6 +6,7 @@ The estimator, the planner and the allocator replay of the ``vram`` command, fro
     e = vramkit.estimate("llama-3-8b", gpu="h100-80g", micro_batch=2, recompute="full")
     e.peak_bytes, e.fits, e.max_micro_batch, e.breakdown
     plans = vramkit.plan("llama-2-70b", gpu="h100", gpus=64, global_batch=512, seq=4096)
+    c = vramkit.capacity("llama-3-8b", engine="vllm", gpu="rtx-4090", max_model_len=8192)
     print(plans[0].emit("deepspeed"))
 
 Setup keywords are the ``vram`` command's flags with underscores (``micro_batch=4`` is
@@ -26,7 +27,9 @@ __all__ = [
     "Estimate",
     "Plan",
     "Replay",
+    "Capacity",
     "estimate",
+    "capacity",
     "plan",
     "plan_outcome",
     "replay",
@@ -46,7 +49,9 @@ _LAZY = {
     "Estimate": "._api",
     "Plan": "._api",
     "Replay": "._api",
+    "Capacity": "._api",
     "estimate": "._api",
+    "capacity": "._api",
     "plan": "._api",
     "plan_outcome": "._api",
     "replay": "._api",
@@ -59,9 +64,11 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from ._api import (
+        Capacity,
         Estimate,
         Plan,
         Replay,
+        capacity,
         cli,
         estimate,
         fit_batch_size,

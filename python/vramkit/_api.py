@@ -15,8 +15,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from ._vramkit import VramError, run
 
 __all__ = [
-    "Estimate", "Plan", "Replay", "estimate", "plan", "replay", "fit_batch_size",
-    "models", "gpus", "cli", "plan_outcome",
+    "Estimate", "Plan", "Replay", "Capacity", "estimate", "plan", "replay", "capacity",
+    "fit_batch_size", "models", "gpus", "cli", "plan_outcome",
 ]
 
 log = logging.getLogger("vramkit")
@@ -269,6 +269,30 @@ class Replay(_Result):
         return f"Replay(events={self._data.get('events')}, {pols})"
 
 
+class Capacity(_Result):
+    """``vram capacity --json`` as an object: what vLLM or SGLang would log at start-up.
+
+    ``weights_bytes`` (per GPU), ``non_torch_bytes``, ``activation_peak_bytes``,
+    ``cuda_graph_bytes``, ``kv_cache_bytes``, ``kv_cache_tokens``, ``kv_cache_blocks``,
+    ``max_concurrency`` (requests of ``max_model_len`` at once), ``starts``,
+    ``max_model_len_that_fits``, ``cheapest_change`` (``None`` or ``{"flags": ...}``), ``log``
+    (the lines the engine would print), ``assumes``, ``engine``, ``engine_version``, ``gpu``.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        d = self._data
+        gpu = d.get("gpu", {}).get("id") if isinstance(d.get("gpu"), dict) else d.get("gpu")
+        return (
+            f"Capacity(model={d.get('model')!r}, engine={d.get('engine')} {d.get('engine_version')}, "
+            f"gpu={gpu}, weights={_fmt_bytes(d.get('weights_bytes'))}, "
+            f"kv_cache={_fmt_bytes(d.get('kv_cache_bytes'))} ({d.get('kv_cache_tokens'):,} tokens), "
+            f"max_concurrency={d.get('max_concurrency', 0):.2f} at {d.get('max_model_len')}, "
+            f"starts={d.get('starts')})"
+        )
+
+
 def _json(out: str) -> Any:
     try:
         return json.loads(out)
@@ -289,6 +313,17 @@ def estimate(model: Any, **setup: Any) -> Estimate:
     setup.pop("json", None)
     with _model_arg(model) as arg:
         return Estimate(_json(_call(["estimate", arg, "--json", *_flags(setup)])))
+
+
+def capacity(model: Any, **knobs: Any) -> Capacity:
+    """What ``engine`` (``"vllm"``, the default, or ``"sglang"``) would log at start-up for
+    ``model`` on ``gpu``: ``vram capacity MODEL --json`` with the engine's knobs as keywords,
+    e.g. ``engine="vllm", gpu="a100-80g", gpu_memory_utilization=0.9, max_model_len=8192,
+    tensor_parallel_size=2, kv_cache_dtype="fp8"``; SGLang's ``mem_fraction_static=0.85``.
+    ``model`` as in :func:`estimate`."""
+    knobs.pop("json", None)
+    with _model_arg(model) as arg:
+        return Capacity(_json(_call(["capacity", arg, "--json", *_flags(knobs)])))
 
 
 def fit_batch_size(model: Any, **setup: Any) -> int:

@@ -190,10 +190,11 @@ pub struct StepArgs {
     /// The caching allocator whose replay gives the reserved bytes.
     #[arg(long, value_enum, default_value = "pytorch")]
     allocator: AllocatorArg,
-    /// How half-precision weights came to be: `fp32` when the model was built in fp32 and cast
-    /// (from_config, then model.to(bfloat16)), `native` when loaded in its own dtype
-    /// (from_pretrained(..., dtype=torch.bfloat16)). Changes the reserved bytes only.
-    #[arg(long, value_enum, default_value = "fp32")]
+    /// How half-precision weights came to be: `native` when loaded in their own dtype
+    /// (from_pretrained: transformers 5 loads the checkpoint's dtype, dtype="auto"), `fp32` when
+    /// the model was built in fp32 and cast (from_config, then model.to(bfloat16)). Changes the
+    /// reserved bytes only.
+    #[arg(long, value_enum, default_value = "native")]
     weights_created: WeightsCreated,
 }
 
@@ -996,13 +997,13 @@ pub fn gpus(a: &ListArgs) -> Result<()> {
     } else {
         writeln!(
             out,
-            "{:<11} {:<30} {:>10} {:>10} {:>9} {:>9}",
+            "{:<11} {:<36} {:>10} {:>10} {:>9} {:>9}",
             "id", "name", "memory", "bf16 TF/s", "fp32 TF/s", "HBM GB/s"
         )?;
         for g in gpu::GPUS {
             writeln!(
                 out,
-                "{:<11} {:<30} {:>10} {:>10} {:>9} {:>9}",
+                "{:<11} {:<36} {:>10} {:>10} {:>9} {:>9}",
                 g.id,
                 g.name,
                 fmt::bytes(g.memory_bytes),

@@ -13,6 +13,7 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 mod batch;
+mod capacity;
 mod checkpoint;
 mod doctor;
 mod estimate;
@@ -73,6 +74,8 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Pack variable-length sequences into batches whose estimated peak fits.
     Batch(batch::BatchArgs),
+    /// What vLLM or SGLang would log at start-up for a model on a GPU: KV cache tokens, concurrency, whether it starts.
+    Capacity(capacity::CapacityArgs),
     /// Place activation checkpoints so that a step fits, at the least recomputation.
     Checkpoint(checkpoint::CheckpointArgs),
     /// Why a PyTorch job ran out of GPU memory (its "CUDA out of memory" message), or a vLLM/SGLang
@@ -99,6 +102,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gpus(a) => estimate::gpus(&a),
         Command::Plan(a) => plan::run(&a),
         Command::Batch(a) => batch::run(&a),
+        Command::Capacity(a) => capacity::run(&a),
         Command::Checkpoint(a) => checkpoint::run(&a),
         Command::Doctor(a) => doctor::run(&a),
         Command::Replay(a) => replay::run(&a),

@@ -1,14 +1,15 @@
 //! Serving speed for `vram estimate --inference`: prefill time, decode time per token and
-//! tokens/s at the estimate's batch and context, from the planner's transformers-stack time
+//! tokens/s of the estimate's `generate` call, from the planner's transformers-stack time
 //! model ([`vram_plan::eager::serving`]).
 
 use vram_model::arch::Model;
 use vram_model::gpu::Gpu;
-use vram_model::setup::{Mode, Setup};
+use vram_model::setup::{KvCache, Mode, Setup};
 use vram_plan::eager::{self, EagerCalibration, Generate, Serving};
 
-/// Serving speed of `setup` (inference) on one `gpu`: a prefill of the whole context and a
-/// decode step at that context. `None` for training setups, parallel setups and models
+/// Serving speed of `setup` (inference) on one `gpu`: the prompt's prefill and the mean decode
+/// step of the `generate` call the estimate describes (its batch, prompt, new tokens, cache
+/// kind, KV dtype and precision). `None` for training setups, parallel setups and models
 /// without a decoder-only generate path.
 pub fn of(model: &Model, gpu: &Gpu, setup: &Setup) -> Option<Serving> {
     let (Model::Transformer(t), Mode::Infer(i)) = (model, setup.mode) else {
@@ -20,22 +21,40 @@ pub fn of(model: &Model, gpu: &Gpu, setup: &Setup) -> Option<Serving> {
     }
     let g = Generate {
         batch: i.batch,
-        prompt: i.context,
-        new_tokens: 1,
+        prompt: i.prompt(),
+        new_tokens: i.new_tokens,
         kv_bytes: i.kv_bytes,
-        static_cache: false,
+        static_cache: i.kv_cache == KvCache::Static,
+        precision: setup.precision,
     };
     eager::serving(t, gpu, &EagerCalibration::default(), &g)
 }
 
 /// One line for the table.
 pub fn line(s: &Serving) -> String {
+    let (bound, other) = if s.decode_bound == "host" {
+        (
+            format!("host-bound: {:.0} kernels launched", s.decode_kernels),
+            format!(
+                "GPU {:.1} ms for {:.2} GB",
+                s.decode_gpu_s * 1e3,
+                s.decode_bytes / 1e9
+            ),
+        )
+    } else {
+        (
+            format!("GPU-bound: {:.2} GB read and written", s.decode_bytes / 1e9),
+            format!(
+                "host {:.1} ms for {:.0} kernels",
+                s.decode_host_s * 1e3,
+                s.decode_kernels
+            ),
+        )
+    };
     format!(
-        "serving speed (transformers generate, one GPU): prefill {:.3} s, decode {:.1} ms/token ({:.1} GPU + {:.0} generate overhead), {:.0} tokens/s",
+        "serving speed (transformers generate, one GPU; not validated against a steady-state measurement): prefill {:.3} s, decode {:.1} ms/token ({bound}; {other}), {:.0} tokens/s",
         s.prefill_s,
         s.decode_token_s * 1e3,
-        s.decode_gpu_s.max(s.decode_launch_s) * 1e3,
-        s.generate_overhead_s * 1e3,
         s.decode_tokens_per_s
     )
 }

@@ -43,7 +43,9 @@ fn rows() -> Vec<Row> {
                 args.push(a.to_string());
             }
         }
-        args.extend(["--gpu", "h100-80g", "--json"].map(String::from));
+        // The ground truth built every model with `from_config(..., dtype=float32)` and cast it
+        // (`model.to(bfloat16)` for the half cases): not the default (`from_pretrained`).
+        args.extend(["--gpu", "h100-80g", "--json", "--weights-created", "fp32"].map(String::from));
         let out_ = Command::new(env!("CARGO_BIN_EXE_vram"))
             .args(&args)
             .output()

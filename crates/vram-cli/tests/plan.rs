@@ -534,17 +534,25 @@ fn estimate_inference_reports_serving_speed() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let s = &v["serving"];
     let f = |k: &str| s[k].as_f64().unwrap();
-    // By hand: bf16 weights 2 x 6,738,415,616 bytes, plus the KV cache (2 x 32 layers x 4096
-    // wide x 2 bytes = 512 KiB a token, x 4 sequences x 4096 tokens = 8 GiB) read by attention
-    // and copied by DynamicCache's torch.cat (read + write): 3 x 8 GiB; over the H100's
-    // measured 2925 GB/s x 0.8 for real kernels.
-    let bytes = 2.0 * 6_738_415_616.0 + 3.0 * 4.0 * 4096.0 * 524_288.0;
+    // By hand: bf16 weights, 2 x (6,738,415,616 - the 32000 x 4096 input embedding, which
+    // is only gathered) bytes, plus the KV cache (2 x 32 layers x 4096 wide x 2 bytes = 512 KiB
+    // a token a sequence) at the mean cache length of the 16 steps after a 4080-token prompt
+    // (4087.5): attention reads ctx + 1 tokens, DynamicCache's torch.cat reads ctx and writes
+    // ctx + 1; over the H100's measured 2925 GB/s x 0.8 for real kernels.
+    let weights = 2.0 * (6_738_415_616.0 - 32000.0 * 4096.0 + 4.0 * 4096.0);
+    let bytes = weights + 4.0 * 524_288.0 * (3.0 * 4087.5 + 2.0);
+    assert!(
+        (f("decode_bytes") / bytes - 1.0).abs() < 1e-9,
+        "{}",
+        f("decode_bytes")
+    );
     let want = bytes / (2925e9 * 0.8);
     assert!(
-        (f("decode_gpu_s") / want - 1.0).abs() < 0.02,
+        (f("decode_gpu_s") / want - 1.0).abs() < 0.002,
         "{} vs {want}",
         f("decode_gpu_s")
     );
+    assert_eq!(s["validated"], serde_json::json!(false));
     assert!(f("decode_token_s") >= f("decode_gpu_s"));
     assert!((f("decode_tokens_per_s") - 4.0 / f("decode_token_s")).abs() < 1e-6);
     // Prefill of 4 x 4096 tokens is compute-bound: at least 2 x params x tokens FLOPs at the
@@ -561,4 +569,43 @@ fn estimate_inference_reports_serving_speed() {
     ]);
     assert_eq!(code, 0);
     assert!(out.contains("tokens/s"), "{out}");
+}
+
+/// The serving speed prices the estimate's own `generate` call: fp32 weights under
+/// `--precision fp32` (twice the bf16 bytes), and `--kv-cache static` (the whole preallocated
+/// cache read every step, no `torch.cat` copy) (issue 25 item 11).
+#[test]
+fn serving_speed_follows_precision_and_cache_kind() {
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "estimate",
+            "llama-2-7b",
+            "--inference",
+            "--batch",
+            "1",
+            "--prompt",
+            "100",
+            "--new-tokens",
+            "1",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["serving"].clone()
+    };
+    let bf16 = run(&[]);
+    let fp32 = run(&["--precision", "fp32"]);
+    let kv_token = 2.0 * 32.0 * 4096.0 * 2.0;
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    // One step at a 100-token cache: dynamic reads 101 tokens and copies 100 -> 101.
+    let w16 = f(&bf16, "decode_bytes") - kv_token * 302.0;
+    let w32 = f(&fp32, "decode_bytes") - kv_token * 302.0;
+    assert!((w32 / w16 - 2.0).abs() < 1e-9, "{w16} {w32}");
+    let st = run(&["--kv-cache", "static"]);
+    // Static: 101 tokens preallocated (prompt + new tokens) read, one written.
+    assert!(
+        (f(&bf16, "decode_bytes") - f(&st, "decode_bytes") - kv_token * (302.0 - 102.0)).abs()
+            < 1.0
+    );
 }

@@ -1,10 +1,14 @@
 //! The GPU catalog: memory sizes and peak rates.
 //!
-//! Memory is the total the driver reports (`nvidia-smi --query-gpu=memory.total`, MiB; for the
-//! MI300X `rocm-smi`), not the marketing figure. Peak rates are dense (no sparsity) tensor-core
+//! Memory is the total the driver reports (`nvidia-smi --query-gpu=memory.total`, MiB; for AMD
+//! `rocm-smi`), not the marketing figure; each entry names its source in `memory_source` (a
+//! public log with the driver's reading, or why the figure is unverified). Peak rates are dense (no sparsity) tensor-core
 //! rates from each vendor's datasheet: A100 (2020), H100 (SXM and PCIe, 2023), H200 (2024),
 //! L4, L40S, GeForce RTX 3090/4090 (fp16 with fp32 accumulate), V100 and T4 (fp16; no bf16),
-//! MI300X (AMD CDNA3 datasheet).
+//! MI300X (AMD CDNA3 datasheet); A10, A40, L40, RTX A6000 (NVIDIA datasheets, dense), GeForce
+//! RTX 4060/4070/4080 (twice the fp32 rate, as the 4090's fp16-with-fp32-accumulate), RTX 5090,
+//! H20 (148 TFLOP/s bf16, 4.0/4.8 TB/s), B200 (2.25 PFLOP/s dense bf16), MI250 (per GCD: half
+//! of the OAM module's 362 TFLOP/s and 3.2 TB/s), MI325X.
 
 use serde::Serialize;
 
@@ -29,9 +33,13 @@ pub struct Gpu {
     pub hbm_gb_s: f64,
     /// Whether the GPU runs bf16 natively (Ampere and later).
     pub bf16: bool,
-    /// CUDA compute capability major version (7 Volta/Turing, 8 Ampere/Ada, 9 Hopper; 9 for the
-    /// MI300X, whose ROCm stack is not modelled separately).
+    /// CUDA compute capability major version (6 Pascal, 7 Volta/Turing, 8 Ampere/Ada, 9 Hopper,
+    /// 10 Blackwell data-centre, 12 Blackwell GeForce; 9 for AMD Instinct GPUs, whose ROCm
+    /// stack is not modelled separately).
     pub sm_major: u32,
+    /// Where [`Gpu::memory_bytes`] comes from: a driver reading (`nvidia-smi` / NVML /
+    /// `rocm-smi`) in a named public log, or why the figure is unverified.
+    pub memory_source: &'static str,
 }
 
 /// Every GPU in the catalog.
@@ -45,6 +53,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 1555.0,
         bf16: true,
         sm_major: 8,
+        memory_source: "nvidia-smi: 40960MiB (A100-SXM4-40GB, bottlerocket-os/bottlerocket-core-kit#834)",
     },
     Gpu {
         id: "a100-80g",
@@ -55,6 +64,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 2039.0,
         bf16: true,
         sm_major: 8,
+        memory_source: "nvidia-smi: 81920MiB (A800-SXM4-80GB, the same board memory, dexmal/dexbotic#41)",
     },
     Gpu {
         id: "h100-80g",
@@ -65,6 +75,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 3350.0,
         bf16: true,
         sm_major: 9,
+        memory_source: "measured: torch.cuda.mem_get_info total on the project's H100 80GB HBM3 (81559 MiB)",
     },
     Gpu {
         id: "h100-pcie",
@@ -75,6 +86,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 2000.0,
         bf16: true,
         sm_major: 9,
+        memory_source: "unverified: the SXM part's 81559 MiB (the same 80 GB HBM)",
     },
     Gpu {
         id: "h200",
@@ -85,6 +97,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 4800.0,
         bf16: true,
         sm_major: 9,
+        memory_source: "unverified: 143771 MiB as nvidia-smi lists the H200 141GB",
     },
     Gpu {
         id: "l4",
@@ -95,6 +108,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 300.0,
         bf16: true,
         sm_major: 8,
+        memory_source: "unverified: 23034 MiB as nvidia-smi lists the L4",
     },
     Gpu {
         id: "l40s",
@@ -105,6 +119,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 864.0,
         bf16: true,
         sm_major: 8,
+        memory_source: "unverified: 46068 MiB as nvidia-smi lists the L40S",
     },
     Gpu {
         id: "rtx-3090",
@@ -115,6 +130,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 936.0,
         bf16: true,
         sm_major: 8,
+        memory_source: "nvidia-smi: 24576MiB (noonghunna/club-3090#1106)",
     },
     Gpu {
         id: "rtx-4090",
@@ -125,6 +141,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 1008.0,
         bf16: true,
         sm_major: 8,
+        memory_source: "nvidia-smi: 24564MiB (RLinf/RLinf#255; vllm-project/vllm#7553)",
     },
     Gpu {
         id: "v100-16g",
@@ -135,6 +152,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 900.0,
         bf16: false,
         sm_major: 7,
+        memory_source: "unverified: 16 GiB nominal",
     },
     Gpu {
         id: "v100-32g",
@@ -145,6 +163,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 900.0,
         bf16: false,
         sm_major: 7,
+        memory_source: "unverified: 32 GiB nominal",
     },
     Gpu {
         id: "t4",
@@ -155,6 +174,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 320.0,
         bf16: false,
         sm_major: 7,
+        memory_source: "unverified: 15360 MiB as nvidia-smi lists the T4",
     },
     Gpu {
         id: "mi300x",
@@ -165,6 +185,161 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 5300.0,
         bf16: true,
         sm_major: 9,
+        memory_source: "rocm-smi: VRAM Total Memory 206141652992 B = 196592 MiB (ROCm/legacy-rocm-build#4750); 196608 MiB nominal kept",
+    },
+    Gpu {
+        id: "a10",
+        name: "NVIDIA A10 24GB",
+        memory_bytes: 23_028 * MIB,
+        half_tflops: 125.0,
+        fp32_tflops: 31.2,
+        hbm_gb_s: 600.0,
+        bf16: true,
+        sm_major: 8,
+        memory_source: "NVML total 24146608128 B = 23028 MiB, driver 535.129.03 (mayooot/detect-gpu#3)",
+    },
+    Gpu {
+        id: "a40",
+        name: "NVIDIA A40 48GB",
+        memory_bytes: 46_068 * MIB,
+        half_tflops: 149.7,
+        fp32_tflops: 37.4,
+        hbm_gb_s: 696.0,
+        bf16: true,
+        sm_major: 8,
+        memory_source: "unverified: 46068 MiB, the L40S's reading for the same 48 GB GDDR6 board size",
+    },
+    Gpu {
+        id: "l40",
+        name: "NVIDIA L40 48GB",
+        memory_bytes: 46_068 * MIB,
+        half_tflops: 181.05,
+        fp32_tflops: 90.5,
+        hbm_gb_s: 864.0,
+        bf16: true,
+        sm_major: 8,
+        memory_source: "unverified: 46068 MiB, the L40S's reading for the same board",
+    },
+    Gpu {
+        id: "rtx-a6000",
+        name: "NVIDIA RTX A6000 48GB",
+        memory_bytes: 49_140 * MIB,
+        half_tflops: 154.8,
+        fp32_tflops: 38.7,
+        hbm_gb_s: 768.0,
+        bf16: true,
+        sm_major: 8,
+        memory_source: "nvidia-smi: 49140MiB (RTX A6000 in a public README found by text search; RTX 6000 Ada and L20 show the same)",
+    },
+    Gpu {
+        id: "rtx-4060",
+        name: "NVIDIA GeForce RTX 4060 8GB",
+        memory_bytes: 8_188 * MIB,
+        half_tflops: 30.2,
+        fp32_tflops: 15.1,
+        hbm_gb_s: 272.0,
+        bf16: true,
+        sm_major: 8,
+        memory_source: "unverified: 8188 MiB (8 GiB less the 4 MiB the Ada GeForce cards reserve, as the 4070's 12282 and 4090's 24564)",
+    },
+    Gpu {
+        id: "rtx-4070",
+        name: "NVIDIA GeForce RTX 4070 12GB",
+        memory_bytes: 12_282 * MIB,
+        half_tflops: 58.3,
+        fp32_tflops: 29.1,
+        hbm_gb_s: 504.0,
+        bf16: true,
+        sm_major: 8,
+        memory_source: "nvidia-smi: 12282MiB, driver 550.40.07 (Frogging-Family/nvidia-all#212)",
+    },
+    Gpu {
+        id: "rtx-4080",
+        name: "NVIDIA GeForce RTX 4080 16GB",
+        memory_bytes: 16_376 * MIB,
+        half_tflops: 97.5,
+        fp32_tflops: 48.7,
+        hbm_gb_s: 716.8,
+        bf16: true,
+        sm_major: 8,
+        memory_source: "unverified: 16376 MiB (16 GiB less 8 MiB, the Ada GeForce pattern)",
+    },
+    Gpu {
+        id: "rtx-5090",
+        name: "NVIDIA GeForce RTX 5090 32GB",
+        memory_bytes: 32_607 * MIB,
+        half_tflops: 209.5,
+        fp32_tflops: 104.8,
+        hbm_gb_s: 1792.0,
+        bf16: true,
+        sm_major: 12,
+        memory_source: "nvidia-smi: 32607MiB, driver 595.71.05 (noonghunna/club-3090#617, #1322)",
+    },
+    Gpu {
+        id: "gtx-1080",
+        name: "NVIDIA GeForce GTX 1080 8GB",
+        memory_bytes: 8_192 * MIB,
+        half_tflops: 8.9,
+        fp32_tflops: 8.9,
+        hbm_gb_s: 320.0,
+        bf16: false,
+        sm_major: 6,
+        memory_source: "unverified: 8 GiB nominal (no tensor cores: half precision priced at the fp32 rate)",
+    },
+    Gpu {
+        id: "h20",
+        name: "NVIDIA H20 96GB",
+        memory_bytes: 97_871 * MIB,
+        half_tflops: 148.0,
+        fp32_tflops: 44.0,
+        hbm_gb_s: 4000.0,
+        bf16: true,
+        sm_major: 9,
+        memory_source: "nvidia-smi: 97871MiB (NVIDIA H20 in a public log found by text search; GH200 96GB parts show the same)",
+    },
+    Gpu {
+        id: "h20-141g",
+        name: "NVIDIA H20 141GB",
+        memory_bytes: 143_771 * MIB,
+        half_tflops: 148.0,
+        fp32_tflops: 44.0,
+        hbm_gb_s: 4800.0,
+        bf16: true,
+        sm_major: 9,
+        memory_source: "unverified: 143771 MiB, the H200's reading for the same 141 GB HBM3e",
+    },
+    Gpu {
+        id: "b200",
+        name: "NVIDIA B200 180GB",
+        memory_bytes: 183_359 * MIB,
+        half_tflops: 2250.0,
+        fp32_tflops: 80.0,
+        hbm_gb_s: 8000.0,
+        bf16: true,
+        sm_major: 10,
+        memory_source: "nvidia-smi: 183359MiB, driver 595.71.05 (B200 logs found by text search, one in a vLLM PR summary, vllm#32377)",
+    },
+    Gpu {
+        id: "mi250",
+        name: "AMD Instinct MI250 (one GCD, 64GB)",
+        memory_bytes: 65_520 * MIB,
+        half_tflops: 181.0,
+        fp32_tflops: 22.6,
+        hbm_gb_s: 1638.4,
+        bf16: true,
+        sm_major: 9,
+        memory_source: "unverified: rocm-smi's 68702699520 B (65520 MiB) per GCD; each of the two GCDs is a device",
+    },
+    Gpu {
+        id: "mi325x",
+        name: "AMD Instinct MI325X 256GB",
+        memory_bytes: 262_144 * MIB,
+        half_tflops: 1307.4,
+        fp32_tflops: 163.4,
+        hbm_gb_s: 6000.0,
+        bf16: true,
+        sm_major: 9,
+        memory_source: "unverified: 256 GiB nominal",
     },
 ];
 
@@ -225,20 +400,141 @@ const ALIASES: &[(&str, &str)] = &[
     ("rtx3090", "rtx-3090"),
     ("rtx4090", "rtx-4090"),
     ("v100", "v100-32g"),
+    ("a6000", "rtx-a6000"),
+    ("4060", "rtx-4060"),
+    ("4070", "rtx-4070"),
+    ("4080", "rtx-4080"),
+    ("5090", "rtx-5090"),
+    ("rtx5090", "rtx-5090"),
+    ("1080", "gtx-1080"),
+    ("h20-96g", "h20"),
+    ("b200-180g", "b200"),
 ];
 
-/// Looks up a GPU by id or alias, case-insensitively.
+/// A bare size (`23.58GiB`, `24GB`, `81559MiB`) as bytes, or `None` when `s` is not one.
+/// Units: `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024), `KB`/`MB`/`GB`/`TB` (powers of 1000).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic())?;
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.trim().parse().ok()?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "kib" => 1024f64,
+        "mib" => 1024f64.powi(2),
+        "gib" => 1024f64.powi(3),
+        "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return None,
+    };
+    let b = v * mult;
+    (b.is_finite() && (1.0..1e15).contains(&b)).then_some(b.round() as u64)
+}
+
+/// A GPU the catalog lacks, given by its size: the memory as given, every rate (and the
+/// context and workspace) of the H100 SXM, which the output names. Leaked once per distinct
+/// size, so that it lives as long as the catalog's entries.
+fn bare(bytes: u64) -> &'static Gpu {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MADE: OnceLock<Mutex<HashMap<u64, &'static Gpu>>> = OnceLock::new();
+    let made = MADE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut m = made.lock().unwrap_or_else(|e| e.into_inner());
+    m.entry(bytes).or_insert_with(|| {
+        let h = &GPUS[2];
+        let name: &'static str = Box::leak(
+            format!(
+                "a {:.2} GiB GPU (rates of the {} assumed)",
+                bytes as f64 / (1u64 << 30) as f64,
+                h.name
+            )
+            .into_boxed_str(),
+        );
+        Box::leak(Box::new(Gpu {
+            id: "custom",
+            name,
+            memory_bytes: bytes,
+            memory_source: "given on the command line",
+            ..*h
+        }))
+    })
+}
+
+/// Looks up a GPU by id or alias, case-insensitively, or takes a bare size (`23.58GiB`) for a
+/// card the catalog lacks (see [`parse_size`]).
 pub fn lookup(name: &str) -> Result<&'static Gpu> {
     let lower = name.to_ascii_lowercase();
     let id = ALIASES
         .iter()
         .find(|(a, _)| *a == lower)
         .map_or(lower.as_str(), |(_, id)| id);
-    GPUS.iter()
-        .find(|g| g.id == id)
-        .ok_or_else(|| Error::Unknown {
-            kind: "GPU",
-            name: name.into(),
-            known: GPUS.iter().map(|g| g.id).collect::<Vec<_>>().join(", "),
-        })
+    if let Some(g) = GPUS.iter().find(|g| g.id == id) {
+        return Ok(g);
+    }
+    if let Some(b) = parse_size(name) {
+        return Ok(bare(b));
+    }
+    Err(Error::Unknown {
+        kind: "GPU",
+        name: name.into(),
+        known: format!(
+            "{}, or a size such as 23.58GiB",
+            GPUS.iter().map(|g| g.id).collect::<Vec<_>>().join(", ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_sizes_and_catalog_sources() {
+        assert_eq!(
+            parse_size("23.58GiB"),
+            Some((23.58 * 1073741824.0f64).round() as u64)
+        );
+        assert_eq!(parse_size("24GB"), Some(24_000_000_000));
+        assert_eq!(parse_size("81559MiB"), Some(81559 * MIB));
+        assert_eq!(parse_size("h100"), None);
+        assert_eq!(parse_size("-3GiB"), None);
+        let g = lookup("23.58GiB").unwrap();
+        assert_eq!(g.memory_bytes, parse_size("23.58GiB").unwrap());
+        assert!(g.name.contains("23.58 GiB"), "{}", g.name);
+        assert!(std::ptr::eq(g, lookup("23.58gib").unwrap()));
+        for id in [
+            "a10",
+            "a40",
+            "l40",
+            "rtx-a6000",
+            "rtx-4060",
+            "rtx-4070",
+            "rtx-4080",
+            "rtx-5090",
+            "gtx-1080",
+            "h20",
+            "h20-141g",
+            "b200",
+            "mi250",
+            "mi325x",
+        ] {
+            let g = lookup(id).unwrap();
+            assert!(!g.memory_source.is_empty(), "{id}");
+        }
+        // Every entry's source names a driver reading with its public log, or says unverified.
+        for g in GPUS {
+            assert!(
+                g.memory_source.starts_with("unverified")
+                    || g.memory_source.contains('#')
+                    || g.memory_source.starts_with("measured")
+                    || g.memory_source.contains("text search"),
+                "{}: {}",
+                g.id,
+                g.memory_source
+            );
+        }
+        assert!(lookup("h100-90g").is_err());
+    }
 }

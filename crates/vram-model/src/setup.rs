@@ -163,7 +163,9 @@ pub struct Overheads {
     /// (`AutoModel.from_config(cfg)` or `from_pretrained(..., dtype=torch.float32)` followed by
     /// `model.to(torch.bfloat16)`): the fp32 tensors' blocks stay reserved and the half ones are
     /// carved out of them. `false` when the weights are created in their own dtype
-    /// (`from_pretrained(..., dtype=torch.bfloat16)`). Affects reserved bytes only.
+    /// (`from_pretrained(...)`: transformers 5.24 loads the checkpoint's own dtype directly,
+    /// `dtype=None` becoming `"auto"` in `modeling_utils.PreTrainedModel.from_pretrained`), the
+    /// default. Affects reserved bytes only.
     pub weights_cast_from_fp32: bool,
 }
 
@@ -204,13 +206,14 @@ impl Overheads {
 impl Default for Overheads {
     fn default() -> Self {
         // The H100 with CUDA 13 figures (measured; see `gpu::H100_CUDA13_CONTEXT_BYTES` and
-        // `gpu::workspace_bytes`), PyTorch's default allocator replayed.
+        // `gpu::workspace_bytes`), PyTorch's default allocator replayed, weights loaded as
+        // `from_pretrained` loads them (in their own dtype).
         Overheads {
             cuda_context_bytes: crate::gpu::H100_CUDA13_CONTEXT_BYTES,
             workspace_bytes: crate::gpu::workspace_bytes(9),
             fragmentation: None,
             allocator: Allocator::Pytorch,
-            weights_cast_from_fp32: true,
+            weights_cast_from_fp32: false,
         }
     }
 }

@@ -131,12 +131,6 @@ pub struct EagerCalibration {
     /// fp32 `sdpa` runs the memory-efficient (xFormers/cutlass) kernel on CUDA cores:
     /// 0.3 of the fp32 peak (an assumption: it reaches about a third of cuBLAS's fp32 rate).
     pub mem_efficient_fp32_eta: f64,
-    /// Wall time per generated token that `generate` spends outside the model's kernels
-    /// (logits processors, stopping criteria, cache bookkeeping, host syncs), per sequence
-    /// of the batch and fixed; see [`serving`].
-    pub generate_token_s: f64,
-    /// Per sequence of the batch, per generated token, on top of `generate_token_s`.
-    pub generate_token_per_seq_s: f64,
 }
 
 impl Default for EagerCalibration {
@@ -151,8 +145,6 @@ impl Default for EagerCalibration {
             elementwise_eta: 0.8,
             flash_eta: 0.35,
             mem_efficient_fp32_eta: 0.3,
-            generate_token_s: 0.1,
-            generate_token_per_seq_s: 8.5e-3,
         }
     }
 }
@@ -1013,24 +1005,50 @@ pub fn accumulate_s(gpu: &Gpu, cal: &EagerCalibration, params: f64, grad_bytes: 
 // ---------------------------------------------------------------------------------------
 
 /// Serving speed of `generate` on one GPU.
+///
+/// Nothing here is fitted to a `generate` timing: the only timings the project has (three
+/// first-call `generate` calls, `tests/data/measured_generate.csv`) mix first-call costs, the
+/// prefill and 16 decode steps, so they bound the model from above and validate none of its
+/// figures ([`Serving::validated`] is `false`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Serving {
-    /// Prefill of the whole prompt batch (compute-bound), seconds.
+    /// Prefill of the whole prompt batch, seconds: each layer's operators priced as in
+    /// training's forward (GEMMs from the H100 grid, fused attention, element-wise bytes), the
+    /// larger of their GPU time and their launch time, no autograd.
     pub prefill_s: f64,
-    /// One decode step (one new token for every sequence), seconds, averaged over the new
-    /// tokens: the larger of weight + KV-cache bytes over bandwidth and the kernels' launch
-    /// time, plus `generate`'s own per-token overhead.
+    /// One decode step (one new token for every sequence), seconds, the mean over the call's
+    /// steps: the larger of [`Serving::decode_gpu_s`] and [`Serving::decode_host_s`]
+    /// (transformers 5.24's `DeferredStopCheck` reads the stop flag one step late, so the host
+    /// never waits for the device and the two overlap).
     pub decode_token_s: f64,
-    /// Of `decode_token_s`: GPU time (bandwidth-bound).
+    /// GPU time of a mean decode step: the larger of the bytes it reads and writes
+    /// ([`Serving::decode_bytes`]) over the GPU's element-wise bandwidth and its FLOPs over the
+    /// dense peak.
     pub decode_gpu_s: f64,
-    /// Of `decode_token_s`: launch time of one forward's kernels.
-    pub decode_launch_s: f64,
-    /// Of `decode_token_s`: `generate`'s per-token overhead outside the model.
-    pub generate_overhead_s: f64,
-    /// The whole `generate` call: prefill plus `new_tokens` decode steps, seconds.
+    /// Bytes a mean decode step moves: the weights in their dtype (the input embedding only
+    /// by the rows it gathers), every layer's keys and values read by attention, and the
+    /// `DynamicCache`'s `torch.cat` copy (old length read, new length written); a static cache
+    /// is read at its full length and written one token.
+    pub decode_bytes: f64,
+    /// Host time of a decode step: [`Serving::decode_kernels`] times the measured per-kernel
+    /// cost of a Python loop of tiny CUDA ops (`EagerCalibration::launch_s`, 9.6 µs on the H100
+    /// host). Python module calls and `generate`'s bookkeeping between the kernels are not
+    /// priced, so a host-bound figure is a floor.
+    pub decode_host_s: f64,
+    /// Kernels one decode step launches: every layer's operators as transformers writes them
+    /// (plus the cache update's two), the rotary tables, final norm, head, and `generate`'s own
+    /// (logits copy to fp32, argmax, the token appended, the stopping criteria).
+    pub decode_kernels: f64,
+    /// `"gpu"` or `"host"`: which side bounds a decode step.
+    pub decode_bound: &'static str,
+    /// The whole `generate` call: the prefill (which yields the first token), then one decode
+    /// step per further token and the one extra step `DeferredStopCheck` runs and undoes.
     pub generate_s: f64,
     /// Tokens generated per second over the batch while decoding.
     pub decode_tokens_per_s: f64,
+    /// Whether these figures were checked against steady-state measurements: `false` (no GPU
+    /// session has measured steady-state prefill or per-token decode yet).
+    pub validated: bool,
 }
 
 /// A `generate` call: `batch` sequences of a `prompt`-token prompt, `new_tokens` generated,
@@ -1047,13 +1065,24 @@ pub struct Generate {
     pub kv_bytes: u64,
     /// `cache_implementation="static"`.
     pub static_cache: bool,
+    /// The model's dtype: `Fp32` runs fp32 weights and GEMMs; every other precision is a
+    /// half-precision model (inference has no master weights).
+    pub precision: Precision,
 }
 
+/// Kernels `generate` launches per decode step outside the decoder layers (transformers 5.24,
+/// `GenerationMixin._sample` and `LlamaModel.forward`; greedy, eos stopping criteria): the
+/// embedding gather (1), the rotary tables (`LlamaRotaryEmbedding.forward`: position ids to
+/// float, `* inv_freq`, `cat`, `cos`, `sin`, two `* attention_scaling`, two casts: 9), the
+/// final norm (6 for RMSNorm), the LM head (1), `logits[:, -1].to(float32, copy=True)` (1),
+/// `argmax` (1), `next_tokens * unfinished + pad * (1 - unfinished)` (4), `torch.cat` of
+/// `input_ids` (1), the stopping criteria (max length and eos `isin`: 3), `unfinished & ~done`
+/// (2) and `DeferredStopCheck`'s asynchronous copy of the flag (1).
+const GENERATE_STEP_KERNELS: f64 = 30.0;
+
 /// Prices `generate` of `new_tokens` tokens after a `prompt`-token prompt for `batch`
-/// sequences of a decoder-only `t` in bf16, KV cache of `kv_bytes` per element, on one GPU.
-/// `static_cache`: transformers' `StaticCache` (attention reads the full preallocated length;
-/// no copy), else the default `DynamicCache`, which appends with `torch.cat` and so copies each
-/// layer's cache every token. `None` for models without a decoder-only generate path.
+/// sequences of a decoder-only `t` on one GPU (see [`Serving`] for the model of each figure).
+/// `None` for models without a decoder-only generate path.
 pub fn serving(
     t: &Transformer,
     gpu: &Gpu,
@@ -1066,10 +1095,18 @@ pub fn serving(
         new_tokens,
         kv_bytes,
         static_cache,
+        precision,
     } = *g;
     if t.layout != Layout::DecoderOnly || batch == 0 || prompt == 0 {
         return None;
     }
+    // Inference has no master weights: anything but fp32 is a half-precision model.
+    let prec = if precision == Precision::Fp32 {
+        Precision::Fp32
+    } else {
+        Precision::Bf16
+    };
+    let wbytes = prec.compute_bytes() as f64;
     let r = Rates::new(gpu, cal);
     let b = batch as f64;
     let p = prompt as f64;
@@ -1078,50 +1115,71 @@ pub fn serving(
     let v = t.vocab as f64;
     // Prefill: the prompt through every layer, logits for the last position only
     // (`logits_to_keep=1` in generate).
-    let s = Shape::new(b * p, p, Precision::Bf16, AmpStyle::Autocast, false);
-    let lw = layer(t, &s, &r, Attention::Sdpa, Precision::Bf16, None);
+    let s = Shape::new(b * p, p, prec, AmpStyle::Autocast, false);
+    let lw = layer(t, &s, &r, Attention::Sdpa, prec, None);
     let mut head = Ops {
         r: &r,
         w: Work::default(),
     };
-    head.ew(b * p * h, 4.0, 2.0);
-    head.gemm(b, h, v, 1.0, false);
-    head.ew(b * v, 6.0 + 4.0, 4.0);
+    head.ew(b * p * h, 2.0 * wbytes, 6.0);
+    head.gemm(b, h, v, 1.0, prec == Precision::Fp32);
+    head.ew(b * v, wbytes + 4.0, 1.0);
     let prefill_s = layers * lw.inference_s(cal) + head.w.inference_s(cal);
 
-    // Decode: one token per sequence per step.
-    let (_, kv_w) = t.attn_widths();
-    let kv_w = kv_w as f64;
-    let kv_per_token = layers * 2.0 * kv_w * kv_bytes as f64;
-    let weights = t.param_count() as f64 * 2.0;
-    let d = Shape::new(b, 1.0, Precision::Bf16, AmpStyle::Autocast, false);
-    let dw = layer(t, &d, &r, Attention::Sdpa, Precision::Bf16, None);
-    let launch = (layers * dw.kernels + 8.0) * cal.launch_s;
-    let mut gpu_sum = 0.0;
-    for i in 0..new_tokens {
-        let ctx = p + i as f64;
-        let read = if static_cache {
-            p + new_tokens as f64
-        } else {
-            ctx
-        };
-        let copy = if static_cache { 0.0 } else { 2.0 * ctx };
-        gpu_sum += (weights + b * kv_per_token * (read + copy)) / r.bytes_per_s;
-    }
-    let n = new_tokens.max(1) as f64;
-    let decode_gpu_s = gpu_sum / n;
-    let overhead = cal.generate_token_s + cal.generate_token_per_seq_s * b;
-    let decode_token_s = decode_gpu_s.max(launch) + overhead;
-    // The first new token comes out of the prefill; the others each take a decode step.
-    let generate_s = prefill_s + (new_tokens.saturating_sub(1)) as f64 * decode_token_s + overhead;
+    // Decode: one token per sequence per step, over a cache of `ctx` tokens.
+    let (q_w, kv_w) = t.attn_widths();
+    let kv_per_token = layers * 2.0 * kv_w as f64 * kv_bytes as f64; // bytes, one sequence
+    let params = t.param_count() as f64;
+    // The input embedding is gathered, not read whole, unless the head shares it.
+    let gathered_only = if t.tied_embeddings { 0.0 } else { v * h };
+    let weights = (params - gathered_only + b * h) * wbytes;
+    let d = Shape::new(b, 1.0, prec, AmpStyle::Autocast, false);
+    let dw = layer(t, &d, &r, Attention::Sdpa, prec, None);
+    let kernels = layers * (dw.kernels + 2.0) + GENERATE_STEP_KERNELS;
+    let decode_host_s = kernels * cal.launch_s;
+    // The steps run at cache lengths prompt .. prompt + new_tokens - 1 (the first token comes
+    // from the prefill; DeferredStopCheck adds one step at the end): bytes are linear in the
+    // length, so the mean step is the step at the mean length.
+    let steps = new_tokens.max(1) as f64;
+    let mean_ctx = p + (steps - 1.0) / 2.0;
+    let full_len = p + steps;
+    let kv_step = if static_cache {
+        // attention reads the whole preallocated cache; `index_copy_` writes one token
+        b * kv_per_token * (full_len + 1.0)
+    } else {
+        // attention reads ctx + 1 tokens; torch.cat reads ctx and writes ctx + 1
+        b * kv_per_token * (3.0 * mean_ctx + 2.0)
+    };
+    let decode_bytes = weights + kv_step;
+    let kv_len = if static_cache {
+        full_len
+    } else {
+        mean_ctx + 1.0
+    };
+    let flops = 2.0 * b * params + 4.0 * b * layers * q_w as f64 * kv_len;
+    let peak = if prec == Precision::Fp32 {
+        gpu.fp32_tflops
+    } else {
+        gpu.half_tflops
+    } * 1e12;
+    let decode_gpu_s = (decode_bytes / r.bytes_per_s).max(flops / peak);
+    let decode_token_s = decode_gpu_s.max(decode_host_s);
+    let generate_s = prefill_s + steps * decode_token_s;
     Some(Serving {
         prefill_s,
         decode_token_s,
         decode_gpu_s,
-        decode_launch_s: launch,
-        generate_overhead_s: overhead,
+        decode_bytes,
+        decode_host_s,
+        decode_kernels: kernels,
+        decode_bound: if decode_gpu_s >= decode_host_s {
+            "gpu"
+        } else {
+            "host"
+        },
         generate_s,
         decode_tokens_per_s: b / decode_token_s,
+        validated: false,
     })
 }
 

@@ -18,6 +18,9 @@ pub enum Error {
     /// The request is inconsistent (pinned degrees that do not multiply to the GPU count, ...).
     #[error("invalid plan request: {0}")]
     Request(String),
+    /// A serving-capacity knob is out of range or does not fit the model.
+    #[error("{0}")]
+    Capacity(String),
     /// The planner only models this kind of model for some features.
     #[error("{what} needs a transformer model; `{model}` is not one")]
     NotTransformer {

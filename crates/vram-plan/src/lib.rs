@@ -15,6 +15,8 @@
 //!   recomputation × micro-batch, and checks memory with [`vram_model::estimate()`] best-first.
 //! - [`checkpoint`] is optimal activation checkpointing for a chain of heterogeneous layers
 //!   under a memory budget (a rotor/Revolve-style dynamic programme).
+//! - [`capacity`] is what vLLM or SGLang would log at start-up: weights per GPU, profiling
+//!   peak, CUDA graphs, the KV cache in bytes and tokens, concurrency, and whether it starts.
 //! - [`batching`] packs variable-length sequences into batches whose estimated peak fits.
 //! - [`emit`] writes a plan as a DeepSpeed config, Megatron-LM arguments, an accelerate YAML or
 //!   a torchrun + FSDP2 command.
@@ -33,6 +35,7 @@
 #![deny(missing_docs)]
 
 pub mod batching;
+pub mod capacity;
 pub mod checkpoint;
 pub mod cluster;
 pub mod cost;

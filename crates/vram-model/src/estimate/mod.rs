@@ -14,6 +14,7 @@
 mod inference;
 mod layers;
 
+pub use inference::set_replay_every_token;
 pub use layers::{attention_kernel, repeats_kv_at, Kernel};
 mod replay;
 mod sinks;
@@ -869,21 +870,87 @@ pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u
             Mode::Train(t) => t.micro_batch = n,
             Mode::Infer(i) => i.batch = n,
         }
-        Ok(estimate(model, &s)?.fits(capacity))
+        fits_screened(model, &s, capacity)
     };
     search_max(with)
 }
 
 /// The longest context (inference) whose estimate fits `capacity` at the setup's batch.
 pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
+    // A context holds the new tokens and at least one prompt token: the search starts there
+    // (shorter contexts are the same one-token-prompt call).
+    let new = match setup.mode {
+        Mode::Infer(i) => i.new_tokens,
+        Mode::Train(_) => 0,
+    };
+    let start = match setup.mode {
+        Mode::Infer(i) => i.prompt(),
+        Mode::Train(_) => 1,
+    };
     let with = |n: u64| -> Result<bool> {
         let mut s = *setup;
         if let Mode::Infer(i) = &mut s.mode {
-            i.context = n;
+            i.context = n + new;
         }
-        Ok(estimate(model, &s)?.fits(capacity))
+        fits_screened(model, &s, capacity)
     };
-    search_max(with)
+    Ok(search_max_from(start, with)?.map(|n| n + new))
+}
+
+/// [`search_max`] galloping from `start` (the setup's own value) instead of from 1: the same
+/// answer for a monotone `fits`, without trying the short lengths when the setup fits.
+fn search_max_from(start: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
+    let start = start.clamp(1, crate::setup::MAX_SIZE);
+    if start == 1 || !fits(start)? {
+        if start == 1 {
+            return search_max(fits);
+        }
+        // Below `start`: bisect 1..start.
+        if !fits(1)? {
+            return Ok(None);
+        }
+        let (mut lo, mut hi) = (1u64, start);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid)? {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        return Ok(Some(lo));
+    }
+    let mut lo = start;
+    let mut hi = start.saturating_mul(2);
+    while hi <= crate::setup::MAX_SIZE && fits(hi)? {
+        lo = hi;
+        hi = hi.saturating_mul(2);
+    }
+    let mut hi = hi.min(crate::setup::MAX_SIZE + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(lo))
+}
+
+/// Whether `setup` fits `capacity`, replaying the allocator only when the peak walk alone
+/// cannot decide: reserved bytes are at least the allocated peak, so a step whose allocated
+/// peak plus context already exceeds the device does not fit (the same answer as
+/// `estimate(..).fits(..)`, without its replay).
+fn fits_screened(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
+    let a = estimate_allocated(model, setup)?;
+    if a.peak_bytes
+        .saturating_add(setup.overheads.cuda_context_bytes)
+        > capacity
+    {
+        return Ok(false);
+    }
+    Ok(estimate(model, setup)?.fits(capacity))
 }
 
 /// Largest `n` in 1..=2^24 with `fits(n)`, assuming `fits` is monotone.

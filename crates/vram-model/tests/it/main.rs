@@ -4,6 +4,7 @@ mod activations;
 mod bad_input;
 mod blocks;
 mod finetune;
+mod generate_replay;
 mod params;
 mod timeline;
 mod zero;

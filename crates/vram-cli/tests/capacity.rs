@@ -1,0 +1,257 @@
+//! `vram capacity` against start-up figures from real vLLM logs (`tests/data/serving/logs.json`,
+//! the source of every case next to it), and its bad inputs.
+//!
+//! Prints each figure's error (weights, KV pool, blocks, concurrency, whether it starts) and the
+//! published planner's aggregate errors for reference. The targets are weights within
+//! 1 %, KV pool within 3 % median, concurrency within 5 % median; what the logs show is in
+//! BENCHMARKS.md ("Serving capacity").
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/serving")
+}
+
+fn vram(args: &[String]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[test]
+fn capacity_against_real_vllm_logs() {
+    let text = std::fs::read_to_string(data().join("logs.json")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let gib = (1u64 << 30) as f64;
+    let (mut w_err, mut kv_err, mut conc_err) = (Vec::new(), Vec::new(), Vec::new());
+    eprintln!(
+        "{:<36} {:>9} {:>9} {:>9} {:>11} {:>7}",
+        "case", "weights", "KV pool", "blocks", "concurrency", "starts"
+    );
+    for c in doc["cases"].as_array().unwrap() {
+        let model = c["model"].as_str().unwrap();
+        let model = if model.ends_with(".json") {
+            data().join(model).to_string_lossy().into_owned()
+        } else {
+            model.to_string()
+        };
+        let mut args = vec!["capacity".to_string(), model];
+        args.extend(
+            c["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        );
+        args.push("--json".into());
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{}: {err}", c["id"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let l = &c["logged"];
+        let rel = |est: f64, logged: f64| est / logged - 1.0;
+        let w = rel(
+            v["weights_bytes"].as_f64().unwrap() / gib,
+            l["weights_gib"].as_f64().unwrap(),
+        );
+        let kv = rel(
+            v["kv_cache_bytes"].as_f64().unwrap() / gib,
+            l["kv_cache_gib"].as_f64().unwrap(),
+        );
+        let blocks = l["kv_cache_blocks"]
+            .as_f64()
+            .map(|b| rel(v["kv_cache_blocks"].as_f64().unwrap(), b));
+        let conc = l["max_concurrency"]
+            .as_f64()
+            .map(|x| rel(v["max_concurrency"].as_f64().unwrap(), x));
+        let starts_ok = v["starts"] == l["starts"];
+        let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
+        eprintln!(
+            "{:<36} {:>9} {:>9} {:>9} {:>11} {:>7}",
+            c["id"].as_str().unwrap(),
+            pct(Some(w)),
+            pct(Some(kv)),
+            pct(blocks),
+            pct(conc),
+            if starts_ok { "same" } else { "WRONG" }
+        );
+        // The KV pool and the blocks are the same figure in two units.
+        if let Some(b) = blocks {
+            assert!(
+                (b - kv).abs() < 0.02,
+                "{}: blocks {b} vs pool {kv}",
+                c["id"]
+            );
+        }
+        assert!(starts_ok, "{}: starts", c["id"]);
+        w_err.push(w.abs());
+        kv_err.push(kv.abs());
+        if let Some(x) = conc {
+            conc_err.push(x.abs());
+        }
+    }
+    let p = &doc["published_planner"]["mean_abs_error"];
+    eprintln!(
+        "vram: weights worst {:.2}%, KV pool median {:.1}%, concurrency median {:.1}% ({} cases)",
+        w_err.iter().cloned().fold(0.0, f64::max) * 100.0,
+        median(kv_err.clone()) * 100.0,
+        median(conc_err.clone()) * 100.0,
+        kv_err.len()
+    );
+    eprintln!(
+        "published planner (llm-d-planner, its own 29 H100 cases, mean absolute): weights {:.2}%, KV pool {:.1}%, concurrency {:.1}%",
+        p["weights"].as_f64().unwrap() * 100.0,
+        p["kv_pool"].as_f64().unwrap() * 100.0,
+        p["max_concurrency"].as_f64().unwrap() * 100.0
+    );
+    // Weights meet the 1 % target on every case.
+    for e in &w_err {
+        assert!(*e <= 0.01, "weights off by {e}");
+    }
+    // The KV pool and concurrency miss the 3 % / 5 % medians on these V0 logs (the
+    // memory outside PyTorch and the profile's peak are estimated, see BENCHMARKS.md); this
+    // bound only keeps them from getting worse.
+    assert!(median(kv_err) <= 0.12);
+    assert!(median(conc_err) <= 0.16);
+}
+
+#[test]
+fn bad_capacity_inputs_are_one_line_exit_2() {
+    for (args, want) in [
+        (
+            vec!["llama-3-8b", "--gpu-memory-utilization", "1.5"],
+            "outside (0, 1]",
+        ),
+        (
+            vec!["llama-3-8b", "--gpu-memory-utilization", "0"],
+            "outside (0, 1]",
+        ),
+        (
+            vec!["llama-3-8b", "--tensor-parallel-size", "3"],
+            "does not divide",
+        ),
+        (
+            vec!["llama-3-8b", "--max-model-len", "100000"],
+            "max_position_embeddings",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine",
+                "vllm",
+                "--mem-fraction-static",
+                "0.8",
+            ],
+            "SGLang flag",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine",
+                "sglang",
+                "--mem-fraction-static",
+                "1.2",
+            ],
+            "outside (0, 1]",
+        ),
+        (
+            vec!["llama-3-8b", "--engine-version", "0.2"],
+            "layouts known",
+        ),
+        (
+            vec!["llama-3-8b", "--quantization", "int3"],
+            "--quantization",
+        ),
+        (vec!["bert-base-uncased"], "not a decoder-only"),
+        (vec!["resnet-50"], "not a transformer"),
+    ] {
+        let mut a = vec!["capacity".to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+/// What a run that does not start says: the largest length that would, and a change that
+/// starts it at the asked length, whose own run starts.
+#[test]
+fn a_job_that_does_not_start_gets_the_length_and_the_change() {
+    let (code, out, err) = vram(&[
+        "capacity".into(),
+        "llama-3-70b".into(),
+        "--gpu".into(),
+        "a100-80g".into(),
+        "--tensor-parallel-size".into(),
+        "2".into(),
+        "--gpu-memory-utilization".into(),
+        "0.85".into(),
+        "--json".into(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for k in [
+        "weights_bytes",
+        "non_torch_bytes",
+        "activation_peak_bytes",
+        "cuda_graph_bytes",
+        "kv_cache_bytes",
+        "kv_cache_tokens",
+        "max_concurrency",
+        "starts",
+        "max_model_len_that_fits",
+    ] {
+        assert!(v.get(k).is_some(), "{k} missing");
+    }
+    assert_eq!(v["starts"], serde_json::json!(false), "{out}");
+    let fit = v["max_model_len_that_fits"].as_u64().unwrap();
+    assert!(fit < 8192);
+    let flags = v["cheapest_change"]["flags"].as_str().unwrap().to_string();
+    let mut again: Vec<String> = [
+        "capacity",
+        "llama-3-70b",
+        "--gpu",
+        "a100-80g",
+        "--tensor-parallel-size",
+        "2",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let fix: Vec<String> = flags.split_whitespace().map(String::from).collect();
+    if fix[0] == "--tensor-parallel-size" {
+        again[5] = fix[1].clone();
+    } else {
+        again.extend(fix);
+    }
+    let (code, out, _) = vram(&again);
+    assert_eq!(code, 0);
+    let w: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(w["starts"], serde_json::json!(true), "{flags}: {out}");
+    // At the length that fits, the same job starts.
+    let mut at = again[..9].to_vec();
+    at.extend(["--max-model-len".to_string(), fit.to_string()]);
+    let (_, out, _) = vram(&at);
+    let x: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(x["starts"], serde_json::json!(true), "{out}");
+}

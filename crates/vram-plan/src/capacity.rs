@@ -1,0 +1,1077 @@
+//! Serving capacity before launch: what vLLM or SGLang would log at start-up for a model on a
+//! GPU — weights per GPU, memory outside PyTorch, the profiling run's activation peak, CUDA
+//! graphs, the KV cache in bytes and tokens, the concurrency at `max_model_len` — and whether
+//! it starts.
+//!
+//! Each engine's rule is read from its source at a pinned version:
+//!
+//! - **vLLM 0.11 (V1 engine)**, `vllm/v1/worker/gpu_worker.py` `Worker.determine_available_memory`:
+//!   `available = total × gpu_memory_utilization − (weights + torch peak increase of the profile
+//!   run + non-torch increase)`, measured from a snapshot taken after the CUDA context exists
+//!   (so the context is outside the budget's terms but inside `total`). CUDA graphs are
+//!   captured after the KV cache is allocated (`compile_or_warm_up_model`) and so are not
+//!   subtracted: they come on top of the budget. `vllm/v1/core/kv_cache_utils.py`: the page of
+//!   one block of one layer is `block_size × 2 × kv_heads × head_size × dtype` for full and
+//!   sliding attention (`AttentionSpec.page_size_bytes`), `block_size × (kv_lora_rank +
+//!   qk_rope_head_dim) × dtype` for MLA (`MLAAttentionSpec`, one latent, not split by TP), one
+//!   state per request for Mamba-style layers; layers of each kind are grouped in groups of the
+//!   smallest kind's layer count, `num_blocks = available // (page × layers per group)`, the
+//!   logged token count is `num_blocks // groups × block_size`, and the concurrency at
+//!   `max_model_len` is `num_blocks` over the blocks one request needs (full layers
+//!   `⌈max_model_len / block⌉`, sliding layers `⌈min(window − 1 + max_num_batched_tokens,
+//!   max_model_len) / block⌉ + 1`). `check_enough_kv_cache_memory` refuses to start when one
+//!   request of `max_model_len` does not fit, and names the largest length that would.
+//!   `vllm/engine/arg_utils.py` `_set_default_args`: `vllm serve` defaults to
+//!   `max_num_batched_tokens` 8192 and `max_num_seqs` 1024 on GPUs of at least 70 GiB other than
+//!   the A100, else 2048 and 256. The profile run (`GPUModelRunner.profile_run`) is a forward of
+//!   `max_num_batched_tokens` tokens and a sampler run over `min(max_num_seqs, tokens)` logits.
+//! - **SGLang 0.5** (`python/sglang/srt/server_args.py` `_handle_gpu_memory_settings`,
+//!   `model_executor/model_runner.py` `profile_max_num_token`): `chunked_prefill_size` and
+//!   `cuda_graph_max_bs` from the GPU's memory bucket (< 20, 35, 60, 90, 160 GiB),
+//!   `mem_fraction_static = (gpu_mem − reserved) / gpu_mem` with `reserved = 512 +
+//!   max(chunked_prefill_size, 2048) × 1.5 + cuda_graph_max_bs × 2 + tp × pp / 8 × 1024` MiB (at
+//!   least 10 GiB above 60 GiB), then `rest = free after loading − free before loading × (1 −
+//!   mem_fraction_static)` and `max_total_num_tokens = rest // cell_size`, `cell_size = kv_heads
+//!   × (head_dim + v_head_dim) × layers × dtype` (MLA: `(kv_lora_rank + qk_rope_head_dim) ×
+//!   layers × dtype`); zero or less is "Not enough memory. Please try to increase
+//!   --mem-fraction-static."
+//!
+//! What is estimated rather than read: the activation peak of the profile run (the largest
+//! live set of one layer's fused forward plus the sampler's logits), CUDA-graph memory, and the
+//! memory outside PyTorch (each named in [`Capacity::assumes`]).
+
+use serde::Serialize;
+use vram_model::arch::{Mlp, Transformer};
+use vram_model::gpu::Gpu;
+
+use crate::error::{Error, Result};
+
+const GIB: f64 = (1u64 << 30) as f64;
+const MIB: u64 = 1 << 20;
+
+/// The serving engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// vLLM (V1 engine).
+    Vllm,
+    /// SGLang.
+    Sglang,
+}
+
+impl Engine {
+    /// `vllm` or `sglang`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Vllm => "vllm",
+            Engine::Sglang => "sglang",
+        }
+    }
+    /// The version whose source the rules were read from.
+    pub fn pinned_version(self) -> &'static str {
+        match self {
+            Engine::Vllm => "0.11",
+            Engine::Sglang => "0.5",
+        }
+    }
+    /// Versions whose memory layout is the pinned one (`--engine-version`).
+    pub fn versions(self) -> &'static [&'static str] {
+        match self {
+            Engine::Vllm => &["0.5", "0.6", "0.7", "0.8", "0.9", "0.10", "0.11"],
+            Engine::Sglang => &["0.5"],
+        }
+    }
+}
+
+/// What one layer keeps per token (or per request) in the serving engine's cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LayerCache {
+    /// Full attention: keys and values of every token.
+    Full {
+        /// Key/value heads (before tensor parallelism).
+        kv_heads: u64,
+        /// Key width per head.
+        head_dim: u64,
+        /// Value width per head.
+        v_head_dim: u64,
+    },
+    /// Sliding-window (or chunked) attention: the last `window` tokens.
+    Sliding {
+        /// Key/value heads.
+        kv_heads: u64,
+        /// Width per head.
+        head_dim: u64,
+        /// Tokens attended to.
+        window: u64,
+    },
+    /// MLA: one compressed latent and the rotary key per token, shared by all heads.
+    MlaLatent {
+        /// `kv_lora_rank`.
+        kv_lora_rank: u64,
+        /// `qk_rope_head_dim`.
+        rope_dim: u64,
+    },
+    /// Mamba / linear attention: a fixed state per request (conv + recurrent), bytes.
+    State {
+        /// Bytes of one request's state in this layer.
+        bytes: u64,
+    },
+}
+
+/// The per-layer cache kinds of a transformer as the serving engines see them.
+///
+/// This is the one place the capacity model reads the model's layer structure: every layer
+/// full attention, except where the config says otherwise — Mistral's `sliding_window` (every
+/// layer; vLLM and SGLang treat a window not shorter than `max_model_len` as full), Gemma 2's
+/// alternating layers (even layers slide over `sliding_window`, 4096 by default in
+/// `Gemma2Config`). MLA latents and Mamba/linear-attention states have their variants ready
+/// for the model description that carries them.
+pub fn layer_caches(t: &Transformer) -> Vec<LayerCache> {
+    let full = LayerCache::Full {
+        kv_heads: t.kv_heads,
+        head_dim: t.head_dim,
+        v_head_dim: t.head_dim,
+    };
+    (0..t.layers)
+        .map(|i| {
+            let window = match t.model_type.as_str() {
+                "gemma2" if i % 2 == 0 => Some(t.sliding_window.unwrap_or(4096)),
+                "gemma2" => None,
+                _ => t.sliding_window,
+            };
+            match window {
+                Some(w) => LayerCache::Sliding {
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                    window: w,
+                },
+                None => full,
+            }
+        })
+        .collect()
+}
+
+/// Weight storage (`--quantization`, or the config's `quantization_config.quant_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Quantization {
+    /// The model's dtype.
+    None,
+    /// FP8 weights (one byte, per-tensor or per-channel scales).
+    Fp8,
+    /// AWQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
+    Awq,
+    /// GPTQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
+    Gptq,
+    /// bitsandbytes NF4, block 64 with an fp32 absmax per block.
+    Bitsandbytes,
+    /// MXFP4: 4-bit elements, an 8-bit shared exponent per 32.
+    Mxfp4,
+}
+
+impl Quantization {
+    /// Bytes per weight of a quantized linear layer (embeddings and the head stay in dtype).
+    pub fn linear_bytes(self, dtype: f64) -> f64 {
+        match self {
+            Quantization::None => dtype,
+            Quantization::Fp8 => 1.0,
+            Quantization::Awq | Quantization::Gptq => 0.5 + 2.0 / 128.0 + 0.5 / 128.0,
+            Quantization::Bitsandbytes => 0.5 + 4.0 / 64.0,
+            Quantization::Mxfp4 => 0.5 + 1.0 / 32.0,
+        }
+    }
+    /// Parses a `--quantization` value or a `quant_method`.
+    pub fn parse(s: &str) -> Option<Quantization> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "none" => Quantization::None,
+            "fp8" | "fbgemm_fp8" | "compressed-tensors-fp8" => Quantization::Fp8,
+            "awq" | "awq_marlin" => Quantization::Awq,
+            "gptq" | "gptq_marlin" => Quantization::Gptq,
+            "bitsandbytes" | "bnb" => Quantization::Bitsandbytes,
+            "mxfp4" => Quantization::Mxfp4,
+            _ => return None,
+        })
+    }
+}
+
+/// The engine's knobs, named as the engine names them. `None`: the engine's default.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Knobs {
+    /// vLLM `--gpu-memory-utilization` (default 0.9).
+    pub gpu_memory_utilization: Option<f64>,
+    /// `--max-model-len` (SGLang `--context-length`); default the model's positions.
+    pub max_model_len: Option<u64>,
+    /// vLLM `--max-num-seqs`.
+    pub max_num_seqs: Option<u64>,
+    /// vLLM `--max-num-batched-tokens`.
+    pub max_num_batched_tokens: Option<u64>,
+    /// Bytes per KV element (`--kv-cache-dtype`: auto = the model dtype, fp8 = 1).
+    pub kv_bytes: Option<u64>,
+    /// `--tensor-parallel-size`.
+    pub tp: u64,
+    /// `--pipeline-parallel-size`.
+    pub pp: u64,
+    /// vLLM `--enforce-eager` (no CUDA graphs; SGLang `--disable-cuda-graph`).
+    pub enforce_eager: bool,
+    /// vLLM `--block-size` (16); SGLang `--page-size` (1).
+    pub block_size: Option<u64>,
+    /// `--quantization`.
+    pub quantization: Quantization,
+    /// Bytes of the model dtype (`--dtype`: 2 for auto/bfloat16/float16, 4 for float32).
+    pub dtype_bytes: u64,
+    /// SGLang `--mem-fraction-static`.
+    pub mem_fraction_static: Option<f64>,
+    /// SGLang `--max-total-tokens`.
+    pub max_total_tokens: Option<u64>,
+    /// SGLang `--chunked-prefill-size`.
+    pub chunked_prefill_size: Option<u64>,
+    /// SGLang `--cuda-graph-max-bs`.
+    pub cuda_graph_max_bs: Option<u64>,
+    /// vLLM's V0 engine (0.5 to 0.7, `vllm/worker/worker.py` `determine_num_available_blocks`):
+    /// no chunked prefill up to 32K tokens, so the profile run is one batch of
+    /// `max(max_model_len, 2048)` tokens; `max_num_seqs` 256; the concurrency logged is the
+    /// pool's tokens over `max_model_len`.
+    pub vllm_v0: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Knobs {
+            gpu_memory_utilization: None,
+            max_model_len: None,
+            max_num_seqs: None,
+            max_num_batched_tokens: None,
+            kv_bytes: None,
+            tp: 1,
+            pp: 1,
+            enforce_eager: false,
+            block_size: None,
+            quantization: Quantization::None,
+            dtype_bytes: 2,
+            mem_fraction_static: None,
+            max_total_tokens: None,
+            chunked_prefill_size: None,
+            cuda_graph_max_bs: None,
+            vllm_v0: false,
+        }
+    }
+}
+
+/// What the engine would do at start-up on one GPU of the job (the worst pipeline stage).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Capacity {
+    /// The engine.
+    pub engine: Engine,
+    /// The pinned version whose rules apply.
+    pub engine_version: &'static str,
+    /// The device total the engine sees (bytes).
+    pub total_bytes: u64,
+    /// The budget: vLLM `total × gpu_memory_utilization`; SGLang the static part,
+    /// `free before loading × mem_fraction_static`.
+    pub budget_bytes: u64,
+    /// vLLM `gpu_memory_utilization` or SGLang `mem_fraction_static` in force.
+    pub memory_fraction: f64,
+    /// Weights on one GPU, quantization metadata included.
+    pub weights_bytes: u64,
+    /// Memory outside PyTorch that the engine's budget sees grow (vLLM: cuBLAS handles, NCCL
+    /// and custom all-reduce buffers at TP > 1; SGLang: the CUDA context before loading).
+    pub non_torch_bytes: u64,
+    /// Peak of the profiling run above the weights (vLLM; SGLang reserves for it instead).
+    pub activation_peak_bytes: u64,
+    /// CUDA-graph memory (beyond the budget in vLLM 0.11; inside SGLang's reserve).
+    pub cuda_graph_bytes: u64,
+    /// The KV cache pool.
+    pub kv_cache_bytes: u64,
+    /// Tokens the pool holds, as the engine logs them.
+    pub kv_cache_tokens: u64,
+    /// Blocks (vLLM) or pages (SGLang) of the pool.
+    pub kv_cache_blocks: u64,
+    /// Requests of `max_model_len` tokens the pool holds at once.
+    pub max_concurrency: f64,
+    /// `max_model_len` in force.
+    pub max_model_len: u64,
+    /// vLLM `max_num_seqs` / SGLang `cuda_graph_max_bs` in force.
+    pub max_num_seqs: u64,
+    /// vLLM `max_num_batched_tokens` / SGLang `chunked_prefill_size` in force.
+    pub max_num_batched_tokens: u64,
+    /// Whether the engine starts.
+    pub starts: bool,
+    /// The largest `max_model_len` one request of which fits the pool (capped at the model's).
+    pub max_model_len_that_fits: u64,
+    /// The lines the engine would log at start-up (or its error).
+    pub log: Vec<String>,
+    /// What is estimated rather than read from the engine's source.
+    pub assumes: Vec<&'static str>,
+}
+
+/// Validates the knobs against the model; one-line errors.
+fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
+    if let Some(u) = k.gpu_memory_utilization {
+        if !(u > 0.0 && u <= 1.0) {
+            return Err(Error::Capacity(format!(
+                "--gpu-memory-utilization {u} is outside (0, 1]"
+            )));
+        }
+    }
+    if let Some(u) = k.mem_fraction_static {
+        if !(u > 0.0 && u <= 1.0) {
+            return Err(Error::Capacity(format!(
+                "--mem-fraction-static {u} is outside (0, 1]"
+            )));
+        }
+    }
+    if k.tp == 0 || k.pp == 0 || k.tp > 1024 || k.pp > 1024 {
+        return Err(Error::Capacity(
+            "--tensor-parallel-size and --pipeline-parallel-size must be between 1 and 1024".into(),
+        ));
+    }
+    if t.heads % k.tp != 0 {
+        return Err(Error::Capacity(format!(
+            "--tensor-parallel-size {} does not divide the model's {} attention heads",
+            k.tp, t.heads
+        )));
+    }
+    if k.pp > t.layers {
+        return Err(Error::Capacity(format!(
+            "--pipeline-parallel-size {} exceeds the model's {} layers",
+            k.pp, t.layers
+        )));
+    }
+    if let Some(l) = k.max_model_len {
+        if l == 0 {
+            return Err(Error::Capacity("--max-model-len must be at least 1".into()));
+        }
+        if l > t.max_positions {
+            return Err(Error::Capacity(format!(
+                "--max-model-len {l} is larger than the model's max_position_embeddings {} and its config has no rope_scaling (vLLM: set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 to override)",
+                t.max_positions
+            )));
+        }
+    }
+    for (name, v) in [
+        ("--max-num-seqs", k.max_num_seqs),
+        ("--max-num-batched-tokens", k.max_num_batched_tokens),
+        ("--block-size", k.block_size),
+        ("--max-total-tokens", k.max_total_tokens),
+        ("--chunked-prefill-size", k.chunked_prefill_size),
+        ("--cuda-graph-max-bs", k.cuda_graph_max_bs),
+    ] {
+        if v == Some(0) || v.is_some_and(|v| v > 1 << 32) {
+            return Err(Error::Capacity(format!(
+                "{name} must be between 1 and 2^32"
+            )));
+        }
+    }
+    if t.layout != vram_model::arch::Layout::DecoderOnly {
+        return Err(Error::Capacity(format!(
+            "`{}` is not a decoder-only model; vLLM and SGLang serve it only as a pooling model, which has no KV cache to size",
+            t.name
+        )));
+    }
+    Ok(())
+}
+
+/// Weights on the most loaded GPU of a `tp × pp` job: layers split evenly over stages (the first
+/// holds the embedding, the last the final norm and head), tensor-parallel parts split by `tp`
+/// (vocabulary padded to a multiple of 64, `DEFAULT_VOCAB_PADDING_SIZE`), quantized linear
+/// layers at their storage's bytes; plus the rotary `cos_sin_cache` (`[max_positions,
+/// head_dim]` in the model dtype).
+pub fn weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
+    let split = t.param_split();
+    let d = k.dtype_bytes as f64;
+    let q = k.quantization.linear_bytes(d);
+    let tp = k.tp as f64;
+    let sharded = (split.per_layer - split.per_layer_replicated) as f64;
+    let layer = sharded / tp * q + split.per_layer_replicated as f64 * d;
+    let layers_here = t.layers.div_ceil(k.pp) as f64;
+    let vocab_padded = (t.vocab.div_ceil(64) * 64) as f64;
+    let embed = vocab_padded * t.hidden as f64 / tp * d;
+    let head_matrix = if t.tied_embeddings {
+        0.0
+    } else {
+        vocab_padded * t.hidden as f64 / tp * d
+    };
+    let head_rest = split.head as f64
+        - if t.tied_embeddings {
+            0.0
+        } else {
+            (t.vocab * t.hidden) as f64
+        };
+    let rotary = (t.max_positions * t.head_dim) as f64 * d;
+    let first = embed + layers_here * layer + rotary;
+    let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
+    let one = if k.pp == 1 {
+        embed + t.layers as f64 * layer + head_matrix + head_rest.max(0.0) * d + rotary
+    } else {
+        first.max(last)
+    };
+    one.round() as u64
+}
+
+/// Bytes per token of one layer's cache on one GPU (`State`: 0).
+fn token_bytes(c: &LayerCache, kv: u64, tp: u64) -> u64 {
+    match *c {
+        LayerCache::Full {
+            kv_heads,
+            head_dim,
+            v_head_dim,
+        } => kv_heads.div_ceil(tp).max(1) * (head_dim + v_head_dim) * kv,
+        LayerCache::Sliding {
+            kv_heads, head_dim, ..
+        } => kv_heads.div_ceil(tp).max(1) * 2 * head_dim * kv,
+        LayerCache::MlaLatent {
+            kv_lora_rank,
+            rope_dim,
+        } => (kv_lora_rank + rope_dim) * kv,
+        LayerCache::State { .. } => 0,
+    }
+}
+
+/// Activation peak of a forward over `tokens` tokens on one GPU: the largest live set inside
+/// one layer of the engine's fused modules (residual and hidden state, then the larger of the
+/// fused QKV projection and the MLP's fused gate-up output with its activation output; MoE:
+/// each token's `top_k` expert rows), in the model dtype.
+fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs) -> u64 {
+    let d = k.dtype_bytes;
+    let tp = k.tp;
+    let h = t.hidden;
+    let (q, kv) = t.attn_widths();
+    let qkv = (q + 2 * kv).div_ceil(tp);
+    let f = t.intermediate.div_ceil(tp);
+    let rows = if t.experts > 1 {
+        tokens * t.experts_per_token.max(1)
+    } else {
+        tokens
+    };
+    let mlp = match t.mlp {
+        Mlp::Gated => rows * 3 * f,
+        _ => rows * 2 * f,
+    };
+    tokens * 2 * h * d + (tokens * qkv).max(mlp) * d
+}
+
+/// Peak of the sampler's dummy run over `reqs` logits rows: the logits in the model dtype, their
+/// fp32 copy, softmax probabilities and the exponential noise of random sampling (fp32 each);
+/// the profile run skips top-k/top-p and logprobs (`_dummy_sampler_run`).
+fn sampler_peak(t: &Transformer, reqs: u64, k: &Knobs) -> u64 {
+    let v = t.vocab.div_ceil(64) * 64;
+    if k.vllm_v0 {
+        // V0's profile run samples with top-k and top-p on (`SamplingParams(top_p=0.99,
+        // top_k=vocab_size - 1)` in `ModelRunner.profile_run`): the logits, their fp32 copy,
+        // the sorted values and int64 indices, probabilities, log-probabilities and the
+        // cumulative sum of the top-p mask.
+        return reqs * v * (k.dtype_bytes + 4 + 4 + 8 + 4 + 4 + 4);
+    }
+    reqs * v * (k.dtype_bytes + 3 * 4)
+}
+
+/// vLLM's CUDA graph capture sizes for `max_num_seqs` (`CompilationConfig`: 1, 2, 4, then
+/// multiples of 8 up to 512, capped at `max_num_seqs`).
+fn vllm_capture_sizes(max_num_seqs: u64) -> Vec<u64> {
+    let mut v = vec![1, 2, 4];
+    v.extend((1..=64).map(|i| i * 8));
+    let cap = max_num_seqs.min(512);
+    v.retain(|&s| s <= cap);
+    v
+}
+
+/// The capacity of `t` served by `engine` on `gpu` with `knobs`, as the engine computes it at
+/// start-up (the CUDA context is the GPU's, [`vram_model::gpu::Gpu::context_bytes`]).
+pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
+    validate(t, knobs)?;
+    match engine {
+        Engine::Vllm => Ok(vllm(t, gpu, knobs)),
+        Engine::Sglang => Ok(sglang(t, gpu, knobs)),
+    }
+}
+
+/// Layers of this pipeline stage's cache (the first stage's `⌈layers / pp⌉`).
+fn stage_layers(t: &Transformer, pp: u64) -> Vec<LayerCache> {
+    let all = layer_caches(t);
+    let n = t.layers.div_ceil(pp) as usize;
+    all.into_iter().take(n).collect()
+}
+
+fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
+    let total = gpu.memory_bytes;
+    let big = total as f64 >= 70.0 * GIB && !gpu.id.starts_with("a100");
+    let max_len = k.max_model_len.unwrap_or(t.max_positions);
+    let (seqs_default, tokens_default) = if k.vllm_v0 {
+        // V0's EngineArgs: chunked prefill only above 32K tokens (then 2048 a step).
+        (
+            256,
+            if max_len <= 32768 {
+                max_len.max(2048)
+            } else {
+                2048
+            },
+        )
+    } else if big {
+        (1024, 8192)
+    } else {
+        (256, 2048)
+    };
+    let max_num_seqs = k.max_num_seqs.unwrap_or(seqs_default);
+    let mut mnbt = k.max_num_batched_tokens.unwrap_or(tokens_default);
+    let block = k.block_size.unwrap_or(16);
+    let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
+    let util = k.gpu_memory_utilization.unwrap_or(0.9);
+    // Chunked prefill is on in V1; a batch is at least one sequence's worth of tokens only
+    // when chunking is off. The scheduler's budget is also at least max_num_seqs.
+    mnbt = mnbt.max(max_num_seqs.min(mnbt));
+    let weights = weights_per_gpu(t, k);
+    let reqs = max_num_seqs.min(mnbt);
+    // vLLM 0.11 logs the profile's peak only through the pool; V0 logged it.
+    let activation = forward_peak(t, mnbt, k).max(sampler_peak(t, reqs, k));
+    // cuBLAS/cuBLASLt handles' workspaces and NCCL communicators (TP/PP > 1: NCCL's buffers
+    // and vLLM's custom all-reduce IPC buffers) appear after the snapshot.
+    let non_torch = if k.tp * k.pp > 1 {
+        1024 * MIB
+    } else {
+        128 * MIB
+    };
+    let budget = (total as f64 * util) as u64;
+    let non_kv = weights + activation + non_torch;
+    let available = budget as i128 - non_kv as i128;
+    let layers = stage_layers(t, k.pp);
+    // Group layers by kind; the group size is the smallest kind's count.
+    let n_full = layers
+        .iter()
+        .filter(|c| matches!(c, LayerCache::Full { .. } | LayerCache::MlaLatent { .. }))
+        .count() as u64;
+    let n_slide = layers
+        .iter()
+        .filter(|c| matches!(c, LayerCache::Sliding { .. }))
+        .count() as u64;
+    // A window no shorter than max_model_len is full attention to the scheduler.
+    let slides: Vec<u64> = layers
+        .iter()
+        .filter_map(|c| match c {
+            LayerCache::Sliding { window, .. } => Some(*window),
+            _ => None,
+        })
+        .collect();
+    let window = slides.iter().copied().min().unwrap_or(u64::MAX);
+    let sliding_active = n_slide > 0 && window < max_len;
+    let per_token_layer = layers
+        .iter()
+        .map(|c| token_bytes(c, kv, k.tp))
+        .max()
+        .unwrap_or(0);
+    let page = block * per_token_layer;
+    let kinds: Vec<u64> = [n_full, n_slide].into_iter().filter(|&n| n > 0).collect();
+    let group_size = kinds.iter().copied().min().unwrap_or(1).max(1);
+    let groups: u64 = kinds
+        .iter()
+        .map(|n| n.div_ceil(group_size))
+        .sum::<u64>()
+        .max(1);
+    let num_blocks = if available > 0 && page > 0 {
+        (available as u64) / (page * group_size)
+    } else {
+        0
+    };
+    let kv_bytes = num_blocks * page * group_size;
+    let tokens = num_blocks / groups * block;
+    // Blocks one request of `len` tokens needs, over every group.
+    let blocks_for = |len: u64| -> u64 {
+        let full_groups = if sliding_active {
+            n_full.div_ceil(group_size)
+        } else {
+            groups
+        };
+        let mut b = full_groups * len.div_ceil(block);
+        if sliding_active {
+            let toks = (window - 1 + mnbt).min(len);
+            b += n_slide.div_ceil(group_size) * (toks.div_ceil(block) + 1);
+        }
+        b
+    };
+    let need = blocks_for(max_len);
+    let max_concurrency = if k.vllm_v0 {
+        tokens as f64 / max_len as f64
+    } else if need > 0 {
+        num_blocks as f64 / need as f64
+    } else {
+        0.0
+    };
+    // Largest length one request of which fits: blocks needed grow with the length.
+    let fits_len = |len: u64| blocks_for(len) <= num_blocks;
+    let max_fit = if num_blocks == 0 || !fits_len(1) {
+        0
+    } else if fits_len(max_len) {
+        max_len
+    } else {
+        let (mut lo, mut hi) = (1u64, max_len);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits_len(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    };
+    let graphs = if k.enforce_eager {
+        0
+    } else {
+        let sizes = vllm_capture_sizes(max_num_seqs);
+        let largest = sizes.last().copied().unwrap_or(1);
+        // One shared memory pool: the largest captured batch's live set, plus each graph's
+        // own bookkeeping (about 1 MiB per graph per 8 layers, an assumption).
+        forward_peak(t, largest, k) + sizes.len() as u64 * t.layers.div_ceil(8) * MIB
+    };
+    let starts = available > 0 && max_fit >= max_len;
+    let gib = |b: f64| b / GIB;
+    let mut log = vec![format!("Model loading took {:.4} GiB", gib(weights as f64))];
+    if available <= 0 {
+        log.push(
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
+                .into(),
+        );
+    } else {
+        log.push(format!(
+            "Available KV cache memory: {:.2} GiB",
+            gib(available as f64)
+        ));
+        if !starts {
+            let needed = need * page * group_size;
+            log.push(format!(
+                "ValueError: To serve at least one request with the models's max seq len ({max_len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). Based on the available memory, the estimated maximum model length is {max_fit}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                gib(needed as f64),
+                gib(available as f64)
+            ));
+        } else {
+            log.push(format!("GPU KV cache size: {} tokens", thousands(tokens)));
+            log.push(format!(
+                "Maximum concurrency for {} tokens per request: {:.2}x",
+                thousands(max_len),
+                max_concurrency
+            ));
+            if !k.enforce_eager {
+                log.push(format!(
+                    "Graph capturing finished, took {:.2} GiB (estimated)",
+                    gib(graphs as f64)
+                ));
+            }
+        }
+    }
+    // The graphs come on top of the budget: they must fit what the budget left.
+    let context = gpu.context_bytes();
+    let over = budget as i128 + graphs as i128 + context as i128 - total as i128;
+    let starts = starts && over <= 0;
+    if !starts && available > 0 && max_fit >= max_len {
+        log.push(
+            "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs (the budget leaves less than the graphs need; lower --gpu-memory-utilization or add --enforce-eager)"
+                .into(),
+        );
+    }
+    Capacity {
+        engine: Engine::Vllm,
+        engine_version: if k.vllm_v0 { "0.6" } else { Engine::Vllm.pinned_version() },
+        total_bytes: total,
+        budget_bytes: budget,
+        memory_fraction: util,
+        weights_bytes: weights,
+        non_torch_bytes: non_torch,
+        activation_peak_bytes: activation,
+        cuda_graph_bytes: graphs,
+        kv_cache_bytes: kv_bytes,
+        kv_cache_tokens: tokens,
+        kv_cache_blocks: num_blocks,
+        max_concurrency,
+        max_model_len: max_len,
+        max_num_seqs,
+        max_num_batched_tokens: mnbt,
+        starts,
+        max_model_len_that_fits: max_fit,
+        log,
+        assumes: vec![
+            "vLLM 0.11 V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`)",
+            "the device total is the GPU catalog's memory (torch.cuda.mem_get_info's total; nvidia-smi's figure where no other is known)",
+            "activation peak: one layer's largest fused live set over max_num_batched_tokens, or the sampler's fp32 logits, probabilities and noise over min(max_num_seqs, tokens) rows (estimated)",
+            "non-torch memory: 128 MiB at TP 1 (cuBLAS handles), 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (estimated)",
+            "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)",
+        ],
+    }
+}
+
+fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
+    let total = gpu.memory_bytes;
+    let gpu_mib = (total / MIB) as f64;
+    // _handle_gpu_memory_settings: the memory bucket's defaults.
+    let (cps, gbs) = if gpu_mib < 20.0 * 1024.0 {
+        (2048, 8)
+    } else if gpu_mib < 35.0 * 1024.0 {
+        (2048, if k.tp < 4 { 24 } else { 80 })
+    } else if gpu_mib < 60.0 * 1024.0 {
+        (4096, if k.tp < 4 { 32 } else { 160 })
+    } else if gpu_mib < 160.0 * 1024.0 {
+        (8192, if k.tp < 4 { 256 } else { 512 })
+    } else {
+        (16384, 512)
+    };
+    let cps = k.chunked_prefill_size.unwrap_or(cps);
+    let gbs = k.cuda_graph_max_bs.unwrap_or(gbs);
+    let mfs = k.mem_fraction_static.unwrap_or_else(|| {
+        let mut reserved = 512.0 + (cps.max(2048) as f64) * 1.5 + gbs as f64 * 2.0;
+        reserved += (k.tp * k.pp) as f64 / 8.0 * 1024.0;
+        if gpu_mib > 60.0 * 1024.0 {
+            reserved = reserved.max(10.0 * 1024.0);
+        }
+        (((gpu_mib - reserved) / gpu_mib) * 1000.0).round() / 1000.0
+    });
+    let max_len = k.max_model_len.unwrap_or(t.max_positions);
+    let page_size = k.block_size.unwrap_or(1);
+    let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
+    let weights = weights_per_gpu(t, k);
+    // get_available_gpu_memory before loading: the device less the CUDA context (and NCCL's
+    // buffers at TP > 1).
+    let context = gpu.context_bytes() + if k.tp * k.pp > 1 { 1024 * MIB } else { 0 };
+    let pre = total.saturating_sub(context) as f64 / GIB;
+    let post = pre - weights as f64 / GIB;
+    let rest = post - pre * (1.0 - mfs);
+    let layers = stage_layers(t, k.pp);
+    let cell: u64 = layers.iter().map(|c| token_bytes(c, kv, k.tp)).sum();
+    let mut tokens = if rest > 0.0 && cell > 0 {
+        (rest * GIB / cell as f64) as u64
+    } else {
+        0
+    };
+    if let Some(m) = k.max_total_tokens {
+        tokens = tokens.min(m);
+    }
+    tokens = tokens / page_size * page_size;
+    let kv_bytes = tokens * cell;
+    let starts = tokens > 0;
+    let max_fit = tokens.min(max_len);
+    let max_concurrency = tokens as f64 / max_len as f64;
+    let activation = forward_peak(t, cps, k);
+    let graphs = if k.enforce_eager {
+        0
+    } else {
+        forward_peak(t, gbs, k) + gbs.div_ceil(8) * t.layers.div_ceil(8) * MIB
+    };
+    let half = kv_bytes as f64 / 2.0 / 1e9;
+    let mut log = vec![format!(
+        "Load weight end. avail mem={:.2} GB, mem usage={:.2} GB.",
+        post,
+        weights as f64 / GIB
+    )];
+    if starts {
+        log.push(format!(
+            "KV Cache is allocated. #tokens: {tokens}, K size: {half:.2} GB, V size: {half:.2} GB"
+        ));
+        log.push(format!(
+            "max_total_num_tokens={tokens}, chunked_prefill_size={cps}, context_len={max_len}, mem_fraction_static={mfs}"
+        ));
+    } else {
+        log.push(
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.".into(),
+        );
+    }
+    Capacity {
+        engine: Engine::Sglang,
+        engine_version: Engine::Sglang.pinned_version(),
+        total_bytes: total,
+        budget_bytes: (pre * mfs * GIB) as u64,
+        memory_fraction: mfs,
+        weights_bytes: weights,
+        non_torch_bytes: context,
+        activation_peak_bytes: activation,
+        cuda_graph_bytes: graphs,
+        kv_cache_bytes: kv_bytes,
+        kv_cache_tokens: tokens,
+        kv_cache_blocks: tokens / page_size,
+        max_concurrency,
+        max_model_len: max_len,
+        max_num_seqs: gbs,
+        max_num_batched_tokens: cps,
+        starts,
+        max_model_len_that_fits: max_fit,
+        log,
+        assumes: vec![
+            "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)",
+            "free memory before loading: the device total less the CUDA context (the GPU's; 1 GiB more for NCCL at TP/PP > 1, estimated)",
+            "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
+        ],
+    }
+}
+
+/// The cheapest change that makes a job that does not start start: fp8 KV cache, fp8
+/// weights, then more tensor parallelism (dividing the heads), each tried alone at the same
+/// `max_model_len`. `None` if none does (a lower `max_model_len` is always
+/// [`Capacity::max_model_len_that_fits`]).
+pub fn cheapest_change(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    knobs: &Knobs,
+) -> Option<(String, Capacity)> {
+    let mut tries: Vec<(String, Knobs)> = Vec::new();
+    if knobs.kv_bytes.unwrap_or(knobs.dtype_bytes) > 1 {
+        let mut k = *knobs;
+        k.kv_bytes = Some(1);
+        tries.push(("--kv-cache-dtype fp8".into(), k));
+    }
+    if knobs.quantization == Quantization::None {
+        let mut k = *knobs;
+        k.quantization = Quantization::Fp8;
+        tries.push(("--quantization fp8".into(), k));
+    }
+    for tp in [2, 4, 8] {
+        if tp > knobs.tp && t.heads % tp == 0 {
+            let mut k = *knobs;
+            k.tp = tp;
+            tries.push((format!("--tensor-parallel-size {tp}"), k));
+        }
+    }
+    tries.into_iter().find_map(|(flag, k)| {
+        capacity(t, gpu, engine, &k)
+            .ok()
+            .filter(|c| c.starts)
+            .map(|c| (flag, c))
+    })
+}
+
+/// A serving engine's start-up failure, read from its log for `vram doctor`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StartupError {
+    /// vLLM: one request of `max_model_len` does not fit the KV cache (V1's "To serve at least
+    /// one request with the models's max seq len (L), (X GiB KV cache is needed, which is larger
+    /// than the available KV cache memory (Y GiB) ... estimated maximum model length is M", or
+    /// V0's "The model's max seq len (L) is larger than the maximum number of tokens that can be
+    /// stored in KV cache (T)").
+    VllmMaxSeqLen {
+        /// The `max_model_len` asked for.
+        max_model_len: u64,
+        /// KV cache one request needs, bytes (V1).
+        needed_bytes: Option<u64>,
+        /// KV cache available, bytes (V1).
+        available_bytes: Option<u64>,
+        /// The largest length that fits: V1's estimate, or V0's token count.
+        max_model_len_that_fits: Option<u64>,
+    },
+    /// vLLM: "No available memory for the cache blocks": weights and the profile's peak exceed
+    /// `total × gpu_memory_utilization`.
+    VllmNoCacheMemory,
+    /// SGLang: "Not enough memory. Please try to increase --mem-fraction-static."
+    SglangNotEnoughMemory,
+}
+
+fn number_after(text: &str, key: &str) -> Option<f64> {
+    let i = text.find(key)? + key.len();
+    let rest = text[i..].trim_start_matches([' ', '(', ':']);
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+        .unwrap_or(rest.len());
+    rest[..end].replace(',', "").parse().ok()
+}
+
+/// Recognises a vLLM or SGLang start-up failure in `log` (a message or a whole log) and reads
+/// its figures; `None` when there is none. Pure: the doctor passes the text in, and then asks
+/// [`capacity`] and [`cheapest_change`] for the figures and the change that fixes it.
+pub fn startup_error(log: &str) -> Option<StartupError> {
+    if log.contains("Not enough memory. Please try to increase --mem-fraction-static") {
+        return Some(StartupError::SglangNotEnoughMemory);
+    }
+    if log.contains("No available memory for the cache blocks") {
+        return Some(StartupError::VllmNoCacheMemory);
+    }
+    let gib = |x: f64| (x * GIB).round() as u64;
+    if let Some(i) = log.find("max seq len (") {
+        let tail = &log[i..];
+        let len = number_after(tail, "max seq len (")? as u64;
+        if tail.contains("KV cache is needed") {
+            return Some(StartupError::VllmMaxSeqLen {
+                max_model_len: len,
+                needed_bytes: number_after(tail, "), (").map(gib),
+                available_bytes: number_after(tail, "available KV cache memory (").map(gib),
+                max_model_len_that_fits: number_after(tail, "maximum model length is")
+                    .map(|x| x as u64),
+            });
+        }
+        if tail.contains("stored in KV cache") {
+            return Some(StartupError::VllmMaxSeqLen {
+                max_model_len: len,
+                needed_bytes: None,
+                available_bytes: None,
+                max_model_len_that_fits: number_after(tail, "stored in KV cache (")
+                    .map(|x| x as u64),
+            });
+        }
+    }
+    None
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vram_model::arch::Model;
+    use vram_model::catalog;
+
+    fn llama3() -> Transformer {
+        match catalog::lookup("llama-3-8b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn vllm_llama3_8b_on_h100_by_hand() {
+        let t = llama3();
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(8192),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        // Weights: 8,030,261,248 bf16 parameters plus the rotary cache (8192 x 128 x 2 bytes).
+        assert_eq!(c.weights_bytes, 2 * 8_030_261_248 + 8192 * 128 * 2);
+        // One block of one layer: 16 tokens x 2 x 8 heads x 128 x 2 bytes = 64 KiB; 32 layers.
+        let available =
+            c.budget_bytes - c.weights_bytes - c.activation_peak_bytes - c.non_torch_bytes;
+        assert_eq!(c.kv_cache_blocks, available / (65536 * 32));
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks * 16);
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / 512.0).abs() < 1e-9);
+        assert!(c.starts);
+        assert_eq!(c.max_model_len_that_fits, 8192);
+    }
+
+    #[test]
+    fn bad_knobs_are_refused() {
+        let t = llama3();
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        for k in [
+            Knobs {
+                gpu_memory_utilization: Some(1.5),
+                ..Knobs::default()
+            },
+            Knobs {
+                gpu_memory_utilization: Some(0.0),
+                ..Knobs::default()
+            },
+            Knobs {
+                tp: 3,
+                ..Knobs::default()
+            },
+            Knobs {
+                max_model_len: Some(1 << 20),
+                ..Knobs::default()
+            },
+        ] {
+            assert!(matches!(
+                capacity(&t, gpu, Engine::Vllm, &k),
+                Err(Error::Capacity(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn too_long_a_context_names_the_length_that_fits() {
+        let t = match catalog::lookup("llama-3.1-405b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            tp: 8,
+            quantization: Quantization::Fp8,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        if !c.starts {
+            assert!(c.max_model_len_that_fits < c.max_model_len);
+        }
+        // The fitting length is the largest one: one more token needs a block more than the
+        // pool has, or it is the model's maximum.
+        let mut k2 = k;
+        k2.max_model_len = Some(c.max_model_len_that_fits.max(1));
+        let c2 = capacity(&t, gpu, Engine::Vllm, &k2).unwrap();
+        assert!(
+            c.max_model_len_that_fits == 0
+                || c2.max_model_len_that_fits == c.max_model_len_that_fits
+        );
+    }
+
+    #[test]
+    fn startup_errors_are_read_from_real_messages() {
+        // vllm-project/vllm#10517 (V0) and QwenLM/Qwen3#295.
+        let v0 = "ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (23648). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
+        assert_eq!(
+            startup_error(v0),
+            Some(StartupError::VllmMaxSeqLen {
+                max_model_len: 29000,
+                needed_bytes: None,
+                available_bytes: None,
+                max_model_len_that_fits: Some(23648)
+            })
+        );
+        let v1 = "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (4.86 GiB). Based on the available memory, the estimated maximum model length is 39792. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
+        match startup_error(v1) {
+            Some(StartupError::VllmMaxSeqLen {
+                max_model_len: 131072,
+                needed_bytes: Some(n),
+                available_bytes: Some(a),
+                max_model_len_that_fits: Some(39792),
+            }) => {
+                assert_eq!(n, 16 << 30);
+                assert!((a as f64 / GIB - 4.86).abs() < 1e-9);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            startup_error(
+                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+            ),
+            Some(StartupError::SglangNotEnoughMemory)
+        );
+        assert_eq!(
+            startup_error("CUDA out of memory. Tried to allocate 2.00 GiB"),
+            None
+        );
+        // The message this module writes for a run that does not start is read back.
+        let t = llama3();
+        let gpu = vram_model::gpu::lookup("rtx-4090").unwrap();
+        let k = Knobs {
+            max_model_len: Some(8192),
+            gpu_memory_utilization: Some(0.68),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        let read = c.log.iter().find_map(|l| startup_error(l));
+        assert!(!c.starts && read.is_some(), "{:?}", c.log);
+    }
+
+    #[test]
+    fn sglang_defaults_follow_the_memory_buckets() {
+        let t = llama3();
+        let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+        let c = capacity(&t, h100, Engine::Sglang, &Knobs::default()).unwrap();
+        // 81559 MiB: reserve max(512 + 8192 x 1.5 + 256 x 2 + 128, 10240) = 13440 MiB.
+        assert!(
+            (c.memory_fraction - ((81559.0f64 - 13440.0) / 81559.0 * 1000.0).round() / 1000.0)
+                .abs()
+                < 1e-9
+        );
+        assert_eq!(c.max_num_batched_tokens, 8192);
+        let cell = 32 * 8 * 256 * 2;
+        assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
+        assert!(c.starts);
+    }
+}
