@@ -503,7 +503,13 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             v["checkpoint_params"] = json!(w.params);
         }
         if let Model::Transformer(t) = model {
-            describe_blocks(&mut v, t, &setup, a.dequantized, inference_weights.is_some());
+            describe_blocks(
+                &mut v,
+                t,
+                &setup,
+                a.dequantized,
+                inference_weights.is_some(),
+            );
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());

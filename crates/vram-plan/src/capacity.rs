@@ -121,33 +121,45 @@ pub enum LayerCache {
 
 /// The per-layer cache kinds of a transformer as the serving engines see them.
 ///
-/// This is the one place the capacity model reads the model's layer structure: every layer
-/// full attention, except where the config says otherwise — Mistral's `sliding_window` (every
-/// layer; vLLM and SGLang treat a window not shorter than `max_model_len` as full), Gemma 2's
-/// alternating layers (even layers slide over `sliding_window`, 4096 by default in
-/// `Gemma2Config`). MLA latents and Mamba/linear-attention states have their variants ready
-/// for the model description that carries them.
+/// This is the one place the capacity model reads the model's layer structure, and it reads
+/// the layer-by-layer description (`vram_model::blocks`): a full-attention layer caches its
+/// keys and values; a sliding or chunked layer its window (vLLM and SGLang treat a window not
+/// shorter than `max_model_len` as full); an MLA layer one latent and the rotary key per token
+/// (DeepSeek sparse attention's indexer keys are counted at the KV dtype beside it, an upper
+/// bound: vLLM keeps them in fp8 with a scale); a Gated DeltaNet or Mamba2 layer a fixed state
+/// per request (conv state in the model dtype, recurrent state in fp32 as transformers holds
+/// it — an upper bound where the engine keeps it in the model dtype); a layer whose keys and
+/// values come from an earlier layer (Gemma 4's KV sharing), or without a mixer, nothing.
 pub fn layer_caches(t: &Transformer) -> Vec<LayerCache> {
-    let full = LayerCache::Full {
-        kv_heads: t.kv_heads,
-        head_dim: t.head_dim,
-        v_head_dim: t.head_dim,
-    };
-    (0..t.layers)
-        .map(|i| {
-            let window = match t.model_type.as_str() {
-                "gemma2" if i % 2 == 0 => Some(t.sliding_window.unwrap_or(4096)),
-                "gemma2" => None,
-                _ => t.sliding_window,
-            };
-            match window {
-                Some(w) => LayerCache::Sliding {
-                    kv_heads: t.kv_heads,
-                    head_dim: t.head_dim,
+    use vram_model::blocks::{Mixer, Window};
+    let dtype = 2;
+    t.blocks
+        .iter()
+        .filter_map(|b| match b.mixer {
+            Mixer::Attention(a) if a.kv_shared => None,
+            Mixer::Attention(a) => Some(match a.window {
+                Window::Full => LayerCache::Full {
+                    kv_heads: a.kv_heads,
+                    head_dim: a.head_dim,
+                    v_head_dim: a.v_head_dim,
+                },
+                Window::Sliding(w) | Window::Chunked(w) => LayerCache::Sliding {
+                    kv_heads: a.kv_heads,
+                    head_dim: a.head_dim,
                     window: w,
                 },
-                None => full,
+            }),
+            Mixer::Mla(m) => Some(LayerCache::MlaLatent {
+                kv_lora_rank: m.kv_lora_rank,
+                rope_dim: m.qk_rope_head_dim + m.indexer.map_or(0, |ix| ix.head_dim),
+            }),
+            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) => {
+                let c = b.mixer.cache();
+                Some(LayerCache::State {
+                    bytes: c.state * dtype + c.state_f32 * 4,
+                })
             }
+            Mixer::None => None,
         })
         .collect()
 }
@@ -377,7 +389,26 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 /// (vocabulary padded to a multiple of 64, `DEFAULT_VOCAB_PADDING_SIZE`), quantized linear
 /// layers at their storage's bytes; plus the rotary `cos_sin_cache` (`[max_positions,
 /// head_dim]` in the model dtype).
+///
+/// Without `--quantization`, a checkpoint shipped quantized (the config's FP8 blocks or MXFP4
+/// experts, as `vram_model::blocks::Storage` reads them) is counted as stored: on one GPU its
+/// exact stored bytes, and under TP/PP the same share of them that the layout puts on the most
+/// loaded GPU of the unquantized model.
 pub fn weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
+    let logical = logical_weights_per_gpu(t, k);
+    if k.quantization != Quantization::None
+        || t.blocks.storage.quant == vram_model::blocks::Quant::None
+    {
+        return logical;
+    }
+    let one = Knobs { tp: 1, pp: 1, ..*k };
+    let rotary = (t.max_positions * t.head_dim * k.dtype_bytes) as f64;
+    let whole = logical_weights_per_gpu(t, &one) as f64;
+    let stored = t.blocks.weights_bytes(false) as f64 + rotary;
+    (logical as f64 * stored / whole.max(1.0)).round() as u64
+}
+
+fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
     let split = t.param_split();
     let d = k.dtype_bytes as f64;
     let q = k.quantization.linear_bytes(d);
@@ -489,7 +520,7 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
 /// Layers of this pipeline stage's cache (the first stage's `⌈layers / pp⌉`).
 fn stage_layers(t: &Transformer, pp: u64) -> Vec<LayerCache> {
     let all = layer_caches(t);
-    let n = t.layers.div_ceil(pp) as usize;
+    let n = (t.blocks.len() as u64).div_ceil(pp) as usize;
     all.into_iter().take(n).collect()
 }
 
