@@ -169,14 +169,18 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
 /// A serving engine's start-up error: the knob it names, explained. The
 /// PyTorch-only inputs do not apply to it.
 fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
-    if a.model.is_some() || !a.stats.is_empty() || a.snapshot.is_some() || a.recording.is_some() {
+    if !a.stats.is_empty() || a.snapshot.is_some() || a.recording.is_some() {
         return Err(bad_input!(
-            "this is a serving engine's start-up error, not a PyTorch out-of-memory message: --model, --stats, --snapshot and --recording do not apply"
+            "this is a serving engine's start-up error, not a PyTorch out-of-memory message: --stats, --snapshot and --recording do not apply"
         ));
     }
-    // The serving capacity model's figures plug in here (`CapacityFigures`)
-    // once `vram capacity` can build them for the engine's configuration.
-    let d = serving::explain(e, None);
+    // With --model (and --gpu), the capacity model's figures for the engine's defaults turn
+    // each knob into a number.
+    let figures = match &a.model {
+        None => None,
+        Some(m) => Some(serving_figures(m, a.gpu.as_deref(), e)?),
+    };
+    let d = serving::explain(e, figures.as_ref());
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
@@ -184,6 +188,48 @@ fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
         print_serving(&mut out, &d).context("writing the diagnosis")?;
     }
     Ok(())
+}
+
+/// What `vram capacity` says of `model` on `gpu` under the engine that printed `e`, at its
+/// defaults and the `max_model_len` the error names: the device, everything outside the KV
+/// cache, and the KV bytes per token.
+fn serving_figures(
+    model: &str,
+    gpu: Option<&str>,
+    e: &ServingError,
+) -> Result<serving::CapacityFigures> {
+    use vram_plan::capacity::{self, Engine, Knobs};
+    let gpu = gpu.ok_or_else(|| {
+        bad_input!("--model with a serving start-up error needs --gpu (the error does not name the device)")
+    })?;
+    let gpu = vram_model::gpu::lookup(gpu)?;
+    let resolved = resolve_model(model)?;
+    let vram_model::arch::Model::Transformer(t) = &resolved.model else {
+        return Err(bad_input!(
+            "`{model}` is not a transformer; serving engines size a KV cache for transformers"
+        ));
+    };
+    let engine = match e {
+        ServingError::SglangNotEnoughMemory { .. } => Engine::Sglang,
+        _ => Engine::Vllm,
+    };
+    let knobs = Knobs {
+        max_model_len: match *e {
+            ServingError::VllmMaxSeqLen { max_model_len, .. }
+            | ServingError::VllmKvMemory { max_model_len, .. } => Some(max_model_len),
+            _ => None,
+        },
+        ..Knobs::default()
+    };
+    let c = capacity::capacity(t, &gpu, engine, &knobs)?;
+    Ok(serving::CapacityFigures {
+        device_bytes: c.total_bytes,
+        non_kv_bytes: c.weights_bytes
+            + c.non_torch_bytes
+            + c.activation_peak_bytes
+            + c.cuda_graph_bytes,
+        kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
+    })
 }
 
 fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<()> {

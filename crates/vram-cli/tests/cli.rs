@@ -817,3 +817,30 @@ fn doctor_bad_input_is_one_line_and_exit_2() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A vLLM start-up error with `--model` and `--gpu`: the capacity model turns the knob into a
+/// number — the cache must grow to 131072 tokens of Llama-3.1-8B's 128 KiB each
+/// (32 layers × 8 KV heads × 2 × 128 × 2 bytes), beside what the engine holds outside it.
+/// Without `--gpu` the model alone cannot be priced: one line, exit 2.
+#[test]
+fn doctor_prices_a_serving_error_with_the_capacity_model() {
+    let msg = "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (84320). Try increasing gpu_memory_utilization or decreasing max_model_len when initializing the engine.";
+    let (code, out, err) = vram(&[
+        "doctor",
+        msg,
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "rtx-4090",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("131072 tokens × 128.00 KiB per token"),
+        "{out}"
+    );
+    assert!(out.contains("(capacity model)"), "{out}");
+    let (code, _, err) = vram(&["doctor", msg, "--model", "llama-3.1-8b"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("needs --gpu"), "{err}");
+}

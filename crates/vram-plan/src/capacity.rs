@@ -440,6 +440,18 @@ fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
     one.round() as u64
 }
 
+/// KV-cache bytes one more token of context costs on the most loaded GPU: the full-attention
+/// and MLA layers of the first pipeline stage (sliding layers stop growing at their window,
+/// states never grow), at `--kv-cache-dtype`.
+pub fn kv_bytes_per_token(t: &Transformer, k: &Knobs) -> u64 {
+    let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
+    stage_layers(t, k.pp)
+        .iter()
+        .filter(|c| matches!(c, LayerCache::Full { .. } | LayerCache::MlaLatent { .. }))
+        .map(|c| token_bytes(c, kv, k.tp))
+        .sum()
+}
+
 /// Bytes per token of one layer's cache on one GPU (`State`: 0).
 fn token_bytes(c: &LayerCache, kv: u64, tp: u64) -> u64 {
     match *c {
