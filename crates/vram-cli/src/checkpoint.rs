@@ -272,7 +272,7 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
         let total = estimate(&model, &setup)?;
         let o = setup.overheads;
         // The allocator's reserved-to-allocated ratio as replayed for the step.
-        let ratio = total.reserved_bytes as f64 / total.peak_bytes.max(1) as f64;
+        let ratio = total.needed_bytes as f64 / total.peak_bytes.max(1) as f64;
         let device = (peak as f64 * ratio) as u64 + o.cuda_context_bytes;
         writeln!(
             out,

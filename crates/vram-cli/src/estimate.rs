@@ -409,6 +409,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "peak_bytes": e.peak_bytes,
             "peak_tensor_bytes": e.peak_tensor_bytes,
             "reserved_bytes": e.reserved_bytes,
+            "needed_bytes": e.needed_bytes,
             "total_bytes": e.total_bytes,
             "breakdown": e.breakdown,
             "peak_phase": e.peak_phase.to_string(),
@@ -564,12 +565,28 @@ fn print_table(
         "peak reserved",
         fmt::bytes(e.reserved_bytes)
     )?;
-    writeln!(
-        out,
-        "{:<22} {:>12}   (what nvidia-smi shows)",
-        "device total",
-        fmt::bytes(e.total_bytes)
-    )?;
+    if e.needed_bytes < e.reserved_bytes {
+        // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc fails.
+        writeln!(
+            out,
+            "{:<22} {:>12}   (on the smallest device that runs it: idle cached segments released, cudaMalloc retried)",
+            "needed",
+            fmt::bytes(e.needed_bytes)
+        )?;
+        writeln!(
+            out,
+            "{:<22} {:>12}   (needed plus CUDA context)",
+            "device total",
+            fmt::bytes(e.total_bytes)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{:<22} {:>12}   (what nvidia-smi shows)",
+            "device total",
+            fmt::bytes(e.total_bytes)
+        )?;
+    }
     writeln!(out)?;
     let cap = gpu.memory_bytes;
     if e.fits(cap) {
@@ -653,7 +670,7 @@ fn print_table(
         writeln!(
             out,
             "{:<40} {:>12} {:>12}",
-            "timeline (phase entered)", "live", "prev high"
+            "timeline (phase)", "at entry", "high in it"
         )?;
         for p in &e.timeline {
             writeln!(
@@ -703,13 +720,27 @@ fn suggestions(model: &Model, setup: &Setup, cap: u64) -> Vec<(String, u64)> {
             if setup.parallel.zero < 3 {
                 let mut s = with_train(&|t| t.amp_style = None);
                 s.parallel.zero = 3;
-                s.parallel.dp = s.parallel.dp.max(8);
-                tries.push(("--zero 3 --dp 8", s));
-                let mut r = s;
-                if let Mode::Train(t) = &mut r.mode {
-                    t.recompute = setup::Recompute::Full;
+                let flags = if s.parallel.dp < 8 {
+                    s.parallel.dp = 8;
+                    "--zero 3 --dp 8"
+                } else {
+                    "--zero 3"
+                };
+                tries.push((flags, s));
+                if t.recompute != setup::Recompute::Full {
+                    let mut r = s;
+                    if let Mode::Train(t) = &mut r.mode {
+                        t.recompute = setup::Recompute::Full;
+                    }
+                    tries.push((
+                        if s.parallel.dp == setup.parallel.dp {
+                            "--zero 3 --recompute full"
+                        } else {
+                            "--zero 3 --dp 8 --recompute full"
+                        },
+                        r,
+                    ));
                 }
-                tries.push(("--zero 3 --dp 8 --recompute full", r));
             }
             if setup.parallel.zero >= 1 && t.offload == setup::Offload::None {
                 tries.push((
@@ -735,6 +766,14 @@ fn suggestions(model: &Model, setup: &Setup, cap: u64) -> Vec<(String, u64)> {
             }
         }
     }
+    // Suggest changes only: a try that leaves the setup as the user gave it, or as an earlier
+    // try has it, says nothing new.
+    let mut seen = vec![*setup];
+    tries.retain(|(_, s)| {
+        let new = !seen.contains(s);
+        seen.push(*s);
+        new
+    });
     tries
         .into_iter()
         .filter_map(|(flags, s)| {

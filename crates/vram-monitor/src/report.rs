@@ -294,10 +294,21 @@ fn estimate(m: &Map<String, Value>) -> String {
                     .to_string()
             })
             .collect();
-        let mut lines = vec![Line {
-            name: "live bytes".into(),
-            points: pts,
-        }];
+        let highs: Vec<(f64, Option<f64>)> = tl
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i as f64, num(e.get("high_bytes"))))
+            .collect();
+        let mut lines = vec![
+            Line {
+                name: "live bytes".into(),
+                points: pts,
+            },
+            Line {
+                name: "high in phase".into(),
+                points: highs,
+            },
+        ];
         let gpu = num(m.get("gpu_memory_bytes"));
         if let Some(g) = gpu {
             lines.push(Line {

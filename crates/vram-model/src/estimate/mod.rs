@@ -238,7 +238,8 @@ pub struct TimelinePoint {
     pub phase: Phase,
     /// Live bytes when entering it (after the previous phase's frees).
     pub live_bytes: u64,
-    /// Highest live bytes reached during the previous phase.
+    /// Highest live bytes reached during this phase (tensor bytes, as `peak_tensor_bytes`):
+    /// the timeline's largest is the step's peak.
     pub high_bytes: u64,
 }
 
@@ -278,9 +279,16 @@ pub struct Estimate {
     /// Peak of the tensors' own bytes (the timeline's maximum, before any rounding); the
     /// breakdown sums to it plus the overheads.
     pub peak_tensor_bytes: u64,
-    /// Peak reserved by the caching allocator (`max_memory_reserved()`): peak plus overhead.
+    /// Peak reserved by the caching allocator (`max_memory_reserved()`) on a device with room
+    /// for everything it caches: what PyTorch reports on a GPU that is not full.
     pub reserved_bytes: u64,
-    /// Device memory in use at the peak (reserved plus CUDA context), as `nvidia-smi` shows.
+    /// Peak reserved on the smallest device (to 2 MiB) that runs the step: PyTorch frees its
+    /// cached, unused segments and retries when `cudaMalloc` fails, so segments cached but
+    /// idle at the peak cost nothing where memory is tight. At most `reserved_bytes`; the
+    /// figure that decides whether the step fits.
+    pub needed_bytes: u64,
+    /// Device memory the step needs: `needed_bytes` plus the CUDA context (`nvidia-smi`'s
+    /// figure on the smallest device that runs it).
     pub total_bytes: u64,
     /// Bytes per category at the peak, overheads included; sums to `total_bytes`.
     pub breakdown: Breakdown,
@@ -696,7 +704,7 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
             ..PeakSink::default()
         };
         step.walk(rank, &mut sink, timeline, Run::Whole);
-        sink.settle();
+        sink.finish();
         if best.as_ref().is_none_or(|(_, b)| sink.peak > b.peak) {
             best = Some((rank, sink));
         }
@@ -712,20 +720,23 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
     let mut breakdown = Breakdown(sink.at_peak);
     let mut peak = sink.peak;
     let o = setup.overheads;
-    let reserved = match (o.fragmentation, replay) {
-        (Some(f), _) => peak.saturating_add((peak as f64 * f) as u64),
+    let (reserved, needed) = match (o.fragmentation, replay) {
+        (Some(f), _) => {
+            let r = peak.saturating_add((peak as f64 * f) as u64);
+            (r, r)
+        }
         (None, true) => match step.replay(rank, o.allocator) {
             Some(r) => {
                 // The allocator's blocks are rounded (512 B, unsplit remainders): what
                 // `max_memory_allocated()` reports. The tensors' own bytes stay in the breakdown.
                 peak = peak.max(r.allocated);
-                r.reserved.max(peak)
+                (r.reserved.max(peak), r.needed.max(peak))
             }
-            None => peak,
+            None => (peak, peak),
         },
-        (None, false) => peak,
+        (None, false) => (peak, peak),
     };
-    breakdown.0[Category::AllocatorOverhead as usize] = reserved.saturating_sub(sink.peak);
+    breakdown.0[Category::AllocatorOverhead as usize] = needed.saturating_sub(sink.peak);
     breakdown.0[Category::CudaContext as usize] = o.cuda_context_bytes;
     let stack = step.stack(rank);
     Ok(Estimate {
@@ -735,7 +746,8 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         peak_bytes: peak,
         peak_tensor_bytes: sink.peak,
         reserved_bytes: reserved,
-        total_bytes: reserved.saturating_add(o.cuda_context_bytes),
+        needed_bytes: needed,
+        total_bytes: needed.saturating_add(o.cuda_context_bytes),
         breakdown,
         peak_phase: sink.peak_phase.unwrap_or(Phase::Setup),
         pipeline_rank: rank,

@@ -2,6 +2,7 @@
 
 mod activations;
 mod bad_input;
+mod monotone;
 mod params;
 mod timeline;
 mod zero;
