@@ -693,8 +693,30 @@ pub fn estimate_with_timeline(model: &Model, setup: &Setup) -> Result<Estimate> 
     run(model, setup, true, true)
 }
 
-fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Estimate> {
+/// Whether the step runs on a device of `capacity` bytes (CUDA context included), with the
+/// allocator replayed there as PyTorch would run it: what [`Estimate::fits`] says of
+/// [`estimate`]'s `total_bytes`, in at most two replays instead of a bisection (the peak walk
+/// refuses what cannot fit whatever the allocator does; a replay with room that stays under
+/// the device fits; otherwise one replay on a device of that size, releasing cached segments
+/// and retrying where PyTorch does, decides).
+pub fn fits(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
+    let o = setup.overheads;
+    if o.fragmentation.is_some() {
+        return Ok(estimate(model, setup)?.fits(capacity));
+    }
     let step = Step::new(model, setup)?;
+    let (rank, sink) = peak_rank(&step, setup, false)?;
+    let Some(room) = capacity.checked_sub(o.cuda_context_bytes) else {
+        return Ok(false);
+    };
+    if sink.peak > room {
+        return Ok(false);
+    }
+    Ok(step.replay_fits(rank, o.allocator, room))
+}
+
+/// The pipeline rank that needs the most (the first and the last are walked), and its walk.
+fn peak_rank(step: &Step, setup: &Setup, timeline: bool) -> Result<(u64, PeakSink)> {
     let p = setup.parallel.pp;
     let ranks: &[u64] = if p == 1 { &[0] } else { &[0, p - 1] };
     let mut best: Option<(u64, PeakSink)> = None;
@@ -717,6 +739,12 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
             why: "beyond any device; check the sizes".into(),
         });
     }
+    Ok((rank, sink))
+}
+
+fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Estimate> {
+    let step = Step::new(model, setup)?;
+    let (rank, sink) = peak_rank(&step, setup, timeline)?;
     let mut breakdown = Breakdown(sink.at_peak);
     let mut peak = sink.peak;
     let o = setup.overheads;
@@ -881,7 +909,7 @@ pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u
             Mode::Train(t) => t.micro_batch = n,
             Mode::Infer(i) => i.batch = n,
         }
-        Ok(estimate(model, &s)?.fits(capacity))
+        fits(model, &s, capacity)
     };
     search_max(with)
 }
@@ -893,7 +921,7 @@ pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option
         if let Mode::Infer(i) = &mut s.mode {
             i.context = n;
         }
-        Ok(estimate(model, &s)?.fits(capacity))
+        fits(model, &s, capacity)
     };
     search_max(with)
 }

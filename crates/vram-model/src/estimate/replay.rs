@@ -156,6 +156,16 @@ impl Step<'_> {
         })
     }
 
+    /// Whether rank `rank`'s run gets through a device of `room` bytes under `allocator`.
+    pub(crate) fn replay_fits(&self, rank: u64, allocator: Allocator, room: u64) -> bool {
+        match self.replay_on(rank, allocator, UNBOUNDED) {
+            Some(p) if p.run_peak <= room => true,
+            Some(_) => self.replay_on(rank, allocator, room).is_some(),
+            // A tensor beyond any device.
+            None => false,
+        }
+    }
+
     /// One replay on a device of `capacity` bytes; `None` when an allocation fails there.
     fn replay_on(&self, rank: u64, allocator: Allocator, capacity: u64) -> Option<Peaks> {
         let cfg = AllocatorConfig::new(policy(allocator));
