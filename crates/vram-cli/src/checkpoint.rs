@@ -54,7 +54,7 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
     if let Some(slots) = a.slots.filter(|s| !(8..=8192).contains(s)) {
         return Err(bad_input!("--slots {slots} must be between 8 and 8192"));
     }
-    let model = resolve_model(&a.model)?.model;
+    let model = a.step.apply_to(resolve_model(&a.model)?.model)?;
     let gpu = gpu::lookup(&a.gpu)?;
     let setup = a.step.setup(&model)?;
     let Mode::Train(tr) = setup.mode else {

@@ -195,6 +195,9 @@ pub struct StepArgs {
     /// (from_pretrained(..., dtype=torch.bfloat16)). Changes the reserved bytes only.
     #[arg(long, value_enum, default_value = "fp32")]
     weights_created: WeightsCreated,
+    /// CNNs: the side of the square input images in pixels [default: the model's, 224].
+    #[arg(long)]
+    image_size: Option<u64>,
 }
 
 /// `--weights-created`.
@@ -227,6 +230,46 @@ pub enum AllocatorArg {
 }
 
 impl StepArgs {
+    /// `model` with what the flags say of its input (`--image-size` for a CNN).
+    pub fn apply_to(&self, mut model: Model) -> Result<Model> {
+        if let (Some(side), Model::ResNet(r)) = (self.image_size, &mut model) {
+            // Five stride-2 stages take the side to 1/32; below 32 pixels nothing is left.
+            if !(32..=16384).contains(&side) {
+                return Err(bad_input!(
+                    "--image-size {side} must be between 32 and 16384 pixels"
+                ));
+            }
+            r.image_size = side;
+        }
+        Ok(model)
+    }
+
+    /// The flags that do not apply to `model`, refused in one line: `--inference` estimates
+    /// transformers' `generate` (a KV cache grown token by token), which neither a CNN nor an
+    /// encoder-only model runs; a CNN takes images, not sequences.
+    fn check_applies(&self, model: &Model) -> Result<()> {
+        let name = model.name();
+        match model {
+            Model::ResNet(_) if self.inference => Err(bad_input!(
+                "{name} is a CNN: --inference estimates `generate` with its KV cache, which a CNN does not run; estimate its training step instead"
+            )),
+            Model::ResNet(_) if self.seq.is_some() => Err(bad_input!(
+                "--seq does not apply to {name}, a CNN over images: give --image-size"
+            )),
+            Model::Transformer(t)
+                if self.inference && t.layout == vram_model::arch::Layout::EncoderOnly =>
+            {
+                Err(bad_input!(
+                    "{name} is an encoder-only model: it has no `generate` and no KV cache, which --inference estimates; estimate its training step instead"
+                ))
+            }
+            Model::Transformer(_) if self.image_size.is_some() => Err(bad_input!(
+                "--image-size applies to CNNs; {name} takes sequences (--seq)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The setup these flags describe for `model` on the default GPU (H100).
     pub fn setup(&self, model: &Model) -> Result<Setup> {
         self.setup_on(model, None)
@@ -234,6 +277,7 @@ impl StepArgs {
 
     /// The setup these flags describe for `model` on `gpu` (its context and workspace).
     pub fn setup_on(&self, model: &Model, gpu: Option<&vram_model::gpu::Gpu>) -> Result<Setup> {
+        self.check_applies(model)?;
         let max_pos = match model {
             Model::Transformer(t) => t.max_positions,
             _ => 2048,
@@ -379,7 +423,8 @@ pub struct ListArgs {
 
 pub fn run(a: &EstimateArgs) -> Result<()> {
     let gpu = gpu::lookup(&a.gpu)?;
-    let resolved = resolve_model(&a.model)?;
+    let mut resolved = resolve_model(&a.model)?;
+    resolved.model = a.step.apply_to(resolved.model)?;
     let model = &resolved.model;
     if let Model::Weights(w) = model {
         return print_weights(w, a.json);
@@ -424,6 +469,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "headroom_bytes": cap as i128 - e.total_bytes as i128,
             "setup": setup,
         });
+        if let Model::ResNet(r) = model {
+            v["image_size"] = json!(r.image_size);
+        }
         if let Mode::Train(_) = setup.mode {
             v["max_micro_batch"] = json!(fit_batch);
         } else {
@@ -470,7 +518,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     Ok(())
 }
 
-fn describe(setup: &Setup, e: &Estimate) -> String {
+fn describe(model: &Model, setup: &Setup, e: &Estimate) -> String {
     let p = setup.parallel;
     let par = format!(
         "dp {} tp {} pp {}{}",
@@ -487,6 +535,18 @@ fn describe(setup: &Setup, e: &Estimate) -> String {
         .ok()
         .and_then(|v| v.as_str().map(String::from))
         .unwrap_or_default();
+    if let (Model::ResNet(r), Mode::Train(t)) = (model, setup.mode) {
+        let j = |v: serde_json::Value| v.as_str().map(String::from).unwrap_or_default();
+        return format!(
+            "training, {prec}, {}, micro-batch {} x {}x{} images, grad-accum {}, {par}, ZeRO {}",
+            j(json!(t.optimizer)),
+            t.micro_batch,
+            r.image_size,
+            r.image_size,
+            t.grad_accum,
+            p.zero,
+        );
+    }
     match setup.mode {
         Mode::Train(t) => {
             let style = serde_json::to_value(e.amp_style).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
@@ -531,7 +591,7 @@ fn print_table(
         model.name(),
         fmt::thousands(e.params)
     )?;
-    writeln!(out, "{}", describe(setup, e))?;
+    writeln!(out, "{}", describe(model, setup, e))?;
     if setup.parallel.pp > 1 {
         writeln!(
             out,

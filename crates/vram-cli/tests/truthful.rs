@@ -157,3 +157,49 @@ fn batch_packs_short_and_realistic_lengths() {
         .sum();
     assert_eq!(placed + refused.len(), lengths.len());
 }
+
+/// Item 4: `--inference` on a CNN or an encoder printed a `generate` estimate ("longest
+/// context at batch 1: 16777216"), and a ResNet's training line said "seq 2048, attention
+/// sdpa". Inference is refused in one line for both; a CNN's step names its images, whose
+/// side `--image-size` sets.
+#[test]
+fn cnn_and_encoder_get_what_applies() {
+    for args in [
+        &["estimate", "resnet-50", "--inference"][..],
+        &["estimate", "bert-base-uncased", "--inference"],
+        &["estimate", "resnet-50", "--seq", "512"],
+        &["estimate", "gpt2", "--image-size", "512"],
+        &["estimate", "resnet-50", "--image-size", "16"],
+    ] {
+        let (code, out, err) = vram(args);
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(out.is_empty());
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("16777216"));
+    }
+    let (code, out, err) = vram(&["estimate", "resnet-50", "--micro-batch", "64"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out.lines().nth(1).unwrap();
+    assert!(line.contains("micro-batch 64 x 224x224 images"), "{line}");
+    assert!(
+        !line.contains("seq") && !line.contains("attention"),
+        "{line}"
+    );
+    // Activations grow with the pixels: four times the pixels, more than twice the peak.
+    let peak = |side: &str| -> u64 {
+        let (code, out, err) = vram(&[
+            "estimate",
+            "resnet-50",
+            "--micro-batch",
+            "64",
+            "--image-size",
+            side,
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["image_size"].as_u64().unwrap().to_string(), side);
+        v["peak_bytes"].as_u64().unwrap()
+    };
+    assert!(peak("448") > 2 * peak("224"));
+}
