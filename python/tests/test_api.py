@@ -79,7 +79,7 @@ def test_estimate_reads_like_the_cli_json():
     assert e.to_dict() == json.loads(out.stdout)
     # The contract's attributes, and the breakdown summing to the device total (README).
     assert sum(e.breakdown.values()) == e.total_bytes
-    assert e.peak_bytes <= e.reserved_bytes <= e.total_bytes
+    assert e.peak_bytes <= e.needed_bytes <= e.reserved_bytes and e.needed_bytes < e.total_bytes
     assert e.fits is True and e.max_micro_batch >= 4
     assert isinstance(e.peak_phase, str) and e.peak_phase
     assert e.setup["mode"]["train"]["micro_batch"] == 4  # the keyword reached the setup

@@ -184,6 +184,7 @@ class Estimate(_Result):
             f"params={d.get('params'):,}",
             f"peak={_fmt_bytes(d.get('peak_bytes'))} at {d.get('peak_phase')}",
             f"reserved={_fmt_bytes(d.get('reserved_bytes'))}",
+            f"needed={_fmt_bytes(d.get('needed_bytes'))}",
             f"total={_fmt_bytes(d.get('total_bytes'))}",
             f"fits={d.get('fits')} on {gpu}",
         ]

@@ -54,7 +54,7 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
     if let Some(slots) = a.slots.filter(|s| !(8..=8192).contains(s)) {
         return Err(bad_input!("--slots {slots} must be between 8 and 8192"));
     }
-    let model = resolve_model(&a.model)?.model;
+    let model = a.step.apply_to(resolve_model(&a.model)?.model)?;
     let gpu = gpu::lookup(&a.gpu)?;
     let setup = a.step.setup(&model)?;
     let Mode::Train(tr) = setup.mode else {
@@ -272,7 +272,7 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
         let total = estimate(&model, &setup)?;
         let o = setup.overheads;
         // The allocator's reserved-to-allocated ratio as replayed for the step.
-        let ratio = total.reserved_bytes as f64 / total.peak_bytes.max(1) as f64;
+        let ratio = total.needed_bytes as f64 / total.peak_bytes.max(1) as f64;
         let device = (peak as f64 * ratio) as u64 + o.cuda_context_bytes;
         writeln!(
             out,

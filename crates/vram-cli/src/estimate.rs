@@ -196,6 +196,9 @@ pub struct StepArgs {
     /// reserved bytes only.
     #[arg(long, value_enum, default_value = "native")]
     weights_created: WeightsCreated,
+    /// CNNs: the side of the square input images in pixels [default: the model's, 224].
+    #[arg(long)]
+    image_size: Option<u64>,
 }
 
 /// `--weights-created`.
@@ -228,6 +231,46 @@ pub enum AllocatorArg {
 }
 
 impl StepArgs {
+    /// `model` with what the flags say of its input (`--image-size` for a CNN).
+    pub fn apply_to(&self, mut model: Model) -> Result<Model> {
+        if let (Some(side), Model::ResNet(r)) = (self.image_size, &mut model) {
+            // Five stride-2 stages take the side to 1/32; below 32 pixels nothing is left.
+            if !(32..=16384).contains(&side) {
+                return Err(bad_input!(
+                    "--image-size {side} must be between 32 and 16384 pixels"
+                ));
+            }
+            r.image_size = side;
+        }
+        Ok(model)
+    }
+
+    /// The flags that do not apply to `model`, refused in one line: `--inference` estimates
+    /// transformers' `generate` (a KV cache grown token by token), which neither a CNN nor an
+    /// encoder-only model runs; a CNN takes images, not sequences.
+    fn check_applies(&self, model: &Model) -> Result<()> {
+        let name = model.name();
+        match model {
+            Model::ResNet(_) if self.inference => Err(bad_input!(
+                "{name} is a CNN: --inference estimates `generate` with its KV cache, which a CNN does not run; estimate its training step instead"
+            )),
+            Model::ResNet(_) if self.seq.is_some() => Err(bad_input!(
+                "--seq does not apply to {name}, a CNN over images: give --image-size"
+            )),
+            Model::Transformer(t)
+                if self.inference && t.layout == vram_model::arch::Layout::EncoderOnly =>
+            {
+                Err(bad_input!(
+                    "{name} is an encoder-only model: it has no `generate` and no KV cache, which --inference estimates; estimate its training step instead"
+                ))
+            }
+            Model::Transformer(_) if self.image_size.is_some() => Err(bad_input!(
+                "--image-size applies to CNNs; {name} takes sequences (--seq)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The setup these flags describe for `model` on the default GPU (H100).
     pub fn setup(&self, model: &Model) -> Result<Setup> {
         self.setup_on(model, None)
@@ -235,6 +278,7 @@ impl StepArgs {
 
     /// The setup these flags describe for `model` on `gpu` (its context and workspace).
     pub fn setup_on(&self, model: &Model, gpu: Option<&vram_model::gpu::Gpu>) -> Result<Setup> {
+        self.check_applies(model)?;
         let max_pos = match model {
             Model::Transformer(t) => t.max_positions,
             _ => 2048,
@@ -386,7 +430,8 @@ pub struct ListArgs {
 
 pub fn run(a: &EstimateArgs) -> Result<()> {
     let gpu = gpu::lookup(&a.gpu)?;
-    let resolved = resolve_model(&a.model)?;
+    let mut resolved = resolve_model(&a.model)?;
+    resolved.model = a.step.apply_to(resolved.model)?;
     let model = &resolved.model;
     if let Model::Weights(w) = model {
         return print_weights(w, a.json);
@@ -462,6 +507,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "peak_bytes": e.peak_bytes,
             "peak_tensor_bytes": e.peak_tensor_bytes,
             "reserved_bytes": e.reserved_bytes,
+            "needed_bytes": e.needed_bytes,
             "total_bytes": e.total_bytes,
             "breakdown": e.breakdown,
             "peak_phase": e.peak_phase.to_string(),
@@ -475,7 +521,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "fits": e.fits(cap),
             "headroom_bytes": cap as i128 - e.total_bytes as i128,
             "setup": setup,
-            "description": describe(&setup, &e),
+            "description": describe(model, &setup, &e),
             "trainable_params": trainable.unwrap_or(0),
             "weights_bytes": weights_bytes,
             "weights": inference_weights.map_or("as --precision".to_string(), |f| f.name()),
@@ -486,6 +532,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
                 .into_iter()
                 .map(|(flags, total)| json!({"flags": flags, "total_bytes": total}))
                 .collect();
+        }
+        if let Model::ResNet(r) = model {
+            v["image_size"] = json!(r.image_size);
         }
         if let Mode::Train(_) = setup.mode {
             v["max_micro_batch"] = json!(fit_batch);
@@ -651,7 +700,7 @@ fn blocks_lines(
     lines
 }
 
-fn describe(setup: &Setup, e: &Estimate) -> String {
+fn describe(model: &Model, setup: &Setup, e: &Estimate) -> String {
     let p = setup.parallel;
     let par = format!(
         "dp {} tp {} pp {}{}",
@@ -668,6 +717,18 @@ fn describe(setup: &Setup, e: &Estimate) -> String {
         .ok()
         .and_then(|v| v.as_str().map(String::from))
         .unwrap_or_default();
+    if let (Model::ResNet(r), Mode::Train(t)) = (model, setup.mode) {
+        let j = |v: serde_json::Value| v.as_str().map(String::from).unwrap_or_default();
+        return format!(
+            "training, {prec}, {}, micro-batch {} x {}x{} images, grad-accum {}, {par}, ZeRO {}",
+            j(json!(t.optimizer)),
+            t.micro_batch,
+            r.image_size,
+            r.image_size,
+            t.grad_accum,
+            p.zero,
+        );
+    }
     match setup.mode {
         Mode::Train(t) => {
             let style = serde_json::to_value(e.amp_style).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
@@ -712,7 +773,7 @@ fn print_table(
         model.name(),
         fmt::thousands(e.params)
     )?;
-    writeln!(out, "{}", describe(setup, e))?;
+    writeln!(out, "{}", describe(model, setup, e))?;
     if setup.parallel.pp > 1 {
         writeln!(
             out,
@@ -746,12 +807,28 @@ fn print_table(
         "peak reserved",
         fmt::bytes(e.reserved_bytes)
     )?;
-    writeln!(
-        out,
-        "{:<22} {:>12}   (what nvidia-smi shows)",
-        "device total",
-        fmt::bytes(e.total_bytes)
-    )?;
+    if e.needed_bytes < e.reserved_bytes {
+        // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc fails.
+        writeln!(
+            out,
+            "{:<22} {:>12}   (on the smallest device that runs it: idle cached segments released, cudaMalloc retried)",
+            "needed",
+            fmt::bytes(e.needed_bytes)
+        )?;
+        writeln!(
+            out,
+            "{:<22} {:>12}   (needed plus CUDA context)",
+            "device total",
+            fmt::bytes(e.total_bytes)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{:<22} {:>12}   (what nvidia-smi shows)",
+            "device total",
+            fmt::bytes(e.total_bytes)
+        )?;
+    }
     writeln!(out)?;
     let cap = gpu.memory_bytes;
     if e.fits(cap) {
@@ -838,7 +915,7 @@ fn print_table(
         writeln!(
             out,
             "{:<40} {:>12} {:>12}",
-            "timeline (phase entered)", "live", "prev high"
+            "timeline (phase)", "at entry", "high in it"
         )?;
         for p in &e.timeline {
             writeln!(
@@ -888,13 +965,27 @@ fn suggestions(model: &Model, setup: &Setup, cap: u64) -> Vec<(String, u64)> {
             if setup.parallel.zero < 3 {
                 let mut s = with_train(&|t| t.amp_style = None);
                 s.parallel.zero = 3;
-                s.parallel.dp = s.parallel.dp.max(8);
-                tries.push(("--zero 3 --dp 8", s));
-                let mut r = s;
-                if let Mode::Train(t) = &mut r.mode {
-                    t.recompute = setup::Recompute::Full;
+                let flags = if s.parallel.dp < 8 {
+                    s.parallel.dp = 8;
+                    "--zero 3 --dp 8"
+                } else {
+                    "--zero 3"
+                };
+                tries.push((flags, s));
+                if t.recompute != setup::Recompute::Full {
+                    let mut r = s;
+                    if let Mode::Train(t) = &mut r.mode {
+                        t.recompute = setup::Recompute::Full;
+                    }
+                    tries.push((
+                        if s.parallel.dp == setup.parallel.dp {
+                            "--zero 3 --recompute full"
+                        } else {
+                            "--zero 3 --dp 8 --recompute full"
+                        },
+                        r,
+                    ));
                 }
-                tries.push(("--zero 3 --dp 8 --recompute full", r));
             }
             if setup.parallel.zero >= 1 && t.offload == setup::Offload::None {
                 tries.push((
@@ -920,6 +1011,14 @@ fn suggestions(model: &Model, setup: &Setup, cap: u64) -> Vec<(String, u64)> {
             }
         }
     }
+    // Suggest changes only: a try that leaves the setup as the user gave it, or as an earlier
+    // try has it, says nothing new.
+    let mut seen = vec![*setup];
+    tries.retain(|(_, s)| {
+        let new = !seen.contains(s);
+        seen.push(*s);
+        new
+    });
     tries
         .into_iter()
         .filter_map(|(flags, s)| {

@@ -147,10 +147,7 @@ where
         }
         Err(e) => {
             // Usage errors are bad input, reported on one line like every other error.
-            let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            let msg = first.trim_start_matches("error: ");
-            let _ = writeln!(output::stderr(), "vram: {msg} (see --help)");
+            let _ = writeln!(output::stderr(), "vram: {} (see --help)", clap_one_line(&e));
             return 2;
         }
     };
@@ -165,6 +162,26 @@ where
                 1
             }
         }
+    }
+}
+
+/// clap's usage error on one line, with everything it names: the missing arguments and the
+/// accepted values sit on the lines after the first (clap 4's `RichFormatter`), so the message
+/// is every line before the usage, joined.
+fn clap_one_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let parts: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let msg = parts.join(" ");
+    let msg = msg.trim_start_matches("error: ");
+    if msg.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        msg.to_string()
     }
 }
 

@@ -420,9 +420,10 @@ fn draw_gpu(f: &mut Frame, app: &App, g: &vram_monitor::GpuSample, a: Rect, full
         f.render_widget(
             LineGauge::default()
                 .label(format!(
-                    "GPU {} mem {mem_label} util {}%",
+                    "GPU {} mem {mem_label} util {}",
                     g.index,
-                    g.utilization_pct.unwrap_or(0)
+                    // NVML may not report utilisation (MIG, some drivers): unknown, not 0 %.
+                    g.utilization_pct.map_or("n/a".into(), |u| format!("{u}%"))
                 ))
                 .filled_style(Style::new().fg(colour))
                 .ratio(used.clamp(0.0, 1.0)),
@@ -473,11 +474,20 @@ fn draw_gpu(f: &mut Frame, app: &App, g: &vram_monitor::GpuSample, a: Rect, full
             .style(Style::new().fg(colour)),
         mid,
     );
-    let util_hist = app.history.gpu_util(g.index);
+    // Unknown utilisation draws no history rather than a flat 0 %.
+    let util_hist = if g.utilization_pct.is_some() {
+        app.history.gpu_util(g.index)
+    } else {
+        Vec::new()
+    };
     let w = right.width as usize;
     f.render_widget(
         Sparkline::default()
-            .block(Block::default().title("util"))
+            .block(Block::default().title(if g.utilization_pct.is_some() {
+                "util"
+            } else {
+                "util n/a"
+            }))
             .data(&util_hist[util_hist.len().saturating_sub(w)..])
             .max(100)
             .style(Style::new().fg(Color::Cyan)),
@@ -707,6 +717,25 @@ mod tests {
 
     fn press(app: &mut App, code: KeyCode) -> bool {
         app.key(KeyEvent::new(code, KeyModifiers::NONE))
+    }
+
+    /// Issue 25, item 11: a GPU whose utilisation NVML does not report showed "util 0%".
+    #[test]
+    fn unknown_utilisation_is_not_zero() {
+        let mut app = app_with(0);
+        let mut src = SimulatedSource::demo();
+        for k in 0..30 {
+            let mut s = src.sample(k * 1000).unwrap();
+            for g in &mut s.gpus {
+                g.utilization_pct = None;
+            }
+            app.history.push(s);
+        }
+        for (w, h) in [(140, 40), (100, 12)] {
+            let s = screen(&app, w, h);
+            assert!(!s.contains("util 0%"), "{s}");
+            assert!(s.contains("util n/a"), "{s}");
+        }
     }
 
     #[test]

@@ -41,7 +41,8 @@ pub fn run(a: &TraceArgs) -> Result<()> {
     if a.steps == 0 || a.steps > 100 {
         return Err(bad_input!("--steps must be between 1 and 100"));
     }
-    let resolved = resolve_model(&a.model)?;
+    let mut resolved = resolve_model(&a.model)?;
+    resolved.model = a.step.apply_to(resolved.model)?;
     let model = &resolved.model;
     if matches!(model, Model::Weights(_)) {
         return Err(bad_input!(

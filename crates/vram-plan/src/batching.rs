@@ -59,13 +59,20 @@ pub fn batch_by_memory(
     let cap = max_batch.unwrap_or(u64::MAX).max(1);
     // Largest batch that fits at each padded length, and the memory it takes.
     let mut fit: HashMap<u64, Option<u64>> = HashMap::new();
-    let at = |n: u64, len: u64| -> Result<u64> {
+    // Batches of one size at one length are the same step: estimated once.
+    let mut totals: HashMap<(u64, u64), u64> = HashMap::new();
+    let mut at = |n: u64, len: u64| -> Result<u64> {
+        if let Some(&t) = totals.get(&(n, len)) {
+            return Ok(t);
+        }
         let mut s = *setup;
         if let Mode::Train(t) = &mut s.mode {
             t.micro_batch = n;
             t.seq = len;
         }
-        Ok(vram_model::estimate(model, &s)?.total_bytes)
+        let t = vram_model::estimate(model, &s)?.total_bytes;
+        totals.insert((n, len), t);
+        Ok(t)
     };
     let mut batches = Vec::new();
     let mut too_long = Vec::new();

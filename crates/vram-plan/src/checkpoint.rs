@@ -712,7 +712,7 @@ pub fn device_budget(
     let e = with_k(k_used)?;
     // What the allocator can hand out: the device less the context, less the share the
     // allocator's replay of this step keeps reserved but unallocated.
-    let ratio = e.peak_bytes as f64 / e.reserved_bytes.max(1) as f64;
+    let ratio = e.peak_bytes as f64 / e.needed_bytes.max(1) as f64;
     let allocatable = (capacity.saturating_sub(o.cuda_context_bytes) as f64 * ratio) as u64;
     let block = simulate(chain, &first_k_recomputed(chain, k_used as usize).ops)?.peak_bytes;
     let others = e.peak_bytes.saturating_sub(block);

@@ -100,8 +100,10 @@ pub struct EagerCalibration {
     /// CPU time per counted forward kernel: the Python module calls, autograd recording,
     /// autocast dispatch and the views, allocations and bookkeeping between the operators
     /// this model counts. The measured bare loop of tiny ops costs 9.6 µs a kernel without
-    /// any of these; 45 µs is fitted to the measured training steps of the small models
-    /// (GPT-2, BERT, RoBERTa, T5 in bf16), whose steps launches bound. The same cost is used
+    /// any of these; 60 µs is fitted to the `fit` half of the measured training steps
+    /// (`tests/data/measured_steps.csv`; the small models' steps there are launch-bound), with
+    /// `bwd_bytes` and `elementwise_eta`, on a grid (`tests/it/measured.rs` refits them). The
+    /// same cost is used
     /// for the first, `no_grad`, forward of checkpointed layers (module and autocast overhead
     /// remain there).
     pub fwd_cpu_s: f64,
@@ -113,9 +115,10 @@ pub struct EagerCalibration {
     pub launch_s: f64,
     /// Backward kernels per forward kernel (see the module docs).
     pub bwd_kernels: f64,
-    /// Backward element-wise bytes per forward element-wise byte: 2.5 (fitted; a hand count
-    /// of `native_layer_norm_backward`, `native_dropout_backward`, `gelu_backward` and the
-    /// gradient sums at branch points gives 2–3).
+    /// Backward element-wise bytes per forward element-wise byte: 2.0 (fitted on the `fit`
+    /// cases with `fwd_cpu_s`; a hand count of `native_layer_norm_backward`,
+    /// `native_dropout_backward`, `gelu_backward` and the gradient sums at branch points
+    /// gives 2–3).
     pub bwd_bytes: f64,
     /// Backward bytes per forward byte over materialised attention scores: 1.0 by hand count
     /// (`_softmax_backward_data` reads the fp32 output and gradient and writes one: 12 bytes
@@ -123,7 +126,8 @@ pub struct EagerCalibration {
     /// scale's backwards mirror the forward; the mask add has none).
     pub score_bwd_bytes: f64,
     /// Fraction of the measured copy bandwidth real element-wise kernels reach (reductions in
-    /// norms and softmax, Philox in dropout): 0.8, fitted to the measured steps.
+    /// norms and softmax, Philox in dropout): 0.8, fitted on the `fit` cases with
+    /// `fwd_cpu_s`.
     pub elementwise_eta: f64,
     /// Fraction of the dense peak FlashAttention-2 (`sdpa`'s flash backend, forward) reaches
     /// on an H100: 0.35 (≈ 350 TFLOP/s at head size 128, Dao 2023, FlashAttention-2 §4).
@@ -136,11 +140,11 @@ pub struct EagerCalibration {
 impl Default for EagerCalibration {
     fn default() -> Self {
         EagerCalibration {
-            fwd_cpu_s: 45e-6,
+            fwd_cpu_s: 60e-6,
             bwd_cpu_s: 20e-6,
             launch_s: 9.6e-6,
             bwd_kernels: 1.5,
-            bwd_bytes: 2.5,
+            bwd_bytes: 2.0,
             score_bwd_bytes: 1.0,
             elementwise_eta: 0.8,
             flash_eta: 0.35,

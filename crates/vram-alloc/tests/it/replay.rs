@@ -187,3 +187,45 @@ fn vramkit_makes_no_device_calls_in_steady_state_on_real_traces() {
     // The old setting unmapped during the measured steps.
     assert!(old_unmaps > 0);
 }
+
+/// Issue 25, item 12: the PyTorch policy against an independent reference. Each real
+/// snapshot records what PyTorch 2.11's own `CUDACachingAllocator` reserved (its segment
+/// alloc/free history); replaying the same requests through the PyTorch policy must reserve
+/// what it reserved, within 1 % (recorded peaks: gpt2 15.25 GB, BERT 8.63 GB, ResNet-50
+/// 7.02 GB, Llama-3-8B cut to 4 layers 55.9 GB; the replay is 0.2–0.9 % below: the requests
+/// recorded are the callers' sizes, so the replay cannot see blocks made before the
+/// recording began). The allocated peak differs only by the replay's block rounding (512 B,
+/// unsplit remainders): within 0.5 %.
+#[test]
+fn pytorch_policy_reserves_what_pytorch_reserved_on_real_traces() {
+    for name in [
+        "gpt2-bf16amp-adamw-mb8",
+        "bert-bf16amp-adamw-mb32-s512",
+        "resnet50-fp32-momentum-mb64",
+        "llama3-8b-L4-bf16amp-adamw-mb2-s4096",
+    ] {
+        let path = format!(
+            "{}/tests/data/snapshots/{name}.pickle",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let snap = Snapshot::from_pickle(&std::fs::read(path).unwrap()).unwrap();
+        let (events, rec) = events_from_snapshot(&snap);
+        let r = replay(&events, &AllocatorConfig::new(Policy::PyTorch), None).unwrap();
+        let err = r.peak_reserved_bytes as f64 / rec.peak_reserved_bytes as f64 - 1.0;
+        eprintln!(
+            "{name}: recorded reserved {} replayed {} ({:+.2} %), allocated {} / {}",
+            rec.peak_reserved_bytes,
+            r.peak_reserved_bytes,
+            err * 100.0,
+            rec.peak_allocated_bytes,
+            r.peak_allocated_bytes
+        );
+        assert!(err.abs() <= 0.01, "{name}: {:+.2} %", err * 100.0);
+        let a_err = r.peak_allocated_bytes as f64 / rec.peak_allocated_bytes as f64 - 1.0;
+        assert!(
+            a_err.abs() <= 0.005,
+            "{name}: allocated {:+.3} %",
+            a_err * 100.0
+        );
+    }
+}

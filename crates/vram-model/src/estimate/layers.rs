@@ -32,6 +32,29 @@ pub(super) struct LayerDesc {
     /// The backward's temporaries op by op, where the layer describes them so (CNNs); when
     /// empty, the backward makes one `bwd_tmp` block.
     pub(super) bwd_prog: Program,
+    /// The tensors `fwd_tmp` and `bwd_tmp` are made of, for the allocator replay (each op's
+    /// output is its own allocation); all zero where the layer does not say.
+    pub(super) tmp_parts: TmpParts,
+}
+
+/// The individual tensors of a layer's forward and backward temporaries.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct TmpParts {
+    /// `fwd_tmp`'s tensors.
+    pub(super) fwd: [u64; 2],
+    /// `bwd_tmp`'s tensors.
+    pub(super) bwd: [u64; 12],
+}
+
+impl TmpParts {
+    /// `list`'s non-zero tensors when they make up `total`, else `total` as one tensor.
+    pub(super) fn of(list: &[u64], total: u64) -> Vec<u64> {
+        if list.iter().sum::<u64>() == total && total > 0 {
+            list.iter().copied().filter(|&b| b > 0).collect()
+        } else {
+            vec![total]
+        }
+    }
 }
 
 /// One step of a layer's temporaries in order of execution.
@@ -526,21 +549,38 @@ pub(super) fn transformer_layer(
     inf = inf.max(mlp_inf);
     let grads_in_out = 2 * c.rep(t.hidden, c.res);
     let mut bwd_tmp = grads_in_out.saturating_add(bwd);
+    // The same bytes tensor by tensor, for the allocator replay: the gradients flowing in and
+    // out, the feed-forward's `live` intermediate-sized gradients (or the attention's block),
+    // the half weight gradient.
+    let mut tmp_parts = TmpParts::default();
+    tmp_parts.bwd[0] = c.rep(t.hidden, c.res);
+    tmp_parts.bwd[1] = c.rep(t.hidden, c.res);
+    let live = if t.mlp == Mlp::Gated { 3 } else { 2 };
+    let pieces = live * t.experts_per_token.max(1);
+    if mlp_bwd >= bwd && (pieces as usize) <= 9 && mlp_bwd % pieces == 0 {
+        for j in 0..pieces as usize {
+            tmp_parts.bwd[2 + j] = mlp_bwd / pieces;
+        }
+    } else {
+        tmp_parts.bwd[2] = bwd;
+    }
     if c.style == AmpStyle::Autocast && c.cmp != 4 {
         // The half gradient of the largest weight before it is added to the fp32 `.grad`.
         let largest = t.hidden * t.intermediate.max(t.heads * t.head_dim).div_ceil(c.t);
         bwd_tmp = bwd_tmp.saturating_add(m(&[largest, c.cmp]));
+        tmp_parts.bwd[11] = m(&[largest, c.cmp]);
     }
+    let fwd_core = if c.attention == Attention::Eager {
+        m(&[c.b, t.heads.div_ceil(c.t), c.s, c.s, c.cmp, 2])
+    } else {
+        c.rep(t.hidden, 4)
+    };
+    tmp_parts.fwd = [c.rep(t.hidden, c.res), fwd_core];
     LayerDesc {
         parts: p,
         checkpoint: c.rep(t.hidden, c.res),
-        fwd_tmp: c
-            .rep(t.hidden, c.res)
-            .saturating_add(if c.attention == Attention::Eager {
-                m(&[c.b, t.heads.div_ceil(c.t), c.s, c.s, c.cmp, 2])
-            } else {
-                c.rep(t.hidden, 4)
-            }),
+        fwd_tmp: c.rep(t.hidden, c.res).saturating_add(fwd_core),
+        tmp_parts,
         bwd_tmp,
         params,
         matmul_params: matmul,

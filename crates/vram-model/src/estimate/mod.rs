@@ -239,7 +239,8 @@ pub struct TimelinePoint {
     pub phase: Phase,
     /// Live bytes when entering it (after the previous phase's frees).
     pub live_bytes: u64,
-    /// Highest live bytes reached during the previous phase.
+    /// Highest live bytes reached during this phase (tensor bytes, as `peak_tensor_bytes`):
+    /// the timeline's largest is the step's peak.
     pub high_bytes: u64,
 }
 
@@ -279,9 +280,16 @@ pub struct Estimate {
     /// Peak of the tensors' own bytes (the timeline's maximum, before any rounding); the
     /// breakdown sums to it plus the overheads.
     pub peak_tensor_bytes: u64,
-    /// Peak reserved by the caching allocator (`max_memory_reserved()`): peak plus overhead.
+    /// Peak reserved by the caching allocator (`max_memory_reserved()`) on a device with room
+    /// for everything it caches: what PyTorch reports on a GPU that is not full.
     pub reserved_bytes: u64,
-    /// Device memory in use at the peak (reserved plus CUDA context), as `nvidia-smi` shows.
+    /// Peak reserved on the smallest device (to 2 MiB) that runs the step: PyTorch frees its
+    /// cached, unused segments and retries when `cudaMalloc` fails, so segments cached but
+    /// idle at the peak cost nothing where memory is tight. At most `reserved_bytes`; the
+    /// figure that decides whether the step fits.
+    pub needed_bytes: u64,
+    /// Device memory the step needs: `needed_bytes` plus the CUDA context (`nvidia-smi`'s
+    /// figure on the smallest device that runs it).
     pub total_bytes: u64,
     /// Bytes per category at the peak, overheads included; sums to `total_bytes`.
     pub breakdown: Breakdown,
@@ -686,8 +694,30 @@ pub fn estimate_with_timeline(model: &Model, setup: &Setup) -> Result<Estimate> 
     run(model, setup, true, true)
 }
 
-fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Estimate> {
+/// Whether the step runs on a device of `capacity` bytes (CUDA context included), with the
+/// allocator replayed there as PyTorch would run it: what [`Estimate::fits`] says of
+/// [`estimate`]'s `total_bytes`, in at most two replays instead of a bisection (the peak walk
+/// refuses what cannot fit whatever the allocator does; a replay with room that stays under
+/// the device fits; otherwise one replay on a device of that size, releasing cached segments
+/// and retrying where PyTorch does, decides).
+pub fn fits(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
+    let o = setup.overheads;
+    if o.fragmentation.is_some() {
+        return Ok(estimate(model, setup)?.fits(capacity));
+    }
     let step = Step::new(model, setup)?;
+    let (rank, sink) = peak_rank(&step, setup, false)?;
+    let Some(room) = capacity.checked_sub(o.cuda_context_bytes) else {
+        return Ok(false);
+    };
+    if sink.peak > room {
+        return Ok(false);
+    }
+    Ok(step.replay_fits(rank, o.allocator, room))
+}
+
+/// The pipeline rank that needs the most (the first and the last are walked), and its walk.
+fn peak_rank(step: &Step, setup: &Setup, timeline: bool) -> Result<(u64, PeakSink)> {
     let p = setup.parallel.pp;
     let ranks: &[u64] = if p == 1 { &[0] } else { &[0, p - 1] };
     let mut best: Option<(u64, PeakSink)> = None;
@@ -697,7 +727,7 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
             ..PeakSink::default()
         };
         step.walk(rank, &mut sink, timeline, Run::Whole);
-        sink.settle();
+        sink.finish();
         if best.as_ref().is_none_or(|(_, b)| sink.peak > b.peak) {
             best = Some((rank, sink));
         }
@@ -710,23 +740,32 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
             why: "beyond any device; check the sizes".into(),
         });
     }
+    Ok((rank, sink))
+}
+
+fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Estimate> {
+    let step = Step::new(model, setup)?;
+    let (rank, sink) = peak_rank(&step, setup, timeline)?;
     let mut breakdown = Breakdown(sink.at_peak);
     let mut peak = sink.peak;
     let o = setup.overheads;
-    let reserved = match (o.fragmentation, replay) {
-        (Some(f), _) => peak.saturating_add((peak as f64 * f) as u64),
+    let (reserved, needed) = match (o.fragmentation, replay) {
+        (Some(f), _) => {
+            let r = peak.saturating_add((peak as f64 * f) as u64);
+            (r, r)
+        }
         (None, true) => match step.replay(rank, o.allocator) {
             Some(r) => {
                 // The allocator's blocks are rounded (512 B, unsplit remainders): what
                 // `max_memory_allocated()` reports. The tensors' own bytes stay in the breakdown.
                 peak = peak.max(r.allocated);
-                r.reserved.max(peak)
+                (r.reserved.max(peak), r.needed.max(peak))
             }
-            None => peak,
+            None => (peak, peak),
         },
-        (None, false) => peak,
+        (None, false) => (peak, peak),
     };
-    breakdown.0[Category::AllocatorOverhead as usize] = reserved.saturating_sub(sink.peak);
+    breakdown.0[Category::AllocatorOverhead as usize] = needed.saturating_sub(sink.peak);
     breakdown.0[Category::CudaContext as usize] = o.cuda_context_bytes;
     let stack = step.stack(rank);
     Ok(Estimate {
@@ -736,7 +775,8 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         peak_bytes: peak,
         peak_tensor_bytes: sink.peak,
         reserved_bytes: reserved,
-        total_bytes: reserved.saturating_add(o.cuda_context_bytes),
+        needed_bytes: needed,
+        total_bytes: needed.saturating_add(o.cuda_context_bytes),
         breakdown,
         peak_phase: sink.peak_phase.unwrap_or(Phase::Setup),
         pipeline_rank: rank,
@@ -870,7 +910,7 @@ pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u
             Mode::Train(t) => t.micro_batch = n,
             Mode::Infer(i) => i.batch = n,
         }
-        fits_screened(model, &s, capacity)
+        fits(model, &s, capacity)
     };
     search_max(with)
 }
@@ -892,7 +932,7 @@ pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option
         if let Mode::Infer(i) = &mut s.mode {
             i.context = n + new;
         }
-        fits_screened(model, &s, capacity)
+        fits(model, &s, capacity)
     };
     Ok(search_max_from(start, with)?.map(|n| n + new))
 }
@@ -936,21 +976,6 @@ fn search_max_from(start: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Res
         }
     }
     Ok(Some(lo))
-}
-
-/// Whether `setup` fits `capacity`, replaying the allocator only when the peak walk alone
-/// cannot decide: reserved bytes are at least the allocated peak, so a step whose allocated
-/// peak plus context already exceeds the device does not fit (the same answer as
-/// `estimate(..).fits(..)`, without its replay).
-fn fits_screened(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
-    let a = estimate_allocated(model, setup)?;
-    if a.peak_bytes
-        .saturating_add(setup.overheads.cuda_context_bytes)
-        > capacity
-    {
-        return Ok(false);
-    }
-    Ok(estimate(model, setup)?.fits(capacity))
 }
 
 /// Largest `n` in 1..=2^24 with `fits(n)`, assuming `fits` is monotone.

@@ -26,6 +26,14 @@ impl PeakSink {
             self.rising = false;
         }
     }
+
+    /// Ends the walk: the last phase's high goes into its point.
+    pub(super) fn finish(&mut self) {
+        self.settle();
+        if let Some(last) = self.timeline.as_mut().and_then(|t| t.last_mut()) {
+            last.high_bytes = self.phase_high;
+        }
+    }
 }
 
 impl Sink for PeakSink {
@@ -53,10 +61,14 @@ impl Sink for PeakSink {
     #[inline]
     fn phase(&mut self, p: Phase) {
         if let Some(t) = &mut self.timeline {
+            // The phase that ends gets its high; the one entered starts at what is live.
+            if let Some(last) = t.last_mut() {
+                last.high_bytes = self.phase_high;
+            }
             t.push(TimelinePoint {
                 phase: p,
                 live_bytes: self.total,
-                high_bytes: self.phase_high,
+                high_bytes: self.total,
             });
         }
         self.phase_high = self.total;

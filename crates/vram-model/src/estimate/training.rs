@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::setup::{Offload, Recompute, Schedule};
+use layers::TmpParts;
 
 impl Step<'_> {
     /// Walks the step of pipeline rank `rank` through `sink`.
@@ -212,6 +213,34 @@ impl Step<'_> {
             .filter(|e| *e > 0)
             .map(|e| e * bytes)
             .collect()
+    }
+
+    /// The half copies autocast makes of layer `i`'s weights, one tensor per cast, `total`
+    /// bytes in all. Autocast casts each `F.linear`'s weight (and bias) as the call reaches it
+    /// and keeps the copy in its cast cache (`cached_cast` in PyTorch 2.11's
+    /// `aten/src/ATen/autocast_mode.cpp`): one allocation per weight, never one per layer, so
+    /// the caching allocator sees 32, 8, 8, 32, 112, 112, 112 MiB blocks for a Llama-3-8B
+    /// layer rather than one 416 MiB block. The matrices come from the layer's tensor list;
+    /// what `total` holds beyond them (bias copies) is one more small tensor. Layers not
+    /// described tensor by tensor (CNN layers: one convolution each) give one tensor.
+    pub(super) fn cast_copy_parts(&self, stack: &Stack, i: u64, total: u64) -> Vec<u64> {
+        let Model::Transformer(t) = self.model else {
+            return vec![total];
+        };
+        let c = self.ctx.cmp;
+        let mut v: Vec<u64> = self
+            .layer_tensor_bytes(stack, i, c)
+            .into_iter()
+            .filter(|&b| b > m(&[t.hidden, c]))
+            .collect();
+        let sum: u64 = v.iter().sum();
+        if sum > total {
+            return vec![total];
+        }
+        if total > sum {
+            v.push(total - sum);
+        }
+        v
     }
 
     /// Whether the loss path soft-caps the logits (Gemma 2 under transformers).
@@ -437,13 +466,19 @@ impl Step<'_> {
                 layer: i as u32,
             });
             if autocast_copies {
+                let bytes = m(&[l.matmul_params, c.cmp]);
+                let parts = if S::WANTS_PARTS {
+                    self.cast_copy_parts(stack, i, bytes)
+                } else {
+                    Vec::new()
+                };
                 sink.alloc(
                     Handle {
                         cat: Category::WeightCopies,
-                        bytes: m(&[l.matmul_params, c.cmp]),
+                        bytes,
                         key: Self::act_key(unit, i, 1),
                     },
-                    &[],
+                    &parts,
                 );
             }
             let gathered = Handle {
@@ -511,7 +546,20 @@ impl Step<'_> {
                 );
             }
             if !tmp_early {
-                sink.alloc(tmp, &[]);
+                let tmp_parts = if S::WANTS_PARTS {
+                    let fwd = TmpParts::of(&l.tmp_parts.fwd, l.fwd_tmp);
+                    if self.recomputed(tr, i) {
+                        // The checkpointed forward under no_grad: what it would save, then goes.
+                        let mut v = l.parts.list(false);
+                        v.extend(fwd);
+                        TmpParts::of(&v, tmp.bytes)
+                    } else {
+                        fwd
+                    }
+                } else {
+                    Vec::new()
+                };
+                sink.alloc(tmp, &tmp_parts);
                 sink.free(tmp);
             }
             if zero3 {
@@ -762,7 +810,12 @@ impl Step<'_> {
             };
             if recomputed {
                 if autocast_copies {
-                    sink.alloc(copies, &[]);
+                    let parts = if S::WANTS_PARTS {
+                        self.cast_copy_parts(stack, i, copies.bytes)
+                    } else {
+                        Vec::new()
+                    };
+                    sink.alloc(copies, &parts);
                 }
                 sink.alloc(
                     re,
@@ -794,7 +847,12 @@ impl Step<'_> {
                     bytes: l.bwd_tmp,
                     key: Self::act_key(unit, i, 6),
                 };
-                sink.alloc(tmp, &[]);
+                let parts = if S::WANTS_PARTS {
+                    TmpParts::of(&l.tmp_parts.bwd, l.bwd_tmp)
+                } else {
+                    Vec::new()
+                };
+                sink.alloc(tmp, &parts);
                 sink.free(tmp);
             } else {
                 let mut mine = [0u64; 8];

@@ -5,6 +5,7 @@ mod bad_input;
 mod blocks;
 mod finetune;
 mod generate_replay;
+mod monotone;
 mod params;
 mod timeline;
 mod zero;
