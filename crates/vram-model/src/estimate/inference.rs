@@ -300,6 +300,9 @@ impl Step<'_> {
             Model::Transformer(t) if t.layout == Layout::DecoderOnly => t,
             _ => return self.walk_forward_only(stack, sink),
         };
+        if !t.blocks.uniform && !t.blocks.is_empty() {
+            return self.walk_generate_blocks(rank, stack, inf, sink, full);
+        }
         let kvb = inf.kv_bytes;
         let kv_w = (t.kv_heads * t.head_dim).div_ceil(c.t).max(t.head_dim);
         let per_token = m(&[c.b, kv_w, kvb]); // one layer's keys (or values) per token

@@ -105,17 +105,33 @@ impl LayerDesc {
     }
 }
 
-/// Up to 32 saved tensors of a layer.
-#[derive(Debug, Clone, Copy, Default)]
+/// Up to 48 saved tensors of a layer (an MLA + MoE layer with a shared expert saves ~36).
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Parts {
-    pub(super) bytes: [u64; 32],
-    pub(super) s2: u32,
+    pub(super) bytes: [u64; 48],
+    pub(super) s2: u64,
     pub(super) n: u8,
+}
+
+impl Default for Parts {
+    fn default() -> Self {
+        Parts {
+            bytes: [0; 48],
+            s2: 0,
+            n: 0,
+        }
+    }
 }
 
 impl Parts {
     pub(super) fn push(&mut self, bytes: u64, s2: bool) {
-        if bytes == 0 || self.n as usize >= self.bytes.len() {
+        if bytes == 0 {
+            return;
+        }
+        if self.n as usize >= self.bytes.len() {
+            // Full: the bytes still count, in the last tensor.
+            let last = self.bytes.len() - 1;
+            self.bytes[last] = self.bytes[last].saturating_add(bytes);
             return;
         }
         if s2 {
@@ -554,10 +570,10 @@ pub(super) fn transformer_layer(
 /// The layers of one pipeline rank, borrowed from the [`Step`].
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Stack<'s> {
-    /// `counts[i]` layers of `kinds[i]`, in order (encoder then decoder for T5).
-    Uniform {
-        kinds: &'s [LayerDesc; 2],
-        counts: [u64; 2],
+    /// Transformer layers: layer `i` is `kinds[pattern[i]]` (encoder then decoder for T5).
+    Blocks {
+        kinds: &'s [LayerDesc],
+        pattern: &'s [u8],
     },
     /// Heterogeneous layers (CNNs).
     List(&'s [LayerDesc]),
@@ -566,13 +582,20 @@ pub(super) enum Stack<'s> {
 impl Stack<'_> {
     pub(super) fn len(&self) -> u64 {
         match self {
-            Stack::Uniform { counts, .. } => counts[0] + counts[1],
+            Stack::Blocks { pattern, .. } => pattern.len() as u64,
             Stack::List(v) => v.len() as u64,
+        }
+    }
+    /// Layer `i`'s kind index (transformers only).
+    pub(super) fn kind(&self, i: u64) -> Option<usize> {
+        match self {
+            Stack::Blocks { pattern, .. } => Some(pattern[i as usize] as usize),
+            Stack::List(_) => None,
         }
     }
     pub(super) fn get(&self, i: u64) -> &LayerDesc {
         match self {
-            Stack::Uniform { kinds, counts } => &kinds[usize::from(i >= counts[0])],
+            Stack::Blocks { kinds, pattern } => &kinds[pattern[i as usize] as usize],
             Stack::List(v) => &v[i as usize],
         }
     }

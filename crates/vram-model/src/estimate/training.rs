@@ -190,22 +190,9 @@ impl Step<'_> {
     /// Bytes of layer `i`'s parameter tensors at `bytes` per element, one per tensor.
     pub(super) fn layer_tensor_bytes(&self, stack: &Stack, i: u64, bytes: u64) -> Vec<u64> {
         let l = stack.get(i);
-        let elems = match (self.model, stack) {
-            (Model::Transformer(t), Stack::Uniform { counts, .. }) => {
-                let tp = self.setup.parallel.tp;
-                let dec = i >= counts[0];
-                t.block_tensor_elems(dec && t.layout == Layout::EncoderDecoder)
-                    .into_iter()
-                    .map(|e| {
-                        if e >= t.hidden * t.hidden {
-                            e.div_ceil(tp)
-                        } else {
-                            e
-                        }
-                    })
-                    .collect()
-            }
-            _ => vec![l.matmul_params, l.params - l.matmul_params],
+        let elems = match stack.kind(i) {
+            Some(k) => self.kind_tensors[k].clone(),
+            None => vec![l.matmul_params, l.params - l.matmul_params],
         };
         elems
             .into_iter()
@@ -235,36 +222,21 @@ impl Step<'_> {
 
     /// Element counts of the parameter tensors this rank holds (after TP), one per tensor.
     pub(super) fn rank_tensor_elems(&self, rank: u64, stack: &Stack) -> Vec<u64> {
-        let tp = self.setup.parallel.tp;
         let mut v = Vec::new();
         let [emb, head] = self.edge_params(rank);
-        match self.model {
-            Model::Transformer(t) => {
-                let local = |e: u64| {
-                    if e >= t.hidden * t.hidden {
-                        e.div_ceil(tp)
-                    } else {
-                        e
-                    }
-                };
+        match stack {
+            Stack::Blocks { pattern, .. } => {
                 if emb > 0 {
                     v.push(emb);
                 }
-                let enc = t.block_tensor_elems(false);
-                let dec = t.block_tensor_elems(t.layout == Layout::EncoderDecoder);
-                if let Stack::Uniform { counts, .. } = stack {
-                    for _ in 0..counts[0] {
-                        v.extend(enc.iter().map(|e| local(*e)));
-                    }
-                    for _ in 0..counts[1] {
-                        v.extend(dec.iter().map(|e| local(*e)));
-                    }
+                for k in pattern.iter() {
+                    v.extend_from_slice(&self.kind_tensors[*k as usize]);
                 }
                 if head > 0 {
                     v.push(head);
                 }
             }
-            _ => {
+            Stack::List(_) => {
                 for i in 0..stack.len() {
                     let l = stack.get(i);
                     v.push(l.matmul_params);
