@@ -32,6 +32,16 @@ pub(super) struct LayerDesc {
     /// The backward's temporaries op by op, where the layer describes them so (CNNs); when
     /// empty, the backward makes one `bwd_tmp` block.
     pub(super) bwd_prog: Program,
+    /// Index of the first saved tensor of the feed-forward sub-block in `parts` (0: not
+    /// split). Autograd runs the feed-forward's backward first and frees its saved tensors
+    /// node by node, before the mixer's backward.
+    pub(super) ffn_from: u8,
+    /// Where the backward is walked in two halves: the feed-forward half's temporaries (its
+    /// first node's gradient replaces the tensor it consumed), the mixer half's, and the
+    /// elements of the feed-forward's last projection, whose gradient comes first.
+    pub(super) ffn_bwd_tmp: u64,
+    pub(super) mixer_bwd_tmp: u64,
+    pub(super) ffn_first_grad: u64,
 }
 
 /// One step of a layer's temporaries in order of execution.
@@ -534,6 +544,7 @@ pub(super) fn transformer_layer(
         fwd_kept += k2;
     }
     let shared = t.parallel_residual && t.norms_per_layer == 1;
+    let ffn_from = if decoder_of_enc_dec || shared { 0 } else { p.n };
     let (mlp_bwd, mlp_inf) = mlp_parts(t, c, shared, &mut p);
     for _ in 2..t.norms_per_layer {
         norm_parts(t, c, &mut p); // Gemma 2's post-norms
@@ -542,11 +553,29 @@ pub(super) fn transformer_layer(
     inf = inf.max(mlp_inf);
     let grads_in_out = 2 * c.rep(t.hidden, c.res);
     let mut bwd_tmp = grads_in_out.saturating_add(bwd);
-    if c.style == AmpStyle::Autocast && c.cmp != 4 {
-        // The half gradient of the largest weight before it is added to the fp32 `.grad`.
+    let mut half_grad = 0;
+    if c.style == AmpStyle::Autocast && c.cmp != 4 && c.res == 4 {
+        // Mixed precision: the half gradient of the largest weight before it is added to the
+        // fp32 `.grad` (`ToCopyBackward` makes the fp32 one). Pure half weights have none: the
+        // matmul's gradient is the `.grad` AccumulateGrad keeps.
         let largest = t.hidden * t.intermediate.max(t.heads * t.head_dim).div_ceil(c.t);
-        bwd_tmp = bwd_tmp.saturating_add(m(&[largest, c.cmp]));
+        half_grad = m(&[largest, c.cmp]);
+        bwd_tmp = bwd_tmp.saturating_add(half_grad);
     }
+    // The feed-forward's backward node by node: the last projection's input gradient replaces
+    // the saved tensor it consumed, so its high point is one `[tokens, f]` below `mlp_bwd`.
+    let k = if t.experts > 1 {
+        t.experts_per_token
+    } else {
+        1
+    };
+    let f_bytes = m(&[c.tok, t.intermediate.div_ceil(c.t), c.cmp, k]);
+    let ffn_bwd_tmp = grads_in_out
+        .saturating_add(mlp_bwd.saturating_sub(f_bytes))
+        .saturating_add(half_grad);
+    let mixer_bwd_tmp = grads_in_out
+        .saturating_add(attn_bwd)
+        .saturating_add(half_grad);
     LayerDesc {
         parts: p,
         checkpoint: c.rep(t.hidden, c.res),
@@ -562,6 +591,10 @@ pub(super) fn transformer_layer(
         matmul_params: matmul,
         infer_tmp: inf,
         fwd_kept,
+        ffn_from,
+        ffn_bwd_tmp,
+        mixer_bwd_tmp,
+        ffn_first_grad: t.hidden * t.intermediate.div_ceil(c.t),
         ..LayerDesc::default()
     }
     .with_totals()

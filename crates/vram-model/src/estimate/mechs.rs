@@ -500,6 +500,7 @@ pub(super) fn block_layer(
         Mixer::None => Extra::default(),
     };
     let tv = shaped(t, blk);
+    let ffn_from = if blk.cross_attention { 0 } else { p.n };
     let ff = match blk.ffn {
         Ffn::Dense(d) => {
             let (b, i) = dense(t, &d, c, true, &mut p);
@@ -530,17 +531,27 @@ pub(super) fn block_layer(
     }
     let grads_in_out = 2 * c.rep(t.hidden, c.res);
     let mut bwd_tmp = grads_in_out.saturating_add(mx.bwd.max(ff.bwd));
-    if c.style == AmpStyle::Autocast && c.cmp != 4 {
-        // The half gradient of the largest weight (an expert bank is one parameter) before it
-        // is added to the fp32 `.grad`.
+    let mut half_grad = 0;
+    if c.style == AmpStyle::Autocast && c.cmp != 4 && c.res == 4 {
+        // Mixed precision: the half gradient of the largest weight (an expert bank is one
+        // parameter) before it is added to the fp32 `.grad`.
         let mut largest = 0u64;
         blk.tensors(t.hidden, &mut |x| {
             if x.kind != TensorKind::Vector {
                 largest = largest.max(x.numel().div_ceil(c.t));
             }
         });
-        bwd_tmp = bwd_tmp.saturating_add(m(&[largest, c.cmp]));
+        half_grad = m(&[largest, c.cmp]);
+        bwd_tmp = bwd_tmp.saturating_add(half_grad);
     }
+    // The feed-forward's output projection (rows = hidden; an expert bank is one parameter):
+    // its gradient comes first in a two-half backward.
+    let mut first_grad = 0u64;
+    blk.ffn.tensors(t.hidden, &mut |x| {
+        if x.kind != TensorKind::Vector && x.rows == t.hidden {
+            first_grad = first_grad.max(x.numel().div_ceil(c.t));
+        }
+    });
     let base_fwd = c.rep(t.hidden, c.res).saturating_add(c.rep(t.hidden, 4));
     let desc = LayerDesc {
         parts: p,
@@ -551,6 +562,14 @@ pub(super) fn block_layer(
         matmul_params: matmul,
         infer_tmp: mx.infer.max(ff.infer),
         fwd_kept: mx.kept,
+        ffn_from,
+        ffn_bwd_tmp: grads_in_out
+            .saturating_add(ff.bwd)
+            .saturating_add(half_grad),
+        mixer_bwd_tmp: grads_in_out
+            .saturating_add(mx.bwd)
+            .saturating_add(half_grad),
+        ffn_first_grad: first_grad,
         ..LayerDesc::default()
     }
     .with_totals();
@@ -588,11 +607,16 @@ impl Step<'_> {
         };
         self.kinds.clear();
         self.kind_tensors.clear();
+        self.kind_ffn_tensors.clear();
         self.gen.clear();
         for kind in &b.kinds {
             let mut elems = Vec::new();
             let (mut params, mut matmul) = (0u64, 0u64);
+            let mut mixer_tensors = 0usize;
             kind.tensors(b.hidden, &mut |x| {
+                if x.component == Component::Mixer {
+                    mixer_tensors += 1;
+                }
                 let n = x.numel();
                 let split = x.kind != TensorKind::Vector && x.component != Component::Router;
                 let local = if split { n.div_ceil(tp) } else { n };
@@ -618,6 +642,11 @@ impl Step<'_> {
             });
             self.kinds.push(desc);
             self.kind_tensors.push(elems);
+            self.kind_ffn_tensors.push(if kind.cross_attention {
+                0
+            } else {
+                mixer_tensors
+            });
         }
         self.pattern = b.pattern.clone();
     }
@@ -1156,5 +1185,41 @@ mod tests {
         // 512 tokens · top-8 = 4096 rows of 7168 gathered (bf16): 58.7 MB alone.
         assert!(moe_l.saved_all > 4096 * 7168 * 2 * 3);
         assert!(moe_l.saved_all > dense.saved_all);
+    }
+}
+
+#[cfg(test)]
+mod backward_tests {
+    use super::*;
+    use crate::setup::{Precision, Setup, Train};
+
+    fn last_layer(precision: Precision) -> LayerDesc {
+        let model = crate::catalog::lookup("llama-3-8b").unwrap();
+        let setup = Setup {
+            precision,
+            mode: Mode::Train(Train {
+                micro_batch: 1,
+                seq: 128,
+                ..Train::default()
+            }),
+            ..Setup::default()
+        };
+        Step::new(&model, &setup).unwrap().last_kind()
+    }
+
+    /// Pure bf16 weights: the matmul's weight gradient is the `.grad` AccumulateGrad keeps; under
+    /// autocast the bf16 gradient of the fp32 weight's cast comes first and `ToCopyBackward`
+    /// makes the fp32 `.grad` from it (the largest: a 4096 × 14336 projection).
+    #[test]
+    fn only_mixed_precision_has_a_half_gradient_temporary() {
+        let (tok, h, f) = (128u64, 4096u64, 14336u64);
+        let pure = last_layer(Precision::Bf16);
+        // The two residual-stream gradients and the SwiGLU backward's three [tok, f] tensors.
+        assert_eq!(pure.bwd_tmp, 2 * tok * h * 2 + 3 * tok * f * 2);
+        // Node by node the down projection's input gradient replaces the product it consumed.
+        assert_eq!(pure.ffn_bwd_tmp, 2 * tok * h * 2 + 2 * tok * f * 2);
+        assert_eq!(pure.ffn_first_grad, h * f);
+        let amp = last_layer(Precision::Bf16Amp);
+        assert_eq!(amp.bwd_tmp - h * f * 2, 2 * tok * h * 4 + 3 * tok * f * 2);
     }
 }

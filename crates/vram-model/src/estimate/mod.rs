@@ -335,6 +335,8 @@ pub(crate) struct Step<'a> {
     pattern: Vec<u8>,
     /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
     kind_tensors: Vec<Vec<u64>>,
+    /// Per kind, the index in `kind_tensors` of its first feed-forward tensor (0: no split).
+    kind_ffn_tensors: Vec<usize>,
     /// Per kind, its cache and decode-step figures (layer-by-layer models only).
     gen: Vec<mechs::KindGen>,
     cnn: Vec<LayerDesc>,
@@ -400,6 +402,7 @@ impl<'a> Step<'a> {
             kinds: Vec::new(),
             pattern: Vec::new(),
             kind_tensors: Vec::new(),
+            kind_ffn_tensors: Vec::new(),
             gen: Vec::new(),
             cnn: Vec::new(),
             emb_params: 0,
@@ -501,6 +504,14 @@ impl<'a> Step<'a> {
                 .iter()
                 .map(|d| t.block_tensor_elems(*d).into_iter().map(local).collect())
                 .collect();
+            // block_tensor_elems' order: q/k/v (or fused qkv) with biases, o_proj, then the
+            // feed-forward. Encoder-decoders and shared-norm parallel blocks are not split.
+            let per_proj = 1 + usize::from(t.qkv_bias);
+            let attn =
+                if t.fused_qkv { per_proj } else { 3 * per_proj } + 1 + usize::from(t.out_bias);
+            let split = t.layout != Layout::EncoderDecoder
+                && !(t.parallel_residual && t.norms_per_layer == 1);
+            self.kind_ffn_tensors = vec![if split { attn } else { 0 }; 2];
         } else {
             self.init_blocks(t);
         }

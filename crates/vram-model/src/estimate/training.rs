@@ -171,7 +171,7 @@ impl Step<'_> {
                 }
                 if !persistent_grads {
                     // zero_grad(set_to_none=True) frees the gradients after the step.
-                    self.free_layer_grads(rank, &stack, sink);
+                    self.free_layer_grads(rank, &stack, &tr, sink);
                 }
                 if run == Run::Whole {
                     for h in held.into_iter().chain([st]) {
@@ -257,6 +257,20 @@ impl Step<'_> {
         tr.recompute == Recompute::Selective && tr.recompute_layers.is_none_or(|k| i < k)
     }
 
+    /// Where layer `i`'s backward is walked in two halves (a recomputed layer whose gradients
+    /// are created in it): (bytes of the feed-forward's recomputed saved tensors, elements of
+    /// the feed-forward's last projection, whose gradient comes first).
+    pub(super) fn ffn_split(&self, stack: &Stack, i: u64, l: &LayerDesc) -> Option<(u64, u64)> {
+        let k = stack.kind(i)?;
+        if self.kind_ffn_tensors[k] == 0 || l.ffn_from == 0 || l.ffn_from >= l.parts.n {
+            return None;
+        }
+        let saved: u64 = l.parts.bytes[l.ffn_from as usize..l.parts.n as usize]
+            .iter()
+            .sum();
+        Some((saved.min(l.saved_all), l.ffn_first_grad.min(l.params)))
+    }
+
     /// Key of layer `i`'s gradients.
     pub(super) fn grad_key(i: u64) -> u64 {
         (1 << 58) | (i << 2)
@@ -267,12 +281,32 @@ impl Step<'_> {
         (1 << 58) | (j + 1)
     }
 
-    pub(super) fn free_layer_grads<S: Sink>(&self, rank: u64, stack: &Stack, sink: &mut S) {
+    pub(super) fn free_layer_grads<S: Sink>(
+        &self,
+        rank: u64,
+        stack: &Stack,
+        tr: &crate::setup::Train,
+        sink: &mut S,
+    ) {
         let g = self.bytes.grad;
         for i in 0..stack.len() {
+            let l = stack.get(i);
+            let split = if self.recomputed(tr, i) {
+                self.ffn_split(stack, i, l)
+            } else {
+                None
+            };
+            let ffn = split.map_or(0, |(_, first)| first);
+            if ffn > 0 {
+                sink.free(Handle {
+                    cat: Category::Gradients,
+                    bytes: m(&[ffn, g]),
+                    key: Self::grad_key(i) | 3,
+                });
+            }
             sink.free(Handle {
                 cat: Category::Gradients,
-                bytes: m(&[stack.get(i).params, g]),
+                bytes: m(&[l.params - ffn, g]),
                 key: Self::grad_key(i),
             });
         }
@@ -727,23 +761,45 @@ impl Step<'_> {
                 bytes: m(&[l.matmul_params, c.cmp]),
                 key: Self::act_key(unit, i, 1),
             };
+            // Under recomputation with lazily created gradients, the backward is walked in two
+            // halves: the feed-forward's nodes run first, creating its weights' gradients and
+            // releasing its recomputed tensors one by one (torch.utils.checkpoint's
+            // non-reentrant unpack hook drops each recomputed tensor once its node has read it;
+            // transformers 5.x checkpoints with `use_reentrant=False`), then the mixer's.
+            let split = if recomputed && lazy_grads {
+                self.ffn_split(stack, i, l)
+            } else {
+                None
+            };
+            let ffn_saved = split.map_or(0, |(b, _)| b);
             let re = Handle {
                 cat: Category::Activations,
-                bytes: l.saved_all,
+                bytes: l.saved_all - ffn_saved,
                 key: Self::act_key(unit, i, 5),
+            };
+            let re_ffn = Handle {
+                cat: Category::Activations,
+                bytes: ffn_saved,
+                key: Self::act_key(unit, i, 7),
             };
             if recomputed {
                 if autocast_copies {
                     sink.alloc(copies, &[]);
                 }
-                sink.alloc(
-                    re,
-                    &if S::WANTS_PARTS {
-                        l.parts.list(false)
-                    } else {
-                        Vec::new()
-                    },
-                );
+                let list = if S::WANTS_PARTS {
+                    l.parts.list(false)
+                } else {
+                    Vec::new()
+                };
+                let cut = if split.is_some() {
+                    (l.ffn_from as usize).min(list.len())
+                } else {
+                    list.len()
+                };
+                sink.alloc(re, &list[..cut]);
+                if split.is_some() {
+                    sink.alloc(re_ffn, &list[cut..]);
+                }
             }
             if lazy_grads {
                 let parts = if S::WANTS_PARTS {
@@ -751,19 +807,57 @@ impl Step<'_> {
                 } else {
                     Vec::new()
                 };
-                sink.alloc(
-                    Handle {
-                        cat: Category::Gradients,
-                        bytes: m(&[l.params, g]),
-                        key: Self::grad_key(i),
-                    },
-                    &parts,
-                );
+                if let Some((_, first_grad)) = split {
+                    // The feed-forward's last projection's gradient, then its backward's
+                    // temporaries; its recomputed tensors go; then every other gradient of the
+                    // layer, and the mixer's backward.
+                    sink.alloc(
+                        Handle {
+                            cat: Category::Gradients,
+                            bytes: m(&[first_grad, g]),
+                            key: Self::grad_key(i) | 3,
+                        },
+                        &[],
+                    );
+                    let tmp = Handle {
+                        cat: Category::Temporaries,
+                        bytes: l.ffn_bwd_tmp,
+                        key: Self::act_key(unit, i, 6),
+                    };
+                    sink.alloc(tmp, &[]);
+                    sink.free(tmp);
+                    sink.free(re_ffn);
+                    let mut rest = parts.clone();
+                    if let Some(j) = rest.iter().position(|b| *b == m(&[first_grad, g])) {
+                        rest.remove(j);
+                    }
+                    sink.alloc(
+                        Handle {
+                            cat: Category::Gradients,
+                            bytes: m(&[l.params - first_grad, g]),
+                            key: Self::grad_key(i),
+                        },
+                        &rest,
+                    );
+                } else {
+                    sink.alloc(
+                        Handle {
+                            cat: Category::Gradients,
+                            bytes: m(&[l.params, g]),
+                            key: Self::grad_key(i),
+                        },
+                        &parts,
+                    );
+                }
             }
             if l.bwd_prog.is_empty() {
                 let tmp = Handle {
                     cat: Category::Temporaries,
-                    bytes: l.bwd_tmp,
+                    bytes: if split.is_some() {
+                        l.mixer_bwd_tmp
+                    } else {
+                        l.bwd_tmp
+                    },
                     key: Self::act_key(unit, i, 6),
                 };
                 sink.alloc(tmp, &[]);
