@@ -154,8 +154,20 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
             }
             let qs = new(&mut ops, widen(q_bytes));
             let ks = new(&mut ops, widen(kv_seen));
+            // K/V with fewer heads than q, not repeated: `at::matmul` expands them to every
+            // head and reshapes the expanded view into a copy for the batched matmul, freed
+            // when it returns.
+            let broadcast = kv_seen < q_bytes;
+            let kx = if broadcast {
+                Some(new(&mut ops, widen(q_bytes)))
+            } else {
+                None
+            };
             let scores = m(&[c.b, heads, c.s, c.s]);
             let attn = new(&mut ops, m(&[scores, 4]));
+            if let Some(kx) = kx {
+                free(&mut ops, kx);
+            }
             free(&mut ops, qs);
             free(&mut ops, ks);
             if masked {
@@ -168,7 +180,15 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
             free(&mut ops, eq);
             free(&mut ops, sm);
             free(&mut ops, attn);
+            let vx = if broadcast {
+                Some(new(&mut ops, widen(q_bytes)))
+            } else {
+                None
+            };
             let o32 = new(&mut ops, widen(q_bytes));
+            if let Some(vx) = vx {
+                free(&mut ops, vx);
+            }
             free(&mut ops, w);
             for a in acc {
                 free(&mut ops, a);

@@ -297,6 +297,11 @@ pub(super) fn kernel_of(t: &Transformer, c: &Ctx, cross: bool) -> Kernel {
 /// attention with an explicit mask or a head dimension over 256 (`use_gqa_in_sdpa`), or the
 /// eager path.
 pub fn repeats_kv_at(t: &Transformer, attention: Attention, seq: u64) -> bool {
+    if t.model_type == "falcon" && attention == Attention::Sdpa {
+        // `FalconAttention.forward` (modeling_falcon.py) hands SDPA its one-head K/V as they
+        // are (no `repeat_kv`); the math kernel broadcasts them inside its matmuls.
+        return false;
+    }
     t.kv_heads < t.heads && (attention == Attention::Eager || has_mask(t, seq) || t.head_dim > 256)
 }
 
