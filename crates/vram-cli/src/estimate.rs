@@ -423,6 +423,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             "headroom_bytes": cap as i128 - e.total_bytes as i128,
             "setup": setup,
         });
+        if !e.mechanisms.is_empty() {
+            v["mechanisms"] = json!(e.mechanisms);
+        }
         if let Mode::Train(_) = setup.mode {
             v["max_micro_batch"] = json!(fit_batch);
         } else {
@@ -648,6 +651,9 @@ fn print_table(
         "models: PyTorch {}, transformers {}, CUDA {}",
         e.assumes.torch, e.assumes.transformers, e.assumes.cuda
     )?;
+    for m in &e.mechanisms {
+        writeln!(out, "mechanism: {m}")?;
+    }
     if timeline {
         writeln!(out)?;
         writeln!(

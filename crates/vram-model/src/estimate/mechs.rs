@@ -483,6 +483,49 @@ pub(super) fn moe(t: &Transformer, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts)
     }
 }
 
+/// What an estimate over the layer-by-layer description assumed, one line per mechanism
+/// present (none for the uniform families).
+pub(super) fn notes(t: &Transformer) -> Vec<&'static str> {
+    let b = &t.blocks;
+    if b.uniform || b.is_empty() {
+        return Vec::new();
+    }
+    let mut v = Vec::new();
+    let mut add = |s: &'static str| {
+        if !v.contains(&s) {
+            v.push(s);
+        }
+    };
+    for k in &b.kinds {
+        match k.mixer {
+            Mixer::Attention(a) if a.sinks => add(
+                "attention with sinks: gpt-oss's eager_attention_forward ([b, h, q, k + 1] scores, K/V repeated to every head)",
+            ),
+            Mixer::Mla(_) => add(
+                "MLA: latent cache; K/V re-expanded by kv_b_proj over the whole context at every step (DeepseekV3Attention.expand_kv)",
+            ),
+            Mixer::GatedDeltaNet(_) => add(
+                "Gated DeltaNet: torch fallback (flash-linear-attention and causal-conv1d absent): torch_chunk_gated_delta_rule's fp32 chunk tensors",
+            ),
+            Mixer::Mamba2(_) => add(
+                "Mamba2: torch fallback (mamba_ssm and causal_conv1d absent): torch_forward's fp32 chunked scan",
+            ),
+            _ => {}
+        }
+        if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = k.ffn {
+            add(match m.dispatch {
+                Dispatch::GroupedMm => "MoE: grouped_mm_experts_forward (transformers integrations/moe.py): sorted [tokens x top_k, hidden] rows",
+                Dispatch::AllExperts => "MoE: Llama4TextMoe, every token through every expert",
+                Dispatch::Loop => "MoE: a Python loop over the experts hit",
+            });
+        }
+    }
+    if b.vision.is_some() {
+        add("vision tower: its weights are counted; image tokens' activations are not (text tokens only)");
+    }
+    v
+}
+
 /// One layer of the layer-by-layer description: its mixer, its feed-forward(s), its norms.
 pub(super) fn block_layer(
     t: &Transformer,
@@ -1168,6 +1211,20 @@ mod tests {
         let z = crate::estimate::estimate_allocated(&blocks_model, &setup).unwrap();
         assert_eq!(a.peak_bytes, z.peak_bytes);
         assert_eq!(a.params_per_gpu, z.params_per_gpu);
+    }
+
+    /// The estimate says how the description's mechanisms were modelled.
+    #[test]
+    fn the_estimate_names_its_mechanisms() {
+        let layers = vec![deepseek_v3_layer(false), deepseek_v3_layer(true)];
+        let model = model(7168, 129_280, 128, 192, &layers);
+        let e = crate::estimate::estimate_allocated(&model, &Setup::default()).unwrap();
+        assert_eq!(e.mechanisms.len(), 2);
+        assert!(e.mechanisms[0].starts_with("MLA: latent cache"));
+        assert!(e.mechanisms[1].starts_with("MoE: grouped_mm_experts_forward"));
+        let uniform = crate::catalog::lookup("llama-3-8b").unwrap();
+        let u = crate::estimate::estimate_allocated(&uniform, &Setup::default()).unwrap();
+        assert!(u.mechanisms.is_empty());
     }
 
     /// DeepSeek-V3 trains and generates through the description; the MoE layers' fp32 router

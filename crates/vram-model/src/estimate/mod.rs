@@ -300,6 +300,10 @@ pub struct Estimate {
     pub assumes: Assumes,
     /// The sampled timeline (empty unless asked for).
     pub timeline: Vec<TimelinePoint>,
+    /// How the layer-by-layer description's mechanisms were modelled (which code path, what
+    /// is not counted); empty for the uniform families.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mechanisms: Vec<&'static str>,
 }
 
 impl Estimate {
@@ -789,6 +793,10 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         reserved_exact: replay || o.fragmentation.is_some(),
         assumes: ASSUMES,
         timeline: sink.timeline.unwrap_or_default(),
+        mechanisms: match model {
+            Model::Transformer(t) => mechs::notes(t),
+            _ => Vec::new(),
+        },
     })
 }
 
