@@ -650,16 +650,11 @@ impl Step<'_> {
         };
         self.kinds.clear();
         self.kind_tensors.clear();
-        self.kind_ffn_tensors.clear();
         self.gen.clear();
         for kind in &b.kinds {
             let mut elems = Vec::new();
             let (mut params, mut matmul) = (0u64, 0u64);
-            let mut mixer_tensors = 0usize;
             kind.tensors(b.hidden, &mut |x| {
-                if x.component == Component::Mixer {
-                    mixer_tensors += 1;
-                }
                 let n = x.numel();
                 let split = x.kind != TensorKind::Vector && x.component != Component::Router;
                 let local = if split { n.div_ceil(tp) } else { n };
@@ -685,11 +680,6 @@ impl Step<'_> {
             });
             self.kinds.push(desc);
             self.kind_tensors.push(elems);
-            self.kind_ffn_tensors.push(if kind.cross_attention {
-                0
-            } else {
-                mixer_tensors
-            });
         }
         self.pattern = b.pattern.clone();
     }

@@ -339,8 +339,6 @@ pub(crate) struct Step<'a> {
     pattern: Vec<u8>,
     /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
     kind_tensors: Vec<Vec<u64>>,
-    /// Per kind, the index in `kind_tensors` of its first feed-forward tensor (0: no split).
-    kind_ffn_tensors: Vec<usize>,
     /// Per kind, its cache and decode-step figures (layer-by-layer models only).
     gen: Vec<mechs::KindGen>,
     cnn: Vec<LayerDesc>,
@@ -406,7 +404,6 @@ impl<'a> Step<'a> {
             kinds: Vec::new(),
             pattern: Vec::new(),
             kind_tensors: Vec::new(),
-            kind_ffn_tensors: Vec::new(),
             gen: Vec::new(),
             cnn: Vec::new(),
             emb_params: 0,
@@ -497,25 +494,8 @@ impl<'a> Step<'a> {
             self.pattern = std::iter::repeat_n(0u8, t.encoder_layers as usize)
                 .chain(std::iter::repeat_n(1u8, t.layers as usize))
                 .collect();
-            let local = |e: u64| {
-                if e >= t.hidden * t.hidden {
-                    e.div_ceil(tp)
-                } else {
-                    e
-                }
-            };
-            self.kind_tensors = [false, t.layout == Layout::EncoderDecoder]
-                .iter()
-                .map(|d| t.block_tensor_elems(*d).into_iter().map(local).collect())
-                .collect();
-            // block_tensor_elems' order: q/k/v (or fused qkv) with biases, o_proj, then the
-            // feed-forward. Encoder-decoders and shared-norm parallel blocks are not split.
-            let per_proj = 1 + usize::from(t.qkv_bias);
-            let attn =
-                if t.fused_qkv { per_proj } else { 3 * per_proj } + 1 + usize::from(t.out_bias);
-            let split = t.layout != Layout::EncoderDecoder
-                && !(t.parallel_residual && t.norms_per_layer == 1);
-            self.kind_ffn_tensors = vec![if split { attn } else { 0 }; 2];
+            // Per-tensor element counts (`kind_tensors`) are made on demand (`tensors_of`):
+            // only the replay and the trace want them.
         } else {
             self.init_blocks(t);
         }
@@ -626,6 +606,27 @@ impl<'a> Step<'a> {
         self.head_saved = m(&[b, r.fc_in(), c.cmp]);
         self.logits = m(&[b, r.classes]);
         Ok(())
+    }
+
+    /// Element counts of kind `k`'s parameter tensors on this GPU, one per tensor (the uniform
+    /// families' from `block_tensor_elems`, made here; the description's, made once).
+    fn tensors_of(&self, k: usize) -> Vec<u64> {
+        match self.model {
+            Model::Transformer(t) if self.kind_tensors.is_empty() => {
+                let tp = self.setup.parallel.tp;
+                t.block_tensor_elems(k == 1 && t.layout == Layout::EncoderDecoder)
+                    .into_iter()
+                    .map(|e| {
+                        if e >= t.hidden * t.hidden {
+                            e.div_ceil(tp)
+                        } else {
+                            e
+                        }
+                    })
+                    .collect()
+            }
+            _ => self.kind_tensors[k].clone(),
+        }
     }
 
     /// The description of the last layer's kind (the decoder's for the uniform families).

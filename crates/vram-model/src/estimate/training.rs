@@ -191,7 +191,7 @@ impl Step<'_> {
     pub(super) fn layer_tensor_bytes(&self, stack: &Stack, i: u64, bytes: u64) -> Vec<u64> {
         let l = stack.get(i);
         let elems = match stack.kind(i) {
-            Some(k) => self.kind_tensors[k].clone(),
+            Some(k) => self.tensors_of(k),
             None => vec![l.matmul_params, l.params - l.matmul_params],
         };
         elems
@@ -229,8 +229,10 @@ impl Step<'_> {
                 if emb > 0 {
                     v.push(emb);
                 }
+                let per_kind: Vec<Vec<u64>> =
+                    (0..self.kinds.len()).map(|k| self.tensors_of(k)).collect();
                 for k in pattern.iter() {
-                    v.extend_from_slice(&self.kind_tensors[*k as usize]);
+                    v.extend_from_slice(&per_kind[*k as usize]);
                 }
                 if head > 0 {
                     v.push(head);
@@ -261,8 +263,8 @@ impl Step<'_> {
     /// are created in it): (bytes of the feed-forward's recomputed saved tensors, elements of
     /// the feed-forward's last projection, whose gradient comes first).
     pub(super) fn ffn_split(&self, stack: &Stack, i: u64, l: &LayerDesc) -> Option<(u64, u64)> {
-        let k = stack.kind(i)?;
-        if self.kind_ffn_tensors[k] == 0 || l.ffn_from == 0 || l.ffn_from >= l.parts.n {
+        stack.kind(i)?;
+        if l.ffn_from == 0 || l.ffn_from >= l.parts.n {
             return None;
         }
         let saved: u64 = l.parts.bytes[l.ffn_from as usize..l.parts.n as usize]
