@@ -143,6 +143,16 @@ pub(super) fn attention(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) ->
         p.push(m(&[c.tok, q_w, c.cmp]), false);
         p.push(m(&[c.tok, q_w, c.cmp]), false);
     }
+    // A sliding or chunked layer the prompt reaches gets an explicit mask (masking_utils'
+    // `sdpa_mask` stops skipping it): the model keeps the bool `[b, 1, s, s]`, and each SDPA call
+    // makes `logical_not` and the additive mask in the query's dtype; with grouped-query heads
+    // transformers then repeats K/V to every head (`use_gqa_in_sdpa` is off with a mask).
+    let mut infer = infer;
+    if let crate::blocks::Window::Sliding(w) | crate::blocks::Window::Chunked(w) = a.window {
+        if c.s >= w {
+            infer = infer.saturating_add(m(&[c.b, c.s, c.s, 2 + c.cmp]));
+        }
+    }
     // Decode: one token per sequence; SDPA reads the cache in place (grouped-query path,
     // no mask for one query without padding: `sdpa_mask` skips it).
     Extra {
@@ -1201,6 +1211,35 @@ mod tests {
         let z = crate::estimate::estimate_allocated(&blocks_model, &setup).unwrap();
         assert_eq!(a.peak_bytes, z.peak_bytes);
         assert_eq!(a.params_per_gpu, z.params_per_gpu);
+    }
+
+    /// A sliding layer the prompt reaches holds the explicit mask (bool, kept by the model) and
+    /// SDPA's `logical_not` and additive copy of it; below the window it has none.
+    #[test]
+    fn a_sliding_layer_masks_once_the_window_is_reached() {
+        let t = Transformer {
+            hidden: 256,
+            ..llama()
+        };
+        let infer = |window, s| {
+            let blk = block(
+                Mixer::Attention(attn(4, 4, 64, window, false)),
+                Ffn::None,
+                256,
+            );
+            let mut c = ctx(1, s);
+            c.training = false;
+            super::attention(&t, &blk, &c, &mut Parts::default()).infer
+        };
+        assert_eq!(
+            infer(Window::Sliding(8), 16) - infer(Window::Full, 16),
+            16 * 16 * (2 + 2)
+        );
+        assert_eq!(infer(Window::Sliding(32), 16), infer(Window::Full, 16));
+        assert_eq!(
+            infer(Window::Chunked(8), 16) - infer(Window::Full, 16),
+            16 * 16 * (2 + 2)
+        );
     }
 
     /// The estimate says how the description's mechanisms were modelled.
