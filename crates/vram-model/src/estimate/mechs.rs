@@ -1242,6 +1242,23 @@ mod tests {
         );
     }
 
+    /// Pipeline stages split the description's layers; the rank holding the MoE layers (and
+    /// the head) needs more than the one holding the dense layers.
+    #[test]
+    fn pipeline_stages_split_the_described_layers() {
+        let mut layers = vec![deepseek_v3_layer(false); 2];
+        layers.extend(vec![deepseek_v3_layer(true); 2]);
+        let model = model(7168, 129_280, 128, 192, &layers);
+        let mut setup = Setup::default();
+        setup.parallel.pp = 2;
+        let step = Step::new(&model, &setup).unwrap();
+        let (s0, s1) = (step.stack(0), step.stack(1));
+        assert_eq!((s0.len(), s1.len()), (2, 2));
+        assert!(step.rank_params(1, &s1) > step.rank_params(0, &s0));
+        let e = crate::estimate::estimate_allocated(&model, &setup).unwrap();
+        assert_eq!(e.pipeline_rank, 1);
+    }
+
     /// The estimate says how the description's mechanisms were modelled.
     #[test]
     fn the_estimate_names_its_mechanisms() {

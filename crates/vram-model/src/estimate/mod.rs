@@ -454,7 +454,11 @@ impl<'a> Step<'a> {
                 b: tp,
             });
         }
-        let total_layers = t.layers + t.encoder_layers;
+        let total_layers = if t.blocks.uniform || t.blocks.is_empty() {
+            t.layers + t.encoder_layers
+        } else {
+            t.blocks.len() as u64
+        };
         if par.pp > total_layers {
             return Err(Error::Setup(format!(
                 "--pp {} exceeds the model's {} layers",
@@ -647,7 +651,7 @@ impl<'a> Step<'a> {
     /// Pipeline geometry of one rank: (first layer, layer count).
     fn stage_layers(&self, rank: u64) -> (u64, u64) {
         let total = match self.model {
-            Model::Transformer(t) => t.layers + t.encoder_layers,
+            Model::Transformer(_) => self.pattern.len() as u64,
             _ => self.cnn.len() as u64,
         };
         let p = self.setup.parallel.pp;
