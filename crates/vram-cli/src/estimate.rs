@@ -536,6 +536,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         if let Model::ResNet(r) = model {
             v["image_size"] = json!(r.image_size);
         }
+        if !e.mechanisms.is_empty() {
+            v["mechanisms"] = json!(e.mechanisms);
+        }
         if let Mode::Train(_) = setup.mode {
             v["max_micro_batch"] = json!(fit_batch);
         } else {
@@ -910,6 +913,9 @@ fn print_table(
         "models: PyTorch {}, transformers {}, CUDA {}",
         e.assumes.torch, e.assumes.transformers, e.assumes.cuda
     )?;
+    for m in &e.mechanisms {
+        writeln!(out, "mechanism: {m}")?;
+    }
     if timeline {
         writeln!(out)?;
         writeln!(

@@ -31,10 +31,14 @@
 //!   `F.gelu`/`F.silu`/`gelu_pytorch_tanh`; nine for GPT-2's `gelu_new`, written as
 //!   `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` with `pow` in fp32 under autocast), the gate
 //!   product of gated MLPs, T5's cast of the `wo` input to the weight's dtype.
-//! - **MoE** (Mixtral-style `*SparseMoeBlock`): router GEMM, softmax, top-k, normalisation,
-//!   `one_hot`, and a Python loop over the experts hit (`nonzero` syncs the host), each
-//!   iteration `where`, index, gate/up GEMM, act, product, down GEMM, weight, `index_add_`.
-//!   The sync means the loop's launches do not overlap the GPU: its CPU and GPU time add.
+//! - **MoE**: router GEMM, softmax/sigmoid, top-k, normalisation, then the experts as
+//!   transformers 5.x runs them (`grouped_mm_experts_forward`, integrations/moe.py: `sort`,
+//!   `histc`, `cumsum`, a gather of the `tokens · top_k` rows, one grouped GEMM for gate/up and
+//!   one for down, the routing weights' product (fp32 where the router keeps them), the
+//!   inverse permutation and the sum over top-k; no host sync), Llama 4's every-token-through-
+//!   every-expert `bmm`s, or, for a [`Dispatch::Loop`] description, the old Python loop over
+//!   the experts hit after `nonzero` (launches and GPU time add). Layers of the layer-by-layer
+//!   description are priced per block kind ([`block_layer`]).
 //! - **head and loss**: final norm, LM-head GEMM, Gemma 2's final logit soft-capping (divide,
 //!   `tanh`, multiply), `ForCausalLMLoss` upcasting the logits to fp32 and `cross_entropy`
 //!   (log-softmax + NLL). Encoder classifiers (BERT) have only a pooler and a 2-way head.
@@ -68,6 +72,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 use vram_model::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
+use vram_model::blocks::{Block, Dispatch, Ffn, Mixer};
 use vram_model::gpu::Gpu;
 use vram_model::setup::{AmpStyle, Attention, Optimizer, Precision};
 
@@ -725,25 +730,27 @@ pub fn layer(
             o.gemm(m, f, h, 1.0, s.fp32);
         };
         if t.experts > 1 {
-            let e = t.experts as f64;
-            let k = t.experts_per_token.max(1) as f64;
-            o.gemm(tokens, h, e, 1.0, s.fp32); // router
-            o.ew(tokens * e, 4.0 * 4.0, 8.0); // softmax, topk, normalise, one_hot, hit
-                                              // The per-expert loop after `nonzero`: launches and kernels add.
-            let per_expert = tokens * k / e;
-            let mut inner = Ops {
-                r: o.r,
-                w: Work::default(),
-            };
-            for _ in 0..t.experts {
-                inner.ew(per_expert * h, 2.0 * rb, 2.0); // where, index
-                one(&mut inner, per_expert);
-                inner.ew(per_expert * h, 2.0 * a + rb + rb, 3.0); // ·weight, to(dtype), index_add_
-            }
-            let w = inner.w;
-            o.w.serial_s += w.kernels * o.r.loop_cpu_s + w.gpu();
-            o.w.serial_kernels += w.kernels;
-            o.w.serial_gpu_s += w.gpu();
+            let moe = t.blocks.kinds.iter().find_map(|b| match b.ffn {
+                Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => Some(m),
+                _ => None,
+            });
+            let (dispatch, fp32_weights) = moe.map_or((Dispatch::GroupedMm, false), |m| {
+                (m.dispatch, m.router_weights_fp32)
+            });
+            experts(
+                o,
+                s,
+                tokens,
+                h,
+                ExpertsShape {
+                    experts: t.experts as f64,
+                    top_k: t.experts_per_token.max(1) as f64,
+                    inner: f,
+                    gated: t.mlp == Mlp::Gated,
+                    dispatch,
+                    fp32_weights,
+                },
+            );
         } else {
             one(o, tokens);
         }
@@ -766,6 +773,224 @@ pub fn layer(
         norm(&mut o);
     }
     o.w
+}
+
+/// One mixture-of-experts feed-forward's routed part, as transformers 5.x runs it.
+#[derive(Debug, Clone, Copy)]
+struct ExpertsShape {
+    experts: f64,
+    top_k: f64,
+    /// One expert's inner size on this GPU.
+    inner: f64,
+    gated: bool,
+    dispatch: Dispatch,
+    /// The routing weights multiply the expert outputs in fp32.
+    fp32_weights: bool,
+}
+
+/// The router and the experts over `tokens` rows of width `h`.
+///
+/// `grouped_mm_experts_forward` (transformers 5.x integrations/moe.py, the default of every
+/// `@use_experts_implementation` class: Mixtral, Qwen3-MoE, DeepSeek-V3, gpt-oss...): `sort` of
+/// the `S = tokens · top_k` expert ids, `histc` and `cumsum` for the offsets, the gather
+/// `hidden_states[perm // top_k]`, one grouped GEMM for gate/up and one for down over all `S`
+/// rows (no host sync, no per-expert loop), the activation and gate product, the routing weights'
+/// product, `weighted_out[inv_perm]` and the sum over top-k, the cast back.
+/// Llama 4's `Llama4TextMoe`: every token through every expert (`repeat`, the scores' product,
+/// two `bmm`s over `E · tokens` rows, the sum over experts).
+fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape) {
+    let a = s.act;
+    let e = m.experts;
+    let up = if m.gated { 2.0 * m.inner } else { m.inner };
+    o.gemm(tokens, h, e, 1.0, s.fp32); // router
+    o.ew(tokens * e, 4.0 * 4.0, 6.0); // fp32 softmax/sigmoid, top-k, normalise, cast
+    let act = |o: &mut Ops<'_, '_>, rows: f64| {
+        if m.gated {
+            o.ew(rows * m.inner, 2.0 * a + 3.0 * a, 2.0); // act(gate), · up
+        } else {
+            o.ew(rows * m.inner, 2.0 * a, 1.0);
+        }
+    };
+    match m.dispatch {
+        Dispatch::AllExperts => {
+            let rows = tokens * e;
+            o.ew(rows * h, 2.0 * a + 3.0 * a, 2.0); // repeat, · scores
+            o.gemm(tokens, h, up, e, s.fp32);
+            act(o, rows);
+            o.gemm(tokens, m.inner, h, e, s.fp32);
+            o.ew(rows * h, a, 1.0); // sum over experts
+            o.ew(tokens * h, 3.0 * a, 1.0); // add_ to the shared expert's output
+        }
+        Dispatch::Loop => {
+            // A Python loop over the experts hit after `nonzero` (a host sync): `where`,
+            // index, gate/up GEMM, act, product, down GEMM, weight, `index_add_`; its launches
+            // do not overlap the GPU.
+            let rows = tokens * m.top_k / e;
+            let mut inner = Ops {
+                r: o.r,
+                w: Work::default(),
+            };
+            for _ in 0..(e as u64) {
+                inner.ew(rows * h, 2.0 * s.resid, 2.0);
+                inner.gemm(rows, h, up, 1.0, s.fp32);
+                act(&mut inner, rows);
+                inner.gemm(rows, m.inner, h, 1.0, s.fp32);
+                inner.ew(rows * h, 2.0 * a + 2.0 * s.resid, 3.0);
+            }
+            let w = inner.w;
+            o.w.serial_s += w.kernels * o.r.loop_cpu_s + w.gpu();
+            o.w.serial_kernels += w.kernels;
+            o.w.serial_gpu_s += w.gpu();
+        }
+        Dispatch::GroupedMm => {
+            let rows = tokens * m.top_k;
+            let wb = if m.fp32_weights { 4.0 } else { a };
+            o.ew(rows, 4.0 * 8.0, 5.0); // sort, perm // top_k, histc, cumsum, inv_perm
+            o.ew(rows * h, 2.0 * a, 1.0); // gather
+            o.gemm(rows / e, h, up, e, s.fp32);
+            act(o, rows);
+            o.gemm(rows / e, m.inner, h, e, s.fp32);
+            o.ew(rows * h, a + 2.0 * wb, 1.0); // · routing weights
+            o.ew(rows * h, 2.0 * wb, 1.0); // [inv_perm]
+            o.ew(rows * h + tokens * h, wb, 1.0); // sum over top-k
+            o.ew(tokens * h, wb + a, 1.0); // to(dtype)
+        }
+    }
+}
+
+/// Forward work of one layer of the layer-by-layer description: the uniform layer's
+/// operators with this block's attention shape and dense MLP, its experts priced by
+/// [`experts`], and the mixers without softmax attention (MLA, Gated DeltaNet, Mamba2) by their
+/// projections' GEMMs plus their token mixing at the fused-attention rate.
+pub fn block_layer(
+    t: &Transformer,
+    blk: &Block,
+    s: &Shape,
+    r: &Rates<'_>,
+    attention: Attention,
+    precision: Precision,
+) -> Work {
+    let h = t.hidden as f64;
+    let mut heads = t.heads;
+    let (mut kv_heads, mut head_dim) = (t.kv_heads, t.head_dim);
+    if let Mixer::Attention(a) = blk.mixer {
+        heads = a.heads;
+        kv_heads = a.kv_heads;
+        head_dim = a.head_dim;
+    }
+    let (mut intermediate, mut mlp) = (t.intermediate, t.mlp);
+    if let Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) = blk.ffn {
+        intermediate = d.intermediate;
+        mlp = if d.gated { Mlp::Gated } else { Mlp::Plain };
+    }
+    let shaped = Transformer {
+        name: String::new(),
+        model_type: t.model_type.clone(),
+        heads,
+        kv_heads,
+        head_dim,
+        intermediate,
+        mlp,
+        experts: 1,
+        experts_per_token: 1,
+        blocks: vram_model::blocks::Blocks::empty(),
+        ..*t
+    };
+    let mut w = layer(&shaped, s, r, attention, precision, None);
+    let mut o = Ops {
+        r,
+        w: Work::default(),
+    };
+    let n = s.tokens;
+    match blk.mixer {
+        Mixer::Attention(_) => {}
+        other => {
+            // Take the stand-in attention out, price this mixer's projections and mixing.
+            let attn = layer(
+                &Transformer {
+                    intermediate: 0,
+                    ..shaped.clone()
+                },
+                s,
+                r,
+                attention,
+                precision,
+                None,
+            );
+            w.kernels -= attn.kernels;
+            w.gemm_s -= attn.gemm_s;
+            w.attn_s -= attn.attn_s;
+            w.ew_s -= attn.ew_s;
+            w.score_s -= attn.score_s;
+            let mut proj = 0.0;
+            other.tensors(t.blocks.hidden.max(t.hidden), &mut |x| {
+                if x.kind == vram_model::blocks::TensorKind::Linear {
+                    proj += (x.rows * x.cols) as f64;
+                }
+            });
+            o.gemm(n, proj / s.tp, 1.0, 1.0, s.fp32);
+            let mix = other.mixing_flops_per_token((s.seq / 2.0) as u64) as f64;
+            o.w.kernels += 12.0;
+            o.w.attn_s += n * mix / s.tp / r.flash_flops;
+            o.ew(n * h, 8.0 * s.act, 8.0); // norms, gates, casts around the mixer
+        }
+    }
+    if matches!(blk.ffn, Ffn::Moe(_) | Ffn::None) {
+        // The uniform layer priced a dense MLP of `intermediate`: take it out.
+        let mlp_only = |intermediate| {
+            layer(
+                &Transformer {
+                    heads: 0,
+                    intermediate,
+                    ..shaped.clone()
+                },
+                s,
+                r,
+                attention,
+                precision,
+                None,
+            )
+        };
+        let (dense, none) = (mlp_only(shaped.intermediate), mlp_only(0));
+        w.kernels -= dense.kernels - none.kernels;
+        w.gemm_s -= dense.gemm_s - none.gemm_s;
+        w.ew_s -= dense.ew_s - none.ew_s;
+    }
+    if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
+        let width = m.latent.map_or(h, |l| l as f64);
+        if let Some(l) = m.latent {
+            o.gemm(n, h, l as f64, 1.0, s.fp32);
+            o.gemm(n, l as f64, h, 1.0, s.fp32);
+        }
+        experts(
+            &mut o,
+            s,
+            n,
+            width,
+            ExpertsShape {
+                experts: m.experts as f64,
+                top_k: m.top_k as f64,
+                inner: m.expert_intermediate as f64 / s.tp,
+                gated: m.gated,
+                dispatch: m.dispatch,
+                fp32_weights: m.router_weights_fp32,
+            },
+        );
+        if let Some(sh) = m.shared {
+            let f = sh.intermediate as f64 / s.tp;
+            let ups = if sh.gated { 2.0 } else { 1.0 };
+            o.gemm(n, h, ups * f, 1.0, s.fp32);
+            o.ew(n * f, 5.0 * s.act, 2.0);
+            o.gemm(n, f, h, 1.0, s.fp32);
+            o.ew(n * h, 3.0 * s.act, 1.0);
+        }
+    }
+    w.kernels += o.w.kernels;
+    w.gemm_s += o.w.gemm_s;
+    w.attn_s += o.w.attn_s;
+    w.ew_s += o.w.ew_s;
+    w.score_s += o.w.score_s;
+    w
 }
 
 /// Forward work of the weight casts under autocast for `params` parameters in `tensors`
@@ -860,7 +1085,32 @@ pub fn micro_batch(
     } else {
         dec
     };
-    let mean = |f: &dyn Fn(&Work) -> f64| (l_dec * f(&dec) + l_enc * f(&enc)) / (l_dec + l_enc);
+    // The layer-by-layer description: each kind priced with its own operators, weighted by how
+    // many layers use it.
+    let kinds: Vec<(f64, Work)> = if t.blocks.uniform || t.blocks.is_empty() {
+        Vec::new()
+    } else {
+        let per_layer = per_layer_params;
+        t.blocks
+            .kinds
+            .iter()
+            .zip(t.blocks.kind_counts())
+            .map(|(b, n)| {
+                (
+                    n as f64,
+                    with_casts(block_layer(t, b, &s, &r, attention, precision), per_layer),
+                )
+            })
+            .collect()
+    };
+    let mean = |f: &dyn Fn(&Work) -> f64| {
+        if kinds.is_empty() {
+            (l_dec * f(&dec) + l_enc * f(&enc)) / (l_dec + l_enc)
+        } else {
+            let total: f64 = kinds.iter().map(|(n, _)| n).sum();
+            kinds.iter().map(|(n, w)| n * f(w)).sum::<f64>() / total.max(1.0)
+        }
+    };
     let layer_fwd_s = mean(&|w| w.forward_s(cal));
     let layer_bwd_s = mean(&|w| w.backward_s(cal));
     let layer_attn_s = mean(&|w| w.attn_s);
@@ -1190,6 +1440,53 @@ pub fn serving(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn moe_work(dispatch: Dispatch, n_experts: f64) -> Work {
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let cal = EagerCalibration::default();
+        let r = Rates::new(gpu, &cal);
+        let s = Shape::new(4096.0, 2048.0, Precision::Bf16, AmpStyle::Autocast, true);
+        let mut o = Ops {
+            r: &r,
+            w: Work::default(),
+        };
+        experts(
+            &mut o,
+            &s,
+            4096.0,
+            4096.0,
+            ExpertsShape {
+                experts: n_experts,
+                top_k: 2.0,
+                inner: 14336.0,
+                gated: true,
+                dispatch,
+                fp32_weights: false,
+            },
+        );
+        o.w
+    }
+
+    /// grouped_mm_experts_forward launches a fixed set of kernels whatever the expert count and
+    /// never syncs the host; the per-expert loop launches ten per expert after a sync.
+    #[test]
+    fn grouped_mm_experts_have_no_host_sync_and_a_fixed_kernel_count() {
+        let g8 = moe_work(Dispatch::GroupedMm, 8.0);
+        let g64 = moe_work(Dispatch::GroupedMm, 64.0);
+        assert_eq!(g8.serial_s, 0.0);
+        assert_eq!(g8.kernels, g64.kernels);
+        // router GEMM, 6 routing kernels, 5 index kernels, gather, 2 grouped GEMMs, 2 for the
+        // gate, weights, inverse permutation, sum, cast.
+        assert_eq!(g8.kernels, 1.0 + 6.0 + 5.0 + 1.0 + 2.0 + 2.0 + 4.0);
+        let l8 = moe_work(Dispatch::Loop, 8.0);
+        assert_eq!(l8.serial_kernels, 8.0 * 9.0);
+        assert!(
+            l8.forward_s(&EagerCalibration::default()) > g8.forward_s(&EagerCalibration::default())
+        );
+        // Llama 4 runs every token through every expert: E/top-k times the expert GEMM work.
+        let all = moe_work(Dispatch::AllExperts, 8.0);
+        assert!(all.gemm_s > 3.0 * g8.gemm_s);
+    }
 
     #[test]
     fn calibration_parses_and_interpolates_the_measured_points() {

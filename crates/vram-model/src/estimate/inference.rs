@@ -246,8 +246,20 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
             }
             let qs = new(&mut ops, widen(q_bytes));
             let ks = new(&mut ops, widen(kv_seen));
+            // K/V with fewer heads than q, not repeated: `at::matmul` expands them to every
+            // head and reshapes the expanded view into a copy for the batched matmul, freed
+            // when it returns.
+            let broadcast = kv_seen < q_bytes;
+            let kx = if broadcast {
+                Some(new(&mut ops, widen(q_bytes)))
+            } else {
+                None
+            };
             let scores = m(&[c.b, heads, c.s, c.s]);
             let attn = new(&mut ops, m(&[scores, 4]));
+            if let Some(kx) = kx {
+                free(&mut ops, kx);
+            }
             free(&mut ops, qs);
             free(&mut ops, ks);
             if masked {
@@ -260,7 +272,15 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
             free(&mut ops, eq);
             free(&mut ops, sm);
             free(&mut ops, attn);
+            let vx = if broadcast {
+                Some(new(&mut ops, widen(q_bytes)))
+            } else {
+                None
+            };
             let o32 = new(&mut ops, widen(q_bytes));
+            if let Some(vx) = vx {
+                free(&mut ops, vx);
+            }
             free(&mut ops, w);
             for a in acc {
                 free(&mut ops, a);
@@ -392,6 +412,9 @@ impl Step<'_> {
             Model::Transformer(t) if t.layout == Layout::DecoderOnly => t,
             _ => return self.walk_forward_only(stack, sink),
         };
+        if !t.blocks.uniform && !t.blocks.is_empty() {
+            return self.walk_generate_blocks(rank, stack, inf, sink, full);
+        }
         let kvb = inf.kv_bytes;
         let kv_w = (t.kv_heads * t.head_dim).div_ceil(c.t).max(t.head_dim);
         let per_token = m(&[c.b, kv_w, kvb]); // one layer's keys (or values) per token

@@ -35,6 +35,16 @@ pub(super) struct LayerDesc {
     /// The tensors `fwd_tmp` and `bwd_tmp` are made of, for the allocator replay (each op's
     /// output is its own allocation); all zero where the layer does not say.
     pub(super) tmp_parts: TmpParts,
+    /// Index of the first saved tensor of the feed-forward sub-block in `parts` (0: not
+    /// split). Autograd runs the feed-forward's backward first and frees its saved tensors
+    /// node by node, before the mixer's backward.
+    pub(super) ffn_from: u8,
+    /// Where the backward is walked in two halves: the feed-forward half's temporaries (its
+    /// first node's gradient replaces the tensor it consumed), the mixer half's, and the
+    /// elements of the feed-forward's last projection, whose gradient comes first.
+    pub(super) ffn_bwd_tmp: u64,
+    pub(super) mixer_bwd_tmp: u64,
+    pub(super) ffn_first_grad: u64,
 }
 
 /// The individual tensors of a layer's forward and backward temporaries.
@@ -128,17 +138,33 @@ impl LayerDesc {
     }
 }
 
-/// Up to 32 saved tensors of a layer.
-#[derive(Debug, Clone, Copy, Default)]
+/// Up to 48 saved tensors of a layer (an MLA + MoE layer with a shared expert saves ~36).
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Parts {
-    pub(super) bytes: [u64; 32],
-    pub(super) s2: u32,
+    pub(super) bytes: [u64; 48],
+    pub(super) s2: u64,
     pub(super) n: u8,
+}
+
+impl Default for Parts {
+    fn default() -> Self {
+        Parts {
+            bytes: [0; 48],
+            s2: 0,
+            n: 0,
+        }
+    }
 }
 
 impl Parts {
     pub(super) fn push(&mut self, bytes: u64, s2: bool) {
-        if bytes == 0 || self.n as usize >= self.bytes.len() {
+        if bytes == 0 {
+            return;
+        }
+        if self.n as usize >= self.bytes.len() {
+            // Full: the bytes still count, in the last tensor.
+            let last = self.bytes.len() - 1;
+            self.bytes[last] = self.bytes[last].saturating_add(bytes);
             return;
         }
         if s2 {
@@ -294,6 +320,11 @@ pub(super) fn kernel_of(t: &Transformer, c: &Ctx, cross: bool) -> Kernel {
 /// attention with an explicit mask or a head dimension over 256 (`use_gqa_in_sdpa`), or the
 /// eager path.
 pub fn repeats_kv_at(t: &Transformer, attention: Attention, seq: u64) -> bool {
+    if t.model_type == "falcon" && attention == Attention::Sdpa {
+        // `FalconAttention.forward` (modeling_falcon.py) hands SDPA its one-head K/V as they
+        // are (no `repeat_kv`); the math kernel broadcasts them inside its matmuls.
+        return false;
+    }
     t.kv_heads < t.heads && (attention == Attention::Eager || has_mask(t, seq) || t.head_dim > 256)
 }
 
@@ -541,6 +572,7 @@ pub(super) fn transformer_layer(
         fwd_kept += k2;
     }
     let shared = t.parallel_residual && t.norms_per_layer == 1;
+    let ffn_from = if decoder_of_enc_dec || shared { 0 } else { p.n };
     let (mlp_bwd, mlp_inf) = mlp_parts(t, c, shared, &mut p);
     for _ in 2..t.norms_per_layer {
         norm_parts(t, c, &mut p); // Gemma 2's post-norms
@@ -564,11 +596,15 @@ pub(super) fn transformer_layer(
     } else {
         tmp_parts.bwd[2] = bwd;
     }
-    if c.style == AmpStyle::Autocast && c.cmp != 4 {
-        // The half gradient of the largest weight before it is added to the fp32 `.grad`.
+    let mut half_grad = 0;
+    if c.style == AmpStyle::Autocast && c.cmp != 4 && c.res == 4 {
+        // Mixed precision: the half gradient of the largest weight before it is added to the
+        // fp32 `.grad` (`ToCopyBackward` makes the fp32 one). Pure half weights have none: the
+        // matmul's gradient is the `.grad` AccumulateGrad keeps.
         let largest = t.hidden * t.intermediate.max(t.heads * t.head_dim).div_ceil(c.t);
-        bwd_tmp = bwd_tmp.saturating_add(m(&[largest, c.cmp]));
-        tmp_parts.bwd[11] = m(&[largest, c.cmp]);
+        half_grad = m(&[largest, c.cmp]);
+        bwd_tmp = bwd_tmp.saturating_add(half_grad);
+        tmp_parts.bwd[11] = half_grad;
     }
     let fwd_core = if c.attention == Attention::Eager {
         m(&[c.b, t.heads.div_ceil(c.t), c.s, c.s, c.cmp, 2])
@@ -576,6 +612,20 @@ pub(super) fn transformer_layer(
         c.rep(t.hidden, 4)
     };
     tmp_parts.fwd = [c.rep(t.hidden, c.res), fwd_core];
+    // The feed-forward's backward node by node: the last projection's input gradient replaces
+    // the saved tensor it consumed, so its high point is one `[tokens, f]` below `mlp_bwd`.
+    let k = if t.experts > 1 {
+        t.experts_per_token
+    } else {
+        1
+    };
+    let f_bytes = m(&[c.tok, t.intermediate.div_ceil(c.t), c.cmp, k]);
+    let ffn_bwd_tmp = grads_in_out
+        .saturating_add(mlp_bwd.saturating_sub(f_bytes))
+        .saturating_add(half_grad);
+    let mixer_bwd_tmp = grads_in_out
+        .saturating_add(attn_bwd)
+        .saturating_add(half_grad);
     LayerDesc {
         parts: p,
         checkpoint: c.rep(t.hidden, c.res),
@@ -586,6 +636,10 @@ pub(super) fn transformer_layer(
         matmul_params: matmul,
         infer_tmp: inf,
         fwd_kept,
+        ffn_from,
+        ffn_bwd_tmp,
+        mixer_bwd_tmp,
+        ffn_first_grad: t.hidden * t.intermediate.div_ceil(c.t),
         ..LayerDesc::default()
     }
     .with_totals()
@@ -594,10 +648,10 @@ pub(super) fn transformer_layer(
 /// The layers of one pipeline rank, borrowed from the [`Step`].
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Stack<'s> {
-    /// `counts[i]` layers of `kinds[i]`, in order (encoder then decoder for T5).
-    Uniform {
-        kinds: &'s [LayerDesc; 2],
-        counts: [u64; 2],
+    /// Transformer layers: layer `i` is `kinds[pattern[i]]` (encoder then decoder for T5).
+    Blocks {
+        kinds: &'s [LayerDesc],
+        pattern: &'s [u8],
     },
     /// Heterogeneous layers (CNNs).
     List(&'s [LayerDesc]),
@@ -606,13 +660,20 @@ pub(super) enum Stack<'s> {
 impl Stack<'_> {
     pub(super) fn len(&self) -> u64 {
         match self {
-            Stack::Uniform { counts, .. } => counts[0] + counts[1],
+            Stack::Blocks { pattern, .. } => pattern.len() as u64,
             Stack::List(v) => v.len() as u64,
+        }
+    }
+    /// Layer `i`'s kind index (transformers only).
+    pub(super) fn kind(&self, i: u64) -> Option<usize> {
+        match self {
+            Stack::Blocks { pattern, .. } => Some(pattern[i as usize] as usize),
+            Stack::List(_) => None,
         }
     }
     pub(super) fn get(&self, i: u64) -> &LayerDesc {
         match self {
-            Stack::Uniform { kinds, counts } => &kinds[usize::from(i >= counts[0])],
+            Stack::Blocks { kinds, pattern } => &kinds[pattern[i as usize] as usize],
             Stack::List(v) => &v[i as usize],
         }
     }

@@ -13,6 +13,7 @@
 
 mod inference;
 mod layers;
+mod mechs;
 
 pub use inference::set_replay_every_token;
 pub use layers::{attention_kernel, repeats_kv_at, Kernel};
@@ -308,6 +309,10 @@ pub struct Estimate {
     pub assumes: Assumes,
     /// The sampled timeline (empty unless asked for).
     pub timeline: Vec<TimelinePoint>,
+    /// How the layer-by-layer description's mechanisms were modelled (which code path, what
+    /// is not counted); empty for the uniform families.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mechanisms: Vec<&'static str>,
 }
 
 impl Estimate {
@@ -336,7 +341,15 @@ pub(crate) struct Step<'a> {
     style: AmpStyle,
     bytes: StateBytes,
     ctx: Ctx,
-    layer_kinds: [LayerDesc; 2],
+    /// One description per distinct transformer layer kind (the uniform families: encoder and
+    /// decoder; the others: one per kind of the layer-by-layer description), built once.
+    kinds: Vec<LayerDesc>,
+    /// Per layer (encoder layers first), its index into `kinds`.
+    pattern: Vec<u8>,
+    /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
+    kind_tensors: Vec<Vec<u64>>,
+    /// Per kind, its cache and decode-step figures (layer-by-layer models only).
+    gen: Vec<mechs::KindGen>,
     cnn: Vec<LayerDesc>,
     /// Parameters of the embedding / head on this GPU (after TP).
     emb_params: u64,
@@ -397,7 +410,10 @@ impl<'a> Step<'a> {
             style,
             bytes,
             ctx,
-            layer_kinds: [LayerDesc::default(); 2],
+            kinds: Vec::new(),
+            pattern: Vec::new(),
+            kind_tensors: Vec::new(),
+            gen: Vec::new(),
             cnn: Vec::new(),
             emb_params: 0,
             head_params: 0,
@@ -447,7 +463,11 @@ impl<'a> Step<'a> {
                 b: tp,
             });
         }
-        let total_layers = t.layers + t.encoder_layers;
+        let total_layers = if t.blocks.uniform || t.blocks.is_empty() {
+            t.layers + t.encoder_layers
+        } else {
+            t.blocks.len() as u64
+        };
         if par.pp > total_layers {
             return Err(Error::Setup(format!(
                 "--pp {} exceeds the model's {} layers",
@@ -481,7 +501,17 @@ impl<'a> Step<'a> {
             dec_matmul,
         );
         let encoder = transformer_layer(t, &c, false, enc_params, enc_matmul);
-        self.layer_kinds = [encoder, decoder];
+        if t.blocks.uniform || t.blocks.is_empty() {
+            // The 2019–2024 families: every layer the same (an encoder and a decoder kind).
+            self.kinds = vec![encoder, decoder];
+            self.pattern = std::iter::repeat_n(0u8, t.encoder_layers as usize)
+                .chain(std::iter::repeat_n(1u8, t.layers as usize))
+                .collect();
+            // Per-tensor element counts (`kind_tensors`) are made on demand (`tensors_of`):
+            // only the replay and the trace want them.
+        } else {
+            self.init_blocks(t);
+        }
         let vocab_emb = t.vocab * t.hidden;
         self.emb_params =
             split.embedding - vocab_emb + vocab_emb.div_ceil(tp) + split.relative_bias;
@@ -591,6 +621,34 @@ impl<'a> Step<'a> {
         Ok(())
     }
 
+    /// Element counts of kind `k`'s parameter tensors on this GPU, one per tensor (the uniform
+    /// families' from `block_tensor_elems`, made here; the description's, made once).
+    fn tensors_of(&self, k: usize) -> Vec<u64> {
+        match self.model {
+            Model::Transformer(t) if self.kind_tensors.is_empty() => {
+                let tp = self.setup.parallel.tp;
+                t.block_tensor_elems(k == 1 && t.layout == Layout::EncoderDecoder)
+                    .into_iter()
+                    .map(|e| {
+                        if e >= t.hidden * t.hidden {
+                            e.div_ceil(tp)
+                        } else {
+                            e
+                        }
+                    })
+                    .collect()
+            }
+            _ => self.kind_tensors[k].clone(),
+        }
+    }
+
+    /// The description of the last layer's kind (the decoder's for the uniform families).
+    fn last_kind(&self) -> LayerDesc {
+        self.pattern
+            .last()
+            .map_or_else(LayerDesc::default, |k| self.kinds[*k as usize])
+    }
+
     /// Whether autocast makes half copies of fp32 weights in forward.
     fn autocast_copies(&self) -> bool {
         self.style == AmpStyle::Autocast
@@ -602,7 +660,7 @@ impl<'a> Step<'a> {
     /// Pipeline geometry of one rank: (first layer, layer count).
     fn stage_layers(&self, rank: u64) -> (u64, u64) {
         let total = match self.model {
-            Model::Transformer(t) => t.layers + t.encoder_layers,
+            Model::Transformer(_) => self.pattern.len() as u64,
             _ => self.cnn.len() as u64,
         };
         let p = self.setup.parallel.pp;
@@ -617,14 +675,10 @@ impl<'a> Step<'a> {
     fn stack(&self, rank: u64) -> Stack<'_> {
         let (first, count) = self.stage_layers(rank);
         match self.model {
-            Model::Transformer(t) => {
-                let enc_end = t.encoder_layers;
-                let enc = enc_end.saturating_sub(first).min(count);
-                Stack::Uniform {
-                    kinds: &self.layer_kinds,
-                    counts: [enc, count - enc],
-                }
-            }
+            Model::Transformer(_) => Stack::Blocks {
+                kinds: &self.kinds,
+                pattern: &self.pattern[first as usize..(first + count) as usize],
+            },
             _ => Stack::List(&self.cnn[first as usize..(first + count) as usize]),
         }
     }
@@ -633,8 +687,8 @@ impl<'a> Step<'a> {
     fn rank_params(&self, rank: u64, stack: &Stack) -> u64 {
         let p = self.setup.parallel.pp;
         let layers: u64 = match stack {
-            Stack::Uniform { kinds, counts } => {
-                kinds[0].params * counts[0] + kinds[1].params * counts[1]
+            Stack::Blocks { kinds, pattern } => {
+                pattern.iter().map(|k| kinds[*k as usize].params).sum()
             }
             Stack::List(v) => v.iter().map(|l| l.params).sum(),
         };
@@ -785,6 +839,10 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         reserved_exact: replay || o.fragmentation.is_some(),
         assumes: ASSUMES,
         timeline: sink.timeline.unwrap_or_default(),
+        mechanisms: match model {
+            Model::Transformer(t) => mechs::notes(t),
+            _ => Vec::new(),
+        },
     })
 }
 
@@ -802,7 +860,7 @@ pub fn layer_activation_bytes(model: &Model, setup: &Setup) -> Result<u64> {
         }
     };
     let l = match model {
-        Model::Transformer(_) => step.layer_kinds[1],
+        Model::Transformer(_) => step.last_kind(),
         _ => step.cnn[0],
     };
     Ok(step.saved_handle(&tr, 0, 0, &l).bytes)
@@ -871,7 +929,7 @@ pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
             "activations are stored in training only".into(),
         ));
     }
-    let l = step.layer_kinds[1];
+    let l = step.last_kind();
     let autocast = step.style == AmpStyle::Autocast;
     let copies = autocast && step.ctx.cmp != 4 && step.bytes.weight == 4;
     let g = if autocast { step.bytes.grad } else { 0 };

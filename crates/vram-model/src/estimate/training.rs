@@ -172,7 +172,7 @@ impl Step<'_> {
                 }
                 if !persistent_grads {
                     // zero_grad(set_to_none=True) frees the gradients after the step.
-                    self.free_layer_grads(rank, &stack, sink);
+                    self.free_layer_grads(rank, &stack, &tr, sink);
                 }
                 if run == Run::Whole {
                     for h in held.into_iter().chain([st]) {
@@ -191,22 +191,9 @@ impl Step<'_> {
     /// Bytes of layer `i`'s parameter tensors at `bytes` per element, one per tensor.
     pub(super) fn layer_tensor_bytes(&self, stack: &Stack, i: u64, bytes: u64) -> Vec<u64> {
         let l = stack.get(i);
-        let elems = match (self.model, stack) {
-            (Model::Transformer(t), Stack::Uniform { counts, .. }) => {
-                let tp = self.setup.parallel.tp;
-                let dec = i >= counts[0];
-                t.block_tensor_elems(dec && t.layout == Layout::EncoderDecoder)
-                    .into_iter()
-                    .map(|e| {
-                        if e >= t.hidden * t.hidden {
-                            e.div_ceil(tp)
-                        } else {
-                            e
-                        }
-                    })
-                    .collect()
-            }
-            _ => vec![l.matmul_params, l.params - l.matmul_params],
+        let elems = match stack.kind(i) {
+            Some(k) => self.tensors_of(k),
+            None => vec![l.matmul_params, l.params - l.matmul_params],
         };
         elems
             .into_iter()
@@ -264,36 +251,23 @@ impl Step<'_> {
 
     /// Element counts of the parameter tensors this rank holds (after TP), one per tensor.
     pub(super) fn rank_tensor_elems(&self, rank: u64, stack: &Stack) -> Vec<u64> {
-        let tp = self.setup.parallel.tp;
         let mut v = Vec::new();
         let [emb, head] = self.edge_params(rank);
-        match self.model {
-            Model::Transformer(t) => {
-                let local = |e: u64| {
-                    if e >= t.hidden * t.hidden {
-                        e.div_ceil(tp)
-                    } else {
-                        e
-                    }
-                };
+        match stack {
+            Stack::Blocks { pattern, .. } => {
                 if emb > 0 {
                     v.push(emb);
                 }
-                let enc = t.block_tensor_elems(false);
-                let dec = t.block_tensor_elems(t.layout == Layout::EncoderDecoder);
-                if let Stack::Uniform { counts, .. } = stack {
-                    for _ in 0..counts[0] {
-                        v.extend(enc.iter().map(|e| local(*e)));
-                    }
-                    for _ in 0..counts[1] {
-                        v.extend(dec.iter().map(|e| local(*e)));
-                    }
+                let per_kind: Vec<Vec<u64>> =
+                    (0..self.kinds.len()).map(|k| self.tensors_of(k)).collect();
+                for k in pattern.iter() {
+                    v.extend_from_slice(&per_kind[*k as usize]);
                 }
                 if head > 0 {
                     v.push(head);
                 }
             }
-            _ => {
+            Stack::List(_) => {
                 for i in 0..stack.len() {
                     let l = stack.get(i);
                     v.push(l.matmul_params);
@@ -314,6 +288,20 @@ impl Step<'_> {
         tr.recompute == Recompute::Selective && tr.recompute_layers.is_none_or(|k| i < k)
     }
 
+    /// Where layer `i`'s backward is walked in two halves (a recomputed layer whose gradients
+    /// are created in it): (bytes of the feed-forward's recomputed saved tensors, elements of
+    /// the feed-forward's last projection, whose gradient comes first).
+    pub(super) fn ffn_split(&self, stack: &Stack, i: u64, l: &LayerDesc) -> Option<(u64, u64)> {
+        stack.kind(i)?;
+        if l.ffn_from == 0 || l.ffn_from >= l.parts.n {
+            return None;
+        }
+        let saved: u64 = l.parts.bytes[l.ffn_from as usize..l.parts.n as usize]
+            .iter()
+            .sum();
+        Some((saved.min(l.saved_all), l.ffn_first_grad.min(l.params)))
+    }
+
     /// Key of layer `i`'s gradients.
     pub(super) fn grad_key(i: u64) -> u64 {
         (1 << 58) | (i << 2)
@@ -324,12 +312,32 @@ impl Step<'_> {
         (1 << 58) | (j + 1)
     }
 
-    pub(super) fn free_layer_grads<S: Sink>(&self, rank: u64, stack: &Stack, sink: &mut S) {
+    pub(super) fn free_layer_grads<S: Sink>(
+        &self,
+        rank: u64,
+        stack: &Stack,
+        tr: &crate::setup::Train,
+        sink: &mut S,
+    ) {
         let g = self.bytes.grad;
         for i in 0..stack.len() {
+            let l = stack.get(i);
+            let split = if self.recomputed(tr, i) {
+                self.ffn_split(stack, i, l)
+            } else {
+                None
+            };
+            let ffn = split.map_or(0, |(_, first)| first);
+            if ffn > 0 {
+                sink.free(Handle {
+                    cat: Category::Gradients,
+                    bytes: m(&[ffn, g]),
+                    key: Self::grad_key(i) | 3,
+                });
+            }
             sink.free(Handle {
                 cat: Category::Gradients,
-                bytes: m(&[stack.get(i).params, g]),
+                bytes: m(&[l.params - ffn, g]),
                 key: Self::grad_key(i),
             });
         }
@@ -803,10 +811,26 @@ impl Step<'_> {
                 bytes: m(&[l.matmul_params, c.cmp]),
                 key: Self::act_key(unit, i, 1),
             };
+            // Under recomputation with lazily created gradients, the backward is walked in two
+            // halves: the feed-forward's nodes run first, creating its weights' gradients and
+            // releasing its recomputed tensors one by one (torch.utils.checkpoint's
+            // non-reentrant unpack hook drops each recomputed tensor once its node has read it;
+            // transformers 5.x checkpoints with `use_reentrant=False`), then the mixer's.
+            let split = if recomputed && lazy_grads {
+                self.ffn_split(stack, i, l)
+            } else {
+                None
+            };
+            let ffn_saved = split.map_or(0, |(b, _)| b);
             let re = Handle {
                 cat: Category::Activations,
-                bytes: l.saved_all,
+                bytes: l.saved_all - ffn_saved,
                 key: Self::act_key(unit, i, 5),
+            };
+            let re_ffn = Handle {
+                cat: Category::Activations,
+                bytes: ffn_saved,
+                key: Self::act_key(unit, i, 7),
             };
             if recomputed {
                 if autocast_copies {
@@ -817,14 +841,20 @@ impl Step<'_> {
                     };
                     sink.alloc(copies, &parts);
                 }
-                sink.alloc(
-                    re,
-                    &if S::WANTS_PARTS {
-                        l.parts.list(false)
-                    } else {
-                        Vec::new()
-                    },
-                );
+                let list = if S::WANTS_PARTS {
+                    l.parts.list(false)
+                } else {
+                    Vec::new()
+                };
+                let cut = if split.is_some() {
+                    (l.ffn_from as usize).min(list.len())
+                } else {
+                    list.len()
+                };
+                sink.alloc(re, &list[..cut]);
+                if split.is_some() {
+                    sink.alloc(re_ffn, &list[cut..]);
+                }
             }
             if lazy_grads {
                 let parts = if S::WANTS_PARTS {
@@ -832,23 +862,64 @@ impl Step<'_> {
                 } else {
                     Vec::new()
                 };
-                sink.alloc(
-                    Handle {
-                        cat: Category::Gradients,
-                        bytes: m(&[l.params, g]),
-                        key: Self::grad_key(i),
-                    },
-                    &parts,
-                );
+                if let Some((_, first_grad)) = split {
+                    // The feed-forward's last projection's gradient, then its backward's
+                    // temporaries; its recomputed tensors go; then every other gradient of the
+                    // layer, and the mixer's backward.
+                    sink.alloc(
+                        Handle {
+                            cat: Category::Gradients,
+                            bytes: m(&[first_grad, g]),
+                            key: Self::grad_key(i) | 3,
+                        },
+                        &[],
+                    );
+                    let tmp = Handle {
+                        cat: Category::Temporaries,
+                        bytes: l.ffn_bwd_tmp,
+                        key: Self::act_key(unit, i, 6),
+                    };
+                    sink.alloc(tmp, &[]);
+                    sink.free(tmp);
+                    sink.free(re_ffn);
+                    let mut rest = parts.clone();
+                    if let Some(j) = rest.iter().position(|b| *b == m(&[first_grad, g])) {
+                        rest.remove(j);
+                    }
+                    sink.alloc(
+                        Handle {
+                            cat: Category::Gradients,
+                            bytes: m(&[l.params - first_grad, g]),
+                            key: Self::grad_key(i),
+                        },
+                        &rest,
+                    );
+                } else {
+                    sink.alloc(
+                        Handle {
+                            cat: Category::Gradients,
+                            bytes: m(&[l.params, g]),
+                            key: Self::grad_key(i),
+                        },
+                        &parts,
+                    );
+                }
             }
             if l.bwd_prog.is_empty() {
                 let tmp = Handle {
                     cat: Category::Temporaries,
-                    bytes: l.bwd_tmp,
+                    bytes: if split.is_some() {
+                        l.mixer_bwd_tmp
+                    } else {
+                        l.bwd_tmp
+                    },
                     key: Self::act_key(unit, i, 6),
                 };
+                // The split backward's mixer half is one block; the whole backward's
+                // temporaries are their tensors (`TmpParts::of` falls back to one block when
+                // the list does not make up the bytes).
                 let parts = if S::WANTS_PARTS {
-                    TmpParts::of(&l.tmp_parts.bwd, l.bwd_tmp)
+                    TmpParts::of(&l.tmp_parts.bwd, tmp.bytes)
                 } else {
                     Vec::new()
                 };
