@@ -145,7 +145,8 @@ def _layer_split(parts: list[str]) -> int | None:
 
 
 def _is_moe_block(module) -> bool:
-    return any(n == "experts" or n.startswith("experts.") for n, _ in module.named_modules())
+    """Whether `module` holds a routed-expert bank (a submodule named `experts`)."""
+    return any(n.rsplit(".", 1)[-1] == "experts" for n, _ in module.named_modules())
 
 
 def component(model, name: str) -> str:

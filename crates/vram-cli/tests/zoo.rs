@@ -301,20 +301,60 @@ fn reference_file_is_whole() {
     }
 }
 
+/// Every config's mismatches, `vram` run on several configs at once (each a process).
+fn compare_all(models: &serde_json::Map<String, Value>) -> Vec<Vec<String>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let entries: Vec<(&String, &Value)> = models.iter().collect();
+    let next = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    let mut results: Vec<Option<Vec<String>>> = vec![None; entries.len()];
+    let done: Vec<Vec<(usize, Vec<String>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((name, entry)) = entries.get(k) else {
+                            break;
+                        };
+                        mine.push((k, compare(name, entry)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker"))
+            .collect()
+    });
+    for (k, bad) in done.into_iter().flatten() {
+        results[k] = Some(bad);
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every config compared"))
+        .collect()
+}
+
 /// `vram` equals the reference on every config not in `PENDING`.
 #[test]
 fn vram_matches_transformers() {
     let doc = expected();
+    let models = models(&doc);
+    let all = compare_all(models);
     let mut failed = Vec::new();
     println!(
         "{:<34} {:>18} {:>6}  result",
         "config", "params (transformers)", "runs"
     );
-    for (name, entry) in models(&doc) {
+    for ((name, entry), bad) in models.iter().zip(all) {
         let params = u(&entry["params"], "params");
         let runs = entry["cache"].as_array().map_or(0, |r| r.len());
         let pending = PENDING.iter().find(|(n, _)| n == name).map(|(_, why)| *why);
-        let bad = compare(name, entry);
         let result = match (pending, bad.is_empty()) {
             (None, true) => "ok".to_string(),
             (None, false) => {
