@@ -252,12 +252,20 @@ def build(path: Path):
     else:
         config = CONFIG_MAPPING[model_type].from_dict(raw)
         cls = getattr(transformers, arch)
+    # from_pretrained's dtype="auto" (modeling_utils.py `_get_dtype`): the config's dtype, else
+    # the dtype of the checkpoint's first floating weight. Without the checkpoint: the text
+    # sub-config's dtype where the top level has none (Qwen3-VL, Qwen3.5), else bfloat16, the
+    # dtype every checkpoint here stores its unquantized weights in (gpt-oss, MiniMax-M2.5).
     dtype = getattr(config, "dtype", None)
+    if dtype is None:
+        dtype = getattr(config.get_text_config(decoder=True), "dtype", None)
+        if dtype is not None:
+            notes.append(f"dtype {str(dtype).removeprefix('torch.')} from text_config (none at the top level)")
+    if dtype is None:
+        dtype = torch.bfloat16
+        notes.append("config has no dtype: bfloat16, as from_pretrained reads it off the checkpoint's weights")
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    if dtype is None:
-        dtype = torch.float32
-        notes.append("config has no dtype: float32 (from_pretrained's fallback)")
     with torch.device("meta"):
         model = cls._from_config(config, dtype=dtype)
         if model_type == "mimo":
