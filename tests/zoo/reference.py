@@ -442,6 +442,23 @@ def generate(jobs: int, only: list[str] | None) -> dict:
     }
 
 
+def check_sources() -> list[str]:
+    """Every config is listed in SOURCES.md with the first 16 hex digits of its sha256."""
+    import hashlib
+    import re
+
+    text = (HERE / "SOURCES.md").read_text()
+    bad = []
+    for path in sorted(CONFIGS.glob("*.json")):
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        row = re.search(r"^\| `" + re.escape(path.name) + r"` \|.*`([0-9a-f]{16})` \|$", text, re.M)
+        if row is None:
+            bad.append(f"{path.name} is not listed in SOURCES.md")
+        elif row.group(1) != sha:
+            bad.append(f"{path.name}: sha256 {sha}..., SOURCES.md says {row.group(1)}...")
+    return bad
+
+
 def dump(doc: dict) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
@@ -458,6 +475,11 @@ def main() -> int:
     if not transformers.__version__.startswith(PINNED["transformers"]):
         print(f"reference.py needs transformers {PINNED['transformers']}, found {transformers.__version__}", file=sys.stderr)
         return 2
+    stale = check_sources()
+    for line in stale:
+        print(f"SOURCES.md: {line}", file=sys.stderr)
+    if stale:
+        return 1
     t0 = time.time()
     doc = generate(args.jobs, args.only)
     print(f"{len(doc['models'])} configs in {time.time() - t0:.0f} s", file=sys.stderr)

@@ -299,6 +299,14 @@ fn reference_file_is_whole() {
             "PENDING names {name}, which expected.json does not have"
         );
     }
+    let sources =
+        std::fs::read_to_string(zoo_dir().join("SOURCES.md")).expect("tests/zoo/SOURCES.md");
+    for name in &on_disk {
+        assert!(
+            sources.contains(&format!("| `{name}.json` |")),
+            "{name}.json: say where it comes from in tests/zoo/SOURCES.md"
+        );
+    }
 }
 
 /// Every config's mismatches, `vram` run on several configs at once (each a process).
