@@ -16,6 +16,7 @@
 //! not in `PENDING` must match.
 
 use serde_json::Value;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -377,6 +378,10 @@ fn vram_matches_transformers() {
             (Some(_), true) => "ok, but PENDING: remove it from PENDING".to_string(),
         };
         println!("{name:<34} {params:>18} {runs:>6}  {result}");
+        if pending.is_some() {
+            // Straight to the process's stderr, past libtest's capture: a skip is never silent.
+            let _ = writeln!(std::io::stderr(), "zoo: {name}: {result}");
+        }
     }
     assert!(
         failed.is_empty(),
