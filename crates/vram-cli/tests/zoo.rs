@@ -1,0 +1,391 @@
+//! `vram` against the real transformers (issue 21 item 3).
+//!
+//! `tests/zoo/expected.json` holds, for every config of `tests/zoo/configs`, what transformers
+//! 5.24 itself builds and caches on the meta device (`tests/zoo/reference.py`; `.ci/zoo-tests`
+//! regenerates it in CI and fails when it drifts). This test runs the `vram` binary on each
+//! config and asserts, exactly:
+//! - `vram estimate CFG --json`: `params` and every key of `params_by_component`;
+//! - for every cache run (batch B, prompt P) of the config,
+//!   `vram estimate CFG --inference --batch B --prompt P --new-tokens 1 --json`:
+//!   `cache_after_prefill_bytes`, `cache_bytes_per_token` (after one decode step minus after the
+//!   prefill) and `cache_by_kind` (`layers`, `after_prefill_bytes`, `after_decode_bytes` per
+//!   kind; a kind one side lacks counts as zeros).
+//!
+//! Configs `vram` cannot do yet are listed in `PENDING` with the reason: they are skipped
+//! loudly (a SKIP line each) and the lead prunes the list as the support lands. Every config
+//! not in `PENDING` must match.
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Config name (file stem) -> why `vram` cannot match it yet. Prune as support lands.
+const PENDING: &[(&str, &str)] = &[
+    ("deepseek-v3", "no params_by_component / cache_* keys in vram's JSON yet (zoo); deepseek_v3 MLA unknown on main"),
+    ("deepseek-v3.2", "no params_by_component / cache_* keys yet; deepseek_v32 (MLA + DSA indexer) unknown on main"),
+    ("ernie-4.5-0.3b", "no params_by_component / cache_* keys yet; ernie4_5 unknown on main"),
+    ("ernie-4.5-21b-a3b", "no params_by_component / cache_* keys yet; ernie4_5_moe unknown on main"),
+    ("exaone-4.0-32b", "no params_by_component / cache_* keys yet; exaone4 unknown on main"),
+    ("gemma-3-1b-it", "no params_by_component / cache_* keys yet; gemma3_text unknown on main"),
+    ("gemma-3-4b-it", "no params_by_component / cache_* keys yet; gemma3 (+ SigLIP tower) unknown on main"),
+    ("gemma-4-26b-a4b", "no params_by_component / cache_* keys yet; gemma4 unknown on main"),
+    ("glm-4.5-air", "no params_by_component / cache_* keys yet; glm4_moe unknown on main"),
+    ("glm-5", "no params_by_component / cache_* keys yet; glm_moe_dsa unknown on main"),
+    ("gpt-oss-120b", "no params_by_component / cache_* keys yet; gpt_oss unknown on main"),
+    ("gpt-oss-20b", "no params_by_component / cache_* keys yet; gpt_oss unknown on main"),
+    ("granite-4.0-h-tiny", "no params_by_component / cache_* keys yet; granitemoehybrid unknown on main"),
+    ("hunyuan-7b", "no params_by_component / cache_* keys yet; hunyuan_v1_dense unknown on main"),
+    ("hunyuan-a13b", "no params_by_component / cache_* keys yet; hunyuan_v1_moe unknown on main"),
+    ("kimi-k2-instruct", "no params_by_component / cache_* keys yet; kimi_k2 unknown on main"),
+    ("llama-3.1-8b", "no params_by_component / cache_* keys in vram's JSON yet (zoo)"),
+    ("llama-4-scout-17b-16e-instruct", "no params_by_component / cache_* keys yet; llama4 unknown on main"),
+    ("mimo-7b-base", "no params_by_component / cache_* keys yet; mimo unknown on main"),
+    ("minimax-m2.5", "no params_by_component / cache_* keys yet; minimax_m2 unknown on main"),
+    ("mixtral-8x7b", "no params_by_component / cache_* keys in vram's JSON yet (zoo)"),
+    ("nemotron-3-nano-30b-a3b", "no params_by_component / cache_* keys yet; nemotron_h unknown on main"),
+    (
+        "nemotron-h-56b-base",
+        "no params_by_component / cache_* keys yet; nemotron_h unknown on main; the hub file has a bare \
+         `Infinity` (time_step_limit) that Python's json reads and vram's reader refuses",
+    ),
+    ("olmo-2-1124-7b", "no params_by_component / cache_* keys yet; olmo2 unknown on main"),
+    ("olmo-3-7b", "no params_by_component / cache_* keys yet; olmo3 unknown on main"),
+    ("phi-4", "no params_by_component / cache_* keys in vram's JSON yet (zoo)"),
+    ("qwen3-0.6b", "no params_by_component / cache_* keys yet; qwen3 unknown on main"),
+    ("qwen3-235b-a22b", "no params_by_component / cache_* keys yet; qwen3_moe unknown on main"),
+    ("qwen3-30b-a3b", "no params_by_component / cache_* keys yet; qwen3_moe unknown on main"),
+    ("qwen3-8b", "no params_by_component / cache_* keys yet; qwen3 unknown on main"),
+    ("qwen3-next-80b-a3b-thinking", "no params_by_component / cache_* keys yet; qwen3_next unknown on main"),
+    ("qwen3-vl-30b-a3b-instruct", "no params_by_component / cache_* keys yet; qwen3_vl_moe unknown on main"),
+    ("qwen3-vl-8b-instruct", "no params_by_component / cache_* keys yet; qwen3_vl unknown on main"),
+    ("qwen3.5-27b", "no params_by_component / cache_* keys yet; qwen3_5 unknown on main"),
+    ("qwen3.5-35b-a3b", "no params_by_component / cache_* keys yet; qwen3_5_moe unknown on main"),
+    ("seed-oss-36b", "no params_by_component / cache_* keys yet; seed_oss unknown on main"),
+    ("smollm3-3b", "no params_by_component / cache_* keys yet; smollm3 unknown on main"),
+];
+
+/// The keys of `params_by_component` (TEAM.md, issue 21).
+const COMPONENTS: &[&str] = &[
+    "embedding",
+    "mixer",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "norms",
+    "head",
+    "vision",
+    "mtp",
+    "other",
+];
+
+/// Cache-layer kinds (DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer,
+/// DynamicIndexedLayer).
+const KINDS: &[&str] = &["full", "sliding", "linear", "indexed"];
+
+fn zoo_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zoo")
+}
+
+fn expected() -> Value {
+    let path = zoo_dir().join("expected.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("expected.json parses")
+}
+
+fn models(doc: &Value) -> &serde_json::Map<String, Value> {
+    doc["models"]
+        .as_object()
+        .expect("expected.json has a models object")
+}
+
+fn u(v: &Value, what: &str) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("{what}: not an unsigned integer: {v}"))
+}
+
+fn i(v: &Value, what: &str) -> i64 {
+    v.as_i64()
+        .unwrap_or_else(|| panic!("{what}: not an integer: {v}"))
+}
+
+/// `vram ARGS`: Ok(stdout parsed as JSON) on exit 0, Err(one line) otherwise.
+fn vram_json(args: &[String]) -> Result<Value, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .output()
+        .expect("run vram");
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "exit {}: {}",
+            out.status.code().unwrap_or(-1),
+            err.lines().next().unwrap_or("").trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("stdout is not JSON: {e}"))
+}
+
+/// Every mismatch between `vram` and the reference for one config (empty: it matches).
+fn compare(name: &str, entry: &Value) -> Vec<String> {
+    let cfg = zoo_dir().join("configs").join(format!("{name}.json"));
+    let cfg = cfg.to_string_lossy().into_owned();
+    let mut bad = Vec::new();
+
+    match vram_json(&["estimate".into(), cfg.clone(), "--json".into()]) {
+        Err(e) => bad.push(format!("estimate: {e}")),
+        Ok(v) => {
+            let want = u(&entry["params"], "params");
+            match v["params"].as_u64() {
+                Some(got) if got == want => {}
+                got => bad.push(format!("params: vram {got:?}, transformers {want}")),
+            }
+            for key in COMPONENTS {
+                let want = u(&entry["params_by_component"][key], key);
+                match v["params_by_component"][key].as_u64() {
+                    Some(got) if got == want => {}
+                    got => bad.push(format!(
+                        "params_by_component.{key}: vram {got:?}, transformers {want}"
+                    )),
+                }
+            }
+        }
+    }
+
+    for run in entry["cache"].as_array().expect("cache runs") {
+        let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
+        let args: Vec<String> = [
+            "estimate",
+            &cfg,
+            "--inference",
+            "--batch",
+            &b.to_string(),
+            "--prompt",
+            &p.to_string(),
+            "--new-tokens",
+            "1",
+            "--json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let tag = format!("b{b} p{p}");
+        let v = match vram_json(&args) {
+            Ok(v) => v,
+            Err(e) => {
+                bad.push(format!("{tag}: {e}"));
+                continue;
+            }
+        };
+        for key in ["cache_after_prefill_bytes", "cache_bytes_per_token"] {
+            let want = i(&run[key], key);
+            match v[key].as_i64() {
+                Some(got) if got == want => {}
+                got => bad.push(format!("{tag} {key}: vram {got:?}, transformers {want}")),
+            }
+        }
+        for kind in KINDS {
+            for field in ["layers", "after_prefill_bytes", "after_decode_bytes"] {
+                let want = run["cache_by_kind"][kind][field].as_u64().unwrap_or(0);
+                let got = if v["cache_by_kind"].is_object() {
+                    Some(v["cache_by_kind"][kind][field].as_u64().unwrap_or(0))
+                } else {
+                    None
+                };
+                if got != Some(want) {
+                    bad.push(format!(
+                        "{tag} cache_by_kind.{kind}.{field}: vram {got:?}, transformers {want}"
+                    ));
+                }
+            }
+        }
+    }
+    bad
+}
+
+/// The reference file agrees with itself and with the configs on disk, whatever `vram` does.
+#[test]
+fn reference_file_is_whole() {
+    let doc = expected();
+    assert_eq!(
+        doc["transformers"], "5.24.0",
+        "expected.json comes from the pinned transformers"
+    );
+    assert_eq!(doc["device"], "meta");
+    let models = models(&doc);
+    let mut on_disk: Vec<String> = std::fs::read_dir(zoo_dir().join("configs"))
+        .expect("tests/zoo/configs")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let listed: Vec<String> = models.keys().cloned().collect();
+    assert_eq!(
+        listed, on_disk,
+        "every config has one entry in expected.json and no other"
+    );
+
+    for (name, e) in models {
+        let params = u(&e["params"], "params");
+        let by = e["params_by_component"]
+            .as_object()
+            .expect("params_by_component");
+        let keys: Vec<&str> = by.keys().map(|k| k.as_str()).collect();
+        let mut want: Vec<&str> = COMPONENTS.to_vec();
+        want.sort();
+        assert_eq!(keys, want, "{name}: exactly the TEAM.md component keys");
+        let sum: u64 = by.values().map(|v| u(v, "component")).sum();
+        assert_eq!(sum, params, "{name}: components sum to params");
+        assert_eq!(u(&by["other"], "other"), 0, "{name}: nothing unclassified");
+        assert!(params > 0, "{name}: a model has parameters");
+
+        let runs = e["cache"].as_array().expect("cache runs");
+        assert!(runs.len() >= 2, "{name}: a short and a long prompt");
+        let windows: Vec<u64> = e["windows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| u(w, "window"))
+            .collect();
+        let longest = runs
+            .iter()
+            .map(|r| u(&r["prompt"], "prompt"))
+            .max()
+            .unwrap();
+        for w in &windows {
+            assert!(
+                longest > *w,
+                "{name}: the long prompt {longest} passes the window {w}"
+            );
+        }
+        for r in runs {
+            let prefill = u(&r["cache_after_prefill_bytes"], "prefill");
+            let decode = u(&r["cache_after_decode_bytes"], "decode");
+            assert_eq!(
+                i(&r["cache_bytes_per_token"], "per token"),
+                decode as i64 - prefill as i64,
+                "{name}"
+            );
+            let kinds = r["cache_by_kind"].as_object().expect("cache_by_kind");
+            assert!(
+                !kinds.is_empty(),
+                "{name}: every model here caches something"
+            );
+            for k in kinds.keys() {
+                assert!(
+                    KINDS.contains(&k.as_str()),
+                    "{name}: unknown cache kind {k}"
+                );
+            }
+            let sp: u64 = kinds
+                .values()
+                .map(|k| u(&k["after_prefill_bytes"], "kind prefill"))
+                .sum();
+            let sd: u64 = kinds
+                .values()
+                .map(|k| u(&k["after_decode_bytes"], "kind decode"))
+                .sum();
+            assert_eq!(
+                (sp, sd),
+                (prefill, decode),
+                "{name}: kinds sum to the totals"
+            );
+        }
+    }
+    for (name, _) in PENDING {
+        assert!(
+            models.contains_key(*name),
+            "PENDING names {name}, which expected.json does not have"
+        );
+    }
+    let sources =
+        std::fs::read_to_string(zoo_dir().join("SOURCES.md")).expect("tests/zoo/SOURCES.md");
+    for name in &on_disk {
+        assert!(
+            sources.contains(&format!("| `{name}.json` |")),
+            "{name}.json: say where it comes from in tests/zoo/SOURCES.md"
+        );
+    }
+}
+
+/// Every config's mismatches, `vram` run on several configs at once (each a process).
+fn compare_all(models: &serde_json::Map<String, Value>) -> Vec<Vec<String>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let entries: Vec<(&String, &Value)> = models.iter().collect();
+    let next = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    let mut results: Vec<Option<Vec<String>>> = vec![None; entries.len()];
+    let done: Vec<Vec<(usize, Vec<String>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((name, entry)) = entries.get(k) else {
+                            break;
+                        };
+                        mine.push((k, compare(name, entry)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker"))
+            .collect()
+    });
+    for (k, bad) in done.into_iter().flatten() {
+        results[k] = Some(bad);
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every config compared"))
+        .collect()
+}
+
+/// `vram` equals the reference on every config not in `PENDING`.
+#[test]
+fn vram_matches_transformers() {
+    let doc = expected();
+    let models = models(&doc);
+    let all = compare_all(models);
+    let mut failed = Vec::new();
+    println!(
+        "{:<34} {:>18} {:>6}  result",
+        "config", "params (transformers)", "runs"
+    );
+    for ((name, entry), bad) in models.iter().zip(all) {
+        let params = u(&entry["params"], "params");
+        let runs = entry["cache"].as_array().map_or(0, |r| r.len());
+        let pending = PENDING.iter().find(|(n, _)| n == name).map(|(_, why)| *why);
+        let result = match (pending, bad.is_empty()) {
+            (None, true) => "ok".to_string(),
+            (None, false) => {
+                failed.push(format!("{name}:\n    {}", bad.join("\n    ")));
+                format!("FAIL ({} mismatches)", bad.len())
+            }
+            (Some(why), false) => format!(
+                "SKIP (PENDING: {why}; {} mismatches, first: {})",
+                bad.len(),
+                bad[0]
+            ),
+            (Some(_), true) => "ok, but PENDING: remove it from PENDING".to_string(),
+        };
+        println!("{name:<34} {params:>18} {runs:>6}  {result}");
+        if pending.is_some() {
+            // Straight to the process's stderr, past libtest's capture: a skip is never silent.
+            let _ = writeln!(std::io::stderr(), "zoo: {name}: {result}");
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "vram differs from transformers:\n  {}",
+        failed.join("\n  ")
+    );
+}
