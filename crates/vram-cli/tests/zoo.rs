@@ -21,49 +21,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// Config name (file stem) -> why `vram` cannot match it yet. Prune as support lands.
-const PENDING: &[(&str, &str)] = &[
-    ("deepseek-v3", "no params_by_component / cache_* keys in vram's JSON yet (zoo); deepseek_v3 MLA unknown on main"),
-    ("deepseek-v3.2", "no params_by_component / cache_* keys yet; deepseek_v32 (MLA + DSA indexer) unknown on main"),
-    ("ernie-4.5-0.3b", "no params_by_component / cache_* keys yet; ernie4_5 unknown on main"),
-    ("ernie-4.5-21b-a3b", "no params_by_component / cache_* keys yet; ernie4_5_moe unknown on main"),
-    ("exaone-4.0-32b", "no params_by_component / cache_* keys yet; exaone4 unknown on main"),
-    ("gemma-3-1b-it", "no params_by_component / cache_* keys yet; gemma3_text unknown on main"),
-    ("gemma-3-4b-it", "no params_by_component / cache_* keys yet; gemma3 (+ SigLIP tower) unknown on main"),
-    ("gemma-4-26b-a4b", "no params_by_component / cache_* keys yet; gemma4 unknown on main"),
-    ("glm-4.5-air", "no params_by_component / cache_* keys yet; glm4_moe unknown on main"),
-    ("glm-5", "no params_by_component / cache_* keys yet; glm_moe_dsa unknown on main"),
-    ("gpt-oss-120b", "no params_by_component / cache_* keys yet; gpt_oss unknown on main"),
-    ("gpt-oss-20b", "no params_by_component / cache_* keys yet; gpt_oss unknown on main"),
-    ("granite-4.0-h-tiny", "no params_by_component / cache_* keys yet; granitemoehybrid unknown on main"),
-    ("hunyuan-7b", "no params_by_component / cache_* keys yet; hunyuan_v1_dense unknown on main"),
-    ("hunyuan-a13b", "no params_by_component / cache_* keys yet; hunyuan_v1_moe unknown on main"),
-    ("kimi-k2-instruct", "no params_by_component / cache_* keys yet; kimi_k2 unknown on main"),
-    ("llama-3.1-8b", "no params_by_component / cache_* keys in vram's JSON yet (zoo)"),
-    ("llama-4-scout-17b-16e-instruct", "no params_by_component / cache_* keys yet; llama4 unknown on main"),
-    ("mimo-7b-base", "no params_by_component / cache_* keys yet; mimo unknown on main"),
-    ("minimax-m2.5", "no params_by_component / cache_* keys yet; minimax_m2 unknown on main"),
-    ("mixtral-8x7b", "no params_by_component / cache_* keys in vram's JSON yet (zoo)"),
-    ("nemotron-3-nano-30b-a3b", "no params_by_component / cache_* keys yet; nemotron_h unknown on main"),
-    (
-        "nemotron-h-56b-base",
-        "no params_by_component / cache_* keys yet; nemotron_h unknown on main; the hub file has a bare \
-         `Infinity` (time_step_limit) that Python's json reads and vram's reader refuses",
-    ),
-    ("olmo-2-1124-7b", "no params_by_component / cache_* keys yet; olmo2 unknown on main"),
-    ("olmo-3-7b", "no params_by_component / cache_* keys yet; olmo3 unknown on main"),
-    ("phi-4", "no params_by_component / cache_* keys in vram's JSON yet (zoo)"),
-    ("qwen3-0.6b", "no params_by_component / cache_* keys yet; qwen3 unknown on main"),
-    ("qwen3-235b-a22b", "no params_by_component / cache_* keys yet; qwen3_moe unknown on main"),
-    ("qwen3-30b-a3b", "no params_by_component / cache_* keys yet; qwen3_moe unknown on main"),
-    ("qwen3-8b", "no params_by_component / cache_* keys yet; qwen3 unknown on main"),
-    ("qwen3-next-80b-a3b-thinking", "no params_by_component / cache_* keys yet; qwen3_next unknown on main"),
-    ("qwen3-vl-30b-a3b-instruct", "no params_by_component / cache_* keys yet; qwen3_vl_moe unknown on main"),
-    ("qwen3-vl-8b-instruct", "no params_by_component / cache_* keys yet; qwen3_vl unknown on main"),
-    ("qwen3.5-27b", "no params_by_component / cache_* keys yet; qwen3_5 unknown on main"),
-    ("qwen3.5-35b-a3b", "no params_by_component / cache_* keys yet; qwen3_5_moe unknown on main"),
-    ("seed-oss-36b", "no params_by_component / cache_* keys yet; seed_oss unknown on main"),
-    ("smollm3-3b", "no params_by_component / cache_* keys yet; smollm3 unknown on main"),
-];
+const PENDING: &[(&str, &str)] = &[];
 
 /// The keys of `params_by_component` (TEAM.md, issue 21).
 const COMPONENTS: &[&str] = &[
