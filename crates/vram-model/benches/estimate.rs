@@ -4,88 +4,14 @@
 //! measured separately.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use vram_model::arch::{Model, Transformer};
-use vram_model::blocks::{
-    Block, Blocks, Component, Dense, Dispatch, Ends, Ffn, Mixer, Mla, Moe, Norms,
-};
+use vram_model::arch::Model;
 use vram_model::setup::{Mode, Parallel, Recompute, Schedule, Setup, Train};
 use vram_model::{catalog, estimate, estimate_allocated};
 
 /// DeepSeek-V3 (61 layers: 3 dense then 58 MoE of 256 routed experts, top-8, one shared; MLA)
-/// built from the layer-by-layer description directly, with its config.json's sizes.
+/// from its real config.json in the catalog, as a user's estimate reads it.
 fn deepseek_v3() -> Model {
-    let h = 7168;
-    let mla = Mixer::Mla(Mla {
-        heads: 128,
-        q_lora_rank: Some(1536),
-        kv_lora_rank: 512,
-        qk_nope_head_dim: 128,
-        qk_rope_head_dim: 64,
-        v_head_dim: 128,
-        bias: false,
-        indexer: None,
-    });
-    let dense = |i| Dense {
-        intermediate: i,
-        gated: true,
-        bias: false,
-        fused_gate_up: false,
-    };
-    let block = |ffn| Block {
-        mixer: mla,
-        cross_attention: false,
-        ffn,
-        norms: Norms {
-            count: 2,
-            params_each: h,
-        },
-        extra: (Component::Other, 0),
-    };
-    let moe = Ffn::Moe(Moe {
-        experts: 256,
-        top_k: 8,
-        expert_intermediate: 2048,
-        gated: true,
-        expert_bias: false,
-        router_bias: false,
-        correction_bias: true,
-        router_extra: 0,
-        router_weights_fp32: true,
-        dispatch: Dispatch::GroupedMm,
-        shared: Some(dense(2048)),
-        shared_gate: false,
-        latent: None,
-    });
-    let mut layers = vec![block(Ffn::Dense(dense(18432))); 3];
-    layers.extend(vec![block(moe); 58]);
-    let vocab = 129_280;
-    let blocks = Blocks::from_layers(
-        h,
-        &layers,
-        Ends {
-            embedding: vocab * h,
-            vocab,
-            final_norm: h,
-            head: vocab * h,
-            other: 0,
-        },
-    );
-    let Model::Transformer(base) = catalog::lookup("llama-3-8b").unwrap() else {
-        unreachable!()
-    };
-    Model::Transformer(Transformer {
-        name: "deepseek-v3 (from blocks)".into(),
-        vocab,
-        hidden: h,
-        layers: 61,
-        heads: 128,
-        kv_heads: 128,
-        head_dim: 192,
-        intermediate: 2048,
-        tied_embeddings: false,
-        blocks,
-        ..base
-    })
+    catalog::lookup("deepseek-v3").unwrap()
 }
 
 fn bench(c: &mut Criterion) {

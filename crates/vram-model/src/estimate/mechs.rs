@@ -919,6 +919,7 @@ mod tests {
             correction_bias: false,
             router_extra: 0,
             router_weights_fp32: fp32,
+            router_param_fp32: false,
             dispatch,
             shared: None,
             shared_gate: false,
