@@ -221,7 +221,7 @@ fn serving_figures(
         },
         ..Knobs::default()
     };
-    let c = capacity::capacity(t, &gpu, engine, &knobs)?;
+    let c = capacity::capacity(t, gpu, engine, &knobs)?;
     Ok(serving::CapacityFigures {
         device_bytes: c.total_bytes,
         non_kv_bytes: c.weights_bytes
