@@ -1,7 +1,7 @@
 use vram_alloc::{replay, synthetic, AllocatorConfig, Policy};
 use vram_doctor::message::parse;
 use vram_doctor::{diagnose, stats, CauseKind, Inputs, Job};
-use vram_model::setup::{Mode, Offload, Recompute, Setup, Train};
+use vram_model::setup::{Mode, Offload, Optimizer, Recompute, Setup, Train};
 use vram_model::{catalog, gpu};
 
 use crate::{fixture, gib};
@@ -189,6 +189,18 @@ fn apply_flags(mut s: Setup, action: &str) -> Setup {
                 }
             }
             "--zero" => s.parallel.zero = pair[1].parse().unwrap(),
+            "--optimizer" => {
+                t.optimizer = match pair[1] {
+                    "adam8bit" => Optimizer::Adam8bit,
+                    "adamw" => Optimizer::Adamw,
+                    "sgd" => Optimizer::Sgd,
+                    "momentum" => Optimizer::Momentum,
+                    "adafactor" => Optimizer::Adafactor,
+                    other => panic!("a remedy names optimizer {other}"),
+                }
+            }
+            // A flag this helper does not apply would make the check below meaningless.
+            f if f.starts_with("--") => panic!("apply_flags does not know {f}"),
             _ => {}
         }
     }
