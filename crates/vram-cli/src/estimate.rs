@@ -806,9 +806,14 @@ fn print_table(
     )?;
     writeln!(
         out,
-        "{:<22} {:>12}   (max_memory_reserved)",
+        "{:<22} {:>12}   (max_memory_reserved{})",
         "peak reserved",
-        fmt::bytes(e.reserved_bytes)
+        fmt::bytes(e.reserved_bytes),
+        if e.needed_bytes < e.reserved_bytes {
+            " on a GPU with room to cache every segment"
+        } else {
+            ""
+        }
     )?;
     if e.needed_bytes < e.reserved_bytes {
         // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc fails.

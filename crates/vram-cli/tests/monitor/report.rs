@@ -201,7 +201,8 @@ fn report_pages_read_well_in_headless_chromium_at_1280_px() {
         &replay,
     );
     // The headroom as a person reads it: a minus sign and GiB, the figure of the JSON.
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&est).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&est).unwrap()).unwrap();
     let short = -v["headroom_bytes"].as_f64().unwrap() / (1u64 << 30) as f64;
     let headroom = format!("\u{2212}{short:.1} GiB");
     for (json, needles, absent) in [
