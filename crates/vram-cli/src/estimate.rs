@@ -838,26 +838,8 @@ fn print_table(
         )?;
     }
     writeln!(out)?;
+    fit_verdict(out, gpu, e.total_bytes)?;
     let cap = gpu.memory_bytes;
-    if e.fits(cap) {
-        let room = cap - e.total_bytes;
-        writeln!(
-            out,
-            "fits on {} ({}): {} free ({:.0}% headroom)",
-            gpu.name,
-            fmt::bytes(cap),
-            fmt::bytes(room),
-            100.0 * room as f64 / cap as f64
-        )?;
-    } else {
-        writeln!(
-            out,
-            "does NOT fit on {} ({}): {} short",
-            gpu.name,
-            fmt::bytes(cap),
-            fmt::bytes(e.total_bytes - cap)
-        )?;
-    }
     match (setup.mode, fit_batch) {
         (Mode::Train(_), Some(b)) => writeln!(out, "largest micro-batch that fits: {b}")?,
         (Mode::Train(_), None) => writeln!(out, "no micro-batch fits")?,
@@ -1130,4 +1112,29 @@ pub fn gpus(a: &ListArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The verdict line of a step needing `total` bytes on `gpu` (the device total, context
+/// included): the room left, or how much is missing.
+pub(crate) fn fit_verdict(out: &mut impl Write, gpu: &Gpu, total: u64) -> std::io::Result<()> {
+    let cap = gpu.memory_bytes;
+    if total <= cap {
+        let room = cap - total;
+        writeln!(
+            out,
+            "fits on {} ({}): {} free ({:.0}% headroom)",
+            gpu.name,
+            fmt::bytes(cap),
+            fmt::bytes(room),
+            100.0 * room as f64 / cap as f64
+        )
+    } else {
+        writeln!(
+            out,
+            "does NOT fit on {} ({}): {} short",
+            gpu.name,
+            fmt::bytes(cap),
+            fmt::bytes(total - cap)
+        )
+    }
 }

@@ -280,26 +280,7 @@ fn print(
         fmt::bytes(e.total_bytes)
     )?;
     writeln!(out)?;
-    let cap = gpu.memory_bytes;
-    if e.fits(cap) {
-        let room = cap - e.total_bytes;
-        writeln!(
-            out,
-            "fits on {} ({}): {} free ({:.0}% headroom)",
-            gpu.name,
-            fmt::bytes(cap),
-            fmt::bytes(room),
-            100.0 * room as f64 / cap as f64
-        )?;
-    } else {
-        writeln!(
-            out,
-            "does NOT fit on {} ({}): {} short",
-            gpu.name,
-            fmt::bytes(cap),
-            fmt::bytes(e.total_bytes - cap)
-        )?;
-    }
+    crate::estimate::fit_verdict(out, gpu, e.total_bytes)?;
     match fit {
         Some(b) => writeln!(out, "largest micro-batch that fits: {b}")?,
         None => writeln!(out, "no micro-batch fits")?,
