@@ -1297,4 +1297,150 @@ mod tests {
         assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
         assert!(c.starts);
     }
+
+    fn qwq32b() -> Transformer {
+        // Qwen/QwQ-32B's config.json (March 2025), as in vram-cli's serving test data.
+        let text = r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu",
+            "hidden_size": 5120, "intermediate_size": 27648, "max_position_embeddings": 131072,
+            "max_window_layers": 64, "model_type": "qwen2", "num_attention_heads": 40,
+            "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+            "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": false,
+            "torch_dtype": "bfloat16", "use_sliding_window": false, "vocab_size": 152064}"#;
+        match vram_model::hf::parse_config(text, "qwq-32b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn versions_are_read_with_their_patch_level() {
+        assert_eq!(parse_version("0.6.5"), Some([0, 6, 5]));
+        assert_eq!(parse_version("0.11"), Some([0, 11, 0]));
+        assert_eq!(parse_version("v0.4.3.post4"), None);
+        assert_eq!(parse_version("0.4.3post4"), Some([0, 4, 3]));
+        assert_eq!(parse_version("x"), None);
+    }
+
+    /// V0's profile run by hand (Llama-3.1-8B: h 4096, f 14336, vocabulary 128256): one batch of
+    /// `max_model_len` tokens through the eager layer, whose peak is the residual, the normed
+    /// input, gate_up, the activation and down_proj's output; at 8192 tokens the top-k/top-p
+    /// sampler over 256 rows is larger. The RTX 3090 log (vllm#10517) printed 2.07 and 2.99 GiB
+    /// for 20000 and 29000 tokens, the H100 one (vllm#10511) 1.26 GiB at 8192.
+    #[test]
+    fn v0_profile_peak_is_the_eager_layer_or_the_sort() {
+        let t = match catalog::lookup("llama-3.1-8b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        for (len, want) in [
+            (20000u64, 20000 * (3 * 4096 + 3 * 14336) * 2),
+            (29000, 29000 * (3 * 4096 + 3 * 14336) * 2),
+            (8192, 256 * 128256 * 38 + 8192 * 4096 * 2),
+        ] {
+            let k = Knobs {
+                max_model_len: Some(len),
+                vllm_v0: true,
+                ..Knobs::default()
+            };
+            let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+            assert_eq!(c.activation_peak_bytes, want, "{len}");
+        }
+    }
+
+    /// V1 compiles the model (Inductor frees each buffer after its last use) unless
+    /// --enforce-eager; its dummy sampler skips top-k/top-p.
+    #[test]
+    fn v1_profile_peak_follows_compilation() {
+        let t = llama3();
+        let gpu = vram_model::gpu::lookup("a100-40g").unwrap();
+        let eager = Knobs {
+            max_model_len: Some(8192),
+            max_num_batched_tokens: Some(8192),
+            enforce_eager: true,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &eager).unwrap();
+        assert_eq!(c.activation_peak_bytes, 8192 * (3 * 4096 + 3 * 14336) * 2);
+        let compiled = Knobs {
+            enforce_eager: false,
+            ..eager
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &compiled).unwrap();
+        let forward = 8192 * (4096 + 3 * 14336) * 2;
+        let sampler = 256 * 128256 * (2 + 12) + 8192 * 4096 * 2;
+        assert_eq!(c.activation_peak_bytes, forward.max(sampler));
+    }
+
+    /// From 0.19 the CUDA graphs are subtracted before the KV cache is sized.
+    #[test]
+    fn vllm_0_19_puts_the_graphs_inside_the_budget() {
+        let t = llama3();
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(8192),
+            engine_version: Some([0, 18, 0]),
+            ..Knobs::default()
+        };
+        let before = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        let after = capacity(
+            &t,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                engine_version: Some([0, 19, 0]),
+                ..k
+            },
+        )
+        .unwrap();
+        assert!(!before.cuda_graph_in_budget && after.cuda_graph_in_budget);
+        assert!(after.cuda_graph_bytes > 0);
+        // One block of all 32 layers: 16 tokens x 2 x 8 heads x 128 x 2 bytes x 32 = 2 MiB.
+        let page = 2 * MIB;
+        let rest = |c: &Capacity| {
+            c.budget_bytes - c.weights_bytes - c.activation_peak_bytes - c.non_torch_bytes
+        };
+        assert_eq!(before.kv_cache_blocks, rest(&before) / page);
+        assert_eq!(
+            after.kv_cache_blocks,
+            (rest(&after) - after.cuda_graph_bytes) / page
+        );
+        assert_eq!(after.engine_version, "0.19");
+    }
+
+    /// SGLang 0.4's defaults come from the TP size (4 x L4: 0.85, chunked prefill 2048, CUDA
+    /// graphs up to 80), and its weights are what the caching allocator reserves: QwQ-32B at TP
+    /// 4 rounds QKV (17.5 MiB), o_proj (12.5), gate_up (135) and down (67.5) up to 2 MiB, 3.5 MiB
+    /// a layer, and each vocabulary table (185.625 MiB) by 0.75 MiB.
+    #[test]
+    fn sglang_0_4_defaults_and_reserved_weights() {
+        let t = qwq32b();
+        let l4 = vram_model::gpu::lookup("l4").unwrap();
+        let k = Knobs {
+            tp: 4,
+            engine_version: Some([0, 4, 3]),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, l4, Engine::Sglang, &k).unwrap();
+        assert_eq!(c.memory_fraction, 0.85);
+        assert_eq!(c.max_num_batched_tokens, 2048);
+        assert_eq!(c.max_num_seqs, 80);
+        assert_eq!(allocator_rounding(&t, &k), 64 * 7 * MIB / 2 + 3 * MIB / 2);
+        assert_eq!(
+            c.weights_bytes,
+            weights_per_gpu(&t, &k) + 64 * 7 * MIB / 2 + 3 * MIB / 2
+        );
+        // 0.5's rule for the same job reserves by the memory bucket instead.
+        let c5 = capacity(
+            &t,
+            l4,
+            Engine::Sglang,
+            &Knobs {
+                engine_version: None,
+                ..k
+            },
+        )
+        .unwrap();
+        assert_ne!(c5.memory_fraction, 0.85);
+    }
 }
