@@ -25,6 +25,13 @@
 //!   `max_num_batched_tokens` 8192 and `max_num_seqs` 1024 on GPUs of at least 70 GiB other than
 //!   the A100, else 2048 and 256. The profile run (`GPUModelRunner.profile_run`) is a forward of
 //!   `max_num_batched_tokens` tokens and a sampler run over `min(max_num_seqs, tokens)` logits.
+//!   From 0.19 (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default) the CUDA graphs'
+//!   estimated memory is subtracted before the KV cache is sized.
+//! - **vLLM V0** (0.5–0.7, `worker.py` `determine_num_available_blocks`): the same budget less
+//!   the profile's peak and the memory outside PyTorch; the profile run is one batch of
+//!   `max(max_model_len, 2048)` tokens (no chunked prefill up to 32K) over `max_num_seqs` = 256
+//!   sequences, sampled with top-k and top-p; the logged concurrency is tokens over
+//!   `max_model_len`.
 //! - **SGLang 0.5** (`python/sglang/srt/server_args.py` `_handle_gpu_memory_settings`,
 //!   `model_executor/model_runner.py` `profile_max_num_token`): `chunked_prefill_size` and
 //!   `cuda_graph_max_bs` from the GPU's memory bucket (< 20, 35, 60, 90, 160 GiB),
@@ -35,10 +42,15 @@
 //!   × (head_dim + v_head_dim) × layers × dtype` (MLA: `(kv_lora_rank + qk_rope_head_dim) ×
 //!   layers × dtype`); zero or less is "Not enough memory. Please try to increase
 //!   --mem-fraction-static."
+//! - **SGLang 0.4** (`ServerArgs.__post_init__`): `mem_fraction_static` 0.88/0.87/0.85/0.81/0.79
+//!   by TP size (1, 2, 4, 8, 16), chunked prefill 2048 and CUDA graphs up to 8 (TP < 4) or 80
+//!   below 25,000 MiB, else 8192 and 160; `profile_max_num_token` as in 0.5.
 //!
-//! What is estimated rather than read: the activation peak of the profile run (the largest
-//! live set of one layer's fused forward plus the sampler's logits), CUDA-graph memory, and the
-//! memory outside PyTorch (each named in [`Capacity::assumes`]).
+//! The profile run's peak is computed from the live set the engines' modules hold (see
+//! `forward_peak` and `sampler_peak`), for the Llama-style decoder layer whatever the model.
+//! What is estimated rather than read: CUDA-graph memory, the memory outside PyTorch, and
+//! SGLang's distributed-init memory on GPUs other than the one measured (each named in
+//! [`Capacity::assumes`]). Checked against ten real logs by `crates/vram-cli/tests/capacity.rs`.
 
 use serde::Serialize;
 use vram_model::arch::{Mlp, Transformer};
