@@ -108,16 +108,18 @@ impl Engine {
 /// `major.minor[.patch]` as numbers (`0.6.5` → `[0, 6, 5]`); `None` if it is not of that form.
 pub fn parse_version(v: &str) -> Option<[u32; 3]> {
     let mut out = [0u32; 3];
-    let parts: Vec<&str> = v.trim_start_matches('v').split('.').collect();
-    if parts.len() < 2 || parts.len() > 3 {
-        return None;
-    }
-    for (i, p) in parts.iter().enumerate() {
-        // "0.6.4.post1" / "0.4.3post4": the leading digits.
+    let mut n = 0;
+    // "0.6.4", "v0.11", "0.4.3.post4", "0.6.4post1": the leading numbers, at most three.
+    for p in v.trim_start_matches('v').split('.').take(3) {
         let digits: String = p.chars().take_while(|c| c.is_ascii_digit()).collect();
-        out[i] = digits.parse().ok()?;
+        let Ok(x) = digits.parse() else { break };
+        out[n] = x;
+        n += 1;
+        if digits.len() < p.len() {
+            break;
+        }
     }
-    Some(out)
+    (n >= 2).then_some(out)
 }
 
 impl Engine {
@@ -1328,7 +1330,8 @@ mod tests {
     fn versions_are_read_with_their_patch_level() {
         assert_eq!(parse_version("0.6.5"), Some([0, 6, 5]));
         assert_eq!(parse_version("0.11"), Some([0, 11, 0]));
-        assert_eq!(parse_version("v0.4.3.post4"), None);
+        assert_eq!(parse_version("v0.4.3.post4"), Some([0, 4, 3]));
+        assert_eq!(parse_version("0.1.dev8168+g475c1a0"), Some([0, 1, 0]));
         assert_eq!(parse_version("0.4.3post4"), Some([0, 4, 3]));
         assert_eq!(parse_version("x"), None);
     }
