@@ -208,6 +208,10 @@ fn knobs(a: &CapacityArgs, engine: Engine) -> Result<Knobs> {
                     .iter()
                     .any(|k| v == *k || v.starts_with(&format!("{k}.")))
             }),
+        engine_version: a
+            .engine_version
+            .as_deref()
+            .and_then(capacity::parse_version),
     })
 }
 
@@ -351,10 +355,12 @@ pub fn run(a: &CapacityArgs) -> Result<()> {
         "{:<28} {:>12}   ({})",
         "CUDA graphs",
         fmt::bytes(c.cuda_graph_bytes),
-        if c.engine == Engine::Vllm {
-            "beyond the budget"
-        } else {
+        if c.engine == Engine::Sglang {
             "inside the reserve"
+        } else if c.cuda_graph_in_budget {
+            "inside the budget"
+        } else {
+            "beyond the budget"
         }
     )?;
     writeln!(out)?;

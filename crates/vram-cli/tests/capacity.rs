@@ -1,10 +1,12 @@
-//! `vram capacity` against start-up figures from real vLLM logs (`tests/data/serving/logs.json`,
-//! the source of every case next to it), and its bad inputs.
+//! `vram capacity` against start-up figures from real vLLM and SGLang logs
+//! (`tests/data/serving/logs.json`, the source of each case next to it and in the folder's
+//! README.md), and its bad inputs.
 //!
-//! Prints each figure's error (weights, KV pool, blocks, concurrency, whether it starts) and the
-//! published planner's aggregate errors for reference. The targets are weights within
-//! 1 %, KV pool within 3 % median, concurrency within 5 % median; what the logs show is in
-//! BENCHMARKS.md ("Serving capacity").
+//! Prints each figure's signed error (weights, KV pool in GiB, tokens, concurrency, whether it
+//! starts) and the published planner's aggregate errors beside vram's own mean absolute errors.
+//! The targets are asserted: weights within 1 % on every case, the KV pool within 3 % and
+//! the concurrency within 5 % at the median; each case also stays within a looser bound, so that
+//! no single log can get much worse unnoticed. The table is in BENCHMARKS.md ("Serving capacity").
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,6 +28,7 @@ fn vram(args: &[String]) -> (i32, String, String) {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty());
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
@@ -35,17 +38,34 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// Per-case bounds (absolute relative error): looser than the medians' targets.
+const CASE_WEIGHTS: f64 = 0.01;
+const CASE_KV: f64 = 0.12;
+const CASE_CONCURRENCY: f64 = 0.10;
+
 #[test]
-fn capacity_against_real_vllm_logs() {
+fn capacity_against_real_logs() {
     let text = std::fs::read_to_string(data().join("logs.json")).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let gib = (1u64 << 30) as f64;
-    let (mut w_err, mut kv_err, mut conc_err) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut w_err, mut kv_err, mut tok_err, mut conc_err) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut engines = std::collections::BTreeSet::new();
     eprintln!(
-        "{:<36} {:>9} {:>9} {:>9} {:>11} {:>7}",
-        "case", "weights", "KV pool", "blocks", "concurrency", "starts"
+        "{:<42} {:>8} {:>8} {:>8} {:>11} {:>7}",
+        "case", "weights", "KV pool", "tokens", "concurrency", "starts"
     );
     for c in doc["cases"].as_array().unwrap() {
+        let id = c["id"].as_str().unwrap();
+        assert!(
+            c["source"].as_str().is_some_and(|s| !s.is_empty()),
+            "{id}: every case names its source"
+        );
+        engines.insert(c["engine"].as_str().unwrap().to_string());
         let model = c["model"].as_str().unwrap();
         let model = if model.ends_with(".json") {
             data().join(model).to_string_lossy().into_owned()
@@ -62,73 +82,79 @@ fn capacity_against_real_vllm_logs() {
         );
         args.push("--json".into());
         let (code, out, err) = vram(&args);
-        assert_eq!(code, 0, "{}: {err}", c["id"]);
+        assert_eq!(code, 0, "{id}: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let l = &c["logged"];
         let rel = |est: f64, logged: f64| est / logged - 1.0;
-        let w = rel(
-            v["weights_bytes"].as_f64().unwrap() / gib,
-            l["weights_gib"].as_f64().unwrap(),
-        );
+        let w = l["weights_gib"]
+            .as_f64()
+            .map(|x| rel(v["weights_bytes"].as_f64().unwrap() / gib, x));
         let kv = rel(
             v["kv_cache_bytes"].as_f64().unwrap() / gib,
             l["kv_cache_gib"].as_f64().unwrap(),
         );
-        let blocks = l["kv_cache_blocks"]
+        let tokens = l["kv_cache_tokens"]
             .as_f64()
-            .map(|b| rel(v["kv_cache_blocks"].as_f64().unwrap(), b));
+            .map(|x| rel(v["kv_cache_tokens"].as_f64().unwrap(), x));
         let conc = l["max_concurrency"]
             .as_f64()
             .map(|x| rel(v["max_concurrency"].as_f64().unwrap(), x));
         let starts_ok = v["starts"] == l["starts"];
         let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
         eprintln!(
-            "{:<36} {:>9} {:>9} {:>9} {:>11} {:>7}",
-            c["id"].as_str().unwrap(),
-            pct(Some(w)),
+            "{:<42} {:>8} {:>8} {:>8} {:>11} {:>7}",
+            id,
+            pct(w),
             pct(Some(kv)),
-            pct(blocks),
+            pct(tokens),
             pct(conc),
             if starts_ok { "same" } else { "WRONG" }
         );
-        // The KV pool and the blocks are the same figure in two units.
-        if let Some(b) = blocks {
-            assert!(
-                (b - kv).abs() < 0.02,
-                "{}: blocks {b} vs pool {kv}",
-                c["id"]
-            );
+        // The KV pool and its tokens are the same figure in two units (blocks round down).
+        if let Some(t) = tokens {
+            assert!((t - kv).abs() < 0.02, "{id}: tokens {t} vs pool {kv}");
         }
-        assert!(starts_ok, "{}: starts", c["id"]);
-        w_err.push(w.abs());
+        assert!(starts_ok, "{id}: starts");
+        if let Some(w) = w {
+            assert!(w.abs() <= CASE_WEIGHTS, "{id}: weights off by {w}");
+            w_err.push(w.abs());
+        }
+        assert!(kv.abs() <= CASE_KV, "{id}: KV pool off by {kv}");
         kv_err.push(kv.abs());
+        if let Some(t) = tokens {
+            tok_err.push(t.abs());
+        }
         if let Some(x) = conc {
+            assert!(x.abs() <= CASE_CONCURRENCY, "{id}: concurrency off by {x}");
             conc_err.push(x.abs());
         }
     }
+    assert!(
+        engines.contains("vllm") && engines.contains("sglang"),
+        "both engines are checked"
+    );
     let p = &doc["published_planner"]["mean_abs_error"];
     eprintln!(
-        "vram: weights worst {:.2}%, KV pool median {:.1}%, concurrency median {:.1}% ({} cases)",
+        "vram ({} cases): weights worst {:.2}% (mean {:.2}%), KV pool median {:.1}% (mean {:.1}%), tokens median {:.1}%, concurrency median {:.1}% (mean {:.1}%, {} cases)",
+        kv_err.len(),
         w_err.iter().cloned().fold(0.0, f64::max) * 100.0,
+        mean(&w_err) * 100.0,
         median(kv_err.clone()) * 100.0,
+        mean(&kv_err) * 100.0,
+        median(tok_err.clone()) * 100.0,
         median(conc_err.clone()) * 100.0,
-        kv_err.len()
+        mean(&conc_err) * 100.0,
+        conc_err.len()
     );
     eprintln!(
-        "published planner (llm-d-planner, its own 29 H100 cases, mean absolute): weights {:.2}%, KV pool {:.1}%, concurrency {:.1}%",
+        "published planner (llm-d-planner, its own 29 H100 cases with vLLM 0.19, mean absolute): weights {:.2}%, KV pool {:.1}%, concurrency {:.1}% (none of these cases)",
         p["weights"].as_f64().unwrap() * 100.0,
         p["kv_pool"].as_f64().unwrap() * 100.0,
         p["max_concurrency"].as_f64().unwrap() * 100.0
     );
-    // Weights meet the 1 % target on every case.
-    for e in &w_err {
-        assert!(*e <= 0.01, "weights off by {e}");
-    }
-    // The KV pool and concurrency miss the 3 % / 5 % medians on these V0 logs (the
-    // memory outside PyTorch and the profile's peak are estimated, see BENCHMARKS.md); this
-    // bound only keeps them from getting worse.
-    assert!(median(kv_err) <= 0.12);
-    assert!(median(conc_err) <= 0.16);
+    // The targets.
+    assert!(median(kv_err) <= 0.03);
+    assert!(median(conc_err) <= 0.05);
 }
 
 #[test]

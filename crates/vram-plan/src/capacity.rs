@@ -25,6 +25,13 @@
 //!   `max_num_batched_tokens` 8192 and `max_num_seqs` 1024 on GPUs of at least 70 GiB other than
 //!   the A100, else 2048 and 256. The profile run (`GPUModelRunner.profile_run`) is a forward of
 //!   `max_num_batched_tokens` tokens and a sampler run over `min(max_num_seqs, tokens)` logits.
+//!   From 0.19 (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default) the CUDA graphs'
+//!   estimated memory is subtracted before the KV cache is sized.
+//! - **vLLM V0** (0.5–0.7, `worker.py` `determine_num_available_blocks`): the same budget less
+//!   the profile's peak and the memory outside PyTorch; the profile run is one batch of
+//!   `max(max_model_len, 2048)` tokens (no chunked prefill up to 32K) over `max_num_seqs` = 256
+//!   sequences, sampled with top-k and top-p; the logged concurrency is tokens over
+//!   `max_model_len`.
 //! - **SGLang 0.5** (`python/sglang/srt/server_args.py` `_handle_gpu_memory_settings`,
 //!   `model_executor/model_runner.py` `profile_max_num_token`): `chunked_prefill_size` and
 //!   `cuda_graph_max_bs` from the GPU's memory bucket (< 20, 35, 60, 90, 160 GiB),
@@ -35,10 +42,15 @@
 //!   × (head_dim + v_head_dim) × layers × dtype` (MLA: `(kv_lora_rank + qk_rope_head_dim) ×
 //!   layers × dtype`); zero or less is "Not enough memory. Please try to increase
 //!   --mem-fraction-static."
+//! - **SGLang 0.4** (`ServerArgs.__post_init__`): `mem_fraction_static` 0.88/0.87/0.85/0.81/0.79
+//!   by TP size (1, 2, 4, 8, 16), chunked prefill 2048 and CUDA graphs up to 8 (TP < 4) or 80
+//!   below 25,000 MiB, else 8192 and 160; `profile_max_num_token` as in 0.5.
 //!
-//! What is estimated rather than read: the activation peak of the profile run (the largest
-//! live set of one layer's fused forward plus the sampler's logits), CUDA-graph memory, and the
-//! memory outside PyTorch (each named in [`Capacity::assumes`]).
+//! The profile run's peak is computed from the live set the engines' modules hold (see
+//! `forward_peak` and `sampler_peak`), for the Llama-style decoder layer whatever the model.
+//! What is estimated rather than read: CUDA-graph memory, the memory outside PyTorch, and
+//! SGLang's distributed-init memory on GPUs other than the one measured (each named in
+//! [`Capacity::assumes`]). Checked against ten real logs by `crates/vram-cli/tests/capacity.rs`.
 
 use serde::Serialize;
 use vram_model::arch::{Mlp, Transformer};
@@ -48,6 +60,12 @@ use crate::error::{Error, Result};
 
 const GIB: f64 = (1u64 << 30) as f64;
 const MIB: u64 = 1 << 20;
+
+/// What SGLang's `init_torch_distributed` leaves allocated per GPU at TP > 1: its own log line
+/// "Init torch distributed ends. mem usage=0.13 GB" (GiB; 4 × L4, TP 4, NCCL 2.21.5, custom
+/// all-reduce off on PCIe; didier-durand/llms-in-clouds docs/sglang.md). One measurement, used for
+/// every GPU (estimated elsewhere).
+const SGLANG_DISTRIBUTED_INIT_BYTES: u64 = 133 * MIB;
 
 /// The serving engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -74,12 +92,42 @@ impl Engine {
             Engine::Sglang => "0.5",
         }
     }
-    /// Versions whose memory layout is the pinned one (`--engine-version`).
+    /// Versions whose rules are modelled (`--engine-version`; a patch release such as `0.6.5`
+    /// takes its minor version's rules and the patch-level changes named in [`Knobs::engine_version`]).
     pub fn versions(self) -> &'static [&'static str] {
         match self {
-            Engine::Vllm => &["0.5", "0.6", "0.7", "0.8", "0.9", "0.10", "0.11"],
-            Engine::Sglang => &["0.5"],
+            Engine::Vllm => &[
+                "0.5", "0.6", "0.7", "0.8", "0.9", "0.10", "0.11", "0.12", "0.13", "0.14", "0.15",
+                "0.16", "0.17", "0.18", "0.19", "0.20",
+            ],
+            Engine::Sglang => &["0.4", "0.5"],
         }
+    }
+}
+
+/// `major.minor[.patch]` as numbers (`0.6.5` → `[0, 6, 5]`); `None` if it is not of that form.
+pub fn parse_version(v: &str) -> Option<[u32; 3]> {
+    let mut out = [0u32; 3];
+    let mut n = 0;
+    // "0.6.4", "v0.11", "0.4.3.post4", "0.6.4post1": the leading numbers, at most three.
+    for p in v.trim_start_matches('v').split('.').take(3) {
+        let digits: String = p.chars().take_while(|c| c.is_ascii_digit()).collect();
+        let Ok(x) = digits.parse() else { break };
+        out[n] = x;
+        n += 1;
+        if digits.len() < p.len() {
+            break;
+        }
+    }
+    (n >= 2).then_some(out)
+}
+
+impl Engine {
+    /// The version in force: the asked one, or the pinned one.
+    fn version_in_force(self, k: &Knobs) -> [u32; 3] {
+        k.engine_version
+            .or_else(|| parse_version(self.pinned_version()))
+            .unwrap_or([0, 0, 0])
     }
 }
 
@@ -245,6 +293,10 @@ pub struct Knobs {
     /// `max(max_model_len, 2048)` tokens; `max_num_seqs` 256; the concurrency logged is the
     /// pool's tokens over `max_model_len`.
     pub vllm_v0: bool,
+    /// `--engine-version` as numbers (`None`: the pinned version). What depends on it: SGLang
+    /// 0.4's `mem_fraction_static` by TP size and its chunked-prefill and CUDA-graph defaults
+    /// (`server_args.py` `__post_init__`), and which engine (`vllm_v0`) vLLM runs.
+    pub engine_version: Option<[u32; 3]>,
 }
 
 impl Default for Knobs {
@@ -266,6 +318,7 @@ impl Default for Knobs {
             chunked_prefill_size: None,
             cuda_graph_max_bs: None,
             vllm_v0: false,
+            engine_version: None,
         }
     }
 }
@@ -275,8 +328,8 @@ impl Default for Knobs {
 pub struct Capacity {
     /// The engine.
     pub engine: Engine,
-    /// The pinned version whose rules apply.
-    pub engine_version: &'static str,
+    /// The version whose rules apply (the asked one, or the pinned one).
+    pub engine_version: String,
     /// The device total the engine sees (bytes).
     pub total_bytes: u64,
     /// The budget: vLLM `total × gpu_memory_utilization`; SGLang the static part,
@@ -291,8 +344,11 @@ pub struct Capacity {
     pub non_torch_bytes: u64,
     /// Peak of the profiling run above the weights (vLLM; SGLang reserves for it instead).
     pub activation_peak_bytes: u64,
-    /// CUDA-graph memory (beyond the budget in vLLM 0.11; inside SGLang's reserve).
+    /// CUDA-graph memory (beyond the budget in vLLM before 0.19; inside SGLang's reserve).
     pub cuda_graph_bytes: u64,
+    /// Whether the CUDA graphs are inside the budget (vLLM 0.19+ subtracts them before sizing the
+    /// KV cache; SGLang's reserve holds them) rather than on top of it (vLLM before 0.19).
+    pub cuda_graph_in_budget: bool,
     /// The KV cache pool.
     pub kv_cache_bytes: u64,
     /// Tokens the pool holds, as the engine logs them.
@@ -440,6 +496,47 @@ fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
     one.round() as u64
 }
 
+/// What PyTorch's caching allocator reserves beyond the weights' own bytes on the most loaded
+/// GPU (`c10/cuda/CUDACachingAllocator.cpp`: a request of 10 MiB (`kMinLargeAlloc`) or more
+/// gets a segment rounded up to 2 MiB (`kRoundLarge`); smaller ones share 1 MiB and 20 MiB
+/// segments, counted as packed). An engine that measures its weights by free device memory
+/// (SGLang) sees this; one that reads `memory_allocated` (vLLM's "Model loading took") does
+/// not. The tensors are the fused ones each engine holds per layer: QKV, the attention output,
+/// gate-up (or up) and down projections (MoE: each stacked over the experts), the embedding and
+/// an untied head, each split by TP.
+pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
+    const ROUND: u64 = 2 * MIB;
+    const LARGE: u64 = 10 * MIB;
+    let waste = |bytes: f64| -> u64 {
+        let b = bytes.ceil() as u64;
+        if b >= LARGE {
+            b.div_ceil(ROUND) * ROUND - b
+        } else {
+            0
+        }
+    };
+    let d = k.dtype_bytes as f64;
+    let q = k.quantization.linear_bytes(d);
+    let tp = k.tp;
+    let h = t.hidden;
+    let (qw, kvw) = t.attn_widths();
+    let f = t.intermediate.div_ceil(tp);
+    let experts = t.experts.max(1);
+    let up = if matches!(t.mlp, Mlp::Gated) {
+        2 * f
+    } else {
+        f
+    };
+    let per_layer = waste((h * (qw + 2 * kvw).div_ceil(tp)) as f64 * q)
+        + waste((qw.div_ceil(tp) * h) as f64 * q)
+        + waste((experts * h * up) as f64 * q)
+        + waste((experts * f * h) as f64 * q);
+    let vocab = (t.vocab.div_ceil(64) * 64).div_ceil(tp);
+    let table = waste((vocab * h) as f64 * d);
+    let tables = if t.tied_embeddings { table } else { 2 * table };
+    t.layers.div_ceil(k.pp) * per_layer + tables
+}
+
 /// KV-cache bytes one more token of context costs on the most loaded GPU: the full-attention
 /// and MLA layers of the first pipeline stage (sliding layers stop growing at their window,
 /// states never grow), at `--kv-cache-dtype`.
@@ -471,42 +568,69 @@ fn token_bytes(c: &LayerCache, kv: u64, tp: u64) -> u64 {
     }
 }
 
-/// Activation peak of a forward over `tokens` tokens on one GPU: the largest live set inside
-/// one layer of the engine's fused modules (residual and hidden state, then the larger of the
-/// fused QKV projection and the MLP's fused gate-up output with its activation output; MoE:
-/// each token's `top_k` expert rows), in the model dtype.
-fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs) -> u64 {
+/// Activation peak of a forward over `tokens` tokens on one GPU, in the model dtype: the largest
+/// live set inside one decoder layer as the engine's modules hold their tensors.
+///
+/// Eager PyTorch (vLLM V0, V1 with `--enforce-eager`, SGLang): `LlamaDecoderLayer.forward` keeps
+/// the residual and the post-attention-norm output it passes to the MLP, and `LlamaMLP.forward`
+/// (`gate_up, _ = self.gate_up_proj(x); x = self.act_fn(gate_up); x, _ = self.down_proj(x)`,
+/// `vllm/model_executor/models/llama.py`, the same in every version read) keeps `gate_up` as a
+/// local until it returns, so at `down_proj` the residual, the normed input, `gate_up` (2f),
+/// the activation (f) and the output (h) are live: `tokens × (3h + 3f)`. A plain MLP rebinds its
+/// one local: `tokens × (3h + 2f)`. Under `torch.compile` (vLLM V1's default) Inductor frees each
+/// buffer after its last use: the larger of residual + normed input + `gate_up` and residual +
+/// `gate_up` + activation. MoE layers (`fused_moe`) allocate their three intermediate caches up
+/// front, `[M, top_k, 2f]`, `[M·top_k, f]` and `[M, top_k, h]`, over chunks of at most
+/// `VLLM_FUSED_MOE_CHUNK_SIZE` = 32768 tokens. Attention (the fused QKV output, the attention
+/// output and `o_proj`'s) is counted where it is larger.
+fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 {
     let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden;
     let (q, kv) = t.attn_widths();
     let qkv = (q + 2 * kv).div_ceil(tp);
+    let q_tp = q.div_ceil(tp);
     let f = t.intermediate.div_ceil(tp);
-    let rows = if t.experts > 1 {
-        tokens * t.experts_per_token.max(1)
+    let gated = matches!(t.mlp, Mlp::Gated);
+    let attn = tokens * (3 * h + qkv + q_tp);
+    let mlp = if t.experts > 1 {
+        let m = tokens.min(32768);
+        let topk = t.experts_per_token.max(1);
+        tokens * 3 * h + m * topk * (3 * f + h)
+    } else if compiled {
+        let up = if gated { 2 * f } else { f };
+        tokens * (h + (h + up).max(up + f))
+    } else if gated {
+        tokens * (3 * h + 3 * f)
     } else {
-        tokens
+        tokens * (3 * h + 2 * f)
     };
-    let mlp = match t.mlp {
-        Mlp::Gated => rows * 3 * f,
-        _ => rows * 2 * f,
-    };
-    tokens * 2 * h * d + (tokens * qkv).max(mlp) * d
+    attn.max(mlp) * d
 }
 
-/// Peak of the sampler's dummy run over `reqs` logits rows: the logits in the model dtype, their
-/// fp32 copy, softmax probabilities and the exponential noise of random sampling (fp32 each);
-/// the profile run skips top-k/top-p and logprobs (`_dummy_sampler_run`).
-fn sampler_peak(t: &Transformer, reqs: u64, k: &Knobs) -> u64 {
+/// Peak of the sampler's dummy run over `reqs` rows of logits, plus the profile run's hidden
+/// states (`tokens × h`, held by `profile_run` until the sampler returns).
+///
+/// vLLM V1 (`GPUModelRunner._dummy_sampler_run`: "the sampler may skip top_k, top_p, and
+/// logprobs"): the logits in the model dtype, `Sampler.forward`'s fp32 copy, `random_sample`'s
+/// softmax probabilities and its exponential noise (`q = torch.empty_like(probs)`), fp32 each.
+/// vLLM V0 (`ModelRunner.profile_run` samples with `top_p=0.99, top_k=vocab_size - 1`): the
+/// logits, their fp32 copy, and inside `_apply_top_k_top_p` PyTorch's CUDA sort of the fp32 row
+/// (sorted values, int64 indices, the int64 index input and cub's radix-sort double buffers of
+/// both), which is larger than what the function holds once the sort returns (the sorted values
+/// and indices, both masks, the softmax, its cumulative sum and the re-scattered logits).
+fn sampler_peak(t: &Transformer, reqs: u64, tokens: u64, k: &Knobs) -> u64 {
     let v = t.vocab.div_ceil(64) * 64;
-    if k.vllm_v0 {
-        // V0's profile run samples with top-k and top-p on (`SamplingParams(top_p=0.99,
-        // top_k=vocab_size - 1)` in `ModelRunner.profile_run`): the logits, their fp32 copy,
-        // the sorted values and int64 indices, probabilities, log-probabilities and the
-        // cumulative sum of the top-p mask.
-        return reqs * v * (k.dtype_bytes + 4 + 4 + 8 + 4 + 4 + 4);
-    }
-    reqs * v * (k.dtype_bytes + 3 * 4)
+    let d = k.dtype_bytes;
+    let hidden = tokens * t.hidden * d;
+    let per_element = if k.vllm_v0 {
+        // during the sort: fp32 input 4, values out 4, indices in 8 and out 8, cub's alternate
+        // buffers 4 + 8; after it: values 4, indices 8, masks 1 + 1, softmax 4, cumsum 4, new 4.
+        (d + 4 + 4 + 8 + 8 + 4 + 8).max(d + 4 + 4 + 8 + 1 + 4 + 4 + 1 + 4)
+    } else {
+        d + 3 * 4
+    };
+    reqs * v * per_element + hidden
 }
 
 /// vLLM's CUDA graph capture sizes for `max_num_seqs` (`CompilationConfig`: 1, 2, 4, then
@@ -565,8 +689,10 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     mnbt = mnbt.max(max_num_seqs.min(mnbt));
     let weights = weights_per_gpu(t, k);
     let reqs = max_num_seqs.min(mnbt);
+    // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
+    let compiled = !k.vllm_v0 && !k.enforce_eager;
     // vLLM 0.11 logs the profile's peak only through the pool; V0 logged it.
-    let activation = forward_peak(t, mnbt, k).max(sampler_peak(t, reqs, k));
+    let activation = forward_peak(t, mnbt, k, compiled).max(sampler_peak(t, reqs, mnbt, k));
     // cuBLAS/cuBLASLt handles' workspaces and NCCL communicators (TP/PP > 1: NCCL's buffers
     // and vLLM's custom all-reduce IPC buffers) appear after the snapshot.
     let non_torch = if k.tp * k.pp > 1 {
@@ -574,8 +700,21 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     } else {
         128 * MIB
     };
+    let graphs = if k.enforce_eager {
+        0
+    } else {
+        let sizes = vllm_capture_sizes(max_num_seqs);
+        let largest = sizes.last().copied().unwrap_or(1);
+        // One shared memory pool: the largest captured batch's live set, plus each graph's
+        // own bookkeeping (about 1 MiB per graph per 8 layers, an assumption).
+        forward_peak(t, largest, k, true) + sizes.len() as u64 * t.layers.div_ceil(8) * MIB
+    };
+    // From 0.19 the worker profiles CUDA-graph memory before sizing the KV cache and subtracts
+    // it (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default: "Estimated CUDA graph
+    // memory: X GiB total"); before, graphs were captured after the cache was allocated.
+    let graphs_in_budget = !k.vllm_v0 && Engine::Vllm.version_in_force(k) >= [0, 19, 0];
     let budget = (total as f64 * util) as u64;
-    let non_kv = weights + activation + non_torch;
+    let non_kv = weights + activation + non_torch + if graphs_in_budget { graphs } else { 0 };
     let available = budget as i128 - non_kv as i128;
     let layers = stage_layers(t, k.pp);
     // Group layers by kind; the group size is the smallest kind's count.
@@ -657,18 +796,15 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         }
         lo
     };
-    let graphs = if k.enforce_eager {
-        0
-    } else {
-        let sizes = vllm_capture_sizes(max_num_seqs);
-        let largest = sizes.last().copied().unwrap_or(1);
-        // One shared memory pool: the largest captured batch's live set, plus each graph's
-        // own bookkeeping (about 1 MiB per graph per 8 layers, an assumption).
-        forward_peak(t, largest, k) + sizes.len() as u64 * t.layers.div_ceil(8) * MIB
-    };
     let starts = available > 0 && max_fit >= max_len;
     let gib = |b: f64| b / GIB;
     let mut log = vec![format!("Model loading took {:.4} GiB", gib(weights as f64))];
+    if graphs_in_budget && graphs > 0 {
+        log.push(format!(
+            "Estimated CUDA graph memory: {:.2} GiB total (estimated)",
+            gib(graphs as f64)
+        ));
+    }
     if available <= 0 {
         log.push(
             "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
@@ -693,7 +829,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 thousands(max_len),
                 max_concurrency
             ));
-            if !k.enforce_eager {
+            if !k.enforce_eager && !graphs_in_budget {
                 log.push(format!(
                     "Graph capturing finished, took {:.2} GiB (estimated)",
                     gib(graphs as f64)
@@ -701,9 +837,10 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             }
         }
     }
-    // The graphs come on top of the budget: they must fit what the budget left.
+    // Before 0.19 the graphs come on top of the budget: they must fit what the budget left.
     let context = gpu.context_bytes();
-    let over = budget as i128 + graphs as i128 + context as i128 - total as i128;
+    let beyond = if graphs_in_budget { 0 } else { graphs };
+    let over = budget as i128 + beyond as i128 + context as i128 - total as i128;
     let starts = starts && over <= 0;
     if !starts && available > 0 && max_fit >= max_len {
         log.push(
@@ -713,7 +850,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     }
     Capacity {
         engine: Engine::Vllm,
-        engine_version: if k.vllm_v0 { "0.6" } else { Engine::Vllm.pinned_version() },
+        engine_version: version_label(Engine::Vllm, k),
         total_bytes: total,
         budget_bytes: budget,
         memory_fraction: util,
@@ -721,6 +858,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         non_torch_bytes: non_torch,
         activation_peak_bytes: activation,
         cuda_graph_bytes: graphs,
+        cuda_graph_in_budget: graphs_in_budget,
         kv_cache_bytes: kv_bytes,
         kv_cache_tokens: tokens,
         kv_cache_blocks: num_blocks,
@@ -732,11 +870,25 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         max_model_len_that_fits: max_fit,
         log,
         assumes: vec![
-            "vLLM 0.11 V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`)",
+            if k.vllm_v0 {
+                "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults)"
+            } else {
+                "vLLM V1 0.8-0.20 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`)"
+            },
             "the device total is the GPU catalog's memory (torch.cuda.mem_get_info's total; nvidia-smi's figure where no other is known)",
-            "activation peak: one layer's largest fused live set over max_num_batched_tokens, or the sampler's fp32 logits, probabilities and noise over min(max_num_seqs, tokens) rows (estimated)",
+            if compiled {
+                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
+            } else if k.vllm_v0 {
+                "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the top-k/top-p sampler over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers plus the hidden states (read from llama.py and sampler.py; the same layer structure assumed for every model)"
+            } else {
+                "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
+            },
             "non-torch memory: 128 MiB at TP 1 (cuBLAS handles), 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (estimated)",
-            "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)",
+            if graphs_in_budget {
+                "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, subtracted before the KV cache as 0.19+ does (estimated)"
+            } else {
+                "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)"
+            },
         ],
     }
 }
@@ -744,8 +896,17 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
 fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let total = gpu.memory_bytes;
     let gpu_mib = (total / MIB) as f64;
-    // _handle_gpu_memory_settings: the memory bucket's defaults.
-    let (cps, gbs) = if gpu_mib < 20.0 * 1024.0 {
+    let v04 = Engine::Sglang.version_in_force(k) < [0, 5, 0];
+    // 0.4 (`ServerArgs.__post_init__`): chunked prefill 2048 and CUDA graphs up to 8 (TP < 4)
+    // or 80 below 25,000 MiB, else 8192 and 160; `mem_fraction_static` by TP size alone.
+    // 0.5 (`_handle_gpu_memory_settings`): the memory bucket's defaults.
+    let (cps, gbs) = if v04 {
+        if gpu_mib < 25_000.0 {
+            (2048, if k.tp < 4 { 8 } else { 80 })
+        } else {
+            (8192, 160)
+        }
+    } else if gpu_mib < 20.0 * 1024.0 {
         (2048, 8)
     } else if gpu_mib < 35.0 * 1024.0 {
         (2048, if k.tp < 4 { 24 } else { 80 })
@@ -759,6 +920,15 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let cps = k.chunked_prefill_size.unwrap_or(cps);
     let gbs = k.cuda_graph_max_bs.unwrap_or(gbs);
     let mfs = k.mem_fraction_static.unwrap_or_else(|| {
+        if v04 {
+            return match k.tp {
+                16.. => 0.79,
+                8.. => 0.81,
+                4.. => 0.85,
+                2.. => 0.87,
+                _ => 0.88,
+            };
+        }
         let mut reserved = 512.0 + (cps.max(2048) as f64) * 1.5 + gbs as f64 * 2.0;
         reserved += (k.tp * k.pp) as f64 / 8.0 * 1024.0;
         if gpu_mib > 60.0 * 1024.0 {
@@ -769,10 +939,18 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let max_len = k.max_model_len.unwrap_or(t.max_positions);
     let page_size = k.block_size.unwrap_or(1);
     let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
-    let weights = weights_per_gpu(t, k);
-    // get_available_gpu_memory before loading: the device less the CUDA context (and NCCL's
-    // buffers at TP > 1).
-    let context = gpu.context_bytes() + if k.tp * k.pp > 1 { 1024 * MIB } else { 0 };
+    // SGLang's "Load weight end ... mem usage" is the drop in free device memory while loading:
+    // the weights as the caching allocator reserves them.
+    let weights = weights_per_gpu(t, k) + allocator_rounding(t, k);
+    // get_available_gpu_memory before loading ("Load weight begin. avail mem="): the device less
+    // the CUDA context and, at TP/PP > 1, what `init_torch_distributed` allocated (NCCL
+    // communicators, custom all-reduce buffers).
+    let context = gpu.context_bytes()
+        + if k.tp * k.pp > 1 {
+            SGLANG_DISTRIBUTED_INIT_BYTES
+        } else {
+            0
+        };
     let pre = total.saturating_sub(context) as f64 / GIB;
     let post = pre - weights as f64 / GIB;
     let rest = post - pre * (1.0 - mfs);
@@ -791,13 +969,14 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let starts = tokens > 0;
     let max_fit = tokens.min(max_len);
     let max_concurrency = tokens as f64 / max_len as f64;
-    let activation = forward_peak(t, cps, k);
+    let activation = forward_peak(t, cps, k, false);
     let graphs = if k.enforce_eager {
         0
     } else {
-        forward_peak(t, gbs, k) + gbs.div_ceil(8) * t.layers.div_ceil(8) * MIB
+        forward_peak(t, gbs, k, false) + gbs.div_ceil(8) * t.layers.div_ceil(8) * MIB
     };
-    let half = kv_bytes as f64 / 2.0 / 1e9;
+    // SGLang's "GB" is GiB (`GB = 1024 * 1024 * 1024` in mem_cache/memory_pool.py).
+    let half = kv_bytes as f64 / 2.0 / GIB;
     let mut log = vec![format!(
         "Load weight end. avail mem={:.2} GB, mem usage={:.2} GB.",
         post,
@@ -817,7 +996,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     }
     Capacity {
         engine: Engine::Sglang,
-        engine_version: Engine::Sglang.pinned_version(),
+        engine_version: version_label(Engine::Sglang, k),
         total_bytes: total,
         budget_bytes: (pre * mfs * GIB) as u64,
         memory_fraction: mfs,
@@ -825,6 +1004,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         non_torch_bytes: context,
         activation_peak_bytes: activation,
         cuda_graph_bytes: graphs,
+        cuda_graph_in_budget: true,
         kv_cache_bytes: kv_bytes,
         kv_cache_tokens: tokens,
         kv_cache_blocks: tokens / page_size,
@@ -836,10 +1016,24 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         max_model_len_that_fits: max_fit,
         log,
         assumes: vec![
-            "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)",
-            "free memory before loading: the device total less the CUDA context (the GPU's; 1 GiB more for NCCL at TP/PP > 1, estimated)",
+            if v04 {
+                "SGLang 0.4 (server_args.ServerArgs.__post_init__: mem_fraction_static by TP size, chunked prefill and CUDA-graph batch by GPU memory; model_runner.profile_max_num_token)"
+            } else {
+                "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)"
+            },
+            "free memory before loading: the device total less the CUDA context (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
         ],
+    }
+}
+
+/// `0.6.5`, `0.11` (no patch asked or pinned: `major.minor`).
+fn version_label(e: Engine, k: &Knobs) -> String {
+    match k.engine_version {
+        Some([a, b, 0]) => format!("{a}.{b}"),
+        Some([a, b, c]) => format!("{a}.{b}.{c}"),
+        None if e == Engine::Vllm && k.vllm_v0 => "0.6".into(),
+        None => e.pinned_version().into(),
     }
 }
 
@@ -1116,5 +1310,152 @@ mod tests {
         let cell = 32 * 8 * 256 * 2;
         assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
         assert!(c.starts);
+    }
+
+    fn qwq32b() -> Transformer {
+        // Qwen/QwQ-32B's config.json (March 2025), as in vram-cli's serving test data.
+        let text = r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu",
+            "hidden_size": 5120, "intermediate_size": 27648, "max_position_embeddings": 131072,
+            "max_window_layers": 64, "model_type": "qwen2", "num_attention_heads": 40,
+            "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+            "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": false,
+            "torch_dtype": "bfloat16", "use_sliding_window": false, "vocab_size": 152064}"#;
+        match vram_model::hf::parse_config(text, "qwq-32b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn versions_are_read_with_their_patch_level() {
+        assert_eq!(parse_version("0.6.5"), Some([0, 6, 5]));
+        assert_eq!(parse_version("0.11"), Some([0, 11, 0]));
+        assert_eq!(parse_version("v0.4.3.post4"), Some([0, 4, 3]));
+        assert_eq!(parse_version("0.1.dev8168+g475c1a0"), Some([0, 1, 0]));
+        assert_eq!(parse_version("0.4.3post4"), Some([0, 4, 3]));
+        assert_eq!(parse_version("x"), None);
+    }
+
+    /// V0's profile run by hand (Llama-3.1-8B: h 4096, f 14336, vocabulary 128256): one batch of
+    /// `max_model_len` tokens through the eager layer, whose peak is the residual, the normed
+    /// input, gate_up, the activation and down_proj's output; at 8192 tokens the top-k/top-p
+    /// sampler over 256 rows is larger. The RTX 3090 log (vllm#10517) printed 2.07 and 2.99 GiB
+    /// for 20000 and 29000 tokens, the H100 one (vllm#10511) 1.26 GiB at 8192.
+    #[test]
+    fn v0_profile_peak_is_the_eager_layer_or_the_sort() {
+        let t = match catalog::lookup("llama-3.1-8b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        for (len, want) in [
+            (20000u64, 20000 * (3 * 4096 + 3 * 14336) * 2),
+            (29000, 29000 * (3 * 4096 + 3 * 14336) * 2),
+            (8192, 256 * 128256 * 38 + 8192 * 4096 * 2),
+        ] {
+            let k = Knobs {
+                max_model_len: Some(len),
+                vllm_v0: true,
+                ..Knobs::default()
+            };
+            let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+            assert_eq!(c.activation_peak_bytes, want, "{len}");
+        }
+    }
+
+    /// V1 compiles the model (Inductor frees each buffer after its last use) unless
+    /// --enforce-eager; its dummy sampler skips top-k/top-p.
+    #[test]
+    fn v1_profile_peak_follows_compilation() {
+        let t = llama3();
+        let gpu = vram_model::gpu::lookup("a100-40g").unwrap();
+        let eager = Knobs {
+            max_model_len: Some(8192),
+            max_num_batched_tokens: Some(8192),
+            enforce_eager: true,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &eager).unwrap();
+        assert_eq!(c.activation_peak_bytes, 8192 * (3 * 4096 + 3 * 14336) * 2);
+        let compiled = Knobs {
+            enforce_eager: false,
+            ..eager
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &compiled).unwrap();
+        let forward = 8192 * (4096 + 3 * 14336) * 2;
+        let sampler = 256 * 128256 * (2 + 12) + 8192 * 4096 * 2;
+        assert_eq!(c.activation_peak_bytes, forward.max(sampler));
+    }
+
+    /// From 0.19 the CUDA graphs are subtracted before the KV cache is sized.
+    #[test]
+    fn vllm_0_19_puts_the_graphs_inside_the_budget() {
+        let t = llama3();
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(8192),
+            engine_version: Some([0, 18, 0]),
+            ..Knobs::default()
+        };
+        let before = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        let after = capacity(
+            &t,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                engine_version: Some([0, 19, 0]),
+                ..k
+            },
+        )
+        .unwrap();
+        assert!(!before.cuda_graph_in_budget && after.cuda_graph_in_budget);
+        assert!(after.cuda_graph_bytes > 0);
+        // One block of all 32 layers: 16 tokens x 2 x 8 heads x 128 x 2 bytes x 32 = 2 MiB.
+        let page = 2 * MIB;
+        let rest = |c: &Capacity| {
+            c.budget_bytes - c.weights_bytes - c.activation_peak_bytes - c.non_torch_bytes
+        };
+        assert_eq!(before.kv_cache_blocks, rest(&before) / page);
+        assert_eq!(
+            after.kv_cache_blocks,
+            (rest(&after) - after.cuda_graph_bytes) / page
+        );
+        assert_eq!(after.engine_version, "0.19");
+    }
+
+    /// SGLang 0.4's defaults come from the TP size (4 x L4: 0.85, chunked prefill 2048, CUDA
+    /// graphs up to 80), and its weights are what the caching allocator reserves: QwQ-32B at TP
+    /// 4 rounds QKV (17.5 MiB), o_proj (12.5), gate_up (135) and down (67.5) up to 2 MiB, 3.5 MiB
+    /// a layer, and each vocabulary table (185.625 MiB) by 0.75 MiB.
+    #[test]
+    fn sglang_0_4_defaults_and_reserved_weights() {
+        let t = qwq32b();
+        let l4 = vram_model::gpu::lookup("l4").unwrap();
+        let k = Knobs {
+            tp: 4,
+            engine_version: Some([0, 4, 3]),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, l4, Engine::Sglang, &k).unwrap();
+        assert_eq!(c.memory_fraction, 0.85);
+        assert_eq!(c.max_num_batched_tokens, 2048);
+        assert_eq!(c.max_num_seqs, 80);
+        assert_eq!(allocator_rounding(&t, &k), 64 * 7 * MIB / 2 + 3 * MIB / 2);
+        assert_eq!(
+            c.weights_bytes,
+            weights_per_gpu(&t, &k) + 64 * 7 * MIB / 2 + 3 * MIB / 2
+        );
+        // 0.5's rule for the same job reserves by the memory bucket instead.
+        let c5 = capacity(
+            &t,
+            l4,
+            Engine::Sglang,
+            &Knobs {
+                engine_version: None,
+                ..k
+            },
+        )
+        .unwrap();
+        assert_ne!(c5.memory_fraction, 0.85);
     }
 }
