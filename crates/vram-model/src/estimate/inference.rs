@@ -233,18 +233,32 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
     let mask_elems = m(&[c.b, c.s, c.s]);
     let out = match (c.attention, kernel) {
         (Attention::Sdpa, Kernel::Math) => {
-            // `_scaled_dot_product_attention_math`: fp32 copies of q, k, v (half inputs), the
-            // scaled q and k, the fp32 scores, the mask added in place, then `_safe_softmax`:
-            // softmax, the `== -inf` test kept to the end, and `where` over the softmax.
+            // `scaled_dot_product_attention` (attention.cpp, PyTorch 2.11) first converts the
+            // bool mask to an additive one in the query's dtype (`convert_boolean_attn_mask`:
+            // `where(mask, 0, -inf)`), alive for the whole call. `_scaled_dot_product_attention_math`
+            // then makes fp32 copies of q, k, v (half inputs) and the scaled q, all locals that
+            // live until it returns; the scaled Kᵀ (a temporary of the first matmul); the fp32
+            // scores, the mask added in place; then `_safe_softmax`: the softmax, the
+            // `isneginf` test and its row reduction, and `where_out` writing the result into the
+            // softmax's own storage (pytorch#139613, "reuse storage for out": no third fp32
+            // scores tensor), the pre-softmax scores freed when `attn` is reassigned. It returns
+            // `(matmul(attn, v).to(dtype), attn.to(dtype))`: the half copy of the scores is made
+            // first (GCC evaluates `make_tuple`'s arguments right to left) and is dropped by the
+            // caller's `std::get<0>`.
             let kv_seen = if repeated.is_empty() { kv_act } else { q_bytes };
             let widen = |b: u64| b / cmp * 4;
-            let mut acc = Vec::new();
+            let fm = if masked {
+                Some(new(&mut ops, m(&[mask_elems, cmp])))
+            } else {
+                None
+            };
+            let mut locals = Vec::new();
             if cmp != 4 {
-                acc.push(new(&mut ops, widen(q_bytes)));
-                acc.push(new(&mut ops, widen(kv_seen)));
-                acc.push(new(&mut ops, widen(kv_seen)));
+                locals.push(new(&mut ops, widen(q_bytes)));
+                locals.push(new(&mut ops, widen(kv_seen)));
+                locals.push(new(&mut ops, widen(kv_seen)));
             }
-            let qs = new(&mut ops, widen(q_bytes));
+            locals.push(new(&mut ops, widen(q_bytes))); // the scaled q
             let ks = new(&mut ops, widen(kv_seen));
             // K/V with fewer heads than q, not repeated: `at::matmul` expands them to every
             // head and reshapes the expanded view into a copy for the batched matmul, freed
@@ -260,18 +274,14 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
             if let Some(kx) = kx {
                 free(&mut ops, kx);
             }
-            free(&mut ops, qs);
             free(&mut ops, ks);
-            if masked {
-                let fm = new(&mut ops, m(&[mask_elems, cmp]));
-                free(&mut ops, fm);
-            }
-            let sm = new(&mut ops, m(&[scores, 4]));
-            let eq = new(&mut ops, scores);
             let w = new(&mut ops, m(&[scores, 4]));
-            free(&mut ops, eq);
-            free(&mut ops, sm);
+            let neginf = new(&mut ops, scores);
+            let rows = new(&mut ops, m(&[c.b, heads, c.s]));
+            free(&mut ops, rows);
+            free(&mut ops, neginf);
             free(&mut ops, attn);
+            let half = new(&mut ops, m(&[scores, cmp]));
             let vx = if broadcast {
                 Some(new(&mut ops, widen(q_bytes)))
             } else {
@@ -281,12 +291,16 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
             if let Some(vx) = vx {
                 free(&mut ops, vx);
             }
-            free(&mut ops, w);
-            for a in acc {
-                free(&mut ops, a);
-            }
             let o = new(&mut ops, q_bytes);
             free(&mut ops, o32);
+            free(&mut ops, w);
+            for l in locals {
+                free(&mut ops, l);
+            }
+            free(&mut ops, half);
+            if let Some(fm) = fm {
+                free(&mut ops, fm);
+            }
             o
         }
         (Attention::Sdpa, _) => {

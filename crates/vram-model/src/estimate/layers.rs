@@ -452,7 +452,10 @@ pub(super) fn attention_parts(
                 p.push(m(&[scores, 4]), true);
             }
             p.push(m(&[c.tok, q_w, c.cmp]), false);
-            fwd_tmp = fwd_tmp.max(m(&[scores, 4, 2]));
+            // Beyond the saved softmax output, `_safe_softmax` holds the pre-softmax fp32 scores
+            // and its `isneginf` test while `where_out` writes into the softmax's own storage
+            // (PyTorch 2.11, pytorch#139613: no third fp32 scores tensor).
+            fwd_tmp = fwd_tmp.max(m(&[scores, 5]));
             bwd_core = m(&[scores, 8]);
         }
     }

@@ -3,6 +3,7 @@
 mod activations;
 mod bad_input;
 mod blocks;
+mod falcon_math;
 mod finetune;
 mod generate_replay;
 mod monotone;
