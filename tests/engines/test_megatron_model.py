@@ -13,6 +13,7 @@ is the one of the emitted tensor-parallel size. The rotary frequencies are compa
 megatron-core's `RotaryEmbedding` with the emitted base and scaling against transformers'.
 """
 
+import functools
 import json
 import math
 import os
@@ -100,7 +101,10 @@ def megatron_model(a: dict, padded_vocab: int):
         )
 
 
+@functools.lru_cache(maxsize=None)
 def hf_model(path: Path):
+    """transformers' model of the config on the meta device, and its config; built once per
+    config in a session (both tests read it, neither changes it)."""
     cfg = transformers.AutoConfig.for_model(**json.loads(path.read_text()))
     with torch.device("meta"):
         return transformers.AutoModelForCausalLM.from_config(cfg), cfg
