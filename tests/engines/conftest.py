@@ -11,6 +11,7 @@ asks for the same plan of each config in two tests.
 import functools
 import os
 import re
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,13 @@ def parse_label(label: str) -> dict:
     z = re.search(r"\bzero(\d)\b", label)
     tp, pp, dp, mb, ga = map(int, m.groups())
     return dict(tp=tp, pp=pp, dp=dp, micro_batch=mb, grad_accum=ga, zero=int(z.group(1)) if z else 0)
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on now (for process groups' rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_vram(*args: str) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, TINY, emit, run_vram
+from conftest import DATA, TINY, emit, free_port, run_vram
 from test_megatron import parse
 
 torch = pytest.importorskip("torch")
@@ -49,7 +49,8 @@ def _model_parallel():
 
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29541")
+        # A free port, not a fixed one: another run of these tests may hold any fixed port.
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
         dist.init_process_group("gloo", rank=0, world_size=1)
     ps.initialize_model_parallel(1, 1)
     yield
