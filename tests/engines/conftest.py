@@ -1,10 +1,17 @@
 """Shared helpers: run the built `vram` binary and read what it emitted.
 
-The binary comes from $VRAM_BIN (set by .ci/engine-tests), else target/debug/vram.
+The binary comes from $VRAM_BIN (.ci/engine-tests sets it to the release build, the binary the
+wheel ships), else target/debug/vram.
+
+`vram` is deterministic (same arguments, same files, same output), so each distinct command
+runs once per session and its result is shared (`run_vram`): the Megatron model test, for one,
+asks for the same plan of each config in two tests.
 """
 
+import functools
 import os
 import re
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +45,20 @@ def parse_label(label: str) -> dict:
     return dict(tp=tp, pp=pp, dp=dp, micro_batch=mb, grad_accum=ga, zero=int(z.group(1)) if z else 0)
 
 
+def free_port() -> int:
+    """A local TCP port nothing listens on now (for process groups' rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_vram(*args: str) -> subprocess.CompletedProcess:
+    """`vram ARGS`, run once per distinct ARGS in a session (the result is read-only)."""
+    return _run_vram(tuple(args))
+
+
+@functools.lru_cache(maxsize=None)
+def _run_vram(args: tuple) -> subprocess.CompletedProcess:
     return subprocess.run([VRAM, *args], capture_output=True, text=True, timeout=300)
 
 

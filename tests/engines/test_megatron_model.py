@@ -13,6 +13,7 @@ is the one of the emitted tensor-parallel size. The rotary frequencies are compa
 megatron-core's `RotaryEmbedding` with the emitted base and scaling against transformers'.
 """
 
+import functools
 import json
 import math
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, TINY, emit, run_vram
+from conftest import DATA, TINY, emit, free_port, run_vram
 from test_megatron import parse
 
 torch = pytest.importorskip("torch")
@@ -48,7 +49,8 @@ def _model_parallel():
 
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29541")
+        # A free port, not a fixed one: another run of these tests may hold any fixed port.
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
         dist.init_process_group("gloo", rank=0, world_size=1)
     ps.initialize_model_parallel(1, 1)
     yield
@@ -100,7 +102,10 @@ def megatron_model(a: dict, padded_vocab: int):
         )
 
 
+@functools.lru_cache(maxsize=None)
 def hf_model(path: Path):
+    """transformers' model of the config on the meta device, and its config; built once per
+    config in a session (both tests read it, neither changes it)."""
     cfg = transformers.AutoConfig.for_model(**json.loads(path.read_text()))
     with torch.device("meta"):
         return transformers.AutoModelForCausalLM.from_config(cfg), cfg

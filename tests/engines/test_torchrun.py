@@ -11,23 +11,16 @@ import math
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import TINY, emit, run_vram
+from conftest import TINY, emit, free_port, run_vram
 
 pytest.importorskip("torch")
 HERE = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def split(text: str):
