@@ -577,3 +577,99 @@ fn max_model_len_follows_the_engines_rope_scaling_rules() {
         assert_eq!(run(&linear, engine, Some(65537)).0, 2, "{engine}");
     }
 }
+
+/// `vram doctor` on vLLM's and SGLang's start-up errors with `--model` and `--gpu`: the
+/// capacity figures (memory outside the cache, KV bytes per token) and the capacity model's
+/// cheapest change, which `vram capacity` confirms starts the engine at the error's length (and
+/// SGLang's at the fraction its message names); no fraction above the whole GPU is offered.
+#[test]
+fn doctor_gives_serving_errors_the_capacity_figures_and_the_change() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    for (fixture, engine, extra) in [
+        (
+            "vllm-v0-max-seq-len.txt",
+            "vllm",
+            vec!["--max-model-len", "131072"],
+        ),
+        (
+            "vllm-v1-kv-memory.txt",
+            "vllm",
+            vec!["--max-model-len", "131072"],
+        ),
+        ("vllm-no-cache-blocks.txt", "vllm", vec![]),
+        (
+            "sglang-not-enough.txt",
+            "sglang",
+            vec!["--mem-fraction-static", "0.6"],
+        ),
+    ] {
+        let f = dir.join(fixture).to_string_lossy().into_owned();
+        let a = args(&["doctor", &f, "--model", "llama-3.1-8b", "--gpu", "rtx-4090"]);
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 0, "{fixture}: {err}");
+        assert!(
+            out.contains("(capacity model)") || out.contains("the capacity model puts"),
+            "{fixture}: {out}"
+        );
+        for l in out
+            .lines()
+            .filter(|l| l.contains("-utilization ") || l.contains("-static "))
+        {
+            if let Some(v) = l
+                .split_whitespace()
+                .nth(2)
+                .and_then(|v| v.parse::<f64>().ok())
+            {
+                assert!(v <= 1.0, "{fixture}: {l}");
+            }
+        }
+        let mut j = a.clone();
+        j.push("--json".into());
+        let (code, json, _) = vram(&j);
+        assert_eq!(code, 0);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let cap = &v["capacity"];
+        assert!(
+            cap["kv_bytes_per_token"].as_u64() == Some(131072),
+            "{fixture}: {cap}"
+        );
+        let change = &cap["change"];
+        let flags = change["flags"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{fixture}: {cap}"));
+        let r = v["remedies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["action"] == flags)
+            .unwrap();
+        assert_eq!(r["enough"], true);
+        assert!(
+            out.contains(&format!("{flags}  [enough]")),
+            "{fixture}: {out}"
+        );
+        // `vram capacity` with that change starts, with the figures the doctor quoted.
+        let mut c = args(&[
+            "capacity",
+            "llama-3.1-8b",
+            "--engine",
+            engine,
+            "--gpu",
+            "rtx-4090",
+        ]);
+        c.extend(args(&extra));
+        c.extend(flags.split_whitespace().map(String::from));
+        c.push("--json".into());
+        let (code, out, err) = vram(&c);
+        assert_eq!(code, 0, "{c:?}: {err}");
+        let w: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(w["starts"], true, "{c:?}");
+        assert_eq!(w["kv_cache_tokens"], change["kv_cache_tokens"], "{c:?}");
+        // And without it, it does not.
+        c.truncate(c.len() - 3);
+        c.push("--json".into());
+        let (_, out, _) = vram(&c);
+        let wo: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(wo["starts"], false, "{c:?}");
+    }
+}
