@@ -35,11 +35,9 @@ pub enum KvCacheDtype {
     #[value(name = "fp8_e5m2")]
     /// FP8 e5m2.
     Fp8E5m2,
-    /// bfloat16.
+    /// bfloat16 (vLLM only).
     #[value(alias = "bf16")]
     Bfloat16,
-    /// float16.
-    Float16,
 }
 
 /// `--dtype`.
@@ -65,25 +63,32 @@ pub struct CapacityArgs {
     /// The serving engine.
     #[arg(long, value_enum, default_value = "vllm")]
     engine: EngineArg,
-    /// The engine's version (its memory layout; see --help for the known ones).
+    /// The engine's version whose memory layout applies: vllm 0.5 to 0.11 (0.5-0.7: the V0
+    /// engine), sglang 0.5 [default: vllm 0.11, sglang 0.5].
     #[arg(long)]
     engine_version: Option<String>,
     /// GPU (see `vram gpus`), or a bare size such as 23.58GiB.
     #[arg(long, default_value = "h100-80g")]
     gpu: String,
-    /// vLLM: fraction of the device the engine may use [default: 0.9].
+    /// vLLM: fraction of the device the engine may use [default: 0.9, vLLM v0.11.0
+    /// `vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`].
     #[arg(long)]
     gpu_memory_utilization: Option<f64>,
-    /// Longest request (prompt plus output) [default: the model's max_position_embeddings].
+    /// Longest request (prompt plus output; SGLang --context-length) [default: the model's
+    /// max_position_embeddings, stretched by its rope_scaling as vLLM v0.11.0
+    /// `_get_and_verify_max_len` / SGLang v0.5.3 `get_context_length` do].
     #[arg(long, alias = "context-length")]
     max_model_len: Option<u64>,
-    /// vLLM: most sequences per step [default: 1024 on >= 70 GiB GPUs but the A100, else 256].
+    /// vLLM: most sequences per step [default for `vllm serve`: 1024 on >= 70 GiB GPUs but the
+    /// A100, else 256; vLLM v0.11.0 `engine/arg_utils.py` `_set_default_args`].
     #[arg(long)]
     max_num_seqs: Option<u64>,
-    /// vLLM: most tokens per step [default: 8192 on >= 70 GiB GPUs but the A100, else 2048].
+    /// vLLM: most tokens per step [default for `vllm serve`: 8192 on >= 70 GiB GPUs but the
+    /// A100, else 2048; vLLM v0.11.0 `_set_default_args`].
     #[arg(long)]
     max_num_batched_tokens: Option<u64>,
-    /// KV cache element type.
+    /// KV cache element type (vLLM v0.11.0 `CacheDType`: auto, bfloat16, fp8, fp8_e4m3,
+    /// fp8_e5m2; SGLang v0.5.3: auto, fp8_e4m3, fp8_e5m2).
     #[arg(long, value_enum, default_value = "auto")]
     kv_cache_dtype: KvCacheDtype,
     /// Tensor-parallel GPUs.
@@ -95,7 +100,8 @@ pub struct CapacityArgs {
     /// No CUDA graphs (SGLang: --disable-cuda-graph).
     #[arg(long, alias = "disable-cuda-graph")]
     enforce_eager: bool,
-    /// vLLM block size [16] / SGLang page size [1], tokens.
+    /// vLLM block size [16 on CUDA, `platforms/cuda.py`; one of 1, 8, 16, 32, 64, 128] /
+    /// SGLang --page-size [1, `server_args._handle_page_size`], tokens.
     #[arg(long, alias = "page-size")]
     block_size: Option<u64>,
     /// Weight storage: fp8, awq, gptq, bitsandbytes, mxfp4 [default: the config's quantization_config, else none].
@@ -104,16 +110,19 @@ pub struct CapacityArgs {
     /// Model dtype.
     #[arg(long, value_enum, default_value = "auto")]
     dtype: DtypeArg,
-    /// SGLang: fraction of the device for weights and the KV pool [default: from the GPU's memory].
+    /// SGLang: fraction of the device for weights and the KV pool [default: from the GPU's
+    /// memory, SGLang v0.5.3 `server_args._handle_gpu_memory_settings`].
     #[arg(long)]
     mem_fraction_static: Option<f64>,
     /// SGLang: cap on the KV pool's tokens.
     #[arg(long)]
     max_total_tokens: Option<u64>,
-    /// SGLang: prefill chunk [default: from the GPU's memory].
+    /// SGLang: prefill chunk [default: 2048 below 35 GiB, 4096 below 60, 8192 below 160, else
+    /// 16384; `_handle_gpu_memory_settings`].
     #[arg(long)]
     chunked_prefill_size: Option<u64>,
-    /// SGLang: largest CUDA-graph batch [default: from the GPU's memory].
+    /// SGLang: largest CUDA-graph batch [default: from the GPU's memory and TP,
+    /// `_handle_gpu_memory_settings`].
     #[arg(long)]
     cuda_graph_max_bs: Option<u64>,
     /// Print one JSON object.
@@ -222,7 +231,7 @@ fn knobs(
     // The values each engine's parser accepts: vLLM 0.11 `vllm/config/cache.py` (`CacheDType`,
     // `BlockSize`), SGLang 0.5.3 `srt/server_args.py` (`--kv-cache-dtype` choices).
     let kv_ok = match engine {
-        Engine::Vllm => a.kv_cache_dtype != KvCacheDtype::Float16,
+        Engine::Vllm => true,
         Engine::Sglang => matches!(
             a.kv_cache_dtype,
             KvCacheDtype::Auto | KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2
@@ -276,7 +285,7 @@ fn knobs(
         kv_bytes: match a.kv_cache_dtype {
             KvCacheDtype::Auto => None,
             KvCacheDtype::Fp8 | KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2 => Some(1),
-            KvCacheDtype::Bfloat16 | KvCacheDtype::Float16 => Some(2),
+            KvCacheDtype::Bfloat16 => Some(2),
         },
         tp: a.tensor_parallel_size,
         pp: a.pipeline_parallel_size,
@@ -354,7 +363,7 @@ fn kv_dtype_name(a: &CapacityArgs) -> &'static str {
     match a.kv_cache_dtype {
         KvCacheDtype::Auto if a.dtype == DtypeArg::Float32 => "float32 (auto)",
         KvCacheDtype::Auto => "bf16 (auto)",
-        KvCacheDtype::Bfloat16 | KvCacheDtype::Float16 => "16-bit",
+        KvCacheDtype::Bfloat16 => "bfloat16",
         KvCacheDtype::Fp8 => "fp8",
         KvCacheDtype::Fp8E4m3 => "fp8_e4m3",
         KvCacheDtype::Fp8E5m2 => "fp8_e5m2",

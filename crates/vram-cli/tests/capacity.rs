@@ -190,7 +190,7 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
         ),
         (
             vec!["llama-3-8b", "--kv-cache-dtype", "float16"],
-            "--kv-cache-dtype float16 is not one of vLLM 0.11's choices",
+            "invalid value 'float16' for '--kv-cache-dtype",
         ),
         (
             vec!["llama-3-8b", "--block-size", "24"],
