@@ -164,6 +164,35 @@ pub(super) fn capacity(m: &Map<String, Value>) -> String {
 #[cfg(test)]
 mod tests {
     use super::bytes3;
+    use crate::report::{render, Kind};
+
+    #[test]
+    fn a_refused_job_without_a_change_and_a_minimal_answer_render() {
+        let (kind, html) = render(
+            r#"{"engine":"sglang","model":"m","starts":false,"kv_cache_tokens":0,"kv_cache_blocks":0,
+                "max_model_len":4096,"max_model_len_that_fits":0,"cheapest_change":null,
+                "memory_fraction":0.6,"total_bytes":25769803776,"weights_bytes":26843545600,
+                "log":["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]}"#,
+            "c.json",
+        )
+        .unwrap();
+        assert_eq!(kind, Kind::Capacity);
+        for want in [
+            "What SGLang would log at start-up",
+            "does NOT start",
+            "largest max_model_len that would: none (no KV cache fits beside the weights)",
+            "no single change tried",
+            "(mem_fraction_static 0.6)",
+            "<td>weights</td><td title=\"26,843,545,600 bytes\">25.0 GiB</td>",
+            "<td>KV cache</td>",
+            "0 tokens, 0 pages",
+        ] {
+            assert!(html.contains(want), "{want}");
+        }
+        assert!(!html.contains("<script"));
+        let (_, html) = render(r#"{"starts":true,"kv_cache_tokens":16}"#, "c.json").unwrap();
+        assert!(html.contains("starts: 0.00 requests of 0 tokens at once"));
+    }
 
     #[test]
     fn sizes_read_like_the_text_output() {
