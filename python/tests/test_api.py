@@ -110,6 +110,52 @@ def test_capacity_reads_like_the_cli_json():
         vramkit.capacity("llama-3-8b", gpu_memory_utilization=1.5)
 
 
+# (kwargs of vramkit.capacity, the same flags of `vram capacity`): a job that does not start,
+# SGLang, tensor parallelism on a hybrid linear-attention model, and an MLA model.
+CAPACITY_CASES = [
+    (dict(gpu="a100-80g", tensor_parallel_size=2, gpu_memory_utilization=0.85),
+     ["--gpu", "a100-80g", "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.85"],
+     "llama-3-70b"),
+    (dict(engine="sglang", gpu="rtx-4090", max_model_len=8192, kv_cache_dtype="fp8_e4m3"),
+     ["--engine", "sglang", "--gpu", "rtx-4090", "--max-model-len", "8192",
+      "--kv-cache-dtype", "fp8_e4m3"],
+     "llama-3-8b"),
+    (dict(gpu="h100-80g", tensor_parallel_size=4, max_model_len=32768, enforce_eager=True),
+     ["--gpu", "h100-80g", "--tensor-parallel-size", "4", "--max-model-len", "32768",
+      "--enforce-eager"],
+     "qwen3-next-80b-a3b"),
+    (dict(gpu="h200", tensor_parallel_size=8, max_model_len=32768),
+     ["--gpu", "h200", "--tensor-parallel-size", "8", "--max-model-len", "32768"],
+     "deepseek-v3"),
+]
+
+
+@pytest.mark.parametrize("kwargs,flags,model", CAPACITY_CASES)
+def test_capacity_is_the_cli_json_on_every_kind_of_job(kwargs, flags, model):
+    c = vramkit.capacity(model, **kwargs)
+    out = vram("capacity", model, *flags, "--json")
+    assert out.returncode == 0, out.stderr
+    assert c.to_dict() == json.loads(out.stdout)
+    for k in ("weights_bytes", "non_torch_bytes", "activation_peak_bytes", "cuda_graph_bytes",
+              "kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "starts",
+              "max_model_len_that_fits", "description"):
+        assert getattr(c, k) == json.loads(out.stdout)[k], k
+    if not c.starts:
+        assert c.cheapest_change["flags"] and c.max_model_len_that_fits < c.max_model_len
+
+
+def test_capacity_bad_input_names_the_flag():
+    for kwargs, says in [
+        (dict(gpu_memory_utilization=0.0), "--gpu-memory-utilization 0 is outside (0, 1]"),
+        (dict(tensor_parallel_size=3), "--tensor-parallel-size 3 does not divide"),
+        (dict(max_model_len=100000), "--max-model-len 100000"),
+        (dict(engine="sglang", kv_cache_dtype="fp8"), "--kv-cache-dtype fp8"),
+    ]:
+        with pytest.raises(VramError, match=None) as e:
+            vramkit.capacity("llama-3-8b", **kwargs)
+        assert says in str(e.value) and "\n" not in str(e.value).strip(), (kwargs, str(e.value))
+
+
 def test_fit_batch_size_is_the_largest_that_fits():
     # rtx-4090: 24 GiB (datasheet); the largest micro-batch fits and one more does not.
     n = vramkit.fit_batch_size("gpt2-medium", gpu="rtx-4090", seq=1024, optimizer="adamw")

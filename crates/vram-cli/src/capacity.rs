@@ -2,7 +2,6 @@
 //! starts, and what to change when it does not ([`vram_plan::capacity`]).
 
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
@@ -36,11 +35,9 @@ pub enum KvCacheDtype {
     #[value(name = "fp8_e5m2")]
     /// FP8 e5m2.
     Fp8E5m2,
-    /// bfloat16.
+    /// bfloat16 (vLLM only).
     #[value(alias = "bf16")]
     Bfloat16,
-    /// float16.
-    Float16,
 }
 
 /// `--dtype`.
@@ -66,25 +63,32 @@ pub struct CapacityArgs {
     /// The serving engine.
     #[arg(long, value_enum, default_value = "vllm")]
     engine: EngineArg,
-    /// The engine's version (its memory layout; see --help for the known ones).
+    /// The engine's version whose memory layout applies: vllm 0.5 to 0.11 (0.5-0.7: the V0
+    /// engine), sglang 0.5 [default: vllm 0.11, sglang 0.5].
     #[arg(long)]
     engine_version: Option<String>,
     /// GPU (see `vram gpus`), or a bare size such as 23.58GiB.
     #[arg(long, default_value = "h100-80g")]
     gpu: String,
-    /// vLLM: fraction of the device the engine may use [default: 0.9].
+    /// vLLM: fraction of the device the engine may use [default: 0.9, vLLM v0.11.0
+    /// `vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`].
     #[arg(long)]
     gpu_memory_utilization: Option<f64>,
-    /// Longest request (prompt plus output) [default: the model's max_position_embeddings].
+    /// Longest request (prompt plus output; SGLang --context-length) [default: the model's
+    /// max_position_embeddings, stretched by its rope_scaling as vLLM v0.11.0
+    /// `_get_and_verify_max_len` / SGLang v0.5.3 `get_context_length` do].
     #[arg(long, alias = "context-length")]
     max_model_len: Option<u64>,
-    /// vLLM: most sequences per step [default: 1024 on >= 70 GiB GPUs but the A100, else 256].
+    /// vLLM: most sequences per step [default for `vllm serve`: 1024 on >= 70 GiB GPUs but the
+    /// A100, else 256; vLLM v0.11.0 `engine/arg_utils.py` `_set_default_args`].
     #[arg(long)]
     max_num_seqs: Option<u64>,
-    /// vLLM: most tokens per step [default: 8192 on >= 70 GiB GPUs but the A100, else 2048].
+    /// vLLM: most tokens per step [default for `vllm serve`: 8192 on >= 70 GiB GPUs but the
+    /// A100, else 2048; vLLM v0.11.0 `_set_default_args`].
     #[arg(long)]
     max_num_batched_tokens: Option<u64>,
-    /// KV cache element type.
+    /// KV cache element type (vLLM v0.11.0 `CacheDType`: auto, bfloat16, fp8, fp8_e4m3,
+    /// fp8_e5m2; SGLang v0.5.3: auto, fp8_e4m3, fp8_e5m2).
     #[arg(long, value_enum, default_value = "auto")]
     kv_cache_dtype: KvCacheDtype,
     /// Tensor-parallel GPUs.
@@ -96,7 +100,8 @@ pub struct CapacityArgs {
     /// No CUDA graphs (SGLang: --disable-cuda-graph).
     #[arg(long, alias = "disable-cuda-graph")]
     enforce_eager: bool,
-    /// vLLM block size [16] / SGLang page size [1], tokens.
+    /// vLLM block size [16 on CUDA, `platforms/cuda.py`; one of 1, 8, 16, 32, 64, 128] /
+    /// SGLang --page-size [1, `server_args._handle_page_size`], tokens.
     #[arg(long, alias = "page-size")]
     block_size: Option<u64>,
     /// Weight storage: fp8, awq, gptq, bitsandbytes, mxfp4 [default: the config's quantization_config, else none].
@@ -105,16 +110,19 @@ pub struct CapacityArgs {
     /// Model dtype.
     #[arg(long, value_enum, default_value = "auto")]
     dtype: DtypeArg,
-    /// SGLang: fraction of the device for weights and the KV pool [default: from the GPU's memory].
+    /// SGLang: fraction of the device for weights and the KV pool [default: from the GPU's
+    /// memory, SGLang v0.5.3 `server_args._handle_gpu_memory_settings`].
     #[arg(long)]
     mem_fraction_static: Option<f64>,
     /// SGLang: cap on the KV pool's tokens.
     #[arg(long)]
     max_total_tokens: Option<u64>,
-    /// SGLang: prefill chunk [default: from the GPU's memory].
+    /// SGLang: prefill chunk [default: 2048 below 35 GiB, 4096 below 60, 8192 below 160, else
+    /// 16384; `_handle_gpu_memory_settings`].
     #[arg(long)]
     chunked_prefill_size: Option<u64>,
-    /// SGLang: largest CUDA-graph batch [default: from the GPU's memory].
+    /// SGLang: largest CUDA-graph batch [default: from the GPU's memory and TP,
+    /// `_handle_gpu_memory_settings`].
     #[arg(long)]
     cuda_graph_max_bs: Option<u64>,
     /// Print one JSON object.
@@ -122,30 +130,77 @@ pub struct CapacityArgs {
     json: bool,
 }
 
-/// `quantization_config.quant_method` of the config.json behind `arg` (a path), if any.
-fn config_quantization(arg: &str) -> Result<Option<Quantization>> {
-    let p = Path::new(arg);
-    let cfg = if p.is_dir() {
-        p.join("config.json")
-    } else if p.is_file() && arg.ends_with(".json") && !arg.ends_with(".index.json") {
-        p.to_path_buf()
-    } else {
-        return Ok(None);
-    };
-    let Ok(text) = std::fs::read_to_string(&cfg) else {
-        return Ok(None);
-    };
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    match v["quantization_config"]["quant_method"].as_str() {
+/// `quantization_config.quant_method` of the model's config.json, if any.
+fn config_quantization(config: &serde_json::Value) -> Result<Option<Quantization>> {
+    match config["quantization_config"]["quant_method"].as_str() {
         None => Ok(None),
         Some(m) => Quantization::parse(m).map(Some).ok_or_else(|| {
-            bad_input!("{}: quantization_config.quant_method `{m}` is not one vram knows (fp8, awq, gptq, bitsandbytes, mxfp4)", cfg.display())
+            bad_input!("the config's quantization_config.quant_method `{m}` is not one vram knows (fp8, awq, gptq, bitsandbytes, mxfp4)")
         }),
     }
 }
 
-/// The knobs these flags describe for `engine`; flags of the other engine are refused.
-fn knobs(a: &CapacityArgs, engine: Engine) -> Result<Knobs> {
+/// The longest `max_model_len` the engine derives from the config when its `rope_scaling` (or
+/// transformers 5's `rope_parameters`) stretches `max_position_embeddings`; `None` when it
+/// does not. vLLM 0.11 `vllm/config/model.py` `_get_and_verify_max_len`: every rope type but
+/// `su`, `longrope` and `llama3` (and not for Gemma 3) multiplies by `factor`, `yarn` from
+/// `original_max_position_embeddings`. SGLang 0.5.3 `srt/utils/hf_transformers_utils.py`
+/// `get_context_length`: `factor` unless the scaling names `original_max_position_embeddings`
+/// or is `llama3`.
+fn derived_max_model_len(
+    config: &serde_json::Value,
+    positions: u64,
+    engine: Engine,
+) -> Option<u64> {
+    let c = if config.get("rope_scaling").is_some() || config.get("rope_parameters").is_some() {
+        config
+    } else {
+        config.get("text_config").unwrap_or(config)
+    };
+    let rs = c
+        .get("rope_scaling")
+        .filter(|v| v.is_object())
+        .or_else(|| c.get("rope_parameters").filter(|v| v.is_object()))?;
+    let rope_type = rs["rope_type"]
+        .as_str()
+        .or_else(|| rs["type"].as_str())
+        .unwrap_or("default");
+    let factor = rs["factor"].as_f64().unwrap_or(1.0);
+    let original = rs["original_max_position_embeddings"].as_u64();
+    let derived = match engine {
+        Engine::Vllm => {
+            let model_type = c["model_type"]
+                .as_str()
+                .or_else(|| config["model_type"].as_str())
+                .unwrap_or("");
+            if ["su", "longrope", "llama3"].contains(&rope_type) || model_type.contains("gemma3") {
+                return None;
+            }
+            let base = if rope_type == "yarn" {
+                original.unwrap_or(positions)
+            } else {
+                positions
+            };
+            (base as f64 * factor) as u64
+        }
+        Engine::Sglang => {
+            if original.is_some() || rope_type == "llama3" {
+                return None;
+            }
+            (positions as f64 * factor) as u64
+        }
+    };
+    (derived != positions && derived > 0).then_some(derived)
+}
+
+/// The knobs these flags describe for `engine` and the model `t` read from `config`; flags of
+/// the other engine, and values the engine does not accept, are refused.
+fn knobs(
+    a: &CapacityArgs,
+    engine: Engine,
+    t: &vram_model::arch::Transformer,
+    config: &serde_json::Value,
+) -> Result<Knobs> {
     let vllm_only = [
         (
             "--gpu-memory-utilization",
@@ -173,13 +228,53 @@ fn knobs(a: &CapacityArgs, engine: Engine) -> Result<Knobs> {
             engine.name()
         ));
     }
+    // The values each engine's parser accepts: vLLM 0.11 `vllm/config/cache.py` (`CacheDType`,
+    // `BlockSize`), SGLang 0.5.3 `srt/server_args.py` (`--kv-cache-dtype` choices).
+    let kv_ok = match engine {
+        Engine::Vllm => true,
+        Engine::Sglang => matches!(
+            a.kv_cache_dtype,
+            KvCacheDtype::Auto | KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2
+        ),
+    };
+    if !kv_ok {
+        let name = a
+            .kv_cache_dtype
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_string());
+        return Err(bad_input!(
+            "--kv-cache-dtype {name} is not one of {}'s choices ({})",
+            if engine == Engine::Vllm {
+                "vLLM 0.11"
+            } else {
+                "SGLang 0.5"
+            },
+            if engine == Engine::Vllm {
+                "auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2"
+            } else {
+                "auto, fp8_e4m3, fp8_e5m2"
+            }
+        ));
+    }
+    if let (Engine::Vllm, Some(b)) = (engine, a.block_size) {
+        if ![1, 8, 16, 32, 64, 128].contains(&b) {
+            return Err(bad_input!(
+                "--block-size {b} is not one of vLLM 0.11's block sizes (1, 8, 16, 32, 64, 128)"
+            ));
+        }
+    }
     let quantization = match &a.quantization {
         Some(q) => Quantization::parse(q).ok_or_else(|| {
             bad_input!(
                 "--quantization `{q}` is not one of none, fp8, awq, gptq, bitsandbytes, mxfp4"
             )
         })?,
-        None => config_quantization(&a.model)?.unwrap_or(Quantization::None),
+        // A config file's `quantization_config` (a catalog entry's quantized storage is read
+        // by the model description itself).
+        None if std::path::Path::new(&a.model).exists() => {
+            config_quantization(config)?.unwrap_or(Quantization::None)
+        }
+        None => Quantization::None,
     };
     let dtype_bytes = if a.dtype == DtypeArg::Float32 { 4 } else { 2 };
     Ok(Knobs {
@@ -190,7 +285,7 @@ fn knobs(a: &CapacityArgs, engine: Engine) -> Result<Knobs> {
         kv_bytes: match a.kv_cache_dtype {
             KvCacheDtype::Auto => None,
             KvCacheDtype::Fp8 | KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2 => Some(1),
-            KvCacheDtype::Bfloat16 | KvCacheDtype::Float16 => Some(2),
+            KvCacheDtype::Bfloat16 => Some(2),
         },
         tp: a.tensor_parallel_size,
         pp: a.pipeline_parallel_size,
@@ -212,6 +307,7 @@ fn knobs(a: &CapacityArgs, engine: Engine) -> Result<Knobs> {
             .engine_version
             .as_deref()
             .and_then(capacity::parse_version),
+        derived_max_model_len: derived_max_model_len(config, t.max_positions, engine),
     })
 }
 
@@ -251,7 +347,12 @@ pub fn compute(a: &CapacityArgs) -> Result<Answer> {
             a.model
         ));
     };
-    let k = knobs(a, engine)?;
+    let config: serde_json::Value = resolved
+        .config
+        .as_deref()
+        .and_then(|c| serde_json::from_str(c).ok())
+        .unwrap_or_default();
+    let k = knobs(a, engine, t, &config)?;
     let c = capacity::capacity(t, g, engine, &k)?;
     let fix = if c.starts {
         None
@@ -261,31 +362,33 @@ pub fn compute(a: &CapacityArgs) -> Result<Answer> {
     Ok((t.name.clone(), g, c, fix))
 }
 
-pub fn run(a: &CapacityArgs) -> Result<()> {
-    let (name, g, c, fix) = compute(a)?;
-    let mut out = crate::output::stdout();
-    if a.json {
-        let mut v = serde_json::to_value(&c)?;
-        v["model"] = json!(name);
-        v["gpu"] = json!({"id": g.id, "name": g.name, "memory_bytes": g.memory_bytes});
-        v["cheapest_change"] = match &fix {
-            Some((flag, f)) => {
-                json!({"flags": flag, "kv_cache_tokens": f.kv_cache_tokens, "max_concurrency": f.max_concurrency})
-            }
-            None => serde_json::Value::Null,
-        };
-        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
-        return Ok(());
+/// `--kv-cache-dtype` as the header line names it.
+fn kv_dtype_name(a: &CapacityArgs) -> &'static str {
+    match a.kv_cache_dtype {
+        KvCacheDtype::Auto if a.dtype == DtypeArg::Float32 => "float32 (auto)",
+        KvCacheDtype::Auto => "bf16 (auto)",
+        KvCacheDtype::Bfloat16 => "bfloat16",
+        KvCacheDtype::Fp8 => "fp8",
+        KvCacheDtype::Fp8E4m3 => "fp8_e4m3",
+        KvCacheDtype::Fp8E5m2 => "fp8_e5m2",
     }
-    let engine = match c.engine {
+}
+
+/// The engine's name as people write it.
+fn engine_name(e: Engine) -> &'static str {
+    match e {
         Engine::Vllm => "vLLM",
         Engine::Sglang => "SGLang",
-    };
-    writeln!(
-        out,
-        "{name} on {} ({}) with {engine} {}: max_model_len {}, {} {}, {} {}, KV cache {}",
+    }
+}
+
+/// The first line of the text, `description` in `--json` (and the HTML report's setup line).
+fn header(a: &CapacityArgs, name: &str, g: &gpu::Gpu, c: &Capacity) -> String {
+    format!(
+        "{name} on {} ({}) with {} {}: max_model_len {}, {} {}, {} {}, KV cache {}",
         g.name,
         fmt::bytes(g.memory_bytes),
+        engine_name(c.engine),
         c.engine_version,
         fmt::thousands(c.max_model_len),
         if c.engine == Engine::Vllm {
@@ -300,13 +403,31 @@ pub fn run(a: &CapacityArgs) -> Result<()> {
             "chunked_prefill_size"
         },
         c.max_num_batched_tokens,
-        match a.kv_cache_dtype {
-            KvCacheDtype::Auto if a.dtype == DtypeArg::Float32 => "float32 (auto)",
-            KvCacheDtype::Auto => "bf16 (auto)",
-            KvCacheDtype::Bfloat16 | KvCacheDtype::Float16 => "16-bit",
-            _ => "fp8",
-        },
-    )?;
+        kv_dtype_name(a),
+    )
+}
+
+pub fn run(a: &CapacityArgs) -> Result<()> {
+    let (name, g, c, fix) = compute(a)?;
+    let mut out = crate::output::stdout();
+    let description = header(a, &name, g, &c);
+    if a.json {
+        let mut v = serde_json::to_value(&c)?;
+        v["model"] = json!(name);
+        v["description"] = json!(description);
+        v["kv_cache_dtype"] = json!(kv_dtype_name(a));
+        v["gpu"] = json!({"id": g.id, "name": g.name, "memory_bytes": g.memory_bytes});
+        v["cheapest_change"] = match &fix {
+            Some((flag, f)) => {
+                json!({"flags": flag, "kv_cache_tokens": f.kv_cache_tokens, "max_concurrency": f.max_concurrency})
+            }
+            None => serde_json::Value::Null,
+        };
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    let engine = engine_name(c.engine);
+    writeln!(out, "{description}")?;
     writeln!(out)?;
     writeln!(out, "what {engine} would log at start-up:")?;
     for l in &c.log {
@@ -345,10 +466,16 @@ pub fn run(a: &CapacityArgs) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{:<28} {:>12}   {} tokens",
+        "{:<28} {:>12}   {} tokens, {} {}",
         "KV cache",
         fmt::bytes(c.kv_cache_bytes),
-        fmt::thousands(c.kv_cache_tokens)
+        fmt::thousands(c.kv_cache_tokens),
+        fmt::thousands(c.kv_cache_blocks),
+        if c.engine == Engine::Vllm {
+            "blocks"
+        } else {
+            "pages"
+        }
     )?;
     writeln!(
         out,
@@ -373,11 +500,18 @@ pub fn run(a: &CapacityArgs) -> Result<()> {
         )?;
     } else {
         writeln!(out, "does NOT start")?;
-        writeln!(
-            out,
-            "largest max_model_len that would: {}",
-            fmt::thousands(c.max_model_len_that_fits)
-        )?;
+        if c.max_model_len_that_fits == 0 {
+            writeln!(
+                out,
+                "largest max_model_len that would: none (no KV cache fits beside the weights)"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "largest max_model_len that would: {}",
+                fmt::thousands(c.max_model_len_that_fits)
+            )?;
+        }
         match &fix {
             Some((flag, f)) => writeln!(
                 out,
@@ -388,7 +522,7 @@ pub fn run(a: &CapacityArgs) -> Result<()> {
             )?,
             None => writeln!(
                 out,
-                "no single change tried (fp8 KV cache, fp8 weights, TP 2-8) starts it at this length"
+                "no single change tried (fp8 KV cache, fp8 weights, TP 2-8, PP 2-4) starts it at this length"
             )?,
         }
     }

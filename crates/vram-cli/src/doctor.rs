@@ -219,9 +219,29 @@ fn serving_figures(
             | ServingError::VllmKvMemory { max_model_len, .. } => Some(max_model_len),
             _ => None,
         },
+        // SGLang's message names the fraction that failed.
+        mem_fraction_static: match *e {
+            ServingError::SglangNotEnoughMemory {
+                mem_fraction_static,
+            } => mem_fraction_static,
+            _ => None,
+        },
         ..Knobs::default()
     };
     let c = capacity::capacity(t, gpu, engine, &knobs)?;
+    // The change that starts it, when the model agrees it does not start as it is.
+    let change = if c.starts {
+        None
+    } else {
+        capacity::cheapest_change(t, gpu, engine, &knobs).map(|(flags, f)| {
+            serving::CapacityChange {
+                flags,
+                max_model_len: f.max_model_len,
+                kv_cache_tokens: f.kv_cache_tokens,
+                max_concurrency: f.max_concurrency,
+            }
+        })
+    };
     Ok(serving::CapacityFigures {
         device_bytes: c.total_bytes,
         non_kv_bytes: c.weights_bytes
@@ -229,6 +249,7 @@ fn serving_figures(
             + c.activation_peak_bytes
             + c.cuda_graph_bytes,
         kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
+        change,
     })
 }
 

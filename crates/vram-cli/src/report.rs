@@ -10,8 +10,8 @@ use crate::monitor::BadInput;
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReportArgs {
     /// A `vram record` timeline (JSON Lines), or the JSON printed by
-    /// `vram top --json`, `vram estimate --json`, `vram plan --json` or
-    /// `vram replay --json`.
+    /// `vram top --json`, `vram estimate --json`, `vram plan --json`,
+    /// `vram replay --json` or `vram capacity --json`.
     #[arg(required_unless_present = "demo")]
     pub input: Option<PathBuf>,
     /// Where to write the HTML (default: INPUT with `.html`; with --demo,

@@ -204,6 +204,24 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             vec!["llama-3-8b", "--quantization", "int3"],
             "--quantization",
         ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine",
+                "sglang",
+                "--kv-cache-dtype",
+                "fp8",
+            ],
+            "--kv-cache-dtype fp8 is not one of SGLang 0.5's choices",
+        ),
+        (
+            vec!["llama-3-8b", "--kv-cache-dtype", "float16"],
+            "invalid value 'float16' for '--kv-cache-dtype",
+        ),
+        (
+            vec!["llama-3-8b", "--block-size", "24"],
+            "--block-size 24 is not one of vLLM 0.11's block sizes",
+        ),
         (vec!["bert-base-uncased"], "not a decoder-only"),
         (vec!["resnet-50"], "not a transformer"),
     ] {
@@ -280,4 +298,404 @@ fn a_job_that_does_not_start_gets_the_length_and_the_change() {
     let (_, out, _) = vram(&at);
     let x: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(x["starts"], serde_json::json!(true), "{out}");
+}
+
+fn args(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A size the text prints ("65.7 GiB", "438 MiB", "0 B") in bytes.
+fn parse_size(s: &str) -> f64 {
+    let (v, unit) = s.trim().split_once(' ').unwrap();
+    let k = ["B", "KiB", "MiB", "GiB", "TiB"]
+        .iter()
+        .position(|u| *u == unit)
+        .unwrap();
+    v.parse::<f64>().unwrap() * 1024f64.powi(k as i32)
+}
+
+fn html_text(s: &str) -> String {
+    s.replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+}
+
+/// The text, `--json` and the HTML report (`vram report` on the JSON) of one answer say the
+/// same, on a job that starts, two that do not (one without room for any KV cache), SGLang,
+/// TP > 1 on a hybrid linear-attention model and an MLA model; and what the answer advises is
+/// true: the largest length starts and one block more does not, the cheapest change is one the
+/// job has not made and starts it at the asked length with the figures it promised.
+#[test]
+fn text_json_and_html_agree_and_the_advice_holds() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity-agree");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: [&[&str]; 6] = [
+        &["llama-3-8b", "--gpu", "h100-80g", "--max-model-len", "8192"],
+        &[
+            "llama-3-70b",
+            "--gpu",
+            "a100-80g",
+            "--tensor-parallel-size",
+            "2",
+            "--gpu-memory-utilization",
+            "0.85",
+        ],
+        &["llama-3-70b", "--gpu", "rtx-4090"],
+        &[
+            "llama-3-8b",
+            "--engine",
+            "sglang",
+            "--gpu",
+            "rtx-4090",
+            "--max-model-len",
+            "8192",
+        ],
+        &[
+            "qwen3-next-80b-a3b",
+            "--gpu",
+            "h100-80g",
+            "--tensor-parallel-size",
+            "4",
+            "--max-model-len",
+            "32768",
+        ],
+        &[
+            "deepseek-v3",
+            "--gpu",
+            "h100-80g",
+            "--tensor-parallel-size",
+            "8",
+            "--max-model-len",
+            "32768",
+        ],
+    ];
+    let (mut started, mut refused) = (0, 0);
+    for (i, case) in cases.iter().enumerate() {
+        let mut a = args(&["capacity"]);
+        a.extend(args(case));
+        let (code, text, err) = vram(&a);
+        assert_eq!(code, 0, "{case:?}: {err}");
+        a.push("--json".into());
+        let (code, json, err) = vram(&a);
+        assert_eq!(code, 0, "{case:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let jf = dir.join(format!("case{i}.json"));
+        let hf = dir.join(format!("case{i}.html"));
+        std::fs::write(&jf, &json).unwrap();
+        let (code, _, err) = vram(&args(&[
+            "report",
+            jf.to_str().unwrap(),
+            "--out",
+            hf.to_str().unwrap(),
+        ]));
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("(capacity)"), "{err}");
+        let html = html_text(&std::fs::read_to_string(&hf).unwrap());
+        let lines: Vec<&str> = text.lines().collect();
+        // The setup line.
+        assert_eq!(lines[0], v["description"].as_str().unwrap(), "{case:?}");
+        assert!(html.contains(&format!("<p id=\"setup\">{}</p>", lines[0])));
+        // The engine's log, line for line.
+        let log: Vec<&str> = v["log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        let at = lines
+            .iter()
+            .position(|l| l.ends_with("would log at start-up:"))
+            .unwrap();
+        for (k, l) in log.iter().enumerate() {
+            assert_eq!(lines[at + 1 + k].trim(), *l, "{case:?}");
+            assert!(html.contains(l), "{case:?}: log line {l:?} not in the page");
+        }
+        // The per-GPU table: each size the text prints is the JSON's, and the page's cell.
+        for (label, key) in [
+            ("budget", "budget_bytes"),
+            ("weights", "weights_bytes"),
+            ("non-torch memory", "non_torch_bytes"),
+            ("activation peak (profile)", "activation_peak_bytes"),
+            ("KV cache", "kv_cache_bytes"),
+            ("CUDA graphs", "cuda_graph_bytes"),
+        ] {
+            let row = lines
+                .iter()
+                .find(|l| l.len() >= 41 && l[..28].trim_end() == label)
+                .unwrap_or_else(|| panic!("{case:?}: no {label} row"));
+            let shown = row[28..41].trim();
+            let bytes = v[key].as_f64().unwrap();
+            assert!(
+                (parse_size(shown) - bytes).abs() <= bytes * 0.005 + 1.0,
+                "{case:?}: {label} {shown} vs {bytes}"
+            );
+            assert!(
+                html.contains(&format!("<td>{label}</td><td title=\""))
+                    && html.contains(&format!("bytes\">{shown}</td>")),
+                "{case:?}: {label} {shown} not in the page"
+            );
+        }
+        let kv_row = lines.iter().find(|l| l.starts_with("KV cache ")).unwrap();
+        let tail = kv_row[41..].trim();
+        let want = format!(
+            "{} tokens, {} {}",
+            group(v["kv_cache_tokens"].as_u64().unwrap()),
+            group(v["kv_cache_blocks"].as_u64().unwrap()),
+            if v["engine"] == "vllm" {
+                "blocks"
+            } else {
+                "pages"
+            }
+        );
+        assert_eq!(tail, want, "{case:?}");
+        assert!(html.contains(&want), "{case:?}");
+        // The verdict, and what it advises.
+        let len = v["max_model_len"].as_u64().unwrap();
+        if v["starts"] == serde_json::json!(true) {
+            started += 1;
+            let l = format!(
+                "starts: {:.2} requests of {} tokens at once",
+                v["max_concurrency"].as_f64().unwrap(),
+                group(len)
+            );
+            assert!(lines.contains(&l.as_str()), "{case:?}: {text}");
+            assert!(html.contains(&format!(">{l}</p>")), "{case:?}");
+            continue;
+        }
+        refused += 1;
+        assert!(lines.contains(&"does NOT start") && html.contains(">does NOT start</p>"));
+        let fits = v["max_model_len_that_fits"].as_u64().unwrap();
+        let fits_line = lines
+            .iter()
+            .find(|l| l.starts_with("largest max_model_len that would: "))
+            .unwrap();
+        assert!(html.contains(&format!("<p id=\"fits\">{fits_line}</p>")));
+        if fits == 0 {
+            assert!(fits_line.ends_with("none (no KV cache fits beside the weights)"));
+        } else {
+            assert!(fits_line.ends_with(&group(fits)), "{fits_line}");
+            let at_len = |l: u64| {
+                let mut b = a.clone();
+                b.extend(args(&["--max-model-len", &l.to_string()]));
+                let (code, out, err) = vram(&b);
+                assert_eq!(code, 0, "{err}");
+                serde_json::from_str::<serde_json::Value>(&out).unwrap()["starts"] == true
+            };
+            assert!(at_len(fits), "{case:?}: starts at {fits}");
+            assert!(!at_len(fits + 16), "{case:?}: {fits} is the largest");
+        }
+        let change = &v["cheapest_change"];
+        let flags = change["flags"].as_str().unwrap();
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with("cheapest change that starts at max_model_len"))
+            .unwrap();
+        let want = format!(
+            "cheapest change that starts at max_model_len {}: {flags} ({} tokens, {:.2} requests at once)",
+            group(len),
+            group(change["kv_cache_tokens"].as_u64().unwrap()),
+            change["max_concurrency"].as_f64().unwrap()
+        );
+        assert_eq!(*line, want, "{case:?}");
+        assert!(
+            html.replace("<code>", "")
+                .replace("</code>", "")
+                .contains(&want),
+            "{case:?}"
+        );
+        // A change the job has not made, which starts it with the figures promised.
+        let (flag, value) = flags.split_once(' ').unwrap();
+        let mut b = a.clone();
+        match b.iter().position(|x| x == flag) {
+            Some(p) => {
+                assert_ne!(b[p + 1], value, "{case:?}: {flags} is already set");
+                b[p + 1] = value.to_string();
+            }
+            None => b.extend(args(&[flag, value])),
+        }
+        let (code, out, err) = vram(&b);
+        assert_eq!(code, 0, "{err}");
+        let w: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(w["starts"], true, "{case:?} with {flags}");
+        assert_eq!(w["max_model_len"].as_u64(), Some(len));
+        assert_eq!(w["kv_cache_tokens"], change["kv_cache_tokens"]);
+    }
+    assert_eq!((started, refused), (3, 3));
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut o = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            o.push(',');
+        }
+        o.push(c);
+    }
+    o
+}
+
+/// A `max_model_len` beyond `max_position_embeddings` is refused without a `rope_scaling` that
+/// stretches it, and accepted up to what the engine derives from one: vLLM multiplies yarn's
+/// `original_max_position_embeddings` by `factor`; SGLang does not scale when the config names
+/// `original_max_position_embeddings`, and scales `linear` by `factor`.
+#[test]
+fn max_model_len_follows_the_engines_rope_scaling_rules() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity-rope");
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = r#""model_type":"qwen2","vocab_size":152064,"hidden_size":3584,"intermediate_size":18944,"num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,"max_position_embeddings":32768,"rope_theta":1000000.0,"tie_word_embeddings":false"#;
+    let write = |name: &str, extra: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("{{{base}{extra}}}")).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let plain = write("plain.json", "");
+    let yarn = write(
+        "yarn.json",
+        r#","rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}"#,
+    );
+    let linear = write(
+        "linear.json",
+        r#","rope_scaling":{"type":"linear","factor":2.0}"#,
+    );
+    let run = |model: &str, engine: &str, len: Option<u64>| {
+        let mut a = args(&["capacity", model, "--engine", engine, "--gpu", "h100-80g"]);
+        if let Some(l) = len {
+            a.extend(args(&["--max-model-len", &l.to_string()]));
+        }
+        a.push("--json".into());
+        vram(&a)
+    };
+    let len_of = |out: &str| {
+        serde_json::from_str::<serde_json::Value>(out).unwrap()["max_model_len"]
+            .as_u64()
+            .unwrap()
+    };
+    // Without rope_scaling: the positions are the limit and the default.
+    let (code, _, err) = run(&plain, "vllm", Some(65536));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-model-len 65536") && err.contains("no rope_scaling"));
+    assert_eq!(err.trim().lines().count(), 1);
+    let (code, out, _) = run(&plain, "vllm", None);
+    assert_eq!((code, len_of(&out)), (0, 32768));
+    // vLLM, yarn x4: 131,072 is the default and the limit.
+    let (code, out, err) = run(&yarn, "vllm", None);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(len_of(&out), 131072);
+    assert_eq!(run(&yarn, "vllm", Some(131072)).0, 0);
+    let (code, _, err) = run(&yarn, "vllm", Some(131073));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--max-model-len 131073") && err.contains("131072 positions"),
+        "{err}"
+    );
+    // SGLang does not scale a rope_scaling that names original_max_position_embeddings.
+    let (code, _, err) = run(&yarn, "sglang", Some(65536));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-model-len 65536"), "{err}");
+    // Both scale `linear` by its factor.
+    for engine in ["vllm", "sglang"] {
+        let (code, out, err) = run(&linear, engine, None);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(len_of(&out), 65536, "{engine}");
+        assert_eq!(run(&linear, engine, Some(65537)).0, 2, "{engine}");
+    }
+}
+
+/// `vram doctor` on vLLM's and SGLang's start-up errors with `--model` and `--gpu`: the
+/// capacity figures (memory outside the cache, KV bytes per token) and the capacity model's
+/// cheapest change, which `vram capacity` confirms starts the engine at the error's length (and
+/// SGLang's at the fraction its message names); no fraction above the whole GPU is offered.
+#[test]
+fn doctor_gives_serving_errors_the_capacity_figures_and_the_change() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    for (fixture, engine, extra) in [
+        (
+            "vllm-v0-max-seq-len.txt",
+            "vllm",
+            vec!["--max-model-len", "131072"],
+        ),
+        (
+            "vllm-v1-kv-memory.txt",
+            "vllm",
+            vec!["--max-model-len", "131072"],
+        ),
+        ("vllm-no-cache-blocks.txt", "vllm", vec![]),
+        (
+            "sglang-not-enough.txt",
+            "sglang",
+            vec!["--mem-fraction-static", "0.6"],
+        ),
+    ] {
+        let f = dir.join(fixture).to_string_lossy().into_owned();
+        let a = args(&["doctor", &f, "--model", "llama-3.1-8b", "--gpu", "rtx-4090"]);
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 0, "{fixture}: {err}");
+        assert!(
+            out.contains("(capacity model)") || out.contains("the capacity model puts"),
+            "{fixture}: {out}"
+        );
+        for l in out
+            .lines()
+            .filter(|l| l.contains("-utilization ") || l.contains("-static "))
+        {
+            if let Some(v) = l
+                .split_whitespace()
+                .nth(2)
+                .and_then(|v| v.parse::<f64>().ok())
+            {
+                assert!(v <= 1.0, "{fixture}: {l}");
+            }
+        }
+        let mut j = a.clone();
+        j.push("--json".into());
+        let (code, json, _) = vram(&j);
+        assert_eq!(code, 0);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let cap = &v["capacity"];
+        assert!(
+            cap["kv_bytes_per_token"].as_u64() == Some(131072),
+            "{fixture}: {cap}"
+        );
+        let change = &cap["change"];
+        let flags = change["flags"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{fixture}: {cap}"));
+        let r = v["remedies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["action"] == flags)
+            .unwrap();
+        assert_eq!(r["enough"], true);
+        assert!(
+            out.contains(&format!("{flags}  [enough]")),
+            "{fixture}: {out}"
+        );
+        // `vram capacity` with that change starts, with the figures the doctor quoted.
+        let mut c = args(&[
+            "capacity",
+            "llama-3.1-8b",
+            "--engine",
+            engine,
+            "--gpu",
+            "rtx-4090",
+        ]);
+        c.extend(args(&extra));
+        c.extend(flags.split_whitespace().map(String::from));
+        c.push("--json".into());
+        let (code, out, err) = vram(&c);
+        assert_eq!(code, 0, "{c:?}: {err}");
+        let w: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(w["starts"], true, "{c:?}");
+        assert_eq!(w["kv_cache_tokens"], change["kv_cache_tokens"], "{c:?}");
+        // And without it, it does not.
+        c.truncate(c.len() - 3);
+        c.push("--json".into());
+        let (_, out, _) = vram(&c);
+        let wo: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(wo["starts"], false, "{c:?}");
+    }
 }

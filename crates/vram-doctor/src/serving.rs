@@ -95,7 +95,7 @@ pub enum ServingError {
 
 /// What the serving capacity model knows about the engine's configuration:
 /// the single place its figures plug into the doctor (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CapacityFigures {
     /// The GPU's memory, bytes (per GPU under tensor parallelism).
     pub device_bytes: u64,
@@ -104,6 +104,22 @@ pub struct CapacityFigures {
     pub non_kv_bytes: u64,
     /// KV-cache bytes per token of context per GPU, all layers.
     pub kv_bytes_per_token: u64,
+    /// The cheapest single change with which the capacity model starts the engine at the
+    /// error's `max_model_len` (`vram_plan::capacity::cheapest_change`), if one does.
+    pub change: Option<CapacityChange>,
+}
+
+/// A change that starts the engine, by the capacity model, with what it then holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CapacityChange {
+    /// The flag and its value (`--kv-cache-dtype fp8`, `--tensor-parallel-size 2`).
+    pub flags: String,
+    /// The `max_model_len` it starts at.
+    pub max_model_len: u64,
+    /// Tokens the KV cache then holds.
+    pub kv_cache_tokens: u64,
+    /// Requests of `max_model_len` held at once.
+    pub max_concurrency: f64,
 }
 
 /// A remedy for a serving start-up error.
@@ -334,15 +350,20 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                 Some(c) => {
                     let need = c.non_kv_bytes.saturating_add(c.kv_bytes_per_token.saturating_mul(VLLM_BLOCK));
                     ServingRemedy {
-                        action: format!(
-                            "--gpu-memory-utilization {:.2}",
-                            frac_up(need as f64 / c.device_bytes.max(1) as f64)
-                        ),
+                        action: if need <= c.device_bytes {
+                            format!(
+                                "--gpu-memory-utilization {:.2}",
+                                frac_up(need as f64 / c.device_bytes.max(1) as f64)
+                            )
+                        } else {
+                            "raise --gpu-memory-utilization".into()
+                        },
                         enough: need <= c.device_bytes,
                         detail: format!(
-                            "the capacity model puts what precedes the cache at {} on a {} GPU",
+                            "the capacity model puts what precedes the cache at {} on a {} GPU{}",
                             hb(c.non_kv_bytes),
-                            hb(c.device_bytes)
+                            hb(c.device_bytes),
+                            if need > c.device_bytes { ": more than the whole GPU, no utilization is enough" } else { "" }
                         ),
                     }
                 }
@@ -423,15 +444,20 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                     // at least one request's worth of tokens (one page) must remain.
                     let need = c.non_kv_bytes.saturating_add(c.kv_bytes_per_token);
                     ServingRemedy {
-                        action: format!(
-                            "--mem-fraction-static {:.2}",
-                            frac_up(need as f64 / c.device_bytes.max(1) as f64)
-                        ),
+                        action: if need <= c.device_bytes {
+                            format!(
+                                "--mem-fraction-static {:.2}",
+                                frac_up(need as f64 / c.device_bytes.max(1) as f64)
+                            )
+                        } else {
+                            "raise --mem-fraction-static".into()
+                        },
                         enough: need <= c.device_bytes,
                         detail: format!(
-                            "the capacity model puts the weights and what else the static pool holds at {} on a {} GPU",
+                            "the capacity model puts the weights and what else the static pool holds at {} on a {} GPU{}",
                             hb(c.non_kv_bytes),
-                            hb(c.device_bytes)
+                            hb(c.device_bytes),
+                            if need > c.device_bytes { ": more than the whole GPU, no fraction is enough" } else { "" }
                         ),
                     }
                 }
@@ -463,13 +489,28 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
             )
         }
     };
+    // The capacity model's cheapest change, second: after what fits with the memory as it is
+    // (a shorter length, a larger fraction), before the generic advice.
+    if let Some(ch) = cap.and_then(|c| c.change.as_ref()) {
+        remedies.insert(
+            1.min(remedies.len()),
+            ServingRemedy {
+                action: ch.flags.clone(),
+                enough: true,
+                detail: format!(
+                    "the capacity model starts it with this change alone at max_model_len {}: {} tokens of KV cache, {:.2} requests of that length at once (vram capacity)",
+                    ch.max_model_len, ch.kv_cache_tokens, ch.max_concurrency
+                ),
+            },
+        );
+    }
     ServingDiagnosis {
         engine,
         error: err.clone(),
         knob,
         explanation,
         remedies,
-        capacity: cap.copied(),
+        capacity: cap.cloned(),
     }
 }
 
@@ -486,14 +527,19 @@ fn raise_utilization(
                 .saturating_add(c.kv_bytes_per_token.saturating_mul(max_model_len));
             let u = frac_up(need as f64 / c.device_bytes.max(1) as f64);
             ServingRemedy {
-                action: format!("--gpu-memory-utilization {u:.2}"),
+                action: if u <= 1.0 {
+                    format!("--gpu-memory-utilization {u:.2}")
+                } else {
+                    "raise --gpu-memory-utilization".into()
+                },
                 enough: u <= 0.99,
                 detail: format!(
-                    "{why}: {} outside the cache + {max_model_len} tokens × {} per token = {} of the {} GPU (capacity model)",
+                    "{why}: {} outside the cache + {max_model_len} tokens × {} per token = {} of the {} GPU (capacity model){}",
                     human_bytes(c.non_kv_bytes),
                     human_bytes(c.kv_bytes_per_token),
                     human_bytes(need),
-                    human_bytes(c.device_bytes)
+                    human_bytes(c.device_bytes),
+                    if u > 1.0 { ", more than the whole GPU: no utilization is enough" } else { "" }
                 ),
             }
         }

@@ -9,9 +9,12 @@
 //! | plan      | an object with a `plans` array                  |
 //! | replay    | an object with a `policies` array               |
 //! | estimate  | an object with `peak_bytes` and `model` or `breakdown` |
+//! | capacity  | an object with `kv_cache_tokens` and `starts` (`vram capacity --json`) |
 //!
 //! Every other key is rendered generically, and optional keys that are
 //! missing simply leave their section out.
+
+mod capacity;
 
 use serde_json::{Map, Value};
 
@@ -31,6 +34,8 @@ pub enum Kind {
     Plan,
     /// `vram replay --json`.
     Replay,
+    /// `vram capacity --json`.
+    Capacity,
 }
 
 impl Kind {
@@ -41,6 +46,7 @@ impl Kind {
             Kind::Estimate => "estimate",
             Kind::Plan => "plan",
             Kind::Replay => "replay",
+            Kind::Capacity => "capacity",
         }
     }
 }
@@ -62,6 +68,8 @@ fn detect(text: &str) -> Result<Input> {
                 Ok(Input::Object(Kind::Plan, m))
             } else if is_arr("policies") {
                 Ok(Input::Object(Kind::Replay, m))
+            } else if m.contains_key("kv_cache_tokens") && m.contains_key("starts") {
+                Ok(Input::Object(Kind::Capacity, m))
             } else if m.contains_key("peak_bytes")
                 && (m.contains_key("model") || m.contains_key("breakdown"))
             {
@@ -73,7 +81,7 @@ fn detect(text: &str) -> Result<Input> {
             } else {
                 let keys: Vec<&str> = m.keys().map(String::as_str).take(8).collect();
                 Err(unrec(format!(
-                    "JSON object with keys [{}] is not an estimate, plan, replay or sample",
+                    "JSON object with keys [{}] is not an estimate, plan, replay, capacity or sample",
                     keys.join(", ")
                 )))
             }
@@ -125,6 +133,7 @@ pub fn render(text: &str, name: &str) -> Result<(Kind, String)> {
         Input::Recording(samples, torn) => (Kind::Recording, recording(&samples, torn)),
         Input::Object(Kind::Estimate, m) => (Kind::Estimate, estimate(&m)),
         Input::Object(Kind::Plan, m) => (Kind::Plan, plan(&m)),
+        Input::Object(Kind::Capacity, m) => (Kind::Capacity, capacity::capacity(&m)),
         Input::Object(k, m) => (k, replay(&m)),
     };
     Ok((

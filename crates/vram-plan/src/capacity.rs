@@ -297,6 +297,12 @@ pub struct Knobs {
     /// 0.4's `mem_fraction_static` by TP size and its chunked-prefill and CUDA-graph defaults
     /// (`server_args.py` `__post_init__`), and which engine (`vllm_v0`) vLLM runs.
     pub engine_version: Option<[u32; 3]>,
+    /// The longest `max_model_len` the engine accepts and its default, when the config's
+    /// `rope_scaling` stretches it beyond `max_position_embeddings` (the caller reads the config
+    /// by the engine's rule: vLLM 0.11 `vllm/config/model.py` `_get_and_verify_max_len`, SGLang
+    /// 0.5.3 `srt/utils/hf_transformers_utils.py` `get_context_length`). `None`: the model's
+    /// positions.
+    pub derived_max_model_len: Option<u64>,
 }
 
 impl Default for Knobs {
@@ -319,8 +325,14 @@ impl Default for Knobs {
             cuda_graph_max_bs: None,
             vllm_v0: false,
             engine_version: None,
+            derived_max_model_len: None,
         }
     }
+}
+
+/// The longest `max_model_len` the engine accepts without an override, and its default.
+pub fn model_max_len(t: &Transformer, k: &Knobs) -> u64 {
+    k.derived_max_model_len.unwrap_or(t.max_positions)
 }
 
 /// What the engine would do at start-up on one GPU of the job (the worst pipeline stage).
@@ -410,11 +422,17 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
         if l == 0 {
             return Err(Error::Capacity("--max-model-len must be at least 1".into()));
         }
-        if l > t.max_positions {
-            return Err(Error::Capacity(format!(
-                "--max-model-len {l} is larger than the model's max_position_embeddings {} and its config has no rope_scaling (vLLM: set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 to override)",
-                t.max_positions
-            )));
+        let limit = model_max_len(t, k);
+        if l > limit {
+            return Err(Error::Capacity(match k.derived_max_model_len {
+                None => format!(
+                    "--max-model-len {l} is larger than the model's max_position_embeddings {limit} and its config has no rope_scaling that stretches it (vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to override)"
+                ),
+                Some(_) => format!(
+                    "--max-model-len {l} is larger than the model's {limit} positions (max_position_embeddings {} stretched by its rope_scaling)",
+                    t.max_positions
+                ),
+            }));
         }
     }
     for (name, v) in [
@@ -663,7 +681,7 @@ fn stage_layers(t: &Transformer, pp: u64) -> Vec<LayerCache> {
 fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let total = gpu.memory_bytes;
     let big = total as f64 >= 70.0 * GIB && !gpu.id.starts_with("a100");
-    let max_len = k.max_model_len.unwrap_or(t.max_positions);
+    let max_len = k.max_model_len.unwrap_or(model_max_len(t, k));
     let (seqs_default, tokens_default) = if k.vllm_v0 {
         // V0's EngineArgs: chunked prefill only above 32K tokens (then 2048 a step).
         (
@@ -936,7 +954,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         }
         (((gpu_mib - reserved) / gpu_mib) * 1000.0).round() / 1000.0
     });
-    let max_len = k.max_model_len.unwrap_or(t.max_positions);
+    let max_len = k.max_model_len.unwrap_or(model_max_len(t, k));
     let page_size = k.block_size.unwrap_or(1);
     let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
     // SGLang's "Load weight end ... mem usage" is the drop in free device memory while loading:
@@ -1041,6 +1059,12 @@ fn version_label(e: Engine, k: &Knobs) -> String {
 /// weights, then more tensor parallelism (dividing the heads), each tried alone at the same
 /// `max_model_len`. `None` if none does (a lower `max_model_len` is always
 /// [`Capacity::max_model_len_that_fits`]).
+/// The cheapest change that makes a job that does not start start, each tried alone at the same
+/// `max_model_len` and kept only if its own run starts: an fp8 KV cache (named as the engine
+/// names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
+/// quantized), more tensor parallelism (2, 4, 8, dividing the heads), then pipeline stages (2,
+/// 4: another node). Only changes the job has not already made. `None` if none starts it (a lower
+/// `max_model_len` is always [`Capacity::max_model_len_that_fits`]).
 pub fn cheapest_change(
     t: &Transformer,
     gpu: &Gpu,
@@ -1051,9 +1075,16 @@ pub fn cheapest_change(
     if knobs.kv_bytes.unwrap_or(knobs.dtype_bytes) > 1 {
         let mut k = *knobs;
         k.kv_bytes = Some(1);
-        tries.push(("--kv-cache-dtype fp8".into(), k));
+        let name = match engine {
+            Engine::Vllm => "fp8",
+            // SGLang 0.5.3 `server_args.py`: choices auto, fp8_e5m2, fp8_e4m3.
+            Engine::Sglang => "fp8_e4m3",
+        };
+        tries.push((format!("--kv-cache-dtype {name}"), k));
     }
-    if knobs.quantization == Quantization::None {
+    if knobs.quantization == Quantization::None
+        && t.blocks.storage.quant == vram_model::blocks::Quant::None
+    {
         let mut k = *knobs;
         k.quantization = Quantization::Fp8;
         tries.push(("--quantization fp8".into(), k));
@@ -1063,6 +1094,13 @@ pub fn cheapest_change(
             let mut k = *knobs;
             k.tp = tp;
             tries.push((format!("--tensor-parallel-size {tp}"), k));
+        }
+    }
+    for pp in [2, 4] {
+        if pp > knobs.pp && pp <= t.layers {
+            let mut k = *knobs;
+            k.pp = pp;
+            tries.push((format!("--pipeline-parallel-size {pp}"), k));
         }
     }
     tries.into_iter().find_map(|(flag, k)| {

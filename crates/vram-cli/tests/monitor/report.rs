@@ -133,7 +133,7 @@ const LAYOUT_CHECK: &str = r##"<script>
 })();
 </script>"##;
 
-/// The estimate, plan and replay pages, as `vram report` writes them for real output, in
+/// The estimate, plan, replay and capacity pages, as `vram report` writes them for real output, in
 /// headless Chromium at 1280 px: nothing wider than the window, no overlapping or clipped chart
 /// labels, a screenshot of each (in the target directory, to look at), and what a person reads
 /// on them (names, not JSON keys; sizes, not byte counts).
@@ -200,6 +200,21 @@ fn report_pages_read_well_in_headless_chromium_at_1280_px() {
         ],
         &replay,
     );
+    let cap = d.join("capacity.json");
+    run(
+        &[
+            "capacity",
+            "llama-3-70b",
+            "--gpu",
+            "a100-80g",
+            "--tensor-parallel-size",
+            "2",
+            "--gpu-memory-utilization",
+            "0.85",
+            "--json",
+        ],
+        &cap,
+    );
     // The headroom as a person reads it: a minus sign and GiB, the figure of the JSON.
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&est).unwrap()).unwrap();
@@ -229,6 +244,19 @@ fn report_pages_read_well_in_headless_chromium_at_1280_px() {
             &replay,
             &["policy</th>", "OOM at 3.0 GiB", "pytorch-expandable"][..],
             &["peak_reserved_bytes", "first_oom_event"][..],
+        ),
+        (
+            &cap,
+            &[
+                "with vLLM 0.11: max_model_len 8,192",
+                "does NOT start",
+                "largest max_model_len that would: ",
+                "cheapest change that starts at max_model_len 8,192: <code>",
+                "Available KV cache memory",
+                "<td>KV cache</td>",
+                "(gpu_memory_utilization 0.85)",
+            ][..],
+            &["kv_cache_bytes", "weights_bytes", "max_model_len_that_fits"][..],
         ),
     ] {
         let html = d.join(json.file_stem().unwrap()).with_extension("html");

@@ -1,6 +1,6 @@
 //! Rule 12: vLLM's and SGLang's start-up memory errors.
 
-use vram_doctor::serving::{explain, parse, CapacityFigures, ServingError};
+use vram_doctor::serving::{explain, parse, CapacityChange, CapacityFigures, ServingError};
 use vram_doctor::{read, Reading};
 
 use crate::{fixture, gib};
@@ -121,16 +121,67 @@ fn the_capacity_model_plugs_in_through_capacity_figures() {
         device_bytes: 80 << 30,
         non_kv_bytes: 20 << 30,
         kv_bytes_per_token: 128 << 10,
+        change: None,
     };
     let e = parse(&fixture("vllm-v0-max-seq-len.txt")).unwrap();
     let d = explain(&e, Some(&cap));
     assert_eq!(d.remedies[1].action, "--gpu-memory-utilization 0.45");
     assert!(d.remedies[1].enough);
-    assert_eq!(d.capacity, Some(cap));
+    assert_eq!(d.capacity.as_ref(), Some(&cap));
     let e = parse(&fixture("sglang-not-enough.txt")).unwrap();
     let d = explain(&e, Some(&cap));
     // 20 GiB + one token of KV over 80 GiB: 0.25 (rounded up to 0.26).
     assert_eq!(d.remedies[0].action, "--mem-fraction-static 0.26");
+}
+
+/// The capacity model's change comes second, marked enough, with its figures; a fraction the
+/// GPU cannot give (more than all of it) is never offered as a value.
+#[test]
+fn the_capacity_models_change_is_offered_and_no_fraction_above_one() {
+    let cap = CapacityFigures {
+        device_bytes: 24 << 30,
+        non_kv_bytes: 16 << 30,
+        kv_bytes_per_token: 128 << 10,
+        change: Some(CapacityChange {
+            flags: "--tensor-parallel-size 2".into(),
+            max_model_len: 131072,
+            kv_cache_tokens: 150_000,
+            max_concurrency: 1.14,
+        }),
+    };
+    // 16 GiB + 131072 × 128 KiB = 32 GiB of a 24 GiB GPU.
+    let d = explain(
+        &parse(&fixture("vllm-v0-max-seq-len.txt")).unwrap(),
+        Some(&cap),
+    );
+    assert_eq!(d.remedies[1].action, "--tensor-parallel-size 2");
+    assert!(d.remedies[1].enough);
+    assert!(
+        d.remedies[1].detail.contains("150000 tokens"),
+        "{}",
+        d.remedies[1].detail
+    );
+    let u = &d.remedies[2];
+    assert_eq!(u.action, "raise --gpu-memory-utilization");
+    assert!(
+        !u.enough && u.detail.contains("more than the whole GPU"),
+        "{}",
+        u.detail
+    );
+    let big = CapacityFigures {
+        non_kv_bytes: 30 << 30,
+        ..cap.clone()
+    };
+    for f in ["vllm-no-cache-blocks.txt", "sglang-not-enough.txt"] {
+        let d = explain(&parse(&fixture(f)).unwrap(), Some(&big));
+        assert!(
+            d.remedies[0].action.starts_with("raise --"),
+            "{f}: {:?}",
+            d.remedies[0]
+        );
+        assert!(!d.remedies[0].enough);
+        assert_eq!(d.remedies[1].action, "--tensor-parallel-size 2", "{f}");
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Integration tests of vram-plan: checks against published figures and hand calculations.
 
 mod batching;
+mod capacity_advice;
 mod checkpoint;
 mod emit;
 mod guidance;
