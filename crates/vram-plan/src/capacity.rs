@@ -160,11 +160,53 @@ pub enum LayerCache {
         /// `qk_rope_head_dim`.
         rope_dim: u64,
     },
-    /// Mamba / linear attention: a fixed state per request (conv + recurrent), bytes.
+    /// Mamba2 / Gated DeltaNet: a fixed state per request, a convolution state and a
+    /// recurrent one, in the shapes vLLM's `MambaStateShapeCalculator`
+    /// (`vllm/model_executor/layers/mamba/mamba_utils.py`) gives them.
     State {
-        /// Bytes of one request's state in this layer.
-        bytes: u64,
+        /// Convolution channels split evenly by TP (Gated DeltaNet: `2·k_heads·k_dim +
+        /// v_heads·v_dim`; Mamba2: `heads·head_dim`, its B/C groups apart).
+        conv_dim: u64,
+        /// Mamba2's B/C groups (0 for Gated DeltaNet); at TP not dividing them vLLM replicates
+        /// them to `tp` (`extra_groups_for_head_shards`).
+        groups: u64,
+        /// Convolution channels per group (Mamba2: `2·state_size`).
+        group_dim: u64,
+        /// Convolution width; the engines keep `conv_kernel − 1` columns.
+        conv_kernel: u64,
+        /// Recurrent-state heads, split by TP.
+        heads: u64,
+        /// Recurrent-state elements per head (`k_dim·v_dim`, or `head_dim·state_size`).
+        head_state: u64,
     },
+}
+
+impl LayerCache {
+    /// Elements of one request's state on one GPU of a `tp`-way job (vLLM's
+    /// `mamba2_state_shape` / `gated_delta_net_state_shape`: conv `(conv_dim / tp, k − 1)`,
+    /// temporal `(heads / tp, …)`); 0 for attention layers.
+    pub fn state_elements(&self, tp: u64) -> u64 {
+        match *self {
+            LayerCache::State {
+                conv_dim,
+                groups,
+                group_dim,
+                conv_kernel,
+                heads,
+                head_state,
+            } => {
+                // `extra_groups_for_head_shards`: `tp − groups` more when TP does not divide them.
+                let groups = if groups > 0 && groups % tp != 0 {
+                    groups + tp.saturating_sub(groups)
+                } else {
+                    groups
+                };
+                let conv = (conv_dim + groups * group_dim).div_ceil(tp);
+                conv * conv_kernel.saturating_sub(1) + heads.div_ceil(tp) * head_state
+            }
+            _ => 0,
+        }
+    }
 }
 
 /// The per-layer cache kinds of a transformer as the serving engines see them.
@@ -175,12 +217,10 @@ pub enum LayerCache {
 /// shorter than `max_model_len` as full); an MLA layer one latent and the rotary key per token
 /// (DeepSeek sparse attention's indexer keys are counted at the KV dtype beside it, an upper
 /// bound: vLLM keeps them in fp8 with a scale); a Gated DeltaNet or Mamba2 layer a fixed state
-/// per request (conv state in the model dtype, recurrent state in fp32 as transformers holds
-/// it — an upper bound where the engine keeps it in the model dtype); a layer whose keys and
+/// per request in the engine's shapes ([`LayerCache::state_elements`]); a layer whose keys and
 /// values come from an earlier layer (Gemma 4's KV sharing), or without a mixer, nothing.
 pub fn layer_caches(t: &Transformer) -> Vec<LayerCache> {
     use vram_model::blocks::{Mixer, Window};
-    let dtype = 2;
     t.blocks
         .iter()
         .filter_map(|b| match b.mixer {
@@ -201,15 +241,207 @@ pub fn layer_caches(t: &Transformer) -> Vec<LayerCache> {
                 kv_lora_rank: m.kv_lora_rank,
                 rope_dim: m.qk_rope_head_dim + m.indexer.map_or(0, |ix| ix.head_dim),
             }),
-            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) => {
-                let c = b.mixer.cache();
-                Some(LayerCache::State {
-                    bytes: c.state * dtype + c.state_f32 * 4,
-                })
-            }
+            Mixer::GatedDeltaNet(g) => Some(LayerCache::State {
+                conv_dim: 2 * g.num_k_heads * g.k_head_dim + g.num_v_heads * g.v_head_dim,
+                groups: 0,
+                group_dim: 0,
+                conv_kernel: g.conv_kernel,
+                heads: g.num_v_heads,
+                head_state: g.k_head_dim * g.v_head_dim,
+            }),
+            Mixer::Mamba2(m) => Some(LayerCache::State {
+                conv_dim: m.heads * m.head_dim,
+                groups: m.groups,
+                group_dim: 2 * m.state_size,
+                conv_kernel: m.conv_kernel,
+                heads: m.heads,
+                head_state: m.head_dim * m.state_size,
+            }),
             Mixer::None => None,
         })
         .collect()
+}
+
+/// One kind of layer in the engine's KV cache (`kv_groups` in `--json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KvGroup {
+    /// `full`, `sliding`, `mla` or `state` (Mamba2 / Gated DeltaNet).
+    pub kind: &'static str,
+    /// Layers of this kind on the most loaded GPU.
+    pub layers: u64,
+    /// vLLM KV-cache groups of this kind (`⌈layers / layers_per_group⌉`; SGLang: 1).
+    pub groups: u64,
+    /// Layers per group, padding included (vLLM: the same for every group).
+    pub layers_per_group: u64,
+    /// Tokens per block (`state`: vLLM's `max_model_len`, one block per request).
+    pub block_size: u64,
+    /// Bytes of one block of one layer as allocated (vLLM: the one page size of every group).
+    pub page_bytes: u64,
+    /// Bytes the layer's own spec needs per block before the page is unified or padded (a
+    /// state's `MambaSpec` page; attention `block_size × bytes per token`).
+    pub spec_page_bytes: u64,
+    /// Sliding window in tokens.
+    pub window: Option<u64>,
+    /// Blocks one request of `max_model_len` tokens takes in each group of this kind.
+    pub blocks_per_request: u64,
+}
+
+/// vLLM V1's KV-cache layout of one GPU's layers: the groups, their one page size, the layers
+/// per group.
+struct VllmLayout {
+    groups: Vec<KvGroup>,
+    page: u64,
+    layers_per_group: u64,
+}
+
+impl VllmLayout {
+    /// Groups in all (`len(kv_cache_config.kv_cache_groups)`).
+    fn group_count(&self) -> u64 {
+        self.groups.iter().map(|g| g.groups).sum()
+    }
+    /// Smallest block size of the groups (`_report_kv_cache_config`'s `min_block_size`).
+    fn min_block(&self) -> u64 {
+        self.groups.iter().map(|g| g.block_size).min().unwrap_or(16)
+    }
+}
+
+/// Blocks one layer of spec `g` holds for a request of `len` tokens (`max_memory_usage_bytes`
+/// over the page, `vllm/v1/kv_cache_interface.py`): full and MLA `⌈len / block⌉`; sliding
+/// `⌈min(window − 1 + max_num_batched_tokens, len) / block⌉ + 1`; a state one block.
+fn vllm_blocks(g: &KvGroup, len: u64, mnbt: u64) -> u64 {
+    match (g.kind, g.window) {
+        ("state", _) => 1,
+        ("sliding", Some(w)) => (w - 1 + mnbt).min(len).div_ceil(g.block_size) + 1,
+        _ => len.div_ceil(g.block_size),
+    }
+}
+
+/// vLLM V1's KV-cache layout (the one place it is modelled), read from vLLM's source:
+///
+/// - Page of one block of one layer (`vllm/v1/kv_cache_interface.py`): attention
+///   `block_size × 2 × kv_heads/tp × head_size × kv dtype` (`AttentionSpec.page_size_bytes`);
+///   MLA `block_size × (kv_lora_rank + qk_rope_head_dim) × kv dtype`, one head, not split by TP
+///   (`MLAAttentionSpec`); Mamba2 / Gated DeltaNet the request's state
+///   (`MambaSpec.page_size_bytes`, the shapes of [`LayerCache::state_elements`] in the model
+///   dtype, `--mamba-cache-dtype auto`).
+/// - Block size: `--block-size` (16); MLA on Hopper 64 (FlashMLA) and on Blackwell 128
+///   (CUTLASS MLA), set by `vllm/platforms/cuda.py` `check_and_update_config`. A model with
+///   state layers (`vllm/model_executor/models/config.py`
+///   `HybridAttentionMambaModelConfig.verify_and_update_config`) takes the attention block
+///   `16 × ⌈state page / (16 × attention page of one token)⌉` unless `--block-size` is larger
+///   ("Setting attention block size to N tokens"), and pads the state page to the attention
+///   page ("Padding mamba page size by X%").
+/// - Pages still unequal (`unify_kv_cache_spec_page_size`): a smaller page's block size grows
+///   by the ratio.
+/// - Groups (`vllm/v1/core/kv_cache_utils.py` `_get_kv_cache_groups_uniform_page_size`):
+///   layers of one spec form a type; the layers per group are the smallest type's count (the
+///   largest's when it is below 1.5 × the smallest); each type splits into
+///   `⌈layers / per group⌉` groups, the last padded. One model of one spec is one group.
+/// - A sliding window no shorter than `max_model_len` is full attention here.
+fn vllm_layout(layers: &[LayerCache], k: &Knobs, gpu: &Gpu, max_len: u64, mnbt: u64) -> VllmLayout {
+    let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
+    let tp = k.tp;
+    let mla = layers
+        .iter()
+        .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
+    let mut block = k.block_size.unwrap_or(16);
+    if mla {
+        match gpu.sm_major {
+            9 => block = 64,
+            10 => block = 128,
+            _ => {}
+        }
+    }
+    let state_page = layers
+        .iter()
+        .map(|c| c.state_elements(tp) * k.dtype_bytes)
+        .max()
+        .unwrap_or(0);
+    // The attention page of one token the alignment uses: the model's own kv heads and head
+    // size (`FullAttentionSpec(block_size=1, ...)`), i.e. the first attention layer's.
+    let attn_token = layers
+        .iter()
+        .map(|c| token_bytes(c, kv, tp))
+        .find(|&b| b > 0)
+        .unwrap_or(0);
+    if state_page > 0 && attn_token > 0 {
+        let aligned = 16 * state_page.div_ceil(16 * attn_token);
+        if k.block_size.is_none_or(|b| b < aligned) {
+            block = aligned;
+        }
+    }
+    let attn_page = block * attn_token;
+    // (kind, window, per-token bytes or state bytes) of each layer, in order.
+    let spec = |c: &LayerCache| -> (&'static str, Option<u64>, u64) {
+        match *c {
+            LayerCache::Full { .. } => ("full", None, block * token_bytes(c, kv, tp)),
+            LayerCache::Sliding { window, .. } if window < max_len => {
+                ("sliding", Some(window), block * token_bytes(c, kv, tp))
+            }
+            LayerCache::Sliding { .. } => ("full", None, block * token_bytes(c, kv, tp)),
+            LayerCache::MlaLatent { .. } => ("mla", None, block * token_bytes(c, kv, tp)),
+            LayerCache::State { .. } => ("state", None, c.state_elements(tp) * k.dtype_bytes),
+        }
+    };
+    // Types in first-seen order with their layer counts.
+    let mut types: Vec<((&'static str, Option<u64>, u64), u64)> = Vec::new();
+    for c in layers {
+        let s = spec(c);
+        match types.iter_mut().find(|(t, _)| *t == s) {
+            Some((_, n)) => *n += 1,
+            None => types.push((s, 1)),
+        }
+    }
+    let padded = |kind: &str, p: u64| {
+        if kind == "state" && attn_page > p {
+            attn_page
+        } else {
+            p
+        }
+    };
+    let page = types
+        .iter()
+        .map(|((kind, _, p), _)| padded(kind, *p))
+        .max()
+        .unwrap_or(0);
+    let min_n = types.iter().map(|(_, n)| *n).min().unwrap_or(1).max(1);
+    let max_n = types.iter().map(|(_, n)| *n).max().unwrap_or(1).max(1);
+    let per_group = if (max_n as f64) < min_n as f64 * 1.5 {
+        max_n
+    } else {
+        min_n
+    };
+    let groups = types
+        .iter()
+        .map(|&((kind, window, p), n)| {
+            let own = padded(kind, p);
+            let block_size = if kind == "state" {
+                max_len
+            } else if own > 0 && page % own == 0 {
+                block * (page / own)
+            } else {
+                block * page.div_ceil(own.max(1))
+            };
+            let mut g = KvGroup {
+                kind,
+                layers: n,
+                groups: n.div_ceil(per_group),
+                layers_per_group: per_group,
+                block_size,
+                page_bytes: page,
+                spec_page_bytes: p,
+                window,
+                blocks_per_request: 0,
+            };
+            g.blocks_per_request = vllm_blocks(&g, max_len, mnbt);
+            g
+        })
+        .collect();
+    VllmLayout {
+        groups,
+        page,
+        layers_per_group: per_group,
+    }
 }
 
 /// Weight storage (`--quantization`, or the config's `quantization_config.quant_method`).
@@ -355,6 +587,9 @@ pub struct Capacity {
     pub kv_cache_tokens: u64,
     /// Blocks (vLLM) or pages (SGLang) of the pool.
     pub kv_cache_blocks: u64,
+    /// The pool per layer kind: vLLM's KV-cache groups (one page size for all), SGLang's
+    /// token pool per kind.
+    pub kv_groups: Vec<KvGroup>,
     /// Requests of `max_model_len` tokens the pool holds at once.
     pub max_concurrency: f64,
     /// `max_model_len` in force.
@@ -681,8 +916,6 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     };
     let max_num_seqs = k.max_num_seqs.unwrap_or(seqs_default);
     let mut mnbt = k.max_num_batched_tokens.unwrap_or(tokens_default);
-    let block = k.block_size.unwrap_or(16);
-    let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
     let util = k.gpu_memory_utilization.unwrap_or(0.9);
     // Chunked prefill is on in V1; a batch is at least one sequence's worth of tokens only
     // when chunking is off. The scheduler's budget is also at least max_num_seqs.
@@ -717,58 +950,35 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let non_kv = weights + activation + non_torch + if graphs_in_budget { graphs } else { 0 };
     let available = budget as i128 - non_kv as i128;
     let layers = stage_layers(t, k.pp);
-    // Group layers by kind; the group size is the smallest kind's count.
-    let n_full = layers
-        .iter()
-        .filter(|c| matches!(c, LayerCache::Full { .. } | LayerCache::MlaLatent { .. }))
-        .count() as u64;
-    let n_slide = layers
-        .iter()
-        .filter(|c| matches!(c, LayerCache::Sliding { .. }))
-        .count() as u64;
-    // A window no shorter than max_model_len is full attention to the scheduler.
-    let slides: Vec<u64> = layers
-        .iter()
-        .filter_map(|c| match c {
-            LayerCache::Sliding { window, .. } => Some(*window),
-            _ => None,
-        })
-        .collect();
-    let window = slides.iter().copied().min().unwrap_or(u64::MAX);
-    let sliding_active = n_slide > 0 && window < max_len;
-    let per_token_layer = layers
-        .iter()
-        .map(|c| token_bytes(c, kv, k.tp))
-        .max()
-        .unwrap_or(0);
-    let page = block * per_token_layer;
-    let kinds: Vec<u64> = [n_full, n_slide].into_iter().filter(|&n| n > 0).collect();
-    let group_size = kinds.iter().copied().min().unwrap_or(1).max(1);
-    let groups: u64 = kinds
-        .iter()
-        .map(|n| n.div_ceil(group_size))
-        .sum::<u64>()
-        .max(1);
+    let layout = vllm_layout(&layers, k, gpu, max_len, mnbt);
+    let page = layout.page;
+    let group_size = layout.layers_per_group;
+    let groups = layout.group_count().max(1);
     let num_blocks = if available > 0 && page > 0 {
-        (available as u64) / (page * group_size)
+        (available as u64) / page / group_size
     } else {
         0
     };
     let kv_bytes = num_blocks * page * group_size;
+    let block = layout.min_block();
     let tokens = num_blocks / groups * block;
-    // Blocks one request of `len` tokens needs, over every group.
+    // Blocks one request of `len` tokens needs over every group
+    // (`get_max_concurrency_for_kv_cache_config`).
     let blocks_for = |len: u64| -> u64 {
-        let full_groups = if sliding_active {
-            n_full.div_ceil(group_size)
-        } else {
-            groups
-        };
-        let mut b = full_groups * len.div_ceil(block);
-        if sliding_active {
-            let toks = (window - 1 + mnbt).min(len);
-            b += n_slide.div_ceil(group_size) * (toks.div_ceil(block) + 1);
-        }
-        b
+        layout
+            .groups
+            .iter()
+            .map(|g| g.groups * vllm_blocks(g, len, mnbt))
+            .sum()
+    };
+    // What `check_enough_kv_cache_memory` and `estimate_max_model_len` sum: every layer's
+    // `max_memory_usage_bytes`, padding layers apart.
+    let layer_bytes_for = |len: u64| -> u64 {
+        layout
+            .groups
+            .iter()
+            .map(|g| g.layers * vllm_blocks(g, len, mnbt) * page)
+            .sum()
     };
     let need = blocks_for(max_len);
     let max_concurrency = if k.vllm_v0 {
@@ -778,8 +988,8 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     } else {
         0.0
     };
-    // Largest length one request of which fits: blocks needed grow with the length.
-    let fits_len = |len: u64| blocks_for(len) <= num_blocks;
+    // Largest length one request of which fits: the bytes needed grow with the length.
+    let fits_len = |len: u64| available > 0 && layer_bytes_for(len) <= available as u64;
     let max_fit = if num_blocks == 0 || !fits_len(1) {
         0
     } else if fits_len(max_len) {
@@ -799,6 +1009,29 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let starts = available > 0 && max_fit >= max_len;
     let gib = |b: f64| b / GIB;
     let mut log = vec![format!("Model loading took {:.4} GiB", gib(weights as f64))];
+    if let Some(st) = layout.groups.iter().find(|g| g.kind == "state") {
+        let attn = layout.groups.iter().find(|g| g.kind != "state");
+        if let Some(a) = attn {
+            if k.block_size.is_none_or(|b| b < a.block_size) {
+                log.insert(
+                    0,
+                    format!(
+                        "Setting attention block size to {} tokens to ensure that attention page size is >= mamba page size.",
+                        a.block_size
+                    ),
+                );
+            }
+        }
+        if st.page_bytes > st.spec_page_bytes && st.spec_page_bytes > 0 {
+            log.insert(
+                1.min(log.len()),
+                format!(
+                    "Padding mamba page size by {:.2}% to ensure that mamba page size and attention page size are exactly equal.",
+                    100.0 * (st.page_bytes - st.spec_page_bytes) as f64 / st.spec_page_bytes as f64
+                ),
+            );
+        }
+    }
     if graphs_in_budget && graphs > 0 {
         log.push(format!(
             "Estimated CUDA graph memory: {:.2} GiB total (estimated)",
@@ -816,7 +1049,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             gib(available as f64)
         ));
         if !starts {
-            let needed = need * page * group_size;
+            let needed = layer_bytes_for(max_len);
             log.push(format!(
                 "ValueError: To serve at least one request with the models's max seq len ({max_len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). Based on the available memory, the estimated maximum model length is {max_fit}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
                 gib(needed as f64),
@@ -862,6 +1095,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         kv_cache_bytes: kv_bytes,
         kv_cache_tokens: tokens,
         kv_cache_blocks: num_blocks,
+        kv_groups: layout.groups,
         max_concurrency,
         max_model_len: max_len,
         max_num_seqs,
@@ -1008,6 +1242,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         kv_cache_bytes: kv_bytes,
         kv_cache_tokens: tokens,
         kv_cache_blocks: tokens / page_size,
+        kv_groups: sglang_kinds(&layers, kv, k, page_size, max_len),
         max_concurrency,
         max_model_len: max_len,
         max_num_seqs: gbs,
@@ -1025,6 +1260,61 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
         ],
     }
+}
+
+/// SGLang's token pool per layer kind: one cell per token of every attention and MLA layer
+/// (`MHATokenToKVPool` / `MLATokenToKVPool`), pages of `--page-size` tokens. Sliding layers are
+/// priced as full ones and state layers are outside the token pool (SGLang's `SWAKVPool` and
+/// `MambaPool` are not modelled; their layers are listed with their state's bytes).
+fn sglang_kinds(
+    layers: &[LayerCache],
+    kv: u64,
+    k: &Knobs,
+    page_size: u64,
+    len: u64,
+) -> Vec<KvGroup> {
+    let mut out: Vec<KvGroup> = Vec::new();
+    for c in layers {
+        let (kind, window) = match *c {
+            LayerCache::Full { .. } => ("full", None),
+            LayerCache::Sliding { window, .. } => ("sliding", Some(window)),
+            LayerCache::MlaLatent { .. } => ("mla", None),
+            LayerCache::State { .. } => ("state", None),
+        };
+        let page = if kind == "state" {
+            c.state_elements(k.tp) * k.dtype_bytes
+        } else {
+            page_size * token_bytes(c, kv, k.tp)
+        };
+        match out
+            .iter_mut()
+            .find(|g| g.kind == kind && g.window == window)
+        {
+            Some(g) => {
+                g.layers += 1;
+                g.layers_per_group += 1;
+            }
+            None => out.push(KvGroup {
+                kind,
+                layers: 1,
+                groups: 1,
+                layers_per_group: 1,
+                block_size: page_size,
+                page_bytes: page,
+                spec_page_bytes: page,
+                window,
+                blocks_per_request: 0,
+            }),
+        }
+    }
+    for g in &mut out {
+        g.blocks_per_request = if g.kind == "state" {
+            1
+        } else {
+            len.div_ceil(page_size)
+        };
+    }
+    out
 }
 
 /// `0.6.5`, `0.11` (no patch asked or pinned: `major.minor`).
@@ -1457,5 +1747,259 @@ mod tests {
         )
         .unwrap();
         assert_ne!(c5.memory_fraction, 0.85);
+    }
+
+    fn model(id: &str) -> Transformer {
+        match catalog::lookup(id).unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    }
+
+    fn kinds(c: &Capacity) -> Vec<(&'static str, u64, u64, u64, u64, u64)> {
+        c.kv_groups
+            .iter()
+            .map(|g| {
+                (
+                    g.kind,
+                    g.layers,
+                    g.groups,
+                    g.block_size,
+                    g.page_bytes,
+                    g.spec_page_bytes,
+                )
+            })
+            .collect()
+    }
+
+    /// The pool's blocks from what vLLM had available, by hand: `available // page // layers
+    /// per group` (`get_num_blocks`).
+    fn available(c: &Capacity) -> u64 {
+        c.budget_bytes - c.weights_bytes - c.activation_peak_bytes - c.non_torch_bytes
+    }
+
+    /// Qwen3-Next-80B (Gated DeltaNet hybrid, 12 full + 36 linear layers) by hand from
+    /// vLLM's source: the GDN state (`gated_delta_net_state_shape`) is conv `(3, 2·16·128 +
+    /// 32·128 = 8192)` plus temporal `(32, 128, 128)`, 548,864 bf16 elements = 1,097,728 B; one
+    /// token of attention is 2 × 2 kv heads × 256 × 2 B = 2048 B, so the attention block is
+    /// 16 × ⌈1,097,728 / 32,768⌉ = 544 tokens and the page 1,114,112 B, the state padded by
+    /// 1.49 %. Groups of 12 layers: 1 full + 3 state; tokens are `num_blocks // 4 × 544`; a
+    /// request of 32,768 tokens takes ⌈32768 / 544⌉ = 61 blocks plus one per state group.
+    #[test]
+    fn vllm_qwen3_next_gdn_hybrid_by_hand() {
+        let t = model("qwen3-next-80b-a3b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            tp: 4,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        // TP 4: attention max(1, 2 / 4) = 1 kv head: 1024 B a token; state conv (3, 2048),
+        // temporal (8, 128, 128): 137,216 elements = 274,432 B; block 16 × ⌈274432 / 16384⌉
+        // = 272 tokens, page 278,528 B.
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("state", 36, 3, 32768, 278_528, 274_432),
+                ("full", 12, 1, 272, 278_528, 278_528),
+            ]
+        );
+        assert_eq!(c.kv_cache_blocks, available(&c) / 278_528 / 12);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 4 * 272);
+        let need = 32768u64.div_ceil(272) + 3;
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+        assert!(c.log[0].contains("Setting attention block size to 272 tokens"));
+        assert!(
+            c.log[1].contains("Padding mamba page size by 1.49%"),
+            "{:?}",
+            c.log
+        );
+        // TP 1 as the docstring computes it.
+        let c1 = capacity(
+            &t,
+            vram_model::gpu::lookup("h200").unwrap(),
+            Engine::Vllm,
+            &Knobs { tp: 1, ..k },
+        )
+        .unwrap();
+        assert_eq!(
+            kinds(&c1),
+            vec![
+                ("state", 36, 3, 32768, 1_114_112, 1_097_728),
+                ("full", 12, 1, 544, 1_114_112, 1_114_112),
+            ]
+        );
+        assert_eq!(c1.kv_cache_tokens, c1.kv_cache_blocks / 4 * 544);
+        assert_eq!(c1.kv_groups[1].blocks_per_request, 61);
+    }
+
+    /// Nemotron-H-56B (Mamba2 hybrid: 10 attention and 54 Mamba2 layers of 118) by hand:
+    /// `mamba2_state_shape` conv `(3, 256·64 + 2·8·256 = 20480)`, temporal `(256, 64, 256)`:
+    /// 4,255,744 elements = 8,511,488 B; attention 2 × 8 × 128 × 2 = 4096 B a token, block
+    /// 16 × ⌈8,511,488 / 65,536⌉ = 2080, page 8,519,680 B. Groups of 10: 1 attention + 6 state
+    /// (60 slots for 54 layers).
+    #[test]
+    fn vllm_nemotron_h_mamba2_hybrid_by_hand() {
+        let t = model("nemotron-h-56b");
+        let gpu = vram_model::gpu::lookup("h200").unwrap();
+        let k = Knobs {
+            max_model_len: Some(8192),
+            tp: 2,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        // TP 2: groups 8 divide; conv (3, 10240), temporal (128, 64, 256): 2,127,872 elements,
+        // 4,255,744 B; attention 4 heads: 2048 B a token; block 16 × ⌈4,255,744 / 32,768⌉ =
+        // 16 × 130 = 2080; page 4,259,840 B.
+        let attn = c.kv_groups.iter().find(|g| g.kind == "full").unwrap();
+        let state = c.kv_groups.iter().find(|g| g.kind == "state").unwrap();
+        assert_eq!((attn.layers, attn.groups, attn.block_size), (10, 1, 2080));
+        assert_eq!((state.layers, state.groups), (54, 6));
+        assert_eq!(state.spec_page_bytes, 4_255_744);
+        assert_eq!(state.page_bytes, 4_259_840);
+        assert_eq!(c.kv_cache_blocks, available(&c) / 4_259_840 / 10);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 7 * 2080);
+        let need = 8192u64.div_ceil(2080) + 6;
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+        // TP 16 does not divide the 8 groups: vLLM replicates them to 16.
+        let st = LayerCache::State {
+            conv_dim: 256 * 64,
+            groups: 8,
+            group_dim: 512,
+            conv_kernel: 4,
+            heads: 256,
+            head_state: 64 * 256,
+        };
+        assert_eq!(
+            st.state_elements(16),
+            (16384 + 16 * 512) / 16 * 3 + 16 * 64 * 256
+        );
+        assert_eq!(st.state_elements(1), 20480 * 3 + 256 * 64 * 256);
+    }
+
+    /// gpt-oss-20b: 12 sliding (window 128) and 12 full layers, 8 kv heads × 64: page 16 ×
+    /// 2 × 8 × 64 × 2 = 32,768 B, two groups of 12; a request of 8192 tokens with 8192 batched
+    /// tokens takes 512 blocks in the full group and ⌈min(127 + 8192, 8192) / 16⌉ + 1 = 513 in
+    /// the sliding one; at 131,072 tokens the sliding group's share stays 521.
+    #[test]
+    fn vllm_gpt_oss_sliding_and_full_by_hand() {
+        let t = model("gpt-oss-20b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(131072),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("sliding", 12, 1, 16, 32768, 32768),
+                ("full", 12, 1, 16, 32768, 32768)
+            ]
+        );
+        assert_eq!(c.kv_groups[0].window, Some(128));
+        assert_eq!(c.kv_groups[0].blocks_per_request, 521);
+        assert_eq!(c.kv_groups[1].blocks_per_request, 8192);
+        assert_eq!(c.kv_cache_blocks, available(&c) / 32768 / 12);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 2 * 16);
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / (8192.0 + 521.0)).abs() < 1e-9);
+    }
+
+    /// Gemma 3 1B: 26 layers, every sixth full (4) and 22 sliding (window 512), 1 kv head ×
+    /// 256: page 16 × 2 × 256 × 2 = 16,384 B; groups of 4: 1 full + 6 sliding (2 padding
+    /// slots); tokens `num_blocks // 7 × 16`. A window of at least `max_model_len` is full
+    /// attention: one group of 26.
+    #[test]
+    fn vllm_gemma3_sliding_groups_by_hand() {
+        let t = model("gemma-3-1b");
+        let gpu = vram_model::gpu::lookup("l4").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("sliding", 22, 6, 16, 16384, 16384),
+                ("full", 4, 1, 16, 16384, 16384)
+            ]
+        );
+        assert_eq!(c.kv_cache_blocks, available(&c) / 16384 / 4);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 7 * 16);
+        // L4 (< 70 GiB): 2048 batched tokens; sliding ⌈min(511 + 2048, 32768) / 16⌉ + 1 = 161.
+        let need = 2048 + 6 * 161;
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+        let short = capacity(
+            &t,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                max_model_len: Some(512),
+                ..k
+            },
+        )
+        .unwrap();
+        assert_eq!(kinds(&short), vec![("full", 26, 1, 16, 16384, 16384)]);
+    }
+
+    /// DeepSeek-V3 (MLA, 61 layers): one latent of 512 + 64 per token, one head whatever the
+    /// TP; FlashMLA's 64-token blocks on Hopper (73,728 B a page), 16 on Ampere (18,432 B).
+    #[test]
+    fn vllm_deepseek_v3_mla_pages_by_hand() {
+        let t = model("deepseek-v3");
+        let h200 = vram_model::gpu::lookup("h200").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            tp: 8,
+            quantization: Quantization::Fp8,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, h200, Engine::Vllm, &k).unwrap();
+        assert_eq!(kinds(&c), vec![("mla", 61, 1, 64, 73_728, 73_728)]);
+        assert_eq!(c.kv_cache_blocks, available(&c) / 73_728 / 61);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks * 64);
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / 512.0).abs() < 1e-9);
+        let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+        let c = capacity(&t, a100, Engine::Vllm, &k).unwrap();
+        assert_eq!(kinds(&c), vec![("mla", 61, 1, 16, 18_432, 18_432)]);
+    }
+
+    /// Qwen3.5-27B (48 GDN + 16 full layers, 4 kv heads × 256, GDN 16 key and 48 value heads):
+    /// state conv (3, 2·16·128 + 48·128 = 10240), temporal (48, 128, 128): 817,152 elements,
+    /// 1,634,304 B; attention 4096 B a token; block 16 × ⌈1,634,304 / 65,536⌉ = 400; page
+    /// 1,638,400 B. Groups of 16: 1 full + 3 state.
+    #[test]
+    fn vllm_qwen3_5_gdn_hybrid_by_hand() {
+        let t = model("qwen3.5-27b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(16384),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("state", 48, 3, 16384, 1_638_400, 1_634_304),
+                ("full", 16, 1, 400, 1_638_400, 1_638_400)
+            ]
+        );
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 4 * 400);
+        // A --block-size above the aligned one is kept, the state padded to it.
+        let c = capacity(
+            &t,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                block_size: Some(512),
+                ..k
+            },
+        )
+        .unwrap();
+        assert_eq!(c.kv_groups[1].block_size, 512);
+        assert_eq!(c.kv_groups[0].page_bytes, 512 * 4096);
+        assert!(!c.log[0].contains("Setting attention block size"));
     }
 }
