@@ -202,6 +202,7 @@ fn knobs(a: &CapacityArgs, engine: Engine) -> Result<Knobs> {
         max_total_tokens: a.max_total_tokens,
         chunked_prefill_size: a.chunked_prefill_size,
         cuda_graph_max_bs: a.cuda_graph_max_bs,
+        mamba_ssm_bytes: None,
         vllm_v0: engine == Engine::Vllm
             && a.engine_version.as_deref().is_some_and(|v| {
                 ["0.5", "0.6", "0.7"]
@@ -251,7 +252,12 @@ pub fn compute(a: &CapacityArgs) -> Result<Answer> {
             a.model
         ));
     };
-    let k = knobs(a, engine)?;
+    let mut k = knobs(a, engine)?;
+    // vLLM keeps a hybrid model's recurrent state in the config's `mamba_ssm_dtype`.
+    k.mamba_ssm_bytes = resolved
+        .config
+        .as_deref()
+        .and_then(capacity::config_mamba_ssm_bytes);
     let c = capacity::capacity(t, g, engine, &k)?;
     let fix = if c.starts {
         None
@@ -350,6 +356,25 @@ pub fn run(a: &CapacityArgs) -> Result<()> {
         fmt::bytes(c.kv_cache_bytes),
         fmt::thousands(c.kv_cache_tokens)
     )?;
+    // Models with more than one kind of layer cache: the pool per kind.
+    if c.kv_groups.len() > 1 {
+        for g in &c.kv_groups {
+            writeln!(
+                out,
+                "  {:<26} {:>12}   a page; {} layers in {} group(s) of {}, {}",
+                g.kind,
+                fmt::bytes(g.page_bytes),
+                g.layers,
+                g.groups,
+                g.layers_per_group,
+                if g.kind == "state" {
+                    "one block a request".to_string()
+                } else {
+                    format!("{}-token blocks", g.block_size)
+                }
+            )?;
+        }
+    }
     writeln!(
         out,
         "{:<28} {:>12}   ({})",

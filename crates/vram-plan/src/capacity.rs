@@ -182,10 +182,10 @@ pub enum LayerCache {
 }
 
 impl LayerCache {
-    /// Elements of one request's state on one GPU of a `tp`-way job (vLLM's
-    /// `mamba2_state_shape` / `gated_delta_net_state_shape`: conv `(conv_dim / tp, k − 1)`,
-    /// temporal `(heads / tp, …)`); 0 for attention layers.
-    pub fn state_elements(&self, tp: u64) -> u64 {
+    /// Elements of one request's convolution and recurrent states on one GPU of a `tp`-way job
+    /// (vLLM's `mamba2_state_shape` / `gated_delta_net_state_shape`: conv `(conv_dim / tp,
+    /// k − 1)`, temporal `(heads / tp, …)`); `(0, 0)` for attention layers.
+    pub fn state_elements(&self, tp: u64) -> (u64, u64) {
         match *self {
             LayerCache::State {
                 conv_dim,
@@ -202,10 +202,38 @@ impl LayerCache {
                     groups
                 };
                 let conv = (conv_dim + groups * group_dim).div_ceil(tp);
-                conv * conv_kernel.saturating_sub(1) + heads.div_ceil(tp) * head_state
+                (
+                    conv * conv_kernel.saturating_sub(1),
+                    heads.div_ceil(tp) * head_state,
+                )
             }
-            _ => 0,
+            _ => (0, 0),
         }
+    }
+
+    /// Bytes of one request's state on one GPU (`MambaSpec.page_size_bytes`): the convolution
+    /// state in the model dtype (`--mamba-cache-dtype auto`), the recurrent one in
+    /// [`Knobs::mamba_ssm_bytes`] or the model dtype.
+    pub fn state_bytes(&self, k: &Knobs) -> u64 {
+        let (conv, ssm) = self.state_elements(k.tp);
+        conv * k.dtype_bytes + ssm * k.mamba_ssm_bytes.unwrap_or(k.dtype_bytes)
+    }
+}
+
+/// Bytes of the recurrent-state dtype a model's `config.json` names (`mamba_ssm_dtype`, at the
+/// top or in `text_config`: Qwen3.5 ships `float32`); `None` when it names none. vLLM copies it
+/// into `mamba_ssm_cache_dtype` (`vllm/model_executor/models/config.py`
+/// `Qwen3_5ForConditionalGenerationConfig`) before the hybrid page alignment.
+pub fn config_mamba_ssm_bytes(config_json: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(config_json).ok()?;
+    let d = v
+        .get("mamba_ssm_dtype")
+        .or_else(|| v.get("text_config")?.get("mamba_ssm_dtype"))?
+        .as_str()?;
+    match d {
+        "float32" | "fp32" => Some(4),
+        "bfloat16" | "float16" | "bf16" | "fp16" => Some(2),
+        _ => None,
     }
 }
 
@@ -303,6 +331,29 @@ impl VllmLayout {
     fn min_block(&self) -> u64 {
         self.groups.iter().map(|g| g.block_size).min().unwrap_or(16)
     }
+
+    /// The pool vLLM builds from `available` bytes: `num_blocks = available // page // layers
+    /// per group` (`get_num_blocks`), the logged tokens `num_blocks // groups × min block size`
+    /// (`_report_kv_cache_config`, to 0.20 at least; 0.24 logs `int(concurrency ×
+    /// max_model_len)` instead), and the concurrency at `len`: `num_blocks` over the blocks one
+    /// request takes in every group (`get_max_concurrency_for_kv_cache_config`).
+    fn pool(&self, available: u64, len: u64, mnbt: u64) -> (u64, u64, f64) {
+        let num_blocks = available
+            .checked_div(self.page)
+            .map_or(0, |b| b / self.layers_per_group.max(1));
+        let tokens = num_blocks / self.group_count().max(1) * self.min_block();
+        let need: u64 = self
+            .groups
+            .iter()
+            .map(|g| g.groups * vllm_blocks(g, len, mnbt))
+            .sum();
+        let concurrency = if need > 0 {
+            num_blocks as f64 / need as f64
+        } else {
+            0.0
+        };
+        (num_blocks, tokens, concurrency)
+    }
 }
 
 /// Blocks one layer of spec `g` holds for a request of `len` tokens (`max_memory_usage_bytes`
@@ -352,11 +403,7 @@ fn vllm_layout(layers: &[LayerCache], k: &Knobs, gpu: &Gpu, max_len: u64, mnbt: 
             _ => {}
         }
     }
-    let state_page = layers
-        .iter()
-        .map(|c| c.state_elements(tp) * k.dtype_bytes)
-        .max()
-        .unwrap_or(0);
+    let state_page = layers.iter().map(|c| c.state_bytes(k)).max().unwrap_or(0);
     // The attention page of one token the alignment uses: the model's own kv heads and head
     // size (`FullAttentionSpec(block_size=1, ...)`), i.e. the first attention layer's.
     let attn_token = layers
@@ -372,7 +419,8 @@ fn vllm_layout(layers: &[LayerCache], k: &Knobs, gpu: &Gpu, max_len: u64, mnbt: 
     }
     let attn_page = block * attn_token;
     // (kind, window, per-token bytes or state bytes) of each layer, in order.
-    let spec = |c: &LayerCache| -> (&'static str, Option<u64>, u64) {
+    type Spec = (&'static str, Option<u64>, u64);
+    let spec = |c: &LayerCache| -> Spec {
         match *c {
             LayerCache::Full { .. } => ("full", None, block * token_bytes(c, kv, tp)),
             LayerCache::Sliding { window, .. } if window < max_len => {
@@ -380,11 +428,11 @@ fn vllm_layout(layers: &[LayerCache], k: &Knobs, gpu: &Gpu, max_len: u64, mnbt: 
             }
             LayerCache::Sliding { .. } => ("full", None, block * token_bytes(c, kv, tp)),
             LayerCache::MlaLatent { .. } => ("mla", None, block * token_bytes(c, kv, tp)),
-            LayerCache::State { .. } => ("state", None, c.state_elements(tp) * k.dtype_bytes),
+            LayerCache::State { .. } => ("state", None, c.state_bytes(k)),
         }
     };
     // Types in first-seen order with their layer counts.
-    let mut types: Vec<((&'static str, Option<u64>, u64), u64)> = Vec::new();
+    let mut types: Vec<(Spec, u64)> = Vec::new();
     for c in layers {
         let s = spec(c);
         match types.iter_mut().find(|(t, _)| *t == s) {
@@ -525,6 +573,10 @@ pub struct Knobs {
     /// `max(max_model_len, 2048)` tokens; `max_num_seqs` 256; the concurrency logged is the
     /// pool's tokens over `max_model_len`.
     pub vllm_v0: bool,
+    /// Bytes of a Mamba2 / Gated DeltaNet recurrent-state element (vLLM
+    /// `--mamba-ssm-cache-dtype`); `None`: the model dtype. The CLI sets it from the config's
+    /// `mamba_ssm_dtype` ([`config_mamba_ssm_bytes`]) as vLLM does.
+    pub mamba_ssm_bytes: Option<u64>,
     /// `--engine-version` as numbers (`None`: the pinned version). What depends on it: SGLang
     /// 0.4's `mem_fraction_static` by TP size and its chunked-prefill and CUDA-graph defaults
     /// (`server_args.py` `__post_init__`), and which engine (`vllm_v0`) vLLM runs.
@@ -550,6 +602,7 @@ impl Default for Knobs {
             chunked_prefill_size: None,
             cuda_graph_max_bs: None,
             vllm_v0: false,
+            mamba_ssm_bytes: None,
             engine_version: None,
         }
     }
@@ -953,24 +1006,8 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let layout = vllm_layout(&layers, k, gpu, max_len, mnbt);
     let page = layout.page;
     let group_size = layout.layers_per_group;
-    let groups = layout.group_count().max(1);
-    let num_blocks = if available > 0 && page > 0 {
-        (available as u64) / page / group_size
-    } else {
-        0
-    };
+    let (num_blocks, tokens, v1_concurrency) = layout.pool(available.max(0) as u64, max_len, mnbt);
     let kv_bytes = num_blocks * page * group_size;
-    let block = layout.min_block();
-    let tokens = num_blocks / groups * block;
-    // Blocks one request of `len` tokens needs over every group
-    // (`get_max_concurrency_for_kv_cache_config`).
-    let blocks_for = |len: u64| -> u64 {
-        layout
-            .groups
-            .iter()
-            .map(|g| g.groups * vllm_blocks(g, len, mnbt))
-            .sum()
-    };
     // What `check_enough_kv_cache_memory` and `estimate_max_model_len` sum: every layer's
     // `max_memory_usage_bytes`, padding layers apart.
     let layer_bytes_for = |len: u64| -> u64 {
@@ -980,13 +1017,10 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             .map(|g| g.layers * vllm_blocks(g, len, mnbt) * page)
             .sum()
     };
-    let need = blocks_for(max_len);
     let max_concurrency = if k.vllm_v0 {
         tokens as f64 / max_len as f64
-    } else if need > 0 {
-        num_blocks as f64 / need as f64
     } else {
-        0.0
+        v1_concurrency
     };
     // Largest length one request of which fits: the bytes needed grow with the length.
     let fits_len = |len: u64| available > 0 && layer_bytes_for(len) <= available as u64;
@@ -1081,6 +1115,14 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 .into(),
         );
     }
+    let mut assumes = vec![if k.vllm_v0 {
+        "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults)"
+    } else {
+        "vLLM V1 0.8-0.20 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`)"
+    }];
+    if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
+        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers, vision encoders and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled");
+    }
     Capacity {
         engine: Engine::Vllm,
         engine_version: version_label(Engine::Vllm, k),
@@ -1103,12 +1145,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         starts,
         max_model_len_that_fits: max_fit,
         log,
-        assumes: vec![
-            if k.vllm_v0 {
-                "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults)"
-            } else {
-                "vLLM V1 0.8-0.20 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`)"
-            },
+        assumes: assumes.into_iter().chain([
             "the device total is the GPU catalog's memory (torch.cuda.mem_get_info's total; nvidia-smi's figure where no other is known)",
             if compiled {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
@@ -1123,7 +1160,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             } else {
                 "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)"
             },
-        ],
+        ]).collect(),
     }
 }
 
@@ -1258,7 +1295,15 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             },
             "free memory before loading: the device total less the CUDA context (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
-        ],
+        ]
+        .into_iter()
+        .chain(
+            layers
+                .iter()
+                .any(|c| matches!(c, LayerCache::Sliding { .. } | LayerCache::State { .. }))
+                .then_some("SGLang's hybrid pools are not modelled: sliding-window layers are priced as full ones (SWAKVPool, swa_full_tokens_ratio) and Mamba/Gated DeltaNet states are left out of the token pool (MambaPool, mamba_full_memory_ratio)"),
+        )
+        .collect(),
     }
 }
 
@@ -1282,7 +1327,7 @@ fn sglang_kinds(
             LayerCache::State { .. } => ("state", None),
         };
         let page = if kind == "state" {
-            c.state_elements(k.tp) * k.dtype_bytes
+            c.state_bytes(k)
         } else {
             page_size * token_bytes(c, kv, k.tp)
         };
@@ -1600,6 +1645,16 @@ mod tests {
         let cell = 32 * 8 * 256 * 2;
         assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
         assert!(c.starts);
+        // One token pool of 32 full layers, pages of one token (8 heads × 256 × 2 B).
+        assert_eq!(c.kv_groups.len(), 1);
+        assert_eq!(
+            (
+                c.kv_groups[0].kind,
+                c.kv_groups[0].layers,
+                c.kv_groups[0].page_bytes
+            ),
+            ("full", 32, 8 * 256 * 2)
+        );
     }
 
     fn qwq32b() -> Transformer {
@@ -1873,9 +1928,9 @@ mod tests {
         };
         assert_eq!(
             st.state_elements(16),
-            (16384 + 16 * 512) / 16 * 3 + 16 * 64 * 256
+            ((16384 + 16 * 512) / 16 * 3, 16 * 64 * 256)
         );
-        assert_eq!(st.state_elements(1), 20480 * 3 + 256 * 64 * 256);
+        assert_eq!(st.state_elements(1), (20480 * 3, 256 * 64 * 256));
     }
 
     /// gpt-oss-20b: 12 sliding (window 128) and 12 full layers, 8 kv heads × 64: page 16 ×
@@ -1964,6 +2019,55 @@ mod tests {
         let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
         let c = capacity(&t, a100, Engine::Vllm, &k).unwrap();
         assert_eq!(kinds(&c), vec![("mla", 61, 1, 16, 18_432, 18_432)]);
+    }
+
+    /// Qwen3.5's config ships `mamba_ssm_dtype: float32`; vLLM keeps the recurrent state in it:
+    /// conv 10240 × 3 × 2 + 48 × 128 × 128 × 4 = 3,207,168 B; block 16 × ⌈3,207,168 / 65,536⌉
+    /// = 784 tokens, page 3,211,264 B. vllm#40691 (vLLM 0.19.0, `--max-model-len 32768`,
+    /// `--max-num-batched-token 16384`) logged "GPU KV cache size: 290,864 tokens" and
+    /// "Maximum concurrency for 32,768 tokens per request: 33.04x": both follow from this layout
+    /// with 1487 blocks (1487 // 4 × 784 and 1487 / (42 + 3)), and from no other block size.
+    #[test]
+    fn vllm_qwen3_5_fp32_state_matches_a_real_log() {
+        let t = model("qwen3.5-27b");
+        let cfg = catalog::config_text("qwen3.5-27b").unwrap();
+        assert_eq!(config_mamba_ssm_bytes(cfg), Some(4));
+        assert_eq!(config_mamba_ssm_bytes(r#"{"model_type": "llama"}"#), None);
+        let gpu = vram_model::gpu::lookup("h20-141g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            max_num_seqs: Some(16),
+            max_num_batched_tokens: Some(16384),
+            mamba_ssm_bytes: Some(4),
+            engine_version: Some([0, 19, 0]),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("state", 48, 3, 32768, 3_211_264, 3_207_168),
+                ("full", 16, 1, 784, 3_211_264, 3_211_264)
+            ]
+        );
+        let layers = stage_layers(&t, 1);
+        let layout = vllm_layout(&layers, &k, gpu, 32768, 16384);
+        let (blocks, tokens, conc) = layout.pool(1487 * 3_211_264 * 16, 32768, 16384);
+        assert_eq!((blocks, tokens), (1487, 290_864));
+        assert_eq!(format!("{conc:.2}"), "33.04");
+        // In bf16 (no config dtype) the block would be 400 tokens and the log impossible.
+        let bf16 = vllm_layout(
+            &layers,
+            &Knobs {
+                mamba_ssm_bytes: None,
+                ..k
+            },
+            gpu,
+            32768,
+            16384,
+        );
+        assert_eq!(bf16.min_block(), 400);
+        assert_ne!(290_864 % 400, 0);
     }
 
     /// Qwen3.5-27B (48 GDN + 16 full layers, 4 kv heads × 256, GDN 16 key and 48 value heads):
