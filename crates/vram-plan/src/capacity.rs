@@ -10,17 +10,17 @@
 //!   run + non-torch increase)`, measured from a snapshot taken after the CUDA context exists
 //!   (so the context is outside the budget's terms but inside `total`). CUDA graphs are
 //!   captured after the KV cache is allocated (`compile_or_warm_up_model`) and so are not
-//!   subtracted: they come on top of the budget. `vllm/v1/core/kv_cache_utils.py`: the page of
-//!   one block of one layer is `block_size × 2 × kv_heads × head_size × dtype` for full and
-//!   sliding attention (`AttentionSpec.page_size_bytes`), `block_size × (kv_lora_rank +
-//!   qk_rope_head_dim) × dtype` for MLA (`MLAAttentionSpec`, one latent, not split by TP), one
-//!   state per request for Mamba-style layers; layers of each kind are grouped in groups of the
-//!   smallest kind's layer count, `num_blocks = available // (page × layers per group)`, the
-//!   logged token count is `num_blocks // groups × block_size`, and the concurrency at
-//!   `max_model_len` is `num_blocks` over the blocks one request needs (full layers
-//!   `⌈max_model_len / block⌉`, sliding layers `⌈min(window − 1 + max_num_batched_tokens,
-//!   max_model_len) / block⌉ + 1`). `check_enough_kv_cache_memory` refuses to start when one
-//!   request of `max_model_len` does not fit, and names the largest length that would.
+//!   subtracted: they come on top of the budget. The KV cache's layout per layer kind (full,
+//!   sliding, MLA latent, Mamba2 / Gated DeltaNet state, hybrid models' shared pages) is
+//!   `vllm_layout` (`vllm/v1/kv_cache_interface.py` page sizes, `vllm/v1/core/kv_cache_utils.py`
+//!   grouping, `vllm/model_executor/models/config.py` hybrid block alignment; reported as
+//!   [`Capacity::kv_groups`]): `num_blocks = available // page // layers per group`, the
+//!   logged token count is `num_blocks // groups × smallest block size`, and the concurrency at
+//!   `max_model_len` is `num_blocks` over the blocks one request needs in every group (full
+//!   and MLA `⌈max_model_len / block⌉`, sliding `⌈min(window − 1 + max_num_batched_tokens,
+//!   max_model_len) / block⌉ + 1`, a state one). `check_enough_kv_cache_memory` refuses to
+//!   start when one request of `max_model_len` does not fit (every layer's blocks times the
+//!   page), and names the largest length that would.
 //!   `vllm/engine/arg_utils.py` `_set_default_args`: `vllm serve` defaults to
 //!   `max_num_batched_tokens` 8192 and `max_num_seqs` 1024 on GPUs of at least 70 GiB other than
 //!   the A100, else 2048 and 256. The profile run (`GPUModelRunner.profile_run`) is a forward of
@@ -41,7 +41,8 @@
 //!   mem_fraction_static)` and `max_total_num_tokens = rest // cell_size`, `cell_size = kv_heads
 //!   × (head_dim + v_head_dim) × layers × dtype` (MLA: `(kv_lora_rank + qk_rope_head_dim) ×
 //!   layers × dtype`); zero or less is "Not enough memory. Please try to increase
-//!   --mem-fraction-static."
+//!   --mem-fraction-static." Its hybrid pools (`SWAKVPool`, `MambaPool`) are not modelled:
+//!   sliding layers are priced as full ones and state layers are left out of the cell.
 //! - **SGLang 0.4** (`ServerArgs.__post_init__`): `mem_fraction_static` 0.88/0.87/0.85/0.81/0.79
 //!   by TP size (1, 2, 4, 8, 16), chunked prefill 2048 and CUDA graphs up to 8 (TP < 4) or 80
 //!   below 25,000 MiB, else 8192 and 160; `profile_max_num_token` as in 0.5.
@@ -50,7 +51,7 @@
 //! `forward_peak` and `sampler_peak`), for the Llama-style decoder layer whatever the model.
 //! What is estimated rather than read: CUDA-graph memory, the memory outside PyTorch, and
 //! SGLang's distributed-init memory on GPUs other than the one measured (each named in
-//! [`Capacity::assumes`]). Checked against ten real logs by `crates/vram-cli/tests/capacity.rs`.
+//! [`Capacity::assumes`]). Checked against eleven real logs by `crates/vram-cli/tests/capacity.rs`.
 
 use serde::Serialize;
 use vram_model::arch::{Mlp, Transformer};
