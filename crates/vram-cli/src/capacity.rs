@@ -367,7 +367,9 @@ pub fn run(a: &CapacityArgs) -> Result<()> {
                 g.layers,
                 g.groups,
                 g.layers_per_group,
-                if g.kind == "state" {
+                if let Some(n) = g.state_slots {
+                    format!("{} request slots", fmt::thousands(n))
+                } else if g.kind == "state" {
                     "one block a request".to_string()
                 } else {
                     format!("{}-token blocks", g.block_size)

@@ -41,8 +41,9 @@
 //!   mem_fraction_static)` and `max_total_num_tokens = rest // cell_size`, `cell_size = kv_heads
 //!   × (head_dim + v_head_dim) × layers × dtype` (MLA: `(kv_lora_rank + qk_rope_head_dim) ×
 //!   layers × dtype`); zero or less is "Not enough memory. Please try to increase
-//!   --mem-fraction-static." Its hybrid pools (`SWAKVPool`, `MambaPool`) are not modelled:
-//!   sliding layers are priced as full ones and state layers are left out of the cell.
+//!   --mem-fraction-static." A Mamba2 / Gated DeltaNet model's states take `rest × 0.9 / 1.9`
+//!   first (`MambaPool`, `--mamba-full-memory-ratio`, [`KvGroup::state_slots`]); the
+//!   sliding-window pool (`SWAKVPool`) is not modelled: sliding layers are priced as full ones.
 //! - **SGLang 0.4** (`ServerArgs.__post_init__`): `mem_fraction_static` 0.88/0.87/0.85/0.81/0.79
 //!   by TP size (1, 2, 4, 8, 16), chunked prefill 2048 and CUDA graphs up to 8 (TP < 4) or 80
 //!   below 25,000 MiB, else 8192 and 160; `profile_max_num_token` as in 0.5.
@@ -67,6 +68,10 @@ const MIB: u64 = 1 << 20;
 /// all-reduce off on PCIe; didier-durand/llms-in-clouds docs/sglang.md). One measurement, used for
 /// every GPU (estimated elsewhere).
 const SGLANG_DISTRIBUTED_INIT_BYTES: u64 = 133 * MIB;
+
+/// SGLang's `--mamba-full-memory-ratio` default (`server_args.py`): the Mamba state pool's share
+/// of the KV memory against the token pool's.
+const SGLANG_MAMBA_FULL_MEMORY_RATIO: f64 = 0.9;
 
 /// The serving engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -313,6 +318,9 @@ pub struct KvGroup {
     pub window: Option<u64>,
     /// Blocks one request of `max_model_len` tokens takes in each group of this kind.
     pub blocks_per_request: u64,
+    /// SGLang's state pool: the requests its `MambaPool` holds (`max_mamba_cache_size`);
+    /// `None` elsewhere (vLLM's states share the block pool).
+    pub state_slots: Option<u64>,
 }
 
 /// vLLM V1's KV-cache layout of one GPU's layers: the groups, their one page size, the layers
@@ -481,6 +489,7 @@ fn vllm_layout(layers: &[LayerCache], k: &Knobs, gpu: &Gpu, max_len: u64, mnbt: 
                 spec_page_bytes: p,
                 window,
                 blocks_per_request: 0,
+                state_slots: None,
             };
             g.blocks_per_request = vllm_blocks(&g, max_len, mnbt);
             g
@@ -1227,6 +1236,25 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let post = pre - weights as f64 / GIB;
     let rest = post - pre * (1.0 - mfs);
     let layers = stage_layers(t, k.pp);
+    // Mamba2 / Gated DeltaNet states (`MambaPool`, `model_runner` `_handle_max_mamba_cache`,
+    // read at a 2026 snapshot): without `--max-mamba-cache-size` or speculative decoding the
+    // state pool takes `rest × r / (1 + r)` (`--mamba-full-memory-ratio` r = 0.9) in whole
+    // requests of `mamba_cache_per_req` bytes, and the token pool what is left. The states'
+    // shapes are vLLM's; conv in bf16 (`CONV_DTYPE`), recurrent state in `--mamba-ssm-dtype`
+    // (float32 unless the knob says otherwise).
+    let state_knobs = Knobs {
+        dtype_bytes: 2,
+        mamba_ssm_bytes: Some(k.mamba_ssm_bytes.unwrap_or(4)),
+        ..*k
+    };
+    let per_req: u64 = layers.iter().map(|c| c.state_bytes(&state_knobs)).sum();
+    let (rest, mamba_slots) = if per_req > 0 && rest > 0.0 {
+        let budget = rest * SGLANG_MAMBA_FULL_MEMORY_RATIO / (1.0 + SGLANG_MAMBA_FULL_MEMORY_RATIO);
+        let n = (budget * GIB / per_req as f64) as u64;
+        (rest - (n * per_req) as f64 / GIB, Some(n))
+    } else {
+        (rest, None)
+    };
     let cell: u64 = layers.iter().map(|c| token_bytes(c, kv, k.tp)).sum();
     let mut tokens = if rest > 0.0 && cell > 0 {
         (rest * GIB / cell as f64) as u64
@@ -1240,7 +1268,9 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let kv_bytes = tokens * cell;
     let starts = tokens > 0;
     let max_fit = tokens.min(max_len);
-    let max_concurrency = tokens as f64 / max_len as f64;
+    // A hybrid model's requests also each hold one state slot.
+    let max_concurrency =
+        (tokens as f64 / max_len as f64).min(mamba_slots.map_or(f64::INFINITY, |n| n as f64));
     let activation = forward_peak(t, cps, k, false);
     let graphs = if k.enforce_eager {
         0
@@ -1280,7 +1310,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         kv_cache_bytes: kv_bytes,
         kv_cache_tokens: tokens,
         kv_cache_blocks: tokens / page_size,
-        kv_groups: sglang_kinds(&layers, kv, k, page_size, max_len),
+        kv_groups: sglang_kinds(&layers, kv, &state_knobs, page_size, max_len, mamba_slots),
         max_concurrency,
         max_model_len: max_len,
         max_num_seqs: gbs,
@@ -1301,9 +1331,10 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         .chain(
             layers
                 .iter()
-                .any(|c| matches!(c, LayerCache::Sliding { .. } | LayerCache::State { .. }))
-                .then_some("SGLang's hybrid pools are not modelled: sliding-window layers are priced as full ones (SWAKVPool, swa_full_tokens_ratio) and Mamba/Gated DeltaNet states are left out of the token pool (MambaPool, mamba_full_memory_ratio)"),
+                .any(|c| matches!(c, LayerCache::Sliding { .. }))
+                .then_some("SGLang's sliding-window pool (SWAKVPool, swa_full_tokens_ratio) is not modelled: sliding layers are priced as full ones"),
         )
+        .chain(mamba_slots.map(|_| "SGLang's Mamba/Gated DeltaNet state pool (model_runner._handle_max_mamba_cache, read at a 2026 snapshot): rest x 0.9 / 1.9 in whole requests of conv (bf16) + recurrent (float32) state, the token pool the remainder; no speculative decoding"))
         .collect(),
     }
 }
@@ -1318,6 +1349,7 @@ fn sglang_kinds(
     k: &Knobs,
     page_size: u64,
     len: u64,
+    mamba_slots: Option<u64>,
 ) -> Vec<KvGroup> {
     let mut out: Vec<KvGroup> = Vec::new();
     for c in layers {
@@ -1350,11 +1382,13 @@ fn sglang_kinds(
                 spec_page_bytes: page,
                 window,
                 blocks_per_request: 0,
+                state_slots: None,
             }),
         }
     }
     for g in &mut out {
         g.blocks_per_request = if g.kind == "state" {
+            g.state_slots = mamba_slots;
             1
         } else {
             len.div_ceil(page_size)
@@ -2020,6 +2054,43 @@ mod tests {
         let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
         let c = capacity(&t, a100, Engine::Vllm, &k).unwrap();
         assert_eq!(kinds(&c), vec![("mla", 61, 1, 16, 18_432, 18_432)]);
+    }
+
+    /// SGLang's state pool for Qwen3-Next at TP 4: per layer conv (2048 × 3) in bf16 and
+    /// temporal (8, 128, 128) in float32, 12,288 + 524,288 = 536,576 B, 36 layers a request;
+    /// the pool takes 0.9 / 1.9 of what is left, the token pool (12 full layers × 1 kv head ×
+    /// 2 × 256 × 2 B = 12,288 B a token) the rest; concurrency is capped by the slots too.
+    #[test]
+    fn sglang_mamba_pool_by_hand() {
+        let t = model("qwen3-next-80b-a3b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            tp: 4,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Sglang, &k).unwrap();
+        let state = c.kv_groups.iter().find(|g| g.kind == "state").unwrap();
+        assert_eq!((state.layers, state.page_bytes), (36, 536_576));
+        let slots = state.state_slots.unwrap();
+        let states = (slots * 36 * 536_576) as f64;
+        let cell = 12 * 2 * 256 * 2;
+        assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
+        // Whole requests: the state pool is at most one request short of its share.
+        let total = states + c.kv_cache_bytes as f64;
+        let share = states / total;
+        let one = (36 * 536_576) as f64 / total;
+        assert!(
+            share <= 0.9 / 1.9 && share > 0.9 / 1.9 - one - 1e-6,
+            "{share}"
+        );
+        assert!(
+            (c.max_concurrency - (c.kv_cache_tokens as f64 / 32768.0).min(slots as f64)).abs()
+                < 1e-9
+        );
+        // Without states (a Llama) there is no slot count.
+        let l = capacity(&llama3(), gpu, Engine::Sglang, &Knobs::default()).unwrap();
+        assert!(l.kv_groups.iter().all(|g| g.state_slots.is_none()));
     }
 
     /// Qwen3.5's config ships `mamba_ssm_dtype: float32`; vLLM keeps the recurrent state in it:
