@@ -42,8 +42,9 @@
 //!   × (head_dim + v_head_dim) × layers × dtype` (MLA: `(kv_lora_rank + qk_rope_head_dim) ×
 //!   layers × dtype`); zero or less is "Not enough memory. Please try to increase
 //!   --mem-fraction-static." A Mamba2 / Gated DeltaNet model's states take `rest × 0.9 / 1.9`
-//!   first (`MambaPool`, `--mamba-full-memory-ratio`, [`KvGroup::state_slots`]); the
-//!   sliding-window pool (`SWAKVPool`) is not modelled: sliding layers are priced as full ones.
+//!   first (`MambaPool`, `--mamba-full-memory-ratio`, [`KvGroup::state_slots`]); a model with
+//!   sliding layers shares the all-full token count out with `swa = 0.8 × full` (`SWAKVPool`,
+//!   `set_num_token_hybrid`).
 //! - **SGLang 0.4** (`ServerArgs.__post_init__`): `mem_fraction_static` 0.88/0.87/0.85/0.81/0.79
 //!   by TP size (1, 2, 4, 8, 16), chunked prefill 2048 and CUDA graphs up to 8 (TP < 4) or 80
 //!   below 25,000 MiB, else 8192 and 160; `profile_max_num_token` as in 0.5.
@@ -68,6 +69,10 @@ const MIB: u64 = 1 << 20;
 /// all-reduce off on PCIe; didier-durand/llms-in-clouds docs/sglang.md). One measurement, used for
 /// every GPU (estimated elsewhere).
 const SGLANG_DISTRIBUTED_INIT_BYTES: u64 = 133 * MIB;
+
+/// SGLang's `--swa-full-tokens-ratio` default (`server_args.py`): a sliding-window layer's
+/// tokens against a full layer's.
+const SGLANG_SWA_FULL_TOKENS_RATIO: f64 = 0.8;
 
 /// SGLang's `--mamba-full-memory-ratio` default (`server_args.py`): the Mamba state pool's share
 /// of the KV memory against the token pool's.
@@ -1265,7 +1270,40 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         tokens = tokens.min(m);
     }
     tokens = tokens / page_size * page_size;
-    let kv_bytes = tokens * cell;
+    let mut kv_bytes = tokens * cell;
+    // Sliding-window layers (`SWAKVPool`, `model_runner` `set_num_token_hybrid`): the tokens
+    // sized as if every attention layer were full are shared out so that
+    // `swa × swa_layers + full × full_layers = tokens × layers` with `swa = full ×
+    // --swa-full-tokens-ratio` (0.8), each rounded down to the page; the full layers' count is
+    // the pool's `max_total_num_tokens`.
+    let attn: Vec<&LayerCache> = layers
+        .iter()
+        .filter(|c| !matches!(c, LayerCache::State { .. }))
+        .collect();
+    let n_swa = attn
+        .iter()
+        .filter(|c| matches!(c, LayerCache::Sliding { window, .. } if *window < max_len))
+        .count() as u64;
+    let mut swa_tokens = None;
+    if n_swa > 0 && (n_swa as usize) < attn.len() {
+        let n_full = attn.len() as u64 - n_swa;
+        let total = (tokens * attn.len() as u64) as f64;
+        let full = (total / (SGLANG_SWA_FULL_TOKENS_RATIO * n_swa as f64 + n_full as f64)) as u64;
+        let swa = (full as f64 * SGLANG_SWA_FULL_TOKENS_RATIO) as u64;
+        let (full, swa) = (full / page_size * page_size, swa / page_size * page_size);
+        kv_bytes = attn
+            .iter()
+            .map(|c| {
+                let n = match c {
+                    LayerCache::Sliding { window, .. } if *window < max_len => swa,
+                    _ => full,
+                };
+                n * token_bytes(c, kv, k.tp)
+            })
+            .sum();
+        tokens = full;
+        swa_tokens = Some(swa);
+    }
     let starts = tokens > 0;
     let max_fit = tokens.min(max_len);
     // A hybrid model's requests also each hold one state slot.
@@ -1284,6 +1322,11 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         post,
         weights as f64 / GIB
     )];
+    if let Some(swa) = swa_tokens {
+        log.push(format!(
+            "Use sliding window memory pool. full_layer_tokens={tokens}, swa_layer_tokens={swa}"
+        ));
+    }
     if starts {
         log.push(format!(
             "KV Cache is allocated. #tokens: {tokens}, K size: {half:.2} GB, V size: {half:.2} GB"
@@ -1332,7 +1375,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             layers
                 .iter()
                 .any(|c| matches!(c, LayerCache::Sliding { .. }))
-                .then_some("SGLang's sliding-window pool (SWAKVPool, swa_full_tokens_ratio) is not modelled: sliding layers are priced as full ones"),
+                .then_some("SGLang's sliding-window pool (SWAKVPool, model_runner.set_num_token_hybrid, read at a 2026 snapshot): the all-full token count shared out with swa = 0.8 x full, for every model with sliding layers (SGLang enables it per architecture; --disable-hybrid-swa-memory not modelled)"),
         )
         .chain(mamba_slots.map(|_| "SGLang's Mamba/Gated DeltaNet state pool (model_runner._handle_max_mamba_cache, read at a 2026 snapshot): rest x 0.9 / 1.9 in whole requests of conv (bf16) + recurrent (float32) state, the token pool the remainder; no speculative decoding"))
         .collect(),
@@ -1391,7 +1434,7 @@ fn sglang_kinds(
             g.state_slots = mamba_slots;
             1
         } else {
-            len.div_ceil(page_size)
+            len.min(g.window.unwrap_or(u64::MAX)).div_ceil(page_size)
         };
     }
     out
@@ -2091,6 +2134,51 @@ mod tests {
         // Without states (a Llama) there is no slot count.
         let l = capacity(&llama3(), gpu, Engine::Sglang, &Knobs::default()).unwrap();
         assert!(l.kv_groups.iter().all(|g| g.state_slots.is_none()));
+    }
+
+    /// SGLang's sliding-window pool for gpt-oss-20b (12 sliding + 12 full layers, 8 kv heads ×
+    /// 64, 2048 B a token a layer): the all-full count T becomes full = ⌊24T / (0.8 × 12 +
+    /// 12)⌋ and swa = ⌊0.8 × full⌋; the pool holds both.
+    #[test]
+    fn sglang_swa_pool_by_hand() {
+        let t = model("gpt-oss-20b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Sglang, &k).unwrap();
+        let line = c
+            .log
+            .iter()
+            .find(|l| l.starts_with("Use sliding window memory pool"))
+            .unwrap();
+        let full = c.kv_cache_tokens;
+        let swa = (full as f64 * 0.8) as u64;
+        assert_eq!(
+            line,
+            &format!(
+                "Use sliding window memory pool. full_layer_tokens={full}, swa_layer_tokens={swa}"
+            )
+        );
+        assert_eq!(c.kv_cache_bytes, 12 * 2048 * (full + swa));
+        // The all-full count T it came from: a context no longer than the window makes every
+        // layer full (the pool's memory does not depend on the context).
+        let short = capacity(
+            &t,
+            gpu,
+            Engine::Sglang,
+            &Knobs {
+                max_model_len: Some(128),
+                ..k
+            },
+        )
+        .unwrap();
+        assert!(short.log.iter().all(|l| !l.contains("sliding window")));
+        let all_full = short.kv_cache_tokens;
+        assert_eq!(full, (all_full as f64 * 24.0 / (0.8 * 12.0 + 12.0)) as u64);
+        assert!(c.kv_cache_bytes <= short.kv_cache_bytes + 24 * 2048);
+        assert!((c.max_concurrency - full as f64 / 32768.0).abs() < 1e-9);
     }
 
     /// Qwen3.5's config ships `mamba_ssm_dtype: float32`; vLLM keeps the recurrent state in it:
