@@ -376,7 +376,7 @@ impl VllmLayout {
 fn vllm_blocks(g: &KvGroup, len: u64, mnbt: u64) -> u64 {
     match (g.kind, g.window) {
         ("state", _) => 1,
-        ("sliding", Some(w)) => (w - 1 + mnbt).min(len).div_ceil(g.block_size) + 1,
+        ("sliding", Some(w)) => (w.saturating_sub(1) + mnbt).min(len).div_ceil(g.block_size) + 1,
         _ => len.div_ceil(g.block_size),
     }
 }
