@@ -297,6 +297,7 @@ fn knobs(
         max_total_tokens: a.max_total_tokens,
         chunked_prefill_size: a.chunked_prefill_size,
         cuda_graph_max_bs: a.cuda_graph_max_bs,
+        mamba_ssm_bytes: None,
         vllm_v0: engine == Engine::Vllm
             && a.engine_version.as_deref().is_some_and(|v| {
                 ["0.5", "0.6", "0.7"]
@@ -352,7 +353,12 @@ pub fn compute(a: &CapacityArgs) -> Result<Answer> {
         .as_deref()
         .and_then(|c| serde_json::from_str(c).ok())
         .unwrap_or_default();
-    let k = knobs(a, engine, t, &config)?;
+    let mut k = knobs(a, engine, t, &config)?;
+    // vLLM keeps a hybrid model's recurrent state in the config's `mamba_ssm_dtype`.
+    k.mamba_ssm_bytes = resolved
+        .config
+        .as_deref()
+        .and_then(capacity::config_mamba_ssm_bytes);
     let c = capacity::capacity(t, g, engine, &k)?;
     let fix = if c.starts {
         None
@@ -477,6 +483,27 @@ pub fn run(a: &CapacityArgs) -> Result<()> {
             "pages"
         }
     )?;
+    // Models with more than one kind of layer cache: the pool per kind.
+    if c.kv_groups.len() > 1 {
+        for g in &c.kv_groups {
+            writeln!(
+                out,
+                "  {:<26} {:>12}   a page; {} layers in {} group(s) of {}, {}",
+                g.kind,
+                fmt::bytes(g.page_bytes),
+                g.layers,
+                g.groups,
+                g.layers_per_group,
+                if let Some(n) = g.state_slots {
+                    format!("{} request slots", fmt::thousands(n))
+                } else if g.kind == "state" {
+                    "one block a request".to_string()
+                } else {
+                    format!("{}-token blocks", g.block_size)
+                }
+            )?;
+        }
+    }
     writeln!(
         out,
         "{:<28} {:>12}   ({})",

@@ -10,17 +10,17 @@
 //!   run + non-torch increase)`, measured from a snapshot taken after the CUDA context exists
 //!   (so the context is outside the budget's terms but inside `total`). CUDA graphs are
 //!   captured after the KV cache is allocated (`compile_or_warm_up_model`) and so are not
-//!   subtracted: they come on top of the budget. `vllm/v1/core/kv_cache_utils.py`: the page of
-//!   one block of one layer is `block_size × 2 × kv_heads × head_size × dtype` for full and
-//!   sliding attention (`AttentionSpec.page_size_bytes`), `block_size × (kv_lora_rank +
-//!   qk_rope_head_dim) × dtype` for MLA (`MLAAttentionSpec`, one latent, not split by TP), one
-//!   state per request for Mamba-style layers; layers of each kind are grouped in groups of the
-//!   smallest kind's layer count, `num_blocks = available // (page × layers per group)`, the
-//!   logged token count is `num_blocks // groups × block_size`, and the concurrency at
-//!   `max_model_len` is `num_blocks` over the blocks one request needs (full layers
-//!   `⌈max_model_len / block⌉`, sliding layers `⌈min(window − 1 + max_num_batched_tokens,
-//!   max_model_len) / block⌉ + 1`). `check_enough_kv_cache_memory` refuses to start when one
-//!   request of `max_model_len` does not fit, and names the largest length that would.
+//!   subtracted: they come on top of the budget. The KV cache's layout per layer kind (full,
+//!   sliding, MLA latent, Mamba2 / Gated DeltaNet state, hybrid models' shared pages) is
+//!   `vllm_layout` (`vllm/v1/kv_cache_interface.py` page sizes, `vllm/v1/core/kv_cache_utils.py`
+//!   grouping, `vllm/model_executor/models/config.py` hybrid block alignment; reported as
+//!   [`Capacity::kv_groups`]): `num_blocks = available // page // layers per group`, the
+//!   logged token count is `num_blocks // groups × smallest block size`, and the concurrency at
+//!   `max_model_len` is `num_blocks` over the blocks one request needs in every group (full
+//!   and MLA `⌈max_model_len / block⌉`, sliding `⌈min(window − 1 + max_num_batched_tokens,
+//!   max_model_len) / block⌉ + 1`, a state one). `check_enough_kv_cache_memory` refuses to
+//!   start when one request of `max_model_len` does not fit (every layer's blocks times the
+//!   page), and names the largest length that would.
 //!   `vllm/engine/arg_utils.py` `_set_default_args`: `vllm serve` defaults to
 //!   `max_num_batched_tokens` 8192 and `max_num_seqs` 1024 on GPUs of at least 70 GiB other than
 //!   the A100, else 2048 and 256. The profile run (`GPUModelRunner.profile_run`) is a forward of
@@ -41,7 +41,10 @@
 //!   mem_fraction_static)` and `max_total_num_tokens = rest // cell_size`, `cell_size = kv_heads
 //!   × (head_dim + v_head_dim) × layers × dtype` (MLA: `(kv_lora_rank + qk_rope_head_dim) ×
 //!   layers × dtype`); zero or less is "Not enough memory. Please try to increase
-//!   --mem-fraction-static."
+//!   --mem-fraction-static." A Mamba2 / Gated DeltaNet model's states take `rest × 0.9 / 1.9`
+//!   first (`MambaPool`, `--mamba-full-memory-ratio`, [`KvGroup::state_slots`]); a model with
+//!   sliding layers shares the all-full token count out with `swa = 0.8 × full` (`SWAKVPool`,
+//!   `set_num_token_hybrid`).
 //! - **SGLang 0.4** (`ServerArgs.__post_init__`): `mem_fraction_static` 0.88/0.87/0.85/0.81/0.79
 //!   by TP size (1, 2, 4, 8, 16), chunked prefill 2048 and CUDA graphs up to 8 (TP < 4) or 80
 //!   below 25,000 MiB, else 8192 and 160; `profile_max_num_token` as in 0.5.
@@ -50,7 +53,7 @@
 //! `forward_peak` and `sampler_peak`), for the Llama-style decoder layer whatever the model.
 //! What is estimated rather than read: CUDA-graph memory, the memory outside PyTorch, and
 //! SGLang's distributed-init memory on GPUs other than the one measured (each named in
-//! [`Capacity::assumes`]). Checked against ten real logs by `crates/vram-cli/tests/capacity.rs`.
+//! [`Capacity::assumes`]). Checked against eleven real logs by `crates/vram-cli/tests/capacity.rs`.
 
 use serde::Serialize;
 use vram_model::arch::{Mlp, Transformer};
@@ -66,6 +69,14 @@ const MIB: u64 = 1 << 20;
 /// all-reduce off on PCIe; didier-durand/llms-in-clouds docs/sglang.md). One measurement, used for
 /// every GPU (estimated elsewhere).
 const SGLANG_DISTRIBUTED_INIT_BYTES: u64 = 133 * MIB;
+
+/// SGLang's `--swa-full-tokens-ratio` default (`server_args.py`): a sliding-window layer's
+/// tokens against a full layer's.
+const SGLANG_SWA_FULL_TOKENS_RATIO: f64 = 0.8;
+
+/// SGLang's `--mamba-full-memory-ratio` default (`server_args.py`): the Mamba state pool's share
+/// of the KV memory against the token pool's.
+const SGLANG_MAMBA_FULL_MEMORY_RATIO: f64 = 0.9;
 
 /// The serving engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -160,11 +171,81 @@ pub enum LayerCache {
         /// `qk_rope_head_dim`.
         rope_dim: u64,
     },
-    /// Mamba / linear attention: a fixed state per request (conv + recurrent), bytes.
+    /// Mamba2 / Gated DeltaNet: a fixed state per request, a convolution state and a
+    /// recurrent one, in the shapes vLLM's `MambaStateShapeCalculator`
+    /// (`vllm/model_executor/layers/mamba/mamba_utils.py`) gives them.
     State {
-        /// Bytes of one request's state in this layer.
-        bytes: u64,
+        /// Convolution channels split evenly by TP (Gated DeltaNet: `2·k_heads·k_dim +
+        /// v_heads·v_dim`; Mamba2: `heads·head_dim`, its B/C groups apart).
+        conv_dim: u64,
+        /// Mamba2's B/C groups (0 for Gated DeltaNet); at TP not dividing them vLLM replicates
+        /// them to `tp` (`extra_groups_for_head_shards`).
+        groups: u64,
+        /// Convolution channels per group (Mamba2: `2·state_size`).
+        group_dim: u64,
+        /// Convolution width; the engines keep `conv_kernel − 1` columns.
+        conv_kernel: u64,
+        /// Recurrent-state heads, split by TP.
+        heads: u64,
+        /// Recurrent-state elements per head (`k_dim·v_dim`, or `head_dim·state_size`).
+        head_state: u64,
     },
+}
+
+impl LayerCache {
+    /// Elements of one request's convolution and recurrent states on one GPU of a `tp`-way job
+    /// (vLLM's `mamba2_state_shape` / `gated_delta_net_state_shape`: conv `(conv_dim / tp,
+    /// k − 1)`, temporal `(heads / tp, …)`); `(0, 0)` for attention layers.
+    pub fn state_elements(&self, tp: u64) -> (u64, u64) {
+        match *self {
+            LayerCache::State {
+                conv_dim,
+                groups,
+                group_dim,
+                conv_kernel,
+                heads,
+                head_state,
+            } => {
+                // `extra_groups_for_head_shards`: `tp − groups` more when TP does not divide them.
+                let groups = if groups > 0 && groups % tp != 0 {
+                    groups + tp.saturating_sub(groups)
+                } else {
+                    groups
+                };
+                let conv = (conv_dim + groups * group_dim).div_ceil(tp);
+                (
+                    conv * conv_kernel.saturating_sub(1),
+                    heads.div_ceil(tp) * head_state,
+                )
+            }
+            _ => (0, 0),
+        }
+    }
+
+    /// Bytes of one request's state on one GPU (`MambaSpec.page_size_bytes`): the convolution
+    /// state in the model dtype (`--mamba-cache-dtype auto`), the recurrent one in
+    /// [`Knobs::mamba_ssm_bytes`] or the model dtype.
+    pub fn state_bytes(&self, k: &Knobs) -> u64 {
+        let (conv, ssm) = self.state_elements(k.tp);
+        conv * k.dtype_bytes + ssm * k.mamba_ssm_bytes.unwrap_or(k.dtype_bytes)
+    }
+}
+
+/// Bytes of the recurrent-state dtype a model's `config.json` names (`mamba_ssm_dtype`, at the
+/// top or in `text_config`: Qwen3.5 ships `float32`); `None` when it names none. vLLM copies it
+/// into `mamba_ssm_cache_dtype` (`vllm/model_executor/models/config.py`
+/// `Qwen3_5ForConditionalGenerationConfig`) before the hybrid page alignment.
+pub fn config_mamba_ssm_bytes(config_json: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(config_json).ok()?;
+    let d = v
+        .get("mamba_ssm_dtype")
+        .or_else(|| v.get("text_config")?.get("mamba_ssm_dtype"))?
+        .as_str()?;
+    match d {
+        "float32" | "fp32" => Some(4),
+        "bfloat16" | "float16" | "bf16" | "fp16" => Some(2),
+        _ => None,
+    }
 }
 
 /// The per-layer cache kinds of a transformer as the serving engines see them.
@@ -175,12 +256,10 @@ pub enum LayerCache {
 /// shorter than `max_model_len` as full); an MLA layer one latent and the rotary key per token
 /// (DeepSeek sparse attention's indexer keys are counted at the KV dtype beside it, an upper
 /// bound: vLLM keeps them in fp8 with a scale); a Gated DeltaNet or Mamba2 layer a fixed state
-/// per request (conv state in the model dtype, recurrent state in fp32 as transformers holds
-/// it — an upper bound where the engine keeps it in the model dtype); a layer whose keys and
+/// per request in the engine's shapes ([`LayerCache::state_elements`]); a layer whose keys and
 /// values come from an earlier layer (Gemma 4's KV sharing), or without a mixer, nothing.
 pub fn layer_caches(t: &Transformer) -> Vec<LayerCache> {
     use vram_model::blocks::{Mixer, Window};
-    let dtype = 2;
     t.blocks
         .iter()
         .filter_map(|b| match b.mixer {
@@ -201,15 +280,231 @@ pub fn layer_caches(t: &Transformer) -> Vec<LayerCache> {
                 kv_lora_rank: m.kv_lora_rank,
                 rope_dim: m.qk_rope_head_dim + m.indexer.map_or(0, |ix| ix.head_dim),
             }),
-            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) => {
-                let c = b.mixer.cache();
-                Some(LayerCache::State {
-                    bytes: c.state * dtype + c.state_f32 * 4,
-                })
-            }
+            Mixer::GatedDeltaNet(g) => Some(LayerCache::State {
+                conv_dim: 2 * g.num_k_heads * g.k_head_dim + g.num_v_heads * g.v_head_dim,
+                groups: 0,
+                group_dim: 0,
+                conv_kernel: g.conv_kernel,
+                heads: g.num_v_heads,
+                head_state: g.k_head_dim * g.v_head_dim,
+            }),
+            Mixer::Mamba2(m) => Some(LayerCache::State {
+                conv_dim: m.heads * m.head_dim,
+                groups: m.groups,
+                group_dim: 2 * m.state_size,
+                conv_kernel: m.conv_kernel,
+                heads: m.heads,
+                head_state: m.head_dim * m.state_size,
+            }),
             Mixer::None => None,
         })
         .collect()
+}
+
+/// One kind of layer in the engine's KV cache (`kv_groups` in `--json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KvGroup {
+    /// `full`, `sliding`, `mla` or `state` (Mamba2 / Gated DeltaNet).
+    pub kind: &'static str,
+    /// Layers of this kind on the most loaded GPU.
+    pub layers: u64,
+    /// vLLM KV-cache groups of this kind (`⌈layers / layers_per_group⌉`; SGLang: 1).
+    pub groups: u64,
+    /// Layers per group, padding included (vLLM: the same for every group).
+    pub layers_per_group: u64,
+    /// Tokens per block (`state`: vLLM's `max_model_len`, one block per request).
+    pub block_size: u64,
+    /// Bytes of one block of one layer as allocated (vLLM: the one page size of every group).
+    pub page_bytes: u64,
+    /// Bytes the layer's own spec needs per block before the page is unified or padded (a
+    /// state's `MambaSpec` page; attention `block_size × bytes per token`).
+    pub spec_page_bytes: u64,
+    /// Sliding window in tokens.
+    pub window: Option<u64>,
+    /// Blocks one request of `max_model_len` tokens takes in each group of this kind.
+    pub blocks_per_request: u64,
+    /// SGLang's state pool: the requests its `MambaPool` holds (`max_mamba_cache_size`);
+    /// `None` elsewhere (vLLM's states share the block pool).
+    pub state_slots: Option<u64>,
+}
+
+/// vLLM V1's KV-cache layout of one GPU's layers: the groups, their one page size, the layers
+/// per group.
+struct VllmLayout {
+    groups: Vec<KvGroup>,
+    page: u64,
+    layers_per_group: u64,
+}
+
+impl VllmLayout {
+    /// Groups in all (`len(kv_cache_config.kv_cache_groups)`).
+    fn group_count(&self) -> u64 {
+        self.groups.iter().map(|g| g.groups).sum()
+    }
+    /// Smallest block size of the groups (`_report_kv_cache_config`'s `min_block_size`).
+    fn min_block(&self) -> u64 {
+        self.groups.iter().map(|g| g.block_size).min().unwrap_or(16)
+    }
+
+    /// The pool vLLM builds from `available` bytes: `num_blocks = available // page // layers
+    /// per group` (`get_num_blocks`), the logged tokens `num_blocks // groups × min block size`
+    /// (`_report_kv_cache_config`, to 0.20 at least; 0.24 logs `int(concurrency ×
+    /// max_model_len)` instead), and the concurrency at `len`: `num_blocks` over the blocks one
+    /// request takes in every group (`get_max_concurrency_for_kv_cache_config`).
+    fn pool(&self, available: u64, len: u64, mnbt: u64) -> (u64, u64, f64) {
+        let num_blocks = available
+            .checked_div(self.page)
+            .map_or(0, |b| b / self.layers_per_group.max(1));
+        let tokens = num_blocks / self.group_count().max(1) * self.min_block();
+        let need: u64 = self
+            .groups
+            .iter()
+            .map(|g| g.groups * vllm_blocks(g, len, mnbt))
+            .sum();
+        let concurrency = if need > 0 {
+            num_blocks as f64 / need as f64
+        } else {
+            0.0
+        };
+        (num_blocks, tokens, concurrency)
+    }
+}
+
+/// Blocks one layer of spec `g` holds for a request of `len` tokens (`max_memory_usage_bytes`
+/// over the page, `vllm/v1/kv_cache_interface.py`): full and MLA `⌈len / block⌉`; sliding
+/// `⌈min(window − 1 + max_num_batched_tokens, len) / block⌉ + 1`; a state one block.
+fn vllm_blocks(g: &KvGroup, len: u64, mnbt: u64) -> u64 {
+    match (g.kind, g.window) {
+        ("state", _) => 1,
+        ("sliding", Some(w)) => (w.saturating_sub(1) + mnbt).min(len).div_ceil(g.block_size) + 1,
+        _ => len.div_ceil(g.block_size),
+    }
+}
+
+/// vLLM V1's KV-cache layout (the one place it is modelled), read from vLLM's source:
+///
+/// - Page of one block of one layer (`vllm/v1/kv_cache_interface.py`): attention
+///   `block_size × 2 × kv_heads/tp × head_size × kv dtype` (`AttentionSpec.page_size_bytes`);
+///   MLA `block_size × (kv_lora_rank + qk_rope_head_dim) × kv dtype`, one head, not split by TP
+///   (`MLAAttentionSpec`); Mamba2 / Gated DeltaNet the request's state
+///   (`MambaSpec.page_size_bytes`, the shapes of [`LayerCache::state_elements`] in the model
+///   dtype, `--mamba-cache-dtype auto`).
+/// - Block size: `--block-size` (16); MLA on Hopper 64 (FlashMLA) and on Blackwell 128
+///   (CUTLASS MLA), set by `vllm/platforms/cuda.py` `check_and_update_config`. A model with
+///   state layers (`vllm/model_executor/models/config.py`
+///   `HybridAttentionMambaModelConfig.verify_and_update_config`) takes the attention block
+///   `16 × ⌈state page / (16 × attention page of one token)⌉` unless `--block-size` is larger
+///   ("Setting attention block size to N tokens"), and pads the state page to the attention
+///   page ("Padding mamba page size by X%").
+/// - Pages still unequal (`unify_kv_cache_spec_page_size`): a smaller page's block size grows
+///   by the ratio.
+/// - Groups (`vllm/v1/core/kv_cache_utils.py` `_get_kv_cache_groups_uniform_page_size`):
+///   layers of one spec form a type; the layers per group are the smallest type's count (the
+///   largest's when it is below 1.5 × the smallest); each type splits into
+///   `⌈layers / per group⌉` groups, the last padded. One model of one spec is one group.
+/// - A sliding window no shorter than `max_model_len` is full attention here.
+fn vllm_layout(layers: &[LayerCache], k: &Knobs, gpu: &Gpu, max_len: u64, mnbt: u64) -> VllmLayout {
+    let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
+    let tp = k.tp;
+    let mla = layers
+        .iter()
+        .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
+    let mut block = k.block_size.unwrap_or(16);
+    if mla {
+        match gpu.sm_major {
+            9 => block = 64,
+            10 => block = 128,
+            _ => {}
+        }
+    }
+    let state_page = layers.iter().map(|c| c.state_bytes(k)).max().unwrap_or(0);
+    // The attention page of one token the alignment uses: the model's own kv heads and head
+    // size (`FullAttentionSpec(block_size=1, ...)`), i.e. the first attention layer's.
+    let attn_token = layers
+        .iter()
+        .map(|c| token_bytes(c, kv, tp))
+        .find(|&b| b > 0)
+        .unwrap_or(0);
+    if state_page > 0 && attn_token > 0 {
+        let aligned = 16 * state_page.div_ceil(16 * attn_token);
+        if k.block_size.is_none_or(|b| b < aligned) {
+            block = aligned;
+        }
+    }
+    let attn_page = block * attn_token;
+    // (kind, window, per-token bytes or state bytes) of each layer, in order.
+    type Spec = (&'static str, Option<u64>, u64);
+    let spec = |c: &LayerCache| -> Spec {
+        match *c {
+            LayerCache::Full { .. } => ("full", None, block * token_bytes(c, kv, tp)),
+            LayerCache::Sliding { window, .. } if window < max_len => {
+                ("sliding", Some(window), block * token_bytes(c, kv, tp))
+            }
+            LayerCache::Sliding { .. } => ("full", None, block * token_bytes(c, kv, tp)),
+            LayerCache::MlaLatent { .. } => ("mla", None, block * token_bytes(c, kv, tp)),
+            LayerCache::State { .. } => ("state", None, c.state_bytes(k)),
+        }
+    };
+    // Types in first-seen order with their layer counts.
+    let mut types: Vec<(Spec, u64)> = Vec::new();
+    for c in layers {
+        let s = spec(c);
+        match types.iter_mut().find(|(t, _)| *t == s) {
+            Some((_, n)) => *n += 1,
+            None => types.push((s, 1)),
+        }
+    }
+    let padded = |kind: &str, p: u64| {
+        if kind == "state" && attn_page > p {
+            attn_page
+        } else {
+            p
+        }
+    };
+    let page = types
+        .iter()
+        .map(|((kind, _, p), _)| padded(kind, *p))
+        .max()
+        .unwrap_or(0);
+    let min_n = types.iter().map(|(_, n)| *n).min().unwrap_or(1).max(1);
+    let max_n = types.iter().map(|(_, n)| *n).max().unwrap_or(1).max(1);
+    let per_group = if (max_n as f64) < min_n as f64 * 1.5 {
+        max_n
+    } else {
+        min_n
+    };
+    let groups = types
+        .iter()
+        .map(|&((kind, window, p), n)| {
+            let own = padded(kind, p);
+            let block_size = if kind == "state" {
+                max_len
+            } else if own > 0 && page % own == 0 {
+                block * (page / own)
+            } else {
+                block * page.div_ceil(own.max(1))
+            };
+            let mut g = KvGroup {
+                kind,
+                layers: n,
+                groups: n.div_ceil(per_group),
+                layers_per_group: per_group,
+                block_size,
+                page_bytes: page,
+                spec_page_bytes: p,
+                window,
+                blocks_per_request: 0,
+                state_slots: None,
+            };
+            g.blocks_per_request = vllm_blocks(&g, max_len, mnbt);
+            g
+        })
+        .collect();
+    VllmLayout {
+        groups,
+        page,
+        layers_per_group: per_group,
+    }
 }
 
 /// Weight storage (`--quantization`, or the config's `quantization_config.quant_method`).
@@ -293,6 +588,10 @@ pub struct Knobs {
     /// `max(max_model_len, 2048)` tokens; `max_num_seqs` 256; the concurrency logged is the
     /// pool's tokens over `max_model_len`.
     pub vllm_v0: bool,
+    /// Bytes of a Mamba2 / Gated DeltaNet recurrent-state element (vLLM
+    /// `--mamba-ssm-cache-dtype`); `None`: the model dtype. The CLI sets it from the config's
+    /// `mamba_ssm_dtype` ([`config_mamba_ssm_bytes`]) as vLLM does.
+    pub mamba_ssm_bytes: Option<u64>,
     /// `--engine-version` as numbers (`None`: the pinned version). What depends on it: SGLang
     /// 0.4's `mem_fraction_static` by TP size and its chunked-prefill and CUDA-graph defaults
     /// (`server_args.py` `__post_init__`), and which engine (`vllm_v0`) vLLM runs.
@@ -324,6 +623,7 @@ impl Default for Knobs {
             chunked_prefill_size: None,
             cuda_graph_max_bs: None,
             vllm_v0: false,
+            mamba_ssm_bytes: None,
             engine_version: None,
             derived_max_model_len: None,
         }
@@ -367,6 +667,9 @@ pub struct Capacity {
     pub kv_cache_tokens: u64,
     /// Blocks (vLLM) or pages (SGLang) of the pool.
     pub kv_cache_blocks: u64,
+    /// The pool per layer kind: vLLM's KV-cache groups (one page size for all), SGLang's
+    /// token pool per kind.
+    pub kv_groups: Vec<KvGroup>,
     /// Requests of `max_model_len` tokens the pool holds at once.
     pub max_concurrency: f64,
     /// `max_model_len` in force.
@@ -699,8 +1002,6 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     };
     let max_num_seqs = k.max_num_seqs.unwrap_or(seqs_default);
     let mut mnbt = k.max_num_batched_tokens.unwrap_or(tokens_default);
-    let block = k.block_size.unwrap_or(16);
-    let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
     let util = k.gpu_memory_utilization.unwrap_or(0.9);
     // Chunked prefill is on in V1; a batch is at least one sequence's worth of tokens only
     // when chunking is off. The scheduler's budget is also at least max_num_seqs.
@@ -735,69 +1036,27 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let non_kv = weights + activation + non_torch + if graphs_in_budget { graphs } else { 0 };
     let available = budget as i128 - non_kv as i128;
     let layers = stage_layers(t, k.pp);
-    // Group layers by kind; the group size is the smallest kind's count.
-    let n_full = layers
-        .iter()
-        .filter(|c| matches!(c, LayerCache::Full { .. } | LayerCache::MlaLatent { .. }))
-        .count() as u64;
-    let n_slide = layers
-        .iter()
-        .filter(|c| matches!(c, LayerCache::Sliding { .. }))
-        .count() as u64;
-    // A window no shorter than max_model_len is full attention to the scheduler.
-    let slides: Vec<u64> = layers
-        .iter()
-        .filter_map(|c| match c {
-            LayerCache::Sliding { window, .. } => Some(*window),
-            _ => None,
-        })
-        .collect();
-    let window = slides.iter().copied().min().unwrap_or(u64::MAX);
-    let sliding_active = n_slide > 0 && window < max_len;
-    let per_token_layer = layers
-        .iter()
-        .map(|c| token_bytes(c, kv, k.tp))
-        .max()
-        .unwrap_or(0);
-    let page = block * per_token_layer;
-    let kinds: Vec<u64> = [n_full, n_slide].into_iter().filter(|&n| n > 0).collect();
-    let group_size = kinds.iter().copied().min().unwrap_or(1).max(1);
-    let groups: u64 = kinds
-        .iter()
-        .map(|n| n.div_ceil(group_size))
-        .sum::<u64>()
-        .max(1);
-    let num_blocks = if available > 0 && page > 0 {
-        (available as u64) / (page * group_size)
-    } else {
-        0
-    };
+    let layout = vllm_layout(&layers, k, gpu, max_len, mnbt);
+    let page = layout.page;
+    let group_size = layout.layers_per_group;
+    let (num_blocks, tokens, v1_concurrency) = layout.pool(available.max(0) as u64, max_len, mnbt);
     let kv_bytes = num_blocks * page * group_size;
-    let tokens = num_blocks / groups * block;
-    // Blocks one request of `len` tokens needs, over every group.
-    let blocks_for = |len: u64| -> u64 {
-        let full_groups = if sliding_active {
-            n_full.div_ceil(group_size)
-        } else {
-            groups
-        };
-        let mut b = full_groups * len.div_ceil(block);
-        if sliding_active {
-            let toks = (window - 1 + mnbt).min(len);
-            b += n_slide.div_ceil(group_size) * (toks.div_ceil(block) + 1);
-        }
-        b
+    // What `check_enough_kv_cache_memory` and `estimate_max_model_len` sum: every layer's
+    // `max_memory_usage_bytes`, padding layers apart.
+    let layer_bytes_for = |len: u64| -> u64 {
+        layout
+            .groups
+            .iter()
+            .map(|g| g.layers * vllm_blocks(g, len, mnbt) * page)
+            .sum()
     };
-    let need = blocks_for(max_len);
     let max_concurrency = if k.vllm_v0 {
         tokens as f64 / max_len as f64
-    } else if need > 0 {
-        num_blocks as f64 / need as f64
     } else {
-        0.0
+        v1_concurrency
     };
-    // Largest length one request of which fits: blocks needed grow with the length.
-    let fits_len = |len: u64| blocks_for(len) <= num_blocks;
+    // Largest length one request of which fits: the bytes needed grow with the length.
+    let fits_len = |len: u64| available > 0 && layer_bytes_for(len) <= available as u64;
     let max_fit = if num_blocks == 0 || !fits_len(1) {
         0
     } else if fits_len(max_len) {
@@ -817,6 +1076,29 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let starts = available > 0 && max_fit >= max_len;
     let gib = |b: f64| b / GIB;
     let mut log = vec![format!("Model loading took {:.4} GiB", gib(weights as f64))];
+    if let Some(st) = layout.groups.iter().find(|g| g.kind == "state") {
+        let attn = layout.groups.iter().find(|g| g.kind != "state");
+        if let Some(a) = attn {
+            if k.block_size.is_none_or(|b| b < a.block_size) {
+                log.insert(
+                    0,
+                    format!(
+                        "Setting attention block size to {} tokens to ensure that attention page size is >= mamba page size.",
+                        a.block_size
+                    ),
+                );
+            }
+        }
+        if st.page_bytes > st.spec_page_bytes && st.spec_page_bytes > 0 {
+            log.insert(
+                1.min(log.len()),
+                format!(
+                    "Padding mamba page size by {:.2}% to ensure that mamba page size and attention page size are exactly equal.",
+                    100.0 * (st.page_bytes - st.spec_page_bytes) as f64 / st.spec_page_bytes as f64
+                ),
+            );
+        }
+    }
     if graphs_in_budget && graphs > 0 {
         log.push(format!(
             "Estimated CUDA graph memory: {:.2} GiB total (estimated)",
@@ -834,7 +1116,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             gib(available as f64)
         ));
         if !starts {
-            let needed = need * page * group_size;
+            let needed = layer_bytes_for(max_len);
             log.push(format!(
                 "ValueError: To serve at least one request with the models's max seq len ({max_len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). Based on the available memory, the estimated maximum model length is {max_fit}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
                 gib(needed as f64),
@@ -866,6 +1148,14 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 .into(),
         );
     }
+    let mut assumes = vec![if k.vllm_v0 {
+        "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults)"
+    } else {
+        "vLLM V1 0.8-0.20 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`)"
+    }];
+    if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
+        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers, vision encoders and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled");
+    }
     Capacity {
         engine: Engine::Vllm,
         engine_version: version_label(Engine::Vllm, k),
@@ -880,6 +1170,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         kv_cache_bytes: kv_bytes,
         kv_cache_tokens: tokens,
         kv_cache_blocks: num_blocks,
+        kv_groups: layout.groups,
         max_concurrency,
         max_model_len: max_len,
         max_num_seqs,
@@ -887,12 +1178,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         starts,
         max_model_len_that_fits: max_fit,
         log,
-        assumes: vec![
-            if k.vllm_v0 {
-                "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults)"
-            } else {
-                "vLLM V1 0.8-0.20 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`)"
-            },
+        assumes: assumes.into_iter().chain([
             "the device total is the GPU catalog's memory (torch.cuda.mem_get_info's total; nvidia-smi's figure where no other is known)",
             if compiled {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
@@ -907,7 +1193,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             } else {
                 "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)"
             },
-        ],
+        ]).collect(),
     }
 }
 
@@ -973,6 +1259,25 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let post = pre - weights as f64 / GIB;
     let rest = post - pre * (1.0 - mfs);
     let layers = stage_layers(t, k.pp);
+    // Mamba2 / Gated DeltaNet states (`MambaPool`, `model_runner` `_handle_max_mamba_cache`,
+    // read at a 2026 snapshot): without `--max-mamba-cache-size` or speculative decoding the
+    // state pool takes `rest × r / (1 + r)` (`--mamba-full-memory-ratio` r = 0.9) in whole
+    // requests of `mamba_cache_per_req` bytes, and the token pool what is left. The states'
+    // shapes are vLLM's; conv in bf16 (`CONV_DTYPE`), recurrent state in `--mamba-ssm-dtype`
+    // (float32 unless the knob says otherwise).
+    let state_knobs = Knobs {
+        dtype_bytes: 2,
+        mamba_ssm_bytes: Some(k.mamba_ssm_bytes.unwrap_or(4)),
+        ..*k
+    };
+    let per_req: u64 = layers.iter().map(|c| c.state_bytes(&state_knobs)).sum();
+    let (rest, mamba_slots) = if per_req > 0 && rest > 0.0 {
+        let budget = rest * SGLANG_MAMBA_FULL_MEMORY_RATIO / (1.0 + SGLANG_MAMBA_FULL_MEMORY_RATIO);
+        let n = (budget * GIB / per_req as f64) as u64;
+        (rest - (n * per_req) as f64 / GIB, Some(n))
+    } else {
+        (rest, None)
+    };
     let cell: u64 = layers.iter().map(|c| token_bytes(c, kv, k.tp)).sum();
     let mut tokens = if rest > 0.0 && cell > 0 {
         (rest * GIB / cell as f64) as u64
@@ -983,10 +1288,45 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         tokens = tokens.min(m);
     }
     tokens = tokens / page_size * page_size;
-    let kv_bytes = tokens * cell;
+    let mut kv_bytes = tokens * cell;
+    // Sliding-window layers (`SWAKVPool`, `model_runner` `set_num_token_hybrid`): the tokens
+    // sized as if every attention layer were full are shared out so that
+    // `swa × swa_layers + full × full_layers = tokens × layers` with `swa = full ×
+    // --swa-full-tokens-ratio` (0.8), each rounded down to the page; the full layers' count is
+    // the pool's `max_total_num_tokens`.
+    let attn: Vec<&LayerCache> = layers
+        .iter()
+        .filter(|c| !matches!(c, LayerCache::State { .. }))
+        .collect();
+    let n_swa = attn
+        .iter()
+        .filter(|c| matches!(c, LayerCache::Sliding { window, .. } if *window < max_len))
+        .count() as u64;
+    let mut swa_tokens = None;
+    if n_swa > 0 && (n_swa as usize) < attn.len() {
+        let n_full = attn.len() as u64 - n_swa;
+        let total = (tokens * attn.len() as u64) as f64;
+        let full = (total / (SGLANG_SWA_FULL_TOKENS_RATIO * n_swa as f64 + n_full as f64)) as u64;
+        let swa = (full as f64 * SGLANG_SWA_FULL_TOKENS_RATIO) as u64;
+        let (full, swa) = (full / page_size * page_size, swa / page_size * page_size);
+        kv_bytes = attn
+            .iter()
+            .map(|c| {
+                let n = match c {
+                    LayerCache::Sliding { window, .. } if *window < max_len => swa,
+                    _ => full,
+                };
+                n * token_bytes(c, kv, k.tp)
+            })
+            .sum();
+        tokens = full;
+        swa_tokens = Some(swa);
+    }
     let starts = tokens > 0;
     let max_fit = tokens.min(max_len);
-    let max_concurrency = tokens as f64 / max_len as f64;
+    // A hybrid model's requests also each hold one state slot.
+    let max_concurrency =
+        (tokens as f64 / max_len as f64).min(mamba_slots.map_or(f64::INFINITY, |n| n as f64));
     let activation = forward_peak(t, cps, k, false);
     let graphs = if k.enforce_eager {
         0
@@ -1000,6 +1340,11 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         post,
         weights as f64 / GIB
     )];
+    if let Some(swa) = swa_tokens {
+        log.push(format!(
+            "Use sliding window memory pool. full_layer_tokens={tokens}, swa_layer_tokens={swa}"
+        ));
+    }
     if starts {
         log.push(format!(
             "KV Cache is allocated. #tokens: {tokens}, K size: {half:.2} GB, V size: {half:.2} GB"
@@ -1026,6 +1371,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         kv_cache_bytes: kv_bytes,
         kv_cache_tokens: tokens,
         kv_cache_blocks: tokens / page_size,
+        kv_groups: sglang_kinds(&layers, kv, &state_knobs, page_size, max_len, mamba_slots),
         max_concurrency,
         max_model_len: max_len,
         max_num_seqs: gbs,
@@ -1041,8 +1387,75 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             },
             "free memory before loading: the device total less the CUDA context (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
-        ],
+        ]
+        .into_iter()
+        .chain(
+            layers
+                .iter()
+                .any(|c| matches!(c, LayerCache::Sliding { .. }))
+                .then_some("SGLang's sliding-window pool (SWAKVPool, model_runner.set_num_token_hybrid, read at a 2026 snapshot): the all-full token count shared out with swa = 0.8 x full, for every model with sliding layers (SGLang enables it per architecture; --disable-hybrid-swa-memory not modelled)"),
+        )
+        .chain(mamba_slots.map(|_| "SGLang's Mamba/Gated DeltaNet state pool (model_runner._handle_max_mamba_cache, read at a 2026 snapshot): rest x 0.9 / 1.9 in whole requests of conv (bf16) + recurrent (float32) state, the token pool the remainder; no speculative decoding"))
+        .collect(),
     }
+}
+
+/// SGLang's token pool per layer kind: one cell per token of every attention and MLA layer
+/// (`MHATokenToKVPool` / `MLATokenToKVPool`), pages of `--page-size` tokens. Sliding layers are
+/// priced as full ones and state layers are outside the token pool (SGLang's `SWAKVPool` and
+/// `MambaPool` are not modelled; their layers are listed with their state's bytes).
+fn sglang_kinds(
+    layers: &[LayerCache],
+    kv: u64,
+    k: &Knobs,
+    page_size: u64,
+    len: u64,
+    mamba_slots: Option<u64>,
+) -> Vec<KvGroup> {
+    let mut out: Vec<KvGroup> = Vec::new();
+    for c in layers {
+        let (kind, window) = match *c {
+            LayerCache::Full { .. } => ("full", None),
+            LayerCache::Sliding { window, .. } => ("sliding", Some(window)),
+            LayerCache::MlaLatent { .. } => ("mla", None),
+            LayerCache::State { .. } => ("state", None),
+        };
+        let page = if kind == "state" {
+            c.state_bytes(k)
+        } else {
+            page_size * token_bytes(c, kv, k.tp)
+        };
+        match out
+            .iter_mut()
+            .find(|g| g.kind == kind && g.window == window)
+        {
+            Some(g) => {
+                g.layers += 1;
+                g.layers_per_group += 1;
+            }
+            None => out.push(KvGroup {
+                kind,
+                layers: 1,
+                groups: 1,
+                layers_per_group: 1,
+                block_size: page_size,
+                page_bytes: page,
+                spec_page_bytes: page,
+                window,
+                blocks_per_request: 0,
+                state_slots: None,
+            }),
+        }
+    }
+    for g in &mut out {
+        g.blocks_per_request = if g.kind == "state" {
+            g.state_slots = mamba_slots;
+            1
+        } else {
+            len.min(g.window.unwrap_or(u64::MAX)).div_ceil(page_size)
+        };
+    }
+    out
 }
 
 /// `0.6.5`, `0.11` (no patch asked or pinned: `major.minor`).
@@ -1348,6 +1761,16 @@ mod tests {
         let cell = 32 * 8 * 256 * 2;
         assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
         assert!(c.starts);
+        // One token pool of 32 full layers, pages of one token (8 heads × 256 × 2 B).
+        assert_eq!(c.kv_groups.len(), 1);
+        assert_eq!(
+            (
+                c.kv_groups[0].kind,
+                c.kv_groups[0].layers,
+                c.kv_groups[0].page_bytes
+            ),
+            ("full", 32, 8 * 256 * 2)
+        );
     }
 
     fn qwq32b() -> Transformer {
@@ -1495,5 +1918,390 @@ mod tests {
         )
         .unwrap();
         assert_ne!(c5.memory_fraction, 0.85);
+    }
+
+    fn model(id: &str) -> Transformer {
+        match catalog::lookup(id).unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    }
+
+    fn kinds(c: &Capacity) -> Vec<(&'static str, u64, u64, u64, u64, u64)> {
+        c.kv_groups
+            .iter()
+            .map(|g| {
+                (
+                    g.kind,
+                    g.layers,
+                    g.groups,
+                    g.block_size,
+                    g.page_bytes,
+                    g.spec_page_bytes,
+                )
+            })
+            .collect()
+    }
+
+    /// The pool's blocks from what vLLM had available, by hand: `available // page // layers
+    /// per group` (`get_num_blocks`).
+    fn available(c: &Capacity) -> u64 {
+        c.budget_bytes - c.weights_bytes - c.activation_peak_bytes - c.non_torch_bytes
+    }
+
+    /// Qwen3-Next-80B (Gated DeltaNet hybrid, 12 full + 36 linear layers) by hand from
+    /// vLLM's source: the GDN state (`gated_delta_net_state_shape`) is conv `(3, 2·16·128 +
+    /// 32·128 = 8192)` plus temporal `(32, 128, 128)`, 548,864 bf16 elements = 1,097,728 B; one
+    /// token of attention is 2 × 2 kv heads × 256 × 2 B = 2048 B, so the attention block is
+    /// 16 × ⌈1,097,728 / 32,768⌉ = 544 tokens and the page 1,114,112 B, the state padded by
+    /// 1.49 %. Groups of 12 layers: 1 full + 3 state; tokens are `num_blocks // 4 × 544`; a
+    /// request of 32,768 tokens takes ⌈32768 / 544⌉ = 61 blocks plus one per state group.
+    #[test]
+    fn vllm_qwen3_next_gdn_hybrid_by_hand() {
+        let t = model("qwen3-next-80b-a3b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            tp: 4,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        // TP 4: attention max(1, 2 / 4) = 1 kv head: 1024 B a token; state conv (3, 2048),
+        // temporal (8, 128, 128): 137,216 elements = 274,432 B; block 16 × ⌈274432 / 16384⌉
+        // = 272 tokens, page 278,528 B.
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("state", 36, 3, 32768, 278_528, 274_432),
+                ("full", 12, 1, 272, 278_528, 278_528),
+            ]
+        );
+        assert_eq!(c.kv_cache_blocks, available(&c) / 278_528 / 12);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 4 * 272);
+        let need = 32768u64.div_ceil(272) + 3;
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+        assert!(c.log[0].contains("Setting attention block size to 272 tokens"));
+        assert!(
+            c.log[1].contains("Padding mamba page size by 1.49%"),
+            "{:?}",
+            c.log
+        );
+        // TP 1 as the docstring computes it.
+        let c1 = capacity(
+            &t,
+            vram_model::gpu::lookup("h200").unwrap(),
+            Engine::Vllm,
+            &Knobs { tp: 1, ..k },
+        )
+        .unwrap();
+        assert_eq!(
+            kinds(&c1),
+            vec![
+                ("state", 36, 3, 32768, 1_114_112, 1_097_728),
+                ("full", 12, 1, 544, 1_114_112, 1_114_112),
+            ]
+        );
+        assert_eq!(c1.kv_cache_tokens, c1.kv_cache_blocks / 4 * 544);
+        assert_eq!(c1.kv_groups[1].blocks_per_request, 61);
+    }
+
+    /// Nemotron-H-56B (Mamba2 hybrid: 10 attention and 54 Mamba2 layers of 118) by hand:
+    /// `mamba2_state_shape` conv `(3, 256·64 + 2·8·256 = 20480)`, temporal `(256, 64, 256)`:
+    /// 4,255,744 elements = 8,511,488 B; attention 2 × 8 × 128 × 2 = 4096 B a token, block
+    /// 16 × ⌈8,511,488 / 65,536⌉ = 2080, page 8,519,680 B. Groups of 10: 1 attention + 6 state
+    /// (60 slots for 54 layers).
+    #[test]
+    fn vllm_nemotron_h_mamba2_hybrid_by_hand() {
+        let t = model("nemotron-h-56b");
+        let gpu = vram_model::gpu::lookup("h200").unwrap();
+        let k = Knobs {
+            max_model_len: Some(8192),
+            tp: 2,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        // TP 2: groups 8 divide; conv (3, 10240), temporal (128, 64, 256): 2,127,872 elements,
+        // 4,255,744 B; attention 4 heads: 2048 B a token; block 16 × ⌈4,255,744 / 32,768⌉ =
+        // 16 × 130 = 2080; page 4,259,840 B.
+        let attn = c.kv_groups.iter().find(|g| g.kind == "full").unwrap();
+        let state = c.kv_groups.iter().find(|g| g.kind == "state").unwrap();
+        assert_eq!((attn.layers, attn.groups, attn.block_size), (10, 1, 2080));
+        assert_eq!((state.layers, state.groups), (54, 6));
+        assert_eq!(state.spec_page_bytes, 4_255_744);
+        assert_eq!(state.page_bytes, 4_259_840);
+        assert_eq!(c.kv_cache_blocks, available(&c) / 4_259_840 / 10);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 7 * 2080);
+        let need = 8192u64.div_ceil(2080) + 6;
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+        // TP 16 does not divide the 8 groups: vLLM replicates them to 16.
+        let st = LayerCache::State {
+            conv_dim: 256 * 64,
+            groups: 8,
+            group_dim: 512,
+            conv_kernel: 4,
+            heads: 256,
+            head_state: 64 * 256,
+        };
+        assert_eq!(
+            st.state_elements(16),
+            ((16384 + 16 * 512) / 16 * 3, 16 * 64 * 256)
+        );
+        assert_eq!(st.state_elements(1), (20480 * 3, 256 * 64 * 256));
+    }
+
+    /// gpt-oss-20b: 12 sliding (window 128) and 12 full layers, 8 kv heads × 64: page 16 ×
+    /// 2 × 8 × 64 × 2 = 32,768 B, two groups of 12; a request of 8192 tokens with 8192 batched
+    /// tokens takes 512 blocks in the full group and ⌈min(127 + 8192, 8192) / 16⌉ + 1 = 513 in
+    /// the sliding one; at 131,072 tokens the sliding group's share stays 521.
+    #[test]
+    fn vllm_gpt_oss_sliding_and_full_by_hand() {
+        let t = model("gpt-oss-20b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(131072),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("sliding", 12, 1, 16, 32768, 32768),
+                ("full", 12, 1, 16, 32768, 32768)
+            ]
+        );
+        assert_eq!(c.kv_groups[0].window, Some(128));
+        assert_eq!(c.kv_groups[0].blocks_per_request, 521);
+        assert_eq!(c.kv_groups[1].blocks_per_request, 8192);
+        assert_eq!(c.kv_cache_blocks, available(&c) / 32768 / 12);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 2 * 16);
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / (8192.0 + 521.0)).abs() < 1e-9);
+    }
+
+    /// Gemma 3 1B: 26 layers, every sixth full (4) and 22 sliding (window 512), 1 kv head ×
+    /// 256: page 16 × 2 × 256 × 2 = 16,384 B; groups of 4: 1 full + 6 sliding (2 padding
+    /// slots); tokens `num_blocks // 7 × 16`. A window of at least `max_model_len` is full
+    /// attention: one group of 26.
+    #[test]
+    fn vllm_gemma3_sliding_groups_by_hand() {
+        let t = model("gemma-3-1b");
+        let gpu = vram_model::gpu::lookup("l4").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("sliding", 22, 6, 16, 16384, 16384),
+                ("full", 4, 1, 16, 16384, 16384)
+            ]
+        );
+        assert_eq!(c.kv_cache_blocks, available(&c) / 16384 / 4);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 7 * 16);
+        // L4 (< 70 GiB): 2048 batched tokens; sliding ⌈min(511 + 2048, 32768) / 16⌉ + 1 = 161.
+        let need = 2048 + 6 * 161;
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+        let short = capacity(
+            &t,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                max_model_len: Some(512),
+                ..k
+            },
+        )
+        .unwrap();
+        assert_eq!(kinds(&short), vec![("full", 26, 1, 16, 16384, 16384)]);
+    }
+
+    /// DeepSeek-V3 (MLA, 61 layers): one latent of 512 + 64 per token, one head whatever the
+    /// TP; FlashMLA's 64-token blocks on Hopper (73,728 B a page), 16 on Ampere (18,432 B).
+    #[test]
+    fn vllm_deepseek_v3_mla_pages_by_hand() {
+        let t = model("deepseek-v3");
+        let h200 = vram_model::gpu::lookup("h200").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            tp: 8,
+            quantization: Quantization::Fp8,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, h200, Engine::Vllm, &k).unwrap();
+        assert_eq!(kinds(&c), vec![("mla", 61, 1, 64, 73_728, 73_728)]);
+        assert_eq!(c.kv_cache_blocks, available(&c) / 73_728 / 61);
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks * 64);
+        assert!((c.max_concurrency - c.kv_cache_blocks as f64 / 512.0).abs() < 1e-9);
+        let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+        let c = capacity(&t, a100, Engine::Vllm, &k).unwrap();
+        assert_eq!(kinds(&c), vec![("mla", 61, 1, 16, 18_432, 18_432)]);
+    }
+
+    /// SGLang's state pool for Qwen3-Next at TP 4: per layer conv (2048 × 3) in bf16 and
+    /// temporal (8, 128, 128) in float32, 12,288 + 524,288 = 536,576 B, 36 layers a request;
+    /// the pool takes 0.9 / 1.9 of what is left, the token pool (12 full layers × 1 kv head ×
+    /// 2 × 256 × 2 B = 12,288 B a token) the rest; concurrency is capped by the slots too.
+    #[test]
+    fn sglang_mamba_pool_by_hand() {
+        let t = model("qwen3-next-80b-a3b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            tp: 4,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Sglang, &k).unwrap();
+        let state = c.kv_groups.iter().find(|g| g.kind == "state").unwrap();
+        assert_eq!((state.layers, state.page_bytes), (36, 536_576));
+        let slots = state.state_slots.unwrap();
+        let states = (slots * 36 * 536_576) as f64;
+        let cell = 12 * 2 * 256 * 2;
+        assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
+        // Whole requests: the state pool is at most one request short of its share.
+        let total = states + c.kv_cache_bytes as f64;
+        let share = states / total;
+        let one = (36 * 536_576) as f64 / total;
+        assert!(
+            share <= 0.9 / 1.9 && share > 0.9 / 1.9 - one - 1e-6,
+            "{share}"
+        );
+        assert!(
+            (c.max_concurrency - (c.kv_cache_tokens as f64 / 32768.0).min(slots as f64)).abs()
+                < 1e-9
+        );
+        // Without states (a Llama) there is no slot count.
+        let l = capacity(&llama3(), gpu, Engine::Sglang, &Knobs::default()).unwrap();
+        assert!(l.kv_groups.iter().all(|g| g.state_slots.is_none()));
+    }
+
+    /// SGLang's sliding-window pool for gpt-oss-20b (12 sliding + 12 full layers, 8 kv heads ×
+    /// 64, 2048 B a token a layer): the all-full count T becomes full = ⌊24T / (0.8 × 12 +
+    /// 12)⌋ and swa = ⌊0.8 × full⌋; the pool holds both.
+    #[test]
+    fn sglang_swa_pool_by_hand() {
+        let t = model("gpt-oss-20b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Sglang, &k).unwrap();
+        let line = c
+            .log
+            .iter()
+            .find(|l| l.starts_with("Use sliding window memory pool"))
+            .unwrap();
+        let full = c.kv_cache_tokens;
+        let swa = (full as f64 * 0.8) as u64;
+        assert_eq!(
+            line,
+            &format!(
+                "Use sliding window memory pool. full_layer_tokens={full}, swa_layer_tokens={swa}"
+            )
+        );
+        assert_eq!(c.kv_cache_bytes, 12 * 2048 * (full + swa));
+        // The all-full count T it came from: a context no longer than the window makes every
+        // layer full (the pool's memory does not depend on the context).
+        let short = capacity(
+            &t,
+            gpu,
+            Engine::Sglang,
+            &Knobs {
+                max_model_len: Some(128),
+                ..k
+            },
+        )
+        .unwrap();
+        assert!(short.log.iter().all(|l| !l.contains("sliding window")));
+        let all_full = short.kv_cache_tokens;
+        assert_eq!(full, (all_full as f64 * 24.0 / (0.8 * 12.0 + 12.0)) as u64);
+        assert!(c.kv_cache_bytes <= short.kv_cache_bytes + 24 * 2048);
+        assert!((c.max_concurrency - full as f64 / 32768.0).abs() < 1e-9);
+    }
+
+    /// Qwen3.5's config ships `mamba_ssm_dtype: float32`; vLLM keeps the recurrent state in it:
+    /// conv 10240 × 3 × 2 + 48 × 128 × 128 × 4 = 3,207,168 B; block 16 × ⌈3,207,168 / 65,536⌉
+    /// = 784 tokens, page 3,211,264 B. vllm#40691 (vLLM 0.19.0, `--max-model-len 32768`,
+    /// `--max-num-batched-token 16384`) logged "GPU KV cache size: 290,864 tokens" and
+    /// "Maximum concurrency for 32,768 tokens per request: 33.04x": both follow from this layout
+    /// with 1487 blocks (1487 // 4 × 784 and 1487 / (42 + 3)), and from no other block size.
+    #[test]
+    fn vllm_qwen3_5_fp32_state_matches_a_real_log() {
+        let t = model("qwen3.5-27b");
+        let cfg = catalog::config_text("qwen3.5-27b").unwrap();
+        assert_eq!(config_mamba_ssm_bytes(cfg), Some(4));
+        assert_eq!(config_mamba_ssm_bytes(r#"{"model_type": "llama"}"#), None);
+        let gpu = vram_model::gpu::lookup("h20-141g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            max_num_seqs: Some(16),
+            max_num_batched_tokens: Some(16384),
+            mamba_ssm_bytes: Some(4),
+            engine_version: Some([0, 19, 0]),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("state", 48, 3, 32768, 3_211_264, 3_207_168),
+                ("full", 16, 1, 784, 3_211_264, 3_211_264)
+            ]
+        );
+        let layers = stage_layers(&t, 1);
+        let layout = vllm_layout(&layers, &k, gpu, 32768, 16384);
+        let (blocks, tokens, conc) = layout.pool(1487 * 3_211_264 * 16, 32768, 16384);
+        assert_eq!((blocks, tokens), (1487, 290_864));
+        assert_eq!(format!("{conc:.2}"), "33.04");
+        // In bf16 (no config dtype) the block would be 400 tokens and the log impossible.
+        let bf16 = vllm_layout(
+            &layers,
+            &Knobs {
+                mamba_ssm_bytes: None,
+                ..k
+            },
+            gpu,
+            32768,
+            16384,
+        );
+        assert_eq!(bf16.min_block(), 400);
+        assert_ne!(290_864 % 400, 0);
+    }
+
+    /// Qwen3.5-27B (48 GDN + 16 full layers, 4 kv heads × 256, GDN 16 key and 48 value heads):
+    /// state conv (3, 2·16·128 + 48·128 = 10240), temporal (48, 128, 128): 817,152 elements,
+    /// 1,634,304 B; attention 4096 B a token; block 16 × ⌈1,634,304 / 65,536⌉ = 400; page
+    /// 1,638,400 B. Groups of 16: 1 full + 3 state.
+    #[test]
+    fn vllm_qwen3_5_gdn_hybrid_by_hand() {
+        let t = model("qwen3.5-27b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(16384),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            kinds(&c),
+            vec![
+                ("state", 48, 3, 16384, 1_638_400, 1_634_304),
+                ("full", 16, 1, 400, 1_638_400, 1_638_400)
+            ]
+        );
+        assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 4 * 400);
+        // A --block-size above the aligned one is kept, the state padded to it.
+        let c = capacity(
+            &t,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                block_size: Some(512),
+                ..k
+            },
+        )
+        .unwrap();
+        assert_eq!(c.kv_groups[1].block_size, 512);
+        assert_eq!(c.kv_groups[0].page_bytes, 512 * 4096);
+        assert!(!c.log[0].contains("Setting attention block size"));
     }
 }
