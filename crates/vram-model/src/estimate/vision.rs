@@ -1,0 +1,401 @@
+//! Images in a vision-language step (issue 21, `--images`): how many patches the vision tower
+//! sees and how many positions each image takes in the text sequence, and the vision tower's
+//! own tensors in training and in `generate`'s prefill.
+//!
+//! Token counts follow transformers 5.24's image processors and processors exactly (tested
+//! against them on the CPU: `tests/zoo/vision_reference.py`):
+//! - Qwen3-VL / Qwen3.5 (`qwen2_vl/image_processing_qwen2_vl.py::smart_resize`,
+//!   `get_number_of_image_patches`; `qwen3_vl/processing_qwen3_vl.py::replace_image_token`):
+//!   the image is resized to multiples of patch × merge within [min_pixels, max_pixels], one
+//!   frame padded to the temporal patch, `merge`² patches per token; the chat template puts
+//!   `<|vision_start|>` and `<|vision_end|>` around them.
+//! - Llama 4 (`llama4/image_processing_llama4.py::find_supported_resolutions`, `get_best_fit`,
+//!   `_preprocess`; `processing_llama4.py::_prompt_split_image`): the best canvas of at most 16
+//!   tiles, one more global tile when there are several; each tile is `(tile/patch)² + 1` patches
+//!   in the tower (the class token) and `(tile/patch)² / shuffle²` `<|patch|>` tokens after the
+//!   pixel shuffle, with start/end, `<|image|>` and tile-separator tokens around them.
+//! - Gemma 3 (`gemma3/processing_gemma3.py`): every image resized to the tower's `image_size`,
+//!   `mm_tokens_per_image` tokens after the average pool, written as `"\n\n<boi>" + tokens +
+//!   "<eoi>\n\n"` (`"\n\n"` one token in Gemma's vocabulary).
+//! - Gemma 4 (`gemma4/image_processing_gemma4.py::get_aspect_ratio_preserving_size`,
+//!   `_preprocess`; `processing_gemma4.py::replace_image_token`): resized within a budget of
+//!   `soft_tokens · pool²` patches and padded to it (the tower runs over the padding, masked),
+//!   `pool`² patches per soft token, between `<boi>` and `<eoi>`.
+//!
+//! The vision tower's tensors are counted from its modelling code's layers (pre-norm blocks over
+//! the patches: norms, q/k/v, SDPA per image or per tile, the output projection's input, the
+//! MLP), not measured on a GPU: the estimate says so. TRL 1.16's `SFTTrainer` freezes nothing
+//! (`sft_trainer.py`), so in training the tower is trainable and autograd keeps its tensors
+//! until the backward reaches it, last (`emb_saved`, with the embedding's). In `generate` the
+//! tower runs once, before the prefill (`vision_prefill`), and its image features (and
+//! Qwen3-VL's deepstack features) stay in the model's locals until the prefill returns.
+
+use serde::Serialize;
+
+use super::layers::{m, Ctx};
+use super::{Category, Handle, Phase, Sink, Step};
+use crate::blocks::{Images, Vision, VisionInput};
+use crate::error::{Error, Result};
+use crate::setup::{Attention, Recompute};
+
+/// What one image becomes, by the family's processor and vision tower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ImageTokens {
+    /// The size the processor resizes the image to (width, height); for tiles, the canvas.
+    pub resized: (u64, u64),
+    /// Tiles (Llama 4, global tile included), else 1.
+    pub tiles: u64,
+    /// Positions the vision tower's layers run over for this image (padding, class tokens).
+    pub patches: u64,
+    /// Image-feature positions the text sequence gets (the placeholders the features fill).
+    pub tokens: u64,
+    /// The image's span in the token sequence, its start/end and separator tokens included.
+    pub sequence: u64,
+    /// Length of one attention call's sequence in the tower (per image, or per tile).
+    pub attention_len: u64,
+}
+
+fn bad(what: String) -> Error {
+    Error::Setup(what)
+}
+
+/// Python's `round()` of `a / b` (half to even, in doubles as CPython computes it).
+fn py_round_div(a: u64, b: u64) -> u64 {
+    (a as f64 / b as f64).round_ties_even() as u64
+}
+
+/// `smart_resize` of transformers 5.24 (`qwen2_vl/image_processing_qwen2_vl.py`), as
+/// (height, width).
+fn smart_resize(h: u64, w: u64, factor: u64, min_px: u64, max_px: u64) -> Result<(u64, u64)> {
+    if (h.max(w) as f64) / (h.min(w) as f64) > 200.0 {
+        return Err(bad(format!(
+            "--image-size {w}x{h}: smart_resize refuses an aspect ratio above 200"
+        )));
+    }
+    let mut hb = py_round_div(h, factor) * factor;
+    let mut wb = py_round_div(w, factor) * factor;
+    let (hf, wf, ff) = (h as f64, w as f64, factor as f64);
+    if hb * wb > max_px {
+        let beta = ((hf * wf) / max_px as f64).sqrt();
+        hb = factor.max(((hf / beta / ff).floor() as u64) * factor);
+        wb = factor.max(((wf / beta / ff).floor() as u64) * factor);
+    } else if hb * wb < min_px {
+        let beta = (min_px as f64 / (hf * wf)).sqrt();
+        hb = ((hf * beta / ff).ceil() as u64) * factor;
+        wb = ((wf * beta / ff).ceil() as u64) * factor;
+    }
+    Ok((hb, wb))
+}
+
+/// Gemma 4's `get_aspect_ratio_preserving_size`, as (height, width).
+fn gemma4_size(h: u64, w: u64, patch: u64, max_patches: u64, pool: u64) -> Result<(u64, u64)> {
+    let total = (h * w) as f64;
+    let target_px = (max_patches * patch * patch) as f64;
+    let factor = (target_px / total).sqrt();
+    let side = pool * patch;
+    let mut th = ((factor * h as f64) / side as f64).floor() as u64 * side;
+    let mut tw = ((factor * w as f64) / side as f64).floor() as u64 * side;
+    if th == 0 && tw == 0 {
+        return Err(bad(format!(
+            "--image-size {w}x{h}: Gemma 4's processor would resize it to 0x0"
+        )));
+    }
+    let max_side = (max_patches / (pool * pool)) * side;
+    if th == 0 {
+        th = side;
+        tw = ((w as f64 / h as f64).floor() as u64 * side).min(max_side);
+    } else if tw == 0 {
+        tw = side;
+        th = ((h as f64 / w as f64).floor() as u64 * side).min(max_side);
+    }
+    if th * tw > max_patches * patch * patch {
+        return Err(bad(format!(
+            "--image-size {w}x{h}: Gemma 4's processor refuses it ({th}x{tw} exceeds {max_patches} patches)"
+        )));
+    }
+    Ok((th, tw))
+}
+
+/// What one `width` × `height` image becomes for the model whose tower is `v`.
+pub fn image_tokens(v: &Vision, width: u64, height: u64) -> Result<ImageTokens> {
+    if width == 0 || height == 0 || width > 1 << 16 || height > 1 << 16 {
+        return Err(Error::OutOfRange {
+            field: "--image-size".into(),
+            value: format!("{width}x{height}"),
+            why: "each side must be between 1 and 65536 pixels".into(),
+        });
+    }
+    let p = v.patch.max(1);
+    Ok(match v.input {
+        VisionInput::SmartResize {
+            merge,
+            min_pixels,
+            max_pixels,
+        } => {
+            let (h, w) = smart_resize(height, width, p * merge, min_pixels, max_pixels)?;
+            let patches = (h / p) * (w / p);
+            let tokens = patches / (merge * merge);
+            ImageTokens {
+                resized: (w, h),
+                tiles: 1,
+                patches,
+                tokens,
+                sequence: tokens + 2,
+                attention_len: patches,
+            }
+        }
+        VisionInput::Tiles {
+            tile,
+            max_tiles,
+            shuffle,
+        } => {
+            let (ch, cw) = best_canvas_px(height, width, max_tiles, tile);
+            let (rh, rw) = (ch / tile, cw / tile);
+            let grid = rh * rw;
+            let tiles = if grid > 1 { grid + 1 } else { 1 };
+            let per_tile = (tile / p) * (tile / p);
+            let n = per_tile / (shuffle * shuffle);
+            // <|image_start|>, per tile row: tiles × n patches, x-separators between them and
+            // a y-separator; then <|image|>, the global tile's n and <|image_end|>.
+            let separators = if grid > 1 { rh * (rw - 1) + rh } else { 0 };
+            ImageTokens {
+                resized: (rw * tile, rh * tile),
+                tiles,
+                patches: tiles * (per_tile + 1),
+                tokens: tiles * n,
+                sequence: tiles * n + separators + 3,
+                attention_len: per_tile + 1,
+            }
+        }
+        VisionInput::Fixed { image, tokens } => {
+            let patches = (image / p) * (image / p);
+            ImageTokens {
+                resized: (image, image),
+                tiles: 1,
+                patches,
+                tokens,
+                sequence: tokens + 4,
+                attention_len: patches,
+            }
+        }
+        VisionInput::PatchBudget { pool, soft_tokens } => {
+            let max_patches = soft_tokens * pool * pool;
+            let (h, w) = gemma4_size(height, width, p, max_patches, pool)?;
+            let tokens = (h / p) * (w / p) / (pool * pool);
+            ImageTokens {
+                resized: (w, h),
+                tiles: 1,
+                patches: max_patches,
+                tokens,
+                sequence: tokens + 2,
+                attention_len: max_patches,
+            }
+        }
+    })
+}
+
+/// Llama 4's canvas, as (height, width) in pixels: `find_supported_resolutions` in its order
+/// (aspect-ratio groups of a Python dict, first seen first), then `get_best_fit` with float32
+/// scales (torch divides the int64 canvases by the image's int sides).
+fn best_canvas_px(h: u64, w: u64, max_tiles: u64, tile: u64) -> (u64, u64) {
+    let mut groups: Vec<(f64, Vec<(u64, u64)>)> = Vec::new();
+    for chunks in (1..=max_tiles).rev() {
+        for f in (1..=chunks).filter(|f| chunks % f == 0) {
+            let pair = (f, chunks / f);
+            let ratio = pair.0 as f64 / pair.1 as f64;
+            match groups.iter_mut().find(|(r, _)| *r == ratio) {
+                Some((_, v)) => v.push(pair),
+                None => groups.push((ratio, vec![pair])),
+            }
+        }
+    }
+    let canvases: Vec<(u64, u64)> = groups
+        .into_iter()
+        .flat_map(|(_, v)| v)
+        .map(|(a, b)| (a * tile, b * tile))
+        .collect();
+    let scales: Vec<f32> = canvases
+        .iter()
+        .map(|&(th, tw)| {
+            let sw = tw as f32 / w as f32;
+            let sh = th as f32 / h as f32;
+            if sh > sw {
+                sw
+            } else {
+                sh
+            }
+        })
+        .collect();
+    let up = scales.iter().copied().filter(|s| *s >= 1.0);
+    let selected = if scales.iter().any(|s| *s >= 1.0) {
+        up.fold(f32::INFINITY, f32::min)
+    } else {
+        scales.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    };
+    let mut best: Option<(u64, u64)> = None;
+    for (c, s) in canvases.iter().zip(&scales) {
+        // torch.argmin over the tied canvases' areas: the first smallest.
+        if *s == selected && best.is_none_or(|b| c.0 * c.1 < b.0 * b.1) {
+            best = Some(*c);
+        }
+    }
+    best.unwrap_or((tile, tile))
+}
+
+/// The image size a family's processor assumes when `--image-size` is absent: the fixed size
+/// it resizes to (Gemma 3's `image_size`, Llama 4's one tile), any square image for Gemma 4
+/// (every square is resized to the same size); none for Qwen's dynamic resolution.
+pub fn default_image_size(v: &Vision) -> Option<(u64, u64)> {
+    match v.input {
+        VisionInput::Fixed { image, .. } => Some((image, image)),
+        VisionInput::Tiles { tile, .. } => Some((tile, tile)),
+        VisionInput::PatchBudget { .. } => Some((1024, 1024)),
+        VisionInput::SmartResize { .. } => None,
+    }
+}
+
+/// Image positions one sequence carries: images × each image's span.
+pub fn sequence_tokens(v: &Vision, images: &Images) -> Result<u64> {
+    let per = image_tokens(v, images.width, images.height)?;
+    Ok(images.count.saturating_mul(per.sequence))
+}
+
+/// The vision tower's bytes for `images` per sequence and `b` sequences.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct TowerBytes {
+    /// What autograd keeps until the tower's backward (training).
+    pub(super) saved: u64,
+    /// The highest transient inside one layer's forward without autograd (inference).
+    pub(super) infer_tmp: u64,
+    /// The tower's output, residual stream and the pixel values live through its forward
+    /// (inference).
+    pub(super) infer_live: u64,
+    /// The image features (and deepstack features) the model keeps until its forward returns.
+    pub(super) features: u64,
+}
+
+/// The vision tower's tensors, from the layers of its modelling code (not measured on a GPU).
+pub(super) fn tower_bytes(
+    v: &Vision,
+    images: &Images,
+    c: &Ctx,
+    recompute: Option<Recompute>,
+) -> TowerBytes {
+    let Ok(it) = image_tokens(v, images.width, images.height) else {
+        return TowerBytes::default();
+    };
+    let n_img = c.b.saturating_mul(images.count);
+    if n_img == 0 {
+        return TowerBytes::default();
+    }
+    let patches = m(&[n_img, it.patches]);
+    let tokens = m(&[n_img, it.tokens]);
+    let units = m(&[n_img, it.tiles]);
+    let (hv, i, heads) = (v.hidden, v.intermediate, v.heads);
+    let (res, cmp) = (c.res, c.cmp);
+    // MLP tensors a layer saves: fc1's output (the activation's input) and fc2's input; gated:
+    // gate and up outputs, the activation's output, the product.
+    let mlp = if v.gated { 4 * i } else { 2 * i };
+    let qk_norm = if v.gated { 2 * hv } else { 0 };
+    let scores = |bytes: u64| {
+        if c.attention == Attention::Eager {
+            m(&[units, heads, it.attention_len, it.attention_len, bytes])
+        } else {
+            0
+        }
+    };
+    // Per patch: two norm inputs in the residual dtype with fp32 statistics; the q/k/v input,
+    // q, k, v, SDPA's output and the output projection's (contiguous) input in the compute
+    // dtype, plus SDPA's fp32 log-sum-exp per head; the MLP's.
+    let per_patch = 2 * hv * res + 16 + cmp * (6 * hv + qk_norm + mlp) + 4 * heads;
+    let layer_saved = m(&[patches, per_patch]) + scores(c.sdt);
+    let layer_input = m(&[patches, hv, res]);
+    let layers = if recompute == Some(Recompute::Full) {
+        // Gradient checkpointing reaches the tower's blocks too: their inputs only.
+        m(&[v.depth, layer_input])
+    } else {
+        m(&[v.depth, layer_saved])
+    };
+    // Patch embedding's input (pixel values in the compute dtype) and the merger/projector:
+    // its norm over the patches, its matmul inputs and activation over the merged width, its
+    // output per token; each deepstack merger the same again.
+    let embed = m(&[patches, v.patch_elems, cmp]);
+    let merger = m(&[patches, hv, res + 3 * cmp]) + m(&[tokens, v.out, cmp]);
+    let saved = layers
+        .saturating_add(embed)
+        .saturating_add(m(&[1 + v.deepstack, merger]));
+    // Inference: one layer at a time; inside it the larger of the attention's (norm output,
+    // qkv output, q and k rotated in fp32) and the MLP's (norm output, two intermediates).
+    let attn_tmp = m(&[patches, cmp * 4 * hv + 4 * 4 * hv]) + scores(4);
+    let mlp_tmp = m(&[patches, cmp * (hv + if v.gated { 3 * i } else { 2 * i })]);
+    let features = m(&[1 + v.deepstack, tokens, v.out, cmp]);
+    TowerBytes {
+        saved,
+        infer_tmp: attn_tmp.max(mlp_tmp),
+        infer_live: m(&[patches, hv, cmp]) + embed,
+        features,
+    }
+}
+
+impl Step<'_> {
+    /// The vision tower's forward before `generate`'s prefill: its live tensors and one layer's
+    /// high point come and go; the image features stay until [`Step::vision_prefill_end`].
+    pub(super) fn vision_prefill<S: Sink>(&self, sink: &mut S) {
+        if self.vision.features == 0 {
+            return;
+        }
+        sink.phase(Phase::Prefill { layer: 0 });
+        let key = |slot: u64| (1u64 << 57) | slot;
+        let live = Handle {
+            cat: Category::Activations,
+            bytes: self.vision.infer_live,
+            key: key(0),
+        };
+        let tmp = Handle {
+            cat: Category::Temporaries,
+            bytes: self.vision.infer_tmp,
+            key: key(1),
+        };
+        sink.alloc(live, &[]);
+        sink.alloc(tmp, &[]);
+        sink.free(tmp);
+        sink.alloc(self.vision_features(), &[]);
+        sink.free(live);
+    }
+
+    /// The prefill returned: the image features go.
+    pub(super) fn vision_prefill_end<S: Sink>(&self, sink: &mut S) {
+        if self.vision.features > 0 {
+            sink.free(self.vision_features());
+        }
+    }
+
+    fn vision_features(&self) -> Handle {
+        Handle {
+            cat: Category::Activations,
+            bytes: self.vision.features,
+            key: (1u64 << 57) | 2,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_rounding_is_half_to_even() {
+        assert_eq!(py_round_div(48, 32), 2); // 1.5 -> 2
+        assert_eq!(py_round_div(80, 32), 2); // 2.5 -> 2
+        assert_eq!(py_round_div(112, 32), 4); // 3.5 -> 4
+    }
+
+    #[test]
+    fn smart_resize_keeps_pixels_in_range() {
+        let (h, w) = smart_resize(10, 10, 32, 3136, 1_003_520).unwrap();
+        assert!(h * w >= 3136 && h % 32 == 0 && w % 32 == 0);
+        let (h, w) = smart_resize(4000, 3000, 32, 3136, 1_003_520).unwrap();
+        assert!(h * w <= 1_003_520 && h % 32 == 0 && w % 32 == 0);
+        assert!(smart_resize(1, 300, 32, 3136, 1_003_520).is_err());
+    }
+}
