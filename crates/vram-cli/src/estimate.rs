@@ -919,15 +919,27 @@ fn describe(model: &Model, setup: &Setup, e: &Estimate) -> String {
             p.zero,
         );
     }
+    let images = image_positions(model).unwrap_or(0);
+    let split = |total: u64| {
+        if images > 0 {
+            format!(
+                " ({} text + {images} image positions)",
+                total.saturating_sub(images)
+            )
+        } else {
+            String::new()
+        }
+    };
     match setup.mode {
         Mode::Train(t) => {
             let style = serde_json::to_value(e.amp_style).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
             let j = |v: serde_json::Value| v.as_str().map(String::from).unwrap_or_default();
             format!(
-                "training, {prec} ({style} layout), {}, micro-batch {} x seq {}, grad-accum {}, recompute {}{}, attention {attn}, {par}, ZeRO {}{}",
+                "training, {prec} ({style} layout), {}, micro-batch {} x seq {}{}, grad-accum {}, recompute {}{}, attention {attn}, {par}, ZeRO {}{}",
                 j(json!(t.optimizer)),
                 t.micro_batch,
                 t.seq,
+                split(t.seq),
                 t.grad_accum,
                 j(json!(t.recompute)),
                 t.recompute_layers.map(|k| format!(" ({k} layers)")).unwrap_or_default(),
@@ -936,9 +948,10 @@ fn describe(model: &Model, setup: &Setup, e: &Estimate) -> String {
             )
         }
         Mode::Infer(i) => format!(
-            "inference (generate), {prec}, batch {} x (prompt {} + {} new tokens), {} KV cache {} B/element, attention {attn}, {par}",
+            "inference (generate), {prec}, batch {} x (prompt {}{} + {} new tokens), {} KV cache {} B/element, attention {attn}, {par}",
             i.batch,
             i.prompt(),
+            split(i.prompt()),
             i.new_tokens,
             if i.kv_cache == setup::KvCache::Static { "static" } else { "dynamic" },
             i.kv_bytes

@@ -274,7 +274,98 @@ pub(super) struct TowerBytes {
     pub(super) features: u64,
 }
 
-/// The vision tower's tensors, from the layers of its modelling code (not measured on a GPU).
+/// Element sizes of a tower's tensors.
+#[derive(Debug, Clone, Copy)]
+struct Dt {
+    /// The residual stream (fp32 under autocast).
+    res: u64,
+    /// Matmul inputs and outputs.
+    cmp: u64,
+    /// A LayerNorm's saved mean and rstd per row: fp32 on CUDA (8), the input's dtype on the
+    /// CPU where the references were taken (4 in bf16).
+    stats: u64,
+}
+
+/// What one tower layer saves per position (SDPA; eager's scores are added by the caller), from
+/// the tensors autograd keeps in transformers 5.24's layers (`tests/data/vision/
+/// tower_saved.py` measures them): the two norms' inputs (residual dtype) and statistics,
+/// SDPA's fp32 log-sum-exp per head, the MLP's input, its intermediate(s), and the attention's
+/// tensors:
+/// - Qwen3-VL / Qwen3.5 (`Qwen3VLVisionAttention`): the norm's output (the fused qkv's input),
+///   q and k after the rotary, the fused qkv output whole (v is a view of it: 3 widths), SDPA's
+///   output and `torch.cat`'s copy of the per-image outputs (the projection's input): 8;
+/// - Gemma 3 (`SiglipAttention`): the norm's output, q, k, v and SDPA's output, which the output
+///   projection reads (`.contiguous()` of flash's layout is a no-op): 5;
+/// - Llama 4 (`Llama4VisionAttention`): as SigLIP, plus q and k in fp32 for the complex rotary
+///   (`vision_apply_rotary_emb`);
+/// - Gemma 4 (`Gemma4VisionAttention`): as SigLIP, plus the q/k/v RMSNorms' and the 2-D rotary's
+///   tensors.
+fn layer_per_patch(v: &Vision, d: Dt) -> u64 {
+    let (hv, i) = (v.hidden, v.intermediate);
+    let (attn_cmp, attn_f32) = match v.input {
+        VisionInput::SmartResize { .. } => (8, 0),
+        VisionInput::Fixed { .. } => (5, 0),
+        VisionInput::Tiles { .. } => (5, 2),
+        VisionInput::PatchBudget { .. } => (9, 3),
+    };
+    // Non-gated MLP: fc1's output (the activation's input) and fc2's input; gated: gate and up
+    // outputs, the activation's output and the product.
+    let mlp = if v.gated { 4 * i } else { 2 * i };
+    2 * hv * d.res
+        + 2 * d.stats
+        + 4 * v.heads
+        + d.cmp * (hv * (attn_cmp + 1) + mlp)
+        + 4 * hv * attn_f32
+}
+
+/// What the tower saves outside its layers over `patches` positions (measured with it), and its
+/// projector over `tokens` (not measured: the modelling code's matmul inputs and norms).
+fn outside_layers(v: &Vision, patches: u64, tokens: u64, d: Dt) -> (u64, u64) {
+    let hv = v.hidden;
+    let pixels = m(&[patches, v.patch_elems, d.cmp]);
+    let head_dim = hv / v.heads.max(1);
+    match v.input {
+        // Qwen3VLVisionModel: the patch embedding's input, `fast_pos_embed_interpolate`'s four
+        // int64 indices and fp32 weights per patch, the rotary cos/sin (fp32), the merger (its
+        // LayerNorm's input, then its fc1 input, GELU input and fc2 input over the merged
+        // width), each deepstack merger (its norm reads a block output already kept: fc1 input,
+        // GELU input, fc2 input, the statistics of its merged rows).
+        VisionInput::SmartResize { merge, .. } => {
+            let merger = m(&[patches, hv * d.res + d.stats + 3 * hv * d.cmp]);
+            let deep = m(&[
+                v.deepstack,
+                patches,
+                3 * hv * d.cmp + d.stats / (merge * merge).max(1),
+            ]);
+            let tower = pixels + m(&[patches, 48 + 2 * head_dim * 4]) + merger + deep;
+            (tower, 0)
+        }
+        // SiglipVisionModel: the patch embedding's input, the position ids, the post-LayerNorm's
+        // input; Gemma3MultiModalProjector: the avg-pool's input (a reshaped copy), the
+        // RMSNorm's fp32 input and the projection's input over the pooled tokens.
+        VisionInput::Fixed { .. } => {
+            let tower = pixels + m(&[patches, 8 + hv * d.res + d.stats]);
+            let projector = m(&[patches, hv, d.cmp]) + m(&[tokens, hv, 4 + d.cmp]);
+            (tower, projector)
+        }
+        // Llama4VisionModel: the patch embedding's input (unfolded), positions, pre and post
+        // LayerNorms' inputs; the vision adapter's MLP after the pixel shuffle and the
+        // projector's input.
+        VisionInput::Tiles { .. } => {
+            let tower = pixels + m(&[patches, 2 * (hv * d.res + d.stats) + 3 * hv * d.cmp]);
+            (tower, m(&[tokens, v.out, d.cmp]))
+        }
+        // Gemma4VisionModel: the patch embedding's input and positions, the pooler's fp32
+        // tensors; embed_vision's RMSNorm and projection input over the soft tokens.
+        VisionInput::PatchBudget { .. } => {
+            let tower = pixels + m(&[patches, 16 + 2 * hv * 4]);
+            (tower, m(&[tokens, hv, 4 + d.cmp]))
+        }
+    }
+}
+
+/// The vision tower's tensors, from the layers of its modelling code (per-layer figures checked
+/// against the real towers on the CPU; not measured on a GPU).
 pub(super) fn tower_bytes(
     v: &Vision,
     images: &Images,
@@ -291,48 +382,38 @@ pub(super) fn tower_bytes(
     let patches = m(&[n_img, it.patches]);
     let tokens = m(&[n_img, it.tokens]);
     let units = m(&[n_img, it.tiles]);
-    let (hv, i, heads) = (v.hidden, v.intermediate, v.heads);
-    let (res, cmp) = (c.res, c.cmp);
-    // MLP tensors a layer saves: fc1's output (the activation's input) and fc2's input; gated:
-    // gate and up outputs, the activation's output, the product.
-    let mlp = if v.gated { 4 * i } else { 2 * i };
-    let qk_norm = if v.gated { 2 * hv } else { 0 };
+    let (hv, i) = (v.hidden, v.intermediate);
+    let d = Dt {
+        res: c.res,
+        cmp: c.cmp,
+        stats: 8,
+    };
     let scores = |bytes: u64| {
         if c.attention == Attention::Eager {
-            m(&[units, heads, it.attention_len, it.attention_len, bytes])
+            m(&[units, v.heads, it.attention_len, it.attention_len, bytes])
         } else {
             0
         }
     };
-    // Per patch: two norm inputs in the residual dtype with fp32 statistics; the q/k/v input,
-    // q, k, v, SDPA's output and the output projection's (contiguous) input in the compute
-    // dtype, plus SDPA's fp32 log-sum-exp per head; the MLP's.
-    let per_patch = 2 * hv * res + 16 + cmp * (6 * hv + qk_norm + mlp) + 4 * heads;
-    let layer_saved = m(&[patches, per_patch]) + scores(c.sdt);
-    let layer_input = m(&[patches, hv, res]);
+    let layer_saved = m(&[patches, layer_per_patch(v, d)]) + scores(c.sdt);
     let layers = if recompute == Some(Recompute::Full) {
-        // Gradient checkpointing reaches the tower's blocks too: their inputs only.
-        m(&[v.depth, layer_input])
+        // Gradient checkpointing reaches the tower's blocks too (GradientCheckpointingLayer):
+        // their inputs only.
+        m(&[v.depth, patches, hv, d.res])
     } else {
         m(&[v.depth, layer_saved])
     };
-    // Patch embedding's input (pixel values in the compute dtype) and the merger/projector:
-    // its norm over the patches, its matmul inputs and activation over the merged width, its
-    // output per token; each deepstack merger the same again.
-    let embed = m(&[patches, v.patch_elems, cmp]);
-    let merger = m(&[patches, hv, res + 3 * cmp]) + m(&[tokens, v.out, cmp]);
-    let saved = layers
-        .saturating_add(embed)
-        .saturating_add(m(&[1 + v.deepstack, merger]));
+    let (tower, projector) = outside_layers(v, patches, tokens, d);
+    let saved = layers.saturating_add(tower).saturating_add(projector);
     // Inference: one layer at a time; inside it the larger of the attention's (norm output,
     // qkv output, q and k rotated in fp32) and the MLP's (norm output, two intermediates).
-    let attn_tmp = m(&[patches, cmp * 4 * hv + 4 * 4 * hv]) + scores(4);
-    let mlp_tmp = m(&[patches, cmp * (hv + if v.gated { 3 * i } else { 2 * i })]);
-    let features = m(&[1 + v.deepstack, tokens, v.out, cmp]);
+    let attn_tmp = m(&[patches, d.cmp * 4 * hv + 4 * 4 * hv]) + scores(4);
+    let mlp_tmp = m(&[patches, d.cmp * (hv + if v.gated { 3 * i } else { 2 * i })]);
+    let features = m(&[1 + v.deepstack, tokens, v.out, d.cmp]);
     TowerBytes {
         saved,
         infer_tmp: attn_tmp.max(mlp_tmp),
-        infer_live: m(&[patches, hv, cmp]) + embed,
+        infer_live: m(&[patches, hv, d.cmp]) + m(&[patches, v.patch_elems, d.cmp]),
         features,
     }
 }
@@ -388,6 +469,38 @@ mod tests {
         assert_eq!(py_round_div(48, 32), 2); // 1.5 -> 2
         assert_eq!(py_round_div(80, 32), 2); // 2.5 -> 2
         assert_eq!(py_round_div(112, 32), 4); // 3.5 -> 4
+    }
+
+    fn tower(config: &str) -> Vision {
+        match crate::hf::parse_config(config, "zoo").unwrap() {
+            crate::arch::Model::Transformer(t) => t.blocks.vision.unwrap(),
+            _ => unreachable!(),
+        }
+    }
+
+    /// The real towers' saved bytes (transformers 5.24, torch 2.15, CPU, bf16, SDPA;
+    /// `tests/data/vision/tower_saved.py`, measured 2026-11-25): one layer, and the rest of the
+    /// tower (the projector outside it). On the CPU LayerNorm saves its statistics in bf16 (4
+    /// bytes a row), on CUDA in fp32 (8): the estimate uses 8, the check the CPU's 4.
+    #[test]
+    fn layer_bytes_equal_the_real_towers() {
+        let cpu = Dt {
+            res: 2,
+            cmp: 2,
+            stats: 4,
+        };
+        let qwen = tower(include_str!(
+            "../../../../tests/zoo/configs/qwen3-vl-8b-instruct.json"
+        ));
+        let mut no_deepstack = qwen;
+        no_deepstack.deepstack = 0; // the script builds the tower without deepstack mergers
+        assert_eq!(768 * layer_per_patch(&qwen, cpu), 32_741_376);
+        assert_eq!(outside_layers(&no_deepstack, 768, 192, cpu).0, 9_919_488);
+        let gemma3 = tower(include_str!(
+            "../../../../tests/zoo/configs/gemma-3-4b-it.json"
+        ));
+        assert_eq!(4096 * layer_per_patch(&gemma3, cpu), 146_309_120);
+        assert_eq!(outside_layers(&gemma3, 4096, 256, cpu).0, 14_303_232);
     }
 
     #[test]
