@@ -84,8 +84,17 @@ if want("gemma3"):
         lambda: ((torch.randn(1, 3, vc.image_size, vc.image_size, dtype=torch.bfloat16),), {}))}
 print(out, file=sys.stderr)
 
-# Llama 4: one tile of the tower's image_size (448 by default), 1024 patches + class token.
-vc = cfg("llama-4-scout-17b-16e-instruct").vision_config
+# Llama 4: one 336-pixel tile, 576 patches + the class token. The zoo's Scout config has no
+# vision_config and Llama4VisionConfig's defaults do not run (hidden 768 shuffled to 3072 wide
+# against an adapter of 5632), so the tower is Scout's published one (LLAMA4_SCOUT_VISION).
+LLAMA4_SCOUT_VISION = {
+    "hidden_size": 1408, "image_size": 336, "intermediate_size": 5632, "num_attention_heads": 16,
+    "num_hidden_layers": 34, "patch_size": 14, "pixel_shuffle_ratio": 0.5,
+    "projector_input_dim": 4096, "projector_output_dim": 4096, "vision_output_dim": 4096,
+}
+from transformers import Llama4VisionConfig  # noqa: E402
+
+vc = Llama4VisionConfig(**LLAMA4_SCOUT_VISION)
 if want("llama4"):
     out["llama4"] = {"patches": (vc.image_size // vc.patch_size) ** 2 + 1, **measure(
         vc, "num_hidden_layers",
