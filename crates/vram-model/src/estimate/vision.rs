@@ -286,36 +286,41 @@ struct Dt {
     stats: u64,
 }
 
-/// What one tower layer saves per position (SDPA; eager's scores are added by the caller), from
-/// the tensors autograd keeps in transformers 5.24's layers (`tests/data/vision/
-/// tower_saved.py` measures them): the two norms' inputs (residual dtype) and statistics,
-/// SDPA's fp32 log-sum-exp per head, the MLP's input, its intermediate(s), and the attention's
-/// tensors:
+/// What one tower layer saves over `patches` positions in `units` attention calls of `len`
+/// (SDPA; eager's scores are added by the caller), from the tensors autograd keeps in
+/// transformers 5.24's layers (`tests/data/vision/tower_saved.py` measures them). Qwen3-VL,
+/// SigLIP and Llama 4: the two LayerNorms' inputs (residual dtype) and statistics, SDPA's fp32
+/// log-sum-exp per head, the MLP's input and intermediates, and the attention's tensors:
 /// - Qwen3-VL / Qwen3.5 (`Qwen3VLVisionAttention`): the norm's output (the fused qkv's input),
 ///   q and k after the rotary, the fused qkv output whole (v is a view of it: 3 widths), SDPA's
 ///   output and `torch.cat`'s copy of the per-image outputs (the projection's input): 8;
-/// - Gemma 3 (`SiglipAttention`): the norm's output, q, k, v and SDPA's output, which the output
-///   projection reads (`.contiguous()` of flash's layout is a no-op): 5;
-/// - Llama 4 (`Llama4VisionAttention`): as SigLIP, plus q and k in fp32 for the complex rotary
-///   (`vision_apply_rotary_emb`);
-/// - Gemma 4 (`Gemma4VisionAttention`): as SigLIP, plus the q/k/v RMSNorms' and the 2-D rotary's
-///   tensors.
-fn layer_per_patch(v: &Vision, d: Dt) -> u64 {
-    let (hv, i) = (v.hidden, v.intermediate);
-    let (attn_cmp, attn_f32) = match v.input {
-        VisionInput::SmartResize { .. } => (8, 0),
-        VisionInput::Fixed { .. } => (5, 0),
-        VisionInput::Tiles { .. } => (5, 2),
-        VisionInput::PatchBudget { .. } => (9, 3),
+/// - Gemma 3 (`SiglipAttention`) and Llama 4 (`Llama4VisionAttention`; its complex rotary saves
+///   only the shared frequencies): the norm's output, q, k, v and SDPA's output, which the
+///   output projection reads (`.contiguous()` of flash's layout is a no-op): 5.
+///
+/// Gemma 4 (`Gemma4VisionEncoderLayer`): four composed RMSNorms (each its fp32 input, the
+/// normalised fp32 product and two fp32 statistics per row, and an fp32 copy of its weight), the
+/// per-head q/k RMSNorms (the same per head) and v's scale-free one (its fp32 input and
+/// statistics), the projections' input, q, k, v, SDPA's output and log-sum-exp, the additive
+/// mask each layer makes in the compute dtype, and the gated MLP's input and four
+/// intermediates.
+fn layer_saved(v: &Vision, patches: u64, units: u64, len: u64, d: Dt) -> u64 {
+    let (hv, i, heads) = (v.hidden, v.intermediate, v.heads);
+    let lse = 4 * heads;
+    if let VisionInput::PatchBudget { .. } = v.input {
+        let head_dim = hv / heads.max(1);
+        let norms = 4 * (8 * hv + 8) + 2 * (8 * hv + 8 * heads) + (4 * hv + 8 * heads);
+        let per = norms + lse + d.cmp * (6 * hv + 4 * i);
+        let weights = 4 * 4 * hv + 2 * 4 * head_dim;
+        return m(&[patches, per]) + weights + m(&[units, len, len, d.cmp]);
+    }
+    let attn = match v.input {
+        VisionInput::SmartResize { .. } => 8,
+        _ => 5,
     };
-    // Non-gated MLP: fc1's output (the activation's input) and fc2's input; gated: gate and up
-    // outputs, the activation's output and the product.
-    let mlp = if v.gated { 4 * i } else { 2 * i };
-    2 * hv * d.res
-        + 2 * d.stats
-        + 4 * v.heads
-        + d.cmp * (hv * (attn_cmp + 1) + mlp)
-        + 4 * hv * attn_f32
+    // Non-gated MLP: fc1's output (the activation's input) and fc2's input.
+    let per = 2 * hv * d.res + 2 * d.stats + lse + d.cmp * (hv * (attn + 1) + 2 * i);
+    m(&[patches, per])
 }
 
 /// What the tower saves outside its layers over `patches` positions (measured with it), and its
@@ -395,7 +400,7 @@ pub(super) fn tower_bytes(
             0
         }
     };
-    let layer_saved = m(&[patches, layer_per_patch(v, d)]) + scores(c.sdt);
+    let layer_saved = layer_saved(v, patches, units, it.attention_len, d) + scores(c.sdt);
     let layers = if recompute == Some(Recompute::Full) {
         // Gradient checkpointing reaches the tower's blocks too (GradientCheckpointingLayer):
         // their inputs only.
@@ -479,8 +484,8 @@ mod tests {
     }
 
     /// The real towers' saved bytes (transformers 5.24, torch 2.15, CPU, bf16, SDPA;
-    /// `tests/data/vision/tower_saved.py`, measured 2026-11-25): one layer, and the rest of the
-    /// tower (the projector outside it). On the CPU LayerNorm saves its statistics in bf16 (4
+    /// `tests/data/vision/tower_saved.py`, measured 2026-11-25): one layer (all four families),
+    /// and the rest of the tower (Qwen3-VL, Gemma 3; the projector outside it). On the CPU LayerNorm saves its statistics in bf16 (4
     /// bytes a row), on CUDA in fp32 (8): the estimate uses 8, the check the CPU's 4.
     #[test]
     fn layer_bytes_equal_the_real_towers() {
@@ -494,13 +499,32 @@ mod tests {
         ));
         let mut no_deepstack = qwen;
         no_deepstack.deepstack = 0; // the script builds the tower without deepstack mergers
-        assert_eq!(768 * layer_per_patch(&qwen, cpu), 32_741_376);
+        assert_eq!(layer_saved(&qwen, 768, 1, 768, cpu), 32_741_376);
         assert_eq!(outside_layers(&no_deepstack, 768, 192, cpu).0, 9_919_488);
         let gemma3 = tower(include_str!(
             "../../../../tests/zoo/configs/gemma-3-4b-it.json"
         ));
-        assert_eq!(4096 * layer_per_patch(&gemma3, cpu), 146_309_120);
+        assert_eq!(layer_saved(&gemma3, 4096, 1, 4096, cpu), 146_309_120);
         assert_eq!(outside_layers(&gemma3, 4096, 256, cpu).0, 14_303_232);
+        // Llama 4 with Scout's published tower (the script's LLAMA4_SCOUT_VISION): one tile of
+        // 336 pixels, 576 patches and the class token.
+        let scout = r#"{"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+            "text_config": {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 2,
+              "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+              "intermediate_size": 8192, "intermediate_size_mlp": 16384, "vocab_size": 202048,
+              "num_local_experts": 16, "num_experts_per_tok": 1, "max_position_embeddings": 10485760},
+            "vision_config": {"hidden_size": 1408, "image_size": 336, "intermediate_size": 5632,
+              "num_attention_heads": 16, "num_hidden_layers": 34, "patch_size": 14,
+              "pixel_shuffle_ratio": 0.5, "projector_input_dim": 4096,
+              "projector_output_dim": 4096, "vision_output_dim": 4096}}"#;
+        let llama4 = tower(scout);
+        assert_eq!(layer_saved(&llama4, 577, 1, 577, cpu), 26_038_856);
+        // Gemma 4: a 630-patch budget (576 real patches), one image: composed norms, no
+        // LayerNorm statistics to differ between the CPU and CUDA.
+        let gemma4 = tower(include_str!(
+            "../../../../tests/zoo/configs/gemma-4-26b-a4b.json"
+        ));
+        assert_eq!(layer_saved(&gemma4, 630, 1, 630, cpu), 69_256_008);
     }
 
     #[test]
