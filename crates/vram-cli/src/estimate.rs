@@ -196,9 +196,30 @@ pub struct StepArgs {
     /// reserved bytes only.
     #[arg(long, value_enum, default_value = "native")]
     weights_created: WeightsCreated,
-    /// CNNs: the side of the square input images in pixels [default: the model's, 224].
+    /// Images per sequence fed to a vision-language model (Qwen3-VL, Qwen3.5, Llama 4,
+    /// Gemma 3/4): their tokens lengthen the sequence, and the vision tower's tensors count.
     #[arg(long)]
-    image_size: Option<u64>,
+    images: Option<u64>,
+    /// Image size in pixels: WxH (before the processor resizes it) with --images, or the side
+    /// of a CNN's square inputs [default: the processor's size; a CNN's 224].
+    #[arg(long, value_parser = parse_image_size)]
+    image_size: Option<(u64, u64)>,
+}
+
+/// `--image-size`: `WxH`, or one side for a square.
+fn parse_image_size(s: &str) -> std::result::Result<(u64, u64), String> {
+    let side = |v: &str| {
+        v.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("`{s}` is not a size in pixels (1024x768, or 224 for a square)"))
+    };
+    match s.split_once(['x', 'X']) {
+        Some((w, h)) => Ok((side(w)?, side(h)?)),
+        None => {
+            let n = side(s)?;
+            Ok((n, n))
+        }
+    }
 }
 
 /// `--weights-created`.
@@ -233,7 +254,14 @@ pub enum AllocatorArg {
 impl StepArgs {
     /// `model` with what the flags say of its input (`--image-size` for a CNN).
     pub fn apply_to(&self, mut model: Model) -> Result<Model> {
-        if let (Some(side), Model::ResNet(r)) = (self.image_size, &mut model) {
+        if let (Some((w, h)), Model::ResNet(r)) = (self.image_size, &mut model) {
+            if w != h {
+                return Err(bad_input!(
+                    "--image-size {w}x{h}: {} takes square images (give one side)",
+                    r.name
+                ));
+            }
+            let side = w;
             // Five stride-2 stages take the side to 1/32; below 32 pixels nothing is left.
             if !(32..=16384).contains(&side) {
                 return Err(bad_input!(
@@ -242,7 +270,58 @@ impl StepArgs {
             }
             r.image_size = side;
         }
+        if let Model::Transformer(t) = &mut model {
+            self.attach_images(t)?;
+        }
         Ok(model)
+    }
+
+    /// `--images` and `--image-size` on a transformer: the images ride on its vision tower
+    /// (`vram_model::estimate::image_tokens` counts them); a model without one refuses them,
+    /// unless its config declares a tower the reader does not describe (then a note says the
+    /// images are not counted).
+    fn attach_images(&self, t: &mut vram_model::arch::Transformer) -> Result<()> {
+        let name = t.name.clone();
+        let Some(count) = self.images else {
+            if self.image_size.is_some() {
+                return Err(if t.blocks.vision.is_some() {
+                    bad_input!("--image-size needs --images N (images per sequence) for {name}")
+                } else {
+                    bad_input!("--image-size applies to CNNs and vision-language models; {name} takes sequences (--seq)")
+                });
+            }
+            return Ok(());
+        };
+        if !(1..=4096).contains(&count) {
+            return Err(bad_input!(
+                "--images {count} must be between 1 and 4096 images per sequence"
+            ));
+        }
+        let Some(v) = t.blocks.vision.as_mut() else {
+            if t.blocks.vision_unmodelled {
+                return Ok(()); // estimated without them, with a note (`image_notes`)
+            }
+            return Err(bad_input!(
+                "--images: {name} has no vision tower (its config has no vision_config, or its class builds none)"
+            ));
+        };
+        let (width, height) = match self.image_size.or_else(|| vram_model::estimate::default_image_size(v)) {
+            Some(s) => s,
+            None => {
+                return Err(bad_input!(
+                    "--images: {name} resizes each image to its own size (Qwen's smart_resize): give --image-size WxH"
+                ))
+            }
+        };
+        let images = vram_model::blocks::Images {
+            count,
+            width,
+            height,
+        };
+        // Refuse sizes the processor refuses, in one line.
+        vram_model::estimate::image_tokens(v, width, height)?;
+        v.images = Some(images);
+        Ok(())
     }
 
     /// The flags that do not apply to `model`, refused in one line: `--inference` estimates
@@ -264,9 +343,18 @@ impl StepArgs {
                     "{name} is an encoder-only model: it has no `generate` and no KV cache, which --inference estimates; estimate its training step instead"
                 ))
             }
-            Model::Transformer(_) if self.image_size.is_some() => Err(bad_input!(
-                "--image-size applies to CNNs; {name} takes sequences (--seq)"
+            Model::ResNet(_) if self.images.is_some() => Err(bad_input!(
+                "--images applies to vision-language models; {name} is a CNN: give --micro-batch and --image-size"
             )),
+            Model::Transformer(t)
+                if self.images.is_some()
+                    && !t.blocks.vision_unmodelled
+                    && t.blocks.vision.is_none_or(|v| v.images.is_none()) =>
+            {
+                Err(bad_input!(
+                    "--images is taken by vram estimate, trace and checkpoint (on a vision-language model)"
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -311,7 +399,8 @@ impl StepArgs {
                 (Some(c), None) => c,
                 (None, Some(p)) => p.saturating_add(self.new_tokens),
                 (None, None) => default_len,
-            };
+            }
+            .saturating_add(image_positions(model)?);
             if self.new_tokens >= context {
                 return Err(bad_input!(
                     "--new-tokens {} leaves no prompt in a context of {context} tokens",
@@ -336,7 +425,10 @@ impl StepArgs {
             }
             Mode::Train(Train {
                 micro_batch: self.micro_batch,
-                seq: self.seq.unwrap_or(default_len),
+                seq: self
+                    .seq
+                    .unwrap_or(default_len)
+                    .saturating_add(image_positions(model)?),
                 grad_accum: self.grad_accum,
                 optimizer: match self.optimizer {
                     Optimizer::Sgd => setup::Optimizer::Sgd,
@@ -392,6 +484,86 @@ impl StepArgs {
         };
         setup.validate()?;
         Ok(setup)
+    }
+}
+
+/// Positions the images attached to `model` add to each sequence (0 without images).
+fn image_positions(model: &Model) -> Result<u64> {
+    match model {
+        Model::Transformer(t) => match t.blocks.vision {
+            Some(v) => match &v.images {
+                Some(i) => Ok(vram_model::estimate::sequence_tokens(&v, i)?),
+                None => Ok(0),
+            },
+            None => Ok(0),
+        },
+        _ => Ok(0),
+    }
+}
+
+/// `image_tokens` of `--json`: what each image becomes and what the sequence carries, or
+/// `None` without images.
+fn image_report(model: &Model, setup: &Setup) -> Option<serde_json::Value> {
+    let Model::Transformer(t) = model else {
+        return None;
+    };
+    let v = t.blocks.vision?;
+    let i = v.images?;
+    let it = vram_model::estimate::image_tokens(&v, i.width, i.height).ok()?;
+    let seqs = match setup.mode {
+        Mode::Train(tr) => tr.micro_batch,
+        Mode::Infer(inf) => inf.batch,
+    };
+    Some(json!({
+        "images_per_sequence": i.count,
+        "width": i.width,
+        "height": i.height,
+        "resized": {"width": it.resized.0, "height": it.resized.1},
+        "tiles_per_image": it.tiles,
+        "patches_per_image": it.patches,
+        "per_image": it.tokens,
+        "sequence_per_image": it.sequence,
+        "total": i.count * it.tokens,
+        "sequence_total": i.count * it.sequence,
+        "vision_tower_images": seqs * i.count,
+        "activations_validated": false,
+    }))
+}
+
+/// The lines (text) or notes (JSON) about images: what they became, or that they are not
+/// counted.
+fn image_notes(model: &Model, setup: &Setup, images: Option<u64>) -> Vec<String> {
+    let Model::Transformer(t) = model else {
+        return Vec::new();
+    };
+    match (t.blocks.vision.and_then(|v| v.images.map(|i| (v, i))), images) {
+        (Some((v, i)), _) => {
+            let Ok(it) = vram_model::estimate::image_tokens(&v, i.width, i.height) else {
+                return Vec::new();
+            };
+            let tiles = if it.tiles > 1 {
+                format!(" in {} tiles", it.tiles)
+            } else {
+                String::new()
+            };
+            vec![
+                format!(
+                    "images: {} per sequence at {}x{} (resized to {}x{}{tiles}): {} patches each through the vision tower, {} image tokens each ({} positions with their markers), {} positions per sequence",
+                    i.count, i.width, i.height, it.resized.0, it.resized.1, it.patches, it.tokens, it.sequence, i.count * it.sequence
+                ),
+                format!(
+                    "note: the vision tower's activations ({}) are counted from its modelling code's tensors, not validated on a GPU; its FLOPs are not in the speed figures",
+                    match setup.mode {
+                        Mode::Train(_) => "saved for backward: TRL's SFTTrainer leaves the tower trainable",
+                        Mode::Infer(_) => "its forward before the prefill, the image features kept through it",
+                    }
+                ),
+            ]
+        }
+        (None, Some(_)) if t.blocks.vision_unmodelled => vec![
+            "note: image tokens are not counted: this config's vision tower is not described by vram (the text model alone is estimated)".into(),
+        ],
+        _ => Vec::new(),
     }
 }
 
@@ -536,6 +708,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         if let Model::ResNet(r) = model {
             v["image_size"] = json!(r.image_size);
         }
+        if let Some(r) = image_report(model, &setup) {
+            v["image_tokens"] = r;
+        }
         if !e.mechanisms.is_empty() {
             v["mechanisms"] = json!(e.mechanisms);
         }
@@ -562,6 +737,15 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
                 a.dequantized,
                 inference_weights.is_some(),
             );
+            let extra = image_notes(model, &setup, a.step.images);
+            if let Some(notes) = v["notes"].as_array_mut() {
+                notes.extend(
+                    extra
+                        .iter()
+                        .filter_map(|n| n.strip_prefix("note: "))
+                        .map(|n| json!(n)),
+                );
+            }
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
@@ -592,6 +776,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         for line in blocks_lines(t, &setup, a.dequantized, inference_weights.is_some()) {
             writeln!(out, "{line}")?;
         }
+    }
+    for line in image_notes(model, &setup, a.step.images) {
+        writeln!(out, "{line}")?;
     }
     if let Some(w) = &resolved.checkpoint {
         let verdict = if w.params == e.params {
@@ -732,15 +919,27 @@ fn describe(model: &Model, setup: &Setup, e: &Estimate) -> String {
             p.zero,
         );
     }
+    let images = image_positions(model).unwrap_or(0);
+    let split = |total: u64| {
+        if images > 0 {
+            format!(
+                " ({} text + {images} image positions)",
+                total.saturating_sub(images)
+            )
+        } else {
+            String::new()
+        }
+    };
     match setup.mode {
         Mode::Train(t) => {
             let style = serde_json::to_value(e.amp_style).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
             let j = |v: serde_json::Value| v.as_str().map(String::from).unwrap_or_default();
             format!(
-                "training, {prec} ({style} layout), {}, micro-batch {} x seq {}, grad-accum {}, recompute {}{}, attention {attn}, {par}, ZeRO {}{}",
+                "training, {prec} ({style} layout), {}, micro-batch {} x seq {}{}, grad-accum {}, recompute {}{}, attention {attn}, {par}, ZeRO {}{}",
                 j(json!(t.optimizer)),
                 t.micro_batch,
                 t.seq,
+                split(t.seq),
                 t.grad_accum,
                 j(json!(t.recompute)),
                 t.recompute_layers.map(|k| format!(" ({k} layers)")).unwrap_or_default(),
@@ -749,9 +948,10 @@ fn describe(model: &Model, setup: &Setup, e: &Estimate) -> String {
             )
         }
         Mode::Infer(i) => format!(
-            "inference (generate), {prec}, batch {} x (prompt {} + {} new tokens), {} KV cache {} B/element, attention {attn}, {par}",
+            "inference (generate), {prec}, batch {} x (prompt {}{} + {} new tokens), {} KV cache {} B/element, attention {attn}, {par}",
             i.batch,
             i.prompt(),
+            split(i.prompt()),
             i.new_tokens,
             if i.kv_cache == setup::KvCache::Static { "static" } else { "dynamic" },
             i.kv_bytes

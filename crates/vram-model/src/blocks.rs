@@ -940,6 +940,73 @@ pub struct Vision {
     pub patch: u64,
     /// Parameters of the tower and projector, from the family's module tree.
     pub params: u64,
+    /// How the family's image processor cuts an image and how the tower merges patches into
+    /// text tokens (`estimate::vision` counts both).
+    pub input: VisionInput,
+    /// Elements of one patch as the tower's patch embedding reads it (channels × temporal
+    /// patch × patch²).
+    pub patch_elems: u64,
+    /// Width of the image features handed to the text model (the text hidden size).
+    pub out: u64,
+    /// Gated MLP in the tower's layers (Gemma 4), else a two-matmul MLP.
+    pub gated: bool,
+    /// Extra mergers whose outputs the text model adds at early layers (Qwen3-VL's deepstack).
+    pub deepstack: u64,
+    /// The images each sequence carries (`--images`), none by default.
+    pub images: Option<Images>,
+}
+
+/// Images fed with every sequence: how many and their size before the processor resizes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Images {
+    /// Images per sequence.
+    pub count: u64,
+    /// Width in pixels.
+    pub width: u64,
+    /// Height in pixels.
+    pub height: u64,
+}
+
+/// How a vision-language family turns one image into patches and text tokens, read from
+/// transformers 5.24's image processor and vision model (`estimate::vision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum VisionInput {
+    /// Qwen3-VL / Qwen3.5: `Qwen2VLImageProcessor`'s `smart_resize` to multiples of
+    /// patch × merge within [min_pixels, max_pixels]; `merge`² patches make one token.
+    SmartResize {
+        /// `spatial_merge_size`.
+        merge: u64,
+        /// `size["shortest_edge"]` (min_pixels).
+        min_pixels: u64,
+        /// `size["longest_edge"]` (max_pixels).
+        max_pixels: u64,
+    },
+    /// Llama 4: tiles of `tile` pixels on the best-fitting canvas of at most `max_tiles`, plus
+    /// a global tile when there are several; pixel shuffle by `1/shuffle`² per tile.
+    Tiles {
+        /// Tile side (the processor's `size`, the tower's `image_size`).
+        tile: u64,
+        /// `max_patches` (tiles) of `Llama4ImageProcessor`.
+        max_tiles: u64,
+        /// 1 / `pixel_shuffle_ratio`.
+        shuffle: u64,
+    },
+    /// Gemma 3: every image resized to `image`² (SigLIP), pooled to `tokens` tokens.
+    Fixed {
+        /// `vision_config.image_size`.
+        image: u64,
+        /// `mm_tokens_per_image`.
+        tokens: u64,
+    },
+    /// Gemma 4: aspect-preserving resize to at most `soft_tokens`·`pool`² patches, padded to
+    /// that many; `pool`² patches make one soft token.
+    PatchBudget {
+        /// `pooling_kernel_size`.
+        pool: u64,
+        /// `vision_soft_tokens_per_image` (the processor's `max_soft_tokens`).
+        soft_tokens: u64,
+    },
 }
 
 /// Multi-token-prediction layers.
@@ -1097,6 +1164,9 @@ pub struct Blocks {
     pub uniform: bool,
     /// What the reader assumed or left out, for the estimate's notes (true text only).
     pub notes: Vec<String>,
+    /// The config declares a vision tower this reader does not describe (a wrapper read through
+    /// its `text_config`, a generic decoder): images would be taken, but are not counted.
+    pub vision_unmodelled: bool,
 }
 
 impl Blocks {
@@ -1112,6 +1182,7 @@ impl Blocks {
             storage: Storage::default(),
             uniform: false,
             notes: Vec::new(),
+            vision_unmodelled: false,
         }
     }
 
@@ -1127,6 +1198,7 @@ impl Blocks {
             storage: Storage::default(),
             uniform: false,
             notes: Vec::new(),
+            vision_unmodelled: false,
         }
     }
 
@@ -1154,6 +1226,7 @@ impl Blocks {
             storage: Storage::default(),
             uniform: false,
             notes: Vec::new(),
+            vision_unmodelled: false,
         }
     }
 

@@ -165,6 +165,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                     model_type: inner,
                 };
                 let mut t = decoders::read(&wrapped, &wrapped)?;
+                t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
                 t.blocks.notes.push(format!(
                     "model_type `{model_type}` is not known: its text_config (`{inner}`) is read; any vision or audio tower is not counted"
                 ));
@@ -173,7 +174,9 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                 .iter()
                 .all(|k| text.find(&[k]).is_some())
             {
-                decoders::generic(&text)?
+                let mut t = decoders::generic(&text)?;
+                t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
+                t
             } else {
                 return Err(Error::UnknownModelType(model_type.clone()));
             }

@@ -570,8 +570,10 @@ pub(super) fn notes(t: &Transformer) -> Vec<&'static str> {
             });
         }
     }
-    if b.vision.is_some() {
-        add("vision tower: its weights are counted; image tokens' activations are not (text tokens only)");
+    match b.vision {
+        Some(v) if v.images.is_some() => add("vision tower: each image's patches through it and its tokens in the text sequence (estimate/vision.rs, from transformers 5.24's image processors and vision models)"),
+        Some(_) => add("vision tower: its weights are counted; no images in the step (--images N counts their tokens and the tower's activations)"),
+        None => {}
     }
     v
 }
@@ -789,6 +791,7 @@ impl Step<'_> {
             bytes: hd,
             key: key(0, 0, 0),
         };
+        self.vision_prefill(sink); // the vision tower first (vision.rs; nothing without images)
         sink.phase(Phase::Prefill { layer: 0 });
         sink.alloc(x, &[]);
         for i in 0..layers {
@@ -827,6 +830,7 @@ impl Step<'_> {
         };
         logits_step(sink, 0);
         sink.free(x);
+        self.vision_prefill_end(sink);
         let steps = inf.new_tokens.saturating_sub(1);
         let walked: Vec<u64> = if full || steps <= 2 {
             (1..=steps).collect()

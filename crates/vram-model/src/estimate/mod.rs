@@ -20,6 +20,9 @@ pub use layers::{attention_kernel, repeats_kv_at, Kernel};
 mod replay;
 mod sinks;
 mod training;
+mod vision;
+
+pub use vision::{default_image_size, image_tokens, sequence_tokens, ImageTokens};
 
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
@@ -363,6 +366,8 @@ pub(crate) struct Step<'a> {
     head_copy: u64,
     /// Optimizer state bytes per parameter element (without master weights), and a flat extra.
     opt_elems: f64,
+    /// The vision tower's tensors for the step's images (`vision.rs`; zero without images).
+    vision: vision::TowerBytes,
 }
 
 impl<'a> Step<'a> {
@@ -422,6 +427,7 @@ impl<'a> Step<'a> {
             logits: 0,
             head_copy: 0,
             opt_elems: 0.0,
+            vision: vision::TowerBytes::default(),
         };
         match model {
             Model::Transformer(t) => step.init_transformer(t)?,
@@ -533,6 +539,24 @@ impl<'a> Step<'a> {
             emb.push(c.rep(t.hidden, 1), false);
         }
         self.emb_saved = emb.total(false);
+        if let Some(v) = t.blocks.vision.filter(|v| v.images.is_some()) {
+            // The vision tower runs before the first layer (pipeline rank 0): in training its
+            // saved tensors live as long as the embedding's; in generate, see vision.rs.
+            let recompute = match self.setup.mode {
+                Mode::Train(tr) => Some(tr.recompute),
+                Mode::Infer(_) => None,
+            };
+            let images = v.images.unwrap_or(crate::blocks::Images {
+                count: 0,
+                width: 0,
+                height: 0,
+            });
+            self.vision = vision::tower_bytes(&v, &images, &c, recompute);
+            if c.training {
+                self.emb_saved = self.emb_saved.saturating_add(self.vision.saved);
+                self.vision = vision::TowerBytes::default();
+            }
+        }
         if t.layout != Layout::EncoderOnly {
             let mut head = Parts::default();
             if t.final_norm {

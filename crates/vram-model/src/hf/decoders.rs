@@ -11,7 +11,7 @@ use super::{kind_of, Cfg};
 use crate::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
 use crate::blocks::{
     Attention, Block, Blocks, Component, Dense, Dispatch, Ends, Ffn, Gdn, Indexer, Mamba2, Mixer,
-    Mla, Moe, Mtp, Norms, QkNorm, Vision, Window,
+    Mla, Moe, Mtp, Norms, QkNorm, Vision, VisionInput, Window,
 };
 use crate::error::{Error, Result};
 
@@ -455,6 +455,18 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 heads,
                 patch: p,
                 params,
+                // Qwen2VLImageProcessor's class defaults (image_processing_qwen2_vl.py: `size`
+                // shortest_edge 56·56, longest_edge 28·28·1280); patch and merge from the tower.
+                input: VisionInput::SmartResize {
+                    merge: m,
+                    min_pixels: 56 * 56,
+                    max_pixels: 28 * 28 * 1280,
+                },
+                patch_elems: ch * tp * p * p,
+                out,
+                gated: false,
+                deepstack,
+                images: None,
             }
         }
         // Gemma3: SiglipVisionModel (Conv2d patch embedding with bias, learned positions,
@@ -492,6 +504,15 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 heads,
                 patch: p,
                 params,
+                input: VisionInput::Fixed {
+                    image,
+                    tokens: outer.opt_u64(&["mm_tokens_per_image"])?.unwrap_or(256),
+                },
+                patch_elems: ch * p * p,
+                out: text_hidden,
+                gated: false,
+                deepstack: 0,
+                images: None,
             }
         }
         // Llama4VisionModel (class embedding, positions for every patch plus the class token,
@@ -517,6 +538,20 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 + pin * i
                 + pout * pout
                 + text_hidden * vout;
+            // pixel_shuffle_ratio (0.5 by default): 1/ratio² patches make one token.
+            let ratio = match v.map.get("pixel_shuffle_ratio") {
+                Some(Value::Number(n)) => n.as_f64().unwrap_or(0.5),
+                _ => 0.5,
+            };
+            let inv = 1.0 / ratio;
+            if !(inv.is_finite() && inv >= 1.0 && (inv - inv.round()).abs() < 1e-9) {
+                return Err(Error::OutOfRange {
+                    field: "vision_config.pixel_shuffle_ratio".into(),
+                    value: ratio.to_string(),
+                    why: "must be 1/n for a whole n".into(),
+                });
+            }
+            let shuffle = inv.round() as u64;
             Vision {
                 depth,
                 hidden: hv,
@@ -524,6 +559,18 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 heads,
                 patch: p,
                 params,
+                // Llama4ImageProcessor: `max_patches` 16 tiles; its tile side is the tower's
+                // `image_size` (the positions are learned for that many patches).
+                input: VisionInput::Tiles {
+                    tile: image,
+                    max_tiles: 16,
+                    shuffle,
+                },
+                patch_elems: ch * p * p,
+                out: text_hidden,
+                gated: false,
+                deepstack: 0,
+                images: None,
             }
         }
         // Gemma4VisionModel: a bias-free patch projection, a two-row position table, layers of
@@ -551,6 +598,17 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 heads,
                 patch: p,
                 params,
+                input: VisionInput::PatchBudget {
+                    pool: v.opt_u64(&["pooling_kernel_size"])?.unwrap_or(3),
+                    soft_tokens: outer
+                        .opt_u64(&["vision_soft_tokens_per_image"])?
+                        .unwrap_or(280),
+                },
+                patch_elems: 3 * p * p,
+                out: text_hidden,
+                gated: true,
+                deepstack: 0,
+                images: None,
             }
         }
         _ => return Ok(None),

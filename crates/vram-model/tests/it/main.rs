@@ -9,4 +9,5 @@ mod generate_replay;
 mod monotone;
 mod params;
 mod timeline;
+mod vision;
 mod zero;

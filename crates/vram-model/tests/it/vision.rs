@@ -1,0 +1,97 @@
+//! Issue 21 item 4: image tokens. `tests/zoo/vision_expected.json` holds what transformers
+//! 5.24's image processors and processors make of images of several sizes for each
+//! vision-language config of `tests/zoo/configs` (`tests/zoo/vision_reference.py`, rerun by
+//! `.ci/zoo-tests`); `vram_model::estimate::image_tokens` must give the same numbers for every
+//! one, and refuse what the processor refuses.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use vram_model::arch::Model;
+use vram_model::estimate::image_tokens;
+
+fn zoo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zoo")
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().expect("an integer")
+}
+
+#[test]
+fn image_tokens_equal_the_processors() {
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(zoo().join("vision_expected.json")).expect("vision_expected.json"),
+    )
+    .expect("parses");
+    let models = doc["models"].as_object().expect("models");
+    assert!(
+        models.len() >= 7,
+        "every vision-language family is in the reference"
+    );
+    let mut checked = 0;
+    for (name, entry) in models {
+        let text = std::fs::read_to_string(zoo().join("configs").join(format!("{name}.json")))
+            .expect("config");
+        let Model::Transformer(t) = vram_model::hf::parse_config(&text, name).expect("reads")
+        else {
+            panic!("{name}: not a transformer")
+        };
+        let v = t
+            .blocks
+            .vision
+            .unwrap_or_else(|| panic!("{name}: no vision tower"));
+        for (size, want) in entry["images"].as_object().expect("images") {
+            let (w, h) = size.split_once('x').expect("WxH");
+            let (w, h): (u64, u64) = (w.parse().unwrap(), h.parse().unwrap());
+            let got = image_tokens(&v, w, h);
+            if want.get("refused").is_some() {
+                assert!(
+                    got.is_err(),
+                    "{name} {size}: the processor refuses it, vram gave {got:?}"
+                );
+                checked += 1;
+                continue;
+            }
+            let got = got.unwrap_or_else(|e| panic!("{name} {size}: {e}"));
+            let r = &want["resized"];
+            assert_eq!(
+                (got.resized.0, got.resized.1),
+                (u(&r[0]), u(&r[1])),
+                "{name} {size}: resized"
+            );
+            assert_eq!(got.tiles, u(&want["tiles"]), "{name} {size}: tiles");
+            assert_eq!(got.patches, u(&want["patches"]), "{name} {size}: patches");
+            assert_eq!(got.tokens, u(&want["tokens"]), "{name} {size}: tokens");
+            assert_eq!(
+                got.sequence,
+                u(&want["sequence"]),
+                "{name} {size}: sequence"
+            );
+            checked += 1;
+        }
+        // The real tower's outputs (Qwen3-VL, Qwen3.5): its features are one row per image
+        // token, of the text model's width, and one more tensor per deepstack merger.
+        if let Some(tower) = entry.get("tower") {
+            let size = entry["tower_at"].as_str().unwrap();
+            let (w, h) = size.split_once('x').unwrap();
+            let got = image_tokens(&v, w.parse().unwrap(), h.parse().unwrap()).unwrap();
+            assert_eq!(got.patches, u(&tower["patches_in"]), "{name}: tower input");
+            assert_eq!(got.tokens, u(&tower["features"][0]), "{name}: feature rows");
+            assert_eq!(v.out, u(&tower["features"][1]), "{name}: feature width");
+            assert_eq!(
+                v.deepstack,
+                u(&tower["deepstack_mergers"]),
+                "{name}: deepstack"
+            );
+            for d in tower["deepstack_features"].as_array().unwrap() {
+                assert_eq!(
+                    (got.tokens, v.out),
+                    (u(&d[0]), u(&d[1])),
+                    "{name}: deepstack"
+                );
+            }
+        }
+    }
+    assert!(checked >= 70, "{checked} sizes checked");
+}
