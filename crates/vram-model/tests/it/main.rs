@@ -3,6 +3,7 @@
 mod activations;
 mod bad_input;
 mod blocks;
+mod fast_paths;
 mod finetune;
 mod generate_replay;
 mod monotone;
