@@ -1215,6 +1215,11 @@ fn suggestions(model: &Model, setup: &Setup, cap: u64) -> Vec<(String, u64)> {
     tries
         .into_iter()
         .filter_map(|(flags, s)| {
+            // `fits` decides in at most two allocator replays (none where the peak walk
+            // refuses); only a change that fits pays for the search of its device total.
+            if !vram_model::estimate::fits(model, &s, cap).unwrap_or(false) {
+                return None;
+            }
             vram_model::estimate(model, &s)
                 .ok()
                 .filter(|e| e.fits(cap))

@@ -5,6 +5,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use vram_model::arch::Model;
+use vram_model::estimate::{max_batch, max_context};
 use vram_model::setup::{Mode, Parallel, Recompute, Schedule, Setup, Train};
 use vram_model::{catalog, estimate, estimate_allocated};
 
@@ -108,6 +109,40 @@ fn bench(c: &mut Criterion) {
     r.bench_function("deepseek-v3 generate, batch 8, context 4096", |b| {
         b.iter(|| estimate(black_box(&ds), black_box(&ds_gen)).unwrap())
     });
+    // Issue 23.7: the cost of `generate` must not grow with the new tokens.
+    let l31 = catalog::lookup("llama-3.1-8b").unwrap();
+    for new in [256u64, 4096] {
+        let gen = Setup {
+            precision: vram_model::setup::Precision::Bf16,
+            mode: Mode::Infer(vram_model::setup::Infer {
+                batch: 8,
+                context: 8192 + new,
+                new_tokens: new,
+                kv_bytes: 2,
+                kv_cache: vram_model::setup::KvCache::Dynamic,
+            }),
+            ..Setup::default()
+        };
+        r.bench_function(
+            format!("llama-3.1-8b generate, batch 8, prompt 8192, {new} new tokens"),
+            |b| b.iter(|| estimate(black_box(&l31), black_box(&gen)).unwrap()),
+        );
+        // What `vram estimate --inference` adds: the largest batch and the longest context
+        // on the GPU (an H100's 79.6 GiB).
+        let cap = vram_model::gpu::lookup("h100-80g").unwrap().memory_bytes;
+        r.bench_function(
+            format!("llama-3.1-8b generate, {new} new tokens, max batch + max context on an H100"),
+            |b| {
+                b.iter(|| {
+                    let s = black_box(&gen);
+                    (
+                        max_batch(&l31, s, cap).unwrap(),
+                        max_context(&l31, s, cap).unwrap(),
+                    )
+                })
+            },
+        );
+    }
     r.finish();
     c.bench_function(
         "estimate deepseek-v3 (61 layers), peak walk, training",

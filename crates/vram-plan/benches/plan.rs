@@ -50,6 +50,29 @@ fn bench(c: &mut Criterion) {
         "plan llama-2-70b on 8 x rtx-4090 (nothing fits, with advice)",
         |b| b.iter(|| search(black_box(&nofit), &mut |_| {}).unwrap()),
     );
+    // Issue 23.7: a capacity answer (vLLM and SGLang defaults on one H100; the cheapest change
+    // where it would not start) under 10 ms.
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    for id in ["llama-3.1-8b", "deepseek-v3", "qwen3-next-80b-a3b"] {
+        let vram_model::arch::Model::Transformer(t) = catalog::lookup(id).unwrap() else {
+            unreachable!()
+        };
+        c.bench_function(&format!("capacity {id} on an H100, vllm + sglang"), |b| {
+            b.iter(|| {
+                let k = vram_plan::capacity::Knobs::default();
+                for engine in [
+                    vram_plan::capacity::Engine::Vllm,
+                    vram_plan::capacity::Engine::Sglang,
+                ] {
+                    let c = vram_plan::capacity::capacity(black_box(&t), h100, engine, &k);
+                    if c.as_ref().is_ok_and(|c| !c.starts) {
+                        black_box(vram_plan::capacity::cheapest_change(&t, h100, engine, &k));
+                    }
+                    black_box(c).ok();
+                }
+            })
+        });
+    }
     let chain: Vec<Stage> = (0..64u64)
         .map(|i| Stage {
             forward: 1.0 + (i % 5) as f64,

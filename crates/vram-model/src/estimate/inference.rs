@@ -578,6 +578,7 @@ impl Step<'_> {
         } else if !full {
             vec![1, steps]
         } else if EVERY_TOKEN.with(|e| e.get())
+            || replay::reference()
             || self.setup.overheads.allocator != crate::setup::Allocator::Pytorch
         {
             // Expandable segments (PyTorch's and vramkit's) place blocks in one growing

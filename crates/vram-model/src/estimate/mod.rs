@@ -17,6 +17,7 @@ mod mechs;
 
 pub use inference::set_replay_every_token;
 pub use layers::{attention_kernel, repeats_kv_at, Kernel};
+pub use replay::set_reference_replay;
 mod replay;
 mod sinks;
 mod training;
@@ -986,15 +987,27 @@ pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
 ///
 /// Returns `Ok(None)` when not even 1 fits.
 pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
-    let with = |n: u64| -> Result<bool> {
+    let with = |n: u64, replay: bool| -> Result<bool> {
         let mut s = *setup;
         match &mut s.mode {
             Mode::Train(t) => t.micro_batch = n,
             Mode::Infer(i) => i.batch = n,
         }
-        fits(model, &s, capacity)
+        if replay {
+            fits(model, &s, capacity)
+        } else {
+            walk_fits(model, &s, capacity)
+        }
     };
-    search_max(with)
+    if replay::reference() {
+        return search_max(|n| with(n, true));
+    }
+    // The peak walk (microseconds) bounds the answer from above: what it refuses does not
+    // fit. The replays (milliseconds) then only decide the last few sizes below that bound.
+    match search_max(|n| with(n, false))? {
+        Some(top) => search_down(top, |n| with(n, true)),
+        None => Ok(None),
+    }
 }
 
 /// The longest context (inference) whose estimate fits `capacity` at the setup's batch.
@@ -1009,14 +1022,72 @@ pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option
         Mode::Infer(i) => i.prompt(),
         Mode::Train(_) => 1,
     };
-    let with = |n: u64| -> Result<bool> {
+    let with = |n: u64, replay: bool| -> Result<bool> {
         let mut s = *setup;
         if let Mode::Infer(i) = &mut s.mode {
             i.context = n + new;
         }
-        fits(model, &s, capacity)
+        if replay {
+            fits(model, &s, capacity)
+        } else {
+            walk_fits(model, &s, capacity)
+        }
     };
-    Ok(search_max_from(start, with)?.map(|n| n + new))
+    let found = if replay::reference() {
+        search_max_from(start, |n| with(n, true))?
+    } else {
+        match search_max_from(start, |n| with(n, false))? {
+            Some(top) => search_down(top, |n| with(n, true))?,
+            None => None,
+        }
+    };
+    Ok(found.map(|n| n + new))
+}
+
+/// Whether the peak walk alone leaves the step under `capacity` (CUDA context included): what
+/// [`fits`] decides before any replay. `fits` implies it, so the largest size it accepts
+/// bounds the largest that fits.
+fn walk_fits(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
+    let o = setup.overheads;
+    if o.fragmentation.is_some() {
+        return fits(model, setup, capacity);
+    }
+    let step = Step::new(model, setup)?;
+    let (_, sink) = peak_rank(&step, setup, false)?;
+    Ok(capacity
+        .checked_sub(o.cuda_context_bytes)
+        .is_some_and(|room| sink.peak <= room))
+}
+
+/// The largest `n` in 1..=`top` with `fits(n)`, for a monotone `fits`, searched downward from
+/// `top` (galloping, then bisecting): the answer [`search_max`] gives when nothing above `top`
+/// fits, in a few probes where the answer is close to `top`.
+fn search_down(top: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
+    if fits(top)? {
+        return Ok(Some(top));
+    }
+    let mut hi = top; // does not fit
+    let mut step = 1u64;
+    let mut lo = loop {
+        if hi <= 1 {
+            return Ok(None);
+        }
+        let n = hi.saturating_sub(step).max(1);
+        if fits(n)? {
+            break n;
+        }
+        hi = n;
+        step = step.saturating_mul(2);
+    };
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(lo))
 }
 
 /// [`search_max`] galloping from `start` (the setup's own value) instead of from 1: the same

@@ -26,6 +26,25 @@ use vram_alloc::{AllocatorConfig, CachingAllocator, Policy, SimDevice};
 use super::{Category, Handle, Phase, Run, Sink, Step};
 use crate::setup::{Allocator, Mode};
 
+thread_local! {
+    static REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes this thread's estimates compute their figures the reference way: every allocator
+/// replay walks the step into the allocator at each probe of the search for the smallest
+/// device, `generate` replays walk every decode step, and the largest-batch and longest-context
+/// searches probe as plain bisections. For the tests that prove the fast paths give the same
+/// figures.
+#[doc(hidden)]
+pub fn set_reference_replay(on: bool) {
+    REFERENCE.with(|r| r.set(on));
+}
+
+/// Whether this thread computes the reference way ([`set_reference_replay`]).
+pub(crate) fn reference() -> bool {
+    REFERENCE.with(|r| r.get())
+}
+
 /// What the allocator model saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Replayed {
@@ -118,6 +137,182 @@ impl Sink for ReplaySink {
     fn phase(&mut self, _p: Phase) {}
 }
 
+/// One allocator call of a recorded run.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    /// `malloc(bytes)`; the address goes to the next malloc slot (slots count mallocs).
+    Malloc(u64),
+    /// `free` of the address malloc slot `.0` got.
+    Free(u32),
+    /// `reset_peak_memory_stats()` (the reserved peak so far is kept as the run's).
+    ResetPeak,
+}
+
+/// The allocator calls of one run (the fp32 build, the steps), recorded once from the walk
+/// and replayed on as many device sizes as the search for the smallest one probes. Replaying
+/// the calls is what walking the step into the allocator did, call for call: a probe costs
+/// the allocator's work only, not the walk's, and stops at the first failed `cudaMalloc` (a
+/// run with a failed allocation counts as not running whatever follows).
+pub(crate) struct Calls {
+    calls: Vec<Call>,
+    mallocs: usize,
+}
+
+/// Records a walk's allocator calls as [`ReplaySink`] makes them: one
+/// `malloc` per tensor of a group, the fp32 build's tensors freed as their half copies are
+/// made (`model.to(dtype)` converts one parameter at a time), the peak reset after loading.
+struct Recorder {
+    calls: Vec<Call>,
+    mallocs: u32,
+    /// Each live group's malloc slots: consecutive ones as a range (a group's tensors are
+    /// made one after another), a list where one key was allocated twice before its free.
+    live: HashMap<u64, Slots, KeyHash>,
+    /// Malloc slots of the fp32 weight tensors still to be converted.
+    cast_from: Vec<u32>,
+}
+
+/// A live group's malloc slots.
+enum Slots {
+    Range(u32, u32),
+    List(Vec<u32>),
+}
+
+impl Slots {
+    fn push_range(self, start: u32, end: u32) -> Slots {
+        match self {
+            Slots::Range(a, b) if b == start => Slots::Range(a, end),
+            Slots::Range(a, b) => Slots::List((a..b).chain(start..end).collect()),
+            Slots::List(mut v) => {
+                v.extend(start..end);
+                Slots::List(v)
+            }
+        }
+    }
+}
+
+/// The walk's keys are structured integers (layer, slot, generation bit fields): one
+/// multiply-xorshift round spreads them over the table, at a fraction of SipHash's cost.
+#[derive(Default, Clone, Copy)]
+struct KeyHash;
+
+impl std::hash::BuildHasher for KeyHash {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+impl Recorder {
+    fn malloc(&mut self, bytes: u64) -> u32 {
+        self.calls.push(Call::Malloc(bytes.max(1)));
+        self.mallocs += 1;
+        self.mallocs - 1
+    }
+}
+
+impl Sink for Recorder {
+    const WANTS_PARTS: bool = true;
+
+    fn alloc(&mut self, h: Handle, parts: &[u64]) {
+        if h.bytes == 0 {
+            return;
+        }
+        let one = [h.bytes];
+        let sizes = if parts.is_empty() { &one[..] } else { parts };
+        let cast = h.cat == Category::Parameters && !self.cast_from.is_empty();
+        let old = if cast {
+            std::mem::take(&mut self.cast_from)
+        } else {
+            Vec::new()
+        };
+        let start = self.mallocs;
+        for (i, &size) in sizes.iter().enumerate() {
+            self.malloc(size);
+            if let Some(&a) = old.get(i) {
+                self.calls.push(Call::Free(a));
+            }
+        }
+        for &a in old.iter().skip(sizes.len()) {
+            self.calls.push(Call::Free(a));
+        }
+        let end = self.mallocs;
+        let slots = match self.live.remove(&h.key) {
+            Some(s) => s.push_range(start, end),
+            None => Slots::Range(start, end),
+        };
+        self.live.insert(h.key, slots);
+        if cast {
+            // Loading is over before the measured steps (peak statistics reset there).
+            self.calls.push(Call::ResetPeak);
+        }
+    }
+
+    fn free(&mut self, h: Handle) {
+        match self.live.remove(&h.key) {
+            Some(Slots::Range(a, b)) => self.calls.extend((a..b).map(Call::Free)),
+            Some(Slots::List(v)) => self.calls.extend(v.into_iter().map(Call::Free)),
+            None => {}
+        }
+    }
+
+    fn phase(&mut self, _p: Phase) {}
+}
+
+impl Calls {
+    /// Replays the calls on a device of `capacity` bytes; `None` when an allocation fails.
+    fn replay_on(&self, allocator: Allocator, capacity: u64) -> Option<Peaks> {
+        let cfg = AllocatorConfig::new(policy(allocator));
+        let alloc = CachingAllocator::new(SimDevice::new(capacity), cfg).ok()?;
+        let mut addrs = vec![0u64; self.mallocs];
+        let mut next = 0usize;
+        let mut run_peak = 0u64;
+        let reserved_peak =
+            |a: &CachingAllocator<SimDevice>| a.memory_stats().reserved_bytes[0].peak.max(0) as u64;
+        for &c in &self.calls {
+            match c {
+                Call::Malloc(bytes) => {
+                    addrs[next] = alloc.malloc(bytes, 0).ok()?;
+                    next += 1;
+                }
+                Call::Free(slot) => {
+                    let _ = alloc.free(addrs[slot as usize]);
+                }
+                Call::ResetPeak => {
+                    run_peak = run_peak.max(reserved_peak(&alloc));
+                    alloc.reset_peak_stats();
+                }
+            }
+        }
+        let st = alloc.memory_stats();
+        let reserved = st.reserved_bytes[0].peak.max(0) as u64;
+        Some(Peaks {
+            allocated: st.allocated_bytes[0].peak.max(0) as u64,
+            reserved,
+            run_peak: run_peak.max(reserved),
+        })
+    }
+}
+
 fn policy(a: Allocator) -> Policy {
     match a {
         Allocator::Pytorch => Policy::PyTorch,
@@ -135,16 +330,30 @@ const GRANULE: u64 = vram_alloc::policy::ROUND_LARGE;
 impl Step<'_> {
     /// Replays rank `rank`'s run through `allocator` and returns its peaks: on a device with
     /// room, and on the smallest device that runs it (bisection on the device's size; each
-    /// probe is one replay, and a probe that succeeds lowers the bound to its own peak).
+    /// probe is one replay of the recorded calls, and a probe that succeeds lowers the bound
+    /// to its own peak).
     pub(crate) fn replay(&self, rank: u64, allocator: Allocator) -> Option<Replayed> {
-        let roomy = self.replay_on(rank, allocator, UNBOUNDED)?;
+        let calls = (!reference()).then(|| self.record(rank));
+        let probe = |capacity: u64| match &calls {
+            Some(c) => c.replay_on(allocator, capacity),
+            None => self.replay_walked_on(rank, allocator, capacity),
+        };
+        let roomy = probe(UNBOUNDED)?;
         // Below the allocated peak nothing runs.
         let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
         let mut hi = roomy.run_peak;
+        if !reference() && hi.saturating_sub(lo) > GRANULE {
+            // Most steps need what they reserve: one probe a granule below settles it (for a
+            // monotone fit, the bisection's answer: nothing below a failing size runs).
+            match probe(hi - GRANULE) {
+                Some(p) => hi = p.run_peak.min(hi),
+                None => lo = hi - GRANULE,
+            }
+        }
         while hi.saturating_sub(lo) > GRANULE {
             let mid = (lo + (hi - lo) / 2) / GRANULE * GRANULE;
             let mid = mid.clamp(lo + 1, hi - 1);
-            match self.replay_on(rank, allocator, mid) {
+            match probe(mid) {
                 Some(p) => hi = p.run_peak.min(hi),
                 None => lo = mid,
             }
@@ -158,16 +367,64 @@ impl Step<'_> {
 
     /// Whether rank `rank`'s run gets through a device of `room` bytes under `allocator`.
     pub(crate) fn replay_fits(&self, rank: u64, allocator: Allocator, room: u64) -> bool {
-        match self.replay_on(rank, allocator, UNBOUNDED) {
+        let calls = (!reference()).then(|| self.record(rank));
+        let probe = |capacity: u64| match &calls {
+            Some(c) => c.replay_on(allocator, capacity),
+            None => self.replay_walked_on(rank, allocator, capacity),
+        };
+        match probe(UNBOUNDED) {
             Some(p) if p.run_peak <= room => true,
-            Some(_) => self.replay_on(rank, allocator, room).is_some(),
+            Some(_) => probe(room).is_some(),
             // A tensor beyond any device.
             None => false,
         }
     }
 
-    /// One replay on a device of `capacity` bytes; `None` when an allocation fails there.
-    fn replay_on(&self, rank: u64, allocator: Allocator, capacity: u64) -> Option<Peaks> {
+    /// Rank `rank`'s run as allocator calls: the model as `from_config` builds it where it is
+    /// built whole in fp32 first, then the training steps (a warm-up step, the peak reset,
+    /// two more) or one `generate` call.
+    pub(crate) fn record(&self, rank: u64) -> Calls {
+        let mut rec = Recorder {
+            calls: Vec::new(),
+            mallocs: 0,
+            live: HashMap::with_capacity_and_hasher(256, KeyHash),
+            cast_from: Vec::new(),
+        };
+        // Engines that shard or split the model build it in place (DeepSpeed's zero.Init,
+        // Megatron's per-rank layers); plain PyTorch materialises it whole first.
+        let p = self.setup.parallel;
+        let whole_model_built = p.zero == 0 && p.tp == 1 && p.pp == 1;
+        if self.setup.overheads.weights_cast_from_fp32
+            && whole_model_built
+            && self.weight_bytes() < 4
+        {
+            // The model as `from_config` builds it: fp32 parameters, one tensor each.
+            for e in self.weight_tensor_elems(rank) {
+                let slot = rec.malloc(e * 4);
+                rec.cast_from.push(slot);
+            }
+        }
+        match self.setup.mode {
+            Mode::Train(_) => {
+                self.walk(rank, &mut rec, false, Run::First);
+                // `reset_peak_memory_stats()` after a warm-up step: the allocated peak restarts
+                // from what is live, the reserved one from what is held.
+                rec.calls.push(Call::ResetPeak);
+                self.walk(rank, &mut rec, false, Run::Later);
+                self.walk(rank, &mut rec, false, Run::Later);
+            }
+            Mode::Infer(_) => self.walk(rank, &mut rec, true, Run::Whole),
+        }
+        Calls {
+            mallocs: rec.mallocs as usize,
+            calls: rec.calls,
+        }
+    }
+
+    /// The reference replay: the walk itself into the allocator, once per probe, every call
+    /// made whatever failed before (what [`Calls`] replays call for call, for the test that
+    /// proves both give the same figures).
+    fn replay_walked_on(&self, rank: u64, allocator: Allocator, capacity: u64) -> Option<Peaks> {
         let cfg = AllocatorConfig::new(policy(allocator));
         let alloc = CachingAllocator::new(SimDevice::new(capacity), cfg).ok()?;
         let mut sink = ReplaySink {

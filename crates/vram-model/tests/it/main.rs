@@ -4,6 +4,7 @@ mod activations;
 mod bad_input;
 mod blocks;
 mod falcon_math;
+mod fast_paths;
 mod finetune;
 mod generate_replay;
 mod monotone;

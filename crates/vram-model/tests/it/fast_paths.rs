@@ -1,0 +1,144 @@
+//! The estimate's fast paths against the reference computation (`set_reference_replay`): every
+//! allocator replay walked into the allocator at each probe of the search for the smallest
+//! device, every `generate` decode step walked, the largest batch and longest context found by
+//! plain bisections with a replay at each probe. The fast paths record the walk's allocator
+//! calls once, probe one granule below the reserved peak first, bound the searches with the
+//! peak walk and only replay near the answer. Each reported figure must be identical.
+
+use vram_model::arch::Model;
+use vram_model::estimate::{fits, max_batch, max_context, set_reference_replay};
+use vram_model::setup::{Infer, KvCache, Mode, Precision, Recompute, Setup, Train};
+use vram_model::{catalog, estimate, Estimate};
+
+const GIB: u64 = 1 << 30;
+
+fn both<T>(f: impl Fn() -> T) -> (T, T) {
+    set_reference_replay(false);
+    let fast = f();
+    set_reference_replay(true);
+    let reference = f();
+    set_reference_replay(false);
+    (fast, reference)
+}
+
+/// Every figure an estimate reports, as one comparable tuple.
+fn figures(e: &Estimate) -> (u64, u64, u64, u64, u64, Vec<(String, u64)>) {
+    (
+        e.peak_bytes,
+        e.peak_tensor_bytes,
+        e.reserved_bytes,
+        e.needed_bytes,
+        e.total_bytes,
+        e.breakdown
+            .iter()
+            .map(|(c, b)| (c.name().to_string(), b))
+            .collect(),
+    )
+}
+
+fn train(micro_batch: u64, seq: u64, recompute: Recompute) -> Setup {
+    Setup {
+        mode: Mode::Train(Train {
+            micro_batch,
+            seq,
+            recompute,
+            ..Train::default()
+        }),
+        ..Setup::default()
+    }
+}
+
+fn generate(batch: u64, prompt: u64, new: u64) -> Setup {
+    Setup {
+        precision: Precision::Bf16,
+        mode: Mode::Infer(Infer {
+            batch,
+            context: prompt + new,
+            new_tokens: new,
+            kv_bytes: 2,
+            kv_cache: KvCache::Dynamic,
+        }),
+        ..Setup::default()
+    }
+}
+
+/// The estimate, `fits` around its device total, and the largest batch and context on
+/// `capacities`, both ways.
+fn check(id: &str, model: &Model, s: &Setup, capacities: &[u64]) {
+    let (fast, reference) = both(|| figures(&estimate(model, s).unwrap()));
+    assert_eq!(fast, reference, "{id}: estimate {s:?}");
+    let total = fast.4;
+    for cap in [total - 1, total, total + (1 << 20)] {
+        let (f, r) = both(|| fits(model, s, cap).unwrap());
+        assert_eq!(f, r, "{id}: fits({cap}) {s:?}");
+        assert_eq!(
+            f,
+            cap >= total,
+            "{id}: fits({cap}) against the total {total}"
+        );
+    }
+    for &cap in capacities {
+        let (f, r) = both(|| max_batch(model, s, cap).unwrap());
+        assert_eq!(f, r, "{id}: max_batch on {cap} B {s:?}");
+        if let Mode::Infer(_) = s.mode {
+            let (f, r) = both(|| max_context(model, s, cap).unwrap());
+            assert_eq!(f, r, "{id}: max_context on {cap} B {s:?}");
+        }
+    }
+}
+
+#[test]
+fn fast_estimates_equal_the_reference_on_dense_training() {
+    // README's first example (llama-3-8b on an H100), GPT-2 and a recomputed step.
+    let llama = catalog::lookup("llama-3-8b").unwrap();
+    check(
+        "llama-3-8b",
+        &llama,
+        &Setup::default(),
+        &[80 * GIB, 180 * GIB],
+    );
+    let gpt2 = catalog::lookup("gpt2").unwrap();
+    check("gpt2", &gpt2, &train(8, 1024, Recompute::None), &[24 * GIB]);
+    check(
+        "gpt2 rc",
+        &gpt2,
+        &train(16, 1024, Recompute::Full),
+        &[24 * GIB],
+    );
+}
+
+#[test]
+fn fast_estimates_equal_the_reference_on_deepseek_v3_and_hybrids() {
+    let ds = catalog::lookup("deepseek-v3").unwrap();
+    check("deepseek-v3", &ds, &train(1, 4096, Recompute::Full), &[]);
+    check(
+        "deepseek-v3 gen",
+        &ds,
+        &generate(8, 1024, 64),
+        &[2048 * GIB],
+    );
+    // Hybrids: Gated DeltaNet + attention (Qwen3-Next), Mamba2 + attention (Nemotron-H),
+    // sliding + full attention with sinks (gpt-oss).
+    for id in ["qwen3-next-80b-a3b", "nemotron-h-56b", "gpt-oss-20b"] {
+        let m = catalog::lookup(id).unwrap();
+        check(id, &m, &train(1, 2048, Recompute::Full), &[]);
+        check(id, &m, &generate(4, 3000, 40), &[200 * GIB]);
+    }
+}
+
+#[test]
+fn fast_estimates_equal_the_reference_on_generate() {
+    let llama = catalog::lookup("llama-3.1-8b").unwrap();
+    // Logits of 1-2 MiB (batch 8 at a 128K vocabulary) and a long prompt.
+    check("llama-3.1-8b", &llama, &generate(8, 8192, 200), &[80 * GIB]);
+    check(
+        "llama-3.1-8b b1",
+        &llama,
+        &generate(1, 500, 100),
+        &[24 * GIB],
+    );
+    let mistral = catalog::lookup("mistral-7b").unwrap(); // sliding window
+    check("mistral-7b", &mistral, &generate(2, 5000, 60), &[24 * GIB]);
+    let gpt2 = catalog::lookup("gpt2").unwrap();
+    check("gpt2", &gpt2, &generate(16, 900, 300), &[8 * GIB]);
+}
