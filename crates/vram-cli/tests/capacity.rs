@@ -455,6 +455,34 @@ fn text_json_and_html_agree_and_the_advice_holds() {
         );
         assert_eq!(tail, want, "{case:?}");
         assert!(html.contains(&want), "{case:?}");
+        // Where the CUDA graphs sit, and the pool per layer kind, read alike in text and page.
+        let graphs = lines
+            .iter()
+            .find(|l| l.starts_with("CUDA graphs "))
+            .unwrap();
+        let placement = graphs[41..].trim();
+        assert!(
+            html.contains(&format!("<td class=\"muted\">{placement}</td>")),
+            "{case:?}: {placement} not in the page"
+        );
+        let groups = v["kv_groups"].as_array().map_or(0, Vec::len);
+        let kind_lines: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.starts_with("  ") && l.contains(" a page; "))
+            .copied()
+            .collect();
+        assert_eq!(
+            kind_lines.len(),
+            if groups > 1 { groups } else { 0 },
+            "{case:?}"
+        );
+        for l in kind_lines {
+            let detail = l.split("   a page; ").nth(1).unwrap();
+            assert!(
+                html.contains(&format!("a page; {detail}</td>")),
+                "{case:?}: {detail} not in the page"
+            );
+        }
         // The verdict, and what it advises.
         let len = v["max_model_len"].as_u64().unwrap();
         if v["starts"] == serde_json::json!(true) {

@@ -118,10 +118,12 @@ pub(super) fn capacity(m: &Map<String, Value>) -> String {
         (
             "CUDA graphs",
             "cuda_graph_bytes",
-            if vllm {
-                "(beyond the budget)".into()
-            } else {
+            if !vllm {
                 inside.into()
+            } else if m.get("cuda_graph_in_budget").and_then(Value::as_bool) == Some(true) {
+                "(inside the budget)".into()
+            } else {
+                "(beyond the budget)".into()
             },
         ),
     ];
@@ -135,6 +137,33 @@ pub(super) fn capacity(m: &Map<String, Value>) -> String {
         ));
     }
     o.push_str("</table>");
+    // The pool per kind of layer cache, as the text prints it (models with more than one kind).
+    if let Some(Value::Array(groups)) = m.get("kv_groups") {
+        if groups.len() > 1 {
+            o.push_str("<h2>KV cache per layer kind</h2><table class=\"kv\" id=\"kv-groups\">");
+            for g in groups.iter().filter_map(Value::as_object) {
+                let kind = g.get("kind").and_then(Value::as_str).unwrap_or("?");
+                let unit = if let Some(s) = num(g.get("state_slots")) {
+                    format!("{} request slots", thousands(s))
+                } else if kind == "state" {
+                    "one block a request".into()
+                } else {
+                    format!("{}-token blocks", n(g, "block_size"))
+                };
+                o.push_str(&format!(
+                    "<tr><td>{}</td><td title=\"{} bytes\">{}</td><td class=\"muted\">a page; {} layers in {} group(s) of {}, {}</td></tr>",
+                    esc(kind),
+                    thousands(n(g, "page_bytes")),
+                    bytes3(n(g, "page_bytes")),
+                    n(g, "layers"),
+                    n(g, "groups"),
+                    n(g, "layers_per_group"),
+                    esc(&unit)
+                ));
+            }
+            o.push_str("</table>");
+        }
+    }
     // Where the device goes, against its total.
     let total = n(m, "total_bytes");
     let items: Vec<(String, f64)> = [
