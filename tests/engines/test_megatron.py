@@ -78,6 +78,8 @@ def configs(a: dict):
         activation_func=torch.nn.functional.silu if swiglu else torch.nn.functional.gelu,
         bias_activation_fusion=False,
         normalization=a.get("--normalization", "LayerNorm"),
+        layernorm_epsilon=float(a.get("--norm-epsilon", 1e-5)),
+        window_size=tuple(int(x) for x in a["--window-size"].split(",")) if "--window-size" in a else None,
         gradient_accumulation_fusion="--no-gradient-accumulation-fusion" not in a,
     )
     oc = OptimizerConfig(

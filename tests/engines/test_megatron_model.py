@@ -81,6 +81,9 @@ def megatron_model(a: dict, padded_vocab: int):
         activation_func=torch.nn.functional.silu if swiglu else torch.nn.functional.gelu,
         bias_activation_fusion=False,
         normalization=a.get("--normalization", "LayerNorm"),
+        layernorm_epsilon=float(a.get("--norm-epsilon", 1e-5)),
+        # arguments.py tuple_type: "left,right".
+        window_size=tuple(int(x) for x in a["--window-size"].split(",")) if "--window-size" in a else None,
         num_moe_experts=experts,
         moe_router_topk=num("--moe-router-topk") or 2,
         use_cpu_initialization=True,
@@ -141,6 +144,13 @@ def test_megatron_builds_the_hugging_face_model(path, _model_parallel):
         f"megatron-core builds {count(mg):,} parameters ({pad_rows:,} of vocabulary padding), "
         f"transformers {count(hf):,}"
     )
+    # The norms' epsilon, and the sliding window: transformers attends to the last w keys
+    # (masking_utils.sliding_window_overlay), megatron-core's (left, right) window to left + 1
+    # (transformer/utils.get_sliding_window_causal_mask).
+    eps = next(getattr(cfg, k) for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon") if hasattr(cfg, k))
+    assert mg.config.layernorm_epsilon == eps
+    w = getattr(cfg, "sliding_window", None)
+    assert mg.config.window_size == ((w - 1, 0) if w else None)
 
 
 @pytest.mark.parametrize("path", [p for p in CONFIGS if p.stem not in REFUSED], ids=lambda p: p.stem)

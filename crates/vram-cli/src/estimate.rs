@@ -834,11 +834,13 @@ fn describe_blocks(
     v["notes"] = json!(blocks_notes(t));
 }
 
-/// The model's notes: what the reader assumed, and where the uniform walk stands in.
+/// The model's notes: what the reader assumed, and that the walks follow each layer's kind.
 fn blocks_notes(t: &vram_model::arch::Transformer) -> Vec<String> {
     let mut notes = t.blocks.notes.clone();
     if t.blocks.varies() {
-        notes.push("layers differ (mixer, feed-forward or window per layer): parameters, weights and the cache follow each layer; activations and temporaries are walked with one stand-in layer (the first attention layer's shape, the routed experts' size) and are approximate".into());
+        // `Step::new` derives one layer description per kind (`estimate/mechs.rs`
+        // `init_blocks`) and both walks index it per layer.
+        notes.push("layers differ (mixer, feed-forward or window per layer): parameters, weights, the cache, and the activations and temporaries of the training step and of generate follow each layer's own kind".into());
     }
     notes
 }
@@ -1095,11 +1097,7 @@ fn print_table(
         gpu.context_source(),
         fmt::bytes(o.workspace_bytes),
     )?;
-    writeln!(
-        out,
-        "models: PyTorch {}, transformers {}, CUDA {}",
-        e.assumes.torch, e.assumes.transformers, e.assumes.cuda
-    )?;
+    writeln!(out, "models: {}", e.assumes.line())?;
     for m in &e.mechanisms {
         writeln!(out, "mechanism: {m}")?;
     }

@@ -203,3 +203,152 @@ fn cnn_and_encoder_get_what_applies() {
     };
     assert!(peak("448") > 2 * peak("224"));
 }
+
+/// A copy of `tests/zoo/configs/qwen3-30b-a3b.json` cut to 4 layers, the layers in
+/// `mlp_only_layers` dense (the rest MoE), written under the target's temporary directory.
+fn qwen3_moe_with_dense(name: &str, dense: &[u64]) -> String {
+    let mut c: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../tests/zoo/configs/qwen3-30b-a3b.json"
+    ))
+    .unwrap();
+    c["num_hidden_layers"] = 4.into();
+    c["mlp_only_layers"] = serde_json::json!(dense);
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.json"));
+    std::fs::write(&path, c.to_string()).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// Per layer of a `--timeline`: (bytes live at the phase's entry, its high point), for the
+/// phases named `phase` in order. A model whose layers differ must say the walks follow each.
+fn layer_points(args: &[&str], phase: &str, layers_differ: bool) -> Vec<(u64, u64)> {
+    let (code, out, err) = vram(args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let notes = v["notes"].as_array().unwrap();
+    let says = notes.iter().any(|n| {
+        let n = n.as_str().unwrap();
+        n.contains("follow each layer's own kind") && !n.contains("stand-in")
+    });
+    assert_eq!(says, layers_differ, "{notes:?}");
+    v["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["phase"]["phase"] == phase)
+        .map(|p| {
+            (
+                p["live_bytes"].as_u64().unwrap(),
+                p["high_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The note on models whose layers differ says the training and `generate` walks follow each
+/// layer's own kind (it used to say one stand-in layer was walked). Qwen3-MoE with its first two
+/// layers dense: in training, what layer `i` keeps for backward (the live bytes' rise across
+/// it) is a dense layer's for layers 0-1 and an MoE layer's for layers 2-3, equal to the
+/// all-dense and all-MoE models' same layers; in `generate`'s prefill, each layer's transient
+/// high point likewise.
+#[test]
+fn layered_models_walk_each_layer_kind_in_training_and_generate() {
+    let moe = qwen3_moe_with_dense("qwen3-moe-L4-all-moe", &[]);
+    let dense = qwen3_moe_with_dense("qwen3-moe-L4-all-dense", &[0, 1, 2, 3]);
+    let mixed = qwen3_moe_with_dense("qwen3-moe-L4-dense-first", &[0, 1]);
+    let train = |p: &String| {
+        let f = layer_points(
+            &[
+                "estimate",
+                p,
+                "--micro-batch",
+                "1",
+                "--seq",
+                "1024",
+                "--json",
+                "--timeline",
+            ],
+            "forward",
+            *p == mixed,
+        );
+        assert_eq!(f.len(), 4);
+        // What each layer adds to the live bytes: its saved tensors (and autocast copies).
+        let mut kept: Vec<u64> = f.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        kept.push(0);
+        kept
+    };
+    let (m, d, x) = (train(&moe), train(&dense), train(&mixed));
+    assert_ne!(
+        m[0], d[0],
+        "a dense and an MoE layer keep different tensors"
+    );
+    assert_eq!(x[0], d[0]);
+    assert_eq!(x[2], m[2]);
+    let generate = |p: &String| {
+        let pre = layer_points(
+            &[
+                "estimate",
+                p,
+                "--inference",
+                "--batch",
+                "2",
+                "--context",
+                "2048",
+                "--json",
+                "--timeline",
+            ],
+            "prefill",
+            *p == mixed,
+        );
+        assert!(pre.len() >= 4, "{pre:?}");
+        pre.iter()
+            .map(|(live, high)| high - live)
+            .collect::<Vec<_>>()
+    };
+    let (m, d, x) = (generate(&moe), generate(&dense), generate(&mixed));
+    assert_ne!(m[1], d[1]);
+    assert_eq!(x[1], d[1]);
+    assert_eq!(x[3], m[3]);
+}
+
+/// `vram estimate`'s `models:` line and `--json`'s `assumes` name the versions each kind of
+/// model follows: the layer-by-layer families transformers 5.24 (the zoo's module trees and
+/// caches), the 2019-2024 families transformers 5.17 (the H100 ground truth's version; their
+/// module trees are the same in 5.24), ResNets torchvision 0.26; all PyTorch 2.11 and CUDA 13.0.
+#[test]
+fn models_line_names_the_versions_the_model_follows() {
+    for (model, lib, calibration) in [
+        (
+            "deepseek-v3",
+            "transformers 5.24 (module tree, cache, mechanisms)",
+            "under PyTorch 2.11, transformers 5.17, CUDA 13.0",
+        ),
+        (
+            "llama-3-8b",
+            "transformers 5.17 (step tensors; module tree as in 5.24)",
+            "under these versions",
+        ),
+        (
+            "resnet-50",
+            "torchvision 0.26 (module tree, cuDNN calls)",
+            "under these versions",
+        ),
+    ] {
+        let (code, out, err) = vram(&["estimate", model]);
+        assert_eq!(code, 0, "{err}");
+        let line = out.lines().find(|l| l.starts_with("models: ")).unwrap();
+        assert!(line.contains(lib), "{line}");
+        assert!(line.contains("PyTorch 2.11, CUDA 13.0"), "{line}");
+        assert!(line.ends_with(calibration), "{line}");
+        let (_, out, _) = vram(&["estimate", model, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let a = &v["assumes"];
+        let name = if model == "resnet-50" {
+            "torchvision"
+        } else {
+            "transformers"
+        };
+        assert!(lib.contains(&format!("{name} {}", a[name].as_str().unwrap())));
+        assert!(line.contains(a["follows"].as_str().unwrap()));
+        assert!(line.ends_with(a["calibration"].as_str().unwrap()));
+    }
+}

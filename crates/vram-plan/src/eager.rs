@@ -32,13 +32,19 @@
 //!   `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` with `pow` in fp32 under autocast), the gate
 //!   product of gated MLPs, T5's cast of the `wo` input to the weight's dtype.
 //! - **MoE**: router GEMM, softmax/sigmoid, top-k, normalisation, then the experts as
-//!   transformers 5.x runs them (`grouped_mm_experts_forward`, integrations/moe.py: `sort`,
-//!   `histc`, `cumsum`, a gather of the `tokens · top_k` rows, one grouped GEMM for gate/up and
-//!   one for down, the routing weights' product (fp32 where the router keeps them), the
-//!   inverse permutation and the sum over top-k; no host sync), Llama 4's every-token-through-
-//!   every-expert `bmm`s, or, for a [`Dispatch::Loop`] description, the old Python loop over
-//!   the experts hit after `nonzero` (launches and GPU time add). Layers of the layer-by-layer
-//!   description are priced per block kind ([`block_layer`]).
+//!   transformers 5.x runs them (`grouped_mm_experts_forward`, integrations/moe.py, 5.17:
+//!   `sort`, `histc`, `cumsum`, a gather of the `tokens · top_k` rows, the sentinel
+//!   `masked_fill`s, one `torch._grouped_mm` for gate/up and one for down, the routing
+//!   weights' product (fp32 where the router keeps them), the inverse permutation and the sum
+//!   over top-k), Llama 4's every-token-through-every-expert `bmm`s, or, for a
+//!   [`Dispatch::Loop`] description, the old Python loop over the experts hit after `nonzero`
+//!   (launches and GPU time add). `grouped_mm` is not an autocast operator: it runs in the
+//!   expert weights' dtype, so under autocast (fp32 master weights) the experts run fp32 and
+//!   their banks are never cast. PyTorch 2.11 runs bf16 grouped GEMMs on Hopper/Blackwell as
+//!   one CUTLASS kernel (tile-padded per expert), everything else through
+//!   `_grouped_mm_fallback`: a host sync and one GEMM per expert at that expert's rows
+//!   (`Rates::grouped_mm`). Layers of the layer-by-layer description are priced per block
+//!   kind ([`block_layer`]), each with its own parameters' autocast casts.
 //! - **head and loss**: final norm, LM-head GEMM, Gemma 2's final logit soft-capping (divide,
 //!   `tanh`, multiply), `ForCausalLMLoss` upcasting the logits to fp32 and `cross_entropy`
 //!   (log-softmax + NLL). Encoder classifiers (BERT) have only a pooler and a 2-way head.
@@ -72,7 +78,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 use vram_model::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
-use vram_model::blocks::{Block, Dispatch, Ffn, Mixer};
+use vram_model::blocks::{Block, Component, Dispatch, Ffn, Mixer, TensorKind};
 use vram_model::gpu::Gpu;
 use vram_model::setup::{AmpStyle, Attention, Optimizer, Precision};
 
@@ -315,6 +321,14 @@ pub struct Rates<'a> {
     mem_efficient_flops: f64,
     /// CPU seconds per kernel launched after a host sync (forward, autograd on).
     loop_cpu_s: f64,
+    /// HBM bytes per second at the measured copy bandwidth (no element-wise efficiency):
+    /// the floor of a GEMM that reads more than it computes.
+    hbm_bytes_per_s: f64,
+    /// `torch._grouped_mm` takes its CUTLASS kernel (`bf16bf16_grouped_mm`): PyTorch 2.11's
+    /// `_grouped_mm_cuda` (aten/src/ATen/native/cuda/GroupedBlas.cpp) allows it on compute
+    /// capability 9.x and 10.x only (`_scaled_mm_allowed_device(sm90_only, sm100_only)`), and
+    /// only for bf16 operands.
+    grouped_mm_kernel: bool,
 }
 
 impl<'a> Rates<'a> {
@@ -329,6 +343,8 @@ impl<'a> Rates<'a> {
             flash_flops: gpu.half_tflops * 1e12 * cal.flash_eta,
             mem_efficient_flops: gpu.fp32_tflops * 1e12 * cal.mem_efficient_fp32_eta,
             loop_cpu_s: cal.fwd_cpu_s,
+            hbm_bytes_per_s: h.bandwidth * (gpu.hbm_gb_s / H100_HBM_GB_S),
+            grouped_mm_kernel: matches!(gpu.sm_major, 9 | 10),
         }
     }
 
@@ -351,6 +367,68 @@ impl<'a> Rates<'a> {
     pub fn bytes_s(&self, bytes: f64) -> f64 {
         bytes / self.bytes_per_s
     }
+
+    /// One `torch._grouped_mm` (PyTorch 2.11, `_grouped_mm_cuda` in
+    /// aten/src/ATen/native/cuda/GroupedBlas.cpp) over `rows` rows sorted into `groups`
+    /// experts, each `k → n`, with operands of `dtype`.
+    ///
+    /// Rows are spread over the experts as a router that picks uniformly at random spreads
+    /// them (a model built by `from_config` routes so; a trained router is less even, which
+    /// this does not price): `groups · (1 − (1 − 1/groups)^rows)` experts receive rows.
+    /// - bf16 operands on compute capability 9.x/10.x: `bf16bf16_grouped_mm`
+    ///   (aten/src/ATen/native/cuda/GroupMM.cu), `prepare_grouped_gemm_data` and one CUTLASS
+    ///   kernel over every group's tiles, no host sync. Its tiles are 128 rows, or 64 when the
+    ///   mean group (`rows / groups`, as `dispatch_bf16_grouped_kernel_on_tile_size` computes
+    ///   it) or `n` is at most 128; each expert's rows are padded to whole tiles (its last tile
+    ///   half empty on average). The padded rows are priced as one GEMM at the measured bf16
+    ///   throughput.
+    /// - anything else (fp32 and fp16 operands; bf16 before Hopper): `_grouped_mm_fallback`
+    ///   (aten/src/ATen/native/GroupedMMUtils.h): `offs.cpu()` (a host sync), then one
+    ///   `at::mm_out` per expert launched from C++: each expert's small GEMM at the measured
+    ///   throughput of its own rows (fp32 with TF32 off, PyTorch's default), no faster than
+    ///   reading its weight and rows from HBM.
+    fn grouped_mm(&self, rows: f64, groups: f64, k: f64, n: f64, dtype: ExpertDtype) -> Work {
+        let mut w = Work {
+            kernels: 1.0,
+            ..Work::default()
+        };
+        if rows <= 0.0 || groups <= 0.0 {
+            return w;
+        }
+        let occupied = (groups * (1.0 - (1.0 - 1.0 / groups).powf(rows))).max(1.0);
+        let per = rows / occupied;
+        let bytes = if dtype == ExpertDtype::Fp32 { 4.0 } else { 2.0 };
+        // Weights of `mats` experts and `m` rows in and out, over HBM.
+        let floor = |m: f64, mats: f64| (mats * k * n + m * (k + n)) * bytes / self.hbm_bytes_per_s;
+        if self.grouped_mm_kernel && dtype == ExpertDtype::Bf16 {
+            let tile = if rows / groups <= 128.0 || n <= 128.0 {
+                64.0
+            } else {
+                128.0
+            };
+            let tiles = if per >= tile { per / tile + 0.5 } else { 1.0 };
+            let padded = occupied * tiles * tile;
+            w.cxx_kernels = 1.0;
+            w.gemm_s = self
+                .gemm_s(padded, k, n, 1.0, false)
+                .max(floor(rows, occupied));
+        } else {
+            w.cxx_kernels = groups;
+            w.syncs = 1.0;
+            let fp32 = dtype == ExpertDtype::Fp32;
+            w.gemm_s = occupied * self.gemm_s(per, k, n, 1.0, fp32).max(floor(per, 1.0));
+        }
+        w
+    }
+}
+
+/// The dtype the experts' grouped GEMMs run in: their weights' (`grouped_mm` is not an
+/// autocast operator; transformers' `_grouped_mm` casts the input to the weight's dtype).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExpertDtype {
+    Bf16,
+    Fp16,
+    Fp32,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -420,6 +498,15 @@ pub struct Work {
     pub serial_kernels: f64,
     /// GPU seconds of that serialised work.
     pub serial_gpu_s: f64,
+    /// Kernels launched from inside one operator's C++ code, with no Python or autograd
+    /// between them (`_grouped_mm_fallback`'s `mm_out` per expert): the measured bare launch
+    /// cost ([`EagerCalibration::launch_s`]) each, in forward and in each of the operator's two
+    /// backward calls.
+    pub cxx_kernels: f64,
+    /// Host syncs inside an operator (`_grouped_mm_fallback`'s `offs.cpu()`): the host waits
+    /// for the GPU and copies a few bytes back, one bare launch's cost (a floor: the overlap
+    /// lost around the sync is not priced); the backward's two calls sync twice.
+    pub syncs: f64,
 }
 
 impl Work {
@@ -427,9 +514,25 @@ impl Work {
         self.gemm_s + self.attn_s + self.ew_s + self.score_s
     }
 
+    /// Adds `w`'s work to this.
+    pub fn add(&mut self, w: &Work) {
+        self.kernels += w.kernels;
+        self.gemm_s += w.gemm_s;
+        self.attn_s += w.attn_s;
+        self.ew_s += w.ew_s;
+        self.score_s += w.score_s;
+        self.serial_s += w.serial_s;
+        self.serial_kernels += w.serial_kernels;
+        self.serial_gpu_s += w.serial_gpu_s;
+        self.cxx_kernels += w.cxx_kernels;
+        self.syncs += w.syncs;
+    }
+
     /// Forward seconds: launches overlap the GPU.
     pub fn forward_s(&self, cal: &EagerCalibration) -> f64 {
-        (self.kernels * cal.fwd_cpu_s).max(self.gpu()) + self.serial_s
+        (self.kernels * cal.fwd_cpu_s + self.cxx_kernels * cal.launch_s).max(self.gpu())
+            + self.syncs * cal.launch_s
+            + self.serial_s
     }
 
     /// Backward seconds.
@@ -439,12 +542,16 @@ impl Work {
             + cal.bwd_bytes * self.ew_s
             + cal.score_bwd_bytes * self.score_s;
         let kernels = self.kernels + self.serial_kernels;
-        (kernels * cal.bwd_kernels * cal.bwd_cpu_s).max(gpu + 2.0 * self.serial_gpu_s)
+        (kernels * cal.bwd_kernels * cal.bwd_cpu_s + 2.0 * self.cxx_kernels * cal.launch_s)
+            .max(gpu + 2.0 * self.serial_gpu_s)
+            + 2.0 * self.syncs * cal.launch_s
     }
 
     /// Forward seconds with no autograd (inference).
     pub fn inference_s(&self, cal: &EagerCalibration) -> f64 {
-        (self.kernels * cal.launch_s).max(self.gpu()) + self.serial_s
+        ((self.kernels + self.cxx_kernels) * cal.launch_s).max(self.gpu())
+            + self.syncs * cal.launch_s
+            + self.serial_s
     }
 }
 
@@ -749,6 +856,7 @@ pub fn layer(
                     gated: t.mlp == Mlp::Gated,
                     dispatch,
                     fp32_weights,
+                    dtype: expert_dtype(s, precision),
                 },
             );
         } else {
@@ -786,16 +894,39 @@ struct ExpertsShape {
     dispatch: Dispatch,
     /// The routing weights multiply the expert outputs in fp32.
     fp32_weights: bool,
+    /// The dtype of the expert weights (and so of their grouped GEMMs).
+    dtype: ExpertDtype,
+}
+
+/// The experts' weight dtype in `precision` with `s`'s residual/weight bytes: fp32 under
+/// autocast (fp32 master weights, which `grouped_mm` takes as they are) and in fp32; the half
+/// type when the model itself is half (pure bf16, DeepSpeed/Megatron layouts, inference).
+fn expert_dtype(s: &Shape, precision: Precision) -> ExpertDtype {
+    if s.resid >= 4.0 {
+        ExpertDtype::Fp32
+    } else if matches!(precision, Precision::Bf16 | Precision::Bf16Amp) {
+        ExpertDtype::Bf16
+    } else {
+        ExpertDtype::Fp16
+    }
 }
 
 /// The router and the experts over `tokens` rows of width `h`.
 ///
-/// `grouped_mm_experts_forward` (transformers 5.x integrations/moe.py, the default of every
-/// `@use_experts_implementation` class: Mixtral, Qwen3-MoE, DeepSeek-V3, gpt-oss...): `sort` of
-/// the `S = tokens · top_k` expert ids, `histc` and `cumsum` for the offsets, the gather
-/// `hidden_states[perm // top_k]`, one grouped GEMM for gate/up and one for down over all `S`
-/// rows (no host sync, no per-expert loop), the activation and gate product, the routing weights'
-/// product, `weighted_out[inv_perm]` and the sum over top-k, the cast back.
+/// `grouped_mm_experts_forward` (transformers integrations/moe.py, the default
+/// `experts_implementation` of every `@use_experts_implementation` class: Mixtral, Qwen3-MoE,
+/// DeepSeek-V3, gpt-oss...; read at 5.17.0, the version the H100 steps were measured with):
+/// `sort` of the `S = tokens · top_k` expert ids, `perm // top_k`, the gather
+/// `hidden_states[perm // top_k]` and `sample_weights[perm]`, `histc`/`cumsum` for the offsets,
+/// the sentinel mask and `clamp_`, `masked_fill_` of the gathered rows, the gate/up
+/// [`Rates::grouped_mm`] and its `masked_fill`, the activation and gate product, the down
+/// grouped GEMM and its `masked_fill`, the routing weights' product (promoted to fp32 where the
+/// router keeps them), `inv_perm` (`arange` and an index put), `weighted_out[inv_perm]`, the sum
+/// over top-k and the cast back. 5.24 keeps the three `masked_fill`s only under expert
+/// parallelism. `grouped_mm` is not an autocast operator and `_grouped_mm` casts its input to
+/// the weight's dtype, so under autocast (fp32 weights) the whole expert path runs in fp32,
+/// and on `_grouped_mm_fallback` ([`Rates::grouped_mm`]).
+///
 /// Llama 4's `Llama4TextMoe`: every token through every expert (`repeat`, the scores' product,
 /// two `bmm`s over `E · tokens` rows, the sum over experts).
 fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape) {
@@ -804,11 +935,11 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
     let up = if m.gated { 2.0 * m.inner } else { m.inner };
     o.gemm(tokens, h, e, 1.0, s.fp32); // router
     o.ew(tokens * e, 4.0 * 4.0, 6.0); // fp32 softmax/sigmoid, top-k, normalise, cast
-    let act = |o: &mut Ops<'_, '_>, rows: f64| {
+    let act = |o: &mut Ops<'_, '_>, rows: f64, b: f64| {
         if m.gated {
-            o.ew(rows * m.inner, 2.0 * a + 3.0 * a, 2.0); // act(gate), · up
+            o.ew(rows * m.inner, 2.0 * b + 3.0 * b, 2.0); // act(gate), · up
         } else {
-            o.ew(rows * m.inner, 2.0 * a, 1.0);
+            o.ew(rows * m.inner, 2.0 * b, 1.0);
         }
     };
     match m.dispatch {
@@ -816,7 +947,7 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
             let rows = tokens * e;
             o.ew(rows * h, 2.0 * a + 3.0 * a, 2.0); // repeat, · scores
             o.gemm(tokens, h, up, e, s.fp32);
-            act(o, rows);
+            act(o, rows, a);
             o.gemm(tokens, m.inner, h, e, s.fp32);
             o.ew(rows * h, a, 1.0); // sum over experts
             o.ew(tokens * h, 3.0 * a, 1.0); // add_ to the shared expert's output
@@ -833,7 +964,7 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
             for _ in 0..(e as u64) {
                 inner.ew(rows * h, 2.0 * s.resid, 2.0);
                 inner.gemm(rows, h, up, 1.0, s.fp32);
-                act(&mut inner, rows);
+                act(&mut inner, rows, a);
                 inner.gemm(rows, m.inner, h, 1.0, s.fp32);
                 inner.ew(rows * h, 2.0 * a + 2.0 * s.resid, 3.0);
             }
@@ -844,16 +975,31 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
         }
         Dispatch::GroupedMm => {
             let rows = tokens * m.top_k;
-            let wb = if m.fp32_weights { 4.0 } else { a };
-            o.ew(rows, 4.0 * 8.0, 5.0); // sort, perm // top_k, histc, cumsum, inv_perm
-            o.ew(rows * h, 2.0 * a, 1.0); // gather
-            o.gemm(rows / e, h, up, e, s.fp32);
-            act(o, rows);
-            o.gemm(rows / e, m.inner, h, e, s.fp32);
-            o.ew(rows * h, a + 2.0 * wb, 1.0); // · routing weights
+            // The hidden states and the expert path are in the weights' dtype.
+            let b = if m.dtype == ExpertDtype::Fp32 {
+                4.0
+            } else {
+                2.0
+            };
+            let wb: f64 = if m.fp32_weights { 4.0 } else { b };
+            // sort, perm // top_k, sample_weights[perm], int(), histc, cumsum, the sentinel
+            // mask, clamp_, arange, inv_perm[perm] = ...: int64 index vectors of `S`.
+            o.ew(rows, 6.0 * 8.0, 10.0);
+            o.ew(rows * h, 2.0 * b, 1.0); // gather
+            o.ew(rows * h, 2.0 * b, 1.0); // masked_fill_
+            let gate_up = o.r.grouped_mm(rows, e, h, up, m.dtype);
+            o.w.add(&gate_up);
+            o.ew(rows * up, 2.0 * b, 1.0); // masked_fill
+            act(o, rows, b);
+            let down = o.r.grouped_mm(rows, e, m.inner, h, m.dtype);
+            o.w.add(&down);
+            o.ew(rows * h, 2.0 * b, 1.0); // masked_fill
+            o.ew(rows * h, b + wb, 1.0); // · routing weights
             o.ew(rows * h, 2.0 * wb, 1.0); // [inv_perm]
             o.ew(rows * h + tokens * h, wb, 1.0); // sum over top-k
-            o.ew(tokens * h, wb + a, 1.0); // to(dtype)
+            if wb != b {
+                o.ew(tokens * h, wb + b, 1.0); // to(hidden_states.dtype)
+            }
         }
     }
 }
@@ -974,6 +1120,7 @@ pub fn block_layer(
                 gated: m.gated,
                 dispatch: m.dispatch,
                 fp32_weights: m.router_weights_fp32,
+                dtype: expert_dtype(s, precision),
             },
         );
         if let Some(sh) = m.shared {
@@ -985,11 +1132,7 @@ pub fn block_layer(
             o.ew(n * h, 3.0 * s.act, 1.0);
         }
     }
-    w.kernels += o.w.kernels;
-    w.gemm_s += o.w.gemm_s;
-    w.attn_s += o.w.attn_s;
-    w.ew_s += o.w.ew_s;
-    w.score_s += o.w.score_s;
+    w.add(&o.w);
     w
 }
 
@@ -1002,20 +1145,55 @@ fn weight_casts(o: &mut Ops<'_, '_>, s: &Shape, params: f64, tensors: f64) {
     }
 }
 
-/// Weight tensors of one layer (matrices and biases of the projections).
+/// Weight tensors of one layer (matrices and biases of the projections) that autocast casts.
 fn layer_tensors(t: &Transformer) -> f64 {
     let attn = if t.fused_qkv { 2.0 } else { 4.0 };
-    let mlp = match t.mlp {
+    let per_mlp = match t.mlp {
         Mlp::Gated if t.fused_gate_up => 2.0,
         Mlp::Gated => 3.0,
         _ => 2.0,
-    } * t.experts.max(1) as f64;
+    };
+    let mlp = if t.experts > 1 {
+        // The router, and the experts unless `grouped_mm` takes their banks as they are.
+        let grouped = t
+            .blocks
+            .kinds
+            .first()
+            .is_some_and(|b| grouped_banks(b, t.hidden).0 > 0.0);
+        1.0 + if grouped {
+            0.0
+        } else {
+            per_mlp * t.experts as f64
+        }
+    } else {
+        per_mlp
+    };
     let biases = if t.qkv_bias || t.mlp_bias {
         attn + mlp
     } else {
         0.0
     };
     attn + mlp + biases + t.norms_per_layer as f64
+}
+
+/// Parameters and tensors of `b`'s expert banks that autocast never casts: those that
+/// `grouped_mm_experts_forward` passes to `torch._grouped_mm` (not an autocast operator) or
+/// gathers (the expert biases), which run in their stored dtype.
+fn grouped_banks(b: &Block, h: u64) -> (f64, f64) {
+    let (Ffn::Moe(m) | Ffn::DenseAndMoe(_, m)) = b.ffn else {
+        return (0.0, 0.0);
+    };
+    if m.dispatch != Dispatch::GroupedMm {
+        return (0.0, 0.0);
+    }
+    let (mut params, mut tensors) = (0.0, 0.0);
+    m.tensors(h, &mut |x| {
+        if x.component == Component::RoutedExperts && x.kind != TensorKind::Linear {
+            params += x.numel() as f64;
+            tensors += 1.0;
+        }
+    });
+    (params, tensors)
 }
 
 /// One micro-batch's compute on one GPU, seconds.
@@ -1055,12 +1233,19 @@ pub fn micro_batch(
     s.sp = sp;
     let split = t.param_split();
     let per_layer_params = split.per_layer as f64 / tp;
-    let with_casts = |mut w: Work, params: f64| {
+    let with_casts = |mut w: Work, params: f64, tensors: f64| {
         let mut o = Ops { r: &r, w };
-        weight_casts(&mut o, &s, params, layer_tensors(t));
+        weight_casts(&mut o, &s, params, tensors);
         w = o.w;
         w
     };
+    // A uniform MoE layer's grouped expert banks are not cast.
+    let uncast = t
+        .blocks
+        .kinds
+        .first()
+        .filter(|_| t.experts > 1)
+        .map_or(0.0, |b| grouped_banks(b, t.hidden).0 / tp);
     let dec = with_casts(
         layer(
             t,
@@ -1074,13 +1259,15 @@ pub fn micro_batch(
                 None
             },
         ),
-        per_layer_params,
+        per_layer_params - uncast,
+        layer_tensors(t),
     );
     let (l_dec, l_enc) = (t.layers as f64, t.encoder_layers as f64);
     let enc = if l_enc > 0.0 {
         with_casts(
             layer(t, &s, &r, attention, precision, None),
             split.per_encoder_layer as f64 / tp,
+            layer_tensors(t),
         )
     } else {
         dec
@@ -1090,15 +1277,25 @@ pub fn micro_batch(
     let kinds: Vec<(f64, Work)> = if t.blocks.uniform || t.blocks.is_empty() {
         Vec::new()
     } else {
-        let per_layer = per_layer_params;
+        // Each kind casts its own parameters, less the expert banks `grouped_mm` takes as
+        // they are; its tensors are counted from the description.
+        let hidden = t.blocks.hidden.max(t.hidden);
         t.blocks
             .kinds
             .iter()
             .zip(t.blocks.kind_counts())
             .map(|(b, n)| {
+                let (banks, bank_tensors) = grouped_banks(b, hidden);
+                let mut tensors = 0.0;
+                b.tensors(hidden, &mut |_| tensors += 1.0);
+                let params = (b.params(hidden).total() as f64 - banks) / tp;
                 (
                     n as f64,
-                    with_casts(block_layer(t, b, &s, &r, attention, precision), per_layer),
+                    with_casts(
+                        block_layer(t, b, &s, &r, attention, precision),
+                        params,
+                        tensors - bank_tensors,
+                    ),
                 )
             })
             .collect()
@@ -1389,8 +1586,9 @@ pub fn serving(
     let weights = (params - gathered_only + b * h) * wbytes;
     let d = Shape::new(b, 1.0, prec, AmpStyle::Autocast, false);
     let dw = layer(t, &d, &r, Attention::Sdpa, prec, None);
-    let kernels = layers * (dw.kernels + 2.0) + GENERATE_STEP_KERNELS;
-    let decode_host_s = kernels * cal.launch_s;
+    let kernels = layers * (dw.kernels + dw.cxx_kernels + 2.0) + GENERATE_STEP_KERNELS;
+    // A host sync inside a layer (`_grouped_mm_fallback`) costs a bare launch too.
+    let decode_host_s = (kernels + layers * dw.syncs) * cal.launch_s;
     // The steps run at cache lengths prompt .. prompt + new_tokens - 1 (the first token comes
     // from the prefill; DeferredStopCheck adds one step at the end): bytes are linear in the
     // length, so the mean step is the step at the mean length.
@@ -1441,11 +1639,19 @@ pub fn serving(
 mod tests {
     use super::*;
 
-    fn moe_work(dispatch: Dispatch, n_experts: f64) -> Work {
-        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    /// One MoE feed-forward of `tokens` tokens (Mixtral's shapes, `experts` experts) in
+    /// `precision` under autocast on `gpu`.
+    fn moe_work(
+        dispatch: Dispatch,
+        n_experts: f64,
+        tokens: f64,
+        precision: Precision,
+        gpu: &str,
+    ) -> Work {
+        let gpu = vram_model::gpu::lookup(gpu).unwrap();
         let cal = EagerCalibration::default();
         let r = Rates::new(gpu, &cal);
-        let s = Shape::new(4096.0, 2048.0, Precision::Bf16, AmpStyle::Autocast, true);
+        let s = Shape::new(tokens, 2048.0, precision, AmpStyle::Autocast, true);
         let mut o = Ops {
             r: &r,
             w: Work::default(),
@@ -1453,7 +1659,7 @@ mod tests {
         experts(
             &mut o,
             &s,
-            4096.0,
+            tokens,
             4096.0,
             ExpertsShape {
                 experts: n_experts,
@@ -1462,30 +1668,110 @@ mod tests {
                 gated: true,
                 dispatch,
                 fp32_weights: false,
+                dtype: expert_dtype(&s, precision),
             },
         );
         o.w
     }
 
-    /// grouped_mm_experts_forward launches a fixed set of kernels whatever the expert count and
-    /// never syncs the host; the per-expert loop launches ten per expert after a sync.
+    /// Pure bf16 on an H100: `grouped_mm_experts_forward` reaches `_grouped_mm`'s CUTLASS
+    /// kernel and launches a fixed set of kernels whatever the expert count, with no host
+    /// sync; the per-expert loop launches nine per expert after a sync.
     #[test]
-    fn grouped_mm_experts_have_no_host_sync_and_a_fixed_kernel_count() {
-        let g8 = moe_work(Dispatch::GroupedMm, 8.0);
-        let g64 = moe_work(Dispatch::GroupedMm, 64.0);
-        assert_eq!(g8.serial_s, 0.0);
+    fn grouped_mm_experts_in_bf16_have_no_host_sync_and_a_fixed_kernel_count() {
+        let bf16 = |e| moe_work(Dispatch::GroupedMm, e, 4096.0, Precision::Bf16, "h100-80g");
+        let (g8, g64) = (bf16(8.0), bf16(64.0));
+        assert_eq!((g8.serial_s, g8.syncs), (0.0, 0.0));
         assert_eq!(g8.kernels, g64.kernels);
-        // router GEMM, 6 routing kernels, 5 index kernels, gather, 2 grouped GEMMs, 2 for the
-        // gate, weights, inverse permutation, sum, cast.
-        assert_eq!(g8.kernels, 1.0 + 6.0 + 5.0 + 1.0 + 2.0 + 2.0 + 4.0);
-        let l8 = moe_work(Dispatch::Loop, 8.0);
-        assert_eq!(l8.serial_kernels, 8.0 * 9.0);
-        assert!(
-            l8.forward_s(&EagerCalibration::default()) > g8.forward_s(&EagerCalibration::default())
+        // router GEMM, 6 routing kernels, 10 index kernels, gather, masked_fill_, 2 grouped
+        // GEMMs and their 2 masked_fills, 2 for the gate, the down output's masked_fill,
+        // weights, inverse permutation, sum (no cast back: all bf16).
+        assert_eq!(
+            g8.kernels,
+            1.0 + 6.0 + 10.0 + 2.0 + 2.0 + 1.0 + 2.0 + 1.0 + 3.0
         );
+        // Each grouped GEMM's `prepare_grouped_gemm_data` launch.
+        assert_eq!(g8.cxx_kernels, 2.0);
+        let l8 = moe_work(Dispatch::Loop, 8.0, 4096.0, Precision::Bf16, "h100-80g");
+        assert_eq!(l8.serial_kernels, 8.0 * 9.0);
+        let cal = EagerCalibration::default();
+        assert!(l8.forward_s(&cal) > g8.forward_s(&cal));
         // Llama 4 runs every token through every expert: E/top-k times the expert GEMM work.
-        let all = moe_work(Dispatch::AllExperts, 8.0);
+        let all = moe_work(
+            Dispatch::AllExperts,
+            8.0,
+            4096.0,
+            Precision::Bf16,
+            "h100-80g",
+        );
         assert!(all.gemm_s > 3.0 * g8.gemm_s);
+    }
+
+    /// Under autocast the experts' weights are the fp32 master weights, which `grouped_mm`
+    /// (no autocast rule) takes as they are: `_grouped_mm_fallback`, a host sync and one fp32
+    /// GEMM per expert for each of the two grouped calls. Mixtral's expert GEMMs then cost at
+    /// least their FLOPs at the best fp32 rate measured on the H100 (51.9 TFLOP/s, TF32 off),
+    /// more than ten times the bf16 kernel's time.
+    #[test]
+    fn grouped_mm_under_autocast_runs_fp32_gemms_per_expert_after_a_sync() {
+        let tokens = 8192.0;
+        let amp = moe_work(
+            Dispatch::GroupedMm,
+            8.0,
+            tokens,
+            Precision::Bf16Amp,
+            "h100-80g",
+        );
+        let bf16 = moe_work(
+            Dispatch::GroupedMm,
+            8.0,
+            tokens,
+            Precision::Bf16,
+            "h100-80g",
+        );
+        assert_eq!(amp.syncs, 2.0);
+        assert_eq!(amp.cxx_kernels, 2.0 * 8.0);
+        let expert_flops = 2.0 * tokens * 2.0 * 4096.0 * 3.0 * 14336.0;
+        let router_flops = 2.0 * tokens * 4096.0 * 8.0;
+        assert!(amp.gemm_s >= expert_flops / 51.95e12, "{}", amp.gemm_s);
+        assert!(amp.gemm_s > 10.0 * bf16.gemm_s);
+        // fp32 work in fp32: the pure-fp32 step prices the same expert GEMMs (its router GEMM
+        // is fp32 too).
+        let fp32 = moe_work(
+            Dispatch::GroupedMm,
+            8.0,
+            tokens,
+            Precision::Fp32,
+            "h100-80g",
+        );
+        assert!(fp32.gemm_s >= amp.gemm_s);
+        assert!(fp32.gemm_s - amp.gemm_s < router_flops / 10e12);
+        // Before Hopper the bf16 kernel is not built: bf16 falls back too, and so does fp16.
+        let a100 = moe_work(
+            Dispatch::GroupedMm,
+            8.0,
+            tokens,
+            Precision::Bf16,
+            "a100-80g",
+        );
+        assert_eq!((a100.syncs, a100.cxx_kernels), (2.0, 16.0));
+    }
+
+    /// Few rows per expert: the grouped GEMM reads every receiving expert's weights, and each
+    /// expert's rows fill whole 64-row tiles, so it is far from the dense rate.
+    #[test]
+    fn grouped_mm_with_few_rows_per_expert_pays_its_tiles_and_weight_reads() {
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let r = Rates::new(gpu, &EagerCalibration::default());
+        // 512 rows over 128 experts (a 256-token batch at top-8 of Qwen3-30B-A3B's shapes).
+        let (rows, e, k, n) = (512.0, 128.0, 2048.0, 1536.0);
+        let w = r.grouped_mm(rows, e, k, n, ExpertDtype::Bf16);
+        let occupied: f64 = e * (1.0 - (1.0_f64 - 1.0 / e).powf(rows));
+        assert!(occupied > 124.0 && occupied < 128.0, "{occupied}");
+        assert!(w.gemm_s >= occupied * k * n * 2.0 / r.hbm_bytes_per_s);
+        assert!(w.gemm_s >= r.gemm_s(occupied * 64.0, k, n, 1.0, false));
+        // The same rows through one dense weight take far less.
+        assert!(w.gemm_s > 10.0 * r.gemm_s(rows, k, n, 1.0, false));
     }
 
     #[test]

@@ -271,7 +271,7 @@ fn megatron_model_rules(engine: Engine, t: &Transformer, f: &ConfigFields) -> Re
     } else if matches!(t.positions, Positions::RelativeBuckets(_)) {
         Some("megatron-core's GPTModel has no relative attention bias".into())
     } else {
-        None
+        megatron_window(t).err()
     };
     match what {
         Some(w) => refuse(engine, format!("{w} (model {})", t.name)),
@@ -380,6 +380,13 @@ pub struct ConfigFields {
     /// `hidden_act` / `hidden_activation`; absent, the config class's default (`silu` for
     /// `LlamaConfig` and most, `gelu_pytorch_tanh` for Gemma's).
     pub hidden_act: String,
+    /// The norms' epsilon (`rms_norm_eps`, `layer_norm_eps`, `layer_norm_epsilon`,
+    /// `norm_epsilon`); absent, the config class's default in transformers 5.24 (1e-6 for
+    /// `LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`, `GemmaConfig`,
+    /// `SmolLM3Config`, `T5Config`; 1e-5 for `MixtralConfig`, `Phi3Config`, `GPT2Config`,
+    /// `GPTNeoXConfig`, `FalconConfig`, `Olmo2Config`; 1e-12 for BERT's and RoBERTa's); `None`
+    /// for another model type without the key.
+    pub norm_eps: Option<f64>,
 }
 
 impl ConfigFields {
@@ -424,12 +431,28 @@ impl ConfigFields {
                 _ => "silu",
             })
             .to_string();
+        let norm_eps = [
+            "rms_norm_eps",
+            "layer_norm_eps",
+            "layer_norm_epsilon",
+            "norm_epsilon",
+        ]
+        .iter()
+        .find_map(|k| o.get(*k)?.as_f64())
+        .or(match model_type {
+            "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "gemma" | "gemma2"
+            | "smollm3" | "t5" => Some(1e-6),
+            "mixtral" | "phi3" | "gpt2" | "gpt_neox" | "falcon" | "olmo2" => Some(1e-5),
+            "bert" | "roberta" => Some(1e-12),
+            _ => None,
+        });
         Some(ConfigFields {
             rope_theta,
             rope_type,
             llama3,
             partial_rotary_factor,
             hidden_act,
+            norm_eps,
         })
     }
 }
@@ -443,6 +466,84 @@ pub fn megatron_padded_vocab(vocab: u64, tp: u64) -> u64 {
 
 /// `--make-vocab-size-divisible-by`, Megatron-LM's default, written explicitly.
 pub const MEGATRON_VOCAB_MULTIPLE: u64 = 128;
+
+/// megatron-core's `TransformerConfig.layernorm_epsilon` default (`--norm-epsilon`).
+const MEGATRON_NORM_EPS: f64 = 1e-5;
+
+/// Megatron-LM's sliding-window arguments for a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MegatronWindow {
+    /// The keys a query attends to, itself included (transformers' `sliding_window`).
+    size: u64,
+    /// `--window-attn-skip-freq` when some layers attend to everything: `N` (every `N`-th
+    /// layer full) or a list (`1` sliding, `0` full), quoted for the shell.
+    skip_freq: Option<String>,
+}
+
+/// The sliding window of `t`'s attention layers as Megatron-LM's arguments take it, `None`
+/// when no layer slides; an error naming what megatron-core 0.16.1 cannot express.
+///
+/// transformers attends to the last `w` keys (masking_utils.py `sliding_window_overlay`:
+/// `kv_idx > q_idx - w`); megatron-core's `window_size = (left, right)` to `left + 1` before
+/// and `right` after (transformer/utils.py `get_sliding_window_causal_mask`), so `w` is
+/// `--window-size w-1,0`. `is_layer_window_attention` slides layer `n` (1-based) when
+/// `n % N != 0` for an integer `--window-attn-skip-freq N`, or when the list's `n`-th entry
+/// is 1. One window size for every sliding layer; no chunked attention.
+fn megatron_window(t: &Transformer) -> Result<Option<MegatronWindow>, String> {
+    use vram_model::blocks::{Mixer, Window};
+    let windows: Vec<Window> = if t.blocks.is_empty() {
+        let w = t.sliding_window.map_or(Window::Full, Window::Sliding);
+        vec![w; t.layers as usize]
+    } else {
+        t.blocks
+            .iter()
+            .filter_map(|b| match b.mixer {
+                Mixer::Attention(a) => Some(a.window),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut size = None;
+    for w in &windows {
+        match *w {
+            Window::Full => {}
+            Window::Chunked(c) => {
+                return Err(format!(
+                    "megatron-core 0.16.1 has no chunked attention; this model attends in chunks of {c}"
+                ))
+            }
+            Window::Sliding(w) => match size {
+                Some(s) if s != w => {
+                    return Err(format!(
+                        "megatron-core 0.16.1 takes one --window-size; this model slides over {s} and {w} tokens"
+                    ))
+                }
+                _ => size = Some(w),
+            },
+        }
+    }
+    let Some(size) = size else {
+        return Ok(None);
+    };
+    let slides: Vec<bool> = windows.iter().map(|w| *w != Window::Full).collect();
+    let skip_freq = if slides.iter().all(|s| *s) {
+        None
+    } else if let Some(n) = (2..=slides.len()).find(|n| {
+        slides
+            .iter()
+            .enumerate()
+            .all(|(i, s)| *s == ((i + 1) % n != 0))
+    }) {
+        Some(n.to_string())
+    } else {
+        let list: Vec<&str> = slides.iter().map(|s| if *s { "1" } else { "0" }).collect();
+        Some(format!("'[{}]'", list.join(",")))
+    };
+    Ok(Some(MegatronWindow {
+        size: size.max(1),
+        skip_freq,
+    }))
+}
 
 fn fields(job: &Job<'_>) -> ConfigFields {
     job.config
@@ -542,6 +643,16 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
     }
     if t.norm == Norm::RmsNorm {
         a.push("--normalization RMSNorm".into());
+    }
+    // TransformerConfig.layernorm_epsilon, `--norm-epsilon` (default 1e-5).
+    if let Some(eps) = f.norm_eps.filter(|e| *e != MEGATRON_NORM_EPS) {
+        a.push(format!("--norm-epsilon {eps}"));
+    }
+    if let Ok(Some(w)) = megatron_window(t) {
+        a.push(format!("--window-size {},0", w.size - 1));
+        if let Some(skip) = w.skip_freq {
+            a.push(format!("--window-attn-skip-freq {skip}"));
+        }
     }
     if t.positions == Positions::Rotary {
         a.push("--position-embedding-type rope".into());
@@ -808,4 +919,60 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
         let _ = writeln!(s, "# {line}");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vram_model::arch::Model;
+    use vram_model::blocks::{Blocks, Mixer, Window};
+
+    /// Mistral 7B's layers with the windows of `pattern` (`None`: full attention).
+    fn with_windows(pattern: &[Option<u64>]) -> Transformer {
+        let Model::Transformer(mut t) = vram_model::catalog::lookup("mistral-7b").unwrap() else {
+            unreachable!()
+        };
+        let base = t.blocks.kinds[0];
+        let layers: Vec<_> = pattern
+            .iter()
+            .map(|w| {
+                let mut b = base;
+                if let Mixer::Attention(a) = &mut b.mixer {
+                    a.window = w.map_or(Window::Full, Window::Sliding);
+                }
+                b
+            })
+            .collect();
+        t.layers = pattern.len() as u64;
+        t.blocks = Blocks::from_layers(t.blocks.hidden, &layers, t.blocks.ends);
+        t
+    }
+
+    /// `is_layer_window_attention` (megatron-core transformer/utils.py): an integer N slides
+    /// every layer but each N-th (1-based); other patterns are written as the list.
+    #[test]
+    fn window_patterns_become_megatron_skip_frequencies() {
+        let w = Some(128);
+        // gpt-oss: sliding, full, sliding, full.
+        let alt = megatron_window(&with_windows(&[w, None, w, None])).unwrap();
+        assert_eq!(
+            alt,
+            Some(MegatronWindow {
+                size: 128,
+                skip_freq: Some("2".into())
+            })
+        );
+        // Gemma 3: five sliding layers, then a full one.
+        let g3 = megatron_window(&with_windows(&[w, w, w, w, w, None, w, w, w, w, w, None]));
+        assert_eq!(g3.unwrap().unwrap().skip_freq.as_deref(), Some("6"));
+        // Full first, sliding after: no integer N fits.
+        let list = megatron_window(&with_windows(&[None, None, w, w]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(list.skip_freq.as_deref(), Some("'[0,0,1,1]'"));
+        assert_eq!(megatron_window(&with_windows(&[None, None])), Ok(None));
+        // One window size only.
+        let two = megatron_window(&with_windows(&[w, Some(64)])).unwrap_err();
+        assert!(two.contains("one --window-size"), "{two}");
+    }
 }

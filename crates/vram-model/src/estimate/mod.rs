@@ -249,25 +249,87 @@ pub struct TimelinePoint {
     pub high_bytes: u64,
 }
 
-/// The library versions whose behaviour the estimate models (read from their source: the
+/// The library versions whose behaviour an estimate models (read from their source: the
 /// modelling code, loss, cache and `generate` of transformers; autocast, SDPA dispatch, the
-/// foreach optimizers and the caching allocator of PyTorch).
+/// foreach optimizers and the caching allocator of PyTorch), and the versions of the
+/// measurements its figures are checked against. Which versions depends on the model
+/// ([`assumes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Assumes {
-    /// PyTorch version.
+    /// PyTorch version (allocator, autocast, SDPA dispatch, optimizers).
     pub torch: &'static str,
-    /// Hugging Face transformers version.
-    pub transformers: &'static str,
+    /// Hugging Face transformers version whose code the model follows (`None` for
+    /// torchvision models).
+    pub transformers: Option<&'static str>,
+    /// What of the model follows [`Assumes::transformers`] (or [`Assumes::torchvision`]).
+    pub follows: &'static str,
+    /// torchvision version (ResNets).
+    pub torchvision: Option<&'static str>,
     /// CUDA version of the context and workspace figures.
     pub cuda: &'static str,
+    /// The measurements the overheads and kernels are calibrated on (and, for the uniform
+    /// families and ResNets, the steps checked against), with their versions.
+    pub calibration: &'static str,
 }
 
-/// What every estimate assumes.
-pub const ASSUMES: Assumes = Assumes {
-    torch: "2.11",
-    transformers: "5.17",
-    cuda: "13.0",
-};
+impl Assumes {
+    /// One line naming every version: `vram estimate`'s `models:` line.
+    pub fn line(&self) -> String {
+        let lib = match (self.transformers, self.torchvision) {
+            (Some(v), _) => format!("transformers {v}"),
+            (None, Some(v)) => format!("torchvision {v}"),
+            (None, None) => String::new(),
+        };
+        format!(
+            "{lib} ({}), PyTorch {}, CUDA {}; calibrated on {}",
+            self.follows, self.torch, self.cuda, self.calibration
+        )
+    }
+}
+
+/// The H100 ground truth (`crates/vram-cli/tests/data/h100`), measured under PyTorch 2.11,
+/// transformers 5.17, torchvision 0.26 and CUDA 13.0.
+const H100_SAME: &str = "an H100 80GB HBM3 under these versions";
+
+/// The versions an estimate of `model` follows:
+/// - the families of the layer-by-layer description (`Blocks` not uniform: Qwen3, DeepSeek-V3,
+///   gpt-oss, ...): their module tree and cache are exact against transformers 5.24 (the zoo,
+///   `tests/zoo`), and their mechanisms (`estimate/mechs.rs`) are read from 5.24;
+/// - the uniform 2019–2024 families: the step's tensors (`estimate/layers.rs`) are read from
+///   transformers 5.17, the version of the H100 ground truth they are checked against; their
+///   module trees are the same in 5.24 (parameter counts equal under both);
+/// - ResNets: torchvision 0.26's, as measured.
+///
+/// PyTorch 2.11 (allocator, autocast, SDPA, optimizers) and CUDA 13.0 (context, workspaces)
+/// for all: the versions of the H100 measurements.
+pub fn assumes(model: &Model) -> Assumes {
+    let base = Assumes {
+        torch: "2.11",
+        transformers: None,
+        follows: "",
+        torchvision: None,
+        cuda: "13.0",
+        calibration: H100_SAME,
+    };
+    match model {
+        Model::Transformer(t) if !t.blocks.uniform && !t.blocks.is_empty() => Assumes {
+            transformers: Some("5.24"),
+            follows: "module tree, cache, mechanisms",
+            calibration: "an H100 80GB HBM3 under PyTorch 2.11, transformers 5.17, CUDA 13.0",
+            ..base
+        },
+        Model::Transformer(_) | Model::Weights(_) => Assumes {
+            transformers: Some("5.17"),
+            follows: "step tensors; module tree as in 5.24",
+            ..base
+        },
+        Model::ResNet(_) => Assumes {
+            torchvision: Some("0.26"),
+            follows: "module tree, cuDNN calls",
+            ..base
+        },
+    }
+}
 
 /// The result of an estimate, for one GPU (the pipeline rank that needs the most).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -862,7 +924,7 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         amp_style: step.style,
         allocator: o.allocator,
         reserved_exact: replay || o.fragmentation.is_some(),
-        assumes: ASSUMES,
+        assumes: assumes(model),
         timeline: sink.timeline.unwrap_or_default(),
         mechanisms: match model {
             Model::Transformer(t) => mechs::notes(t),

@@ -466,3 +466,75 @@ fn megatron_is_not_emitted_for_models_its_gpt_model_builds_differently() {
         assert!(e.rule.contains(rule), "{id}: {e}");
     }
 }
+
+/// Megatron-LM's flags (tests/engines/data/megatron-lm-flags.txt, read from its parser at the
+/// commit named there).
+const MEGATRON_FLAGS: &str = include_str!("../../../../tests/engines/data/megatron-lm-flags.txt");
+/// mistralai/Mistral-7B-v0.1's shape as the engine tests build it (sliding_window 4096, no
+/// `rms_norm_eps`: `MistralConfig`'s default 1e-6).
+const MISTRAL_7B: &str = include_str!("../../../../tests/engines/data/configs/mistral-7b.json");
+
+fn megatron_args_of(config: &'static str, name: &str) -> Vec<String> {
+    let model = vram_model::hf::parse_config(config, name).unwrap();
+    let Model::Transformer(t) = &model else {
+        unreachable!()
+    };
+    let mut req = Request::new(
+        model.clone(),
+        Cluster::for_gpu("h100-80g", 16).unwrap(),
+        256,
+        4096,
+    );
+    req.pins = Pins {
+        tp: Some(2),
+        pp: Some(1),
+        zero: Some(1),
+        ..Pins::default()
+    };
+    req.top = 1;
+    let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
+    let job = Job {
+        config: Some(config),
+        ..job(t)
+    };
+    let s = vram_plan::emit::emit(vram_plan::emit::Engine::Megatron, &p, &job).unwrap();
+    let flags: Vec<&str> = MEGATRON_FLAGS
+        .lines()
+        .filter(|l| l.starts_with("--"))
+        .collect();
+    let args: Vec<String> = s
+        .lines()
+        .filter(|l| l.starts_with("--"))
+        .map(|l| l.trim_end_matches(" \\").to_string())
+        .collect();
+    for a in &args {
+        let flag = a.split(' ').next().unwrap();
+        assert!(flags.contains(&flag), "{flag} is not a Megatron-LM flag");
+    }
+    args
+}
+
+/// The norms' epsilon and the sliding window are Megatron-LM arguments (`--norm-epsilon`,
+/// `--window-size`): Mistral 7B's RMSNorm epsilon is `MistralConfig`'s 1e-6 (Megatron's default
+/// is 1e-5) and it attends to the last 4096 keys, which megatron-core's `(left, right)` window
+/// writes as `4095,0`. Llama 3.1 8B's epsilon is Megatron's default and it has no window.
+#[test]
+fn megatron_writes_the_norm_epsilon_and_the_sliding_window() {
+    let mistral = megatron_args_of(MISTRAL_7B, "mistral-7b");
+    for arg in ["--norm-epsilon 0.000001", "--window-size 4095,0"] {
+        assert!(
+            mistral.iter().any(|a| a == arg),
+            "missing {arg}: {mistral:?}"
+        );
+    }
+    assert!(!mistral
+        .iter()
+        .any(|a| a.starts_with("--window-attn-skip-freq")));
+    let llama = megatron_args_of(LLAMA_3_1_8B, "llama-3.1-8b");
+    assert!(
+        !llama
+            .iter()
+            .any(|a| a.starts_with("--norm-epsilon") || a.starts_with("--window")),
+        "{llama:?}"
+    );
+}
