@@ -378,7 +378,9 @@ impl Transformer {
                 router_bias: false,
                 correction_bias: false,
                 router_extra: 0,
-                router_weights_fp32: false,
+                // The uniform MoE family is Mixtral: `MixtralTopKRouter.forward` (transformers
+                // 5.17 and 5.24) returns the top-k of the fp32 softmax without casting it back.
+                router_weights_fp32: true,
                 router_param_fp32: false,
                 dispatch: Dispatch::GroupedMm,
                 shared: None,

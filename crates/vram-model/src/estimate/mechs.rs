@@ -464,6 +464,21 @@ pub(super) fn moe(t: &Transformer, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts)
             if mo.router_weights_fp32 { 4 } else { cmp },
         ),
     };
+    // `_grouped_mm` (transformers integrations/moe.py) casts its input to the expert bank's
+    // dtype, and `torch._grouped_mm` has no autocast rule: in an autocast training step the
+    // banks are the fp32 master weights and the residual stream is fp32, so the gathered rows
+    // and every expert tensor after them are fp32 (PyTorch runs its per-expert fallback).
+    let xb = if mo.dispatch == Dispatch::GroupedMm
+        && c.training
+        && c.style == AmpStyle::Autocast
+        && c.res == 4
+    {
+        4
+    } else {
+        cmp
+    };
+    // `proj_out * sample_weights_g`: the wider of the two.
+    let wo = xb.max(wb);
     let mut saved = 0u64;
     let mut push = |p: &mut Parts, b: u64| {
         saved = saved.saturating_add(b);
@@ -481,21 +496,26 @@ pub(super) fn moe(t: &Transformer, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts)
             push(p, m(&[rows, 8])); // perm // top_k, the gather's index
             push(p, m(&[rows, 8])); // perm, the index of `sample_weights[perm]`
             push(p, m(&[e, 4])); // offsets (int32), saved by both grouped_mm calls
-            push(p, m(&[rows, h, cmp])); // gathered rows, the up grouped_mm's input
+            push(p, m(&[rows, h, xb])); // gathered rows, the up grouped_mm's input
         }
     }
-    push(p, m(&[rows, up, cmp])); // up (gate_up) output; the gate's input is a view of it
+    let eb = if mo.dispatch == Dispatch::AllExperts {
+        cmp
+    } else {
+        xb
+    };
+    push(p, m(&[rows, up, eb])); // up (gate_up) output; the gate's input is a view of it
     if mo.gated {
-        push(p, m(&[rows, i, cmp])); // act(gate)
+        push(p, m(&[rows, i, eb])); // act(gate)
         if mo.expert_bias {
             // gpt-oss's clamped SwiGLU (`GptOssExperts._apply_gate`): clamped gate and up,
             // sigmoid, glu and up + 1 saved.
-            push(p, m(&[rows, i, cmp, 4]));
+            push(p, m(&[rows, i, eb, 4]));
         }
     }
-    push(p, m(&[rows, i, cmp])); // the down projection's input
+    push(p, m(&[rows, i, eb])); // the down projection's input
     if mo.dispatch != Dispatch::AllExperts {
-        push(p, m(&[rows, h, cmp])); // down output, multiplied by the routing weights
+        push(p, m(&[rows, h, xb])); // down output, multiplied by the routing weights
         push(p, m(&[rows, wb])); // sample_weights_g
         push(p, m(&[rows, 8])); // inv_perm
     }
@@ -503,11 +523,11 @@ pub(super) fn moe(t: &Transformer, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts)
         // next_states [E·T, H] and its sum over experts.
         Dispatch::AllExperts => m(&[rows, h, cmp]).saturating_add(m(&[c.tok, h, cmp])),
         // weighted_out and its permuted copy, the sum over top-k, the cast.
-        _ => m(&[rows, h, wb, 2])
-            .saturating_add(m(&[c.tok, h, wb]))
+        _ => m(&[rows, h, wo, 2])
+            .saturating_add(m(&[c.tok, h, wo]))
             .saturating_add(m(&[c.tok, h, cmp])),
     };
-    let mut bwd = m(&[rows, h, 2 * wb + cmp]).max(m(&[rows, up + 2 * i, cmp]));
+    let mut bwd = m(&[rows, h, 2 * wo + xb]).max(m(&[rows, up + 2 * i, eb]));
     let mut infer = c
         .rep(t.hidden, c.res + cmp)
         .saturating_add(m(&[c.tok, e, 4 + cmp]))
@@ -1122,6 +1142,47 @@ mod tests {
         // shapes saves 19,984 bytes of activations (distinct storages seen by
         // `saved_tensors_hooks`, parameters excluded), its [16, 64] bf16 input included.
         assert_eq!(p2.total(false) + tok * h * 2, 19_984);
+    }
+
+    /// Under autocast the expert banks are fp32 master weights and `torch._grouped_mm` has no
+    /// autocast rule, so the gathered rows and every expert tensor are fp32.
+    #[test]
+    fn grouped_mm_under_autocast_runs_in_the_banks_fp32() {
+        let t = Transformer {
+            hidden: 64,
+            ..llama()
+        };
+        let c = Ctx {
+            res: 4,
+            ..ctx(2, 8)
+        };
+        let mut p = Parts::default();
+        super::moe(
+            &t,
+            &moe(4, 2, 32, Dispatch::GroupedMm, false),
+            &c,
+            false,
+            &mut p,
+        );
+        // Against the real module: `Qwen3MoeSparseMoeBlock` in fp32 under CPU bf16 autocast
+        // (transformers 5.24.0, torch 2.15, tests/data/mechs/qwen3_moe_grouped_mm_autocast_saved.py)
+        // saves 36,880 bytes besides its parameters; 2,560 of them are the router linear's
+        // autocast copies of its input and weight ([16, 64] and [64, 4] bf16), counted with the
+        // layer's casts, not here.
+        assert_eq!(p.total(false), 36_880 - 16 * 64 * 2 - 64 * 4 * 2);
+        // Inference (bf16 banks) keeps the compute dtype.
+        let mut q = Parts::default();
+        super::moe(
+            &t,
+            &moe(4, 2, 32, Dispatch::GroupedMm, false),
+            &Ctx {
+                training: false,
+                ..c
+            },
+            false,
+            &mut q,
+        );
+        assert!(q.total(false) < p.total(false));
     }
 
     /// Llama4TextMoe.forward (modeling_llama4.py): every token through every expert.
