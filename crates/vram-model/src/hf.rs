@@ -169,13 +169,26 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                     "model_type `{model_type}` is not known: its text_config (`{inner}`) is read; any vision or audio tower is not counted"
                 ));
                 t
-            } else if STANDARD_DECODER_KEYS
-                .iter()
-                .all(|k| text.find(&[k]).is_some())
-            {
-                decoders::generic(&text)?
             } else {
-                return Err(Error::UnknownModelType(model_type.clone()));
+                let missing: Vec<&str> = STANDARD_DECODER_KEYS
+                    .iter()
+                    .copied()
+                    .filter(|k| text.find(&[k]).is_none())
+                    .collect();
+                match missing.first() {
+                    None => decoders::generic(&text)?,
+                    // A decoder's config (most standard keys there) that a generic decoder
+                    // cannot read: the key that stops it is named, a family key first
+                    // (Nemotron-NAS: `block_configs`, with `intermediate_size: null`).
+                    Some(&key) if missing.len() <= 2 => {
+                        decoders::refuse_family_keys(&text)?;
+                        return Err(Error::MissingField {
+                            field: key.into(),
+                            model_type: model_type.clone(),
+                        });
+                    }
+                    Some(_) => return Err(Error::UnknownModelType(model_type.clone())),
+                }
             }
         }
     };
