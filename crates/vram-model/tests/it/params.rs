@@ -295,4 +295,31 @@ fn unknown_model_types_are_read_generically_or_refused_by_key() {
         err.contains("n_routed_experts") && err.contains("brand_new"),
         "{err}"
     );
+    // A decoder's config with one standard key null: that key is named, not the list of
+    // known types; a per-layer `block_configs` (Nemotron-NAS) is named before it.
+    let null_ffn = generic.replace("\"intermediate_size\": 128", "\"intermediate_size\": null");
+    let err = vram_model::hf::parse_config(&null_ffn, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no `intermediate_size`") && err.contains("brand_new"),
+        "{err}"
+    );
+    let nas = null_ffn.replace(
+        "\"intermediate_size\"",
+        "\"block_configs\": [{\"ffn\": {\"ffn_mult\": 2.625}}], \"intermediate_size\"",
+    );
+    let err = vram_model::hf::parse_config(&nas, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`block_configs` needs a family reader"),
+        "{err}"
+    );
+    // Hardly a decoder at all: the unknown model_type, as before.
+    let bare = r#"{"model_type": "brand_new", "hidden_size": 64}"#;
+    let err = vram_model::hf::parse_config(bare, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown model_type `brand_new`"), "{err}");
 }
