@@ -940,6 +940,7 @@ mod tests {
             shared: None,
             shared_gate: false,
             latent: None,
+            latent_bias: false,
         }
     }
 

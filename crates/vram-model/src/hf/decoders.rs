@@ -234,6 +234,7 @@ fn moe_template(experts: u64, top_k: u64, expert_intermediate: u64) -> Moe {
         shared: None,
         shared_gate: false,
         latent: None,
+        latent_bias: false,
     }
 }
 
@@ -1142,6 +1143,7 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
             });
         }
         m.latent = c.opt_u64(&["moe_latent_size"])?;
+        m.latent_bias = m.latent.is_some() && d.dense.bias;
         d.moe = Some(m);
     }
     d.layer_types = types;
