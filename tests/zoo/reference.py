@@ -180,6 +180,10 @@ def component(model, name: str) -> str:
                 return "shared_experts"
             if head in ("gate", "router"):
                 return "router"
+            if head in ("fc1_latent_proj", "fc2_latent_proj"):
+                # Nemotron-H's latent MoE (modeling_nemotron_h.py `NemotronHMoE`): the routed
+                # experts run on hidden_states projected to `moe_latent_size` and back.
+                return "routed_experts"
             return "other"
         if child == "experts":
             return "routed_experts"

@@ -386,6 +386,7 @@ impl Transformer {
                 shared: None,
                 shared_gate: false,
                 latent: None,
+                latent_bias: false,
             })
         } else {
             Ffn::Dense(dense)

@@ -371,6 +371,9 @@ pub struct Moe {
     pub shared_gate: bool,
     /// Experts run on a projected latent of this width (Nemotron-H `moe_latent_size`).
     pub latent: Option<u64>,
+    /// The latent projections carry biases (Nemotron-H: `fc1_latent_proj`/`fc2_latent_proj`
+    /// are `nn.Linear(..., bias=config.mlp_bias)`, modeling_nemotron_h.py `NemotronHMoE`, 5.24).
+    pub latent_bias: bool,
 }
 
 /// A block's feed-forward.
@@ -833,6 +836,10 @@ impl Moe {
         if let Some(l) = self.latent {
             out(lin(r, l, h));
             out(lin(r, h, l));
+            if self.latent_bias {
+                out(vector(r, l));
+                out(vector(r, h));
+            }
         }
         if let Some(s) = self.shared {
             s.tensors(h, Component::SharedExperts, out);
@@ -1484,6 +1491,7 @@ mod tests {
                 }),
                 shared_gate: false,
                 latent: None,
+                latent_bias: false,
             }),
             ..dense
         };

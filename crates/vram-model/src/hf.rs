@@ -170,15 +170,30 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                     "model_type `{model_type}` is not known: its text_config (`{inner}`) is read; any vision or audio tower is not counted"
                 ));
                 t
-            } else if STANDARD_DECODER_KEYS
-                .iter()
-                .all(|k| text.find(&[k]).is_some())
-            {
-                let mut t = decoders::generic(&text)?;
-                t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
-                t
             } else {
-                return Err(Error::UnknownModelType(model_type.clone()));
+                let missing: Vec<&str> = STANDARD_DECODER_KEYS
+                    .iter()
+                    .copied()
+                    .filter(|k| text.find(&[k]).is_none())
+                    .collect();
+                match missing.first() {
+                    None => {
+                        let mut t = decoders::generic(&text)?;
+                        t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
+                        t
+                    }
+                    // A decoder's config (most standard keys there) that a generic decoder
+                    // cannot read: the key that stops it is named, a family key first
+                    // (Nemotron-NAS: `block_configs`, with `intermediate_size: null`).
+                    Some(&key) if missing.len() <= 2 => {
+                        decoders::refuse_family_keys(&text)?;
+                        return Err(Error::MissingField {
+                            field: key.into(),
+                            model_type: model_type.clone(),
+                        });
+                    }
+                    Some(_) => return Err(Error::UnknownModelType(model_type.clone())),
+                }
             }
         }
     };

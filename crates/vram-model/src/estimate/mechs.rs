@@ -964,6 +964,7 @@ mod tests {
             shared: None,
             shared_gate: false,
             latent: None,
+            latent_bias: false,
         }
     }
 

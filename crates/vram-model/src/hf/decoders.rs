@@ -234,6 +234,7 @@ fn moe_template(experts: u64, top_k: u64, expert_intermediate: u64) -> Moe {
         shared: None,
         shared_gate: false,
         latent: None,
+        latent_bias: false,
     }
 }
 
@@ -615,11 +616,11 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
     }))
 }
 
-/// An unknown `model_type` with the standard decoder keys: a Llama-style decoder (pre-norm,
-/// GQA attention without biases, gated SiLU MLP, untied head), with a note naming what was
-/// assumed.
-pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
-    // Keys that change the module tree in ways a generic decoder would silently miss.
+/// Refuses an unknown `model_type` whose config carries a key that changes the module tree in
+/// ways a generic decoder would silently miss: experts, MLA, linear attention or Mamba, and
+/// per-layer block lists (`block_configs`: Nemotron-NAS/DeciLM, whose layers each choose their
+/// own KV grouping and MLP width or drop the attention or MLP altogether).
+pub(super) fn refuse_family_keys(c: &Cfg) -> Result<()> {
     for key in [
         "num_experts",
         "num_local_experts",
@@ -629,6 +630,7 @@ pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
         "linear_num_key_heads",
         "mamba_num_heads",
         "hybrid_override_pattern",
+        "block_configs",
     ] {
         let present = match c.map.get(key) {
             None | Some(Value::Null) => false,
@@ -642,6 +644,14 @@ pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
             });
         }
     }
+    Ok(())
+}
+
+/// An unknown `model_type` with the standard decoder keys: a Llama-style decoder (pre-norm,
+/// GQA attention without biases, gated SiLU MLP, untied head), with a note naming what was
+/// assumed.
+pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
+    refuse_family_keys(c)?;
     let (mut d, _) = common(c, false)?;
     d.attn.qkv_bias = c.bool("attention_bias", false)?;
     d.attn.out_bias = d.attn.qkv_bias;
@@ -1191,6 +1201,7 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
             });
         }
         m.latent = c.opt_u64(&["moe_latent_size"])?;
+        m.latent_bias = m.latent.is_some() && d.dense.bias;
         d.moe = Some(m);
     }
     d.layer_types = types;

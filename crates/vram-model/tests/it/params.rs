@@ -295,4 +295,62 @@ fn unknown_model_types_are_read_generically_or_refused_by_key() {
         err.contains("n_routed_experts") && err.contains("brand_new"),
         "{err}"
     );
+    // A decoder's config with one standard key null: that key is named, not the list of
+    // known types; a per-layer `block_configs` (Nemotron-NAS) is named before it.
+    let null_ffn = generic.replace("\"intermediate_size\": 128", "\"intermediate_size\": null");
+    let err = vram_model::hf::parse_config(&null_ffn, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no `intermediate_size`") && err.contains("brand_new"),
+        "{err}"
+    );
+    let nas = null_ffn.replace(
+        "\"intermediate_size\"",
+        "\"block_configs\": [{\"ffn\": {\"ffn_mult\": 2.625}}], \"intermediate_size\"",
+    );
+    let err = vram_model::hf::parse_config(&nas, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`block_configs` needs a family reader"),
+        "{err}"
+    );
+    // Hardly a decoder at all: the unknown model_type, as before.
+    let bare = r#"{"model_type": "brand_new", "hidden_size": 64}"#;
+    let err = vram_model::hf::parse_config(bare, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown model_type `brand_new`"), "{err}");
+}
+
+/// Nemotron-H's latent MoE projections are `nn.Linear(..., bias=config.mlp_bias)`
+/// (modeling_nemotron_h.py `NemotronHMoE`, transformers 5.24): with `mlp_bias` each MoE layer
+/// gains the two projections' biases (latent + hidden) in `routed_experts`, on top of the
+/// shared expert's own biases. Checked on the real Nemotron-3-Super config of the zoo.
+#[test]
+fn nemotron_h_latent_projections_follow_mlp_bias() {
+    use vram_model::arch::Model;
+    use vram_model::blocks::Component;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/zoo/configs/nemotron-3-super-120b-a12b-fp8.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let routed = |text: &str| {
+        let Model::Transformer(t) = vram_model::hf::parse_config(text, "x").unwrap() else {
+            unreachable!()
+        };
+        t.params_by_component().get(Component::RoutedExperts)
+    };
+    assert!(text.contains("\"mlp_bias\": false") && text.contains("\"moe_latent_size\": 1024"));
+    let biased = text.replace("\"mlp_bias\": false", "\"mlp_bias\": true");
+    let key = "\"hybrid_override_pattern\": \"";
+    let pattern = &text[text.find(key).unwrap() + key.len()..];
+    let moe_layers = pattern[..pattern.find('"').unwrap()]
+        .chars()
+        .filter(|&c| c == 'E')
+        .count() as u64;
+    assert_eq!(moe_layers, 40);
+    assert_eq!(routed(&biased) - routed(&text), moe_layers * (1024 + 4096));
 }
