@@ -114,6 +114,12 @@ pub(crate) fn replay_tokens(
     walk
 }
 
+/// The allocator key of a `generate` tensor: its layer, its slot in the layer, and the decode
+/// step that made it (both generate walks use it, so their keys never collide with training's).
+pub(super) fn generate_key(layer: u64, slot: u64, gen: u64) -> u64 {
+    (1u64 << 56) | (layer << 20) | (gen << 8) | slot
+}
+
 /// Slots with a fixed meaning across layers.
 const X: u8 = 0; // the residual stream entering the layer (then leaving it)
 const K_CACHE: u8 = 1;
@@ -412,6 +418,37 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
 }
 
 impl Step<'_> {
+    /// One forward's logits in `generate` on the last pipeline rank: the last position's
+    /// logits (`logits_to_keep=1`) and their fp32 copy (`next_token_logits`), both freed before
+    /// the next forward.
+    pub(super) fn generate_logits<S: Sink>(
+        &self,
+        sink: &mut S,
+        layers: u64,
+        last_rank: bool,
+        token: u64,
+    ) {
+        if !last_rank || self.logits == 0 {
+            return;
+        }
+        let c = self.ctx;
+        let vocab = self.logits / c.tok.max(1);
+        let lg = Handle {
+            cat: Category::Loss,
+            bytes: m(&[c.b, vocab, c.cmp]),
+            key: generate_key(layers, 4, token),
+        };
+        let next = Handle {
+            cat: Category::Loss,
+            bytes: m(&[c.b, vocab, 4]),
+            key: generate_key(layers, 5, token),
+        };
+        sink.alloc(lg, &[]);
+        sink.alloc(next, &[]);
+        sink.free(lg);
+        sink.free(next);
+    }
+
     pub(super) fn walk_inference<S: Sink>(
         &self,
         rank: u64,
@@ -433,8 +470,7 @@ impl Step<'_> {
         let kv_w = (t.kv_heads * t.head_dim).div_ceil(c.t).max(t.head_dim);
         let per_token = m(&[c.b, kv_w, kvb]); // one layer's keys (or values) per token
         let layers = stack.len();
-        let key =
-            |layer: u64, slot: u64, gen: u64| (1u64 << 56) | (layer << 20) | (gen << 8) | slot;
+        let key = generate_key;
         let cache_handle = |layer: u64, which: u64, len: u64, gen: u64| Handle {
             cat: Category::KvCache,
             bytes: m(&[per_token, len]),
@@ -544,27 +580,7 @@ impl Step<'_> {
         for h in kept {
             sink.free(h);
         }
-        let logits_step = |sink: &mut S, token: u64| {
-            if !last_rank || self.logits == 0 {
-                return;
-            }
-            let vocab = self.logits / c.tok.max(1);
-            let lg = Handle {
-                cat: Category::Loss,
-                bytes: m(&[c.b, vocab, c.cmp]),
-                key: key(layers, 4, token),
-            };
-            let next = Handle {
-                cat: Category::Loss,
-                bytes: m(&[c.b, vocab, 4]),
-                key: key(layers, 5, token),
-            };
-            sink.alloc(lg, &[]);
-            sink.alloc(next, &[]);
-            sink.free(lg);
-            sink.free(next);
-        };
-        logits_step(sink, 0);
+        self.generate_logits(sink, layers, last_rank, 0);
         sink.free(normed);
         // Decode: each new token runs every layer on one position per sequence; the dynamic
         // cache reallocates each layer's keys and values one token longer.
@@ -649,7 +665,7 @@ impl Step<'_> {
                 sink.alloc(act, &[]);
                 sink.free(act);
             }
-            logits_step(sink, token);
+            self.generate_logits(sink, layers, last_rank, token);
             len = new_len;
             gen += 1;
         }

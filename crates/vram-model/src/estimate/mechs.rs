@@ -18,6 +18,7 @@ use super::*;
 use crate::arch::Mlp;
 use crate::blocks::{Block, Component, Dense, Dispatch, Ffn, Mixer, Moe, TensorKind};
 use crate::setup::{Infer, KvCache};
+use inference::generate_key;
 use layers::{attention_parts, mlp_parts};
 
 /// The recurrent mixers' scan chunk in the torch fallbacks (`torch_chunk_gated_delta_rule`'s
@@ -776,8 +777,7 @@ impl Step<'_> {
             return;
         };
         let layers = stack.len();
-        let key =
-            |layer: u64, slot: u64, gen: u64| (1u64 << 56) | (layer << 20) | (gen << 8) | slot;
+        let key = generate_key;
         let prompt = inf.prompt();
         let dynamic = inf.kv_cache == KvCache::Dynamic;
         let cache_len = inf.context.saturating_sub(1).max(prompt);
@@ -828,27 +828,7 @@ impl Step<'_> {
             sink.alloc(tmp, &[]);
             sink.free(tmp);
         }
-        let logits_step = |sink: &mut S, token: u64| {
-            if !last_rank || self.logits == 0 {
-                return;
-            }
-            let vocab = self.logits / c.tok.max(1);
-            let lg = Handle {
-                cat: Category::Loss,
-                bytes: m(&[c.b, vocab, c.cmp]),
-                key: key(layers, 4, token),
-            };
-            let next = Handle {
-                cat: Category::Loss,
-                bytes: m(&[c.b, vocab, 4]),
-                key: key(layers, 5, token),
-            };
-            sink.alloc(lg, &[]);
-            sink.alloc(next, &[]);
-            sink.free(lg);
-            sink.free(next);
-        };
-        logits_step(sink, 0);
+        self.generate_logits(sink, layers, last_rank, 0);
         sink.free(x);
         self.vision_prefill_end(sink);
         let steps = inf.new_tokens.saturating_sub(1);
@@ -884,7 +864,7 @@ impl Step<'_> {
                 sink.alloc(act, &[]);
                 sink.free(act);
             }
-            logits_step(sink, token);
+            self.generate_logits(sink, layers, last_rank, token);
             done = token;
         }
         for i in 0..layers {
