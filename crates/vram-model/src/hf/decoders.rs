@@ -197,6 +197,20 @@ impl Cfg<'_> {
     }
 }
 
+/// Every `p`-th layer full and the others sliding: the families' pattern when the config lists
+/// no `layer_types` (gpt-oss: every 2nd full; Olmo 3: every 4th; Gemma 3 and 4: every 6th).
+fn every_nth_full(layers: u64, p: u64) -> Vec<LayerType> {
+    (1..=layers)
+        .map(|i| {
+            if i % p == 0 {
+                LayerType::Full
+            } else {
+                LayerType::Sliding
+            }
+        })
+        .collect()
+}
+
 fn attention_template(heads: u64, kv_heads: u64, head_dim: u64) -> Attention {
     Attention {
         heads,
@@ -908,15 +922,7 @@ fn gpt_oss(c: &Cfg) -> Result<Draft> {
     d.sliding_window = sliding(c, Some(128))?;
     d.layer_types = match c.layer_types("layer_types", layers)? {
         Some(t) => t,
-        None => (0..layers)
-            .map(|i| {
-                if (i + 1) % 2 == 1 {
-                    LayerType::Sliding
-                } else {
-                    LayerType::Full
-                }
-            })
-            .collect(),
+        None => every_nth_full(layers, 2),
     };
     let e = c.u64(&["num_local_experts", "num_experts"])?;
     let k = c
@@ -1002,15 +1008,7 @@ fn gemma3(c: &Cfg) -> Result<Draft> {
             let p = c
                 .opt_u64(&["sliding_window_pattern", "_sliding_window_pattern"])?
                 .unwrap_or(6);
-            (0..layers)
-                .map(|i| {
-                    if (i + 1) % p != 0 {
-                        LayerType::Sliding
-                    } else {
-                        LayerType::Full
-                    }
-                })
-                .collect()
+            every_nth_full(layers, p)
         }
     };
     Ok(d)
@@ -1039,15 +1037,7 @@ fn gemma4(c: &Cfg) -> Result<Draft> {
     );
     let mut types = match c.layer_types("layer_types", layers)? {
         Some(t) => t,
-        None => (0..layers)
-            .map(|i| {
-                if (i + 1) % 6 != 0 {
-                    LayerType::Sliding
-                } else {
-                    LayerType::Full
-                }
-            })
-            .collect(),
+        None => every_nth_full(layers, 6),
     };
     if let Some(last) = types.last_mut() {
         *last = LayerType::Full;
@@ -1301,15 +1291,7 @@ fn olmo(c: &Cfg, mt: &str) -> Result<Draft> {
         d.sliding_window = sliding(c, Some(4096))?;
         d.layer_types = match c.layer_types("layer_types", layers)? {
             Some(t) => t,
-            None => (0..layers)
-                .map(|i| {
-                    if (i + 1) % 4 != 0 {
-                        LayerType::Sliding
-                    } else {
-                        LayerType::Full
-                    }
-                })
-                .collect(),
+            None => every_nth_full(layers, 4),
         };
     }
     Ok(d)
@@ -1407,15 +1389,7 @@ fn exaone4(c: &Cfg) -> Result<Draft> {
             }
             _ => {
                 let p = c.opt_u64(&["sliding_window_pattern"])?.unwrap_or(4);
-                (0..layers)
-                    .map(|i| {
-                        if (i + 1) % p != 0 {
-                            LayerType::Sliding
-                        } else {
-                            LayerType::Full
-                        }
-                    })
-                    .collect()
+                every_nth_full(layers, p)
             }
         },
     };
