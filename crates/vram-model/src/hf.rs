@@ -12,53 +12,21 @@ use crate::error::{Error, Result};
 
 mod decoders;
 
-/// The `model_type` values the reader understands (besides any decoder with the standard
-/// keys, read as a generic decoder).
-pub const KNOWN_MODEL_TYPES: &[&str] = &[
-    "gpt2",
-    "gpt_neox",
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "gemma",
-    "gemma2",
-    "phi3",
-    "falcon",
-    "bert",
-    "roberta",
-    "t5",
-    "qwen3",
-    "qwen3_moe",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "qwen3_next",
-    "qwen3_vl",
-    "qwen3_vl_moe",
-    "deepseek_v3",
-    "kimi_k2",
-    "deepseek_v32",
-    "glm_moe_dsa",
-    "glm4_moe",
-    "gpt_oss",
-    "llama4",
-    "gemma3",
-    "gemma3_text",
-    "gemma4",
-    "minimax_m2",
-    "nemotron_h",
-    "granitemoehybrid",
-    "mimo",
-    "olmo2",
-    "olmo3",
-    "smollm3",
-    "ernie4_5",
-    "ernie4_5_moe",
-    "exaone4",
-    "seed_oss",
-    "hunyuan_v1_dense",
-    "hunyuan_v1_moe",
+/// The `model_type` values of the 2019–2024 families the uniform reader understands; the current
+/// families are [`decoders::FAMILIES`], and any decoder with the standard keys is read as a
+/// generic decoder.
+const UNIFORM_MODEL_TYPES: &[&str] = &[
+    "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "gemma", "gemma2", "phi3",
+    "falcon", "bert", "roberta", "t5",
 ];
+
+/// Every `model_type` the reader knows by name (besides any decoder with the standard keys).
+pub fn known_model_types() -> impl Iterator<Item = &'static str> {
+    UNIFORM_MODEL_TYPES
+        .iter()
+        .chain(decoders::FAMILIES)
+        .copied()
+}
 
 /// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
 const STANDARD_DECODER_KEYS: &[&str] = &[
