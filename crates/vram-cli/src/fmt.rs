@@ -1,24 +1,7 @@
 //! Human-readable numbers.
 
 /// Bytes in binary units with three significant digits: `1.50 GiB`, `512 MiB`, `0 B`.
-pub fn bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else if v >= 10.0 {
-        format!("{v:.1} {}", UNITS[u])
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
+pub use vram_monitor::view::bytes3 as bytes;
 
 /// An integer with thousands separators: `8,030,261,248`.
 pub fn thousands(n: u64) -> String {

@@ -7,26 +7,9 @@ use serde_json::{Map, Value};
 use super::{group, num};
 use crate::svg::{bar_chart, esc};
 
-/// Sizes as the text output prints them (`vram_cli::fmt::bytes`): binary units, three
-/// significant digits ("131 GiB", "65.7 GiB", "1.00 GiB", "0 B").
+/// Sizes as the text output prints them ([`crate::view::bytes3`], the same function).
 pub(super) fn bytes3(b: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let b = b.max(0.0) as u64;
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else if v >= 10.0 {
-        format!("{v:.1} {}", UNITS[u])
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
+    crate::view::bytes3(b.max(0.0) as u64)
 }
 
 fn n(m: &Map<String, Value>, k: &str) -> f64 {
