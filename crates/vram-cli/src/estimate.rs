@@ -196,6 +196,11 @@ pub struct StepArgs {
     /// reserved bytes only.
     #[arg(long, value_enum, default_value = "native")]
     weights_created: WeightsCreated,
+    /// Inference: which decode steps of `generate` the allocator replay walks. `sampled`: all
+    /// of them up to 64, beyond that 64 evenly spaced ones (its cost does not grow with
+    /// --new-tokens); `every`: each one (exact for the allocator model, slower with every token).
+    #[arg(long, value_enum, default_value = "sampled")]
+    decode_replay: DecodeReplayArg,
     /// Images per sequence fed to a vision-language model (Qwen3-VL, Qwen3.5, Llama 4,
     /// Gemma 3/4): their tokens lengthen the sequence, and the vision tower's tensors count.
     #[arg(long)]
@@ -238,6 +243,15 @@ pub enum KvCacheArg {
     Dynamic,
     /// StaticCache (cache_implementation="static"), allocated for the whole context up front.
     Static,
+}
+
+/// `--decode-replay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DecodeReplayArg {
+    /// Every decode step up to 64, beyond that 64 evenly spaced steps.
+    Sampled,
+    /// Every decode step.
+    Every,
 }
 
 /// `--allocator`.
@@ -383,6 +397,10 @@ impl StepArgs {
                 AllocatorArg::Vramkit => setup::Allocator::Vramkit,
             },
             weights_cast_from_fp32: self.weights_created == WeightsCreated::Fp32,
+            decode_replay: match self.decode_replay {
+                DecodeReplayArg::Sampled => setup::DecodeReplay::Sampled,
+                DecodeReplayArg::Every => setup::DecodeReplay::Every,
+            },
         };
         let mode = if self.inference {
             let kv_bytes = match self.kv_dtype {
@@ -714,6 +732,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         if !e.mechanisms.is_empty() {
             v["mechanisms"] = json!(e.mechanisms);
         }
+        if let Some(d) = e.decode_sampled {
+            v["decode_sampled"] = json!(d);
+        }
         if let Mode::Train(_) = setup.mode {
             v["max_micro_batch"] = json!(fit_batch);
         } else {
@@ -745,6 +766,12 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
                         .filter_map(|n| n.strip_prefix("note: "))
                         .map(|n| json!(n)),
                 );
+            }
+        }
+        if let Some(d) = e.decode_sampled {
+            match v["notes"].as_array_mut() {
+                Some(notes) => notes.push(json!(d.note())),
+                None => v["notes"] = json!([d.note()]),
             }
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
@@ -1086,8 +1113,16 @@ fn print_table(
             f * 100.0
         ),
         None => format!(
-            "reserved from a replay of the step through the {} allocator (--allocator)",
-            o.allocator.name()
+            "reserved from a replay of the step through the {} allocator (--allocator){}",
+            o.allocator.name(),
+            match e.decode_sampled {
+                Some(d) => format!(
+                    ", {} of the {} decode steps (--decode-replay)",
+                    fmt::thousands(d.replayed),
+                    fmt::thousands(d.steps)
+                ),
+                None => String::new(),
+            }
         ),
     };
     writeln!(
@@ -1098,6 +1133,9 @@ fn print_table(
         fmt::bytes(o.workspace_bytes),
     )?;
     writeln!(out, "models: {}", e.assumes.line())?;
+    if let Some(d) = e.decode_sampled {
+        writeln!(out, "note: {}", d.note())?;
+    }
     for m in &e.mechanisms {
         writeln!(out, "mechanism: {m}")?;
     }

@@ -4,17 +4,7 @@
 pub use vram_monitor::view::bytes3 as bytes;
 
 /// An integer with thousands separators: `8,030,261,248`.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
+pub use vram_model::fmt::thousands;
 
 #[cfg(test)]
 mod tests {

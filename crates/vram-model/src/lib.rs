@@ -25,6 +25,7 @@ pub mod catalog;
 mod error;
 pub mod estimate;
 pub mod finetune;
+pub mod fmt;
 pub mod gpu;
 pub mod hf;
 pub mod safetensors_header;

@@ -167,7 +167,33 @@ pub struct Overheads {
     /// `dtype=None` becoming `"auto"` in `modeling_utils.PreTrainedModel.from_pretrained`), the
     /// default. Affects reserved bytes only.
     pub weights_cast_from_fp32: bool,
+    /// Which of `generate`'s decode steps the allocator replay walks (`--decode-replay`).
+    pub decode_replay: DecodeReplay,
 }
+
+/// Which decode steps of `generate` an allocator replay walks (`--decode-replay`).
+///
+/// A dynamic cache reallocates every layer's keys and values at every token, and where PyTorch's
+/// caching allocator puts them depends on every step before: the replay's cost grows with the
+/// new tokens, and no shorter walk gives the same figures in general (the growing tensors
+/// circulate through the blocks the prefill left free, and how many stay there depends on every
+/// step; `tests/it/generate_replay.rs` shows it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecodeReplay {
+    /// Every decode step up to [`SAMPLED_DECODE_STEPS`] of them; beyond, that many evenly
+    /// spaced steps, each reallocating the cache to its length there. Cost independent of the
+    /// new tokens; figures within the bounds `tests/it/generate_replay.rs` measures against
+    /// [`DecodeReplay::Every`].
+    #[default]
+    Sampled,
+    /// Every decode step (the replay's cost grows with the new tokens).
+    Every,
+}
+
+/// The decode steps a [`DecodeReplay::Sampled`] replay walks at most (all of them up to this
+/// many new tokens, plus one: the prefill's token needs no decode step).
+pub const SAMPLED_DECODE_STEPS: u64 = 64;
 
 /// The caching allocator the step's tensors are replayed through (`--allocator`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -214,6 +240,7 @@ impl Default for Overheads {
             fragmentation: None,
             allocator: Allocator::Pytorch,
             weights_cast_from_fp32: false,
+            decode_replay: DecodeReplay::Sampled,
         }
     }
 }

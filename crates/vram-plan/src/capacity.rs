@@ -55,6 +55,7 @@
 //! SGLang's distributed-init memory on GPUs other than the one measured (each named in
 //! [`Capacity::assumes`]). Checked against eleven real logs by `crates/vram-cli/tests/capacity.rs`.
 
+use vram_model::fmt::thousands;
 use serde::Serialize;
 use vram_model::arch::{Mlp, Transformer};
 use vram_model::gpu::Gpu;
@@ -1593,18 +1594,6 @@ pub fn startup_error(log: &str) -> Option<StartupError> {
         }
     }
     None
-}
-
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 #[cfg(test)]

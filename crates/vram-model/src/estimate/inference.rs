@@ -15,103 +15,46 @@
 
 use super::*;
 use crate::arch::{Act, Mlp, Norm, Positions};
-use crate::setup::{Attention, Infer, KvCache};
+use crate::setup::{Attention, DecodeReplay, Infer, KvCache, SAMPLED_DECODE_STEPS};
 
 /// One step of a layer's op program: a tensor in slot `.0` is created with `.1` bytes, or the
 /// tensor in slot `.0` is released (`.1 == FREE`).
 type Op = (u8, u64);
 const FREE: u64 = u64::MAX;
 
-thread_local! {
-    static EVERY_TOKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Makes this thread's allocator replays of `generate` walk every decode step instead of only
-/// those [`replay_tokens`] picks (for the test that proves both give the same peaks).
-#[doc(hidden)]
-pub fn set_replay_every_token(on: bool) {
-    EVERY_TOKEN.with(|e| e.set(on));
-}
-
-/// What PyTorch's caching allocator decides for one request of `bytes` (`CUDACachingAllocator.cpp`
-/// at 2.11): the block size (512 B rounding), the segment it would open (2 MiB small-pool
-/// segments up to 1 MiB, 20 MiB below 10 MiB, else the size rounded to 2 MiB), how many such
-/// blocks one segment holds, and whether a block leaves a splittable remainder (> 1 MiB).
-fn segment_class(bytes: u64) -> (u64, u64, bool) {
-    use vram_alloc::policy::{
-        LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
-    };
-    let r = bytes.max(1).div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE;
-    let seg = if r <= SMALL_SIZE {
-        SMALL_BUFFER
-    } else if r < MIN_LARGE_ALLOC {
-        LARGE_BUFFER
-    } else {
-        r.div_ceil(ROUND_LARGE) * ROUND_LARGE
-    };
-    (seg, seg / r, seg - r > SMALL_SIZE)
-}
-
-/// The decode steps (1..=`steps`) an allocator replay of a dynamic cache must walk to reach
-/// the same peaks as walking every step.
+/// The decode steps (of 1..=`steps`) a walk of `generate` takes.
 ///
-/// Each step reallocates every layer's keys and values one token longer (`per_token` bytes a
-/// token, `prompt + t` tokens at step `t`) and frees the old ones, and allocates the step's
-/// constant-size tensors (`others`: activations, logits). Between two steps the allocator can
-/// only decide differently when a request's class changes: its segment size, how many blocks
-/// a segment holds, whether the block leaves a splittable remainder, or how many of the other
-/// tensors fit in what a segment's cache blocks leave. Steps where no class changes repeat
-/// the previous step's placement one token longer (each cache tensor alternating between the
-/// same two blocks), so they add nothing to the reserved peak and their allocated peak is
-/// reached again at the last step. The walk takes the first two and last two steps and each
-/// step where a class changes with `margin` steps either side (the caller takes this path only when each
-/// cache tensor has segments of its own and the step's other tensors cannot share them): the test
-/// `generate_replay_of_chosen_steps_equals_every_step` compares both on a grid of models,
-/// batches, lengths and allocators.
-pub(crate) fn replay_tokens(
-    steps: u64,
-    prompt: u64,
-    per_token: u64,
-    others: &[u64],
-    margin: u64,
-) -> Vec<u64> {
-    let sig = |t: u64| -> [u64; 9] {
-        let s = per_token.saturating_mul(prompt + t);
-        let (seg, fit, split) = segment_class(s);
-        let r = s.max(1).div_ceil(512) * 512;
-        let rest = seg.saturating_sub(r);
-        let tail = seg.saturating_sub(fit.saturating_mul(r));
-        let mut out = [seg, fit, split as u64, 0, 0, 0, 0, 0, 0];
-        for (i, &o) in others.iter().take(3).enumerate() {
-            let o = o.max(1).div_ceil(512) * 512;
-            out[3 + i] = rest / o;
-            out[6 + i] = tail / o;
-        }
-        out
+/// The peak walk (`full` false) takes the first two and the last: the cache only grows, so the
+/// last step holds the most, and the first two are where a sliding layer first drops the prompt
+/// beyond its window. Where every step allocates the same tensors (`identical`: a static cache
+/// with constant step tensors), an allocator replay takes the first two and the last two: the
+/// later steps reuse the blocks the first ones freed. Otherwise an allocator replay takes every
+/// step under [`DecodeReplay::Every`], or while there are at most [`SAMPLED_DECODE_STEPS`]; beyond
+/// that, [`SAMPLED_DECODE_STEPS`] steps: the first two, the last two, and the others spaced
+/// evenly between, each reallocating the cache to its length at that step.
+/// `tests/it/generate_replay.rs` measures what the sampling changes against every step.
+pub(super) fn decode_steps(steps: u64, full: bool, identical: bool, replay: DecodeReplay) -> Vec<u64> {
+    let n = SAMPLED_DECODE_STEPS;
+    let mut v: Vec<u64> = if steps <= 2 {
+        (1..=steps).collect()
+    } else if !full {
+        vec![1, 2, steps]
+    } else if identical {
+        vec![1, 2, steps - 1, steps]
+    } else if replay == DecodeReplay::Every || steps <= n {
+        (1..=steps).collect()
+    } else {
+        // 1 and 2, `n - 4` evenly spaced strictly between them and the last two, the last two.
+        let inner = n - 4;
+        [1, 2]
+            .into_iter()
+            .chain((1..=inner).map(|i| 2 + i * (steps - 3) / (inner + 1)))
+            .chain([steps - 1, steps])
+            .collect()
     };
-    let mut walk = Vec::new();
-    let mut prev = sig(1);
-    let mut last_pushed = 0;
-    let mut push = |t: u64, walk: &mut Vec<u64>| {
-        if t >= 1 && t <= steps && t > last_pushed {
-            walk.push(t);
-            last_pushed = t;
-        }
-    };
-    push(1, &mut walk);
-    push(2, &mut walk);
-    for t in 2..=steps {
-        let now = sig(t);
-        if now != prev {
-            for u in t.saturating_sub(margin)..=t + margin {
-                push(u, &mut walk);
-            }
-        }
-        prev = now;
-    }
-    push(steps.saturating_sub(1), &mut walk);
-    push(steps, &mut walk);
-    walk
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// The allocator key of a `generate` tensor: its layer, its slot in the layer, and the decode
@@ -418,6 +361,24 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
 }
 
 impl Step<'_> {
+    /// The decode steps an allocator replay of this `generate` call walks, when it does not
+    /// walk all of them.
+    pub(super) fn decode_sampled(&self) -> Option<super::DecodeSample> {
+        let Mode::Infer(inf) = self.setup.mode else {
+            return None;
+        };
+        let t = match self.model {
+            Model::Transformer(t) if t.layout == Layout::DecoderOnly => t,
+            _ => return None,
+        };
+        let per_layer = !t.blocks.uniform && !t.blocks.is_empty();
+        let identical = !per_layer && inf.kv_cache != KvCache::Dynamic;
+        let steps = inf.new_tokens.saturating_sub(1);
+        let walked = decode_steps(steps, true, identical, self.setup.overheads.decode_replay);
+        let replayed = walked.len() as u64;
+        (replayed < steps && !identical).then_some(super::DecodeSample { steps, replayed })
+    }
+
     /// One forward's logits in `generate` on the last pipeline rank: the last position's
     /// logits (`logits_to_keep=1`) and their fp32 copy (`next_token_logits`), both freed before
     /// the next forward.
@@ -585,64 +546,12 @@ impl Step<'_> {
         // Decode: each new token runs every layer on one position per sequence; the dynamic
         // cache reallocates each layer's keys and values one token longer.
         let steps = inf.new_tokens.saturating_sub(1);
-        // A peak-only walk needs the first and the last decode steps: the cache only grows.
-        // The allocator replay walks the steps where the allocator's choices can change
-        // (`replay_tokens`); `set_replay_every_token` walks them all (the test that proves
-        // the two equal).
-        let walked: Vec<u64> = if steps <= 2 {
-            (1..=steps).collect()
-        } else if !full {
-            vec![1, steps]
-        } else if EVERY_TOKEN.with(|e| e.get())
-            || replay::reference()
-            || self.setup.overheads.allocator != crate::setup::Allocator::Pytorch
-        {
-            // Expandable segments (PyTorch's and vramkit's) place blocks in one growing
-            // range, where where a block lands depends on every step before: walked whole.
-            (1..=steps).collect()
-        } else if !dynamic {
-            // A static cache allocates nothing that grows: every step is the same.
-            let mut v = vec![1, 2];
-            v.extend([steps - 1, steps].into_iter().filter(|&t| t > 2));
-            v
-        } else {
-            let act = (0..layers)
-                .map(|i| stack.get(i).infer_tmp / c.s.max(1))
-                .max()
-                .unwrap_or(0);
-            let vocab = if last_rank && self.logits > 0 {
-                self.logits / c.tok.max(1)
-            } else {
-                0
-            };
-            let others = [act, m(&[c.b, vocab, c.cmp]), m(&[c.b, vocab, 4])];
-            // Skipping is exact only while the step's other tensors stay in the small pool
-            // (<= 1 MiB) and each cache tensor has large segments of its own (>= 10 MiB,
-            // rounded to 2 MiB): then only the cache tensors use the large pool, each one
-            // alternating between two whole segments of its class. Otherwise where a block
-            // lands in a shared segment depends on every step before, and all are walked.
-            // A step tensor of at least 2 MiB whose own segment is smaller than every cache
-            // block is as good: it fits no cache remainder (< 2 MiB), best fit keeps it in its
-            // own segment, and no cache tensor fits there.
-            use vram_alloc::policy::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_SIZE};
-            let cache0 = per_token.saturating_mul(prompt);
-            let apart = |o: u64| {
-                let (seg, _, _) = segment_class(o);
-                o <= SMALL_SIZE
-                    || (o.div_ceil(512) * 512 >= ROUND_LARGE && seg < cache0.div_ceil(512) * 512)
-            };
-            if cache0 >= MIN_LARGE_ALLOC && others.iter().all(|&o| apart(o)) {
-                // The other tensors never meet the cache's segments: only its classes count.
-                replay_tokens(steps, prompt, per_token, &[], 1)
-            } else {
-                // Cache tensors sharing segments (below 10 MiB), or a step tensor between 1
-                // and 2 MiB that can sit in what a cache segment leaves: placements settle
-                // within a few steps of a class change, not at once. Eight steps either side
-                // are walked; `generate_replay_of_chosen_steps_equals_every_step` checks such
-                // cases against walking every step (an empirical bound, not a proof).
-                replay_tokens(steps, prompt, per_token, &others, 8)
-            }
-        };
+        let walked = decode_steps(
+            steps,
+            full,
+            !dynamic,
+            self.setup.overheads.decode_replay,
+        );
         let mut len = prompt;
         let mut gen = 0u64;
         for token in walked {

@@ -832,11 +832,14 @@ impl Step<'_> {
         sink.free(x);
         self.vision_prefill_end(sink);
         let steps = inf.new_tokens.saturating_sub(1);
-        let walked: Vec<u64> = if full || steps <= 2 {
-            (1..=steps).collect()
-        } else {
-            vec![1, 2, steps]
-        };
+        // MLA's re-expansion grows with the context even in a static cache: no two steps are
+        // the same.
+        let walked = super::inference::decode_steps(
+            steps,
+            full,
+            false,
+            self.setup.overheads.decode_replay,
+        );
         let mut done = 0u64;
         for token in walked {
             sink.phase(Phase::Decode {
