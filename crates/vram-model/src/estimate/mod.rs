@@ -887,10 +887,9 @@ pub fn estimate_with_timeline(model: &Model, setup: &Setup) -> Result<Estimate> 
 
 /// Whether the step runs on a device of `capacity` bytes (CUDA context included), with the
 /// allocator replayed there as PyTorch would run it: what [`Estimate::fits`] says of
-/// [`estimate`]'s `total_bytes`, in at most two replays instead of a bisection (the peak walk
-/// refuses what cannot fit whatever the allocator does; a replay with room that stays under
-/// the device fits; otherwise one replay on a device of that size, releasing cached segments
-/// and retrying where PyTorch does, decides).
+/// [`estimate`]'s `total_bytes`, in one replay instead of a bisection (the peak walk refuses
+/// what cannot fit whatever the allocator does; otherwise one replay on a device of that size,
+/// releasing cached segments and retrying where PyTorch does, decides).
 pub fn fits(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
     let o = setup.overheads;
     if o.fragmentation.is_some() {

@@ -367,16 +367,11 @@ impl Step<'_> {
 
     /// Whether rank `rank`'s run gets through a device of `room` bytes under `allocator`.
     pub(crate) fn replay_fits(&self, rank: u64, allocator: Allocator, room: u64) -> bool {
-        let calls = (!reference()).then(|| self.record(rank));
-        let probe = |capacity: u64| match &calls {
-            Some(c) => c.replay_on(allocator, capacity),
-            None => self.replay_walked_on(rank, allocator, capacity),
-        };
-        match probe(UNBOUNDED) {
-            Some(p) if p.run_peak <= room => true,
-            Some(_) => probe(room).is_some(),
-            // A tensor beyond any device.
-            None => false,
+        // A run on a device of `room` bytes is the run with room until a `cudaMalloc` would
+        // go beyond it: one replay there answers, at no more cost than one with room.
+        match reference() {
+            false => self.record(rank).replay_on(allocator, room).is_some(),
+            true => self.replay_walked_on(rank, allocator, room).is_some(),
         }
     }
 
