@@ -891,19 +891,27 @@ pub fn estimate_with_timeline(model: &Model, setup: &Setup) -> Result<Estimate> 
 /// what cannot fit whatever the allocator does; otherwise one replay on a device of that size,
 /// releasing cached segments and retrying where PyTorch does, decides).
 pub fn fits(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
+    Ok(shortfall(model, setup, capacity)?.is_none())
+}
+
+/// [`fits`], with what a step that does not fit was short of: `None` when it fits, else the bytes
+/// the device lacked where the run first failed (the peak walk's excess, or the failing
+/// `cudaMalloc`'s under PyTorch's default policy; 0 where the policy does not make it plain).
+fn shortfall(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
     let o = setup.overheads;
     if o.fragmentation.is_some() {
-        return Ok(estimate(model, setup)?.fits(capacity));
+        let total = estimate(model, setup)?.total_bytes;
+        return Ok((total > capacity).then(|| total - capacity));
     }
     let step = Step::new(model, setup)?;
     let (rank, sink) = peak_rank(&step, setup, false)?;
-    let Some(room) = capacity.checked_sub(o.cuda_context_bytes) else {
-        return Ok(false);
-    };
-    if sink.peak > room {
-        return Ok(false);
+    let room = capacity.saturating_sub(o.cuda_context_bytes);
+    if sink.peak.saturating_add(o.cuda_context_bytes) > capacity {
+        return Ok(Some(
+            (sink.peak.saturating_add(o.cuda_context_bytes) - capacity).max(1),
+        ));
     }
-    Ok(step.replay_fits(rank, o.allocator, room))
+    Ok(step.replay_shortfall(rank, o.allocator, room))
 }
 
 /// The pipeline rank that needs the most (the first and the last are walked), and its walk.
@@ -1103,25 +1111,25 @@ pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
 ///
 /// Returns `Ok(None)` when not even 1 fits.
 pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
-    let with = |n: u64, replay: bool| -> Result<bool> {
+    let at = |n: u64| -> Setup {
         let mut s = *setup;
         match &mut s.mode {
             Mode::Train(t) => t.micro_batch = n,
             Mode::Infer(i) => i.batch = n,
         }
-        if replay {
-            fits(model, &s, capacity)
-        } else {
-            walk_fits(model, &s, capacity)
-        }
+        s
     };
     if replay::reference() {
-        return search_max(|n| with(n, true));
+        return search_max(|n| fits(model, &at(n), capacity));
     }
     // The peak walk (microseconds) bounds the answer from above: what it refuses does not
     // fit. The replays (milliseconds) then only decide the last few sizes below that bound.
-    match search_max(|n| with(n, false))? {
-        Some(top) => search_down(top, |n| with(n, true)),
+    match search_max(|n| walk_fits(model, &at(n), capacity))? {
+        Some(top) => search_down(
+            top,
+            |n| shortfall(model, &at(n), capacity),
+            |n| walk_slope(model, n, &at),
+        ),
         None => Ok(None),
     }
 }
@@ -1138,26 +1146,42 @@ pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option
         Mode::Infer(i) => i.prompt(),
         Mode::Train(_) => 1,
     };
-    let with = |n: u64, replay: bool| -> Result<bool> {
+    let at = |n: u64| -> Setup {
         let mut s = *setup;
         if let Mode::Infer(i) = &mut s.mode {
             i.context = n + new;
         }
-        if replay {
-            fits(model, &s, capacity)
-        } else {
-            walk_fits(model, &s, capacity)
-        }
+        s
     };
     let found = if replay::reference() {
-        search_max_from(start, |n| with(n, true))?
+        search_max_from(start, |n| fits(model, &at(n), capacity))?
     } else {
-        match search_max_from(start, |n| with(n, false))? {
-            Some(top) => search_down(top, |n| with(n, true))?,
+        match search_max_from(start, |n| walk_fits(model, &at(n), capacity))? {
+            Some(top) => search_down(
+                top,
+                |n| shortfall(model, &at(n), capacity),
+                |n| walk_slope(model, n, &at),
+            )?,
             None => None,
         }
     };
     Ok(found.map(|n| n + new))
+}
+
+/// The peak walk's bytes per unit of `n` just below `n` (the setup `at(n)` gives), over a
+/// span of about 1/32 of `n`: how far a shortfall moves the answer.
+fn walk_slope(model: &Model, n: u64, at: &impl Fn(u64) -> Setup) -> Result<u64> {
+    let span = (n / 32).max(1);
+    let below = n.saturating_sub(span).max(1);
+    if below == n {
+        return Ok(u64::MAX); // nothing below 1: the next probe is 1
+    }
+    let peak = |k: u64| -> Result<u64> {
+        let s = at(k);
+        let step = Step::new(model, &s)?;
+        Ok(peak_rank(&step, &s, false)?.1.peak)
+    };
+    Ok(((peak(n)?.saturating_sub(peak(below)?)) / (n - below)).max(1))
 }
 
 /// Whether the peak walk alone leaves the step under `capacity` (CUDA context included): what
@@ -1175,29 +1199,41 @@ fn walk_fits(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
         .is_some_and(|room| sink.peak <= room))
 }
 
-/// The largest `n` in 1..=`top` with `fits(n)`, for a monotone `fits`, searched downward from
-/// `top` (galloping, then bisecting): the answer [`search_max`] gives when nothing above `top`
-/// fits, in a few probes where the answer is close to `top`.
-fn search_down(top: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
-    if fits(top)? {
-        return Ok(Some(top));
-    }
-    let mut hi = top; // does not fit
-    let mut step = 1u64;
+/// The largest `n` in 1..=`top` that fits, for a monotone fit, searched from `top` downward: the
+/// answer [`search_max`] gives when nothing above `top` fits. `short(n)` is `None` when `n`
+/// fits, else the bytes the device lacked (0 when unknown); `per_unit(n)` is about how many
+/// bytes one unit of `n` adds there. A probe short of `s` bytes sends the next one `s /
+/// per_unit` units lower (galloping down where `s` is unknown); between the first that fits and
+/// the last that failed the search bisects.
+fn search_down(
+    top: u64,
+    mut short: impl FnMut(u64) -> Result<Option<u64>>,
+    mut per_unit: impl FnMut(u64) -> Result<u64>,
+) -> Result<Option<u64>> {
+    let mut hi = top.saturating_add(1); // the smallest size known not to fit
+    let mut n = top;
+    let mut gallop = 1u64;
     let mut lo = loop {
-        if hi <= 1 {
+        let r = short(n)?;
+        if std::env::var("XCOUNT").is_ok() { eprintln!("down probe {n}: {r:?}"); }
+        let Some(s) = r else { break n };
+        hi = n;
+        if n <= 1 {
             return Ok(None);
         }
-        let n = hi.saturating_sub(step).max(1);
-        if fits(n)? {
-            break n;
-        }
-        hi = n;
-        step = step.saturating_mul(2);
+        let step = if s > 0 {
+            s.div_ceil(per_unit(n)?.max(1))
+        } else {
+            gallop = gallop.saturating_mul(2);
+            gallop / 2
+        };
+        n = n.saturating_sub(step.max(1)).max(1);
     };
+    // `lo` fits, `hi` does not (or is beyond `top`).
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if fits(mid)? {
+        if std::env::var("XCOUNT").is_ok() { eprintln!("bisect probe {mid}"); }
+        if short(mid)?.is_none() {
             lo = mid;
         } else {
             hi = mid;

@@ -281,8 +281,16 @@ impl Sink for Recorder {
 impl Calls {
     /// Replays the calls on a device of `capacity` bytes; `None` when an allocation fails.
     fn replay_on(&self, allocator: Allocator, capacity: u64) -> Option<Peaks> {
+        self.replay_short(allocator, capacity).ok()
+    }
+
+    /// Replays the calls on a device of `capacity` bytes. When an allocation fails: by how many
+    /// bytes the device was short for it, where the policy makes that plain (PyTorch's default:
+    /// the reservation left after `release_cached_blocks` plus the segment the failing
+    /// `cudaMalloc` asked for, beyond the device), else 0.
+    fn replay_short(&self, allocator: Allocator, capacity: u64) -> Result<Peaks, u64> {
         let cfg = AllocatorConfig::new(policy(allocator));
-        let alloc = CachingAllocator::new(SimDevice::new(capacity), cfg).ok()?;
+        let alloc = CachingAllocator::new(SimDevice::new(capacity), cfg).map_err(|_| 0u64)?;
         let mut addrs = vec![0u64; self.mallocs];
         let mut next = 0usize;
         let mut run_peak = 0u64;
@@ -291,7 +299,17 @@ impl Calls {
         for &c in &self.calls {
             match c {
                 Call::Malloc(bytes) => {
-                    addrs[next] = alloc.malloc(bytes, 0).ok()?;
+                    addrs[next] = match alloc.malloc(bytes, 0) {
+                        Ok(a) => a,
+                        Err(vram_alloc::AllocError::OutOfMemory(o))
+                            if allocator == Allocator::Pytorch =>
+                        {
+                            let held = o.device_total.saturating_sub(o.device_free);
+                            let seg = vram_alloc::policy::allocation_size(o.rounded);
+                            return Err(held.saturating_add(seg).saturating_sub(capacity));
+                        }
+                        Err(_) => return Err(0),
+                    };
                     next += 1;
                 }
                 Call::Free(slot) => {
@@ -305,7 +323,7 @@ impl Calls {
         }
         let st = alloc.memory_stats();
         let reserved = st.reserved_bytes[0].peak.max(0) as u64;
-        Some(Peaks {
+        Ok(Peaks {
             allocated: st.allocated_bytes[0].peak.max(0) as u64,
             reserved,
             run_peak: run_peak.max(reserved),
@@ -365,13 +383,23 @@ impl Step<'_> {
         })
     }
 
-    /// Whether rank `rank`'s run gets through a device of `room` bytes under `allocator`.
-    pub(crate) fn replay_fits(&self, rank: u64, allocator: Allocator, room: u64) -> bool {
+    /// Whether rank `rank`'s run gets through a device of `room` bytes under `allocator`:
+    /// `None` when it does, else by how many bytes the device was short where the first
+    /// allocation failed (0 when the policy does not make it plain; see `replay_short`).
+    pub(crate) fn replay_shortfall(
+        &self,
+        rank: u64,
+        allocator: Allocator,
+        room: u64,
+    ) -> Option<u64> {
         // A run on a device of `room` bytes is the run with room until a `cudaMalloc` would
         // go beyond it: one replay there answers, at no more cost than one with room.
         match reference() {
-            false => self.record(rank).replay_on(allocator, room).is_some(),
-            true => self.replay_walked_on(rank, allocator, room).is_some(),
+            false => self.record(rank).replay_short(allocator, room).err(),
+            true => self
+                .replay_walked_on(rank, allocator, room)
+                .is_none()
+                .then_some(0),
         }
     }
 
