@@ -111,7 +111,7 @@ fn bench(c: &mut Criterion) {
     });
     // Issue 23.7: the cost of `generate` must not grow with the new tokens.
     let l31 = catalog::lookup("llama-3.1-8b").unwrap();
-    for new in [256u64, 4096] {
+    for new in [256u64, 4096, 16384, 65536] {
         let gen = Setup {
             precision: vram_model::setup::Precision::Bf16,
             mode: Mode::Infer(vram_model::setup::Infer {

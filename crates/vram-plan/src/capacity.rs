@@ -55,9 +55,9 @@
 //! SGLang's distributed-init memory on GPUs other than the one measured (each named in
 //! [`Capacity::assumes`]). Checked against eleven real logs by `crates/vram-cli/tests/capacity.rs`.
 
-use vram_model::fmt::thousands;
 use serde::Serialize;
 use vram_model::arch::{Mlp, Transformer};
+use vram_model::fmt::thousands;
 use vram_model::gpu::Gpu;
 
 use crate::error::{Error, Result};

@@ -33,7 +33,12 @@ const FREE: u64 = u64::MAX;
 /// that, [`SAMPLED_DECODE_STEPS`] steps: the first two, the last two, and the others spaced
 /// evenly between, each reallocating the cache to its length at that step.
 /// `tests/it/generate_replay.rs` measures what the sampling changes against every step.
-pub(super) fn decode_steps(steps: u64, full: bool, identical: bool, replay: DecodeReplay) -> Vec<u64> {
+pub(super) fn decode_steps(
+    steps: u64,
+    full: bool,
+    identical: bool,
+    replay: DecodeReplay,
+) -> Vec<u64> {
     let n = SAMPLED_DECODE_STEPS;
     let mut v: Vec<u64> = if steps <= 2 {
         (1..=steps).collect()
@@ -546,12 +551,7 @@ impl Step<'_> {
         // Decode: each new token runs every layer on one position per sequence; the dynamic
         // cache reallocates each layer's keys and values one token longer.
         let steps = inf.new_tokens.saturating_sub(1);
-        let walked = decode_steps(
-            steps,
-            full,
-            !dynamic,
-            self.setup.overheads.decode_replay,
-        );
+        let walked = decode_steps(steps, full, !dynamic, self.setup.overheads.decode_replay);
         let mut len = prompt;
         let mut gen = 0u64;
         for token in walked {

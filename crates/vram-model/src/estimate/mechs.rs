@@ -834,12 +834,8 @@ impl Step<'_> {
         let steps = inf.new_tokens.saturating_sub(1);
         // MLA's re-expansion grows with the context even in a static cache: no two steps are
         // the same.
-        let walked = super::inference::decode_steps(
-            steps,
-            full,
-            false,
-            self.setup.overheads.decode_replay,
-        );
+        let walked =
+            super::inference::decode_steps(steps, full, false, self.setup.overheads.decode_replay);
         let mut done = 0u64;
         for token in walked {
             sink.phase(Phase::Decode {

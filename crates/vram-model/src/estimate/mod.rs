@@ -1214,9 +1214,7 @@ fn search_down(
     let mut n = top;
     let mut gallop = 1u64;
     let mut lo = loop {
-        let r = short(n)?;
-        if std::env::var("XCOUNT").is_ok() { eprintln!("down probe {n}: {r:?}"); }
-        let Some(s) = r else { break n };
+        let Some(s) = short(n)? else { break n };
         hi = n;
         if n <= 1 {
             return Ok(None);
@@ -1232,7 +1230,6 @@ fn search_down(
     // `lo` fits, `hi` does not (or is beyond `top`).
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if std::env::var("XCOUNT").is_ok() { eprintln!("bisect probe {mid}"); }
         if short(mid)?.is_none() {
             lo = mid;
         } else {

@@ -367,6 +367,17 @@ impl Step<'_> {
                 Some(p) => hi = p.run_peak.min(hi),
                 None => lo = hi - GRANULE,
             }
+            // A step that caches far more than it holds (a long `generate` under PyTorch's
+            // default policy leaves a segment per KV tensor at each size class it passes): the
+            // bisection's first halvings would all run. One probe a quarter above the allocated
+            // peak stands for them (the same answer for a monotone fit).
+            let quarter = (roomy.allocated + roomy.allocated / 4).div_ceil(GRANULE) * GRANULE;
+            if hi > 2 * quarter && quarter > lo {
+                match probe(quarter) {
+                    Some(p) => hi = p.run_peak.min(hi),
+                    None => lo = quarter,
+                }
+            }
         }
         while hi.saturating_sub(lo) > GRANULE {
             let mid = (lo + (hi - lo) / 2) / GRANULE * GRANULE;

@@ -40,7 +40,10 @@ fn setup(batch: u64, prompt: u64, new: u64, cache: KvCache, alloc: Allocator) ->
 fn both(model: &Model, s: &Setup) -> (Estimate, Estimate) {
     let mut every = *s;
     every.overheads.decode_replay = DecodeReplay::Every;
-    (estimate(model, s).unwrap(), estimate(model, &every).unwrap())
+    (
+        estimate(model, s).unwrap(),
+        estimate(model, &every).unwrap(),
+    )
 }
 
 fn figures(e: &Estimate) -> (u64, u64, u64) {
@@ -52,8 +55,18 @@ fn up_to_the_sample_size_every_step_is_walked() {
     let mut n = 0;
     let last = SAMPLED_DECODE_STEPS + 1; // new tokens whose decode steps all fit the sample
     for (id, batches, prompts, news) in [
-        ("gpt2", &[1u64, 16][..], &[7u64, 900][..], &[2u64, 17, last][..]),
-        ("llama-3.1-8b", &[1, 8][..], &[100, 8192][..], &[16, last][..]),
+        (
+            "gpt2",
+            &[1u64, 16][..],
+            &[7u64, 900][..],
+            &[2u64, 17, last][..],
+        ),
+        (
+            "llama-3.1-8b",
+            &[1, 8][..],
+            &[100, 8192][..],
+            &[16, last][..],
+        ),
         ("mistral-7b", &[2][..], &[5000][..], &[last][..]),
         // Layer-by-layer walks: sliding + full with sinks, Gated DeltaNet hybrid, MLA.
         ("gpt-oss-20b", &[4][..], &[300][..], &[last][..]),
@@ -127,7 +140,9 @@ fn beyond_it_the_sampled_figures_stay_within_the_stated_bounds() {
         let model = catalog::lookup(id).unwrap();
         let s = setup(b, p, new, KvCache::Dynamic, alloc);
         let (sampled, every) = both(&model, &s);
-        let d = sampled.decode_sampled.expect("sampled beyond the sample size");
+        let d = sampled
+            .decode_sampled
+            .expect("sampled beyond the sample size");
         assert_eq!(d.steps, new - 1);
         assert!(d.replayed <= SAMPLED_DECODE_STEPS + 2, "{d:?}");
         let (ea, er, en) = (
