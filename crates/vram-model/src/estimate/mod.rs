@@ -420,7 +420,7 @@ impl DecodeSample {
     pub fn note(&self) -> String {
         let e = DECODE_SAMPLING_ERROR;
         format!(
-            "the allocator replay walked {} of the {} decode steps, evenly spaced (--decode-replay every walks each one, in time that grows with the steps); on the test grid the sampled needed total was {:+.1} to {:+.1} % and the sampled reserved peak {:+.1} to {:+.1} % off walking every step, the most where the KV cache outgrows the blocks the prefill left free",
+            "the allocator replay walked {} of the {} decode steps (the first two, the last two, the others evenly spaced; --decode-replay every walks each one, in time that grows with the steps); on the test grid that differed from walking every step by {:+.1} to {:+.1} % in needed and {:+.1} to {:+.1} % in the reserved peak with room, the most where the KV cache outgrows the blocks the prefill left free",
             crate::fmt::thousands(self.replayed),
             crate::fmt::thousands(self.steps),
             e.needed.0,
