@@ -32,9 +32,9 @@ thread_local! {
 
 /// Makes this thread's estimates compute their figures the reference way: every allocator
 /// replay walks the step into the allocator at each probe of the search for the smallest
-/// device, `generate` replays walk every decode step, and the largest-batch and longest-context
-/// searches probe as plain bisections. For the tests that prove the fast paths give the same
-/// figures.
+/// device, and that search and the largest-batch and longest-context searches probe as plain
+/// bisections. For the tests that prove the fast paths give the same figures. (Which decode
+/// steps of `generate` are walked is part of the setup, `DecodeReplay`, not a fast path.)
 #[doc(hidden)]
 pub fn set_reference_replay(on: bool) {
     REFERENCE.with(|r| r.set(on));

@@ -1,9 +1,10 @@
 //! The estimate's fast paths against the reference computation (`set_reference_replay`): every
 //! allocator replay walked into the allocator at each probe of the search for the smallest
-//! device, every `generate` decode step walked, the largest batch and longest context found by
-//! plain bisections with a replay at each probe. The fast paths record the walk's allocator
-//! calls once, probe one granule below the reserved peak first, bound the searches with the
-//! peak walk and only replay near the answer. Each reported figure must be identical.
+//! device, the largest batch and longest context found by plain bisections with a replay at
+//! each probe. The fast paths record the walk's allocator calls once, probe one granule below
+//! the reserved peak first (and 1.25x the allocated peak where the step caches over twice
+//! that), bound the searches with the peak walk and move down by each probe's shortfall. Each
+//! reported figure must be identical.
 
 use vram_model::arch::Model;
 use vram_model::estimate::{fits, max_batch, max_context, set_reference_replay};
