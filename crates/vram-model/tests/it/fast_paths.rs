@@ -132,6 +132,14 @@ fn fast_estimates_equal_the_reference_on_generate() {
     let llama = catalog::lookup("llama-3.1-8b").unwrap();
     // Logits of 1-2 MiB (batch 8 at a 128K vocabulary) and a long prompt.
     check("llama-3.1-8b", &llama, &generate(8, 8192, 200), &[80 * GIB]);
+    // A long decode that outgrows what the prefill left: the reserved peak with room is over
+    // twice the allocated one (the probe at 1.25x the allocated peak), and the sampled decode.
+    check(
+        "llama-3.1-8b long",
+        &llama,
+        &generate(8, 8192, 8000),
+        &[80 * GIB],
+    );
     check(
         "llama-3.1-8b b1",
         &llama,
