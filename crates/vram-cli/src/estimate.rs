@@ -197,8 +197,9 @@ pub struct StepArgs {
     #[arg(long, value_enum, default_value = "native")]
     weights_created: WeightsCreated,
     /// Inference: which decode steps of `generate` the allocator replay walks. `sampled`: all
-    /// of them up to 64, beyond that 64 evenly spaced ones (its cost does not grow with
-    /// --new-tokens); `every`: each one (exact for the allocator model, slower with every token).
+    /// of them up to 64, beyond that 64 of them (the first two, the last two, the others evenly
+    /// spaced; the cost does not grow with --new-tokens, the output says what that changed);
+    /// `every`: each one (the cost grows with the tokens).
     #[arg(long, value_enum, default_value = "sampled")]
     decode_replay: DecodeReplayArg,
     /// Images per sequence fed to a vision-language model (Qwen3-VL, Qwen3.5, Llama 4,
@@ -248,7 +249,7 @@ pub enum KvCacheArg {
 /// `--decode-replay`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DecodeReplayArg {
-    /// Every decode step up to 64, beyond that 64 evenly spaced steps.
+    /// Every decode step up to 64, beyond that 64 of them.
     Sampled,
     /// Every decode step.
     Every,

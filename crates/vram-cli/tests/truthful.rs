@@ -352,3 +352,81 @@ fn models_line_names_the_versions_the_model_follows() {
         assert!(line.ends_with(a["calibration"].as_str().unwrap()));
     }
 }
+
+/// A sampled decode (issue 23.7) is said in the text, `--json` and the HTML report alike, and
+/// `--decode-replay every` says nothing because it samples nothing.
+#[test]
+fn a_sampled_decode_is_said_everywhere_and_every_step_samples_nothing() {
+    let base = [
+        "estimate",
+        "gpt2",
+        "--inference",
+        "--prompt",
+        "200",
+        "--new-tokens",
+        "300",
+        "--batch",
+        "4",
+    ];
+    let (code, text, err) = vram(&base);
+    assert_eq!(code, 0, "{err}");
+    let note = text
+        .lines()
+        .find_map(|l| l.strip_prefix("note: the allocator replay walked"))
+        .expect("the sampling note");
+    assert!(note.starts_with(" 64 of the 299 decode steps"), "{note}");
+    assert!(
+        text.contains("64 of the 299 decode steps (--decode-replay)"),
+        "{text}"
+    );
+    let mut json_args = base.to_vec();
+    json_args.push("--json");
+    let (code, json, err) = vram(&json_args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["decode_sampled"]["steps"], 299);
+    assert_eq!(v["decode_sampled"]["replayed"], 64);
+    let full = format!("the allocator replay walked{note}");
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(notes.contains(&full.as_str()), "{notes:?}");
+    // The HTML report of that JSON lists it as the text does.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sampled-decode");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (jf, hf) = (dir.join("e.json"), dir.join("e.html"));
+    std::fs::write(&jf, &json).unwrap();
+    let (code, _, err) = vram(&[
+        "report",
+        jf.to_str().unwrap(),
+        "--out",
+        hf.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(&hf)
+        .unwrap()
+        .replace("&amp;", "&")
+        .replace("&#39;", "'")
+        .replace("&quot;", "\"");
+    assert!(html.contains(&format!("<li>note: {full}</li>")), "{html}");
+    // Every step walked: no sampling to report.
+    let mut every = base.to_vec();
+    every.extend(["--decode-replay", "every", "--json"]);
+    let (code, json2, err) = vram(&every);
+    assert_eq!(code, 0, "{err}");
+    let w: serde_json::Value = serde_json::from_str(&json2).unwrap();
+    assert!(w.get("decode_sampled").is_none(), "{json2}");
+    assert!(!json2.contains("the allocator replay walked"));
+    assert_eq!(w["setup"]["overheads"]["decode_replay"], "every");
+    assert_eq!(v["setup"]["overheads"]["decode_replay"], "sampled");
+    // The flag's help names the sample size the model uses.
+    let (_, help, _) = vram(&["estimate", "--help"]);
+    let n = vram_model::setup::SAMPLED_DECODE_STEPS;
+    assert!(
+        help.contains(&format!("all of them up to {n}, beyond that {n} of them")),
+        "{help}"
+    );
+}

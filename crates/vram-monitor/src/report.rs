@@ -381,6 +381,24 @@ fn estimate(m: &Map<String, Value>) -> String {
         &first,
         &["model", "description", "fits", "gpu_memory_bytes"],
     ));
+    // The text's `note:` and `mechanism:` lines (`notes`, `mechanisms`).
+    let lines: Vec<String> = ["notes", "mechanisms"]
+        .iter()
+        .zip(["note", "mechanism"])
+        .flat_map(|(k, label)| {
+            m.get(*k)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(move |t| format!("<li>{label}: {}</li>", esc(t)))
+        })
+        .collect();
+    if !lines.is_empty() {
+        o.push_str("<h2>Notes</h2><ul id=\"notes\">");
+        o.push_str(&lines.concat());
+        o.push_str("</ul>");
+    }
     // `serving` (inference): the text's "serving speed" line, as a table.
     if let Some(Value::Object(sv)) = m.get("serving") {
         o.push_str("<h2>Serving speed (transformers generate, one GPU)</h2>");
