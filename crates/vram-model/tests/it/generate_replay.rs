@@ -108,37 +108,42 @@ fn err(sampled: u64, every: u64) -> f64 {
 
 #[test]
 fn beyond_it_the_sampled_figures_stay_within_the_stated_bounds() {
-    // (model, batch, prompt, new tokens, allocator). The first rows are the regime where the
-    // cache outgrows the blocks the prefill left free (long prompts at large batches, long
+    // (model, batch, prompt, new tokens, allocator, cache). The first rows are the regime where
+    // the cache outgrows the blocks the prefill left free (long prompts at large batches, long
     // decodes): there walking every step keeps fewer tensors in the prefill's segments and
     // caches a segment per outgrown tensor at every 2 MiB size class.
-    let cases: &[(&str, u64, u64, u64, Allocator)] = &[
-        ("llama-3.1-8b", 8, 8192, 8000, Allocator::Pytorch),
-        ("llama-3.1-8b", 8, 8192, 4096, Allocator::Pytorch),
-        ("llama-3.1-8b", 4, 8192, 8192, Allocator::Pytorch),
-        ("mistral-7b", 8, 4096, 6000, Allocator::Pytorch),
-        ("llama-3.1-8b", 4, 4096, 8192, Allocator::Pytorch),
-        ("llama-3.1-8b", 8, 4096, 4096, Allocator::Pytorch),
-        ("llama-3.1-8b", 4, 2000, 2000, Allocator::Pytorch),
-        ("llama-3.1-8b", 8, 1000, 4000, Allocator::Pytorch),
-        ("llama-3.1-8b", 16, 512, 2000, Allocator::Pytorch),
-        ("llama-3.1-8b", 1, 8192, 4096, Allocator::Pytorch),
-        ("llama-2-7b", 4, 500, 3000, Allocator::Pytorch),
-        ("gpt2", 16, 512, 500, Allocator::Pytorch),
-        ("gpt2", 32, 100, 900, Allocator::Pytorch),
-        ("qwen3-8b", 8, 2048, 1000, Allocator::Pytorch),
-        ("gpt-oss-20b", 4, 2000, 1000, Allocator::Pytorch),
-        ("llama-3.1-8b", 4, 2000, 2000, Allocator::PytorchExpandable),
-        ("gpt2", 16, 512, 500, Allocator::PytorchExpandable),
-        ("llama-3.1-8b", 4, 2000, 2000, Allocator::Vramkit),
-        ("gpt2", 16, 512, 500, Allocator::Vramkit),
+    use Allocator::{Pytorch, PytorchExpandable, Vramkit};
+    use KvCache::{Dynamic, Static};
+    let cases: &[(&str, u64, u64, u64, Allocator, KvCache)] = &[
+        ("llama-3.1-8b", 8, 8192, 8000, Pytorch, Dynamic),
+        ("llama-3.1-8b", 8, 8192, 4096, Pytorch, Dynamic),
+        ("llama-3.1-8b", 4, 8192, 8192, Pytorch, Dynamic),
+        ("mistral-7b", 8, 4096, 6000, Pytorch, Dynamic),
+        ("llama-3.1-8b", 4, 4096, 8192, Pytorch, Dynamic),
+        ("llama-3.1-8b", 8, 4096, 4096, Pytorch, Dynamic),
+        ("llama-3.1-8b", 4, 2000, 2000, Pytorch, Dynamic),
+        ("llama-3.1-8b", 8, 1000, 4000, Pytorch, Dynamic),
+        ("llama-3.1-8b", 16, 512, 2000, Pytorch, Dynamic),
+        ("llama-3.1-8b", 1, 8192, 4096, Pytorch, Dynamic),
+        ("llama-2-7b", 4, 500, 3000, Pytorch, Dynamic),
+        ("gpt2", 16, 512, 500, Pytorch, Dynamic),
+        ("gpt2", 32, 100, 900, Pytorch, Dynamic),
+        ("qwen3-8b", 8, 2048, 1000, Pytorch, Dynamic),
+        ("gpt-oss-20b", 4, 2000, 1000, Pytorch, Dynamic),
+        ("llama-3.1-8b", 4, 2000, 2000, PytorchExpandable, Dynamic),
+        ("gpt2", 16, 512, 500, PytorchExpandable, Dynamic),
+        ("llama-3.1-8b", 4, 2000, 2000, Vramkit, Dynamic),
+        ("gpt2", 16, 512, 500, Vramkit, Dynamic),
+        // A static cache under the layer-by-layer walk: the cache stays, MLA's re-expansion
+        // of the whole latent grows with the context at every step.
+        ("deepseek-v3", 1, 500, 300, Pytorch, Static),
     ];
     let bounds = DECODE_SAMPLING_ERROR;
     let (mut lo, mut hi) = ((0.0f64, 0.0f64), (0.0f64, 0.0f64)); // (needed, reserved)
     let mut rows = Vec::new();
-    for &(id, b, p, new, alloc) in cases {
+    for &(id, b, p, new, alloc, cache) in cases {
         let model = catalog::lookup(id).unwrap();
-        let s = setup(b, p, new, KvCache::Dynamic, alloc);
+        let s = setup(b, p, new, cache, alloc);
         let (sampled, every) = both(&model, &s);
         let d = sampled
             .decode_sampled
@@ -153,8 +158,9 @@ fn beyond_it_the_sampled_figures_stay_within_the_stated_bounds() {
         lo = (lo.0.min(en), lo.1.min(er));
         hi = (hi.0.max(en), hi.1.max(er));
         rows.push(format!(
-            "{id:<14} b{b:<3} p{p:<5} n{new:<5} {:<19} peak {ea:+7.3}%  needed {en:+6.2}%  reserved {er:+7.2}%",
-            alloc.name()
+            "{id:<14} b{b:<3} p{p:<5} n{new:<5} {:<19} {:<8} peak {ea:+7.3}%  needed {en:+6.2}%  reserved {er:+7.2}%",
+            alloc.name(),
+            format!("{cache:?}")
         ));
         // The allocated peak: the last step is walked; only the allocator's rounding of the
         // blocks it lands in can differ.
