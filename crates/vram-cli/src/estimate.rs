@@ -733,8 +733,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         if !e.mechanisms.is_empty() {
             v["mechanisms"] = json!(e.mechanisms);
         }
-        if let Some(d) = e.decode_sampled {
-            v["decode_sampled"] = json!(d);
+        if let Mode::Infer(_) = setup.mode {
+            // null where every decode step was walked.
+            v["decode_sampled"] = json!(e.decode_sampled);
         }
         if let Mode::Train(_) = setup.mode {
             v["max_micro_batch"] = json!(fit_batch);

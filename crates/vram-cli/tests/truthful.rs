@@ -418,7 +418,7 @@ fn a_sampled_decode_is_said_everywhere_and_every_step_samples_nothing() {
     let (code, json2, err) = vram(&every);
     assert_eq!(code, 0, "{err}");
     let w: serde_json::Value = serde_json::from_str(&json2).unwrap();
-    assert!(w.get("decode_sampled").is_none(), "{json2}");
+    assert!(w["decode_sampled"].is_null(), "{json2}");
     assert!(!json2.contains("the allocator replay walked"));
     assert_eq!(w["setup"]["overheads"]["decode_replay"], "every");
     assert_eq!(v["setup"]["overheads"]["decode_replay"], "sampled");
