@@ -90,6 +90,7 @@ enum Fail {
     Dev(DeviceError),
 }
 
+#[derive(Clone)]
 struct Inner<D> {
     dev: D,
     cfg: AllocatorConfig,
@@ -183,6 +184,18 @@ impl<D: Device> CachingAllocator<D> {
                 transient: 0,
             }),
         })
+    }
+
+    /// An independent copy of this allocator and its device as they are now: what the same
+    /// calls do from here on does not touch the original. Replays that share a prefix run it
+    /// once and fork (`vram_model`'s search for the smallest device that runs a step).
+    pub fn fork(&self) -> Self
+    where
+        D: Clone,
+    {
+        CachingAllocator {
+            inner: Mutex::new(self.lock().clone()),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<D>> {

@@ -203,6 +203,19 @@ impl SimDevice {
         Self::with_granularity(capacity, 2 << 20)
     }
 
+    /// Changes the device's capacity to `capacity` bytes, as if it had been that size from
+    /// the start: refused (and nothing changed) when more than that is in use.
+    pub fn set_capacity(&mut self, capacity: u64) -> Result<(), DeviceError> {
+        if self.used > capacity {
+            return Err(DeviceError::OutOfMemory {
+                requested: self.used,
+                free: capacity,
+            });
+        }
+        self.capacity = capacity;
+        Ok(())
+    }
+
     /// A device with the given capacity and mapping granularity (rounded up
     /// to a power of two, at least 512).
     pub fn with_granularity(capacity: u64, granularity: u64) -> Self {

@@ -468,3 +468,55 @@ fn sim_device_enforces_capacity_granularity_and_faults() {
     ));
     d.allocate(MIB).unwrap();
 }
+
+/// `fork` copies the allocator and its device: the copy goes its own way, the original is
+/// untouched; a copy moved to a smaller device (`SimDevice::set_capacity`) runs the rest as a
+/// fresh allocator of that size that made the same calls would, while what is in use fits.
+#[test]
+fn a_fork_goes_its_own_way_and_can_shrink_its_device() {
+    let a = new_alloc(Policy::PyTorch, 1 << 34);
+    let p = a.malloc(64 * MIB, 0).unwrap();
+    a.free(p).unwrap();
+    let q = a.malloc(30 * MIB, 0).unwrap();
+    let b = a.fork();
+    // The copy frees and allocates; the original still has `q` and its cached remainder.
+    b.free(q).unwrap();
+    b.malloc(200 * MIB, 0).unwrap();
+    assert_eq!(
+        a.memory_stats().reserved_bytes[0].current,
+        (64 * MIB) as i64
+    );
+    assert_eq!(
+        a.memory_stats().allocated_bytes[0].current,
+        (30 * MIB) as i64
+    );
+    assert_eq!(
+        b.memory_stats().reserved_bytes[0].current,
+        (264 * MIB) as i64
+    );
+    assert!(a.free(q).is_ok(), "the original's block is its own");
+    check(&a);
+    check(&b);
+    // On a device that could not hold what is in use, no change; on one that can, the run
+    // goes on as on a device of that size from the start.
+    let c = new_alloc(Policy::PyTorch, 1 << 34);
+    let fresh = new_alloc(Policy::PyTorch, 100 * MIB);
+    for x in [&c, &fresh] {
+        x.malloc(64 * MIB, 0).unwrap();
+    }
+    let d = c.fork();
+    assert!(d.with_device(|dev| dev.set_capacity(32 * MIB)).is_err());
+    d.with_device(|dev| dev.set_capacity(100 * MIB)).unwrap();
+    for x in [&d, &fresh] {
+        // 50 MiB more does not fit beside 64 MiB in 100 MiB: released nothing (in use), OOM.
+        assert!(matches!(
+            x.malloc(50 * MIB, 0),
+            Err(AllocError::OutOfMemory(_))
+        ));
+    }
+    assert_eq!(
+        d.memory_stats().reserved_bytes,
+        fresh.memory_stats().reserved_bytes
+    );
+    check(&d);
+}

@@ -278,6 +278,42 @@ impl Sink for Recorder {
     fn phase(&mut self, _p: Phase) {}
 }
 
+/// A replay of [`Calls`] under way: the allocator after the first `done` calls and what the
+/// rest of the replay needs from them.
+struct Replay {
+    alloc: CachingAllocator<SimDevice>,
+    /// The address each malloc slot got (slots from `next` on are still to come).
+    addrs: Vec<u64>,
+    next: usize,
+    /// Calls replayed.
+    done: usize,
+    /// Reserved peak over the run so far, across the peak resets.
+    run_peak: u64,
+}
+
+impl Replay {
+    /// An independent copy (the allocator forked) to go on from here on another device size.
+    fn fork(&self) -> Replay {
+        Replay {
+            alloc: self.alloc.fork(),
+            addrs: self.addrs.clone(),
+            next: self.next,
+            done: self.done,
+            run_peak: self.run_peak,
+        }
+    }
+
+    fn peaks(&self) -> Peaks {
+        let st = self.alloc.memory_stats();
+        let reserved = st.reserved_bytes[0].peak.max(0) as u64;
+        Peaks {
+            allocated: st.allocated_bytes[0].peak.max(0) as u64,
+            reserved,
+            run_peak: self.run_peak.max(reserved),
+        }
+    }
+}
+
 impl Calls {
     /// Replays the calls on a device of `capacity` bytes; `None` when an allocation fails.
     fn replay_on(&self, allocator: Allocator, capacity: u64) -> Option<Peaks> {
@@ -289,45 +325,133 @@ impl Calls {
     /// the reservation left after `release_cached_blocks` plus the segment the failing
     /// `cudaMalloc` asked for, beyond the device), else 0.
     fn replay_short(&self, allocator: Allocator, capacity: u64) -> Result<Peaks, u64> {
+        let mut r = self.start(allocator, capacity).ok_or(0u64)?;
+        self.advance(&mut r, allocator, self.calls.len(), None)?;
+        Ok(r.peaks())
+    }
+
+    /// A replay on a device of `capacity` bytes, no call made yet.
+    fn start(&self, allocator: Allocator, capacity: u64) -> Option<Replay> {
         let cfg = AllocatorConfig::new(policy(allocator));
-        let alloc = CachingAllocator::new(SimDevice::new(capacity), cfg).map_err(|_| 0u64)?;
-        let mut addrs = vec![0u64; self.mallocs];
-        let mut next = 0usize;
-        let mut run_peak = 0u64;
+        Some(Replay {
+            alloc: CachingAllocator::new(SimDevice::new(capacity), cfg).ok()?,
+            addrs: vec![0u64; self.mallocs],
+            next: 0,
+            done: 0,
+            run_peak: 0,
+        })
+    }
+
+    /// Replays calls `r.done..until` on `r`. With `rises`, records after which call the device's
+    /// bytes in use first passed each new high, and that high. A failed allocation ends it with
+    /// the device's shortfall (see [`Calls::replay_short`]).
+    fn advance(
+        &self,
+        r: &mut Replay,
+        allocator: Allocator,
+        until: usize,
+        mut rises: Option<&mut Vec<(usize, u64)>>,
+    ) -> Result<(), u64> {
         let reserved_peak =
             |a: &CachingAllocator<SimDevice>| a.memory_stats().reserved_bytes[0].peak.max(0) as u64;
-        for &c in &self.calls {
+        for (i, &c) in self.calls[r.done..until].iter().enumerate() {
             match c {
                 Call::Malloc(bytes) => {
-                    addrs[next] = match alloc.malloc(bytes, 0) {
+                    r.addrs[r.next] = match r.alloc.malloc(bytes, 0) {
                         Ok(a) => a,
                         Err(vram_alloc::AllocError::OutOfMemory(o))
                             if allocator == Allocator::Pytorch =>
                         {
                             let held = o.device_total.saturating_sub(o.device_free);
                             let seg = vram_alloc::policy::allocation_size(o.rounded);
-                            return Err(held.saturating_add(seg).saturating_sub(capacity));
+                            return Err(held.saturating_add(seg).saturating_sub(o.device_total));
                         }
                         Err(_) => return Err(0),
                     };
-                    next += 1;
+                    r.next += 1;
+                    if let Some(rises) = rises.as_deref_mut() {
+                        let used = r.alloc.with_device(|d| d.used());
+                        if rises.last().is_none_or(|&(_, high)| used > high) {
+                            rises.push((r.done + i, used));
+                        }
+                    }
                 }
                 Call::Free(slot) => {
-                    let _ = alloc.free(addrs[slot as usize]);
+                    let _ = r.alloc.free(r.addrs[slot as usize]);
                 }
                 Call::ResetPeak => {
-                    run_peak = run_peak.max(reserved_peak(&alloc));
-                    alloc.reset_peak_stats();
+                    r.run_peak = r.run_peak.max(reserved_peak(&r.alloc));
+                    r.alloc.reset_peak_stats();
                 }
             }
         }
-        let st = alloc.memory_stats();
-        let reserved = st.reserved_bytes[0].peak.max(0) as u64;
-        Ok(Peaks {
-            allocated: st.allocated_bytes[0].peak.max(0) as u64,
-            reserved,
-            run_peak: run_peak.max(reserved),
-        })
+        r.done = until;
+        Ok(())
+    }
+}
+
+/// The run with room, forked at a few points, so that a run on a smaller device starts from
+/// the last point it shares with it: a device of `d` bytes runs the calls exactly as the one
+/// with room until a call takes the bytes in use beyond `d`.
+struct Forks {
+    /// Per rise of the bytes in use of the run with room: the call that made it and the new
+    /// high, in call order.
+    rises: Vec<(usize, u64)>,
+    /// Replays of the run with room, stopped after their `done` calls, in call order.
+    at: Vec<Replay>,
+}
+
+impl Forks {
+    /// The number of calls a device of `capacity` bytes replays as the run with room does:
+    /// up to the first call that takes the bytes in use beyond it.
+    fn shared(&self, capacity: u64) -> usize {
+        let i = self.rises.partition_point(|&(_, high)| high <= capacity);
+        self.rises.get(i).map_or(usize::MAX, |&(call, _)| call)
+    }
+}
+
+impl Calls {
+    /// The run with room forked at `n` points spread over the calls where the runs on devices
+    /// between `lo` and `hi` bytes leave it.
+    fn forks(&self, allocator: Allocator, rises: Vec<(usize, u64)>, lo: u64, hi: u64) -> Forks {
+        let mut f = Forks {
+            rises,
+            at: Vec::new(),
+        };
+        let (first, last) = (f.shared(lo), f.shared(hi).min(self.calls.len()));
+        let Some(mut r) = self.start(allocator, UNBOUNDED) else {
+            return f;
+        };
+        const N: usize = 8;
+        if first >= last {
+            return f;
+        }
+        for k in 0..N {
+            let at = first + (last - first) * k / N;
+            if self.advance(&mut r, allocator, at, None).is_err() {
+                break;
+            }
+            f.at.push(r.fork());
+        }
+        f
+    }
+
+    /// [`Calls::replay_on`] from the last fork of the run with room a device of `capacity`
+    /// bytes shares.
+    fn replay_from(&self, forks: &Forks, allocator: Allocator, capacity: u64) -> Option<Peaks> {
+        let shared = forks.shared(capacity);
+        let from = forks.at.iter().rev().find(|r| r.done <= shared);
+        let mut r = match from {
+            Some(r) => {
+                let r = r.fork();
+                r.alloc.with_device(|d| d.set_capacity(capacity)).ok()?;
+                r
+            }
+            None => self.start(allocator, capacity)?,
+        };
+        self.advance(&mut r, allocator, self.calls.len(), None)
+            .ok()?;
+        Some(r.peaks())
     }
 }
 
@@ -352,18 +476,30 @@ impl Step<'_> {
     /// to its own peak).
     pub(crate) fn replay(&self, rank: u64, allocator: Allocator) -> Option<Replayed> {
         let calls = (!reference()).then(|| self.record(rank));
-        let probe = |capacity: u64| match &calls {
-            Some(c) => c.replay_on(allocator, capacity),
-            None => self.replay_walked_on(rank, allocator, capacity),
+        // The run with room, noting where its bytes in use rise (for the forks below).
+        let mut rises = Vec::new();
+        let roomy = match &calls {
+            Some(c) => {
+                let mut r = c.start(allocator, UNBOUNDED)?;
+                c.advance(&mut r, allocator, c.calls.len(), Some(&mut rises))
+                    .ok()?;
+                r.peaks()
+            }
+            None => self.replay_walked_on(rank, allocator, UNBOUNDED)?,
         };
-        let roomy = probe(UNBOUNDED)?;
+        let mut forks: Option<Forks> = None;
+        let probe = |capacity: u64, forks: &Option<Forks>| match (&calls, forks) {
+            (Some(c), Some(f)) => c.replay_from(f, allocator, capacity),
+            (Some(c), None) => c.replay_on(allocator, capacity),
+            (None, _) => self.replay_walked_on(rank, allocator, capacity),
+        };
         // Below the allocated peak nothing runs.
         let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
         let mut hi = roomy.run_peak;
         if !reference() && hi.saturating_sub(lo) > GRANULE {
             // Most steps need what they reserve: one probe a granule below settles it (for a
             // monotone fit, the bisection's answer: nothing below a failing size runs).
-            match probe(hi - GRANULE) {
+            match probe(hi - GRANULE, &forks) {
                 Some(p) => hi = p.run_peak.min(hi),
                 None => lo = hi - GRANULE,
             }
@@ -373,16 +509,21 @@ impl Step<'_> {
             // peak stands for them (the same answer for a monotone fit).
             let quarter = (roomy.allocated + roomy.allocated / 4).div_ceil(GRANULE) * GRANULE;
             if hi > 2 * quarter && quarter > lo {
-                match probe(quarter) {
+                match probe(quarter, &forks) {
                     Some(p) => hi = p.run_peak.min(hi),
                     None => lo = quarter,
                 }
+            }
+            // Several probes to come: each starts where its device's run leaves the run with
+            // room (the same figures; most of a step's calls come before that point).
+            if let (Some(c), true) = (&calls, hi.saturating_sub(lo) > GRANULE) {
+                forks = Some(c.forks(allocator, std::mem::take(&mut rises), lo, hi));
             }
         }
         while hi.saturating_sub(lo) > GRANULE {
             let mid = (lo + (hi - lo) / 2) / GRANULE * GRANULE;
             let mid = mid.clamp(lo + 1, hi - 1);
-            match probe(mid) {
+            match probe(mid, &forks) {
                 Some(p) => hi = p.run_peak.min(hi),
                 None => lo = mid,
             }
