@@ -181,8 +181,9 @@ pub struct Overheads {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DecodeReplay {
-    /// Every decode step up to [`SAMPLED_DECODE_STEPS`] of them; beyond, that many evenly
-    /// spaced steps, each reallocating the cache to its length there. Cost independent of the
+    /// Every decode step up to [`SAMPLED_DECODE_STEPS`] of them; beyond, that many: the first
+    /// two, the last two and the others evenly spaced, each reallocating the cache to its
+    /// length there. Cost independent of the
     /// new tokens; figures within the bounds `tests/it/generate_replay.rs` measures against
     /// [`DecodeReplay::Every`].
     #[default]

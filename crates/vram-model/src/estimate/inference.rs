@@ -366,8 +366,19 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
 }
 
 impl Step<'_> {
-    /// The decode steps an allocator replay of this `generate` call walks, when it does not
-    /// walk all of them.
+    /// The decode steps the walk of this `generate` call takes (both walks: `decode_steps`
+    /// with what the walk repeats). Only the uniform walk under a static cache repeats every
+    /// step; the layer-by-layer walk does not even then (MLA re-expands the whole latent, which
+    /// grows with the context).
+    pub(super) fn walked_decode_steps(&self, t: &Transformer, inf: Infer, full: bool) -> Vec<u64> {
+        let per_layer = !t.blocks.uniform && !t.blocks.is_empty();
+        let identical = !per_layer && inf.kv_cache != KvCache::Dynamic;
+        let steps = inf.new_tokens.saturating_sub(1);
+        decode_steps(steps, full, identical, self.setup.overheads.decode_replay)
+    }
+
+    /// The decode steps an allocator replay of this `generate` call walks, when it samples
+    /// them (not when every one is walked, nor when the steps repeat).
     pub(super) fn decode_sampled(&self) -> Option<super::DecodeSample> {
         let Mode::Infer(inf) = self.setup.mode else {
             return None;
@@ -376,12 +387,12 @@ impl Step<'_> {
             Model::Transformer(t) if t.layout == Layout::DecoderOnly => t,
             _ => return None,
         };
-        let per_layer = !t.blocks.uniform && !t.blocks.is_empty();
-        let identical = !per_layer && inf.kv_cache != KvCache::Dynamic;
         let steps = inf.new_tokens.saturating_sub(1);
-        let walked = decode_steps(steps, true, identical, self.setup.overheads.decode_replay);
-        let replayed = walked.len() as u64;
-        (replayed < steps && !identical).then_some(super::DecodeSample { steps, replayed })
+        let replayed = self.walked_decode_steps(t, inf, true).len() as u64;
+        let sampled = self.setup.overheads.decode_replay == DecodeReplay::Sampled
+            && steps > SAMPLED_DECODE_STEPS
+            && replayed == SAMPLED_DECODE_STEPS;
+        sampled.then_some(super::DecodeSample { steps, replayed })
     }
 
     /// One forward's logits in `generate` on the last pipeline rank: the last position's
@@ -550,8 +561,7 @@ impl Step<'_> {
         sink.free(normed);
         // Decode: each new token runs every layer on one position per sequence; the dynamic
         // cache reallocates each layer's keys and values one token longer.
-        let steps = inf.new_tokens.saturating_sub(1);
-        let walked = decode_steps(steps, full, !dynamic, self.setup.overheads.decode_replay);
+        let walked = self.walked_decode_steps(t, inf, full);
         let mut len = prompt;
         let mut gen = 0u64;
         for token in walked {

@@ -831,11 +831,7 @@ impl Step<'_> {
         self.generate_logits(sink, layers, last_rank, 0);
         sink.free(x);
         self.vision_prefill_end(sink);
-        let steps = inf.new_tokens.saturating_sub(1);
-        // MLA's re-expansion grows with the context even in a static cache: no two steps are
-        // the same.
-        let walked =
-            super::inference::decode_steps(steps, full, false, self.setup.overheads.decode_replay);
+        let walked = self.walked_decode_steps(t, inf, full);
         let mut done = 0u64;
         for token in walked {
             sink.phase(Phase::Decode {

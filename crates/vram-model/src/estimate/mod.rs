@@ -410,7 +410,8 @@ pub const DECODE_SAMPLING_ERROR: DecodeSamplingError = DecodeSamplingError {
 pub struct DecodeSample {
     /// Decode steps of the `generate` call (new tokens less the one the prefill makes).
     pub steps: u64,
-    /// Steps replayed through the allocator, evenly spaced from the first to the last.
+    /// Steps replayed through the allocator: the first two, the last two, the others evenly
+    /// spaced between.
     pub replayed: u64,
 }
 
@@ -905,12 +906,11 @@ fn shortfall(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>>
     }
     let step = Step::new(model, setup)?;
     let (rank, sink) = peak_rank(&step, setup, false)?;
-    let room = capacity.saturating_sub(o.cuda_context_bytes);
-    if sink.peak.saturating_add(o.cuda_context_bytes) > capacity {
-        return Ok(Some(
-            (sink.peak.saturating_add(o.cuda_context_bytes) - capacity).max(1),
-        ));
+    let walked = sink.peak.saturating_add(o.cuda_context_bytes);
+    if walked > capacity {
+        return Ok(Some(walked - capacity));
     }
+    let room = capacity - o.cuda_context_bytes;
     Ok(step.replay_shortfall(rank, o.allocator, room))
 }
 
@@ -1222,8 +1222,9 @@ fn search_down(
         let step = if s > 0 {
             s.div_ceil(per_unit(n)?.max(1))
         } else {
+            let g = gallop;
             gallop = gallop.saturating_mul(2);
-            gallop / 2
+            g
         };
         n = n.saturating_sub(step.max(1)).max(1);
     };

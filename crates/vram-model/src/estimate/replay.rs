@@ -411,21 +411,21 @@ impl Forks {
 }
 
 impl Calls {
-    /// The run with room forked at `n` points spread over the calls where the runs on devices
-    /// between `lo` and `hi` bytes leave it.
+    /// The run with room forked at eight points spread over the calls where the runs on
+    /// devices between `lo` and `hi` bytes leave it.
     fn forks(&self, allocator: Allocator, rises: Vec<(usize, u64)>, lo: u64, hi: u64) -> Forks {
+        const N: usize = 8;
         let mut f = Forks {
             rises,
             at: Vec::new(),
         };
         let (first, last) = (f.shared(lo), f.shared(hi).min(self.calls.len()));
-        let Some(mut r) = self.start(allocator, UNBOUNDED) else {
-            return f;
-        };
-        const N: usize = 8;
         if first >= last {
             return f;
         }
+        let Some(mut r) = self.start(allocator, UNBOUNDED) else {
+            return f;
+        };
         for k in 0..N {
             let at = first + (last - first) * k / N;
             if self.advance(&mut r, allocator, at, None).is_err() {
