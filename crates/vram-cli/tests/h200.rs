@@ -1,0 +1,122 @@
+//! The estimate against the 14 steps measured on an H200 (`tests/data/h200/measured.json`),
+//! pinned at vram's own figures (`tests/data/h200/pinned.json`).
+//!
+//! Source of every measured figure: measured on an NVIDIA H200, driver 580.159.04, PyTorch
+//! 2.11.0+cu130, CUDA 13.0, transformers 5.24.0, peft 0.21.2, bitsandbytes 0.50.2, trl 1.16.0,
+//! 2026-11-27, with the loop in `measure2.py` (see `tests/data/h200/README.md`).
+//!
+//! Every figure vram gives for these cases (peak allocated, peak reserved, and where it prices
+//! `generate`, prefill and decode time) must equal the pinned one: a figure moves only in a
+//! commit that names a measured reason and rewrites the pin (`VRAM_PIN=overwrite`). The test
+//! prints each case's error against the measurement (`cargo test --test h200 -- --nocapture`).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/h200")
+}
+
+/// vram's figures for one measured case.
+fn vram_figures(case: &Value) -> Value {
+    let id = case["id"].as_str().unwrap();
+    let mut args: Vec<String> = vec!["estimate".into()];
+    for a in case["vram_args"].as_array().unwrap() {
+        let a = a.as_str().unwrap();
+        if a.ends_with(".json") {
+            args.push(data().join(a).to_string_lossy().into_owned());
+        } else {
+            args.push(a.to_string());
+        }
+    }
+    args.extend(["--gpu", "h200", "--json"].map(String::from));
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let serving = &e["serving"];
+    json!({
+        "peak_bytes": e["peak_bytes"],
+        "reserved_bytes": e["reserved_bytes"],
+        "prefill_s": serving.get("prefill_s").cloned().unwrap_or(Value::Null),
+        "decode_token_s": serving.get("decode_token_s").cloned().unwrap_or(Value::Null),
+    })
+}
+
+fn err(est: &Value, meas: &Value) -> Option<f64> {
+    Some(est.as_f64()? / meas.as_f64()? - 1.0)
+}
+
+#[test]
+fn h200_cases_are_pinned() {
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(data().join("measured.json")).unwrap())
+            .unwrap();
+    let cases = doc["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 14, "every shared H200 case is checked");
+    let mut now = serde_json::Map::new();
+    eprintln!(
+        "{:<34} {:>9} {:>9} {:>9} {:>9}",
+        "case (vram vs measured)", "alloc", "reserved", "prefill", "decode"
+    );
+    for c in cases {
+        let id = c["id"].as_str().unwrap().to_string();
+        let f = vram_figures(c);
+        let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
+        eprintln!(
+            "{:<34} {:>9} {:>9} {:>9} {:>9}",
+            id,
+            pct(err(&f["peak_bytes"], &c["measured_max_allocated_bytes"])),
+            pct(err(&f["reserved_bytes"], &c["measured_max_reserved_bytes"])),
+            pct(err(&f["prefill_s"], &c["prefill_s"])),
+            pct(c["decode_ms_per_token"]
+                .as_f64()
+                .and_then(|m| Some(f["decode_token_s"].as_f64()? * 1e3 / m - 1.0))),
+        );
+        now.insert(id, f);
+    }
+    let now = Value::Object(now);
+    let pin_path = data().join("pinned.json");
+    if std::env::var("VRAM_PIN").as_deref() == Ok("overwrite") {
+        std::fs::write(
+            &pin_path,
+            serde_json::to_string_pretty(&now).unwrap() + "\n",
+        )
+        .unwrap();
+        return;
+    }
+    let pinned: Value = serde_json::from_str(&std::fs::read_to_string(&pin_path).unwrap()).unwrap();
+    let mut moved = Vec::new();
+    for c in cases {
+        let id = c["id"].as_str().unwrap();
+        for key in [
+            "peak_bytes",
+            "reserved_bytes",
+            "prefill_s",
+            "decode_token_s",
+        ] {
+            let (a, b) = (&now[id][key], &pinned[id][key]);
+            let same = match (a.as_f64(), b.as_f64()) {
+                (Some(x), Some(y)) => x == y || ((x - y) / y).abs() < 1e-9,
+                _ => a == b,
+            };
+            if !same {
+                moved.push(format!("{id} {key}: pinned {b}, now {a}"));
+            }
+        }
+    }
+    assert!(
+        moved.is_empty(),
+        "figures moved from the pin (name the measured reason and rewrite it with \
+         VRAM_PIN=overwrite):\n{}",
+        moved.join("\n")
+    );
+}
