@@ -308,7 +308,7 @@ fn knobs(
             .engine_version
             .as_deref()
             .and_then(capacity::parse_version),
-        derived_max_model_len: derived_max_model_len(config, t.max_positions, engine),
+        derived_max_model_len: derived_max_model_len(config, t.max_positions(), engine),
     })
 }
 

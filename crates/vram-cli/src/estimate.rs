@@ -352,7 +352,7 @@ impl StepArgs {
                 "--seq does not apply to {name}, a CNN over images: give --image-size"
             )),
             Model::Transformer(t)
-                if self.inference && t.layout == vram_model::arch::Layout::EncoderOnly =>
+                if self.inference && t.layout() == vram_model::arch::Layout::EncoderOnly =>
             {
                 Err(bad_input!(
                     "{name} is an encoder-only model: it has no `generate` and no KV cache, which --inference estimates; estimate its training step instead"
@@ -383,7 +383,7 @@ impl StepArgs {
     pub fn setup_on(&self, model: &Model, gpu: Option<&vram_model::gpu::Gpu>) -> Result<Setup> {
         self.check_applies(model)?;
         let max_pos = match model {
-            Model::Transformer(t) => t.max_positions,
+            Model::Transformer(t) => t.max_positions(),
             _ => 2048,
         };
         let default_len = max_pos.min(2048);

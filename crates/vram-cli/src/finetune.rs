@@ -500,7 +500,7 @@ pub fn plan(
             }
             let tokens = (per_gpu * seq) as f64;
             let active =
-                t.blocks.flops_per_token(seq / 2) as f64 / 2.0 + (t.vocab * t.hidden) as f64;
+                t.blocks.flops_per_token(seq / 2) as f64 / 2.0 + (t.vocab() * t.hidden()) as f64;
             let fwd = 2.0 * active * tokens;
             let flops = fwd * if gc { 3.0 } else { 2.0 } + 6.0 * trainable as f64 * tokens;
             plans.push(FtPlan {

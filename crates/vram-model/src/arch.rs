@@ -7,10 +7,7 @@
 
 use serde::Serialize;
 
-use crate::blocks::{
-    Attention, Block, Blocks, Component, ComponentParams, Dense, Dispatch, Ends, Ffn, Mixer, Moe,
-    Norms, QkNorm, Window,
-};
+use crate::blocks::{Block, Blocks, Component, ComponentParams, Ffn, Mixer};
 
 /// A model whose memory vramkit can estimate.
 // One model per run, passed by reference: the transformer's size does not matter.
@@ -46,154 +43,20 @@ impl Model {
     }
 }
 
-/// How a transformer block is wired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Layout {
-    /// Decoder-only causal LM (`*ForCausalLM`), LM head over the vocabulary.
-    DecoderOnly,
-    /// Encoder-only (`BertModel`/`RobertaModel`: embeddings, encoder and pooler).
-    EncoderOnly,
-    /// Encoder-decoder (`T5ForConditionalGeneration`).
-    EncoderDecoder,
-}
+pub use crate::blocks::{Act, Layout, Norm, NormKind};
 
-/// The feed-forward block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mlp {
-    /// `fc2(act(fc1(x)))` with a GeLU-like activation (GPT-2, BERT, NeoX, Falcon).
-    Plain,
-    /// `fc2(relu(fc1(x)))` with dropout between (T5 v1.0).
-    Relu,
-    /// `down(act(gate(x)) * up(x))` (SwiGLU/GeGLU: Llama, Mistral, Qwen2, Gemma, Phi-3, T5 v1.1).
-    Gated,
-}
-
-/// The feed-forward activation function, as the reference code computes it.
-///
-/// What autograd saves differs: fused kernels save their input (or output) only, while the
-/// Python-composed tanh approximations save several intermediates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Act {
-    /// One fused kernel (`F.gelu`, `F.silu`, `F.relu`, `gelu_pytorch_tanh`): one saved tensor.
-    Fused,
-    /// `gelu_new`/`gelu_fast` written as elementwise ops (GPT-2, T5 v1.1): saves the tanh
-    /// output, `1 + tanh` and `0.5·x` besides the input; under autocast `pow` runs in fp32.
-    ComposedTanh,
-    /// `quick_gelu` (`x·sigmoid(1.702x)`): saves the sigmoid output besides the input.
-    QuickGelu,
-}
-
-/// The normalisation layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Norm {
-    /// LayerNorm with weight and bias.
-    LayerNorm,
-    /// RMSNorm (weight only).
-    RmsNorm,
-}
-
-/// Where positions come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Positions {
-    /// A learned table of `n` positions (GPT-2, BERT).
-    Learned(u64),
-    /// Rotary embeddings (no parameters).
-    Rotary,
-    /// T5 relative attention bias with this many buckets (first layer of each stack).
-    RelativeBuckets(u64),
-    /// ALiBi or none (no parameters).
-    None,
-}
-
-/// A transformer as vramkit models it. All sizes are the model's own (no parallelism applied).
+/// A transformer as vramkit models it: its name and its layer-by-layer description. All sizes
+/// are the model's own (no parallelism applied).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transformer {
     /// Display name.
     pub name: String,
-    /// The Hugging Face `model_type` it was read as.
+    /// The Hugging Face `model_type` it was read as, for display: nothing downstream of the
+    /// reader compares it (family facts are parameters of the description).
     pub model_type: String,
-    /// How blocks are wired.
-    pub layout: Layout,
-    /// Vocabulary size.
-    pub vocab: u64,
-    /// Hidden size `h`.
-    pub hidden: u64,
-    /// Decoder layers (encoder layers for encoder-only models).
-    pub layers: u64,
-    /// Encoder layers of an encoder-decoder model (0 otherwise).
-    pub encoder_layers: u64,
-    /// Attention heads `a`.
-    pub heads: u64,
-    /// Key/value heads (GQA/MQA); equals `heads` for multi-head attention.
-    pub kv_heads: u64,
-    /// Size of one head.
-    pub head_dim: u64,
-    /// Feed-forward inner size `f`.
-    pub intermediate: u64,
-    /// Longest sequence the model was configured for.
-    pub max_positions: u64,
-    /// Feed-forward kind.
-    pub mlp: Mlp,
-    /// Activation function's implementation.
-    pub act: Act,
-    /// Query, key and value come from one fused projection (GPT-2, NeoX, Falcon, Phi-3).
-    pub fused_qkv: bool,
-    /// Gate and up projections are one fused matmul (Phi-3).
-    pub fused_gate_up: bool,
-    /// Normalisation kind.
-    pub norm: Norm,
-    /// Whether LayerNorms carry a bias (ignored for RMSNorm).
-    pub norm_bias: bool,
-    /// Normalisation layers per block (2 usually, 1 for Falcon-7B's shared norm, 4 for Gemma 2).
-    pub norms_per_layer: u64,
-    /// Biases on the query/key/value projections.
-    pub qkv_bias: bool,
-    /// Bias on the attention output projection.
-    pub out_bias: bool,
-    /// Biases on the feed-forward projections.
-    pub mlp_bias: bool,
-    /// Mixture-of-experts: experts per layer (1 for a dense model).
-    pub experts: u64,
-    /// Experts each token is routed to.
-    pub experts_per_token: u64,
-    /// Position scheme.
-    pub positions: Positions,
-    /// Token-type embeddings (BERT); 0 if none.
-    pub type_vocab: u64,
-    /// Output head shares the input embedding.
-    pub tied_embeddings: bool,
-    /// A LayerNorm right after the embeddings (BERT).
-    pub embedding_norm: bool,
-    /// A pooler (`dense h→h` with bias) on top (BERT/RoBERTa).
-    pub pooler: bool,
-    /// A final norm after the last block.
-    pub final_norm: bool,
-    /// Attention and MLP read the same input and add in parallel (GPT-J/NeoX/Falcon style).
-    pub parallel_residual: bool,
-    /// Dropout probability on attention probabilities (0 means no mask is stored).
-    pub attention_dropout: f64,
-    /// Dropout probability on residual branches and embeddings.
-    pub hidden_dropout: f64,
-    /// The reference implementation's eager softmax runs in fp32 and casts back.
-    pub softmax_upcast: bool,
-    /// Sliding-window attention span (Mistral's `sliding_window`, default 4096 in
-    /// transformers 5.x): once the sequence reaches it, transformers builds an explicit mask,
-    /// which turns off SDPA's grouped-query path (K/V are repeated to every head) and is saved
-    /// by the attention kernel.
-    pub sliding_window: Option<u64>,
-    /// Gemma 2's `final_logit_softcapping`: `tanh(logits / c) · c` over the whole logits, whose
-    /// tanh output is saved for backward.
-    pub logit_softcap: bool,
-    /// The layer-by-layer description: what each layer's mixer and feed-forward are, the
-    /// embedding and head, extras and storage. Parameter counts, per-component splits, weight
-    /// bytes and caches come from it. For the 2019–2024 families (`blocks.uniform`) it is
-    /// derived from the fields above; for the others the fields above are stand-ins (the first
-    /// attention layer's shape, the routed experts' size) that keep the uniform walks running.
+    /// The description: embedding, layers (one [`crate::blocks::Block`] per distinct kind and
+    /// a kind per layer), head, storage. Parameter counts, per-component splits, weight bytes,
+    /// caches, activations and FLOPs all come from it.
     pub blocks: Blocks,
 }
 
@@ -236,97 +99,92 @@ impl ParamTensor {
 /// Parameters of a transformer, split where memory planning needs them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ParamSplit {
-    /// Token, position and type embeddings (and their norm).
+    /// Token, position and type embeddings (and their norm), and a vision tower.
     pub embedding: u64,
-    /// One decoder block (or encoder block for encoder-only).
+    /// One decoder block (or encoder block for encoder-only), the mean over those layers
+    /// rounded up, position tables apart.
     pub per_layer: u64,
-    /// One encoder block of an encoder-decoder model.
+    /// One encoder block of an encoder-decoder (the mean, rounded up).
     pub per_encoder_layer: u64,
-    /// Parameters of the one block that also holds a relative-position table (T5).
+    /// The relative-position tables the first layer of each stack holds (T5).
     pub relative_bias: u64,
-    /// Final norms, pooler and an untied output head.
+    /// Final norms, pooler, an untied output head and instantiated MTP layers.
     pub head: u64,
-    /// Of `per_layer`, the parameters tensor parallelism replicates (norms, row-parallel biases).
+    /// Of `per_layer`, the parameters tensor parallelism replicates (norms, row-parallel
+    /// biases, routers), the mean rounded up.
     pub per_layer_replicated: u64,
-    /// Of `per_layer`, the parameters of one expert's feed-forward (MoE only).
+    /// The largest expert's feed-forward (MoE only).
     pub per_expert: u64,
 }
 
 impl Transformer {
-    fn norm_params(&self) -> u64 {
-        match self.norm {
-            Norm::LayerNorm if self.norm_bias => 2 * self.hidden,
-            _ => self.hidden,
-        }
+    /// Hidden size.
+    pub fn hidden(&self) -> u64 {
+        self.blocks.hidden
     }
 
-    /// Query width `a · head_dim` and key/value width `kv · head_dim`.
-    pub fn attn_widths(&self) -> (u64, u64) {
-        (self.heads * self.head_dim, self.kv_heads * self.head_dim)
+    /// Vocabulary size.
+    pub fn vocab(&self) -> u64 {
+        self.blocks.vocab()
     }
 
-    /// Parameters of one attention block (self-attention, no norm).
-    fn attention_params(&self) -> u64 {
-        let h = self.hidden;
-        let (q, kv) = self.attn_widths();
-        let mut p = h * (q + 2 * kv) + q * h;
-        if self.qkv_bias {
-            p += q + 2 * kv;
-        }
-        if self.out_bias {
-            p += h;
-        }
-        p
+    /// How the layers are wired.
+    pub fn layout(&self) -> Layout {
+        self.blocks.layout
     }
 
-    /// Parameters of one expert's feed-forward.
-    fn mlp_params(&self) -> u64 {
-        let (h, f) = (self.hidden, self.intermediate);
-        match self.mlp {
-            Mlp::Plain | Mlp::Relu => 2 * h * f + if self.mlp_bias { f + h } else { 0 },
-            Mlp::Gated => 3 * h * f + if self.mlp_bias { 2 * f + h } else { 0 },
-        }
+    /// Layers of both stacks.
+    pub fn layers(&self) -> u64 {
+        self.blocks.len() as u64
     }
 
-    /// The parameter split; see [`ParamSplit`]. From the uniform fields where they describe
-    /// every layer, else from the blocks (per-layer figures are then the average over layers,
-    /// rounded up; the vision tower counts with the embedding, MTP layers with the head).
+    /// Longest sequence the model was configured for.
+    pub fn max_positions(&self) -> u64 {
+        self.blocks.max_positions
+    }
+
+    /// The parameter split; see [`ParamSplit`].
     pub fn param_split(&self) -> ParamSplit {
-        if self.blocks.uniform {
-            self.uniform_param_split()
-        } else {
-            self.blocks_param_split()
-        }
-    }
-
-    fn blocks_param_split(&self) -> ParamSplit {
         let b = &self.blocks;
         let p = b.params_by_component();
-        let n = b.len().max(1) as u64;
-        let layers = b.layer_params();
-        let mut replicated = layers.get(Component::Norms);
+        let enc = b.encoder_layers() as usize;
+        let mean = |from: usize, to: usize, f: &dyn Fn(&Block) -> u64| -> u64 {
+            let n = (to - from).max(1) as u64;
+            let sum: u64 = b.pattern[from..to]
+                .iter()
+                .map(|k| f(&b.kinds[*k as usize]))
+                .sum();
+            sum.div_ceil(n)
+        };
+        let table = |k: &Block| match k.mixer {
+            Mixer::Attention(a) => a.rel_buckets * a.heads,
+            _ => 0,
+        };
+        let own = |k: &Block| k.params(b.hidden).total() - table(k);
+        let replicated = |k: &Block| {
+            let mut r = 0;
+            k.tensors(b.hidden, &mut |t| {
+                if !t.tp {
+                    r += t.numel();
+                }
+            });
+            r - table(k)
+        };
         let mut per_expert = 0;
-        for (kind, count) in b.kinds.iter().zip(b.kind_counts()) {
+        for kind in &b.kinds {
             if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = kind.ffn {
                 let per = if m.gated { 3 } else { 2 } * b.hidden * m.expert_intermediate;
                 per_expert = per_expert.max(per);
             }
-            kind.tensors(b.hidden, &mut |t| {
-                if t.kind == crate::blocks::TensorKind::Vector
-                    && t.component != Component::Norms
-                    && t.rows == b.hidden
-                {
-                    replicated += count * t.numel();
-                }
-            });
         }
+        let n = b.len();
         ParamSplit {
             embedding: p.get(Component::Embedding) + p.get(Component::Vision),
-            per_layer: layers.total().div_ceil(n),
-            per_encoder_layer: 0,
-            relative_bias: 0,
+            per_layer: mean(enc, n, &own),
+            per_encoder_layer: if enc > 0 { mean(0, enc, &own) } else { 0 },
+            relative_bias: b.iter().map(table).sum(),
             head: b.ends.final_norm + b.ends.head + b.ends.other + p.get(Component::Mtp),
-            per_layer_replicated: replicated.div_ceil(n),
+            per_layer_replicated: mean(enc, n, &replicated),
             per_expert,
         }
     }
@@ -336,370 +194,56 @@ impl Transformer {
         self.blocks.params_by_component()
     }
 
-    /// The layer-by-layer description the uniform fields give: every layer the same block
-    /// (T5: the first block of each stack holds the relative-position table; decoder blocks add
-    /// cross-attention and its norm).
-    pub fn uniform_blocks(&self) -> Blocks {
-        let s = self.uniform_param_split();
-        let attention = Attention {
-            heads: self.heads,
-            kv_heads: self.kv_heads,
-            head_dim: self.head_dim,
-            v_head_dim: self.head_dim,
-            window: match self.sliding_window {
-                Some(w) => Window::Sliding(w),
-                None => Window::Full,
-            },
-            sinks: false,
-            qk_norm: QkNorm::None,
-            q_gate: false,
-            k_eq_v: false,
-            v_norm: false,
-            qkv_bias: self.qkv_bias,
-            out_bias: self.out_bias,
-            kv_shared: false,
-            fused_qkv: self.fused_qkv,
-            rel_buckets: 0,
-            rope: self.positions == Positions::Rotary,
-        };
-        let dense = Dense {
-            intermediate: self.intermediate,
-            gated: self.mlp == Mlp::Gated,
-            bias: self.mlp_bias,
-            fused_gate_up: self.fused_gate_up,
-        };
-        let ffn = if self.experts > 1 {
-            Ffn::Moe(Moe {
-                experts: self.experts,
-                top_k: self.experts_per_token,
-                expert_intermediate: self.intermediate,
-                gated: dense.gated,
-                expert_bias: self.mlp_bias,
-                router_bias: false,
-                correction_bias: false,
-                router_extra: 0,
-                // The uniform MoE family is Mixtral: `MixtralTopKRouter.forward` (transformers
-                // 5.17 and 5.24) returns the top-k of the fp32 softmax without casting it back.
-                router_weights_fp32: true,
-                router_param_fp32: false,
-                dispatch: Dispatch::GroupedMm,
-                shared: None,
-                shared_gate: false,
-                latent: None,
-                latent_bias: false,
-            })
-        } else {
-            Ffn::Dense(dense)
-        };
-        let block = Block {
-            mixer: Mixer::Attention(attention),
-            cross_attention: false,
-            ffn,
-            norms: Norms {
-                count: self.norms_per_layer,
-                params_each: self.norm_params(),
-            },
-            extra: (Component::Other, 0),
-        };
-        let enc_dec = self.layout == Layout::EncoderDecoder;
-        let decoder = Block {
-            cross_attention: enc_dec,
-            norms: Norms {
-                count: self.norms_per_layer + u64::from(enc_dec),
-                ..block.norms
-            },
-            ..block
-        };
-        let with_table = |b: Block| match (b.mixer, self.positions) {
-            (Mixer::Attention(a), Positions::RelativeBuckets(n)) => Block {
-                mixer: Mixer::Attention(Attention {
-                    rel_buckets: n,
-                    ..a
-                }),
-                ..b
-            },
-            _ => b,
-        };
-        let mut layers = Vec::with_capacity((self.layers + self.encoder_layers) as usize);
-        for i in 0..self.encoder_layers {
-            layers.push(if i == 0 { with_table(block) } else { block });
-        }
-        for i in 0..self.layers {
-            layers.push(if i == 0 { with_table(decoder) } else { decoder });
-        }
-        let stacks = if enc_dec { 2 } else { 1 };
-        let final_norm = if self.final_norm {
-            stacks * self.norm_params()
-        } else {
-            0
-        };
-        let head = if !self.tied_embeddings && self.layout != Layout::EncoderOnly {
-            self.vocab * self.hidden
-        } else {
-            0
-        };
-        let mut b = Blocks::from_layers(
-            self.hidden,
-            &layers,
-            Ends {
-                embedding: s.embedding,
-                vocab: self.vocab,
-                final_norm,
-                head,
-                other: if self.pooler {
-                    self.hidden * self.hidden + self.hidden
-                } else {
-                    0
-                },
-            },
-        );
-        b.uniform = true;
-        b
-    }
-
-    /// The split the uniform fields give (exact for the families they describe).
-    pub fn uniform_param_split(&self) -> ParamSplit {
-        let h = self.hidden;
-        let norm = self.norm_params();
-        let mut embedding = self.vocab * h;
-        if let Positions::Learned(n) = self.positions {
-            embedding += n * h;
-        }
-        embedding += self.type_vocab * h;
-        if self.embedding_norm {
-            embedding += norm;
-        }
-        let router = if self.experts > 1 {
-            h * self.experts
-        } else {
-            0
-        };
-        let mlp = self.experts * self.mlp_params() + router;
-        let per_layer_norms = self.norms_per_layer * norm;
-        let mut per_layer = self.attention_params() + mlp + per_layer_norms;
-        let mut per_encoder_layer = 0;
-        if self.layout == Layout::EncoderDecoder {
-            // Decoder blocks add cross-attention and its norm; `norms_per_layer` counts the
-            // encoder's two norms, so the decoder has one more.
-            per_encoder_layer = per_layer;
-            per_layer += self.attention_params() + norm;
-        }
-        let relative_bias = match self.positions {
-            Positions::RelativeBuckets(b) => b * self.heads,
-            _ => 0,
-        };
-        let stacks = if self.layout == Layout::EncoderDecoder {
-            2
-        } else {
-            1
-        };
-        let mut head = if self.final_norm { stacks * norm } else { 0 };
-        if self.pooler {
-            head += h * h + h;
-        }
-        if !self.tied_embeddings && self.layout != Layout::EncoderOnly {
-            head += self.vocab * h;
-        }
-        let out_bias = if self.out_bias { h } else { 0 };
-        let mlp_out_bias = if self.mlp_bias { h } else { 0 };
-        ParamSplit {
-            embedding,
-            per_layer,
-            per_encoder_layer,
-            relative_bias: relative_bias * stacks,
-            head,
-            per_layer_replicated: per_layer_norms + out_bias + mlp_out_bias * self.experts,
-            per_expert: self.mlp_params(),
-        }
-    }
-
     /// Exact parameter count, from the layer-by-layer description.
     pub fn param_count(&self) -> u64 {
         self.blocks.param_count()
     }
 
-    /// The parameter count the uniform fields give (equal to [`Transformer::param_count`] for
-    /// the families they describe; a test holds them together).
-    pub fn uniform_param_count(&self) -> u64 {
-        let s = self.uniform_param_split();
-        s.embedding
-            + s.per_layer * self.layers
-            + s.per_encoder_layer * self.encoder_layers
-            + s.relative_bias
-            + s.head
-    }
-
-    /// Element counts of one block's parameter tensors, one entry per tensor, in module order
-    /// (attention, cross-attention for a decoder block of an encoder-decoder, feed-forward,
-    /// norms). Sums to the block's share of [`ParamSplit`]; used where individual tensors matter
-    /// (allocator replay: gradients and optimizer states are per tensor).
-    ///
-    /// For models whose layers differ (not `blocks.uniform`), the tensors of the most common
-    /// layer kind as transformers holds them (an expert bank is one 3-D parameter).
-    pub fn block_tensor_elems(&self, decoder_of_enc_dec: bool) -> Vec<u64> {
-        if !self.blocks.uniform {
-            let counts = self.blocks.kind_counts();
-            let mut v = Vec::new();
-            if let Some((kind, _)) = self.blocks.kinds.iter().zip(counts).max_by_key(|(_, n)| *n) {
-                kind.tensors(self.hidden, &mut |t| v.push(t.numel()));
-            }
-            return v;
-        }
-        let h = self.hidden;
-        let (q, kv) = self.attn_widths();
-        let norm = |v: &mut Vec<u64>| {
-            v.push(h);
-            if self.norm == Norm::LayerNorm && self.norm_bias {
-                v.push(h);
-            }
-        };
-        let attention = |v: &mut Vec<u64>| {
-            if self.fused_qkv {
-                v.push(h * (q + 2 * kv));
-                if self.qkv_bias {
-                    v.push(q + 2 * kv);
-                }
-            } else {
-                for w in [q, kv, kv] {
-                    v.push(h * w);
-                    if self.qkv_bias {
-                        v.push(w);
-                    }
-                }
-            }
-            v.push(q * h);
-            if self.out_bias {
-                v.push(h);
-            }
-        };
-        let mut v = Vec::new();
-        attention(&mut v);
-        if decoder_of_enc_dec {
-            attention(&mut v);
-            norm(&mut v);
-        }
-        let f = self.intermediate;
-        for _ in 0..self.experts {
-            let ups = if self.mlp == Mlp::Gated { 2 } else { 1 };
-            if self.fused_gate_up && ups == 2 {
-                v.push(2 * h * f);
-            } else {
-                for _ in 0..ups {
-                    v.push(h * f);
-                }
-            }
-            if self.mlp_bias {
-                for _ in 0..ups {
-                    v.push(f);
-                }
-            }
-            v.push(f * h);
-            if self.mlp_bias {
-                v.push(h);
-            }
-        }
-        if self.experts > 1 {
-            v.push(h * self.experts);
-        }
-        for _ in 0..self.norms_per_layer {
-            norm(&mut v);
-        }
-        v
-    }
-
-    /// The parameter tensors by shape, for optimizers whose state depends on shapes (Adafactor).
-    ///
-    /// For models whose layers differ, every tensor of the blocks (an expert bank counts as
-    /// `experts` matrices), the embedding and the head.
+    /// The parameter tensors by shape, for optimizers whose state depends on shapes (Adafactor):
+    /// the embedding's tables, every tensor of the layers (an expert bank counts as `experts`
+    /// matrices) and the head's.
     pub fn param_tensors(&self) -> Vec<ParamTensor> {
-        if !self.blocks.uniform {
-            let b = &self.blocks;
-            let mut v = vec![ParamTensor::matrix(self.vocab, self.hidden, 1)];
-            for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
-                kind.tensors(b.hidden, &mut |t| {
-                    let e = match t.kind {
-                        crate::blocks::TensorKind::Experts(e) => e,
-                        _ => 1,
-                    };
-                    v.push(ParamTensor {
-                        rows: t.rows,
-                        cols: t.cols,
-                        count: e * n,
-                        tp_split: t.cols > 1,
-                    });
+        let b = &self.blocks;
+        let h = b.hidden;
+        let mut v = vec![ParamTensor::matrix(b.vocab(), h, 1)];
+        let e = b.embedding;
+        if e.learned_positions > 0 {
+            v.push(ParamTensor::matrix(e.learned_positions, h, 1));
+        }
+        if e.type_vocab > 0 {
+            v.push(ParamTensor::matrix(e.type_vocab, h, 1));
+        }
+        for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
+            kind.tensors(h, &mut |t| {
+                let e = match t.kind {
+                    crate::blocks::TensorKind::Experts(e) => e,
+                    _ => 1,
+                };
+                v.push(ParamTensor {
+                    rows: t.rows,
+                    cols: t.cols,
+                    count: e * n,
+                    tp_split: t.cols > 1,
                 });
-            }
-            if b.ends.head > 0 {
-                v.push(ParamTensor::matrix(self.vocab, self.hidden, 1));
-            }
-            let rest = b.ends.embedding.saturating_sub(self.vocab * self.hidden)
-                + b.ends.final_norm
-                + b.vision.map_or(0, |x| x.params)
-                + b.mtp.filter(|m| m.instantiated).map_or(0, |m| m.params);
-            if rest > 0 {
-                v.push(ParamTensor::vector(rest, 1, false));
-            }
-            return v;
+            });
         }
-        let h = self.hidden;
-        let (q, kv) = self.attn_widths();
-        let l = self.layers + self.encoder_layers;
-        let cross = if self.layout == Layout::EncoderDecoder {
-            self.layers
-        } else {
-            0
-        };
-        let attn_blocks = l + cross;
-        let mut v = vec![ParamTensor::matrix(self.vocab, h, 1)];
-        if let Positions::Learned(n) = self.positions {
-            v.push(ParamTensor::matrix(n, h, 1));
-        }
-        if self.type_vocab > 0 {
-            v.push(ParamTensor::matrix(self.type_vocab, h, 1));
-        }
-        v.push(ParamTensor::matrix(h, q, attn_blocks));
-        v.push(ParamTensor::matrix(h, kv, 2 * attn_blocks));
-        v.push(ParamTensor::matrix(q, h, attn_blocks));
-        if self.qkv_bias {
-            v.push(ParamTensor::vector(q + 2 * kv, attn_blocks, true));
-        }
-        if self.out_bias {
-            v.push(ParamTensor::vector(h, attn_blocks, false));
-        }
-        let mats = if self.mlp == Mlp::Gated { 3 } else { 2 };
-        let f = self.intermediate;
-        v.push(ParamTensor::matrix(h, f, (mats - 1) * l * self.experts));
-        v.push(ParamTensor::matrix(f, h, l * self.experts));
-        if self.mlp_bias {
-            v.push(ParamTensor::vector(f, (mats - 1) * l * self.experts, true));
-            v.push(ParamTensor::vector(h, l * self.experts, false));
-        }
-        if self.experts > 1 {
-            v.push(ParamTensor::matrix(h, self.experts, l));
-        }
-        let norms = self.norms_per_layer * l
-            + cross
-            + u64::from(self.embedding_norm)
-            + if self.final_norm {
-                1 + u64::from(cross > 0)
-            } else {
-                0
-            };
-        let per_norm = if self.norm == Norm::LayerNorm && self.norm_bias {
-            2
-        } else {
-            1
-        };
-        v.push(ParamTensor::vector(h, norms * per_norm, false));
-        if let Positions::RelativeBuckets(b) = self.positions {
-            v.push(ParamTensor::matrix(b, self.heads, 1 + u64::from(cross > 0)));
-        }
-        if self.pooler {
+        if b.head.pooler {
             v.push(ParamTensor::matrix(h, h, 1));
             v.push(ParamTensor::vector(h, 1, false));
         }
-        if !self.tied_embeddings && self.layout != Layout::EncoderOnly {
-            v.push(ParamTensor::matrix(self.vocab, h, 1));
+        if b.ends.head > 0 {
+            v.push(ParamTensor::matrix(b.vocab(), h, 1));
+        }
+        let tables = b.vocab() * h + (e.learned_positions + e.type_vocab) * h;
+        let pooler = if b.head.pooler { h * h + h } else { 0 };
+        let rest = b.ends.embedding.saturating_sub(tables)
+            + b.ends.final_norm
+            + b.ends.other.saturating_sub(pooler)
+            + b.ends.head.saturating_sub(b.vocab() * h)
+            + b.vision.map_or(0, |x| x.params)
+            + b.mtp.filter(|m| m.instantiated).map_or(0, |m| m.params);
+        if rest > 0 {
+            v.push(ParamTensor::vector(rest, 1, false));
         }
         v
     }

@@ -127,6 +127,11 @@ pub struct Tensor {
     /// Kept in fp32 whatever the model's dtype (`_keep_in_fp32_modules_strict`: DeepSeek-style
     /// router weights).
     pub fp32: bool,
+    /// Tensor parallelism splits it (Megatron's column- and row-parallel weights, expert banks,
+    /// the biases of column-parallel outputs); otherwise every rank keeps a copy (norms, the
+    /// biases added after a row-parallel reduction, routers, small per-head vectors). What TP
+    /// splits is also what autocast copies to half precision in a training step.
+    pub tp: bool,
 }
 
 impl Tensor {
@@ -147,9 +152,11 @@ fn lin(c: Component, out: u64, inp: u64) -> Tensor {
         rows: out,
         cols: inp,
         fp32: false,
+        tp: true,
     }
 }
 
+/// A vector every tensor-parallel rank keeps whole.
 fn vector(c: Component, n: u64) -> Tensor {
     Tensor {
         component: c,
@@ -157,6 +164,98 @@ fn vector(c: Component, n: u64) -> Tensor {
         rows: n,
         cols: 1,
         fp32: false,
+        tp: false,
+    }
+}
+
+/// The bias of a column-parallel projection: split with its weight's output features.
+fn col_bias(c: Component, n: u64) -> Tensor {
+    Tensor {
+        tp: true,
+        ..vector(c, n)
+    }
+}
+
+/// How the layers are wired into a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// Decoder-only causal LM (`*ForCausalLM`), LM head over the vocabulary.
+    DecoderOnly,
+    /// Encoder-only (`BertModel`/`RobertaModel`: embeddings, encoder and pooler).
+    EncoderOnly,
+    /// Encoder-decoder (`T5ForConditionalGeneration`): the encoder's layers, then the decoder's,
+    /// each of which carries a cross-attention.
+    EncoderDecoder,
+}
+
+/// The feed-forward activation function, as the reference code computes it.
+///
+/// What autograd saves differs: fused kernels save their input (or output) only, while the
+/// Python-composed tanh approximations save several intermediates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Act {
+    /// One fused kernel that saves its input (`F.gelu`, `F.silu`, `gelu_pytorch_tanh`).
+    Fused,
+    /// `gelu_new`/`gelu_fast` written as elementwise ops (GPT-2, T5 v1.1): saves the tanh
+    /// output, `1 + tanh` and `0.5·x` besides the input; under autocast `pow` runs in fp32.
+    ComposedTanh,
+    /// `quick_gelu` (`x·sigmoid(1.702x)`): saves the sigmoid output besides the input.
+    QuickGelu,
+    /// `F.relu`: its backward reads its output, so its input is not kept.
+    Relu,
+}
+
+/// A normalisation layer's class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// `nn.LayerNorm`: one kernel, mean and rstd saved.
+    LayerNorm,
+    /// The families' `*RMSNorm`, written as PyTorch ops through an fp32 copy.
+    RmsNorm,
+}
+
+/// A model's normalisation layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Norm {
+    /// LayerNorm or RMSNorm.
+    pub kind: NormKind,
+    /// A bias beside the weight (LayerNorm with `bias=True`).
+    pub bias: bool,
+    /// The weight multiplies the fp32 normalised tensor (Gemma's `output * (1.0 +
+    /// self.weight.float())`, Gemma 4's `normed_output * self.weight.float()`), not the
+    /// half-precision one as Llama's `self.weight * hidden_states.to(input_dtype)` does.
+    pub fp32_product: bool,
+}
+
+impl Norm {
+    /// RMSNorm with a plain weight (Llama's `LlamaRMSNorm`).
+    pub const RMS: Norm = Norm {
+        kind: NormKind::RmsNorm,
+        bias: false,
+        fp32_product: false,
+    };
+
+    /// `nn.LayerNorm` with weight and bias.
+    pub const LAYER_NORM: Norm = Norm {
+        kind: NormKind::LayerNorm,
+        bias: true,
+        fp32_product: false,
+    };
+
+    /// Parameters of one norm over `width` features.
+    pub fn params(&self, width: u64) -> u64 {
+        width * if self.bias { 2 } else { 1 }
+    }
+
+    /// Its parameter tensors over `width` features (the weight, then the bias).
+    fn tensors(&self, width: u64, out: &mut impl FnMut(Tensor)) {
+        out(vector(Component::Norms, width));
+        if self.bias {
+            out(vector(Component::Norms, width));
+        }
     }
 }
 
@@ -220,9 +319,56 @@ pub struct Attention {
     pub fused_qkv: bool,
     /// T5's relative-position table (`buckets × heads`) lives in this layer; 0 if none.
     pub rel_buckets: u64,
-    /// Rotary positions are applied (false for NoPE layers): no memory effect, recorded for
-    /// the activations.
+    /// Rotary positions are applied (false for NoPE layers and for models whose positions are
+    /// learned, relative or ALiBi).
     pub rope: bool,
+    /// Percent of each head the rotary embedding turns (`rotary_pct` of GPT-NeoX, 25;
+    /// `partial_rotary_factor`); the rest passes through.
+    pub rotary_pct: u8,
+    /// A relative-position bias is added to the scores (T5's `position_bias`, in every layer
+    /// of both stacks): SDPA receives it as a mask that requires grad in training.
+    pub rel_bias: bool,
+    /// The eager softmax runs in fp32 and casts back (`softmax(..., dtype=torch.float32)`):
+    /// its stored output is fp32 where the model's code says so.
+    pub softmax_upcast: bool,
+    /// The module calls `scaled_dot_product_attention` itself with an explicit mask and its
+    /// keys and values as they are (`FalconAttention`): no `repeat_kv`, a multi-query K/V
+    /// broadcast inside the math kernel, a mask at every length.
+    pub own_sdpa: bool,
+}
+
+impl Attention {
+    /// Full, rotary, bias-free grouped-query attention of this shape, softmax upcast to fp32
+    /// (Llama's `LlamaAttention`); readers change what their family differs in.
+    pub fn new(heads: u64, kv_heads: u64, head_dim: u64) -> Attention {
+        Attention {
+            heads,
+            kv_heads,
+            head_dim,
+            v_head_dim: head_dim,
+            window: Window::Full,
+            sinks: false,
+            qk_norm: QkNorm::None,
+            q_gate: false,
+            k_eq_v: false,
+            v_norm: false,
+            qkv_bias: false,
+            out_bias: false,
+            kv_shared: false,
+            fused_qkv: false,
+            rel_buckets: 0,
+            rope: true,
+            rotary_pct: 100,
+            rel_bias: false,
+            softmax_upcast: true,
+            own_sdpa: false,
+        }
+    }
+
+    /// Query width `heads · head_dim` and key (or value) width `kv_heads · head_dim`.
+    pub fn widths(&self) -> (u64, u64) {
+        (self.heads * self.head_dim, self.kv_heads * self.head_dim)
+    }
 }
 
 /// Multi-head latent attention (DeepSeek-V3 `DeepseekV3Attention`, Kimi-K2, GLM-5).
@@ -322,6 +468,25 @@ pub struct Dense {
     pub bias: bool,
     /// Gate and up are one `gate_up_proj` (Phi-3): the same elements, one tensor.
     pub fused_gate_up: bool,
+    /// The activation's implementation.
+    pub act: Act,
+    /// A dropout between the activation and the down projection, whose input is cast to the
+    /// weight's dtype (T5's `T5DenseActDense`).
+    pub inner_dropout: bool,
+}
+
+impl Dense {
+    /// A bias-free gated MLP of `intermediate` with a fused activation (Llama's `LlamaMLP`).
+    pub fn new(intermediate: u64) -> Dense {
+        Dense {
+            intermediate,
+            gated: true,
+            bias: false,
+            fused_gate_up: false,
+            act: Act::Fused,
+            inner_dropout: false,
+        }
+    }
 }
 
 /// How transformers runs the experts.
@@ -395,8 +560,31 @@ pub enum Ffn {
 pub struct Norms {
     /// How many.
     pub count: u64,
-    /// Elements of each (its width; twice for LayerNorm with bias).
-    pub params_each: u64,
+    /// Features each normalises.
+    pub width: u64,
+    /// Their class.
+    pub norm: Norm,
+}
+
+impl Norms {
+    /// Parameters of one of them.
+    pub fn params_each(&self) -> u64 {
+        self.norm.params(self.width)
+    }
+}
+
+/// How a block's mixer and feed-forward meet the residual stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Residual {
+    /// `x += mixer(norm(x)); x += ffn(norm(x))`, the mixer's output rebound.
+    Sequential,
+    /// As `Sequential`, but the block keeps the mixer's output in a local until it returns
+    /// (`GPT2Block`: `hidden_states = attn_output + residual`).
+    SequentialHeld,
+    /// `x + mixer(norm₁(x)) + ffn(norm₂(x))` (GPT-NeoX's `use_parallel_residual`, Falcon's
+    /// `parallel_attn`); with one norm per block both read the same normed input (Falcon-7B).
+    Parallel,
 }
 
 /// One decoder (or encoder) layer.
@@ -410,6 +598,8 @@ pub struct Block {
     pub ffn: Ffn,
     /// The norms outside mixer and feed-forward.
     pub norms: Norms,
+    /// How mixer and feed-forward meet the residual stream.
+    pub residual: Residual,
     /// Further per-layer parameters and where they belong (Gemma 4's per-layer-input gate,
     /// projection and norm; a layer scalar).
     pub extra: (Component, u64),
@@ -567,14 +757,14 @@ impl Mixer {
                 if a.fused_qkv {
                     out(lin(c, q + k + v, h));
                     if a.qkv_bias {
-                        out(vector(c, q + k + v));
+                        out(col_bias(c, q + k + v));
                     }
                 } else {
                     for w in [q, k, v] {
                         if w > 0 {
                             out(lin(c, w, h));
                             if a.qkv_bias {
-                                out(vector(c, w));
+                                out(col_bias(c, w));
                             }
                         }
                     }
@@ -606,6 +796,7 @@ impl Mixer {
                         rows: a.rel_buckets,
                         cols: a.heads,
                         fp32: false,
+                        tp: false,
                     });
                 }
             }
@@ -772,20 +963,20 @@ impl Dense {
             if self.fused_gate_up {
                 out(lin(c, 2 * f, h));
                 if self.bias {
-                    out(vector(c, 2 * f));
+                    out(col_bias(c, 2 * f));
                 }
             } else {
                 for _ in 0..2 {
                     out(lin(c, f, h));
                     if self.bias {
-                        out(vector(c, f));
+                        out(col_bias(c, f));
                     }
                 }
             }
         } else {
             out(lin(c, f, h));
             if self.bias {
-                out(vector(c, f));
+                out(col_bias(c, f));
             }
         }
         out(lin(c, h, f));
@@ -807,6 +998,7 @@ impl Moe {
             rows: e,
             cols: h,
             fp32: self.router_param_fp32,
+            tp: false,
         });
         if self.router_bias {
             out(vector(Component::Router, e));
@@ -824,10 +1016,11 @@ impl Moe {
             rows,
             cols,
             fp32: false,
+            tp: true,
         };
         out(bank(up, inner));
         if self.expert_bias {
-            out(vector(r, e * up));
+            out(col_bias(r, e * up));
         }
         out(bank(inner, i));
         if self.expert_bias {
@@ -837,7 +1030,7 @@ impl Moe {
             out(lin(r, l, h));
             out(lin(r, h, l));
             if self.latent_bias {
-                out(vector(r, l));
+                out(col_bias(r, l));
                 out(vector(r, h));
             }
         }
@@ -887,25 +1080,38 @@ impl Ffn {
 }
 
 impl Block {
-    /// Every parameter tensor of the block, in module order (mixer, cross-attention,
-    /// feed-forward, norms, extras).
+    /// Every parameter tensor of the block, in module order (mixer, cross-attention and its
+    /// norm, feed-forward, the other norms, extras).
     pub fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
         self.mixer.tensors(h, out);
-        if self.cross_attention {
-            if let Mixer::Attention(a) = self.mixer {
-                Mixer::Attention(Attention {
-                    rel_buckets: 0,
-                    ..a
-                })
-                .tensors(h, out);
+        let mut norms = self.norms.count;
+        if let Some(a) = self.cross() {
+            Mixer::Attention(a).tensors(h, out);
+            if norms > 0 {
+                self.norms.norm.tensors(self.norms.width, out);
+                norms -= 1;
             }
         }
         self.ffn.tensors(h, out);
-        for _ in 0..self.norms.count {
-            out(vector(Component::Norms, self.norms.params_each));
+        for _ in 0..norms {
+            self.norms.norm.tensors(self.norms.width, out);
         }
         if self.extra.1 > 0 {
             out(vector(self.extra.0, self.extra.1));
+        }
+    }
+
+    /// The cross-attention of a decoder block of an encoder-decoder: the mixer's shape, without
+    /// a position table or bias (T5's `EncDecAttention`).
+    pub fn cross(&self) -> Option<Attention> {
+        match self.mixer {
+            Mixer::Attention(a) if self.cross_attention => Some(Attention {
+                rel_buckets: 0,
+                rel_bias: false,
+                rope: false,
+                ..a
+            }),
+            _ => None,
         }
     }
 
@@ -1133,6 +1339,32 @@ impl Storage {
     }
 }
 
+/// One layer's shape as [`Blocks::typical`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Typical {
+    /// Query heads.
+    pub heads: u64,
+    /// Key/value heads.
+    pub kv_heads: u64,
+    /// Query/key head size.
+    pub head_dim: u64,
+    /// Feed-forward inner size (one expert's for a mixture of experts).
+    pub intermediate: u64,
+    /// Gated feed-forward.
+    pub gated: bool,
+    /// Experts (1 for a dense feed-forward).
+    pub experts: u64,
+    /// Experts each token is routed to (1 for a dense feed-forward).
+    pub top_k: u64,
+}
+
+impl Typical {
+    /// Query width `heads · head_dim` and key/value width `kv_heads · head_dim`.
+    pub fn attn_widths(&self) -> (u64, u64) {
+        (self.heads * self.head_dim, self.kv_heads * self.head_dim)
+    }
+}
+
 /// The model-level parts that are not per-layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Ends {
@@ -1148,69 +1380,213 @@ pub struct Ends {
     pub other: u64,
 }
 
-/// The whole layer-by-layer description.
+/// What the model does around its token embedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Embedding {
+    /// Rows of a learned position table added to the token embeddings (GPT-2's `wpe`, BERT's
+    /// `position_embeddings`); 0 without one.
+    pub learned_positions: u64,
+    /// Rows of a token-type table (BERT); 0 without one.
+    pub type_vocab: u64,
+    /// A norm right after the embeddings (BERT's `LayerNorm`).
+    pub norm: bool,
+    /// The model's forward makes the first layer's input as a new tensor from `inputs_embeds`
+    /// and keeps both (Gemma 1/2: `hidden_states = inputs_embeds * normalizer`).
+    pub scaled_copy: bool,
+}
+
+/// What the model does after its last layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Head {
+    /// The LM head shares the token embedding's weight.
+    pub tied: bool,
+    /// A pooler (`dense h→h` with bias, tanh) on the first token (BERT/RoBERTa).
+    pub pooler: bool,
+    /// `final_logit_softcapping`: `tanh(logits / c) · c` over the whole logits, whose tanh
+    /// output is saved for backward (Gemma 2).
+    pub softcap: bool,
+    /// A tied head's input is rescaled by `d_model^-0.5` first (T5).
+    pub tied_rescale: bool,
+}
+
+/// Dropout probabilities of the model's config, active in training.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Dropout {
+    /// On the attention probabilities (0: no mask is stored).
+    pub attention: f64,
+    /// On the residual branches and the embeddings.
+    pub hidden: f64,
+}
+
+/// The module names transformers gives a family's layers (what LoRA targets match), and how
+/// PEFT rewrites its expert targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Names {
+    /// The attention module (`self_attn`, GPT-2's `attn`, NeoX's `attention`).
+    pub attn: &'static str,
+    /// Query, key and value projections.
+    pub q: &'static str,
+    /// Key projection.
+    pub k: &'static str,
+    /// Value projection.
+    pub v: &'static str,
+    /// A fused query/key/value projection (`qkv_proj`, `c_attn`, `query_key_value`).
+    pub qkv: &'static str,
+    /// The attention's output projection.
+    pub o: &'static str,
+    /// The feed-forward module.
+    pub mlp: &'static str,
+    /// Gate projection.
+    pub gate: &'static str,
+    /// Up projection.
+    pub up: &'static str,
+    /// A fused gate/up projection.
+    pub gate_up: &'static str,
+    /// Down projection.
+    pub down: &'static str,
+    /// transformers' `conversion_mapping._MODEL_TO_CONVERSION_PATTERN` entry PEFT 0.21.2 applies
+    /// to this family's expert targets (`_convert_peft_config_moe`), if any.
+    pub moe_conversion: Option<MoeConversion>,
+}
+
+impl Names {
+    /// The names of Llama and of most families since.
+    pub const LLAMA: Names = Names {
+        attn: "self_attn",
+        q: "q_proj",
+        k: "k_proj",
+        v: "v_proj",
+        qkv: "qkv_proj",
+        o: "o_proj",
+        mlp: "mlp",
+        gate: "gate_proj",
+        up: "up_proj",
+        gate_up: "gate_up_proj",
+        down: "down_proj",
+        moe_conversion: None,
+    };
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Names::LLAMA
+    }
+}
+
+/// The base pattern of a PEFT MoE target rewrite: which v4 names become which parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoeConversion {
+    /// `w1`/`w3` → `gate_up_proj`, `w2` → `down_proj`, `gate` → `gate.weight`.
+    Mixtral,
+    /// `gate_proj`/`up_proj` → `gate_up_proj`, `down_proj` → `down_proj`, `gate` →
+    /// `gate.weight`.
+    Qwen2Moe,
+}
+
+/// What a family's figures have been checked against, for the estimate's `assumes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Checked {
+    /// The 2019–2024 families: steps measured on an H100 under transformers 5.17, their module
+    /// trees the same in 5.24.
+    H100Steps,
+    /// The families read from transformers 5.24: module tree and cache against 5.24 itself
+    /// (the zoo), mechanisms read from its source.
+    #[default]
+    Zoo,
+}
+
+/// The whole description of a transformer: its layers, kept once per distinct kind, and what
+/// surrounds them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Blocks {
+    /// How the layers are wired.
+    pub layout: Layout,
     /// Hidden size the blocks read and write.
     pub hidden: u64,
+    /// Longest sequence the model was configured for (`max_position_embeddings`).
+    pub max_positions: u64,
     /// The distinct block kinds.
     pub kinds: Vec<Block>,
     /// Per layer (encoder layers first for encoder-decoders), its index into `kinds`.
     pub pattern: Vec<u8>,
-    /// Embedding, final norm, head.
+    /// Embedding, final norm and head parameters.
     pub ends: Ends,
+    /// What the model does around its token embedding.
+    pub embedding: Embedding,
+    /// What it does after its last layer.
+    pub head: Head,
+    /// The class of the model's norms (final and embedding norms; each block's own in its
+    /// [`Norms`]).
+    pub norm: Norm,
+    /// The config's dropout probabilities.
+    pub dropout: Dropout,
+    /// Module names, for LoRA targets.
+    pub names: Names,
+    /// What the figures have been checked against.
+    pub checked: Checked,
     /// A vision tower, if the model carries one.
     pub vision: Option<Vision>,
     /// Multi-token-prediction layers, if the config declares them.
     pub mtp: Option<Mtp>,
     /// The weights as shipped.
     pub storage: Storage,
-    /// The uniform fields of [`crate::arch::Transformer`] describe every layer exactly (the
-    /// 2019–2024 families); otherwise they are stand-ins that keep the uniform walks running,
-    /// and the parameter split comes from these blocks.
-    pub uniform: bool,
     /// What the reader assumed or left out, for the estimate's notes (true text only).
     pub notes: Vec<String>,
     /// The config declares a vision tower this reader does not describe (a wrapper read through
     /// its `text_config`, a generic decoder): images would be taken, but are not counted.
     pub vision_unmodelled: bool,
+    /// Temporary (one generate walk is coming): `generate` is walked op by op for these.
+    #[serde(skip)]
+    pub legacy_generate: bool,
 }
 
 impl Blocks {
     /// No layers yet (a reader fills them in).
     pub fn empty() -> Blocks {
-        Blocks {
-            hidden: 0,
+        Blocks::from_layers(0, &[], Ends::default())
+    }
+
+    /// A decoder-only description with one kind repeated `layers` times.
+    pub fn uniform(hidden: u64, block: Block, layers: u64, ends: Ends) -> Blocks {
+        let mut b = Blocks::from_layers(hidden, &[block], ends);
+        b.pattern = vec![0; layers as usize];
+        b
+    }
+
+    /// Builds a decoder-only description (RMSNorm, no dropout, untied unless the ends say so)
+    /// from one block per layer, keeping each distinct block once; the reader sets the rest.
+    pub fn from_layers(hidden: u64, layers: &[Block], ends: Ends) -> Blocks {
+        let mut b = Blocks {
+            layout: Layout::DecoderOnly,
+            hidden,
+            max_positions: 0,
             kinds: Vec::new(),
             pattern: Vec::new(),
-            ends: Ends::default(),
-            vision: None,
-            mtp: None,
-            storage: Storage::default(),
-            uniform: false,
-            notes: Vec::new(),
-            vision_unmodelled: false,
-        }
-    }
-
-    /// A description with one kind repeated `layers` times.
-    pub fn uniform(hidden: u64, block: Block, layers: u64, ends: Ends) -> Blocks {
-        Blocks {
-            hidden,
-            kinds: vec![block],
-            pattern: vec![0; layers as usize],
             ends,
+            embedding: Embedding::default(),
+            head: Head {
+                tied: ends.head == 0,
+                ..Head::default()
+            },
+            norm: Norm::RMS,
+            dropout: Dropout::default(),
+            names: Names::LLAMA,
+            checked: Checked::Zoo,
             vision: None,
             mtp: None,
             storage: Storage::default(),
-            uniform: false,
             notes: Vec::new(),
             vision_unmodelled: false,
-        }
+            legacy_generate: false,
+        };
+        b.set_layers(layers);
+        b
     }
 
-    /// Builds the description from one block per layer, keeping each distinct block once.
-    pub fn from_layers(hidden: u64, layers: &[Block], ends: Ends) -> Blocks {
+    /// Replaces the layers (one block per layer), keeping each distinct block once.
+    pub fn set_layers(&mut self, layers: &[Block]) {
         let mut kinds: Vec<Block> = Vec::new();
         let mut pattern = Vec::with_capacity(layers.len());
         for b in layers {
@@ -1223,31 +1599,135 @@ impl Blocks {
             };
             pattern.push(u8::try_from(i).expect("at most 256 distinct block kinds"));
         }
-        Blocks {
-            hidden,
-            kinds,
-            pattern,
-            ends,
-            vision: None,
-            mtp: None,
-            storage: Storage::default(),
-            uniform: false,
-            notes: Vec::new(),
-            vision_unmodelled: false,
-        }
+        self.kinds = kinds;
+        self.pattern = pattern;
     }
 
-    /// Whether the layers differ in a way the uniform walk cannot follow: more than one kind
-    /// outside an encoder-decoder's stacks, or a mixer other than attention.
+    /// Whether the layers differ beyond an encoder-decoder's two stacks and the position
+    /// tables of their first layers: more than one kind, or a mixer other than softmax
+    /// attention, or a layer without (or with two) feed-forwards.
     pub fn varies(&self) -> bool {
-        if self.uniform {
-            return false;
+        let mut seen: Vec<Block> = Vec::new();
+        for k in &self.kinds {
+            let mut plain = *k;
+            if let Mixer::Attention(a) = &mut plain.mixer {
+                a.rel_buckets = 0;
+            }
+            if self.layout == Layout::EncoderDecoder && plain.cross_attention {
+                plain.cross_attention = false;
+                plain.norms.count = plain.norms.count.saturating_sub(1);
+            }
+            if !seen.contains(&plain) {
+                seen.push(plain);
+            }
         }
-        self.kinds.len() > 1
+        seen.len() > 1
             || self.kinds.iter().any(|k| {
                 !matches!(k.mixer, Mixer::Attention(_))
                     || matches!(k.ffn, Ffn::None | Ffn::DenseAndMoe(..))
             })
+    }
+
+    /// Vocabulary size (rows of the token embedding).
+    pub fn vocab(&self) -> u64 {
+        self.ends.vocab
+    }
+
+    /// Layers of the encoder stack (encoder-decoders; 0 otherwise): the leading layers without
+    /// a cross-attention.
+    pub fn encoder_layers(&self) -> u64 {
+        if self.layout != Layout::EncoderDecoder {
+            return 0;
+        }
+        self.iter().take_while(|b| !b.cross_attention).count() as u64
+    }
+
+    /// Layers of the decoder (or the only) stack.
+    pub fn decoder_layers(&self) -> u64 {
+        self.len() as u64 - self.encoder_layers()
+    }
+
+    /// One layer standing for all of them, for the closed forms that price a whole model by a
+    /// single layer (the Megatron cost model, the serving engines' profile run, the time of a
+    /// `generate` step): the first attention layer's attention (an MLA layer as multi-head
+    /// attention of its heads and query/key size; the window only where every attention layer
+    /// has one), and the feed-forward most layers have: the routed experts where more than half
+    /// the layers (or all that have a feed-forward) are mixtures of experts, else the first
+    /// dense MLP.
+    pub fn representative(&self) -> Block {
+        let first = self.iter().find_map(|b| match b.mixer {
+            Mixer::Attention(a) => Some(a),
+            Mixer::Mla(m) => Some(Attention::new(
+                m.heads,
+                m.heads,
+                m.qk_nope_head_dim + m.qk_rope_head_dim,
+            )),
+            _ => None,
+        });
+        let all_windowed = self.iter().all(|b| match b.mixer {
+            Mixer::Attention(a) => a.window != Window::Full,
+            _ => true,
+        });
+        let mut attn = first.unwrap_or_else(|| Attention::new(1, 1, self.hidden));
+        if !all_windowed {
+            attn.window = Window::Full;
+        }
+        let n = self.len();
+        let moe_layers = self.iter().filter(|b| matches!(b.ffn, Ffn::Moe(_))).count();
+        let any_dense = self
+            .iter()
+            .any(|b| matches!(b.ffn, Ffn::Dense(_) | Ffn::DenseAndMoe(..)));
+        let moe = self.iter().find_map(|b| match b.ffn {
+            Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => Some(m),
+            _ => None,
+        });
+        let dense = self.iter().find_map(|b| match b.ffn {
+            Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) => Some(d),
+            _ => None,
+        });
+        let ffn = match (moe, dense) {
+            (Some(m), _) if !any_dense || moe_layers * 2 > n => Ffn::Moe(m),
+            (_, Some(d)) => Ffn::Dense(d),
+            _ => Ffn::Dense(Dense::new(4 * self.hidden)),
+        };
+        let first_block = self.kinds.first().copied();
+        Block {
+            mixer: Mixer::Attention(attn),
+            cross_attention: false,
+            ffn,
+            norms: first_block.map_or(
+                Norms {
+                    count: 2,
+                    width: self.hidden,
+                    norm: self.norm,
+                },
+                |b| b.norms,
+            ),
+            residual: first_block.map_or(Residual::Sequential, |b| b.residual),
+            extra: (Component::Other, 0),
+        }
+    }
+
+    /// [`Blocks::representative`]'s shape.
+    pub fn typical(&self) -> Typical {
+        let r = self.representative();
+        let Mixer::Attention(a) = r.mixer else {
+            unreachable!("the representative layer is attention")
+        };
+        let (intermediate, gated, experts, top_k) = match r.ffn {
+            Ffn::Moe(m) => (m.expert_intermediate, m.gated, m.experts, m.top_k),
+            Ffn::Dense(d) => (d.intermediate, d.gated, 1, 1),
+            _ => (4 * self.hidden, true, 1, 1),
+        };
+        Typical {
+            heads: a.heads,
+            kv_heads: a.kv_heads,
+            head_dim: a.head_dim,
+            intermediate,
+            gated,
+            experts,
+            top_k,
+        }
     }
 
     /// Number of layers.
@@ -1328,6 +1808,7 @@ impl Blocks {
             rows: self.ends.vocab,
             cols: self.ends.head / self.ends.vocab.max(1),
             fp32: false,
+            tp: true,
         };
         bytes += if self.ends.head > 0 && head.numel() == self.ends.head {
             self.storage.tensor_bytes(&head, dequantized)
@@ -1402,22 +1883,8 @@ mod tests {
 
     fn attn(window: Window) -> Attention {
         Attention {
-            heads: 8,
-            kv_heads: 2,
-            head_dim: 64,
-            v_head_dim: 64,
             window,
-            sinks: false,
-            qk_norm: QkNorm::None,
-            q_gate: false,
-            k_eq_v: false,
-            v_norm: false,
-            qkv_bias: false,
-            out_bias: false,
-            kv_shared: false,
-            fused_qkv: false,
-            rel_buckets: 0,
-            rope: true,
+            ..Attention::new(8, 2, 64)
         }
     }
 
@@ -1458,16 +1925,13 @@ mod tests {
         let dense = Block {
             mixer: Mixer::Attention(attn(Window::Full)),
             cross_attention: false,
-            ffn: Ffn::Dense(Dense {
-                intermediate: 1024,
-                gated: true,
-                bias: false,
-                fused_gate_up: false,
-            }),
+            ffn: Ffn::Dense(Dense::new(1024)),
             norms: Norms {
                 count: 2,
-                params_each: 512,
+                width: 512,
+                norm: Norm::RMS,
             },
+            residual: Residual::Sequential,
             extra: (Component::Other, 0),
         };
         let moe = Block {
@@ -1483,12 +1947,7 @@ mod tests {
                 router_weights_fp32: true,
                 router_param_fp32: false,
                 dispatch: Dispatch::GroupedMm,
-                shared: Some(Dense {
-                    intermediate: 256,
-                    gated: true,
-                    bias: false,
-                    fused_gate_up: false,
-                }),
+                shared: Some(Dense::new(256)),
                 shared_gate: false,
                 latent: None,
                 latent_bias: false,

@@ -6,10 +6,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::arch::{Act, Layout, Mlp, Model, Norm, Positions, Transformer};
-use crate::blocks::{Blocks, Dtype, Quant, Storage};
+use crate::arch::Model;
+use crate::blocks::{Act, Dtype, Quant, Storage};
 use crate::error::{Error, Result};
 
+mod classic;
 mod decoders;
 
 /// The `model_type` values of the 2019–2024 families the uniform reader understands; the current
@@ -84,22 +85,21 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         map: &map,
         model_type: &model_type,
     };
-    let legacy = match model_type.as_str() {
-        "gpt2" => Some(gpt2(&c)?),
-        "gpt_neox" => Some(gpt_neox(&c)?),
+    let classic = match model_type.as_str() {
+        "gpt2" => Some(classic::gpt2(&c)?),
+        "gpt_neox" => Some(classic::gpt_neox(&c)?),
         "llama" | "mistral" | "mixtral" | "qwen2" | "gemma" | "gemma2" | "phi3" => {
-            Some(llama_like(&c)?)
+            Some(classic::llama_like(&c)?)
         }
-        "falcon" | "RefinedWeb" | "RefinedWebModel" => Some(falcon(&c)?),
-        "bert" | "roberta" => Some(bert(&c)?),
-        "t5" => Some(t5(&c)?),
+        "falcon" | "RefinedWeb" | "RefinedWebModel" => Some(classic::falcon(&c)?),
+        "bert" | "roberta" => Some(classic::bert(&c)?),
+        "t5" => Some(classic::t5(&c)?),
         _ => None,
     };
-    let mut t = match legacy {
-        Some(mut t) => {
-            validate(&t)?;
-            t.blocks = t.uniform_blocks();
-            legacy_windows(&c, &mut t)?;
+    let mut t = match classic {
+        Some(d) => {
+            let mut t = decoders::build(d)?;
+            t.blocks.legacy_generate = true;
             t
         }
         None => {
@@ -179,9 +179,9 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             "quantization_config's method `{method}` is not modelled: weights are counted in the config's dtype"
         ));
     }
+    t.blocks.names.moe_conversion = decoders::peft_moe_conversion(&model_type);
     t.name = name.to_string();
     t.model_type = model_type;
-    validate(&t)?;
     Ok(Model::Transformer(t))
 }
 
@@ -368,376 +368,12 @@ impl Cfg<'_> {
 fn activation(name: &str) -> Option<Act> {
     Some(match name {
         "gelu" | "gelu_python" | "gelu_pytorch_tanh" | "gelu_accurate" | "silu" | "swish"
-        | "relu" | "gelu_10" => Act::Fused,
+        | "gelu_10" => Act::Fused,
+        "relu" => Act::Relu,
         "gelu_new" | "gelu_fast" => Act::ComposedTanh,
         "quick_gelu" => Act::QuickGelu,
         _ => return None,
     })
-}
-
-/// A decoder-only transformer with defaults filled in by the family readers.
-fn base(vocab: u64, hidden: u64, layers: u64, heads: u64) -> Transformer {
-    Transformer {
-        name: String::new(),
-        model_type: String::new(),
-        layout: Layout::DecoderOnly,
-        vocab,
-        hidden,
-        layers,
-        encoder_layers: 0,
-        heads,
-        kv_heads: heads,
-        head_dim: hidden / heads.max(1),
-        intermediate: 4 * hidden,
-        max_positions: 2048,
-        mlp: Mlp::Gated,
-        act: Act::Fused,
-        fused_qkv: false,
-        fused_gate_up: false,
-        norm: Norm::RmsNorm,
-        norm_bias: false,
-        norms_per_layer: 2,
-        qkv_bias: false,
-        out_bias: false,
-        mlp_bias: false,
-        experts: 1,
-        experts_per_token: 1,
-        positions: Positions::Rotary,
-        type_vocab: 0,
-        tied_embeddings: false,
-        embedding_norm: false,
-        pooler: false,
-        final_norm: true,
-        parallel_residual: false,
-        attention_dropout: 0.0,
-        hidden_dropout: 0.0,
-        softmax_upcast: true,
-        sliding_window: None,
-        logit_softcap: false,
-        blocks: Blocks::empty(),
-    }
-}
-
-fn check_heads(c: &Cfg, hidden: u64, heads: u64) -> Result<()> {
-    if hidden % heads != 0 {
-        return Err(Error::NotDivisible {
-            what: format!("{}: hidden size by attention heads", c.model_type),
-            a: hidden,
-            b: heads,
-        });
-    }
-    Ok(())
-}
-
-fn gpt2(c: &Cfg) -> Result<Transformer> {
-    let hidden = c.u64(&["n_embd", "hidden_size"])?;
-    let heads = c.u64(&["n_head", "num_attention_heads"])?;
-    check_heads(c, hidden, heads)?;
-    let positions = c.u64(&["n_positions", "n_ctx", "max_position_embeddings"])?;
-    let mut t = base(
-        c.u64(&["vocab_size"])?,
-        hidden,
-        c.u64(&["n_layer", "num_hidden_layers"])?,
-        heads,
-    );
-    t.intermediate = c.opt_u64(&["n_inner"])?.unwrap_or(4 * hidden);
-    t.max_positions = positions;
-    t.positions = Positions::Learned(positions);
-    t.mlp = Mlp::Plain;
-    t.act = c.act(&["activation_function"], "gelu_new")?;
-    t.fused_qkv = true;
-    t.norm = Norm::LayerNorm;
-    t.norm_bias = true;
-    (t.qkv_bias, t.out_bias, t.mlp_bias) = (true, true, true);
-    t.tied_embeddings = c.bool("tie_word_embeddings", true)?;
-    t.attention_dropout = c.prob(&["attn_pdrop"], 0.1)?;
-    t.hidden_dropout = c.prob(&["resid_pdrop"], 0.1)?;
-    t.softmax_upcast = false;
-    Ok(t)
-}
-
-fn gpt_neox(c: &Cfg) -> Result<Transformer> {
-    let hidden = c.u64(&["hidden_size"])?;
-    let heads = c.u64(&["num_attention_heads"])?;
-    check_heads(c, hidden, heads)?;
-    let mut t = base(
-        c.u64(&["vocab_size"])?,
-        hidden,
-        c.u64(&["num_hidden_layers"])?,
-        heads,
-    );
-    t.intermediate = c.opt_u64(&["intermediate_size"])?.unwrap_or(4 * hidden);
-    t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
-    t.mlp = Mlp::Plain;
-    t.act = c.act(&["hidden_act"], "gelu")?;
-    t.fused_qkv = true;
-    t.norm = Norm::LayerNorm;
-    t.norm_bias = true;
-    let bias = c.bool("attention_bias", true)?;
-    (t.qkv_bias, t.out_bias, t.mlp_bias) = (bias, bias, true);
-    t.tied_embeddings = c.bool("tie_word_embeddings", false)?;
-    t.parallel_residual = c.bool("use_parallel_residual", true)?;
-    t.attention_dropout = c.prob(&["attention_dropout"], 0.0)?;
-    t.hidden_dropout = c.prob(&["hidden_dropout"], 0.0)?;
-    Ok(t)
-}
-
-/// Llama and its descendants: Mistral, Mixtral, Qwen2, Gemma, Gemma 2, Phi-3.
-fn llama_like(c: &Cfg) -> Result<Transformer> {
-    let mt = c.model_type;
-    let hidden = c.u64(&["hidden_size"])?;
-    let heads = c.u64(&["num_attention_heads"])?;
-    let kv_heads = c.opt_u64(&["num_key_value_heads"])?.unwrap_or(heads);
-    let head_dim = match c.opt_u64(&["head_dim"])? {
-        Some(d) => d,
-        None => {
-            check_heads(c, hidden, heads)?;
-            hidden / heads
-        }
-    };
-    if heads % kv_heads != 0 {
-        return Err(Error::NotDivisible {
-            what: format!("{mt}: attention heads by key/value heads"),
-            a: heads,
-            b: kv_heads,
-        });
-    }
-    let mut t = base(
-        c.u64(&["vocab_size"])?,
-        hidden,
-        c.u64(&["num_hidden_layers"])?,
-        heads,
-    );
-    t.kv_heads = kv_heads;
-    t.head_dim = head_dim;
-    t.intermediate = c.u64(&["intermediate_size"])?;
-    t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
-    let gemma = mt == "gemma" || mt == "gemma2";
-    t.act = if gemma {
-        c.act(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh")?
-    } else {
-        c.act(&["hidden_act"], "silu")?
-    };
-    t.tied_embeddings = c.bool("tie_word_embeddings", gemma)?;
-    t.qkv_bias = mt == "qwen2" || c.bool("attention_bias", false)?;
-    t.out_bias = mt != "qwen2" && c.bool("attention_bias", false)?;
-    t.mlp_bias = c.bool("mlp_bias", false)?;
-    t.attention_dropout = c.prob(&["attention_dropout"], 0.0)?;
-    if mt == "phi3" {
-        (t.fused_qkv, t.fused_gate_up) = (true, true);
-        t.hidden_dropout = c.prob(&["resid_pdrop"], 0.0)?;
-    }
-    if mt == "gemma2" {
-        t.norms_per_layer = 4;
-        // Gemma2Config defaults: final_logit_softcapping=30.0 (null turns it off).
-        t.logit_softcap = match c.map.get("final_logit_softcapping") {
-            None => true,
-            Some(Value::Null) => false,
-            Some(Value::Number(_)) => true,
-            Some(other) => {
-                return Err(Error::WrongType {
-                    field: "final_logit_softcapping".into(),
-                    expected: "a number or null",
-                    found: kind_of(other).into(),
-                })
-            }
-        };
-    }
-    if mt == "mistral" {
-        // MistralConfig's default sliding_window is 4096; null turns it off.
-        t.sliding_window = if c.map.contains_key("sliding_window") {
-            c.opt_u64(&["sliding_window"])?
-        } else {
-            Some(4096)
-        };
-    }
-    if mt == "mixtral" {
-        t.experts = c.u64(&["num_local_experts"])?;
-        t.experts_per_token = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
-        if t.experts_per_token > t.experts {
-            return Err(Error::OutOfRange {
-                field: "num_experts_per_tok".into(),
-                value: t.experts_per_token.to_string(),
-                why: format!("cannot exceed num_local_experts = {}", t.experts),
-            });
-        }
-    }
-    Ok(t)
-}
-
-fn falcon(c: &Cfg) -> Result<Transformer> {
-    let hidden = c.u64(&["hidden_size", "n_embed"])?;
-    let heads = c.u64(&["num_attention_heads", "n_head"])?;
-    check_heads(c, hidden, heads)?;
-    let new_arch = c.bool("new_decoder_architecture", false)?;
-    let kv_heads = if new_arch {
-        c.opt_u64(&["num_kv_heads", "n_head_kv"])?.unwrap_or(heads)
-    } else if c.bool("multi_query", true)? {
-        1
-    } else {
-        heads
-    };
-    if heads % kv_heads != 0 {
-        return Err(Error::NotDivisible {
-            what: "falcon: attention heads by key/value heads".into(),
-            a: heads,
-            b: kv_heads,
-        });
-    }
-    let mut t = base(
-        c.u64(&["vocab_size"])?,
-        hidden,
-        c.u64(&["num_hidden_layers", "n_layer"])?,
-        heads,
-    );
-    t.kv_heads = kv_heads;
-    t.intermediate = c.opt_u64(&["ffn_hidden_size"])?.unwrap_or(4 * hidden);
-    t.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
-    t.mlp = Mlp::Plain;
-    t.fused_qkv = true;
-    t.norm = Norm::LayerNorm;
-    t.norm_bias = true;
-    let bias = c.bool("bias", false)?;
-    (t.qkv_bias, t.out_bias, t.mlp_bias) = (bias, bias, bias);
-    t.parallel_residual = c.bool("parallel_attn", true)?;
-    t.norms_per_layer = if t.parallel_residual && !new_arch {
-        1
-    } else {
-        2
-    };
-    t.tied_embeddings = c.bool("tie_word_embeddings", true)?;
-    if c.bool("alibi", false)? {
-        t.positions = Positions::None;
-    }
-    t.attention_dropout = c.prob(&["attention_dropout"], 0.0)?;
-    t.hidden_dropout = c.prob(&["hidden_dropout"], 0.0)?;
-    t.softmax_upcast = false;
-    Ok(t)
-}
-
-fn bert(c: &Cfg) -> Result<Transformer> {
-    let hidden = c.u64(&["hidden_size"])?;
-    let heads = c.u64(&["num_attention_heads"])?;
-    check_heads(c, hidden, heads)?;
-    let positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(512);
-    let mut t = base(
-        c.u64(&["vocab_size"])?,
-        hidden,
-        c.u64(&["num_hidden_layers"])?,
-        heads,
-    );
-    t.layout = Layout::EncoderOnly;
-    t.intermediate = c.opt_u64(&["intermediate_size"])?.unwrap_or(4 * hidden);
-    t.max_positions = positions;
-    t.positions = Positions::Learned(positions);
-    t.type_vocab = match c.find(&["type_vocab_size"]) {
-        // RoBERTa configs set 1; a literal 0 is legal and means no token types.
-        Some((_, Value::Number(n))) if n.as_u64() == Some(0) => 0,
-        _ => c.opt_u64(&["type_vocab_size"])?.unwrap_or(2),
-    };
-    t.mlp = Mlp::Plain;
-    t.norm = Norm::LayerNorm;
-    t.norm_bias = true;
-    (t.qkv_bias, t.out_bias, t.mlp_bias) = (true, true, true);
-    t.act = c.act(&["hidden_act"], "gelu")?;
-    t.embedding_norm = true;
-    t.pooler = true;
-    t.final_norm = false;
-    t.attention_dropout = c.prob(&["attention_probs_dropout_prob"], 0.1)?;
-    t.hidden_dropout = c.prob(&["hidden_dropout_prob"], 0.1)?;
-    t.softmax_upcast = false;
-    Ok(t)
-}
-
-fn t5(c: &Cfg) -> Result<Transformer> {
-    let hidden = c.u64(&["d_model"])?;
-    let heads = c.u64(&["num_heads"])?;
-    let layers = c.u64(&["num_layers"])?;
-    let mut t = base(
-        c.u64(&["vocab_size"])?,
-        hidden,
-        c.opt_u64(&["num_decoder_layers"])?.unwrap_or(layers),
-        heads,
-    );
-    t.layout = Layout::EncoderDecoder;
-    t.encoder_layers = layers;
-    t.head_dim = c.u64(&["d_kv"])?;
-    t.intermediate = c.u64(&["d_ff"])?;
-    t.max_positions = c.opt_u64(&["n_positions"])?.unwrap_or(512);
-    t.positions = Positions::RelativeBuckets(
-        c.opt_u64(&["relative_attention_num_buckets"])?
-            .unwrap_or(32),
-    );
-    t.mlp = match c.str("feed_forward_proj")?.unwrap_or("relu") {
-        "relu" => Mlp::Relu,
-        s if s.starts_with("gated-") => {
-            // T5Config maps "gated-gelu" to gelu_new.
-            let act = if s == "gated-gelu" {
-                "gelu_new"
-            } else {
-                &s[6..]
-            };
-            t.act = activation(act).ok_or_else(|| Error::OutOfRange {
-                field: "feed_forward_proj".into(),
-                value: s.into(),
-                why: "unknown activation".into(),
-            })?;
-            Mlp::Gated
-        }
-        other => {
-            return Err(Error::OutOfRange {
-                field: "feed_forward_proj".into(),
-                value: other.into(),
-                why: "expected `relu` or `gated-<act>`".into(),
-            })
-        }
-    };
-    t.tied_embeddings = c.bool("tie_word_embeddings", true)?;
-    let p = c.prob(&["dropout_rate"], 0.1)?;
-    (t.attention_dropout, t.hidden_dropout) = (p, p);
-    t.softmax_upcast = true;
-    Ok(t)
-}
-
-/// The per-layer windows transformers 5.24 gives the older families' caches, where the uniform
-/// fields keep one: Gemma 2's `layer_types` default alternates sliding (even layers) and full
-/// (configuration_gemma2.py); Phi-3 with a `sliding_window` slides every layer
-/// (cache_utils.py `get_layer_types_and_kwargs`). Only the cache description changes.
-fn legacy_windows(c: &Cfg, t: &mut Transformer) -> Result<()> {
-    use crate::blocks::{Mixer, Window};
-    let window = match c.model_type {
-        "gemma2" if !c.map.contains_key("sliding_window") => Some(4096),
-        "gemma2" | "phi3" => c.opt_u64(&["sliding_window"])?,
-        _ => None,
-    };
-    let Some(w) = window else {
-        return Ok(());
-    };
-    let gemma2 = c.model_type == "gemma2";
-    let layers: Vec<_> = t
-        .blocks
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let mut b = *b;
-            if let Mixer::Attention(a) = &mut b.mixer {
-                if !gemma2 || i % 2 == 0 {
-                    a.window = Window::Sliding(w);
-                }
-            }
-            b
-        })
-        .collect();
-    let old = std::mem::replace(&mut t.blocks, Blocks::empty());
-    t.blocks = Blocks {
-        kinds: Vec::new(),
-        pattern: Vec::new(),
-        ..old
-    };
-    let fresh = Blocks::from_layers(t.blocks.hidden, &layers, t.blocks.ends);
-    t.blocks.kinds = fresh.kinds;
-    t.blocks.pattern = fresh.pattern;
-    Ok(())
 }
 
 /// The weights as shipped: the config's `dtype` (`torch_dtype` in older files) and
@@ -825,34 +461,4 @@ fn storage(c: &Cfg) -> Result<Storage> {
         }
     };
     Ok(Storage { dtype, quant })
-}
-
-/// Checks that the sizes hang together; the readers have checked each field on its own.
-pub(crate) fn validate(t: &Transformer) -> Result<()> {
-    if t.kv_heads > t.heads {
-        return Err(Error::OutOfRange {
-            field: "num_key_value_heads".into(),
-            value: t.kv_heads.to_string(),
-            why: format!("cannot exceed num_attention_heads = {}", t.heads),
-        });
-    }
-    if t.head_dim == 0 {
-        return Err(Error::OutOfRange {
-            field: "head_dim".into(),
-            value: "0".into(),
-            why: "must be positive".into(),
-        });
-    }
-    // A model beyond 1e15 parameters is corrupt input, and would overflow byte counts.
-    let rough = (t.vocab as f64 + 12.0 * t.hidden as f64 * (t.layers + t.encoder_layers) as f64)
-        * t.hidden as f64
-        * t.experts as f64;
-    if rough > 1e15 {
-        return Err(Error::OutOfRange {
-            field: "model size".into(),
-            value: format!("~{rough:.1e} parameters"),
-            why: "larger than 1e15 parameters; check the config".into(),
-        });
-    }
-    Ok(())
 }

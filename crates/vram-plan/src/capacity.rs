@@ -56,7 +56,7 @@
 //! [`Capacity::assumes`]). Checked against eleven real logs by `crates/vram-cli/tests/capacity.rs`.
 
 use serde::Serialize;
-use vram_model::arch::{Mlp, Transformer};
+use vram_model::arch::Transformer;
 use vram_model::fmt::thousands;
 use vram_model::gpu::Gpu;
 
@@ -633,7 +633,7 @@ impl Default for Knobs {
 
 /// The longest `max_model_len` the engine accepts without an override, and its default.
 pub fn model_max_len(t: &Transformer, k: &Knobs) -> u64 {
-    k.derived_max_model_len.unwrap_or(t.max_positions)
+    k.derived_max_model_len.unwrap_or(t.max_positions())
 }
 
 /// What the engine would do at start-up on one GPU of the job (the worst pipeline stage).
@@ -710,16 +710,18 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
             "--tensor-parallel-size and --pipeline-parallel-size must be between 1 and 1024".into(),
         ));
     }
-    if t.heads % k.tp != 0 {
+    if t.blocks.typical().heads % k.tp != 0 {
         return Err(Error::Capacity(format!(
             "--tensor-parallel-size {} does not divide the model's {} attention heads",
-            k.tp, t.heads
+            k.tp,
+            t.blocks.typical().heads
         )));
     }
-    if k.pp > t.layers {
+    if k.pp > t.layers() {
         return Err(Error::Capacity(format!(
             "--pipeline-parallel-size {} exceeds the model's {} layers",
-            k.pp, t.layers
+            k.pp,
+            t.layers()
         )));
     }
     if let Some(l) = k.max_model_len {
@@ -734,7 +736,7 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
                 ),
                 Some(_) => format!(
                     "--max-model-len {l} is larger than the model's {limit} positions (max_position_embeddings {} stretched by its rope_scaling)",
-                    t.max_positions
+                    t.max_positions()
                 ),
             }));
         }
@@ -753,7 +755,7 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
             )));
         }
     }
-    if t.layout != vram_model::arch::Layout::DecoderOnly {
+    if t.layout() != vram_model::arch::Layout::DecoderOnly {
         return Err(Error::Capacity(format!(
             "`{}` is not a decoder-only model; vLLM and SGLang serve it only as a pooling model, which has no KV cache to size",
             t.name
@@ -780,7 +782,7 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
         return logical;
     }
     let one = Knobs { tp: 1, pp: 1, ..*k };
-    let rotary = (t.max_positions * t.head_dim * k.dtype_bytes) as f64;
+    let rotary = (t.max_positions() * t.blocks.typical().head_dim * k.dtype_bytes) as f64;
     let whole = logical_weights_per_gpu(t, &one) as f64;
     let stored = t.blocks.weights_bytes(false) as f64 + rotary;
     (logical as f64 * stored / whole.max(1.0)).round() as u64
@@ -793,25 +795,25 @@ fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
     let tp = k.tp as f64;
     let sharded = (split.per_layer - split.per_layer_replicated) as f64;
     let layer = sharded / tp * q + split.per_layer_replicated as f64 * d;
-    let layers_here = t.layers.div_ceil(k.pp) as f64;
-    let vocab_padded = (t.vocab.div_ceil(64) * 64) as f64;
-    let embed = vocab_padded * t.hidden as f64 / tp * d;
-    let head_matrix = if t.tied_embeddings {
+    let layers_here = t.layers().div_ceil(k.pp) as f64;
+    let vocab_padded = (t.vocab().div_ceil(64) * 64) as f64;
+    let embed = vocab_padded * t.hidden() as f64 / tp * d;
+    let head_matrix = if t.blocks.head.tied {
         0.0
     } else {
-        vocab_padded * t.hidden as f64 / tp * d
+        vocab_padded * t.hidden() as f64 / tp * d
     };
     let head_rest = split.head as f64
-        - if t.tied_embeddings {
+        - if t.blocks.head.tied {
             0.0
         } else {
-            (t.vocab * t.hidden) as f64
+            (t.vocab() * t.hidden()) as f64
         };
-    let rotary = (t.max_positions * t.head_dim) as f64 * d;
+    let rotary = (t.max_positions() * t.blocks.typical().head_dim) as f64 * d;
     let first = embed + layers_here * layer + rotary;
     let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
     let one = if k.pp == 1 {
-        embed + t.layers as f64 * layer + head_matrix + head_rest.max(0.0) * d + rotary
+        embed + t.layers() as f64 * layer + head_matrix + head_rest.max(0.0) * d + rotary
     } else {
         first.max(last)
     };
@@ -840,23 +842,19 @@ pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
     let d = k.dtype_bytes as f64;
     let q = k.quantization.linear_bytes(d);
     let tp = k.tp;
-    let h = t.hidden;
-    let (qw, kvw) = t.attn_widths();
-    let f = t.intermediate.div_ceil(tp);
-    let experts = t.experts.max(1);
-    let up = if matches!(t.mlp, Mlp::Gated) {
-        2 * f
-    } else {
-        f
-    };
+    let h = t.hidden();
+    let (qw, kvw) = t.blocks.typical().attn_widths();
+    let f = t.blocks.typical().intermediate.div_ceil(tp);
+    let experts = t.blocks.typical().experts.max(1);
+    let up = if t.blocks.typical().gated { 2 * f } else { f };
     let per_layer = waste((h * (qw + 2 * kvw).div_ceil(tp)) as f64 * q)
         + waste((qw.div_ceil(tp) * h) as f64 * q)
         + waste((experts * h * up) as f64 * q)
         + waste((experts * f * h) as f64 * q);
-    let vocab = (t.vocab.div_ceil(64) * 64).div_ceil(tp);
+    let vocab = (t.vocab().div_ceil(64) * 64).div_ceil(tp);
     let table = waste((vocab * h) as f64 * d);
-    let tables = if t.tied_embeddings { table } else { 2 * table };
-    t.layers.div_ceil(k.pp) * per_layer + tables
+    let tables = if t.blocks.head.tied { table } else { 2 * table };
+    t.layers().div_ceil(k.pp) * per_layer + tables
 }
 
 /// KV-cache bytes one more token of context costs on the most loaded GPU: the full-attention
@@ -908,16 +906,16 @@ fn token_bytes(c: &LayerCache, kv: u64, tp: u64) -> u64 {
 fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 {
     let d = k.dtype_bytes;
     let tp = k.tp;
-    let h = t.hidden;
-    let (q, kv) = t.attn_widths();
+    let h = t.hidden();
+    let (q, kv) = t.blocks.typical().attn_widths();
     let qkv = (q + 2 * kv).div_ceil(tp);
     let q_tp = q.div_ceil(tp);
-    let f = t.intermediate.div_ceil(tp);
-    let gated = matches!(t.mlp, Mlp::Gated);
+    let f = t.blocks.typical().intermediate.div_ceil(tp);
+    let gated = t.blocks.typical().gated;
     let attn = tokens * (3 * h + qkv + q_tp);
-    let mlp = if t.experts > 1 {
+    let mlp = if t.blocks.typical().experts > 1 {
         let m = tokens.min(32768);
-        let topk = t.experts_per_token.max(1);
+        let topk = t.blocks.typical().top_k.max(1);
         tokens * 3 * h + m * topk * (3 * f + h)
     } else if compiled {
         let up = if gated { 2 * f } else { f };
@@ -942,9 +940,9 @@ fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 
 /// both), which is larger than what the function holds once the sort returns (the sorted values
 /// and indices, both masks, the softmax, its cumulative sum and the re-scattered logits).
 fn sampler_peak(t: &Transformer, reqs: u64, tokens: u64, k: &Knobs) -> u64 {
-    let v = t.vocab.div_ceil(64) * 64;
+    let v = t.vocab().div_ceil(64) * 64;
     let d = k.dtype_bytes;
-    let hidden = tokens * t.hidden * d;
+    let hidden = tokens * t.hidden() * d;
     let per_element = if k.vllm_v0 {
         // during the sort: fp32 input 4, values out 4, indices in 8 and out 8, cub's alternate
         // buffers 4 + 8; after it: values 4, indices 8, masks 1 + 1, softmax 4, cumsum 4, new 4.
@@ -1027,7 +1025,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         let largest = sizes.last().copied().unwrap_or(1);
         // One shared memory pool: the largest captured batch's live set, plus each graph's
         // own bookkeeping (about 1 MiB per graph per 8 layers, an assumption).
-        forward_peak(t, largest, k, true) + sizes.len() as u64 * t.layers.div_ceil(8) * MIB
+        forward_peak(t, largest, k, true) + sizes.len() as u64 * t.layers().div_ceil(8) * MIB
     };
     // From 0.19 the worker profiles CUDA-graph memory before sizing the KV cache and subtracts
     // it (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default: "Estimated CUDA graph
@@ -1332,7 +1330,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let graphs = if k.enforce_eager {
         0
     } else {
-        forward_peak(t, gbs, k, false) + gbs.div_ceil(8) * t.layers.div_ceil(8) * MIB
+        forward_peak(t, gbs, k, false) + gbs.div_ceil(8) * t.layers().div_ceil(8) * MIB
     };
     // SGLang's "GB" is GiB (`GB = 1024 * 1024 * 1024` in mem_cache/memory_pool.py).
     let half = kv_bytes as f64 / 2.0 / GIB;
@@ -1504,14 +1502,14 @@ pub fn cheapest_change(
         tries.push(("--quantization fp8".into(), k));
     }
     for tp in [2, 4, 8] {
-        if tp > knobs.tp && t.heads % tp == 0 {
+        if tp > knobs.tp && t.blocks.typical().heads % tp == 0 {
             let mut k = *knobs;
             k.tp = tp;
             tries.push((format!("--tensor-parallel-size {tp}"), k));
         }
     }
     for pp in [2, 4] {
-        if pp > knobs.pp && pp <= t.layers {
+        if pp > knobs.pp && pp <= t.layers() {
             let mut k = *knobs;
             k.pp = pp;
             tries.push((format!("--pipeline-parallel-size {pp}"), k));

@@ -55,7 +55,7 @@
 //! offload also fetches the parameter shard twice per micro-batch. Not overlapped.
 
 use serde::Serialize;
-use vram_model::arch::{Layout, Mlp, Transformer};
+use vram_model::arch::{Layout, Transformer};
 use vram_model::setup::{AmpStyle, Attention, Offload, Optimizer, Precision, Recompute, Schedule};
 
 use crate::cluster::Cluster;
@@ -131,32 +131,31 @@ impl TokenFlops {
 /// `2hV` for the head, so that `3 × forward + recomputed forward` reproduces Megatron-LM's
 /// `96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))` per token.
 pub fn token_flops(t: &Transformer, seq: u64) -> TokenFlops {
-    let h = t.hidden as f64;
-    let (q, kv) = t.attn_widths();
+    // One representative layer (`Blocks::typical`): the closed form's shape.
+    let ty = t.blocks.typical();
+    let h = t.hidden() as f64;
+    let (q, kv) = ty.attn_widths();
     let (q, kv) = (q as f64, kv as f64);
-    let f = t.intermediate as f64;
+    let f = ty.intermediate as f64;
     let attn_mm = h * (q + 2.0 * kv) + q * h;
-    let mlp_one = match t.mlp {
-        Mlp::Plain | Mlp::Relu => 2.0 * h * f,
-        Mlp::Gated => 3.0 * h * f,
-    };
-    let (active, router) = if t.experts > 1 {
-        (t.experts_per_token.max(1) as f64, h * t.experts as f64)
+    let mlp_one = if ty.gated { 3.0 * h * f } else { 2.0 * h * f };
+    let (active, router) = if ty.experts > 1 {
+        (ty.top_k.max(1) as f64, h * ty.experts as f64)
     } else {
         (1.0, 0.0)
     };
     let layer_matmul = 2.0 * (attn_mm + active * mlp_one + router);
     let layer_attention = 4.0 * seq as f64 * q;
-    let head = if t.layout == Layout::EncoderOnly {
+    let head = if t.layout() == Layout::EncoderOnly {
         0.0
     } else {
-        2.0 * h * t.vocab as f64
+        2.0 * h * t.vocab() as f64
     };
     TokenFlops {
         layer_matmul,
         layer_attention,
         head,
-        layers: t.layers + t.encoder_layers,
+        layers: t.layers(),
     }
 }
 
@@ -302,16 +301,17 @@ pub fn step_time_with(
     let bytes = precision.compute_bytes() as f64;
     let (tp, pp) = (cfg.tp as f64, cfg.pp as f64);
     let tokens = (cfg.micro_batch * seq) as f64;
-    let h = t.hidden as f64;
-    let (q, _) = t.attn_widths();
+    let ty = t.blocks.typical();
+    let h = t.hidden() as f64;
+    let (q, _) = ty.attn_widths();
     let q = q as f64;
-    let head_dim = t.head_dim as f64;
+    let head_dim = ty.head_dim as f64;
 
     // --- one layer, one micro-batch, forward (seconds) ---
     let eta_mm = cal.eta_max
         * g(tokens, cal.d0)
         * g(h, cal.d0)
-        * g((q.min(t.intermediate as f64)) / tp, cal.d0);
+        * g((q.min(ty.intermediate as f64)) / tp, cal.d0);
     let mm_f = tokens * tf.layer_matmul / tp / (peak * eta_mm);
     let attn_eta = match attention {
         Attention::Eager => cal.eta_max * g(head_dim, cal.d0) * g(seq as f64, cal.d0),
@@ -322,13 +322,13 @@ pub fn step_time_with(
     // (read + write h), 2 bias-dropout-adds (read 2h, write h, 1-byte mask), bias-GeLU (read +
     // write f, inside the TP region); the rest is sharded only by sequence parallelism.
     let sp_div = if cfg.sequence_parallel { tp } else { 1.0 };
-    let elem_bytes = 2.0 * t.intermediate as f64 * bytes / tp
+    let elem_bytes = 2.0 * ty.intermediate as f64 * bytes / tp
         + (4.0 * h * bytes + h * (6.0 * bytes + 2.0)) / sp_div;
     let mut elem_f = tokens * elem_bytes / hbm;
     let mut softmax_f = 0.0;
     if attention == Attention::Eager {
         // scale-mask-softmax read+write, dropout read+write+mask: ~5 elements per score.
-        softmax_f = tokens * 5.0 * (t.heads as f64 / tp) * seq as f64 * bytes / hbm;
+        softmax_f = tokens * 5.0 * (ty.heads as f64 / tp) * seq as f64 * bytes / hbm;
         elem_f += softmax_f;
     }
     let mut fwd = mm_f + attn_f + elem_f;
@@ -369,7 +369,7 @@ pub fn step_time_with(
     } else if tf.head > 0.0 {
         let mm = tokens * tf.head / tp / (peak * cal.eta_max * g(tokens, cal.d0) * g(h, cal.d0));
         // logits, fp32 upcast, softmax, and their gradients: ~16 bytes per logit.
-        let loss = tokens * t.vocab as f64 / tp * 16.0 / hbm;
+        let loss = tokens * t.vocab() as f64 / tp * 16.0 / hbm;
         3.0 * mm + loss
     } else {
         0.0

@@ -77,8 +77,10 @@
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
-use vram_model::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
-use vram_model::blocks::{Block, Component, Dispatch, Ffn, Mixer, TensorKind};
+use vram_model::arch::{Act, Layout, Transformer};
+use vram_model::blocks::{
+    self, Block, Blocks, Component, Dense, Dispatch, Ffn, Mixer, NormKind, TensorKind,
+};
 use vram_model::gpu::Gpu;
 use vram_model::setup::{AmpStyle, Attention, Optimizer, Precision};
 
@@ -451,22 +453,21 @@ pub enum AttnKernel {
     Composite,
 }
 
-/// Which attention kernel runs for a self-attention (`cross = false`) or cross-attention
-/// block at sequence length `seq`: the estimator's rule
+/// Which attention kernel runs for the attention `a` (a layer's self-attention or its
+/// cross-attention) at sequence length `seq`: the estimator's rule
 /// ([`vram_model::estimate::attention_kernel`], from PyTorch 2.11's SDPA dispatch and the calls
 /// transformers 5.17 makes), so memory and time agree on the kernel.
 pub fn attention_kernel(
-    t: &Transformer,
+    a: &blocks::Attention,
     attention: Attention,
     precision: Precision,
     training: bool,
     seq: u64,
-    cross: bool,
 ) -> AttnKernel {
     // One rule for memory and time: vram-model's, read from PyTorch 2.11's dispatch.
     use vram_model::estimate::Kernel;
     let half = precision != Precision::Fp32;
-    match vram_model::estimate::attention_kernel(t, attention, half, training, seq, cross) {
+    match vram_model::estimate::attention_kernel(a, attention, half, training, seq) {
         Kernel::Fused => AttnKernel::Flash,
         Kernel::MemEfficient => AttnKernel::MemEfficient,
         Kernel::Math => AttnKernel::Composite,
@@ -622,21 +623,17 @@ impl Ops<'_, '_> {
     }
 }
 
-/// Fraction of each head that rotary embeddings rotate: GPT-NeoX's `rotary_pct` and
-/// StableLM's default 0.25, Phi-2's `partial_rotary_factor` 0.4, the whole head otherwise
-/// (the `Transformer` does not carry the config field; these are the families' defaults).
-pub fn rotary_fraction(t: &Transformer) -> f64 {
-    match t.model_type.as_str() {
-        "gpt_neox" | "stablelm" => 0.25,
-        "phi" => 0.4,
-        _ => 1.0,
-    }
+/// Fraction of each head the rotary embedding turns (GPT-NeoX's `rotary_pct`, 0.25; the
+/// whole head by default), as the reader set it from the config.
+pub fn rotary_fraction(a: &blocks::Attention) -> f64 {
+    a.rotary_pct as f64 / 100.0
 }
 
-/// Forward work of one layer (`cross`: a decoder layer with cross-attention over `cross`
-/// encoder tokens).
+/// Forward work of one layer `blk` of `b` with softmax attention and a dense MLP or experts
+/// (`cross`: a decoder layer with cross-attention over `cross` encoder tokens).
 pub fn layer(
-    t: &Transformer,
+    b: &Blocks,
+    blk: &Block,
     s: &Shape,
     r: &Rates<'_>,
     attention: Attention,
@@ -647,23 +644,40 @@ pub fn layer(
         r,
         w: Work::default(),
     };
+    let Mixer::Attention(at) = blk.mixer else {
+        return o.w;
+    };
+    let cross_at = blk.cross().unwrap_or(at);
+    let (dense, moe) = match blk.ffn {
+        Ffn::Dense(d) => (d, None),
+        Ffn::Moe(m) => (
+            Dense {
+                intermediate: m.expert_intermediate,
+                gated: m.gated,
+                ..Dense::new(0)
+            },
+            Some(m),
+        ),
+        _ => (Dense::new(0), None),
+    };
     let n = s.tokens;
     let (a, rb) = (s.act, s.resid);
-    let h = t.hidden as f64;
-    let (q, kv) = t.attn_widths();
+    let h = b.hidden as f64;
+    let (q, kv) = at.widths();
     let (q, kv) = (
         q as f64 / s.tp,
-        kv as f64 / s.tp.min(t.kv_heads as f64).max(1.0),
+        kv as f64 / s.tp.min(at.kv_heads as f64).max(1.0),
     );
-    let f = t.intermediate as f64 / s.tp;
+    let f = dense.intermediate as f64 / s.tp;
     let hs = if s.sp { h / s.tp } else { h };
     let cast = rb != a;
-    let p_hidden = if s.train { t.hidden_dropout } else { 0.0 };
-    let p_attn = if s.train { t.attention_dropout } else { 0.0 };
+    let p_hidden = if s.train { b.dropout.hidden } else { 0.0 };
+    let p_attn = if s.train { b.dropout.attention } else { 0.0 };
+    let layout = b.layout;
 
-    let norm = |o: &mut Ops<'_, '_>| match t.norm {
-        Norm::LayerNorm => o.ew(n * hs, 2.0 * rb, 1.0),
-        Norm::RmsNorm => {
+    let norm = |o: &mut Ops<'_, '_>| match b.norm.kind {
+        NormKind::LayerNorm => o.ew(n * hs, 2.0 * rb, 1.0),
+        NormKind::RmsNorm => {
             // to(fp32) (if not fp32), pow, mean (reads), ·rsqrt, (to(dtype)), weight·:
             // rsqrt and +eps are on (N, 1).
             let up = if rb == 4.0 { 0.0 } else { rb + 4.0 };
@@ -684,7 +698,8 @@ pub fn layer(
         }
     };
     let attn = |o: &mut Ops<'_, '_>, kv_tokens: f64, is_self: bool| {
-        let kernel = attention_kernel(t, attention, precision, s.train, s.seq as u64, !is_self);
+        let t = if is_self { &at } else { &cross_at };
+        let kernel = attention_kernel(t, attention, precision, s.train, s.seq as u64);
         if t.fused_qkv && is_self {
             cast_in(o);
             o.gemm(n, h, q + 2.0 * kv, 1.0, s.fp32);
@@ -699,7 +714,7 @@ pub fn layer(
                 o.gemm(kv_tokens, h, kv, 1.0, s.fp32);
             }
         }
-        if t.positions == Positions::Rotary && is_self {
+        if t.rope && is_self {
             let frac = rotary_fraction(t);
             // mul cos, neg (half), cat, mul sin, add; promoted to fp32 under autocast.
             let promoted = cast;
@@ -723,7 +738,7 @@ pub fn layer(
         match kernel {
             AttnKernel::Flash | AttnKernel::MemEfficient => {
                 // Causal self-attention skips the masked half of the tiles.
-                let causal = if t.layout == Layout::EncoderOnly || !is_self {
+                let causal = if layout == Layout::EncoderOnly || !is_self {
                     1.0
                 } else {
                     0.5
@@ -790,9 +805,9 @@ pub fn layer(
     };
     let mlp = |o: &mut Ops<'_, '_>, tokens: f64| {
         let one = |o: &mut Ops<'_, '_>, m: f64| {
-            match t.mlp {
-                Mlp::Gated => {
-                    if t.fused_gate_up {
+            match dense.gated {
+                true => {
+                    if dense.fused_gate_up {
                         o.gemm(m, h, 2.0 * f, 1.0, s.fp32);
                     } else {
                         o.gemm(m, h, f, 1.0, s.fp32);
@@ -804,9 +819,9 @@ pub fn layer(
                     o.ew(m * f, 2.0 * a, 1.0); // act
                     o.ew(m * f, 3.0 * a, 1.0); // gate · up
                 }
-                Mlp::Plain | Mlp::Relu => {
+                false => {
                     o.gemm(m, h, f, 1.0, s.fp32);
-                    match t.act {
+                    match dense.act {
                         Act::ComposedTanh => {
                             if cast {
                                 // pow in fp32 (cast + pow), ·c, +x, ·√(2/π), tanh, +1, 0.5·x,
@@ -822,9 +837,9 @@ pub fn layer(
                             }
                         }
                         Act::QuickGelu => o.ew(m * f, 2.0 * a + 3.0 * a + 2.0 * a, 3.0),
-                        Act::Fused => o.ew(m * f, 2.0 * a, 1.0),
+                        Act::Fused | Act::Relu => o.ew(m * f, 2.0 * a, 1.0),
                     }
-                    if t.mlp == Mlp::Relu {
+                    if dense.inner_dropout {
                         dropout(o, m * f, p_hidden);
                         if cast {
                             // T5DenseActDense casts to the fp32 weight's dtype; autocast
@@ -836,26 +851,19 @@ pub fn layer(
             }
             o.gemm(m, f, h, 1.0, s.fp32);
         };
-        if t.experts > 1 {
-            let moe = t.blocks.kinds.iter().find_map(|b| match b.ffn {
-                Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => Some(m),
-                _ => None,
-            });
-            let (dispatch, fp32_weights) = moe.map_or((Dispatch::GroupedMm, false), |m| {
-                (m.dispatch, m.router_weights_fp32)
-            });
+        if let Some(m) = moe.filter(|m| m.experts > 1) {
             experts(
                 o,
                 s,
                 tokens,
-                h,
+                m.latent.map_or(h, |l| l as f64),
                 ExpertsShape {
-                    experts: t.experts as f64,
-                    top_k: t.experts_per_token.max(1) as f64,
+                    experts: m.experts as f64,
+                    top_k: m.top_k.max(1) as f64,
                     inner: f,
-                    gated: t.mlp == Mlp::Gated,
-                    dispatch,
-                    fp32_weights,
+                    gated: m.gated,
+                    dispatch: m.dispatch,
+                    fp32_weights: m.router_weights_fp32,
                     dtype: expert_dtype(s, precision),
                 },
             );
@@ -877,7 +885,7 @@ pub fn layer(
     norm(&mut o);
     cast_in(&mut o);
     mlp(&mut o, n);
-    for _ in 2..t.norms_per_layer {
+    for _ in 2 + u64::from(blk.cross_attention)..blk.norms.count {
         norm(&mut o);
     }
     o.w
@@ -1004,45 +1012,35 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
     }
 }
 
-/// Forward work of one layer of the layer-by-layer description: the uniform layer's
-/// operators with this block's attention shape and dense MLP, its experts priced by
-/// [`experts`], and the mixers without softmax attention (MLA, Gated DeltaNet, Mamba2) by their
-/// projections' GEMMs plus their token mixing at the fused-attention rate.
+/// Forward work of one layer of the description: softmax-attention layers by [`layer`] (dense
+/// MLP, experts priced by [`experts`], Gemma 4's dense MLP beside them), the mixers without
+/// softmax attention (MLA, Gated DeltaNet, Mamba2) by their projections' GEMMs plus their token
+/// mixing at the fused-attention rate, in place of a representative attention
+/// ([`Blocks::representative`]).
 pub fn block_layer(
-    t: &Transformer,
+    b: &Blocks,
     blk: &Block,
     s: &Shape,
     r: &Rates<'_>,
     attention: Attention,
     precision: Precision,
+    cross: Option<f64>,
 ) -> Work {
-    let h = t.hidden as f64;
-    let mut heads = t.heads;
-    let (mut kv_heads, mut head_dim) = (t.kv_heads, t.head_dim);
-    if let Mixer::Attention(a) = blk.mixer {
-        heads = a.heads;
-        kv_heads = a.kv_heads;
-        head_dim = a.head_dim;
-    }
-    let (mut intermediate, mut mlp) = (t.intermediate, t.mlp);
-    if let Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) = blk.ffn {
-        intermediate = d.intermediate;
-        mlp = if d.gated { Mlp::Gated } else { Mlp::Plain };
-    }
-    let shaped = Transformer {
-        name: String::new(),
-        model_type: t.model_type.clone(),
-        heads,
-        kv_heads,
-        head_dim,
-        intermediate,
-        mlp,
-        experts: 1,
-        experts_per_token: 1,
-        blocks: vram_model::blocks::Blocks::empty(),
-        ..*t
+    let h = b.hidden as f64;
+    let rep = b.representative();
+    let shaped = Block {
+        mixer: match blk.mixer {
+            Mixer::Attention(_) => blk.mixer,
+            _ => rep.mixer,
+        },
+        ffn: match blk.ffn {
+            Ffn::DenseAndMoe(d, _) => Ffn::Dense(d),
+            Ffn::None => Ffn::Dense(Dense::new(0)),
+            f => f,
+        },
+        ..*blk
     };
-    let mut w = layer(&shaped, s, r, attention, precision, None);
+    let mut w = layer(b, &shaped, s, r, attention, precision, cross);
     let mut o = Ops {
         r,
         w: Work::default(),
@@ -1051,11 +1049,12 @@ pub fn block_layer(
     match blk.mixer {
         Mixer::Attention(_) => {}
         other => {
-            // Take the stand-in attention out, price this mixer's projections and mixing.
+            // Take the representative attention out, price this mixer's projections and mixing.
             let attn = layer(
-                &Transformer {
-                    intermediate: 0,
-                    ..shaped.clone()
+                b,
+                &Block {
+                    ffn: Ffn::Dense(Dense::new(0)),
+                    ..shaped
                 },
                 s,
                 r,
@@ -1069,7 +1068,7 @@ pub fn block_layer(
             w.ew_s -= attn.ew_s;
             w.score_s -= attn.score_s;
             let mut proj = 0.0;
-            other.tensors(t.blocks.hidden.max(t.hidden), &mut |x| {
+            other.tensors(b.hidden, &mut |x| {
                 if x.kind == vram_model::blocks::TensorKind::Linear {
                     proj += (x.rows * x.cols) as f64;
                 }
@@ -1081,48 +1080,28 @@ pub fn block_layer(
             o.ew(n * h, 8.0 * s.act, 8.0); // norms, gates, casts around the mixer
         }
     }
-    if matches!(blk.ffn, Ffn::Moe(_) | Ffn::None) {
-        // The uniform layer priced a dense MLP of `intermediate`: take it out.
-        let mlp_only = |intermediate| {
-            layer(
-                &Transformer {
-                    heads: 0,
-                    intermediate,
-                    ..shaped.clone()
-                },
-                s,
-                r,
-                attention,
-                precision,
-                None,
-            )
-        };
-        let (dense, none) = (mlp_only(shaped.intermediate), mlp_only(0));
-        w.kernels -= dense.kernels - none.kernels;
-        w.gemm_s -= dense.gemm_s - none.gemm_s;
-        w.ew_s -= dense.ew_s - none.ew_s;
-    }
     if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
-        let width = m.latent.map_or(h, |l| l as f64);
+        if let Ffn::DenseAndMoe(..) = blk.ffn {
+            experts(
+                &mut o,
+                s,
+                n,
+                m.latent.map_or(h, |l| l as f64),
+                ExpertsShape {
+                    experts: m.experts as f64,
+                    top_k: m.top_k as f64,
+                    inner: m.expert_intermediate as f64 / s.tp,
+                    gated: m.gated,
+                    dispatch: m.dispatch,
+                    fp32_weights: m.router_weights_fp32,
+                    dtype: expert_dtype(s, precision),
+                },
+            );
+        }
         if let Some(l) = m.latent {
             o.gemm(n, h, l as f64, 1.0, s.fp32);
             o.gemm(n, l as f64, h, 1.0, s.fp32);
         }
-        experts(
-            &mut o,
-            s,
-            n,
-            width,
-            ExpertsShape {
-                experts: m.experts as f64,
-                top_k: m.top_k as f64,
-                inner: m.expert_intermediate as f64 / s.tp,
-                gated: m.gated,
-                dispatch: m.dispatch,
-                fp32_weights: m.router_weights_fp32,
-                dtype: expert_dtype(s, precision),
-            },
-        );
         if let Some(sh) = m.shared {
             let f = sh.intermediate as f64 / s.tp;
             let ups = if sh.gated { 2.0 } else { 1.0 };
@@ -1143,37 +1122,6 @@ fn weight_casts(o: &mut Ops<'_, '_>, s: &Shape, params: f64, tensors: f64) {
     if s.resid != s.act {
         o.ew(params, s.resid + s.act, tensors);
     }
-}
-
-/// Weight tensors of one layer (matrices and biases of the projections) that autocast casts.
-fn layer_tensors(t: &Transformer) -> f64 {
-    let attn = if t.fused_qkv { 2.0 } else { 4.0 };
-    let per_mlp = match t.mlp {
-        Mlp::Gated if t.fused_gate_up => 2.0,
-        Mlp::Gated => 3.0,
-        _ => 2.0,
-    };
-    let mlp = if t.experts > 1 {
-        // The router, and the experts unless `grouped_mm` takes their banks as they are.
-        let grouped = t
-            .blocks
-            .kinds
-            .first()
-            .is_some_and(|b| grouped_banks(b, t.hidden).0 > 0.0);
-        1.0 + if grouped {
-            0.0
-        } else {
-            per_mlp * t.experts as f64
-        }
-    } else {
-        per_mlp
-    };
-    let biases = if t.qkv_bias || t.mlp_bias {
-        attn + mlp
-    } else {
-        0.0
-    };
-    attn + mlp + biases + t.norms_per_layer as f64
 }
 
 /// Parameters and tensors of `b`'s expert banks that autocast never casts: those that
@@ -1231,82 +1179,51 @@ pub fn micro_batch(
     let mut s = Shape::new(tokens, seq, precision, amp, true);
     s.tp = tp;
     s.sp = sp;
-    let split = t.param_split();
-    let per_layer_params = split.per_layer as f64 / tp;
     let with_casts = |mut w: Work, params: f64, tensors: f64| {
         let mut o = Ops { r: &r, w };
         weight_casts(&mut o, &s, params, tensors);
         w = o.w;
         w
     };
-    // A uniform MoE layer's grouped expert banks are not cast.
-    let uncast = t
-        .blocks
+    // Each kind of layer priced with its own operators, weighted by how many layers use it. A
+    // kind casts its own parameters, less the expert banks `grouped_mm` takes as they are; its
+    // tensors are counted from the description, a norm's weight and bias as one.
+    let desc = &t.blocks;
+    let hidden = desc.hidden;
+    let kinds: Vec<(f64, Work)> = desc
         .kinds
-        .first()
-        .filter(|_| t.experts > 1)
-        .map_or(0.0, |b| grouped_banks(b, t.hidden).0 / tp);
-    let dec = with_casts(
-        layer(
-            t,
-            &s,
-            &r,
-            attention,
-            precision,
-            if t.layout == Layout::EncoderDecoder {
-                Some(tokens)
-            } else {
-                None
-            },
-        ),
-        per_layer_params - uncast,
-        layer_tensors(t),
-    );
-    let (l_dec, l_enc) = (t.layers as f64, t.encoder_layers as f64);
-    let enc = if l_enc > 0.0 {
-        with_casts(
-            layer(t, &s, &r, attention, precision, None),
-            split.per_encoder_layer as f64 / tp,
-            layer_tensors(t),
-        )
-    } else {
-        dec
-    };
-    // The layer-by-layer description: each kind priced with its own operators, weighted by how
-    // many layers use it.
-    let kinds: Vec<(f64, Work)> = if t.blocks.uniform || t.blocks.is_empty() {
-        Vec::new()
-    } else {
-        // Each kind casts its own parameters, less the expert banks `grouped_mm` takes as
-        // they are; its tensors are counted from the description.
-        let hidden = t.blocks.hidden.max(t.hidden);
-        t.blocks
-            .kinds
-            .iter()
-            .zip(t.blocks.kind_counts())
-            .map(|(b, n)| {
-                let (banks, bank_tensors) = grouped_banks(b, hidden);
-                let mut tensors = 0.0;
-                b.tensors(hidden, &mut |_| tensors += 1.0);
-                let params = (b.params(hidden).total() as f64 - banks) / tp;
-                (
-                    n as f64,
-                    with_casts(
-                        block_layer(t, b, &s, &r, attention, precision),
-                        params,
-                        tensors - bank_tensors,
-                    ),
-                )
-            })
-            .collect()
-    };
+        .iter()
+        .zip(desc.kind_counts())
+        .map(|(k, n)| {
+            let (banks, bank_tensors) = grouped_banks(k, hidden);
+            let mut tensors = 0.0;
+            k.tensors(hidden, &mut |_| tensors += 1.0);
+            if k.norms.norm.bias {
+                tensors -= k.norms.count as f64;
+            }
+            if let Some(cross) = k.cross() {
+                // A decoder layer's cast kernels are counted as its self-attention's, MLP's and
+                // norms' (how `EagerCalibration` was fitted, T5 in the fitting set): counting
+                // the cross-attention's too moves the fitted `elementwise_eta` from 0.80 to
+                // 0.85.
+                Mixer::Attention(cross).tensors(hidden, &mut |_| tensors -= 1.0);
+                tensors -= 1.0;
+            }
+            let params = (k.params(hidden).total() as f64 - banks) / tp;
+            let cross = k.cross_attention.then_some(tokens);
+            (
+                n as f64,
+                with_casts(
+                    block_layer(desc, k, &s, &r, attention, precision, cross),
+                    params,
+                    tensors - bank_tensors,
+                ),
+            )
+        })
+        .collect();
     let mean = |f: &dyn Fn(&Work) -> f64| {
-        if kinds.is_empty() {
-            (l_dec * f(&dec) + l_enc * f(&enc)) / (l_dec + l_enc)
-        } else {
-            let total: f64 = kinds.iter().map(|(n, _)| n).sum();
-            kinds.iter().map(|(n, w)| n * f(w)).sum::<f64>() / total.max(1.0)
-        }
+        let total: f64 = kinds.iter().map(|(n, _)| n).sum();
+        kinds.iter().map(|(n, w)| n * f(w)).sum::<f64>() / total.max(1.0)
     };
     let layer_fwd_s = mean(&|w| w.forward_s(cal));
     let layer_bwd_s = mean(&|w| w.backward_s(cal));
@@ -1314,25 +1231,26 @@ pub fn micro_batch(
     let layer_kernels = mean(&|w| w.kernels);
 
     // --- embedding, head, loss ---
-    let h = t.hidden as f64;
-    let v = t.vocab as f64 / tp;
+    let h = desc.hidden as f64;
+    let v = desc.vocab() as f64 / tp;
     let (a, rb) = (s.act, s.resid);
     let mut f = Ops {
         r: &r,
         w: Work::default(),
     };
     // gathers (word, positions, token types), adds, embedding norm, dropout
-    let gathers =
-        1.0 + f64::from(matches!(t.positions, Positions::Learned(_))) + f64::from(t.type_vocab > 0);
+    let gathers = 1.0
+        + f64::from(desc.embedding.learned_positions > 0)
+        + f64::from(desc.embedding.type_vocab > 0);
     f.ew(
         tokens * h,
         gathers * 2.0 * rb + (gathers - 1.0) * 3.0 * rb,
         2.0 * gathers - 1.0,
     );
-    if t.embedding_norm {
+    if desc.embedding.norm {
         f.ew(tokens * h, 2.0 * rb, 1.0);
     }
-    if t.hidden_dropout > 0.0 {
+    if desc.dropout.hidden > 0.0 {
         f.ew(tokens * h, 2.0 * rb + 1.0, 1.0);
     }
     let mut b = Ops {
@@ -1340,9 +1258,9 @@ pub fn micro_batch(
         w: Work::default(),
     };
     // embedding_dense_backward: a zeroed fp32 table gradient and an index add
-    b.ew(t.vocab as f64 * h / tp, 4.0, 2.0);
+    b.ew(desc.vocab() as f64 * h / tp, 4.0, 2.0);
     b.ew(tokens * h, 2.0 * 4.0, 1.0);
-    if t.layout == Layout::EncoderOnly {
+    if desc.layout == Layout::EncoderOnly {
         // pooler (first token), tanh, dropout, 2-way classifier, loss
         let rows = tokens / seq;
         f.gemm(rows, h, h, 1.0, s.fp32);
@@ -1351,16 +1269,13 @@ pub fn micro_batch(
         b.ew(rows * h, 6.0 * a, 6.0);
     } else {
         // final norm (RMS: six kernels), T5's tied rescale, cast, LM head
+        let rms = desc.norm.kind == NormKind::RmsNorm;
         f.ew(
             tokens * h,
-            if t.norm == Norm::RmsNorm {
-                28.0
-            } else {
-                2.0 * rb
-            },
-            if t.norm == Norm::RmsNorm { 6.0 } else { 1.0 },
+            if rms { 28.0 } else { 2.0 * rb },
+            if rms { 6.0 } else { 1.0 },
         );
-        if t.layout == Layout::EncoderDecoder && t.tied_embeddings {
+        if desc.head.tied_rescale {
             f.ew(tokens * h, 2.0 * rb, 1.0);
         }
         if rb != a {
@@ -1370,9 +1285,8 @@ pub fn micro_batch(
         b.gemm(tokens, h, v, 2.0, s.fp32);
         let logits = tokens * v;
         let upcast = if a < 4.0 { a + 4.0 } else { 0.0 };
-        // Gemma 2's final_logit_softcapping (default 30): divide, tanh, multiply.
-        let softcap = t.model_type == "gemma2";
-        if softcap {
+        // `final_logit_softcapping` (Gemma 2's default 30): divide, tanh, multiply.
+        if desc.head.softcap {
             f.ew(logits, 3.0 * 2.0 * a, 3.0);
             b.ew(logits, 3.0 * 3.0 * a, 3.0);
         }
@@ -1548,9 +1462,12 @@ pub fn serving(
         static_cache,
         precision,
     } = *g;
-    if t.layout != Layout::DecoderOnly || batch == 0 || prompt == 0 {
+    if t.layout() != Layout::DecoderOnly || batch == 0 || prompt == 0 {
         return None;
     }
+    // One representative layer stands for all (`Blocks::representative`).
+    let desc = &t.blocks;
+    let rep = desc.representative();
     // Inference has no master weights: anything but fp32 is a half-precision model.
     let prec = if precision == Precision::Fp32 {
         Precision::Fp32
@@ -1561,13 +1478,13 @@ pub fn serving(
     let r = Rates::new(gpu, cal);
     let b = batch as f64;
     let p = prompt as f64;
-    let layers = t.layers as f64;
-    let h = t.hidden as f64;
-    let v = t.vocab as f64;
+    let layers = t.layers() as f64;
+    let h = t.hidden() as f64;
+    let v = t.vocab() as f64;
     // Prefill: the prompt through every layer, logits for the last position only
     // (`logits_to_keep=1` in generate).
     let s = Shape::new(b * p, p, prec, AmpStyle::Autocast, false);
-    let lw = layer(t, &s, &r, Attention::Sdpa, prec, None);
+    let lw = layer(desc, &rep, &s, &r, Attention::Sdpa, prec, None);
     let mut head = Ops {
         r: &r,
         w: Work::default(),
@@ -1578,14 +1495,14 @@ pub fn serving(
     let prefill_s = layers * lw.inference_s(cal) + head.w.inference_s(cal);
 
     // Decode: one token per sequence per step, over a cache of `ctx` tokens.
-    let (q_w, kv_w) = t.attn_widths();
+    let (q_w, kv_w) = desc.typical().attn_widths();
     let kv_per_token = layers * 2.0 * kv_w as f64 * kv_bytes as f64; // bytes, one sequence
     let params = t.param_count() as f64;
     // The input embedding is gathered, not read whole, unless the head shares it.
-    let gathered_only = if t.tied_embeddings { 0.0 } else { v * h };
+    let gathered_only = if desc.head.tied { 0.0 } else { v * h };
     let weights = (params - gathered_only + b * h) * wbytes;
     let d = Shape::new(b, 1.0, prec, AmpStyle::Autocast, false);
-    let dw = layer(t, &d, &r, Attention::Sdpa, prec, None);
+    let dw = layer(desc, &rep, &d, &r, Attention::Sdpa, prec, None);
     let kernels = layers * (dw.kernels + dw.cxx_kernels + 2.0) + GENERATE_STEP_KERNELS;
     // A host sync inside a layer (`_grouped_mm_fallback`) costs a bare launch too.
     let decode_host_s = (kernels + layers * dw.syncs) * cal.launch_s;

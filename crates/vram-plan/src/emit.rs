@@ -18,7 +18,8 @@
 
 use std::fmt::Write;
 
-use vram_model::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
+use vram_model::arch::{Act, Layout, Transformer};
+use vram_model::blocks::{Ffn, Mixer, NormKind, Residual};
 use vram_model::setup::{Offload, Precision, Recompute, Schedule};
 
 use crate::search::Plan;
@@ -117,9 +118,81 @@ fn deepspeed_rules(engine: Engine, p: &Plan) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// What Megatron-LM's arguments describe of a model: one layer's shape, as the description's
+/// representative layer ([`vram_model::blocks::Blocks::representative`]) gives it.
+struct Shape {
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    intermediate: u64,
+    gated: bool,
+    act: Act,
+    experts: u64,
+    top_k: u64,
+    qkv_bias: bool,
+    out_bias: bool,
+    mlp_bias: bool,
+    rope: bool,
+    rel_bias: bool,
+    learned_positions: u64,
+    parallel: bool,
+    norms_per_layer: u64,
+    tied: bool,
+}
+
+fn shape(t: &Transformer) -> Shape {
+    let b = &t.blocks;
+    let r = b.representative();
+    let ty = b.typical();
+    let a = match r.mixer {
+        Mixer::Attention(a) => a,
+        _ => vram_model::blocks::Attention::new(ty.heads, ty.kv_heads, ty.head_dim),
+    };
+    // The MLP's biases: the first dense MLP's (none for a model of experts only).
+    let mlp_bias = b
+        .iter()
+        .find_map(|k| match k.ffn {
+            Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) => Some(d.bias),
+            _ => None,
+        })
+        .unwrap_or(false);
+    let act = b
+        .iter()
+        .find_map(|k| match k.ffn {
+            Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) => Some(d.act),
+            Ffn::Moe(m) => m.shared.map(|d| d.act),
+            Ffn::None => None,
+        })
+        .unwrap_or(Act::Fused);
+    Shape {
+        layers: t.layers(),
+        hidden: b.hidden,
+        heads: ty.heads,
+        kv_heads: ty.kv_heads,
+        head_dim: ty.head_dim,
+        intermediate: ty.intermediate,
+        gated: ty.gated,
+        act,
+        experts: ty.experts,
+        top_k: ty.top_k,
+        qkv_bias: a.qkv_bias,
+        out_bias: a.out_bias,
+        mlp_bias,
+        rope: a.rope,
+        rel_bias: a.rel_bias,
+        learned_positions: b.embedding.learned_positions,
+        parallel: r.residual == Residual::Parallel,
+        norms_per_layer: r.norms.count,
+        tied: b.head.tied,
+    }
+}
+
 /// Megatron-LM's (`megatron/training/arguments.py` `validate_args`, main of 2026-08-22) and
 /// megatron-core 0.16.1's (`TransformerConfig.__post_init__`) rules.
-fn megatron_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refusal> {
+fn megatron_rules(engine: Engine, p: &Plan, model: &Transformer) -> Result<(), Refusal> {
+    let t = shape(model);
     if t.layers % p.pp != 0 {
         return refuse(
             engine,
@@ -185,7 +258,7 @@ fn megatron_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refus
                  its FSDP2 path)",
             );
         }
-        if t.tied_embeddings {
+        if model.blocks.head.tied {
             return refuse(
                 engine,
                 "Megatron-LM asserts \"--use-torch-fsdp2 requires \
@@ -210,28 +283,34 @@ fn megatron_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refus
 /// Whether megatron-core 0.16.1's `GPTModel` (`get_gpt_layer_local_spec`, the arguments
 /// [`megatron`] writes) builds the same model as transformers: every parameter tensor the same
 /// shape, except the vocabulary rows Megatron-LM pads.
-fn megatron_model_rules(engine: Engine, t: &Transformer, f: &ConfigFields) -> Result<(), Refusal> {
+fn megatron_model_rules(
+    engine: Engine,
+    model: &Transformer,
+    f: &ConfigFields,
+) -> Result<(), Refusal> {
+    let t = shape(model);
+    let b = &model.blocks;
     // Megatron-LM writes biases on every linear layer, on none, or on the QKV projection only.
     let biases_written =
         (t.qkv_bias == t.out_bias && t.out_bias == t.mlp_bias) || (!t.out_bias && !t.mlp_bias);
-    let what = if t.layout != Layout::DecoderOnly {
+    let what = if model.layout() != Layout::DecoderOnly {
         Some(
             "megatron-core's GPTModel is a decoder-only causal LM; this model has an encoder"
                 .into(),
         )
-    } else if t.parallel_residual {
+    } else if t.parallel {
         Some(
             "megatron-core 0.16.1's TransformerLayer runs attention then MLP, each on its own \
              residual (transformer_layer.py); this model adds them in parallel"
                 .into(),
         )
-    } else if t.norms_per_layer != 2 || !t.final_norm {
+    } else if t.norms_per_layer != 2 || b.ends.final_norm == 0 {
         Some(format!(
             "megatron-core 0.16.1's TransformerLayer has 2 norms (input_layernorm, \
              pre_mlp_layernorm) and GPTModel a final one; this model has {} per layer",
             t.norms_per_layer
         ))
-    } else if t.norm == Norm::LayerNorm && !t.norm_bias {
+    } else if b.norm.kind == NormKind::LayerNorm && !b.norm.bias {
         Some("megatron-core's LayerNorm has a bias; this model's LayerNorms have none".into())
     } else if !biases_written {
         Some(
@@ -240,20 +319,18 @@ fn megatron_model_rules(engine: Engine, t: &Transformer, f: &ConfigFields) -> Re
              has another combination"
                 .into(),
         )
-    } else if t.mlp == Mlp::Gated && f.hidden_act != "silu" {
+    } else if t.gated && f.hidden_act != "silu" {
         Some(format!(
             "Megatron-LM's gated MLP (--swiglu) is SiLU-gated; this model's gate is {}",
             f.hidden_act
         ))
-    } else if t.positions == Positions::Rotary
-        && !matches!(f.rope_type.as_str(), "default" | "llama3")
-    {
+    } else if t.rope && !matches!(f.rope_type.as_str(), "default" | "llama3") {
         Some(format!(
             "Megatron-LM writes default and Llama 3 rotary embeddings (--use-rope-scaling); this \
              model's rope_type is {}",
             f.rope_type
         ))
-    } else if t.positions == Positions::Rotary && f.rope_theta.fract() != 0.0 {
+    } else if t.rope && f.rope_theta.fract() != 0.0 {
         Some(format!(
             "Megatron-LM's --rotary-base is an integer (arguments.py); this model's rope_theta is {}",
             f.rope_theta
@@ -268,13 +345,13 @@ fn megatron_model_rules(engine: Engine, t: &Transformer, f: &ConfigFields) -> Re
              scaling differs"
                 .into(),
         )
-    } else if matches!(t.positions, Positions::RelativeBuckets(_)) {
+    } else if t.rel_bias {
         Some("megatron-core's GPTModel has no relative attention bias".into())
     } else {
-        megatron_window(t).err()
+        megatron_window(model).err()
     };
     match what {
-        Some(w) => refuse(engine, format!("{w} (model {})", t.name)),
+        Some(w) => refuse(engine, format!("{w} (model {})", model.name)),
         None => Ok(()),
     }
 }
@@ -491,18 +568,14 @@ struct MegatronWindow {
 /// is 1. One window size for every sliding layer; no chunked attention.
 fn megatron_window(t: &Transformer) -> Result<Option<MegatronWindow>, String> {
     use vram_model::blocks::{Mixer, Window};
-    let windows: Vec<Window> = if t.blocks.is_empty() {
-        let w = t.sliding_window.map_or(Window::Full, Window::Sliding);
-        vec![w; t.layers as usize]
-    } else {
-        t.blocks
-            .iter()
-            .filter_map(|b| match b.mixer {
-                Mixer::Attention(a) => Some(a.window),
-                _ => None,
-            })
-            .collect()
-    };
+    let windows: Vec<Window> = t
+        .blocks
+        .iter()
+        .filter_map(|b| match b.mixer {
+            Mixer::Attention(a) => Some(a.window),
+            _ => None,
+        })
+        .collect();
     let mut size = None;
     for w in &windows {
         match *w {
@@ -604,12 +677,13 @@ pub fn deepspeed(p: &Plan, job: &Job<'_>) -> String {
 
 /// Megatron-LM `pretrain_gpt.py` arguments, one per line.
 pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
-    let t = job.model;
+    let model = job.model;
+    let t = shape(model);
     let f = fields(job);
     // Learned positions are a table of exactly the model's rows; rotary ones are computed.
-    let max_positions = match t.positions {
-        Positions::Learned(n) => n,
-        _ => job.seq.max(t.max_positions),
+    let max_positions = match t.learned_positions {
+        0 => job.seq.max(model.max_positions()),
+        n => n,
     };
     let mut a = vec![
         format!("--tensor-model-parallel-size {}", p.tp),
@@ -632,29 +706,29 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
     }
     // Model shape flags whose Megatron-LM defaults are GPT-2's (tied embeddings, GeLU MLP,
     // LayerNorm, learned positions).
-    if !t.tied_embeddings {
+    if !t.tied {
         a.push("--untie-embeddings-and-output-weights".into());
     }
-    if t.mlp == Mlp::Gated {
+    if t.gated {
         a.push("--swiglu".into());
     } else if t.act == Act::ComposedTanh {
         // GPT-2's gelu_new is the tanh approximation: Megatron-LM's --openai-gelu.
         a.push("--openai-gelu".into());
     }
-    if t.norm == Norm::RmsNorm {
+    if model.blocks.norm.kind == NormKind::RmsNorm {
         a.push("--normalization RMSNorm".into());
     }
     // TransformerConfig.layernorm_epsilon, `--norm-epsilon` (default 1e-5).
     if let Some(eps) = f.norm_eps.filter(|e| *e != MEGATRON_NORM_EPS) {
         a.push(format!("--norm-epsilon {eps}"));
     }
-    if let Ok(Some(w)) = megatron_window(t) {
+    if let Ok(Some(w)) = megatron_window(model) {
         a.push(format!("--window-size {},0", w.size - 1));
         if let Some(skip) = w.skip_freq {
             a.push(format!("--window-attn-skip-freq {skip}"));
         }
     }
-    if t.positions == Positions::Rotary {
+    if t.rope {
         a.push("--position-embedding-type rope".into());
         a.push(format!("--rotary-base {}", f.rope_theta));
         if f.partial_rotary_factor != 1.0 {
@@ -675,7 +749,7 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
     }
     if t.experts > 1 {
         a.push(format!("--num-experts {}", t.experts));
-        a.push(format!("--moe-router-topk {}", t.experts_per_token));
+        a.push(format!("--moe-router-topk {}", t.top_k));
     }
     // The tokenizer gives the vocabulary; Megatron-LM pads it (build_tokenizer.py
     // vocab_size_with_padding), written explicitly so the padding is visible.
@@ -732,12 +806,12 @@ pub fn megatron(p: &Plan, job: &Job<'_>) -> String {
         Precision::Fp32 => {}
         _ => a.push("--bf16".into()),
     }
-    let padded = megatron_padded_vocab(t.vocab, p.tp);
+    let padded = megatron_padded_vocab(model.vocab(), p.tp);
     let mut s = format!(
         "# vocabulary: {} tokens from the model's tokenizer (--tokenizer-type HuggingFaceTokenizer \
          --tokenizer-model <its repository>), padded by Megatron-LM to {padded}\n\
          # torchrun --nnodes {} --nproc-per-node {} pretrain_gpt.py \\\n",
-        t.vocab,
+        model.vocab(),
         nodes(p, job),
         per_node(p, job)
     );
@@ -925,7 +999,7 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
 mod tests {
     use super::*;
     use vram_model::arch::Model;
-    use vram_model::blocks::{Blocks, Mixer, Window};
+    use vram_model::blocks::{Mixer, Window};
 
     /// Mistral 7B's layers with the windows of `pattern` (`None`: full attention).
     fn with_windows(pattern: &[Option<u64>]) -> Transformer {
@@ -943,8 +1017,7 @@ mod tests {
                 b
             })
             .collect();
-        t.layers = pattern.len() as u64;
-        t.blocks = Blocks::from_layers(t.blocks.hidden, &layers, t.blocks.ends);
+        t.blocks.set_layers(&layers);
         t
     }
 

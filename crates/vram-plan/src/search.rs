@@ -309,13 +309,14 @@ fn pinned<T: Copy + PartialEq>(pin: Option<T>, v: T) -> bool {
 fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
     let c = &req.cluster;
     let pins = &req.pins;
-    let layers = t.layers + t.encoder_layers;
+    let layers = t.layers();
     let mut out = Vec::new();
     for tp in divisors(c.gpus_per_node) {
-        if !pinned(pins.tp, tp) || c.gpus % tp != 0 || t.heads % tp != 0 {
+        let ty = t.blocks.typical();
+        if !pinned(pins.tp, tp) || c.gpus % tp != 0 || ty.heads % tp != 0 {
             continue;
         }
-        if t.kv_heads % tp != 0 && tp % t.kv_heads != 0 {
+        if ty.kv_heads % tp != 0 && tp % ty.kv_heads != 0 {
             continue;
         }
         for pp in divisors(c.gpus / tp) {
@@ -645,7 +646,7 @@ type FailKey = (u64, u64, u8, u8, u8, bool, u64, Option<u64>, u8);
 /// Fewest layers per stage, in `1..per_stage`, whose full recomputation makes `cfg` fit;
 /// `None` when recomputing no layer already fits or even `per_stage - 1` layers do not.
 fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Layers {
-    let layers = ctx.t.layers + ctx.t.encoder_layers;
+    let layers = ctx.t.layers();
     let per_stage = layers / cfg.pp;
     let with = |k: u64| Config {
         recompute: Recompute::Full,
@@ -681,7 +682,7 @@ fn fewest_layers(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Layers {
 /// step fits, with its bytes; a bisection of replays.
 fn fewest_layers_replayed(ctx: &mut Ctx<'_>, cfg: &Config, capacity: u64) -> Option<(u64, u64)> {
     let k0 = cfg.recompute_layers?;
-    let top = (ctx.t.layers + ctx.t.encoder_layers) / cfg.pp - 1;
+    let top = ctx.t.layers() / cfg.pp - 1;
     let with = |k: u64| Config {
         recompute_layers: Some(k),
         ..*cfg
@@ -911,7 +912,7 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
     if req.top == 0 {
         return Err(Error::Request("--top must be at least 1".into()));
     }
-    if t.layers + t.encoder_layers == 0 {
+    if t.layers() == 0 {
         return Err(Error::Request("the model has no layers".into()));
     }
     if let (Some(tp), Some(pp), Some(dp)) = (req.pins.tp, req.pins.pp, req.pins.dp) {

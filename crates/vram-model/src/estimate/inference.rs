@@ -14,7 +14,7 @@
 //! .to(copy=True, dtype=torch.float32)` in `GenerationMixin._sample`).
 
 use super::*;
-use crate::arch::{Act, Mlp, Norm, Positions};
+use crate::blocks::{Act, Block, Blocks, NormKind, Residual};
 use crate::setup::{Attention, DecodeReplay, Infer, KvCache, SAMPLED_DECODE_STEPS};
 
 /// One step of a layer's op program: a tensor in slot `.0` is created with `.1` bytes, or the
@@ -73,9 +73,22 @@ const X: u8 = 0; // the residual stream entering the layer (then leaving it)
 const K_CACHE: u8 = 1;
 const V_CACHE: u8 = 2;
 
-/// Builds one decoder layer's prefill program over `tok` tokens. The layer output ends in slot
-/// [`X`]; the cache update creates [`K_CACHE`]/[`V_CACHE`] (kept by the caller).
-fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -> Vec<Op> {
+/// Builds the prefill program of a decoder layer `blk` (softmax attention and a dense MLP) over
+/// `tok` tokens. The layer output ends in slot [`X`]; the cache update creates
+/// [`K_CACHE`]/[`V_CACHE`] (kept by the caller).
+fn prefill_ops(b: &Blocks, blk: &Block, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -> Vec<Op> {
+    let Mixer::Attention(a) = blk.mixer else {
+        return Vec::new();
+    };
+    // A mixture of experts is walked as one expert's MLP (what this walk has always priced).
+    let dense = match blk.ffn {
+        Ffn::Dense(d) => d,
+        Ffn::Moe(m) => crate::blocks::Dense {
+            gated: m.gated,
+            ..crate::blocks::Dense::new(m.expert_intermediate)
+        },
+        _ => return Vec::new(),
+    };
     let mut ops: Vec<Op> = Vec::with_capacity(64);
     let mut next = 3u8;
     let mut new = |ops: &mut Vec<Op>, bytes: u64| -> u8 {
@@ -86,16 +99,16 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
     };
     let free = |ops: &mut Vec<Op>, s: u8| ops.push((s, FREE));
     let tok = c.tok;
-    let (h, cmp) = (t.hidden, c.cmp);
+    let (h, cmp) = (b.hidden, c.cmp);
     let tp = c.t;
-    let q_w = (t.heads * t.head_dim).div_ceil(tp);
-    let kv_w = (t.kv_heads * t.head_dim).div_ceil(tp).max(t.head_dim);
-    let f = t.intermediate.div_ceil(tp);
+    let q_w = (a.heads * a.head_dim).div_ceil(tp);
+    let kv_w = (a.kv_heads * a.head_dim).div_ceil(tp).max(a.head_dim);
+    let f = dense.intermediate.div_ceil(tp);
     let hd = m(&[tok, h, cmp]);
     // A norm of the tensor in `input`; returns the slot of its output.
     let norm = |ops: &mut Vec<Op>, new: &mut dyn FnMut(&mut Vec<Op>, u64) -> u8| -> u8 {
-        match t.norm {
-            Norm::RmsNorm if cmp != 4 => {
+        match b.norm.kind {
+            NormKind::RmsNorm if cmp != 4 => {
                 // x.to(float32); x.pow(2).mean(-1); x * rsqrt(...); weight * x.to(dtype)
                 let a = new(ops, m(&[tok, h, 4]));
                 let p = new(ops, m(&[tok, h, 4]));
@@ -108,7 +121,7 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
                 free(ops, cst);
                 o
             }
-            Norm::RmsNorm => {
+            NormKind::RmsNorm => {
                 let p = new(ops, hd);
                 free(ops, p);
                 let n = new(ops, hd);
@@ -116,14 +129,14 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
                 free(ops, n);
                 o
             }
-            Norm::LayerNorm => new(ops, hd),
+            NormKind::LayerNorm => new(ops, hd),
         }
     };
     let n1 = norm(&mut ops, &mut new);
     let q_bytes = m(&[tok, q_w, cmp]);
     let kv_act = m(&[tok, kv_w, cmp]);
     // Projections: one fused tensor (views for q, k, v) or three.
-    let (q, k, v, fused) = if t.fused_qkv {
+    let (q, k, v, fused) = if a.fused_qkv {
         let qkv = new(&mut ops, m(&[tok, q_w + 2 * kv_w, cmp]));
         (qkv, qkv, qkv, true)
     } else {
@@ -146,7 +159,7 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
         free(ops, t2);
         e
     };
-    let (qe, ke) = if t.positions == Positions::Rotary {
+    let (qe, ke) = if a.rope {
         let qe = rope(&mut ops, &mut new, q_bytes);
         let ke = rope(&mut ops, &mut new, kv_act);
         if !fused {
@@ -173,12 +186,13 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
         free(&mut ops, v);
     }
     // Attention.
-    let heads = t.heads.div_ceil(tp);
-    let kernel = attention_kernel(t, c.attention, cmp != 4, false, c.s, false);
-    let masked = has_mask(t, c.s);
+    let heads = a.heads.div_ceil(tp);
+    let kernel = attention_kernel(&a, c.attention, cmp != 4, false, c.s);
+    let masked = has_mask(&a, c.s);
+    let sdt = c.sdt(a.softmax_upcast);
     // `repeat_kv`: keys and values expanded to every head (copies) where SDPA's grouped-query
     // path is off, freed when the attention function returns.
-    let repeated: Vec<u8> = if c.attention == Attention::Sdpa && repeats_kv_at(t, c.attention, c.s)
+    let repeated: Vec<u8> = if c.attention == Attention::Sdpa && repeats_kv_at(&a, c.attention, c.s)
     {
         vec![new(&mut ops, q_bytes), new(&mut ops, q_bytes)]
     } else {
@@ -274,9 +288,9 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
         (Attention::Eager, _) => {
             let s = m(&[c.b, heads, c.s, c.s]);
             let sc = new(&mut ops, m(&[s, cmp]));
-            let sm = new(&mut ops, m(&[s, c.sdt]));
+            let sm = new(&mut ops, m(&[s, sdt]));
             free(&mut ops, sc);
-            let sd = if c.sdt != cmp {
+            let sd = if sdt != cmp {
                 let sd = new(&mut ops, m(&[s, cmp]));
                 free(&mut ops, sm);
                 sd
@@ -304,14 +318,14 @@ fn prefill_ops(t: &Transformer, c: &Ctx, kv_bytes: u64, cache_made_here: bool) -
     let r = new(&mut ops, hd);
     // GPT-2's block names the attention output (`hidden_states = attn_output + residual`), so
     // it lives until the block returns; the others rebind `hidden_states` and free it here.
-    let named_attn_out = t.model_type == "gpt2";
+    let named_attn_out = blk.residual == Residual::SequentialHeld;
     if !named_attn_out {
         free(&mut ops, y);
     }
     let n2 = norm(&mut ops, &mut new);
     let fb = m(&[tok, f, cmp]);
-    let d = match (t.mlp, t.act) {
-        (Mlp::Gated, _) => {
+    let d = match (dense.gated, dense.act) {
+        (true, _) => {
             let g = new(&mut ops, fb);
             let a = new(&mut ops, fb);
             free(&mut ops, g);
@@ -371,7 +385,7 @@ impl Step<'_> {
     /// step; the layer-by-layer walk does not even then (MLA re-expands the whole latent, which
     /// grows with the context).
     pub(super) fn walked_decode_steps(&self, t: &Transformer, inf: Infer, full: bool) -> Vec<u64> {
-        let per_layer = !t.blocks.uniform && !t.blocks.is_empty();
+        let per_layer = !t.blocks.legacy_generate && !t.blocks.is_empty();
         let identical = !per_layer && inf.kv_cache != KvCache::Dynamic;
         let steps = inf.new_tokens.saturating_sub(1);
         decode_steps(steps, full, identical, self.setup.overheads.decode_replay)
@@ -384,7 +398,7 @@ impl Step<'_> {
             return None;
         };
         let t = match self.model {
-            Model::Transformer(t) if t.layout == Layout::DecoderOnly => t,
+            Model::Transformer(t) if t.layout() == Layout::DecoderOnly => t,
             _ => return None,
         };
         let steps = inf.new_tokens.saturating_sub(1);
@@ -437,20 +451,32 @@ impl Step<'_> {
         let c = self.ctx;
         let last_rank = rank == self.setup.parallel.pp - 1;
         let t = match self.model {
-            Model::Transformer(t) if t.layout == Layout::DecoderOnly => t,
+            Model::Transformer(t) if t.layout() == Layout::DecoderOnly => t,
             _ => return self.walk_forward_only(stack, sink),
         };
-        if !t.blocks.uniform && !t.blocks.is_empty() {
+        if !t.blocks.legacy_generate && !t.blocks.is_empty() {
             return self.walk_generate_blocks(rank, stack, inf, sink, full);
         }
+        let b = &t.blocks;
         let kvb = inf.kv_bytes;
-        let kv_w = (t.kv_heads * t.head_dim).div_ceil(c.t).max(t.head_dim);
-        let per_token = m(&[c.b, kv_w, kvb]); // one layer's keys (or values) per token
+        // One layer's keys (or values) per token, per kind.
+        let per_token: Vec<u64> = b
+            .kinds
+            .iter()
+            .map(|k| match k.mixer {
+                Mixer::Attention(a) => {
+                    let kv_w = (a.kv_heads * a.head_dim).div_ceil(c.t).max(a.head_dim);
+                    m(&[c.b, kv_w, kvb])
+                }
+                _ => 0,
+            })
+            .collect();
         let layers = stack.len();
         let key = generate_key;
+        let kind = |layer: u64| stack.kind(layer).unwrap_or(0);
         let cache_handle = |layer: u64, which: u64, len: u64, gen: u64| Handle {
             cat: Category::KvCache,
-            bytes: m(&[per_token, len]),
+            bytes: m(&[per_token[kind(layer)], len]),
             key: key(layer, which, gen),
         };
         let prompt = inf.prompt();
@@ -468,8 +494,12 @@ impl Step<'_> {
             }
         }
         // Prefill: the embedding output, then each layer's program.
-        let ops = prefill_ops(t, &c, kvb, dynamic);
-        let hd = m(&[c.tok, t.hidden, c.cmp]);
+        let ops: Vec<Vec<Op>> = b
+            .kinds
+            .iter()
+            .map(|k| prefill_ops(b, k, &c, kvb, dynamic))
+            .collect();
+        let hd = m(&[c.tok, b.hidden, c.cmp]);
         let x0 = Handle {
             cat: Category::Activations,
             bytes: hd,
@@ -492,19 +522,25 @@ impl Step<'_> {
         };
         // Gemma scales the embeddings (`inputs_embeds * normalizer`) and GPT-2 adds learned
         // positions: the first layer's input is then a tensor of its own.
-        let scaled = matches!(t.model_type.as_str(), "gemma" | "gemma2");
-        let learned = matches!(t.positions, Positions::Learned(_));
+        let scaled = b.embedding.scaled_copy;
+        let learned = b.embedding.learned_positions > 0;
         if scaled || learned {
             keep(sink, hd); // inputs_embeds
         }
         if learned {
             keep(sink, hd); // position_embeds
         }
-        if t.positions == Positions::Rotary {
-            keep(sink, m(&[c.tok, t.head_dim, c.cmp]));
-            keep(sink, m(&[c.tok, t.head_dim, c.cmp]));
+        let attentions = || {
+            b.kinds.iter().filter_map(|k| match k.mixer {
+                Mixer::Attention(a) => Some(a),
+                _ => None,
+            })
+        };
+        if let Some(a) = attentions().find(|a| a.rope) {
+            keep(sink, m(&[c.tok, a.head_dim, c.cmp]));
+            keep(sink, m(&[c.tok, a.head_dim, c.cmp]));
         }
-        if has_mask(t, c.s) {
+        if attentions().any(|a| has_mask(&a, c.s)) {
             keep(sink, m(&[c.b, c.s, c.s]));
         }
         sink.alloc(x0, &[]);
@@ -515,7 +551,7 @@ impl Step<'_> {
         sizes[X as usize] = x0.bytes;
         for i in 0..layers {
             sink.phase(Phase::Prefill { layer: i as u32 });
-            for &(slot, bytes) in &ops {
+            for &(slot, bytes) in &ops[kind(i)] {
                 if i == 0 && x0_kept && slot == X && bytes == FREE {
                     continue;
                 }
@@ -578,7 +614,7 @@ impl Step<'_> {
                 }
                 let act = Handle {
                     cat: Category::Activations,
-                    bytes: stack.get(i).infer_tmp / c.s.max(1),
+                    bytes: stack.get(i).decode,
                     key: key(i, 6, token),
                 };
                 sink.alloc(act, &[]);

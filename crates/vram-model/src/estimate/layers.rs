@@ -1,7 +1,8 @@
 //! Layer descriptions: what each layer saves for backward, its transient high points, its
 //! parameters; and the bytes of each model state by precision.
 
-use crate::arch::{Act, Mlp, Model, Norm, Transformer};
+use crate::arch::Model;
+use crate::blocks::{self, Act, Blocks, Dense, NormKind, Window};
 use crate::setup::{AmpStyle, Attention, Optimizer, Precision};
 
 /// What one layer stores and needs, on one GPU, for one micro-batch.
@@ -45,6 +46,10 @@ pub(super) struct LayerDesc {
     pub(super) ffn_bwd_tmp: u64,
     pub(super) mixer_bwd_tmp: u64,
     pub(super) ffn_first_grad: u64,
+    /// A `generate` decode step's temporaries over one new token per sequence: fixed bytes,
+    /// and bytes per context token the step reads (re-expanded or repeated K/V, score rows).
+    pub(super) decode: u64,
+    pub(super) decode_per_ctx: u64,
 }
 
 /// The individual tensors of a layer's forward and backward temporaries.
@@ -209,8 +214,8 @@ pub(super) struct Ctx {
     pub(super) res: u64,
     /// Bytes of matmul inputs/outputs.
     pub(super) cmp: u64,
-    /// Bytes of the stored eager softmax output.
-    pub(super) sdt: u64,
+    /// The step runs in a mixed precision (autocast's fp32 softmax in training).
+    pub(super) amp: bool,
     pub(super) attention: Attention,
     pub(super) style: AmpStyle,
     pub(super) training: bool,
@@ -219,6 +224,20 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
+    /// Bytes of an eager softmax's stored output: fp32 in fp32 steps, in autocast training
+    /// (softmax is an fp32 op), and where the attention's code upcasts (`upcast`) outside
+    /// Megatron's fused kernels; else the compute dtype.
+    pub(super) fn sdt(&self, upcast: bool) -> u64 {
+        if self.cmp == 4
+            || (self.style == AmpStyle::Autocast && self.training && self.amp)
+            || (upcast && self.style != AmpStyle::Megatron)
+        {
+            4
+        } else {
+            self.cmp
+        }
+    }
+
     /// Bytes of a `[tokens, hidden]` tensor outside the tensor-parallel region.
     pub(super) fn rep(&self, h: u64, bytes: u64) -> u64 {
         let v = m(&[self.tok, h, bytes]);
@@ -230,23 +249,24 @@ impl Ctx {
     }
 }
 
-pub(super) fn norm_parts(t: &Transformer, c: &Ctx, p: &mut Parts) {
+/// What one of the model's norms over the hidden state saves.
+pub(super) fn norm_parts(b: &Blocks, c: &Ctx, p: &mut Parts) {
     let per_token = if c.sp { c.tok.div_ceil(c.t) } else { c.tok };
     if c.style == AmpStyle::Megatron {
         // Fused LayerNorm/RMSNorm kernels keep the input and per-token statistics only.
-        p.push(c.rep(t.hidden, c.res), false);
+        p.push(c.rep(b.hidden, c.res), false);
         p.push(m(&[per_token, 8]), false);
         return;
     }
-    match t.norm {
-        Norm::LayerNorm => {
-            p.push(c.rep(t.hidden, c.res), false);
+    match b.norm.kind {
+        NormKind::LayerNorm => {
+            p.push(c.rep(b.hidden, c.res), false);
             p.push(m(&[per_token, 8]), false); // mean and rstd, fp32
         }
-        Norm::RmsNorm => {
+        NormKind::RmsNorm => {
             // HF's RMSNorm: the fp32 view of the input, the normalised tensor, and rstd.
-            p.push(c.rep(t.hidden, 4), false);
-            p.push(c.rep(t.hidden, c.res), false);
+            p.push(c.rep(b.hidden, 4), false);
+            p.push(c.rep(b.hidden, c.res), false);
             p.push(m(&[per_token, 4]), false);
         }
     }
@@ -275,31 +295,30 @@ pub enum Kernel {
     Eager,
 }
 
-/// Which attention kernel runs for a self-attention (`cross = false`) or cross-attention block
-/// of `t` run by transformers 5.17 on PyTorch 2.11, at sequence length `seq`, with
-/// `half` (bf16/fp16) or fp32 inputs. Megatron-LM's own fused attention is not covered: it
-/// always runs its fused kernel.
+/// Which attention kernel runs for the attention `a` (a layer's self-attention, or its
+/// cross-attention as [`blocks::Block::cross`] gives it) run by transformers on PyTorch 2.11,
+/// at sequence length `seq`, with `half` (bf16/fp16) or fp32 inputs. Megatron-LM's own fused
+/// attention is not covered: it always runs its fused kernel.
 pub fn attention_kernel(
-    t: &Transformer,
+    a: &blocks::Attention,
     attention: Attention,
     half: bool,
     training: bool,
     seq: u64,
-    cross: bool,
 ) -> Kernel {
     if attention == Attention::Eager {
         return Kernel::Eager;
     }
-    let gqa = t.kv_heads < t.heads;
-    let relative_bias = matches!(t.positions, crate::arch::Positions::RelativeBuckets(_));
-    if relative_bias && !cross && training {
+    let gqa = a.kv_heads < a.heads;
+    if a.rel_bias && training {
+        // T5's position bias requires grad: no fused kernel takes such a mask.
         return Kernel::Math;
     }
-    if t.model_type == "falcon" && gqa && t.kv_heads == 1 {
+    if a.own_sdpa && gqa && a.kv_heads == 1 {
         return Kernel::Math;
     }
     if !half {
-        return if gqa && !repeats_kv_at(t, attention, seq) {
+        return if gqa && !repeats_kv_at(a, attention, seq) {
             Kernel::Math
         } else {
             Kernel::MemEfficient
@@ -309,51 +328,56 @@ pub fn attention_kernel(
 }
 
 /// [`attention_kernel`] for the step described by `c` (Megatron's layout: always fused).
-pub(super) fn kernel_of(t: &Transformer, c: &Ctx, cross: bool) -> Kernel {
+pub(super) fn kernel_of(a: &blocks::Attention, c: &Ctx) -> Kernel {
     if c.style == AmpStyle::Megatron && c.attention == Attention::Sdpa {
         return Kernel::Fused;
     }
-    attention_kernel(t, c.attention, c.cmp != 4, c.training, c.s, cross)
+    attention_kernel(a, c.attention, c.cmp != 4, c.training, c.s)
 }
 
 /// Whether transformers repeats K/V to every head before SDPA (`repeat_kv`): grouped-query
 /// attention with an explicit mask or a head dimension over 256 (`use_gqa_in_sdpa`), or the
 /// eager path.
-pub fn repeats_kv_at(t: &Transformer, attention: Attention, seq: u64) -> bool {
-    if t.model_type == "falcon" && attention == Attention::Sdpa {
+pub fn repeats_kv_at(a: &blocks::Attention, attention: Attention, seq: u64) -> bool {
+    if a.own_sdpa && attention == Attention::Sdpa {
         // `FalconAttention.forward` (modeling_falcon.py) hands SDPA its one-head K/V as they
         // are (no `repeat_kv`); the math kernel broadcasts them inside its matmuls.
         return false;
     }
-    t.kv_heads < t.heads && (attention == Attention::Eager || has_mask(t, seq) || t.head_dim > 256)
+    a.kv_heads < a.heads && (attention == Attention::Eager || has_mask(a, seq) || a.head_dim > 256)
 }
 
-fn repeats_kv(t: &Transformer, c: &Ctx) -> bool {
-    repeats_kv_at(t, c.attention, c.s)
+/// Whether transformers hands SDPA an explicit mask: a sliding or chunked window the sequence
+/// reaches (masking_utils' `sdpa_mask` stops skipping it), or a module that always passes one
+/// (Falcon).
+pub(super) fn has_mask(a: &blocks::Attention, seq: u64) -> bool {
+    let reached = match a.window {
+        Window::Full => false,
+        Window::Sliding(w) | Window::Chunked(w) => seq >= w,
+    };
+    reached || a.own_sdpa
 }
 
-/// Whether transformers hands SDPA an explicit mask: a sliding window the sequence reaches
-/// (`create_sliding_window_causal_mask` stops skipping the mask), or Falcon (always).
-pub(super) fn has_mask(t: &Transformer, seq: u64) -> bool {
-    t.sliding_window.is_some_and(|w| seq >= w) || t.model_type == "falcon"
-}
-
-/// An attention sub-block (norm, projections, core, output projection, dropout). Returns (the
-/// backward's extra bytes, the inference high point, the bytes kept only until the forward
+/// An attention sub-block (norm, projections, core, output projection, dropout) of attention
+/// `a` in model `b`; `cross`: a decoder's cross-attention over the encoder's output. Returns
+/// (the backward's extra bytes, the inference high point, the bytes kept only until the forward
 /// ends: transformers' `DynamicCache` copies of K and V in a training forward).
 pub(super) fn attention_parts(
-    t: &Transformer,
+    b: &Blocks,
+    a: &blocks::Attention,
     c: &Ctx,
     cross: bool,
     p: &mut Parts,
 ) -> (u64, u64, u64) {
     let tp = c.t;
-    let q_w = (t.heads * t.head_dim).div_ceil(tp);
-    let kv_real = (t.kv_heads * t.head_dim)
+    let hidden = b.hidden;
+    let q_w = (a.heads * a.head_dim).div_ceil(tp);
+    let kv_real = (a.kv_heads * a.head_dim)
         .div_ceil(tp)
-        .max(t.head_dim.min(q_w));
+        .max(a.head_dim.min(q_w));
     let megatron = c.style == AmpStyle::Megatron;
-    let kernel = kernel_of(t, c, cross);
+    let kernel = kernel_of(a, c);
+    let gqa = a.kv_heads < a.heads;
     // K/V as the kernel sees them: repeated to every head by transformers where it must.
     let kv_w = if megatron {
         if c.attention == Attention::Sdpa {
@@ -361,35 +385,35 @@ pub(super) fn attention_parts(
         } else {
             q_w
         }
-    } else if repeats_kv(t, c) || (kernel == Kernel::Math && t.kv_heads < t.heads) {
+    } else if repeats_kv_at(a, c.attention, c.s) || (kernel == Kernel::Math && gqa) {
         q_w
     } else {
         kv_real
     };
-    norm_parts(t, c, p);
+    norm_parts(b, c, p);
     let autocast = c.style == AmpStyle::Autocast && c.res != c.cmp;
     // Projection inputs. Under autocast each nn.Linear casts its fp32 input separately
     // (autocast caches casts of parameters, not of activations).
-    let copies = if autocast && !t.fused_qkv && !cross {
+    let copies = if autocast && !a.fused_qkv && !cross {
         3
     } else {
         1
     };
     for _ in 0..copies {
-        p.push(c.rep(t.hidden, c.cmp), false);
+        p.push(c.rep(hidden, c.cmp), false);
     }
     if cross {
-        p.push(c.rep(t.hidden, c.cmp), false); // encoder output cast for K/V
+        p.push(c.rep(hidden, c.cmp), false); // encoder output cast for K/V
     }
-    let rotary = t.positions == crate::arch::Positions::Rotary;
+    let rotary = a.rope;
     // transformers' DynamicCache in a training forward (use_cache defaults to True; turned off
     // by gradient checkpointing): `torch.cat` copies K and V, and attention reads the copies.
     // After rotary embeddings under autocast K is fp32 (fp32 cos/sin), and the cache's empty
     // tensors take K's dtype, so V's copy is fp32 too.
-    let cache = c.hf_cache && !megatron && t.layout != crate::arch::Layout::EncoderOnly;
+    let cache = c.hf_cache && !megatron && b.layout != blocks::Layout::EncoderOnly;
     let cache_bytes = if rotary && autocast { 4 } else { c.cmp };
     let mut fwd_kept = 0;
-    if !megatron && t.fused_qkv && !rotary {
+    if !megatron && a.fused_qkv && !rotary {
         // q, k and v are views of one projection output; whatever saves q keeps all of it.
         p.push(m(&[c.tok, q_w + 2 * kv_real, c.cmp]), false);
         if cache {
@@ -411,30 +435,31 @@ pub(super) fn attention_parts(
         p.push(m(&[c.tok, kv_w, c.cmp]), false);
         p.push(m(&[c.tok, kv_w, c.cmp]), false);
     }
-    let heads = t.heads.div_ceil(tp);
+    let heads = a.heads.div_ceil(tp);
     let scores = m(&[c.b, heads, c.s, c.s]);
-    let mut fwd_tmp = c.rep(t.hidden, 4);
+    let mut fwd_tmp = c.rep(hidden, 4);
     let mut bwd_core = 0;
-    let dropout = t.attention_dropout > 0.0 && c.training;
+    let dropout = b.dropout.attention > 0.0 && c.training;
+    let sdt = c.sdt(a.softmax_upcast);
     match kernel {
         Kernel::Eager => {
             // softmax output (fp32 where the code or autocast upcasts), then either dropout's
             // mask and output, or the cast the second matmul reads.
-            p.push(m(&[scores, c.sdt]), true);
+            p.push(m(&[scores, sdt]), true);
             if dropout {
                 p.push(scores, true);
                 p.push(m(&[scores, c.cmp]), true);
-            } else if c.sdt != c.cmp {
+            } else if sdt != c.cmp {
                 p.push(m(&[scores, c.cmp]), true);
             }
             fwd_tmp = fwd_tmp.max(m(&[scores, c.cmp, 2]));
-            bwd_core = m(&[scores, c.cmp + c.sdt]);
+            bwd_core = m(&[scores, c.cmp + sdt]);
             p.push(m(&[c.tok, q_w, c.cmp]), false); // transpose(1, 2).contiguous() for o_proj
         }
         Kernel::Fused | Kernel::MemEfficient => {
             p.push(m(&[c.tok, q_w, c.cmp]), false); // output (o_proj reads the same tensor)
             p.push(m(&[c.b, heads, c.s, 4]), false); // log-sum-exp
-            if has_mask(t, c.s) {
+            if has_mask(a, c.s) {
                 // The bool mask converted to an additive one in the input dtype, saved.
                 p.push(m(&[c.b, c.s, c.s, c.cmp]), true);
             }
@@ -459,49 +484,53 @@ pub(super) fn attention_parts(
             bwd_core = m(&[scores, 8]);
         }
     }
-    if t.hidden_dropout > 0.0 && c.training {
-        p.push(c.rep(t.hidden, 1), false);
+    if b.dropout.hidden > 0.0 && c.training {
+        p.push(c.rep(hidden, 1), false);
     }
     let bwd = bwd_core.max(m(&[c.tok, q_w + 2 * kv_w, c.cmp]));
     // Inference: input, normed input, q/k/v and the core's output or scores at once.
     let core = match c.attention {
-        Attention::Eager => m(&[scores, c.sdt + c.cmp]),
+        Attention::Eager => m(&[scores, sdt + c.cmp]),
         Attention::Sdpa => m(&[c.tok, q_w, c.cmp]),
     };
     let infer = c
-        .rep(t.hidden, c.res + c.cmp)
+        .rep(hidden, c.res + c.cmp)
         .saturating_add(m(&[c.tok, q_w + 2 * kv_w, c.cmp]))
         .saturating_add(core);
     (fwd_tmp.max(bwd), infer, fwd_kept)
 }
 
-/// A feed-forward sub-block. Returns (backward extra, inference high point).
-pub(super) fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Parts) -> (u64, u64) {
+/// A dense feed-forward sub-block of `d` in model `b`; `shared_norm`: it reads the normed
+/// input the mixer read (Falcon-7B's one norm per block). Returns (backward extra, inference
+/// high point).
+pub(super) fn mlp_parts(
+    b: &Blocks,
+    d: &Dense,
+    c: &Ctx,
+    shared_norm: bool,
+    p: &mut Parts,
+) -> (u64, u64) {
+    let hidden = b.hidden;
     if !shared_norm {
-        norm_parts(t, c, p);
+        norm_parts(b, c, p);
     }
     let autocast_casts = c.style == AmpStyle::Autocast && c.res != c.cmp;
     if !shared_norm || autocast_casts {
         // As for attention: separate gate and up projections cast their input separately.
-        let copies = if autocast_casts && t.mlp == Mlp::Gated && !t.fused_gate_up {
+        let copies = if autocast_casts && d.gated && !d.fused_gate_up {
             2
         } else {
             1
         };
         for _ in 0..copies {
-            p.push(c.rep(t.hidden, c.cmp), false);
+            p.push(c.rep(hidden, c.cmp), false);
         }
     }
-    let f = m(&[c.tok, t.intermediate.div_ceil(c.t), c.cmp]);
-    let k = if t.experts > 1 {
-        t.experts_per_token
-    } else {
-        1
-    };
-    let drop = t.hidden_dropout > 0.0 && c.training;
+    let f = m(&[c.tok, d.intermediate.div_ceil(c.t), c.cmp]);
+    let drop = b.dropout.hidden > 0.0 && c.training;
     // What the activation saves besides its input/output (fused kernels under Megatron).
-    let act_extra = match (t.act, c.style) {
-        (_, AmpStyle::Megatron) | (Act::Fused, _) => 0,
+    let act_extra = match (d.act, c.style) {
+        (_, AmpStyle::Megatron) | (Act::Fused | Act::Relu, _) => 0,
         (Act::ComposedTanh, _) => {
             // `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` as separate ops (NewGELUActivation):
             // pow saves its input, tanh its output, the last product `0.5·x` and `1 + tanh`.
@@ -516,136 +545,34 @@ pub(super) fn mlp_parts(t: &Transformer, c: &Ctx, shared_norm: bool, p: &mut Par
         }
         (Act::QuickGelu, _) => f,
     };
-    for _ in 0..k {
-        match t.mlp {
-            Mlp::Plain => {
-                if t.act != Act::ComposedTanh || c.style == AmpStyle::Megatron {
-                    p.push(f, false); // activation input
-                }
-                p.push(act_extra, false);
-                p.push(f, false); // activation output, the second projection's input
-            }
-            Mlp::Relu => {
-                p.push(f, false);
-                if drop {
-                    p.push(f / c.cmp, false);
-                    p.push(f, false);
-                }
-            }
-            Mlp::Gated => {
-                // gate output, activation output, up output, their product
-                for _ in 0..4 {
-                    p.push(f, false);
-                }
-                p.push(act_extra, false);
-            }
+    if d.gated {
+        // gate output, activation output, up output, their product
+        for _ in 0..4 {
+            p.push(f, false);
         }
-    }
-    if t.experts > 1 {
-        // Router probabilities (fp32), then per routed copy: the gathered input and the output.
-        p.push(m(&[c.tok, t.experts, 4]), false);
-        p.push(m(&[c.tok, t.hidden, c.cmp, k]), false);
-        p.push(m(&[c.tok, t.hidden, c.cmp, k]), false);
+        p.push(act_extra, false);
+    } else if d.act == Act::Relu {
+        // ReLU's backward reads its output: the output (and dropout's mask and output).
+        p.push(f, false);
+        if drop && d.inner_dropout {
+            p.push(f / c.cmp, false);
+            p.push(f, false);
+        }
+    } else {
+        if d.act != Act::ComposedTanh || c.style == AmpStyle::Megatron {
+            p.push(f, false); // activation input
+        }
+        p.push(act_extra, false);
+        p.push(f, false); // activation output, the second projection's input
     }
     if drop {
-        p.push(c.rep(t.hidden, 1), false);
+        p.push(c.rep(hidden, 1), false);
     }
-    let live = if t.mlp == Mlp::Gated { 3 } else { 2 };
+    let live = if d.gated { 3 } else { 2 };
     (
-        m(&[f, live, k]),
-        c.rep(t.hidden, c.res + c.cmp)
-            .saturating_add(m(&[f, live, k])),
+        m(&[f, live]),
+        c.rep(hidden, c.res + c.cmp).saturating_add(m(&[f, live])),
     )
-}
-
-pub(super) fn transformer_layer(
-    t: &Transformer,
-    c: &Ctx,
-    decoder_of_enc_dec: bool,
-    params: u64,
-    matmul: u64,
-) -> LayerDesc {
-    let mut p = Parts::default();
-    let (attn_bwd, attn_inf, mut fwd_kept) = attention_parts(t, c, false, &mut p);
-    let (mut bwd, mut inf) = (attn_bwd, attn_inf);
-    if decoder_of_enc_dec {
-        let (b2, i2, k2) = attention_parts(t, c, true, &mut p);
-        bwd = bwd.max(b2);
-        inf = inf.max(i2);
-        fwd_kept += k2;
-    }
-    let shared = t.parallel_residual && t.norms_per_layer == 1;
-    let ffn_from = if decoder_of_enc_dec || shared { 0 } else { p.n };
-    let (mlp_bwd, mlp_inf) = mlp_parts(t, c, shared, &mut p);
-    for _ in 2..t.norms_per_layer {
-        norm_parts(t, c, &mut p); // Gemma 2's post-norms
-    }
-    bwd = bwd.max(mlp_bwd);
-    inf = inf.max(mlp_inf);
-    let grads_in_out = 2 * c.rep(t.hidden, c.res);
-    let mut bwd_tmp = grads_in_out.saturating_add(bwd);
-    // The same bytes tensor by tensor, for the allocator replay: the gradients flowing in and
-    // out, the feed-forward's `live` intermediate-sized gradients (or the attention's block),
-    // the half weight gradient.
-    let mut tmp_parts = TmpParts::default();
-    tmp_parts.bwd[0] = c.rep(t.hidden, c.res);
-    tmp_parts.bwd[1] = c.rep(t.hidden, c.res);
-    let live = if t.mlp == Mlp::Gated { 3 } else { 2 };
-    let pieces = live * t.experts_per_token.max(1);
-    if mlp_bwd >= bwd && (pieces as usize) <= 9 && mlp_bwd % pieces == 0 {
-        for j in 0..pieces as usize {
-            tmp_parts.bwd[2 + j] = mlp_bwd / pieces;
-        }
-    } else {
-        tmp_parts.bwd[2] = bwd;
-    }
-    let mut half_grad = 0;
-    if c.style == AmpStyle::Autocast && c.cmp != 4 && c.res == 4 {
-        // Mixed precision: the half gradient of the largest weight before it is added to the
-        // fp32 `.grad` (`ToCopyBackward` makes the fp32 one). Pure half weights have none: the
-        // matmul's gradient is the `.grad` AccumulateGrad keeps.
-        let largest = t.hidden * t.intermediate.max(t.heads * t.head_dim).div_ceil(c.t);
-        half_grad = m(&[largest, c.cmp]);
-        bwd_tmp = bwd_tmp.saturating_add(half_grad);
-        tmp_parts.bwd[11] = half_grad;
-    }
-    let fwd_core = if c.attention == Attention::Eager {
-        m(&[c.b, t.heads.div_ceil(c.t), c.s, c.s, c.cmp, 2])
-    } else {
-        c.rep(t.hidden, 4)
-    };
-    tmp_parts.fwd = [c.rep(t.hidden, c.res), fwd_core];
-    // The feed-forward's backward node by node: the last projection's input gradient replaces
-    // the saved tensor it consumed, so its high point is one `[tokens, f]` below `mlp_bwd`.
-    let k = if t.experts > 1 {
-        t.experts_per_token
-    } else {
-        1
-    };
-    let f_bytes = m(&[c.tok, t.intermediate.div_ceil(c.t), c.cmp, k]);
-    let ffn_bwd_tmp = grads_in_out
-        .saturating_add(mlp_bwd.saturating_sub(f_bytes))
-        .saturating_add(half_grad);
-    let mixer_bwd_tmp = grads_in_out
-        .saturating_add(attn_bwd)
-        .saturating_add(half_grad);
-    LayerDesc {
-        parts: p,
-        checkpoint: c.rep(t.hidden, c.res),
-        fwd_tmp: c.rep(t.hidden, c.res).saturating_add(fwd_core),
-        tmp_parts,
-        bwd_tmp,
-        params,
-        matmul_params: matmul,
-        infer_tmp: inf,
-        fwd_kept,
-        ffn_from,
-        ffn_bwd_tmp,
-        mixer_bwd_tmp,
-        ffn_first_grad: t.hidden * t.intermediate.div_ceil(c.t),
-        ..LayerDesc::default()
-    }
-    .with_totals()
 }
 
 /// The layers of one pipeline rank, borrowed from the [`Step`].

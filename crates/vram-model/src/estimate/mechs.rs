@@ -15,11 +15,10 @@
 //!   every-token-through-every-expert `Llama4TextMoe`, with the router's tensors.
 
 use super::*;
-use crate::arch::Mlp;
-use crate::blocks::{Block, Component, Dense, Dispatch, Ffn, Mixer, Moe, TensorKind};
+use crate::blocks::{Block, Blocks, Dense, Dispatch, Ffn, Mixer, Moe, Residual, TensorKind};
 use crate::setup::{Infer, KvCache};
 use inference::generate_key;
-use layers::{attention_parts, mlp_parts};
+use layers::{attention_parts, mlp_parts, TmpParts};
 
 /// The recurrent mixers' scan chunk in the torch fallbacks (`torch_chunk_gated_delta_rule`'s
 /// `chunk_size=64`).
@@ -42,68 +41,9 @@ pub(super) struct Extra {
     pub(super) decode_per_ctx: u64,
 }
 
-/// The uniform families' transformer with one block's shapes: the attention sub-block and the
-/// dense MLP of [`super::layers`] then price this layer's own heads, window and sizes.
-fn shaped(t: &Transformer, blk: &Block) -> Transformer {
-    let (mut heads, mut kv_heads, mut head_dim) = (t.heads, t.kv_heads, t.head_dim);
-    let (mut sliding, mut qkv_bias, mut out_bias, mut fused_qkv) =
-        (None, t.qkv_bias, t.out_bias, t.fused_qkv);
-    if let Mixer::Attention(a) = blk.mixer {
-        heads = a.heads;
-        kv_heads = a.kv_heads;
-        head_dim = a.head_dim;
-        sliding = match a.window {
-            crate::blocks::Window::Full => None,
-            crate::blocks::Window::Sliding(w) | crate::blocks::Window::Chunked(w) => Some(w),
-        };
-        qkv_bias = a.qkv_bias;
-        out_bias = a.out_bias;
-        fused_qkv = a.fused_qkv;
-    }
-    let (mut intermediate, mut mlp, mut mlp_bias, mut fused_gate_up) =
-        (t.intermediate, t.mlp, t.mlp_bias, t.fused_gate_up);
-    if let Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) = blk.ffn {
-        intermediate = d.intermediate;
-        mlp = if d.gated { Mlp::Gated } else { Mlp::Plain };
-        mlp_bias = d.bias;
-        fused_gate_up = d.fused_gate_up;
-    }
-    Transformer {
-        name: String::new(),
-        model_type: t.model_type.clone(),
-        heads,
-        kv_heads,
-        head_dim,
-        sliding_window: sliding,
-        qkv_bias,
-        out_bias,
-        fused_qkv,
-        intermediate,
-        mlp,
-        mlp_bias,
-        fused_gate_up,
-        experts: 1,
-        experts_per_token: 1,
-        blocks: crate::blocks::Blocks::empty(),
-        ..*t
-    }
-}
-
-/// A dense MLP of `d` over the step's tokens, through the uniform families' MLP sub-block.
-fn dense(t: &Transformer, d: &Dense, c: &Ctx, norm: bool, p: &mut Parts) -> (u64, u64) {
-    let tv = Transformer {
-        name: String::new(),
-        model_type: t.model_type.clone(),
-        intermediate: d.intermediate,
-        mlp: if d.gated { Mlp::Gated } else { Mlp::Plain },
-        mlp_bias: d.bias,
-        fused_gate_up: d.fused_gate_up,
-        experts: 1,
-        experts_per_token: 1,
-        blocks: crate::blocks::Blocks::empty(),
-        ..*t
-    };
-    mlp_parts(&tv, c, !norm, p)
+/// A dense MLP of `d` over the step's tokens; `norm`: it runs its own input norm.
+fn dense(b: &Blocks, d: &Dense, c: &Ctx, norm: bool, p: &mut Parts) -> (u64, u64) {
+    mlp_parts(b, d, c, !norm, p)
 }
 
 /// An RMSNorm over `width` per token as transformers' `*RMSNorm` runs it: the fp32 copy, the
@@ -115,15 +55,14 @@ fn rms(c: &Ctx, width: u64, p: &mut Parts) {
 }
 
 /// Softmax attention of a block (heads, window, sinks, QK-norm, output gate).
-pub(super) fn attention(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
+pub(super) fn attention(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
     let Mixer::Attention(a) = blk.mixer else {
         return Extra::default();
     };
     if a.sinks {
-        return sinks(t, blk, c, p);
+        return sinks(b, blk, c, p);
     }
-    let tv = shaped(t, blk);
-    let (bwd, infer, kept) = attention_parts(&tv, c, false, p);
+    let (bwd, infer, kept) = attention_parts(b, &a, c, false, p);
     let tp = c.t;
     let q_w = (a.heads * a.head_dim).div_ceil(tp);
     let kv_w = (a.kv_heads * a.head_dim).div_ceil(tp).max(a.head_dim);
@@ -144,6 +83,9 @@ pub(super) fn attention(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) ->
         p.push(m(&[c.tok, q_w, c.cmp]), false);
         p.push(m(&[c.tok, q_w, c.cmp]), false);
     }
+    // Decode: one token per sequence; SDPA reads the cache in place (grouped-query path,
+    // no mask for one query without padding: `sdpa_mask` skips it).
+    let decode = infer / c.s.max(1);
     // A sliding or chunked layer the prompt reaches gets an explicit mask (masking_utils'
     // `sdpa_mask` stops skipping it): the model keeps the bool `[b, 1, s, s]`, and each SDPA call
     // makes `logical_not` and the additive mask in the query's dtype; with grouped-query heads
@@ -154,14 +96,12 @@ pub(super) fn attention(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) ->
             infer = infer.saturating_add(m(&[c.b, c.s, c.s, 2 + c.cmp]));
         }
     }
-    // Decode: one token per sequence; SDPA reads the cache in place (grouped-query path,
-    // no mask for one query without padding: `sdpa_mask` skips it).
     Extra {
         bwd,
         fwd: 0,
         infer,
         kept,
-        decode: infer / c.s.max(1),
+        decode,
         decode_per_ctx: 0,
     }
 }
@@ -171,7 +111,7 @@ pub(super) fn attention(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) ->
 /// (`repeat_kv` copies), scores `[b, h, q, k]`, the mask added, the sinks concatenated into
 /// `[b, h, q, k + 1]`, the max subtracted, a softmax in the model's dtype whose output is saved,
 /// the sink column dropped (a view) and made contiguous for the value matmul.
-pub(super) fn sinks(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
+pub(super) fn sinks(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
     let Mixer::Attention(a) = blk.mixer else {
         return Extra::default();
     };
@@ -179,9 +119,9 @@ pub(super) fn sinks(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Ext
     let heads = a.heads.div_ceil(tp);
     let q_w = heads * a.head_dim;
     let kv_w = (a.kv_heads * a.head_dim).div_ceil(tp).max(a.head_dim);
-    let tv = shaped(t, blk);
-    norm_parts(&tv, c, p);
-    p.push(c.rep(t.hidden, c.cmp), false); // projections' input
+    let hidden = b.hidden;
+    norm_parts(b, c, p);
+    p.push(c.rep(hidden, c.cmp), false); // projections' input
     let cmp = c.cmp;
     p.push(m(&[c.tok, q_w, cmp]), false); // q after rotary (the first matmul's input)
     p.push(m(&[c.tok, q_w, cmp]), false); // repeat_kv(k)
@@ -200,7 +140,7 @@ pub(super) fn sinks(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Ext
         0
     };
     let infer = c
-        .rep(t.hidden, c.res + cmp)
+        .rep(hidden, c.res + cmp)
         .saturating_add(m(&[c.tok, q_w + 2 * kv_w, cmp]))
         .saturating_add(m(&[c.tok, 2 * q_w, cmp]))
         .saturating_add(m(&[with_sink, cmp, 3]));
@@ -210,7 +150,7 @@ pub(super) fn sinks(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Ext
         fwd,
         infer,
         kept,
-        decode: m(&[c.b, t.hidden + 2 * q_w + 2 * kv_w, cmp]),
+        decode: m(&[c.b, hidden + 2 * q_w + 2 * kv_w, cmp]),
         decode_per_ctx: m(&[c.b, heads, 2 * a.head_dim + 4, cmp]),
     }
 }
@@ -221,18 +161,18 @@ pub(super) fn sinks(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Ext
 /// cached token (`[b, h, ctx, nope + v]`, values a view of it) and keys built in a `new_empty`
 /// `[b, h, ctx, nope + rope]`; SDPA (head sizes differ for q/k and v: the memory-efficient
 /// kernel, which saves q, k, v, output and log-sum-exp like the fused ones).
-pub(super) fn mla(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
+pub(super) fn mla(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
     let Mixer::Mla(a) = blk.mixer else {
         return Extra::default();
     };
-    let tv = shaped(t, blk);
+    let hidden = b.hidden;
     let heads = a.heads.div_ceil(c.t);
     let qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
     let kv_out = heads * (a.qk_nope_head_dim + a.v_head_dim);
     let latent = a.kv_lora_rank + a.qk_rope_head_dim;
     let cmp = c.cmp;
-    norm_parts(&tv, c, p);
-    p.push(c.rep(t.hidden, cmp), false); // q_a_proj / kv_a_proj_with_mqa input
+    norm_parts(b, c, p);
+    p.push(c.rep(hidden, cmp), false); // q_a_proj / kv_a_proj_with_mqa input
     let mut q_lora = 0;
     if let Some(r) = a.q_lora_rank {
         rms(c, r, p); // q_a_layernorm; its output is q_b_proj's input
@@ -253,7 +193,7 @@ pub(super) fn mla(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra
     let q_all = m(&[c.tok, heads * qk + q_lora + latent, cmp]);
     let expanded = m(&[c.tok, kv_out + heads * qk, cmp]);
     let infer = c
-        .rep(t.hidden, c.res + cmp)
+        .rep(hidden, c.res + cmp)
         .saturating_add(q_all)
         .saturating_add(expanded)
         .saturating_add(m(&[c.tok, heads * a.v_head_dim, cmp]));
@@ -264,7 +204,7 @@ pub(super) fn mla(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra
         kept,
         decode: m(&[
             c.b,
-            t.hidden * 2 + heads * qk * 2 + q_lora + latent + heads * a.v_head_dim,
+            hidden * 2 + heads * qk * 2 + q_lora + latent + heads * a.v_head_dim,
             cmp,
         ]),
         // Every decode step re-expands the whole cached latent: kv_b_proj's output and keys.
@@ -279,11 +219,11 @@ pub(super) fn mla(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra
 /// `k·beta` and `v·beta`, the intra-chunk `[b, hv, T/64, 64, 64]` attention and decay mask, and
 /// a loop over the chunks that saves the fp32 recurrent state `[b, hv, dk, dv]` per chunk; then
 /// the gated RMSNorm in fp32 and `out_proj`.
-pub(super) fn gdn(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
+pub(super) fn gdn(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
     let Mixer::GatedDeltaNet(g) = blk.mixer else {
         return Extra::default();
     };
-    let tv = shaped(t, blk);
+    let hidden = b.hidden;
     let hv = g.num_v_heads.div_ceil(c.t);
     let hk = g.num_k_heads.div_ceil(c.t);
     let (dk, dv) = (g.k_head_dim, g.v_head_dim);
@@ -292,8 +232,8 @@ pub(super) fn gdn(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra
     let padded = c.s.div_ceil(GDN_CHUNK) * GDN_CHUNK;
     let tok32 = m(&[c.b, padded]);
     let chunks = padded / GDN_CHUNK;
-    norm_parts(&tv, c, p);
-    p.push(c.rep(t.hidden, cmp), false); // in_proj_* input
+    norm_parts(b, c, p);
+    p.push(c.rep(hidden, cmp), false); // in_proj_* input
     p.push(m(&[c.tok, conv, cmp]), false); // conv1d input (mixed_qkv)
     p.push(m(&[c.tok, conv, cmp]), false); // conv1d output, SiLU's input
     p.push(m(&[c.tok, conv, cmp]), false); // SiLU output (q, k, v views)
@@ -314,7 +254,7 @@ pub(super) fn gdn(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra
     let state = m(&[c.b, hv, dk * dv, 4]);
     let fwd = m(&[tok32, hv, GDN_CHUNK, 4, 2]).saturating_add(state);
     let infer = c
-        .rep(t.hidden, c.res + cmp)
+        .rep(hidden, c.res + cmp)
         .saturating_add(m(&[c.tok, conv * 3 + hv * dv, cmp]))
         .saturating_add(m(&[tok32, hv, 2 * dk + 3 * dv, 4]))
         .saturating_add(m(&[tok32, hv, GDN_CHUNK, 4, 3]))
@@ -325,7 +265,7 @@ pub(super) fn gdn(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra
         infer,
         kept: 0,
         // `torch_recurrent_gated_delta_rule` for one token: fp32 q, k, v and the state's update.
-        decode: m(&[c.b, t.hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
+        decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
         decode_per_ctx: 0,
     }
 }
@@ -334,11 +274,11 @@ pub(super) fn gdn(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra
 /// `mamba_ssm`/`causal_conv1d`): `in_proj`, conv + SiLU over `xBC`, `dt` softplus in fp32, and
 /// the chunked SSD: `exp(segsum(A))` `[b, H, nc, C, C]`, the C·Bᵀ products per chunk, the
 /// per-chunk states `[b, nc, H, P, N]` in fp32, then the gated RMSNorm and `out_proj`.
-pub(super) fn mamba2(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
+pub(super) fn mamba2(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
     let Mixer::Mamba2(mb) = blk.mixer else {
         return Extra::default();
     };
-    let tv = shaped(t, blk);
+    let hidden = b.hidden;
     let heads = mb.heads.div_ceil(c.t);
     let d_in = heads * mb.head_dim;
     let gn = mb.groups * mb.state_size;
@@ -350,9 +290,9 @@ pub(super) fn mamba2(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Ex
     let cmp = c.cmp;
     let proj = d_in + conv + heads;
     let hn = heads * mb.state_size;
-    norm_parts(&tv, c, p);
+    norm_parts(b, c, p);
     // in_proj's input.
-    p.push(c.rep(t.hidden, cmp), false);
+    p.push(c.rep(hidden, cmp), false);
     // The conv's input is a view of in_proj's whole output (gate, xBC, dt). The conv's output,
     // over the sequence plus its `kernel - 1` padding (`causal_conv1d_fn` slices it to the
     // sequence after the call), is what SiLU saves; SiLU's output (x, B and C) is only read by
@@ -392,7 +332,7 @@ pub(super) fn mamba2(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Ex
     let state = m(&[c.b, heads, mb.head_dim * mb.state_size, 4]);
     let fwd = m(&[tok32, heads, chunk, 4, 2]);
     let infer = c
-        .rep(t.hidden, c.res + cmp)
+        .rep(hidden, c.res + cmp)
         .saturating_add(m(&[c.tok, conv * 3 + d_in, cmp]))
         .saturating_add(m(&[tok32, heads, chunk, 4, 3]))
         .saturating_add(m(&[c.b, chunks + 1, heads, mb.head_dim * mb.state_size, 4]));
@@ -401,7 +341,7 @@ pub(super) fn mamba2(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Ex
         fwd,
         infer,
         kept: 0,
-        decode: m(&[c.b, t.hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
+        decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
         decode_per_ctx: 0,
     }
 }
@@ -420,33 +360,21 @@ pub(super) fn mamba2(t: &Transformer, blk: &Block, c: &Ctx, p: &mut Parts) -> Ex
 ///
 /// Llama 4 (`Llama4TextMoe.forward`, modeling_llama4.py): every token through every expert:
 /// `hidden_states.repeat(E, 1)` scaled by the sigmoid scores, two `bmm`s over `[E·T, ·]`.
-pub(super) fn moe(t: &Transformer, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts) -> Extra {
-    let tv = shaped(
-        t,
-        &crate::blocks::Block {
-            mixer: Mixer::None,
-            cross_attention: false,
-            ffn: Ffn::None,
-            norms: crate::blocks::Norms {
-                count: 0,
-                params_each: 0,
-            },
-            extra: (Component::Other, 0),
-        },
-    );
+pub(super) fn moe(b: &Blocks, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts) -> Extra {
     let cmp = c.cmp;
-    let h = mo.latent.unwrap_or(t.hidden);
+    let hidden = b.hidden;
+    let h = mo.latent.unwrap_or(hidden);
     let e = mo.experts;
     let i = mo.expert_intermediate.div_ceil(c.t);
     let up = if mo.gated { 2 * i } else { i };
     if norm {
-        norm_parts(&tv, c, p);
-        p.push(c.rep(t.hidden, cmp), false); // router and experts' input
+        norm_parts(b, c, p);
+        p.push(c.rep(hidden, cmp), false); // router and experts' input
     }
     // Router.
     let fp32_router = mo.correction_bias;
     if fp32_router {
-        p.push(m(&[c.tok, t.hidden, 4]), false); // hidden_states.type(float32)
+        p.push(m(&[c.tok, hidden, 4]), false); // hidden_states.type(float32)
     }
     p.push(m(&[c.tok, e, 4]), false); // softmax / sigmoid output (fp32)
     if mo.dispatch == Dispatch::AllExperts {
@@ -530,15 +458,15 @@ pub(super) fn moe(t: &Transformer, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts)
     };
     let mut bwd = m(&[rows, h, 2 * wo + xb]).max(m(&[rows, up + 2 * i, eb]));
     let mut infer = c
-        .rep(t.hidden, c.res + cmp)
+        .rep(hidden, c.res + cmp)
         .saturating_add(m(&[c.tok, e, 4 + cmp]))
         .saturating_add(m(&[rows, h, cmp]))
         .saturating_add(m(&[rows, up + 2 * i, cmp]).max(m(&[rows, h, cmp + 2 * wb])));
     if let Some(s) = mo.shared {
         // The shared expert reads the same normed input (no second norm).
-        let (b2, i2) = dense(t, &s, c, false, p);
+        let (b2, i2) = dense(b, &s, c, false, p);
         bwd = bwd.max(b2);
-        infer = infer.saturating_add(i2.saturating_sub(c.rep(t.hidden, c.res + cmp)));
+        infer = infer.saturating_add(i2.saturating_sub(c.rep(hidden, c.res + cmp)));
         if mo.shared_gate {
             p.push(m(&[c.tok, cmp, 2]), false); // sigmoid(shared_expert_gate(x))
         }
@@ -556,9 +484,8 @@ pub(super) fn moe(t: &Transformer, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts)
 
 /// What an estimate over the layer-by-layer description assumed, one line per mechanism
 /// present (none for the uniform families).
-pub(super) fn notes(t: &Transformer) -> Vec<&'static str> {
-    let b = &t.blocks;
-    if b.uniform || b.is_empty() {
+pub(super) fn notes(b: &Blocks) -> Vec<&'static str> {
+    if b.is_empty() {
         return Vec::new();
     }
     let mut v = Vec::new();
@@ -599,102 +526,149 @@ pub(super) fn notes(t: &Transformer) -> Vec<&'static str> {
     v
 }
 
-/// One layer of the layer-by-layer description: its mixer, its feed-forward(s), its norms.
-pub(super) fn block_layer(
-    t: &Transformer,
-    blk: &Block,
-    c: &Ctx,
-    params: u64,
-    matmul: u64,
-) -> (LayerDesc, Extra) {
+/// One layer of the description: its mixer (and a decoder's cross-attention), its
+/// feed-forward(s), its norms; what it saves, its forward's and backward's high points as the
+/// allocator sees them, its inference and decode temporaries.
+pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul: u64) -> LayerDesc {
+    let hidden = b.hidden;
     let mut p = Parts::default();
     let mx = match blk.mixer {
-        Mixer::Attention(_) => attention(t, blk, c, &mut p),
-        Mixer::Mla(_) => mla(t, blk, c, &mut p),
-        Mixer::GatedDeltaNet(_) => gdn(t, blk, c, &mut p),
-        Mixer::Mamba2(_) => mamba2(t, blk, c, &mut p),
+        Mixer::Attention(_) => attention(b, blk, c, &mut p),
+        Mixer::Mla(_) => mla(b, blk, c, &mut p),
+        Mixer::GatedDeltaNet(_) => gdn(b, blk, c, &mut p),
+        Mixer::Mamba2(_) => mamba2(b, blk, c, &mut p),
         Mixer::None => Extra::default(),
     };
-    let tv = shaped(t, blk);
-    let ffn_from = if blk.cross_attention { 0 } else { p.n };
+    let mut ran = u64::from(!matches!(blk.mixer, Mixer::None));
+    let mut mixer_bwd = mx.bwd;
+    let mut infer = mx.infer;
+    let mut fwd_kept = mx.kept;
+    if let Some(cross) = blk.cross() {
+        // T5's `EncDecAttention` over the encoder's output, with its own norm.
+        let (bwd, inf, kept) = attention_parts(b, &cross, c, true, &mut p);
+        mixer_bwd = mixer_bwd.max(bwd);
+        infer = infer.max(inf);
+        fwd_kept += kept;
+        ran += 1;
+    }
+    // One norm for both branches (Falcon-7B): the feed-forward reads the mixer's normed input.
+    let shared_norm = blk.residual == Residual::Parallel && blk.norms.count == 1;
+    let ffn_from = if blk.cross_attention || shared_norm {
+        0
+    } else {
+        p.n
+    };
+    // The feed-forward's backward as tensors, where a dense MLP's dominates: its `live`
+    // intermediate-sized gradients; and the input gradient of its down projection, which
+    // replaces the saved tensor it consumed.
+    let mut pieces = 1u64;
+    let mut down_input = 0u64;
     let ff = match blk.ffn {
         Ffn::Dense(d) => {
-            let (b, i) = dense(t, &d, c, true, &mut p);
+            let (bwd, inf) = dense(b, &d, c, !shared_norm, &mut p);
+            pieces = if d.gated { 3 } else { 2 };
+            down_input = m(&[c.tok, d.intermediate.div_ceil(c.t), c.cmp]);
             Extra {
-                bwd: b,
-                infer: i,
-                decode: i / c.s.max(1),
+                bwd,
+                infer: inf,
+                decode: inf / c.s.max(1),
                 ..Extra::default()
             }
         }
-        Ffn::Moe(mo) => moe(t, &mo, c, true, &mut p),
+        Ffn::Moe(mo) => moe(b, &mo, c, true, &mut p),
         Ffn::DenseAndMoe(d, mo) => {
-            let (b, i) = dense(t, &d, c, true, &mut p);
-            let x = moe(t, &mo, c, true, &mut p);
+            let (bwd, inf) = dense(b, &d, c, true, &mut p);
+            let x = moe(b, &mo, c, true, &mut p);
             Extra {
-                bwd: b.max(x.bwd),
+                bwd: bwd.max(x.bwd),
                 fwd: x.fwd,
-                infer: i.max(x.infer),
-                decode: (i / c.s.max(1)).max(x.decode),
+                infer: inf.max(x.infer),
+                decode: (inf / c.s.max(1)).max(x.decode),
                 ..Extra::default()
             }
         }
         Ffn::None => Extra::default(),
     };
-    let ran = u64::from(!matches!(blk.mixer, Mixer::None)) + u64::from(blk.ffn != Ffn::None);
+    ran += u64::from(blk.ffn != Ffn::None && !shared_norm);
     for _ in ran..blk.norms.count {
-        norm_parts(&tv, c, &mut p); // post-norms (Gemma 3/4)
+        norm_parts(b, c, &mut p); // post-norms (Gemma 2/3/4)
     }
-    let grads_in_out = 2 * c.rep(t.hidden, c.res);
-    let mut bwd_tmp = grads_in_out.saturating_add(mx.bwd.max(ff.bwd));
+    let bwd = mixer_bwd.max(ff.bwd);
+    let grads_in_out = 2 * c.rep(hidden, c.res);
+    let mut bwd_tmp = grads_in_out.saturating_add(bwd);
+    // The same bytes tensor by tensor, for the allocator replay: the gradients flowing in and
+    // out, the feed-forward's intermediate-sized gradients (or one block), the half weight
+    // gradient.
+    let mut tmp_parts = TmpParts::default();
+    tmp_parts.bwd[0] = c.rep(hidden, c.res);
+    tmp_parts.bwd[1] = c.rep(hidden, c.res);
+    if ff.bwd >= bwd && down_input > 0 && ff.bwd % pieces == 0 {
+        for j in 0..pieces as usize {
+            tmp_parts.bwd[2 + j] = ff.bwd / pieces;
+        }
+    } else {
+        tmp_parts.bwd[2] = bwd;
+    }
     let mut half_grad = 0;
     if c.style == AmpStyle::Autocast && c.cmp != 4 && c.res == 4 {
         // Mixed precision: the half gradient of the largest weight (an expert bank is one
-        // parameter) before it is added to the fp32 `.grad`.
+        // parameter) before it is added to the fp32 `.grad` (`ToCopyBackward` makes the fp32
+        // one). Pure half weights have none: the matmul's gradient is the `.grad`
+        // AccumulateGrad keeps.
         let mut largest = 0u64;
-        blk.tensors(t.hidden, &mut |x| {
+        blk.tensors(hidden, &mut |x| {
             if x.kind != TensorKind::Vector {
                 largest = largest.max(x.numel().div_ceil(c.t));
             }
         });
         half_grad = m(&[largest, c.cmp]);
         bwd_tmp = bwd_tmp.saturating_add(half_grad);
+        tmp_parts.bwd[11] = half_grad;
     }
     // The feed-forward's output projection (rows = hidden; an expert bank is one parameter):
     // its gradient comes first in a two-half backward.
     let mut first_grad = 0u64;
-    blk.ffn.tensors(t.hidden, &mut |x| {
-        if x.kind != TensorKind::Vector && x.rows == t.hidden {
+    blk.ffn.tensors(hidden, &mut |x| {
+        if x.kind != TensorKind::Vector && x.rows == hidden {
             first_grad = first_grad.max(x.numel().div_ceil(c.t));
         }
     });
-    let base_fwd = c.rep(t.hidden, c.res).saturating_add(c.rep(t.hidden, 4));
-    let desc = LayerDesc {
+    // The forward's high point beyond the layer's output: the fp32 residual-stream tensor, an
+    // eager attention's two score tensors, or a mechanism's own.
+    let eager_scores = match blk.mixer {
+        Mixer::Attention(a) if !a.sinks && c.attention == crate::setup::Attention::Eager => {
+            Some(m(&[c.b, a.heads.div_ceil(c.t), c.s, c.s, c.cmp, 2]))
+        }
+        _ => None,
+    };
+    let core = eager_scores
+        .unwrap_or_else(|| c.rep(hidden, 4))
+        .max(mx.fwd)
+        .max(ff.fwd);
+    tmp_parts.fwd = [c.rep(hidden, c.res), core];
+    LayerDesc {
         parts: p,
-        checkpoint: c.rep(t.hidden, c.res),
-        fwd_tmp: base_fwd.max(c.rep(t.hidden, c.res).saturating_add(mx.fwd.max(ff.fwd))),
+        checkpoint: c.rep(hidden, c.res),
+        fwd_tmp: c.rep(hidden, c.res).saturating_add(core),
+        tmp_parts,
         bwd_tmp,
         params,
         matmul_params: matmul,
-        infer_tmp: mx.infer.max(ff.infer),
-        fwd_kept: mx.kept,
+        infer_tmp: infer.max(ff.infer),
+        fwd_kept,
         ffn_from,
         ffn_bwd_tmp: grads_in_out
-            .saturating_add(ff.bwd)
+            .saturating_add(ff.bwd.saturating_sub(down_input))
             .saturating_add(half_grad),
         mixer_bwd_tmp: grads_in_out
             .saturating_add(mx.bwd)
             .saturating_add(half_grad),
         ffn_first_grad: first_grad,
-        ..LayerDesc::default()
-    }
-    .with_totals();
-    let decode = Extra {
         decode: mx.decode.max(ff.decode),
         decode_per_ctx: mx.decode_per_ctx,
-        ..Extra::default()
-    };
-    (desc, decode)
+        ..LayerDesc::default()
+    }
+    .with_totals()
 }
 
 /// A decode step's and the cache's figures of one layer kind.
@@ -712,7 +686,8 @@ pub(super) struct KindGen {
 }
 
 impl Step<'_> {
-    /// One [`LayerDesc`] per kind of the layer-by-layer description, and the per-layer index.
+    /// One [`LayerDesc`] per kind of the description, its tensors on this GPU, its cache, and
+    /// the per-layer index.
     pub(super) fn init_blocks(&mut self, t: &Transformer) {
         let b = &t.blocks;
         let tp = self.setup.parallel.tp;
@@ -729,15 +704,14 @@ impl Step<'_> {
             let (mut params, mut matmul) = (0u64, 0u64);
             kind.tensors(b.hidden, &mut |x| {
                 let n = x.numel();
-                let split = x.kind != TensorKind::Vector && x.component != Component::Router;
-                let local = if split { n.div_ceil(tp) } else { n };
+                let local = if x.tp { n.div_ceil(tp) } else { n };
                 elems.push(local);
                 params += local;
-                if split {
+                if x.tp {
                     matmul += local;
                 }
             });
-            let (desc, gen) = block_layer(t, kind, &c, params, matmul);
+            let desc = block_layer(b, kind, &c, params, matmul);
             let spec = kind.mixer.cache();
             let split = match kind.mixer {
                 Mixer::Mla(_) => 1,
@@ -748,8 +722,8 @@ impl Step<'_> {
                 window: spec.window.unwrap_or(0),
                 state: m(&[spec.state.div_ceil(split), kv_bytes])
                     .saturating_add(m(&[spec.state_f32.div_ceil(split), 4])),
-                decode: gen.decode,
-                decode_per_ctx: gen.decode_per_ctx,
+                decode: desc.decode,
+                decode_per_ctx: desc.decode_per_ctx,
             });
             self.kinds.push(desc);
             self.kind_tensors.push(elems);
@@ -776,6 +750,7 @@ impl Step<'_> {
         let Model::Transformer(t) = self.model else {
             return;
         };
+        let hidden = t.hidden();
         let layers = stack.len();
         let key = generate_key;
         let prompt = inf.prompt();
@@ -805,7 +780,7 @@ impl Step<'_> {
             bytes: held(gen_of(i), steps),
             key: key(i, 1, gen),
         };
-        let hd = m(&[c.tok, t.hidden, c.cmp]);
+        let hd = m(&[c.tok, hidden, c.cmp]);
         let x = Handle {
             cat: Category::Activations,
             bytes: hd,
@@ -874,7 +849,9 @@ impl Step<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::{Attention as Attn, Blocks, Dense, Ends, Gdn, Mla, Norms, QkNorm, Window};
+    use crate::blocks::{
+        Attention as Attn, Blocks, Component, Dense, Ends, Gdn, Mla, Norm, Norms, Window,
+    };
     use crate::setup::{Attention as Impl, Precision, Setup};
 
     /// A step context: `b` sequences of `s` tokens, pure bf16, SDPA, no TP.
@@ -887,7 +864,7 @@ mod tests {
             sp: false,
             res: 2,
             cmp: 2,
-            sdt: 2,
+            amp: false,
             attention: Impl::Sdpa,
             style: AmpStyle::Autocast,
             training: true,
@@ -895,31 +872,19 @@ mod tests {
         }
     }
 
-    fn llama() -> Transformer {
+    /// Llama-3-8B's description (RMSNorm, SwiGLU, rotary) with hidden size `hidden`.
+    fn llama(hidden: u64) -> Blocks {
         match crate::catalog::lookup("llama-3-8b").unwrap() {
-            Model::Transformer(t) => t,
+            Model::Transformer(t) => Blocks { hidden, ..t.blocks },
             _ => unreachable!(),
         }
     }
 
     fn attn(heads: u64, kv: u64, d: u64, window: Window, sinks: bool) -> Attn {
         Attn {
-            heads,
-            kv_heads: kv,
-            head_dim: d,
-            v_head_dim: d,
             window,
             sinks,
-            qk_norm: QkNorm::None,
-            q_gate: false,
-            k_eq_v: false,
-            v_norm: false,
-            qkv_bias: false,
-            out_bias: false,
-            kv_shared: false,
-            fused_qkv: false,
-            rel_buckets: 0,
-            rope: true,
+            ..Attn::new(heads, kv, d)
         }
     }
 
@@ -950,15 +915,16 @@ mod tests {
             ffn,
             norms: Norms {
                 count: 2,
-                params_each: hidden,
+                width: hidden,
+                norm: Norm::RMS,
             },
+            residual: Residual::Sequential,
             extra: (Component::Other, 0),
         }
     }
 
-    /// A decoder-only transformer of `layers` with the uniform fields as stand-ins (Llama's
-    /// module kinds: RMSNorm, SwiGLU, rotary) and `layers` as its description.
-    fn model(hidden: u64, vocab: u64, heads: u64, head_dim: u64, layers: &[Block]) -> Model {
+    /// A decoder-only transformer (RMSNorm, untied head) of `layers`.
+    fn model(hidden: u64, vocab: u64, layers: &[Block]) -> Model {
         let mut b = Blocks::from_layers(
             hidden,
             layers,
@@ -970,20 +936,11 @@ mod tests {
                 other: 0,
             },
         );
-        b.uniform = false;
+        b.max_positions = 131_072;
         Model::Transformer(Transformer {
             name: "test".into(),
-            vocab,
-            hidden,
-            layers: layers.len() as u64,
-            heads,
-            kv_heads: heads,
-            head_dim,
-            intermediate: 64,
-            tied_embeddings: false,
-            sliding_window: None,
+            model_type: "test".into(),
             blocks: b,
-            ..llama()
         })
     }
 
@@ -1003,21 +960,11 @@ mod tests {
         let ffn = if moe_layer {
             Ffn::Moe(Moe {
                 correction_bias: true,
-                shared: Some(Dense {
-                    intermediate: 2048,
-                    gated: true,
-                    bias: false,
-                    fused_gate_up: false,
-                }),
+                shared: Some(Dense::new(2048)),
                 ..moe(256, 8, 2048, Dispatch::GroupedMm, true)
             })
         } else {
-            Ffn::Dense(Dense {
-                intermediate: 18432,
-                gated: true,
-                bias: false,
-                fused_gate_up: false,
-            })
+            Ffn::Dense(Dense::new(18432))
         };
         block(mla, ffn, 7168)
     }
@@ -1073,8 +1020,7 @@ mod tests {
     /// H = 64, I = 32, bf16 with fp32 routing weights: S = 32 rows.
     #[test]
     fn grouped_mm_saves_the_sorted_rows_and_fp32_products() {
-        let t = llama();
-        let t = Transformer { hidden: 64, ..t };
+        let t = llama(64);
         let c = ctx(2, 8);
         let mut p = Parts::default();
         let x = super::moe(
@@ -1124,10 +1070,7 @@ mod tests {
     /// autocast rule, so the gathered rows and every expert tensor are fp32.
     #[test]
     fn grouped_mm_under_autocast_runs_in_the_banks_fp32() {
-        let t = Transformer {
-            hidden: 64,
-            ..llama()
-        };
+        let t = llama(64);
         let c = Ctx {
             res: 4,
             ..ctx(2, 8)
@@ -1164,10 +1107,7 @@ mod tests {
     /// Llama4TextMoe.forward (modeling_llama4.py): every token through every expert.
     #[test]
     fn llama4_runs_every_token_through_every_expert() {
-        let t = Transformer {
-            hidden: 64,
-            ..llama()
-        };
+        let t = llama(64);
         let c = ctx(2, 8);
         let mut p = Parts::default();
         super::moe(
@@ -1197,10 +1137,7 @@ mod tests {
     /// kv_b_proj's `[b, ctx, 128 · (128 + 128)]` output and `[b, 128, ctx, 192]` keys, bf16.
     #[test]
     fn mla_decode_reexpands_kv_over_the_context() {
-        let t = Transformer {
-            hidden: 7168,
-            ..llama()
-        };
+        let t = llama(7168);
         let c = ctx(1, 16);
         let mut p = Parts::default();
         let x = mla(&t, &deepseek_v3_layer(false), &c, &mut p);
@@ -1213,7 +1150,7 @@ mod tests {
     fn deepseek_v3_caches_the_latent() {
         let mut layers = vec![deepseek_v3_layer(false); 3];
         layers.extend(vec![deepseek_v3_layer(true); 58]);
-        let model = model(7168, 129_280, 128, 192, &layers);
+        let model = model(7168, 129_280, &layers);
         let at = cache_at(&model, 1000, 4);
         assert_eq!(decode_entry(&at, 1), 61 * 1000 * 576 * 2);
         assert_eq!(decode_entry(&at, 2), 61 * 1001 * 576 * 2);
@@ -1225,12 +1162,7 @@ mod tests {
     #[test]
     fn sliding_full_and_linear_caches_side_by_side() {
         let h = 512;
-        let dense = Ffn::Dense(Dense {
-            intermediate: 1024,
-            gated: true,
-            bias: false,
-            fused_gate_up: false,
-        });
+        let dense = Ffn::Dense(Dense::new(1024));
         let sliding = block(
             Mixer::Attention(attn(8, 2, 64, Window::Sliding(128), false)),
             dense,
@@ -1249,7 +1181,7 @@ mod tests {
             conv_kernel: 4,
         };
         let linear = block(Mixer::GatedDeltaNet(g), dense, h);
-        let model = model(h, 1000, 8, 64, &[sliding, full, linear]);
+        let model = model(h, 1000, &[sliding, full, linear]);
         let per_token = 2 * 2 * 64 * 2; // K and V, 2 heads of 64, bf16
         let state = (2 * 4 * 64 + 8 * 64) * 4 * 2 + 8 * 64 * 64 * 4;
         for prompt in [1000u64, 2000] {
@@ -1270,10 +1202,7 @@ mod tests {
     /// sink column dropped and made contiguous `[b, h, q, k]` for the value matmul.
     #[test]
     fn sinks_save_the_scores_with_the_sink_column() {
-        let t = Transformer {
-            hidden: 256,
-            ..llama()
-        };
+        let t = llama(256);
         let c = ctx(1, 10);
         let blk = block(
             Mixer::Attention(attn(4, 2, 64, Window::Full, true)),
@@ -1289,33 +1218,11 @@ mod tests {
         assert_eq!(x.decode_per_ctx, 4 * (2 * 64 + 4) * 2);
     }
 
-    /// The blocks path over Llama's own layers gives the uniform path's training peak: one
-    /// place per mechanism, the same bytes.
-    #[test]
-    fn llama_through_the_blocks_matches_the_uniform_walk() {
-        let t = llama();
-        let mut b = t.uniform_blocks();
-        b.uniform = false;
-        let blocks_model = Model::Transformer(Transformer {
-            blocks: b,
-            ..t.clone()
-        });
-        let uniform = Model::Transformer(t);
-        let setup = Setup::default();
-        let a = crate::estimate::estimate_allocated(&uniform, &setup).unwrap();
-        let z = crate::estimate::estimate_allocated(&blocks_model, &setup).unwrap();
-        assert_eq!(a.peak_bytes, z.peak_bytes);
-        assert_eq!(a.params_per_gpu, z.params_per_gpu);
-    }
-
     /// A sliding layer the prompt reaches holds the explicit mask (bool, kept by the model) and
     /// SDPA's `logical_not` and additive copy of it; below the window it has none.
     #[test]
     fn a_sliding_layer_masks_once_the_window_is_reached() {
-        let t = Transformer {
-            hidden: 256,
-            ..llama()
-        };
+        let t = llama(256);
         let infer = |window, s| {
             let blk = block(
                 Mixer::Attention(attn(4, 4, 64, window, false)),
@@ -1343,7 +1250,7 @@ mod tests {
     fn pipeline_stages_split_the_described_layers() {
         let mut layers = vec![deepseek_v3_layer(false); 2];
         layers.extend(vec![deepseek_v3_layer(true); 2]);
-        let model = model(7168, 129_280, 128, 192, &layers);
+        let model = model(7168, 129_280, &layers);
         let mut setup = Setup::default();
         setup.parallel.pp = 2;
         let step = Step::new(&model, &setup).unwrap();
@@ -1362,10 +1269,7 @@ mod tests {
     /// session with the engines' venv). The itemisation lands within 5 %.
     #[test]
     fn gated_deltanet_fallback_saves_what_the_real_module_saves() {
-        let t = Transformer {
-            hidden: 256,
-            ..llama()
-        };
+        let t = llama(256);
         let g = Gdn {
             num_k_heads: 2,
             num_v_heads: 4,
@@ -1393,10 +1297,7 @@ mod tests {
     /// (before they were itemised, 13 % short).
     #[test]
     fn mamba2_fallback_against_the_real_module() {
-        let t = Transformer {
-            hidden: 256,
-            ..llama()
-        };
+        let t = llama(256);
         let mb = crate::blocks::Mamba2 {
             heads: 8,
             head_dim: 32,
@@ -1424,7 +1325,7 @@ mod tests {
     #[test]
     fn the_estimate_names_its_mechanisms() {
         let layers = vec![deepseek_v3_layer(false), deepseek_v3_layer(true)];
-        let model = model(7168, 129_280, 128, 192, &layers);
+        let model = model(7168, 129_280, &layers);
         let e = crate::estimate::estimate_allocated(&model, &Setup::default()).unwrap();
         assert_eq!(e.mechanisms.len(), 2);
         assert!(e.mechanisms[0].starts_with("MLA: latent cache"));
@@ -1438,13 +1339,10 @@ mod tests {
     /// input and routed rows make them save more than the dense layers at the same tokens.
     #[test]
     fn deepseek_v3_layers_differ_by_kind() {
-        let t = Transformer {
-            hidden: 7168,
-            ..llama()
-        };
+        let t = llama(7168);
         let c = ctx(1, 512);
-        let (dense, _) = block_layer(&t, &deepseek_v3_layer(false), &c, 0, 0);
-        let (moe_l, _) = block_layer(&t, &deepseek_v3_layer(true), &c, 0, 0);
+        let dense = block_layer(&t, &deepseek_v3_layer(false), &c, 0, 0);
+        let moe_l = block_layer(&t, &deepseek_v3_layer(true), &c, 0, 0);
         assert!(dense.parts.n < 48 && moe_l.parts.n < 48);
         // 512 tokens · top-8 = 4096 rows of 7168 gathered (bf16): 58.7 MB alone.
         assert!(moe_l.saved_all > 4096 * 7168 * 2 * 3);

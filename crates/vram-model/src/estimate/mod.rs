@@ -28,12 +28,13 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use layers::{
-    has_mask, m, norm_parts, optimizer_elems, state_bytes, transformer_layer, Ctx, LayerDesc,
-    Parts, Program, Stack, StateBytes, TmpOp,
+    has_mask, m, norm_parts, optimizer_elems, state_bytes, Ctx, LayerDesc, Parts, Program, Stack,
+    StateBytes, TmpOp,
 };
 use sinks::PeakSink;
 
 use crate::arch::{Layout, Model, ResNet, Transformer};
+use crate::blocks::{Checked, Ffn, Mixer};
 use crate::error::{Error, Result};
 use crate::setup::{AmpStyle, Mode, Optimizer, Precision, Schedule, Setup};
 
@@ -311,12 +312,14 @@ pub fn assumes(model: &Model) -> Assumes {
         calibration: H100_SAME,
     };
     match model {
-        Model::Transformer(t) if !t.blocks.uniform && !t.blocks.is_empty() => Assumes {
-            transformers: Some("5.24"),
-            follows: "module tree, cache, mechanisms",
-            calibration: "an H100 80GB HBM3 under PyTorch 2.11, transformers 5.17, CUDA 13.0",
-            ..base
-        },
+        Model::Transformer(t) if t.blocks.checked == Checked::Zoo && !t.blocks.is_empty() => {
+            Assumes {
+                transformers: Some("5.24"),
+                follows: "module tree, cache, mechanisms",
+                calibration: "an H100 80GB HBM3 under PyTorch 2.11, transformers 5.17, CUDA 13.0",
+                ..base
+            }
+        }
         Model::Transformer(_) | Model::Weights(_) => Assumes {
             transformers: Some("5.17"),
             follows: "step tensors; module tree as in 5.24",
@@ -458,8 +461,7 @@ pub(crate) struct Step<'a> {
     style: AmpStyle,
     bytes: StateBytes,
     ctx: Ctx,
-    /// One description per distinct transformer layer kind (the uniform families: encoder and
-    /// decoder; the others: one per kind of the layer-by-layer description), built once.
+    /// One description per distinct transformer layer kind of the description, built once.
     kinds: Vec<LayerDesc>,
     /// Per layer (encoder layers first), its index into `kinds`.
     pattern: Vec<u8>,
@@ -500,15 +502,6 @@ impl<'a> Step<'a> {
             (p, AmpStyle::Autocast) if p.is_amp() && training => 4,
             _ => 2,
         };
-        let upcast = matches!(model, Model::Transformer(t) if t.softmax_upcast);
-        let sdt = if cmp == 4
-            || (style == AmpStyle::Autocast && training && setup.precision.is_amp())
-            || (upcast && style != AmpStyle::Megatron)
-        {
-            4
-        } else {
-            cmp
-        };
         let ctx = Ctx {
             tok: m(&[b, s]),
             b,
@@ -517,7 +510,7 @@ impl<'a> Step<'a> {
             sp: par.sequence_parallel,
             res,
             cmp,
-            sdt,
+            amp: setup.precision.is_amp(),
             attention: setup.attention,
             style,
             training,
@@ -562,32 +555,44 @@ impl<'a> Step<'a> {
     fn init_transformer(&mut self, t: &Transformer) -> Result<()> {
         let par = self.setup.parallel;
         let tp = par.tp;
-        if t.heads % tp != 0 {
-            return Err(Error::NotDivisible {
-                what: "--tp must divide the attention heads".into(),
-                a: t.heads,
-                b: tp,
-            });
+        let b = &t.blocks;
+        for kind in &b.kinds {
+            let heads = match kind.mixer {
+                Mixer::Attention(a) => Some((a.heads, a.kv_heads)),
+                Mixer::Mla(m) => Some((m.heads, m.heads)),
+                _ => None,
+            };
+            if let Some((heads, kv_heads)) = heads {
+                if heads % tp != 0 {
+                    return Err(Error::NotDivisible {
+                        what: "--tp must divide the attention heads".into(),
+                        a: heads,
+                        b: tp,
+                    });
+                }
+                if kv_heads % tp != 0 && tp % kv_heads != 0 {
+                    return Err(Error::NotDivisible {
+                        what: "--tp and the key/value heads must divide one another".into(),
+                        a: kv_heads,
+                        b: tp,
+                    });
+                }
+            }
+            let inner = match kind.ffn {
+                Ffn::Dense(d) => Some(d.intermediate),
+                Ffn::Moe(m) => Some(m.expert_intermediate),
+                Ffn::DenseAndMoe(d, _) => Some(d.intermediate),
+                Ffn::None => None,
+            };
+            if let Some(f) = inner.filter(|f| f % tp != 0) {
+                return Err(Error::NotDivisible {
+                    what: "--tp must divide the feed-forward size".into(),
+                    a: f,
+                    b: tp,
+                });
+            }
         }
-        if t.kv_heads % tp != 0 && tp % t.kv_heads != 0 {
-            return Err(Error::NotDivisible {
-                what: "--tp and the key/value heads must divide one another".into(),
-                a: t.kv_heads,
-                b: tp,
-            });
-        }
-        if t.intermediate % tp != 0 {
-            return Err(Error::NotDivisible {
-                what: "--tp must divide the feed-forward size".into(),
-                a: t.intermediate,
-                b: tp,
-            });
-        }
-        let total_layers = if t.blocks.uniform || t.blocks.is_empty() {
-            t.layers + t.encoder_layers
-        } else {
-            t.blocks.len() as u64
-        };
+        let total_layers = b.len() as u64;
         if par.pp > total_layers {
             return Err(Error::Setup(format!(
                 "--pp {} exceeds the model's {} layers",
@@ -603,57 +608,27 @@ impl<'a> Step<'a> {
                 });
             }
         }
-        let split = t.param_split();
-        let local = |p: u64, replicated: u64| replicated + (p - replicated).div_ceil(tp);
-        let dec_params = local(split.per_layer, split.per_layer_replicated);
-        let enc_params = local(
-            split.per_encoder_layer,
-            split.per_layer_replicated.min(split.per_encoder_layer),
-        );
         let c = self.ctx;
-        let dec_matmul = dec_params.saturating_sub(split.per_layer_replicated);
-        let enc_matmul = enc_params.saturating_sub(split.per_layer_replicated);
-        let decoder = transformer_layer(
-            t,
-            &c,
-            t.layout == Layout::EncoderDecoder,
-            dec_params,
-            dec_matmul,
-        );
-        let encoder = transformer_layer(t, &c, false, enc_params, enc_matmul);
-        if t.blocks.uniform || t.blocks.is_empty() {
-            // The 2019–2024 families: every layer the same (an encoder and a decoder kind).
-            self.kinds = vec![encoder, decoder];
-            self.pattern = std::iter::repeat_n(0u8, t.encoder_layers as usize)
-                .chain(std::iter::repeat_n(1u8, t.layers as usize))
-                .collect();
-            // Per-tensor element counts (`kind_tensors`) are made on demand (`tensors_of`):
-            // only the replay and the trace want them.
-        } else {
-            self.init_blocks(t);
-        }
-        let vocab_emb = t.vocab * t.hidden;
-        self.emb_params =
-            split.embedding - vocab_emb + vocab_emb.div_ceil(tp) + split.relative_bias;
-        let untied_head = if !t.tied_embeddings && t.layout != Layout::EncoderOnly {
-            vocab_emb
-        } else {
-            0
-        };
+        self.init_blocks(t);
+        let split = t.param_split();
+        let (hidden, vocab) = (b.hidden, b.vocab());
+        let vocab_emb = vocab * hidden;
+        self.emb_params = split.embedding - vocab_emb + vocab_emb.div_ceil(tp);
+        let untied_head = if b.ends.head > 0 { vocab_emb } else { 0 };
         self.head_params = split.head - untied_head + untied_head.div_ceil(tp);
-        if par.pp > 1 && t.tied_embeddings && t.layout != Layout::EncoderOnly {
+        if par.pp > 1 && b.head.tied && b.layout != Layout::EncoderOnly {
             // The last stage keeps its own copy of a tied embedding (Megatron).
             self.head_params += vocab_emb.div_ceil(tp);
         }
         let mut emb = Parts::default();
-        if t.embedding_norm {
-            norm_parts(t, &c, &mut emb);
+        if b.embedding.norm {
+            norm_parts(b, &c, &mut emb);
         }
-        if t.hidden_dropout > 0.0 && c.training {
-            emb.push(c.rep(t.hidden, 1), false);
+        if b.dropout.hidden > 0.0 && c.training {
+            emb.push(c.rep(hidden, 1), false);
         }
         self.emb_saved = emb.total(false);
-        if let Some(v) = t.blocks.vision.filter(|v| v.images.is_some()) {
+        if let Some(v) = b.vision.filter(|v| v.images.is_some()) {
             // The vision tower runs before the first layer (pipeline rank 0): in training its
             // saved tensors live as long as the embedding's; in generate, see vision.rs.
             let recompute = match self.setup.mode {
@@ -671,17 +646,17 @@ impl<'a> Step<'a> {
                 self.vision = vision::TowerBytes::default();
             }
         }
-        if t.layout != Layout::EncoderOnly {
+        if b.layout != Layout::EncoderOnly {
             let mut head = Parts::default();
-            if t.final_norm {
-                norm_parts(t, &c, &mut head);
+            if b.ends.final_norm > 0 {
+                norm_parts(b, &c, &mut head);
             }
-            head.push(c.rep(t.hidden, c.cmp), false);
+            head.push(c.rep(hidden, c.cmp), false);
             self.head_saved = head.total(false);
-            self.logits = m(&[c.tok, t.vocab.div_ceil(tp)]);
+            self.logits = m(&[c.tok, vocab.div_ceil(tp)]);
             if self.autocast_copies() {
                 // The output projection's weight cast to half, kept for its backward.
-                self.head_copy = m(&[t.vocab.div_ceil(tp), t.hidden, c.cmp]);
+                self.head_copy = m(&[vocab.div_ceil(tp), hidden, c.cmp]);
             }
         }
         Ok(())
@@ -759,28 +734,12 @@ impl<'a> Step<'a> {
         Ok(())
     }
 
-    /// Element counts of kind `k`'s parameter tensors on this GPU, one per tensor (the uniform
-    /// families' from `block_tensor_elems`, made here; the description's, made once).
-    fn tensors_of(&self, k: usize) -> Vec<u64> {
-        match self.model {
-            Model::Transformer(t) if self.kind_tensors.is_empty() => {
-                let tp = self.setup.parallel.tp;
-                t.block_tensor_elems(k == 1 && t.layout == Layout::EncoderDecoder)
-                    .into_iter()
-                    .map(|e| {
-                        if e >= t.hidden * t.hidden {
-                            e.div_ceil(tp)
-                        } else {
-                            e
-                        }
-                    })
-                    .collect()
-            }
-            _ => self.kind_tensors[k].clone(),
-        }
+    /// Element counts of kind `k`'s parameter tensors on this GPU, one per tensor.
+    fn tensors_of(&self, k: usize) -> &[u64] {
+        &self.kind_tensors[k]
     }
 
-    /// The description of the last layer's kind (the decoder's for the uniform families).
+    /// The description of the last layer's kind (a decoder layer for an encoder-decoder).
     fn last_kind(&self) -> LayerDesc {
         self.pattern
             .last()
@@ -984,7 +943,7 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         assumes: assumes(model),
         timeline: sink.timeline.unwrap_or_default(),
         mechanisms: match model {
-            Model::Transformer(t) => mechs::notes(t),
+            Model::Transformer(t) => mechs::notes(&t.blocks),
             _ => Vec::new(),
         },
         decode_sampled: if replay && o.fragmentation.is_none() {
@@ -1062,7 +1021,7 @@ pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
             ))
         }
     };
-    if t.layout == Layout::EncoderDecoder {
+    if t.layout() == Layout::EncoderDecoder {
         return Err(Error::Setup(
             "an encoder-decoder is not a chain (every decoder layer reads the encoder output); checkpoint placement needs a decoder-only or encoder-only model".into(),
         ));
@@ -1083,7 +1042,7 @@ pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
     let copies = autocast && step.ctx.cmp != 4 && step.bytes.weight == 4;
     let g = if autocast { step.bytes.grad } else { 0 };
     Ok(ChainBytes {
-        layers: t.layers,
+        layers: t.layers(),
         layer_saved: l.saved(false),
         layer_selective: l.saved(true),
         layer_input: l.checkpoint,

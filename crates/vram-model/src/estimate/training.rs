@@ -192,7 +192,7 @@ impl Step<'_> {
     pub(super) fn layer_tensor_bytes(&self, stack: &Stack, i: u64, bytes: u64) -> Vec<u64> {
         let l = stack.get(i);
         let elems = match stack.kind(i) {
-            Some(k) => self.tensors_of(k),
+            Some(k) => self.tensors_of(k).to_vec(),
             None => vec![l.matmul_params, l.params - l.matmul_params],
         };
         elems
@@ -218,7 +218,7 @@ impl Step<'_> {
         let mut v: Vec<u64> = self
             .layer_tensor_bytes(stack, i, c)
             .into_iter()
-            .filter(|&b| b > m(&[t.hidden, c]))
+            .filter(|&b| b > m(&[t.hidden(), c]))
             .collect();
         let sum: u64 = v.iter().sum();
         if sum > total {
@@ -230,10 +230,11 @@ impl Step<'_> {
         v
     }
 
-    /// Whether the loss path soft-caps the logits (Gemma 2 under transformers).
+    /// Whether the loss path soft-caps the logits (`final_logit_softcapping` under
+    /// transformers).
     pub(super) fn softcap(&self) -> bool {
         self.style != AmpStyle::Megatron
-            && matches!(self.model, Model::Transformer(t) if t.logit_softcap)
+            && matches!(self.model, Model::Transformer(t) if t.blocks.head.softcap)
     }
 
     /// Element counts of rank `rank`'s parameter tensors.
@@ -258,10 +259,8 @@ impl Step<'_> {
                 if emb > 0 {
                     v.push(emb);
                 }
-                let per_kind: Vec<Vec<u64>> =
-                    (0..self.kinds.len()).map(|k| self.tensors_of(k)).collect();
                 for k in pattern.iter() {
-                    v.extend_from_slice(&per_kind[*k as usize]);
+                    v.extend_from_slice(self.tensors_of(*k as usize));
                 }
                 if head > 0 {
                     v.push(head);

@@ -400,7 +400,8 @@ pub(super) fn tower_bytes(
             0
         }
     };
-    let layer_saved = layer_saved(v, patches, units, it.attention_len, d) + scores(c.sdt);
+    // The towers' eager attention runs its softmax in fp32 (`softmax(..., dtype=float32)`).
+    let layer_saved = layer_saved(v, patches, units, it.attention_len, d) + scores(c.sdt(true));
     let layers = if recompute == Some(Recompute::Full) {
         // Gradient checkpointing reaches the tower's blocks too (GradientCheckpointingLayer):
         // their inputs only.

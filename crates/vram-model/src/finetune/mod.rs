@@ -17,7 +17,7 @@ use serde::Serialize;
 pub mod step;
 
 use crate::arch::{Layout, Transformer};
-use crate::blocks::{Block, Component, Ffn, Mixer};
+use crate::blocks::{Block, Component, Ffn, Mixer, MoeConversion, Names};
 use crate::error::{Error, Result};
 
 /// How the frozen base's weights are stored (`--weights`).
@@ -257,70 +257,9 @@ impl Site {
     }
 }
 
-/// transformers' module names for one family.
-struct Names {
-    attn: &'static str,
-    q: &'static str,
-    k: &'static str,
-    v: &'static str,
-    qkv: &'static str,
-    o: &'static str,
-    mlp: &'static str,
-    gate: &'static str,
-    up: &'static str,
-    gate_up: &'static str,
-    down: &'static str,
-}
-
-fn names(model_type: &str) -> Names {
-    let llama = Names {
-        attn: "self_attn",
-        q: "q_proj",
-        k: "k_proj",
-        v: "v_proj",
-        qkv: "qkv_proj",
-        o: "o_proj",
-        mlp: "mlp",
-        gate: "gate_proj",
-        up: "up_proj",
-        gate_up: "gate_up_proj",
-        down: "down_proj",
-    };
-    match model_type {
-        // GPT2Attention / GPT2MLP: Conv1D modules.
-        "gpt2" => Names {
-            attn: "attn",
-            qkv: "c_attn",
-            o: "c_proj",
-            up: "c_fc",
-            down: "c_proj",
-            ..llama
-        },
-        // GPTNeoXAttention / GPTNeoXMLP.
-        "gpt_neox" => Names {
-            attn: "attention",
-            qkv: "query_key_value",
-            o: "dense",
-            up: "dense_h_to_4h",
-            down: "dense_4h_to_h",
-            ..llama
-        },
-        // FalconAttention / FalconMLP.
-        "falcon" | "RefinedWeb" | "RefinedWebModel" => Names {
-            attn: "self_attention",
-            qkv: "query_key_value",
-            o: "dense",
-            up: "dense_h_to_4h",
-            down: "dense_4h_to_h",
-            ..llama
-        },
-        _ => llama,
-    }
-}
-
-/// The sites of one block, in module order, with transformers' names for `model_type`.
-pub fn block_sites(model_type: &str, b: &Block, h: u64) -> Vec<Site> {
-    let n = names(model_type);
+/// The sites of one block, in module order, with transformers' names for its family (`n`, the
+/// description's [`Names`]).
+pub fn block_sites(n: &Names, b: &Block, h: u64) -> Vec<Site> {
     let mut v = Vec::new();
     let mut module = |path: String, out: u64, inp: u64, c: Component, input: u8| {
         v.push(Site {
@@ -508,14 +447,14 @@ pub fn sites(t: &Transformer) -> Vec<(Vec<Site>, u64)> {
         .kinds
         .iter()
         .zip(b.kind_counts())
-        .map(|(k, n)| (block_sites(&t.model_type, k, b.hidden), n))
+        .map(|(k, n)| (block_sites(&b.names, k, b.hidden), n))
         .collect();
-    if t.layout == Layout::DecoderOnly {
+    if t.layout() == Layout::DecoderOnly {
         out.push((
             vec![Site {
                 path: "lm_head".into(),
-                out: t.vocab,
-                inp: t.hidden,
+                out: t.vocab(),
+                inp: t.hidden(),
                 kind: SiteKind::Module,
                 component: Component::Head,
                 input: 0,
@@ -573,7 +512,7 @@ pub fn weights_bytes(
     let mut site_params = 0;
     let b = &t.blocks;
     for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
-        for s in block_sites(&t.model_type, kind, b.hidden) {
+        for s in block_sites(&b.names, kind, b.hidden) {
             let numel = s.numel();
             site_params += n * numel;
             let skipped = skip.iter().any(|k| matches(&s.path, k));
@@ -694,42 +633,6 @@ pub struct LoraPlan {
     pub notes: Vec<String>,
 }
 
-/// transformers' `conversion_mapping._MODEL_TO_CONVERSION_PATTERN` (5.24.0), as PEFT 0.21.2
-/// copies it (with `mixtral` added): the model types whose `all-linear`/list targets
-/// `_convert_peft_config_moe` rewrites, and to which base pattern.
-fn moe_conversion(model_type: &str) -> Option<&'static str> {
-    Some(match model_type {
-        "mixtral" | "minimax" | "minimax_m2" => "mixtral",
-        "afmoe"
-        | "deepseek_v2"
-        | "deepseek_v3"
-        | "deepseek_v32"
-        | "dots1"
-        | "ernie4_5_moe"
-        | "glm4_moe"
-        | "glm4_moe_lite"
-        | "glm_moe_dsa"
-        | "glm4v_moe"
-        | "longcat_flash"
-        | "solar_open"
-        | "mellum"
-        | "qwen2_moe"
-        | "qwen3_moe"
-        | "beam"
-        | "qwen3_omni_moe"
-        | "qwen3_omni_moe_thinker"
-        | "qwen3_omni_moe_text"
-        | "qwen3_next"
-        | "hunyuan_v1_moe"
-        | "flex_olmo"
-        | "olmoe"
-        | "sarvam_mla"
-        | "exaone_moe"
-        | "cohere2_moe" => "qwen2_moe",
-        _ => return None,
-    })
-}
-
 /// Resolves `spec` on `t` as `get_peft_model` does and counts the adapters.
 ///
 /// PEFT 0.21.2 with transformers 5:
@@ -753,11 +656,11 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
             spec.dropout
         )));
     }
-    if t.layout != Layout::DecoderOnly {
+    if t.layout() != Layout::DecoderOnly {
         return Err(Error::Setup(format!(
             "LoRA is modelled for decoder-only causal LMs (AutoModelForCausalLM); {} is {}",
             t.name,
-            if t.layout == Layout::EncoderOnly {
+            if t.layout() == Layout::EncoderOnly {
                 "encoder-only"
             } else {
                 "an encoder-decoder"
@@ -785,8 +688,10 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
         Targets::List(v) => v.clone(),
     };
     let mut params: Vec<(String, u64)> = Vec::new(); // target_parameters with their rank
-    if let Some(pattern) = moe_conversion(&t.model_type) {
-        let (mapping, fused): (&[(&str, &str)], [&str; 2]) = if pattern == "mixtral" {
+                                                     // transformers' `conversion_mapping._MODEL_TO_CONVERSION_PATTERN` (5.24.0), as PEFT 0.21.2
+                                                     // copies it: the reader sets the family's pattern.
+    if let Some(pattern) = t.blocks.names.moe_conversion {
+        let (mapping, fused): (&[(&str, &str)], [&str; 2]) = if pattern == MoeConversion::Mixtral {
             (
                 &[
                     ("gate", "gate.weight"),

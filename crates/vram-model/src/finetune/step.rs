@@ -223,8 +223,9 @@ fn frozen_discount(
     else {
         return 0;
     };
-    let h = t.hidden;
-    let norms = if t.norm == crate::arch::Norm::RmsNorm && !t.model_type.starts_with("gemma") {
+    let h = t.hidden();
+    let norm = b.norms.norm;
+    let norms = if norm.kind == crate::blocks::NormKind::RmsNorm && !norm.fp32_product {
         b.norms.count
     } else {
         0
@@ -293,7 +294,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     let mut per_kind: Vec<LayerAdapters> = Vec::new();
     let b = &t.blocks;
     for kind in &b.kinds {
-        let sites = super::block_sites(&t.model_type, kind, b.hidden);
+        let sites = super::block_sites(&b.names, kind, b.hidden);
         let mut la = LayerAdapters {
             discount: frozen_discount(t, kind, tok, cmp),
             ..LayerAdapters::default()
@@ -424,7 +425,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     tape.alloc(Category::Workspace, vec![setup.overheads.workspace_bytes]);
     let mut base_parts = Vec::new();
     for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
-        for s in super::block_sites(&t.model_type, kind, b.hidden) {
+        for s in super::block_sites(&b.names, kind, b.hidden) {
             let e = match s.kind {
                 SiteKind::Experts(e) => e,
                 _ => 1,
@@ -449,7 +450,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     let placed: u64 = base_parts.iter().sum();
     let rest = w.total.saturating_sub(placed);
     // Embedding, head and the per-layer vectors.
-    let emb = (t.vocab * t.hidden * d).min(rest);
+    let emb = (t.vocab() * t.hidden() * d).min(rest);
     let head = (t.blocks.ends.head * d).min(rest - emb);
     base_parts.push(emb);
     base_parts.push(head);
@@ -531,18 +532,18 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 kept.push(keys);
             }
             // TRL's fused LM head: the final hidden (compacted), fp32 statistics, one tile.
-            let hid = tape.alloc(Category::Loss, vec![tok * t.hidden * cmp, 2 * tok * 4]);
-            let mut tile = tok.min(4096) * t.vocab.min(32768) * cmp;
+            let hid = tape.alloc(Category::Loss, vec![tok * t.hidden() * cmp, 2 * tok * 4]);
+            let mut tile = tok.min(4096) * t.vocab().min(32768) * cmp;
             if spec.prepare_kbit && quantized {
                 // The head is fp32 after prepare_model_for_kbit_training: each vocabulary chunk
                 // is cast to the compute dtype (`weight[start:end].to(compute_dtype)`).
-                tile += t.vocab.min(32768) * t.hidden * cmp;
+                tile += t.vocab().min(32768) * t.hidden() * cmp;
             }
             let fwd_tmp = tape.alloc(Category::Loss, vec![5 * tok * 4, tile]);
             tape.free(fwd_tmp);
             tape.phase(format!("step {} micro-batch {} backward", step + 1, mb + 1));
-            let bwd_loss = tape.alloc(Category::Loss, vec![tok * t.hidden * 4, tile]);
-            let gh = tape.alloc(Category::Activations, vec![tok * t.hidden * cmp]);
+            let bwd_loss = tape.alloc(Category::Loss, vec![tok * t.hidden() * 4, tile]);
+            let gh = tape.alloc(Category::Activations, vec![tok * t.hidden() * cmp]);
             tape.free(bwd_loss);
             tape.free(hid);
             if let (Some(h), true) = (head_adapted, first) {
@@ -578,7 +579,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                         la.tensors.iter().map(|e| e * adapter_bytes).collect(),
                     ));
                 }
-                let g = tape.alloc(Category::Activations, vec![tok * t.hidden * cmp]);
+                let g = tape.alloc(Category::Activations, vec![tok * t.hidden() * cmp]);
                 tape.free(g_prev);
                 g_prev = g;
                 tape.free(tmp);

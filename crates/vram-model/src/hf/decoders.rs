@@ -8,10 +8,11 @@
 use serde_json::Value;
 
 use super::{kind_of, Cfg};
-use crate::arch::{Act, Layout, Mlp, Norm, Positions, Transformer};
+use crate::arch::Transformer;
 use crate::blocks::{
-    Attention, Block, Blocks, Component, Dense, Dispatch, Ends, Ffn, Gdn, Indexer, Mamba2, Mixer,
-    Mla, Moe, Mtp, Norms, QkNorm, Vision, VisionInput, Window,
+    Act, Attention, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout, Embedding, Ends,
+    Ffn, Gdn, Head, Indexer, Layout, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp, Names, Norm,
+    Norms, QkNorm, Residual, Vision, VisionInput, Window,
 };
 use crate::error::{Error, Result};
 
@@ -57,7 +58,7 @@ pub const FAMILIES: &[&str] = &[
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
 /// configuration_utils.py `_LEGACY_LAYER_TYPE_REMAP` does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LayerType {
+pub(super) enum LayerType {
     Full,
     Sliding,
     Chunked,
@@ -89,48 +90,72 @@ fn layer_type(field: &str, s: &str) -> Result<LayerType> {
 
 /// Which feed-forward a layer has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FfnKind {
+pub(super) enum FfnKind {
     Dense,
     Moe,
     DenseAndMoe,
     None,
 }
 
-/// What a family adapter fills in; [`build`] turns it into blocks and stand-in uniform fields.
-struct Draft {
-    model_type: String,
-    vocab: u64,
-    hidden: u64,
-    attn: Attention,
-    sliding_window: Option<u64>,
-    chunk: Option<u64>,
-    layer_types: Vec<LayerType>,
+/// What a family adapter fills in; [`build`] turns it into the description.
+pub(super) struct Draft {
+    pub(super) model_type: String,
+    pub(super) vocab: u64,
+    pub(super) hidden: u64,
+    pub(super) attn: Attention,
+    pub(super) sliding_window: Option<u64>,
+    pub(super) chunk: Option<u64>,
+    pub(super) layer_types: Vec<LayerType>,
     /// Per layer: rotary positions (false for NoPE layers).
-    rope: Vec<bool>,
-    ffn: Vec<FfnKind>,
-    dense: Dense,
-    moe: Option<Moe>,
-    linear: Option<Mixer>,
-    mla: Option<Mla>,
-    norms: u64,
-    tied: bool,
-    head_bias: bool,
-    act: Act,
-    max_positions: u64,
-    mtp: Option<Mtp>,
-    notes: Vec<String>,
-    attention_dropout: f64,
-    hidden_dropout: f64,
+    pub(super) rope: Vec<bool>,
+    pub(super) ffn: Vec<FfnKind>,
+    pub(super) dense: Dense,
+    pub(super) moe: Option<Moe>,
+    pub(super) linear: Option<Mixer>,
+    pub(super) mla: Option<Mla>,
+    /// Norms per layer outside the mixer and feed-forward modules.
+    pub(super) norms: u64,
+    /// The norms' class.
+    pub(super) norm: Norm,
+    /// How mixer and feed-forward meet the residual stream.
+    pub(super) residual: Residual,
+    pub(super) tied: bool,
+    pub(super) head_bias: bool,
+    pub(super) act: Act,
+    pub(super) max_positions: u64,
+    pub(super) mtp: Option<Mtp>,
+    pub(super) notes: Vec<String>,
+    pub(super) attention_dropout: f64,
+    pub(super) hidden_dropout: f64,
     /// Per layer, an attention shape overriding `attn` (Gemma 4's full layers).
-    per_layer_attn: Vec<Option<Attention>>,
+    pub(super) per_layer_attn: Vec<Option<Attention>>,
     /// Per layer, a dense MLP overriding `dense` (Gemma 4's double-wide KV-shared layers).
-    per_layer_dense: Vec<Option<Dense>>,
+    pub(super) per_layer_dense: Vec<Option<Dense>>,
     /// Extra per-layer parameters (Gemma 4's per-layer-input gate, projection and norm).
-    layer_extra: (Component, u64),
-    /// Embedding parameters beyond `vocab × hidden` (Gemma 4's per-layer-input tables).
-    embedding_extra: u64,
+    pub(super) layer_extra: (Component, u64),
+    /// Embedding parameters beyond the token, position and type tables and the embedding norm
+    /// (Gemma 4's per-layer-input tables).
+    pub(super) embedding_extra: u64,
+    /// What the model does around its token embedding (learned positions, types, norm).
+    pub(super) embedding: Embedding,
     /// `final_logit_softcapping` is set.
-    softcap: bool,
+    pub(super) softcap: bool,
+    /// How the layers are wired; an encoder-decoder's first `encoder_layers` layers are its
+    /// encoder, the rest its decoder (each with a cross-attention and its norm).
+    pub(super) layout: Layout,
+    pub(super) encoder_layers: u64,
+    /// Buckets of the relative-position table the first layer of each stack holds (T5).
+    pub(super) rel_buckets: u64,
+    /// A final norm after each stack.
+    pub(super) final_norm: bool,
+    /// A pooler on top (BERT/RoBERTa).
+    pub(super) pooler: bool,
+    /// A tied head's input is rescaled (T5).
+    pub(super) tied_rescale: bool,
+    /// Module names for LoRA targets.
+    pub(super) names: Names,
+    /// What the family's figures are checked against.
+    pub(super) checked: Checked,
 }
 
 impl Cfg<'_> {
@@ -211,28 +236,7 @@ fn every_nth_full(layers: u64, p: u64) -> Vec<LayerType> {
         .collect()
 }
 
-fn attention_template(heads: u64, kv_heads: u64, head_dim: u64) -> Attention {
-    Attention {
-        heads,
-        kv_heads,
-        head_dim,
-        v_head_dim: head_dim,
-        window: Window::Full,
-        sinks: false,
-        qk_norm: QkNorm::None,
-        q_gate: false,
-        k_eq_v: false,
-        v_norm: false,
-        qkv_bias: false,
-        out_bias: false,
-        kv_shared: false,
-        fused_qkv: false,
-        rel_buckets: 0,
-        rope: true,
-    }
-}
-
-fn moe_template(experts: u64, top_k: u64, expert_intermediate: u64) -> Moe {
+pub(super) fn moe_template(experts: u64, top_k: u64, expert_intermediate: u64) -> Moe {
     Moe {
         experts,
         top_k,
@@ -253,16 +257,11 @@ fn moe_template(experts: u64, top_k: u64, expert_intermediate: u64) -> Moe {
 }
 
 fn dense(intermediate: u64) -> Dense {
-    Dense {
-        intermediate,
-        gated: true,
-        bias: false,
-        fused_gate_up: false,
-    }
+    Dense::new(intermediate)
 }
 
 /// The common decoder keys: sizes, heads, head_dim, tying, activation.
-fn common(c: &Cfg, tie_default: bool) -> Result<(Draft, u64)> {
+pub(super) fn common(c: &Cfg, tie_default: bool) -> Result<(Draft, u64)> {
     let layers = c.u64(&["num_hidden_layers", "num_layers", "n_layer"])?;
     common_with(c, tie_default, layers)
 }
@@ -297,7 +296,7 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         model_type: c.model_type.to_string(),
         vocab: c.u64(&["vocab_size"])?,
         hidden,
-        attn: attention_template(heads, kv_heads, head_dim),
+        attn: Attention::new(heads, kv_heads, head_dim),
         sliding_window: None,
         chunk: None,
         layer_types: vec![LayerType::Full; layers as usize],
@@ -308,6 +307,8 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         linear: None,
         mla: None,
         norms: 2,
+        norm: Norm::RMS,
+        residual: Residual::Sequential,
         tied: c.bool("tie_word_embeddings", tie_default)?,
         head_bias: false,
         act: c.act(&["hidden_act", "hidden_activation"], "silu")?,
@@ -320,13 +321,22 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         per_layer_dense: vec![None; layers as usize],
         layer_extra: (Component::Other, 0),
         embedding_extra: 0,
+        embedding: Embedding::default(),
         softcap: false,
+        layout: Layout::DecoderOnly,
+        encoder_layers: 0,
+        rel_buckets: 0,
+        final_norm: true,
+        pooler: false,
+        tied_rescale: false,
+        names: Names::LLAMA,
+        checked: Checked::Zoo,
     };
     Ok((d, layers))
 }
 
 /// Layers whose index satisfies `moe`, MoE; the rest dense.
-fn place_moe(d: &mut Draft, moe: impl Fn(usize) -> bool) {
+pub(super) fn place_moe(d: &mut Draft, moe: impl Fn(usize) -> bool) {
     for (i, f) in d.ffn.iter_mut().enumerate() {
         *f = if moe(i) { FfnKind::Moe } else { FfnKind::Dense };
     }
@@ -997,6 +1007,9 @@ fn llama4(c: &Cfg) -> Result<Draft> {
 fn gemma3(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, true)?;
     d.act = c.act(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh")?;
+    // Gemma3RMSNorm: `output * (1.0 + self.weight.float())`; Gemma4RMSNorm:
+    // `normed_output * self.weight.float()`.
+    d.norm.fp32_product = true;
     let bias = c.bool("attention_bias", false)?;
     (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
     d.attn.qk_norm = QkNorm::PerHead;
@@ -1025,6 +1038,9 @@ fn gemma3(c: &Cfg) -> Result<Draft> {
 fn gemma4(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, true)?;
     d.act = c.act(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh")?;
+    // Gemma3RMSNorm: `output * (1.0 + self.weight.float())`; Gemma4RMSNorm:
+    // `normed_output * self.weight.float()`.
+    d.norm.fp32_product = true;
     let bias = c.bool("attention_bias", false)?;
     (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
     d.attn.qk_norm = QkNorm::PerHead;
@@ -1150,10 +1166,9 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
     d.rope = vec![false; n];
     d.act = Act::Fused;
     d.dense = Dense {
-        intermediate: d.dense.intermediate,
         gated: false,
         bias: c.bool("mlp_bias", false)?,
-        fused_gate_up: false,
+        ..Dense::new(d.dense.intermediate)
     };
     let heads = c.u64(&["mamba_num_heads"])?;
     d.linear = Some(Mixer::Mamba2(Mamba2 {
@@ -1184,10 +1199,9 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
         let shared_n = c.count(&["n_shared_experts"], 1)?;
         if shared_n > 0 {
             m.shared = Some(Dense {
-                intermediate: c.u64(&["moe_shared_expert_intermediate_size"])? * shared_n,
                 gated: false,
                 bias: d.dense.bias,
-                fused_gate_up: false,
+                ..Dense::new(c.u64(&["moe_shared_expert_intermediate_size"])? * shared_n)
             });
         }
         m.latent = c.opt_u64(&["moe_latent_size"])?;
@@ -1266,8 +1280,10 @@ fn mimo(c: &Cfg) -> Result<Draft> {
             ffn: Ffn::Dense(d.dense),
             norms: Norms {
                 count: 2,
-                params_each: h,
+                width: h,
+                norm: Norm::RMS,
             },
+            residual: Residual::Sequential,
             extra: (Component::Other, 0),
         };
         let per = block.params(h).total() + 2 * h * h + 3 * h;
@@ -1431,8 +1447,8 @@ fn hunyuan(c: &Cfg, mt: &str) -> Result<Draft> {
     Ok(d)
 }
 
-/// Blocks and stand-in uniform fields from a draft.
-fn build(d: Draft) -> Result<Transformer> {
+/// The description a draft gives.
+pub(super) fn build(d: Draft) -> Result<Transformer> {
     let h = d.hidden;
     let n = d.layer_types.len();
     if d.ffn.len() != n {
@@ -1442,10 +1458,30 @@ fn build(d: Draft) -> Result<Transformer> {
             why: format!("the per-layer pattern lists {} layers", d.ffn.len()),
         });
     }
+    if d.attn.kv_heads > d.attn.heads {
+        return Err(Error::OutOfRange {
+            field: "num_key_value_heads".into(),
+            value: d.attn.kv_heads.to_string(),
+            why: format!("cannot exceed num_attention_heads = {}", d.attn.heads),
+        });
+    }
+    // A model beyond 1e15 parameters is corrupt input, and would overflow byte counts.
+    let experts = d.moe.map_or(1, |m| m.experts);
+    let rough = (d.vocab as f64 + 12.0 * h as f64 * n as f64) * h as f64 * experts as f64;
+    if rough > 1e15 {
+        return Err(Error::OutOfRange {
+            field: "model size".into(),
+            value: format!("~{rough:.1e} parameters"),
+            why: "larger than 1e15 parameters; check the config".into(),
+        });
+    }
+    let enc_dec = d.layout == Layout::EncoderDecoder;
+    let with_act = |x: Dense| Dense { act: d.act, ..x };
     let mut layers = Vec::with_capacity(n);
     for (i, t) in d.layer_types.iter().enumerate() {
         let base = d.per_layer_attn.get(i).copied().flatten().unwrap_or(d.attn);
-        let rope = d.rope.get(i).copied().unwrap_or(true);
+        let rope = d.rope.get(i).copied().unwrap_or(true) && base.rope;
+        let first_of_stack = i == 0 || (enc_dec && i as u64 == d.encoder_layers);
         let attn = |window| {
             Mixer::Attention(Attention {
                 window,
@@ -1455,6 +1491,7 @@ fn build(d: Draft) -> Result<Transformer> {
                 } else {
                     base.qk_norm
                 },
+                rel_buckets: if first_of_stack { d.rel_buckets } else { 0 },
                 ..base
             })
         };
@@ -1477,27 +1514,38 @@ fn build(d: Draft) -> Result<Transformer> {
             LayerType::Linear => d.linear.ok_or_else(|| missing("linear_num_key_heads"))?,
             LayerType::MoeOnly | LayerType::MlpOnly => Mixer::None,
         };
-        let moe = || d.moe.ok_or_else(|| missing("num_experts"));
-        let dense = d
-            .per_layer_dense
-            .get(i)
-            .copied()
-            .flatten()
-            .unwrap_or(d.dense);
+        let moe = || {
+            d.moe
+                .map(|m| Moe {
+                    shared: m.shared.map(with_act),
+                    ..m
+                })
+                .ok_or_else(|| missing("num_experts"))
+        };
+        let dense = with_act(
+            d.per_layer_dense
+                .get(i)
+                .copied()
+                .flatten()
+                .unwrap_or(d.dense),
+        );
         let ffn = match d.ffn[i] {
             FfnKind::Dense => Ffn::Dense(dense),
             FfnKind::Moe => Ffn::Moe(moe()?),
             FfnKind::DenseAndMoe => Ffn::DenseAndMoe(dense, moe()?),
             FfnKind::None => Ffn::None,
         };
+        let cross = enc_dec && i as u64 >= d.encoder_layers;
         layers.push(Block {
             mixer,
-            cross_attention: false,
+            cross_attention: cross,
             ffn,
             norms: Norms {
-                count: d.norms,
-                params_each: h,
+                count: d.norms + u64::from(cross),
+                width: h,
+                norm: d.norm,
             },
+            residual: d.residual,
             extra: d.layer_extra,
         });
     }
@@ -1508,20 +1556,30 @@ fn build(d: Draft) -> Result<Transformer> {
             why: "must be positive".into(),
         });
     }
-    let head = if d.tied {
+    let e = d.embedding;
+    let embedding = d.vocab * h
+        + (e.learned_positions + e.type_vocab) * h
+        + if e.norm { d.norm.params(h) } else { 0 }
+        + d.embedding_extra;
+    let head = if d.tied || d.layout == Layout::EncoderOnly {
         0
     } else {
         d.vocab * h + if d.head_bias { d.vocab } else { 0 }
     };
+    let stacks = if enc_dec { 2 } else { 1 };
     let mut blocks = Blocks::from_layers(
         h,
         &layers,
         Ends {
-            embedding: d.vocab * h + d.embedding_extra,
+            embedding,
             vocab: d.vocab,
-            final_norm: h,
+            final_norm: if d.final_norm {
+                stacks * d.norm.params(h)
+            } else {
+                0
+            },
             head,
-            other: 0,
+            other: if d.pooler { h * h + h } else { 0 },
         },
     );
     if blocks.kinds.len() > 256 {
@@ -1531,67 +1589,63 @@ fn build(d: Draft) -> Result<Transformer> {
             why: "more than 256 distinct layer kinds".into(),
         });
     }
+    blocks.layout = d.layout;
+    blocks.max_positions = d.max_positions;
+    blocks.embedding = e;
+    blocks.head = Head {
+        tied: d.tied,
+        pooler: d.pooler,
+        softcap: d.softcap,
+        tied_rescale: d.tied_rescale,
+    };
+    blocks.norm = d.norm;
+    blocks.dropout = Dropout {
+        attention: d.attention_dropout,
+        hidden: d.hidden_dropout,
+    };
+    blocks.names = d.names;
+    blocks.checked = d.checked;
     blocks.mtp = d.mtp;
     blocks.notes = d.notes;
-    // Stand-ins for the uniform walks: the first attention-like layer's shape, the MoE's
-    // routed experts (or the dense MLP).
-    let mut heads = d.attn.heads;
-    let mut kv_heads = d.attn.kv_heads;
-    let mut head_dim = d.attn.head_dim;
-    if let Some(m) = d.mla {
-        heads = m.heads;
-        kv_heads = m.heads;
-        head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
-    }
-    let any_dense = d
-        .ffn
-        .iter()
-        .any(|f| matches!(f, FfnKind::Dense | FfnKind::DenseAndMoe));
-    let (intermediate, experts, top_k, gated) = match d.moe {
-        Some(m) if !any_dense || d.ffn.iter().filter(|f| **f == FfnKind::Moe).count() * 2 > n => {
-            (m.expert_intermediate, m.experts, m.top_k, m.gated)
-        }
-        _ => (d.dense.intermediate, 1, 1, d.dense.gated),
-    };
-    let all_sliding = d.layer_types.iter().all(|t| *t == LayerType::Sliding);
-    let t = Transformer {
+    Ok(Transformer {
         name: String::new(),
         model_type: String::new(),
-        layout: Layout::DecoderOnly,
-        vocab: d.vocab,
-        hidden: h,
-        layers: n as u64,
-        encoder_layers: 0,
-        heads,
-        kv_heads,
-        head_dim,
-        intermediate,
-        max_positions: d.max_positions,
-        mlp: if gated { Mlp::Gated } else { Mlp::Plain },
-        act: d.act,
-        fused_qkv: false,
-        fused_gate_up: false,
-        norm: Norm::RmsNorm,
-        norm_bias: false,
-        norms_per_layer: d.norms,
-        qkv_bias: d.attn.qkv_bias,
-        out_bias: d.attn.out_bias,
-        mlp_bias: d.dense.bias,
-        experts,
-        experts_per_token: top_k,
-        positions: Positions::Rotary,
-        type_vocab: 0,
-        tied_embeddings: d.tied,
-        embedding_norm: false,
-        pooler: false,
-        final_norm: true,
-        parallel_residual: false,
-        attention_dropout: d.attention_dropout,
-        hidden_dropout: d.hidden_dropout,
-        softmax_upcast: true,
-        sliding_window: if all_sliding { d.sliding_window } else { None },
-        logit_softcap: d.softcap,
         blocks,
-    };
-    Ok(t)
+    })
+}
+
+/// transformers' `conversion_mapping._MODEL_TO_CONVERSION_PATTERN` (5.24.0), as PEFT 0.21.2
+/// copies it (with `mixtral` added): the model types whose `all-linear`/list targets
+/// `_convert_peft_config_moe` rewrites, and to which base pattern.
+pub(super) fn peft_moe_conversion(model_type: &str) -> Option<MoeConversion> {
+    Some(match model_type {
+        "mixtral" | "minimax" | "minimax_m2" => MoeConversion::Mixtral,
+        "afmoe"
+        | "deepseek_v2"
+        | "deepseek_v3"
+        | "deepseek_v32"
+        | "dots1"
+        | "ernie4_5_moe"
+        | "glm4_moe"
+        | "glm4_moe_lite"
+        | "glm_moe_dsa"
+        | "glm4v_moe"
+        | "longcat_flash"
+        | "solar_open"
+        | "mellum"
+        | "qwen2_moe"
+        | "qwen3_moe"
+        | "beam"
+        | "qwen3_omni_moe"
+        | "qwen3_omni_moe_thinker"
+        | "qwen3_omni_moe_text"
+        | "qwen3_next"
+        | "hunyuan_v1_moe"
+        | "flex_olmo"
+        | "olmoe"
+        | "sarvam_mla"
+        | "exaone_moe"
+        | "cohere2_moe" => MoeConversion::Qwen2Moe,
+        _ => return None,
+    })
 }

@@ -70,7 +70,7 @@ fn changes_already_made_are_not_offered_and_each_offer_starts() {
 fn a_derived_length_moves_the_limit_and_the_default() {
     let t = model("qwen2-7b");
     let g = gpu::lookup("h100-80g").unwrap();
-    let limit = t.max_positions;
+    let limit = t.max_positions();
     let over = Knobs {
         max_model_len: Some(limit * 2),
         ..Knobs::default()

@@ -250,7 +250,8 @@ fn deepspeed_refuses_zero2_and_zero3_with_pipelines_and_misplaced_offload() {
 fn megatron_refuses_what_validate_args_and_transformer_config_refuse() {
     // llama-2-13b: 40 layers, 40 heads, 40 KV heads, untied embeddings.
     let (mut p, t) = base();
-    assert_eq!((t.layers, t.heads, t.kv_heads), (40, 40, 40));
+    let ty = t.blocks.typical();
+    assert_eq!((t.layers(), ty.heads, ty.kv_heads), (40, 40, 40));
     p.zero_stage = 1;
     p.pp = 3; // 40 % 3 != 0
     refused(
@@ -301,7 +302,7 @@ fn megatron_refuses_what_validate_args_and_transformer_config_refuse() {
         Model::Transformer(t) => t,
         _ => unreachable!(),
     };
-    assert!(gpt2.tied_embeddings);
+    assert!(gpt2.blocks.head.tied);
     p.tp = 1;
     refused(Engine::Megatron, &p, &gpt2, "untie-embeddings");
     // Offload: optimizer states through the distributed optimizer only; parameters never.
