@@ -621,6 +621,33 @@ pub struct CacheSpec {
     pub state_f32: u64,
 }
 
+/// One tensor a layer's cache holds per sequence ([`Mixer::cache_tensors`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CacheTensor {
+    /// Elements per cached token (0 for a fixed state).
+    pub per_token: u64,
+    /// Fixed elements (a recurrent mixer's state).
+    pub fixed: u64,
+    /// Held in fp32 whatever the cache dtype (a recurrent state).
+    pub fp32: bool,
+    /// The sliding or chunked window the cache keeps.
+    pub window: Option<u64>,
+    /// How tensor parallelism splits it: by heads of this size (a rank keeps at least one head:
+    /// multi-query K/V are replicated), 1 for an even split, 0 for none (MLA's latent).
+    pub split: u64,
+}
+
+impl CacheTensor {
+    /// Elements on one rank of a `tp`-way job: `per_token` (or `fixed`) of them.
+    pub fn local(&self, elems: u64, tp: u64) -> u64 {
+        match self.split {
+            0 => elems,
+            1 => elems.div_ceil(tp),
+            unit => elems.div_ceil(tp).max(unit.min(elems)),
+        }
+    }
+}
+
 /// One cache kind's layers and bytes in a [`CacheReport`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KindCache {
@@ -874,59 +901,83 @@ impl Mixer {
         }
     }
 
-    /// What the layer caches (see [`CacheSpec`]).
-    pub fn cache(&self) -> CacheSpec {
+    /// The tensors the layer's cache holds per sequence, as transformers' cache layer makes them
+    /// (each one allocation): keys and values; MLA's latent, rotary key and DSA indexer keys;
+    /// a recurrent mixer's convolution state and its fp32 recurrent state.
+    pub fn cache_tensors(&self, out: &mut impl FnMut(CacheTensor)) {
+        let grow = |per_token: u64, window: Option<u64>, split: u64| CacheTensor {
+            per_token,
+            fixed: 0,
+            fp32: false,
+            window,
+            split,
+        };
+        let state = |fixed: u64, fp32: bool| CacheTensor {
+            per_token: 0,
+            fixed,
+            fp32,
+            window: None,
+            split: 1,
+        };
         match self {
-            Mixer::Attention(a) if a.kv_shared => CacheSpec::NONE,
+            Mixer::Attention(a) if a.kv_shared => {}
             Mixer::Attention(a) => {
-                let per_token = a.kv_heads * (a.head_dim + a.v_head_dim);
-                let (kind, window) = match a.window {
-                    Window::Full => (CacheKind::Full, None),
-                    Window::Sliding(w) | Window::Chunked(w) => (CacheKind::Sliding, Some(w)),
+                let window = match a.window {
+                    Window::Full => None,
+                    Window::Sliding(w) | Window::Chunked(w) => Some(w),
                 };
-                CacheSpec {
-                    kind,
-                    per_token,
-                    window,
-                    ..CacheSpec::NONE
-                }
+                out(grow(a.kv_heads * a.head_dim, window, a.head_dim));
+                out(grow(a.kv_heads * a.v_head_dim, window, a.v_head_dim));
             }
             Mixer::Mla(m) => {
-                let latent = m.kv_lora_rank + m.qk_rope_head_dim;
-                match m.indexer {
-                    Some(ix) => CacheSpec {
-                        kind: CacheKind::Indexed,
-                        per_token: latent + ix.head_dim,
-                        ..CacheSpec::NONE
-                    },
-                    None => CacheSpec {
-                        kind: CacheKind::Full,
-                        per_token: latent,
-                        ..CacheSpec::NONE
-                    },
+                out(grow(m.kv_lora_rank, None, 0));
+                out(grow(m.qk_rope_head_dim, None, 0));
+                if let Some(ix) = m.indexer {
+                    out(grow(ix.head_dim, None, 0));
                 }
             }
             Mixer::GatedDeltaNet(g) => {
                 let conv_dim = 2 * g.num_k_heads * g.k_head_dim + g.num_v_heads * g.v_head_dim;
-                CacheSpec {
-                    kind: CacheKind::Linear,
-                    state: conv_dim * g.conv_kernel,
-                    state_f32: g.num_v_heads * g.k_head_dim * g.v_head_dim,
-                    ..CacheSpec::NONE
-                }
+                out(state(conv_dim * g.conv_kernel, false));
+                out(state(g.num_v_heads * g.k_head_dim * g.v_head_dim, true));
             }
             Mixer::Mamba2(m) => {
                 let d_in = m.heads * m.head_dim;
                 let conv_dim = d_in + 2 * m.groups * m.state_size;
-                CacheSpec {
-                    kind: CacheKind::Linear,
-                    state: conv_dim * m.conv_kernel,
-                    state_f32: m.heads * m.head_dim * m.state_size,
-                    ..CacheSpec::NONE
-                }
+                out(state(conv_dim * m.conv_kernel, false));
+                out(state(m.heads * m.head_dim * m.state_size, true));
             }
-            Mixer::None => CacheSpec::NONE,
+            Mixer::None => {}
         }
+    }
+
+    /// What the layer caches (see [`CacheSpec`]): its [`Mixer::cache_tensors`] summed.
+    pub fn cache(&self) -> CacheSpec {
+        let kind = match self {
+            Mixer::Attention(a) if a.kv_shared => CacheKind::None,
+            Mixer::Attention(a) => match a.window {
+                Window::Full => CacheKind::Full,
+                Window::Sliding(_) | Window::Chunked(_) => CacheKind::Sliding,
+            },
+            Mixer::Mla(m) if m.indexer.is_some() => CacheKind::Indexed,
+            Mixer::Mla(_) => CacheKind::Full,
+            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) => CacheKind::Linear,
+            Mixer::None => CacheKind::None,
+        };
+        let mut spec = CacheSpec {
+            kind,
+            ..CacheSpec::NONE
+        };
+        self.cache_tensors(&mut |t| {
+            spec.per_token += t.per_token;
+            spec.window = spec.window.or(t.window);
+            if t.fp32 {
+                spec.state_f32 += t.fixed;
+            } else {
+                spec.state += t.fixed;
+            }
+        });
+        spec
     }
 
     /// Forward FLOPs per token of the mixer's token interaction (beyond its projections) with
@@ -1537,9 +1588,6 @@ pub struct Blocks {
     /// The config declares a vision tower this reader does not describe (a wrapper read through
     /// its `text_config`, a generic decoder): images would be taken, but are not counted.
     pub vision_unmodelled: bool,
-    /// Temporary (one generate walk is coming): `generate` is walked op by op for these.
-    #[serde(skip)]
-    pub legacy_generate: bool,
 }
 
 impl Blocks {
@@ -1579,7 +1627,6 @@ impl Blocks {
             storage: Storage::default(),
             notes: Vec::new(),
             vision_unmodelled: false,
-            legacy_generate: false,
         };
         b.set_layers(layers);
         b

@@ -97,11 +97,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         _ => None,
     };
     let mut t = match classic {
-        Some(d) => {
-            let mut t = decoders::build(d)?;
-            t.blocks.legacy_generate = true;
-            t
-        }
+        Some(d) => decoders::build(d)?,
         None => {
             // Multimodal wrappers keep the decoder's keys in `text_config`.
             let text_map = match map.get("text_config") {

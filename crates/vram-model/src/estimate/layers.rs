@@ -50,6 +50,10 @@ pub(super) struct LayerDesc {
     /// and bytes per context token the step reads (re-expanded or repeated K/V, score rows).
     pub(super) decode: u64,
     pub(super) decode_per_ctx: u64,
+    /// The inference high points of the mixer and of the feed-forward on their own (what
+    /// `generate`'s prefill walks for the mechanisms it does not walk op by op).
+    pub(super) infer_mixer: u64,
+    pub(super) infer_ffn: u64,
 }
 
 /// The individual tensors of a layer's forward and backward temporaries.

@@ -16,8 +16,7 @@
 
 use super::*;
 use crate::blocks::{Block, Blocks, Dense, Dispatch, Ffn, Mixer, Moe, Residual, TensorKind};
-use crate::setup::{Infer, KvCache};
-use inference::generate_key;
+use inference::CacheBytes;
 use layers::{attention_parts, mlp_parts, TmpParts};
 
 /// The recurrent mixers' scan chunk in the torch fallbacks (`torch_chunk_gated_delta_rule`'s
@@ -666,23 +665,12 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
         ffn_first_grad: first_grad,
         decode: mx.decode.max(ff.decode),
         decode_per_ctx: mx.decode_per_ctx,
+        // Less the layer's input, which the walk holds as the residual stream.
+        infer_mixer: mx.infer.saturating_sub(c.rep(hidden, c.res)),
+        infer_ffn: ff.infer.saturating_sub(c.rep(hidden, c.res)),
         ..LayerDesc::default()
     }
     .with_totals()
-}
-
-/// A decode step's and the cache's figures of one layer kind.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct KindGen {
-    /// Cached bytes per token per sequence (after TP; the cache's dtype).
-    pub(super) per_token: u64,
-    /// The sliding/chunked window, 0 if none.
-    pub(super) window: u64,
-    /// Fixed state bytes per sequence.
-    pub(super) state: u64,
-    /// A decode step's temporaries: fixed, and per context token read.
-    pub(super) decode: u64,
-    pub(super) decode_per_ctx: u64,
 }
 
 impl Step<'_> {
@@ -698,7 +686,7 @@ impl Step<'_> {
         };
         self.kinds.clear();
         self.kind_tensors.clear();
-        self.gen.clear();
+        self.caches.clear();
         for kind in &b.kinds {
             let mut elems = Vec::new();
             let (mut params, mut matmul) = (0u64, 0u64);
@@ -712,137 +700,20 @@ impl Step<'_> {
                 }
             });
             let desc = block_layer(b, kind, &c, params, matmul);
-            let spec = kind.mixer.cache();
-            let split = match kind.mixer {
-                Mixer::Mla(_) => 1,
-                _ => tp,
-            };
-            self.gen.push(KindGen {
-                per_token: m(&[spec.per_token.div_ceil(split), kv_bytes]),
-                window: spec.window.unwrap_or(0),
-                state: m(&[spec.state.div_ceil(split), kv_bytes])
-                    .saturating_add(m(&[spec.state_f32.div_ceil(split), 4])),
-                decode: desc.decode,
-                decode_per_ctx: desc.decode_per_ctx,
+            let mut caches = Vec::new();
+            kind.mixer.cache_tensors(&mut |x| {
+                let bytes = if x.fp32 { 4 } else { kv_bytes };
+                caches.push(CacheBytes {
+                    per_token: m(&[x.local(x.per_token, tp), bytes]),
+                    fixed: m(&[x.local(x.fixed, tp), bytes]),
+                    window: x.window.unwrap_or(0),
+                });
             });
+            self.caches.push(caches);
             self.kinds.push(desc);
             self.kind_tensors.push(elems);
         }
         self.pattern = b.pattern.clone();
-    }
-
-    /// `generate` over the layer-by-layer description: the prefill layer by layer (each
-    /// layer's cache as `DynamicCache` keeps it: a full layer the prompt, a sliding layer the
-    /// whole prompt until the first decode step then `w` tokens, a linear layer its fixed
-    /// state, an MLA layer its latent), then the decode steps, each re-making every growing
-    /// layer's cache one token longer (`torch.cat`) with the step's temporaries (MLA re-expands
-    /// K/V over the whole context; gpt-oss's eager attention repeats it to every head).
-    pub(super) fn walk_generate_blocks<S: Sink>(
-        &self,
-        rank: u64,
-        stack: &Stack,
-        inf: Infer,
-        sink: &mut S,
-        full: bool,
-    ) {
-        let c = self.ctx;
-        let last_rank = rank == self.setup.parallel.pp - 1;
-        let Model::Transformer(t) = self.model else {
-            return;
-        };
-        let hidden = t.hidden();
-        let layers = stack.len();
-        let key = generate_key;
-        let prompt = inf.prompt();
-        let dynamic = inf.kv_cache == KvCache::Dynamic;
-        let cache_len = inf.context.saturating_sub(1).max(prompt);
-        let held = |g: &KindGen, steps: u64| -> u64 {
-            let toks = if !dynamic {
-                if g.window > 0 {
-                    g.window.min(cache_len)
-                } else {
-                    cache_len
-                }
-            } else if g.window > 0 {
-                if steps == 0 {
-                    prompt
-                } else {
-                    (prompt + steps - 1).min(g.window.saturating_sub(1)) + 1
-                }
-            } else {
-                prompt + steps
-            };
-            m(&[c.b, toks, g.per_token]).saturating_add(m(&[c.b, g.state]))
-        };
-        let gen_of = |i: u64| -> &KindGen { &self.gen[stack.kind(i).unwrap_or(0)] };
-        let cache = |i: u64, steps: u64, gen: u64| Handle {
-            cat: Category::KvCache,
-            bytes: held(gen_of(i), steps),
-            key: key(i, 1, gen),
-        };
-        let hd = m(&[c.tok, hidden, c.cmp]);
-        let x = Handle {
-            cat: Category::Activations,
-            bytes: hd,
-            key: key(0, 0, 0),
-        };
-        self.vision_prefill(sink); // the vision tower first (vision.rs; nothing without images)
-        sink.phase(Phase::Prefill { layer: 0 });
-        sink.alloc(x, &[]);
-        for i in 0..layers {
-            sink.phase(Phase::Prefill { layer: i as u32 });
-            let h = cache(i, 0, 0);
-            if h.bytes > 0 {
-                sink.alloc(h, &[]);
-            }
-            let tmp = Handle {
-                cat: Category::Temporaries,
-                bytes: stack.get(i).infer_tmp,
-                key: key(i, 2, 0),
-            };
-            sink.alloc(tmp, &[]);
-            sink.free(tmp);
-        }
-        self.generate_logits(sink, layers, last_rank, 0);
-        sink.free(x);
-        self.vision_prefill_end(sink);
-        let walked = self.walked_decode_steps(t, inf, full);
-        let mut done = 0u64;
-        for token in walked {
-            sink.phase(Phase::Decode {
-                token: token as u32,
-            });
-            for i in 0..layers {
-                let g = gen_of(i);
-                let old = cache(i, done, done);
-                let new = cache(i, token, token);
-                if dynamic && g.per_token > 0 && new.bytes != old.bytes {
-                    sink.alloc(new, &[]);
-                    sink.free(old);
-                } else if old.bytes > 0 {
-                    // Fixed-size or static: the same tensors, rekeyed.
-                    sink.free(old);
-                    sink.alloc(new, &[]);
-                }
-                let ctx = prompt + token;
-                let seen = if g.window > 0 { ctx.min(g.window) } else { ctx };
-                let act = Handle {
-                    cat: Category::Activations,
-                    bytes: g.decode.saturating_add(m(&[seen, g.decode_per_ctx])),
-                    key: key(i, 6, token),
-                };
-                sink.alloc(act, &[]);
-                sink.free(act);
-            }
-            self.generate_logits(sink, layers, last_rank, token);
-            done = token;
-        }
-        for i in 0..layers {
-            let h = cache(i, done, done);
-            if h.bytes > 0 {
-                sink.free(h);
-            }
-        }
     }
 }
 
@@ -852,7 +723,7 @@ mod tests {
     use crate::blocks::{
         Attention as Attn, Blocks, Component, Dense, Ends, Gdn, Mla, Norm, Norms, Window,
     };
-    use crate::setup::{Attention as Impl, Precision, Setup};
+    use crate::setup::{Attention as Impl, Infer, KvCache, Precision, Setup};
 
     /// A step context: `b` sequences of `s` tokens, pure bf16, SDPA, no TP.
     fn ctx(b: u64, s: u64) -> Ctx {

@@ -403,8 +403,8 @@ pub struct DecodeSamplingError {
 
 /// The bounds [`DecodeSamplingError`] describes.
 pub const DECODE_SAMPLING_ERROR: DecodeSamplingError = DecodeSamplingError {
-    needed: (-5.5, 4.5),
-    reserved: (-52.5, 7.0),
+    needed: (-0.5, 4.5),
+    reserved: (-1.0, 7.0),
 };
 
 /// An allocator replay of `generate` that walked some of the decode steps
@@ -424,7 +424,7 @@ impl DecodeSample {
     pub fn note(&self) -> String {
         let e = DECODE_SAMPLING_ERROR;
         format!(
-            "the allocator replay walked {} of the {} decode steps (the first two, the last two, the others evenly spaced; --decode-replay every walks each one, in time that grows with the steps); on the test grid that differed from walking every step by {:+.1} to {:+.1} % in needed and {:+.1} to {:+.1} % in the reserved peak with room, the most where the KV cache outgrows the blocks the prefill left free",
+            "the allocator replay walked {} of the {} decode steps (the first two, the last two, the others evenly spaced; --decode-replay every walks each one, in time that grows with the steps); on the test grid that differed from walking every step by {:+.1} to {:+.1} % in needed and {:+.1} to {:+.1} % in the reserved peak with room, the most under expandable segments",
             crate::fmt::thousands(self.replayed),
             crate::fmt::thousands(self.steps),
             e.needed.0,
@@ -467,8 +467,8 @@ pub(crate) struct Step<'a> {
     pattern: Vec<u8>,
     /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
     kind_tensors: Vec<Vec<u64>>,
-    /// Per kind, its cache and decode-step figures (layer-by-layer models only).
-    gen: Vec<mechs::KindGen>,
+    /// Per kind, the tensors its cache holds on this GPU.
+    caches: Vec<Vec<inference::CacheBytes>>,
     cnn: Vec<LayerDesc>,
     /// Parameters of the embedding / head on this GPU (after TP).
     emb_params: u64,
@@ -525,7 +525,7 @@ impl<'a> Step<'a> {
             kinds: Vec::new(),
             pattern: Vec::new(),
             kind_tensors: Vec::new(),
-            gen: Vec::new(),
+            caches: Vec::new(),
             cnn: Vec::new(),
             emb_params: 0,
             head_params: 0,

@@ -120,10 +120,15 @@ fn fast_estimates_equal_the_reference_on_deepseek_v3_and_hybrids() {
     );
     // Hybrids: Gated DeltaNet + attention (Qwen3-Next), Mamba2 + attention (Nemotron-H),
     // sliding + full attention with sinks (gpt-oss).
+    // The searches agree where whether a step runs is monotone in its size; the allocator
+    // replay is not everywhere: on a 200 GiB device nemotron-h-56b's generate at batch 4 runs at
+    // contexts 17950 and 17954-17959 but not 17951-17953 (PyTorch's release-and-retry takes
+    // other segments on the way), so the fast search (17950) and the bisection (17959) stop at
+    // different ends of the gap. 220 GiB has none.
     for id in ["qwen3-next-80b-a3b", "nemotron-h-56b", "gpt-oss-20b"] {
         let m = catalog::lookup(id).unwrap();
         check(id, &m, &train(1, 2048, Recompute::Full), &[]);
-        check(id, &m, &generate(4, 3000, 40), &[200 * GIB]);
+        check(id, &m, &generate(4, 3000, 40), &[220 * GIB]);
     }
 }
 

@@ -110,8 +110,8 @@ fn err(sampled: u64, every: u64) -> f64 {
 fn beyond_it_the_sampled_figures_stay_within_the_stated_bounds() {
     // (model, batch, prompt, new tokens, allocator, cache). The first rows are the regime where
     // the cache outgrows the blocks the prefill left free (long prompts at large batches, long
-    // decodes): there walking every step keeps fewer tensors in the prefill's segments and
-    // caches a segment per outgrown tensor at every 2 MiB size class.
+    // decodes, beyond 4,096 steps: the walks' keys once packed the step below the layer and
+    // collided there, which made every-step replays of these rows reserve up to twice as much).
     use Allocator::{Pytorch, PytorchExpandable, Vramkit};
     use KvCache::{Dynamic, Static};
     let cases: &[(&str, u64, u64, u64, Allocator, KvCache)] = &[
