@@ -10,7 +10,10 @@ use std::path::Path;
 
 use vram_hub::fake::{FakeFile, FakeHub};
 
-fn repos(dir: &Path) -> std::io::Result<Vec<(String, Vec<(String, FakeFile)>)>> {
+/// A repo id and its files.
+type FakeRepo = (String, Vec<(String, FakeFile)>);
+
+fn repos(dir: &Path) -> std::io::Result<Vec<FakeRepo>> {
     let mut out = Vec::new();
     let mut orgs: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     orgs.sort_by_key(|e| e.file_name());
