@@ -58,8 +58,11 @@ pub enum DtypeArg {
 /// Arguments of `vram capacity`.
 #[derive(Debug, Args)]
 pub struct CapacityArgs {
-    /// A catalog id, a config.json or a folder holding one.
+    /// A local folder with config.json or a config file, a catalog id (see `vram models`),
+    /// or a Hub id (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     model: String,
+    #[command(flatten)]
+    hub: crate::input::HubArgs,
     /// The serving engine.
     #[arg(long, value_enum, default_value = "vllm")]
     engine: EngineArg,
@@ -200,6 +203,7 @@ fn knobs(
     engine: Engine,
     t: &vram_model::arch::Transformer,
     config: &serde_json::Value,
+    from_catalog: bool,
 ) -> Result<Knobs> {
     let vllm_only = [
         (
@@ -269,11 +273,9 @@ fn knobs(
                 "--quantization `{q}` is not one of none, fp8, awq, gptq, bitsandbytes, mxfp4"
             )
         })?,
-        // A config file's `quantization_config` (a catalog entry's quantized storage is read
-        // by the model description itself).
-        None if std::path::Path::new(&a.model).exists() => {
-            config_quantization(config)?.unwrap_or(Quantization::None)
-        }
+        // A config's `quantization_config`, local or from the Hub (a catalog entry's quantized
+        // storage is read by the model description itself).
+        None if !from_catalog => config_quantization(config)?.unwrap_or(Quantization::None),
         None => Quantization::None,
     };
     let dtype_bytes = if a.dtype == DtypeArg::Float32 { 4 } else { 2 };
@@ -341,7 +343,7 @@ pub fn compute(a: &CapacityArgs) -> Result<Answer> {
         }
     }
     let g = gpu::lookup(&a.gpu)?;
-    let resolved = resolve_model(&a.model)?;
+    let resolved = resolve_model(&a.model, &a.hub)?;
     let Model::Transformer(t) = &resolved.model else {
         return Err(bad_input!(
             "`{}` is not a transformer language model; vLLM and SGLang serve those",
@@ -353,7 +355,13 @@ pub fn compute(a: &CapacityArgs) -> Result<Answer> {
         .as_deref()
         .and_then(|c| serde_json::from_str(c).ok())
         .unwrap_or_default();
-    let mut k = knobs(a, engine, t, &config)?;
+    let mut k = knobs(
+        a,
+        engine,
+        t,
+        &config,
+        resolved.origin == crate::input::Origin::Catalog,
+    )?;
     // vLLM keeps a hybrid model's recurrent state in the config's `mamba_ssm_dtype`.
     k.mamba_ssm_bytes = resolved
         .config
