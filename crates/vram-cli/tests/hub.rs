@@ -349,3 +349,4 @@ fn errors_are_one_line_exit_2_and_never_show_the_token() {
 fn add_repo(hub: &FakeHub, id: &str, files: &[(String, FakeFile)]) {
     fakehub::add(hub, id, files);
 }
+

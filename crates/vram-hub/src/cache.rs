@@ -31,7 +31,6 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .tempfile_in(dir)
         .map_err(io_err(dir))?;
     tmp.write_all(bytes).map_err(io_err(path))?;
-    tmp.as_file().sync_all().map_err(io_err(path))?;
     tmp.persist(path).map_err(|e| Error::Cache {
         path: path.to_path_buf(),
         source: e.error,
