@@ -350,3 +350,35 @@ fn add_repo(hub: &FakeHub, id: &str, files: &[(String, FakeFile)]) {
     fakehub::add(hub, id, files);
 }
 
+#[test]
+fn tls_is_verified_and_a_bad_ca_bundle_is_an_error() {
+    let hub = fakehub::start();
+    let d = dir("tls");
+    // The loopback hub speaks plain HTTP: an https endpoint there fails the handshake, and
+    // nothing falls back to an unverified or plain connection.
+    let https = hub.endpoint.replace("http://", "https://");
+    let r = vram_in(
+        &hub,
+        &d,
+        &[("HF_ENDPOINT", &https), ("HF_HUB_ETAG_TIMEOUT", "2")],
+        &["estimate", "org/tiny"],
+    );
+    assert_eq!(r.code, 2, "{}", r.err);
+    assert!(
+        r.err.contains(&format!("cannot reach {https}")),
+        "{}",
+        r.err
+    );
+    assert!(hub.hits().is_empty(), "{:?}", hub.hits());
+    // A CA bundle that is not one is said to be so, not ignored.
+    std::fs::write(d.join("ca.pem"), "not a certificate").unwrap();
+    let bundle = d.join("ca.pem").display().to_string();
+    let r = vram_in(
+        &hub,
+        &d,
+        &[("REQUESTS_CA_BUNDLE", &bundle)],
+        &["estimate", "org/tiny"],
+    );
+    assert_eq!(r.code, 2, "{}", r.err);
+    assert!(r.err.contains("holds no PEM certificate"), "{}", r.err);
+}

@@ -48,7 +48,9 @@ fn readme_examples_print_what_the_readme_shows() {
     cases.case(readme()).run();
     drop(cases);
     assert!(
-        hub.hits().iter().any(|h| h.path == "/Qwen/Qwen3-8B/resolve/main/config.json"),
+        hub.hits()
+            .iter()
+            .any(|h| h.path == "/Qwen/Qwen3-8B/resolve/main/config.json"),
         "the README's Hub example did not reach the loopback hub"
     );
 }

@@ -11,7 +11,8 @@ use vram_hub::fake::{safetensors, FakeFile, FakeHub};
 use vram_hub::{Config, Hub};
 
 fn files() -> Vec<(String, FakeFile)> {
-    let (h, i, v, layers, q, kv, hd) = (4096u64, 12288u64, 151_936u64, 36, 4096u64, 1024u64, 128u64);
+    let (h, i, v, layers, q, kv, hd) =
+        (4096u64, 12288u64, 151_936u64, 36, 4096u64, 1024u64, 128u64);
     let mut t = vec![("model.embed_tokens.weight".to_string(), "BF16", vec![v, h])];
     for l in 0..layers {
         for (n, s) in [

@@ -390,4 +390,3 @@ fn modelscope_is_served_through_its_own_paths_and_cache() {
     let m = open(&cfg, "org/none", None).unwrap_err().to_string();
     assert!(m.contains("repo not found"), "{m}");
 }
-
