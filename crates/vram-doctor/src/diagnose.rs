@@ -455,29 +455,43 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 /// - **the cap** (`alloc_block`: `total_allocated_memory + size >
 ///   allowed_memory_maximum`): with `allowed` in the message, reserved +
 ///   request > allowed means the cap refused it, whatever the device had
-///   free; the headroom is allowed − reserved.
-/// - **unexplained**: otherwise, a request no larger than the free memory
-///   should have succeeded (the allocator had already freed its unsplit
-///   cache and retried); the figures do not explain it.
+///   free; the headroom is allowed − reserved. Each printed figure is two
+///   decimals of its unit, so a sum within that rounding of the cap, with the
+///   request free on the device, is the cap too.
+/// - **slack trapped under the cap**: before failing, `malloc` released every
+///   unsplit cached block (`release_cached_blocks`) and retried, so what is
+///   still reserved but unallocated sits in segments that hold live tensors
+///   and counts against the cap. When live tensors plus the request fit under
+///   the cap with room without it, fragmentation leads and expandable segments
+///   are enough; the cap comes second.
+/// - **unexplained**: otherwise, a request the free memory exceeds by more
+///   than a 2 MiB page (`cudaMalloc`'s granularity) and the figures' rounding
+///   should have succeeded (the allocator had already freed its unsplit cache
+///   and retried); the figures do not explain it.
 /// - what this process **could hold at most** is reserved + free (capped by
 ///   `allowed`): everything else on the device is held by someone.
 /// - **one tensor larger than the device**: the request exceeds the device
-///   (or the cap) less this process's own memory outside PyTorch.
+///   (or the cap) less this process's own memory outside PyTorch. On ROCm, a
+///   free figure above the total counts system memory; the device is the total.
 /// - **other processes** (listed), **memory outside PyTorch** (far beyond a
 ///   CUDA context: [`CONTEXT_MAX_BYTES`]), **CUDA-graph private pools** and
 ///   **fragmentation** (reserved but unallocated): each explains the failure
 ///   alone when its bytes plus the free bytes would have served the request;
 ///   slack that leaves under 5 % of what the process could hold after the
-///   request is not fragmentation but a step that fills the device.
+///   request is not fragmentation but a step that fills the device, and the
+///   same test decides whether other processes or memory outside PyTorch lead
+///   the step: their bytes, returned, must serve the request and leave 5 % of
+///   what the process could then hold.
 /// - **the step**: live tensors plus the request exceed, or all but fill,
 ///   what the process could hold.
 /// - **growth** between `memory_stats()` dumps, or a recording's leak check
 ///   on this GPU.
 ///
-/// Causes are ranked: the cap, unexplained, a tensor larger than the device,
-/// then sufficient causes (large other processes and memory outside PyTorch
-/// before private pools, fragmentation and the step), then the rest by
-/// bytes. Remedies follow the causes' order.
+/// Causes are ranked: trapped slack under the cap, the cap, unexplained, a
+/// tensor larger than the device, then sufficient causes (other processes and
+/// memory outside PyTorch that would leave the step room before private pools,
+/// fragmentation and the step), then the rest by bytes. Remedies follow the
+/// causes' order.
 ///
 /// # Errors
 /// Only from the inputs: an invalid setup ([`crate::DoctorError::Model`]), a
