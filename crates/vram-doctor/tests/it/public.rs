@@ -88,7 +88,7 @@ fn right(label: &str, got: &str, listed: bool) -> bool {
 fn public_messages_fit_half_and_holdout() {
     let cases = cases();
     let mut score = [(0usize, 0usize); 2];
-    println!("| half | source | label (from the thread) | doctor's top cause | right |");
+    println!("\n| half | source | label (from the thread) | doctor's top cause | right |");
     println!("|---|---|---|---|---|");
     for c in &cases {
         let half = if fnv1a(&c.source) % 2 == 0 {
