@@ -350,6 +350,102 @@ fn add_repo(hub: &FakeHub, id: &str, files: &[(String, FakeFile)]) {
     fakehub::add(hub, id, files);
 }
 
+/// A TLS server on loopback with a certificate for 127.0.0.1 signed by a test CA
+/// (`tests/data/tls`, made with openssl for these tests, valid for 100 years): it answers
+/// every request it reads with the Hub's 404 for a missing repo, and counts the requests.
+fn tls_hub() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tls");
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(data.join("server.pem"))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    let key = PrivateKeyDer::from_pem_file(data.join("server.key")).unwrap();
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap(),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    let requests = Arc::new(AtomicUsize::new(0));
+    let count = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(8).flatten() {
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, stream);
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match tls.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            if seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = tls.write_all(b"HTTP/1.1 404 Not Found\r\nX-Error-Code: RepoNotFound\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                let _ = tls.flush();
+            }
+        }
+    });
+    (url, requests)
+}
+
+#[test]
+fn tls_is_verified_against_the_roots_or_the_ca_bundle_named() {
+    use std::sync::atomic::Ordering;
+    let hub = fakehub::start();
+    let d = dir("tls-verified");
+    let (url, requests) = tls_hub();
+    // webpki's roots do not know the test CA: the handshake fails, no request is made.
+    let r = vram_in(
+        &hub,
+        &d,
+        &[("HF_ENDPOINT", &url)],
+        &["estimate", "org/tiny"],
+    );
+    assert_eq!(r.code, 2, "{}", r.err);
+    assert!(
+        r.err.contains("TLS") && r.err.contains("REQUESTS_CA_BUNDLE"),
+        "{}",
+        r.err
+    );
+    assert_eq!(requests.load(Ordering::SeqCst), 0);
+    // With the CA bundle named, the request goes through and the Hub's answer is read.
+    let ca = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tls/ca.pem");
+    for var in ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"] {
+        let r = vram_in(
+            &hub,
+            &d,
+            &[("HF_ENDPOINT", &url), (var, &ca.display().to_string())],
+            &["estimate", "org/tiny"],
+        );
+        assert_eq!(r.code, 2, "{}", r.err);
+        assert!(
+            r.err
+                .contains("org/tiny: repo not found on https://127.0.0.1"),
+            "{var}: {}",
+            r.err
+        );
+    }
+    assert_eq!(requests.load(Ordering::SeqCst), 2);
+}
+
 #[test]
 fn tls_is_verified_and_a_bad_ca_bundle_is_an_error() {
     let hub = fakehub::start();

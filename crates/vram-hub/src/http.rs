@@ -90,7 +90,20 @@ pub(crate) fn path_of(url: &str) -> String {
         .unwrap_or_else(|_| url.split('?').next().unwrap_or(url).to_string())
 }
 
+/// The TLS failure inside an I/O error (rustls reports a refused certificate that way).
+fn tls_inside(e: &ureq::Error) -> Option<&rustls::Error> {
+    match e {
+        ureq::Error::Io(io) => io.get_ref()?.downcast_ref::<rustls::Error>(),
+        _ => None,
+    }
+}
+
 fn reason(e: &ureq::Error, timeout: Duration) -> String {
+    if let Some(tls) = tls_inside(e) {
+        return format!(
+            "TLS: {tls} (behind a proxy that re-signs TLS? point REQUESTS_CA_BUNDLE or SSL_CERT_FILE at its CA bundle)"
+        );
+    }
     match e {
         ureq::Error::Timeout(_) => format!(
             "no answer within {} s (HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT set the limits)",
@@ -112,7 +125,7 @@ fn reason(e: &ureq::Error, timeout: Duration) -> String {
 
 /// A connection that broke off, which a second try may not meet.
 fn transient_net(e: &ureq::Error) -> bool {
-    matches!(e, ureq::Error::Io(_) | ureq::Error::ConnectionFailed)
+    tls_inside(e).is_none() && matches!(e, ureq::Error::Io(_) | ureq::Error::ConnectionFailed)
 }
 
 fn transient_status(status: u16) -> bool {
