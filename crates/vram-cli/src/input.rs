@@ -112,14 +112,19 @@ pub fn resolve_model(arg: &str, hub: &HubArgs) -> Result<Resolved> {
                 "`{arg}` names ModelScope but --hub says huggingface"
             ));
         }
-        return from_hub(vram_hub::Hub::ModelScope, id, hub.revision.as_deref());
+        return from_hub(
+            vram_hub::Hub::ModelScope,
+            id,
+            hub.revision.as_deref(),
+            false,
+        );
     }
     if let Some(h) = hub.hub {
         let h = match h {
             HubArg::Huggingface => vram_hub::Hub::HuggingFace,
             HubArg::Modelscope => vram_hub::Hub::ModelScope,
         };
-        return from_hub(h, arg, hub.revision.as_deref());
+        return from_hub(h, arg, hub.revision.as_deref(), false);
     }
     let path = Path::new(arg);
     if path.exists() {
@@ -153,9 +158,12 @@ pub fn resolve_model(arg: &str, hub: &HubArgs) -> Result<Resolved> {
                 origin: Origin::Catalog,
             })
         }
-        Err(_) if arg.contains('/') && vram_hub::is_repo_id(arg) => {
-            from_hub(vram_hub::Hub::HuggingFace, arg, hub.revision.as_deref())
-        }
+        Err(_) if arg.contains('/') && vram_hub::is_repo_id(arg) => from_hub(
+            vram_hub::Hub::HuggingFace,
+            arg,
+            hub.revision.as_deref(),
+            true,
+        ),
         Err(e) if looks_like_path(arg) => {
             drop(e);
             Err(bad_input!("no such file or folder: {arg}"))
@@ -171,9 +179,15 @@ fn hub_err(e: vram_hub::Error) -> anyhow::Error {
 
 /// A model from a hub: config.json (and a vision-language model's preprocessor_config.json),
 /// then the checkpoint's headers, which cross-check the config as a local checkpoint's do.
-fn from_hub(hub: vram_hub::Hub, id: &str, revision: Option<&str>) -> Result<Resolved> {
+/// `auto`: the argument was taken for a Hub id because no path or catalog id had its name.
+fn from_hub(hub: vram_hub::Hub, id: &str, revision: Option<&str>, auto: bool) -> Result<Resolved> {
     let cfg = vram_hub::Config::from_env(hub).map_err(hub_err)?;
-    let mut repo = vram_hub::open(&cfg, id, revision).map_err(hub_err)?;
+    let mut repo = vram_hub::open(&cfg, id, revision).map_err(|e| match e {
+        vram_hub::Error::RepoNotFound { .. } if auto => {
+            bad_input!("{e}; nor is there a local file or folder {id}")
+        }
+        e => hub_err(e),
+    })?;
     let text = repo.text("config.json").map_err(hub_err)?;
     let label = repo.label();
     let mut model = hf::parse_config(&text, id).with_context(|| format!("{label} config.json"))?;

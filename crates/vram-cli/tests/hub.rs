@@ -264,6 +264,9 @@ fn modelscope_by_prefix_or_flag() {
         .all(|h| h.host == "cdn" || h.path.starts_with("/api/v1/models/")));
 }
 
+/// An error case: the environment added, the model, what the one line must say.
+type Case<'a> = (Vec<(&'a str, &'a str)>, &'a str, &'a [&'a str]);
+
 #[test]
 fn errors_are_one_line_exit_2_and_never_show_the_token() {
     let hub = fakehub::start();
@@ -288,7 +291,7 @@ fn errors_are_one_line_exit_2_and_never_show_the_token() {
     add_repo(&hub, "org/wrong", &wrong);
     let token_file = d.join("hf/token");
     std::fs::create_dir_all(token_file.parent().unwrap()).unwrap();
-    let cases: Vec<(Vec<(&str, &str)>, &str, &[&str])> = vec![
+    let cases: Vec<Case> = vec![
         (vec![], "org/gated", &["is gated: accept its licence at", "/org/gated and set HF_TOKEN"]),
         (vec![("HF_TOKEN", "hf_otherCLItoken")], "org/gated", &["has not been granted access"]),
         (vec![("HF_TOKEN", "hf_wrongCLItoken")], "org/tiny", &["refused the token from HF_TOKEN"]),
