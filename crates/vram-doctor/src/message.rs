@@ -156,12 +156,12 @@ pub fn parse_size(s: &str) -> Option<u64> {
         .parse()
         .ok()
         .filter(|v: &f64| v.is_finite() && *v >= 0.0)?;
-    let mult: f64 = match unit.trim() {
-        "bytes" | "byte" | "B" => 1.0,
-        "KiB" | "KB" => 1024.0,
-        "MiB" | "MB" => 1024.0 * 1024.0,
-        "GiB" | "GB" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" | "TB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "bytes" | "byte" | "b" => 1.0,
+        "kib" | "kb" => 1024.0,
+        "mib" | "mb" => 1024.0 * 1024.0,
+        "gib" | "gb" => 1024.0 * 1024.0 * 1024.0,
+        "tib" | "tb" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         _ => return None,
     };
     let b = (v * mult).round();
@@ -201,11 +201,11 @@ fn unparseable(reason: String) -> DoctorError {
     DoctorError::Unparseable { reason }
 }
 
-const START: &str = "out of memory. Tried to allocate ";
+const START: &str = "out of memory. tried to allocate ";
 
 /// A message pasted from its second sentence (`Tried to allocate 216.00 MiB (GPU 0; ...`):
 /// read when the text has no [`START`] and the figures follow.
-const BARE_START: &str = "Tried to allocate ";
+const BARE_START: &str = "tried to allocate ";
 
 /// The cudaMallocAsync backend's message (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`,
 /// `c10/cuda/CUDAMallocAsyncAllocator.cpp`, `mallocAsync`).
@@ -338,10 +338,12 @@ fn flatten(text: &str, sep: &str) -> String {
 /// assert_eq!(m.reserved_unallocated_bytes(), 1_095_216_660);
 /// ```
 pub fn parse(text: &str) -> Result<OomMessage> {
-    match parse_flat(&flatten(text, " ")) {
+    // The message's words are matched whatever their case: other bindings reprint it (R's
+    // torch writes `reserved in total by Pytorch`), and people retype it.
+    match parse_flat(&flatten(text, " ").to_ascii_lowercase()) {
         Ok(m) => Ok(m),
         // Lines cut at a fixed width, inside a figure: join them as they are.
-        Err(e) => parse_flat(&flatten(text, "")).map_err(|_| e),
+        Err(e) => parse_flat(&flatten(text, "").to_ascii_lowercase()).map_err(|_| e),
     }
 }
 
@@ -366,13 +368,13 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
             .map(|(i, _)| i)
             .filter(|&i| {
                 size_prefix(&flat[i + BARE_START.len()..])
-                    .is_some_and(|(_, r)| r.starts_with(" (GPU ") || r.starts_with(". GPU "))
+                    .is_some_and(|(_, r)| r.starts_with(" (gpu ") || r.starts_with(". gpu "))
             })
             .collect();
     }
     if starts.is_empty() {
-        let reason = if flat.contains("CUDA error: out of memory")
-            || flat.contains("HIP error: out of memory")
+        let reason = if flat.contains("cuda error: out of memory")
+            || flat.contains("hip error: out of memory")
         {
             "this is the CUDA runtime's `CUDA error: out of memory` (a kernel, library or context \
              allocation outside PyTorch's allocator): it carries no figures; paste the \
@@ -390,7 +392,7 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
         let end = starts.get(k + 1).copied().unwrap_or(flat.len());
         match parse_one(&flat[s + start.len()..end]) {
             Ok(mut m) => {
-                m.hip = flat[..s].ends_with("HIP ");
+                m.hip = flat[..s].ends_with("hip ");
                 return Ok(m);
             }
             Err(e) => {
@@ -404,10 +406,10 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
 fn parse_one(msg: &str) -> Result<OomMessage> {
     let (requested_bytes, rest) =
         size_prefix(msg).ok_or_else(|| unparseable("no size after `Tried to allocate`".into()))?;
-    if let Some(r) = rest.strip_prefix(" (GPU ") {
+    if let Some(r) = rest.strip_prefix(" (gpu ") {
         return legacy(requested_bytes, r);
     }
-    let r = rest.strip_prefix(". GPU ").ok_or_else(|| {
+    let r = rest.strip_prefix(". gpu ").ok_or_else(|| {
         unparseable(
             "neither `. GPU n has a total capacity` (2.1+) nor `(GPU n;` (1.x/2.0) after the request"
                 .into(),
@@ -426,12 +428,12 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
     let mut this_process_bytes = None;
     let mut cursor = after(r, " is free. ").unwrap_or("");
     loop {
-        if let Some(p) = cursor.strip_prefix("Including non-PyTorch memory, this process has ") {
+        if let Some(p) = cursor.strip_prefix("including non-pytorch memory, this process has ") {
             let (v, rest) =
                 size_prefix(p).ok_or_else(|| unparseable("no size for this process".into()))?;
             this_process_bytes = Some(this_process_bytes.unwrap_or(0u64).saturating_add(v));
             cursor = rest.strip_prefix(" memory in use. ").unwrap_or(rest);
-        } else if let Some(p) = cursor.strip_prefix("Process ") {
+        } else if let Some(p) = cursor.strip_prefix("process ") {
             let pid = leading_u32(p).ok_or_else(|| unparseable("no pid after `Process`".into()))?;
             let (v, rest) = after(p, " has ")
                 .and_then(size_prefix)
@@ -445,21 +447,21 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
     let allowed_bytes = size_prefix(cursor)
         .filter(|(_, rest)| rest.starts_with(" allowed;"))
         .map(|(v, _)| v);
-    if after(r, "Of the allocated memory ").is_none() {
+    if after(r, "of the allocated memory ").is_none() {
         return Err(unparseable(
             "the message stops before `Of the allocated memory ...` (PyTorch's own figures): paste it whole"
                 .into(),
         ));
     }
-    let allocated_bytes = field(r, "Of the allocated memory ", "allocated by PyTorch")?;
-    let private_pool_bytes = after(r, " is allocated by PyTorch, with ")
+    let allocated_bytes = field(r, "of the allocated memory ", "allocated by PyTorch")?;
+    let private_pool_bytes = after(r, " is allocated by pytorch, with ")
         .and_then(size_prefix)
         .filter(|(_, rest)| rest.starts_with(" allocated in private pools"))
         .map(|(v, _)| v);
-    let unallocated = after(r, " is allocated by PyTorch, ")
+    let unallocated = after(r, " is allocated by pytorch, ")
         .and_then(|s| after(s, "and "))
         .and_then(size_prefix)
-        .filter(|(_, rest)| rest.starts_with(" is reserved by PyTorch but unallocated"))
+        .filter(|(_, rest)| rest.starts_with(" is reserved by pytorch but unallocated"))
         .map(|(v, _)| v)
         .ok_or_else(|| unparseable("no `... is reserved by PyTorch but unallocated`".into()))?;
     // PyTorch prints allocated + private and reserved - allocated - private:
@@ -520,10 +522,10 @@ fn async_layout(text: &str) -> Result<OomMessage> {
             .map(|(v, _)| v)
             .ok_or_else(|| unparseable(format!("no size after `{}` ({what})", label.trim())))
     };
-    let allocated_bytes = value("Currently allocated", "allocated")?;
-    let requested_bytes = value("Requested", "the request")?;
-    let total_bytes = value("Device limit", "device total")?;
-    let free_bytes = value("Free (according to CUDA)", "free memory")?;
+    let allocated_bytes = value("currently allocated", "allocated")?;
+    let requested_bytes = value("requested", "the request")?;
+    let total_bytes = value("device limit", "device total")?;
+    let free_bytes = value("free (according to cuda)", "free memory")?;
     let limit = value("memory fraction)", "PyTorch limit").ok();
     Ok(OomMessage {
         layout: Layout::Async,
@@ -573,7 +575,7 @@ fn legacy(requested_bytes: u64, r: &str) -> Result<OomMessage> {
             "no `... reserved in total by PyTorch)` (1.4–2.0) nor `... cached)` (1.0–1.3)".into(),
         )
     })?;
-    let (layout, reserved_bytes) = if tail.starts_with(" reserved in total by PyTorch") {
+    let (layout, reserved_bytes) = if tail.starts_with(" reserved in total by pytorch") {
         (Layout::Legacy, last)
     } else if tail.starts_with(" cached") {
         // 1.0-1.3: `format_size(amount_cached - amount_allocated) " cached)"`.
