@@ -42,7 +42,8 @@
 //!    the card (Windows' shared GPU memory) make the step the cause, whatever the slack;
 //! 7. log noise around the message, a message pasted from `Tried to allocate`, a device
 //!    printed without its index, the words in any case (bindings reprint it: R's torch writes
-//!    `Pytorch`): [`message::parse`];
+//!    `Pytorch`) and with any spacing (retyped: `50MiB(GPU 0; 1.96GiB totalcapacity;`):
+//!    [`message::parse`];
 //! 8. memory outside PyTorch far beyond a CUDA context
 //!    ([`CONTEXT_MAX_BYTES`]): [`CauseKind::OutsidePytorch`]; when the message cannot say
 //!    whose it is, it leads the step only when it is more than this process could hold;

@@ -33,7 +33,9 @@
 //! its input: a whole traceback, a log with timestamps, `[rank0]:` or
 //! `grep -n` prefixes, comment (`# `) or quote (`> `) markers, lines wrapped,
 //! the message repeated (chained exceptions, several ranks: the first whole
-//! one is read), or embedded in a Python dict or JSON string (`\n` escapes).
+//! one is read), or embedded in a Python dict or JSON string (`\n` escapes). PyTorch's words
+//! are matched in any case and with any spacing (R's torch prints `Pytorch`; a retyped message
+//! reads `50MiB(GPU 0; 1.96GiB totalcapacity;`).
 
 use serde::Serialize;
 
@@ -178,12 +180,30 @@ fn size_prefix(s: &str) -> Option<(u64, &str)> {
     let num_end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter(|&i| i > 0)?;
-    let rest = s[num_end..].strip_prefix(' ')?;
+    // `format_size` puts a space before the unit; a message retyped by hand may not.
+    let rest = s[num_end..].strip_prefix(' ').unwrap_or(&s[num_end..]);
     let unit_end = rest
         .find(|c: char| !c.is_ascii_alphabetic())
         .unwrap_or(rest.len());
     let size = parse_size(&format!("{} {}", &s[..num_end], &rest[..unit_end]))?;
     Some((size, &rest[unit_end..]))
+}
+
+/// `s` past `phrase` at its start, the phrase's words matched with any spacing, none
+/// included (`total capacity;` also reads `totalcapacity;` and ` total  capacity ;`): what a
+/// message retyped by hand, or re-wrapped, does to PyTorch's fixed words.
+fn strip_phrase<'a>(s: &'a str, phrase: &str) -> Option<&'a str> {
+    let mut rest = s;
+    for c in phrase.chars().filter(|c| !c.is_whitespace()) {
+        rest = rest.trim_start().strip_prefix(c)?;
+    }
+    Some(rest)
+}
+
+/// A figure, then the words PyTorch prints after it (any spacing): the figure and what follows.
+fn figure<'a>(s: &'a str, words: &str) -> Option<(u64, &'a str)> {
+    let (v, rest) = size_prefix(s)?;
+    Some((v, strip_phrase(rest, words)?))
 }
 
 fn after<'a>(s: &'a str, pat: &str) -> Option<&'a str> {
@@ -367,8 +387,9 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
             .match_indices(BARE_START)
             .map(|(i, _)| i)
             .filter(|&i| {
-                size_prefix(&flat[i + BARE_START.len()..])
-                    .is_some_and(|(_, r)| r.starts_with(" (gpu ") || r.starts_with(". gpu "))
+                size_prefix(&flat[i + BARE_START.len()..]).is_some_and(|(_, r)| {
+                    strip_phrase(r, "(gpu").is_some() || strip_phrase(r, ". gpu").is_some()
+                })
             })
             .collect();
     }
@@ -406,8 +427,8 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
 fn parse_one(msg: &str) -> Result<OomMessage> {
     let (requested_bytes, rest) =
         size_prefix(msg).ok_or_else(|| unparseable("no size after `Tried to allocate`".into()))?;
-    if let Some(r) = rest.strip_prefix(" (gpu ") {
-        return legacy(requested_bytes, r);
+    if let Some(r) = strip_phrase(rest, "(gpu") {
+        return legacy(requested_bytes, r.trim_start());
     }
     let r = rest.strip_prefix(". gpu ").ok_or_else(|| {
         unparseable(
@@ -552,32 +573,26 @@ fn leading_u32(s: &str) -> Option<u32> {
 
 fn legacy(requested_bytes: u64, r: &str) -> Result<OomMessage> {
     let device = leading_u32(r).ok_or_else(|| unparseable("no GPU index".into()))?;
-    let r = after(r, "; ").ok_or_else(|| unparseable("no `;` after the GPU index".into()))?;
-    let (total_bytes, rest) = size_prefix(r)
-        .filter(|(_, rest)| rest.starts_with(" total capacity;"))
+    let r = after(r, ";").ok_or_else(|| unparseable("no `;` after the GPU index".into()))?;
+    let (total_bytes, rest) = figure(r, "total capacity;")
         .ok_or_else(|| unparseable("no `... total capacity;`".into()))?;
-    let rest = &rest[" total capacity;".len()..];
-    let (allocated_bytes, rest) = size_prefix(rest)
-        .filter(|(_, rest)| rest.starts_with(" already allocated;"))
+    let (allocated_bytes, rest) = figure(rest, "already allocated;")
         .ok_or_else(|| unparseable("no `... already allocated;`".into()))?;
-    let rest = &rest[" already allocated;".len()..];
-    let (free_bytes, mut rest) = size_prefix(rest)
-        .filter(|(_, rest)| rest.starts_with(" free;"))
-        .ok_or_else(|| unparseable("no `... free;`".into()))?;
-    rest = &rest[" free;".len()..];
+    let (free_bytes, mut rest) =
+        figure(rest, "free;").ok_or_else(|| unparseable("no `... free;`".into()))?;
     let mut allowed_bytes = None;
-    if let Some((v, r2)) = size_prefix(rest).filter(|(_, r2)| r2.starts_with(" allowed;")) {
+    if let Some((v, r2)) = figure(rest, "allowed;") {
         allowed_bytes = Some(v);
-        rest = &r2[" allowed;".len()..];
+        rest = r2;
     }
     let (last, tail) = size_prefix(rest).ok_or_else(|| {
         unparseable(
             "no `... reserved in total by PyTorch)` (1.4–2.0) nor `... cached)` (1.0–1.3)".into(),
         )
     })?;
-    let (layout, reserved_bytes) = if tail.starts_with(" reserved in total by pytorch") {
+    let (layout, reserved_bytes) = if strip_phrase(tail, "reserved in total by pytorch").is_some() {
         (Layout::Legacy, last)
-    } else if tail.starts_with(" cached") {
+    } else if strip_phrase(tail, "cached").is_some() {
         // 1.0-1.3: `format_size(amount_cached - amount_allocated) " cached)"`.
         (Layout::Cached, allocated_bytes.saturating_add(last))
     } else {

@@ -107,14 +107,16 @@ enum Group {
     Holdout3,
 }
 
-/// Each group's figure: (right top causes, what it was reported at when it was unseen).
-/// The seen groups are pinned at today's figure; a holdout may not fall below its report.
+/// Each group's figure: (right top causes today, what it was reported at when it was unseen).
+/// Every group is pinned at today's figure (a change that moves one says so), and a holdout
+/// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
+/// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
 const FIGURES: [(Group, usize, Option<usize>); 5] = [
     (Group::Fit1, 19, None),
     (Group::Holdout1, 19, Some(16)),
     (Group::Batch2, 5, Some(3)),
     (Group::Fit3, 16, None),
-    (Group::Holdout3, 28, Some(28)),
+    (Group::Holdout3, 29, Some(28)),
 ];
 
 /// Whether batch 3's holdout has been run. Until the rules of the second round were final
@@ -164,12 +166,7 @@ fn public_messages_fit_half_and_holdout() {
             continue;
         };
         println!("{group:?}: {r}/{n} right");
-        match reported {
-            Some(floor) if group == Group::Holdout3 => {
-                assert!(r >= floor, "{group:?}: {r}/{n}, reported at {floor}");
-            }
-            _ => assert_eq!(r, right, "{group:?}: {r}/{n} right, pinned at {right}"),
-        }
+        assert_eq!(r, right, "{group:?}: {r}/{n} right, pinned at {right}");
         if let Some(floor) = reported {
             assert!(r >= floor, "{group:?}: {r}/{n}, reported at {floor}");
         }

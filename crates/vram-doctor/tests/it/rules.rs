@@ -413,6 +413,17 @@ fn rule_7_the_words_are_read_whatever_their_case() {
     assert_eq!(m.allocated_bytes, gib(12.04));
     let upper = parse(&fixture("pytorch-2.5.txt").to_uppercase()).unwrap();
     assert_eq!(upper, parse(&fixture("pytorch-2.5.txt")).unwrap());
+    // Real (detectron2#2457), retyped by hand: no space before the units, `totalcapacity`,
+    // `;` without a space, a comma for the period, one decimal.
+    let m = parse(&fixture("retyped-no-spaces.txt")).unwrap();
+    assert_eq!(m.layout, Layout::Legacy);
+    assert_eq!(m.requested_bytes, 50 << 20);
+    assert_eq!(m.total_bytes, gib(1.96));
+    assert_eq!(m.allocated_bytes, gib(1.33));
+    assert_eq!(m.free_bytes, mib(43.5));
+    assert_eq!(m.reserved_bytes, gib(1.36));
+    // Spacing is not a licence to read anything: the words must still be PyTorch's.
+    assert!(parse("tried to allocate 50MiB(GPU 0; 1.96GiB total memory; 1.33GiB used)").is_err());
 }
 
 #[test]
