@@ -240,12 +240,12 @@ fn knobs(
         ("--enable-dp-attention", a.enable_dp_attention),
     ];
     let (other, wrong) = match engine {
-        Engine::Vllm => ("SGLang", &sglang_only[..]),
-        Engine::Sglang => ("vLLM", &vllm_only[..]),
+        Engine::Vllm => ("an SGLang", &sglang_only[..]),
+        Engine::Sglang => ("a vLLM", &vllm_only[..]),
     };
     if let Some((flag, _)) = wrong.iter().find(|(_, set)| *set) {
         return Err(bad_input!(
-            "{flag} is an {other} flag; not for --engine {}",
+            "{flag} is {other} flag; not for --engine {}",
             engine.name()
         ));
     }

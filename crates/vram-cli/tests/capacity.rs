@@ -226,6 +226,23 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             vec!["llama-3-8b", "--block-size", "24"],
             "--block-size 24 is not one of vLLM 0.11's block sizes",
         ),
+        (vec!["llama-3-8b", "--ep-size", "2"], "--ep-size is an SGLang flag"),
+        (
+            vec!["qwen3-30b-a3b", "--engine", "sglang", "--enable-expert-parallel"],
+            "--enable-expert-parallel is a vLLM flag",
+        ),
+        (vec!["llama-3-8b", "--enable-expert-parallel"], "has no experts"),
+        (
+            vec![
+                "qwen3-30b-a3b",
+                "--engine",
+                "sglang",
+                "--tp-size",
+                "4",
+                "--enable-dp-attention",
+            ],
+            "--enable-dp-attention needs a --dp-size",
+        ),
         (vec!["bert-base-uncased"], "not a decoder-only"),
         (vec!["resnet-50"], "not a transformer"),
     ] {
@@ -762,7 +779,12 @@ fn unseen_case(c: &serde_json::Value) -> Result<(Errors, Option<(f64, f64)>), St
     let (code, out, err) = vram(&a);
     if code != 0 {
         // vram cannot describe the model (one line, exit 2): a miss, reported as such.
-        assert_eq!((code, err.trim().lines().count()), (2, 1), "{}: {err}", c["id"]);
+        assert_eq!(
+            (code, err.trim().lines().count()),
+            (2, 1),
+            "{}: {err}",
+            c["id"]
+        );
         return Err(err.trim().to_string());
     }
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -824,7 +846,9 @@ fn capacity_on_unseen_logs() {
             if c["half"] != half {
                 continue;
             }
-            assert!(c["source"].as_str().is_some_and(|s| s.starts_with("https://")));
+            assert!(c["source"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("https://")));
             let (e, p) = match unseen_case(c) {
                 Ok(x) => x,
                 Err(msg) => {
@@ -856,7 +880,11 @@ fn capacity_on_unseen_logs() {
             if half == "holdout" {
                 // Loose: a case this far out is a regression, not noise.
                 assert!(e.kv.is_none_or(|x| x.abs() < 0.15), "{}: KV", c["id"]);
-                assert!(e.weights.is_none_or(|x| x.abs() < 0.10), "{}: weights", c["id"]);
+                assert!(
+                    e.weights.is_none_or(|x| x.abs() < 0.10),
+                    "{}: weights",
+                    c["id"]
+                );
             } else {
                 assert!(e.kv.is_none_or(|x| x.abs() < 0.05), "{}: KV", c["id"]);
             }
@@ -865,7 +893,8 @@ fn capacity_on_unseen_logs() {
         let logged_w = w.iter().flatten().count();
         let refusals = starts.iter().flatten().count();
         let wrong = starts.iter().flatten().filter(|s| !**s).count();
-        let m = |v: &[Option<f64>]| abs_median(v).map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
+        let m =
+            |v: &[Option<f64>]| abs_median(v).map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
         eprintln!(
             "{half}: {} configs vram cannot read ({})",
             refused.len(),
@@ -892,7 +921,10 @@ fn capacity_on_unseen_logs() {
             assert!(refused.is_empty(), "{refused:?}");
             assert!(abs_median(&kv).unwrap() <= 0.01);
             assert!(abs_median(&conc).unwrap() <= 0.01);
-            assert!(within * 5 >= logged_w * 4, "weights within 1%: {within} of {logged_w}");
+            assert!(
+                within * 5 >= logged_w * 4,
+                "weights within 1%: {within} of {logged_w}"
+            );
             assert!(wrong <= 4, "starts: {wrong} wrong");
         } else {
             assert!(abs_median(&kv).unwrap() <= 0.05);

@@ -2502,4 +2502,130 @@ mod tests {
         assert_eq!(c.kv_groups[0].page_bytes, 512 * 4096);
         assert!(!c.log[0].contains("Setting attention block size"));
     }
+
+    /// vLLM's `--enable-expert-parallel` spreads whole experts over TP × DP GPUs: Qwen3-30B-A3B
+    /// (48 layers of 128 experts, each 3 × 2048 × 768 bf16) at TP 4, DP 2 holds 1/8 of them per
+    /// GPU instead of 1/4, everything else unchanged.
+    #[test]
+    fn expert_parallel_spreads_the_experts_over_tp_times_dp() {
+        let t = model("qwen3-30b-a3b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let tp4 = Knobs {
+            tp: 4,
+            dp: 2,
+            ..Knobs::default()
+        };
+        let ep = Knobs {
+            expert_parallel: true,
+            ..tp4
+        };
+        let w = |k: &Knobs| weights_per_gpu(&t, k, gpu, Engine::Vllm) as i64;
+        let experts = 48 * 128 * 3 * 2048 * 768 * 2i64;
+        assert!(
+            (w(&tp4) - w(&ep) - (experts / 4 - experts / 8)).abs() <= 1,
+            "{}",
+            w(&tp4) - w(&ep)
+        );
+        // DP alone replicates the TP group: the same bytes per GPU as TP 4.
+        assert_eq!(w(&tp4), w(&Knobs { dp: 1, ..tp4 }));
+    }
+
+    /// SGLang's DP attention runs attention TP over tp / dp GPUs: at TP 8, DP 4 each GPU keeps
+    /// 2 of Qwen3-30B-A3B's 4 KV heads instead of one (replicated) head.
+    #[test]
+    fn dp_attention_splits_the_kv_heads_tp_over_dp_ways() {
+        let t = model("qwen3-30b-a3b");
+        let tp8 = Knobs {
+            tp: 8,
+            ..Knobs::default()
+        };
+        let dpa = Knobs {
+            dp: 4,
+            dp_attention: true,
+            ..tp8
+        };
+        assert_eq!(kv_bytes_per_token(&t, &tp8), 48 * 2 * 128 * 2);
+        assert_eq!(kv_bytes_per_token(&t, &dpa), 48 * 2 * 2 * 128 * 2);
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        assert!(capacity(&t, gpu, Engine::Sglang, &dpa).is_ok());
+        for bad in [
+            Knobs { dp: 3, ..dpa },
+            Knobs { ep: 3, ..tp8 },
+            Knobs { dp: 1, ..dpa },
+        ] {
+            assert!(capacity(&t, gpu, Engine::Sglang, &bad).is_err(), "{bad:?}");
+        }
+        let dense = llama3();
+        assert!(capacity(
+            &dense,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                expert_parallel: true,
+                ..Knobs::default()
+            }
+        )
+        .is_err());
+    }
+
+    /// vLLM 0.8-0.10 falls back to V0 on a GPU of compute capability below 8.0
+    /// (`_is_v1_supported_oracle`): a V100 runs V0's profile (one batch of max_model_len tokens,
+    /// the sampler's sort) and says so; from 0.11 there is no V0.
+    #[test]
+    fn vllm_0_8_on_a_v100_falls_back_to_v0() {
+        let t = llama3();
+        let v100 = vram_model::gpu::lookup("v100-32g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(4096),
+            engine_version: Some([0, 8, 5]),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, v100, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            c.log[0],
+            "Compute Capability < 8.0 is not supported by the V1 Engine. Falling back to V0."
+        );
+        assert_eq!((c.max_num_seqs, c.max_num_batched_tokens), (256, 4096));
+        let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+        let v1 = capacity(&t, h100, Engine::Vllm, &k).unwrap();
+        assert!(!v1.log[0].contains("Falling back"));
+        let late = capacity(
+            &t,
+            v100,
+            Engine::Vllm,
+            &Knobs {
+                engine_version: Some([0, 11, 0]),
+                ..k
+            },
+        )
+        .unwrap();
+        assert!(late.log.iter().all(|l| !l.contains("Falling back")));
+    }
+
+    /// vLLM 0.10.1 lays gpt-oss-120b's MXFP4 experts out for Marlin on an H100 (torch 2.7):
+    /// hidden 2880 padded to 3072, intermediate 2880 to 2944; 36 layers × 128 experts × 3
+    /// matrices at 0.5 + 1/32 bytes an element. From 0.11 the Triton layout pads nothing here.
+    #[test]
+    fn mxfp4_marlin_layout_pads_the_experts() {
+        let t = model("gpt-oss-120b");
+        let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            engine_version: Some([0, 10, 1]),
+            ..Knobs::default()
+        };
+        let marlin = weights_per_gpu(&t, &k, h100, Engine::Vllm);
+        let triton = weights_per_gpu(
+            &t,
+            &Knobs {
+                engine_version: Some([0, 14, 1]),
+                ..k
+            },
+            h100,
+            Engine::Vllm,
+        );
+        let per_layer = (128 * 3 * (3072 * 2944 - 2880 * 2880)) as f64 * (0.5 + 1.0 / 32.0);
+        assert_eq!(marlin - triton, per_layer as u64 * 36);
+        // SGLang is not vLLM: no vLLM layout.
+        assert_eq!(weights_per_gpu(&t, &k, h100, Engine::Sglang), triton);
+    }
 }
