@@ -226,12 +226,23 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             vec!["llama-3-8b", "--block-size", "24"],
             "--block-size 24 is not one of vLLM 0.11's block sizes",
         ),
-        (vec!["llama-3-8b", "--ep-size", "2"], "--ep-size is an SGLang flag"),
         (
-            vec!["qwen3-30b-a3b", "--engine", "sglang", "--enable-expert-parallel"],
+            vec!["llama-3-8b", "--ep-size", "2"],
+            "--ep-size is an SGLang flag",
+        ),
+        (
+            vec![
+                "qwen3-30b-a3b",
+                "--engine",
+                "sglang",
+                "--enable-expert-parallel",
+            ],
             "--enable-expert-parallel is a vLLM flag",
         ),
-        (vec!["llama-3-8b", "--enable-expert-parallel"], "has no experts"),
+        (
+            vec!["llama-3-8b", "--enable-expert-parallel"],
+            "has no experts",
+        ),
         (
             vec![
                 "qwen3-30b-a3b",

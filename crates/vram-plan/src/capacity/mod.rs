@@ -1288,7 +1288,12 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             "Available KV cache memory: {:.2} GiB",
             gib(available as f64)
         ));
-        if !starts {
+        if !starts && v0 {
+            // V0 (`worker.py` `raise_if_cache_size_invalid`, 0.6.4): the pool's tokens.
+            log.push(format!(
+                "ValueError: The model's max seq len ({max_len}) is larger than the maximum number of tokens that can be stored in KV cache ({tokens}). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+            ));
+        } else if !starts {
             let needed = layer_bytes_for(max_len);
             log.push(format!(
                 "ValueError: To serve at least one request with the models's max seq len ({max_len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). Based on the available memory, the estimated maximum model length is {max_fit}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
