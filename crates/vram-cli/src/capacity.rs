@@ -193,7 +193,9 @@ fn derived_max_model_len(
                 .as_str()
                 .or_else(|| config["model_type"].as_str())
                 .unwrap_or("");
-            if ["su", "longrope", "llama3"].contains(&rope_type) || model_type.contains("gemma3") {
+            if ["su", "longrope", "llama3"].contains(&rope_type)
+                || vram_model::hf::positions_include_rope_scaling(model_type)
+            {
                 return None;
             }
             let base = if rope_type == "yarn" {

@@ -29,6 +29,49 @@ pub fn known_model_types() -> impl Iterator<Item = &'static str> {
         .copied()
 }
 
+/// What transformers 5.24's config class of a `model_type` gives the fields an engine's
+/// arguments need when `config.json` leaves them out ([`class_defaults`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClassDefaults {
+    /// `rope_theta`: 1e6 for `MixtralConfig`, 1e4 for the others (`LlamaConfig`,
+    /// `MistralConfig`, `Qwen2Config`, `Phi3Config`, ... `default_theta`).
+    pub rope_theta: f64,
+    /// `hidden_act`: `gelu_pytorch_tanh` for `GemmaConfig`/`Gemma2Config`, `gelu` for
+    /// `GPTNeoXConfig`, `silu` for `LlamaConfig` and most.
+    pub hidden_act: &'static str,
+    /// The norms' epsilon: 1e-6 for `LlamaConfig`, `MistralConfig`, `Qwen2Config`,
+    /// `Qwen3Config`, `GemmaConfig`, `SmolLM3Config`, `T5Config`; 1e-5 for `MixtralConfig`,
+    /// `Phi3Config`, `GPT2Config`, `GPTNeoXConfig`, `FalconConfig`, `Olmo2Config`; 1e-12 for
+    /// BERT's and RoBERTa's; `None` for another model type.
+    pub norm_eps: Option<f64>,
+}
+
+/// The defaults of the config class of `model_type` (see [`ClassDefaults`]).
+pub fn class_defaults(model_type: &str) -> ClassDefaults {
+    ClassDefaults {
+        rope_theta: if model_type == "mixtral" { 1e6 } else { 1e4 },
+        hidden_act: match model_type {
+            "gemma" | "gemma2" => "gelu_pytorch_tanh",
+            "gpt_neox" => "gelu",
+            _ => "silu",
+        },
+        norm_eps: match model_type {
+            "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "gemma" | "gemma2"
+            | "smollm3" | "t5" => Some(1e-6),
+            "mixtral" | "phi3" | "gpt2" | "gpt_neox" | "falcon" | "olmo2" => Some(1e-5),
+            "bert" | "roberta" => Some(1e-12),
+            _ => None,
+        },
+    }
+}
+
+/// Whether a model type's `max_position_embeddings` already counts its rope scaling, so that
+/// vLLM derives no longer `max_model_len` from the scaling factor (Gemma 3: vLLM's
+/// `_get_and_verify_max_len` skips model types containing `gemma3`).
+pub fn positions_include_rope_scaling(model_type: &str) -> bool {
+    model_type.contains("gemma3")
+}
+
 /// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
 const STANDARD_DECODER_KEYS: &[&str] = &[
     "vocab_size",

@@ -28,6 +28,7 @@ pub mod finetune;
 pub mod fmt;
 pub mod gpu;
 pub mod hf;
+pub mod mech;
 pub mod safetensors_header;
 pub mod setup;
 pub mod trace;

@@ -79,7 +79,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 use vram_model::arch::{Act, Layout, Transformer};
 use vram_model::blocks::{
-    self, Block, Blocks, Component, Dense, Dispatch, Ffn, Mixer, NormKind, TensorKind,
+    self, Block, Blocks, Component, Dense, Dispatch, Ffn, Mechanism, NormKind, TensorKind,
 };
 use vram_model::gpu::Gpu;
 use vram_model::setup::{AmpStyle, Attention, Optimizer, Precision};
@@ -644,7 +644,7 @@ pub fn layer(
         r,
         w: Work::default(),
     };
-    let Mixer::Attention(at) = blk.mixer else {
+    let Some(&at) = blk.mixer.as_attention() else {
         return o.w;
     };
     let cross_at = blk.cross().unwrap_or(at);
@@ -1029,9 +1029,10 @@ pub fn block_layer(
     let h = b.hidden as f64;
     let rep = b.representative();
     let shaped = Block {
-        mixer: match blk.mixer {
-            Mixer::Attention(_) => blk.mixer,
-            _ => rep.mixer,
+        mixer: if blk.mixer.as_attention().is_some() {
+            blk.mixer
+        } else {
+            rep.mixer
         },
         ffn: match blk.ffn {
             Ffn::DenseAndMoe(d, _) => Ffn::Dense(d),
@@ -1046,9 +1047,10 @@ pub fn block_layer(
         w: Work::default(),
     };
     let n = s.tokens;
-    match blk.mixer {
-        Mixer::Attention(_) => {}
-        other => {
+    match blk.mixer.as_attention() {
+        Some(_) => {}
+        None => {
+            let other = blk.mixer;
             // Take the representative attention out, price this mixer's projections and mixing.
             let attn = layer(
                 b,
@@ -1067,12 +1069,7 @@ pub fn block_layer(
             w.attn_s -= attn.attn_s;
             w.ew_s -= attn.ew_s;
             w.score_s -= attn.score_s;
-            let mut proj = 0.0;
-            other.tensors(b.hidden, &mut |x| {
-                if x.kind == vram_model::blocks::TensorKind::Linear {
-                    proj += (x.rows * x.cols) as f64;
-                }
-            });
+            let proj = other.linear_params(b.hidden) as f64;
             o.gemm(n, proj / s.tp, 1.0, 1.0, s.fp32);
             let mix = other.mixing_flops_per_token((s.seq / 2.0) as u64) as f64;
             o.w.kernels += 12.0;
@@ -1080,8 +1077,8 @@ pub fn block_layer(
             o.ew(n * h, 8.0 * s.act, 8.0); // norms, gates, casts around the mixer
         }
     }
-    if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
-        if let Ffn::DenseAndMoe(..) = blk.ffn {
+    if let Some(m) = blk.ffn.moe() {
+        if blk.ffn.dense().is_some() {
             experts(
                 &mut o,
                 s,
@@ -1128,14 +1125,14 @@ fn weight_casts(o: &mut Ops<'_, '_>, s: &Shape, params: f64, tensors: f64) {
 /// `grouped_mm_experts_forward` passes to `torch._grouped_mm` (not an autocast operator) or
 /// gathers (the expert biases), which run in their stored dtype.
 fn grouped_banks(b: &Block, h: u64) -> (f64, f64) {
-    let (Ffn::Moe(m) | Ffn::DenseAndMoe(_, m)) = b.ffn else {
+    let Some(m) = b.ffn.moe() else {
         return (0.0, 0.0);
     };
     if m.dispatch != Dispatch::GroupedMm {
         return (0.0, 0.0);
     }
     let (mut params, mut tensors) = (0.0, 0.0);
-    m.tensors(h, &mut |x| {
+    Mechanism::tensors(m, h, &mut |x| {
         if x.component == Component::RoutedExperts && x.kind != TensorKind::Linear {
             params += x.numel() as f64;
             tensors += 1.0;
@@ -1206,7 +1203,7 @@ pub fn micro_batch(
                 // norms' (how `EagerCalibration` was fitted, T5 in the fitting set): counting
                 // the cross-attention's too moves the fitted `elementwise_eta` from 0.80 to
                 // 0.85.
-                Mixer::Attention(cross).tensors(hidden, &mut |_| tensors -= 1.0);
+                cross.tensors(hidden, &mut |_| tensors -= 1.0);
                 tensors -= 1.0;
             }
             let params = (k.params(hidden).total() as f64 - banks) / tp;

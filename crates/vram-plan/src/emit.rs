@@ -19,7 +19,7 @@
 use std::fmt::Write;
 
 use vram_model::arch::{Act, Layout, Transformer};
-use vram_model::blocks::{Ffn, Mixer, NormKind, Residual};
+use vram_model::blocks::{NormKind, Residual};
 use vram_model::setup::{Offload, Precision, Recompute, Schedule};
 
 use crate::search::Plan;
@@ -146,24 +146,22 @@ fn shape(t: &Transformer) -> Shape {
     let b = &t.blocks;
     let r = b.representative();
     let ty = b.typical();
-    let a = match r.mixer {
-        Mixer::Attention(a) => a,
-        _ => vram_model::blocks::Attention::new(ty.heads, ty.kv_heads, ty.head_dim),
-    };
+    let a =
+        r.mixer.as_attention().copied().unwrap_or_else(|| {
+            vram_model::blocks::Attention::new(ty.heads, ty.kv_heads, ty.head_dim)
+        });
     // The MLP's biases: the first dense MLP's (none for a model of experts only).
     let mlp_bias = b
         .iter()
-        .find_map(|k| match k.ffn {
-            Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) => Some(d.bias),
-            _ => None,
-        })
+        .find_map(|k| k.ffn.dense().map(|d| d.bias))
         .unwrap_or(false);
     let act = b
         .iter()
-        .find_map(|k| match k.ffn {
-            Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) => Some(d.act),
-            Ffn::Moe(m) => m.shared.map(|d| d.act),
-            Ffn::None => None,
+        .find_map(|k| {
+            k.ffn
+                .dense()
+                .map(|d| d.act)
+                .or_else(|| k.ffn.moe()?.shared.map(|d| d.act))
         })
         .unwrap_or(Act::Fused);
     Shape {
@@ -478,10 +476,10 @@ impl ConfigFields {
             .or_else(|| o.get("rope_scaling").filter(|r| r.is_object()));
         let num = |r: Option<&serde_json::Value>, k: &str| r.and_then(|r| r.get(k)?.as_f64());
         let model_type = o.get("model_type").and_then(|m| m.as_str()).unwrap_or("");
-        let default_theta = if model_type == "mixtral" { 1e6 } else { 1e4 };
+        let defaults = vram_model::hf::class_defaults(model_type);
         let rope_theta = num(rope, "rope_theta")
             .or_else(|| o.get("rope_theta")?.as_f64())
-            .unwrap_or(default_theta);
+            .unwrap_or(defaults.rope_theta);
         let rope_type = rope
             .and_then(|r| r.get("rope_type").or_else(|| r.get("type"))?.as_str())
             .unwrap_or("default")
@@ -501,12 +499,7 @@ impl ConfigFields {
             .get("hidden_act")
             .or_else(|| o.get("hidden_activation"))
             .and_then(|a| a.as_str())
-            .unwrap_or(match model_type {
-                // GemmaConfig's and Gemma2Config's default; GPTNeoXConfig's.
-                "gemma" | "gemma2" => "gelu_pytorch_tanh",
-                "gpt_neox" => "gelu",
-                _ => "silu",
-            })
+            .unwrap_or(defaults.hidden_act)
             .to_string();
         let norm_eps = [
             "rms_norm_eps",
@@ -516,13 +509,7 @@ impl ConfigFields {
         ]
         .iter()
         .find_map(|k| o.get(*k)?.as_f64())
-        .or(match model_type {
-            "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "gemma" | "gemma2"
-            | "smollm3" | "t5" => Some(1e-6),
-            "mixtral" | "phi3" | "gpt2" | "gpt_neox" | "falcon" | "olmo2" => Some(1e-5),
-            "bert" | "roberta" => Some(1e-12),
-            _ => None,
-        });
+        .or(defaults.norm_eps);
         Some(ConfigFields {
             rope_theta,
             rope_type,
@@ -567,14 +554,11 @@ struct MegatronWindow {
 /// `n % N != 0` for an integer `--window-attn-skip-freq N`, or when the list's `n`-th entry
 /// is 1. One window size for every sliding layer; no chunked attention.
 fn megatron_window(t: &Transformer) -> Result<Option<MegatronWindow>, String> {
-    use vram_model::blocks::{Mixer, Window};
+    use vram_model::blocks::Window;
     let windows: Vec<Window> = t
         .blocks
         .iter()
-        .filter_map(|b| match b.mixer {
-            Mixer::Attention(a) => Some(a.window),
-            _ => None,
-        })
+        .filter_map(|b| b.mixer.as_attention().map(|a| a.window))
         .collect();
     let mut size = None;
     for w in &windows {

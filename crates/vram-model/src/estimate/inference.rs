@@ -14,13 +14,14 @@
 //! .to(copy=True, dtype=torch.float32)` in `GenerationMixin._sample`).
 
 use super::*;
-use crate::blocks::{Act, Block, Blocks, NormKind, Residual};
-use crate::setup::{Attention, DecodeReplay, Infer, KvCache, SAMPLED_DECODE_STEPS};
+use crate::blocks::{Block, Blocks, Residual};
+use crate::mech::{attention, dense};
+use crate::setup::{DecodeReplay, Infer, KvCache, SAMPLED_DECODE_STEPS};
 
 /// One step of a layer's op program: a tensor in slot `.0` is created with `.1` bytes, or the
 /// tensor in slot `.0` is released (`.1 == FREE`).
-type Op = (u8, u64);
-const FREE: u64 = u64::MAX;
+pub(crate) type Op = (u8, u64);
+pub(crate) const FREE: u64 = u64::MAX;
 
 /// The decode steps (of 1..=`steps`) a walk of `generate` takes.
 ///
@@ -69,9 +70,9 @@ pub(super) fn generate_key(layer: u64, slot: u64, gen: u64) -> u64 {
 }
 
 /// Slots with a fixed meaning across layers.
-const X: u8 = 0; // the residual stream entering the layer (then leaving it)
+pub(crate) const X: u8 = 0; // the residual stream entering the layer (then leaving it)
 /// The layer's cache tensors, in [`crate::blocks::Mixer::cache_tensors`] order: slots 1..=3.
-const CACHE: u8 = 1;
+pub(crate) const CACHE: u8 = 1;
 /// The first slot of a layer's temporaries.
 const FIRST_TMP: u8 = 4;
 
@@ -111,83 +112,22 @@ impl CacheBytes {
 }
 
 /// A layer's op program as it is built.
-struct Prog {
-    ops: Vec<Op>,
-    next: u8,
+pub(crate) struct Prog {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) next: u8,
 }
 
 impl Prog {
     /// A new tensor of `bytes`; its slot.
-    fn make(&mut self, bytes: u64) -> u8 {
+    pub(crate) fn make(&mut self, bytes: u64) -> u8 {
         let s = self.next;
         self.next += 1;
         self.ops.push((s, bytes));
         s
     }
 
-    fn free(&mut self, s: u8) {
+    pub(crate) fn free(&mut self, s: u8) {
         self.ops.push((s, FREE));
-    }
-
-    /// A norm over `width` features per token (`elems` = tokens × width) of the model's class:
-    /// the families' RMSNorm through an fp32 copy (`x.to(float32)`, `pow(2).mean(-1)`,
-    /// `x * rsqrt(...)`, then `weight * x.to(dtype)`, or Gemma's fp32 product `x * (1 +
-    /// weight.float())` cast back), `nn.LayerNorm` in one kernel; `weight: false` for the
-    /// weightless norms (Llama 4's L2 q/k norm, Gemma 4's v_norm). Returns its output's slot.
-    fn norm(&mut self, norm: crate::blocks::Norm, elems: u64, cmp: u64, weight: bool) -> u8 {
-        let half = m(&[elems, cmp]);
-        let f32 = m(&[elems, 4]);
-        match norm.kind {
-            NormKind::RmsNorm if cmp != 4 => {
-                let a = self.make(f32);
-                let p = self.make(f32);
-                self.free(p);
-                let n = self.make(f32);
-                self.free(a);
-                if norm.fp32_product && weight {
-                    let pr = self.make(f32);
-                    self.free(n);
-                    let o = self.make(half);
-                    self.free(pr);
-                    o
-                } else {
-                    let cst = self.make(half);
-                    self.free(n);
-                    if !weight {
-                        return cst;
-                    }
-                    let o = self.make(half);
-                    self.free(cst);
-                    o
-                }
-            }
-            NormKind::RmsNorm => {
-                let p = self.make(half);
-                self.free(p);
-                let n = self.make(half);
-                if !weight {
-                    return n;
-                }
-                let o = self.make(half);
-                self.free(n);
-                o
-            }
-            NormKind::LayerNorm => self.make(half),
-        }
-    }
-
-    /// Rotary embeddings: `q * cos + rotate_half(q) * sin`, `rotate_half = cat(-x2, x1)`.
-    fn rope(&mut self, bytes: u64) -> u8 {
-        let t1 = self.make(bytes);
-        let neg = self.make(bytes / 2);
-        let rh = self.make(bytes);
-        self.free(neg);
-        let t2 = self.make(bytes);
-        self.free(rh);
-        let e = self.make(bytes);
-        self.free(t1);
-        self.free(t2);
-        e
     }
 }
 
@@ -216,7 +156,7 @@ fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]
     let walked_mixer = matches!(blk.mixer, Mixer::Attention(a) if !a.sinks);
     let walked_ffn = matches!(blk.ffn, Ffn::Dense(_));
     let (r, y_held) = match blk.mixer {
-        Mixer::Attention(a) if !a.sinks => attention_ops(&mut g, b, &a, c, cache, held_out),
+        Mixer::Attention(a) if !a.sinks => attention::prefill(&a, &mut g, b, c, cache, held_out),
         Mixer::None => (X, None),
         _ => {
             for (j, bytes) in cache.iter().enumerate() {
@@ -242,7 +182,7 @@ fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]
     let _ = walked_mixer;
     // The feed-forward: its output `d`.
     let d = match blk.ffn {
-        Ffn::Dense(dense) => Some(dense_ops(&mut g, b, &dense, c)),
+        Ffn::Dense(d) => Some(dense::prefill(&d, &mut g, b, c)),
         Ffn::Moe(_) | Ffn::DenseAndMoe(..) => {
             let t = g.make(parts.ffn);
             g.free(t);
@@ -264,298 +204,6 @@ fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]
     }
     g.ops.push((X, FREE));
     g.ops
-}
-
-/// A softmax attention sub-block over slot [`X`]; returns the residual stream after it and the
-/// attention's output where the block holds it until it returns (GPT-2).
-fn attention_ops(
-    g: &mut Prog,
-    b: &Blocks,
-    a: &crate::blocks::Attention,
-    c: &Ctx,
-    cache: &[u64],
-    held_out: bool,
-) -> (u8, Option<u8>) {
-    use crate::blocks::QkNorm;
-    let tok = c.tok;
-    let (h, cmp, tp) = (b.hidden, c.cmp, c.t);
-    let hd = m(&[tok, h, cmp]);
-    let q_w = (a.heads * a.head_dim).div_ceil(tp);
-    let kv_w = (a.kv_heads * a.head_dim).div_ceil(tp).max(a.head_dim);
-    let q_bytes = m(&[tok, q_w, cmp]);
-    let kv_act = m(&[tok, kv_w, cmp]);
-    let n1 = g.norm(b.norm, m(&[tok, h]), cmp, true);
-    // Projections: one fused tensor (views for q, k, v) or three; q/k norms as the module
-    // applies them (`q_norm(q_proj(x))` before `k_proj`); a q projection twice as wide whose
-    // second half gates the output (Qwen3.5) stays alive for the gate.
-    let qk_norm = |g: &mut Prog, slot: u8, width: u64| -> u8 {
-        match a.qk_norm {
-            QkNorm::None => slot,
-            QkNorm::L2 => g.norm(b.norm, m(&[tok, width]), cmp, false),
-            QkNorm::PerHead | QkNorm::FullWidth => g.norm(b.norm, m(&[tok, width]), cmp, true),
-        }
-    };
-    let mut gate = None;
-    let (q, k, v, fused) = if a.fused_qkv {
-        let qkv = g.make(m(&[tok, q_w + 2 * kv_w, cmp]));
-        (qkv, Some(qkv), Some(qkv), true)
-    } else {
-        let qp = g.make(if a.q_gate { 2 * q_bytes } else { q_bytes });
-        let q = qk_norm(g, qp, q_w);
-        if a.q_gate {
-            gate = Some(qp);
-        } else if q != qp {
-            g.free(qp);
-        }
-        let (k, v) = if a.kv_shared {
-            (None, None)
-        } else {
-            let kp = g.make(kv_act);
-            let k = qk_norm(g, kp, kv_w);
-            if k != kp {
-                g.free(kp);
-            }
-            let v = if a.k_eq_v { k } else { g.make(kv_act) };
-            let v = if a.v_norm {
-                let vn = g.norm(b.norm, m(&[tok, kv_w]), cmp, false);
-                if v != k {
-                    g.free(v);
-                }
-                vn
-            } else {
-                v
-            };
-            (Some(k), Some(v))
-        };
-        (q, k, v, false)
-    };
-    g.free(n1);
-    let (qe, ke) = if a.rope {
-        let qe = g.rope(q_bytes);
-        let ke = k.map(|_| g.rope(kv_act));
-        if !fused {
-            g.free(q);
-            if let Some(k) = k {
-                if Some(k) != v {
-                    g.free(k);
-                }
-            }
-        }
-        (qe, ke)
-    } else {
-        (q, k)
-    };
-    // The cache update copies keys and values into the cache (DynamicLayer: torch.cat; a static
-    // layer's zeros, made at its first update).
-    for (j, bytes) in cache.iter().enumerate() {
-        g.ops.push((CACHE + j as u8, *bytes));
-    }
-    if let Some(ke) = ke {
-        if ke != qe && Some(ke) != k {
-            g.free(ke);
-        }
-    }
-    if !fused {
-        if let (Some(k), Some(ke)) = (k, ke) {
-            if ke == k && Some(k) != v {
-                g.free(k);
-            }
-        }
-        if let Some(v) = v {
-            g.free(v);
-        }
-    }
-    // Attention.
-    let heads = a.heads.div_ceil(tp);
-    let kernel = attention_kernel(a, c.attention, cmp != 4, false, c.s);
-    let masked = has_mask(a, c.s);
-    let sdt = c.sdt(a.softmax_upcast);
-    // `repeat_kv`: keys and values expanded to every head (copies) where SDPA's grouped-query
-    // path is off, freed when the attention function returns.
-    let repeated: Vec<u8> = if c.attention == Attention::Sdpa && repeats_kv_at(a, c.attention, c.s)
-    {
-        vec![g.make(q_bytes), g.make(q_bytes)]
-    } else {
-        Vec::new()
-    };
-    let mask_elems = m(&[c.b, c.s, c.s]);
-    let out = match (c.attention, kernel) {
-        (Attention::Sdpa, Kernel::Math) => {
-            // `scaled_dot_product_attention` (attention.cpp, PyTorch 2.11) first converts the
-            // bool mask to an additive one in the query's dtype (`convert_boolean_attn_mask`:
-            // `where(mask, 0, -inf)`), alive for the whole call. `_scaled_dot_product_attention_math`
-            // then makes fp32 copies of q, k, v (half inputs) and the scaled q, all locals that
-            // live until it returns; the scaled Kᵀ (a temporary of the first matmul); the fp32
-            // scores, the mask added in place; then `_safe_softmax`: the softmax, the
-            // `isneginf` test and its row reduction, and `where_out` writing the result into the
-            // softmax's own storage (pytorch#139613, "reuse storage for out": no third fp32
-            // scores tensor), the pre-softmax scores freed when `attn` is reassigned. It returns
-            // `(matmul(attn, v).to(dtype), attn.to(dtype))`: the half copy of the scores is made
-            // first (GCC evaluates `make_tuple`'s arguments right to left) and is dropped by the
-            // caller's `std::get<0>`.
-            let kv_seen = if repeated.is_empty() { kv_act } else { q_bytes };
-            let widen = |b: u64| b / cmp * 4;
-            let fm = masked.then(|| g.make(m(&[mask_elems, cmp])));
-            let mut locals = Vec::new();
-            if cmp != 4 {
-                locals.push(g.make(widen(q_bytes)));
-                locals.push(g.make(widen(kv_seen)));
-                locals.push(g.make(widen(kv_seen)));
-            }
-            locals.push(g.make(widen(q_bytes))); // the scaled q
-            let ks = g.make(widen(kv_seen));
-            // K/V with fewer heads than q, not repeated: `at::matmul` expands them to every
-            // head and reshapes the expanded view into a copy for the batched matmul, freed
-            // when it returns.
-            let broadcast = kv_seen < q_bytes;
-            let kx = broadcast.then(|| g.make(widen(q_bytes)));
-            let scores = m(&[c.b, heads, c.s, c.s]);
-            let attn = g.make(m(&[scores, 4]));
-            if let Some(kx) = kx {
-                g.free(kx);
-            }
-            g.free(ks);
-            let w = g.make(m(&[scores, 4]));
-            let neginf = g.make(scores);
-            let rows = g.make(m(&[c.b, heads, c.s]));
-            g.free(rows);
-            g.free(neginf);
-            g.free(attn);
-            let half = g.make(m(&[scores, cmp]));
-            let vx = broadcast.then(|| g.make(widen(q_bytes)));
-            let o32 = g.make(widen(q_bytes));
-            if let Some(vx) = vx {
-                g.free(vx);
-            }
-            let o = g.make(q_bytes);
-            g.free(o32);
-            g.free(w);
-            for l in locals {
-                g.free(l);
-            }
-            g.free(half);
-            if let Some(fm) = fm {
-                g.free(fm);
-            }
-            o
-        }
-        (Attention::Sdpa, _) => {
-            if masked {
-                // The fused kernels take an additive mask: `where(~mask, -65504, 0)` in the
-                // query's dtype (`convert_boolean_attn_mask_cudnn`), made per call.
-                let not = g.make(mask_elems);
-                let add = g.make(m(&[mask_elems, cmp]));
-                g.free(not);
-                let o = g.make(q_bytes);
-                g.free(add);
-                o
-            } else {
-                g.make(q_bytes)
-            }
-        }
-        (Attention::Eager, _) => {
-            let s = m(&[c.b, heads, c.s, c.s]);
-            let sc = g.make(m(&[s, cmp]));
-            let sm = g.make(m(&[s, sdt]));
-            g.free(sc);
-            let sd = if sdt != cmp {
-                let sd = g.make(m(&[s, cmp]));
-                g.free(sm);
-                sd
-            } else {
-                sm
-            };
-            let o = g.make(q_bytes);
-            g.free(sd);
-            o
-        }
-    };
-    for r in repeated {
-        g.free(r);
-    }
-    if qe != q {
-        g.free(qe);
-    } else if !fused {
-        g.free(q);
-    }
-    let mut at = g.make(q_bytes); // transpose(1, 2).contiguous()
-    g.free(out);
-    if let Some(gate) = gate {
-        // Qwen3.5: `attn_output * torch.sigmoid(gate)`, then o_proj.
-        let sg = g.make(q_bytes);
-        let pr = g.make(q_bytes);
-        g.free(sg);
-        g.free(at);
-        g.free(gate);
-        at = pr;
-    }
-    let y = g.make(hd);
-    g.free(at);
-    if fused {
-        g.free(q);
-    }
-    let r = g.make(hd);
-    // GPT-2's block names the attention output (`hidden_states = attn_output + residual`), so
-    // it lives until the block returns; the others rebind `hidden_states` and free it here.
-    if held_out {
-        (r, Some(y))
-    } else {
-        g.free(y);
-        (r, None)
-    }
-}
-
-/// A dense MLP over the residual stream after the mixer; returns its output's slot.
-fn dense_ops(g: &mut Prog, b: &Blocks, dense: &crate::blocks::Dense, c: &Ctx) -> u8 {
-    let tok = c.tok;
-    let (h, cmp) = (b.hidden, c.cmp);
-    let hd = m(&[tok, h, cmp]);
-    let n2 = g.norm(b.norm, m(&[tok, h]), cmp, true);
-    let fb = m(&[tok, dense.intermediate.div_ceil(c.t), cmp]);
-    let d = match (dense.gated, dense.act) {
-        (true, _) => {
-            let gt = g.make(fb);
-            let a = g.make(fb);
-            g.free(gt);
-            let u = g.make(fb);
-            let p = g.make(fb);
-            g.free(a);
-            g.free(u);
-            let d = g.make(hd);
-            g.free(p);
-            d
-        }
-        (_, Act::ComposedTanh) => {
-            // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), one op at a time.
-            let u = g.make(fb);
-            let t0 = g.make(fb);
-            let mut prev = g.make(fb);
-            for _ in 0..4 {
-                let nx = g.make(fb);
-                g.free(prev);
-                prev = nx;
-            }
-            let gt = g.make(fb); // 1 + tanh
-            g.free(prev);
-            let a = g.make(fb); // 0.5·x · (1 + tanh)
-            g.free(t0);
-            g.free(gt);
-            g.free(u);
-            let d = g.make(hd);
-            g.free(a);
-            d
-        }
-        _ => {
-            let u = g.make(fb);
-            let a = g.make(fb);
-            g.free(u);
-            let d = g.make(hd);
-            g.free(a);
-            d
-        }
-    };
-    g.free(n2);
-    d
 }
 
 /// The inference high points of a layer's mechanisms walked as one temporary each.

@@ -1,488 +1,17 @@
 //! Layers read from the layer-by-layer description ([`crate::blocks`]): one [`LayerDesc`] per
-//! distinct block kind, built once by [`Step::new`], and the `generate` walk of models whose
-//! layers differ (sliding/full/linear/MLA caches side by side).
-//!
-//! One function per mechanism, each itemising what transformers 5.24 allocates for it (the file
-//! and function named at each), in training (what autograd saves, the forward's and backward's
-//! high points) and in inference (the prefill's high point, a decode step's temporaries):
-//! - [`attention`]: softmax attention through the uniform families' attention sub-block with
-//!   the layer's own heads, head size and window, plus QK-norm and the Qwen3.5 output gate;
-//!   [`sinks`] for gpt-oss's eager attention with sinks;
-//! - [`mla`]: multi-head latent attention (DeepSeek-V3, Kimi-K2, GLM-5);
-//! - [`gdn`] and [`mamba2`]: the recurrent mixers through their torch fallbacks (fla and
-//!   mamba_ssm absent, as in a plain `pip install transformers`);
-//! - [`moe`]: experts through `grouped_mm_experts_forward` (integrations/moe.py) or Llama 4's
-//!   every-token-through-every-expert `Llama4TextMoe`, with the router's tensors.
+//! distinct block kind, built once by [`Step::new`] from what each mechanism's module says a
+//! training step saves and makes ([`crate::mech`]: `train` in each), composed here into the
+//! layer (its norms, a decoder's cross-attention, the feed-forward after the mixer, the
+//! backward's gradients) and the notes an estimate carries.
 
 use super::*;
-use crate::blocks::{Block, Blocks, Dense, Dispatch, Ffn, Mixer, Moe, Residual, TensorKind};
+use crate::blocks::{Block, Blocks, Ffn, Mixer, Residual, TensorKind};
+use crate::mech::{attention, dense, moe};
 use inference::CacheBytes;
-use layers::{attention_parts, mlp_parts, TmpParts};
-
-/// The recurrent mixers' scan chunk in the torch fallbacks (`torch_chunk_gated_delta_rule`'s
-/// `chunk_size=64`).
-const GDN_CHUNK: u64 = 64;
-
-/// What one mixer or feed-forward adds to a layer besides its saved tensors.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Extra {
-    /// Extra bytes at the sub-block's backward high point.
-    pub(super) bwd: u64,
-    /// Extra bytes at its forward high point (not kept).
-    pub(super) fwd: u64,
-    /// Live bytes at its inference high point over the step's tokens.
-    pub(super) infer: u64,
-    /// Bytes kept only until the model's forward returns (the training forward's cache).
-    pub(super) kept: u64,
-    /// A decode step's temporaries over one new token per sequence: fixed bytes, and bytes per
-    /// context token the step reads (re-expanded or repeated K/V, score rows).
-    pub(super) decode: u64,
-    pub(super) decode_per_ctx: u64,
-}
-
-/// A dense MLP of `d` over the step's tokens; `norm`: it runs its own input norm.
-fn dense(b: &Blocks, d: &Dense, c: &Ctx, norm: bool, p: &mut Parts) -> (u64, u64) {
-    mlp_parts(b, d, c, !norm, p)
-}
-
-/// An RMSNorm over `width` per token as transformers' `*RMSNorm` runs it: the fp32 copy, the
-/// normalised output and the per-token rstd are saved.
-fn rms(c: &Ctx, width: u64, p: &mut Parts) {
-    p.push(m(&[c.tok, width, 4]), false);
-    p.push(m(&[c.tok, width, c.cmp]), false);
-    p.push(m(&[c.tok, 4]), false);
-}
-
-/// Softmax attention of a block (heads, window, sinks, QK-norm, output gate).
-pub(super) fn attention(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
-    let Mixer::Attention(a) = blk.mixer else {
-        return Extra::default();
-    };
-    if a.sinks {
-        return sinks(b, blk, c, p);
-    }
-    let (bwd, infer, kept) = attention_parts(b, &a, c, false, p);
-    let tp = c.t;
-    let q_w = (a.heads * a.head_dim).div_ceil(tp);
-    let kv_w = (a.kv_heads * a.head_dim).div_ceil(tp).max(a.head_dim);
-    match a.qk_norm {
-        // q_norm / k_norm (Qwen3 `Qwen3RMSNorm` over each head, OLMo 2 over the projection):
-        // an RMSNorm of q and of k each.
-        crate::blocks::QkNorm::PerHead | crate::blocks::QkNorm::FullWidth => {
-            rms(c, q_w, p);
-            rms(c, kv_w, p);
-        }
-        crate::blocks::QkNorm::L2 | crate::blocks::QkNorm::None => {}
-    }
-    if a.q_gate {
-        // Qwen3.5 (`Qwen3_5Attention.forward`): `attn_output * torch.sigmoid(gate)`: the gate
-        // half of q_proj's output and the sigmoid's output are saved, and the product is
-        // o_proj's input.
-        p.push(m(&[c.tok, q_w, c.cmp]), false);
-        p.push(m(&[c.tok, q_w, c.cmp]), false);
-        p.push(m(&[c.tok, q_w, c.cmp]), false);
-    }
-    // Decode: one token per sequence; SDPA reads the cache in place (grouped-query path,
-    // no mask for one query without padding: `sdpa_mask` skips it).
-    let decode = infer / c.s.max(1);
-    // A sliding or chunked layer the prompt reaches gets an explicit mask (masking_utils'
-    // `sdpa_mask` stops skipping it): the model keeps the bool `[b, 1, s, s]`, and each SDPA call
-    // makes `logical_not` and the additive mask in the query's dtype; with grouped-query heads
-    // transformers then repeats K/V to every head (`use_gqa_in_sdpa` is off with a mask).
-    let mut infer = infer;
-    if let crate::blocks::Window::Sliding(w) | crate::blocks::Window::Chunked(w) = a.window {
-        if c.s >= w {
-            infer = infer.saturating_add(m(&[c.b, c.s, c.s, 2 + c.cmp]));
-        }
-    }
-    Extra {
-        bwd,
-        fwd: 0,
-        infer,
-        kept,
-        decode,
-        decode_per_ctx: 0,
-    }
-}
-
-/// gpt-oss's attention (`GptOssAttention` with `eager_attention_forward`, modeling_gpt_oss.py;
-/// the class sets `_supports_sdpa = False`, so eager runs): K/V repeated to every head
-/// (`repeat_kv` copies), scores `[b, h, q, k]`, the mask added, the sinks concatenated into
-/// `[b, h, q, k + 1]`, the max subtracted, a softmax in the model's dtype whose output is saved,
-/// the sink column dropped (a view) and made contiguous for the value matmul.
-pub(super) fn sinks(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
-    let Mixer::Attention(a) = blk.mixer else {
-        return Extra::default();
-    };
-    let tp = c.t;
-    let heads = a.heads.div_ceil(tp);
-    let q_w = heads * a.head_dim;
-    let kv_w = (a.kv_heads * a.head_dim).div_ceil(tp).max(a.head_dim);
-    let hidden = b.hidden;
-    norm_parts(b, c, p);
-    p.push(c.rep(hidden, c.cmp), false); // projections' input
-    let cmp = c.cmp;
-    p.push(m(&[c.tok, q_w, cmp]), false); // q after rotary (the first matmul's input)
-    p.push(m(&[c.tok, q_w, cmp]), false); // repeat_kv(k)
-    p.push(m(&[c.tok, q_w, cmp]), false); // repeat_kv(v)
-    let scores = m(&[c.b, heads, c.s, c.s]);
-    let with_sink = m(&[c.b, heads, c.s, c.s + 1]);
-    p.push(m(&[with_sink, cmp]), true); // softmax output
-    p.push(m(&[scores, cmp]), true); // probs[..., :-1] made contiguous for the matmul
-    p.push(m(&[c.tok, q_w, cmp]), false); // transpose(1, 2).contiguous() for o_proj
-                                          // Forward high point: the matmul's scores, scaled, masked, concatenated, shifted.
-    let fwd = m(&[scores, cmp, 3]).saturating_add(m(&[with_sink, cmp, 2]));
-    let bwd = m(&[with_sink, cmp, 3]);
-    let kept = if c.hf_cache {
-        m(&[c.tok, 2 * kv_w, cmp])
-    } else {
-        0
-    };
-    let infer = c
-        .rep(hidden, c.res + cmp)
-        .saturating_add(m(&[c.tok, q_w + 2 * kv_w, cmp]))
-        .saturating_add(m(&[c.tok, 2 * q_w, cmp]))
-        .saturating_add(m(&[with_sink, cmp, 3]));
-    // A decode step repeats the whole cache to every head and makes score rows over it.
-    Extra {
-        bwd,
-        fwd,
-        infer,
-        kept,
-        decode: m(&[c.b, hidden + 2 * q_w + 2 * kv_w, cmp]),
-        decode_per_ctx: m(&[c.b, heads, 2 * a.head_dim + 4, cmp]),
-    }
-}
-
-/// Multi-head latent attention (`DeepseekV3Attention.forward`, modeling_deepseek_v3.py): the
-/// q LoRA (`q_a_proj` → `q_a_layernorm` → `q_b_proj`), the compressed KV (`kv_a_proj_with_mqa`
-/// → `kv_a_layernorm`), the cache update on the latent, then `expand_kv`: `kv_b_proj` over every
-/// cached token (`[b, h, ctx, nope + v]`, values a view of it) and keys built in a `new_empty`
-/// `[b, h, ctx, nope + rope]`; SDPA (head sizes differ for q/k and v: the memory-efficient
-/// kernel, which saves q, k, v, output and log-sum-exp like the fused ones).
-pub(super) fn mla(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
-    let Mixer::Mla(a) = blk.mixer else {
-        return Extra::default();
-    };
-    let hidden = b.hidden;
-    let heads = a.heads.div_ceil(c.t);
-    let qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-    let kv_out = heads * (a.qk_nope_head_dim + a.v_head_dim);
-    let latent = a.kv_lora_rank + a.qk_rope_head_dim;
-    let cmp = c.cmp;
-    norm_parts(b, c, p);
-    p.push(c.rep(hidden, cmp), false); // q_a_proj / kv_a_proj_with_mqa input
-    let mut q_lora = 0;
-    if let Some(r) = a.q_lora_rank {
-        rms(c, r, p); // q_a_layernorm; its output is q_b_proj's input
-        q_lora = r;
-    }
-    rms(c, a.kv_lora_rank, p); // kv_a_layernorm; its output is kv_b_proj's input
-    p.push(m(&[c.tok, heads * qk, cmp]), false); // query_states = cat(q_pass, q_rot)
-    p.push(m(&[c.tok, heads * qk, cmp]), false); // key_states (new_empty, filled)
-    p.push(m(&[c.tok, kv_out, cmp]), false); // kv_b_proj output (values are a view)
-    p.push(m(&[c.tok, heads * a.v_head_dim, cmp]), false); // attention output
-    p.push(m(&[c.b, heads, c.s, 4]), false); // log-sum-exp
-    let kept = if c.hf_cache {
-        // DynamicCache.update concatenates the latent and the rotary key.
-        m(&[c.tok, latent, cmp])
-    } else {
-        0
-    };
-    let q_all = m(&[c.tok, heads * qk + q_lora + latent, cmp]);
-    let expanded = m(&[c.tok, kv_out + heads * qk, cmp]);
-    let infer = c
-        .rep(hidden, c.res + cmp)
-        .saturating_add(q_all)
-        .saturating_add(expanded)
-        .saturating_add(m(&[c.tok, heads * a.v_head_dim, cmp]));
-    Extra {
-        bwd: q_all.saturating_add(expanded),
-        fwd: 0,
-        infer,
-        kept,
-        decode: m(&[
-            c.b,
-            hidden * 2 + heads * qk * 2 + q_lora + latent + heads * a.v_head_dim,
-            cmp,
-        ]),
-        // Every decode step re-expands the whole cached latent: kv_b_proj's output and keys.
-        decode_per_ctx: m(&[c.b, kv_out + heads * qk, cmp]),
-    }
-}
-
-/// Gated DeltaNet (`Qwen3_5GatedDeltaNet.forward`, modeling_qwen3_5.py) through the torch
-/// fallbacks the module takes without `flash-linear-attention` and `causal-conv1d`:
-/// `F.conv1d` + SiLU over the mixed q/k/v, and `torch_chunk_gated_delta_rule`: q, k (repeated
-/// to the value heads), v, beta and the decay cast to fp32 `[b, hv, T, d]`, L2-normalised,
-/// `k·beta` and `v·beta`, the intra-chunk `[b, hv, T/64, 64, 64]` attention and decay mask, and
-/// a loop over the chunks that saves the fp32 recurrent state `[b, hv, dk, dv]` per chunk; then
-/// the gated RMSNorm in fp32 and `out_proj`.
-pub(super) fn gdn(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
-    let Mixer::GatedDeltaNet(g) = blk.mixer else {
-        return Extra::default();
-    };
-    let hidden = b.hidden;
-    let hv = g.num_v_heads.div_ceil(c.t);
-    let hk = g.num_k_heads.div_ceil(c.t);
-    let (dk, dv) = (g.k_head_dim, g.v_head_dim);
-    let conv = 2 * hk * dk + hv * dv;
-    let cmp = c.cmp;
-    let padded = c.s.div_ceil(GDN_CHUNK) * GDN_CHUNK;
-    let tok32 = m(&[c.b, padded]);
-    let chunks = padded / GDN_CHUNK;
-    norm_parts(b, c, p);
-    p.push(c.rep(hidden, cmp), false); // in_proj_* input
-    p.push(m(&[c.tok, conv, cmp]), false); // conv1d input (mixed_qkv)
-    p.push(m(&[c.tok, conv, cmp]), false); // conv1d output, SiLU's input
-    p.push(m(&[c.tok, conv, cmp]), false); // SiLU output (q, k, v views)
-    p.push(m(&[c.tok, hv * dv, cmp]), false); // z
-    p.push(m(&[c.tok, hv, 4 * 4]), false); // beta = sigmoid(b), g's fp32 chain
-                                           // torch_chunk_gated_delta_rule, fp32 [b, hv, T, ·]: q and k cast (l2norm's inputs), the
-                                           // scaled q, the l2norm'd k, k·beta, k_cumdecay, the decayed q and k of the scan (8 × dk);
-                                           // v, new_values, the chunks' v_new (3 × dv).
-    p.push(m(&[tok32, hv, 8 * dk + 3 * dv, 4]), false);
-    // [b, hv, T/64, 64, 64]: k_beta·kᵀ and q·kᵀ, the pairwise decay, the UT system and the
-    // intra-chunk attention.
-    p.push(m(&[tok32, hv, GDN_CHUNK, 4, 5]), false);
-    // The recurrent state each chunk's matmuls and decay save.
-    p.push(m(&[c.b, chunks, hv, dk * dv, 4]), false);
-    // Gated RMSNorm in fp32 (`Qwen3_5RMSNormGated`): input, z, silu(z), the normalised tensor.
-    p.push(m(&[c.tok, hv * dv, 4, 4]), false);
-    p.push(m(&[c.tok, hv * dv, cmp]), false); // out_proj input
-    let state = m(&[c.b, hv, dk * dv, 4]);
-    let fwd = m(&[tok32, hv, GDN_CHUNK, 4, 2]).saturating_add(state);
-    let infer = c
-        .rep(hidden, c.res + cmp)
-        .saturating_add(m(&[c.tok, conv * 3 + hv * dv, cmp]))
-        .saturating_add(m(&[tok32, hv, 2 * dk + 3 * dv, 4]))
-        .saturating_add(m(&[tok32, hv, GDN_CHUNK, 4, 3]))
-        .saturating_add(state);
-    Extra {
-        bwd: fwd.saturating_add(m(&[tok32, hv, 2 * dk + 2 * dv, 4])),
-        fwd,
-        infer,
-        kept: 0,
-        // `torch_recurrent_gated_delta_rule` for one token: fp32 q, k, v and the state's update.
-        decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
-        decode_per_ctx: 0,
-    }
-}
-
-/// Mamba2 (`NemotronHMamba2Mixer.torch_forward`, modeling_nemotron_h.py, taken without
-/// `mamba_ssm`/`causal_conv1d`): `in_proj`, conv + SiLU over `xBC`, `dt` softplus in fp32, and
-/// the chunked SSD: `exp(segsum(A))` `[b, H, nc, C, C]`, the C·Bᵀ products per chunk, the
-/// per-chunk states `[b, nc, H, P, N]` in fp32, then the gated RMSNorm and `out_proj`.
-pub(super) fn mamba2(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
-    let Mixer::Mamba2(mb) = blk.mixer else {
-        return Extra::default();
-    };
-    let hidden = b.hidden;
-    let heads = mb.heads.div_ceil(c.t);
-    let d_in = heads * mb.head_dim;
-    let gn = mb.groups * mb.state_size;
-    let conv = d_in + 2 * gn;
-    let chunk = mb.chunk.max(1);
-    let padded = c.s.div_ceil(chunk) * chunk;
-    let tok32 = m(&[c.b, padded]);
-    let chunks = padded / chunk;
-    let cmp = c.cmp;
-    let proj = d_in + conv + heads;
-    let hn = heads * mb.state_size;
-    norm_parts(b, c, p);
-    // in_proj's input.
-    p.push(c.rep(hidden, cmp), false);
-    // The conv's input is a view of in_proj's whole output (gate, xBC, dt). The conv's output,
-    // over the sequence plus its `kernel - 1` padding (`causal_conv1d_fn` slices it to the
-    // sequence after the call), is what SiLU saves; SiLU's output (x, B and C) is only read by
-    // `.float()` casts and `repeat_interleave`, which save nothing. Softplus and clamp save dt.
-    p.push(m(&[c.tok, proj, cmp]), false);
-    p.push(
-        m(&[c.b, c.s + mb.conv_kernel.saturating_sub(1), conv, cmp]),
-        false,
-    );
-    p.push(m(&[c.tok, heads, cmp, 2]), false);
-    // mamba2_chunk_scan in fp32, per (padded) token:
-    // - 5 × d_in: `x.float()` (saved by `x * dt`), the padded copy `D_residual` multiplies,
-    //   the `x·dt` operand copies of the Y_diag and states einsums (`torch.einsum` reshapes
-    //   each permuted operand into a contiguous `[batch, m, k]` copy for `bmm`, and `bmm` saves
-    //   the copies), and `C_times_states` (saved by the decay product);
-    // - 5 × H·N: B repeated to the heads (saved by `B * decay_states`), the C and B copies of
-    //   the G einsum, the B·decay copy of the states einsum, the C copy of `C_times_states`;
-    // - 3 × H·chunk: `L = exp(segsum)`, `G` (saved by `G * L`), M's einsum copy;
-    // - 4 × H: dt twice, `decay_states`, `state_decay_out`.
-    p.push(
-        m(&[tok32, 5 * d_in + 5 * hn + 3 * heads * chunk + 4 * heads, 4]),
-        false,
-    );
-    // The chunk states as einsum copies, fp32: with the initial state for the inter-chunk
-    // recurrence (`chunks + 1`), and the chunk-start states for `C_times_states` (`chunks`).
-    p.push(
-        m(&[c.b, 2 * chunks + 1, heads, mb.head_dim * mb.state_size, 4]),
-        false,
-    );
-    // NemotronHRMSNormGated on the scan's fp32 output (`mamba2_chunk_scan` returns fp32, so
-    // `.to(input_dtype)` is a no-op): the input, the gate's fp32 copy, its SiLU, the gated
-    // product (saved by `pow` and the rstd product) and the normalised tensor (saved by the
-    // weight product), five fp32 tensors, and rstd per group; out_proj's input cast back.
-    p.push(m(&[c.tok, d_in, 4, 5]), false);
-    p.push(m(&[c.tok, mb.groups, 4]), false);
-    p.push(m(&[c.tok, d_in, cmp]), false);
-    let state = m(&[c.b, heads, mb.head_dim * mb.state_size, 4]);
-    let fwd = m(&[tok32, heads, chunk, 4, 2]);
-    let infer = c
-        .rep(hidden, c.res + cmp)
-        .saturating_add(m(&[c.tok, conv * 3 + d_in, cmp]))
-        .saturating_add(m(&[tok32, heads, chunk, 4, 3]))
-        .saturating_add(m(&[c.b, chunks + 1, heads, mb.head_dim * mb.state_size, 4]));
-    Extra {
-        bwd: fwd.saturating_add(m(&[tok32, d_in, 4, 2])),
-        fwd,
-        infer,
-        kept: 0,
-        decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
-        decode_per_ctx: 0,
-    }
-}
-
-/// A mixture of experts over the step's tokens `T`, `S = T · top_k` routed rows.
-///
-/// Router: the linear's logits `[T, E]`, softmax or sigmoid in fp32 (saved output), top-k; a
-/// router that runs in fp32 (`DeepseekV3TopkRouter.forward`: `F.linear(hidden_states.type(
-/// torch.float32), ...)`, those with `e_score_correction_bias`) saves an fp32 copy of its input.
-///
-/// `grouped_mm_experts_forward` (integrations/moe.py): `torch.sort` of the expert ids, the
-/// gathered rows `hidden_states[perm // top_k]` `[S, H]` (the index saved), the up grouped_mm's
-/// `[S, 2I]` output, the gate's activation and product `[S, I]`, the down grouped_mm's `[S, H]`
-/// output, the routing weights `[S]` (fp32 when the router keeps them: the product is then fp32
-/// `[S, H]`), `weighted_out[inv_perm]` and the sum over top-k.
-///
-/// Llama 4 (`Llama4TextMoe.forward`, modeling_llama4.py): every token through every expert:
-/// `hidden_states.repeat(E, 1)` scaled by the sigmoid scores, two `bmm`s over `[E·T, ·]`.
-pub(super) fn moe(b: &Blocks, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts) -> Extra {
-    let cmp = c.cmp;
-    let hidden = b.hidden;
-    let h = mo.latent.unwrap_or(hidden);
-    let e = mo.experts;
-    let i = mo.expert_intermediate.div_ceil(c.t);
-    let up = if mo.gated { 2 * i } else { i };
-    if norm {
-        norm_parts(b, c, p);
-        p.push(c.rep(hidden, cmp), false); // router and experts' input
-    }
-    // Router.
-    let fp32_router = mo.correction_bias;
-    if fp32_router {
-        p.push(m(&[c.tok, hidden, 4]), false); // hidden_states.type(float32)
-    }
-    p.push(m(&[c.tok, e, 4]), false); // softmax / sigmoid output (fp32)
-    if mo.dispatch == Dispatch::AllExperts {
-        // Llama4Router: top-k's indices (scatter_ reuses them), and the scores made a column
-        // (`transpose(0, 1).reshape(-1, 1)`, a copy) for the product with the repeated rows.
-        p.push(m(&[c.tok, mo.top_k, 8]), false);
-        p.push(m(&[c.tok, e, cmp]), false);
-    } else {
-        p.push(m(&[c.tok, mo.top_k, 8 + 4]), false); // top-k indices and weights
-        p.push(m(&[c.tok, 4]), false); // the top-k normalisation's divisor
-    }
-    let (rows, wb) = match mo.dispatch {
-        Dispatch::AllExperts => (m(&[c.tok, e]), cmp),
-        _ => (
-            m(&[c.tok, mo.top_k]),
-            if mo.router_weights_fp32 { 4 } else { cmp },
-        ),
-    };
-    // `_grouped_mm` (transformers integrations/moe.py) casts its input to the expert bank's
-    // dtype, and `torch._grouped_mm` has no autocast rule: in an autocast training step the
-    // banks are the fp32 master weights and the residual stream is fp32, so the gathered rows
-    // and every expert tensor after them are fp32 (PyTorch runs its per-expert fallback).
-    let xb = if mo.dispatch == Dispatch::GroupedMm
-        && c.training
-        && c.style == AmpStyle::Autocast
-        && c.res == 4
-    {
-        4
-    } else {
-        cmp
-    };
-    // `proj_out * sample_weights_g`: the wider of the two.
-    let wo = xb.max(wb);
-    let mut saved = 0u64;
-    let mut push = |p: &mut Parts, b: u64| {
-        saved = saved.saturating_add(b);
-        p.push(b, false)
-    };
-    if let Some(l) = mo.latent {
-        push(p, m(&[c.tok, l, cmp])); // fc1_latent_proj output
-    }
-    match mo.dispatch {
-        Dispatch::AllExperts => {
-            push(p, m(&[rows, h, cmp])); // hidden_states.repeat(E, 1)
-            push(p, m(&[rows, h, cmp])); // scaled by the scores: the first bmm's input
-        }
-        _ => {
-            push(p, m(&[rows, 8])); // perm // top_k, the gather's index
-            push(p, m(&[rows, 8])); // perm, the index of `sample_weights[perm]`
-            push(p, m(&[e, 4])); // offsets (int32), saved by both grouped_mm calls
-            push(p, m(&[rows, h, xb])); // gathered rows, the up grouped_mm's input
-        }
-    }
-    let eb = if mo.dispatch == Dispatch::AllExperts {
-        cmp
-    } else {
-        xb
-    };
-    push(p, m(&[rows, up, eb])); // up (gate_up) output; the gate's input is a view of it
-    if mo.gated {
-        push(p, m(&[rows, i, eb])); // act(gate)
-        if mo.expert_bias {
-            // gpt-oss's clamped SwiGLU (`GptOssExperts._apply_gate`): clamped gate and up,
-            // sigmoid, glu and up + 1 saved.
-            push(p, m(&[rows, i, eb, 4]));
-        }
-    }
-    push(p, m(&[rows, i, eb])); // the down projection's input
-    if mo.dispatch != Dispatch::AllExperts {
-        push(p, m(&[rows, h, xb])); // down output, multiplied by the routing weights
-        push(p, m(&[rows, wb])); // sample_weights_g
-        push(p, m(&[rows, 8])); // inv_perm
-    }
-    let fwd = match mo.dispatch {
-        // next_states [E·T, H] and its sum over experts.
-        Dispatch::AllExperts => m(&[rows, h, cmp]).saturating_add(m(&[c.tok, h, cmp])),
-        // weighted_out and its permuted copy, the sum over top-k, the cast.
-        _ => m(&[rows, h, wo, 2])
-            .saturating_add(m(&[c.tok, h, wo]))
-            .saturating_add(m(&[c.tok, h, cmp])),
-    };
-    let mut bwd = m(&[rows, h, 2 * wo + xb]).max(m(&[rows, up + 2 * i, eb]));
-    let mut infer = c
-        .rep(hidden, c.res + cmp)
-        .saturating_add(m(&[c.tok, e, 4 + cmp]))
-        .saturating_add(m(&[rows, h, cmp]))
-        .saturating_add(m(&[rows, up + 2 * i, cmp]).max(m(&[rows, h, cmp + 2 * wb])));
-    if let Some(s) = mo.shared {
-        // The shared expert reads the same normed input (no second norm).
-        let (b2, i2) = dense(b, &s, c, false, p);
-        bwd = bwd.max(b2);
-        infer = infer.saturating_add(i2.saturating_sub(c.rep(hidden, c.res + cmp)));
-        if mo.shared_gate {
-            p.push(m(&[c.tok, cmp, 2]), false); // sigmoid(shared_expert_gate(x))
-        }
-    }
-    let per_token = infer / c.tok.max(1);
-    Extra {
-        bwd,
-        fwd,
-        infer,
-        kept: 0,
-        decode: per_token.saturating_mul(c.b),
-        decode_per_ctx: 0,
-    }
-}
+use layers::{Extra, TmpParts};
 
 /// What an estimate over the layer-by-layer description assumed, one line per mechanism
-/// present (none for the uniform families).
+/// present that says how it is modelled (each mechanism's `note`), and the vision tower's.
 pub(super) fn notes(b: &Blocks) -> Vec<&'static str> {
     if b.is_empty() {
         return Vec::new();
@@ -494,33 +23,15 @@ pub(super) fn notes(b: &Blocks) -> Vec<&'static str> {
         }
     };
     for k in &b.kinds {
-        match k.mixer {
-            Mixer::Attention(a) if a.sinks => add(
-                "attention with sinks: gpt-oss's eager_attention_forward ([b, h, q, k + 1] scores, K/V repeated to every head)",
-            ),
-            Mixer::Mla(_) => add(
-                "MLA: latent cache; K/V re-expanded by kv_b_proj over the whole context at every step (DeepseekV3Attention.expand_kv)",
-            ),
-            Mixer::GatedDeltaNet(_) => add(
-                "Gated DeltaNet: torch fallback (flash-linear-attention and causal-conv1d absent): torch_chunk_gated_delta_rule's fp32 chunk tensors",
-            ),
-            Mixer::Mamba2(_) => add(
-                "Mamba2: torch fallback (mamba_ssm and causal_conv1d absent): torch_forward's fp32 chunked scan",
-            ),
-            _ => {}
+        if let Some(n) = k.mixer.note() {
+            add(n);
         }
-        if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = k.ffn {
-            add(match m.dispatch {
-                Dispatch::GroupedMm => "MoE: grouped_mm_experts_forward (transformers integrations/moe.py): sorted [tokens x top_k, hidden] rows",
-                Dispatch::AllExperts => "MoE: Llama4TextMoe, every token through every expert",
-                Dispatch::Loop => "MoE: a Python loop over the experts hit",
-            });
+        if let Some(n) = k.ffn.note() {
+            add(n);
         }
     }
-    match b.vision {
-        Some(v) if v.images.is_some() => add("vision tower: each image's patches through it and its tokens in the text sequence (estimate/vision.rs, from transformers 5.24's image processors and vision models)"),
-        Some(_) => add("vision tower: its weights are counted; no images in the step (--images N counts their tokens and the tower's activations)"),
-        None => {}
+    if let Some(v) = b.vision {
+        add(v.note());
     }
     v
 }
@@ -531,20 +42,14 @@ pub(super) fn notes(b: &Blocks) -> Vec<&'static str> {
 pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul: u64) -> LayerDesc {
     let hidden = b.hidden;
     let mut p = Parts::default();
-    let mx = match blk.mixer {
-        Mixer::Attention(_) => attention(b, blk, c, &mut p),
-        Mixer::Mla(_) => mla(b, blk, c, &mut p),
-        Mixer::GatedDeltaNet(_) => gdn(b, blk, c, &mut p),
-        Mixer::Mamba2(_) => mamba2(b, blk, c, &mut p),
-        Mixer::None => Extra::default(),
-    };
+    let mx = blk.mixer.train(b, c, &mut p);
     let mut ran = u64::from(!matches!(blk.mixer, Mixer::None));
     let mut mixer_bwd = mx.bwd;
     let mut infer = mx.infer;
     let mut fwd_kept = mx.kept;
     if let Some(cross) = blk.cross() {
         // T5's `EncDecAttention` over the encoder's output, with its own norm.
-        let (bwd, inf, kept) = attention_parts(b, &cross, c, true, &mut p);
+        let (bwd, inf, kept) = attention::train_parts(&cross, b, c, true, &mut p);
         mixer_bwd = mixer_bwd.max(bwd);
         infer = infer.max(inf);
         fwd_kept += kept;
@@ -564,7 +69,7 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
     let mut down_input = 0u64;
     let ff = match blk.ffn {
         Ffn::Dense(d) => {
-            let (bwd, inf) = dense(b, &d, c, !shared_norm, &mut p);
+            let (bwd, inf) = dense::train(&d, b, c, shared_norm, &mut p);
             pieces = if d.gated { 3 } else { 2 };
             down_input = m(&[c.tok, d.intermediate.div_ceil(c.t), c.cmp]);
             Extra {
@@ -574,10 +79,10 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
                 ..Extra::default()
             }
         }
-        Ffn::Moe(mo) => moe(b, &mo, c, true, &mut p),
+        Ffn::Moe(mo) => moe::train(&mo, b, c, true, &mut p),
         Ffn::DenseAndMoe(d, mo) => {
-            let (bwd, inf) = dense(b, &d, c, true, &mut p);
-            let x = moe(b, &mo, c, true, &mut p);
+            let (bwd, inf) = dense::train(&d, b, c, false, &mut p);
+            let x = moe::train(&mo, b, c, true, &mut p);
             Extra {
                 bwd: bwd.max(x.bwd),
                 fwd: x.fwd,
@@ -590,7 +95,7 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
     };
     ran += u64::from(blk.ffn != Ffn::None && !shared_norm);
     for _ in ran..blk.norms.count {
-        norm_parts(b, c, &mut p); // post-norms (Gemma 2/3/4)
+        crate::mech::norm::train(b, c, &mut p); // post-norms (Gemma 2/3/4)
     }
     let bwd = mixer_bwd.max(ff.bwd);
     let grads_in_out = 2 * c.rep(hidden, c.res);
@@ -721,8 +226,19 @@ impl Step<'_> {
 mod tests {
     use super::*;
     use crate::blocks::{
-        Attention as Attn, Blocks, Component, Dense, Ends, Gdn, Mla, Norm, Norms, Window,
+        Attention as Attn, Blocks, Component, Dense, Dispatch, Ends, Gdn, Mla, Moe, Norm, Norms,
+        Window,
     };
+
+    /// A training step of the block's mixer (its mechanism's `train`).
+    fn train_mixer(b: &Blocks, blk: &Block, c: &Ctx, p: &mut Parts) -> Extra {
+        blk.mixer.train(b, c, p)
+    }
+
+    /// A training step of a mixture of experts (`mech::moe::train`).
+    fn train_moe(b: &Blocks, mo: &Moe, c: &Ctx, norm: bool, p: &mut Parts) -> Extra {
+        moe::train(mo, b, c, norm, p)
+    }
     use crate::setup::{Attention as Impl, Infer, KvCache, Precision, Setup};
 
     /// A step context: `b` sequences of `s` tokens, pure bf16, SDPA, no TP.
@@ -894,7 +410,7 @@ mod tests {
         let t = llama(64);
         let c = ctx(2, 8);
         let mut p = Parts::default();
-        let x = super::moe(
+        let x = train_moe(
             &t,
             &moe(4, 2, 32, Dispatch::GroupedMm, true),
             &c,
@@ -921,7 +437,7 @@ mod tests {
         assert_eq!(x.fwd, 2 * s * h * 4 + tok * h * 4 + tok * h * 2);
         // With bf16 routing weights the products stay bf16.
         let mut p2 = Parts::default();
-        let y = super::moe(
+        let y = train_moe(
             &t,
             &moe(4, 2, 32, Dispatch::GroupedMm, false),
             &c,
@@ -947,7 +463,7 @@ mod tests {
             ..ctx(2, 8)
         };
         let mut p = Parts::default();
-        super::moe(
+        train_moe(
             &t,
             &moe(4, 2, 32, Dispatch::GroupedMm, false),
             &c,
@@ -962,7 +478,7 @@ mod tests {
         assert_eq!(p.total(false), 36_880 - 16 * 64 * 2 - 64 * 4 * 2);
         // Inference (bf16 banks) keeps the compute dtype.
         let mut q = Parts::default();
-        super::moe(
+        train_moe(
             &t,
             &moe(4, 2, 32, Dispatch::GroupedMm, false),
             &Ctx {
@@ -981,7 +497,7 @@ mod tests {
         let t = llama(64);
         let c = ctx(2, 8);
         let mut p = Parts::default();
-        super::moe(
+        train_moe(
             &t,
             &moe(4, 1, 32, Dispatch::AllExperts, false),
             &c,
@@ -1011,7 +527,7 @@ mod tests {
         let t = llama(7168);
         let c = ctx(1, 16);
         let mut p = Parts::default();
-        let x = mla(&t, &deepseek_v3_layer(false), &c, &mut p);
+        let x = train_mixer(&t, &deepseek_v3_layer(false), &c, &mut p);
         assert_eq!(x.decode_per_ctx, 128 * 256 * 2 + 128 * 192 * 2);
     }
 
@@ -1081,7 +597,7 @@ mod tests {
             256,
         );
         let mut with = Parts::default();
-        let x = sinks(&t, &blk, &c, &mut with);
+        let x = train_mixer(&t, &blk, &c, &mut with);
         let scores = 4 * 10 * 11 * 2 + 4 * 10 * 10 * 2;
         // Selective recomputation drops the score tensors only.
         assert_eq!(with.total(false) - with.total(true), scores);
@@ -1102,7 +618,7 @@ mod tests {
             );
             let mut c = ctx(1, s);
             c.training = false;
-            super::attention(&t, &blk, &c, &mut Parts::default()).infer
+            train_mixer(&t, &blk, &c, &mut Parts::default()).infer
         };
         assert_eq!(
             infer(Window::Sliding(8), 16) - infer(Window::Full, 16),
@@ -1152,7 +668,7 @@ mod tests {
         for (s, real) in [(128u64, 1_925_696f64), (1024, 15_365_920.0)] {
             let c = ctx(1, s);
             let mut p = Parts::default();
-            gdn(&t, &blk, &c, &mut p);
+            train_mixer(&t, &blk, &c, &mut p);
             // The module alone: without the input norm's fp32 copy, output and rstd.
             let ours = (p.total(false) - (s * 256 * 4 + s * 256 * 2 + s * 4)) as f64;
             assert!((ours / real - 1.0).abs() < 0.05, "{s}: {ours} vs {real}");
@@ -1182,7 +698,7 @@ mod tests {
         let blk = block(Mixer::Mamba2(mb), Ffn::None, 256);
         for (s, real) in [(128u64, 2_901_234f64), (1024, 23_031_330.0)] {
             let mut p = Parts::default();
-            mamba2(&t, &blk, &ctx(1, s), &mut p);
+            train_mixer(&t, &blk, &ctx(1, s), &mut p);
             let ours = (p.total(false) - (s * 256 * 4 + s * 256 * 2 + s * 4)) as f64;
             eprintln!(
                 "mamba2 {s}: ours {ours} real {real} ({:+.2} %)",

@@ -11,25 +11,26 @@
 //! the Megatron style); for a GPT layer in half precision it reproduces Korthikanti et al.
 //! 2022 exactly (`sbh(34 + 5as/h)` plus layer-norm statistics).
 
-mod inference;
-mod layers;
+pub(crate) mod inference;
+pub(crate) mod layers;
 mod mechs;
 
-pub use layers::{attention_kernel, repeats_kv_at, Kernel};
+pub use crate::mech::{attention_kernel, repeats_kv_at, Kernel};
 pub use replay::set_reference_replay;
 mod replay;
 mod sinks;
 mod training;
 mod vision;
 
-pub use vision::{default_image_size, image_tokens, sequence_tokens, ImageTokens};
+pub use crate::mech::vision::{default_image_size, image_tokens, sequence_tokens, ImageTokens};
 
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
+use crate::mech::attention::has_mask;
+use crate::mech::norm::train as norm_parts;
 use layers::{
-    has_mask, m, norm_parts, optimizer_elems, state_bytes, Ctx, LayerDesc, Parts, Program, Stack,
-    StateBytes, TmpOp,
+    m, optimizer_elems, state_bytes, Ctx, LayerDesc, Parts, Program, Stack, StateBytes, TmpOp,
 };
 use sinks::PeakSink;
 
@@ -483,7 +484,7 @@ pub(crate) struct Step<'a> {
     /// Optimizer state bytes per parameter element (without master weights), and a flat extra.
     opt_elems: f64,
     /// The vision tower's tensors for the step's images (`vision.rs`; zero without images).
-    vision: vision::TowerBytes,
+    vision: crate::mech::vision::TowerBytes,
 }
 
 impl<'a> Step<'a> {
@@ -534,7 +535,7 @@ impl<'a> Step<'a> {
             logits: 0,
             head_copy: 0,
             opt_elems: 0.0,
-            vision: vision::TowerBytes::default(),
+            vision: crate::mech::vision::TowerBytes::default(),
         };
         match model {
             Model::Transformer(t) => step.init_transformer(t)?,
@@ -640,10 +641,10 @@ impl<'a> Step<'a> {
                 width: 0,
                 height: 0,
             });
-            self.vision = vision::tower_bytes(&v, &images, &c, recompute);
+            self.vision = crate::mech::vision::tower_bytes(&v, &images, &c, recompute);
             if c.training {
                 self.emb_saved = self.emb_saved.saturating_add(self.vision.saved);
-                self.vision = vision::TowerBytes::default();
+                self.vision = crate::mech::vision::TowerBytes::default();
             }
         }
         if b.layout != Layout::EncoderOnly {

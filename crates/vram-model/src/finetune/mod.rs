@@ -17,8 +17,9 @@ use serde::Serialize;
 pub mod step;
 
 use crate::arch::{Layout, Transformer};
-use crate::blocks::{Block, Component, Ffn, Mixer, MoeConversion, Names};
+use crate::blocks::{Block, Component, MoeConversion, Names};
 use crate::error::{Error, Result};
+pub use crate::mech::{Site, SiteKind};
 
 /// How the frozen base's weights are stored (`--weights`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -207,235 +208,13 @@ pub(crate) fn fmt_bytes(b: u64) -> String {
     }
 }
 
-/// How a linear site is held by the module tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SiteKind {
-    /// An `nn.Linear` (or GPT-2's `Conv1D`): quantized by bitsandbytes, matched by `all-linear`.
-    Module,
-    /// A 2-D parameter of a custom module (transformers 5's routers, `MixtralTopKRouter`):
-    /// never quantized by bitsandbytes, reachable by PEFT only through `target_parameters`.
-    Param,
-    /// A fused 3-D expert bank `[E, out, in]` (`MixtralExperts.gate_up_proj`): left in the load
-    /// dtype by 4-bit/8-bit loading, reachable only through `target_parameters`.
-    Experts(u64),
-}
-
-/// One matrix of a layer (or the head) that an adapter can attach to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Site {
-    /// Module path inside the layer as transformers names it (`self_attn.q_proj`,
-    /// `mlp.experts.gate_up_proj`, `mlp.gate.weight`), or `lm_head`.
-    pub path: String,
-    /// Output features.
-    pub out: u64,
-    /// Input features.
-    pub inp: u64,
-    /// Module, parameter or expert bank.
-    pub kind: SiteKind,
-    /// Where its parameters belong.
-    pub component: Component,
-    /// Which tensor it reads, within its layer: sites with the same number read the same
-    /// tensor (`q_proj`, `k_proj` and `v_proj` read the normed hidden states).
-    pub input: u8,
-}
-
-impl Site {
-    /// The last name of the path (`q_proj`; `gate.weight` for a router parameter).
-    pub fn leaf(&self) -> &str {
-        let p = self.path.strip_suffix(".weight").unwrap_or(&self.path);
-        p.rsplit('.').next().unwrap_or(p)
-    }
-
-    /// Elements of the weight.
-    pub fn numel(&self) -> u64 {
-        let e = match self.kind {
-            SiteKind::Experts(e) => e,
-            _ => 1,
-        };
-        e * self.out * self.inp
-    }
-}
-
 /// The sites of one block, in module order, with transformers' names for its family (`n`, the
-/// description's [`Names`]).
+/// description's [`Names`]): its mixer's, then its feed-forward's (each mechanism names its own,
+/// [`crate::mech::Mechanism::sites`]).
 pub fn block_sites(n: &Names, b: &Block, h: u64) -> Vec<Site> {
     let mut v = Vec::new();
-    let mut module = |path: String, out: u64, inp: u64, c: Component, input: u8| {
-        v.push(Site {
-            path,
-            out,
-            inp,
-            kind: SiteKind::Module,
-            component: c,
-            input,
-        })
-    };
-    let c = Component::Mixer;
-    match b.mixer {
-        Mixer::Attention(a) => {
-            let q = a.heads * a.head_dim * if a.q_gate { 2 } else { 1 };
-            let k = a.kv_heads * a.head_dim;
-            let val = if a.k_eq_v {
-                0
-            } else {
-                a.kv_heads * a.v_head_dim
-            };
-            if a.fused_qkv {
-                module(format!("{}.{}", n.attn, n.qkv), q + k + val, h, c, 0);
-            } else {
-                module(format!("{}.{}", n.attn, n.q), q, h, c, 0);
-                module(format!("{}.{}", n.attn, n.k), k, h, c, 0);
-                if val > 0 {
-                    module(format!("{}.{}", n.attn, n.v), val, h, c, 0);
-                }
-            }
-            module(
-                format!("{}.{}", n.attn, n.o),
-                h,
-                a.heads * a.v_head_dim,
-                c,
-                1,
-            );
-        }
-        Mixer::Mla(m) => {
-            let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
-            match m.q_lora_rank {
-                Some(r) => {
-                    module("self_attn.q_a_proj".into(), r, h, c, 0);
-                    module("self_attn.q_b_proj".into(), m.heads * qk, r, c, 2);
-                }
-                None => module("self_attn.q_proj".into(), m.heads * qk, h, c, 0),
-            }
-            module(
-                "self_attn.kv_a_proj_with_mqa".into(),
-                m.kv_lora_rank + m.qk_rope_head_dim,
-                h,
-                c,
-                0,
-            );
-            module(
-                "self_attn.kv_b_proj".into(),
-                m.heads * (m.qk_nope_head_dim + m.v_head_dim),
-                m.kv_lora_rank,
-                c,
-                3,
-            );
-            module("self_attn.o_proj".into(), h, m.heads * m.v_head_dim, c, 1);
-        }
-        Mixer::GatedDeltaNet(g) => {
-            let (kd, vd) = (g.num_k_heads * g.k_head_dim, g.num_v_heads * g.v_head_dim);
-            module("linear_attn.in_proj_qkv".into(), 2 * kd + vd, h, c, 0);
-            module("linear_attn.in_proj_z".into(), vd, h, c, 0);
-            module("linear_attn.in_proj_b".into(), g.num_v_heads, h, c, 0);
-            module("linear_attn.in_proj_a".into(), g.num_v_heads, h, c, 0);
-            module("linear_attn.out_proj".into(), h, vd, c, 1);
-        }
-        Mixer::Mamba2(m) => {
-            let d_in = m.heads * m.head_dim;
-            let conv_dim = d_in + 2 * m.groups * m.state_size;
-            module("mixer.in_proj".into(), d_in + conv_dim + m.heads, h, c, 0);
-            module("mixer.out_proj".into(), h, d_in, c, 1);
-        }
-        Mixer::None => {}
-    }
-    let dense =
-        |d: &crate::blocks::Dense, prefix: &str, c: Component, base: u8, v: &mut Vec<Site>| {
-            let mut add = |leaf: &str, out: u64, inp: u64, input: u8| {
-                v.push(Site {
-                    path: format!("{prefix}.{leaf}"),
-                    out,
-                    inp,
-                    kind: SiteKind::Module,
-                    component: c,
-                    input,
-                })
-            };
-            let f = d.intermediate;
-            if d.gated {
-                if d.fused_gate_up {
-                    add(n.gate_up, 2 * f, h, base);
-                } else {
-                    add(n.gate, f, h, base);
-                    add(n.up, f, h, base);
-                }
-            } else {
-                add(n.up, f, h, base);
-            }
-            add(n.down, h, f, base + 1);
-        };
-    let moe = |m: &crate::blocks::Moe, v: &mut Vec<Site>| {
-        let inner = m.latent.unwrap_or(h);
-        let (e, i) = (m.experts, m.expert_intermediate);
-        v.push(Site {
-            path: format!("{}.gate.weight", n.mlp),
-            out: e,
-            inp: h,
-            kind: SiteKind::Param,
-            component: Component::Router,
-            input: 4,
-        });
-        let up = if m.gated { 2 * i } else { i };
-        let up_name = if m.gated { "gate_up_proj" } else { "up_proj" };
-        v.push(Site {
-            path: format!("{}.experts.{up_name}", n.mlp),
-            out: up,
-            inp: inner,
-            kind: SiteKind::Experts(e),
-            component: Component::RoutedExperts,
-            input: 10,
-        });
-        v.push(Site {
-            path: format!("{}.experts.down_proj", n.mlp),
-            out: inner,
-            inp: i,
-            kind: SiteKind::Experts(e),
-            component: Component::RoutedExperts,
-            input: 11,
-        });
-        if let Some(l) = m.latent {
-            for (leaf, out, inp, input) in
-                [("fc1_latent_proj", l, h, 4), ("fc2_latent_proj", h, l, 12)]
-            {
-                v.push(Site {
-                    path: format!("{}.{leaf}", n.mlp),
-                    out,
-                    inp,
-                    kind: SiteKind::Module,
-                    component: Component::RoutedExperts,
-                    input,
-                });
-            }
-        }
-        if let Some(s) = m.shared {
-            dense(
-                &s,
-                &format!("{}.shared_experts", n.mlp),
-                Component::SharedExperts,
-                4,
-                v,
-            );
-        }
-        if m.shared_gate {
-            v.push(Site {
-                path: format!("{}.shared_expert_gate", n.mlp),
-                out: 1,
-                inp: h,
-                kind: SiteKind::Module,
-                component: Component::SharedExperts,
-                input: 4,
-            });
-        }
-    };
-    match &b.ffn {
-        Ffn::Dense(d) => dense(d, n.mlp, Component::DenseMlp, 4, &mut v),
-        Ffn::Moe(m) => moe(m, &mut v),
-        Ffn::DenseAndMoe(d, m) => {
-            dense(d, n.mlp, Component::DenseMlp, 4, &mut v);
-            moe(m, &mut v);
-        }
-        Ffn::None => {}
-    }
+    b.mixer.sites(n, h, &mut |s| v.push(s));
+    b.ffn.sites(n, h, &mut |s| v.push(s));
     v
 }
 
@@ -763,8 +542,7 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
             ));
             if spec.targets == Targets::AllLinear || remaining.len() < modules.len() {
                 let has_dense = t.blocks.kinds.iter().any(|k| {
-                    matches!(k.ffn, Ffn::Dense(_) | Ffn::DenseAndMoe(..))
-                        || matches!(k.ffn, Ffn::Moe(m) if m.shared.is_some())
+                    k.ffn.dense().is_some() || k.ffn.moe().is_some_and(|m| m.shared.is_some())
                 });
                 if has_dense {
                     notes.push(

@@ -254,7 +254,8 @@ pub fn config_mamba_ssm_bytes(config_json: &str) -> Option<u64> {
 /// The per-layer cache kinds of a transformer as the serving engines see them.
 ///
 /// This is the one place the capacity model reads the model's layer structure, and it reads
-/// the layer-by-layer description (`vram_model::blocks`): a full-attention layer caches its
+/// what each layer's mechanism says it caches in the engines' shapes
+/// (`vram_model::blocks::CacheLayout`, from `vram_model::mech`): a full-attention layer caches its
 /// keys and values; a sliding or chunked layer its window (vLLM and SGLang treat a window not
 /// shorter than `max_model_len` as full); an MLA layer one latent and the rotary key per token
 /// (DeepSeek sparse attention's indexer keys are counted at the KV dtype beside it, an upper
@@ -262,44 +263,51 @@ pub fn config_mamba_ssm_bytes(config_json: &str) -> Option<u64> {
 /// per request in the engine's shapes ([`LayerCache::state_elements`]); a layer whose keys and
 /// values come from an earlier layer (Gemma 4's KV sharing), or without a mixer, nothing.
 pub fn layer_caches(t: &Transformer) -> Vec<LayerCache> {
-    use vram_model::blocks::{Mixer, Window};
+    use vram_model::blocks::CacheLayout;
     t.blocks
         .iter()
-        .filter_map(|b| match b.mixer {
-            Mixer::Attention(a) if a.kv_shared => None,
-            Mixer::Attention(a) => Some(match a.window {
-                Window::Full => LayerCache::Full {
-                    kv_heads: a.kv_heads,
-                    head_dim: a.head_dim,
-                    v_head_dim: a.v_head_dim,
+        .filter_map(|b| {
+            Some(match b.mixer.cache_layout()? {
+                CacheLayout::Kv {
+                    kv_heads,
+                    head_dim,
+                    v_head_dim,
+                    window: None,
+                } => LayerCache::Full {
+                    kv_heads,
+                    head_dim,
+                    v_head_dim,
                 },
-                Window::Sliding(w) | Window::Chunked(w) => LayerCache::Sliding {
-                    kv_heads: a.kv_heads,
-                    head_dim: a.head_dim,
-                    window: w,
+                CacheLayout::Kv {
+                    kv_heads,
+                    head_dim,
+                    window: Some(window),
+                    ..
+                } => LayerCache::Sliding {
+                    kv_heads,
+                    head_dim,
+                    window,
                 },
-            }),
-            Mixer::Mla(m) => Some(LayerCache::MlaLatent {
-                kv_lora_rank: m.kv_lora_rank,
-                rope_dim: m.qk_rope_head_dim + m.indexer.map_or(0, |ix| ix.head_dim),
-            }),
-            Mixer::GatedDeltaNet(g) => Some(LayerCache::State {
-                conv_dim: 2 * g.num_k_heads * g.k_head_dim + g.num_v_heads * g.v_head_dim,
-                groups: 0,
-                group_dim: 0,
-                conv_kernel: g.conv_kernel,
-                heads: g.num_v_heads,
-                head_state: g.k_head_dim * g.v_head_dim,
-            }),
-            Mixer::Mamba2(m) => Some(LayerCache::State {
-                conv_dim: m.heads * m.head_dim,
-                groups: m.groups,
-                group_dim: 2 * m.state_size,
-                conv_kernel: m.conv_kernel,
-                heads: m.heads,
-                head_state: m.head_dim * m.state_size,
-            }),
-            Mixer::None => None,
+                CacheLayout::Latent { latent, rope } => LayerCache::MlaLatent {
+                    kv_lora_rank: latent,
+                    rope_dim: rope,
+                },
+                CacheLayout::State {
+                    conv_dim,
+                    groups,
+                    group_dim,
+                    conv_kernel,
+                    heads,
+                    head_state,
+                } => LayerCache::State {
+                    conv_dim,
+                    groups,
+                    group_dim,
+                    conv_kernel,
+                    heads,
+                    head_state,
+                },
+            })
         })
         .collect()
 }
@@ -866,7 +874,6 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
 /// (`heads × kv_lora_rank × hidden`) in the model dtype, heads split by TP, and for a quantized
 /// checkpoint the dequantized `kv_b_proj` (`kv_lora_rank × heads × (qk_nope + v)`) they come from.
 fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
-    use vram_model::blocks::Mixer;
     if !engine::vllm_mla_absorbs(k) {
         return 0;
     }
@@ -874,8 +881,8 @@ fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
     t.blocks
         .iter()
         .take(n)
-        .map(|b| match b.mixer {
-            Mixer::Mla(m) => {
+        .map(|b| match b.mixer.as_mla() {
+            Some(m) => {
                 let heads = m.heads.div_ceil(attention_tp(k));
                 let q_in = m.q_lora_rank.unwrap_or(t.hidden());
                 let mut elems = q_in * heads * m.kv_lora_rank + heads * m.kv_lora_rank * t.hidden();
@@ -884,18 +891,17 @@ fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
                 }
                 elems * k.dtype_bytes
             }
-            _ => 0,
+            None => 0,
         })
         .sum()
 }
 
 /// The expert feed-forward's intermediate size and whether it is gated, for an MoE model.
 fn moe_shape(t: &Transformer) -> Option<(u64, bool)> {
-    use vram_model::blocks::Ffn;
-    t.blocks.kinds.iter().find_map(|kind| match kind.ffn {
-        Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => Some((m.expert_intermediate, m.gated)),
-        _ => None,
-    })
+    t.blocks
+        .kinds
+        .iter()
+        .find_map(|kind| kind.ffn.moe().map(|m| (m.expert_intermediate, m.gated)))
 }
 
 /// Bytes vLLM's MXFP4 MoE layout adds on the most loaded GPU: every expert matrix padded to

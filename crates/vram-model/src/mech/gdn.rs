@@ -1,0 +1,165 @@
+//! Gated DeltaNet linear attention (Qwen3.5's `Qwen3_5GatedDeltaNet`, Qwen3-Next) through the
+//! torch fallbacks: its cache is the convolution state and the fp32 recurrent state.
+
+use serde::Serialize;
+
+use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
+use crate::blocks::{Blocks, Names};
+use crate::estimate::layers::{m, Ctx, Extra, Parts};
+
+/// The recurrent mixers' scan chunk in the torch fallbacks (`torch_chunk_gated_delta_rule`'s
+/// `chunk_size=64`).
+pub(crate) const GDN_CHUNK: u64 = 64;
+
+/// Gated DeltaNet linear attention (Qwen3.5 `Qwen3_5GatedDeltaNet`, Qwen3-Next).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Gdn {
+    /// Key heads (`linear_num_key_heads`).
+    pub num_k_heads: u64,
+    /// Value heads (`linear_num_value_heads`).
+    pub num_v_heads: u64,
+    /// Key head size.
+    pub k_head_dim: u64,
+    /// Value head size.
+    pub v_head_dim: u64,
+    /// Depthwise causal convolution width (`linear_conv_kernel_dim`).
+    pub conv_kernel: u64,
+}
+
+impl Gdn {
+    /// The tensors its cache holds per sequence: the convolution state and the fp32 recurrent
+    /// state `[heads, dk, dv]`.
+    pub fn cache_tensors(&self, out: &mut impl FnMut(CacheTensor)) {
+        let g = self;
+        let conv_dim = 2 * g.num_k_heads * g.k_head_dim + g.num_v_heads * g.v_head_dim;
+        out(CacheTensor::state(conv_dim * g.conv_kernel, false));
+        out(CacheTensor::state(
+            g.num_v_heads * g.k_head_dim * g.v_head_dim,
+            true,
+        ));
+    }
+
+    /// Its state as a serving engine pages it: the convolution over q, k and v, and the
+    /// recurrent state per value head.
+    pub fn cache_layout(&self) -> CacheLayout {
+        let g = self;
+        CacheLayout::State {
+            conv_dim: 2 * g.num_k_heads * g.k_head_dim + g.num_v_heads * g.v_head_dim,
+            groups: 0,
+            group_dim: 0,
+            conv_kernel: g.conv_kernel,
+            heads: g.num_v_heads,
+            head_state: g.k_head_dim * g.v_head_dim,
+        }
+    }
+
+    /// FLOPs per token of the state update.
+    pub fn mixing_flops_per_token(&self, _ctx: u64) -> u64 {
+        4 * self.num_v_heads * self.k_head_dim * self.v_head_dim
+    }
+
+    /// What an estimate says of how it is modelled.
+    pub fn note(&self) -> &'static str {
+        "Gated DeltaNet: torch fallback (flash-linear-attention and causal-conv1d absent): torch_chunk_gated_delta_rule's fp32 chunk tensors"
+    }
+}
+
+impl Mechanism for Gdn {
+    fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
+        // Qwen3_5GatedDeltaNet: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d
+        // (depthwise, no bias), dt_bias, A_log, norm (gated RMSNorm over v_head_dim),
+        // out_proj.
+        let (c, g) = (Component::Mixer, self);
+        let (kd, vd) = (g.num_k_heads * g.k_head_dim, g.num_v_heads * g.v_head_dim);
+        let conv_dim = 2 * kd + vd;
+        out(lin(c, conv_dim, h));
+        out(lin(c, vd, h));
+        out(lin(c, g.num_v_heads, h));
+        out(lin(c, g.num_v_heads, h));
+        out(vector(c, conv_dim * g.conv_kernel));
+        out(vector(c, g.num_v_heads));
+        out(vector(c, g.num_v_heads));
+        out(vector(c, g.v_head_dim));
+        out(lin(c, h, vd));
+    }
+
+    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
+        2 * super::linear_params(self, h) + self.mixing_flops_per_token(ctx)
+    }
+
+    fn sites(&self, _n: &Names, h: u64, out: &mut impl FnMut(Site)) {
+        let g = self;
+        let mut site = |path: &str, rows: u64, cols: u64, input: u8| {
+            out(Site {
+                path: path.into(),
+                out: rows,
+                inp: cols,
+                kind: SiteKind::Module,
+                component: Component::Mixer,
+                input,
+            })
+        };
+        let (kd, vd) = (g.num_k_heads * g.k_head_dim, g.num_v_heads * g.v_head_dim);
+        site("linear_attn.in_proj_qkv", 2 * kd + vd, h, 0);
+        site("linear_attn.in_proj_z", vd, h, 0);
+        site("linear_attn.in_proj_b", g.num_v_heads, h, 0);
+        site("linear_attn.in_proj_a", g.num_v_heads, h, 0);
+        site("linear_attn.out_proj", h, vd, 1);
+    }
+}
+
+/// Gated DeltaNet (`Qwen3_5GatedDeltaNet.forward`, modeling_qwen3_5.py) through the torch
+/// fallbacks the module takes without `flash-linear-attention` and `causal-conv1d`:
+/// `F.conv1d` + SiLU over the mixed q/k/v, and `torch_chunk_gated_delta_rule`: q, k (repeated
+/// to the value heads), v, beta and the decay cast to fp32 `[b, hv, T, d]`, L2-normalised,
+/// `k·beta` and `v·beta`, the intra-chunk `[b, hv, T/64, 64, 64]` attention and decay mask, and
+/// a loop over the chunks that saves the fp32 recurrent state `[b, hv, dk, dv]` per chunk; then
+/// the gated RMSNorm in fp32 and `out_proj`.
+pub(crate) fn train(g: &Gdn, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
+    let g = *g;
+    let hidden = b.hidden;
+    let hv = g.num_v_heads.div_ceil(c.t);
+    let hk = g.num_k_heads.div_ceil(c.t);
+    let (dk, dv) = (g.k_head_dim, g.v_head_dim);
+    let conv = 2 * hk * dk + hv * dv;
+    let cmp = c.cmp;
+    let padded = c.s.div_ceil(GDN_CHUNK) * GDN_CHUNK;
+    let tok32 = m(&[c.b, padded]);
+    let chunks = padded / GDN_CHUNK;
+    super::norm::train(b, c, p);
+    p.push(c.rep(hidden, cmp), false); // in_proj_* input
+    p.push(m(&[c.tok, conv, cmp]), false); // conv1d input (mixed_qkv)
+    p.push(m(&[c.tok, conv, cmp]), false); // conv1d output, SiLU's input
+    p.push(m(&[c.tok, conv, cmp]), false); // SiLU output (q, k, v views)
+    p.push(m(&[c.tok, hv * dv, cmp]), false); // z
+    p.push(m(&[c.tok, hv, 4 * 4]), false); // beta = sigmoid(b), g's fp32 chain
+                                           // torch_chunk_gated_delta_rule, fp32 [b, hv, T, ·]: q and k cast (l2norm's inputs), the
+                                           // scaled q, the l2norm'd k, k·beta, k_cumdecay, the decayed q and k of the scan (8 × dk);
+                                           // v, new_values, the chunks' v_new (3 × dv).
+    p.push(m(&[tok32, hv, 8 * dk + 3 * dv, 4]), false);
+    // [b, hv, T/64, 64, 64]: k_beta·kᵀ and q·kᵀ, the pairwise decay, the UT system and the
+    // intra-chunk attention.
+    p.push(m(&[tok32, hv, GDN_CHUNK, 4, 5]), false);
+    // The recurrent state each chunk's matmuls and decay save.
+    p.push(m(&[c.b, chunks, hv, dk * dv, 4]), false);
+    // Gated RMSNorm in fp32 (`Qwen3_5RMSNormGated`): input, z, silu(z), the normalised tensor.
+    p.push(m(&[c.tok, hv * dv, 4, 4]), false);
+    p.push(m(&[c.tok, hv * dv, cmp]), false); // out_proj input
+    let state = m(&[c.b, hv, dk * dv, 4]);
+    let fwd = m(&[tok32, hv, GDN_CHUNK, 4, 2]).saturating_add(state);
+    let infer = c
+        .rep(hidden, c.res + cmp)
+        .saturating_add(m(&[c.tok, conv * 3 + hv * dv, cmp]))
+        .saturating_add(m(&[tok32, hv, 2 * dk + 3 * dv, 4]))
+        .saturating_add(m(&[tok32, hv, GDN_CHUNK, 4, 3]))
+        .saturating_add(state);
+    Extra {
+        bwd: fwd.saturating_add(m(&[tok32, hv, 2 * dk + 2 * dv, 4])),
+        fwd,
+        infer,
+        kept: 0,
+        // `torch_recurrent_gated_delta_rule` for one token: fp32 q, k, v and the state's update.
+        decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
+        decode_per_ctx: 0,
+    }
+}

@@ -1,0 +1,229 @@
+//! Multi-head latent attention (DeepSeek-V3's `DeepseekV3Attention`, Kimi-K2, GLM-5) and the
+//! lightning indexer of DeepSeek sparse attention: the cache keeps the key/value latent, the
+//! shared rotary key and the indexer's keys; every step re-expands K/V from the latent.
+
+use serde::Serialize;
+
+use super::{
+    lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor,
+};
+use crate::blocks::{Blocks, Names};
+use crate::estimate::layers::{m, Ctx, Extra, Parts};
+
+/// Multi-head latent attention (DeepSeek-V3 `DeepseekV3Attention`, Kimi-K2, GLM-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mla {
+    /// Heads.
+    pub heads: u64,
+    /// Rank of the query compression (`q_a_proj`/`q_b_proj`), or a plain `q_proj` if `None`.
+    pub q_lora_rank: Option<u64>,
+    /// Rank of the key/value latent that the cache keeps.
+    pub kv_lora_rank: u64,
+    /// Per-head query/key size without rotary positions.
+    pub qk_nope_head_dim: u64,
+    /// Per-head (and shared-key) rotary size.
+    pub qk_rope_head_dim: u64,
+    /// Per-head value size.
+    pub v_head_dim: u64,
+    /// Biases on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj` (`attention_bias`).
+    pub bias: bool,
+    /// DeepSeek sparse attention's indexer (GLM-5, DeepSeek-V3.2).
+    pub indexer: Option<Indexer>,
+}
+
+/// The lightning indexer of DeepSeek sparse attention (`GlmMoeDsaIndexer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Indexer {
+    /// Indexer heads (`index_n_heads`).
+    pub heads: u64,
+    /// Indexer head size (`index_head_dim`), cached per token.
+    pub head_dim: u64,
+    /// Tokens each query keeps (`index_topk`).
+    pub topk: u64,
+    /// Parameters of the indexer module (its projections and norm), from the family's code.
+    pub params: u64,
+}
+
+impl Mla {
+    /// The tensors its cache holds per sequence: the latent, the rotary key and, with DSA, the
+    /// indexer's keys (each a plain tensor tensor parallelism does not split).
+    pub fn cache_tensors(&self, out: &mut impl FnMut(CacheTensor)) {
+        out(CacheTensor::grow(self.kv_lora_rank, None, 0));
+        out(CacheTensor::grow(self.qk_rope_head_dim, None, 0));
+        if let Some(ix) = self.indexer {
+            out(CacheTensor::grow(ix.head_dim, None, 0));
+        }
+    }
+
+    /// Its cache as a serving engine pages it: the latent, and the rotary key with DSA's
+    /// indexer keys beside it.
+    pub fn cache_layout(&self) -> CacheLayout {
+        CacheLayout::Latent {
+            latent: self.kv_lora_rank,
+            rope: self.qk_rope_head_dim + self.indexer.map_or(0, |ix| ix.head_dim),
+        }
+    }
+
+    /// Its cache layer's class: full, or indexed with DSA.
+    pub fn cache_kind(&self) -> CacheKind {
+        if self.indexer.is_some() {
+            CacheKind::Indexed
+        } else {
+            CacheKind::Full
+        }
+    }
+
+    /// FLOPs per token of the scores and the value product over `ctx` earlier tokens (the
+    /// indexer's top-k of them with DSA).
+    pub fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
+        let seen = match self.indexer {
+            Some(ix) => ctx.min(ix.topk),
+            None => ctx,
+        };
+        2 * self.heads * seen * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+    }
+
+    /// Multi-head attention of its heads and query/key size (what it amounts to once K/V are
+    /// expanded from the latent).
+    pub fn as_multi_head(&self) -> super::Attention {
+        super::Attention::new(
+            self.heads,
+            self.heads,
+            self.qk_nope_head_dim + self.qk_rope_head_dim,
+        )
+    }
+
+    /// What an estimate says of how it is modelled.
+    pub fn note(&self) -> &'static str {
+        "MLA: latent cache; K/V re-expanded by kv_b_proj over the whole context at every step (DeepseekV3Attention.expand_kv)"
+    }
+}
+
+impl Mechanism for Mla {
+    fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
+        let (c, m) = (Component::Mixer, self);
+        let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+        match m.q_lora_rank {
+            Some(r) => {
+                out(lin(c, r, h));
+                if m.bias {
+                    out(vector(c, r));
+                }
+                out(vector(c, r)); // q_a_layernorm
+                out(lin(c, m.heads * qk, r));
+            }
+            None => out(lin(c, m.heads * qk, h)),
+        }
+        out(lin(c, m.kv_lora_rank + m.qk_rope_head_dim, h));
+        if m.bias {
+            out(vector(c, m.kv_lora_rank + m.qk_rope_head_dim));
+        }
+        out(vector(c, m.kv_lora_rank)); // kv_a_layernorm
+        out(lin(
+            c,
+            m.heads * (m.qk_nope_head_dim + m.v_head_dim),
+            m.kv_lora_rank,
+        ));
+        out(lin(c, h, m.heads * m.v_head_dim));
+        if m.bias {
+            out(vector(c, h));
+        }
+        if let Some(ix) = m.indexer {
+            out(vector(c, ix.params));
+        }
+    }
+
+    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
+        2 * super::linear_params(self, h) + self.mixing_flops_per_token(ctx)
+    }
+
+    fn sites(&self, _n: &Names, h: u64, out: &mut impl FnMut(Site)) {
+        let m = self;
+        let mut site = |path: &str, rows: u64, cols: u64, input: u8| {
+            out(Site {
+                path: path.into(),
+                out: rows,
+                inp: cols,
+                kind: SiteKind::Module,
+                component: Component::Mixer,
+                input,
+            })
+        };
+        let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+        match m.q_lora_rank {
+            Some(r) => {
+                site("self_attn.q_a_proj", r, h, 0);
+                site("self_attn.q_b_proj", m.heads * qk, r, 2);
+            }
+            None => site("self_attn.q_proj", m.heads * qk, h, 0),
+        }
+        site(
+            "self_attn.kv_a_proj_with_mqa",
+            m.kv_lora_rank + m.qk_rope_head_dim,
+            h,
+            0,
+        );
+        site(
+            "self_attn.kv_b_proj",
+            m.heads * (m.qk_nope_head_dim + m.v_head_dim),
+            m.kv_lora_rank,
+            3,
+        );
+        site("self_attn.o_proj", h, m.heads * m.v_head_dim, 1);
+    }
+}
+
+/// Multi-head latent attention (`DeepseekV3Attention.forward`, modeling_deepseek_v3.py): the
+/// q LoRA (`q_a_proj` → `q_a_layernorm` → `q_b_proj`), the compressed KV (`kv_a_proj_with_mqa`
+/// → `kv_a_layernorm`), the cache update on the latent, then `expand_kv`: `kv_b_proj` over every
+/// cached token (`[b, h, ctx, nope + v]`, values a view of it) and keys built in a `new_empty`
+/// `[b, h, ctx, nope + rope]`; SDPA (head sizes differ for q/k and v: the memory-efficient
+/// kernel, which saves q, k, v, output and log-sum-exp like the fused ones).
+pub(crate) fn train(a: &Mla, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
+    let a = *a;
+    let hidden = b.hidden;
+    let heads = a.heads.div_ceil(c.t);
+    let qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    let kv_out = heads * (a.qk_nope_head_dim + a.v_head_dim);
+    let latent = a.kv_lora_rank + a.qk_rope_head_dim;
+    let cmp = c.cmp;
+    super::norm::train(b, c, p);
+    p.push(c.rep(hidden, cmp), false); // q_a_proj / kv_a_proj_with_mqa input
+    let mut q_lora = 0;
+    if let Some(r) = a.q_lora_rank {
+        super::norm::train_rms(c, r, p); // q_a_layernorm; its output is q_b_proj's input
+        q_lora = r;
+    }
+    super::norm::train_rms(c, a.kv_lora_rank, p); // kv_a_layernorm; its output is kv_b_proj's input
+    p.push(m(&[c.tok, heads * qk, cmp]), false); // query_states = cat(q_pass, q_rot)
+    p.push(m(&[c.tok, heads * qk, cmp]), false); // key_states (new_empty, filled)
+    p.push(m(&[c.tok, kv_out, cmp]), false); // kv_b_proj output (values are a view)
+    p.push(m(&[c.tok, heads * a.v_head_dim, cmp]), false); // attention output
+    p.push(m(&[c.b, heads, c.s, 4]), false); // log-sum-exp
+    let kept = if c.hf_cache {
+        // DynamicCache.update concatenates the latent and the rotary key.
+        m(&[c.tok, latent, cmp])
+    } else {
+        0
+    };
+    let q_all = m(&[c.tok, heads * qk + q_lora + latent, cmp]);
+    let expanded = m(&[c.tok, kv_out + heads * qk, cmp]);
+    let infer = c
+        .rep(hidden, c.res + cmp)
+        .saturating_add(q_all)
+        .saturating_add(expanded)
+        .saturating_add(m(&[c.tok, heads * a.v_head_dim, cmp]));
+    Extra {
+        bwd: q_all.saturating_add(expanded),
+        fwd: 0,
+        infer,
+        kept,
+        decode: m(&[
+            c.b,
+            hidden * 2 + heads * qk * 2 + q_lora + latent + heads * a.v_head_dim,
+            cmp,
+        ]),
+        // Every decode step re-expands the whole cached latent: kv_b_proj's output and keys.
+        decode_per_ctx: m(&[c.b, kv_out + heads * qk, cmp]),
+    }
+}

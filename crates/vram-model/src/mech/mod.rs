@@ -1,0 +1,546 @@
+//! The mechanisms a layer is made of, one module each: softmax attention ([`attention`]:
+//! windows, sinks, QK-norm, the output gate, KV sharing), multi-head latent attention with the
+//! DSA indexer ([`mla`]), Gated DeltaNet ([`gdn`]), Mamba2 ([`mamba2`]), mixtures of experts
+//! ([`moe`]: router, shared experts, dispatch), the dense MLP ([`dense`]), norms ([`norm`]) and
+//! the vision tower ([`vision`]).
+//!
+//! Each answers, in its own module, everything vramkit asks of it:
+//! - its parameter tensors, by [`Component`] ([`Mechanism::tensors`]), which give the exact
+//!   parameter counts, the weights' bytes, the tensors the allocator replay sees and what
+//!   tensor parallelism splits;
+//! - its forward FLOPs per token ([`Mechanism::flops_per_token`]);
+//! - the linears and parameters a LoRA adapter can target, named as transformers names them
+//!   ([`Mechanism::sites`]);
+//! - for a token mixer, what its cache holds ([`Mixer::cache_tensors`], summed in
+//!   [`CacheSpec`]), which `generate`'s walk, the estimate's cache report and the serving
+//!   engines' KV pages read;
+//! - the walks' steps: what a training step saves for backward and its high points, and what
+//!   `generate`'s prefill makes op by op (crate-internal: `train`, `prefill` in each module).
+//!
+//! [`Mixer`] and [`Ffn`] are the two slots of a layer ([`crate::blocks::Block`]); they
+//! dispatch to the mechanism they hold and are the only places that match on it.
+
+pub mod attention;
+pub mod cache;
+pub mod dense;
+pub mod gdn;
+pub mod mamba2;
+pub mod mla;
+pub mod moe;
+pub mod norm;
+pub mod vision;
+
+use serde::Serialize;
+
+pub use attention::{attention_kernel, repeats_kv_at, Attention, Kernel, QkNorm, Window};
+pub use cache::{CacheKind, CacheLayout, CacheReport, CacheSpec, CacheTensor, KindCache};
+pub use dense::{Act, Dense};
+pub use gdn::Gdn;
+pub use mamba2::Mamba2;
+pub use mla::{Indexer, Mla};
+pub use moe::{Dispatch, Moe};
+pub use norm::{Norm, NormKind};
+pub use vision::{Images, Vision, VisionInput};
+
+use crate::blocks::Names;
+
+/// What every mechanism answers about itself.
+pub trait Mechanism {
+    /// Its parameter tensors in module order, in a layer of hidden size `h`.
+    fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor));
+
+    /// Forward FLOPs per token with `ctx` earlier tokens: 2 per matmul weight a token runs
+    /// through, plus a mixer's token interaction.
+    fn flops_per_token(&self, h: u64, ctx: u64) -> u64;
+
+    /// The linears and parameters an adapter can target, named with the family's `names`.
+    fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site));
+}
+
+/// Where a parameter belongs, as `vram estimate --json`'s `params_by_component` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Component {
+    /// Token, position, type and per-layer-input embeddings, and embedding norms.
+    Embedding,
+    /// Attention / MLA / linear-attention / Mamba weights, incl. q/k norms, sinks, gates.
+    Mixer,
+    /// Dense feed-forward weights.
+    DenseMlp,
+    /// Routed expert banks, incl. expert biases.
+    RoutedExperts,
+    /// Shared expert(s) and their gate.
+    SharedExperts,
+    /// Router weights and biases (incl. `e_score_correction_bias`).
+    Router,
+    /// Per-layer norms outside the mixer/MLP modules, and the final norm.
+    Norms,
+    /// The LM head when not tied to the embedding.
+    Head,
+    /// Vision tower and projector/merger.
+    Vision,
+    /// Instantiated multi-token-prediction layers.
+    Mtp,
+    /// Anything else (a pooler, per-layer-input gates).
+    Other,
+}
+
+impl Component {
+    /// Every component, in display (and JSON) order.
+    pub const ALL: [Component; 11] = [
+        Component::Embedding,
+        Component::Mixer,
+        Component::DenseMlp,
+        Component::RoutedExperts,
+        Component::SharedExperts,
+        Component::Router,
+        Component::Norms,
+        Component::Head,
+        Component::Vision,
+        Component::Mtp,
+        Component::Other,
+    ];
+
+    /// The JSON key.
+    pub fn key(self) -> &'static str {
+        match self {
+            Component::Embedding => "embedding",
+            Component::Mixer => "mixer",
+            Component::DenseMlp => "dense_mlp",
+            Component::RoutedExperts => "routed_experts",
+            Component::SharedExperts => "shared_experts",
+            Component::Router => "router",
+            Component::Norms => "norms",
+            Component::Head => "head",
+            Component::Vision => "vision",
+            Component::Mtp => "mtp",
+            Component::Other => "other",
+        }
+    }
+}
+
+/// Parameter elements per [`Component`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ComponentParams(pub [u64; 11]);
+
+impl ComponentParams {
+    /// Elements of one component.
+    pub fn get(&self, c: Component) -> u64 {
+        self.0[c as usize]
+    }
+    /// Adds `n` elements to `c`.
+    pub fn add(&mut self, c: Component, n: u64) {
+        self.0[c as usize] += n;
+    }
+    /// Adds every component of `o`, `times` times.
+    pub fn add_all(&mut self, o: &ComponentParams, times: u64) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b * times;
+        }
+    }
+    /// Sum over all components.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// How a parameter tensor is used, which decides how quantized storage holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorKind {
+    /// An `nn.Linear` weight `[rows = out, cols = in]`.
+    Linear,
+    /// An expert bank: `experts` matrices `[rows, cols]` in one 3-D parameter.
+    Experts(u64),
+    /// An embedding table `[rows = vocab, cols = dim]`.
+    Embedding,
+    /// A vector or small tensor (norm weights, biases, sinks, conv kernels, `A_log`, ...).
+    Vector,
+}
+
+/// One parameter tensor (or `count` equal ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Tensor {
+    /// Where it belongs.
+    pub component: Component,
+    /// How it is used.
+    pub kind: TensorKind,
+    /// First dimension (output features of a linear).
+    pub rows: u64,
+    /// Second dimension (input features of a linear; 1 for vectors).
+    pub cols: u64,
+    /// Kept in fp32 whatever the model's dtype (`_keep_in_fp32_modules_strict`: DeepSeek-style
+    /// router weights).
+    pub fp32: bool,
+    /// Tensor parallelism splits it (Megatron's column- and row-parallel weights, expert banks,
+    /// the biases of column-parallel outputs); otherwise every rank keeps a copy (norms, the
+    /// biases added after a row-parallel reduction, routers, small per-head vectors). What TP
+    /// splits is also what autocast copies to half precision in a training step.
+    pub tp: bool,
+}
+
+impl Tensor {
+    /// Elements of the tensor.
+    pub fn numel(&self) -> u64 {
+        let e = match self.kind {
+            TensorKind::Experts(e) => e,
+            _ => 1,
+        };
+        self.rows * self.cols * e
+    }
+}
+
+pub(crate) fn lin(c: Component, out: u64, inp: u64) -> Tensor {
+    Tensor {
+        component: c,
+        kind: TensorKind::Linear,
+        rows: out,
+        cols: inp,
+        fp32: false,
+        tp: true,
+    }
+}
+
+/// A vector every tensor-parallel rank keeps whole.
+pub(crate) fn vector(c: Component, n: u64) -> Tensor {
+    Tensor {
+        component: c,
+        kind: TensorKind::Vector,
+        rows: n,
+        cols: 1,
+        fp32: false,
+        tp: false,
+    }
+}
+
+/// The bias of a column-parallel projection: split with its weight's output features.
+pub(crate) fn col_bias(c: Component, n: u64) -> Tensor {
+    Tensor {
+        tp: true,
+        ..vector(c, n)
+    }
+}
+
+/// How a linear site is held by the module tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteKind {
+    /// An `nn.Linear` (or GPT-2's `Conv1D`): quantized by bitsandbytes, matched by `all-linear`.
+    Module,
+    /// A 2-D parameter of a custom module (transformers 5's routers, `MixtralTopKRouter`):
+    /// never quantized by bitsandbytes, reachable by PEFT only through `target_parameters`.
+    Param,
+    /// A fused 3-D expert bank `[E, out, in]` (`MixtralExperts.gate_up_proj`): left in the load
+    /// dtype by 4-bit/8-bit loading, reachable only through `target_parameters`.
+    Experts(u64),
+}
+
+/// One matrix of a layer (or the head) that an adapter can attach to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Site {
+    /// Module path inside the layer as transformers names it (`self_attn.q_proj`,
+    /// `mlp.experts.gate_up_proj`, `mlp.gate.weight`), or `lm_head`.
+    pub path: String,
+    /// Output features.
+    pub out: u64,
+    /// Input features.
+    pub inp: u64,
+    /// Module, parameter or expert bank.
+    pub kind: SiteKind,
+    /// Where its parameters belong.
+    pub component: Component,
+    /// Which tensor it reads, within its layer: sites with the same number read the same
+    /// tensor (`q_proj`, `k_proj` and `v_proj` read the normed hidden states).
+    pub input: u8,
+}
+
+impl Site {
+    /// The last name of the path (`q_proj`; `gate.weight` for a router parameter).
+    pub fn leaf(&self) -> &str {
+        let p = self.path.strip_suffix(".weight").unwrap_or(&self.path);
+        p.rsplit('.').next().unwrap_or(p)
+    }
+
+    /// Elements of the weight.
+    pub fn numel(&self) -> u64 {
+        let e = match self.kind {
+            SiteKind::Experts(e) => e,
+            _ => 1,
+        };
+        e * self.out * self.inp
+    }
+}
+
+/// A block's token mixer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Mixer {
+    /// Softmax attention.
+    Attention(Attention),
+    /// Multi-head latent attention.
+    Mla(Mla),
+    /// Gated DeltaNet linear attention.
+    GatedDeltaNet(Gdn),
+    /// Mamba2.
+    Mamba2(Mamba2),
+    /// No mixer (Nemotron-H's MLP-only and MoE-only layers).
+    None,
+}
+
+/// A block's feed-forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ffn {
+    /// One dense MLP.
+    Dense(Dense),
+    /// Mixture of experts.
+    Moe(Moe),
+    /// A dense MLP and a mixture of experts side by side (Gemma 4).
+    DenseAndMoe(Dense, Moe),
+    /// No feed-forward (a mixer-only layer).
+    None,
+}
+
+/// Matmul weights (linear elements) among a mechanism's tensors.
+pub(crate) fn linear_params(mech: &impl Mechanism, h: u64) -> u64 {
+    let mut n = 0;
+    mech.tensors(h, &mut |t| {
+        if t.kind == TensorKind::Linear {
+            n += t.numel();
+        }
+    });
+    n
+}
+
+impl Mixer {
+    /// The mixer's parameter tensors, in module order.
+    pub fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
+        match self {
+            Mixer::Attention(a) => a.tensors(h, out),
+            Mixer::Mla(m) => m.tensors(h, out),
+            Mixer::GatedDeltaNet(g) => g.tensors(h, out),
+            Mixer::Mamba2(m) => m.tensors(h, out),
+            Mixer::None => {}
+        }
+    }
+
+    /// The linears an adapter can target, named with the family's `names`.
+    pub fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site)) {
+        match self {
+            Mixer::Attention(a) => a.sites(names, h, out),
+            Mixer::Mla(m) => m.sites(names, h, out),
+            Mixer::GatedDeltaNet(g) => g.sites(names, h, out),
+            Mixer::Mamba2(m) => m.sites(names, h, out),
+            Mixer::None => {}
+        }
+    }
+
+    /// The softmax attention it is, if it is one.
+    pub fn as_attention(&self) -> Option<&Attention> {
+        match self {
+            Mixer::Attention(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The tensors the layer's cache holds per sequence, as transformers' cache layer makes them
+    /// (each one allocation): keys and values; MLA's latent, rotary key and DSA indexer keys;
+    /// a recurrent mixer's convolution state and its fp32 recurrent state.
+    pub fn cache_tensors(&self, out: &mut impl FnMut(CacheTensor)) {
+        match self {
+            Mixer::Attention(a) => a.cache_tensors(out),
+            Mixer::Mla(m) => m.cache_tensors(out),
+            Mixer::GatedDeltaNet(g) => g.cache_tensors(out),
+            Mixer::Mamba2(m) => m.cache_tensors(out),
+            Mixer::None => {}
+        }
+    }
+
+    /// What the layer caches in the shapes a serving engine pages it; `None` when it caches
+    /// nothing.
+    pub fn cache_layout(&self) -> Option<CacheLayout> {
+        match self {
+            Mixer::Attention(a) => a.cache_layout(),
+            Mixer::Mla(m) => Some(m.cache_layout()),
+            Mixer::GatedDeltaNet(g) => Some(g.cache_layout()),
+            Mixer::Mamba2(m) => Some(m.cache_layout()),
+            Mixer::None => None,
+        }
+    }
+
+    /// The softmax attention it stands for in the closed forms that price a model by one layer:
+    /// itself, or an MLA layer as multi-head attention of its heads and query/key size; `None`
+    /// for a recurrent mixer or none.
+    pub fn softmax_equivalent(&self) -> Option<Attention> {
+        match self {
+            Mixer::Attention(a) => Some(*a),
+            Mixer::Mla(m) => Some(m.as_multi_head()),
+            _ => None,
+        }
+    }
+
+    /// The multi-head latent attention it is, if it is one.
+    pub fn as_mla(&self) -> Option<&Mla> {
+        match self {
+            Mixer::Mla(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The class of the layer's cache (transformers 5.24's cache layer types).
+    pub fn cache_kind(&self) -> CacheKind {
+        match self {
+            Mixer::Attention(a) => a.cache_kind(),
+            Mixer::Mla(m) => m.cache_kind(),
+            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) => CacheKind::Linear,
+            Mixer::None => CacheKind::None,
+        }
+    }
+
+    /// What the layer caches (see [`CacheSpec`]): its [`Mixer::cache_tensors`] summed.
+    pub fn cache(&self) -> CacheSpec {
+        let mut spec = CacheSpec {
+            kind: self.cache_kind(),
+            ..CacheSpec::NONE
+        };
+        self.cache_tensors(&mut |t| {
+            spec.per_token += t.per_token;
+            spec.window = spec.window.or(t.window);
+            if t.fp32 {
+                spec.state_f32 += t.fixed;
+            } else {
+                spec.state += t.fixed;
+            }
+        });
+        spec
+    }
+
+    /// Forward FLOPs per token of the mixer's token interaction (beyond its projections) with
+    /// `ctx` earlier tokens: `QKᵀ` and `PV` for attention (within the window), the state update
+    /// for recurrent mixers.
+    pub fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
+        match self {
+            Mixer::Attention(a) => a.mixing_flops_per_token(ctx),
+            Mixer::Mla(m) => m.mixing_flops_per_token(ctx),
+            Mixer::GatedDeltaNet(g) => g.mixing_flops_per_token(ctx),
+            Mixer::Mamba2(m) => m.mixing_flops_per_token(ctx),
+            Mixer::None => 0,
+        }
+    }
+
+    /// Matmul weights of the mixer (its linear elements), which a token runs through once.
+    pub fn linear_params(&self, h: u64) -> u64 {
+        let mut n = 0;
+        self.tensors(h, &mut |t| {
+            if t.kind == TensorKind::Linear {
+                n += t.numel();
+            }
+        });
+        n
+    }
+
+    /// What an estimate says of how the mixer is modelled, where that is worth saying.
+    pub fn note(&self) -> Option<&'static str> {
+        match self {
+            Mixer::Attention(a) => a.note(),
+            Mixer::Mla(m) => Some(m.note()),
+            Mixer::GatedDeltaNet(g) => Some(g.note()),
+            Mixer::Mamba2(m) => Some(m.note()),
+            Mixer::None => None,
+        }
+    }
+
+    /// A training step of the mixer: what it saves (into `p`) and its other bytes.
+    pub(crate) fn train(
+        &self,
+        b: &crate::blocks::Blocks,
+        c: &crate::estimate::layers::Ctx,
+        p: &mut crate::estimate::layers::Parts,
+    ) -> crate::estimate::layers::Extra {
+        match self {
+            Mixer::Attention(a) => attention::train(a, b, c, p),
+            Mixer::Mla(m) => mla::train(m, b, c, p),
+            Mixer::GatedDeltaNet(g) => gdn::train(g, b, c, p),
+            Mixer::Mamba2(m) => mamba2::train(m, b, c, p),
+            Mixer::None => Default::default(),
+        }
+    }
+}
+
+impl Mechanism for Mixer {
+    fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
+        Mixer::tensors(self, h, out)
+    }
+
+    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
+        2 * self.linear_params(h) + self.mixing_flops_per_token(ctx)
+    }
+
+    fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site)) {
+        Mixer::sites(self, names, h, out)
+    }
+}
+
+impl Ffn {
+    /// The feed-forward's parameter tensors (a dense MLP's, then the experts').
+    pub fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
+        if let Some(d) = self.dense() {
+            d.tensors(h, out);
+        }
+        if let Some(m) = self.moe() {
+            m.tensors(h, out);
+        }
+    }
+
+    /// The linears and parameters an adapter can target, named with the family's `names`.
+    pub fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site)) {
+        if let Some(d) = self.dense() {
+            d.sites(names, h, out);
+        }
+        if let Some(m) = self.moe() {
+            m.sites(names, h, out);
+        }
+    }
+
+    /// The mixture of experts it holds, if any.
+    pub fn moe(&self) -> Option<&Moe> {
+        match self {
+            Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => Some(m),
+            Ffn::Dense(_) | Ffn::None => None,
+        }
+    }
+
+    /// The dense MLP it holds, if any.
+    pub fn dense(&self) -> Option<&Dense> {
+        match self {
+            Ffn::Dense(d) | Ffn::DenseAndMoe(d, _) => Some(d),
+            Ffn::Moe(_) | Ffn::None => None,
+        }
+    }
+
+    /// Matmul parameters one token runs through (top-k experts, or all of them where the
+    /// dispatch computes every expert), for FLOPs.
+    pub fn active_params(&self, h: u64) -> u64 {
+        self.dense().map_or(0, |d| d.active_params(h))
+            + self.moe().map_or(0, |m| m.active_params(h))
+    }
+
+    /// What an estimate says of how the feed-forward is modelled, where that is worth saying.
+    pub fn note(&self) -> Option<&'static str> {
+        self.moe().map(Moe::note)
+    }
+}
+
+impl Mechanism for Ffn {
+    fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
+        Ffn::tensors(self, h, out)
+    }
+
+    fn flops_per_token(&self, h: u64, _ctx: u64) -> u64 {
+        2 * self.active_params(h)
+    }
+
+    fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site)) {
+        Ffn::sites(self, names, h, out)
+    }
+}

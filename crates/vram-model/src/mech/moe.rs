@@ -1,0 +1,346 @@
+//! Mixtures of experts: the router (softmax or sigmoid, an fp32 router, correction biases),
+//! routed expert banks run by transformers' dispatch (`grouped_mm_experts_forward`, Llama 4's
+//! every-token-through-every-expert, a loop), shared experts and their gate, Nemotron-H's
+//! latent projections.
+
+use serde::Serialize;
+
+use super::{
+    col_bias, lin, vector, Component, Dense, Mechanism, Site, SiteKind, Tensor, TensorKind,
+};
+use crate::blocks::{Blocks, Names};
+use crate::estimate::layers::{m, Ctx, Extra, Parts};
+use crate::setup::AmpStyle;
+
+/// How transformers runs the experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dispatch {
+    /// `grouped_mm_experts_forward` (integrations/moe.py), the 5.x default of classes decorated
+    /// `@use_experts_implementation`.
+    GroupedMm,
+    /// Every token through every expert, scaled by its routing score (Llama 4's `Llama4TextMoe`).
+    AllExperts,
+    /// A Python loop over the experts that received tokens.
+    Loop,
+}
+
+/// A mixture-of-experts feed-forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Moe {
+    /// Routed experts.
+    pub experts: u64,
+    /// Experts per token.
+    pub top_k: u64,
+    /// One expert's inner size.
+    pub expert_intermediate: u64,
+    /// Gated experts (`gate_up_proj` `[E, 2I, H]`) or not (`up_proj` `[E, I, H]`).
+    pub gated: bool,
+    /// Biases on the expert projections (gpt-oss).
+    pub expert_bias: bool,
+    /// Bias on the router linear (gpt-oss).
+    pub router_bias: bool,
+    /// `e_score_correction_bias` as a parameter (ERNIE 4.5's `moe_statics`); DeepSeek-V3,
+    /// GLM, MiniMax-M2 and Nemotron-H register it as a buffer, not a parameter.
+    pub correction_bias: bool,
+    /// Further router parameters beyond its `[E, H]` weight and biases (Gemma 4's scale and
+    /// per-expert scale).
+    pub router_extra: u64,
+    /// The routing weights stay fp32 when they multiply the expert outputs.
+    pub router_weights_fp32: bool,
+    /// The router's weight is an fp32 parameter (`_keep_in_fp32_modules_strict`: DeepSeek-V3/
+    /// V3.2, Kimi-K2, GLM-4.5/5, Nemotron-H, ERNIE 4.5 MoE).
+    pub router_param_fp32: bool,
+    /// How the experts run.
+    pub dispatch: Dispatch,
+    /// Shared expert(s) as one dense MLP beside the routed ones.
+    pub shared: Option<Dense>,
+    /// A `Linear(H, 1)` sigmoid gate on the shared expert (Qwen3.5-MoE, Qwen3-Next).
+    pub shared_gate: bool,
+    /// Experts run on a projected latent of this width (Nemotron-H `moe_latent_size`).
+    pub latent: Option<u64>,
+    /// The latent projections carry biases (Nemotron-H: `fc1_latent_proj`/`fc2_latent_proj`
+    /// are `nn.Linear(..., bias=config.mlp_bias)`, modeling_nemotron_h.py `NemotronHMoE`, 5.24).
+    pub latent_bias: bool,
+}
+
+impl Moe {
+    /// Matmul parameters one token runs through (top-k experts, or all of them where the
+    /// dispatch computes every expert; the router; shared experts), for FLOPs.
+    pub fn active_params(&self, h: u64) -> u64 {
+        let m = self;
+        let per = (if m.gated { 3 } else { 2 }) * m.latent.unwrap_or(h) * m.expert_intermediate;
+        let run = if m.dispatch == Dispatch::AllExperts {
+            m.experts
+        } else {
+            m.top_k
+        };
+        run * per + m.experts * h + m.shared.as_ref().map_or(0, |d| d.active_params(h))
+    }
+
+    /// What an estimate says of how it is modelled.
+    pub fn note(&self) -> &'static str {
+        match self.dispatch {
+            Dispatch::GroupedMm => "MoE: grouped_mm_experts_forward (transformers integrations/moe.py): sorted [tokens x top_k, hidden] rows",
+            Dispatch::AllExperts => "MoE: Llama4TextMoe, every token through every expert",
+            Dispatch::Loop => "MoE: a Python loop over the experts hit",
+        }
+    }
+}
+
+impl Mechanism for Moe {
+    /// Router, expert banks, latent projections, shared experts and their gate.
+    fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
+        let (e, i) = (self.experts, self.expert_intermediate);
+        let r = Component::RoutedExperts;
+        let inner = self.latent.unwrap_or(h);
+        out(Tensor {
+            component: Component::Router,
+            kind: TensorKind::Linear,
+            rows: e,
+            cols: h,
+            fp32: self.router_param_fp32,
+            tp: false,
+        });
+        if self.router_bias {
+            out(vector(Component::Router, e));
+        }
+        if self.correction_bias {
+            out(vector(Component::Router, e));
+        }
+        if self.router_extra > 0 {
+            out(vector(Component::Router, self.router_extra));
+        }
+        let up = if self.gated { 2 * i } else { i };
+        let bank = |rows, cols| Tensor {
+            component: r,
+            kind: TensorKind::Experts(e),
+            rows,
+            cols,
+            fp32: false,
+            tp: true,
+        };
+        out(bank(up, inner));
+        if self.expert_bias {
+            out(col_bias(r, e * up));
+        }
+        out(bank(inner, i));
+        if self.expert_bias {
+            out(vector(r, e * inner));
+        }
+        if let Some(l) = self.latent {
+            out(lin(r, l, h));
+            out(lin(r, h, l));
+            if self.latent_bias {
+                out(col_bias(r, l));
+                out(vector(r, h));
+            }
+        }
+        if let Some(s) = self.shared {
+            s.tensors_as(h, Component::SharedExperts, out);
+        }
+        if self.shared_gate {
+            out(lin(Component::SharedExperts, 1, h));
+        }
+    }
+
+    fn flops_per_token(&self, h: u64, _ctx: u64) -> u64 {
+        2 * self.active_params(h)
+    }
+
+    fn sites(&self, n: &Names, h: u64, out: &mut impl FnMut(Site)) {
+        let m = self;
+        let inner = m.latent.unwrap_or(h);
+        let (e, i) = (m.experts, m.expert_intermediate);
+        out(Site {
+            path: format!("{}.gate.weight", n.mlp),
+            out: e,
+            inp: h,
+            kind: SiteKind::Param,
+            component: Component::Router,
+            input: 4,
+        });
+        let up = if m.gated { 2 * i } else { i };
+        let up_name = if m.gated { "gate_up_proj" } else { "up_proj" };
+        out(Site {
+            path: format!("{}.experts.{up_name}", n.mlp),
+            out: up,
+            inp: inner,
+            kind: SiteKind::Experts(e),
+            component: Component::RoutedExperts,
+            input: 10,
+        });
+        out(Site {
+            path: format!("{}.experts.down_proj", n.mlp),
+            out: inner,
+            inp: i,
+            kind: SiteKind::Experts(e),
+            component: Component::RoutedExperts,
+            input: 11,
+        });
+        if let Some(l) = m.latent {
+            for (leaf, rows, cols, input) in
+                [("fc1_latent_proj", l, h, 4), ("fc2_latent_proj", h, l, 12)]
+            {
+                out(Site {
+                    path: format!("{}.{leaf}", n.mlp),
+                    out: rows,
+                    inp: cols,
+                    kind: SiteKind::Module,
+                    component: Component::RoutedExperts,
+                    input,
+                });
+            }
+        }
+        if let Some(s) = m.shared {
+            let prefix = format!("{}.shared_experts", n.mlp);
+            s.sites_as(n, &prefix, Component::SharedExperts, 4, h, out);
+        }
+        if m.shared_gate {
+            out(Site {
+                path: format!("{}.shared_expert_gate", n.mlp),
+                out: 1,
+                inp: h,
+                kind: SiteKind::Module,
+                component: Component::SharedExperts,
+                input: 4,
+            });
+        }
+    }
+}
+
+/// A mixture of experts over the step's tokens `T`, `S = T · top_k` routed rows.
+///
+/// Router: the linear's logits `[T, E]`, softmax or sigmoid in fp32 (saved output), top-k; a
+/// router that runs in fp32 (`DeepseekV3TopkRouter.forward`: `F.linear(hidden_states.type(
+/// torch.float32), ...)`, those with `e_score_correction_bias`) saves an fp32 copy of its input.
+///
+/// `grouped_mm_experts_forward` (integrations/moe.py): `torch.sort` of the expert ids, the
+/// gathered rows `hidden_states[perm // top_k]` `[S, H]` (the index saved), the up grouped_mm's
+/// `[S, 2I]` output, the gate's activation and product `[S, I]`, the down grouped_mm's `[S, H]`
+/// output, the routing weights `[S]` (fp32 when the router keeps them: the product is then fp32
+/// `[S, H]`), `weighted_out[inv_perm]` and the sum over top-k.
+///
+/// Llama 4 (`Llama4TextMoe.forward`, modeling_llama4.py): every token through every expert:
+/// `hidden_states.repeat(E, 1)` scaled by the sigmoid scores, two `bmm`s over `[E·T, ·]`.
+pub(crate) fn train(mo: &Moe, b: &Blocks, c: &Ctx, norm: bool, p: &mut Parts) -> Extra {
+    let cmp = c.cmp;
+    let hidden = b.hidden;
+    let h = mo.latent.unwrap_or(hidden);
+    let e = mo.experts;
+    let i = mo.expert_intermediate.div_ceil(c.t);
+    let up = if mo.gated { 2 * i } else { i };
+    if norm {
+        super::norm::train(b, c, p);
+        p.push(c.rep(hidden, cmp), false); // router and experts' input
+    }
+    // Router.
+    let fp32_router = mo.correction_bias;
+    if fp32_router {
+        p.push(m(&[c.tok, hidden, 4]), false); // hidden_states.type(float32)
+    }
+    p.push(m(&[c.tok, e, 4]), false); // softmax / sigmoid output (fp32)
+    if mo.dispatch == Dispatch::AllExperts {
+        // Llama4Router: top-k's indices (scatter_ reuses them), and the scores made a column
+        // (`transpose(0, 1).reshape(-1, 1)`, a copy) for the product with the repeated rows.
+        p.push(m(&[c.tok, mo.top_k, 8]), false);
+        p.push(m(&[c.tok, e, cmp]), false);
+    } else {
+        p.push(m(&[c.tok, mo.top_k, 8 + 4]), false); // top-k indices and weights
+        p.push(m(&[c.tok, 4]), false); // the top-k normalisation's divisor
+    }
+    let (rows, wb) = match mo.dispatch {
+        Dispatch::AllExperts => (m(&[c.tok, e]), cmp),
+        _ => (
+            m(&[c.tok, mo.top_k]),
+            if mo.router_weights_fp32 { 4 } else { cmp },
+        ),
+    };
+    // `_grouped_mm` (transformers integrations/moe.py) casts its input to the expert bank's
+    // dtype, and `torch._grouped_mm` has no autocast rule: in an autocast training step the
+    // banks are the fp32 master weights and the residual stream is fp32, so the gathered rows
+    // and every expert tensor after them are fp32 (PyTorch runs its per-expert fallback).
+    let xb = if mo.dispatch == Dispatch::GroupedMm
+        && c.training
+        && c.style == AmpStyle::Autocast
+        && c.res == 4
+    {
+        4
+    } else {
+        cmp
+    };
+    // `proj_out * sample_weights_g`: the wider of the two.
+    let wo = xb.max(wb);
+    let mut saved = 0u64;
+    let mut push = |p: &mut Parts, b: u64| {
+        saved = saved.saturating_add(b);
+        p.push(b, false)
+    };
+    if let Some(l) = mo.latent {
+        push(p, m(&[c.tok, l, cmp])); // fc1_latent_proj output
+    }
+    match mo.dispatch {
+        Dispatch::AllExperts => {
+            push(p, m(&[rows, h, cmp])); // hidden_states.repeat(E, 1)
+            push(p, m(&[rows, h, cmp])); // scaled by the scores: the first bmm's input
+        }
+        _ => {
+            push(p, m(&[rows, 8])); // perm // top_k, the gather's index
+            push(p, m(&[rows, 8])); // perm, the index of `sample_weights[perm]`
+            push(p, m(&[e, 4])); // offsets (int32), saved by both grouped_mm calls
+            push(p, m(&[rows, h, xb])); // gathered rows, the up grouped_mm's input
+        }
+    }
+    let eb = if mo.dispatch == Dispatch::AllExperts {
+        cmp
+    } else {
+        xb
+    };
+    push(p, m(&[rows, up, eb])); // up (gate_up) output; the gate's input is a view of it
+    if mo.gated {
+        push(p, m(&[rows, i, eb])); // act(gate)
+        if mo.expert_bias {
+            // gpt-oss's clamped SwiGLU (`GptOssExperts._apply_gate`): clamped gate and up,
+            // sigmoid, glu and up + 1 saved.
+            push(p, m(&[rows, i, eb, 4]));
+        }
+    }
+    push(p, m(&[rows, i, eb])); // the down projection's input
+    if mo.dispatch != Dispatch::AllExperts {
+        push(p, m(&[rows, h, xb])); // down output, multiplied by the routing weights
+        push(p, m(&[rows, wb])); // sample_weights_g
+        push(p, m(&[rows, 8])); // inv_perm
+    }
+    let fwd = match mo.dispatch {
+        // next_states [E·T, H] and its sum over experts.
+        Dispatch::AllExperts => m(&[rows, h, cmp]).saturating_add(m(&[c.tok, h, cmp])),
+        // weighted_out and its permuted copy, the sum over top-k, the cast.
+        _ => m(&[rows, h, wo, 2])
+            .saturating_add(m(&[c.tok, h, wo]))
+            .saturating_add(m(&[c.tok, h, cmp])),
+    };
+    let mut bwd = m(&[rows, h, 2 * wo + xb]).max(m(&[rows, up + 2 * i, eb]));
+    let mut infer = c
+        .rep(hidden, c.res + cmp)
+        .saturating_add(m(&[c.tok, e, 4 + cmp]))
+        .saturating_add(m(&[rows, h, cmp]))
+        .saturating_add(m(&[rows, up + 2 * i, cmp]).max(m(&[rows, h, cmp + 2 * wb])));
+    if let Some(s) = mo.shared {
+        // The shared expert reads the same normed input (no second norm).
+        let (b2, i2) = super::dense::train(&s, b, c, true, p);
+        bwd = bwd.max(b2);
+        infer = infer.saturating_add(i2.saturating_sub(c.rep(hidden, c.res + cmp)));
+        if mo.shared_gate {
+            p.push(m(&[c.tok, cmp, 2]), false); // sigmoid(shared_expert_gate(x))
+        }
+    }
+    let per_token = infer / c.tok.max(1);
+    Extra {
+        bwd,
+        fwd,
+        infer,
+        kept: 0,
+        decode: per_token.saturating_mul(c.b),
+        decode_per_ctx: 0,
+    }
+}
