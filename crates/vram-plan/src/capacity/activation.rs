@@ -77,3 +77,44 @@ pub(super) fn vllm_capture_sizes(max_num_seqs: u64) -> Vec<u64> {
     v.retain(|&s| s <= cap);
     v
 }
+
+/// The profile-run peak of vLLM V0's encoder-decoder runner for a model whose images reach the
+/// text by cross-attention (Llama 3.2 Vision), or `None` for any other model. Read at 0.6.3 and
+/// 0.6.6 (`worker/enc_dec_model_runner.py` `profile_run`, `model_executor/models/mllama.py`):
+/// each of `max_num_seqs` dummy sequences carries one image of `max_num_tiles` tiles (the
+/// maximal `get_max_mllama_image_tokens`), and `MllamaVisionModel.forward` encodes them all at
+/// once. Per image, over `L = tiles x round_up(patches + 1, 8)` positions: the float32 pixel
+/// values, the additive attention mask `_prepare_aspect_ratio_attention_mask` builds in the model
+/// dtype (`L x L`, one per image, kept for both encoders), the kept intermediate layers' outputs
+/// (stacked and held through the global encoder) and one encoder layer's MLP live set (residual,
+/// normed input, fc1's output split by TP, GELU's output). Then the decoder runs over
+/// `max_num_batched_tokens` tokens with every image's cross-attention states
+/// (`tiles x (patches + 1) x hidden`) held.
+pub(super) fn cross_vision_peak(
+    t: &Transformer,
+    k: &Knobs,
+    images: u64,
+    tokens: u64,
+) -> Option<u64> {
+    use vram_model::blocks::VisionInput;
+    let v = t.blocks.vision.as_ref()?;
+    let VisionInput::CrossTiles {
+        image,
+        tiles,
+        intermediate_layers,
+    } = v.input
+    else {
+        return None;
+    };
+    let d = k.dtype_bytes;
+    let per_tile = (image / v.patch.max(1)).pow(2) + 1;
+    let len = tiles * per_tile.div_ceil(8) * 8;
+    let pixels = tiles * 3 * image * image * 4;
+    let mask = len * len * d;
+    let kept = intermediate_layers * len * v.hidden * d;
+    let layer = len * (2 * v.hidden + 2 * v.intermediate.div_ceil(k.tp)) * d;
+    let encoder = images * (pixels + mask + kept + layer);
+    let states = images * tiles * per_tile * t.hidden * d;
+    let decoder = states + forward_peak(t, tokens, k, false);
+    Some(encoder.max(decoder))
+}

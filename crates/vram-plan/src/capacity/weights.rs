@@ -168,6 +168,16 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
             (t.vocab * t.hidden) as f64
         };
     let rotary = (t.max_positions * t.head_dim) as f64 * d;
+    // A multimodal model's vision tower and projector, on the first stage, in the model dtype
+    // and split by TP: the engines build their towers from their parallel linear layers (vLLM's
+    // `mllama.py`, `qwen2_5_vl.py`, `siglip.py`, `llama4.py`); its embeddings and norms are
+    // counted as split too, a small error.
+    let vision = t
+        .blocks
+        .vision
+        .as_ref()
+        .map_or(0.0, |v| v.params as f64 / tp * d);
+    let embed = embed + vision;
     let first = embed + layers_here * layer + rotary;
     let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
     let one = if k.pp == 1 {
