@@ -59,6 +59,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         }
         (((gpu_mib - reserved) / gpu_mib) * 1000.0).round() / 1000.0
     });
+    let (mfs, vlm_note) = vlm_mem_fraction(t, k, mfs);
     let max_len = k.max_model_len.unwrap_or(model_max_len(t, k));
     let page_size = k.block_size.unwrap_or(1);
     let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
@@ -157,11 +158,12 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     };
     // SGLang's "GB" is GiB (`GB = 1024 * 1024 * 1024` in mem_cache/memory_pool.py).
     let half = kv_bytes as f64 / 2.0 / GIB;
-    let mut log = vec![format!(
+    let mut log: Vec<String> = vlm_note.into_iter().collect();
+    log.push(format!(
         "Load weight end. avail mem={:.2} GB, mem usage={:.2} GB.",
         post,
         weights as f64 / GIB
-    )];
+    ));
     if let Some(swa) = swa_tokens {
         log.push(format!(
             "Use sliding window memory pool. full_layer_tokens={tokens}, swa_layer_tokens={swa}"
@@ -218,6 +220,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 .then_some("SGLang's sliding-window pool (SWAKVPool, model_runner.set_num_token_hybrid, read at a 2026 snapshot): the all-full token count shared out with swa = 0.8 x full, for every model with sliding layers (SGLang enables it per architecture; --disable-hybrid-swa-memory not modelled)"),
         )
         .chain(mamba_slots.map(|_| "SGLang's Mamba/Gated DeltaNet state pool (model_runner._handle_max_mamba_cache, read at a 2026 snapshot): rest x 0.9 / 1.9 in whole requests of conv (bf16) + recurrent (float32) state, the token pool the remainder; no speculative decoding"))
+        .map(String::from)
         .collect(),
     }
 }
@@ -278,4 +281,35 @@ pub(super) fn sglang_kinds(
         };
     }
     out
+}
+
+/// SGLang's reduction of `mem_fraction_static` for a multimodal model (its vision tower and
+/// image processor need room outside the pool). 0.4.0-0.4.3 (`model_runner.py`, read at 0.4.1
+/// and 0.4.3.post2): `mem_fraction_static *= 0.95` for any value, given or default ("Automatically
+/// reduce --mem-fraction-static to 0.836 because this is a multimodal model"); 0.4.4 to 0.4.x
+/// (read at 0.4.6.post1): `*= 0.90`; 0.5 (`server_args.py` `adjust_mem_fraction_for_vlm`, read
+/// at 0.5.0rc0): only for the default, `0.95 x clamp(1 - 0.1 x (layers x width^2 / (24 x 1024^2)
+/// - 1), 0.8, 1.05)`, the tower's size against a ViT-L/14.
+pub(super) fn vlm_mem_fraction(t: &Transformer, k: &Knobs, mfs: f64) -> (f64, Option<String>) {
+    let Some(v) = t.blocks.vision.as_ref() else {
+        return (mfs, None);
+    };
+    let ver = Engine::Sglang.version_in_force(k);
+    let factor = if ver < [0, 4, 4] {
+        0.95
+    } else if ver < [0, 5, 0] {
+        0.90
+    } else if k.mem_fraction_static.is_none() {
+        let ratio = (v.depth * v.hidden * v.hidden) as f64 / (24.0 * 1024.0 * 1024.0);
+        0.95 * (1.0 - 0.1 * (ratio - 1.0)).clamp(0.8, 1.05)
+    } else {
+        return (mfs, None);
+    };
+    let reduced = mfs * factor;
+    (
+        reduced,
+        Some(format!(
+            "Automatically reduce --mem-fraction-static to {reduced:.3} because this is a multimodal model."
+        )),
+    )
 }
