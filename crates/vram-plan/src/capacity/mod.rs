@@ -67,6 +67,7 @@ mod advice;
 mod engine;
 mod kv_layout;
 mod layers;
+mod non_torch;
 mod sglang;
 mod startup;
 mod vllm;
@@ -352,7 +353,7 @@ pub struct Capacity {
     /// The lines the engine would log at start-up (or its error).
     pub log: Vec<String>,
     /// What is estimated rather than read from the engine's source.
-    pub assumes: Vec<&'static str>,
+    pub assumes: Vec<String>,
 }
 
 /// Validates the knobs against the model; one-line errors.

@@ -9,14 +9,31 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let big = total as f64 >= 70.0 * GIB && !gpu.id.starts_with("a100");
     let max_len = k.max_model_len.unwrap_or(model_max_len(t, k));
     let (seqs_default, tokens_default) = if v0 {
-        // V0's EngineArgs: chunked prefill only above 32K tokens (then 2048 a step).
+        // V0's EngineArgs: chunked prefill only above 32K tokens (then 2048 a step), and not
+        // for multimodal, MLA or sliding-window models (`engine::vllm_v0_chunked_by_default`).
+        let caches = layer_caches(t);
+        let mla = caches
+            .iter()
+            .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
+        let sliding = caches
+            .iter()
+            .any(|c| matches!(c, LayerCache::Sliding { .. }));
+        let multimodal = t.blocks.vision.is_some();
         (
             256,
-            if max_len <= 32768 {
-                max_len.max(2048)
+            if engine::vllm_v0_chunked_by_default(k, max_len, multimodal, mla, sliding) {
+                // SchedulerConfig: 512 at 0.6.3, 2048 at 0.6.6 (0.6.4–0.6.5 not read).
+                if Engine::Vllm.version_in_force(k) < [0, 6, 6] {
+                    512
+                } else {
+                    2048
+                }
             } else {
-                2048
-            },
+                max_len.max(2048)
+            }
+            // SchedulerConfig: a multimodal model's budget is at least
+            // _MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS (5120; 0.6.3 and 0.8.3).
+            .max(if multimodal { 5120 } else { 0 }),
         )
     } else if big {
         (1024, 8192)
@@ -34,10 +51,21 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
     let compiled = !v0 && !k.enforce_eager;
     let sorts = engine::vllm_sampler_sorts(k, v1, reqs);
-    let activation = forward_peak(t, mnbt, k, compiled).max(sampler_peak(t, reqs, mnbt, k, sorts));
+    let mut activation =
+        forward_peak(t, mnbt, k, compiled).max(sampler_peak(t, reqs, mnbt, k, sorts));
+    // V0's encoder-decoder runner profiles every sequence with a maximal image (Llama 3.2
+    // Vision); its vision encoder over all of them is the peak.
+    let cross = if v0 {
+        cross_vision_peak(t, k, max_num_seqs, mnbt)
+    } else {
+        None
+    };
+    if let Some(c) = cross {
+        activation = activation.max(c);
+    }
     // Memory outside PyTorch that appears after the snapshot (kernel images, library handles,
     // NCCL and custom all-reduce buffers at TP/PP > 1), by version (`engine::vllm_non_torch`).
-    let (non_torch, non_torch_source) = engine::vllm_non_torch(k, v1);
+    let (non_torch, non_torch_source) = non_torch::vllm_non_torch(k, v1, gpu);
     let graphs = if k.enforce_eager {
         0
     } else {
@@ -229,12 +257,11 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             } else {
                 "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
             },
-            non_torch_source,
             if graphs_in_budget {
                 "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, subtracted before the KV cache as 0.20+ does (estimated)"
             } else {
                 "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)"
             },
-        ]).collect(),
+        ]).map(String::from).chain([non_torch_source]).collect(),
     }
 }
