@@ -830,3 +830,66 @@ fn mxfp4_marlin_layout_pads_the_experts() {
     // SGLang is not vLLM: no vLLM layout.
     assert_eq!(weights_per_gpu(&t, &k, h100, Engine::Sglang), triton);
 }
+
+#[test]
+fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
+    let t = llama3();
+    let mib = 1u64 << 20;
+    let at = |gpu: &str, version: &str, tp: u64, eager: bool| {
+        let g = vram_model::gpu::lookup(gpu).unwrap();
+        let k = Knobs {
+            tp,
+            max_model_len: Some(4096),
+            enforce_eager: eager,
+            engine_version: parse_version(version),
+            vllm_v0: version.starts_with("0.8"),
+            ..Knobs::default()
+        };
+        capacity(&t, g, Engine::Vllm, &k).unwrap().non_torch_bytes
+    };
+    // V1 on PCIe, eager: the kernel images, and at TP 2 one communicator the profile connects.
+    assert_eq!(at("l4", "0.18.1", 1, true), 80 * mib);
+    assert_eq!(at("l4", "0.18.1", 2, true), 80 * mib + 51 * mib);
+    // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured.
+    assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
+    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic.
+    assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 600 * mib);
+    // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's, and
+    // the custom all-reduce buffers.
+    assert_eq!(
+        at("l4", "0.8.3", 2, true),
+        80 * mib + 2 * 51 * mib + 8 * mib
+    );
+    // V1 before 0.18 compiled: no graph profiling inside the window.
+    assert_eq!(at("h100-80g", "0.11.0", 1, false), 24 * mib);
+}
+
+#[test]
+fn v0_chunks_by_default_only_long_text_models_without_mla() {
+    let g = vram_model::gpu::lookup("h100-80g").unwrap();
+    let mnbt = |t: &Transformer, version: &str, len: u64| {
+        let k = Knobs {
+            max_model_len: Some(len),
+            engine_version: parse_version(version),
+            vllm_v0: true,
+            ..Knobs::default()
+        };
+        capacity(t, g, Engine::Vllm, &k)
+            .unwrap()
+            .max_num_batched_tokens
+    };
+    let llama = match catalog::lookup("llama-3.1-8b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    assert_eq!(mnbt(&llama, "0.8.3", 65536), 2048);
+    assert_eq!(mnbt(&llama, "0.6.3", 65536), 512);
+    assert_eq!(mnbt(&llama, "0.8.3", 8192), 8192);
+    let dsv3 = match catalog::lookup("deepseek-v3").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    // MLA: 0.7.2 still chunks it; 0.8.3's _set_default_args_v0 does not.
+    assert_eq!(mnbt(&dsv3, "0.7.2", 65536), 2048);
+    assert_eq!(mnbt(&dsv3, "0.8.3", 65536), 65536);
+}
