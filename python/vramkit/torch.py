@@ -104,6 +104,7 @@ _KEYS = {
     "backend": "VRAM_BACKEND", "device_limit": "VRAM_DEVICE_LIMIT", "host_limit": "VRAM_HOST_LIMIT",
     "spill_min": "VRAM_SPILL_MIN", "managed_limit": "VRAM_MANAGED_LIMIT", "expandable": "VRAM_EXPANDABLE",
     "policy": "VRAM_POLICY", "mode": "VRAM_MODE", "history": "VRAM_HISTORY",
+    "migrate": "VRAM_MIGRATE", "trim_slack": "VRAM_TRIM_SLACK",
 }
 
 
@@ -199,15 +200,15 @@ def step(device=0):
     return n
 
 
-_TIERS = {0: "device", 1: "host", 2: "managed"}
+_TIERS = {0: "device", 1: "host", 2: "managed", 3: "migrated"}
 
 
 def tier_of(ptr, device=0):
-    """Where an address from vramkit lives: 'device', 'host' (pinned, device-mapped) or
-    'managed'; None when vramkit does not know it. Accepts a tensor (its ``data_ptr()``).
-    An allocation whose pages were moved to host memory by the tier (``step``) keeps its
-    device address and reports 'device'; ``memory_stats()["host.migrated_bytes.current"]``
-    counts those pages."""
+    """Where an address from vramkit lives: 'device', 'host' (pinned, device-mapped),
+    'managed', or 'migrated' (a device allocation whose pages the host tier moved to host
+    memory at the same address under pressure; it comes back by itself at a ``step()`` mark
+    when there is room, ``memory_stats()["host.migrated_bytes.current"]`` counts those
+    pages); None when vramkit does not know it. Accepts a tensor (its ``data_ptr()``)."""
     if hasattr(ptr, "data_ptr"):
         device = ptr.device.index if ptr.device.index is not None else device
         ptr = ptr.data_ptr()

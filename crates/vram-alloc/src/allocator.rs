@@ -332,6 +332,15 @@ impl<D: Device> CachingAllocator<D> {
         self.lock().rebalance()
     }
 
+    /// Whether the live allocation at `addr` has pages in host memory (moved by
+    /// [`CachingAllocator::migrate_to_host`] or [`CachingAllocator::evict_cold`]).
+    pub fn is_migrated(&self, addr: u64) -> bool {
+        let g = self.lock();
+        g.active
+            .get(&addr)
+            .is_some_and(|i| matches!(g.host.get(i), Some(&(_, _, true))))
+    }
+
     /// `(allocation address, pages start, pages end, on host)` for every live
     /// allocation whose pages were moved to host memory.
     pub fn host_ranges(&self) -> Vec<(u64, u64, u64)> {

@@ -22,6 +22,10 @@ pub enum Tier {
     Host,
     /// Managed (unified) memory, preferring the device.
     Managed,
+    /// A device allocation whose pages were moved to host memory at the same
+    /// addresses (the host tier's migration): its address is a device
+    /// address, its bytes are read over the bus until it comes back.
+    Migrated,
 }
 
 /// Counters of one tier.
@@ -401,7 +405,8 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                     }
                 }
             }
-            Tier::Host | Tier::Managed => {
+            // (Side blocks are never `Migrated`: that tier is the caching allocator's.)
+            Tier::Host | Tier::Managed | Tier::Migrated => {
                 let mut events = Vec::with_capacity(b.streams.len());
                 let mut ok = true;
                 for &st in &b.streams {
@@ -484,14 +489,19 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     }
 
     /// Which tier holds `addr`: [`Tier::Host`] or [`Tier::Managed`] for
-    /// spilled blocks, [`Tier::Device`] for raw segments; `None` for any
-    /// other address (the caching allocator's blocks included — ask
-    /// [`TieredAllocator::is_spilled`] to tell spilled ones apart).
+    /// spilled blocks, [`Tier::Migrated`] for a live device allocation whose
+    /// pages were moved to host memory, [`Tier::Device`] for raw segments and
+    /// any other address in caching mode (the caching allocator does not
+    /// tell its own addresses from unknown ones here); `None` for an unknown
+    /// address in raw mode.
     pub fn tier_of(&self, addr: u64) -> Option<Tier> {
-        match self.side().blocks.get(&addr) {
-            Some(b) => Some(b.tier),
-            None if self.cfg.mode == Mode::Caching => Some(Tier::Device),
-            None => None,
+        if let Some(b) = self.side().blocks.get(&addr) {
+            return Some(b.tier);
+        }
+        match self.cfg.mode {
+            Mode::Caching if self.device.is_migrated(addr) => Some(Tier::Migrated),
+            Mode::Caching => Some(Tier::Device),
+            Mode::Raw => None,
         }
     }
 

@@ -10,7 +10,7 @@
 //! ssize_t vram_memory_summary(int device, char* buf, size_t len);
 //! int     vram_dump_snapshot(int device, const char* path);
 //! int     vram_empty_cache(int device);
-//! int     vram_tier_of(int device, void* ptr);             // 0 device, 1 host, 2 managed
+//! int     vram_tier_of(int device, void* ptr);             // 0 device, 1 host, 2 managed, 3 migrated
 //! int     vram_reset_peak_stats(int device);
 //! ssize_t vram_last_error(char* buf, size_t len);
 //! ```
@@ -240,8 +240,9 @@ pub extern "C" fn vram_reset_peak_stats(device: c_int) -> c_int {
 }
 
 /// Where `ptr` (from [`vram_malloc`]) lives: 0 device, 1 pinned host
-/// memory, 2 managed memory; -1 when unknown or on error. In caching mode
-/// any address that did not spill reports 0.
+/// memory, 2 managed memory, 3 a device allocation whose pages the host tier
+/// moved to host memory at the same addresses; -1 when unknown or on error.
+/// In caching mode any other address reports 0.
 #[no_mangle]
 pub extern "C" fn vram_tier_of(device: c_int, ptr: *mut c_void) -> c_int {
     let addr = ptr as usize as u64;

@@ -94,13 +94,15 @@ impl Backend {
     pub fn reset_peak_stats(&self) {
         each!(self, t => t.reset_peak_stats())
     }
-    /// Which tier holds `addr`: 0 device, 1 host, 2 managed, -1 unknown.
+    /// Which tier holds `addr`: 0 device, 1 host, 2 managed, 3 device
+    /// address with its pages moved to host memory, -1 unknown.
     pub fn tier_code(&self, addr: u64) -> i32 {
         use vram_tier::Tier;
         match each!(self, t => t.tier_of(addr)) {
             Some(Tier::Device) => 0,
             Some(Tier::Host) => 1,
             Some(Tier::Managed) => 2,
+            Some(Tier::Migrated) => 3,
             None => -1,
         }
     }

@@ -2,8 +2,10 @@
 //! CUDA's documented rules checked strictly (a context must be current,
 //! `cuMemUnmap` takes exactly one whole mapping, granularity alignment,
 //! allocation properties of a pinned device allocation on device 0) on a
-//! 1 GiB device with a 2 MiB granularity. Memory is never touched: addresses
-//! are numbers. Compiled by the tests with `rustc --crate-type cdylib`.
+//! 1 GiB device (`FAKE_CUDA_TOTAL` bytes when that is set: a device as large
+//! as the real one, far above a test's cap) with a 2 MiB granularity. Memory is
+//! never touched: addresses are numbers. Compiled by the tests with
+//! `rustc --crate-type cdylib`.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -16,7 +18,11 @@ const OUT_OF_MEMORY: u32 = 2;
 const INVALID_DEVICE: u32 = 101;
 const INVALID_CONTEXT: u32 = 201;
 const INVALID_HANDLE: u32 = 400;
-const TOTAL: u64 = 1 << 30;
+/// The device's memory: `FAKE_CUDA_TOTAL` bytes, else 1 GiB.
+fn total() -> u64 {
+    static T: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *T.get_or_init(|| std::env::var("FAKE_CUDA_TOTAL").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 30))
+}
 const GRAN: u64 = 2 << 20;
 const CTX: usize = 0xC0_0000;
 
@@ -68,7 +74,7 @@ fn ctx() -> bool {
     CUR.with(|c| c.get() == CTX)
 }
 fn take(s: &mut State, n: u64) -> bool {
-    if s.used + n > TOTAL {
+    if s.used + n > total() {
         return false;
     }
     s.used += n;
@@ -95,7 +101,7 @@ unsafe fn prop_ok(p: *const Prop) -> bool {
 #[no_mangle] pub extern "C" fn cuCtxSynchronize() -> u32 { if ctx() { OK } else { INVALID_CONTEXT } }
 #[no_mangle] pub unsafe extern "C" fn cuMemGetInfo_v2(f: *mut usize, t: *mut usize) -> u32 {
     if !ctx() { return INVALID_CONTEXT; }
-    with(|s| { *f = (TOTAL - s.used) as usize; *t = TOTAL as usize; }); OK
+    with(|s| { *f = (total() - s.used) as usize; *t = total() as usize; }); OK
 }
 #[no_mangle] pub unsafe extern "C" fn cuMemAlloc_v2(p: *mut u64, n: usize) -> u32 {
     if !ctx() { return INVALID_CONTEXT; }
@@ -131,7 +137,7 @@ unsafe fn host_prop_ok(p: *const Prop) -> bool {
     if !(prop_ok(p) || on_host) || flags != 0 || n == 0 || n as u64 % GRAN != 0 { return INVALID_VALUE; }
     with(|s| {
         if on_host {
-            if s.host_located + n as u64 > 4 * TOTAL { return OUT_OF_MEMORY; }
+            if s.host_located + n as u64 > 4 * total() { return OUT_OF_MEMORY; }
             s.host_located += n as u64;
         } else if !take(s, n as u64) {
             return OUT_OF_MEMORY;

@@ -354,12 +354,16 @@ fn run_python_test(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> Option<Strin
         "{} not built by cargo test -p vram-torch",
         lib.display()
     );
+    // The environment `gpu/run.sh device plugin` gives it (VRAMKIT_LIB, PYTHONPATH,
+    // VRAM_BACKEND), plus VRAM_* values that contradict the script's own, which it must
+    // override: on 2026-11-27 this test passed here with VRAM_MIGRATE=0 and failed on the GPU,
+    // where gpu/run.sh left VRAM_MIGRATE at its default (1).
     let mut cmd = std::process::Command::new("python3");
     cmd.arg(root.join("python/tests/test_vramkit_torch.py"))
         .env("VRAMKIT_LIB", &lib)
-        .env("VRAM_DEVICE_LIMIT", "64MiB")
-        .env("VRAM_HOST_LIMIT", "1GiB")
-        .env("VRAM_MIGRATE", "0")
+        .env("VRAM_MIGRATE", "1")
+        .env("VRAM_DEVICE_LIMIT", "16GiB")
+        .env("VRAM_HOST_LIMIT", "0")
         .env("PYTHONPATH", root.join("python"));
     for (k, v) in env {
         cmd.env(k, v);
@@ -386,6 +390,10 @@ fn python_module_against_the_cdylib() {
     assert!(
         log.lines().any(|l| l
             == "ok: vramkit_torch stats, summary, snapshot, OOM and configure on the sim backend"),
+        "{log}"
+    );
+    assert!(
+        log.lines().any(|l| l == "ok: migration on the sim backend"),
         "{log}"
     );
 }
@@ -421,11 +429,14 @@ fn python_module_on_a_fake_cuda_driver() {
         );
         return;
     }
+    // A device as large as the H200 that ran gpu/run.sh (torch's total_memory there,
+    // ../shared/groundtruth/h200-2026/runtime/env.json), far above the test's 64 MiB cap.
     let Some(log) = run_python_test(
         "python_module_on_a_fake_cuda_driver",
         &[
             ("VRAM_BACKEND", "cuda".as_ref()),
             ("LD_LIBRARY_PATH", dir.as_os_str()),
+            ("FAKE_CUDA_TOTAL", "150109880320".as_ref()),
         ],
     ) else {
         return;
@@ -433,6 +444,10 @@ fn python_module_on_a_fake_cuda_driver() {
     assert!(
         log.lines().any(|l| l
             == "ok: vramkit_torch stats, summary, snapshot, OOM and configure on the cuda backend"),
+        "{log}"
+    );
+    assert!(
+        log.lines().any(|l| l == "ok: migration on the cuda backend"),
         "{log}"
     );
 }
