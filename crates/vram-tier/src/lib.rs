@@ -53,9 +53,11 @@ mod config;
 mod error;
 mod host;
 mod tiered;
+pub mod timers;
 
 pub use capped::CappedDevice;
 pub use config::{parse_size, Mode, TierConfig};
 pub use error::TierError;
 pub use host::{HostMemory, SimHost};
 pub use tiered::{Tier, TierCounters, TierStats, TieredAllocator};
+pub use timers::{Timer, TimerStat, Timers};

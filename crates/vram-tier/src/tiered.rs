@@ -4,10 +4,11 @@ use crate::capped::CappedDevice;
 use crate::config::{Mode, TierConfig};
 use crate::error::TierError;
 use crate::host::HostMemory;
+use crate::timers::{Timer, TimerStat, Timers};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use vram_alloc::device::EventId;
 use vram_alloc::{
     AllocError, CachingAllocator, Device, DeviceError, MemoryStats, OomInfo, Snapshot,
@@ -110,6 +111,14 @@ pub struct TierStats {
     pub device_limit: Option<u64>,
     /// The host tier's limit (0: off).
     pub host_limit: u64,
+    /// Every device call and allocator path, counted and timed
+    /// (`timer.<name>.count|measured|ns|max_ns`; see [`crate::timers`]).
+    pub timers: BTreeMap<&'static str, TimerStat>,
+    /// Step marks so far (`vram_step`).
+    pub num_steps: u64,
+    /// Driver calls (maps, unmaps, events, host allocations, ...) between the last two step
+    /// marks: 0 in a steady loop without a host tier.
+    pub last_step_driver_calls: u64,
 }
 
 impl TierStats {
@@ -117,7 +126,9 @@ impl TierStats {
     /// `host.*`, `managed.*`, `raw.*` (`bytes.current|peak|allocated|freed`,
     /// `allocation.current|peak|allocated`), `num_spills`,
     /// `num_spill_failures`, `num_leaked`, `device_used_bytes`, `device_limit`
-    /// (-1 when uncapped), `host_limit`.
+    /// (-1 when uncapped), `host_limit`, `timer.<name>.count|measured|ns|max_ns` for every
+    /// [`Timer`] (`timer.device.map.ns`, `timer.malloc.cached.count`, ...), `num_steps`,
+    /// `last_step.driver_calls`.
     pub fn to_map(&self) -> BTreeMap<String, i64> {
         let mut m = self.device.to_map();
         self.raw.put(&mut m, "raw");
@@ -130,6 +141,17 @@ impl TierStats {
         m.insert("device_used_bytes".into(), i(self.device_used_bytes));
         m.insert("device_limit".into(), self.device_limit.map_or(-1, i));
         m.insert("host_limit".into(), i(self.host_limit));
+        for (name, t) in &self.timers {
+            m.insert(format!("timer.{name}.count"), i(t.count));
+            m.insert(format!("timer.{name}.measured"), i(t.measured));
+            m.insert(format!("timer.{name}.ns"), i(t.ns));
+            m.insert(format!("timer.{name}.max_ns"), i(t.max_ns));
+        }
+        m.insert("num_steps".into(), i(self.num_steps));
+        m.insert(
+            "last_step.driver_calls".into(),
+            i(self.last_step_driver_calls),
+        );
         m
     }
 }
@@ -166,6 +188,11 @@ pub struct TieredAllocator<D: Device, H: HostMemory> {
     /// Number of entries in `side.blocks` plus `side.pending`, so that freeing
     /// a device block needs no second lock when nothing has spilled.
     side_count: AtomicUsize,
+    timers: Arc<Timers>,
+    /// Step marks so far, device calls at the last mark, and between the last two.
+    steps: AtomicU64,
+    calls_at_mark: AtomicU64,
+    last_step_calls: AtomicU64,
 }
 
 impl<D: Device, H: HostMemory> std::fmt::Debug for TieredAllocator<D, H> {
@@ -181,8 +208,11 @@ const HOST_ROUND: u64 = 4096;
 impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// An allocator over `dev` and `host` under `cfg`.
     pub fn new(dev: D, host: H, cfg: TierConfig) -> Result<Self, TierError> {
-        let device =
-            CachingAllocator::new(CappedDevice::new(dev, cfg.device_limit), cfg.alloc.clone())?;
+        let timers = Arc::new(Timers::new(cfg.timers));
+        let device = CachingAllocator::new(
+            CappedDevice::with_timers(dev, cfg.device_limit, timers.clone()),
+            cfg.alloc.clone(),
+        )?;
         Ok(TieredAllocator {
             cfg,
             device,
@@ -199,7 +229,17 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                 leaked: Vec::new(),
             }),
             side_count: AtomicUsize::new(0),
+            timers,
+            steps: AtomicU64::new(0),
+            calls_at_mark: AtomicU64::new(0),
+            last_step_calls: AtomicU64::new(0),
         })
+    }
+
+    /// The timers of this allocator's device calls and paths (the plug-in adds its own
+    /// `ffi.*` ones).
+    pub fn timers(&self) -> &Timers {
+        &self.timers
     }
 
     /// The policy in force.
@@ -222,11 +262,37 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// else in the managed or host tier by the policy; else
     /// [`AllocError::OutOfMemory`] (inside [`TierError::Alloc`]).
     pub fn malloc(&self, size: u64, stream: u32) -> Result<u64, TierError> {
+        let start = self.timers.start_sampled();
+        let before = self.driver_mark();
+        let r = self.place(size, stream, before.0);
+        let path = match &r {
+            Ok((_, p)) => *p,
+            Err(_) => Timer::MallocFailed,
+        };
+        self.timers.stop_or(path, start, self.driver_time_since(before));
+        r.map(|(a, _)| a)
+    }
+
+    #[inline]
+    fn driver_mark(&self) -> (u64, u64) {
+        (self.timers.driver_calls(), self.timers.driver_ns())
+    }
+
+    /// The driver time spent since `mark`, when a driver call was made (a path that made
+    /// one is charged it when it was not sampled).
+    #[inline]
+    fn driver_time_since(&self, mark: (u64, u64)) -> Option<u64> {
+        (self.timers.driver_calls() != mark.0).then(|| self.timers.driver_ns() - mark.1)
+    }
+
+    /// Places a request; returns the address and the path it took.
+    fn place(&self, size: u64, stream: u32, calls: u64) -> Result<(u64, Timer), TierError> {
         let oom = match self.cfg.mode {
             Mode::Caching => match self.device.malloc(size, stream) {
-                Ok(a) => return Ok(a),
+                Ok(a) if self.timers.driver_calls() == calls => return Ok((a, Timer::MallocCached)),
+                Ok(a) => return Ok((a, Timer::MallocSlow)),
                 Err(AllocError::OutOfMemory(info)) => match self.migrate_and_retry(size, stream) {
-                    Some(Ok(a)) => return Ok(a),
+                    Some(Ok(a)) => return Ok((a, Timer::MallocMigrated)),
                     Some(Err(e)) => return Err(e),
                     None => info,
                 },
@@ -247,7 +313,7 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                             },
                         );
                         self.sync_count(&s);
-                        return Ok(a);
+                        return Ok((a, Timer::MallocSlow));
                     }
                     Err(DeviceError::OutOfMemory { .. }) => {
                         let (free, total) = self.device.with_device(|d| d.mem_info());
@@ -267,6 +333,7 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             }
         };
         self.spill(size, stream, oom)
+            .map(|a| (a, Timer::MallocSpilled))
     }
 
     /// Host bytes the tier may still use: the limit minus pinned blocks and
@@ -310,8 +377,16 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// when the device has room for them plus the last step's transient need.
     /// Returns the bytes brought back.
     pub fn mark_step(&self) -> u64 {
+        let start = self.timers.start();
         self.device.mark_step();
-        self.device.rebalance()
+        let back = self.device.rebalance();
+        let calls = self.timers.driver_calls();
+        let prev = self.calls_at_mark.swap(calls, Ordering::Relaxed);
+        self.last_step_calls
+            .store(calls.saturating_sub(prev), Ordering::Relaxed);
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        self.timers.stop(Timer::MarkStep, start);
+        back
     }
 
     fn spill(&self, size: u64, stream: u32, oom: Box<OomInfo>) -> Result<u64, TierError> {
@@ -329,7 +404,10 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         if s.managed.current_bytes + rounded <= self.cfg.managed_limit {
             let (free, _) = self.device.with_device(|d| d.inner().mem_info());
             if free >= rounded {
-                if let Ok(a) = s.host.alloc_managed(rounded) {
+                let t = self.timers.start();
+                let r = s.host.alloc_managed(rounded);
+                self.timers.stop(Timer::HostAlloc, t);
+                if let Ok(a) = r {
                     s.managed.add(rounded);
                     s.num_spills += 1;
                     s.blocks.insert(
@@ -355,7 +433,10 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         if self.host_room(&s) < rounded {
             return fail(&mut s);
         }
-        match s.host.alloc_pinned(rounded) {
+        let t = self.timers.start();
+        let r = s.host.alloc_pinned(rounded);
+        self.timers.stop(Timer::HostAlloc, t);
+        match r {
             Ok(a) => {
                 s.host_ctr.add(rounded);
                 s.num_spills += 1;
@@ -377,9 +458,21 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// Frees an address from [`TieredAllocator::malloc`]. Host and managed
     /// blocks are returned once the work queued on their streams finishes.
     pub fn free(&self, addr: u64) -> Result<(), TierError> {
+        let start = self.timers.start_sampled();
+        let before = self.driver_mark();
         if self.side_count.load(Ordering::Acquire) == 0 {
-            return Ok(self.device.free(addr)?);
+            let r = self.device.free(addr);
+            self.timers
+                .stop_or(Timer::FreeDevice, start, self.driver_time_since(before));
+            return Ok(r?);
         }
+        let r = self.free_side(addr);
+        self.timers
+            .stop_or(Timer::FreeSide, start, self.driver_time_since(before));
+        r
+    }
+
+    fn free_side(&self, addr: u64) -> Result<(), TierError> {
         let mut s = self.side();
         let Some(b) = s.blocks.remove(&addr) else {
             let had_pending = !s.pending.is_empty();
@@ -459,10 +552,12 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                 continue;
             }
             let (_, addr, b) = s.pending.swap_remove(i);
+            let t = self.timers.start();
             let r = match b.tier {
                 Tier::Managed => s.host.free_managed(addr),
                 _ => s.host.free_pinned(addr),
             };
+            self.timers.stop(Timer::HostFree, t);
             match (r, b.tier) {
                 (Ok(()), Tier::Managed) => s.managed.sub(b.size),
                 (Ok(()), _) => s.host_ctr.sub(b.size),
@@ -533,6 +628,9 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             device_used_bytes: self.device.with_device(|d| d.used()),
             device_limit: self.cfg.device_limit,
             host_limit: self.cfg.host_limit,
+            timers: self.timers.snapshot(),
+            num_steps: self.steps.load(Ordering::Relaxed),
+            last_step_driver_calls: self.last_step_calls.load(Ordering::Relaxed),
         }
     }
 

@@ -61,14 +61,17 @@ pub extern "C" fn vram_malloc(size: isize, device: c_int, stream: *mut c_void) -
                 return std::ptr::null_mut();
             }
         };
+        let start = b.timers().start_sampled();
         let sid = p.stream_id(device, b, raw_stream);
-        match b.malloc(size, sid) {
+        let r = match b.malloc(size, sid) {
             Ok(a) => a as usize as *mut c_void,
             Err(e) => {
                 p.set_error(e);
                 std::ptr::null_mut()
             }
-        }
+        };
+        b.timers().stop(vram_tier::Timer::FfiMalloc, start);
+        r
     })
 }
 
@@ -84,9 +87,11 @@ pub extern "C" fn vram_free(ptr: *mut c_void, size: isize, device: c_int, stream
         let p = plugin();
         match p.backend(device).map_err(|e| e.to_string()) {
             Ok(b) => {
+                let start = b.timers().start_sampled();
                 if let Err(e) = b.free(addr) {
                     p.set_error(e);
                 }
+                b.timers().stop(vram_tier::Timer::FfiFree, start);
             }
             Err(e) => p.set_error(e),
         }

@@ -106,6 +106,10 @@ impl Backend {
             None => -1,
         }
     }
+    /// The allocator's timers.
+    pub fn timers(&self) -> &vram_tier::Timers {
+        each!(self, t => t.timers())
+    }
     /// Checks invariants (tests).
     pub fn check_invariants(&self) -> Result<(), String> {
         each!(self, t => t.check_invariants())
