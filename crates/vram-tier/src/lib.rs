@@ -52,6 +52,7 @@ mod capped;
 mod config;
 mod error;
 mod host;
+pub mod plan;
 mod tiered;
 pub mod timers;
 

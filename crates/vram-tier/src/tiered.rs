@@ -269,7 +269,8 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             Ok((_, p)) => *p,
             Err(_) => Timer::MallocFailed,
         };
-        self.timers.stop_or(path, start, self.driver_time_since(before));
+        self.timers
+            .stop_or(path, start, self.driver_time_since(before));
         r.map(|(a, _)| a)
     }
 
@@ -289,7 +290,9 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     fn place(&self, size: u64, stream: u32, calls: u64) -> Result<(u64, Timer), TierError> {
         let oom = match self.cfg.mode {
             Mode::Caching => match self.device.malloc(size, stream) {
-                Ok(a) if self.timers.driver_calls() == calls => return Ok((a, Timer::MallocCached)),
+                Ok(a) if self.timers.driver_calls() == calls => {
+                    return Ok((a, Timer::MallocCached))
+                }
                 Ok(a) => return Ok((a, Timer::MallocSlow)),
                 Err(AllocError::OutOfMemory(info)) => match self.migrate_and_retry(size, stream) {
                     Some(Ok(a)) => return Ok((a, Timer::MallocMigrated)),

@@ -286,7 +286,10 @@ impl Timers {
 
     /// Every timer's figures, by name.
     pub fn snapshot(&self) -> BTreeMap<&'static str, TimerStat> {
-        Timer::ALL.iter().map(|&t| (t.name(), self.get(t))).collect()
+        Timer::ALL
+            .iter()
+            .map(|&t| (t.name(), self.get(t)))
+            .collect()
     }
 }
 
@@ -333,7 +336,11 @@ mod tests {
         let s = off.start();
         off.stop_or(Timer::DeviceUnmap, s, Some(5));
         assert_eq!(off.get(Timer::DeviceUnmap).measured, 0);
-        assert_eq!(off.get(Timer::DeviceUnmap).count, 1, "counts are kept when off");
+        assert_eq!(
+            off.get(Timer::DeviceUnmap).count,
+            1,
+            "counts are kept when off"
+        );
         assert_eq!(off.driver_calls(), 1);
     }
 }

@@ -1,5 +1,7 @@
 //! vram-tier: placement policy, per-tier statistics and safety on the simulated device and host.
 
+mod plan;
+
 use vram_alloc::{AllocatorConfig, Policy, SimDevice};
 use vram_tier::{parse_size, Mode, SimHost, Tier, TierConfig, TierError, TieredAllocator};
 
@@ -613,7 +615,10 @@ fn timers_count_device_calls_and_paths() {
     step(&t);
     step(&t);
     let s = t.stats();
-    assert_eq!(s.timers["malloc.slow"].count, 2, "no growth after the first step");
+    assert_eq!(
+        s.timers["malloc.slow"].count, 2,
+        "no growth after the first step"
+    );
     assert_eq!(s.timers["malloc.cached"].count, 4);
     assert_eq!(s.last_step_driver_calls, 0);
     assert_eq!(s.num_steps, 3);
@@ -632,7 +637,10 @@ fn timers_count_device_calls_and_paths() {
     assert_eq!(m["timer.step.mark.count"], 3);
     // Device calls and slow paths are measured every time; a cached request one time in
     // SAMPLE_EVERY.
-    assert_eq!(s.timers["device.map"].measured, s.timers["device.map"].count);
+    assert_eq!(
+        s.timers["device.map"].measured,
+        s.timers["device.map"].count
+    );
     assert_eq!(s.timers["malloc.slow"].measured, 2);
     assert!(s.timers["malloc.slow"].ns >= s.timers["device.map"].ns);
     // Off: counts kept, nothing timed.

@@ -447,7 +447,8 @@ fn python_module_on_a_fake_cuda_driver() {
         "{log}"
     );
     assert!(
-        log.lines().any(|l| l == "ok: migration on the cuda backend"),
+        log.lines()
+            .any(|l| l == "ok: migration on the cuda backend"),
         "{log}"
     );
 }
