@@ -4,6 +4,8 @@
 #   gpu/run.sh build            # HERE (Rust toolchain): cargo build --release, copy the binary
 #                               # and the .so into gpu/dist/ (ignored by git; carried to the device)
 #   gpu/run.sh device [STAGE]   # ON THE DEVICE (CUDA, PyTorch, transformers; no Rust, no network)
+#   gpu/run.sh sim              # HERE: the loops simulated (planned host tier, link model) into
+#                               # gpu/results-sim/ in the same schema
 #
 # Stages (default: all, in this order): env check plugin latency loops capped summary.
 # Two device calls of 10 minutes: 'env check plugin latency loops', then 'capped summary'
@@ -148,8 +150,36 @@ stage_summary() {
     "$PY" gpu/summary.py "$RES" "$ROOT/gpu/results"
 }
 
+sim() {
+    # HERE, no GPU: the two loops of `loops`/`capped` simulated (vram_tier::plan: the planned
+    # host tier against a timing model of the link), written in the device run's schema to
+    # gpu/results-sim/. The traces are vramkit's own model of each step (vram trace --events),
+    # the phase times scaled to the H200's measured native steps (gpu/sim/calibration.json).
+    local out=$ROOT/gpu/results-sim cal=$ROOT/gpu/sim/calibration.json
+    cargo build -q -p vram-cli -p vram-tier --bins
+    mkdir -p "$out"
+    local bin=$ROOT/target/debug
+    local gpu link cpu
+    gpu=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['gpu'])" "$cal")
+    link=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['link']['gb_s'])" "$cal")
+    cpu=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['host_adamw_params_per_s']['value'])" "$cal")
+    native() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['loops'][sys.argv[2]]['native_median_s'])" "$cal" "$1"; }
+    "$bin/vram" trace gpt2 --micro-batch 8 --seq 1024 --steps 3 --gpu "$gpu" \
+        --events "$out/trace_gpt2.json"
+    "$bin/vram" trace gpu/sim/llama-1.1b.json --micro-batch 2 --seq 2048 --steps 3 --gpu "$gpu" \
+        --events "$out/trace_llama.json"
+    # The caps gpu/run.sh sets, on the simulated peaks: GPT-2 at 70 % of its native peak
+    # reserved; the Llama model at its native peak less its AdamW states.
+    "$bin/vram-tier-sim" --trace "$out/trace_gpt2.json" --model gpt2 --native-s "$(native gpt2)" \
+        --cap-fraction 0.7 --link-gbps "$link" --cpu-adamw "$cpu" --out-dir "$out"
+    "$bin/vram-tier-sim" --trace "$out/trace_llama.json" --model llama --native-s "$(native llama)" \
+        --cap-states-out "${LLAMA_STATES_OUT:-1.0}" --link-gbps "$link" --cpu-adamw "$cpu" --out-dir "$out"
+    "$PY" gpu/summary.py "$out"
+}
+
 case "${1:-}" in
     build) build ;;
+    sim) sim ;;
     device)
         mkdir -p "$RES"
         test -x "$DIST/vram-cuda-check" || { echo "gpu/dist missing: run 'gpu/run.sh build' here and carry gpu/dist" >&2; exit 2; }

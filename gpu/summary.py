@@ -2,12 +2,17 @@
 
   loops:   [{model, native_median_s, native_mean_s, vramkit_median_s, vramkit_mean_s,
              native_expandable_reserved_bytes, vramkit_reserved_bytes}]
-  limited: [{model, cap_bytes, native_oom, vramkit_finished, slowdown}]
+  limited: [{model, cap_bytes, native_oom, vramkit_finished, slowdown, floor_slowdown,
+             floor_method}]
 
 `slowdown` is the capped vramkit run's median step over the uncapped native run's median step
-(the same loop). Results are looked up in DIR, then in each further directory given (a first
-device call's results copied into gpu/results/). A missing figure is null. Everything else the
-runs measured (criteria, spills, migrations, versions) goes to DIR/details.json.
+(the same loop). `floor_slowdown` is the least slowdown the bytes that must cross the host link
+allow (vram_tier::plan::floor; `floor_method` says how it was computed), from the capped run's
+file when it has one (the simulation writes it; a device run gets it from `gpu/run.sh sim`'s
+results, the same loop's model). Results are looked up in DIR, then in each further directory
+given (a first device call's results copied into gpu/results/). A missing figure is null.
+Everything else the runs measured (criteria, spills, migrations, the plan, timers, versions)
+goes to DIR/details.json.
 
   python3 gpu/summary.py DIR [MORE_DIRS...]
 """
@@ -58,25 +63,41 @@ for m in MODELS:
                                       (("native", nat), ("native_expandable", exp), ("vramkit", vk))
                                       if get(r, "error")}}
 
-TARGET = {"gpt2": 3.0, "llama": 1.5}
+# Issue 34's targets: on a GPU GPT-2 at 70 % of its peak at most 3x, the states-out Llama at
+# most 2x; in simulation 2x for both; each capped run within 1.25x of its floor.
+simulated = bool(get(load("capped_gpt2_vramkit.json"), "source")) and "simulated" in str(
+    get(load("capped_gpt2_vramkit.json"), "source"))
+TARGET = {"gpt2": 2.0 if simulated else 3.0, "llama": 2.0}
+PLAN_KEYS = ("strategy", "moves", "moved_bytes", "moved_bytes_by_kind", "host_chunks",
+             "d2h_bytes_per_step", "h2d_bytes_per_step", "host_cpu_s", "stream_step_s",
+             "host_update_step_s", "optimizer_chunks", "planned_cap_bytes", "peak_allocated_bytes",
+             "peak_phase", "floor_step_s", "floor_phase", "floor_out_s", "floor_in_s",
+             "floor_host_chunks")
 for m in ("gpt2", "llama"):
     nat_cap, vk_cap, nat = (load(f"capped_{m}_{al}.json") for al in ("native", "vramkit", "native_uncapped"))
     nat = nat or load(f"train_{m}_native.json")
     slow = None
     if get(vk_cap, "median_step_s") and get(nat, "median_step_s"):
         slow = vk_cap["median_step_s"] / nat["median_step_s"]
+    floor = get(vk_cap, "floor_slowdown")
     limited.append({
         "model": m,
         "cap_bytes": get(vk_cap, "limit_bytes") or get(nat_cap, "limit_bytes"),
         "native_oom": get(nat_cap, "oom"),
         "vramkit_finished": get(vk_cap, "finished"),
         "slowdown": slow,
+        "floor_slowdown": floor,
+        "floor_method": get(vk_cap, "floor_method"),
     })
     details["limited"][m] = {"target_slowdown": TARGET[m],
                              "met": None if slow is None else (slow <= TARGET[m] and bool(get(vk_cap, "finished"))),
+                             "within_1_25_of_floor": None if slow is None or not floor else slow <= 1.25 * floor,
+                             "slowdown_over_floor": None if slow is None or not floor else slow / floor,
+                             "plan": {k: get(vk_cap, k) for k in PLAN_KEYS if get(vk_cap, k) is not None},
                              "vramkit_counters": get(vk_cap, "vramkit"),
                              "vramkit_error": get(vk_cap, "error"),
                              "optimizer_state_bytes": get(nat, "optimizer_state_bytes")}
+details["source"] = get(load("capped_gpt2_vramkit.json"), "source") or get(load("env.json"), "gpu")
 
 s = {"loops": loops, "limited": limited}
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
