@@ -155,10 +155,10 @@ sim() {
     # host tier against a timing model of the link), written in the device run's schema to
     # gpu/results-sim/. The traces are vramkit's own model of each step (vram trace --events),
     # the phase times scaled to the H200's measured native steps (gpu/sim/calibration.json).
-    local out=$ROOT/gpu/results-sim cal=$ROOT/gpu/sim/calibration.json
+    local out=gpu/results-sim cal=gpu/sim/calibration.json
     cargo build -q -p vram-cli -p vram-tier --bins
     mkdir -p "$out"
-    local bin=$ROOT/target/debug
+    local bin=target/debug
     local gpu link cpu
     gpu=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['gpu'])" "$cal")
     link=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['link']['gb_s'])" "$cal")

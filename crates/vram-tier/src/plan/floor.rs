@@ -35,8 +35,8 @@ anywhere in the loop, and one stall serves both directions where the copies' win
 (optimizer states: back before their chunk, out after it), not where they are apart \
 (activations); allocated bytes, no fragmentation; the optimizer in the profile's chunks; the \
 least over updating the last 0..=chunks optimizer chunks on the host, which removes their \
-states and adds the CPU's AdamW time after their first gradient is made and the gradients' \
-and weights' copies";
+states and adds, after the optimizer step begins, the longest of the CPU's AdamW time and the \
+gradients' and weights' copies";
 
 /// The least delay a loop must insert per step for phase `q`'s `need` bytes above the cap:
 /// `(delay, delay the out copies alone need, delay the in copies alone need)`.
@@ -117,9 +117,6 @@ fn stream_bound(
     let ends: Vec<f64> = (0..n).map(|q| starts[q] + p.phases[q].seconds).collect();
     let host_chunk = |i: usize| p.items[i].chunk.is_some_and(|c| host.contains(&c));
     let gone = |i: usize| p.items[i].kind == ItemKind::OptimizerState && host_chunk(i);
-    // Gradients of host-updated chunks leave after the backward makes them and never
-    // come back.
-    let one_way = |i: usize| p.items[i].kind == ItemKind::Gradient && host_chunk(i);
     let mut worst = (0.0f64, None, 0.0f64, 0.0f64);
     for q in 0..n {
         let live: u64 = p.base[q]
@@ -138,16 +135,8 @@ fn stream_bound(
         let pos = |t: f64| (t - ends[q]).rem_euclid(total);
         let mut released = Vec::new();
         let mut due = Vec::new();
-        let mut never_back = 0u64;
         for (i, it) in p.items.iter().enumerate() {
             if gone(i) {
-                continue;
-            }
-            if one_way(i) {
-                if it.live_in(q) && q > it.alloc {
-                    released.push((pos(ends[it.alloc]).min(span), it.bytes));
-                    never_back += it.bytes;
-                }
                 continue;
             }
             let Some((a, b, _)) = it.gap_around(q) else {
@@ -157,14 +146,7 @@ fn stream_bound(
             due.push((pos(starts[b]).min(span), it.bytes));
         }
         let need = live - cap;
-        let (d, o, i) = least_delay(
-            released,
-            due,
-            need,
-            need.saturating_sub(never_back),
-            link,
-            span,
-        );
+        let (d, o, i) = least_delay(released, due, need, need, link, span);
         if d > worst.0 || worst.1.is_none() {
             worst = (d, Some(q), o, i);
         }
@@ -190,16 +172,11 @@ pub fn floor(p: &Profile, cap: u64, link: &Link, cpu: &HostCpu) -> Floor {
             .sum();
         let mut t = native - saved + extra;
         if h > 0 {
-            // The host's work starts no earlier than the first of its gradients exists and
-            // must be back before the next step's forward: CPU time, and the gradients' and
-            // weights' copies (each at least as long as its own bytes take).
+            // The host's work starts when the optimizer step does (the gradients are final
+            // then) and must be back before the next step's forward: CPU time, and the
+            // gradients' and weights' copies (each at least as long as its own bytes take).
             let in_host = |it: &super::profile::Item| it.chunk.is_some_and(|c| host.contains(&c));
-            let first_grad = p
-                .items
-                .iter()
-                .filter(|it| it.kind == ItemKind::Gradient && in_host(it))
-                .map(|it| starts[it.alloc] + p.phases[it.alloc].seconds)
-                .fold(f64::INFINITY, f64::min);
+            let first_grad = opt.first().map_or(f64::INFINITY, |&q| starts[q]);
             let pbytes: u64 = p
                 .items
                 .iter()

@@ -99,7 +99,7 @@ pub fn plan_moves(p: &Profile, cap: u64, link: &Link, host_chunks: &[usize]) -> 
             .items
             .iter()
             .enumerate()
-            .filter(|(i, _)| !on_host(*i))
+            .filter(|(i, it)| it.movable && !on_host(*i))
             .filter(|(i, _)| !moves.iter().any(|m| m.item == *i && m.away_in(q)))
             .filter_map(|(i, it)| {
                 let (a, b, wraps) = it.gap_around(q)?;

@@ -71,6 +71,10 @@ pub struct Item {
     /// before it).
     #[serde(default = "yes")]
     pub at_free_peak: bool,
+    /// Whether the runtime can move it (the plug-in moves saved activations and optimizer
+    /// states; weights and gradients only through a host update). The floor ignores this.
+    #[serde(default = "yes")]
+    pub movable: bool,
 }
 
 fn yes() -> bool {
@@ -236,6 +240,46 @@ fn kind_of(category: &str) -> Option<ItemKind> {
 }
 
 impl Profile {
+    /// A profile from a step recorded by the runtime: its phases, items, and the allocated
+    /// bytes at each phase's high point (`live`, everything included); the base is what the
+    /// items do not account for.
+    pub fn from_recorded(
+        phases: Vec<PhaseInfo>,
+        items: Vec<Item>,
+        live: &[u64],
+        chunks: usize,
+    ) -> Result<Profile, String> {
+        let n = phases.len();
+        if n == 0 || live.len() != n {
+            return Err(format!("{n} phases but {} live figures", live.len()));
+        }
+        for (k, it) in items.iter().enumerate() {
+            let bad = it.uses.is_empty()
+                || it.uses.iter().any(|&u| u >= n)
+                || it.uses.windows(2).any(|w| w[0] >= w[1])
+                || (!it.persistent && (it.alloc > it.free || it.free >= n));
+            if bad {
+                return Err(format!("item {k}: uses or lifetime outside the {n} phases"));
+            }
+        }
+        let mut p = Profile {
+            phases,
+            items,
+            base: vec![0; n],
+            chunks: chunks.max(1),
+        };
+        for (q, &l) in live.iter().enumerate() {
+            let items_here: u64 = p
+                .items
+                .iter()
+                .filter(|it| it.live_in(q))
+                .map(|it| it.bytes)
+                .sum();
+            p.base[q] = l.saturating_sub(items_here);
+        }
+        Ok(p)
+    }
+
     /// The last step of `trace` as a profile, its optimizer phase split into `chunks`.
     ///
     /// Uses follow what PyTorch does with each kind (the trace has allocations, not reads):
@@ -427,6 +471,7 @@ impl Profile {
                     chunk: Some(c),
                     at_alloc_peak: true,
                     at_free_peak: true,
+                    movable: kind == ItemKind::OptimizerState,
                 });
             }
         }
@@ -462,6 +507,7 @@ impl Profile {
                 at_alloc_peak,
                 // Freed by zero_grad after the last chunk: there at every chunk's high point.
                 at_free_peak: d.3 == opt_phase || freed_late,
+                movable: false,
             });
         }
         for d in &done {
@@ -482,6 +528,7 @@ impl Profile {
                 chunk: None,
                 at_alloc_peak,
                 at_free_peak,
+                movable: true,
             });
         }
         // Everything that is not an item is base: each phase's high point less its items.

@@ -151,8 +151,9 @@ pub fn simulate(
     let n = p.phases.len();
     let steps = steps.max(3);
     let host_chunk = |c: Option<usize>| c.is_some_and(|c| plan.host_chunks.contains(&c));
-    // Items updated on the host: states never on the device; gradients copied down after
-    // their backward; weights copied up after the CPU's update.
+    // Items updated on the host: states never on the device; gradients copied down when the
+    // optimizer step begins (after anything the loop does to them, e.g. clipping); weights
+    // copied up after the CPU's update, before the next forward.
     let host_state = |i: usize| {
         let it = &p.items[i];
         it.kind == ItemKind::OptimizerState && host_chunk(it.chunk)
@@ -206,9 +207,7 @@ pub fn simulate(
                 + p.items
                     .iter()
                     .enumerate()
-                    .filter(|(i, it)| {
-                        it.live_in(q) && !away.contains(i) && !host_state(*i) && !host_grad(*i)
-                    })
+                    .filter(|(i, it)| it.live_in(q) && !away.contains(i) && !host_state(*i))
                     .map(|(_, it)| it.bytes)
                     .sum::<u64>()
         })
@@ -227,8 +226,6 @@ pub fn simulate(
         .map(|m| if m.wraps { 0.0 } else { f64::INFINITY })
         .collect();
     let mut back_at = vec![0.0f64; plan.moves.len()];
-    // Host-updated gradients still on the device: (copy finishes, bytes), per step.
-    let mut grads_down: Vec<(f64, u64)> = Vec::new();
     let mut last_grad_down = 0.0f64;
     let mut upload_ready: Option<f64> = None;
     let mut upload_done = 0.0f64;
@@ -244,7 +241,6 @@ pub fn simulate(
             .iter()
             .map(|&m| (evicted_at[m], p.items[plan.moves[m].item].bytes))
             .collect();
-        pending.extend(grads_down.iter().copied());
         pending.retain(|x| x.0 > t0);
         pending.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut held: u64 = stay[q] + pending.iter().map(|x| x.1).sum::<u64>();
@@ -302,21 +298,21 @@ pub fn simulate(
                 }
             }
         }
-        // Host-updated gradients made in this phase go down.
-        for (i, it) in p.items.iter().enumerate() {
-            if host_grad(i) && it.alloc == q {
-                let done = d2h.push(end[k], link.d2h(it.bytes));
-                grads_down.push((done, it.bytes));
-                last_grad_down = last_grad_down.max(done);
-                if j == steps - 2 {
-                    d2h_bytes += it.bytes;
+        // The optimizer step begins: the host chunks' gradients go down.
+        if opt_phases.first() == Some(&q) {
+            for (i, it) in p.items.iter().enumerate() {
+                if host_grad(i) {
+                    let done = d2h.push(s, link.d2h(it.bytes));
+                    last_grad_down = last_grad_down.max(done);
+                    if j == steps - 2 {
+                        d2h_bytes += it.bytes;
+                    }
                 }
             }
         }
-        // At the last phase of the step: gradients are freed (zero_grad) and the CPU updates
-        // the host chunks once every one of their gradients is down; the weights go up.
+        // At the last phase of the step the CPU updates the host chunks once every one of
+        // their gradients is down; the weights go up.
         if q == n - 1 && !plan.host_chunks.is_empty() {
-            grads_down.clear();
             let c0 = last_grad_down.max(cpu_free);
             cpu_free = c0 + cpu_s;
             upload_ready = Some(cpu_free);
