@@ -119,6 +119,36 @@ pub struct TierStats {
     /// Driver calls (maps, unmaps, events, host allocations, ...) between the last two step
     /// marks: 0 in a steady loop without a host tier.
     pub last_step_driver_calls: u64,
+    /// The planned tier's last decision, if it planned.
+    pub plan: Option<PlanStats>,
+}
+
+/// What the planned tier decided for the steps after the one it recorded (`tier.plan.*` in
+/// `memory_stats()`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct PlanStats {
+    /// Plans made so far.
+    pub plans: u64,
+    /// 0 nothing moves, 1 stream through the device, 2 update optimizer chunks on the host
+    /// (`crate::plan::Strategy::code`); -1 no plan fits.
+    pub strategy: i64,
+    /// Items the plan moves to host memory and back each step.
+    pub moves: u64,
+    /// Bytes copied to the host per step (moved items, and gradients of host-updated chunks).
+    pub moved_bytes: u64,
+    /// Optimizer chunks updated on the host.
+    pub host_chunks: u64,
+    /// The simulated step of the chosen plan, of the best streaming plan and of the best
+    /// host-update plan, and the floor (nanoseconds; 0 when none).
+    pub predicted_ns: u64,
+    /// See `predicted_ns`.
+    pub stream_ns: u64,
+    /// See `predicted_ns`.
+    pub host_update_ns: u64,
+    /// See `predicted_ns`.
+    pub floor_ns: u64,
+    /// The recorded step's compute time, nanoseconds.
+    pub native_ns: u64,
 }
 
 impl TierStats {
@@ -128,7 +158,9 @@ impl TierStats {
     /// `num_spill_failures`, `num_leaked`, `device_used_bytes`, `device_limit`
     /// (-1 when uncapped), `host_limit`, `timer.<name>.count|measured|ns|max_ns` for every
     /// [`Timer`] (`timer.device.map.ns`, `timer.malloc.cached.count`, ...), `num_steps`,
-    /// `last_step.driver_calls`.
+    /// `last_step.driver_calls`, and once the planned tier has planned,
+    /// `tier.plan.strategy|plans|moves|moved_bytes|host_chunks|predicted_ns|stream_ns|
+    /// host_update_ns|floor_ns|native_ns` ([`PlanStats`]).
     pub fn to_map(&self) -> BTreeMap<String, i64> {
         let mut m = self.device.to_map();
         self.raw.put(&mut m, "raw");
@@ -146,6 +178,22 @@ impl TierStats {
             m.insert(format!("timer.{name}.measured"), i(t.measured));
             m.insert(format!("timer.{name}.ns"), i(t.ns));
             m.insert(format!("timer.{name}.max_ns"), i(t.max_ns));
+        }
+        if let Some(p) = &self.plan {
+            for (k, v) in [
+                ("plans", p.plans),
+                ("moves", p.moves),
+                ("moved_bytes", p.moved_bytes),
+                ("host_chunks", p.host_chunks),
+                ("predicted_ns", p.predicted_ns),
+                ("stream_ns", p.stream_ns),
+                ("host_update_ns", p.host_update_ns),
+                ("floor_ns", p.floor_ns),
+                ("native_ns", p.native_ns),
+            ] {
+                m.insert(format!("tier.plan.{k}"), i(v));
+            }
+            m.insert("tier.plan.strategy".into(), p.strategy);
         }
         m.insert("num_steps".into(), i(self.num_steps));
         m.insert(
@@ -193,6 +241,7 @@ pub struct TieredAllocator<D: Device, H: HostMemory> {
     steps: AtomicU64,
     calls_at_mark: AtomicU64,
     last_step_calls: AtomicU64,
+    plan: Mutex<Option<PlanStats>>,
 }
 
 impl<D: Device, H: HostMemory> std::fmt::Debug for TieredAllocator<D, H> {
@@ -233,7 +282,68 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             steps: AtomicU64::new(0),
             calls_at_mark: AtomicU64::new(0),
             last_step_calls: AtomicU64::new(0),
+            plan: Mutex::new(None),
         })
+    }
+
+    /// The highest allocated bytes since the last call (see
+    /// [`CachingAllocator::take_phase_peak`]): the planned tier's hooks read it at each phase
+    /// boundary of the step they record.
+    pub fn take_phase_peak(&self) -> u64 {
+        self.device.take_phase_peak()
+    }
+
+    /// Plans a recorded step ([`crate::plan::answer`]; JSON in, JSON out) and keeps what was
+    /// decided for [`TieredAllocator::stats`].
+    pub fn plan(&self, request: &str) -> Result<String, TierError> {
+        let bad = |reason: String| TierError::Config {
+            name: "vram_plan".into(),
+            value: String::new(),
+            reason,
+        };
+        let a = crate::plan::answer(request).map_err(bad)?;
+        let ns = |s: f64| {
+            if s.is_finite() {
+                (s * 1e9).round() as u64
+            } else {
+                0
+            }
+        };
+        let mut g = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        let plans = g.map_or(0, |p| p.plans) + 1;
+        *g = Some(match &a.decision {
+            Some(d) => PlanStats {
+                plans,
+                strategy: d.strategy.code(),
+                moves: d.plan.moves.len() as u64,
+                moved_bytes: 0,
+                host_chunks: d.plan.host_chunks.len() as u64,
+                predicted_ns: ns(d.outcome.step_s),
+                stream_ns: if d.stream.fits {
+                    ns(d.stream.step_s)
+                } else {
+                    0
+                },
+                host_update_ns: d
+                    .host_update
+                    .as_ref()
+                    .filter(|h| h.fits)
+                    .map_or(0, |h| ns(h.step_s)),
+                floor_ns: ns(a.floor.step_s),
+                native_ns: ns(a.floor.native_s),
+            },
+            None => PlanStats {
+                plans,
+                strategy: -1,
+                floor_ns: ns(a.floor.step_s),
+                native_ns: ns(a.floor.native_s),
+                ..PlanStats::default()
+            },
+        });
+        if let (Some(d), Some(p)) = (&a.decision, g.as_mut()) {
+            p.moved_bytes = d.outcome.d2h_bytes;
+        }
+        serde_json::to_string(&a).map_err(|e| bad(e.to_string()))
     }
 
     /// The timers of this allocator's device calls and paths (the plug-in adds its own
@@ -634,6 +744,7 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             timers: self.timers.snapshot(),
             num_steps: self.steps.load(Ordering::Relaxed),
             last_step_driver_calls: self.last_step_calls.load(Ordering::Relaxed),
+            plan: *self.plan.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
 

@@ -12,6 +12,8 @@
 //! int     vram_empty_cache(int device);
 //! int     vram_tier_of(int device, void* ptr);             // 0 device, 1 host, 2 managed, 3 migrated
 //! int     vram_reset_peak_stats(int device);
+//! int64_t vram_phase_peak(int device);                     // planned tier: a phase ends
+//! ssize_t vram_plan(int device, const char* request, char* buf, size_t len);
 //! ssize_t vram_last_error(char* buf, size_t len);
 //! ```
 //!
@@ -234,6 +236,64 @@ pub extern "C" fn vram_step(device: c_int) -> i64 {
     guard(-1, || {
         with_backend(device, |b| b.mark_step() as i64).unwrap_or(-1)
     })
+}
+
+/// The highest allocated bytes on `device` since the last call (the planned tier calls it at
+/// each phase boundary of the step it records), or -1 on error.
+#[no_mangle]
+pub extern "C" fn vram_phase_peak(device: c_int) -> i64 {
+    guard(-1, || {
+        with_backend(device, |b| {
+            i64::try_from(b.take_phase_peak()).unwrap_or(i64::MAX)
+        })
+        .unwrap_or(-1)
+    })
+}
+
+/// Plans a recorded step for `device` (`request`: JSON, `vram_tier::plan::Request`) and
+/// writes the answer (JSON: the decision and the floor) into `buf` when `len` exceeds its
+/// length; returns the length, or -1 on error. With `request` null it returns the last
+/// answer again (for a caller whose buffer was too small). The decision is kept for
+/// `memory_stats()` (`tier.plan.*`).
+///
+/// # Safety
+/// `request` is null or a NUL-terminated string; `buf` is null or valid for writes of `len`
+/// bytes.
+#[no_mangle]
+pub unsafe extern "C" fn vram_plan(
+    device: c_int,
+    request: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    // SAFETY: forwarded caller contract.
+    let req = unsafe { read_str(request) }.map(str::to_string);
+    let text = guard(None, || {
+        let p = plugin();
+        let slot = match p.slot(device) {
+            Ok(s) => s,
+            Err(e) => {
+                p.set_error(e);
+                return None;
+            }
+        };
+        let Some(req) = req else {
+            return Some(crate::plugin::lock(&slot.answer).clone());
+        };
+        match with_backend(device, |b| b.plan(&req)) {
+            Some(Ok(a)) => {
+                *crate::plugin::lock(&slot.answer) = a.clone();
+                Some(a)
+            }
+            Some(Err(e)) => {
+                p.set_error(e);
+                None
+            }
+            None => None,
+        }
+    });
+    // SAFETY: forwarded caller contract.
+    text.map_or(-1, |t| unsafe { write_text(&t, buf, len) })
 }
 
 /// Resets every peak statistic of `device`.

@@ -1,6 +1,7 @@
 //! `vram-tier-sim`: one training loop of `gpu/run.sh`, simulated.
 //!
 //! ```text
+//! vram-tier-sim --request R.json      # re-plan a step the plug-in recorded, print the answer
 //! vram-tier-sim --trace T.json --model NAME --native-s SECONDS --out-dir DIR
 //!               [--cap-fraction F | --cap-states-out F] [--chunks K] [--fragmentation F]
 //!               [--link-gbps G] [--link-latency-us U] [--cpu-adamw PARAMS_PER_S]
@@ -274,7 +275,32 @@ fn run(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// `vram-tier-sim --request FILE`: plans a step the plug-in recorded (the JSON the planned
+/// tier sends to `vram_plan`; `vramkit.torch.planned().request_json` on a GPU run) and prints
+/// the answer.
+fn replan(path: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let a = plan::answer(&text)?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&a).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, path] = args.as_slice() {
+        if flag == "--request" {
+            return match replan(path) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("vram-tier-sim: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+    }
     match parse().and_then(|a| run(&a)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -59,10 +59,11 @@ pub fn plan_moves(p: &Profile, cap: u64, link: &Link, host_chunks: &[usize]) -> 
     let starts = p.starts();
     let total = p.native_seconds();
     let ends: Vec<f64> = (0..n).map(|q| starts[q] + p.phases[q].seconds).collect();
+    // A host-updated chunk's states never come to the device (its gradients stay until the
+    // optimizer step copies them down).
     let on_host = |i: usize| {
         let it = &p.items[i];
-        matches!(it.kind, ItemKind::OptimizerState | ItemKind::Gradient)
-            && it.chunk.is_some_and(|c| host_chunks.contains(&c))
+        it.kind == ItemKind::OptimizerState && it.chunk.is_some_and(|c| host_chunks.contains(&c))
     };
     let mut moves: Vec<Move> = Vec::new();
     // The earliest phase each move's copy back may be issued (raised when issuing it
