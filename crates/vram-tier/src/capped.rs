@@ -147,6 +147,14 @@ impl<D: Device> Device for CappedDevice<D> {
         self.inner.granularity()
     }
 
+    fn write_bytes(&mut self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.inner.write_bytes(addr, data)
+    }
+
+    fn read_bytes(&mut self, addr: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        self.inner.read_bytes(addr, len)
+    }
+
     fn mem_info(&self) -> (u64, u64) {
         let s = self.timers.start();
         let (free, total) = self.inner.mem_info();
