@@ -160,7 +160,12 @@ pub fn floor(p: &Profile, cap: u64, link: &Link, cpu: &HostCpu) -> Floor {
     let opt = p.optimizer_phases();
     let starts = p.starts();
     let mut best: Option<Floor> = None;
-    let max_h = if p.chunks > 1 { p.chunks } else { 0 };
+    // Nothing needs to move: the native step (no host update is considered).
+    let max_h = if p.chunks > 1 && p.peak().0 > cap {
+        p.chunks
+    } else {
+        0
+    };
     for h in 0..=max_h {
         let host: Vec<usize> = (p.chunks - h..p.chunks).collect();
         let (extra, phase, o, i) = stream_bound(p, cap, link, &host);
