@@ -298,8 +298,10 @@ pub fn simulate(
                 }
             }
         }
-        // The optimizer step begins: the host chunks' gradients go down.
+        // The optimizer step begins: the host chunks' gradients go down (the CPU starts no
+        // earlier, even with no gradient to wait for).
         if opt_phases.first() == Some(&q) {
+            last_grad_down = last_grad_down.max(s);
             for (i, it) in p.items.iter().enumerate() {
                 if host_grad(i) {
                     let done = d2h.push(s, link.d2h(it.bytes));
