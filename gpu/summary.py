@@ -36,8 +36,31 @@ def get(r, k):
 
 MODELS = ["gpt2", "llama", "resnet50"]
 loops, limited, details = [], [], {"env": load("env.json"), "loops": {}, "limited": {}}
+def from_ab(m):
+    """The interleaved A/B runs (gpu/ab.py) of a loop, as native and vramkit loop results:
+    the mean of each arm's medians and means over the pairs."""
+    ab = load(f"ab_{m}.json")
+    if not ab or not ab.get("pairs"):
+        return None, None, None
+    out = []
+    for arm in ("native", "vramkit"):
+        runs = [pr["runs"].get(arm) for pr in ab["pairs"] if pr["runs"].get(arm)]
+        runs = [r for r in runs if r.get("median_step_s")]
+        if not runs:
+            out.append(None)
+            continue
+        out.append({"median_step_s": sum(r["median_step_s"] for r in runs) / len(runs),
+                    "mean_step_s": sum(r["mean_step_s"] for r in runs) / len(runs),
+                    "peak_reserved_bytes": runs[-1].get("peak_reserved_bytes"),
+                    "pairs": len(runs)})
+    return out[0], out[1], ab
+
+
 for m in MODELS:
     nat, exp, vk = (load(f"train_{m}_{al}.json") for al in ("native", "native_expandable", "vramkit"))
+    ab_nat, ab_vk, ab = from_ab(m)
+    if ab_nat and ab_vk:
+        nat, vk = dict(nat or {}, **ab_nat), dict(vk or {}, **ab_vk)
     loops.append({
         "model": m,
         "native_median_s": get(nat, "median_step_s"),
@@ -56,6 +79,9 @@ for m in MODELS:
     if row["native_expandable_reserved_bytes"] and row["vramkit_reserved_bytes"]:
         crit["reserved_not_above_expandable"] = (
             row["vramkit_reserved_bytes"] <= row["native_expandable_reserved_bytes"])
+    if ab:
+        crit["ab"] = ab.get("comparisons")
+        crit["ab_pairs"] = len(ab.get("pairs", []))
     details["loops"][m] = {"criteria": crit, "native_expandable_median_s": get(exp, "median_step_s"),
                            "native_reserved_bytes": get(nat, "peak_reserved_bytes"),
                            "vramkit_counters": get(vk, "vramkit"),
@@ -80,6 +106,14 @@ for m in ("gpt2", "llama"):
     if get(vk_cap, "median_step_s") and get(nat, "median_step_s"):
         slow = vk_cap["median_step_s"] / nat["median_step_s"]
     floor = get(vk_cap, "floor_slowdown")
+    method = get(vk_cap, "floor_method")
+    planned = get(vk_cap, "planned") or {}
+    answer = planned.get("answer") or {}
+    if floor is None and answer.get("floor"):
+        # A device run: the floor of the step the planned tier recorded there.
+        f = answer["floor"]
+        floor = f["step_s"] / f["native_s"] if f.get("native_s") else None
+        method = f.get("method")
     limited.append({
         "model": m,
         "cap_bytes": get(vk_cap, "limit_bytes") or get(nat_cap, "limit_bytes"),
@@ -87,13 +121,14 @@ for m in ("gpt2", "llama"):
         "vramkit_finished": get(vk_cap, "finished"),
         "slowdown": slow,
         "floor_slowdown": floor,
-        "floor_method": get(vk_cap, "floor_method"),
+        "floor_method": method,
     })
     details["limited"][m] = {"target_slowdown": TARGET[m],
                              "met": None if slow is None else (slow <= TARGET[m] and bool(get(vk_cap, "finished"))),
                              "within_1_25_of_floor": None if slow is None or not floor else slow <= 1.25 * floor,
                              "slowdown_over_floor": None if slow is None or not floor else slow / floor,
                              "plan": {k: get(vk_cap, k) for k in PLAN_KEYS if get(vk_cap, k) is not None},
+                             "planned_tier": planned or None,
                              "vramkit_counters": get(vk_cap, "vramkit"),
                              "vramkit_error": get(vk_cap, "error"),
                              "optimizer_state_bytes": get(nat, "optimizer_state_bytes")}

@@ -160,6 +160,10 @@ else:
     if pl is not None:
         res["planned"] = {"stats": pl.stats, "answer": pl.answer,
                           "plan_names": pl.plan["names"] if pl.plan else None}
+        if pl.request_json:
+            # The recorded step, for `vram-tier-sim --request` (replan it here, no GPU).
+            with open(os.path.splitext(a.out)[0] + "_request.json", "w") as f:
+                f.write(pl.request_json)
     # The allocator's time per measured step, from the timers' totals (see gpu/README.md).
     steps = res["vramkit_steps"]
     if len(steps) > a.warmup + 1:

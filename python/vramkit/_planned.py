@@ -111,6 +111,7 @@ class Planned:
         self._reset_step()
         self.record = None  # the recorded step, while recording
         self.answer = None  # the planner's answer
+        self.request_json = None  # what was sent to the planner
         self.plan = None  # the plan in runtime terms
         self.opt = None
         self.saved_hooks = None
@@ -473,7 +474,8 @@ class Planned:
         import json
 
         req, keys, names = self.request(opt)
-        text = _call_plan(self.lib, self.device, json.dumps(req))
+        self.request_json = json.dumps(req)  # `vram-tier-sim --request` replans it
+        text = _call_plan(self.lib, self.device, self.request_json)
         self.answer = json.loads(text)
         d = self.answer.get("decision")
         if not d or d["strategy"] == "none":
