@@ -16,6 +16,11 @@ turns it off); the training loop does not change. What it hooks (all public PyTo
 - optimizer step pre- and post-hooks (``torch.optim.optimizer.register_optimizer_step_pre_hook``):
   the optimizer phase, and the end of the step (``vramkit.torch.step()`` is called there).
 
+Module backward hooks are not used: a full backward hook wraps the module's inputs and outputs
+in an extra autograd function (and refuses some in-place uses); the first unpack of a layer's
+saved tensors marks where its backward begins at no cost. Single device (device 0); the first
+module run after ``install`` is taken for the model.
+
 Steps: the first after ``install`` warms up (the optimizer creates its states); the second is
 recorded (phases with their GPU time from CUDA events, the allocated bytes at each phase's high
 point from vramkit's allocator, the saved tensors, weights, gradients and optimizer states);

@@ -156,8 +156,14 @@ def install(devices=None, planned=None, **settings):
         from . import _planned
 
         asked = any(settings.get(k) not in (None, 0, "0", "") for k in ("device_limit", "host_limit"))
-        planned = (asked and os.environ.get("VRAM_PLAN", "1").strip() != "0") or _planned.enabled_by_env()
-    if planned:
+        if (asked and os.environ.get("VRAM_PLAN", "1").strip() != "0") or _planned.enabled_by_env():
+            try:
+                enable_planned()
+            except VramkitError as e:  # e.g. PyTorch older than 2.1: the reactive tier only
+                import warnings
+
+                warnings.warn(str(e), RuntimeWarning, stacklevel=2)
+    elif planned:
         enable_planned()
     return alloc
 
