@@ -530,8 +530,10 @@ class Planned:
                     continue
                 cpus = []
                 for p in mine:
-                    c = p.detach().to("cpu", copy=True).float()
-                    c.grad = self._host_empty_like(p.detach().float())
+                    # Pinned: the weights go back up with asynchronous copies.
+                    c = self._host_empty_like(p.detach().float())
+                    c.copy_(p.detach())
+                    c.grad = self._host_empty_like(c)
                     cpus.append(c)
                     self.host_pairs.append((p, c, g))
                 opts = {k: v for k, v in g.items() if k != "params"}
