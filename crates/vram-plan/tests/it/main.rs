@@ -8,3 +8,4 @@ mod guidance;
 mod measured;
 mod megatron;
 mod search;
+mod generate;

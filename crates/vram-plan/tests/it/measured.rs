@@ -281,15 +281,17 @@ fn generate_calls_are_bounded_by_the_first_call_timings() {
             r[3].parse().unwrap(),
             r[5].parse().unwrap(),
         );
-        let g = eager::Generate {
+        let g = vram_plan::generate::Generate {
             batch: b,
             prompt: ctx - new,
             new_tokens: new,
             kv_bytes: 2,
             static_cache: r[4] == "static",
             precision: vram_model::setup::Precision::Bf16,
+            attention: Attention::Sdpa,
+            kernels: vram_plan::generate::Kernels::default(),
         };
-        let s = eager::serving(&t, gpu, &cal, &g).unwrap();
+        let s = vram_plan::generate::serving(&t, gpu, &cal, &g).unwrap();
         let measured: f64 = r[6].parse().unwrap();
         eprintln!(
             "{:35} first call {:7.3} s, steady-state model {:7.3} s ({:?})",
