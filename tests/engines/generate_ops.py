@@ -196,17 +196,25 @@ def measure(name, cfg_name, attention, layers):
                  "layers": len(layers_of(model)), "decode_step": minus(five, four), "generate_1": one}
 
 
-def main():
-    write = "--write" in sys.argv
+def compute():
+    """The counts document and each case's tiny config, as the pinned libraries give them."""
     doc = {"source": f"tests/engines/generate_ops.py: transformers {transformers.__version__}, "
                      f"torch {torch.__version__.split('+')[0]}, CPU, bf16", "cases": {}}
+    configs = {}
     for name, cfg_name, attention, layers in CASES:
         raw, counts = measure(name, cfg_name, attention, layers)
         doc["cases"][name] = counts
-        if write:
-            (DATA / f"{name}.json").write_text(json.dumps(raw, indent=1) + "\n")
+        configs[name] = raw
+    return doc, configs
+
+
+def main():
+    write = "--write" in sys.argv
+    doc, configs = compute()
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
     if write:
+        for name, raw in configs.items():
+            (DATA / f"{name}.json").write_text(json.dumps(raw, indent=1) + "\n")
         (DATA / "counts.json").write_text(text)
     else:
         committed = (DATA / "counts.json").read_text()
