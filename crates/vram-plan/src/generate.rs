@@ -24,10 +24,10 @@
 //!   `bmm`. The prefill runs before the switch, with `grouped_mm`.
 //!
 //! # The host model
-//! Host seconds = kernels × [`EagerCalibration::launch_s`] (the measured per-kernel cost of a
-//! Python loop of tiny CUDA ops, 9.6 µs on the H100 machine's host: its dispatch and launch)
-//! + (Python function calls + view operators) × [`PY_CALL_S`] + host syncs × `launch_s`.
-//! Kernels, views, module calls and Python function calls are counted per mechanism from what
+//! Host seconds are kernels × [`EagerCalibration::launch_s`] (the measured per-kernel cost of
+//! a Python loop of tiny CUDA ops, 9.6 µs on the H100 machine's host: its dispatch and launch),
+//! plus (Python function calls and view operators) × [`PY_CALL_S`], plus host syncs ×
+//! `launch_s`. Kernels, views, module calls and Python function calls are counted per mechanism from what
 //! transformers 5.24 runs ([`block_host`], [`ends_host`], the glue constants below), and held
 //! to the library by `tests/engines/generate_ops.py`, which counts them on the CPU at the
 //! dispatcher and with `sys.setprofile` (`tests/data/generate_ops/counts.json`,
@@ -53,6 +53,7 @@ use vram_model::blocks::{Block, CacheKind, Component, Dispatch, Ffn, Mixer, QkNo
 use vram_model::gpu::Gpu;
 use vram_model::setup::{AmpStyle, Attention, Precision};
 
+pub use crate::eager::Kernels;
 use crate::eager::{self, EagerCalibration, Rates, Shape};
 
 /// Host seconds per Python function call or view operator on the machine the shared H200
@@ -159,39 +160,6 @@ pub enum Phase {
     Prefill,
     /// One new token's forward.
     Decode,
-}
-
-/// Kernels the user installed that transformers 5.24 picks up in place of its torch fallbacks
-/// (`use_kernel_func_from_hub_with_fallback`). The default is what `pip install transformers`
-/// gives: none.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Kernels {
-    /// `flash-linear-attention`: `chunk_gated_delta_rule` and `fused_recurrent_gated_delta_rule`
-    /// (Triton) instead of `torch_chunk_gated_delta_rule` / `torch_recurrent_gated_delta_rule`.
-    pub fla: bool,
-    /// `causal-conv1d`: `causal_conv1d_fn` / `causal_conv1d_update` (CUDA) instead of
-    /// `F.conv1d` and the state `cat`.
-    pub causal_conv1d: bool,
-}
-
-impl Kernels {
-    /// Parses a comma-separated list (`fla,causal-conv1d`; `none` for none).
-    pub fn parse(s: &str) -> Result<Kernels, String> {
-        let mut k = Kernels::default();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part {
-                "fla" | "flash-linear-attention" => k.fla = true,
-                "causal-conv1d" | "causal_conv1d" => k.causal_conv1d = true,
-                "none" => {}
-                other => {
-                    return Err(format!(
-                        "unknown kernel package `{other}` (known: fla, causal-conv1d, none)"
-                    ))
-                }
-            }
-        }
-        Ok(k)
-    }
 }
 
 /// One `nn.Linear` call: the module and one GEMM (`mm`, or `addmm` with a bias), with `t`,
@@ -302,7 +270,11 @@ pub fn block_host(
         // The MLP module, the activation module and the gate product.
         let mut m = Host::module(1.0, 0.0, 0.0);
         m.add(Host::module(1.0, 0.0, 0.0));
-        m.add(linears(if d.gated && !d.fused_gate_up { 3.0 } else { 2.0 }));
+        m.add(linears(if d.gated && !d.fused_gate_up {
+            3.0
+        } else {
+            2.0
+        }));
         m
     };
     match blk.ffn {
@@ -484,7 +456,8 @@ fn block_decode(
             if let Mixer::Mla(m) = blk.mixer {
                 // transformers re-expands the latent cache through kv_b_proj every step:
                 // the expanded keys and values written and read by SDPA.
-                let exp = m.heads as f64 * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) as f64;
+                let exp = m.heads as f64
+                    * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) as f64;
                 bytes += 2.0 * b * (ctx + 1.0) * exp * wbytes;
                 flops += 2.0
                     * b
@@ -601,6 +574,10 @@ pub fn serving(
         Precision::Bf16
     };
     let wbytes = prec.compute_bytes() as f64;
+    let cal = &EagerCalibration {
+        kernels: g.kernels,
+        ..*cal
+    };
     let r = Rates::new(gpu, cal);
     let b = g.batch as f64;
     let p = g.prompt as f64;
@@ -631,7 +608,8 @@ pub fn serving(
     pre_host.add(ends_host(t, g.attention, Phase::Prefill));
     // Final norm over the prompt, the head on the last position, the fp32 logits copy.
     pre_gpu += r.bytes_s(b * p * h * 2.0 * wbytes)
-        + r.gemm_s(b, h, v, 1.0, prec == Precision::Fp32).max(r.bytes_s(v * h * wbytes))
+        + r.gemm_s(b, h, v, 1.0, prec == Precision::Fp32)
+            .max(r.bytes_s(v * h * wbytes))
         + r.bytes_s(b * v * (wbytes + 4.0));
     // The set-up runs before any kernel of the forward; its syncs wait for nothing.
     let setup = setup_host(t);

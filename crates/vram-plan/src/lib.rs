@@ -42,8 +42,8 @@ pub mod cluster;
 pub mod cost;
 pub mod eager;
 pub mod emit;
-pub mod generate;
 mod error;
+pub mod generate;
 pub mod search;
 
 pub use eager::Stack;

@@ -10,7 +10,9 @@ use vram_model::arch::Model;
 use vram_model::hf;
 use vram_model::setup::{Attention, Precision};
 use vram_plan::eager::EagerCalibration;
-use vram_plan::generate::{self, block_host, ends_host, setup_host, Generate, Host, Kernels, Phase};
+use vram_plan::generate::{
+    self, block_host, ends_host, setup_host, Generate, Host, Kernels, Phase,
+};
 
 fn tiny(name: &str) -> vram_model::arch::Transformer {
     let text = match name {
@@ -53,7 +55,10 @@ fn host_counts_match_what_transformers_runs() {
         } else {
             Attention::Sdpa
         };
-        for (phase, key) in [(Phase::Decode, "decode_step"), (Phase::Prefill, "generate_1")] {
+        for (phase, key) in [
+            (Phase::Decode, "decode_step"),
+            (Phase::Prefill, "generate_1"),
+        ] {
             let counts = &case[key];
             for i in 0..t.layers as usize {
                 let real = &counts[i.to_string()];
@@ -74,7 +79,10 @@ fn host_counts_match_what_transformers_runs() {
                 // `set_experts_implementation`'s module walk is counted at its bytecode weight
                 // (13 instructions a call against 28): fewer calls than it makes, more than none.
                 let walk = get(real, "py_calls") - out.py;
-                assert!(walk > 0.0 && walk < 0.6 * (get(real, "py_calls") - 2000.0), "{name}: {walk}");
+                assert!(
+                    walk > 0.0 && walk < 0.6 * (get(real, "py_calls") - 2000.0),
+                    "{name}: {walk}"
+                );
                 out.py = get(real, "py_calls");
             }
             check(name, key, "outside", &out, real, OUTSIDE);
@@ -105,10 +113,19 @@ fn check(name: &str, phase: &str, place: &str, ours: &Host, real: &Value, tol: [
         get(real, "modules"), ours.py, get(real, "py_calls"), ours.syncs, get(real, "syncs")
     );
     let at = format!("{name} {phase} {place}");
-    assert!(close(ours.kernels, get(real, "kernels"), tol[0]), "{at}: kernels");
+    assert!(
+        close(ours.kernels, get(real, "kernels"), tol[0]),
+        "{at}: kernels"
+    );
     assert!(close(ours.views, get(real, "views"), tol[1]), "{at}: views");
-    assert!(close(ours.modules, get(real, "modules"), tol[2]), "{at}: modules");
-    assert!(close(ours.py, get(real, "py_calls"), tol[3]), "{at}: Python calls");
+    assert!(
+        close(ours.modules, get(real, "modules"), tol[2]),
+        "{at}: modules"
+    );
+    assert!(
+        close(ours.py, get(real, "py_calls"), tol[3]),
+        "{at}: Python calls"
+    );
     assert_eq!(ours.syncs, get(real, "syncs"), "{at}: syncs");
 }
 
@@ -122,7 +139,11 @@ fn llama_decode_and_prefill_on_an_h200() {
     let Model::Transformer(t) = vram_model::catalog::lookup("llama-3.1-8b").unwrap() else {
         panic!()
     };
-    assert_eq!(t.param_count(), 8_030_261_248, "the measured model's parameters");
+    assert_eq!(
+        t.param_count(),
+        8_030_261_248,
+        "the measured model's parameters"
+    );
     let gpu = vram_model::gpu::lookup("h200").unwrap();
     for (batch, decode, prefill) in MEASURED {
         let g = Generate {
