@@ -412,11 +412,13 @@ fn occupied(experts: f64, rows: f64) -> f64 {
 
 /// Bytes one decode step of `b` sequences moves through layer `blk` at cache length `ctx`
 /// (weights in `wbytes`, the cache in `kv_bytes`), and its FLOPs.
+#[allow(clippy::too_many_arguments)]
 fn block_decode(
     t: &Transformer,
     blk: &Block,
     b: f64,
     ctx: f64,
+    static_len: Option<f64>,
     wbytes: f64,
     kv_bytes: f64,
     kernels: Kernels,
@@ -451,8 +453,13 @@ fn block_decode(
     let per_token = spec.per_token as f64 * kv_bytes;
     match spec.kind {
         CacheKind::Full | CacheKind::Indexed => {
-            // Attention reads ctx + 1 tokens; `torch.cat` reads ctx and writes ctx + 1.
-            bytes += b * per_token * (3.0 * ctx + 2.0);
+            bytes += match static_len {
+                // `StaticCache`: attention reads the whole preallocated length, `index_copy_`
+                // writes the new token.
+                Some(full) => b * per_token * (full + 1.0),
+                // Attention reads ctx + 1 tokens; `torch.cat` reads ctx and writes ctx + 1.
+                None => b * per_token * (3.0 * ctx + 2.0),
+            };
             if let Mixer::Mla(m) = blk.mixer {
                 // transformers re-expands the latent cache through kv_b_proj every step:
                 // the expanded keys and values written and read by SDPA.
@@ -618,8 +625,13 @@ pub fn serving(
     let prefill_s = setup_s + prefill_host_s.max(pre_gpu);
 
     // --- decode ---
-    let steps = g.new_tokens.saturating_sub(1).max(1) as f64;
-    let mean_ctx = p + steps / 2.0;
+    // The prefill yields the first token; `new_tokens - 1` decode steps follow, at cache lengths
+    // prompt .. prompt + new_tokens - 2 (`DeferredStopCheck`'s extra step is taken on `mps`
+    // only): the bytes are linear in the length, so the mean step is the one at the mean
+    // length. With one new token the step priced is the one that would come next.
+    let steps = g.new_tokens.saturating_sub(1) as f64;
+    let mean_ctx = p + (steps - 1.0).max(0.0) / 2.0;
+    let static_len = g.static_cache.then_some(p + g.new_tokens as f64);
     let mut host = Host::default();
     let mut bytes = 0.0;
     let mut flops = 0.0;
@@ -631,8 +643,16 @@ pub fn serving(
             }
         }
         host.add(hw.times(*n));
-        let ctx = if g.static_cache { p + steps } else { mean_ctx };
-        let (by, fl) = block_decode(t, blk, b, ctx, wbytes, g.kv_bytes as f64, g.kernels);
+        let (by, fl) = block_decode(
+            t,
+            blk,
+            b,
+            mean_ctx,
+            static_len,
+            wbytes,
+            g.kv_bytes as f64,
+            g.kernels,
+        );
         bytes += n * by;
         flops += n * fl;
     }
