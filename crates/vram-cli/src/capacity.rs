@@ -71,7 +71,8 @@ pub struct CapacityArgs {
     /// Hopper), sglang 0.4 and 0.5 [default: vllm 0.11, sglang 0.5].
     #[arg(long)]
     engine_version: Option<String>,
-    /// GPU (see `vram gpus`), or a bare size such as 23.58GiB.
+    /// GPU (see `vram gpus`), a bare size such as 23.58GiB, or a GPU with the total torch reports
+    /// on your machine (t4:15636037632B).
     #[arg(long, default_value = "h100-80g")]
     gpu: String,
     /// vLLM: fraction of the device the engine may use [default: 0.9, vLLM v0.11.0

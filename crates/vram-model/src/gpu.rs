@@ -354,9 +354,21 @@ pub const GPUS: &[Gpu] = &[
 /// Measured: 767–779 MiB on an H100 80GB HBM3 with driver 580.159.04, CUDA 13.0 and PyTorch
 /// 2.11 after training and `generate` steps (`mem_get_info` total − free, minus
 /// `memory_reserved()`; vramkit's shared ground truth, 2026-11-22). The largest reading is
-/// used, so a verdict of "fits" keeps to the safe side. Other GPUs have not been measured here;
-/// they get the same figure, and [`Gpu::context_source`] says so.
+/// used, so a verdict of "fits" keeps to the safe side. GPUs without their own measurement get
+/// this figure, and [`Gpu::context_source`] says so.
 pub const H100_CUDA13_CONTEXT_BYTES: u64 = 779 * MIB;
+
+/// The same quantity measured on an NVIDIA H200 (driver 580.159.04, CUDA 13.0, PyTorch
+/// 2.11.0+cu130, transformers 5.24; vramkit's shared ground truth, 2026-11-27): `mem_get_info`
+/// total − free minus `memory_reserved()` after each case, 766.8 MiB after the first training
+/// step of a fresh process rising to 780.8 MiB over the plain transformers cases (kernels load as
+/// new operators first run), 700.8–706.8 MiB in a process that only ran `generate`. The largest
+/// plain-transformers reading is used, as for the H100. (Later cases of that run, after PEFT, TRL
+/// and bitsandbytes were imported, read up to 800.8 MiB; the 753,729,536 B the run recorded as
+/// `context_used_bytes` is total − free right after cuBLAS initialisation, before any kernel of a
+/// model had loaded, and it includes the 32 MiB cuBLAS workspace and a 2 MiB segment that sit
+/// inside the caching allocator, which the estimate counts there.)
+pub const H200_CUDA13_CONTEXT_BYTES: u64 = 818_741_248;
 
 /// cuBLAS workspaces PyTorch allocates through its caching allocator once matrix products have
 /// run: 32 MiB per handle on compute capability 9.x (PyTorch's Hopper default), two handles
@@ -373,16 +385,21 @@ pub fn workspace_bytes(sm_major: u32) -> u64 {
 }
 
 impl Gpu {
-    /// Bytes outside the caching allocator on this GPU (see [`H100_CUDA13_CONTEXT_BYTES`]).
+    /// Bytes outside the caching allocator on this GPU: measured on the H100 80GB HBM3
+    /// ([`H100_CUDA13_CONTEXT_BYTES`], also the figure of the H100 PCIe and every GPU not
+    /// measured) and the H200 ([`H200_CUDA13_CONTEXT_BYTES`]).
     pub fn context_bytes(&self) -> u64 {
-        H100_CUDA13_CONTEXT_BYTES
+        match self.id {
+            "h200" => H200_CUDA13_CONTEXT_BYTES,
+            _ => H100_CUDA13_CONTEXT_BYTES,
+        }
     }
     /// Where [`Gpu::context_bytes`] comes from.
     pub fn context_source(&self) -> &'static str {
-        if self.id.starts_with("h100") {
-            "measured: H100 80GB HBM3, CUDA 13.0, driver 580, PyTorch 2.11"
-        } else {
-            "not measured on this GPU; the H100/CUDA 13 measurement is used"
+        match self.id {
+            "h100-80g" => "measured: H100 80GB HBM3, CUDA 13.0, driver 580, PyTorch 2.11",
+            "h200" => "measured: H200, CUDA 13.0, driver 580, PyTorch 2.11",
+            _ => "not measured on this GPU; the H100/CUDA 13 measurement is used",
         }
     }
     /// cuBLAS workspace bytes inside the caching allocator (see [`workspace_bytes`]).
@@ -417,13 +434,15 @@ const ALIASES: &[(&str, &str)] = &[
 ];
 
 /// A bare size (`23.58GiB`, `24GB`, `81559MiB`) as bytes, or `None` when `s` is not one.
-/// Units: `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024), `KB`/`MB`/`GB`/`TB` (powers of 1000).
+/// Units: `B` (bytes, as torch prints `total_memory`), `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024),
+/// `KB`/`MB`/`GB`/`TB` (powers of 1000).
 pub fn parse_size(s: &str) -> Option<u64> {
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic())?;
     let (num, unit) = t.split_at(split);
     let v: f64 = num.trim().parse().ok()?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "b" => 1.0,
         "kib" => 1024f64,
         "mib" => 1024f64.powi(2),
         "gib" => 1024f64.powi(3),
@@ -467,8 +486,26 @@ fn bare(bytes: u64) -> &'static Gpu {
     })
 }
 
+/// A catalog GPU with the device total given on the command line (its rates, architecture and
+/// context kept). Leaked once per distinct card and size, as [`bare`] does.
+fn with_total(g: &'static Gpu, bytes: u64) -> &'static Gpu {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MADE: OnceLock<Mutex<HashMap<(&'static str, u64), &'static Gpu>>> = OnceLock::new();
+    let made = MADE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut m = made.lock().unwrap_or_else(|e| e.into_inner());
+    m.entry((g.id, bytes)).or_insert_with(|| {
+        Box::leak(Box::new(Gpu {
+            memory_bytes: bytes,
+            memory_source: "given on the command line (the catalog card's total as torch reports it on that machine)",
+            ..*g
+        }))
+    })
+}
+
 /// Looks up a GPU by id or alias, case-insensitively, or takes a bare size (`23.58GiB`) for a
-/// card the catalog lacks (see [`parse_size`]).
+/// card the catalog lacks (see [`parse_size`]), or a catalog card with the total torch reports on
+/// the machine at hand (`t4:15636037632B`).
 pub fn lookup(name: &str) -> Result<&'static Gpu> {
     let lower = name.to_ascii_lowercase();
     let id = ALIASES
@@ -480,6 +517,24 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
     }
     if let Some(b) = parse_size(name) {
         return Ok(bare(b));
+    }
+    // `t4:15636037632B`: a catalog card whose total, as torch reports it on this machine (a log's
+    // `total_memory`), differs from the catalog's (another driver, ECC on or off).
+    if let Some((card, size)) = name.split_once(':') {
+        let g = lookup(card)?;
+        if g.id == "custom" {
+            return Err(Error::Unknown {
+                kind: "GPU",
+                name: name.into(),
+                known: "a catalog GPU before the colon, e.g. t4:15636037632B".into(),
+            });
+        }
+        let b = parse_size(size).ok_or_else(|| Error::Unknown {
+            kind: "GPU size",
+            name: size.into(),
+            known: "a size such as 15636037632B or 14.56GiB after the colon".into(),
+        })?;
+        return Ok(with_total(g, b));
     }
     Err(Error::Unknown {
         kind: "GPU",
@@ -505,6 +560,12 @@ mod tests {
         assert_eq!(parse_size("81559MiB"), Some(81559 * MIB));
         assert_eq!(parse_size("h100"), None);
         assert_eq!(parse_size("-3GiB"), None);
+        assert_eq!(parse_size("15636037632B"), Some(15_636_037_632));
+        let t4 = lookup("t4:15636037632B").unwrap();
+        assert_eq!((t4.id, t4.sm_major), ("t4", 7));
+        assert_eq!(t4.memory_bytes, 15_636_037_632);
+        assert!(lookup("t4:lots").is_err() && lookup("nope:14GiB").is_err());
+        assert!(lookup("14GiB:14GiB").is_err());
         let g = lookup("23.58GiB").unwrap();
         assert_eq!(g.memory_bytes, parse_size("23.58GiB").unwrap());
         assert!(g.name.contains("23.58 GiB"), "{}", g.name);
@@ -564,5 +625,27 @@ mod tests {
             );
         }
         assert_eq!(lookup("h200").unwrap().memory_bytes, 150_109_880_320);
+    }
+
+    /// The H200's figures as measured (vramkit's shared ground truth, 2026-11-27): capacity as
+    /// `torch.cuda.mem_get_info` reports it, and what the process held outside the allocator
+    /// (`device_used_bytes − reserved_now_bytes` of the plain transformers cases: 766.8 to
+    /// 780.8 MiB). Unmeasured GPUs name the stand-in.
+    #[test]
+    fn h200_capacity_and_context_are_measured() {
+        let g = lookup("h200").unwrap();
+        assert_eq!(g.memory_bytes, 150_109_880_320);
+        assert_eq!(
+            g.context_bytes(),
+            61_189_455_872 - 60_385_394_688 + 14 * MIB
+        );
+        assert!(g.context_source().starts_with("measured: H200"));
+        let l4 = lookup("l4").unwrap();
+        assert_eq!(l4.context_bytes(), H100_CUDA13_CONTEXT_BYTES);
+        assert!(l4.context_source().contains("H100"));
+        assert!(lookup("h100-pcie")
+            .unwrap()
+            .context_source()
+            .starts_with("not measured"));
     }
 }

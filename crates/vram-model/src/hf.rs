@@ -186,7 +186,14 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                 match missing.first() {
                     None => {
                         let mut t = decoders::generic(&text)?;
-                        t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
+                        // Llama 3.2 Vision's decoder is a Llama whose cross-attention layers
+                        // have the same projections; its tower is described.
+                        if model_type == "mllama" {
+                            let hidden = t.hidden();
+                            t.blocks.vision = decoders::vision(&c, hidden)?;
+                        } else {
+                            t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
+                        }
                         t
                     }
                     // A decoder's config (most standard keys there) that a generic decoder

@@ -429,7 +429,7 @@ fn builds_vision(outer: &Cfg) -> Result<bool> {
 
 /// The vision tower and projector of a multimodal wrapper, from `vision_config` (missing keys
 /// take the vision config class's defaults).
-fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
+pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
     let empty = serde_json::Map::new();
     let map = match outer.map.get("vision_config") {
         Some(Value::Object(m)) => m,
@@ -635,6 +635,62 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 patch_elems: 3 * p * p,
                 out: text_hidden,
                 gated: true,
+                deepstack: 0,
+                images: None,
+            }
+        }
+        // MllamaVisionModel (transformers `modeling_mllama.py`): a bias-free Conv2d patch
+        // embedding, a class embedding, gated positional embeddings with a tile table per aspect
+        // ratio (`len(supported_aspect_ratios) + 1` rows of `max_num_tiles` x patches x width),
+        // gated pre/post tile embeddings, two LayerNorms, `num_hidden_layers` local and
+        // `num_global_layers` gated encoder layers (bias-free q/k/v/o, a biased fc1/fc2 MLP, two
+        // LayerNorms), and the projector from `vision_output_dim` to the text width. Llama 3.2
+        // Vision feeds the image to the text model by cross-attention, so it adds no text tokens.
+        "mllama" => {
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1280);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(5120);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(32);
+            let global = v.opt_u64(&["num_global_layers"])?.unwrap_or(8);
+            let heads = v.opt_u64(&["attention_heads"])?.unwrap_or(16);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(14);
+            let image = v.opt_u64(&["image_size"])?.unwrap_or(448);
+            let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+            let tiles = v.opt_u64(&["max_num_tiles"])?.unwrap_or(4);
+            let vout = v.opt_u64(&["vision_output_dim"])?.unwrap_or(7680);
+            let ratios = match v.map.get("supported_aspect_ratios") {
+                Some(Value::Array(a)) => a.len() as u64,
+                _ => 8,
+            };
+            let patches = (image / p).pow(2) + 1;
+            let layer = 4 * hv * hv + 2 * hv * i + i + hv + 4 * hv;
+            let params = ch * p * p * hv
+                + hv
+                + patches * hv
+                + 1
+                + (ratios + 1) * tiles * patches * hv
+                + 2 * ((ratios + 1) * tiles * hv + 1)
+                + 4 * hv
+                + depth * layer
+                + global * (layer + 2)
+                + vout * text_hidden
+                + text_hidden;
+            Vision {
+                depth: depth + global,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+                input: VisionInput::CrossTiles {
+                    image,
+                    tiles,
+                    intermediate_layers: v
+                        .u64_list("intermediate_layers_indices")?
+                        .map_or(5, |l| l.len() as u64),
+                },
+                patch_elems: ch * p * p,
+                out: text_hidden,
+                gated: false,
                 deepstack: 0,
                 images: None,
             }

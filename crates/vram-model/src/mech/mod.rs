@@ -379,6 +379,14 @@ impl Mixer {
         }
     }
 
+    /// The Gated DeltaNet it is, if it is one.
+    pub fn as_gdn(&self) -> Option<&Gdn> {
+        match self {
+            Mixer::GatedDeltaNet(g) => Some(g),
+            _ => None,
+        }
+    }
+
     /// The multi-head latent attention it is, if it is one.
     pub fn as_mla(&self) -> Option<&Mla> {
         match self {

@@ -103,6 +103,18 @@ pub enum VisionInput {
         /// 1 / `pixel_shuffle_ratio`.
         shuffle: u64,
     },
+    /// Llama 3.2 Vision (mllama): up to `tiles` tiles of `image`² each, their patches (and a class
+    /// token) encoded together; the text model reads them by cross-attention, so an image is one
+    /// `<|image|>` token in the text. `intermediate_layers` of the local encoder's outputs are
+    /// kept and stacked with the last (`intermediate_layers_indices`).
+    CrossTiles {
+        /// `vision_config.image_size`.
+        image: u64,
+        /// `vision_config.max_num_tiles`.
+        tiles: u64,
+        /// `len(vision_config.intermediate_layers_indices)`.
+        intermediate_layers: u64,
+    },
     /// Gemma 3: every image resized to `image`² (SigLIP), pooled to `tokens` tokens.
     Fixed {
         /// `vision_config.image_size`.
@@ -271,6 +283,17 @@ pub fn image_tokens(v: &Vision, width: u64, height: u64) -> Result<ImageTokens> 
                 attention_len: patches,
             }
         }
+        VisionInput::CrossTiles { image, tiles, .. } => {
+            let per_tile = (image / p) * (image / p) + 1;
+            ImageTokens {
+                resized: (image, image),
+                tiles,
+                patches: tiles * per_tile,
+                tokens: 0,
+                sequence: 1,
+                attention_len: tiles * per_tile.div_ceil(8) * 8,
+            }
+        }
         VisionInput::PatchBudget { pool, soft_tokens } => {
             let max_patches = soft_tokens * pool * pool;
             let (h, w) = gemma4_size(height, width, p, max_patches, pool)?;
@@ -340,7 +363,9 @@ fn best_canvas_px(h: u64, w: u64, max_tiles: u64, tile: u64) -> (u64, u64) {
 /// (every square is resized to the same size); none for Qwen's dynamic resolution.
 pub fn default_image_size(v: &Vision) -> Option<(u64, u64)> {
     match v.input {
-        VisionInput::Fixed { image, .. } => Some((image, image)),
+        VisionInput::Fixed { image, .. } | VisionInput::CrossTiles { image, .. } => {
+            Some((image, image))
+        }
         VisionInput::Tiles { tile, .. } => Some((tile, tile)),
         VisionInput::PatchBudget { .. } => Some((1024, 1024)),
         VisionInput::SmartResize { .. } => None,
@@ -452,6 +477,20 @@ fn outside_layers(v: &Vision, patches: u64, tokens: u64, d: Dt) -> (u64, u64) {
         VisionInput::Tiles { .. } => {
             let tower = pixels + m(&[patches, 2 * (hv * d.res + d.stats) + 3 * hv * d.cmp]);
             (tower, m(&[tokens, v.out, d.cmp]))
+        }
+        // MllamaVisionModel (not measured): the patch embedding's input, the pre and post
+        // LayerNorms' inputs and the kept intermediate layers' outputs; the projector reads
+        // their concatenation with the last (`vision_output_dim` wide).
+        VisionInput::CrossTiles {
+            intermediate_layers,
+            ..
+        } => {
+            let tower = pixels
+                + m(&[
+                    patches,
+                    2 * (hv * d.res + d.stats) + intermediate_layers * hv * d.cmp,
+                ]);
+            (tower, m(&[patches, (intermediate_layers + 1) * hv, d.cmp]))
         }
         // Gemma4VisionModel: the patch embedding's input and positions, the pooler's fp32
         // tensors; embed_vision's RMSNorm and projection input over the soft tokens.
