@@ -52,6 +52,9 @@ pub const FAMILIES: &[&str] = &[
     "seed_oss",
     "hunyuan_v1_dense",
     "hunyuan_v1_moe",
+    "glm",
+    "glm4",
+    "granite_swa",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -341,10 +344,14 @@ fn sliding(c: &Cfg, default: Option<u64>) -> Result<Option<u64>> {
 }
 
 /// Reads a config of one of [`FAMILIES`]; `outer` is the top-level config when `c` is its
-/// `text_config`.
+/// `text_config` (a wrapper this reader does not know is read as its text config's family).
 pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
-    let mt = outer.model_type;
-    let d = match mt {
+    let mt = if FAMILIES.contains(&outer.model_type) {
+        outer.model_type
+    } else {
+        c.model_type
+    };
+    let mut d = match mt {
         "qwen3" | "qwen3_moe" | "qwen3_vl" | "qwen3_vl_moe" => qwen3(c)?,
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
             qwen3_5(c, mt)?
@@ -388,8 +395,18 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "exaone4" => exaone4(c)?,
         "seed_oss" => seed_oss(c)?,
         "hunyuan_v1_dense" | "hunyuan_v1_moe" => hunyuan(c, mt)?,
+        "glm" | "glm4" => glm(c, mt)?,
+        "granite_swa" => granite_swa(c)?,
         other => return Err(Error::UnknownModelType(other.into())),
     };
+    // The class built is the wrapper's: its config's `tie_word_embeddings` decides the tying
+    // (modeling_utils.py `tie_weights` reads `self.config`, the top level).
+    if !std::ptr::eq(c.map, outer.map)
+        && builds_vision(outer)?
+        && outer.find(&["tie_word_embeddings"]).is_some()
+    {
+        d.tied = outer.bool("tie_word_embeddings", d.tied)?;
+    }
     let text_hidden = d.hidden;
     let mut t = build(d)?;
     if builds_vision(outer)? {
@@ -661,11 +678,10 @@ pub(super) fn refuse_family_keys(c: &Cfg) -> Result<()> {
     Ok(())
 }
 
-/// An unknown `model_type` with the standard decoder keys: a Llama-style decoder (pre-norm,
-/// GQA attention without biases, gated SiLU MLP, untied head), with a note naming what was
-/// assumed.
+/// An unknown `model_type` with the standard decoder keys and no structural key it does not
+/// read (`keys::check_generic`, run first): a Llama-style decoder (pre-norm, GQA attention
+/// without biases, gated SiLU MLP, untied head), with a note naming what was assumed.
 pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
-    refuse_family_keys(c)?;
     let (mut d, _) = common(c, false)?;
     d.attn.qkv_bias = c.bool("attention_bias", false)?;
     d.attn.out_bias = d.attn.qkv_bias;
@@ -679,13 +695,30 @@ pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
     if !c.map.contains_key("tie_word_embeddings") {
         assumed.push("an untied LM head".into());
     }
-    if let Some(w) = sliding(c, None)? {
+    // A window slides every layer unless `use_sliding_window: false` turns it off (Qwen2-style
+    // configs keep the window's size there).
+    if let Some(w) =
+        sliding(c, None)?.filter(|_| c.bool("use_sliding_window", true).unwrap_or(true))
+    {
         d.sliding_window = Some(w);
         d.layer_types
             .iter_mut()
             .for_each(|t| *t = LayerType::Sliding);
     }
     if let Some(t) = c.layer_types("layer_types", d.layer_types.len() as u64)? {
+        // Only attention layers: any other kind (`mlp`, `linear_attention`, ...) has modules a
+        // generic decoder does not build.
+        if t.iter()
+            .any(|t| !matches!(t, LayerType::Full | LayerType::Sliding))
+        {
+            return Err(Error::Undescribable {
+                field: "layer_types".into(),
+                model_type: c.model_type.into(),
+            });
+        }
+        if t.contains(&LayerType::Sliding) && d.sliding_window.is_none() {
+            d.sliding_window = c.opt_u64(&["sliding_window"])?;
+        }
         d.layer_types = t;
     }
     d.notes.push(format!(
@@ -1051,13 +1084,23 @@ fn gemma4(c: &Cfg) -> Result<Draft> {
     };
     let shared = c.count(&["num_kv_shared_layers"], 0)?.min(layers);
     let double = c.bool("use_double_wide_mlp", false)?;
+    // A config saved by transformers 5.24 spells the full layers' overrides out in
+    // `per_layer_config` (PretrainedConfig's sparse per-layer overrides), which then replaces
+    // `global_head_dim`/`num_global_key_value_heads` (configuration_gemma4.py `__post_init__`).
+    let overrides = per_layer_overrides(c, layers)?;
     for (i, t) in types.iter().enumerate() {
         let reuse = (i as u64) >= layers - shared;
         let mut a = d.attn;
         if *t == LayerType::Full {
+            a.k_eq_v = k_eq_v;
+        }
+        if let Some(o) = &overrides {
+            let (hd, kv) = o[i];
+            (a.head_dim, a.v_head_dim) = (hd.unwrap_or(a.head_dim), hd.unwrap_or(a.head_dim));
+            a.kv_heads = kv.unwrap_or(a.kv_heads);
+        } else if *t == LayerType::Full {
             a.head_dim = global_hd;
             a.v_head_dim = global_hd;
-            a.k_eq_v = k_eq_v;
             if let Some(kv) = global_kv {
                 a.kv_heads = kv;
             }
@@ -1088,6 +1131,64 @@ fn gemma4(c: &Cfg) -> Result<Draft> {
         d.layer_extra = (Component::Embedding, 2 * d.hidden * hpl + d.hidden);
     }
     Ok(d)
+}
+
+/// One layer's `head_dim` and `num_key_value_heads` overrides.
+type LayerOverride = (Option<u64>, Option<u64>);
+
+/// Per layer, the `head_dim` and `num_key_value_heads` overrides of `per_layer_config` (a map
+/// from layer index to attribute overrides), or `None` without one; any other override is
+/// refused naming it.
+fn per_layer_overrides(c: &Cfg, layers: u64) -> Result<Option<Vec<LayerOverride>>> {
+    let map = match c.map.get("per_layer_config") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(Error::WrongType {
+                field: "per_layer_config".into(),
+                expected: "an object",
+                found: kind_of(other).into(),
+            })
+        }
+    };
+    let mut out = vec![(None, None); layers as usize];
+    for (idx, v) in map {
+        let field = format!("per_layer_config.{idx}");
+        let i = idx
+            .parse::<u64>()
+            .ok()
+            .filter(|i| *i < layers)
+            .ok_or_else(|| Error::OutOfRange {
+                field: "per_layer_config".into(),
+                value: idx.clone(),
+                why: format!("keys are layer indices below num_hidden_layers = {layers}"),
+            })?;
+        let Value::Object(o) = v else {
+            return Err(Error::WrongType {
+                field,
+                expected: "an object",
+                found: kind_of(v).into(),
+            });
+        };
+        let layer = Cfg {
+            map: o,
+            model_type: c.model_type,
+        };
+        if let Some(k) = o
+            .keys()
+            .find(|k| !matches!(k.as_str(), "head_dim" | "num_key_value_heads"))
+        {
+            return Err(Error::NotDescribed {
+                model_type: c.model_type.into(),
+                what: format!("its per-layer override `{field}.{k}` is not modelled"),
+            });
+        }
+        out[i as usize] = (
+            layer.opt_u64(&["head_dim"])?,
+            layer.opt_u64(&["num_key_value_heads"])?,
+        );
+    }
+    Ok(Some(out))
 }
 
 /// MiniMax-M2 (`MiniMaxM2Attention`: q/k RMSNorm over the whole projection width;
@@ -1428,6 +1529,44 @@ fn hunyuan(c: &Cfg, mt: &str) -> Result<Draft> {
         d.moe = Some(m);
         place_moe(&mut d, |_| true);
     }
+    Ok(d)
+}
+
+/// GLM and GLM-4 (`GlmAttention`: q/k/v bias = `attention_bias`, default true, no output bias;
+/// `GlmMLP`: one `gate_up_proj`; `Glm4DecoderLayer` adds `post_self_attn_layernorm` and
+/// `post_mlp_layernorm`).
+fn glm(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.attn.qkv_bias = c.bool("attention_bias", true)?;
+    d.dense.fused_gate_up = true;
+    if mt == "glm4" {
+        d.norms = 4;
+    }
+    Ok(d)
+}
+
+/// Granite with sliding windows (`GraniteSWAAttention`: biases = `attention_bias` on q/k/v/o,
+/// a learned per-head `sinks` logit; `layer_types` of full and sliding layers, 1 full : 3
+/// sliding by default; tied head by default). Granite's multipliers scale activations only.
+fn granite_swa(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    d.attn.sinks = true;
+    d.sliding_window = sliding(c, Some(128))?;
+    d.layer_types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => (0..layers)
+            .map(|i| {
+                if i % 4 == 0 {
+                    LayerType::Full
+                } else {
+                    LayerType::Sliding
+                }
+            })
+            .collect(),
+    };
     Ok(d)
 }
 
