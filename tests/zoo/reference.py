@@ -93,6 +93,13 @@ CACHE_KIND = {
     "DynamicIndexedLayer": "indexed",
 }
 NO_CACHE = {"DummyLayer"}
+# Layers that hold attention keys/values and linear-attention states together (Falcon-H1, Zamba:
+# attention and Mamba in one layer): the keys and values count under the attention kind, the
+# conv and recurrent states under `linear`, and the layer under both.
+HYBRID_KIND = {
+    "LinearAttentionAndFullAttentionLayer": "full",
+    "LinearAttentionAndSlidingWindowAttentionLayer": "sliding",
+}
 
 # ---- parameter components --------------------------------------------------------------
 # The rules, in order, on a parameter's dotted name (`model.layers.3.mlp.experts.gate_up_proj`):
@@ -283,11 +290,14 @@ def build(path: Path):
 # ---- cache ------------------------------------------------------------------------------------
 
 
-def _layer_tensors(layer):
-    for attr in ("keys", "values", "indexer_keys"):
-        t = getattr(layer, attr, None)
-        if t is not None:
-            yield t
+def _layer_tensors(layer, parts=("kv", "states")):
+    if "kv" in parts:
+        for attr in ("keys", "values", "indexer_keys"):
+            t = getattr(layer, attr, None)
+            if t is not None:
+                yield t
+    if "states" not in parts:
+        return
     for attr in ("conv_states", "recurrent_states"):
         states = getattr(layer, attr, None)
         if states is None:
@@ -314,13 +324,18 @@ def measure(cache) -> dict:
         cls = type(layer).__name__
         if cls in NO_CACHE:
             continue
-        if cls not in CACHE_KIND:
+        if cls in HYBRID_KIND:
+            parts = [(HYBRID_KIND[cls], ("kv",)), ("linear", ("states",))]
+        elif cls in CACHE_KIND:
+            parts = [(CACHE_KIND[cls], ("kv", "states"))]
+        else:
             raise SystemExit(f"unknown cache layer class {cls}: give it a kind in CACHE_KIND")
-        tensors = list(_layer_tensors(layer))
-        every += tensors
-        entry = kinds.setdefault(CACHE_KIND[cls], {"layers": 0, "tensors": []})
-        entry["layers"] += 1
-        entry["tensors"] += tensors
+        for kind, which in parts:
+            tensors = list(_layer_tensors(layer, which))
+            every += tensors
+            entry = kinds.setdefault(kind, {"layers": 0, "tensors": []})
+            entry["layers"] += 1
+            entry["tensors"] += tensors
     out = {k: {"layers": v["layers"], "bytes": _storage_bytes(v["tensors"])} for k, v in kinds.items()}
     total = _storage_bytes(every)
     assert total == sum(v["bytes"] for v in out.values()), "a storage is shared across kinds"
@@ -355,12 +370,14 @@ def cache_run(model, batch: int, prompt: int) -> dict:
     from transformers import DynamicCache
 
     runner = model.language_model if type(model).__name__ == "Llama4ForConditionalGeneration" else model
+    if not model._supports_default_dynamic_cache():
+        raise SystemExit("generate builds no DynamicCache for it (`_supports_default_dynamic_cache`)")
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     ids = torch.zeros(batch, prompt, dtype=torch.long, device="meta")
     with torch.no_grad():
-        runner(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        runner(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         prefill = measure(cache)
-        runner(input_ids=ids[:, :1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        runner(input_ids=ids[:, :1], cache=cache, use_cache=True, logits_to_keep=1)
         decode = measure(cache)
     by_kind = {}
     for kind in sorted(set(prefill["kinds"]) | set(decode["kinds"])):
