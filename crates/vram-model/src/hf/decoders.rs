@@ -55,6 +55,22 @@ pub const FAMILIES: &[&str] = &[
     "glm",
     "glm4",
     "granite_swa",
+    "phi",
+    "starcoder2",
+    "gpt_bigcode",
+    "bloom",
+    "opt",
+    "gptj",
+    "cohere",
+    "cohere2",
+    "qwen2_moe",
+    "olmoe",
+    "olmo",
+    "deepseek_v2",
+    "minicpm3",
+    "mamba2",
+    "granitemoe",
+    "granitemoeshared",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -134,6 +150,18 @@ struct Draft {
     embedding_extra: u64,
     /// `final_logit_softcapping` is set.
     softcap: bool,
+    /// The layers' and final norms: RMSNorm (the default) or LayerNorm, with a weight
+    /// (`norm_weight`, false for OLMo's parameter-free LayerNorm) and a bias (`norm_bias`).
+    norm: Norm,
+    norm_weight: bool,
+    norm_bias: bool,
+    /// Attention and MLP side by side from one norm (Phi, GPT-J, Cohere).
+    parallel: bool,
+    /// Rotary (the default), a learned table of this many rows (GPT-BigCode, OPT), or none
+    /// (Bloom's ALiBi).
+    positions: Positions,
+    /// A norm over the token embeddings (Bloom's `word_embeddings_layernorm`).
+    embedding_norm: bool,
 }
 
 impl Cfg<'_> {
@@ -324,6 +352,12 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         layer_extra: (Component::Other, 0),
         embedding_extra: 0,
         softcap: false,
+        norm: Norm::RmsNorm,
+        norm_weight: true,
+        norm_bias: false,
+        parallel: false,
+        positions: Positions::Rotary,
+        embedding_norm: false,
     };
     Ok((d, layers))
 }
@@ -397,6 +431,20 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "hunyuan_v1_dense" | "hunyuan_v1_moe" => hunyuan(c, mt)?,
         "glm" | "glm4" => glm(c, mt)?,
         "granite_swa" => granite_swa(c)?,
+        "phi" => phi(c)?,
+        "starcoder2" => starcoder2(c)?,
+        "gpt_bigcode" => gpt_bigcode(c)?,
+        "bloom" => bloom(c)?,
+        "opt" => opt(c)?,
+        "gptj" => gptj(c)?,
+        "cohere" | "cohere2" => cohere(c, mt)?,
+        "qwen2_moe" => qwen2_moe(c)?,
+        "olmoe" => olmoe(c)?,
+        "olmo" => olmo1(c)?,
+        "deepseek_v2" => deepseek_v2(c)?,
+        "minicpm3" => minicpm3(c)?,
+        "mamba2" => mamba2(c)?,
+        "granitemoe" | "granitemoeshared" => granite_moe(c)?,
         other => return Err(Error::UnknownModelType(other.into())),
     };
     // The class built is the wrapper's: its config's `tie_word_embeddings` decides the tying
@@ -1570,6 +1618,368 @@ fn granite_swa(c: &Cfg) -> Result<Draft> {
     Ok(d)
 }
 
+/// LayerNorm with weight and bias (the 2019–2023 families).
+fn layer_norm(d: &mut Draft) {
+    (d.norm, d.norm_weight, d.norm_bias) = (Norm::LayerNorm, true, true);
+}
+
+/// A plain `down(act(up(x)))` MLP of `intermediate`, with biases or not.
+fn plain(intermediate: u64, bias: bool) -> Dense {
+    Dense {
+        gated: false,
+        bias,
+        ..dense(intermediate)
+    }
+}
+
+/// A `*_config` key or flag the family reads only at its default: anything else is refused,
+/// naming it.
+fn refuse_if(c: &Cfg, on: bool, key: &str, what: &str) -> Result<()> {
+    if on {
+        return Err(Error::NotDescribed {
+            model_type: c.model_type.into(),
+            what: format!("`{key}`: {what} is not modelled"),
+        });
+    }
+    Ok(())
+}
+
+/// Phi-1/1.5/2 (`PhiDecoderLayer`: one LayerNorm feeding attention and MLP side by side;
+/// q/k/v and `dense` with biases; `fc1`/`fc2` with biases; final LayerNorm; an untied LM head
+/// with a bias; partial rotary, which changes no tensor's size).
+fn phi(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    refuse_if(
+        c,
+        c.bool("qk_layernorm", false)?,
+        "qk_layernorm",
+        "a LayerNorm with bias over each head's queries and keys",
+    )?;
+    d.act = c.act(&["hidden_act"], "gelu_new")?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (true, true);
+    d.dense = plain(d.dense.intermediate, true);
+    layer_norm(&mut d);
+    d.norms = 1;
+    d.parallel = true;
+    d.head_bias = !d.tied;
+    d.hidden_dropout = c.prob(&["resid_pdrop"], 0.0)?;
+    Ok(d)
+}
+
+/// StarCoder2 (`Starcoder2Attention`/`Starcoder2MLP`: every projection biased by `use_bias`,
+/// a plain `c_fc`/`c_proj` MLP; LayerNorms with bias; tied; every layer slides when
+/// `sliding_window` is set).
+fn starcoder2(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    d.act = c.act(&["hidden_act"], "gelu_pytorch_tanh")?;
+    let bias = c.bool("use_bias", true)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense = plain(d.dense.intermediate, bias);
+    layer_norm(&mut d);
+    d.sliding_window = sliding(c, None)?;
+    if d.sliding_window.is_some() {
+        d.layer_types = vec![LayerType::Sliding; layers as usize];
+    }
+    d.hidden_dropout = c.prob(&["residual_dropout"], 0.0)?;
+    Ok(d)
+}
+
+/// GPT-BigCode / StarCoder (`GPTBigCodeAttention`: one `c_attn` for q and the shared k/v, one
+/// key/value head with `multi_query`, biases everywhere; learned positions `wpe` of
+/// `n_positions`; LayerNorms with bias; a plain MLP of `n_inner` (4H); tied).
+fn gpt_bigcode(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, true)?;
+    refuse_if(
+        c,
+        c.bool("add_cross_attention", false)?,
+        "add_cross_attention",
+        "a cross-attention in every layer",
+    )?;
+    d.act = c.act(&["activation_function"], "gelu_pytorch_tanh")?;
+    if c.bool("multi_query", true)? {
+        d.attn.kv_heads = 1;
+    }
+    (d.attn.qkv_bias, d.attn.out_bias, d.attn.fused_qkv) = (true, true, true);
+    d.attn.rope = false;
+    d.rope = vec![false; d.rope.len()];
+    let inner = c.opt_u64(&["n_inner"])?.unwrap_or(4 * d.hidden);
+    d.dense = plain(inner, true);
+    layer_norm(&mut d);
+    let positions = c
+        .opt_u64(&["n_positions", "max_position_embeddings"])?
+        .unwrap_or(1024);
+    d.positions = Positions::Learned(positions);
+    d.max_positions = positions;
+    d.attention_dropout = c.prob(&["attn_pdrop"], 0.1)?;
+    d.hidden_dropout = c.prob(&["resid_pdrop"], 0.1)?;
+    Ok(d)
+}
+
+/// BLOOM (`BloomAttention`: one biased `query_key_value`, biased `dense`; ALiBi, no position
+/// table; `word_embeddings_layernorm`; LayerNorms with bias; a plain 4H MLP with biases; tied).
+fn bloom(c: &Cfg) -> Result<Draft> {
+    let mut map = c.map.clone();
+    // BloomConfig takes the older `n_embed` for `hidden_size`.
+    if !map.contains_key("hidden_size") {
+        if let Some(v) = map.get("n_embed").cloned() {
+            map.insert("hidden_size".into(), v);
+        }
+    }
+    let c = &Cfg {
+        map: &map,
+        model_type: c.model_type,
+    };
+    let (mut d, _) = common(c, true)?;
+    refuse_if(
+        c,
+        c.bool("apply_residual_connection_post_layernorm", false)?,
+        "apply_residual_connection_post_layernorm",
+        "the residual taken after each LayerNorm",
+    )?;
+    // BloomGelu is an autograd Function that saves only its input (`GeLUFunction`).
+    d.act = Act::Fused;
+    (d.attn.qkv_bias, d.attn.out_bias, d.attn.fused_qkv) = (true, true, true);
+    d.attn.rope = false;
+    d.rope = vec![false; d.rope.len()];
+    d.dense = plain(4 * d.hidden, true);
+    layer_norm(&mut d);
+    d.positions = Positions::None;
+    d.embedding_norm = true;
+    d.hidden_dropout = c.prob(&["hidden_dropout"], 0.0)?;
+    Ok(d)
+}
+
+/// OPT (`OPTAttention`/`OPTDecoderLayer`: q/k/v/out and `fc1`/`fc2` biased by `enable_bias`,
+/// a plain MLP of `ffn_dim`; LayerNorms with `layer_norm_elementwise_affine`; learned positions
+/// of `max_position_embeddings + 2` rows (OPTLearnedPositionalEmbedding's offset); tied).
+/// The post-norm variant (`do_layer_norm_before: false`, OPT-350m) and its
+/// `word_embed_proj_dim` projections are refused.
+fn opt(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, true)?;
+    refuse_if(
+        c,
+        !c.bool("do_layer_norm_before", true)? || c.bool("_remove_final_layer_norm", false)?,
+        "do_layer_norm_before",
+        "OPT's post-norm layout without a final norm",
+    )?;
+    let proj = c.opt_u64(&["word_embed_proj_dim"])?.unwrap_or(d.hidden);
+    refuse_if(
+        c,
+        proj != d.hidden,
+        "word_embed_proj_dim",
+        "the projections between embedding and hidden width",
+    )?;
+    d.act = c.act(&["activation_function"], "relu")?;
+    let bias = c.bool("enable_bias", true)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.rope = false;
+    d.rope = vec![false; d.rope.len()];
+    d.dense = plain(c.u64(&["ffn_dim"])?, bias);
+    layer_norm(&mut d);
+    if !c.bool("layer_norm_elementwise_affine", true)? {
+        (d.norm_weight, d.norm_bias) = (false, false);
+    }
+    d.positions = Positions::Learned(d.max_positions + 2);
+    d.hidden_dropout = c.prob(&["dropout"], 0.1)?;
+    Ok(d)
+}
+
+/// GPT-J (`GPTJBlock`: one LayerNorm feeding attention and MLP side by side; q/k/v/out without
+/// biases; `fc_in`/`fc_out` with biases, `n_inner` (4H); partial rotary (`rotary_dim`); an
+/// untied LM head with a bias).
+fn gptj(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.act = c.act(&["activation_function"], "gelu_new")?;
+    let inner = c.opt_u64(&["n_inner"])?.unwrap_or(4 * d.hidden);
+    d.dense = plain(inner, true);
+    layer_norm(&mut d);
+    d.norms = 1;
+    d.parallel = true;
+    d.head_bias = !d.tied;
+    d.max_positions = c.opt_u64(&["n_positions"])?.unwrap_or(2048);
+    d.attention_dropout = c.prob(&["attn_pdrop"], 0.0)?;
+    d.hidden_dropout = c.prob(&["resid_pdrop"], 0.0)?;
+    Ok(d)
+}
+
+/// Command-R (`CohereDecoderLayer`: one LayerNorm without bias feeding attention and the gated
+/// MLP side by side; q/k/v/o biased by `attention_bias`; `use_qk_norm` LayerNorms over every
+/// head's queries and keys; tied). Cohere 2 adds `layer_types` (3 sliding : 1 full by default,
+/// `sliding_window_pattern`), rotary positions on its sliding layers only, and `head_dim` =
+/// H / heads.
+fn cohere(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    if c.bool("use_qk_norm", false)? {
+        d.attn.qk_norm = QkNorm::FullWidth;
+    }
+    (d.norm, d.norm_weight, d.norm_bias) = (Norm::LayerNorm, true, false);
+    d.norms = 1;
+    d.parallel = true;
+    if mt == "cohere2" {
+        d.attn.head_dim = d.hidden / d.attn.heads;
+        d.attn.v_head_dim = d.attn.head_dim;
+        d.sliding_window = sliding(c, Some(4096))?;
+        d.layer_types = match c.layer_types("layer_types", layers)? {
+            Some(t) => t,
+            None => {
+                let p = c.opt_u64(&["sliding_window_pattern"])?.unwrap_or(4);
+                every_nth_full(layers, p)
+            }
+        };
+        d.rope = d
+            .layer_types
+            .iter()
+            .map(|t| *t == LayerType::Sliding)
+            .collect();
+    }
+    Ok(d)
+}
+
+/// Qwen2-MoE / Qwen1.5-MoE (`Qwen2MoeAttention`: q/k/v biased by `qkv_bias`, no q/k norms;
+/// `Qwen2MoeSparseMoeBlock`: routed experts, one shared expert of
+/// `shared_expert_intermediate_size` behind a sigmoid `shared_expert_gate`; MoE placement,
+/// `use_sliding_window`/`max_window_layers`/`layer_types` as Qwen3's).
+fn qwen2_moe(c: &Cfg) -> Result<Draft> {
+    let mut d = qwen3(c)?;
+    d.attn.qk_norm = QkNorm::None;
+    d.attn.qkv_bias = c.bool("qkv_bias", true)?;
+    d.attn.out_bias = false;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(4);
+    if let Some(m) = d.moe.as_mut() {
+        m.top_k = k;
+        let shared = c.count(&["shared_expert_intermediate_size"], 0)?;
+        if shared > 0 {
+            m.shared = Some(dense(shared));
+            m.shared_gate = true;
+        }
+    }
+    Ok(d)
+}
+
+/// OLMoE (`OlmoeAttention`: q/k RMSNorms over the whole projection width, biases =
+/// `attention_bias`; `OlmoeSparseMoeBlock` in every layer, experts of `intermediate_size`, no
+/// shared expert; `clip_qkv` clamps in place).
+fn olmoe(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::FullWidth;
+    let e = c.u64(&["num_experts", "num_local_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(8);
+    d.moe = Some(moe_template(e, k, d.dense.intermediate));
+    place_moe(&mut d, |_| true);
+    Ok(d)
+}
+
+/// OLMo 1 (`OlmoLayerNorm`: a LayerNorm without weight or bias; biases = `attention_bias`;
+/// `clip_qkv` clamps in place).
+fn olmo1(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    (d.norm, d.norm_weight, d.norm_bias) = (Norm::LayerNorm, false, false);
+    Ok(d)
+}
+
+/// DeepSeek-V2 (DeepSeek-V3's MLA and MoE; `DeepseekV2MLP`, dense layers and shared experts,
+/// biased by `mlp_bias`; the router an fp32 `[E, H]` weight without correction bias).
+fn deepseek_v2(c: &Cfg) -> Result<Draft> {
+    let mut d = deepseek(c, "deepseek_v2")?;
+    let bias = c.bool("mlp_bias", false)?;
+    d.dense.bias = bias;
+    if let Some(m) = d.moe.as_mut() {
+        if let Some(s) = m.shared.as_mut() {
+            s.bias = bias;
+        }
+    }
+    Ok(d)
+}
+
+/// MiniCPM3 (`MiniCPM3Attention`: DeepSeek-style MLA with a `q_lora_rank`; a dense gated MLP
+/// biased by `mlp_bias` in every layer; tied; `scale_emb`/`scale_depth` scale activations).
+fn minicpm3(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    let heads = d.attn.heads;
+    let mla = Mla {
+        heads,
+        q_lora_rank: c.opt_u64(&["q_lora_rank"])?,
+        kv_lora_rank: c.u64(&["kv_lora_rank"])?,
+        qk_nope_head_dim: c.u64(&["qk_nope_head_dim"])?,
+        qk_rope_head_dim: c.u64(&["qk_rope_head_dim"])?,
+        v_head_dim: c.u64(&["v_head_dim"])?,
+        bias: c.bool("attention_bias", false)?,
+        indexer: None,
+    };
+    d.mla = Some(mla);
+    d.layer_types = vec![LayerType::Full; layers as usize];
+    d.attn.head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+    d.attn.v_head_dim = mla.v_head_dim;
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    Ok(d)
+}
+
+/// Mamba-2 (`Mamba2Block`: an RMSNorm and a `Mamba2Mixer`, no feed-forward; the mixer's inner
+/// width `expand × H` split into `num_heads × head_dim`; final `norm_f`).
+fn mamba2(c: &Cfg) -> Result<Draft> {
+    let mut map = c.map.clone();
+    // Mamba2Config has no attention keys: `common` reads the SSM heads as stand-in heads.
+    if !map.contains_key("num_attention_heads") {
+        if let Some(v) = map.get("num_heads").cloned() {
+            map.insert("num_attention_heads".into(), v);
+        }
+    }
+    let c = &Cfg {
+        map: &map,
+        model_type: c.model_type,
+    };
+    let (mut d, layers) = common(c, false)?;
+    let heads = c.u64(&["num_heads"])?;
+    let head_dim = c.u64(&["head_dim"])?;
+    let expand = c.opt_u64(&["expand"])?.unwrap_or(2);
+    if heads * head_dim != expand * d.hidden {
+        return Err(Error::NotDivisible {
+            what: "mamba2: expand × hidden_size (the inner width) by num_heads × head_dim".into(),
+            a: expand * d.hidden,
+            b: heads * head_dim,
+        });
+    }
+    d.linear = Some(Mixer::Mamba2(Mamba2 {
+        heads,
+        head_dim,
+        state_size: c.opt_u64(&["state_size"])?.unwrap_or(128),
+        groups: c.opt_u64(&["n_groups"])?.unwrap_or(8),
+        conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
+        chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(256),
+        bias: c.bool("use_bias", false)?,
+        conv_bias: c.bool("use_conv_bias", true)?,
+    }));
+    d.layer_types = vec![LayerType::Linear; layers as usize];
+    d.ffn = vec![FfnKind::None; layers as usize];
+    d.norms = 1;
+    Ok(d)
+}
+
+/// Granite-MoE (`GraniteMoeMoE`: a bias-free router and expert banks of `intermediate_size` in
+/// every layer; biases = `attention_bias`); Granite-MoE-Shared adds a gated `shared_mlp` of
+/// `shared_intermediate_size` when that is positive. The multipliers scale activations only.
+fn granite_moe(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    let e = c.u64(&["num_local_experts", "num_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+    let mut m = moe_template(e, k, d.dense.intermediate);
+    let shared = c.count(&["shared_intermediate_size"], 0)?;
+    if shared > 0 {
+        m.shared = Some(dense(shared));
+    }
+    d.moe = Some(m);
+    place_moe(&mut d, |_| true);
+    Ok(d)
+}
+
 /// Blocks and stand-in uniform fields from a draft.
 fn build(d: Draft) -> Result<Transformer> {
     let h = d.hidden;
@@ -1582,6 +1992,7 @@ fn build(d: Draft) -> Result<Transformer> {
         });
     }
     let mut layers = Vec::with_capacity(n);
+    let norm_each = h * (u64::from(d.norm_weight) + u64::from(d.norm_bias));
     for (i, t) in d.layer_types.iter().enumerate() {
         let base = d.per_layer_attn.get(i).copied().flatten().unwrap_or(d.attn);
         let rope = d.rope.get(i).copied().unwrap_or(true);
@@ -1635,7 +2046,7 @@ fn build(d: Draft) -> Result<Transformer> {
             ffn,
             norms: Norms {
                 count: d.norms,
-                params_each: h,
+                params_each: norm_each,
             },
             extra: d.layer_extra,
         });
@@ -1656,9 +2067,15 @@ fn build(d: Draft) -> Result<Transformer> {
         h,
         &layers,
         Ends {
-            embedding: d.vocab * h + d.embedding_extra,
+            embedding: d.vocab * h
+                + d.embedding_extra
+                + match d.positions {
+                    Positions::Learned(rows) => rows * h,
+                    _ => 0,
+                }
+                + if d.embedding_norm { norm_each } else { 0 },
             vocab: d.vocab,
-            final_norm: h,
+            final_norm: norm_each,
             head,
             other: 0,
         },
@@ -1710,21 +2127,21 @@ fn build(d: Draft) -> Result<Transformer> {
         act: d.act,
         fused_qkv: false,
         fused_gate_up: false,
-        norm: Norm::RmsNorm,
-        norm_bias: false,
+        norm: d.norm,
+        norm_bias: d.norm_bias,
         norms_per_layer: d.norms,
         qkv_bias: d.attn.qkv_bias,
         out_bias: d.attn.out_bias,
         mlp_bias: d.dense.bias,
         experts,
         experts_per_token: top_k,
-        positions: Positions::Rotary,
+        positions: d.positions,
         type_vocab: 0,
         tied_embeddings: d.tied,
-        embedding_norm: false,
+        embedding_norm: d.embedding_norm,
         pooler: false,
         final_norm: true,
-        parallel_residual: false,
+        parallel_residual: d.parallel,
         attention_dropout: d.attention_dropout,
         hidden_dropout: d.hidden_dropout,
         softmax_upcast: true,

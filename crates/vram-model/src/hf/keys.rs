@@ -94,16 +94,10 @@ pub(super) fn check_generic(text: &Cfg, outer: &Cfg) -> Result<()> {
 /// `model_type`s of transformers 5.24 whose configs carry only keys a generic decoder reads but
 /// whose modules are not a generic decoder's, with what differs (from their `modeling_*.py`).
 /// They are refused rather than misread; each becomes a family adapter when one is written.
-pub const NOT_DESCRIBED: &[(&str, &str)] = &[
-    (
-        "diffllama",
-        "differential attention (two softmax maps per head, `lambda_q1/k1/q2/k2` and a sub-layer norm per layer)",
-    ),
-    (
-        "olmo",
-        "OLMo 1's LayerNorms without weights (and its `clip_qkv`)",
-    ),
-];
+pub const NOT_DESCRIBED: &[(&str, &str)] = &[(
+    "diffllama",
+    "differential attention (two softmax maps per head, `lambda_q1/k1/q2/k2` and a sub-layer norm per layer)",
+)];
 
 /// Refuses a `model_type` listed in [`NOT_DESCRIBED`].
 pub(super) fn refuse_not_described(model_type: &str) -> Result<()> {
@@ -299,6 +293,103 @@ pub const KNOWN: &[(&str, &[&str])] = &[
     ("glm", &["attention_bias"]),
     ("glm4", &["attention_bias"]),
     ("granite_swa", &["attention_bias", "mlp_bias"]),
+    ("phi", &["qk_layernorm"]),
+    ("starcoder2", &["use_bias", "norm_epsilon"]),
+    ("gpt_bigcode", &["add_cross_attention"]),
+    ("bloom", &["apply_residual_connection_post_layernorm"]),
+    (
+        "opt",
+        &[
+            "ffn_dim",
+            "enable_bias",
+            "layer_norm_elementwise_affine",
+            "do_layer_norm_before",
+            "_remove_final_layer_norm",
+            "word_embed_proj_dim",
+        ],
+    ),
+    // `rotary_dim`: the rotated part of each head, no tensor's size.
+    ("gptj", &["rotary_dim"]),
+    ("cohere", &["attention_bias", "use_qk_norm"]),
+    ("cohere2", &["attention_bias", "use_qk_norm"]),
+    (
+        "qwen2_moe",
+        &[
+            "qkv_bias",
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "norm_topk_prob",
+        ],
+    ),
+    (
+        "olmoe",
+        &[
+            "attention_bias",
+            "num_experts",
+            "num_experts_per_tok",
+            "norm_topk_prob",
+        ],
+    ),
+    ("olmo", &["attention_bias"]),
+    ("deepseek_v2", &DEEPSEEK_V2),
+    (
+        "minicpm3",
+        &[
+            "attention_bias",
+            "mlp_bias",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "qk_head_dim",
+            "v_head_dim",
+            // Scales of the embeddings and residual branches.
+            "dim_model_base",
+        ],
+    ),
+    (
+        "mamba2",
+        &[
+            "num_heads",
+            "state_size",
+            "chunk_size",
+            "use_bias",
+            "use_conv_bias",
+            // Initialisation only.
+            "rescale_prenorm_residual",
+        ],
+    ),
+    (
+        "granitemoe",
+        &["attention_bias", "num_local_experts", "num_experts_per_tok"],
+    ),
+    (
+        "granitemoeshared",
+        &[
+            "attention_bias",
+            "num_local_experts",
+            "num_experts_per_tok",
+            "shared_intermediate_size",
+        ],
+    ),
+];
+
+/// DeepSeek's, with the MLPs' `mlp_bias`.
+const DEEPSEEK_V2: [&str; 13] = [
+    "attention_bias",
+    "mlp_bias",
+    "moe_intermediate_size",
+    "n_routed_experts",
+    "n_shared_experts",
+    "num_experts_per_tok",
+    "norm_topk_prob",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "qk_head_dim",
+    "v_head_dim",
+    "kv_lora_rank",
+    "num_nextn_predict_layers",
 ];
 
 const QWEN3_5: [&str; 7] = [

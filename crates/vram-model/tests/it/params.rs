@@ -375,11 +375,12 @@ fn structural_keys_decide_what_a_generic_decoder_reads() {
     let text_only = wrapper.replacen('{', r#"{"architectures": ["BrandNewForCausalLM"], "#, 1);
     vram_model::hf::parse_config(&text_only, "x").unwrap();
     // transformers types that look like a generic decoder but are not one: refused by name.
-    let olmo = with(r#""model_type": "olmo""#).replacen(r#""model_type": "brand_new", "#, "", 1);
-    let err = vram_model::hf::parse_config(&olmo, "x")
+    let diff =
+        with(r#""model_type": "diffllama""#).replacen(r#""model_type": "brand_new", "#, "", 1);
+    let err = vram_model::hf::parse_config(&diff, "x")
         .unwrap_err()
         .to_string();
-    assert!(err.contains("`olmo` cannot be described"), "{err}");
+    assert!(err.contains("`diffllama` cannot be described"), "{err}");
 }
 
 /// Known families: a class key their reader does not model is refused, not dropped.
