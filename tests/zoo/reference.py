@@ -107,7 +107,7 @@ HYBRID_KIND = {
 # 2. a name part starting with "mtp"                    -> mtp
 # 3. the owning module is `lm_head`                     -> head (absent when tied: counted once)
 # 4. a name part in EMBED_PARTS                         -> embedding
-# 5. inside a decoder layer (`layers.<i>.<child>...`):
+# 5. inside a decoder layer (`layers.<i>.<child>...`, GPT-style `h.<i>.<child>...`):
 #    a. child in PER_LAYER_INPUT (Gemma per-layer inputs) -> embedding
 #    b. child in MIXER_CHILDREN, or child `mixer` that is neither an MoE block nor a class
 #       named *MLP (Nemotron-H names every block `mixer`)   -> mixer
@@ -118,8 +118,8 @@ HYBRID_KIND = {
 #    e. child `shared_mlp` / `shared_expert*` on the layer: shared_experts when the layer has
 #       routed experts (Granite 4.0-H), else dense_mlp
 #    f. child in FFN_CHILDREN (a dense feed-forward)     -> dense_mlp
-#    g. child name containing "norm"                      -> norms
-# 6. outside the layers, owning module name containing "norm" (final norm) -> norms
+#    g. child name containing "norm" or starting "ln_"    -> norms
+# 6. outside the layers, owning module name containing "norm", or `ln_f` (final norm) -> norms
 # 7. anything else                                       -> other (the run fails if nonzero)
 VISION_PARTS = {
     "visual",
@@ -131,6 +131,9 @@ VISION_PARTS = {
 }
 EMBED_PARTS = {
     "embed_tokens",
+    "embed_positions",
+    "word_embeddings",
+    "word_embeddings_layernorm",
     "embed_tokens_per_layer",
     "embeddings",
     "wte",
@@ -146,7 +149,7 @@ FFN_CHILDREN = {"mlp", "feed_forward", "block_sparse_moe", "moe", "mixer"}
 def _layer_split(parts: list[str]) -> int | None:
     """Index of `layers` in `...layers.<i>.<child>...`, or None outside the decoder layers."""
     for i in range(len(parts) - 2):
-        if parts[i] == "layers" and parts[i + 1].isdigit():
+        if parts[i] in ("layers", "h") and parts[i + 1].isdigit():
             return i
     return None
 
@@ -200,10 +203,10 @@ def component(model, name: str) -> str:
             return "shared_experts" if layer_has_experts else "dense_mlp"
         if child in FFN_CHILDREN:
             return "dense_mlp"
-        if "norm" in child:
+        if "norm" in child or child.startswith("ln_"):
             return "norms"
         return "other"
-    if len(parts) >= 2 and "norm" in parts[-2]:
+    if len(parts) >= 2 and ("norm" in parts[-2] or parts[-2] == "ln_f"):
         return "norms"
     return "other"
 

@@ -174,6 +174,17 @@ impl Cfg<'_> {
         }
     }
 
+    /// A size whose config class has a default and takes null for "none": the class default
+    /// when the key is absent, `None` when it is null (DeepSeek's `q_lora_rank: null`, a plain
+    /// `q_proj`).
+    fn default_or_null(&self, name: &str, default: u64) -> Result<Option<u64>> {
+        match self.map.get(name) {
+            None => Ok(Some(default)),
+            Some(Value::Null) => Ok(None),
+            Some(_) => self.opt_u64(&[name]),
+        }
+    }
+
     fn list(&self, name: &str) -> Result<Option<&Vec<Value>>> {
         match self.find(&[name]) {
             None => Ok(None),
@@ -891,7 +902,7 @@ fn qwen3_5(c: &Cfg, mt: &str) -> Result<Draft> {
 fn deepseek(c: &Cfg, mt: &str) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
     let heads = d.attn.heads;
-    let q_lora = c.opt_u64(&["q_lora_rank"])?;
+    let q_lora = c.default_or_null("q_lora_rank", if mt == "glm_moe_dsa" { 2048 } else { 1536 })?;
     let mut mla = Mla {
         heads,
         q_lora_rank: q_lora,
@@ -1904,7 +1915,7 @@ fn minicpm3(c: &Cfg) -> Result<Draft> {
     let heads = d.attn.heads;
     let mla = Mla {
         heads,
-        q_lora_rank: c.opt_u64(&["q_lora_rank"])?,
+        q_lora_rank: c.default_or_null("q_lora_rank", 768)?,
         kv_lora_rank: c.u64(&["kv_lora_rank"])?,
         qk_nope_head_dim: c.u64(&["qk_nope_head_dim"])?,
         qk_rope_head_dim: c.u64(&["qk_rope_head_dim"])?,
