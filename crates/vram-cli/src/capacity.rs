@@ -58,13 +58,17 @@ pub enum DtypeArg {
 /// Arguments of `vram capacity`.
 #[derive(Debug, Args)]
 pub struct CapacityArgs {
-    /// A catalog id, a config.json or a folder holding one.
+    /// A local folder with config.json or a config file, a catalog id (see `vram models`),
+    /// or a Hub id (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     model: String,
+    #[command(flatten)]
+    hub: crate::input::HubArgs,
     /// The serving engine.
     #[arg(long, value_enum, default_value = "vllm")]
     engine: EngineArg,
-    /// The engine's version whose memory layout applies: vllm 0.5 to 0.11 (0.5-0.7: the V0
-    /// engine), sglang 0.5 [default: vllm 0.11, sglang 0.5].
+    /// The engine's version whose memory layout applies: vllm 0.5 to 0.20 (V0 to 0.7; from 0.8
+    /// to 0.10 V1, falling back to V0 on GPUs older than Ampere, fp32 and an fp8 KV cache off
+    /// Hopper), sglang 0.4 and 0.5 [default: vllm 0.11, sglang 0.5].
     #[arg(long)]
     engine_version: Option<String>,
     /// GPU (see `vram gpus`), or a bare size such as 23.58GiB.
@@ -94,9 +98,25 @@ pub struct CapacityArgs {
     /// Tensor-parallel GPUs.
     #[arg(long, alias = "tp-size", alias = "tp", default_value_t = 1)]
     tensor_parallel_size: u64,
-    /// Pipeline-parallel stages.
+    /// Pipeline-parallel stages (on one node or across nodes: the same stages).
     #[arg(long, alias = "pp-size", alias = "pp", default_value_t = 1)]
     pipeline_parallel_size: u64,
+    /// Data-parallel replicas of the TP group (vLLM --data-parallel-size, SGLang --dp-size).
+    #[arg(long, alias = "dp-size", alias = "dp", default_value_t = 1)]
+    data_parallel_size: u64,
+    /// vLLM: spread whole experts over the TP x DP GPUs.
+    #[arg(long)]
+    enable_expert_parallel: bool,
+    /// SGLang: spread whole experts over this many of the TP GPUs [default: 1].
+    #[arg(long)]
+    ep_size: Option<u64>,
+    /// SGLang: run attention TP over tp / dp GPUs (needs --dp-size).
+    #[arg(long)]
+    enable_dp_attention: bool,
+    /// vLLM: the VLLM_USE_V1 environment variable (0: V0 where the version has it; 1: V1 on
+    /// 0.7 and earlier) [default: the version's own choice].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
+    vllm_use_v1: Option<u8>,
     /// No CUDA graphs (SGLang: --disable-cuda-graph).
     #[arg(long, alias = "disable-cuda-graph")]
     enforce_eager: bool,
@@ -104,7 +124,7 @@ pub struct CapacityArgs {
     /// SGLang --page-size [1, `server_args._handle_page_size`], tokens.
     #[arg(long, alias = "page-size")]
     block_size: Option<u64>,
-    /// Weight storage: fp8, awq, gptq, bitsandbytes, mxfp4 [default: the config's quantization_config, else none].
+    /// Weight storage: fp8, int8, awq, gptq, bitsandbytes, mxfp4 [default: the config's quantization_config, else none].
     #[arg(long)]
     quantization: Option<String>,
     /// Model dtype.
@@ -135,7 +155,7 @@ fn config_quantization(config: &serde_json::Value) -> Result<Option<Quantization
     match config["quantization_config"]["quant_method"].as_str() {
         None => Ok(None),
         Some(m) => Quantization::parse(m).map(Some).ok_or_else(|| {
-            bad_input!("the config's quantization_config.quant_method `{m}` is not one vram knows (fp8, awq, gptq, bitsandbytes, mxfp4)")
+            bad_input!("the config's quantization_config.quant_method `{m}` is not one vram knows (fp8, int8, awq, gptq, bitsandbytes, mxfp4)")
         }),
     }
 }
@@ -200,6 +220,7 @@ fn knobs(
     engine: Engine,
     t: &vram_model::arch::Transformer,
     config: &serde_json::Value,
+    from_catalog: bool,
 ) -> Result<Knobs> {
     let vllm_only = [
         (
@@ -211,20 +232,24 @@ fn knobs(
             "--max-num-batched-tokens",
             a.max_num_batched_tokens.is_some(),
         ),
+        ("--enable-expert-parallel", a.enable_expert_parallel),
+        ("--vllm-use-v1", a.vllm_use_v1.is_some()),
     ];
     let sglang_only = [
         ("--mem-fraction-static", a.mem_fraction_static.is_some()),
         ("--max-total-tokens", a.max_total_tokens.is_some()),
         ("--chunked-prefill-size", a.chunked_prefill_size.is_some()),
         ("--cuda-graph-max-bs", a.cuda_graph_max_bs.is_some()),
+        ("--ep-size", a.ep_size.is_some()),
+        ("--enable-dp-attention", a.enable_dp_attention),
     ];
     let (other, wrong) = match engine {
-        Engine::Vllm => ("SGLang", &sglang_only[..]),
-        Engine::Sglang => ("vLLM", &vllm_only[..]),
+        Engine::Vllm => ("an SGLang", &sglang_only[..]),
+        Engine::Sglang => ("a vLLM", &vllm_only[..]),
     };
     if let Some((flag, _)) = wrong.iter().find(|(_, set)| *set) {
         return Err(bad_input!(
-            "{flag} is an {other} flag; not for --engine {}",
+            "{flag} is {other} flag; not for --engine {}",
             engine.name()
         ));
     }
@@ -266,14 +291,12 @@ fn knobs(
     let quantization = match &a.quantization {
         Some(q) => Quantization::parse(q).ok_or_else(|| {
             bad_input!(
-                "--quantization `{q}` is not one of none, fp8, awq, gptq, bitsandbytes, mxfp4"
+                "--quantization `{q}` is not one of none, fp8, int8, awq, gptq, bitsandbytes, mxfp4"
             )
         })?,
-        // A config file's `quantization_config` (a catalog entry's quantized storage is read
-        // by the model description itself).
-        None if std::path::Path::new(&a.model).exists() => {
-            config_quantization(config)?.unwrap_or(Quantization::None)
-        }
+        // A config's `quantization_config`, local or from the Hub (a catalog entry's quantized
+        // storage is read by the model description itself).
+        None if !from_catalog => config_quantization(config)?.unwrap_or(Quantization::None),
         None => Quantization::None,
     };
     let dtype_bytes = if a.dtype == DtypeArg::Float32 { 4 } else { 2 };
@@ -298,12 +321,12 @@ fn knobs(
         chunked_prefill_size: a.chunked_prefill_size,
         cuda_graph_max_bs: a.cuda_graph_max_bs,
         mamba_ssm_bytes: None,
-        vllm_v0: engine == Engine::Vllm
-            && a.engine_version.as_deref().is_some_and(|v| {
-                ["0.5", "0.6", "0.7"]
-                    .iter()
-                    .any(|k| v == *k || v.starts_with(&format!("{k}.")))
-            }),
+        vllm_v0: a.vllm_use_v1 == Some(0),
+        vllm_v1: a.vllm_use_v1 == Some(1),
+        dp: a.data_parallel_size,
+        expert_parallel: a.enable_expert_parallel,
+        ep: a.ep_size.unwrap_or(1),
+        dp_attention: a.enable_dp_attention,
         engine_version: a
             .engine_version
             .as_deref()
@@ -341,7 +364,7 @@ pub fn compute(a: &CapacityArgs) -> Result<Answer> {
         }
     }
     let g = gpu::lookup(&a.gpu)?;
-    let resolved = resolve_model(&a.model)?;
+    let resolved = resolve_model(&a.model, &a.hub)?;
     let Model::Transformer(t) = &resolved.model else {
         return Err(bad_input!(
             "`{}` is not a transformer language model; vLLM and SGLang serve those",
@@ -353,7 +376,13 @@ pub fn compute(a: &CapacityArgs) -> Result<Answer> {
         .as_deref()
         .and_then(|c| serde_json::from_str(c).ok())
         .unwrap_or_default();
-    let mut k = knobs(a, engine, t, &config)?;
+    let mut k = knobs(
+        a,
+        engine,
+        t,
+        &config,
+        resolved.origin == crate::input::Origin::Catalog,
+    )?;
     // vLLM keeps a hybrid model's recurrent state in the config's `mamba_ssm_dtype`.
     k.mamba_ssm_bytes = resolved
         .config

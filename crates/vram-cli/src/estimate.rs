@@ -589,9 +589,12 @@ fn image_notes(model: &Model, setup: &Setup, images: Option<u64>) -> Vec<String>
 /// Arguments of `vram estimate`.
 #[derive(Debug, Args)]
 pub struct EstimateArgs {
-    /// A catalog id (see `vram models`), a config.json or a folder holding one, or a
-    /// .safetensors file / model.safetensors.index.json.
+    /// A local folder with config.json, a config file, a .safetensors file or
+    /// model.safetensors.index.json, a catalog id (see `vram models`), or a Hub id
+    /// (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     model: String,
+    #[command(flatten)]
+    hub: crate::input::HubArgs,
     /// GPU to check the fit against (see `vram gpus`).
     #[arg(long, default_value = "h100-80g")]
     gpu: String,
@@ -621,7 +624,7 @@ pub struct ListArgs {
 
 pub fn run(a: &EstimateArgs) -> Result<()> {
     let gpu = gpu::lookup(&a.gpu)?;
-    let mut resolved = resolve_model(&a.model)?;
+    let mut resolved = resolve_model(&a.model, &a.hub)?;
     resolved.model = a.step.apply_to(resolved.model)?;
     let model = &resolved.model;
     if let Model::Weights(w) = model {
@@ -749,8 +752,8 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         if let Some(s) = crate::speed::of(model, gpu, &setup) {
             v["serving"] = json!(s);
         }
-        if let Some(w) = &resolved.checkpoint {
-            v["checkpoint_params"] = json!(w.params);
+        if let Some(n) = resolved.checkpoint_params() {
+            v["checkpoint_params"] = json!(n);
         }
         if let Model::Transformer(t) = model {
             describe_blocks(
@@ -809,16 +812,17 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     for line in image_notes(model, &setup, a.step.images) {
         writeln!(out, "{line}")?;
     }
-    if let Some(w) = &resolved.checkpoint {
-        let verdict = if w.params == e.params {
+    if let Some(params) = resolved.checkpoint_params() {
+        let verdict = if params == e.params {
             "matches the config".to_string()
         } else {
             format!("config says {}", fmt::thousands(e.params))
         };
         writeln!(
             out,
-            "checkpoint beside the config: {} parameters ({verdict})",
-            fmt::thousands(w.params)
+            "{}: {} parameters ({verdict})",
+            resolved.checkpoint_place(),
+            fmt::thousands(params)
         )?;
     }
     Ok(())

@@ -107,8 +107,11 @@ fn parse_schedule(s: &str) -> std::result::Result<Schedule, String> {
 /// Arguments of `vram plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// A catalog id (see `vram models`), a config.json or a folder holding one.
+    /// A local folder with config.json or a config file, a catalog id (see `vram models`),
+    /// or a Hub id (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     model: String,
+    #[command(flatten)]
+    hub: crate::input::HubArgs,
     /// GPU (see `vram gpus`); the preset's GPU when `--cluster` is given.
     #[arg(long, required_unless_present = "cluster")]
     gpu: Option<String>,
@@ -202,7 +205,7 @@ fn transformer(model: &Model) -> Result<&vram_model::arch::Transformer> {
 }
 
 pub fn run(a: &PlanArgs) -> Result<()> {
-    let resolved = resolve_model(&a.model)?;
+    let resolved = resolve_model(&a.model, &a.hub)?;
     let (model, config) = (resolved.model, resolved.config);
     transformer(&model)?;
     let cluster = match &a.cluster {

@@ -264,11 +264,25 @@ const ABSURD: u64 = 1 << 50;
 /// not the reason it ran out.
 const TIGHT_SHARE: f64 = 0.05;
 
-/// Other processes (or memory outside PyTorch beyond a context) under this
-/// share of the device are not the top cause even when their bytes would
-/// have covered the request: a process that fills the rest of the device
-/// itself is the one to change.
-const SMALL_SHARE: f64 = 0.2;
+/// The granularity of a device allocation: `cudaMalloc` maps memory in 2 MiB pages, so a
+/// request is not shown to fit the free memory unless free exceeds it by a page as well as
+/// the figures' rounding.
+const PAGE_BYTES: u64 = 2 << 20;
+
+/// Half a unit of the last digit `format_size` prints for `b` (two decimals of KiB, MiB or
+/// GiB; bytes exact): how far the exact figure may be from the printed one.
+fn rounding(b: u64) -> u64 {
+    const K: u64 = 1024;
+    if b <= K {
+        0
+    } else if b <= K * K {
+        K / 200
+    } else if b <= K * K * K {
+        K * K / 200
+    } else {
+        K * K * K / 200
+    }
+}
 
 fn pct(a: u64, b: u64) -> f64 {
     100.0 * a as f64 / b.max(1) as f64
@@ -377,6 +391,20 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
             &format!("taken as what the figures account for, {}", hb(held)),
         ));
         t = held;
+    } else if f > t && m.hip {
+        // ROCm on an APU (Strix Halo, MI300A) or with a VRAM carve-out: hipMemGetInfo's
+        // free counts system memory (GTT) while the total, and what hipMalloc can place, is
+        // the carve-out (ROCm/legacy-rocm-build#5444: ROCm sees 15.5 GB whatever the VRAM
+        // setting). The carve-out is the device; free within it is what PyTorch does not hold.
+        let within = t.saturating_sub(r);
+        notes.push(format!(
+            "free ({}) is more than the total capacity ({}): a ROCm build on an APU or with a VRAM carve-out, where free counts system memory but HIP allocates within the {} the device reports; free is taken as the carve-out less what PyTorch reserved, {}",
+            hb(f),
+            hb(t),
+            hb(t),
+            hb(within)
+        ));
+        f = within;
     } else if f > t {
         notes.push(format!(
             "free ({}) is more than the total capacity ({}): unified memory (Jetson, Grace Hopper) or a driver counting system memory; the total is taken as what the figures account for, {}",
@@ -427,29 +455,65 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 /// - **the cap** (`alloc_block`: `total_allocated_memory + size >
 ///   allowed_memory_maximum`): with `allowed` in the message, reserved +
 ///   request > allowed means the cap refused it, whatever the device had
-///   free; the headroom is allowed − reserved.
-/// - **unexplained**: otherwise, a request no larger than the free memory
-///   should have succeeded (the allocator had already freed its unsplit
-///   cache and retried); the figures do not explain it.
+///   free; the headroom is allowed − reserved. Each printed figure is two
+///   decimals of its unit, so a sum within that rounding of the cap, with the
+///   request free on the device, is the cap too.
+/// - **slack trapped under the cap**: before failing, `malloc` released every
+///   unsplit cached block (`release_cached_blocks`) and retried, so what is
+///   still reserved but unallocated sits in segments that hold live tensors
+///   and counts against the cap. When live tensors plus the request fit under
+///   the cap with room without it, fragmentation leads and expandable segments
+///   are enough; the cap comes second.
+/// - **unexplained**: otherwise, a request the free memory exceeds by more
+///   than a 2 MiB page (`cudaMalloc`'s granularity) and the figures' rounding
+///   should have succeeded (the allocator had already freed its unsplit cache
+///   and retried); the figures do not explain it.
 /// - what this process **could hold at most** is reserved + free (capped by
 ///   `allowed`): everything else on the device is held by someone.
 /// - **one tensor larger than the device**: the request exceeds the device
-///   (or the cap) less this process's own memory outside PyTorch.
+///   (or the cap) less this process's own memory outside PyTorch. On ROCm, a
+///   free figure above the total counts system memory; the device is the total.
 /// - **other processes** (listed), **memory outside PyTorch** (far beyond a
 ///   CUDA context: [`CONTEXT_MAX_BYTES`]), **CUDA-graph private pools** and
 ///   **fragmentation** (reserved but unallocated): each explains the failure
 ///   alone when its bytes plus the free bytes would have served the request;
 ///   slack that leaves under 5 % of what the process could hold after the
-///   request is not fragmentation but a step that fills the device.
+///   request is not fragmentation but a step that fills the device, and the
+///   same test decides whether other processes or memory outside PyTorch lead
+///   the step: their bytes, returned, must serve the request and leave 5 % of
+///   what the process could then hold.
+/// - **whose the memory outside PyTorch is**: total − free − reserved is this
+///   process's CUDA context (0.5–1.5 GiB), other processes, and this process's
+///   own allocations outside the caching allocator (NCCL buffers; another
+///   framework's pool; DeepSpeed inference's workspace, a `cudaMalloc` in
+///   `InferenceContext::GenWorkSpace` sized from the batch and the maximum
+///   tokens, microsoft/DeepSpeed 5f0422f). Without a process list (1.x/2.0,
+///   ROCm, no NVML) or when no listed process holds it, the message cannot say
+///   which. Then it leads the step only when it is more than this process could
+///   hold at all (the device is mostly someone else's); otherwise the step
+///   leads, since a smaller step is what fixes it when the memory is this
+///   process's (its workspaces shrink with the batch) and also when it is a
+///   neighbour's, and the outside memory is named second as the alternative.
+///   When NVML names this process's non-PyTorch memory, it leads as above.
+/// - **neighbours and free above the request**: PyTorch reads free
+///   (`cudaMemGetInfo`) when it formats the message, after its last retry.
+///   When others hold more of the device than this process could, one of them
+///   allocating at that moment is the likeliest reason free looks sufficient:
+///   they are named first, `unexplained` second.
+/// - **live tensors above the card**: allocated beyond the message's total
+///   (free within it) is Windows' shared GPU memory (WDDM's system-memory
+///   fallback); the failure comes when that runs out too. The step needs more
+///   than the card, so it leads and slack is not called sufficient.
 /// - **the step**: live tensors plus the request exceed, or all but fill,
 ///   what the process could hold.
 /// - **growth** between `memory_stats()` dumps, or a recording's leak check
 ///   on this GPU.
 ///
-/// Causes are ranked: the cap, unexplained, a tensor larger than the device,
-/// then sufficient causes (large other processes and memory outside PyTorch
-/// before private pools, fragmentation and the step), then the rest by
-/// bytes. Remedies follow the causes' order.
+/// Causes are ranked: trapped slack under the cap, the cap, unexplained, a
+/// tensor larger than the device, then sufficient causes (other processes and
+/// memory outside PyTorch that would leave the step room before private pools,
+/// fragmentation and the step), then the rest by bytes. Remedies follow the
+/// causes' order.
 ///
 /// # Errors
 /// Only from the inputs: an invalid setup ([`crate::DoctorError::Model`]), a
@@ -501,14 +565,38 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         .collect();
     let now_bytes: u64 = now_others.iter().filter_map(|p| p.gpu_memory_bytes).sum();
 
-    let cap_decides = allowed.is_some_and(|l| reserved.saturating_add(req) > l);
-    let unexplained = !cap_decides && req <= free;
+    // The reservation as printed: one figure (1.4-2.0) or two (A + U, A + C).
+    let reserved_rounding = match m.layout {
+        Layout::Legacy | Layout::Async => rounding(reserved),
+        Layout::Current | Layout::Cached => rounding(alloc).saturating_add(rounding(unalloc)),
+    };
+    // `alloc_block` refuses when reserved + request > allowed. Within the printed figures'
+    // rounding the check can have failed while the printed sum stays below the cap; when
+    // the device had the memory free, nothing else could have refused it.
+    let cap_margin = reserved_rounding
+        .saturating_add(rounding(req))
+        .saturating_add(allowed.map_or(0, rounding));
+    let cap_decides = allowed.is_some_and(|l| {
+        let need = reserved.saturating_add(req);
+        need > l || (need.saturating_add(cap_margin) > l && req <= free)
+    });
+    // Free memory proves nothing unless it exceeds the request by a page and the figures'
+    // rounding (`cudaMalloc` maps 2 MiB pages).
+    let free_margin = PAGE_BYTES
+        .saturating_add(rounding(free))
+        .saturating_add(rounding(req));
+    let unexplained = !cap_decides && req.saturating_add(free_margin) <= free;
     let available = free.saturating_add(unalloc);
     let shortfall = req.saturating_sub(available);
     // What would be left of what the process could hold had the cache
     // served the request perfectly.
     let left = available.saturating_sub(req);
     let tight = (left as f64) < TIGHT_SHARE * usable as f64;
+    // Live tensors beyond the card's own memory (the message's total, free within it):
+    // Windows' shared GPU memory (WDDM's system-memory fallback) served the rest from host
+    // memory, and the failure came when that ran out too. The step needs more than the card,
+    // whatever slack the cache holds: the step is what to change, not the allocator.
+    let beyond_card = alloc > m.total_bytes && m.free_bytes <= m.total_bytes;
     // Bytes the request needed beyond what was free on the device.
     let short = req.saturating_sub(free);
     let device_room = total
@@ -516,18 +604,23 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         .saturating_sub(np.unwrap_or(0));
     let larger_than_device = !cap_decides && !unexplained && req > device_room;
     // Memory neither free nor PyTorch's beyond a CUDA context.
-    let (outside, outside_what) = match (np, m.self_process == SelfProcess::NoList) {
+    // `owner_known`: NVML names this process's own memory beyond PyTorch's; otherwise the
+    // message cannot say whose the memory is.
+    let (outside, outside_what, owner_known) = match (np, m.self_process == SelfProcess::NoList) {
         (None, true) => (
             unaccounted,
             "neither free nor PyTorch's, and the message lists no processes (1.x/2.0 layout, ROCm, or NVML unavailable): another process, or this process's non-PyTorch allocations (NCCL, cuBLAS/cuDNN workspaces, another framework), hold it",
+            false,
         ),
         (Some(n), _) if n > CONTEXT_MAX_BYTES => (
             n.saturating_add(if unaccounted > CONTEXT_MAX_BYTES { unaccounted } else { 0 }),
             "held by this process outside PyTorch's cache (NCCL buffers, cuBLAS/cuDNN workspaces, another framework or allocator), beyond what any listed process holds",
+            true,
         ),
         _ => (
             unaccounted,
             "held by no listed process: processes NVML does not show (other containers), or the driver",
+            false,
         ),
     };
     let outside_free = outside.saturating_sub(CONTEXT_MAX_BYTES);
@@ -536,13 +629,21 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     let mut causes: Vec<(u8, Cause)> = Vec::new();
     let mut remedies = Vec::new();
 
+    // Under the cap, the free pieces PyTorch kept are trapped: `malloc` released every
+    // unsplit cached block and retried before it failed, so what is still reserved but
+    // unallocated sits in segments that hold a live tensor. Returned (expandable segments
+    // unmap free pages), live tensors plus the request would fit under the cap with room.
+    let trapped_under_cap = cap_decides
+        && unalloc > 0
+        && (alloc.saturating_add(req) as f64) <= (1.0 - TIGHT_SHARE) * usable as f64;
     if let Some(l) = allowed {
         if cap_decides {
-            let over = reserved.saturating_add(req) - l;
+            let over = reserved.saturating_add(req).saturating_sub(l);
             let raise_enough = req <= free;
             let need_fraction = (reserved.saturating_add(req)) as f64 / m.total_bytes.max(1) as f64;
             causes.push((
-                0,
+                // Trapped slack decided it: fragmentation first, the cap second.
+                u8::from(trapped_under_cap),
                 Cause {
                     kind: CauseKind::ProcessCap,
                     bytes: over,
@@ -591,9 +692,23 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         }
     }
 
+    // Memory others hold: listed processes, and memory outside PyTorch beyond a context that
+    // NVML does not put in this process. When the figures show the request fitting the free
+    // memory (free is read after the failure) and others hold more of the device than this
+    // process could, one of them allocating at that moment is the likeliest reading: they are
+    // named first, the figures' puzzle second.
+    let held_by_others =
+        listed_others
+            .max(now_bytes)
+            .saturating_add(if outside_cause && !owner_known {
+                outside
+            } else {
+                0
+            });
+    let neighbours = held_by_others > usable;
     if unexplained {
         causes.push((
-            1,
+            if neighbours { 2 } else { 1 },
             Cause {
                 kind: CauseKind::Unexplained,
                 bytes: free,
@@ -659,6 +774,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     }
 
     let contributing = !cap_decides && !unexplained && !larger_than_device;
+    // Whether `held` bytes that someone else holds, returned, would serve the request and
+    // leave the room a step needs (the test rule 9 applies to slack): then whoever holds them
+    // is the one to move; when the job would still all but fill what it could hold, the step
+    // is what to change first.
+    let leaves_room = |held: u64| {
+        let room = free.saturating_add(held).saturating_sub(req);
+        room as f64 >= TIGHT_SHARE * usable.saturating_add(held) as f64
+    };
 
     // Other processes.
     let others_bytes = listed_others.max(now_bytes);
@@ -670,7 +793,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         ));
     } else if others_bytes > 0 {
         let sufficient = !cap_decides && !unexplained && free.saturating_add(others_bytes) >= req;
-        let big = others_bytes as f64 >= SMALL_SHARE * total as f64;
+        let big = leaves_room(others_bytes);
         let mut who: Vec<String> = m
             .other_processes
             .iter()
@@ -685,7 +808,10 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             )
         }));
         causes.push((
-            if sufficient && big {
+            if unexplained && neighbours {
+                // Free was read after the failure: a neighbour allocating at that moment.
+                1
+            } else if sufficient && big {
                 3
             } else if sufficient {
                 7
@@ -729,21 +855,41 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         });
     }
 
-    if outside_cause && !unexplained && !cap_decides {
+    if outside_cause && !cap_decides && (!unexplained || (neighbours && !owner_known)) {
         let sufficient = contributing && free.saturating_add(outside_free) >= req;
-        let big = outside_free as f64 >= SMALL_SHARE * total as f64;
+        // Whose the memory is decides what to change. NVML naming this process settles it;
+        // otherwise (no process list, or memory no listed process holds) it leads the step
+        // only when it is more than this process could hold at all: then the device is
+        // mostly someone else's. When this process holds more, the step is what users
+        // change (a smaller step needs less, and this process's own non-PyTorch workspaces,
+        // sized from the batch, shrink with it), and the outside memory comes second.
+        let big = leaves_room(outside_free) && (owner_known || outside > usable);
         causes.push((
-            if sufficient && big { 3 } else if sufficient { 7 } else { 9 },
+            if unexplained && neighbours && !owner_known {
+                // Someone outside PyTorch allocating after the failure, before free was read.
+                1
+            } else if sufficient && big {
+                3
+            } else if sufficient {
+                7
+            } else {
+                9
+            },
             Cause {
                 kind: CauseKind::OutsidePytorch,
                 bytes: outside,
                 sufficient,
                 detail: format!(
-                    "{} of GPU {} is {}; a CUDA context is 0.5–1.5 GiB, so at least {} of it is something else",
+                    "{} of GPU {} is {}; a CUDA context is 0.5–1.5 GiB, so at least {} of it is something else{}",
                     hb(outside),
                     m.device,
                     outside_what,
-                    hb(outside_free)
+                    hb(outside_free),
+                    if unexplained && neighbours && !owner_known {
+                        "; whoever holds it allocating at the moment of the failure (free is read after it) would explain it"
+                    } else {
+                        ""
+                    }
                 ),
             },
         ));
@@ -809,7 +955,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // Fragmentation: slack that could have served the request, and is not a
     // few percent of a full device.
-    let frag_sufficient = contributing && available >= req && !tight;
+    let frag_sufficient =
+        (contributing && available >= req && !tight && !beyond_card) || trapped_under_cap;
     let frag_listed = !unexplained
         && unalloc > 0
         && (frag_sufficient
@@ -819,7 +966,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 && unalloc as f64 >= TIGHT_SHARE * reserved as f64));
     if frag_listed {
         causes.push((
-            if frag_sufficient { 5 } else { 9 },
+            if trapped_under_cap {
+                0
+            } else if frag_sufficient {
+                5
+            } else {
+                9
+            },
             Cause {
                 kind: CauseKind::Fragmentation,
                 bytes: unalloc,
@@ -829,7 +982,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     hb(unalloc),
                     pct(unalloc, reserved),
                     hb(req),
-                    if frag_sufficient {
+                    if trapped_under_cap {
+                        format!(
+                            "; PyTorch had already released every unsplit cached block and retried, so these bytes sit in segments that still hold live tensors, and they count against the {} allowed: live tensors plus the request ({}) would fit under the cap without them",
+                            hb(allowed.unwrap_or(0)),
+                            hb(alloc.saturating_add(req))
+                        )
+                    } else if frag_sufficient {
                         format!(
                             "; with the {} free, the request would have fit, leaving {}",
                             hb(free),
@@ -924,7 +1083,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     format!(
                         "up to the {} reserved but unallocated{} (pass --snapshot for a replay of this job)",
                         hb(unalloc),
-                        if frag_sufficient {
+                        if trapped_under_cap {
+                            format!(
+                                "; with them returned, live tensors plus the request ({}) fit under the {} allowed",
+                                hb(alloc.saturating_add(req)),
+                                hb(allowed.unwrap_or(0))
+                            )
+                        } else if frag_sufficient {
                             String::new()
                         } else if available >= req {
                             format!(
@@ -1027,11 +1192,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // The step: from the message alone, and with the model when given.
     let over = alloc.saturating_add(req).saturating_sub(usable);
-    let step_cause = contributing && (shortfall > 0 || tight);
-    // What the step must shed: what it is over, or what leaves the 5 % a
-    // step needs beyond this request.
+    let step_cause = contributing && (shortfall > 0 || tight || beyond_card);
+    // What the step must shed: what it is over, what takes it back within the card, or what
+    // leaves the 5 % a step needs beyond this request.
     let step_need = if over > 0 {
         over
+    } else if beyond_card {
+        alloc.saturating_add(req).saturating_sub(m.total_bytes)
     } else {
         ((TIGHT_SHARE * usable as f64) as u64).saturating_sub(left)
     };
@@ -1060,6 +1227,15 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                         hb(req),
                         hb(usable),
                         hb(over)
+                    )
+                } else if beyond_card {
+                    format!(
+                        "{} plus the request ({}) are {} more than the card's {}: Windows' shared GPU memory (system memory) held the rest, so the step needs more than the card whatever the {} of slack in PyTorch's cache could serve",
+                        held,
+                        hb(req),
+                        hb(step_need),
+                        hb(m.total_bytes),
+                        hb(unalloc)
                     )
                 } else {
                     format!(
@@ -1163,6 +1339,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             step_time_s: None,
             detail: if over > 0 {
                 format!("{} allocated + {} requested against {} this process could hold", hb(alloc), hb(req), hb(usable))
+            } else if beyond_card {
+                format!("{} allocated + {} requested against the card's {}", hb(alloc), hb(req), hb(m.total_bytes))
             } else {
                 format!(
                     "{} allocated + {} requested leave {} ({:.1}%) of the {} this process could hold; {} less leaves 5%",

@@ -1,0 +1,174 @@
+//! The doctor on real messages it was not written from (`tests/data/messages/public.txt`,
+//! labelled from each thread's resolution by `CAUSES.md`'s table, split by a hash of the
+//! source URL). The fit half is pinned at its figure; the holdout half is bounded below.
+//! `cargo test -p vram-doctor --test it public -- --nocapture` prints the per-message table
+//! that BENCHMARKS.md carries.
+
+use vram_doctor::message::SelfProcess;
+use vram_doctor::{diagnose, read, Inputs, Reading};
+
+/// One labelled message.
+struct Case {
+    source: String,
+    half: String,
+    /// 1: the first rules were fitted on its fit half; 2: collected after that fitting;
+    /// 3: collected after every message of 1 and 2 had been seen.
+    batch: u8,
+    label: String,
+    message: String,
+}
+
+fn cases() -> Vec<Case> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/messages/public.txt"
+    ))
+    .unwrap();
+    let mut out = Vec::new();
+    for block in text.split("\n\n").filter(|b| b.starts_with("source: ")) {
+        let field = |name: &str| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap_or_else(|| panic!("{name} missing in {block}"))
+                .trim()
+                .to_string()
+        };
+        let message = block
+            .split_once("\nmessage:\n")
+            .unwrap_or_else(|| panic!("no message in {block}"))
+            .1
+            .to_string();
+        out.push(Case {
+            source: field("source: "),
+            half: field("half: "),
+            batch: block
+                .lines()
+                .find_map(|l| l.strip_prefix("batch: "))
+                .map_or(1, |b| b.trim().parse().unwrap()),
+            label: field("label: "),
+            message,
+        });
+    }
+    out
+}
+
+/// FNV-1a 64 over the URL's bytes: CAUSES.md's split rule.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(14_695_981_039_346_656_037u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(1_099_511_628_211)
+    })
+}
+
+/// The doctor's top cause for a message, as CAUSES.md names it, and whether the message
+/// lists processes (CAUSES.md: without a list, memory held by other processes can only
+/// show as memory outside PyTorch).
+fn top(message: &str) -> (String, bool) {
+    match read(message) {
+        Err(_) => ("refuse".into(), false),
+        Ok(Reading::Serving(e)) => {
+            let d = vram_doctor::serving::explain(&e, None);
+            let name = serde_json::to_value(d.cause).unwrap();
+            (
+                format!("serving-{}", name.as_str().unwrap())
+                    .replace("serving-other-processes", "other-processes"),
+                false,
+            )
+        }
+        Ok(Reading::Oom(m)) => {
+            let listed = m.self_process != SelfProcess::NoList;
+            let d = diagnose(&Inputs::new(m)).unwrap();
+            let name = serde_json::to_value(d.causes[0].kind).unwrap();
+            (name.as_str().unwrap().to_string(), listed)
+        }
+    }
+}
+
+/// Whether the doctor's top cause is one the label accepts.
+fn right(label: &str, got: &str, listed: bool) -> bool {
+    label
+        .split('|')
+        .any(|l| l == got || (l == "other-processes" && got == "outside-pytorch" && !listed))
+}
+
+/// The groups the figures are kept for: what the rules may be fitted on, and what was
+/// reported once as it came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Group {
+    /// Batch 1's fit half: the first rules were fitted on it.
+    Fit1,
+    /// Batch 1's holdout: reported at 16 / 25 (BENCHMARKS.md), seen since.
+    Holdout1,
+    /// Batch 2, both halves: reported at 3 / 6, seen since.
+    Batch2,
+    /// Batch 3's fit half: the second round's rules were fitted on it and on everything above.
+    Fit3,
+    /// Batch 3's holdout: reported once, as it came out (28 / 33, with the rules of 7feda5d).
+    Holdout3,
+}
+
+/// Each group's figure: (right top causes today, what it was reported at when it was unseen).
+/// Every group is pinned at today's figure (a change that moves one says so), and a holdout
+/// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
+/// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
+const FIGURES: [(Group, usize, Option<usize>); 5] = [
+    (Group::Fit1, 19, None),
+    (Group::Holdout1, 19, Some(16)),
+    (Group::Batch2, 5, Some(3)),
+    (Group::Fit3, 16, None),
+    (Group::Holdout3, 29, Some(28)),
+];
+
+/// Whether batch 3's holdout has been run. Until the rules of the second round were final
+/// (commit 7feda5d) its rows were neither printed nor counted; it was then run once and came
+/// out at 28 / 33 (BENCHMARKS.md).
+const HOLDOUT3_RUN: bool = true;
+
+#[test]
+fn public_messages_fit_half_and_holdout() {
+    let cases = cases();
+    let mut score = std::collections::BTreeMap::<Group, (usize, usize)>::new();
+    println!("\n| batch | half | source | label (from the thread) | doctor's top cause | right |");
+    println!("|---|---|---|---|---|---|");
+    for c in &cases {
+        let half = if fnv1a(&c.source) % 2 == 0 {
+            "fit"
+        } else {
+            "holdout"
+        };
+        assert_eq!(half, c.half, "{}: the half is the hash's", c.source);
+        let group = match (c.batch, half) {
+            (1, "fit") => Group::Fit1,
+            (1, _) => Group::Holdout1,
+            (2, _) => Group::Batch2,
+            (3, "fit") => Group::Fit3,
+            (3, _) => Group::Holdout3,
+            (b, _) => panic!("{}: no batch {b}", c.source),
+        };
+        if group == Group::Holdout3 && !HOLDOUT3_RUN {
+            continue;
+        }
+        let (got, listed) = top(&c.message);
+        let ok = right(&c.label, &got, listed);
+        let s = score.entry(group).or_default();
+        s.0 += usize::from(ok);
+        s.1 += 1;
+        println!(
+            "| {} | {half} | {} | {} | {got} | {} |",
+            c.batch,
+            c.source.trim_start_matches("https://github.com/"),
+            c.label,
+            if ok { "yes" } else { "**no**" }
+        );
+    }
+    for (group, right, reported) in FIGURES {
+        let Some(&(r, n)) = score.get(&group) else {
+            continue;
+        };
+        println!("{group:?}: {r}/{n} right");
+        assert_eq!(r, right, "{group:?}: {r}/{n} right, pinned at {right}");
+        if let Some(floor) = reported {
+            assert!(r >= floor, "{group:?}: {r}/{n}, reported at {floor}");
+        }
+    }
+}
