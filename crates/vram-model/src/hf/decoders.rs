@@ -71,6 +71,8 @@ pub const FAMILIES: &[&str] = &[
     "mamba2",
     "granitemoe",
     "granitemoeshared",
+    "ministral3",
+    "mistral3",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -456,18 +458,38 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "minicpm3" => minicpm3(c)?,
         "mamba2" => mamba2(c)?,
         "granitemoe" | "granitemoeshared" => granite_moe(c)?,
+        "ministral3" => mistral_text(c, "ministral3")?,
+        "mistral3" => match c.str("model_type")? {
+            Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
+            None => mistral_text(c, "mistral")?,
+            Some(other) => {
+                return Err(Error::NotDescribed {
+                    model_type: mt.into(),
+                    what: format!("its text_config of model_type `{other}` is not read"),
+                })
+            }
+        },
         other => return Err(Error::UnknownModelType(other.into())),
     };
     // The class built is the wrapper's: its config's `tie_word_embeddings` decides the tying
-    // (modeling_utils.py `tie_weights` reads `self.config`, the top level).
-    if !std::ptr::eq(c.map, outer.map)
-        && builds_vision(outer)?
-        && outer.find(&["tie_word_embeddings"]).is_some()
-    {
-        d.tied = outer.bool("tie_word_embeddings", d.tied)?;
+    // (modeling_utils.py `tie_weights` reads `self.config`, the top level); Mistral3Config's
+    // own default is true.
+    if !std::ptr::eq(c.map, outer.map) && builds_vision(outer)? {
+        if outer.find(&["tie_word_embeddings"]).is_some() {
+            d.tied = outer.bool("tie_word_embeddings", d.tied)?;
+        } else if mt == "mistral3" {
+            d.tied = true;
+        }
+    }
+    if mt == "mistral3" {
+        d.notes.push(format!(
+            "Mistral-3's Pixtral vision tower and projector ({} parameters) are not counted: images are not modelled for it",
+            crate::fmt::thousands(pixtral_params(outer, d.hidden)?)
+        ));
     }
     let text_hidden = d.hidden;
     let mut t = build(d)?;
+    t.blocks.vision_unmodelled = mt == "mistral3";
     if builds_vision(outer)? {
         t.blocks.vision = vision(outer, text_hidden)?;
     }
@@ -1989,6 +2011,50 @@ fn granite_moe(c: &Cfg) -> Result<Draft> {
     d.moe = Some(m);
     place_moe(&mut d, |_| true);
     Ok(d)
+}
+
+/// Mistral's and Ministral 3's text models (`MistralAttention`/`Ministral3Attention`: q/k/v/o
+/// without biases; every layer slides when `sliding_window` is set, Mistral's default 4096,
+/// Ministral 3's none).
+fn mistral_text(c: &Cfg, inner: &str) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let default = if inner == "mistral" { Some(4096) } else { None };
+    d.sliding_window = sliding(c, default)?;
+    if d.sliding_window.is_some() {
+        d.layer_types = vec![LayerType::Sliding; layers as usize];
+    }
+    Ok(d)
+}
+
+/// Parameters of Mistral-3's Pixtral tower and projector (modeling_pixtral.py
+/// `PixtralVisionModel`: a bias-free patch Conv2d, `ln_pre`, layers of two RMSNorms, bias-free
+/// q/k/v/o and a gated MLP; modeling_mistral3.py `Mistral3MultiModalProjector`: an RMSNorm, the
+/// patch merger's `merging_layer` and `linear_1`/`linear_2` biased by
+/// `multimodal_projector_bias`), for the note that says they are not counted.
+fn pixtral_params(outer: &Cfg, text_hidden: u64) -> Result<u64> {
+    let empty = serde_json::Map::new();
+    let map = match outer.map.get("vision_config") {
+        Some(Value::Object(m)) => m,
+        _ => &empty,
+    };
+    let v = Cfg {
+        map,
+        model_type: outer.model_type,
+    };
+    let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1024);
+    let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4096);
+    let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(24);
+    let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
+    let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+    let m = outer.opt_u64(&["spatial_merge_size"])?.unwrap_or(2);
+    let bias = u64::from(outer.bool("multimodal_projector_bias", true)?);
+    let tower = hv * ch * p * p + hv + depth * (2 * hv + 4 * hv * hv + 3 * hv * i);
+    let projector = hv
+        + hv * m * m * hv
+        + hv * text_hidden
+        + text_hidden * text_hidden
+        + bias * 2 * text_hidden;
+    Ok(tower + projector)
 }
 
 /// Blocks and stand-in uniform fields from a draft.

@@ -373,6 +373,16 @@ pub const KNOWN: &[(&str, &[&str])] = &[
             "shared_intermediate_size",
         ],
     ),
+    ("ministral3", &[]),
+    // The wrapper's own keys size the Pixtral tower and projector, which the note counts.
+    (
+        "mistral3",
+        &[
+            "vision_config",
+            "spatial_merge_size",
+            "multimodal_projector_bias",
+        ],
+    ),
 ];
 
 /// DeepSeek's, with the MLPs' `mlp_bias`.
