@@ -353,7 +353,11 @@ fn vram_matches_transformers() {
 /// does not know whose keys a generic decoder would misread is refused in one line naming the
 /// key, with exit code 2; a multimodal wrapper it does not know around a decoder it does is
 /// read as that decoder with a note that the tower is not counted.
-const NEAR_MISSES: &[(&str, Result<(&str, u64), &str>)] = &[
+/// What `vram` must say of a near miss: read, with this note and these parameters (exactly,
+/// or more than the figure where it ends in twelve zeros), or refused with this line.
+type NearMiss = Result<(&'static str, u64), &'static str>;
+
+const NEAR_MISSES: &[(&str, NearMiss)] = &[
     // DeciLM / Nemotron-NAS: per-layer `block_configs` (own KV grouping and MLP width per
     // layer, some attention/MLP blocks dropped), `intermediate_size: null`.
     (
