@@ -73,6 +73,12 @@ pub const FAMILIES: &[&str] = &[
     "granitemoeshared",
     "ministral3",
     "mistral3",
+    "sarvam_mla",
+    "sarvam_moe",
+    "stablelm",
+    "phimoe",
+    "hyperclovax",
+    "granitemoe_swa",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -403,8 +409,12 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
             qwen3_5(c, mt)?
         }
-        "deepseek_v3" | "kimi_k2" | "deepseek_v32" | "glm_moe_dsa" => deepseek(c, mt)?,
-        "glm4_moe" => glm4_moe(c)?,
+        // Sarvam's MLA and MoE models are DeepSeek-V3's and GLM-4.5's classes
+        // (modeling_auto.py maps them to DeepseekV3ForCausalLM and Glm4MoeForCausalLM).
+        "deepseek_v3" | "kimi_k2" | "deepseek_v32" | "glm_moe_dsa" | "sarvam_mla" => {
+            deepseek(c, mt)?
+        }
+        "glm4_moe" | "sarvam_moe" => glm4_moe(c)?,
         "gpt_oss" => gpt_oss(c)?,
         "llama4" | "llama4_text" => llama4(c)?,
         "gemma3" | "gemma3_text" => {
@@ -459,6 +469,14 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "mamba2" => mamba2(c)?,
         "granitemoe" | "granitemoeshared" => granite_moe(c)?,
         "ministral3" => mistral_text(c, "ministral3")?,
+        "stablelm" => stablelm(c)?,
+        "phimoe" => phimoe(c)?,
+        "hyperclovax" => hyperclovax(c)?,
+        "granitemoe_swa" => {
+            let mut d = granite_moe(c)?;
+            swa_layers(c, &mut d)?;
+            d
+        }
         "mistral3" => match c.str("model_type")? {
             Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
             None => mistral_text(c, "mistral")?,
@@ -1630,24 +1648,11 @@ fn glm(c: &Cfg, mt: &str) -> Result<Draft> {
 /// a learned per-head `sinks` logit; `layer_types` of full and sliding layers, 1 full : 3
 /// sliding by default; tied head by default). Granite's multipliers scale activations only.
 fn granite_swa(c: &Cfg) -> Result<Draft> {
-    let (mut d, layers) = common(c, true)?;
+    let (mut d, _) = common(c, true)?;
     let bias = c.bool("attention_bias", false)?;
     (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
     d.dense.bias = c.bool("mlp_bias", false)?;
-    d.attn.sinks = true;
-    d.sliding_window = sliding(c, Some(128))?;
-    d.layer_types = match c.layer_types("layer_types", layers)? {
-        Some(t) => t,
-        None => (0..layers)
-            .map(|i| {
-                if i % 4 == 0 {
-                    LayerType::Full
-                } else {
-                    LayerType::Sliding
-                }
-            })
-            .collect(),
-    };
+    swa_layers(c, &mut d)?;
     Ok(d)
 }
 
@@ -2011,6 +2016,80 @@ fn granite_moe(c: &Cfg) -> Result<Draft> {
     d.moe = Some(m);
     place_moe(&mut d, |_| true);
     Ok(d)
+}
+
+/// StableLM (`StableLmAttention`: q/k/v biased by `use_qkv_bias`, a bias-free `o_proj`,
+/// `qk_layernorm` LayerNorms without bias over each head; LayerNorms with bias, one per layer
+/// when `use_parallel_residual`; a gated MLP without biases; partial rotary).
+fn stablelm(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.attn.qkv_bias = c.bool("use_qkv_bias", false)?;
+    if c.bool("qk_layernorm", false)? {
+        d.attn.qk_norm = QkNorm::FullWidth;
+    }
+    layer_norm(&mut d);
+    if c.bool("use_parallel_residual", false)? {
+        d.norms = 1;
+        d.parallel = true;
+    }
+    d.hidden_dropout = c.prob(&["hidden_dropout"], 0.0)?;
+    Ok(d)
+}
+
+/// Phi-3.5-MoE (`PhimoeAttention`: biases = `attention_bias`; `PhimoeSparseMoeBlock` in every
+/// layer, `num_local_experts` gated experts of `intermediate_size`, a bias-free router;
+/// LayerNorms with bias; an LM head biased by `lm_head_bias`; every layer slides when
+/// `sliding_window` is set).
+fn phimoe(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    let e = c.u64(&["num_local_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+    d.moe = Some(moe_template(e, k, d.dense.intermediate));
+    place_moe(&mut d, |_| true);
+    layer_norm(&mut d);
+    d.head_bias = c.bool("lm_head_bias", false)? && !d.tied;
+    d.sliding_window = sliding(c, None)?;
+    if d.sliding_window.is_some() {
+        d.layer_types = vec![LayerType::Sliding; layers as usize];
+    }
+    Ok(d)
+}
+
+/// HyperCLOVA X (Llama's layers; `use_post_norm` adds RMSNorms after attention and MLP;
+/// biases = `attention_bias`/`mlp_bias`; the multipliers scale activations only).
+fn hyperclovax(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    if c.bool("use_post_norm", true)? {
+        d.norms = 4;
+    }
+    Ok(d)
+}
+
+/// Granite's sliding-window layout (`GraniteSWAAttention`, `GraniteMoeSWAAttention`): a learned
+/// per-head `sinks` logit, `layer_types` of full and sliding layers (1 full : 3 sliding by
+/// default) and a `sliding_window` of 128 by default.
+fn swa_layers(c: &Cfg, d: &mut Draft) -> Result<()> {
+    let layers = d.layer_types.len() as u64;
+    d.attn.sinks = true;
+    d.sliding_window = sliding(c, Some(128))?;
+    d.layer_types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => (0..layers)
+            .map(|i| {
+                if i % 4 == 0 {
+                    LayerType::Full
+                } else {
+                    LayerType::Sliding
+                }
+            })
+            .collect(),
+    };
+    Ok(())
 }
 
 /// Mistral's and Ministral 3's text models (`MistralAttention`/`Ministral3Attention`: q/k/v/o

@@ -374,6 +374,46 @@ pub const KNOWN: &[(&str, &[&str])] = &[
         ],
     ),
     ("ministral3", &[]),
+    ("sarvam_mla", &DEEPSEEK),
+    (
+        "sarvam_moe",
+        &[
+            "attention_bias",
+            "use_qk_norm",
+            "moe_intermediate_size",
+            "n_routed_experts",
+            "n_shared_experts",
+            "num_experts_per_tok",
+            "norm_topk_prob",
+            "num_nextn_predict_layers",
+        ],
+    ),
+    (
+        "stablelm",
+        &["use_qkv_bias", "qk_layernorm", "use_parallel_residual"],
+    ),
+    (
+        "phimoe",
+        &[
+            "attention_bias",
+            "num_local_experts",
+            "num_experts_per_tok",
+            "lm_head_bias",
+        ],
+    ),
+    (
+        "hyperclovax",
+        &["attention_bias", "mlp_bias", "use_post_norm"],
+    ),
+    (
+        "granitemoe_swa",
+        &[
+            "attention_bias",
+            "num_local_experts",
+            "num_experts_per_tok",
+            "shared_intermediate_size",
+        ],
+    ),
     // The wrapper's own keys size the Pixtral tower and projector, which the note counts.
     (
         "mistral3",
