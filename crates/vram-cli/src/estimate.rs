@@ -612,6 +612,11 @@ pub struct EstimateArgs {
     /// without their kernels: everything in the config's dtype).
     #[arg(long)]
     dequantized: bool,
+    /// Kernel packages installed beside transformers that it runs instead of its torch
+    /// fallbacks, comma-separated: fla (flash-linear-attention), causal-conv1d; none by
+    /// default, as `pip install transformers` gives. Changes the speed figures.
+    #[arg(long, default_value = "none", value_parser = vram_plan::generate::Kernels::parse)]
+    kernels: vram_plan::generate::Kernels,
 }
 
 /// Arguments of the listing commands.
@@ -749,7 +754,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         if a.timeline {
             v["timeline"] = json!(timeline);
         }
-        if let Some(s) = crate::speed::of(model, gpu, &setup) {
+        if let Some(s) = crate::speed::of(model, gpu, &setup, a.kernels) {
             v["serving"] = json!(s);
         }
         if let Some(n) = resolved.checkpoint_params() {
@@ -792,7 +797,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         fit_context,
         a.timeline,
     )?;
-    if let Some(s) = crate::speed::of(model, gpu, &setup) {
+    if let Some(s) = crate::speed::of(model, gpu, &setup, a.kernels) {
         writeln!(out, "{}", crate::speed::line(&s))?;
     }
     if let Some(f) = inference_weights {

@@ -174,6 +174,11 @@ pub struct PlanArgs {
     /// with `--emit megatron`, else transformers].
     #[arg(long, value_enum)]
     stack: Option<StackArg>,
+    /// Kernel packages installed beside transformers that it runs instead of its torch
+    /// fallbacks, comma-separated: fla (flash-linear-attention), causal-conv1d; none by
+    /// default, as `pip install transformers` gives (the transformers stack's step time).
+    #[arg(long, default_value = "none", value_parser = vram_plan::eager::Kernels::parse)]
+    kernels: vram_plan::eager::Kernels,
     /// How many plans to list.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -299,6 +304,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         OptimizerArg::Adam8bit => Optimizer::Adam8bit,
         OptimizerArg::Adafactor => Optimizer::Adafactor,
     };
+    req.calibration.eager.kernels = a.kernels;
     req.stack = match (a.stack, a.emit) {
         (Some(StackArg::Transformers), _) => Stack::Transformers,
         (Some(StackArg::Megatron), _) | (None, Some(Engine::Megatron)) => Stack::Megatron,
