@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 
 mod classic;
 mod decoders;
+pub mod keys;
 
 /// The `model_type` values of the 2019–2024 families the uniform reader understands; the current
 /// families are [`decoders::FAMILIES`], and any decoder with the standard keys is read as a
@@ -171,36 +172,42 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                     map: text.map,
                     model_type: inner,
                 };
-                let mut t = decoders::read(&wrapped, &wrapped)?;
+                let mut t = decoders::read(&wrapped, &c)?;
                 t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
                 t.blocks.notes.push(format!(
                     "model_type `{model_type}` is not known: its text_config (`{inner}`) is read; any vision or audio tower is not counted"
                 ));
                 t
             } else {
+                keys::refuse_not_described(&model_type)?;
                 let missing: Vec<&str> = STANDARD_DECODER_KEYS
                     .iter()
                     .copied()
                     .filter(|k| text.find(&[k]).is_none())
                     .collect();
                 match missing.first() {
+                    // Read as a generic decoder only when it reads every structural key (a
+                    // multimodal wrapper's tower keys included: its tower would be lost).
                     None => {
-                        let mut t = decoders::generic(&text)?;
-                        // Llama 3.2 Vision's decoder is a Llama whose cross-attention layers
-                        // have the same projections; its tower is described.
                         if model_type == "mllama" {
+                            // Llama 3.2 Vision's decoder is a Llama whose cross-attention
+                            // layers have the same projections; its tower is described.
+                            let mut t = decoders::generic(&text)?;
                             let hidden = t.hidden();
                             t.blocks.vision = decoders::vision(&c, hidden)?;
+                            t
                         } else {
-                            t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
+                            decoders::refuse_family_keys(&text)?;
+                            keys::check_generic(&text, &c)?;
+                            decoders::generic(&text)?
                         }
-                        t
                     }
                     // A decoder's config (most standard keys there) that a generic decoder
-                    // cannot read: the key that stops it is named, a family key first
+                    // cannot read: the key that stops it is named, a structural key first
                     // (Nemotron-NAS: `block_configs`, with `intermediate_size: null`).
                     Some(&key) if missing.len() <= 2 => {
                         decoders::refuse_family_keys(&text)?;
+                        keys::check_generic(&text, &c)?;
                         return Err(Error::MissingField {
                             field: key.into(),
                             model_type: model_type.clone(),

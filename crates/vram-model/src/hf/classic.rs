@@ -73,6 +73,18 @@ fn check_heads(c: &Cfg, hidden: u64, heads: u64) -> Result<()> {
     Ok(())
 }
 
+/// `add_cross_attention: true` builds a cross-attention in every layer (GPT-2 and BERT as the
+/// decoder of an encoder-decoder), which these readers do not describe.
+fn refuse_cross_attention(c: &Cfg) -> Result<()> {
+    if c.bool("add_cross_attention", false)? {
+        return Err(Error::NotDescribed {
+            model_type: c.model_type.into(),
+            what: "`add_cross_attention: true` (a cross-attention in every layer, for an encoder-decoder) is not modelled".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Every bias on (GPT-2, BERT): q/k/v, the output projection and the MLP's.
 fn all_biases(d: &mut Draft) {
     (d.attn.qkv_bias, d.attn.out_bias, d.dense.bias) = (true, true, true);
@@ -89,6 +101,7 @@ fn plain(d: &mut Draft, intermediate: u64) {
 /// GPT-2 (`GPT2Block`: learned positions, fused `c_attn` Conv1D, LayerNorms, `gelu_new`, every
 /// bias, dropout 0.1; the block keeps the attention output until it returns).
 pub(super) fn gpt2(c: &Cfg) -> Result<Draft> {
+    refuse_cross_attention(c)?;
     let hidden = c.u64(&["n_embd", "hidden_size"])?;
     let heads = c.u64(&["n_head", "num_attention_heads"])?;
     check_heads(c, hidden, heads)?;
@@ -290,16 +303,34 @@ pub(super) fn llama_like(c: &Cfg) -> Result<Draft> {
     }
     // The per-layer windows of transformers' caches and masks: Gemma 2's `layer_types` default
     // alternates sliding (even layers) and full (configuration_gemma2.py); Phi-3 with a
-    // `sliding_window` slides every layer (cache_utils.py `get_layer_types_and_kwargs`).
+    // `sliding_window` slides every layer (cache_utils.py `get_layer_types_and_kwargs`); Qwen2
+    // with `use_sliding_window` slides the layers its `layer_types` name, by default those
+    // from `max_window_layers` on (configuration_qwen2.py).
     let window = match mt {
         "gemma2" if !c.map.contains_key("sliding_window") => Some(4096),
         "gemma2" | "phi3" => c.opt_u64(&["sliding_window"])?,
+        "qwen2" if c.bool("use_sliding_window", false)? => c.opt_u64(&["sliding_window"])?,
         _ => None,
     };
     if let Some(w) = window {
+        let n = d.layer_types.len();
+        let slides: Vec<bool> = match mt {
+            "gemma2" => (0..n).map(|i| i % 2 == 0).collect(),
+            "qwen2" => match c.map.get("layer_types") {
+                Some(Value::Array(a)) if a.len() == n => a
+                    .iter()
+                    .map(|v| v.as_str() == Some("sliding_attention"))
+                    .collect(),
+                _ => {
+                    let from = c.opt_u64(&["max_window_layers"])?.unwrap_or(28);
+                    (0..n as u64).map(|i| i >= from).collect()
+                }
+            },
+            _ => vec![true; n],
+        };
         d.sliding_window = Some(w);
-        for (i, t) in d.layer_types.iter_mut().enumerate() {
-            if mt != "gemma2" || i % 2 == 0 {
+        for (t, s) in d.layer_types.iter_mut().zip(slides) {
+            if s {
                 *t = LayerType::Sliding;
             }
         }
@@ -373,6 +404,24 @@ pub(super) fn falcon(c: &Cfg) -> Result<Draft> {
 /// BERT / RoBERTa (`BertModel`: learned positions and token types, an embedding LayerNorm,
 /// post-norm layers with every bias, a pooler; no LM head).
 pub(super) fn bert(c: &Cfg) -> Result<Draft> {
+    // BertLMHeadModel / RobertaForCausalLM: the encoder run as a causal decoder with a
+    // vocabulary head, which the encoder's walk (no logits, no cache) does not describe.
+    if let Some(Value::Array(a)) = c.map.get("architectures") {
+        if let Some(class) = a
+            .first()
+            .and_then(Value::as_str)
+            .filter(|n| n.ends_with("LMHeadModel") || n.ends_with("ForCausalLM"))
+        {
+            return Err(Error::NotDescribed {
+                model_type: c.model_type.into(),
+                what: format!(
+                    "`{class}` (the encoder as a causal decoder with a vocabulary head) is not modelled; vram reads {} as the encoder with its pooler, as sequence classification fine-tunes it",
+                    c.model_type
+                ),
+            });
+        }
+    }
+    refuse_cross_attention(c)?;
     let hidden = c.u64(&["hidden_size"])?;
     let heads = c.u64(&["num_attention_heads"])?;
     check_heads(c, hidden, heads)?;

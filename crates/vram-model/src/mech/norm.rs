@@ -24,6 +24,9 @@ pub enum NormKind {
 pub struct Norm {
     /// LayerNorm or RMSNorm.
     pub kind: NormKind,
+    /// A learned weight (`elementwise_affine`; false for OLMo's and OPT's parameter-free
+    /// LayerNorms).
+    pub weight: bool,
     /// A bias beside the weight (LayerNorm with `bias=True`).
     pub bias: bool,
     /// The weight multiplies the fp32 normalised tensor (Gemma's `output * (1.0 +
@@ -36,6 +39,7 @@ impl Norm {
     /// RMSNorm with a plain weight (Llama's `LlamaRMSNorm`).
     pub const RMS: Norm = Norm {
         kind: NormKind::RmsNorm,
+        weight: true,
         bias: false,
         fp32_product: false,
     };
@@ -43,18 +47,29 @@ impl Norm {
     /// `nn.LayerNorm` with weight and bias.
     pub const LAYER_NORM: Norm = Norm {
         kind: NormKind::LayerNorm,
+        weight: true,
         bias: true,
+        fp32_product: false,
+    };
+
+    /// `nn.LayerNorm` without weight or bias (`elementwise_affine=False`: OLMo, OPT's option).
+    pub const LAYER_NORM_PLAIN: Norm = Norm {
+        kind: NormKind::LayerNorm,
+        weight: false,
+        bias: false,
         fp32_product: false,
     };
 
     /// Parameters of one norm over `width` features.
     pub fn params(&self, width: u64) -> u64 {
-        width * if self.bias { 2 } else { 1 }
+        width * (u64::from(self.weight) + u64::from(self.bias))
     }
 
     /// Its parameter tensors over `width` features (the weight, then the bias).
     pub(crate) fn tensors(&self, width: u64, out: &mut impl FnMut(Tensor)) {
-        out(vector(Component::Norms, width));
+        if self.weight {
+            out(vector(Component::Norms, width));
+        }
         if self.bias {
             out(vector(Component::Norms, width));
         }
