@@ -876,7 +876,7 @@ fn describe_blocks(
 fn blocks_notes(t: &vram_model::arch::Transformer) -> Vec<String> {
     let mut notes = t.blocks.notes.clone();
     if t.blocks.varies() {
-        // `Step::new` derives one layer description per kind (`estimate/mechs.rs`
+        // `Step::new` derives one layer description per kind (`walk/layer.rs`
         // `init_blocks`) and both walks index it per layer.
         notes.push("layers differ (mixer, feed-forward or window per layer): parameters, weights, the cache, and the activations and temporaries of the training step and of generate follow each layer's own kind".into());
     }

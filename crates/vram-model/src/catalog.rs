@@ -6,9 +6,9 @@
 //! real `config.json` files kept byte-for-byte under `data/catalog/` (sources in
 //! `data/catalog/SOURCES.md`).
 
-use crate::arch::{Model, ResNet};
+use crate::describe::{Model, ResNet};
 use crate::error::{Error, Result};
-use crate::hf;
+use crate::read;
 
 /// `(id, config.json text)` for every built-in transformer.
 const CONFIGS: &[(&str, &str)] = &[
@@ -263,7 +263,7 @@ pub fn config_text(id: &str) -> Option<&'static str> {
 pub fn lookup(id: &str) -> Result<Model> {
     let lower = id.to_ascii_lowercase();
     if let Some(text) = config_text(&lower) {
-        return hf::parse_config(text, &lower);
+        return read::parse_config(text, &lower);
     }
     let dashed = lower.replacen("resnet", "resnet-", 1).replace("--", "-");
     if let Some((_, depth)) = RESNETS.iter().find(|(i, _)| *i == dashed) {

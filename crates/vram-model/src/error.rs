@@ -42,7 +42,7 @@ pub enum Error {
         why: String,
     },
     /// `model_type` is missing or not one vramkit understands.
-    #[error("unknown model_type `{0}` (known: {known})", known = crate::hf::known_model_types().collect::<Vec<_>>().join(", "))]
+    #[error("unknown model_type `{0}` (known: {known})", known = crate::read::known_model_types().collect::<Vec<_>>().join(", "))]
     UnknownModelType(String),
     /// Two sizes that must divide do not.
     #[error("{what}: {a} is not divisible by {b}")]

@@ -1,14 +1,26 @@
 //! The memory model of vramkit: where every byte of a training or inference step goes.
 //!
 //! Pure functions of their inputs: no files, no clocks, no GPU. The CLI reads files and hands
-//! their text here.
+//! their text here. Four parts, one folder each:
 //!
-//! - [`hf`] reads Hugging Face `config.json` text into an [`arch::Model`]; [`catalog`] holds
-//!   built-in ones; [`safetensors_header`] counts parameters from checkpoint headers.
-//! - [`setup::Setup`] holds the knobs (precision, optimizer, batch, parallelism, overheads).
-//! - [`estimate()`] walks the step as a timeline and reports the peak and its breakdown;
-//!   [`trace`] emits the same timeline as individual tensor allocations.
-//! - [`gpu`] is the GPU catalog.
+//! - [`read`] reads Hugging Face `config.json` text (one adapter per family, the generic
+//!   decoder, the structural-key rule) and safetensors headers into the description; [`catalog`]
+//!   holds built-in configs.
+//! - [`describe`] is the one description of a model: [`describe::Model`], a transformer's
+//!   layer-by-layer [`describe::Blocks`], one [`describe::Block`] per layer kind, the weights'
+//!   [`describe::Storage`].
+//! - [`mech`] holds one module per mechanism a layer is made of (attention, MLA, Gated
+//!   DeltaNet, Mamba2, MoE, dense MLP, norms, vision tower), each with its tensors, cache,
+//!   FLOPs, walk steps and LoRA sites.
+//! - [`walk`] walks a step over the description as a timeline of allocations and frees
+//!   (training, `generate`, the allocator replay, the sinks that keep the peak), and reports
+//!   the peak and its breakdown ([`estimate()`]); [`walk::trace`] emits the same timeline as
+//!   individual tensors.
+//!
+//! Beside them: [`setup::Setup`] (the knobs), [`finetune`] (LoRA/QLoRA storage and adapters),
+//! [`gpu`] (the GPU catalog). The older module paths other crates use stay as aliases:
+//! [`arch`] and [`blocks`] are [`describe`], [`hf`] is [`read`], [`safetensors_header`] is
+//! [`read::safetensors`], [`estimate`](mod@estimate) is [`walk`], [`trace`] is [`walk::trace`].
 //!
 //! ```
 //! use vram_model::{catalog, estimate, gpu, setup::Setup};
@@ -19,21 +31,25 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod arch;
-pub mod blocks;
 pub mod catalog;
+pub mod describe;
 mod error;
-pub mod estimate;
 pub mod finetune;
 pub mod fmt;
 pub mod gpu;
-pub mod hf;
 pub mod mech;
-pub mod safetensors_header;
+pub mod read;
 pub mod setup;
-pub mod trace;
+pub mod walk;
+
+pub use describe as arch;
+pub use describe as blocks;
+pub use read as hf;
+pub use read::safetensors as safetensors_header;
+pub use walk as estimate;
+pub use walk::trace;
 
 pub use error::{Error, Result};
-pub use estimate::{
+pub use walk::{
     estimate, estimate_allocated, estimate_with_timeline, Breakdown, Category, Estimate, Phase,
 };

@@ -328,7 +328,7 @@ pub enum Mode {
     Infer(Infer),
 }
 
-/// Everything [`crate::estimate`] needs besides the model.
+/// Everything [`crate::estimate()`] needs besides the model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Setup {
     /// Precision.

@@ -1,5 +1,5 @@
 //! Fine-tuning as people run it: the base's storage (bitsandbytes int8/NF4/FP4, FP8, GPTQ/AWQ
-//! 4-bit) and LoRA adapters attached to the linears of the layer description ([`crate::blocks`]).
+//! 4-bit) and LoRA adapters attached to the linears of the layer description ([`crate::describe`]).
 //!
 //! Everything here is read from the libraries' source at pinned versions (PEFT 0.21.2,
 //! bitsandbytes 0.50.2, transformers 5.24.0, TRL 1.16.0) and held to them by tests that run
@@ -16,8 +16,8 @@ use serde::Serialize;
 
 pub mod step;
 
-use crate::arch::{Layout, Transformer};
-use crate::blocks::{Block, Component, MoeConversion, Names};
+use crate::describe::{Block, Component, MoeConversion, Names};
+use crate::describe::{Layout, Transformer};
 use crate::error::{Error, Result};
 pub use crate::mech::{Site, SiteKind};
 
@@ -153,7 +153,7 @@ pub const BNB_NESTED_BLOCK: u64 = 256;
 ///   256: uint8 absmax (one byte per 64 values), `state2.absmax` fp32 per 256 of those, and a
 ///   copy of the 256-entry fp32 dynamic code (`code.to(A.device, copy=True)`, per linear).
 /// - FP8 (`quantizers/quantizer_finegrained_fp8.py`): `float8_e4m3fn` plus an fp32
-///   `weight_scale_inv` per 128×128 block (the zoo's [`Storage::tensor_bytes`]).
+///   `weight_scale_inv` per 128×128 block (the zoo's [`crate::describe::Storage::tensor_bytes`]).
 /// - GPTQ (gptqmodel/auto-gptq `QuantLinear`, 4 bits): `qweight` int32 `[in/8, out]`,
 ///   `qzeros` int32 `[groups, out/8]`, `scales` fp16 `[groups, out]`, `g_idx` int32 `[in]`.
 /// - AWQ (autoawq `WQLinear_GEMM`, 4 bits): `qweight` int32 `[in, out/8]`, `qzeros` int32

@@ -11,10 +11,10 @@ use serde::Serialize;
 use vram_alloc::{AllocatorConfig, CachingAllocator, Policy, SimDevice};
 
 use super::{lora, weights_bytes, LoraPlan, LoraSpec, SiteKind, WeightFormat, WeightsBytes};
-use crate::arch::Model;
+use crate::describe::Model;
 use crate::error::{Error, Result};
-use crate::estimate::{chain_bytes, Breakdown, Category};
 use crate::setup::{Allocator, Mode, Optimizer, Precision, Recompute, Setup};
+use crate::walk::{chain_bytes, Breakdown, Category};
 
 /// Full fine-tuning, LoRA on a half-precision base, or QLoRA on a quantized base.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -214,18 +214,19 @@ struct LayerAdapters {
 /// output projection reads is kept (the attention kernel saves it too); other layer kinds get
 /// no discount (their saved tensors stay an upper bound).
 fn frozen_discount(
-    t: &crate::arch::Transformer,
-    b: &crate::blocks::Block,
+    t: &crate::describe::Transformer,
+    b: &crate::describe::Block,
     tok: u64,
     cmp: u64,
 ) -> u64 {
-    let (crate::blocks::Mixer::Attention(_), crate::blocks::Ffn::Dense(dense)) = (b.mixer, b.ffn)
+    let (crate::describe::Mixer::Attention(_), crate::describe::Ffn::Dense(dense)) =
+        (b.mixer, b.ffn)
     else {
         return 0;
     };
     let h = t.hidden();
     let norm = b.norms.norm;
-    let norms = if norm.kind == crate::blocks::NormKind::RmsNorm && !norm.fp32_product {
+    let norms = if norm.kind == crate::describe::NormKind::RmsNorm && !norm.fp32_product {
         b.norms.count
     } else {
         0
@@ -301,7 +302,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         };
         let mut inputs_seen: Vec<u8> = Vec::new();
         let top_k = match kind.ffn {
-            crate::blocks::Ffn::Moe(m) | crate::blocks::Ffn::DenseAndMoe(_, m) => m.top_k,
+            crate::describe::Ffn::Moe(m) | crate::describe::Ffn::DenseAndMoe(_, m) => m.top_k,
             _ => 1,
         };
         for s in &sites {
@@ -405,7 +406,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         && t.blocks.kinds.iter().any(|k| {
             matches!(
                 k.ffn,
-                crate::blocks::Ffn::Moe(_) | crate::blocks::Ffn::DenseAndMoe(..)
+                crate::describe::Ffn::Moe(_) | crate::describe::Ffn::DenseAndMoe(..)
             )
         });
     if has_experts_unquantized {

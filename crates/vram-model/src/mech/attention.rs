@@ -11,10 +11,10 @@ use super::{
     col_bias, lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site,
     SiteKind, Tensor, TensorKind,
 };
-use crate::blocks::{Blocks, Layout, Names};
-use crate::estimate::inference::{Prog, CACHE};
-use crate::estimate::layers::{m, Ctx, Extra, Parts};
+use crate::describe::{Blocks, Layout, Names};
 use crate::setup::{AmpStyle, Attention as Impl};
+use crate::walk::generate::{Prog, CACHE};
+use crate::walk::parts::{m, Ctx, Extra, Parts};
 
 /// Where the attention of one layer may look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -316,7 +316,7 @@ pub enum Kernel {
 }
 
 /// Which attention kernel runs for the attention `a` (a layer's self-attention, or its
-/// cross-attention as [`blocks::Block::cross`] gives it) run by transformers on PyTorch 2.11,
+/// cross-attention as [`crate::describe::Block::cross`] gives it) run by transformers on PyTorch 2.11,
 /// at sequence length `seq`, with `half` (bf16/fp16) or fp32 inputs. Megatron-LM's own fused
 /// attention is not covered: it always runs its fused kernel.
 pub fn attention_kernel(

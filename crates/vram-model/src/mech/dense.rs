@@ -4,10 +4,10 @@
 use serde::Serialize;
 
 use super::{col_bias, lin, vector, Component, Mechanism, Site, SiteKind, Tensor};
-use crate::blocks::{Blocks, Names};
-use crate::estimate::inference::Prog;
-use crate::estimate::layers::{m, Ctx, Parts};
+use crate::describe::{Blocks, Names};
 use crate::setup::AmpStyle;
+use crate::walk::generate::Prog;
+use crate::walk::parts::{m, Ctx, Parts};
 
 /// The feed-forward activation function, as the reference code computes it.
 ///

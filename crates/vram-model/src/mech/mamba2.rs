@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
-use crate::blocks::{Blocks, Names};
-use crate::estimate::layers::{m, Ctx, Extra, Parts};
+use crate::describe::{Blocks, Names};
+use crate::walk::parts::{m, Ctx, Extra, Parts};
 
 /// Mamba2 state-space mixer (`NemotronHMamba2Mixer`, `GraniteMoeHybridMambaLayer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

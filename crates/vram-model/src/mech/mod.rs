@@ -17,7 +17,7 @@
 //! - the walks' steps: what a training step saves for backward and its high points, and what
 //!   `generate`'s prefill makes op by op (crate-internal: `train`, `prefill` in each module).
 //!
-//! [`Mixer`] and [`Ffn`] are the two slots of a layer ([`crate::blocks::Block`]); they
+//! [`Mixer`] and [`Ffn`] are the two slots of a layer ([`crate::describe::Block`]); they
 //! dispatch to the mechanism they hold and are the only places that match on it.
 
 pub mod attention;
@@ -42,7 +42,7 @@ pub use moe::{Dispatch, Moe};
 pub use norm::{Norm, NormKind};
 pub use vision::{Images, Vision, VisionInput};
 
-use crate::blocks::Names;
+use crate::describe::Names;
 
 /// What every mechanism answers about itself.
 pub trait Mechanism {
@@ -461,10 +461,10 @@ impl Mixer {
     /// A training step of the mixer: what it saves (into `p`) and its other bytes.
     pub(crate) fn train(
         &self,
-        b: &crate::blocks::Blocks,
-        c: &crate::estimate::layers::Ctx,
-        p: &mut crate::estimate::layers::Parts,
-    ) -> crate::estimate::layers::Extra {
+        b: &crate::describe::Blocks,
+        c: &crate::walk::parts::Ctx,
+        p: &mut crate::walk::parts::Parts,
+    ) -> crate::walk::parts::Extra {
         match self {
             Mixer::Attention(a) => attention::train(a, b, c, p),
             Mixer::Mla(m) => mla::train(m, b, c, p),

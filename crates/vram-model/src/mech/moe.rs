@@ -8,9 +8,9 @@ use serde::Serialize;
 use super::{
     col_bias, lin, vector, Component, Dense, Mechanism, Site, SiteKind, Tensor, TensorKind,
 };
-use crate::blocks::{Blocks, Names};
-use crate::estimate::layers::{m, Ctx, Extra, Parts};
+use crate::describe::{Blocks, Names};
 use crate::setup::AmpStyle;
+use crate::walk::parts::{m, Ctx, Extra, Parts};
 
 /// How transformers runs the experts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

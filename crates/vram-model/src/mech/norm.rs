@@ -1,13 +1,13 @@
 //! Norms: LayerNorm and the families' RMSNorm (what a norm saves for backward, its prefill
-//! ops); RMSNorms inside a mechanism (q/k norms, MLA's latent norms) through [`train_rms`].
+//! ops); RMSNorms inside a mechanism (q/k norms, MLA's latent norms) through `train_rms`.
 
 use serde::Serialize;
 
 use super::{vector, Component, Tensor};
-use crate::blocks::Blocks;
-use crate::estimate::inference::Prog;
-use crate::estimate::layers::{m, Ctx, Parts};
+use crate::describe::Blocks;
 use crate::setup::AmpStyle;
+use crate::walk::generate::Prog;
+use crate::walk::parts::{m, Ctx, Parts};
 
 /// A normalisation layer's class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -33,8 +33,8 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::estimate::layers::{m, Ctx};
 use crate::setup::{Attention, Recompute};
+use crate::walk::parts::{m, Ctx};
 
 /// A vision tower with its projector (instantiated by `*ForConditionalGeneration`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -136,7 +136,7 @@ impl Vision {
     /// What an estimate says of how the tower is modelled.
     pub fn note(&self) -> &'static str {
         if self.images.is_some() {
-            "vision tower: each image's patches through it and its tokens in the text sequence (estimate/vision.rs, from transformers 5.24's image processors and vision models)"
+            "vision tower: each image's patches through it and its tokens in the text sequence (mech/vision.rs, from transformers 5.24's image processors and vision models)"
         } else {
             "vision tower: its weights are counted; no images in the step (--images N counts their tokens and the tower's activations)"
         }
@@ -568,8 +568,8 @@ mod tests {
     }
 
     fn tower(config: &str) -> Vision {
-        match crate::hf::parse_config(config, "zoo").unwrap() {
-            crate::arch::Model::Transformer(t) => t.blocks.vision.unwrap(),
+        match crate::read::parse_config(config, "zoo").unwrap() {
+            crate::describe::Model::Transformer(t) => t.blocks.vision.unwrap(),
             _ => unreachable!(),
         }
     }

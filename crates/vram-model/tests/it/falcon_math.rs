@@ -1,4 +1,4 @@
-//! Falcon's `generate` prefill through SDPA's math composite (`estimate/inference.rs`), against
+//! Falcon's `generate` prefill through SDPA's math composite (`walk/generate.rs`), against
 //! the real model: transformers 5.24's `FalconForCausalLM.generate` on torch 2.15 (CPU, the
 //! math backend forced: what a GPU runs for Falcon's one-head K/V with a mask), whose peak
 //! allocated bytes above the weights were read off the torch profiler's memory timeline by

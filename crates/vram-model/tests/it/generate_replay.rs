@@ -1,4 +1,4 @@
-//! `generate`'s decode steps in the allocator replay (`estimate/inference.rs`, `decode_steps`).
+//! `generate`'s decode steps in the allocator replay (`walk/generate.rs`, `decode_steps`).
 //!
 //! A dynamic cache reallocates every layer's keys and values at each token, and PyTorch's
 //! caching allocator places each new tensor by best fit among the blocks the step before left

@@ -1,11 +1,6 @@
-//! The layer-by-layer description of a transformer: an embedding, a list of blocks and a head.
-//!
-//! Each block is a [`Mixer`] (attention, MLA, Gated DeltaNet, Mamba2 or none) plus an [`Ffn`]
-//! (dense, mixture-of-experts, both side by side, or none) plus its norms. Every mechanism
-//! answers, in its own module of [`crate::mech`], its parameter tensors (by [`Component`]), its
-//! cache ([`CacheSpec`]), its forward FLOPs per token and its adapter sites. [`Blocks`] holds
-//! the distinct block kinds once and a per-layer index into them, so an 80-layer model costs a
-//! few kinds and 80 bytes.
+//! The layer-by-layer description of a transformer: an embedding, a list of blocks
+//! ([`super::Block`]) and a head. [`Blocks`] holds the distinct block kinds once and a per-layer
+//! index into them, so an 80-layer model costs a few kinds and 80 bytes.
 //!
 //! The shapes follow the modules that transformers 5.24's `from_config` builds (named per
 //! mechanism below); the counts are checked against `sum(p.numel() for p in model.parameters())`
@@ -13,12 +8,10 @@
 
 use serde::Serialize;
 
-use crate::mech::vector;
-pub use crate::mech::{
-    attention_kernel, repeats_kv_at, Act, Attention, CacheKind, CacheLayout, CacheReport,
-    CacheSpec, CacheTensor, Component, ComponentParams, Dense, Dispatch, Ffn, Gdn, Images, Indexer,
-    Kernel, KindCache, Mamba2, Mechanism, Mixer, Mla, Moe, Norm, NormKind, QkNorm, Site, SiteKind,
-    Tensor, TensorKind, Vision, VisionInput, Window,
+use super::{Block, Norms, Residual, Storage};
+use crate::mech::{
+    Attention, CacheKind, CacheReport, CacheSpec, Component, ComponentParams, Dense, Ffn,
+    KindCache, Mixer, Norm, Tensor, TensorKind, Vision, Window,
 };
 
 /// How the layers are wired into a model.
@@ -34,110 +27,6 @@ pub enum Layout {
     EncoderDecoder,
 }
 
-/// The norms of a block outside its mixer and feed-forward modules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Norms {
-    /// How many.
-    pub count: u64,
-    /// Features each normalises.
-    pub width: u64,
-    /// Their class.
-    pub norm: Norm,
-}
-
-impl Norms {
-    /// Parameters of one of them.
-    pub fn params_each(&self) -> u64 {
-        self.norm.params(self.width)
-    }
-}
-
-/// How a block's mixer and feed-forward meet the residual stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Residual {
-    /// `x += mixer(norm(x)); x += ffn(norm(x))`, the mixer's output rebound.
-    Sequential,
-    /// As `Sequential`, but the block keeps the mixer's output in a local until it returns
-    /// (`GPT2Block`: `hidden_states = attn_output + residual`).
-    SequentialHeld,
-    /// `x + mixer(norm₁(x)) + ffn(norm₂(x))` (GPT-NeoX's `use_parallel_residual`, Falcon's
-    /// `parallel_attn`); with one norm per block both read the same normed input (Falcon-7B).
-    Parallel,
-}
-
-/// One decoder (or encoder) layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Block {
-    /// The token mixer.
-    pub mixer: Mixer,
-    /// A cross-attention of the same shape as the mixer (decoder of an encoder-decoder).
-    pub cross_attention: bool,
-    /// The feed-forward.
-    pub ffn: Ffn,
-    /// The norms outside mixer and feed-forward.
-    pub norms: Norms,
-    /// How mixer and feed-forward meet the residual stream.
-    pub residual: Residual,
-    /// Further per-layer parameters and where they belong (Gemma 4's per-layer-input gate,
-    /// projection and norm; a layer scalar).
-    pub extra: (Component, u64),
-}
-
-impl Block {
-    /// Every parameter tensor of the block, in module order (mixer, cross-attention and its
-    /// norm, feed-forward, the other norms, extras).
-    pub fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
-        self.mixer.tensors(h, out);
-        let mut norms = self.norms.count;
-        if let Some(a) = self.cross() {
-            Mixer::Attention(a).tensors(h, out);
-            if norms > 0 {
-                self.norms.norm.tensors(self.norms.width, out);
-                norms -= 1;
-            }
-        }
-        self.ffn.tensors(h, out);
-        for _ in 0..norms {
-            self.norms.norm.tensors(self.norms.width, out);
-        }
-        if self.extra.1 > 0 {
-            out(vector(self.extra.0, self.extra.1));
-        }
-    }
-
-    /// The cross-attention of a decoder block of an encoder-decoder: the mixer's shape, without
-    /// a position table or bias (T5's `EncDecAttention`).
-    pub fn cross(&self) -> Option<Attention> {
-        match self.mixer {
-            Mixer::Attention(a) if self.cross_attention => Some(Attention {
-                rel_buckets: 0,
-                rel_bias: false,
-                rope: false,
-                ..a
-            }),
-            _ => None,
-        }
-    }
-
-    /// The block's parameters per component.
-    pub fn params(&self, h: u64) -> ComponentParams {
-        let mut p = ComponentParams::default();
-        self.tensors(h, &mut |t| p.add(t.component, t.numel()));
-        p
-    }
-
-    /// Forward FLOPs per token with `ctx` earlier tokens: 2 per matmul weight the token runs
-    /// through plus the mixer's token interaction.
-    pub fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
-        let mut mixer = self.mixer.linear_params(h);
-        if self.cross_attention {
-            mixer *= 2;
-        }
-        2 * (mixer + self.ffn.active_params(h)) + self.mixer.mixing_flops_per_token(ctx)
-    }
-}
-
 /// Multi-token-prediction layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Mtp {
@@ -148,111 +37,6 @@ pub struct Mtp {
     pub instantiated: bool,
     /// Parameters of all declared layers (counted only when instantiated).
     pub params: u64,
-}
-
-/// Element type of stored weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dtype {
-    /// float32.
-    F32,
-    /// float16.
-    F16,
-    /// bfloat16.
-    Bf16,
-}
-
-impl Dtype {
-    /// Bytes per element.
-    pub fn bytes(self) -> u64 {
-        match self {
-            Dtype::F32 => 4,
-            Dtype::F16 | Dtype::Bf16 => 2,
-        }
-    }
-}
-
-/// How the checkpoint stores its weights (`quantization_config`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "method", rename_all = "snake_case")]
-pub enum Quant {
-    /// Unquantized, in the config's dtype.
-    None,
-    /// Fine-grained FP8 (`quant_method: fp8`, `weight_block_size` `[bn, bk]`): every linear and
-    /// expert bank outside `modules_to_not_convert` as `float8_e4m3fn` plus an fp32
-    /// `weight_scale_inv` of `ceil(N/bn) × ceil(K/bk)` (quantizers/quantizer_finegrained_fp8.py).
-    Fp8Block {
-        /// Block rows.
-        bn: u64,
-        /// Block columns.
-        bk: u64,
-        /// The LM head stays unquantized: `get_modules_to_not_convert` (quantizers/base.py)
-        /// always adds the output embeddings to the config's `modules_to_not_convert`.
-        skip_head: bool,
-    },
-    /// MXFP4 experts (gpt-oss, quantizers/quantizer_mxfp4.py): expert banks packed two values a
-    /// byte with one uint8 scale per 32 values; everything else in the config's dtype.
-    Mxfp4,
-    /// A `quantization_config` whose method is not modelled (NVFP4 via modelopt, compressed
-    /// tensors, ...): counted in the config's dtype, with a note.
-    Other,
-}
-
-/// The weights as shipped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Storage {
-    /// The config's `dtype` (`torch_dtype` in older files); bf16 when absent.
-    pub dtype: Dtype,
-    /// The quantization.
-    pub quant: Quant,
-}
-
-impl Default for Storage {
-    fn default() -> Self {
-        Storage {
-            dtype: Dtype::Bf16,
-            quant: Quant::None,
-        }
-    }
-}
-
-impl Storage {
-    /// Bytes one tensor takes as transformers holds it on an H100 (FP8 and MXFP4 kernels
-    /// available); with `dequantized`, as the fallback holds it (everything in `dtype`).
-    pub fn tensor_bytes(&self, t: &Tensor, dequantized: bool) -> u64 {
-        let d = self.dtype.bytes();
-        if t.fp32 {
-            return t.numel() * 4;
-        }
-        if dequantized {
-            return t.numel() * d;
-        }
-        let e = match t.kind {
-            TensorKind::Experts(e) => e,
-            _ => 1,
-        };
-        match self.quant {
-            Quant::Fp8Block { bn, bk, skip_head } => match t.kind {
-                TensorKind::Linear | TensorKind::Experts(_)
-                    if !(t.component == Component::Router
-                        || t.component == Component::Vision
-                        || (t.component == Component::Head && skip_head)
-                        || t.rows == 1) =>
-                {
-                    t.numel() + e * t.rows.div_ceil(bn) * t.cols.div_ceil(bk) * 4
-                }
-                _ => t.numel() * d,
-            },
-            Quant::Mxfp4 => match t.kind {
-                // Mxfp4GptOssExperts (integrations/mxfp4.py): packed uint8 [E, rows, cols/2] and
-                // one uint8 scale per 32 values; its expert biases are fp32.
-                TensorKind::Experts(_) => e * t.rows * (t.cols.div_ceil(32) * 17),
-                TensorKind::Vector if t.component == Component::RoutedExperts => t.numel() * 4,
-                _ => t.numel() * d,
-            },
-            Quant::None | Quant::Other => t.numel() * d,
-        }
-    }
 }
 
 /// One layer's shape as [`Blocks::typical`] gives it.
@@ -782,7 +566,7 @@ impl Blocks {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::describe::*;
 
     fn attn(window: Window) -> Attention {
         Attention {

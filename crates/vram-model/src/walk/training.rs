@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::setup::{Offload, Recompute, Schedule};
-use layers::TmpParts;
+use parts::TmpParts;
 
 impl Step<'_> {
     /// Walks the step of pipeline rank `rank` through `sink`.

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::arch::Weights;
+use crate::describe::Weights;
 use crate::error::{Error, Result};
 
 /// Largest header accepted (the format's own limit is 100 MB).

@@ -14,7 +14,7 @@
 //! .to(copy=True, dtype=torch.float32)` in `GenerationMixin._sample`).
 
 use super::*;
-use crate::blocks::{Block, Blocks, Residual};
+use crate::describe::{Block, Blocks, Residual};
 use crate::mech::{attention, dense};
 use crate::setup::{DecodeReplay, Infer, KvCache, SAMPLED_DECODE_STEPS};
 
@@ -71,7 +71,7 @@ pub(super) fn generate_key(layer: u64, slot: u64, gen: u64) -> u64 {
 
 /// Slots with a fixed meaning across layers.
 pub(crate) const X: u8 = 0; // the residual stream entering the layer (then leaving it)
-/// The layer's cache tensors, in [`crate::blocks::Mixer::cache_tensors`] order: slots 1..=3.
+/// The layer's cache tensors, in [`crate::describe::Mixer::cache_tensors`] order: slots 1..=3.
 pub(crate) const CACHE: u8 = 1;
 /// The first slot of a layer's temporaries.
 const FIRST_TMP: u8 = 4;
@@ -143,7 +143,7 @@ impl Prog {
 /// the `transpose(1, 2).contiguous()`, the output projection, the residual adds, the MLP. The
 /// other mechanisms (MLA, Gated DeltaNet, Mamba2, gpt-oss's sinks, experts) make their cache,
 /// then their inference high point (`LayerDesc::infer_tmp`'s parts: the mechanism's own
-/// itemisation, `estimate/mechs.rs`) comes and goes.
+/// itemisation in its `mech/` module) comes and goes.
 fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]) -> Vec<Op> {
     let mut g = Prog {
         ops: Vec::with_capacity(64),

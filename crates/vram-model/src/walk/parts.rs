@@ -1,7 +1,7 @@
 //! Layer descriptions: what each layer saves for backward, its transient high points, its
 //! parameters; and the bytes of each model state by precision.
 
-use crate::arch::Model;
+use crate::describe::Model;
 use crate::setup::{AmpStyle, Attention, Optimizer, Precision};
 
 /// What one layer stores and needs, on one GPU, for one micro-batch.

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::arch::Model;
+use crate::describe::Model;
 use crate::error::Result;
-use crate::estimate::{Category, Handle, Phase, Run, Sink, Step};
 use crate::setup::Setup;
+use crate::walk::{Category, Handle, Phase, Run, Sink, Step};
 
 /// One event of a synthetic trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

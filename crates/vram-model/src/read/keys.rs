@@ -47,7 +47,7 @@ pub const GENERIC: &[&str] = &[
     "rms_norm_eps",
     "attention_bias",
     "mlp_bias",
-    // The storage (`storage` in hf.rs).
+    // The storage (`storage` in read/mod.rs).
     "quantization_config",
     // PretrainedConfig's own: the feed-forward chunking of BERT-style models
     // (`apply_chunking_to_forward`), which no decoder reads.
@@ -136,7 +136,7 @@ const COMMON: &[&str] = &[
 /// where MTP weights are dropped at load, and a `head_dim` or `qk_head_dim` that the class derives
 /// from other keys leave memory unchanged.
 pub const KNOWN: &[(&str, &[&str])] = &[
-    // hf.rs (the uniform readers); `add_cross_attention: true` is refused.
+    // read/classic.rs (the 2019–2024 families); `add_cross_attention: true` is refused.
     ("gpt2", &["add_cross_attention"]),
     ("gpt_neox", &["attention_bias", "use_parallel_residual"]),
     ("llama", &["attention_bias", "mlp_bias"]),
@@ -153,7 +153,7 @@ pub const KNOWN: &[(&str, &[&str])] = &[
     ("bert", &["add_cross_attention", "type_vocab_size"]),
     ("roberta", &["add_cross_attention", "type_vocab_size"]),
     ("t5", &["num_layers", "num_decoder_layers", "num_heads"]),
-    // hf/decoders.rs
+    // read/decoders.rs
     ("qwen3", &["attention_bias"]),
     (
         "qwen3_moe",

@@ -1,20 +1,28 @@
-//! Reading Hugging Face `config.json` files into a [`Transformer`].
+//! Reading Hugging Face `config.json` files (and safetensors headers, [`safetensors`]) into the
+//! one description ([`crate::describe`]).
 //!
-//! Each supported `model_type` maps its field names (and their variants across releases:
-//! `n_embd`/`hidden_size`, `n_head`/`num_attention_heads`, `multi_query`/`num_kv_heads`, ...)
-//! onto the same description. Defaults are those of the `transformers` config classes.
+//! Each supported `model_type` is one row of a family table and one adapter function that
+//! fills a draft (`decoders`'s `Draft`: the mechanisms of each layer and the model-wide facts)
+//! from its field names (and their variants across releases: `n_embd`/`hidden_size`,
+//! `n_head`/`num_attention_heads`, `multi_query`/`num_kv_heads`, ...), with the defaults of the
+//! `transformers` config classes; one builder turns every draft into the description. The
+//! 2019–2024 families' adapters are in `classic`, the current ones in `decoders`, the
+//! structural-key rule that refuses what cannot be described in [`keys`]. This module and the
+//! catalog are the only places that name a family: everything a family differs in reaches the
+//! walks as a flag or a parameter of a mechanism.
 
 use serde_json::{Map, Value};
 
-use crate::arch::Model;
-use crate::blocks::{Act, Dtype, Quant, Storage};
+use crate::describe::Model;
+use crate::describe::{Act, Dtype, Quant, Storage};
 use crate::error::{Error, Result};
 
-mod classic;
-mod decoders;
+pub(crate) mod classic;
+pub(crate) mod decoders;
 pub mod keys;
+pub mod safetensors;
 
-/// The `model_type` values of the 2019–2024 families the uniform reader understands; the current
+/// The `model_type` values of the 2019–2024 families ([`classic`]'s adapters); the current
 /// families are [`decoders::FAMILIES`], and any decoder with the standard keys is read as a
 /// generic decoder.
 const UNIFORM_MODEL_TYPES: &[&str] = &[
@@ -523,7 +531,7 @@ fn storage(c: &Cfg) -> Result<Storage> {
 /// (`image_processing_llama4_fast.py`). Returns one line per setting that changed; a model
 /// without a vision tower is left as it is.
 pub fn apply_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> {
-    use crate::blocks::VisionInput;
+    use crate::describe::VisionInput;
     let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
         what: "preprocessor_config.json".into(),
         reason: e.to_string(),

@@ -8,8 +8,8 @@
 use serde_json::Value;
 
 use super::{kind_of, Cfg};
-use crate::arch::Transformer;
-use crate::blocks::{
+use crate::describe::Transformer;
+use crate::describe::{
     Act, Attention, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout, Embedding, Ends,
     Ffn, Gdn, Head, Indexer, Layout, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp, Names, Norm,
     Norms, QkNorm, Residual, Vision, VisionInput, Window,

@@ -1,13 +1,13 @@
 //! Model architectures as vramkit sees them: the shapes that decide parameters and activations.
 //!
-//! A [`Model`] is built from a Hugging Face `config.json` ([`crate::hf`]), from the built-in
-//! catalog ([`crate::catalog`]) or from a safetensors header ([`crate::safetensors_header`]).
+//! A [`Model`] is built from a Hugging Face `config.json` ([`crate::read`]), from the built-in
+//! catalog ([`crate::catalog`]) or from a safetensors header ([`crate::read::safetensors`]).
 //! Parameter counts are exact: they equal `sum(p.numel() for p in model.parameters())` of the
 //! PyTorch module the config builds (tied weights counted once).
 
 use serde::Serialize;
 
-use crate::blocks::{Block, Blocks, Component, ComponentParams, Ffn, Mixer};
+use crate::describe::{Block, Blocks, Component, ComponentParams, Ffn, Layout, Mixer};
 
 /// A model whose memory vramkit can estimate.
 // One model per run, passed by reference: the transformer's size does not matter.
@@ -43,8 +43,6 @@ impl Model {
     }
 }
 
-pub use crate::blocks::{Act, Layout, Norm, NormKind};
-
 /// A transformer as vramkit models it: its name and its layer-by-layer description. All sizes
 /// are the model's own (no parallelism applied).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -54,7 +52,7 @@ pub struct Transformer {
     /// The Hugging Face `model_type` it was read as, for display: nothing downstream of the
     /// reader compares it (family facts are parameters of the description).
     pub model_type: String,
-    /// The description: embedding, layers (one [`crate::blocks::Block`] per distinct kind and
+    /// The description: embedding, layers (one [`crate::describe::Block`] per distinct kind and
     /// a kind per layer), head, storage. Parameter counts, per-component splits, weight bytes,
     /// caches, activations and FLOPs all come from it.
     pub blocks: Blocks,
@@ -216,7 +214,7 @@ impl Transformer {
         for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
             kind.tensors(h, &mut |t| {
                 let e = match t.kind {
-                    crate::blocks::TensorKind::Experts(e) => e,
+                    crate::describe::TensorKind::Experts(e) => e,
                     _ => 1,
                 };
                 v.push(ParamTensor {

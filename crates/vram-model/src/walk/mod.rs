@@ -3,7 +3,7 @@
 //! [`estimate`] walks the step (setup, forward layer by layer, loss, backward layer by layer,
 //! optimizer step; micro-batches and pipeline schedule included) through a [`Sink`] that keeps
 //! the live bytes per [`Category`]. The peak is the true maximum of live bytes, and the
-//! breakdown is taken at that moment. The same walk drives [`crate::trace`], which turns it
+//! breakdown is taken at that moment. The same walk drives [`crate::walk::trace`], which turns it
 //! into individual tensors.
 //!
 //! What is stored for backward follows the saved tensors of the reference implementations
@@ -11,14 +11,15 @@
 //! the Megatron style); for a GPT layer in half precision it reproduces Korthikanti et al.
 //! 2022 exactly (`sbh(34 + 5as/h)` plus layer-norm statistics).
 
-pub(crate) mod inference;
-pub(crate) mod layers;
-mod mechs;
+pub(crate) mod generate;
+mod layer;
+pub(crate) mod parts;
 
 pub use crate::mech::{attention_kernel, repeats_kv_at, Kernel};
 pub use replay::set_reference_replay;
 mod replay;
 mod sinks;
+pub mod trace;
 mod training;
 mod vision;
 
@@ -29,13 +30,13 @@ use serde::{Serialize, Serializer};
 
 use crate::mech::attention::has_mask;
 use crate::mech::norm::train as norm_parts;
-use layers::{
+use parts::{
     m, optimizer_elems, state_bytes, Ctx, LayerDesc, Parts, Program, Stack, StateBytes, TmpOp,
 };
 use sinks::PeakSink;
 
-use crate::arch::{Layout, Model, ResNet, Transformer};
-use crate::blocks::{Checked, Ffn, Mixer};
+use crate::describe::{Checked, Ffn, Mixer};
+use crate::describe::{Layout, Model, ResNet, Transformer};
 use crate::error::{Error, Result};
 use crate::setup::{AmpStyle, Mode, Optimizer, Precision, Schedule, Setup};
 
@@ -268,7 +269,7 @@ pub struct Assumes {
     pub torchvision: Option<&'static str>,
     /// CUDA version of the context and workspace figures.
     pub cuda: &'static str,
-    /// The measurements the overheads and kernels are calibrated on (and, for the uniform
+    /// The measurements the overheads and kernels are calibrated on (and, for the 2019–2024
     /// families and ResNets, the steps checked against), with their versions.
     pub calibration: &'static str,
 }
@@ -293,10 +294,10 @@ impl Assumes {
 const H100_SAME: &str = "an H100 80GB HBM3 under these versions";
 
 /// The versions an estimate of `model` follows:
-/// - the families of the layer-by-layer description (`Blocks` not uniform: Qwen3, DeepSeek-V3,
+/// - the families checked against transformers 5.24 (`Checked::Zoo`: Qwen3, DeepSeek-V3,
 ///   gpt-oss, ...): their module tree and cache are exact against transformers 5.24 (the zoo,
-///   `tests/zoo`), and their mechanisms (`estimate/mechs.rs`) are read from 5.24;
-/// - the uniform 2019–2024 families: the step's tensors (`estimate/layers.rs`) are read from
+///   `tests/zoo`), and their mechanisms (`mech/`) are read from 5.24;
+/// - the 2019–2024 families (checked against the H100 steps): the step's tensors (`mech/`) are read from
 ///   transformers 5.17, the version of the H100 ground truth they are checked against; their
 ///   module trees are the same in 5.24 (parameter counts equal under both);
 /// - ResNets: torchvision 0.26's, as measured.
@@ -379,7 +380,7 @@ pub struct Estimate {
     /// The sampled timeline (empty unless asked for).
     pub timeline: Vec<TimelinePoint>,
     /// How the layer-by-layer description's mechanisms were modelled (which code path, what
-    /// is not counted); empty for the uniform families.
+    /// is not counted); empty where no mechanism has a note (softmax attention, dense MLPs).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mechanisms: Vec<&'static str>,
     /// The decode steps the allocator replay walked, where it did not walk all of them
@@ -469,7 +470,7 @@ pub(crate) struct Step<'a> {
     /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
     kind_tensors: Vec<Vec<u64>>,
     /// Per kind, the tensors its cache holds on this GPU.
-    caches: Vec<Vec<inference::CacheBytes>>,
+    caches: Vec<Vec<generate::CacheBytes>>,
     cnn: Vec<LayerDesc>,
     /// Parameters of the embedding / head on this GPU (after TP).
     emb_params: u64,
@@ -636,7 +637,7 @@ impl<'a> Step<'a> {
                 Mode::Train(tr) => Some(tr.recompute),
                 Mode::Infer(_) => None,
             };
-            let images = v.images.unwrap_or(crate::blocks::Images {
+            let images = v.images.unwrap_or(crate::describe::Images {
                 count: 0,
                 width: 0,
                 height: 0,
@@ -808,7 +809,7 @@ impl<'a> Step<'a> {
 /// 1.8× of it, and its weight-gradient calls a few MiB more). A 1×1 convolution with stride 1
 /// is a plain matrix product over the NCHW layout and takes no workspace (400 bytes in the
 /// snapshot) for its forward and input gradient.
-pub(crate) fn cudnn_workspace(conv: &crate::arch::Conv, b: u64, bytes: u64) -> u64 {
+pub(crate) fn cudnn_workspace(conv: &crate::describe::Conv, b: u64, bytes: u64) -> u64 {
     if conv.k == 1 && conv.stride == 1 {
         return 0;
     }
@@ -944,7 +945,7 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         assumes: assumes(model),
         timeline: sink.timeline.unwrap_or_default(),
         mechanisms: match model {
-            Model::Transformer(t) => mechs::notes(&t.blocks),
+            Model::Transformer(t) => layer::notes(&t.blocks),
             _ => Vec::new(),
         },
         decode_sampled: if replay && o.fragmentation.is_none() {
@@ -1272,7 +1273,7 @@ fn search_max(mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::ResNet;
+    use crate::describe::ResNet;
 
     /// cuDNN's workspaces for ResNet-50 over 64 fp32 images, as the H100 snapshot
     /// `resnet50-fp32-momentum-mb64.pickle` of the shared ground truth recorded them (PyTorch

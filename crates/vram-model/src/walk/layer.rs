@@ -1,14 +1,14 @@
-//! Layers read from the layer-by-layer description ([`crate::blocks`]): one [`LayerDesc`] per
+//! Layers read from the layer-by-layer description ([`crate::describe`]): one [`LayerDesc`] per
 //! distinct block kind, built once by [`Step::new`] from what each mechanism's module says a
 //! training step saves and makes ([`crate::mech`]: `train` in each), composed here into the
 //! layer (its norms, a decoder's cross-attention, the feed-forward after the mixer, the
 //! backward's gradients) and the notes an estimate carries.
 
 use super::*;
-use crate::blocks::{Block, Blocks, Ffn, Mixer, Residual, TensorKind};
+use crate::describe::{Block, Blocks, Ffn, Mixer, Residual, TensorKind};
 use crate::mech::{attention, dense, moe};
-use inference::CacheBytes;
-use layers::{Extra, TmpParts};
+use generate::CacheBytes;
+use parts::{Extra, TmpParts};
 
 /// What an estimate over the layer-by-layer description assumed, one line per mechanism
 /// present that says how it is modelled (each mechanism's `note`), and the vision tower's.
@@ -225,7 +225,7 @@ impl Step<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::{
+    use crate::describe::{
         Attention as Attn, Blocks, Component, Dense, Dispatch, Ends, Gdn, Mla, Moe, Norm, Norms,
         Window,
     };
@@ -644,7 +644,7 @@ mod tests {
         let (s0, s1) = (step.stack(0), step.stack(1));
         assert_eq!((s0.len(), s1.len()), (2, 2));
         assert!(step.rank_params(1, &s1) > step.rank_params(0, &s0));
-        let e = crate::estimate::estimate_allocated(&model, &setup).unwrap();
+        let e = crate::walk::estimate_allocated(&model, &setup).unwrap();
         assert_eq!(e.pipeline_rank, 1);
     }
 
@@ -685,7 +685,7 @@ mod tests {
     #[test]
     fn mamba2_fallback_against_the_real_module() {
         let t = llama(256);
-        let mb = crate::blocks::Mamba2 {
+        let mb = crate::describe::Mamba2 {
             heads: 8,
             head_dim: 32,
             state_size: 16,
@@ -713,12 +713,12 @@ mod tests {
     fn the_estimate_names_its_mechanisms() {
         let layers = vec![deepseek_v3_layer(false), deepseek_v3_layer(true)];
         let model = model(7168, 129_280, &layers);
-        let e = crate::estimate::estimate_allocated(&model, &Setup::default()).unwrap();
+        let e = crate::walk::estimate_allocated(&model, &Setup::default()).unwrap();
         assert_eq!(e.mechanisms.len(), 2);
         assert!(e.mechanisms[0].starts_with("MLA: latent cache"));
         assert!(e.mechanisms[1].starts_with("MoE: grouped_mm_experts_forward"));
         let uniform = crate::catalog::lookup("llama-3-8b").unwrap();
-        let u = crate::estimate::estimate_allocated(&uniform, &Setup::default()).unwrap();
+        let u = crate::walk::estimate_allocated(&uniform, &Setup::default()).unwrap();
         assert!(u.mechanisms.is_empty());
     }
 

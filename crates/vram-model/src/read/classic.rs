@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::decoders::{moe_template, place_moe, Draft, FfnKind, LayerType};
 use super::{activation, kind_of, Cfg};
-use crate::blocks::{
+use crate::describe::{
     Act, Attention, Checked, Component, Dense, Embedding, Layout, Names, Norm, Residual,
 };
 use crate::error::{Error, Result};

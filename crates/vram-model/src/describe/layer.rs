@@ -1,0 +1,110 @@
+//! One layer of the description: its token mixer and feed-forward (each a mechanism of
+//! [`crate::mech`]), the norms outside them, and how they meet the residual stream.
+
+use serde::Serialize;
+
+use crate::mech::{vector, Attention, Component, ComponentParams, Ffn, Mixer, Norm, Tensor};
+
+/// The norms of a block outside its mixer and feed-forward modules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Norms {
+    /// How many.
+    pub count: u64,
+    /// Features each normalises.
+    pub width: u64,
+    /// Their class.
+    pub norm: Norm,
+}
+
+impl Norms {
+    /// Parameters of one of them.
+    pub fn params_each(&self) -> u64 {
+        self.norm.params(self.width)
+    }
+}
+
+/// How a block's mixer and feed-forward meet the residual stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Residual {
+    /// `x += mixer(norm(x)); x += ffn(norm(x))`, the mixer's output rebound.
+    Sequential,
+    /// As `Sequential`, but the block keeps the mixer's output in a local until it returns
+    /// (`GPT2Block`: `hidden_states = attn_output + residual`).
+    SequentialHeld,
+    /// `x + mixer(norm₁(x)) + ffn(norm₂(x))` (GPT-NeoX's `use_parallel_residual`, Falcon's
+    /// `parallel_attn`); with one norm per block both read the same normed input (Falcon-7B).
+    Parallel,
+}
+
+/// One decoder (or encoder) layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Block {
+    /// The token mixer.
+    pub mixer: Mixer,
+    /// A cross-attention of the same shape as the mixer (decoder of an encoder-decoder).
+    pub cross_attention: bool,
+    /// The feed-forward.
+    pub ffn: Ffn,
+    /// The norms outside mixer and feed-forward.
+    pub norms: Norms,
+    /// How mixer and feed-forward meet the residual stream.
+    pub residual: Residual,
+    /// Further per-layer parameters and where they belong (Gemma 4's per-layer-input gate,
+    /// projection and norm; a layer scalar).
+    pub extra: (Component, u64),
+}
+
+impl Block {
+    /// Every parameter tensor of the block, in module order (mixer, cross-attention and its
+    /// norm, feed-forward, the other norms, extras).
+    pub fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
+        self.mixer.tensors(h, out);
+        let mut norms = self.norms.count;
+        if let Some(a) = self.cross() {
+            Mixer::Attention(a).tensors(h, out);
+            if norms > 0 {
+                self.norms.norm.tensors(self.norms.width, out);
+                norms -= 1;
+            }
+        }
+        self.ffn.tensors(h, out);
+        for _ in 0..norms {
+            self.norms.norm.tensors(self.norms.width, out);
+        }
+        if self.extra.1 > 0 {
+            out(vector(self.extra.0, self.extra.1));
+        }
+    }
+
+    /// The cross-attention of a decoder block of an encoder-decoder: the mixer's shape, without
+    /// a position table or bias (T5's `EncDecAttention`).
+    pub fn cross(&self) -> Option<Attention> {
+        match self.mixer {
+            Mixer::Attention(a) if self.cross_attention => Some(Attention {
+                rel_buckets: 0,
+                rel_bias: false,
+                rope: false,
+                ..a
+            }),
+            _ => None,
+        }
+    }
+
+    /// The block's parameters per component.
+    pub fn params(&self, h: u64) -> ComponentParams {
+        let mut p = ComponentParams::default();
+        self.tensors(h, &mut |t| p.add(t.component, t.numel()));
+        p
+    }
+
+    /// Forward FLOPs per token with `ctx` earlier tokens: 2 per matmul weight the token runs
+    /// through plus the mixer's token interaction.
+    pub fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
+        let mut mixer = self.mixer.linear_params(h);
+        if self.cross_attention {
+            mixer *= 2;
+        }
+        2 * (mixer + self.ffn.active_params(h)) + self.mixer.mixing_flops_per_token(ctx)
+    }
+}
