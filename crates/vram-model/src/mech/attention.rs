@@ -7,14 +7,14 @@
 
 use serde::Serialize;
 
+use super::step::{m, Ctx, Extra, Parts};
+use super::step::{Prog, CACHE};
 use super::{
     col_bias, lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site,
     SiteKind, Tensor, TensorKind,
 };
 use crate::describe::{Blocks, Layout, Names};
 use crate::setup::{AmpStyle, Attention as Impl};
-use crate::walk::generate::{Prog, CACHE};
-use crate::walk::parts::{m, Ctx, Extra, Parts};
 
 /// Where the attention of one layer may look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

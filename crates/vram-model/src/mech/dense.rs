@@ -3,11 +3,11 @@
 
 use serde::Serialize;
 
+use super::step::Prog;
+use super::step::{m, Ctx, Parts};
 use super::{col_bias, lin, vector, Component, Mechanism, Site, SiteKind, Tensor};
 use crate::describe::{Blocks, Names};
 use crate::setup::AmpStyle;
-use crate::walk::generate::Prog;
-use crate::walk::parts::{m, Ctx, Parts};
 
 /// The feed-forward activation function, as the reference code computes it.
 ///

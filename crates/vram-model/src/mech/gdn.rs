@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
+use super::step::{m, Ctx, Extra, Parts};
 use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
 use crate::describe::{Blocks, Names};
-use crate::walk::parts::{m, Ctx, Extra, Parts};
 
 /// The recurrent mixers' scan chunk in the torch fallbacks (`torch_chunk_gated_delta_rule`'s
 /// `chunk_size=64`).

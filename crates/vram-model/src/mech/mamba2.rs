@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
+use super::step::{m, Ctx, Extra, Parts};
 use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
 use crate::describe::{Blocks, Names};
-use crate::walk::parts::{m, Ctx, Extra, Parts};
 
 /// Mamba2 state-space mixer (`NemotronHMamba2Mixer`, `GraniteMoeHybridMambaLayer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -4,11 +4,11 @@
 
 use serde::Serialize;
 
+use super::step::{m, Ctx, Extra, Parts};
 use super::{
     lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor,
 };
 use crate::describe::{Blocks, Names};
-use crate::walk::parts::{m, Ctx, Extra, Parts};
 
 /// Multi-head latent attention (DeepSeek-V3 `DeepseekV3Attention`, Kimi-K2, GLM-5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

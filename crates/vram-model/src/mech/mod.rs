@@ -28,6 +28,7 @@ pub mod mamba2;
 pub mod mla;
 pub mod moe;
 pub mod norm;
+pub(crate) mod step;
 pub mod vision;
 
 use serde::Serialize;
@@ -462,9 +463,9 @@ impl Mixer {
     pub(crate) fn train(
         &self,
         b: &crate::describe::Blocks,
-        c: &crate::walk::parts::Ctx,
-        p: &mut crate::walk::parts::Parts,
-    ) -> crate::walk::parts::Extra {
+        c: &crate::mech::step::Ctx,
+        p: &mut crate::mech::step::Parts,
+    ) -> crate::mech::step::Extra {
         match self {
             Mixer::Attention(a) => attention::train(a, b, c, p),
             Mixer::Mla(m) => mla::train(m, b, c, p),

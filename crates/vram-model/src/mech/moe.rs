@@ -5,12 +5,12 @@
 
 use serde::Serialize;
 
+use super::step::{m, Ctx, Extra, Parts};
 use super::{
     col_bias, lin, vector, Component, Dense, Mechanism, Site, SiteKind, Tensor, TensorKind,
 };
 use crate::describe::{Blocks, Names};
 use crate::setup::AmpStyle;
-use crate::walk::parts::{m, Ctx, Extra, Parts};
 
 /// How transformers runs the experts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -3,11 +3,11 @@
 
 use serde::Serialize;
 
+use super::step::Prog;
+use super::step::{m, Ctx, Parts};
 use super::{vector, Component, Tensor};
 use crate::describe::Blocks;
 use crate::setup::AmpStyle;
-use crate::walk::generate::Prog;
-use crate::walk::parts::{m, Ctx, Parts};
 
 /// A normalisation layer's class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -32,9 +32,9 @@
 
 use serde::Serialize;
 
+use super::step::{m, Ctx};
 use crate::error::{Error, Result};
 use crate::setup::{Attention, Recompute};
-use crate::walk::parts::{m, Ctx};
 
 /// A vision tower with its projector (instantiated by `*ForConditionalGeneration`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

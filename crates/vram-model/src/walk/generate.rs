@@ -15,13 +15,9 @@
 
 use super::*;
 use crate::describe::{Block, Blocks, Residual};
+use crate::mech::step::{Op, Prog, CACHE, FREE, X};
 use crate::mech::{attention, dense};
 use crate::setup::{DecodeReplay, Infer, KvCache, SAMPLED_DECODE_STEPS};
-
-/// One step of a layer's op program: a tensor in slot `.0` is created with `.1` bytes, or the
-/// tensor in slot `.0` is released (`.1 == FREE`).
-pub(crate) type Op = (u8, u64);
-pub(crate) const FREE: u64 = u64::MAX;
 
 /// The decode steps (of 1..=`steps`) a walk of `generate` takes.
 ///
@@ -69,10 +65,6 @@ pub(super) fn generate_key(layer: u64, slot: u64, gen: u64) -> u64 {
     (1u64 << 56) | (layer << 32) | (gen << 8) | slot
 }
 
-/// Slots with a fixed meaning across layers.
-pub(crate) const X: u8 = 0; // the residual stream entering the layer (then leaving it)
-/// The layer's cache tensors, in [`crate::describe::Mixer::cache_tensors`] order: slots 1..=3.
-pub(crate) const CACHE: u8 = 1;
 /// The first slot of a layer's temporaries.
 const FIRST_TMP: u8 = 4;
 
@@ -108,26 +100,6 @@ impl CacheBytes {
             prompt + steps
         };
         m(&[toks, self.per_token]).saturating_add(self.fixed)
-    }
-}
-
-/// A layer's op program as it is built.
-pub(crate) struct Prog {
-    pub(crate) ops: Vec<Op>,
-    pub(crate) next: u8,
-}
-
-impl Prog {
-    /// A new tensor of `bytes`; its slot.
-    pub(crate) fn make(&mut self, bytes: u64) -> u8 {
-        let s = self.next;
-        self.next += 1;
-        self.ops.push((s, bytes));
-        s
-    }
-
-    pub(crate) fn free(&mut self, s: u8) {
-        self.ops.push((s, FREE));
     }
 }
 

@@ -6,9 +6,10 @@
 
 use super::*;
 use crate::describe::{Block, Blocks, Ffn, Mixer, Residual, TensorKind};
+use crate::mech::step::Extra;
 use crate::mech::{attention, dense, moe};
 use generate::CacheBytes;
-use parts::{Extra, TmpParts};
+use parts::TmpParts;
 
 /// What an estimate over the layer-by-layer description assumed, one line per mechanism
 /// present that says how it is modelled (each mechanism's `note`), and the vision tower's.

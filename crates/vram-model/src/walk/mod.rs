@@ -30,9 +30,8 @@ use serde::{Serialize, Serializer};
 
 use crate::mech::attention::has_mask;
 use crate::mech::norm::train as norm_parts;
-use parts::{
-    m, optimizer_elems, state_bytes, Ctx, LayerDesc, Parts, Program, Stack, StateBytes, TmpOp,
-};
+use crate::mech::step::{m, Ctx, Parts};
+use parts::{optimizer_elems, state_bytes, LayerDesc, Program, Stack, StateBytes, TmpOp};
 use sinks::PeakSink;
 
 use crate::describe::{Checked, Ffn, Mixer};

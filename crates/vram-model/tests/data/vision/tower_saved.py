@@ -2,7 +2,7 @@
 weights and inputs, SDPA, training mode): each tower is built with 1 and with 2 layers; the
 difference is one layer's saved tensors, the rest (depth 1 less one layer) what the tower saves
 outside its layers (patch embedding, positions, rotary tables, merger). Distinct storages,
-parameters excluded. Prints one JSON object (copied into estimate/vision.rs's unit tests).
+parameters excluded. Prints one JSON object (copied into mech/vision.rs's unit tests).
 
     ~/.cache/vramkit-ci/venv-*/bin/python crates/vram-model/tests/data/vision/tower_saved.py
 """
