@@ -30,8 +30,9 @@ pub struct CheckpointArgs {
     /// leaves after everything else of the step.
     #[arg(long, value_parser = parse_bytes)]
     budget: Option<u64>,
-    /// Memory units of the dynamic programme: more is closer to the exact optimum and slower
-    /// (time grows with stages³ × slots) [default: 2048, fewer beyond 53 stages].
+    /// Memory units of the dynamic programme, 8 to 8192: more is closer to the exact optimum and
+    /// slower (time grows with stages³ × slots) [default: 2048 up to 52 stages, fewer beyond,
+    /// at least 128].
     #[arg(long)]
     slots: Option<usize>,
     /// The step (precision, micro-batch, sequence, tensor/sequence parallelism, ...);

@@ -220,16 +220,21 @@ pub fn lora_alternatives(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggesti
         };
         if let Ok(e) = step::estimate(model, &s, &spec) {
             if e.fits(cap) {
-                let targets = lora.targets.display();
+                let trainable = vram_model::fmt::thousands(e.trainable_params);
+                let (flags, detail) = match &lora.targets {
+                    Targets::AllLinear => (
+                        flags.to_string(),
+                        format!("r=16 all-linear, {trainable} trainable"),
+                    ),
+                    // The linears PEFT accepts, named in the flags.
+                    t => (
+                        format!("{flags} --lora-targets {}", t.display()),
+                        format!("r=16, {trainable} trainable"),
+                    ),
+                };
                 out.push(Suggestion {
-                    flags: match &lora.targets {
-                        Targets::AllLinear => flags.to_string(),
-                        Targets::List(_) => format!("{flags} --lora-targets {targets}"),
-                    },
-                    detail: Some(format!(
-                        "r=16 {targets}, {} trainable",
-                        vram_model::fmt::thousands(e.trainable_params)
-                    )),
+                    flags,
+                    detail: Some(detail),
                     total_bytes: e.total_bytes,
                 });
             }

@@ -352,3 +352,27 @@ impl PlanArgs {
         Ok(PlanJob::Emit(Box::new(req), engine))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        step: StepArgs,
+        #[command(flatten)]
+        finetune: FinetuneArgs,
+    }
+
+    /// The library's defaults are the flags' (the library states them for its own callers; the
+    /// flags, for `--help`): the two lists are one.
+    #[test]
+    fn no_flag_resolves_to_the_librarys_defaults() {
+        let cli = Cli::parse_from(["vram"]);
+        assert_eq!(cli.step.request(), StepRequest::default());
+        assert_eq!(cli.finetune.request(), FinetuneRequest::default());
+    }
+}

@@ -188,7 +188,12 @@ pub fn parse_image_size(s: &str) -> Result<(u64, u64), String> {
 
 /// Parses `--weights` (alias `--quantization`).
 pub fn parse_weights(s: &str) -> Result<vram_report::request::Weights, String> {
-    vram_report::request::Weights::parse(s).map_err(|e| e.to_string())
+    vram_report::request::Weights::parse(s).map_err(|e| {
+        // clap names the flag and the value before the message.
+        let m = e.to_string();
+        m.strip_prefix(&format!("--weights `{s}`: "))
+            .map_or(m.clone(), str::to_string)
+    })
 }
 
 /// The knobs of every command that describes a step (`estimate`, `trace`, `batch`,
@@ -198,7 +203,8 @@ pub struct StepArgs {
     /// Numeric precision.
     #[arg(long, value_enum, default_value = "bf16-amp")]
     pub precision: PrecisionArg,
-    /// Mixed-precision memory layout [default: deepspeed under ZeRO, megatron under TP/PP, else autocast].
+    /// Mixed-precision memory layout [default: deepspeed under ZeRO 2-3, else megatron under
+    /// TP or PP > 1, else deepspeed under ZeRO 1, else autocast].
     #[arg(long, value_enum)]
     pub amp_style: Option<AmpStyleArg>,
     /// Optimizer.
