@@ -264,11 +264,25 @@ const ABSURD: u64 = 1 << 50;
 /// not the reason it ran out.
 const TIGHT_SHARE: f64 = 0.05;
 
-/// Other processes (or memory outside PyTorch beyond a context) under this
-/// share of the device are not the top cause even when their bytes would
-/// have covered the request: a process that fills the rest of the device
-/// itself is the one to change.
-const SMALL_SHARE: f64 = 0.2;
+/// The granularity of a device allocation: `cudaMalloc` maps memory in 2 MiB pages, so a
+/// request is not shown to fit the free memory unless free exceeds it by a page as well as
+/// the figures' rounding.
+const PAGE_BYTES: u64 = 2 << 20;
+
+/// Half a unit of the last digit `format_size` prints for `b` (two decimals of KiB, MiB or
+/// GiB; bytes exact): how far the exact figure may be from the printed one.
+fn rounding(b: u64) -> u64 {
+    const K: u64 = 1024;
+    if b <= K {
+        0
+    } else if b <= K * K {
+        K / 200
+    } else if b <= K * K * K {
+        K * K / 200
+    } else {
+        K * K * K / 200
+    }
+}
 
 fn pct(a: u64, b: u64) -> f64 {
     100.0 * a as f64 / b.max(1) as f64
@@ -377,6 +391,20 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
             &format!("taken as what the figures account for, {}", hb(held)),
         ));
         t = held;
+    } else if f > t && m.hip {
+        // ROCm on an APU (Strix Halo, MI300A) or with a VRAM carve-out: hipMemGetInfo's
+        // free counts system memory (GTT) while the total, and what hipMalloc can place, is
+        // the carve-out (ROCm/legacy-rocm-build#5444: ROCm sees 15.5 GB whatever the VRAM
+        // setting). The carve-out is the device; free within it is what PyTorch does not hold.
+        let within = t.saturating_sub(r);
+        notes.push(format!(
+            "free ({}) is more than the total capacity ({}): a ROCm build on an APU or with a VRAM carve-out, where free counts system memory but HIP allocates within the {} the device reports; free is taken as the carve-out less what PyTorch reserved, {}",
+            hb(f),
+            hb(t),
+            hb(t),
+            hb(within)
+        ));
+        f = within;
     } else if f > t {
         notes.push(format!(
             "free ({}) is more than the total capacity ({}): unified memory (Jetson, Grace Hopper) or a driver counting system memory; the total is taken as what the figures account for, {}",
@@ -427,29 +455,43 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 /// - **the cap** (`alloc_block`: `total_allocated_memory + size >
 ///   allowed_memory_maximum`): with `allowed` in the message, reserved +
 ///   request > allowed means the cap refused it, whatever the device had
-///   free; the headroom is allowed − reserved.
-/// - **unexplained**: otherwise, a request no larger than the free memory
-///   should have succeeded (the allocator had already freed its unsplit
-///   cache and retried); the figures do not explain it.
+///   free; the headroom is allowed − reserved. Each printed figure is two
+///   decimals of its unit, so a sum within that rounding of the cap, with the
+///   request free on the device, is the cap too.
+/// - **slack trapped under the cap**: before failing, `malloc` released every
+///   unsplit cached block (`release_cached_blocks`) and retried, so what is
+///   still reserved but unallocated sits in segments that hold live tensors
+///   and counts against the cap. When live tensors plus the request fit under
+///   the cap with room without it, fragmentation leads and expandable segments
+///   are enough; the cap comes second.
+/// - **unexplained**: otherwise, a request the free memory exceeds by more
+///   than a 2 MiB page (`cudaMalloc`'s granularity) and the figures' rounding
+///   should have succeeded (the allocator had already freed its unsplit cache
+///   and retried); the figures do not explain it.
 /// - what this process **could hold at most** is reserved + free (capped by
 ///   `allowed`): everything else on the device is held by someone.
 /// - **one tensor larger than the device**: the request exceeds the device
-///   (or the cap) less this process's own memory outside PyTorch.
+///   (or the cap) less this process's own memory outside PyTorch. On ROCm, a
+///   free figure above the total counts system memory; the device is the total.
 /// - **other processes** (listed), **memory outside PyTorch** (far beyond a
 ///   CUDA context: [`CONTEXT_MAX_BYTES`]), **CUDA-graph private pools** and
 ///   **fragmentation** (reserved but unallocated): each explains the failure
 ///   alone when its bytes plus the free bytes would have served the request;
 ///   slack that leaves under 5 % of what the process could hold after the
-///   request is not fragmentation but a step that fills the device.
+///   request is not fragmentation but a step that fills the device, and the
+///   same test decides whether other processes or memory outside PyTorch lead
+///   the step: their bytes, returned, must serve the request and leave 5 % of
+///   what the process could then hold.
 /// - **the step**: live tensors plus the request exceed, or all but fill,
 ///   what the process could hold.
 /// - **growth** between `memory_stats()` dumps, or a recording's leak check
 ///   on this GPU.
 ///
-/// Causes are ranked: the cap, unexplained, a tensor larger than the device,
-/// then sufficient causes (large other processes and memory outside PyTorch
-/// before private pools, fragmentation and the step), then the rest by
-/// bytes. Remedies follow the causes' order.
+/// Causes are ranked: trapped slack under the cap, the cap, unexplained, a
+/// tensor larger than the device, then sufficient causes (other processes and
+/// memory outside PyTorch that would leave the step room before private pools,
+/// fragmentation and the step), then the rest by bytes. Remedies follow the
+/// causes' order.
 ///
 /// # Errors
 /// Only from the inputs: an invalid setup ([`crate::DoctorError::Model`]), a
@@ -501,8 +543,27 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         .collect();
     let now_bytes: u64 = now_others.iter().filter_map(|p| p.gpu_memory_bytes).sum();
 
-    let cap_decides = allowed.is_some_and(|l| reserved.saturating_add(req) > l);
-    let unexplained = !cap_decides && req <= free;
+    // The reservation as printed: one figure (1.4-2.0) or two (A + U, A + C).
+    let reserved_rounding = match m.layout {
+        Layout::Legacy | Layout::Async => rounding(reserved),
+        Layout::Current | Layout::Cached => rounding(alloc).saturating_add(rounding(unalloc)),
+    };
+    // `alloc_block` refuses when reserved + request > allowed. Within the printed figures'
+    // rounding the check can have failed while the printed sum stays below the cap; when
+    // the device had the memory free, nothing else could have refused it.
+    let cap_margin = reserved_rounding
+        .saturating_add(rounding(req))
+        .saturating_add(allowed.map_or(0, rounding));
+    let cap_decides = allowed.is_some_and(|l| {
+        let need = reserved.saturating_add(req);
+        need > l || (need.saturating_add(cap_margin) > l && req <= free)
+    });
+    // Free memory proves nothing unless it exceeds the request by a page and the figures'
+    // rounding (`cudaMalloc` maps 2 MiB pages).
+    let free_margin = PAGE_BYTES
+        .saturating_add(rounding(free))
+        .saturating_add(rounding(req));
+    let unexplained = !cap_decides && req.saturating_add(free_margin) <= free;
     let available = free.saturating_add(unalloc);
     let shortfall = req.saturating_sub(available);
     // What would be left of what the process could hold had the cache
@@ -536,13 +597,21 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     let mut causes: Vec<(u8, Cause)> = Vec::new();
     let mut remedies = Vec::new();
 
+    // Under the cap, the free pieces PyTorch kept are trapped: `malloc` released every
+    // unsplit cached block and retried before it failed, so what is still reserved but
+    // unallocated sits in segments that hold a live tensor. Returned (expandable segments
+    // unmap free pages), live tensors plus the request would fit under the cap with room.
+    let trapped_under_cap = cap_decides
+        && unalloc > 0
+        && (alloc.saturating_add(req) as f64) <= (1.0 - TIGHT_SHARE) * usable as f64;
     if let Some(l) = allowed {
         if cap_decides {
-            let over = reserved.saturating_add(req) - l;
+            let over = reserved.saturating_add(req).saturating_sub(l);
             let raise_enough = req <= free;
             let need_fraction = (reserved.saturating_add(req)) as f64 / m.total_bytes.max(1) as f64;
             causes.push((
-                0,
+                // Trapped slack decided it: fragmentation first, the cap second.
+                u8::from(trapped_under_cap),
                 Cause {
                     kind: CauseKind::ProcessCap,
                     bytes: over,
@@ -659,6 +728,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     }
 
     let contributing = !cap_decides && !unexplained && !larger_than_device;
+    // Whether `held` bytes that someone else holds, returned, would serve the request and
+    // leave the room a step needs (the test rule 9 applies to slack): then whoever holds them
+    // is the one to move; when the job would still all but fill what it could hold, the step
+    // is what to change first.
+    let leaves_room = |held: u64| {
+        let room = free.saturating_add(held).saturating_sub(req);
+        room as f64 >= TIGHT_SHARE * usable.saturating_add(held) as f64
+    };
 
     // Other processes.
     let others_bytes = listed_others.max(now_bytes);
@@ -670,7 +747,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         ));
     } else if others_bytes > 0 {
         let sufficient = !cap_decides && !unexplained && free.saturating_add(others_bytes) >= req;
-        let big = others_bytes as f64 >= SMALL_SHARE * total as f64;
+        let big = leaves_room(others_bytes);
         let mut who: Vec<String> = m
             .other_processes
             .iter()
@@ -731,7 +808,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     if outside_cause && !unexplained && !cap_decides {
         let sufficient = contributing && free.saturating_add(outside_free) >= req;
-        let big = outside_free as f64 >= SMALL_SHARE * total as f64;
+        let big = leaves_room(outside_free);
         causes.push((
             if sufficient && big { 3 } else if sufficient { 7 } else { 9 },
             Cause {
@@ -809,7 +886,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // Fragmentation: slack that could have served the request, and is not a
     // few percent of a full device.
-    let frag_sufficient = contributing && available >= req && !tight;
+    let frag_sufficient = (contributing && available >= req && !tight) || trapped_under_cap;
     let frag_listed = !unexplained
         && unalloc > 0
         && (frag_sufficient
@@ -819,7 +896,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 && unalloc as f64 >= TIGHT_SHARE * reserved as f64));
     if frag_listed {
         causes.push((
-            if frag_sufficient { 5 } else { 9 },
+            if trapped_under_cap {
+                0
+            } else if frag_sufficient {
+                5
+            } else {
+                9
+            },
             Cause {
                 kind: CauseKind::Fragmentation,
                 bytes: unalloc,
@@ -829,7 +912,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     hb(unalloc),
                     pct(unalloc, reserved),
                     hb(req),
-                    if frag_sufficient {
+                    if trapped_under_cap {
+                        format!(
+                            "; PyTorch had already released every unsplit cached block and retried, so these bytes sit in segments that still hold live tensors, and they count against the {} allowed: live tensors plus the request ({}) would fit under the cap without them",
+                            hb(allowed.unwrap_or(0)),
+                            hb(alloc.saturating_add(req))
+                        )
+                    } else if frag_sufficient {
                         format!(
                             "; with the {} free, the request would have fit, leaving {}",
                             hb(free),
@@ -924,7 +1013,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     format!(
                         "up to the {} reserved but unallocated{} (pass --snapshot for a replay of this job)",
                         hb(unalloc),
-                        if frag_sufficient {
+                        if trapped_under_cap {
+                            format!(
+                                "; with them returned, live tensors plus the request ({}) fit under the {} allowed",
+                                hb(alloc.saturating_add(req)),
+                                hb(allowed.unwrap_or(0))
+                            )
+                        } else if frag_sufficient {
                             String::new()
                         } else if available >= req {
                             format!(

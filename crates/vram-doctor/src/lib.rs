@@ -17,29 +17,42 @@
 //! names, with the capacity model's figures when they are given
 //! ([`serving::CapacityFigures`]).
 //!
-//! Each rule of issue 24 is one mechanism, in one place:
+//! Each rule is one mechanism, in one place (issue 24's, then issues 31 and 35's):
 //!
 //! 1. the 1.0–1.3 `C cached)` layout is cached-but-unallocated, reserved =
-//!    A + C: [`message`] (`Layout::Cached`);
-//! 2. a request no larger than the free memory is [`CauseKind::Unexplained`]
-//!    and nothing is "enough": [`diagnose`];
+//!    A + C: [`message`] (`Layout::Cached`); the cudaMallocAsync backend keeps no cache,
+//!    reserved = allocated (`Layout::Async`);
+//! 2. a request the free memory exceeds by more than a 2 MiB page and the figures'
+//!    rounding is [`CauseKind::Unexplained`] and nothing is "enough": [`diagnose`];
 //! 3. "could hold at most" is reserved + free, capped by `allowed`:
 //!    [`Figures::could_hold_bytes`];
-//! 4. the cap decides when reserved + request > allowed (`alloc_block`), the
-//!    headroom is allowed − reserved: [`CauseKind::ProcessCap`];
+//! 4. the cap decides when reserved + request > allowed (`alloc_block`), or is within the
+//!    printed rounding of it with the request free on the device; the headroom is allowed −
+//!    reserved: [`CauseKind::ProcessCap`]. Slack still reserved under the cap is trapped
+//!    (PyTorch released every unsplit block and retried first): when live tensors plus the
+//!    request fit under the cap with room without it, [`CauseKind::Fragmentation`] leads;
 //! 5. without a `this process` line, the smallest listed process holding about
 //!    what PyTorch reserved, or none, and a note says which:
 //!    [`message::SelfProcess`];
-//! 6. impossible figures get a note and are set aside: [`Figures`];
-//! 7. log noise around the message: [`message::parse`];
+//! 6. impossible figures get a note and are set aside: [`Figures`]; on ROCm, free above the
+//!    total is system memory and the total (the carve-out) is the device;
+//! 7. log noise around the message, a message pasted from `Tried to allocate`, a device
+//!    printed without its index: [`message::parse`];
 //! 8. memory outside PyTorch far beyond a CUDA context
 //!    ([`CONTEXT_MAX_BYTES`]): [`CauseKind::OutsidePytorch`];
 //! 9. slack is fragmentation only when it would serve the request and leave
 //!    room: [`CauseKind::Fragmentation`];
 //! 10. CUDA-graph pools: [`CauseKind::PrivatePools`];
 //! 11. causes ranked by tier, remedies in their cause's order, a recording's
-//!     leak on another GPU is a note: [`diagnose`];
-//! 12. vLLM's and SGLang's start-up errors: [`serving`].
+//!     leak on another GPU is a note; other processes and memory outside PyTorch lead the
+//!     step when their bytes, returned, would serve the request and leave the step the same
+//!     room as rule 9: [`diagnose`];
+//! 12. vLLM's and SGLang's start-up errors, each with what took the cache's memory
+//!     ([`serving::ServingCause`]): [`serving`].
+//!
+//! `tests/data/messages/CAUSES.md` maps what fixed a real failure to the cause it shows;
+//! `public.txt` beside it holds real messages labelled that way, split by a hash of their
+//! source into a half the rules were fitted on and a holdout (BENCHMARKS.md).
 //!
 //! Pure: no files, no clocks, no GPU; the CLI reads the inputs and asks NVML.
 //!

@@ -59,6 +59,11 @@ pub enum Layout {
     Legacy,
     /// PyTorch 2.1 and later: `GPU 0 has a total capacity of ... of which ... is free.`
     Current,
+    /// The cudaMallocAsync backend: `Allocation on device 0 would exceed allowed memory.
+    /// (out of memory)` with `Currently allocated`, `Requested`, `Device limit`, `Free
+    /// (according to CUDA)` and `PyTorch limit`. Freed memory goes back to the driver's
+    /// pool, so PyTorch holds no cache of its own: reserved = allocated.
+    Async,
 }
 
 /// How the message's `this process` figure was found.
@@ -198,6 +203,14 @@ fn unparseable(reason: String) -> DoctorError {
 
 const START: &str = "out of memory. Tried to allocate ";
 
+/// A message pasted from its second sentence (`Tried to allocate 216.00 MiB (GPU 0; ...`):
+/// read when the text has no [`START`] and the figures follow.
+const BARE_START: &str = "Tried to allocate ";
+
+/// The cudaMallocAsync backend's message (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`,
+/// `c10/cuda/CUDAMallocAsyncAllocator.cpp`, `mallocAsync`).
+const ASYNC_START: &str = "would exceed allowed memory. (out of memory)";
+
 /// The most a process holds beyond PyTorch's reservation for a listed
 /// process to be taken as this one when the message has no `this process`
 /// line (or a tenth of the reservation, when larger): a CUDA context
@@ -333,7 +346,30 @@ pub fn parse(text: &str) -> Result<OomMessage> {
 }
 
 fn parse_flat(flat: &str) -> Result<OomMessage> {
-    let starts: Vec<usize> = flat.match_indices(START).map(|(i, _)| i).collect();
+    let mut start = START;
+    let mut starts: Vec<usize> = flat.match_indices(START).map(|(i, _)| i).collect();
+    if starts.is_empty() {
+        if let Some(i) = flat.find(ASYNC_START) {
+            let mut m = async_layout(&flat[i + ASYNC_START.len()..])?;
+            m.device = flat[..i]
+                .trim_end()
+                .rsplit(' ')
+                .next()
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(0);
+            return Ok(m);
+        }
+        // Pasted from `Tried to allocate`: read only where the figures follow.
+        start = BARE_START;
+        starts = flat
+            .match_indices(BARE_START)
+            .map(|(i, _)| i)
+            .filter(|&i| {
+                size_prefix(&flat[i + BARE_START.len()..])
+                    .is_some_and(|(_, r)| r.starts_with(" (GPU ") || r.starts_with(". GPU "))
+            })
+            .collect();
+    }
     if starts.is_empty() {
         let reason = if flat.contains("CUDA error: out of memory")
             || flat.contains("HIP error: out of memory")
@@ -352,7 +388,7 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
     let mut first_err = None;
     for (k, &s) in starts.iter().enumerate() {
         let end = starts.get(k + 1).copied().unwrap_or(flat.len());
-        match parse_one(&flat[s + START.len()..end]) {
+        match parse_one(&flat[s + start.len()..end]) {
             Ok(mut m) => {
                 m.hip = flat[..s].ends_with("HIP ");
                 return Ok(m);
@@ -377,10 +413,13 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
                 .into(),
         )
     })?;
-    let device = leading_u32(r).ok_or_else(|| unparseable("no GPU index".into()))?;
-    let total_bytes = match after(r, " has a total capacity of ") {
-        Some(_) => field(r, " has a total capacity of ", "device total")?,
-        None => field(r, " has a total capacty of ", "device total")?,
+    // Some builds print no index (`GPU  has a total capacity`): device 0 is assumed.
+    let device = leading_u32(r)
+        .or_else(|| r.trim_start().starts_with("has ").then_some(0))
+        .ok_or_else(|| unparseable("no GPU index".into()))?;
+    let total_bytes = match after(r, "has a total capacity of ") {
+        Some(_) => field(r, "has a total capacity of ", "device total")?,
+        None => field(r, "has a total capacty of ", "device total")?,
     };
     let free_bytes = field(r, " of which ", "free memory")?;
     let mut other_processes = Vec::new();
@@ -464,6 +503,42 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
         allowed_bytes,
         this_process_bytes,
         other_processes,
+        hip: false,
+    })
+}
+
+/// The cudaMallocAsync backend's figures (`c10/cuda/CUDAMallocAsyncAllocator.cpp`,
+/// `mallocAsync`: `Currently allocated : A`, `Requested : S`, `Device limit : T`, `Free
+/// (according to CUDA): F`, `PyTorch limit (set by user-supplied memory fraction) : L`, L
+/// printing as 2^64 bytes when no fraction is set). `text` follows `(out of memory)`; the
+/// device index precedes it (`Allocation on device N would ...`) and is not needed here.
+fn async_layout(text: &str) -> Result<OomMessage> {
+    let value = |label: &str, what: &str| -> Result<u64> {
+        after(text, label)
+            .map(|r| r.trim_start_matches([' ', ':']))
+            .and_then(size_prefix)
+            .map(|(v, _)| v)
+            .ok_or_else(|| unparseable(format!("no size after `{}` ({what})", label.trim())))
+    };
+    let allocated_bytes = value("Currently allocated", "allocated")?;
+    let requested_bytes = value("Requested", "the request")?;
+    let total_bytes = value("Device limit", "device total")?;
+    let free_bytes = value("Free (according to CUDA)", "free memory")?;
+    let limit = value("memory fraction)", "PyTorch limit").ok();
+    Ok(OomMessage {
+        layout: Layout::Async,
+        requested_bytes,
+        device: 0,
+        total_bytes,
+        free_bytes,
+        allocated_bytes,
+        reserved_bytes: allocated_bytes,
+        self_process: SelfProcess::NoList,
+        private_pool_bytes: None,
+        // 2^64 bytes (`17179869184.00 GiB`) is "no fraction set".
+        allowed_bytes: limit.filter(|&l| l < u64::MAX),
+        this_process_bytes: None,
+        other_processes: Vec::new(),
         hip: false,
     })
 }

@@ -125,6 +125,24 @@ pub struct ServingRemedy {
     pub detail: String,
 }
 
+/// Why the engine could not size its KV cache (`tests/data/messages/CAUSES.md`'s serving
+/// table): what took the memory the cache needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServingCause {
+    /// The cache exists but one request of `max_model_len` does not fit in it: the
+    /// configured context is longer than the memory left holds (vLLM's max-seq-len and
+    /// KV-memory errors).
+    Context,
+    /// Nothing was left for the cache at all: the weights, with the profile run's
+    /// activation peak, fill the share of the GPU the engine may use (vLLM's "No available
+    /// memory for the cache blocks", SGLang's "Not enough memory").
+    Weights,
+    /// The memory was taken before the engine started: free memory at start-up is below
+    /// the share `gpu_memory_utilization` asks for.
+    OtherProcesses,
+}
+
 /// The doctor's answer for a serving start-up error.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServingDiagnosis {
@@ -132,6 +150,8 @@ pub struct ServingDiagnosis {
     pub engine: &'static str,
     /// The error and its figures.
     pub error: ServingError,
+    /// What took the memory the KV cache needed.
+    pub cause: ServingCause,
     /// The knob the message names.
     pub knob: &'static str,
     /// What that knob does and why the engine refused, with the figures.
@@ -496,9 +516,19 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
             },
         );
     }
+    let cause = match err {
+        ServingError::VllmMaxSeqLen { .. } | ServingError::VllmKvMemory { .. } => {
+            ServingCause::Context
+        }
+        ServingError::VllmNoCacheMemory { .. } | ServingError::SglangNotEnoughMemory { .. } => {
+            ServingCause::Weights
+        }
+        ServingError::VllmFreeBelowUtilization { .. } => ServingCause::OtherProcesses,
+    };
     ServingDiagnosis {
         engine,
         error: err.clone(),
+        cause,
         knob,
         explanation,
         remedies,

@@ -4,6 +4,7 @@
 mod diagnose;
 mod message;
 mod props;
+mod public;
 mod rules;
 mod serving;
 

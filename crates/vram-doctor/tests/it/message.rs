@@ -150,3 +150,52 @@ proptest! {
         let _ = parse(&format!("CUDA out of memory. Tried to allocate {s}"));
     }
 }
+
+#[test]
+fn a_message_pasted_from_tried_to_allocate_is_read() {
+    // Posted without its first sentence (FastMRI_challenge#238): the figures follow.
+    let m = parse(
+        "Tried to allocate 216.00 MiB (GPU 0; 7.92 GiB total capacity; 69.17 MiB already allocated; 24.56 MiB free; 86.00 MiB reserved in total by PyTorch)",
+    )
+    .unwrap();
+    assert_eq!(m.layout, Layout::Legacy);
+    assert_eq!(m.requested_bytes, mib(216.0));
+    assert_eq!(m.reserved_bytes, mib(86.0));
+    // "Tried to allocate" in prose, with no figures after it, is not a message.
+    assert!(parse("we tried to allocate more memory and it failed").is_err());
+}
+
+#[test]
+fn a_device_printed_without_its_index_is_device_0() {
+    // "GPU  has a total capacity" (LlamaFactory#3816 shows it).
+    let m = parse(
+        "CUDA out of memory. Tried to allocate 1.16 GiB. GPU  has a total capacity of 15.77 GiB of which 1012.69 MiB is free. Process 15788 has 456.00 MiB memory in use. Including non-PyTorch memory, this process has 14.33 GiB memory in use. Of the allocated memory 13.18 GiB is allocated by PyTorch, and 438.51 MiB is reserved by PyTorch but unallocated.",
+    )
+    .unwrap();
+    assert_eq!(m.device, 0);
+    assert_eq!(m.this_process_bytes, Some(gib(14.33)));
+    assert_eq!(m.other_process_bytes(), mib(456.0));
+}
+
+#[test]
+fn the_cuda_malloc_async_backend_layout() {
+    // c10/cuda/CUDAMallocAsyncAllocator.cpp: no cache of PyTorch's own, so reserved =
+    // allocated; 2^64 bytes of "PyTorch limit" is no fraction set. A real message
+    // (sd-webui-animatediff#320), flattened by the forum.
+    let m = parse(&fixture("async-backend.txt")).unwrap();
+    assert_eq!(m.layout, Layout::Async);
+    assert_eq!(m.allocated_bytes, gib(12.20));
+    assert_eq!(m.reserved_bytes, gib(12.20));
+    assert_eq!(m.requested_bytes, gib(1.88));
+    assert_eq!(m.total_bytes, 16 << 30);
+    assert_eq!(m.free_bytes, 0);
+    assert_eq!(m.allowed_bytes, None);
+    // Line by line as PyTorch prints it, with a fraction set, on device 1.
+    let m = parse(
+        "torch.OutOfMemoryError: Allocation on device 1 would exceed allowed memory. (out of memory)\nCurrently allocated     : 21.55 GiB\nRequested               : 952.00 MiB\nDevice limit            : 24.00 GiB\nFree (according to CUDA): 0 bytes\nPyTorch limit (set by user-supplied memory fraction)\n                        : 22.00 GiB",
+    )
+    .unwrap();
+    assert_eq!(m.device, 1);
+    assert_eq!(m.allowed_bytes, Some(22 << 30));
+    assert_eq!(m.requested_bytes, mib(952.0));
+}
