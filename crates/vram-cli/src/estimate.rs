@@ -4,7 +4,6 @@
 use std::io::Write;
 
 use anyhow::Result;
-use serde_json::json;
 use vram_model::arch::Model;
 use vram_model::{catalog, gpu};
 use vram_report::estimate::ModelInput;
@@ -35,30 +34,40 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     Ok(())
 }
 
+/// One row of `vram models`.
+#[derive(serde::Serialize)]
+struct ModelRow {
+    id: &'static str,
+    params: u64,
+    kind: String,
+}
+
 pub fn models(a: &ListArgs) -> Result<()> {
     let mut out = crate::output::stdout();
     let mut rows = Vec::new();
     for id in catalog::ids() {
         let m = catalog::lookup(id)?;
-        rows.push(json!({"id": id, "params": m.param_count(), "kind": match &m { Model::Transformer(t) => t.model_type.clone(), _ => "resnet".into() }}));
+        rows.push(ModelRow {
+            id,
+            params: m.param_count(),
+            kind: match &m {
+                Model::Transformer(t) => t.model_type.clone(),
+                _ => "resnet".into(),
+            },
+        });
     }
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        let width = |key: &str| {
-            rows.iter()
-                .map(|r| r[key].as_str().unwrap_or("").len())
-                .max()
-                .unwrap_or(0)
-        };
-        let (wi, wk) = (width("id").max(20), width("kind").max(10));
+        let wi = rows.iter().map(|r| r.id.len()).max().unwrap_or(0).max(20);
+        let wk = rows.iter().map(|r| r.kind.len()).max().unwrap_or(0).max(10);
         for r in &rows {
             writeln!(
                 out,
                 "{:<wi$} {:<wk$} {:>20}",
-                r["id"].as_str().unwrap_or(""),
-                r["kind"].as_str().unwrap_or(""),
-                fmt::thousands(r["params"].as_u64().unwrap_or(0))
+                r.id,
+                r.kind,
+                fmt::thousands(r.params)
             )?;
         }
     }

@@ -519,6 +519,13 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         );
     }
     r.notes.extend(image_notes(model, &setup, req.step.images));
+    let p = setup.precision;
+    if !gpu.bf16 && p != setup::Precision::Fp32 && p != setup::Precision::Fp16Amp {
+        r.notes.push(format!(
+            "{} has no native bf16; use --precision fp16-amp or fp32",
+            gpu.name
+        ));
+    }
     if let Some(d) = e.decode_sampled {
         r.notes.push(d.note());
     }

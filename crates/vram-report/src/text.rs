@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use vram_model::fmt::{bytes, thousands};
-use vram_model::setup::{Mode, Precision};
+use vram_model::setup::Mode;
 
 use crate::estimate::{EstimateReport, StorageQuant, WeightsReport};
 use crate::parts::{Bound, Speed};
@@ -141,18 +141,6 @@ impl EstimateReport {
             self.cuda_context_source,
             bytes(o.workspace_bytes),
         )
-    }
-
-    /// The note a GPU without bf16 gets.
-    pub fn bf16_note(&self) -> Option<String> {
-        let p = self.setup.precision;
-        let bf16 = vram_model::gpu::lookup(&self.gpu.id).map_or(true, |g| g.bf16);
-        (!bf16 && p != Precision::Fp32 && p != Precision::Fp16Amp).then(|| {
-            format!(
-                "note: {} has no native bf16; use --precision fp16-amp or fp32",
-                self.gpu.name
-            )
-        })
     }
 
     /// What the estimate says of the stored weights, the cache, the images and the checkpoint,
@@ -302,9 +290,6 @@ impl EstimateReport {
         }
         for l in self.suggestion_lines() {
             writeln!(out, "{l}")?;
-        }
-        if let Some(n) = self.bf16_note() {
-            writeln!(out, "{n}")?;
         }
         writeln!(out, "{}", self.assumed_line())?;
         writeln!(out, "models: {}", self.assumes.line())?;

@@ -78,11 +78,23 @@ fn reports_of_estimate_plan_and_replay_json() {
         &plan,
     );
     for (input, kind, needle) in [
-        (est.to_string_lossy().into_owned(), "estimate", "Breakdown at peak"),
-        (plan.to_string_lossy().into_owned(), "plan", "Parallelism plans"),
+        (
+            est.to_string_lossy().into_owned(),
+            "estimate",
+            "Breakdown at peak",
+        ),
+        (
+            plan.to_string_lossy().into_owned(),
+            "plan",
+            "Parallelism plans",
+        ),
         (fixture("replay.json"), "replay", "Peak reserved"),
     ] {
-        let name = Path::new(&input).file_name().unwrap().to_string_lossy().into_owned();
+        let name = Path::new(&input)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let out = d.join(format!("{name}.html"));
         let o = vram(&["report", &input, "--out", out.to_str().unwrap()]);
         assert!(o.status.success(), "{name}: {}", text(&o).1);
@@ -455,7 +467,8 @@ fn estimate_page_names_each_figure_once_and_counts_read_as_counts() {
         distinct.dedup();
         assert_eq!(distinct.len(), labels.len(), "{table}: {labels:?}");
     }
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let kernels = v["serving"]["decode_kernels"].as_f64().unwrap() as u64;
     assert!(
         page.contains(&format!(
@@ -473,7 +486,9 @@ fn estimate_page_names_each_figure_once_and_counts_read_as_counts() {
     assert!(
         !visible
             .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .any(|w| w.split_once('.').is_some_and(|(a, b)| !a.is_empty() && b.len() >= 4)),
+            .any(|w| w
+                .split_once('.')
+                .is_some_and(|(a, b)| !a.is_empty() && b.len() >= 4)),
         "a figure with four decimals on the page"
     );
     // The attention that runs, as the text says it.

@@ -140,7 +140,6 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
     o.push_str(&kv("figures", &rows));
     // The text's `note:`, `mechanism:`, `assumed:` and `models:` lines.
     let mut lines: Vec<String> = Vec::new();
-    lines.extend(r.bf16_note());
     lines.extend(r.detail_lines());
     lines.extend(r.notes.iter().map(|n| format!("note: {n}")));
     lines.extend(r.mechanisms.iter().map(|m| format!("mechanism: {m}")));
