@@ -288,7 +288,7 @@ pub fn finetune(model: &Model, setup: &Setup, spec: &FinetuneSpec, cap: u64) -> 
         .filter(|(_, s)| s != spec)
         .filter_map(|(flags, s)| {
             let e = step::estimate(model, setup, &s).ok()?;
-            e.fits(cap).then(|| Suggestion {
+            e.fits(cap).then_some(Suggestion {
                 flags,
                 detail: None,
                 total_bytes: e.total_bytes,

@@ -327,14 +327,19 @@ impl EstimateReport {
 }
 
 impl WeightsReport {
-    /// The text output.
-    pub fn text(&self) -> String {
-        let mut o = format!(
-            "{} — {} parameters, {} of weights\n",
+    /// The first line: the parameters and the weights' bytes.
+    pub fn title(&self) -> String {
+        format!(
+            "{} — {} parameters, {} of weights",
             self.model,
             thousands(self.params),
             bytes(self.weights_bytes)
-        );
+        )
+    }
+
+    /// The text output.
+    pub fn text(&self) -> String {
+        let mut o = format!("{}\n", self.title());
         for (d, n) in self.dtypes.iter() {
             o += &format!("  {d:<6} {}\n", thousands(n));
         }

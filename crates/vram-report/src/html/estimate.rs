@@ -338,11 +338,7 @@ pub(super) fn finetune(r: &FinetuneReport) -> String {
 /// The page of a checkpoint's parameters.
 pub(super) fn weights(w: &WeightsReport) -> String {
     let mut o = format!("<h2>Parameters of {}</h2>", esc(&w.model));
-    o.push_str(&p(
-        "setup",
-        "",
-        &w.text().lines().next().unwrap_or_default().to_string(),
-    ));
+    o.push_str(&p("setup", "", &w.title()));
     let rows: Vec<Vec<String>> = w
         .dtypes
         .iter()
