@@ -496,12 +496,9 @@ impl FinetuneRequest {
             gradient_checkpointing: !self.no_gradient_checkpointing,
         };
         if s.method == Method::Full {
-            if self.weights.is_some() && s.weights.is_quantized() {
-                s.validate()?;
-            }
             if self.weights.is_some_and(|w| w != Weights::None) {
                 return Err(input(format!(
-                    "--weights {} with --finetune full: full training holds the weights as --precision says; --weights is for --finetune lora/qlora and --inference",
+                    "--weights {} with --finetune full: full training holds the weights as --precision says (a quantized base trains adapters only: --finetune qlora); --weights is for --finetune lora/qlora and --inference",
                     s.weights.name()
                 )));
             }

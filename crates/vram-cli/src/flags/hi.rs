@@ -289,6 +289,8 @@ impl PlanArgs {
                 peft,
             ));
         }
+        // Full training: the fine-tuning flags that would change nothing are refused.
+        finetune.spec()?;
         if let Some(z) = self.zero {
             if z > 3 {
                 return Err(bad_input!("--zero {z} must be 0, 1, 2 or 3"));
