@@ -72,7 +72,7 @@ def _config_dict(model: Any) -> dict | None:
 
 @contextlib.contextmanager
 def _model_arg(model: Any) -> Iterator[str]:
-    """The ``vram`` command's model argument for ``model``: a catalog id or path as it is; a
+    """The ``vram`` command's model argument for ``model``: a path, catalog id or Hub id as it is; a
     config (dict, ``PretrainedConfig``, or a model's ``.config``; no weights are touched) as a
     config.json in a temporary folder named after the model, removed afterwards."""
     if isinstance(model, (str, os.PathLike)):
@@ -319,9 +319,10 @@ def _json(out: str) -> Any:
 def estimate(model: Any, **setup: Any) -> Estimate:
     """Estimates one training or inference step of ``model``.
 
-    ``model``: a catalog id (``vramkit.models()``), a path (config.json, a folder holding one,
-    a .safetensors file or index), a config dict, or a transformers ``PretrainedConfig`` or
-    model (its config only; weights are never touched). ``setup``: the flags of
+    ``model``: a path (config.json, a folder holding one, a .safetensors file or index), a
+    catalog id (``vramkit.models()``), a Hub id (``"Qwen/Qwen3-8B"``, read through the Hugging
+    Face cache: ``revision="v1.0"``, ``hub="modelscope"``), a config dict, or a transformers
+    ``PretrainedConfig`` or model (its config only; weights are never touched). ``setup``: the flags of
     ``vram estimate`` as keywords, e.g. ``gpu="a100-80g", micro_batch=4, seq=4096,
     precision="bf16-amp", optimizer="adam8bit", recompute="full", attention="sdpa", zero=3,
     dp=8, tp=2, pp=2, inference=True, batch=16, context=8192``. Defaults are the command's.

@@ -15,8 +15,11 @@ use crate::{bad_input, fmt};
 /// Arguments of `vram batch`.
 #[derive(Debug, Args)]
 pub struct BatchArgs {
-    /// A catalog id (see `vram models`), a config.json or a folder holding one.
+    /// A local folder with config.json or a config file, a catalog id (see `vram models`),
+    /// or a Hub id (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     model: String,
+    #[command(flatten)]
+    hub: crate::input::HubArgs,
     /// File of sequence lengths (integers separated by spaces, commas or newlines); `-` reads
     /// standard input.
     #[arg(long)]
@@ -76,7 +79,7 @@ fn read_lengths(arg: &str) -> Result<Vec<u64>> {
 }
 
 pub fn run(a: &BatchArgs) -> Result<()> {
-    let model = resolve_model(&a.model)?.model;
+    let model = resolve_model(&a.model, &a.hub)?.model;
     let gpu = gpu::lookup(&a.gpu)?;
     let setup = a.step.setup(&model)?;
     let lengths = read_lengths(&a.lengths)?;

@@ -13,12 +13,15 @@ use crate::input::resolve_model;
 /// Python's `vramkit.capacity`.
 pub fn compute(a: &CapacityArgs) -> Result<CapacityReport> {
     let req = a.request()?;
-    let resolved = resolve_model(&a.model)?;
-    let from_user = std::path::Path::new(&a.model).exists();
+    let resolved = resolve_model(&a.model, &a.hub)?;
+    // A config's `quantization_config`, local or from the Hub (a catalog entry's quantized
+    // storage is read by the model description itself).
+    let from_user = resolved.origin != crate::input::Origin::Catalog;
     let input = ModelInput {
         model: resolved.model,
         config: resolved.config.as_deref(),
         checkpoint_params: None,
+        checkpoint_place: None,
     };
     Ok(vram_report::capacity::capacity(&input, from_user, &req)?)
 }

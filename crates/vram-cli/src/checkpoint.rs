@@ -21,8 +21,11 @@ use crate::{bad_input, fmt};
 /// Arguments of `vram checkpoint`.
 #[derive(Debug, Args)]
 pub struct CheckpointArgs {
-    /// A catalog id (see `vram models`), a config.json or a folder holding one.
+    /// A local folder with config.json or a config file, a catalog id (see `vram models`),
+    /// or a Hub id (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     model: String,
+    #[command(flatten)]
+    hub: crate::input::HubArgs,
     /// GPU whose memory sets the budget (see `vram gpus`).
     #[arg(long, default_value = "h100-80g")]
     gpu: String,
@@ -55,7 +58,7 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
     if let Some(slots) = a.slots.filter(|s| !(8..=8192).contains(s)) {
         return Err(bad_input!("--slots {slots} must be between 8 and 8192"));
     }
-    let model = a.step.apply_to(resolve_model(&a.model)?.model)?;
+    let model = a.step.apply_to(resolve_model(&a.model, &a.hub)?.model)?;
     let gpu = gpu::lookup(&a.gpu)?;
     let setup = a.step.setup(&model)?;
     let Mode::Train(tr) = setup.mode else {

@@ -26,10 +26,12 @@ pub struct DoctorArgs {
     /// error), a file holding it (a whole log or traceback is fine), or `-`
     /// for standard input (the default).
     message: Option<String>,
-    /// The model (catalog id, config.json, folder): adds the estimate's
-    /// breakdown and the fastest setup that fits.
+    /// The model (a folder with config.json, a config file, a catalog id or a Hub id): adds
+    /// the estimate's breakdown and the fastest setup that fits.
     #[arg(long)]
     model: Option<String>,
+    #[command(flatten)]
+    hub: crate::input::HubArgs,
     /// GPU of the job, for the time model [default: the catalog GPU nearest
     /// the message's total capacity].
     #[arg(long)]
@@ -107,7 +109,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
             Some(g) => gpu::lookup(g)?,
             None => nearest_gpu(msg.total_bytes),
         };
-        let resolved = resolve_model(model_arg)?;
+        let resolved = resolve_model(model_arg, &a.hub)?;
         if matches!(resolved.model, Model::Weights(_)) {
             return Err(bad_input!(
                 "--model {model_arg}: weights alone do not describe a step; give a config.json or catalog id"
@@ -178,7 +180,7 @@ fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
     // each knob into a number.
     let figures = match &a.model {
         None => None,
-        Some(m) => Some(serving_figures(m, a.gpu.as_deref(), e)?),
+        Some(m) => Some(serving_figures(m, &a.hub, a.gpu.as_deref(), e)?),
     };
     let d = serving::explain(e, figures.as_ref());
     let mut out = std::io::stdout().lock();
@@ -195,6 +197,7 @@ fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
 /// cache, and the KV bytes per token.
 fn serving_figures(
     model: &str,
+    hub: &crate::input::HubArgs,
     gpu: Option<&str>,
     e: &ServingError,
 ) -> Result<serving::CapacityFigures> {
@@ -203,7 +206,7 @@ fn serving_figures(
         bad_input!("--model with a serving start-up error needs --gpu (the error does not name the device)")
     })?;
     let gpu = vram_model::gpu::lookup(gpu)?;
-    let resolved = resolve_model(model)?;
+    let resolved = resolve_model(model, hub)?;
     let vram_model::arch::Model::Transformer(t) = &resolved.model else {
         return Err(bad_input!(
             "`{model}` is not a transformer; serving engines size a KV cache for transformers"

@@ -14,7 +14,9 @@ use crate::input::resolve_model;
 
 pub fn run(a: &EstimateArgs) -> Result<()> {
     let req = a.request()?;
-    let resolved = resolve_model(&a.model)?;
+    let resolved = resolve_model(&a.model, &a.hub)?;
+    let checkpoint_params = resolved.checkpoint_params();
+    let checkpoint_place = checkpoint_params.map(|_| resolved.checkpoint_place());
     let model = req.step.attach(resolved.model)?;
     for n in req.step.input_notes(&model) {
         let _ = writeln!(crate::output::stderr(), "vram: note: {n}");
@@ -22,7 +24,8 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     let input = ModelInput {
         model,
         config: resolved.config.as_deref(),
-        checkpoint_params: resolved.checkpoint.as_ref().map(|w| w.params),
+        checkpoint_params,
+        checkpoint_place,
     };
     let report = vram_report::estimate::estimate(&input, &req)?;
     let mut out = crate::output::stdout();

@@ -1,25 +1,83 @@
-//! Reading user input: model arguments (catalog id, config.json, safetensors) and byte sizes.
+//! Reading user input: model arguments (a local path, a catalog id or a Hub id) and byte
+//! sizes.
+//!
+//! A model argument is resolved in a documented order: an existing path first (a folder
+//! with config.json, a config file, a .safetensors file or index), then a catalog id, then a
+//! Hub id (`org/name`, read by vram-hub from the cache or the Hub). `--hub` reads the id
+//! from that hub whatever exists locally; a `modelscope:` prefix means `--hub modelscope`.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
 use vram_model::arch::Model;
 use vram_model::safetensors_header::{self, Tally};
 use vram_model::{catalog, hf};
 
 use crate::bad_input;
 
+/// Where a model argument is looked up beyond local paths and the catalog.
+#[derive(Debug, Clone, Default, Args)]
+pub struct HubArgs {
+    /// A branch, tag or commit of a Hub model (default: main; ModelScope: master).
+    #[arg(long, value_name = "REV")]
+    pub revision: Option<String>,
+    /// Read the model id from this hub, even where a local folder has its name
+    /// (huggingface: HF_ENDPOINT for a mirror; modelscope: MODELSCOPE_DOMAIN). Without it, a
+    /// local path wins, then a catalog id, then the Hugging Face Hub.
+    #[arg(long, value_enum, value_name = "HUB")]
+    pub hub: Option<HubArg>,
+}
+
+/// The hubs `--hub` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HubArg {
+    /// The Hugging Face Hub (or the mirror HF_ENDPOINT names).
+    Huggingface,
+    /// ModelScope.
+    Modelscope,
+}
+
+/// Where a resolved model came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A built-in catalog id.
+    Catalog,
+    /// A local file or folder.
+    Local,
+    /// A hub repo: `id@commit`.
+    Hub(String),
+}
+
 /// A model argument resolved, with where it came from.
 #[derive(Debug)]
 pub struct Resolved {
     /// The model.
     pub model: Model,
-    /// Parameters counted from checkpoint headers beside the config, if any.
-    pub checkpoint: Option<vram_model::arch::Weights>,
+    /// The checkpoint beside the config (or on the Hub), if any, as its headers describe it:
+    /// every tensor's exact dtype and shape, and the totals per dtype.
+    pub checkpoint: Option<Tally>,
     /// The config.json text the model was read from (the catalog's embedded one for an id).
     pub config: Option<String>,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+impl Resolved {
+    /// Parameters counted from the checkpoint's headers.
+    pub fn checkpoint_params(&self) -> Option<u64> {
+        self.checkpoint.as_ref().map(|t| t.elements.values().sum())
+    }
+
+    /// How the checkpoint cross-check line names the checkpoint.
+    pub fn checkpoint_place(&self) -> String {
+        match &self.origin {
+            Origin::Hub(label) => format!("checkpoint on the Hub ({label})"),
+            _ => "checkpoint beside the config".into(),
+        }
+    }
 }
 
 /// Largest config.json read (a real one is a few KiB).
@@ -45,9 +103,166 @@ fn read_text(path: &Path, what: &str) -> Result<String> {
     })
 }
 
-/// Resolves a model argument: an existing path first, then a catalog id.
-pub fn resolve_model(arg: &str) -> Result<Resolved> {
+/// Resolves a model argument: an existing path first, then a catalog id, then a Hub id
+/// (`--hub` or a `modelscope:` prefix go to that hub directly).
+pub fn resolve_model(arg: &str, hub: &HubArgs) -> Result<Resolved> {
+    if let Some(id) = arg.strip_prefix("modelscope:") {
+        if hub.hub == Some(HubArg::Huggingface) {
+            return Err(bad_input!(
+                "`{arg}` names ModelScope but --hub says huggingface"
+            ));
+        }
+        return from_hub(
+            vram_hub::Hub::ModelScope,
+            id,
+            hub.revision.as_deref(),
+            false,
+        );
+    }
+    if let Some(h) = hub.hub {
+        let h = match h {
+            HubArg::Huggingface => vram_hub::Hub::HuggingFace,
+            HubArg::Modelscope => vram_hub::Hub::ModelScope,
+        };
+        return from_hub(h, arg, hub.revision.as_deref(), false);
+    }
     let path = Path::new(arg);
+    if path.exists() {
+        if hub.revision.is_some() {
+            return Err(bad_input!(
+                "--revision is for a Hub id; `{arg}` is a local path (--hub huggingface reads the Hub's)"
+            ));
+        }
+        if arg.contains('/') && vram_hub::is_repo_id(arg) {
+            let _ = writeln!(
+                crate::output::stderr(),
+                "note: the local {} {arg} shadows the Hub id {arg} (--hub huggingface reads the Hub's)",
+                if path.is_dir() { "folder" } else { "file" }
+            );
+        }
+        let mut r = resolve_local(arg, path)?;
+        r.origin = Origin::Local;
+        return Ok(r);
+    }
+    match catalog::lookup(arg) {
+        Ok(model) => {
+            if hub.revision.is_some() {
+                return Err(bad_input!(
+                    "--revision is for a Hub id; `{arg}` is a built-in catalog id"
+                ));
+            }
+            Ok(Resolved {
+                model,
+                checkpoint: None,
+                config: catalog::config_text(arg).map(str::to_string),
+                origin: Origin::Catalog,
+            })
+        }
+        Err(_) if arg.contains('/') && vram_hub::is_repo_id(arg) => from_hub(
+            vram_hub::Hub::HuggingFace,
+            arg,
+            hub.revision.as_deref(),
+            true,
+        ),
+        Err(e) if looks_like_path(arg) => {
+            drop(e);
+            Err(bad_input!("no such file or folder: {arg}"))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A vram-hub error as the CLI reports it: bad input (exit 2), one line.
+fn hub_err(e: vram_hub::Error) -> anyhow::Error {
+    bad_input!("{e}")
+}
+
+/// A model from a hub: config.json (and a vision-language model's preprocessor_config.json),
+/// then the checkpoint's headers, which cross-check the config as a local checkpoint's do.
+/// `auto`: the argument was taken for a Hub id because no path or catalog id had its name.
+fn from_hub(hub: vram_hub::Hub, id: &str, revision: Option<&str>, auto: bool) -> Result<Resolved> {
+    let cfg = vram_hub::Config::from_env(hub).map_err(hub_err)?;
+    let mut repo = vram_hub::open(&cfg, id, revision).map_err(|e| match e {
+        vram_hub::Error::RepoNotFound { .. } if auto => {
+            bad_input!("{e}; nor is there a local file or folder {id}")
+        }
+        e => hub_err(e),
+    })?;
+    let text = repo.text("config.json").map_err(hub_err)?;
+    let label = repo.label();
+    let mut model = hf::parse_config(&text, id).with_context(|| format!("{label} config.json"))?;
+    let mut notes: Vec<String> = Vec::new();
+    if has_vision_tower(&model) {
+        if let Some(p) = repo
+            .optional_text("preprocessor_config.json")
+            .map_err(hub_err)?
+        {
+            for c in hf::apply_preprocessor(&mut model, &p)
+                .with_context(|| format!("{label} preprocessor_config.json"))?
+            {
+                notes.push(format!("preprocessor_config.json sets {c}"));
+            }
+        }
+    }
+    let mut tally = None;
+    if let Some(index) = repo
+        .optional_text("model.safetensors.index.json")
+        .map_err(hub_err)?
+    {
+        let shards = safetensors_header::index_shards(&index)
+            .with_context(|| format!("{label} model.safetensors.index.json"))?;
+        let mut t = Tally::default();
+        for shard in shards {
+            let Some(s) = repo.safetensors_header(&shard).map_err(hub_err)? else {
+                return Err(bad_input!(
+                    "{label}: model.safetensors.index.json lists {shard}, which is not in the repo"
+                ));
+            };
+            t.add_header(&s.header, s.size)
+                .with_context(|| format!("{label} {shard}"))?;
+        }
+        tally = Some(t);
+    } else if let Some(s) = repo
+        .safetensors_header("model.safetensors")
+        .map_err(hub_err)?
+    {
+        let mut t = Tally::default();
+        t.add_header(&s.header, s.size)
+            .with_context(|| format!("{label} model.safetensors"))?;
+        tally = Some(t);
+    }
+    let mut err = crate::output::stderr();
+    for n in repo.notes().iter().chain(&notes) {
+        let _ = writeln!(err, "note: {n}");
+    }
+    cross_check(&model, tally.as_ref(), &label)?;
+    Ok(Resolved {
+        checkpoint: tally,
+        model,
+        config: Some(text),
+        origin: Origin::Hub(label),
+    })
+}
+
+fn has_vision_tower(model: &Model) -> bool {
+    matches!(model, Model::Transformer(t) if t.blocks.vision.is_some())
+}
+
+/// A checkpoint whose headers contradict its config is refused, naming both.
+fn cross_check(model: &Model, tally: Option<&Tally>, what: &str) -> Result<()> {
+    if let (Model::Transformer(t), Some(tally)) = (model, tally) {
+        if let Some(c) = tally.contradiction(t.vocab, t.hidden) {
+            return Err(bad_input!(
+                "{what}: the checkpoint's headers contradict config.json: {c}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A local path: a folder with config.json (and its checkpoint), a config file, a
+/// .safetensors file or an index.
+fn resolve_local(arg: &str, path: &Path) -> Result<Resolved> {
     if path.is_dir() {
         let config = path.join("config.json");
         if !config.is_file() {
@@ -55,57 +270,60 @@ pub fn resolve_model(arg: &str) -> Result<Resolved> {
         }
         let text = read_text(&config, "config")?;
         let name = name_or_path(&text).unwrap_or_else(|| folder_name(path));
-        let model =
+        let mut model =
             hf::parse_config(&text, &name).with_context(|| format!("{}", config.display()))?;
-        let checkpoint = checkpoint_beside(path)?;
+        let pre = path.join("preprocessor_config.json");
+        if has_vision_tower(&model) && pre.is_file() {
+            let p = read_text(&pre, "preprocessor config")?;
+            for c in hf::apply_preprocessor(&mut model, &p)
+                .with_context(|| format!("{}", pre.display()))?
+            {
+                let _ = writeln!(
+                    crate::output::stderr(),
+                    "note: preprocessor_config.json sets {c}"
+                );
+            }
+        }
+        let tally = checkpoint_beside(path)?;
+        cross_check(&model, tally.as_ref(), &path.display().to_string())?;
         return Ok(Resolved {
             model,
-            checkpoint,
+            checkpoint: tally,
             config: Some(text),
+            origin: Origin::Local,
         });
     }
-    if path.is_file() {
-        if arg.ends_with(".safetensors") {
-            let mut tally = Tally::default();
-            read_header(path, &mut tally)?;
-            return Ok(Resolved {
-                model: Model::Weights(tally.into_weights(&file_name(path))),
-                checkpoint: None,
-                config: None,
-            });
-        }
-        let text = read_text(path, "file")?;
-        if arg.ends_with(".index.json") || text.contains("\"weight_map\"") {
-            let weights = read_index(path, &text)?;
-            return Ok(Resolved {
-                model: Model::Weights(weights),
-                checkpoint: None,
-                config: None,
-            });
-        }
-        // A config file is named by `_name_or_path` inside it, else by its own stem
-        // (`configs/gpt2.json` is "gpt2"), never by the folder that holds it.
-        let name = name_or_path(&text).unwrap_or_else(|| file_stem(path));
-        let model =
-            hf::parse_config(&text, &name).with_context(|| format!("{}", path.display()))?;
+    if arg.ends_with(".safetensors") {
+        let mut tally = Tally::default();
+        read_header(path, &mut tally)?;
         return Ok(Resolved {
-            model,
-            checkpoint: None,
-            config: Some(text),
+            model: Model::Weights(tally.weights(&file_name(path))),
+            checkpoint: Some(tally),
+            config: None,
+            origin: Origin::Local,
         });
     }
-    match catalog::lookup(arg) {
-        Ok(model) => Ok(Resolved {
-            model,
-            checkpoint: None,
-            config: catalog::config_text(arg).map(str::to_string),
-        }),
-        Err(e) if looks_like_path(arg) => {
-            drop(e);
-            Err(bad_input!("no such file or folder: {arg}"))
-        }
-        Err(e) => Err(e.into()),
+    let text = read_text(path, "file")?;
+    if arg.ends_with(".index.json") || text.contains("\"weight_map\"") {
+        let tally = read_index(path, &text)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        return Ok(Resolved {
+            model: Model::Weights(tally.weights(&folder_name(dir))),
+            checkpoint: Some(tally),
+            config: None,
+            origin: Origin::Local,
+        });
     }
+    // A config file is named by `_name_or_path` inside it, else by its own stem
+    // (`configs/gpt2.json` is "gpt2"), never by the folder that holds it.
+    let name = name_or_path(&text).unwrap_or_else(|| file_stem(path));
+    let model = hf::parse_config(&text, &name).with_context(|| format!("{}", path.display()))?;
+    Ok(Resolved {
+        model,
+        checkpoint: None,
+        config: Some(text),
+        origin: Origin::Local,
+    })
 }
 
 fn looks_like_path(arg: &str) -> bool {
@@ -171,7 +389,7 @@ fn read_header(path: &Path, tally: &mut Tally) -> Result<()> {
     Ok(())
 }
 
-fn read_index(index: &Path, text: &str) -> Result<vram_model::arch::Weights> {
+fn read_index(index: &Path, text: &str) -> Result<Tally> {
     let shards =
         safetensors_header::index_shards(text).with_context(|| index.display().to_string())?;
     let dir = index.parent().unwrap_or(Path::new("."));
@@ -183,11 +401,11 @@ fn read_index(index: &Path, text: &str) -> Result<vram_model::arch::Weights> {
         }
         read_header(&p, &mut tally)?;
     }
-    Ok(tally.into_weights(&folder_name(dir)))
+    Ok(tally)
 }
 
-/// Parameters of a checkpoint beside a config.json, if the folder holds one.
-fn checkpoint_beside(dir: &Path) -> Result<Option<vram_model::arch::Weights>> {
+/// The tensors of a checkpoint beside a config.json, if the folder holds one.
+fn checkpoint_beside(dir: &Path) -> Result<Option<Tally>> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         let text = read_text(&index, "index")?;
@@ -197,7 +415,7 @@ fn checkpoint_beside(dir: &Path) -> Result<Option<vram_model::arch::Weights>> {
     if single.is_file() {
         let mut tally = Tally::default();
         read_header(&single, &mut tally)?;
-        return Ok(Some(tally.into_weights(&folder_name(dir))));
+        return Ok(Some(tally));
     }
     Ok(None)
 }

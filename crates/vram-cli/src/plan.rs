@@ -17,7 +17,7 @@ pub use crate::flags::PlanArgs;
 use crate::input::resolve_model;
 
 pub fn run(a: &PlanArgs) -> Result<()> {
-    let resolved = resolve_model(&a.model)?;
+    let resolved = resolve_model(&a.model, &a.hub)?;
     let (model, config) = (resolved.model, resolved.config);
     if !matches!(model, vram_model::arch::Model::Transformer(_)) {
         return Err(crate::bad_input!(

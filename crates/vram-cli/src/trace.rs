@@ -17,8 +17,11 @@ use crate::{bad_input, fmt};
 /// Arguments of `vram trace`.
 #[derive(Debug, Args)]
 pub struct TraceArgs {
-    /// A catalog id (see `vram models`), a config.json or a folder holding one.
+    /// A local folder with config.json or a config file, a catalog id (see `vram models`),
+    /// or a Hub id (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     model: String,
+    #[command(flatten)]
+    hub: crate::input::HubArgs,
     #[command(flatten)]
     step: StepArgs,
     /// Steps to record.
@@ -41,7 +44,7 @@ pub fn run(a: &TraceArgs) -> Result<()> {
     if a.steps == 0 || a.steps > 100 {
         return Err(bad_input!("--steps must be between 1 and 100"));
     }
-    let mut resolved = resolve_model(&a.model)?;
+    let mut resolved = resolve_model(&a.model, &a.hub)?;
     resolved.model = a.step.apply_to(resolved.model)?;
     let model = &resolved.model;
     if matches!(model, Model::Weights(_)) {

@@ -7,6 +7,8 @@
 //! `TRYCMD=overwrite cargo test -p vram-cli --test readme` (elisions that still match are kept)
 //! and read the diff. Python examples are checked by `python/tests/test_readme.py`.
 
+mod fakehub;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -14,11 +16,43 @@ fn readme() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")
 }
 
+/// The examples by Hub id (`vram estimate Qwen/Qwen3-8B`) are served by the loopback hub
+/// (`fakehub`: Qwen3-8B's real config.json and its checkpoint's headers), through caches
+/// made for this run; the catalog examples read built-in data.
 #[test]
 fn readme_examples_print_what_the_readme_shows() {
-    trycmd::TestCases::new()
-        .register_bin("vram", Path::new(env!("CARGO_BIN_EXE_vram")))
-        .case(readme());
+    let hub = fakehub::start();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-hub");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = trycmd::TestCases::new();
+    cases.register_bin("vram", Path::new(env!("CARGO_BIN_EXE_vram")));
+    for (k, v) in fakehub::vars(&hub, &dir) {
+        cases.env(k, v);
+    }
+    // What the caller's environment would change: set empty, which vram reads as unset.
+    for k in [
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_TOKEN_PATH",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "SSL_CERT_FILE",
+    ] {
+        cases.env(k, "");
+    }
+    cases.case(readme()).run();
+    drop(cases);
+    assert!(
+        hub.hits()
+            .iter()
+            .any(|h| h.path == "/Qwen/Qwen3-8B/resolve/main/config.json"),
+        "the README's Hub example did not reach the loopback hub"
+    );
 }
 
 /// Every block that shows `$ vram ...` is one trycmd reads (`console`), so none is left out.

@@ -482,6 +482,28 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   same test decides whether other processes or memory outside PyTorch lead
 ///   the step: their bytes, returned, must serve the request and leave 5 % of
 ///   what the process could then hold.
+/// - **whose the memory outside PyTorch is**: total − free − reserved is this
+///   process's CUDA context (0.5–1.5 GiB), other processes, and this process's
+///   own allocations outside the caching allocator (NCCL buffers; another
+///   framework's pool; DeepSpeed inference's workspace, a `cudaMalloc` in
+///   `InferenceContext::GenWorkSpace` sized from the batch and the maximum
+///   tokens, microsoft/DeepSpeed 5f0422f). Without a process list (1.x/2.0,
+///   ROCm, no NVML) or when no listed process holds it, the message cannot say
+///   which. Then it leads the step only when it is more than this process could
+///   hold at all (the device is mostly someone else's); otherwise the step
+///   leads, since a smaller step is what fixes it when the memory is this
+///   process's (its workspaces shrink with the batch) and also when it is a
+///   neighbour's, and the outside memory is named second as the alternative.
+///   When NVML names this process's non-PyTorch memory, it leads as above.
+/// - **neighbours and free above the request**: PyTorch reads free
+///   (`cudaMemGetInfo`) when it formats the message, after its last retry.
+///   When others hold more of the device than this process could, one of them
+///   allocating at that moment is the likeliest reason free looks sufficient:
+///   they are named first, `unexplained` second.
+/// - **live tensors above the card**: allocated beyond the message's total
+///   (free within it) is Windows' shared GPU memory (WDDM's system-memory
+///   fallback); the failure comes when that runs out too. The step needs more
+///   than the card, so it leads and slack is not called sufficient.
 /// - **the step**: live tensors plus the request exceed, or all but fill,
 ///   what the process could hold.
 /// - **growth** between `memory_stats()` dumps, or a recording's leak check
@@ -570,6 +592,11 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // served the request perfectly.
     let left = available.saturating_sub(req);
     let tight = (left as f64) < TIGHT_SHARE * usable as f64;
+    // Live tensors beyond the card's own memory (the message's total, free within it):
+    // Windows' shared GPU memory (WDDM's system-memory fallback) served the rest from host
+    // memory, and the failure came when that ran out too. The step needs more than the card,
+    // whatever slack the cache holds: the step is what to change, not the allocator.
+    let beyond_card = alloc > m.total_bytes && m.free_bytes <= m.total_bytes;
     // Bytes the request needed beyond what was free on the device.
     let short = req.saturating_sub(free);
     let device_room = total
@@ -577,18 +604,23 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         .saturating_sub(np.unwrap_or(0));
     let larger_than_device = !cap_decides && !unexplained && req > device_room;
     // Memory neither free nor PyTorch's beyond a CUDA context.
-    let (outside, outside_what) = match (np, m.self_process == SelfProcess::NoList) {
+    // `owner_known`: NVML names this process's own memory beyond PyTorch's; otherwise the
+    // message cannot say whose the memory is.
+    let (outside, outside_what, owner_known) = match (np, m.self_process == SelfProcess::NoList) {
         (None, true) => (
             unaccounted,
             "neither free nor PyTorch's, and the message lists no processes (1.x/2.0 layout, ROCm, or NVML unavailable): another process, or this process's non-PyTorch allocations (NCCL, cuBLAS/cuDNN workspaces, another framework), hold it",
+            false,
         ),
         (Some(n), _) if n > CONTEXT_MAX_BYTES => (
             n.saturating_add(if unaccounted > CONTEXT_MAX_BYTES { unaccounted } else { 0 }),
             "held by this process outside PyTorch's cache (NCCL buffers, cuBLAS/cuDNN workspaces, another framework or allocator), beyond what any listed process holds",
+            true,
         ),
         _ => (
             unaccounted,
             "held by no listed process: processes NVML does not show (other containers), or the driver",
+            false,
         ),
     };
     let outside_free = outside.saturating_sub(CONTEXT_MAX_BYTES);
@@ -660,9 +692,23 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         }
     }
 
+    // Memory others hold: listed processes, and memory outside PyTorch beyond a context that
+    // NVML does not put in this process. When the figures show the request fitting the free
+    // memory (free is read after the failure) and others hold more of the device than this
+    // process could, one of them allocating at that moment is the likeliest reading: they are
+    // named first, the figures' puzzle second.
+    let held_by_others =
+        listed_others
+            .max(now_bytes)
+            .saturating_add(if outside_cause && !owner_known {
+                outside
+            } else {
+                0
+            });
+    let neighbours = held_by_others > usable;
     if unexplained {
         causes.push((
-            1,
+            if neighbours { 2 } else { 1 },
             Cause {
                 kind: CauseKind::Unexplained,
                 bytes: free,
@@ -762,7 +808,10 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             )
         }));
         causes.push((
-            if sufficient && big {
+            if unexplained && neighbours {
+                // Free was read after the failure: a neighbour allocating at that moment.
+                1
+            } else if sufficient && big {
                 3
             } else if sufficient {
                 7
@@ -806,21 +855,41 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         });
     }
 
-    if outside_cause && !unexplained && !cap_decides {
+    if outside_cause && !cap_decides && (!unexplained || (neighbours && !owner_known)) {
         let sufficient = contributing && free.saturating_add(outside_free) >= req;
-        let big = leaves_room(outside_free);
+        // Whose the memory is decides what to change. NVML naming this process settles it;
+        // otherwise (no process list, or memory no listed process holds) it leads the step
+        // only when it is more than this process could hold at all: then the device is
+        // mostly someone else's. When this process holds more, the step is what users
+        // change (a smaller step needs less, and this process's own non-PyTorch workspaces,
+        // sized from the batch, shrink with it), and the outside memory comes second.
+        let big = leaves_room(outside_free) && (owner_known || outside > usable);
         causes.push((
-            if sufficient && big { 3 } else if sufficient { 7 } else { 9 },
+            if unexplained && neighbours && !owner_known {
+                // Someone outside PyTorch allocating after the failure, before free was read.
+                1
+            } else if sufficient && big {
+                3
+            } else if sufficient {
+                7
+            } else {
+                9
+            },
             Cause {
                 kind: CauseKind::OutsidePytorch,
                 bytes: outside,
                 sufficient,
                 detail: format!(
-                    "{} of GPU {} is {}; a CUDA context is 0.5–1.5 GiB, so at least {} of it is something else",
+                    "{} of GPU {} is {}; a CUDA context is 0.5–1.5 GiB, so at least {} of it is something else{}",
                     hb(outside),
                     m.device,
                     outside_what,
-                    hb(outside_free)
+                    hb(outside_free),
+                    if unexplained && neighbours && !owner_known {
+                        "; whoever holds it allocating at the moment of the failure (free is read after it) would explain it"
+                    } else {
+                        ""
+                    }
                 ),
             },
         ));
@@ -886,7 +955,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // Fragmentation: slack that could have served the request, and is not a
     // few percent of a full device.
-    let frag_sufficient = (contributing && available >= req && !tight) || trapped_under_cap;
+    let frag_sufficient =
+        (contributing && available >= req && !tight && !beyond_card) || trapped_under_cap;
     let frag_listed = !unexplained
         && unalloc > 0
         && (frag_sufficient
@@ -1122,11 +1192,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // The step: from the message alone, and with the model when given.
     let over = alloc.saturating_add(req).saturating_sub(usable);
-    let step_cause = contributing && (shortfall > 0 || tight);
-    // What the step must shed: what it is over, or what leaves the 5 % a
-    // step needs beyond this request.
+    let step_cause = contributing && (shortfall > 0 || tight || beyond_card);
+    // What the step must shed: what it is over, what takes it back within the card, or what
+    // leaves the 5 % a step needs beyond this request.
     let step_need = if over > 0 {
         over
+    } else if beyond_card {
+        alloc.saturating_add(req).saturating_sub(m.total_bytes)
     } else {
         ((TIGHT_SHARE * usable as f64) as u64).saturating_sub(left)
     };
@@ -1155,6 +1227,15 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                         hb(req),
                         hb(usable),
                         hb(over)
+                    )
+                } else if beyond_card {
+                    format!(
+                        "{} plus the request ({}) are {} more than the card's {}: Windows' shared GPU memory (system memory) held the rest, so the step needs more than the card whatever the {} of slack in PyTorch's cache could serve",
+                        held,
+                        hb(req),
+                        hb(step_need),
+                        hb(m.total_bytes),
+                        hb(unalloc)
                     )
                 } else {
                     format!(
@@ -1258,6 +1339,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             step_time_s: None,
             detail: if over > 0 {
                 format!("{} allocated + {} requested against {} this process could hold", hb(alloc), hb(req), hb(usable))
+            } else if beyond_card {
+                format!("{} allocated + {} requested against the card's {}", hb(alloc), hb(req), hb(m.total_bytes))
             } else {
                 format!(
                     "{} allocated + {} requested leave {} ({:.1}%) of the {} this process could hold; {} less leaves 5%",

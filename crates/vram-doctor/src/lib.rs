@@ -23,7 +23,10 @@
 //!    A + C: [`message`] (`Layout::Cached`); the cudaMallocAsync backend keeps no cache,
 //!    reserved = allocated (`Layout::Async`);
 //! 2. a request the free memory exceeds by more than a 2 MiB page and the figures'
-//!    rounding is [`CauseKind::Unexplained`] and nothing is "enough": [`diagnose`];
+//!    rounding is [`CauseKind::Unexplained`] and nothing is "enough"; when others (listed
+//!    processes, memory outside PyTorch NVML does not put in this process) hold more than
+//!    this process could, they are named first: free is read after the failure, and one of
+//!    them allocating at that moment is the likeliest reading: [`diagnose`];
 //! 3. "could hold at most" is reserved + free, capped by `allowed`:
 //!    [`Figures::could_hold_bytes`];
 //! 4. the cap decides when reserved + request > allowed (`alloc_block`), or is within the
@@ -35,11 +38,15 @@
 //!    what PyTorch reserved, or none, and a note says which:
 //!    [`message::SelfProcess`];
 //! 6. impossible figures get a note and are set aside: [`Figures`]; on ROCm, free above the
-//!    total is system memory and the total (the carve-out) is the device;
+//!    total is system memory and the total (the carve-out) is the device; live tensors above
+//!    the card (Windows' shared GPU memory) make the step the cause, whatever the slack;
 //! 7. log noise around the message, a message pasted from `Tried to allocate`, a device
-//!    printed without its index: [`message::parse`];
+//!    printed without its index, the words in any case (bindings reprint it: R's torch writes
+//!    `Pytorch`) and with any spacing (retyped: `50MiB(GPU 0; 1.96GiB totalcapacity;`):
+//!    [`message::parse`];
 //! 8. memory outside PyTorch far beyond a CUDA context
-//!    ([`CONTEXT_MAX_BYTES`]): [`CauseKind::OutsidePytorch`];
+//!    ([`CONTEXT_MAX_BYTES`]): [`CauseKind::OutsidePytorch`]; when the message cannot say
+//!    whose it is, it leads the step only when it is more than this process could hold;
 //! 9. slack is fragmentation only when it would serve the request and leave
 //!    room: [`CauseKind::Fragmentation`];
 //! 10. CUDA-graph pools: [`CauseKind::PrivatePools`];

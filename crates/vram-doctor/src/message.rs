@@ -33,7 +33,9 @@
 //! its input: a whole traceback, a log with timestamps, `[rank0]:` or
 //! `grep -n` prefixes, comment (`# `) or quote (`> `) markers, lines wrapped,
 //! the message repeated (chained exceptions, several ranks: the first whole
-//! one is read), or embedded in a Python dict or JSON string (`\n` escapes).
+//! one is read), or embedded in a Python dict or JSON string (`\n` escapes). PyTorch's words
+//! are matched in any case and with any spacing (R's torch prints `Pytorch`; a retyped message
+//! reads `50MiB(GPU 0; 1.96GiB totalcapacity;`).
 
 use serde::Serialize;
 
@@ -156,12 +158,12 @@ pub fn parse_size(s: &str) -> Option<u64> {
         .parse()
         .ok()
         .filter(|v: &f64| v.is_finite() && *v >= 0.0)?;
-    let mult: f64 = match unit.trim() {
-        "bytes" | "byte" | "B" => 1.0,
-        "KiB" | "KB" => 1024.0,
-        "MiB" | "MB" => 1024.0 * 1024.0,
-        "GiB" | "GB" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" | "TB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "bytes" | "byte" | "b" => 1.0,
+        "kib" | "kb" => 1024.0,
+        "mib" | "mb" => 1024.0 * 1024.0,
+        "gib" | "gb" => 1024.0 * 1024.0 * 1024.0,
+        "tib" | "tb" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         _ => return None,
     };
     let b = (v * mult).round();
@@ -178,12 +180,30 @@ fn size_prefix(s: &str) -> Option<(u64, &str)> {
     let num_end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter(|&i| i > 0)?;
-    let rest = s[num_end..].strip_prefix(' ')?;
+    // `format_size` puts a space before the unit; a message retyped by hand may not.
+    let rest = s[num_end..].strip_prefix(' ').unwrap_or(&s[num_end..]);
     let unit_end = rest
         .find(|c: char| !c.is_ascii_alphabetic())
         .unwrap_or(rest.len());
     let size = parse_size(&format!("{} {}", &s[..num_end], &rest[..unit_end]))?;
     Some((size, &rest[unit_end..]))
+}
+
+/// `s` past `phrase` at its start, the phrase's words matched with any spacing, none
+/// included (`total capacity;` also reads `totalcapacity;` and ` total  capacity ;`): what a
+/// message retyped by hand, or re-wrapped, does to PyTorch's fixed words.
+fn strip_phrase<'a>(s: &'a str, phrase: &str) -> Option<&'a str> {
+    let mut rest = s;
+    for c in phrase.chars().filter(|c| !c.is_whitespace()) {
+        rest = rest.trim_start().strip_prefix(c)?;
+    }
+    Some(rest)
+}
+
+/// A figure, then the words PyTorch prints after it (any spacing): the figure and what follows.
+fn figure<'a>(s: &'a str, words: &str) -> Option<(u64, &'a str)> {
+    let (v, rest) = size_prefix(s)?;
+    Some((v, strip_phrase(rest, words)?))
 }
 
 fn after<'a>(s: &'a str, pat: &str) -> Option<&'a str> {
@@ -201,11 +221,11 @@ fn unparseable(reason: String) -> DoctorError {
     DoctorError::Unparseable { reason }
 }
 
-const START: &str = "out of memory. Tried to allocate ";
+const START: &str = "out of memory. tried to allocate ";
 
 /// A message pasted from its second sentence (`Tried to allocate 216.00 MiB (GPU 0; ...`):
 /// read when the text has no [`START`] and the figures follow.
-const BARE_START: &str = "Tried to allocate ";
+const BARE_START: &str = "tried to allocate ";
 
 /// The cudaMallocAsync backend's message (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`,
 /// `c10/cuda/CUDAMallocAsyncAllocator.cpp`, `mallocAsync`).
@@ -338,10 +358,12 @@ fn flatten(text: &str, sep: &str) -> String {
 /// assert_eq!(m.reserved_unallocated_bytes(), 1_095_216_660);
 /// ```
 pub fn parse(text: &str) -> Result<OomMessage> {
-    match parse_flat(&flatten(text, " ")) {
+    // The message's words are matched whatever their case: other bindings reprint it (R's
+    // torch writes `reserved in total by Pytorch`), and people retype it.
+    match parse_flat(&flatten(text, " ").to_ascii_lowercase()) {
         Ok(m) => Ok(m),
         // Lines cut at a fixed width, inside a figure: join them as they are.
-        Err(e) => parse_flat(&flatten(text, "")).map_err(|_| e),
+        Err(e) => parse_flat(&flatten(text, "").to_ascii_lowercase()).map_err(|_| e),
     }
 }
 
@@ -365,14 +387,15 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
             .match_indices(BARE_START)
             .map(|(i, _)| i)
             .filter(|&i| {
-                size_prefix(&flat[i + BARE_START.len()..])
-                    .is_some_and(|(_, r)| r.starts_with(" (GPU ") || r.starts_with(". GPU "))
+                size_prefix(&flat[i + BARE_START.len()..]).is_some_and(|(_, r)| {
+                    strip_phrase(r, "(gpu").is_some() || strip_phrase(r, ". gpu").is_some()
+                })
             })
             .collect();
     }
     if starts.is_empty() {
-        let reason = if flat.contains("CUDA error: out of memory")
-            || flat.contains("HIP error: out of memory")
+        let reason = if flat.contains("cuda error: out of memory")
+            || flat.contains("hip error: out of memory")
         {
             "this is the CUDA runtime's `CUDA error: out of memory` (a kernel, library or context \
              allocation outside PyTorch's allocator): it carries no figures; paste the \
@@ -390,7 +413,7 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
         let end = starts.get(k + 1).copied().unwrap_or(flat.len());
         match parse_one(&flat[s + start.len()..end]) {
             Ok(mut m) => {
-                m.hip = flat[..s].ends_with("HIP ");
+                m.hip = flat[..s].ends_with("hip ");
                 return Ok(m);
             }
             Err(e) => {
@@ -404,10 +427,10 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
 fn parse_one(msg: &str) -> Result<OomMessage> {
     let (requested_bytes, rest) =
         size_prefix(msg).ok_or_else(|| unparseable("no size after `Tried to allocate`".into()))?;
-    if let Some(r) = rest.strip_prefix(" (GPU ") {
-        return legacy(requested_bytes, r);
+    if let Some(r) = strip_phrase(rest, "(gpu") {
+        return legacy(requested_bytes, r.trim_start());
     }
-    let r = rest.strip_prefix(". GPU ").ok_or_else(|| {
+    let r = rest.strip_prefix(". gpu ").ok_or_else(|| {
         unparseable(
             "neither `. GPU n has a total capacity` (2.1+) nor `(GPU n;` (1.x/2.0) after the request"
                 .into(),
@@ -426,12 +449,12 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
     let mut this_process_bytes = None;
     let mut cursor = after(r, " is free. ").unwrap_or("");
     loop {
-        if let Some(p) = cursor.strip_prefix("Including non-PyTorch memory, this process has ") {
+        if let Some(p) = cursor.strip_prefix("including non-pytorch memory, this process has ") {
             let (v, rest) =
                 size_prefix(p).ok_or_else(|| unparseable("no size for this process".into()))?;
             this_process_bytes = Some(this_process_bytes.unwrap_or(0u64).saturating_add(v));
             cursor = rest.strip_prefix(" memory in use. ").unwrap_or(rest);
-        } else if let Some(p) = cursor.strip_prefix("Process ") {
+        } else if let Some(p) = cursor.strip_prefix("process ") {
             let pid = leading_u32(p).ok_or_else(|| unparseable("no pid after `Process`".into()))?;
             let (v, rest) = after(p, " has ")
                 .and_then(size_prefix)
@@ -445,21 +468,21 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
     let allowed_bytes = size_prefix(cursor)
         .filter(|(_, rest)| rest.starts_with(" allowed;"))
         .map(|(v, _)| v);
-    if after(r, "Of the allocated memory ").is_none() {
+    if after(r, "of the allocated memory ").is_none() {
         return Err(unparseable(
             "the message stops before `Of the allocated memory ...` (PyTorch's own figures): paste it whole"
                 .into(),
         ));
     }
-    let allocated_bytes = field(r, "Of the allocated memory ", "allocated by PyTorch")?;
-    let private_pool_bytes = after(r, " is allocated by PyTorch, with ")
+    let allocated_bytes = field(r, "of the allocated memory ", "allocated by PyTorch")?;
+    let private_pool_bytes = after(r, " is allocated by pytorch, with ")
         .and_then(size_prefix)
         .filter(|(_, rest)| rest.starts_with(" allocated in private pools"))
         .map(|(v, _)| v);
-    let unallocated = after(r, " is allocated by PyTorch, ")
+    let unallocated = after(r, " is allocated by pytorch, ")
         .and_then(|s| after(s, "and "))
         .and_then(size_prefix)
-        .filter(|(_, rest)| rest.starts_with(" is reserved by PyTorch but unallocated"))
+        .filter(|(_, rest)| rest.starts_with(" is reserved by pytorch but unallocated"))
         .map(|(v, _)| v)
         .ok_or_else(|| unparseable("no `... is reserved by PyTorch but unallocated`".into()))?;
     // PyTorch prints allocated + private and reserved - allocated - private:
@@ -520,10 +543,10 @@ fn async_layout(text: &str) -> Result<OomMessage> {
             .map(|(v, _)| v)
             .ok_or_else(|| unparseable(format!("no size after `{}` ({what})", label.trim())))
     };
-    let allocated_bytes = value("Currently allocated", "allocated")?;
-    let requested_bytes = value("Requested", "the request")?;
-    let total_bytes = value("Device limit", "device total")?;
-    let free_bytes = value("Free (according to CUDA)", "free memory")?;
+    let allocated_bytes = value("currently allocated", "allocated")?;
+    let requested_bytes = value("requested", "the request")?;
+    let total_bytes = value("device limit", "device total")?;
+    let free_bytes = value("free (according to cuda)", "free memory")?;
     let limit = value("memory fraction)", "PyTorch limit").ok();
     Ok(OomMessage {
         layout: Layout::Async,
@@ -550,32 +573,26 @@ fn leading_u32(s: &str) -> Option<u32> {
 
 fn legacy(requested_bytes: u64, r: &str) -> Result<OomMessage> {
     let device = leading_u32(r).ok_or_else(|| unparseable("no GPU index".into()))?;
-    let r = after(r, "; ").ok_or_else(|| unparseable("no `;` after the GPU index".into()))?;
-    let (total_bytes, rest) = size_prefix(r)
-        .filter(|(_, rest)| rest.starts_with(" total capacity;"))
+    let r = after(r, ";").ok_or_else(|| unparseable("no `;` after the GPU index".into()))?;
+    let (total_bytes, rest) = figure(r, "total capacity;")
         .ok_or_else(|| unparseable("no `... total capacity;`".into()))?;
-    let rest = &rest[" total capacity;".len()..];
-    let (allocated_bytes, rest) = size_prefix(rest)
-        .filter(|(_, rest)| rest.starts_with(" already allocated;"))
+    let (allocated_bytes, rest) = figure(rest, "already allocated;")
         .ok_or_else(|| unparseable("no `... already allocated;`".into()))?;
-    let rest = &rest[" already allocated;".len()..];
-    let (free_bytes, mut rest) = size_prefix(rest)
-        .filter(|(_, rest)| rest.starts_with(" free;"))
-        .ok_or_else(|| unparseable("no `... free;`".into()))?;
-    rest = &rest[" free;".len()..];
+    let (free_bytes, mut rest) =
+        figure(rest, "free;").ok_or_else(|| unparseable("no `... free;`".into()))?;
     let mut allowed_bytes = None;
-    if let Some((v, r2)) = size_prefix(rest).filter(|(_, r2)| r2.starts_with(" allowed;")) {
+    if let Some((v, r2)) = figure(rest, "allowed;") {
         allowed_bytes = Some(v);
-        rest = &r2[" allowed;".len()..];
+        rest = r2;
     }
     let (last, tail) = size_prefix(rest).ok_or_else(|| {
         unparseable(
             "no `... reserved in total by PyTorch)` (1.4–2.0) nor `... cached)` (1.0–1.3)".into(),
         )
     })?;
-    let (layout, reserved_bytes) = if tail.starts_with(" reserved in total by PyTorch") {
+    let (layout, reserved_bytes) = if strip_phrase(tail, "reserved in total by pytorch").is_some() {
         (Layout::Legacy, last)
-    } else if tail.starts_with(" cached") {
+    } else if strip_phrase(tail, "cached").is_some() {
         // 1.0-1.3: `format_size(amount_cached - amount_allocated) " cached)"`.
         (Layout::Cached, allocated_bytes.saturating_add(last))
     } else {

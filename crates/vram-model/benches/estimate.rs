@@ -128,7 +128,7 @@ fn bench(c: &mut Criterion) {
             |b| b.iter(|| estimate(black_box(&l31), black_box(&gen)).unwrap()),
         );
         // What `vram estimate --inference` adds: the largest batch and the longest context
-        // on the GPU (an H100's 79.6 GiB).
+        // on the GPU (an H100's 79.2 GiB).
         let cap = vram_model::gpu::lookup("h100-80g").unwrap().memory_bytes;
         r.bench_function(
             format!("llama-3.1-8b generate, {new} new tokens, max batch + max context on an H100"),

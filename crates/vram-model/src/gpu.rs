@@ -1,8 +1,12 @@
 //! The GPU catalog: memory sizes and peak rates.
 //!
-//! Memory is the total the driver reports (`nvidia-smi --query-gpu=memory.total`, MiB; for AMD
-//! `rocm-smi`), not the marketing figure; each entry names its source in `memory_source` (a
-//! public log with the driver's reading, or why the figure is unverified). Peak rates are dense (no sparsity) tensor-core
+//! Memory is the device total as PyTorch reports it (`torch.cuda.get_device_properties().total_memory`,
+//! the total of `torch.cuda.mem_get_info`, which vLLM logs as `total_gpu_memory` and PyTorch's
+//! out-of-memory message as "total capacity"), not nvidia-smi's figure (which counts memory the
+//! driver keeps: 81559 MiB on an H100 whose torch total is 79.19 GiB) nor the marketing one. Each
+//! entry names its source in `memory_source`: `torch:` a public log that prints PyTorch's total,
+//! `measured:` the project's own reading, `nvidia-smi:`/`rocm-smi:`/`NVML` a driver reading kept
+//! where no torch figure is known yet (a few hundred MiB above torch's), or why it is unverified. Peak rates are dense (no sparsity) tensor-core
 //! rates from each vendor's datasheet: A100 (2020), H100 (SXM and PCIe, 2023), H200 (2024),
 //! L4, L40S, GeForce RTX 3090/4090 (fp16 with fp32 accumulate), V100 and T4 (fp16; no bf16),
 //! MI300X (AMD CDNA3 datasheet); A10, A40, L40, RTX A6000 (NVIDIA datasheets, dense), GeForce
@@ -23,7 +27,8 @@ pub struct Gpu {
     pub id: &'static str,
     /// Marketing name.
     pub name: &'static str,
-    /// Total device memory in bytes as the driver reports it.
+    /// Total device memory in bytes as PyTorch reports it (see the module docs; entries whose
+    /// source is a driver reading still carry the driver's larger figure).
     pub memory_bytes: u64,
     /// Dense bf16 (fp16 where the GPU lacks bf16) tensor-core peak, TFLOP/s.
     pub half_tflops: f64,
@@ -47,57 +52,57 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "a100-40g",
         name: "NVIDIA A100 40GB SXM",
-        memory_bytes: 40_960 * MIB,
+        memory_bytes: 42_294_690_447,
         half_tflops: 312.0,
         fp32_tflops: 19.5,
         hbm_gb_s: 1555.0,
         bf16: true,
         sm_major: 8,
-        memory_source: "nvidia-smi: 40960MiB (A100-SXM4-40GB, bottlerocket-os/bottlerocket-core-kit#834)",
+        memory_source: "torch: vLLM 0.15.1's total_gpu_memory (39.39GiB), the mem_get_info total (ilseokoh/vllm-gce README.md, one A100-SXM4-40GB)",
     },
     Gpu {
         id: "a100-80g",
         name: "NVIDIA A100 80GB SXM",
-        memory_bytes: 81_920 * MIB,
+        memory_bytes: 84_986_665_370,
         half_tflops: 312.0,
         fp32_tflops: 19.5,
         hbm_gb_s: 2039.0,
         bf16: true,
         sm_major: 8,
-        memory_source: "nvidia-smi: 81920MiB (A800-SXM4-80GB, the same board memory, dexmal/dexbotic#41)",
+        memory_source: "torch: 'GPU 0 has a total capacity of 79.15 GiB' beside nvidia-smi's 81920MiB (an A100 80GB troubleshooting note found by text search, code index id 12686617020)",
     },
     Gpu {
         id: "h100-80g",
         name: "NVIDIA H100 80GB SXM",
-        memory_bytes: 81_559 * MIB,
+        memory_bytes: 85_029_615_043,
         half_tflops: 989.4,
         fp32_tflops: 66.9,
         hbm_gb_s: 3350.0,
         bf16: true,
         sm_major: 9,
-        memory_source: "measured: torch.cuda.mem_get_info total on the project's H100 80GB HBM3 (81559 MiB)",
+        memory_source: "torch: vLLM 0.19.0's worker snapshot total_memory=79.19GiB and 'GPU 1 has a total capacity of 79.19 GiB' on H100 80GB HBM3 (llm-d-incubation/llm-d-planner#d3121e0 accuracy/results/v0.19.0/logs)",
     },
     Gpu {
         id: "h100-pcie",
         name: "NVIDIA H100 80GB PCIe",
-        memory_bytes: 81_559 * MIB,
+        memory_bytes: 85_029_615_043,
         half_tflops: 756.0,
         fp32_tflops: 51.2,
         hbm_gb_s: 2000.0,
         bf16: true,
         sm_major: 9,
-        memory_source: "unverified: the SXM part's 81559 MiB (the same 80 GB HBM)",
+        memory_source: "unverified: the SXM part's torch total (79.19 GiB, llm-d-planner's H100 logs; the same 80 GB HBM)",
     },
     Gpu {
         id: "h200",
         name: "NVIDIA H200 141GB SXM",
-        memory_bytes: 143_771 * MIB,
+        memory_bytes: 150_109_880_320,
         half_tflops: 989.4,
         fp32_tflops: 66.9,
         hbm_gb_s: 4800.0,
         bf16: true,
         sm_major: 9,
-        memory_source: "unverified: 143771 MiB as nvidia-smi lists the H200 141GB",
+        memory_source: "measured: torch.cuda.get_device_properties().total_memory 150109880320 on an NVIDIA H200 (driver 580.159.04, PyTorch 2.11, shared ground truth 2026-11-27, env.json)",
     },
     Gpu {
         id: "l4",
@@ -124,24 +129,24 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "rtx-3090",
         name: "NVIDIA GeForce RTX 3090 24GB",
-        memory_bytes: 24_576 * MIB,
+        memory_bytes: 25_318_832_210,
         half_tflops: 71.0,
         fp32_tflops: 35.6,
         hbm_gb_s: 936.0,
         bf16: true,
         sm_major: 8,
-        memory_source: "nvidia-smi: 24576MiB (noonghunna/club-3090#1106)",
+        memory_source: "torch: vLLM 0.6.4's total_gpu_memory=23.58GiB on an RTX 3090 (vllm-project/vllm#10517)",
     },
     Gpu {
         id: "rtx-4090",
         name: "NVIDIA GeForce RTX 4090 24GB",
-        memory_bytes: 24_564 * MIB,
+        memory_bytes: 25_286_619_955,
         half_tflops: 165.2,
         fp32_tflops: 82.6,
         hbm_gb_s: 1008.0,
         bf16: true,
         sm_major: 8,
-        memory_source: "nvidia-smi: 24564MiB (RLinf/RLinf#255; vllm-project/vllm#7553)",
+        memory_source: "torch: vLLM 0.7's 'total_gpu_memory x gpu_memory_utilization (0.98) = 23.08GiB' on two RTX 4090 (vllm-project/vllm#13061; 23.08 / 0.98)",
     },
     Gpu {
         id: "v100-16g",
@@ -168,35 +173,35 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "t4",
         name: "NVIDIA T4 16GB",
-        memory_bytes: 15_360 * MIB,
+        memory_bytes: 15_826_954_486,
         half_tflops: 65.0,
         fp32_tflops: 8.1,
         hbm_gb_s: 320.0,
         bf16: false,
         sm_major: 7,
-        memory_source: "unverified: 15360 MiB as nvidia-smi lists the T4",
+        memory_source: "torch: '(GPU 0; 14.74 GiB total capacity ...)' on a g4dn.2xlarge T4 (a public README found by text search, code index id 39922602093)",
     },
     Gpu {
         id: "mi300x",
         name: "AMD Instinct MI300X 192GB",
-        memory_bytes: 196_608 * MIB,
+        memory_bytes: 206_136_955_372,
         half_tflops: 1307.4,
         fp32_tflops: 163.4,
         hbm_gb_s: 5300.0,
         bf16: true,
         sm_major: 9,
-        memory_source: "rocm-smi: VRAM Total Memory 206141652992 B = 196592 MiB (ROCm/legacy-rocm-build#4750); 196608 MiB nominal kept",
+        memory_source: "torch (ROCm): vLLM's device_memory 191.98 GiB on an MI300X (vllm-project/vllm#53961)",
     },
     Gpu {
         id: "a10",
         name: "NVIDIA A10 24GB",
-        memory_bytes: 23_028 * MIB,
+        memory_bytes: 23_718_956_892,
         half_tflops: 125.0,
         fp32_tflops: 31.2,
         hbm_gb_s: 600.0,
         bf16: true,
         sm_major: 8,
-        memory_source: "NVML total 24146608128 B = 23028 MiB, driver 535.129.03 (mayooot/detect-gpu#3)",
+        memory_source: "torch: 'GPU 1 has a total capacity of 22.09 GiB' on an A10 (vllm-project/vllm#10034)",
     },
     Gpu {
         id: "a40",
@@ -300,24 +305,24 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "h20-141g",
         name: "NVIDIA H20 141GB",
-        memory_bytes: 143_771 * MIB,
+        memory_bytes: 150_109_880_320,
         half_tflops: 148.0,
         fp32_tflops: 44.0,
         hbm_gb_s: 4800.0,
         bf16: true,
         sm_major: 9,
-        memory_source: "unverified: 143771 MiB, the H200's reading for the same 141 GB HBM3e",
+        memory_source: "unverified: the H200's torch total (150109880320 B) for the same 141 GB HBM3e",
     },
     Gpu {
         id: "b200",
         name: "NVIDIA B200 180GB",
-        memory_bytes: 183_359 * MIB,
+        memory_bytes: 191_501_854_310,
         half_tflops: 2250.0,
         fp32_tflops: 80.0,
         hbm_gb_s: 8000.0,
         bf16: true,
         sm_major: 10,
-        memory_source: "nvidia-smi: 183359MiB, driver 595.71.05 (B200 logs found by text search, one in a vLLM PR summary, vllm#32377)",
+        memory_source: "torch: unsloth's 'Total VRAM: 178.35 GB' (total_memory / 2^30) on a B200 (unslothai/unsloth#3411)",
     },
     Gpu {
         id: "mi250",
@@ -523,10 +528,11 @@ mod tests {
             let g = lookup(id).unwrap();
             assert!(!g.memory_source.is_empty(), "{id}");
         }
-        // Every entry's source names a driver reading with its public log, or says unverified.
+        // Every entry names its source: a public log printing torch's total or a driver reading, a measurement, or unverified.
         for g in GPUS {
             assert!(
                 g.memory_source.starts_with("unverified")
+                    || g.memory_source.starts_with("torch")
                     || g.memory_source.contains('#')
                     || g.memory_source.starts_with("measured")
                     || g.memory_source.contains("text search"),
@@ -536,5 +542,27 @@ mod tests {
             );
         }
         assert!(lookup("h100-90g").is_err());
+        // Torch's totals, as the sources print them (GiB to two decimals, or bytes).
+        let gib = |id: &str| {
+            (lookup(id).unwrap().memory_bytes as f64 / (1u64 << 30) as f64 * 100.0).round() / 100.0
+        };
+        for (id, want) in [
+            ("h100-80g", 79.19),
+            ("a100-80g", 79.15),
+            ("a100-40g", 39.39),
+            ("rtx-3090", 23.58),
+            ("rtx-4090", 23.55),
+            ("a10", 22.09),
+            ("t4", 14.74),
+            ("mi300x", 191.98),
+            ("b200", 178.35),
+        ] {
+            assert_eq!(gib(id), want, "{id}");
+            assert!(
+                lookup(id).unwrap().memory_source.starts_with("torch"),
+                "{id}"
+            );
+        }
+        assert_eq!(lookup("h200").unwrap().memory_bytes, 150_109_880_320);
     }
 }

@@ -856,3 +856,75 @@ pub(crate) fn validate(t: &Transformer) -> Result<()> {
     }
     Ok(())
 }
+
+/// Applies a vision-language model's `preprocessor_config.json`: the processor settings a
+/// checkpoint ships replace the image processor class defaults the description assumed
+/// (`from_pretrained` loads them the same way). Read: Qwen's `size` (`shortest_edge`,
+/// `longest_edge`) or `min_pixels`/`max_pixels`, and `merge_size`
+/// (transformers 5.24 `image_processing_qwen2_vl.py`); Llama 4's `max_patches`
+/// (`image_processing_llama4_fast.py`). Returns one line per setting that changed; a model
+/// without a vision tower is left as it is.
+pub fn apply_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> {
+    use crate::blocks::VisionInput;
+    let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
+        what: "preprocessor_config.json".into(),
+        reason: e.to_string(),
+    })?;
+    let Model::Transformer(t) = model else {
+        return Ok(Vec::new());
+    };
+    let Some(vision) = t.blocks.vision.as_mut() else {
+        return Ok(Vec::new());
+    };
+    let num = |keys: &[&str]| -> Result<Option<u64>> {
+        let mut v = &value;
+        for k in keys {
+            match v.get(k) {
+                Some(x) => v = x,
+                None => return Ok(None),
+            }
+        }
+        match v.as_u64() {
+            Some(n) if n > 0 && n <= u64::from(u32::MAX) => Ok(Some(n)),
+            _ => Err(Error::OutOfRange {
+                field: format!("preprocessor_config.json {}", keys.join(".")),
+                value: v.to_string(),
+                why: "must be a positive integer".into(),
+            }),
+        }
+    };
+    let mut changed = Vec::new();
+    let mut set = |what: &str, slot: &mut u64, v: Option<u64>| {
+        if let Some(v) = v {
+            if *slot != v {
+                changed.push(format!("{what} {v} (class default {})", *slot));
+                *slot = v;
+            }
+        }
+    };
+    match &mut vision.input {
+        VisionInput::SmartResize {
+            merge,
+            min_pixels,
+            max_pixels,
+        } => {
+            let min = num(&["size", "shortest_edge"])?.or(num(&["min_pixels"])?);
+            let max = num(&["size", "longest_edge"])?.or(num(&["max_pixels"])?);
+            set("min_pixels", min_pixels, min);
+            set("max_pixels", max_pixels, max);
+            set("merge_size", merge, num(&["merge_size"])?);
+            if *min_pixels > *max_pixels {
+                return Err(Error::OutOfRange {
+                    field: "preprocessor_config.json size".into(),
+                    value: format!("shortest_edge {min_pixels}, longest_edge {max_pixels}"),
+                    why: "shortest_edge must not exceed longest_edge".into(),
+                });
+            }
+        }
+        VisionInput::Tiles { max_tiles, .. } => {
+            set("max_patches", max_tiles, num(&["max_patches"])?);
+        }
+        _ => {}
+    }
+    Ok(changed)
+}

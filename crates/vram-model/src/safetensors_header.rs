@@ -29,13 +29,24 @@ pub fn header_len(first8: &[u8]) -> Result<u64> {
     Ok(n)
 }
 
-/// Element count and bytes per dtype, summed over tensors.
+/// One tensor of a checkpoint as its header describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// The safetensors dtype name (`BF16`, `F8_E4M3`, `I32`, ...).
+    pub dtype: String,
+    /// The shape.
+    pub shape: Vec<u64>,
+}
+
+/// Element count and bytes per dtype, summed over tensors, and every tensor's dtype and shape.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tally {
     /// Elements per dtype name.
     pub elements: BTreeMap<String, u64>,
     /// Bytes per dtype name.
     pub bytes: BTreeMap<String, u64>,
+    /// Each tensor by name: its exact dtype and shape.
+    pub tensors: BTreeMap<String, TensorInfo>,
 }
 
 impl Tally {
@@ -72,7 +83,14 @@ impl Tally {
             end = stop;
             let dtype = format!("{:?}", info.dtype);
             *self.elements.entry(dtype.clone()).or_default() += numel;
-            *self.bytes.entry(dtype).or_default() += (stop - start) as u64;
+            *self.bytes.entry(dtype.clone()).or_default() += (stop - start) as u64;
+            self.tensors.insert(
+                name.to_string(),
+                TensorInfo {
+                    dtype,
+                    shape: info.shape.iter().map(|d| *d as u64).collect(),
+                },
+            );
         }
         if 8 + n + end as u64 != file_len {
             return Err(Error::Safetensors(format!(
@@ -86,12 +104,46 @@ impl Tally {
 
     /// The model as far as weights tell it.
     pub fn into_weights(self, name: &str) -> Weights {
+        self.weights(name)
+    }
+
+    /// The model as far as weights tell it, keeping the tally.
+    pub fn weights(&self, name: &str) -> Weights {
         Weights {
             name: name.to_string(),
             params: self.elements.values().sum(),
             bytes: self.bytes.values().sum(),
-            dtypes: self.elements.into_iter().collect(),
+            dtypes: self.elements.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         }
+    }
+
+    /// Where the checkpoint contradicts a config of `vocab` tokens and width `hidden`: its
+    /// token embedding (`*embed_tokens.weight`, `*wte.weight`, `*word_embeddings.weight`, a
+    /// 2-D tensor in a float dtype, outside a vision tower) has another shape. Both sides are
+    /// named. A checkpoint from another model, or a config edited away from its weights, shows
+    /// here; packed (quantized) embeddings are not compared.
+    pub fn contradiction(&self, vocab: u64, hidden: u64) -> Option<String> {
+        let (name, t) = self.tensors.iter().find(|(name, t)| {
+            [
+                "embed_tokens.weight",
+                "wte.weight",
+                "word_embeddings.weight",
+            ]
+            .iter()
+            .any(|s| {
+                name.ends_with(s)
+                    && (name.len() == s.len() || name[..name.len() - s.len()].ends_with('.'))
+            }) && !name.contains("vision")
+                && !name.contains("visual")
+                && t.shape.len() == 2
+                && matches!(t.dtype.as_str(), "BF16" | "F16" | "F32")
+        })?;
+        (t.shape != [vocab, hidden]).then(|| {
+            format!(
+                "its {name} is {:?} but config.json says vocab_size {vocab} × hidden_size {hidden}",
+                t.shape
+            )
+        })
     }
 }
 

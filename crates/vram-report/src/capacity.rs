@@ -80,6 +80,16 @@ pub struct CapacityRequest {
     pub tensor_parallel_size: u64,
     /// `--pipeline-parallel-size`.
     pub pipeline_parallel_size: u64,
+    /// `--data-parallel-size` (SGLang `--dp-size`).
+    pub data_parallel_size: u64,
+    /// vLLM `--enable-expert-parallel`.
+    pub enable_expert_parallel: bool,
+    /// SGLang `--ep-size`.
+    pub ep_size: Option<u64>,
+    /// SGLang `--enable-dp-attention`.
+    pub enable_dp_attention: bool,
+    /// vLLM's `VLLM_USE_V1` (0 or 1; `None`: the version's own choice).
+    pub vllm_use_v1: Option<u8>,
     /// `--enforce-eager` (SGLang `--disable-cuda-graph`).
     pub enforce_eager: bool,
     /// `--block-size` (SGLang `--page-size`).
@@ -246,7 +256,7 @@ fn config_quantization(config: &serde_json::Value) -> Result<Option<Quantization
     match config["quantization_config"]["quant_method"].as_str() {
         None => Ok(None),
         Some(m) => Quantization::parse(m).map(Some).ok_or_else(|| {
-            input(format!("the config's quantization_config.quant_method `{m}` is not one vram knows (fp8, awq, gptq, bitsandbytes, mxfp4)"))
+            input(format!("the config's quantization_config.quant_method `{m}` is not one vram knows (fp8, int8, awq, gptq, bitsandbytes, mxfp4)"))
         }),
     }
 }
@@ -270,20 +280,24 @@ pub fn knobs(
             "--max-num-batched-tokens",
             r.max_num_batched_tokens.is_some(),
         ),
+        ("--enable-expert-parallel", r.enable_expert_parallel),
+        ("--vllm-use-v1", r.vllm_use_v1.is_some()),
     ];
     let sglang_only = [
         ("--mem-fraction-static", r.mem_fraction_static.is_some()),
         ("--max-total-tokens", r.max_total_tokens.is_some()),
         ("--chunked-prefill-size", r.chunked_prefill_size.is_some()),
         ("--cuda-graph-max-bs", r.cuda_graph_max_bs.is_some()),
+        ("--ep-size", r.ep_size.is_some()),
+        ("--enable-dp-attention", r.enable_dp_attention),
     ];
     let (other, wrong) = match engine {
-        Engine::Vllm => ("SGLang", &sglang_only[..]),
-        Engine::Sglang => ("vLLM", &vllm_only[..]),
+        Engine::Vllm => ("an SGLang", &sglang_only[..]),
+        Engine::Sglang => ("a vLLM", &vllm_only[..]),
     };
     if let Some((flag, _)) = wrong.iter().find(|(_, set)| *set) {
         return Err(input(format!(
-            "{flag} is an {other} flag; not for --engine {}",
+            "{flag} is {other} flag; not for --engine {}",
             engine.name()
         )));
     }
@@ -348,12 +362,12 @@ pub fn knobs(
         chunked_prefill_size: r.chunked_prefill_size,
         cuda_graph_max_bs: r.cuda_graph_max_bs,
         mamba_ssm_bytes: None,
-        vllm_v0: engine == Engine::Vllm
-            && r.engine_version.as_deref().is_some_and(|v| {
-                ["0.5", "0.6", "0.7"]
-                    .iter()
-                    .any(|k| v == *k || v.starts_with(&format!("{k}.")))
-            }),
+        vllm_v0: r.vllm_use_v1 == Some(0),
+        vllm_v1: r.vllm_use_v1 == Some(1),
+        dp: r.data_parallel_size,
+        expert_parallel: r.enable_expert_parallel,
+        ep: r.ep_size.unwrap_or(1),
+        dp_attention: r.enable_dp_attention,
         engine_version: r
             .engine_version
             .as_deref()

@@ -23,8 +23,11 @@ pub struct ModelInput<'a> {
     pub model: Model,
     /// The config.json text it was read from (the catalog's embedded one for an id).
     pub config: Option<&'a str>,
-    /// Parameters counted from the checkpoint's headers beside the config.
+    /// Parameters counted from the checkpoint's headers (beside the config, or on the Hub).
     pub checkpoint_params: Option<u64>,
+    /// Where that checkpoint is, as the cross-check line names it (`checkpoint beside the
+    /// config`, `checkpoint on the Hub (org/name@commit)`).
+    pub checkpoint_place: Option<String>,
 }
 
 /// What `vram estimate` was asked.
@@ -183,9 +186,13 @@ pub struct EstimateReport {
     /// Vision-language models with `--images`: what each image becomes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_tokens: Option<ImageTokens>,
-    /// Parameters counted from the checkpoint beside the config.
+    /// Parameters counted from the checkpoint's headers (beside the config, or on the Hub).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_params: Option<u64>,
+    /// Where that checkpoint is (`checkpoint beside the config`, `checkpoint on the Hub
+    /// (org/name@commit)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_place: Option<String>,
     /// `--timeline`: live bytes at every phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Vec<TimelinePoint>>,
@@ -478,6 +485,7 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         },
         image_tokens: image_report(model, &setup),
         checkpoint_params: m.checkpoint_params,
+        checkpoint_place: m.checkpoint_place.clone(),
         timeline: req.timeline.then(|| {
             e.timeline
                 .iter()

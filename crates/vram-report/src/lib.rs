@@ -28,7 +28,7 @@
 //!     timeline: false,
 //!     dequantized: false,
 //! };
-//! let input = estimate::ModelInput { model, config: None, checkpoint_params: None };
+//! let input = estimate::ModelInput { model, config: None, checkpoint_params: None, checkpoint_place: None };
 //! let Report::Estimate(r) = estimate::estimate(&input, &req).unwrap() else { unreachable!() };
 //! assert!(r.fits && r.max_micro_batch.flatten().unwrap() > 1);
 //! let json = Report::Estimate(r.clone()).to_json();

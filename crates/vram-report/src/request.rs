@@ -371,6 +371,7 @@ impl Weights {
             "bitsandbytes" | "bnb" => Weights::Bitsandbytes,
             "mxfp4" => Weights::Mxfp4,
             "fbgemm_fp8" | "compressed-tensors-fp8" => Weights::Format(WeightFormat::Fp8),
+            "w8a8" | "compressed-tensors-w8a8" => Weights::Format(WeightFormat::Int8),
             "gptq_marlin" => Weights::Format(WeightFormat::Gptq { group: 128 }),
             "awq_marlin" => Weights::Format(WeightFormat::Awq { group: 128 }),
             _ if l.starts_with("gptq") || l.starts_with("awq") => {
@@ -406,6 +407,7 @@ impl Weights {
                 Quantization::None
             }
             Weights::Format(WeightFormat::Fp8) => Quantization::Fp8,
+            Weights::Format(WeightFormat::Int8) => Quantization::Int8,
             Weights::Format(WeightFormat::Gptq { group: 128 }) => Quantization::Gptq,
             Weights::Format(WeightFormat::Awq { group: 128 }) => Quantization::Awq,
             Weights::Format(WeightFormat::Nf4) | Weights::Bitsandbytes => {
@@ -414,7 +416,7 @@ impl Weights {
             Weights::Mxfp4 => Quantization::Mxfp4,
             Weights::Format(f) => {
                 return Err(input(format!(
-                    "--weights {} is not a storage vram capacity models for the engines (none, fp8, awq, gptq, bitsandbytes/nf4, mxfp4; AWQ and GPTQ at group 128; --dtype sets float32)",
+                    "--weights {} is not a storage vram capacity models for the engines (none, fp8, int8, awq, gptq, bitsandbytes/nf4, mxfp4; AWQ and GPTQ at group 128; --dtype sets float32)",
                     f.name()
                 )))
             }

@@ -205,7 +205,10 @@ impl EstimateReport {
                 format!("config says {}", thousands(self.params))
             };
             lines.push(format!(
-                "checkpoint beside the config: {} parameters ({verdict})",
+                "{}: {} parameters ({verdict})",
+                self.checkpoint_place
+                    .as_deref()
+                    .unwrap_or("checkpoint beside the config"),
                 thousands(c)
             ));
         }

@@ -347,9 +347,12 @@ pub struct FinetuneArgs {
 /// Arguments of `vram estimate`.
 #[derive(Debug, Args)]
 pub struct EstimateArgs {
-    /// A catalog id (see `vram models`), a config.json or a folder holding one, or a
-    /// .safetensors file / model.safetensors.index.json.
+    /// A local folder with config.json, a config file, a .safetensors file or
+    /// model.safetensors.index.json, a catalog id (see `vram models`), or a Hub id
+    /// (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     pub model: String,
+    #[command(flatten)]
+    pub hub: crate::input::HubArgs,
     /// GPU to check the fit against (see `vram gpus`), or a bare size such as 23.58GiB.
     #[arg(long, default_value = "h100-80g")]
     pub gpu: String,
@@ -422,13 +425,17 @@ pub enum DtypeArg {
 /// Arguments of `vram capacity`.
 #[derive(Debug, Args)]
 pub struct CapacityArgs {
-    /// A catalog id, a config.json or a folder holding one.
+    /// A local folder with config.json or a config file, a catalog id (see `vram models`),
+    /// or a Hub id (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     pub model: String,
+    #[command(flatten)]
+    pub hub: crate::input::HubArgs,
     /// The serving engine.
     #[arg(long, value_enum, default_value = "vllm")]
     pub engine: EngineArg,
-    /// The engine's version whose memory layout applies: vllm 0.5 to 0.20 (0.5-0.7: the V0
-    /// engine), sglang 0.4 to 0.5; a patch release (0.6.5) takes its minor version's rules
+    /// The engine's version whose memory layout applies: vllm 0.5 to 0.20 (V0 to 0.7; from 0.8
+    /// to 0.10 V1, falling back to V0 on GPUs older than Ampere, fp32 and an fp8 KV cache off
+    /// Hopper), sglang 0.4 to 0.5; a patch release (0.6.5) takes its minor version's rules
     /// [default: vllm 0.11, sglang 0.5].
     #[arg(long)]
     pub engine_version: Option<String>,
@@ -459,9 +466,26 @@ pub struct CapacityArgs {
     /// Tensor-parallel GPUs (1 to 1024, dividing the attention heads).
     #[arg(long, alias = "tp-size", alias = "tp", default_value_t = 1)]
     pub tensor_parallel_size: u64,
-    /// Pipeline-parallel stages (1 to the model's layers).
+    /// Pipeline-parallel stages (1 to the model's layers; on one node or across nodes: the
+    /// same stages).
     #[arg(long, alias = "pp-size", alias = "pp", default_value_t = 1)]
     pub pipeline_parallel_size: u64,
+    /// Data-parallel replicas of the TP group (vLLM --data-parallel-size, SGLang --dp-size).
+    #[arg(long, alias = "dp-size", alias = "dp", default_value_t = 1)]
+    pub data_parallel_size: u64,
+    /// vLLM: spread whole experts over the TP x DP GPUs.
+    #[arg(long)]
+    pub enable_expert_parallel: bool,
+    /// SGLang: spread whole experts over this many of the TP GPUs [default: 1].
+    #[arg(long)]
+    pub ep_size: Option<u64>,
+    /// SGLang: run attention TP over tp / dp GPUs (needs --dp-size).
+    #[arg(long)]
+    pub enable_dp_attention: bool,
+    /// vLLM: the VLLM_USE_V1 environment variable (0: V0 where the version has it; 1: V1 on
+    /// 0.7 and earlier) [default: the version's own choice].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub vllm_use_v1: Option<u8>,
     /// No CUDA graphs (SGLang: --disable-cuda-graph).
     #[arg(long, alias = "disable-cuda-graph")]
     pub enforce_eager: bool,
@@ -469,8 +493,8 @@ pub struct CapacityArgs {
     /// SGLang --page-size [1, `server_args._handle_page_size`], tokens.
     #[arg(long, alias = "page-size")]
     pub block_size: Option<u64>,
-    /// Weight storage, the engine's --quantization: none, fp8, awq, gptq, bitsandbytes (nf4),
-    /// mxfp4 [default: the config's quantization_config, else none].
+    /// Weight storage, the engine's --quantization: none, fp8, int8, awq, gptq, bitsandbytes
+    /// (nf4), mxfp4 [default: the config's quantization_config, else none].
     #[arg(long, alias = "quantization", value_parser = parse_weights)]
     pub weights: Option<vram_report::request::Weights>,
     /// Model dtype.
@@ -540,8 +564,11 @@ pub enum EmitArg {
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("hardware").args(["gpu", "cluster"]).required(true).multiple(true)))]
 pub struct PlanArgs {
-    /// A catalog id (see `vram models`), a config.json or a folder holding one.
+    /// A local folder with config.json or a config file, a catalog id (see `vram models`),
+    /// or a Hub id (`Qwen/Qwen3-8B`; `modelscope:org/name`), in that order.
     pub model: String,
+    #[command(flatten)]
+    pub hub: crate::input::HubArgs,
     /// GPU (see `vram gpus`); with --cluster, the preset's GPU replaced.
     #[arg(long)]
     pub gpu: Option<String>,

@@ -251,7 +251,7 @@ fn report_pages_read_well_in_headless_chromium_at_1280_px() {
             "--tensor-parallel-size",
             "2",
             "--gpu-memory-utilization",
-            "0.85",
+            "0.87",
             "--json",
         ],
         &cap,
@@ -265,7 +265,7 @@ fn report_pages_read_well_in_headless_chromium_at_1280_px() {
         (
             &est,
             &[
-                "GPU: NVIDIA H100 80GB SXM (79.6 GiB)",
+                "GPU: NVIDIA H100 80GB SXM (79.2 GiB)",
                 "training, bf16-amp",
                 "does NOT fit",
                 "GiB short",
@@ -298,7 +298,7 @@ fn report_pages_read_well_in_headless_chromium_at_1280_px() {
                 "cheapest change that starts at max_model_len 8,192: <code>",
                 "Available KV cache memory",
                 "<td>KV cache</td>",
-                "(gpu_memory_utilization 0.85)",
+                "(gpu_memory_utilization 0.87)",
             ][..],
             &["kv_cache_bytes", "weights_bytes", "max_model_len_that_fits"][..],
         ),

@@ -11,7 +11,8 @@ use vram_doctor::{diagnose, read, Inputs, Reading};
 struct Case {
     source: String,
     half: String,
-    /// 1: the rules were fitted on its fit half; 2: collected after fitting, all unseen.
+    /// 1: the first rules were fitted on its fit half; 2: collected after that fitting;
+    /// 3: collected after every message of 1 and 2 had been seen.
     batch: u8,
     label: String,
     message: String,
@@ -90,13 +91,45 @@ fn right(label: &str, got: &str, listed: bool) -> bool {
         .any(|l| l == got || (l == "other-processes" && got == "outside-pytorch" && !listed))
 }
 
+/// The groups the figures are kept for: what the rules may be fitted on, and what was
+/// reported once as it came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Group {
+    /// Batch 1's fit half: the first rules were fitted on it.
+    Fit1,
+    /// Batch 1's holdout: reported at 16 / 25 (BENCHMARKS.md), seen since.
+    Holdout1,
+    /// Batch 2, both halves: reported at 3 / 6, seen since.
+    Batch2,
+    /// Batch 3's fit half: the second round's rules were fitted on it and on everything above.
+    Fit3,
+    /// Batch 3's holdout: reported once, as it came out (28 / 33, with the rules of 7feda5d).
+    Holdout3,
+}
+
+/// Each group's figure: (right top causes today, what it was reported at when it was unseen).
+/// Every group is pinned at today's figure (a change that moves one says so), and a holdout
+/// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
+/// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
+const FIGURES: [(Group, usize, Option<usize>); 5] = [
+    (Group::Fit1, 19, None),
+    (Group::Holdout1, 19, Some(16)),
+    (Group::Batch2, 5, Some(3)),
+    (Group::Fit3, 16, None),
+    (Group::Holdout3, 29, Some(28)),
+];
+
+/// Whether batch 3's holdout has been run. Until the rules of the second round were final
+/// (commit 7feda5d) its rows were neither printed nor counted; it was then run once and came
+/// out at 28 / 33 (BENCHMARKS.md).
+const HOLDOUT3_RUN: bool = true;
+
 #[test]
 fn public_messages_fit_half_and_holdout() {
     let cases = cases();
-    // Batch 1's fit half, batch 1's holdout, batch 2 (both halves unseen).
-    let mut score = [(0usize, 0usize); 3];
-    println!("\n| half | source | label (from the thread) | doctor's top cause | right |");
-    println!("|---|---|---|---|---|");
+    let mut score = std::collections::BTreeMap::<Group, (usize, usize)>::new();
+    println!("\n| batch | half | source | label (from the thread) | doctor's top cause | right |");
+    println!("|---|---|---|---|---|---|");
     for c in &cases {
         let half = if fnv1a(&c.source) % 2 == 0 {
             "fit"
@@ -104,26 +137,38 @@ fn public_messages_fit_half_and_holdout() {
             "holdout"
         };
         assert_eq!(half, c.half, "{}: the half is the hash's", c.source);
+        let group = match (c.batch, half) {
+            (1, "fit") => Group::Fit1,
+            (1, _) => Group::Holdout1,
+            (2, _) => Group::Batch2,
+            (3, "fit") => Group::Fit3,
+            (3, _) => Group::Holdout3,
+            (b, _) => panic!("{}: no batch {b}", c.source),
+        };
+        if group == Group::Holdout3 && !HOLDOUT3_RUN {
+            continue;
+        }
         let (got, listed) = top(&c.message);
         let ok = right(&c.label, &got, listed);
-        let s = &mut score[if c.batch == 2 {
-            2
-        } else {
-            usize::from(half == "holdout")
-        }];
+        let s = score.entry(group).or_default();
         s.0 += usize::from(ok);
         s.1 += 1;
         println!(
-            "| {half}{} | {} | {} | {got} | {} |",
-            if c.batch == 2 { " (batch 2)" } else { "" },
+            "| {} | {half} | {} | {} | {got} | {} |",
+            c.batch,
             c.source.trim_start_matches("https://github.com/"),
             c.label,
             if ok { "yes" } else { "**no**" }
         );
     }
-    println!(
-        "fit: {}/{} right; holdout: {}/{} right; batch 2 (unseen): {}/{} right",
-        score[0].0, score[0].1, score[1].0, score[1].1, score[2].0, score[2].1
-    );
-    assert_eq!(score.iter().map(|s| s.1).sum::<usize>(), cases.len());
+    for (group, right, reported) in FIGURES {
+        let Some(&(r, n)) = score.get(&group) else {
+            continue;
+        };
+        println!("{group:?}: {r}/{n} right");
+        assert_eq!(r, right, "{group:?}: {r}/{n} right, pinned at {right}");
+        if let Some(floor) = reported {
+            assert!(r >= floor, "{group:?}: {r}/{n}, reported at {floor}");
+        }
+    }
 }

@@ -27,6 +27,7 @@ pub const FAMILIES: &[&str] = &[
     "qwen3_next",
     "qwen3_vl",
     "qwen3_vl_moe",
+    "deepseek_v2",
     "deepseek_v3",
     "kimi_k2",
     "deepseek_v32",
@@ -349,7 +350,9 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
             qwen3_5(c, mt)?
         }
-        "deepseek_v3" | "kimi_k2" | "deepseek_v32" | "glm_moe_dsa" => deepseek(c, mt)?,
+        "deepseek_v2" | "deepseek_v3" | "kimi_k2" | "deepseek_v32" | "glm_moe_dsa" => {
+            deepseek(c, mt)?
+        }
         "glm4_moe" => glm4_moe(c)?,
         "gpt_oss" => gpt_oss(c)?,
         "llama4" | "llama4_text" => llama4(c)?,

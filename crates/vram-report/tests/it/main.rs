@@ -48,6 +48,7 @@ pub fn estimate(
         model,
         config: vram_model::catalog::config_text(id),
         checkpoint_params: None,
+        checkpoint_place: None,
     };
     vram_report::estimate::estimate(&input, &req).unwrap()
 }

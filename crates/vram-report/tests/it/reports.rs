@@ -136,6 +136,7 @@ fn the_context_limit_is_the_length_capacity_derives() {
         model: model.clone(),
         config: Some(&text),
         checkpoint_params: None,
+        checkpoint_place: None,
     };
     let Report::Estimate(r) = vram_report::estimate::estimate(&input, &req).unwrap() else {
         unreachable!()
@@ -157,6 +158,11 @@ fn the_context_limit_is_the_length_capacity_derives() {
             kv_cache_dtype: vram_report::capacity::KvCacheDtype::Auto,
             tensor_parallel_size: 1,
             pipeline_parallel_size: 1,
+            data_parallel_size: 1,
+            enable_expert_parallel: false,
+            ep_size: None,
+            enable_dp_attention: false,
+            vllm_use_v1: None,
             enforce_eager: false,
             block_size: None,
             weights: None,

@@ -62,6 +62,8 @@ use vram_model::gpu::Gpu;
 
 use crate::error::{Error, Result};
 
+mod engine;
+
 const GIB: f64 = (1u64 << 30) as f64;
 const MIB: u64 = 1 << 20;
 
@@ -406,7 +408,8 @@ fn vllm_blocks(g: &KvGroup, len: u64, mnbt: u64) -> u64 {
 /// - A sliding window no shorter than `max_model_len` is full attention here.
 fn vllm_layout(layers: &[LayerCache], k: &Knobs, gpu: &Gpu, max_len: u64, mnbt: u64) -> VllmLayout {
     let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
-    let tp = k.tp;
+    let tp = attention_tp(k);
+    let mla_aligned = engine::vllm_mla_entry_aligned(k, engine::vllm_v1(k, gpu).0);
     let mla = layers
         .iter()
         .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
@@ -442,7 +445,15 @@ fn vllm_layout(layers: &[LayerCache], k: &Knobs, gpu: &Gpu, max_len: u64, mnbt: 
                 ("sliding", Some(window), block * token_bytes(c, kv, tp))
             }
             LayerCache::Sliding { .. } => ("full", None, block * token_bytes(c, kv, tp)),
-            LayerCache::MlaLatent { .. } => ("mla", None, block * token_bytes(c, kv, tp)),
+            LayerCache::MlaLatent { .. } => {
+                let entry = token_bytes(c, kv, tp);
+                let entry = if mla_aligned {
+                    entry.div_ceil(256) * 256
+                } else {
+                    entry
+                };
+                ("mla", None, block * entry)
+            }
             LayerCache::State { .. } => ("state", None, c.state_bytes(k)),
         }
     };
@@ -516,6 +527,8 @@ pub enum Quantization {
     None,
     /// FP8 weights (one byte, per-tensor or per-channel scales).
     Fp8,
+    /// INT8 weights (W8A8, one byte with per-channel scales: compressed-tensors' `w8a8`).
+    Int8,
     /// AWQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
     Awq,
     /// GPTQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
@@ -531,7 +544,7 @@ impl Quantization {
     pub fn linear_bytes(self, dtype: f64) -> f64 {
         match self {
             Quantization::None => dtype,
-            Quantization::Fp8 => 1.0,
+            Quantization::Fp8 | Quantization::Int8 => 1.0,
             Quantization::Awq | Quantization::Gptq => 0.5 + 2.0 / 128.0 + 0.5 / 128.0,
             Quantization::Bitsandbytes => 0.5 + 4.0 / 64.0,
             Quantization::Mxfp4 => 0.5 + 1.0 / 32.0,
@@ -542,6 +555,7 @@ impl Quantization {
         Some(match s.to_ascii_lowercase().as_str() {
             "none" => Quantization::None,
             "fp8" | "fbgemm_fp8" | "compressed-tensors-fp8" => Quantization::Fp8,
+            "int8" | "w8a8" | "compressed-tensors-w8a8" => Quantization::Int8,
             "awq" | "awq_marlin" => Quantization::Awq,
             "gptq" | "gptq_marlin" => Quantization::Gptq,
             "bitsandbytes" | "bnb" => Quantization::Bitsandbytes,
@@ -584,11 +598,24 @@ pub struct Knobs {
     pub chunked_prefill_size: Option<u64>,
     /// SGLang `--cuda-graph-max-bs`.
     pub cuda_graph_max_bs: Option<u64>,
-    /// vLLM's V0 engine (0.5 to 0.7, `vllm/worker/worker.py` `determine_num_available_blocks`):
-    /// no chunked prefill up to 32K tokens, so the profile run is one batch of
-    /// `max(max_model_len, 2048)` tokens; `max_num_seqs` 256; the concurrency logged is the
-    /// pool's tokens over `max_model_len`.
+    /// `VLLM_USE_V1=0`: vLLM's V0 engine where the version still has it (to 0.10). V0
+    /// (`vllm/worker/worker.py` `determine_num_available_blocks`) has no chunked prefill up to
+    /// 32K tokens, so the profile run is one batch of `max(max_model_len, 2048)` tokens;
+    /// `max_num_seqs` 256; the concurrency logged is the pool's tokens over `max_model_len`.
+    /// Without it the version decides (see `engine`: V0 to 0.7, V1 from 0.8 with V0 fallbacks).
     pub vllm_v0: bool,
+    /// `VLLM_USE_V1=1`: vLLM's V1 engine on 0.7 and earlier, where V0 is the default.
+    pub vllm_v1: bool,
+    /// `--data-parallel-size` (vLLM) / `--dp-size` (SGLang): replicas of the TP group.
+    pub dp: u64,
+    /// vLLM `--enable-expert-parallel`: experts spread whole over the TP × DP GPUs instead of
+    /// each expert's matrices split by TP.
+    pub expert_parallel: bool,
+    /// SGLang `--ep-size`: experts spread whole over this many of the TP GPUs.
+    pub ep: u64,
+    /// SGLang `--enable-dp-attention`: attention runs TP over `tp / dp` GPUs (its weights and KV
+    /// heads split `tp / dp` ways), the MoE over all `tp`.
+    pub dp_attention: bool,
     /// Bytes of a Mamba2 / Gated DeltaNet recurrent-state element (vLLM
     /// `--mamba-ssm-cache-dtype`); `None`: the model dtype. The CLI sets it from the config's
     /// `mamba_ssm_dtype` ([`config_mamba_ssm_bytes`]) as vLLM does.
@@ -624,6 +651,11 @@ impl Default for Knobs {
             chunked_prefill_size: None,
             cuda_graph_max_bs: None,
             vllm_v0: false,
+            vllm_v1: false,
+            dp: 1,
+            expert_parallel: false,
+            ep: 1,
+            dp_attention: false,
             mamba_ssm_bytes: None,
             engine_version: None,
             derived_max_model_len: None,
@@ -710,6 +742,29 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
             "--tensor-parallel-size and --pipeline-parallel-size must be between 1 and 1024".into(),
         ));
     }
+    if k.dp == 0 || k.dp > 1024 || k.ep == 0 || k.ep > 1024 {
+        return Err(Error::Capacity(
+            "--data-parallel-size and --ep-size must be between 1 and 1024".into(),
+        ));
+    }
+    if k.ep > 1 && k.tp % k.ep != 0 {
+        return Err(Error::Capacity(format!(
+            "--ep-size {} does not divide --tp-size {} (SGLang spreads the experts over the TP GPUs)",
+            k.ep, k.tp
+        )));
+    }
+    if k.dp_attention && (k.dp < 2 || k.tp % k.dp != 0) {
+        return Err(Error::Capacity(format!(
+            "--enable-dp-attention needs a --dp-size of at least 2 that divides --tp-size {} (attention runs TP over tp / dp GPUs)",
+            k.tp
+        )));
+    }
+    if (k.expert_parallel || k.ep > 1) && t.experts < 2 {
+        return Err(Error::Capacity(format!(
+            "`{}` has no experts to spread (expert parallelism is for MoE models)",
+            t.name
+        )));
+    }
     if t.heads % k.tp != 0 {
         return Err(Error::Capacity(format!(
             "--tensor-parallel-size {} does not divide the model's {} attention heads",
@@ -766,24 +821,133 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 /// holds the embedding, the last the final norm and head), tensor-parallel parts split by `tp`
 /// (vocabulary padded to a multiple of 64, `DEFAULT_VOCAB_PADDING_SIZE`), quantized linear
 /// layers at their storage's bytes; plus the rotary `cos_sin_cache` (`[max_positions,
-/// head_dim]` in the model dtype).
+/// head_dim]` in the model dtype). Expert and data parallelism move parts around
+/// ([`parallel_widths`]): vLLM's `--enable-expert-parallel` spreads whole experts over the
+/// `tp × dp` GPUs; SGLang's `--enable-dp-attention` splits attention `tp / dp` ways.
 ///
 /// Without `--quantization`, a checkpoint shipped quantized (the config's FP8 blocks or MXFP4
 /// experts, as `vram_model::blocks::Storage` reads them) is counted as stored: on one GPU its
 /// exact stored bytes, and under TP/PP the same share of them that the layout puts on the most
-/// loaded GPU of the unquantized model.
-pub fn weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
+/// loaded GPU of the unquantized model. vLLM's MXFP4 MoE kernels then lay the experts out padded
+/// to their tile sizes (`engine::vllm_mxfp4_layout`): what loading takes can exceed what is stored.
+pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> u64 {
     let logical = logical_weights_per_gpu(t, k);
-    if k.quantization != Quantization::None
+    let mxfp4 = k.quantization == Quantization::Mxfp4
+        || t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4;
+    let base = if k.quantization != Quantization::None
         || t.blocks.storage.quant == vram_model::blocks::Quant::None
     {
-        return logical;
+        logical
+    } else {
+        let one = Knobs {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            expert_parallel: false,
+            dp_attention: false,
+            ..*k
+        };
+        let rotary = (t.max_positions * t.head_dim * k.dtype_bytes) as f64;
+        let whole = logical_weights_per_gpu(t, &one) as f64;
+        let stored = t.blocks.weights_bytes(false) as f64 + rotary;
+        (logical as f64 * stored / whole.max(1.0)).round() as u64
+    };
+    if engine != Engine::Vllm {
+        return base;
     }
-    let one = Knobs { tp: 1, pp: 1, ..*k };
-    let rotary = (t.max_positions * t.head_dim * k.dtype_bytes) as f64;
-    let whole = logical_weights_per_gpu(t, &one) as f64;
-    let stored = t.blocks.weights_bytes(false) as f64 + rotary;
-    (logical as f64 * stored / whole.max(1.0)).round() as u64
+    let padding = if mxfp4 { mxfp4_padding(t, k, gpu) } else { 0 };
+    base + padding + mla_absorbed_bytes(t, k)
+}
+
+/// What vLLM before 0.8 keeps beside the MLA weights on the most loaded GPU
+/// (`engine::vllm_mla_absorbs`): `W_Q_UK` (`q_in × heads × kv_lora_rank`) and `W_UV_O`
+/// (`heads × kv_lora_rank × hidden`) in the model dtype, heads split by TP, and for a quantized
+/// checkpoint the dequantized `kv_b_proj` (`kv_lora_rank × heads × (qk_nope + v)`) they come from.
+fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
+    use vram_model::blocks::Mixer;
+    if !engine::vllm_mla_absorbs(k) {
+        return 0;
+    }
+    let n = (t.blocks.len() as u64).div_ceil(k.pp) as usize;
+    t.blocks
+        .iter()
+        .take(n)
+        .map(|b| match b.mixer {
+            Mixer::Mla(m) => {
+                let heads = m.heads.div_ceil(attention_tp(k));
+                let q_in = m.q_lora_rank.unwrap_or(t.hidden);
+                let mut elems = q_in * heads * m.kv_lora_rank + heads * m.kv_lora_rank * t.hidden;
+                if k.quantization != Quantization::None {
+                    elems += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
+                }
+                elems * k.dtype_bytes
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The expert feed-forward's intermediate size and whether it is gated, for an MoE model.
+fn moe_shape(t: &Transformer) -> Option<(u64, bool)> {
+    use vram_model::blocks::Ffn;
+    t.blocks.kinds.iter().find_map(|kind| match kind.ffn {
+        Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => Some((m.expert_intermediate, m.gated)),
+        _ => None,
+    })
+}
+
+/// Bytes vLLM's MXFP4 MoE layout adds on the most loaded GPU: every expert matrix padded to
+/// `round_up(hidden, h) × round_up(intermediate per GPU, i)` (MXFP4 elements of half a byte
+/// plus an 8-bit scale per 32).
+fn mxfp4_padding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
+    let Some((inter, gated)) = moe_shape(t) else {
+        return 0;
+    };
+    let (_, im, hm) = engine::vllm_mxfp4_layout(k, gpu);
+    let (etp, _) = expert_split(k);
+    let per_gpu_experts = t.experts.div_ceil(if k.expert_parallel { etp } else { 1 });
+    let i_part = if k.expert_parallel {
+        inter
+    } else {
+        inter.div_ceil(k.tp)
+    };
+    let mats = if gated { 3 } else { 2 };
+    let elems = |h: u64, i: u64| per_gpu_experts * mats * h * i;
+    let padded = elems(t.hidden.div_ceil(hm) * hm, i_part.div_ceil(im) * im);
+    let plain = elems(t.hidden, i_part);
+    let layers_here = t.layers.div_ceil(k.pp);
+    let bytes = 0.5 + 1.0 / 32.0;
+    ((padded - plain) as f64 * bytes) as u64 * layers_here
+}
+
+/// How the experts are split: `(ways, whole)`: vLLM with `--enable-expert-parallel` spreads
+/// whole experts over `tp × dp` GPUs; otherwise each expert's matrices are split `tp` ways
+/// (SGLang's `--ep-size` spreads whole experts over `ep` of the TP GPUs and splits each the
+/// remaining `tp / ep` ways: the same bytes per GPU).
+fn expert_split(k: &Knobs) -> (u64, bool) {
+    if k.expert_parallel {
+        (k.tp * k.dp, true)
+    } else {
+        (k.tp, false)
+    }
+}
+
+/// The attention's tensor-parallel size: `tp`, or `tp / dp` with SGLang's DP attention.
+fn attention_tp(k: &Knobs) -> u64 {
+    if k.dp_attention {
+        (k.tp / k.dp).max(1)
+    } else {
+        k.tp
+    }
+}
+
+/// The ways attention, experts and the rest of a layer are split on one GPU.
+fn parallel_widths(k: &Knobs) -> (f64, f64, f64) {
+    (
+        attention_tp(k) as f64,
+        expert_split(k).0 as f64,
+        k.tp as f64,
+    )
 }
 
 fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
@@ -791,8 +955,18 @@ fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
     let d = k.dtype_bytes as f64;
     let q = k.quantization.linear_bytes(d);
     let tp = k.tp as f64;
+    let (attn_ways, expert_ways, rest_ways) = parallel_widths(k);
     let sharded = (split.per_layer - split.per_layer_replicated) as f64;
-    let layer = sharded / tp * q + split.per_layer_replicated as f64 * d;
+    let (qw, kvw) = t.attn_widths();
+    let attn = ((t.hidden * (qw + 2 * kvw) + qw * t.hidden) as f64).min(sharded);
+    let experts = if t.experts > 1 {
+        ((t.experts * split.per_expert) as f64).min(sharded - attn)
+    } else {
+        0.0
+    };
+    let rest = sharded - attn - experts;
+    let layer = (attn / attn_ways + experts / expert_ways + rest / rest_ways) * q
+        + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers.div_ceil(k.pp) as f64;
     let vocab_padded = (t.vocab.div_ceil(64) * 64) as f64;
     let embed = vocab_padded * t.hidden as f64 / tp * d;
@@ -867,7 +1041,7 @@ pub fn kv_bytes_per_token(t: &Transformer, k: &Knobs) -> u64 {
     stage_layers(t, k.pp)
         .iter()
         .filter(|c| matches!(c, LayerCache::Full { .. } | LayerCache::MlaLatent { .. }))
-        .map(|c| token_bytes(c, kv, k.tp))
+        .map(|c| token_bytes(c, kv, attention_tp(k)))
         .sum()
 }
 
@@ -941,11 +1115,11 @@ fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 
 /// (sorted values, int64 indices, the int64 index input and cub's radix-sort double buffers of
 /// both), which is larger than what the function holds once the sort returns (the sorted values
 /// and indices, both masks, the softmax, its cumulative sum and the re-scattered logits).
-fn sampler_peak(t: &Transformer, reqs: u64, tokens: u64, k: &Knobs) -> u64 {
+fn sampler_peak(t: &Transformer, reqs: u64, tokens: u64, k: &Knobs, sorts: bool) -> u64 {
     let v = t.vocab.div_ceil(64) * 64;
     let d = k.dtype_bytes;
     let hidden = tokens * t.hidden * d;
-    let per_element = if k.vllm_v0 {
+    let per_element = if sorts {
         // during the sort: fp32 input 4, values out 4, indices in 8 and out 8, cub's alternate
         // buffers 4 + 8; after it: values 4, indices 8, masks 1 + 1, softmax 4, cumsum 4, new 4.
         (d + 4 + 4 + 8 + 8 + 4 + 8).max(d + 4 + 4 + 8 + 1 + 4 + 4 + 1 + 4)
@@ -984,9 +1158,11 @@ fn stage_layers(t: &Transformer, pp: u64) -> Vec<LayerCache> {
 
 fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let total = gpu.memory_bytes;
+    let (v1, fallback) = engine::vllm_v1(k, gpu);
+    let v0 = !v1;
     let big = total as f64 >= 70.0 * GIB && !gpu.id.starts_with("a100");
     let max_len = k.max_model_len.unwrap_or(model_max_len(t, k));
-    let (seqs_default, tokens_default) = if k.vllm_v0 {
+    let (seqs_default, tokens_default) = if v0 {
         // V0's EngineArgs: chunked prefill only above 32K tokens (then 2048 a step).
         (
             256,
@@ -1007,19 +1183,15 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // Chunked prefill is on in V1; a batch is at least one sequence's worth of tokens only
     // when chunking is off. The scheduler's budget is also at least max_num_seqs.
     mnbt = mnbt.max(max_num_seqs.min(mnbt));
-    let weights = weights_per_gpu(t, k);
+    let weights = weights_per_gpu(t, k, gpu, Engine::Vllm);
     let reqs = max_num_seqs.min(mnbt);
     // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
-    let compiled = !k.vllm_v0 && !k.enforce_eager;
-    // vLLM 0.11 logs the profile's peak only through the pool; V0 logged it.
-    let activation = forward_peak(t, mnbt, k, compiled).max(sampler_peak(t, reqs, mnbt, k));
-    // cuBLAS/cuBLASLt handles' workspaces and NCCL communicators (TP/PP > 1: NCCL's buffers
-    // and vLLM's custom all-reduce IPC buffers) appear after the snapshot.
-    let non_torch = if k.tp * k.pp > 1 {
-        1024 * MIB
-    } else {
-        128 * MIB
-    };
+    let compiled = !v0 && !k.enforce_eager;
+    let sorts = engine::vllm_sampler_sorts(k, v1, reqs);
+    let activation = forward_peak(t, mnbt, k, compiled).max(sampler_peak(t, reqs, mnbt, k, sorts));
+    // Memory outside PyTorch that appears after the snapshot (kernel images, library handles,
+    // NCCL and custom all-reduce buffers at TP/PP > 1), by version (`engine::vllm_non_torch`).
+    let (non_torch, non_torch_source) = engine::vllm_non_torch(k, v1);
     let graphs = if k.enforce_eager {
         0
     } else {
@@ -1029,10 +1201,10 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         // own bookkeeping (about 1 MiB per graph per 8 layers, an assumption).
         forward_peak(t, largest, k, true) + sizes.len() as u64 * t.layers.div_ceil(8) * MIB
     };
-    // From 0.19 the worker profiles CUDA-graph memory before sizing the KV cache and subtracts
-    // it (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default: "Estimated CUDA graph
-    // memory: X GiB total"); before, graphs were captured after the cache was allocated.
-    let graphs_in_budget = !k.vllm_v0 && Engine::Vllm.version_in_force(k) >= [0, 19, 0];
+    // From 0.20 the worker subtracts its CUDA-graph estimate before sizing the KV cache
+    // (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default; 0.19 only logs "Estimated CUDA
+    // graph memory: X GiB total"); before, graphs come on top of the budget.
+    let graphs_in_budget = engine::vllm_graphs_in_budget(k, v1, gpu);
     let budget = (total as f64 * util) as u64;
     let non_kv = weights + activation + non_torch + if graphs_in_budget { graphs } else { 0 };
     let available = budget as i128 - non_kv as i128;
@@ -1051,7 +1223,7 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             .map(|g| g.layers * vllm_blocks(g, len, mnbt) * page)
             .sum()
     };
-    let max_concurrency = if k.vllm_v0 {
+    let max_concurrency = if v0 {
         tokens as f64 / max_len as f64
     } else {
         v1_concurrency
@@ -1116,7 +1288,12 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             "Available KV cache memory: {:.2} GiB",
             gib(available as f64)
         ));
-        if !starts {
+        if !starts && v0 {
+            // V0 (`worker.py` `raise_if_cache_size_invalid`, 0.6.4): the pool's tokens.
+            log.push(format!(
+                "ValueError: The model's max seq len ({max_len}) is larger than the maximum number of tokens that can be stored in KV cache ({tokens}). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+            ));
+        } else if !starts {
             let needed = layer_bytes_for(max_len);
             log.push(format!(
                 "ValueError: To serve at least one request with the models's max seq len ({max_len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). Based on the available memory, the estimated maximum model length is {max_fit}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
@@ -1149,11 +1326,27 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 .into(),
         );
     }
-    let mut assumes = vec![if k.vllm_v0 {
-        "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults)"
+    if let Some(why) = fallback {
+        log.insert(
+            0,
+            format!("{why} is not supported by the V1 Engine. Falling back to V0."),
+        );
+    }
+    let mut assumes = vec![if v0 {
+        "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults; V0 runs up to 0.7, and from 0.8 to 0.10 where V1 falls back: compute capability < 8.0, fp32, an fp8 KV cache off Hopper, VLLM_USE_V1=0)"
     } else {
-        "vLLM V1 0.8-0.20 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`)"
+        "vLLM V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`; read at 0.10.1, 0.11.0, 0.14.1, 0.19.0 and 0.20.0)"
     }];
+    if t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4
+        || k.quantization == Quantization::Mxfp4
+    {
+        let (kernel, im, hm) = engine::vllm_mxfp4_layout(k, gpu);
+        assumes.push(match (kernel, im, hm) {
+            ("Marlin", ..) => "MXFP4 experts in the Marlin layout (compute capability < 9, or Hopper before 0.11): the hidden size padded to 256 and the intermediate size per GPU to 128 (Mxfp4MoEMethod.create_weights)",
+            ("Triton", ..) => "MXFP4 experts in the Triton layout (Hopper from 0.11): the intermediate size per GPU padded to 64; vLLM 0.14-0.19 logs about 6% more than this on H100 (not explained by the layout code read)",
+            _ => "MXFP4 experts in the FlashInfer/ROCm layout: the hidden and intermediate sizes padded to 256 (128 for ROCm before 0.11)",
+        });
+    }
     if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
         assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers, vision encoders and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled");
     }
@@ -1180,17 +1373,19 @@ fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         max_model_len_that_fits: max_fit,
         log,
         assumes: assumes.into_iter().chain([
-            "the device total is the GPU catalog's memory (torch.cuda.mem_get_info's total; nvidia-smi's figure where no other is known)",
-            if compiled {
-                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
-            } else if k.vllm_v0 {
+            "the device total is the GPU catalog's memory (torch's total_memory, as vLLM's total_gpu_memory; a driver reading where the catalog knows no torch figure)",
+            if compiled && sorts {
+                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile and the dummy sampler's top-k/top-p sort (V1 before 0.17: logits.sort over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers) plus the hidden states"
+            } else if compiled {
+                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows (top-k/top-p by the Triton kernel, 0.17+) plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
+            } else if v0 || sorts {
                 "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the top-k/top-p sampler over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers plus the hidden states (read from llama.py and sampler.py; the same layer structure assumed for every model)"
             } else {
                 "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
             },
-            "non-torch memory: 128 MiB at TP 1 (cuBLAS handles), 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (estimated)",
+            non_torch_source,
             if graphs_in_budget {
-                "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, subtracted before the KV cache as 0.19+ does (estimated)"
+                "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, subtracted before the KV cache as 0.20+ does (estimated)"
             } else {
                 "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)"
             },
@@ -1246,7 +1441,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
     // SGLang's "Load weight end ... mem usage" is the drop in free device memory while loading:
     // the weights as the caching allocator reserves them.
-    let weights = weights_per_gpu(t, k) + allocator_rounding(t, k);
+    let weights = weights_per_gpu(t, k, gpu, Engine::Sglang) + allocator_rounding(t, k);
     // get_available_gpu_memory before loading ("Load weight begin. avail mem="): the device less
     // the CUDA context and, at TP/PP > 1, what `init_torch_distributed` allocated (NCCL
     // communicators, custom all-reduce buffers).
@@ -1279,7 +1474,10 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     } else {
         (rest, None)
     };
-    let cell: u64 = layers.iter().map(|c| token_bytes(c, kv, k.tp)).sum();
+    let cell: u64 = layers
+        .iter()
+        .map(|c| token_bytes(c, kv, attention_tp(k)))
+        .sum();
     let mut tokens = if rest > 0.0 && cell > 0 {
         (rest * GIB / cell as f64) as u64
     } else {
@@ -1317,7 +1515,7 @@ fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                     LayerCache::Sliding { window, .. } if *window < max_len => swa,
                     _ => full,
                 };
-                n * token_bytes(c, kv, k.tp)
+                n * token_bytes(c, kv, attention_tp(k))
             })
             .sum();
         tokens = full;
@@ -1424,7 +1622,7 @@ fn sglang_kinds(
         let page = if kind == "state" {
             c.state_bytes(k)
         } else {
-            page_size * token_bytes(c, kv, k.tp)
+            page_size * token_bytes(c, kv, attention_tp(k))
         };
         match out
             .iter_mut()
@@ -1684,11 +1882,11 @@ mod tests {
         let t = llama3();
         let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
         let c = capacity(&t, h100, Engine::Sglang, &Knobs::default()).unwrap();
-        // 81559 MiB: reserve max(512 + 8192 x 1.5 + 256 x 2 + 128, 10240) = 13440 MiB.
+        // The H100's torch total (79.19 GiB, whole MiB): reserve max(512 + 8192 x 1.5 + 256 x 2
+        // + 128, 10240) = 13440 MiB.
+        let mib = (h100.memory_bytes / MIB) as f64;
         assert!(
-            (c.memory_fraction - ((81559.0f64 - 13440.0) / 81559.0 * 1000.0).round() / 1000.0)
-                .abs()
-                < 1e-9
+            (c.memory_fraction - ((mib - 13440.0) / mib * 1000.0).round() / 1000.0).abs() < 1e-9
         );
         assert_eq!(c.max_num_batched_tokens, 8192);
         let cell = 32 * 8 * 256 * 2;
@@ -1749,7 +1947,7 @@ mod tests {
         ] {
             let k = Knobs {
                 max_model_len: Some(len),
-                vllm_v0: true,
+                engine_version: Some([0, 6, 4]),
                 ..Knobs::default()
             };
             let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
@@ -1758,7 +1956,8 @@ mod tests {
     }
 
     /// V1 compiles the model (Inductor frees each buffer after its last use) unless
-    /// --enforce-eager; its dummy sampler skips top-k/top-p.
+    /// --enforce-eager; its dummy sampler's top-k/top-p runs as a Triton kernel from 0.17 and as
+    /// a sort before.
     #[test]
     fn v1_profile_peak_follows_compilation() {
         let t = llama3();
@@ -1767,6 +1966,7 @@ mod tests {
             max_model_len: Some(8192),
             max_num_batched_tokens: Some(8192),
             enforce_eager: true,
+            engine_version: Some([0, 19, 0]),
             ..Knobs::default()
         };
         let c = capacity(&t, gpu, Engine::Vllm, &eager).unwrap();
@@ -1779,16 +1979,30 @@ mod tests {
         let forward = 8192 * (4096 + 3 * 14336) * 2;
         let sampler = 256 * 128256 * (2 + 12) + 8192 * 4096 * 2;
         assert_eq!(c.activation_peak_bytes, forward.max(sampler));
+        // 0.15 sorts: the fp32 row, its values and int64 indices and cub's buffers (38 B).
+        let sorted = capacity(
+            &t,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                engine_version: Some([0, 15, 1]),
+                ..compiled
+            },
+        )
+        .unwrap();
+        let sort = 256 * 128256 * 38 + 8192 * 4096 * 2;
+        assert_eq!(sorted.activation_peak_bytes, forward.max(sort));
     }
 
-    /// From 0.19 the CUDA graphs are subtracted before the KV cache is sized.
+    /// From 0.20 the CUDA graphs are subtracted before the KV cache is sized
+    /// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` defaults to 1 in 0.20.0's envs.py, 0 in 0.19.0's).
     #[test]
-    fn vllm_0_19_puts_the_graphs_inside_the_budget() {
+    fn vllm_0_20_puts_the_graphs_inside_the_budget() {
         let t = llama3();
         let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
         let k = Knobs {
             max_model_len: Some(8192),
-            engine_version: Some([0, 18, 0]),
+            engine_version: Some([0, 19, 0]),
             ..Knobs::default()
         };
         let before = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
@@ -1797,7 +2011,7 @@ mod tests {
             gpu,
             Engine::Vllm,
             &Knobs {
-                engine_version: Some([0, 19, 0]),
+                engine_version: Some([0, 20, 0]),
                 ..k
             },
         )
@@ -1814,7 +2028,7 @@ mod tests {
             after.kv_cache_blocks,
             (rest(&after) - after.cuda_graph_bytes) / page
         );
-        assert_eq!(after.engine_version, "0.19");
+        assert_eq!(after.engine_version, "0.20");
     }
 
     /// SGLang 0.4's defaults come from the TP size (4 x L4: 0.85, chunked prefill 2048, CUDA
@@ -1837,7 +2051,7 @@ mod tests {
         assert_eq!(allocator_rounding(&t, &k), 64 * 7 * MIB / 2 + 3 * MIB / 2);
         assert_eq!(
             c.weights_bytes,
-            weights_per_gpu(&t, &k) + 64 * 7 * MIB / 2 + 3 * MIB / 2
+            weights_per_gpu(&t, &k, l4, Engine::Sglang) + 64 * 7 * MIB / 2 + 3 * MIB / 2
         );
         // 0.5's rule for the same job reserves by the memory bucket instead.
         let c5 = capacity(
@@ -2236,5 +2450,131 @@ mod tests {
         assert_eq!(c.kv_groups[1].block_size, 512);
         assert_eq!(c.kv_groups[0].page_bytes, 512 * 4096);
         assert!(!c.log[0].contains("Setting attention block size"));
+    }
+
+    /// vLLM's `--enable-expert-parallel` spreads whole experts over TP × DP GPUs: Qwen3-30B-A3B
+    /// (48 layers of 128 experts, each 3 × 2048 × 768 bf16) at TP 4, DP 2 holds 1/8 of them per
+    /// GPU instead of 1/4, everything else unchanged.
+    #[test]
+    fn expert_parallel_spreads_the_experts_over_tp_times_dp() {
+        let t = model("qwen3-30b-a3b");
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        let tp4 = Knobs {
+            tp: 4,
+            dp: 2,
+            ..Knobs::default()
+        };
+        let ep = Knobs {
+            expert_parallel: true,
+            ..tp4
+        };
+        let w = |k: &Knobs| weights_per_gpu(&t, k, gpu, Engine::Vllm) as i64;
+        let experts = 48 * 128 * 3 * 2048 * 768 * 2i64;
+        assert!(
+            (w(&tp4) - w(&ep) - (experts / 4 - experts / 8)).abs() <= 1,
+            "{}",
+            w(&tp4) - w(&ep)
+        );
+        // DP alone replicates the TP group: the same bytes per GPU as TP 4.
+        assert_eq!(w(&tp4), w(&Knobs { dp: 1, ..tp4 }));
+    }
+
+    /// SGLang's DP attention runs attention TP over tp / dp GPUs: at TP 8, DP 4 each GPU keeps
+    /// 2 of Qwen3-30B-A3B's 4 KV heads instead of one (replicated) head.
+    #[test]
+    fn dp_attention_splits_the_kv_heads_tp_over_dp_ways() {
+        let t = model("qwen3-30b-a3b");
+        let tp8 = Knobs {
+            tp: 8,
+            ..Knobs::default()
+        };
+        let dpa = Knobs {
+            dp: 4,
+            dp_attention: true,
+            ..tp8
+        };
+        assert_eq!(kv_bytes_per_token(&t, &tp8), 48 * 2 * 128 * 2);
+        assert_eq!(kv_bytes_per_token(&t, &dpa), 48 * 2 * 2 * 128 * 2);
+        let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+        assert!(capacity(&t, gpu, Engine::Sglang, &dpa).is_ok());
+        for bad in [
+            Knobs { dp: 3, ..dpa },
+            Knobs { ep: 3, ..tp8 },
+            Knobs { dp: 1, ..dpa },
+        ] {
+            assert!(capacity(&t, gpu, Engine::Sglang, &bad).is_err(), "{bad:?}");
+        }
+        let dense = llama3();
+        assert!(capacity(
+            &dense,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                expert_parallel: true,
+                ..Knobs::default()
+            }
+        )
+        .is_err());
+    }
+
+    /// vLLM 0.8-0.10 falls back to V0 on a GPU of compute capability below 8.0
+    /// (`_is_v1_supported_oracle`): a V100 runs V0's profile (one batch of max_model_len tokens,
+    /// the sampler's sort) and says so; from 0.11 there is no V0.
+    #[test]
+    fn vllm_0_8_on_a_v100_falls_back_to_v0() {
+        let t = llama3();
+        let v100 = vram_model::gpu::lookup("v100-32g").unwrap();
+        let k = Knobs {
+            max_model_len: Some(4096),
+            engine_version: Some([0, 8, 5]),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, v100, Engine::Vllm, &k).unwrap();
+        assert_eq!(
+            c.log[0],
+            "Compute Capability < 8.0 is not supported by the V1 Engine. Falling back to V0."
+        );
+        assert_eq!((c.max_num_seqs, c.max_num_batched_tokens), (256, 4096));
+        let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+        let v1 = capacity(&t, h100, Engine::Vllm, &k).unwrap();
+        assert!(!v1.log[0].contains("Falling back"));
+        let late = capacity(
+            &t,
+            v100,
+            Engine::Vllm,
+            &Knobs {
+                engine_version: Some([0, 11, 0]),
+                ..k
+            },
+        )
+        .unwrap();
+        assert!(late.log.iter().all(|l| !l.contains("Falling back")));
+    }
+
+    /// vLLM 0.10.1 lays gpt-oss-120b's MXFP4 experts out for Marlin on an H100 (torch 2.7):
+    /// hidden 2880 padded to 3072, intermediate 2880 to 2944; 36 layers × 128 experts × 3
+    /// matrices at 0.5 + 1/32 bytes an element. From 0.11 the Triton layout pads nothing here.
+    #[test]
+    fn mxfp4_marlin_layout_pads_the_experts() {
+        let t = model("gpt-oss-120b");
+        let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+        let k = Knobs {
+            engine_version: Some([0, 10, 1]),
+            ..Knobs::default()
+        };
+        let marlin = weights_per_gpu(&t, &k, h100, Engine::Vllm);
+        let triton = weights_per_gpu(
+            &t,
+            &Knobs {
+                engine_version: Some([0, 14, 1]),
+                ..k
+            },
+            h100,
+            Engine::Vllm,
+        );
+        let per_layer = (128 * 3 * (3072 * 2944 - 2880 * 2880)) as f64 * (0.5 + 1.0 / 32.0);
+        assert_eq!(marlin - triton, per_layer as u64 * 36);
+        // SGLang is not vLLM: no vLLM layout.
+        assert_eq!(weights_per_gpu(&t, &k, h100, Engine::Sglang), triton);
     }
 }

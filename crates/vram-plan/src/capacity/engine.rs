@@ -1,0 +1,135 @@
+//! Which engine a vLLM version runs, and the rules that changed between versions, each read
+//! from vLLM's source at the version named (the wheels' `vllm/` sources from PyPI).
+//!
+//! - **V0 or V1.** Up to 0.7 vLLM runs V0 unless `VLLM_USE_V1=1`. From 0.8 to 0.10 it runs V1
+//!   but falls back to V0 (`vllm/engine/arg_utils.py` `EngineArgs._is_v1_supported_oracle`,
+//!   read at 0.8.5 and 0.10.1) on a GPU of compute capability below 8.0 ("Compute Capability <
+//!   8.0"), for a dtype other than bf16/fp16 (`V1_SUPPORTED_DTYPES`), and for an fp8 KV cache
+//!   that FlashAttention cannot read (0.8.5: FA3 only, i.e. Hopper), or with `VLLM_USE_V1=0`.
+//!   From 0.11 V0 is gone (the oracle has no compute-capability fallback at 0.11.0).
+//! - **CUDA graphs in the budget.** V1 estimates the graphs' memory before sizing the KV cache
+//!   and subtracts it when `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` is set: default 0 at
+//!   0.19.0 (the estimate is only logged), default 1 from 0.20.0 (`vllm/envs.py`).
+//! - **The sampler in the profile run.** Every V1 version profiles `_dummy_sampler_run` with
+//!   `top_k = vocab − 1` and `top_p = 0.9` (`gpu_model_runner.py`). Before 0.17
+//!   `apply_top_k_top_p` sorts the logits (`logits.sort`, the same live set as V0's sampler);
+//!   from 0.17 batches of 8 rows or more go through `apply_top_k_top_p_triton`, which does not
+//!   (`vllm/v1/sample/ops/topk_topp_sampler.py` at 0.15.0, 0.17.0 and 0.19.0).
+
+use vram_model::gpu::Gpu;
+
+use super::{Engine, Knobs};
+
+/// The vLLM engine these knobs run on this GPU, and the fallback's reason when V1 was asked
+/// for but V0 runs.
+pub(super) fn vllm_v1(k: &Knobs, gpu: &Gpu) -> (bool, Option<&'static str>) {
+    let v = Engine::Vllm.version_in_force(k);
+    if v < [0, 8, 0] {
+        return (k.vllm_v1 && !k.vllm_v0, None);
+    }
+    if v >= [0, 11, 0] {
+        return (true, None);
+    }
+    if k.vllm_v0 {
+        return (false, None);
+    }
+    if gpu.sm_major < 8 {
+        return (false, Some("Compute Capability < 8.0"));
+    }
+    if k.dtype_bytes > 2 {
+        return (false, Some("--dtype float32"));
+    }
+    if k.kv_bytes == Some(1) && gpu.sm_major != 9 {
+        return (false, Some("--kv-cache-dtype"));
+    }
+    (true, None)
+}
+
+/// Whether V1 subtracts its CUDA-graph estimate before sizing the KV cache (0.20 and later).
+pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
+    // ROCm: "On ROCm, cudagraph_memory_estimate is always 0" (gpu_worker.py, 0.20.0).
+    v1 && Engine::Vllm.version_in_force(k) >= [0, 20, 0] && !is_rocm(gpu)
+}
+
+/// An AMD Instinct GPU (ROCm).
+pub(super) fn is_rocm(gpu: &Gpu) -> bool {
+    gpu.id.starts_with("mi")
+}
+
+/// Whether the profile run's sampler sorts the logits for top-k/top-p: V0 always, V1 before
+/// 0.17 (afterwards a Triton kernel filters them in place for batches of 8 rows or more).
+pub(super) fn vllm_sampler_sorts(k: &Knobs, v1: bool, rows: u64) -> bool {
+    !v1 || Engine::Vllm.version_in_force(k) < [0, 17, 0] || rows < 8
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Memory outside PyTorch that V1's profile sees grow (`non_torch_increase` of
+/// `memory_profiling`, logged by 0.19 as "non-torch forward increase memory"), and where the
+/// figure comes from. Measured, not derived: vLLM 0.19.0's own logs on H100 80GB (the fit half
+/// of `unseen.json`, llm-d-planner's sweep) show 0.24–0.27 GiB at TP 1 for every model (kernel
+/// images and library handles loaded by the first forward), 2.06–2.13 GiB at TP 2 and 4 (the
+/// first all-reduce's NCCL and custom all-reduce buffers) and 0.07 GiB at PP 2 without TP (the
+/// communicators exist before the snapshot). V0 and other versions keep the older estimate.
+pub(super) fn vllm_non_torch(k: &Knobs, v1: bool) -> (u64, &'static str) {
+    if v1 && Engine::Vllm.version_in_force(k) >= [0, 17, 0] {
+        if k.tp > 1 {
+            (2110 * MIB, "non-torch memory: 2.06 GiB at TP > 1 (NCCL and custom all-reduce buffers at the first all-reduce), measured in vLLM 0.19.0's logs on H100")
+        } else if k.pp > 1 {
+            (70 * MIB, "non-torch memory: 0.07 GiB at PP > 1 without TP (the communicators exist before the profile), measured in vLLM 0.19.0's logs on H100")
+        } else {
+            (256 * MIB, "non-torch memory: 0.25 GiB at TP 1 (kernel images and library handles loaded by the profile run), measured in vLLM 0.19.0's logs on H100")
+        }
+    } else if k.tp * k.pp > 1 {
+        (
+            1024 * MIB,
+            "non-torch memory: 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (estimated)",
+        )
+    } else {
+        (
+            128 * MIB,
+            "non-torch memory: 128 MiB at TP 1 (cuBLAS handles; estimated)",
+        )
+    }
+}
+
+/// vLLM's MXFP4 MoE kernel for this GPU and version, and the rounding its weight layout needs
+/// (`Mxfp4MoEMethod.create_weights` / `mxfp4_round_up_hidden_size_and_intermediate_size`):
+/// Marlin (compute capability below 9, or Hopper before 0.11, whose torch 2.7 lacks the Triton
+/// kernels' requirements — "Your GPU does not have native support for FP4 computation ...
+/// Marlin kernel") pads the per-GPU intermediate size to 128 and the hidden size to 256;
+/// Triton (Hopper from 0.11) pads the intermediate size to 64; FlashInfer on Blackwell pads
+/// both to 256; ROCm pads the intermediate size to 128 (0.10) or both to 256 (0.19).
+/// `(name, intermediate multiple, hidden multiple)`.
+pub(super) fn vllm_mxfp4_layout(k: &Knobs, gpu: &Gpu) -> (&'static str, u64, u64) {
+    let v = Engine::Vllm.version_in_force(k);
+    if is_rocm(gpu) {
+        // `current_platform.is_rocm()`: the intermediate size to 128 (0.10), both to 256 (0.19).
+        return if v < [0, 11, 0] {
+            ("ROCm Triton", 128, 1)
+        } else {
+            ("ROCm Triton", 256, 256)
+        };
+    }
+    match gpu.sm_major {
+        0..=8 => ("Marlin", 128, 256),
+        9 if v < [0, 11, 0] => ("Marlin", 128, 256),
+        9 => ("Triton", 64, 1),
+        _ => ("FlashInfer", 256, 256),
+    }
+}
+
+/// vLLM before 0.8 absorbs MLA's up-projections into the query and output projections at load
+/// (`VLLM_MLA_PERFORM_MATRIX_ABSORPTION`, default 1: `W_Q_UK = einsum(W_Q, W_UK)` and `W_UV_O =
+/// einsum(W_UV, W_O)`, kept in the activation dtype beside the checkpoint's own weights,
+/// `vllm/attention/backends/mla/utils.py` at 0.7.2); from 0.8 it keeps only `W_UK_T` and `W_UV`.
+pub(super) fn vllm_mla_absorbs(k: &Knobs) -> bool {
+    Engine::Vllm.version_in_force(k) < [0, 8, 0]
+}
+
+/// V0 before 0.8 aligns each MLA cache entry to 256 bytes (`CacheEngine._align_cache`,
+/// `align_to_256bytes`, `VLLM_CUDA_MEM_ALIGN_KV_CACHE` default 1, `vllm/worker/cache_engine.py`
+/// at 0.7.2): 576 bf16 elements take 640.
+pub(super) fn vllm_mla_entry_aligned(k: &Knobs, v1: bool) -> bool {
+    !v1 && Engine::Vllm.version_in_force(k) < [0, 8, 0]
+}
