@@ -60,7 +60,7 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
     }
     let model = a.step.apply_to(resolve_model(&a.model, &a.hub)?.model)?;
     let gpu = gpu::lookup(&a.gpu)?;
-    let setup = a.step.setup(&model)?;
+    let setup = a.step.setup_on(&model, Some(gpu))?;
     let Mode::Train(tr) = setup.mode else {
         return Err(bad_input!(
             "vram checkpoint plans training recomputation; drop --inference"

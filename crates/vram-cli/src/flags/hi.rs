@@ -134,11 +134,16 @@ impl StepArgs {
     /// The setup these flags describe for `model` on the default GPU (H100); what the step will
     /// not honour as asked goes to stderr as a note.
     pub fn setup(&self, model: &Model) -> Result<Setup> {
+        self.setup_on(model, None)
+    }
+
+    /// [`StepArgs::setup`] on `gpu` (its CUDA context and workspace).
+    pub fn setup_on(&self, model: &Model, gpu: Option<&gpu::Gpu>) -> Result<Setup> {
         let r = self.request();
         for n in r.input_notes(model) {
             let _ = writeln!(crate::output::stderr(), "vram: note: {n}");
         }
-        Ok(r.setup(model, None)?)
+        Ok(r.setup(model, gpu)?)
     }
 }
 
