@@ -539,12 +539,14 @@ fn estimate_inference_reports_serving_speed() {
     let s = &v["serving"];
     let f = |k: &str| s[k].as_f64().unwrap();
     // By hand: bf16 weights, 2 x (6,738,415,616 - the 32000 x 4096 input embedding, which
-    // is only gathered) bytes, plus the KV cache (2 x 32 layers x 4096 wide x 2 bytes = 512 KiB
-    // a token a sequence) at the mean cache length of the 16 steps after a 4080-token prompt
-    // (4087.5): attention reads ctx + 1 tokens, DynamicCache's torch.cat reads ctx and writes
-    // ctx + 1; over the H100's measured 2925 GB/s x 0.8 for real kernels.
-    let weights = 2.0 * (6_738_415_616.0 - 32000.0 * 4096.0 + 4.0 * 4096.0);
-    let bytes = weights + 4.0 * 524_288.0 * (3.0 * 4087.5 + 2.0);
+    // is only gathered, and the 4096 of the final norm) bytes, the fp32 copy of the last
+    // position's logits (4 x 32000 x (2 + 4) bytes), plus the KV cache (2 x 32 layers x 4096
+    // wide x 2 bytes = 512 KiB a token a sequence) at the mean cache length of the 15 decode
+    // steps after a 4080-token prompt (the prefill yields the first of the 16 tokens; lengths
+    // 4080..4094, mean 4087): attention reads ctx + 1 tokens, DynamicCache's torch.cat reads
+    // ctx and writes ctx + 1; over the H100's measured 2925 GB/s x 0.8 for real kernels.
+    let weights = 2.0 * (6_738_415_616.0 - 32000.0 * 4096.0 - 4096.0) + 4.0 * 32000.0 * 6.0;
+    let bytes = weights + 4.0 * 524_288.0 * (3.0 * 4087.0 + 2.0);
     assert!(
         (f("decode_bytes") / bytes - 1.0).abs() < 1e-9,
         "{}",
@@ -602,9 +604,10 @@ fn serving_speed_follows_precision_and_cache_kind() {
     let fp32 = run(&["--precision", "fp32"]);
     let kv_token = 2.0 * 32.0 * 4096.0 * 2.0;
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
-    // One step at a 100-token cache: dynamic reads 101 tokens and copies 100 -> 101.
-    let w16 = f(&bf16, "decode_bytes") - kv_token * 302.0;
-    let w32 = f(&fp32, "decode_bytes") - kv_token * 302.0;
+    // One step at a 100-token cache: dynamic reads 101 tokens and copies 100 -> 101; the last
+    // position's logits copied to fp32 (32000 x (2 + 4) bytes from bf16, x (4 + 4) from fp32).
+    let w16 = f(&bf16, "decode_bytes") - kv_token * 302.0 - 32000.0 * 6.0;
+    let w32 = f(&fp32, "decode_bytes") - kv_token * 302.0 - 32000.0 * 8.0;
     assert!((w32 / w16 - 2.0).abs() < 1e-9, "{w16} {w32}");
     let st = run(&["--kv-cache", "static"]);
     // Static: 101 tokens preallocated (prompt + new tokens) read, one written.

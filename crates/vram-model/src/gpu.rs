@@ -354,9 +354,21 @@ pub const GPUS: &[Gpu] = &[
 /// Measured: 767–779 MiB on an H100 80GB HBM3 with driver 580.159.04, CUDA 13.0 and PyTorch
 /// 2.11 after training and `generate` steps (`mem_get_info` total − free, minus
 /// `memory_reserved()`; vramkit's shared ground truth, 2026-11-22). The largest reading is
-/// used, so a verdict of "fits" keeps to the safe side. Other GPUs have not been measured here;
-/// they get the same figure, and [`Gpu::context_source`] says so.
+/// used, so a verdict of "fits" keeps to the safe side. GPUs without their own measurement get
+/// this figure, and [`Gpu::context_source`] says so.
 pub const H100_CUDA13_CONTEXT_BYTES: u64 = 779 * MIB;
+
+/// The same quantity measured on an NVIDIA H200 (driver 580.159.04, CUDA 13.0, PyTorch
+/// 2.11.0+cu130, transformers 5.24; vramkit's shared ground truth, 2026-11-27): `mem_get_info`
+/// total − free minus `memory_reserved()` after each case, 766.8 MiB after the first training
+/// step of a fresh process rising to 780.8 MiB over the plain transformers cases (kernels load as
+/// new operators first run), 700.8–706.8 MiB in a process that only ran `generate`. The largest
+/// plain-transformers reading is used, as for the H100. (Later cases of that run, after PEFT, TRL
+/// and bitsandbytes were imported, read up to 800.8 MiB; the 753,729,536 B the run recorded as
+/// `context_used_bytes` is total − free right after cuBLAS initialisation, before any kernel of a
+/// model had loaded, and it includes the 32 MiB cuBLAS workspace and a 2 MiB segment that sit
+/// inside the caching allocator, which the estimate counts there.)
+pub const H200_CUDA13_CONTEXT_BYTES: u64 = 818_741_248;
 
 /// cuBLAS workspaces PyTorch allocates through its caching allocator once matrix products have
 /// run: 32 MiB per handle on compute capability 9.x (PyTorch's Hopper default), two handles
@@ -373,16 +385,21 @@ pub fn workspace_bytes(sm_major: u32) -> u64 {
 }
 
 impl Gpu {
-    /// Bytes outside the caching allocator on this GPU (see [`H100_CUDA13_CONTEXT_BYTES`]).
+    /// Bytes outside the caching allocator on this GPU: measured on the H100 80GB HBM3
+    /// ([`H100_CUDA13_CONTEXT_BYTES`], also the figure of the H100 PCIe and every GPU not
+    /// measured) and the H200 ([`H200_CUDA13_CONTEXT_BYTES`]).
     pub fn context_bytes(&self) -> u64 {
-        H100_CUDA13_CONTEXT_BYTES
+        match self.id {
+            "h200" => H200_CUDA13_CONTEXT_BYTES,
+            _ => H100_CUDA13_CONTEXT_BYTES,
+        }
     }
     /// Where [`Gpu::context_bytes`] comes from.
     pub fn context_source(&self) -> &'static str {
-        if self.id.starts_with("h100") {
-            "measured: H100 80GB HBM3, CUDA 13.0, driver 580, PyTorch 2.11"
-        } else {
-            "not measured on this GPU; the H100/CUDA 13 measurement is used"
+        match self.id {
+            "h100-80g" => "measured: H100 80GB HBM3, CUDA 13.0, driver 580, PyTorch 2.11",
+            "h200" => "measured: H200, CUDA 13.0, driver 580, PyTorch 2.11",
+            _ => "not measured on this GPU; the H100/CUDA 13 measurement is used",
         }
     }
     /// cuBLAS workspace bytes inside the caching allocator (see [`workspace_bytes`]).
@@ -564,5 +581,27 @@ mod tests {
             );
         }
         assert_eq!(lookup("h200").unwrap().memory_bytes, 150_109_880_320);
+    }
+
+    /// The H200's figures as measured (vramkit's shared ground truth, 2026-11-27): capacity as
+    /// `torch.cuda.mem_get_info` reports it, and what the process held outside the allocator
+    /// (`device_used_bytes − reserved_now_bytes` of the plain transformers cases: 766.8 to
+    /// 780.8 MiB). Unmeasured GPUs name the stand-in.
+    #[test]
+    fn h200_capacity_and_context_are_measured() {
+        let g = lookup("h200").unwrap();
+        assert_eq!(g.memory_bytes, 150_109_880_320);
+        assert_eq!(
+            g.context_bytes(),
+            61_189_455_872 - 60_385_394_688 + 14 * MIB
+        );
+        assert!(g.context_source().starts_with("measured: H200"));
+        let l4 = lookup("l4").unwrap();
+        assert_eq!(l4.context_bytes(), H100_CUDA13_CONTEXT_BYTES);
+        assert!(l4.context_source().contains("H100"));
+        assert!(lookup("h100-pcie")
+            .unwrap()
+            .context_source()
+            .starts_with("not measured"));
     }
 }

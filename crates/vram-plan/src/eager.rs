@@ -104,6 +104,39 @@ impl Stack {
     }
 }
 
+/// Kernels the user installed that transformers 5.24 picks up in place of its torch fallbacks
+/// (`use_kernel_func_from_hub_with_fallback`). The default is what `pip install transformers`
+/// gives: none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Kernels {
+    /// `flash-linear-attention`: `chunk_gated_delta_rule` and `fused_recurrent_gated_delta_rule`
+    /// (Triton) instead of `torch_chunk_gated_delta_rule` / `torch_recurrent_gated_delta_rule`.
+    pub fla: bool,
+    /// `causal-conv1d`: `causal_conv1d_fn` / `causal_conv1d_update` (CUDA) instead of
+    /// `F.conv1d` and the state `cat`.
+    pub causal_conv1d: bool,
+}
+
+impl Kernels {
+    /// Parses a comma-separated list (`fla,causal-conv1d`; `none` for none).
+    pub fn parse(s: &str) -> Result<Kernels, String> {
+        let mut k = Kernels::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "fla" | "flash-linear-attention" => k.fla = true,
+                "causal-conv1d" | "causal_conv1d" => k.causal_conv1d = true,
+                "none" => {}
+                other => {
+                    return Err(format!(
+                        "unknown kernel package `{other}` (known: fla, causal-conv1d, none)"
+                    ))
+                }
+            }
+        }
+        Ok(k)
+    }
+}
+
 /// The constants of the transformers-stack model that were not measured directly, with why
 /// each has its value. Everything else comes from `data/h100-calibration.json`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -146,6 +179,9 @@ pub struct EagerCalibration {
     /// fp32 `sdpa` runs the memory-efficient (xFormers/cutlass) kernel on CUDA cores:
     /// 0.3 of the fp32 peak (an assumption: it reaches about a third of cuBLAS's fp32 rate).
     pub mem_efficient_fp32_eta: f64,
+    /// The kernel packages installed beside transformers (an environment's property, like
+    /// the rates above): none unless the user says so.
+    pub kernels: Kernels,
 }
 
 impl Default for EagerCalibration {
@@ -160,6 +196,7 @@ impl Default for EagerCalibration {
             elementwise_eta: 0.8,
             flash_eta: 0.35,
             mem_efficient_fp32_eta: 0.3,
+            kernels: Kernels::default(),
         }
     }
 }
@@ -329,6 +366,8 @@ pub struct Rates<'a> {
     /// capability 9.x and 10.x only (`_scaled_mm_allowed_device(sm90_only, sm100_only)`), and
     /// only for bf16 operands.
     grouped_mm_kernel: bool,
+    /// The installed kernel packages ([`EagerCalibration::kernels`]).
+    pub kernels: Kernels,
 }
 
 impl<'a> Rates<'a> {
@@ -345,6 +384,7 @@ impl<'a> Rates<'a> {
             loop_cpu_s: cal.fwd_cpu_s,
             hbm_bytes_per_s: h.bandwidth * (gpu.hbm_gb_s / H100_HBM_GB_S),
             grouped_mm_kernel: matches!(gpu.sm_major, 9 | 10),
+            kernels: cal.kernels,
         }
     }
 
@@ -507,6 +547,12 @@ pub struct Work {
     /// for the GPU and copies a few bytes back, one bare launch's cost (a floor: the overlap
     /// lost around the sync is not priced); the backward's two calls sync twice.
     pub syncs: f64,
+    /// Backward kernels beyond [`EagerCalibration::bwd_kernels`] per forward kernel (a Python
+    /// loop's autograd: `select_backward`, gradient accumulation).
+    pub bwd_extra_kernels: f64,
+    /// Backward GPU seconds beyond the forward's scaled ones (the same loop's materialised
+    /// gradients).
+    pub bwd_extra_s: f64,
 }
 
 impl Work {
@@ -526,6 +572,8 @@ impl Work {
         self.serial_gpu_s += w.serial_gpu_s;
         self.cxx_kernels += w.cxx_kernels;
         self.syncs += w.syncs;
+        self.bwd_extra_kernels += w.bwd_extra_kernels;
+        self.bwd_extra_s += w.bwd_extra_s;
     }
 
     /// Forward seconds: launches overlap the GPU.
@@ -541,9 +589,10 @@ impl Work {
             + 2.5 * self.attn_s
             + cal.bwd_bytes * self.ew_s
             + cal.score_bwd_bytes * self.score_s;
-        let kernels = self.kernels + self.serial_kernels;
-        (kernels * cal.bwd_kernels * cal.bwd_cpu_s + 2.0 * self.cxx_kernels * cal.launch_s)
-            .max(gpu + 2.0 * self.serial_gpu_s)
+        let kernels =
+            (self.kernels + self.serial_kernels) * cal.bwd_kernels + self.bwd_extra_kernels;
+        (kernels * cal.bwd_cpu_s + 2.0 * self.cxx_kernels * cal.launch_s)
+            .max(gpu + 2.0 * self.serial_gpu_s + self.bwd_extra_s)
             + 2.0 * self.syncs * cal.launch_s
     }
 
@@ -857,6 +906,7 @@ pub fn layer(
                     dispatch,
                     fp32_weights,
                     dtype: expert_dtype(s, precision),
+                    bias: false,
                 },
             );
         } else {
@@ -896,6 +946,8 @@ struct ExpertsShape {
     fp32_weights: bool,
     /// The dtype of the expert weights (and so of their grouped GEMMs).
     dtype: ExpertDtype,
+    /// Biases on the expert projections, with gpt-oss's clamped SwiGLU (`GptOssExperts._apply_gate`).
+    bias: bool,
 }
 
 /// The experts' weight dtype in `precision` with `s`'s residual/weight bytes: fp32 under
@@ -991,6 +1043,15 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
             o.w.add(&gate_up);
             o.ew(rows * up, 2.0 * b, 1.0); // masked_fill
             act(o, rows, b);
+            if m.bias {
+                // gpt-oss: each row's bias gathered and added to both projections' outputs
+                // (`gate_up_proj_bias[expert_ids_g]`, `add_`), and `_apply_gate`'s clamps of
+                // gate and up, `gate * alpha`, `sigmoid`, the products and `up + 1` over the
+                // strided halves: 16 bytes-per-element passes of the inner width against the
+                // plain gate's 5.
+                o.ew(rows * (up + h), 5.0 * b, 4.0);
+                o.ew(rows * m.inner, 11.0 * b, 5.0);
+            }
             let down = o.r.grouped_mm(rows, e, m.inner, h, m.dtype);
             o.w.add(&down);
             o.ew(rows * h, 2.0 * b, 1.0); // masked_fill
@@ -1075,10 +1136,48 @@ pub fn block_layer(
                 }
             });
             o.gemm(n, proj / s.tp, 1.0, 1.0, s.fp32);
-            let mix = other.mixing_flops_per_token((s.seq / 2.0) as u64) as f64;
-            o.w.kernels += 12.0;
-            o.w.attn_s += n * mix / s.tp / r.flash_flops;
+            if let Mixer::GatedDeltaNet(g) = other {
+                gated_delta_net(&mut o, s, g, r.kernels);
+            } else if let Mixer::Mla(m) = other {
+                // DeepseekV3Attention (transformers 5.24): the q/kv splits, `k_pe`'s rotary,
+                // the keys assembled per head (`new_empty`, two `copy_`s of `k_nope` and the
+                // broadcast `k_pe`), the queries' `cat`, casts, SDPA, and its q_a/kv_a
+                // RMSNorms: 38 + 16 kernels (counted on the CPU and the meta device), over
+                // about four passes of every head's keys and queries and two of its values.
+                let mix = other.mixing_flops_per_token((s.seq / 2.0) as u64) as f64;
+                let heads = m.heads as f64 / s.tp;
+                let qk = (m.qk_nope_head_dim + m.qk_rope_head_dim) as f64;
+                o.w.kernels += 54.0;
+                o.w.attn_s += n * mix / s.tp / r.flash_flops;
+                o.ew(
+                    n * heads,
+                    (4.0 * qk + 2.0 * m.v_head_dim as f64) * s.act,
+                    0.0,
+                );
+            } else {
+                let mix = other.mixing_flops_per_token((s.seq / 2.0) as u64) as f64;
+                o.w.kernels += 12.0;
+                o.w.attn_s += n * mix / s.tp / r.flash_flops;
+            }
             o.ew(n * h, 8.0 * s.act, 8.0); // norms, gates, casts around the mixer
+        }
+    }
+    if let Mixer::Attention(a) = blk.mixer {
+        let kernel = attention_kernel(&shaped, attention, precision, s.train, s.seq as u64, false);
+        if a.sinks && kernel == AttnKernel::Eager {
+            // gpt-oss's `eager_attention_forward` with sinks: the sinks `cat` onto the scores
+            // (read, write), the row `max` (read) and its subtraction (read, write), in the
+            // scores' dtype; backward, the slice's `slice_backward` into zeros, the max's
+            // `scatter` into zeros and the subtraction's `neg` (counted on the meta device
+            // from transformers 5.24's code: 1.1 GB of `cat`, 1.1 of `sub`, 0.5 of `max` a
+            // layer forward at 64 heads × 2048² bf16 scores; backward `slice_backward` 1.4,
+            // `neg` 1.1, `scatter` 1.1 GB).
+            let heads = a.heads as f64 / s.tp;
+            let scores = n * heads * s.seq.min(n);
+            o.w.kernels += 4.0;
+            o.w.score_s += r.bytes_s(scores * 5.0 * s.act);
+            o.w.bwd_extra_s += r.bytes_s(scores * 4.0 * s.act);
+            o.w.bwd_extra_kernels += 4.0;
         }
     }
     if matches!(blk.ffn, Ffn::Moe(_) | Ffn::None) {
@@ -1121,6 +1220,7 @@ pub fn block_layer(
                 dispatch: m.dispatch,
                 fp32_weights: m.router_weights_fp32,
                 dtype: expert_dtype(s, precision),
+                bias: m.expert_bias,
             },
         );
         if let Some(sh) = m.shared {
@@ -1134,6 +1234,54 @@ pub fn block_layer(
     }
     w.add(&o.w);
     w
+}
+
+/// Gated DeltaNet's token mixing as transformers 5.24 runs it (`Qwen3_5GatedDeltaNet`), beyond
+/// its projections.
+///
+/// Without flash-linear-attention (what `pip install transformers` gives),
+/// `torch_chunk_gated_delta_rule`: q, k, v, β and the decay cast to fp32 and padded to 64-token
+/// chunks, the chunk-local products and two `solve_triangular`s, then a Python loop over the
+/// `C` chunks (two `matmul`s for the new values, the state read, the intra-chunk product, the
+/// output slice written, the state's decay and update: nine kernels a chunk). Its autograd
+/// makes the backward quadratic in the chunks: every chunk's `tensor[:, :, i]` select has a
+/// `select_backward` that writes a zero tensor of the whole chunked shape, and the gradients
+/// accumulate over them. Counted on the meta device from transformers 5.24 (Qwen3.5-27B's
+/// dimensions, 48 value heads of 128, at 1024, 2048 and 4096 tokens): the mixer's forward
+/// launches 75 + 9 C kernels and moves about 140 fp32 rows of `heads × v_head_dim` a token;
+/// its backward launches 122 + 32 C kernels and moves (250 + 23 C) such rows a token. Its fp32
+/// GEMMs (TF32 off) are small: about `2 · v_head_dim · (3 · 64 + 4 · k_head_dim)` FLOPs per token
+/// and value head forward.
+///
+/// With flash-linear-attention its Triton `chunk_gated_delta_rule`: a handful of fused kernels
+/// each way, bf16 operands on the tensor cores, the inputs and output read and written a few
+/// times.
+fn gated_delta_net(o: &mut Ops<'_, '_>, s: &Shape, g: vram_model::blocks::Gdn, k: Kernels) {
+    let n = s.tokens;
+    let hv = g.num_v_heads as f64 / s.tp;
+    let (dk, dv) = (g.k_head_dim as f64, g.v_head_dim as f64);
+    let chunks = (s.seq / 64.0).ceil().max(1.0);
+    // One fp32 row of every value head's state width, for every token.
+    let rows = n * hv * dv * 4.0;
+    if k.fla {
+        o.w.kernels += 10.0;
+        o.w.ew_s += o.r.bytes_s(rows * 6.0);
+        o.w.bwd_extra_kernels += 5.0;
+        o.gemm(n * hv, dk, 3.0 * 64.0 + 4.0 * dv, 1.0, false);
+    } else {
+        o.w.kernels += 75.0 + 9.0 * chunks;
+        o.w.ew_s += o.r.bytes_s(rows * 140.0);
+        // The planner's backward is 1.5 kernels and `bwd_bytes` times the forward's; the rest
+        // is the loop's autograd.
+        o.w.bwd_extra_kernels += (122.0 + 32.0 * chunks - 1.5 * (75.0 + 9.0 * chunks)).max(0.0);
+        o.w.bwd_extra_s +=
+            o.r.bytes_s(rows * (250.0 + 23.0 * chunks - 2.0 * 140.0).max(0.0));
+        o.gemm(n * hv, dk, 3.0 * 64.0 + 4.0 * dv, 1.0, true);
+    }
+    if !k.causal_conv1d {
+        // `causal_conv1d_fn`'s fallback: `F.conv1d` (depthwise), the slice, SiLU, the cast.
+        o.w.kernels += 3.0;
+    }
 }
 
 /// Forward work of the weight casts under autocast for `params` parameters in `tensors`
@@ -1451,190 +1599,6 @@ pub fn accumulate_s(gpu: &Gpu, cal: &EagerCalibration, params: f64, grad_bytes: 
     Rates::new(gpu, cal).bytes_s(params * 3.0 * grad_bytes)
 }
 
-// ---------------------------------------------------------------------------------------
-// Serving
-// ---------------------------------------------------------------------------------------
-
-/// Serving speed of `generate` on one GPU.
-///
-/// Nothing here is fitted to a `generate` timing: the only timings the project has (three
-/// first-call `generate` calls, `tests/data/measured_generate.csv`) mix first-call costs, the
-/// prefill and 16 decode steps, so they bound the model from above and validate none of its
-/// figures ([`Serving::validated`] is `false`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Serving {
-    /// Prefill of the whole prompt batch, seconds: each layer's operators priced as in
-    /// training's forward (GEMMs from the H100 grid, fused attention, element-wise bytes), the
-    /// larger of their GPU time and their launch time, no autograd.
-    pub prefill_s: f64,
-    /// One decode step (one new token for every sequence), seconds, the mean over the call's
-    /// steps: the larger of [`Serving::decode_gpu_s`] and [`Serving::decode_host_s`]
-    /// (transformers 5.24's `DeferredStopCheck` reads the stop flag one step late, so the host
-    /// never waits for the device and the two overlap).
-    pub decode_token_s: f64,
-    /// GPU time of a mean decode step: the larger of the bytes it reads and writes
-    /// ([`Serving::decode_bytes`]) over the GPU's element-wise bandwidth and its FLOPs over the
-    /// dense peak.
-    pub decode_gpu_s: f64,
-    /// Bytes a mean decode step moves: the weights in their dtype (the input embedding only
-    /// by the rows it gathers), every layer's keys and values read by attention, and the
-    /// `DynamicCache`'s `torch.cat` copy (old length read, new length written); a static cache
-    /// is read at its full length and written one token.
-    pub decode_bytes: f64,
-    /// Host time of a decode step: [`Serving::decode_kernels`] times the measured per-kernel
-    /// cost of a Python loop of tiny CUDA ops (`EagerCalibration::launch_s`, 9.6 µs on the H100
-    /// host). Python module calls and `generate`'s bookkeeping between the kernels are not
-    /// priced, so a host-bound figure is a floor.
-    pub decode_host_s: f64,
-    /// Kernels one decode step launches: every layer's operators as transformers writes them
-    /// (plus the cache update's two), the rotary tables, final norm, head, and `generate`'s own
-    /// (logits copy to fp32, argmax, the token appended, the stopping criteria).
-    pub decode_kernels: f64,
-    /// `"gpu"` or `"host"`: which side bounds a decode step.
-    pub decode_bound: &'static str,
-    /// The whole `generate` call: the prefill (which yields the first token), then one decode
-    /// step per further token and the one extra step `DeferredStopCheck` runs and undoes.
-    pub generate_s: f64,
-    /// Tokens generated per second over the batch while decoding.
-    pub decode_tokens_per_s: f64,
-    /// Whether these figures were checked against steady-state measurements: `false` (no GPU
-    /// session has measured steady-state prefill or per-token decode yet).
-    pub validated: bool,
-}
-
-/// A `generate` call: `batch` sequences of a `prompt`-token prompt, `new_tokens` generated,
-/// KV cache of `kv_bytes` per element; `static_cache`: transformers' `StaticCache`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Generate {
-    /// Sequences.
-    pub batch: u64,
-    /// Prompt tokens per sequence.
-    pub prompt: u64,
-    /// Tokens generated per sequence.
-    pub new_tokens: u64,
-    /// Bytes per KV-cache element.
-    pub kv_bytes: u64,
-    /// `cache_implementation="static"`.
-    pub static_cache: bool,
-    /// The model's dtype: `Fp32` runs fp32 weights and GEMMs; every other precision is a
-    /// half-precision model (inference has no master weights).
-    pub precision: Precision,
-}
-
-/// Kernels `generate` launches per decode step outside the decoder layers (transformers 5.24,
-/// `GenerationMixin._sample` and `LlamaModel.forward`; greedy, eos stopping criteria): the
-/// embedding gather (1), the rotary tables (`LlamaRotaryEmbedding.forward`: position ids to
-/// float, `* inv_freq`, `cat`, `cos`, `sin`, two `* attention_scaling`, two casts: 9), the
-/// final norm (6 for RMSNorm), the LM head (1), `logits[:, -1].to(float32, copy=True)` (1),
-/// `argmax` (1), `next_tokens * unfinished + pad * (1 - unfinished)` (4), `torch.cat` of
-/// `input_ids` (1), the stopping criteria (max length and eos `isin`: 3), `unfinished & ~done`
-/// (2) and `DeferredStopCheck`'s asynchronous copy of the flag (1).
-const GENERATE_STEP_KERNELS: f64 = 30.0;
-
-/// Prices `generate` of `new_tokens` tokens after a `prompt`-token prompt for `batch`
-/// sequences of a decoder-only `t` on one GPU (see [`Serving`] for the model of each figure).
-/// `None` for models without a decoder-only generate path.
-pub fn serving(
-    t: &Transformer,
-    gpu: &Gpu,
-    cal: &EagerCalibration,
-    g: &Generate,
-) -> Option<Serving> {
-    let Generate {
-        batch,
-        prompt,
-        new_tokens,
-        kv_bytes,
-        static_cache,
-        precision,
-    } = *g;
-    if t.layout != Layout::DecoderOnly || batch == 0 || prompt == 0 {
-        return None;
-    }
-    // Inference has no master weights: anything but fp32 is a half-precision model.
-    let prec = if precision == Precision::Fp32 {
-        Precision::Fp32
-    } else {
-        Precision::Bf16
-    };
-    let wbytes = prec.compute_bytes() as f64;
-    let r = Rates::new(gpu, cal);
-    let b = batch as f64;
-    let p = prompt as f64;
-    let layers = t.layers as f64;
-    let h = t.hidden as f64;
-    let v = t.vocab as f64;
-    // Prefill: the prompt through every layer, logits for the last position only
-    // (`logits_to_keep=1` in generate).
-    let s = Shape::new(b * p, p, prec, AmpStyle::Autocast, false);
-    let lw = layer(t, &s, &r, Attention::Sdpa, prec, None);
-    let mut head = Ops {
-        r: &r,
-        w: Work::default(),
-    };
-    head.ew(b * p * h, 2.0 * wbytes, 6.0);
-    head.gemm(b, h, v, 1.0, prec == Precision::Fp32);
-    head.ew(b * v, wbytes + 4.0, 1.0);
-    let prefill_s = layers * lw.inference_s(cal) + head.w.inference_s(cal);
-
-    // Decode: one token per sequence per step, over a cache of `ctx` tokens.
-    let (q_w, kv_w) = t.attn_widths();
-    let kv_per_token = layers * 2.0 * kv_w as f64 * kv_bytes as f64; // bytes, one sequence
-    let params = t.param_count() as f64;
-    // The input embedding is gathered, not read whole, unless the head shares it.
-    let gathered_only = if t.tied_embeddings { 0.0 } else { v * h };
-    let weights = (params - gathered_only + b * h) * wbytes;
-    let d = Shape::new(b, 1.0, prec, AmpStyle::Autocast, false);
-    let dw = layer(t, &d, &r, Attention::Sdpa, prec, None);
-    let kernels = layers * (dw.kernels + dw.cxx_kernels + 2.0) + GENERATE_STEP_KERNELS;
-    // A host sync inside a layer (`_grouped_mm_fallback`) costs a bare launch too.
-    let decode_host_s = (kernels + layers * dw.syncs) * cal.launch_s;
-    // The steps run at cache lengths prompt .. prompt + new_tokens - 1 (the first token comes
-    // from the prefill; DeferredStopCheck adds one step at the end): bytes are linear in the
-    // length, so the mean step is the step at the mean length.
-    let steps = new_tokens.max(1) as f64;
-    let mean_ctx = p + (steps - 1.0) / 2.0;
-    let full_len = p + steps;
-    let kv_step = if static_cache {
-        // attention reads the whole preallocated cache; `index_copy_` writes one token
-        b * kv_per_token * (full_len + 1.0)
-    } else {
-        // attention reads ctx + 1 tokens; torch.cat reads ctx and writes ctx + 1
-        b * kv_per_token * (3.0 * mean_ctx + 2.0)
-    };
-    let decode_bytes = weights + kv_step;
-    let kv_len = if static_cache {
-        full_len
-    } else {
-        mean_ctx + 1.0
-    };
-    let flops = 2.0 * b * params + 4.0 * b * layers * q_w as f64 * kv_len;
-    let peak = if prec == Precision::Fp32 {
-        gpu.fp32_tflops
-    } else {
-        gpu.half_tflops
-    } * 1e12;
-    let decode_gpu_s = (decode_bytes / r.bytes_per_s).max(flops / peak);
-    let decode_token_s = decode_gpu_s.max(decode_host_s);
-    let generate_s = prefill_s + steps * decode_token_s;
-    Some(Serving {
-        prefill_s,
-        decode_token_s,
-        decode_gpu_s,
-        decode_bytes,
-        decode_host_s,
-        decode_kernels: kernels,
-        decode_bound: if decode_gpu_s >= decode_host_s {
-            "gpu"
-        } else {
-            "host"
-        },
-        generate_s,
-        decode_tokens_per_s: b / decode_token_s,
-        validated: false,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1669,6 +1633,7 @@ mod tests {
                 dispatch,
                 fp32_weights: false,
                 dtype: expert_dtype(&s, precision),
+                bias: false,
             },
         );
         o.w

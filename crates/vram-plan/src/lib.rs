@@ -9,8 +9,9 @@
 //! - [`cost`] prices one configuration: FLOPs at a shape-dependent efficiency, tensor-, pipeline-
 //!   and data-parallel communication, the pipeline bubble, offload. Compute is priced for the
 //!   [`Stack`] that runs the step: Megatron-LM's fused kernels, or [`eager`], Hugging Face
-//!   transformers under PyTorch eager (operator by operator, from H100 measurements), which
-//!   also prices `generate` ([`eager::serving`]).
+//!   transformers under PyTorch eager (operator by operator, from H100 measurements).
+//! - [`generate`] prices transformers' `generate` on one GPU: its host work (kernels, Python
+//!   calls, syncs, counted per mechanism) against its GPU work, step by step.
 //! - [`search()`] enumerates DP × TP × PP × schedule × sequence parallel × ZeRO × offload ×
 //!   recomputation × micro-batch, and checks memory with [`vram_model::estimate()`] best-first.
 //! - [`checkpoint`] is optimal activation checkpointing for a chain of heterogeneous layers
@@ -47,6 +48,7 @@ pub mod cost;
 pub mod eager;
 pub mod emit;
 mod error;
+pub mod generate;
 pub mod lora;
 pub mod search;
 pub mod suggest;

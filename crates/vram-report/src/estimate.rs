@@ -43,6 +43,8 @@ pub struct EstimateRequest {
     pub timeline: bool,
     /// Stored weights as the dequantized fallback holds them (`--dequantized`).
     pub dequantized: bool,
+    /// Kernel packages installed beside transformers (`--kernels`; the speed figures).
+    pub kernels: vram_plan::generate::Kernels,
 }
 
 /// A full training step or a `generate` call: where its memory goes, whether it fits, the
@@ -516,7 +518,9 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
     if !r.fits {
         r.suggestions = Some(suggest::step(model, &setup, cap));
     }
-    r.serving = speed(model, gpu, &setup).as_ref().map(Speed::from);
+    r.serving = speed(model, gpu, &setup, r.attention_runs, req.kernels)
+        .as_ref()
+        .map(Speed::from);
     if let Some(t) = t {
         describe_blocks(
             &mut r,
@@ -609,10 +613,17 @@ fn longest_context(model: &Model, setup: &Setup, cap: u64, limit: u64) -> Result
 
 /// Serving speed of `setup` (inference) on one `gpu`: the prompt's prefill and the mean decode
 /// step of the `generate` call the estimate describes (its batch, prompt, new tokens, cache
-/// kind, KV dtype and precision), from the planner's transformers-stack time model
-/// ([`vram_plan::eager::serving`]). `None` for training setups, parallel setups and models
+/// kind, KV dtype, precision and the attention that runs), with the user's installed
+/// `kernels`, from the planner's model of transformers' `generate`
+/// ([`vram_plan::generate::serving`]). `None` for training setups, parallel setups and models
 /// without a decoder-only generate path.
-fn speed(model: &Model, gpu: &Gpu, setup: &Setup) -> Option<vram_plan::eager::Serving> {
+fn speed(
+    model: &Model,
+    gpu: &Gpu,
+    setup: &Setup,
+    attention: Option<Attention>,
+    kernels: vram_plan::generate::Kernels,
+) -> Option<vram_plan::generate::Serving> {
     let (Model::Transformer(t), Mode::Infer(i)) = (model, setup.mode) else {
         return None;
     };
@@ -620,15 +631,17 @@ fn speed(model: &Model, gpu: &Gpu, setup: &Setup) -> Option<vram_plan::eager::Se
     if p.tp * p.pp * p.dp != 1 {
         return None;
     }
-    let g = vram_plan::eager::Generate {
+    let g = vram_plan::generate::Generate {
         batch: i.batch,
         prompt: i.prompt(),
         new_tokens: i.new_tokens,
         kv_bytes: i.kv_bytes,
         static_cache: i.kv_cache == setup::KvCache::Static,
         precision: setup.precision,
+        attention: attention.unwrap_or(setup.attention),
+        kernels,
     };
-    vram_plan::eager::serving(t, gpu, &vram_plan::eager::EagerCalibration::default(), &g)
+    vram_plan::generate::serving(t, gpu, &vram_plan::eager::EagerCalibration::default(), &g)
 }
 
 /// Inference with quantized weights: the estimate's weights replaced by their stored bytes.

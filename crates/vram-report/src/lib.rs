@@ -27,6 +27,7 @@
 //!     gpu: vram_model::gpu::lookup("h100-80g").unwrap(),
 //!     timeline: false,
 //!     dequantized: false,
+//!     kernels: Default::default(),
 //! };
 //! let input = estimate::ModelInput { model, config: None, checkpoint_params: None, checkpoint_place: None };
 //! let Report::Estimate(r) = estimate::estimate(&input, &req).unwrap() else { unreachable!() };

@@ -123,31 +123,42 @@ impl Assumes {
     }
 }
 
-/// Serving speed of an inference estimate's `generate` call (`vram_plan::eager::Serving`): the
-/// planner's transformers-stack time model, not validated against a steady-state measurement.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// Serving speed of an inference estimate's `generate` call (`vram_plan::generate::Serving`):
+/// the planner's model of transformers' `generate`, its host work against its GPU work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Speed {
-    /// Prefill of the whole prompt batch, seconds.
+    /// `generate(max_new_tokens=1)`: the set-up on the host, then the prompt's forward, seconds.
     pub prefill_s: f64,
+    /// Host seconds of the set-up before the prompt's forward.
+    pub setup_s: f64,
+    /// Host seconds of the prompt's forward.
+    pub prefill_host_s: f64,
+    /// GPU seconds of the prompt's forward.
+    pub prefill_gpu_s: f64,
     /// One decode step (one token for every sequence), seconds: the larger of its GPU time and
-    /// its host time.
+    /// its host time, then the step's host sync.
     pub decode_token_s: f64,
     /// GPU time of a mean decode step, seconds.
     pub decode_gpu_s: f64,
     /// Bytes a mean decode step reads and writes.
     pub decode_bytes: f64,
-    /// Host time of a decode step (kernel launches), seconds.
+    /// Host time of a decode step, seconds.
     pub decode_host_s: f64,
     /// Kernels one decode step launches.
     pub decode_kernels: f64,
+    /// Python function calls and view operators of one decode step.
+    pub decode_calls: f64,
     /// `gpu` or `host`: which side bounds a decode step.
     pub decode_bound: Bound,
     /// The whole `generate` call, seconds.
     pub generate_s: f64,
     /// Tokens generated per second over the batch while decoding.
     pub decode_tokens_per_s: f64,
-    /// Whether the figures were checked against steady-state measurements (`false`).
+    /// Whether this call's figures were checked against a measurement of the same model,
+    /// batch and prompt on the same GPU.
     pub validated: bool,
+    /// What the model was held to: the fitted host constant and the measurements checked.
+    pub checks: String,
 }
 
 /// Which side bounds a decode step.
@@ -156,19 +167,23 @@ pub struct Speed {
 pub enum Bound {
     /// The GPU's bandwidth or FLOPs.
     Gpu,
-    /// The host's kernel launches.
+    /// The host's kernel launches and Python calls.
     Host,
 }
 
-impl From<&vram_plan::eager::Serving> for Speed {
-    fn from(s: &vram_plan::eager::Serving) -> Self {
+impl From<&vram_plan::generate::Serving> for Speed {
+    fn from(s: &vram_plan::generate::Serving) -> Self {
         Speed {
             prefill_s: s.prefill_s,
+            setup_s: s.setup_s,
+            prefill_host_s: s.prefill_host_s,
+            prefill_gpu_s: s.prefill_gpu_s,
             decode_token_s: s.decode_token_s,
             decode_gpu_s: s.decode_gpu_s,
             decode_bytes: s.decode_bytes,
             decode_host_s: s.decode_host_s,
             decode_kernels: s.decode_kernels,
+            decode_calls: s.decode_calls,
             decode_bound: if s.decode_bound == "host" {
                 Bound::Host
             } else {
@@ -177,6 +192,7 @@ impl From<&vram_plan::eager::Serving> for Speed {
             generate_s: s.generate_s,
             decode_tokens_per_s: s.decode_tokens_per_s,
             validated: s.validated,
+            checks: s.checks.to_string(),
         }
     }
 }

@@ -33,7 +33,10 @@ pub fn verdict(gpu_name: &str, cap: u64, total: u64) -> String {
 pub fn speed_line(s: &Speed) -> String {
     let (bound, other) = match s.decode_bound {
         Bound::Host => (
-            format!("host-bound: {:.0} kernels launched", s.decode_kernels),
+            format!(
+                "host-bound: {:.0} kernels and {:.0} Python calls",
+                s.decode_kernels, s.decode_calls
+            ),
             format!(
                 "GPU {:.1} ms for {:.2} GB",
                 s.decode_gpu_s * 1e3,
@@ -43,14 +46,16 @@ pub fn speed_line(s: &Speed) -> String {
         Bound::Gpu => (
             format!("GPU-bound: {:.2} GB read and written", s.decode_bytes / 1e9),
             format!(
-                "host {:.1} ms for {:.0} kernels",
+                "host {:.1} ms for {:.0} kernels and {:.0} Python calls",
                 s.decode_host_s * 1e3,
-                s.decode_kernels
+                s.decode_kernels,
+                s.decode_calls
             ),
         ),
     };
     format!(
-        "serving speed (transformers generate, one GPU; not validated against a steady-state measurement): prefill {:.3} s, decode {:.1} ms/token ({bound}; {other}), {:.0} tokens/s",
+        "serving speed (transformers generate, one GPU; {}): prefill {:.3} s, decode {:.1} ms/token ({bound}; {other}), {:.0} tokens/s",
+        s.checks,
         s.prefill_s,
         s.decode_token_s * 1e3,
         s.decode_tokens_per_s

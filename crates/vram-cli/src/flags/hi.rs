@@ -173,6 +173,7 @@ impl EstimateArgs {
             gpu: gpu::lookup(&self.gpu)?,
             timeline: self.timeline,
             dequantized: self.dequantized,
+            kernels: self.kernels,
         })
     }
 }
@@ -323,6 +324,7 @@ impl PlanArgs {
         }
         req.attention = self.attention.into();
         req.optimizer = self.optimizer.into();
+        req.calibration.eager.kernels = self.kernels;
         req.stack = match (self.stack, self.emit) {
             (Some(StackArg::Transformers), _) => Stack::Transformers,
             (Some(StackArg::Megatron), _) | (None, Some(EmitArg::Megatron)) => Stack::Megatron,

@@ -370,6 +370,11 @@ pub struct EstimateArgs {
     /// without their kernels: everything in the config's dtype).
     #[arg(long)]
     pub dequantized: bool,
+    /// Kernel packages installed beside transformers that it runs instead of its torch
+    /// fallbacks, comma-separated: fla (flash-linear-attention), causal-conv1d; none by
+    /// default, as `pip install transformers` gives. Changes the speed figures.
+    #[arg(long, default_value = "none", value_parser = vram_plan::generate::Kernels::parse)]
+    pub kernels: vram_plan::generate::Kernels,
 }
 
 /// Arguments of the listing commands.
@@ -631,6 +636,11 @@ pub struct PlanArgs {
     /// with `--emit megatron`, else transformers].
     #[arg(long, value_enum)]
     pub stack: Option<StackArg>,
+    /// Kernel packages installed beside transformers that it runs instead of its torch
+    /// fallbacks, comma-separated: fla (flash-linear-attention), causal-conv1d; none by
+    /// default, as `pip install transformers` gives (the transformers stack's step time).
+    #[arg(long, default_value = "none", value_parser = vram_plan::eager::Kernels::parse)]
+    pub kernels: vram_plan::eager::Kernels,
     /// How many plans to list (at least 1).
     #[arg(long, default_value_t = 10)]
     pub top: usize,

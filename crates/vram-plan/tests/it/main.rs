@@ -4,6 +4,7 @@ mod batching;
 mod capacity_advice;
 mod checkpoint;
 mod emit;
+mod generate;
 mod guidance;
 mod measured;
 mod megatron;

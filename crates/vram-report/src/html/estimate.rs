@@ -157,6 +157,21 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
             &[
                 ("prefill".into(), secs(s.prefill_s), s.prefill_s.to_string()),
                 (
+                    "generate's set-up (host)".into(),
+                    ms(s.setup_s),
+                    s.setup_s.to_string(),
+                ),
+                (
+                    "prefill, host time".into(),
+                    ms(s.prefill_host_s),
+                    s.prefill_host_s.to_string(),
+                ),
+                (
+                    "prefill, GPU time".into(),
+                    ms(s.prefill_gpu_s),
+                    s.prefill_gpu_s.to_string(),
+                ),
+                (
                     "decode, per token".into(),
                     ms(s.decode_token_s),
                     s.decode_token_s.to_string(),
@@ -175,6 +190,11 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
                     "kernels launched per decode step".into(),
                     thousands(s.decode_kernels.round() as u64),
                     s.decode_kernels.to_string(),
+                ),
+                (
+                    "Python calls per decode step".into(),
+                    thousands(s.decode_calls.round() as u64),
+                    s.decode_calls.to_string(),
                 ),
                 (
                     "read and written per decode step".into(),
@@ -200,6 +220,7 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
                     format!("{:.0}", s.decode_tokens_per_s),
                     s.decode_tokens_per_s.to_string(),
                 ),
+                ("checked against".into(), s.checks.clone(), String::new()),
             ],
         ));
     }

@@ -40,6 +40,7 @@ pub fn estimate(
         gpu: vram_model::gpu::lookup(gpu).unwrap(),
         timeline,
         dequantized: false,
+        kernels: Default::default(),
     };
     let model: Model = step
         .attach(vram_model::catalog::lookup(id).unwrap())

@@ -131,6 +131,7 @@ fn the_context_limit_is_the_length_capacity_derives() {
         gpu: vram_model::gpu::lookup("h200").unwrap(),
         timeline: false,
         dequantized: false,
+        kernels: Default::default(),
     };
     let input = vram_report::estimate::ModelInput {
         model: model.clone(),

@@ -1,0 +1,707 @@
+//! The time of one `model.generate(...)` call of Hugging Face transformers 5.24 on one GPU:
+//! what the host does (Python, module calls, operator dispatch, kernel launches, host syncs)
+//! and what the GPU does (bytes over HBM, FLOPs), step by step.
+//!
+//! # What `generate` runs (transformers 5.24, `generation/utils.py`)
+//! - **Set-up** (`generate` before `_sample`): the generation config is copied and validated,
+//!   logits processors and stopping criteria are built, the attention mask is inferred from the
+//!   pad token, a `DynamicCache` is made with one layer object per decoder layer. Six host syncs
+//!   (`isin(...).any()` on the pad and eos tokens, the mask checks). The GPU is idle.
+//! - **Prefill** (`_prefill`): one forward over the prompt, `logits_to_keep=1`.
+//! - **Decode loop** (`_sample`): per new token, `prepare_inputs_for_generation` (slice and
+//!   clone the last token), the forward at one token, `logits[:, -1].to(float32, copy=True)`,
+//!   the logits processors (`MinNewTokensLengthLogitsProcessor` while `min_new_tokens` is not
+//!   reached: `arange`, `isin`, `where`), `argmax`, the unfinished-sequence arithmetic, the
+//!   `input_ids` `cat`, the stopping criteria (max length, eos `isin`) and
+//!   `StopCheck`'s `bool(unfinished_sequences.max() == 0)`: a host sync every step on CUDA
+//!   (`DeferredStopCheck`, which reads the flag a step late, is only taken on `mps`). So one
+//!   step's host work and GPU work overlap only within the step: a step takes the larger of the
+//!   two, then the sync.
+//! - The decode loop runs inside `_optimize_model_for_decode`, which on any device but the CPU
+//!   switches experts run by `grouped_mm` to **`batched_mm`** (`integrations/moe.py`): each of
+//!   the `tokens × top_k` routed rows gathers its expert's `gate_up_proj` and `down_proj`
+//!   (`self.gate_up_proj[expert_ids]`: a copy of one expert's weights per row) and runs a
+//!   `bmm`. The prefill runs before the switch, with `grouped_mm`.
+//!
+//! # The host model
+//! Host seconds are kernels × [`EagerCalibration::launch_s`] (the measured per-kernel cost of
+//! a Python loop of tiny CUDA ops, 9.6 µs on the H100 machine's host: its dispatch and launch),
+//! plus (Python function calls and view operators) × [`PY_CALL_S`], plus host syncs ×
+//! `launch_s`. Kernels, views, module calls and Python function calls are counted per mechanism from what
+//! transformers 5.24 runs ([`block_host`], [`ends_host`], the glue constants below), and held
+//! to the library by `tests/engines/generate_ops.py`, which counts them on the CPU at the
+//! dispatcher and with `sys.setprofile` (`tests/data/generate_ops/counts.json`,
+//! `tests/it/generate.rs`). A module call runs about 7 Python functions
+//! (`Module.__call__`, `_call_impl`, `forward` and its decorators: 7.0–7.7 per module over the
+//! dense, attention and Gated DeltaNet layers counted, [`PY_PER_MODULE`]).
+//!
+//! # The GPU model
+//! - Decode: bytes over the element-wise bandwidth ([`crate::eager::Rates::bytes_per_s`]):
+//!   every weight the step reads (a dense layer's linears; routed experts as `batched_mm`
+//!   moves them: each routed row's expert weights read from the bank, written as a copy, read
+//!   by the `bmm`), the cache as transformers keeps it (`DynamicCache`: attention reads the
+//!   keys and values, `torch.cat` reads the old ones and writes the new; a sliding layer its
+//!   window; a Gated DeltaNet layer's fp32 recurrent state through
+//!   `torch_recurrent_gated_delta_rule`'s passes), the head; or FLOPs over the dense peak,
+//!   whichever is longer.
+//! - Prefill: each layer's operators priced by [`crate::eager::block_layer`] (GEMMs from the H100
+//!   grid, fused or eager attention, experts through `grouped_mm`, element-wise bytes).
+
+use serde::Serialize;
+use vram_model::arch::{Layout, Transformer};
+use vram_model::blocks::{Block, CacheKind, Component, Dispatch, Ffn, Mixer, QkNorm, TensorKind};
+use vram_model::gpu::Gpu;
+use vram_model::setup::{AmpStyle, Attention, Precision};
+
+pub use crate::eager::Kernels;
+use crate::eager::{self, EagerCalibration, Rates, Shape};
+
+/// Host seconds per Python function call or view operator on the machine the shared H200
+/// measurements ran on: the one host cost this model fits.
+///
+/// Derived from one measurement: Llama-3.1-8B in bf16, batch 1, prompt 1024, greedy, dynamic
+/// cache, decodes at 24.27 ms a token on an NVIDIA H200 (vramkit's shared ground truth,
+/// 2026-11-27, transformers 5.24, PyTorch 2.11). Its GPU work is 4.6 ms (15.4 GB at the H200's
+/// element-wise bandwidth), so the step is the host's: 1332 kernel launches and one sync at the
+/// measured 9.6 µs (12.80 ms), and 4796 Python function calls and views as this module counts
+/// them (32 layers × (91 + 36), the loop's 678 and its 54): 11.47 ms, 2.392 µs each. The 9.6 µs
+/// launch cost was measured on the H100 machine's host (a Python loop of tiny CUDA ops); the
+/// H200 machine's own was not, so the split between launches and Python calls is this
+/// constant's, not a measurement's (the prepared GPU run measures both: `gpu/measure3.py`).
+pub const PY_CALL_S: f64 = 2.392e-6;
+
+/// Python function calls per module call: `Module.__call__`, `_call_impl`, the module's
+/// `forward` and its decorators (`deprecate_kwarg`, `GradientCheckpointingLayer.__call__`,
+/// `check_model_inputs`), counted at 7.0–7.3 per module on Llama, Qwen3 and Gemma 3's layers
+/// (`tests/data/generate_ops/counts.json`).
+pub const PY_PER_MODULE: f64 = 7.0;
+
+/// Python function calls of one decode step outside the model's layers (`_sample`'s loop,
+/// `prepare_inputs_for_generation`, `_update_model_kwargs_for_generation`, the processors and
+/// stopping criteria, the model's own `forward` and output classes, the cache's bookkeeping):
+/// 468 with 4 decoder layers and 504 with 8 (Llama, counts.json), so 432 and 9 per layer, less
+/// the 42 of the six model-level module calls counted in [`ends_host`].
+const STEP_GLUE_PY: (f64, f64) = (390.0, 9.0);
+
+/// Python function calls of `generate(max_new_tokens=1)` outside the layers: the set-up
+/// (generation config copied and validated, processors, stopping criteria, the cache with one
+/// layer object per decoder layer), the prefill's model-level code and one token's selection:
+/// 2248 with 4 layers and 2420 with 8 (Llama), so 2076 and 43 per layer, less the 42 of the
+/// model-level module calls counted in [`ends_host`].
+const SETUP_GLUE_PY: (f64, f64) = (2034.0, 43.0);
+
+/// Extra set-up Python work of a model whose experts run `grouped_mm`: `generate` enters
+/// `_optimize_model_for_decode`, whose `set_experts_implementation` walks every module
+/// (`self.modules()`) to switch them to `batched_mm` and again to switch them back. The walk's
+/// calls are light (a generator step each: 13 bytecode instructions a call against 28 in the
+/// layers' calls and in the rest of `generate`'s), so it is counted in calls of the layers'
+/// weight: 15,400 instructions with 4 layers and 2,520 more per layer on the tiny Qwen3-MoE
+/// (`sys.settrace` opcode events), 190 + 90 per layer at 28 instructions a call.
+const MOE_SETUP_GLUE_PY: (f64, f64) = (190.0, 90.0);
+
+/// A stretch of host work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Host {
+    /// Kernels launched (operators that are not views).
+    pub kernels: f64,
+    /// View operators (dispatched, no kernel).
+    pub views: f64,
+    /// `nn.Module` calls.
+    pub modules: f64,
+    /// Python function calls (module machinery, forwards, helpers, `generate`'s own).
+    pub py: f64,
+    /// Host syncs (`.item()`, `bool(tensor)`, `nonzero`).
+    pub syncs: f64,
+}
+
+impl Host {
+    fn op(k: f64, v: f64) -> Host {
+        Host {
+            kernels: k,
+            views: v,
+            ..Host::default()
+        }
+    }
+    fn module(k: f64, v: f64, extra_py: f64) -> Host {
+        Host {
+            kernels: k,
+            views: v,
+            modules: 1.0,
+            py: PY_PER_MODULE + extra_py,
+            syncs: 0.0,
+        }
+    }
+    fn add(&mut self, o: Host) {
+        self.kernels += o.kernels;
+        self.views += o.views;
+        self.modules += o.modules;
+        self.py += o.py;
+        self.syncs += o.syncs;
+    }
+    fn times(mut self, n: f64) -> Host {
+        self.kernels *= n;
+        self.views *= n;
+        self.modules *= n;
+        self.py *= n;
+        self.syncs *= n;
+        self
+    }
+    /// Host seconds of this work.
+    pub fn seconds(&self, cal: &EagerCalibration) -> f64 {
+        (self.kernels + self.syncs) * cal.launch_s + (self.py + self.views) * PY_CALL_S
+    }
+}
+
+/// Which forward a count is for: the prompt's (`generate`'s prefill, `grouped_mm` experts) or
+/// one decode step's (one token, `batched_mm` experts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The prompt's forward.
+    Prefill,
+    /// One new token's forward.
+    Decode,
+}
+
+/// One `nn.Linear` call: the module and one GEMM (`mm`, or `addmm` with a bias), with `t`,
+/// `view` and `_unsafe_view` around it.
+fn linears(n: f64) -> Host {
+    Host::module(1.0, 3.0, 0.0).times(n)
+}
+
+/// One RMSNorm module in a bf16 model: `to(float32)`, `pow`, `mean`, `+ eps`, `rsqrt`, `*`,
+/// `to(dtype)`, `weight *`.
+fn rms_norm() -> Host {
+    Host::module(8.0, 0.0, 0.0)
+}
+
+/// `nn.Linear` modules of a mixer: its linear tensors.
+fn linear_modules(m: &Mixer, h: u64) -> f64 {
+    let mut n = 0.0;
+    m.tensors(h, &mut |x| {
+        if x.kind == TensorKind::Linear {
+            n += 1.0;
+        }
+    });
+    n
+}
+
+/// The host work of one decoder layer of `blk` in `phase`, as transformers 5.24 writes it
+/// (counted on the CPU: `tests/data/generate_ops/counts.json`).
+pub fn block_host(
+    t: &Transformer,
+    blk: &Block,
+    attention: Attention,
+    phase: Phase,
+    kernels: Kernels,
+) -> Host {
+    let h = t.blocks.hidden.max(t.hidden);
+    let prefill = phase == Phase::Prefill;
+    // The decoder layer module and its two residual adds; its norms.
+    let mut w = Host::module(2.0, 0.0, 0.0);
+    w.add(rms_norm().times(blk.norms.count as f64));
+    let mixer_linears = linear_modules(&blk.mixer, h);
+    w.add(linears(mixer_linears));
+    match blk.mixer {
+        Mixer::Attention(a) => {
+            // q/k/v views and transposes, rotary (`q·cos + rotate_half(q)·sin`, the same for
+            // k: 10 kernels), `DynamicCache.update`'s two `cat`s, the attention, the output
+            // reshape (`lift_fresh` of the scaling constants in a prefill: 2 more views).
+            let mut own = Host::module(13.0, 15.0 + 2.0 * f64::from(prefill), 0.0);
+            if a.q_gate {
+                // Qwen3.5's gated attention: the doubled q_proj split, `sigmoid`, the product.
+                own.kernels += 5.0;
+                own.views += 7.0;
+            }
+            let eager = attention == Attention::Eager;
+            if eager {
+                // `eager_attention_forward`: `repeat_kv` copies of k and v, `matmul`, scaling,
+                // the mask add, softmax, `matmul`, the output transpose copy; with sinks the
+                // sinks `expand`/`cat`, the row max and its subtraction, the slice.
+                own.kernels += if a.sinks { 13.0 } else { 7.0 };
+                own.views += if a.sinks { 18.0 } else { 10.0 };
+            }
+            w.add(own);
+            let qk_norms = match a.qk_norm {
+                QkNorm::PerHead | QkNorm::FullWidth => 2.0 - f64::from(a.kv_shared),
+                _ => 0.0,
+            };
+            w.add(rms_norm().times(qk_norms));
+        }
+        Mixer::Mla(m) => {
+            // DeepseekV3Attention: the q/kv splits, `k_pe` rotary in the interleaved form,
+            // the expanded keys' `new_empty`/`copy_`, the cache update, SDPA, casts; its
+            // q_a and kv_a layer norms.
+            w.add(Host::module(
+                if prefill { 38.0 } else { 31.0 },
+                if prefill { 36.0 } else { 34.0 },
+                0.0,
+            ));
+            let norms = 1.0 + f64::from(m.q_lora_rank.is_some());
+            w.add(rms_norm().times(norms));
+        }
+        Mixer::GatedDeltaNet(_) => {
+            // Qwen3_5GatedDeltaNet: the conv (`F.conv1d` with the state `cat`, or
+            // causal-conv1d's kernel), `sigmoid`/`softplus`/`exp` of the gates, l2norm of q
+            // and k, then `torch_recurrent_gated_delta_rule` (decode: ten operators over the
+            // fp32 state) or `torch_chunk_gated_delta_rule` (prefill: the padded chunks,
+            // `solve_triangular`, and a Python loop of six operators per 64-token chunk,
+            // counted here at the counts' prompt; [`gdn_chunk_loop`] adds the rest); the
+            // gated RMSNorm (11 kernels) and its SiLU, the conv's SiLU.
+            let (k, v, py) = match (prefill, kernels.fla) {
+                (false, false) => (42.0, 39.0, 12.0),
+                (true, false) => (69.0, 85.0, 49.0),
+                // fla: one Triton kernel for the delta rule (with its l2norm and gates).
+                (false, true) => (24.0, 25.0, 10.0),
+                (true, true) => (26.0, 27.0, 12.0),
+            };
+            let conv = if kernels.causal_conv1d { -4.0 } else { 0.0 };
+            w.add(Host::module(k + conv, v, py));
+            w.add(Host::module(11.0, 0.0, 0.0));
+            w.add(Host::module(1.0, 0.0, 0.0).times(2.0));
+        }
+        Mixer::Mamba2(_) => {
+            // NemotronH's torch_forward (no mamba_ssm): counted like the Gated DeltaNet path.
+            w.add(Host::module(if prefill { 69.0 } else { 42.0 }, 40.0, 12.0));
+            w.add(Host::module(11.0, 0.0, 0.0));
+        }
+        Mixer::None => {}
+    }
+    let dense = |d: &vram_model::blocks::Dense| {
+        // The MLP module, the activation module and the gate product.
+        let mut m = Host::module(1.0, 0.0, 0.0);
+        m.add(Host::module(1.0, 0.0, 0.0));
+        m.add(linears(if d.gated && !d.fused_gate_up {
+            3.0
+        } else {
+            2.0
+        }));
+        m
+    };
+    match blk.ffn {
+        Ffn::Dense(d) => w.add(dense(&d)),
+        Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => {
+            if let Ffn::DenseAndMoe(d, _) = blk.ffn {
+                w.add(dense(&d));
+            }
+            // The sparse block's reshapes; the router: softmax top-k (F.linear, fp32 softmax,
+            // topk, renormalise: 7), DeepSeek's grouped sigmoid router with its correction
+            // bias (19; DeepSeek keeps it, and the router, in fp32), gpt-oss's top-k then
+            // softmax with a bias (3).
+            w.add(Host::module(0.0, 2.0, 0.0));
+            let sigmoid_router = m.correction_bias || m.router_param_fp32;
+            w.add(if sigmoid_router {
+                Host::module(19.0, 6.0, 0.0)
+            } else if m.router_bias {
+                Host::module(3.0, 1.0, 0.0)
+            } else {
+                Host::module(7.0, 2.0, 0.0)
+            });
+            let bias = f64::from(m.expert_bias);
+            if !m.expert_bias && m.dispatch != Dispatch::Loop {
+                // `_default_apply_gate`'s activation module (gpt-oss writes its own gate).
+                w.add(Host::module(1.0, 0.0, 0.0));
+            }
+            w.add(match (m.dispatch, phase) {
+                // batched_mm: repeat_interleave, two gathers of expert weights, two bmm, the
+                // gate, the weighting and the sum over top-k (gpt-oss: biases, clamps).
+                (Dispatch::GroupedMm, Phase::Decode) => {
+                    Host::module(8.0 + 10.0 * bias, 12.0 + bias, 9.0 + 8.0 * bias)
+                }
+                // grouped_mm: sort, the gathers, histc, cumsum, two grouped GEMMs, the gate,
+                // the weighting, the inverse permutation, the sum.
+                (Dispatch::GroupedMm, Phase::Prefill) => {
+                    Host::module(16.0 + 10.0 * bias, 7.0 - bias, 24.0 + 9.0 * bias)
+                }
+                // Llama 4: every token through every expert.
+                (Dispatch::AllExperts, _) => Host::module(10.0, 8.0, 2.0),
+                // The per-expert Python loop after `nonzero`: per expert hit, `where` (a sync),
+                // the gather, two GEMMs, the gate, the weighting, `index_add_`.
+                (Dispatch::Loop, _) => {
+                    let mut l = Host::module(4.0, 4.0, 0.0);
+                    l.syncs += 1.0;
+                    l
+                }
+            });
+            if m.router_weights_fp32 && m.dispatch == Dispatch::GroupedMm {
+                w.add(Host::op(1.0, 0.0)); // the fp32 routing weights cast
+            }
+            if m.shared.is_some() {
+                w.add(Host::op(1.0, 0.0)); // shared experts' output added
+            }
+            if let Some(s) = m.shared {
+                w.add(dense(&s));
+            }
+        }
+        Ffn::None => {}
+    }
+    w
+}
+
+/// Per expert the `Dispatch::Loop` path runs for each expert hit: `where` (a sync), the
+/// gather, two GEMMs, the activation and product, the weighting and `index_add_`.
+fn loop_expert() -> Host {
+    Host {
+        kernels: 8.0,
+        views: 4.0,
+        py: 2.0,
+        syncs: 1.0,
+        ..Host::default()
+    }
+}
+
+/// The model's work outside its layers in one forward (`phase`): the embedding, the rotary
+/// tables, eager attention's explicit masks, the final norm and head, the model classes; and
+/// for a decode step `generate`'s loop around it (33 kernels, 7 views, the stop check's sync,
+/// and its Python, [`STEP_GLUE_PY`]).
+pub fn ends_host(t: &Transformer, attention: Attention, phase: Phase) -> Host {
+    let mut w = Host::module(1.0, 0.0, 0.0); // embedding
+    w.add(Host::module(9.0, 1.0, 0.0)); // rotary tables
+    w.add(rms_norm());
+    w.add(linears(1.0));
+    w.add(Host::module(0.0, 1.0, 0.0)); // *ForCausalLM: the logits slice
+    w.add(Host::module(0.0, 0.0, 0.0)); // *Model
+    if attention == Attention::Eager {
+        // Eager attention needs the masks as tensors: `create_causal_mask` and the sliding
+        // one build them every forward (25 kernels, 26 views for gpt-oss's two).
+        w.add(Host::op(25.0, 26.0));
+    }
+    if phase == Phase::Decode {
+        w.add(Host::op(33.0, 7.0));
+        w.syncs += 1.0;
+        w.py += STEP_GLUE_PY.0 + STEP_GLUE_PY.1 * t.layers as f64;
+    }
+    w
+}
+
+/// `generate`'s own work in `generate(max_new_tokens=1)` outside the model's forward: the
+/// set-up, the prefill mask and one token's selection (61 kernels, 11 views, 6 host syncs)
+/// and their Python ([`SETUP_GLUE_PY`], [`MOE_SETUP_GLUE_PY`] when experts are switched).
+pub fn setup_host(t: &Transformer) -> Host {
+    let l = t.layers as f64;
+    let mut w = Host::op(61.0, 11.0);
+    w.syncs = 6.0;
+    w.py = SETUP_GLUE_PY.0 + SETUP_GLUE_PY.1 * l;
+    if grouped_experts(t) {
+        w.py += MOE_SETUP_GLUE_PY.0 + MOE_SETUP_GLUE_PY.1 * l;
+    }
+    w
+}
+
+/// Whether any layer runs experts through `grouped_mm` (so `generate` switches them).
+fn grouped_experts(t: &Transformer) -> bool {
+    t.blocks.kinds.iter().any(|b| {
+        matches!(b.ffn, Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) if m.dispatch == Dispatch::GroupedMm)
+    })
+}
+
+/// The blocks with how many layers use each.
+fn kinds(t: &Transformer) -> Vec<(Block, f64)> {
+    t.blocks
+        .kinds
+        .iter()
+        .copied()
+        .zip(t.blocks.kind_counts().into_iter().map(|n| n as f64))
+        .collect()
+}
+
+/// Expected experts that receive at least one of `rows` routed rows out of `experts`, routed
+/// uniformly at random (a model built by `from_config`).
+fn occupied(experts: f64, rows: f64) -> f64 {
+    (experts * (1.0 - (1.0 - 1.0 / experts).powf(rows))).max(1.0)
+}
+
+/// Bytes one decode step of `b` sequences moves through layer `blk` at cache length `ctx`
+/// (weights in `wbytes`, the cache in `kv_bytes`), and its FLOPs.
+#[allow(clippy::too_many_arguments)]
+fn block_decode(
+    t: &Transformer,
+    blk: &Block,
+    b: f64,
+    ctx: f64,
+    static_len: Option<f64>,
+    wbytes: f64,
+    kv_bytes: f64,
+    kernels: Kernels,
+) -> (f64, f64) {
+    let h = t.blocks.hidden.max(t.hidden);
+    let mut bytes = 0.0;
+    let mut flops = 0.0;
+    // Every weight but the routed experts (and norms, vectors) is read once.
+    blk.tensors(h, &mut |x| {
+        if x.component != Component::RoutedExperts {
+            bytes += x.numel() as f64 * if x.fp32 { 4.0 } else { wbytes };
+            if x.kind == TensorKind::Linear {
+                flops += 2.0 * b * x.numel() as f64;
+            }
+        }
+    });
+    if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
+        let width = m.latent.unwrap_or(h) as f64;
+        let up = if m.gated { 2.0 } else { 1.0 } * m.expert_intermediate as f64;
+        let per_expert = (up + m.expert_intermediate as f64) * width * wbytes;
+        let rows = b * m.top_k as f64;
+        flops += 2.0 * rows * per_expert / wbytes;
+        bytes += match m.dispatch {
+            // Each routed row's expert copied out of the bank (read and written) and read
+            // again by the bmm.
+            Dispatch::GroupedMm => 3.0 * rows * per_expert,
+            Dispatch::AllExperts => m.experts as f64 * per_expert,
+            Dispatch::Loop => occupied(m.experts as f64, rows) * per_expert,
+        };
+    }
+    let spec = blk.mixer.cache();
+    let per_token = spec.per_token as f64 * kv_bytes;
+    match spec.kind {
+        CacheKind::Full | CacheKind::Indexed => {
+            bytes += match static_len {
+                // `StaticCache`: attention reads the whole preallocated length, `index_copy_`
+                // writes the new token.
+                Some(full) => b * per_token * (full + 1.0),
+                // Attention reads ctx + 1 tokens; `torch.cat` reads ctx and writes ctx + 1.
+                None => b * per_token * (3.0 * ctx + 2.0),
+            };
+            if let Mixer::Mla(m) = blk.mixer {
+                // transformers re-expands the latent cache through kv_b_proj every step:
+                // the expanded keys and values written and read by SDPA.
+                let exp = m.heads as f64
+                    * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) as f64;
+                bytes += 2.0 * b * (ctx + 1.0) * exp * wbytes;
+                flops += 2.0
+                    * b
+                    * (ctx + 1.0)
+                    * m.kv_lora_rank as f64
+                    * (m.heads * (m.qk_nope_head_dim + m.v_head_dim)) as f64;
+            }
+            if let Mixer::Attention(a) = blk.mixer {
+                flops += 2.0 * b * (ctx + 1.0) * (a.heads * (a.head_dim + a.v_head_dim)) as f64;
+            }
+        }
+        CacheKind::Sliding => {
+            let w = spec.window.map_or(ctx, |w| (w as f64).min(ctx));
+            bytes += b * per_token * (3.0 * w + 2.0);
+        }
+        CacheKind::Linear => {
+            // The conv state (`cat` and `copy_`), and the fp32 recurrent state through
+            // torch_recurrent_gated_delta_rule's passes (decay, the kv memory, the rank-1
+            // update, the output: about ten reads and writes of the state) or fla's fused
+            // kernel (read once, written once).
+            bytes += b * spec.state as f64 * kv_bytes * 3.0;
+            let passes = if kernels.fla { 2.0 } else { 10.0 };
+            bytes += b * spec.state_f32 as f64 * 4.0 * passes;
+        }
+        CacheKind::None => {}
+    }
+    (bytes, flops)
+}
+
+/// Serving speed of `generate` on one GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Serving {
+    /// `generate(max_new_tokens=1)`: `generate`'s set-up on the host (the GPU idle), then the
+    /// prompt's forward, the larger of its host and GPU time.
+    pub prefill_s: f64,
+    /// Host seconds of the set-up (`generate`'s Python, six syncs) before the prompt's forward.
+    pub setup_s: f64,
+    /// Host seconds of the prompt's forward (its launches, module calls and views).
+    pub prefill_host_s: f64,
+    /// GPU seconds of the prompt's forward.
+    pub prefill_gpu_s: f64,
+    /// One decode step (one new token for every sequence), seconds, the mean over the call's
+    /// steps: the larger of [`Serving::decode_gpu_s`] and [`Serving::decode_host_s`], then the
+    /// step's host sync.
+    pub decode_token_s: f64,
+    /// GPU time of a mean decode step: [`Serving::decode_bytes`] over the element-wise
+    /// bandwidth, or its FLOPs over the dense peak, whichever is longer.
+    pub decode_gpu_s: f64,
+    /// Bytes a mean decode step moves (weights as read, `batched_mm`'s expert copies, the
+    /// cache's reads and `torch.cat` copies, the head).
+    pub decode_bytes: f64,
+    /// Host time of a decode step.
+    pub decode_host_s: f64,
+    /// Kernels one decode step launches.
+    pub decode_kernels: f64,
+    /// Python function calls and view operators of one decode step.
+    pub decode_calls: f64,
+    /// `"gpu"` or `"host"`: which side bounds a decode step.
+    pub decode_bound: &'static str,
+    /// The whole `generate` call: the prefill (which yields the first token), then one decode
+    /// step per further token.
+    pub generate_s: f64,
+    /// Tokens generated per second over the batch while decoding.
+    pub decode_tokens_per_s: f64,
+    /// Whether this call's figures were checked against a measurement of the same model, batch
+    /// and prompt on the same GPU (see [`Serving::checks`]): `false` unless they were.
+    pub validated: bool,
+    /// What the model was held to: the one fitted host constant and the measurements it was
+    /// checked against.
+    pub checks: &'static str,
+}
+
+/// What this model was fitted on and checked against (vramkit's shared H200 ground truth).
+pub const CHECKS: &str = "host cost per Python call fitted on Llama-3.1-8B batch-1 decode (H200, 24.27 ms); checked on Llama-3.1-8B batch 16 decode and batch 1/16 prefill (H200); other models unchecked";
+
+/// A `generate` call: `batch` sequences of a `prompt`-token prompt, `new_tokens` generated,
+/// KV cache of `kv_bytes` per element; `static_cache`: transformers' `StaticCache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Generate {
+    /// Sequences.
+    pub batch: u64,
+    /// Prompt tokens per sequence.
+    pub prompt: u64,
+    /// Tokens generated per sequence.
+    pub new_tokens: u64,
+    /// Bytes per KV-cache element.
+    pub kv_bytes: u64,
+    /// `cache_implementation="static"`.
+    pub static_cache: bool,
+    /// The model's dtype: `Fp32` runs fp32 weights and GEMMs; every other precision is a
+    /// half-precision model (inference has no master weights).
+    pub precision: Precision,
+    /// The attention implementation (`attn_implementation`).
+    pub attention: Attention,
+    /// Installed kernel packages transformers picks up.
+    pub kernels: Kernels,
+}
+
+/// Prices `generate` of `new_tokens` tokens after a `prompt`-token prompt for `batch`
+/// sequences of a decoder-only `t` on one GPU. `None` for models without a decoder-only
+/// generate path.
+pub fn serving(
+    t: &Transformer,
+    gpu: &Gpu,
+    cal: &EagerCalibration,
+    g: &Generate,
+) -> Option<Serving> {
+    if t.layout != Layout::DecoderOnly || g.batch == 0 || g.prompt == 0 || t.blocks.is_empty() {
+        return None;
+    }
+    let prec = if g.precision == Precision::Fp32 {
+        Precision::Fp32
+    } else {
+        Precision::Bf16
+    };
+    let wbytes = prec.compute_bytes() as f64;
+    let cal = &EagerCalibration {
+        kernels: g.kernels,
+        ..*cal
+    };
+    let r = Rates::new(gpu, cal);
+    let b = g.batch as f64;
+    let p = g.prompt as f64;
+    let h = t.blocks.hidden.max(t.hidden) as f64;
+    let v = t.vocab as f64;
+    let blocks = kinds(t);
+
+    // --- prefill: generate(max_new_tokens=1) ---
+    let s = Shape::new(b * p, p, prec, AmpStyle::Autocast, false);
+    let mut pre_host = Host::default();
+    let mut pre_gpu = 0.0;
+    for (blk, n) in &blocks {
+        let mut hw = block_host(t, blk, g.attention, Phase::Prefill, g.kernels);
+        if let Mixer::GatedDeltaNet(_) = blk.mixer {
+            if !g.kernels.fla {
+                hw.add(gdn_chunk_loop(p));
+            }
+        }
+        if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
+            if m.dispatch == Dispatch::Loop {
+                hw.add(loop_expert().times(occupied(m.experts as f64, b * p * m.top_k as f64)));
+            }
+        }
+        pre_host.add(hw.times(*n));
+        let w = eager::block_layer(t, blk, &s, &r, g.attention, prec);
+        pre_gpu += n * (w.gemm_s + w.attn_s + w.ew_s + w.score_s + w.serial_gpu_s);
+    }
+    pre_host.add(ends_host(t, g.attention, Phase::Prefill));
+    // Final norm over the prompt, the head on the last position, the fp32 logits copy.
+    pre_gpu += r.bytes_s(b * p * h * 2.0 * wbytes)
+        + r.gemm_s(b, h, v, 1.0, prec == Precision::Fp32)
+            .max(r.bytes_s(v * h * wbytes))
+        + r.bytes_s(b * v * (wbytes + 4.0));
+    // The set-up runs before any kernel of the forward; its syncs wait for nothing.
+    let setup = setup_host(t);
+    let setup_s = setup.seconds(cal);
+    let prefill_host_s = pre_host.seconds(cal);
+    let prefill_s = setup_s + prefill_host_s.max(pre_gpu);
+
+    // --- decode ---
+    // The prefill yields the first token; `new_tokens - 1` decode steps follow, at cache lengths
+    // prompt .. prompt + new_tokens - 2 (`DeferredStopCheck`'s extra step is taken on `mps`
+    // only): the bytes are linear in the length, so the mean step is the one at the mean
+    // length. With one new token the step priced is the one that would come next.
+    let steps = g.new_tokens.saturating_sub(1) as f64;
+    let mean_ctx = p + (steps - 1.0).max(0.0) / 2.0;
+    let static_len = g.static_cache.then_some(p + g.new_tokens as f64);
+    let mut host = Host::default();
+    let mut bytes = 0.0;
+    let mut flops = 0.0;
+    for (blk, n) in &blocks {
+        let mut hw = block_host(t, blk, g.attention, Phase::Decode, g.kernels);
+        if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
+            if m.dispatch == Dispatch::Loop {
+                hw.add(loop_expert().times(occupied(m.experts as f64, b * m.top_k as f64)));
+            }
+        }
+        host.add(hw.times(*n));
+        let (by, fl) = block_decode(
+            t,
+            blk,
+            b,
+            mean_ctx,
+            static_len,
+            wbytes,
+            g.kv_bytes as f64,
+            g.kernels,
+        );
+        bytes += n * by;
+        flops += n * fl;
+    }
+    host.add(ends_host(t, g.attention, Phase::Decode));
+    // The head reads its weights (the input embedding only gathers rows), the logits copy.
+    bytes += v * h * wbytes + b * v * (wbytes + 4.0);
+    flops += 2.0 * b * v * h;
+    let peak = if prec == Precision::Fp32 {
+        gpu.fp32_tflops
+    } else {
+        gpu.half_tflops
+    } * 1e12;
+    let decode_gpu_s = r.bytes_s(bytes).max(flops / peak);
+    let decode_host_s = Host { syncs: 0.0, ..host }.seconds(cal);
+    let decode_token_s = decode_gpu_s.max(decode_host_s) + host.syncs * cal.launch_s;
+    Some(Serving {
+        prefill_s,
+        setup_s,
+        prefill_host_s,
+        prefill_gpu_s: pre_gpu,
+        decode_token_s,
+        decode_gpu_s,
+        decode_bytes: bytes,
+        decode_host_s,
+        decode_kernels: host.kernels,
+        decode_calls: host.py + host.views,
+        decode_bound: if decode_gpu_s >= decode_host_s {
+            "gpu"
+        } else {
+            "host"
+        },
+        generate_s: prefill_s + steps * decode_token_s,
+        decode_tokens_per_s: b / decode_token_s,
+        validated: false,
+        checks: CHECKS,
+    })
+}
+
+/// `torch_chunk_gated_delta_rule`'s Python loop over 64-token chunks beyond the one chunk the
+/// counts' 40-token prompt ran: per chunk a `matmul` and `sub` (`v_new`), the inter-chunk
+/// `matmul`, the intra-chunk `matmul` and `add` written into the output slice, the state's
+/// decay, `matmul` and `add`: 9 kernels, and 28 views (the chunk selects and `matmul`'s
+/// expands and reshapes), counted on the CPU at 40, 104 and 168 prompt tokens.
+pub fn gdn_chunk_loop(prompt: f64) -> Host {
+    let chunks = (prompt / 64.0).ceil().max(1.0) - 1.0;
+    Host {
+        kernels: 9.0 * chunks,
+        views: 28.0 * chunks,
+        py: 0.0,
+        ..Host::default()
+    }
+}
