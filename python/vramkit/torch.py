@@ -26,10 +26,11 @@ import pathlib
 __all__ = [
     "library_path", "configure", "install", "mem_pool", "memory_stats", "memory_summary",
     "dump_snapshot", "empty_cache", "reset_peak_stats", "last_error", "VramkitError",
-    "tier_of", "rebalance", "step",
+    "tier_of", "rebalance", "step", "planned", "enable_planned",
 ]
 
 _LIB = None
+_PLANNED = None
 
 
 class VramkitError(RuntimeError):
@@ -74,6 +75,10 @@ def _lib():
         lib.vram_tier_of.restype = ctypes.c_int
         lib.vram_step.argtypes = [ctypes.c_int]
         lib.vram_step.restype = ctypes.c_int64
+        lib.vram_phase_peak.argtypes = [ctypes.c_int]
+        lib.vram_phase_peak.restype = ctypes.c_int64
+        lib.vram_plan.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.vram_plan.restype = c_ssize
         for name in ("vram_empty_cache", "vram_reset_peak_stats"):
             f = getattr(lib, name)
             f.argtypes = [ctypes.c_int]
@@ -104,6 +109,7 @@ _KEYS = {
     "backend": "VRAM_BACKEND", "device_limit": "VRAM_DEVICE_LIMIT", "host_limit": "VRAM_HOST_LIMIT",
     "spill_min": "VRAM_SPILL_MIN", "managed_limit": "VRAM_MANAGED_LIMIT", "expandable": "VRAM_EXPANDABLE",
     "policy": "VRAM_POLICY", "mode": "VRAM_MODE", "history": "VRAM_HISTORY",
+    "migrate": "VRAM_MIGRATE", "trim_slack": "VRAM_TRIM_SLACK",
 }
 
 
@@ -129,10 +135,15 @@ def _pluggable():
     return torch.cuda.memory.CUDAPluggableAllocator(library_path(), "vram_malloc", "vram_free")
 
 
-def install(devices=None, **settings):
+def install(devices=None, planned=None, **settings):
     """Makes vramkit PyTorch's CUDA allocator. Call before the first CUDA allocation.
     ``settings`` as in ``configure``, applied to every device in ``devices``
-    (default: all visible devices)."""
+    (default: all visible devices).
+
+    ``planned``: the planned host tier (``enable_planned``) on device 0; by default on when a
+    device cap or a host tier is set (``device_limit``/``host_limit``, or ``VRAM_DEVICE_LIMIT``
+    /``VRAM_HOST_LIMIT``) and ``VRAM_PLAN`` is not ``0``. It hooks PyTorch (module, saved-tensor
+    and optimizer hooks), so the training loop does not change."""
     import torch
 
     if settings:
@@ -141,7 +152,58 @@ def install(devices=None, **settings):
             configure(d, **settings)
     alloc = _pluggable()
     torch.cuda.memory.change_current_allocator(alloc)
+    if planned is None:
+        from . import _planned
+
+        asked = any(settings.get(k) not in (None, 0, "0", "") for k in ("device_limit", "host_limit"))
+        if (asked and os.environ.get("VRAM_PLAN", "1").strip() != "0") or _planned.enabled_by_env():
+            try:
+                enable_planned()
+            except VramkitError as e:  # e.g. PyTorch older than 2.1: the reactive tier only
+                import warnings
+
+                warnings.warn(str(e), RuntimeWarning, stacklevel=2)
+    elif planned:
+        enable_planned()
     return alloc
+
+
+def enable_planned(device=0, chunks=None, cap=None, **options):
+    """Turns on the planned host tier for ``device`` (see ``vramkit._planned``): hooks that
+    record one training step, let vramkit plan which tensors live in host memory in which
+    phase (and whether optimizer chunks are cheaper to update on the host), and carry the
+    plan out on a copy stream from the next step on. ``cap``: device bytes to plan under
+    (default: ``memory_stats()["device_limit"]``, else the device's memory); ``chunks``:
+    optimizer chunks (``VRAM_PLAN_CHUNKS``, 8). Needs PyTorch 2.1 or newer; returns the
+    planned tier, or raises ``VramkitError`` saying why not."""
+    global _PLANNED
+    from . import _planned
+
+    ok, why = _planned.supported()
+    if not ok:
+        raise VramkitError(f"the planned host tier is unavailable: {why}")
+    if _PLANNED is not None:
+        return _PLANNED
+    lib = _lib()
+    if cap is None:
+        limit = memory_stats(device).get("device_limit", -1)
+        if limit and limit > 0:
+            cap = limit
+        else:
+            import torch
+
+            cap = torch.cuda.get_device_properties(device).total_memory if torch.cuda.is_available() else None
+    if chunks is None:
+        chunks = int(os.environ.get("VRAM_PLAN_CHUNKS", "8"))
+    _PLANNED = _planned.Planned(lib, device, cap=cap, chunks=chunks, **options).install()
+    return _PLANNED
+
+
+def planned():
+    """The planned host tier, once enabled (its ``stats``, ``answer`` and ``plan``), else None.
+    ``memory_stats()["tier.plan.*"]`` shows the decision (strategy: 0 nothing moves, 1 stream
+    through the device, 2 update optimizer chunks on the host; -1 no plan fits)."""
+    return _PLANNED
 
 
 def mem_pool(**settings):
@@ -192,22 +254,26 @@ def step(device=0):
     across step marks are the ones moved to host memory under pressure, at the same addresses
     (optimizer states first, then weights); at each mark, moved ones come back when the device
     has room for them plus what the last step needed above its start. Returns the bytes brought
-    back. Costs nothing when nothing was moved."""
+    back. Costs nothing when nothing was moved. With the planned tier on, its optimizer hook
+    marks the step itself and this call does nothing."""
+    if _PLANNED is not None and _PLANNED.marked:
+        _PLANNED.marked = False
+        return 0
     n = _lib().vram_step(int(device))
     if n < 0:
         raise VramkitError(last_error())
     return n
 
 
-_TIERS = {0: "device", 1: "host", 2: "managed"}
+_TIERS = {0: "device", 1: "host", 2: "managed", 3: "migrated"}
 
 
 def tier_of(ptr, device=0):
-    """Where an address from vramkit lives: 'device', 'host' (pinned, device-mapped) or
-    'managed'; None when vramkit does not know it. Accepts a tensor (its ``data_ptr()``).
-    An allocation whose pages were moved to host memory by the tier (``step``) keeps its
-    device address and reports 'device'; ``memory_stats()["host.migrated_bytes.current"]``
-    counts those pages."""
+    """Where an address from vramkit lives: 'device', 'host' (pinned, device-mapped),
+    'managed', or 'migrated' (a device allocation whose pages the host tier moved to host
+    memory at the same address under pressure; it comes back by itself at a ``step()`` mark
+    when there is room, ``memory_stats()["host.migrated_bytes.current"]`` counts those
+    pages); None when vramkit does not know it. Accepts a tensor (its ``data_ptr()``)."""
     if hasattr(ptr, "data_ptr"):
         device = ptr.device.index if ptr.device.index is not None else device
         ptr = ptr.data_ptr()

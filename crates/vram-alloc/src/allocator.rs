@@ -119,6 +119,8 @@ struct Inner<D> {
     step: u32,
     /// Peak allocated bytes since the last step mark.
     step_peak: i64,
+    /// Peak allocated bytes since the last `take_phase_peak`.
+    phase_peak: i64,
     /// Allocated bytes at the last step mark.
     step_start: i64,
     /// How far the last complete step rose above its start (its transient need).
@@ -180,6 +182,7 @@ impl<D: Device> CachingAllocator<D> {
                 mallocs: 0,
                 step: 0,
                 step_peak: 0,
+                phase_peak: 0,
                 step_start: 0,
                 transient: 0,
             }),
@@ -284,6 +287,17 @@ impl<D: Device> CachingAllocator<D> {
         g.step_peak = now;
     }
 
+    /// The highest allocated bytes since the last call (or since the allocator was made),
+    /// and starts the next phase's count at the bytes allocated now: the planned host tier's
+    /// hooks call it at each phase boundary of a recorded step.
+    pub fn take_phase_peak(&self) -> u64 {
+        let mut g = self.lock();
+        let now = g.stats.allocated_bytes.current_all();
+        let peak = g.phase_peak.max(now);
+        g.phase_peak = now;
+        peak.max(0) as u64
+    }
+
     /// Moves the whole pages inside the live allocation at `addr` to host
     /// memory at the same addresses ([`Device::migrate`]); returns the bytes
     /// moved (0 when the block has no whole page of its own, is not in an
@@ -330,6 +344,15 @@ impl<D: Device> CachingAllocator<D> {
     /// comes back). Returns the bytes brought back.
     pub fn rebalance(&self) -> u64 {
         self.lock().rebalance()
+    }
+
+    /// Whether the live allocation at `addr` has pages in host memory (moved by
+    /// [`CachingAllocator::migrate_to_host`] or [`CachingAllocator::evict_cold`]).
+    pub fn is_migrated(&self, addr: u64) -> bool {
+        let g = self.lock();
+        g.active
+            .get(&addr)
+            .is_some_and(|i| matches!(g.host.get(i), Some(&(_, _, true))))
     }
 
     /// `(allocation address, pages start, pages end, on host)` for every live
@@ -553,7 +576,9 @@ impl<D: Device> Inner<D> {
         st.active.inc(pool, 1);
         st.active_bytes.inc(pool, bsize as i64);
         st.requested_bytes.inc(pool, requested as i64);
-        self.step_peak = self.step_peak.max(st.allocated_bytes.current_all());
+        let now = st.allocated_bytes.current_all();
+        self.step_peak = self.step_peak.max(now);
+        self.phase_peak = self.phase_peak.max(now);
         if bsize >= self.max_split {
             st.oversize_allocations.add(1);
         }

@@ -109,6 +109,22 @@ pub trait Device: Send {
             what: "host-located mappings",
         })
     }
+    /// Copies `data` from the host into the device's memory at `addr` (a mapped range,
+    /// wherever its pages live), waiting for it to land: for checks that contents survive
+    /// (not an allocator path). Backends without it answer [`DeviceError::Unsupported`].
+    fn write_bytes(&mut self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let _ = (addr, data);
+        Err(DeviceError::Unsupported {
+            what: "reading and writing device memory",
+        })
+    }
+    /// Copies `len` bytes at `addr` back to the host (see [`Device::write_bytes`]).
+    fn read_bytes(&mut self, addr: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        let _ = (addr, len);
+        Err(DeviceError::Unsupported {
+            what: "reading and writing device memory",
+        })
+    }
 }
 
 /// How many device calls of each kind a [`SimDevice`] has served (successful
@@ -283,12 +299,16 @@ impl SimDevice {
             addr,
             size: data.len() as u64,
         };
-        for (i, &byte) in data.iter().enumerate() {
-            let a = addr + i as u64;
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
             let page = a / g * g;
+            let take = ((page + g - a) as usize).min(data.len() - done);
             let store = self.store(a).ok_or(bad.clone())?;
             let buf = store.entry(page).or_insert_with(|| vec![0xA5; g as usize]);
-            buf[(a - page) as usize] = byte;
+            let off = (a - page) as usize;
+            buf[off..off + take].copy_from_slice(&data[done..done + take]);
+            done += take;
         }
         Ok(())
     }
@@ -297,12 +317,18 @@ impl SimDevice {
     pub fn read(&mut self, addr: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         let g = self.granularity;
         let mut out = Vec::with_capacity(len as usize);
-        for a in addr..addr + len {
+        while (out.len() as u64) < len {
+            let a = addr + out.len() as u64;
             let page = a / g * g;
+            let take = (page + g - a).min(len - out.len() as u64) as usize;
             let store = self
                 .store(a)
                 .ok_or(DeviceError::InvalidRange { addr, size: len })?;
-            out.push(store.get(&page).map_or(0xA5, |b| b[(a - page) as usize]));
+            let off = (a - page) as usize;
+            match store.get(&page) {
+                Some(b) => out.extend_from_slice(&b[off..off + take]),
+                None => out.extend(std::iter::repeat_n(0xA5u8, take)),
+            }
         }
         Ok(out)
     }
@@ -604,6 +630,14 @@ impl Device for SimDevice {
         }
         self.counts.migrations += 1;
         Ok(())
+    }
+
+    fn write_bytes(&mut self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.write(addr, data)
+    }
+
+    fn read_bytes(&mut self, addr: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        self.read(addr, len)
     }
 
     fn synchronize_event(&mut self, event: EventId) -> Result<(), DeviceError> {

@@ -451,6 +451,56 @@ fn trace_then_replay_meets_the_expandable_target_on_three_models() {
     }
 }
 
+/// `vram trace --events` (issue 34): the walk's events with each phase's start and its price
+/// by the planner's step-time model, one step's phases repeated in every step, the file saying
+/// it is vramkit's model and not a recording; what it cannot price is refused in one line.
+#[test]
+fn trace_events_carry_phases_for_the_simulator() {
+    let dir = tmp("trace-events");
+    let out = dir.join("gpt2.json").to_string_lossy().into_owned();
+    let (code, stdout, err) = vram(&[
+        "trace",
+        "gpt2",
+        "--steps",
+        "2",
+        "--micro-batch",
+        "2",
+        "--seq",
+        "512",
+        "--events",
+        &out,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("not a GPU recording"), "{stdout}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(v["source"]
+        .as_str()
+        .unwrap()
+        .contains("not a GPU recording"));
+    let phases = v["phases"].as_array().unwrap();
+    let kinds: Vec<&str> = phases.iter().map(|p| p["kind"].as_str().unwrap()).collect();
+    // GPT-2 small: before, the embedding and 12 layers' forward, the loss (twice), 12 backward,
+    // the optimizer.
+    assert_eq!(kinds.iter().filter(|k| **k == "forward").count(), 13);
+    assert_eq!(kinds.iter().filter(|k| **k == "backward").count(), 12);
+    assert_eq!(kinds.last(), Some(&"optimizer"));
+    assert!(phases.iter().all(|p| p["seconds"].as_f64().unwrap() >= 0.0));
+    let starts = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == 0)
+        .count();
+    assert_eq!(starts, 2, "each step starts with phase 0");
+    let (code, _, err) = vram(&["trace", "gpt2", "--inference", "--events", &out]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--events needs a transformer's training step"),
+        "{err}"
+    );
+}
+
 #[test]
 fn replay_adds_a_row_for_alloc_conf() {
     let (code, out, err) = vram(&[

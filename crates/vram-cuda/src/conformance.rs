@@ -17,6 +17,7 @@ pub fn checks<D: Device + 'static>() -> Vec<Check<D>> {
         ("out_of_memory_is_an_error", out_of_memory::<D>),
         ("caching_allocator_all_policies", caching_allocator::<D>),
         ("host_migration", host_migration::<D>),
+        ("migration_keeps_bytes", migration_keeps_bytes::<D>),
     ]
 }
 
@@ -139,6 +140,95 @@ pub fn host_migration<D: Device>(make: &dyn Fn() -> D) -> Result<(), String> {
     d.unmap(r, g).map_err(e)?;
     d.unmap(r + 3 * g, g).map_err(e)?;
     d.unreserve(r).map_err(e)?;
+    Ok(())
+}
+
+/// Random bytes (a fixed-seed generator, so a failure repeats) written into a mapped range
+/// and into live blocks of the caching allocator read back identical after every one of
+/// eight round trips to host memory and back at the same addresses: part of a mapping, a
+/// whole one, and each block's own pages (`CachingAllocator::migrate_to_host`/`_device`).
+/// A backend that cannot move pages, or read and write its memory, says so with
+/// [`DeviceError::Unsupported`] and the check passes.
+pub fn migration_keeps_bytes<D: Device + 'static>(make: &dyn Fn() -> D) -> Result<(), String> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = |n: usize| -> Vec<u8> {
+        let mut v: Vec<u8> = (0..n.div_ceil(8))
+            .flat_map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed.to_le_bytes()
+            })
+            .collect();
+        v.truncate(n);
+        v
+    };
+    let unsupported = |e: &DeviceError| matches!(e, DeviceError::Unsupported { .. });
+    let mut d = make();
+    let g = d.granularity();
+    let r = d.reserve(8 * g).map_err(e)?;
+    d.map(r, 4 * g).map_err(e)?;
+    let data = random((4 * g) as usize);
+    match d.write_bytes(r, &data) {
+        Err(ref x) if unsupported(x) => {
+            d.unmap(r, 4 * g).map_err(e)?;
+            return d.unreserve(r).map_err(e);
+        }
+        other => other.map_err(e)?,
+    }
+    let same = |d: &mut D, what: &str| -> Result<(), String> {
+        let back = d.read_bytes(r, 4 * g).map_err(e)?;
+        let first = back.iter().zip(&data).position(|(a, b)| a != b);
+        ensure(first.is_none(), || {
+            format!("{what}: byte {} differs", first.unwrap_or(0))
+        })
+    };
+    same(&mut d, "written")?;
+    for trip in 0..8 {
+        let (at, len) = if trip % 2 == 0 {
+            (r + g, 2 * g)
+        } else {
+            (r, 4 * g)
+        };
+        match d.migrate(at, len, Location::Host) {
+            Err(ref x) if unsupported(x) => break,
+            other => other.map_err(e)?,
+        }
+        same(&mut d, &format!("round trip {trip}, on the host"))?;
+        d.migrate(at, len, Location::Device).map_err(e)?;
+        same(&mut d, &format!("round trip {trip}, back on the device"))?;
+    }
+    d.unmap(r, 4 * g).map_err(e)?;
+    d.unreserve(r).map_err(e)?;
+    // Blocks of the caching allocator: each one's whole pages go and come back.
+    let alloc = CachingAllocator::new(make(), AllocatorConfig::new(Policy::Vramkit))
+        .map_err(|x| x.to_string())?;
+    let sizes = [3 * g + 12_345, 5 * g, 2 * g + 512];
+    let mut blocks = Vec::new();
+    for &size in &sizes {
+        let a = alloc.malloc(size, 0).map_err(|x| x.to_string())?;
+        let bytes = random(size as usize);
+        alloc.with_device(|d| d.write_bytes(a, &bytes)).map_err(e)?;
+        blocks.push((a, bytes));
+    }
+    for trip in 0..8 {
+        for (a, bytes) in &blocks {
+            let moved = alloc.migrate_to_host(*a).map_err(|x| x.to_string())?;
+            let back = alloc.migrate_to_device(*a).map_err(|x| x.to_string())?;
+            ensure(moved == back, || format!("moved {moved} B, back {back} B"))?;
+            let got = alloc
+                .with_device(|d| d.read_bytes(*a, bytes.len() as u64))
+                .map_err(e)?;
+            ensure(&got == bytes, || {
+                format!("block at {a:#x}: bytes differ after round trip {trip}")
+            })?;
+        }
+        alloc.check_invariants()?;
+    }
+    for (a, _) in blocks {
+        alloc.free(a).map_err(|x| x.to_string())?;
+    }
+    alloc.empty_cache();
     Ok(())
 }
 

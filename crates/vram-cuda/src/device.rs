@@ -420,6 +420,20 @@ impl Device for CudaDevice {
         self.granularity
     }
 
+    fn write_bytes(&mut self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let _g = self.bind()?;
+        // SAFETY: the caller asks for a range of its own (the conformance checks write only
+        // into ranges they mapped or blocks they hold); the driver validates the range, and
+        // the copy is synchronous.
+        unsafe { driver::memcpy_htod(addr, data) }.map_err(|e| self.fail(e, 0))
+    }
+
+    fn read_bytes(&mut self, addr: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        let _g = self.bind()?;
+        // SAFETY: as in `write_bytes`.
+        unsafe { driver::memcpy_dtoh(addr, len as usize) }.map_err(|e| self.fail(e, 0))
+    }
+
     fn mem_info(&self) -> (u64, u64) {
         let r = self.ctx.bind().and_then(|_g| driver::mem_info());
         r.unwrap_or((0, self.total))

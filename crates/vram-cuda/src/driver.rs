@@ -38,6 +38,8 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuMemSetAccess",
     "cuMemGetAllocationGranularity",
     "cuMemcpyDtoD_v2",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2",
     "cuEventCreate",
     "cuEventRecord",
     "cuEventQuery",
@@ -274,6 +276,30 @@ pub(crate) unsafe fn memcpy_dtod(dst: u64, src: u64, size: u64) -> Result<(), Cu
     check("cuMemcpyDtoD", unsafe {
         sys::cuMemcpyDtoD_v2(dst, src, size as usize)
     })
+}
+
+/// `cuMemcpyHtoD`: copies `data` to device memory at `dst` (synchronous).
+///
+/// # Safety
+/// `[dst, dst + data.len())` is mapped and accessible, and nothing else uses it meanwhile.
+pub(crate) unsafe fn memcpy_htod(dst: u64, data: &[u8]) -> Result<(), CudaError> {
+    // SAFETY: `data` is a live slice of `data.len()` bytes; the device range is the caller's.
+    check("cuMemcpyHtoD", unsafe {
+        sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len())
+    })
+}
+
+/// `cuMemcpyDtoH`: copies `len` bytes at `src` to the host (synchronous).
+///
+/// # Safety
+/// `[src, src + len)` is mapped and accessible, and nothing writes it meanwhile.
+pub(crate) unsafe fn memcpy_dtoh(src: u64, len: usize) -> Result<Vec<u8>, CudaError> {
+    let mut out = vec![0u8; len];
+    // SAFETY: `out` is a live buffer of `len` bytes; the device range is the caller's.
+    check("cuMemcpyDtoH", unsafe {
+        sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, len)
+    })?;
+    Ok(out)
 }
 
 /// `cuMemGetAllocationGranularity` (minimum) for pinned device memory.

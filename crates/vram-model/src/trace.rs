@@ -38,7 +38,8 @@ struct TraceSink {
     events: Vec<TraceEvent>,
     next: u64,
     live: HashMap<u64, Vec<(u64, u64)>>,
-    _phase: Option<Phase>,
+    /// Where each phase begins: the index of its first event, and the phase.
+    marks: Vec<(usize, Phase)>,
 }
 
 impl Sink for TraceSink {
@@ -74,13 +75,26 @@ impl Sink for TraceSink {
         }
     }
     fn phase(&mut self, p: Phase) {
-        self._phase = Some(p);
+        self.marks.push((self.events.len(), p));
     }
 }
 
 /// The alloc/free events of `steps` consecutive training (or inference) steps on one GPU
 /// (pipeline rank 0), in program order. Every allocated tensor is freed by the end.
 pub fn training_events(model: &Model, setup: &Setup, steps: u32) -> Result<Vec<TraceEvent>> {
+    Ok(training_events_with_phases(model, setup, steps)?.0)
+}
+
+/// Where each phase of a walk begins: `(index of the phase's first event, phase)`, in order
+/// (a phase with no event of its own starts where the next one does).
+pub type PhaseMarks = Vec<(usize, Phase)>;
+
+/// [`training_events`] and their [`PhaseMarks`]. Every step begins with [`Phase::Setup`].
+pub fn training_events_with_phases(
+    model: &Model,
+    setup: &Setup,
+    steps: u32,
+) -> Result<(Vec<TraceEvent>, PhaseMarks)> {
     let step = Step::new(model, setup)?;
     let mut sink = TraceSink::default();
     if matches!(setup.mode, crate::setup::Mode::Infer(_)) {
@@ -101,5 +115,5 @@ pub fn training_events(model: &Model, setup: &Setup, steps: u32) -> Result<Vec<T
         .collect();
     sink.events
         .extend(rest.into_iter().map(|id| TraceEvent::Free { id }));
-    Ok(sink.events)
+    Ok((sink.events, sink.marks))
 }

@@ -1,7 +1,8 @@
 //! What the tier layer costs: a cached alloc+free pair through
 //! `CachingAllocator` alone, through `TieredAllocator` when nothing has
 //! spilled, and through it while spilled blocks are live (a second lock and
-//! a hash lookup per free), all on the simulated device. A pair that spills
+//! a hash lookup per free), with the timers on (the default) and off, all on
+//! the simulated device. A pair that spills
 //! (a host allocation and its event-guarded free) is timed too.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -40,6 +41,23 @@ fn pairs(c: &mut Criterion) {
     let p = t.malloc(4096, 0).unwrap();
     t.free(p).unwrap();
     g.bench_function("tiered_nothing_spilled", |b| {
+        b.iter(|| {
+            let p = t.malloc(black_box(4096), 0).unwrap();
+            t.free(black_box(p)).unwrap();
+        })
+    });
+
+    // The same with the timers off (VRAM_TIMERS=0): what the timers cost per pair.
+    let cfg = TierConfig {
+        device_limit: Some(1 << 30),
+        host_limit: 1 << 34,
+        timers: false,
+        ..TierConfig::default()
+    };
+    let t = TieredAllocator::new(SimDevice::new(1 << 36), SimHost::new(1 << 36), cfg).unwrap();
+    let p = t.malloc(4096, 0).unwrap();
+    t.free(p).unwrap();
+    g.bench_function("tiered_nothing_spilled_timers_off", |b| {
         b.iter(|| {
             let p = t.malloc(black_box(4096), 0).unwrap();
             t.free(black_box(p)).unwrap();

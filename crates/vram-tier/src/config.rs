@@ -39,6 +39,9 @@ pub struct TierConfig {
     /// addresses before spilling a new request (`VRAM_MIGRATE`, on by
     /// default; needs `host_limit`, which migrated bytes share with spills).
     pub migrate: bool,
+    /// Time every device call and allocator path ([`crate::Timers`];
+    /// `VRAM_TIMERS`, on by default).
+    pub timers: bool,
 }
 
 impl Default for TierConfig {
@@ -52,6 +55,7 @@ impl Default for TierConfig {
             spill_min: 0,
             managed_limit: 0,
             migrate: true,
+            timers: true,
         }
     }
 }
@@ -71,6 +75,7 @@ impl TierConfig {
     /// | `VRAM_MODE` | `caching` or `raw` (for `torch.cuda.MemPool`) | `caching` |
     /// | `VRAM_MIGRATE` | `1`: under pressure move cold allocations (long-lived, newest first: optimizer states, then weights) to host memory at the same addresses, and back at `vram_step()` marks when room returns; `0`: only spill new requests | `1` |
     /// | `VRAM_HISTORY` | history entries kept for snapshots | `0` |
+    /// | `VRAM_TIMERS` | `1`: time every device call and allocator path (`timer.*` keys of the statistics); `0`: off | `1` |
     /// | `VRAM_TRIM_SLACK` | vramkit policy: cached bytes tolerated, as a fraction of allocated, before growth unmaps free pages first (`inf`: only under pressure; a finite value saves memory but unmaps, and so synchronises, during steady state) | `inf` |
     ///
     /// Sizes take `B`, `KiB`/`K`, `MiB`/`M`, `GiB`/`G`, `TiB`/`T` (powers of
@@ -128,6 +133,13 @@ impl TierConfig {
                 "1" => true,
                 "0" => false,
                 _ => return Err(bad("VRAM_MIGRATE", &v, "expected 1 or 0")),
+            };
+        }
+        if let Some(v) = get("VRAM_TIMERS") {
+            c.timers = match v.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(bad("VRAM_TIMERS", &v, "expected 1 or 0")),
             };
         }
         if let Some(v) = get("VRAM_TRIM_SLACK") {

@@ -52,10 +52,13 @@ mod capped;
 mod config;
 mod error;
 mod host;
+pub mod plan;
 mod tiered;
+pub mod timers;
 
 pub use capped::CappedDevice;
 pub use config::{parse_size, Mode, TierConfig};
 pub use error::TierError;
 pub use host::{HostMemory, SimHost};
-pub use tiered::{Tier, TierCounters, TierStats, TieredAllocator};
+pub use tiered::{PlanStats, Tier, TierCounters, TierStats, TieredAllocator};
+pub use timers::{Timer, TimerStat, Timers};

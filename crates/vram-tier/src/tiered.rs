@@ -4,10 +4,11 @@ use crate::capped::CappedDevice;
 use crate::config::{Mode, TierConfig};
 use crate::error::TierError;
 use crate::host::HostMemory;
+use crate::timers::{Timer, TimerStat, Timers};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use vram_alloc::device::EventId;
 use vram_alloc::{
     AllocError, CachingAllocator, Device, DeviceError, MemoryStats, OomInfo, Snapshot,
@@ -22,6 +23,10 @@ pub enum Tier {
     Host,
     /// Managed (unified) memory, preferring the device.
     Managed,
+    /// A device allocation whose pages were moved to host memory at the same
+    /// addresses (the host tier's migration): its address is a device
+    /// address, its bytes are read over the bus until it comes back.
+    Migrated,
 }
 
 /// Counters of one tier.
@@ -106,6 +111,44 @@ pub struct TierStats {
     pub device_limit: Option<u64>,
     /// The host tier's limit (0: off).
     pub host_limit: u64,
+    /// Every device call and allocator path, counted and timed
+    /// (`timer.<name>.count|measured|ns|max_ns`; see [`crate::timers`]).
+    pub timers: BTreeMap<&'static str, TimerStat>,
+    /// Step marks so far (`vram_step`).
+    pub num_steps: u64,
+    /// Driver calls (maps, unmaps, events, host allocations, ...) between the last two step
+    /// marks: 0 in a steady loop without a host tier.
+    pub last_step_driver_calls: u64,
+    /// The planned tier's last decision, if it planned.
+    pub plan: Option<PlanStats>,
+}
+
+/// What the planned tier decided for the steps after the one it recorded (`tier.plan.*` in
+/// `memory_stats()`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct PlanStats {
+    /// Plans made so far.
+    pub plans: u64,
+    /// 0 nothing moves, 1 stream through the device, 2 update optimizer chunks on the host
+    /// (`crate::plan::Strategy::code`); -1 no plan fits.
+    pub strategy: i64,
+    /// Items the plan moves to host memory and back each step.
+    pub moves: u64,
+    /// Bytes copied to the host per step (moved items, and gradients of host-updated chunks).
+    pub moved_bytes: u64,
+    /// Optimizer chunks updated on the host.
+    pub host_chunks: u64,
+    /// The simulated step of the chosen plan, of the best streaming plan and of the best
+    /// host-update plan, and the floor (nanoseconds; 0 when none).
+    pub predicted_ns: u64,
+    /// See `predicted_ns`.
+    pub stream_ns: u64,
+    /// See `predicted_ns`.
+    pub host_update_ns: u64,
+    /// See `predicted_ns`.
+    pub floor_ns: u64,
+    /// The recorded step's compute time, nanoseconds.
+    pub native_ns: u64,
 }
 
 impl TierStats {
@@ -113,7 +156,11 @@ impl TierStats {
     /// `host.*`, `managed.*`, `raw.*` (`bytes.current|peak|allocated|freed`,
     /// `allocation.current|peak|allocated`), `num_spills`,
     /// `num_spill_failures`, `num_leaked`, `device_used_bytes`, `device_limit`
-    /// (-1 when uncapped), `host_limit`.
+    /// (-1 when uncapped), `host_limit`, `timer.<name>.count|measured|ns|max_ns` for every
+    /// [`Timer`] (`timer.device.map.ns`, `timer.malloc.cached.count`, ...), `num_steps`,
+    /// `last_step.driver_calls`, and once the planned tier has planned,
+    /// `tier.plan.strategy|plans|moves|moved_bytes|host_chunks|predicted_ns|stream_ns|
+    /// host_update_ns|floor_ns|native_ns` ([`PlanStats`]).
     pub fn to_map(&self) -> BTreeMap<String, i64> {
         let mut m = self.device.to_map();
         self.raw.put(&mut m, "raw");
@@ -126,6 +173,33 @@ impl TierStats {
         m.insert("device_used_bytes".into(), i(self.device_used_bytes));
         m.insert("device_limit".into(), self.device_limit.map_or(-1, i));
         m.insert("host_limit".into(), i(self.host_limit));
+        for (name, t) in &self.timers {
+            m.insert(format!("timer.{name}.count"), i(t.count));
+            m.insert(format!("timer.{name}.measured"), i(t.measured));
+            m.insert(format!("timer.{name}.ns"), i(t.ns));
+            m.insert(format!("timer.{name}.max_ns"), i(t.max_ns));
+        }
+        if let Some(p) = &self.plan {
+            for (k, v) in [
+                ("plans", p.plans),
+                ("moves", p.moves),
+                ("moved_bytes", p.moved_bytes),
+                ("host_chunks", p.host_chunks),
+                ("predicted_ns", p.predicted_ns),
+                ("stream_ns", p.stream_ns),
+                ("host_update_ns", p.host_update_ns),
+                ("floor_ns", p.floor_ns),
+                ("native_ns", p.native_ns),
+            ] {
+                m.insert(format!("tier.plan.{k}"), i(v));
+            }
+            m.insert("tier.plan.strategy".into(), p.strategy);
+        }
+        m.insert("num_steps".into(), i(self.num_steps));
+        m.insert(
+            "last_step.driver_calls".into(),
+            i(self.last_step_driver_calls),
+        );
         m
     }
 }
@@ -162,6 +236,12 @@ pub struct TieredAllocator<D: Device, H: HostMemory> {
     /// Number of entries in `side.blocks` plus `side.pending`, so that freeing
     /// a device block needs no second lock when nothing has spilled.
     side_count: AtomicUsize,
+    timers: Arc<Timers>,
+    /// Step marks so far, device calls at the last mark, and between the last two.
+    steps: AtomicU64,
+    calls_at_mark: AtomicU64,
+    last_step_calls: AtomicU64,
+    plan: Mutex<Option<PlanStats>>,
 }
 
 impl<D: Device, H: HostMemory> std::fmt::Debug for TieredAllocator<D, H> {
@@ -177,8 +257,11 @@ const HOST_ROUND: u64 = 4096;
 impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// An allocator over `dev` and `host` under `cfg`.
     pub fn new(dev: D, host: H, cfg: TierConfig) -> Result<Self, TierError> {
-        let device =
-            CachingAllocator::new(CappedDevice::new(dev, cfg.device_limit), cfg.alloc.clone())?;
+        let timers = Arc::new(Timers::new(cfg.timers));
+        let device = CachingAllocator::new(
+            CappedDevice::with_timers(dev, cfg.device_limit, timers.clone()),
+            cfg.alloc.clone(),
+        )?;
         Ok(TieredAllocator {
             cfg,
             device,
@@ -195,7 +278,78 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                 leaked: Vec::new(),
             }),
             side_count: AtomicUsize::new(0),
+            timers,
+            steps: AtomicU64::new(0),
+            calls_at_mark: AtomicU64::new(0),
+            last_step_calls: AtomicU64::new(0),
+            plan: Mutex::new(None),
         })
+    }
+
+    /// The highest allocated bytes since the last call (see
+    /// [`CachingAllocator::take_phase_peak`]): the planned tier's hooks read it at each phase
+    /// boundary of the step they record.
+    pub fn take_phase_peak(&self) -> u64 {
+        self.device.take_phase_peak()
+    }
+
+    /// Plans a recorded step ([`crate::plan::answer`]; JSON in, JSON out) and keeps what was
+    /// decided for [`TieredAllocator::stats`].
+    pub fn plan(&self, request: &str) -> Result<String, TierError> {
+        let bad = |reason: String| TierError::Config {
+            name: "vram_plan".into(),
+            value: String::new(),
+            reason,
+        };
+        let a = crate::plan::answer(request).map_err(bad)?;
+        let ns = |s: f64| {
+            if s.is_finite() {
+                (s * 1e9).round() as u64
+            } else {
+                0
+            }
+        };
+        let mut g = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        let plans = g.map_or(0, |p| p.plans) + 1;
+        *g = Some(match &a.decision {
+            Some(d) => PlanStats {
+                plans,
+                strategy: d.strategy.code(),
+                moves: d.plan.moves.len() as u64,
+                moved_bytes: 0,
+                host_chunks: d.plan.host_chunks.len() as u64,
+                predicted_ns: ns(d.outcome.step_s),
+                stream_ns: if d.stream.fits {
+                    ns(d.stream.step_s)
+                } else {
+                    0
+                },
+                host_update_ns: d
+                    .host_update
+                    .as_ref()
+                    .filter(|h| h.fits)
+                    .map_or(0, |h| ns(h.step_s)),
+                floor_ns: ns(a.floor.step_s),
+                native_ns: ns(a.floor.native_s),
+            },
+            None => PlanStats {
+                plans,
+                strategy: -1,
+                floor_ns: ns(a.floor.step_s),
+                native_ns: ns(a.floor.native_s),
+                ..PlanStats::default()
+            },
+        });
+        if let (Some(d), Some(p)) = (&a.decision, g.as_mut()) {
+            p.moved_bytes = d.outcome.d2h_bytes;
+        }
+        serde_json::to_string(&a).map_err(|e| bad(e.to_string()))
+    }
+
+    /// The timers of this allocator's device calls and paths (the plug-in adds its own
+    /// `ffi.*` ones).
+    pub fn timers(&self) -> &Timers {
+        &self.timers
     }
 
     /// The policy in force.
@@ -218,11 +372,40 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// else in the managed or host tier by the policy; else
     /// [`AllocError::OutOfMemory`] (inside [`TierError::Alloc`]).
     pub fn malloc(&self, size: u64, stream: u32) -> Result<u64, TierError> {
+        let start = self.timers.start_sampled();
+        let before = self.driver_mark();
+        let r = self.place(size, stream, before.0);
+        let path = match &r {
+            Ok((_, p)) => *p,
+            Err(_) => Timer::MallocFailed,
+        };
+        self.timers
+            .stop_or(path, start, self.driver_time_since(before));
+        r.map(|(a, _)| a)
+    }
+
+    #[inline]
+    fn driver_mark(&self) -> (u64, u64) {
+        (self.timers.driver_calls(), self.timers.driver_ns())
+    }
+
+    /// The driver time spent since `mark`, when a driver call was made (a path that made
+    /// one is charged it when it was not sampled).
+    #[inline]
+    fn driver_time_since(&self, mark: (u64, u64)) -> Option<u64> {
+        (self.timers.driver_calls() != mark.0).then(|| self.timers.driver_ns() - mark.1)
+    }
+
+    /// Places a request; returns the address and the path it took.
+    fn place(&self, size: u64, stream: u32, calls: u64) -> Result<(u64, Timer), TierError> {
         let oom = match self.cfg.mode {
             Mode::Caching => match self.device.malloc(size, stream) {
-                Ok(a) => return Ok(a),
+                Ok(a) if self.timers.driver_calls() == calls => {
+                    return Ok((a, Timer::MallocCached))
+                }
+                Ok(a) => return Ok((a, Timer::MallocSlow)),
                 Err(AllocError::OutOfMemory(info)) => match self.migrate_and_retry(size, stream) {
-                    Some(Ok(a)) => return Ok(a),
+                    Some(Ok(a)) => return Ok((a, Timer::MallocMigrated)),
                     Some(Err(e)) => return Err(e),
                     None => info,
                 },
@@ -243,7 +426,7 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                             },
                         );
                         self.sync_count(&s);
-                        return Ok(a);
+                        return Ok((a, Timer::MallocSlow));
                     }
                     Err(DeviceError::OutOfMemory { .. }) => {
                         let (free, total) = self.device.with_device(|d| d.mem_info());
@@ -263,6 +446,7 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             }
         };
         self.spill(size, stream, oom)
+            .map(|a| (a, Timer::MallocSpilled))
     }
 
     /// Host bytes the tier may still use: the limit minus pinned blocks and
@@ -306,8 +490,16 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// when the device has room for them plus the last step's transient need.
     /// Returns the bytes brought back.
     pub fn mark_step(&self) -> u64 {
+        let start = self.timers.start();
         self.device.mark_step();
-        self.device.rebalance()
+        let back = self.device.rebalance();
+        let calls = self.timers.driver_calls();
+        let prev = self.calls_at_mark.swap(calls, Ordering::Relaxed);
+        self.last_step_calls
+            .store(calls.saturating_sub(prev), Ordering::Relaxed);
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        self.timers.stop(Timer::MarkStep, start);
+        back
     }
 
     fn spill(&self, size: u64, stream: u32, oom: Box<OomInfo>) -> Result<u64, TierError> {
@@ -325,7 +517,10 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         if s.managed.current_bytes + rounded <= self.cfg.managed_limit {
             let (free, _) = self.device.with_device(|d| d.inner().mem_info());
             if free >= rounded {
-                if let Ok(a) = s.host.alloc_managed(rounded) {
+                let t = self.timers.start();
+                let r = s.host.alloc_managed(rounded);
+                self.timers.stop(Timer::HostAlloc, t);
+                if let Ok(a) = r {
                     s.managed.add(rounded);
                     s.num_spills += 1;
                     s.blocks.insert(
@@ -351,7 +546,10 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         if self.host_room(&s) < rounded {
             return fail(&mut s);
         }
-        match s.host.alloc_pinned(rounded) {
+        let t = self.timers.start();
+        let r = s.host.alloc_pinned(rounded);
+        self.timers.stop(Timer::HostAlloc, t);
+        match r {
             Ok(a) => {
                 s.host_ctr.add(rounded);
                 s.num_spills += 1;
@@ -373,9 +571,21 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// Frees an address from [`TieredAllocator::malloc`]. Host and managed
     /// blocks are returned once the work queued on their streams finishes.
     pub fn free(&self, addr: u64) -> Result<(), TierError> {
+        let start = self.timers.start_sampled();
+        let before = self.driver_mark();
         if self.side_count.load(Ordering::Acquire) == 0 {
-            return Ok(self.device.free(addr)?);
+            let r = self.device.free(addr);
+            self.timers
+                .stop_or(Timer::FreeDevice, start, self.driver_time_since(before));
+            return Ok(r?);
         }
+        let r = self.free_side(addr);
+        self.timers
+            .stop_or(Timer::FreeSide, start, self.driver_time_since(before));
+        r
+    }
+
+    fn free_side(&self, addr: u64) -> Result<(), TierError> {
         let mut s = self.side();
         let Some(b) = s.blocks.remove(&addr) else {
             let had_pending = !s.pending.is_empty();
@@ -401,7 +611,8 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                     }
                 }
             }
-            Tier::Host | Tier::Managed => {
+            // (Side blocks are never `Migrated`: that tier is the caching allocator's.)
+            Tier::Host | Tier::Managed | Tier::Migrated => {
                 let mut events = Vec::with_capacity(b.streams.len());
                 let mut ok = true;
                 for &st in &b.streams {
@@ -454,10 +665,12 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                 continue;
             }
             let (_, addr, b) = s.pending.swap_remove(i);
+            let t = self.timers.start();
             let r = match b.tier {
                 Tier::Managed => s.host.free_managed(addr),
                 _ => s.host.free_pinned(addr),
             };
+            self.timers.stop(Timer::HostFree, t);
             match (r, b.tier) {
                 (Ok(()), Tier::Managed) => s.managed.sub(b.size),
                 (Ok(()), _) => s.host_ctr.sub(b.size),
@@ -484,14 +697,19 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     }
 
     /// Which tier holds `addr`: [`Tier::Host`] or [`Tier::Managed`] for
-    /// spilled blocks, [`Tier::Device`] for raw segments; `None` for any
-    /// other address (the caching allocator's blocks included — ask
-    /// [`TieredAllocator::is_spilled`] to tell spilled ones apart).
+    /// spilled blocks, [`Tier::Migrated`] for a live device allocation whose
+    /// pages were moved to host memory, [`Tier::Device`] for raw segments and
+    /// any other address in caching mode (the caching allocator does not
+    /// tell its own addresses from unknown ones here); `None` for an unknown
+    /// address in raw mode.
     pub fn tier_of(&self, addr: u64) -> Option<Tier> {
-        match self.side().blocks.get(&addr) {
-            Some(b) => Some(b.tier),
-            None if self.cfg.mode == Mode::Caching => Some(Tier::Device),
-            None => None,
+        if let Some(b) = self.side().blocks.get(&addr) {
+            return Some(b.tier);
+        }
+        match self.cfg.mode {
+            Mode::Caching if self.device.is_migrated(addr) => Some(Tier::Migrated),
+            Mode::Caching => Some(Tier::Device),
+            Mode::Raw => None,
         }
     }
 
@@ -523,6 +741,10 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             device_used_bytes: self.device.with_device(|d| d.used()),
             device_limit: self.cfg.device_limit,
             host_limit: self.cfg.host_limit,
+            timers: self.timers.snapshot(),
+            num_steps: self.steps.load(Ordering::Relaxed),
+            last_step_driver_calls: self.last_step_calls.load(Ordering::Relaxed),
+            plan: *self.plan.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
 

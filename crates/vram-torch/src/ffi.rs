@@ -10,8 +10,10 @@
 //! ssize_t vram_memory_summary(int device, char* buf, size_t len);
 //! int     vram_dump_snapshot(int device, const char* path);
 //! int     vram_empty_cache(int device);
-//! int     vram_tier_of(int device, void* ptr);             // 0 device, 1 host, 2 managed
+//! int     vram_tier_of(int device, void* ptr);             // 0 device, 1 host, 2 managed, 3 migrated
 //! int     vram_reset_peak_stats(int device);
+//! int64_t vram_phase_peak(int device);                     // planned tier: a phase ends
+//! ssize_t vram_plan(int device, const char* request, char* buf, size_t len);
 //! ssize_t vram_last_error(char* buf, size_t len);
 //! ```
 //!
@@ -61,14 +63,17 @@ pub extern "C" fn vram_malloc(size: isize, device: c_int, stream: *mut c_void) -
                 return std::ptr::null_mut();
             }
         };
+        let start = b.timers().start_sampled();
         let sid = p.stream_id(device, b, raw_stream);
-        match b.malloc(size, sid) {
+        let r = match b.malloc(size, sid) {
             Ok(a) => a as usize as *mut c_void,
             Err(e) => {
                 p.set_error(e);
                 std::ptr::null_mut()
             }
-        }
+        };
+        b.timers().stop(vram_tier::Timer::FfiMalloc, start);
+        r
     })
 }
 
@@ -84,9 +89,11 @@ pub extern "C" fn vram_free(ptr: *mut c_void, size: isize, device: c_int, stream
         let p = plugin();
         match p.backend(device).map_err(|e| e.to_string()) {
             Ok(b) => {
+                let start = b.timers().start_sampled();
                 if let Err(e) = b.free(addr) {
                     p.set_error(e);
                 }
+                b.timers().stop(vram_tier::Timer::FfiFree, start);
             }
             Err(e) => p.set_error(e),
         }
@@ -231,6 +238,64 @@ pub extern "C" fn vram_step(device: c_int) -> i64 {
     })
 }
 
+/// The highest allocated bytes on `device` since the last call (the planned tier calls it at
+/// each phase boundary of the step it records), or -1 on error.
+#[no_mangle]
+pub extern "C" fn vram_phase_peak(device: c_int) -> i64 {
+    guard(-1, || {
+        with_backend(device, |b| {
+            i64::try_from(b.take_phase_peak()).unwrap_or(i64::MAX)
+        })
+        .unwrap_or(-1)
+    })
+}
+
+/// Plans a recorded step for `device` (`request`: JSON, `vram_tier::plan::Request`) and
+/// writes the answer (JSON: the decision and the floor) into `buf` when `len` exceeds its
+/// length; returns the length, or -1 on error. With `request` null it returns the last
+/// answer again (for a caller whose buffer was too small). The decision is kept for
+/// `memory_stats()` (`tier.plan.*`).
+///
+/// # Safety
+/// `request` is null or a NUL-terminated string; `buf` is null or valid for writes of `len`
+/// bytes.
+#[no_mangle]
+pub unsafe extern "C" fn vram_plan(
+    device: c_int,
+    request: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    // SAFETY: forwarded caller contract.
+    let req = unsafe { read_str(request) }.map(str::to_string);
+    let text = guard(None, || {
+        let p = plugin();
+        let slot = match p.slot(device) {
+            Ok(s) => s,
+            Err(e) => {
+                p.set_error(e);
+                return None;
+            }
+        };
+        let Some(req) = req else {
+            return Some(crate::plugin::lock(&slot.answer).clone());
+        };
+        match with_backend(device, |b| b.plan(&req)) {
+            Some(Ok(a)) => {
+                *crate::plugin::lock(&slot.answer) = a.clone();
+                Some(a)
+            }
+            Some(Err(e)) => {
+                p.set_error(e);
+                None
+            }
+            None => None,
+        }
+    });
+    // SAFETY: forwarded caller contract.
+    text.map_or(-1, |t| unsafe { write_text(&t, buf, len) })
+}
+
 /// Resets every peak statistic of `device`.
 #[no_mangle]
 pub extern "C" fn vram_reset_peak_stats(device: c_int) -> c_int {
@@ -240,8 +305,9 @@ pub extern "C" fn vram_reset_peak_stats(device: c_int) -> c_int {
 }
 
 /// Where `ptr` (from [`vram_malloc`]) lives: 0 device, 1 pinned host
-/// memory, 2 managed memory; -1 when unknown or on error. In caching mode
-/// any address that did not spill reports 0.
+/// memory, 2 managed memory, 3 a device allocation whose pages the host tier
+/// moved to host memory at the same addresses; -1 when unknown or on error.
+/// In caching mode any other address reports 0.
 #[no_mangle]
 pub extern "C" fn vram_tier_of(device: c_int, ptr: *mut c_void) -> c_int {
     let addr = ptr as usize as u64;

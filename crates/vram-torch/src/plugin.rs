@@ -94,15 +94,30 @@ impl Backend {
     pub fn reset_peak_stats(&self) {
         each!(self, t => t.reset_peak_stats())
     }
-    /// Which tier holds `addr`: 0 device, 1 host, 2 managed, -1 unknown.
+    /// Which tier holds `addr`: 0 device, 1 host, 2 managed, 3 device
+    /// address with its pages moved to host memory, -1 unknown.
     pub fn tier_code(&self, addr: u64) -> i32 {
         use vram_tier::Tier;
         match each!(self, t => t.tier_of(addr)) {
             Some(Tier::Device) => 0,
             Some(Tier::Host) => 1,
             Some(Tier::Managed) => 2,
+            Some(Tier::Migrated) => 3,
             None => -1,
         }
+    }
+    /// The highest allocated bytes since the last call (a phase boundary of the planned
+    /// tier's recorded step).
+    pub fn take_phase_peak(&self) -> u64 {
+        each!(self, t => t.take_phase_peak())
+    }
+    /// Plans a recorded step (JSON in, JSON out; see `vram_tier::plan::answer`).
+    pub fn plan(&self, request: &str) -> Result<String, TierError> {
+        each!(self, t => t.plan(request))
+    }
+    /// The allocator's timers.
+    pub fn timers(&self) -> &vram_tier::Timers {
+        each!(self, t => t.timers())
     }
     /// Checks invariants (tests).
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -142,6 +157,8 @@ pub(crate) struct Slot {
     settings: Mutex<Option<HashMap<String, String>>>,
     backend: OnceLock<Result<Backend, String>>,
     streams: Mutex<HashMap<usize, u32>>,
+    /// The last plan's answer (JSON), kept for a caller whose buffer was too small.
+    pub(crate) answer: Mutex<String>,
 }
 
 pub(crate) struct Plugin {
@@ -157,13 +174,14 @@ pub(crate) fn plugin() -> &'static Plugin {
                 settings: Mutex::new(None),
                 backend: OnceLock::new(),
                 streams: Mutex::new(HashMap::new()),
+                answer: Mutex::new(String::new()),
             })
             .collect(),
         last_error: Mutex::new(String::new()),
     })
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -172,7 +190,7 @@ impl Plugin {
         *lock(&self.last_error) = e.to_string();
     }
 
-    fn slot(&self, device: i32) -> Result<&Slot, PluginError> {
+    pub(crate) fn slot(&self, device: i32) -> Result<&Slot, PluginError> {
         usize::try_from(device)
             .ok()
             .and_then(|d| self.slots.get(d))

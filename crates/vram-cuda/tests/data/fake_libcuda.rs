@@ -2,8 +2,12 @@
 //! CUDA's documented rules checked strictly (a context must be current,
 //! `cuMemUnmap` takes exactly one whole mapping, granularity alignment,
 //! allocation properties of a pinned device allocation on device 0) on a
-//! 1 GiB device with a 2 MiB granularity. Memory is never touched: addresses
-//! are numbers. Compiled by the tests with `rustc --crate-type cdylib`.
+//! 1 GiB device (`FAKE_CUDA_TOTAL` bytes when that is set: a device as large
+//! as the real one, far above a test's cap) with a 2 MiB granularity. Addresses
+//! are numbers; the bytes of physical allocations (`cuMemCreate` handles, device
+//! or host-located) are kept once written, so that `cuMemcpyHtoD`/`DtoH`/`DtoD`
+//! through mapped ranges read back what was written, wherever the pages moved.
+//! Compiled by the tests with `rustc --crate-type cdylib`.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -16,7 +20,11 @@ const OUT_OF_MEMORY: u32 = 2;
 const INVALID_DEVICE: u32 = 101;
 const INVALID_CONTEXT: u32 = 201;
 const INVALID_HANDLE: u32 = 400;
-const TOTAL: u64 = 1 << 30;
+/// The device's memory: `FAKE_CUDA_TOTAL` bytes, else 1 GiB.
+fn total() -> u64 {
+    static T: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *T.get_or_init(|| std::env::var("FAKE_CUDA_TOTAL").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 30))
+}
 const GRAN: u64 = 2 << 20;
 const CTX: usize = 0xC0_0000;
 
@@ -54,6 +62,41 @@ struct State {
     /// Handles created with a host location (`CU_MEM_LOCATION_TYPE_HOST`).
     host_handles: HashSet<u64>,
     host_located: u64,
+    /// Bytes of handles written so far (zeros until then).
+    backing: HashMap<u64, Vec<u8>>,
+}
+
+/// The handle and offset behind device address `va` and the bytes left in that mapping;
+/// the mapping must allow access.
+fn resolve(s: &State, va: u64) -> Option<(u64, u64, u64)> {
+    let (&a, &(l, h, access)) = s.mappings.range(..=va).next_back()?;
+    (va < a + l && access).then_some((h, va - a, a + l - va))
+}
+fn read_va(s: &State, mut va: u64, n: u64) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(n as usize);
+    while (out.len() as u64) < n {
+        let (h, off, left) = resolve(s, va)?;
+        let take = left.min(n - out.len() as u64);
+        match s.backing.get(&h) {
+            Some(b) => out.extend_from_slice(&b[off as usize..(off + take) as usize]),
+            None => out.extend(std::iter::repeat_n(0u8, take as usize)),
+        }
+        va += take;
+    }
+    Some(out)
+}
+fn write_va(s: &mut State, mut va: u64, data: &[u8]) -> bool {
+    let mut done = 0usize;
+    while done < data.len() {
+        let Some((h, off, left)) = resolve(s, va) else { return false };
+        let take = (left as usize).min(data.len() - done);
+        let size = s.handles[&h].0 as usize;
+        let b = s.backing.entry(h).or_insert_with(|| vec![0u8; size]);
+        b[off as usize..off as usize + take].copy_from_slice(&data[done..done + take]);
+        done += take;
+        va += take as u64;
+    }
+    true
 }
 
 static S: Mutex<Option<State>> = Mutex::new(None);
@@ -68,7 +111,7 @@ fn ctx() -> bool {
     CUR.with(|c| c.get() == CTX)
 }
 fn take(s: &mut State, n: u64) -> bool {
-    if s.used + n > TOTAL {
+    if s.used + n > total() {
         return false;
     }
     s.used += n;
@@ -95,7 +138,7 @@ unsafe fn prop_ok(p: *const Prop) -> bool {
 #[no_mangle] pub extern "C" fn cuCtxSynchronize() -> u32 { if ctx() { OK } else { INVALID_CONTEXT } }
 #[no_mangle] pub unsafe extern "C" fn cuMemGetInfo_v2(f: *mut usize, t: *mut usize) -> u32 {
     if !ctx() { return INVALID_CONTEXT; }
-    with(|s| { *f = (TOTAL - s.used) as usize; *t = TOTAL as usize; }); OK
+    with(|s| { *f = (total() - s.used) as usize; *t = total() as usize; }); OK
 }
 #[no_mangle] pub unsafe extern "C" fn cuMemAlloc_v2(p: *mut u64, n: usize) -> u32 {
     if !ctx() { return INVALID_CONTEXT; }
@@ -131,7 +174,7 @@ unsafe fn host_prop_ok(p: *const Prop) -> bool {
     if !(prop_ok(p) || on_host) || flags != 0 || n == 0 || n as u64 % GRAN != 0 { return INVALID_VALUE; }
     with(|s| {
         if on_host {
-            if s.host_located + n as u64 > 4 * TOTAL { return OUT_OF_MEMORY; }
+            if s.host_located + n as u64 > 4 * total() { return OUT_OF_MEMORY; }
             s.host_located += n as u64;
         } else if !take(s, n as u64) {
             return OUT_OF_MEMORY;
@@ -145,26 +188,32 @@ unsafe fn host_prop_ok(p: *const Prop) -> bool {
     with(|s| match s.handles.get(&h) {
         Some(&(n, false)) => {
             s.handles.remove(&h);
+            s.backing.remove(&h);
             if s.host_handles.remove(&h) { s.host_located -= n; } else { s.used -= n; }
             OK
         }
         _ => INVALID_VALUE,
     })
 }
-/// Both ranges must be mapped throughout with access granted.
+/// Both ranges must be mapped throughout with access granted; the bytes move.
 #[no_mangle] pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> u32 {
     if !ctx() { return INVALID_CONTEXT; }
     with(|s| {
-        for base in [dst, src] {
-            let mut at = base;
-            while at < base + n as u64 {
-                match s.mappings.range(..=at).next_back() {
-                    Some((&a, &(l, _, access))) if at < a + l && access => at = a + l,
-                    _ => return INVALID_VALUE,
-                }
-            }
-        }
+        let Some(bytes) = read_va(s, src, n as u64) else { return INVALID_VALUE };
+        if read_va(s, dst, n as u64).is_none() || !write_va(s, dst, &bytes) { return INVALID_VALUE; }
         OK
+    })
+}
+#[no_mangle] pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const u8, n: usize) -> u32 {
+    if !ctx() { return INVALID_CONTEXT; }
+    let data = std::slice::from_raw_parts(src, n).to_vec();
+    with(|s| if read_va(s, dst, n as u64).is_some() && write_va(s, dst, &data) { OK } else { INVALID_VALUE })
+}
+#[no_mangle] pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut u8, src: u64, n: usize) -> u32 {
+    if !ctx() { return INVALID_CONTEXT; }
+    with(|s| match read_va(s, src, n as u64) {
+        Some(b) => { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, n); OK }
+        None => INVALID_VALUE,
     })
 }
 /// Test hook: host bytes held by host-located handles.

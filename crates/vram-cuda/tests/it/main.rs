@@ -15,6 +15,7 @@ macro_rules! device_tests {
                     let make = || {
                         vram_alloc::SimDevice::with_granularity(4 << 30, 2 << 20)
                             .with_host_capacity(1 << 30)
+                            .with_contents()
                     };
                     vram_cuda::conformance::$name(&make).unwrap();
                 }
@@ -27,7 +28,8 @@ macro_rules! device_tests {
                 fn $name() {
                     let make = || vram_tier::CappedDevice::new(
                         vram_alloc::SimDevice::with_granularity(4 << 30, 2 << 20)
-                            .with_host_capacity(1 << 30),
+                            .with_host_capacity(1 << 30)
+                            .with_contents(),
                         Some(1 << 30),
                     );
                     vram_cuda::conformance::$name(&make).unwrap();
@@ -53,7 +55,8 @@ device_tests!(
     events,
     out_of_memory,
     caching_allocator,
-    host_migration
+    host_migration,
+    migration_keeps_bytes
 );
 
 /// Says on the test run's stderr that `test` skips, and why. libtest captures `eprintln!` (and
@@ -109,10 +112,15 @@ fn the_check_list_names_every_check() {
             "events",
             "out_of_memory_is_an_error",
             "caching_allocator_all_policies",
-            "host_migration"
+            "host_migration",
+            "migration_keeps_bytes"
         ]
     );
-    let make = || SimDevice::new(1 << 30).with_host_capacity(1 << 30);
+    let make = || {
+        SimDevice::new(1 << 30)
+            .with_host_capacity(1 << 30)
+            .with_contents()
+    };
     for (name, check) in conformance::checks::<SimDevice>() {
         check(&make).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
@@ -221,7 +229,12 @@ fn vram_cuda_check_passes_against_a_strict_fake_driver() {
         conformance::checks::<SimDevice>().len() + 2, // and the two tiered checks
         "{log}"
     );
-    for name in ["tiered_spill", "tiered_migration", "host_migration"] {
+    for name in [
+        "tiered_spill",
+        "tiered_migration",
+        "host_migration",
+        "migration_keeps_bytes",
+    ] {
         assert!(
             stdout.contains(&format!("\"name\":\"{name}\",\"ok\":true")),
             "{log}"

@@ -1,5 +1,7 @@
 //! vram-tier: placement policy, per-tier statistics and safety on the simulated device and host.
 
+mod plan;
+
 use vram_alloc::{AllocatorConfig, Policy, SimDevice};
 use vram_tier::{parse_size, Mode, SimHost, Tier, TierConfig, TierError, TieredAllocator};
 
@@ -589,4 +591,65 @@ mod props {
             prop_assert_eq!(t.stats().device_used_bytes, 0);
         }
     }
+}
+
+/// Issue 34: every device call and allocator path is timed and counted, and the
+/// statistics say how many device calls the last complete step made (none in a
+/// loop that repeats its steps), so a GPU run shows where the allocator's time goes.
+#[test]
+fn timers_count_device_calls_and_paths() {
+    let t = tiered(None, 0);
+    let step = |t: &TieredAllocator<SimDevice, SimHost>| {
+        let a = t.malloc(30 * MIB, 0).unwrap();
+        let b = t.malloc(4096, 0).unwrap();
+        t.free(a).unwrap();
+        t.free(b).unwrap();
+        t.mark_step();
+    };
+    step(&t);
+    let first = t.stats();
+    assert!(first.timers["device.map"].count >= 2, "{:?}", first.timers);
+    assert_eq!(first.timers["malloc.slow"].count, 2);
+    assert_eq!(first.timers["free.device"].count, 2);
+    assert!(first.last_step_driver_calls >= 2);
+    step(&t);
+    step(&t);
+    let s = t.stats();
+    assert_eq!(
+        s.timers["malloc.slow"].count, 2,
+        "no growth after the first step"
+    );
+    assert_eq!(s.timers["malloc.cached"].count, 4);
+    assert_eq!(s.last_step_driver_calls, 0);
+    assert_eq!(s.num_steps, 3);
+    let m = s.to_map();
+    for k in [
+        "timer.device.map.count",
+        "timer.device.map.ns",
+        "timer.device.map.max_ns",
+        "timer.malloc.cached.ns",
+        "timer.step.mark.count",
+        "last_step.driver_calls",
+        "num_steps",
+    ] {
+        assert!(m.contains_key(k), "missing {k}");
+    }
+    assert_eq!(m["timer.step.mark.count"], 3);
+    // Device calls and slow paths are measured every time; a cached request one time in
+    // SAMPLE_EVERY.
+    assert_eq!(
+        s.timers["device.map"].measured,
+        s.timers["device.map"].count
+    );
+    assert_eq!(s.timers["malloc.slow"].measured, 2);
+    assert!(s.timers["malloc.slow"].ns >= s.timers["device.map"].ns);
+    // Off: counts kept, nothing timed.
+    let cfg = TierConfig::from_vars(|k| (k == "VRAM_TIMERS").then(|| "0".to_string())).unwrap();
+    let off = TieredAllocator::new(SimDevice::new(GIB), SimHost::new(GIB), cfg).unwrap();
+    step(&off);
+    let s = off.stats();
+    assert!(s.timers.values().all(|t| t.measured == 0 && t.ns == 0));
+    assert_eq!(s.timers["malloc.slow"].count, 2);
+    assert!(s.last_step_driver_calls >= 2);
+    assert!(TierConfig::from_vars(|k| (k == "VRAM_TIMERS").then(|| "maybe".into())).is_err());
 }

@@ -354,12 +354,16 @@ fn run_python_test(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> Option<Strin
         "{} not built by cargo test -p vram-torch",
         lib.display()
     );
+    // The environment `gpu/run.sh device plugin` gives it (VRAMKIT_LIB, PYTHONPATH,
+    // VRAM_BACKEND), plus VRAM_* values that contradict the script's own, which it must
+    // override: on 2026-11-27 this test passed here with VRAM_MIGRATE=0 and failed on the GPU,
+    // where gpu/run.sh left VRAM_MIGRATE at its default (1).
     let mut cmd = std::process::Command::new("python3");
     cmd.arg(root.join("python/tests/test_vramkit_torch.py"))
         .env("VRAMKIT_LIB", &lib)
-        .env("VRAM_DEVICE_LIMIT", "64MiB")
-        .env("VRAM_HOST_LIMIT", "1GiB")
-        .env("VRAM_MIGRATE", "0")
+        .env("VRAM_MIGRATE", "1")
+        .env("VRAM_DEVICE_LIMIT", "16GiB")
+        .env("VRAM_HOST_LIMIT", "0")
         .env("PYTHONPATH", root.join("python"));
     for (k, v) in env {
         cmd.env(k, v);
@@ -386,6 +390,10 @@ fn python_module_against_the_cdylib() {
     assert!(
         log.lines().any(|l| l
             == "ok: vramkit_torch stats, summary, snapshot, OOM and configure on the sim backend"),
+        "{log}"
+    );
+    assert!(
+        log.lines().any(|l| l == "ok: migration on the sim backend"),
         "{log}"
     );
 }
@@ -421,11 +429,14 @@ fn python_module_on_a_fake_cuda_driver() {
         );
         return;
     }
+    // A device as large as the H200 that ran gpu/run.sh (torch's total_memory there,
+    // ../shared/groundtruth/h200-2026/runtime/env.json), far above the test's 64 MiB cap.
     let Some(log) = run_python_test(
         "python_module_on_a_fake_cuda_driver",
         &[
             ("VRAM_BACKEND", "cuda".as_ref()),
             ("LD_LIBRARY_PATH", dir.as_os_str()),
+            ("FAKE_CUDA_TOTAL", "150109880320".as_ref()),
         ],
     ) else {
         return;
@@ -435,4 +446,61 @@ fn python_module_on_a_fake_cuda_driver() {
             == "ok: vramkit_torch stats, summary, snapshot, OOM and configure on the cuda backend"),
         "{log}"
     );
+    assert!(
+        log.lines()
+            .any(|l| l == "ok: migration on the cuda backend"),
+        "{log}"
+    );
+}
+
+/// The planned tier's two C functions: `vram_phase_peak` reports the high point since its
+/// last call, `vram_plan` plans a recorded step (JSON in, JSON out) and its decision shows in
+/// the statistics (`tier.plan.*`); a bad request is an error with a message, not a crash.
+#[test]
+fn phase_peaks_and_plans_through_the_c_functions() {
+    init(11, "");
+    let null = std::ptr::null_mut();
+    assert_eq!(vram_phase_peak(11), 0);
+    let a = vram_malloc(30 * MIB, 11, null);
+    vram_free(a, 30 * MIB, 11, null);
+    assert_eq!(
+        vram_phase_peak(11),
+        30 << 20,
+        "the high point since the last call"
+    );
+    assert_eq!(
+        vram_phase_peak(11),
+        0,
+        "and the count starts again at what is allocated"
+    );
+    // Three phases; a 1 GB optimizer state used in the last, a loss phase 1 GB over the cap.
+    let request = r#"{
+        "phases": [{"name": "forward 0", "kind": "forward", "seconds": 1.0},
+                   {"name": "loss", "kind": "loss", "seconds": 1.0},
+                   {"name": "optimizer", "kind": "optimizer", "seconds": 1.0}],
+        "items": [{"bytes": 1000000000, "kind": "optimizer_state", "persistent": true,
+                   "alloc": 0, "free": 2, "uses": [2], "chunk": 0}],
+        "live": [2000000000, 3000000000, 2000000000],
+        "chunks": 1, "cap": 2000000000}"#;
+    let req = CString::new(request).unwrap();
+    // SAFETY: a valid string; null/0 asks for the length.
+    let n = unsafe { vram_plan(11, req.as_ptr(), std::ptr::null_mut(), 0) };
+    assert!(n > 0, "{}", last_error());
+    // SAFETY: null request: the last answer again, into a buffer of the stated length.
+    let answer = text(|b, l| unsafe { vram_plan(11, std::ptr::null(), b, l) }).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(v["decision"]["strategy"], "stream", "{answer}");
+    assert_eq!(v["decision"]["plan"]["moves"].as_array().unwrap().len(), 1);
+    let m = stats(11);
+    assert_eq!(m["tier.plan.strategy"], 1);
+    assert_eq!(m["tier.plan.moves"], 1);
+    assert_eq!(m["tier.plan.plans"], 1);
+    assert!(m["tier.plan.floor_ns"].as_i64().unwrap() >= 3_000_000_000);
+    let bad = CString::new("{\"phases\": []}").unwrap();
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { vram_plan(11, bad.as_ptr(), std::ptr::null_mut(), 0) },
+        -1
+    );
+    assert!(last_error().contains("plan request"), "{}", last_error());
 }
