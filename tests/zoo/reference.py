@@ -93,6 +93,13 @@ CACHE_KIND = {
     "DynamicIndexedLayer": "indexed",
 }
 NO_CACHE = {"DummyLayer"}
+# Layers that hold attention keys/values and linear-attention states together (Falcon-H1, Zamba:
+# attention and Mamba in one layer): the keys and values count under the attention kind, the
+# conv and recurrent states under `linear`, and the layer under both.
+HYBRID_KIND = {
+    "LinearAttentionAndFullAttentionLayer": "full",
+    "LinearAttentionAndSlidingWindowAttentionLayer": "sliding",
+}
 
 # ---- parameter components --------------------------------------------------------------
 # The rules, in order, on a parameter's dotted name (`model.layers.3.mlp.experts.gate_up_proj`):
@@ -100,7 +107,7 @@ NO_CACHE = {"DummyLayer"}
 # 2. a name part starting with "mtp"                    -> mtp
 # 3. the owning module is `lm_head`                     -> head (absent when tied: counted once)
 # 4. a name part in EMBED_PARTS                         -> embedding
-# 5. inside a decoder layer (`layers.<i>.<child>...`):
+# 5. inside a decoder layer (`layers.<i>.<child>...`, GPT-style `h.<i>.<child>...`):
 #    a. child in PER_LAYER_INPUT (Gemma per-layer inputs) -> embedding
 #    b. child in MIXER_CHILDREN, or child `mixer` that is neither an MoE block nor a class
 #       named *MLP (Nemotron-H names every block `mixer`)   -> mixer
@@ -111,8 +118,8 @@ NO_CACHE = {"DummyLayer"}
 #    e. child `shared_mlp` / `shared_expert*` on the layer: shared_experts when the layer has
 #       routed experts (Granite 4.0-H), else dense_mlp
 #    f. child in FFN_CHILDREN (a dense feed-forward)     -> dense_mlp
-#    g. child name containing "norm"                      -> norms
-# 6. outside the layers, owning module name containing "norm" (final norm) -> norms
+#    g. child name containing "norm" or starting "ln_"    -> norms
+# 6. outside the layers, owning module name containing "norm", or `ln_f` (final norm) -> norms
 # 7. anything else                                       -> other (the run fails if nonzero)
 VISION_PARTS = {
     "visual",
@@ -124,6 +131,9 @@ VISION_PARTS = {
 }
 EMBED_PARTS = {
     "embed_tokens",
+    "embed_positions",
+    "word_embeddings",
+    "word_embeddings_layernorm",
     "embed_tokens_per_layer",
     "embeddings",
     "wte",
@@ -139,7 +149,7 @@ FFN_CHILDREN = {"mlp", "feed_forward", "block_sparse_moe", "moe", "mixer"}
 def _layer_split(parts: list[str]) -> int | None:
     """Index of `layers` in `...layers.<i>.<child>...`, or None outside the decoder layers."""
     for i in range(len(parts) - 2):
-        if parts[i] == "layers" and parts[i + 1].isdigit():
+        if parts[i] in ("layers", "h") and parts[i + 1].isdigit():
             return i
     return None
 
@@ -193,10 +203,10 @@ def component(model, name: str) -> str:
             return "shared_experts" if layer_has_experts else "dense_mlp"
         if child in FFN_CHILDREN:
             return "dense_mlp"
-        if "norm" in child:
+        if "norm" in child or child.startswith("ln_"):
             return "norms"
         return "other"
-    if len(parts) >= 2 and "norm" in parts[-2]:
+    if len(parts) >= 2 and ("norm" in parts[-2] or parts[-2] == "ln_f"):
         return "norms"
     return "other"
 
@@ -283,11 +293,14 @@ def build(path: Path):
 # ---- cache ------------------------------------------------------------------------------------
 
 
-def _layer_tensors(layer):
-    for attr in ("keys", "values", "indexer_keys"):
-        t = getattr(layer, attr, None)
-        if t is not None:
-            yield t
+def _layer_tensors(layer, parts=("kv", "states")):
+    if "kv" in parts:
+        for attr in ("keys", "values", "indexer_keys"):
+            t = getattr(layer, attr, None)
+            if t is not None:
+                yield t
+    if "states" not in parts:
+        return
     for attr in ("conv_states", "recurrent_states"):
         states = getattr(layer, attr, None)
         if states is None:
@@ -314,13 +327,18 @@ def measure(cache) -> dict:
         cls = type(layer).__name__
         if cls in NO_CACHE:
             continue
-        if cls not in CACHE_KIND:
+        if cls in HYBRID_KIND:
+            parts = [(HYBRID_KIND[cls], ("kv",)), ("linear", ("states",))]
+        elif cls in CACHE_KIND:
+            parts = [(CACHE_KIND[cls], ("kv", "states"))]
+        else:
             raise SystemExit(f"unknown cache layer class {cls}: give it a kind in CACHE_KIND")
-        tensors = list(_layer_tensors(layer))
-        every += tensors
-        entry = kinds.setdefault(CACHE_KIND[cls], {"layers": 0, "tensors": []})
-        entry["layers"] += 1
-        entry["tensors"] += tensors
+        for kind, which in parts:
+            tensors = list(_layer_tensors(layer, which))
+            every += tensors
+            entry = kinds.setdefault(kind, {"layers": 0, "tensors": []})
+            entry["layers"] += 1
+            entry["tensors"] += tensors
     out = {k: {"layers": v["layers"], "bytes": _storage_bytes(v["tensors"])} for k, v in kinds.items()}
     total = _storage_bytes(every)
     assert total == sum(v["bytes"] for v in out.values()), "a storage is shared across kinds"
@@ -355,12 +373,14 @@ def cache_run(model, batch: int, prompt: int) -> dict:
     from transformers import DynamicCache
 
     runner = model.language_model if type(model).__name__ == "Llama4ForConditionalGeneration" else model
+    if not model._supports_default_dynamic_cache():
+        raise SystemExit("generate builds no DynamicCache for it (`_supports_default_dynamic_cache`)")
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     ids = torch.zeros(batch, prompt, dtype=torch.long, device="meta")
     with torch.no_grad():
-        runner(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        runner(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         prefill = measure(cache)
-        runner(input_ids=ids[:, :1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        runner(input_ids=ids[:, :1], cache=cache, use_cache=True, logits_to_keep=1)
         decode = measure(cache)
     by_kind = {}
     for kind in sorted(set(prefill["kinds"]) | set(decode["kinds"])):

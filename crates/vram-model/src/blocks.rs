@@ -1004,6 +1004,18 @@ pub enum VisionInput {
         /// 1 / `pixel_shuffle_ratio`.
         shuffle: u64,
     },
+    /// Llama 3.2 Vision (mllama): up to `tiles` tiles of `image`² each, their patches (and a class
+    /// token) encoded together; the text model reads them by cross-attention, so an image is one
+    /// `<|image|>` token in the text. `intermediate_layers` of the local encoder's outputs are
+    /// kept and stacked with the last (`intermediate_layers_indices`).
+    CrossTiles {
+        /// `vision_config.image_size`.
+        image: u64,
+        /// `vision_config.max_num_tiles`.
+        tiles: u64,
+        /// `len(vision_config.intermediate_layers_indices)`.
+        intermediate_layers: u64,
+    },
     /// Gemma 3: every image resized to `image`² (SigLIP), pooled to `tokens` tokens.
     Fixed {
         /// `vision_config.image_size`.

@@ -68,12 +68,20 @@ pub enum Error {
     #[error("invalid setup: {0}")]
     Setup(String),
     /// An unknown `model_type` whose config carries a key a generic decoder cannot honour.
-    #[error("model_type `{model_type}` is not known and its `{field}` needs a family reader (a generic decoder would miss those layers)")]
+    #[error("model_type `{model_type}` is not known and its `{field}` needs a family reader (a generic decoder does not read it)")]
     Undescribable {
         /// The key.
         field: String,
         /// The unknown `model_type`.
         model_type: String,
+    },
+    /// A `model_type` (or a class of it) whose modules vram does not describe.
+    #[error("model_type `{model_type}` cannot be described: {what}")]
+    NotDescribed {
+        /// The `model_type`.
+        model_type: String,
+        /// What is not modelled.
+        what: String,
     },
     /// A safetensors header could not be read.
     #[error("safetensors header: {0}")]

@@ -434,13 +434,15 @@ const ALIASES: &[(&str, &str)] = &[
 ];
 
 /// A bare size (`23.58GiB`, `24GB`, `81559MiB`) as bytes, or `None` when `s` is not one.
-/// Units: `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024), `KB`/`MB`/`GB`/`TB` (powers of 1000).
+/// Units: `B` (bytes, as torch prints `total_memory`), `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024),
+/// `KB`/`MB`/`GB`/`TB` (powers of 1000).
 pub fn parse_size(s: &str) -> Option<u64> {
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic())?;
     let (num, unit) = t.split_at(split);
     let v: f64 = num.trim().parse().ok()?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "b" => 1.0,
         "kib" => 1024f64,
         "mib" => 1024f64.powi(2),
         "gib" => 1024f64.powi(3),
@@ -484,8 +486,26 @@ fn bare(bytes: u64) -> &'static Gpu {
     })
 }
 
+/// A catalog GPU with the device total given on the command line (its rates, architecture and
+/// context kept). Leaked once per distinct card and size, as [`bare`] does.
+fn with_total(g: &'static Gpu, bytes: u64) -> &'static Gpu {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MADE: OnceLock<Mutex<HashMap<(&'static str, u64), &'static Gpu>>> = OnceLock::new();
+    let made = MADE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut m = made.lock().unwrap_or_else(|e| e.into_inner());
+    m.entry((g.id, bytes)).or_insert_with(|| {
+        Box::leak(Box::new(Gpu {
+            memory_bytes: bytes,
+            memory_source: "given on the command line (the catalog card's total as torch reports it on that machine)",
+            ..*g
+        }))
+    })
+}
+
 /// Looks up a GPU by id or alias, case-insensitively, or takes a bare size (`23.58GiB`) for a
-/// card the catalog lacks (see [`parse_size`]).
+/// card the catalog lacks (see [`parse_size`]), or a catalog card with the total torch reports on
+/// the machine at hand (`t4:15636037632B`).
 pub fn lookup(name: &str) -> Result<&'static Gpu> {
     let lower = name.to_ascii_lowercase();
     let id = ALIASES
@@ -497,6 +517,24 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
     }
     if let Some(b) = parse_size(name) {
         return Ok(bare(b));
+    }
+    // `t4:15636037632B`: a catalog card whose total, as torch reports it on this machine (a log's
+    // `total_memory`), differs from the catalog's (another driver, ECC on or off).
+    if let Some((card, size)) = name.split_once(':') {
+        let g = lookup(card)?;
+        if g.id == "custom" {
+            return Err(Error::Unknown {
+                kind: "GPU",
+                name: name.into(),
+                known: "a catalog GPU before the colon, e.g. t4:15636037632B".into(),
+            });
+        }
+        let b = parse_size(size).ok_or_else(|| Error::Unknown {
+            kind: "GPU size",
+            name: size.into(),
+            known: "a size such as 15636037632B or 14.56GiB after the colon".into(),
+        })?;
+        return Ok(with_total(g, b));
     }
     Err(Error::Unknown {
         kind: "GPU",
@@ -522,6 +560,12 @@ mod tests {
         assert_eq!(parse_size("81559MiB"), Some(81559 * MIB));
         assert_eq!(parse_size("h100"), None);
         assert_eq!(parse_size("-3GiB"), None);
+        assert_eq!(parse_size("15636037632B"), Some(15_636_037_632));
+        let t4 = lookup("t4:15636037632B").unwrap();
+        assert_eq!((t4.id, t4.sm_major), ("t4", 7));
+        assert_eq!(t4.memory_bytes, 15_636_037_632);
+        assert!(lookup("t4:lots").is_err() && lookup("nope:14GiB").is_err());
+        assert!(lookup("14GiB:14GiB").is_err());
         let g = lookup("23.58GiB").unwrap();
         assert_eq!(g.memory_bytes, parse_size("23.58GiB").unwrap());
         assert!(g.name.contains("23.58 GiB"), "{}", g.name);

@@ -11,6 +11,7 @@ use crate::blocks::{Blocks, Dtype, Quant, Storage};
 use crate::error::{Error, Result};
 
 mod decoders;
+pub mod keys;
 
 /// The `model_type` values of the 2019–2024 families the uniform reader understands; the current
 /// families are [`decoders::FAMILIES`], and any decoder with the standard keys is read as a
@@ -132,29 +133,42 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                     map: text.map,
                     model_type: inner,
                 };
-                let mut t = decoders::read(&wrapped, &wrapped)?;
+                let mut t = decoders::read(&wrapped, &c)?;
                 t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
                 t.blocks.notes.push(format!(
                     "model_type `{model_type}` is not known: its text_config (`{inner}`) is read; any vision or audio tower is not counted"
                 ));
                 t
             } else {
+                keys::refuse_not_described(&model_type)?;
                 let missing: Vec<&str> = STANDARD_DECODER_KEYS
                     .iter()
                     .copied()
                     .filter(|k| text.find(&[k]).is_none())
                     .collect();
                 match missing.first() {
+                    // Read as a generic decoder only when it reads every structural key (a
+                    // multimodal wrapper's tower keys included: its tower would be lost).
                     None => {
-                        let mut t = decoders::generic(&text)?;
-                        t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
-                        t
+                        if model_type == "mllama" {
+                            // Llama 3.2 Vision's decoder is a Llama whose cross-attention
+                            // layers have the same projections; its tower is described.
+                            let mut t = decoders::generic(&text)?;
+                            let hidden = t.hidden;
+                            t.blocks.vision = decoders::vision(&c, hidden)?;
+                            t
+                        } else {
+                            decoders::refuse_family_keys(&text)?;
+                            keys::check_generic(&text, &c)?;
+                            decoders::generic(&text)?
+                        }
                     }
                     // A decoder's config (most standard keys there) that a generic decoder
-                    // cannot read: the key that stops it is named, a family key first
+                    // cannot read: the key that stops it is named, a structural key first
                     // (Nemotron-NAS: `block_configs`, with `intermediate_size: null`).
                     Some(&key) if missing.len() <= 2 => {
                         decoders::refuse_family_keys(&text)?;
+                        keys::check_generic(&text, &c)?;
                         return Err(Error::MissingField {
                             field: key.into(),
                             model_type: model_type.clone(),
@@ -429,7 +443,20 @@ fn check_heads(c: &Cfg, hidden: u64, heads: u64) -> Result<()> {
     Ok(())
 }
 
+/// `add_cross_attention: true` builds a cross-attention in every layer (GPT-2 and BERT as the
+/// decoder of an encoder-decoder), which these readers do not describe.
+fn refuse_cross_attention(c: &Cfg) -> Result<()> {
+    if c.bool("add_cross_attention", false)? {
+        return Err(Error::NotDescribed {
+            model_type: c.model_type.into(),
+            what: "`add_cross_attention: true` (a cross-attention in every layer, for an encoder-decoder) is not modelled".into(),
+        });
+    }
+    Ok(())
+}
+
 fn gpt2(c: &Cfg) -> Result<Transformer> {
+    refuse_cross_attention(c)?;
     let hidden = c.u64(&["n_embd", "hidden_size"])?;
     let heads = c.u64(&["n_head", "num_attention_heads"])?;
     check_heads(c, hidden, heads)?;
@@ -616,6 +643,24 @@ fn falcon(c: &Cfg) -> Result<Transformer> {
 }
 
 fn bert(c: &Cfg) -> Result<Transformer> {
+    // BertLMHeadModel / RobertaForCausalLM: the encoder run as a causal decoder with a
+    // vocabulary head, which the encoder's walk (no logits, no cache) does not describe.
+    if let Some(Value::Array(a)) = c.map.get("architectures") {
+        if let Some(class) = a
+            .first()
+            .and_then(Value::as_str)
+            .filter(|n| n.ends_with("LMHeadModel") || n.ends_with("ForCausalLM"))
+        {
+            return Err(Error::NotDescribed {
+                model_type: c.model_type.into(),
+                what: format!(
+                    "`{class}` (the encoder as a causal decoder with a vocabulary head) is not modelled; vram reads {} as the encoder with its pooler, as sequence classification fine-tunes it",
+                    c.model_type
+                ),
+            });
+        }
+    }
+    refuse_cross_attention(c)?;
     let hidden = c.u64(&["hidden_size"])?;
     let heads = c.u64(&["num_attention_heads"])?;
     check_heads(c, hidden, heads)?;
@@ -702,18 +747,34 @@ fn t5(c: &Cfg) -> Result<Transformer> {
 /// The per-layer windows transformers 5.24 gives the older families' caches, where the uniform
 /// fields keep one: Gemma 2's `layer_types` default alternates sliding (even layers) and full
 /// (configuration_gemma2.py); Phi-3 with a `sliding_window` slides every layer
-/// (cache_utils.py `get_layer_types_and_kwargs`). Only the cache description changes.
+/// (cache_utils.py `get_layer_types_and_kwargs`); Qwen2 with `use_sliding_window` slides the
+/// layers its `layer_types` name, by default those from `max_window_layers` on
+/// (configuration_qwen2.py). Only the cache description changes.
 fn legacy_windows(c: &Cfg, t: &mut Transformer) -> Result<()> {
     use crate::blocks::{Mixer, Window};
     let window = match c.model_type {
         "gemma2" if !c.map.contains_key("sliding_window") => Some(4096),
         "gemma2" | "phi3" => c.opt_u64(&["sliding_window"])?,
+        "qwen2" if c.bool("use_sliding_window", false)? => c.opt_u64(&["sliding_window"])?,
         _ => None,
     };
     let Some(w) = window else {
         return Ok(());
     };
-    let gemma2 = c.model_type == "gemma2";
+    let slides: Vec<bool> = match c.model_type {
+        "gemma2" => (0..t.layers).map(|i| i % 2 == 0).collect(),
+        "qwen2" => match c.map.get("layer_types") {
+            Some(Value::Array(a)) if a.len() as u64 == t.layers => a
+                .iter()
+                .map(|v| v.as_str() == Some("sliding_attention"))
+                .collect(),
+            _ => {
+                let from = c.opt_u64(&["max_window_layers"])?.unwrap_or(28);
+                (0..t.layers).map(|i| i >= from).collect()
+            }
+        },
+        _ => vec![true; t.layers as usize],
+    };
     let layers: Vec<_> = t
         .blocks
         .iter()
@@ -721,7 +782,7 @@ fn legacy_windows(c: &Cfg, t: &mut Transformer) -> Result<()> {
         .map(|(i, b)| {
             let mut b = *b;
             if let Mixer::Attention(a) = &mut b.mixer {
-                if !gemma2 || i % 2 == 0 {
+                if slides.get(i).copied().unwrap_or(false) {
                     a.window = Window::Sliding(w);
                 }
             }

@@ -353,7 +353,8 @@ pub struct EstimateArgs {
     pub model: String,
     #[command(flatten)]
     pub hub: crate::input::HubArgs,
-    /// GPU to check the fit against (see `vram gpus`), or a bare size such as 23.58GiB.
+    /// GPU to check the fit against (see `vram gpus`), a bare size such as 23.58GiB, or a GPU
+    /// with the total torch reports on your machine (t4:15636037632B).
     #[arg(long, default_value = "h100-80g")]
     pub gpu: String,
     #[command(flatten)]
@@ -444,7 +445,8 @@ pub struct CapacityArgs {
     /// [default: vllm 0.11, sglang 0.5].
     #[arg(long)]
     pub engine_version: Option<String>,
-    /// GPU (see `vram gpus`), or a bare size such as 23.58GiB.
+    /// GPU (see `vram gpus`), a bare size such as 23.58GiB, or a GPU with the total torch reports
+    /// on your machine (t4:15636037632B).
     #[arg(long, default_value = "h100-80g")]
     pub gpu: String,
     /// vLLM: fraction of the device the engine may use, in (0, 1] [default: 0.9, vLLM v0.11.0

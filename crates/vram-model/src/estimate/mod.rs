@@ -1153,10 +1153,15 @@ pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option
         }
         s
     };
+    // A context past the largest size a setup takes is not tried (a tiny model fits every
+    // context up to it).
+    let within = |n: u64| n + new <= crate::setup::MAX_SIZE;
     let found = if replay::reference() {
-        search_max_from(start, |n| fits(model, &at(n), capacity))?
+        search_max_from(start, |n| Ok(within(n) && fits(model, &at(n), capacity)?))?
     } else {
-        match search_max_from(start, |n| walk_fits(model, &at(n), capacity))? {
+        match search_max_from(start, |n| {
+            Ok(within(n) && walk_fits(model, &at(n), capacity)?)
+        })? {
             Some(top) => search_down(
                 top,
                 |n| shortfall(model, &at(n), capacity),

@@ -178,6 +178,17 @@ pub fn image_tokens(v: &Vision, width: u64, height: u64) -> Result<ImageTokens> 
                 attention_len: patches,
             }
         }
+        VisionInput::CrossTiles { image, tiles, .. } => {
+            let per_tile = (image / p) * (image / p) + 1;
+            ImageTokens {
+                resized: (image, image),
+                tiles,
+                patches: tiles * per_tile,
+                tokens: 0,
+                sequence: 1,
+                attention_len: tiles * per_tile.div_ceil(8) * 8,
+            }
+        }
         VisionInput::PatchBudget { pool, soft_tokens } => {
             let max_patches = soft_tokens * pool * pool;
             let (h, w) = gemma4_size(height, width, p, max_patches, pool)?;
@@ -247,7 +258,9 @@ fn best_canvas_px(h: u64, w: u64, max_tiles: u64, tile: u64) -> (u64, u64) {
 /// (every square is resized to the same size); none for Qwen's dynamic resolution.
 pub fn default_image_size(v: &Vision) -> Option<(u64, u64)> {
     match v.input {
-        VisionInput::Fixed { image, .. } => Some((image, image)),
+        VisionInput::Fixed { image, .. } | VisionInput::CrossTiles { image, .. } => {
+            Some((image, image))
+        }
         VisionInput::Tiles { tile, .. } => Some((tile, tile)),
         VisionInput::PatchBudget { .. } => Some((1024, 1024)),
         VisionInput::SmartResize { .. } => None,
@@ -359,6 +372,20 @@ fn outside_layers(v: &Vision, patches: u64, tokens: u64, d: Dt) -> (u64, u64) {
         VisionInput::Tiles { .. } => {
             let tower = pixels + m(&[patches, 2 * (hv * d.res + d.stats) + 3 * hv * d.cmp]);
             (tower, m(&[tokens, v.out, d.cmp]))
+        }
+        // MllamaVisionModel (not measured): the patch embedding's input, the pre and post
+        // LayerNorms' inputs and the kept intermediate layers' outputs; the projector reads
+        // their concatenation with the last (`vision_output_dim` wide).
+        VisionInput::CrossTiles {
+            intermediate_layers,
+            ..
+        } => {
+            let tower = pixels
+                + m(&[
+                    patches,
+                    2 * (hv * d.res + d.stats) + intermediate_layers * hv * d.cmp,
+                ]);
+            (tower, m(&[patches, (intermediate_layers + 1) * hv, d.cmp]))
         }
         // Gemma4VisionModel: the patch embedding's input and positions, the pooler's fp32
         // tensors; embed_vision's RMSNorm and projection input over the soft tokens.

@@ -53,6 +53,32 @@ pub const FAMILIES: &[&str] = &[
     "seed_oss",
     "hunyuan_v1_dense",
     "hunyuan_v1_moe",
+    "glm",
+    "glm4",
+    "granite_swa",
+    "phi",
+    "starcoder2",
+    "gpt_bigcode",
+    "bloom",
+    "opt",
+    "gptj",
+    "cohere",
+    "cohere2",
+    "qwen2_moe",
+    "olmoe",
+    "olmo",
+    "minicpm3",
+    "mamba2",
+    "granitemoe",
+    "granitemoeshared",
+    "ministral3",
+    "mistral3",
+    "sarvam_mla",
+    "sarvam_moe",
+    "stablelm",
+    "phimoe",
+    "hyperclovax",
+    "granitemoe_swa",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -132,6 +158,18 @@ struct Draft {
     embedding_extra: u64,
     /// `final_logit_softcapping` is set.
     softcap: bool,
+    /// The layers' and final norms: RMSNorm (the default) or LayerNorm, with a weight
+    /// (`norm_weight`, false for OLMo's parameter-free LayerNorm) and a bias (`norm_bias`).
+    norm: Norm,
+    norm_weight: bool,
+    norm_bias: bool,
+    /// Attention and MLP side by side from one norm (Phi, GPT-J, Cohere).
+    parallel: bool,
+    /// Rotary (the default), a learned table of this many rows (GPT-BigCode, OPT), or none
+    /// (Bloom's ALiBi).
+    positions: Positions,
+    /// A norm over the token embeddings (Bloom's `word_embeddings_layernorm`).
+    embedding_norm: bool,
 }
 
 impl Cfg<'_> {
@@ -141,6 +179,17 @@ impl Cfg<'_> {
             None => Ok(default),
             Some((_, Value::Number(n))) if n.as_u64() == Some(0) => Ok(0),
             Some(_) => Ok(self.opt_u64(names)?.unwrap_or(default)),
+        }
+    }
+
+    /// A size whose config class has a default and takes null for "none": the class default
+    /// when the key is absent, `None` when it is null (DeepSeek's `q_lora_rank: null`, a plain
+    /// `q_proj`).
+    fn default_or_null(&self, name: &str, default: u64) -> Result<Option<u64>> {
+        match self.map.get(name) {
+            None => Ok(Some(default)),
+            Some(Value::Null) => Ok(None),
+            Some(_) => self.opt_u64(&[name]),
         }
     }
 
@@ -322,6 +371,12 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         layer_extra: (Component::Other, 0),
         embedding_extra: 0,
         softcap: false,
+        norm: Norm::RmsNorm,
+        norm_weight: true,
+        norm_bias: false,
+        parallel: false,
+        positions: Positions::Rotary,
+        embedding_norm: false,
     };
     Ok((d, layers))
 }
@@ -342,18 +397,24 @@ fn sliding(c: &Cfg, default: Option<u64>) -> Result<Option<u64>> {
 }
 
 /// Reads a config of one of [`FAMILIES`]; `outer` is the top-level config when `c` is its
-/// `text_config`.
+/// `text_config` (a wrapper this reader does not know is read as its text config's family).
 pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
-    let mt = outer.model_type;
-    let d = match mt {
+    let mt = if FAMILIES.contains(&outer.model_type) {
+        outer.model_type
+    } else {
+        c.model_type
+    };
+    let mut d = match mt {
         "qwen3" | "qwen3_moe" | "qwen3_vl" | "qwen3_vl_moe" => qwen3(c)?,
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
             qwen3_5(c, mt)?
         }
-        "deepseek_v2" | "deepseek_v3" | "kimi_k2" | "deepseek_v32" | "glm_moe_dsa" => {
+        // Sarvam's MLA and MoE models are DeepSeek-V3's and GLM-4.5's classes
+        // (modeling_auto.py maps them to DeepseekV3ForCausalLM and Glm4MoeForCausalLM).
+        "deepseek_v3" | "kimi_k2" | "deepseek_v32" | "glm_moe_dsa" | "sarvam_mla" => {
             deepseek(c, mt)?
         }
-        "glm4_moe" => glm4_moe(c)?,
+        "glm4_moe" | "sarvam_moe" => glm4_moe(c)?,
         "gpt_oss" => gpt_oss(c)?,
         "llama4" | "llama4_text" => llama4(c)?,
         "gemma3" | "gemma3_text" => {
@@ -391,10 +452,62 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "exaone4" => exaone4(c)?,
         "seed_oss" => seed_oss(c)?,
         "hunyuan_v1_dense" | "hunyuan_v1_moe" => hunyuan(c, mt)?,
+        "glm" | "glm4" => glm(c, mt)?,
+        "granite_swa" => granite_swa(c)?,
+        "phi" => phi(c)?,
+        "starcoder2" => starcoder2(c)?,
+        "gpt_bigcode" => gpt_bigcode(c)?,
+        "bloom" => bloom(c)?,
+        "opt" => opt(c)?,
+        "gptj" => gptj(c)?,
+        "cohere" | "cohere2" => cohere(c, mt)?,
+        "qwen2_moe" => qwen2_moe(c)?,
+        "olmoe" => olmoe(c)?,
+        "olmo" => olmo1(c)?,
+        "deepseek_v2" => deepseek_v2(c)?,
+        "minicpm3" => minicpm3(c)?,
+        "mamba2" => mamba2(c)?,
+        "granitemoe" | "granitemoeshared" => granite_moe(c)?,
+        "ministral3" => mistral_text(c, "ministral3")?,
+        "stablelm" => stablelm(c)?,
+        "phimoe" => phimoe(c)?,
+        "hyperclovax" => hyperclovax(c)?,
+        "granitemoe_swa" => {
+            let mut d = granite_moe(c)?;
+            swa_layers(c, &mut d)?;
+            d
+        }
+        "mistral3" => match c.str("model_type")? {
+            Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
+            None => mistral_text(c, "mistral")?,
+            Some(other) => {
+                return Err(Error::NotDescribed {
+                    model_type: mt.into(),
+                    what: format!("its text_config of model_type `{other}` is not read"),
+                })
+            }
+        },
         other => return Err(Error::UnknownModelType(other.into())),
     };
+    // The class built is the wrapper's: its config's `tie_word_embeddings` decides the tying
+    // (modeling_utils.py `tie_weights` reads `self.config`, the top level); Mistral3Config's
+    // own default is true.
+    if !std::ptr::eq(c.map, outer.map) && builds_vision(outer)? {
+        if outer.find(&["tie_word_embeddings"]).is_some() {
+            d.tied = outer.bool("tie_word_embeddings", d.tied)?;
+        } else if mt == "mistral3" {
+            d.tied = true;
+        }
+    }
+    if mt == "mistral3" {
+        d.notes.push(format!(
+            "Mistral-3's Pixtral vision tower and projector ({} parameters) are not counted: images are not modelled for it",
+            crate::fmt::thousands(pixtral_params(outer, d.hidden)?)
+        ));
+    }
     let text_hidden = d.hidden;
     let mut t = build(d)?;
+    t.blocks.vision_unmodelled = mt == "mistral3";
     if builds_vision(outer)? {
         t.blocks.vision = vision(outer, text_hidden)?;
     }
@@ -419,7 +532,7 @@ fn builds_vision(outer: &Cfg) -> Result<bool> {
 
 /// The vision tower and projector of a multimodal wrapper, from `vision_config` (missing keys
 /// take the vision config class's defaults).
-fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
+pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
     let empty = serde_json::Map::new();
     let map = match outer.map.get("vision_config") {
         Some(Value::Object(m)) => m,
@@ -629,6 +742,62 @@ fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 images: None,
             }
         }
+        // MllamaVisionModel (transformers `modeling_mllama.py`): a bias-free Conv2d patch
+        // embedding, a class embedding, gated positional embeddings with a tile table per aspect
+        // ratio (`len(supported_aspect_ratios) + 1` rows of `max_num_tiles` x patches x width),
+        // gated pre/post tile embeddings, two LayerNorms, `num_hidden_layers` local and
+        // `num_global_layers` gated encoder layers (bias-free q/k/v/o, a biased fc1/fc2 MLP, two
+        // LayerNorms), and the projector from `vision_output_dim` to the text width. Llama 3.2
+        // Vision feeds the image to the text model by cross-attention, so it adds no text tokens.
+        "mllama" => {
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1280);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(5120);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(32);
+            let global = v.opt_u64(&["num_global_layers"])?.unwrap_or(8);
+            let heads = v.opt_u64(&["attention_heads"])?.unwrap_or(16);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(14);
+            let image = v.opt_u64(&["image_size"])?.unwrap_or(448);
+            let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+            let tiles = v.opt_u64(&["max_num_tiles"])?.unwrap_or(4);
+            let vout = v.opt_u64(&["vision_output_dim"])?.unwrap_or(7680);
+            let ratios = match v.map.get("supported_aspect_ratios") {
+                Some(Value::Array(a)) => a.len() as u64,
+                _ => 8,
+            };
+            let patches = (image / p).pow(2) + 1;
+            let layer = 4 * hv * hv + 2 * hv * i + i + hv + 4 * hv;
+            let params = ch * p * p * hv
+                + hv
+                + patches * hv
+                + 1
+                + (ratios + 1) * tiles * patches * hv
+                + 2 * ((ratios + 1) * tiles * hv + 1)
+                + 4 * hv
+                + depth * layer
+                + global * (layer + 2)
+                + vout * text_hidden
+                + text_hidden;
+            Vision {
+                depth: depth + global,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+                input: VisionInput::CrossTiles {
+                    image,
+                    tiles,
+                    intermediate_layers: v
+                        .u64_list("intermediate_layers_indices")?
+                        .map_or(5, |l| l.len() as u64),
+                },
+                patch_elems: ch * p * p,
+                out: text_hidden,
+                gated: false,
+                deepstack: 0,
+                images: None,
+            }
+        }
         _ => return Ok(None),
     }))
 }
@@ -664,11 +833,10 @@ pub(super) fn refuse_family_keys(c: &Cfg) -> Result<()> {
     Ok(())
 }
 
-/// An unknown `model_type` with the standard decoder keys: a Llama-style decoder (pre-norm,
-/// GQA attention without biases, gated SiLU MLP, untied head), with a note naming what was
-/// assumed.
+/// An unknown `model_type` with the standard decoder keys and no structural key it does not
+/// read (`keys::check_generic`, run first): a Llama-style decoder (pre-norm, GQA attention
+/// without biases, gated SiLU MLP, untied head), with a note naming what was assumed.
 pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
-    refuse_family_keys(c)?;
     let (mut d, _) = common(c, false)?;
     d.attn.qkv_bias = c.bool("attention_bias", false)?;
     d.attn.out_bias = d.attn.qkv_bias;
@@ -682,13 +850,30 @@ pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
     if !c.map.contains_key("tie_word_embeddings") {
         assumed.push("an untied LM head".into());
     }
-    if let Some(w) = sliding(c, None)? {
+    // A window slides every layer unless `use_sliding_window: false` turns it off (Qwen2-style
+    // configs keep the window's size there).
+    if let Some(w) =
+        sliding(c, None)?.filter(|_| c.bool("use_sliding_window", true).unwrap_or(true))
+    {
         d.sliding_window = Some(w);
         d.layer_types
             .iter_mut()
             .for_each(|t| *t = LayerType::Sliding);
     }
     if let Some(t) = c.layer_types("layer_types", d.layer_types.len() as u64)? {
+        // Only attention layers: any other kind (`mlp`, `linear_attention`, ...) has modules a
+        // generic decoder does not build.
+        if t.iter()
+            .any(|t| !matches!(t, LayerType::Full | LayerType::Sliding))
+        {
+            return Err(Error::Undescribable {
+                field: "layer_types".into(),
+                model_type: c.model_type.into(),
+            });
+        }
+        if t.contains(&LayerType::Sliding) && d.sliding_window.is_none() {
+            d.sliding_window = c.opt_u64(&["sliding_window"])?;
+        }
         d.layer_types = t;
     }
     d.notes.push(format!(
@@ -813,7 +998,7 @@ fn qwen3_5(c: &Cfg, mt: &str) -> Result<Draft> {
 fn deepseek(c: &Cfg, mt: &str) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
     let heads = d.attn.heads;
-    let q_lora = c.opt_u64(&["q_lora_rank"])?;
+    let q_lora = c.default_or_null("q_lora_rank", if mt == "glm_moe_dsa" { 2048 } else { 1536 })?;
     let mut mla = Mla {
         heads,
         q_lora_rank: q_lora,
@@ -1054,13 +1239,23 @@ fn gemma4(c: &Cfg) -> Result<Draft> {
     };
     let shared = c.count(&["num_kv_shared_layers"], 0)?.min(layers);
     let double = c.bool("use_double_wide_mlp", false)?;
+    // A config saved by transformers 5.24 spells the full layers' overrides out in
+    // `per_layer_config` (PretrainedConfig's sparse per-layer overrides), which then replaces
+    // `global_head_dim`/`num_global_key_value_heads` (configuration_gemma4.py `__post_init__`).
+    let overrides = per_layer_overrides(c, layers)?;
     for (i, t) in types.iter().enumerate() {
         let reuse = (i as u64) >= layers - shared;
         let mut a = d.attn;
         if *t == LayerType::Full {
+            a.k_eq_v = k_eq_v;
+        }
+        if let Some(o) = &overrides {
+            let (hd, kv) = o[i];
+            (a.head_dim, a.v_head_dim) = (hd.unwrap_or(a.head_dim), hd.unwrap_or(a.head_dim));
+            a.kv_heads = kv.unwrap_or(a.kv_heads);
+        } else if *t == LayerType::Full {
             a.head_dim = global_hd;
             a.v_head_dim = global_hd;
-            a.k_eq_v = k_eq_v;
             if let Some(kv) = global_kv {
                 a.kv_heads = kv;
             }
@@ -1091,6 +1286,64 @@ fn gemma4(c: &Cfg) -> Result<Draft> {
         d.layer_extra = (Component::Embedding, 2 * d.hidden * hpl + d.hidden);
     }
     Ok(d)
+}
+
+/// One layer's `head_dim` and `num_key_value_heads` overrides.
+type LayerOverride = (Option<u64>, Option<u64>);
+
+/// Per layer, the `head_dim` and `num_key_value_heads` overrides of `per_layer_config` (a map
+/// from layer index to attribute overrides), or `None` without one; any other override is
+/// refused naming it.
+fn per_layer_overrides(c: &Cfg, layers: u64) -> Result<Option<Vec<LayerOverride>>> {
+    let map = match c.map.get("per_layer_config") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(Error::WrongType {
+                field: "per_layer_config".into(),
+                expected: "an object",
+                found: kind_of(other).into(),
+            })
+        }
+    };
+    let mut out = vec![(None, None); layers as usize];
+    for (idx, v) in map {
+        let field = format!("per_layer_config.{idx}");
+        let i = idx
+            .parse::<u64>()
+            .ok()
+            .filter(|i| *i < layers)
+            .ok_or_else(|| Error::OutOfRange {
+                field: "per_layer_config".into(),
+                value: idx.clone(),
+                why: format!("keys are layer indices below num_hidden_layers = {layers}"),
+            })?;
+        let Value::Object(o) = v else {
+            return Err(Error::WrongType {
+                field,
+                expected: "an object",
+                found: kind_of(v).into(),
+            });
+        };
+        let layer = Cfg {
+            map: o,
+            model_type: c.model_type,
+        };
+        if let Some(k) = o
+            .keys()
+            .find(|k| !matches!(k.as_str(), "head_dim" | "num_key_value_heads"))
+        {
+            return Err(Error::NotDescribed {
+                model_type: c.model_type.into(),
+                what: format!("its per-layer override `{field}.{k}` is not modelled"),
+            });
+        }
+        out[i as usize] = (
+            layer.opt_u64(&["head_dim"])?,
+            layer.opt_u64(&["num_key_value_heads"])?,
+        );
+    }
+    Ok(Some(out))
 }
 
 /// MiniMax-M2 (`MiniMaxM2Attention`: q/k RMSNorm over the whole projection width;
@@ -1438,6 +1691,513 @@ fn hunyuan(c: &Cfg, mt: &str) -> Result<Draft> {
     Ok(d)
 }
 
+/// GLM and GLM-4 (`GlmAttention`: q/k/v bias = `attention_bias`, default true, no output bias;
+/// `GlmMLP`: one `gate_up_proj`; `Glm4DecoderLayer` adds `post_self_attn_layernorm` and
+/// `post_mlp_layernorm`).
+fn glm(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.attn.qkv_bias = c.bool("attention_bias", true)?;
+    d.dense.fused_gate_up = true;
+    if mt == "glm4" {
+        d.norms = 4;
+    }
+    Ok(d)
+}
+
+/// Granite with sliding windows (`GraniteSWAAttention`: biases = `attention_bias` on q/k/v/o,
+/// a learned per-head `sinks` logit; `layer_types` of full and sliding layers, 1 full : 3
+/// sliding by default; tied head by default). Granite's multipliers scale activations only.
+fn granite_swa(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, true)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    swa_layers(c, &mut d)?;
+    Ok(d)
+}
+
+/// LayerNorm with weight and bias (the 2019–2023 families).
+fn layer_norm(d: &mut Draft) {
+    (d.norm, d.norm_weight, d.norm_bias) = (Norm::LayerNorm, true, true);
+}
+
+/// A plain `down(act(up(x)))` MLP of `intermediate`, with biases or not.
+fn plain(intermediate: u64, bias: bool) -> Dense {
+    Dense {
+        gated: false,
+        bias,
+        ..dense(intermediate)
+    }
+}
+
+/// A `*_config` key or flag the family reads only at its default: anything else is refused,
+/// naming it.
+fn refuse_if(c: &Cfg, on: bool, key: &str, what: &str) -> Result<()> {
+    if on {
+        return Err(Error::NotDescribed {
+            model_type: c.model_type.into(),
+            what: format!("`{key}`: {what} is not modelled"),
+        });
+    }
+    Ok(())
+}
+
+/// Phi-1/1.5/2 (`PhiDecoderLayer`: one LayerNorm feeding attention and MLP side by side;
+/// q/k/v and `dense` with biases; `fc1`/`fc2` with biases; final LayerNorm; an untied LM head
+/// with a bias; partial rotary, which changes no tensor's size).
+fn phi(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    refuse_if(
+        c,
+        c.bool("qk_layernorm", false)?,
+        "qk_layernorm",
+        "a LayerNorm with bias over each head's queries and keys",
+    )?;
+    d.act = c.act(&["hidden_act"], "gelu_new")?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (true, true);
+    d.dense = plain(d.dense.intermediate, true);
+    layer_norm(&mut d);
+    d.norms = 1;
+    d.parallel = true;
+    d.head_bias = !d.tied;
+    d.hidden_dropout = c.prob(&["resid_pdrop"], 0.0)?;
+    Ok(d)
+}
+
+/// StarCoder2 (`Starcoder2Attention`/`Starcoder2MLP`: every projection biased by `use_bias`,
+/// a plain `c_fc`/`c_proj` MLP; LayerNorms with bias; tied; every layer slides when
+/// `sliding_window` is set).
+fn starcoder2(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    d.act = c.act(&["hidden_act"], "gelu_pytorch_tanh")?;
+    let bias = c.bool("use_bias", true)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense = plain(d.dense.intermediate, bias);
+    layer_norm(&mut d);
+    d.sliding_window = sliding(c, None)?;
+    if d.sliding_window.is_some() {
+        d.layer_types = vec![LayerType::Sliding; layers as usize];
+    }
+    d.hidden_dropout = c.prob(&["residual_dropout"], 0.0)?;
+    Ok(d)
+}
+
+/// GPT-BigCode / StarCoder (`GPTBigCodeAttention`: one `c_attn` for q and the shared k/v, one
+/// key/value head with `multi_query`, biases everywhere; learned positions `wpe` of
+/// `n_positions`; LayerNorms with bias; a plain MLP of `n_inner` (4H); tied).
+fn gpt_bigcode(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, true)?;
+    refuse_if(
+        c,
+        c.bool("add_cross_attention", false)?,
+        "add_cross_attention",
+        "a cross-attention in every layer",
+    )?;
+    d.act = c.act(&["activation_function"], "gelu_pytorch_tanh")?;
+    if c.bool("multi_query", true)? {
+        d.attn.kv_heads = 1;
+    }
+    (d.attn.qkv_bias, d.attn.out_bias, d.attn.fused_qkv) = (true, true, true);
+    d.attn.rope = false;
+    d.rope = vec![false; d.rope.len()];
+    let inner = c.opt_u64(&["n_inner"])?.unwrap_or(4 * d.hidden);
+    d.dense = plain(inner, true);
+    layer_norm(&mut d);
+    let positions = c
+        .opt_u64(&["n_positions", "max_position_embeddings"])?
+        .unwrap_or(1024);
+    d.positions = Positions::Learned(positions);
+    d.max_positions = positions;
+    d.attention_dropout = c.prob(&["attn_pdrop"], 0.1)?;
+    d.hidden_dropout = c.prob(&["resid_pdrop"], 0.1)?;
+    Ok(d)
+}
+
+/// BLOOM (`BloomAttention`: one biased `query_key_value`, biased `dense`; ALiBi, no position
+/// table; `word_embeddings_layernorm`; LayerNorms with bias; a plain 4H MLP with biases; tied).
+fn bloom(c: &Cfg) -> Result<Draft> {
+    let mut map = c.map.clone();
+    // BloomConfig takes the older `n_embed` for `hidden_size`.
+    if !map.contains_key("hidden_size") {
+        if let Some(v) = map.get("n_embed").cloned() {
+            map.insert("hidden_size".into(), v);
+        }
+    }
+    let c = &Cfg {
+        map: &map,
+        model_type: c.model_type,
+    };
+    let (mut d, _) = common(c, true)?;
+    refuse_if(
+        c,
+        c.bool("apply_residual_connection_post_layernorm", false)?,
+        "apply_residual_connection_post_layernorm",
+        "the residual taken after each LayerNorm",
+    )?;
+    // BloomGelu is an autograd Function that saves only its input (`GeLUFunction`).
+    d.act = Act::Fused;
+    (d.attn.qkv_bias, d.attn.out_bias, d.attn.fused_qkv) = (true, true, true);
+    d.attn.rope = false;
+    d.rope = vec![false; d.rope.len()];
+    d.dense = plain(4 * d.hidden, true);
+    layer_norm(&mut d);
+    d.positions = Positions::None;
+    d.embedding_norm = true;
+    d.hidden_dropout = c.prob(&["hidden_dropout"], 0.0)?;
+    Ok(d)
+}
+
+/// OPT (`OPTAttention`/`OPTDecoderLayer`: q/k/v/out and `fc1`/`fc2` biased by `enable_bias`,
+/// a plain MLP of `ffn_dim`; LayerNorms with `layer_norm_elementwise_affine`; learned positions
+/// of `max_position_embeddings + 2` rows (OPTLearnedPositionalEmbedding's offset); tied).
+/// The post-norm variant (`do_layer_norm_before: false`, OPT-350m) and its
+/// `word_embed_proj_dim` projections are refused.
+fn opt(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, true)?;
+    refuse_if(
+        c,
+        !c.bool("do_layer_norm_before", true)? || c.bool("_remove_final_layer_norm", false)?,
+        "do_layer_norm_before",
+        "OPT's post-norm layout without a final norm",
+    )?;
+    let proj = c.opt_u64(&["word_embed_proj_dim"])?.unwrap_or(d.hidden);
+    refuse_if(
+        c,
+        proj != d.hidden,
+        "word_embed_proj_dim",
+        "the projections between embedding and hidden width",
+    )?;
+    d.act = c.act(&["activation_function"], "relu")?;
+    let bias = c.bool("enable_bias", true)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.rope = false;
+    d.rope = vec![false; d.rope.len()];
+    d.dense = plain(c.u64(&["ffn_dim"])?, bias);
+    layer_norm(&mut d);
+    if !c.bool("layer_norm_elementwise_affine", true)? {
+        (d.norm_weight, d.norm_bias) = (false, false);
+    }
+    d.positions = Positions::Learned(d.max_positions + 2);
+    d.hidden_dropout = c.prob(&["dropout"], 0.1)?;
+    Ok(d)
+}
+
+/// GPT-J (`GPTJBlock`: one LayerNorm feeding attention and MLP side by side; q/k/v/out without
+/// biases; `fc_in`/`fc_out` with biases, `n_inner` (4H); partial rotary (`rotary_dim`); an
+/// untied LM head with a bias).
+fn gptj(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.act = c.act(&["activation_function"], "gelu_new")?;
+    let inner = c.opt_u64(&["n_inner"])?.unwrap_or(4 * d.hidden);
+    d.dense = plain(inner, true);
+    layer_norm(&mut d);
+    d.norms = 1;
+    d.parallel = true;
+    d.head_bias = !d.tied;
+    d.max_positions = c.opt_u64(&["n_positions"])?.unwrap_or(2048);
+    d.attention_dropout = c.prob(&["attn_pdrop"], 0.0)?;
+    d.hidden_dropout = c.prob(&["resid_pdrop"], 0.0)?;
+    Ok(d)
+}
+
+/// Command-R (`CohereDecoderLayer`: one LayerNorm without bias feeding attention and the gated
+/// MLP side by side; q/k/v/o biased by `attention_bias`; `use_qk_norm` LayerNorms over every
+/// head's queries and keys; tied). Cohere 2 adds `layer_types` (3 sliding : 1 full by default,
+/// `sliding_window_pattern`), rotary positions on its sliding layers only, and `head_dim` =
+/// H / heads.
+fn cohere(c: &Cfg, mt: &str) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    if c.bool("use_qk_norm", false)? {
+        d.attn.qk_norm = QkNorm::FullWidth;
+    }
+    (d.norm, d.norm_weight, d.norm_bias) = (Norm::LayerNorm, true, false);
+    d.norms = 1;
+    d.parallel = true;
+    if mt == "cohere2" {
+        d.attn.head_dim = d.hidden / d.attn.heads;
+        d.attn.v_head_dim = d.attn.head_dim;
+        d.sliding_window = sliding(c, Some(4096))?;
+        d.layer_types = match c.layer_types("layer_types", layers)? {
+            Some(t) => t,
+            None => {
+                let p = c.opt_u64(&["sliding_window_pattern"])?.unwrap_or(4);
+                every_nth_full(layers, p)
+            }
+        };
+        d.rope = d
+            .layer_types
+            .iter()
+            .map(|t| *t == LayerType::Sliding)
+            .collect();
+    }
+    Ok(d)
+}
+
+/// Qwen2-MoE / Qwen1.5-MoE (`Qwen2MoeAttention`: q/k/v biased by `qkv_bias`, no q/k norms;
+/// `Qwen2MoeSparseMoeBlock`: routed experts, one shared expert of
+/// `shared_expert_intermediate_size` behind a sigmoid `shared_expert_gate`; MoE placement,
+/// `use_sliding_window`/`max_window_layers`/`layer_types` as Qwen3's).
+fn qwen2_moe(c: &Cfg) -> Result<Draft> {
+    let mut d = qwen3(c)?;
+    d.attn.qk_norm = QkNorm::None;
+    d.attn.qkv_bias = c.bool("qkv_bias", true)?;
+    d.attn.out_bias = false;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(4);
+    if let Some(m) = d.moe.as_mut() {
+        m.top_k = k;
+        let shared = c.count(&["shared_expert_intermediate_size"], 0)?;
+        if shared > 0 {
+            m.shared = Some(dense(shared));
+            m.shared_gate = true;
+        }
+    }
+    Ok(d)
+}
+
+/// OLMoE (`OlmoeAttention`: q/k RMSNorms over the whole projection width, biases =
+/// `attention_bias`; `OlmoeSparseMoeBlock` in every layer, experts of `intermediate_size`, no
+/// shared expert; `clip_qkv` clamps in place).
+fn olmoe(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.attn.qk_norm = QkNorm::FullWidth;
+    let e = c.u64(&["num_experts", "num_local_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(8);
+    d.moe = Some(moe_template(e, k, d.dense.intermediate));
+    place_moe(&mut d, |_| true);
+    Ok(d)
+}
+
+/// OLMo 1 (`OlmoLayerNorm`: a LayerNorm without weight or bias; biases = `attention_bias`;
+/// `clip_qkv` clamps in place).
+fn olmo1(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    (d.norm, d.norm_weight, d.norm_bias) = (Norm::LayerNorm, false, false);
+    Ok(d)
+}
+
+/// DeepSeek-V2 (DeepSeek-V3's MLA and MoE; `DeepseekV2MLP`, dense layers and shared experts,
+/// biased by `mlp_bias`; the router an fp32 `[E, H]` weight without correction bias).
+fn deepseek_v2(c: &Cfg) -> Result<Draft> {
+    let mut d = deepseek(c, "deepseek_v2")?;
+    let bias = c.bool("mlp_bias", false)?;
+    d.dense.bias = bias;
+    if let Some(m) = d.moe.as_mut() {
+        if let Some(s) = m.shared.as_mut() {
+            s.bias = bias;
+        }
+    }
+    Ok(d)
+}
+
+/// MiniCPM3 (`MiniCPM3Attention`: DeepSeek-style MLA with a `q_lora_rank`; a dense gated MLP
+/// biased by `mlp_bias` in every layer; tied; `scale_emb`/`scale_depth` scale activations).
+fn minicpm3(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, true)?;
+    let heads = d.attn.heads;
+    let mla = Mla {
+        heads,
+        q_lora_rank: c.default_or_null("q_lora_rank", 768)?,
+        kv_lora_rank: c.u64(&["kv_lora_rank"])?,
+        qk_nope_head_dim: c.u64(&["qk_nope_head_dim"])?,
+        qk_rope_head_dim: c.u64(&["qk_rope_head_dim"])?,
+        v_head_dim: c.u64(&["v_head_dim"])?,
+        bias: c.bool("attention_bias", false)?,
+        indexer: None,
+    };
+    d.mla = Some(mla);
+    d.layer_types = vec![LayerType::Full; layers as usize];
+    d.attn.head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+    d.attn.v_head_dim = mla.v_head_dim;
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    Ok(d)
+}
+
+/// Mamba-2 (`Mamba2Block`: an RMSNorm and a `Mamba2Mixer`, no feed-forward; the mixer's inner
+/// width `expand × H` split into `num_heads × head_dim`; final `norm_f`).
+fn mamba2(c: &Cfg) -> Result<Draft> {
+    let mut map = c.map.clone();
+    // Mamba2Config has no attention keys: `common` reads the SSM heads as stand-in heads.
+    if !map.contains_key("num_attention_heads") {
+        if let Some(v) = map.get("num_heads").cloned() {
+            map.insert("num_attention_heads".into(), v);
+        }
+    }
+    let c = &Cfg {
+        map: &map,
+        model_type: c.model_type,
+    };
+    let (mut d, layers) = common(c, false)?;
+    let heads = c.u64(&["num_heads"])?;
+    let head_dim = c.u64(&["head_dim"])?;
+    let expand = c.opt_u64(&["expand"])?.unwrap_or(2);
+    if heads * head_dim != expand * d.hidden {
+        return Err(Error::NotDivisible {
+            what: "mamba2: expand × hidden_size (the inner width) by num_heads × head_dim".into(),
+            a: expand * d.hidden,
+            b: heads * head_dim,
+        });
+    }
+    d.linear = Some(Mixer::Mamba2(Mamba2 {
+        heads,
+        head_dim,
+        state_size: c.opt_u64(&["state_size"])?.unwrap_or(128),
+        groups: c.opt_u64(&["n_groups"])?.unwrap_or(8),
+        conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
+        chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(256),
+        bias: c.bool("use_bias", false)?,
+        conv_bias: c.bool("use_conv_bias", true)?,
+        // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists mamba2.
+        peft_refuses_out_proj: true,
+    }));
+    d.layer_types = vec![LayerType::Linear; layers as usize];
+    d.ffn = vec![FfnKind::None; layers as usize];
+    d.norms = 1;
+    Ok(d)
+}
+
+/// Granite-MoE (`GraniteMoeMoE`: a bias-free router and expert banks of `intermediate_size` in
+/// every layer; biases = `attention_bias`); Granite-MoE-Shared adds a gated `shared_mlp` of
+/// `shared_intermediate_size` when that is positive. The multipliers scale activations only.
+fn granite_moe(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    let e = c.u64(&["num_local_experts", "num_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+    let mut m = moe_template(e, k, d.dense.intermediate);
+    let shared = c.count(&["shared_intermediate_size"], 0)?;
+    if shared > 0 {
+        m.shared = Some(dense(shared));
+    }
+    d.moe = Some(m);
+    place_moe(&mut d, |_| true);
+    Ok(d)
+}
+
+/// StableLM (`StableLmAttention`: q/k/v biased by `use_qkv_bias`, a bias-free `o_proj`,
+/// `qk_layernorm` LayerNorms without bias over each head; LayerNorms with bias, one per layer
+/// when `use_parallel_residual`; a gated MLP without biases; partial rotary).
+fn stablelm(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    d.attn.qkv_bias = c.bool("use_qkv_bias", false)?;
+    if c.bool("qk_layernorm", false)? {
+        d.attn.qk_norm = QkNorm::FullWidth;
+    }
+    layer_norm(&mut d);
+    if c.bool("use_parallel_residual", false)? {
+        d.norms = 1;
+        d.parallel = true;
+    }
+    d.hidden_dropout = c.prob(&["hidden_dropout"], 0.0)?;
+    Ok(d)
+}
+
+/// Phi-3.5-MoE (`PhimoeAttention`: biases = `attention_bias`; `PhimoeSparseMoeBlock` in every
+/// layer, `num_local_experts` gated experts of `intermediate_size`, a bias-free router;
+/// LayerNorms with bias; an LM head biased by `lm_head_bias`; every layer slides when
+/// `sliding_window` is set).
+fn phimoe(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    let e = c.u64(&["num_local_experts"])?;
+    let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+    d.moe = Some(moe_template(e, k, d.dense.intermediate));
+    place_moe(&mut d, |_| true);
+    layer_norm(&mut d);
+    d.head_bias = c.bool("lm_head_bias", false)? && !d.tied;
+    d.sliding_window = sliding(c, None)?;
+    if d.sliding_window.is_some() {
+        d.layer_types = vec![LayerType::Sliding; layers as usize];
+    }
+    Ok(d)
+}
+
+/// HyperCLOVA X (Llama's layers; `use_post_norm` adds RMSNorms after attention and MLP;
+/// biases = `attention_bias`/`mlp_bias`; the multipliers scale activations only).
+fn hyperclovax(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    if c.bool("use_post_norm", true)? {
+        d.norms = 4;
+    }
+    Ok(d)
+}
+
+/// Granite's sliding-window layout (`GraniteSWAAttention`, `GraniteMoeSWAAttention`): a learned
+/// per-head `sinks` logit, `layer_types` of full and sliding layers (1 full : 3 sliding by
+/// default) and a `sliding_window` of 128 by default.
+fn swa_layers(c: &Cfg, d: &mut Draft) -> Result<()> {
+    let layers = d.layer_types.len() as u64;
+    d.attn.sinks = true;
+    d.sliding_window = sliding(c, Some(128))?;
+    d.layer_types = match c.layer_types("layer_types", layers)? {
+        Some(t) => t,
+        None => (0..layers)
+            .map(|i| {
+                if i % 4 == 0 {
+                    LayerType::Full
+                } else {
+                    LayerType::Sliding
+                }
+            })
+            .collect(),
+    };
+    Ok(())
+}
+
+/// Mistral's and Ministral 3's text models (`MistralAttention`/`Ministral3Attention`: q/k/v/o
+/// without biases; every layer slides when `sliding_window` is set, Mistral's default 4096,
+/// Ministral 3's none).
+fn mistral_text(c: &Cfg, inner: &str) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let default = if inner == "mistral" { Some(4096) } else { None };
+    d.sliding_window = sliding(c, default)?;
+    if d.sliding_window.is_some() {
+        d.layer_types = vec![LayerType::Sliding; layers as usize];
+    }
+    Ok(d)
+}
+
+/// Parameters of Mistral-3's Pixtral tower and projector (modeling_pixtral.py
+/// `PixtralVisionModel`: a bias-free patch Conv2d, `ln_pre`, layers of two RMSNorms, bias-free
+/// q/k/v/o and a gated MLP; modeling_mistral3.py `Mistral3MultiModalProjector`: an RMSNorm, the
+/// patch merger's `merging_layer` and `linear_1`/`linear_2` biased by
+/// `multimodal_projector_bias`), for the note that says they are not counted.
+fn pixtral_params(outer: &Cfg, text_hidden: u64) -> Result<u64> {
+    let empty = serde_json::Map::new();
+    let map = match outer.map.get("vision_config") {
+        Some(Value::Object(m)) => m,
+        _ => &empty,
+    };
+    let v = Cfg {
+        map,
+        model_type: outer.model_type,
+    };
+    let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1024);
+    let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4096);
+    let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(24);
+    let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
+    let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+    let m = outer.opt_u64(&["spatial_merge_size"])?.unwrap_or(2);
+    let bias = u64::from(outer.bool("multimodal_projector_bias", true)?);
+    let tower = hv * ch * p * p + hv + depth * (2 * hv + 4 * hv * hv + 3 * hv * i);
+    let projector = hv
+        + hv * m * m * hv
+        + hv * text_hidden
+        + text_hidden * text_hidden
+        + bias * 2 * text_hidden;
+    Ok(tower + projector)
+}
+
 /// Blocks and stand-in uniform fields from a draft.
 fn build(d: Draft) -> Result<Transformer> {
     let h = d.hidden;
@@ -1450,6 +2210,7 @@ fn build(d: Draft) -> Result<Transformer> {
         });
     }
     let mut layers = Vec::with_capacity(n);
+    let norm_each = h * (u64::from(d.norm_weight) + u64::from(d.norm_bias));
     for (i, t) in d.layer_types.iter().enumerate() {
         let base = d.per_layer_attn.get(i).copied().flatten().unwrap_or(d.attn);
         let rope = d.rope.get(i).copied().unwrap_or(true);
@@ -1503,7 +2264,7 @@ fn build(d: Draft) -> Result<Transformer> {
             ffn,
             norms: Norms {
                 count: d.norms,
-                params_each: h,
+                params_each: norm_each,
             },
             extra: d.layer_extra,
         });
@@ -1524,9 +2285,15 @@ fn build(d: Draft) -> Result<Transformer> {
         h,
         &layers,
         Ends {
-            embedding: d.vocab * h + d.embedding_extra,
+            embedding: d.vocab * h
+                + d.embedding_extra
+                + match d.positions {
+                    Positions::Learned(rows) => rows * h,
+                    _ => 0,
+                }
+                + if d.embedding_norm { norm_each } else { 0 },
             vocab: d.vocab,
-            final_norm: h,
+            final_norm: norm_each,
             head,
             other: 0,
         },
@@ -1578,21 +2345,21 @@ fn build(d: Draft) -> Result<Transformer> {
         act: d.act,
         fused_qkv: false,
         fused_gate_up: false,
-        norm: Norm::RmsNorm,
-        norm_bias: false,
+        norm: d.norm,
+        norm_bias: d.norm_bias,
         norms_per_layer: d.norms,
         qkv_bias: d.attn.qkv_bias,
         out_bias: d.attn.out_bias,
         mlp_bias: d.dense.bias,
         experts,
         experts_per_token: top_k,
-        positions: Positions::Rotary,
+        positions: d.positions,
         type_vocab: 0,
         tied_embeddings: d.tied,
-        embedding_norm: false,
+        embedding_norm: d.embedding_norm,
         pooler: false,
         final_norm: true,
-        parallel_residual: false,
+        parallel_residual: d.parallel,
         attention_dropout: d.attention_dropout,
         hidden_dropout: d.hidden_dropout,
         softmax_upcast: true,

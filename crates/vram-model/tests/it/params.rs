@@ -324,6 +324,151 @@ fn unknown_model_types_are_read_generically_or_refused_by_key() {
     assert!(err.contains("unknown model_type `brand_new`"), "{err}");
 }
 
+/// Issue 31 item 4: an unknown `model_type` is read as a generic decoder only when every
+/// structural key of its config is one the generic decoder reads; otherwise the first such key
+/// is named (exit 2 in the CLI). `false`, `0` and null agree with a generic decoder.
+#[test]
+fn structural_keys_decide_what_a_generic_decoder_reads() {
+    let generic = r#"{"model_type": "brand_new", "vocab_size": 1000, "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128"#;
+    let with = |extra: &str| format!("{generic}, {extra}}}");
+    let refused = |extra: &str, key: &str| {
+        let err = vram_model::hf::parse_config(&with(extra), "x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("`{key}`")) && err.contains("brand_new"),
+            "{extra}: {err}"
+        );
+    };
+    // Sizes, norms, biases, blocks and towers a generic decoder would drop or misshape.
+    refused(r#""type_vocab_size": 2"#, "type_vocab_size");
+    refused(r#""layer_norm_eps": 1e-5"#, "layer_norm_eps");
+    refused(r#""use_bias": true"#, "use_bias");
+    refused(r#""use_parallel_residual": true"#, "use_parallel_residual");
+    refused(r#""mamba_d_ssm": 1024"#, "mamba_d_ssm");
+    refused(r#""attention_window_size": 2048"#, "attention_window_size");
+    refused(r#""auto_map": {"AutoModelForCausalLM": "m.M"}"#, "auto_map");
+    refused(r#""vision_config": {"hidden_size": 32}"#, "vision_config");
+    refused(r#""layer_types": ["full_attention", "mlp"]"#, "layer_types");
+    // What a generic decoder is anyway.
+    for fine in [
+        r#""use_bias": false"#,
+        r#""num_experts": 0"#,
+        r#""qk_layernorm": false"#,
+        r#""rms_norm_eps": 1e-6"#,
+        r#""chunk_size_feed_forward": 0"#,
+        r#""layer_types": ["full_attention", "sliding_attention"], "sliding_window": 16"#,
+    ] {
+        vram_model::hf::parse_config(&with(fine), "x").unwrap_or_else(|e| panic!("{fine}: {e}"));
+    }
+    // A wrapper of a text model it does not know: its tower keys count, unless the class named
+    // is the text model's own.
+    let wrapper = format!(
+        r#"{{"model_type": "brand_new_vl", "vision_config": {{"hidden_size": 32}}, "text_config": {}}}"#,
+        with(r#""model_type": "brand_new_text""#)
+    );
+    let err = vram_model::hf::parse_config(&wrapper, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`vision_config`"), "{err}");
+    let text_only = wrapper.replacen('{', r#"{"architectures": ["BrandNewForCausalLM"], "#, 1);
+    vram_model::hf::parse_config(&text_only, "x").unwrap();
+    // transformers types that look like a generic decoder but are not one: refused by name.
+    let diff =
+        with(r#""model_type": "diffllama""#).replacen(r#""model_type": "brand_new", "#, "", 1);
+    let err = vram_model::hf::parse_config(&diff, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`diffllama` cannot be described"), "{err}");
+}
+
+/// Known families: a class key their reader does not model is refused, not dropped.
+#[test]
+fn known_families_refuse_what_their_reader_does_not_model() {
+    let err = |cfg: &str| {
+        vram_model::hf::parse_config(cfg, "x")
+            .unwrap_err()
+            .to_string()
+    };
+    let gpt2 = r#"{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 64, "add_cross_attention": true}"#;
+    assert!(err(gpt2).contains("add_cross_attention"), "{}", err(gpt2));
+    let bert = r#"{"model_type": "bert", "architectures": ["BertLMHeadModel"], "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}"#;
+    assert!(err(bert).contains("BertLMHeadModel"), "{}", err(bert));
+    // BertForMaskedLM (bert-base-uncased's own config) is still read as the encoder.
+    vram_model::hf::parse_config(&bert.replace("BertLMHeadModel", "BertForMaskedLM"), "x").unwrap();
+}
+
+/// Qwen2 with `use_sliding_window` slides the layers from `max_window_layers` on
+/// (configuration_qwen2.py: `layer_types`), which the cache reflects; without it none slide.
+#[test]
+fn qwen2_sliding_window_layers() {
+    use vram_model::arch::Model;
+    use vram_model::blocks::{Mixer, Window};
+    let cfg = |use_sw: bool| {
+        format!(
+            r#"{{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "intermediate_size": 128, "use_sliding_window": {use_sw},
+            "sliding_window": 32, "max_window_layers": 3}}"#
+        )
+    };
+    let windows = |use_sw| {
+        let Model::Transformer(t) = vram_model::hf::parse_config(&cfg(use_sw), "x").unwrap() else {
+            unreachable!()
+        };
+        t.blocks
+            .iter()
+            .map(|b| match b.mixer {
+                Mixer::Attention(a) => a.window,
+                _ => unreachable!(),
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        windows(true),
+        [
+            Window::Full,
+            Window::Full,
+            Window::Full,
+            Window::Sliding(32)
+        ]
+    );
+    assert!(windows(false).iter().all(|w| *w == Window::Full));
+}
+
+/// Gemma 4 configs saved by transformers 5.24 carry `per_layer_config` (the full layers'
+/// `head_dim` and `num_key_value_heads`), which replaces `global_head_dim`.
+#[test]
+fn gemma4_per_layer_config_sets_the_full_layers() {
+    use vram_model::arch::Model;
+    use vram_model::blocks::{Mixer, Window};
+    let cfg = r#"{"model_type": "gemma4_text", "vocab_size": 100, "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 128, "hidden_size_per_layer_input": 0, "sliding_window": 8,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "per_layer_config": {"1": {"head_dim": 48, "num_key_value_heads": 1}}}"#;
+    let Model::Transformer(t) = vram_model::hf::parse_config(cfg, "x").unwrap() else {
+        unreachable!()
+    };
+    let attn: Vec<_> = t
+        .blocks
+        .iter()
+        .map(|b| match b.mixer {
+            Mixer::Attention(a) => (a.window, a.head_dim, a.kv_heads),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(attn, [(Window::Sliding(8), 16, 2), (Window::Full, 48, 1)]);
+    let other = cfg.replace("\"num_key_value_heads\": 1", "\"intermediate_size\": 9");
+    let err = vram_model::hf::parse_config(&other, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("per_layer_config.1.intermediate_size"),
+        "{err}"
+    );
+}
+
 /// Nemotron-H's latent MoE projections are `nn.Linear(..., bias=config.mlp_bias)`
 /// (modeling_nemotron_h.py `NemotronHMoE`, transformers 5.24): with `mlp_bias` each MoE layer
 /// gains the two projections' biases (latent + hidden) in `routed_experts`, on top of the

@@ -95,3 +95,20 @@ fn image_tokens_equal_the_processors() {
     }
     assert!(checked >= 70, "{checked} sizes checked");
 }
+
+/// Llama 3.2 Vision (`mllama`): the vision tower and projector as transformers 5.24's
+/// `MllamaForConditionalGeneration` counts them (895,028,755 of 10,670,186,003 parameters for
+/// the 11B config: `MllamaConfig`'s defaults with the checkpoint's image size and rope scaling).
+#[test]
+fn mllama_vision_tower_counts_as_transformers_does() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-cli/tests/data/serving/configs/llama-3.2-11b-vision.json");
+    let text = std::fs::read_to_string(path).expect("config");
+    let Model::Transformer(t) = vram_model::hf::parse_config(&text, "mllama").expect("reads")
+    else {
+        panic!("not a transformer")
+    };
+    let v = t.blocks.vision.as_ref().expect("a vision tower");
+    assert_eq!(v.params, 895_028_755);
+    assert_eq!(t.param_count(), 10_670_186_003);
+}

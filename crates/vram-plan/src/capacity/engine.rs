@@ -62,37 +62,6 @@ pub(super) fn vllm_sampler_sorts(k: &Knobs, v1: bool, rows: u64) -> bool {
     !v1 || Engine::Vllm.version_in_force(k) < [0, 17, 0] || rows < 8
 }
 
-const MIB: u64 = 1 << 20;
-
-/// Memory outside PyTorch that V1's profile sees grow (`non_torch_increase` of
-/// `memory_profiling`, logged by 0.19 as "non-torch forward increase memory"), and where the
-/// figure comes from. Measured, not derived: vLLM 0.19.0's own logs on H100 80GB (the fit half
-/// of `unseen.json`, llm-d-planner's sweep) show 0.24–0.27 GiB at TP 1 for every model (kernel
-/// images and library handles loaded by the first forward), 2.06–2.13 GiB at TP 2 and 4 (the
-/// first all-reduce's NCCL and custom all-reduce buffers) and 0.07 GiB at PP 2 without TP (the
-/// communicators exist before the snapshot). V0 and other versions keep the older estimate.
-pub(super) fn vllm_non_torch(k: &Knobs, v1: bool) -> (u64, &'static str) {
-    if v1 && Engine::Vllm.version_in_force(k) >= [0, 17, 0] {
-        if k.tp > 1 {
-            (2110 * MIB, "non-torch memory: 2.06 GiB at TP > 1 (NCCL and custom all-reduce buffers at the first all-reduce), measured in vLLM 0.19.0's logs on H100")
-        } else if k.pp > 1 {
-            (70 * MIB, "non-torch memory: 0.07 GiB at PP > 1 without TP (the communicators exist before the profile), measured in vLLM 0.19.0's logs on H100")
-        } else {
-            (256 * MIB, "non-torch memory: 0.25 GiB at TP 1 (kernel images and library handles loaded by the profile run), measured in vLLM 0.19.0's logs on H100")
-        }
-    } else if k.tp * k.pp > 1 {
-        (
-            1024 * MIB,
-            "non-torch memory: 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (estimated)",
-        )
-    } else {
-        (
-            128 * MIB,
-            "non-torch memory: 128 MiB at TP 1 (cuBLAS handles; estimated)",
-        )
-    }
-}
-
 /// vLLM's MXFP4 MoE kernel for this GPU and version, and the rounding its weight layout needs
 /// (`Mxfp4MoEMethod.create_weights` / `mxfp4_round_up_hidden_size_and_intermediate_size`):
 /// Marlin (compute capability below 9, or Hopper before 0.11, whose torch 2.7 lacks the Triton
@@ -132,4 +101,24 @@ pub(super) fn vllm_mla_absorbs(k: &Knobs) -> bool {
 /// at 0.7.2): 576 bf16 elements take 640.
 pub(super) fn vllm_mla_entry_aligned(k: &Knobs, v1: bool) -> bool {
     !v1 && Engine::Vllm.version_in_force(k) < [0, 8, 0]
+}
+
+/// Whether V0 turns chunked prefill on by itself (then 2048 tokens a step): only above 32K
+/// tokens, and not for a multimodal model (0.6.3 and later: "Chunked prefill is currently
+/// disabled for multimodal models by default"), an MLA model (0.8.3: "Chunked prefill not
+/// supported for Multimodal or MLA in V0", `_set_default_args_v0`; 0.7.2 still chunks an MLA
+/// model, as its DeepSeek-Coder-V2-Lite log in `unseen.json`'s fit half shows, so the rule is
+/// taken from 0.8) or a model with a sliding window (`use_sliding_window`);
+/// `vllm/engine/arg_utils.py` at 0.6.3 and 0.8.3. Without it the profile batch is the whole
+/// `max_model_len`.
+pub(super) fn vllm_v0_chunked_by_default(
+    k: &Knobs,
+    max_len: u64,
+    multimodal: bool,
+    mla: bool,
+    sliding: bool,
+) -> bool {
+    let v = Engine::Vllm.version_in_force(k);
+    let mla_excluded = mla && v >= [0, 8, 0];
+    max_len > 32768 && !multimodal && !mla_excluded && !sliding
 }

@@ -44,10 +44,10 @@ fn a_checkpoint_stored_in_fp8_is_never_told_to_quantize_to_fp8() {
 fn changes_already_made_are_not_offered_and_each_offer_starts() {
     let t = model("llama-3-70b");
     let g = gpu::lookup("a100-80g").unwrap();
-    // A100 80GB (torch's 79.15 GiB) at 0.87: a KV cache, but not 8,192 tokens of it.
+    // A100 80GB (torch's 79.15 GiB) at 0.865: a KV cache, but not 8,192 tokens of it.
     let base = Knobs {
         tp: 2,
-        gpu_memory_utilization: Some(0.87),
+        gpu_memory_utilization: Some(0.865),
         ..Knobs::default()
     };
     let first = suggest::serving(&t, g, Engine::Vllm, &base).unwrap();

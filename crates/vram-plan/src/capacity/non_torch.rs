@@ -1,0 +1,146 @@
+//! Memory outside PyTorch that vLLM's profile sees grow: the `non_torch_increase` of
+//! `memory_profiling` (`vllm/utils/mem_utils.py`), device memory in use (`mem_get_info`) less
+//! what the caching allocator reserves (`memory_reserved`), from a baseline snapshot to the end of
+//! the profile run. What lands in it depends on where the baseline is taken and on what is
+//! allocated outside PyTorch after it:
+//!
+//! - **Where the baseline is.** V1 (`v1/worker/gpu_worker.py` `init_device`, read at 0.11.0 and
+//!   0.18.1) takes `init_snapshot` *after* `init_worker_distributed_environment`: the PyNccl
+//!   communicator (its warm-up all-reduce done), the custom all-reduce IPC buffers (8 MiB,
+//!   `custom_all_reduce.py` `max_size`) and the symmetric-memory buffer are already there. V0 from
+//!   0.7 (`worker/worker.py` `init_device`, read at 0.8.3) takes `baseline_snapshot` *before* it,
+//!   so its communicators count. V0 before 0.7 measured from before the CUDA context (0.6.4) and
+//!   is kept on its older estimate.
+//! - **Kernel images and library state** loaded lazily (`CUDA_MODULE_LOADING=LAZY`) by the
+//!   first forward: small, and larger once vLLM profiles its CUDA graphs inside the window (from
+//!   0.18, `profile_cudagraph_memory` runs inside `memory_profiling`: two captures per graph mode,
+//!   then `clear_all_graphs`, leaving the graphs' driver state and the capture stream's handles).
+//!   Measured, not derived: 0.08 GiB eager on a T4 (vLLM 0.18, kaggle-vllm's runs, the fit half of
+//!   `unseen-round2.json`), 0.02 GiB compiled without graph profiling (vLLM 0.10,
+//!   `logs.json`), 0.25 GiB compiled with it (vLLM 0.19 on H100, `unseen.json`'s fit half).
+//! - **A NCCL communicator connected after the baseline.** At TP > 1 the profile run's first
+//!   `torch.distributed` collective (the logits `all_gather`, `base_device_communicator.py`,
+//!   `dist.all_gather_into_tensor(group=self.device_group)`) creates the process group's own
+//!   NCCL communicator, and the first large all-reduce connects PyNccl's bulk protocols
+//!   (`NCCL_RUNTIME_CONNECT`, NCCL ≥ 2.22: buffers are set up at first use). NCCL 2.27
+//!   (`src/transport`, `src/include/comm.h`) gives each connection a Simple buffer of 4 MiB
+//!   (`NCCL_BUFFSIZE`), LL of 512 KiB and, on NVLink, LL128 of 4.69 MiB, ring and tree each one
+//!   receiving connection per channel, and on NVSwitch (sm_90) NVLS buffers of 16 channels × 2 ×
+//!   1 MiB × ranks. On PCIe NCCL uses 2 channels: ~18 MiB, with the communicator's device state
+//!   0.05 GiB. On an NVSwitch H100 it uses 32 channels: ~0.6 GiB per communicator by that
+//!   arithmetic, while vLLM 0.19's logs show 1.81 GiB over the TP-1 figure at TP 2 and 4 (the
+//!   fit half of `unseen.json`); the measured figure is used and the gap is not explained.
+//! - **Pipeline stages without TP** (0.19 on H100, PP 2): 0.07 GiB in all, measured.
+
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+/// How the GPUs of a node talk, as NCCL sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Interconnect {
+    /// NVLink through NVSwitches that reduce in the switch (NVLS: HGX H100, H200, H20, B200).
+    NvSwitchNvls,
+    /// NVLink through NVSwitches without NVLS (HGX/DGX A100).
+    NvSwitch,
+    /// PCIe (GeForce, L4, L40, A10, T4, V100 PCIe, H100 PCIe) and AMD Instinct (RCCL over xGMI,
+    /// not modelled separately).
+    Pcie,
+}
+
+/// The interconnect of a catalog GPU (SXM boards with NVSwitch; everything else PCIe).
+pub(super) fn interconnect(gpu: &Gpu) -> Interconnect {
+    match gpu.id {
+        "h100-80g" | "h200" | "h20" | "h20-141g" | "b200" => Interconnect::NvSwitchNvls,
+        "a100-40g" | "a100-80g" => Interconnect::NvSwitch,
+        _ => Interconnect::Pcie,
+    }
+}
+
+/// What one NCCL communicator connected after the baseline leaves on each GPU.
+fn communicator(gpu: &Gpu) -> (u64, &'static str) {
+    match interconnect(gpu) {
+        Interconnect::NvSwitch => (
+            600 * MIB,
+            "0.59 GiB over NVSwitch without NVLS (NCCL 2.27: 32 channels x ring and tree x 9.2 MiB of Simple, LL and LL128 buffers; derived, no A100 log at TP > 1 to check it)",
+        ),
+        Interconnect::NvSwitchNvls => (
+            1853 * MIB,
+            "1.81 GiB over NVSwitch (measured in vLLM 0.19's logs on H100 at TP 2 and 4; NCCL 2.27's buffer arithmetic gives ~0.6 GiB per communicator)",
+        ),
+        Interconnect::Pcie => (
+            51 * MIB,
+            "0.05 GiB over PCIe (NCCL 2.27: 2 channels x ring and tree x 4.5 MiB of Simple and LL buffers, and the communicator's device state)",
+        ),
+    }
+}
+
+/// vLLM's memory outside PyTorch that the profile sees grow, and the sentence that says where
+/// the figure comes from.
+pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
+    let v = Engine::Vllm.version_in_force(k);
+    if !v1 && v < [0, 7, 0] {
+        return if k.tp * k.pp > 1 {
+            (
+                1024 * MIB,
+                "non-torch memory: 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (V0 before 0.7, measured from before the CUDA context; estimated)".into(),
+            )
+        } else {
+            (
+                128 * MIB,
+                "non-torch memory: 128 MiB at TP 1 (V0 before 0.7; estimated)".into(),
+            )
+        };
+    }
+    let graphs_profiled = v1 && !k.enforce_eager && v >= [0, 18, 0] && !engine::is_rocm(gpu);
+    let (images, images_src) = if k.enforce_eager || !v1 {
+        (
+            80 * MIB,
+            "kernel images of an eager forward 0.08 GiB (measured on a T4, vLLM 0.18)",
+        )
+    } else if graphs_profiled {
+        (
+            256 * MIB,
+            "kernel images and the CUDA-graph profiling's driver state 0.25 GiB (measured on H100, vLLM 0.19)",
+        )
+    } else {
+        (
+            24 * MIB,
+            "kernel images of a compiled forward 0.02 GiB (measured, vLLM 0.10)",
+        )
+    };
+    if k.tp == 1 && k.pp > 1 && v1 {
+        return (
+            70 * MIB,
+            "non-torch memory: 0.07 GiB with pipeline stages and no TP (measured, vLLM 0.19 on H100)"
+                .into(),
+        );
+    }
+    // Communicators connected after the baseline: V1 at TP > 1 the process group's (and
+    // PyNccl's bulk protocols, inside the same figure); V0 from 0.7 also PyNccl's own and the
+    // custom all-reduce buffers (8 MiB + metadata) of the group it set up after the baseline.
+    let (comm, comm_src) = communicator(gpu);
+    let n_comms = match (v1, k.tp * k.pp > 1) {
+        (_, false) => 0,
+        (true, true) => u64::from(k.tp > 1),
+        (false, true) => 2,
+    };
+    let custom_ar = if !v1 && k.tp > 1 { 8 * MIB } else { 0 };
+    let total = images + n_comms * comm + custom_ar;
+    let baseline = if v1 {
+        "V1 baseline after the communicators exist"
+    } else {
+        "V0 baseline before the communicators exist"
+    };
+    (
+        total,
+        format!(
+            "non-torch memory ({baseline}): {images_src}{}",
+            if n_comms > 0 {
+                format!("; {n_comms} NCCL communicator(s) connected by the profile run, {comm_src}")
+            } else {
+                String::new()
+            }
+        ),
+    )
+}

@@ -1,0 +1,315 @@
+//! SGLang's start-up: `mem_fraction_static`, `profile_max_num_token` and its pools.
+
+use super::*;
+
+/// What SGLang's `init_torch_distributed` leaves allocated per GPU at TP > 1: its own log line
+/// "Init torch distributed ends. mem usage=0.13 GB" (GiB; 4 × L4, TP 4, NCCL 2.21.5, custom
+/// all-reduce off on PCIe; didier-durand/llms-in-clouds docs/sglang.md). One measurement, used for
+/// every GPU (estimated elsewhere).
+pub(super) const SGLANG_DISTRIBUTED_INIT_BYTES: u64 = 133 * MIB;
+
+/// SGLang's `--swa-full-tokens-ratio` default (`server_args.py`): a sliding-window layer's
+/// tokens against a full layer's.
+pub(super) const SGLANG_SWA_FULL_TOKENS_RATIO: f64 = 0.8;
+
+/// SGLang's `--mamba-full-memory-ratio` default (`server_args.py`): the Mamba state pool's share
+/// of the KV memory against the token pool's.
+pub(super) const SGLANG_MAMBA_FULL_MEMORY_RATIO: f64 = 0.9;
+
+pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
+    let total = gpu.memory_bytes;
+    let gpu_mib = (total / MIB) as f64;
+    let v04 = Engine::Sglang.version_in_force(k) < [0, 5, 0];
+    // 0.4 (`ServerArgs.__post_init__`): chunked prefill 2048 and CUDA graphs up to 8 (TP < 4)
+    // or 80 below 25,000 MiB, else 8192 and 160; `mem_fraction_static` by TP size alone.
+    // 0.5 (`_handle_gpu_memory_settings`): the memory bucket's defaults.
+    let (cps, gbs) = if v04 {
+        if gpu_mib < 25_000.0 {
+            (2048, if k.tp < 4 { 8 } else { 80 })
+        } else {
+            (8192, 160)
+        }
+    } else if gpu_mib < 20.0 * 1024.0 {
+        (2048, 8)
+    } else if gpu_mib < 35.0 * 1024.0 {
+        (2048, if k.tp < 4 { 24 } else { 80 })
+    } else if gpu_mib < 60.0 * 1024.0 {
+        (4096, if k.tp < 4 { 32 } else { 160 })
+    } else if gpu_mib < 160.0 * 1024.0 {
+        (8192, if k.tp < 4 { 256 } else { 512 })
+    } else {
+        (16384, 512)
+    };
+    let cps = k.chunked_prefill_size.unwrap_or(cps);
+    let gbs = k.cuda_graph_max_bs.unwrap_or(gbs);
+    let mfs = k.mem_fraction_static.unwrap_or_else(|| {
+        if v04 {
+            return match k.tp {
+                16.. => 0.79,
+                8.. => 0.81,
+                4.. => 0.85,
+                2.. => 0.87,
+                _ => 0.88,
+            };
+        }
+        let mut reserved = 512.0 + (cps.max(2048) as f64) * 1.5 + gbs as f64 * 2.0;
+        reserved += (k.tp * k.pp) as f64 / 8.0 * 1024.0;
+        if gpu_mib > 60.0 * 1024.0 {
+            reserved = reserved.max(10.0 * 1024.0);
+        }
+        (((gpu_mib - reserved) / gpu_mib) * 1000.0).round() / 1000.0
+    });
+    let (mfs, vlm_note) = vlm_mem_fraction(t, k, mfs);
+    let max_len = k.max_model_len.unwrap_or(model_max_len(t, k));
+    let page_size = k.block_size.unwrap_or(1);
+    let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
+    // SGLang's "Load weight end ... mem usage" is the drop in free device memory while loading:
+    // the weights as the caching allocator reserves them.
+    let weights = weights_per_gpu(t, k, gpu, Engine::Sglang) + allocator_rounding(t, k);
+    // get_available_gpu_memory before loading ("Load weight begin. avail mem="): the device less
+    // the CUDA context and, at TP/PP > 1, what `init_torch_distributed` allocated (NCCL
+    // communicators, custom all-reduce buffers).
+    let context = gpu.context_bytes()
+        + if k.tp * k.pp > 1 {
+            SGLANG_DISTRIBUTED_INIT_BYTES
+        } else {
+            0
+        };
+    let pre = total.saturating_sub(context) as f64 / GIB;
+    let post = pre - weights as f64 / GIB;
+    let rest = post - pre * (1.0 - mfs);
+    let layers = stage_layers(t, k.pp);
+    // Mamba2 / Gated DeltaNet states (`MambaPool`, `model_runner` `_handle_max_mamba_cache`,
+    // read at a 2026 snapshot): without `--max-mamba-cache-size` or speculative decoding the
+    // state pool takes `rest × r / (1 + r)` (`--mamba-full-memory-ratio` r = 0.9) in whole
+    // requests of `mamba_cache_per_req` bytes, and the token pool what is left. The states'
+    // shapes are vLLM's; conv in bf16 (`CONV_DTYPE`), recurrent state in `--mamba-ssm-dtype`
+    // (float32 unless the knob says otherwise).
+    let state_knobs = Knobs {
+        dtype_bytes: 2,
+        mamba_ssm_bytes: Some(k.mamba_ssm_bytes.unwrap_or(4)),
+        ..*k
+    };
+    let per_req: u64 = layers.iter().map(|c| c.state_bytes(&state_knobs)).sum();
+    let (rest, mamba_slots) = if per_req > 0 && rest > 0.0 {
+        let budget = rest * SGLANG_MAMBA_FULL_MEMORY_RATIO / (1.0 + SGLANG_MAMBA_FULL_MEMORY_RATIO);
+        let n = (budget * GIB / per_req as f64) as u64;
+        (rest - (n * per_req) as f64 / GIB, Some(n))
+    } else {
+        (rest, None)
+    };
+    let cell: u64 = layers
+        .iter()
+        .map(|c| token_bytes(c, kv, attention_tp(k)))
+        .sum();
+    let mut tokens = if rest > 0.0 && cell > 0 {
+        (rest * GIB / cell as f64) as u64
+    } else {
+        0
+    };
+    if let Some(m) = k.max_total_tokens {
+        tokens = tokens.min(m);
+    }
+    tokens = tokens / page_size * page_size;
+    let mut kv_bytes = tokens * cell;
+    // Sliding-window layers (`SWAKVPool`, `model_runner` `set_num_token_hybrid`): the tokens
+    // sized as if every attention layer were full are shared out so that
+    // `swa × swa_layers + full × full_layers = tokens × layers` with `swa = full ×
+    // --swa-full-tokens-ratio` (0.8), each rounded down to the page; the full layers' count is
+    // the pool's `max_total_num_tokens`.
+    let attn: Vec<&LayerCache> = layers
+        .iter()
+        .filter(|c| !matches!(c, LayerCache::State { .. }))
+        .collect();
+    let n_swa = attn
+        .iter()
+        .filter(|c| matches!(c, LayerCache::Sliding { window, .. } if *window < max_len))
+        .count() as u64;
+    let mut swa_tokens = None;
+    if n_swa > 0 && (n_swa as usize) < attn.len() {
+        let n_full = attn.len() as u64 - n_swa;
+        let total = (tokens * attn.len() as u64) as f64;
+        let full = (total / (SGLANG_SWA_FULL_TOKENS_RATIO * n_swa as f64 + n_full as f64)) as u64;
+        let swa = (full as f64 * SGLANG_SWA_FULL_TOKENS_RATIO) as u64;
+        let (full, swa) = (full / page_size * page_size, swa / page_size * page_size);
+        kv_bytes = attn
+            .iter()
+            .map(|c| {
+                let n = match c {
+                    LayerCache::Sliding { window, .. } if *window < max_len => swa,
+                    _ => full,
+                };
+                n * token_bytes(c, kv, attention_tp(k))
+            })
+            .sum();
+        tokens = full;
+        swa_tokens = Some(swa);
+    }
+    let starts = tokens > 0;
+    let max_fit = tokens.min(max_len);
+    // A hybrid model's requests also each hold one state slot.
+    let max_concurrency =
+        (tokens as f64 / max_len as f64).min(mamba_slots.map_or(f64::INFINITY, |n| n as f64));
+    let activation = forward_peak(t, cps, k, false);
+    let graphs = if k.enforce_eager {
+        0
+    } else {
+        forward_peak(t, gbs, k, false) + gbs.div_ceil(8) * t.layers.div_ceil(8) * MIB
+    };
+    // SGLang's "GB" is GiB (`GB = 1024 * 1024 * 1024` in mem_cache/memory_pool.py).
+    let half = kv_bytes as f64 / 2.0 / GIB;
+    let mut log: Vec<String> = vlm_note.into_iter().collect();
+    log.push(format!(
+        "Load weight end. avail mem={:.2} GB, mem usage={:.2} GB.",
+        post,
+        weights as f64 / GIB
+    ));
+    if let Some(swa) = swa_tokens {
+        log.push(format!(
+            "Use sliding window memory pool. full_layer_tokens={tokens}, swa_layer_tokens={swa}"
+        ));
+    }
+    if starts {
+        log.push(format!(
+            "KV Cache is allocated. #tokens: {tokens}, K size: {half:.2} GB, V size: {half:.2} GB"
+        ));
+        log.push(format!(
+            "max_total_num_tokens={tokens}, chunked_prefill_size={cps}, context_len={max_len}, mem_fraction_static={mfs}"
+        ));
+    } else {
+        log.push(
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.".into(),
+        );
+    }
+    Capacity {
+        engine: Engine::Sglang,
+        engine_version: version_label(Engine::Sglang, k),
+        total_bytes: total,
+        budget_bytes: (pre * mfs * GIB) as u64,
+        memory_fraction: mfs,
+        weights_bytes: weights,
+        non_torch_bytes: context,
+        activation_peak_bytes: activation,
+        cuda_graph_bytes: graphs,
+        cuda_graph_in_budget: true,
+        kv_cache_bytes: kv_bytes,
+        kv_cache_tokens: tokens,
+        kv_cache_blocks: tokens / page_size,
+        kv_groups: sglang_kinds(&layers, kv, &state_knobs, page_size, max_len, mamba_slots),
+        max_concurrency,
+        max_model_len: max_len,
+        max_num_seqs: gbs,
+        max_num_batched_tokens: cps,
+        starts,
+        max_model_len_that_fits: max_fit,
+        log,
+        assumes: vec![
+            if v04 {
+                "SGLang 0.4 (server_args.ServerArgs.__post_init__: mem_fraction_static by TP size, chunked prefill and CUDA-graph batch by GPU memory; model_runner.profile_max_num_token)"
+            } else {
+                "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)"
+            },
+            "free memory before loading: the device total less the CUDA context (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
+            "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
+        ]
+        .into_iter()
+        .chain(
+            layers
+                .iter()
+                .any(|c| matches!(c, LayerCache::Sliding { .. }))
+                .then_some("SGLang's sliding-window pool (SWAKVPool, model_runner.set_num_token_hybrid, read at a 2026 snapshot): the all-full token count shared out with swa = 0.8 x full, for every model with sliding layers (SGLang enables it per architecture; --disable-hybrid-swa-memory not modelled)"),
+        )
+        .chain(mamba_slots.map(|_| "SGLang's Mamba/Gated DeltaNet state pool (model_runner._handle_max_mamba_cache, read at a 2026 snapshot): rest x 0.9 / 1.9 in whole requests of conv (bf16) + recurrent (float32) state, the token pool the remainder; no speculative decoding"))
+        .map(String::from)
+        .collect(),
+    }
+}
+
+/// SGLang's token pool per layer kind: one cell per token of every attention and MLA layer
+/// (`MHATokenToKVPool` / `MLATokenToKVPool`), pages of `--page-size` tokens. Sliding layers are
+/// priced as full ones and state layers are outside the token pool (SGLang's `SWAKVPool` and
+/// `MambaPool` are not modelled; their layers are listed with their state's bytes).
+pub(super) fn sglang_kinds(
+    layers: &[LayerCache],
+    kv: u64,
+    k: &Knobs,
+    page_size: u64,
+    len: u64,
+    mamba_slots: Option<u64>,
+) -> Vec<KvGroup> {
+    let mut out: Vec<KvGroup> = Vec::new();
+    for c in layers {
+        let (kind, window) = match *c {
+            LayerCache::Full { .. } => ("full", None),
+            LayerCache::Sliding { window, .. } => ("sliding", Some(window)),
+            LayerCache::MlaLatent { .. } => ("mla", None),
+            LayerCache::State { .. } => ("state", None),
+        };
+        let page = if kind == "state" {
+            c.state_bytes(k)
+        } else {
+            page_size * token_bytes(c, kv, attention_tp(k))
+        };
+        match out
+            .iter_mut()
+            .find(|g| g.kind == kind && g.window == window)
+        {
+            Some(g) => {
+                g.layers += 1;
+                g.layers_per_group += 1;
+            }
+            None => out.push(KvGroup {
+                kind,
+                layers: 1,
+                groups: 1,
+                layers_per_group: 1,
+                block_size: page_size,
+                page_bytes: page,
+                spec_page_bytes: page,
+                window,
+                blocks_per_request: 0,
+                state_slots: None,
+            }),
+        }
+    }
+    for g in &mut out {
+        g.blocks_per_request = if g.kind == "state" {
+            g.state_slots = mamba_slots;
+            1
+        } else {
+            len.min(g.window.unwrap_or(u64::MAX)).div_ceil(page_size)
+        };
+    }
+    out
+}
+
+/// SGLang's reduction of `mem_fraction_static` for a multimodal model (its vision tower and
+/// image processor need room outside the pool). 0.4.0-0.4.3 (`model_runner.py`, read at 0.4.1
+/// and 0.4.3.post2): `mem_fraction_static *= 0.95` for any value, given or default ("Automatically
+/// reduce --mem-fraction-static to 0.836 because this is a multimodal model"); 0.4.4 to 0.4.x
+/// (read at 0.4.6.post1): `*= 0.90`; 0.5 (`server_args.py` `adjust_mem_fraction_for_vlm`, read
+/// at 0.5.0rc0): only for the default, `0.95 x clamp(1 - 0.1 x (layers x width^2 / (24 x 1024^2)
+/// - 1), 0.8, 1.05)`, the tower's size against a ViT-L/14.
+pub(super) fn vlm_mem_fraction(t: &Transformer, k: &Knobs, mfs: f64) -> (f64, Option<String>) {
+    let Some(v) = t.blocks.vision.as_ref() else {
+        return (mfs, None);
+    };
+    let ver = Engine::Sglang.version_in_force(k);
+    let factor = if ver < [0, 4, 4] {
+        0.95
+    } else if ver < [0, 5, 0] {
+        0.90
+    } else if k.mem_fraction_static.is_none() {
+        let ratio = (v.depth * v.hidden * v.hidden) as f64 / (24.0 * 1024.0 * 1024.0);
+        0.95 * (1.0 - 0.1 * (ratio - 1.0)).clamp(0.8, 1.05)
+    } else {
+        return (mfs, None);
+    };
+    let reduced = mfs * factor;
+    (
+        reduced,
+        Some(format!(
+            "Automatically reduce --mem-fraction-static to {reduced:.3} because this is a multimodal model."
+        )),
+    )
+}

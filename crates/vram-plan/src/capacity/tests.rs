@@ -1,0 +1,895 @@
+use super::*;
+use vram_model::arch::Model;
+use vram_model::catalog;
+
+fn llama3() -> Transformer {
+    match catalog::lookup("llama-3-8b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn vllm_llama3_8b_on_h100_by_hand() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(8192),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    // Weights: 8,030,261,248 bf16 parameters plus the rotary cache (8192 x 128 x 2 bytes).
+    assert_eq!(c.weights_bytes, 2 * 8_030_261_248 + 8192 * 128 * 2);
+    // One block of one layer: 16 tokens x 2 x 8 heads x 128 x 2 bytes = 64 KiB; 32 layers.
+    let available = c.budget_bytes - c.weights_bytes - c.activation_peak_bytes - c.non_torch_bytes;
+    assert_eq!(c.kv_cache_blocks, available / (65536 * 32));
+    assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks * 16);
+    assert!((c.max_concurrency - c.kv_cache_blocks as f64 / 512.0).abs() < 1e-9);
+    assert!(c.starts);
+    assert_eq!(c.max_model_len_that_fits, 8192);
+}
+
+#[test]
+fn bad_knobs_are_refused() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    for k in [
+        Knobs {
+            gpu_memory_utilization: Some(1.5),
+            ..Knobs::default()
+        },
+        Knobs {
+            gpu_memory_utilization: Some(0.0),
+            ..Knobs::default()
+        },
+        Knobs {
+            tp: 3,
+            ..Knobs::default()
+        },
+        Knobs {
+            max_model_len: Some(1 << 20),
+            ..Knobs::default()
+        },
+    ] {
+        assert!(matches!(
+            capacity(&t, gpu, Engine::Vllm, &k),
+            Err(Error::Capacity(_))
+        ));
+    }
+}
+
+#[test]
+fn too_long_a_context_names_the_length_that_fits() {
+    let t = match catalog::lookup("llama-3.1-405b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        tp: 8,
+        quantization: Quantization::Fp8,
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    if !c.starts {
+        assert!(c.max_model_len_that_fits < c.max_model_len);
+    }
+    // The fitting length is the largest one: one more token needs a block more than the
+    // pool has, or it is the model's maximum.
+    let mut k2 = k;
+    k2.max_model_len = Some(c.max_model_len_that_fits.max(1));
+    let c2 = capacity(&t, gpu, Engine::Vllm, &k2).unwrap();
+    assert!(
+        c.max_model_len_that_fits == 0 || c2.max_model_len_that_fits == c.max_model_len_that_fits
+    );
+}
+
+#[test]
+fn startup_errors_are_read_from_real_messages() {
+    // vllm-project/vllm#10517 (V0) and QwenLM/Qwen3#295.
+    let v0 = "ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (23648). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
+    assert_eq!(
+        startup_error(v0),
+        Some(StartupError::VllmMaxSeqLen {
+            max_model_len: 29000,
+            needed_bytes: None,
+            available_bytes: None,
+            max_model_len_that_fits: Some(23648)
+        })
+    );
+    let v1 = "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (4.86 GiB). Based on the available memory, the estimated maximum model length is 39792. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
+    match startup_error(v1) {
+        Some(StartupError::VllmMaxSeqLen {
+            max_model_len: 131072,
+            needed_bytes: Some(n),
+            available_bytes: Some(a),
+            max_model_len_that_fits: Some(39792),
+        }) => {
+            assert_eq!(n, 16 << 30);
+            assert!((a as f64 / GIB - 4.86).abs() < 1e-9);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        startup_error(
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+        ),
+        Some(StartupError::SglangNotEnoughMemory)
+    );
+    assert_eq!(
+        startup_error("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        None
+    );
+    // The message this module writes for a run that does not start is read back.
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("rtx-4090").unwrap();
+    let k = Knobs {
+        max_model_len: Some(8192),
+        gpu_memory_utilization: Some(0.68),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    let read = c.log.iter().find_map(|l| startup_error(l));
+    assert!(!c.starts && read.is_some(), "{:?}", c.log);
+}
+
+#[test]
+fn sglang_defaults_follow_the_memory_buckets() {
+    let t = llama3();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let c = capacity(&t, h100, Engine::Sglang, &Knobs::default()).unwrap();
+    // The H100's torch total (79.19 GiB, whole MiB): reserve max(512 + 8192 x 1.5 + 256 x 2
+    // + 128, 10240) = 13440 MiB.
+    let mib = (h100.memory_bytes / MIB) as f64;
+    assert!((c.memory_fraction - ((mib - 13440.0) / mib * 1000.0).round() / 1000.0).abs() < 1e-9);
+    assert_eq!(c.max_num_batched_tokens, 8192);
+    let cell = 32 * 8 * 256 * 2;
+    assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
+    assert!(c.starts);
+    // One token pool of 32 full layers, pages of one token (8 heads × 256 × 2 B).
+    assert_eq!(c.kv_groups.len(), 1);
+    assert_eq!(
+        (
+            c.kv_groups[0].kind,
+            c.kv_groups[0].layers,
+            c.kv_groups[0].page_bytes
+        ),
+        ("full", 32, 8 * 256 * 2)
+    );
+}
+
+fn qwq32b() -> Transformer {
+    // Qwen/QwQ-32B's config.json (March 2025), as in vram-cli's serving test data.
+    let text = r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu",
+        "hidden_size": 5120, "intermediate_size": 27648, "max_position_embeddings": 131072,
+        "max_window_layers": 64, "model_type": "qwen2", "num_attention_heads": 40,
+        "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": false,
+        "torch_dtype": "bfloat16", "use_sliding_window": false, "vocab_size": 152064}"#;
+    match vram_model::hf::parse_config(text, "qwq-32b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn versions_are_read_with_their_patch_level() {
+    assert_eq!(parse_version("0.6.5"), Some([0, 6, 5]));
+    assert_eq!(parse_version("0.11"), Some([0, 11, 0]));
+    assert_eq!(parse_version("v0.4.3.post4"), Some([0, 4, 3]));
+    assert_eq!(parse_version("0.1.dev8168+g475c1a0"), Some([0, 1, 0]));
+    assert_eq!(parse_version("0.4.3post4"), Some([0, 4, 3]));
+    assert_eq!(parse_version("x"), None);
+}
+
+/// V0's profile run by hand (Llama-3.1-8B: h 4096, f 14336, vocabulary 128256): one batch of
+/// `max_model_len` tokens through the eager layer, whose peak is the residual, the normed
+/// input, gate_up, the activation and down_proj's output; at 8192 tokens the top-k/top-p
+/// sampler over 256 rows is larger. The RTX 3090 log (vllm#10517) printed 2.07 and 2.99 GiB
+/// for 20000 and 29000 tokens, the H100 one (vllm#10511) 1.26 GiB at 8192.
+#[test]
+fn v0_profile_peak_is_the_eager_layer_or_the_sort() {
+    let t = match catalog::lookup("llama-3.1-8b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    for (len, want) in [
+        (20000u64, 20000 * (3 * 4096 + 3 * 14336) * 2),
+        (29000, 29000 * (3 * 4096 + 3 * 14336) * 2),
+        (8192, 256 * 128256 * 38 + 8192 * 4096 * 2),
+    ] {
+        let k = Knobs {
+            max_model_len: Some(len),
+            engine_version: Some([0, 6, 4]),
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        assert_eq!(c.activation_peak_bytes, want, "{len}");
+    }
+}
+
+/// V1 compiles the model (Inductor frees each buffer after its last use) unless
+/// --enforce-eager; its dummy sampler's top-k/top-p runs as a Triton kernel from 0.17 and as
+/// a sort before.
+#[test]
+fn v1_profile_peak_follows_compilation() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("a100-40g").unwrap();
+    let eager = Knobs {
+        max_model_len: Some(8192),
+        max_num_batched_tokens: Some(8192),
+        enforce_eager: true,
+        engine_version: Some([0, 19, 0]),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &eager).unwrap();
+    assert_eq!(c.activation_peak_bytes, 8192 * (3 * 4096 + 3 * 14336) * 2);
+    let compiled = Knobs {
+        enforce_eager: false,
+        ..eager
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &compiled).unwrap();
+    let forward = 8192 * (4096 + 3 * 14336) * 2;
+    let sampler = 256 * 128256 * (2 + 12) + 8192 * 4096 * 2;
+    assert_eq!(c.activation_peak_bytes, forward.max(sampler));
+    // 0.15 sorts: the fp32 row, its values and int64 indices and cub's buffers (38 B).
+    let sorted = capacity(
+        &t,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            engine_version: Some([0, 15, 1]),
+            ..compiled
+        },
+    )
+    .unwrap();
+    let sort = 256 * 128256 * 38 + 8192 * 4096 * 2;
+    assert_eq!(sorted.activation_peak_bytes, forward.max(sort));
+}
+
+/// From 0.20 the CUDA graphs are subtracted before the KV cache is sized
+/// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` defaults to 1 in 0.20.0's envs.py, 0 in 0.19.0's).
+#[test]
+fn vllm_0_20_puts_the_graphs_inside_the_budget() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(8192),
+        engine_version: Some([0, 19, 0]),
+        ..Knobs::default()
+    };
+    let before = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    let after = capacity(
+        &t,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            engine_version: Some([0, 20, 0]),
+            ..k
+        },
+    )
+    .unwrap();
+    assert!(!before.cuda_graph_in_budget && after.cuda_graph_in_budget);
+    assert!(after.cuda_graph_bytes > 0);
+    // One block of all 32 layers: 16 tokens x 2 x 8 heads x 128 x 2 bytes x 32 = 2 MiB.
+    let page = 2 * MIB;
+    let rest = |c: &Capacity| {
+        c.budget_bytes - c.weights_bytes - c.activation_peak_bytes - c.non_torch_bytes
+    };
+    assert_eq!(before.kv_cache_blocks, rest(&before) / page);
+    assert_eq!(
+        after.kv_cache_blocks,
+        (rest(&after) - after.cuda_graph_bytes) / page
+    );
+    assert_eq!(after.engine_version, "0.20");
+}
+
+/// SGLang 0.4's defaults come from the TP size (4 x L4: 0.85, chunked prefill 2048, CUDA
+/// graphs up to 80), and its weights are what the caching allocator reserves: QwQ-32B at TP
+/// 4 rounds QKV (17.5 MiB), o_proj (12.5), gate_up (135) and down (67.5) up to 2 MiB, 3.5 MiB
+/// a layer, and each vocabulary table (185.625 MiB) by 0.75 MiB.
+#[test]
+fn sglang_0_4_defaults_and_reserved_weights() {
+    let t = qwq32b();
+    let l4 = vram_model::gpu::lookup("l4").unwrap();
+    let k = Knobs {
+        tp: 4,
+        engine_version: Some([0, 4, 3]),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, l4, Engine::Sglang, &k).unwrap();
+    assert_eq!(c.memory_fraction, 0.85);
+    assert_eq!(c.max_num_batched_tokens, 2048);
+    assert_eq!(c.max_num_seqs, 80);
+    assert_eq!(allocator_rounding(&t, &k), 64 * 7 * MIB / 2 + 3 * MIB / 2);
+    assert_eq!(
+        c.weights_bytes,
+        weights_per_gpu(&t, &k, l4, Engine::Sglang) + 64 * 7 * MIB / 2 + 3 * MIB / 2
+    );
+    // 0.5's rule for the same job reserves by the memory bucket instead.
+    let c5 = capacity(
+        &t,
+        l4,
+        Engine::Sglang,
+        &Knobs {
+            engine_version: None,
+            ..k
+        },
+    )
+    .unwrap();
+    assert_ne!(c5.memory_fraction, 0.85);
+}
+
+fn model(id: &str) -> Transformer {
+    match catalog::lookup(id).unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    }
+}
+
+fn kinds(c: &Capacity) -> Vec<(&'static str, u64, u64, u64, u64, u64)> {
+    c.kv_groups
+        .iter()
+        .map(|g| {
+            (
+                g.kind,
+                g.layers,
+                g.groups,
+                g.block_size,
+                g.page_bytes,
+                g.spec_page_bytes,
+            )
+        })
+        .collect()
+}
+
+/// The pool's blocks from what vLLM had available, by hand: `available // page // layers
+/// per group` (`get_num_blocks`).
+fn available(c: &Capacity) -> u64 {
+    c.budget_bytes - c.weights_bytes - c.activation_peak_bytes - c.non_torch_bytes
+}
+
+/// Qwen3-Next-80B (Gated DeltaNet hybrid, 12 full + 36 linear layers) by hand from
+/// vLLM's source: the GDN state (`gated_delta_net_state_shape`) is conv `(3, 2·16·128 +
+/// 32·128 = 8192)` plus temporal `(32, 128, 128)`, 548,864 bf16 elements = 1,097,728 B; one
+/// token of attention is 2 × 2 kv heads × 256 × 2 B = 2048 B, so the attention block is
+/// 16 × ⌈1,097,728 / 32,768⌉ = 544 tokens and the page 1,114,112 B, the state padded by
+/// 1.49 %. Groups of 12 layers: 1 full + 3 state; tokens are `num_blocks // 4 × 544`; a
+/// request of 32,768 tokens takes ⌈32768 / 544⌉ = 61 blocks plus one per state group.
+#[test]
+fn vllm_qwen3_next_gdn_hybrid_by_hand() {
+    let t = model("qwen3-next-80b-a3b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(32768),
+        tp: 4,
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    // TP 4: attention max(1, 2 / 4) = 1 kv head: 1024 B a token; state conv (3, 2048),
+    // temporal (8, 128, 128): 137,216 elements = 274,432 B; block 16 × ⌈274432 / 16384⌉
+    // = 272 tokens, page 278,528 B.
+    assert_eq!(
+        kinds(&c),
+        vec![
+            ("state", 36, 3, 32768, 278_528, 274_432),
+            ("full", 12, 1, 272, 278_528, 278_528),
+        ]
+    );
+    assert_eq!(c.kv_cache_blocks, available(&c) / 278_528 / 12);
+    assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 4 * 272);
+    let need = 32768u64.div_ceil(272) + 3;
+    assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+    assert!(c.log[0].contains("Setting attention block size to 272 tokens"));
+    assert!(
+        c.log[1].contains("Padding mamba page size by 1.49%"),
+        "{:?}",
+        c.log
+    );
+    // TP 1 as the docstring computes it.
+    let c1 = capacity(
+        &t,
+        vram_model::gpu::lookup("h200").unwrap(),
+        Engine::Vllm,
+        &Knobs { tp: 1, ..k },
+    )
+    .unwrap();
+    assert_eq!(
+        kinds(&c1),
+        vec![
+            ("state", 36, 3, 32768, 1_114_112, 1_097_728),
+            ("full", 12, 1, 544, 1_114_112, 1_114_112),
+        ]
+    );
+    assert_eq!(c1.kv_cache_tokens, c1.kv_cache_blocks / 4 * 544);
+    assert_eq!(c1.kv_groups[1].blocks_per_request, 61);
+}
+
+/// Nemotron-H-56B (Mamba2 hybrid: 10 attention and 54 Mamba2 layers of 118) by hand:
+/// `mamba2_state_shape` conv `(3, 256·64 + 2·8·256 = 20480)`, temporal `(256, 64, 256)`:
+/// 4,255,744 elements = 8,511,488 B; attention 2 × 8 × 128 × 2 = 4096 B a token, block
+/// 16 × ⌈8,511,488 / 65,536⌉ = 2080, page 8,519,680 B. Groups of 10: 1 attention + 6 state
+/// (60 slots for 54 layers).
+#[test]
+fn vllm_nemotron_h_mamba2_hybrid_by_hand() {
+    let t = model("nemotron-h-56b");
+    let gpu = vram_model::gpu::lookup("h200").unwrap();
+    let k = Knobs {
+        max_model_len: Some(8192),
+        tp: 2,
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    // TP 2: groups 8 divide; conv (3, 10240), temporal (128, 64, 256): 2,127,872 elements,
+    // 4,255,744 B; attention 4 heads: 2048 B a token; block 16 × ⌈4,255,744 / 32,768⌉ =
+    // 16 × 130 = 2080; page 4,259,840 B.
+    let attn = c.kv_groups.iter().find(|g| g.kind == "full").unwrap();
+    let state = c.kv_groups.iter().find(|g| g.kind == "state").unwrap();
+    assert_eq!((attn.layers, attn.groups, attn.block_size), (10, 1, 2080));
+    assert_eq!((state.layers, state.groups), (54, 6));
+    assert_eq!(state.spec_page_bytes, 4_255_744);
+    assert_eq!(state.page_bytes, 4_259_840);
+    assert_eq!(c.kv_cache_blocks, available(&c) / 4_259_840 / 10);
+    assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 7 * 2080);
+    let need = 8192u64.div_ceil(2080) + 6;
+    assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+    // TP 16 does not divide the 8 groups: vLLM replicates them to 16.
+    let st = LayerCache::State {
+        conv_dim: 256 * 64,
+        groups: 8,
+        group_dim: 512,
+        conv_kernel: 4,
+        heads: 256,
+        head_state: 64 * 256,
+    };
+    assert_eq!(
+        st.state_elements(16),
+        ((16384 + 16 * 512) / 16 * 3, 16 * 64 * 256)
+    );
+    assert_eq!(st.state_elements(1), (20480 * 3, 256 * 64 * 256));
+}
+
+/// gpt-oss-20b: 12 sliding (window 128) and 12 full layers, 8 kv heads × 64: page 16 ×
+/// 2 × 8 × 64 × 2 = 32,768 B, two groups of 12; a request of 8192 tokens with 8192 batched
+/// tokens takes 512 blocks in the full group and ⌈min(127 + 8192, 8192) / 16⌉ + 1 = 513 in
+/// the sliding one; at 131,072 tokens the sliding group's share stays 521.
+#[test]
+fn vllm_gpt_oss_sliding_and_full_by_hand() {
+    let t = model("gpt-oss-20b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(131072),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert_eq!(
+        kinds(&c),
+        vec![
+            ("sliding", 12, 1, 16, 32768, 32768),
+            ("full", 12, 1, 16, 32768, 32768)
+        ]
+    );
+    assert_eq!(c.kv_groups[0].window, Some(128));
+    assert_eq!(c.kv_groups[0].blocks_per_request, 521);
+    assert_eq!(c.kv_groups[1].blocks_per_request, 8192);
+    assert_eq!(c.kv_cache_blocks, available(&c) / 32768 / 12);
+    assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 2 * 16);
+    assert!((c.max_concurrency - c.kv_cache_blocks as f64 / (8192.0 + 521.0)).abs() < 1e-9);
+}
+
+/// Gemma 3 1B: 26 layers, every sixth full (4) and 22 sliding (window 512), 1 kv head ×
+/// 256: page 16 × 2 × 256 × 2 = 16,384 B; groups of 4: 1 full + 6 sliding (2 padding
+/// slots); tokens `num_blocks // 7 × 16`. A window of at least `max_model_len` is full
+/// attention: one group of 26.
+#[test]
+fn vllm_gemma3_sliding_groups_by_hand() {
+    let t = model("gemma-3-1b");
+    let gpu = vram_model::gpu::lookup("l4").unwrap();
+    let k = Knobs {
+        max_model_len: Some(32768),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert_eq!(
+        kinds(&c),
+        vec![
+            ("sliding", 22, 6, 16, 16384, 16384),
+            ("full", 4, 1, 16, 16384, 16384)
+        ]
+    );
+    assert_eq!(c.kv_cache_blocks, available(&c) / 16384 / 4);
+    assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 7 * 16);
+    // L4 (< 70 GiB): 2048 batched tokens; sliding ⌈min(511 + 2048, 32768) / 16⌉ + 1 = 161.
+    let need = 2048 + 6 * 161;
+    assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
+    let short = capacity(
+        &t,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            max_model_len: Some(512),
+            ..k
+        },
+    )
+    .unwrap();
+    assert_eq!(kinds(&short), vec![("full", 26, 1, 16, 16384, 16384)]);
+}
+
+/// DeepSeek-V3 (MLA, 61 layers): one latent of 512 + 64 per token, one head whatever the
+/// TP; FlashMLA's 64-token blocks on Hopper (73,728 B a page), 16 on Ampere (18,432 B).
+#[test]
+fn vllm_deepseek_v3_mla_pages_by_hand() {
+    let t = model("deepseek-v3");
+    let h200 = vram_model::gpu::lookup("h200").unwrap();
+    let k = Knobs {
+        max_model_len: Some(32768),
+        tp: 8,
+        quantization: Quantization::Fp8,
+        ..Knobs::default()
+    };
+    let c = capacity(&t, h200, Engine::Vllm, &k).unwrap();
+    assert_eq!(kinds(&c), vec![("mla", 61, 1, 64, 73_728, 73_728)]);
+    assert_eq!(c.kv_cache_blocks, available(&c) / 73_728 / 61);
+    assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks * 64);
+    assert!((c.max_concurrency - c.kv_cache_blocks as f64 / 512.0).abs() < 1e-9);
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let c = capacity(&t, a100, Engine::Vllm, &k).unwrap();
+    assert_eq!(kinds(&c), vec![("mla", 61, 1, 16, 18_432, 18_432)]);
+}
+
+/// SGLang's state pool for Qwen3-Next at TP 4: per layer conv (2048 × 3) in bf16 and
+/// temporal (8, 128, 128) in float32, 12,288 + 524,288 = 536,576 B, 36 layers a request;
+/// the pool takes 0.9 / 1.9 of what is left, the token pool (12 full layers × 1 kv head ×
+/// 2 × 256 × 2 B = 12,288 B a token) the rest; concurrency is capped by the slots too.
+#[test]
+fn sglang_mamba_pool_by_hand() {
+    let t = model("qwen3-next-80b-a3b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(32768),
+        tp: 4,
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Sglang, &k).unwrap();
+    let state = c.kv_groups.iter().find(|g| g.kind == "state").unwrap();
+    assert_eq!((state.layers, state.page_bytes), (36, 536_576));
+    let slots = state.state_slots.unwrap();
+    let states = (slots * 36 * 536_576) as f64;
+    let cell = 12 * 2 * 256 * 2;
+    assert_eq!(c.kv_cache_bytes, c.kv_cache_tokens * cell);
+    // Whole requests: the state pool is at most one request short of its share.
+    let total = states + c.kv_cache_bytes as f64;
+    let share = states / total;
+    let one = (36 * 536_576) as f64 / total;
+    assert!(
+        share <= 0.9 / 1.9 && share > 0.9 / 1.9 - one - 1e-6,
+        "{share}"
+    );
+    assert!(
+        (c.max_concurrency - (c.kv_cache_tokens as f64 / 32768.0).min(slots as f64)).abs() < 1e-9
+    );
+    // Without states (a Llama) there is no slot count.
+    let l = capacity(&llama3(), gpu, Engine::Sglang, &Knobs::default()).unwrap();
+    assert!(l.kv_groups.iter().all(|g| g.state_slots.is_none()));
+}
+
+/// SGLang's sliding-window pool for gpt-oss-20b (12 sliding + 12 full layers, 8 kv heads ×
+/// 64, 2048 B a token a layer): the all-full count T becomes full = ⌊24T / (0.8 × 12 +
+/// 12)⌋ and swa = ⌊0.8 × full⌋; the pool holds both.
+#[test]
+fn sglang_swa_pool_by_hand() {
+    let t = model("gpt-oss-20b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(32768),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Sglang, &k).unwrap();
+    let line = c
+        .log
+        .iter()
+        .find(|l| l.starts_with("Use sliding window memory pool"))
+        .unwrap();
+    let full = c.kv_cache_tokens;
+    let swa = (full as f64 * 0.8) as u64;
+    assert_eq!(
+        line,
+        &format!(
+            "Use sliding window memory pool. full_layer_tokens={full}, swa_layer_tokens={swa}"
+        )
+    );
+    assert_eq!(c.kv_cache_bytes, 12 * 2048 * (full + swa));
+    // The all-full count T it came from: a context no longer than the window makes every
+    // layer full (the pool's memory does not depend on the context).
+    let short = capacity(
+        &t,
+        gpu,
+        Engine::Sglang,
+        &Knobs {
+            max_model_len: Some(128),
+            ..k
+        },
+    )
+    .unwrap();
+    assert!(short.log.iter().all(|l| !l.contains("sliding window")));
+    let all_full = short.kv_cache_tokens;
+    assert_eq!(full, (all_full as f64 * 24.0 / (0.8 * 12.0 + 12.0)) as u64);
+    assert!(c.kv_cache_bytes <= short.kv_cache_bytes + 24 * 2048);
+    assert!((c.max_concurrency - full as f64 / 32768.0).abs() < 1e-9);
+}
+
+/// Qwen3.5's config ships `mamba_ssm_dtype: float32`; vLLM keeps the recurrent state in it:
+/// conv 10240 × 3 × 2 + 48 × 128 × 128 × 4 = 3,207,168 B; block 16 × ⌈3,207,168 / 65,536⌉
+/// = 784 tokens, page 3,211,264 B. vllm#40691 (vLLM 0.19.0, `--max-model-len 32768`,
+/// `--max-num-batched-token 16384`) logged "GPU KV cache size: 290,864 tokens" and
+/// "Maximum concurrency for 32,768 tokens per request: 33.04x": both follow from this layout
+/// with 1487 blocks (1487 // 4 × 784 and 1487 / (42 + 3)), and from no other block size.
+#[test]
+fn vllm_qwen3_5_fp32_state_matches_a_real_log() {
+    let t = model("qwen3.5-27b");
+    let cfg = catalog::config_text("qwen3.5-27b").unwrap();
+    assert_eq!(config_mamba_ssm_bytes(cfg), Some(4));
+    assert_eq!(config_mamba_ssm_bytes(r#"{"model_type": "llama"}"#), None);
+    let gpu = vram_model::gpu::lookup("h20-141g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(32768),
+        max_num_seqs: Some(16),
+        max_num_batched_tokens: Some(16384),
+        mamba_ssm_bytes: Some(4),
+        engine_version: Some([0, 19, 0]),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert_eq!(
+        kinds(&c),
+        vec![
+            ("state", 48, 3, 32768, 3_211_264, 3_207_168),
+            ("full", 16, 1, 784, 3_211_264, 3_211_264)
+        ]
+    );
+    let layers = stage_layers(&t, 1);
+    let layout = vllm_layout(&layers, &k, gpu, 32768, 16384);
+    let (blocks, tokens, conc) = layout.pool(1487 * 3_211_264 * 16, 32768, 16384);
+    assert_eq!((blocks, tokens), (1487, 290_864));
+    assert_eq!(format!("{conc:.2}"), "33.04");
+    // In bf16 (no config dtype) the block would be 400 tokens and the log impossible.
+    let bf16 = vllm_layout(
+        &layers,
+        &Knobs {
+            mamba_ssm_bytes: None,
+            ..k
+        },
+        gpu,
+        32768,
+        16384,
+    );
+    assert_eq!(bf16.min_block(), 400);
+    assert_ne!(290_864 % 400, 0);
+}
+
+/// Qwen3.5-27B (48 GDN + 16 full layers, 4 kv heads × 256, GDN 16 key and 48 value heads):
+/// state conv (3, 2·16·128 + 48·128 = 10240), temporal (48, 128, 128): 817,152 elements,
+/// 1,634,304 B; attention 4096 B a token; block 16 × ⌈1,634,304 / 65,536⌉ = 400; page
+/// 1,638,400 B. Groups of 16: 1 full + 3 state.
+#[test]
+fn vllm_qwen3_5_gdn_hybrid_by_hand() {
+    let t = model("qwen3.5-27b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(16384),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert_eq!(
+        kinds(&c),
+        vec![
+            ("state", 48, 3, 16384, 1_638_400, 1_634_304),
+            ("full", 16, 1, 400, 1_638_400, 1_638_400)
+        ]
+    );
+    assert_eq!(c.kv_cache_tokens, c.kv_cache_blocks / 4 * 400);
+    // A --block-size above the aligned one is kept, the state padded to it.
+    let c = capacity(
+        &t,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            block_size: Some(512),
+            ..k
+        },
+    )
+    .unwrap();
+    assert_eq!(c.kv_groups[1].block_size, 512);
+    assert_eq!(c.kv_groups[0].page_bytes, 512 * 4096);
+    assert!(!c.log[0].contains("Setting attention block size"));
+}
+
+/// vLLM's `--enable-expert-parallel` spreads whole experts over TP × DP GPUs: Qwen3-30B-A3B
+/// (48 layers of 128 experts, each 3 × 2048 × 768 bf16) at TP 4, DP 2 holds 1/8 of them per
+/// GPU instead of 1/4, everything else unchanged.
+#[test]
+fn expert_parallel_spreads_the_experts_over_tp_times_dp() {
+    let t = model("qwen3-30b-a3b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let tp4 = Knobs {
+        tp: 4,
+        dp: 2,
+        ..Knobs::default()
+    };
+    let ep = Knobs {
+        expert_parallel: true,
+        ..tp4
+    };
+    let w = |k: &Knobs| weights_per_gpu(&t, k, gpu, Engine::Vllm) as i64;
+    let experts = 48 * 128 * 3 * 2048 * 768 * 2i64;
+    assert!(
+        (w(&tp4) - w(&ep) - (experts / 4 - experts / 8)).abs() <= 1,
+        "{}",
+        w(&tp4) - w(&ep)
+    );
+    // DP alone replicates the TP group: the same bytes per GPU as TP 4.
+    assert_eq!(w(&tp4), w(&Knobs { dp: 1, ..tp4 }));
+}
+
+/// SGLang's DP attention runs attention TP over tp / dp GPUs: at TP 8, DP 4 each GPU keeps
+/// 2 of Qwen3-30B-A3B's 4 KV heads instead of one (replicated) head.
+#[test]
+fn dp_attention_splits_the_kv_heads_tp_over_dp_ways() {
+    let t = model("qwen3-30b-a3b");
+    let tp8 = Knobs {
+        tp: 8,
+        ..Knobs::default()
+    };
+    let dpa = Knobs {
+        dp: 4,
+        dp_attention: true,
+        ..tp8
+    };
+    assert_eq!(kv_bytes_per_token(&t, &tp8), 48 * 2 * 128 * 2);
+    assert_eq!(kv_bytes_per_token(&t, &dpa), 48 * 2 * 2 * 128 * 2);
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    assert!(capacity(&t, gpu, Engine::Sglang, &dpa).is_ok());
+    for bad in [
+        Knobs { dp: 3, ..dpa },
+        Knobs { ep: 3, ..tp8 },
+        Knobs { dp: 1, ..dpa },
+    ] {
+        assert!(capacity(&t, gpu, Engine::Sglang, &bad).is_err(), "{bad:?}");
+    }
+    let dense = llama3();
+    assert!(capacity(
+        &dense,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            expert_parallel: true,
+            ..Knobs::default()
+        }
+    )
+    .is_err());
+}
+
+/// vLLM 0.8-0.10 falls back to V0 on a GPU of compute capability below 8.0
+/// (`_is_v1_supported_oracle`): a V100 runs V0's profile (one batch of max_model_len tokens,
+/// the sampler's sort) and says so; from 0.11 there is no V0.
+#[test]
+fn vllm_0_8_on_a_v100_falls_back_to_v0() {
+    let t = llama3();
+    let v100 = vram_model::gpu::lookup("v100-32g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(4096),
+        engine_version: Some([0, 8, 5]),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, v100, Engine::Vllm, &k).unwrap();
+    assert_eq!(
+        c.log[0],
+        "Compute Capability < 8.0 is not supported by the V1 Engine. Falling back to V0."
+    );
+    assert_eq!((c.max_num_seqs, c.max_num_batched_tokens), (256, 4096));
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let v1 = capacity(&t, h100, Engine::Vllm, &k).unwrap();
+    assert!(!v1.log[0].contains("Falling back"));
+    let late = capacity(
+        &t,
+        v100,
+        Engine::Vllm,
+        &Knobs {
+            engine_version: Some([0, 11, 0]),
+            ..k
+        },
+    )
+    .unwrap();
+    assert!(late.log.iter().all(|l| !l.contains("Falling back")));
+}
+
+/// vLLM 0.10.1 lays gpt-oss-120b's MXFP4 experts out for Marlin on an H100 (torch 2.7):
+/// hidden 2880 padded to 3072, intermediate 2880 to 2944; 36 layers × 128 experts × 3
+/// matrices at 0.5 + 1/32 bytes an element. From 0.11 the Triton layout pads nothing here.
+#[test]
+fn mxfp4_marlin_layout_pads_the_experts() {
+    let t = model("gpt-oss-120b");
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        engine_version: Some([0, 10, 1]),
+        ..Knobs::default()
+    };
+    let marlin = weights_per_gpu(&t, &k, h100, Engine::Vllm);
+    let triton = weights_per_gpu(
+        &t,
+        &Knobs {
+            engine_version: Some([0, 14, 1]),
+            ..k
+        },
+        h100,
+        Engine::Vllm,
+    );
+    let per_layer = (128 * 3 * (3072 * 2944 - 2880 * 2880)) as f64 * (0.5 + 1.0 / 32.0);
+    assert_eq!(marlin - triton, per_layer as u64 * 36);
+    // SGLang is not vLLM: no vLLM layout.
+    assert_eq!(weights_per_gpu(&t, &k, h100, Engine::Sglang), triton);
+}
+
+#[test]
+fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
+    let t = llama3();
+    let mib = 1u64 << 20;
+    let at = |gpu: &str, version: &str, tp: u64, eager: bool| {
+        let g = vram_model::gpu::lookup(gpu).unwrap();
+        let k = Knobs {
+            tp,
+            max_model_len: Some(4096),
+            enforce_eager: eager,
+            engine_version: parse_version(version),
+            vllm_v0: version.starts_with("0.8"),
+            ..Knobs::default()
+        };
+        capacity(&t, g, Engine::Vllm, &k).unwrap().non_torch_bytes
+    };
+    // V1 on PCIe, eager: the kernel images, and at TP 2 one communicator the profile connects.
+    assert_eq!(at("l4", "0.18.1", 1, true), 80 * mib);
+    assert_eq!(at("l4", "0.18.1", 2, true), 80 * mib + 51 * mib);
+    // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured.
+    assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
+    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic.
+    assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 600 * mib);
+    // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's, and
+    // the custom all-reduce buffers.
+    assert_eq!(
+        at("l4", "0.8.3", 2, true),
+        80 * mib + 2 * 51 * mib + 8 * mib
+    );
+    // V1 before 0.18 compiled: no graph profiling inside the window.
+    assert_eq!(at("h100-80g", "0.11.0", 1, false), 24 * mib);
+}
+
+#[test]
+fn v0_chunks_by_default_only_long_text_models_without_mla() {
+    let g = vram_model::gpu::lookup("h100-80g").unwrap();
+    let mnbt = |t: &Transformer, version: &str, len: u64| {
+        let k = Knobs {
+            max_model_len: Some(len),
+            engine_version: parse_version(version),
+            vllm_v0: true,
+            ..Knobs::default()
+        };
+        capacity(t, g, Engine::Vllm, &k)
+            .unwrap()
+            .max_num_batched_tokens
+    };
+    let llama = match catalog::lookup("llama-3.1-8b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    assert_eq!(mnbt(&llama, "0.8.3", 65536), 2048);
+    assert_eq!(mnbt(&llama, "0.6.3", 65536), 512);
+    assert_eq!(mnbt(&llama, "0.8.3", 8192), 8192);
+    let dsv3 = match catalog::lookup("deepseek-v3").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    // MLA: 0.7.2 still chunks it; 0.8.3's _set_default_args_v0 does not.
+    assert_eq!(mnbt(&dsv3, "0.7.2", 65536), 2048);
+    assert_eq!(mnbt(&dsv3, "0.8.3", 65536), 65536);
+}

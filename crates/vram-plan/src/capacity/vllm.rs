@@ -1,0 +1,273 @@
+//! vLLM's start-up: V1's `determine_available_memory` and V0's `determine_num_available_blocks`.
+
+use super::*;
+
+pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
+    let total = gpu.memory_bytes;
+    let (v1, fallback) = engine::vllm_v1(k, gpu);
+    let v0 = !v1;
+    let big = total as f64 >= 70.0 * GIB && !gpu.id.starts_with("a100");
+    let max_len = k.max_model_len.unwrap_or(model_max_len(t, k));
+    let (seqs_default, tokens_default) = if v0 {
+        // V0's EngineArgs: chunked prefill only above 32K tokens (then 2048 a step), and not
+        // for multimodal, MLA or sliding-window models (`engine::vllm_v0_chunked_by_default`).
+        let caches = layer_caches(t);
+        let mla = caches
+            .iter()
+            .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
+        let sliding = caches
+            .iter()
+            .any(|c| matches!(c, LayerCache::Sliding { .. }));
+        let multimodal = t.blocks.vision.is_some();
+        (
+            256,
+            if engine::vllm_v0_chunked_by_default(k, max_len, multimodal, mla, sliding) {
+                // SchedulerConfig: 512 at 0.6.3, 2048 at 0.6.6 (0.6.4–0.6.5 not read).
+                if Engine::Vllm.version_in_force(k) < [0, 6, 6] {
+                    512
+                } else {
+                    2048
+                }
+            } else {
+                max_len.max(2048)
+            }
+            // SchedulerConfig: a multimodal model's budget is at least
+            // _MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS (5120; 0.6.3 and 0.8.3).
+            .max(if multimodal { 5120 } else { 0 }),
+        )
+    } else if big {
+        (1024, 8192)
+    } else {
+        (256, 2048)
+    };
+    let max_num_seqs = k.max_num_seqs.unwrap_or(seqs_default);
+    let mut mnbt = k.max_num_batched_tokens.unwrap_or(tokens_default);
+    let util = k.gpu_memory_utilization.unwrap_or(0.9);
+    // Chunked prefill is on in V1; a batch is at least one sequence's worth of tokens only
+    // when chunking is off. The scheduler's budget is also at least max_num_seqs.
+    mnbt = mnbt.max(max_num_seqs.min(mnbt));
+    let weights = weights_per_gpu(t, k, gpu, Engine::Vllm);
+    let reqs = max_num_seqs.min(mnbt);
+    // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
+    let compiled = !v0 && !k.enforce_eager;
+    let sorts = engine::vllm_sampler_sorts(k, v1, reqs);
+    let mut activation =
+        forward_peak(t, mnbt, k, compiled).max(sampler_peak(t, reqs, mnbt, k, sorts));
+    // V0's encoder-decoder runner profiles every sequence with a maximal image (Llama 3.2
+    // Vision); its vision encoder over all of them is the peak.
+    let cross = if v0 {
+        cross_vision_peak(t, k, max_num_seqs, mnbt)
+    } else {
+        None
+    };
+    if let Some(c) = cross {
+        activation = activation.max(c);
+    }
+    // Memory outside PyTorch that appears after the snapshot (kernel images, library handles,
+    // NCCL and custom all-reduce buffers at TP/PP > 1), by version (`engine::vllm_non_torch`).
+    let (non_torch, non_torch_source) = non_torch::vllm_non_torch(k, v1, gpu);
+    let graphs = if k.enforce_eager {
+        0
+    } else {
+        let sizes = vllm_capture_sizes(max_num_seqs);
+        let largest = sizes.last().copied().unwrap_or(1);
+        // One shared memory pool: the largest captured batch's live set, plus each graph's
+        // own bookkeeping (about 1 MiB per graph per 8 layers, an assumption).
+        forward_peak(t, largest, k, true) + sizes.len() as u64 * t.layers.div_ceil(8) * MIB
+    };
+    // From 0.20 the worker subtracts its CUDA-graph estimate before sizing the KV cache
+    // (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default; 0.19 only logs "Estimated CUDA
+    // graph memory: X GiB total"); before, graphs come on top of the budget.
+    let graphs_in_budget = engine::vllm_graphs_in_budget(k, v1, gpu);
+    let budget = (total as f64 * util) as u64;
+    let non_kv = weights + activation + non_torch + if graphs_in_budget { graphs } else { 0 };
+    let available = budget as i128 - non_kv as i128;
+    let layers = stage_layers(t, k.pp);
+    let layout = vllm_layout(&layers, k, gpu, max_len, mnbt);
+    let page = layout.page;
+    let group_size = layout.layers_per_group;
+    let (num_blocks, tokens, v1_concurrency) = layout.pool(available.max(0) as u64, max_len, mnbt);
+    let kv_bytes = num_blocks * page * group_size;
+    // What `check_enough_kv_cache_memory` and `estimate_max_model_len` sum: every layer's
+    // `max_memory_usage_bytes`, padding layers apart.
+    let layer_bytes_for = |len: u64| -> u64 {
+        layout
+            .groups
+            .iter()
+            .map(|g| g.layers * vllm_blocks(g, len, mnbt) * page)
+            .sum()
+    };
+    let max_concurrency = if v0 {
+        tokens as f64 / max_len as f64
+    } else {
+        v1_concurrency
+    };
+    // Largest length one request of which fits: the bytes needed grow with the length.
+    let fits_len = |len: u64| available > 0 && layer_bytes_for(len) <= available as u64;
+    let max_fit = if num_blocks == 0 || !fits_len(1) {
+        0
+    } else if fits_len(max_len) {
+        max_len
+    } else {
+        let (mut lo, mut hi) = (1u64, max_len);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits_len(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    };
+    let starts = available > 0 && max_fit >= max_len;
+    let gib = |b: f64| b / GIB;
+    let mut log = vec![format!("Model loading took {:.4} GiB", gib(weights as f64))];
+    if let Some(st) = layout.groups.iter().find(|g| g.kind == "state") {
+        let attn = layout.groups.iter().find(|g| g.kind != "state");
+        if let Some(a) = attn {
+            if k.block_size.is_none_or(|b| b < a.block_size) {
+                log.insert(
+                    0,
+                    format!(
+                        "Setting attention block size to {} tokens to ensure that attention page size is >= mamba page size.",
+                        a.block_size
+                    ),
+                );
+            }
+        }
+        if st.page_bytes > st.spec_page_bytes && st.spec_page_bytes > 0 {
+            log.insert(
+                1.min(log.len()),
+                format!(
+                    "Padding mamba page size by {:.2}% to ensure that mamba page size and attention page size are exactly equal.",
+                    100.0 * (st.page_bytes - st.spec_page_bytes) as f64 / st.spec_page_bytes as f64
+                ),
+            );
+        }
+    }
+    if graphs_in_budget && graphs > 0 {
+        log.push(format!(
+            "Estimated CUDA graph memory: {:.2} GiB total (estimated)",
+            gib(graphs as f64)
+        ));
+    }
+    if available <= 0 {
+        log.push(
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
+                .into(),
+        );
+    } else {
+        log.push(format!(
+            "Available KV cache memory: {:.2} GiB",
+            gib(available as f64)
+        ));
+        if !starts && v0 {
+            // V0 (`worker.py` `raise_if_cache_size_invalid`, 0.6.4): the pool's tokens.
+            log.push(format!(
+                "ValueError: The model's max seq len ({max_len}) is larger than the maximum number of tokens that can be stored in KV cache ({tokens}). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+            ));
+        } else if !starts {
+            let needed = layer_bytes_for(max_len);
+            log.push(format!(
+                "ValueError: To serve at least one request with the models's max seq len ({max_len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). Based on the available memory, the estimated maximum model length is {max_fit}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                gib(needed as f64),
+                gib(available as f64)
+            ));
+        } else {
+            log.push(format!("GPU KV cache size: {} tokens", thousands(tokens)));
+            log.push(format!(
+                "Maximum concurrency for {} tokens per request: {:.2}x",
+                thousands(max_len),
+                max_concurrency
+            ));
+            if !k.enforce_eager && !graphs_in_budget {
+                log.push(format!(
+                    "Graph capturing finished, took {:.2} GiB (estimated)",
+                    gib(graphs as f64)
+                ));
+            }
+        }
+    }
+    // Before 0.19 the graphs come on top of the budget: they must fit what the budget left.
+    let context = gpu.context_bytes();
+    let beyond = if graphs_in_budget { 0 } else { graphs };
+    let over = budget as i128 + beyond as i128 + context as i128 - total as i128;
+    let starts = starts && over <= 0;
+    if !starts && available > 0 && max_fit >= max_len {
+        log.push(
+            "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs (the budget leaves less than the graphs need; lower --gpu-memory-utilization or add --enforce-eager)"
+                .into(),
+        );
+    }
+    if let Some(why) = fallback {
+        log.insert(
+            0,
+            format!("{why} is not supported by the V1 Engine. Falling back to V0."),
+        );
+    }
+    let mut assumes = vec![if v0 {
+        "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults; V0 runs up to 0.7, and from 0.8 to 0.10 where V1 falls back: compute capability < 8.0, fp32, an fp8 KV cache off Hopper, VLLM_USE_V1=0)"
+    } else {
+        "vLLM V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`; read at 0.10.1, 0.11.0, 0.14.1, 0.19.0 and 0.20.0)"
+    }];
+    if t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4
+        || k.quantization == Quantization::Mxfp4
+    {
+        let (kernel, im, hm) = engine::vllm_mxfp4_layout(k, gpu);
+        assumes.push(match (kernel, im, hm) {
+            ("Marlin", ..) => "MXFP4 experts in the Marlin layout (compute capability < 9, or Hopper before 0.11): the hidden size padded to 256 and the intermediate size per GPU to 128 (Mxfp4MoEMethod.create_weights)",
+            ("Triton", ..) => "MXFP4 experts in the Triton layout (Hopper from 0.11): the intermediate size per GPU padded to 64; vLLM 0.14-0.19 logs about 6% more than this on H100 (not explained by the layout code read)",
+            _ => "MXFP4 experts in the FlashInfer/ROCm layout: the hidden and intermediate sizes padded to 256 (128 for ROCm before 0.11)",
+        });
+    }
+    if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
+        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers, vision encoders and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled");
+    }
+    if engine::is_rocm(gpu) {
+        assumes.push("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding and any cached temporaries of the load are in it; taken as the parameters alone here (not modelled); no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)");
+    }
+    if cross.is_some() {
+        assumes.push("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)");
+    }
+    Capacity {
+        engine: Engine::Vllm,
+        engine_version: version_label(Engine::Vllm, k),
+        total_bytes: total,
+        budget_bytes: budget,
+        memory_fraction: util,
+        weights_bytes: weights,
+        non_torch_bytes: non_torch,
+        activation_peak_bytes: activation,
+        cuda_graph_bytes: graphs,
+        cuda_graph_in_budget: graphs_in_budget,
+        kv_cache_bytes: kv_bytes,
+        kv_cache_tokens: tokens,
+        kv_cache_blocks: num_blocks,
+        kv_groups: layout.groups,
+        max_concurrency,
+        max_model_len: max_len,
+        max_num_seqs,
+        max_num_batched_tokens: mnbt,
+        starts,
+        max_model_len_that_fits: max_fit,
+        log,
+        assumes: assumes.into_iter().chain([
+            "the device total is the GPU catalog's memory (torch's total_memory, as vLLM's total_gpu_memory; a driver reading where the catalog knows no torch figure)",
+            if compiled && sorts {
+                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile and the dummy sampler's top-k/top-p sort (V1 before 0.17: logits.sort over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers) plus the hidden states"
+            } else if compiled {
+                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows (top-k/top-p by the Triton kernel, 0.17+) plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
+            } else if v0 || sorts {
+                "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the top-k/top-p sampler over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers plus the hidden states (read from llama.py and sampler.py; the same layer structure assumed for every model)"
+            } else {
+                "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
+            },
+            if graphs_in_budget {
+                "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, subtracted before the KV cache as 0.20+ does (estimated)"
+            } else {
+                "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)"
+            },
+        ]).map(String::from).chain([non_torch_source]).collect(),
+    }
+}

@@ -1,0 +1,230 @@
+//! Weights on the most loaded GPU of a job: tensor, pipeline, expert and data parallelism,
+//! quantized storage and the engines' kernel layouts, and what the caching allocator rounds.
+
+use super::*;
+
+/// Weights on the most loaded GPU of a `tp × pp` job: layers split evenly over stages (the first
+/// holds the embedding, the last the final norm and head), tensor-parallel parts split by `tp`
+/// (vocabulary padded to a multiple of 64, `DEFAULT_VOCAB_PADDING_SIZE`), quantized linear
+/// layers at their storage's bytes; plus the rotary `cos_sin_cache` (`[max_positions,
+/// head_dim]` in the model dtype). Expert and data parallelism move parts around
+/// ([`parallel_widths`]): vLLM's `--enable-expert-parallel` spreads whole experts over the
+/// `tp × dp` GPUs; SGLang's `--enable-dp-attention` splits attention `tp / dp` ways.
+///
+/// Without `--quantization`, a checkpoint shipped quantized (the config's FP8 blocks or MXFP4
+/// experts, as `vram_model::blocks::Storage` reads them) is counted as stored: on one GPU its
+/// exact stored bytes, and under TP/PP the same share of them that the layout puts on the most
+/// loaded GPU of the unquantized model. vLLM's MXFP4 MoE kernels then lay the experts out padded
+/// to their tile sizes (`engine::vllm_mxfp4_layout`): what loading takes can exceed what is stored.
+pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> u64 {
+    let logical = logical_weights_per_gpu(t, k);
+    let mxfp4 = k.quantization == Quantization::Mxfp4
+        || t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4;
+    let base = if k.quantization != Quantization::None
+        || t.blocks.storage.quant == vram_model::blocks::Quant::None
+    {
+        logical
+    } else {
+        let one = Knobs {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            expert_parallel: false,
+            dp_attention: false,
+            ..*k
+        };
+        let rotary = (t.max_positions * t.head_dim * k.dtype_bytes) as f64;
+        let whole = logical_weights_per_gpu(t, &one) as f64;
+        let stored = t.blocks.weights_bytes(false) as f64 + rotary;
+        (logical as f64 * stored / whole.max(1.0)).round() as u64
+    };
+    if engine != Engine::Vllm {
+        return base;
+    }
+    let padding = if mxfp4 { mxfp4_padding(t, k, gpu) } else { 0 };
+    base + padding + mla_absorbed_bytes(t, k)
+}
+
+/// What vLLM before 0.8 keeps beside the MLA weights on the most loaded GPU
+/// (`engine::vllm_mla_absorbs`): `W_Q_UK` (`q_in × heads × kv_lora_rank`) and `W_UV_O`
+/// (`heads × kv_lora_rank × hidden`) in the model dtype, heads split by TP, and for a quantized
+/// checkpoint the dequantized `kv_b_proj` (`kv_lora_rank × heads × (qk_nope + v)`) they come from.
+pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
+    use vram_model::blocks::Mixer;
+    if !engine::vllm_mla_absorbs(k) {
+        return 0;
+    }
+    let n = (t.blocks.len() as u64).div_ceil(k.pp) as usize;
+    t.blocks
+        .iter()
+        .take(n)
+        .map(|b| match b.mixer {
+            Mixer::Mla(m) => {
+                let heads = m.heads.div_ceil(attention_tp(k));
+                let q_in = m.q_lora_rank.unwrap_or(t.hidden);
+                let mut elems = q_in * heads * m.kv_lora_rank + heads * m.kv_lora_rank * t.hidden;
+                if k.quantization != Quantization::None {
+                    elems += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
+                }
+                elems * k.dtype_bytes
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The expert feed-forward's intermediate size and whether it is gated, for an MoE model.
+pub(super) fn moe_shape(t: &Transformer) -> Option<(u64, bool)> {
+    use vram_model::blocks::Ffn;
+    t.blocks.kinds.iter().find_map(|kind| match kind.ffn {
+        Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => Some((m.expert_intermediate, m.gated)),
+        _ => None,
+    })
+}
+
+/// Bytes vLLM's MXFP4 MoE layout adds on the most loaded GPU: every expert matrix padded to
+/// `round_up(hidden, h) × round_up(intermediate per GPU, i)` (MXFP4 elements of half a byte
+/// plus an 8-bit scale per 32).
+pub(super) fn mxfp4_padding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
+    let Some((inter, gated)) = moe_shape(t) else {
+        return 0;
+    };
+    let (_, im, hm) = engine::vllm_mxfp4_layout(k, gpu);
+    let (etp, _) = expert_split(k);
+    let per_gpu_experts = t.experts.div_ceil(if k.expert_parallel { etp } else { 1 });
+    let i_part = if k.expert_parallel {
+        inter
+    } else {
+        inter.div_ceil(k.tp)
+    };
+    let mats = if gated { 3 } else { 2 };
+    let elems = |h: u64, i: u64| per_gpu_experts * mats * h * i;
+    let padded = elems(t.hidden.div_ceil(hm) * hm, i_part.div_ceil(im) * im);
+    let plain = elems(t.hidden, i_part);
+    let layers_here = t.layers.div_ceil(k.pp);
+    let bytes = 0.5 + 1.0 / 32.0;
+    ((padded - plain) as f64 * bytes) as u64 * layers_here
+}
+
+/// How the experts are split: `(ways, whole)`: vLLM with `--enable-expert-parallel` spreads
+/// whole experts over `tp × dp` GPUs; otherwise each expert's matrices are split `tp` ways
+/// (SGLang's `--ep-size` spreads whole experts over `ep` of the TP GPUs and splits each the
+/// remaining `tp / ep` ways: the same bytes per GPU).
+pub(super) fn expert_split(k: &Knobs) -> (u64, bool) {
+    if k.expert_parallel {
+        (k.tp * k.dp, true)
+    } else {
+        (k.tp, false)
+    }
+}
+
+/// The attention's tensor-parallel size: `tp`, or `tp / dp` with SGLang's DP attention.
+pub(super) fn attention_tp(k: &Knobs) -> u64 {
+    if k.dp_attention {
+        (k.tp / k.dp).max(1)
+    } else {
+        k.tp
+    }
+}
+
+/// The ways attention, experts and the rest of a layer are split on one GPU.
+pub(super) fn parallel_widths(k: &Knobs) -> (f64, f64, f64) {
+    (
+        attention_tp(k) as f64,
+        expert_split(k).0 as f64,
+        k.tp as f64,
+    )
+}
+
+pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
+    let split = t.param_split();
+    let d = k.dtype_bytes as f64;
+    let q = k.quantization.linear_bytes(d);
+    let tp = k.tp as f64;
+    let (attn_ways, expert_ways, rest_ways) = parallel_widths(k);
+    let sharded = (split.per_layer - split.per_layer_replicated) as f64;
+    let (qw, kvw) = t.attn_widths();
+    let attn = ((t.hidden * (qw + 2 * kvw) + qw * t.hidden) as f64).min(sharded);
+    let experts = if t.experts > 1 {
+        ((t.experts * split.per_expert) as f64).min(sharded - attn)
+    } else {
+        0.0
+    };
+    let rest = sharded - attn - experts;
+    let layer = (attn / attn_ways + experts / expert_ways + rest / rest_ways) * q
+        + split.per_layer_replicated as f64 * d;
+    let layers_here = t.layers.div_ceil(k.pp) as f64;
+    let vocab_padded = (t.vocab.div_ceil(64) * 64) as f64;
+    let embed = vocab_padded * t.hidden as f64 / tp * d;
+    let head_matrix = if t.tied_embeddings {
+        0.0
+    } else {
+        vocab_padded * t.hidden as f64 / tp * d
+    };
+    let head_rest = split.head as f64
+        - if t.tied_embeddings {
+            0.0
+        } else {
+            (t.vocab * t.hidden) as f64
+        };
+    let rotary = (t.max_positions * t.head_dim) as f64 * d;
+    // A multimodal model's vision tower and projector, on the first stage, in the model dtype
+    // and split by TP: the engines build their towers from their parallel linear layers (vLLM's
+    // `mllama.py`, `qwen2_5_vl.py`, `siglip.py`, `llama4.py`); its embeddings and norms are
+    // counted as split too, a small error.
+    let vision = t
+        .blocks
+        .vision
+        .as_ref()
+        .map_or(0.0, |v| v.params as f64 / tp * d);
+    let embed = embed + vision;
+    let first = embed + layers_here * layer + rotary;
+    let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
+    let one = if k.pp == 1 {
+        embed + t.layers as f64 * layer + head_matrix + head_rest.max(0.0) * d + rotary
+    } else {
+        first.max(last)
+    };
+    one.round() as u64
+}
+
+/// What PyTorch's caching allocator reserves beyond the weights' own bytes on the most loaded
+/// GPU (`c10/cuda/CUDACachingAllocator.cpp`: a request of 10 MiB (`kMinLargeAlloc`) or more
+/// gets a segment rounded up to 2 MiB (`kRoundLarge`); smaller ones share 1 MiB and 20 MiB
+/// segments, counted as packed). An engine that measures its weights by free device memory
+/// (SGLang) sees this; one that reads `memory_allocated` (vLLM's "Model loading took") does
+/// not. The tensors are the fused ones each engine holds per layer: QKV, the attention output,
+/// gate-up (or up) and down projections (MoE: each stacked over the experts), the embedding and
+/// an untied head, each split by TP.
+pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
+    const ROUND: u64 = 2 * MIB;
+    const LARGE: u64 = 10 * MIB;
+    let waste = |bytes: f64| -> u64 {
+        let b = bytes.ceil() as u64;
+        if b >= LARGE {
+            b.div_ceil(ROUND) * ROUND - b
+        } else {
+            0
+        }
+    };
+    let d = k.dtype_bytes as f64;
+    let q = k.quantization.linear_bytes(d);
+    let tp = k.tp;
+    let h = t.hidden;
+    let (qw, kvw) = t.attn_widths();
+    let f = t.intermediate.div_ceil(tp);
+    let experts = t.experts.max(1);
+    let up = if matches!(t.mlp, Mlp::Gated) {
+        2 * f
+    } else {
+        f
+    };
+    let per_layer = waste((h * (qw + 2 * kvw).div_ceil(tp)) as f64 * q)
+        + waste((qw.div_ceil(tp) * h) as f64 * q)
+        + waste((experts * h * up) as f64 * q)
+        + waste((experts * f * h) as f64 * q);
+    let vocab = (t.vocab.div_ceil(64) * 64).div_ceil(tp);
+    let table = waste((vocab * h) as f64 * d);
+    let tables = if t.tied_embeddings { table } else { 2 * table };
+    t.layers.div_ceil(k.pp) * per_layer + tables
+}
