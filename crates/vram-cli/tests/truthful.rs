@@ -670,6 +670,19 @@ fn lora_targets_peft_refuses_are_refused_with_the_ones_it_accepts() {
         "q_proj,out_proj",
     ]);
     assert_eq!(code, 2, "{err}");
+    // Mamba-2 (transformers' Mamba2ForCausalLM, a default config of the zoo) is in PEFT's list too.
+    let mamba2 = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/zoo/causal_lm/mamba2.json");
+    let (code, _, err) = vram(&[
+        "estimate",
+        mamba2.to_str().unwrap(),
+        "--finetune",
+        "lora",
+        "--gpu",
+        "h200",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("refuses `out_proj` on mamba2"), "{err}");
     let (code, _, err) = vram(&[
         "estimate",
         "qwen3-next-80b-a3b",
