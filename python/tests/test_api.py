@@ -77,6 +77,8 @@ def test_estimate_reads_like_the_cli_json():
     out = vram("estimate", "gpt2", "--gpu", "h100-80g", "--micro-batch", "4", "--seq", "1024", "--json")
     assert out.returncode == 0, out.stderr
     assert e.to_dict() == json.loads(out.stdout)
+    # The typed report's version and kind (crates/vram-report).
+    assert (e.schema_version, e.kind) == (vramkit.SCHEMA_VERSION, "estimate")
     # The contract's attributes, and the breakdown summing to the device total (README).
     assert sum(e.breakdown.values()) == e.total_bytes
     assert e.peak_bytes <= e.needed_bytes <= e.reserved_bytes and e.needed_bytes < e.total_bytes

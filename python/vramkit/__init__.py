@@ -38,6 +38,7 @@ __all__ = [
     "models",
     "gpus",
     "cli",
+    "SCHEMA_VERSION",
     "__version__",
 ]
 
@@ -59,11 +60,13 @@ _LAZY = {
     "models": "._api",
     "gpus": "._api",
     "cli": "._api",
+    "SCHEMA_VERSION": "._api",
     "oom_guard": "._guard",
 }
 
 if TYPE_CHECKING:
     from ._api import (
+        SCHEMA_VERSION,
         Capacity,
         Estimate,
         Plan,

@@ -16,7 +16,7 @@ from ._vramkit import VramError, run
 
 __all__ = [
     "Estimate", "Plan", "Replay", "Capacity", "estimate", "plan", "replay", "capacity",
-    "fit_batch_size", "models", "gpus", "cli", "plan_outcome",
+    "fit_batch_size", "models", "gpus", "cli", "plan_outcome", "SCHEMA_VERSION",
 ]
 
 log = logging.getLogger("vramkit")
@@ -152,10 +152,13 @@ class _Result:
 class Estimate(_Result):
     """``vram estimate --json`` as an object: every JSON field is an attribute.
 
-    ``params``, ``peak_bytes`` (as ``torch.cuda.max_memory_allocated()`` would report it),
+    ``schema_version`` and ``kind`` (``estimate``; ``finetune`` for a LoRA/QLoRA step, ``weights``
+    for a checkpoint without a config), ``params``, ``peak_bytes`` (as
+    ``torch.cuda.max_memory_allocated()`` would report it),
     ``reserved_bytes``, ``total_bytes`` (what nvidia-smi shows), ``breakdown`` (category ->
     bytes at the peak), ``peak_phase``, ``fits``, ``max_micro_batch`` (training; inference has
-    ``max_batch`` and ``max_context``), ``headroom_bytes``, ``setup``, ``gpu``, ...
+    ``max_batch`` and ``max_context``, the latter stopped at ``max_context_limit``),
+    ``suggestions`` (when it does not fit), ``headroom_bytes``, ``setup``, ``gpu``, ...
     Fields the estimate does not have (a checkpoint with no config has only parameters)
     read as ``None`` for the names above.
     """
@@ -296,11 +299,21 @@ class Capacity(_Result):
         )
 
 
+SCHEMA_VERSION = 1
+"""The version of the reports `vram estimate`, `capacity` and `plan` print with ``--json``
+(their ``schema_version``; the fields are documented on the report types of the Rust crate
+``vram-report``). The objects here read that JSON as it is: every field is an attribute."""
+
+
 def _json(out: str) -> Any:
     try:
-        return json.loads(out)
+        data = json.loads(out)
     except ValueError as e:  # the command printed something else: a bug, not bad input
         raise RuntimeError(f"vram printed no JSON ({e}): {out[:200]!r}") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version is not None and version != SCHEMA_VERSION:
+        raise RuntimeError(f"vram printed schema_version {version}; this vramkit reads {SCHEMA_VERSION}")
+    return data
 
 
 def estimate(model: Any, **setup: Any) -> Estimate:

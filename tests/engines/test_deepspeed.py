@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, emit, run_vram
+from conftest import ROOT, TINY, Emitted, emit, run_vram
 
 deepspeed = pytest.importorskip("deepspeed")  # installed by .ci/engine-tests; never skipped there
 from deepspeed.runtime import config as ds_config  # noqa: E402
@@ -70,19 +70,25 @@ def keys(d, path=()):
 VALIDATED = {"zero_optimization": "DeepSpeedZeroConfig", "bf16": "DeepSpeedBF16Config", "fp16": "DeepSpeedFP16Config"}
 
 
-def load(text: str, dp: int, monkeypatch):
-    """DeepSpeedConfig of the emitted JSON; returns (config, unread keys, warnings)."""
+def load(text: str, dp: int, monkeypatch, world: int | None = None):
+    """DeepSpeedConfig of the emitted JSON; returns (config, unread keys, warnings).
+
+    `dp`: the model-parallel unit's data-parallel size, as a Megatron-style launcher passes it.
+    `world`: instead, no unit and this many ranks, as `deepspeed.initialize` builds the config
+    of an AutoTP job (no `mpu`: DeepSpeedConfig counts every rank, runtime/config.py)."""
     raw = json.loads(text)
     rec = Recorder(raw)
     # No process group here: DeepSpeedConfig asks dist for the rank first, then the mpu for the
     # data-parallel size (runtime/config.py); without a rank it would fall back to world size 1.
     monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    if world is not None:
+        monkeypatch.setattr(ds_config.dist, "get_world_size", lambda *a, **k: world)
     records = []
     handler = logging.Handler(level=logging.WARNING)
     handler.emit = records.append
     deepspeed.utils.logger.addHandler(handler)
     try:
-        cfg = ds_config.DeepSpeedConfig(rec, mpu=Mpu(dp))
+        cfg = ds_config.DeepSpeedConfig(rec, mpu=None if world is not None else Mpu(dp))
     finally:
         deepspeed.utils.logger.removeHandler(handler)
     pipeline_keys = set(ds_config.get_pipeline_config({}))  # DeepSpeed's own pipeline keys
@@ -92,6 +98,8 @@ def load(text: str, dp: int, monkeypatch):
             continue
         if k[0] == "pipeline" and len(k) == 2 and k[1] in pipeline_keys:
             continue
+        if k == ("tensor_parallel", "autotp_size") and cfg.tensor_parallel_config.autotp_size == raw[k[0]][k[1]]:
+            continue  # read by the pydantic TPTrainingConfig
         unread.append(".".join(k))
     return cfg, unread, [r.getMessage() for r in records]
 
@@ -127,11 +135,15 @@ PLANS = [
 @pytest.mark.parametrize("model,gpus,gb,seq,pins", PLANS, ids=lambda x: " ".join(x) if isinstance(x, list) else None)
 def test_deepspeed_builds_its_config_from_the_emitted_json(model, gpus, gb, seq, pins, monkeypatch):
     e = emit("deepspeed", model, gpus, gb, seq, *pins)
-    cfg, unread, warnings = load(e.text, e.dp, monkeypatch)
+    autotp = e.tp > 1
+    cfg, unread, warnings = load(e.text, e.dp, monkeypatch, world=gpus if autotp else None)
     assert unread == [], f"keys DeepSpeed does not read: {unread}"
     assert warnings == []
-    # The values DeepSpeed settled on are the plan's.
-    assert cfg.train_batch_size == gb == e.micro_batch * e.grad_accum * e.dp
+    # The values DeepSpeed settled on are the plan's. Under AutoTP it counts its batch over every
+    # rank of a tensor-parallel group, which all see the same sequences.
+    assert gb == e.micro_batch * e.grad_accum * e.dp
+    assert cfg.train_batch_size == gb * (e.tp if autotp else 1)
+    assert cfg.tensor_parallel_config.autotp_size == (e.tp if autotp else 0)
     assert cfg.train_micro_batch_size_per_gpu == e.micro_batch
     assert cfg.gradient_accumulation_steps == e.grad_accum
     assert cfg.zero_optimization_stage == e.zero
@@ -212,3 +224,88 @@ def test_deepspeed_zero3_engine_holds_the_transformers_model(tmp_path):
     assert r.returncode == 0 and m, r.stdout[-3000:] + r.stderr[-3000:]
     params = json.loads(run_vram("estimate", TINY, "--json").stdout)["params"]
     assert (int(m.group(1)), int(m.group(2)), int(m.group(3))) == (params, params, 3)
+
+
+def test_autotp_rules_are_deepspeeds_own():
+    # The rules vram applies to a tensor-parallel plan, in the installed DeepSpeed: AutoTP reads
+    # `tensor_parallel.autotp_size` (runtime/tensor_parallel/config.py), initialize refuses a
+    # model-parallel unit with a pipeline, and AutoTP warns for ranks beyond the KV heads.
+    import inspect
+
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.tensor_parallel.config import TPTrainingConfig
+
+    assert "autotp_size" in TPTrainingConfig.model_fields
+    assert "mpu must be None with pipeline parallelism" in inspect.getsource(deepspeed.initialize)
+    assert "exceeds the model's key-value head count" in inspect.getsource(DeepSpeedEngine._apply_autotp_partitioning)
+    assert "AutoTP + ZeRO stage 3 is supported" in inspect.getsource(DeepSpeedEngine._configure_tensor_parallel_states)
+
+
+def run_autotp(e: Emitted, tmp_path, seq: int) -> list[dict]:
+    """The emitted config through deepspeed.initialize and one optimizer step, on as many CPU
+    processes as the plan has GPUs (gloo); each rank's report."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(e.text)
+    world = e.tp * e.pp * e.dp
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world), "--nnodes", "1",
+            "--master-port", str(__import__("test_torchrun").free_port()),
+            str(Path(__file__).with_name("deepspeed_autotp_step.py")), str(cfg), TINY, str(seq),
+        ],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+    )
+    found = re.findall(r"AUTOTP rank=(\d+) tp=(\d+) dp=(\d+) q_out=(\d+)/(\d+) batch=(\d+) micro=(\d+) accum=(\d+)", r.stdout)
+    assert r.returncode == 0 and len(found) == world, r.stdout[-3000:] + r.stderr[-3000:]
+    keys = ["rank", "tp", "dp", "q_rows", "rows", "batch", "micro", "accum"]
+    return [dict(zip(keys, map(int, f))) for f in found]
+
+
+@pytest.mark.parametrize("zero", ["1", "3"])
+def test_a_tensor_parallel_plan_trains_a_step_under_autotp(zero, tmp_path):
+    # Two CPU ranks, TP pinned at 2: the emitted config carries autotp_size, DeepSpeed shards
+    # the transformers model's linears over the two ranks and trains one step, and its batch is
+    # the plan's (counted over both ranks of the one tensor-parallel group).
+    e = emit("deepspeed", TINY, 2, 4, 64, "--tp", "2", "--zero", zero)
+    assert (e.tp, e.dp, e.zero) == (2, 1, int(zero)), e.label
+    raw = json.loads(e.text)
+    assert raw["tensor_parallel"] == {"autotp_size": 2} and "train_batch_size" not in raw
+    assert "AutoTP" in e.stderr
+    for rank in run_autotp(e, tmp_path, 64):
+        assert (rank["tp"], rank["dp"]) == (2, 1)
+        assert rank["q_rows"] * 2 == rank["rows"], "q_proj is sharded over the two ranks"
+        assert (rank["micro"], rank["accum"]) == (e.micro_batch, e.grad_accum)
+        assert rank["batch"] == 4 * 2
+
+
+def test_the_issue_example_emits_a_plan_deepspeed_accepts(monkeypatch):
+    # Issue 31: llama-3.1-70b on 64 H100s ranks a tp4 plan with sequence parallelism first, which
+    # AutoTP cannot run; vram says so and writes the fastest plan DeepSpeed runs, whose batch
+    # DeepSpeed accepts for the 64 ranks of the job.
+    config = str(ROOT / "crates/vram-model/data/catalog/llama-3.1-70b.json")
+    e = emit("deepspeed", config, 64, 512, 8192, gpu="h100")
+    assert "is not emitted" in e.stderr and "sequence parallelism" in e.stderr, e.stderr
+    assert " sp" not in f" {e.label} "
+    cfg, unread, warnings = load(e.text, e.dp, monkeypatch, world=64)
+    assert (unread, warnings) == ([], [])
+    assert e.micro_batch * e.grad_accum * e.dp == 512
+    assert cfg.train_batch_size == 512 * e.tp
+    assert cfg.tensor_parallel_config.autotp_size == (e.tp if e.tp > 1 else 0)
+
+
+@pytest.mark.parametrize(
+    "pins,rule",
+    [
+        (["--tp", "2", "--pp", "2", "--zero", "1"], "PipelineModule"),
+        (["--tp", "2", "--sequence-parallel"], "sequence parallelism"),
+    ],
+)
+def test_tensor_parallel_plans_autotp_cannot_run_are_refused(pins, rule):
+    r = run_vram(
+        "plan", TINY, "--gpu", "h100-80g", "--gpus", "4", "--global-batch", "8", "--seq", "64",
+        "--emit", "deepspeed", *pins,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert rule in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -81,7 +81,8 @@ fn read_lengths(arg: &str) -> Result<Vec<u64>> {
 pub fn run(a: &BatchArgs) -> Result<()> {
     let model = resolve_model(&a.model, &a.hub)?.model;
     let gpu = gpu::lookup(&a.gpu)?;
-    let setup = a.step.setup(&model)?;
+    // The step on the budget's GPU: its CUDA context and workspace, as `vram estimate` prices it.
+    let setup = a.step.setup_on(&model, Some(gpu))?;
     let lengths = read_lengths(&a.lengths)?;
     if a.max_batch == Some(0) {
         return Err(bad_input!("--max-batch must be at least 1"));

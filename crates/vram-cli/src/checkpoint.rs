@@ -33,8 +33,9 @@ pub struct CheckpointArgs {
     /// leaves after everything else of the step.
     #[arg(long, value_parser = parse_bytes)]
     budget: Option<u64>,
-    /// Memory units of the dynamic programme: more is closer to the exact optimum and slower
-    /// (time grows with stages³ × slots) [default: 2048, fewer beyond 53 stages].
+    /// Memory units of the dynamic programme, 8 to 8192: more is closer to the exact optimum and
+    /// slower (time grows with stages³ × slots) [default: 2048 up to 52 stages, fewer beyond,
+    /// at least 128].
     #[arg(long)]
     slots: Option<usize>,
     /// The step (precision, micro-batch, sequence, tensor/sequence parallelism, ...);
@@ -59,7 +60,7 @@ pub fn run(a: &CheckpointArgs) -> Result<()> {
     }
     let model = a.step.apply_to(resolve_model(&a.model, &a.hub)?.model)?;
     let gpu = gpu::lookup(&a.gpu)?;
-    let setup = a.step.setup(&model)?;
+    let setup = a.step.setup_on(&model, Some(gpu))?;
     let Mode::Train(tr) = setup.mode else {
         return Err(bad_input!(
             "vram checkpoint plans training recomputation; drop --inference"

@@ -236,14 +236,7 @@ fn serving_figures(
     let change = if c.starts {
         None
     } else {
-        capacity::cheapest_change(t, gpu, engine, &knobs).map(|(flags, f)| {
-            serving::CapacityChange {
-                flags,
-                max_model_len: f.max_model_len,
-                kv_cache_tokens: f.kv_cache_tokens,
-                max_concurrency: f.max_concurrency,
-            }
-        })
+        vram_plan::suggest::serving(t, gpu, engine, &knobs)
     };
     Ok(serving::CapacityFigures {
         device_bytes: c.total_bytes,

@@ -1,7 +1,7 @@
 //! Human-readable numbers.
 
 /// Bytes in binary units with three significant digits: `1.50 GiB`, `512 MiB`, `0 B`.
-pub use vram_monitor::view::bytes3 as bytes;
+pub use vram_model::fmt::bytes;
 
 /// An integer with thousands separators: `8,030,261,248`.
 pub use vram_model::fmt::thousands;

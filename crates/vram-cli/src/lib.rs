@@ -17,7 +17,7 @@ mod capacity;
 mod checkpoint;
 mod doctor;
 mod estimate;
-mod finetune;
+mod flags;
 mod fmt;
 mod input;
 mod monitor;
@@ -27,7 +27,6 @@ mod record;
 mod replay;
 mod report;
 mod serve;
-mod speed;
 mod top;
 mod trace;
 
@@ -91,7 +90,7 @@ enum Command {
     Record(record::RecordArgs),
     /// Serve a live web page and Prometheus /metrics on 127.0.0.1.
     Serve(serve::ServeArgs),
-    /// Render a recording, estimate, plan or replay as one offline HTML file.
+    /// Render a recording, estimate, plan, capacity or replay as one offline HTML file.
     Report(report::ReportArgs),
 }
 
@@ -115,9 +114,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn is_bad_input(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.is::<BadInput>() || c.is::<vram_model::Error>() || c.is::<vram_plan::Error>())
-        || monitor::exit_code(e) == 2
+    e.chain().any(|c| {
+        c.is::<BadInput>()
+            || c.is::<vram_model::Error>()
+            || c.is::<vram_plan::Error>()
+            || c.is::<vram_report::Error>()
+    }) || monitor::exit_code(e) == 2
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -22,7 +22,7 @@ use crate::monitor::{now_ms, open_source, parse_interval, BadInput, SourceArgs};
 pub struct RecordArgs {
     #[command(flatten)]
     pub source: SourceArgs,
-    /// Time between samples: 100ms, 1s, 2.5s, 1m.
+    /// Time between samples: 100ms, 1s, 2.5s, 1m (10ms to 1h).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Timeline file (JSON Lines). Appended to, never truncated.

@@ -51,7 +51,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
             PathBuf::from("vram-demo.html"),
         ),
     };
-    let (kind, html) = vram_monitor::report::render(&text, &name).with_context(|| name.clone())?;
+    let (kind, html) = vram_report::html::render(&text, &name).with_context(|| name.clone())?;
     let out = args.out.clone().unwrap_or(default_out);
     std::fs::write(&out, html).with_context(|| format!("cannot write {}", out.display()))?;
     eprintln!("vram report: wrote {} ({})", out.display(), kind.name());

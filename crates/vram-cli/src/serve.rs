@@ -28,7 +28,7 @@ pub struct ServeArgs {
     /// authentication.
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     pub bind: IpAddr,
-    /// Time between samples.
+    /// Time between samples: 100ms, 1s, 2.5s (10ms to 1h).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Samples kept for the charts.

@@ -64,7 +64,7 @@ pub struct TopArgs {
     /// Stop after this many samples (--json).
     #[arg(long)]
     pub count: Option<u64>,
-    /// Time between samples: 100ms, 1s, 2.5s.
+    /// Time between samples: 100ms, 1s, 2.5s (10ms to 1h).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Sort processes by this column.

@@ -205,8 +205,9 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "layouts known",
         ),
         (
+            // `--quantization` is `--weights`' alias: one flag, one vocabulary.
             vec!["llama-3-8b", "--quantization", "int3"],
-            "--quantization",
+            "invalid value 'int3' for '--weights",
         ),
         (
             vec![

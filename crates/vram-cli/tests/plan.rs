@@ -222,6 +222,10 @@ fn bad_input_exits_2_on_one_line() {
         with(&["--zero", "7"]),
         with(&["--cluster", "dgx-z"]),
         with(&["--schedule", "zigzag"]),
+        with(&["--schedule", "interleaved:0"]),
+        // Fine-tuning flags on a full-training plan would change nothing: refused.
+        with(&["--weights", "nf4"]),
+        with(&["--double-quant"]),
         vec![
             "plan",
             "resnet-50",

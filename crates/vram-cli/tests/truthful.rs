@@ -430,3 +430,416 @@ fn a_sampled_decode_is_said_everywhere_and_every_step_samples_nothing() {
         "{help}"
     );
 }
+
+/// The visible text of an HTML page with its markup removed (entities decoded), one line per
+/// element.
+fn page_text(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                out.push('\n');
+            }
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+}
+
+/// The `<p>` or `<li>` texts of the element with `id`.
+fn section<'a>(html: &'a str, id: &str) -> Option<&'a str> {
+    let start = html.find(&format!("id=\"{id}\""))?;
+    let rest = &html[start..];
+    let rest = &rest[rest.find('>')? + 1..];
+    let end = rest
+        .find("</ul>")
+        .into_iter()
+        .chain(rest.find("</p>"))
+        .min()
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// Issue 31 item 3: the text, `--json` and the HTML page of one estimate render one report. For
+/// a training step that does not fit (with its LoRA/QLoRA suggestions), an inference step (the
+/// context search's limit, the speed), gpt-oss (the attention that runs) and a QLoRA step: the
+/// setup line, the verdict, the fit searches, every suggestion and note read the same in the
+/// three, and the sizes the text prints are the JSON's figures.
+#[test]
+fn text_json_and_html_of_an_estimate_agree() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("estimate-agree");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: [&[&str]; 4] = [
+        &["llama-3-8b", "--gpu", "h100-80g"],
+        &["llama-3-8b", "--inference", "--gpu", "h100-80g"],
+        &["gpt-oss-20b", "--inference", "--context", "1024"],
+        &[
+            "llama-3-8b",
+            "--gpu",
+            "rtx-4090",
+            "--finetune",
+            "qlora",
+            "--micro-batch",
+            "64",
+        ],
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let mut a = vec!["estimate"];
+        a.extend_from_slice(case);
+        let (code, text, err) = vram(&a);
+        assert_eq!(code, 0, "{case:?}: {err}");
+        a.push("--json");
+        let (code, json, err) = vram(&a);
+        assert_eq!(code, 0, "{case:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["schema_version"], 1);
+        let jf = dir.join(format!("case{i}.json"));
+        let hf = dir.join(format!("case{i}.html"));
+        std::fs::write(&jf, &json).unwrap();
+        let (code, _, err) = vram(&[
+            "report",
+            jf.to_str().unwrap(),
+            "--out",
+            hf.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let html = std::fs::read_to_string(&hf).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        // The setup line.
+        let desc = v["description"].as_str().unwrap();
+        assert!(lines.contains(&desc), "{case:?}: {desc}");
+        assert_eq!(page_text(section(&html, "setup").unwrap()).trim(), desc);
+        // The verdict and the fit searches.
+        let verdict = lines
+            .iter()
+            .find(|l| l.starts_with("fits on ") || l.starts_with("does NOT fit on "))
+            .unwrap();
+        assert_eq!(
+            page_text(section(&html, "verdict").unwrap()).trim(),
+            *verdict
+        );
+        assert_eq!(v["fits"], verdict.starts_with("fits on "));
+        let fit: Vec<&str> = lines
+            .iter()
+            .filter(|l| {
+                l.starts_with("largest ")
+                    || l.starts_with("longest ")
+                    || l.starts_with("no micro-batch")
+                    || l.starts_with("not even")
+            })
+            .copied()
+            .collect();
+        assert!(!fit.is_empty(), "{case:?}");
+        let fit_html = page_text(section(&html, "fit").unwrap());
+        for l in &fit {
+            assert!(fit_html.contains(l), "{case:?}: {l} not on the page");
+        }
+        for key in ["max_micro_batch", "max_batch", "max_context"] {
+            if let Some(n) = v[key].as_u64() {
+                assert!(
+                    fit.iter().any(|l| l.contains(&format!(": {n}"))),
+                    "{case:?}: {key} {n}"
+                );
+            }
+        }
+        // Every suggestion, in the three.
+        let would: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.starts_with("would fit with "))
+            .copied()
+            .collect();
+        let n = v["suggestions"].as_array().map_or(0, Vec::len);
+        assert_eq!(would.len(), n, "{case:?}: {text}");
+        if n > 0 {
+            let s = page_text(section(&html, "suggestions").unwrap()).replace('\n', "");
+            for l in &would {
+                assert!(s.contains(l), "{case:?}: {l} not on the page");
+            }
+        }
+        // Every note, mechanism and detail line.
+        let notes: Vec<&str> = lines
+            .iter()
+            .filter(|l| {
+                l.starts_with("note: ")
+                    || l.starts_with("mechanism: ")
+                    || l.starts_with("weights as stored")
+                    || l.starts_with("cache after")
+                    || l.starts_with("assumed: ")
+                    || l.starts_with("models: ")
+            })
+            .copied()
+            .collect();
+        let notes_html = page_text(section(&html, "notes").unwrap());
+        for l in &notes {
+            assert!(notes_html.contains(l), "{case:?}: {l} not on the page");
+        }
+        let json_notes = v["notes"].as_array().unwrap();
+        assert_eq!(
+            json_notes.len(),
+            notes.iter().filter(|l| l.starts_with("note: ")).count(),
+            "{case:?}"
+        );
+        // The speed line.
+        if let Some(speed) = lines.iter().find(|l| l.starts_with("serving speed")) {
+            assert!(v["serving"].is_object());
+            assert_eq!(page_text(section(&html, "speed").unwrap()).trim(), *speed);
+        }
+        // The sizes of the text's table are the JSON's figures, and the page's.
+        for (label, key) in [
+            ("peak allocated", "peak_bytes"),
+            ("peak reserved", "reserved_bytes"),
+            ("device total", "total_bytes"),
+        ] {
+            let row = lines.iter().find(|l| l.starts_with(label)).unwrap();
+            let shown = row[22..35].trim();
+            assert_eq!(
+                shown,
+                vram_model::fmt::bytes(v[key].as_u64().unwrap()),
+                "{case:?}: {label}"
+            );
+            assert!(
+                html.contains(&format!("bytes\">{shown}</td>")),
+                "{case:?}: {label} {shown}"
+            );
+        }
+    }
+}
+
+/// Issue 31 item 5: `--timeline` under `--finetune` was silently absent from the output; it is
+/// refused in one line.
+#[test]
+fn timeline_under_finetune_is_refused() {
+    let (code, out, err) = vram(&["estimate", "llama-3-8b", "--finetune", "lora", "--timeline"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--timeline") && err.contains("--finetune lora"),
+        "{err}"
+    );
+}
+
+/// Issue 31 item 5: PEFT 0.21.2 refuses LoRA on a Mamba mixer's `out_proj` for Nemotron-H
+/// (`_check_lora_target_modules_mamba`); `all-linear` on Nemotron-3-Nano was estimated. It is
+/// refused with PEFT's reason and the targets PEFT accepts, which are estimated; the LoRA
+/// suggestions of a full step that does not fit name those targets.
+#[test]
+fn lora_targets_peft_refuses_are_refused_with_the_ones_it_accepts() {
+    let (code, out, err) = vram(&["estimate", "nemotron-3-nano-30b-a3b", "--finetune", "lora"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("refuses `out_proj`") && err.contains("incompatible with Mamba-based models"),
+        "{err}"
+    );
+    let accepted = err.rsplit("--lora-targets ").next().unwrap().trim();
+    assert!(
+        !accepted
+            .split(',')
+            .any(|t| t == "out_proj" || t == "conv1d"),
+        "{accepted}"
+    );
+    assert!(accepted.split(',').any(|t| t == "in_proj"), "{accepted}");
+    let (code, out, err) = vram(&[
+        "estimate",
+        "nemotron-3-nano-30b-a3b",
+        "--finetune",
+        "lora",
+        "--lora-targets",
+        accepted,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["trainable_params"].as_u64().unwrap() > 0);
+    // Explicit targets PEFT refuses are refused too; a model PEFT adapts freely is unaffected.
+    let (code, _, err) = vram(&[
+        "estimate",
+        "nemotron-3-nano-30b-a3b",
+        "--finetune",
+        "qlora",
+        "--lora-targets",
+        "q_proj,out_proj",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    // Mamba-2 (transformers' Mamba2ForCausalLM, a default config of the zoo) is in PEFT's list too.
+    let mamba2 = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/zoo/causal_lm/mamba2.json");
+    let (code, _, err) = vram(&[
+        "estimate",
+        mamba2.to_str().unwrap(),
+        "--finetune",
+        "lora",
+        "--gpu",
+        "h200",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("refuses `out_proj` on mamba2"), "{err}");
+    let (code, _, err) = vram(&[
+        "estimate",
+        "qwen3-next-80b-a3b",
+        "--finetune",
+        "qlora",
+        "--gpu",
+        "h200",
+    ]);
+    assert_eq!(
+        code, 0,
+        "Gated DeltaNet's out_proj is not PEFT's Mamba rule: {err}"
+    );
+    let (code, out, _) = vram(&[
+        "estimate",
+        "nemotron-3-nano-30b-a3b",
+        "--gpu",
+        "h100-80g",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let lora: Vec<&str> = v["suggestions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["flags"].as_str())
+        .filter(|f| f.contains("--finetune"))
+        .collect();
+    assert!(!lora.is_empty(), "{out}");
+    for f in lora {
+        assert!(f.contains(&format!("--lora-targets {accepted}")), "{f}");
+    }
+}
+
+/// Issue 31 item 5: `vram plan` needs `--gpu` or `--cluster`, and its usage line says so.
+#[test]
+fn plan_usage_names_gpu_or_cluster() {
+    let o = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(["plan", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    let usage = help.lines().find(|l| l.starts_with("Usage:")).unwrap();
+    assert!(
+        usage.contains("<--gpu <GPU>|--cluster <CLUSTER>>"),
+        "{usage}"
+    );
+    let (code, _, err) = vram(&[
+        "plan",
+        "gpt2",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq",
+        "64",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--gpu <GPU>|--cluster <CLUSTER>"), "{err}");
+    let (code, _, err) = vram(&[
+        "plan",
+        "gpt2",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq",
+        "64",
+    ]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// The help of each flag whose values come from the library's own lists names those values:
+/// what the parser accepts is what the help says (issue 31: `--engine-version` said "0.5 to
+/// 0.11" and accepted 0.20).
+#[test]
+fn help_texts_say_what_the_parsers_accept() {
+    let help = |cmd: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_vram"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let capacity = help("capacity");
+    for engine in [
+        vram_plan::capacity::Engine::Vllm,
+        vram_plan::capacity::Engine::Sglang,
+    ] {
+        let v = engine.versions();
+        let range = format!("{} {} to {}", engine.name(), v[0], v[v.len() - 1]);
+        assert!(
+            capacity.contains(&range),
+            "--engine-version help lacks {range}"
+        );
+        // Each version it names is accepted, and the one past the last is not.
+        let last = v[v.len() - 1];
+        let (code, _, err) = vram(&[
+            "capacity",
+            "gpt2",
+            "--engine",
+            engine.name(),
+            "--engine-version",
+            last,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let (minor, _) = last.rsplit_once('.').unwrap();
+        let next = format!(
+            "{minor}.{}",
+            last.rsplit('.').next().unwrap().parse::<u32>().unwrap() + 1
+        );
+        let (code, _, _) = vram(&[
+            "capacity",
+            "gpt2",
+            "--engine",
+            engine.name(),
+            "--engine-version",
+            &next,
+        ]);
+        assert_eq!(code, 2, "{next}");
+    }
+    // vLLM 0.11's block sizes, which `vram capacity` checks.
+    assert!(capacity.contains("1, 8, 16, 32, 64, 128"), "--block-size");
+    let estimate = help("estimate");
+    for w in vram_report::request::WEIGHTS_VALUES.split(", ") {
+        let w = w.split('[').next().unwrap();
+        if w != "bitsandbytes" && w != "mxfp4" {
+            assert!(estimate.contains(w), "--weights help lacks {w}");
+        }
+        let (code, _, err) = vram(&["capacity", "gpt2", "--quantization", w]);
+        assert!(
+            code == 0 || err.contains("not a storage vram capacity models"),
+            "{w}: {err}"
+        );
+    }
+    let plan = help("plan");
+    for p in vram_plan::cluster::PRESETS {
+        assert!(plan.contains(p.name), "--cluster help lacks {}", p.name);
+    }
+    // Defaults the help states in words are the ones the run takes.
+    let (_, out, _) = vram(&["capacity", "llama-3-8b", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(capacity.contains("[default: 0.9,"));
+    assert_eq!(v["memory_fraction"], 0.9);
+    assert!(capacity.contains("[default: vllm 0.11, sglang 0.5]"));
+    assert_eq!(v["engine_version"], "0.11");
+    // One flag for the weights' storage: `--quantization` is `--weights` under its other name.
+    let (_, a, _) = vram(&["capacity", "llama-3-8b", "--quantization", "fp8", "--json"]);
+    let (_, b, _) = vram(&["capacity", "llama-3-8b", "--weights", "fp8", "--json"]);
+    assert_eq!(a, b);
+    assert!(
+        !capacity.contains("--quantization <"),
+        "the alias is hidden"
+    );
+}

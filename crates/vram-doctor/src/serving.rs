@@ -105,22 +105,14 @@ pub struct CapacityFigures {
     /// KV-cache bytes per token of context per GPU, all layers.
     pub kv_bytes_per_token: u64,
     /// The cheapest single change with which the capacity model starts the engine at the
-    /// error's `max_model_len` (`vram_plan::capacity::cheapest_change`), if one does.
+    /// error's `max_model_len` (`vram_plan::suggest::serving`, the change `vram capacity`
+    /// offers too), if one does.
     pub change: Option<CapacityChange>,
 }
 
-/// A change that starts the engine, by the capacity model, with what it then holds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CapacityChange {
-    /// The flag and its value (`--kv-cache-dtype fp8`, `--tensor-parallel-size 2`).
-    pub flags: String,
-    /// The `max_model_len` it starts at.
-    pub max_model_len: u64,
-    /// Tokens the KV cache then holds.
-    pub kv_cache_tokens: u64,
-    /// Requests of `max_model_len` held at once.
-    pub max_concurrency: f64,
-}
+/// A change that starts the engine, by the capacity model, with what it then holds: the one
+/// type of every serving suggestion.
+pub use vram_plan::suggest::ServingChange as CapacityChange;
 
 /// A remedy for a serving start-up error.
 #[derive(Debug, Clone, PartialEq, Serialize)]

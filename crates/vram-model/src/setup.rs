@@ -2,12 +2,12 @@
 //!
 //! Every field has the default a user gets from the `vram` CLI when the flag is left out.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
 /// Numeric precision of the step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Precision {
     /// Everything in fp32.
@@ -39,7 +39,7 @@ impl Precision {
 ///
 /// The three engines hold the same 16 bytes of model state per parameter for Adam differently,
 /// and that changes when the bytes are live (see ARCHITECTURE.md, "mixed precision").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AmpStyle {
     /// PyTorch `torch.autocast`: fp32 weights and gradients; half copies of weights made in
@@ -55,7 +55,7 @@ pub enum AmpStyle {
 }
 
 /// The optimizer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Optimizer {
     /// Plain SGD: no state.
@@ -71,7 +71,7 @@ pub enum Optimizer {
 }
 
 /// Activation recomputation (checkpointing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Recompute {
     /// Store every activation backward needs.
@@ -83,7 +83,7 @@ pub enum Recompute {
 }
 
 /// Attention implementation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Attention {
     /// Explicit `softmax(QKᵀ)V`: stores the `s²` scores.
@@ -93,7 +93,7 @@ pub enum Attention {
 }
 
 /// What ZeRO moves to host memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Offload {
     /// Nothing.
@@ -105,7 +105,7 @@ pub enum Offload {
 }
 
 /// Pipeline schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Schedule {
     /// All micro-batches forward, then all backward.
@@ -117,7 +117,7 @@ pub enum Schedule {
 }
 
 /// Parallel layout of the job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parallel {
     /// Data-parallel degree.
     pub dp: u64,
@@ -147,7 +147,7 @@ impl Default for Parallel {
 }
 
 /// Memory outside the tensors a model allocates. All settable; printed with every estimate.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Overheads {
     /// CUDA context, kernels and library handles, outside the caching allocator (what
     /// `nvidia-smi` shows beyond `torch.cuda.memory_reserved()`).
@@ -178,7 +178,7 @@ pub struct Overheads {
 /// new tokens, and no shorter walk gives the same figures in general (the growing tensors
 /// circulate through the blocks the prefill left free, and how many stay there depends on every
 /// step; `tests/it/generate_replay.rs` shows it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DecodeReplay {
     /// Every decode step up to [`SAMPLED_DECODE_STEPS`] of them; beyond, that many: the first
@@ -197,7 +197,7 @@ pub enum DecodeReplay {
 pub const SAMPLED_DECODE_STEPS: u64 = 64;
 
 /// The caching allocator the step's tensors are replayed through (`--allocator`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Allocator {
     /// PyTorch's `CUDACachingAllocator` with default settings.
@@ -247,7 +247,7 @@ impl Default for Overheads {
 }
 
 /// A training step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Train {
     /// Sequences (or images) per micro-batch on one data-parallel rank.
     pub micro_batch: u64,
@@ -284,7 +284,7 @@ impl Default for Train {
 
 /// An inference step: one `generate` call (prefill of the prompt, then one forward per new
 /// token) with a KV cache.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Infer {
     /// Concurrent sequences.
     pub batch: u64,
@@ -307,7 +307,7 @@ impl Infer {
 }
 
 /// The KV cache of `generate` (transformers 5.x).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KvCache {
     /// `DynamicCache`, the default: each layer's keys and values grow by `torch.cat` at every
@@ -319,7 +319,7 @@ pub enum KvCache {
 }
 
 /// Training or inference.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// One optimizer step.
@@ -329,7 +329,7 @@ pub enum Mode {
 }
 
 /// Everything [`crate::estimate()`] needs besides the model.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Setup {
     /// Precision.
     pub precision: Precision,

@@ -27,12 +27,6 @@ pub enum MonitorError {
         /// What was wrong with it.
         message: String,
     },
-    /// The input of `vram report` is not a recording, estimate, plan or replay.
-    #[error("unrecognised input: {reason}")]
-    UnrecognisedInput {
-        /// Why it was not recognised.
-        reason: String,
-    },
     /// A simulated scenario is inconsistent (for example a process on a GPU
     /// that does not exist).
     #[error("invalid scenario: {reason}")]
@@ -59,7 +53,6 @@ impl MonitorError {
             self,
             MonitorError::NvmlUnavailable { .. }
                 | MonitorError::BadRecordLine { .. }
-                | MonitorError::UnrecognisedInput { .. }
                 | MonitorError::InvalidScenario { .. }
         )
     }

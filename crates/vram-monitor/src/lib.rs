@@ -1,8 +1,8 @@
-//! Live GPU memory per process, with history, a leak test, Prometheus text and
-//! self-contained HTML reports.
+//! Live GPU memory per process, with history, a leak test and Prometheus text.
 //!
-//! This crate is the library behind `vram top`, `vram record`, `vram serve` and
-//! `vram report`. It never prints; the CLI owns the terminal and exit codes.
+//! This crate is the library behind `vram top`, `vram record` and `vram serve` (`vram report`'s
+//! pages, a recording's included, are `vram-report`'s). It never prints; the CLI owns the
+//! terminal and exit codes.
 //!
 //! * [`Source`] is where samples come from: [`NvmlSource`] talks to the NVIDIA
 //!   driver through NVML, which is loaded **at run time** (nvml-wrapper uses
@@ -17,8 +17,7 @@
 //!   [`leak`] tests whether the floor of each process's memory keeps rising
 //!   (Mann-Kendall on per-stretch minima, the same test live and at the end).
 //! * [`prom`] renders the Prometheus text exposition format; [`web`] is the
-//!   live page served by `vram serve`; [`report`] renders one offline HTML
-//!   file for a recording, an estimate, a plan or a replay.
+//!   live page served by `vram serve`.
 //!
 //! ```
 //! use vram_monitor::{SimulatedSource, Source};
@@ -37,11 +36,9 @@ pub mod leak;
 mod nvml;
 pub mod procinfo;
 pub mod prom;
-pub mod report;
 mod sample;
 mod sim;
 mod source;
-pub mod svg;
 pub mod timeline;
 pub mod view;
 pub mod web;

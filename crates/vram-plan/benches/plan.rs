@@ -66,7 +66,7 @@ fn bench(c: &mut Criterion) {
                 ] {
                     let c = vram_plan::capacity::capacity(black_box(&t), h100, engine, &k);
                     if c.as_ref().is_ok_and(|c| !c.starts) {
-                        black_box(vram_plan::capacity::cheapest_change(&t, h100, engine, &k));
+                        black_box(vram_plan::suggest::serving(&t, h100, engine, &k));
                     }
                     black_box(c).ok();
                 }

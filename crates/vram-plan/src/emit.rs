@@ -187,6 +187,52 @@ fn shape(t: &Transformer) -> Shape {
     }
 }
 
+/// DeepSpeed 0.19.8's AutoTP, the way it trains a Hugging Face model with tensor parallelism
+/// (`tensor_parallel.autotp_size`: `deepspeed.initialize` shards the model's linears in
+/// `DeepSpeedEngine._configure_tensor_parallel`, runtime/engine.py). What it does not do:
+/// pipelines (a `PipelineModule` takes no AutoTP: `initialize` asserts `mpu is None` with
+/// pipeline parallelism), Megatron's sequence parallelism (its `LinearAllreduce` all-reduces
+/// whole activations, module_inject/layers.py), and attention shards for ranks beyond the
+/// key-value heads (`_apply_autotp_partitioning` warns they hold none, so the plan's per-GPU
+/// figures would not hold). ZeRO-3 is accepted: the AutoTP training tutorial
+/// (deepspeed.ai/tutorials/autotp-training) lists stages 0-2, but 0.19.8's engine runs it
+/// ("AutoTP + ZeRO stage 3 is supported for both inference and training",
+/// `_configure_tensor_parallel_states`), and `tests/engines/test_deepspeed.py` trains a step
+/// with it.
+fn autotp_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refusal> {
+    if p.tp <= 1 {
+        return Ok(());
+    }
+    let kv_heads = t.blocks.typical().kv_heads;
+    if p.pp > 1 {
+        return refuse(
+            engine,
+            "DeepSpeed 0.19.8 trains a Hugging Face model with tensor parallelism through AutoTP, \
+             which a pipeline's PipelineModule does not take (deepspeed.initialize asserts mpu is \
+             None with pipeline parallelism); use --pp 1 with --tp > 1",
+        );
+    }
+    if p.sequence_parallel {
+        return refuse(
+            engine,
+            "DeepSpeed 0.19.8's AutoTP has no Megatron sequence parallelism (its LinearAllreduce \
+             all-reduces whole activations, module_inject/layers.py); pin --no-sequence-parallel",
+        );
+    }
+    if p.tp > kv_heads {
+        return refuse(
+            engine,
+            format!(
+                "DeepSpeed 0.19.8's AutoTP gives ranks beyond the model's {} key-value heads no \
+                 attention shard (runtime/engine.py _apply_autotp_partitioning), so tp {} would not \
+                 hold the memory planned per GPU; pin --tp {} or lower",
+                kv_heads, p.tp, kv_heads
+            ),
+        );
+    }
+    Ok(())
+}
+
 /// Megatron-LM's (`megatron/training/arguments.py` `validate_args`, main of 2026-08-22) and
 /// megatron-core 0.16.1's (`TransformerConfig.__post_init__`) rules.
 fn megatron_rules(engine: Engine, p: &Plan, model: &Transformer) -> Result<(), Refusal> {
@@ -358,7 +404,10 @@ fn megatron_model_rules(
 /// the engine's rule.
 pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
     match engine {
-        Engine::Deepspeed => deepspeed_rules(engine, p),
+        Engine::Deepspeed => {
+            deepspeed_rules(engine, p)?;
+            autotp_rules(engine, p, job.model)
+        }
         Engine::Megatron => {
             megatron_model_rules(engine, job.model, &fields(job))?;
             megatron_rules(engine, p, job.model)
@@ -602,6 +651,28 @@ fn megatron_window(t: &Transformer) -> Result<Option<MegatronWindow>, String> {
     }))
 }
 
+/// What the user should know about the config [`emit`] writes for `p`: with AutoTP, DeepSpeed
+/// counts its batch over every rank (each rank of a tensor-parallel group is fed the same
+/// sequences: the engine checks it on the first batch, `check_dataloader_inputs_same_across_ranks`).
+pub fn notes(engine: Engine, p: &Plan, job: &Job<'_>) -> Vec<String> {
+    if engine != Engine::Deepspeed || p.tp <= 1 {
+        return Vec::new();
+    }
+    vec![format!(
+        "tensor parallelism {} through DeepSpeed's AutoTP: launch {} ranks and feed the {} ranks of \
+         each tensor-parallel group the same micro-batches; DeepSpeed then counts its \
+         train_batch_size over every rank ({} = {} x {} x {} ranks), {} distinct sequences a step",
+        p.tp,
+        p.tp * p.dp,
+        p.tp,
+        p.micro_batch * p.grad_accum * p.dp * p.tp,
+        p.micro_batch,
+        p.grad_accum,
+        p.dp * p.tp,
+        job.global_batch
+    )]
+}
+
 fn fields(job: &Job<'_>) -> ConfigFields {
     job.config
         .and_then(ConfigFields::read)
@@ -638,7 +709,6 @@ pub fn deepspeed(p: &Plan, job: &Job<'_>) -> String {
         zero["offload_param"] = serde_json::json!({"device": "cpu", "pin_memory": true});
     }
     let mut v = serde_json::json!({
-        "train_batch_size": job.global_batch,
         "train_micro_batch_size_per_gpu": p.micro_batch,
         "gradient_accumulation_steps": p.grad_accum,
         "bf16": {"enabled": p.precision == Precision::Bf16Amp || p.precision == Precision::Bf16},
@@ -646,9 +716,21 @@ pub fn deepspeed(p: &Plan, job: &Job<'_>) -> String {
         "zero_optimization": zero,
         "gradient_clipping": 1.0,
     });
+    if p.tp > 1 {
+        // AutoTP (see `autotp_rules`). DeepSpeedConfig has no model-parallel unit here, so it
+        // checks train_batch_size against every rank; it is left for DeepSpeed to derive
+        // (micro-batch × accumulation × ranks) rather than written as the job's distinct
+        // sequences, which it would refuse.
+        v["tensor_parallel"] = serde_json::json!({"autotp_size": p.tp});
+    } else {
+        // DeepSpeed checks train_batch_size = micro × accumulation × data-parallel world size.
+        v["train_batch_size"] = job.global_batch.into();
+    }
     if p.recompute != Recompute::None {
         v["activation_checkpointing"] = serde_json::json!({
-            "partition_activations": p.tp > 1,
+            // Partitioning needs Megatron's model-parallel unit; AutoTP's linears are not
+            // checkpointed through DeepSpeed's checkpointing API.
+            "partition_activations": false,
             "contiguous_memory_optimization": false,
             "number_checkpoints": p.recompute_layers,
         });

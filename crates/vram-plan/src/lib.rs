@@ -19,6 +19,10 @@
 //! - [`capacity`] is what vLLM or SGLang would log at start-up: weights per GPU, profiling
 //!   peak, CUDA graphs, the KV cache in bytes and tokens, concurrency, and whether it starts.
 //! - [`batching`] packs variable-length sequences into batches whose estimated peak fits.
+//! - [`suggest`] is every "would fit with …": the changes that make a step fit or a serving
+//!   engine start, for `vram estimate`, `vram capacity` and `vram doctor` alike.
+//! - [`context`] is the longest context an engine derives from a config (rope scaling).
+//! - [`lora`] plans LoRA/QLoRA jobs (DDP) and writes their PEFT/TRL configs.
 //! - [`emit`] writes a plan as a DeepSpeed config, Megatron-LM arguments, an accelerate YAML or
 //!   a torchrun + FSDP2 command.
 //!
@@ -39,12 +43,15 @@ pub mod batching;
 pub mod capacity;
 pub mod checkpoint;
 pub mod cluster;
+pub mod context;
 pub mod cost;
 pub mod eager;
 pub mod emit;
 mod error;
 pub mod generate;
+pub mod lora;
 pub mod search;
+pub mod suggest;
 
 pub use eager::Stack;
 pub use error::{Error, Result};

@@ -4,10 +4,17 @@ use crate::{chromium, run_chromium, scratch, text, vram};
 
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../vram-monitor/tests/data")
+        .join("../vram-report/tests/data")
         .join(name)
         .to_string_lossy()
         .into_owned()
+}
+
+/// Writes what `vram ARGS` prints into `out`.
+fn save(args: &[&str], out: &Path) {
+    let o = vram(args);
+    assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+    std::fs::write(out, &o.stdout).unwrap();
 }
 
 #[test]
@@ -49,13 +56,47 @@ fn report_of_a_recording_is_one_offline_html_file() {
 #[test]
 fn reports_of_estimate_plan_and_replay_json() {
     let d = scratch("report-json");
-    for (name, kind, needle) in [
-        ("estimate.json", "estimate", "Breakdown at peak"),
-        ("plan.json", "plan", "Parallelism plans"),
-        ("replay.json", "replay", "Peak reserved"),
+    let est = d.join("estimate.json");
+    save(&["estimate", "gpt2", "--json"], &est);
+    let plan = d.join("plan.json");
+    save(
+        &[
+            "plan",
+            "gpt2",
+            "--gpu",
+            "a100-80g",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "1024",
+            "--top",
+            "3",
+            "--json",
+        ],
+        &plan,
+    );
+    for (input, kind, needle) in [
+        (
+            est.to_string_lossy().into_owned(),
+            "estimate",
+            "Breakdown at peak",
+        ),
+        (
+            plan.to_string_lossy().into_owned(),
+            "plan",
+            "Parallelism plans",
+        ),
+        (fixture("replay.json"), "replay", "Peak reserved"),
     ] {
+        let name = Path::new(&input)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let out = d.join(format!("{name}.html"));
-        let o = vram(&["report", &fixture(name), "--out", out.to_str().unwrap()]);
+        let o = vram(&["report", &input, "--out", out.to_str().unwrap()]);
         assert!(o.status.success(), "{name}: {}", text(&o).1);
         assert!(text(&o).1.contains(&format!("({kind})")));
         assert!(
@@ -226,9 +267,12 @@ fn report_pages_read_well_in_headless_chromium_at_1280_px() {
             &[
                 "GPU: NVIDIA H100 80GB SXM (79.2 GiB)",
                 "training, bf16-amp",
-                "Does NOT fit",
+                "does NOT fit",
                 "GiB short",
                 "would fit with <code>",
+                // The LoRA and QLoRA steps the text suggests too.
+                "would fit with <code>--finetune lora</code>",
+                "would fit with <code>--finetune qlora</code>",
                 "headroom</td>",
                 headroom.as_str(),
                 "optimizer states",
@@ -378,4 +422,75 @@ fn plan_bars_of_different_plans_have_different_labels() {
     distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), 5, "{labels:?}");
+}
+
+/// Issue 31: the estimate page labelled two rows "weights" and printed "decode kernels
+/// 1506.0000". Every figure now has one name, and counts read as counts.
+#[test]
+fn estimate_page_names_each_figure_once_and_counts_read_as_counts() {
+    let d = scratch("report-labels");
+    let json = d.join("est.json");
+    save(
+        &[
+            "estimate",
+            "gpt-oss-20b",
+            "--inference",
+            "--context",
+            "1024",
+            "--json",
+        ],
+        &json,
+    );
+    let html = d.join("est.html");
+    let o = vram(&[
+        "report",
+        json.to_str().unwrap(),
+        "--out",
+        html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let page = std::fs::read_to_string(&html).unwrap();
+    for table in ["figures", "serving"] {
+        let body = page
+            .split(&format!("id=\"{table}\">"))
+            .nth(1)
+            .and_then(|r| r.split("</table>").next())
+            .unwrap_or_else(|| panic!("no table {table}"));
+        let labels: Vec<&str> = body
+            .split("<tr><td>")
+            .skip(1)
+            .map(|r| r.split("</td>").next().unwrap())
+            .collect();
+        assert!(labels.len() > 3, "{table}: {labels:?}");
+        let mut distinct = labels.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), labels.len(), "{table}: {labels:?}");
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let kernels = v["serving"]["decode_kernels"].as_f64().unwrap() as u64;
+    assert!(
+        page.contains(&format!(
+            "<td>kernels launched per decode step</td><td title=\"{kernels}\">{}</td>",
+            vram_model::fmt::thousands(kernels)
+        )),
+        "kernels as a count"
+    );
+    // No figure on the page is printed with four decimals (what the text never prints).
+    let visible: String = page
+        .split('>')
+        .map(|s| s.split('<').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        !visible
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .any(|w| w
+                .split_once('.')
+                .is_some_and(|(a, b)| !a.is_empty() && b.len() >= 4)),
+        "a figure with four decimals on the page"
+    );
+    // The attention that runs, as the text says it.
+    assert!(page.contains("attention eager"));
 }

@@ -244,6 +244,38 @@ pub fn sites(t: &Transformer) -> Vec<(Vec<Site>, u64)> {
     out
 }
 
+/// The module names PEFT refuses as LoRA targets on `t`: PEFT 0.21.2
+/// `tuners/tuners_utils.py::_check_lora_target_modules_mamba` raises for `out_proj` and `conv1d`
+/// on the model classes it knows as Mamba-based, which the reader marks on their Mamba2 mixers
+/// ([`crate::blocks::Mamba2::peft_refuses_out_proj`]). `None` where PEFT refuses nothing.
+pub fn peft_refused(t: &Transformer) -> Option<[&'static str; 2]> {
+    t.blocks
+        .kinds
+        .iter()
+        .any(|k| k.mixer.as_mamba2().is_some_and(|m| m.peft_refuses_out_proj))
+        .then_some(["out_proj", "conv1d"])
+}
+
+/// Where PEFT refuses some of `t`'s linears ([`peft_refused`]): the linears of `all-linear` it
+/// accepts, by name, in the model's order; `None` where `all-linear` is accepted as it is.
+pub fn peft_accepted_targets(t: &Transformer) -> Option<Vec<String>> {
+    let refused = peft_refused(t)?;
+    let mut v: Vec<String> = Vec::new();
+    for (ss, _) in sites(t) {
+        for s in ss {
+            let leaf = s.leaf().to_string();
+            if s.kind == SiteKind::Module
+                && s.component != Component::Head
+                && !refused.contains(&leaf.as_str())
+                && !v.contains(&leaf)
+            {
+                v.push(leaf);
+            }
+        }
+    }
+    Some(v)
+}
+
 /// Whether `path` matches one of PEFT's list targets or `llm_int8_skip_modules`: the whole name,
 /// or a suffix after a dot (`tuners_utils.py::check_target_module_exists`).
 fn matches(path: &str, target: &str) -> bool {
@@ -618,6 +650,19 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
             spec.targets.display(),
             t.name
         )));
+    }
+    if let Some(refused) = peft_refused(t) {
+        if let Some(a) = adapted.iter().find(|a| refused.contains(&a.site.leaf())) {
+            let leaf = a.site.leaf();
+            let accepted = peft_accepted_targets(t).unwrap_or_default();
+            return Err(Error::Setup(format!(
+                "--lora-targets {}: PEFT 0.21.2 refuses `{leaf}` on {} (tuners_utils.py::_check_lora_target_modules_mamba: \"Module '{leaf}' is incompatible with Mamba-based models\", incompatible: {}); the linears it accepts: --lora-targets {}",
+                spec.targets.display(),
+                t.model_type,
+                refused.join(", "),
+                accepted.join(",")
+            )));
+        }
     }
     if spec.dropout > 0.0 && adapted.iter().any(|a| a.site.kind != SiteKind::Module) {
         return Err(Error::Setup(format!(

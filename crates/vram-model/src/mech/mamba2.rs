@@ -26,6 +26,11 @@ pub struct Mamba2 {
     pub bias: bool,
     /// Bias on the convolution.
     pub conv_bias: bool,
+    /// PEFT refuses LoRA on this mixer's `out_proj` (and `conv1d`): PEFT 0.21.2
+    /// `tuners/tuners_utils.py::_check_lora_target_modules_mamba` raises for the model classes it
+    /// knows as Mamba-based (Nemotron-H, Falcon-H1, Mamba, Mamba2, FalconMamba). Set by the
+    /// config reader for those families; `false` for hybrids PEFT adapts freely (Granite 4).
+    pub peft_refuses_out_proj: bool,
 }
 
 impl Mamba2 {

@@ -388,6 +388,14 @@ impl Mixer {
         }
     }
 
+    /// The Mamba2 mixer it is, if it is one.
+    pub fn as_mamba2(&self) -> Option<&Mamba2> {
+        match self {
+            Mixer::Mamba2(m) => Some(m),
+            _ => None,
+        }
+    }
+
     /// The multi-head latent attention it is, if it is one.
     pub fn as_mla(&self) -> Option<&Mla> {
         match self {

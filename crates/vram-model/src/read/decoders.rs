@@ -1418,6 +1418,8 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
         chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(128),
         bias: c.bool("use_bias", false)?,
         conv_bias: c.bool("use_conv_bias", true)?,
+        // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists nemotron_h.
+        peft_refuses_out_proj: true,
     }));
     d.ffn = types
         .iter()
@@ -1488,6 +1490,8 @@ fn granite_hybrid(c: &Cfg) -> Result<Draft> {
         chunk: c.opt_u64(&["mamba_chunk_size"])?.unwrap_or(256),
         bias: c.bool("mamba_proj_bias", false)?,
         conv_bias: c.bool("mamba_conv_bias", true)?,
+        // Not in PEFT 0.21.2's `_check_lora_target_modules_mamba` list: adapted like any linear.
+        peft_refuses_out_proj: false,
     }));
     let shared = dense(c.opt_u64(&["shared_intermediate_size"])?.unwrap_or(1024));
     let e = c.count(&["num_local_experts"], 0)?;
@@ -2048,6 +2052,8 @@ fn mamba2(c: &Cfg) -> Result<Draft> {
         chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(256),
         bias: c.bool("use_bias", false)?,
         conv_bias: c.bool("use_conv_bias", true)?,
+        // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists mamba2.
+        peft_refuses_out_proj: true,
     }));
     d.layer_types = vec![LayerType::Linear; layers as usize];
     d.ffn = vec![FfnKind::None; layers as usize];

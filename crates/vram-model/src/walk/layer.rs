@@ -695,6 +695,7 @@ mod tests {
             chunk: 64,
             bias: false,
             conv_bias: true,
+            peft_refuses_out_proj: false,
         };
         let blk = block(Mixer::Mamba2(mb), Ffn::None, 256);
         for (s, real) in [(128u64, 2_901_234f64), (1024, 23_031_330.0)] {

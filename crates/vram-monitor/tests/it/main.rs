@@ -6,7 +6,6 @@ mod leak;
 mod nvml;
 mod procinfo;
 mod prom;
-mod report;
 mod sim;
 mod timeline;
 mod view;
@@ -19,12 +18,4 @@ pub fn demo_samples(n: u64) -> Vec<Sample> {
     (0..n)
         .map(|k| s.sample(1_700_000_000_000 + k * 1000).unwrap())
         .collect()
-}
-
-/// Read a fixture from `tests/data`.
-pub fn fixture(name: &str) -> String {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }

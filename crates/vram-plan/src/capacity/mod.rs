@@ -63,7 +63,6 @@ use vram_model::gpu::Gpu;
 use crate::error::{Error, Result};
 
 mod activation;
-mod advice;
 mod engine;
 mod kv_layout;
 mod layers;
@@ -73,7 +72,6 @@ mod startup;
 mod vllm;
 mod weights;
 
-pub use advice::cheapest_change;
 pub use kv_layout::KvGroup;
 pub use layers::{config_mamba_ssm_bytes, kv_bytes_per_token, layer_caches, LayerCache};
 pub use startup::{startup_error, StartupError};

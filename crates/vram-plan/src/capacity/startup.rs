@@ -39,7 +39,7 @@ pub(super) fn number_after(text: &str, key: &str) -> Option<f64> {
 
 /// Recognises a vLLM or SGLang start-up failure in `log` (a message or a whole log) and reads
 /// its figures; `None` when there is none. Pure: the doctor passes the text in, and then asks
-/// [`capacity`] and [`cheapest_change`] for the figures and the change that fixes it.
+/// [`capacity`] and [`crate::suggest::serving`] for the figures and the change that fixes it.
 pub fn startup_error(log: &str) -> Option<StartupError> {
     if log.contains("Not enough memory. Please try to increase --mem-fraction-static") {
         return Some(StartupError::SglangNotEnoughMemory);

@@ -1,9 +1,10 @@
-//! `capacity::cheapest_change` advises only changes the job has not made, named as the engine
+//! `suggest::serving` advises only changes the job has not made, named as the engine
 //! names them, that start it; `Knobs::derived_max_model_len` moves the length limit.
 
 use vram_model::arch::{Model, Transformer};
 use vram_model::{catalog, gpu};
-use vram_plan::capacity::{capacity, cheapest_change, Engine, Knobs, Quantization};
+use vram_plan::capacity::{capacity, Engine, Knobs, Quantization};
+use vram_plan::suggest;
 
 fn model(id: &str) -> Transformer {
     match catalog::lookup(id).unwrap() {
@@ -24,14 +25,19 @@ fn a_checkpoint_stored_in_fp8_is_never_told_to_quantize_to_fp8() {
         ..Knobs::default()
     };
     assert!(!capacity(&t, g, Engine::Vllm, &k).unwrap().starts);
-    let (flags, c) = cheapest_change(&t, g, Engine::Vllm, &k).expect("a change");
+    let c = suggest::serving(&t, g, Engine::Vllm, &k).expect("a change");
+    let flags = &c.flags;
     assert!(!flags.contains("--quantization"), "{flags}");
     assert!(
         !flags.contains("--tensor-parallel-size"),
         "TP 8 is the most tried: {flags}"
     );
     assert_eq!(flags, "--pipeline-parallel-size 2");
-    assert!(c.starts && c.max_model_len == 32768);
+    assert_eq!(c.max_model_len, 32768);
+    let changed = Knobs { pp: 2, ..k };
+    let started = capacity(&t, g, Engine::Vllm, &changed).unwrap();
+    assert!(started.starts);
+    assert_eq!(started.kv_cache_tokens, c.kv_cache_tokens);
 }
 
 #[test]
@@ -44,9 +50,13 @@ fn changes_already_made_are_not_offered_and_each_offer_starts() {
         gpu_memory_utilization: Some(0.865),
         ..Knobs::default()
     };
-    let (first, c) = cheapest_change(&t, g, Engine::Vllm, &base).unwrap();
-    assert_eq!(first, "--kv-cache-dtype fp8");
-    assert!(c.starts);
+    let first = suggest::serving(&t, g, Engine::Vllm, &base).unwrap();
+    assert_eq!(first.flags, "--kv-cache-dtype fp8");
+    let fp8 = Knobs {
+        kv_bytes: Some(1),
+        ..base
+    };
+    assert!(capacity(&t, g, Engine::Vllm, &fp8).unwrap().starts);
     // With the KV cache already fp8 and the weights fp8, only more parallelism remains.
     let made = Knobs {
         kv_bytes: Some(1),
@@ -55,7 +65,8 @@ fn changes_already_made_are_not_offered_and_each_offer_starts() {
         gpu_memory_utilization: Some(0.3),
         ..base
     };
-    if let Some((flags, c)) = cheapest_change(&t, g, Engine::Vllm, &made) {
+    if let Some(c) = suggest::serving(&t, g, Engine::Vllm, &made) {
+        let flags = &c.flags;
         assert!(
             flags.starts_with("--tensor-parallel-size ")
                 || flags.starts_with("--pipeline-parallel-size "),
@@ -63,7 +74,7 @@ fn changes_already_made_are_not_offered_and_each_offer_starts() {
         );
         let n: u64 = flags.rsplit(' ').next().unwrap().parse().unwrap();
         assert!(n > 2 || flags.starts_with("--pipeline"), "{flags}");
-        assert!(c.starts);
+        assert!(c.max_concurrency > 0.0);
     }
 }
 

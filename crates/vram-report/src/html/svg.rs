@@ -1,4 +1,4 @@
-//! Tiny inline-SVG charts for offline HTML reports. No scripts, no fonts, no
+//! Tiny inline-SVG charts for the offline HTML reports. No scripts, no fonts, no
 //! external references: every chart is a self-contained `<svg>` element.
 
 use std::fmt::Write;

@@ -1,0 +1,369 @@
+//! What would make a job fit: the one place every "would fit with …" comes from.
+//!
+//! `vram estimate` (a training step, an inference step, a LoRA/QLoRA step), `vram capacity`
+//! (a serving engine that does not start) and `vram doctor` (a serving start-up error) all ask
+//! this module; the report (`vram-report`) carries what it answers and every output renders it.
+//!
+//! Each suggestion is a change the job has not made (a try that leaves the setup as the user gave
+//! it, or as an earlier try has it, is dropped), named as the flag the user would type, and kept
+//! only if the model says it fits (the step's allocator replay, or the engine's start-up
+//! arithmetic) with the figure that decided it.
+
+use serde::{Deserialize, Serialize};
+use vram_model::arch::{Model, Transformer};
+use vram_model::finetune::step::{self, FinetuneSpec, Method};
+use vram_model::finetune::{LoraSpec, Targets, WeightFormat};
+use vram_model::gpu::Gpu;
+use vram_model::setup::{self, Mode, Setup, Train};
+
+use crate::capacity::{self, Engine, Knobs, Quantization};
+
+/// One change that makes a step fit the GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suggestion {
+    /// The flags to add or change, as `vram estimate` takes them (`--recompute full`).
+    pub flags: String,
+    /// What the change amounts to, where the flags alone do not say it (the adapters a
+    /// `--finetune lora` suggestion trains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The device total with the change (what nvidia-smi would show), bytes.
+    pub total_bytes: u64,
+}
+
+impl Suggestion {
+    /// The flags with their detail, as the text prints them: `--finetune lora (r=16 all-linear,
+    /// 41,943,040 trainable)`.
+    pub fn label(&self) -> String {
+        match &self.detail {
+            Some(d) => format!("{} ({d})", self.flags),
+            None => self.flags.clone(),
+        }
+    }
+}
+
+/// What [`step`] tried, named for the line printed when nothing fits.
+pub const STEP_TRIES: &str = "recompute, 8-bit Adam, ZeRO-3 over 8 GPUs, offload, TP 2-8";
+
+/// Changes of one or two knobs that make a full training or inference step of `model` fit in
+/// `cap` bytes, with the device total each gives (at most three), followed for training by the
+/// LoRA and QLoRA steps that fit ([`lora_alternatives`]).
+///
+/// Training tries full recomputation, 8-bit Adam, both, ZeRO-3 (over 8 data-parallel GPUs when
+/// fewer are given), ZeRO-3 with recomputation, and optimizer offload under ZeRO; inference an
+/// fp8 KV cache and tensor parallelism 2, 4, 8. Each is decided by
+/// [`vram_model::estimate::fits`] (at most two allocator replays, none where the peak walk
+/// refuses) before its device total is estimated.
+pub fn step(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
+    let mut out = step_changes(model, setup, cap);
+    if let Mode::Train(_) = setup.mode {
+        out.extend(lora_alternatives(model, setup, cap));
+    }
+    out
+}
+
+fn step_changes(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
+    let mut tries: Vec<(&str, Setup)> = Vec::new();
+    let with_train = |f: &dyn Fn(&mut Train)| {
+        let mut s = *setup;
+        if let Mode::Train(t) = &mut s.mode {
+            f(t);
+        }
+        s
+    };
+    match setup.mode {
+        Mode::Train(t) => {
+            if t.recompute != setup::Recompute::Full {
+                tries.push((
+                    "--recompute full",
+                    with_train(&|t| t.recompute = setup::Recompute::Full),
+                ));
+            }
+            if t.optimizer == setup::Optimizer::Adamw {
+                tries.push((
+                    "--optimizer adam8bit",
+                    with_train(&|t| t.optimizer = setup::Optimizer::Adam8bit),
+                ));
+                tries.push((
+                    "--optimizer adam8bit --recompute full",
+                    with_train(&|t| {
+                        t.optimizer = setup::Optimizer::Adam8bit;
+                        t.recompute = setup::Recompute::Full;
+                    }),
+                ));
+            }
+            if setup.parallel.zero < 3 {
+                let mut s = with_train(&|t| t.amp_style = None);
+                s.parallel.zero = 3;
+                let flags = if s.parallel.dp < 8 {
+                    s.parallel.dp = 8;
+                    "--zero 3 --dp 8"
+                } else {
+                    "--zero 3"
+                };
+                tries.push((flags, s));
+                if t.recompute != setup::Recompute::Full {
+                    let mut r = s;
+                    if let Mode::Train(t) = &mut r.mode {
+                        t.recompute = setup::Recompute::Full;
+                    }
+                    tries.push((
+                        if s.parallel.dp == setup.parallel.dp {
+                            "--zero 3 --recompute full"
+                        } else {
+                            "--zero 3 --dp 8 --recompute full"
+                        },
+                        r,
+                    ));
+                }
+            }
+            if setup.parallel.zero >= 1 && t.offload == setup::Offload::None {
+                tries.push((
+                    "--offload optimizer",
+                    with_train(&|t| t.offload = setup::Offload::Optimizer),
+                ));
+            }
+        }
+        Mode::Infer(i) => {
+            if i.kv_bytes > 1 {
+                let mut s = *setup;
+                if let Mode::Infer(i) = &mut s.mode {
+                    i.kv_bytes = 1;
+                }
+                tries.push(("--kv-dtype fp8", s));
+            }
+            for (tp, flags) in [(2, "--tp 2"), (4, "--tp 4"), (8, "--tp 8")] {
+                if tp > setup.parallel.tp {
+                    let mut s = *setup;
+                    s.parallel.tp = tp;
+                    tries.push((flags, s));
+                }
+            }
+        }
+    }
+    // Suggest changes only: a try that leaves the setup as the user gave it, or as an earlier
+    // try has it, says nothing new.
+    let mut seen = vec![*setup];
+    tries.retain(|(_, s)| {
+        let new = !seen.contains(s);
+        seen.push(*s);
+        new
+    });
+    tries
+        .into_iter()
+        .filter_map(|(flags, s)| {
+            // `fits` decides in at most two allocator replays (none where the peak walk
+            // refuses); only a change that fits pays for the search of its device total.
+            if !vram_model::estimate::fits(model, &s, cap).unwrap_or(false) {
+                return None;
+            }
+            vram_model::estimate(model, &s)
+                .ok()
+                .filter(|e| e.fits(cap))
+                .map(|e| Suggestion {
+                    flags: flags.to_string(),
+                    detail: None,
+                    total_bytes: e.total_bytes,
+                })
+        })
+        .take(3)
+        .collect()
+}
+
+/// The LoRA a suggestion trains: PEFT's r=16 on every linear PEFT accepts for the model
+/// (`all-linear`, or the list [`vram_model::finetune::peft_accepted_targets`] gives where PEFT
+/// refuses a linear of the model), TRL's defaults otherwise.
+fn suggested_lora(model: &Model) -> LoraSpec {
+    let targets = match model {
+        Model::Transformer(t) => {
+            vram_model::finetune::peft_accepted_targets(t).map_or(Targets::AllLinear, Targets::List)
+        }
+        _ => Targets::AllLinear,
+    };
+    LoraSpec {
+        rank: 16,
+        alpha: 32,
+        dropout: 0.0,
+        targets,
+    }
+}
+
+/// LoRA and QLoRA steps (PEFT r=16 on every linear PEFT accepts, TRL's `SFTTrainer` defaults:
+/// gradient checkpointing, one GPU) that fit where the full training step of `setup` does not.
+pub fn lora_alternatives(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
+    let Mode::Train(t) = setup.mode else {
+        return Vec::new();
+    };
+    let mut s = *setup;
+    s.parallel = setup::Parallel::default();
+    s.mode = Mode::Train(Train {
+        recompute: setup::Recompute::None,
+        recompute_layers: None,
+        amp_style: None,
+        offload: setup::Offload::None,
+        ..t
+    });
+    let lora = suggested_lora(model);
+    let mut out = Vec::new();
+    for (flags, method, weights) in [
+        ("--finetune lora", Method::Lora, WeightFormat::Bf16),
+        ("--finetune qlora", Method::Qlora, WeightFormat::Nf4),
+    ] {
+        let spec = FinetuneSpec {
+            method,
+            weights,
+            double_quant: false,
+            lora: lora.clone(),
+            skip_modules: Vec::new(),
+            prepare_kbit: false,
+            gradient_checkpointing: true,
+        };
+        if let Ok(e) = step::estimate(model, &s, &spec) {
+            if e.fits(cap) {
+                let trainable = vram_model::fmt::thousands(e.trainable_params);
+                let (flags, detail) = match &lora.targets {
+                    Targets::AllLinear => (
+                        flags.to_string(),
+                        format!("r=16 all-linear, {trainable} trainable"),
+                    ),
+                    // The linears PEFT accepts, named in the flags.
+                    t => (
+                        format!("{flags} --lora-targets {}", t.display()),
+                        format!("r=16, {trainable} trainable"),
+                    ),
+                };
+                out.push(Suggestion {
+                    flags,
+                    detail: Some(detail),
+                    total_bytes: e.total_bytes,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// What [`finetune`] tried, named for the line printed when nothing fits.
+pub const FINETUNE_TRIES: &str = "gradient checkpointing, QLoRA nf4, rank 8";
+
+/// Changes that make a LoRA/QLoRA step (`spec` on `setup`) fit in `cap` bytes: gradient
+/// checkpointing where it is off, QLoRA on an nf4 base where the base is half precision, a
+/// smaller rank; each one the job has not made, kept only if its step fits.
+pub fn finetune(model: &Model, setup: &Setup, spec: &FinetuneSpec, cap: u64) -> Vec<Suggestion> {
+    let mut tries: Vec<(String, FinetuneSpec)> = Vec::new();
+    if !spec.gradient_checkpointing {
+        tries.push((
+            "drop --no-gradient-checkpointing".into(),
+            FinetuneSpec {
+                gradient_checkpointing: true,
+                ..spec.clone()
+            },
+        ));
+    }
+    if spec.method == Method::Lora {
+        tries.push((
+            "--finetune qlora".into(),
+            FinetuneSpec {
+                method: Method::Qlora,
+                weights: WeightFormat::Nf4,
+                ..spec.clone()
+            },
+        ));
+    }
+    if spec.lora.rank > 8 {
+        tries.push((
+            "--lora-rank 8".into(),
+            FinetuneSpec {
+                lora: LoraSpec {
+                    rank: 8,
+                    alpha: spec.lora.alpha,
+                    ..spec.lora.clone()
+                },
+                ..spec.clone()
+            },
+        ));
+    }
+    tries
+        .into_iter()
+        .filter(|(_, s)| s != spec)
+        .filter_map(|(flags, s)| {
+            let e = step::estimate(model, setup, &s).ok()?;
+            e.fits(cap).then_some(Suggestion {
+                flags,
+                detail: None,
+                total_bytes: e.total_bytes,
+            })
+        })
+        .take(3)
+        .collect()
+}
+
+/// A change that starts a serving engine, with what the pool then holds: what `vram capacity`
+/// offers as its cheapest change and what `vram doctor` offers for a start-up error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServingChange {
+    /// The flag and its value, as the engine names it (`--kv-cache-dtype fp8`,
+    /// `--tensor-parallel-size 2`).
+    pub flags: String,
+    /// The `max_model_len` it starts at (the asked one).
+    pub max_model_len: u64,
+    /// Tokens the KV cache then holds.
+    pub kv_cache_tokens: u64,
+    /// Requests of `max_model_len` held at once.
+    pub max_concurrency: f64,
+}
+
+/// What [`serving`] tried, named for the line printed when nothing starts the engine.
+pub const SERVING_TRIES: &str = "fp8 KV cache, fp8 weights, TP 2-8, PP 2-4";
+
+/// The cheapest change that makes a job that does not start start, each tried alone at the same
+/// `max_model_len` and kept only if its own run starts: an fp8 KV cache (named as the engine
+/// names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
+/// quantized), more tensor parallelism (2, 4, 8, dividing the heads), then pipeline stages (2,
+/// 4: another node). Only changes the job has not already made. `None` if none starts it (a lower
+/// `max_model_len` is always [`capacity::Capacity::max_model_len_that_fits`]).
+pub fn serving(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Option<ServingChange> {
+    let mut tries: Vec<(String, Knobs)> = Vec::new();
+    if knobs.kv_bytes.unwrap_or(knobs.dtype_bytes) > 1 {
+        let mut k = *knobs;
+        k.kv_bytes = Some(1);
+        let name = match engine {
+            Engine::Vllm => "fp8",
+            // SGLang 0.5.3 `server_args.py`: choices auto, fp8_e5m2, fp8_e4m3.
+            Engine::Sglang => "fp8_e4m3",
+        };
+        tries.push((format!("--kv-cache-dtype {name}"), k));
+    }
+    if knobs.quantization == Quantization::None
+        && t.blocks.storage.quant == vram_model::blocks::Quant::None
+    {
+        let mut k = *knobs;
+        k.quantization = Quantization::Fp8;
+        tries.push(("--quantization fp8".into(), k));
+    }
+    for tp in [2, 4, 8] {
+        if tp > knobs.tp && t.blocks.typical().heads % tp == 0 {
+            let mut k = *knobs;
+            k.tp = tp;
+            tries.push((format!("--tensor-parallel-size {tp}"), k));
+        }
+    }
+    for pp in [2, 4] {
+        if pp > knobs.pp && pp <= t.layers() {
+            let mut k = *knobs;
+            k.pp = pp;
+            tries.push((format!("--pipeline-parallel-size {pp}"), k));
+        }
+    }
+    tries.into_iter().find_map(|(flags, k)| {
+        capacity::capacity(t, gpu, engine, &k)
+            .ok()
+            .filter(|c| c.starts)
+            .map(|c| ServingChange {
+                flags,
+                max_model_len: c.max_model_len,
+                kv_cache_tokens: c.kv_cache_tokens,
+                max_concurrency: c.max_concurrency,
+            })
+    })
+}

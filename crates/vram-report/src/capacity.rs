@@ -1,0 +1,672 @@
+//! `vram capacity`: what vLLM or SGLang would log at start-up for a model on a GPU, whether it
+//! starts, and what to change when it does not ([`vram_plan::capacity`]).
+
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+use vram_model::arch::Model;
+use vram_model::fmt::{bytes, thousands};
+use vram_model::gpu::Gpu;
+use vram_plan::capacity::{self, Capacity, Engine, Knobs, Quantization};
+use vram_plan::suggest::{self, ServingChange};
+
+use crate::error::{input, Result};
+use crate::estimate::ModelInput;
+use crate::parts::GpuRef;
+use crate::request::Weights;
+use crate::{Kind, SCHEMA_VERSION};
+
+/// `--kv-cache-dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvCacheDtype {
+    /// The model's dtype.
+    Auto,
+    /// FP8 (e4m3 by default).
+    Fp8,
+    /// FP8 e4m3.
+    Fp8E4m3,
+    /// FP8 e5m2.
+    Fp8E5m2,
+    /// bfloat16 (vLLM only).
+    Bfloat16,
+}
+
+impl KvCacheDtype {
+    /// The flag's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCacheDtype::Auto => "auto",
+            KvCacheDtype::Fp8 => "fp8",
+            KvCacheDtype::Fp8E4m3 => "fp8_e4m3",
+            KvCacheDtype::Fp8E5m2 => "fp8_e5m2",
+            KvCacheDtype::Bfloat16 => "bfloat16",
+        }
+    }
+}
+
+/// `--dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dtype {
+    /// The config's dtype (bf16 for the catalog's models).
+    Auto,
+    /// bfloat16.
+    Bfloat16,
+    /// float16.
+    Float16,
+    /// float32.
+    Float32,
+}
+
+/// What `vram capacity` was asked: the engine's flags, named as the engine names them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityRequest {
+    /// `--engine`.
+    pub engine: Engine,
+    /// `--engine-version`.
+    pub engine_version: Option<String>,
+    /// `--gpu`.
+    pub gpu: &'static Gpu,
+    /// vLLM `--gpu-memory-utilization`.
+    pub gpu_memory_utilization: Option<f64>,
+    /// `--max-model-len` (SGLang `--context-length`).
+    pub max_model_len: Option<u64>,
+    /// vLLM `--max-num-seqs`.
+    pub max_num_seqs: Option<u64>,
+    /// vLLM `--max-num-batched-tokens`.
+    pub max_num_batched_tokens: Option<u64>,
+    /// `--kv-cache-dtype`.
+    pub kv_cache_dtype: KvCacheDtype,
+    /// `--tensor-parallel-size`.
+    pub tensor_parallel_size: u64,
+    /// `--pipeline-parallel-size`.
+    pub pipeline_parallel_size: u64,
+    /// `--data-parallel-size` (SGLang `--dp-size`).
+    pub data_parallel_size: u64,
+    /// vLLM `--enable-expert-parallel`.
+    pub enable_expert_parallel: bool,
+    /// SGLang `--ep-size`.
+    pub ep_size: Option<u64>,
+    /// SGLang `--enable-dp-attention`.
+    pub enable_dp_attention: bool,
+    /// vLLM's `VLLM_USE_V1` (0 or 1; `None`: the version's own choice).
+    pub vllm_use_v1: Option<u8>,
+    /// `--enforce-eager` (SGLang `--disable-cuda-graph`).
+    pub enforce_eager: bool,
+    /// `--block-size` (SGLang `--page-size`).
+    pub block_size: Option<u64>,
+    /// `--weights` (alias `--quantization`; `None`: the config's `quantization_config`).
+    pub weights: Option<Weights>,
+    /// `--dtype`.
+    pub dtype: Dtype,
+    /// SGLang `--mem-fraction-static`.
+    pub mem_fraction_static: Option<f64>,
+    /// SGLang `--max-total-tokens`.
+    pub max_total_tokens: Option<u64>,
+    /// SGLang `--chunked-prefill-size`.
+    pub chunked_prefill_size: Option<u64>,
+    /// SGLang `--cuda-graph-max-bs`.
+    pub cuda_graph_max_bs: Option<u64>,
+}
+
+/// The engine's start-up on one GPU of the job: what it would log, the per-GPU memory, the KV
+/// cache, whether it starts, the longest `max_model_len` that would, and the cheapest change
+/// that starts it at the asked length. `--json` is this object (`schema_version` 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityReport {
+    /// The version of this format.
+    pub schema_version: u32,
+    /// `capacity`.
+    pub kind: Kind,
+    /// The model's name.
+    pub model: String,
+    /// The setup line the text prints first.
+    pub description: String,
+    /// `--kv-cache-dtype` as the setup line names it.
+    pub kv_cache_dtype: String,
+    /// The GPU.
+    pub gpu: GpuRef,
+    /// The engine's figures.
+    #[serde(flatten)]
+    pub capacity: CapacityFigures,
+    /// When it does not start: the cheapest change that starts it at `max_model_len` (null:
+    /// none of those tried).
+    pub cheapest_change: Option<ServingChange>,
+}
+
+/// What the engine would do at start-up (`vram_plan::capacity::Capacity`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityFigures {
+    /// `vllm` or `sglang`.
+    pub engine: String,
+    /// The version whose rules apply.
+    pub engine_version: String,
+    /// The device total the engine sees.
+    pub total_bytes: u64,
+    /// The budget (vLLM `total × gpu_memory_utilization`; SGLang's static part).
+    pub budget_bytes: u64,
+    /// `gpu_memory_utilization` or `mem_fraction_static` in force.
+    pub memory_fraction: f64,
+    /// Weights on one GPU.
+    pub weights_bytes: u64,
+    /// Memory outside PyTorch the budget sees grow.
+    pub non_torch_bytes: u64,
+    /// Peak of the profiling run above the weights.
+    pub activation_peak_bytes: u64,
+    /// CUDA-graph memory.
+    pub cuda_graph_bytes: u64,
+    /// Whether the CUDA graphs are inside the budget.
+    pub cuda_graph_in_budget: bool,
+    /// The KV cache pool.
+    pub kv_cache_bytes: u64,
+    /// Tokens the pool holds.
+    pub kv_cache_tokens: u64,
+    /// Blocks (vLLM) or pages (SGLang).
+    pub kv_cache_blocks: u64,
+    /// The pool per layer kind.
+    pub kv_groups: Vec<KvGroup>,
+    /// Requests of `max_model_len` held at once.
+    pub max_concurrency: f64,
+    /// `max_model_len` in force.
+    pub max_model_len: u64,
+    /// vLLM `max_num_seqs` / SGLang `cuda_graph_max_bs`.
+    pub max_num_seqs: u64,
+    /// vLLM `max_num_batched_tokens` / SGLang `chunked_prefill_size`.
+    pub max_num_batched_tokens: u64,
+    /// Whether the engine starts.
+    pub starts: bool,
+    /// The largest `max_model_len` one request of which fits the pool.
+    pub max_model_len_that_fits: u64,
+    /// The lines the engine would log at start-up.
+    pub log: Vec<String>,
+    /// What is estimated rather than read from the engine's source.
+    pub assumes: Vec<String>,
+}
+
+/// One kind of layer in the engine's KV cache (`vram_plan::capacity::KvGroup`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvGroup {
+    /// `full`, `sliding`, `mla` or `state`.
+    pub kind: String,
+    /// Layers of this kind on the most loaded GPU.
+    pub layers: u64,
+    /// vLLM KV-cache groups of this kind.
+    pub groups: u64,
+    /// Layers per group.
+    pub layers_per_group: u64,
+    /// Tokens per block.
+    pub block_size: u64,
+    /// Bytes of one block of one layer as allocated.
+    pub page_bytes: u64,
+    /// Bytes the layer's own spec needs per block.
+    pub spec_page_bytes: u64,
+    /// Sliding window.
+    pub window: Option<u64>,
+    /// Blocks one request takes in each group of this kind.
+    pub blocks_per_request: u64,
+    /// SGLang's state pool: the requests it holds.
+    pub state_slots: Option<u64>,
+}
+
+impl From<&Capacity> for CapacityFigures {
+    fn from(c: &Capacity) -> Self {
+        CapacityFigures {
+            engine: c.engine.name().into(),
+            engine_version: c.engine_version.clone(),
+            total_bytes: c.total_bytes,
+            budget_bytes: c.budget_bytes,
+            memory_fraction: c.memory_fraction,
+            weights_bytes: c.weights_bytes,
+            non_torch_bytes: c.non_torch_bytes,
+            activation_peak_bytes: c.activation_peak_bytes,
+            cuda_graph_bytes: c.cuda_graph_bytes,
+            cuda_graph_in_budget: c.cuda_graph_in_budget,
+            kv_cache_bytes: c.kv_cache_bytes,
+            kv_cache_tokens: c.kv_cache_tokens,
+            kv_cache_blocks: c.kv_cache_blocks,
+            kv_groups: c
+                .kv_groups
+                .iter()
+                .map(|g| KvGroup {
+                    kind: g.kind.into(),
+                    layers: g.layers,
+                    groups: g.groups,
+                    layers_per_group: g.layers_per_group,
+                    block_size: g.block_size,
+                    page_bytes: g.page_bytes,
+                    spec_page_bytes: g.spec_page_bytes,
+                    window: g.window,
+                    blocks_per_request: g.blocks_per_request,
+                    state_slots: g.state_slots,
+                })
+                .collect(),
+            max_concurrency: c.max_concurrency,
+            max_model_len: c.max_model_len,
+            max_num_seqs: c.max_num_seqs,
+            max_num_batched_tokens: c.max_num_batched_tokens,
+            starts: c.starts,
+            max_model_len_that_fits: c.max_model_len_that_fits,
+            log: c.log.clone(),
+            assumes: c.assumes.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// `quantization_config.quant_method` of the model's config.json, if any.
+fn config_quantization(config: &serde_json::Value) -> Result<Option<Quantization>> {
+    match config["quantization_config"]["quant_method"].as_str() {
+        None => Ok(None),
+        Some(m) => Quantization::parse(m).map(Some).ok_or_else(|| {
+            input(format!("the config's quantization_config.quant_method `{m}` is not one vram knows (fp8, int8, awq, gptq, bitsandbytes, mxfp4)"))
+        }),
+    }
+}
+
+/// The knobs the request describes for the model `t` read from `config`; flags of the other
+/// engine, and values the engine does not accept, are refused.
+pub fn knobs(
+    r: &CapacityRequest,
+    t: &vram_model::arch::Transformer,
+    config: &serde_json::Value,
+    config_from_user: bool,
+) -> Result<Knobs> {
+    let engine = r.engine;
+    let vllm_only = [
+        (
+            "--gpu-memory-utilization",
+            r.gpu_memory_utilization.is_some(),
+        ),
+        ("--max-num-seqs", r.max_num_seqs.is_some()),
+        (
+            "--max-num-batched-tokens",
+            r.max_num_batched_tokens.is_some(),
+        ),
+        ("--enable-expert-parallel", r.enable_expert_parallel),
+        ("--vllm-use-v1", r.vllm_use_v1.is_some()),
+    ];
+    let sglang_only = [
+        ("--mem-fraction-static", r.mem_fraction_static.is_some()),
+        ("--max-total-tokens", r.max_total_tokens.is_some()),
+        ("--chunked-prefill-size", r.chunked_prefill_size.is_some()),
+        ("--cuda-graph-max-bs", r.cuda_graph_max_bs.is_some()),
+        ("--ep-size", r.ep_size.is_some()),
+        ("--enable-dp-attention", r.enable_dp_attention),
+    ];
+    let (other, wrong) = match engine {
+        Engine::Vllm => ("an SGLang", &sglang_only[..]),
+        Engine::Sglang => ("a vLLM", &vllm_only[..]),
+    };
+    if let Some((flag, _)) = wrong.iter().find(|(_, set)| *set) {
+        return Err(input(format!(
+            "{flag} is {other} flag; not for --engine {}",
+            engine.name()
+        )));
+    }
+    // The values each engine's parser accepts: vLLM 0.11 `vllm/config/cache.py` (`CacheDType`,
+    // `BlockSize`), SGLang 0.5.3 `srt/server_args.py` (`--kv-cache-dtype` choices).
+    let kv_ok = match engine {
+        Engine::Vllm => true,
+        Engine::Sglang => matches!(
+            r.kv_cache_dtype,
+            KvCacheDtype::Auto | KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2
+        ),
+    };
+    if !kv_ok {
+        return Err(input(format!(
+            "--kv-cache-dtype {} is not one of {}'s choices ({})",
+            r.kv_cache_dtype.name(),
+            if engine == Engine::Vllm {
+                "vLLM 0.11"
+            } else {
+                "SGLang 0.5"
+            },
+            if engine == Engine::Vllm {
+                "auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2"
+            } else {
+                "auto, fp8_e4m3, fp8_e5m2"
+            }
+        )));
+    }
+    if let (Engine::Vllm, Some(b)) = (engine, r.block_size) {
+        if ![1, 8, 16, 32, 64, 128].contains(&b) {
+            return Err(input(format!(
+                "--block-size {b} is not one of vLLM 0.11's block sizes (1, 8, 16, 32, 64, 128)"
+            )));
+        }
+    }
+    let quantization = match r.weights {
+        Some(w) => w.serving()?,
+        // A config file's `quantization_config` (a catalog entry's quantized storage is read
+        // by the model description itself).
+        None if config_from_user => config_quantization(config)?.unwrap_or(Quantization::None),
+        None => Quantization::None,
+    };
+    let dtype_bytes = if r.dtype == Dtype::Float32 { 4 } else { 2 };
+    Ok(Knobs {
+        gpu_memory_utilization: r.gpu_memory_utilization,
+        max_model_len: r.max_model_len,
+        max_num_seqs: r.max_num_seqs,
+        max_num_batched_tokens: r.max_num_batched_tokens,
+        kv_bytes: match r.kv_cache_dtype {
+            KvCacheDtype::Auto => None,
+            KvCacheDtype::Fp8 | KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2 => Some(1),
+            KvCacheDtype::Bfloat16 => Some(2),
+        },
+        tp: r.tensor_parallel_size,
+        pp: r.pipeline_parallel_size,
+        enforce_eager: r.enforce_eager,
+        block_size: r.block_size,
+        quantization,
+        dtype_bytes,
+        mem_fraction_static: r.mem_fraction_static,
+        max_total_tokens: r.max_total_tokens,
+        chunked_prefill_size: r.chunked_prefill_size,
+        cuda_graph_max_bs: r.cuda_graph_max_bs,
+        mamba_ssm_bytes: None,
+        vllm_v0: r.vllm_use_v1 == Some(0),
+        vllm_v1: r.vllm_use_v1 == Some(1),
+        dp: r.data_parallel_size,
+        expert_parallel: r.enable_expert_parallel,
+        ep: r.ep_size.unwrap_or(1),
+        dp_attention: r.enable_dp_attention,
+        engine_version: r
+            .engine_version
+            .as_deref()
+            .and_then(capacity::parse_version),
+        derived_max_model_len: vram_plan::context::derived_max_model_len(
+            config,
+            t.max_positions(),
+            engine,
+        ),
+    })
+}
+
+/// The answer of `vram capacity` for `m`: the engine's start-up and, when it does not start,
+/// the cheapest change ([`vram_plan::suggest::serving`]).
+pub fn capacity(
+    m: &ModelInput<'_>,
+    config_from_user: bool,
+    r: &CapacityRequest,
+) -> Result<CapacityReport> {
+    if let Some(v) = &r.engine_version {
+        let known = r.engine.versions();
+        if !known
+            .iter()
+            .any(|k| v == k || v.starts_with(&format!("{k}.")))
+        {
+            return Err(input(format!(
+                "--engine-version {v}: the {} memory layouts known are {} (read from its source)",
+                r.engine.name(),
+                known.join(", ")
+            )));
+        }
+    }
+    let Model::Transformer(t) = &m.model else {
+        return Err(input(format!(
+            "`{}` is not a transformer language model; vLLM and SGLang serve those",
+            m.model.name()
+        )));
+    };
+    let config: serde_json::Value = m
+        .config
+        .and_then(|c| serde_json::from_str(c).ok())
+        .unwrap_or_default();
+    let mut k = knobs(r, t, &config, config_from_user)?;
+    // vLLM keeps a hybrid model's recurrent state in the config's `mamba_ssm_dtype`.
+    k.mamba_ssm_bytes = m.config.and_then(capacity::config_mamba_ssm_bytes);
+    let g = r.gpu;
+    let c = capacity::capacity(t, g, r.engine, &k)?;
+    let change = if c.starts {
+        None
+    } else {
+        suggest::serving(t, g, r.engine, &k)
+    };
+    let kv = kv_dtype_name(r);
+    Ok(CapacityReport {
+        schema_version: SCHEMA_VERSION,
+        kind: Kind::Capacity,
+        model: t.name.clone(),
+        description: header(&t.name, g, &c, kv),
+        kv_cache_dtype: kv.into(),
+        gpu: g.into(),
+        capacity: (&c).into(),
+        cheapest_change: change,
+    })
+}
+
+/// `--kv-cache-dtype` as the header line names it.
+fn kv_dtype_name(r: &CapacityRequest) -> &'static str {
+    match r.kv_cache_dtype {
+        KvCacheDtype::Auto if r.dtype == Dtype::Float32 => "float32 (auto)",
+        KvCacheDtype::Auto => "bf16 (auto)",
+        KvCacheDtype::Bfloat16 => "bfloat16",
+        KvCacheDtype::Fp8 => "fp8",
+        KvCacheDtype::Fp8E4m3 => "fp8_e4m3",
+        KvCacheDtype::Fp8E5m2 => "fp8_e5m2",
+    }
+}
+
+/// The engine's name as people write it.
+fn engine_name(e: Engine) -> &'static str {
+    match e {
+        Engine::Vllm => "vLLM",
+        Engine::Sglang => "SGLang",
+    }
+}
+
+/// The first line of the text, `description` in `--json`.
+fn header(name: &str, g: &Gpu, c: &Capacity, kv: &str) -> String {
+    format!(
+        "{name} on {} ({}) with {} {}: max_model_len {}, {} {}, {} {}, KV cache {kv}",
+        g.name,
+        bytes(g.memory_bytes),
+        engine_name(c.engine),
+        c.engine_version,
+        thousands(c.max_model_len),
+        if c.engine == Engine::Vllm {
+            "max_num_seqs"
+        } else {
+            "cuda_graph_max_bs"
+        },
+        c.max_num_seqs,
+        if c.engine == Engine::Vllm {
+            "max_num_batched_tokens"
+        } else {
+            "chunked_prefill_size"
+        },
+        c.max_num_batched_tokens,
+    )
+}
+
+/// One row of the per-GPU table: its label, its bytes and what the text prints after them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// The label.
+    pub label: &'static str,
+    /// Bytes.
+    pub bytes: u64,
+    /// What follows the size (`(gpu_memory_utilization 0.9)`, `5,424 tokens, 339 blocks`).
+    pub note: String,
+}
+
+impl CapacityReport {
+    fn vllm(&self) -> bool {
+        self.capacity.engine != "sglang"
+    }
+
+    /// The engine's name as people write it.
+    pub fn engine_name(&self) -> &'static str {
+        if self.vllm() {
+            "vLLM"
+        } else {
+            "SGLang"
+        }
+    }
+
+    /// The per-GPU table, row for row.
+    pub fn rows(&self) -> Vec<Row> {
+        let c = &self.capacity;
+        let vllm = self.vllm();
+        vec![
+            Row {
+                label: "budget",
+                bytes: c.budget_bytes,
+                note: format!(
+                    "({} {})",
+                    if vllm {
+                        "gpu_memory_utilization"
+                    } else {
+                        "mem_fraction_static"
+                    },
+                    c.memory_fraction
+                ),
+            },
+            Row {
+                label: "weights",
+                bytes: c.weights_bytes,
+                note: String::new(),
+            },
+            Row {
+                label: "non-torch memory",
+                bytes: c.non_torch_bytes,
+                note: String::new(),
+            },
+            Row {
+                label: "activation peak (profile)",
+                bytes: c.activation_peak_bytes,
+                note: if vllm {
+                    String::new()
+                } else {
+                    "(inside the reserve)".into()
+                },
+            },
+            Row {
+                label: "KV cache",
+                bytes: c.kv_cache_bytes,
+                note: format!(
+                    "{} tokens, {} {}",
+                    thousands(c.kv_cache_tokens),
+                    thousands(c.kv_cache_blocks),
+                    if vllm { "blocks" } else { "pages" }
+                ),
+            },
+            Row {
+                label: "CUDA graphs",
+                bytes: c.cuda_graph_bytes,
+                note: if !vllm {
+                    "(inside the reserve)".into()
+                } else if c.cuda_graph_in_budget {
+                    "(inside the budget)".into()
+                } else {
+                    "(beyond the budget)".into()
+                },
+            },
+        ]
+    }
+
+    /// The pool per layer kind, for models with more than one kind: (kind, page bytes, detail).
+    pub fn kv_group_rows(&self) -> Vec<(String, u64, String)> {
+        let g = &self.capacity.kv_groups;
+        if g.len() <= 1 {
+            return Vec::new();
+        }
+        g.iter()
+            .map(|g| {
+                (
+                    g.kind.clone(),
+                    g.page_bytes,
+                    format!(
+                        "a page; {} layers in {} group(s) of {}, {}",
+                        g.layers,
+                        g.groups,
+                        g.layers_per_group,
+                        if let Some(n) = g.state_slots {
+                            format!("{} request slots", thousands(n))
+                        } else if g.kind == "state" {
+                            "one block a request".to_string()
+                        } else {
+                            format!("{}-token blocks", g.block_size)
+                        }
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// The verdict lines: whether it starts, the longest length that would, the change.
+    pub fn verdict_lines(&self) -> Vec<String> {
+        let c = &self.capacity;
+        if c.starts {
+            return vec![format!(
+                "starts: {:.2} requests of {} tokens at once",
+                c.max_concurrency,
+                thousands(c.max_model_len)
+            )];
+        }
+        let mut v = vec!["does NOT start".to_string()];
+        v.push(if c.max_model_len_that_fits == 0 {
+            "largest max_model_len that would: none (no KV cache fits beside the weights)".into()
+        } else {
+            format!(
+                "largest max_model_len that would: {}",
+                thousands(c.max_model_len_that_fits)
+            )
+        });
+        v.push(match &self.cheapest_change {
+            Some(f) => format!(
+                "cheapest change that starts at max_model_len {}: {} ({} tokens, {:.2} requests at once)",
+                thousands(c.max_model_len),
+                f.flags,
+                thousands(f.kv_cache_tokens),
+                f.max_concurrency
+            ),
+            None => format!(
+                "no single change tried ({}) starts it at this length",
+                suggest::SERVING_TRIES
+            ),
+        });
+        v
+    }
+
+    /// The `assumed:` line.
+    pub fn assumed_line(&self) -> String {
+        format!("assumed: {}", self.capacity.assumes.join("; "))
+    }
+
+    /// The text output.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = self.write_text(&mut out);
+        out
+    }
+
+    fn write_text(&self, out: &mut String) -> std::fmt::Result {
+        writeln!(out, "{}", self.description)?;
+        writeln!(out)?;
+        writeln!(out, "what {} would log at start-up:", self.engine_name())?;
+        for l in &self.capacity.log {
+            writeln!(out, "  {l}")?;
+        }
+        writeln!(out)?;
+        writeln!(out, "{:<28} {:>12}", "per GPU", "bytes")?;
+        for (i, r) in self.rows().iter().enumerate() {
+            let line = if r.note.is_empty() {
+                format!("{:<28} {:>12}", r.label, bytes(r.bytes))
+            } else {
+                format!("{:<28} {:>12}   {}", r.label, bytes(r.bytes), r.note)
+            };
+            writeln!(out, "{line}")?;
+            // The pool per kind follows the KV cache's row.
+            if i == 4 {
+                for (kind, page, detail) in self.kv_group_rows() {
+                    writeln!(out, "  {:<26} {:>12}   {detail}", kind, bytes(page))?;
+                }
+            }
+        }
+        writeln!(out)?;
+        for l in self.verdict_lines() {
+            writeln!(out, "{l}")?;
+        }
+        writeln!(out, "{}", self.assumed_line())?;
+        Ok(())
+    }
+}

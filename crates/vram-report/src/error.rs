@@ -1,0 +1,31 @@
+//! The one error type of `vram-report`.
+
+/// Everything that can go wrong while building or reading a report. Every variant is a problem
+/// with the caller's input (a flag, a model, a file): the CLI maps all of them to exit code 2.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum Error {
+    /// The memory model refused the model or the setup.
+    #[error(transparent)]
+    Model(#[from] vram_model::Error),
+    /// The planner or the serving model refused the request.
+    #[error(transparent)]
+    Plan(#[from] vram_plan::Error),
+    /// A request the flags describe cannot be answered (a combination of flags, a flag that does
+    /// not apply to the model), one line naming the flag.
+    #[error("{0}")]
+    Input(String),
+    /// A file given to `vram report` is none of the kinds it renders.
+    #[error("{reason}")]
+    Unrecognised {
+        /// Why, in one line.
+        reason: String,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Shorthand for an [`Error::Input`].
+pub(crate) fn input(msg: impl Into<String>) -> Error {
+    Error::Input(msg.into())
+}

@@ -1,0 +1,580 @@
+//! `vram report`: one self-contained HTML file (inline CSS and SVG, no scripts, no network) for
+//! a recording or for the JSON of another command.
+//!
+//! | kind      | recognised by                                                      |
+//! |-----------|--------------------------------------------------------------------|
+//! | recording | JSON Lines of samples (`t_ms`, `gpus`), or one sample (`vram top --json`) |
+//! | replay    | an object with a `policies` array (`vram replay --json`)           |
+//! | estimate  | a report of `kind` `estimate`, `finetune` or `weights` (`vram estimate --json`) |
+//! | capacity  | a report of `kind` `capacity` (`vram capacity --json`)             |
+//! | plan      | a report of `kind` `plan` or `finetune_plan` (`vram plan --json`)  |
+//!
+//! The estimate, capacity and plan pages render the typed report ([`crate::Report`]): the same
+//! fields and the same sentences ([`crate::text`]) as the text output, sizes in its format.
+
+mod capacity;
+mod estimate;
+mod plan;
+pub mod svg;
+
+use serde_json::{Map, Value};
+use vram_monitor::leak::{LeakConfig, LeakDetector};
+use vram_monitor::view::human_bytes;
+use vram_monitor::{timeline, Sample};
+
+use crate::error::{Error, Result};
+use crate::Report;
+use svg::{bar_chart, esc, line_chart, nice_max_bytes, Line};
+
+/// What a page was made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageKind {
+    /// A `vram record` timeline or a `vram top --json` sample.
+    Recording,
+    /// `vram estimate --json`.
+    Estimate,
+    /// `vram plan --json`.
+    Plan,
+    /// `vram replay --json`.
+    Replay,
+    /// `vram capacity --json`.
+    Capacity,
+}
+
+impl PageKind {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PageKind::Recording => "recording",
+            PageKind::Estimate => "estimate",
+            PageKind::Plan => "plan",
+            PageKind::Replay => "replay",
+            PageKind::Capacity => "capacity",
+        }
+    }
+}
+
+enum Input {
+    Recording(Vec<Sample>, bool),
+    Replay(Map<String, Value>),
+    Report(Report),
+}
+
+fn unrec(reason: impl Into<String>) -> Error {
+    Error::Unrecognised {
+        reason: reason.into(),
+    }
+}
+
+fn detect(text: &str) -> Result<Input> {
+    if text.trim().is_empty() {
+        return Err(unrec("the file is empty"));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => {
+            if m.contains_key("schema_version") {
+                return Ok(Input::Report(Report::from_json(text)?));
+            }
+            if m.get("policies").is_some_and(Value::is_array) {
+                Ok(Input::Replay(m))
+            } else if m.contains_key("t_ms") && m.contains_key("gpus") {
+                let s: Sample = serde_json::from_value(Value::Object(m))
+                    .map_err(|e| unrec(format!("a sample with bad fields: {e}")))?;
+                Ok(Input::Recording(vec![s], false))
+            } else if m.contains_key("model") {
+                Err(unrec(
+                    "a JSON object without schema_version: not the --json of this vram's estimate, capacity or plan (an older vram's? run the command again)",
+                ))
+            } else {
+                let keys: Vec<&str> = m.keys().map(String::as_str).take(8).collect();
+                Err(unrec(format!(
+                    "JSON object with keys [{}] is not an estimate, plan, replay, capacity or sample",
+                    keys.join(", ")
+                )))
+            }
+        }
+        Ok(_) => Err(unrec("JSON that is not an object")),
+        Err(_) => {
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            if !first.trim_start().starts_with('{') {
+                return Err(unrec(
+                    "neither JSON nor JSON Lines (CSV and other formats are not supported)",
+                ));
+            }
+            let tl = timeline::parse(text).map_err(|e| unrec(e.to_string()))?;
+            if tl.samples.is_empty() {
+                return Err(unrec("no complete sample in the recording"));
+            }
+            Ok(Input::Recording(tl.samples, tl.torn_tail))
+        }
+    }
+}
+
+/// The kind of `text` without rendering it.
+///
+/// # Errors
+/// [`Error::Unrecognised`] when it is none of the known kinds.
+pub fn detect_kind(text: &str) -> Result<PageKind> {
+    Ok(match detect(text)? {
+        Input::Recording(..) => PageKind::Recording,
+        Input::Replay(_) => PageKind::Replay,
+        Input::Report(r) => page_kind(&r),
+    })
+}
+
+fn page_kind(r: &Report) -> PageKind {
+    match r {
+        Report::Estimate(_) | Report::Finetune(_) | Report::Weights(_) => PageKind::Estimate,
+        Report::Capacity(_) => PageKind::Capacity,
+        Report::Plan(_) | Report::FinetunePlan(_) => PageKind::Plan,
+    }
+}
+
+/// Renders `text` (the content of the input file called `name`) as one HTML document. Returns
+/// the kind and the HTML.
+///
+/// # Errors
+/// [`Error::Unrecognised`] when the input is not recognised.
+pub fn render(text: &str, name: &str) -> Result<(PageKind, String)> {
+    let (kind, body) = match detect(text)? {
+        Input::Recording(samples, torn) => (PageKind::Recording, recording(&samples, torn)),
+        Input::Replay(m) => (PageKind::Replay, replay(&m)),
+        Input::Report(r) => (page_kind(&r), report(&r)),
+    };
+    Ok((
+        kind,
+        page(
+            &format!("vram report: {} ({})", name, kind.name()),
+            kind,
+            &body,
+        ),
+    ))
+}
+
+/// The page of a report, without the document around it.
+pub fn report(r: &Report) -> String {
+    match r {
+        Report::Estimate(e) => estimate::estimate(e),
+        Report::Finetune(f) => estimate::finetune(f),
+        Report::Weights(w) => estimate::weights(w),
+        Report::Capacity(c) => capacity::capacity(c),
+        Report::Plan(p) => plan::plan(p),
+        Report::FinetunePlan(p) => plan::finetune_plan(p),
+    }
+}
+
+/// One HTML document of a report (`vram report`, or a library caller holding a [`Report`]).
+pub fn document(r: &Report, title: &str) -> String {
+    let kind = page_kind(r);
+    page(title, kind, &report(r))
+}
+
+const CSS: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:980px;color:#222;padding:0 12px}\
+h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}\
+table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}\
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}\
+.kv td:first-child{color:#555}.bad{color:#b00020;font-weight:600}.good{color:#007a33;font-weight:600}\
+.muted{color:#777}td.cmd{text-align:left}svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}\
+div.wide{max-width:100%;overflow-x:auto}code{font-size:13px}";
+
+fn page(title: &str, kind: PageKind, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+<meta name=\"generator\" content=\"vram report\"><title>{t}</title><style>{CSS}</style></head>\
+<body data-kind=\"{k}\"><h1>{t}</h1>\n{body}\n<p class=\"muted\">Generated by vram report; self-contained, works offline.</p></body></html>\n",
+        t = esc(title),
+        k = kind.name()
+    )
+}
+
+/// A paragraph with an id.
+fn p(id: &str, class: &str, text: &str) -> String {
+    if class.is_empty() {
+        format!("<p id=\"{id}\">{}</p>", esc(text))
+    } else {
+        format!("<p class=\"{class}\" id=\"{id}\">{}</p>", esc(text))
+    }
+}
+
+/// A list of sentences with an id.
+fn ul(id: &str, items: &[String]) -> String {
+    if items.is_empty() {
+        return String::new();
+    }
+    let mut o = format!("<ul id=\"{id}\">");
+    for i in items {
+        o.push_str(&format!("<li>{}</li>", esc(i)));
+    }
+    o.push_str("</ul>");
+    o
+}
+
+/// A two-column table of (name, shown value, exact value for the tooltip).
+fn kv(id: &str, rows: &[(String, String, String)]) -> String {
+    let mut o = format!("<table class=\"kv\" id=\"{id}\">");
+    for (k, v, exact) in rows {
+        o.push_str(&format!(
+            "<tr><td>{}</td><td title=\"{}\">{}</td></tr>",
+            esc(k),
+            esc(exact),
+            esc(v)
+        ));
+    }
+    o.push_str("</table>");
+    o
+}
+
+/// Thousands separators on a decimal string (`-1234` → `-1,234`).
+fn group(digits: &str) -> String {
+    let (sign, d) = digits.strip_prefix('-').map_or(("", digits), |d| ("-", d));
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{sign}{out}")
+}
+
+fn num(v: Option<&Value>) -> Option<f64> {
+    v.and_then(Value::as_f64).filter(|f| f.is_finite())
+}
+
+fn bytes_fmt(v: f64) -> String {
+    human_bytes(v.max(0.0) as u64)
+}
+
+/// Sizes as the text output prints them.
+fn bytes3(v: f64) -> String {
+    vram_model::fmt::bytes(v.max(0.0) as u64)
+}
+
+/// One column of a curated table: JSON key, header, and how to show the value.
+type Col<'a> = (&'a str, &'a str, &'a dyn Fn(&Value) -> String);
+
+fn table(rows: &[Value], cols: &[Col<'_>], id: &str) -> String {
+    let mut o = format!("<div class=\"wide\"><table id=\"{id}\"><tr>");
+    for (_, h, _) in cols {
+        o.push_str(&format!("<th>{}</th>", esc(h)));
+    }
+    o.push_str("</tr>");
+    for r in rows {
+        o.push_str("<tr>");
+        for (k, _, f) in cols {
+            let cell = r.get(*k).filter(|v| !v.is_null()).map_or("—".into(), f);
+            o.push_str(&format!("<td>{}</td>", esc(&cell)));
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</table></div>");
+    o
+}
+
+/// A table of text cells under a header.
+fn text_table(id: &str, head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut o = format!("<div class=\"wide\"><table id=\"{id}\"><tr>");
+    for h in head {
+        o.push_str(&format!("<th>{}</th>", esc(h)));
+    }
+    o.push_str("</tr>");
+    for r in rows {
+        o.push_str("<tr>");
+        for c in r {
+            o.push_str(&format!("<td>{}</td>", esc(c)));
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</table></div>");
+    o
+}
+
+/// Bar labels made unique: a label that repeats gets its row number.
+fn unique(mut labels: Vec<String>) -> Vec<String> {
+    let dup: Vec<bool> = labels
+        .iter()
+        .map(|l| labels.iter().filter(|m| *m == l).count() > 1)
+        .collect();
+    for (i, l) in labels.iter_mut().enumerate() {
+        if dup[i] {
+            *l = format!("#{} {l}", i + 1);
+        }
+    }
+    labels
+}
+
+/// Format a JSON value by its key's name: strings as they are, booleans as yes/no.
+fn fmt_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
+        Value::Null => "—".into(),
+        other => other.to_string(),
+    }
+}
+
+fn replay(m: &Map<String, Value>) -> String {
+    let rows: Vec<Value> = m
+        .get("policies")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut o = format!("<h2>Allocator replay: {} policies</h2>", rows.len());
+    let cap = num(m.get("capacity_bytes"));
+    o.push_str(&format!(
+        "<p id=\"setup\">{} events ({} allocations){}</p>",
+        m.get("events")
+            .and_then(Value::as_u64)
+            .map_or("?".into(), |e| group(&e.to_string())),
+        m.get("allocations")
+            .and_then(Value::as_u64)
+            .map_or("?".into(), |e| group(&e.to_string())),
+        cap.map_or(String::new(), |c| format!(
+            "; out of memory is judged at {}",
+            bytes_fmt(c)
+        ))
+    ));
+    if let Some(Value::Object(rec)) = m.get("recorded") {
+        o.push_str(&format!(
+            "<p>as recorded (the allocator that wrote the trace): peak allocated {}, peak reserved {}</p>",
+            num(rec.get("peak_allocated_bytes")).map_or("?".into(), bytes_fmt),
+            num(rec.get("peak_reserved_bytes")).map_or("?".into(), bytes_fmt)
+        ));
+    }
+    if rows.is_empty() {
+        o.push_str("<p class=\"muted\">The replay lists no policies.</p>");
+        return o;
+    }
+    let text = |v: &Value| fmt_value(v);
+    let bytes = |v: &Value| v.as_f64().map_or("—".into(), bytes_fmt);
+    let pct = |v: &Value| {
+        v.as_f64()
+            .map_or("—".into(), |f| format!("{:.2}%", f * 100.0))
+    };
+    let ratio = |v: &Value| v.as_f64().map_or("—".into(), |f| format!("{f:.3}"));
+    let oom = |v: &Value| match v.as_u64() {
+        Some(e) => format!("yes (event {})", group(&e.to_string())),
+        None => "no".into(),
+    };
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|mut r| {
+            if let (Some(a), Some(res)) = (
+                num(r.get("peak_allocated_bytes")),
+                num(r.get("peak_reserved_bytes")),
+            ) {
+                if a > 0.0 {
+                    r["reserved_per_allocated"] = Value::from(res / a);
+                }
+            }
+            let e = r.get("first_oom_event").cloned().unwrap_or(Value::Null);
+            r["oom"] = if e.is_null() { Value::Bool(false) } else { e };
+            r
+        })
+        .collect();
+    let oom_head = cap.map_or("OOM".to_string(), |c| format!("OOM at {}", bytes_fmt(c)));
+    let cols: [Col<'_>; 6] = [
+        ("name", "policy", &text),
+        ("peak_allocated_bytes", "peak allocated", &bytes),
+        ("peak_reserved_bytes", "peak reserved", &bytes),
+        ("reserved_per_allocated", "reserved/allocated", &ratio),
+        ("fragmentation", "fragmentation", &pct),
+        ("oom", &oom_head, &oom),
+    ];
+    o.push_str(&table(&rows, &cols, "policies"));
+    let names = unique(
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.get("name")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("#{}", i + 1), str::to_string)
+            })
+            .collect(),
+    );
+    for (key, title) in [
+        ("peak_reserved_bytes", "Peak reserved"),
+        ("peak_allocated_bytes", "Peak allocated"),
+    ] {
+        let items: Vec<(String, f64)> = rows
+            .iter()
+            .zip(&names)
+            .filter_map(|(r, n)| num(r.get(key)).map(|v| (n.clone(), v)))
+            .collect();
+        if !items.is_empty() {
+            o.push_str(&format!("<h2>{title}</h2>"));
+            o.push_str(&bar_chart(&items, &bytes_fmt, None));
+        }
+    }
+    let frag: Vec<(String, f64)> = rows
+        .iter()
+        .zip(&names)
+        .filter_map(|(r, n)| {
+            let a = num(r.get("peak_allocated_bytes"))?;
+            let res = num(r.get("peak_reserved_bytes"))?;
+            Some((n.clone(), res - a))
+        })
+        .collect();
+    if !frag.is_empty() {
+        o.push_str("<h2>Reserved but not allocated at peak (fragmentation and cache)</h2>");
+        o.push_str(&bar_chart(&frag, &bytes_fmt, None));
+    }
+    o
+}
+
+fn recording(samples: &[Sample], torn: bool) -> String {
+    let t0 = samples.first().map_or(0, |s| s.t_ms);
+    let t1 = samples.last().map_or(0, |s| s.t_ms);
+    let secs = |t: u64| (t.saturating_sub(t0)) as f64 / 1000.0;
+    let span_s = secs(t1);
+    let xf = move |x: f64| {
+        if span_s < 10.0 {
+            format!("{x:.1} s")
+        } else if span_s < 600.0 {
+            format!("{x:.0} s")
+        } else {
+            format!("{:.1} min", x / 60.0)
+        }
+    };
+    let mut o = String::from("<h2>Recording</h2><table class=\"kv\">");
+    o.push_str(&format!(
+        "<tr><td>samples</td><td id=\"n-samples\">{}</td></tr><tr><td>duration</td><td>{:.1} s</td></tr><tr><td>source</td><td>{}</td></tr>",
+        samples.len(),
+        secs(t1),
+        esc(samples.first().map_or("?", |s| s.source.as_str()))
+    ));
+    if torn {
+        o.push_str("<tr><td>note</td><td>an incomplete last line was ignored</td></tr>");
+    }
+    o.push_str("</table>");
+
+    let mut det = LeakDetector::new(LeakConfig::default());
+    samples.iter().for_each(|s| det.observe(s));
+    let findings = det.assess();
+
+    let mut gpu_ids: Vec<(u32, String, u64)> = Vec::new();
+    for s in samples {
+        for g in &s.gpus {
+            if !gpu_ids.iter().any(|x| x.0 == g.index) {
+                gpu_ids.push((g.index, g.name.clone(), g.memory_total_bytes));
+            }
+        }
+    }
+    for (idx, name, total) in gpu_ids {
+        o.push_str(&format!(
+            "<h2 id=\"gpu-{idx}\">GPU {idx}: {}</h2>",
+            esc(&name)
+        ));
+        let used = Line {
+            name: "used".into(),
+            points: samples
+                .iter()
+                .map(|s| {
+                    (
+                        secs(s.t_ms),
+                        s.gpus
+                            .iter()
+                            .find(|g| g.index == idx)
+                            .map(|g| g.memory_used_bytes as f64),
+                    )
+                })
+                .collect(),
+        };
+        o.push_str(&line_chart(&[used], &xf, &bytes_fmt, Some(total as f64)));
+        let util: Vec<(f64, Option<f64>)> = samples
+            .iter()
+            .map(|s| {
+                (
+                    secs(s.t_ms),
+                    s.gpus
+                        .iter()
+                        .find(|g| g.index == idx)
+                        .and_then(|g| g.utilization_pct)
+                        .map(f64::from),
+                )
+            })
+            .collect();
+        if util.iter().any(|p| p.1.is_some()) {
+            o.push_str("<p class=\"muted\">Utilisation (%)</p>");
+            o.push_str(&line_chart(
+                &[Line {
+                    name: "utilisation %".into(),
+                    points: util,
+                }],
+                &xf,
+                &|v| format!("{v:.0}%"),
+                Some(100.0),
+            ));
+        }
+        let mut pids: Vec<(u32, String)> = Vec::new();
+        for s in samples {
+            if let Some(g) = s.gpus.iter().find(|g| g.index == idx) {
+                for p in &g.processes {
+                    if !pids.iter().any(|x| x.0 == p.pid) {
+                        pids.push((p.pid, p.command.clone()));
+                    }
+                }
+            }
+        }
+        if pids.is_empty() {
+            continue;
+        }
+        let lines: Vec<Line> = pids
+            .iter()
+            .map(|(pid, cmd)| Line {
+                name: format!("{pid} {cmd}"),
+                points: samples
+                    .iter()
+                    .map(|s| {
+                        (
+                            secs(s.t_ms),
+                            s.gpus
+                                .iter()
+                                .find(|g| g.index == idx)
+                                .and_then(|g| g.processes.iter().find(|p| p.pid == *pid))
+                                .and_then(|p| p.gpu_memory_bytes)
+                                .map(|b| b as f64),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect();
+        let peak = lines
+            .iter()
+            .flat_map(|l| l.points.iter().filter_map(|p| p.1))
+            .fold(0.0, f64::max);
+        o.push_str("<p class=\"muted\">Per process</p>");
+        o.push_str(&line_chart(
+            &lines,
+            &xf,
+            &bytes_fmt,
+            Some(nice_max_bytes(peak)),
+        ));
+    }
+
+    o.push_str("<h2>Leak check</h2><p class=\"muted\">The floor of each process's memory (its lowest reading in each twelfth of the recording) must trend upwards (Mann-Kendall, one-sided α = 0.01) and have risen in each of the last four twelfths, by 64 MiB in all, over at least 90 s of readings.</p>");
+    if findings.is_empty() {
+        o.push_str("<p>Too few readings for a verdict.</p>");
+    } else {
+        o.push_str("<table id=\"leaks\"><tr><th>GPU</th><th>pid</th><th class=\"cmd\">command</th><th>first</th><th>last</th><th>floor slope</th><th>p (floors)</th><th>rising stretches</th><th>verdict</th></tr>");
+        for f in &findings {
+            o.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td class=\"cmd\">{}</td><td>{}</td><td>{}</td><td>{}{}/s</td><td>{:.2e}</td><td>{} of 4</td><td class=\"{}\">{}</td></tr>",
+                f.gpu,
+                f.pid,
+                esc(&f.command.chars().take(60).collect::<String>()),
+                human_bytes(f.first_bytes),
+                human_bytes(f.last_bytes),
+                if f.slope_bytes_per_s < 0.0 { "-" } else { "+" },
+                human_bytes(f.slope_bytes_per_s.abs() as u64),
+                f.whole.p_increasing,
+                f.rising_chunks,
+                if f.leaking { "bad" } else { "good" },
+                if f.leaking { "LEAK" } else { "ok" }
+            ));
+        }
+        o.push_str("</table>");
+    }
+    o
+}

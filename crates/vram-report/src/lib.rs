@@ -1,0 +1,190 @@
+//! The answers of `vram`, typed: what `vram estimate`, `vram capacity` and `vram plan` compute
+//! (the estimate, its fit searches, the suggestions, the speed, the notes and assumptions), as
+//! one serde-serialised report per answer, and every rendering of it.
+//!
+//! The CLI resolves its flags into a request ([`request`]), asks this crate for the report, and
+//! prints it: [`Report::text`] for the terminal, [`Report::to_json`] for `--json`,
+//! [`html::render`] for `vram report`. The Python package reads the JSON. No output re-derives
+//! a figure: each one renders the fields of the same report, and the text and the page print
+//! the same sentences ([`text`]).
+//!
+//! # The JSON format
+//!
+//! Every report is one JSON object with `schema_version` (this crate's [`SCHEMA_VERSION`]) and
+//! `kind`, one of `estimate` ([`EstimateReport`]), `finetune` ([`FinetuneReport`]), `weights`
+//! ([`WeightsReport`]), `capacity` ([`CapacityReport`]), `plan` ([`PlanReport`]) and
+//! `finetune_plan` ([`FinetunePlanReport`]); each type's documentation lists its fields. Sizes
+//! are bytes (`*_bytes`, integers), times seconds (`*_s`), shares fractions (`mfu`). A field
+//! is added without changing the version; one removed, renamed or changed in meaning changes it.
+//!
+//! ```
+//! use vram_report::{estimate, request, Report};
+//!
+//! let model = vram_model::catalog::lookup("gpt2").unwrap();
+//! let req = estimate::EstimateRequest {
+//!     step: request::StepRequest::default(),
+//!     finetune: request::FinetuneRequest::default(),
+//!     gpu: vram_model::gpu::lookup("h100-80g").unwrap(),
+//!     timeline: false,
+//!     dequantized: false,
+//!     kernels: Default::default(),
+//! };
+//! let input = estimate::ModelInput { model, config: None, checkpoint_params: None, checkpoint_place: None };
+//! let Report::Estimate(r) = estimate::estimate(&input, &req).unwrap() else { unreachable!() };
+//! assert!(r.fits && r.max_micro_batch.flatten().unwrap() > 1);
+//! let json = Report::Estimate(r.clone()).to_json();
+//! assert_eq!(Report::from_json(&json).unwrap(), Report::Estimate(r));
+//! ```
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod capacity;
+mod error;
+pub mod estimate;
+pub mod finetune;
+pub mod html;
+pub mod parts;
+pub mod plan;
+pub mod request;
+pub mod text;
+
+use serde::{Deserialize, Serialize};
+
+pub use capacity::CapacityReport;
+pub use error::{Error, Result};
+pub use estimate::{EstimateReport, WeightsReport};
+pub use finetune::FinetuneReport;
+pub use plan::{FinetunePlanReport, PlanReport};
+
+/// The version of the JSON format every report carries as `schema_version`.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Which answer a report is (`kind` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// `vram estimate`: a training step or a `generate` call.
+    Estimate,
+    /// `vram estimate --finetune lora|qlora`.
+    Finetune,
+    /// `vram estimate` on a checkpoint without a config: its parameters.
+    Weights,
+    /// `vram capacity`.
+    Capacity,
+    /// `vram plan`.
+    Plan,
+    /// `vram plan --finetune lora|qlora`.
+    FinetunePlan,
+}
+
+impl Kind {
+    /// The name in the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Estimate => "estimate",
+            Kind::Finetune => "finetune",
+            Kind::Weights => "weights",
+            Kind::Capacity => "capacity",
+            Kind::Plan => "plan",
+            Kind::FinetunePlan => "finetune_plan",
+        }
+    }
+}
+
+/// Any answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    /// A full training or inference step.
+    Estimate(Box<EstimateReport>),
+    /// A LoRA/QLoRA step.
+    Finetune(Box<FinetuneReport>),
+    /// A checkpoint's parameters.
+    Weights(WeightsReport),
+    /// A serving engine's start-up.
+    Capacity(Box<CapacityReport>),
+    /// Parallel plans.
+    Plan(Box<PlanReport>),
+    /// LoRA/QLoRA plans.
+    FinetunePlan(Box<FinetunePlanReport>),
+}
+
+impl Report {
+    /// Which answer it is.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Report::Estimate(_) => Kind::Estimate,
+            Report::Finetune(_) => Kind::Finetune,
+            Report::Weights(_) => Kind::Weights,
+            Report::Capacity(_) => Kind::Capacity,
+            Report::Plan(_) => Kind::Plan,
+            Report::FinetunePlan(_) => Kind::FinetunePlan,
+        }
+    }
+
+    /// `--json`: the report as pretty-printed JSON, with a final newline.
+    pub fn to_json(&self) -> String {
+        let s = match self {
+            Report::Estimate(r) => serde_json::to_string_pretty(r),
+            Report::Finetune(r) => serde_json::to_string_pretty(r),
+            Report::Weights(r) => serde_json::to_string_pretty(r),
+            Report::Capacity(r) => serde_json::to_string_pretty(r),
+            Report::Plan(r) => serde_json::to_string_pretty(r),
+            Report::FinetunePlan(r) => serde_json::to_string_pretty(r),
+        };
+        s.unwrap_or_default() + "\n"
+    }
+
+    /// The text output.
+    pub fn text(&self) -> String {
+        match self {
+            Report::Estimate(r) => r.text(),
+            Report::Finetune(r) => r.text(),
+            Report::Weights(r) => r.text(),
+            Report::Capacity(r) => r.text(),
+            Report::Plan(r) => r.text(),
+            Report::FinetunePlan(r) => r.text(),
+        }
+    }
+
+    /// Reads a report back from its JSON (`vram report`). A JSON object without
+    /// `schema_version` was written by a `vram` older than the typed report, or by something
+    /// else: one line says which.
+    pub fn from_json(text: &str) -> Result<Report> {
+        #[derive(Deserialize)]
+        struct Head {
+            schema_version: Option<u64>,
+            kind: Option<serde_json::Value>,
+        }
+        let unrec = |reason: String| Error::Unrecognised { reason };
+        let head: Head =
+            serde_json::from_str(text).map_err(|e| unrec(format!("not a JSON object: {e}")))?;
+        let Some(version) = head.schema_version else {
+            return Err(unrec(
+                "a JSON object without schema_version: not the --json of vram estimate, capacity or plan (an older vram's? run the command again)".into(),
+            ));
+        };
+        if version != u64::from(SCHEMA_VERSION) {
+            return Err(unrec(format!(
+                "schema_version {version}: this vram reads version {SCHEMA_VERSION}"
+            )));
+        }
+        let kind: Kind = head
+            .kind
+            .and_then(|k| serde_json::from_value(k).ok())
+            .ok_or_else(|| unrec("no known `kind` in the report".into()))?;
+        // Straight from the text: the byte maps keep their order.
+        let bad =
+            |e: serde_json::Error| unrec(format!("a {} report with bad fields: {e}", kind.name()));
+        Ok(match kind {
+            Kind::Estimate => Report::Estimate(Box::new(serde_json::from_str(text).map_err(bad)?)),
+            Kind::Finetune => Report::Finetune(Box::new(serde_json::from_str(text).map_err(bad)?)),
+            Kind::Weights => Report::Weights(serde_json::from_str(text).map_err(bad)?),
+            Kind::Capacity => Report::Capacity(Box::new(serde_json::from_str(text).map_err(bad)?)),
+            Kind::Plan => Report::Plan(Box::new(serde_json::from_str(text).map_err(bad)?)),
+            Kind::FinetunePlan => {
+                Report::FinetunePlan(Box::new(serde_json::from_str(text).map_err(bad)?))
+            }
+        })
+    }
+}

@@ -1,0 +1,357 @@
+//! The sentences of each answer (the verdict, the fit searches, the suggestions, the notes) and
+//! the text output built from them. The HTML page ([`crate::html`]) prints the same sentences,
+//! so the two read alike.
+
+use std::fmt::Write;
+
+use vram_model::fmt::{bytes, thousands};
+use vram_model::setup::Mode;
+
+use crate::estimate::{EstimateReport, StorageQuant, WeightsReport};
+use crate::parts::{Bound, Speed};
+
+/// The verdict on a device total against a GPU.
+pub fn verdict(gpu_name: &str, cap: u64, total: u64) -> String {
+    if total <= cap {
+        let room = cap - total;
+        format!(
+            "fits on {gpu_name} ({}): {} free ({:.0}% headroom)",
+            bytes(cap),
+            bytes(room),
+            100.0 * room as f64 / cap as f64
+        )
+    } else {
+        format!(
+            "does NOT fit on {gpu_name} ({}): {} short",
+            bytes(cap),
+            bytes(total - cap)
+        )
+    }
+}
+
+/// The serving-speed line of an inference estimate.
+pub fn speed_line(s: &Speed) -> String {
+    let (bound, other) = match s.decode_bound {
+        Bound::Host => (
+            format!(
+                "host-bound: {:.0} kernels and {:.0} Python calls",
+                s.decode_kernels, s.decode_calls
+            ),
+            format!(
+                "GPU {:.1} ms for {:.2} GB",
+                s.decode_gpu_s * 1e3,
+                s.decode_bytes / 1e9
+            ),
+        ),
+        Bound::Gpu => (
+            format!("GPU-bound: {:.2} GB read and written", s.decode_bytes / 1e9),
+            format!(
+                "host {:.1} ms for {:.0} kernels and {:.0} Python calls",
+                s.decode_host_s * 1e3,
+                s.decode_kernels,
+                s.decode_calls
+            ),
+        ),
+    };
+    format!(
+        "serving speed (transformers generate, one GPU; {}): prefill {:.3} s, decode {:.1} ms/token ({bound}; {other}), {:.0} tokens/s",
+        s.checks,
+        s.prefill_s,
+        s.decode_token_s * 1e3,
+        s.decode_tokens_per_s
+    )
+}
+
+impl EstimateReport {
+    /// The verdict line.
+    pub fn verdict(&self) -> String {
+        verdict(&self.gpu.name, self.gpu.memory_bytes, self.total_bytes)
+    }
+
+    /// The lines of the fit searches: the largest micro-batch (training), or the largest batch
+    /// and the longest context (inference).
+    pub fn fit_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        match self.setup.mode {
+            Mode::Train(_) => match self.max_micro_batch.flatten() {
+                Some(b) => out.push(format!("largest micro-batch that fits: {b}")),
+                None => out.push("no micro-batch fits".into()),
+            },
+            Mode::Infer(i) => match self.max_batch.flatten() {
+                Some(b) => {
+                    out.push(format!("largest batch at context {}: {b}", i.context));
+                    if let Some(c) = self.max_context.flatten() {
+                        let limit = self.max_context_limit.as_ref();
+                        match limit.filter(|l| l.tokens == c) {
+                            Some(l) => out.push(format!(
+                                "longest context at batch {}: {c} (where the search stops: {}; a longer one would fit)",
+                                i.batch, l.source
+                            )),
+                            None => out.push(format!("longest context at batch {}: {c}", i.batch)),
+                        }
+                    }
+                }
+                None => out.push("not even batch 1 fits".into()),
+            },
+        }
+        out
+    }
+
+    /// The "would fit with" lines (none when the step fits).
+    pub fn suggestion_lines(&self) -> Vec<String> {
+        let Some(s) = &self.suggestions else {
+            return Vec::new();
+        };
+        if s.is_empty() {
+            return vec![format!(
+                "no single change tried ({}) makes it fit",
+                vram_plan::suggest::STEP_TRIES
+            )];
+        }
+        s.iter()
+            .map(|s| {
+                format!(
+                    "would fit with {}: {} on the device",
+                    s.label(),
+                    bytes(s.total_bytes)
+                )
+            })
+            .collect()
+    }
+
+    /// The `assumed:` line: overheads and how the reserved bytes were found.
+    pub fn assumed_line(&self) -> String {
+        let o = self.setup.overheads;
+        let reserved = match o.fragmentation {
+            Some(f) => format!(
+                "allocator overhead {:.0}% of peak (--fragmentation)",
+                f * 100.0
+            ),
+            None => format!(
+                "reserved from a replay of the step through the {} allocator (--allocator){}",
+                o.allocator.name(),
+                match self.decode_sampled.flatten() {
+                    Some(d) => format!(
+                        ", {} of the {} decode steps (--decode-replay)",
+                        thousands(d.replayed),
+                        thousands(d.steps)
+                    ),
+                    None => String::new(),
+                }
+            ),
+        };
+        format!(
+            "assumed: CUDA context {} (--cuda-context; {}), library workspace {} (--workspace), {reserved}",
+            bytes(o.cuda_context_bytes),
+            self.cuda_context_source,
+            bytes(o.workspace_bytes),
+        )
+    }
+
+    /// What the estimate says of the stored weights, the cache, the images and the checkpoint,
+    /// after the speed line.
+    pub fn detail_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(p) = &self.packed_weights {
+            lines.push(format!(
+                "weights as stored in {}: {} (packed weights with their scales/zeros/absmax; embedding, head and norms in {}); loaded in place, no fp32 build",
+                p.format,
+                bytes(p.bytes),
+                p.unquantized_dtype
+            ));
+        }
+        if let Some(s) = &self.weights_storage {
+            let how = match &s.quant {
+                StorageQuant::None | StorageQuant::Other => s.dtype.clone(),
+                StorageQuant::Fp8Block { bn, bk, .. } => {
+                    format!("fp8 {bn}x{bk} blocks + fp32 scales")
+                }
+                StorageQuant::Mxfp4 => "mxfp4 experts".into(),
+            };
+            let how = if self.weights_dequantized {
+                format!("{how}, dequantized")
+            } else {
+                how
+            };
+            if self.packed_weights.is_none() {
+                // With `--weights`, the packed form's line above says what is stored.
+                lines.push(format!(
+                    "weights as stored: {} ({how})",
+                    bytes(self.weights_bytes)
+                ));
+            }
+        }
+        if let (Some(after), Some(per)) =
+            (self.cache_after_prefill_bytes, self.cache_bytes_per_token)
+        {
+            lines.push(format!(
+                "cache after the prefill: {}; one decode step adds {}{}",
+                bytes(after),
+                if per < 0 { "-" } else { "" },
+                bytes(per.unsigned_abs())
+            ));
+        }
+        if let Some(i) = &self.image_tokens {
+            let tiles = if i.tiles_per_image > 1 {
+                format!(" in {} tiles", i.tiles_per_image)
+            } else {
+                String::new()
+            };
+            lines.push(format!(
+                "images: {} per sequence at {}x{} (resized to {}x{}{tiles}): {} patches each through the vision tower, {} image tokens each ({} positions with their markers), {} positions per sequence",
+                i.images_per_sequence, i.width, i.height, i.resized.width, i.resized.height,
+                i.patches_per_image, i.per_image, i.sequence_per_image, i.sequence_total
+            ));
+        }
+        if let Some(c) = self.checkpoint_params {
+            let verdict = if c == self.params {
+                "matches the config".to_string()
+            } else {
+                format!("config says {}", thousands(self.params))
+            };
+            lines.push(format!(
+                "{}: {} parameters ({verdict})",
+                self.checkpoint_place
+                    .as_deref()
+                    .unwrap_or("checkpoint beside the config"),
+                thousands(c)
+            ));
+        }
+        lines
+    }
+
+    /// The text output.
+    pub fn text(&self) -> String {
+        let mut o = String::new();
+        let _ = self.write_text(&mut o);
+        o
+    }
+
+    fn write_text(&self, out: &mut String) -> std::fmt::Result {
+        writeln!(
+            out,
+            "{} — {} parameters",
+            self.model,
+            thousands(self.params)
+        )?;
+        writeln!(out, "{}", self.description)?;
+        if self.setup.parallel.pp > 1 {
+            writeln!(
+                out,
+                "pipeline rank {} needs the most; figures are per GPU",
+                self.pipeline_rank
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "{:<22} {:>12} {:>7}", "category", "bytes", "share")?;
+        for (c, b) in self.breakdown.iter() {
+            let share = 100.0 * b as f64 / self.total_bytes as f64;
+            writeln!(out, "{:<22} {:>12} {:>6.1}%", c, bytes(b), share)?;
+        }
+        writeln!(out, "{:-<43}", "")?;
+        writeln!(
+            out,
+            "{:<22} {:>12}   at {}",
+            "peak allocated",
+            bytes(self.peak_bytes),
+            self.peak_phase
+        )?;
+        let cached = self.needed_bytes < self.reserved_bytes;
+        writeln!(
+            out,
+            "{:<22} {:>12}   (max_memory_reserved{})",
+            "peak reserved",
+            bytes(self.reserved_bytes),
+            if cached {
+                " on a GPU with room to cache every segment"
+            } else {
+                ""
+            }
+        )?;
+        if cached {
+            // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc
+            // fails.
+            writeln!(
+                out,
+                "{:<22} {:>12}   (on the smallest device that runs it: idle cached segments released, cudaMalloc retried)",
+                "needed",
+                bytes(self.needed_bytes)
+            )?;
+            writeln!(
+                out,
+                "{:<22} {:>12}   (needed plus CUDA context)",
+                "device total",
+                bytes(self.total_bytes)
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{:<22} {:>12}   (what nvidia-smi shows)",
+                "device total",
+                bytes(self.total_bytes)
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "{}", self.verdict())?;
+        for l in self.fit_lines() {
+            writeln!(out, "{l}")?;
+        }
+        for l in self.suggestion_lines() {
+            writeln!(out, "{l}")?;
+        }
+        writeln!(out, "{}", self.assumed_line())?;
+        writeln!(out, "models: {}", self.assumes.line())?;
+        for m in &self.mechanisms {
+            writeln!(out, "mechanism: {m}")?;
+        }
+        if let Some(tl) = &self.timeline {
+            writeln!(out)?;
+            writeln!(
+                out,
+                "{:<40} {:>12} {:>12}",
+                "timeline (phase)", "at entry", "high in it"
+            )?;
+            for p in tl {
+                writeln!(
+                    out,
+                    "{:<40} {:>12} {:>12}",
+                    p.label,
+                    bytes(p.live_bytes),
+                    bytes(p.high_bytes)
+                )?;
+            }
+        }
+        if let Some(s) = &self.serving {
+            writeln!(out, "{}", speed_line(s))?;
+        }
+        for l in self.detail_lines() {
+            writeln!(out, "{l}")?;
+        }
+        for n in &self.notes {
+            writeln!(out, "note: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+impl WeightsReport {
+    /// The first line: the parameters and the weights' bytes.
+    pub fn title(&self) -> String {
+        format!(
+            "{} — {} parameters, {} of weights",
+            self.model,
+            thousands(self.params),
+            bytes(self.weights_bytes)
+        )
+    }
+
+    /// The text output.
+    pub fn text(&self) -> String {
+        let mut o = format!("{}\n", self.title());
+        for (d, n) in self.dtypes.iter() {
+            o += &format!("  {d:<6} {}\n", thousands(n));
+        }
+        o += "(parameters only: give the folder with config.json to estimate a step)\n";
+        o
+    }
+}
