@@ -196,6 +196,11 @@ struct LayerAdapters {
     /// The largest transient of one adapted or quantized linear (dequantized weight, input casts).
     tmp_fwd: u64,
     tmp_bwd: u64,
+    /// What a frozen layer's forward still holds, unsaved, when it reaches its last projection,
+    /// tensor by tensor (see [`forward_locals`]).
+    fwd_locals: Vec<u64>,
+    /// The layer's intermediate size (dense MLP; 0 otherwise).
+    inter: u64,
     /// Adapter parameter tensors of the layer (element counts).
     tensors: Vec<u64>,
     /// What each adapted site adds to `saved`, in module order.
@@ -232,6 +237,67 @@ fn frozen_discount(
         0
     };
     tok * cmp * (2 * h + dense.intermediate + norms * h)
+}
+
+/// The tensors a frozen layer saves, one per allocation: full training's (`parts`) less the
+/// ones [`frozen_discount`] names (one intermediate-sized, the rest hidden-sized), then what the
+/// adapters save, one allocation per site. Where the list does not hold the discounted
+/// tensors, the base's saved bytes are one block.
+fn frozen_parts(
+    parts: &[u64],
+    layer_saved: u64,
+    la: &LayerAdapters,
+    hid: u64,
+    inter: u64,
+) -> Vec<u64> {
+    let mut v = parts.to_vec();
+    let mut left = la.discount;
+    if la.discount > 0 && inter > 0 && (la.discount - inter) % hid == 0 {
+        let mut want = vec![inter];
+        want.extend(std::iter::repeat_n(hid, ((la.discount - inter) / hid) as usize));
+        for w in want {
+            if let Some(j) = v.iter().position(|&b| b == w) {
+                v.remove(j);
+                left -= w;
+            }
+        }
+    }
+    if left != 0 || v.iter().sum::<u64>() != layer_saved.saturating_sub(la.discount) {
+        v = vec![layer_saved.saturating_sub(la.discount)];
+    }
+    v.extend(la.per_site.iter().map(|(_, b)| *b));
+    let extra = la.saved - la.per_site.iter().map(|(_, b)| *b).sum::<u64>();
+    v.push(extra);
+    v
+}
+
+/// What a frozen attention + dense-MLP layer's forward holds, beyond what it saves, when it
+/// reaches its down projection (its high point when checkpointing recomputes it, since every
+/// saved tensor of the layer exists by then): the residual after attention (the decoder layer's
+/// `residual` local), the down projection's base output, and, when the adapters read copies of
+/// their inputs rather than the inputs themselves (fp32 adapters: PEFT's `_cast_input_dtype`;
+/// dropout), the MLP's normed input and the gate·up product, which nothing saves but the MLP's
+/// `forward` still holds. Measured on the meta device with the real libraries:
+/// `tests/engines/qlora_peak.py --lora` (Llama-3.2-1B, 4 × 2048, the peak at the last layer's
+/// recomputed down projection, within 0.1 % of the H200's `max_memory_allocated()`).
+fn forward_locals(
+    t: &crate::describe::Transformer,
+    b: &crate::describe::Block,
+    tok: u64,
+    cmp: u64,
+    adapters_copy_x: bool,
+) -> Vec<u64> {
+    let (crate::describe::Mixer::Attention(_), crate::describe::Ffn::Dense(dense)) =
+        (b.mixer, b.ffn)
+    else {
+        return Vec::new();
+    };
+    let hid = tok * cmp * t.hidden();
+    let mut v = vec![hid, hid];
+    if adapters_copy_x {
+        v.extend([hid, tok * cmp * dense.intermediate]);
+    }
+    v
 }
 
 /// Estimates one LoRA/QLoRA step of `model` under `setup` (its micro-batch, sequence,
@@ -288,8 +354,11 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         ..*setup
     };
     let chain = chain_bytes(model, &frozen)?;
+    let chain_parts = crate::walk::chain_saved_parts(model, &frozen)?;
     let tok = tr.micro_batch * tr.seq;
     let cmp = if d == 4 { 4 } else { 2 };
+    // One hidden-sized activation (the residual stream of the frozen base).
+    let hid_bytes = tok * t.hidden() * cmp;
     // Per-layer adapters (every layer kind's sites; the per-kind table gives the count).
     let layers = t.blocks.len() as u64;
     let mut per_kind: Vec<LayerAdapters> = Vec::new();
@@ -298,6 +367,17 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         let sites = super::block_sites(&b.names, kind, b.hidden);
         let mut la = LayerAdapters {
             discount: frozen_discount(t, kind, tok, cmp),
+            fwd_locals: forward_locals(
+                t,
+                kind,
+                tok,
+                cmp,
+                adapter_bytes == 4 || spec.lora.dropout > 0.0,
+            ),
+            inter: match kind.ffn {
+                crate::describe::Ffn::Dense(d) => tok * cmp * d.intermediate,
+                _ => 0,
+            },
             ..LayerAdapters::default()
         };
         let mut inputs_seen: Vec<u8> = Vec::new();
@@ -522,7 +602,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 if !spec.gradient_checkpointing {
                     keys.push(tape.alloc(
                         Category::Activations,
-                        vec![chain.layer_saved.saturating_sub(la.discount), la.saved],
+                        frozen_parts(&chain_parts, chain.layer_saved, la, hid_bytes, la.inter),
                     ));
                 }
                 let tmp = tape.alloc(
@@ -559,20 +639,46 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
             let mut g_prev = gh;
             for i in (0..layers as usize).rev() {
                 let la = &per_kind[b.pattern[i] as usize];
+                // The recomputed forward reaches its last projection with every tensor it saves
+                // alive, so its high point sits on top of them.
                 let recomputed = spec.gradient_checkpointing.then(|| {
+                    let saved = tape.alloc(
+                        Category::Activations,
+                        frozen_parts(&chain_parts, chain.layer_saved, la, hid_bytes, la.inter),
+                    );
+                    let locals: u64 = la.fwd_locals.iter().sum::<u64>() + la.tmp_fwd;
                     let tmp = tape.alloc(
                         Category::Temporaries,
-                        vec![chain.layer_forward_tmp.max(la.tmp_fwd)],
+                        if locals >= chain.layer_forward_tmp {
+                            let mut v = la.fwd_locals.clone();
+                            v.push(la.tmp_fwd);
+                            v
+                        } else {
+                            vec![chain.layer_forward_tmp]
+                        },
                     );
                     tape.free(tmp);
-                    tape.alloc(
-                        Category::Activations,
-                        vec![chain.layer_saved.saturating_sub(la.discount), la.saved],
-                    )
+                    saved
                 });
+                // The layer's backward in its two halves, as autograd runs them: the
+                // feed-forward's first (its intermediate-sized gradients once the down
+                // projection's saved input is gone), then the mixer's, during which the layer's
+                // input gradient is made. The halves' figures count the gradients flowing in and
+                // out; the tape holds them itself (`g_prev`, `g`). A frozen base's linears make
+                // no weight gradients, so nothing else is alive; bitsandbytes' dequantized
+                // weight (`MatMul4Bit.backward`) lives while a projection's input gradient is
+                // made, counted with the mixer's.
+                let ffn = tape.alloc(
+                    Category::Temporaries,
+                    vec![chain.layer_ffn_backward_tmp.saturating_sub(2 * hid_bytes)],
+                );
+                tape.free(ffn);
                 let tmp = tape.alloc(
                     Category::Temporaries,
-                    vec![chain.layer_backward_tmp, la.tmp_bwd],
+                    vec![
+                        chain.layer_mixer_backward_tmp.saturating_sub(2 * hid_bytes),
+                        la.tmp_bwd,
+                    ],
                 );
                 if first {
                     grads.push(tape.alloc(
