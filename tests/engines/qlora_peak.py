@@ -111,7 +111,10 @@ class FusedSdpa(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v):
-        out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+        # Flash and cuDNN write the output as [b, s, h, d] and return its [b, h, s, d] view, so
+        # the `transpose(1, 2).contiguous()` after them is free.
+        b, h, s, _ = q.shape
+        out = q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2)
         lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
         ctx.save_for_backward(q, k, v, out, lse)
         return out
@@ -174,59 +177,72 @@ def quantize_meta(model):
     model.quantization_method = "bitsandbytes"
 
 
-def main():
-    path, mb, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    prepare = "--prepare" in sys.argv
-    lora_only = "--lora" in sys.argv
+def step_peak(path, mb, seq, method):
+    """The peak of the bytes the step's backbone allocates (second step), the op and phase
+    there, the tensors alive then, and the parameters' dtypes. `method`: "qlora",
+    "qlora-prepare" or "lora"."""
+    prepare = method == "qlora-prepare"
+    lora_only = method == "lora"
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    torch.nn.functional.scaled_dot_product_attention = fused_sdpa
+    linear = torch.nn.functional.linear
     if lora_only or prepare:
         # Autocast's F.linear: fp32 inputs and weights are cast to bf16 (the copies are what
         # autograd saves); the meta device has no autocast.
-        linear = torch.nn.functional.linear
-
         def autocast_linear(x, w, b=None):
             if x.dtype == torch.float32 or w.dtype == torch.float32:
                 x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)
                 b = None if b is None else b.to(torch.bfloat16)
             return linear(x, w, b)
         torch.nn.functional.linear = autocast_linear
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-    torch.nn.functional.scaled_dot_product_attention = fused_sdpa
-    raw = json.load(open(path))
-    raw.pop("quantization_config", None)
-    cfg = transformers.AutoConfig.for_model(**raw)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
-                                                              dtype=torch.bfloat16)
-    if not lora_only:
-        quantize_meta(model)
-    if prepare:
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True,
-                                                gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = get_peft_model(model, LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM"))
-    model.enable_input_require_grads()
-    for p in model.parameters():
-        if p.requires_grad and not lora_only:
-            p.data = p.data.to(torch.bfloat16)
-    model.get_base_model().gradient_checkpointing_enable()
-    model.train()
-    dtypes = sorted({str(p.dtype) for p in model.parameters()})
-    ids = torch.zeros(mb, seq, dtype=torch.long, device="meta")
-    backbone = model.get_base_model().model
+    packed = transformers.masking_utils.find_packed_sequence_indices
     # The meta device cannot read a value: no packed sequences (TRL's collator pads, one row each).
     transformers.masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    mode = Live()
-    with mode:
-        for step in (1, 2):
-            mode.phase = f"step {step} forward"
-            loss = Head.apply(backbone(input_ids=ids, use_cache=False).last_hidden_state)
-            mode.phase = f"step {step} backward"
-            loss.backward()
-            del loss
-            for p in model.parameters():
-                p.grad = None
-            if step == 1:
-                mode.peak = 0
-    print(json.dumps({"prepare": prepare, "param_dtypes": dtypes, "peak": mode.peak,
+    try:
+        raw = json.load(open(path))
+        raw.pop("quantization_config", None)
+        cfg = transformers.AutoConfig.for_model(**raw)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
+                                                                  dtype=torch.bfloat16)
+        if not lora_only:
+            quantize_meta(model)
+        if prepare:
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True,
+                                                    gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = get_peft_model(model, LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+        model.enable_input_require_grads()
+        for p in model.parameters():
+            if p.requires_grad and not lora_only:
+                p.data = p.data.to(torch.bfloat16)
+        model.get_base_model().gradient_checkpointing_enable()
+        model.train()
+        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
+        ids = torch.zeros(mb, seq, dtype=torch.long, device="meta")
+        backbone = model.get_base_model().model
+        mode = Live()
+        with mode:
+            for step in (1, 2):
+                mode.phase = f"step {step} forward"
+                loss = Head.apply(backbone(input_ids=ids, use_cache=False).last_hidden_state)
+                mode.phase = f"step {step} backward"
+                loss.backward()
+                del loss
+                for p in model.parameters():
+                    p.grad = None
+                if step == 1:
+                    mode.peak = 0
+    finally:
+        torch.nn.functional.linear = linear
+        transformers.masking_utils.find_packed_sequence_indices = packed
+    return mode, dtypes
+
+
+def main():
+    path, mb, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    method = "qlora-prepare" if "--prepare" in sys.argv else "lora" if "--lora" in sys.argv else "qlora"
+    mode, dtypes = step_peak(path, mb, seq, method)
+    print(json.dumps({"method": method, "param_dtypes": dtypes, "peak": mode.peak,
                       "op": mode.op_at_peak, "phase": mode.phase_at_peak}))
     for t in mode.trace:
         print("T", t[0] / 1e6, t[1] / 1e6, *t[2:])

@@ -1009,6 +1009,9 @@ pub struct ChainBytes {
     /// The mixer half of a layer's backward, after the feed-forward's tensors are freed
     /// (`LayerDesc::mixer_bwd_tmp`).
     pub layer_mixer_backward_tmp: u64,
+    /// Of each backward figure above: autocast's half gradient of the layer's largest weight
+    /// (0 without autocast), which a frozen layer does not make.
+    pub layer_half_grad: u64,
     /// Extra bytes at the high point of the head's forward: the logits and their fp32 upcast.
     pub head_forward_tmp: u64,
     /// Extra bytes at the high point of the head's backward: two fp32 logit gradients.
@@ -1066,6 +1069,7 @@ pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
         layer_backward_tmp: l.bwd_tmp,
         layer_ffn_backward_tmp: l.ffn_bwd_tmp,
         layer_mixer_backward_tmp: l.mixer_bwd_tmp,
+        layer_half_grad: l.half_grad,
         head_forward_tmp: m(&[step.logits, step.ctx.cmp])
             + if step.ctx.cmp != 4 {
                 m(&[step.logits, 4])
