@@ -112,8 +112,9 @@ impl CacheBytes {
 /// projections (QK-norm, a weightless v norm, KV sharing and Qwen3.5's output gate where the
 /// layer has them), rotary embeddings, the cache update (`torch.cat`, or a static cache's
 /// lazily made zeros), SDPA's kernel or the eager softmax with their masks and `repeat_kv`,
-/// the `transpose(1, 2).contiguous()`, the output projection, the residual adds, the MLP. The
-/// other mechanisms (MLA, Gated DeltaNet, Mamba2, gpt-oss's sinks, experts) make their cache,
+/// the `transpose(1, 2).contiguous()`, the output projection, the residual adds, the MLP. Gated
+/// DeltaNet's torch fallback is walked tensor by tensor too (`gdn::prefill`). The other
+/// mechanisms (MLA, Mamba2, gpt-oss's sinks, experts) make their cache,
 /// then their inference high point (`LayerDesc::infer_tmp`'s parts: the mechanism's own
 /// itemisation in its `mech/` module) comes and goes.
 fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]) -> Vec<Op> {
@@ -130,6 +131,15 @@ fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]
     let (r, y_held) = match blk.mixer {
         Mixer::Attention(a) if !a.sinks => attention::prefill(&a, &mut g, b, c, cache, held_out),
         Mixer::None => (X, None),
+        Mixer::GatedDeltaNet(gd) => {
+            for (j, bytes) in cache.iter().enumerate() {
+                g.ops.push((CACHE + j as u8, *bytes));
+            }
+            let y = crate::mech::gdn::prefill(&gd, &mut g, b, c);
+            let r = g.make(hd);
+            g.free(y);
+            (r, None)
+        }
         _ => {
             for (j, bytes) in cache.iter().enumerate() {
                 g.ops.push((CACHE + j as u8, *bytes));
