@@ -11,7 +11,7 @@ use vram_model::hf;
 use vram_model::setup::{Attention, Precision};
 use vram_plan::eager::EagerCalibration;
 use vram_plan::generate::{
-    self, block_host, ends_host, setup_host, Generate, Host, Kernels, Phase,
+    self, block_host, ends_host, prefill_glue_host, setup_host, Generate, Host, Kernels, Phase,
 };
 
 fn tiny(name: &str) -> vram_model::arch::Transformer {
@@ -68,11 +68,12 @@ fn host_counts_match_what_transformers_runs() {
             }
             let mut out = ends_host(&t, attention, phase);
             if phase == Phase::Prefill {
-                let s = setup_host(&t);
-                out.kernels += s.kernels;
-                out.views += s.views;
-                out.syncs += s.syncs;
-                out.py += s.py;
+                for s in [setup_host(&t), prefill_glue_host(&t)] {
+                    out.kernels += s.kernels;
+                    out.views += s.views;
+                    out.syncs += s.syncs;
+                    out.py += s.py;
+                }
             }
             let real = &counts["outside"];
             if phase == Phase::Prefill && name_has_experts(&t) {
