@@ -578,7 +578,7 @@ pub struct Serving {
 }
 
 /// What this model was fitted on and checked against (vramkit's shared H200 ground truth).
-pub const CHECKS: &str = "host cost per Python call fitted on Llama-3.1-8B batch-1 decode (H200, 24.27 ms); checked on Llama-3.1-8B batch 16 decode and batch 1/16 prefill (H200); other models unchecked";
+pub const CHECKS: &str = "host cost per Python call fitted on Llama-3.1-8B batch-1 decode (H200, 24.27 ms); prefill checked on Llama-3.1-8B batch 1 and 16 (H200, within 4 %); Llama-3.1-8B batch-16 decode measured 34 % slower than this gives (cause not found); other models unchecked";
 
 /// A `generate` call: `batch` sequences of a `prompt`-token prompt, `new_tokens` generated,
 /// KV cache of `kv_bytes` per element; `static_cache`: transformers' `StaticCache`.
