@@ -175,7 +175,7 @@ fn llama_decode_and_prefill_on_an_h200() {
             assert!(de.abs() < 0.002, "decode batch 1: {de:+.4}");
             assert_eq!(s.decode_bound, "host");
         } else {
-            // Batch 16 is 12.4 ms slower per token on the GPU than batch 1; the GPU work
+            // Batch 16 is 12.4 ms slower per token than batch 1 on the H200; the GPU work
             // counted here (weights, the cache's reads and copies) stays under the host's,
             // so the model gives batch 1's time: a known miss (BENCHMARKS.md).
             assert!(de < 0.0 && de > -0.40, "decode batch 16: {de:+.3}");
