@@ -8,7 +8,7 @@ launch loop does not include, so the fitted per-call cost carries them; the set-
 prefill (generation config copied and validated, processors, stopping criteria, the cache's layer
 objects) is plain Python. This script measures the two on the CPU with the pinned libraries: the
 tiny Llama of `generate_ops.py` at 32 layers, bf16, batch 1, prompt 40, and per `generate` call the
-wall time from entry to the model's first forward (the set-up: 1712 + 34 per layer Python calls,
+wall time from entry to the model's first forward (the set-up: 1704 + 34 per layer Python calls,
 30 kernels and 5 syncs, counted by `generate_ops.py`'s method) and the median decode step (1332
 kernels, 4796 counted calls and views). A bare loop of tiny CPU operators stands in for the launch
 cost. Printed: the set-up's cost per call over the decode step's residual cost per counted call,
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generate_ops as g  # noqa: E402
 
 LAYERS = 32
-SETUP_CALLS = 1712 + 34 * LAYERS
+SETUP_CALLS = 1704 + 34 * LAYERS
 SETUP_OPS = 30 + 5
 STEP_OPS, STEP_CALLS = 1333, 4796
 

@@ -94,18 +94,17 @@ pub const PY_PER_MODULE: f64 = 7.0;
 /// the 42 of the six model-level module calls counted in [`ends_host`].
 const STEP_GLUE_PY: (f64, f64) = (390.0, 9.0);
 
-/// Python function calls of `generate(max_new_tokens=1)` outside the layers, in two parts:
-/// 2248 with 4 decoder layers and 2420 with 8 (Llama, counts.json), so 2076 and 43 per layer,
-/// less the 42 of the model-level module calls counted in [`ends_host`]:
-/// - [`SETUP_PY`], before the prompt's forward (generation config copied and validated,
-///   processors, stopping criteria, the cache with one layer object per decoder layer): 1712
-///   and 34 per layer (`sys.setprofile` up to the model's first forward: 1848, 1984 and 2800
-///   with 4, 8 and 32 layers, `tests/engines/generate_host.py`'s set-up);
+/// Python function calls of `generate(max_new_tokens=1)` outside the layers, in two parts
+/// (Llama with 4 and 8 decoder layers, counts.json):
+/// - [`SETUP_PY`], before the model's first forward (generation config copied and validated,
+///   processors, stopping criteria, the cache with one layer object per decoder layer): 1840
+///   and 1976, so 1704 and 34 per layer (`setup` in counts.json);
 /// - [`PREFILL_GLUE_PY`], the rest: the model's own code around its layers and one token's
-///   selection after the forward (322 and 9 per layer).
-const SETUP_PY: (f64, f64) = (1712.0, 34.0);
+///   selection after the forward: 412 and 448 (`outside`), so 376 and 9 per layer, less the 42
+///   of the model-level module calls counted in [`ends_host`].
+const SETUP_PY: (f64, f64) = (1704.0, 34.0);
 /// See [`SETUP_PY`].
-const PREFILL_GLUE_PY: (f64, f64) = (322.0, 9.0);
+const PREFILL_GLUE_PY: (f64, f64) = (334.0, 9.0);
 
 /// Host cost of one Python call of `generate`'s set-up against one counted call of a decode
 /// step ([`PY_CALL_S`]): 0.33.
@@ -113,7 +112,7 @@ const PREFILL_GLUE_PY: (f64, f64) = (322.0, 9.0);
 /// [`PY_CALL_S`] is fitted on a decode step, where every counted call is followed by tensor
 /// operators whose argument parsing, dispatch and allocation the bare launch loop (9.6 µs) does
 /// not include, so the fitted cost carries them. The set-up is plain Python (config copies and
-/// validation, dictionaries, the cache's layer objects) with 30 operators among 2800 calls.
+/// validation, dictionaries, the cache's layer objects) with 30 operators among 2792 calls.
 /// Measured on the CPU with the pinned libraries by `tests/engines/generate_host.py` (the tiny
 /// 32-layer Llama of `generate_ops.py` in bf16: the set-up's wall time per call against a
 /// decode step's residual per counted call after its 1333 operators at the bare loop's cost):
