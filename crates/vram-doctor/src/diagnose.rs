@@ -467,7 +467,10 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 /// - **unexplained**: otherwise, a request the free memory exceeds by more
 ///   than a 2 MiB page (`cudaMalloc`'s granularity) and the figures' rounding
 ///   should have succeeded (the allocator had already freed its unsplit cache
-///   and retried); the figures do not explain it.
+///   and retried); the figures do not explain it. Only a free figure the
+///   message read counts: one reconstructed from an underflowed counter or
+///   from ROCm's APU free (the device less PyTorch's reservation) is an upper
+///   bound that leaves out the context and the device's other users.
 /// - what this process **could hold at most** is reserved + free (capped by
 ///   `allowed`): everything else on the device is held by someone.
 /// - **one tensor larger than the device**: the request exceeds the device
@@ -593,7 +596,21 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     let free_margin = PAGE_BYTES
         .saturating_add(rounding(free))
         .saturating_add(rounding(req));
-    let unexplained = !cap_decides && req.saturating_add(free_margin) <= free;
+    // Free proves something only when it was read. An underflowed free (2^64 bytes) or ROCm's
+    // free counting system memory on an APU is replaced by the device less PyTorch's
+    // reservation (`figures`): an upper bound that leaves out the HIP/CUDA context and whatever
+    // else shares the device (an APU's carve-out also holds the display), so it cannot show
+    // the request fitting.
+    let free_reconstructed = m.free_bytes >= ABSURD || (m.hip && m.free_bytes > m.total_bytes);
+    let fits_free = req.saturating_add(free_margin) <= free;
+    let unexplained = !cap_decides && !free_reconstructed && fits_free;
+    if free_reconstructed && fits_free && !cap_decides {
+        notes.push(format!(
+            "the {} request is below the {} taken as free, but that figure was reconstructed from the device's size less PyTorch's reservation, not read: it leaves out the context and anything else on the device, so it does not show the request fitting",
+            hb(req),
+            hb(free)
+        ));
+    }
     let available = free.saturating_add(unalloc);
     let shortfall = req.saturating_sub(available);
     // What would be left of what the process could hold had the cache
