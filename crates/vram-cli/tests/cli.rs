@@ -631,6 +631,35 @@ fn doctor_reads_an_argument_a_file_or_stdin() {
     assert_eq!(v["remedies"][0]["saves_bytes"], 42u64 << 30);
 }
 
+/// A real 1.4-2.0 message (nanoporetech/bonito#93: the maintainer's answer was that the job
+/// needs about 8 GB): 1.19 GiB of slack could serve the 450 MiB request but is less than the
+/// 3.50 GiB of live tensors, the step's own churn. Text and JSON name the step first and
+/// fragmentation second, neither remedy called enough alone.
+#[test]
+fn doctor_names_the_step_when_the_slack_is_the_steps_own_churn() {
+    let msg = "RuntimeError: CUDA out of memory. Tried to allocate 450.00 MiB (GPU 0; 5.79 GiB total capacity; 3.50 GiB already allocated; 305.12 MiB free; 4.69 GiB reserved in total by PyTorch)";
+    let (code, out, err) = vram(&["doctor", msg, "--no-nvml"]);
+    assert_eq!(code, 0, "{err}");
+    let first = out.find("1. the step is too large (explains it alone)");
+    let second = out.find("2. fragmentation: 1.19 GiB");
+    assert!(first.is_some() && second > first, "{out}");
+    assert!(
+        out.contains("1. make the step need at least 400.26 MiB less"),
+        "{out}"
+    );
+    let (code, json, err) = vram(&["doctor", msg, "--no-nvml", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["causes"][0]["kind"], "step-too-large");
+    assert_eq!(v["causes"][1]["kind"], "fragmentation");
+    assert_eq!(v["causes"][1]["sufficient"], false);
+    assert!(v["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["enough"] == false));
+}
+
 #[test]
 fn doctor_with_the_model_gives_the_estimate_and_a_setup_that_fits() {
     let (code, out, err) = vram(&[
