@@ -40,7 +40,11 @@ fn rule_1_the_cached_layout_is_cached_but_unallocated() {
     assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
     assert_eq!(d.causes[1].kind, CauseKind::Fragmentation);
     assert!(!d.causes[1].sufficient);
-    assert!(d.remedies[0].action.contains("at least"), "{:?}", d.remedies[0]);
+    assert!(
+        d.remedies[0].action.contains("at least"),
+        "{:?}",
+        d.remedies[0]
+    );
     // 35 GiB live with 42 GiB of slack is beyond a step's churn: fragmentation leads.
     let d = doctor("pytorch-2.5.txt");
     assert_eq!(d.causes[0].kind, CauseKind::Fragmentation);
