@@ -926,3 +926,28 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
 }
+
+/// vLLM on ROCm logs "Model loading took" as the fall in free device memory
+/// (`RocmPlatform.get_current_memory_usage`), so the caching allocator's rounding is in it; on
+/// CUDA it is `max_memory_allocated`, the tensors alone.
+#[test]
+fn rocm_model_loading_counts_the_allocators_rounding() {
+    let t = qwq32b();
+    let k = Knobs {
+        tp: 4,
+        engine_version: Some([0, 17, 0]),
+        ..Knobs::default()
+    };
+    let mi = vram_model::gpu::lookup("mi300x").unwrap();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let rocm = capacity(&t, mi, Engine::Vllm, &k).unwrap();
+    let cuda = capacity(&t, h100, Engine::Vllm, &k).unwrap();
+    assert_eq!(
+        rocm.weights_bytes,
+        weights_per_gpu(&t, &k, mi, Engine::Vllm) + 64 * 7 * MIB / 2 + 3 * MIB / 2
+    );
+    assert_eq!(
+        cuda.weights_bytes,
+        weights_per_gpu(&t, &k, h100, Engine::Vllm)
+    );
+}
