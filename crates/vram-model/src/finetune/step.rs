@@ -257,7 +257,10 @@ fn frozen_parts(
     let mut left = la.discount;
     if la.discount > 0 && inter > 0 && (la.discount - inter) % hid == 0 {
         let mut want = vec![inter];
-        want.extend(std::iter::repeat_n(hid, ((la.discount - inter) / hid) as usize));
+        want.extend(std::iter::repeat_n(
+            hid,
+            ((la.discount - inter) / hid) as usize,
+        ));
         for w in want {
             if let Some(j) = v.iter().position(|&b| b == w) {
                 v.remove(j);
@@ -436,7 +439,8 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                     true,
                     tr.seq
                 ),
-                crate::mech::attention::Kernel::Fused | crate::mech::attention::Kernel::MemEfficient
+                crate::mech::attention::Kernel::Fused
+                    | crate::mech::attention::Kernel::MemEfficient
             ),
             _ => false,
         };
