@@ -264,6 +264,8 @@ impl StepRequest {
             allocator: self.allocator,
             weights_cast_from_fp32: self.weights_cast_from_fp32,
             decode_replay: self.decode_replay,
+            // Decided with the storage and the kernels (`Storage::load`) by the report.
+            weights_dequantized: false,
         };
         let images = image_positions(model)?;
         let mode = if self.inference {

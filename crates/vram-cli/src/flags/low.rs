@@ -371,11 +371,13 @@ pub struct EstimateArgs {
     /// without their kernels: everything in the config's dtype).
     #[arg(long)]
     pub dequantized: bool,
-    /// Kernel packages installed beside transformers that it runs instead of its torch
-    /// fallbacks, comma-separated: fla (flash-linear-attention), causal-conv1d; none by
-    /// default, as `pip install transformers` gives. Changes the speed figures.
-    #[arg(long, default_value = "none", value_parser = vram_plan::generate::Kernels::parse)]
-    pub kernels: vram_plan::generate::Kernels,
+    /// Kernel packages installed beside transformers, comma-separated: fla
+    /// (flash-linear-attention), causal-conv1d, mxfp4 (the `kernels` package with Triton >= 3.4:
+    /// MXFP4 experts stay packed), or none [default: what the model's card installs: mxfp4 for
+    /// MXFP4 checkpoints (gpt-oss), none otherwise]. Changes the speed figures, and the weights
+    /// a packed checkpoint holds.
+    #[arg(long, value_parser = vram_plan::generate::Kernels::parse)]
+    pub kernels: Option<vram_plan::generate::Kernels>,
 }
 
 /// Arguments of the listing commands.
