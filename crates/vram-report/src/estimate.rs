@@ -444,7 +444,23 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             None => {}
         }
     } else {
-        let spec = req.finetune.spec()?;
+        let mut spec = req.finetune.spec()?;
+        // A checkpoint shipped in bitsandbytes (its quantization_config) loads packed: without
+        // --weights, that is QLoRA's base (not a fresh NF4).
+        if let (None, Model::Transformer(t)) = (req.finetune.weights, model) {
+            if let Quant::Packed {
+                format,
+                double_quant,
+            } = t.blocks.storage.quant
+            {
+                if req.finetune.method == vram_model::finetune::step::Method::Qlora
+                    && (format.is_bnb_4bit() || format == vram_model::finetune::WeightFormat::Int8)
+                {
+                    spec.weights = format;
+                    spec.double_quant = double_quant;
+                }
+            }
+        }
         if req.finetune.is_lora() {
             if req.timeline {
                 return Err(input(format!(

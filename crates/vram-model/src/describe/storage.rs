@@ -1,16 +1,29 @@
 //! How the weights are stored: the checkpoint's dtype and quantization, and the bytes each
 //! parameter tensor takes as the library holds it ([`Storage::tensor_bytes`]).
 //!
-//! Today one [`Storage`] per model ([`crate::describe::Blocks::storage`]) decides each tensor's
-//! bytes from its group: the [`Component`] it belongs to and its [`TensorKind`] (an expert
-//! bank, a linear, a vector), both of which every mechanism gives its tensors
-//! ([`crate::mech::Mechanism::tensors`]). This is the place where each tensor group is to carry
-//! its own stored format (issue 31, item 2: `quantization_config`, `--weights`/`--quantization`,
-//! the safetensors headers): a per-group format beside or instead of the model-wide one, read
-//! by `tensor_bytes`, which the weights' report ([`crate::describe::Blocks::weights_bytes`])
-//! already calls for every tensor. The walk's weights (`walk::Step::init_blocks`, each kind's
-//! tensor elements) and the allocator replay still take the parameters at the setup's
-//! precision; item 2 makes them take `tensor_bytes` instead.
+//! One [`Storage`] per model ([`crate::describe::Blocks::storage`]) decides each tensor's bytes
+//! from its group: the [`Component`] it belongs to and its [`TensorKind`] (an expert bank, a
+//! linear, a vector), both of which every mechanism gives its tensors
+//! ([`crate::mech::Mechanism::tensors`]). The reader fills it from the config's
+//! `quantization_config` (FP8 block-wise, MXFP4, bitsandbytes 4/8-bit, GPTQ and AWQ 4-bit;
+//! other methods are [`Quant::Other`], counted in the dtype with a note), `--weights FORMAT`
+//! replaces it ([`Storage::from_flag`]). Everything reads it:
+//! - the weights' report ([`crate::describe::Blocks::weights_bytes`]) and `vram capacity`
+//!   (`vram_plan::capacity::weights_per_gpu`);
+//! - the step walk: [`Storage::load`] says how transformers 5.24 loads the checkpoint for a
+//!   step (packed, or dequantized: MXFP4 without its kernels, below compute capability 7.5 or
+//!   to train; FP8 below 8.9; `--dequantized`), and an inference walk of a packed checkpoint
+//!   allocates each tensor at [`Storage::held_bytes`], one allocation per tensor, so the
+//!   allocator replay sees the packed tensors;
+//! - the fine-tuning base (`finetune::weights_bytes`, linear by linear with the same
+//!   [`crate::finetune::linear_parts`]), held equal to this tensor-by-tensor count by
+//!   `vram-plan`'s `tests/it/storage.rs` for every zoo config.
+//!
+//! Not yet here: per-tensor dtypes from a checkpoint's safetensors headers (the CLI reads them
+//! and checks shapes against the config, but the storage is the config's), compressed-tensors
+//! and GPTQ/AWQ at other than 4 bits (`Other`), `modules_to_not_convert` beyond the head, and
+//! the packed kernels' own temporaries (the MXFP4 Triton MoE and FP8 block matmuls are walked as
+//! the unquantized path's; bitsandbytes 4-bit's dequantized weight in a long prefill is).
 
 use serde::Serialize;
 

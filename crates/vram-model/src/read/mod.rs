@@ -238,7 +238,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             _ => String::new(),
         };
         t.blocks.notes.push(format!(
-            "quantization_config's method `{method}` is not modelled: weights are counted in the config's dtype"
+            "quantization_config's method `{method}` is not modelled with these settings (read: fp8 block-wise, mxfp4, bitsandbytes 4/8-bit, gptq and awq at 4 bits): weights are counted in the config's dtype"
         ));
     }
     t.blocks.names.moe_conversion = decoders::peft_moe_conversion(&model_type);
