@@ -57,7 +57,13 @@ fn gpt_oss_120b_fits_one_h100_with_its_experts_as_stored() {
     }
     assert_eq!(totals[0], totals[1], "catalog id and config file");
     let none = json(&[
-        "estimate", &file, "--inference", "--gpu", "h100-80g", "--kernels", "none",
+        "estimate",
+        &file,
+        "--inference",
+        "--gpu",
+        "h100-80g",
+        "--kernels",
+        "none",
     ]);
     assert_eq!(none["fits"], Value::Bool(false));
     assert_eq!(none["weights_load"]["dequantized"], Value::Bool(true));
@@ -67,7 +73,12 @@ fn gpt_oss_120b_fits_one_h100_with_its_experts_as_stored() {
     );
     // --dequantized changes the walk the same way.
     let deq = json(&[
-        "estimate", &file, "--inference", "--gpu", "h100-80g", "--dequantized",
+        "estimate",
+        &file,
+        "--inference",
+        "--gpu",
+        "h100-80g",
+        "--dequantized",
     ]);
     assert_eq!(
         u(&deq["breakdown"], "parameters"),
@@ -80,16 +91,25 @@ fn gpt_oss_120b_fits_one_h100_with_its_experts_as_stored() {
 /// dequantizes to bf16 and says so.
 #[test]
 fn gpt_oss_20b_on_an_rtx_4090_and_a_v100() {
-    let v = json(&["estimate", "gpt-oss-20b", "--inference", "--gpu", "rtx-4090"]);
+    let v = json(&[
+        "estimate",
+        "gpt-oss-20b",
+        "--inference",
+        "--gpu",
+        "rtx-4090",
+    ]);
     assert_eq!(v["fits"], Value::Bool(true));
     assert_eq!(v["weights_load"]["dequantized"], Value::Bool(false));
     assert!(u(&v["breakdown"], "parameters") < 13 << 30);
-    let old = json(&["estimate", "gpt-oss-20b", "--inference", "--gpu", "v100-32g"]);
+    let old = json(&[
+        "estimate",
+        "gpt-oss-20b",
+        "--inference",
+        "--gpu",
+        "v100-32g",
+    ]);
     assert_eq!(old["weights_load"]["dequantized"], Value::Bool(true));
-    assert!(old["weights_load"]["why"]
-        .as_str()
-        .unwrap()
-        .contains("7.5"));
+    assert!(old["weights_load"]["why"].as_str().unwrap().contains("7.5"));
     // Training dequantizes MXFP4 (the quantizer is not trainable), and says so.
     let train = json(&["estimate", "gpt-oss-20b", "--gpu", "h100-80g"]);
     assert_eq!(train["weights_load"]["dequantized"], Value::Bool(true));
@@ -103,14 +123,26 @@ fn gpt_oss_20b_on_an_rtx_4090_and_a_v100() {
 /// 8.9, `FineGrainedFP8HfQuantizer.validate_environment`), dequantized on an A100 (8.0).
 #[test]
 fn fp8_deepseek_v3_is_stored_as_fp8_on_an_h100() {
-    let v = json(&["estimate", "deepseek-v3", "--inference", "--gpu", "h100-80g"]);
+    let v = json(&[
+        "estimate",
+        "deepseek-v3",
+        "--inference",
+        "--gpu",
+        "h100-80g",
+    ]);
     let load = &v["weights_load"];
     assert_eq!(load["dequantized"], Value::Bool(false));
     assert_eq!(u(&v["breakdown"], "parameters"), u(load, "stored_bytes"));
     // About one byte per parameter (with fp32 scales and the bf16 embedding/head).
     let params = u(&v, "params");
     assert!(u(load, "stored_bytes") < params * 21 / 20, "{}", load);
-    let a100 = json(&["estimate", "deepseek-v3", "--inference", "--gpu", "a100-80g"]);
+    let a100 = json(&[
+        "estimate",
+        "deepseek-v3",
+        "--inference",
+        "--gpu",
+        "a100-80g",
+    ]);
     assert_eq!(a100["weights_load"]["dequantized"], Value::Bool(true));
 }
 
@@ -119,7 +151,13 @@ fn fp8_deepseek_v3_is_stored_as_fp8_on_an_h100() {
 #[test]
 fn weights_and_quantization_are_one_flag() {
     let a = json(&["estimate", "llama-3-8b", "--inference", "--weights", "nf4"]);
-    let b = json(&["estimate", "llama-3-8b", "--inference", "--quantization", "nf4"]);
+    let b = json(&[
+        "estimate",
+        "llama-3-8b",
+        "--inference",
+        "--quantization",
+        "nf4",
+    ]);
     assert_eq!(a["total_bytes"], b["total_bytes"]);
     assert_eq!(u(&a["breakdown"], "parameters"), u(&a, "weights_bytes"));
     let q = json(&["estimate", "llama-3-8b", "--finetune", "qlora"]);

@@ -137,7 +137,8 @@ pub struct EstimateReport {
     /// When the step does not fit: the changes that make it fit (empty: none of those tried).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggestions: Option<Vec<Suggestion>>,
-    /// The weights' storage: `as --precision`, or the `--weights` format.
+    /// The weights' storage: the `--weights` format, a packed checkpoint's own
+    /// (`mxfp4 experts`, `fp8 blocks 128x128`, `nf4`, ...), or `as --precision`.
     pub weights: String,
     /// The weights as stored, bytes.
     pub weights_bytes: u64,
@@ -561,7 +562,13 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         max_context: None,
         max_context_limit: None,
         suggestions: None,
-        weights: inference_weights.map_or("as --precision".to_string(), |f| f.name()),
+        weights: match (inference_weights, model) {
+            (Some(f), _) => f.name(),
+            (None, Model::Transformer(t)) if t.blocks.storage.is_packed() => {
+                t.blocks.storage.name()
+            }
+            _ => "as --precision".to_string(),
+        },
         weights_bytes,
         packed_weights: packed,
         weights_storage: None,
@@ -624,8 +631,8 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         r.attention_runs,
         kernels.as_ref().map(|k| k.0).unwrap_or_default(),
     )
-        .as_ref()
-        .map(Speed::from);
+    .as_ref()
+    .map(Speed::from);
     if let Some(t) = t {
         describe_blocks(
             &mut r,

@@ -225,9 +225,7 @@ impl Storage {
             } => {
                 let packed = match (format, t.kind) {
                     // FineGrainedFP8: linears and expert banks, as `Fp8Block` above.
-                    (WeightFormat::Fp8, TensorKind::Linear | TensorKind::Experts(_)) => {
-                        t.rows > 1
-                    }
+                    (WeightFormat::Fp8, TensorKind::Linear | TensorKind::Experts(_)) => t.rows > 1,
                     // bitsandbytes, GPTQ, AWQ: the layers' `nn.Linear` modules only.
                     (_, TensorKind::Linear) => format.is_quantized(),
                     _ => false,
@@ -267,7 +265,13 @@ impl Storage {
     /// - FP8 block-wise (`quantizer_finegrained_fp8.py::validate_environment`): kept packed at
     ///   compute capability >= 8.9; below, dequantized to bf16.
     /// - bitsandbytes, GPTQ, AWQ (`--weights` or the config): held as packed.
-    pub fn load(&self, training: bool, kernels: crate::setup::Kernels, cc: (u32, u32), asked: bool) -> Load {
+    pub fn load(
+        &self,
+        training: bool,
+        kernels: crate::setup::Kernels,
+        cc: (u32, u32),
+        asked: bool,
+    ) -> Load {
         let packed = |why: &str| Load {
             dequantized: false,
             why: Some(why.into()),

@@ -15,8 +15,8 @@ use serde_json::{Map, Value};
 
 use crate::describe::Model;
 use crate::describe::{Act, Dtype, Quant, Storage};
-use crate::finetune::WeightFormat;
 use crate::error::{Error, Result};
+use crate::finetune::WeightFormat;
 
 pub(crate) mod classic;
 pub(crate) mod decoders;

@@ -339,13 +339,25 @@ fn quantization_configs_are_read_into_the_storage() {
         } = want
         {
             // q, k, v, o, gate, up, down per layer; embedding, head and norms in bf16.
-            let per_layer = [(256, 256), (128, 256), (128, 256), (256, 256), (512, 256), (512, 256), (256, 512)]
-                .iter()
-                .map(|(o, i)| linear_bytes(format, double_quant, *o, *i))
-                .sum::<u64>();
+            let per_layer = [
+                (256, 256),
+                (128, 256),
+                (128, 256),
+                (256, 256),
+                (512, 256),
+                (512, 256),
+                (256, 512),
+            ]
+            .iter()
+            .map(|(o, i)| linear_bytes(format, double_quant, *o, *i))
+            .sum::<u64>();
             let linears = 2 * (4 * 256 * 256 + 3 * 256 * 512 - 2 * 128 * 256);
             let rest = t.param_count() - linears;
-            assert_eq!(t.blocks.weights_bytes(false), 2 * per_layer + 2 * rest, "{q}");
+            assert_eq!(
+                t.blocks.weights_bytes(false),
+                2 * per_layer + 2 * rest,
+                "{q}"
+            );
         }
     }
     assert!(read(r#"{"quant_method":"gptq","bits":8}"#)

@@ -64,7 +64,11 @@ fn the_walk_holds_the_stored_bytes() {
             assert_eq!(walked, t.blocks.weights_bytes(false), "{name}");
             let mut d = s;
             d.overheads.weights_dequantized = true;
-            assert_eq!(walked_weights(&t, &d), 2 * t.param_count(), "{name} dequantized");
+            assert_eq!(
+                walked_weights(&t, &d),
+                2 * t.param_count(),
+                "{name} dequantized"
+            );
         } else {
             assert_eq!(walked, 2 * t.param_count(), "{name}");
         }
@@ -161,4 +165,3 @@ fn a_catalog_id_and_its_config_agree() {
     };
     assert_eq!(q("gpt-oss-120b"), Quant::Mxfp4);
 }
-
