@@ -646,6 +646,18 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             why: Some(why),
         }) = load
         {
+            if !dequantized
+                && matches!(
+                    t.blocks.storage.quant,
+                    Quant::Mxfp4 | Quant::Fp8Block { .. }
+                )
+            {
+                r.notes.push(if t.blocks.storage.quant == Quant::Mxfp4 {
+                    "the MXFP4 experts' Triton kernels (matmul_ogs with its routing data) are walked with the temporaries of transformers' grouped_mm path; their own are not modelled".into()
+                } else {
+                    "the FP8 block matmuls are walked with the temporaries of the bf16 path; their activation quantization (fp8 copies of each input with fp32 scales) is not modelled".into()
+                });
+            }
             r.weights_load = Some(WeightsLoad {
                 dequantized,
                 why,
