@@ -64,6 +64,7 @@ use crate::error::{Error, Result};
 
 mod activation;
 mod engine;
+mod graphs;
 mod kv_layout;
 mod layers;
 mod non_torch;
@@ -78,6 +79,7 @@ pub use startup::{startup_error, StartupError};
 pub use weights::{allocator_rounding, weights_per_gpu};
 
 use activation::*;
+use graphs::*;
 use kv_layout::*;
 use layers::*;
 use sglang::*;
