@@ -111,7 +111,12 @@ pub(super) fn vllm_graphs(
     // (and their log-sum-exp) for every query head on the GPU.
     let fa3 = gpu.sm_major == 9 && k.dtype_bytes == 2 && !engine::is_rocm(gpu);
     let accum = match full_sizes.last() {
-        Some(&s) if fa3 && !layer_caches(t).iter().any(|c| matches!(c, LayerCache::MlaLatent { .. })) => {
+        Some(&s)
+            if fa3
+                && !layer_caches(t)
+                    .iter()
+                    .any(|c| matches!(c, LayerCache::MlaLatent { .. })) =>
+        {
             let (q, _) = t.blocks.typical().attn_widths();
             let heads = t.blocks.typical().heads.div_ceil(k.tp);
             32 * s * (q.div_ceil(k.tp) + heads) * 4

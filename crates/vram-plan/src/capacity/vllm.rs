@@ -197,12 +197,29 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let context = gpu.context_bytes();
     let beyond = if graphs_in_budget { 0 } else { graphs };
     let left = total as i128 - budget as i128 - context as i128;
-    let graphs_fail = starts && beyond as i128 > left;
-    let starts = starts && !graphs_fail;
+    let graphs_fail = starts && beyond > 0 && beyond as i128 > left;
+    let context_fail = starts && beyond == 0 && left < 0;
+    let starts = starts && !graphs_fail && !context_fail;
+    if context_fail {
+        log.push(format!(
+            "torch.OutOfMemoryError: CUDA out of memory: the budget ({:.2} GiB) and the CUDA context exceed the device (estimated); lower --gpu-memory-utilization",
+            gib(budget as f64)
+        ));
+    }
     if graphs_fail {
         // The graph line is not printed: the capture fails.
         log.retain(|l| !l.starts_with("Graph capturing finished"));
-        log.push(graph_capture_failure(t, gpu, k, v1, captured.as_ref(), beyond, left, max_num_seqs, mnbt));
+        log.push(graph_capture_failure(
+            t,
+            gpu,
+            k,
+            v1,
+            captured.as_ref(),
+            beyond,
+            left,
+            max_num_seqs,
+            mnbt,
+        ));
     }
     if let Some(why) = fallback {
         log.insert(
@@ -314,9 +331,11 @@ fn graph_capture_failure(
         }
     }
     let sizes = captured.map(|g| g.sizes.clone()).unwrap_or_default();
-    if let Some(&cap) = sizes.iter().rev().skip(1).find(|&&c| {
-        vllm_graphs(t, gpu, k, v1, max_num_seqs, mnbt, Some(c)).bytes() as i128 <= left
-    }) {
+    if let Some(&cap) =
+        sizes.iter().rev().skip(1).find(|&&c| {
+            vllm_graphs(t, gpu, k, v1, max_num_seqs, mnbt, Some(c)).bytes() as i128 <= left
+        })
+    {
         fixes.push(if !v1 {
             format!("capture fewer sizes (--max-num-seqs {cap})")
         } else {
