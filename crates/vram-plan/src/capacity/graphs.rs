@@ -8,7 +8,9 @@
 //!   V1 0.8.x–0.9.x (`config.py` at 0.8.5 and 0.9.2; 0.9's `SchedulerConfig.cuda_graph_sizes`
 //!   defaults to `[512]`): 1, 2, 4, 8, …, 512 whatever `max_num_seqs` is, capped at
 //!   `max_num_batched_tokens`. V1 from 0.10 (`config/scheduler.py` at 0.10.1 and 0.11.0):
-//!   up to `min(2 × max_num_seqs, 512)`, capped at `max_num_batched_tokens`.
+//!   up to `min(2 × max_num_seqs, 512)`, capped at `max_num_batched_tokens`; from 0.18
+//!   (`config/vllm.py` at 0.18.1 and 0.19.0) in steps of 8 below 256 and of 16 above (51 sizes
+//!   to 512; 0.12–0.17 not read, 0.11's steps of 8 assumed).
 //! - **Graph modes.** Piecewise graphs (one per piece between attention calls, every size)
 //!   before 0.11; from 0.11 `FULL_AND_PIECEWISE` (`config/compilation.py`, "v1 default"): the
 //!   same sizes again as whole-forward decode graphs, up to `max_num_seqs`.
@@ -75,7 +77,13 @@ pub(super) fn vllm_capture_sizes(k: &Knobs, v1: bool, max_num_seqs: u64, mnbt: u
     } else {
         512
     };
-    all.extend((1..=64).map(|i| i * 8));
+    if v >= [0, 18, 0] {
+        // 0.18.1 and 0.19.0 (`config/vllm.py`): steps of 8 below 256, then of 16.
+        all.extend((1..32).map(|i| i * 8));
+        all.extend((0..=16).map(|i| 256 + i * 16));
+    } else {
+        all.extend((1..=64).map(|i| i * 8));
+    }
     all.retain(|&s| s <= top && s <= mnbt);
     all
 }

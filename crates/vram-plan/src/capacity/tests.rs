@@ -980,16 +980,18 @@ fn capture_sizes_follow_the_version() {
     );
 }
 
-/// Graphs captured after the KV cache (before 0.20) that do not fit what the budget leaves are a
-/// start-up failure whose line names the changes, and each named change starts the engine.
+/// Graphs captured after the KV cache (before 0.20) that do not fit what the budget, the CUDA
+/// context and the profile's released peak leave are a start-up failure whose line names the
+/// changes; `--enforce-eager` and the utilization it names each start the engine.
 #[test]
 fn graphs_beyond_what_the_budget_leaves_fail_the_start() {
     let t = llama3();
     let gpu = vram_model::gpu::lookup("a10").unwrap();
     let k = Knobs {
-        engine_version: Some([0, 11, 0]),
+        engine_version: Some([0, 8, 5]),
         max_model_len: Some(4096),
-        gpu_memory_utilization: Some(0.95),
+        max_num_seqs: Some(1),
+        gpu_memory_utilization: Some(0.96),
         ..Knobs::default()
     };
     let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();

@@ -194,11 +194,15 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     }
     // Up to 0.19 the graphs are captured after the KV cache is allocated: they must fit what
     // the budget and the CUDA context leave of the device, or `capture_model` runs out of memory.
+    // The profile run's peak is inside the budget but released before the KV cache is allocated
+    // (`torch.cuda.empty_cache()` after `profile_run` in `determine_available_memory`, 0.8.3 and
+    // 0.8.5; `memory_profiling`'s exit, 0.10.1 and 0.11.0), so the capture may use it too.
     let context = gpu.context_bytes();
     let beyond = if graphs_in_budget { 0 } else { graphs };
     let left = total as i128 - budget as i128 - context as i128;
-    let graphs_fail = starts && beyond > 0 && beyond as i128 > left;
-    let context_fail = starts && beyond == 0 && left < 0;
+    let left_for_graphs = left + activation as i128;
+    let graphs_fail = starts && beyond > 0 && beyond as i128 > left_for_graphs;
+    let context_fail = starts && beyond == 0 && left_for_graphs < 0;
     let starts = starts && !graphs_fail && !context_fail;
     if context_fail {
         log.push(format!(
@@ -216,7 +220,8 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             v1,
             captured.as_ref(),
             beyond,
-            left,
+            left_for_graphs,
+            activation,
             max_num_seqs,
             mnbt,
         ));
@@ -306,6 +311,7 @@ fn graph_capture_failure(
     captured: Option<&Graphs>,
     need: u64,
     left: i128,
+    activation: u64,
     max_num_seqs: u64,
     mnbt: u64,
 ) -> String {
@@ -320,7 +326,10 @@ fn graph_capture_failure(
     let modes = if v1 { modes } else { "full" };
     let largest = captured.and_then(|g| g.sizes.last().copied()).unwrap_or(0);
     let mut fixes = vec!["add --enforce-eager".to_string()];
-    let u = ((total - need as f64 - gpu.context_bytes() as f64) / total * 100.0).floor() / 100.0;
+    let u = ((total - need as f64 - gpu.context_bytes() as f64 + activation as f64) / total
+        * 100.0)
+        .floor()
+        / 100.0;
     if u > 0.0 {
         let lower = Knobs {
             gpu_memory_utilization: Some(u),
@@ -347,7 +356,7 @@ fn graph_capture_failure(
         });
     }
     format!(
-        "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs: {n} capture sizes ({modes}) up to {largest} tokens need {:.2} GiB beyond the KV cache, and {:.2} GiB is left of the device after the budget and the CUDA context (estimated); {}",
+        "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs: {n} capture sizes ({modes}) up to {largest} tokens need {:.2} GiB beyond the KV cache, and {:.2} GiB is left of the device after the budget and the CUDA context, with the profile's released peak (estimated); {}",
         gib(need as f64),
         gib(left.max(0) as f64),
         match fixes.len() {
