@@ -42,9 +42,19 @@ pub struct Gpu {
     /// 10 Blackwell data-centre, 12 Blackwell GeForce; 9 for AMD Instinct GPUs, whose ROCm
     /// stack is not modelled separately).
     pub sm_major: u32,
+    /// CUDA compute capability minor version (8.9 for Ada, 7.5 for Turing; ROCm's `gfx` minor
+    /// for AMD: 9.4 on MI300). The quantizers compare the pair (`torch.cuda.get_device_capability()`).
+    pub sm_minor: u32,
     /// Where [`Gpu::memory_bytes`] comes from: a driver reading (`nvidia-smi` / NVML /
     /// `rocm-smi`) in a named public log, or why the figure is unverified.
     pub memory_source: &'static str,
+}
+
+impl Gpu {
+    /// The compute capability `(major, minor)`, as `torch.cuda.get_device_capability()` gives it.
+    pub fn capability(&self) -> (u32, u32) {
+        (self.sm_major, self.sm_minor)
+    }
 }
 
 /// Every GPU in the catalog.
@@ -58,6 +68,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 1555.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 0,
         memory_source: "torch: vLLM 0.15.1's total_gpu_memory (39.39GiB), the mem_get_info total (ilseokoh/vllm-gce README.md, one A100-SXM4-40GB)",
     },
     Gpu {
@@ -69,6 +80,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 2039.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 0,
         memory_source: "torch: 'GPU 0 has a total capacity of 79.15 GiB' beside nvidia-smi's 81920MiB (an A100 80GB troubleshooting note found by text search, code index id 12686617020)",
     },
     Gpu {
@@ -80,6 +92,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 3350.0,
         bf16: true,
         sm_major: 9,
+        sm_minor: 0,
         memory_source: "torch: vLLM 0.19.0's worker snapshot total_memory=79.19GiB and 'GPU 1 has a total capacity of 79.19 GiB' on H100 80GB HBM3 (llm-d-incubation/llm-d-planner#d3121e0 accuracy/results/v0.19.0/logs)",
     },
     Gpu {
@@ -91,6 +104,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 2000.0,
         bf16: true,
         sm_major: 9,
+        sm_minor: 0,
         memory_source: "unverified: the SXM part's torch total (79.19 GiB, llm-d-planner's H100 logs; the same 80 GB HBM)",
     },
     Gpu {
@@ -102,6 +116,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 4800.0,
         bf16: true,
         sm_major: 9,
+        sm_minor: 0,
         memory_source: "measured: torch.cuda.get_device_properties().total_memory 150109880320 on an NVIDIA H200 (driver 580.159.04, PyTorch 2.11, shared ground truth 2026-11-27, env.json)",
     },
     Gpu {
@@ -113,6 +128,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 300.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 9,
         memory_source: "unverified: 23034 MiB as nvidia-smi lists the L4",
     },
     Gpu {
@@ -124,6 +140,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 864.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 9,
         memory_source: "unverified: 46068 MiB as nvidia-smi lists the L40S",
     },
     Gpu {
@@ -135,6 +152,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 936.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 6,
         memory_source: "torch: vLLM 0.6.4's total_gpu_memory=23.58GiB on an RTX 3090 (vllm-project/vllm#10517)",
     },
     Gpu {
@@ -146,6 +164,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 1008.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 9,
         memory_source: "torch: vLLM 0.7's 'total_gpu_memory x gpu_memory_utilization (0.98) = 23.08GiB' on two RTX 4090 (vllm-project/vllm#13061; 23.08 / 0.98)",
     },
     Gpu {
@@ -157,6 +176,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 900.0,
         bf16: false,
         sm_major: 7,
+        sm_minor: 0,
         memory_source: "unverified: 16 GiB nominal",
     },
     Gpu {
@@ -168,6 +188,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 900.0,
         bf16: false,
         sm_major: 7,
+        sm_minor: 0,
         memory_source: "unverified: 32 GiB nominal",
     },
     Gpu {
@@ -179,6 +200,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 320.0,
         bf16: false,
         sm_major: 7,
+        sm_minor: 5,
         memory_source: "torch: '(GPU 0; 14.74 GiB total capacity ...)' on a g4dn.2xlarge T4 (a public README found by text search, code index id 39922602093)",
     },
     Gpu {
@@ -190,6 +212,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 5300.0,
         bf16: true,
         sm_major: 9,
+        sm_minor: 4,
         memory_source: "torch (ROCm): vLLM's device_memory 191.98 GiB on an MI300X (vllm-project/vllm#53961)",
     },
     Gpu {
@@ -201,6 +224,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 600.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 6,
         memory_source: "torch: 'GPU 1 has a total capacity of 22.09 GiB' on an A10 (vllm-project/vllm#10034)",
     },
     Gpu {
@@ -212,6 +236,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 696.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 6,
         memory_source: "unverified: 46068 MiB, the L40S's reading for the same 48 GB GDDR6 board size",
     },
     Gpu {
@@ -223,6 +248,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 864.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 9,
         memory_source: "unverified: 46068 MiB, the L40S's reading for the same board",
     },
     Gpu {
@@ -234,6 +260,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 768.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 6,
         memory_source: "nvidia-smi: 49140MiB (RTX A6000 in a public README found by text search; RTX 6000 Ada and L20 show the same)",
     },
     Gpu {
@@ -245,6 +272,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 272.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 9,
         memory_source: "unverified: 8188 MiB (8 GiB less the 4 MiB the Ada GeForce cards reserve, as the 4070's 12282 and 4090's 24564)",
     },
     Gpu {
@@ -256,6 +284,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 504.0,
         bf16: true,
         sm_major: 8,
+        sm_minor: 9,
         memory_source: "nvidia-smi: 12282MiB, driver 550.40.07 (Frogging-Family/nvidia-all#212)",
     },
     Gpu {
@@ -267,6 +296,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 716.8,
         bf16: true,
         sm_major: 8,
+        sm_minor: 9,
         memory_source: "unverified: 16376 MiB (16 GiB less 8 MiB, the Ada GeForce pattern)",
     },
     Gpu {
@@ -278,6 +308,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 1792.0,
         bf16: true,
         sm_major: 12,
+        sm_minor: 0,
         memory_source: "nvidia-smi: 32607MiB, driver 595.71.05 (noonghunna/club-3090#617, #1322)",
     },
     Gpu {
@@ -289,6 +320,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 320.0,
         bf16: false,
         sm_major: 6,
+        sm_minor: 1,
         memory_source: "unverified: 8 GiB nominal (no tensor cores: half precision priced at the fp32 rate)",
     },
     Gpu {
@@ -300,6 +332,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 4000.0,
         bf16: true,
         sm_major: 9,
+        sm_minor: 0,
         memory_source: "nvidia-smi: 97871MiB (NVIDIA H20 in a public log found by text search; GH200 96GB parts show the same)",
     },
     Gpu {
@@ -311,6 +344,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 4800.0,
         bf16: true,
         sm_major: 9,
+        sm_minor: 0,
         memory_source: "unverified: the H200's torch total (150109880320 B) for the same 141 GB HBM3e",
     },
     Gpu {
@@ -322,6 +356,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 8000.0,
         bf16: true,
         sm_major: 10,
+        sm_minor: 0,
         memory_source: "torch: unsloth's 'Total VRAM: 178.35 GB' (total_memory / 2^30) on a B200 (unslothai/unsloth#3411)",
     },
     Gpu {
@@ -333,6 +368,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 1638.4,
         bf16: true,
         sm_major: 9,
+        sm_minor: 0,
         memory_source: "unverified: rocm-smi's 68702699520 B (65520 MiB) per GCD; each of the two GCDs is a device",
     },
     Gpu {
@@ -344,6 +380,7 @@ pub const GPUS: &[Gpu] = &[
         hbm_gb_s: 6000.0,
         bf16: true,
         sm_major: 9,
+        sm_minor: 4,
         memory_source: "unverified: 256 GiB nominal",
     },
 ];

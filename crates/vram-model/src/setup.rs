@@ -169,6 +169,11 @@ pub struct Overheads {
     pub weights_cast_from_fp32: bool,
     /// Which of `generate`'s decode steps the allocator replay walks (`--decode-replay`).
     pub decode_replay: DecodeReplay,
+    /// Whether the library dequantizes a packed checkpoint's weights at load
+    /// ([`crate::describe::Storage::load`]: MXFP4 without its kernels or on an older GPU, FP8
+    /// below compute capability 8.9, `--dequantized`): the walk then holds every weight at the
+    /// step's precision. `false`: packed weights as stored in an inference step.
+    pub weights_dequantized: bool,
 }
 
 /// Which decode steps of `generate` an allocator replay walks (`--decode-replay`).
@@ -242,6 +247,7 @@ impl Default for Overheads {
             allocator: Allocator::Pytorch,
             weights_cast_from_fp32: false,
             decode_replay: DecodeReplay::Sampled,
+            weights_dequantized: false,
         }
     }
 }
@@ -476,5 +482,72 @@ impl Setup {
             }
         }
         Ok(())
+    }
+}
+
+/// Optional kernel packages installed beside transformers 5.24 (`--kernels`), one setting for
+/// every command: what transformers runs instead of its torch fallbacks, and whether it keeps a
+/// packed checkpoint packed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kernels {
+    /// `flash-linear-attention`: `chunk_gated_delta_rule` and `fused_recurrent_gated_delta_rule`
+    /// (Triton) instead of `torch_chunk_gated_delta_rule` / `torch_recurrent_gated_delta_rule`.
+    pub fla: bool,
+    /// `causal-conv1d`: `causal_conv1d_fn` / `causal_conv1d_update` (CUDA) instead of
+    /// `F.conv1d` and the state `cat`.
+    pub causal_conv1d: bool,
+    /// MXFP4: the `kernels` package (which fetches `kernels-community/gpt-oss-triton-kernels`)
+    /// with Triton >= 3.4, what `Mxfp4HfQuantizer.validate_environment` asks before it keeps
+    /// MXFP4 experts packed (`quantizers/quantizer_mxfp4.py`).
+    pub mxfp4: bool,
+}
+
+impl Kernels {
+    /// Parses a comma-separated list (`fla,causal-conv1d,mxfp4`; `none` for none).
+    pub fn parse(s: &str) -> std::result::Result<Kernels, String> {
+        let mut k = Kernels::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "fla" | "flash-linear-attention" => k.fla = true,
+                "causal-conv1d" | "causal_conv1d" => k.causal_conv1d = true,
+                "mxfp4" | "kernels" | "triton-kernels" => k.mxfp4 = true,
+                "none" => {}
+                other => {
+                    return Err(format!(
+                        "unknown kernel package `{other}` (known: fla, causal-conv1d, mxfp4, none)"
+                    ))
+                }
+            }
+        }
+        Ok(k)
+    }
+
+    /// The packages as `--kernels` writes them (`none` for none).
+    pub fn names(&self) -> String {
+        let v: Vec<&str> = [
+            (self.fla, "fla"),
+            (self.causal_conv1d, "causal-conv1d"),
+            (self.mxfp4, "mxfp4"),
+        ]
+        .into_iter()
+        .filter_map(|(on, n)| on.then_some(n))
+        .collect();
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(",")
+        }
+    }
+
+    /// What a model's card tells its users to install, the default for that model: for MXFP4
+    /// checkpoints the MXFP4 kernels, as gpt-oss's cards say (huggingface.co/openai/gpt-oss-120b
+    /// and -20b, "Transformers": `pip install -U transformers kernels torch`; the torch wheel
+    /// brings its Triton, 3.4 or later from torch 2.8); nothing for the others (`pip install
+    /// transformers`).
+    pub fn for_storage(s: &crate::describe::Storage) -> Kernels {
+        Kernels {
+            mxfp4: s.quant == crate::describe::Quant::Mxfp4,
+            ..Kernels::default()
+        }
     }
 }

@@ -107,37 +107,8 @@ impl Stack {
 }
 
 /// Kernels the user installed that transformers 5.24 picks up in place of its torch fallbacks
-/// (`use_kernel_func_from_hub_with_fallback`). The default is what `pip install transformers`
-/// gives: none.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Kernels {
-    /// `flash-linear-attention`: `chunk_gated_delta_rule` and `fused_recurrent_gated_delta_rule`
-    /// (Triton) instead of `torch_chunk_gated_delta_rule` / `torch_recurrent_gated_delta_rule`.
-    pub fla: bool,
-    /// `causal-conv1d`: `causal_conv1d_fn` / `causal_conv1d_update` (CUDA) instead of
-    /// `F.conv1d` and the state `cat`.
-    pub causal_conv1d: bool,
-}
-
-impl Kernels {
-    /// Parses a comma-separated list (`fla,causal-conv1d`; `none` for none).
-    pub fn parse(s: &str) -> Result<Kernels, String> {
-        let mut k = Kernels::default();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part {
-                "fla" | "flash-linear-attention" => k.fla = true,
-                "causal-conv1d" | "causal_conv1d" => k.causal_conv1d = true,
-                "none" => {}
-                other => {
-                    return Err(format!(
-                        "unknown kernel package `{other}` (known: fla, causal-conv1d, none)"
-                    ))
-                }
-            }
-        }
-        Ok(k)
-    }
-}
+/// (`use_kernel_func_from_hub_with_fallback`): the one setting of `vram_model::setup`.
+pub use vram_model::setup::Kernels;
 
 /// The constants of the transformers-stack model that were not measured directly, with why
 /// each has its value. Everything else comes from `data/h100-calibration.json`.

@@ -335,9 +335,13 @@ pub fn knobs(
     }
     let quantization = match r.weights {
         Some(w) => w.serving()?,
-        // A config file's `quantization_config` (a catalog entry's quantized storage is read
-        // by the model description itself).
-        None if config_from_user => config_quantization(config)?.unwrap_or(Quantization::None),
+        // The checkpoint's storage is the description's (`Storage`, read from the same
+        // `quantization_config` for a config file and a catalog id alike); a method it does
+        // not lay out tensor by tensor (compressed-tensors, fbgemm FP8, ...) is priced by the
+        // engine's bytes per weight.
+        None if config_from_user && !t.blocks.storage.is_packed() => {
+            config_quantization(config)?.unwrap_or(Quantization::None)
+        }
         None => Quantization::None,
     };
     let dtype_bytes = if r.dtype == Dtype::Float32 { 4 } else { 2 };

@@ -2,12 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 use vram_model::arch::{Model, Transformer};
-use vram_model::blocks::{Component, Quant};
+use vram_model::blocks::{Component, Load, Quant, Storage};
 use vram_model::estimate::{max_batch, max_context};
-use vram_model::finetune::WeightFormat;
 use vram_model::gpu::Gpu;
-use vram_model::setup::{self, Allocator, AmpStyle, Attention, Mode, Setup};
-use vram_model::{estimate_with_timeline, Category, Estimate};
+use vram_model::setup::{self, Allocator, AmpStyle, Attention, Kernels, Mode, Setup};
+use vram_model::{estimate_with_timeline, Category};
 use vram_plan::capacity::Engine;
 use vram_plan::suggest::{self, Suggestion};
 
@@ -43,8 +42,10 @@ pub struct EstimateRequest {
     pub timeline: bool,
     /// Stored weights as the dequantized fallback holds them (`--dequantized`).
     pub dequantized: bool,
-    /// Kernel packages installed beside transformers (`--kernels`; the speed figures).
-    pub kernels: vram_plan::generate::Kernels,
+    /// Kernel packages installed beside transformers (`--kernels`): the speed figures, and
+    /// whether a packed checkpoint stays packed (`None`: what the model's card installs,
+    /// [`vram_model::setup::Kernels::for_storage`]).
+    pub kernels: Option<vram_plan::generate::Kernels>,
 }
 
 /// A full training step or a `generate` call: where its memory goes, whether it fits, the
@@ -136,7 +137,8 @@ pub struct EstimateReport {
     /// When the step does not fit: the changes that make it fit (empty: none of those tried).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggestions: Option<Vec<Suggestion>>,
-    /// The weights' storage: `as --precision`, or the `--weights` format.
+    /// The weights' storage: the `--weights` format, a packed checkpoint's own
+    /// (`mxfp4 experts`, `fp8 blocks 128x128`, `nf4`, ...), or `as --precision`.
     pub weights: String,
     /// The weights as stored, bytes.
     pub weights_bytes: u64,
@@ -149,6 +151,13 @@ pub struct EstimateReport {
     /// `weights_bytes` as the dequantized fallback holds them (`--dequantized`).
     #[serde(default)]
     pub weights_dequantized: bool,
+    /// How this step holds a packed checkpoint (as stored, or dequantized at load) and why:
+    /// present where some weights are stored packed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_load: Option<WeightsLoad>,
+    /// The kernel packages assumed installed (`--kernels`), and where that came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelsAssumed>,
     /// Whether the layers differ (mixer, feed-forward or window per layer).
     #[serde(default)]
     pub layers_differ: bool,
@@ -221,6 +230,28 @@ pub struct PackedWeights {
     pub unquantized_dtype: String,
 }
 
+/// How a step holds a packed checkpoint: the layout the walk allocates, with both figures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WeightsLoad {
+    /// Whether the library dequantizes the packed weights at load.
+    pub dequantized: bool,
+    /// Why (the library's rule for this mode, GPU and kernels).
+    pub why: String,
+    /// The whole model's weights as stored, bytes.
+    pub stored_bytes: u64,
+    /// The whole model's weights dequantized to the config's dtype, bytes.
+    pub dequantized_bytes: u64,
+}
+
+/// The optional kernel packages an estimate assumes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelsAssumed {
+    /// As `--kernels` writes them (`none`, `mxfp4`, `fla,causal-conv1d`).
+    pub packages: String,
+    /// `--kernels`, or the model's default (what its card installs).
+    pub source: String,
+}
+
 /// How a checkpoint stores its weights (`quantization_config`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WeightsStorage {
@@ -247,6 +278,13 @@ pub enum StorageQuant {
     },
     /// MXFP4 experts.
     Mxfp4,
+    /// Linears packed by bitsandbytes, GPTQ or AWQ (or a `--weights` format).
+    Packed {
+        /// The format as `--weights` writes it (`nf4`, `int8`, `gptq-g128`, ...).
+        format: String,
+        /// bitsandbytes 4-bit's nested quantization.
+        double_quant: bool,
+    },
     /// A method not modelled (counted in the config's dtype).
     Other,
 }
@@ -257,6 +295,13 @@ impl StorageQuant {
             Quant::None => StorageQuant::None,
             Quant::Fp8Block { bn, bk, skip_head } => StorageQuant::Fp8Block { bn, bk, skip_head },
             Quant::Mxfp4 => StorageQuant::Mxfp4,
+            Quant::Packed {
+                format,
+                double_quant,
+            } => StorageQuant::Packed {
+                format: format.name(),
+                double_quant,
+            },
             Quant::Other => StorageQuant::Other,
         }
     }
@@ -387,6 +432,11 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
                     // fp32 model is built and cast first.
                     setup.overheads.weights_cast_from_fp32 = false;
                 }
+                if req.finetune.double_quant && !f.is_bnb_4bit() {
+                    return Err(input(
+                        "--double-quant applies to bitsandbytes 4-bit (--weights nf4 or fp4)",
+                    ));
+                }
                 inference_weights = Some(f);
             }
             None if req.finetune.double_quant => {
@@ -395,7 +445,23 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             None => {}
         }
     } else {
-        let spec = req.finetune.spec()?;
+        let mut spec = req.finetune.spec()?;
+        // A checkpoint shipped in bitsandbytes (its quantization_config) loads packed: without
+        // --weights, that is QLoRA's base (not a fresh NF4).
+        if let (None, Model::Transformer(t)) = (req.finetune.weights, model) {
+            if let Quant::Packed {
+                format,
+                double_quant,
+            } = t.blocks.storage.quant
+            {
+                if req.finetune.method == vram_model::finetune::step::Method::Qlora
+                    && (format.is_bnb_4bit() || format == vram_model::finetune::WeightFormat::Int8)
+                {
+                    spec.weights = format;
+                    spec.double_quant = double_quant;
+                }
+            }
+        }
         if req.finetune.is_lora() {
             if req.timeline {
                 return Err(input(format!(
@@ -409,29 +475,58 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         }
         trainable = model.param_count();
     }
-    let mut e = estimate_with_timeline(model, &setup)?;
-    let cap = gpu.memory_bytes;
-    // Quantized inference: the weights as stored replace the half weights; the fit searches
-    // run against the capacity the difference leaves.
-    let mut fit_cap = cap;
-    let mut weights_bytes = e.breakdown.get(Category::Parameters);
-    let mut packed = None;
-    if let Some(f) = inference_weights {
-        let (delta, w) =
-            apply_inference_weights(model, &setup, &mut e, f, req.finetune.double_quant)?;
-        fit_cap = (cap as i128 - delta).max(0) as u64;
-        weights_bytes = w;
-        packed = Some(PackedWeights {
-            format: f.name(),
-            bytes: w,
-            unquantized_dtype: if f.dense_bytes() == 4 {
-                "fp32"
+    // `--weights FORMAT` is the base's storage: the description carries it, the walk allocates
+    // it (one packed tensor per linear, as the library holds it).
+    let flagged;
+    let model: &Model = match (inference_weights, model) {
+        (Some(f), Model::Transformer(t)) => {
+            let mut t = t.clone();
+            t.blocks.storage = Storage::from_flag(f, req.finetune.double_quant);
+            flagged = Model::Transformer(t);
+            &flagged
+        }
+        (Some(_), _) => return Err(input("--weights is modelled for transformers")),
+        (None, m) => m,
+    };
+    // The kernels installed (the model card's by default) and how the library then loads a
+    // packed checkpoint: the walk holds the weights that way.
+    let kernels = match (req.kernels, model) {
+        (Some(k), _) => Some((k, "--kernels".to_string())),
+        (None, Model::Transformer(t)) => Some((
+            Kernels::for_storage(&t.blocks.storage),
+            if t.blocks.storage.quant == Quant::Mxfp4 {
+                "the default for MXFP4 checkpoints: gpt-oss's card installs `kernels` (pip install -U transformers kernels torch); --kernels none for without".to_string()
             } else {
-                "bf16/fp16"
-            }
-            .into(),
-        });
+                "the default: what `pip install transformers` gives".to_string()
+            },
+        )),
+        (None, _) => None,
+    };
+    let load = match model {
+        Model::Transformer(t) => Some(t.blocks.storage.load(
+            matches!(setup.mode, Mode::Train(_)),
+            kernels.as_ref().map(|k| k.0).unwrap_or_default(),
+            gpu.capability(),
+            req.dequantized,
+        )),
+        _ => None,
+    };
+    if let Some(l) = &load {
+        setup.overheads.weights_dequantized = l.dequantized;
     }
+    let e = estimate_with_timeline(model, &setup)?;
+    let cap = gpu.memory_bytes;
+    let weights_bytes = e.breakdown.get(Category::Parameters);
+    let packed = inference_weights.map(|f| PackedWeights {
+        format: f.name(),
+        bytes: weights_bytes,
+        unquantized_dtype: if f.dense_bytes() == 4 {
+            "fp32"
+        } else {
+            "bf16/fp16"
+        }
+        .into(),
+    });
     let t = match model {
         Model::Transformer(t) => Some(t),
         _ => None,
@@ -467,11 +562,22 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         max_context: None,
         max_context_limit: None,
         suggestions: None,
-        weights: inference_weights.map_or("as --precision".to_string(), |f| f.name()),
+        weights: match (inference_weights, model) {
+            (Some(f), _) => f.name(),
+            (None, Model::Transformer(t)) if t.blocks.storage.is_packed() => {
+                t.blocks.storage.name()
+            }
+            _ => "as --precision".to_string(),
+        },
         weights_bytes,
         packed_weights: packed,
         weights_storage: None,
         weights_dequantized: req.dequantized,
+        weights_load: None,
+        kernels: kernels.as_ref().map(|(k, source)| KernelsAssumed {
+            packages: k.names(),
+            source: source.clone(),
+        }),
         layers_differ: false,
         params_by_component: None,
         cache_after_prefill_bytes: None,
@@ -505,9 +611,9 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
     match setup.mode {
         Mode::Train(_) => r.max_micro_batch = Some(max_batch(model, &setup, cap)?),
         Mode::Infer(i) => {
-            r.max_batch = Some(max_batch(model, &setup, fit_cap)?);
+            r.max_batch = Some(max_batch(model, &setup, cap)?);
             let limit = context_limit(model, m.config, i.context);
-            r.max_context = Some(longest_context(model, &setup, fit_cap, limit.tokens)?);
+            r.max_context = Some(longest_context(model, &setup, cap, limit.tokens)?);
             r.max_context_limit = Some(limit);
             r.decode_sampled = Some(e.decode_sampled.map(|d| DecodeSample {
                 steps: d.steps,
@@ -518,9 +624,15 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
     if !r.fits {
         r.suggestions = Some(suggest::step(model, &setup, cap));
     }
-    r.serving = speed(model, gpu, &setup, r.attention_runs, req.kernels)
-        .as_ref()
-        .map(Speed::from);
+    r.serving = speed(
+        model,
+        gpu,
+        &setup,
+        r.attention_runs,
+        kernels.as_ref().map(|k| k.0).unwrap_or_default(),
+    )
+    .as_ref()
+    .map(Speed::from);
     if let Some(t) = t {
         describe_blocks(
             &mut r,
@@ -529,6 +641,30 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             req.dequantized,
             inference_weights.is_some(),
         );
+        if let Some(Load {
+            dequantized,
+            why: Some(why),
+        }) = load
+        {
+            if !dequantized
+                && matches!(
+                    t.blocks.storage.quant,
+                    Quant::Mxfp4 | Quant::Fp8Block { .. }
+                )
+            {
+                r.notes.push(if t.blocks.storage.quant == Quant::Mxfp4 {
+                    "the MXFP4 experts' Triton kernels (matmul_ogs with its routing data) are walked with the temporaries of transformers' grouped_mm path; their own are not modelled".into()
+                } else {
+                    "the FP8 block matmuls are walked with the temporaries of the bf16 path; their activation quantization (fp8 copies of each input with fp32 scales) is not modelled".into()
+                });
+            }
+            r.weights_load = Some(WeightsLoad {
+                dequantized,
+                why,
+                stored_bytes: t.blocks.weights_bytes(false),
+                dequantized_bytes: t.blocks.weights_bytes(true),
+            });
+        }
     }
     r.notes.extend(image_notes(model, &setup, req.step.images));
     let p = setup.precision;
@@ -642,46 +778,6 @@ fn speed(
         kernels,
     };
     vram_plan::generate::serving(t, gpu, &vram_plan::eager::EagerCalibration::default(), &g)
-}
-
-/// Inference with quantized weights: the estimate's weights replaced by their stored bytes.
-/// Returns the change in bytes (added to the parameters, peak, reserved and total) and the
-/// stored bytes.
-fn apply_inference_weights(
-    model: &Model,
-    setup: &Setup,
-    e: &mut Estimate,
-    format: WeightFormat,
-    double_quant: bool,
-) -> Result<(i128, u64)> {
-    let Model::Transformer(t) = model else {
-        return Err(input("--weights is modelled for transformers"));
-    };
-    if double_quant && !format.is_bnb_4bit() {
-        return Err(input(
-            "--double-quant applies to bitsandbytes 4-bit (--weights nf4 or fp4)",
-        ));
-    }
-    let w = vram_model::finetune::weights_bytes(t, format, double_quant, &[]);
-    let held = e.breakdown.get(Category::Parameters);
-    let mut delta = w.total as i128 - held as i128;
-    // bitsandbytes' gemm_4bit takes its dequantizing fallback above 1536 rows
-    // (backends/cuda/ops.py): a whole weight in the compute dtype during the prefill.
-    if let Mode::Infer(i) = setup.mode {
-        if format.is_bnb_4bit() && i.batch * i.prompt() > 1536 {
-            let deq = w.largest_quantized * 2;
-            e.breakdown.0[Category::Temporaries as usize] += deq;
-            delta += deq as i128;
-        }
-    }
-    let adj = |x: u64| (x as i128 + delta).max(0) as u64;
-    e.breakdown.0[Category::Parameters as usize] = w.total;
-    // The allocator's overhead was replayed on half weights; it is kept as it is.
-    e.peak_bytes = adj(e.peak_bytes);
-    e.peak_tensor_bytes = adj(e.peak_tensor_bytes);
-    e.reserved_bytes = adj(e.reserved_bytes);
-    e.total_bytes = adj(e.total_bytes);
-    Ok((delta, w.total))
 }
 
 /// `image_tokens`: what each image becomes and what the sequence carries, or `None` without

@@ -264,6 +264,8 @@ impl StepRequest {
             allocator: self.allocator,
             weights_cast_from_fp32: self.weights_cast_from_fp32,
             decode_replay: self.decode_replay,
+            // Decided below, with the storage and the kernels (`Storage::load`).
+            weights_dequantized: false,
         };
         let images = image_positions(model)?;
         let mode = if self.inference {
@@ -322,6 +324,20 @@ impl StepRequest {
             overheads,
             mode,
         };
+        let mut setup = setup;
+        if let Model::Transformer(t) = model {
+            // How the library loads a packed checkpoint with what its card installs on this
+            // GPU (`vram estimate` applies its own --kernels and --dequantized on top).
+            let s = &t.blocks.storage;
+            setup.overheads.weights_dequantized = s
+                .load(
+                    !self.inference,
+                    setup::Kernels::for_storage(s),
+                    gpu.map_or((9, 0), Gpu::capability),
+                    false,
+                )
+                .dequantized;
+        }
         setup.validate()?;
         Ok(setup)
     }

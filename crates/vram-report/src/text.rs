@@ -167,18 +167,58 @@ impl EstimateReport {
                     format!("fp8 {bn}x{bk} blocks + fp32 scales")
                 }
                 StorageQuant::Mxfp4 => "mxfp4 experts".into(),
+                StorageQuant::Packed {
+                    format,
+                    double_quant,
+                } => {
+                    if *double_quant {
+                        format!("{format} linears, double quant")
+                    } else {
+                        format!("{format} linears")
+                    }
+                }
             };
             let how = if self.weights_dequantized {
                 format!("{how}, dequantized")
             } else {
                 how
             };
-            if self.packed_weights.is_none() {
+            if self.packed_weights.is_none() && self.weights_load.is_none() {
                 // With `--weights`, the packed form's line above says what is stored.
                 lines.push(format!(
                     "weights as stored: {} ({how})",
                     bytes(self.weights_bytes)
                 ));
+            }
+        }
+        if let Some(l) = &self.weights_load {
+            let how = match self.weights_storage.as_ref().map(|s| &s.quant) {
+                Some(StorageQuant::Fp8Block { bn, bk, .. }) => {
+                    format!("fp8 {bn}x{bk} blocks + fp32 scales")
+                }
+                Some(StorageQuant::Mxfp4) => "mxfp4 experts".into(),
+                Some(StorageQuant::Packed { format, .. }) => format!("{format} linears"),
+                _ => "packed".into(),
+            };
+            lines.push(if l.dequantized {
+                format!(
+                    "weights held dequantized: {}, {}; as stored ({how}) they take {}",
+                    bytes(l.dequantized_bytes),
+                    l.why,
+                    bytes(l.stored_bytes)
+                )
+            } else {
+                format!(
+                    "weights held as stored: {} ({how}), {}; dequantized they would take {}",
+                    bytes(l.stored_bytes),
+                    l.why,
+                    bytes(l.dequantized_bytes)
+                )
+            });
+        }
+        if let Some(k) = &self.kernels {
+            if self.weights_load.is_some() || k.packages != "none" {
+                lines.push(format!("kernels assumed: {} ({})", k.packages, k.source));
             }
         }
         if let (Some(after), Some(per)) =

@@ -327,9 +327,11 @@ pub struct FinetuneArgs {
     /// LoRA dropout probability, in [0, 1).
     #[arg(long, default_value_t = 0.0)]
     pub lora_dropout: f64,
-    /// Storage of the weights: none (as --precision), bf16, fp16, fp32, int8, nf4, fp4, fp8,
-    /// gptq[-gN], awq[-gN] (bitsandbytes = nf4); for --finetune lora/qlora and --inference
-    /// [default: nf4 for qlora, else as --precision]. `vram capacity` takes the same flag.
+    /// Storage of the weights: none (as --precision and the config's quantization_config say),
+    /// bf16, fp16, fp32, int8 (8-bit weights, one scale per output row: transformers runs it as
+    /// bitsandbytes LLM.int8, the engines as W8A8), nf4, fp4, fp8, gptq[-gN], awq[-gN]
+    /// (bitsandbytes = nf4); for --finetune lora/qlora and --inference [default: nf4 for qlora,
+    /// else the checkpoint's]. `vram capacity` takes the same flag with the same meaning.
     #[arg(long, alias = "quantization", value_parser = parse_weights)]
     pub weights: Option<vram_report::request::Weights>,
     /// bitsandbytes 4-bit double quantization (bnb_4bit_use_double_quant).
@@ -367,15 +369,18 @@ pub struct EstimateArgs {
     /// Include the step's timeline (live bytes at every phase); a full step only.
     #[arg(long)]
     pub timeline: bool,
-    /// Report stored weights as the dequantized fallback holds them (FP8/MXFP4 checkpoints
-    /// without their kernels: everything in the config's dtype).
+    /// Load a packed checkpoint (FP8, MXFP4, bitsandbytes, GPTQ, AWQ) dequantized, as
+    /// `quantization_config=...(dequantize=True)` does: the step holds every weight in its
+    /// precision, and `weights_bytes` reports them so.
     #[arg(long)]
     pub dequantized: bool,
-    /// Kernel packages installed beside transformers that it runs instead of its torch
-    /// fallbacks, comma-separated: fla (flash-linear-attention), causal-conv1d; none by
-    /// default, as `pip install transformers` gives. Changes the speed figures.
-    #[arg(long, default_value = "none", value_parser = vram_plan::generate::Kernels::parse)]
-    pub kernels: vram_plan::generate::Kernels,
+    /// Kernel packages installed beside transformers, comma-separated: fla
+    /// (flash-linear-attention), causal-conv1d, mxfp4 (the `kernels` package with Triton >= 3.4:
+    /// MXFP4 experts stay packed), or none [default: what the model's card installs: mxfp4 for
+    /// MXFP4 checkpoints (gpt-oss), none otherwise]. Changes the speed figures, and the weights
+    /// a packed checkpoint holds.
+    #[arg(long, value_parser = vram_plan::generate::Kernels::parse)]
+    pub kernels: Option<vram_plan::generate::Kernels>,
 }
 
 /// Arguments of the listing commands.
@@ -500,8 +505,9 @@ pub struct CapacityArgs {
     /// SGLang --page-size [1, `server_args._handle_page_size`], tokens.
     #[arg(long, alias = "page-size")]
     pub block_size: Option<u64>,
-    /// Weight storage, the engine's --quantization: none, fp8, int8, awq, gptq, bitsandbytes
-    /// (nf4), mxfp4 [default: the config's quantization_config, else none].
+    /// Weight storage, the engine's --quantization: none, fp8, int8 (8-bit weights, one scale
+    /// per output row: W8A8), awq, gptq, bitsandbytes (nf4), mxfp4 [default: the checkpoint's
+    /// storage, read from its config's quantization_config as `vram estimate` reads it].
     #[arg(long, alias = "quantization", value_parser = parse_weights)]
     pub weights: Option<vram_report::request::Weights>,
     /// Model dtype.

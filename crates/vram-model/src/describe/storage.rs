@@ -1,19 +1,33 @@
 //! How the weights are stored: the checkpoint's dtype and quantization, and the bytes each
 //! parameter tensor takes as the library holds it ([`Storage::tensor_bytes`]).
 //!
-//! Today one [`Storage`] per model ([`crate::describe::Blocks::storage`]) decides each tensor's
-//! bytes from its group: the [`Component`] it belongs to and its [`TensorKind`] (an expert
-//! bank, a linear, a vector), both of which every mechanism gives its tensors
-//! ([`crate::mech::Mechanism::tensors`]). This is the place where each tensor group is to carry
-//! its own stored format (issue 31, item 2: `quantization_config`, `--weights`/`--quantization`,
-//! the safetensors headers): a per-group format beside or instead of the model-wide one, read
-//! by `tensor_bytes`, which the weights' report ([`crate::describe::Blocks::weights_bytes`])
-//! already calls for every tensor. The walk's weights (`walk::Step::init_blocks`, each kind's
-//! tensor elements) and the allocator replay still take the parameters at the setup's
-//! precision; item 2 makes them take `tensor_bytes` instead.
+//! One [`Storage`] per model ([`crate::describe::Blocks::storage`]) decides each tensor's bytes
+//! from its group: the [`Component`] it belongs to and its [`TensorKind`] (an expert bank, a
+//! linear, a vector), both of which every mechanism gives its tensors
+//! ([`crate::mech::Mechanism::tensors`]). The reader fills it from the config's
+//! `quantization_config` (FP8 block-wise, MXFP4, bitsandbytes 4/8-bit, GPTQ and AWQ 4-bit;
+//! other methods are [`Quant::Other`], counted in the dtype with a note), `--weights FORMAT`
+//! replaces it ([`Storage::from_flag`]). Everything reads it:
+//! - the weights' report ([`crate::describe::Blocks::weights_bytes`]) and `vram capacity`
+//!   (`vram_plan::capacity::weights_per_gpu`);
+//! - the step walk: [`Storage::load`] says how transformers 5.24 loads the checkpoint for a
+//!   step (packed, or dequantized: MXFP4 without its kernels, below compute capability 7.5 or
+//!   to train; FP8 below 8.9; `--dequantized`), and an inference walk of a packed checkpoint
+//!   allocates each tensor at [`Storage::held_bytes`], one allocation per tensor, so the
+//!   allocator replay sees the packed tensors;
+//! - the fine-tuning base (`finetune::weights_bytes`, linear by linear with the same
+//!   [`crate::finetune::linear_parts`]), held equal to this tensor-by-tensor count by
+//!   `vram-plan`'s `tests/it/storage.rs` for every zoo config.
+//!
+//! Not yet here: per-tensor dtypes from a checkpoint's safetensors headers (the CLI reads them
+//! and checks shapes against the config, but the storage is the config's), compressed-tensors
+//! and GPTQ/AWQ at other than 4 bits (`Other`), `modules_to_not_convert` beyond the head, and
+//! the packed kernels' own temporaries (the MXFP4 Triton MoE and FP8 block matmuls are walked as
+//! the unquantized path's; bitsandbytes 4-bit's dequantized weight in a long prefill is).
 
 use serde::Serialize;
 
+use crate::finetune::{linear_bytes, WeightFormat};
 use crate::mech::{Component, Tensor, TensorKind};
 
 /// Element type of stored weights.
@@ -59,6 +73,19 @@ pub enum Quant {
     /// MXFP4 experts (gpt-oss, quantizers/quantizer_mxfp4.py): expert banks packed two values a
     /// byte with one uint8 scale per 32 values; everything else in the config's dtype.
     Mxfp4,
+    /// Linears packed by a library, each as [`crate::finetune::linear_parts`] holds it:
+    /// bitsandbytes LLM.int8/NF4/FP4 (`quant_method: bitsandbytes`), GPTQ (`gptq`), AWQ (`awq`),
+    /// or a `--weights` format. bitsandbytes, GPTQ and AWQ replace the `nn.Linear` modules of
+    /// the layers only: routers (custom modules in transformers 5), fused 3-D expert banks, the
+    /// head, the vision tower and the MTP layers stay in the dtype; FP8 (`--weights fp8`)
+    /// packs expert banks too, as `Fp8Block` does.
+    Packed {
+        /// The packed format.
+        format: WeightFormat,
+        /// bitsandbytes 4-bit's nested quantization of the absmax
+        /// (`bnb_4bit_use_double_quant`, `--double-quant`).
+        double_quant: bool,
+    },
     /// A `quantization_config` whose method is not modelled (NVFP4 via modelopt, compressed
     /// tensors, ...): counted in the config's dtype, with a note.
     Other,
@@ -83,6 +110,74 @@ impl Default for Storage {
 }
 
 impl Storage {
+    /// Whether some tensors are stored packed (not in a float dtype).
+    pub fn is_packed(&self) -> bool {
+        match self.quant {
+            Quant::None | Quant::Other => false,
+            Quant::Packed { format, .. } => format.is_quantized(),
+            Quant::Fp8Block { .. } | Quant::Mxfp4 => true,
+        }
+    }
+
+    /// The storage `--weights FORMAT` asks for: a float format is the dtype, a packed one the
+    /// layers' linears packed in it (`from_pretrained(..., quantization_config=...)`).
+    pub fn from_flag(format: WeightFormat, double_quant: bool) -> Storage {
+        match format {
+            WeightFormat::Bf16 => Storage::default(),
+            WeightFormat::Fp16 => Storage {
+                dtype: Dtype::F16,
+                quant: Quant::None,
+            },
+            WeightFormat::Fp32 => Storage {
+                dtype: Dtype::F32,
+                quant: Quant::None,
+            },
+            _ => Storage {
+                dtype: Dtype::Bf16,
+                quant: Quant::Packed {
+                    format,
+                    double_quant,
+                },
+            },
+        }
+    }
+
+    /// The stored format's name as the flag and the report write it (`mxfp4 experts`,
+    /// `fp8 blocks 128x128`, `nf4`, `gptq-g128`, or the dtype).
+    pub fn name(&self) -> String {
+        let dtype = match self.dtype {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+        };
+        match self.quant {
+            Quant::None | Quant::Other => dtype.into(),
+            Quant::Fp8Block { bn, bk, .. } => format!("fp8 blocks {bn}x{bk}"),
+            Quant::Mxfp4 => "mxfp4 experts".into(),
+            Quant::Packed {
+                format,
+                double_quant,
+            } => {
+                if double_quant {
+                    format!("{} (double quant)", format.name())
+                } else {
+                    format.name()
+                }
+            }
+        }
+    }
+
+    /// Bytes one tensor takes as the library holds it when the dtype's elements take `dense`
+    /// bytes (the step's precision: `from_pretrained(dtype=...)`) and packed tensors stay as
+    /// stored; `dequantized`: everything at `dense`. A checkpoint with nothing packed holds
+    /// every tensor at `dense` (as the walk always has).
+    pub fn held_bytes(&self, t: &Tensor, dense: u64, dequantized: bool) -> u64 {
+        if dequantized || !self.is_packed() {
+            return t.numel() * dense;
+        }
+        self.bytes(t, dense)
+    }
+
     /// Bytes one tensor takes as transformers holds it on an H100 (FP8 and MXFP4 kernels
     /// available); with `dequantized`, as the fallback holds it (everything in `dtype`).
     pub fn tensor_bytes(&self, t: &Tensor, dequantized: bool) -> u64 {
@@ -92,6 +187,14 @@ impl Storage {
         }
         if dequantized {
             return t.numel() * d;
+        }
+        self.bytes(t, d)
+    }
+
+    /// Bytes of `t` as stored, elements of the dtype at `d` bytes.
+    fn bytes(&self, t: &Tensor, d: u64) -> u64 {
+        if t.fp32 {
+            return t.numel() * 4;
         }
         let e = match t.kind {
             TensorKind::Experts(e) => e,
@@ -116,7 +219,86 @@ impl Storage {
                 TensorKind::Vector if t.component == Component::RoutedExperts => t.numel() * 4,
                 _ => t.numel() * d,
             },
+            Quant::Packed {
+                format,
+                double_quant,
+            } => {
+                let packed = match (format, t.kind) {
+                    // FineGrainedFP8: linears and expert banks, as `Fp8Block` above.
+                    (WeightFormat::Fp8, TensorKind::Linear | TensorKind::Experts(_)) => t.rows > 1,
+                    // bitsandbytes, GPTQ, AWQ: the layers' `nn.Linear` modules only.
+                    (_, TensorKind::Linear) => format.is_quantized(),
+                    _ => false,
+                } && !matches!(
+                    t.component,
+                    Component::Router | Component::Head | Component::Vision | Component::Mtp
+                );
+                if packed {
+                    e * linear_bytes(format, double_quant, t.rows, t.cols)
+                } else {
+                    t.numel() * d
+                }
+            }
             Quant::None | Quant::Other => t.numel() * d,
+        }
+    }
+}
+
+/// How the library loads a packed checkpoint for a step ([`Storage::load`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Load {
+    /// Whether it dequantizes the packed weights to the dtype at load.
+    pub dequantized: bool,
+    /// Why, in a sentence naming the library's rule; `None` where nothing is packed.
+    pub why: Option<String>,
+}
+
+impl Storage {
+    /// How transformers 5.24 loads this storage for a step: `training` (a full training step),
+    /// the `kernels` installed, the GPU's compute capability `cc`, and `--dequantized`
+    /// (`asked`: `quantization_config=...(dequantize=True)`).
+    ///
+    /// - MXFP4 (`quantizers/quantizer_mxfp4.py::validate_environment`): kept packed on a CUDA
+    ///   GPU of compute capability >= 7.5 with Triton >= 3.4 and the `kernels` package;
+    ///   otherwise "We will default to dequantizing the model to bf16". Training dequantizes
+    ///   (`is_trainable` is false: the quantizer asks for `Mxfp4Config(dequantize=True)`).
+    /// - FP8 block-wise (`quantizer_finegrained_fp8.py::validate_environment`): kept packed at
+    ///   compute capability >= 8.9; below, dequantized to bf16.
+    /// - bitsandbytes, GPTQ, AWQ (`--weights` or the config): held as packed.
+    pub fn load(
+        &self,
+        training: bool,
+        kernels: crate::setup::Kernels,
+        cc: (u32, u32),
+        asked: bool,
+    ) -> Load {
+        let packed = |why: &str| Load {
+            dequantized: false,
+            why: Some(why.into()),
+        };
+        let deq = |why: String| Load {
+            dequantized: true,
+            why: Some(why),
+        };
+        if !self.is_packed() {
+            return Load {
+                dequantized: false,
+                why: None,
+            };
+        }
+        if asked {
+            return deq("as --dequantized asks".into());
+        }
+        match self.quant {
+            Quant::Mxfp4 if training => deq("as training needs them (transformers 5.24's Mxfp4HfQuantizer is not trainable: Mxfp4Config(dequantize=True))".into()),
+            Quant::Mxfp4 if cc < (7, 5) => deq(format!("as transformers 5.24 does below compute capability 7.5 (this GPU: {}.{})", cc.0, cc.1)),
+            Quant::Mxfp4 if !kernels.mxfp4 => deq("as transformers 5.24 does without the `kernels` package and Triton >= 3.4 (--kernels mxfp4)".into()),
+            Quant::Mxfp4 => packed("run by the `kernels` package's Triton MoE kernels (--kernels mxfp4; compute capability 7.5 or later)"),
+            Quant::Fp8Block { .. } if training => deq("as the training step holds them at its precision".into()),
+            Quant::Fp8Block { .. } if cc < (8, 9) => deq(format!("as transformers 5.24 does below compute capability 8.9 (this GPU: {}.{})", cc.0, cc.1)),
+            Quant::Fp8Block { .. } => packed("as transformers 5.24 keeps FP8 at compute capability 8.9 or later"),
+            _ if training => deq("as the training step holds them at its precision".into()),
+            _ => packed("as the library loads them"),
         }
     }
 }

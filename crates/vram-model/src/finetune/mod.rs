@@ -188,11 +188,11 @@ pub fn linear_parts(format: WeightFormat, double_quant: bool, out: u64, inp: u64
         }
         WeightFormat::Fp8 => vec![n, 4 * out.div_ceil(128) * inp.div_ceil(128)],
         WeightFormat::Gptq { group } => {
-            let groups = inp.div_ceil(group);
+            let groups = if group == 0 { 1 } else { inp.div_ceil(group) };
             vec![inp * out / 2, groups * out / 2, groups * out * 2, 4 * inp]
         }
         WeightFormat::Awq { group } => {
-            let groups = inp.div_ceil(group);
+            let groups = if group == 0 { 1 } else { inp.div_ceil(group) };
             vec![inp * out / 2, groups * out / 2, groups * out * 2]
         }
     }

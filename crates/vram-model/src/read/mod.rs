@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use crate::describe::Model;
 use crate::describe::{Act, Dtype, Quant, Storage};
 use crate::error::{Error, Result};
+use crate::finetune::WeightFormat;
 
 pub(crate) mod classic;
 pub(crate) mod decoders;
@@ -237,7 +238,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             _ => String::new(),
         };
         t.blocks.notes.push(format!(
-            "quantization_config's method `{method}` is not modelled: weights are counted in the config's dtype"
+            "quantization_config's method `{method}` is not modelled with these settings (read: fp8 block-wise, mxfp4, bitsandbytes 4/8-bit, gptq and awq at 4 bits): weights are counted in the config's dtype"
         ));
     }
     t.blocks.names.moe_conversion = decoders::peft_moe_conversion(&model_type);
@@ -470,48 +471,12 @@ fn storage(c: &Cfg) -> Result<Storage> {
     };
     let quant = match c.map.get("quantization_config") {
         None | Some(Value::Null) => Quant::None,
-        // A quantization_config whose method is not read (modelopt NVFP4, compressed-tensors,
-        // bitsandbytes...): the weights are counted in the config's dtype, with a note.
-        Some(Value::Object(q))
-            if !matches!(
-                q.get("quant_method").and_then(Value::as_str),
-                Some("fp8") | Some("mxfp4")
-            ) =>
-        {
-            Quant::Other
-        }
         Some(Value::Object(q)) => {
             let qc = Cfg {
                 map: q,
                 model_type: c.model_type,
             };
-            match qc.str("quant_method")? {
-                Some("fp8") => {
-                    let (bn, bk) = match qc.find(&["weight_block_size"]) {
-                        Some((_, Value::Array(a))) if a.len() == 2 => (
-                            a[0].as_u64().filter(|n| *n > 0),
-                            a[1].as_u64().filter(|n| *n > 0),
-                        ),
-                        None => (Some(128), Some(128)),
-                        _ => (None, None),
-                    };
-                    let (Some(bn), Some(bk)) = (bn, bk) else {
-                        return Err(Error::OutOfRange {
-                            field: "quantization_config.weight_block_size".into(),
-                            value: "?".into(),
-                            why: "expected two positive integers".into(),
-                        });
-                    };
-                    // get_modules_to_not_convert (quantizers/base.py) always keeps the output
-                    // embeddings unquantized, whatever `modules_to_not_convert` adds.
-                    Quant::Fp8Block {
-                        bn,
-                        bk,
-                        skip_head: true,
-                    }
-                }
-                _ => Quant::Mxfp4,
-            }
+            quantization(&qc)?
         }
         Some(other) => {
             return Err(Error::WrongType {
@@ -523,6 +488,84 @@ fn storage(c: &Cfg) -> Result<Storage> {
     };
     Ok(Storage { dtype, quant })
 }
+/// The stored format a `quantization_config` names, as transformers 5.24's quantizer for its
+/// `quant_method` lays the weights out (`quantizers/quantizer_*.py`, `utils/quantization_config.py`
+/// for the defaults). A method or variant not read here (modelopt NVFP4, compressed-tensors,
+/// GPTQ/AWQ at other than 4 bits, ...) is [`Quant::Other`]: counted in the config's dtype, with a
+/// note.
+fn quantization(qc: &Cfg) -> Result<Quant> {
+    let group = |qc: &Cfg| -> Result<u64> {
+        // `group_size: -1` is one group per input row.
+        Ok(match qc.map.get("group_size") {
+            None | Some(Value::Null) => 128,
+            Some(v) if v.as_i64() == Some(-1) => 0,
+            Some(v) => match v.as_u64().filter(|g| *g > 0) {
+                Some(g) => g,
+                None => {
+                    return Err(Error::OutOfRange {
+                        field: "quantization_config.group_size".into(),
+                        value: v.to_string(),
+                        why: "expected a positive integer or -1".into(),
+                    })
+                }
+            },
+        })
+    };
+    let bits = qc.opt_u64(&["bits"])?.unwrap_or(4);
+    let flag = |k: &str| qc.map.get(k).and_then(Value::as_bool).unwrap_or(false);
+    Ok(match qc.str("quant_method")? {
+        Some("fp8") => {
+            let (bn, bk) = match qc.find(&["weight_block_size"]) {
+                Some((_, Value::Array(a))) if a.len() == 2 => (
+                    a[0].as_u64().filter(|n| *n > 0),
+                    a[1].as_u64().filter(|n| *n > 0),
+                ),
+                None => (Some(128), Some(128)),
+                _ => (None, None),
+            };
+            let (Some(bn), Some(bk)) = (bn, bk) else {
+                return Err(Error::OutOfRange {
+                    field: "quantization_config.weight_block_size".into(),
+                    value: "?".into(),
+                    why: "expected two positive integers".into(),
+                });
+            };
+            // get_modules_to_not_convert (quantizers/base.py) always keeps the output
+            // embeddings unquantized, whatever `modules_to_not_convert` adds.
+            Quant::Fp8Block {
+                bn,
+                bk,
+                skip_head: true,
+            }
+        }
+        Some("mxfp4") => Quant::Mxfp4,
+        // BitsAndBytesConfig: `load_in_8bit` (LLM.int8), or `load_in_4bit` with
+        // `bnb_4bit_quant_type` (default "fp4") and `bnb_4bit_use_double_quant`.
+        Some("bitsandbytes") if flag("load_in_8bit") => Quant::Packed {
+            format: WeightFormat::Int8,
+            double_quant: false,
+        },
+        Some("bitsandbytes") if flag("load_in_4bit") => Quant::Packed {
+            format: match qc.str("bnb_4bit_quant_type")? {
+                Some("nf4") => WeightFormat::Nf4,
+                _ => WeightFormat::Fp4,
+            },
+            double_quant: flag("bnb_4bit_use_double_quant"),
+        },
+        // GPTQConfig (gptqmodel's QuantLinear: qweight, qzeros, scales, g_idx) and AwqConfig
+        // (GEMM layout: qweight, qzeros, scales), 4 bits.
+        Some("gptq") if bits == 4 => Quant::Packed {
+            format: WeightFormat::Gptq { group: group(qc)? },
+            double_quant: false,
+        },
+        Some("awq") if bits == 4 && group(qc)? > 0 => Quant::Packed {
+            format: WeightFormat::Awq { group: group(qc)? },
+            double_quant: false,
+        },
+        _ => Quant::Other,
+    })
+}
+
 /// Applies a vision-language model's `preprocessor_config.json`: the processor settings a
 /// checkpoint ships replace the image processor class defaults the description assumed
 /// (`from_pretrained` loads them the same way). Read: Qwen's `size` (`shortest_edge`,

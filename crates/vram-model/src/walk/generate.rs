@@ -368,8 +368,20 @@ impl Step<'_> {
         let x0_kept = !(scaled || learned);
         let mut sizes = [0u64; 256];
         sizes[X as usize] = x0.bytes;
+        // bitsandbytes' 4-bit matmul dequantizes each weight in a prefill of over 1536 rows:
+        // held here through the layer as its largest packed linear (an upper bound on each
+        // linear's own, which comes and goes with its matmul).
+        let dequant = self.held.as_ref().map_or(0, |h| h.dequant_tmp);
         for i in 0..layers {
             sink.phase(Phase::Prefill { layer: i as u32 });
+            let deq = Handle {
+                cat: Category::Temporaries,
+                bytes: dequant,
+                key: key(i, 255, 0),
+            };
+            if dequant > 0 {
+                sink.alloc(deq, &[]);
+            }
             for &(slot, bytes) in &ops[kind(i)] {
                 if i == 0 && x0_kept && slot == X && bytes == FREE {
                     continue;
@@ -394,6 +406,9 @@ impl Step<'_> {
                     sizes[slot as usize] = bytes;
                     sink.alloc(Handle { cat, bytes, key: k }, &[]);
                 }
+            }
+            if dequant > 0 {
+                sink.free(deq);
             }
         }
         let x_last = Handle {

@@ -485,6 +485,22 @@ pub(crate) struct Step<'a> {
     opt_elems: f64,
     /// The vision tower's tensors for the step's images (`vision.rs`; zero without images).
     vision: crate::mech::vision::TowerBytes,
+    /// Packed weights held as stored (inference of a packed checkpoint the library does not
+    /// dequantize at load); `None`: every weight at the step's bytes per element.
+    held: Option<Held>,
+}
+
+/// The bytes of packed weights as the library holds them on this GPU
+/// ([`crate::describe::Storage::held_bytes`], after TP), for the walk to allocate.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    /// Per layer kind, its tensors' bytes, one per tensor (as `kind_tensors`).
+    kinds: Vec<Vec<u64>>,
+    /// The embedding's bytes (unpacked) and the head's (packed where the format packs it).
+    edges: [u64; 2],
+    /// The dequantized weight bitsandbytes' 4-bit matmul makes in the prefill above 1536 rows
+    /// (`backends/cuda/ops.py` `gemm_4bit`): the largest packed linear in the compute dtype.
+    dequant_tmp: u64,
 }
 
 impl<'a> Step<'a> {
@@ -536,6 +552,7 @@ impl<'a> Step<'a> {
             head_copy: 0,
             opt_elems: 0.0,
             vision: crate::mech::vision::TowerBytes::default(),
+            held: None,
         };
         match model {
             Model::Transformer(t) => step.init_transformer(t)?,
@@ -621,6 +638,7 @@ impl<'a> Step<'a> {
             // The last stage keeps its own copy of a tied embedding (Megatron).
             self.head_params += vocab_emb.div_ceil(tp);
         }
+        self.init_held(t);
         let mut emb = Parts::default();
         if b.embedding.norm {
             norm_parts(b, &c, &mut emb);
@@ -779,6 +797,78 @@ impl<'a> Step<'a> {
             },
             _ => Stack::List(&self.cnn[first as usize..(first + count) as usize]),
         }
+    }
+
+    /// The packed weights as held ([`Held`]), where the step holds them as stored: inference of
+    /// a checkpoint (or `--weights` format) with packed tensors that the library keeps packed
+    /// (`Overheads::weights_dequantized` false). Training holds every weight at its precision:
+    /// transformers dequantizes MXFP4 to train (`Mxfp4HfQuantizer.is_trainable` is false; the
+    /// quantizer's `dequantize=True`), and a QLoRA step is `finetune::step`'s own walk.
+    fn init_held(&mut self, t: &Transformer) {
+        let b = &t.blocks;
+        let s = b.storage;
+        let Mode::Infer(_) = self.setup.mode else {
+            return;
+        };
+        if !s.is_packed() || self.setup.overheads.weights_dequantized {
+            return;
+        }
+        let tp = self.setup.parallel.tp;
+        let wb = self.bytes.weight.min(self.ctx.cmp);
+        let mut held = Held::default();
+        let mut largest = 0u64;
+        for kind in &b.kinds {
+            let mut v = Vec::new();
+            kind.tensors(b.hidden, &mut |x| {
+                let bytes = s.held_bytes(&x, wb, false);
+                if bytes < x.numel() * wb && x.kind == crate::mech::TensorKind::Linear {
+                    largest = largest.max(x.numel());
+                }
+                v.push(if x.tp { bytes.div_ceil(tp) } else { bytes });
+            });
+            held.kinds.push(v);
+        }
+        let vocab = b.ends.vocab;
+        let head = crate::mech::Tensor {
+            component: crate::mech::Component::Head,
+            kind: crate::mech::TensorKind::Linear,
+            rows: vocab,
+            cols: b.ends.head / vocab.max(1),
+            fp32: false,
+            tp: true,
+        };
+        let head_bytes = if b.ends.head > 0 && head.numel() == b.ends.head {
+            let packed = s.held_bytes(&head, wb, false).div_ceil(tp);
+            packed + (self.head_params - b.ends.head.div_ceil(tp)) * wb
+        } else {
+            self.head_params * wb
+        };
+        held.edges = [self.emb_params * wb, head_bytes];
+        if let crate::describe::Quant::Packed { format, .. } = s.quant {
+            if format.is_bnb_4bit() && self.ctx.tok > 1536 {
+                held.dequant_tmp = (largest * self.ctx.cmp).div_ceil(tp);
+            }
+        }
+        self.held = Some(held);
+    }
+
+    /// Bytes of the weight tensors rank `rank` holds as packed ([`Held`]), one per tensor.
+    fn rank_held_bytes(&self, rank: u64, stack: &Stack, held: &Held) -> Vec<u64> {
+        let mut v = Vec::new();
+        let p = self.setup.parallel.pp;
+        if rank == 0 {
+            v.push(held.edges[0]);
+        }
+        if let Stack::Blocks { pattern, .. } = stack {
+            for k in pattern.iter() {
+                v.extend_from_slice(&held.kinds[*k as usize]);
+            }
+        }
+        if rank == p - 1 {
+            v.push(held.edges[1]);
+        }
+        v.retain(|e| *e > 0);
+        v
     }
 
     /// Parameter elements this rank holds (after TP, before ZeRO).

@@ -44,13 +44,21 @@ impl Step<'_> {
         match self.setup.mode {
             Mode::Infer(inf) => {
                 let wb = self.bytes.weight.min(self.ctx.cmp);
-                let w = hold(
-                    sink,
-                    Category::Parameters,
-                    m(&[params, wb]),
-                    &scaled(wb, 1.0),
-                    at_start,
-                );
+                let w = match &self.held {
+                    // Packed weights as stored: each tensor at its stored bytes.
+                    Some(held) => {
+                        let v = self.rank_held_bytes(rank, &stack, held);
+                        let total = v.iter().sum();
+                        hold(sink, Category::Parameters, total, &v, at_start)
+                    }
+                    None => hold(
+                        sink,
+                        Category::Parameters,
+                        m(&[params, wb]),
+                        &scaled(wb, 1.0),
+                        at_start,
+                    ),
+                };
                 self.walk_inference(rank, &stack, inf, sink, full);
                 if run == Run::Whole && w.bytes > 0 {
                     sink.free(w);

@@ -280,3 +280,89 @@ fn fp8_block_weights_carry_their_scales() {
         2 * t.param_count() + 2 * router
     );
 }
+
+/// A config's bitsandbytes, GPTQ and AWQ `quantization_config` is the storage
+/// (`utils/quantization_config.py` defaults: `bnb_4bit_quant_type` "fp4", `group_size` 128 for
+/// GPTQ; `-1` one group per row); methods or widths not laid out are `Other`, with a note.
+/// Each packs the layers' linears as `finetune::linear_parts` holds them, the head and
+/// embedding in the dtype.
+#[test]
+fn quantization_configs_are_read_into_the_storage() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::{linear_bytes, WeightFormat};
+    let cfg = |q: &str| {
+        format!(
+            r#"{{"model_type":"llama","vocab_size":1000,"hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"quantization_config":{q}}}"#
+        )
+    };
+    let read = |q: &str| match vram_model::hf::parse_config(&cfg(q), "q").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let packed = |format, double_quant| Quant::Packed {
+        format,
+        double_quant,
+    };
+    for (q, want) in [
+        (
+            r#"{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4","bnb_4bit_use_double_quant":true}"#,
+            packed(WeightFormat::Nf4, true),
+        ),
+        (
+            r#"{"quant_method":"bitsandbytes","load_in_4bit":true}"#,
+            packed(WeightFormat::Fp4, false),
+        ),
+        (
+            r#"{"quant_method":"bitsandbytes","load_in_8bit":true}"#,
+            packed(WeightFormat::Int8, false),
+        ),
+        (
+            r#"{"quant_method":"gptq","bits":4,"group_size":128,"desc_act":false}"#,
+            packed(WeightFormat::Gptq { group: 128 }, false),
+        ),
+        (
+            r#"{"quant_method":"gptq","bits":4,"group_size":-1}"#,
+            packed(WeightFormat::Gptq { group: 0 }, false),
+        ),
+        (
+            r#"{"quant_method":"awq","bits":4,"group_size":64,"version":"gemm"}"#,
+            packed(WeightFormat::Awq { group: 64 }, false),
+        ),
+        (r#"{"quant_method":"gptq","bits":8}"#, Quant::Other),
+        (r#"{"quant_method":"compressed-tensors"}"#, Quant::Other),
+    ] {
+        let t = read(q);
+        assert_eq!(t.blocks.storage.quant, want, "{q}");
+        if let Quant::Packed {
+            format,
+            double_quant,
+        } = want
+        {
+            // q, k, v, o, gate, up, down per layer; embedding, head and norms in bf16.
+            let per_layer = [
+                (256, 256),
+                (128, 256),
+                (128, 256),
+                (256, 256),
+                (512, 256),
+                (512, 256),
+                (256, 512),
+            ]
+            .iter()
+            .map(|(o, i)| linear_bytes(format, double_quant, *o, *i))
+            .sum::<u64>();
+            let linears = 2 * (4 * 256 * 256 + 3 * 256 * 512 - 2 * 128 * 256);
+            let rest = t.param_count() - linears;
+            assert_eq!(
+                t.blocks.weights_bytes(false),
+                2 * per_layer + 2 * rest,
+                "{q}"
+            );
+        }
+    }
+    assert!(read(r#"{"quant_method":"gptq","bits":8}"#)
+        .blocks
+        .notes
+        .iter()
+        .any(|n| n.contains("gptq")));
+}

@@ -62,7 +62,7 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
                 let heads = m.heads.div_ceil(attention_tp(k));
                 let q_in = m.q_lora_rank.unwrap_or(t.hidden());
                 let mut elems = q_in * heads * m.kv_lora_rank + heads * m.kv_lora_rank * t.hidden();
-                if k.quantization != Quantization::None {
+                if k.quantization != Quantization::None || t.blocks.storage.is_packed() {
                     elems += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
                 }
                 elems * k.dtype_bytes

@@ -9,3 +9,4 @@ mod guidance;
 mod measured;
 mod megatron;
 mod search;
+mod storage;

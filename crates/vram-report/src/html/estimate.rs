@@ -121,6 +121,20 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
     ));
     rows.push(word("weights format", &r.weights));
     rows.push(size("weights as stored", r.weights_bytes));
+    if let Some(l) = &r.weights_load {
+        if l.dequantized {
+            rows.push(size("weights held dequantized", l.dequantized_bytes));
+        } else {
+            rows.push(size("weights held as stored", l.stored_bytes));
+        }
+        rows.push(word("how the weights are loaded", &l.why));
+    }
+    if let Some(k) = &r.kernels {
+        rows.push(word(
+            "kernels assumed",
+            &format!("{} ({})", k.packages, k.source),
+        ));
+    }
     if let (Some(a), Some(t)) = (r.cache_after_prefill_bytes, r.cache_bytes_per_token) {
         rows.push(size("cache after the prefill", a));
         rows.push((

@@ -1,0 +1,167 @@
+//! One storage for every command (issue 31 item 2): for every config of the zoo
+//! (`tests/zoo/configs`), the bytes of the weights as stored agree between the description
+//! (`Storage`, `Blocks::weights_bytes`), the `generate` walk (`vram estimate --inference`), the
+//! serving model (`vram capacity`) and the fine-tuning base (`--finetune`/`--weights`,
+//! `finetune::weights_bytes`); and a catalog id reads the same storage as its config file.
+
+use std::path::PathBuf;
+use vram_model::arch::{Model, Transformer};
+use vram_model::blocks::{Quant, Storage};
+use vram_model::finetune::{weights_bytes, WeightFormat};
+use vram_model::setup::{Infer, KvCache, Mode, Setup};
+use vram_model::Category;
+use vram_plan::capacity::{weights_per_gpu, Engine, Knobs};
+
+fn zoo() -> Vec<(String, Transformer)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zoo/configs");
+    let mut v: Vec<(String, Transformer)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| {
+            let name = p.file_stem().unwrap().to_string_lossy().to_string();
+            let text = std::fs::read_to_string(&p).unwrap();
+            match vram_model::hf::parse_config(&text, &name).unwrap() {
+                Model::Transformer(t) => (name, t),
+                _ => panic!("{name}: not a transformer"),
+            }
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(v.len() >= 50, "{} configs", v.len());
+    v
+}
+
+/// A one-token `generate` (a short prompt) on one GPU: the walk's parameters are its weights.
+fn generate(_t: &Transformer) -> Setup {
+    Setup {
+        mode: Mode::Infer(Infer {
+            batch: 1,
+            context: 9,
+            new_tokens: 1,
+            kv_bytes: 2,
+            kv_cache: KvCache::Dynamic,
+        }),
+        ..Setup::default()
+    }
+}
+
+fn walked_weights(t: &Transformer, setup: &Setup) -> u64 {
+    let e = vram_model::estimate::estimate(&Model::Transformer(t.clone()), setup).unwrap();
+    e.breakdown.get(Category::Parameters)
+}
+
+/// The walk holds a packed checkpoint's weights as stored, byte for byte what the description
+/// says; unpacked, every parameter at the step's two bytes.
+#[test]
+fn the_walk_holds_the_stored_bytes() {
+    let mut packed = 0;
+    for (name, t) in zoo() {
+        let s = generate(&t);
+        let walked = walked_weights(&t, &s);
+        if t.blocks.storage.is_packed() {
+            packed += 1;
+            assert_eq!(walked, t.blocks.weights_bytes(false), "{name}");
+            let mut d = s;
+            d.overheads.weights_dequantized = true;
+            assert_eq!(
+                walked_weights(&t, &d),
+                2 * t.param_count(),
+                "{name} dequantized"
+            );
+        } else {
+            assert_eq!(walked, 2 * t.param_count(), "{name}");
+        }
+    }
+    // gpt-oss 20b/120b (MXFP4), DeepSeek-V3/R1/V3.2, GLM-5 ..., Nemotron-3-Super (FP8).
+    assert!(packed >= 5, "{packed} packed configs");
+}
+
+/// `--weights FORMAT` (and a config's bitsandbytes/GPTQ/AWQ `quantization_config`) packs
+/// tensor by tensor in the description (`Storage::tensor_bytes`) exactly as the fine-tuning
+/// base packs linear by linear (`finetune::weights_bytes`, held to bitsandbytes 0.50.2 on the
+/// CPU by `tests/engines/finetune_reference.py`), and the walk allocates that.
+#[test]
+fn a_weights_format_is_one_storage_for_every_command() {
+    let formats = [
+        (WeightFormat::Int8, false),
+        (WeightFormat::Nf4, false),
+        (WeightFormat::Nf4, true),
+        (WeightFormat::Fp4, false),
+        (WeightFormat::Fp8, false),
+        (WeightFormat::Gptq { group: 128 }, false),
+        (WeightFormat::Gptq { group: 0 }, false),
+        (WeightFormat::Awq { group: 64 }, false),
+    ];
+    for (name, t) in zoo() {
+        if t.blocks.storage.is_packed() || t.blocks.vision.is_some() {
+            continue;
+        }
+        // The tensors transformers keeps in fp32 whatever it loads (`_keep_in_fp32_modules_strict`:
+        // DeepSeek-style routers): the description holds them at 4 bytes, the fine-tuning
+        // base's count at the load dtype's 2 (a difference left to reconcile there).
+        let mut fp32 = 0;
+        for (kind, n) in t.blocks.kinds.iter().zip(t.blocks.kind_counts()) {
+            kind.tensors(t.blocks.hidden, &mut |x| {
+                if x.fp32 {
+                    fp32 += n * x.numel() * 2;
+                }
+            });
+        }
+        for (f, dq) in formats {
+            let mut p = t.clone();
+            p.blocks.storage = Storage::from_flag(f, dq);
+            let finetune = weights_bytes(&t, f, dq, &[]).total + fp32;
+            assert_eq!(
+                p.blocks.weights_bytes(false),
+                finetune,
+                "{name} {}{}",
+                f.name(),
+                if dq { " double quant" } else { "" }
+            );
+            if f == WeightFormat::Nf4 && !dq {
+                let walked = walked_weights(&p, &generate(&p));
+                assert_eq!(walked, p.blocks.weights_bytes(false), "{name} walk");
+            }
+        }
+    }
+}
+
+/// `vram capacity` without `--quantization` starts from the same stored bytes (one GPU,
+/// SGLang: no kernel layout on top), plus the rotary `cos_sin_cache` it keeps.
+#[test]
+fn capacity_reads_the_same_storage() {
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    for (name, t) in zoo() {
+        let k = Knobs::default();
+        let rotary = t.max_positions() * t.blocks.typical().head_dim * k.dtype_bytes;
+        let w = weights_per_gpu(&t, &k, h100, Engine::Sglang);
+        if t.blocks.storage.is_packed() {
+            assert_eq!(w, t.blocks.weights_bytes(false) + rotary, "{name}");
+        }
+    }
+}
+
+/// A catalog id reads the same storage, and the same stored bytes, as its config file.
+#[test]
+fn a_catalog_id_and_its_config_agree() {
+    let mut matched = 0;
+    for (name, t) in zoo() {
+        let Ok(Model::Transformer(c)) = vram_model::catalog::lookup(&name) else {
+            continue;
+        };
+        matched += 1;
+        assert_eq!(c.blocks.storage, t.blocks.storage, "{name}");
+        assert_eq!(
+            c.blocks.weights_bytes(false),
+            t.blocks.weights_bytes(false),
+            "{name}"
+        );
+    }
+    assert!(matched >= 20, "{matched} catalog ids match a zoo config");
+    let q = |id: &str| match vram_model::catalog::lookup(id).unwrap() {
+        Model::Transformer(t) => t.blocks.storage.quant,
+        _ => unreachable!(),
+    };
+    assert_eq!(q("gpt-oss-120b"), Quant::Mxfp4);
+}
