@@ -80,6 +80,7 @@ pub const FAMILIES: &[&str] = &[
     "phimoe",
     "hyperclovax",
     "granitemoe_swa",
+    "mllama",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -469,6 +470,7 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
             swa_layers(c, &mut d)?;
             d
         }
+        "mllama" => mllama(c)?,
         "mistral3" => match c.str("model_type")? {
             Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
             None => mistral_text(c, "mistral")?,
@@ -2152,6 +2154,33 @@ fn swa_layers(c: &Cfg, d: &mut Draft) -> Result<()> {
             .collect(),
     };
     Ok(())
+}
+
+/// Llama 3.2 Vision's text model (modeling_mllama.py `MllamaTextModel`): a Llama whose
+/// `cross_attention_layers` are `MllamaCrossAttentionDecoderLayer`s (bias-free q/k/v/o over the
+/// image features with per-head `q_norm`/`k_norm`, no positions, and two scalar tanh gates),
+/// and whose `embed_tokens` has `vocab_size + 8` rows (the image and padding tokens). The
+/// class `AutoModelForCausalLM` builds is the text model alone (`MllamaForCausalLM`).
+fn mllama(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let cross = c
+        .u64_list("cross_attention_layers")?
+        .unwrap_or_else(|| vec![3, 8, 13, 18, 23, 28, 33, 38]);
+    let image_cross = Attention {
+        image_cross: true,
+        qk_norm: QkNorm::PerHead,
+        rope: false,
+        ..d.attn
+    };
+    for i in cross {
+        // `layer_idx in self.cross_attention_layers`: indices past the last layer build nothing.
+        if let Some(slot) = d.per_layer_attn.get_mut(i as usize) {
+            *slot = Some(image_cross);
+        }
+    }
+    d.embedding_extra = 8 * d.hidden;
+    d.attention_dropout = c.prob(&["dropout"], 0.0)?;
+    Ok(d)
 }
 
 /// Mistral's and Ministral 3's text models (`MistralAttention`/`Ministral3Attention`: q/k/v/o

@@ -414,6 +414,8 @@ pub const KNOWN: &[(&str, &[&str])] = &[
             "shared_intermediate_size",
         ],
     ),
+    // Llama 3.2 Vision: the cross-attention layers and the tower (read/decoders.rs `mllama`).
+    ("mllama", &["cross_attention_layers", "vision_config"]),
     // The wrapper's own keys size the Pixtral tower and projector, which the note counts.
     (
         "mistral3",
