@@ -11,8 +11,8 @@ use super::{kind_of, Cfg};
 use crate::describe::Transformer;
 use crate::describe::{
     Act, Attention, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout, Embedding, Ends,
-    Ffn, Gdn, Head, Indexer, Layout, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp, Names, Norm,
-    Norms, QkNorm, Residual, Vision, VisionInput, Window,
+    Ffn, Gdn, Head, Hybrid, Indexer, Layout, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp, Names,
+    Norm, Norms, QkNorm, Residual, Vision, VisionInput, Window,
 };
 use crate::error::{Error, Result};
 
@@ -81,6 +81,7 @@ pub const FAMILIES: &[&str] = &[
     "hyperclovax",
     "granitemoe_swa",
     "mllama",
+    "falcon_h1",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -92,6 +93,8 @@ pub(super) enum LayerType {
     Chunked,
     Linear,
     Indexed,
+    /// Attention and Mamba2 side by side (Falcon-H1).
+    Hybrid,
     /// Nemotron-H's mixer-less `moe` and `mlp` layers.
     MoeOnly,
     MlpOnly,
@@ -471,6 +474,7 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
             d
         }
         "mllama" => mllama(c)?,
+        "falcon_h1" => falcon_h1(c)?,
         "mistral3" => match c.str("model_type")? {
             Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
             None => mistral_text(c, "mistral")?,
@@ -1419,6 +1423,8 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
         conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
         chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(128),
         bias: c.bool("use_bias", false)?,
+        out_bias: c.bool("use_bias", false)?,
+        gated_norm: true,
         conv_bias: c.bool("use_conv_bias", true)?,
         // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists nemotron_h.
         peft_refuses_out_proj: true,
@@ -1491,6 +1497,8 @@ fn granite_hybrid(c: &Cfg) -> Result<Draft> {
         conv_kernel: c.opt_u64(&["mamba_d_conv"])?.unwrap_or(4),
         chunk: c.opt_u64(&["mamba_chunk_size"])?.unwrap_or(256),
         bias: c.bool("mamba_proj_bias", false)?,
+        out_bias: c.bool("mamba_proj_bias", false)?,
+        gated_norm: true,
         conv_bias: c.bool("mamba_conv_bias", true)?,
         // Not in PEFT 0.21.2's `_check_lora_target_modules_mamba` list: adapted like any linear.
         peft_refuses_out_proj: false,
@@ -2053,6 +2061,8 @@ fn mamba2(c: &Cfg) -> Result<Draft> {
         conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
         chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(256),
         bias: c.bool("use_bias", false)?,
+        out_bias: c.bool("use_bias", false)?,
+        gated_norm: true,
         conv_bias: c.bool("use_conv_bias", true)?,
         // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists mamba2.
         peft_refuses_out_proj: true,
@@ -2154,6 +2164,56 @@ fn swa_layers(c: &Cfg, d: &mut Draft) -> Result<()> {
             .collect(),
     };
     Ok(())
+}
+
+/// Falcon-H1 (modeling_falcon_h1.py `FalconH1DecoderLayer`): in every layer one RMSNorm
+/// feeds `mamba` (a Mamba2 mixer of `mamba_n_heads × mamba_d_head` = `mamba_d_ssm`, or
+/// `mamba_expand × hidden_size` when that is null; `in_proj` biased by `mamba_proj_bias`,
+/// `out_proj` by `projectors_bias`, the gated RMSNorm only with `mamba_rms_norm`) and
+/// `self_attn` (q/k/v/o biased by `attention_bias`) side by side, their outputs summed; then
+/// `pre_ff_layernorm` and a gated MLP (`mlp_bias`). The µP multipliers (`*_multiplier`,
+/// `mlp_multipliers`, `ssm_multipliers`) scale activations only.
+fn falcon_h1(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    let heads = c.opt_u64(&["mamba_n_heads"])?.unwrap_or(128);
+    let inner = match c.map.get("mamba_d_ssm") {
+        Some(Value::Null) => c.opt_u64(&["mamba_expand"])?.unwrap_or(2) * d.hidden,
+        _ => c.opt_u64(&["mamba_d_ssm"])?.unwrap_or(1024),
+    };
+    // `mamba_d_head: "auto"` (the class default) is the inner width over the heads.
+    let head_dim = match c.map.get("mamba_d_head") {
+        Some(Value::String(s)) if s == "auto" => None,
+        None | Some(Value::Null) => None,
+        Some(_) => c.opt_u64(&["mamba_d_head"])?,
+    }
+    .unwrap_or(inner / heads.max(1));
+    if heads == 0 || heads * head_dim != inner {
+        return Err(Error::NotDivisible {
+            what: "falcon_h1: mamba_d_ssm (the Mamba inner width) by mamba_n_heads × mamba_d_head"
+                .into(),
+            a: inner,
+            b: heads * head_dim,
+        });
+    }
+    d.linear = Some(Mixer::Mamba2(Mamba2 {
+        heads,
+        head_dim,
+        state_size: c.opt_u64(&["mamba_d_state"])?.unwrap_or(256),
+        groups: c.opt_u64(&["mamba_n_groups"])?.unwrap_or(1),
+        conv_kernel: c.opt_u64(&["mamba_d_conv"])?.unwrap_or(4),
+        chunk: c.opt_u64(&["mamba_chunk_size"])?.unwrap_or(256),
+        bias: c.bool("mamba_proj_bias", false)?,
+        out_bias: c.bool("projectors_bias", false)?,
+        gated_norm: c.bool("mamba_rms_norm", false)?,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+        // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists falcon_h1.
+        peft_refuses_out_proj: true,
+    }));
+    d.layer_types = vec![LayerType::Hybrid; layers as usize];
+    Ok(d)
 }
 
 /// Llama 3.2 Vision's text model (modeling_mllama.py `MllamaTextModel`): a Llama whose
@@ -2292,6 +2352,12 @@ pub(super) fn build(d: Draft) -> Result<Transformer> {
                 None => return Err(missing("kv_lora_rank")),
             },
             LayerType::Linear => d.linear.ok_or_else(|| missing("linear_num_key_heads"))?,
+            LayerType::Hybrid => match (attn(Window::Full), d.linear) {
+                (Mixer::Attention(a), Some(Mixer::Mamba2(m))) => {
+                    Mixer::Hybrid(Hybrid { attn: a, mamba: m })
+                }
+                _ => return Err(missing("mamba_n_heads")),
+            },
             LayerType::MoeOnly | LayerType::MlpOnly => Mixer::None,
         };
         let moe = || {

@@ -704,6 +704,8 @@ mod tests {
             conv_kernel: 4,
             chunk: 64,
             bias: false,
+            out_bias: false,
+            gated_norm: true,
             conv_bias: true,
             peft_refuses_out_proj: false,
         };
