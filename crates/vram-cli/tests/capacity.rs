@@ -962,7 +962,21 @@ fn capacity_on_unseen_logs() {
 /// round"); the bounds below only catch a regression from those figures.
 #[test]
 fn capacity_on_unseen_logs_round_two() {
-    let text = std::fs::read_to_string(data().join("unseen-round2.json")).unwrap();
+    unseen_round("unseen-round2.json", "round 2", 0.22);
+}
+
+/// Round 3 (`tests/data/serving/unseen-round3.json`: MXFP4 on Ampere and Blackwell, GPTQ-Marlin
+/// MoE under TP, an MoE refused on four A10s), split the same way and committed before vram ran
+/// on it; its holdout is printed as it came out (BENCHMARKS.md, "third round").
+#[test]
+fn capacity_on_unseen_logs_round_three() {
+    unseen_round("unseen-round3.json", "round 3", 0.22);
+}
+
+/// One round of unseen start-ups: each half printed, the fit half held to its pool median and
+/// outcomes, every case to the regression guards (`weights_bound` on the weights).
+fn unseen_round(file: &str, round: &str, weights_bound: f64) {
+    let text = std::fs::read_to_string(data().join(file)).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
     let abs_median = |v: &[Option<f64>]| {
@@ -971,7 +985,7 @@ fn capacity_on_unseen_logs_round_two() {
     };
     for half in ["fit", "holdout"] {
         eprintln!(
-            "\n{half} half (round 2)\n{:<50} {:>8} {:>8} {:>8} {:>11} {:>7}",
+            "\n{half} half ({round})\n{:<50} {:>8} {:>8} {:>8} {:>11} {:>7}",
             "case", "weights", "KV pool", "tokens", "concurrency", "starts"
         );
         let (mut w, mut kv, mut conc, mut starts) = (vec![], vec![], vec![], vec![]);
@@ -1009,7 +1023,9 @@ fn capacity_on_unseen_logs_round_two() {
             // Regression guards (checked once the whole half is printed): no case further out
             // than the run reported in BENCHMARKS.md.
             // Ministral-3's Pixtral tower is not read (weights -20 % at TP 2, KV +27 %).
-            if pool.is_some_and(|x| x.abs() >= 0.30) || e.weights.is_some_and(|x| x.abs() >= 0.22) {
+            if pool.is_some_and(|x| x.abs() >= 0.30)
+                || e.weights.is_some_and(|x| x.abs() >= weights_bound)
+            {
                 out_of_bounds.push(c["id"].as_str().unwrap().to_string());
             }
         }
@@ -1020,12 +1036,12 @@ fn capacity_on_unseen_logs_round_two() {
         let m =
             |v: &[Option<f64>]| abs_median(v).map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
         eprintln!(
-            "{half} (round 2): {} configs vram cannot read ({})",
+            "{half} ({round}): {} configs vram cannot read ({})",
             refused.len(),
             refused.join(", ")
         );
         eprintln!(
-            "{half} (round 2): {} runs; weights within 1% on {within} of {logged_w}; KV pool median |error| {} ({} logs); concurrency median {} ({} logs); starts or not as logged on {} of {refusals}",
+            "{half} ({round}): {} runs; weights within 1% on {within} of {logged_w}; KV pool median |error| {} ({} logs); concurrency median {} ({} logs); starts or not as logged on {} of {refusals}",
             w.len(),
             m(&kv),
             kv.iter().flatten().count(),
@@ -1036,7 +1052,9 @@ fn capacity_on_unseen_logs_round_two() {
         assert!(refused.is_empty(), "{refused:?}");
         assert!(out_of_bounds.is_empty(), "{out_of_bounds:?}");
         if half == "fit" {
-            assert!(abs_median(&kv).unwrap() <= 0.01);
+            if let Some(m) = abs_median(&kv) {
+                assert!(m <= 0.01);
+            }
             assert!(wrong <= 1, "starts: {wrong} wrong");
         }
     }

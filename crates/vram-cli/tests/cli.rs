@@ -584,9 +584,9 @@ fn replay_bad_input_exits_2_with_one_line() {
     assert!(err.contains("unknown policy"), "{err}");
 }
 
-/// PyTorch 2.5+'s message (format of c10/cuda/CUDACachingAllocator.cpp): 7 GiB
-/// cached but unallocated, a 2 GiB request, 1.5 GiB free.
-const OOM_2_5: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 7.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+/// PyTorch 2.5+'s message (format of c10/cuda/CUDACachingAllocator.cpp): 42 GiB
+/// cached but unallocated (more than the 35 GiB live), a 2 GiB request, 1.5 GiB free.
+const OOM_2_5: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB memory in use. Of the allocated memory 35.00 GiB is allocated by PyTorch, and 42.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
 
 #[test]
 fn doctor_reads_an_argument_a_file_or_stdin() {
@@ -598,7 +598,7 @@ fn doctor_reads_an_argument_a_file_or_stdin() {
     );
     assert!(
         out.contains(
-            "1. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  [enough; saves 7.00 GiB]"
+            "1. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  [enough; saves 42.00 GiB]"
         ),
         "{out}"
     );
@@ -628,7 +628,36 @@ fn doctor_reads_an_argument_a_file_or_stdin() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["causes"][0]["kind"], "fragmentation");
     assert_eq!(v["message"]["requested_bytes"], 2u64 << 30);
-    assert_eq!(v["remedies"][0]["saves_bytes"], 7u64 << 30);
+    assert_eq!(v["remedies"][0]["saves_bytes"], 42u64 << 30);
+}
+
+/// A real 1.4-2.0 message (nanoporetech/bonito#93: the maintainer's answer was that the job
+/// needs about 8 GB): 1.19 GiB of slack could serve the 450 MiB request but is less than the
+/// 3.50 GiB of live tensors, the step's own churn. Text and JSON name the step first and
+/// fragmentation second, neither remedy called enough alone.
+#[test]
+fn doctor_names_the_step_when_the_slack_is_the_steps_own_churn() {
+    let msg = "RuntimeError: CUDA out of memory. Tried to allocate 450.00 MiB (GPU 0; 5.79 GiB total capacity; 3.50 GiB already allocated; 305.12 MiB free; 4.69 GiB reserved in total by PyTorch)";
+    let (code, out, err) = vram(&["doctor", msg, "--no-nvml"]);
+    assert_eq!(code, 0, "{err}");
+    let first = out.find("1. the step is too large (explains it alone)");
+    let second = out.find("2. fragmentation: 1.19 GiB");
+    assert!(first.is_some() && second > first, "{out}");
+    assert!(
+        out.contains("1. make the step need at least 400.26 MiB less"),
+        "{out}"
+    );
+    let (code, json, err) = vram(&["doctor", msg, "--no-nvml", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["causes"][0]["kind"], "step-too-large");
+    assert_eq!(v["causes"][1]["kind"], "fragmentation");
+    assert_eq!(v["causes"][1]["sufficient"], false);
+    assert!(v["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["enough"] == false));
 }
 
 #[test]

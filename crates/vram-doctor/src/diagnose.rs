@@ -467,7 +467,10 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 /// - **unexplained**: otherwise, a request the free memory exceeds by more
 ///   than a 2 MiB page (`cudaMalloc`'s granularity) and the figures' rounding
 ///   should have succeeded (the allocator had already freed its unsplit cache
-///   and retried); the figures do not explain it.
+///   and retried); the figures do not explain it. Only a free figure the
+///   message read counts: one reconstructed from an underflowed counter or
+///   from ROCm's APU free (the device less PyTorch's reservation) is an upper
+///   bound that leaves out the context and the device's other users.
 /// - what this process **could hold at most** is reserved + free (capped by
 ///   `allowed`): everything else on the device is held by someone.
 /// - **one tensor larger than the device**: the request exceeds the device
@@ -504,6 +507,14 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   (free within it) is Windows' shared GPU memory (WDDM's system-memory
 ///   fallback); the failure comes when that runs out too. The step needs more
 ///   than the card, so it leads and slack is not called sufficient.
+/// - **the step's own churn**: slack that could serve the request but is
+///   smaller than the live tensors is what a step leaves as it frees
+///   activations and temporaries (split segments that still hold live
+///   tensors). The message is one moment of the step and cannot show its
+///   later requests; threads whose answer was "the card is too small" show
+///   10–31 % of reserved as such slack. The step leads and fragmentation
+///   comes second (a smaller step fixes both readings); slack larger than
+///   the live tensors is beyond a step's churn, and fragmentation leads.
 /// - **the step**: live tensors plus the request exceed, or all but fill,
 ///   what the process could hold.
 /// - **growth** between `memory_stats()` dumps, or a recording's leak check
@@ -585,7 +596,21 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     let free_margin = PAGE_BYTES
         .saturating_add(rounding(free))
         .saturating_add(rounding(req));
-    let unexplained = !cap_decides && req.saturating_add(free_margin) <= free;
+    // Free proves something only when it was read. An underflowed free (2^64 bytes) or ROCm's
+    // free counting system memory on an APU is replaced by the device less PyTorch's
+    // reservation (`figures`): an upper bound that leaves out the HIP/CUDA context and whatever
+    // else shares the device (an APU's carve-out also holds the display), so it cannot show
+    // the request fitting.
+    let free_reconstructed = m.free_bytes >= ABSURD || (m.hip && m.free_bytes > m.total_bytes);
+    let fits_free = req.saturating_add(free_margin) <= free;
+    let unexplained = !cap_decides && !free_reconstructed && fits_free;
+    if free_reconstructed && fits_free && !cap_decides {
+        notes.push(format!(
+            "the {} request is below the {} taken as free, but that figure was reconstructed from the device's size less PyTorch's reservation, not read: it leaves out the context and anything else on the device, so it does not show the request fitting",
+            hb(req),
+            hb(free)
+        ));
+    }
     let available = free.saturating_add(unalloc);
     let shortfall = req.saturating_sub(available);
     // What would be left of what the process could hold had the cache
@@ -955,11 +980,19 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // Fragmentation: slack that could have served the request, and is not a
     // few percent of a full device.
-    let frag_sufficient =
-        (contributing && available >= req && !tight && !beyond_card) || trapped_under_cap;
+    let frag_serves = contributing && available >= req && !tight && !beyond_card;
+    // Slack no larger than the live tensors is what a step's own churn leaves (activations
+    // and temporaries freed in the forward pass, in split segments that still hold live
+    // tensors): the message is one moment of the step, whose later requests (the rest of the
+    // forward, the backward) the message cannot show. Then the step leads and fragmentation,
+    // which would serve this one request, comes second: a smaller step fixes both readings.
+    // Slack larger than the live tensors is beyond a step's own churn, and leads.
+    let churn = frag_serves && !trapped_under_cap && unalloc < alloc.saturating_sub(private);
+    let frag_sufficient = (frag_serves && !churn) || trapped_under_cap;
     let frag_listed = !unexplained
         && unalloc > 0
         && (frag_sufficient
+            || churn
             || (contributing
                 && available < req
                 && unalloc.saturating_mul(2) >= short
@@ -987,6 +1020,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                             "; PyTorch had already released every unsplit cached block and retried, so these bytes sit in segments that still hold live tensors, and they count against the {} allowed: live tensors plus the request ({}) would fit under the cap without them",
                             hb(allowed.unwrap_or(0)),
                             hb(alloc.saturating_add(req))
+                        )
+                    } else if churn {
+                        format!(
+                            "; with the {} free, this request would have fit, leaving {}, but the slack is less than the {} of live tensors, what the step's own freed activations and temporaries leave, so the step's later requests are still ahead",
+                            hb(free),
+                            hb(left),
+                            hb(alloc.saturating_sub(private))
                         )
                     } else if frag_sufficient {
                         format!(
@@ -1091,6 +1131,11 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                             )
                         } else if frag_sufficient {
                             String::new()
+                        } else if churn {
+                            format!(
+                                "; it would serve this request, but it is less than the {} of live tensors (the step's own churn), and the step's later requests are still ahead",
+                                hb(alloc.saturating_sub(private))
+                            )
                         } else if available >= req {
                             format!(
                                 "; it would serve this request but leave only {} ({:.1}% of the {} this process could hold) for the rest of the step",
@@ -1192,13 +1237,17 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // The step: from the message alone, and with the model when given.
     let over = alloc.saturating_add(req).saturating_sub(usable);
-    let step_cause = contributing && (shortfall > 0 || tight || beyond_card);
-    // What the step must shed: what it is over, what takes it back within the card, or what
-    // leaves the 5 % a step needs beyond this request.
+    let step_cause = contributing && (shortfall > 0 || tight || beyond_card || churn);
+    // What the step must shed: what it is over, what takes it back within the card, what lets
+    // the request fit the free memory alone with the 5 % a step needs (the slack being the
+    // step's own churn), or what leaves those 5 % beyond this request.
+    let room_share = (TIGHT_SHARE * usable as f64) as u64;
     let step_need = if over > 0 {
         over
     } else if beyond_card {
         alloc.saturating_add(req).saturating_sub(m.total_bytes)
+    } else if churn {
+        req.saturating_add(room_share).saturating_sub(free)
     } else {
         ((TIGHT_SHARE * usable as f64) as u64).saturating_sub(left)
     };
@@ -1227,6 +1276,16 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                         hb(req),
                         hb(usable),
                         hb(over)
+                    )
+                } else if churn {
+                    format!(
+                        "{} plus the request ({}) fill {:.1}% of the {} this process could hold; the {} of slack ({:.1}% of reserved) could serve this request, but it is less than the live tensors, what the step's own freed activations and temporaries leave: the message is one moment of the step, whose later requests it cannot show, and a smaller step is the fix in both readings",
+                        held,
+                        hb(req),
+                        pct(alloc.saturating_add(req), usable),
+                        hb(usable),
+                        hb(unalloc),
+                        pct(unalloc, reserved)
                     )
                 } else if beyond_card {
                     format!(
@@ -1333,7 +1392,11 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         let need = step_need;
         remedies.push(Remedy {
             kind: CauseKind::StepTooLarge,
-            action: format!("make the step need {} less (give the model and step flags for the breakdown and the fastest setup that fits)", hb(need)),
+            action: format!(
+                "make the step need {}{} less (give the model and step flags for the breakdown and the fastest setup that fits)",
+                if churn { "at least " } else { "" },
+                hb(need)
+            ),
             saves_bytes: None,
             enough: false,
             step_time_s: None,
@@ -1341,6 +1404,15 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 format!("{} allocated + {} requested against {} this process could hold", hb(alloc), hb(req), hb(usable))
             } else if beyond_card {
                 format!("{} allocated + {} requested against the card's {}", hb(alloc), hb(req), hb(m.total_bytes))
+            } else if churn {
+                format!(
+                    "{} requested with {} free: {} less lets it fit the free memory alone and leaves 5% of the {} this process could hold, without counting on the {} of slack; the step's later requests may need more",
+                    hb(req),
+                    hb(free),
+                    hb(need),
+                    hb(usable),
+                    hb(unalloc)
+                )
             } else {
                 format!(
                     "{} allocated + {} requested leave {} ({:.1}%) of the {} this process could hold; {} less leaves 5%",

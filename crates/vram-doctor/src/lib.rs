@@ -68,7 +68,7 @@
 //! let m = message::parse(
 //!     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB \
 //!      of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB \
-//!      memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 7.00 GiB \
+//!      memory in use. Of the allocated memory 35.00 GiB is allocated by PyTorch, and 42.00 GiB \
 //!      is reserved by PyTorch but unallocated.",
 //! ).unwrap();
 //! let d = diagnose(&Inputs::new(m)).unwrap();

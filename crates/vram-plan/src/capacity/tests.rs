@@ -893,3 +893,61 @@ fn v0_chunks_by_default_only_long_text_models_without_mla() {
     assert_eq!(mnbt(&dsv3, "0.7.2", 65536), 2048);
     assert_eq!(mnbt(&dsv3, "0.8.3", 65536), 65536);
 }
+
+/// A vision tower under TP: the encoder layers' linears split, the rest replicated. Llama 3.2
+/// Vision's tower and projector (895,028,755 parameters as transformers counts them, 32 local +
+/// 8 global layers of width 1280 and MLP 5120) at TP 2 keeps 108.6 M parameters whole on each
+/// GPU: vLLM 0.6.3's tile position table and `nn.Linear` projector. vllm#10034 logged 10.0714
+/// GiB per GPU at TP 2 (`unseen-round2.json`), 0.1 GiB above the all-split count.
+#[test]
+fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
+    use vram_model::mech::{Vision, VisionInput};
+    let v = Vision {
+        depth: 40,
+        hidden: 1280,
+        intermediate: 5120,
+        heads: 16,
+        patch: 14,
+        params: 895_028_755,
+        input: VisionInput::CrossTiles {
+            image: 560,
+            tiles: 4,
+            intermediate_layers: 5,
+        },
+        patch_elems: 588,
+        out: 4096,
+        gated: false,
+        deepstack: 0,
+        images: None,
+    };
+    let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
+    assert_eq!(weights::vision_tower_per_gpu(&v, 1), 895_028_755.0);
+    let tp2 = weights::vision_tower_per_gpu(&v, 2);
+    assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
+    assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
+}
+
+/// vLLM on ROCm logs "Model loading took" as the fall in free device memory
+/// (`RocmPlatform.get_current_memory_usage`), so the caching allocator's rounding is in it; on
+/// CUDA it is `max_memory_allocated`, the tensors alone.
+#[test]
+fn rocm_model_loading_counts_the_allocators_rounding() {
+    let t = qwq32b();
+    let k = Knobs {
+        tp: 4,
+        engine_version: Some([0, 17, 0]),
+        ..Knobs::default()
+    };
+    let mi = vram_model::gpu::lookup("mi300x").unwrap();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let rocm = capacity(&t, mi, Engine::Vllm, &k).unwrap();
+    let cuda = capacity(&t, h100, Engine::Vllm, &k).unwrap();
+    assert_eq!(
+        rocm.weights_bytes,
+        weights_per_gpu(&t, &k, mi, Engine::Vllm) + 64 * 7 * MIB / 2 + 3 * MIB / 2
+    );
+    assert_eq!(
+        cuda.weights_bytes,
+        weights_per_gpu(&t, &k, h100, Engine::Vllm)
+    );
+}

@@ -46,7 +46,15 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // Chunked prefill is on in V1; a batch is at least one sequence's worth of tokens only
     // when chunking is off. The scheduler's budget is also at least max_num_seqs.
     mnbt = mnbt.max(max_num_seqs.min(mnbt));
-    let weights = weights_per_gpu(t, k, gpu, Engine::Vllm);
+    // On CUDA "Model loading took" is `max_memory_allocated` over the load (the tensors); on
+    // ROCm it is the fall in free device memory (`RocmPlatform.get_current_memory_usage`), so
+    // the caching allocator's rounding of each tensor is in it, as in SGLang's measure.
+    let weights = weights_per_gpu(t, k, gpu, Engine::Vllm)
+        + if engine::is_rocm(gpu) {
+            allocator_rounding(t, k)
+        } else {
+            0
+        };
     let reqs = max_num_seqs.min(mnbt);
     // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
     let compiled = !v0 && !k.enforce_eager;
@@ -225,7 +233,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers, vision encoders and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled");
     }
     if engine::is_rocm(gpu) {
-        assumes.push("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding and any cached temporaries of the load are in it; taken as the parameters alone here (not modelled); no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)");
+        assumes.push("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)");
     }
     if cross.is_some() {
         assumes.push("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)");

@@ -170,15 +170,12 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
             (t.vocab() * t.hidden()) as f64
         };
     let rotary = (t.max_positions() * t.blocks.typical().head_dim) as f64 * d;
-    // A multimodal model's vision tower and projector, on the first stage, in the model dtype
-    // and split by TP: the engines build their towers from their parallel linear layers (vLLM's
-    // `mllama.py`, `qwen2_5_vl.py`, `siglip.py`, `llama4.py`); its embeddings and norms are
-    // counted as split too, a small error.
+    // A multimodal model's vision tower and projector, on the first stage, in the model dtype.
     let vision = t
         .blocks
         .vision
         .as_ref()
-        .map_or(0.0, |v| v.params as f64 / tp * d);
+        .map_or(0.0, |v| vision_tower_per_gpu(v, k.tp) * d);
     let embed = embed + vision;
     let first = embed + layers_here * layer + rotary;
     let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
@@ -188,6 +185,22 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
         first.max(last)
     };
     one.round() as u64
+}
+
+/// Parameters of a vision tower and its projector on one GPU of a TP group. The engines build
+/// the encoder layers' attention (q, k, v, output: `4 × width²`) and MLP (two or, gated, three
+/// `width × intermediate` matrices) from their parallel linear layers, split `tp` ways; the rest
+/// of the tower is replicated on every GPU: the patch and position embeddings, the norms and
+/// the projector. vLLM 0.6.3's `mllama.py` is the case that shows it: `MllamaVisionEncoderLayer`
+/// uses `QKVParallelLinear` / `RowParallelLinear` / `ColumnParallelLinear`, while
+/// `MllamaPrecomputedPositionEmbedding`'s tile table (`(max_aspect_ratio_id + 1) × max_num_tiles
+/// × (patches + 1) × width`, 73.8 M parameters) and `multi_modal_projector` (an `nn.Linear`) are
+/// plain modules. Bias vectors are counted with the replicated rest, a small error.
+pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64 {
+    let mlp = if v.gated { 3 } else { 2 };
+    let layers = v.depth * (4 * v.hidden * v.hidden + mlp * v.hidden * v.intermediate);
+    let split = layers.min(v.params) as f64;
+    split / tp.max(1) as f64 + (v.params as f64 - split)
 }
 
 /// What PyTorch's caching allocator reserves beyond the weights' own bytes on the most loaded
