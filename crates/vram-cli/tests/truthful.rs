@@ -883,3 +883,49 @@ fn mllama_images_and_falcon_h1_lora_targets_are_refused_in_one_line() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["trainable_params"].as_u64().unwrap() > 0);
 }
+
+/// Issue 31 item 4: Mamba (1) and FalconMamba are read as their family (mech/mamba.rs). Their
+/// parameters and cache (conv state in the model's dtype, fp32 SSM state) are exact against
+/// transformers 5.24 on the meta device for the default configs
+/// (`tests/zoo/causal_lm_expected.json`, `tests/zoo/causal_lm_reference.py`); a training step
+/// through the torch fallback's token-by-token scan is not modelled and is refused in one line.
+#[test]
+fn mamba1_families_are_exact_for_generate_and_refuse_training() {
+    let zoo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zoo");
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(zoo.join("causal_lm_expected.json")).unwrap(),
+    )
+    .unwrap();
+    for t in ["mamba", "falcon_mamba"] {
+        let cfg = zoo.join("causal_lm").join(format!("{t}.json"));
+        let cfg = cfg.to_str().unwrap();
+        let want = &expected["models"][t];
+        let run = &want["cache"][0];
+        let (code, out, err) = vram(&[
+            "estimate",
+            cfg,
+            "--inference",
+            "--batch",
+            "1",
+            "--prompt",
+            &run["prompt"].to_string(),
+            "--new-tokens",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{t}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["params"], want["params"], "{t}: params");
+        for field in ["layers", "after_prefill_bytes", "after_decode_bytes"] {
+            assert_eq!(
+                v["cache_by_kind"]["linear"][field], run["cache_by_kind"]["linear"][field],
+                "{t}: cache {field}"
+            );
+        }
+        assert_eq!(v["cache_bytes_per_token"], run["cache_bytes_per_token"]);
+        let (code, out, err) = vram(&["estimate", cfg]);
+        assert_eq!(code, 2, "{t}: {out}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("training step of Mamba (1)"), "{err}");
+    }
+}

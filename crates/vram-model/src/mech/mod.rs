@@ -25,6 +25,7 @@ pub mod cache;
 pub mod dense;
 pub mod gdn;
 pub mod hybrid;
+pub mod mamba;
 pub mod mamba2;
 pub mod mla;
 pub mod moe;
@@ -39,6 +40,7 @@ pub use cache::{CacheKind, CacheLayout, CacheReport, CacheSpec, CacheTensor, Kin
 pub use dense::{Act, Dense};
 pub use gdn::Gdn;
 pub use hybrid::Hybrid;
+pub use mamba::Mamba;
 pub use mamba2::Mamba2;
 pub use mla::{Indexer, Mla};
 pub use moe::{Dispatch, Moe};
@@ -288,6 +290,8 @@ pub enum Mixer {
     Mamba2(Mamba2),
     /// Attention and Mamba2 in parallel (Falcon-H1).
     Hybrid(Hybrid),
+    /// Mamba (1) (Mamba, FalconMamba).
+    Mamba(Mamba),
     /// No mixer (Nemotron-H's MLP-only and MoE-only layers).
     None,
 }
@@ -326,6 +330,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(g) => g.tensors(h, out),
             Mixer::Mamba2(m) => m.tensors(h, out),
             Mixer::Hybrid(x) => x.tensors(h, out),
+            Mixer::Mamba(x) => x.tensors(h, out),
             Mixer::None => {}
         }
     }
@@ -338,6 +343,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(g) => g.sites(names, h, out),
             Mixer::Mamba2(m) => m.sites(names, h, out),
             Mixer::Hybrid(x) => x.sites(names, h, out),
+            Mixer::Mamba(x) => x.sites(names, h, out),
             Mixer::None => {}
         }
     }
@@ -360,6 +366,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(g) => g.cache_tensors(out),
             Mixer::Mamba2(m) => m.cache_tensors(out),
             Mixer::Hybrid(x) => x.cache_tensors(out),
+            Mixer::Mamba(x) => x.cache_tensors(out),
             Mixer::None => {}
         }
     }
@@ -377,6 +384,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(g) => out(g.cache_layout()),
             Mixer::Mamba2(m) => out(m.cache_layout()),
             Mixer::Hybrid(x) => x.cache_layouts(out),
+            Mixer::Mamba(x) => out(x.cache_layout()),
             Mixer::None => {}
         }
     }
@@ -423,7 +431,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.cache_kind(),
             Mixer::Mla(m) => m.cache_kind(),
-            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) => CacheKind::Linear,
+            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) | Mixer::Mamba(_) => CacheKind::Linear,
             // The attention's kind: `LinearAttentionAndFullAttentionLayer` grows like it.
             Mixer::Hybrid(x) => x.attn.cache_kind(),
             Mixer::None => CacheKind::None,
@@ -471,6 +479,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(g) => g.mixing_flops_per_token(ctx),
             Mixer::Mamba2(m) => m.mixing_flops_per_token(ctx),
             Mixer::Hybrid(x) => x.mixing_flops_per_token(ctx),
+            Mixer::Mamba(x) => x.mixing_flops_per_token(ctx),
             Mixer::None => 0,
         }
     }
@@ -494,6 +503,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(g) => Some(g.note()),
             Mixer::Mamba2(m) => Some(m.note()),
             Mixer::Hybrid(x) => Some(x.note()),
+            Mixer::Mamba(x) => Some(x.note()),
             Mixer::None => None,
         }
     }
@@ -511,6 +521,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(g) => gdn::train(g, b, c, p),
             Mixer::Mamba2(m) => mamba2::train(m, b, c, p),
             Mixer::Hybrid(x) => hybrid::train(x, b, c, p),
+            Mixer::Mamba(x) => mamba::train(x, b, c, p),
             Mixer::None => Default::default(),
         }
     }

@@ -11,8 +11,8 @@ use super::{kind_of, Cfg};
 use crate::describe::Transformer;
 use crate::describe::{
     Act, Attention, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout, Embedding, Ends,
-    Ffn, Gdn, Head, Hybrid, Indexer, Layout, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp, Names,
-    Norm, Norms, QkNorm, Residual, Vision, VisionInput, Window,
+    Ffn, Gdn, Head, Hybrid, Indexer, Layout, Mamba, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp,
+    Names, Norm, Norms, QkNorm, Residual, Vision, VisionInput, Window,
 };
 use crate::error::{Error, Result};
 
@@ -82,6 +82,8 @@ pub const FAMILIES: &[&str] = &[
     "granitemoe_swa",
     "mllama",
     "falcon_h1",
+    "mamba",
+    "falcon_mamba",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -475,6 +477,7 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         }
         "mllama" => mllama(c)?,
         "falcon_h1" => falcon_h1(c)?,
+        "mamba" | "falcon_mamba" => mamba(c)?,
         "mistral3" => match c.str("model_type")? {
             Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
             None => mistral_text(c, "mistral")?,
@@ -2164,6 +2167,42 @@ fn swa_layers(c: &Cfg, d: &mut Draft) -> Result<()> {
             .collect(),
     };
     Ok(())
+}
+
+/// Mamba (1) and FalconMamba (modeling_mamba.py `MambaBlock`, modeling_falcon_mamba.py: an
+/// RMSNorm and a Mamba mixer per layer, no feed-forward; final `norm_f`; tied by default).
+/// FalconMamba's B/C/dt norms have no weights; `time_step_rank: "auto"` is
+/// `ceil(hidden_size / 16)` (MambaConfig).
+fn mamba(c: &Cfg) -> Result<Draft> {
+    let mut map = c.map.clone();
+    // MambaConfig has no attention keys: one stand-in head for `common`.
+    map.entry("num_attention_heads").or_insert(Value::from(1));
+    let c = &Cfg {
+        map: &map,
+        model_type: c.model_type,
+    };
+    let (mut d, layers) = common(c, true)?;
+    let inner = match c.map.get("intermediate_size") {
+        None | Some(Value::Null) => c.opt_u64(&["expand"])?.unwrap_or(2) * d.hidden,
+        _ => c.u64(&["intermediate_size"])?,
+    };
+    let dt_rank = match c.map.get("time_step_rank") {
+        Some(Value::String(s)) if s == "auto" => d.hidden.div_ceil(16),
+        None | Some(Value::Null) => d.hidden.div_ceil(16),
+        _ => c.u64(&["time_step_rank"])?,
+    };
+    d.linear = Some(Mixer::Mamba(Mamba {
+        inner,
+        state_size: c.opt_u64(&["state_size"])?.unwrap_or(16),
+        dt_rank,
+        conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
+        bias: c.bool("use_bias", false)?,
+        conv_bias: c.bool("use_conv_bias", true)?,
+    }));
+    d.layer_types = vec![LayerType::Linear; layers as usize];
+    d.ffn = vec![FfnKind::None; layers as usize];
+    d.norms = 1;
+    Ok(d)
 }
 
 /// Falcon-H1 (modeling_falcon_h1.py `FalconH1DecoderLayer`): in every layer one RMSNorm

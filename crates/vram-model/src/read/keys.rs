@@ -441,6 +441,25 @@ pub const KNOWN: &[(&str, &[&str])] = &[
             "num_logits_to_keep",
         ],
     ),
+    // Mamba (1) and FalconMamba: `rescale_prenorm_residual` is initialisation only.
+    (
+        "mamba",
+        &[
+            "state_size",
+            "use_bias",
+            "use_conv_bias",
+            "rescale_prenorm_residual",
+        ],
+    ),
+    (
+        "falcon_mamba",
+        &[
+            "state_size",
+            "use_bias",
+            "use_conv_bias",
+            "rescale_prenorm_residual",
+        ],
+    ),
     // Llama 3.2 Vision: the cross-attention layers and the tower (read/decoders.rs `mllama`).
     ("mllama", &["cross_attention_layers", "vision_config"]),
     // The wrapper's own keys size the Pixtral tower and projector, which the note counts.
