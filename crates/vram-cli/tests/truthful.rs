@@ -884,8 +884,9 @@ fn mllama_images_and_falcon_h1_lora_targets_are_refused_in_one_line() {
     assert!(v["trainable_params"].as_u64().unwrap() > 0);
 }
 
-/// Issue 31 item 4: Mamba (1) and FalconMamba are read as their family (mech/mamba.rs). Their
-/// parameters and cache (conv state in the model's dtype, fp32 SSM state) are exact against
+/// Issue 31 item 4: Mamba (1), FalconMamba and Jamba (Mamba layers beside attention and
+/// experts) are read as their families (mech/mamba.rs). Their parameters and cache (conv state
+/// in the model's dtype, fp32 SSM state; Jamba's attention layers' keys and values) are exact against
 /// transformers 5.24 on the meta device for the default configs
 /// (`tests/zoo/causal_lm_expected.json`, `tests/zoo/causal_lm_reference.py`); a training step
 /// through the torch fallback's token-by-token scan is not modelled and is refused in one line.
@@ -896,7 +897,7 @@ fn mamba1_families_are_exact_for_generate_and_refuse_training() {
         &std::fs::read_to_string(zoo.join("causal_lm_expected.json")).unwrap(),
     )
     .unwrap();
-    for t in ["mamba", "falcon_mamba"] {
+    for t in ["mamba", "falcon_mamba", "jamba"] {
         let cfg = zoo.join("causal_lm").join(format!("{t}.json"));
         let cfg = cfg.to_str().unwrap();
         let want = &expected["models"][t];
@@ -916,11 +917,13 @@ fn mamba1_families_are_exact_for_generate_and_refuse_training() {
         assert_eq!(code, 0, "{t}: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["params"], want["params"], "{t}: params");
-        for field in ["layers", "after_prefill_bytes", "after_decode_bytes"] {
-            assert_eq!(
-                v["cache_by_kind"]["linear"][field], run["cache_by_kind"]["linear"][field],
-                "{t}: cache {field}"
-            );
+        for (kind, want) in run["cache_by_kind"].as_object().unwrap() {
+            for field in ["layers", "after_prefill_bytes", "after_decode_bytes"] {
+                assert_eq!(
+                    v["cache_by_kind"][kind][field], want[field],
+                    "{t}: cache {kind} {field}"
+                );
+            }
         }
         assert_eq!(v["cache_bytes_per_token"], run["cache_bytes_per_token"]);
         let (code, out, err) = vram(&["estimate", cfg]);

@@ -1,4 +1,4 @@
-//! Mamba (1) (transformers 5.24's `MambaMixer`, `FalconMambaMixer`) through its torch fallback
+//! Mamba (1) (transformers 5.24's `MambaMixer`, `FalconMambaMixer`, `JambaMambaMixer`) through its torch fallback
 //! (`mamba_selective_scan` without the `kernels` hub's `mamba_ssm`): `in_proj` to the inner
 //! width twice (x and the gate z), a depthwise causal conv over x, `x_proj` to the time-step
 //! rank and B, C, `dt_proj` back to the inner width, the selective scan over a per-channel state
@@ -31,6 +31,9 @@ pub struct Mamba {
     pub bias: bool,
     /// Bias on the convolution (`use_conv_bias`).
     pub conv_bias: bool,
+    /// RMSNorms with weights on the time step, B and C (Jamba's `dt_layernorm`, `b_layernorm`,
+    /// `c_layernorm`; FalconMamba's have no weights).
+    pub bcdt_norms: bool,
 }
 
 impl Mamba {
@@ -84,6 +87,11 @@ impl Mechanism for Mamba {
         out(lin(c, h, x.inner));
         if x.bias {
             out(vector(c, h));
+        }
+        if x.bcdt_norms {
+            out(vector(c, x.dt_rank));
+            out(vector(c, x.state_size));
+            out(vector(c, x.state_size));
         }
     }
 

@@ -84,6 +84,7 @@ pub const FAMILIES: &[&str] = &[
     "falcon_h1",
     "mamba",
     "falcon_mamba",
+    "jamba",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -478,6 +479,7 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "mllama" => mllama(c)?,
         "falcon_h1" => falcon_h1(c)?,
         "mamba" | "falcon_mamba" => mamba(c)?,
+        "jamba" => jamba(c)?,
         "mistral3" => match c.str("model_type")? {
             Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
             None => mistral_text(c, "mistral")?,
@@ -2198,10 +2200,70 @@ fn mamba(c: &Cfg) -> Result<Draft> {
         conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
         bias: c.bool("use_bias", false)?,
         conv_bias: c.bool("use_conv_bias", true)?,
+        bcdt_norms: false,
     }));
     d.layer_types = vec![LayerType::Linear; layers as usize];
     d.ffn = vec![FfnKind::None; layers as usize];
     d.norms = 1;
+    Ok(d)
+}
+
+/// Jamba (modeling_jamba.py): layer `i` is attention (bias-free q/k/v/o, no positions) when
+/// `i % attn_layer_period == attn_layer_offset`, else a Mamba (1) mixer with weighted RMSNorms
+/// on its time step, B and C; its feed-forward is a mixture of `num_experts` gated experts with
+/// a bias-free softmax top-k router when `i % expert_layer_period == expert_layer_offset` (and
+/// `num_experts > 1`), else a gated MLP; two RMSNorms per layer.
+fn jamba(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let period = |k: &str, default: u64| -> Result<u64> {
+        let v = c.opt_u64(&[k])?.unwrap_or(default);
+        if v == 0 {
+            return Err(Error::OutOfRange {
+                field: k.into(),
+                value: "0".into(),
+                why: "must be positive".into(),
+            });
+        }
+        Ok(v)
+    };
+    let (ap, ao) = (
+        period("attn_layer_period", 8)?,
+        c.count(&["attn_layer_offset"], 4)?,
+    );
+    let (ep, eo) = (
+        period("expert_layer_period", 2)?,
+        c.count(&["expert_layer_offset"], 1)?,
+    );
+    d.attn.rope = false;
+    d.rope = vec![false; layers as usize];
+    d.linear = Some(Mixer::Mamba(Mamba {
+        inner: c.opt_u64(&["mamba_expand"])?.unwrap_or(2) * d.hidden,
+        state_size: c.opt_u64(&["mamba_d_state"])?.unwrap_or(16),
+        dt_rank: match c.map.get("mamba_dt_rank") {
+            Some(Value::String(s)) if s == "auto" => d.hidden.div_ceil(16),
+            None | Some(Value::Null) => d.hidden.div_ceil(16),
+            _ => c.u64(&["mamba_dt_rank"])?,
+        },
+        conv_kernel: c.opt_u64(&["mamba_d_conv"])?.unwrap_or(4),
+        bias: c.bool("mamba_proj_bias", false)?,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+        bcdt_norms: true,
+    }));
+    d.layer_types = (0..layers)
+        .map(|i| {
+            if i % ap == ao {
+                LayerType::Full
+            } else {
+                LayerType::Linear
+            }
+        })
+        .collect();
+    let experts = c.opt_u64(&["num_experts"])?.unwrap_or(16);
+    if experts > 1 {
+        let top_k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+        d.moe = Some(moe_template(experts, top_k, d.dense.intermediate));
+        place_moe(&mut d, |i| i as u64 % ep == eo);
+    }
     Ok(d)
 }
 

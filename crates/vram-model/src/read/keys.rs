@@ -460,6 +460,20 @@ pub const KNOWN: &[(&str, &[&str])] = &[
             "rescale_prenorm_residual",
         ],
     ),
+    // Jamba: `router_aux_loss_coef` and `output_router_logits` are the loss's.
+    (
+        "jamba",
+        &[
+            "num_experts",
+            "num_experts_per_tok",
+            "mamba_d_state",
+            "mamba_d_conv",
+            "mamba_expand",
+            "mamba_dt_rank",
+            "mamba_conv_bias",
+            "mamba_proj_bias",
+        ],
+    ),
     // Llama 3.2 Vision: the cross-attention layers and the tower (read/decoders.rs `mllama`).
     ("mllama", &["cross_attention_layers", "vision_config"]),
     // The wrapper's own keys size the Pixtral tower and projector, which the note counts.
