@@ -265,6 +265,18 @@ def speed_case(case):
              "experts_implementation": getattr(model.config, "_experts_implementation", None)}
     if case.get("profile"):
         extra["decode_profile"] = profile_decode(model, x)
+    # measure2 drew its prompts from 0 with the same generator: a pad token (id 0) there gives
+    # generate an attention mask with a zero, so every decode step builds a [b, 1, 1, T] mask
+    # after a host sync and SDPA runs with it. Record whether the 2026-11-27 prompt had one, and
+    # time that prompt's decode too, so Llama's batch-16 miss can be told apart from it.
+    g0 = torch.Generator(device=DEV).manual_seed(0)
+    x0 = torch.randint(0, model.config.vocab_size, (case["batch"], case["prompt"]), device=DEV, generator=g0)
+    extra["measure2_prompt_pad_rows"] = int((x0 == 0).any(dim=-1).sum())
+    if extra["measure2_prompt_pad_rows"] and not DRY:
+        x = x0
+        gen(4)
+        p1 = min(gen(1) for _ in range(2))
+        extra["measure2_prompt_decode_ms_per_token"] = round((min(gen(new) for _ in range(2)) - p1) / (new - 1) * 1000, 3)
     return model, None, [t64], extra
 
 

@@ -12,6 +12,8 @@ min_new_tokens=n, do_sample=False, pad_token_id=0)` as the H200 run did. Counted
 - at the dispatcher (a `TorchDispatchMode`), every ATen operator, split into views (no kernel on a
   GPU), host syncs (`_local_scalar_dense`, `nonzero`, ...) and the rest (one kernel launch each);
 - every `nn.Module.__call__` (a global forward pre-hook);
+- `generate`'s set-up (everything before the model's first forward, the GPU idle there) apart
+  from the rest outside the layers;
 - in a second run without the dispatch mode, every Python function call (`sys.setprofile`'s
   "call" events; hooks on the decoder layers alone mark where they are; builtin calls such as
   `dict.get` or `isinstance` cost a small fraction of a Python frame and are not counted, and a
@@ -98,14 +100,17 @@ def layers_of(model):
 
 
 def counted(model, run):
-    """Per place ("outside" or the layer's index): ATen ops by name and module calls (one run),
-    then Python events (a second run, without the dispatch mode, whose own Python would count)."""
-    where = ["outside"]
+    """Per place ("setup" before the model's first forward, "outside" after it, or the layer's
+    index): ATen ops by name and module calls (one run), then Python events (a second run,
+    without the dispatch mode, whose own Python would count)."""
+    where = ["setup"]
     idx = {id(layer): str(i) for i, layer in enumerate(layers_of(model))}
     modules = collections.Counter()
     events = collections.Counter()
 
     def pre(m, *a):
+        if m is model:
+            where[0] = "outside"
         if id(m) in idx:
             where.append(idx[id(m)])
         modules[where[-1]] += 1
@@ -130,12 +135,17 @@ def counted(model, run):
     def leave(m, *a):
         where.pop()
 
+    def first(m, *a):
+        where[0] = "outside"
+
     def prof(frame, event, arg):
         if event == "call":
             events[where[-1]] += 1
 
+    where[:] = ["setup"]
     hooks = [h for layer in layers_of(model)
              for h in (layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave))]
+    hooks.append(model.register_forward_pre_hook(first))
     try:
         sys.setprofile(prof)
         run()

@@ -670,6 +670,16 @@ impl Ops<'_, '_> {
         self.w.kernels += 1.0;
         self.w.gemm_s += self.r.gemm_s(m, k, n, batch, fp32);
     }
+    /// A batched GEMM over materialised attention scores (`q·kᵀ` writes them, `p·v` reads
+    /// them): at a head size of 64–128 it moves more than it computes, so it takes no less
+    /// than its operands and output over HBM (`elem` bytes each). Its backward's two GEMMs
+    /// move the same matrix once each (`dQ`/`dK` read `dS`; `dP` is written and `p` read
+    /// for `dV`), so the backward's doubling holds for the floor too.
+    fn score_gemm(&mut self, m: f64, k: f64, n: f64, batch: f64, fp32: bool, elem: f64) {
+        self.w.kernels += 1.0;
+        let io = batch * (m * k + k * n + m * n) * elem / self.r.hbm_bytes_per_s;
+        self.w.gemm_s += self.r.gemm_s(m, k, n, batch, fp32).max(io);
+    }
 }
 
 /// Fraction of each head the rotary embedding turns (GPT-NeoX's `rotary_pct`, 0.25; the
@@ -804,7 +814,7 @@ pub fn layer(
             AttnKernel::Eager => {
                 let hd = t.head_dim as f64;
                 let scores = n * heads * kv_len;
-                o.gemm(s.seq, hd, kv_len, b * heads, s.fp32);
+                o.score_gemm(s.seq, hd, kv_len, b * heads, s.fp32, a);
                 // scale, mask add, softmax, dropout over the scores
                 let mut per = 2.0 * a + 2.0 * a;
                 let mut k = 2.0;
@@ -826,7 +836,7 @@ pub fn layer(
                 }
                 o.w.kernels += k;
                 o.w.score_s += r.bytes_s(scores * per);
-                o.gemm(s.seq, kv_len, hd, b * heads, s.fp32);
+                o.score_gemm(s.seq, kv_len, hd, b * heads, s.fp32, a);
             }
             AttnKernel::Composite => {
                 let hd = t.head_dim as f64;
@@ -838,12 +848,12 @@ pub fn layer(
                 }
                 // q and k scaled by sqrt(scale), fp32 score GEMMs
                 o.ew(n * q + kv_tokens * kv, 8.0, 2.0);
-                o.gemm(s.seq, hd, kv_len, b * heads, true);
+                o.score_gemm(s.seq, hd, kv_len, b * heads, true, 4.0);
                 // bias or mask add (fp32), softmax, dropout: fp32 scores
                 let per = 12.0 + 8.0 + if p_attn > 0.0 { 9.0 } else { 0.0 };
                 o.w.kernels += if p_attn > 0.0 { 3.0 } else { 2.0 };
                 o.w.score_s += r.bytes_s(scores * per);
-                o.gemm(s.seq, kv_len, hd, b * heads, true);
+                o.score_gemm(s.seq, kv_len, hd, b * heads, true, 4.0);
             }
         }
         // transpose(1, 2).reshape: a copy of the attention output, then o_proj.

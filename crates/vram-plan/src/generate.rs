@@ -44,6 +44,17 @@
 //!   window; a Gated DeltaNet layer's fp32 recurrent state through
 //!   `torch_recurrent_gated_delta_rule`'s passes), the head; or FLOPs over the dense peak,
 //!   whichever is longer.
+//! - What a decode step does not do (transformers 5.24 on the CPU, `sdpa`, read with
+//!   `TorchDispatchMode` at batch 1 and 16): no `repeat_kv` (with no mask SDPA gets
+//!   `enable_gqa=True`; with a padding mask `pack_gqa` folds the query heads onto the key/value
+//!   heads), no causal mask (`_ignore_causal_mask_sdpa` skips it when the attention mask has no
+//!   zero; a prompt holding the pad token gets a `[b, 1, 1, T]` bool mask and a host sync per
+//!   step), logits `[b, vocab]` only (bf16 out of the head, the fp32 copy, two processors'
+//!   `clone`/`where`): at batch 16 all of these are under 0.1 GB a step against the weights'
+//!   16 GB. On an H200 (sm90, PyTorch 2.11 cu130, cuDNN above 9.15) `check_prefer_cudnn_attention`
+//!   puts cuDNN's SDPA first, which takes the GQA shapes; its graph cache is keyed by the key
+//!   length, so every new cache length builds a graph once (a first call pays it; a repeated
+//!   call of the same length does not).
 //! - Prefill: each layer's operators priced by [`crate::eager::block_layer`] (GEMMs from the H100
 //!   grid, fused or eager attention, experts through `grouped_mm`, element-wise bytes).
 
@@ -83,12 +94,31 @@ pub const PY_PER_MODULE: f64 = 7.0;
 /// the 42 of the six model-level module calls counted in [`ends_host`].
 const STEP_GLUE_PY: (f64, f64) = (390.0, 9.0);
 
-/// Python function calls of `generate(max_new_tokens=1)` outside the layers: the set-up
-/// (generation config copied and validated, processors, stopping criteria, the cache with one
-/// layer object per decoder layer), the prefill's model-level code and one token's selection:
-/// 2248 with 4 layers and 2420 with 8 (Llama), so 2076 and 43 per layer, less the 42 of the
-/// model-level module calls counted in [`ends_host`].
-const SETUP_GLUE_PY: (f64, f64) = (2034.0, 43.0);
+/// Python function calls of `generate(max_new_tokens=1)` outside the layers, in two parts
+/// (Llama with 4 and 8 decoder layers, counts.json):
+/// - [`SETUP_PY`], before the model's first forward (generation config copied and validated,
+///   processors, stopping criteria, the cache with one layer object per decoder layer): 1840
+///   and 1976, so 1704 and 34 per layer (`setup` in counts.json);
+/// - [`PREFILL_GLUE_PY`], the rest: the model's own code around its layers and one token's
+///   selection after the forward: 412 and 448 (`outside`), so 376 and 9 per layer, less the 42
+///   of the model-level module calls counted in [`ends_host`].
+const SETUP_PY: (f64, f64) = (1704.0, 34.0);
+/// See [`SETUP_PY`].
+const PREFILL_GLUE_PY: (f64, f64) = (334.0, 9.0);
+
+/// Host cost of one Python call of `generate`'s set-up against one counted call of a decode
+/// step ([`PY_CALL_S`]): 0.33.
+///
+/// [`PY_CALL_S`] is fitted on a decode step, where every counted call is followed by tensor
+/// operators whose argument parsing, dispatch and allocation the bare launch loop (9.6 µs) does
+/// not include, so the fitted cost carries them. The set-up is plain Python (config copies and
+/// validation, dictionaries, the cache's layer objects) with 30 operators among 2792 calls.
+/// Measured on the CPU with the pinned libraries by `tests/engines/generate_host.py` (the tiny
+/// 32-layer Llama of `generate_ops.py` in bf16: the set-up's wall time per call against a
+/// decode step's residual per counted call after its 1333 operators at the bare loop's cost):
+/// 0.319, 0.335 and 0.350 in three runs on the project's 2-core VM (2026-11-27; torch 2.15,
+/// transformers 5.24), 0.33 taken. The H200 host's own ratio was not measured.
+pub const SETUP_CALL_WEIGHT: f64 = 0.33;
 
 /// Extra set-up Python work of a model whose experts run `grouped_mm`: `generate` enters
 /// `_optimize_model_for_decode`, whose `set_experts_implementation` walks every module
@@ -386,14 +416,33 @@ pub fn ends_host(t: &Transformer, attention: Attention, phase: Phase) -> Host {
     w
 }
 
-/// `generate`'s own work in `generate(max_new_tokens=1)` outside the model's forward: the
-/// set-up, the prefill mask and one token's selection (61 kernels, 11 views, 6 host syncs)
-/// and their Python ([`SETUP_GLUE_PY`], [`MOE_SETUP_GLUE_PY`] when experts are switched).
+/// `generate`'s own work in `generate(max_new_tokens=1)` before the prompt's forward, the GPU
+/// idle: the set-up (30 kernels, 6 views, 5 host syncs, counted on the CPU) and its Python
+/// ([`SETUP_PY`]; price it with [`setup_seconds`]).
 pub fn setup_host(t: &Transformer) -> Host {
     let l = t.layers() as f64;
-    let mut w = Host::op(61.0, 11.0);
-    w.syncs = 6.0;
-    w.py = SETUP_GLUE_PY.0 + SETUP_GLUE_PY.1 * l;
+    let mut w = Host::op(30.0, 6.0);
+    w.syncs = 5.0;
+    w.py = SETUP_PY.0 + SETUP_PY.1 * l;
+    w
+}
+
+/// Host seconds of the set-up: its launches and syncs at the launch cost, its Python calls at
+/// [`SETUP_CALL_WEIGHT`] of a decode step's.
+pub fn setup_seconds(s: &Host, cal: &EagerCalibration) -> f64 {
+    (s.kernels + s.syncs) * cal.launch_s + (s.py * SETUP_CALL_WEIGHT + s.views) * PY_CALL_S
+}
+
+/// `generate(max_new_tokens=1)`'s own work after the set-up and outside the model's layers and
+/// modules: the model's code around its layers and one token's selection (31 kernels, 5 views,
+/// the stop check's sync, [`PREFILL_GLUE_PY`]); with experts switched to `batched_mm`,
+/// `_optimize_model_for_decode`'s module walks ([`MOE_SETUP_GLUE_PY`]). It is launched behind
+/// the prompt's forward, so it runs while the GPU works.
+pub fn prefill_glue_host(t: &Transformer) -> Host {
+    let l = t.layers() as f64;
+    let mut w = Host::op(31.0, 5.0);
+    w.syncs = 1.0;
+    w.py = PREFILL_GLUE_PY.0 + PREFILL_GLUE_PY.1 * l;
     if grouped_experts(t) {
         w.py += MOE_SETUP_GLUE_PY.0 + MOE_SETUP_GLUE_PY.1 * l;
     }
@@ -513,9 +562,10 @@ pub struct Serving {
     /// `generate(max_new_tokens=1)`: `generate`'s set-up on the host (the GPU idle), then the
     /// prompt's forward, the larger of its host and GPU time.
     pub prefill_s: f64,
-    /// Host seconds of the set-up (`generate`'s Python, six syncs) before the prompt's forward.
+    /// Host seconds of the set-up (`generate`'s Python, five syncs) before the prompt's forward.
     pub setup_s: f64,
-    /// Host seconds of the prompt's forward (its launches, module calls and views).
+    /// Host seconds of the prompt's forward (its launches, module calls and views) and of the
+    /// glue launched behind it (the token's selection, the expert switch).
     pub prefill_host_s: f64,
     /// GPU seconds of the prompt's forward.
     pub prefill_gpu_s: f64,
@@ -551,7 +601,7 @@ pub struct Serving {
 }
 
 /// What this model was fitted on and checked against (vramkit's shared H200 ground truth).
-pub const CHECKS: &str = "host cost per Python call fitted on Llama-3.1-8B batch-1 decode (H200, 24.27 ms); checked on Llama-3.1-8B batch 16 decode and batch 1/16 prefill (H200); other models unchecked";
+pub const CHECKS: &str = "host cost per Python call fitted on Llama-3.1-8B batch-1 decode (H200, 24.27 ms); prefill checked on Llama-3.1-8B batch 1 and 16 (H200, within 4 %); Llama-3.1-8B batch-16 decode measured 34 % slower than this gives (cause not found); other models unchecked";
 
 /// A `generate` call: `batch` sequences of a `prompt`-token prompt, `new_tokens` generated,
 /// KV cache of `kv_bytes` per element; `static_cache`: transformers' `StaticCache`.
@@ -626,14 +676,15 @@ pub fn serving(
         pre_gpu += n * (w.gemm_s + w.attn_s + w.ew_s + w.score_s + w.serial_gpu_s);
     }
     pre_host.add(ends_host(t, g.attention, Phase::Prefill));
+    pre_host.add(prefill_glue_host(t));
     // Final norm over the prompt, the head on the last position, the fp32 logits copy.
     pre_gpu += r.bytes_s(b * p * h * 2.0 * wbytes)
         + r.gemm_s(b, h, v, 1.0, prec == Precision::Fp32)
             .max(r.bytes_s(v * h * wbytes))
         + r.bytes_s(b * v * (wbytes + 4.0));
-    // The set-up runs before any kernel of the forward; its syncs wait for nothing.
-    let setup = setup_host(t);
-    let setup_s = setup.seconds(cal);
+    // The set-up runs before any kernel of the forward; its syncs wait for nothing. The
+    // forward's launches, the model's glue and the token's selection overlap the GPU.
+    let setup_s = setup_seconds(&setup_host(t), cal);
     let prefill_host_s = pre_host.seconds(cal);
     let prefill_s = setup_s + prefill_host_s.max(pre_gpu);
 

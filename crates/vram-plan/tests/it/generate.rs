@@ -11,7 +11,7 @@ use vram_model::hf;
 use vram_model::setup::{Attention, Precision};
 use vram_plan::eager::EagerCalibration;
 use vram_plan::generate::{
-    self, block_host, ends_host, setup_host, Generate, Host, Kernels, Phase,
+    self, block_host, ends_host, prefill_glue_host, setup_host, Generate, Host, Kernels, Phase,
 };
 
 fn tiny(name: &str) -> vram_model::arch::Transformer {
@@ -68,19 +68,23 @@ fn host_counts_match_what_transformers_runs() {
             }
             let mut out = ends_host(&t, attention, phase);
             if phase == Phase::Prefill {
-                let s = setup_host(&t);
-                out.kernels += s.kernels;
-                out.views += s.views;
-                out.syncs += s.syncs;
-                out.py += s.py;
+                // Before the model's first forward (the GPU idle) and after it.
+                check(name, key, "setup", &setup_host(&t), &counts["setup"], SETUP);
+                let g = prefill_glue_host(&t);
+                out.kernels += g.kernels;
+                out.views += g.views;
+                out.syncs += g.syncs;
+                out.py += g.py;
             }
             let real = &counts["outside"];
             if phase == Phase::Prefill && name_has_experts(&t) {
                 // `set_experts_implementation`'s module walk is counted at its bytecode weight
                 // (13 instructions a call against 28): fewer calls than it makes, more than none.
+                // Outside the layers without the walk a model runs 410–450 calls (Llama: 412
+                // with 4 layers, 448 with 8).
                 let walk = get(real, "py_calls") - out.py;
                 assert!(
-                    walk > 0.0 && walk < 0.6 * (get(real, "py_calls") - 2000.0),
+                    walk > 0.0 && walk < 0.6 * (get(real, "py_calls") - 450.0),
                     "{name}: {walk}"
                 );
                 out.py = get(real, "py_calls");
@@ -102,8 +106,11 @@ fn name_has_experts(t: &vram_model::arch::Transformer) -> bool {
 
 /// Relative tolerances: kernels, views, module calls, Python calls.
 const LAYER: [f64; 4] = [0.15, 0.08, 0.05, 0.12];
-/// Outside the layers Qwen3.5's multimodal rotary adds 19 views to the 12 counted.
-const OUTSIDE: [f64; 4] = [0.2, 0.65, 0.2, 0.2];
+/// Outside the layers Qwen3.5's multimodal rotary adds 19 views to the 10 counted.
+const OUTSIDE: [f64; 4] = [0.2, 0.7, 0.2, 0.2];
+/// `generate`'s set-up: the same operators for every model (Gemma 3's config adds 4 views);
+/// its Python varies with the config's fields (1760–1887 calls at 4 layers).
+const SETUP: [f64; 4] = [0.0, 0.7, 0.0, 0.08];
 
 fn check(name: &str, phase: &str, place: &str, ours: &Host, real: &Value, tol: [f64; 4]) {
     let close = |a: f64, b: f64, tol: f64| (a - b).abs() <= tol * b.max(1.0);
@@ -174,7 +181,7 @@ fn llama_decode_and_prefill_on_an_h200() {
             assert!(de.abs() < 0.002, "decode batch 1: {de:+.4}");
             assert_eq!(s.decode_bound, "host");
         } else {
-            // Batch 16 is 12.4 ms slower per token on the GPU than batch 1; the GPU work
+            // Batch 16 is 12.4 ms slower per token than batch 1 on the H200; the GPU work
             // counted here (weights, the cache's reads and copies) stays under the host's,
             // so the model gives batch 1's time: a known miss (BENCHMARKS.md).
             assert!(de < 0.0 && de > -0.40, "decode batch 16: {de:+.3}");
