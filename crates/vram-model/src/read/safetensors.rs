@@ -3,6 +3,9 @@
 //! A safetensors file starts with an 8-byte little-endian header length and a JSON header
 //! mapping tensor names to dtype, shape and data offsets. The CLI reads only those bytes and
 //! hands them here; sharded checkpoints list their shards in `model.safetensors.index.json`.
+//! [`Tally::groups`] places every tensor in the description's components by its name and
+//! reads the stored format from the dtypes and names ([`Tally::quant`]), for
+//! [`crate::describe::Blocks::apply_headers`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -251,8 +254,8 @@ fn layer_split(parts: &[&str]) -> Option<usize> {
 
 /// The component of a checkpoint tensor, by its name: the rules `tests/zoo/reference.py`
 /// applies to the module tree transformers builds, on names alone (a layer's child is an MoE
-/// block when some tensor sits under its `experts`). `None`: an MTP layer past the decoder's
-/// `layers`.
+/// block when some tensor sits under its `experts`); a layer past the decoder's `layers` is
+/// an MTP layer (DeepSeek-V3's `model.layers.61`).
 fn component_of(name: &str, layers: u64, moe: &BTreeSet<String>) -> Component {
     let parts: Vec<&str> = name.split('.').collect();
     let has = |set: &[&str]| parts.iter().any(|p| set.contains(p));
@@ -496,5 +499,135 @@ impl Tally {
                 _ => None,
             });
         g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{component_of, Tally, TensorInfo};
+    use crate::describe::Quant;
+    use crate::finetune::WeightFormat;
+    use crate::mech::Component;
+    use std::collections::BTreeSet;
+
+    fn tally(ts: &[(&str, &str, &[u64])]) -> Tally {
+        let mut t = Tally::default();
+        for (name, dtype, shape) in ts {
+            let size = match *dtype {
+                "F32" | "I32" => 4,
+                "F16" | "BF16" => 2,
+                _ => 1,
+            };
+            t.tensors.insert(
+                name.to_string(),
+                TensorInfo {
+                    dtype: dtype.to_string(),
+                    shape: shape.to_vec(),
+                    bytes: shape.iter().product::<u64>() * size,
+                },
+            );
+        }
+        t
+    }
+
+    /// GPTQ (gptqmodel's QuantLinear: qweight [K/8, N], qzeros [K/g, N/8], scales [K/g, N],
+    /// g_idx [K]) and AWQ (qweight [K, N/8]): the format, the group, and K x N parameters.
+    #[test]
+    fn gptq_awq_and_bitsandbytes_are_read_from_names_and_shapes() {
+        let (k, n) = (256u64, 512u64);
+        let p = "model.layers.0.mlp.up_proj";
+        let gptq = tally(&[
+            (&format!("{p}.qweight"), "I32", &[k / 8, n]),
+            (&format!("{p}.qzeros"), "I32", &[k / 64, n / 8]),
+            (&format!("{p}.scales"), "F16", &[k / 64, n]),
+            (&format!("{p}.g_idx"), "I32", &[k]),
+        ]);
+        let q = gptq.quant();
+        assert_eq!(
+            q,
+            Quant::Packed {
+                format: WeightFormat::Gptq { group: 64 },
+                double_quant: false
+            }
+        );
+        let g = gptq.groups(1, false);
+        assert_eq!(g.params[Component::DenseMlp as usize], k * n);
+        assert!(g.packed[Component::DenseMlp as usize]);
+        let stored: u64 = gptq.tensors.values().map(|t| t.bytes).sum();
+        assert_eq!(g.bytes.iter().sum::<u64>(), stored);
+        let awq = tally(&[
+            (&format!("{p}.qweight"), "I32", &[k, n / 8]),
+            (&format!("{p}.qzeros"), "I32", &[k / 128, n / 8]),
+            (&format!("{p}.scales"), "F16", &[k / 128, n]),
+        ]);
+        assert_eq!(
+            awq.quant(),
+            Quant::Packed {
+                format: WeightFormat::Awq { group: 128 },
+                double_quant: false
+            }
+        );
+        assert_eq!(awq.groups(1, false).params.iter().sum::<u64>(), k * n);
+        // bitsandbytes NF4 with nested quantization: two values a byte, state counts none.
+        let nf4 = tally(&[
+            (&format!("{p}.weight"), "U8", &[k * n / 2, 1]),
+            (&format!("{p}.weight.absmax"), "U8", &[k * n / 64]),
+            (
+                &format!("{p}.weight.nested_absmax"),
+                "F32",
+                &[k * n / 64 / 256],
+            ),
+            (&format!("{p}.weight.quant_map"), "F32", &[16]),
+            (
+                &format!("{p}.weight.quant_state.bitsandbytes__nf4"),
+                "U8",
+                &[100],
+            ),
+        ]);
+        assert_eq!(
+            nf4.quant(),
+            Quant::Packed {
+                format: WeightFormat::Nf4,
+                double_quant: true
+            }
+        );
+        assert_eq!(nf4.groups(1, false).params.iter().sum::<u64>(), k * n);
+    }
+
+    /// Names are placed as `tests/zoo/reference.py` places the module tree's parameters.
+    #[test]
+    fn names_are_placed_in_components() {
+        let moe: BTreeSet<String> = ["model.layers.3.mlp".to_string()].into();
+        for (name, c) in [
+            ("model.layers.3.mlp.gate.weight", Component::Router),
+            (
+                "model.layers.3.mlp.gate.e_score_correction_bias",
+                Component::Router,
+            ),
+            (
+                "model.layers.3.mlp.experts.7.up_proj.weight",
+                Component::RoutedExperts,
+            ),
+            (
+                "model.layers.3.mlp.shared_experts.up_proj.weight",
+                Component::SharedExperts,
+            ),
+            (
+                "model.layers.0.mlp.up_proj.weight_scale_inv",
+                Component::DenseMlp,
+            ),
+            (
+                "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
+                Component::Mixer,
+            ),
+            ("model.layers.0.input_layernorm.weight", Component::Norms),
+            ("model.layers.61.eh_proj.weight", Component::Mtp),
+            ("model.norm.weight", Component::Norms),
+            ("model.embed_tokens.weight", Component::Embedding),
+            ("lm_head.weight", Component::Head),
+            ("model.visual.blocks.0.attn.qkv.weight", Component::Vision),
+        ] {
+            assert_eq!(component_of(name, 61, &moe), c, "{name}");
+        }
     }
 }
