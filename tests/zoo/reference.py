@@ -142,7 +142,19 @@ EMBED_PARTS = {
     "per_layer_projection_norm",
 }
 PER_LAYER_INPUT = {"per_layer_input_gate", "per_layer_projection", "post_per_layer_input_norm"}
-MIXER_CHILDREN = {"self_attn", "linear_attn", "mamba", "attention", "self_attention", "attn"}
+# Llama 3.2 Vision's cross-attention layers: `cross_attn` and its two scalar gates
+# (`cross_attn_attn_gate`, `cross_attn_mlp_gate`) count with the mixer.
+MIXER_CHILDREN = {
+    "self_attn",
+    "linear_attn",
+    "mamba",
+    "attention",
+    "self_attention",
+    "attn",
+    "cross_attn",
+    "cross_attn_attn_gate",
+    "cross_attn_mlp_gate",
+}
 FFN_CHILDREN = {"mlp", "feed_forward", "block_sparse_moe", "moe", "mixer"}
 
 
@@ -174,6 +186,8 @@ def component(model, name: str) -> str:
     if i is not None:
         layer = model.get_submodule(".".join(parts[: i + 2]))
         child, rest = parts[i + 2], parts[i + 3 :]
+        if child in MIXER_CHILDREN:
+            return "mixer"  # a parameter directly on the layer (Mllama's gates) has no module
         module = layer.get_submodule(child)
         layer_has_experts = _is_moe_block(layer)
         if child in PER_LAYER_INPUT:

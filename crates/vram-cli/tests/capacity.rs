@@ -364,8 +364,23 @@ fn html_text(s: &str) -> String {
 fn text_json_and_html_agree_and_the_advice_holds() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity-agree");
     std::fs::create_dir_all(&dir).unwrap();
-    let cases: [&[&str]; 6] = [
+    let cases: [&[&str]; 7] = [
         &["llama-3-8b", "--gpu", "h100-80g", "--max-model-len", "8192"],
+        // vLLM 0.8.5's CUDA graphs (67 sizes even for one sequence) do not fit what the budget
+        // leaves: one request fits the KV cache, the capture fails (`graphs.rs`).
+        &[
+            "llama-3-8b",
+            "--engine-version",
+            "0.8.5",
+            "--gpu",
+            "a10",
+            "--max-model-len",
+            "4096",
+            "--max-num-seqs",
+            "1",
+            "--gpu-memory-utilization",
+            "0.96",
+        ],
         &[
             "llama-3-70b",
             "--gpu",
@@ -535,6 +550,19 @@ fn text_json_and_html_agree_and_the_advice_holds() {
         assert!(html.contains(&format!("<p id=\"fits\">{fits_line}</p>")));
         if fits == 0 {
             assert!(fits_line.ends_with("none (no KV cache fits beside the weights)"));
+        } else if fits >= len {
+            // What fails follows the KV cache: vLLM's graph capture, whose line the log ends
+            // with in both renderings.
+            assert!(fits_line.contains("none shorter helps"), "{fits_line}");
+            let last = v["log"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()
+                .as_str()
+                .unwrap();
+            assert!(last.contains("while capturing CUDA graphs"), "{last}");
+            assert!(text.contains(last), "{case:?}");
         } else {
             assert!(fits_line.ends_with(&group(fits)), "{fits_line}");
             let at_len = |l: u64| {
@@ -567,14 +595,23 @@ fn text_json_and_html_agree_and_the_advice_holds() {
             "{case:?}"
         );
         // A change the job has not made, which starts it with the figures promised.
-        let (flag, value) = flags.split_once(' ').unwrap();
         let mut b = a.clone();
-        match b.iter().position(|x| x == flag) {
-            Some(p) => {
-                assert_ne!(b[p + 1], value, "{case:?}: {flags} is already set");
-                b[p + 1] = value.to_string();
+        match flags.split_once(' ') {
+            Some((flag, value)) => match b.iter().position(|x| x == flag) {
+                Some(p) => {
+                    assert_ne!(b[p + 1], value, "{case:?}: {flags} is already set");
+                    b[p + 1] = value.to_string();
+                }
+                None => b.extend(args(&[flag, value])),
+            },
+            // A switch (`--enforce-eager`), not already given.
+            None => {
+                assert!(
+                    !b.iter().any(|x| x == flags),
+                    "{case:?}: {flags} is already set"
+                );
+                b.push(flags.to_string());
             }
-            None => b.extend(args(&[flag, value])),
         }
         let (code, out, err) = vram(&b);
         assert_eq!(code, 0, "{err}");
@@ -583,7 +620,7 @@ fn text_json_and_html_agree_and_the_advice_holds() {
         assert_eq!(w["max_model_len"].as_u64(), Some(len));
         assert_eq!(w["kv_cache_tokens"], change["kv_cache_tokens"]);
     }
-    assert_eq!((started, refused), (3, 3));
+    assert_eq!((started, refused), (3, 4));
 }
 
 fn group(n: u64) -> String {
@@ -1057,5 +1094,71 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64) {
             }
             assert!(wrong <= 1, "starts: {wrong} wrong");
         }
+    }
+}
+
+/// vLLM's CUDA-graph memory ("Graph capturing finished in N secs, took X GiB", the fall in free
+/// memory over `capture_model`) against the logs that print it: the 0.19.0 H100 runs of
+/// `unseen.json` (llm-d-planner's sweep; their lines quote the figure) and round 2's. Split as
+/// the logs are (`SPLIT.md`): the driver memory per layer per graph was fitted on the fit half
+/// (`graphs.rs`), whose median |error| is held; the holdout half is printed as it came out and
+/// bounded loosely (BENCHMARKS.md, "After the fact: CUDA-graph memory").
+#[test]
+fn cuda_graph_memory_against_logs() {
+    let gib = (1u64 << 30) as f64;
+    let mut cases = vec![];
+    for file in ["unseen.json", "unseen-round2.json"] {
+        let text = std::fs::read_to_string(data().join(file)).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        cases.extend(doc["cases"].as_array().unwrap().clone());
+    }
+    for half in ["fit", "holdout"] {
+        eprintln!(
+            "\n{half} half: CUDA graphs\n{:<62} {:>7} {:>7} {:>7}",
+            "case", "logged", "vram", "error"
+        );
+        let mut errs = vec![];
+        for c in cases.iter().filter(|c| c["half"] == half) {
+            let Some(logged) = c["logged"]["graphs_gib"].as_f64() else {
+                continue;
+            };
+            let model = c["model"].as_str().unwrap();
+            let model = if model.ends_with(".json") {
+                data().join(model).to_string_lossy().into_owned()
+            } else {
+                model.to_string()
+            };
+            let mut a = vec!["capacity".to_string(), model];
+            a.extend(
+                c["args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_str().unwrap().to_string()),
+            );
+            a.push("--json".into());
+            let (code, out, _) = vram(&a);
+            if code != 0 {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let est = v["cuda_graph_bytes"].as_f64().unwrap() / gib;
+            let e = est / logged - 1.0;
+            eprintln!(
+                "{:<62} {logged:>7.2} {est:>7.2} {:>+6.1}%",
+                c["id"].as_str().unwrap(),
+                e * 100.0
+            );
+            errs.push(e.abs());
+        }
+        let n = errs.len();
+        let m = median(errs);
+        eprintln!(
+            "{half}: {n} logs; CUDA-graph memory median |error| {:.1}%",
+            m * 100.0
+        );
+        // Fit: what the driver figure was fitted on; holdout: loose, so that a regression shows.
+        let bound = if half == "fit" { 0.15 } else { 0.35 };
+        assert!(n >= 10 && m < bound, "{half}: median |error| {m}");
     }
 }

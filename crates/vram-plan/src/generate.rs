@@ -294,6 +294,19 @@ pub fn block_host(
             w.add(Host::module(if prefill { 69.0 } else { 42.0 }, 40.0, 12.0));
             w.add(Host::module(11.0, 0.0, 0.0));
         }
+        Mixer::Mamba(_) => {
+            // MambaMixer's torch fallback: not counted on the CPU; the Mamba2 path's counts
+            // stand in (its prefill scan loops over the tokens in Python besides).
+            w.add(Host::module(if prefill { 69.0 } else { 42.0 }, 40.0, 12.0));
+        }
+        Mixer::Hybrid(_) => {
+            // Falcon-H1: the Mamba2 half as above (its gated norm is off by default), the
+            // attention half as a plain attention module, and the µP multipliers' four products
+            // and the halves' sum (not counted on the CPU).
+            w.add(Host::module(if prefill { 69.0 } else { 42.0 }, 40.0, 12.0));
+            w.add(Host::module(13.0, 15.0 + 2.0 * f64::from(prefill), 0.0));
+            w.add(Host::module(5.0, 0.0, 0.0));
+        }
         Mixer::None => {}
     }
     let dense = |d: &vram_model::blocks::Dense| {

@@ -314,16 +314,30 @@ pub struct ServingChange {
 }
 
 /// What [`serving`] tried, named for the line printed when nothing starts the engine.
-pub const SERVING_TRIES: &str = "fp8 KV cache, fp8 weights, TP 2-8, PP 2-4";
+pub const SERVING_TRIES: &str =
+    "--enforce-eager where vLLM's CUDA graphs fail, fp8 KV cache, fp8 weights, TP 2-8, PP 2-4";
 
 /// The cheapest change that makes a job that does not start start, each tried alone at the same
-/// `max_model_len` and kept only if its own run starts: an fp8 KV cache (named as the engine
+/// `max_model_len` and kept only if its own run starts: `--enforce-eager` first where one
+/// request fits the KV cache but vLLM's CUDA graphs do not fit what it leaves, an fp8 KV cache (named as the engine
 /// names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
 /// quantized), more tensor parallelism (2, 4, 8, dividing the heads), then pipeline stages (2,
 /// 4: another node). Only changes the job has not already made. `None` if none starts it (a lower
 /// `max_model_len` is always [`capacity::Capacity::max_model_len_that_fits`]).
 pub fn serving(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Option<ServingChange> {
     let mut tries: Vec<(String, Knobs)> = Vec::new();
+    // One request fits the KV cache but the job does not start: vLLM's CUDA graphs, captured
+    // after the KV cache, do not fit what is left (`capacity::graphs`); no graphs is the change
+    // that costs no memory.
+    let graphs_fail = engine == Engine::Vllm
+        && !knobs.enforce_eager
+        && capacity::capacity(t, gpu, engine, knobs)
+            .is_ok_and(|c| !c.starts && c.max_model_len_that_fits >= c.max_model_len);
+    if graphs_fail {
+        let mut k = *knobs;
+        k.enforce_eager = true;
+        tries.push(("--enforce-eager".into(), k));
+    }
     if knobs.kv_bytes.unwrap_or(knobs.dtype_bytes) > 1 {
         let mut k = *knobs;
         k.kv_bytes = Some(1);

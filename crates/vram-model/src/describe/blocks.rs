@@ -615,11 +615,12 @@ impl Blocks {
     pub fn cache_by_kind(&self, batch: u64, t: u64, steps: u64, dtype: u64) -> [(u64, u64); 4] {
         let mut out = [(0, 0); 4];
         for (kind, n) in self.kinds.iter().zip(self.kind_counts()) {
-            let spec = kind.mixer.cache();
-            if let Some(i) = CacheKind::REPORTED.iter().position(|k| *k == spec.kind) {
-                out[i].0 += n;
-                out[i].1 += n * spec.bytes(batch, t, steps, dtype);
-            }
+            kind.mixer.cache_parts(&mut |spec| {
+                if let Some(i) = CacheKind::REPORTED.iter().position(|k| *k == spec.kind) {
+                    out[i].0 += n;
+                    out[i].1 += n * spec.bytes(batch, t, steps, dtype);
+                }
+            });
         }
         out
     }

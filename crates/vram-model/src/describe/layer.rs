@@ -91,6 +91,13 @@ impl Block {
         }
     }
 
+    /// Whether a forward without images skips the block: Llama 3.2 Vision's cross-attention
+    /// layers ([`Attention::image_cross`]), which `MllamaTextModel.forward` passes over when it
+    /// has neither image features nor cached ones. Their parameters stay; they make nothing.
+    pub fn skipped_without_images(&self) -> bool {
+        self.mixer.as_attention().is_some_and(|a| a.image_cross)
+    }
+
     /// The block's parameters per component.
     pub fn params(&self, h: u64) -> ComponentParams {
         let mut p = ComponentParams::default();
@@ -100,7 +107,11 @@ impl Block {
 
     /// Forward FLOPs per token with `ctx` earlier tokens: 2 per matmul weight the token runs
     /// through plus the mixer's token interaction.
+    /// A block a text-only forward skips ([`Block::skipped_without_images`]) makes none.
     pub fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
+        if self.skipped_without_images() {
+            return 0;
+        }
         let mut mixer = self.mixer.linear_params(h);
         if self.cross_attention {
             mixer *= 2;

@@ -29,7 +29,7 @@ pub use storage::*;
 
 pub use crate::mech::{
     attention_kernel, repeats_kv_at, Act, Attention, CacheKind, CacheLayout, CacheReport,
-    CacheSpec, CacheTensor, Component, ComponentParams, Dense, Dispatch, Ffn, Gdn, Images, Indexer,
-    Kernel, KindCache, Mamba2, Mechanism, Mixer, Mla, Moe, Norm, NormKind, QkNorm, Site, SiteKind,
-    Tensor, TensorKind, Vision, VisionInput, Window,
+    CacheSpec, CacheTensor, Component, ComponentParams, Dense, Dispatch, Ffn, Gdn, Hybrid, Images,
+    Indexer, Kernel, KindCache, Mamba, Mamba2, Mechanism, Mixer, Mla, Moe, Norm, NormKind, QkNorm,
+    Site, SiteKind, Tensor, TensorKind, Vision, VisionInput, Window,
 };

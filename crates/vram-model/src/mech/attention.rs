@@ -92,6 +92,13 @@ pub struct Attention {
     /// keys and values as they are (`FalconAttention`): no `repeat_kv`, a multi-query K/V
     /// broadcast inside the math kernel, a mask at every length.
     pub own_sdpa: bool,
+    /// Llama 3.2 Vision's gated cross-attention layer (`MllamaCrossAttentionDecoderLayer`,
+    /// `cross_attn`): queries from the text, keys and values from the image features (no
+    /// positions), `cross_attn_attn_gate` and `cross_attn_mlp_gate` (one tanh-gated scalar each)
+    /// on its two branches. A forward without images skips the whole layer
+    /// (`MllamaTextModel.forward`), so its `DynamicLayer` stays empty: it caches nothing per
+    /// text token.
+    pub image_cross: bool,
 }
 
 impl Attention {
@@ -119,6 +126,7 @@ impl Attention {
             rel_bias: false,
             softmax_upcast: true,
             own_sdpa: false,
+            image_cross: false,
         }
     }
 
@@ -129,7 +137,7 @@ impl Attention {
 
     /// The tensors its cache holds per sequence: keys and values (none for a KV-shared layer).
     pub fn cache_tensors(&self, out: &mut impl FnMut(CacheTensor)) {
-        if self.kv_shared {
+        if self.kv_shared || self.image_cross {
             return;
         }
         let window = match self.window {
@@ -149,6 +157,8 @@ impl Attention {
     }
 
     /// Its cache as a serving engine pages it: keys and values (none for a KV-shared layer).
+    /// vLLM pages an image cross-attention layer's keys and values like a self-attention
+    /// layer's (one KV tensor per layer, `MllamaCrossAttentionDecoderLayer` at 0.6).
     pub fn cache_layout(&self) -> Option<CacheLayout> {
         if self.kv_shared {
             return None;
@@ -243,6 +253,11 @@ impl Mechanism for Attention {
         if a.sinks {
             out(vector(c, a.heads));
         }
+        if a.image_cross {
+            // `cross_attn_attn_gate` and `cross_attn_mlp_gate`.
+            out(vector(c, 1));
+            out(vector(c, 1));
+        }
         if a.rel_buckets > 0 {
             out(Tensor {
                 component: c,
@@ -274,21 +289,22 @@ impl Mechanism for Attention {
         };
         let q = a.heads * a.head_dim * if a.q_gate { 2 } else { 1 };
         let k = a.kv_heads * a.head_dim;
+        let attn = if a.image_cross { "cross_attn" } else { n.attn };
         let val = if a.k_eq_v {
             0
         } else {
             a.kv_heads * a.v_head_dim
         };
         if a.fused_qkv {
-            module(format!("{}.{}", n.attn, n.qkv), q + k + val, h, 0);
+            module(format!("{}.{}", attn, n.qkv), q + k + val, h, 0);
         } else {
-            module(format!("{}.{}", n.attn, n.q), q, h, 0);
-            module(format!("{}.{}", n.attn, n.k), k, h, 0);
+            module(format!("{}.{}", attn, n.q), q, h, 0);
+            module(format!("{}.{}", attn, n.k), k, h, 0);
             if val > 0 {
-                module(format!("{}.{}", n.attn, n.v), val, h, 0);
+                module(format!("{}.{}", attn, n.v), val, h, 0);
             }
         }
-        module(format!("{}.{}", n.attn, n.o), h, a.heads * a.v_head_dim, 1);
+        module(format!("{}.{}", attn, n.o), h, a.heads * a.v_head_dim, 1);
     }
 }
 

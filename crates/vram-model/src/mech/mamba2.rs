@@ -22,8 +22,13 @@ pub struct Mamba2 {
     pub conv_kernel: u64,
     /// Scan chunk size.
     pub chunk: u64,
-    /// Bias on `in_proj`/`out_proj`.
+    /// Bias on `in_proj`.
     pub bias: bool,
+    /// Bias on `out_proj` (Falcon-H1's `projectors_bias`; the same key as `bias` elsewhere).
+    pub out_bias: bool,
+    /// The gated RMSNorm over the inner width before `out_proj` (Falcon-H1's `mamba_rms_norm`
+    /// turns it off; always there in Nemotron-H, Granite 4 and Mamba2).
+    pub gated_norm: bool,
     /// Bias on the convolution.
     pub conv_bias: bool,
     /// PEFT refuses LoRA on this mixer's `out_proj` (and `conv1d`): PEFT 0.21.2
@@ -91,9 +96,11 @@ impl Mechanism for Mamba2 {
         out(vector(c, m.heads));
         out(vector(c, m.heads));
         out(vector(c, m.heads));
-        out(vector(c, d_in));
+        if m.gated_norm {
+            out(vector(c, d_in));
+        }
         out(lin(c, h, d_in));
-        if m.bias {
+        if m.out_bias {
             out(vector(c, h));
         }
     }

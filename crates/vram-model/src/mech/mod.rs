@@ -24,6 +24,8 @@ pub mod attention;
 pub mod cache;
 pub mod dense;
 pub mod gdn;
+pub mod hybrid;
+pub mod mamba;
 pub mod mamba2;
 pub mod mla;
 pub mod moe;
@@ -37,6 +39,8 @@ pub use attention::{attention_kernel, repeats_kv_at, Attention, Kernel, QkNorm, 
 pub use cache::{CacheKind, CacheLayout, CacheReport, CacheSpec, CacheTensor, KindCache};
 pub use dense::{Act, Dense};
 pub use gdn::Gdn;
+pub use hybrid::Hybrid;
+pub use mamba::Mamba;
 pub use mamba2::Mamba2;
 pub use mla::{Indexer, Mla};
 pub use moe::{Dispatch, Moe};
@@ -284,6 +288,10 @@ pub enum Mixer {
     GatedDeltaNet(Gdn),
     /// Mamba2.
     Mamba2(Mamba2),
+    /// Attention and Mamba2 in parallel (Falcon-H1).
+    Hybrid(Hybrid),
+    /// Mamba (1) (Mamba, FalconMamba).
+    Mamba(Mamba),
     /// No mixer (Nemotron-H's MLP-only and MoE-only layers).
     None,
 }
@@ -321,6 +329,8 @@ impl Mixer {
             Mixer::Mla(m) => m.tensors(h, out),
             Mixer::GatedDeltaNet(g) => g.tensors(h, out),
             Mixer::Mamba2(m) => m.tensors(h, out),
+            Mixer::Hybrid(x) => x.tensors(h, out),
+            Mixer::Mamba(x) => x.tensors(h, out),
             Mixer::None => {}
         }
     }
@@ -332,6 +342,8 @@ impl Mixer {
             Mixer::Mla(m) => m.sites(names, h, out),
             Mixer::GatedDeltaNet(g) => g.sites(names, h, out),
             Mixer::Mamba2(m) => m.sites(names, h, out),
+            Mixer::Hybrid(x) => x.sites(names, h, out),
+            Mixer::Mamba(x) => x.sites(names, h, out),
             Mixer::None => {}
         }
     }
@@ -353,19 +365,27 @@ impl Mixer {
             Mixer::Mla(m) => m.cache_tensors(out),
             Mixer::GatedDeltaNet(g) => g.cache_tensors(out),
             Mixer::Mamba2(m) => m.cache_tensors(out),
+            Mixer::Hybrid(x) => x.cache_tensors(out),
+            Mixer::Mamba(x) => x.cache_tensors(out),
             Mixer::None => {}
         }
     }
 
-    /// What the layer caches in the shapes a serving engine pages it; `None` when it caches
-    /// nothing.
-    pub fn cache_layout(&self) -> Option<CacheLayout> {
+    /// What the layer caches in the shapes a serving engine pages it, one layout per cache it
+    /// keeps (none when it caches nothing; two for attention beside Mamba2).
+    pub fn cache_layouts(&self, out: &mut impl FnMut(CacheLayout)) {
         match self {
-            Mixer::Attention(a) => a.cache_layout(),
-            Mixer::Mla(m) => Some(m.cache_layout()),
-            Mixer::GatedDeltaNet(g) => Some(g.cache_layout()),
-            Mixer::Mamba2(m) => Some(m.cache_layout()),
-            Mixer::None => None,
+            Mixer::Attention(a) => {
+                if let Some(l) = a.cache_layout() {
+                    out(l);
+                }
+            }
+            Mixer::Mla(m) => out(m.cache_layout()),
+            Mixer::GatedDeltaNet(g) => out(g.cache_layout()),
+            Mixer::Mamba2(m) => out(m.cache_layout()),
+            Mixer::Hybrid(x) => x.cache_layouts(out),
+            Mixer::Mamba(x) => out(x.cache_layout()),
+            Mixer::None => {}
         }
     }
 
@@ -376,6 +396,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => Some(*a),
             Mixer::Mla(m) => Some(m.as_multi_head()),
+            Mixer::Hybrid(x) => Some(x.attn),
             _ => None,
         }
     }
@@ -392,6 +413,7 @@ impl Mixer {
     pub fn as_mamba2(&self) -> Option<&Mamba2> {
         match self {
             Mixer::Mamba2(m) => Some(m),
+            Mixer::Hybrid(x) => Some(&x.mamba),
             _ => None,
         }
     }
@@ -409,8 +431,23 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.cache_kind(),
             Mixer::Mla(m) => m.cache_kind(),
-            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) => CacheKind::Linear,
+            Mixer::GatedDeltaNet(_) | Mixer::Mamba2(_) | Mixer::Mamba(_) => CacheKind::Linear,
+            // The attention's kind: `LinearAttentionAndFullAttentionLayer` grows like it.
+            Mixer::Hybrid(x) => x.attn.cache_kind(),
             Mixer::None => CacheKind::None,
+        }
+    }
+
+    /// What the layer caches per reported kind: one [`CacheSpec`], or for attention beside
+    /// Mamba2 the keys and values under the attention's kind and the states under `Linear`
+    /// (how the zoo's reference counts a `LinearAttentionAndFullAttentionLayer`).
+    pub fn cache_parts(&self, out: &mut impl FnMut(CacheSpec)) {
+        match self {
+            Mixer::Hybrid(x) => {
+                out(Mixer::Attention(x.attn).cache());
+                out(Mixer::Mamba2(x.mamba).cache());
+            }
+            other => out(other.cache()),
         }
     }
 
@@ -441,6 +478,8 @@ impl Mixer {
             Mixer::Mla(m) => m.mixing_flops_per_token(ctx),
             Mixer::GatedDeltaNet(g) => g.mixing_flops_per_token(ctx),
             Mixer::Mamba2(m) => m.mixing_flops_per_token(ctx),
+            Mixer::Hybrid(x) => x.mixing_flops_per_token(ctx),
+            Mixer::Mamba(x) => x.mixing_flops_per_token(ctx),
             Mixer::None => 0,
         }
     }
@@ -463,6 +502,8 @@ impl Mixer {
             Mixer::Mla(m) => Some(m.note()),
             Mixer::GatedDeltaNet(g) => Some(g.note()),
             Mixer::Mamba2(m) => Some(m.note()),
+            Mixer::Hybrid(x) => Some(x.note()),
+            Mixer::Mamba(x) => Some(x.note()),
             Mixer::None => None,
         }
     }
@@ -479,6 +520,8 @@ impl Mixer {
             Mixer::Mla(m) => mla::train(m, b, c, p),
             Mixer::GatedDeltaNet(g) => gdn::train(g, b, c, p),
             Mixer::Mamba2(m) => mamba2::train(m, b, c, p),
+            Mixer::Hybrid(x) => hybrid::train(x, b, c, p),
+            Mixer::Mamba(x) => mamba::train(x, b, c, p),
             Mixer::None => Default::default(),
         }
     }

@@ -137,7 +137,7 @@ pub(crate) const FREE: u64 = u64::MAX;
 /// Slots with a fixed meaning across layers.
 pub(crate) const X: u8 = 0; // the residual stream entering the layer (then leaving it)
 
-/// The layer's cache tensors, in [`crate::describe::Mixer::cache_tensors`] order: slots 1..=3.
+/// The layer's cache tensors, in [`crate::describe::Mixer::cache_tensors`] order: slots 1..=4.
 pub(crate) const CACHE: u8 = 1;
 
 /// A layer's op program as it is built.

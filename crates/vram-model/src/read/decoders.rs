@@ -11,8 +11,8 @@ use super::{kind_of, Cfg};
 use crate::describe::Transformer;
 use crate::describe::{
     Act, Attention, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout, Embedding, Ends,
-    Ffn, Gdn, Head, Indexer, Layout, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp, Names, Norm,
-    Norms, QkNorm, Residual, Vision, VisionInput, Window,
+    Ffn, Gdn, Head, Hybrid, Indexer, Layout, Mamba, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp,
+    Names, Norm, Norms, QkNorm, Residual, Vision, VisionInput, Window,
 };
 use crate::error::{Error, Result};
 
@@ -80,6 +80,11 @@ pub const FAMILIES: &[&str] = &[
     "phimoe",
     "hyperclovax",
     "granitemoe_swa",
+    "mllama",
+    "falcon_h1",
+    "mamba",
+    "falcon_mamba",
+    "jamba",
 ];
 
 /// One layer's mixer kind, as `layer_types` names it (legacy names remapped as
@@ -91,6 +96,8 @@ pub(super) enum LayerType {
     Chunked,
     Linear,
     Indexed,
+    /// Attention and Mamba2 side by side (Falcon-H1).
+    Hybrid,
     /// Nemotron-H's mixer-less `moe` and `mlp` layers.
     MoeOnly,
     MlpOnly,
@@ -469,6 +476,10 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
             swa_layers(c, &mut d)?;
             d
         }
+        "mllama" => mllama(c)?,
+        "falcon_h1" => falcon_h1(c)?,
+        "mamba" | "falcon_mamba" => mamba(c)?,
+        "jamba" => jamba(c)?,
         "mistral3" => match c.str("model_type")? {
             Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
             None => mistral_text(c, "mistral")?,
@@ -1417,6 +1428,8 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
         conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
         chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(128),
         bias: c.bool("use_bias", false)?,
+        out_bias: c.bool("use_bias", false)?,
+        gated_norm: true,
         conv_bias: c.bool("use_conv_bias", true)?,
         // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists nemotron_h.
         peft_refuses_out_proj: true,
@@ -1489,6 +1502,8 @@ fn granite_hybrid(c: &Cfg) -> Result<Draft> {
         conv_kernel: c.opt_u64(&["mamba_d_conv"])?.unwrap_or(4),
         chunk: c.opt_u64(&["mamba_chunk_size"])?.unwrap_or(256),
         bias: c.bool("mamba_proj_bias", false)?,
+        out_bias: c.bool("mamba_proj_bias", false)?,
+        gated_norm: true,
         conv_bias: c.bool("mamba_conv_bias", true)?,
         // Not in PEFT 0.21.2's `_check_lora_target_modules_mamba` list: adapted like any linear.
         peft_refuses_out_proj: false,
@@ -2051,6 +2066,8 @@ fn mamba2(c: &Cfg) -> Result<Draft> {
         conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
         chunk: c.opt_u64(&["chunk_size"])?.unwrap_or(256),
         bias: c.bool("use_bias", false)?,
+        out_bias: c.bool("use_bias", false)?,
+        gated_norm: true,
         conv_bias: c.bool("use_conv_bias", true)?,
         // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists mamba2.
         peft_refuses_out_proj: true,
@@ -2152,6 +2169,179 @@ fn swa_layers(c: &Cfg, d: &mut Draft) -> Result<()> {
             .collect(),
     };
     Ok(())
+}
+
+/// Mamba (1) and FalconMamba (modeling_mamba.py `MambaBlock`, modeling_falcon_mamba.py: an
+/// RMSNorm and a Mamba mixer per layer, no feed-forward; final `norm_f`; tied by default).
+/// FalconMamba's B/C/dt norms have no weights; `time_step_rank: "auto"` is
+/// `ceil(hidden_size / 16)` (MambaConfig).
+fn mamba(c: &Cfg) -> Result<Draft> {
+    let mut map = c.map.clone();
+    // MambaConfig has no attention keys: one stand-in head for `common`.
+    map.entry("num_attention_heads").or_insert(Value::from(1));
+    let c = &Cfg {
+        map: &map,
+        model_type: c.model_type,
+    };
+    let (mut d, layers) = common(c, true)?;
+    let inner = match c.map.get("intermediate_size") {
+        None | Some(Value::Null) => c.opt_u64(&["expand"])?.unwrap_or(2) * d.hidden,
+        _ => c.u64(&["intermediate_size"])?,
+    };
+    let dt_rank = match c.map.get("time_step_rank") {
+        Some(Value::String(s)) if s == "auto" => d.hidden.div_ceil(16),
+        None | Some(Value::Null) => d.hidden.div_ceil(16),
+        _ => c.u64(&["time_step_rank"])?,
+    };
+    d.linear = Some(Mixer::Mamba(Mamba {
+        inner,
+        state_size: c.opt_u64(&["state_size"])?.unwrap_or(16),
+        dt_rank,
+        conv_kernel: c.opt_u64(&["conv_kernel"])?.unwrap_or(4),
+        bias: c.bool("use_bias", false)?,
+        conv_bias: c.bool("use_conv_bias", true)?,
+        bcdt_norms: false,
+    }));
+    d.layer_types = vec![LayerType::Linear; layers as usize];
+    d.ffn = vec![FfnKind::None; layers as usize];
+    d.norms = 1;
+    Ok(d)
+}
+
+/// Jamba (modeling_jamba.py): layer `i` is attention (bias-free q/k/v/o, no positions) when
+/// `i % attn_layer_period == attn_layer_offset`, else a Mamba (1) mixer with weighted RMSNorms
+/// on its time step, B and C; its feed-forward is a mixture of `num_experts` gated experts with
+/// a bias-free softmax top-k router when `i % expert_layer_period == expert_layer_offset` (and
+/// `num_experts > 1`), else a gated MLP; two RMSNorms per layer.
+fn jamba(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let period = |k: &str, default: u64| -> Result<u64> {
+        let v = c.opt_u64(&[k])?.unwrap_or(default);
+        if v == 0 {
+            return Err(Error::OutOfRange {
+                field: k.into(),
+                value: "0".into(),
+                why: "must be positive".into(),
+            });
+        }
+        Ok(v)
+    };
+    let (ap, ao) = (
+        period("attn_layer_period", 8)?,
+        c.count(&["attn_layer_offset"], 4)?,
+    );
+    let (ep, eo) = (
+        period("expert_layer_period", 2)?,
+        c.count(&["expert_layer_offset"], 1)?,
+    );
+    d.attn.rope = false;
+    d.rope = vec![false; layers as usize];
+    d.linear = Some(Mixer::Mamba(Mamba {
+        inner: c.opt_u64(&["mamba_expand"])?.unwrap_or(2) * d.hidden,
+        state_size: c.opt_u64(&["mamba_d_state"])?.unwrap_or(16),
+        dt_rank: match c.map.get("mamba_dt_rank") {
+            Some(Value::String(s)) if s == "auto" => d.hidden.div_ceil(16),
+            None | Some(Value::Null) => d.hidden.div_ceil(16),
+            _ => c.u64(&["mamba_dt_rank"])?,
+        },
+        conv_kernel: c.opt_u64(&["mamba_d_conv"])?.unwrap_or(4),
+        bias: c.bool("mamba_proj_bias", false)?,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+        bcdt_norms: true,
+    }));
+    d.layer_types = (0..layers)
+        .map(|i| {
+            if i % ap == ao {
+                LayerType::Full
+            } else {
+                LayerType::Linear
+            }
+        })
+        .collect();
+    let experts = c.opt_u64(&["num_experts"])?.unwrap_or(16);
+    if experts > 1 {
+        let top_k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
+        d.moe = Some(moe_template(experts, top_k, d.dense.intermediate));
+        place_moe(&mut d, |i| i as u64 % ep == eo);
+    }
+    Ok(d)
+}
+
+/// Falcon-H1 (modeling_falcon_h1.py `FalconH1DecoderLayer`): in every layer one RMSNorm
+/// feeds `mamba` (a Mamba2 mixer of `mamba_n_heads × mamba_d_head` = `mamba_d_ssm`, or
+/// `mamba_expand × hidden_size` when that is null; `in_proj` biased by `mamba_proj_bias`,
+/// `out_proj` by `projectors_bias`, the gated RMSNorm only with `mamba_rms_norm`) and
+/// `self_attn` (q/k/v/o biased by `attention_bias`) side by side, their outputs summed; then
+/// `pre_ff_layernorm` and a gated MLP (`mlp_bias`). The µP multipliers (`*_multiplier`,
+/// `mlp_multipliers`, `ssm_multipliers`) scale activations only.
+fn falcon_h1(c: &Cfg) -> Result<Draft> {
+    let (mut d, layers) = common(c, false)?;
+    let bias = c.bool("attention_bias", false)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    d.dense.bias = c.bool("mlp_bias", false)?;
+    let heads = c.opt_u64(&["mamba_n_heads"])?.unwrap_or(128);
+    let inner = match c.map.get("mamba_d_ssm") {
+        Some(Value::Null) => c.opt_u64(&["mamba_expand"])?.unwrap_or(2) * d.hidden,
+        _ => c.opt_u64(&["mamba_d_ssm"])?.unwrap_or(1024),
+    };
+    // `mamba_d_head: "auto"` (the class default) is the inner width over the heads.
+    let head_dim = match c.map.get("mamba_d_head") {
+        Some(Value::String(s)) if s == "auto" => None,
+        None | Some(Value::Null) => None,
+        Some(_) => c.opt_u64(&["mamba_d_head"])?,
+    }
+    .unwrap_or(inner / heads.max(1));
+    if heads == 0 || heads * head_dim != inner {
+        return Err(Error::NotDivisible {
+            what: "falcon_h1: mamba_d_ssm (the Mamba inner width) by mamba_n_heads × mamba_d_head"
+                .into(),
+            a: inner,
+            b: heads * head_dim,
+        });
+    }
+    d.linear = Some(Mixer::Mamba2(Mamba2 {
+        heads,
+        head_dim,
+        state_size: c.opt_u64(&["mamba_d_state"])?.unwrap_or(256),
+        groups: c.opt_u64(&["mamba_n_groups"])?.unwrap_or(1),
+        conv_kernel: c.opt_u64(&["mamba_d_conv"])?.unwrap_or(4),
+        chunk: c.opt_u64(&["mamba_chunk_size"])?.unwrap_or(256),
+        bias: c.bool("mamba_proj_bias", false)?,
+        out_bias: c.bool("projectors_bias", false)?,
+        gated_norm: c.bool("mamba_rms_norm", false)?,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+        // PEFT 0.21.2 `_check_lora_target_modules_mamba` lists falcon_h1.
+        peft_refuses_out_proj: true,
+    }));
+    d.layer_types = vec![LayerType::Hybrid; layers as usize];
+    Ok(d)
+}
+
+/// Llama 3.2 Vision's text model (modeling_mllama.py `MllamaTextModel`): a Llama whose
+/// `cross_attention_layers` are `MllamaCrossAttentionDecoderLayer`s (bias-free q/k/v/o over the
+/// image features with per-head `q_norm`/`k_norm`, no positions, and two scalar tanh gates),
+/// and whose `embed_tokens` has `vocab_size + 8` rows (the image and padding tokens). The
+/// class `AutoModelForCausalLM` builds is the text model alone (`MllamaForCausalLM`).
+fn mllama(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    let cross = c
+        .u64_list("cross_attention_layers")?
+        .unwrap_or_else(|| vec![3, 8, 13, 18, 23, 28, 33, 38]);
+    let image_cross = Attention {
+        image_cross: true,
+        qk_norm: QkNorm::PerHead,
+        rope: false,
+        ..d.attn
+    };
+    for i in cross {
+        // `layer_idx in self.cross_attention_layers`: indices past the last layer build nothing.
+        if let Some(slot) = d.per_layer_attn.get_mut(i as usize) {
+            *slot = Some(image_cross);
+        }
+    }
+    d.embedding_extra = 8 * d.hidden;
+    d.attention_dropout = c.prob(&["dropout"], 0.0)?;
+    Ok(d)
 }
 
 /// Mistral's and Ministral 3's text models (`MistralAttention`/`Ministral3Attention`: q/k/v/o
@@ -2263,6 +2453,12 @@ pub(super) fn build(d: Draft) -> Result<Transformer> {
                 None => return Err(missing("kv_lora_rank")),
             },
             LayerType::Linear => d.linear.ok_or_else(|| missing("linear_num_key_heads"))?,
+            LayerType::Hybrid => match (attn(Window::Full), d.linear) {
+                (Mixer::Attention(a), Some(Mixer::Mamba2(m))) => {
+                    Mixer::Hybrid(Hybrid { attn: a, mamba: m })
+                }
+                _ => return Err(missing("mamba_n_heads")),
+            },
             LayerType::MoeOnly | LayerType::MlpOnly => Mixer::None,
         };
         let moe = || {

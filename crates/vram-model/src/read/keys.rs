@@ -414,6 +414,68 @@ pub const KNOWN: &[(&str, &[&str])] = &[
             "shared_intermediate_size",
         ],
     ),
+    // Falcon-H1 (read/decoders.rs `falcon_h1`): the µP multipliers `ssm_*_multiplier`,
+    // `ssm_multipliers` scale activations; `mamba_norm_before_gate` orders the gated norm;
+    // `num_logits_to_keep` is generation's.
+    (
+        "falcon_h1",
+        &[
+            "attention_bias",
+            "mlp_bias",
+            "projectors_bias",
+            "mamba_d_ssm",
+            "mamba_n_heads",
+            "mamba_d_head",
+            "mamba_d_state",
+            "mamba_n_groups",
+            "mamba_d_conv",
+            "mamba_expand",
+            "mamba_chunk_size",
+            "mamba_conv_bias",
+            "mamba_proj_bias",
+            "mamba_rms_norm",
+            "mamba_norm_before_gate",
+            "ssm_in_multiplier",
+            "ssm_out_multiplier",
+            "ssm_multipliers",
+            "num_logits_to_keep",
+        ],
+    ),
+    // Mamba (1) and FalconMamba: `rescale_prenorm_residual` is initialisation only.
+    (
+        "mamba",
+        &[
+            "state_size",
+            "use_bias",
+            "use_conv_bias",
+            "rescale_prenorm_residual",
+        ],
+    ),
+    (
+        "falcon_mamba",
+        &[
+            "state_size",
+            "use_bias",
+            "use_conv_bias",
+            "rescale_prenorm_residual",
+        ],
+    ),
+    // Jamba: `router_aux_loss_coef` and `output_router_logits` are the loss's.
+    (
+        "jamba",
+        &[
+            "num_experts",
+            "num_experts_per_tok",
+            "mamba_d_state",
+            "mamba_d_conv",
+            "mamba_expand",
+            "mamba_dt_rank",
+            "mamba_conv_bias",
+            "mamba_proj_bias",
+        ],
+    ),
+    // Llama 3.2 Vision: the cross-attention layers and the tower (read/decoders.rs `mllama`).
+    ("mllama", &["cross_attention_layers", "vision_config"]),
     // The wrapper's own keys size the Pixtral tower and projector, which the note counts.
     (
         "mistral3",

@@ -198,18 +198,9 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                     // Read as a generic decoder only when it reads every structural key (a
                     // multimodal wrapper's tower keys included: its tower would be lost).
                     None => {
-                        if model_type == "mllama" {
-                            // Llama 3.2 Vision's decoder is a Llama whose cross-attention
-                            // layers have the same projections; its tower is described.
-                            let mut t = decoders::generic(&text)?;
-                            let hidden = t.hidden();
-                            t.blocks.vision = decoders::vision(&c, hidden)?;
-                            t
-                        } else {
-                            decoders::refuse_family_keys(&text)?;
-                            keys::check_generic(&text, &c)?;
-                            decoders::generic(&text)?
-                        }
+                        decoders::refuse_family_keys(&text)?;
+                        keys::check_generic(&text, &c)?;
+                        decoders::generic(&text)?
                     }
                     // A decoder's config (most standard keys there) that a generic decoder
                     // cannot read: the key that stops it is named, a structural key first

@@ -65,8 +65,9 @@ pub(super) fn generate_key(layer: u64, slot: u64, gen: u64) -> u64 {
     (1u64 << 56) | (layer << 32) | (gen << 8) | slot
 }
 
-/// The first slot of a layer's temporaries.
-const FIRST_TMP: u8 = 4;
+/// The first slot of a layer's temporaries (after at most four cache tensors: attention's keys
+/// and values beside Mamba2's two states).
+const FIRST_TMP: u8 = 5;
 
 /// One cache tensor of a layer kind on this GPU: bytes per token per sequence (in the cache's
 /// dtype), fixed bytes per sequence, its window (0: none).
@@ -117,6 +118,9 @@ impl CacheBytes {
 /// then their inference high point (`LayerDesc::infer_tmp`'s parts: the mechanism's own
 /// itemisation in its `mech/` module) comes and goes.
 fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]) -> Vec<Op> {
+    if blk.skipped_without_images() {
+        return Vec::new(); // a text-only forward passes over it (Block::skipped_without_images)
+    }
     let mut g = Prog {
         ops: Vec::with_capacity(64),
         next: FIRST_TMP,
@@ -346,6 +350,7 @@ impl Step<'_> {
         let attentions = || {
             b.kinds.iter().filter_map(|k| match k.mixer {
                 Mixer::Attention(a) => Some(a),
+                Mixer::Hybrid(x) => Some(x.attn),
                 _ => None,
             })
         };

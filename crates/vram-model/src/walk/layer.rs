@@ -41,6 +41,16 @@ pub(super) fn notes(b: &Blocks) -> Vec<&'static str> {
 /// feed-forward(s), its norms; what it saves, its forward's and backward's high points as the
 /// allocator sees them, its inference and decode temporaries.
 pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul: u64) -> LayerDesc {
+    if blk.skipped_without_images() {
+        // Llama 3.2 Vision's cross-attention layer in a text-only step: the model's loop
+        // passes over it (`Step::new` refuses images for it), so it holds only its weights.
+        return LayerDesc {
+            params,
+            matmul_params: matmul,
+            ..LayerDesc::default()
+        }
+        .with_totals();
+    }
     let hidden = b.hidden;
     let mut p = Parts::default();
     let mx = blk.mixer.train(b, c, &mut p);
@@ -694,6 +704,8 @@ mod tests {
             conv_kernel: 4,
             chunk: 64,
             bias: false,
+            out_bias: false,
+            gated_norm: true,
             conv_bias: true,
             peft_refuses_out_proj: false,
         };

@@ -574,6 +574,18 @@ impl<'a> Step<'a> {
         let par = self.setup.parallel;
         let tp = par.tp;
         let b = &t.blocks;
+        if self.ctx.training && b.kinds.iter().any(|k| matches!(k.mixer, Mixer::Mamba(_))) {
+            return Err(Error::Setup(
+                "a training step of Mamba (1) layers is not modelled (its torch fallback scans token by token and keeps the residual in fp32); --inference estimates generate".into(),
+            ));
+        }
+        if b.vision.is_some_and(|v| v.images.is_some())
+            && b.kinds.iter().any(|k| k.skipped_without_images())
+        {
+            return Err(Error::Setup(
+                "--images with Llama 3.2 Vision: its cross-attention layers over the image features (their keys and values cached per image) are not modelled; estimate without --images for text-only steps".into(),
+            ));
+        }
         for kind in &b.kinds {
             let heads = match kind.mixer {
                 Mixer::Attention(a) => Some((a.heads, a.kv_heads)),

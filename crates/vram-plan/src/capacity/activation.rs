@@ -1,5 +1,4 @@
-//! The profile run's activation peak: one decoder layer's live set, the dummy sampler, and
-//! vLLM's CUDA-graph capture sizes.
+//! The profile run's activation peak: one decoder layer's live set and the dummy sampler.
 
 use super::*;
 
@@ -66,16 +65,6 @@ pub(super) fn sampler_peak(t: &Transformer, reqs: u64, tokens: u64, k: &Knobs, s
         d + 3 * 4
     };
     reqs * v * per_element + hidden
-}
-
-/// vLLM's CUDA graph capture sizes for `max_num_seqs` (`CompilationConfig`: 1, 2, 4, then
-/// multiples of 8 up to 512, capped at `max_num_seqs`).
-pub(super) fn vllm_capture_sizes(max_num_seqs: u64) -> Vec<u64> {
-    let mut v = vec![1, 2, 4];
-    v.extend((1..=64).map(|i| i * 8));
-    let cap = max_num_seqs.min(512);
-    v.retain(|&s| s <= cap);
-    v
 }
 
 /// The profile-run peak of vLLM V0's encoder-decoder runner for a model whose images reach the

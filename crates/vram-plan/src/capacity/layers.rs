@@ -120,53 +120,57 @@ pub fn config_mamba_ssm_bytes(config_json: &str) -> Option<u64> {
 /// (DeepSeek sparse attention's indexer keys are counted at the KV dtype beside it, an upper
 /// bound: vLLM keeps them in fp8 with a scale); a Gated DeltaNet or Mamba2 layer a fixed state
 /// per request in the engine's shapes ([`LayerCache::state_elements`]); a layer whose keys and
-/// values come from an earlier layer (Gemma 4's KV sharing), or without a mixer, nothing.
+/// values come from an earlier layer (Gemma 4's KV sharing), or without a mixer, nothing; a layer
+/// with attention beside Mamba2 (Falcon-H1) both its keys and values and its state.
 pub fn layer_caches(t: &Transformer) -> Vec<LayerCache> {
     use vram_model::blocks::CacheLayout;
     t.blocks
         .iter()
-        .filter_map(|b| {
-            Some(match b.mixer.cache_layout()? {
-                CacheLayout::Kv {
-                    kv_heads,
-                    head_dim,
-                    v_head_dim,
-                    window: None,
-                } => LayerCache::Full {
-                    kv_heads,
-                    head_dim,
-                    v_head_dim,
-                },
-                CacheLayout::Kv {
-                    kv_heads,
-                    head_dim,
-                    window: Some(window),
-                    ..
-                } => LayerCache::Sliding {
-                    kv_heads,
-                    head_dim,
-                    window,
-                },
-                CacheLayout::Latent { latent, rope } => LayerCache::MlaLatent {
-                    kv_lora_rank: latent,
-                    rope_dim: rope,
-                },
-                CacheLayout::State {
-                    conv_dim,
-                    groups,
-                    group_dim,
-                    conv_kernel,
-                    heads,
-                    head_state,
-                } => LayerCache::State {
-                    conv_dim,
-                    groups,
-                    group_dim,
-                    conv_kernel,
-                    heads,
-                    head_state,
-                },
-            })
+        .flat_map(|b| {
+            let mut layouts = Vec::with_capacity(2);
+            b.mixer.cache_layouts(&mut |l| layouts.push(l));
+            layouts
+        })
+        .map(|layout| match layout {
+            CacheLayout::Kv {
+                kv_heads,
+                head_dim,
+                v_head_dim,
+                window: None,
+            } => LayerCache::Full {
+                kv_heads,
+                head_dim,
+                v_head_dim,
+            },
+            CacheLayout::Kv {
+                kv_heads,
+                head_dim,
+                window: Some(window),
+                ..
+            } => LayerCache::Sliding {
+                kv_heads,
+                head_dim,
+                window,
+            },
+            CacheLayout::Latent { latent, rope } => LayerCache::MlaLatent {
+                kv_lora_rank: latent,
+                rope_dim: rope,
+            },
+            CacheLayout::State {
+                conv_dim,
+                groups,
+                group_dim,
+                conv_kernel,
+                heads,
+                head_state,
+            } => LayerCache::State {
+                conv_dim,
+                groups,
+                group_dim,
+                conv_kernel,
+                heads,
+                head_state,
+            },
         })
         .collect()
 }

@@ -25,8 +25,10 @@
 //!   `max_num_batched_tokens` 8192 and `max_num_seqs` 1024 on GPUs of at least 70 GiB other than
 //!   the A100, else 2048 and 256. The profile run (`GPUModelRunner.profile_run`) is a forward of
 //!   `max_num_batched_tokens` tokens and a sampler run over `min(max_num_seqs, tokens)` logits.
-//!   From 0.19 (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default) the CUDA graphs'
-//!   estimated memory is subtracted before the KV cache is sized.
+//!   From 0.20 (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default) the CUDA graphs'
+//!   estimated memory is subtracted before the KV cache is sized; before, they are captured
+//!   after it and must fit what the budget, the CUDA context and the profile's released peak
+//!   leave (`graphs`).
 //! - **vLLM V0** (0.5–0.7, `worker.py` `determine_num_available_blocks`): the same budget less
 //!   the profile's peak and the memory outside PyTorch; the profile run is one batch of
 //!   `max(max_model_len, 2048)` tokens (no chunked prefill up to 32K) over `max_num_seqs` = 256
@@ -64,6 +66,7 @@ use crate::error::{Error, Result};
 
 mod activation;
 mod engine;
+mod graphs;
 mod kv_layout;
 mod layers;
 mod non_torch;
@@ -78,6 +81,7 @@ pub use startup::{startup_error, StartupError};
 pub use weights::{allocator_rounding, weights_per_gpu};
 
 use activation::*;
+use graphs::*;
 use kv_layout::*;
 use layers::*;
 use sglang::*;
@@ -322,10 +326,10 @@ pub struct Capacity {
     pub non_torch_bytes: u64,
     /// Peak of the profiling run above the weights (vLLM; SGLang reserves for it instead).
     pub activation_peak_bytes: u64,
-    /// CUDA-graph memory (beyond the budget in vLLM before 0.19; inside SGLang's reserve).
+    /// CUDA-graph memory (beyond the budget in vLLM before 0.20; inside SGLang's reserve).
     pub cuda_graph_bytes: u64,
-    /// Whether the CUDA graphs are inside the budget (vLLM 0.19+ subtracts them before sizing the
-    /// KV cache; SGLang's reserve holds them) rather than on top of it (vLLM before 0.19).
+    /// Whether the CUDA graphs are inside the budget (vLLM 0.20+ subtracts them before sizing the
+    /// KV cache; SGLang's reserve holds them) rather than on top of it (vLLM before 0.20).
     pub cuda_graph_in_budget: bool,
     /// The KV cache pool.
     pub kv_cache_bytes: u64,

@@ -951,3 +951,76 @@ fn rocm_model_loading_counts_the_allocators_rounding() {
         weights_per_gpu(&t, &k, h100, Engine::Vllm)
     );
 }
+
+/// Capture sizes by version, read at the tags: V1 0.8.5 and 0.9.2 capture 1..512 whatever
+/// `max_num_seqs` is (capped at `max_num_batched_tokens`), 0.10.1+ up to `2 × max_num_seqs`,
+/// V0 up to the first size at least `max_num_seqs`.
+#[test]
+fn capture_sizes_follow_the_version() {
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    assert_eq!(vllm_capture_sizes(&at([0, 8, 5]), true, 1, 2048).len(), 67);
+    assert_eq!(
+        vllm_capture_sizes(&at([0, 9, 2]), true, 1, 256).last(),
+        Some(&256)
+    );
+    assert_eq!(
+        vllm_capture_sizes(&at([0, 10, 1]), true, 1, 2048),
+        vec![1, 2]
+    );
+    assert_eq!(
+        vllm_capture_sizes(&at([0, 11, 0]), true, 256, 8192).last(),
+        Some(&512)
+    );
+    assert_eq!(
+        vllm_capture_sizes(&at([0, 6, 3]), false, 20, 8192).last(),
+        Some(&24)
+    );
+}
+
+/// Graphs captured after the KV cache (before 0.20) that do not fit what the budget, the CUDA
+/// context and the profile's released peak leave are a start-up failure whose line names the
+/// changes; `--enforce-eager` and the utilization it names each start the engine.
+#[test]
+fn graphs_beyond_what_the_budget_leaves_fail_the_start() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("a10").unwrap();
+    let k = Knobs {
+        engine_version: Some([0, 8, 5]),
+        max_model_len: Some(4096),
+        max_num_seqs: Some(1),
+        gpu_memory_utilization: Some(0.96),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert!(!c.starts && c.cuda_graph_bytes > 0 && !c.cuda_graph_in_budget);
+    let line = c.log.last().unwrap();
+    assert!(
+        line.contains("while capturing CUDA graphs") && line.contains("--enforce-eager"),
+        "{line}"
+    );
+    let eager = Knobs {
+        enforce_eager: true,
+        ..k
+    };
+    assert!(capacity(&t, gpu, Engine::Vllm, &eager).unwrap().starts);
+    let u: f64 = line
+        .split("--gpu-memory-utilization to ")
+        .nth(1)
+        .and_then(|s| s.get(..4))
+        .and_then(|s| s.parse().ok())
+        .expect(line);
+    let lower = Knobs {
+        gpu_memory_utilization: Some(u),
+        ..k
+    };
+    assert!(capacity(&t, gpu, Engine::Vllm, &lower).unwrap().starts);
+    // From 0.20 the graphs are inside the budget: the same job starts with a smaller pool.
+    let v20 = Knobs {
+        engine_version: Some([0, 20, 0]),
+        ..k
+    };
+    assert!(capacity(&t, gpu, Engine::Vllm, &v20).unwrap().starts);
+}

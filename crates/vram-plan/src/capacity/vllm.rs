@@ -74,15 +74,10 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // Memory outside PyTorch that appears after the snapshot (kernel images, library handles,
     // NCCL and custom all-reduce buffers at TP/PP > 1), by version (`engine::vllm_non_torch`).
     let (non_torch, non_torch_source) = non_torch::vllm_non_torch(k, v1, gpu);
-    let graphs = if k.enforce_eager {
-        0
-    } else {
-        let sizes = vllm_capture_sizes(max_num_seqs);
-        let largest = sizes.last().copied().unwrap_or(1);
-        // One shared memory pool: the largest captured batch's live set, plus each graph's
-        // own bookkeeping (about 1 MiB per graph per 8 layers, an assumption).
-        forward_peak(t, largest, k, true) + sizes.len() as u64 * t.layers().div_ceil(8) * MIB
-    };
+    // The CUDA graphs `capture_model` records after the KV cache is allocated
+    // (`graphs::vllm_graphs`: the version's capture sizes, the shared pool, driver memory).
+    let captured = (!k.enforce_eager).then(|| vllm_graphs(t, gpu, k, v1, max_num_seqs, mnbt, None));
+    let graphs = captured.as_ref().map_or(0, Graphs::bytes);
     // From 0.20 the worker subtracts its CUDA-graph estimate before sizing the KV cache
     // (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default; 0.19 only logs "Estimated CUDA
     // graph memory: X GiB total"); before, graphs come on top of the budget.
@@ -197,16 +192,39 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             }
         }
     }
-    // Before 0.19 the graphs come on top of the budget: they must fit what the budget left.
+    // Up to 0.19 the graphs are captured after the KV cache is allocated: they must fit what
+    // the budget and the CUDA context leave of the device, or `capture_model` runs out of memory.
+    // The profile run's peak is inside the budget but released before the KV cache is allocated
+    // (`torch.cuda.empty_cache()` after `profile_run` in `determine_available_memory`, 0.8.3 and
+    // 0.8.5; `memory_profiling`'s exit, 0.10.1 and 0.11.0), so the capture may use it too.
     let context = gpu.context_bytes();
     let beyond = if graphs_in_budget { 0 } else { graphs };
-    let over = budget as i128 + beyond as i128 + context as i128 - total as i128;
-    let starts = starts && over <= 0;
-    if !starts && available > 0 && max_fit >= max_len {
-        log.push(
-            "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs (the budget leaves less than the graphs need; lower --gpu-memory-utilization or add --enforce-eager)"
-                .into(),
-        );
+    let left = total as i128 - budget as i128 - context as i128;
+    let left_for_graphs = left + activation as i128;
+    let graphs_fail = starts && beyond > 0 && beyond as i128 > left_for_graphs;
+    let context_fail = starts && beyond == 0 && left_for_graphs < 0;
+    let starts = starts && !graphs_fail && !context_fail;
+    if context_fail {
+        log.push(format!(
+            "torch.OutOfMemoryError: CUDA out of memory: the budget ({:.2} GiB) and the CUDA context exceed the device (estimated); lower --gpu-memory-utilization",
+            gib(budget as f64)
+        ));
+    }
+    if graphs_fail {
+        // The graph line is not printed: the capture fails.
+        log.retain(|l| !l.starts_with("Graph capturing finished"));
+        log.push(graph_capture_failure(
+            t,
+            gpu,
+            k,
+            v1,
+            captured.as_ref(),
+            beyond,
+            left_for_graphs,
+            activation,
+            max_num_seqs,
+            mnbt,
+        ));
     }
     if let Some(why) = fallback {
         log.insert(
@@ -272,10 +290,79 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
             },
             if graphs_in_budget {
-                "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, subtracted before the KV cache as 0.20+ does (estimated)"
+                "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) or, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators; 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); subtracted before the KV cache as 0.20+ does (estimated)"
             } else {
-                "CUDA graphs: the largest captured batch's forward live set plus 1 MiB per graph per 8 layers, beyond the budget (estimated)"
+                "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) or, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators; 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); captured after the KV cache, so they must fit what the budget, the CUDA context and the profile's released peak leave (estimated)"
             },
         ]).map(String::from).chain([non_torch_source]).collect(),
     }
+}
+
+/// The line for a start-up whose CUDA graphs do not fit what the budget leaves: what the engine
+/// raises in `capture_model`, and the three changes that fix it, each checked against the model
+/// (`--enforce-eager`; the largest `--gpu-memory-utilization` that leaves room for the graphs and
+/// still holds one request; the largest capture size whose graphs fit).
+#[allow(clippy::too_many_arguments)]
+fn graph_capture_failure(
+    t: &Transformer,
+    gpu: &Gpu,
+    k: &Knobs,
+    v1: bool,
+    captured: Option<&Graphs>,
+    need: u64,
+    left: i128,
+    activation: u64,
+    max_num_seqs: u64,
+    mnbt: u64,
+) -> String {
+    let gib = |b: f64| b / GIB;
+    let total = gpu.memory_bytes as f64;
+    let n = captured.map_or(0, |g| g.sizes.len());
+    let modes = if captured.is_some_and(|g| !g.full_sizes.is_empty()) {
+        "piecewise and full"
+    } else {
+        "piecewise"
+    };
+    let modes = if v1 { modes } else { "full" };
+    let largest = captured.and_then(|g| g.sizes.last().copied()).unwrap_or(0);
+    let mut fixes = vec!["add --enforce-eager".to_string()];
+    let u = ((total - need as f64 - gpu.context_bytes() as f64 + activation as f64) / total
+        * 100.0)
+        .floor()
+        / 100.0;
+    if u > 0.0 {
+        let lower = Knobs {
+            gpu_memory_utilization: Some(u),
+            ..*k
+        };
+        if vllm(t, gpu, &lower).starts {
+            fixes.push(format!("lower --gpu-memory-utilization to {u:.2}"));
+        }
+    }
+    let sizes = captured.map(|g| g.sizes.clone()).unwrap_or_default();
+    if let Some(&cap) =
+        sizes.iter().rev().skip(1).find(|&&c| {
+            vllm_graphs(t, gpu, k, v1, max_num_seqs, mnbt, Some(c)).bytes() as i128 <= left
+        })
+    {
+        fixes.push(if !v1 {
+            format!("capture fewer sizes (--max-num-seqs {cap})")
+        } else {
+            let list: Vec<String> = sizes.iter().filter(|&&s| s <= cap).map(u64::to_string).collect();
+            format!(
+                "capture fewer sizes (--compilation-config '{{\"cudagraph_capture_sizes\": [{}]}}')",
+                list.join(", ")
+            )
+        });
+    }
+    format!(
+        "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs: {n} capture sizes ({modes}) up to {largest} tokens need {:.2} GiB beyond the KV cache, and {:.2} GiB is left of the device after the budget and the CUDA context, with the profile's released peak (estimated); {}",
+        gib(need as f64),
+        gib(left.max(0) as f64),
+        match fixes.len() {
+            1 => fixes[0].clone(),
+            2 => format!("{} or {}", fixes[0], fixes[1]),
+            _ => format!("{}, {} or {}", fixes[0], fixes[1], fixes[2]),
+        }
+    )
 }

@@ -1,0 +1,142 @@
+//! vLLM's CUDA graphs: which batch sizes each version captures, and the memory the captured
+//! graphs keep, as `capture_model` measures it ("Graph capturing finished in N secs, took X GiB":
+//! free device memory before less after).
+//!
+//! Read at the tags named:
+//! - **Capture sizes.** V0 (`VllmConfig._set_cudagraph_sizes`, 0.8.5's `not VLLM_USE_V1`
+//!   branch): 1, 2, 4 and multiples of 8 up to the smallest of them at least `max_num_seqs`.
+//!   V1 0.8.x–0.9.x (`config.py` at 0.8.5 and 0.9.2; 0.9's `SchedulerConfig.cuda_graph_sizes`
+//!   defaults to `[512]`): 1, 2, 4, 8, …, 512 whatever `max_num_seqs` is, capped at
+//!   `max_num_batched_tokens`. V1 from 0.10 (`config/scheduler.py` at 0.10.1 and 0.11.0):
+//!   up to `min(2 × max_num_seqs, 512)`, capped at `max_num_batched_tokens`; from 0.18
+//!   (`config/vllm.py` at 0.18.1 and 0.19.0) in steps of 8 below 256 and of 16 above (51 sizes
+//!   to 512; 0.12–0.17 not read, 0.11's steps of 8 assumed).
+//! - **Graph modes.** Piecewise graphs (one per piece between attention calls, every size)
+//!   before 0.11; from 0.11 `FULL_AND_PIECEWISE` (`config/compilation.py`, "v1 default"): the
+//!   same sizes again as whole-forward decode graphs, up to `max_num_seqs`.
+//! - **What the graphs keep.** All graphs share one private memory pool, captured from the
+//!   largest size down so the smaller ones reuse it (`capture_model`). The pool holds the
+//!   largest capture's live set, and its warm-up run (`cudagraph_num_of_warmups` = 1) the same
+//!   again in the caching allocator; under FULL graphs on Hopper, FlashAttention 3's split-KV
+//!   accumulators, `[num_splits, heads, tokens, head_size]` in fp32 with
+//!   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` = 32 (`v1/attention/backends/flash_attn.py`,
+//!   0.11.0), are the larger live set. Every instantiated graph also holds driver memory for its
+//!   kernels: [`DRIVER_BYTES_PER_LAYER_GRAPH`] per decoder layer, per size, per mode.
+//! - **Inside or outside the KV budget.** Up to 0.19 the graphs are captured after the KV cache
+//!   is sized (`compile_or_warm_up_model` after `initialize_from_config`, `gpu_worker.py` at
+//!   0.8.5, 0.10.1, 0.11.0): they must fit in what `gpu_memory_utilization` leaves. 0.19 profiles
+//!   them (`profile_cudagraph_memory`) and only logs the estimate; 0.20 subtracts it before
+//!   sizing the KV cache (`engine::vllm_graphs_in_budget`).
+
+use super::*;
+
+/// Driver memory of one captured graph per decoder layer (192 KiB): the median over the fit
+/// half of `unseen.json`'s vLLM 0.19.0 H100 logs (22 runs) of the per-graph figure vLLM's own
+/// profiler logs at DEBUG ("Estimated PIECEWISE/FULL CUDA graph memory: F MiB first-capture +
+/// (n-1) × G MiB per-graph", `gpu_model_runner.py::profile_cudagraph_memory`), divided by the
+/// decoder layers on the GPU; 0.19 MiB piecewise and 0.19 MiB full. Measured, not derived: the
+/// instantiated graph's kernel nodes live in driver memory that no source here sizes.
+pub(super) const DRIVER_BYTES_PER_LAYER_GRAPH: u64 = 192 * 1024;
+
+/// The graphs one vLLM start-up captures.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Graphs {
+    /// Capture sizes (tokens per step), ascending.
+    pub sizes: Vec<u64>,
+    /// Whole-forward decode graphs' sizes (0.11+), ascending; empty before.
+    pub full_sizes: Vec<u64>,
+    /// The shared pool: the largest capture's live set and its warm-up's.
+    pub pool: u64,
+    /// Driver memory of all the instantiated graphs.
+    pub driver: u64,
+}
+
+impl Graphs {
+    /// What `capture_model` logs as "took".
+    pub fn bytes(&self) -> u64 {
+        self.pool + self.driver
+    }
+}
+
+/// vLLM's capture sizes for this version and engine (see the module's text).
+pub(super) fn vllm_capture_sizes(k: &Knobs, v1: bool, max_num_seqs: u64, mnbt: u64) -> Vec<u64> {
+    let v = Engine::Vllm.version_in_force(k);
+    let mut all = vec![1, 2, 4];
+    if !v1 {
+        all.extend((1..=1024).map(|i| i * 8));
+        let cap = all
+            .iter()
+            .copied()
+            .find(|&s| s >= max_num_seqs)
+            .unwrap_or(8192);
+        all.retain(|&s| s <= cap);
+        return all;
+    }
+    let top = if v >= [0, 10, 0] {
+        (2 * max_num_seqs).min(512)
+    } else {
+        512
+    };
+    if v >= [0, 18, 0] {
+        // 0.18.1 and 0.19.0 (`config/vllm.py`): steps of 8 below 256, then of 16.
+        all.extend((1..32).map(|i| i * 8));
+        all.extend((0..=16).map(|i| 256 + i * 16));
+    } else {
+        all.extend((1..=64).map(|i| i * 8));
+    }
+    all.retain(|&s| s <= top && s <= mnbt);
+    all
+}
+
+/// The CUDA graphs vLLM captures for `t` with these knobs, and what they keep.
+pub(super) fn vllm_graphs(
+    t: &Transformer,
+    gpu: &Gpu,
+    k: &Knobs,
+    v1: bool,
+    max_num_seqs: u64,
+    mnbt: u64,
+    cap: Option<u64>,
+) -> Graphs {
+    let mut sizes = vllm_capture_sizes(k, v1, max_num_seqs, mnbt);
+    if let Some(c) = cap {
+        sizes.retain(|&s| s <= c);
+    }
+    let v = Engine::Vllm.version_in_force(k);
+    let full_sizes: Vec<u64> = if v1 && v >= [0, 11, 0] {
+        sizes
+            .iter()
+            .copied()
+            .filter(|&s| s <= max_num_seqs)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let largest = sizes.last().copied().unwrap_or(0);
+    // The largest capture's live set, once in the pool and once from its warm-up run.
+    let live = 2 * forward_peak(t, largest, k, v1);
+    // FULL graphs under FlashAttention 3 (Hopper, 16-bit): 32 splits of fp32 partial outputs
+    // (and their log-sum-exp) for every query head on the GPU.
+    let fa3 = gpu.sm_major == 9 && k.dtype_bytes == 2 && !engine::is_rocm(gpu);
+    let accum = match full_sizes.last() {
+        Some(&s)
+            if fa3
+                && !layer_caches(t)
+                    .iter()
+                    .any(|c| matches!(c, LayerCache::MlaLatent { .. })) =>
+        {
+            let (q, _) = t.blocks.typical().attn_widths();
+            let heads = t.blocks.typical().heads.div_ceil(k.tp);
+            32 * s * (q.div_ceil(k.tp) + heads) * 4
+        }
+        _ => 0,
+    };
+    let layers = t.layers().div_ceil(k.pp);
+    let graphs = (sizes.len() + full_sizes.len()) as u64;
+    Graphs {
+        pool: live.max(accum),
+        driver: graphs * layers * DRIVER_BYTES_PER_LAYER_GRAPH,
+        sizes,
+        full_sizes,
+    }
+}
