@@ -117,14 +117,15 @@ pub fn resolve_model(arg: &str, hub: &HubArgs) -> Result<Resolved> {
             id,
             hub.revision.as_deref(),
             false,
-        );
+        )
+        .map(with_headers);
     }
     if let Some(h) = hub.hub {
         let h = match h {
             HubArg::Huggingface => vram_hub::Hub::HuggingFace,
             HubArg::Modelscope => vram_hub::Hub::ModelScope,
         };
-        return from_hub(h, arg, hub.revision.as_deref(), false);
+        return from_hub(h, arg, hub.revision.as_deref(), false).map(with_headers);
     }
     let path = Path::new(arg);
     if path.exists() {
@@ -142,7 +143,7 @@ pub fn resolve_model(arg: &str, hub: &HubArgs) -> Result<Resolved> {
         }
         let mut r = resolve_local(arg, path)?;
         r.origin = Origin::Local;
-        return Ok(r);
+        return Ok(with_headers(r));
     }
     match catalog::lookup(arg) {
         Ok(model) => {
@@ -163,13 +164,26 @@ pub fn resolve_model(arg: &str, hub: &HubArgs) -> Result<Resolved> {
             arg,
             hub.revision.as_deref(),
             true,
-        ),
+        )
+        .map(with_headers),
         Err(e) if looks_like_path(arg) => {
             drop(e);
             Err(bad_input!("no such file or folder: {arg}"))
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// A checkpoint's headers decide its stored bytes (`Blocks::apply_headers`); where they
+/// contradict the config's format, a note gives both figures.
+fn with_headers(mut r: Resolved) -> Resolved {
+    if let (Model::Transformer(t), Some(tally)) = (&mut r.model, &r.checkpoint) {
+        let mut err = crate::output::stderr();
+        for n in t.blocks.apply_headers(tally) {
+            let _ = writeln!(err, "note: {n}");
+        }
+    }
+    r
 }
 
 /// A vram-hub error as the CLI reports it: bad input (exit 2), one line.

@@ -3,9 +3,13 @@
 //! says which layout it assumed; `vram capacity` reads the same storage for a catalog id and
 //! its config file.
 
+mod fakehub;
+
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use vram_hub::fake::{safetensors, FakeFile};
 
 fn json(args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_vram"))
@@ -172,4 +176,181 @@ fn capacity_reads_one_storage_for_an_id_and_its_file() {
         let file = json(&["capacity", &zoo(name), "--gpu", "h200"]);
         assert_eq!(id["weights_bytes"], file["weights_bytes"], "{name}");
     }
+}
+
+/// A two-layer gpt-oss (transformers 5.24's GptOss names) with 4 experts of width 64, its
+/// experts as the published checkpoints store them: U8 MXFP4 blocks and scales, bf16 biases.
+const GPT_OSS: &str = r#"{"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 128,
+    "num_local_experts": 4, "num_experts_per_tok": 2, "experts_per_token": 2,
+    "vocab_size": 256, "max_position_embeddings": 4096, "attention_bias": true,
+    "rope_theta": 150000, "rms_norm_eps": 1e-05, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16"QUANT}"#;
+
+const MXFP4: &str = r#", "quantization_config": {"quant_method": "mxfp4",
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+    "model.embed_tokens", "lm_head"]}"#;
+
+fn gpt_oss_tensors() -> Vec<(String, &'static str, Vec<u64>)> {
+    let (h, i, e, v, heads, kv, hd) = (64, 64, 4, 256, 4, 2, 16);
+    let mut t = vec![("model.embed_tokens.weight".to_string(), "BF16", vec![v, h])];
+    for l in 0..2 {
+        let p = |s: &str| format!("model.layers.{l}.{s}");
+        t.push((p("input_layernorm.weight"), "BF16", vec![h]));
+        for (n, out, inp) in [
+            ("q_proj", heads * hd, h),
+            ("k_proj", kv * hd, h),
+            ("v_proj", kv * hd, h),
+            ("o_proj", h, heads * hd),
+        ] {
+            t.push((p(&format!("self_attn.{n}.weight")), "BF16", vec![out, inp]));
+            t.push((p(&format!("self_attn.{n}.bias")), "BF16", vec![out]));
+        }
+        t.push((p("self_attn.sinks"), "BF16", vec![heads]));
+        t.push((p("post_attention_layernorm.weight"), "BF16", vec![h]));
+        t.push((p("mlp.router.weight"), "BF16", vec![e, h]));
+        t.push((p("mlp.router.bias"), "BF16", vec![e]));
+        for (n, out, inp) in [("gate_up_proj", 2 * i, h), ("down_proj", h, i)] {
+            let x = |s: &str| p(&format!("mlp.experts.{n}_{s}"));
+            t.push((x("blocks"), "U8", vec![e, out, inp / 32, 16]));
+            t.push((x("scales"), "U8", vec![e, out, inp / 32]));
+            t.push((x("bias"), "BF16", vec![e, out]));
+        }
+    }
+    t.push(("model.norm.weight".to_string(), "BF16", vec![h]));
+    t.push(("lm_head.weight".to_string(), "BF16", vec![v, h]));
+    t
+}
+
+/// Bytes of the tensors a safetensors file holds (the file less its header).
+fn data_bytes(f: &FakeFile) -> u64 {
+    f.len - f.head.len() as u64
+}
+
+fn vram(args: &[&str], env: &[(&str, String)]) -> (Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .arg("--json")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run vram");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{args:?}: {err}");
+    (
+        serde_json::from_slice(&out.stdout).expect("--json parses"),
+        err,
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("storage")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A checkpoint's safetensors headers decide the stored bytes (issue 31 item 2, issue 32
+/// item 2). gpt-oss by Hub id (the loopback hub, two shards, headers only): where the config
+/// says MXFP4 too, the weights are the headers' bytes plus the expert biases transformers
+/// holds in fp32 (`Mxfp4GptOssExperts`), the same figure as its config alone, and no note;
+/// where the config says bf16 and nothing else, the headers win and a note gives both figures.
+#[test]
+fn a_checkpoints_headers_decide_its_stored_bytes() {
+    let hub = fakehub::start();
+    let d = tmp("hub");
+    let env = fakehub::vars(&hub, &d);
+    let tensors = gpt_oss_tensors();
+    let (e, h, i, layers) = (4, 64, 64, 2);
+    let upcast = e * (2 * i + h) * 2 * layers;
+    let mut figures = Vec::new();
+    for (repo, quant) in [("org/oss-mxfp4", MXFP4), ("org/oss-bare", "")] {
+        let config = GPT_OSS.replace("QUANT", quant);
+        let shards = [
+            ("model-00001-of-00002.safetensors", &tensors[..10]),
+            ("model-00002-of-00002.safetensors", &tensors[10..]),
+        ];
+        let mut files = vec![("config.json".to_string(), FakeFile::bytes(config.clone()))];
+        let mut map = serde_json::Map::new();
+        let mut stored = 0;
+        for (name, ts) in shards {
+            for (t, _, _) in ts {
+                map.insert(t.clone(), name.into());
+            }
+            let f = safetensors(ts);
+            stored += data_bytes(&f);
+            files.push((name.to_string(), f));
+        }
+        let index = serde_json::json!({"metadata": {}, "weight_map": map});
+        files.push((
+            "model.safetensors.index.json".into(),
+            FakeFile::bytes(serde_json::to_vec(&index).unwrap()),
+        ));
+        fakehub::add(&hub, repo, &files);
+        let (v, err) = vram(
+            &["estimate", repo, "--inference", "--gpu", "h100-80g"],
+            &env,
+        );
+        assert_eq!(u(&v, "weights_bytes"), stored + upcast, "{repo}");
+        assert_eq!(u(&v["weights_load"], "stored_bytes"), stored + upcast);
+        assert_eq!(v["weights_load"]["dequantized"], Value::Bool(false));
+        // The walk holds what is stored, within a byte a tensor of the shares.
+        let held = u(&v["breakdown"], "parameters");
+        assert!(held.abs_diff(stored + upcast) < 64, "{held} vs {stored}");
+        let note = err.lines().find(|l| l.contains("headers hold"));
+        if quant.is_empty() {
+            let note = note.unwrap_or_else(|| panic!("{err}"));
+            assert!(
+                note.contains("mxfp4 experts") && note.contains("config.json says bf16"),
+                "{note}"
+            );
+        } else {
+            assert_eq!(note, None, "{err}");
+            // Headers and config agree: the config alone gives the same figure.
+            let file = d.join("gpt-oss.json");
+            std::fs::write(&file, &config).unwrap();
+            let (alone, _) = vram(
+                &[
+                    "estimate",
+                    file.to_str().unwrap(),
+                    "--inference",
+                    "--gpu",
+                    "h100-80g",
+                ],
+                &env,
+            );
+            assert_eq!(u(&alone, "weights_bytes"), u(&v, "weights_bytes"));
+        }
+        figures.push(u(&v, "weights_bytes"));
+    }
+    assert_eq!(figures[0], figures[1]);
+
+    // A local folder: a bf16 Llama config whose checkpoint holds FP8 linears with their
+    // `weight_scale_inv` (128x128 blocks): the headers win, their bytes exactly.
+    let d = tmp("fp8");
+    let mut ts = fakehub::decoder_tensors(fakehub::TINY);
+    let mut more = Vec::new();
+    for (name, dtype, shape) in ts.iter_mut() {
+        if name.contains(".layers.") && name.ends_with("_proj.weight") {
+            *dtype = "F8_E4M3";
+            let s = vec![shape[0].div_ceil(128), shape[1].div_ceil(128)];
+            more.push((format!("{name}_scale_inv"), "F32", s));
+        }
+    }
+    ts.extend(more);
+    let f = safetensors(&ts);
+    std::fs::write(d.join("config.json"), fakehub::TINY).unwrap();
+    std::fs::write(d.join("model.safetensors"), f.materialize()).unwrap();
+    let (v, err) = vram(&["estimate", d.to_str().unwrap(), "--inference"], &[]);
+    assert_eq!(u(&v, "weights_bytes"), data_bytes(&f));
+    let note = err
+        .lines()
+        .find(|l| l.contains("headers hold"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        note.contains("fp8 blocks 128x128") && note.contains("says bf16"),
+        "{note}"
+    );
 }

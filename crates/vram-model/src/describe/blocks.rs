@@ -8,11 +8,12 @@
 
 use serde::Serialize;
 
-use super::{Block, Norms, Residual, Storage};
+use super::{Block, Checkpoint, Norms, Quant, Residual, Storage};
 use crate::mech::{
     Attention, CacheKind, CacheReport, CacheSpec, Component, ComponentParams, Dense, Ffn,
     KindCache, Mixer, Norm, Tensor, TensorKind, Vision, Window,
 };
+use crate::read::safetensors::Tally;
 
 /// How the layers are wired into a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -476,10 +477,104 @@ impl Blocks {
         self.params_by_component().total()
     }
 
+    /// Takes the stored bytes from a checkpoint's safetensors headers ([`Checkpoint`]): each
+    /// component holds what its tensors hold there, whatever the config says. The headers
+    /// must hold the description's parameters component by component (packed tensors counted
+    /// unpacked); where only the total agrees, the bytes are spread over the components by
+    /// their parameters, and where the total differs the config's storage stays. Where the
+    /// headers' format differs from the config's (`quantization_config`, or its dtype for an
+    /// unpacked checkpoint), the headers' is taken. Returns one line for each of these, with
+    /// both figures; none where headers and config agree.
+    pub fn apply_headers(&mut self, tally: &Tally) -> Vec<String> {
+        let mtp = self.mtp.is_some_and(|m| m.instantiated);
+        let g = tally.groups(self.pattern.len() as u64, mtp);
+        let want = self.params_by_component().0;
+        let (have, want_total) = (g.params.iter().sum::<u64>(), want.iter().sum::<u64>());
+        let mut notes = Vec::new();
+        let config = self.storage;
+        let before = self.weights_bytes(false);
+        let mut c = Checkpoint {
+            bytes: g.bytes,
+            numel: want,
+            packed: g.packed,
+            fp32_numel: [0; 11],
+            upcast: [0; 11],
+        };
+        if have != want_total {
+            notes.push(format!(
+                "the checkpoint's headers hold {have} parameters where config.json describes {want_total}; the stored bytes are config.json's"
+            ));
+            return notes;
+        }
+        if let Some(i) = (0..11).find(|&i| g.params[i] != want[i]) {
+            // Names this reader does not place: one ratio for the whole checkpoint.
+            let total: u64 = g.bytes.iter().sum();
+            let packed = g.packed.iter().any(|p| *p);
+            let mut spread = [0u64; 11];
+            for j in 0..11 {
+                spread[j] = (total as u128 * want[j] as u128 / want_total.max(1) as u128) as u64;
+            }
+            let big = (0..11).max_by_key(|&j| want[j]).unwrap_or(0);
+            spread[big] += total - spread.iter().sum::<u64>();
+            c.bytes = spread;
+            c.packed = want.map(|w| packed && w > 0);
+            notes.push(format!(
+                "the checkpoint's tensor names put {} parameters in {}, the description {}; its stored bytes are spread over the model by parameters",
+                g.params[i],
+                Component::ALL[i].key(),
+                want[i]
+            ));
+        }
+        let dtype = if g.quant == Quant::None {
+            g.dtype.unwrap_or(config.dtype)
+        } else {
+            config.dtype
+        };
+        let mut storage = Storage {
+            dtype: config.dtype,
+            quant: g.quant,
+            checkpoint: None,
+        };
+        for (kind, n) in self.kinds.iter().zip(self.kind_counts()) {
+            kind.tensors(self.hidden, &mut |t| {
+                if storage.holds_fp32(&t) {
+                    c.fp32_numel[t.component as usize] += t.numel() * n;
+                }
+            });
+        }
+        for i in 0..11 {
+            c.upcast[i] = c.fp32_numel[i].saturating_sub(g.f32_params[i]) * 2;
+        }
+        storage.checkpoint = Some(c);
+        self.storage = storage;
+        let header_fmt = Storage {
+            dtype,
+            quant: g.quant,
+            checkpoint: None,
+        }
+        .name();
+        let same = match (config.quant, g.quant) {
+            (Quant::None | Quant::Other, Quant::None) => dtype == config.dtype,
+            (a, b) => a == b,
+        };
+        if !same {
+            notes.push(format!(
+                "the checkpoint's headers hold {header_fmt} ({}) where config.json says {} ({}); the stored bytes are the headers'",
+                crate::fmt::bytes(self.weights_bytes(false)),
+                config.name(),
+                crate::fmt::bytes(before)
+            ));
+        }
+        notes
+    }
+
     /// Bytes of the weights as stored (quantization metadata included); `dequantized` for the
     /// fallback that holds everything in the config's dtype. Embedding, norms, vision tower and
     /// MTP layers stay in the config's dtype.
     pub fn weights_bytes(&self, dequantized: bool) -> u64 {
+        if let (Some(c), false) = (&self.storage.checkpoint, dequantized) {
+            return c.total();
+        }
         let d = self.storage.dtype.bytes();
         let mut bytes = 0;
         for (kind, n) in self.kinds.iter().zip(self.kind_counts()) {

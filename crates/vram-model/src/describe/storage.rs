@@ -19,8 +19,14 @@
 //!   [`crate::finetune::linear_parts`]), held equal to this tensor-by-tensor count by
 //!   `vram-plan`'s `tests/it/storage.rs` for every zoo config.
 //!
-//! Not yet here: per-tensor dtypes from a checkpoint's safetensors headers (the CLI reads them
-//! and checks shapes against the config, but the storage is the config's), compressed-tensors
+//! Where the checkpoint is given (a local folder, a Hub id), its safetensors headers decide the
+//! stored bytes of each component ([`Checkpoint`], filled by
+//! [`crate::describe::Blocks::apply_headers`]): every tensor's own dtype and shape, so a bf16
+//! config whose headers hold MXFP4 blocks, FP8 with `weight_scale_inv`, GPTQ/AWQ words or fp32
+//! tensors is counted as stored, and where the headers' format differs from the config's the
+//! headers win, with a note giving both.
+//!
+//! Not yet here: compressed-tensors
 //! and GPTQ/AWQ at other than 4 bits (`Other`), `modules_to_not_convert` beyond the head, and
 //! the packed kernels' own temporaries (the MXFP4 Triton MoE and FP8 block matmuls are walked as
 //! the unquantized path's; bitsandbytes 4-bit's dequantized weight in a long prefill is).
@@ -98,6 +104,60 @@ pub struct Storage {
     pub dtype: Dtype,
     /// The quantization.
     pub quant: Quant,
+    /// The checkpoint's own bytes per component, read from its safetensors headers where the
+    /// checkpoint is given ([`Checkpoint`]); `None` for a config alone.
+    #[serde(skip)]
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// A checkpoint's stored bytes per [`Component`], summed from its safetensors headers (every
+/// tensor's dtype and shape, quantization scales and zeros included), beside the elements the
+/// description gives the component. The tensors the library holds in fp32 whatever the
+/// checkpoint ([`Storage::holds_fp32`]) take 4 bytes an element; the other tensors of a
+/// component share the rest of its bytes in proportion to their elements: exact for the
+/// totals, and for each tensor where the component's other tensors share one format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Stored bytes per component (indexed by `Component as usize`).
+    pub bytes: [u64; 11],
+    /// The description's elements per component (the unquantized parameter count).
+    pub numel: [u64; 11],
+    /// Whether the component holds a packed tensor (a dtype other than a float: U8 MXFP4
+    /// blocks, F8_E4M3, I32 GPTQ/AWQ words, bitsandbytes' U8/I8).
+    pub packed: [bool; 11],
+    /// Elements per component the library holds in fp32.
+    pub fp32_numel: [u64; 11],
+    /// Bytes per component the library adds by upcasting them: 2 an element beyond the
+    /// component's F32 elements in the headers (those are taken to be the same tensors).
+    pub upcast: [u64; 11],
+}
+
+impl Checkpoint {
+    /// Every byte held: the headers' and the fp32 upcasts.
+    pub fn total(&self) -> u64 {
+        self.bytes.iter().sum::<u64>() + self.upcast.iter().sum::<u64>()
+    }
+
+    /// Whether a component holds packed tensors.
+    pub fn is_packed(&self) -> bool {
+        self.packed.iter().any(|p| *p)
+    }
+
+    /// `t`'s bytes: 4 an element where the library holds it in fp32 (`fp32`), else its share
+    /// of what the component's other tensors store.
+    fn share(&self, t: &Tensor, fp32: bool) -> u64 {
+        if fp32 {
+            return t.numel() * 4;
+        }
+        let i = t.component as usize;
+        let rest = self.numel[i].saturating_sub(self.fp32_numel[i]);
+        let held32 = (self.fp32_numel[i] * 4).saturating_sub(self.upcast[i]);
+        let bytes = self.bytes[i].saturating_sub(held32);
+        if rest == 0 {
+            return 0;
+        }
+        (t.numel() as u128 * bytes as u128 / rest as u128) as u64
+    }
 }
 
 impl Default for Storage {
@@ -105,6 +165,7 @@ impl Default for Storage {
         Storage {
             dtype: Dtype::Bf16,
             quant: Quant::None,
+            checkpoint: None,
         }
     }
 }
@@ -112,6 +173,9 @@ impl Default for Storage {
 impl Storage {
     /// Whether some tensors are stored packed (not in a float dtype).
     pub fn is_packed(&self) -> bool {
+        if let Some(c) = &self.checkpoint {
+            return c.is_packed();
+        }
         match self.quant {
             Quant::None | Quant::Other => false,
             Quant::Packed { format, .. } => format.is_quantized(),
@@ -127,10 +191,12 @@ impl Storage {
             WeightFormat::Fp16 => Storage {
                 dtype: Dtype::F16,
                 quant: Quant::None,
+                checkpoint: None,
             },
             WeightFormat::Fp32 => Storage {
                 dtype: Dtype::F32,
                 quant: Quant::None,
+                checkpoint: None,
             },
             _ => Storage {
                 dtype: Dtype::Bf16,
@@ -138,6 +204,7 @@ impl Storage {
                     format,
                     double_quant,
                 },
+                checkpoint: None,
             },
         }
     }
@@ -175,6 +242,17 @@ impl Storage {
         if dequantized || !self.is_packed() {
             return t.numel() * dense;
         }
+        if let Some(c) = &self.checkpoint {
+            // Packed components as the headers store them; float ones cast to the step's
+            // precision, as from_pretrained(dtype=...) casts them.
+            return if c.packed[t.component as usize] {
+                c.share(t, self.holds_fp32(t))
+            } else if t.fp32 {
+                t.numel() * 4
+            } else {
+                t.numel() * dense
+            };
+        }
         self.bytes(t, dense)
     }
 
@@ -188,7 +266,20 @@ impl Storage {
         if dequantized {
             return t.numel() * d;
         }
+        if let Some(c) = &self.checkpoint {
+            return c.share(t, self.holds_fp32(t));
+        }
         self.bytes(t, d)
+    }
+
+    /// Whether the library holds `t` in fp32 whatever the checkpoint stores: routers in
+    /// `_keep_in_fp32_modules_strict`, and MXFP4's expert biases (`Mxfp4GptOssExperts` makes
+    /// them float32 parameters).
+    pub fn holds_fp32(&self, t: &Tensor) -> bool {
+        t.fp32
+            || (self.quant == Quant::Mxfp4
+                && t.kind == TensorKind::Vector
+                && t.component == Component::RoutedExperts)
     }
 
     /// Bytes of `t` as stored, elements of the dtype at `d` bytes.

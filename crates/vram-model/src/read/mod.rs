@@ -477,7 +477,11 @@ fn storage(c: &Cfg) -> Result<Storage> {
             })
         }
     };
-    Ok(Storage { dtype, quant })
+    Ok(Storage {
+        dtype,
+        quant,
+        checkpoint: None,
+    })
 }
 /// The stored format a `quantization_config` names, as transformers 5.24's quantizer for its
 /// `quant_method` lays the weights out (`quantizers/quantizer_*.py`, `utils/quantization_config.py`

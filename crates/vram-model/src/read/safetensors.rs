@@ -3,11 +3,16 @@
 //! A safetensors file starts with an 8-byte little-endian header length and a JSON header
 //! mapping tensor names to dtype, shape and data offsets. The CLI reads only those bytes and
 //! hands them here; sharded checkpoints list their shards in `model.safetensors.index.json`.
+//! [`Tally::groups`] places every tensor in the description's components by its name and
+//! reads the stored format from the dtypes and names ([`Tally::quant`]), for
+//! [`crate::describe::Blocks::apply_headers`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::describe::Weights;
+use crate::describe::{Dtype, Quant, Weights};
 use crate::error::{Error, Result};
+use crate::finetune::WeightFormat;
+use crate::mech::Component;
 
 /// Largest header accepted (the format's own limit is 100 MB).
 pub const MAX_HEADER: u64 = 100_000_000;
@@ -36,6 +41,8 @@ pub struct TensorInfo {
     pub dtype: String,
     /// The shape.
     pub shape: Vec<u64>,
+    /// Bytes of its data.
+    pub bytes: u64,
 }
 
 /// Element count and bytes per dtype, summed over tensors, and every tensor's dtype and shape.
@@ -89,6 +96,7 @@ impl Tally {
                 TensorInfo {
                     dtype,
                     shape: info.shape.iter().map(|d| *d as u64).collect(),
+                    bytes: (stop - start) as u64,
                 },
             );
         }
@@ -178,4 +186,448 @@ pub fn index_shards(text: &str) -> Result<Vec<String>> {
         return Err(Error::Safetensors("index's weight_map is empty".into()));
     }
     Ok(files)
+}
+
+/// A checkpoint's tensors grouped as the description groups parameters ([`Tally::groups`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Groups {
+    /// Stored bytes per component (`Component as usize`).
+    pub bytes: [u64; 11],
+    /// Parameters per component, unpacked: a packed tensor counts the values it holds (two
+    /// per U8 MXFP4/NF4 byte, eight per I32 GPTQ/AWQ word); scales, zeros, `g_idx` and
+    /// bitsandbytes' quantization state count none.
+    pub params: [u64; 11],
+    /// Whether the component holds a tensor in a dtype other than a float.
+    pub packed: [bool; 11],
+    /// Elements per component stored as F32.
+    pub f32_params: [u64; 11],
+    /// Bytes of tensors the model does not load (DeepSeek-style MTP layers past
+    /// `num_hidden_layers` where the loading code builds none).
+    pub dropped: u64,
+    /// The stored format the headers show.
+    pub quant: Quant,
+    /// The float dtype holding the most bytes, if any.
+    pub dtype: Option<Dtype>,
+}
+
+const VISION_PARTS: [&str; 6] = [
+    "visual",
+    "vision_tower",
+    "vision_model",
+    "multi_modal_projector",
+    "embed_vision",
+    "vision_embed_tokens",
+];
+const EMBED_PARTS: [&str; 10] = [
+    "embed_tokens",
+    "embed_positions",
+    "word_embeddings",
+    "word_embeddings_layernorm",
+    "embed_tokens_per_layer",
+    "embeddings",
+    "wte",
+    "wpe",
+    "per_layer_model_projection",
+    "per_layer_projection_norm",
+];
+const PER_LAYER_INPUT: [&str; 3] = [
+    "per_layer_input_gate",
+    "per_layer_projection",
+    "post_per_layer_input_norm",
+];
+const MIXER_CHILDREN: [&str; 6] = [
+    "self_attn",
+    "linear_attn",
+    "mamba",
+    "attention",
+    "self_attention",
+    "attn",
+];
+const FFN_CHILDREN: [&str; 5] = ["mlp", "feed_forward", "block_sparse_moe", "moe", "mixer"];
+
+/// Index of `layers`/`h` in `...layers.<i>.<child>...`.
+fn layer_split(parts: &[&str]) -> Option<usize> {
+    (0..parts.len().saturating_sub(2)).find(|&i| {
+        matches!(parts[i], "layers" | "h") && parts[i + 1].bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+/// The component of a checkpoint tensor, by its name: the rules `tests/zoo/reference.py`
+/// applies to the module tree transformers builds, on names alone (a layer's child is an MoE
+/// block when some tensor sits under its `experts`); a layer past the decoder's `layers` is
+/// an MTP layer (DeepSeek-V3's `model.layers.61`).
+fn component_of(name: &str, layers: u64, moe: &BTreeSet<String>) -> Component {
+    let parts: Vec<&str> = name.split('.').collect();
+    let has = |set: &[&str]| parts.iter().any(|p| set.contains(p));
+    if has(&VISION_PARTS) {
+        return Component::Vision;
+    }
+    if parts.iter().any(|p| p.starts_with("mtp")) {
+        return Component::Mtp;
+    }
+    if parts.contains(&"lm_head") {
+        return Component::Head;
+    }
+    if has(&EMBED_PARTS) {
+        return Component::Embedding;
+    }
+    if let Some(i) = layer_split(&parts) {
+        if parts[i + 1].parse::<u64>().is_ok_and(|l| l >= layers) {
+            return Component::Mtp;
+        }
+        let child = parts[i + 2];
+        let rest = parts.get(i + 3).copied().unwrap_or("");
+        let block = parts[..i + 3].join(".");
+        let layer = parts[..i + 2].join(".");
+        let moe_block = moe.contains(&block);
+        if PER_LAYER_INPUT.contains(&child) {
+            return Component::Embedding;
+        }
+        if MIXER_CHILDREN.contains(&child) {
+            return Component::Mixer;
+        }
+        if child == "mixer" && !moe_block && !matches!(rest, "up_proj" | "down_proj") {
+            return Component::Mixer;
+        }
+        if FFN_CHILDREN.contains(&child) && moe_block {
+            return match rest {
+                "experts" | "fc1_latent_proj" | "fc2_latent_proj" => Component::RoutedExperts,
+                "gate" | "router" => Component::Router,
+                r if r.starts_with("shared") => Component::SharedExperts,
+                _ => Component::Other,
+            };
+        }
+        if child == "experts" {
+            return Component::RoutedExperts;
+        }
+        if child == "router" {
+            return Component::Router;
+        }
+        if child.starts_with("shared") {
+            let routed = moe.iter().any(|b| b.starts_with(&format!("{layer}.")));
+            return if routed {
+                Component::SharedExperts
+            } else {
+                Component::DenseMlp
+            };
+        }
+        if FFN_CHILDREN.contains(&child) {
+            return Component::DenseMlp;
+        }
+        if child.contains("norm") || child.starts_with("ln_") {
+            return Component::Norms;
+        }
+        return Component::Other;
+    }
+    if parts.len() >= 2
+        && (parts[parts.len() - 2].contains("norm") || parts[parts.len() - 2] == "ln_f")
+    {
+        return Component::Norms;
+    }
+    Component::Other
+}
+
+fn is_float(dtype: &str) -> bool {
+    matches!(dtype, "BF16" | "F16" | "F32" | "F64")
+}
+
+impl Tally {
+    /// Whether a tensor of this name is in the checkpoint.
+    fn has(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// Values a tensor holds for the unquantized model (see [`Groups::params`]).
+    fn unpacked(&self, name: &str, t: &TensorInfo) -> u64 {
+        let numel: u64 = t.shape.iter().product();
+        let sibling = |suffix: &str, with: &str| {
+            name.strip_suffix(suffix)
+                .is_some_and(|base| self.has(&format!("{base}{with}")))
+        };
+        let state = [
+            ".absmax",
+            ".quant_map",
+            ".nested_absmax",
+            ".nested_quant_map",
+            ".SCB",
+            ".weight_format",
+            ".weight_scale_inv",
+            ".weight_scale",
+            ".input_scale",
+            ".qzeros",
+            ".g_idx",
+        ];
+        if state.iter().any(|s| name.ends_with(s))
+            || name.contains(".quant_state.")
+            || (t.dtype == "U8" && name.ends_with("_scales"))
+            || sibling(".scales", ".qweight")
+        {
+            return 0;
+        }
+        match t.dtype.as_str() {
+            "I32" if name.ends_with(".qweight") => numel * 8,
+            "U8" if name.ends_with("_blocks") || sibling(".weight", ".weight.absmax") => numel * 2,
+            _ => numel,
+        }
+    }
+
+    /// The stored format the headers show: MXFP4 (`*_blocks`/`*_scales` in U8), FP8
+    /// (`F8_E4M3` weights with a `weight_scale_inv`, block size from one weight and its
+    /// scale), GPTQ (`qweight` with `g_idx`) or AWQ (`qweight` without), bitsandbytes 4-bit
+    /// (`absmax`, `quant_state.bitsandbytes__nf4|fp4`) or LLM.int8 (`SCB`); else unpacked.
+    pub fn quant(&self) -> Quant {
+        let names = || self.tensors.keys();
+        if self
+            .tensors
+            .iter()
+            .any(|(n, t)| t.dtype == "U8" && n.ends_with("_blocks"))
+        {
+            return Quant::Mxfp4;
+        }
+        if self.tensors.values().any(|t| t.dtype.starts_with("F8_")) {
+            // Each weight's scale has ceil(N/bn) x ceil(K/bk) blocks, so ceil(N/rows) is at
+            // most bn, and equals it for any weight at least a block tall; likewise bk.
+            let (mut bn, mut bk) = (0, 0);
+            for (n, s) in &self.tensors {
+                let Some(base) = n.strip_suffix(".weight_scale_inv") else {
+                    continue;
+                };
+                let Some(w) = self.tensors.get(&format!("{base}.weight")) else {
+                    continue;
+                };
+                if let ([r, c], [sr, sc]) = (w.shape.as_slice(), s.shape.as_slice()) {
+                    if *sr > 0 && *sc > 0 {
+                        bn = bn.max(r.div_ceil(*sr));
+                        bk = bk.max(c.div_ceil(*sc));
+                    }
+                }
+            }
+            if bn == 0 || bk == 0 {
+                (bn, bk) = (128, 128);
+            }
+            let skip_head = self
+                .tensors
+                .get("lm_head.weight")
+                .is_none_or(|t| !t.dtype.starts_with("F8_"));
+            return Quant::Fp8Block { bn, bk, skip_head };
+        }
+        if let Some(q) = names().find(|n| n.ends_with(".qweight")) {
+            let base = &q[..q.len() - ".qweight".len()];
+            let gptq = self.has(&format!("{base}.g_idx"));
+            let rows = |n: &str| self.tensors.get(n).and_then(|t| t.shape.first().copied());
+            let k = rows(q).map(|r| if gptq { r * 8 } else { r });
+            let groups = rows(&format!("{base}.scales"));
+            let group = match (k, groups) {
+                (Some(k), Some(g)) if g > 1 && k % g == 0 => k / g,
+                _ => 0,
+            };
+            let format = if gptq {
+                WeightFormat::Gptq { group }
+            } else {
+                WeightFormat::Awq { group }
+            };
+            return Quant::Packed {
+                format,
+                double_quant: false,
+            };
+        }
+        if names().any(|n| n.ends_with(".absmax")) {
+            let fp4 = names().any(|n| n.ends_with("quant_state.bitsandbytes__fp4"));
+            return Quant::Packed {
+                format: if fp4 {
+                    WeightFormat::Fp4
+                } else {
+                    WeightFormat::Nf4
+                },
+                double_quant: names().any(|n| n.ends_with(".nested_absmax")),
+            };
+        }
+        if names().any(|n| n.ends_with(".SCB")) {
+            return Quant::Packed {
+                format: WeightFormat::Int8,
+                double_quant: false,
+            };
+        }
+        Quant::None
+    }
+
+    /// The checkpoint's tensors per component, for a decoder of `layers` layers whose loading
+    /// code builds its MTP layers or not (`mtp_loaded`).
+    pub fn groups(&self, layers: u64, mtp_loaded: bool) -> Groups {
+        let mut moe = BTreeSet::new();
+        for n in self.tensors.keys() {
+            if let Some(i) = n.find(".experts.") {
+                moe.insert(n[..i].to_string());
+            }
+        }
+        let mut g = Groups {
+            bytes: [0; 11],
+            params: [0; 11],
+            packed: [false; 11],
+            f32_params: [0; 11],
+            dropped: 0,
+            quant: self.quant(),
+            dtype: None,
+        };
+        let mut float = BTreeMap::<&str, u64>::new();
+        for (name, t) in &self.tensors {
+            let bytes = t.bytes;
+            let c = component_of(name, layers, &moe);
+            if c == Component::Mtp && !mtp_loaded {
+                g.dropped += bytes;
+                continue;
+            }
+            let i = c as usize;
+            g.bytes[i] += bytes;
+            g.params[i] += self.unpacked(name, t);
+            if t.dtype == "F32" {
+                g.f32_params[i] += t.shape.iter().product::<u64>();
+            }
+            if is_float(&t.dtype) {
+                *float.entry(t.dtype.as_str()).or_default() += bytes;
+            } else {
+                g.packed[i] = true;
+            }
+        }
+        g.dtype = float
+            .into_iter()
+            .max_by_key(|(_, b)| *b)
+            .and_then(|(d, _)| match d {
+                "BF16" => Some(Dtype::Bf16),
+                "F16" => Some(Dtype::F16),
+                "F32" => Some(Dtype::F32),
+                _ => None,
+            });
+        g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{component_of, Tally, TensorInfo};
+    use crate::describe::Quant;
+    use crate::finetune::WeightFormat;
+    use crate::mech::Component;
+    use std::collections::BTreeSet;
+
+    fn tally(ts: &[(&str, &str, &[u64])]) -> Tally {
+        let mut t = Tally::default();
+        for (name, dtype, shape) in ts {
+            let size = match *dtype {
+                "F32" | "I32" => 4,
+                "F16" | "BF16" => 2,
+                _ => 1,
+            };
+            t.tensors.insert(
+                name.to_string(),
+                TensorInfo {
+                    dtype: dtype.to_string(),
+                    shape: shape.to_vec(),
+                    bytes: shape.iter().product::<u64>() * size,
+                },
+            );
+        }
+        t
+    }
+
+    /// GPTQ (gptqmodel's QuantLinear: qweight [K/8, N], qzeros [K/g, N/8], scales [K/g, N],
+    /// g_idx [K]) and AWQ (qweight [K, N/8]): the format, the group, and K x N parameters.
+    #[test]
+    fn gptq_awq_and_bitsandbytes_are_read_from_names_and_shapes() {
+        let (k, n) = (256u64, 512u64);
+        let p = "model.layers.0.mlp.up_proj";
+        let gptq = tally(&[
+            (&format!("{p}.qweight"), "I32", &[k / 8, n]),
+            (&format!("{p}.qzeros"), "I32", &[k / 64, n / 8]),
+            (&format!("{p}.scales"), "F16", &[k / 64, n]),
+            (&format!("{p}.g_idx"), "I32", &[k]),
+        ]);
+        let q = gptq.quant();
+        assert_eq!(
+            q,
+            Quant::Packed {
+                format: WeightFormat::Gptq { group: 64 },
+                double_quant: false
+            }
+        );
+        let g = gptq.groups(1, false);
+        assert_eq!(g.params[Component::DenseMlp as usize], k * n);
+        assert!(g.packed[Component::DenseMlp as usize]);
+        let stored: u64 = gptq.tensors.values().map(|t| t.bytes).sum();
+        assert_eq!(g.bytes.iter().sum::<u64>(), stored);
+        let awq = tally(&[
+            (&format!("{p}.qweight"), "I32", &[k, n / 8]),
+            (&format!("{p}.qzeros"), "I32", &[k / 128, n / 8]),
+            (&format!("{p}.scales"), "F16", &[k / 128, n]),
+        ]);
+        assert_eq!(
+            awq.quant(),
+            Quant::Packed {
+                format: WeightFormat::Awq { group: 128 },
+                double_quant: false
+            }
+        );
+        assert_eq!(awq.groups(1, false).params.iter().sum::<u64>(), k * n);
+        // bitsandbytes NF4 with nested quantization: two values a byte, state counts none.
+        let nf4 = tally(&[
+            (&format!("{p}.weight"), "U8", &[k * n / 2, 1]),
+            (&format!("{p}.weight.absmax"), "U8", &[k * n / 64]),
+            (
+                &format!("{p}.weight.nested_absmax"),
+                "F32",
+                &[k * n / 64 / 256],
+            ),
+            (&format!("{p}.weight.quant_map"), "F32", &[16]),
+            (
+                &format!("{p}.weight.quant_state.bitsandbytes__nf4"),
+                "U8",
+                &[100],
+            ),
+        ]);
+        assert_eq!(
+            nf4.quant(),
+            Quant::Packed {
+                format: WeightFormat::Nf4,
+                double_quant: true
+            }
+        );
+        assert_eq!(nf4.groups(1, false).params.iter().sum::<u64>(), k * n);
+    }
+
+    /// Names are placed as `tests/zoo/reference.py` places the module tree's parameters.
+    #[test]
+    fn names_are_placed_in_components() {
+        let moe: BTreeSet<String> = ["model.layers.3.mlp".to_string()].into();
+        for (name, c) in [
+            ("model.layers.3.mlp.gate.weight", Component::Router),
+            (
+                "model.layers.3.mlp.gate.e_score_correction_bias",
+                Component::Router,
+            ),
+            (
+                "model.layers.3.mlp.experts.7.up_proj.weight",
+                Component::RoutedExperts,
+            ),
+            (
+                "model.layers.3.mlp.shared_experts.up_proj.weight",
+                Component::SharedExperts,
+            ),
+            (
+                "model.layers.0.mlp.up_proj.weight_scale_inv",
+                Component::DenseMlp,
+            ),
+            (
+                "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
+                Component::Mixer,
+            ),
+            ("model.layers.0.input_layernorm.weight", Component::Norms),
+            ("model.layers.61.eh_proj.weight", Component::Mtp),
+            ("model.norm.weight", Component::Norms),
+            ("model.embed_tokens.weight", Component::Embedding),
+            ("lm_head.weight", Component::Head),
+            ("model.visual.blocks.0.attn.qkv.weight", Component::Vision),
+        ] {
+            assert_eq!(component_of(name, 61, &moe), c, "{name}");
+        }
+    }
 }
