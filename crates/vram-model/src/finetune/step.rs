@@ -196,6 +196,14 @@ struct LayerAdapters {
     /// The largest transient of one adapted or quantized linear (dequantized weight, input casts).
     tmp_fwd: u64,
     tmp_bwd: u64,
+    /// The transient of the layer's last linear (the down projection), alive with
+    /// `fwd_locals`.
+    tmp_fwd_last: u64,
+    /// What a frozen layer's forward still holds, unsaved, when it reaches its last projection,
+    /// tensor by tensor (see [`forward_locals`]).
+    fwd_locals: Vec<u64>,
+    /// The layer's intermediate size (dense MLP; 0 otherwise).
+    inter: u64,
     /// Adapter parameter tensors of the layer (element counts).
     tensors: Vec<u64>,
     /// What each adapted site adds to `saved`, in module order.
@@ -232,6 +240,78 @@ fn frozen_discount(
         0
     };
     tok * cmp * (2 * h + dense.intermediate + norms * h)
+}
+
+/// The tensors a frozen layer saves, one per allocation: full training's (`parts`) less the
+/// ones [`frozen_discount`] names (one intermediate-sized, the rest hidden-sized), then what the
+/// adapters save, one allocation per site. Where the list does not hold the discounted
+/// tensors, the base's saved bytes are one block.
+fn frozen_parts(
+    parts: &[u64],
+    layer_saved: u64,
+    la: &LayerAdapters,
+    hid: u64,
+    inter: u64,
+) -> Vec<u64> {
+    let mut v = parts.to_vec();
+    let mut left = la.discount;
+    if la.discount > 0 && inter > 0 && (la.discount - inter) % hid == 0 {
+        let mut want = vec![inter];
+        want.extend(std::iter::repeat_n(
+            hid,
+            ((la.discount - inter) / hid) as usize,
+        ));
+        for w in want {
+            if let Some(j) = v.iter().position(|&b| b == w) {
+                v.remove(j);
+                left -= w;
+            }
+        }
+    }
+    if left != 0 || v.iter().sum::<u64>() != layer_saved.saturating_sub(la.discount) {
+        v = vec![layer_saved.saturating_sub(la.discount)];
+    }
+    v.extend(la.per_site.iter().map(|(_, b)| *b));
+    let extra = la.saved - la.per_site.iter().map(|(_, b)| *b).sum::<u64>();
+    v.push(extra);
+    v
+}
+
+/// The intermediate size of the model's dense MLPs, where its layers have one.
+fn typical_intermediate(t: &crate::describe::Transformer) -> Option<u64> {
+    t.blocks.kinds.iter().find_map(|k| match k.ffn {
+        crate::describe::Ffn::Dense(d) => Some(d.intermediate),
+        _ => None,
+    })
+}
+
+/// What a frozen attention + dense-MLP layer's forward holds, beyond what it saves, when it
+/// reaches its down projection (its high point when checkpointing recomputes it, since every
+/// saved tensor of the layer exists by then): the residual after attention (the decoder layer's
+/// `residual` local), the down projection's base output, and, when the adapters read copies of
+/// their inputs rather than the inputs themselves (fp32 adapters: PEFT's `_cast_input_dtype`;
+/// dropout), the MLP's normed input and the gate·up product, which nothing saves but the MLP's
+/// `forward` still holds. Measured on the meta device with the real libraries:
+/// `tests/engines/qlora_peak.py --lora` (Llama-3.2-1B, 4 × 2048, the peak at the last layer's
+/// recomputed down projection, within 0.1 % of the H200's `max_memory_allocated()`).
+fn forward_locals(
+    t: &crate::describe::Transformer,
+    b: &crate::describe::Block,
+    tok: u64,
+    cmp: u64,
+    adapters_copy_x: bool,
+) -> Vec<u64> {
+    let (crate::describe::Mixer::Attention(_), crate::describe::Ffn::Dense(dense)) =
+        (b.mixer, b.ffn)
+    else {
+        return Vec::new();
+    };
+    let hid = tok * cmp * t.hidden();
+    let mut v = vec![hid, hid];
+    if adapters_copy_x {
+        v.extend([hid, tok * cmp * dense.intermediate]);
+    }
+    v
 }
 
 /// Estimates one LoRA/QLoRA step of `model` under `setup` (its micro-batch, sequence,
@@ -273,9 +353,17 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     }
     // The per-layer tensors of the frozen model's forward, as the full-training walk has them
     // (bf16, no recomputation): an upper bound for a frozen base, whose linears save no input.
+    // prepare_model_for_kbit_training casts the embedding to fp32, so the residual stream is
+    // fp32, and bitsandbytes' Linear4bit.forward casts its output back to its input's dtype
+    // (`.to(inp_dtype)`, nn/modules.py): every linear output, norm and MLP intermediate of the
+    // frozen base is fp32 (measured on the meta device: `tests/engines/qlora_peak.py
+    // --prepare`). Only what autocast casts for SDPA stays bf16.
+    let prep = spec.prepare_kbit && quantized;
     let frozen = Setup {
         precision: if d == 4 {
             Precision::Fp32
+        } else if prep {
+            Precision::Bf16Amp
         } else {
             Precision::Bf16
         },
@@ -288,8 +376,35 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         ..*setup
     };
     let chain = chain_bytes(model, &frozen)?;
+    let mut chain_parts = crate::walk::chain_saved_parts(model, &frozen)?;
+    let mut chain = chain;
     let tok = tr.micro_batch * tr.seq;
+    if prep {
+        // Autocast's chain has the MLP's intermediates in bf16 (an nn.Linear's output); a
+        // bitsandbytes Linear4bit returns the fp32 of its input, so the gate, up, activation
+        // and product are fp32 here, and so are their gradients.
+        if let Some(inter) = typical_intermediate(t) {
+            let f = tok * inter * 2;
+            let extra: u64 = chain_parts.iter().filter(|&&b| b == f).map(|_| f).sum();
+            for b in chain_parts.iter_mut().filter(|b| **b == f) {
+                *b = 2 * f;
+            }
+            chain.layer_saved += extra;
+            let two_hid = 2 * tok * t.hidden() * 4;
+            chain.layer_ffn_backward_tmp = two_hid
+                + 2 * chain
+                    .layer_ffn_backward_tmp
+                    .saturating_sub(two_hid + chain.layer_half_grad);
+            chain.layer_mixer_backward_tmp = chain
+                .layer_mixer_backward_tmp
+                .saturating_sub(chain.layer_half_grad);
+        }
+    }
     let cmp = if d == 4 { 4 } else { 2 };
+    // Bytes of one element of the frozen base's activations (the residual stream's dtype).
+    let res = if prep { 4 } else { cmp };
+    // One hidden-sized activation (the residual stream of the frozen base).
+    let hid_bytes = tok * t.hidden() * res;
     // Per-layer adapters (every layer kind's sites; the per-kind table gives the count).
     let layers = t.blocks.len() as u64;
     let mut per_kind: Vec<LayerAdapters> = Vec::new();
@@ -297,10 +412,38 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     for kind in &b.kinds {
         let sites = super::block_sites(&b.names, kind, b.hidden);
         let mut la = LayerAdapters {
-            discount: frozen_discount(t, kind, tok, cmp),
+            discount: frozen_discount(t, kind, tok, res),
+            fwd_locals: forward_locals(
+                t,
+                kind,
+                tok,
+                res,
+                adapter_bytes == 4 || spec.lora.dropout > 0.0 || prep,
+            ),
+            inter: match kind.ffn {
+                crate::describe::Ffn::Dense(d) => tok * res * d.intermediate,
+                _ => 0,
+            },
             ..LayerAdapters::default()
         };
         let mut inputs_seen: Vec<u8> = Vec::new();
+        // Whether the attention's output, the output projection's input, is a tensor the
+        // attention kernel saves itself (flash/cuDNN/memory-efficient; an eager attention's
+        // output is copied by the transpose before the projection).
+        let attn_out_saved = match kind.mixer {
+            crate::describe::Mixer::Attention(a) => matches!(
+                crate::mech::attention::attention_kernel(
+                    &a,
+                    setup.attention,
+                    cmp == 2,
+                    true,
+                    tr.seq
+                ),
+                crate::mech::attention::Kernel::Fused
+                    | crate::mech::attention::Kernel::MemEfficient
+            ),
+            _ => false,
+        };
         let top_k = match kind.ffn {
             crate::describe::Ffn::Moe(m) | crate::describe::Ffn::DenseAndMoe(_, m) => m.top_k,
             _ => 1,
@@ -355,6 +498,14 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                             // dropout output and mask instead.
                             if p {
                                 la.saved += tok * s.inp * (cmp + 1);
+                            } else if attn_out_saved && s.input == 1 {
+                                // The output projection reads the fused kernel's own output
+                                // (laid out [b, s, h, d], so the transpose before it copies
+                                // nothing), which the kernel already saves.
+                            } else if prep {
+                                // An fp32 input: autocast casts it to bf16 for lora_A, one copy
+                                // per adapter (its cast cache keeps only weights' casts).
+                                la.saved += tok * s.inp * cmp;
                             } else if !inputs_seen.contains(&s.input) {
                                 inputs_seen.push(s.input);
                                 la.saved += tok * s.inp * cmp;
@@ -364,7 +515,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                         if quant_site && spec.weights.is_bnb_4bit() {
                             // lora/bnb.py Linear4bit.forward: result.clone().
                             fwd = fwd.max(
-                                tok * s.out * cmp
+                                tok * s.out * res
                                     + if tok > 1536 { s.out * s.inp * cmp } else { 0 },
                             );
                         }
@@ -392,6 +543,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 la.per_site.push((s.path.clone(), la.saved - before));
             }
             la.tmp_fwd = la.tmp_fwd.max(fwd);
+            la.tmp_fwd_last = fwd;
             la.tmp_bwd = la.tmp_bwd.max(bwd);
         }
         per_kind.push(la);
@@ -522,7 +674,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 if !spec.gradient_checkpointing {
                     keys.push(tape.alloc(
                         Category::Activations,
-                        vec![chain.layer_saved.saturating_sub(la.discount), la.saved],
+                        frozen_parts(&chain_parts, chain.layer_saved, la, hid_bytes, la.inter),
                     ));
                 }
                 let tmp = tape.alloc(
@@ -533,7 +685,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 kept.push(keys);
             }
             // TRL's fused LM head: the final hidden (compacted), fp32 statistics, one tile.
-            let hid = tape.alloc(Category::Loss, vec![tok * t.hidden() * cmp, 2 * tok * 4]);
+            let hid = tape.alloc(Category::Loss, vec![hid_bytes, 2 * tok * 4]);
             let mut tile = tok.min(4096) * t.vocab().min(32768) * cmp;
             if spec.prepare_kbit && quantized {
                 // The head is fp32 after prepare_model_for_kbit_training: each vocabulary chunk
@@ -544,7 +696,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
             tape.free(fwd_tmp);
             tape.phase(format!("step {} micro-batch {} backward", step + 1, mb + 1));
             let bwd_loss = tape.alloc(Category::Loss, vec![tok * t.hidden() * 4, tile]);
-            let gh = tape.alloc(Category::Activations, vec![tok * t.hidden() * cmp]);
+            let gh = tape.alloc(Category::Activations, vec![hid_bytes]);
             tape.free(bwd_loss);
             tape.free(hid);
             if let (Some(h), true) = (head_adapted, first) {
@@ -559,20 +711,46 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
             let mut g_prev = gh;
             for i in (0..layers as usize).rev() {
                 let la = &per_kind[b.pattern[i] as usize];
+                // The recomputed forward reaches its last projection with every tensor it saves
+                // alive, so its high point sits on top of them.
                 let recomputed = spec.gradient_checkpointing.then(|| {
+                    let saved = tape.alloc(
+                        Category::Activations,
+                        frozen_parts(&chain_parts, chain.layer_saved, la, hid_bytes, la.inter),
+                    );
+                    let locals: u64 = la.fwd_locals.iter().sum::<u64>() + la.tmp_fwd_last;
                     let tmp = tape.alloc(
                         Category::Temporaries,
-                        vec![chain.layer_forward_tmp.max(la.tmp_fwd)],
+                        if locals >= chain.layer_forward_tmp.max(la.tmp_fwd) {
+                            let mut v = la.fwd_locals.clone();
+                            v.push(la.tmp_fwd_last);
+                            v
+                        } else {
+                            vec![chain.layer_forward_tmp.max(la.tmp_fwd)]
+                        },
                     );
                     tape.free(tmp);
-                    tape.alloc(
-                        Category::Activations,
-                        vec![chain.layer_saved.saturating_sub(la.discount), la.saved],
-                    )
+                    saved
                 });
+                // The layer's backward in its two halves, as autograd runs them: the
+                // feed-forward's first (its intermediate-sized gradients once the down
+                // projection's saved input is gone), then the mixer's, during which the layer's
+                // input gradient is made. The halves' figures count the gradients flowing in and
+                // out; the tape holds them itself (`g_prev`, `g`). A frozen base's linears make
+                // no weight gradients, so nothing else is alive; bitsandbytes' dequantized
+                // weight (`MatMul4Bit.backward`) lives while a projection's input gradient is
+                // made, counted with the mixer's.
+                let ffn = tape.alloc(
+                    Category::Temporaries,
+                    vec![chain.layer_ffn_backward_tmp.saturating_sub(2 * hid_bytes)],
+                );
+                tape.free(ffn);
                 let tmp = tape.alloc(
                     Category::Temporaries,
-                    vec![chain.layer_backward_tmp, la.tmp_bwd],
+                    vec![
+                        chain.layer_mixer_backward_tmp.saturating_sub(2 * hid_bytes),
+                        la.tmp_bwd,
+                    ],
                 );
                 if first {
                     grads.push(tape.alloc(
@@ -580,7 +758,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                         la.tensors.iter().map(|e| e * adapter_bytes).collect(),
                     ));
                 }
-                let g = tape.alloc(Category::Activations, vec![tok * t.hidden() * cmp]);
+                let g = tape.alloc(Category::Activations, vec![hid_bytes]);
                 tape.free(g_prev);
                 g_prev = g;
                 tape.free(tmp);

@@ -634,6 +634,53 @@ pub(crate) fn train_sinks(a: &Attention, b: &Blocks, c: &Ctx, p: &mut Parts) -> 
     }
 }
 
+/// gpt-oss's eager attention with sinks in a `generate` prefill, tensor by tensor as
+/// `eager_attention_forward` (modeling_gpt_oss.py) makes them, each its own allocation (the
+/// layer's cache, which holds the rotated K and V, is the caller's): the normed input (held by
+/// the decoder layer until the attention returns), q after rotary, K and V repeated to every
+/// head; the scores (`matmul`), scaled (the matmul output freed), masked (the scaled freed);
+/// `attn_weights`, the masked scores, stays bound until `dropout` reassigns it, so the `cat`
+/// with the sinks (`[b, h, q, k + 1]`) and the max-subtracted logits come on top of it (the
+/// high point: three score-sized tensors, measured by `tests/engines/live_peak.py`); the
+/// softmax (the subtracted logits freed); the value matmul over the softmax's view; the
+/// transpose made contiguous; `o_proj`. Returns the output's slot.
+pub(crate) fn prefill_sinks(a: &Attention, g: &mut Prog, b: &Blocks, c: &Ctx) -> u8 {
+    let tok = c.tok;
+    let (h, cmp, tp) = (b.hidden, c.cmp, c.t);
+    let heads = a.heads.div_ceil(tp);
+    let q_bytes = m(&[tok, heads * a.head_dim, cmp]);
+    let scores = m(&[c.b, heads, c.s, c.s, cmp]);
+    let with_sink = m(&[c.b, heads, c.s, c.s + 1, cmp]);
+    let n1 = super::norm::prefill(g, b.norm, m(&[tok, h]), cmp, true);
+    let q0 = g.make(q_bytes);
+    let q = g.make(q_bytes);
+    g.free(q0);
+    let kr = g.make(q_bytes);
+    let vr = g.make(q_bytes);
+    let s0 = g.make(scores);
+    let s1 = g.make(scores);
+    g.free(s0);
+    let masked = g.make(scores);
+    g.free(s1);
+    let cat = g.make(with_sink);
+    let sub = g.make(with_sink);
+    g.free(cat);
+    let probs = g.make(with_sink);
+    g.free(sub);
+    g.free(masked);
+    let out = g.make(q_bytes);
+    g.free(probs);
+    g.free(kr);
+    g.free(vr);
+    let t = g.make(q_bytes);
+    g.free(out);
+    g.free(q);
+    let o = g.make(m(&[tok, h, cmp]));
+    g.free(t);
+    g.free(n1);
+    o
+}
+
 /// The attention's prefill ops over the layer's input (slot `X` of the walk); returns the residual stream after it and the
 /// attention's output where the block holds it until it returns (GPT-2).
 pub(crate) fn prefill(

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::step::{m, Ctx, Extra, Parts};
+use super::step::{m, Ctx, Extra, Parts, Prog};
 use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
 use crate::describe::{Blocks, Names};
 
@@ -147,12 +147,21 @@ pub(crate) fn train(g: &Gdn, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
     p.push(m(&[c.tok, hv * dv, cmp]), false); // out_proj input
     let state = m(&[c.b, hv, dk * dv, 4]);
     let fwd = m(&[tok32, hv, GDN_CHUNK, 4, 2]).saturating_add(state);
+    // The inference high point, inside `torch_chunk_gated_delta_rule` (which keeps every
+    // intermediate bound to a local until it returns) as it makes the chunks' decayed q: the
+    // layer's input and normed input; the SiLU'd conv output (q, k, v are its views) and z;
+    // fp32 `[b, hv, T, ·]` q, k, v (padded, normed, scaled), k·beta, v·beta, the decayed k·beta,
+    // the two `solve_triangular` outputs (new values, k_cumdecay), the `zeros_like` output and
+    // the decayed q being made (6 × dk + 4 × dv); the decay mask, the UT system and the
+    // intra-chunk attention `[b, hv, T/64, 64, 64]`; two state-sized `zeros_like`. Held to
+    // `tests/engines/live_peak.py` on the Qwen3.5-27B slice, b4 × 4080: these tensors are the
+    // 5.57 GB alive at its peak (less the model's `inputs_embeds`).
     let infer = c
         .rep(hidden, c.res + cmp)
-        .saturating_add(m(&[c.tok, conv * 3 + hv * dv, cmp]))
-        .saturating_add(m(&[tok32, hv, 2 * dk + 3 * dv, 4]))
+        .saturating_add(m(&[c.tok, conv + hv * dv, cmp]))
+        .saturating_add(m(&[tok32, hv, 6 * dk + 4 * dv, 4]))
         .saturating_add(m(&[tok32, hv, GDN_CHUNK, 4, 3]))
-        .saturating_add(state);
+        .saturating_add(m(&[state, 2]));
     Extra {
         bwd: fwd.saturating_add(m(&[tok32, hv, 2 * dk + 2 * dv, 4])),
         fwd,
@@ -162,4 +171,69 @@ pub(crate) fn train(g: &Gdn, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
         decode_per_ctx: 0,
     }
+}
+
+/// Gated DeltaNet's `generate` prefill tensor by tensor, in the order the torch fallbacks make
+/// them (the layer's cache is the caller's): the normed input (held by the decoder layer until
+/// the mixer returns), `in_proj_qkv`'s output, the causal `conv1d` output and its SiLU (q, k and
+/// v are views of it, held until `forward` returns), z; in `torch_chunk_gated_delta_rule` every
+/// fp32 intermediate stays bound to a local until it returns (the high point of [`train`]'s
+/// inference figure); its output back in bf16; the gated RMSNorm in fp32; `out_proj`. Each
+/// tensor is its own allocation, as the caching allocator sees them. Returns the output's slot.
+pub(crate) fn prefill(g: &Gdn, prog: &mut Prog, b: &Blocks, c: &Ctx) -> u8 {
+    let hv = g.num_v_heads.div_ceil(c.t);
+    let hk = g.num_k_heads.div_ceil(c.t);
+    let (dk, dv) = (g.k_head_dim, g.v_head_dim);
+    let conv = 2 * hk * dk + hv * dv;
+    let cmp = c.cmp;
+    let padded = c.s.div_ceil(GDN_CHUNK) * GDN_CHUNK;
+    let tok32 = m(&[c.b, padded]);
+    let n = super::norm::prefill(prog, b.norm, m(&[c.tok, b.hidden]), cmp, true);
+    let qkv = prog.make(m(&[c.tok, conv, cmp]));
+    let co = prog.make(m(&[c.tok, conv, cmp]));
+    let act = prog.make(m(&[c.tok, conv, cmp]));
+    prog.free(co);
+    prog.free(qkv);
+    let z = prog.make(m(&[c.tok, hv * dv, cmp]));
+    // The chunked rule's locals: 6 of width dk, 4 of width dv (the last one `core_attn_out`),
+    // the three [b, hv, T/64, 64, 64], two state-sized.
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(prog.make(m(&[tok32, hv, dk, 4])));
+    }
+    for _ in 0..3 {
+        held.push(prog.make(m(&[tok32, hv, dv, 4])));
+    }
+    for _ in 0..3 {
+        held.push(prog.make(m(&[tok32, hv, GDN_CHUNK, 4])));
+    }
+    let state = m(&[c.b, hv, dk * dv, 4]);
+    held.push(prog.make(state));
+    held.push(prog.make(state));
+    let core = prog.make(m(&[tok32, hv, dv, 4]));
+    for s in held {
+        prog.free(s);
+    }
+    let o16 = prog.make(m(&[c.tok, hv * dv, cmp]));
+    prog.free(core);
+    // Qwen3_5RMSNormGated: fp32 input, normalised, fp32 gate and its SiLU, the product, bf16.
+    let f32 = m(&[c.tok, hv * dv, 4]);
+    let x32 = prog.make(f32);
+    let nrm = prog.make(f32);
+    prog.free(x32);
+    let z32 = prog.make(f32);
+    let sz = prog.make(f32);
+    prog.free(z32);
+    let pr = prog.make(f32);
+    prog.free(nrm);
+    prog.free(sz);
+    let ob = prog.make(m(&[c.tok, hv * dv, cmp]));
+    prog.free(pr);
+    prog.free(o16);
+    prog.free(z);
+    let y = prog.make(m(&[c.tok, b.hidden, cmp]));
+    prog.free(ob);
+    prog.free(act);
+    prog.free(n);
+    y
 }

@@ -187,11 +187,32 @@ pub(crate) fn train(mb: &Mamba2, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
     p.push(m(&[c.tok, d_in, cmp]), false);
     let state = m(&[c.b, heads, mb.head_dim * mb.state_size, 4]);
     let fwd = m(&[tok32, heads, chunk, 4, 2]);
+    // The inference high point, in `torch_forward`'s chunked scan (every intermediate bound to a
+    // local until it returns) at the inter-chunk recurrence: the layer's input and normed
+    // input; in_proj's output and the SiLU'd conv output; fp32 per padded token: B and C
+    // repeated to the heads and padded, `B * decay_states` and its einsum copy (4 × H·N), x
+    // cast and padded, `x * dt` and the two einsum outputs of Y_diag (4 × d_in), `L`, `G` and
+    // `M` (3 × H·chunk), dt padded, its cumsum and two decays (4 × H); the chunk states' einsum
+    // copy and the states with the initial one (`2 · chunks + 1`); two state-sized zeros; the
+    // clamped dt. Held to `tests/engines/live_peak.py` on a 4-layer Nemotron-H-56B slice
+    // (b2 × 2000): these are the 8.77 GB alive at its peak (less the model's `inputs_embeds`).
     let infer = c
         .rep(hidden, c.res + cmp)
-        .saturating_add(m(&[c.tok, conv * 3 + d_in, cmp]))
-        .saturating_add(m(&[tok32, heads, chunk, 4, 3]))
-        .saturating_add(m(&[c.b, chunks + 1, heads, mb.head_dim * mb.state_size, 4]));
+        .saturating_add(m(&[c.tok, proj + conv, cmp]))
+        .saturating_add(m(&[
+            tok32,
+            4 * hn + 4 * d_in + 3 * heads * chunk + 4 * heads,
+            4,
+        ]))
+        .saturating_add(m(&[
+            c.b,
+            2 * chunks + 1,
+            heads,
+            mb.head_dim * mb.state_size,
+            4,
+        ]))
+        .saturating_add(m(&[state, 2]))
+        .saturating_add(m(&[c.tok, heads, cmp]));
     Extra {
         bwd: fwd.saturating_add(m(&[tok32, d_in, 4, 2])),
         fwd,

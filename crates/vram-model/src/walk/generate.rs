@@ -104,6 +104,13 @@ impl CacheBytes {
     }
 }
 
+/// The layer's cache tensors, made before a mechanism's own prefill ops.
+fn push_cache(g: &mut Prog, cache: &[u64]) {
+    for (j, bytes) in cache.iter().enumerate() {
+        g.ops.push((CACHE + j as u8, *bytes));
+    }
+}
+
 /// Builds the prefill program of a decoder layer `blk` over the step's tokens: the tensors
 /// PyTorch eager makes and frees in the order the modelling code makes them. The layer's input
 /// is slot [`X`] and its output ends there; its cache tensors are slots [`CACHE`].. of
@@ -113,8 +120,10 @@ impl CacheBytes {
 /// projections (QK-norm, a weightless v norm, KV sharing and Qwen3.5's output gate where the
 /// layer has them), rotary embeddings, the cache update (`torch.cat`, or a static cache's
 /// lazily made zeros), SDPA's kernel or the eager softmax with their masks and `repeat_kv`,
-/// the `transpose(1, 2).contiguous()`, the output projection, the residual adds, the MLP. The
-/// other mechanisms (MLA, Gated DeltaNet, Mamba2, gpt-oss's sinks, experts) make their cache,
+/// the `transpose(1, 2).contiguous()`, the output projection, the residual adds, the MLP. Gated
+/// DeltaNet's torch fallback and gpt-oss's eager attention with sinks are walked tensor by
+/// tensor too (`gdn::prefill`, `attention::prefill_sinks`). The other mechanisms (MLA, Mamba2,
+/// experts) make their cache,
 /// then their inference high point (`LayerDesc::infer_tmp`'s parts: the mechanism's own
 /// itemisation in its `mech/` module) comes and goes.
 fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]) -> Vec<Op> {
@@ -134,6 +143,21 @@ fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]
     let (r, y_held) = match blk.mixer {
         Mixer::Attention(a) if !a.sinks => attention::prefill(&a, &mut g, b, c, cache, held_out),
         Mixer::None => (X, None),
+        Mixer::GatedDeltaNet(gd) => {
+            push_cache(&mut g, cache);
+            let y = crate::mech::gdn::prefill(&gd, &mut g, b, c);
+            let r = g.make(hd);
+            g.free(y);
+            (r, None)
+        }
+        Mixer::Attention(a) => {
+            // With sinks (without them, the arm above).
+            push_cache(&mut g, cache);
+            let y = attention::prefill_sinks(&a, &mut g, b, c);
+            let r = g.make(hd);
+            g.free(y);
+            (r, None)
+        }
         _ => {
             for (j, bytes) in cache.iter().enumerate() {
                 g.ops.push((CACHE + j as u8, *bytes));

@@ -179,6 +179,7 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
             .saturating_add(mx.bwd)
             .saturating_add(half_grad),
         ffn_first_grad: first_grad,
+        half_grad,
         decode: mx.decode.max(ff.decode),
         decode_per_ctx: mx.decode_per_ctx,
         // Less the layer's input, which the walk holds as the residual stream.

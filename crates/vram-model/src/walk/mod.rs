@@ -1104,6 +1104,16 @@ pub struct ChainBytes {
     pub layer_forward_tmp: u64,
     /// Extra bytes live at the high point of one layer's backward (beyond saved and gradients).
     pub layer_backward_tmp: u64,
+    /// The feed-forward half of a layer's backward, run first: the gradients flowing in and
+    /// out and the feed-forward's own, less its down projection's saved input, which the first
+    /// of them replaces (`LayerDesc::ffn_bwd_tmp`).
+    pub layer_ffn_backward_tmp: u64,
+    /// The mixer half of a layer's backward, after the feed-forward's tensors are freed
+    /// (`LayerDesc::mixer_bwd_tmp`).
+    pub layer_mixer_backward_tmp: u64,
+    /// Of each backward figure above: autocast's half gradient of the layer's largest weight
+    /// (0 without autocast), which a frozen layer does not make.
+    pub layer_half_grad: u64,
     /// Extra bytes at the high point of the head's forward: the logits and their fp32 upcast.
     pub head_forward_tmp: u64,
     /// Extra bytes at the high point of the head's backward: two fp32 logit gradients.
@@ -1159,6 +1169,9 @@ pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
         head_grad: m(&[step.head_params, g]),
         layer_forward_tmp: l.fwd_tmp,
         layer_backward_tmp: l.bwd_tmp,
+        layer_ffn_backward_tmp: l.ffn_bwd_tmp,
+        layer_mixer_backward_tmp: l.mixer_bwd_tmp,
+        layer_half_grad: l.half_grad,
         head_forward_tmp: m(&[step.logits, step.ctx.cmp])
             + if step.ctx.cmp != 4 {
                 m(&[step.logits, 4])
@@ -1167,6 +1180,14 @@ pub fn chain_bytes(model: &Model, setup: &Setup) -> Result<ChainBytes> {
             },
         head_backward_tmp: m(&[step.logits, 4, 2]),
     })
+}
+
+/// The tensors one layer of the chain (its last kind) saves for backward without
+/// recomputation, one entry per allocation, for a step that walks its own tape through the
+/// allocator replay (`finetune::step`).
+pub(crate) fn chain_saved_parts(model: &Model, setup: &Setup) -> Result<Vec<u64>> {
+    let l = Step::new(model, setup)?.last_kind();
+    Ok(l.parts.bytes[..l.parts.n as usize].to_vec())
 }
 
 /// The largest micro-batch (training) or batch (inference) whose estimate fits `capacity`.

@@ -45,6 +45,8 @@ pub(crate) struct LayerDesc {
     /// elements of the feed-forward's last projection, whose gradient comes first.
     pub(crate) ffn_bwd_tmp: u64,
     pub(crate) mixer_bwd_tmp: u64,
+    /// Of `bwd_tmp` (and of each half): autocast's half gradient of the largest weight.
+    pub(crate) half_grad: u64,
     pub(crate) ffn_first_grad: u64,
     /// A `generate` decode step's temporaries over one new token per sequence: fixed bytes,
     /// and bytes per context token the step reads (re-expanded or repeated K/V, score rows).
