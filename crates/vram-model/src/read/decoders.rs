@@ -480,6 +480,32 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "falcon_h1" => falcon_h1(c)?,
         "mamba" | "falcon_mamba" => mamba(c)?,
         "jamba" => jamba(c)?,
+        // Without a `text_config`, Mistral3Config's own text defaults (configuration_mistral3.py
+        // `sub_configs_defaults`: Mistral-Small-3.1's decoder, no sliding window).
+        "mistral3" if std::ptr::eq(c.map, outer.map) => {
+            let mut map = serde_json::Map::new();
+            for (k, v) in [
+                ("head_dim", 128),
+                ("hidden_size", 5120),
+                ("intermediate_size", 32_768),
+                ("max_position_embeddings", 131_072),
+                ("num_attention_heads", 32),
+                ("num_hidden_layers", 40),
+                ("num_key_value_heads", 8),
+                ("vocab_size", 131_072),
+            ] {
+                map.insert(k.into(), Value::from(v));
+            }
+            map.insert("sliding_window".into(), Value::Null);
+            map.insert("rope_theta".into(), Value::from(1e9));
+            mistral_text(
+                &Cfg {
+                    map: &map,
+                    model_type: "mistral",
+                },
+                "mistral",
+            )?
+        }
         "mistral3" => match c.str("model_type")? {
             Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
             None => mistral_text(c, "mistral")?,
@@ -495,7 +521,7 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
     // The class built is the wrapper's: its config's `tie_word_embeddings` decides the tying
     // (modeling_utils.py `tie_weights` reads `self.config`, the top level); Mistral3Config's
     // own default is true.
-    if !std::ptr::eq(c.map, outer.map) && builds_vision(outer)? {
+    if (!std::ptr::eq(c.map, outer.map) || is_mistral3(outer)?) && builds_vision(outer)? {
         if outer.find(&["tie_word_embeddings"]).is_some() {
             d.tied = outer.bool("tie_word_embeddings", d.tied)?;
         } else if is_mistral3(outer)? {
