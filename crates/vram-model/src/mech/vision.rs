@@ -63,6 +63,9 @@ pub struct Vision {
     pub gated: bool,
     /// Extra mergers whose outputs the text model adds at early layers (Qwen3-VL's deepstack).
     pub deepstack: u64,
+    /// Whether the serving engine splits the encoder layers' linears across a TP group (vLLM's
+    /// parallel linear layers); false where it builds them as plain `nn.Linear`s on every GPU.
+    pub tp_split: bool,
     /// The images each sequence carries (`--images`), none by default.
     pub images: Option<Images>,
 }

@@ -640,6 +640,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out,
                 gated: false,
                 deepstack,
+                tp_split: true,
                 images: None,
             }
         }
@@ -686,6 +687,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: false,
                 deepstack: 0,
+                tp_split: true,
                 images: None,
             }
         }
@@ -744,6 +746,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: false,
                 deepstack: 0,
+                tp_split: true,
                 images: None,
             }
         }
@@ -782,6 +785,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: true,
                 deepstack: 0,
+                tp_split: true,
                 images: None,
             }
         }
@@ -838,6 +842,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: false,
                 deepstack: 0,
+                tp_split: true,
                 images: None,
             }
         }
@@ -887,6 +892,12 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: true,
                 deepstack: 0,
+                // Mistral's repos ship Mistral-format weights beside config.json (`params.json`,
+                // `consolidated*.safetensors`); vLLM 0.18's `config_format` "auto" loads those
+                // first (transformers_utils/config.py, repo_utils.py `is_mistral_model_repo`)
+                // into `PixtralForConditionalGeneration`, whose `VisionTransformer` and adapter
+                // are plain `nn.Linear`s on every GPU (model_executor/models/pixtral.py).
+                tp_split: false,
                 images: None,
             }
         }
