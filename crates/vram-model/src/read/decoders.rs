@@ -546,7 +546,9 @@ fn is_mistral3(outer: &Cfg) -> Result<bool> {
         return Ok(true);
     }
     Ok(match outer.list("architectures")? {
-        Some(a) => matches!(a.first(), Some(Value::String(n)) if n == "Mistral3ForConditionalGeneration"),
+        Some(a) => {
+            matches!(a.first(), Some(Value::String(n)) if n == "Mistral3ForConditionalGeneration")
+        }
         None => false,
     })
 }
@@ -862,8 +864,12 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
             let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4096);
             let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(24);
             let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(16);
-            let p = v.opt_u64(&["patch_size"])?.unwrap_or(if given { 16 } else { 14 });
-            let image = v.opt_u64(&["image_size"])?.unwrap_or(if given { 1024 } else { 1540 });
+            let p = v
+                .opt_u64(&["patch_size"])?
+                .unwrap_or(if given { 16 } else { 14 });
+            let image = v
+                .opt_u64(&["image_size"])?
+                .unwrap_or(if given { 1024 } else { 1540 });
             let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
             let merge = outer.opt_u64(&["spatial_merge_size"])?.unwrap_or(2);
             let feature_layers = match outer.map.get("vision_feature_layer") {
