@@ -380,15 +380,6 @@ const NEAR_MISSES: &[(&str, NearMiss)] = &[
         "kimi-k2.5",
         Ok(("model_type `kimi_k25` is not known: its text_config (`kimi_k2`) is read; any vision or audio tower is not counted", 1_000_000_000_000)),
     ),
-    // Mistral-Small-3.1-24B: `mistral3` around a `mistral` text_config, read exactly (the
-    // wrapper's default `tie_word_embeddings: true` ties the head); the Pixtral tower and
-    // projector are counted in the note only. transformers 5.24's
-    // Mistral3ForConditionalGeneration on meta from this file: 22,901,314,560 parameters outside
-    // `vision_tower` (403,305,472) and `multi_modal_projector` (35,652,608).
-    (
-        "mistral-small-3.1-24b-instruct-2503",
-        Ok(("Mistral-3's Pixtral vision tower and projector (438,958,080 parameters) are not counted: images are not modelled for it", 22_901_314_560)),
-    ),
 ];
 
 #[test]

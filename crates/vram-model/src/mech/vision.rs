@@ -63,6 +63,9 @@ pub struct Vision {
     pub gated: bool,
     /// Extra mergers whose outputs the text model adds at early layers (Qwen3-VL's deepstack).
     pub deepstack: u64,
+    /// Whether the serving engine splits the encoder layers' linears across a TP group (vLLM's
+    /// parallel linear layers); false where it builds them as plain `nn.Linear`s on every GPU.
+    pub tp_split: bool,
     /// The images each sequence carries (`--images`), none by default.
     pub images: Option<Images>,
 }
@@ -130,12 +133,24 @@ pub enum VisionInput {
         /// `vision_soft_tokens_per_image` (the processor's `max_soft_tokens`).
         soft_tokens: u64,
     },
+    /// Mistral-3 (Pixtral): the weights are counted; images are refused. Its processor resizes
+    /// to at most `longest_edge` and `merge`² patches make one `[IMG]` token, but the tower runs
+    /// every image of a batch as one sequence under a block-diagonal mask, whose tensors are not
+    /// modelled here.
+    Pixtral {
+        /// `spatial_merge_size`.
+        merge: u64,
+        /// `vision_config.image_size`.
+        longest_edge: u64,
+    },
 }
 
 impl Vision {
     /// What an estimate says of how the tower is modelled.
     pub fn note(&self) -> &'static str {
-        if self.images.is_some() {
+        if let VisionInput::Pixtral { .. } = self.input {
+            "vision tower (Pixtral): its weights are counted; images are not modelled for it (--images is refused)"
+        } else if self.images.is_some() {
             "vision tower: each image's patches through it and its tokens in the text sequence (mech/vision.rs, from transformers 5.24's image processors and vision models)"
         } else {
             "vision tower: its weights are counted; no images in the step (--images N counts their tokens and the tower's activations)"
@@ -232,6 +247,11 @@ pub fn image_tokens(v: &Vision, width: u64, height: u64) -> Result<ImageTokens> 
     }
     let p = v.patch.max(1);
     Ok(match v.input {
+        VisionInput::Pixtral { .. } => {
+            return Err(bad(
+                "--images: Mistral-3's Pixtral tower is counted in the weights, but its image tokens and activations are not modelled; estimate without --images".into(),
+            ))
+        }
         VisionInput::SmartResize {
             merge,
             min_pixels,
@@ -367,6 +387,7 @@ pub fn default_image_size(v: &Vision) -> Option<(u64, u64)> {
             Some((image, image))
         }
         VisionInput::Tiles { tile, .. } => Some((tile, tile)),
+        VisionInput::Pixtral { longest_edge, .. } => Some((longest_edge, longest_edge)),
         VisionInput::PatchBudget { .. } => Some((1024, 1024)),
         VisionInput::SmartResize { .. } => None,
     }
@@ -498,6 +519,8 @@ fn outside_layers(v: &Vision, patches: u64, tokens: u64, d: Dt) -> (u64, u64) {
             let tower = pixels + m(&[patches, 16 + 2 * hv * 4]);
             (tower, m(&[tokens, hv, 4 + d.cmp]))
         }
+        // Never reached: `image_tokens` refuses Pixtral's images, so no image enters a step.
+        VisionInput::Pixtral { .. } => (0, 0),
     }
 }
 

@@ -480,6 +480,32 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "falcon_h1" => falcon_h1(c)?,
         "mamba" | "falcon_mamba" => mamba(c)?,
         "jamba" => jamba(c)?,
+        // Without a `text_config`, Mistral3Config's own text defaults (configuration_mistral3.py
+        // `sub_configs_defaults`: Mistral-Small-3.1's decoder, no sliding window).
+        "mistral3" if std::ptr::eq(c.map, outer.map) => {
+            let mut map = serde_json::Map::new();
+            for (k, v) in [
+                ("head_dim", 128),
+                ("hidden_size", 5120),
+                ("intermediate_size", 32_768),
+                ("max_position_embeddings", 131_072),
+                ("num_attention_heads", 32),
+                ("num_hidden_layers", 40),
+                ("num_key_value_heads", 8),
+                ("vocab_size", 131_072),
+            ] {
+                map.insert(k.into(), Value::from(v));
+            }
+            map.insert("sliding_window".into(), Value::Null);
+            map.insert("rope_theta".into(), Value::from(1e9));
+            mistral_text(
+                &Cfg {
+                    map: &map,
+                    model_type: "mistral",
+                },
+                "mistral",
+            )?
+        }
         "mistral3" => match c.str("model_type")? {
             Some(inner @ ("mistral" | "ministral3")) => mistral_text(c, inner)?,
             None => mistral_text(c, "mistral")?,
@@ -495,32 +521,43 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
     // The class built is the wrapper's: its config's `tie_word_embeddings` decides the tying
     // (modeling_utils.py `tie_weights` reads `self.config`, the top level); Mistral3Config's
     // own default is true.
-    if !std::ptr::eq(c.map, outer.map) && builds_vision(outer)? {
+    if (!std::ptr::eq(c.map, outer.map) || is_mistral3(outer)?) && builds_vision(outer)? {
         if outer.find(&["tie_word_embeddings"]).is_some() {
             d.tied = outer.bool("tie_word_embeddings", d.tied)?;
-        } else if mt == "mistral3" {
+        } else if is_mistral3(outer)? {
             d.tied = true;
         }
     }
-    if mt == "mistral3" {
-        d.notes.push(format!(
-            "Mistral-3's Pixtral vision tower and projector ({} parameters) are not counted: images are not modelled for it",
-            crate::fmt::thousands(pixtral_params(outer, d.hidden)?)
-        ));
-    }
     let text_hidden = d.hidden;
     let mut t = build(d)?;
-    t.blocks.vision_unmodelled = mt == "mistral3";
     if builds_vision(outer)? {
         t.blocks.vision = vision(outer, text_hidden)?;
     }
     Ok(t)
 }
 
+/// Whether the checkpoint is Mistral-3's `Mistral3ForConditionalGeneration` (a Pixtral tower
+/// around a Mistral or Ministral 3 text model): `model_type` `mistral3`, or the class named by
+/// `architectures` (mlc-llm's copy of Ministral-3-3B-Instruct-2512 writes `ministral3` at the
+/// top level beside a `vision_config`; transformers 5.24's AutoConfig cannot load that file,
+/// vLLM picks its class by `architectures`).
+fn is_mistral3(outer: &Cfg) -> Result<bool> {
+    if outer.model_type == "mistral3" {
+        return Ok(true);
+    }
+    Ok(match outer.list("architectures")? {
+        Some(a) => {
+            matches!(a.first(), Some(Value::String(n)) if n == "Mistral3ForConditionalGeneration")
+        }
+        None => false,
+    })
+}
+
 /// Whether the class the checkpoint names builds the vision tower: `architectures[0]` a
 /// `*ForConditionalGeneration`; without `architectures`, the class `AutoModelForCausalLM` maps
 /// the `model_type` to (models/auto/modeling_auto.py: qwen3_vl, gemma3 and gemma4 to their
-/// `*ForConditionalGeneration`, qwen3_5 and llama4 to text-only `*ForCausalLM`).
+/// `*ForConditionalGeneration`, qwen3_5 and llama4 to text-only `*ForCausalLM`); mistral3 has no
+/// causal-LM class, only `Mistral3ForConditionalGeneration` (image-text-to-text).
 fn builds_vision(outer: &Cfg) -> Result<bool> {
     if let Some(a) = outer.list("architectures")? {
         if let Some(Value::String(name)) = a.first() {
@@ -529,7 +566,7 @@ fn builds_vision(outer: &Cfg) -> Result<bool> {
     }
     Ok(matches!(
         outer.model_type,
-        "qwen3_vl" | "qwen3_vl_moe" | "gemma3" | "gemma4"
+        "qwen3_vl" | "qwen3_vl_moe" | "gemma3" | "gemma4" | "mistral3"
     ))
 }
 
@@ -552,7 +589,12 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
         map,
         model_type: outer.model_type,
     };
-    Ok(Some(match outer.model_type {
+    let family = if is_mistral3(outer)? {
+        "mistral3"
+    } else {
+        outer.model_type
+    };
+    Ok(Some(match family {
         // Qwen3VLVisionModel / Qwen3_5VisionModel: Conv3d patch embedding with bias, learned
         // positions, `depth` blocks (two LayerNorms, fused qkv and proj with biases, a
         // non-gated MLP with biases), the patch merger (LayerNorm, fc1, fc2 with biases) and one
@@ -600,6 +642,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out,
                 gated: false,
                 deepstack,
+                tp_split: true,
                 images: None,
             }
         }
@@ -646,6 +689,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: false,
                 deepstack: 0,
+                tp_split: true,
                 images: None,
             }
         }
@@ -704,6 +748,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: false,
                 deepstack: 0,
+                tp_split: true,
                 images: None,
             }
         }
@@ -742,6 +787,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: true,
                 deepstack: 0,
+                tp_split: true,
                 images: None,
             }
         }
@@ -798,6 +844,66 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 out: text_hidden,
                 gated: false,
                 deepstack: 0,
+                tp_split: true,
+                images: None,
+            }
+        }
+        // Mistral3ForConditionalGeneration (transformers 5.24 `modeling_pixtral.py`
+        // `PixtralVisionModel`, `modeling_mistral3.py` `Mistral3MultiModalProjector`): a
+        // bias-free patch Conv2d, the `ln_pre` RMSNorm, layers of two RMSNorms
+        // (`attention_norm`, `ffn_norm`), bias-free q/k/v/o and a gated MLP; the 2D rotary has
+        // no parameters. The projector: an RMSNorm over the tower's width, the patch merger's
+        // bias-free `merging_layer` (`spatial_merge_size`² patches in, one out), `linear_1`
+        // (one tower width per `vision_feature_layer`) and `linear_2`, biased by
+        // `multimodal_projector_bias` (class default false). Without `vision_config` the
+        // wrapper's own defaults apply (Mistral3Config: patch 14, image 1540); a given
+        // `vision_config` takes PixtralVisionConfig's (patch 16, image 1024).
+        "mistral3" => {
+            let given = outer.map.get("vision_config").is_some_and(Value::is_object);
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1024);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4096);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(24);
+            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(16);
+            let p = v
+                .opt_u64(&["patch_size"])?
+                .unwrap_or(if given { 16 } else { 14 });
+            let image = v
+                .opt_u64(&["image_size"])?
+                .unwrap_or(if given { 1024 } else { 1540 });
+            let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
+            let merge = outer.opt_u64(&["spatial_merge_size"])?.unwrap_or(2);
+            let feature_layers = match outer.map.get("vision_feature_layer") {
+                Some(Value::Array(l)) => l.len() as u64,
+                _ => 1,
+            };
+            let bias = u64::from(outer.bool("multimodal_projector_bias", false)?);
+            let tower = hv * ch * p * p + hv + depth * (2 * hv + 4 * hv * hv + 3 * hv * i);
+            let projector = hv
+                + hv * merge * merge * hv
+                + feature_layers * hv * text_hidden
+                + text_hidden * text_hidden
+                + bias * 2 * text_hidden;
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params: tower + projector,
+                input: VisionInput::Pixtral {
+                    merge,
+                    longest_edge: image,
+                },
+                patch_elems: ch * p * p,
+                out: text_hidden,
+                gated: true,
+                deepstack: 0,
+                // Mistral's repos ship Mistral-format weights beside config.json (`params.json`,
+                // `consolidated*.safetensors`); vLLM 0.18's `config_format` "auto" loads those
+                // first (transformers_utils/config.py, repo_utils.py `is_mistral_model_repo`)
+                // into `PixtralForConditionalGeneration`, whose `VisionTransformer` and adapter
+                // are plain `nn.Linear`s on every GPU (model_executor/models/pixtral.py).
+                tp_split: false,
                 images: None,
             }
         }
@@ -2355,37 +2461,6 @@ fn mistral_text(c: &Cfg, inner: &str) -> Result<Draft> {
         d.layer_types = vec![LayerType::Sliding; layers as usize];
     }
     Ok(d)
-}
-
-/// Parameters of Mistral-3's Pixtral tower and projector (modeling_pixtral.py
-/// `PixtralVisionModel`: a bias-free patch Conv2d, `ln_pre`, layers of two RMSNorms, bias-free
-/// q/k/v/o and a gated MLP; modeling_mistral3.py `Mistral3MultiModalProjector`: an RMSNorm, the
-/// patch merger's `merging_layer` and `linear_1`/`linear_2` biased by
-/// `multimodal_projector_bias`), for the note that says they are not counted.
-fn pixtral_params(outer: &Cfg, text_hidden: u64) -> Result<u64> {
-    let empty = serde_json::Map::new();
-    let map = match outer.map.get("vision_config") {
-        Some(Value::Object(m)) => m,
-        _ => &empty,
-    };
-    let v = Cfg {
-        map,
-        model_type: outer.model_type,
-    };
-    let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1024);
-    let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4096);
-    let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(24);
-    let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
-    let ch = v.opt_u64(&["num_channels"])?.unwrap_or(3);
-    let m = outer.opt_u64(&["spatial_merge_size"])?.unwrap_or(2);
-    let bias = u64::from(outer.bool("multimodal_projector_bias", true)?);
-    let tower = hv * ch * p * p + hv + depth * (2 * hv + 4 * hv * hv + 3 * hv * i);
-    let projector = hv
-        + hv * m * m * hv
-        + hv * text_hidden
-        + text_hidden * text_hidden
-        + bias * 2 * text_hidden;
-    Ok(tower + projector)
 }
 
 /// The description a draft gives.

@@ -114,3 +114,36 @@ fn mllama_vision_tower_counts_as_transformers_does() {
     assert_eq!(v.params, 895_028_755);
     assert_eq!(t.param_count(), 10_670_220_835);
 }
+
+/// Mistral-3 (`Mistral3ForConditionalGeneration`): the Pixtral tower and projector as
+/// transformers 5.24 builds them on the meta device from `Mistral3Config`'s defaults, given as
+/// the bare `model_type` (the wrapper's text and vision defaults) and as the default written out
+/// (`AutoConfig.for_model("mistral3").to_json_string(use_diff=False)`): 23,340,272,640
+/// parameters, 403,305,472 in `vision_tower` and 35,652,608 in `multi_modal_projector`. The
+/// real configs (Mistral-Small-3.1-24B, Ministral-3-3B) are in the zoo. `--images` is refused
+/// for it in one line.
+#[test]
+fn mistral3_pixtral_tower_counts_as_transformers_does() {
+    let bare = r#"{"model_type": "mistral3"}"#;
+    let written = r#"{"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+        "multimodal_projector_bias": false, "spatial_merge_size": 2, "tie_word_embeddings": true,
+        "vision_feature_layer": -1,
+        "text_config": {"model_type": "mistral", "head_dim": 128, "hidden_size": 5120,
+          "intermediate_size": 32768, "max_position_embeddings": 131072, "num_attention_heads": 32,
+          "num_hidden_layers": 40, "num_key_value_heads": 8, "sliding_window": null,
+          "vocab_size": 131072},
+        "vision_config": {"model_type": "pixtral", "hidden_size": 1024, "image_size": 1540,
+          "intermediate_size": 4096, "num_attention_heads": 16, "num_channels": 3,
+          "num_hidden_layers": 24, "patch_size": 14}}"#;
+    for text in [bare, written] {
+        let Model::Transformer(t) = vram_model::hf::parse_config(text, "mistral3").expect("reads")
+        else {
+            panic!("not a transformer")
+        };
+        let v = t.blocks.vision.as_ref().expect("a vision tower");
+        assert_eq!(v.params, 403_305_472 + 35_652_608);
+        assert_eq!(t.param_count(), 23_340_272_640);
+        let err = image_tokens(v, 1024, 1024).expect_err("Pixtral's images are refused");
+        assert!(err.to_string().contains("--images"), "{err}");
+    }
+}

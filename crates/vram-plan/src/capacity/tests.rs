@@ -918,6 +918,7 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         out: 4096,
         gated: false,
         deepstack: 0,
+        tp_split: true,
         images: None,
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;

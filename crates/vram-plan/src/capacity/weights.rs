@@ -196,7 +196,12 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
 /// `MllamaPrecomputedPositionEmbedding`'s tile table (`(max_aspect_ratio_id + 1) × max_num_tiles
 /// × (patches + 1) × width`, 73.8 M parameters) and `multi_modal_projector` (an `nn.Linear`) are
 /// plain modules. Bias vectors are counted with the replicated rest, a small error.
+/// A tower the engine does not split (`tp_split` false: Mistral-3's Pixtral, loaded from its
+/// Mistral-format weights) is whole on every GPU.
 pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64 {
+    if !v.tp_split {
+        return v.params as f64;
+    }
     let mlp = if v.gated { 3 } else { 2 };
     let layers = v.depth * (4 * v.hidden * v.hidden + mlp * v.hidden * v.intermediate);
     let split = layers.min(v.params) as f64;
