@@ -175,13 +175,13 @@ pub fn resolve_model(arg: &str, hub: &HubArgs) -> Result<Resolved> {
 }
 
 /// A checkpoint's headers decide its stored bytes (`Blocks::apply_headers`); where they
-/// contradict the config's format, a note gives both figures.
+/// contradict the config's format, a note gives both figures. The note joins the model's
+/// notes (`Blocks::notes`), which the estimate and capacity reports carry into text, `--json`
+/// and HTML alike.
 fn with_headers(mut r: Resolved) -> Resolved {
     if let (Model::Transformer(t), Some(tally)) = (&mut r.model, &r.checkpoint) {
-        let mut err = crate::output::stderr();
-        for n in t.blocks.apply_headers(tally) {
-            let _ = writeln!(err, "note: {n}");
-        }
+        let notes = t.blocks.apply_headers(tally);
+        t.blocks.notes.extend(notes);
     }
     r
 }

@@ -243,6 +243,28 @@ fn vram(args: &[&str], env: &[(&str, String)]) -> (Value, String) {
     )
 }
 
+/// The text output (no `--json`) and stderr.
+fn vram_text(args: &[&str], env: &[(&str, String)]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run vram");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{args:?}: {err}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+}
+
+/// A report's `notes`.
+fn notes(v: &Value) -> Vec<String> {
+    v["notes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("notes in {v}"))
+        .iter()
+        .map(|n| n.as_str().expect("a note is a string").to_string())
+        .collect()
+}
+
 fn tmp(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("storage")
@@ -299,15 +321,23 @@ fn a_checkpoints_headers_decide_its_stored_bytes() {
         // The walk holds what is stored, within a byte a tensor of the shares.
         let held = u(&v["breakdown"], "parameters");
         assert!(held.abs_diff(stored + upcast) < 64, "{held} vs {stored}");
-        let note = err.lines().find(|l| l.contains("headers hold"));
+        // The note is the report's (text, `--json` and HTML render the one list).
+        let note = notes(&v).into_iter().find(|l| l.contains("headers hold"));
         if quant.is_empty() {
-            let note = note.unwrap_or_else(|| panic!("{err}"));
+            let note = note.unwrap_or_else(|| panic!("{v}\n{err}"));
             assert!(
                 note.contains("mxfp4 experts") && note.contains("config.json says bf16"),
                 "{note}"
             );
+            let (text, _) = vram_text(
+                &["estimate", repo, "--inference", "--gpu", "h100-80g"],
+                &env,
+            );
+            assert!(text.contains(&format!("note: {note}")), "{text}");
+            let (c, _) = vram(&["capacity", repo, "--gpu", "h100-80g"], &env);
+            assert!(notes(&c).contains(&note), "{c}");
         } else {
-            assert_eq!(note, None, "{err}");
+            assert_eq!(note, None, "{v}");
             // Headers and config agree: the config alone gives the same figure.
             let file = d.join("gpt-oss.json");
             std::fs::write(&file, &config).unwrap();
@@ -345,10 +375,10 @@ fn a_checkpoints_headers_decide_its_stored_bytes() {
     std::fs::write(d.join("model.safetensors"), f.materialize()).unwrap();
     let (v, err) = vram(&["estimate", d.to_str().unwrap(), "--inference"], &[]);
     assert_eq!(u(&v, "weights_bytes"), data_bytes(&f));
-    let note = err
-        .lines()
+    let note = notes(&v)
+        .into_iter()
         .find(|l| l.contains("headers hold"))
-        .unwrap_or_else(|| panic!("{err}"));
+        .unwrap_or_else(|| panic!("{v}\n{err}"));
     assert!(
         note.contains("fp8 blocks 128x128") && note.contains("says bf16"),
         "{note}"

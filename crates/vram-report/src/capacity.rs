@@ -131,6 +131,10 @@ pub struct CapacityReport {
     /// When it does not start: the cheapest change that starts it at `max_model_len` (null:
     /// none of those tried).
     pub cheapest_change: Option<ServingChange>,
+    /// What reading the model found (`Blocks::notes`: a checkpoint's headers that disagree
+    /// with config.json, a wrapper read by its text config...), as the text's `note:` lines.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// What the engine would do at start-up (`vram_plan::capacity::Capacity`).
@@ -434,6 +438,7 @@ pub fn capacity(
         gpu: g.into(),
         capacity: (&c).into(),
         cheapest_change: change,
+        notes: t.blocks.notes.clone(),
     })
 }
 
@@ -673,6 +678,9 @@ impl CapacityReport {
             writeln!(out, "{l}")?;
         }
         writeln!(out, "{}", self.assumed_line())?;
+        for n in &self.notes {
+            writeln!(out, "note: {n}")?;
+        }
         Ok(())
     }
 }
