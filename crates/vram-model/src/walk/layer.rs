@@ -43,10 +43,12 @@ pub(super) fn notes(b: &Blocks) -> Vec<&'static str> {
 pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul: u64) -> LayerDesc {
     if blk.skipped_without_images() {
         // Llama 3.2 Vision's cross-attention layer in a text-only step: the model's loop
-        // passes over it (`Step::new` refuses images for it), so it holds only its weights.
+        // passes over it (`Step::new` refuses images for it), so it holds only its weights:
+        // no activations, no gradient, no optimizer state.
         return LayerDesc {
             params,
             matmul_params: matmul,
+            no_grad: true,
             ..LayerDesc::default()
         }
         .with_totals();

@@ -885,12 +885,22 @@ impl<'a> Step<'a> {
 
     /// Parameter elements this rank holds (after TP, before ZeRO).
     fn rank_params(&self, rank: u64, stack: &Stack) -> u64 {
+        self.rank_sum(rank, stack, |l| l.params)
+    }
+
+    /// Parameter elements on `rank` that get gradients and optimizer states
+    /// ([`LayerDesc::grad_params`]).
+    fn rank_grad_params(&self, rank: u64, stack: &Stack) -> u64 {
+        self.rank_sum(rank, stack, LayerDesc::grad_params)
+    }
+
+    fn rank_sum(&self, rank: u64, stack: &Stack, f: impl Fn(&LayerDesc) -> u64) -> u64 {
         let p = self.setup.parallel.pp;
         let layers: u64 = match stack {
             Stack::Blocks { kinds, pattern } => {
-                pattern.iter().map(|k| kinds[*k as usize].params).sum()
+                pattern.iter().map(|k| f(&kinds[*k as usize])).sum()
             }
-            Stack::List(v) => v.iter().map(|l| l.params).sum(),
+            Stack::List(v) => v.iter().map(&f).sum(),
         };
         layers
             + if rank == 0 { self.emb_params } else { 0 }

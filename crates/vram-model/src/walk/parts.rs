@@ -23,6 +23,10 @@ pub(crate) struct LayerDesc {
     pub(crate) params: u64,
     /// Of which weights of matmuls/convolutions (copied to half under autocast).
     pub(crate) matmul_params: u64,
+    /// The forward passes over the layer (Llama 3.2 Vision's cross-attention layers in a
+    /// text-only step): its parameters get no gradient (`p.grad` stays `None`), so torch's
+    /// optimizers make no state for them (`_init_group` skips them).
+    pub(crate) no_grad: bool,
     /// Live bytes at the high point of an inference forward (nothing kept).
     pub(crate) infer_tmp: u64,
     /// Bytes made in the layer's forward and kept until the model's forward returns, not for
@@ -135,6 +139,15 @@ impl Program {
 }
 
 impl LayerDesc {
+    /// Parameter elements that get a gradient (and optimizer states) in a training step.
+    pub(crate) fn grad_params(&self) -> u64 {
+        if self.no_grad {
+            0
+        } else {
+            self.params
+        }
+    }
+
     pub(crate) fn with_totals(mut self) -> Self {
         self.saved_all = self.parts.total(false);
         self.saved_selective = self.parts.total(true);

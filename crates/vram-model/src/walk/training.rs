@@ -17,19 +17,25 @@ impl Step<'_> {
         let par = self.setup.parallel;
         let stack = self.stack(rank);
         let params = self.rank_params(rank, &stack);
+        // Gradients and optimizer states: the parameters the forward uses.
+        let grad_params = self.rank_grad_params(rank, &stack);
         let o = self.setup.overheads;
         sink.phase(Phase::Setup);
-        let tensors = if S::WANTS_PARTS {
-            self.rank_tensor_elems(rank, &stack)
+        let (tensors, grad_tensors) = if S::WANTS_PARTS {
+            (
+                self.rank_tensor_elems(rank, &stack, false),
+                self.rank_tensor_elems(rank, &stack, true),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
-        let scaled = |bytes_per: u64, factor: f64| -> Vec<u64> {
-            tensors
-                .iter()
+        let of = |list: &[u64], bytes_per: u64, factor: f64| -> Vec<u64> {
+            list.iter()
                 .map(|e| (*e as f64 * bytes_per as f64 * factor) as u64)
                 .collect()
         };
+        let scaled = |bytes_per: u64, factor: f64| of(&tensors, bytes_per, factor);
+        let scaled_g = |bytes_per: u64, factor: f64| of(&grad_tensors, bytes_per, factor);
         let mut key = 1u64 << 60;
         let mut hold = |sink: &mut S, cat: Category, bytes: u64, parts: &[u64], now: bool| {
             key += 1;
@@ -93,11 +99,11 @@ impl Step<'_> {
                 } else {
                     shard(
                         z >= 1,
-                        (params as f64 * self.opt_elems * b.state as f64) as u64,
+                        (grad_params as f64 * self.opt_elems * b.state as f64) as u64,
                     )
                 };
                 let persistent_grads = self.style != AmpStyle::Autocast;
-                let grads_full = m(&[params, b.grad]);
+                let grads_full = m(&[grad_params, b.grad]);
                 let grads = if !persistent_grads || (on_host && z >= 2) {
                     0
                 } else {
@@ -117,7 +123,7 @@ impl Step<'_> {
                     // created together per parameter).
                     let per = self.opt_elems.ceil().max(1.0) as usize;
                     let each = self.opt_elems / per as f64;
-                    let one = scaled(b.state, each);
+                    let one = scaled_g(b.state, each);
                     let mut v = Vec::with_capacity(one.len() * per);
                     for x in one {
                         v.extend(std::iter::repeat_n(x, per));
@@ -145,7 +151,7 @@ impl Step<'_> {
                         sink,
                         Category::Gradients,
                         grads,
-                        &sharded(z >= 2, scaled(b.grad, 1.0)),
+                        &sharded(z >= 2, scaled_g(b.grad, 1.0)),
                         at_start,
                     ),
                     hold(sink, Category::CommBuffers, comm, &[], at_start),
@@ -165,14 +171,14 @@ impl Step<'_> {
                 }
                 let tmp = match (self.style, tr.optimizer) {
                     // torch.optim's foreach AdamW keeps one param-sized state temporary (sqrt of v).
-                    (AmpStyle::Autocast, Optimizer::Adamw) => m(&[params, b.state]),
+                    (AmpStyle::Autocast, Optimizer::Adamw) => m(&[grad_params, b.state]),
                     _ => 0,
                 };
                 let t = hold(
                     sink,
                     Category::Temporaries,
                     tmp,
-                    &scaled(b.state, 1.0),
+                    &scaled_g(b.state, 1.0),
                     true,
                 );
                 if tmp > 0 {
@@ -247,7 +253,7 @@ impl Step<'_> {
 
     /// Element counts of rank `rank`'s parameter tensors.
     pub(super) fn weight_tensor_elems(&self, rank: u64) -> Vec<u64> {
-        self.rank_tensor_elems(rank, &self.stack(rank))
+        self.rank_tensor_elems(rank, &self.stack(rank), false)
     }
 
     /// Bytes per element of the weights as the forward pass reads them.
@@ -258,17 +264,20 @@ impl Step<'_> {
         }
     }
 
-    /// Element counts of the parameter tensors this rank holds (after TP), one per tensor.
-    pub(super) fn rank_tensor_elems(&self, rank: u64, stack: &Stack) -> Vec<u64> {
+    /// Element counts of the parameter tensors this rank holds (after TP), one per tensor;
+    /// `grads_only`: only those that get gradients ([`LayerDesc::grad_params`]).
+    pub(super) fn rank_tensor_elems(&self, rank: u64, stack: &Stack, grads_only: bool) -> Vec<u64> {
         let mut v = Vec::new();
         let [emb, head] = self.edge_params(rank);
         match stack {
-            Stack::Blocks { pattern, .. } => {
+            Stack::Blocks { pattern, kinds } => {
                 if emb > 0 {
                     v.push(emb);
                 }
                 for k in pattern.iter() {
-                    v.extend_from_slice(self.tensors_of(*k as usize));
+                    if !(grads_only && kinds[*k as usize].no_grad) {
+                        v.extend_from_slice(self.tensors_of(*k as usize));
+                    }
                 }
                 if head > 0 {
                     v.push(head);
@@ -277,6 +286,9 @@ impl Step<'_> {
             Stack::List(_) => {
                 for i in 0..stack.len() {
                     let l = stack.get(i);
+                    if grads_only && l.no_grad {
+                        continue;
+                    }
                     v.push(l.matmul_params);
                     v.push(l.params - l.matmul_params);
                 }
@@ -329,6 +341,9 @@ impl Step<'_> {
         let g = self.bytes.grad;
         for i in 0..stack.len() {
             let l = stack.get(i);
+            if l.no_grad {
+                continue;
+            }
             let split = if self.recomputed(tr, i) {
                 self.ffn_split(stack, i, l)
             } else {
@@ -863,7 +878,7 @@ impl Step<'_> {
                     sink.alloc(re_ffn, &list[cut..]);
                 }
             }
-            if lazy_grads {
+            if lazy_grads && !l.no_grad {
                 let parts = if S::WANTS_PARTS {
                     self.layer_tensor_bytes(stack, i, g)
                 } else {

@@ -147,3 +147,47 @@ fn mistral3_pixtral_tower_counts_as_transformers_does() {
         assert!(err.to_string().contains("--images"), "{err}");
     }
 }
+
+/// Llama 3.2 Vision's text model trained on text alone: `MllamaTextModel.forward` passes over
+/// its cross-attention layers when there are no image features (`continue` in transformers
+/// 5.24's modeling_mllama.py), so their parameters get no gradient and torch's AdamW
+/// (`_init_group` skips a parameter whose `grad` is None) makes no state for them. One
+/// forward, backward and `AdamW.step()` of this tiny `MllamaForCausalLM` on the CPU
+/// (`tests/engines/mllama_text_grads.py`, transformers 5.24.0, torch 2.15): 181,380
+/// parameters, 107,328 with a gradient, 214,656 state elements (`exp_avg`, `exp_avg_sq`);
+/// the two cross-attention layers hold the other 74,052.
+#[test]
+fn mllama_text_only_training_skips_the_cross_attention_layers_gradients() {
+    use vram_model::estimate::{estimate, Category};
+    use vram_model::setup::{Mode, Precision, Setup, Train};
+    let config = r#"{"model_type": "mllama", "text_config": {"model_type": "mllama_text_model",
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "cross_attention_layers": [1, 3],
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-05, "tie_word_embeddings": false,
+        "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "pad_token_id": 0}}"#;
+    let model = vram_model::hf::parse_config(config, "tiny-mllama").expect("reads");
+    assert_eq!(model.param_count(), 181_380);
+    for precision in [Precision::Fp32, Precision::Bf16Amp] {
+        let setup = Setup {
+            precision,
+            mode: Mode::Train(Train {
+                seq: 16,
+                ..Train::default()
+            }),
+            ..Setup::default()
+        };
+        let e = estimate(&model, &setup).expect("estimates");
+        // AdamW's two fp32 moments for the parameters with a gradient only.
+        assert_eq!(
+            e.breakdown.get(Category::OptimizerStates),
+            214_656 * 4,
+            "{precision:?}"
+        );
+        // The step peaks in `AdamW.step()`, every gradient live: fp32 gradients for the
+        // parameters the forward used only.
+        assert_eq!(e.peak_phase, vram_model::Phase::Optimizer, "{precision:?}");
+        assert_eq!(e.breakdown.get(Category::Gradients), 107_328 * 4);
+        // Every layer's weights stay (fp32 under autocast too).
+        assert_eq!(e.breakdown.get(Category::Parameters), 181_380 * 4);
+    }
+}
