@@ -280,7 +280,8 @@ class Capacity(_Result):
     ``cuda_graph_bytes``, ``kv_cache_bytes``, ``kv_cache_tokens``, ``kv_cache_blocks``,
     ``max_concurrency`` (requests of ``max_model_len`` at once), ``starts``,
     ``max_model_len_that_fits``, ``cheapest_change`` (``None`` or ``{"flags": ...}``), ``log``
-    (the lines the engine would print), ``assumes``, ``engine``, ``engine_version``, ``gpu``,
+    (the lines the engine would print), ``assumes``, ``notes`` (what reading the model found),
+    ``engine``, ``engine_version``, ``gpu``,
     ``description`` (the text's setup line), ``kv_cache_dtype``. ``vram report`` renders the
     JSON (``to_dict()``) as an HTML page.
     """
