@@ -224,12 +224,22 @@ impl EstimateReport {
         if let (Some(after), Some(per)) =
             (self.cache_after_prefill_bytes, self.cache_bytes_per_token)
         {
-            lines.push(format!(
-                "cache after the prefill: {}; one decode step adds {}{}",
-                bytes(after),
-                if per < 0 { "-" } else { "" },
-                bytes(per.unsigned_abs())
-            ));
+            lines.push(if per < 0 {
+                // DynamicSlidingWindowLayer keeps a slice of the prefill's whole K/V tensor, so
+                // the prompt beyond the window is freed only by the first decode step's `cat`.
+                format!(
+                    "cache after the prefill: {}; the first decode step frees a net {} (sliding layers \
+                     keep the prefill's whole keys and values until then, their window after)",
+                    bytes(after),
+                    bytes(per.unsigned_abs())
+                )
+            } else {
+                format!(
+                    "cache after the prefill: {}; one decode step adds {}",
+                    bytes(after),
+                    bytes(per.unsigned_abs())
+                )
+            });
         }
         if let Some(i) = &self.image_tokens {
             let tiles = if i.tiles_per_image > 1 {

@@ -137,11 +137,20 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
     }
     if let (Some(a), Some(t)) = (r.cache_after_prefill_bytes, r.cache_bytes_per_token) {
         rows.push(size("cache after the prefill", a));
-        rows.push((
-            "cache added per decode step".into(),
-            signed(t),
-            format!("{t} bytes"),
-        ));
+        if t < 0 {
+            // As the text says: sliding layers keep the prefill's whole K/V tensor until the
+            // first decode step's `cat`.
+            rows.push(size(
+                "cache freed (net) by the first decode step: sliding layers keep their window",
+                t.unsigned_abs(),
+            ));
+        } else {
+            rows.push((
+                "cache added per decode step".into(),
+                signed(t),
+                format!("{t} bytes"),
+            ));
+        }
     }
     rows.push(word(
         "mixed-precision layout",
