@@ -12,6 +12,7 @@ the sharded model (each DTensor's global size).
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -49,7 +50,15 @@ def main():
     opt.step()
     changed = any(not torch.equal(b, p.detach().full_tensor()) for b, p in zip(before, model.parameters()))
     print(f"STEP_OK rank={dist.get_rank()} world={dist.get_world_size()} loss={total:.4f} sharded={sharded} changed={changed} params={sum(p.numel() for p in model.parameters())}", flush=True)
+    # Both ranks past every collective before either tears down; then leave without the
+    # interpreter's teardown, where a gloo thread still joining aborted one rank after its
+    # STEP_OK line on the 2-core CI machine ("terminate called without an active exception",
+    # exit -6, once in five runs of .ci/run on 2026-11-27).
+    dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
