@@ -420,7 +420,7 @@ pub fn capacity(
         .unwrap_or_default();
     let mut k = knobs(r, t, &config, config_from_user)?;
     // vLLM keeps a hybrid model's recurrent state in the config's `mamba_ssm_dtype`.
-    k.mamba_ssm_bytes = m.config.and_then(capacity::config_mamba_ssm_bytes);
+    k.mamba_ssm_bytes = m.config.and_then(vram_model::read::mamba_ssm_bytes);
     let g = r.gpu;
     let c = capacity::capacity(t, g, r.engine, &k)?;
     let change = if c.starts {

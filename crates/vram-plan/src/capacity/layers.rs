@@ -93,23 +93,6 @@ impl LayerCache {
     }
 }
 
-/// Bytes of the recurrent-state dtype a model's `config.json` names (`mamba_ssm_dtype`, at the
-/// top or in `text_config`: Qwen3.5 ships `float32`); `None` when it names none. vLLM copies it
-/// into `mamba_ssm_cache_dtype` (`vllm/model_executor/models/config.py`
-/// `Qwen3_5ForConditionalGenerationConfig`) before the hybrid page alignment.
-pub fn config_mamba_ssm_bytes(config_json: &str) -> Option<u64> {
-    let v: serde_json::Value = serde_json::from_str(config_json).ok()?;
-    let d = v
-        .get("mamba_ssm_dtype")
-        .or_else(|| v.get("text_config")?.get("mamba_ssm_dtype"))?
-        .as_str()?;
-    match d {
-        "float32" | "fp32" => Some(4),
-        "bfloat16" | "float16" | "bf16" | "fp16" => Some(2),
-        _ => None,
-    }
-}
-
 /// The per-layer cache kinds of a transformer as the serving engines see them.
 ///
 /// This is the one place the capacity model reads the model's layer structure, and it reads

@@ -76,7 +76,7 @@ mod vllm;
 mod weights;
 
 pub use kv_layout::KvGroup;
-pub use layers::{config_mamba_ssm_bytes, kv_bytes_per_token, layer_caches, LayerCache};
+pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
 pub use startup::{startup_error, StartupError};
 pub use weights::{allocator_rounding, weights_per_gpu};
 
@@ -255,7 +255,7 @@ pub struct Knobs {
     pub dp_attention: bool,
     /// Bytes of a Mamba2 / Gated DeltaNet recurrent-state element (vLLM
     /// `--mamba-ssm-cache-dtype`); `None`: the model dtype. The CLI sets it from the config's
-    /// `mamba_ssm_dtype` ([`config_mamba_ssm_bytes`]) as vLLM does.
+    /// `mamba_ssm_dtype` ([`vram_model::read::mamba_ssm_bytes`]) as vLLM does.
     pub mamba_ssm_bytes: Option<u64>,
     /// `--engine-version` as numbers (`None`: the pinned version). What depends on it: SGLang
     /// 0.4's `mem_fraction_static` by TP size and its chunked-prefill and CUDA-graph defaults

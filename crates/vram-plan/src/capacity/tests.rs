@@ -629,8 +629,11 @@ fn sglang_swa_pool_by_hand() {
 fn vllm_qwen3_5_fp32_state_matches_a_real_log() {
     let t = model("qwen3.5-27b");
     let cfg = catalog::config_text("qwen3.5-27b").unwrap();
-    assert_eq!(config_mamba_ssm_bytes(cfg), Some(4));
-    assert_eq!(config_mamba_ssm_bytes(r#"{"model_type": "llama"}"#), None);
+    assert_eq!(vram_model::read::mamba_ssm_bytes(cfg), Some(4));
+    assert_eq!(
+        vram_model::read::mamba_ssm_bytes(r#"{"model_type": "llama"}"#),
+        None
+    );
     let gpu = vram_model::gpu::lookup("h20-141g").unwrap();
     let k = Knobs {
         max_model_len: Some(32768),
