@@ -584,6 +584,7 @@ pub(crate) fn train(a: &Attention, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra 
         kept,
         decode,
         decode_per_ctx: 0,
+        decode_experts: [0, 0],
     }
 }
 
@@ -631,6 +632,7 @@ pub(crate) fn train_sinks(a: &Attention, b: &Blocks, c: &Ctx, p: &mut Parts) -> 
         kept,
         decode: m(&[c.b, hidden + 2 * q_w + 2 * kv_w, cmp]),
         decode_per_ctx: m(&[c.b, heads, 2 * a.head_dim + 4, cmp]),
+        decode_experts: [0, 0],
     }
 }
 

@@ -170,6 +170,7 @@ pub(crate) fn train(g: &Gdn, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         // `torch_recurrent_gated_delta_rule` for one token: fp32 q, k, v and the state's update.
         decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
         decode_per_ctx: 0,
+        decode_experts: [0, 0],
     }
 }
 

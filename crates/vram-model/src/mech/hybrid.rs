@@ -108,5 +108,6 @@ pub(crate) fn train(hy: &Hybrid, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
             .decode
             .max(m(&[c.b, b.hidden, c.cmp]).saturating_add(at.decode)),
         decode_per_ctx: at.decode_per_ctx,
+        decode_experts: [0, 0],
     }
 }

@@ -144,5 +144,6 @@ pub(crate) fn train(x: &Mamba, b: &Blocks, c: &Ctx, _p: &mut Parts) -> Extra {
         kept: 0,
         decode: m(&[c.b, b.hidden * 2 + i * 4, cmp]).saturating_add(m(&[state, 3])),
         decode_per_ctx: 0,
+        decode_experts: [0, 0],
     }
 }

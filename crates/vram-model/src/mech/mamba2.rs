@@ -220,5 +220,6 @@ pub(crate) fn train(mb: &Mamba2, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         kept: 0,
         decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
         decode_per_ctx: 0,
+        decode_experts: [0, 0],
     }
 }

@@ -225,5 +225,6 @@ pub(crate) fn train(a: &Mla, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         ]),
         // Every decode step re-expands the whole cached latent: kv_b_proj's output and keys.
         decode_per_ctx: m(&[c.b, kv_out + heads * qk, cmp]),
+        decode_experts: [0, 0],
     }
 }

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::step::{m, Ctx, Extra, Parts};
+use super::step::{m, Ctx, Extra, Parts, Prog};
 use super::{
     col_bias, lin, vector, Component, Dense, Mechanism, Site, SiteKind, Tensor, TensorKind,
 };
@@ -335,12 +335,172 @@ pub(crate) fn train(mo: &Moe, b: &Blocks, c: &Ctx, norm: bool, p: &mut Parts) ->
         }
     }
     let per_token = infer / c.tok.max(1);
+    // `generate` decodes inside `_optimize_model_for_decode` (generation/utils.py, 5.24), which
+    // on any device but the CPU switches `grouped_mm` experts to `batched_mm_experts_forward`:
+    // per step, `gate_up_proj[expert_ids]` `[b·top_k, 2I, H]` and then, while it is alive,
+    // `down_proj[expert_ids]` `[b·top_k, H, I]`: one copy of an expert's weights per routed row.
+    let decode_experts = if mo.dispatch == Dispatch::GroupedMm {
+        [
+            m(&[c.b, mo.top_k, up, h, cmp]),
+            m(&[c.b, mo.top_k, h, i, cmp]),
+        ]
+    } else {
+        [0, 0]
+    };
     Extra {
         bwd,
         fwd,
         infer,
         kept: 0,
         decode: per_token.saturating_mul(c.b),
+        decode_experts,
         decode_per_ctx: 0,
     }
+}
+
+/// Whether [`prefill`] walks this mixture's prefill tensor by tensor: `grouped_mm` dispatch over
+/// the hidden width (no latent projections) with plain gated or ungated experts. The others
+/// (Llama 4's every-expert path, the loop, Nemotron-H's latent, gpt-oss's clamped SwiGLU with
+/// biases) keep their inference high point as one temporary.
+pub(crate) fn prefill_walked(mo: &Moe) -> bool {
+    mo.dispatch == Dispatch::GroupedMm && mo.latent.is_none() && !mo.expert_bias
+}
+
+/// The prefill of a mixture of experts (inference, no grad) as PyTorch eager makes and frees
+/// its tensors, the norm first; returns the slot of its output `[T, H]`. Read from transformers
+/// 5.24 and held to `tests/engines/gen_trace.py` (every storage of the real modules on the meta
+/// device):
+///
+/// - the router: its logits `[T, E]` (fp32 from an fp32 copy of the input where the router runs
+///   in fp32, `DeepseekV3TopkRouter`) kept until the block returns, an fp32 softmax or sigmoid
+///   and the top-k's values, indices and normalised weights (the weights and indices kept);
+/// - `grouped_mm_experts_forward` (integrations/moe.py): the sort's two `[S]` int64 outputs
+///   (`S = T · top_k`), `perm // top_k`, the gathered rows `[S, H]` and the routing weights
+///   `sample_weights[perm]` `[S]`, all kept to the function's end; the up `grouped_mm` `[S, 2I]`,
+///   the activation and the product `[S, I]` (the up output freed after the product), the down
+///   `grouped_mm` `[S, H]` (kept), its product with the weights `[S, H]` (fp32 when the routing
+///   weights are), `inv_perm`, the un-permuted copy `[S, H]` (the product freed), the sum over
+///   top-k `[T, H]` and its cast back to the hidden dtype;
+/// - a shared expert after the routed ones (DeepSeek-V3's `hidden_states + shared_experts(
+///   residuals)`), or before them with its sigmoid gate (Qwen2/3-MoE-style
+///   `shared_expert_output = self.shared_expert(hidden_states)` first, Qwen3.5-MoE, Qwen3-Next).
+pub(crate) fn prefill(mo: &Moe, g: &mut Prog, b: &Blocks, c: &Ctx) -> u8 {
+    let (tok, cmp) = (c.tok, c.cmp);
+    let h = b.hidden;
+    let e = mo.experts;
+    let k = mo.top_k;
+    let i = mo.expert_intermediate.div_ceil(c.t);
+    let up = if mo.gated { 2 * i } else { i };
+    let s = m(&[tok, k]);
+    let wb = if mo.router_weights_fp32 { 4 } else { cmp };
+    let wo = cmp.max(wb);
+    let n2 = super::norm::prefill(g, b.norm, m(&[tok, h]), cmp, true);
+    let shared_first = mo.shared_gate;
+    let shared = |g: &mut Prog, d: &Dense| -> u8 {
+        let fb = m(&[tok, d.intermediate.div_ceil(c.t), cmp]);
+        let u = g.make(fb);
+        let a = g.make(fb);
+        g.free(u);
+        let p = if d.gated {
+            let u2 = g.make(fb);
+            let p = g.make(fb);
+            g.free(a);
+            g.free(u2);
+            p
+        } else {
+            a
+        };
+        let o = g.make(m(&[tok, h, cmp]));
+        g.free(p);
+        o
+    };
+    let sh_out = match mo.shared {
+        Some(d) if shared_first => Some(shared(g, &d)),
+        _ => None,
+    };
+    // The router.
+    let fp32_router = mo.correction_bias || mo.router_param_fp32;
+    let logits = if fp32_router {
+        let xin = g.make(m(&[tok, h, 4])); // hidden_states.type(torch.float32)
+        let l = g.make(m(&[tok, e, 4]));
+        g.free(xin);
+        l
+    } else {
+        g.make(m(&[tok, e, cmp]))
+    };
+    let p1 = g.make(m(&[tok, e, 4])); // the fp32 copy, or the sigmoid
+    let p2 = g.make(m(&[tok, e, 4])); // the softmax, or the biased scores
+    g.free(p1);
+    let vals = g.make(m(&[tok, k, 4]));
+    let idx = g.make(m(&[tok, k, 8]));
+    let w = g.make(m(&[tok, k, wb]));
+    g.free(vals);
+    g.free(p2);
+    // grouped_mm_experts_forward.
+    let so1 = g.make(m(&[s, 8]));
+    let so2 = g.make(m(&[s, 8]));
+    let pk = g.make(m(&[s, 8]));
+    let gx = g.make(m(&[s, h, cmp]));
+    g.free(pk);
+    let sw = g.make(m(&[s, wb]));
+    let off = g.make(m(&[e, 4]));
+    let u = g.make(m(&[s, up, cmp]));
+    let a = g.make(m(&[s, i, cmp]));
+    let p = if mo.gated {
+        let p = g.make(m(&[s, i, cmp]));
+        g.free(a);
+        p
+    } else {
+        a
+    };
+    g.free(u);
+    let dn = g.make(m(&[s, h, cmp]));
+    g.free(p);
+    let wt = g.make(m(&[s, h, wo]));
+    let ip = g.make(m(&[s, 8]));
+    let ix = g.make(m(&[s, h, wo]));
+    g.free(wt);
+    let sm = g.make(m(&[tok, h, wo]));
+    let routed = if wo != cmp {
+        let cs = g.make(m(&[tok, h, cmp]));
+        g.free(sm);
+        cs
+    } else {
+        sm
+    };
+    for t in [so1, so2, gx, sw, off, dn, ix, ip] {
+        g.free(t);
+    }
+    let out = match (mo.shared, sh_out) {
+        (Some(_), Some(so)) => {
+            let gate = if mo.shared_gate {
+                let gm = g.make(m(&[tok, cmp]));
+                let sg = g.make(m(&[tok, cmp]));
+                g.free(gm);
+                let prod = g.make(m(&[tok, h, cmp]));
+                g.free(sg);
+                g.free(so);
+                prod
+            } else {
+                so
+            };
+            let o = g.make(m(&[tok, h, cmp]));
+            g.free(routed);
+            g.free(gate);
+            o
+        }
+        (Some(d), None) => {
+            let so = shared(g, &d);
+            let o = g.make(m(&[tok, h, cmp]));
+            g.free(so);
+            g.free(routed);
+            o
+        }
+        _ => routed,
+    };
+    g.free(logits);
+    g.free(w);
+    g.free(idx);
+    g.free(n2);
+    out
 }

@@ -126,6 +126,9 @@ pub(crate) struct Extra {
     /// context token the step reads (re-expanded or repeated K/V, score rows).
     pub(crate) decode: u64,
     pub(crate) decode_per_ctx: u64,
+    /// A decode step's copies of the routed experts' weights (`batched_mm`: the up bank's
+    /// rows, then the down bank's while the first is alive), each its own allocation.
+    pub(crate) decode_experts: [u64; 2],
 }
 
 /// One step of a layer's op program: a tensor in slot `.0` is created with `.1` bytes, or the

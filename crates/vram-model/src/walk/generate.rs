@@ -139,7 +139,11 @@ fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]
     // The mixer: the residual stream after it (`r`, which may be the input itself), and the
     // mixer's output when the block holds it.
     let walked_mixer = matches!(blk.mixer, Mixer::Attention(a) if !a.sinks);
-    let walked_ffn = matches!(blk.ffn, Ffn::Dense(_));
+    let walked_ffn = match blk.ffn {
+        Ffn::Dense(_) => true,
+        Ffn::Moe(mo) => crate::mech::moe::prefill_walked(&mo),
+        _ => false,
+    };
     let (r, y_held) = match blk.mixer {
         Mixer::Attention(a) if !a.sinks => attention::prefill(&a, &mut g, b, c, cache, held_out),
         Mixer::None => (X, None),
@@ -183,6 +187,7 @@ fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]
     // The feed-forward: its output `d`.
     let d = match blk.ffn {
         Ffn::Dense(d) => Some(dense::prefill(&d, &mut g, b, c)),
+        Ffn::Moe(mo) if walked_ffn => Some(crate::mech::moe::prefill(&mo, &mut g, b, c)),
         Ffn::Moe(_) | Ffn::DenseAndMoe(..) => {
             let t = g.make(parts.ffn);
             g.free(t);
@@ -497,6 +502,25 @@ impl Step<'_> {
                 };
                 sink.alloc(act, &[]);
                 sink.free(act);
+                // `batched_mm`'s expert-weight copies: the up bank's, then the down bank's
+                // while the first is alive.
+                let [eu, ed] = d.decode_experts;
+                if eu > 0 {
+                    let cu = Handle {
+                        cat: Category::Temporaries,
+                        bytes: eu,
+                        key: key(i, 7, token),
+                    };
+                    let cd = Handle {
+                        cat: Category::Temporaries,
+                        bytes: ed,
+                        key: key(i, 8, token),
+                    };
+                    sink.alloc(cu, &[]);
+                    sink.alloc(cd, &[]);
+                    sink.free(cu);
+                    sink.free(cd);
+                }
             }
             self.generate_logits(sink, layers, last_rank, token);
             done = token;

@@ -101,6 +101,7 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
                 fwd: x.fwd,
                 infer: inf.max(x.infer),
                 decode: (inf / c.s.max(1)).max(x.decode),
+                decode_experts: x.decode_experts,
                 ..Extra::default()
             }
         }
@@ -184,6 +185,7 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
         half_grad,
         decode: mx.decode.max(ff.decode),
         decode_per_ctx: mx.decode_per_ctx,
+        decode_experts: ff.decode_experts,
         // Less the layer's input, which the walk holds as the residual stream.
         infer_mixer: mx.infer.saturating_sub(c.rep(hidden, c.res)),
         infer_ffn: ff.infer.saturating_sub(c.rep(hidden, c.res)),

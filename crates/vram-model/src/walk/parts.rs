@@ -56,6 +56,8 @@ pub(crate) struct LayerDesc {
     /// and bytes per context token the step reads (re-expanded or repeated K/V, score rows).
     pub(crate) decode: u64,
     pub(crate) decode_per_ctx: u64,
+    /// `batched_mm`'s two expert-weight copies per decode step ([`crate::mech::step::Extra`]).
+    pub(crate) decode_experts: [u64; 2],
     /// The inference high points of the mixer and of the feed-forward on their own (what
     /// `generate`'s prefill walks for the mechanisms it does not walk op by op).
     pub(crate) infer_mixer: u64,
