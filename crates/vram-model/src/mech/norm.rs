@@ -129,13 +129,16 @@ pub(crate) fn prefill(g: &mut Prog, norm: Norm, elems: u64, cmp: u64, weight: bo
                 g.free(pr);
                 o
             } else {
+                // `self.weight * hidden_states.to(input_dtype)`: the fp32 `hidden_states`
+                // stays bound until the norm returns, after its product.
                 let cst = g.make(half);
-                g.free(n);
                 if !weight {
+                    g.free(n);
                     return cst;
                 }
                 let o = g.make(half);
                 g.free(cst);
+                g.free(n);
                 o
             }
         }

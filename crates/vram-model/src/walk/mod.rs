@@ -404,7 +404,7 @@ pub struct DecodeSamplingError {
 
 /// The bounds [`DecodeSamplingError`] describes.
 pub const DECODE_SAMPLING_ERROR: DecodeSamplingError = DecodeSamplingError {
-    needed: (-0.5, 4.5),
+    needed: (0.0, 4.5),
     reserved: (-1.0, 7.0),
 };
 
