@@ -136,10 +136,19 @@ pub(crate) fn train(g: &Gdn, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
                                            // torch_chunk_gated_delta_rule, fp32 [b, hv, T, ·]: q and k cast (l2norm's inputs), the
                                            // scaled q, the l2norm'd k, k·beta, k_cumdecay, the decayed q and k of the scan (8 × dk);
                                            // v, new_values, the chunks' v_new (3 × dv).
-    p.push(m(&[tok32, hv, 8 * dk + 3 * dv, 4]), false);
+                                           // Each its own tensor (the allocator sees 48 MiB ones on the Qwen3.5-27B slice at 2048
+                                           // tokens, not one block: `snapshots/qwen35-L4-bf16-mb1-s2048`).
+    for _ in 0..8 {
+        p.push(m(&[tok32, hv, dk, 4]), false);
+    }
+    for _ in 0..3 {
+        p.push(m(&[tok32, hv, dv, 4]), false);
+    }
     // [b, hv, T/64, 64, 64]: k_beta·kᵀ and q·kᵀ, the pairwise decay, the UT system and the
-    // intra-chunk attention.
-    p.push(m(&[tok32, hv, GDN_CHUNK, 4, 5]), false);
+    // intra-chunk attention, one tensor each.
+    for _ in 0..5 {
+        p.push(m(&[tok32, hv, GDN_CHUNK, 4]), false);
+    }
     // The recurrent state each chunk's matmuls and decay save.
     p.push(m(&[c.b, chunks, hv, dk * dv, 4]), false);
     // Gated RMSNorm in fp32 (`Qwen3_5RMSNormGated`): input, z, silu(z), the normalised tensor.
