@@ -122,15 +122,16 @@ enum Group {
 /// Every group is pinned at today's figure (a change that moves one says so), and a holdout
 /// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
 /// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
-const FIGURES: [(Group, usize, Option<usize>); 8] = [
+const FIGURES: [(Group, usize, Option<usize>); 9] = [
     (Group::Fit1, 19, None),
     (Group::Holdout1, 20, Some(16)),
     (Group::Batch2, 5, Some(3)),
     (Group::Fit3, 16, None),
-    (Group::Holdout3, 32, Some(28)),
-    (Group::Fit4, 18, None),
+    (Group::Holdout3, 33, Some(28)),
+    (Group::Fit4, 19, None),
     (Group::Holdout4, 13, Some(13)),
-    (Group::Holdout5, 13, Some(13)),
+    (Group::Fit5, 24, None),
+    (Group::Holdout5, 16, Some(13)),
 ];
 
 /// Whether batch 4's halves have been run: (fit, holdout). Both stayed unrun until the labelled
@@ -142,8 +143,11 @@ const RUN4: (bool, bool) = (true, true);
 /// Whether batch 5's halves have been run: (fit, holdout). Both stayed unrun until the labelled
 /// messages were committed (36b6ce4); the holdout was then run first, once, on the rules of main
 /// 4888ca0 (the third round's), and came out at 13 / 18 (BENCHMARKS.md); the fit half was run
-/// after that.
-const RUN5: (bool, bool) = (false, true);
+/// after that, 23 / 24 at its first run. The fourth round's two rules (listed neighbours lead
+/// the step only when they hold more than this process could; a request below free names the
+/// step before the unexplained verdict) make them 24 / 24 and 16 / 18 (the holdout stays
+/// reported at 13).
+const RUN5: (bool, bool) = (true, true);
 
 /// Whether batch 3's holdout has been run. Until the rules of the second round were final
 /// (commit 7feda5d) its rows were neither printed nor counted; it was then run once and came
