@@ -499,12 +499,7 @@ fn rule_11_remedies_follow_the_top_cause() {
     // holds less than the 53 GiB this process could, and the slack is less than the 46 GiB of
     // live tensors (the step's churn): the step leads, the neighbour second.
     let d = doctor("pytorch-2.5-others-and-slack.txt");
-    assert_eq!(
-        d.causes[0].kind,
-        CauseKind::StepTooLarge,
-        "{:#?}",
-        d.causes
-    );
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
     assert_eq!(d.causes[1].kind, CauseKind::OtherProcesses);
     assert!(d.causes[1].sufficient);
     assert!(has(&d, CauseKind::Fragmentation));
@@ -788,12 +783,7 @@ fn rule_11_a_neighbour_leads_when_it_holds_more_than_this_process_could() {
     )
     .unwrap();
     let d = diagnose(&Inputs::new(m)).unwrap();
-    assert_eq!(
-        d.causes[0].kind,
-        CauseKind::StepTooLarge,
-        "{:#?}",
-        d.causes
-    );
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
     assert_eq!(d.causes[1].kind, CauseKind::OtherProcesses);
     assert!(d.causes[1].sufficient);
     // The same neighbour holding 15 GiB, more than the 8.4 GiB this process could hold: the
