@@ -176,18 +176,42 @@ fn num(s: &str) -> Option<u64> {
 }
 
 /// Finds a serving engine's start-up memory error in `text`, if there is one.
+///
+/// The text is read as PyTorch's message is ([`crate::message::parse`]): each line's log prefixes
+/// stripped, the engines' words matched whatever their case (a title or a retyped line quotes them
+/// lower-case), and, when the lines joined between words read nothing, the lines joined as they
+/// are (a log cut at a fixed terminal width, inside a word).
 pub fn parse(text: &str) -> Option<ServingError> {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.contains("larger than the maximum number of tokens that can be stored in KV cache") {
-        let max_model_len = num(&paren_after(&flat, "max seq len")?)?;
-        let kv_tokens = num(&paren_after(&flat, "can be stored in KV cache")?)?;
+    parse_flat(&crate::message::flatten(text, " ").to_ascii_lowercase())
+        .or_else(|| parse_flat(&crate::message::flatten(text, "").to_ascii_lowercase()))
+}
+
+/// Which engine's start-up memory error `text` names, when its words are there but [`parse`] could
+/// not read its figures (vLLM's; SGLang's is read without figures): a refusal can then say what it
+/// found.
+pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
+    let vllm = [
+        "can be stored in kv cache",
+        "kv cache is needed",
+        "no available memory for the cache blocks",
+        "less than desired gpu memory utilization",
+    ];
+    vllm.iter().any(|p| flat.contains(p)).then_some("vLLM")
+}
+
+/// [`parse`] on the flattened, lower-cased text.
+fn parse_flat(flat: &str) -> Option<ServingError> {
+    if flat.contains("larger than the maximum number of tokens that can be stored in kv cache") {
+        let max_model_len = num(&paren_after(flat, "max seq len")?)?;
+        let kv_tokens = num(&paren_after(flat, "can be stored in kv cache")?)?;
         return Some(ServingError::VllmMaxSeqLen {
             max_model_len,
             kv_tokens,
         });
     }
     if let Some(i) =
-        flat.find("KV cache is needed, which is larger than the available KV cache memory")
+        flat.find("kv cache is needed, which is larger than the available kv cache memory")
     {
         let before = &flat[..i];
         let max_model_len = num(&paren_after(before, "max seq len")?)?;
@@ -200,7 +224,7 @@ pub fn parse(text: &str) -> Option<ServingError> {
             words.get(n - 1)?
         ))?;
         let after = &flat[i..];
-        let available = parse_size(&paren_after(after, "available KV cache memory")?)?;
+        let available = parse_size(&paren_after(after, "available kv cache memory")?)?;
         let estimated_max_len = after
             .find("estimated maximum model length is ")
             .and_then(|j| {
@@ -214,9 +238,9 @@ pub fn parse(text: &str) -> Option<ServingError> {
             estimated_max_len,
         });
     }
-    if flat.contains("No available memory for the cache blocks") {
-        let available_bytes = flat.rfind("Available KV cache memory: ").and_then(|j| {
-            let r = &flat[j + "Available KV cache memory: ".len()..];
+    if flat.contains("no available memory for the cache blocks") {
+        let available_bytes = flat.rfind("available kv cache memory: ").and_then(|j| {
+            let r = &flat[j + "available kv cache memory: ".len()..];
             let mut w = r.split_whitespace();
             let v = w.next()?;
             let unit = w.next()?.trim_end_matches(['.', ',']);
@@ -227,15 +251,15 @@ pub fn parse(text: &str) -> Option<ServingError> {
         });
         return Some(ServingError::VllmNoCacheMemory { available_bytes });
     }
-    if let Some(i) = flat.find("on startup is less than desired GPU memory utilization") {
+    if let Some(i) = flat.find("on startup is less than desired gpu memory utilization") {
         // `Free memory on device [cuda:0 ](F/T GiB) on startup ... (U, X GiB)`.
-        let j = flat[..i].rfind("Free memory on device")?;
-        let fr = paren_after(&flat[j..], "Free memory on device")?;
+        let j = flat[..i].rfind("free memory on device")?;
+        let fr = paren_after(&flat[j..], "free memory on device")?;
         let (f, t) = fr.split_once('/')?;
         let unit = t.split_whitespace().nth(1)?;
         let free_bytes = parse_size(&format!("{} {unit}", f.trim()))?;
         let total_bytes = parse_size(t.trim())?;
-        let ut = paren_after(&flat[i..], "GPU memory utilization")?;
+        let ut = paren_after(&flat[i..], "gpu memory utilization")?;
         let (u, x) = ut.split_once(',')?;
         return Some(ServingError::VllmFreeBelowUtilization {
             free_bytes,
@@ -245,7 +269,7 @@ pub fn parse(text: &str) -> Option<ServingError> {
         });
     }
     // Early SGLang spelled it `Not enought memory`.
-    if flat.contains("Please try to increase --mem-fraction-static") {
+    if flat.contains("please try to increase --mem-fraction-static") {
         let mem_fraction_static = flat.find("mem_fraction_static=").and_then(|j| {
             let r = &flat[j + "mem_fraction_static=".len()..];
             r.split(|c: char| !(c.is_ascii_digit() || c == '.'))
