@@ -843,6 +843,10 @@ fn doctor_bad_input_is_one_line_and_exit_2() {
             "vLLM's start-up memory error is there but its figures could not be read",
         ),
         (
+            vec!["doctor", "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (21840). Try increasing `VLLM_CPU_KVCACHE_SPACE` or decreasing `max_model_len` when initializing the engine.", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--no-nvml"],
+            "no GPU to model",
+        ),
+        (
             vec!["doctor", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.19 GiB total capacity; 1.00 GiB already", "--no-nvml"],
             "already allocated",
         ),

@@ -54,6 +54,9 @@ pub enum ServingError {
         max_model_len: u64,
         /// Tokens the KV cache holds (`block_size * num_gpu_blocks`).
         kv_tokens: u64,
+        /// The message names `VLLM_CPU_KVCACHE_SPACE`, not `gpu_memory_utilization`: vLLM's CPU
+        /// backend, whose KV cache is that many GiB of host memory.
+        cpu_backend: bool,
     },
     /// vLLM V1: `To serve at least one request with the model's max seq len
     /// (L), (N GiB KV cache is needed, which is larger than the available KV
@@ -208,6 +211,7 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
         return Some(ServingError::VllmMaxSeqLen {
             max_model_len,
             kv_tokens,
+            cpu_backend: flat.contains("vllm_cpu_kvcache_space"),
         });
     }
     if let Some(i) =
@@ -306,6 +310,7 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         ServingError::VllmMaxSeqLen {
             max_model_len,
             kv_tokens,
+            cpu_backend,
         } => {
             let fits = floor_to(kv_tokens, VLLM_BLOCK);
             remedies.push(ServingRemedy {
@@ -315,21 +320,34 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                     "the KV cache holds {kv_tokens} tokens, so one request of up to {fits} tokens (a multiple of the 16-token block) fits with the memory as it is"
                 ),
             });
-            remedies.push(raise_utilization(
-                cap,
-                max_model_len,
-                format!(
-                    "the cache must grow {:.2}x (from {kv_tokens} to {max_model_len} tokens)",
-                    max_model_len as f64 / kv_tokens.max(1) as f64
-                ),
-            ));
-            (
-                "vllm",
-                "gpu_memory_utilization / max_model_len",
-                format!(
-                    "vLLM gives its KV cache what is left of gpu_memory_utilization × the GPU's memory after the weights and the profiled activation peak; that holds {kv_tokens} tokens, fewer than the {max_model_len} of one request at max_model_len, so it refuses to start"
-                ),
-            )
+            let grow = format!(
+                "the cache must grow {:.2}x (from {kv_tokens} to {max_model_len} tokens)",
+                max_model_len as f64 / kv_tokens.max(1) as f64
+            );
+            if cpu_backend {
+                // The message names the CPU backend's knob: host memory, no GPU to model.
+                remedies.push(ServingRemedy {
+                    action: "raise VLLM_CPU_KVCACHE_SPACE".into(),
+                    enough: false,
+                    detail: format!("{grow}; as long as that host memory is free"),
+                });
+                (
+                    "vllm",
+                    "VLLM_CPU_KVCACHE_SPACE / max_model_len",
+                    format!(
+                        "vLLM's CPU backend gives its KV cache VLLM_CPU_KVCACHE_SPACE GiB of host memory; that holds {kv_tokens} tokens, fewer than the {max_model_len} of one request at max_model_len, so it refuses to start"
+                    ),
+                )
+            } else {
+                remedies.push(raise_utilization(cap, max_model_len, grow));
+                (
+                    "vllm",
+                    "gpu_memory_utilization / max_model_len",
+                    format!(
+                        "vLLM gives its KV cache what is left of gpu_memory_utilization × the GPU's memory after the weights and the profiled activation peak; that holds {kv_tokens} tokens, fewer than the {max_model_len} of one request at max_model_len, so it refuses to start"
+                    ),
+                )
+            }
         }
         ServingError::VllmKvMemory {
             max_model_len,

@@ -12,7 +12,8 @@ fn vllm_v0_max_seq_len_is_read_and_the_fitting_length_named() {
         e,
         ServingError::VllmMaxSeqLen {
             max_model_len: 131072,
-            kv_tokens: 93760
+            kv_tokens: 93760,
+            cpu_backend: false,
         }
     );
     let d = explain(&e, None);
@@ -279,4 +280,36 @@ fn a_refusal_says_what_it_looked_for_and_what_it_found() {
     ));
     // The CUDA runtime's own error keeps its specific reason.
     assert!(why("RuntimeError: CUDA error: out of memory").contains("CUDA runtime"));
+}
+
+#[test]
+fn vllms_cpu_backend_is_told_its_own_knob() {
+    // opea-project/GenAIExamples#1762: vLLM on the CPU names VLLM_CPU_KVCACHE_SPACE, not a GPU.
+    let e = parse(
+        "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens \
+         that can be stored in KV cache (21840). Try increasing `VLLM_CPU_KVCACHE_SPACE` or \
+         decreasing `max_model_len` when initializing the engine.",
+    )
+    .unwrap();
+    assert_eq!(
+        e,
+        ServingError::VllmMaxSeqLen {
+            max_model_len: 131072,
+            kv_tokens: 21840,
+            cpu_backend: true,
+        }
+    );
+    let d = explain(&e, None);
+    assert_eq!(d.knob, "VLLM_CPU_KVCACHE_SPACE / max_model_len");
+    assert_eq!(d.remedies[0].action, "--max-model-len 21840");
+    assert_eq!(d.remedies[1].action, "raise VLLM_CPU_KVCACHE_SPACE");
+    assert!(
+        d.remedies[1].detail.contains("6.00x"),
+        "{}",
+        d.remedies[1].detail
+    );
+    assert!(
+        d.remedies.iter().all(|r| !r.action.contains("gpu")) && !d.explanation.contains("GPU"),
+        "{d:?}"
+    );
 }
