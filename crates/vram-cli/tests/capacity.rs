@@ -1126,7 +1126,7 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64) {
 fn cuda_graph_memory_against_logs() {
     let gib = (1u64 << 30) as f64;
     let mut cases = vec![];
-    for file in ["unseen.json", "unseen-round2.json"] {
+    for file in ["unseen.json", "unseen-round2.json", "unseen-round4.json"] {
         let text = std::fs::read_to_string(data().join(file)).unwrap();
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         cases.extend(doc["cases"].as_array().unwrap().clone());
