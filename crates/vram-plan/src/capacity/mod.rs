@@ -76,8 +76,8 @@ mod vllm;
 mod weights;
 
 pub use kv_layout::KvGroup;
-pub use non_torch::Interconnect;
 pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
+pub use non_torch::Interconnect;
 pub use startup::{startup_error, StartupError};
 pub use weights::{allocator_rounding, weights_per_gpu};
 

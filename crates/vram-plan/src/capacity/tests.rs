@@ -1042,7 +1042,9 @@ fn interconnect_can_be_told() {
             interconnect: i,
             ..Knobs::default()
         };
-        capacity(&t, a100, Engine::Vllm, &k).unwrap().non_torch_bytes
+        capacity(&t, a100, Engine::Vllm, &k)
+            .unwrap()
+            .non_torch_bytes
     };
     // The board's NVSwitch by default; without P2P (PCIe or host memory) and across nodes,
     // NCCL's two channels.
@@ -1103,7 +1105,9 @@ fn sglang_request_map_can_refuse_a_long_context() {
     let c = run(None);
     assert!(!c.starts);
     assert!(
-        c.log.iter().any(|l| l.contains("Tried to allocate 80.04 GiB")),
+        c.log
+            .iter()
+            .any(|l| l.contains("Tried to allocate 80.04 GiB")),
         "{:?}",
         c.log
     );
