@@ -7,7 +7,7 @@ pytorch` runs that trace through the caching allocator model. On the four shared
 cases that tracker and replay give the measured peaks within 0.3 % (allocated) and 0.7 %
 (reserved). Here vram's estimate of one `generate` call (no warm-up call before it) must agree
 with them: allocated within 1 %, reserved within 3 %, for MoE slices with weights built in bf16
-and built in fp32 then cast (`--weights-created fp32`).
+and built in fp32 then cast (`--weights-created fp32`), and a tied-embedding model built in fp32.
 """
 
 import json
@@ -28,6 +28,8 @@ CASES = {
     "qwen3moe-b32-p32-decode": ("qwen3-30b-a3b-L2.json", 32, 32, 8, "native"),
     "qwen3moe-b2-p1024-fp32build": ("qwen3-30b-a3b-L2.json", 2, 1024, 8, "fp32"),
     "dsv3-b1-p1024-fp32build": ("deepseek-v3-L2-e64.json", 1, 1024, 4, "fp32"),
+    # A tied head: from_config builds the output projection's weight, then tie_weights drops it.
+    "llama32-1b-b4-p1024-fp32build": ("llama-3.2-1b-L2.json", 4, 1024, 8, "fp32"),
 }
 
 

@@ -474,6 +474,9 @@ pub(crate) struct Step<'a> {
     /// Parameters of the embedding / head on this GPU (after TP).
     emb_params: u64,
     head_params: u64,
+    /// Elements of the output projection `from_config` builds before `tie_weights` drops it
+    /// for the embedding's (a tied head on this GPU), else 0.
+    tied_head: u64,
     /// Saved bytes of the embedding block and of the head (final norm and projection input).
     emb_saved: u64,
     head_saved: u64,
@@ -546,6 +549,7 @@ impl<'a> Step<'a> {
             cnn: Vec::new(),
             emb_params: 0,
             head_params: 0,
+            tied_head: 0,
             emb_saved: 0,
             head_saved: 0,
             logits: 0,
@@ -646,6 +650,11 @@ impl<'a> Step<'a> {
         self.emb_params = split.embedding - vocab_emb + vocab_emb.div_ceil(tp);
         let untied_head = if b.ends.head > 0 { vocab_emb } else { 0 };
         self.head_params = split.head - untied_head + untied_head.div_ceil(tp);
+        self.tied_head = if b.head.tied && b.layout != Layout::EncoderOnly {
+            vocab_emb.div_ceil(tp)
+        } else {
+            0
+        };
         if par.pp > 1 && b.head.tied && b.layout != Layout::EncoderOnly {
             // The last stage keeps its own copy of a tied embedding (Megatron).
             self.head_params += vocab_emb.div_ceil(tp);

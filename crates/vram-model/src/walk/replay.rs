@@ -555,6 +555,12 @@ impl Step<'_> {
         }
     }
 
+    /// The elements of the tied output projection `from_config` builds on the last pipeline
+    /// rank before tying it (see [`Step::record`]).
+    fn built_tied_head(&self, rank: u64) -> Option<u64> {
+        (rank == self.setup.parallel.pp - 1 && self.tied_head > 0).then_some(self.tied_head)
+    }
+
     /// Rank `rank`'s run as allocator calls: the model as `from_config` builds it where it is
     /// built whole in fp32 first, then the training steps (a warm-up step, the peak reset,
     /// two more) or one `generate` call.
@@ -577,6 +583,13 @@ impl Step<'_> {
             for e in self.weight_tensor_elems(rank) {
                 let slot = rec.malloc(e * 4);
                 rec.cast_from.push(slot);
+            }
+            // A tied head: `from_config` makes the output projection's own weight, then
+            // `tie_weights` (in `post_init`) drops it for the embedding's, and its block stays
+            // cached (transformers 5.24; `gen_trace.py --build fp32` on Llama-3.2-1B).
+            if let Some(e) = self.built_tied_head(rank) {
+                let slot = rec.malloc(e * 4);
+                rec.calls.push(Call::Free(slot));
             }
         }
         match self.setup.mode {
@@ -621,6 +634,14 @@ impl Step<'_> {
             for e in self.weight_tensor_elems(rank) {
                 match sink.alloc.malloc((e * 4).max(1), 0) {
                     Ok(a) => sink.cast_from.push(a),
+                    Err(_) => return None,
+                }
+            }
+            if let Some(e) = self.built_tied_head(rank) {
+                match sink.alloc.malloc(e * 4, 0) {
+                    Ok(a) => {
+                        let _ = sink.alloc.free(a);
+                    }
                     Err(_) => return None,
                 }
             }
