@@ -320,7 +320,7 @@ pub fn capacity(
         gpu: g.into(),
         capacity: c,
         cheapest_change: change,
-        notes: t.blocks.notes.clone(),
+        notes: crate::notes::of_model(&m.model),
     })
 }
 
@@ -560,9 +560,6 @@ impl CapacityReport {
             writeln!(out, "{l}")?;
         }
         writeln!(out, "{}", self.assumed_line())?;
-        for n in &self.notes {
-            writeln!(out, "note: {n}")?;
-        }
-        Ok(())
+        crate::notes::write(out, &self.notes)
     }
 }

@@ -884,7 +884,7 @@ fn describe_blocks(
                 .collect(),
         );
     }
-    r.notes.extend(t.blocks.notes.iter().cloned());
+    r.notes.extend(crate::notes::of_transformer(t));
     if r.layers_differ {
         // `Step::new` derives one layer description per kind and both walks index it per layer.
         r.notes.push("layers differ (mixer, feed-forward or window per layer): parameters, weights, the cache, and the activations and temporaries of the training step and of generate follow each layer's own kind".into());

@@ -44,6 +44,7 @@ mod error;
 pub mod estimate;
 pub mod finetune;
 pub mod html;
+pub mod notes;
 pub mod parts;
 pub mod plan;
 pub mod request;

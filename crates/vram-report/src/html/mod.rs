@@ -210,6 +210,16 @@ fn ul(id: &str, items: &[String]) -> String {
     o
 }
 
+/// The Notes section of a report's `notes`: the text's `note:` lines ([`crate::notes::lines`]);
+/// nothing where there are none.
+fn notes(notes: &[String]) -> String {
+    if notes.is_empty() {
+        return String::new();
+    }
+    let lines: Vec<String> = crate::notes::lines(notes).collect();
+    format!("<h2>Notes</h2>{}", ul("notes", &lines))
+}
+
 /// A two-column table of (name, shown value, exact value for the tooltip).
 fn kv(id: &str, rows: &[(String, String, String)]) -> String {
     let mut o = format!("<table class=\"kv\" id=\"{id}\">");

@@ -79,6 +79,7 @@ pub(super) fn plan(r: &PlanReport) -> String {
         &|v| format!("{:.1}%", v * 100.0),
         None,
     ));
+    o.push_str(&super::notes(&r.notes));
     o
 }
 
@@ -93,6 +94,7 @@ pub(super) fn finetune_plan(r: &FinetunePlanReport) -> String {
     o.push_str(&p("ranking", "muted", FT_RANKING));
     if let Some(l) = r.nothing_fits() {
         o.push_str(&p("verdict", "bad", &l));
+        o.push_str(&super::notes(&r.notes));
         return o;
     }
     let rows: Vec<Vec<String>> = r.rows().into_iter().map(|r| r.to_vec()).collect();
@@ -111,5 +113,6 @@ pub(super) fn finetune_plan(r: &FinetunePlanReport) -> String {
     o.push_str("<h2>Memory per GPU</h2>");
     o.push_str(&bar_chart(&items, &bytes3, Some(r.gpu_memory_bytes as f64)));
     let _ = bytes;
+    o.push_str(&super::notes(&r.notes));
     o
 }
