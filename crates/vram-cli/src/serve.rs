@@ -142,9 +142,10 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
                     200,
                 ),
                 "/api/state" => {
-                    let mut v = s.history.to_chart_json();
-                    v["last_error"] = serde_json::json!(s.last_error);
-                    (v.to_string(), "application/json", 200)
+                    let mut state = s.history.chart();
+                    state.last_error = s.last_error.clone();
+                    let body = serde_json::to_string(&state)?;
+                    (body, "application/json", 200)
                 }
                 "/metrics" => (
                     prom::render(s.history.latest(), s.samples_total),

@@ -39,7 +39,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod capacity;
+pub mod checkpoint;
 mod error;
 pub mod estimate;
 pub mod finetune;
@@ -47,16 +49,22 @@ pub mod html;
 pub mod notes;
 pub mod parts;
 pub mod plan;
+pub mod replay;
 pub mod request;
 pub mod text;
+pub mod trace;
 
 use serde::{Deserialize, Serialize};
 
+pub use batch::BatchReport;
 pub use capacity::CapacityReport;
-pub use error::{Error, Result};
+pub use checkpoint::CheckpointReport;
+pub use error::{Error, Result, RunError};
 pub use estimate::{EstimateReport, WeightsReport};
 pub use finetune::FinetuneReport;
 pub use plan::{FinetunePlanReport, PlanReport};
+pub use replay::ReplayReport;
+pub use trace::TraceEvents;
 
 /// The version of the JSON format every report carries as `schema_version`.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -77,6 +85,14 @@ pub enum Kind {
     Plan,
     /// `vram plan --finetune lora|qlora`.
     FinetunePlan,
+    /// `vram batch`.
+    Batch,
+    /// `vram checkpoint`.
+    Checkpoint,
+    /// `vram replay`.
+    Replay,
+    /// `vram trace --events`: the simulator's input, not a page ([`TraceEvents`]).
+    TraceEvents,
 }
 
 impl Kind {
@@ -89,6 +105,10 @@ impl Kind {
             Kind::Capacity => "capacity",
             Kind::Plan => "plan",
             Kind::FinetunePlan => "finetune_plan",
+            Kind::Batch => "batch",
+            Kind::Checkpoint => "checkpoint",
+            Kind::Replay => "replay",
+            Kind::TraceEvents => "trace_events",
         }
     }
 }
@@ -108,6 +128,12 @@ pub enum Report {
     Plan(Box<PlanReport>),
     /// LoRA/QLoRA plans.
     FinetunePlan(Box<FinetunePlanReport>),
+    /// Memory-aware batches.
+    Batch(Box<BatchReport>),
+    /// Checkpoint placement.
+    Checkpoint(Box<CheckpointReport>),
+    /// A snapshot through allocator policies.
+    Replay(Box<ReplayReport>),
 }
 
 impl Report {
@@ -120,6 +146,9 @@ impl Report {
             Report::Capacity(_) => Kind::Capacity,
             Report::Plan(_) => Kind::Plan,
             Report::FinetunePlan(_) => Kind::FinetunePlan,
+            Report::Batch(_) => Kind::Batch,
+            Report::Checkpoint(_) => Kind::Checkpoint,
+            Report::Replay(_) => Kind::Replay,
         }
     }
 
@@ -132,6 +161,9 @@ impl Report {
             Report::Capacity(r) => serde_json::to_string_pretty(r),
             Report::Plan(r) => serde_json::to_string_pretty(r),
             Report::FinetunePlan(r) => serde_json::to_string_pretty(r),
+            Report::Batch(r) => serde_json::to_string_pretty(r),
+            Report::Checkpoint(r) => serde_json::to_string_pretty(r),
+            Report::Replay(r) => serde_json::to_string_pretty(r),
         };
         s.unwrap_or_default() + "\n"
     }
@@ -145,6 +177,9 @@ impl Report {
             Report::Capacity(r) => r.text(),
             Report::Plan(r) => r.text(),
             Report::FinetunePlan(r) => r.text(),
+            Report::Batch(r) => r.text(),
+            Report::Checkpoint(r) => r.text(),
+            Report::Replay(r) => r.text(),
         }
     }
 
@@ -185,6 +220,16 @@ impl Report {
             Kind::Plan => Report::Plan(Box::new(serde_json::from_str(text).map_err(bad)?)),
             Kind::FinetunePlan => {
                 Report::FinetunePlan(Box::new(serde_json::from_str(text).map_err(bad)?))
+            }
+            Kind::Batch => Report::Batch(Box::new(serde_json::from_str(text).map_err(bad)?)),
+            Kind::Checkpoint => {
+                Report::Checkpoint(Box::new(serde_json::from_str(text).map_err(bad)?))
+            }
+            Kind::Replay => Report::Replay(Box::new(serde_json::from_str(text).map_err(bad)?)),
+            Kind::TraceEvents => {
+                return Err(unrec(
+                    "a vram trace --events file: the host tier simulator's input (vram-tier-sim), not a report".into(),
+                ))
             }
         })
     }
