@@ -130,7 +130,7 @@ impl ReplayReport {
             .iter()
             .map(|r| {
                 let oom = match (r.would_oom, r.first_oom_event) {
-                    (Some(true), Some(i)) => format!("yes (event {})", thousands(i as u64)),
+                    (Some(true), Some(i)) => format!("yes (event {i})"),
                     (Some(true), None) => "yes".to_string(),
                     (Some(false), _) => "no".to_string(),
                     (None, _) => "-".to_string(),
