@@ -137,7 +137,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
             let Ok(s) = shared.lock() else { break };
             match path.as_str() {
                 "/" | "/index.html" => (
-                    web::page(&s.history.to_chart_json(), interval_ms),
+                    web::page(&s.history.chart(), interval_ms),
                     "text/html; charset=utf-8",
                     200,
                 ),

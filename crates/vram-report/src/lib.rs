@@ -1,6 +1,7 @@
-//! The answers of `vram`, typed: what `vram estimate`, `vram capacity` and `vram plan` compute
-//! (the estimate, its fit searches, the suggestions, the speed, the notes and assumptions), as
-//! one serde-serialised report per answer, and every rendering of it.
+//! The answers of `vram`, typed: what `vram estimate`, `capacity`, `plan`, `batch`, `checkpoint`,
+//! `replay` and `trace --events` compute (the estimate, its fit searches, the suggestions, the
+//! speed, the model's notes and the assumptions), as one serde-serialised report per answer, and
+//! every rendering of it.
 //!
 //! The CLI resolves its flags into a request ([`request`]), asks this crate for the report, and
 //! prints it: [`Report::text`] for the terminal, [`Report::to_json`] for `--json`,
@@ -12,8 +13,11 @@
 //!
 //! Every report is one JSON object with `schema_version` (this crate's [`SCHEMA_VERSION`]) and
 //! `kind`, one of `estimate` ([`EstimateReport`]), `finetune` ([`FinetuneReport`]), `weights`
-//! ([`WeightsReport`]), `capacity` ([`CapacityReport`]), `plan` ([`PlanReport`]) and
-//! `finetune_plan` ([`FinetunePlanReport`]); each type's documentation lists its fields. Sizes
+//! ([`WeightsReport`]), `capacity` ([`CapacityReport`]), `plan` ([`PlanReport`]),
+//! `finetune_plan` ([`FinetunePlanReport`]), `batch` ([`BatchReport`]), `checkpoint`
+//! ([`CheckpointReport`]), `replay` ([`ReplayReport`]) and `trace_events` ([`TraceEvents`], the
+//! host tier simulator's input, which [`Report`] does not read); each type's documentation lists
+//! its fields. Every report that describes a model has `notes` ([`notes`]). Sizes
 //! are bytes (`*_bytes`, integers), times seconds (`*_s`), shares fractions (`mfu`). A field
 //! is added without changing the version; one removed, renamed or changed in meaning changes it.
 //!

@@ -1,20 +1,13 @@
 //! The `vram plan` pages: the plans' table and charts, or the closest configuration and what
 //! would make it fit.
 
-use serde::Serialize;
 use vram_model::fmt::bytes;
 
 use super::svg::{bar_chart, esc};
 use super::{bytes3, group, p, text_table, unique};
 use crate::plan::{FinetunePlanReport, PlanReport, FT_RANKING};
 
-/// The name serde gives a unit enum value (`deepspeed`, `bf16-amp`).
-pub(super) fn name_of<T: Serialize>(v: T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
-}
+pub(super) use crate::parts::name_of;
 
 /// The page of a parallel plan search.
 pub(super) fn plan(r: &PlanReport) -> String {
