@@ -26,7 +26,10 @@
 //!    rounding is [`CauseKind::Unexplained`] and nothing is "enough"; when others (listed
 //!    processes, memory outside PyTorch NVML does not put in this process) hold more than
 //!    this process could, they are named first: free is read after the failure, and one of
-//!    them allocating at that moment is the likeliest reading: [`diagnose`];
+//!    them allocating at that moment is the likeliest reading; otherwise what this process
+//!    asks of the device (the step) is named first as what to change, not as a proven cause
+//!    (not sufficient), and the unexplained verdict second (a free figure above the device,
+//!    unified memory, stays unexplained alone): [`diagnose`];
 //! 3. "could hold at most" is reserved + free, capped by `allowed`:
 //!    [`Figures::could_hold_bytes`];
 //! 4. the cap decides when reserved + request > allowed (`alloc_block`), or is within the
@@ -108,6 +111,21 @@ pub fn read(text: &str) -> Result<Reading> {
         Ok(m) => Ok(Reading::Oom(m)),
         Err(e) => match serving::parse(text) {
             Some(s) => Ok(Reading::Serving(s)),
+            // Neither was found: say what was looked for, and what was there.
+            None if matches!(&e, DoctorError::Unparseable { reason } if reason == message::NO_MESSAGE) => {
+                Err(DoctorError::Unparseable {
+                    reason: match serving::named_engine(text) {
+                        Some(engine) => format!(
+                            "{engine}'s start-up memory error is there but its figures could not be \
+                             read; paste its whole line"
+                        ),
+                        None => "no out-of-memory message found: neither PyTorch's (`CUDA out of \
+                                 memory. Tried to allocate ...`) nor a vLLM or SGLang start-up \
+                                 memory error"
+                            .to_string(),
+                    },
+                })
+            }
             None => Err(e),
         },
     }
