@@ -202,6 +202,17 @@ fn serving_figures(
     e: &ServingError,
 ) -> Result<serving::CapacityFigures> {
     use vram_plan::capacity::{self, Engine, Knobs};
+    if matches!(
+        e,
+        ServingError::VllmMaxSeqLen {
+            cpu_backend: true,
+            ..
+        }
+    ) {
+        return Err(bad_input!(
+            "--model with vLLM's CPU-backend error: its KV cache is host memory (VLLM_CPU_KVCACHE_SPACE), there is no GPU to model"
+        ));
+    }
     let gpu = gpu.ok_or_else(|| {
         bad_input!("--model with a serving start-up error needs --gpu (the error does not name the device)")
     })?;

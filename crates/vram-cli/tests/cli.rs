@@ -824,23 +824,31 @@ fn doctor_bad_input_is_one_line_and_exit_2() {
         // Not PyTorch's, or without figures.
         (
             vec!["doctor", "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!", "--no-nvml"],
-            "no PyTorch out-of-memory message",
+            "no out-of-memory message found: neither PyTorch's",
         ),
         (
             vec!["doctor", "2026-01-02 03:04:05 Killed process 4242 (python) total-vm:123456kB: out of memory", "--no-nvml"],
-            "no PyTorch out-of-memory message",
+            "no out-of-memory message found: neither PyTorch's",
         ),
         (
             vec!["doctor", "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[64,1024,1024]", "--no-nvml"],
-            "no PyTorch out-of-memory message",
+            "no out-of-memory message found: neither PyTorch's",
         ),
         (
             vec!["doctor", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 162.00 MiB. GPU 0 has a total capacity of 14.56 GiB of which 29.81 MiB is free.", "--no-nvml"],
             "paste it whole",
         ),
         (
-            vec!["doctor", "ValueError: The model's max seq len is larger than the maximum number of tokens", "--no-nvml"],
-            "no PyTorch out-of-memory message",
+            vec!["doctor", "ValueError: The model's max seq len is larger than the maximum number of tokens that can be stored in KV cache", "--no-nvml"],
+            "vLLM's start-up memory error is there but its figures could not be read",
+        ),
+        (
+            vec!["doctor", "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (21840). Try increasing `VLLM_CPU_KVCACHE_SPACE` or decreasing `max_model_len` when initializing the engine.", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--no-nvml"],
+            "no GPU to model",
+        ),
+        (
+            vec!["doctor", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.19 GiB total capacity; 1.00 GiB already", "--no-nvml"],
+            "already allocated",
         ),
     ] {
         let (code, out, err) = vram(&args);

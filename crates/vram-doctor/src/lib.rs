@@ -111,6 +111,21 @@ pub fn read(text: &str) -> Result<Reading> {
         Ok(m) => Ok(Reading::Oom(m)),
         Err(e) => match serving::parse(text) {
             Some(s) => Ok(Reading::Serving(s)),
+            // Neither was found: say what was looked for, and what was there.
+            None if matches!(&e, DoctorError::Unparseable { reason } if reason == message::NO_MESSAGE) => {
+                Err(DoctorError::Unparseable {
+                    reason: match serving::named_engine(text) {
+                        Some(engine) => format!(
+                            "{engine}'s start-up memory error is there but its figures could not be \
+                             read; paste its whole line"
+                        ),
+                        None => "no out-of-memory message found: neither PyTorch's (`CUDA out of \
+                                 memory. Tried to allocate ...`) nor a vLLM or SGLang start-up \
+                                 memory error"
+                            .to_string(),
+                    },
+                })
+            }
             None => Err(e),
         },
     }

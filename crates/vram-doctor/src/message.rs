@@ -317,7 +317,7 @@ fn strip_line_prefix(mut l: &str) -> &str {
 /// line's prefixes stripped, lines joined with `sep` (a space for lines
 /// wrapped between words; nothing for lines cut at a fixed width, inside a
 /// word or a figure), runs of spaces made one space.
-fn flatten(text: &str, sep: &str) -> String {
+pub(crate) fn flatten(text: &str, sep: &str) -> String {
     let text = text
         .replace("\\r\\n", "\n")
         .replace("\\n", "\n")
@@ -339,6 +339,10 @@ fn flatten(text: &str, sep: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// The reason [`parse`] gives when `text` holds no PyTorch out-of-memory message at all.
+pub(crate) const NO_MESSAGE: &str =
+    "no PyTorch out-of-memory message (`CUDA out of memory. Tried to allocate ...`) found";
 
 /// Finds and parses the out-of-memory message in `text`.
 ///
@@ -402,8 +406,7 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
              `CUDA out of memory. Tried to allocate ...` message instead"
                 .to_string()
         } else {
-            "no PyTorch out-of-memory message (`CUDA out of memory. Tried to allocate ...`) found"
-                .to_string()
+            NO_MESSAGE.to_string()
         };
         return Err(unparseable(reason));
     }

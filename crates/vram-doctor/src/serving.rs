@@ -54,6 +54,9 @@ pub enum ServingError {
         max_model_len: u64,
         /// Tokens the KV cache holds (`block_size * num_gpu_blocks`).
         kv_tokens: u64,
+        /// The message names `VLLM_CPU_KVCACHE_SPACE`, not `gpu_memory_utilization`: vLLM's CPU
+        /// backend, whose KV cache is that many GiB of host memory.
+        cpu_backend: bool,
     },
     /// vLLM V1: `To serve at least one request with the model's max seq len
     /// (L), (N GiB KV cache is needed, which is larger than the available KV
@@ -176,18 +179,43 @@ fn num(s: &str) -> Option<u64> {
 }
 
 /// Finds a serving engine's start-up memory error in `text`, if there is one.
+///
+/// The text is read as PyTorch's message is ([`crate::message::parse`]): each line's log prefixes
+/// stripped, the engines' words matched whatever their case (a title or a retyped line quotes them
+/// lower-case), and, when the lines joined between words read nothing, the lines joined as they
+/// are (a log cut at a fixed terminal width, inside a word).
 pub fn parse(text: &str) -> Option<ServingError> {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.contains("larger than the maximum number of tokens that can be stored in KV cache") {
-        let max_model_len = num(&paren_after(&flat, "max seq len")?)?;
-        let kv_tokens = num(&paren_after(&flat, "can be stored in KV cache")?)?;
+    parse_flat(&crate::message::flatten(text, " ").to_ascii_lowercase())
+        .or_else(|| parse_flat(&crate::message::flatten(text, "").to_ascii_lowercase()))
+}
+
+/// Which engine's start-up memory error `text` names, when its words are there but [`parse`] could
+/// not read its figures (vLLM's; SGLang's is read without figures): a refusal can then say what it
+/// found.
+pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
+    let vllm = [
+        "can be stored in kv cache",
+        "kv cache is needed",
+        "no available memory for the cache blocks",
+        "less than desired gpu memory utilization",
+    ];
+    vllm.iter().any(|p| flat.contains(p)).then_some("vLLM")
+}
+
+/// [`parse`] on the flattened, lower-cased text.
+fn parse_flat(flat: &str) -> Option<ServingError> {
+    if flat.contains("larger than the maximum number of tokens that can be stored in kv cache") {
+        let max_model_len = num(&paren_after(flat, "max seq len")?)?;
+        let kv_tokens = num(&paren_after(flat, "can be stored in kv cache")?)?;
         return Some(ServingError::VllmMaxSeqLen {
             max_model_len,
             kv_tokens,
+            cpu_backend: flat.contains("vllm_cpu_kvcache_space"),
         });
     }
     if let Some(i) =
-        flat.find("KV cache is needed, which is larger than the available KV cache memory")
+        flat.find("kv cache is needed, which is larger than the available kv cache memory")
     {
         let before = &flat[..i];
         let max_model_len = num(&paren_after(before, "max seq len")?)?;
@@ -200,7 +228,7 @@ pub fn parse(text: &str) -> Option<ServingError> {
             words.get(n - 1)?
         ))?;
         let after = &flat[i..];
-        let available = parse_size(&paren_after(after, "available KV cache memory")?)?;
+        let available = parse_size(&paren_after(after, "available kv cache memory")?)?;
         let estimated_max_len = after
             .find("estimated maximum model length is ")
             .and_then(|j| {
@@ -214,9 +242,9 @@ pub fn parse(text: &str) -> Option<ServingError> {
             estimated_max_len,
         });
     }
-    if flat.contains("No available memory for the cache blocks") {
-        let available_bytes = flat.rfind("Available KV cache memory: ").and_then(|j| {
-            let r = &flat[j + "Available KV cache memory: ".len()..];
+    if flat.contains("no available memory for the cache blocks") {
+        let available_bytes = flat.rfind("available kv cache memory: ").and_then(|j| {
+            let r = &flat[j + "available kv cache memory: ".len()..];
             let mut w = r.split_whitespace();
             let v = w.next()?;
             let unit = w.next()?.trim_end_matches(['.', ',']);
@@ -227,15 +255,15 @@ pub fn parse(text: &str) -> Option<ServingError> {
         });
         return Some(ServingError::VllmNoCacheMemory { available_bytes });
     }
-    if let Some(i) = flat.find("on startup is less than desired GPU memory utilization") {
+    if let Some(i) = flat.find("on startup is less than desired gpu memory utilization") {
         // `Free memory on device [cuda:0 ](F/T GiB) on startup ... (U, X GiB)`.
-        let j = flat[..i].rfind("Free memory on device")?;
-        let fr = paren_after(&flat[j..], "Free memory on device")?;
+        let j = flat[..i].rfind("free memory on device")?;
+        let fr = paren_after(&flat[j..], "free memory on device")?;
         let (f, t) = fr.split_once('/')?;
         let unit = t.split_whitespace().nth(1)?;
         let free_bytes = parse_size(&format!("{} {unit}", f.trim()))?;
         let total_bytes = parse_size(t.trim())?;
-        let ut = paren_after(&flat[i..], "GPU memory utilization")?;
+        let ut = paren_after(&flat[i..], "gpu memory utilization")?;
         let (u, x) = ut.split_once(',')?;
         return Some(ServingError::VllmFreeBelowUtilization {
             free_bytes,
@@ -245,7 +273,7 @@ pub fn parse(text: &str) -> Option<ServingError> {
         });
     }
     // Early SGLang spelled it `Not enought memory`.
-    if flat.contains("Please try to increase --mem-fraction-static") {
+    if flat.contains("please try to increase --mem-fraction-static") {
         let mem_fraction_static = flat.find("mem_fraction_static=").and_then(|j| {
             let r = &flat[j + "mem_fraction_static=".len()..];
             r.split(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -282,6 +310,7 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         ServingError::VllmMaxSeqLen {
             max_model_len,
             kv_tokens,
+            cpu_backend,
         } => {
             let fits = floor_to(kv_tokens, VLLM_BLOCK);
             remedies.push(ServingRemedy {
@@ -291,21 +320,34 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                     "the KV cache holds {kv_tokens} tokens, so one request of up to {fits} tokens (a multiple of the 16-token block) fits with the memory as it is"
                 ),
             });
-            remedies.push(raise_utilization(
-                cap,
-                max_model_len,
-                format!(
-                    "the cache must grow {:.2}x (from {kv_tokens} to {max_model_len} tokens)",
-                    max_model_len as f64 / kv_tokens.max(1) as f64
-                ),
-            ));
-            (
-                "vllm",
-                "gpu_memory_utilization / max_model_len",
-                format!(
-                    "vLLM gives its KV cache what is left of gpu_memory_utilization × the GPU's memory after the weights and the profiled activation peak; that holds {kv_tokens} tokens, fewer than the {max_model_len} of one request at max_model_len, so it refuses to start"
-                ),
-            )
+            let grow = format!(
+                "the cache must grow {:.2}x (from {kv_tokens} to {max_model_len} tokens)",
+                max_model_len as f64 / kv_tokens.max(1) as f64
+            );
+            if cpu_backend {
+                // The message names the CPU backend's knob: host memory, no GPU to model.
+                remedies.push(ServingRemedy {
+                    action: "raise VLLM_CPU_KVCACHE_SPACE".into(),
+                    enough: false,
+                    detail: format!("{grow}; as long as that host memory is free"),
+                });
+                (
+                    "vllm",
+                    "VLLM_CPU_KVCACHE_SPACE / max_model_len",
+                    format!(
+                        "vLLM's CPU backend gives its KV cache VLLM_CPU_KVCACHE_SPACE GiB of host memory; that holds {kv_tokens} tokens, fewer than the {max_model_len} of one request at max_model_len, so it refuses to start"
+                    ),
+                )
+            } else {
+                remedies.push(raise_utilization(cap, max_model_len, grow));
+                (
+                    "vllm",
+                    "gpu_memory_utilization / max_model_len",
+                    format!(
+                        "vLLM gives its KV cache what is left of gpu_memory_utilization × the GPU's memory after the weights and the profiled activation peak; that holds {kv_tokens} tokens, fewer than the {max_model_len} of one request at max_model_len, so it refuses to start"
+                    ),
+                )
+            }
         }
         ServingError::VllmKvMemory {
             max_model_len,

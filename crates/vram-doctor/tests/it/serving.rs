@@ -12,7 +12,8 @@ fn vllm_v0_max_seq_len_is_read_and_the_fitting_length_named() {
         e,
         ServingError::VllmMaxSeqLen {
             max_model_len: 131072,
-            kv_tokens: 93760
+            kv_tokens: 93760,
+            cpu_backend: false,
         }
     );
     let d = explain(&e, None);
@@ -205,4 +206,110 @@ fn read_prefers_the_pytorch_message_and_refuses_the_rest() {
         assert!(read(t).is_err(), "{t}");
         assert!(parse(t).is_none(), "{t}");
     }
+}
+
+#[test]
+fn serving_errors_are_read_like_pytorch_messages() {
+    // Quoted lower-case (pytorch/pytorch#175666's title quotes vLLM's error so).
+    assert_eq!(
+        parse(
+            "[release 2.11][vllm] Distributed failures - free memory on device cuda:0 (19.77/22.05 \
+             GiB) on startup is less than desired GPU memory utilization (0.9, 19.84 GiB)"
+        ),
+        Some(ServingError::VllmFreeBelowUtilization {
+            free_bytes: gib(19.77),
+            total_bytes: gib(22.05),
+            utilization: 0.9,
+            desired_bytes: gib(19.84),
+        })
+    );
+    // A log cut at a fixed terminal width, inside a word, under a `[rank0]:` prefix.
+    let cut = "[rank0]: ValueError: To serve at least one request with the model's max seq len \
+               (100000), (4.26 GiB KV cach\n[rank0]: e is needed, which is larger than the \
+               available KV cache memory (4.25 GiB).";
+    assert_eq!(
+        parse(cut),
+        Some(ServingError::VllmKvMemory {
+            max_model_len: 100000,
+            needed_bytes: gib(4.26),
+            available_bytes: gib(4.25),
+            estimated_max_len: None,
+        })
+    );
+    // Lines wrapped between words are still joined with a space.
+    let wrapped =
+        "ValueError: To serve at least one request with the model's max seq len (1048576),\n\
+                   22.5 GiB KV cache is needed, which is larger than the available KV cache memory \
+                   (17.39 GiB).\nBased on the available memory, the estimated maximum model length \
+                   is 810208.";
+    assert_eq!(
+        parse(wrapped),
+        Some(ServingError::VllmKvMemory {
+            max_model_len: 1048576,
+            needed_bytes: gib(22.5),
+            available_bytes: gib(17.39),
+            estimated_max_len: Some(810208),
+        })
+    );
+}
+
+#[test]
+fn a_refusal_says_what_it_looked_for_and_what_it_found() {
+    let why = |t: &str| read(t).unwrap_err().to_string();
+    for other in [
+        "CUDA error 2 at ggml-cuda.cu:359: out of memory",
+        "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32",
+        "ValueError: max_num_batched_tokens (4096) is smaller than max_model_len (32768).",
+    ] {
+        let e = why(other);
+        assert!(
+            e.contains("neither PyTorch's") && e.contains("vLLM or SGLang"),
+            "{other}: {e}"
+        );
+    }
+    // An engine's error without its figures: named, not called missing.
+    let e = why(
+        "ValueError: The model's max seq len is larger than the maximum number of tokens that can \
+         be stored in KV cache",
+    );
+    assert!(e.contains("vLLM's start-up memory error is there"), "{e}");
+    // SGLang's needs no figure, whatever its case.
+    assert!(matches!(
+        read("RuntimeError: Not enough memory. Please try to increase --MEM-FRACTION-STATIC."),
+        Ok(Reading::Serving(ServingError::SglangNotEnoughMemory { .. }))
+    ));
+    // The CUDA runtime's own error keeps its specific reason.
+    assert!(why("RuntimeError: CUDA error: out of memory").contains("CUDA runtime"));
+}
+
+#[test]
+fn vllms_cpu_backend_is_told_its_own_knob() {
+    // opea-project/GenAIExamples#1762: vLLM on the CPU names VLLM_CPU_KVCACHE_SPACE, not a GPU.
+    let e = parse(
+        "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens \
+         that can be stored in KV cache (21840). Try increasing `VLLM_CPU_KVCACHE_SPACE` or \
+         decreasing `max_model_len` when initializing the engine.",
+    )
+    .unwrap();
+    assert_eq!(
+        e,
+        ServingError::VllmMaxSeqLen {
+            max_model_len: 131072,
+            kv_tokens: 21840,
+            cpu_backend: true,
+        }
+    );
+    let d = explain(&e, None);
+    assert_eq!(d.knob, "VLLM_CPU_KVCACHE_SPACE / max_model_len");
+    assert_eq!(d.remedies[0].action, "--max-model-len 21840");
+    assert_eq!(d.remedies[1].action, "raise VLLM_CPU_KVCACHE_SPACE");
+    assert!(
+        d.remedies[1].detail.contains("6.00x"),
+        "{}",
+        d.remedies[1].detail
+    );
+    assert!(
+        d.remedies.iter().all(|r| !r.action.contains("gpu")) && !d.explanation.contains("GPU"),
+        "{d:?}"
+    );
 }
