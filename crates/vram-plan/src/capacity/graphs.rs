@@ -112,7 +112,7 @@ fn model_capture_max(t: &Transformer, k: &Knobs, v1: bool) -> Option<u64> {
     let v = Engine::Vllm.version_in_force(k);
     // The engine keys this rule by architecture, so it is matched on the architecture read.
     (v1 && t.model_type == "gpt_oss" && v >= [0, 10, 0]).then_some(
-        if v >= [0, 11, 0] && v < [0, 12, 0] {
+        if ([0, 11, 0]..[0, 12, 0]).contains(&v) {
             992
         } else {
             1024
