@@ -1210,9 +1210,20 @@ pub fn block_layer(
 /// GEMMs (TF32 off) are small: about `2 · v_head_dim · (3 · 64 + 4 · k_head_dim)` FLOPs per token
 /// and value head forward.
 ///
-/// With flash-linear-attention its Triton `chunk_gated_delta_rule`: a handful of fused kernels
-/// each way, bf16 operands on the tensor cores, the inputs and output read and written a few
-/// times.
+/// With flash-linear-attention its Triton `chunk_gated_delta_rule` (fla's
+/// `ops/gated_delta_rule/chunk.py`, called by transformers 5.24 with `use_qk_l2norm_in_kernel`
+/// and q, k at the key heads: fla's kernels take fewer key heads than value heads), pass by
+/// pass: forward the two `l2norm_fwd`s, `chunk_local_cumsum`, `chunk_scaled_dot_kkt_fwd` (A in
+/// fp32), `solve_tril` (A to bf16), `recompute_w_u_fwd` (w, u), `chunk_gated_delta_rule_fwd_h`
+/// (the bf16 state of every 64-token chunk, `[NT, H, K, V]`, and the new values) and
+/// `chunk_fwd_o`; backward w, u and the states recomputed, `chunk_bwd_dv_local`,
+/// `chunk_gated_delta_rule_bwd_dhu` (the states' gradients), `chunk_bwd_dqkwg`,
+/// `prepare_wy_repr_bwd`, the two `add_`s, the reverse cumsum and the two `l2norm_bwd`s: 10
+/// kernels forward and 13 backward. Their bytes per token in key rows `kr` (key heads × key
+/// size, bf16), value rows `vr`, `w` rows `wr` (value heads × key size), A rows `a` (value
+/// heads × 64) and states `st` (value heads × key × value size, bf16, per 64 tokens): forward
+/// 9 kr + 6 vr + 12 a + 2 wr + 2 st, backward 21 kr + 15 vr + 4 a + 6 wr + 4 st (gradients
+/// written in the inputs' dtype). Its GEMMs are those of the chunked algebra above, in bf16.
 fn gated_delta_net(o: &mut Ops<'_, '_>, s: &Shape, g: vram_model::blocks::Gdn, k: Kernels) {
     let n = s.tokens;
     let hv = g.num_v_heads as f64 / s.tp;
@@ -1221,9 +1232,16 @@ fn gated_delta_net(o: &mut Ops<'_, '_>, s: &Shape, g: vram_model::blocks::Gdn, k
     // One fp32 row of every value head's state width, for every token.
     let rows = n * hv * dv * 4.0;
     if k.fla {
+        let hk = g.num_k_heads as f64 / s.tp;
+        let (kr, vr, wr) = (n * hk * dk * 2.0, n * hv * dv * 2.0, n * hv * dk * 2.0);
+        let (a, st) = (n * hv * 64.0, n * hv * dk * dv * 2.0 / 64.0);
+        let fwd = 9.0 * kr + 6.0 * vr + 12.0 * a + 2.0 * wr + 2.0 * st;
+        let bwd = 21.0 * kr + 15.0 * vr + 4.0 * a + 6.0 * wr + 4.0 * st;
         o.w.kernels += 10.0;
-        o.w.ew_s += o.r.bytes_s(rows * 6.0);
-        o.w.bwd_extra_kernels += 5.0;
+        o.w.ew_s += o.r.bytes_s(fwd);
+        // The planner's backward is 1.5 kernels and `bwd_bytes` times the forward's: 15 and
+        // twice the bytes against fla's 13 kernels and its backward passes.
+        o.w.bwd_extra_s += o.r.bytes_s((bwd - 2.0 * fwd).max(0.0));
         o.gemm(n * hv, dk, 3.0 * 64.0 + 4.0 * dv, 1.0, false);
     } else {
         o.w.kernels += 75.0 + 9.0 * chunks;
