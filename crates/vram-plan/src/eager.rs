@@ -20,6 +20,8 @@
 //!   bf16 (one kernel, `R + A` bytes an element) and its weight (once per forward: autocast
 //!   caches leaf casts), then one GEMM (bias fused in `addmm`). Fused QKV (GPT-2, NeoX) casts
 //!   once; Llama-style separate `q_proj`, `k_proj`, `v_proj` cast three times.
+//! - **QK-norm** (Qwen3, Gemma 3, OLMo 2): `q_norm`/`k_norm`, an RMSNorm of the projected
+//!   queries and keys as above (8 kernels each, from the projection's half-precision output).
 //! - **rotary** (`apply_rotary_pos_emb`): `q·cos`, `rotate_half` (slice, `neg`, `cat`),
 //!   `·sin`, `+`, the same for `k`: ten kernels; `cos`/`sin` are fp32 under autocast, so `q`
 //!   and `k` are promoted to fp32 and `sdpa` casts them back (two more).
@@ -79,7 +81,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 use vram_model::arch::{Act, Layout, Transformer};
 use vram_model::blocks::{
-    self, Block, Blocks, Component, Dense, Dispatch, Ffn, Mechanism, NormKind, TensorKind,
+    self, Block, Blocks, Component, Dense, Dispatch, Ffn, Mechanism, NormKind, QkNorm, TensorKind,
 };
 use vram_model::gpu::Gpu;
 use vram_model::setup::{AmpStyle, Attention, Optimizer, Precision};
@@ -742,6 +744,29 @@ pub fn layer(
                     o.ew(kv_tokens * h, rb + a, 1.0);
                 }
                 o.gemm(kv_tokens, h, kv, 1.0, s.fp32);
+            }
+        }
+        if is_self {
+            // `q_norm`/`k_norm` (Qwen3, Qwen3-MoE, Qwen3.5's attention, Gemma 3, OLMo 2): an
+            // RMSNorm over each head (or the whole width) of the projected queries and keys,
+            // as the layer's norms run it from the projection's half-precision output:
+            // `to(fp32)`, `pow`, `mean`, `+ eps`, `rsqrt`, `*`, `to(dtype)`, `weight *` (8
+            // kernels, counted on the CPU: tests/data/generate_ops/counts.json); the product
+            // with an fp32 master weight under autocast is fp32.
+            let normed = match t.qk_norm {
+                QkNorm::PerHead | QkNorm::FullWidth => {
+                    n * q + if t.kv_shared { 0.0 } else { n * kv }
+                }
+                QkNorm::None | QkNorm::L2 => 0.0,
+            };
+            if normed > 0.0 {
+                let norms = if t.kv_shared { 1.0 } else { 2.0 };
+                let out = if rb == 4.0 { 4.0 } else { a };
+                o.ew(
+                    normed,
+                    (a + 4.0) + 8.0 + 4.0 + 8.0 + (4.0 + a) + (a + out),
+                    8.0 * norms,
+                );
             }
         }
         if t.rope && is_self {
