@@ -1010,6 +1010,15 @@ fn capacity_on_unseen_logs_round_three() {
     unseen_round("unseen-round3.json", "round 3", 0.22);
 }
 
+/// Round 4 (`tests/data/serving/unseen-round4.json`: vLLM 0.10.1 on A100s with TP across nodes
+/// and without P2P, gpt-oss-120b's MXFP4 Marlin layout across four nodes, Llama 4 Scout refused
+/// by vLLM and SGLang), split the same way and committed before vram ran on it; its holdout is
+/// printed as it came out (BENCHMARKS.md, "fourth round").
+#[test]
+fn capacity_on_unseen_logs_round_four() {
+    unseen_round("unseen-round4.json", "round 4", 0.22);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights).
 fn unseen_round(file: &str, round: &str, weights_bound: f64) {
@@ -1020,6 +1029,7 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64) {
         let v: Vec<f64> = v.iter().flatten().map(|x| x.abs()).collect();
         (!v.is_empty()).then(|| median(v))
     };
+    let mut failures: Vec<String> = vec![];
     for half in ["fit", "holdout"] {
         eprintln!(
             "\n{half} half ({round})\n{:<50} {:>8} {:>8} {:>8} {:>11} {:>7}",
@@ -1086,15 +1096,24 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64) {
             conc.iter().flatten().count(),
             refusals - wrong
         );
-        assert!(refused.is_empty(), "{refused:?}");
-        assert!(out_of_bounds.is_empty(), "{out_of_bounds:?}");
+        // Checked after both halves are printed, so that a fit-half failure never hides the
+        // holdout's figures.
+        if !refused.is_empty() {
+            failures.push(format!("{half}: configs refused {refused:?}"));
+        }
+        if !out_of_bounds.is_empty() {
+            failures.push(format!("{half}: out of bounds {out_of_bounds:?}"));
+        }
         if half == "fit" {
-            if let Some(m) = abs_median(&kv) {
-                assert!(m <= 0.01);
+            if let Some(m) = abs_median(&kv).filter(|m| *m > 0.01) {
+                failures.push(format!("fit: KV pool median |error| {m}"));
             }
-            assert!(wrong <= 1, "starts: {wrong} wrong");
+            if wrong > 1 {
+                failures.push(format!("fit: {wrong} outcomes wrong"));
+            }
         }
     }
+    assert!(failures.is_empty(), "{round}: {failures:?}");
 }
 
 /// vLLM's CUDA-graph memory ("Graph capturing finished in N secs, took X GiB", the fall in free
@@ -1107,7 +1126,7 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64) {
 fn cuda_graph_memory_against_logs() {
     let gib = (1u64 << 30) as f64;
     let mut cases = vec![];
-    for file in ["unseen.json", "unseen-round2.json"] {
+    for file in ["unseen.json", "unseen-round2.json", "unseen-round4.json"] {
         let text = std::fs::read_to_string(data().join(file)).unwrap();
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         cases.extend(doc["cases"].as_array().unwrap().clone());

@@ -498,11 +498,18 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   process's (its workspaces shrink with the batch) and also when it is a
 ///   neighbour's, and the outside memory is named second as the alternative.
 ///   When NVML names this process's non-PyTorch memory, it leads as above.
+///   Other processes the message lists follow the same test: they lead the step
+///   only when they hold more than this process could hold.
 /// - **neighbours and free above the request**: PyTorch reads free
 ///   (`cudaMemGetInfo`) when it formats the message, after its last retry.
 ///   When others hold more of the device than this process could, one of them
 ///   allocating at that moment is the likeliest reason free looks sufficient:
-///   they are named first, `unexplained` second.
+///   they are named first, `unexplained` second. Otherwise what lies between
+///   the request and the device is not in the message (the size `cudaMalloc`
+///   was asked for, memory the driver could not place as one allocation), and
+///   what the user can change is what this process asks of it: the step is named
+///   first as that, not sufficient and with no remedy enough, `unexplained`
+///   second. Free above the device (unified memory) stays unexplained alone.
 /// - **live tensors above the card**: allocated beyond the message's total
 ///   (free within it) is Windows' shared GPU memory (WDDM's system-memory
 ///   fallback); the failure comes when that runs out too. The step needs more
@@ -520,7 +527,8 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 /// - **growth** between `memory_stats()` dumps, or a recording's leak check
 ///   on this GPU.
 ///
-/// Causes are ranked: trapped slack under the cap, the cap, unexplained, a
+/// Causes are ranked: trapped slack under the cap, the cap, unexplained (after
+/// the neighbours or the step when those are named first, above), a
 /// tensor larger than the device, then sufficient causes (other processes and
 /// memory outside PyTorch that would leave the step room before private pools,
 /// fragmentation and the step), then the rest by bytes. Remedies follow the
@@ -731,9 +739,48 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 0
             });
     let neighbours = held_by_others > usable;
+    // A request below the free figure that the device still refused, with no one else holding
+    // more of the device than this process could: what the message cannot show (the size
+    // `cudaMalloc` was asked for once PyTorch rounded the request to its segment, device memory
+    // the driver could not place as one allocation, as WDDM places each allocation on Windows
+    // and a small or shared device runs short of) lies between this process and the device, and
+    // what the user can change is what this process asks of it. The step is named first, as
+    // what to change, not as a cause the figures prove (it is not sufficient and no remedy is
+    // enough); the figures' puzzle second. A free figure above the device (unified memory) is
+    // not a reading of the device's free memory and stays unexplained alone.
+    let step_asks = unexplained && !neighbours && m.free_bytes <= m.total_bytes;
+    if step_asks {
+        causes.push((
+            1,
+            Cause {
+                kind: CauseKind::StepTooLarge,
+                bytes: req,
+                sufficient: false,
+                detail: format!(
+                    "the device refused a {} request with {} free: the figures do not show why (below), but the failure came at what this process asks of the device, {} in live tensors and {} reserved, and a smaller step asks less; by how much, the figures cannot say",
+                    hb(req),
+                    hb(free),
+                    hb(alloc),
+                    hb(reserved)
+                ),
+            },
+        ));
+        remedies.push(Remedy {
+            kind: CauseKind::StepTooLarge,
+            action: "make the step smaller (batch, sequence or image size, offload part of the model), then retry; give the model and step flags for the breakdown".into(),
+            saves_bytes: None,
+            enough: false,
+            step_time_s: None,
+            detail: format!(
+                "{} requested with {} free: the figures cannot show how much less is enough",
+                hb(req),
+                hb(free)
+            ),
+        });
+    }
     if unexplained {
         causes.push((
-            if neighbours { 2 } else { 1 },
+            if neighbours || step_asks { 2 } else { 1 },
             Cause {
                 kind: CauseKind::Unexplained,
                 bytes: free,
@@ -818,7 +865,11 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         ));
     } else if others_bytes > 0 {
         let sufficient = !cap_decides && !unexplained && free.saturating_add(others_bytes) >= req;
-        let big = leaves_room(others_bytes);
+        // As for memory outside PyTorch (below): the neighbours lead the step only when they
+        // hold more than this process could hold, the device being mostly theirs. When this
+        // process holds more, the step is what users change (a smaller step fits beside them
+        // too), and the neighbours come second.
+        let big = leaves_room(others_bytes) && others_bytes > usable;
         let mut who: Vec<String> = m
             .other_processes
             .iter()

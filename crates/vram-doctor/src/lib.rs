@@ -26,7 +26,10 @@
 //!    rounding is [`CauseKind::Unexplained`] and nothing is "enough"; when others (listed
 //!    processes, memory outside PyTorch NVML does not put in this process) hold more than
 //!    this process could, they are named first: free is read after the failure, and one of
-//!    them allocating at that moment is the likeliest reading: [`diagnose`];
+//!    them allocating at that moment is the likeliest reading; otherwise what this process
+//!    asks of the device (the step) is named first as what to change, not as a proven cause
+//!    (not sufficient), and the unexplained verdict second (a free figure above the device,
+//!    unified memory, stays unexplained alone): [`diagnose`];
 //! 3. "could hold at most" is reserved + free, capped by `allowed`:
 //!    [`Figures::could_hold_bytes`];
 //! 4. the cap decides when reserved + request > allowed (`alloc_block`), or is within the

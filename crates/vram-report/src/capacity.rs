@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use vram_model::arch::Model;
 use vram_model::fmt::{bytes, thousands};
 use vram_model::gpu::Gpu;
-use vram_plan::capacity::{self, Capacity, Engine, Knobs, Quantization};
+use vram_plan::capacity::{self, Capacity, Engine, Interconnect, Knobs, Quantization};
 use vram_plan::suggest::{self, ServingChange};
 
 use crate::error::{input, Result};
@@ -90,6 +90,10 @@ pub struct CapacityRequest {
     pub enable_dp_attention: bool,
     /// vLLM's `VLLM_USE_V1` (0 or 1; `None`: the version's own choice).
     pub vllm_use_v1: Option<u8>,
+    /// vLLM `--flashinfer-sampler`: V1's sampler runs FlashInfer's top-k/top-p kernels.
+    pub flashinfer_sampler: bool,
+    /// `--interconnect` (`None`: the GPU's board).
+    pub interconnect: Option<Interconnect>,
     /// `--enforce-eager` (SGLang `--disable-cuda-graph`).
     pub enforce_eager: bool,
     /// `--block-size` (SGLang `--page-size`).
@@ -286,6 +290,7 @@ pub fn knobs(
         ),
         ("--enable-expert-parallel", r.enable_expert_parallel),
         ("--vllm-use-v1", r.vllm_use_v1.is_some()),
+        ("--flashinfer-sampler", r.flashinfer_sampler),
     ];
     let sglang_only = [
         ("--mem-fraction-static", r.mem_fraction_static.is_some()),
@@ -376,6 +381,8 @@ pub fn knobs(
         expert_parallel: r.enable_expert_parallel,
         ep: r.ep_size.unwrap_or(1),
         dp_attention: r.enable_dp_attention,
+        flashinfer_sampler: r.flashinfer_sampler,
+        interconnect: r.interconnect,
         engine_version: r
             .engine_version
             .as_deref()

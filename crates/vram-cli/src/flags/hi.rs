@@ -12,7 +12,7 @@ use vram_model::setup::{
     Allocator, AmpStyle, Attention, DecodeReplay, KvCache, Offload, Optimizer, Precision,
     Recompute, Setup,
 };
-use vram_plan::capacity::Engine;
+use vram_plan::capacity::{Engine, Interconnect};
 use vram_plan::cluster::{self, Cluster};
 use vram_plan::lora::EmitKind;
 use vram_plan::{emit, Pins, RecomputeChoice, Request, Stack};
@@ -206,6 +206,13 @@ impl CapacityArgs {
             ep_size: self.ep_size,
             enable_dp_attention: self.enable_dp_attention,
             vllm_use_v1: self.vllm_use_v1,
+            flashinfer_sampler: self.flashinfer_sampler,
+            interconnect: self.interconnect.map(|i| match i {
+                InterconnectArg::Nvls => Interconnect::NvSwitchNvls,
+                InterconnectArg::Nvswitch => Interconnect::NvSwitch,
+                InterconnectArg::Pcie => Interconnect::Pcie,
+                InterconnectArg::Network => Interconnect::Network,
+            }),
             enforce_eager: self.enforce_eager,
             block_size: self.block_size,
             weights: self.weights,

@@ -418,6 +418,19 @@ pub enum KvCacheDtypeArg {
     Bfloat16,
 }
 
+/// `--interconnect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InterconnectArg {
+    /// NVLink through NVSwitches that reduce in the switch (HGX H100, H200, B200).
+    Nvls,
+    /// NVLink through NVSwitches without NVLS (HGX A100).
+    Nvswitch,
+    /// PCIe, or GPUs of one node without peer-to-peer access.
+    Pcie,
+    /// A TP group across nodes.
+    Network,
+}
+
 /// `--dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DtypeArg {
@@ -498,6 +511,17 @@ pub struct CapacityArgs {
     /// 0.7 and earlier) [default: the version's own choice].
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub vllm_use_v1: Option<u8>,
+    /// vLLM V1: the sampler runs FlashInfer's top-k/top-p kernels (the log's "Using FlashInfer
+    /// for top-p & top-k sampling": FlashInfer installed, as in the vllm/vllm-openai images,
+    /// and VLLM_USE_FLASHINFER_SAMPLER not 0) instead of PyTorch's sort, which V1 before 0.17
+    /// profiles [default: not in use].
+    #[arg(long)]
+    pub flashinfer_sampler: bool,
+    /// How the TP group's GPUs talk, for NCCL's buffers: nvls (NVSwitch with NVLS: HGX
+    /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe, or one node without GPU P2P), network
+    /// (a TP group across nodes) [default: the GPU's board in the catalog].
+    #[arg(long, value_enum)]
+    pub interconnect: Option<InterconnectArg>,
     /// No CUDA graphs (SGLang: --disable-cuda-graph).
     #[arg(long, alias = "disable-cuda-graph")]
     pub enforce_eager: bool,

@@ -33,19 +33,28 @@ fn cached_but_unallocated_memory_is_fragmentation() {
 #[test]
 fn other_processes_holding_the_missing_memory_come_first() {
     // 4 GiB requested; 1 GiB free and 0.49 GiB cached: 2.51 GiB missing,
-    // and pid 777 holds 30 GiB.
+    // and pid 777 holds 50 GiB, more than the 28.5 GiB this process could hold.
     let d = diagnose(&Inputs::new(msg(
-        "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. Process 777 has 30.00 GiB memory in use. Including non-PyTorch memory, this process has 48.00 GiB memory in use. Of the allocated memory 47.00 GiB is allocated by PyTorch, and 500.00 MiB is reserved by PyTorch but unallocated.",
+        "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. Process 777 has 50.00 GiB memory in use. Including non-PyTorch memory, this process has 28.00 GiB memory in use. Of the allocated memory 27.00 GiB is allocated by PyTorch, and 500.00 MiB is reserved by PyTorch but unallocated.",
     )))
     .unwrap();
     assert_eq!(d.shortfall_bytes, (4 << 30) - (1 << 30) - (500 << 20));
     assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
-    assert_eq!(d.causes[0].bytes, 30 << 30);
+    assert_eq!(d.causes[0].bytes, 50 << 30);
     assert_eq!(d.remedies[0].kind, CauseKind::OtherProcesses);
     assert!(d.remedies[0].enough && d.remedies[0].action.contains("pid 777"));
-    // Rule 3: reserved (47 GiB + 500 MiB) plus the 1 GiB free, not the
+    // Rule 3: reserved (27 GiB + 500 MiB) plus the 1 GiB free, not the
     // device less the processes listed.
-    assert_eq!(d.usable_bytes, (47 << 30) + (500 << 20) + (1 << 30));
+    assert_eq!(d.usable_bytes, (27 << 30) + (500 << 20) + (1 << 30));
+    // The same neighbour with 30 GiB against this process's 49.5 GiB: the step leads, the
+    // neighbour (enough to serve the request) second.
+    let d = diagnose(&Inputs::new(msg(
+        "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. Process 777 has 30.00 GiB memory in use. Including non-PyTorch memory, this process has 48.00 GiB memory in use. Of the allocated memory 47.00 GiB is allocated by PyTorch, and 500.00 MiB is reserved by PyTorch but unallocated.",
+    )))
+    .unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert_eq!(d.causes[1].kind, CauseKind::OtherProcesses);
+    assert!(d.causes[1].sufficient);
 }
 
 #[test]

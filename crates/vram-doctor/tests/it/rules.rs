@@ -53,9 +53,16 @@ fn rule_1_the_cached_layout_is_cached_but_unallocated() {
 
 #[test]
 fn rule_2_a_request_no_larger_than_free_is_not_explained() {
+    // The figures do not explain it; what this process asks of the device is still what to
+    // change: the step comes first as that, not as a cause the figures prove (insufficient,
+    // no remedy enough), the unexplained verdict second.
     let d = doctor("pytorch-2.3-request-below-free.txt");
-    assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
-    assert!(d.causes[0].detail.contains("do not explain"));
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert!(!d.causes[0].sufficient);
+    assert!(d.causes[0].detail.contains("figures cannot say"));
+    assert_eq!(d.causes[1].kind, CauseKind::Unexplained, "{:#?}", d.causes);
+    assert!(d.causes[1].detail.contains("do not explain"));
+    assert_eq!(d.remedies[0].kind, CauseKind::StepTooLarge);
     assert!(!has(&d, CauseKind::Fragmentation));
     assert!(d.causes.iter().all(|c| !c.sufficient));
     assert!(d.remedies.iter().all(|r| !r.enough), "{:#?}", d.remedies);
@@ -80,7 +87,15 @@ fn rule_3_could_hold_is_reserved_plus_free() {
         .find(|c| c.kind == CauseKind::OutsidePytorch)
         .unwrap();
     assert!(out.detail.contains("no listed process"), "{}", out.detail);
-    assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
+    // pid 1111's 20 GiB is less than the 50.5 GiB this process could hold: the step leads,
+    // the neighbour (whose memory would serve the request) second.
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    let others = d
+        .causes
+        .iter()
+        .position(|c| c.kind == CauseKind::OtherProcesses)
+        .unwrap();
+    assert!(d.causes[others].sufficient && others > 0);
 }
 
 #[test]
@@ -390,9 +405,11 @@ fn rule_2_free_above_the_request_with_a_neighbour_names_the_neighbour() {
     assert!(d.causes[0].detail.contains("at the moment of the failure"));
     assert_eq!(d.causes[1].kind, CauseKind::Unexplained);
     assert!(d.causes.iter().all(|c| !c.sufficient));
-    // Nothing beyond a context held elsewhere: the figures stay unexplained, alone.
+    // Nothing beyond a context held elsewhere: no neighbour to name; the step, what this
+    // process asks, comes first and the figures' puzzle second.
     let d = doctor("pytorch-2.3-request-below-free.txt");
-    assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert_eq!(d.causes[1].kind, CauseKind::Unexplained, "{:#?}", d.causes);
 }
 
 #[test]
@@ -478,16 +495,15 @@ fn rule_10_cuda_graph_pools_are_a_cause() {
 
 #[test]
 fn rule_11_remedies_follow_the_top_cause() {
-    // 25 GiB in pid 777 and 6 GiB of slack that would each have served 3 GiB.
+    // 25 GiB in pid 777 and 6 GiB of slack that would each have served 3 GiB. The neighbour
+    // holds less than the 53 GiB this process could, and the slack is less than the 46 GiB of
+    // live tensors (the step's churn): the step leads, the neighbour second.
     let d = doctor("pytorch-2.5-others-and-slack.txt");
-    assert_eq!(
-        d.causes[0].kind,
-        CauseKind::OtherProcesses,
-        "{:#?}",
-        d.causes
-    );
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert_eq!(d.causes[1].kind, CauseKind::OtherProcesses);
+    assert!(d.causes[1].sufficient);
     assert!(has(&d, CauseKind::Fragmentation));
-    assert_eq!(d.remedies[0].kind, CauseKind::OtherProcesses);
+    assert_eq!(d.remedies[0].kind, CauseKind::StepTooLarge);
     let first_frag = d
         .remedies
         .iter()
@@ -756,12 +772,24 @@ fn rule_6_rocm_free_above_total_is_the_carve_out() {
 }
 
 #[test]
-fn rule_11_a_small_neighbour_leads_when_its_memory_would_leave_the_step_room() {
-    // 3 GiB in another process on a 24 GiB GPU (12 %): returned, it serves the 1 GiB
-    // request and leaves 2 GiB, more than the 5 % a step needs. The step fits the device
-    // on its own: the neighbour is what to move.
+fn rule_11_a_neighbour_leads_when_it_holds_more_than_this_process_could() {
+    // 3 GiB in another process on a 24 GiB GPU (12 %): returned, it would serve the 1 GiB
+    // request and leave 2 GiB, but this process could hold 19.6 GiB, far more: the device is
+    // mostly this job's, and the step, what users change (it fits beside the neighbour when
+    // smaller), leads; the neighbour comes second, sufficient (Tencent-Hunyuan/Hunyuan3D-Part#9:
+    // 15.9 GiB in two neighbours, 78.6 GiB this process could hold, fixed by a smaller batch).
     let m = parse(
         "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 10.00 MiB is free. Including non-PyTorch memory, this process has 20.10 GiB memory in use. Process 4321 has 3.00 GiB memory in use. Of the allocated memory 19.40 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.",
+    )
+    .unwrap();
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert_eq!(d.causes[1].kind, CauseKind::OtherProcesses);
+    assert!(d.causes[1].sufficient);
+    // The same neighbour holding 15 GiB, more than the 8.4 GiB this process could hold: the
+    // device is mostly someone else's, and moving them is what to do.
+    let m = parse(
+        "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 10.00 MiB is free. Including non-PyTorch memory, this process has 8.10 GiB memory in use. Process 4321 has 15.00 GiB memory in use. Of the allocated memory 7.40 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.",
     )
     .unwrap();
     let d = diagnose(&Inputs::new(m)).unwrap();
@@ -771,6 +799,7 @@ fn rule_11_a_small_neighbour_leads_when_its_memory_would_leave_the_step_room() {
         "{:#?}",
         d.causes
     );
+    assert!(d.causes[0].sufficient);
     // A neighbour whose memory would serve the request but leave the step no room
     // (pytorch/FBGEMM#5605: 81 GiB outside PyTorch, 122 GiB asked for, 50 GiB free).
     let m = parse(

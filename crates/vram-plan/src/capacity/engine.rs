@@ -59,6 +59,11 @@ pub(super) fn is_rocm(gpu: &Gpu) -> bool {
 /// Whether the profile run's sampler sorts the logits for top-k/top-p: V0 always, V1 before
 /// 0.17 (afterwards a Triton kernel filters them in place for batches of 8 rows or more).
 pub(super) fn vllm_sampler_sorts(k: &Knobs, v1: bool, rows: u64) -> bool {
+    if v1 && k.flashinfer_sampler {
+        // FlashInfer's `top_k_top_p_sampling_from_logits` masks and samples without a sort
+        // (`flashinfer_sample`, read at 0.9.2 and 0.10.1).
+        return false;
+    }
     !v1 || Engine::Vllm.version_in_force(k) < [0, 17, 0] || rows < 8
 }
 

@@ -77,6 +77,7 @@ mod weights;
 
 pub use kv_layout::KvGroup;
 pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
+pub use non_torch::Interconnect;
 pub use startup::{startup_error, StartupError};
 pub use weights::{allocator_rounding, weights_per_gpu};
 
@@ -253,6 +254,14 @@ pub struct Knobs {
     /// SGLang `--enable-dp-attention`: attention runs TP over `tp / dp` GPUs (its weights and KV
     /// heads split `tp / dp` ways), the MoE over all `tp`.
     pub dp_attention: bool,
+    /// vLLM V1's sampler runs FlashInfer's top-k/top-p kernels (the log's "Using FlashInfer for
+    /// top-p & top-k sampling"): FlashInfer installed (the vllm/vllm-openai images; not a
+    /// dependency of the 0.10 wheel) and `VLLM_USE_FLASHINFER_SAMPLER` not 0 (0.9.2 and 0.10.1
+    /// `v1/sample/ops/topk_topp_sampler.py`; 0.19 makes it opt-in). Without it, V1 before 0.17
+    /// sorts the dummy sampler's logits in PyTorch.
+    pub flashinfer_sampler: bool,
+    /// How the TP group's GPUs talk (`--interconnect`); `None`: the catalog GPU's board.
+    pub interconnect: Option<Interconnect>,
     /// Bytes of a Mamba2 / Gated DeltaNet recurrent-state element (vLLM
     /// `--mamba-ssm-cache-dtype`); `None`: the model dtype. The CLI sets it from the config's
     /// `mamba_ssm_dtype` ([`vram_model::read::mamba_ssm_bytes`]) as vLLM does.
@@ -293,6 +302,8 @@ impl Default for Knobs {
             expert_parallel: false,
             ep: 1,
             dp_attention: false,
+            flashinfer_sampler: false,
+            interconnect: None,
             mamba_ssm_bytes: None,
             engine_version: None,
             derived_max_model_len: None,

@@ -36,20 +36,31 @@ use super::*;
 
 const MIB: u64 = 1 << 20;
 
-/// How the GPUs of a node talk, as NCCL sees them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Interconnect {
+/// How the GPUs of one TP group talk, as NCCL sees them (`vram capacity --interconnect`; by
+/// default the catalog GPU's board, [`interconnect`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Interconnect {
     /// NVLink through NVSwitches that reduce in the switch (NVLS: HGX H100, H200, H20, B200).
     NvSwitchNvls,
     /// NVLink through NVSwitches without NVLS (HGX/DGX A100).
     NvSwitch,
     /// PCIe (GeForce, L4, L40, A10, T4, V100 PCIe, H100 PCIe) and AMD Instinct (RCCL over xGMI,
-    /// not modelled separately).
+    /// not modelled separately); also GPUs of one node without peer-to-peer access (containers
+    /// that hide it: vLLM logs "Custom allreduce is disabled because your platform lacks GPU P2P
+    /// capability"), where NCCL goes through host shared memory with as few channels.
     Pcie,
+    /// A TP group that spans nodes (vLLM over Ray: "Custom allreduce is disabled because this
+    /// process group spans across nodes"): NCCL's network transport between them.
+    Network,
 }
 
-/// The interconnect of a catalog GPU (SXM boards with NVSwitch; everything else PCIe).
-pub(super) fn interconnect(gpu: &Gpu) -> Interconnect {
+/// The interconnect of a TP group: the asked one, else the catalog GPU's board (SXM boards with
+/// NVSwitch; everything else PCIe).
+pub(super) fn interconnect(gpu: &Gpu, k: &Knobs) -> Interconnect {
+    if let Some(i) = k.interconnect {
+        return i;
+    }
     match gpu.id {
         "h100-80g" | "h200" | "h20" | "h20-141g" | "b200" => Interconnect::NvSwitchNvls,
         "a100-40g" | "a100-80g" => Interconnect::NvSwitch,
@@ -58,8 +69,8 @@ pub(super) fn interconnect(gpu: &Gpu) -> Interconnect {
 }
 
 /// What one NCCL communicator connected after the baseline leaves on each GPU.
-fn communicator(gpu: &Gpu) -> (u64, &'static str) {
-    match interconnect(gpu) {
+fn communicator(gpu: &Gpu, k: &Knobs) -> (u64, &'static str) {
+    match interconnect(gpu, k) {
         Interconnect::NvSwitch => (
             600 * MIB,
             "0.59 GiB over NVSwitch without NVLS (NCCL 2.27: 32 channels x ring and tree x 9.2 MiB of Simple, LL and LL128 buffers; derived, no A100 log at TP > 1 to check it)",
@@ -70,7 +81,11 @@ fn communicator(gpu: &Gpu) -> (u64, &'static str) {
         ),
         Interconnect::Pcie => (
             51 * MIB,
-            "0.05 GiB over PCIe (NCCL 2.27: 2 channels x ring and tree x 4.5 MiB of Simple and LL buffers, and the communicator's device state)",
+            "0.05 GiB over PCIe or without P2P (NCCL 2.27: 2 channels x ring and tree x 4.5 MiB of Simple and LL buffers, and the communicator's device state)",
+        ),
+        Interconnect::Network => (
+            51 * MIB,
+            "0.05 GiB across nodes (NCCL's network transport taken as PCIe's 2 channels x ring and tree x 4.5 MiB; not derived from NCCL's net code)",
         ),
     }
 }
@@ -119,7 +134,7 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     // Communicators connected after the baseline: V1 at TP > 1 the process group's (and
     // PyNccl's bulk protocols, inside the same figure); V0 from 0.7 also PyNccl's own and the
     // custom all-reduce buffers (8 MiB + metadata) of the group it set up after the baseline.
-    let (comm, comm_src) = communicator(gpu);
+    let (comm, comm_src) = communicator(gpu, k);
     let n_comms = match (v1, k.tp * k.pp > 1) {
         (_, false) => 0,
         (true, true) => u64::from(k.tp > 1),

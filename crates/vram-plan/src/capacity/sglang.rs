@@ -145,8 +145,20 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         tokens = full;
         swa_tokens = Some(swa);
     }
-    let starts = tokens > 0;
-    let max_fit = tokens.min(max_len);
+    // The request-to-token map (`ReqToTokenPool`, `model_runner.init_memory_pool`, read at
+    // 0.4.5.post3 and 0.5.3): int32 rows of `context_len + 4` for `max_num_reqs` requests
+    // (`min(max(max_total_num_tokens / context_len × 512, 2048), 4096)` without
+    // `--max-running-requests`; one more row in 0.4), allocated after the pool is sized and
+    // before the pool itself, from the memory the weights left. It is not in the profile, so a
+    // long context can leave no room for it beside the pool (Llama 4 Scout's 10M positions at
+    // 2,049 rows: 80.04 GiB, sglang#5755's "Tried to allocate 80.04 GiB").
+    let max_num_reqs = ((tokens as f64 / max_len as f64 * 512.0) as u64).clamp(2048, 4096);
+    let req_to_token = (max_num_reqs + u64::from(v04)) * (max_len + 4) * 4;
+    let free_after_load = (post.max(0.0) * GIB) as u64;
+    let mamba_bytes = mamba_slots.map_or(0, |n| n * per_req);
+    let map_fits = req_to_token + kv_bytes + mamba_bytes <= free_after_load;
+    let starts = tokens > 0 && map_fits;
+    let max_fit = if map_fits { tokens.min(max_len) } else { 0 };
     // A hybrid model's requests also each hold one state slot.
     let max_concurrency =
         (tokens as f64 / max_len as f64).min(mamba_slots.map_or(f64::INFINITY, |n| n as f64));
@@ -169,7 +181,25 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             "Use sliding window memory pool. full_layer_tokens={tokens}, swa_layer_tokens={swa}"
         ));
     }
-    if starts {
+    if tokens > 0 && !map_fits {
+        let gib = |b: u64| b as f64 / GIB;
+        log.push(if req_to_token > free_after_load {
+            format!(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {:.2} GiB (the request-to-token map: {} requests x {} positions, int32; {:.2} GiB free after loading)",
+                gib(req_to_token),
+                max_num_reqs + u64::from(v04),
+                max_len + 4,
+                gib(free_after_load)
+            )
+        } else {
+            format!(
+                "torch.OutOfMemoryError: CUDA out of memory allocating the KV pool ({:.2} GiB) after the request-to-token map ({:.2} GiB); {:.2} GiB free after loading",
+                gib(kv_bytes + mamba_bytes),
+                gib(req_to_token),
+                gib(free_after_load)
+            )
+        });
+    } else if starts {
         log.push(format!(
             "KV Cache is allocated. #tokens: {tokens}, K size: {half:.2} GB, V size: {half:.2} GB"
         ));
@@ -211,6 +241,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             },
             "free memory before loading: the device total less the CUDA context (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
+            "the request-to-token map (ReqToTokenPool, read at 0.4.5.post3 and 0.5.3): (max_num_reqs + 1 in 0.4) x (context_len + 4) int32, max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096), allocated before the pool from what the weights left; the start fails when it and the pool do not both fit",
         ]
         .into_iter()
         .chain(

@@ -1028,3 +1028,89 @@ fn graphs_beyond_what_the_budget_leaves_fail_the_start() {
     };
     assert!(capacity(&t, gpu, Engine::Vllm, &v20).unwrap().starts);
 }
+
+#[test]
+fn interconnect_can_be_told() {
+    let t = llama3();
+    let mib = 1u64 << 20;
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let at = |i: Option<Interconnect>| {
+        let k = Knobs {
+            tp: 2,
+            max_model_len: Some(4096),
+            engine_version: parse_version("0.10.1"),
+            interconnect: i,
+            ..Knobs::default()
+        };
+        capacity(&t, a100, Engine::Vllm, &k)
+            .unwrap()
+            .non_torch_bytes
+    };
+    // The board's NVSwitch by default; without P2P (PCIe or host memory) and across nodes,
+    // NCCL's two channels.
+    assert_eq!(at(None), 24 * mib + 600 * mib);
+    assert_eq!(at(Some(Interconnect::Pcie)), 24 * mib + 51 * mib);
+    assert_eq!(at(Some(Interconnect::Network)), 24 * mib + 51 * mib);
+    assert_eq!(at(Some(Interconnect::NvSwitchNvls)), 24 * mib + 1853 * mib);
+}
+
+/// vLLM V1 before 0.17 profiles the dummy sampler's PyTorch sort unless FlashInfer samples
+/// (dennislee22/vLLM-benchmarking's 0.10.1 logs, round 4's fit half: the same Qwen2-7B TP-2 set-up
+/// leaves 0.65 GiB outside the pool with FlashInfer and 1.55 GiB without it).
+#[test]
+fn flashinfer_sampler_needs_no_sort() {
+    let t = llama3();
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let peak = |fi: bool, version: &str| {
+        let k = Knobs {
+            max_model_len: Some(8192),
+            engine_version: parse_version(version),
+            flashinfer_sampler: fi,
+            ..Knobs::default()
+        };
+        capacity(&t, a100, Engine::Vllm, &k)
+            .unwrap()
+            .activation_peak_bytes
+    };
+    // 256 rows (max_num_seqs on an A100) of the padded vocabulary, plus the hidden states of
+    // the 2048-token profile batch: the sort's 2 + 4 + 4 + 8 + 8 + 4 + 8 bytes an element
+    // against FlashInfer's logits, fp32 copy, masked logits and probabilities (2 + 3 x 4).
+    let rows_vocab = 256 * 128_256u64.div_ceil(64) * 64;
+    let hidden = 2048 * 4096 * 2;
+    assert_eq!(peak(false, "0.10.1"), rows_vocab * 38 + hidden);
+    assert_eq!(peak(true, "0.10.1"), rows_vocab * 14 + hidden);
+    // From 0.17 the Triton kernel needs no sort either way.
+    assert_eq!(peak(false, "0.19.0"), peak(true, "0.19.0"));
+}
+
+/// SGLang's request-to-token map is allocated outside the profile: Llama 4 Scout's 10M-position
+/// default context asks 80.04 GiB for it (sglang#5755, round 4's fit half), which no H100 has.
+#[test]
+fn sglang_request_map_can_refuse_a_long_context() {
+    let t = match catalog::lookup("llama-4-scout").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let run = |len: Option<u64>| {
+        let k = Knobs {
+            tp: 8,
+            max_model_len: len,
+            enforce_eager: true,
+            engine_version: parse_version("0.4.5"),
+            ..Knobs::default()
+        };
+        capacity(&t, h100, Engine::Sglang, &k).unwrap()
+    };
+    let c = run(None);
+    assert!(!c.starts);
+    assert!(
+        c.log
+            .iter()
+            .any(|l| l.contains("Tried to allocate 80.04 GiB")),
+        "{:?}",
+        c.log
+    );
+    // 131,072 positions: 2,049 x 131,076 x 4 bytes (1.0 GiB) fits beside the pool.
+    assert!(run(Some(131_072)).starts);
+}

@@ -282,6 +282,8 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             "the device total is the GPU catalog's memory (torch's total_memory, as vLLM's total_gpu_memory; a driver reading where the catalog knows no torch figure)",
             if compiled && sorts {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile and the dummy sampler's top-k/top-p sort (V1 before 0.17: logits.sort over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers) plus the hidden states"
+            } else if compiled && k.flashinfer_sampler {
+                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, FlashInfer's masked logits and probabilities over min(max_num_seqs, tokens) rows (top_k_top_p_sampling_from_logits, no sort; --flashinfer-sampler) plus the hidden states (read from llama.py and the V1 sampler at 0.10.1; the same layer structure assumed for every model)"
             } else if compiled {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows (top-k/top-p by the Triton kernel, 0.17+) plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
             } else if v0 || sorts {

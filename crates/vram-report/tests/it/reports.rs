@@ -164,6 +164,8 @@ fn the_context_limit_is_the_length_capacity_derives() {
             ep_size: None,
             enable_dp_attention: false,
             vllm_use_v1: None,
+            flashinfer_sampler: false,
+            interconnect: None,
             enforce_eager: false,
             block_size: None,
             weights: None,
