@@ -50,7 +50,9 @@ pub struct Transformer {
     /// Display name.
     pub name: String,
     /// The Hugging Face `model_type` it was read as, for display: nothing downstream of the
-    /// reader compares it (family facts are parameters of the description).
+    /// reader compares it (family facts are parameters of the description), except a serving
+    /// engine's own rule keyed by architecture (vLLM's `MODELS_CONFIG_MAP` hooks, e.g. gpt-oss's
+    /// CUDA-graph capture sizes in `vram_plan::capacity`).
     pub model_type: String,
     /// The description: embedding, layers (one [`crate::describe::Block`] per distinct kind and
     /// a kind per layer), head, storage. Parameter counts, per-component splits, weight bytes,

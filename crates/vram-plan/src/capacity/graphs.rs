@@ -8,9 +8,10 @@
 //!   V1 0.8.x–0.9.x (`config.py` at 0.8.5 and 0.9.2; 0.9's `SchedulerConfig.cuda_graph_sizes`
 //!   defaults to `[512]`): 1, 2, 4, 8, …, 512 whatever `max_num_seqs` is, capped at
 //!   `max_num_batched_tokens`. V1 from 0.10 (`config/scheduler.py` at 0.10.1 and 0.11.0):
-//!   up to `min(2 × max_num_seqs, 512)`, capped at `max_num_batched_tokens`; from 0.18
-//!   (`config/vllm.py` at 0.18.1 and 0.19.0) in steps of 8 below 256 and of 16 above (51 sizes
-//!   to 512; 0.12–0.17 not read, 0.11's steps of 8 assumed).
+//!   up to `min(2 × max_num_seqs, 512)`, capped at `max_num_batched_tokens`; from 0.14
+//!   (`config/vllm.py` at 0.14.1, 0.18.1 and 0.19.0) in steps of 8 below 256 and of 16 above
+//!   (51 sizes to 512; 0.12–0.13 not read, 0.11's steps of 8 assumed). A model's own hook may
+//!   raise the largest size (gpt-oss: 1024, [`model_capture_max`]).
 //! - **Graph modes.** Piecewise graphs (one per piece between attention calls, every size)
 //!   before 0.11; from 0.11 `FULL_AND_PIECEWISE` (`config/compilation.py`, "v1 default"): the
 //!   same sizes again as whole-forward decode graphs, up to `max_num_seqs`.
@@ -22,6 +23,9 @@
 //!   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` = 32 (`v1/attention/backends/flash_attn.py`,
 //!   0.11.0), are the larger live set. Every instantiated graph also holds driver memory for its
 //!   kernels: [`DRIVER_BYTES_PER_LAYER_GRAPH`] per decoder layer, per size, per mode.
+//! - **NCCL inside the graphs.** Where vLLM's custom all-reduce is off (PCIe, no P2P, across
+//!   nodes; [`nccl_in_graphs`]), PyNccl's all-reduces are captured into every graph, each keeping
+//!   [`NCCL_CAPTURED_BYTES`], or [`NCCL_CAPTURED_PROXY_BYTES`] over the network.
 //! - **Inside or outside the KV budget.** Up to 0.19 the graphs are captured after the KV cache
 //!   is sized (`compile_or_warm_up_model` after `initialize_from_config`, `gpu_worker.py` at
 //!   0.8.5, 0.10.1, 0.11.0): they must fit in what `gpu_memory_utilization` leaves. 0.19 profiles
@@ -38,6 +42,45 @@ use super::*;
 /// instantiated graph's kernel nodes live in driver memory that no source here sizes.
 pub(super) const DRIVER_BYTES_PER_LAYER_GRAPH: u64 = 192 * 1024;
 
+/// Device memory one NCCL all-reduce captured into a graph keeps when its transport needs no
+/// proxy (P2P or shared memory inside a node): 68 KiB, measured on the fit half of
+/// `unseen-round4.json` (vLLM 0.10.1, NCCL 2.26.2, Qwen2-7B at TP 2 on A100s without P2P: 0.25
+/// GiB over 67 sizes × 57 all-reduces). NCCL itself keeps no device memory per captured
+/// collective there (2.26.2 `finishPlan`: the work fits the kernel arguments; 2.21.5 `uploadWork`
+/// `cudaMalloc`s `nChannels × 512` B of work per plan), so this is the driver's share of the
+/// kernel node and the event-record nodes NCCL's strong streams add under capture
+/// (`misc/strongstream.cc`). Measured, not derived.
+pub(super) const NCCL_CAPTURED_BYTES: u64 = 68 * 1024;
+
+/// What a captured all-reduce keeps when its transport needs the proxy thread (the network
+/// between nodes): NCCL adds a host node to the graph for each such collective
+/// (`ncclLaunchPrepare`, `cudaLaunchHostFunc(hostStream, hostStreamPlanCallback)` for plans with
+/// proxy ops, 2.21.5 and 2.26.2) and the host stream's event nodes: 212 KiB in all, measured on
+/// the same half (gpt-oss-120b at TP 4 across four nodes: 1.22 GiB over 83 sizes × 73
+/// all-reduces). Measured, not derived; one log.
+pub(super) const NCCL_CAPTURED_PROXY_BYTES: u64 = 212 * 1024;
+
+/// Whether the TP group's all-reduces inside the graphs are NCCL's (PyNccl) rather than vLLM's
+/// custom all-reduce, and whether NCCL's transport needs its proxy. `CustomAllreduce.__init__`
+/// (read at 0.8.5 and 0.10.1) disables itself for world sizes other than 2, 4, 6 and 8, for
+/// more than two GPUs that are not all NVLink-connected, without GPU P2P, and for a group that
+/// spans nodes; `CudaCommunicator.all_reduce` then falls back to PyNccl, captured into every
+/// graph. vram's `pcie` interconnect stands for PCIe boards and GPUs without P2P alike, so TP 2
+/// over it is taken as without custom all-reduce. ROCm is left out (its quick and custom
+/// all-reduce over xGMI).
+fn nccl_in_graphs(gpu: &Gpu, k: &Knobs) -> Option<bool> {
+    if k.tp < 2 || engine::is_rocm(gpu) {
+        return None;
+    }
+    match non_torch::interconnect(gpu, k) {
+        Interconnect::Network => Some(true),
+        Interconnect::Pcie => Some(false),
+        Interconnect::NvSwitch | Interconnect::NvSwitchNvls => {
+            (![2, 4, 6, 8].contains(&k.tp)).then_some(false)
+        }
+    }
+}
+
 /// The graphs one vLLM start-up captures.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Graphs {
@@ -49,17 +92,42 @@ pub(super) struct Graphs {
     pub pool: u64,
     /// Driver memory of all the instantiated graphs.
     pub driver: u64,
+    /// What the NCCL all-reduces captured into the graphs keep (TP without custom all-reduce).
+    pub nccl: u64,
 }
 
 impl Graphs {
     /// What `capture_model` logs as "took".
     pub fn bytes(&self) -> u64 {
-        self.pool + self.driver
+        self.pool + self.driver + self.nccl
     }
 }
 
-/// vLLM's capture sizes for this version and engine (see the module's text).
-pub(super) fn vllm_capture_sizes(k: &Knobs, v1: bool, max_num_seqs: u64, mnbt: u64) -> Vec<u64> {
+/// The largest capture size a model's own config hook sets in place of the default (vLLM's
+/// `MODELS_CONFIG_MAP`, keyed by architecture): `GptOssForCausalLMConfig` raises it "for
+/// performance" to 1024 (0.10.1, a list of 83 sizes; 0.14.1–0.20.0,
+/// `max_cudagraph_capture_size`) or 992 (0.11.0, 81 sizes), whatever `max_num_seqs` is; the hook
+/// exists from gpt-oss's first release (0.10.1). 0.12–0.13 not read, 1024 assumed.
+fn model_capture_max(t: &Transformer, k: &Knobs, v1: bool) -> Option<u64> {
+    let v = Engine::Vllm.version_in_force(k);
+    // The engine keys this rule by architecture, so it is matched on the architecture read.
+    (v1 && t.model_type == "gpt_oss" && v >= [0, 10, 0]).then_some(
+        if ([0, 11, 0]..[0, 12, 0]).contains(&v) {
+            992
+        } else {
+            1024
+        },
+    )
+}
+
+/// vLLM's capture sizes for this version, engine and model (see the module's text).
+pub(super) fn vllm_capture_sizes(
+    t: &Transformer,
+    k: &Knobs,
+    v1: bool,
+    max_num_seqs: u64,
+    mnbt: u64,
+) -> Vec<u64> {
     let v = Engine::Vllm.version_in_force(k);
     let mut all = vec![1, 2, 4];
     if !v1 {
@@ -72,15 +140,17 @@ pub(super) fn vllm_capture_sizes(k: &Knobs, v1: bool, max_num_seqs: u64, mnbt: u
         all.retain(|&s| s <= cap);
         return all;
     }
-    let top = if v >= [0, 10, 0] {
-        (2 * max_num_seqs).min(512)
-    } else {
-        512
+    let own = model_capture_max(t, k, v1);
+    let top = match own {
+        Some(m) => m,
+        None if v >= [0, 10, 0] => (2 * max_num_seqs).min(512),
+        None => 512,
     };
-    if v >= [0, 18, 0] {
-        // 0.18.1 and 0.19.0 (`config/vllm.py`): steps of 8 below 256, then of 16.
+    if own.is_some() || v >= [0, 14, 0] {
+        // 0.14.1–0.19.0 (`config/vllm.py`), and gpt-oss's own list from 0.10.1: steps of 8
+        // below 256, then of 16.
         all.extend((1..32).map(|i| i * 8));
-        all.extend((0..=16).map(|i| 256 + i * 16));
+        all.extend((0..=(top.max(256) - 256) / 16).map(|i| 256 + i * 16));
     } else {
         all.extend((1..=64).map(|i| i * 8));
     }
@@ -98,7 +168,7 @@ pub(super) fn vllm_graphs(
     mnbt: u64,
     cap: Option<u64>,
 ) -> Graphs {
-    let mut sizes = vllm_capture_sizes(k, v1, max_num_seqs, mnbt);
+    let mut sizes = vllm_capture_sizes(t, k, v1, max_num_seqs, mnbt);
     if let Some(c) = cap {
         sizes.retain(|&s| s <= c);
     }
@@ -133,9 +203,20 @@ pub(super) fn vllm_graphs(
     };
     let layers = t.layers().div_ceil(k.pp);
     let graphs = (sizes.len() + full_sizes.len()) as u64;
+    // Each forward all-reduces twice a layer (attention's and the MLP's or MoE's row-parallel
+    // outputs) and once after the vocabulary-parallel embedding.
+    let nccl = nccl_in_graphs(gpu, k).map_or(0, |proxy| {
+        let per = if proxy {
+            NCCL_CAPTURED_PROXY_BYTES
+        } else {
+            NCCL_CAPTURED_BYTES
+        };
+        graphs * (2 * layers + 1) * per
+    });
     Graphs {
         pool: live.max(accum),
         driver: graphs * layers * DRIVER_BYTES_PER_LAYER_GRAPH,
+        nccl,
         sizes,
         full_sizes,
     }

@@ -965,21 +965,24 @@ fn capture_sizes_follow_the_version() {
         engine_version: Some(v),
         ..Knobs::default()
     };
-    assert_eq!(vllm_capture_sizes(&at([0, 8, 5]), true, 1, 2048).len(), 67);
     assert_eq!(
-        vllm_capture_sizes(&at([0, 9, 2]), true, 1, 256).last(),
+        vllm_capture_sizes(&llama3(), &at([0, 8, 5]), true, 1, 2048).len(),
+        67
+    );
+    assert_eq!(
+        vllm_capture_sizes(&llama3(), &at([0, 9, 2]), true, 1, 256).last(),
         Some(&256)
     );
     assert_eq!(
-        vllm_capture_sizes(&at([0, 10, 1]), true, 1, 2048),
+        vllm_capture_sizes(&llama3(), &at([0, 10, 1]), true, 1, 2048),
         vec![1, 2]
     );
     assert_eq!(
-        vllm_capture_sizes(&at([0, 11, 0]), true, 256, 8192).last(),
+        vllm_capture_sizes(&llama3(), &at([0, 11, 0]), true, 256, 8192).last(),
         Some(&512)
     );
     assert_eq!(
-        vllm_capture_sizes(&at([0, 6, 3]), false, 20, 8192).last(),
+        vllm_capture_sizes(&llama3(), &at([0, 6, 3]), false, 20, 8192).last(),
         Some(&24)
     );
 }
@@ -1113,4 +1116,67 @@ fn sglang_request_map_can_refuse_a_long_context() {
     );
     // 131,072 positions: 2,049 x 131,076 x 4 bytes (1.0 GiB) fits beside the pool.
     assert!(run(Some(131_072)).starts);
+}
+
+/// gpt-oss's own config hook raises the largest capture size (`GptOssForCausalLMConfig`, read
+/// at 0.10.1, 0.11.0, 0.14.1 and 0.19.0): 83 sizes to 1024 whatever `max_num_seqs` is, 81 to
+/// 992 at 0.11; other models keep `min(2 × max_num_seqs, 512)`. From 0.14 the default steps
+/// are 16 above 256 (0.14.1's `_set_cudagraph_sizes`).
+#[test]
+fn gpt_oss_captures_its_own_sizes() {
+    let oss = model("gpt-oss-20b");
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    let sizes = vllm_capture_sizes(&oss, &at([0, 10, 1]), true, 1, 2048);
+    assert_eq!((sizes.len(), sizes.last()), (83, Some(&1024)));
+    let sizes = vllm_capture_sizes(&oss, &at([0, 11, 0]), true, 256, 8192);
+    assert_eq!((sizes.len(), sizes.last()), (81, Some(&992)));
+    assert_eq!(
+        vllm_capture_sizes(&oss, &at([0, 19, 0]), true, 1024, 8192).len(),
+        83
+    );
+    // Capped by the batch budget as the defaults are; V0 has no hook.
+    assert_eq!(
+        vllm_capture_sizes(&oss, &at([0, 19, 0]), true, 1024, 512).last(),
+        Some(&512)
+    );
+    assert_eq!(
+        vllm_capture_sizes(&llama3(), &at([0, 14, 1]), true, 256, 8192).len(),
+        51
+    );
+}
+
+/// Without vLLM's custom all-reduce (PCIe, no P2P, across nodes, or a TP size it does not
+/// support) every graph captures PyNccl's all-reduces: twice a layer and once after the
+/// embedding, each keeping `NCCL_CAPTURED_BYTES`, or `NCCL_CAPTURED_PROXY_BYTES` where the
+/// network's proxy adds a host node. NVSwitch boards at TP 2–8 and TP 1 capture none.
+#[test]
+fn nccl_all_reduces_captured_without_custom_all_reduce() {
+    let t = llama3();
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let graphs = |tp: u64, i: Option<Interconnect>| {
+        let k = Knobs {
+            tp,
+            engine_version: parse_version("0.10.1"),
+            interconnect: i,
+            ..Knobs::default()
+        };
+        vllm_graphs(&t, a100, &k, true, 256, 2048, None)
+    };
+    let n = 67 * (2 * 32 + 1);
+    assert_eq!(graphs(2, None).nccl, 0);
+    assert_eq!(graphs(1, Some(Interconnect::Pcie)).nccl, 0);
+    assert_eq!(
+        graphs(2, Some(Interconnect::Pcie)).nccl,
+        n * NCCL_CAPTURED_BYTES
+    );
+    assert_eq!(
+        graphs(4, Some(Interconnect::Network)).nccl,
+        n * NCCL_CAPTURED_PROXY_BYTES
+    );
+    assert_eq!(graphs(3, None).nccl, n * NCCL_CAPTURED_BYTES);
+    let g = graphs(2, Some(Interconnect::Pcie));
+    assert_eq!(g.bytes(), g.pool + g.driver + g.nccl);
 }
