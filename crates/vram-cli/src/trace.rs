@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use vram_alloc::snapshot::TraceAction;
 use vram_alloc::{AllocatorConfig, CachingAllocator, Policy, SimDevice};
@@ -65,23 +65,27 @@ pub fn run(a: &TraceArgs) -> Result<()> {
     }
     let setup = a.step.setup(model)?;
     let (events, marks) = training_events_with_phases(model, &setup, a.steps)?;
-    if let Some(path) = &a.events {
-        let json = events_json(a, model, &setup, &events, &marks)?;
-        write_whole(path, json.as_bytes())?;
-        if a.out.is_none() {
-            let mut out = crate::output::stdout();
-            writeln!(
-                out,
-                "wrote {} ({}): {} events over {} steps with their phases (vramkit's model of the step, not a GPU recording)",
-                path.display(),
-                fmt::bytes(json.len() as u64),
-                fmt::thousands(events.len() as u64),
-                a.steps
-            )?;
-            return Ok(());
-        }
-    }
-    let out_path = a.out.as_ref().expect("clap requires --out or --events");
+    // Both outputs are computed before either is written, and written together: a failure
+    // leaves neither.
+    let events_text = match &a.events {
+        Some(_) => Some(events_json(a, model, &setup, &events, &marks)?),
+        None => None,
+    };
+    let Some(out_path) = a.out.as_ref() else {
+        let (Some(path), Some(json)) = (&a.events, &events_text) else {
+            unreachable!("clap requires --out or --events")
+        };
+        crate::output::write_file(path, json.as_bytes())?;
+        writeln!(
+            crate::output::stdout(),
+            "wrote {} ({}): {} events over {} steps with their phases (vramkit's model of the step, not a GPU recording)",
+            path.display(),
+            fmt::bytes(json.len() as u64),
+            fmt::thousands(events.len() as u64),
+            a.steps
+        )?;
+        return Ok(());
+    };
     // Record through a simulated device large enough for any single-GPU step.
     let alloc = CachingAllocator::new(
         SimDevice::new(1 << 46),
@@ -116,7 +120,11 @@ pub fn run(a: &TraceArgs) -> Result<()> {
         t.category = cats.next().map(str::to_string);
     }
     let bytes = snap.to_pickle();
-    write_whole(out_path, &bytes)?;
+    let mut files = vec![(out_path.as_path(), bytes.as_slice())];
+    if let (Some(path), Some(json)) = (&a.events, &events_text) {
+        files.push((path.as_path(), json.as_bytes()));
+    }
+    crate::output::write_files(&files)?;
     let mut out = crate::output::stdout();
     writeln!(
         out,
@@ -130,13 +138,6 @@ pub fn run(a: &TraceArgs) -> Result<()> {
         fmt::bytes(stats.reserved_bytes[0].peak.max(0) as u64),
     )?;
     Ok(())
-}
-
-/// Writes `bytes` to `path` whole: a temporary file beside it, renamed (no partial file).
-fn write_whole(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", path.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// What a phase is, for the simulator: its kind and a name.

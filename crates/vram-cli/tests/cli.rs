@@ -584,6 +584,87 @@ fn replay_bad_input_exits_2_with_one_line() {
     assert!(err.contains("unknown policy"), "{err}");
 }
 
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn output_files_are_whole_or_absent_and_a_bad_path_is_exit_2() {
+    let dir = tmp("outfiles");
+    let folder = dir.join("a-folder");
+    std::fs::create_dir_all(&folder).unwrap();
+    // A file beside the output that an earlier version overwrote with its temporary.
+    let beside = write(&dir, "snap.partial", b"keep me");
+    let missing = dir.join("no-such-folder/x.out");
+    let recording = write(&dir, "rec.jsonl", b"");
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "trace".into(),
+            "gpt2".into(),
+            "--out".into(),
+            folder.display().to_string(),
+        ],
+        vec![
+            "trace".into(),
+            "gpt2".into(),
+            "--out".into(),
+            missing.display().to_string(),
+        ],
+        // --events is computed and then not written when --out cannot be.
+        vec![
+            "trace".into(),
+            "gpt2".into(),
+            "--events".into(),
+            dir.join("ev.json").display().to_string(),
+            "--out".into(),
+            missing.display().to_string(),
+        ],
+        vec![
+            "report".into(),
+            "--demo".into(),
+            "-o".into(),
+            folder.display().to_string(),
+        ],
+        vec![
+            "report".into(),
+            "--demo".into(),
+            "-o".into(),
+            missing.display().to_string(),
+        ],
+        // An unreadable recording writes nothing at its default output (rec.html).
+        vec!["report".into(), recording.clone()],
+    ];
+    let before = listing(&dir);
+    for args in &cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = vram(&argv);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("vram: ") && !err.contains(".partial"),
+            "{args:?}: {err}"
+        );
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(listing(&dir), before, "{args:?} left a file behind");
+        assert!(
+            listing(&folder).is_empty(),
+            "{args:?} wrote into the folder"
+        );
+    }
+    let snap = dir.join("snap.pickle");
+    let (code, _, err) = vram(&["trace", "gpt2", "--out", &snap.display().to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(&beside).unwrap(), b"keep me");
+    let (code, _, err) = vram(&["replay", &snap.display().to_string()]);
+    assert_eq!(code, 0, "the snapshot written is whole: {err}");
+}
+
 /// PyTorch 2.5+'s message (format of c10/cuda/CUDACachingAllocator.cpp): 42 GiB
 /// cached but unallocated (more than the 35 GiB live), a 2 GiB request, 1.5 GiB free.
 const OOM_2_5: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB memory in use. Of the allocated memory 35.00 GiB is allocated by PyTorch, and 42.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
