@@ -181,6 +181,34 @@ fn bad_input_table() {
             "--micro-batch",
         ),
         (vec!["gpt2".into(), "--seq".into(), "0".into()], "--seq = 0"),
+        // Beyond gpt2's 1024 positions too: the note on that is not printed before the error.
+        (
+            vec!["gpt2".into(), "--seq".into(), "99999999999".into()],
+            "--seq = 99999999999",
+        ),
+        (
+            vec![
+                "gpt2".into(),
+                "--inference".into(),
+                "--prompt".into(),
+                "8".into(),
+                "--new-tokens".into(),
+                "0".into(),
+            ],
+            "--new-tokens must be at least 1",
+        ),
+        (
+            vec![
+                "llama-3-8b".into(),
+                "--pp".into(),
+                "4".into(),
+                "--recompute".into(),
+                "full".into(),
+                "--recompute-layers".into(),
+                "9".into(),
+            ],
+            "--recompute-layers 9 exceeds the 8 layers of a pipeline stage",
+        ),
         (
             vec![
                 "gpt2".into(),
@@ -890,6 +918,8 @@ fn doctor_bad_input_is_one_line_and_exit_2() {
             vec!["doctor", "/nonexistent/log.txt", "--no-nvml"],
             "cannot read message file",
         ),
+        // An empty argument is no message, not a file named "".
+        (vec!["doctor", "", "--no-nvml"], "the message is empty"),
         (
             vec!["doctor", OOM_2_5, "--gpu", "h100-80g", "--no-nvml"],
             "--gpu is for --model",

@@ -280,6 +280,13 @@ impl StepRequest {
                 (None, None) => default_len,
             }
             .saturating_add(images);
+            if self.new_tokens == 0 {
+                // transformers 5.24's GenerationConfig.validate: "`max_new_tokens` must be
+                // greater than 0".
+                return Err(input(
+                    "--new-tokens must be at least 1 (generate refuses max_new_tokens=0)",
+                ));
+            }
             if self.new_tokens >= context {
                 return Err(input(format!(
                     "--new-tokens {} leaves no prompt in a context of {context} tokens",

@@ -140,10 +140,11 @@ impl StepArgs {
     /// [`StepArgs::setup`] on `gpu` (its CUDA context and workspace).
     pub fn setup_on(&self, model: &Model, gpu: Option<&gpu::Gpu>) -> Result<Setup> {
         let r = self.request();
+        let setup = r.setup(model, gpu)?;
         for n in r.input_notes(model) {
             let _ = writeln!(crate::output::stderr(), "vram: note: {n}");
         }
-        Ok(r.setup(model, gpu)?)
+        Ok(setup)
     }
 }
 
