@@ -103,15 +103,20 @@ pub fn run(a: &BatchArgs) -> Result<()> {
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(
+    write!(
         out,
-        "{} sequences -> {} batches on {} ({}); {:.1}% of padded tokens are real",
+        "{} sequences -> {} batches on {} ({})",
         lengths.len(),
         b.batches.len(),
         gpu.id,
         fmt::bytes(gpu.memory_bytes),
-        b.fill * 100.0
     )?;
+    if b.batches.is_empty() {
+        // No padded token at all: no share of them to speak of.
+        writeln!(out)?;
+    } else {
+        writeln!(out, "; {:.1}% of padded tokens are real", b.fill * 100.0)?;
+    }
     if !b.too_long.is_empty() {
         writeln!(
             out,
@@ -119,6 +124,9 @@ pub fn run(a: &BatchArgs) -> Result<()> {
             b.too_long.len(),
             &b.too_long[..b.too_long.len().min(10)]
         )?;
+    }
+    if b.batches.is_empty() {
+        return Ok(());
     }
     writeln!(
         out,

@@ -932,3 +932,113 @@ fn mamba1_families_are_exact_for_generate_and_refuse_training() {
         assert!(err.contains("training step of Mamba (1)"), "{err}");
     }
 }
+
+/// The `vram` subcommands, from `vram --help`.
+fn subcommands() -> Vec<String> {
+    let (code, out, _) = vram(&["--help"]);
+    assert_eq!(code, 0);
+    out.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Every `vram X` an output tells the user to run names a command that exists: doctor's
+/// remedies (each fixture message, and one whose figures explain nothing, whose remedy named
+/// a `vram monitor` there is not), estimate's and capacity's suggestions.
+#[test]
+fn commands_an_output_names_exist() {
+    let known = subcommands();
+    assert!(known.contains(&"top".to_string()), "{known:?}");
+    let messages =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let mut runs: Vec<Vec<String>> = std::fs::read_dir(&messages)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .map(|p| vec!["doctor".into(), p.display().to_string(), "--no-nvml".into()])
+        .collect();
+    // Free far above the request: nothing in the figures explains the failure.
+    runs.push(vec![
+        "doctor".into(),
+        "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 50.00 GiB is free. Including non-PyTorch memory, this process has 29.18 GiB memory in use. Of the allocated memory 27.50 GiB is allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.".into(),
+        "--no-nvml".into(),
+    ]);
+    for args in [
+        "estimate Qwen3-8B --gpu rtx-4090",
+        "estimate llama-3-70b --inference --gpu rtx-4090",
+        "capacity llama-3-70b --gpu rtx-4090",
+    ] {
+        runs.push(args.split(' ').map(str::to_string).collect());
+    }
+    let mut unexplained = false;
+    for args in &runs {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_, out, err) = vram(&argv);
+        unexplained |= out.contains("the figures do not explain it");
+        for (i, _) in out.match_indices("`vram ") {
+            let name: String = out[i + 6..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            assert!(
+                known.contains(&name),
+                "{args:?} names `vram {name}`, not a command: {out}{err}"
+            );
+        }
+    }
+    assert!(unexplained, "the unexplained message took another path");
+}
+
+/// `vram batch` where no sequence fits even alone said "0 batches ...; 100.0% of padded tokens
+/// are real" (a share of no tokens) above an empty table.
+#[test]
+fn batch_with_nothing_packed_claims_no_share() {
+    let dir = std::env::temp_dir().join(format!("vram-truthful-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("lengths.txt");
+    std::fs::write(&p, "4096 8192").unwrap();
+    let (code, out, err) = vram(&[
+        "batch",
+        "llama-3-70b",
+        "--gpu",
+        "rtx-4090",
+        "--lengths",
+        &p.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("2 sequences -> 0 batches on rtx-4090"),
+        "{out}"
+    );
+    assert!(out.contains("2 sequences do not fit even alone"), "{out}");
+    assert!(!out.contains('%') && !out.contains("padded to"), "{out}");
+}
+
+/// A generation longer than the model's positions gets the note a training `--seq` gets
+/// (gpt2's learned position embeddings have 1,024 rows); within them, none.
+#[test]
+fn inference_beyond_the_models_positions_is_noted() {
+    for (args, note) in [
+        (
+            &["--context", "4096"][..],
+            Some("note: --context 4096 exceeds the model's configured maximum of 1024 positions"),
+        ),
+        (
+            &["--prompt", "1020", "--new-tokens", "16"][..],
+            Some("note: --prompt 1020 + --new-tokens 16 = 1036 exceeds the model's configured maximum of 1024 positions"),
+        ),
+        (&["--prompt", "1000", "--new-tokens", "24"][..], None),
+    ] {
+        let mut argv = vec!["estimate", "gpt2", "--inference"];
+        argv.extend_from_slice(args);
+        let (code, _, err) = vram(&argv);
+        assert_eq!(code, 0, "{err}");
+        match note {
+            Some(n) => assert_eq!(err.trim_end(), format!("vram: {n}"), "{args:?}"),
+            None => assert!(err.is_empty(), "{args:?}: {err}"),
+        }
+    }
+}
