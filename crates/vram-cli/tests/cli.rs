@@ -219,6 +219,21 @@ fn bad_input_table() {
             ],
             "--zero",
         ),
+        // Adapter flags without adapters changed nothing, silently.
+        (
+            vec!["gpt2".into(), "--lora-rank".into(), "8".into()],
+            "--lora-rank is for adapters: add --finetune lora or qlora",
+        ),
+        (
+            vec![
+                "gpt2".into(),
+                "--lora-targets".into(),
+                "c_attn".into(),
+                "--lora-dropout".into(),
+                "0.1".into(),
+            ],
+            "--lora-targets, --lora-dropout are for adapters",
+        ),
         (
             vec!["gpt2".into(), "--sequence-parallel".into()],
             "--sequence-parallel needs --tp",
