@@ -1042,3 +1042,36 @@ fn inference_beyond_the_models_positions_is_noted() {
         }
     }
 }
+
+/// The line printed when no change fits named a fixed list of changes, whatever the job:
+/// "recompute, 8-bit Adam, ZeRO-3 over 8 GPUs, offload" for an inference that tries none of
+/// them, and for a training step that already had each; "gradient checkpointing, QLoRA nf4"
+/// for a QLoRA job with checkpointing on. It names the flags tried, only changes.
+#[test]
+fn the_changes_said_tried_are_the_ones_tried() {
+    let line = |args: &str| {
+        let argv: Vec<&str> = args.split(' ').collect();
+        let (code, out, err) = vram(&argv);
+        assert_eq!(code, 0, "{args}: {err}");
+        out.lines()
+            .find(|l| l.starts_with("no single change"))
+            .unwrap_or_else(|| panic!("{args}: {out}"))
+            .to_string()
+    };
+    assert_eq!(
+        line("estimate llama-3.1-405b --inference --gpu rtx-4090"),
+        "no single change tried (--kv-dtype fp8, --tp 2, --tp 4, --tp 8) makes it fit"
+    );
+    assert_eq!(
+        line("estimate llama-3.1-405b --inference --gpu rtx-4090 --tp 8 --kv-dtype fp8"),
+        "no single change left to try (the setup already has each one vram tries)"
+    );
+    assert_eq!(
+        line("estimate llama-3.1-405b --gpu rtx-4090 --recompute full --optimizer adam8bit --zero 3 --dp 8 --offload optimizer"),
+        "no single change tried (--finetune lora, --finetune qlora) makes it fit"
+    );
+    assert_eq!(
+        line("estimate qwen3-8b --gpu rtx-4090 --finetune qlora --micro-batch 16 --seq 8192"),
+        "no single change tried (--lora-rank 8) makes it fit"
+    );
+}
