@@ -158,6 +158,15 @@ fn bad_input_table() {
             vec!["llama-3-8b".into(), "--gpu".into(), "z100".into()],
             "unknown GPU `z100`",
         ),
+        // A size out of range was an "unknown GPU" whose list ends "or a size such as 23.58GiB".
+        (
+            vec!["llama-3-8b".into(), "--gpu".into(), "0GiB".into()],
+            "--gpu = 0GiB is out of range",
+        ),
+        (
+            vec!["llama-3-8b".into(), "--gpu".into(), "1e30GiB".into()],
+            "--gpu = 1e30GiB is out of range",
+        ),
         (vec!["llama-9".into()], "unknown model `llama-9`"),
         (
             vec![empty_dir.to_string_lossy().into_owned()],

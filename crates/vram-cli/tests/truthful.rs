@@ -1075,3 +1075,17 @@ fn the_changes_said_tried_are_the_ones_tried() {
         "no single change tried (--lora-rank 8) makes it fit"
     );
 }
+
+/// A GPU given by a size below 1 GiB was named "a 0.00 GiB GPU" beside its own "(1.02 MiB)".
+#[test]
+fn a_small_bare_gpu_is_named_by_its_size() {
+    let (code, out, err) = vram(&["estimate", "gpt2", "--gpu", "0.001GiB"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "does NOT fit on a 1.02 MiB GPU (rates of the NVIDIA H100 80GB SXM assumed) (1.02 MiB)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("0.00 GiB"), "{out}");
+}
