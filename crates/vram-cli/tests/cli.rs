@@ -634,6 +634,30 @@ fn replay_bad_input_exits_2_with_one_line() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unknown policy"), "{err}");
+    // A capacity of nothing made every policy "OOM at 0 B" beside its peak reserved.
+    let (code, out, err) = vram(&[
+        "replay",
+        &alloc_fixture("torch_like_snapshot.pickle"),
+        "--capacity",
+        "0B",
+    ]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert_eq!(err.trim_end(), "vram: --capacity must be more than 0 bytes");
+    // A policy named twice was two rows.
+    let (code, out, err) = vram(&[
+        "replay",
+        &alloc_fixture("torch_like_snapshot.pickle"),
+        "--policy",
+        "pytorch",
+        "--policy",
+        "pytorch",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("pytorch ")).count(),
+        1,
+        "{out}"
+    );
 }
 
 /// The names in `dir`, sorted.
