@@ -633,6 +633,17 @@ impl<'a> Step<'a> {
                 par.pp, total_layers
             )));
         }
+        if let Some(k) = match self.setup.mode {
+            Mode::Train(tr) => tr.recompute_layers,
+            Mode::Infer(_) => None,
+        } {
+            let per_stage = total_layers.div_ceil(par.pp);
+            if k > per_stage {
+                return Err(Error::Setup(format!(
+                    "--recompute-layers {k} exceeds the {per_stage} layers of a pipeline stage"
+                )));
+            }
+        }
         if let Schedule::Interleaved(v) = par.schedule {
             if par.pp > 1 && total_layers % (par.pp * v) != 0 {
                 return Err(Error::NotDivisible {
