@@ -257,6 +257,15 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
         ),
         (vec!["bert-base-uncased"], "not a decoder-only"),
         (vec!["resnet-50"], "not a transformer"),
+        // vLLM's SchedulerConfig refuses a step budget below the sequence count (0.8.5-0.19.0).
+        (
+            vec!["llama-3.1-8b", "--max-num-batched-tokens", "1"],
+            "max_num_batched_tokens (1) must be greater than or equal to max_num_seqs (1024)",
+        ),
+        (
+            vec!["llama-3.1-8b", "--max-num-seqs", "100000000"],
+            "max_num_batched_tokens (8192) must be greater than or equal to max_num_seqs (100000000)",
+        ),
     ] {
         let mut a = vec!["capacity".to_string()];
         a.extend(args.iter().map(|s| s.to_string()));

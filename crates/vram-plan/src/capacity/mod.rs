@@ -474,7 +474,7 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
     validate(t, knobs)?;
     match engine {
-        Engine::Vllm => Ok(vllm(t, gpu, knobs)),
+        Engine::Vllm => vllm(t, gpu, knobs),
         Engine::Sglang => Ok(sglang(t, gpu, knobs)),
     }
 }

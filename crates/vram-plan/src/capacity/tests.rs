@@ -29,6 +29,31 @@ fn vllm_llama3_8b_on_h100_by_hand() {
     assert_eq!(c.max_model_len_that_fits, 8192);
 }
 
+/// vLLM's `SchedulerConfig._verify_args` refuses max_num_batched_tokens < max_num_seqs (0.8.5,
+/// 0.9.2, 0.10.1, 0.19.0); from 0.19 a defaulted max_num_seqs is first lowered to the budget
+/// (`_set_default_max_num_seqs_and_batched_tokens_args`), so only an asked one is refused.
+#[test]
+fn vllm_refuses_a_step_budget_below_the_sequences() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |v: [u32; 3], seqs: Option<u64>| Knobs {
+        max_num_batched_tokens: Some(512),
+        max_num_seqs: seqs,
+        max_model_len: Some(8192),
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    let refused = |k: &Knobs| match capacity(&t, gpu, Engine::Vllm, k) {
+        Err(Error::Capacity(m)) => m.contains("must be greater than or equal to max_num_seqs"),
+        _ => false,
+    };
+    assert!(refused(&at([0, 10, 1], None)));
+    assert!(refused(&at([0, 19, 0], Some(1024))));
+    let c = capacity(&t, gpu, Engine::Vllm, &at([0, 19, 0], None)).unwrap();
+    assert_eq!((c.max_num_seqs, c.max_num_batched_tokens), (512, 512));
+    assert!(!refused(&at([0, 10, 1], Some(512))));
+}
+
 #[test]
 fn bad_knobs_are_refused() {
     let t = llama3();

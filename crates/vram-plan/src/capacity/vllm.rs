@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
+pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     let total = gpu.memory_bytes;
     let (v1, fallback) = engine::vllm_v1(k, gpu);
     let v0 = !v1;
@@ -40,12 +40,26 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     } else {
         (256, 2048)
     };
-    let max_num_seqs = k.max_num_seqs.unwrap_or(seqs_default);
-    let mut mnbt = k.max_num_batched_tokens.unwrap_or(tokens_default);
+    let mnbt = k.max_num_batched_tokens.unwrap_or(tokens_default);
+    // 0.19's `_set_default_max_num_seqs_and_batched_tokens_args` lowers a defaulted
+    // max_num_seqs to the step budget; 0.10.1 does not (0.11-0.18 not read: as 0.10.1).
+    let max_num_seqs =
+        k.max_num_seqs
+            .unwrap_or(if !v0 && Engine::Vllm.version_in_force(k) >= [0, 19, 0] {
+                seqs_default.min(mnbt)
+            } else {
+                seqs_default
+            });
     let util = k.gpu_memory_utilization.unwrap_or(0.9);
-    // Chunked prefill is on in V1; a batch is at least one sequence's worth of tokens only
-    // when chunking is off. The scheduler's budget is also at least max_num_seqs.
-    mnbt = mnbt.max(max_num_seqs.min(mnbt));
+    // `SchedulerConfig._verify_args` refuses a step budget smaller than the number of
+    // sequences before anything is loaded: the same ValueError at 0.8.5, 0.9.2, 0.10.1 and
+    // 0.19.0 (config.py, then config/scheduler.py). The engine never starts, so this is an
+    // invalid input, not a capacity.
+    if mnbt < max_num_seqs {
+        return Err(Error::Capacity(format!(
+            "vLLM refuses this: ValueError: max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({max_num_seqs}) (SchedulerConfig; raise --max-num-batched-tokens or lower --max-num-seqs)"
+        )));
+    }
     // On CUDA "Model loading took" is `max_memory_allocated` over the load (the tensors); on
     // ROCm it is the fall in free device memory (`RocmPlatform.get_current_memory_usage`), so
     // the caching allocator's rounding of each tensor is in it, as in SGLang's measure.
@@ -256,7 +270,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     if cross.is_some() {
         assumes.push("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)");
     }
-    Capacity {
+    Ok(Capacity {
         engine: Engine::Vllm,
         engine_version: version_label(Engine::Vllm, k),
         total_bytes: total,
@@ -297,7 +311,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) or, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators; 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); where custom all-reduce is off (PCIe, no P2P, across nodes, TP sizes other than 2/4/6/8) PyNccl's all-reduces captured in every graph, 68 KiB each and 212 KiB over the network (measured on vLLM 0.10.1 logs); gpt-oss's own capture sizes (to 1024); captured after the KV cache, so they must fit what the budget, the CUDA context and the profile's released peak leave (estimated)"
             },
         ]).map(String::from).chain([non_torch_source]).collect(),
-    }
+    })
 }
 
 /// The line for a start-up whose CUDA graphs do not fit what the budget leaves: what the engine
@@ -337,7 +351,7 @@ fn graph_capture_failure(
             gpu_memory_utilization: Some(u),
             ..*k
         };
-        if vllm(t, gpu, &lower).starts {
+        if vllm(t, gpu, &lower).is_ok_and(|c| c.starts) {
             fixes.push(format!("lower --gpu-memory-utilization to {u:.2}"));
         }
     }
