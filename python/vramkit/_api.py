@@ -279,7 +279,7 @@ class Capacity(_Result):
     ``weights_bytes`` (per GPU), ``non_torch_bytes``, ``activation_peak_bytes``,
     ``cuda_graph_bytes``, ``kv_cache_bytes``, ``kv_cache_tokens``, ``kv_cache_blocks``,
     ``max_concurrency`` (requests of ``max_model_len`` at once), ``starts``,
-    ``max_model_len_that_fits``, ``cheapest_change`` (``None`` or ``{"flags": ...}``), ``log``
+    ``max_model_len_that_fits``, ``cheapest_change`` (``None`` or ``{"flags": ...}``), ``changes_tried``, ``log``
     (the lines the engine would print), ``assumes``, ``notes`` (what reading the model found),
     ``engine``, ``engine_version``, ``gpu``,
     ``description`` (the text's setup line), ``kv_cache_dtype``. ``vram report`` renders the

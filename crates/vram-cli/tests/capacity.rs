@@ -1190,3 +1190,46 @@ fn cuda_graph_memory_against_logs() {
         assert!(n >= 10 && m < bound, "{half}: median |error| {m}");
     }
 }
+
+/// A job that nothing starts names the changes tried for its engine, no other engine's flags:
+/// SGLang has no `--enforce-eager`; text and JSON name the same list.
+#[test]
+fn the_changes_tried_are_the_engines_own() {
+    let (code, out, err) = vram(&args(&[
+        "capacity",
+        "llama-3.1-405b",
+        "--gpu",
+        "rtx-4090",
+        "--engine",
+        "sglang",
+        "--json",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["starts"], false);
+    assert!(v["cheapest_change"].is_null());
+    let tried: Vec<&str> = v["changes_tried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(tried.contains(&"--kv-cache-dtype fp8_e4m3"), "{tried:?}");
+    assert!(
+        tried.iter().all(|f| !f.contains("enforce-eager")),
+        "{tried:?}"
+    );
+    let (_, text, _) = vram(&args(&[
+        "capacity",
+        "llama-3.1-405b",
+        "--gpu",
+        "rtx-4090",
+        "--engine",
+        "sglang",
+    ]));
+    assert!(
+        text.contains(&format!("no single change tried ({})", tried.join(", "))),
+        "{text}"
+    );
+    assert!(!text.contains("enforce-eager"), "{text}");
+}

@@ -336,10 +336,6 @@ pub struct ServingChange {
     pub max_concurrency: f64,
 }
 
-/// What [`serving`] tried, named for the line printed when nothing starts the engine.
-pub const SERVING_TRIES: &str =
-    "--enforce-eager where vLLM's CUDA graphs fail, fp8 KV cache, fp8 weights, TP 2-8, PP 2-4";
-
 /// The cheapest change that makes a job that does not start start, each tried alone at the same
 /// `max_model_len` and kept only if its own run starts: `--enforce-eager` first where one
 /// request fits the KV cache but vLLM's CUDA graphs do not fit what it leaves, an fp8 KV cache (named as the engine
@@ -348,6 +344,37 @@ pub const SERVING_TRIES: &str =
 /// 4: another node). Only changes the job has not already made. `None` if none starts it (a lower
 /// `max_model_len` is always [`capacity::Capacity::max_model_len_that_fits`]).
 pub fn serving(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Option<ServingChange> {
+    serving_tries(t, gpu, engine, knobs)
+        .into_iter()
+        .find_map(|(flags, k)| {
+            capacity::capacity(t, gpu, engine, &k)
+                .ok()
+                .filter(|c| c.starts)
+                .map(|c| ServingChange {
+                    flags,
+                    max_model_len: c.max_model_len,
+                    kv_cache_tokens: c.kv_cache_tokens,
+                    max_concurrency: c.max_concurrency,
+                })
+        })
+}
+
+/// The changes [`serving`] tries for this job and engine, as the flags it would suggest, named
+/// for the line printed when none starts it (`--enforce-eager` only for vLLM where its CUDA
+/// graphs are what fails).
+pub fn serving_tried(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Vec<String> {
+    serving_tries(t, gpu, engine, knobs)
+        .into_iter()
+        .map(|(flags, _)| flags)
+        .collect()
+}
+
+fn serving_tries(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    knobs: &Knobs,
+) -> Vec<(String, Knobs)> {
     let mut tries: Vec<(String, Knobs)> = Vec::new();
     // One request fits the KV cache but the job does not start: vLLM's CUDA graphs, captured
     // after the KV cache, do not fit what is left (`capacity::graphs`); no graphs is the change
@@ -392,15 +419,5 @@ pub fn serving(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Opt
             tries.push((format!("--pipeline-parallel-size {pp}"), k));
         }
     }
-    tries.into_iter().find_map(|(flags, k)| {
-        capacity::capacity(t, gpu, engine, &k)
-            .ok()
-            .filter(|c| c.starts)
-            .map(|c| ServingChange {
-                flags,
-                max_model_len: c.max_model_len,
-                kv_cache_tokens: c.kv_cache_tokens,
-                max_concurrency: c.max_concurrency,
-            })
-    })
+    tries
 }

@@ -135,6 +135,10 @@ pub struct CapacityReport {
     /// When it does not start: the cheapest change that starts it at `max_model_len` (null:
     /// none of those tried).
     pub cheapest_change: Option<ServingChange>,
+    /// When it does not start: the changes tried for this job and engine
+    /// ([`vram_plan::suggest::serving_tried`]); empty when it starts.
+    #[serde(default)]
+    pub changes_tried: Vec<String>,
     /// What reading the model found (`Blocks::notes`: a checkpoint's headers that disagree
     /// with config.json, a wrapper read by its text config...), as the text's `note:` lines.
     #[serde(default)]
@@ -312,10 +316,13 @@ pub fn capacity(
     k.mamba_ssm_bytes = m.config.and_then(vram_model::read::mamba_ssm_bytes);
     let g = r.gpu;
     let c = capacity::capacity(t, g, r.engine, &k)?;
-    let change = if c.starts {
-        None
+    let (change, tried) = if c.starts {
+        (None, Vec::new())
     } else {
-        suggest::serving(t, g, r.engine, &k)
+        (
+            suggest::serving(t, g, r.engine, &k),
+            suggest::serving_tried(t, g, r.engine, &k),
+        )
     };
     let kv = kv_dtype_name(r);
     Ok(CapacityReport {
@@ -327,6 +334,7 @@ pub fn capacity(
         gpu: g.into(),
         capacity: c,
         cheapest_change: change,
+        changes_tried: tried,
         notes: crate::notes::of_model(&m.model),
     })
 }
@@ -519,9 +527,13 @@ impl CapacityReport {
                 thousands(f.kv_cache_tokens),
                 f.max_concurrency
             ),
+            None if self.changes_tried.is_empty() => {
+                "no single change left to try: the job already makes every one modelled (fp8 KV cache, fp8 weights, TP 2-8, PP 2-4)"
+                    .into()
+            }
             None => format!(
                 "no single change tried ({}) starts it at this length",
-                suggest::SERVING_TRIES
+                self.changes_tried.join(", ")
             ),
         });
         v
