@@ -1043,3 +1043,33 @@ fn doctor_prices_a_serving_error_with_the_capacity_model() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("needs --gpu"), "{err}");
 }
+
+/// What the process could hold and what the step is read against are one figure, or the
+/// difference is named: the latter adds the process's own memory outside PyTorch (its CUDA
+/// context, which the estimate counts). A request beyond 2^64 bytes is refused in one line, not
+/// saturated to 17179869184.00 GiB.
+#[test]
+fn doctor_room_agrees_with_could_hold_and_refuses_sizes_beyond_64_bits() {
+    let msg = "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.54 GiB of which 20.00 MiB is free. Process 1234 has 23.52 GiB memory in use. Of the allocated memory 21.90 GiB is allocated by PyTorch, and 800.00 MiB is reserved by PyTorch but unallocated.";
+    let (code, out, err) = vram(&["doctor", "--no-nvml", "--model", "llama-3-8b", msg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("could hold at most 22.70 GiB"), "{out}");
+    let room = "23.54 GiB this process could have (the 22.70 GiB it could hold at most, and its 858.88 MiB outside PyTorch)";
+    assert!(out.contains(room), "{out}");
+    assert!(
+        !out.replace(room, "").contains("this process could have"),
+        "{out}"
+    );
+    let huge = "CUDA out of memory. Tried to allocate 99999999999999999999.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 2.00 MiB is free. Of the allocated memory 60.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated.";
+    let (code, out, err) = vram(&["doctor", "--no-nvml", huge]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("more than 2^64 bytes"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // 2^64 bytes as PyTorch prints an underflowed counter is still read.
+    let (code, _, err) = vram(&[
+        "doctor",
+        "--no-nvml",
+        &huge.replace("99999999999999999999.00", "17179869184.00"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+}

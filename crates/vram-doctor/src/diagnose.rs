@@ -1374,11 +1374,11 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     bytes: est_over.max(over),
                     sufficient: true,
                     detail: format!(
-                        "the estimate of this step needs {} at its peak ({}), {} more than the {} this process could have{}",
+                        "the estimate of this step needs {} at its peak ({}), {} more than the {}{}",
                         hb(summary.total_bytes),
                         summary.peak_phase,
                         hb(est_over),
-                        hb(room),
+                        room_words(&fig),
                         if over > 0 {
                             format!("; at the failure, live tensors plus the request were already {} over", hb(over))
                         } else {
@@ -1413,9 +1413,9 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         }
         if summary.fits && (over > 0 || step_cause) {
             notes.push(format!(
-                "the estimate ({} at the peak) fits in the {} this process could have: the setup given may not be the one that ran, or memory is held that the step does not explain (see the leak and other-process causes)",
+                "the estimate ({} at the peak) fits in the {}: the setup given may not be the one that ran, or memory is held that the step does not explain (see the leak and other-process causes)",
                 hb(summary.total_bytes),
-                hb(room)
+                room_words(&fig)
             ));
         }
         if !summary.fits && fixes.is_empty() {
@@ -1429,8 +1429,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 enough: false,
                 step_time_s: None,
                 detail: format!(
-                    "no setup searched fits the {} this process could have: micro-batch with accumulation, recomputation, ZeRO and offload{}",
-                    hb(room),
+                    "no setup searched fits the {}: micro-batch with accumulation, recomputation, ZeRO and offload{}",
+                    room_words(&fig),
                     if matches!(job.setup.mode, Mode::Train(_)) { "" } else { " (for inference: no smaller batch fits)" }
                 ),
             });
@@ -1521,6 +1521,23 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     })
 }
 
+/// What this process could have, as the step's figures are read against it:
+/// what it could hold in PyTorch (reserved + free, capped) plus its own memory
+/// outside PyTorch, which an estimate counts (the CUDA context). The two are
+/// named where they differ, so the figure agrees with "could hold at most".
+fn room_words(fig: &Figures) -> String {
+    let hb = human_bytes;
+    match fig.non_pytorch_bytes.filter(|&n| n > 0) {
+        None => format!("{} this process could have", hb(fig.could_hold_bytes)),
+        Some(np) => format!(
+            "{} this process could have (the {} it could hold at most, and its {} outside PyTorch)",
+            hb(fig.could_hold_bytes.saturating_add(np)),
+            hb(fig.could_hold_bytes),
+            hb(np)
+        ),
+    }
+}
+
 /// The estimate of the job against the memory the message shows, and the
 /// fastest configurations that fit it.
 ///
@@ -1599,9 +1616,9 @@ fn step_remedies(job: &Job, fig: &Figures) -> Result<(EstimateSummary, Vec<Remed
                     enough: true,
                     step_time_s: None,
                     detail: format!(
-                        "the largest batch that fits: {} at batch {lo} in the {} this process could have, at context {} (batch {} would need more)",
+                        "the largest batch that fits: {} at batch {lo} in the {}, at context {} (batch {} would need more)",
                         hb(after),
-                        hb(room),
+                        room_words(&fig),
                         i.context,
                         lo + 1
                     ),
@@ -1659,10 +1676,10 @@ fn step_remedies(job: &Job, fig: &Figures) -> Result<(EstimateSummary, Vec<Remed
                 enough: true,
                 step_time_s: Some(plan.step_time_s),
                 detail: format!(
-                    "{}: {} per GPU of the {} this process could have, {:.3} s/step predicted, same global batch of {}",
+                    "{}: {} per GPU of the {}, {:.3} s/step predicted, same global batch of {}",
                     plan.label(),
                     hb(after),
-                    hb(room),
+                    room_words(&fig),
                     plan.step_time_s,
                     p.dp * t.micro_batch * t.grad_accum
                 ),

@@ -148,9 +148,10 @@ impl OomMessage {
 }
 
 /// One size as `format_size` prints it: `123 bytes`, `1.50 KiB`, `20.00 MiB`,
-/// `79.19 GiB` (also `TiB`, and `B`/`KB`-style units for tolerance). A
-/// finite size beyond 64 bits saturates to `u64::MAX` (PyTorch has printed
-/// `17179869184.00 GiB`, 2^64 bytes, for an underflowed counter).
+/// `79.19 GiB` (also `TiB`, and `B`/`KB`-style units for tolerance). A size
+/// of 2^64 bytes, as printed, saturates to `u64::MAX` (PyTorch has printed
+/// `17179869184.00 GiB`, 2^64 bytes, for an underflowed counter); a larger
+/// one is no figure a 64-bit counter holds: `None` ([`beyond_64_bits`]).
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
     let (num, unit) = s.split_once(' ')?;
@@ -167,11 +168,33 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     let b = (v * mult).round();
-    b.is_finite().then_some(if b >= u64::MAX as f64 {
+    if !b.is_finite() || b > TWO_POW_64 * (1.0 + 1e-9) {
+        return None;
+    }
+    Some(if b >= u64::MAX as f64 {
         u64::MAX
     } else {
         b as u64
     })
+}
+
+/// 2^64, the first size a 64-bit byte counter cannot hold.
+const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+
+/// Whether `s` starts with a size (number, unit) larger than 2^64 bytes, which
+/// [`parse_size`] refuses: a message edited by hand, not one PyTorch printed.
+fn beyond_64_bits(s: &str) -> bool {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let unit = s[end..].trim_start();
+    let unit = &unit[..unit
+        .find(|c: char| !c.is_ascii_alphabetic())
+        .unwrap_or(unit.len())];
+    s[..end].parse::<f64>().is_ok_and(|v| v.is_finite())
+        && parse_size(&format!("{} {unit}", &s[..end])).is_none()
+        && parse_size(&format!("1 {unit}")).is_some()
 }
 
 /// Reads a size at the start of `s` (number, space, unit); returns it and the rest.
@@ -428,8 +451,13 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
 }
 
 fn parse_one(msg: &str) -> Result<OomMessage> {
-    let (requested_bytes, rest) =
-        size_prefix(msg).ok_or_else(|| unparseable("no size after `Tried to allocate`".into()))?;
+    let (requested_bytes, rest) = size_prefix(msg).ok_or_else(|| {
+        unparseable(if beyond_64_bits(msg) {
+            "the size after `Tried to allocate` is more than 2^64 bytes (16 EiB), beyond any figure PyTorch's 64-bit counters print".into()
+        } else {
+            "no size after `Tried to allocate`".into()
+        })
+    })?;
     if let Some(r) = strip_phrase(rest, "(gpu") {
         return legacy(requested_bytes, r.trim_start());
     }

@@ -199,3 +199,11 @@ fn the_cuda_malloc_async_backend_layout() {
     assert_eq!(m.allowed_bytes, Some(22 << 30));
     assert_eq!(m.requested_bytes, mib(952.0));
 }
+
+#[test]
+fn sizes_saturate_only_at_two_to_the_64() {
+    assert_eq!(parse_size("17179869184.00 GiB"), Some(u64::MAX));
+    assert_eq!(parse_size("16777216.00 TiB"), Some(u64::MAX));
+    assert_eq!(parse_size("99999999999999999999.00 GiB"), None);
+    assert_eq!(parse_size("17179870000.00 GiB"), None);
+}
