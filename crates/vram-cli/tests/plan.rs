@@ -103,6 +103,9 @@ fn pins_are_honoured() {
         "--sequence-parallel",
         "--schedule",
         "interleaved:2",
+        // Sequence parallelism is Megatron-LM's (a Hugging Face model has none).
+        "--stack",
+        "megatron",
     ]));
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

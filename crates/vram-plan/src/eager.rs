@@ -99,6 +99,17 @@ pub enum Stack {
 }
 
 impl Stack {
+    /// Whether the stack can recompute some layers and not others, or only the attention
+    /// core, and split activations along the sequence (Megatron-LM's
+    /// `--recompute-method block`, `--recompute-granularity selective`, `--sequence-parallel`).
+    /// A Hugging Face model recomputes only through `gradient_checkpointing_enable()`, which
+    /// checkpoints every `GradientCheckpointingLayer` (transformers 5.24); DeepSpeed 0.19.8's
+    /// `number_checkpoints` only sizes contiguous buffers
+    /// (`activation_checkpointing/checkpointing.py`) and selects no layers.
+    pub fn partial_recompute(self) -> bool {
+        self == Stack::Megatron
+    }
+
     /// `transformers` or `megatron`.
     pub fn name(self) -> &'static str {
         match self {

@@ -400,13 +400,38 @@ fn megatron_model_rules(
     }
 }
 
+/// A Hugging Face model recomputes through `gradient_checkpointing_enable()`, which
+/// checkpoints every `GradientCheckpointingLayer` (transformers 5.24): every layer or none.
+/// DeepSpeed 0.19.8's `activation_checkpointing.number_checkpoints` only sizes its contiguous
+/// buffers (`activation_checkpointing/checkpointing.py`) and selects no layer. So a plan that
+/// recomputes some layers, or only the attention core, cannot be written for the stacks that
+/// run a Hugging Face model (DeepSpeed, accelerate without Megatron-LM, torchrun); the
+/// transformers stack's search does not offer one ([`crate::eager::Stack::partial_recompute`]),
+/// this refuses one planned for Megatron-LM.
+fn hf_recompute_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refusal> {
+    let per_stage = t.layers() / p.pp.max(1);
+    let partial =
+        p.recompute == Recompute::Full && p.recompute_layers.is_some_and(|k| k < per_stage);
+    if p.recompute == Recompute::Selective || partial || p.sequence_parallel {
+        return refuse(
+            engine,
+            format!(
+                "a Hugging Face model recomputes every layer or none (gradient_checkpointing_enable,                  transformers 5.24) and has no Megatron sequence parallelism, so {} needs Megatron-LM                  (--emit megatron); pin --recompute none or full",
+                p.label()
+            ),
+        );
+    }
+    Ok(())
+}
+
 /// Whether `engine` can run `p` with the settings [`emit`] writes for it; the refusal names
 /// the engine's rule.
 pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
     match engine {
         Engine::Deepspeed => {
             deepspeed_rules(engine, p)?;
-            autotp_rules(engine, p, job.model)
+            autotp_rules(engine, p, job.model)?;
+            hf_recompute_rules(engine, p, job.model)
         }
         Engine::Megatron => {
             megatron_model_rules(engine, job.model, &fields(job))?;
@@ -444,6 +469,7 @@ pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
                 }
                 Ok(())
             } else if p.zero_stage >= 1 {
+                hf_recompute_rules(engine, p, job.model)?;
                 deepspeed_rules(engine, p)
             } else if p.offload != Offload::None {
                 refuse(
@@ -452,10 +478,10 @@ pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
                      ZeRO-0 plan is MULTI_GPU, which would drop the offload",
                 )
             } else {
-                Ok(())
+                hf_recompute_rules(engine, p, job.model)
             }
         }
-        Engine::Torchrun => Ok(()),
+        Engine::Torchrun => hf_recompute_rules(engine, p, job.model),
     }
 }
 
@@ -732,7 +758,6 @@ pub fn deepspeed(p: &Plan, job: &Job<'_>) -> String {
             // checkpointed through DeepSpeed's checkpointing API.
             "partition_activations": false,
             "contiguous_memory_optimization": false,
-            "number_checkpoints": p.recompute_layers,
         });
     }
     if p.pp > 1 {

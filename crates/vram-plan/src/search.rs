@@ -361,7 +361,9 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
                         }
                     }
                     for sp in [false, true] {
-                        if (sp && tp == 1) || !pinned(pins.sequence_parallel, sp) {
+                        if (sp && (tp == 1 || !req.stack.partial_recompute()))
+                            || !pinned(pins.sequence_parallel, sp)
+                        {
                             continue;
                         }
                         for zero in 0..=3u8 {
@@ -388,6 +390,16 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
                                             continue;
                                         }
                                         if choice == RecomputeChoice::Optimal && layers / pp < 2 {
+                                            continue;
+                                        }
+                                        // A Hugging Face model recomputes every layer or none.
+                                        if !req.stack.partial_recompute()
+                                            && matches!(
+                                                choice,
+                                                RecomputeChoice::Selective
+                                                    | RecomputeChoice::Optimal
+                                            )
+                                        {
                                             continue;
                                         }
                                         let (recompute, recompute_layers) = match choice {
@@ -914,6 +926,19 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
     }
     if t.layers() == 0 {
         return Err(Error::Request("the model has no layers".into()));
+    }
+    if !req.stack.partial_recompute() {
+        let what = match (req.pins.recompute, req.pins.sequence_parallel) {
+            (Some(RecomputeChoice::Selective), _) => Some("--recompute selective"),
+            (Some(RecomputeChoice::Optimal), _) => Some("--recompute optimal"),
+            (_, Some(true)) => Some("--sequence-parallel"),
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Err(Error::Request(format!(
+                "{what} needs --stack megatron: a Hugging Face model (the transformers stack that                  DeepSpeed, accelerate and torchrun run) recomputes every layer or none                  (gradient_checkpointing_enable) and has no Megatron sequence parallelism"
+            )));
+        }
     }
     if let (Some(tp), Some(pp), Some(dp)) = (req.pins.tp, req.pins.pp, req.pins.dp) {
         if tp.saturating_mul(pp).saturating_mul(dp) != req.cluster.gpus {

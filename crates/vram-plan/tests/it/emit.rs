@@ -26,6 +26,15 @@ fn plan(pins: Pins, gpus: u64) -> (Plan, Transformer) {
         256,
         4096,
     );
+    // Selective or some-layer recomputation and sequence parallelism are Megatron-LM's
+    // (`Stack::partial_recompute`): pinned, they are searched on its stack.
+    if matches!(
+        pins.recompute,
+        Some(RecomputeChoice::Selective | RecomputeChoice::Optimal)
+    ) || pins.sequence_parallel == Some(true)
+    {
+        req.stack = vram_plan::Stack::Megatron;
+    }
     req.pins = pins;
     req.top = 1;
     (search(&req, &mut |_| {}).unwrap().plans[0].clone(), t)
@@ -538,4 +547,31 @@ fn megatron_writes_the_norm_epsilon_and_the_sliding_window() {
             .any(|a| a.starts_with("--norm-epsilon") || a.starts_with("--window")),
         "{llama:?}"
     );
+}
+
+/// A Hugging Face model recomputes every layer or none (`gradient_checkpointing_enable`), and
+/// DeepSpeed's `number_checkpoints` selects no layers: the stacks that run one refuse a plan with
+/// some layers or only the attention core recomputed, or Megatron's sequence parallelism, and
+/// Megatron-LM writes it.
+#[test]
+fn hugging_face_stacks_refuse_partial_and_selective_recompute() {
+    let (mut p, t) = base();
+    p.recompute = Recompute::Full;
+    p.recompute_layers = None;
+    for e in [Engine::Deepspeed, Engine::Accelerate, Engine::Torchrun] {
+        let s = accepted(e, &p, &t);
+        assert!(!s.contains("number_checkpoints"), "{s}");
+    }
+    p.recompute_layers = Some(20);
+    for e in [Engine::Deepspeed, Engine::Accelerate, Engine::Torchrun] {
+        refused(e, &p, &t, "every layer or none");
+    }
+    p.recompute_layers = None;
+    p.recompute = Recompute::Selective;
+    for e in [Engine::Deepspeed, Engine::Accelerate, Engine::Torchrun] {
+        refused(e, &p, &t, "every layer or none");
+    }
+    p.zero_stage = 1;
+    let s = accepted(Engine::Megatron, &p, &t);
+    assert!(s.contains("--recompute-granularity selective"), "{s}");
 }

@@ -128,6 +128,8 @@ fn plans_meet_the_global_batch_and_pins() {
         .plans
         .windows(2)
         .all(|w| w[0].step_time_s <= w[1].step_time_s));
+    // Selective recomputation and sequence parallelism are Megatron-LM's.
+    req.stack = Stack::Megatron;
     req.pins = Pins {
         tp: Some(4),
         pp: Some(2),
@@ -182,6 +184,8 @@ fn optimal_recompute_is_the_fewest_layers_that_fit() {
         ..Pins::default()
     };
     req.top = 1;
+    // Some layers recomputed: Megatron-LM's `--recompute-method block`.
+    req.stack = Stack::Megatron;
     let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
     let k = p.recompute_layers.expect("a layer count");
     assert!((1..32).contains(&k), "{}", p.label());
@@ -197,6 +201,8 @@ fn optimal_recompute_is_the_fewest_layers_that_fit() {
             grad_accum: 4,
             recompute: rc,
             recompute_layers: layers,
+            // Megatron-LM's own layout (half weights, fp32 main gradients).
+            amp_style: Some(AmpStyle::Megatron),
             ..Default::default()
         }),
         ..Default::default()
@@ -335,4 +341,59 @@ fn equally_fast_plans_rank_by_memory() {
             "ranked by time, then memory"
         );
     }
+}
+
+/// The transformers stack (a Hugging Face model: every layer recomputed or none) offers no plan
+/// with some layers or only the attention core recomputed, nor sequence parallelism, and
+/// refuses those pins in one line; the Megatron stack keeps them.
+#[test]
+fn the_transformers_stack_plans_only_what_hugging_face_models_run() {
+    let mut req = Request::new(
+        catalog::lookup("llama-3-70b").unwrap(),
+        Cluster::for_gpu("h100-80g", 8).unwrap(),
+        64,
+        4096,
+    );
+    let out = search(&req, &mut |_| {}).unwrap();
+    assert!(!out.plans.is_empty());
+    for p in &out.plans {
+        assert!(
+            p.recompute != Recompute::Selective
+                && p.recompute_layers.is_none()
+                && !p.sequence_parallel,
+            "{}",
+            p.label()
+        );
+    }
+    for pins in [
+        Pins {
+            recompute: Some(RecomputeChoice::Selective),
+            ..Pins::default()
+        },
+        Pins {
+            recompute: Some(RecomputeChoice::Optimal),
+            ..Pins::default()
+        },
+        Pins {
+            sequence_parallel: Some(true),
+            ..Pins::default()
+        },
+    ] {
+        req.pins = pins;
+        let e = search(&req, &mut |_| {}).unwrap_err().to_string();
+        assert!(
+            e.contains("needs --stack megatron") && !e.contains('\n'),
+            "{e}"
+        );
+    }
+    req.stack = Stack::Megatron;
+    req.pins = Pins::default();
+    let out = search(&req, &mut |_| {}).unwrap();
+    assert!(
+        out.plans
+            .iter()
+            .any(|p| p.recompute == Recompute::Selective || p.recompute_layers.is_some()),
+        "{:?}",
+        out.plans.iter().map(|p| p.label()).collect::<Vec<_>>()
+    );
 }
