@@ -1073,3 +1073,26 @@ fn doctor_room_agrees_with_could_hold_and_refuses_sizes_beyond_64_bits() {
     ]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// Overheads beyond the device are refused, and a 5,000-character name is cut in the message.
+#[test]
+fn overheads_beyond_the_device_and_very_long_names_are_one_short_line() {
+    let (code, _, err) = vram(&["estimate", "gpt2", "--cuda-context", "1000000TiB"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--cuda-context 977 PiB is more than the GPU's 79.2 GiB"),
+        "{err}"
+    );
+    let (code, _, err) = vram(&["estimate", "gpt2", "--gpu", "a10", "--workspace", "100GiB"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--workspace 100 GiB is more than the GPU's"),
+        "{err}"
+    );
+    let long = "A".repeat(5000);
+    let (code, _, err) = vram(&["estimate", &long]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("… (5000 characters)"), "{err}");
+    assert!(err.len() < 5000, "{}", err.len());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -55,7 +55,7 @@ pub enum Error {
         b: u64,
     },
     /// A catalog lookup failed.
-    #[error("unknown {kind} `{name}` (known: {known})")]
+    #[error("unknown {kind} `{}` (known: {known})", clip(name))]
     Unknown {
         /// `model` or `GPU`.
         kind: &'static str,
@@ -90,3 +90,14 @@ pub enum Error {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the user wrote, cut to 80 characters for a one-line message (the length said).
+fn clip(s: &str) -> String {
+    const MAX: usize = 80;
+    let n = s.chars().count();
+    if n <= MAX {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(MAX).collect();
+    format!("{head}… ({n} characters)")
+}

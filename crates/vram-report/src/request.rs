@@ -268,6 +268,23 @@ impl StepRequest {
         };
         let default_len = max_pos.min(2048);
         let d = gpu.map_or_else(Overheads::default, Overheads::for_gpu);
+        // What lies outside the allocator cannot exceed the device it lies on.
+        let device = gpu.map_or_else(
+            || vram_model::gpu::lookup("h100-80g").map_or(u64::MAX, |g| g.memory_bytes),
+            |g| g.memory_bytes,
+        );
+        for (flag, v) in [
+            ("--cuda-context", self.cuda_context),
+            ("--workspace", self.workspace),
+        ] {
+            if let Some(v) = v.filter(|&v| v > device) {
+                return Err(input(format!(
+                    "{flag} {} is more than the GPU's {} in all",
+                    vram_model::fmt::bytes(v),
+                    vram_model::fmt::bytes(device)
+                )));
+            }
+        }
         let overheads = Overheads {
             cuda_context_bytes: self.cuda_context.unwrap_or(d.cuda_context_bytes),
             workspace_bytes: self.workspace.unwrap_or(d.workspace_bytes),
