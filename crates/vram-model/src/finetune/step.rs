@@ -453,7 +453,9 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 .adapted
                 .iter()
                 .find(|a| a.site.path == s.path && a.site.out == s.out && a.site.inp == s.inp);
-            let quant_site = quantized && s.kind == SiteKind::Module;
+            let quant_site = quantized
+                && s.kind == SiteKind::Module
+                && s.component != crate::describe::Component::Router;
             let e = match s.kind {
                 SiteKind::Experts(e) => e,
                 _ => 1,
@@ -585,6 +587,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
             };
             let q = quantized
                 && s.kind == SiteKind::Module
+                && s.component != crate::describe::Component::Router
                 && !spec.skip_modules.iter().any(|k| super::matches(&s.path, k));
             for _ in 0..n {
                 if q {

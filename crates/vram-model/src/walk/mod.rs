@@ -579,7 +579,7 @@ impl<'a> Step<'a> {
                 "a training step of Mamba (1) layers is not modelled (its torch fallback scans token by token and keeps the residual in fp32); --inference estimates generate".into(),
             ));
         }
-        if b.vision.is_some_and(|v| v.images.is_some())
+        if b.vision.as_ref().is_some_and(|v| v.images.is_some())
             && b.kinds.iter().any(|k| k.skipped_without_images())
         {
             return Err(Error::Setup(
@@ -659,7 +659,7 @@ impl<'a> Step<'a> {
             emb.push(c.rep(hidden, 1), false);
         }
         self.emb_saved = emb.total(false);
-        if let Some(v) = b.vision.filter(|v| v.images.is_some()) {
+        if let Some(v) = b.vision.as_ref().filter(|v| v.images.is_some()) {
             // The vision tower runs before the first layer (pipeline rank 0): in training its
             // saved tensors live as long as the embedding's; in generate, see vision.rs.
             let recompute = match self.setup.mode {
