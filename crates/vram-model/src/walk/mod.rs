@@ -471,9 +471,18 @@ pub(crate) struct Step<'a> {
     /// Per kind, the tensors its cache holds on this GPU.
     caches: Vec<Vec<generate::CacheBytes>>,
     cnn: Vec<LayerDesc>,
-    /// Parameters of the embedding / head on this GPU (after TP).
+    /// Parameters of the embedding / head on this GPU (after TP); the embedding's include the
+    /// vision tower's and projector's, which run before the first layer.
     emb_params: u64,
     head_params: u64,
+    /// Of `emb_params`, those a training step gives no gradient: the vision tower and
+    /// projector in a text-only step. The model's forward calls the tower only for pixel
+    /// values, so its parameters never enter the graph, their `grad` stays `None` and torch's
+    /// AdamW makes no state for them (`_init_group`), as for the layers a text-only forward
+    /// passes over ([`LayerDesc::no_grad`]). TRL 1.16's `SFTTrainer` says the same: a
+    /// text-only batch leaves the tower without gradients, so it turns on DDP's
+    /// `find_unused_parameters` for vision-language models.
+    emb_no_grad: u64,
     /// Saved bytes of the embedding block and of the head (final norm and projection input).
     emb_saved: u64,
     head_saved: u64,
@@ -546,6 +555,7 @@ impl<'a> Step<'a> {
             cnn: Vec::new(),
             emb_params: 0,
             head_params: 0,
+            emb_no_grad: 0,
             emb_saved: 0,
             head_saved: 0,
             logits: 0,
@@ -646,6 +656,11 @@ impl<'a> Step<'a> {
         self.emb_params = split.embedding - vocab_emb + vocab_emb.div_ceil(tp);
         let untied_head = if b.ends.head > 0 { vocab_emb } else { 0 };
         self.head_params = split.head - untied_head + untied_head.div_ceil(tp);
+        if let Some(v) = b.vision.as_ref().filter(|v| v.images.is_none()) {
+            if self.ctx.training {
+                self.emb_no_grad = v.params;
+            }
+        }
         if par.pp > 1 && b.head.tied && b.layout != Layout::EncoderOnly {
             // The last stage keeps its own copy of a tied embedding (Megatron).
             self.head_params += vocab_emb.div_ceil(tp);
@@ -892,6 +907,7 @@ impl<'a> Step<'a> {
     /// ([`LayerDesc::grad_params`]).
     fn rank_grad_params(&self, rank: u64, stack: &Stack) -> u64 {
         self.rank_sum(rank, stack, LayerDesc::grad_params)
+            - if rank == 0 { self.emb_no_grad } else { 0 }
     }
 
     fn rank_sum(&self, rank: u64, stack: &Stack, f: impl Fn(&LayerDesc) -> u64) -> u64 {
