@@ -269,6 +269,7 @@ def speed_case(case):
     # generate an attention mask with a zero, so every decode step builds a [b, 1, 1, T] mask
     # after a host sync and SDPA runs with it. Record whether the 2026-11-27 prompt had one, and
     # time that prompt's decode too, so Llama's batch-16 miss can be told apart from it.
+    # (Recomputed on the CPU, tests/engines/measure2_prompt.py: it held none; this confirms it.)
     g0 = torch.Generator(device=DEV).manual_seed(0)
     x0 = torch.randint(0, model.config.vocab_size, (case["batch"], case["prompt"]), device=DEV, generator=g0)
     extra["measure2_prompt_pad_rows"] = int((x0 == 0).any(dim=-1).sum())

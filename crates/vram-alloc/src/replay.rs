@@ -32,7 +32,7 @@ pub enum Event {
 }
 
 /// What one policy did on an event sequence.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PolicyResult {
     /// Policy name.
     pub name: String,
@@ -56,7 +56,7 @@ pub struct PolicyResult {
 }
 
 /// Figures taken from a recorded trace itself (what PyTorch did).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecordedFigures {
     /// Peak of PyTorch's reserved bytes, from segment alloc/free/map/unmap
     /// entries plus the reserved bytes present before the trace began

@@ -1,16 +1,15 @@
 //! `vram batch`: memory-aware batches for variable-length sequences.
 
-use std::io::{Read, Write};
+use std::io::Read;
 
 use anyhow::Result;
 use clap::Args;
-use serde_json::json;
 use vram_model::gpu;
-use vram_plan::batching::batch_by_memory;
+use vram_report::Report;
 
+use crate::bad_input;
 use crate::estimate::StepArgs;
 use crate::input::resolve_model;
-use crate::{bad_input, fmt};
 
 /// Arguments of `vram batch`.
 #[derive(Debug, Args)]
@@ -84,59 +83,12 @@ pub fn run(a: &BatchArgs) -> Result<()> {
     // The step on the budget's GPU: its CUDA context and workspace, as `vram estimate` prices it.
     let setup = a.step.setup_on(&model, Some(gpu))?;
     let lengths = read_lengths(&a.lengths)?;
-    if a.max_batch == Some(0) {
-        return Err(bad_input!("--max-batch must be at least 1"));
-    }
-    let b = batch_by_memory(&model, &setup, &lengths, gpu.memory_bytes, a.max_batch)?;
-    let mut out = crate::output::stdout();
-    if a.json {
-        let v = json!({
-            "model": model.name(),
-            "gpu": gpu.id,
-            "capacity_bytes": gpu.memory_bytes,
-            "sequences": lengths.len(),
-            "batches": b.batches,
-            "too_long": b.too_long,
-            "fill": b.fill,
-        });
-        serde_json::to_writer_pretty(&mut out, &v)?;
-        writeln!(out)?;
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "{} sequences -> {} batches on {} ({}); {:.1}% of padded tokens are real",
-        lengths.len(),
-        b.batches.len(),
-        gpu.id,
-        fmt::bytes(gpu.memory_bytes),
-        b.fill * 100.0
-    )?;
-    if !b.too_long.is_empty() {
-        writeln!(
-            out,
-            "{} sequences do not fit even alone (indices {:?})",
-            b.too_long.len(),
-            &b.too_long[..b.too_long.len().min(10)]
-        )?;
-    }
-    writeln!(
-        out,
-        "{:>6}  {:>10}  {:>9}  {:>10}",
-        "batch", "sequences", "padded to", "memory"
-    )?;
-    for (i, batch) in b.batches.iter().enumerate().take(20) {
-        writeln!(
-            out,
-            "{:>6}  {:>10}  {:>9}  {:>10}",
-            i,
-            batch.indices.len(),
-            batch.padded_len,
-            fmt::bytes(batch.total_bytes)
-        )?;
-    }
-    if b.batches.len() > 20 {
-        writeln!(out, "... {} more (--json lists all)", b.batches.len() - 20)?;
-    }
-    Ok(())
+    let r = Report::Batch(Box::new(vram_report::batch::batch(
+        &model,
+        &setup,
+        gpu,
+        &lengths,
+        a.max_batch,
+    )?));
+    crate::print(&r, a.json)
 }

@@ -104,6 +104,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         vram_doctor::Reading::Serving(e) => return serving(a, &e),
     };
     let mut inp = Inputs::new(msg.clone());
+    let mut model_notes = Vec::new();
     if let Some(model_arg) = &a.model {
         let gpu = match &a.gpu {
             Some(g) => gpu::lookup(g)?,
@@ -116,6 +117,12 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
             ));
         }
         let setup = a.step.setup(&resolved.model)?;
+        // The setup's storage decision was made on the default GPU (`StepArgs::setup`).
+        model_notes = vram_report::notes::of_step(
+            &resolved.model,
+            matches!(setup.mode, vram_model::setup::Mode::Train(_)),
+            None,
+        );
         inp.job = Some(Job {
             model: resolved.model,
             setup,
@@ -158,6 +165,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         }
     }
     let mut d = vram_doctor::diagnose(&inp).map_err(doctor_err)?;
+    d.notes.splice(0..0, model_notes);
     d.notes.extend(nvml_note);
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -178,11 +186,15 @@ fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
     }
     // With --model (and --gpu), the capacity model's figures for the engine's defaults turn
     // each knob into a number.
-    let figures = match &a.model {
-        None => None,
-        Some(m) => Some(serving_figures(m, &a.hub, a.gpu.as_deref(), e)?),
+    let (figures, notes) = match &a.model {
+        None => (None, Vec::new()),
+        Some(m) => {
+            let (f, n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e)?;
+            (Some(f), n)
+        }
     };
-    let d = serving::explain(e, figures.as_ref());
+    let mut d = serving::explain(e, figures.as_ref());
+    d.notes = notes;
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
@@ -194,13 +206,13 @@ fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
 
 /// What `vram capacity` says of `model` on `gpu` under the engine that printed `e`, at its
 /// defaults and the `max_model_len` the error names: the device, everything outside the KV
-/// cache, and the KV bytes per token.
+/// cache, and the KV bytes per token; with the model's notes.
 fn serving_figures(
     model: &str,
     hub: &crate::input::HubArgs,
     gpu: Option<&str>,
     e: &ServingError,
-) -> Result<serving::CapacityFigures> {
+) -> Result<(serving::CapacityFigures, Vec<String>)> {
     use vram_plan::capacity::{self, Engine, Knobs};
     if matches!(
         e,
@@ -249,7 +261,7 @@ fn serving_figures(
     } else {
         vram_plan::suggest::serving(t, gpu, engine, &knobs)
     };
-    Ok(serving::CapacityFigures {
+    let figures = serving::CapacityFigures {
         device_bytes: c.total_bytes,
         non_kv_bytes: c.weights_bytes
             + c.non_torch_bytes
@@ -257,7 +269,8 @@ fn serving_figures(
             + c.cuda_graph_bytes,
         kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
         change,
-    })
+    };
+    Ok((figures, vram_report::notes::of_transformer(t)))
 }
 
 fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<()> {
@@ -282,6 +295,9 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
             }
         )?;
         writeln!(out, "   {}", r.detail)?;
+    }
+    for l in vram_report::notes::lines(&d.notes) {
+        writeln!(out, "{l}")?;
     }
     Ok(())
 }
@@ -393,8 +409,8 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
         )?;
         writeln!(out, "   {}", r.detail)?;
     }
-    for n in &d.notes {
-        writeln!(out, "note: {n}")?;
+    for l in vram_report::notes::lines(&d.notes) {
+        writeln!(out, "{l}")?;
     }
     Ok(())
 }

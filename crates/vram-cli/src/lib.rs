@@ -113,6 +113,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Prints a report: its JSON with `--json`, else its text.
+fn print(r: &vram_report::Report, json: bool) -> anyhow::Result<()> {
+    let mut out = output::stdout();
+    if json {
+        out.write_all(r.to_json().as_bytes())?;
+    } else {
+        out.write_all(r.text().as_bytes())?;
+    }
+    Ok(())
+}
+
+/// A report that ran the caching allocator failed: the request or a bad snapshot is bad
+/// input (exit 2), anything else is not.
+fn run_error(e: vram_report::RunError) -> anyhow::Error {
+    match e {
+        vram_report::RunError::Report(e) => anyhow::Error::new(e),
+        vram_report::RunError::Alloc(a) => replay::classify(a),
+        other => anyhow::Error::new(other),
+    }
+}
+
 fn is_bad_input(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.is::<BadInput>()

@@ -1,16 +1,15 @@
 //! `vram replay`: run a recorded snapshot's alloc/free history through allocator policies.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use serde_json::json;
-use vram_alloc::replay::{events_from_snapshot, replay, Event};
 use vram_alloc::{AllocError, AllocatorConfig, Policy, Snapshot};
+use vram_report::replay::ReplayRequest;
+use vram_report::Report;
 
+use crate::bad_input;
 use crate::input::parse_bytes;
-use crate::{bad_input, fmt};
 
 /// Largest snapshot read (PyTorch's default 100,000-entry history pickles to well under this).
 const MAX_SNAPSHOT: u64 = 2 << 30;
@@ -78,17 +77,6 @@ pub fn read_snapshot(path: &std::path::Path) -> Result<Snapshot> {
 /// Runs `vram replay`.
 pub fn run(a: &ReplayArgs) -> Result<()> {
     let snap = read_snapshot(&a.snapshot)?;
-    let (events, recorded) = events_from_snapshot(&snap);
-    let allocs = events
-        .iter()
-        .filter(|e| matches!(e, Event::Alloc { .. }))
-        .count();
-    if allocs == 0 {
-        return Err(bad_input!(
-            "snapshot {} has no allocation history (record it with torch.cuda.memory._record_memory_history())",
-            a.snapshot.display()
-        ));
-    }
     let policies = if a.policies.is_empty() {
         Policy::ALL.to_vec()
     } else {
@@ -117,82 +105,11 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         c.trim_slack = slack;
         configs.push((c, Some(format!("vramkit [trim_slack {slack}]"))));
     }
-    let mut results = Vec::new();
-    for (c, name) in &configs {
-        let mut r = replay(&events, c, a.capacity).map_err(classify)?;
-        if let Some(n) = name {
-            r.name = n.clone();
-        }
-        results.push(r);
-    }
-    let mut out = crate::output::stdout();
-    if a.json {
-        let v = json!({
-            "snapshot": a.snapshot.display().to_string(),
-            "events": events.len(),
-            "allocations": allocs,
-            "capacity_bytes": a.capacity,
-            "recorded": recorded,
-            "policies": results,
-        });
-        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "{}: {} events ({} allocations)",
-        a.snapshot.display(),
-        fmt::thousands(events.len() as u64),
-        fmt::thousands(allocs as u64)
-    )?;
-    writeln!(
-        out,
-        "as recorded (the allocator that wrote the trace): peak allocated {}, peak reserved {}{}",
-        fmt::bytes(recorded.peak_allocated_bytes),
-        fmt::bytes(recorded.peak_reserved_bytes),
-        if recorded.unmatched_frees > 0 {
-            format!(
-                " ({} frees of blocks allocated before the trace began)",
-                recorded.unmatched_frees
-            )
-        } else {
-            String::new()
-        }
-    )?;
-    writeln!(out)?;
-    let oom_header = match a.capacity {
-        Some(c) => format!("OOM at {}", fmt::bytes(c)),
-        None => "OOM".to_string(),
+    let req = ReplayRequest {
+        configs,
+        capacity: a.capacity,
     };
-    let w = results
-        .iter()
-        .map(|r| r.name.len())
-        .max()
-        .unwrap_or(0)
-        .max(20);
-    writeln!(
-        out,
-        "{:<w$} {:>15} {:>15} {:>9} {:>14} {:>17}",
-        "policy", "peak allocated", "peak reserved", "reserved/", "fragmentation", oom_header
-    )?;
-    writeln!(out, "{:<w$} {:>15} {:>15} {:>9}", "", "", "", "allocated")?;
-    for r in &results {
-        let oom = match (r.would_oom, r.first_oom_event) {
-            (Some(true), Some(i)) => format!("yes (event {i})"),
-            (Some(true), None) => "yes".to_string(),
-            (Some(false), _) => "no".to_string(),
-            (None, _) => "-".to_string(),
-        };
-        writeln!(
-            out,
-            "{:<w$} {:>15} {:>15} {:>9.3} {:>13.2}% {:>17}",
-            r.name,
-            fmt::bytes(r.peak_allocated_bytes),
-            fmt::bytes(r.peak_reserved_bytes),
-            r.peak_reserved_bytes as f64 / r.peak_allocated_bytes.max(1) as f64,
-            r.fragmentation * 100.0,
-            oom
-        )?;
-    }
-    Ok(())
+    let r = vram_report::replay::replay(&a.snapshot.display().to_string(), &snap, &req)
+        .map_err(crate::run_error)?;
+    crate::print(&Report::Replay(Box::new(r)), a.json)
 }

@@ -137,14 +137,15 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
             let Ok(s) = shared.lock() else { break };
             match path.as_str() {
                 "/" | "/index.html" => (
-                    web::page(&s.history.to_chart_json(), interval_ms),
+                    web::page(&s.history.chart(), interval_ms),
                     "text/html; charset=utf-8",
                     200,
                 ),
                 "/api/state" => {
-                    let mut v = s.history.to_chart_json();
-                    v["last_error"] = serde_json::json!(s.last_error);
-                    (v.to_string(), "application/json", 200)
+                    let mut state = s.history.chart();
+                    state.last_error = s.last_error.clone();
+                    let body = serde_json::to_string(&state)?;
+                    (body, "application/json", 200)
                 }
                 "/metrics" => (
                     prom::render(s.history.latest(), s.samples_total),

@@ -932,3 +932,353 @@ fn mamba1_families_are_exact_for_generate_and_refuse_training() {
         assert!(err.contains("training step of Mamba (1)"), "{err}");
     }
 }
+
+/// Runs `vram ARGS` for its text, `ARGS --json` for its JSON, and `vram report` on that JSON
+/// for its page (`name` names the files).
+fn three_outputs(name: &str, args: &[&str]) -> (String, serde_json::Value, String) {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("three-outputs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (code, text, err) = vram(args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    let mut a = args.to_vec();
+    a.push("--json");
+    let (code, json, err) = vram(&a);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["schema_version"], 1, "{args:?}");
+    let jf = dir.join(format!("{name}.json"));
+    let hf = dir.join(format!("{name}.html"));
+    std::fs::write(&jf, &json).unwrap();
+    let (code, _, err) = vram(&[
+        "report",
+        jf.to_str().unwrap(),
+        "--out",
+        hf.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    (text, v, std::fs::read_to_string(&hf).unwrap())
+}
+
+/// The cells of the HTML table with `id`, row by row.
+fn table_rows(html: &str, id: &str) -> Vec<Vec<String>> {
+    let start = html.find(&format!("<table id=\"{id}\"")).expect(id);
+    let body = &html[start..start + html[start..].find("</table>").unwrap()];
+    body.split("<tr>")
+        .skip(2)
+        .map(|r| {
+            r.split("<td>")
+                .skip(1)
+                .map(|c| page_text(&c[..c.find("</td>").unwrap()]).trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// The JSON's notes are the text's `note:` lines and the page's Notes list, in order.
+fn notes_agree(what: &str, text: &str, v: &serde_json::Value, html: &str) {
+    let json: Vec<String> = v["notes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: no notes field"))
+        .iter()
+        .map(|n| format!("note: {}", n.as_str().unwrap()))
+        .collect();
+    let text_notes: Vec<&str> = text.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(text_notes, json, "{what}");
+    if json.is_empty() {
+        assert!(!html.contains("id=\"notes\""), "{what}");
+    } else {
+        let page: Vec<String> = page_text(section(html, "notes").unwrap())
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect();
+        assert_eq!(page, json, "{what}");
+    }
+}
+
+/// Issue 31's residuals: `vram batch`, `checkpoint`, `replay` and `plan` render one typed
+/// report each. The text's lines and table cells are the page's, the figures they print are the
+/// JSON's, and the notes are the same in the three.
+#[test]
+fn text_json_and_html_of_batch_checkpoint_replay_and_plan_agree() {
+    let bytes = |v: &serde_json::Value| vram_model::fmt::bytes(v.as_u64().unwrap());
+    // vram batch.
+    let lengths = data("lengths-lognormal-300.txt");
+    let (text, v, html) = three_outputs(
+        "batch",
+        &[
+            "batch",
+            "llama-3-8b",
+            "--gpu",
+            "h100-80g",
+            "--recompute",
+            "full",
+            "--lengths",
+            &lengths,
+        ],
+    );
+    assert_eq!(v["kind"], "batch");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        page_text(section(&html, "summary").unwrap()).trim(),
+        lines[0]
+    );
+    let batches = v["batches"].as_array().unwrap();
+    assert!(lines[0].starts_with(&format!("300 sequences -> {} batches", batches.len())));
+    let rows = table_rows(&html, "batches");
+    assert_eq!(rows.len(), batches.len().min(20));
+    for (i, (row, b)) in rows.iter().zip(batches).enumerate() {
+        let cells = vec![
+            i.to_string(),
+            b["indices"].as_array().unwrap().len().to_string(),
+            b["padded_len"].to_string(),
+            bytes(&b["total_bytes"]),
+        ];
+        assert_eq!(row, &cells);
+        let line: Vec<&str> = lines[2 + i].split_whitespace().collect();
+        assert_eq!(line.join(" "), cells.join(" "), "text row {i}");
+    }
+    notes_agree("batch", &text, &v, &html);
+
+    // vram checkpoint, a step that needs recomputation on the GPU.
+    let (text, v, html) = three_outputs(
+        "checkpoint",
+        &[
+            "checkpoint",
+            "llama-2-7b",
+            "--gpu",
+            "h100-80g",
+            "--micro-batch",
+            "2",
+            "--seq",
+            "4096",
+            "--optimizer",
+            "adam8bit",
+        ],
+    );
+    assert_eq!(v["kind"], "checkpoint");
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, l) in lines.iter().take_while(|l| !l.is_empty()).enumerate() {
+        assert_eq!(
+            page_text(section(&html, &format!("setup-{i}")).unwrap()).trim(),
+            *l
+        );
+    }
+    let rows = table_rows(&html, "strategies");
+    let cands = v["candidates"].as_array().unwrap();
+    assert_eq!(rows.len(), cands.len());
+    for (row, c) in rows.iter().zip(cands) {
+        assert_eq!(row[0], c["name"].as_str().unwrap());
+        assert_eq!(row[1], bytes(&c["peak_bytes"]));
+        assert_eq!(
+            row[3],
+            format!("{:.1}%", c["overhead"].as_f64().unwrap() * 100.0)
+        );
+        let line = lines
+            .iter()
+            .find(|l| l.split_whitespace().next() == Some(&row[0]))
+            .unwrap();
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells.join(" "), row.join(" "));
+    }
+    let rec = v["recommended"].as_str().unwrap();
+    let verdict = lines
+        .iter()
+        .find(|l| l.starts_with("recommended: "))
+        .unwrap();
+    assert!(verdict.starts_with(&format!("recommended: {rec} (")));
+    assert_eq!(
+        page_text(section(&html, "verdict").unwrap()).trim(),
+        *verdict
+    );
+    let needs = lines
+        .iter()
+        .find(|l| l.starts_with("with it the step needs about "))
+        .unwrap();
+    assert!(needs.contains(&bytes(&v["device_needed_bytes"])), "{needs}");
+    assert!(
+        needs.contains(&bytes(&v["no_recompute_total_bytes"])),
+        "{needs}"
+    );
+    assert!(page_text(&html).contains(needs));
+    notes_agree("checkpoint", &text, &v, &html);
+
+    // vram replay of a trace.
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("three-outputs");
+    let pickle = dir.join("gpt2.pickle");
+    let (code, _, err) = vram(&["trace", "gpt2", "--out", pickle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (text, v, html) = three_outputs(
+        "replay",
+        &["replay", pickle.to_str().unwrap(), "--capacity", "2GiB"],
+    );
+    assert_eq!(v["kind"], "replay");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(page_text(section(&html, "setup").unwrap()).trim(), lines[0]);
+    assert_eq!(
+        page_text(section(&html, "recorded").unwrap()).trim(),
+        lines[1]
+    );
+    let rows = table_rows(&html, "policies");
+    let policies = v["policies"].as_array().unwrap();
+    assert_eq!(rows.len(), policies.len());
+    for (row, p) in rows.iter().zip(policies) {
+        assert_eq!(row[1], bytes(&p["peak_allocated_bytes"]));
+        assert_eq!(row[2], bytes(&p["peak_reserved_bytes"]));
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{} ", row[0])))
+            .unwrap();
+        for cell in row {
+            assert!(line.contains(cell.as_str()), "{line} lacks {cell}");
+        }
+    }
+
+    // vram plan: its notes too.
+    let (text, v, html) = three_outputs(
+        "plan",
+        &[
+            "plan",
+            "gpt2",
+            "--gpu",
+            "a100-80g",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "1024",
+        ],
+    );
+    assert_eq!(v["kind"], "plan");
+    assert_eq!(
+        page_text(section(&html, "setup").unwrap()).trim(),
+        format!(
+            "{}; {}",
+            text.lines().next().unwrap(),
+            text.lines().nth(1).unwrap()
+        )
+    );
+    notes_agree("plan", &text, &v, &html);
+}
+
+/// Issue 31's residuals: every command that describes a model carries its notes (here the
+/// reader's note on an unknown `model_type` read as a generic decoder, and how a training step
+/// holds gpt-oss's MXFP4 experts) in its text, its JSON and its page.
+#[test]
+fn every_command_that_describes_a_model_prints_its_notes() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("model-notes");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A Llama-shaped decoder of a type vram does not know: read as a generic decoder, with a
+    // note saying so.
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "acme_decoder", "hidden_size": 512, "intermediate_size": 1376,
+            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+            "vocab_size": 32000, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+            "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let lengths = dir.join("lengths.txt");
+    std::fs::write(&lengths, "128 512 1024 2048").unwrap();
+    let lengths = lengths.to_str().unwrap();
+    let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB memory in use. Of the allocated memory 35.00 GiB is allocated by PyTorch, and 42.00 GiB is reserved by PyTorch but unallocated.";
+    let note = "model_type `acme_decoder` is not known";
+    let cases: [(&str, Vec<&str>); 6] = [
+        ("estimate", vec!["estimate", cfg]),
+        ("capacity", vec!["capacity", cfg, "--gpu", "h100-80g"]),
+        (
+            "plan",
+            vec![
+                "plan",
+                cfg,
+                "--gpu",
+                "h100-80g",
+                "--gpus",
+                "1",
+                "--global-batch",
+                "8",
+                "--seq",
+                "1024",
+            ],
+        ),
+        ("batch", vec!["batch", cfg, "--lengths", lengths]),
+        ("checkpoint", vec!["checkpoint", cfg, "--micro-batch", "4"]),
+        ("doctor", vec!["doctor", oom, "--model", cfg, "--no-nvml"]),
+    ];
+    for (name, args) in cases {
+        let (code, text, err) = vram(&args);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("note: ") && l.contains(note)),
+            "{name}: {text}"
+        );
+        let mut a = args.clone();
+        a.push("--json");
+        let (code, json, err) = vram(&a);
+        assert_eq!(code, 0, "{name}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert!(
+            v["notes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n.as_str().unwrap().contains(note)),
+            "{name}: {json}"
+        );
+        if name != "doctor" {
+            let jf = dir.join(format!("{name}.json"));
+            let hf = dir.join(format!("{name}.html"));
+            std::fs::write(&jf, &json).unwrap();
+            let (code, _, err) = vram(&[
+                "report",
+                jf.to_str().unwrap(),
+                "--out",
+                hf.to_str().unwrap(),
+            ]);
+            assert_eq!(code, 0, "{name}: {err}");
+            let html = std::fs::read_to_string(&hf).unwrap();
+            assert!(
+                page_text(section(&html, "notes").unwrap()).contains(note),
+                "{name}: the page lacks the note"
+            );
+        }
+    }
+    // vram trace: after the file it wrote, and in the events file.
+    let pickle = dir.join("t.pickle");
+    let events = dir.join("t.json");
+    let (code, text, err) = vram(&["trace", cfg, "--out", pickle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("note: ") && l.contains(note)),
+        "{text}"
+    );
+    let (code, text, err) = vram(&["trace", cfg, "--events", events.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("note: ") && l.contains(note)),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&events).unwrap()).unwrap();
+    assert_eq!(
+        (v["schema_version"].as_u64(), v["kind"].as_str()),
+        (Some(1), Some("trace_events"))
+    );
+    assert!(v["notes"][0].as_str().unwrap().contains(note));
+    // A packed checkpoint: how the training step holds it, with the kernels assumed.
+    let (code, text, err) = vram(&["batch", "gpt-oss-20b", "--lengths", lengths]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(
+            "note: weights stored as mxfp4 experts: held dequantized, as training needs them"
+        ) && text.contains("kernels assumed: mxfp4"),
+        "{text}"
+    );
+}

@@ -163,6 +163,8 @@ pub struct ServingDiagnosis {
     pub remedies: Vec<ServingRemedy>,
     /// The capacity model's figures, when given.
     pub capacity: Option<CapacityFigures>,
+    /// The model's notes, when a model was given (the caller adds them: what reading it found).
+    pub notes: Vec<String>,
 }
 
 /// The number in the first `(...)` after `pat`.
@@ -575,6 +577,7 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         explanation,
         remedies,
         capacity: cap.cloned(),
+        notes: Vec::new(),
     }
 }
 

@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::Sample;
 
@@ -89,52 +90,117 @@ impl History {
             .collect()
     }
 
-    /// Everything the web page draws, as one JSON value: per GPU the time
-    /// axis, used bytes, utilisation and one aligned series per process seen
-    /// in the window (`null` where absent).
-    pub fn to_chart_json(&self) -> Value {
-        let t: Vec<u64> = self.samples.iter().map(|s| s.t_ms).collect();
+    /// Everything the web page draws: per GPU the time axis, used bytes, utilisation and one
+    /// aligned series per process seen in the window (`None` where absent).
+    pub fn chart(&self) -> ChartState {
         let Some(latest) = self.latest() else {
-            return json!({ "source": null, "t_ms": null, "gpus": [] });
+            return ChartState::default();
         };
-        let mut gpus = Vec::new();
-        for g in &latest.gpus {
-            let mut seen: BTreeMap<u32, (String, String)> = BTreeMap::new();
-            for s in &self.samples {
-                if let Some(sg) = s.gpus.iter().find(|x| x.index == g.index) {
-                    for p in &sg.processes {
-                        seen.entry(p.pid)
-                            .or_insert_with(|| (p.user.clone(), p.command.clone()));
+        let gpus = latest
+            .gpus
+            .iter()
+            .map(|g| {
+                let mut seen: BTreeMap<u32, (String, String)> = BTreeMap::new();
+                for s in &self.samples {
+                    if let Some(sg) = s.gpus.iter().find(|x| x.index == g.index) {
+                        for p in &sg.processes {
+                            seen.entry(p.pid)
+                                .or_insert_with(|| (p.user.clone(), p.command.clone()));
+                        }
                     }
                 }
-            }
-            let processes: Vec<Value> = seen
-                .into_iter()
-                .map(|(pid, (user, command))| {
-                    let bytes = self.process_bytes(g.index, pid);
-                    let current = g
-                        .processes
-                        .iter()
-                        .find(|p| p.pid == pid)
-                        .and_then(|p| p.gpu_memory_bytes);
-                    json!({
-                        "pid": pid, "user": user, "command": command,
-                        "current_bytes": current, "bytes": bytes,
+                let processes = seen
+                    .into_iter()
+                    .map(|(pid, (user, command))| ChartProcess {
+                        pid,
+                        user,
+                        command,
+                        current_bytes: g
+                            .processes
+                            .iter()
+                            .find(|p| p.pid == pid)
+                            .and_then(|p| p.gpu_memory_bytes),
+                        bytes: self.process_bytes(g.index, pid),
                     })
-                })
-                .collect();
-            gpus.push(json!({
-                "index": g.index,
-                "name": g.name,
-                "uuid": g.uuid,
-                "memory_total_bytes": g.memory_total_bytes,
-                "memory_used_bytes": g.memory_used_bytes,
-                "utilization_pct": g.utilization_pct,
-                "used": self.gpu_used(g.index),
-                "util": self.gpu_util(g.index),
-                "processes": processes,
-            }));
+                    .collect();
+                ChartGpu {
+                    index: g.index,
+                    name: g.name.clone(),
+                    uuid: g.uuid.clone(),
+                    memory_total_bytes: g.memory_total_bytes,
+                    memory_used_bytes: g.memory_used_bytes,
+                    utilization_pct: g.utilization_pct,
+                    used: self.gpu_used(g.index),
+                    util: self.gpu_util(g.index),
+                    processes,
+                }
+            })
+            .collect();
+        ChartState {
+            source: Some(latest.source.clone()),
+            t_ms: Some(latest.t_ms),
+            t: self.samples.iter().map(|s| s.t_ms).collect(),
+            gpus,
+            last_error: None,
         }
-        json!({ "source": latest.source, "t_ms": latest.t_ms, "t": t, "gpus": gpus })
     }
+
+    /// [`History::chart`] as a JSON value (what the page embeds).
+    pub fn to_chart_json(&self) -> Value {
+        serde_json::to_value(self.chart()).unwrap_or(Value::Null)
+    }
+}
+
+/// What the web page draws (`vram serve`'s `/api/state`, and the state embedded in its page).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChartState {
+    /// Where the samples come from (null before the first sample).
+    pub source: Option<String>,
+    /// The latest sample's time, ms since the epoch.
+    pub t_ms: Option<u64>,
+    /// Every sample's time in the window.
+    pub t: Vec<u64>,
+    /// Each GPU of the latest sample.
+    pub gpus: Vec<ChartGpu>,
+    /// The sampler's last error, where its last sample failed (`vram serve`; null otherwise).
+    #[serde(default)]
+    pub last_error: Option<String>,
+}
+
+/// One GPU on the page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChartGpu {
+    /// Its index.
+    pub index: u32,
+    /// Its name.
+    pub name: String,
+    /// Its UUID.
+    pub uuid: String,
+    /// Its memory.
+    pub memory_total_bytes: u64,
+    /// Used now.
+    pub memory_used_bytes: u64,
+    /// Utilisation now.
+    pub utilization_pct: Option<u32>,
+    /// Used at each sample.
+    pub used: Vec<u64>,
+    /// Utilisation at each sample (0 where unreported).
+    pub util: Vec<u64>,
+    /// Each process seen in the window.
+    pub processes: Vec<ChartProcess>,
+}
+
+/// One process on a GPU of the page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChartProcess {
+    /// Its pid.
+    pub pid: u32,
+    /// Its user.
+    pub user: String,
+    /// Its command line.
+    pub command: String,
+    /// Its memory now (null: absent now or unreported).
+    pub current_bytes: Option<u64>,
+    /// Its memory at each sample, aligned with `t`.
+    pub bytes: Vec<Option<u64>>,
 }

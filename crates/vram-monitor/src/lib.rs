@@ -44,7 +44,7 @@ pub mod view;
 pub mod web;
 
 pub use error::MonitorError;
-pub use history::History;
+pub use history::{ChartGpu, ChartProcess, ChartState, History};
 pub use nvml::NvmlSource;
 pub use sample::{GpuSample, ProcessSample, Sample};
 pub use sim::{Pattern, Scenario, SimGpu, SimProcess, SimulatedSource};

@@ -1,15 +1,17 @@
 //! The live page of `vram serve`: one HTML document with inline CSS and
 //! JavaScript, no external resources. The current history is embedded in the
 //! page so it renders at once, then the script polls `/api/state` (the JSON of
-//! [`crate::History::to_chart_json`]) and redraws.
+//! [`crate::History::chart`]) and redraws.
 
-use serde_json::Value;
+use crate::ChartState;
 
-/// The page, with `state` (from [`crate::History::to_chart_json`]) embedded
+/// The page, with `state` (from [`crate::History::chart`]) embedded
 /// and `interval_ms` as the polling period.
-pub fn page(state: &Value, interval_ms: u64) -> String {
+pub fn page(state: &ChartState, interval_ms: u64) -> String {
     // `</` inside a script element would end it early; `<\/` is the same JSON.
-    let json = state.to_string().replace("</", "<\\/");
+    let json = serde_json::to_string(state)
+        .unwrap_or_default()
+        .replace("</", "<\\/");
     PAGE.replace("__STATE__", &json)
         .replace("__INTERVAL__", &interval_ms.max(100).to_string())
 }

@@ -7,14 +7,14 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vram_model::arch::Model;
 use vram_model::setup::{Mode, Setup};
 
 use crate::error::{Error, Result};
 
 /// One batch.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Batch {
     /// Indices into the input lengths.
     pub indices: Vec<usize>,
@@ -25,7 +25,7 @@ pub struct Batch {
 }
 
 /// The batches of a data set.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Batches {
     /// Batches, longest sequences first.
     pub batches: Vec<Batch>,

@@ -23,14 +23,14 @@
 //! [`store_all`], [`full_recompute`] and [`sqrt_checkpoints`] build the usual baselines in the
 //! same language. `x_0` (the chain's input) is held by the caller and not counted.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vram_model::arch::Model;
 use vram_model::setup::{Mode, Setup};
 
 use crate::error::{Error, Result};
 
 /// One layer of the chain.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Stage {
     /// Forward time (any unit).
     pub forward: f64,
@@ -51,7 +51,7 @@ pub struct Stage {
 }
 
 /// One step of a checkpointing schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
     /// Run stage `stage` forward from its held input; `save` keeps what backward needs;
     /// `keep_output` holds the output (the next stage's input).
@@ -640,7 +640,7 @@ pub fn segments_of(n: usize, ops: &[Op]) -> Vec<(usize, usize)> {
 }
 
 /// The chain's memory budget on a GPU, tied to the step estimate.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DeviceBudget {
     /// The fewest layers Megatron's block method must recompute for the step estimate to fit
     /// (`Some(0)`: nothing to recompute; `None`: not even full recomputation fits).

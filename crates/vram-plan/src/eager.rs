@@ -20,6 +20,8 @@
 //!   bf16 (one kernel, `R + A` bytes an element) and its weight (once per forward: autocast
 //!   caches leaf casts), then one GEMM (bias fused in `addmm`). Fused QKV (GPT-2, NeoX) casts
 //!   once; Llama-style separate `q_proj`, `k_proj`, `v_proj` cast three times.
+//! - **QK-norm** (Qwen3, Gemma 3, OLMo 2): `q_norm`/`k_norm`, an RMSNorm of the projected
+//!   queries and keys as above (8 kernels each, from the projection's half-precision output).
 //! - **rotary** (`apply_rotary_pos_emb`): `q·cos`, `rotate_half` (slice, `neg`, `cat`),
 //!   `·sin`, `+`, the same for `k`: ten kernels; `cos`/`sin` are fp32 under autocast, so `q`
 //!   and `k` are promoted to fp32 and `sdpa` casts them back (two more).
@@ -79,7 +81,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 use vram_model::arch::{Act, Layout, Transformer};
 use vram_model::blocks::{
-    self, Block, Blocks, Component, Dense, Dispatch, Ffn, Mechanism, NormKind, TensorKind,
+    self, Block, Blocks, Component, Dense, Dispatch, Ffn, Mechanism, NormKind, QkNorm, TensorKind,
 };
 use vram_model::gpu::Gpu;
 use vram_model::setup::{AmpStyle, Attention, Optimizer, Precision};
@@ -744,6 +746,29 @@ pub fn layer(
                 o.gemm(kv_tokens, h, kv, 1.0, s.fp32);
             }
         }
+        if is_self {
+            // `q_norm`/`k_norm` (Qwen3, Qwen3-MoE, Qwen3.5's attention, Gemma 3, OLMo 2): an
+            // RMSNorm over each head (or the whole width) of the projected queries and keys,
+            // as the layer's norms run it from the projection's half-precision output:
+            // `to(fp32)`, `pow`, `mean`, `+ eps`, `rsqrt`, `*`, `to(dtype)`, `weight *` (8
+            // kernels, counted on the CPU: tests/data/generate_ops/counts.json); the product
+            // with an fp32 master weight under autocast is fp32.
+            let normed = match t.qk_norm {
+                QkNorm::PerHead | QkNorm::FullWidth => {
+                    n * q + if t.kv_shared { 0.0 } else { n * kv }
+                }
+                QkNorm::None | QkNorm::L2 => 0.0,
+            };
+            if normed > 0.0 {
+                let norms = if t.kv_shared { 1.0 } else { 2.0 };
+                let out = if rb == 4.0 { 4.0 } else { a };
+                o.ew(
+                    normed,
+                    (a + 4.0) + 8.0 + 4.0 + 8.0 + (4.0 + a) + (a + out),
+                    8.0 * norms,
+                );
+            }
+        }
         if t.rope && is_self {
             let frac = rotary_fraction(t);
             // mul cos, neg (half), cat, mul sin, add; promoted to fp32 under autocast.
@@ -1210,9 +1235,20 @@ pub fn block_layer(
 /// GEMMs (TF32 off) are small: about `2 · v_head_dim · (3 · 64 + 4 · k_head_dim)` FLOPs per token
 /// and value head forward.
 ///
-/// With flash-linear-attention its Triton `chunk_gated_delta_rule`: a handful of fused kernels
-/// each way, bf16 operands on the tensor cores, the inputs and output read and written a few
-/// times.
+/// With flash-linear-attention its Triton `chunk_gated_delta_rule` (fla's
+/// `ops/gated_delta_rule/chunk.py`, called by transformers 5.24 with `use_qk_l2norm_in_kernel`
+/// and q, k at the key heads: fla's kernels take fewer key heads than value heads), pass by
+/// pass: forward the two `l2norm_fwd`s, `chunk_local_cumsum`, `chunk_scaled_dot_kkt_fwd` (A in
+/// fp32), `solve_tril` (A to bf16), `recompute_w_u_fwd` (w, u), `chunk_gated_delta_rule_fwd_h`
+/// (the bf16 state of every 64-token chunk, `[NT, H, K, V]`, and the new values) and
+/// `chunk_fwd_o`; backward w, u and the states recomputed, `chunk_bwd_dv_local`,
+/// `chunk_gated_delta_rule_bwd_dhu` (the states' gradients), `chunk_bwd_dqkwg`,
+/// `prepare_wy_repr_bwd`, the two `add_`s, the reverse cumsum and the two `l2norm_bwd`s: 10
+/// kernels forward and 13 backward. Their bytes per token in key rows `kr` (key heads × key
+/// size, bf16), value rows `vr`, `w` rows `wr` (value heads × key size), A rows `a` (value
+/// heads × 64) and states `st` (value heads × key × value size, bf16, per 64 tokens): forward
+/// 9 kr + 6 vr + 12 a + 2 wr + 2 st, backward 21 kr + 15 vr + 4 a + 6 wr + 4 st (gradients
+/// written in the inputs' dtype). Its GEMMs are those of the chunked algebra above, in bf16.
 fn gated_delta_net(o: &mut Ops<'_, '_>, s: &Shape, g: vram_model::blocks::Gdn, k: Kernels) {
     let n = s.tokens;
     let hv = g.num_v_heads as f64 / s.tp;
@@ -1221,9 +1257,16 @@ fn gated_delta_net(o: &mut Ops<'_, '_>, s: &Shape, g: vram_model::blocks::Gdn, k
     // One fp32 row of every value head's state width, for every token.
     let rows = n * hv * dv * 4.0;
     if k.fla {
+        let hk = g.num_k_heads as f64 / s.tp;
+        let (kr, vr, wr) = (n * hk * dk * 2.0, n * hv * dv * 2.0, n * hv * dk * 2.0);
+        let (a, st) = (n * hv * 64.0, n * hv * dk * dv * 2.0 / 64.0);
+        let fwd = 9.0 * kr + 6.0 * vr + 12.0 * a + 2.0 * wr + 2.0 * st;
+        let bwd = 21.0 * kr + 15.0 * vr + 4.0 * a + 6.0 * wr + 4.0 * st;
         o.w.kernels += 10.0;
-        o.w.ew_s += o.r.bytes_s(rows * 6.0);
-        o.w.bwd_extra_kernels += 5.0;
+        o.w.ew_s += o.r.bytes_s(fwd);
+        // The planner's backward is 1.5 kernels and `bwd_bytes` times the forward's: 15 and
+        // twice the bytes against fla's 13 kernels and its backward passes.
+        o.w.bwd_extra_s += o.r.bytes_s((bwd - 2.0 * fwd).max(0.0));
         o.gemm(n * hv, dk, 3.0 * 64.0 + 4.0 * dv, 1.0, false);
     } else {
         o.w.kernels += 75.0 + 9.0 * chunks;

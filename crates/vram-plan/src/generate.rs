@@ -28,7 +28,8 @@
 //! a Python loop of tiny CUDA ops, 9.6 µs on the H100 machine's host: its dispatch and launch),
 //! plus (Python function calls and view operators) × [`PY_CALL_S`], plus host syncs ×
 //! `launch_s`. Kernels, views, module calls and Python function calls are counted per mechanism from what
-//! transformers 5.24 runs ([`block_host`], [`ends_host`], the glue constants below), and held
+//! transformers 5.24 runs (each mechanism's `generate_host` in `vram_model::mech`, which
+//! [`block_host`] asks the layer for; [`ends_host`] and the glue constants below), and held
 //! to the library by `tests/engines/generate_ops.py`, which counts them on the CPU at the
 //! dispatcher and with `sys.setprofile` (`tests/data/generate_ops/counts.json`,
 //! `tests/it/generate.rs`). A module call runs about 7 Python functions
@@ -60,8 +61,10 @@
 
 use serde::Serialize;
 use vram_model::arch::{Layout, Transformer};
-use vram_model::blocks::{Block, CacheKind, Component, Dispatch, Ffn, Mixer, QkNorm, TensorKind};
+use vram_model::blocks::{Block, CacheKind, Component, Dispatch, Ffn, Mixer, TensorKind};
 use vram_model::gpu::Gpu;
+use vram_model::mech::host::HostCtx;
+pub use vram_model::mech::host::{Host, Phase, PY_PER_MODULE};
 use vram_model::setup::{AmpStyle, Attention, Precision};
 
 pub use crate::eager::Kernels;
@@ -80,12 +83,6 @@ use crate::eager::{self, EagerCalibration, Rates, Shape};
 /// H200 machine's own was not, so the split between launches and Python calls is this
 /// constant's, not a measurement's (the prepared GPU run measures both: `gpu/measure3.py`).
 pub const PY_CALL_S: f64 = 2.392e-6;
-
-/// Python function calls per module call: `Module.__call__`, `_call_impl`, the module's
-/// `forward` and its decorators (`deprecate_kwarg`, `GradientCheckpointingLayer.__call__`,
-/// `check_model_inputs`), counted at 7.0–7.3 per module on Llama, Qwen3 and Gemma 3's layers
-/// (`tests/data/generate_ops/counts.json`).
-pub const PY_PER_MODULE: f64 = 7.0;
 
 /// Python function calls of one decode step outside the model's layers (`_sample`'s loop,
 /// `prepare_inputs_for_generation`, `_update_model_kwargs_for_generation`, the processors and
@@ -129,94 +126,20 @@ pub const SETUP_CALL_WEIGHT: f64 = 0.33;
 /// (`sys.settrace` opcode events), 190 + 90 per layer at 28 instructions a call.
 const MOE_SETUP_GLUE_PY: (f64, f64) = (190.0, 90.0);
 
-/// A stretch of host work.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Host {
-    /// Kernels launched (operators that are not views).
-    pub kernels: f64,
-    /// View operators (dispatched, no kernel).
-    pub views: f64,
-    /// `nn.Module` calls.
-    pub modules: f64,
-    /// Python function calls (module machinery, forwards, helpers, `generate`'s own).
-    pub py: f64,
-    /// Host syncs (`.item()`, `bool(tensor)`, `nonzero`).
-    pub syncs: f64,
+/// Host seconds of `w`: its launches and syncs at the launch cost, its Python calls and views
+/// at [`PY_CALL_S`].
+pub fn host_seconds(w: &Host, cal: &EagerCalibration) -> f64 {
+    (w.kernels + w.syncs) * cal.launch_s + (w.py + w.views) * PY_CALL_S
 }
 
-impl Host {
-    fn op(k: f64, v: f64) -> Host {
-        Host {
-            kernels: k,
-            views: v,
-            ..Host::default()
-        }
-    }
-    fn module(k: f64, v: f64, extra_py: f64) -> Host {
-        Host {
-            kernels: k,
-            views: v,
-            modules: 1.0,
-            py: PY_PER_MODULE + extra_py,
-            syncs: 0.0,
-        }
-    }
-    fn add(&mut self, o: Host) {
-        self.kernels += o.kernels;
-        self.views += o.views;
-        self.modules += o.modules;
-        self.py += o.py;
-        self.syncs += o.syncs;
-    }
-    fn times(mut self, n: f64) -> Host {
-        self.kernels *= n;
-        self.views *= n;
-        self.modules *= n;
-        self.py *= n;
-        self.syncs *= n;
-        self
-    }
-    /// Host seconds of this work.
-    pub fn seconds(&self, cal: &EagerCalibration) -> f64 {
-        (self.kernels + self.syncs) * cal.launch_s + (self.py + self.views) * PY_CALL_S
-    }
-}
-
-/// Which forward a count is for: the prompt's (`generate`'s prefill, `grouped_mm` experts) or
-/// one decode step's (one token, `batched_mm` experts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// The prompt's forward.
-    Prefill,
-    /// One new token's forward.
-    Decode,
-}
-
-/// One `nn.Linear` call: the module and one GEMM (`mm`, or `addmm` with a bias), with `t`,
-/// `view` and `_unsafe_view` around it.
-fn linears(n: f64) -> Host {
-    Host::module(1.0, 3.0, 0.0).times(n)
-}
-
-/// One RMSNorm module in a bf16 model: `to(float32)`, `pow`, `mean`, `+ eps`, `rsqrt`, `*`,
-/// `to(dtype)`, `weight *`.
+/// One RMSNorm module in a bf16 model (`vram_model::mech::norm::rms_norm_host`).
 fn rms_norm() -> Host {
-    Host::module(8.0, 0.0, 0.0)
+    vram_model::mech::norm::rms_norm_host()
 }
 
-/// `nn.Linear` modules of a mixer: its linear tensors.
-fn linear_modules(m: &Mixer, h: u64) -> f64 {
-    let mut n = 0.0;
-    m.tensors(h, &mut |x| {
-        if x.kind == TensorKind::Linear {
-            n += 1.0;
-        }
-    });
-    n
-}
-
-/// The host work of one decoder layer of `blk` in `phase`, as transformers 5.24 writes it
-/// (counted on the CPU: `tests/data/generate_ops/counts.json`).
+/// The host work of one decoder layer of `blk` in `phase`, as transformers 5.24 writes it:
+/// what the layer's mechanisms count ([`Block::generate_host`]; counted on the CPU:
+/// `tests/data/generate_ops/counts.json`).
 pub fn block_host(
     t: &Transformer,
     blk: &Block,
@@ -225,171 +148,14 @@ pub fn block_host(
     kernels: Kernels,
 ) -> Host {
     let h = t.blocks.hidden.max(t.hidden());
-    let prefill = phase == Phase::Prefill;
-    // The decoder layer module and its two residual adds; its norms.
-    let mut w = Host::module(2.0, 0.0, 0.0);
-    w.add(rms_norm().times(blk.norms.count as f64));
-    let mixer_linears = linear_modules(&blk.mixer, h);
-    w.add(linears(mixer_linears));
-    match blk.mixer {
-        Mixer::Attention(a) => {
-            // q/k/v views and transposes, rotary (`q·cos + rotate_half(q)·sin`, the same for
-            // k: 10 kernels), `DynamicCache.update`'s two `cat`s, the attention, the output
-            // reshape (`lift_fresh` of the scaling constants in a prefill: 2 more views).
-            let mut own = Host::module(13.0, 15.0 + 2.0 * f64::from(prefill), 0.0);
-            if a.q_gate {
-                // Qwen3.5's gated attention: the doubled q_proj split, `sigmoid`, the product.
-                own.kernels += 5.0;
-                own.views += 7.0;
-            }
-            let eager = attention == Attention::Eager;
-            if eager {
-                // `eager_attention_forward`: `repeat_kv` copies of k and v, `matmul`, scaling,
-                // the mask add, softmax, `matmul`, the output transpose copy; with sinks the
-                // sinks `expand`/`cat`, the row max and its subtraction, the slice.
-                own.kernels += if a.sinks { 13.0 } else { 7.0 };
-                own.views += if a.sinks { 18.0 } else { 10.0 };
-            }
-            w.add(own);
-            let qk_norms = match a.qk_norm {
-                QkNorm::PerHead | QkNorm::FullWidth => 2.0 - f64::from(a.kv_shared),
-                _ => 0.0,
-            };
-            w.add(rms_norm().times(qk_norms));
-        }
-        Mixer::Mla(m) => {
-            // DeepseekV3Attention: the q/kv splits, `k_pe` rotary in the interleaved form,
-            // the expanded keys' `new_empty`/`copy_`, the cache update, SDPA, casts; its
-            // q_a and kv_a layer norms.
-            w.add(Host::module(
-                if prefill { 38.0 } else { 31.0 },
-                if prefill { 36.0 } else { 34.0 },
-                0.0,
-            ));
-            let norms = 1.0 + f64::from(m.q_lora_rank.is_some());
-            w.add(rms_norm().times(norms));
-        }
-        Mixer::GatedDeltaNet(_) => {
-            // Qwen3_5GatedDeltaNet: the conv (`F.conv1d` with the state `cat`, or
-            // causal-conv1d's kernel), `sigmoid`/`softplus`/`exp` of the gates, l2norm of q
-            // and k, then `torch_recurrent_gated_delta_rule` (decode: ten operators over the
-            // fp32 state) or `torch_chunk_gated_delta_rule` (prefill: the padded chunks,
-            // `solve_triangular`, and a Python loop of six operators per 64-token chunk,
-            // counted here at the counts' prompt; [`gdn_chunk_loop`] adds the rest); the
-            // gated RMSNorm (11 kernels) and its SiLU, the conv's SiLU.
-            let (k, v, py) = match (prefill, kernels.fla) {
-                (false, false) => (42.0, 39.0, 12.0),
-                (true, false) => (69.0, 85.0, 49.0),
-                // fla: one Triton kernel for the delta rule (with its l2norm and gates).
-                (false, true) => (24.0, 25.0, 10.0),
-                (true, true) => (26.0, 27.0, 12.0),
-            };
-            let conv = if kernels.causal_conv1d { -4.0 } else { 0.0 };
-            w.add(Host::module(k + conv, v, py));
-            w.add(Host::module(11.0, 0.0, 0.0));
-            w.add(Host::module(1.0, 0.0, 0.0).times(2.0));
-        }
-        Mixer::Mamba2(_) => {
-            // NemotronH's torch_forward (no mamba_ssm): counted like the Gated DeltaNet path.
-            w.add(Host::module(if prefill { 69.0 } else { 42.0 }, 40.0, 12.0));
-            w.add(Host::module(11.0, 0.0, 0.0));
-        }
-        Mixer::Mamba(_) => {
-            // MambaMixer's torch fallback: not counted on the CPU; the Mamba2 path's counts
-            // stand in (its prefill scan loops over the tokens in Python besides).
-            w.add(Host::module(if prefill { 69.0 } else { 42.0 }, 40.0, 12.0));
-        }
-        Mixer::Hybrid(_) => {
-            // Falcon-H1: the Mamba2 half as above (its gated norm is off by default), the
-            // attention half as a plain attention module, and the µP multipliers' four products
-            // and the halves' sum (not counted on the CPU).
-            w.add(Host::module(if prefill { 69.0 } else { 42.0 }, 40.0, 12.0));
-            w.add(Host::module(13.0, 15.0 + 2.0 * f64::from(prefill), 0.0));
-            w.add(Host::module(5.0, 0.0, 0.0));
-        }
-        Mixer::None => {}
-    }
-    let dense = |d: &vram_model::blocks::Dense| {
-        // The MLP module, the activation module and the gate product.
-        let mut m = Host::module(1.0, 0.0, 0.0);
-        m.add(Host::module(1.0, 0.0, 0.0));
-        m.add(linears(if d.gated && !d.fused_gate_up {
-            3.0
-        } else {
-            2.0
-        }));
-        m
-    };
-    match blk.ffn {
-        Ffn::Dense(d) => w.add(dense(&d)),
-        Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) => {
-            if let Ffn::DenseAndMoe(d, _) = blk.ffn {
-                w.add(dense(&d));
-            }
-            // The sparse block's reshapes; the router: softmax top-k (F.linear, fp32 softmax,
-            // topk, renormalise: 7), DeepSeek's grouped sigmoid router with its correction
-            // bias (19; DeepSeek keeps it, and the router, in fp32), gpt-oss's top-k then
-            // softmax with a bias (3).
-            w.add(Host::module(0.0, 2.0, 0.0));
-            let sigmoid_router = m.correction_bias || m.router_param_fp32;
-            w.add(if sigmoid_router {
-                Host::module(19.0, 6.0, 0.0)
-            } else if m.router_bias {
-                Host::module(3.0, 1.0, 0.0)
-            } else {
-                Host::module(7.0, 2.0, 0.0)
-            });
-            let bias = f64::from(m.expert_bias);
-            if !m.expert_bias && m.dispatch != Dispatch::Loop {
-                // `_default_apply_gate`'s activation module (gpt-oss writes its own gate).
-                w.add(Host::module(1.0, 0.0, 0.0));
-            }
-            w.add(match (m.dispatch, phase) {
-                // batched_mm: repeat_interleave, two gathers of expert weights, two bmm, the
-                // gate, the weighting and the sum over top-k (gpt-oss: biases, clamps).
-                (Dispatch::GroupedMm, Phase::Decode) => {
-                    Host::module(8.0 + 10.0 * bias, 12.0 + bias, 9.0 + 8.0 * bias)
-                }
-                // grouped_mm: sort, the gathers, histc, cumsum, two grouped GEMMs, the gate,
-                // the weighting, the inverse permutation, the sum.
-                (Dispatch::GroupedMm, Phase::Prefill) => {
-                    Host::module(16.0 + 10.0 * bias, 7.0 - bias, 24.0 + 9.0 * bias)
-                }
-                // Llama 4: every token through every expert.
-                (Dispatch::AllExperts, _) => Host::module(10.0, 8.0, 2.0),
-                // The per-expert Python loop after `nonzero`: per expert hit, `where` (a sync),
-                // the gather, two GEMMs, the gate, the weighting, `index_add_`.
-                (Dispatch::Loop, _) => {
-                    let mut l = Host::module(4.0, 4.0, 0.0);
-                    l.syncs += 1.0;
-                    l
-                }
-            });
-            if m.router_weights_fp32 && m.dispatch == Dispatch::GroupedMm {
-                w.add(Host::op(1.0, 0.0)); // the fp32 routing weights cast
-            }
-            if m.shared.is_some() {
-                w.add(Host::op(1.0, 0.0)); // shared experts' output added
-            }
-            if let Some(s) = m.shared {
-                w.add(dense(&s));
-            }
-        }
-        Ffn::None => {}
-    }
-    w
-}
-
-/// Per expert the `Dispatch::Loop` path runs for each expert hit: `where` (a sync), the
-/// gather, two GEMMs, the activation and product, the weighting and `index_add_`.
-fn loop_expert() -> Host {
-    Host {
-        kernels: 8.0,
-        views: 4.0,
-        py: 2.0,
-        syncs: 1.0,
-        ..Host::default()
-    }
+    blk.generate_host(
+        h,
+        &HostCtx {
+            attention,
+            phase,
+            kernels,
+        },
+    )
 }
 
 /// The model's work outside its layers in one forward (`phase`): the embedding, the rotary
@@ -400,7 +166,7 @@ pub fn ends_host(t: &Transformer, attention: Attention, phase: Phase) -> Host {
     let mut w = Host::module(1.0, 0.0, 0.0); // embedding
     w.add(Host::module(9.0, 1.0, 0.0)); // rotary tables
     w.add(rms_norm());
-    w.add(linears(1.0));
+    w.add(vram_model::mech::host::linears(1.0));
     w.add(Host::module(0.0, 1.0, 0.0)); // *ForCausalLM: the logits slice
     w.add(Host::module(0.0, 0.0, 0.0)); // *Model
     if attention == Attention::Eager {
@@ -451,9 +217,10 @@ pub fn prefill_glue_host(t: &Transformer) -> Host {
 
 /// Whether any layer runs experts through `grouped_mm` (so `generate` switches them).
 fn grouped_experts(t: &Transformer) -> bool {
-    t.blocks.kinds.iter().any(|b| {
-        matches!(b.ffn, Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) if m.dispatch == Dispatch::GroupedMm)
-    })
+    t.blocks
+        .kinds
+        .iter()
+        .any(|b| b.ffn.moe().is_some_and(|m| m.switched_for_decode()))
 }
 
 /// The blocks with how many layers use each.
@@ -464,12 +231,6 @@ fn kinds(t: &Transformer) -> Vec<(Block, f64)> {
         .copied()
         .zip(t.blocks.kind_counts().into_iter().map(|n| n as f64))
         .collect()
-}
-
-/// Expected experts that receive at least one of `rows` routed rows out of `experts`, routed
-/// uniformly at random (a model built by `from_config`).
-fn occupied(experts: f64, rows: f64) -> f64 {
-    (experts * (1.0 - (1.0 - 1.0 / experts).powf(rows))).max(1.0)
 }
 
 /// Bytes one decode step of `b` sequences moves through layer `blk` at cache length `ctx`
@@ -508,7 +269,7 @@ fn block_decode(
             // again by the bmm.
             Dispatch::GroupedMm => 3.0 * rows * per_expert,
             Dispatch::AllExperts => m.experts as f64 * per_expert,
-            Dispatch::Loop => occupied(m.experts as f64, rows) * per_expert,
+            Dispatch::Loop => m.occupied(rows) * per_expert,
         };
     }
     let spec = blk.mixer.cache();
@@ -660,17 +421,14 @@ pub fn serving(
     let mut pre_host = Host::default();
     let mut pre_gpu = 0.0;
     for (blk, n) in &blocks {
+        let ctx = HostCtx {
+            attention: g.attention,
+            phase: Phase::Prefill,
+            kernels: g.kernels,
+        };
         let mut hw = block_host(t, blk, g.attention, Phase::Prefill, g.kernels);
-        if let Mixer::GatedDeltaNet(_) = blk.mixer {
-            if !g.kernels.fla {
-                hw.add(gdn_chunk_loop(p));
-            }
-        }
-        if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
-            if m.dispatch == Dispatch::Loop {
-                hw.add(loop_expert().times(occupied(m.experts as f64, b * p * m.top_k as f64)));
-            }
-        }
+        hw.add(blk.mixer.prefill_loop_host(p, &ctx));
+        hw.add(blk.ffn.loop_host(b * p));
         pre_host.add(hw.times(*n));
         let w = eager::block_layer(&t.blocks, blk, &s, &r, g.attention, prec, None);
         pre_gpu += n * (w.gemm_s + w.attn_s + w.ew_s + w.score_s + w.serial_gpu_s);
@@ -685,7 +443,7 @@ pub fn serving(
     // The set-up runs before any kernel of the forward; its syncs wait for nothing. The
     // forward's launches, the model's glue and the token's selection overlap the GPU.
     let setup_s = setup_seconds(&setup_host(t), cal);
-    let prefill_host_s = pre_host.seconds(cal);
+    let prefill_host_s = host_seconds(&pre_host, cal);
     let prefill_s = setup_s + prefill_host_s.max(pre_gpu);
 
     // --- decode ---
@@ -701,11 +459,7 @@ pub fn serving(
     let mut flops = 0.0;
     for (blk, n) in &blocks {
         let mut hw = block_host(t, blk, g.attention, Phase::Decode, g.kernels);
-        if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
-            if m.dispatch == Dispatch::Loop {
-                hw.add(loop_expert().times(occupied(m.experts as f64, b * m.top_k as f64)));
-            }
-        }
+        hw.add(blk.ffn.loop_host(b));
         host.add(hw.times(*n));
         let (by, fl) = block_decode(
             t,
@@ -730,7 +484,7 @@ pub fn serving(
         gpu.half_tflops
     } * 1e12;
     let decode_gpu_s = r.bytes_s(bytes).max(flops / peak);
-    let decode_host_s = Host { syncs: 0.0, ..host }.seconds(cal);
+    let decode_host_s = host_seconds(&Host { syncs: 0.0, ..host }, cal);
     let decode_token_s = decode_gpu_s.max(decode_host_s) + host.syncs * cal.launch_s;
     Some(Serving {
         prefill_s,
@@ -753,19 +507,4 @@ pub fn serving(
         validated: false,
         checks: CHECKS,
     })
-}
-
-/// `torch_chunk_gated_delta_rule`'s Python loop over 64-token chunks beyond the one chunk the
-/// counts' 40-token prompt ran: per chunk a `matmul` and `sub` (`v_new`), the inter-chunk
-/// `matmul`, the intra-chunk `matmul` and `add` written into the output slice, the state's
-/// decay, `matmul` and `add`: 9 kernels, and 28 views (the chunk selects and `matmul`'s
-/// expands and reshapes), counted on the CPU at 40, 104 and 168 prompt tokens.
-pub fn gdn_chunk_loop(prompt: f64) -> Host {
-    let chunks = (prompt / 64.0).ceil().max(1.0) - 1.0;
-    Host {
-        kernels: 9.0 * chunks,
-        views: 28.0 * chunks,
-        py: 0.0,
-        ..Host::default()
-    }
 }

@@ -129,9 +129,9 @@ pub struct CapacityReport {
     pub kv_cache_dtype: String,
     /// The GPU.
     pub gpu: GpuRef,
-    /// The engine's figures.
+    /// The engine's figures: the serving model's own result, its fields inline in the JSON.
     #[serde(flatten)]
-    pub capacity: CapacityFigures,
+    pub capacity: Capacity,
     /// When it does not start: the cheapest change that starts it at `max_model_len` (null:
     /// none of those tried).
     pub cheapest_change: Option<ServingChange>,
@@ -139,124 +139,6 @@ pub struct CapacityReport {
     /// with config.json, a wrapper read by its text config...), as the text's `note:` lines.
     #[serde(default)]
     pub notes: Vec<String>,
-}
-
-/// What the engine would do at start-up (`vram_plan::capacity::Capacity`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CapacityFigures {
-    /// `vllm` or `sglang`.
-    pub engine: String,
-    /// The version whose rules apply.
-    pub engine_version: String,
-    /// The device total the engine sees.
-    pub total_bytes: u64,
-    /// The budget (vLLM `total × gpu_memory_utilization`; SGLang's static part).
-    pub budget_bytes: u64,
-    /// `gpu_memory_utilization` or `mem_fraction_static` in force.
-    pub memory_fraction: f64,
-    /// Weights on one GPU.
-    pub weights_bytes: u64,
-    /// Memory outside PyTorch the budget sees grow.
-    pub non_torch_bytes: u64,
-    /// Peak of the profiling run above the weights.
-    pub activation_peak_bytes: u64,
-    /// CUDA-graph memory.
-    pub cuda_graph_bytes: u64,
-    /// Whether the CUDA graphs are inside the budget.
-    pub cuda_graph_in_budget: bool,
-    /// The KV cache pool.
-    pub kv_cache_bytes: u64,
-    /// Tokens the pool holds.
-    pub kv_cache_tokens: u64,
-    /// Blocks (vLLM) or pages (SGLang).
-    pub kv_cache_blocks: u64,
-    /// The pool per layer kind.
-    pub kv_groups: Vec<KvGroup>,
-    /// Requests of `max_model_len` held at once.
-    pub max_concurrency: f64,
-    /// `max_model_len` in force.
-    pub max_model_len: u64,
-    /// vLLM `max_num_seqs` / SGLang `cuda_graph_max_bs`.
-    pub max_num_seqs: u64,
-    /// vLLM `max_num_batched_tokens` / SGLang `chunked_prefill_size`.
-    pub max_num_batched_tokens: u64,
-    /// Whether the engine starts.
-    pub starts: bool,
-    /// The largest `max_model_len` one request of which fits the pool.
-    pub max_model_len_that_fits: u64,
-    /// The lines the engine would log at start-up.
-    pub log: Vec<String>,
-    /// What is estimated rather than read from the engine's source.
-    pub assumes: Vec<String>,
-}
-
-/// One kind of layer in the engine's KV cache (`vram_plan::capacity::KvGroup`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KvGroup {
-    /// `full`, `sliding`, `mla` or `state`.
-    pub kind: String,
-    /// Layers of this kind on the most loaded GPU.
-    pub layers: u64,
-    /// vLLM KV-cache groups of this kind.
-    pub groups: u64,
-    /// Layers per group.
-    pub layers_per_group: u64,
-    /// Tokens per block.
-    pub block_size: u64,
-    /// Bytes of one block of one layer as allocated.
-    pub page_bytes: u64,
-    /// Bytes the layer's own spec needs per block.
-    pub spec_page_bytes: u64,
-    /// Sliding window.
-    pub window: Option<u64>,
-    /// Blocks one request takes in each group of this kind.
-    pub blocks_per_request: u64,
-    /// SGLang's state pool: the requests it holds.
-    pub state_slots: Option<u64>,
-}
-
-impl From<&Capacity> for CapacityFigures {
-    fn from(c: &Capacity) -> Self {
-        CapacityFigures {
-            engine: c.engine.name().into(),
-            engine_version: c.engine_version.clone(),
-            total_bytes: c.total_bytes,
-            budget_bytes: c.budget_bytes,
-            memory_fraction: c.memory_fraction,
-            weights_bytes: c.weights_bytes,
-            non_torch_bytes: c.non_torch_bytes,
-            activation_peak_bytes: c.activation_peak_bytes,
-            cuda_graph_bytes: c.cuda_graph_bytes,
-            cuda_graph_in_budget: c.cuda_graph_in_budget,
-            kv_cache_bytes: c.kv_cache_bytes,
-            kv_cache_tokens: c.kv_cache_tokens,
-            kv_cache_blocks: c.kv_cache_blocks,
-            kv_groups: c
-                .kv_groups
-                .iter()
-                .map(|g| KvGroup {
-                    kind: g.kind.into(),
-                    layers: g.layers,
-                    groups: g.groups,
-                    layers_per_group: g.layers_per_group,
-                    block_size: g.block_size,
-                    page_bytes: g.page_bytes,
-                    spec_page_bytes: g.spec_page_bytes,
-                    window: g.window,
-                    blocks_per_request: g.blocks_per_request,
-                    state_slots: g.state_slots,
-                })
-                .collect(),
-            max_concurrency: c.max_concurrency,
-            max_model_len: c.max_model_len,
-            max_num_seqs: c.max_num_seqs,
-            max_num_batched_tokens: c.max_num_batched_tokens,
-            starts: c.starts,
-            max_model_len_that_fits: c.max_model_len_that_fits,
-            log: c.log.clone(),
-            assumes: c.assumes.iter().map(|s| s.to_string()).collect(),
-        }
-    }
 }
 
 /// `quantization_config.quant_method` of the model's config.json, if any.
@@ -443,9 +325,9 @@ pub fn capacity(
         description: header(&t.name, g, &c, kv),
         kv_cache_dtype: kv.into(),
         gpu: g.into(),
-        capacity: (&c).into(),
+        capacity: c,
         cheapest_change: change,
-        notes: t.blocks.notes.clone(),
+        notes: crate::notes::of_model(&m.model),
     })
 }
 
@@ -506,7 +388,7 @@ pub struct Row {
 
 impl CapacityReport {
     fn vllm(&self) -> bool {
-        self.capacity.engine != "sglang"
+        self.capacity.engine == Engine::Vllm
     }
 
     /// The engine's name as people write it.
@@ -588,7 +470,7 @@ impl CapacityReport {
         g.iter()
             .map(|g| {
                 (
-                    g.kind.clone(),
+                    g.kind.to_string(),
                     g.page_bytes,
                     format!(
                         "a page; {} layers in {} group(s) of {}, {}",
@@ -685,9 +567,6 @@ impl CapacityReport {
             writeln!(out, "{l}")?;
         }
         writeln!(out, "{}", self.assumed_line())?;
-        for n in &self.notes {
-            writeln!(out, "note: {n}")?;
-        }
-        Ok(())
+        crate::notes::write(out, &self.notes)
     }
 }

@@ -29,3 +29,25 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub(crate) fn input(msg: impl Into<String>) -> Error {
     Error::Input(msg.into())
 }
+
+/// What a report that runs the caching allocator (`vram replay`, `vram trace`) can fail on:
+/// the request, or the allocator (whose own errors say whether the input was bad,
+/// `vram_alloc::AllocError::is_bad_input`).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The request or the model.
+    #[error(transparent)]
+    Report(#[from] Error),
+    /// The allocator, or the snapshot it read.
+    #[error(transparent)]
+    Alloc(#[from] vram_alloc::AllocError),
+    /// A walk that broke its own invariant (a bug, not bad input).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<vram_model::Error> for RunError {
+    fn from(e: vram_model::Error) -> Self {
+        RunError::Report(e.into())
+    }
+}

@@ -11,7 +11,7 @@ use vram_plan::capacity::Engine;
 use vram_plan::suggest::{self, Suggestion};
 
 use crate::error::{input, Result};
-use crate::parts::{double_option, Assumes, Bytes, GpuRef, Speed, TimelinePoint};
+use crate::parts::{double_option, name_of as name, Assumes, Bytes, GpuRef, Speed, TimelinePoint};
 use crate::request::{image_positions, FinetuneRequest, StepRequest};
 use crate::{finetune, Kind, Report, SCHEMA_VERSION};
 
@@ -884,7 +884,7 @@ fn describe_blocks(
                 .collect(),
         );
     }
-    r.notes.extend(t.blocks.notes.iter().cloned());
+    r.notes.extend(crate::notes::of_transformer(t));
     if r.layers_differ {
         // `Step::new` derives one layer description per kind and both walks index it per layer.
         r.notes.push("layers differ (mixer, feed-forward or window per layer): parameters, weights, the cache, and the activations and temporaries of the training step and of generate follow each layer's own kind".into());
@@ -908,15 +908,12 @@ fn describe(model: &Model, r: &EstimateReport) -> String {
         p.pp,
         if p.sequence_parallel { " +sp" } else { "" }
     );
-    let name = |v: serde_json::Value| v.as_str().map(String::from).unwrap_or_default();
-    let prec = name(serde_json::json!(setup.precision));
-    let attn = name(serde_json::json!(r
-        .attention_runs
-        .unwrap_or(setup.attention)));
+    let prec = name(setup.precision);
+    let attn = name(r.attention_runs.unwrap_or(setup.attention));
     if let (Model::ResNet(net), Mode::Train(t)) = (model, setup.mode) {
         return format!(
             "training, {prec}, {}, micro-batch {} x {}x{} images, grad-accum {}, {par}, ZeRO {}",
-            name(serde_json::json!(t.optimizer)),
+            name(t.optimizer),
             t.micro_batch,
             net.image_size,
             net.image_size,
@@ -938,19 +935,19 @@ fn describe(model: &Model, r: &EstimateReport) -> String {
     match setup.mode {
         Mode::Train(t) => format!(
             "training, {prec} ({} layout), {}, micro-batch {} x seq {}{}, grad-accum {}, recompute {}{}, attention {attn}, {par}, ZeRO {}{}",
-            name(serde_json::json!(r.amp_style)),
-            name(serde_json::json!(t.optimizer)),
+            name(r.amp_style),
+            name(t.optimizer),
             t.micro_batch,
             t.seq,
             split(t.seq),
             t.grad_accum,
-            name(serde_json::json!(t.recompute)),
+            name(t.recompute),
             t.recompute_layers.map(|k| format!(" ({k} layers)")).unwrap_or_default(),
             p.zero,
             if t.offload == setup::Offload::None {
                 String::new()
             } else {
-                format!(", offload {}", name(serde_json::json!(t.offload)))
+                format!(", offload {}", name(t.offload))
             },
         ),
         Mode::Infer(i) => format!(

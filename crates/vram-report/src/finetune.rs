@@ -364,9 +364,7 @@ impl FinetuneReport {
         for l in self.suggestion_lines() {
             writeln!(out, "{l}")?;
         }
-        for n in &self.notes {
-            writeln!(out, "note: {n}")?;
-        }
+        crate::notes::write(out, &self.notes)?;
         writeln!(out, "{MODELS_LINE}")?;
         Ok(())
     }

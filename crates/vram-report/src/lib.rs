@@ -1,6 +1,7 @@
-//! The answers of `vram`, typed: what `vram estimate`, `vram capacity` and `vram plan` compute
-//! (the estimate, its fit searches, the suggestions, the speed, the notes and assumptions), as
-//! one serde-serialised report per answer, and every rendering of it.
+//! The answers of `vram`, typed: what `vram estimate`, `capacity`, `plan`, `batch`, `checkpoint`,
+//! `replay` and `trace --events` compute (the estimate, its fit searches, the suggestions, the
+//! speed, the model's notes and the assumptions), as one serde-serialised report per answer, and
+//! every rendering of it.
 //!
 //! The CLI resolves its flags into a request ([`request`]), asks this crate for the report, and
 //! prints it: [`Report::text`] for the terminal, [`Report::to_json`] for `--json`,
@@ -12,8 +13,11 @@
 //!
 //! Every report is one JSON object with `schema_version` (this crate's [`SCHEMA_VERSION`]) and
 //! `kind`, one of `estimate` ([`EstimateReport`]), `finetune` ([`FinetuneReport`]), `weights`
-//! ([`WeightsReport`]), `capacity` ([`CapacityReport`]), `plan` ([`PlanReport`]) and
-//! `finetune_plan` ([`FinetunePlanReport`]); each type's documentation lists its fields. Sizes
+//! ([`WeightsReport`]), `capacity` ([`CapacityReport`]), `plan` ([`PlanReport`]),
+//! `finetune_plan` ([`FinetunePlanReport`]), `batch` ([`BatchReport`]), `checkpoint`
+//! ([`CheckpointReport`]), `replay` ([`ReplayReport`]) and `trace_events` ([`TraceEvents`], the
+//! host tier simulator's input, which [`Report`] does not read); each type's documentation lists
+//! its fields. Every report that describes a model has `notes` ([`notes`]). Sizes
 //! are bytes (`*_bytes`, integers), times seconds (`*_s`), shares fractions (`mfu`). A field
 //! is added without changing the version; one removed, renamed or changed in meaning changes it.
 //!
@@ -39,23 +43,32 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod capacity;
+pub mod checkpoint;
 mod error;
 pub mod estimate;
 pub mod finetune;
 pub mod html;
+pub mod notes;
 pub mod parts;
 pub mod plan;
+pub mod replay;
 pub mod request;
 pub mod text;
+pub mod trace;
 
 use serde::{Deserialize, Serialize};
 
+pub use batch::BatchReport;
 pub use capacity::CapacityReport;
-pub use error::{Error, Result};
+pub use checkpoint::CheckpointReport;
+pub use error::{Error, Result, RunError};
 pub use estimate::{EstimateReport, WeightsReport};
 pub use finetune::FinetuneReport;
 pub use plan::{FinetunePlanReport, PlanReport};
+pub use replay::ReplayReport;
+pub use trace::TraceEvents;
 
 /// The version of the JSON format every report carries as `schema_version`.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -76,6 +89,14 @@ pub enum Kind {
     Plan,
     /// `vram plan --finetune lora|qlora`.
     FinetunePlan,
+    /// `vram batch`.
+    Batch,
+    /// `vram checkpoint`.
+    Checkpoint,
+    /// `vram replay`.
+    Replay,
+    /// `vram trace --events`: the simulator's input, not a page ([`TraceEvents`]).
+    TraceEvents,
 }
 
 impl Kind {
@@ -88,6 +109,10 @@ impl Kind {
             Kind::Capacity => "capacity",
             Kind::Plan => "plan",
             Kind::FinetunePlan => "finetune_plan",
+            Kind::Batch => "batch",
+            Kind::Checkpoint => "checkpoint",
+            Kind::Replay => "replay",
+            Kind::TraceEvents => "trace_events",
         }
     }
 }
@@ -107,6 +132,12 @@ pub enum Report {
     Plan(Box<PlanReport>),
     /// LoRA/QLoRA plans.
     FinetunePlan(Box<FinetunePlanReport>),
+    /// Memory-aware batches.
+    Batch(Box<BatchReport>),
+    /// Checkpoint placement.
+    Checkpoint(Box<CheckpointReport>),
+    /// A snapshot through allocator policies.
+    Replay(Box<ReplayReport>),
 }
 
 impl Report {
@@ -119,6 +150,9 @@ impl Report {
             Report::Capacity(_) => Kind::Capacity,
             Report::Plan(_) => Kind::Plan,
             Report::FinetunePlan(_) => Kind::FinetunePlan,
+            Report::Batch(_) => Kind::Batch,
+            Report::Checkpoint(_) => Kind::Checkpoint,
+            Report::Replay(_) => Kind::Replay,
         }
     }
 
@@ -131,6 +165,9 @@ impl Report {
             Report::Capacity(r) => serde_json::to_string_pretty(r),
             Report::Plan(r) => serde_json::to_string_pretty(r),
             Report::FinetunePlan(r) => serde_json::to_string_pretty(r),
+            Report::Batch(r) => serde_json::to_string_pretty(r),
+            Report::Checkpoint(r) => serde_json::to_string_pretty(r),
+            Report::Replay(r) => serde_json::to_string_pretty(r),
         };
         s.unwrap_or_default() + "\n"
     }
@@ -144,6 +181,9 @@ impl Report {
             Report::Capacity(r) => r.text(),
             Report::Plan(r) => r.text(),
             Report::FinetunePlan(r) => r.text(),
+            Report::Batch(r) => r.text(),
+            Report::Checkpoint(r) => r.text(),
+            Report::Replay(r) => r.text(),
         }
     }
 
@@ -184,6 +224,16 @@ impl Report {
             Kind::Plan => Report::Plan(Box::new(serde_json::from_str(text).map_err(bad)?)),
             Kind::FinetunePlan => {
                 Report::FinetunePlan(Box::new(serde_json::from_str(text).map_err(bad)?))
+            }
+            Kind::Batch => Report::Batch(Box::new(serde_json::from_str(text).map_err(bad)?)),
+            Kind::Checkpoint => {
+                Report::Checkpoint(Box::new(serde_json::from_str(text).map_err(bad)?))
+            }
+            Kind::Replay => Report::Replay(Box::new(serde_json::from_str(text).map_err(bad)?)),
+            Kind::TraceEvents => {
+                return Err(unrec(
+                    "a vram trace --events file: the host tier simulator's input (vram-tier-sim), not a report".into(),
+                ))
             }
         })
     }

@@ -65,6 +65,10 @@ pub struct PlanReport {
     pub candidates: u64,
     /// Memory estimates run.
     pub estimates: u64,
+    /// The model's notes ([`crate::notes::of_step`] for a training step), as the text's
+    /// `note:` lines.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// One configuration with its predicted speed and memory (`vram_plan::Plan`).
@@ -209,6 +213,7 @@ pub fn report(req: &Request, out: &Outcome) -> PlanReport {
         suggestions: out.suggestions.clone(),
         candidates: out.candidates,
         estimates: out.estimates,
+        notes: crate::notes::of_step(&req.model, true, Some(c.gpu)),
     }
 }
 
@@ -272,6 +277,11 @@ pub fn emit(
         ));
     }
     notes.extend(emit::notes(engine, chosen, &job));
+    notes.extend(crate::notes::lines(&crate::notes::of_step(
+        &req.model,
+        true,
+        Some(req.cluster.gpu),
+    )));
     notes.push(format!(
         "emitted {} at {:.2} s/step, {} per GPU",
         chosen.label(),
@@ -322,6 +332,10 @@ pub struct FinetunePlanReport {
     pub seq: u64,
     /// Plans that fit, best first.
     pub plans: Vec<FtPlanRow>,
+    /// The model's notes ([`crate::notes::of_step`] for a training step), as the text's
+    /// `note:` lines.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// One LoRA/QLoRA plan with its label.
@@ -416,6 +430,7 @@ pub fn finetune_plan(model: &Model, r: &FtPlanRequest) -> Result<FinetunePlanRep
                 plan: p,
             })
             .collect(),
+        notes: crate::notes::of_step(model, true, Some(r.gpu)),
     })
 }
 
@@ -433,12 +448,18 @@ pub fn finetune_emit(model: &Model, r: &FtPlanRequest, kind: EmitKind) -> Result
     let t = transformer(model)?;
     Ok(Emitted {
         text: lora::emit_config(t, &spec, best, r.seq, kind),
-        notes: vec![format!(
+        notes: std::iter::once(format!(
             "emitted {} {} at {} per GPU",
             spec.method.name(),
             best.label(),
             bytes(best.bytes_per_gpu)
-        )],
+        ))
+        .chain(crate::notes::lines(&crate::notes::of_step(
+            model,
+            true,
+            Some(r.gpu),
+        )))
+        .collect(),
     })
 }
 
@@ -547,6 +568,7 @@ impl PlanReport {
         for s in &self.suggestions {
             let _ = writeln!(w, "- {s}");
         }
+        let _ = crate::notes::write(&mut w, &self.notes);
         w
     }
 }
@@ -580,6 +602,7 @@ impl FinetunePlanReport {
         let _ = writeln!(out, "{FT_RANKING}");
         if let Some(l) = self.nothing_fits() {
             let _ = writeln!(out, "\n{l}");
+            let _ = crate::notes::write(&mut out, &self.notes);
             return out;
         }
         let _ = writeln!(out);
@@ -591,6 +614,7 @@ impl FinetunePlanReport {
         for [l, f, m] in self.rows() {
             let _ = writeln!(out, "{l:<20} {f:>12} {m:>10}");
         }
+        let _ = crate::notes::write(&mut out, &self.notes);
         out
     }
 }

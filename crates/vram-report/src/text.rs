@@ -377,10 +377,7 @@ impl EstimateReport {
         for l in self.detail_lines() {
             writeln!(out, "{l}")?;
         }
-        for n in &self.notes {
-            writeln!(out, "note: {n}")?;
-        }
-        Ok(())
+        crate::notes::write(out, &self.notes)
     }
 }
 

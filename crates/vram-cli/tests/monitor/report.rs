@@ -286,7 +286,7 @@ fn report_pages_read_well_in_headless_chromium_at_1280_px() {
         ),
         (
             &replay,
-            &["policy</th>", "OOM at 3.0 GiB", "pytorch-expandable"][..],
+            &["policy</th>", "OOM at 3.00 GiB", "pytorch-expandable"][..],
             &["peak_reserved_bytes", "first_oom_event"][..],
         ),
         (

@@ -3,7 +3,9 @@
 
 use serde::Serialize;
 
-use crate::mech::{vector, Attention, Component, ComponentParams, Ffn, Mixer, Norm, Tensor};
+use crate::mech::{
+    vector, Attention, Component, ComponentParams, Ffn, Host, HostCtx, Mixer, Norm, Tensor,
+};
 
 /// The norms of a block outside its mixer and feed-forward modules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -96,6 +98,23 @@ impl Block {
     /// has neither image features nor cached ones. Their parameters stay; they make nothing.
     pub fn skipped_without_images(&self) -> bool {
         self.mixer.as_attention().is_some_and(|a| a.image_cross)
+    }
+
+    /// Host work of the decoder layer in one `generate` forward (transformers 5.24, counted
+    /// on the CPU by `tests/engines/generate_ops.py`): the layer module and its two residual
+    /// adds, its norms, then its mixer's and feed-forward's ([`Mixer::generate_host`],
+    /// [`Ffn::generate_host`]).
+    pub fn generate_host(&self, h: u64, c: &HostCtx) -> Host {
+        let mut w = Host::module(2.0, 0.0, 0.0);
+        w.add(
+            self.norms
+                .norm
+                .generate_host()
+                .times(self.norms.count as f64),
+        );
+        w.add(self.mixer.generate_host(h, c));
+        w.add(self.ffn.generate_host(c));
+        w
     }
 
     /// The block's parameters per component.

@@ -7,6 +7,8 @@
 
 use serde::Serialize;
 
+use super::host::{Host, HostCtx};
+use super::norm::rms_norm_host;
 use super::step::{m, Ctx, Extra, Parts};
 use super::step::{Prog, CACHE};
 use super::{
@@ -932,4 +934,38 @@ fn rope(g: &mut Prog, bytes: u64) -> u8 {
     g.free(t1);
     g.free(t2);
     e
+}
+
+impl Attention {
+    /// Host work of the attention module itself in one `generate` forward, as `sdpa` runs it
+    /// (transformers 5.24): the q/k/v views and transposes, rotary (`q·cos + rotate_half(q)·sin`,
+    /// the same for k: 10 kernels), `DynamicCache.update`'s two `cat`s, the attention, the output
+    /// reshape; a prompt's forward adds `lift_fresh` of the scaling constants (2 views). The
+    /// projections are counted as the mixer's linears.
+    pub fn module_host(prefill: bool) -> Host {
+        Host::module(13.0, 15.0 + 2.0 * f64::from(prefill), 0.0)
+    }
+
+    /// Host work of the attention in one `generate` forward beyond its linears: the module
+    /// ([`Attention::module_host`]), Qwen3.5's output gate (the doubled `q_proj` split,
+    /// `sigmoid`, the product), `eager_attention_forward` (`repeat_kv` copies of k and v,
+    /// `matmul`, scaling, the mask add, softmax, `matmul`, the output transpose copy; with sinks
+    /// the sinks' `expand`/`cat`, the row max and its subtraction, the slice) and the q/k norms.
+    pub fn generate_host(&self, c: &HostCtx) -> Host {
+        let mut own = Attention::module_host(c.prefill());
+        if self.q_gate {
+            own.kernels += 5.0;
+            own.views += 7.0;
+        }
+        if c.attention == Impl::Eager {
+            own.kernels += if self.sinks { 13.0 } else { 7.0 };
+            own.views += if self.sinks { 18.0 } else { 10.0 };
+        }
+        let qk_norms = match self.qk_norm {
+            QkNorm::PerHead | QkNorm::FullWidth => 2.0 - f64::from(self.kv_shared),
+            _ => 0.0,
+        };
+        own.add(rms_norm_host().times(qk_norms));
+        own
+    }
 }

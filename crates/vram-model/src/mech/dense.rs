@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::host::{linears, Host};
 use super::step::Prog;
 use super::step::{m, Ctx, Parts};
 use super::{col_bias, lin, vector, Component, Mechanism, Site, SiteKind, Tensor};
@@ -270,4 +271,20 @@ pub(crate) fn prefill(dense: &Dense, g: &mut Prog, b: &Blocks, c: &Ctx) -> u8 {
     };
     g.free(n2);
     d
+}
+
+impl Dense {
+    /// Host work of the MLP module in one `generate` forward (transformers 5.24): the module,
+    /// its activation module and product, and its linears (`gate_proj`, `up_proj`, `down_proj`;
+    /// two where the gate is fused or there is none).
+    pub fn generate_host(&self) -> Host {
+        let mut m = Host::module(1.0, 0.0, 0.0);
+        m.add(Host::module(1.0, 0.0, 0.0));
+        m.add(linears(if self.gated && !self.fused_gate_up {
+            3.0
+        } else {
+            2.0
+        }));
+        m
+    }
 }

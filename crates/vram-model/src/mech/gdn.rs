@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::host::{Host, HostCtx};
 use super::step::{m, Ctx, Extra, Parts, Prog};
 use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
 use crate::describe::{Blocks, Names};
@@ -236,4 +237,48 @@ pub(crate) fn prefill(g: &Gdn, prog: &mut Prog, b: &Blocks, c: &Ctx) -> u8 {
     prog.free(act);
     prog.free(n);
     y
+}
+
+impl Gdn {
+    /// Host work of `Qwen3_5GatedDeltaNet` in one `generate` forward beyond its linears
+    /// (transformers 5.24): the conv (`F.conv1d` with the state `cat`, or causal-conv1d's
+    /// kernel: 4 fewer), `sigmoid`/`softplus`/`exp` of the gates, l2norm of q and k, then
+    /// `torch_recurrent_gated_delta_rule` (decode: ten operators over the fp32 state) or
+    /// `torch_chunk_gated_delta_rule` (prefill: the padded chunks, `solve_triangular`, and a
+    /// Python loop of six operators per 64-token chunk, counted here at one chunk;
+    /// [`Gdn::chunk_loop_host`] adds the rest), or with fla one Triton kernel for the delta
+    /// rule (with its l2norm and gates); the gated RMSNorm (11 kernels) and its SiLU, the
+    /// conv's SiLU.
+    pub fn generate_host(&self, c: &HostCtx) -> Host {
+        let (k, v, py) = match (c.prefill(), c.kernels.fla) {
+            (false, false) => (42.0, 39.0, 12.0),
+            (true, false) => (69.0, 85.0, 49.0),
+            (false, true) => (24.0, 25.0, 10.0),
+            (true, true) => (26.0, 27.0, 12.0),
+        };
+        let conv = if c.kernels.causal_conv1d { -4.0 } else { 0.0 };
+        let mut w = Host::module(k + conv, v, py);
+        w.add(Host::module(11.0, 0.0, 0.0));
+        w.add(Host::module(1.0, 0.0, 0.0).times(2.0));
+        w
+    }
+
+    /// `torch_chunk_gated_delta_rule`'s Python loop over 64-token chunks of a `prompt`-token
+    /// prefill beyond the one chunk [`Gdn::generate_host`] counts: per chunk a `matmul` and
+    /// `sub` (`v_new`), the inter-chunk `matmul`, the intra-chunk `matmul` and `add` written
+    /// into the output slice, the state's decay, `matmul` and `add`: 9 kernels, and 28 views
+    /// (the chunk selects and `matmul`'s expands and reshapes), counted on the CPU at 40, 104
+    /// and 168 prompt tokens. fla's chunked kernel has no Python loop.
+    pub fn chunk_loop_host(&self, prompt: f64, fla: bool) -> Host {
+        if fla {
+            return Host::default();
+        }
+        let chunks = (prompt / 64.0).ceil().max(1.0) - 1.0;
+        Host {
+            kernels: 9.0 * chunks,
+            views: 28.0 * chunks,
+            py: 0.0,
+            ..Host::default()
+        }
+    }
 }

@@ -10,6 +10,7 @@
 
 use serde::Serialize;
 
+use super::host::{Host, HostCtx};
 use super::step::{m, Ctx, Extra, Parts};
 use super::{Attention, CacheLayout, CacheTensor, Mamba2, Mechanism, Site, Tensor};
 use crate::describe::{Blocks, Names};
@@ -108,5 +109,18 @@ pub(crate) fn train(hy: &Hybrid, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
             .decode
             .max(m(&[c.b, b.hidden, c.cmp]).saturating_add(at.decode)),
         decode_per_ctx: at.decode_per_ctx,
+    }
+}
+
+impl Hybrid {
+    /// Host work of Falcon-H1's pair in one `generate` forward beyond its linears: the Mamba2
+    /// half as [`Mamba2::mixer_host`] (its gated norm is off by default), the attention half as
+    /// a plain attention module ([`Attention::module_host`]), and the µP multipliers' four
+    /// products and the halves' sum (not counted on the CPU).
+    pub fn generate_host(&self, c: &HostCtx) -> Host {
+        let mut w = Mamba2::mixer_host(c.prefill());
+        w.add(Attention::module_host(c.prefill()));
+        w.add(Host::module(5.0, 0.0, 0.0));
+        w
     }
 }

@@ -12,7 +12,9 @@
 
 use serde::Serialize;
 
+use super::host::{Host, HostCtx};
 use super::step::{m, Ctx, Extra, Parts};
+use super::Mamba2;
 use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
 use crate::describe::{Blocks, Names};
 
@@ -144,5 +146,14 @@ pub(crate) fn train(x: &Mamba, b: &Blocks, c: &Ctx, _p: &mut Parts) -> Extra {
         kept: 0,
         decode: m(&[c.b, b.hidden * 2 + i * 4, cmp]).saturating_add(m(&[state, 3])),
         decode_per_ctx: 0,
+    }
+}
+
+impl Mamba {
+    /// Host work of `MambaMixer`'s torch fallback in one `generate` forward beyond its
+    /// linears: not counted on the CPU; the Mamba2 path's counts ([`Mamba2::mixer_host`])
+    /// stand in (its prefill scan loops over the tokens in Python besides).
+    pub fn generate_host(&self, c: &HostCtx) -> Host {
+        Mamba2::mixer_host(c.prefill())
     }
 }

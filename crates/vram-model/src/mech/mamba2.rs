@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::host::{Host, HostCtx};
 use super::step::{m, Ctx, Extra, Parts};
 use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
 use crate::describe::{Blocks, Names};
@@ -220,5 +221,22 @@ pub(crate) fn train(mb: &Mamba2, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         kept: 0,
         decode: m(&[c.b, hidden * 2 + conv * 3, cmp]).saturating_add(m(&[state, 3])),
         decode_per_ctx: 0,
+    }
+}
+
+impl Mamba2 {
+    /// Host work of the Mamba2 mixer's `torch_forward` (no mamba_ssm) in one `generate` forward
+    /// beyond its linears and gated norm, counted like the Gated DeltaNet path (transformers
+    /// 5.24's NemotronH).
+    pub fn mixer_host(prefill: bool) -> Host {
+        Host::module(if prefill { 69.0 } else { 42.0 }, 40.0, 12.0)
+    }
+
+    /// Host work of the Mamba2 mixer in one `generate` forward beyond its linears: the mixer
+    /// ([`Mamba2::mixer_host`]) and its gated RMSNorm (11 kernels).
+    pub fn generate_host(&self, c: &HostCtx) -> Host {
+        let mut w = Mamba2::mixer_host(c.prefill());
+        w.add(Host::module(11.0, 0.0, 0.0));
+        w
     }
 }

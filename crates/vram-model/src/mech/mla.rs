@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use super::host::{Host, HostCtx};
+use super::norm::rms_norm_host;
 use super::step::{m, Ctx, Extra, Parts};
 use super::{
     lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor,
@@ -225,5 +227,23 @@ pub(crate) fn train(a: &Mla, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         ]),
         // Every decode step re-expands the whole cached latent: kv_b_proj's output and keys.
         decode_per_ctx: m(&[c.b, kv_out + heads * qk, cmp]),
+    }
+}
+
+impl Mla {
+    /// Host work of `DeepseekV3Attention` in one `generate` forward beyond its linears
+    /// (transformers 5.24): the q/kv splits, `k_pe` rotary in the interleaved form, the
+    /// expanded keys' `new_empty`/`copy_`, the cache update, SDPA, casts; its q_a and kv_a
+    /// layer norms.
+    pub fn generate_host(&self, c: &HostCtx) -> Host {
+        let p = c.prefill();
+        let mut w = Host::module(
+            if p { 38.0 } else { 31.0 },
+            if p { 36.0 } else { 34.0 },
+            0.0,
+        );
+        let norms = 1.0 + f64::from(self.q_lora_rank.is_some());
+        w.add(rms_norm_host().times(norms));
+        w
     }
 }

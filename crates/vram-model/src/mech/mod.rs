@@ -24,6 +24,7 @@ pub mod attention;
 pub mod cache;
 pub mod dense;
 pub mod gdn;
+pub mod host;
 pub mod hybrid;
 pub mod mamba;
 pub mod mamba2;
@@ -39,6 +40,7 @@ pub use attention::{attention_kernel, repeats_kv_at, Attention, Kernel, QkNorm, 
 pub use cache::{CacheKind, CacheLayout, CacheReport, CacheSpec, CacheTensor, KindCache};
 pub use dense::{Act, Dense};
 pub use gdn::Gdn;
+pub use host::{Host, HostCtx};
 pub use hybrid::Hybrid;
 pub use mamba::Mamba;
 pub use mamba2::Mamba2;
@@ -508,6 +510,37 @@ impl Mixer {
         }
     }
 
+    /// Host work of the mixer in one `generate` forward (transformers 5.24): its `nn.Linear`
+    /// modules (one per linear tensor) and what its mechanism's module runs beyond them.
+    pub fn generate_host(&self, h: u64, c: &HostCtx) -> Host {
+        let mut linear = 0.0;
+        self.tensors(h, &mut |t| {
+            if t.kind == TensorKind::Linear {
+                linear += 1.0;
+            }
+        });
+        let mut w = host::linears(linear);
+        w.add(match self {
+            Mixer::Attention(a) => a.generate_host(c),
+            Mixer::Mla(m) => m.generate_host(c),
+            Mixer::GatedDeltaNet(g) => g.generate_host(c),
+            Mixer::Mamba2(m) => m.generate_host(c),
+            Mixer::Hybrid(x) => x.generate_host(c),
+            Mixer::Mamba(x) => x.generate_host(c),
+            Mixer::None => Host::default(),
+        });
+        w
+    }
+
+    /// Host work a `prompt`-token prefill adds to [`Mixer::generate_host`] (which counts one
+    /// 64-token chunk): Gated DeltaNet's Python loop over the further chunks without fla.
+    pub fn prefill_loop_host(&self, prompt: f64, c: &HostCtx) -> Host {
+        match self {
+            Mixer::GatedDeltaNet(g) => g.chunk_loop_host(prompt, c.kernels.fla),
+            _ => Host::default(),
+        }
+    }
+
     /// A training step of the mixer: what it saves (into `p`) and its other bytes.
     pub(crate) fn train(
         &self,
@@ -588,6 +621,26 @@ impl Ffn {
     /// What an estimate says of how the feed-forward is modelled, where that is worth saying.
     pub fn note(&self) -> Option<&'static str> {
         self.moe().map(Moe::note)
+    }
+
+    /// Host work of the feed-forward in one `generate` forward (transformers 5.24): the dense
+    /// MLP's and the sparse block's ([`Dense::generate_host`], [`Moe::generate_host`]).
+    pub fn generate_host(&self, c: &HostCtx) -> Host {
+        let mut w = Host::default();
+        if let Some(d) = self.dense() {
+            w.add(d.generate_host());
+        }
+        if let Some(m) = self.moe() {
+            w.add(m.generate_host(c));
+        }
+        w
+    }
+
+    /// Host work of a forward over `tokens` tokens beyond [`Ffn::generate_host`]: the experts a
+    /// per-expert Python loop runs ([`Moe::loop_host`]).
+    pub fn loop_host(&self, tokens: f64) -> Host {
+        self.moe()
+            .map_or_else(Host::default, |m| m.loop_host(tokens))
     }
 }
 

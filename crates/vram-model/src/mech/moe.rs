@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use super::host::{Host, HostCtx, Phase};
 use super::step::{m, Ctx, Extra, Parts};
 use super::{
     col_bias, lin, vector, Component, Dense, Mechanism, Site, SiteKind, Tensor, TensorKind,
@@ -354,5 +355,89 @@ pub(crate) fn train(mo: &Moe, b: &Blocks, c: &Ctx, norm: bool, p: &mut Parts) ->
         kept: 0,
         decode: per_token.saturating_mul(c.b),
         decode_per_ctx: 0,
+    }
+}
+
+impl Moe {
+    /// Host work of the sparse block in one `generate` forward (transformers 5.24): its
+    /// reshapes; the router (softmax top-k: `F.linear`, fp32 softmax, `topk`, renormalise, 7
+    /// kernels; DeepSeek's grouped sigmoid router with its correction bias, kept in fp32, 19;
+    /// gpt-oss's top-k then softmax with a bias, 3); the activation module of
+    /// `_default_apply_gate` (gpt-oss writes its own gate); the experts as the phase runs them;
+    /// the fp32 routing weights' cast; the shared experts and their sum.
+    pub fn generate_host(&self, c: &HostCtx) -> Host {
+        let mut w = Host::module(0.0, 2.0, 0.0);
+        let sigmoid_router = self.correction_bias || self.router_param_fp32;
+        w.add(if sigmoid_router {
+            Host::module(19.0, 6.0, 0.0)
+        } else if self.router_bias {
+            Host::module(3.0, 1.0, 0.0)
+        } else {
+            Host::module(7.0, 2.0, 0.0)
+        });
+        let bias = f64::from(self.expert_bias);
+        if !self.expert_bias && self.dispatch != Dispatch::Loop {
+            w.add(Host::module(1.0, 0.0, 0.0));
+        }
+        w.add(match (self.dispatch, c.phase) {
+            // batched_mm (the decode loop, `_optimize_model_for_decode`): repeat_interleave, two
+            // gathers of expert weights, two bmm, the gate, the weighting and the sum over top-k
+            // (gpt-oss: biases, clamps).
+            (Dispatch::GroupedMm, Phase::Decode) => {
+                Host::module(8.0 + 10.0 * bias, 12.0 + bias, 9.0 + 8.0 * bias)
+            }
+            // grouped_mm: sort, the gathers, histc, cumsum, two grouped GEMMs, the gate, the
+            // weighting, the inverse permutation, the sum.
+            (Dispatch::GroupedMm, Phase::Prefill) => {
+                Host::module(16.0 + 10.0 * bias, 7.0 - bias, 24.0 + 9.0 * bias)
+            }
+            // Llama 4: every token through every expert.
+            (Dispatch::AllExperts, _) => Host::module(10.0, 8.0, 2.0),
+            // The per-expert Python loop after `nonzero` (a sync); each expert hit adds
+            // [`Moe::loop_host`].
+            (Dispatch::Loop, _) => {
+                let mut l = Host::module(4.0, 4.0, 0.0);
+                l.syncs += 1.0;
+                l
+            }
+        });
+        if self.router_weights_fp32 && self.dispatch == Dispatch::GroupedMm {
+            w.add(Host::op(1.0, 0.0));
+        }
+        if let Some(s) = self.shared {
+            w.add(Host::op(1.0, 0.0));
+            w.add(s.generate_host());
+        }
+        w
+    }
+
+    /// Expected experts that receive at least one of `rows` routed rows, routed uniformly at
+    /// random (a model built by `from_config`); at least one.
+    pub fn occupied(&self, rows: f64) -> f64 {
+        let e = self.experts as f64;
+        (e * (1.0 - (1.0 - 1.0 / e).powf(rows))).max(1.0)
+    }
+
+    /// Host work of the `Dispatch::Loop` path's experts for `tokens` tokens: per expert hit,
+    /// `where` (a sync), the gather, two GEMMs, the activation and product, the weighting and
+    /// `index_add_`. None for the other dispatches.
+    pub fn loop_host(&self, tokens: f64) -> Host {
+        if self.dispatch != Dispatch::Loop {
+            return Host::default();
+        }
+        Host {
+            kernels: 8.0,
+            views: 4.0,
+            py: 2.0,
+            syncs: 1.0,
+            ..Host::default()
+        }
+        .times(self.occupied(tokens * self.top_k as f64))
+    }
+
+    /// Whether `generate` switches these experts from `grouped_mm` to `batched_mm` for its
+    /// decode loop (`_optimize_model_for_decode`).
+    pub fn switched_for_decode(&self) -> bool {
+        self.dispatch == Dispatch::GroupedMm
     }
 }

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::step::Prog;
 use super::step::{m, Ctx, Parts};
-use super::{vector, Component, Tensor};
+use super::{vector, Component, Host, Tensor};
 use crate::describe::Blocks;
 use crate::setup::AmpStyle;
 
@@ -151,5 +151,20 @@ pub(crate) fn prefill(g: &mut Prog, norm: Norm, elems: u64, cmp: u64, weight: bo
             o
         }
         NormKind::LayerNorm => g.make(half),
+    }
+}
+
+/// One RMSNorm module's host work in a half-precision `generate` (transformers 5.24): `to(float32)`,
+/// `pow`, `mean`, `+ eps`, `rsqrt`, `*`, `to(dtype)`, `weight *`.
+pub fn rms_norm_host() -> Host {
+    Host::module(8.0, 0.0, 0.0)
+}
+
+impl Norm {
+    /// One of these norm modules' host work in `generate`. Counted as the RMSNorm every family
+    /// counted on the CPU uses ([`rms_norm_host`]); a LayerNorm's single kernel is not told
+    /// apart.
+    pub fn generate_host(&self) -> Host {
+        rms_norm_host()
     }
 }

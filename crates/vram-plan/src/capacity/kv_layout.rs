@@ -4,10 +4,11 @@
 use super::*;
 
 /// One kind of layer in the engine's KV cache (`kv_groups` in `--json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvGroup {
-    /// `full`, `sliding`, `mla` or `state` (Mamba2 / Gated DeltaNet).
-    pub kind: &'static str,
+    /// `full`, `sliding`, `mla` or `state` (Mamba2 / Gated DeltaNet): one of [`KV_KINDS`].
+    #[serde(deserialize_with = "kv_kind")]
+    pub kind: KvKind,
     /// Layers of this kind on the most loaded GPU.
     pub layers: u64,
     /// vLLM KV-cache groups of this kind (`⌈layers / layers_per_group⌉`; SGLang: 1).
@@ -28,6 +29,22 @@ pub struct KvGroup {
     /// SGLang's state pool: the requests its `MambaPool` holds (`max_mamba_cache_size`);
     /// `None` elsewhere (vLLM's states share the block pool).
     pub state_slots: Option<u64>,
+}
+
+/// A [`KvGroup::kind`]: one of [`KV_KINDS`]. (A name for the type so that serde's derive
+/// reads the kind back through `kv_kind` into any lifetime instead of borrowing it.)
+pub type KvKind = &'static str;
+
+/// The kinds of [`KvGroup::kind`].
+pub const KV_KINDS: [&str; 4] = ["full", "sliding", "mla", "state"];
+
+/// [`KvGroup::kind`] read back from JSON (a report read by `vram report`).
+fn kv_kind<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<KvKind, D::Error> {
+    let s = String::deserialize(d)?;
+    KV_KINDS
+        .into_iter()
+        .find(|k| *k == s)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown KV group kind `{s}`")))
 }
 
 /// vLLM V1's KV-cache layout of one GPU's layers: the groups, their one page size, the layers

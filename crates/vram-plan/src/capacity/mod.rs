@@ -57,7 +57,7 @@
 //! SGLang's distributed-init memory on GPUs other than the one measured (each named in
 //! [`Capacity::assumes`]). Checked against eleven real logs by `crates/vram-cli/tests/capacity.rs`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vram_model::arch::Transformer;
 use vram_model::fmt::thousands;
 use vram_model::gpu::Gpu;
@@ -75,7 +75,7 @@ mod startup;
 mod vllm;
 mod weights;
 
-pub use kv_layout::KvGroup;
+pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
 pub use non_torch::Interconnect;
 pub use startup::{startup_error, StartupError};
@@ -94,7 +94,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 const MIB: u64 = 1 << 20;
 
 /// The serving engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// vLLM (V1 engine).
@@ -317,7 +317,9 @@ pub fn model_max_len(t: &Transformer, k: &Knobs) -> u64 {
 }
 
 /// What the engine would do at start-up on one GPU of the job (the worst pipeline stage).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// `vram capacity --json` carries these fields as they are (`vram_report::CapacityReport`
+/// flattens this type), so a field added here is a field of the JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Capacity {
     /// The engine.
     pub engine: Engine,

@@ -80,9 +80,6 @@ pub(super) fn capacity(r: &CapacityReport) -> String {
     o.push_str(&bar_chart(&items, &bytes3, (total > 0.0).then_some(total)));
     o.push_str("<h2>Assumed</h2>");
     o.push_str(&ul("assumes", &c.assumes));
-    if !r.notes.is_empty() {
-        o.push_str("<h2>Notes</h2>");
-        o.push_str(&ul("notes", &r.notes));
-    }
+    o.push_str(&super::notes(&r.notes));
     o
 }

@@ -164,7 +164,7 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
     // The text's `note:`, `mechanism:`, `assumed:` and `models:` lines.
     let mut lines: Vec<String> = Vec::new();
     lines.extend(r.detail_lines());
-    lines.extend(r.notes.iter().map(|n| format!("note: {n}")));
+    lines.extend(crate::notes::lines(&r.notes));
     lines.extend(r.mechanisms.iter().map(|m| format!("mechanism: {m}")));
     lines.push(r.assumed_line());
     lines.push(format!("models: {}", r.assumes.line()));
@@ -348,7 +348,7 @@ pub(super) fn finetune(r: &FinetuneReport) -> String {
         ),
     ];
     o.push_str(&kv("figures", &rows));
-    let mut lines: Vec<String> = r.notes.iter().map(|n| format!("note: {n}")).collect();
+    let mut lines: Vec<String> = crate::notes::lines(&r.notes).collect();
     lines.push(crate::finetune::MODELS_LINE.into());
     o.push_str("<h2>Notes</h2>");
     o.push_str(&ul("notes", &lines));

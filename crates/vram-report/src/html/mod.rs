@@ -4,27 +4,30 @@
 //! | kind      | recognised by                                                      |
 //! |-----------|--------------------------------------------------------------------|
 //! | recording | JSON Lines of samples (`t_ms`, `gpus`), or one sample (`vram top --json`) |
-//! | replay    | an object with a `policies` array (`vram replay --json`)           |
+//! | replay    | a report of `kind` `replay` (`vram replay --json`)                 |
 //! | estimate  | a report of `kind` `estimate`, `finetune` or `weights` (`vram estimate --json`) |
 //! | capacity  | a report of `kind` `capacity` (`vram capacity --json`)             |
 //! | plan      | a report of `kind` `plan` or `finetune_plan` (`vram plan --json`)  |
+//! | batch     | a report of `kind` `batch` (`vram batch --json`)                   |
+//! | checkpoint | a report of `kind` `checkpoint` (`vram checkpoint --json`)        |
 //!
-//! The estimate, capacity and plan pages render the typed report ([`crate::Report`]): the same
+//! Every page but a recording's renders the typed report ([`crate::Report`]): the same
 //! fields and the same sentences ([`crate::text`]) as the text output, sizes in its format.
 
 mod capacity;
 mod estimate;
 mod plan;
+mod steps;
 pub mod svg;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use vram_monitor::leak::{LeakConfig, LeakDetector};
 use vram_monitor::view::human_bytes;
 use vram_monitor::{timeline, Sample};
 
 use crate::error::{Error, Result};
 use crate::Report;
-use svg::{bar_chart, esc, line_chart, nice_max_bytes, Line};
+use svg::{esc, line_chart, nice_max_bytes, Line};
 
 /// What a page was made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +42,10 @@ pub enum PageKind {
     Replay,
     /// `vram capacity --json`.
     Capacity,
+    /// `vram batch --json`.
+    Batch,
+    /// `vram checkpoint --json`.
+    Checkpoint,
 }
 
 impl PageKind {
@@ -50,13 +57,14 @@ impl PageKind {
             PageKind::Plan => "plan",
             PageKind::Replay => "replay",
             PageKind::Capacity => "capacity",
+            PageKind::Batch => "batch",
+            PageKind::Checkpoint => "checkpoint",
         }
     }
 }
 
 enum Input {
     Recording(Vec<Sample>, bool),
-    Replay(Map<String, Value>),
     Report(Report),
 }
 
@@ -75,13 +83,11 @@ fn detect(text: &str) -> Result<Input> {
             if m.contains_key("schema_version") {
                 return Ok(Input::Report(Report::from_json(text)?));
             }
-            if m.get("policies").is_some_and(Value::is_array) {
-                Ok(Input::Replay(m))
-            } else if m.contains_key("t_ms") && m.contains_key("gpus") {
+            if m.contains_key("t_ms") && m.contains_key("gpus") {
                 let s: Sample = serde_json::from_value(Value::Object(m))
                     .map_err(|e| unrec(format!("a sample with bad fields: {e}")))?;
                 Ok(Input::Recording(vec![s], false))
-            } else if m.contains_key("model") {
+            } else if m.contains_key("model") || m.contains_key("policies") {
                 Err(unrec(
                     "a JSON object without schema_version: not the --json of this vram's estimate, capacity or plan (an older vram's? run the command again)",
                 ))
@@ -117,7 +123,6 @@ fn detect(text: &str) -> Result<Input> {
 pub fn detect_kind(text: &str) -> Result<PageKind> {
     Ok(match detect(text)? {
         Input::Recording(..) => PageKind::Recording,
-        Input::Replay(_) => PageKind::Replay,
         Input::Report(r) => page_kind(&r),
     })
 }
@@ -127,6 +132,9 @@ fn page_kind(r: &Report) -> PageKind {
         Report::Estimate(_) | Report::Finetune(_) | Report::Weights(_) => PageKind::Estimate,
         Report::Capacity(_) => PageKind::Capacity,
         Report::Plan(_) | Report::FinetunePlan(_) => PageKind::Plan,
+        Report::Batch(_) => PageKind::Batch,
+        Report::Checkpoint(_) => PageKind::Checkpoint,
+        Report::Replay(_) => PageKind::Replay,
     }
 }
 
@@ -138,7 +146,6 @@ fn page_kind(r: &Report) -> PageKind {
 pub fn render(text: &str, name: &str) -> Result<(PageKind, String)> {
     let (kind, body) = match detect(text)? {
         Input::Recording(samples, torn) => (PageKind::Recording, recording(&samples, torn)),
-        Input::Replay(m) => (PageKind::Replay, replay(&m)),
         Input::Report(r) => (page_kind(&r), report(&r)),
     };
     Ok((
@@ -160,6 +167,9 @@ pub fn report(r: &Report) -> String {
         Report::Capacity(c) => capacity::capacity(c),
         Report::Plan(p) => plan::plan(p),
         Report::FinetunePlan(p) => plan::finetune_plan(p),
+        Report::Batch(b) => steps::batch(b),
+        Report::Checkpoint(c) => steps::checkpoint(c),
+        Report::Replay(r) => steps::replay(r),
     }
 }
 
@@ -210,6 +220,16 @@ fn ul(id: &str, items: &[String]) -> String {
     o
 }
 
+/// The Notes section of a report's `notes`: the text's `note:` lines ([`crate::notes::lines`]);
+/// nothing where there are none.
+fn notes(notes: &[String]) -> String {
+    if notes.is_empty() {
+        return String::new();
+    }
+    let lines: Vec<String> = crate::notes::lines(notes).collect();
+    format!("<h2>Notes</h2>{}", ul("notes", &lines))
+}
+
 /// A two-column table of (name, shown value, exact value for the tooltip).
 fn kv(id: &str, rows: &[(String, String, String)]) -> String {
     let mut o = format!("<table class=\"kv\" id=\"{id}\">");
@@ -238,10 +258,6 @@ fn group(digits: &str) -> String {
     format!("{sign}{out}")
 }
 
-fn num(v: Option<&Value>) -> Option<f64> {
-    v.and_then(Value::as_f64).filter(|f| f.is_finite())
-}
-
 fn bytes_fmt(v: f64) -> String {
     human_bytes(v.max(0.0) as u64)
 }
@@ -249,27 +265,6 @@ fn bytes_fmt(v: f64) -> String {
 /// Sizes as the text output prints them.
 fn bytes3(v: f64) -> String {
     vram_model::fmt::bytes(v.max(0.0) as u64)
-}
-
-/// One column of a curated table: JSON key, header, and how to show the value.
-type Col<'a> = (&'a str, &'a str, &'a dyn Fn(&Value) -> String);
-
-fn table(rows: &[Value], cols: &[Col<'_>], id: &str) -> String {
-    let mut o = format!("<div class=\"wide\"><table id=\"{id}\"><tr>");
-    for (_, h, _) in cols {
-        o.push_str(&format!("<th>{}</th>", esc(h)));
-    }
-    o.push_str("</tr>");
-    for r in rows {
-        o.push_str("<tr>");
-        for (k, _, f) in cols {
-            let cell = r.get(*k).filter(|v| !v.is_null()).map_or("—".into(), f);
-            o.push_str(&format!("<td>{}</td>", esc(&cell)));
-        }
-        o.push_str("</tr>");
-    }
-    o.push_str("</table></div>");
-    o
 }
 
 /// A table of text cells under a header.
@@ -302,125 +297,6 @@ fn unique(mut labels: Vec<String>) -> Vec<String> {
         }
     }
     labels
-}
-
-/// Format a JSON value by its key's name: strings as they are, booleans as yes/no.
-fn fmt_value(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
-        Value::Null => "—".into(),
-        other => other.to_string(),
-    }
-}
-
-fn replay(m: &Map<String, Value>) -> String {
-    let rows: Vec<Value> = m
-        .get("policies")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut o = format!("<h2>Allocator replay: {} policies</h2>", rows.len());
-    let cap = num(m.get("capacity_bytes"));
-    o.push_str(&format!(
-        "<p id=\"setup\">{} events ({} allocations){}</p>",
-        m.get("events")
-            .and_then(Value::as_u64)
-            .map_or("?".into(), |e| group(&e.to_string())),
-        m.get("allocations")
-            .and_then(Value::as_u64)
-            .map_or("?".into(), |e| group(&e.to_string())),
-        cap.map_or(String::new(), |c| format!(
-            "; out of memory is judged at {}",
-            bytes_fmt(c)
-        ))
-    ));
-    if let Some(Value::Object(rec)) = m.get("recorded") {
-        o.push_str(&format!(
-            "<p>as recorded (the allocator that wrote the trace): peak allocated {}, peak reserved {}</p>",
-            num(rec.get("peak_allocated_bytes")).map_or("?".into(), bytes_fmt),
-            num(rec.get("peak_reserved_bytes")).map_or("?".into(), bytes_fmt)
-        ));
-    }
-    if rows.is_empty() {
-        o.push_str("<p class=\"muted\">The replay lists no policies.</p>");
-        return o;
-    }
-    let text = |v: &Value| fmt_value(v);
-    let bytes = |v: &Value| v.as_f64().map_or("—".into(), bytes_fmt);
-    let pct = |v: &Value| {
-        v.as_f64()
-            .map_or("—".into(), |f| format!("{:.2}%", f * 100.0))
-    };
-    let ratio = |v: &Value| v.as_f64().map_or("—".into(), |f| format!("{f:.3}"));
-    let oom = |v: &Value| match v.as_u64() {
-        Some(e) => format!("yes (event {})", group(&e.to_string())),
-        None => "no".into(),
-    };
-    let rows: Vec<Value> = rows
-        .into_iter()
-        .map(|mut r| {
-            if let (Some(a), Some(res)) = (
-                num(r.get("peak_allocated_bytes")),
-                num(r.get("peak_reserved_bytes")),
-            ) {
-                if a > 0.0 {
-                    r["reserved_per_allocated"] = Value::from(res / a);
-                }
-            }
-            let e = r.get("first_oom_event").cloned().unwrap_or(Value::Null);
-            r["oom"] = if e.is_null() { Value::Bool(false) } else { e };
-            r
-        })
-        .collect();
-    let oom_head = cap.map_or("OOM".to_string(), |c| format!("OOM at {}", bytes_fmt(c)));
-    let cols: [Col<'_>; 6] = [
-        ("name", "policy", &text),
-        ("peak_allocated_bytes", "peak allocated", &bytes),
-        ("peak_reserved_bytes", "peak reserved", &bytes),
-        ("reserved_per_allocated", "reserved/allocated", &ratio),
-        ("fragmentation", "fragmentation", &pct),
-        ("oom", &oom_head, &oom),
-    ];
-    o.push_str(&table(&rows, &cols, "policies"));
-    let names = unique(
-        rows.iter()
-            .enumerate()
-            .map(|(i, r)| {
-                r.get("name")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| format!("#{}", i + 1), str::to_string)
-            })
-            .collect(),
-    );
-    for (key, title) in [
-        ("peak_reserved_bytes", "Peak reserved"),
-        ("peak_allocated_bytes", "Peak allocated"),
-    ] {
-        let items: Vec<(String, f64)> = rows
-            .iter()
-            .zip(&names)
-            .filter_map(|(r, n)| num(r.get(key)).map(|v| (n.clone(), v)))
-            .collect();
-        if !items.is_empty() {
-            o.push_str(&format!("<h2>{title}</h2>"));
-            o.push_str(&bar_chart(&items, &bytes_fmt, None));
-        }
-    }
-    let frag: Vec<(String, f64)> = rows
-        .iter()
-        .zip(&names)
-        .filter_map(|(r, n)| {
-            let a = num(r.get("peak_allocated_bytes"))?;
-            let res = num(r.get("peak_reserved_bytes"))?;
-            Some((n.clone(), res - a))
-        })
-        .collect();
-    if !frag.is_empty() {
-        o.push_str("<h2>Reserved but not allocated at peak (fragmentation and cache)</h2>");
-        o.push_str(&bar_chart(&frag, &bytes_fmt, None));
-    }
-    o
 }
 
 fn recording(samples: &[Sample], torn: bool) -> String {

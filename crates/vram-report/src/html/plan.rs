@@ -1,20 +1,13 @@
 //! The `vram plan` pages: the plans' table and charts, or the closest configuration and what
 //! would make it fit.
 
-use serde::Serialize;
 use vram_model::fmt::bytes;
 
 use super::svg::{bar_chart, esc};
 use super::{bytes3, group, p, text_table, unique};
 use crate::plan::{FinetunePlanReport, PlanReport, FT_RANKING};
 
-/// The name serde gives a unit enum value (`deepspeed`, `bf16-amp`).
-pub(super) fn name_of<T: Serialize>(v: T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
-}
+pub(super) use crate::parts::name_of;
 
 /// The page of a parallel plan search.
 pub(super) fn plan(r: &PlanReport) -> String {
@@ -79,6 +72,7 @@ pub(super) fn plan(r: &PlanReport) -> String {
         &|v| format!("{:.1}%", v * 100.0),
         None,
     ));
+    o.push_str(&super::notes(&r.notes));
     o
 }
 
@@ -93,6 +87,7 @@ pub(super) fn finetune_plan(r: &FinetunePlanReport) -> String {
     o.push_str(&p("ranking", "muted", FT_RANKING));
     if let Some(l) = r.nothing_fits() {
         o.push_str(&p("verdict", "bad", &l));
+        o.push_str(&super::notes(&r.notes));
         return o;
     }
     let rows: Vec<Vec<String>> = r.rows().into_iter().map(|r| r.to_vec()).collect();
@@ -111,5 +106,6 @@ pub(super) fn finetune_plan(r: &FinetunePlanReport) -> String {
     o.push_str("<h2>Memory per GPU</h2>");
     o.push_str(&bar_chart(&items, &bytes3, Some(r.gpu_memory_bytes as f64)));
     let _ = bytes;
+    o.push_str(&super::notes(&r.notes));
     o
 }

@@ -43,19 +43,29 @@ fn estimate_page_shows_breakdown_and_timeline() {
 }
 
 #[test]
-fn replay_page_handles_missing_reserved() {
-    check(
-        &crate::fixture("replay.json"),
+fn replay_page_renders_the_typed_replay() {
+    let text = crate::fixture("replay.json");
+    let html = check(
+        &text,
         PageKind::Replay,
         &[
             "3 policies",
             "expandable segments",
             "Peak reserved",
             "Reserved but not allocated",
-            "2.0 GiB",
+            "10.5 GiB",
             "48,211",
         ],
     );
+    // The page's rows are the text's.
+    let vram_report::Report::Replay(r) = vram_report::Report::from_json(&text).unwrap() else {
+        panic!("not a replay");
+    };
+    for row in r.rows() {
+        for cell in row {
+            assert!(html.contains(&format!("<td>{cell}</td>")), "{cell}");
+        }
+    }
 }
 
 #[test]
@@ -95,6 +105,9 @@ fn unrecognised_inputs_are_one_line_errors() {
         r#"{"schema_version":99,"kind":"estimate"}"#,
         r#"{"schema_version":1,"kind":"nonsense"}"#,
         r#"{"schema_version":1,"kind":"capacity","model":"m"}"#,
+        // A replay's JSON from before the typed report, and a trace's events file.
+        r#"{"events":3,"policies":[{"name":"pytorch","peak_allocated_bytes":1}]}"#,
+        r#"{"schema_version":1,"kind":"trace_events","phases":[],"events":[]}"#,
     ] {
         let e = detect_kind(bad).unwrap_err();
         assert!(

@@ -54,6 +54,47 @@ fn every_report_reads_back_from_its_json() {
         vram_report::plan::plan(&req, &mut |_| {}).unwrap()
     };
     reports.push(Report::Plan(Box::new(plan)));
+    // The reports of batch, checkpoint and replay: each holds the library's own result types
+    // (`Batches`, `DeviceBudget`, `Stage`, `Op`, `PolicyResult`), which read back as well.
+    let model = vram_model::catalog::lookup("gpt2").unwrap();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let setup = StepRequest::default().setup(&model, Some(gpu)).unwrap();
+    let b = vram_report::batch::batch(&model, &setup, gpu, &[100, 700, 1024, 30], None).unwrap();
+    assert_eq!(
+        b.batches
+            .batches
+            .iter()
+            .map(|x| x.indices.len())
+            .sum::<usize>(),
+        4
+    );
+    reports.push(Report::Batch(Box::new(b)));
+    let c = vram_report::checkpoint::checkpoint(&model, &setup, gpu, None, None).unwrap();
+    assert!(c.candidates.len() >= 3 && c.recommended_ops.is_some());
+    reports.push(Report::Checkpoint(Box::new(c)));
+    let snap = vram_alloc::Snapshot::from_pickle(
+        &vram_report::trace::snapshot(
+            &model,
+            &vram_model::trace::training_events_with_phases(&model, &setup, 2)
+                .unwrap()
+                .0,
+            2,
+            vram_alloc::Policy::PyTorch,
+        )
+        .unwrap()
+        .pickle,
+    )
+    .unwrap();
+    let req = vram_report::replay::ReplayRequest {
+        configs: vram_alloc::Policy::ALL
+            .iter()
+            .map(|p| (vram_alloc::AllocatorConfig::new(*p), None))
+            .collect(),
+        capacity: Some(1 << 30),
+    };
+    let r = vram_report::replay::replay("gpt2.pickle", &snap, &req).unwrap();
+    assert_eq!(r.policies.len(), vram_alloc::Policy::ALL.len());
+    reports.push(Report::Replay(Box::new(r)));
     for r in reports {
         let json = r.to_json();
         let back = Report::from_json(&json).unwrap();
