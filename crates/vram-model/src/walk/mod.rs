@@ -686,7 +686,7 @@ impl<'a> Step<'a> {
                 width: 0,
                 height: 0,
             });
-            self.vision = crate::mech::vision::tower_bytes(&v, &images, &c, recompute);
+            self.vision = crate::mech::vision::tower_bytes(v, &images, &c, recompute);
             if c.training {
                 self.emb_saved = self.emb_saved.saturating_add(self.vision.saved);
                 self.vision = crate::mech::vision::TowerBytes::default();
