@@ -222,7 +222,7 @@ impl StepRequest {
             Model::Transformer(t)
                 if self.images.is_some()
                     && !t.blocks.vision_unmodelled
-                    && t.blocks.vision.is_none_or(|v| v.images.is_none()) =>
+                    && t.blocks.vision.as_ref().is_none_or(|v| v.images.is_none()) =>
             {
                 refuse(
                     "--images is taken by vram estimate, trace and checkpoint (on a vision-language model)"
@@ -381,9 +381,9 @@ impl StepRequest {
 /// Positions the images attached to `model` add to each sequence (0 without images).
 pub(crate) fn image_positions(model: &Model) -> Result<u64> {
     match model {
-        Model::Transformer(t) => match t.blocks.vision {
+        Model::Transformer(t) => match &t.blocks.vision {
             Some(v) => match &v.images {
-                Some(i) => Ok(vram_model::estimate::sequence_tokens(&v, i)?),
+                Some(i) => Ok(vram_model::estimate::sequence_tokens(v, i)?),
                 None => Ok(0),
             },
             None => Ok(0),
