@@ -1618,7 +1618,7 @@ fn step_remedies(job: &Job, fig: &Figures) -> Result<(EstimateSummary, Vec<Remed
                     detail: format!(
                         "the largest batch that fits: {} at batch {lo} in the {}, at context {} (batch {} would need more)",
                         hb(after),
-                        room_words(&fig),
+                        room_words(fig),
                         i.context,
                         lo + 1
                     ),
@@ -1679,7 +1679,7 @@ fn step_remedies(job: &Job, fig: &Figures) -> Result<(EstimateSummary, Vec<Remed
                     "{}: {} per GPU of the {}, {:.3} s/step predicted, same global batch of {}",
                     plan.label(),
                     hb(after),
-                    room_words(&fig),
+                    room_words(fig),
                     plan.step_time_s,
                     p.dp * t.micro_batch * t.grad_accum
                 ),
