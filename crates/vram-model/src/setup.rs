@@ -436,6 +436,11 @@ impl Setup {
                 ));
             }
             range("--warmup-prompt", w, MAX_SIZE)?;
+            if o.fragmentation.is_some() {
+                return Err(Error::Setup(
+                    "--warmup-prompt acts through the allocator replay, which --fragmentation replaces; give one of them".into(),
+                ));
+            }
         }
         if let Some(f) = o
             .fragmentation
