@@ -11,7 +11,8 @@ recomputes them in CI and asserts that the committed files are still what the li
   `get_memory_footprint()` leaves out: the 4-bit `QuantState` (absmax, its nested quantization:
   uint8 absmax, fp32 state2.absmax, the 256-entry code, the offset; the NF4/FP4 code) and the
   int8 row scales (`SCB`).
-- lora_counts: real configs built on the meta device with `AutoModelForCausalLM.from_config`,
+- lora_counts: real configs built on the meta device with `AutoModelForCausalLM.from_config`
+  (vision-language checkpoints from tests/zoo/configs as their `architectures[0]` class),
   `get_peft_model(model, LoraConfig(...))`, then `get_nb_trainable_parameters()`.
 """
 
@@ -66,7 +67,25 @@ LORA_CASES = [
     ("qwen3-30b-a3b", 16, ["q_proj", "k_proj", "v_proj", "o_proj"], 0.05),
     ("deepseek-v3", 8, "all-linear", 0.0),
     ("gpt-oss-20b", 16, "all-linear", 0.0),
+    # Vision-language models as their checkpoints name them (`architectures[0]`, a
+    # `*ForConditionalGeneration`, read from tests/zoo/configs/): `all-linear` takes every
+    # `nn.Linear` of the vision tower and projector too, and a list target matches the tower's
+    # modules of that name as well (PEFT's suffix match). One or two configs per family.
+    ("zoo/llama-3.2-11b-vision", 16, "all-linear", 0.0),
+    ("zoo/llama-3.2-11b-vision", 16, ["q_proj", "v_proj"], 0.0),
+    ("zoo/gemma-3-4b-it", 16, "all-linear", 0.0),
+    ("zoo/gemma-3-4b-it", 8, ["q_proj", "v_proj", "fc1"], 0.0),
+    ("zoo/gemma-4-26b-a4b", 16, "all-linear", 0.0),
+    ("zoo/llama-4-scout-17b-16e-instruct", 16, "all-linear", 0.0),
+    ("zoo/ministral-3-3b-instruct-2512", 16, "all-linear", 0.0),
+    ("zoo/mistral-small-3.1-24b-instruct-2503", 8, "all-linear", 0.0),
+    ("zoo/qwen3-vl-2b-instruct", 16, "all-linear", 0.0),
+    ("zoo/qwen3-vl-30b-a3b-instruct", 8, "all-linear", 0.0),
+    ("zoo/qwen3.5-27b", 16, "all-linear", 0.0),
+    ("zoo/qwen3.5-35b-a3b", 16, "all-linear", 0.0),
 ]
+
+ZOO = ROOT / "tests" / "zoo" / "configs"
 
 
 def load_config(name):
@@ -74,6 +93,25 @@ def load_config(name):
 
     d = json.loads((CONFIGS / f"{name}.json").read_text())
     return AutoConfig.for_model(**d)
+
+
+def build_on_meta(name):
+    """`AutoModelForCausalLM.from_config` on the meta device; a `zoo/` config is built as the
+    class its `architectures[0]` names (the vision-language wrappers), as tests/zoo/reference.py
+    builds it."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if name.startswith("zoo/"):
+        raw = json.loads((ZOO / f"{name[4:]}.json").read_text())
+        cfg = CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
+        cls = getattr(transformers, raw["architectures"][0])
+        with torch.device("meta"):
+            return cls._from_config(cfg, dtype=torch.bfloat16)
+    cfg = load_config(name)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
 
 
 def storage_bytes(model):
@@ -151,13 +189,10 @@ def bnb_storage():
 
 def lora_counts():
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
     out = []
     for name, r, targets, dropout in LORA_CASES:
-        cfg = load_config(name)
-        with torch.device("meta"):
-            m = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        m = build_on_meta(name)
         lc = LoraConfig(r=r, lora_alpha=2 * r, target_modules=targets, lora_dropout=dropout, task_type="CAUSAL_LM")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

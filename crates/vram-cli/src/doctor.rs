@@ -94,6 +94,11 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
                 .map_err(|e| bad_input!("cannot read standard input: {e}"))?;
             s
         }
+        Some(m) if m.trim().is_empty() => {
+            return Err(bad_input!(
+                "the message is empty: give the out-of-memory message, a file holding it, or - to read standard input"
+            ))
+        }
         // An existing file is read; other text with spaces is the message itself.
         Some(p) if Path::new(p).is_file() => read_text(Path::new(p), "message file")?,
         Some(m) if m.contains(char::is_whitespace) => m.to_string(),

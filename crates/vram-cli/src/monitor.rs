@@ -35,6 +35,15 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Parse a count of samples or requests: a whole number, at least 1.
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a whole number")),
+    }
+}
+
 /// Parse `100ms`, `1s`, `2.5s`, `1m` or a bare number of seconds; at least
 /// 10 ms and at most one hour.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {

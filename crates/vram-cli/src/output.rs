@@ -92,6 +92,79 @@ pub fn capture<R>(f: impl FnOnce() -> R) -> (R, Vec<u8>, Vec<u8>) {
     (r, mine.out, mine.err)
 }
 
+/// Writes `bytes` to `path` whole: into a temporary file in the same folder, then renamed over
+/// `path`, so a failure leaves neither a partial file nor a stray temporary one (and clobbers
+/// nothing beside `path`). A path the user can fix (a missing folder, a folder, no permission)
+/// is bad input (exit code 2); other I/O errors (a full disk) are failures.
+pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    write_files(&[(path, bytes)])
+}
+
+/// [`write_file`] for several files at once: every file is written to its temporary before any
+/// is renamed into place, so a bad path or a full disk for one leaves none of them.
+pub fn write_files(files: &[(&std::path::Path, &[u8])]) -> anyhow::Result<()> {
+    let mut staged = Vec::with_capacity(files.len());
+    for &(path, bytes) in files {
+        staged.push((path, stage(path, bytes).map_err(|e| write_error(path, e))?));
+    }
+    for (path, tmp) in staged {
+        tmp.persist(path).map_err(|e| write_error(path, e.error))?;
+    }
+    Ok(())
+}
+
+/// `bytes` in a temporary file beside `path` (removed when dropped unpersisted).
+fn stage(path: &std::path::Path, bytes: &[u8]) -> io::Result<tempfile::NamedTempFile> {
+    if path.is_dir() {
+        return Err(io::ErrorKind::IsADirectory.into());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no folder {}", dir.display()),
+        ));
+    }
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".vram-").suffix(".partial");
+    #[cfg(unix)]
+    {
+        // As `fs::write` creates a file: 0o666 less the umask (tempfile's default is 0o600).
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder.tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    Ok(tmp)
+}
+
+fn write_error(path: &std::path::Path, e: io::Error) -> anyhow::Error {
+    // Without the temporary file's name that tempfile adds to the OS's words.
+    let why = match e.raw_os_error() {
+        Some(_) => e.to_string(),
+        None if e
+            .get_ref()
+            .is_some_and(|i| i.to_string().contains(" at path ")) =>
+        {
+            io::Error::from(e.kind()).to_string()
+        }
+        None => e.to_string(),
+    };
+    let msg = format!("cannot write {}: {why}", path.display());
+    match e.kind() {
+        io::ErrorKind::NotFound
+        | io::ErrorKind::PermissionDenied
+        | io::ErrorKind::IsADirectory
+        | io::ErrorKind::NotADirectory
+        | io::ErrorKind::ReadOnlyFilesystem => anyhow::Error::new(crate::BadInput(msg)),
+        _ => anyhow::anyhow!(msg),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

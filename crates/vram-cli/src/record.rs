@@ -15,7 +15,7 @@ use vram_monitor::leak::{LeakConfig, LeakFinding, LeakWatch};
 use vram_monitor::timeline::TimelineWriter;
 use vram_monitor::view::human_bytes;
 
-use crate::monitor::{now_ms, open_source, parse_interval, BadInput, SourceArgs};
+use crate::monitor::{now_ms, open_source, parse_count, parse_interval, BadInput, SourceArgs};
 
 /// Arguments of `vram record`.
 #[derive(clap::Args, Debug, Clone)]
@@ -38,7 +38,7 @@ pub struct RecordArgs {
     #[arg(long, default_value = "90s", value_parser = parse_duration)]
     pub leak_min_span: Duration,
     /// Stop after this many samples.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     pub count: Option<u64>,
     /// Stop after this long (e.g. 10m).
     #[arg(long, value_parser = parse_duration)]

@@ -76,12 +76,22 @@ pub fn read_snapshot(path: &std::path::Path) -> Result<Snapshot> {
 
 /// Runs `vram replay`.
 pub fn run(a: &ReplayArgs) -> Result<()> {
+    if a.capacity == Some(0) {
+        return Err(bad_input!("--capacity must be more than 0 bytes"));
+    }
     let snap = read_snapshot(&a.snapshot)?;
-    let policies = if a.policies.is_empty() {
+    let mut policies = if a.policies.is_empty() {
         Policy::ALL.to_vec()
     } else {
         a.policies.clone()
     };
+    // A policy named twice is one row.
+    let mut seen = Vec::new();
+    policies.retain(|p| {
+        let new = !seen.contains(p);
+        seen.push(*p);
+        new
+    });
     let mut configs: Vec<(AllocatorConfig, Option<String>)> = policies
         .into_iter()
         .map(|p| (AllocatorConfig::new(p), None))

@@ -1,5 +1,6 @@
 //! `vram report INPUT --out FILE.html`.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -53,7 +54,12 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
     };
     let (kind, html) = vram_report::html::render(&text, &name).with_context(|| name.clone())?;
     let out = args.out.clone().unwrap_or(default_out);
-    std::fs::write(&out, html).with_context(|| format!("cannot write {}", out.display()))?;
-    eprintln!("vram report: wrote {} ({})", out.display(), kind.name());
+    crate::output::write_file(&out, html.as_bytes())?;
+    let _ = writeln!(
+        crate::output::stderr(),
+        "vram report: wrote {} ({})",
+        out.display(),
+        kind.name()
+    );
     Ok(())
 }

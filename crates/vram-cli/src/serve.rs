@@ -14,7 +14,11 @@ use std::time::{Duration, Instant};
 use tiny_http::{Header, Method, Response, Server};
 use vram_monitor::{prom, web, History};
 
-use crate::monitor::{now_ms, open_source, parse_interval, BadInput, SourceArgs};
+use crate::monitor::{now_ms, open_source, parse_count, parse_interval, BadInput, SourceArgs};
+
+fn parse_history(s: &str) -> Result<usize, String> {
+    usize::try_from(parse_count(s)?).map_err(|_| format!("`{s}` is too large"))
+}
 
 /// Arguments of `vram serve`.
 #[derive(clap::Args, Debug, Clone)]
@@ -32,7 +36,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Samples kept for the charts.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = parse_history)]
     pub history: usize,
     /// Exit after answering this many requests.
     #[arg(long)]

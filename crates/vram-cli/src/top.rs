@@ -20,7 +20,7 @@ use vram_monitor::leak::{LeakConfig, LeakDetector};
 use vram_monitor::view::{human_bytes, rows, ProcessRow, SortKey};
 use vram_monitor::{History, Sample, Source};
 
-use crate::monitor::{now_ms, open_source, parse_interval, BadInput, SourceArgs};
+use crate::monitor::{now_ms, open_source, parse_count, parse_interval, BadInput, SourceArgs};
 
 /// Column to sort processes by.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, Default)]
@@ -62,7 +62,7 @@ pub struct TopArgs {
     #[arg(long)]
     pub json: bool,
     /// Stop after this many samples (--json).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     pub count: Option<u64>,
     /// Time between samples: 100ms, 1s, 2.5s (10ms to 1h).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]

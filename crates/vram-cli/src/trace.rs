@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use vram_alloc::Policy;
 use vram_model::arch::Model;
@@ -62,31 +62,36 @@ pub fn run(a: &TraceArgs) -> Result<()> {
     }
     let setup = a.step.setup(model)?;
     let (events, marks) = training_events_with_phases(model, &setup, a.steps)?;
-    let mut out = crate::output::stdout();
-    if let Some(path) = &a.events {
-        let gpu = vram_model::gpu::lookup(&a.gpu)?;
-        let doc =
-            vram_report::trace::events(&a.model, model, &setup, gpu, a.steps, &events, &marks)
-                .map_err(crate::run_error)?;
-        let json = doc.to_json();
-        write_whole(path, json.as_bytes())?;
-        if a.out.is_none() {
-            let text = doc.written(&path.display().to_string(), json.len() as u64);
-            out.write_all(text.as_bytes())?;
-            return Ok(());
+    // Both outputs are computed before either is written, and written together: a failure
+    // leaves neither.
+    let events_doc = match &a.events {
+        Some(_) => {
+            let gpu = vram_model::gpu::lookup(&a.gpu)?;
+            let doc =
+                vram_report::trace::events(&a.model, model, &setup, gpu, a.steps, &events, &marks)
+                    .map_err(crate::run_error)?;
+            let json = doc.to_json();
+            Some((doc, json))
         }
-    }
-    let out_path = a.out.as_ref().expect("clap requires --out or --events");
+        None => None,
+    };
+    let mut out = crate::output::stdout();
+    let Some(out_path) = a.out.as_ref() else {
+        let (Some(path), Some((doc, json))) = (&a.events, &events_doc) else {
+            unreachable!("clap requires --out or --events")
+        };
+        crate::output::write_file(path, json.as_bytes())?;
+        let text = doc.written(&path.display().to_string(), json.len() as u64);
+        out.write_all(text.as_bytes())?;
+        return Ok(());
+    };
     let snap = vram_report::trace::snapshot(model, &events, a.steps, a.policy)
         .map_err(crate::run_error)?;
-    write_whole(out_path, &snap.pickle)?;
+    let mut files = vec![(out_path.as_path(), snap.pickle.as_slice())];
+    if let (Some(path), Some((_, json))) = (&a.events, &events_doc) {
+        files.push((path.as_path(), json.as_bytes()));
+    }
+    crate::output::write_files(&files)?;
     out.write_all(snap.written(&out_path.display().to_string()).as_bytes())?;
     Ok(())
-}
-
-/// Writes `bytes` to `path` whole: a temporary file beside it, renamed (no partial file).
-fn write_whole(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", path.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -933,6 +933,163 @@ fn mamba1_families_are_exact_for_generate_and_refuse_training() {
     }
 }
 
+/// The `vram` subcommands, from `vram --help`.
+fn subcommands() -> Vec<String> {
+    let (code, out, _) = vram(&["--help"]);
+    assert_eq!(code, 0);
+    out.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Every `vram X` an output tells the user to run names a command that exists: doctor's
+/// remedies (each fixture message, and one whose figures explain nothing, whose remedy named
+/// a `vram monitor` there is not), estimate's and capacity's suggestions.
+#[test]
+fn commands_an_output_names_exist() {
+    let known = subcommands();
+    assert!(known.contains(&"top".to_string()), "{known:?}");
+    let messages =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let mut runs: Vec<Vec<String>> = std::fs::read_dir(&messages)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .map(|p| vec!["doctor".into(), p.display().to_string(), "--no-nvml".into()])
+        .collect();
+    // Free far above the request: nothing in the figures explains the failure.
+    runs.push(vec![
+        "doctor".into(),
+        "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 50.00 GiB is free. Including non-PyTorch memory, this process has 29.18 GiB memory in use. Of the allocated memory 27.50 GiB is allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.".into(),
+        "--no-nvml".into(),
+    ]);
+    for args in [
+        "estimate Qwen3-8B --gpu rtx-4090",
+        "estimate llama-3-70b --inference --gpu rtx-4090",
+        "capacity llama-3-70b --gpu rtx-4090",
+    ] {
+        runs.push(args.split(' ').map(str::to_string).collect());
+    }
+    let mut unexplained = false;
+    for args in &runs {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_, out, err) = vram(&argv);
+        unexplained |= out.contains("the figures do not explain it");
+        for (i, _) in out.match_indices("`vram ") {
+            let name: String = out[i + 6..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            assert!(
+                known.contains(&name),
+                "{args:?} names `vram {name}`, not a command: {out}{err}"
+            );
+        }
+    }
+    assert!(unexplained, "the unexplained message took another path");
+}
+
+/// `vram batch` where no sequence fits even alone said "0 batches ...; 100.0% of padded tokens
+/// are real" (a share of no tokens) above an empty table.
+#[test]
+fn batch_with_nothing_packed_claims_no_share() {
+    let dir = std::env::temp_dir().join(format!("vram-truthful-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("lengths.txt");
+    std::fs::write(&p, "4096 8192").unwrap();
+    let (code, out, err) = vram(&[
+        "batch",
+        "llama-3-70b",
+        "--gpu",
+        "rtx-4090",
+        "--lengths",
+        &p.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("2 sequences -> 0 batches on rtx-4090"),
+        "{out}"
+    );
+    assert!(out.contains("2 sequences do not fit even alone"), "{out}");
+    assert!(!out.contains('%') && !out.contains("padded to"), "{out}");
+}
+
+/// A generation longer than the model's positions gets the note a training `--seq` gets
+/// (gpt2's learned position embeddings have 1,024 rows); within them, none.
+#[test]
+fn inference_beyond_the_models_positions_is_noted() {
+    for (args, note) in [
+        (
+            &["--context", "4096"][..],
+            Some("note: --context 4096 exceeds the model's configured maximum of 1024 positions"),
+        ),
+        (
+            &["--prompt", "1020", "--new-tokens", "16"][..],
+            Some("note: --prompt 1020 + --new-tokens 16 = 1036 exceeds the model's configured maximum of 1024 positions"),
+        ),
+        (&["--prompt", "1000", "--new-tokens", "24"][..], None),
+    ] {
+        let mut argv = vec!["estimate", "gpt2", "--inference"];
+        argv.extend_from_slice(args);
+        let (code, _, err) = vram(&argv);
+        assert_eq!(code, 0, "{err}");
+        match note {
+            Some(n) => assert_eq!(err.trim_end(), format!("vram: {n}"), "{args:?}"),
+            None => assert!(err.is_empty(), "{args:?}: {err}"),
+        }
+    }
+}
+
+/// The line printed when no change fits named a fixed list of changes, whatever the job:
+/// "recompute, 8-bit Adam, ZeRO-3 over 8 GPUs, offload" for an inference that tries none of
+/// them, and for a training step that already had each; "gradient checkpointing, QLoRA nf4"
+/// for a QLoRA job with checkpointing on. It names the flags tried, only changes.
+#[test]
+fn the_changes_said_tried_are_the_ones_tried() {
+    let line = |args: &str| {
+        let argv: Vec<&str> = args.split(' ').collect();
+        let (code, out, err) = vram(&argv);
+        assert_eq!(code, 0, "{args}: {err}");
+        out.lines()
+            .find(|l| l.starts_with("no single change"))
+            .unwrap_or_else(|| panic!("{args}: {out}"))
+            .to_string()
+    };
+    assert_eq!(
+        line("estimate llama-3.1-405b --inference --gpu rtx-4090"),
+        "no single change tried (--kv-dtype fp8, --tp 2, --tp 4, --tp 8) makes it fit"
+    );
+    assert_eq!(
+        line("estimate llama-3.1-405b --inference --gpu rtx-4090 --tp 8 --kv-dtype fp8"),
+        "no single change left to try (the setup already has each one vram tries)"
+    );
+    assert_eq!(
+        line("estimate llama-3.1-405b --gpu rtx-4090 --recompute full --optimizer adam8bit --zero 3 --dp 8 --offload optimizer"),
+        "no single change tried (--finetune lora, --finetune qlora) makes it fit"
+    );
+    assert_eq!(
+        line("estimate qwen3-8b --gpu rtx-4090 --finetune qlora --micro-batch 16 --seq 8192"),
+        "no single change tried (--lora-rank 8) makes it fit"
+    );
+}
+
+/// A GPU given by a size below 1 GiB was named "a 0.00 GiB GPU" beside its own "(1.02 MiB)".
+#[test]
+fn a_small_bare_gpu_is_named_by_its_size() {
+    let (code, out, err) = vram(&["estimate", "gpt2", "--gpu", "0.001GiB"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "does NOT fit on a 1.02 MiB GPU (rates of the NVIDIA H100 80GB SXM assumed) (1.02 MiB)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("0.00 GiB"), "{out}");
+}
+
 /// Runs `vram ARGS` for its text, `ARGS --json` for its JSON, and `vram report` on that JSON
 /// for its page (`name` names the files).
 fn three_outputs(name: &str, args: &[&str]) -> (String, serde_json::Value, String) {

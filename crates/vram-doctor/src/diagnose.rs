@@ -795,7 +795,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         remedies.push(Remedy {
             kind: CauseKind::Unexplained,
             action: format!(
-                "watch GPU {} while the job runs (`vram monitor`, or nvidia-smi on the host) for another process's allocations, and check MPS or container memory limits",
+                "watch GPU {} while the job runs (`vram top`, or nvidia-smi on the host) for another process's allocations, and check MPS or container memory limits",
                 m.device
             ),
             saves_bytes: None,

@@ -507,8 +507,14 @@ fn bare(bytes: u64) -> &'static Gpu {
         let h = &GPUS[2];
         let name: &'static str = Box::leak(
             format!(
-                "a {:.2} GiB GPU (rates of the {} assumed)",
-                bytes as f64 / (1u64 << 30) as f64,
+                "a {} GPU (rates of the {} assumed)",
+                // Two decimals of GiB, as torch's messages give a total; below 1 GiB (where
+                // that would read 0.00), the unit that shows it.
+                if bytes >= 1 << 30 {
+                    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+                } else {
+                    crate::fmt::bytes(bytes)
+                },
                 h.name
             )
             .into_boxed_str(),
@@ -554,6 +560,16 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
     }
     if let Some(b) = parse_size(name) {
         return Ok(bare(b));
+    }
+    // A number and a unit of size, outside what a device holds (0GiB, 1e30GiB).
+    let t = name.trim();
+    let unit = t.trim_start_matches(|c: char| c.is_ascii_digit() || ".eE+-".contains(c));
+    if unit.len() < t.len() && parse_size(&format!("1{unit}")).is_some() {
+        return Err(Error::OutOfRange {
+            field: "--gpu".into(),
+            value: name.into(),
+            why: "a GPU's memory must be more than 0 and less than 1 PB".into(),
+        });
     }
     // `t4:15636037632B`: a catalog card whose total, as torch reports it on this machine (a log's
     // `total_memory`), differs from the catalog's (another driver, ECC on or off).

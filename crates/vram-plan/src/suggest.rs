@@ -42,8 +42,15 @@ impl Suggestion {
     }
 }
 
-/// What [`step`] tried, named for the line printed when nothing fits.
-pub const STEP_TRIES: &str = "recompute, 8-bit Adam, ZeRO-3 over 8 GPUs, offload, TP 2-8";
+/// The changes [`step`] tries for `setup`, as the flags it would suggest: those the job has not
+/// made, named for the line printed when none fits (for training, LoRA and QLoRA last).
+pub fn step_tried(setup: &Setup) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = step_tries(setup).into_iter().map(|(f, _)| f).collect();
+    if let Mode::Train(_) = setup.mode {
+        v.extend(["--finetune lora", "--finetune qlora"]);
+    }
+    v
+}
 
 /// Changes of one or two knobs that make a full training or inference step of `model` fit in
 /// `cap` bytes, with the device total each gives (at most three), followed for training by the
@@ -63,7 +70,30 @@ pub fn step(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
 }
 
 fn step_changes(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
-    let mut tries: Vec<(&str, Setup)> = Vec::new();
+    step_tries(setup)
+        .into_iter()
+        .filter_map(|(flags, s)| {
+            // `fits` decides in at most two allocator replays (none where the peak walk
+            // refuses); only a change that fits pays for the search of its device total.
+            if !vram_model::estimate::fits(model, &s, cap).unwrap_or(false) {
+                return None;
+            }
+            vram_model::estimate(model, &s)
+                .ok()
+                .filter(|e| e.fits(cap))
+                .map(|e| Suggestion {
+                    flags: flags.to_string(),
+                    detail: None,
+                    total_bytes: e.total_bytes,
+                })
+        })
+        .take(3)
+        .collect()
+}
+
+/// The setups [`step_changes`] tries, each with its flags: only changes to `setup`.
+fn step_tries(setup: &Setup) -> Vec<(&'static str, Setup)> {
+    let mut tries: Vec<(&'static str, Setup)> = Vec::new();
     let with_train = |f: &dyn Fn(&mut Train)| {
         let mut s = *setup;
         if let Mode::Train(t) = &mut s.mode {
@@ -150,24 +180,6 @@ fn step_changes(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
         new
     });
     tries
-        .into_iter()
-        .filter_map(|(flags, s)| {
-            // `fits` decides in at most two allocator replays (none where the peak walk
-            // refuses); only a change that fits pays for the search of its device total.
-            if !vram_model::estimate::fits(model, &s, cap).unwrap_or(false) {
-                return None;
-            }
-            vram_model::estimate(model, &s)
-                .ok()
-                .filter(|e| e.fits(cap))
-                .map(|e| Suggestion {
-                    flags: flags.to_string(),
-                    detail: None,
-                    total_bytes: e.total_bytes,
-                })
-        })
-        .take(3)
-        .collect()
 }
 
 /// The LoRA a suggestion trains: PEFT's r=16 on every linear PEFT accepts for the model
@@ -243,46 +255,57 @@ pub fn lora_alternatives(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggesti
     out
 }
 
-/// What [`finetune`] tried, named for the line printed when nothing fits.
-pub const FINETUNE_TRIES: &str = "gradient checkpointing, QLoRA nf4, rank 8";
+/// The changes [`finetune`] tries for a job with these settings, as the flags it would suggest:
+/// gradient checkpointing where it is off, QLoRA on an nf4 base where the base is half precision
+/// (`--finetune lora`), a rank of 8 where it is larger. Named for the line printed when none fits.
+pub fn finetune_tried(
+    gradient_checkpointing: bool,
+    method: Method,
+    rank: u64,
+) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if !gradient_checkpointing {
+        v.push(NO_GC_OFF);
+    }
+    if method == Method::Lora {
+        v.push("--finetune qlora");
+    }
+    if rank > 8 {
+        v.push("--lora-rank 8");
+    }
+    v
+}
 
-/// Changes that make a LoRA/QLoRA step (`spec` on `setup`) fit in `cap` bytes: gradient
-/// checkpointing where it is off, QLoRA on an nf4 base where the base is half precision, a
-/// smaller rank; each one the job has not made, kept only if its step fits.
+const NO_GC_OFF: &str = "drop --no-gradient-checkpointing";
+
+/// Changes that make a LoRA/QLoRA step (`spec` on `setup`) fit in `cap` bytes, from those
+/// [`finetune_tried`] names; each kept only if its step fits.
 pub fn finetune(model: &Model, setup: &Setup, spec: &FinetuneSpec, cap: u64) -> Vec<Suggestion> {
-    let mut tries: Vec<(String, FinetuneSpec)> = Vec::new();
-    if !spec.gradient_checkpointing {
-        tries.push((
-            "drop --no-gradient-checkpointing".into(),
-            FinetuneSpec {
-                gradient_checkpointing: true,
-                ..spec.clone()
-            },
-        ));
-    }
-    if spec.method == Method::Lora {
-        tries.push((
-            "--finetune qlora".into(),
-            FinetuneSpec {
-                method: Method::Qlora,
-                weights: WeightFormat::Nf4,
-                ..spec.clone()
-            },
-        ));
-    }
-    if spec.lora.rank > 8 {
-        tries.push((
-            "--lora-rank 8".into(),
-            FinetuneSpec {
-                lora: LoraSpec {
-                    rank: 8,
-                    alpha: spec.lora.alpha,
-                    ..spec.lora.clone()
-                },
-                ..spec.clone()
-            },
-        ));
-    }
+    let tries: Vec<(String, FinetuneSpec)> =
+        finetune_tried(spec.gradient_checkpointing, spec.method, spec.lora.rank)
+            .into_iter()
+            .map(|flags| {
+                let changed = match flags {
+                    NO_GC_OFF => FinetuneSpec {
+                        gradient_checkpointing: true,
+                        ..spec.clone()
+                    },
+                    "--finetune qlora" => FinetuneSpec {
+                        method: Method::Qlora,
+                        weights: WeightFormat::Nf4,
+                        ..spec.clone()
+                    },
+                    _ => FinetuneSpec {
+                        lora: LoraSpec {
+                            rank: 8,
+                            ..spec.lora.clone()
+                        },
+                        ..spec.clone()
+                    },
+                };
+                (flags.to_string(), changed)
+            })
+            .collect();
     tries
         .into_iter()
         .filter(|(_, s)| s != spec)

@@ -70,12 +70,19 @@ pub const SHOWN: usize = 20;
 impl BatchReport {
     /// The first line: sequences, batches, the GPU and the fill.
     pub fn summary(&self) -> String {
-        format!(
-            "{} sequences -> {} batches on {} ({}); {:.1}% of padded tokens are real",
+        let head = format!(
+            "{} sequences -> {} batches on {} ({})",
             self.sequences,
             self.batches.batches.len(),
             self.gpu,
             bytes(self.capacity_bytes),
+        );
+        if self.batches.batches.is_empty() {
+            // No padded token at all: no share of them to speak of.
+            return head;
+        }
+        format!(
+            "{head}; {:.1}% of padded tokens are real",
             self.batches.fill * 100.0
         )
     }
@@ -130,6 +137,9 @@ impl BatchReport {
         writeln!(out, "{}", self.summary())?;
         if let Some(l) = self.too_long_line() {
             writeln!(out, "{l}")?;
+        }
+        if self.batches.batches.is_empty() {
+            return crate::notes::write(out, &self.notes);
         }
         let h = Self::HEAD;
         writeln!(out, "{:>6}  {:>10}  {:>9}  {:>10}", h[0], h[1], h[2], h[3])?;

@@ -786,9 +786,9 @@ fn image_report(model: &Model, setup: &Setup) -> Option<ImageTokens> {
     let Model::Transformer(t) = model else {
         return None;
     };
-    let v = t.blocks.vision?;
+    let v = t.blocks.vision.as_ref()?;
     let i = v.images?;
-    let it = vram_model::estimate::image_tokens(&v, i.width, i.height).ok()?;
+    let it = vram_model::estimate::image_tokens(v, i.width, i.height).ok()?;
     let seqs = match setup.mode {
         Mode::Train(tr) => tr.micro_batch,
         Mode::Infer(inf) => inf.batch,
@@ -818,7 +818,7 @@ fn image_notes(model: &Model, setup: &Setup, images: Option<u64>) -> Vec<String>
     let Model::Transformer(t) = model else {
         return Vec::new();
     };
-    match (t.blocks.vision.and_then(|v| v.images), images) {
+    match (t.blocks.vision.as_ref().and_then(|v| v.images), images) {
         (Some(_), _) => vec![format!(
             "the vision tower's activations ({}) are counted from its modelling code's tensors, not validated on a GPU; its FLOPs are not in the speed figures",
             match setup.mode {

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 use vram_model::arch::Model;
-use vram_model::finetune::step::{self, FinetuneSpec};
+use vram_model::finetune::step::{self, FinetuneSpec, Method};
 use vram_model::fmt::{bytes, thousands};
 use vram_model::gpu::Gpu;
 use vram_model::setup::{Mode, Setup};
@@ -288,10 +288,12 @@ impl FinetuneReport {
             return Vec::new();
         };
         if s.is_empty() {
-            return vec![format!(
-                "no single change tried ({}) makes it fit",
-                suggest::FINETUNE_TRIES
-            )];
+            let method = Method::parse(&self.finetune).unwrap_or(Method::Lora);
+            return vec![crate::text::tried_line(&suggest::finetune_tried(
+                self.gradient_checkpointing,
+                method,
+                self.lora.rank,
+            ))];
         }
         s.iter()
             .map(|s| {

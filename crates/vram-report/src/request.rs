@@ -225,7 +225,7 @@ impl StepRequest {
             Model::Transformer(t)
                 if self.images.is_some()
                     && !t.blocks.vision_unmodelled
-                    && t.blocks.vision.is_none_or(|v| v.images.is_none()) =>
+                    && t.blocks.vision.as_ref().is_none_or(|v| v.images.is_none()) =>
             {
                 refuse(
                     "--images is taken by vram estimate, trace and checkpoint (on a vision-language model)"
@@ -237,17 +237,28 @@ impl StepRequest {
     }
 
     /// What the request says that the step will not honour as the user may expect, for the
-    /// caller to show (`--seq` beyond the model's configured maximum).
+    /// caller to show (`--seq`, or an inference's `--context` or `--prompt` plus
+    /// `--new-tokens`, beyond the model's configured maximum).
     pub fn input_notes(&self, model: &Model) -> Vec<String> {
-        match (model, self.seq) {
-            (Model::Transformer(t), Some(seq)) if seq > t.max_positions() && !self.inference => {
-                vec![format!(
-                    "--seq {seq} exceeds the model's configured maximum of {} positions",
-                    t.max_positions()
-                )]
-            }
-            _ => Vec::new(),
+        let Model::Transformer(t) = model else {
+            return Vec::new();
+        };
+        let (flag, len) = match (self.inference, self.seq, self.context, self.prompt) {
+            (false, Some(seq), _, _) => ("--seq".to_string(), seq),
+            (true, _, Some(c), _) => ("--context".to_string(), c),
+            (true, _, None, Some(p)) => (
+                format!("--prompt {p} + --new-tokens {} =", self.new_tokens),
+                p.saturating_add(self.new_tokens),
+            ),
+            _ => return Vec::new(),
+        };
+        if len <= t.max_positions() {
+            return Vec::new();
         }
+        vec![format!(
+            "{flag} {len} exceeds the model's configured maximum of {} positions",
+            t.max_positions()
+        )]
     }
 
     /// The setup this request describes for `model` (after [`StepRequest::attach`]) on `gpu`
@@ -284,6 +295,13 @@ impl StepRequest {
                 (None, None) => default_len,
             }
             .saturating_add(images);
+            if self.new_tokens == 0 {
+                // transformers 5.24's GenerationConfig.validate: "`max_new_tokens` must be
+                // greater than 0".
+                return Err(input(
+                    "--new-tokens must be at least 1 (generate refuses max_new_tokens=0)",
+                ));
+            }
             if self.new_tokens >= context {
                 return Err(input(format!(
                     "--new-tokens {} leaves no prompt in a context of {context} tokens",
@@ -350,9 +368,9 @@ impl StepRequest {
 /// Positions the images attached to `model` add to each sequence (0 without images).
 pub(crate) fn image_positions(model: &Model) -> Result<u64> {
     match model {
-        Model::Transformer(t) => match t.blocks.vision {
+        Model::Transformer(t) => match &t.blocks.vision {
             Some(v) => match &v.images {
-                Some(i) => Ok(vram_model::estimate::sequence_tokens(&v, i)?),
+                Some(i) => Ok(vram_model::estimate::sequence_tokens(v, i)?),
                 None => Ok(0),
             },
             None => Ok(0),

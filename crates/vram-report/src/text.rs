@@ -29,6 +29,16 @@ pub fn verdict(gpu_name: &str, cap: u64, total: u64) -> String {
     }
 }
 
+/// The line printed when no suggestion fits: the changes tried, as flags (each one the job had
+/// not made), or that none was left to try.
+pub fn tried_line(tried: &[&str]) -> String {
+    if tried.is_empty() {
+        "no single change left to try (the setup already has each one vram tries)".into()
+    } else {
+        format!("no single change tried ({}) makes it fit", tried.join(", "))
+    }
+}
+
 /// The serving-speed line of an inference estimate.
 pub fn speed_line(s: &Speed) -> String {
     let (bound, other) = match s.decode_bound {
@@ -103,10 +113,7 @@ impl EstimateReport {
             return Vec::new();
         };
         if s.is_empty() {
-            return vec![format!(
-                "no single change tried ({}) makes it fit",
-                vram_plan::suggest::STEP_TRIES
-            )];
+            return vec![tried_line(&vram_plan::suggest::step_tried(&self.setup))];
         }
         s.iter()
             .map(|s| {

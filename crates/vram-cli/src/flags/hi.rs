@@ -141,27 +141,49 @@ impl StepArgs {
     /// [`StepArgs::setup`] on `gpu` (its CUDA context and workspace).
     pub fn setup_on(&self, model: &Model, gpu: Option<&gpu::Gpu>) -> Result<Setup> {
         let r = self.request();
+        let setup = r.setup(model, gpu)?;
         for n in r.input_notes(model) {
             let _ = writeln!(crate::output::stderr(), "vram: note: {n}");
         }
-        Ok(r.setup(model, gpu)?)
+        Ok(setup)
     }
 }
 
 impl FinetuneArgs {
-    /// The fine-tuning these flags describe.
-    pub fn request(&self) -> FinetuneRequest {
-        FinetuneRequest {
-            method: Method::parse(&self.finetune).unwrap_or(Method::Full),
-            rank: self.lora_rank,
+    /// The fine-tuning these flags describe; adapter flags without adapters are bad input
+    /// (they would change nothing).
+    pub fn request(&self) -> Result<FinetuneRequest> {
+        let d = FinetuneRequest::default();
+        let method = Method::parse(&self.finetune).unwrap_or(Method::Full);
+        if method == Method::Full {
+            let given: Vec<&str> = [
+                ("--lora-rank", self.lora_rank.is_some()),
+                ("--lora-alpha", self.lora_alpha.is_some()),
+                ("--lora-targets", self.lora_targets.is_some()),
+                ("--lora-dropout", self.lora_dropout.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(flag, set)| set.then_some(flag))
+            .collect();
+            if !given.is_empty() {
+                return Err(bad_input!(
+                    "{} {} for adapters: add --finetune lora or qlora",
+                    given.join(", "),
+                    if given.len() == 1 { "is" } else { "are" }
+                ));
+            }
+        }
+        Ok(FinetuneRequest {
+            method,
+            rank: self.lora_rank.unwrap_or(d.rank),
             alpha: self.lora_alpha,
-            targets: self.lora_targets.clone(),
-            dropout: self.lora_dropout,
+            targets: self.lora_targets.clone().unwrap_or(d.targets),
+            dropout: self.lora_dropout.unwrap_or(d.dropout),
             weights: self.weights,
             double_quant: self.double_quant,
             prepare_kbit: self.prepare_kbit,
             no_gradient_checkpointing: self.no_gradient_checkpointing,
-        }
+        })
     }
 }
 
@@ -170,7 +192,7 @@ impl EstimateArgs {
     pub fn request(&self) -> Result<EstimateRequest> {
         Ok(EstimateRequest {
             step: self.step.request(),
-            finetune: self.finetune.request(),
+            finetune: self.finetune.request()?,
             gpu: gpu::lookup(&self.gpu)?,
             timeline: self.timeline,
             dequantized: self.dequantized,
@@ -267,7 +289,7 @@ impl PlanArgs {
         if self.top == 0 {
             return Err(bad_input!("--top must be at least 1"));
         }
-        let finetune = self.finetune.request();
+        let finetune = self.finetune.request()?;
         // Issue 22: LoRA/QLoRA plans (DDP replicas) and their PEFT/TRL configs.
         let peft = match self.emit {
             Some(EmitArg::Peft) => Some(EmitKind::Python),
@@ -395,6 +417,6 @@ mod tests {
     fn no_flag_resolves_to_the_librarys_defaults() {
         let cli = Cli::parse_from(["vram"]);
         assert_eq!(cli.step.request(), StepRequest::default());
-        assert_eq!(cli.finetune.request(), FinetuneRequest::default());
+        assert_eq!(cli.finetune.request().unwrap(), FinetuneRequest::default());
     }
 }

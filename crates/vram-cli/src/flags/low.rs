@@ -322,18 +322,19 @@ pub struct FinetuneArgs {
     /// qlora (adapters on a bitsandbytes int8/nf4/fp4 base).
     #[arg(long, default_value = "full", value_parser = ["full", "lora", "qlora"])]
     pub finetune: String,
-    /// LoRA rank `r`.
-    #[arg(long, default_value_t = 16)]
-    pub lora_rank: u64,
+    /// LoRA rank `r` [default: 16].
+    #[arg(long)]
+    pub lora_rank: Option<u64>,
     /// LoRA `lora_alpha` (emitted into the config; no memory effect) [default: 2 × rank].
     #[arg(long)]
     pub lora_alpha: Option<u64>,
-    /// LoRA targets with PEFT's names: all-linear, or module suffixes such as q_proj,v_proj.
-    #[arg(long, default_value = "all-linear")]
-    pub lora_targets: String,
-    /// LoRA dropout probability, in [0, 1).
-    #[arg(long, default_value_t = 0.0)]
-    pub lora_dropout: f64,
+    /// LoRA targets with PEFT's names: all-linear, or module suffixes such as q_proj,v_proj
+    /// [default: all-linear].
+    #[arg(long)]
+    pub lora_targets: Option<String>,
+    /// LoRA dropout probability, in [0, 1) [default: 0].
+    #[arg(long)]
+    pub lora_dropout: Option<f64>,
     /// Storage of the weights: none (as --precision and the config's quantization_config say),
     /// bf16, fp16, fp32, int8 (8-bit weights, one scale per output row: transformers runs it as
     /// bitsandbytes LLM.int8, the engines as W8A8), nf4, fp4, fp8, gptq[-gN], awq[-gN]

@@ -54,6 +54,28 @@ fn bad_input_exits_2() {
     let o = vram(&["top", "--demo"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("--once or --json"), "{}", text(&o).1);
+    // A count of nothing printed nothing and exited 0; a chart of no samples served empty.
+    let out = crate::scratch("count0").join("t.jsonl");
+    for args in [
+        &["top", "--demo", "--json", "--count", "0"][..],
+        &[
+            "record",
+            "--demo",
+            "--count",
+            "0",
+            "--out",
+            out.to_str().unwrap(),
+        ][..],
+        &["serve", "--demo", "--history", "0", "--max-seconds", "1"][..],
+    ] {
+        let o = vram(args);
+        let (stdout, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("must be at least 1"), "{args:?}: {err}");
+    }
+    assert!(!out.exists());
 }
 
 #[test]

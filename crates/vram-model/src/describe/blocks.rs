@@ -463,7 +463,7 @@ impl Blocks {
         p.add(Component::Norms, self.ends.final_norm);
         p.add(Component::Head, self.ends.head);
         p.add(Component::Other, self.ends.other);
-        if let Some(v) = self.vision {
+        if let Some(v) = &self.vision {
             p.add(Component::Vision, v.params);
         }
         if let Some(m) = self.mtp.filter(|m| m.instantiated) {
@@ -600,7 +600,7 @@ impl Blocks {
         let rest = self.ends.embedding
             + self.ends.final_norm
             + self.ends.other
-            + self.vision.map_or(0, |v| v.params)
+            + self.vision.as_ref().map_or(0, |v| v.params)
             + self.mtp.filter(|m| m.instantiated).map_or(0, |m| m.params);
         bytes + rest * d
     }
@@ -729,6 +729,7 @@ mod tests {
                 router_extra: 0,
                 router_weights_fp32: true,
                 router_param_fp32: false,
+                router_linear: None,
                 dispatch: Dispatch::GroupedMm,
                 shared: Some(Dense::new(256)),
                 shared_gate: false,

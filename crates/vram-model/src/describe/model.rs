@@ -240,7 +240,7 @@ impl Transformer {
             + b.ends.final_norm
             + b.ends.other.saturating_sub(pooler)
             + b.ends.head.saturating_sub(b.vocab() * h)
-            + b.vision.map_or(0, |x| x.params)
+            + b.vision.as_ref().map_or(0, |x| x.params)
             + b.mtp.filter(|m| m.instantiated).map_or(0, |m| m.params);
         if rest > 0 {
             v.push(ParamTensor::vector(rest, 1, false));

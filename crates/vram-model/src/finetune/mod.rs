@@ -219,7 +219,10 @@ pub fn block_sites(n: &Names, b: &Block, h: u64) -> Vec<Site> {
 }
 
 /// Every site of the model: per distinct block kind, its sites and how many layers use it;
-/// then the LM head (`lm_head`, counted once) when the model has one.
+/// the vision tower's and projector's linears ([`crate::mech::Vision::linears`]: PEFT 0.21.2's
+/// `_maybe_include_all_linear_layers` takes every `nn.Linear` of the model but the output
+/// layer, the tower's included); then the LM head (`lm_head`, counted once) when the model has
+/// one.
 pub fn sites(t: &Transformer) -> Vec<(Vec<Site>, u64)> {
     let b = &t.blocks;
     let mut out: Vec<(Vec<Site>, u64)> = b
@@ -228,6 +231,9 @@ pub fn sites(t: &Transformer) -> Vec<(Vec<Site>, u64)> {
         .zip(b.kind_counts())
         .map(|(k, n)| (block_sites(&b.names, k, b.hidden), n))
         .collect();
+    if let Some(v) = &b.vision {
+        out.extend(v.linears.iter().filter(|(_, n)| *n > 0).cloned());
+    }
     if t.layout() == Layout::DecoderOnly {
         out.push((
             vec![Site {
@@ -327,8 +333,11 @@ pub fn weights_bytes(
             let numel = s.numel();
             site_params += n * numel;
             let skipped = skip.iter().any(|k| matches(&s.path, k));
+            // A router stays in the load dtype (Llama4Router is an nn.Linear subclass, which
+            // bitsandbytes' `type(module) is nn.Linear` test leaves alone).
             let quantized = format.is_quantized()
                 && !skipped
+                && s.component != Component::Router
                 && match format {
                     WeightFormat::Fp8 => s.kind != SiteKind::Param && s.out > 1,
                     _ => s.kind == SiteKind::Module,
@@ -620,6 +629,23 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
         }
     }
     if let Targets::List(_) = spec.targets {
+        // A module that holds its nn.Linear as a child named `linear` (Gemma 4's vision
+        // `Gemma4ClippableLinear`, Llama 4's `Llama4UnfoldConvolution`) is not a layer type
+        // PEFT can adapt: a target naming the wrapper fails in `_create_new_module`.
+        for (ss, _) in &all {
+            for s in ss {
+                let Some(wrapper) = s.path.strip_suffix(".linear") else {
+                    continue;
+                };
+                if let Some(m) = modules.iter().find(|m| matches(wrapper, m)) {
+                    return Err(Error::Setup(format!(
+                        "--lora-targets {}: PEFT 0.21.2 refuses `{m}` on {}: it also names the vision tower's `{wrapper}`, a module wrapping an nn.Linear (\"Target module ... is not supported\"); all-linear adapts the nn.Linear inside it",
+                        spec.targets.display(),
+                        t.model_type,
+                    )));
+                }
+            }
+        }
         let missing: Vec<&str> = modules
             .iter()
             .zip(&found)

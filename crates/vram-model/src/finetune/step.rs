@@ -453,7 +453,9 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 .adapted
                 .iter()
                 .find(|a| a.site.path == s.path && a.site.out == s.out && a.site.inp == s.inp);
-            let quant_site = quantized && s.kind == SiteKind::Module;
+            let quant_site = quantized
+                && s.kind == SiteKind::Module
+                && s.component != crate::describe::Component::Router;
             let e = match s.kind {
                 SiteKind::Experts(e) => e,
                 _ => 1,
@@ -585,6 +587,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
             };
             let q = quantized
                 && s.kind == SiteKind::Module
+                && s.component != crate::describe::Component::Router
                 && !spec.skip_modules.iter().any(|k| super::matches(&s.path, k));
             for _ in 0..n {
                 if q {
@@ -634,6 +637,38 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         adapter_tensors.push(h.rank * h.site.inp * adapter_bytes);
         adapter_tensors.push(h.rank * h.site.out * adapter_bytes);
     }
+    // Adapters on the vision tower's and projector's linears (`all-linear` takes them; list
+    // targets match their names too). The forward calls the tower only for pixel values: in a
+    // text-only step they get no gradient and AdamW no state (`_init_group` skips a parameter
+    // whose grad is None); with images their gradients come last, when the backward reaches
+    // the tower.
+    let tower_images = t.blocks.vision.as_ref().is_some_and(|v| v.images.is_some());
+    let tower_adapters: Vec<u64> = plan
+        .adapted
+        .iter()
+        .filter(|a| a.site.component == crate::describe::Component::Vision)
+        .flat_map(|a| {
+            let pair = [
+                a.rank * a.site.inp * adapter_bytes,
+                a.rank * a.site.out * adapter_bytes,
+            ];
+            (0..a.count).flat_map(move |_| pair)
+        })
+        .collect();
+    let tower_adapters_total: u64 = tower_adapters.iter().sum();
+    if !tower_adapters.is_empty() && !tower_images {
+        tape.alloc(Category::Parameters, tower_adapters.clone());
+        notes.push(format!(
+            "the vision tower's adapters ({}) hold no gradient and no optimizer state in a text-only step: the forward calls the tower only for images",
+            super::fmt_bytes(tower_adapters.iter().sum())
+        ));
+    }
+    let tower_grads = if tower_images {
+        adapter_tensors.extend(tower_adapters.iter().copied());
+        tower_adapters
+    } else {
+        Vec::new()
+    };
     let adapter_total: u64 = adapter_tensors.iter().sum();
     tape.alloc(Category::Parameters, adapter_tensors.clone());
     let state_elems: Vec<u64> = match tr.optimizer {
@@ -654,7 +689,19 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     if par.dp > 1 {
         // DDP allocates its gradient buckets when it wraps the model (gradient_as_bucket_view
         // is False by default): a copy of every trainable gradient, kept for the run.
-        tape.alloc(Category::CommBuffers, vec![adapter_total]);
+        // Its buckets cover every parameter that requires grad, used or not (the tower's
+        // adapters in a text-only step too: TRL turns on `find_unused_parameters` for them).
+        tape.alloc(
+            Category::CommBuffers,
+            vec![
+                adapter_total
+                    + if tower_images {
+                        0
+                    } else {
+                        tower_adapters_total
+                    },
+            ],
+        );
     }
     let steps = 3;
     let mut states: Option<u64> = None;
@@ -770,6 +817,9 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
                 }
             }
             tape.free(g_prev);
+            if first && !tower_grads.is_empty() {
+                grads.push(tape.alloc(Category::Gradients, tower_grads.clone()));
+            }
         }
         tape.phase(format!("step {} optimizer", step + 1));
         if states.is_none() && !state_elems.is_empty() {

@@ -52,6 +52,11 @@ pub struct Moe {
     /// The router's weight is an fp32 parameter (`_keep_in_fp32_modules_strict`: DeepSeek-V3/
     /// V3.2, Kimi-K2, GLM-4.5/5, Nemotron-H, ERNIE 4.5 MoE).
     pub router_param_fp32: bool,
+    /// The router's `[E, H]` weight belongs to an `nn.Linear` (or a subclass) at this path in
+    /// the layer, which PEFT's `all-linear` and list targets see as a module (Llama 4's
+    /// `Llama4Router(nn.Linear)` at `feed_forward.router`, Gemma 4's `router.proj`); `None`
+    /// where it is a parameter of a custom router module (transformers 5's `*TopKRouter`).
+    pub router_linear: Option<&'static str>,
     /// How the experts run.
     pub dispatch: Dispatch,
     /// Shared expert(s) as one dense MLP beside the routed ones.
@@ -154,10 +159,17 @@ impl Mechanism for Moe {
         let inner = m.latent.unwrap_or(h);
         let (e, i) = (m.experts, m.expert_intermediate);
         out(Site {
-            path: format!("{}.gate.weight", n.mlp),
+            path: match m.router_linear {
+                Some(p) => p.to_string(),
+                None => format!("{}.gate.weight", n.mlp),
+            },
             out: e,
             inp: h,
-            kind: SiteKind::Param,
+            kind: if m.router_linear.is_some() {
+                SiteKind::Module
+            } else {
+                SiteKind::Param
+            },
             component: Component::Router,
             input: 4,
         });

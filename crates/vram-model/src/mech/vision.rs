@@ -33,11 +33,12 @@
 use serde::Serialize;
 
 use super::step::{m, Ctx};
+use super::{Component, Site, SiteKind};
 use crate::error::{Error, Result};
 use crate::setup::{Attention, Recompute};
 
 /// A vision tower with its projector (instantiated by `*ForConditionalGeneration`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Vision {
     /// Encoder layers.
     pub depth: u64,
@@ -68,6 +69,25 @@ pub struct Vision {
     pub tp_split: bool,
     /// The images each sequence carries (`--images`), none by default.
     pub images: Option<Images>,
+    /// The `nn.Linear`s of the tower and projector as transformers names them (PEFT's
+    /// `all-linear` matches every one, and a list target matches their names as suffixes), as
+    /// [`crate::finetune::sites`] groups sites: per group, the sites and how many times the
+    /// module tree repeats them. Paths are relative to the repeated layer, or to the tower's
+    /// or projector's root for the ones built once.
+    pub linears: Vec<(Vec<Site>, u64)>,
+}
+
+/// One `nn.Linear` of a vision tower or projector (`input`: which tensor it reads within its
+/// group, as [`Site::input`]).
+pub(crate) fn tower_linear(path: &str, out: u64, inp: u64, input: u8) -> Site {
+    Site {
+        path: path.into(),
+        out,
+        inp,
+        kind: SiteKind::Module,
+        component: Component::Vision,
+        input,
+    }
 }
 
 /// Images fed with every sequence: how many and their size before the processor resizes them.
@@ -611,7 +631,7 @@ mod tests {
         let qwen = tower(include_str!(
             "../../../../tests/zoo/configs/qwen3-vl-8b-instruct.json"
         ));
-        let mut no_deepstack = qwen;
+        let mut no_deepstack = qwen.clone();
         no_deepstack.deepstack = 0; // the script builds the tower without deepstack mergers
         assert_eq!(layer_saved(&qwen, 768, 1, 768, cpu), 32_741_376);
         assert_eq!(outside_layers(&no_deepstack, 768, 192, cpu).0, 9_919_488);

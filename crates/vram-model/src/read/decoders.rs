@@ -15,6 +15,7 @@ use crate::describe::{
     Names, Norm, Norms, QkNorm, Residual, Vision, VisionInput, Window,
 };
 use crate::error::{Error, Result};
+use crate::mech::vision::tower_linear;
 
 /// The `model_type`s read here (`kimi_k2` and `mimo` are remote-code families whose
 /// architecture is DeepSeek-V3's and Qwen2's).
@@ -293,6 +294,7 @@ pub(super) fn moe_template(experts: u64, top_k: u64, expert_intermediate: u64) -
         router_extra: 0,
         router_weights_fp32: false,
         router_param_fp32: false,
+        router_linear: None,
         dispatch: Dispatch::GroupedMm,
         shared: None,
         shared_gate: false,
@@ -644,6 +646,34 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 deepstack,
                 tp_split: true,
                 images: None,
+                // Qwen3VLVisionBlock's fused qkv and proj, the MLP's linear_fc1/linear_fc2; the
+                // patch merger's and each deepstack merger's linear_fc1/linear_fc2 (the patch
+                // embedding is a Conv3d).
+                linears: vec![
+                    (
+                        vec![
+                            tower_linear("attn.qkv", 3 * hv, hv, 0),
+                            tower_linear("attn.proj", hv, hv, 1),
+                            tower_linear("mlp.linear_fc1", i, hv, 2),
+                            tower_linear("mlp.linear_fc2", hv, i, 3),
+                        ],
+                        depth,
+                    ),
+                    (
+                        vec![
+                            tower_linear("merger.linear_fc1", merged, merged, 0),
+                            tower_linear("merger.linear_fc2", out, merged, 1),
+                        ],
+                        1,
+                    ),
+                    (
+                        vec![
+                            tower_linear("deepstack_merger_list.linear_fc1", merged, merged, 0),
+                            tower_linear("deepstack_merger_list.linear_fc2", out, merged, 1),
+                        ],
+                        deepstack,
+                    ),
+                ],
             }
         }
         // Gemma3: SiglipVisionModel (Conv2d patch embedding with bias, learned positions,
@@ -661,7 +691,8 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
             let block = 4 * hv + 4 * (hv * hv + hv) + 2 * i * hv + i + hv;
             // SiglipMultiheadAttentionPoolingHead when `vision_use_head` (the class default):
             // probe, nn.MultiheadAttention, LayerNorm, MLP.
-            let head = if v.bool("vision_use_head", true)? {
+            let use_head = v.bool("vision_use_head", true)?;
+            let head = if use_head {
                 hv + 4 * hv * hv + 4 * hv + 2 * hv + 2 * i * hv + i + hv
             } else {
                 0
@@ -691,6 +722,34 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 deepstack: 0,
                 tp_split: true,
                 images: None,
+                // SiglipEncoderLayer's q/k/v/out_proj and fc1/fc2; the pooling head's
+                // nn.MultiheadAttention keeps its out_proj as an nn.Linear subclass
+                // (NonDynamicallyQuantizableLinear), its in-projection as a bare parameter. The
+                // projector's weight is a bare parameter too.
+                linears: {
+                    let mut l = vec![(
+                        vec![
+                            tower_linear("self_attn.k_proj", hv, hv, 0),
+                            tower_linear("self_attn.v_proj", hv, hv, 0),
+                            tower_linear("self_attn.q_proj", hv, hv, 0),
+                            tower_linear("self_attn.out_proj", hv, hv, 1),
+                            tower_linear("mlp.fc1", i, hv, 2),
+                            tower_linear("mlp.fc2", hv, i, 3),
+                        ],
+                        depth,
+                    )];
+                    if use_head {
+                        l.push((
+                            vec![
+                                tower_linear("head.attention.out_proj", hv, hv, 0),
+                                tower_linear("head.mlp.fc1", i, hv, 1),
+                                tower_linear("head.mlp.fc2", hv, i, 2),
+                            ],
+                            1,
+                        ));
+                    }
+                    l
+                },
             }
         }
         // Llama4VisionModel (class embedding, positions for every patch plus the class token,
@@ -750,6 +809,34 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 deepstack: 0,
                 tp_split: true,
                 images: None,
+                // Llama4UnfoldConvolution's linear, the encoder layers' q/k/v/o_proj and
+                // fc1/fc2, the vision adapter's MLP (Llama4VisionMLP2: fc1 from the tower's
+                // intermediate size, fc2) and the projector's linear_1.
+                linears: vec![
+                    (
+                        vec![tower_linear("patch_embedding.linear", hv, ch * p * p, 0)],
+                        1,
+                    ),
+                    (
+                        vec![
+                            tower_linear("self_attn.q_proj", hv, hv, 0),
+                            tower_linear("self_attn.k_proj", hv, hv, 0),
+                            tower_linear("self_attn.v_proj", hv, hv, 0),
+                            tower_linear("self_attn.o_proj", hv, hv, 1),
+                            tower_linear("mlp.fc1", i, hv, 2),
+                            tower_linear("mlp.fc2", hv, i, 3),
+                        ],
+                        depth,
+                    ),
+                    (
+                        vec![
+                            tower_linear("vision_adapter.mlp.fc1", pin, i, 0),
+                            tower_linear("vision_adapter.mlp.fc2", pout, pout, 1),
+                            tower_linear("multi_modal_projector.linear_1", text_hidden, vout, 2),
+                        ],
+                        1,
+                    ),
+                ],
             }
         }
         // Gemma4VisionModel: a bias-free patch projection, a two-row position table, layers of
@@ -789,6 +876,36 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 deepstack: 0,
                 tp_split: true,
                 images: None,
+                // The patch embedder's input_proj; the encoder layers' projections, each an
+                // nn.Linear named `linear` inside a Gemma4ClippableLinear; embed_vision's
+                // embedding_projection.
+                linears: vec![
+                    (
+                        vec![tower_linear("patch_embedder.input_proj", hv, 3 * p * p, 0)],
+                        1,
+                    ),
+                    (
+                        vec![
+                            tower_linear("self_attn.q_proj.linear", heads * hd, hv, 0),
+                            tower_linear("self_attn.k_proj.linear", kv * hd, hv, 0),
+                            tower_linear("self_attn.v_proj.linear", kv * hd, hv, 0),
+                            tower_linear("self_attn.o_proj.linear", hv, heads * hd, 1),
+                            tower_linear("mlp.gate_proj.linear", i, hv, 2),
+                            tower_linear("mlp.up_proj.linear", i, hv, 2),
+                            tower_linear("mlp.down_proj.linear", hv, i, 3),
+                        ],
+                        depth,
+                    ),
+                    (
+                        vec![tower_linear(
+                            "embed_vision.embedding_projection",
+                            text_hidden,
+                            hv,
+                            0,
+                        )],
+                        1,
+                    ),
+                ],
             }
         }
         // MllamaVisionModel (transformers `modeling_mllama.py`): a bias-free Conv2d patch
@@ -846,6 +963,25 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 deepstack: 0,
                 tp_split: true,
                 images: None,
+                // The local and global encoder layers' q/k/v/o_proj and fc1/fc2 (the same
+                // names and shapes), and the projector, itself one nn.Linear.
+                linears: vec![
+                    (
+                        vec![
+                            tower_linear("self_attn.q_proj", hv, hv, 0),
+                            tower_linear("self_attn.k_proj", hv, hv, 0),
+                            tower_linear("self_attn.v_proj", hv, hv, 0),
+                            tower_linear("self_attn.o_proj", hv, hv, 1),
+                            tower_linear("mlp.fc1", i, hv, 2),
+                            tower_linear("mlp.fc2", hv, i, 3),
+                        ],
+                        depth + global,
+                    ),
+                    (
+                        vec![tower_linear("multi_modal_projector", text_hidden, vout, 0)],
+                        1,
+                    ),
+                ],
             }
         }
         // Mistral3ForConditionalGeneration (transformers 5.24 `modeling_pixtral.py`
@@ -905,6 +1041,45 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 // are plain `nn.Linear`s on every GPU (model_executor/models/pixtral.py).
                 tp_split: false,
                 images: None,
+                // PixtralAttentionLayer's q/k/v/o_proj and gated feed_forward; the projector's
+                // patch merger and linear_1/linear_2.
+                linears: vec![
+                    (
+                        vec![
+                            tower_linear("attention.q_proj", hv, hv, 0),
+                            tower_linear("attention.k_proj", hv, hv, 0),
+                            tower_linear("attention.v_proj", hv, hv, 0),
+                            tower_linear("attention.o_proj", hv, hv, 1),
+                            tower_linear("feed_forward.gate_proj", i, hv, 2),
+                            tower_linear("feed_forward.up_proj", i, hv, 2),
+                            tower_linear("feed_forward.down_proj", hv, i, 3),
+                        ],
+                        depth,
+                    ),
+                    (
+                        vec![
+                            tower_linear(
+                                "multi_modal_projector.patch_merger.merging_layer",
+                                hv,
+                                hv * merge * merge,
+                                0,
+                            ),
+                            tower_linear(
+                                "multi_modal_projector.linear_1",
+                                text_hidden,
+                                feature_layers * hv,
+                                1,
+                            ),
+                            tower_linear(
+                                "multi_modal_projector.linear_2",
+                                text_hidden,
+                                text_hidden,
+                                2,
+                            ),
+                        ],
+                        1,
+                    ),
+                ],
             }
         }
         _ => return Ok(None),
@@ -1278,6 +1453,7 @@ fn llama4(c: &Cfg) -> Result<Draft> {
     let mut m = moe_template(e, k, shared);
     m.shared = Some(dense(shared));
     m.dispatch = Dispatch::AllExperts;
+    m.router_linear = Some("feed_forward.router"); // Llama4Router(nn.Linear)
     d.moe = Some(m);
     d.dense = dense(c.u64(&["intermediate_size_mlp"])?);
     let step = c.opt_u64(&["interleave_moe_layer_step"])?.unwrap_or(1);
@@ -1388,6 +1564,7 @@ fn gemma4(c: &Cfg) -> Result<Draft> {
         let mut m = moe_template(e, k, c.u64(&["moe_intermediate_size"])?);
         m.router_extra = d.hidden + e;
         m.router_weights_fp32 = true;
+        m.router_linear = Some("router.proj"); // Gemma4TextRouter's nn.Linear
         d.moe = Some(m);
         d.ffn.iter_mut().for_each(|f| *f = FfnKind::DenseAndMoe);
         d.norms = 7;

@@ -31,7 +31,7 @@ pub(super) fn notes(b: &Blocks) -> Vec<&'static str> {
             add(n);
         }
     }
-    if let Some(v) = b.vision {
+    if let Some(v) = &b.vision {
         add(v.note());
     }
     v
@@ -303,6 +303,7 @@ mod tests {
             router_extra: 0,
             router_weights_fp32: fp32,
             router_param_fp32: false,
+            router_linear: None,
             dispatch,
             shared: None,
             shared_gate: false,

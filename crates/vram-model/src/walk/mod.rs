@@ -471,12 +471,21 @@ pub(crate) struct Step<'a> {
     /// Per kind, the tensors its cache holds on this GPU.
     caches: Vec<Vec<generate::CacheBytes>>,
     cnn: Vec<LayerDesc>,
-    /// Parameters of the embedding / head on this GPU (after TP).
+    /// Parameters of the embedding / head on this GPU (after TP); the embedding's include the
+    /// vision tower's and projector's, which run before the first layer.
     emb_params: u64,
     head_params: u64,
     /// Elements of the output projection `from_config` builds before `tie_weights` drops it
     /// for the embedding's (a tied head on this GPU), else 0.
     tied_head: u64,
+    /// Of `emb_params`, those a training step gives no gradient: the vision tower and
+    /// projector in a text-only step. The model's forward calls the tower only for pixel
+    /// values, so its parameters never enter the graph, their `grad` stays `None` and torch's
+    /// AdamW makes no state for them (`_init_group`), as for the layers a text-only forward
+    /// passes over ([`LayerDesc::no_grad`]). TRL 1.16's `SFTTrainer` says the same: a
+    /// text-only batch leaves the tower without gradients, so it turns on DDP's
+    /// `find_unused_parameters` for vision-language models.
+    emb_no_grad: u64,
     /// Saved bytes of the embedding block and of the head (final norm and projection input).
     emb_saved: u64,
     head_saved: u64,
@@ -550,6 +559,7 @@ impl<'a> Step<'a> {
             emb_params: 0,
             head_params: 0,
             tied_head: 0,
+            emb_no_grad: 0,
             emb_saved: 0,
             head_saved: 0,
             logits: 0,
@@ -583,7 +593,7 @@ impl<'a> Step<'a> {
                 "a training step of Mamba (1) layers is not modelled (its torch fallback scans token by token and keeps the residual in fp32); --inference estimates generate".into(),
             ));
         }
-        if b.vision.is_some_and(|v| v.images.is_some())
+        if b.vision.as_ref().is_some_and(|v| v.images.is_some())
             && b.kinds.iter().any(|k| k.skipped_without_images())
         {
             return Err(Error::Setup(
@@ -633,6 +643,17 @@ impl<'a> Step<'a> {
                 par.pp, total_layers
             )));
         }
+        if let Some(k) = match self.setup.mode {
+            Mode::Train(tr) => tr.recompute_layers,
+            Mode::Infer(_) => None,
+        } {
+            let per_stage = total_layers.div_ceil(par.pp);
+            if k > per_stage {
+                return Err(Error::Setup(format!(
+                    "--recompute-layers {k} exceeds the {per_stage} layers of a pipeline stage"
+                )));
+            }
+        }
         if let Schedule::Interleaved(v) = par.schedule {
             if par.pp > 1 && total_layers % (par.pp * v) != 0 {
                 return Err(Error::NotDivisible {
@@ -655,6 +676,11 @@ impl<'a> Step<'a> {
         } else {
             0
         };
+        if let Some(v) = b.vision.as_ref().filter(|v| v.images.is_none()) {
+            if self.ctx.training {
+                self.emb_no_grad = v.params;
+            }
+        }
         if par.pp > 1 && b.head.tied && b.layout != Layout::EncoderOnly {
             // The last stage keeps its own copy of a tied embedding (Megatron).
             self.head_params += vocab_emb.div_ceil(tp);
@@ -668,7 +694,7 @@ impl<'a> Step<'a> {
             emb.push(c.rep(hidden, 1), false);
         }
         self.emb_saved = emb.total(false);
-        if let Some(v) = b.vision.filter(|v| v.images.is_some()) {
+        if let Some(v) = b.vision.as_ref().filter(|v| v.images.is_some()) {
             // The vision tower runs before the first layer (pipeline rank 0): in training its
             // saved tensors live as long as the embedding's; in generate, see vision.rs.
             let recompute = match self.setup.mode {
@@ -680,7 +706,7 @@ impl<'a> Step<'a> {
                 width: 0,
                 height: 0,
             });
-            self.vision = crate::mech::vision::tower_bytes(&v, &images, &c, recompute);
+            self.vision = crate::mech::vision::tower_bytes(v, &images, &c, recompute);
             if c.training {
                 self.emb_saved = self.emb_saved.saturating_add(self.vision.saved);
                 self.vision = crate::mech::vision::TowerBytes::default();
@@ -901,6 +927,7 @@ impl<'a> Step<'a> {
     /// ([`LayerDesc::grad_params`]).
     fn rank_grad_params(&self, rank: u64, stack: &Stack) -> u64 {
         self.rank_sum(rank, stack, LayerDesc::grad_params)
+            - if rank == 0 { self.emb_no_grad } else { 0 }
     }
 
     fn rank_sum(&self, rank: u64, stack: &Stack, f: impl Fn(&LayerDesc) -> u64) -> u64 {

@@ -111,7 +111,9 @@ impl Step<'_> {
                 };
                 let comm = if n > 1 {
                     match (self.style, z) {
-                        (AmpStyle::Autocast, _) => grads_full, // DDP buckets, gradient_as_bucket_view=False
+                        // DDP buckets (gradient_as_bucket_view=False) for every parameter that
+                        // requires grad, those a text-only step leaves without one included.
+                        (AmpStyle::Autocast, _) => m(&[params, b.grad]),
                         (AmpStyle::DeepSpeed, _) => m(&[params.min(500_000_000), b.grad]), // reduce bucket
                         (AmpStyle::Megatron, _) => 0,
                     }
@@ -268,7 +270,11 @@ impl Step<'_> {
     /// `grads_only`: only those that get gradients ([`LayerDesc::grad_params`]).
     pub(super) fn rank_tensor_elems(&self, rank: u64, stack: &Stack, grads_only: bool) -> Vec<u64> {
         let mut v = Vec::new();
-        let [emb, head] = self.edge_params(rank);
+        let [emb, head] = if grads_only {
+            self.edge_grad_params(rank)
+        } else {
+            self.edge_params(rank)
+        };
         match stack {
             Stack::Blocks { pattern, kinds } => {
                 if emb > 0 {
@@ -363,7 +369,7 @@ impl Step<'_> {
                 key: Self::grad_key(i),
             });
         }
-        for (j, p) in self.edge_params(rank).into_iter().enumerate() {
+        for (j, p) in self.edge_grad_params(rank).into_iter().enumerate() {
             if p > 0 {
                 sink.free(Handle {
                     cat: Category::Gradients,
@@ -381,6 +387,13 @@ impl Step<'_> {
             if rank == 0 { self.emb_params } else { 0 },
             if rank == last { self.head_params } else { 0 },
         ]
+    }
+
+    /// Of [`Self::edge_params`], those that get gradients (a text-only step's vision tower
+    /// gets none: `emb_no_grad`).
+    pub(super) fn edge_grad_params(&self, rank: u64) -> [u64; 2] {
+        let [emb, head] = self.edge_params(rank);
+        [if rank == 0 { emb - self.emb_no_grad } else { 0 }, head]
     }
 
     /// The training micro-batches of one rank in schedule order: forwards and backwards.
@@ -796,7 +809,7 @@ impl Step<'_> {
         let autocast_copies =
             self.style == AmpStyle::Autocast && c.cmp != 4 && self.bytes.weight == 4;
         let zero3 = self.setup.parallel.zero == 3;
-        let [emb_p, head_p] = self.edge_params(rank);
+        let [emb_p, head_p] = self.edge_grad_params(rank);
         if last_rank && last_chunk {
             sink.phase(Phase::Loss { micro: unit as u32 });
             let head_grad = (lazy_grads && head_p > 0).then_some(Handle {

@@ -37,6 +37,33 @@ fn held_back(name: &str) -> Option<Transformer> {
         "tiny-qwen2" => include_str!("../data/finetune/configs/tiny-qwen2.json"),
         "tiny-mixtral" => include_str!("../data/finetune/configs/tiny-mixtral.json"),
         "tiny-gpt2" => include_str!("../data/finetune/configs/tiny-gpt2.json"),
+        // Vision-language checkpoints of the zoo, built as their `*ForConditionalGeneration`.
+        "zoo/llama-3.2-11b-vision" => {
+            include_str!("../../../../tests/zoo/configs/llama-3.2-11b-vision.json")
+        }
+        "zoo/gemma-3-4b-it" => include_str!("../../../../tests/zoo/configs/gemma-3-4b-it.json"),
+        "zoo/gemma-4-26b-a4b" => {
+            include_str!("../../../../tests/zoo/configs/gemma-4-26b-a4b.json")
+        }
+        "zoo/llama-4-scout-17b-16e-instruct" => {
+            include_str!("../../../../tests/zoo/configs/llama-4-scout-17b-16e-instruct.json")
+        }
+        "zoo/ministral-3-3b-instruct-2512" => {
+            include_str!("../../../../tests/zoo/configs/ministral-3-3b-instruct-2512.json")
+        }
+        "zoo/mistral-small-3.1-24b-instruct-2503" => {
+            include_str!("../../../../tests/zoo/configs/mistral-small-3.1-24b-instruct-2503.json")
+        }
+        "zoo/qwen3-vl-2b-instruct" => {
+            include_str!("../../../../tests/zoo/configs/qwen3-vl-2b-instruct.json")
+        }
+        "zoo/qwen3-vl-30b-a3b-instruct" => {
+            include_str!("../../../../tests/zoo/configs/qwen3-vl-30b-a3b-instruct.json")
+        }
+        "zoo/qwen3.5-27b" => include_str!("../../../../tests/zoo/configs/qwen3.5-27b.json"),
+        "zoo/qwen3.5-35b-a3b" => {
+            include_str!("../../../../tests/zoo/configs/qwen3.5-35b-a3b.json")
+        }
         other => panic!("no config {other}"),
     };
     match hf::parse_config(text, name) {
@@ -108,6 +135,7 @@ fn lora_trainable_params_equal_peft() {
         };
         let plan = lora(&t, &spec).unwrap();
         let what = format!("{name} r={r} {}", spec.targets.display());
+
         assert_eq!(
             plan.trainable_params,
             c["trainable_params"].as_u64().unwrap(),
@@ -167,6 +195,15 @@ fn bad_lora_recipes_are_refused_with_a_reason() {
         .iter()
         .any(|a| matches!(a.site.kind, SiteKind::Experts(_))));
     assert!(p.adapted.iter().all(|a| a.site.path != "lm_head"));
+    // Gemma 4's vision tower wraps each projection (`Gemma4ClippableLinear`): PEFT 0.21.2 fails
+    // on `q_proj` there ("Target module Gemma4ClippableLinear(...) is not supported"), measured
+    // on the meta device; all-linear takes the nn.Linear inside it.
+    let gemma4 = config("zoo/gemma-4-26b-a4b");
+    let e = lora(&gemma4, &spec(8, "q_proj,v_proj", 0.0))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("PEFT") && e.contains("self_attn.q_proj"), "{e}");
+    assert!(lora(&gemma4, &spec(8, "all-linear", 0.0)).is_ok());
 }
 
 mod step {

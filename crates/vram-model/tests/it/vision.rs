@@ -191,3 +191,87 @@ fn mllama_text_only_training_skips_the_cross_attention_layers_gradients() {
         assert_eq!(e.breakdown.get(Category::Parameters), 181_380 * 4);
     }
 }
+
+/// A text-only training step of a vision-language model whose tower is built
+/// (`*ForConditionalGeneration`): the forward calls the tower only for pixel values, so its and
+/// the projector's parameters get no gradient and torch's AdamW no state; LoRA adapters on the
+/// tower's linears (`all-linear` takes them) get neither. One forward, backward and
+/// `AdamW.step()` of this tiny `Qwen3VLForConditionalGeneration` on the CPU
+/// (`tests/engines/vlm_text_grads.py`, transformers 5.24.0, PEFT 0.21.2, torch 2.15):
+/// 177,440 parameters, 70,560 in the tower, 106,880 with a gradient and 213,760 state elements;
+/// LoRA r=4 `all-linear`: 14,848 adapter parameters, 6,656 on the tower, 8,192 with a gradient
+/// and 16,384 state elements.
+#[test]
+fn a_text_only_step_gives_the_vision_tower_no_gradients() {
+    use vram_model::estimate::{estimate, Category};
+    use vram_model::finetune::step::{estimate as lora_step, FinetuneSpec, Method};
+    use vram_model::finetune::{LoraSpec, Targets, WeightFormat};
+    use vram_model::setup::{Mode, Precision, Setup, Train};
+    let config = r#"{"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+        "tie_word_embeddings": false,
+        "text_config": {"model_type": "qwen3_vl_text", "vocab_size": 256, "hidden_size": 64,
+          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 128,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0,
+            "mrope_section": [2, 3, 3], "mrope_interleaved": true},
+          "tie_word_embeddings": false},
+        "vision_config": {"model_type": "qwen3_vl", "depth": 2, "hidden_size": 32,
+          "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64, "patch_size": 4,
+          "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 16,
+          "deepstack_visual_indexes": [0]}}"#;
+    let model = vram_model::hf::parse_config(config, "tiny-qwen3-vl").expect("reads");
+    assert_eq!(model.param_count(), 177_440);
+    let Model::Transformer(t) = &model else {
+        panic!("not a transformer")
+    };
+    assert_eq!(t.blocks.vision.as_ref().expect("a tower").params, 70_560);
+    for precision in [Precision::Fp32, Precision::Bf16Amp] {
+        let setup = Setup {
+            precision,
+            mode: Mode::Train(Train {
+                seq: 16,
+                ..Train::default()
+            }),
+            ..Setup::default()
+        };
+        let e = estimate(&model, &setup).expect("estimates");
+        assert_eq!(
+            e.breakdown.get(Category::OptimizerStates),
+            213_760 * 4,
+            "{precision:?}"
+        );
+        assert_eq!(e.peak_phase, vram_model::Phase::Optimizer, "{precision:?}");
+        assert_eq!(e.breakdown.get(Category::Gradients), 106_880 * 4);
+        assert_eq!(e.breakdown.get(Category::Parameters), 177_440 * 4);
+    }
+    let spec = FinetuneSpec {
+        method: Method::Lora,
+        weights: WeightFormat::Bf16,
+        double_quant: false,
+        lora: LoraSpec {
+            rank: 4,
+            alpha: 8,
+            dropout: 0.0,
+            targets: Targets::AllLinear,
+        },
+        skip_modules: Vec::new(),
+        prepare_kbit: false,
+        gradient_checkpointing: true,
+    };
+    let setup = Setup {
+        mode: Mode::Train(Train {
+            seq: 16,
+            ..Train::default()
+        }),
+        ..Setup::default()
+    };
+    let l = lora_step(&model, &setup, &spec).expect("estimates");
+    assert_eq!(l.trainable_params, 14_848);
+    // fp32 adapters: AdamW's two fp32 moments for the 8,192 that get a gradient.
+    assert_eq!(l.breakdown.get(Category::OptimizerStates), 16_384 * 4);
+    // Every adapter is held, the tower's too, on top of the bf16 base.
+    assert_eq!(
+        l.breakdown.get(Category::Parameters),
+        l.weights.total + 14_848 * 4
+    );
+}

@@ -923,6 +923,7 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         deepstack: 0,
         tp_split: true,
         images: None,
+        linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
     assert_eq!(weights::vision_tower_per_gpu(&v, 1), 895_028_755.0);
