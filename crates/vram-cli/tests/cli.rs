@@ -274,6 +274,21 @@ fn bad_input_table() {
             "between 0 and 10",
         ),
         (
+            vec!["gpt2".into(), "--warmup-prompt".into(), "32".into()],
+            "it goes with --inference",
+        ),
+        (
+            vec![
+                "gpt2".into(),
+                "--inference".into(),
+                "--warmup-prompt".into(),
+                "32".into(),
+                "--fragmentation".into(),
+                "0.1".into(),
+            ],
+            "--fragmentation replaces",
+        ),
+        (
             vec!["gpt2".into(), "--schedule".into(), "interleaved:x".into()],
             "chunks must be a number",
         ),

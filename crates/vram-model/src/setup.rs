@@ -169,6 +169,15 @@ pub struct Overheads {
     pub weights_cast_from_fp32: bool,
     /// Which of `generate`'s decode steps the allocator replay walks (`--decode-replay`).
     pub decode_replay: DecodeReplay,
+    /// Inference: a warm-up `generate` call made before the estimated one (`--warmup-prompt`):
+    /// the same batch and new tokens on the first `min(N, prompt)` prompt tokens, everything it
+    /// made freed at its end, then `torch.cuda.reset_peak_memory_stats()` (a benchmark's
+    /// warm-up, as `measure2.py` runs it). Its cached segments stay with the allocator and the
+    /// estimated call reuses them, so the reserved peak can differ from a first call's; the
+    /// allocated peak restarts at what is live. `None` (the default): the estimated call is the
+    /// process's first.
+    #[serde(default)]
+    pub warmup_prompt: Option<u64>,
     /// Whether the library dequantizes a packed checkpoint's weights at load
     /// ([`crate::describe::Storage::load`]: MXFP4 without its kernels or on an older GPU, FP8
     /// below compute capability 8.9, `--dequantized`): the walk then holds every weight at the
@@ -247,6 +256,7 @@ impl Default for Overheads {
             allocator: Allocator::Pytorch,
             weights_cast_from_fp32: false,
             decode_replay: DecodeReplay::Sampled,
+            warmup_prompt: None,
             weights_dequantized: false,
         }
     }
@@ -419,6 +429,19 @@ impl Setup {
             range("interleaved chunks", v, 64)?;
         }
         let o = &self.overheads;
+        if let Some(w) = o.warmup_prompt {
+            if !matches!(self.mode, Mode::Infer(_)) {
+                return Err(Error::Setup(
+                    "--warmup-prompt is a generate call before the estimated one; it goes with --inference".into(),
+                ));
+            }
+            range("--warmup-prompt", w, MAX_SIZE)?;
+            if o.fragmentation.is_some() {
+                return Err(Error::Setup(
+                    "--warmup-prompt acts through the allocator replay, which --fragmentation replaces; give one of them".into(),
+                ));
+            }
+        }
         if let Some(f) = o
             .fragmentation
             .filter(|f| !(0.0..=10.0).contains(f) || f.is_nan())

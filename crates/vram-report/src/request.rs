@@ -79,6 +79,8 @@ pub struct StepRequest {
     pub weights_cast_from_fp32: bool,
     /// `--decode-replay`.
     pub decode_replay: DecodeReplay,
+    /// `--warmup-prompt` (`None`: the estimated `generate` is the first call).
+    pub warmup_prompt: Option<u64>,
     /// `--images`.
     pub images: Option<u64>,
     /// `--image-size` (`None`: the processor's size, a CNN's 224).
@@ -119,6 +121,7 @@ impl Default for StepRequest {
             allocator: Allocator::Pytorch,
             weights_cast_from_fp32: false,
             decode_replay: DecodeReplay::Sampled,
+            warmup_prompt: None,
             images: None,
             image_size: None,
         }
@@ -292,6 +295,7 @@ impl StepRequest {
             allocator: self.allocator,
             weights_cast_from_fp32: self.weights_cast_from_fp32,
             decode_replay: self.decode_replay,
+            warmup_prompt: self.warmup_prompt,
             // Decided below, with the storage and the kernels (`Storage::load`).
             weights_dequantized: false,
         };

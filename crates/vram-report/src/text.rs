@@ -145,7 +145,16 @@ impl EstimateReport {
                     ),
                     None => String::new(),
                 }
-            ),
+            ) + &match (self.setup.mode, o.warmup_prompt) {
+                (Mode::Infer(i), Some(n)) => format!(
+                    ", the generate call after a warm-up call on {} prompt tokens and a peak reset (--warmup-prompt)",
+                    thousands(n.min(i.prompt()))
+                ),
+                (Mode::Infer(_), None) => {
+                    ", a first generate call (--warmup-prompt)".to_string()
+                }
+                _ => String::new(),
+            },
         };
         format!(
             "assumed: CUDA context {} (--cuda-context; {}), library workspace {} (--workspace), {reserved}",

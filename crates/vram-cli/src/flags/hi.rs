@@ -121,6 +121,7 @@ impl StepArgs {
                 DecodeReplayArg::Sampled => DecodeReplay::Sampled,
                 DecodeReplayArg::Every => DecodeReplay::Every,
             },
+            warmup_prompt: self.warmup_prompt,
             images: self.images,
             image_size: self.image_size,
         }

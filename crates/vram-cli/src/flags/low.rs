@@ -298,6 +298,13 @@ pub struct StepArgs {
     /// `every`: each one (the cost grows with the tokens).
     #[arg(long, value_enum, default_value = "sampled")]
     pub decode_replay: DecodeReplayArg,
+    /// Inference: estimate the `generate` call made after a warm-up call on the first N prompt
+    /// tokens (same batch and new tokens) and `torch.cuda.reset_peak_memory_stats()`, as a
+    /// benchmark that warms up measures it: the warm-up's cached segments are reused, so the
+    /// reserved peak can differ (MoE `generate`: the decode's expert-weight copies). Without
+    /// it the estimate is a first call, how a user's script runs.
+    #[arg(long, value_name = "N")]
+    pub warmup_prompt: Option<u64>,
     /// Images per sequence fed to a vision-language model (Qwen3-VL, Qwen3.5, Llama 4,
     /// Gemma 3/4): their tokens lengthen the sequence, and the vision tower's tensors count.
     #[arg(long)]

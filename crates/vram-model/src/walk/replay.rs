@@ -601,11 +601,42 @@ impl Step<'_> {
                 self.walk(rank, &mut rec, false, Run::Later);
                 self.walk(rank, &mut rec, false, Run::Later);
             }
-            Mode::Infer(_) => self.walk(rank, &mut rec, true, Run::Whole),
+            Mode::Infer(_) => self.infer_run(rank, &mut rec, |r| r.calls.push(Call::ResetPeak)),
         }
         Calls {
             mallocs: rec.mallocs as usize,
             calls: rec.calls,
+        }
+    }
+
+    /// The inference run into `sink`: one `generate` call, or, with a warm-up
+    /// ([`crate::setup::Overheads::warmup_prompt`]), a call on the first `min(N, prompt)` prompt
+    /// tokens (same batch and new tokens) that frees all it made, `reset` (the peak statistics'
+    /// reset), then the estimated call on the same weights. The warm-up's cached segments stay
+    /// with the allocator, as PyTorch's do (`measure2.py`'s `infer_case`).
+    fn infer_run<S: Sink>(&self, rank: u64, sink: &mut S, reset: impl FnOnce(&mut S)) {
+        let warm = match (self.setup.mode, self.setup.overheads.warmup_prompt) {
+            (Mode::Infer(inf), Some(w)) => {
+                let prompt = w.min(inf.prompt());
+                let mut setup = *self.setup;
+                setup.overheads.warmup_prompt = None;
+                setup.mode = Mode::Infer(crate::setup::Infer {
+                    context: prompt + inf.new_tokens,
+                    ..inf
+                });
+                Some(setup)
+            }
+            _ => None,
+        };
+        // The same model and setup but for the prompt: a setup the estimated call passed.
+        let warm = warm.as_ref().and_then(|s| Step::new(self.model, s).ok());
+        match warm {
+            Some(w) => {
+                w.walk(rank, sink, true, Run::First);
+                reset(sink);
+                self.walk(rank, sink, true, Run::Later);
+            }
+            None => self.walk(rank, sink, true, Run::Whole),
         }
     }
 
@@ -655,7 +686,7 @@ impl Step<'_> {
                 self.walk(rank, &mut sink, false, Run::Later);
                 self.walk(rank, &mut sink, false, Run::Later);
             }
-            Mode::Infer(_) => self.walk(rank, &mut sink, true, Run::Whole),
+            Mode::Infer(_) => self.infer_run(rank, &mut sink, ReplaySink::reset_peak),
         }
         if sink.failed {
             return None;

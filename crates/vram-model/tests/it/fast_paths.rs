@@ -189,6 +189,10 @@ fn fast_estimates_equal_the_reference_on_deepseek_v3_and_hybrids() {
         &generate(8, 1024, 64),
         &[2048 * GIB],
     );
+    // After a warm-up call (`--warmup-prompt`): its cached expert copies are in the run.
+    let mut warm = generate(8, 1024, 16);
+    warm.overheads.warmup_prompt = Some(32);
+    check("deepseek-v3 gen after a warm-up", &ds, &warm, &[2048 * GIB]);
     // Hybrids: Gated DeltaNet + attention (Qwen3-Next), Mamba2 + attention (Nemotron-H),
     // sliding + full attention with sinks (gpt-oss).
     // The searches agree where whether a step runs is monotone in its size; the allocator

@@ -11,4 +11,5 @@ mod monotone;
 mod params;
 mod timeline;
 mod vision;
+mod warmup;
 mod zero;
