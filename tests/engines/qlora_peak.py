@@ -184,6 +184,7 @@ def step_peak(path, mb, seq, method):
     prepare = method == "qlora-prepare"
     lora_only = method == "lora"
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     torch.nn.functional.scaled_dot_product_attention = fused_sdpa
     linear = torch.nn.functional.linear
     if lora_only or prepare:
@@ -233,6 +234,9 @@ def step_peak(path, mb, seq, method):
                 if step == 1:
                     mode.peak = 0
     finally:
+        # Everything patched is put back: later tests in the same pytest process (the text-only
+        # gradient checks, generate_ops) run the real attention.
+        torch.nn.functional.scaled_dot_product_attention = sdpa
         torch.nn.functional.linear = linear
         transformers.masking_utils.find_packed_sequence_indices = packed
     return mode, dtypes
