@@ -50,9 +50,8 @@ pub struct Transformer {
     /// Display name.
     pub name: String,
     /// The Hugging Face `model_type` it was read as, for display: nothing downstream of the
-    /// reader compares it (family facts are parameters of the description), except a serving
-    /// engine's own rule keyed by architecture (vLLM's `MODELS_CONFIG_MAP` hooks, e.g. gpt-oss's
-    /// CUDA-graph capture sizes in `vram_plan::capacity`).
+    /// reader compares it (family facts are parameters of the description); an engine rule keyed
+    /// by architecture asks the reader (e.g. [`crate::hf::vllm_raises_capture_sizes`]).
     pub model_type: String,
     /// The description: embedding, layers (one [`crate::describe::Block`] per distinct kind and
     /// a kind per layer), head, storage. Parameter counts, per-component splits, weight bytes,

@@ -82,6 +82,14 @@ pub fn positions_include_rope_scaling(model_type: &str) -> bool {
     model_type.contains("gemma3")
 }
 
+/// Whether vLLM registers a config hook for this model type (`MODELS_CONFIG_MAP`, keyed by
+/// architecture) that raises the CUDA-graph capture sizes whatever `max_num_seqs` is: gpt-oss's
+/// `GptOssForCausalLMConfig` (0.10.1 onward). The sizes themselves are the engine's, in
+/// `vram_plan::capacity`.
+pub fn vllm_raises_capture_sizes(model_type: &str) -> bool {
+    model_type == "gpt_oss"
+}
+
 /// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
 const STANDARD_DECODER_KEYS: &[&str] = &[
     "vocab_size",

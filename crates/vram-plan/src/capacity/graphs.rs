@@ -110,8 +110,8 @@ impl Graphs {
 /// exists from gpt-oss's first release (0.10.1). 0.12–0.13 not read, 1024 assumed.
 fn model_capture_max(t: &Transformer, k: &Knobs, v1: bool) -> Option<u64> {
     let v = Engine::Vllm.version_in_force(k);
-    // The engine keys this rule by architecture, so it is matched on the architecture read.
-    (v1 && t.model_type == "gpt_oss" && v >= [0, 10, 0]).then_some(
+    // The engine keys this rule by architecture; the reader says which architectures have it.
+    (v1 && vram_model::hf::vllm_raises_capture_sizes(&t.model_type) && v >= [0, 10, 0]).then_some(
         if ([0, 11, 0]..[0, 12, 0]).contains(&v) {
             992
         } else {
