@@ -54,6 +54,44 @@ fn vllm_refuses_a_step_budget_below_the_sequences() {
     assert!(!refused(&at([0, 10, 1], Some(512))));
 }
 
+/// SGLang has no counterpart of vLLM's step-budget check in `server_args.py` (0.4.5.post3,
+/// 0.5.3); `TpModelWorker` asserts `max_running_requests > 0` after dividing
+/// `--max-running-requests` by `--dp-size` under DP attention. Fewer requests than DP ranks is
+/// refused with the engine's message; as many is not. `--max-running-requests` also sets the
+/// request map's rows (`init_memory_pool`), which the pool's share is taken beside.
+#[test]
+fn sglang_refuses_fewer_running_requests_than_dp_ranks() {
+    let t = model("deepseek-v3");
+    let gpu = vram_model::gpu::lookup("h200").unwrap();
+    let at = |m: Option<u64>, dp_attention: bool| Knobs {
+        max_num_seqs: m,
+        tp: 8,
+        dp: 8,
+        dp_attention,
+        max_model_len: Some(4096),
+        ..Knobs::default()
+    };
+    match capacity(&t, gpu, Engine::Sglang, &at(Some(4), true)) {
+        Err(Error::Capacity(m)) => {
+            assert!(
+                m.contains("AssertionError: max_running_request is zero"),
+                "{m}"
+            );
+            assert_eq!(m.lines().count(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(capacity(&t, gpu, Engine::Sglang, &at(Some(8), true)).is_ok());
+    // Without DP attention the requests are not divided.
+    assert!(capacity(&t, gpu, Engine::Sglang, &at(Some(4), false)).is_ok());
+    // The map's rows follow --max-running-requests: 64 rows leave more for the pool than the
+    // default 2,048 or more, never less.
+    let small = capacity(&t, gpu, Engine::Sglang, &at(Some(64), true)).unwrap();
+    let default = capacity(&t, gpu, Engine::Sglang, &at(None, true)).unwrap();
+    assert_eq!(small.kv_cache_tokens, default.kv_cache_tokens);
+    assert!(small.starts && default.starts);
+}
+
 #[test]
 fn bad_knobs_are_refused() {
     let t = llama3();
