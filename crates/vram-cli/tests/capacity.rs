@@ -1029,9 +1029,9 @@ fn capacity_on_unseen_logs_round_four() {
 }
 
 /// Round 5 (`tests/data/serving/unseen-round5.json`: vLLM 0.11 with DP 2 across two T4 nodes;
-/// vLLM 0.8 V1 refusals in graph capture on four A10s and two L20s), split the same way and
-/// committed before vram ran on it; its holdout is printed as it came out (BENCHMARKS.md,
-/// "fifth round").
+/// vLLM 0.8 V1 refusals in graph capture on four A10s and two L20s; a V0 fallback on a T4 under
+/// 0.8.2; a V0 mllama profile-run refusal), split the same way and committed before vram ran on
+/// it, in three batches; its holdout is printed as it came out (BENCHMARKS.md, "fifth round").
 #[test]
 fn capacity_on_unseen_logs_round_five() {
     // The fit half is one log (DP 2 over two T4 nodes, +1.8 % on the pool): the log prints no
