@@ -78,13 +78,19 @@ fn rule_2_on_an_idle_device_the_refusal_is_the_platforms() {
     let d = diagnose(&Inputs::new(parse(&text).unwrap())).unwrap();
     assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
     assert!(!has(&d, CauseKind::StepTooLarge), "{:#?}", d.causes);
-    assert!(d.notes.iter().any(|n| n.contains("nothing held the device")));
+    assert!(d
+        .notes
+        .iter()
+        .any(|n| n.contains("nothing held the device")));
     // A context's worth in use on the device (0.25 GiB): not idle, the step first again.
     let used = text.replace("of which 5.65 GiB is free", "of which 5.40 GiB is free");
     let d = diagnose(&Inputs::new(parse(&used).unwrap())).unwrap();
     assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
     assert_eq!(d.causes[1].kind, CauseKind::Unexplained, "{:#?}", d.causes);
-    assert!(!d.notes.iter().any(|n| n.contains("nothing held the device")));
+    assert!(!d
+        .notes
+        .iter()
+        .any(|n| n.contains("nothing held the device")));
     // This process holding memory (8 MiB reserved, beyond two pages and the rounding): not
     // idle either.
     let held = text.replace("1.81 MiB is reserved", "8.00 MiB is reserved");
