@@ -847,8 +847,11 @@ fn walk_layer(
                     // autocast's fp32 softmax: cast, softmax, cast back
                     per += (a + 4.0) + 8.0 + (4.0 + a);
                     k += 3.0;
-                } else if t.softmax_upcast && a < 4.0 {
-                    // softmax(dtype=float32).to(dtype)
+                } else if t.softmax_upcast && a < 4.0 && !t.sinks {
+                    // softmax(dtype=float32).to(dtype); gpt-oss's sinks softmax keeps the
+                    // scores' dtype (`F.softmax(combined_logits, dtype=combined_logits.dtype)`:
+                    // 4 bytes a score element read and written in bf16, counted on the meta
+                    // device), below.
                     per += (a + 4.0) + (4.0 + a);
                     k += 2.0;
                 } else {
