@@ -364,6 +364,7 @@ fn generate_calls_are_bounded_by_the_first_call_timings() {
             precision: vram_model::setup::Precision::Bf16,
             attention: Attention::Sdpa,
             kernels: vram_plan::generate::Kernels::default(),
+            weights_dequantized: false,
         };
         let s = vram_plan::generate::serving(&t, gpu, &cal, &g).unwrap();
         let measured: f64 = r[6].parse().unwrap();
