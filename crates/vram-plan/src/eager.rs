@@ -955,6 +955,8 @@ fn walk_layer(
                     fp32_weights: m.router_weights_fp32,
                     dtype: expert_dtype(s, precision),
                     bias: m.expert_bias,
+                    router_kernels: m.router_kernels(),
+                    fp32_router_input: m.fp32_router_input(),
                 },
             );
         } else {
@@ -1000,6 +1002,10 @@ struct ExpertsShape {
     dtype: ExpertDtype,
     /// Biases on the expert projections, with gpt-oss's clamped SwiGLU (`GptOssExperts._apply_gate`).
     bias: bool,
+    /// Kernels of the router, its GEMM included (`Moe::router_kernels`).
+    router_kernels: f64,
+    /// The router casts its input to fp32 and multiplies in fp32.
+    fp32_router_input: bool,
 }
 
 /// The experts' weight dtype in `precision` with `s`'s residual/weight bytes: fp32 under
@@ -1037,8 +1043,15 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
     let a = s.act;
     let e = m.experts;
     let up = if m.gated { 2.0 * m.inner } else { m.inner };
-    o.gemm(tokens, h, e, 1.0, s.fp32); // router
-    o.ew(tokens * e, 4.0 * 4.0, 6.0); // fp32 softmax/sigmoid, top-k, normalise, cast
+    // The router (`Moe::router_kernels`): its GEMM (fp32 where it casts its input), the
+    // input's cast, and its scoring, top-k and normalisation over `[tokens, E]` in fp32.
+    o.gemm(tokens, h, e, 1.0, s.fp32 || m.fp32_router_input);
+    let mut routing = m.router_kernels - 1.0;
+    if m.fp32_router_input {
+        o.ew(tokens * h, a + 4.0, 1.0);
+        routing -= 1.0;
+    }
+    o.ew(tokens * e, 4.0 * 4.0, routing);
     let act = |o: &mut Ops<'_, '_>, rows: f64, b: f64| {
         if m.gated {
             o.ew(rows * m.inner, 2.0 * b + 3.0 * b, 2.0); // act(gate), · up
@@ -1214,6 +1227,8 @@ pub fn block_layer(
                     fp32_weights: m.router_weights_fp32,
                     dtype: expert_dtype(s, precision),
                     bias: m.expert_bias,
+                    router_kernels: m.router_kernels(),
+                    fp32_router_input: m.fp32_router_input(),
                 },
             );
         }
@@ -1656,6 +1671,8 @@ mod tests {
                 fp32_weights: false,
                 dtype: expert_dtype(&s, precision),
                 bias: false,
+                router_kernels: 7.0,
+                fp32_router_input: false,
             },
         );
         o.w
