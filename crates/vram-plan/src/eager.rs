@@ -819,6 +819,14 @@ fn walk_layer(
         let heads = t.heads as f64 / s.tp;
         let b = (n / s.seq).max(1.0);
         let kv_len = kv_tokens / b;
+        if kernel == AttnKernel::Eager && t.kv_heads < t.heads {
+            // `eager_attention_forward`'s `repeat_kv`: the keys and values expanded to every
+            // head and copied (`reshape` of an `expand`), two kernels reading the K/V width and
+            // writing the query width (counted on the meta device: gpt-oss's two `clone`s a
+            // layer). SDPA's own `repeat_kv` (with a mask, `use_gqa_in_sdpa`) is not priced:
+            // the meta-device count of Gemma 3's sliding layers shows none.
+            o.ew(kv_tokens, 2.0 * (kv + q) * a, 2.0);
+        }
         match kernel {
             AttnKernel::Flash | AttnKernel::MemEfficient => {
                 // Causal self-attention skips the masked half of the tiles.

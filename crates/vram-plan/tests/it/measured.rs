@@ -428,10 +428,10 @@ fn moe_layers_price_the_grouped_gemms_transformers_runs() {
 /// the H200 training steps it misses most (`tests/data/train_ops/counts.json`, counted on the
 /// meta device by `tests/engines/train_ops.py`: every ATen operator of the forward and
 /// backward, full widths, mb1 × 2048, bf16). Forward element-wise bytes within 5 %. Forward
-/// kernels within 12 %: gpt-oss launches 8 more than priced (its own rotary form, 7 kernels
-/// for each of q and k against `rotate_half`'s 5; `repeat_kv`'s two copies before the eager
-/// score GEMM; the two `cat`s into the `DynamicCache` that a training forward builds because
-/// `use_cache` defaults on), about 0.5 ms of launches over the 4 layers. Backward kernels and
+/// kernels within 12 %: gpt-oss launches 6 more than priced (its own rotary form, 7 kernels
+/// for each of q and k against `rotate_half`'s 5; the two `cat`s into the `DynamicCache` that
+/// a training forward builds because `use_cache` defaults on), about 0.4 ms of launches over
+/// the 4 layers. Backward kernels and
 /// bytes within 25 %, where the planner takes 1.5 kernels and twice the bytes of each forward
 /// kernel and byte: the counts show bf16 RMSNorm's backward moving 102 bytes an element
 /// against its forward's 36, and the grouped experts' fp32 routing-weight gradients, which
