@@ -1255,3 +1255,50 @@ fn the_changes_tried_are_the_engines_own() {
     );
     assert!(!text.contains("enforce-eager"), "{text}");
 }
+
+/// The header names the KV cache's element type as the engine resolves `auto`: the `--dtype`
+/// given, else the config's (a float16 config stays float16; vLLM v0.11.0 `_resolve_auto_dtype`).
+#[test]
+fn the_header_names_the_kv_dtype_the_engine_resolves() {
+    let cfg = data().join("configs/deepseek-r1-0528-qwen3-8b.json");
+    let cfg = cfg.to_str().unwrap();
+    let head = |extra: &[&str]| {
+        let mut a = vec!["capacity", cfg, "--gpu", "a100-80g"];
+        a.extend_from_slice(extra);
+        let (code, out, err) = vram(&args(&a));
+        assert_eq!(code, 0, "{err}");
+        out.lines().next().unwrap().to_string()
+    };
+    assert!(head(&["--dtype", "float16"]).ends_with("KV cache float16 (auto)"));
+    assert!(head(&["--dtype", "bfloat16"]).ends_with("KV cache bf16 (auto)"));
+    assert!(head(&["--kv-cache-dtype", "fp8"]).ends_with("KV cache fp8"));
+    // This config ships bfloat16.
+    assert!(head(&[]).ends_with("KV cache bf16 (auto)"));
+    // A config that ships float16 (as Llama 2 and CodeLlama did) keeps it under `auto`.
+    let shipped = std::fs::read_to_string(data().join("configs/deepseek-r1-0528-qwen3-8b.json"))
+        .unwrap()
+        .replace(
+            "\"torch_dtype\": \"bfloat16\"",
+            "\"torch_dtype\": \"float16\"",
+        );
+    assert!(shipped.contains("\"float16\""));
+    let dir = std::env::temp_dir().join(format!("vram-kv-dtype-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f16 = dir.join("config.json");
+    std::fs::write(&f16, shipped).unwrap();
+    let (code, out, err) = vram(&args(&[
+        "capacity",
+        f16.to_str().unwrap(),
+        "--gpu",
+        "a100-80g",
+    ]));
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .ends_with("KV cache float16 (auto)"),
+        "{out}"
+    );
+}
