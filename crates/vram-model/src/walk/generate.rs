@@ -126,7 +126,13 @@ fn push_cache(g: &mut Prog, cache: &[u64]) {
 /// experts) make their cache,
 /// then their inference high point (`LayerDesc::infer_tmp`'s parts: the mechanism's own
 /// itemisation in its `mech/` module) comes and goes.
-fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]) -> Vec<Op> {
+pub(super) fn layer_ops(
+    b: &Blocks,
+    blk: &Block,
+    parts: &InferParts,
+    c: &Ctx,
+    cache: &[u64],
+) -> Vec<Op> {
     if blk.skipped_without_images() {
         return Vec::new(); // a text-only forward passes over it (Block::skipped_without_images)
     }
