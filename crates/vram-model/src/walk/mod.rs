@@ -466,6 +466,9 @@ pub(crate) struct Step<'a> {
     kinds: Vec<LayerDesc>,
     /// Per layer (encoder layers first), its index into `kinds`.
     pattern: Vec<u8>,
+    /// Per kind, the op program of its checkpointed forward in a recomputed training step
+    /// (`generate::layer_ops` with no cache), where the walk follows it; empty otherwise.
+    checkpointed: Vec<Vec<crate::mech::step::Op>>,
     /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
     kind_tensors: Vec<Vec<u64>>,
     /// Per kind, the tensors its cache holds on this GPU.
@@ -553,6 +556,7 @@ impl<'a> Step<'a> {
             ctx,
             kinds: Vec::new(),
             pattern: Vec::new(),
+            checkpointed: Vec::new(),
             kind_tensors: Vec::new(),
             caches: Vec::new(),
             cnn: Vec::new(),
