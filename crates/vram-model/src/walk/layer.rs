@@ -324,6 +324,7 @@ mod tests {
             },
             residual: Residual::Sequential,
             extra: (Component::Other, 0),
+            per_layer_input: 0,
         }
     }
 
