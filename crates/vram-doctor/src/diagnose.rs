@@ -10,7 +10,7 @@ use vram_monitor::{ProcessSample, Sample};
 use vram_plan::cluster::Cluster;
 use vram_plan::{Pins, Request};
 
-use crate::message::{Layout, OomMessage, SelfProcess};
+use crate::message::{rounding, Layout, OomMessage, SelfProcess};
 use crate::stats::StatsDump;
 use crate::Result;
 
@@ -268,21 +268,6 @@ const TIGHT_SHARE: f64 = 0.05;
 /// request is not shown to fit the free memory unless free exceeds it by a page as well as
 /// the figures' rounding.
 const PAGE_BYTES: u64 = 2 << 20;
-
-/// Half a unit of the last digit `format_size` prints for `b` (two decimals of KiB, MiB or
-/// GiB; bytes exact): how far the exact figure may be from the printed one.
-fn rounding(b: u64) -> u64 {
-    const K: u64 = 1024;
-    if b <= K {
-        0
-    } else if b <= K * K {
-        K / 200
-    } else if b <= K * K * K {
-        K * K / 200
-    } else {
-        K * K * K / 200
-    }
-}
 
 fn pct(a: u64, b: u64) -> f64 {
     100.0 * a as f64 / b.max(1) as f64
@@ -562,6 +547,12 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             hb(m.this_process_bytes.unwrap_or(0)),
             hb(reserved)
         )),
+        SelfProcess::Accounted { pid } => notes.push(format!(
+            "the message has no `this process` line: the listed processes and the {} PyTorch reserved add up to more than the {} the device had in use, so NVML's figures already count this process; Process {pid} ({}) is taken as this process, the smallest listed process holding at least the reservation (a container: NVML's pids are the host's)",
+            hb(reserved),
+            hb(total.saturating_sub(free)),
+            hb(m.this_process_bytes.unwrap_or(0)),
+        )),
         SelfProcess::NotListed => notes.push(format!(
             "the message has no `this process` line and no listed process holds about the {} PyTorch reserved: this process is not among them, so every listed process is another one",
             hb(reserved)
@@ -577,7 +568,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         .filter(|p| Some(p.pid) != inp.self_pid)
         .filter(|p| !m.other_processes.iter().any(|q| q.pid == p.pid))
         .filter(|p| match &m.self_process {
-            SelfProcess::Chosen { pid } => p.pid != *pid,
+            SelfProcess::Chosen { pid } | SelfProcess::Accounted { pid } => p.pid != *pid,
             _ => true,
         })
         .filter(|p| p.gpu_memory_bytes.unwrap_or(0) > 0)

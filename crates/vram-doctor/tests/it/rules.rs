@@ -165,6 +165,54 @@ fn rule_5_without_a_self_line_the_smallest_process_holding_reserved_is_this_one(
 }
 
 #[test]
+fn rule_5_listed_processes_beyond_what_the_device_had_in_use_count_this_process() {
+    // runpod-workers/worker-vllm#40: one process listed, 44.28 GiB, far more than the 37.65 GiB
+    // PyTorch reserved (no `this process` line, a container). As another process it would have
+    // to fit beside this one's reservation: 44.28 + 37.65 GiB against 44.35 - 0.05 GiB in use.
+    // It cannot, so it is this process, and 6.63 GiB of it is outside PyTorch's cache.
+    let m = parse(&fixture("pytorch-2.1-container-accounted.txt")).unwrap();
+    assert_eq!(m.self_process, SelfProcess::Accounted { pid: 3663367 });
+    assert_eq!(m.this_process_bytes, Some(gib(44.28)));
+    assert!(m.other_processes.is_empty());
+    assert_eq!(
+        m.non_pytorch_bytes(),
+        Some(gib(44.28) - gib(37.38) - mib(275.68))
+    );
+    let d = doctor("pytorch-2.1-container-accounted.txt");
+    assert!(!has(&d, CauseKind::OtherProcesses), "{:#?}", d.causes);
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OutsidePytorch,
+        "{:#?}",
+        d.causes
+    );
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.contains("already count this process") && n.contains("Process 3663367")),
+        "{:?}",
+        d.notes
+    );
+    // The same process holding 6 GiB fits beside the reservation in what the device had in
+    // use: it is another process, and this one is not listed.
+    let m = parse(
+        &fixture("pytorch-2.1-container-accounted.txt")
+            .replace("has 44.28 GiB memory", "has 6.00 GiB memory"),
+    )
+    .unwrap();
+    assert_eq!(m.self_process, SelfProcess::NotListed);
+    assert_eq!(m.other_process_bytes(), 6 << 30);
+    // Listed processes beyond what is in use, but none holding the reservation: the figures
+    // name no process as this one, and none is taken.
+    let m = parse(&fixture("pytorch-2.1-container-accounted.txt").replace(
+        "Process 3663367 has 44.28 GiB memory in use.",
+        "Process 1 has 7.00 GiB memory in use. Process 2 has 7.00 GiB memory in use.",
+    ))
+    .unwrap();
+    assert_eq!(m.self_process, SelfProcess::NotListed);
+}
+
+#[test]
 fn rule_6_impossible_figures_get_a_note_and_a_consistent_diagnosis() {
     // 2^64 bytes of "reserved but unallocated": an underflowed counter.
     let d = doctor("pytorch-2.6-underflow.txt");
