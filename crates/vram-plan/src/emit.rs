@@ -82,7 +82,7 @@ fn refuse(engine: Engine, rule: impl Into<String>) -> Result<(), Refusal> {
 fn deepspeed_rules(engine: Engine, p: &Plan) -> Result<(), Refusal> {
     if p.pp > 1 {
         // deepspeed/__init__.py initialize: a PipelineEngine only for a PipelineModule; a
-        // plain nn.Module gets a DeepSpeedEngine, which never reads the `pipeline` section.
+        // plain nn.Module gets a DeepSpeedEngine, which never uses the `pipeline` section.
         return refuse(
             engine,
             "DeepSpeed 0.19.8 pipelines only a PipelineModule (deepspeed.initialize), which a \
