@@ -1040,6 +1040,15 @@ fn capacity_on_unseen_logs_round_five() {
     unseen_round("unseen-round5.json", "round 5", 0.22, 0.02);
 }
 
+/// Round 6 (`tests/data/serving/unseen-round6.json`: whole committed server logs, not issue
+/// excerpts: three vLLM 0.8.5 V0 fallbacks at TP 4 on four RTX 2080 Ti 22 GB, MoE fp16, a long
+/// eager dense start and AWQ; vLLM 0.11.2 on an H200), split the same way and committed before vram
+/// ran on it; its holdout is printed as it came out (BENCHMARKS.md, "sixth round").
+#[test]
+fn capacity_on_unseen_logs_round_six() {
+    unseen_round("unseen-round6.json", "round 6", 0.22, 0.02);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `fit_kv_bound`
 /// on the fit half's pool median).

@@ -739,7 +739,28 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // what to change, not as a cause the figures prove (it is not sufficient and no remedy is
     // enough); the figures' puzzle second. A free figure above the device (unified memory) is
     // not a reading of the device's free memory and stays unexplained alone.
-    let step_asks = unexplained && !neighbours && m.free_bytes <= m.total_bytes;
+    //
+    // Unless the device was idle: this process held no more than a couple of pages and the
+    // device reported all of its memory free (total less free within the figures' rounding:
+    // not even a context or a display held any). The refused request then met nothing the
+    // step could give back, neither live tensors nor a reservation nor a neighbour: what
+    // refused it is the platform (the largest single allocation a runtime places, a driver
+    // limit), and a smaller step is not what the figures point to. The figures' puzzle stands
+    // alone. A device with a context's or a display's memory in use (a small Windows card)
+    // keeps the step first: there the placement of a large allocation is what runs short.
+    let idle = reserved <= (2 * PAGE_BYTES).saturating_add(reserved_rounding)
+        && m.total_bytes.saturating_sub(m.free_bytes)
+            <= rounding(m.total_bytes).saturating_add(rounding(m.free_bytes));
+    if unexplained && idle {
+        notes.push(format!(
+            "nothing held the device: this process had {} reserved and {} of the {} was in use, yet a {} request was refused; only a limit of the platform (the largest single allocation the runtime places, a driver or quota limit) refuses that",
+            hb(reserved),
+            hb(m.total_bytes.saturating_sub(m.free_bytes)),
+            hb(m.total_bytes),
+            hb(req)
+        ));
+    }
+    let step_asks = unexplained && !neighbours && !idle && m.free_bytes <= m.total_bytes;
     if step_asks {
         causes.push((
             1,

@@ -70,6 +70,35 @@ fn rule_2_a_request_no_larger_than_free_is_not_explained() {
 }
 
 #[test]
+fn rule_2_on_an_idle_device_the_refusal_is_the_platforms() {
+    // Real (intel/torch-xpu-ops#3011): 4.66 GiB refused with the whole 5.65 GiB device free
+    // and 1.81 MiB reserved. Nothing held the device, so nothing the step could give back
+    // would have helped: the figures' puzzle alone, with a note naming the platform's limits.
+    let text = fixture("xpu-idle-device.txt");
+    let d = diagnose(&Inputs::new(parse(&text).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
+    assert!(!has(&d, CauseKind::StepTooLarge), "{:#?}", d.causes);
+    assert!(d
+        .notes
+        .iter()
+        .any(|n| n.contains("nothing held the device")));
+    // A context's worth in use on the device (0.25 GiB): not idle, the step first again.
+    let used = text.replace("of which 5.65 GiB is free", "of which 5.40 GiB is free");
+    let d = diagnose(&Inputs::new(parse(&used).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert_eq!(d.causes[1].kind, CauseKind::Unexplained, "{:#?}", d.causes);
+    assert!(!d
+        .notes
+        .iter()
+        .any(|n| n.contains("nothing held the device")));
+    // This process holding memory (8 MiB reserved, beyond two pages and the rounding): not
+    // idle either.
+    let held = text.replace("1.81 MiB is reserved", "8.00 MiB is reserved");
+    let d = diagnose(&Inputs::new(parse(&held).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+}
+
+#[test]
 fn rule_3_could_hold_is_reserved_plus_free() {
     // 20 GiB in pid 1111, 50 GiB in this process, 1 GiB free: 8.19 GiB of
     // the 79.19 GiB is in nothing listed (another container, the driver).
