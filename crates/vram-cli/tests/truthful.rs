@@ -1395,12 +1395,8 @@ fn text_json_and_html_of_batch_checkpoint_replay_and_plan_agree() {
     notes_agree("checkpoint", &text, &v, &html);
 
     // vram replay of a trace.
-    // One folder per call: tests run in parallel threads and several render the same kind.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("three-outputs")
-        .join(format!("{}-{call}", std::process::id()));
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("replay-trace");
+    std::fs::create_dir_all(&dir).unwrap();
     let pickle = dir.join("gpt2.pickle");
     let (code, _, err) = vram(&["trace", "gpt2", "--out", pickle.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
