@@ -290,9 +290,14 @@ impl Mechanism for Attention {
             })
         };
         let q = a.heads * a.head_dim * if a.q_gate { 2 } else { 1 };
-        let k = a.kv_heads * a.head_dim;
+        // A KV-shared layer (Gemma 4) builds no k/v projections (see `tensors`).
+        let k = if a.kv_shared {
+            0
+        } else {
+            a.kv_heads * a.head_dim
+        };
         let attn = if a.image_cross { "cross_attn" } else { n.attn };
-        let val = if a.k_eq_v {
+        let val = if a.k_eq_v || a.kv_shared {
             0
         } else {
             a.kv_heads * a.v_head_dim
@@ -301,7 +306,9 @@ impl Mechanism for Attention {
             module(format!("{}.{}", attn, n.qkv), q + k + val, h, 0);
         } else {
             module(format!("{}.{}", attn, n.q), q, h, 0);
-            module(format!("{}.{}", attn, n.k), k, h, 0);
+            if k > 0 {
+                module(format!("{}.{}", attn, n.k), k, h, 0);
+            }
             if val > 0 {
                 module(format!("{}.{}", attn, n.v), val, h, 0);
             }

@@ -357,6 +357,7 @@ mod tests {
             },
             residual: Residual::Sequential,
             extra: (Component::Other, 0),
+            per_layer_input: 0,
         }
     }
 
