@@ -1147,7 +1147,7 @@ pub fn block_layer(
             w.attn_s -= attn.attn_s;
             w.ew_s -= attn.ew_s;
             w.score_s -= attn.score_s;
-            let proj = other.linear_params(b.hidden) as f64;
+            let proj = other.active_params(b.hidden) as f64;
             o.gemm(n, proj / s.tp, 1.0, 1.0, s.fp32);
             if let Some(&g) = other.as_gdn() {
                 gated_delta_net(&mut o, s, g, r.kernels);
