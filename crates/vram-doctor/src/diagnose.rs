@@ -10,7 +10,7 @@ use vram_monitor::{ProcessSample, Sample};
 use vram_plan::cluster::Cluster;
 use vram_plan::{Pins, Request};
 
-use crate::message::{Layout, OomMessage, SelfProcess};
+use crate::message::{rounding, Layout, OomMessage, SelfProcess};
 use crate::stats::StatsDump;
 use crate::Result;
 
@@ -268,21 +268,6 @@ const TIGHT_SHARE: f64 = 0.05;
 /// request is not shown to fit the free memory unless free exceeds it by a page as well as
 /// the figures' rounding.
 const PAGE_BYTES: u64 = 2 << 20;
-
-/// Half a unit of the last digit `format_size` prints for `b` (two decimals of KiB, MiB or
-/// GiB; bytes exact): how far the exact figure may be from the printed one.
-fn rounding(b: u64) -> u64 {
-    const K: u64 = 1024;
-    if b <= K {
-        0
-    } else if b <= K * K {
-        K / 200
-    } else if b <= K * K * K {
-        K * K / 200
-    } else {
-        K * K * K / 200
-    }
-}
 
 fn pct(a: u64, b: u64) -> f64 {
     100.0 * a as f64 / b.max(1) as f64
@@ -562,6 +547,12 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             hb(m.this_process_bytes.unwrap_or(0)),
             hb(reserved)
         )),
+        SelfProcess::Accounted { pid } => notes.push(format!(
+            "the message has no `this process` line: the listed processes and the {} PyTorch reserved add up to more than the {} the device had in use, so NVML's figures already count this process; Process {pid} ({}) is taken as this process, the smallest listed process holding at least the reservation (a container: NVML's pids are the host's)",
+            hb(reserved),
+            hb(total.saturating_sub(free)),
+            hb(m.this_process_bytes.unwrap_or(0)),
+        )),
         SelfProcess::NotListed => notes.push(format!(
             "the message has no `this process` line and no listed process holds about the {} PyTorch reserved: this process is not among them, so every listed process is another one",
             hb(reserved)
@@ -577,7 +568,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         .filter(|p| Some(p.pid) != inp.self_pid)
         .filter(|p| !m.other_processes.iter().any(|q| q.pid == p.pid))
         .filter(|p| match &m.self_process {
-            SelfProcess::Chosen { pid } => p.pid != *pid,
+            SelfProcess::Chosen { pid } | SelfProcess::Accounted { pid } => p.pid != *pid,
             _ => true,
         })
         .filter(|p| p.gpu_memory_bytes.unwrap_or(0) > 0)
@@ -748,7 +739,28 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // what to change, not as a cause the figures prove (it is not sufficient and no remedy is
     // enough); the figures' puzzle second. A free figure above the device (unified memory) is
     // not a reading of the device's free memory and stays unexplained alone.
-    let step_asks = unexplained && !neighbours && m.free_bytes <= m.total_bytes;
+    //
+    // Unless the device was idle: this process held no more than a couple of pages and the
+    // device reported all of its memory free (total less free within the figures' rounding:
+    // not even a context or a display held any). The refused request then met nothing the
+    // step could give back, neither live tensors nor a reservation nor a neighbour: what
+    // refused it is the platform (the largest single allocation a runtime places, a driver
+    // limit), and a smaller step is not what the figures point to. The figures' puzzle stands
+    // alone. A device with a context's or a display's memory in use (a small Windows card)
+    // keeps the step first: there the placement of a large allocation is what runs short.
+    let idle = reserved <= (2 * PAGE_BYTES).saturating_add(reserved_rounding)
+        && m.total_bytes.saturating_sub(m.free_bytes)
+            <= rounding(m.total_bytes).saturating_add(rounding(m.free_bytes));
+    if unexplained && idle {
+        notes.push(format!(
+            "nothing held the device: this process had {} reserved and {} of the {} was in use, yet a {} request was refused; only a limit of the platform (the largest single allocation the runtime places, a driver or quota limit) refuses that",
+            hb(reserved),
+            hb(m.total_bytes.saturating_sub(m.free_bytes)),
+            hb(m.total_bytes),
+            hb(req)
+        ));
+    }
+    let step_asks = unexplained && !neighbours && !idle && m.free_bytes <= m.total_bytes;
     if step_asks {
         causes.push((
             1,

@@ -38,8 +38,9 @@
 //!    (PyTorch released every unsplit block and retried first): when live tensors plus the
 //!    request fit under the cap with room without it, [`CauseKind::Fragmentation`] leads;
 //! 5. without a `this process` line, the smallest listed process holding about
-//!    what PyTorch reserved, or none, and a note says which:
-//!    [`message::SelfProcess`];
+//!    what PyTorch reserved, or none, and a note says which; when the listed processes and
+//!    the reservation add up to more than the device had in use, one of them is this
+//!    process (the smallest holding at least the reservation): [`message::SelfProcess`];
 //! 6. impossible figures get a note and are set aside: [`Figures`]; on ROCm, free above the
 //!    total is system memory and the total (the carve-out) is the device; live tensors above
 //!    the card (Windows' shared GPU memory) make the step the cause, whatever the slack;

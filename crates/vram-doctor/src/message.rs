@@ -83,7 +83,19 @@ pub enum SelfProcess {
         /// Its pid as the message lists it.
         pid: u32,
     },
-    /// Processes are listed but none holds about what PyTorch reserved: this
+    /// No listed process holds about what PyTorch reserved, yet the listed
+    /// processes and PyTorch's reservation add up to more than the device
+    /// had in use (total − free) beyond the figures' rounding: NVML's figures
+    /// already count this process, so it is among them, under a pid from
+    /// another namespace. The smallest listed process holding at least the
+    /// reservation is taken as this one, and what it holds beyond the
+    /// reservation is this process's memory outside PyTorch.
+    Accounted {
+        /// Its pid as the message lists it.
+        pid: u32,
+    },
+    /// Processes are listed but none holds about what PyTorch reserved, and
+    /// they fit beside the reservation in what the device had in use: this
     /// process is not among them, and every listed one is another process.
     NotListed,
     /// The message lists no process at all (1.x/2.0 layouts, ROCm, no NVML).
@@ -541,7 +553,23 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
                 this_process_bytes = Some(me.bytes);
                 SelfProcess::Chosen { pid: me.pid }
             }
-            None => SelfProcess::NotListed,
+            // Every process NVML lists holds device memory, and so does this one (its
+            // reservation at least): if the listed ones and the reservation add up to more
+            // than the device has in use, one of the listed ones is this process.
+            None => match counts_this_process(
+                total_bytes,
+                free_bytes,
+                reserved_bytes,
+                reserved_rounding(allocated_bytes, unallocated),
+                &other_processes,
+            ) {
+                Some(i) => {
+                    let me = other_processes.remove(i);
+                    this_process_bytes = Some(me.bytes);
+                    SelfProcess::Accounted { pid: me.pid }
+                }
+                None => SelfProcess::NotListed,
+            },
         }
     };
     Ok(OomMessage {
@@ -566,6 +594,60 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
 /// (according to CUDA): F`, `PyTorch limit (set by user-supplied memory fraction) : L`, L
 /// printing as 2^64 bytes when no fraction is set). `text` follows `(out of memory)`; the
 /// device index precedes it (`Allocation on device N would ...`) and is not needed here.
+/// Half a unit of the last digit `format_size` prints for `b` (two decimals of KiB, MiB or
+/// GiB; bytes exact): how far the exact figure may be from the printed one.
+pub(crate) fn rounding(b: u64) -> u64 {
+    const K: u64 = 1024;
+    if b <= K {
+        0
+    } else if b <= K * K {
+        K / 200
+    } else if b <= K * K * K {
+        K * K / 200
+    } else {
+        K * K * K / 200
+    }
+}
+
+/// The rounding of a 2.1+ reservation, printed as two figures (allocated and unallocated).
+fn reserved_rounding(allocated: u64, unallocated: u64) -> u64 {
+    rounding(allocated).saturating_add(rounding(unallocated))
+}
+
+/// Which listed process, if any, must be this one by the message's own accounting: NVML
+/// lists processes by the memory they hold on the device, this process holds at least what
+/// PyTorch reserved, and together they cannot hold more than the device has in use
+/// (total − free). When the listed processes plus the reservation exceed it beyond every
+/// printed figure's rounding, this process is among the listed ones: the smallest one
+/// holding at least the reservation (its pid is from another namespace, a container's).
+/// `None` when the figures leave room for this process beside the listed ones, or no listed
+/// process could be it.
+fn counts_this_process(
+    total: u64,
+    free: u64,
+    reserved: u64,
+    reserved_rounding: u64,
+    listed: &[MessageProcess],
+) -> Option<usize> {
+    let in_use = total.saturating_sub(free);
+    let slack = listed.iter().fold(
+        rounding(total)
+            .saturating_add(rounding(free))
+            .saturating_add(reserved_rounding),
+        |a, p| a.saturating_add(rounding(p.bytes)),
+    );
+    let listed_bytes = listed.iter().fold(0u64, |a, p| a.saturating_add(p.bytes));
+    if listed_bytes.saturating_add(reserved) <= in_use.saturating_add(slack) {
+        return None;
+    }
+    listed
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.bytes.saturating_add(reserved_rounding) >= reserved)
+        .min_by_key(|(_, p)| p.bytes)
+        .map(|(i, _)| i)
+}
+
 fn async_layout(text: &str) -> Result<OomMessage> {
     let value = |label: &str, what: &str| -> Result<u64> {
         after(text, label)

@@ -485,8 +485,9 @@ pub struct CapacityArgs {
     #[arg(long, alias = "context-length")]
     pub max_model_len: Option<u64>,
     /// vLLM: most sequences per step [default for `vllm serve`: 1024 on >= 70 GiB GPUs but the
-    /// A100, else 256; vLLM v0.11.0 `engine/arg_utils.py` `_set_default_args`].
-    #[arg(long)]
+    /// A100, else 256; vLLM v0.11.0 `engine/arg_utils.py` `_set_default_args`]; SGLang
+    /// --max-running-requests (the request map's rows; SGLang v0.5.3 `init_memory_pool`).
+    #[arg(long, alias = "max-running-requests")]
     pub max_num_seqs: Option<u64>,
     /// vLLM: most tokens per step [default for `vllm serve`: 8192 on >= 70 GiB GPUs but the
     /// A100, else 2048; vLLM v0.11.0 `_set_default_args`].

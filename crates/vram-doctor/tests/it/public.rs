@@ -15,7 +15,8 @@ struct Case {
     /// 3: collected after every message of 1 and 2 had been seen; 4: collected after every
     /// message of 1-3 had been seen (issue 35's third round); 5: collected after every message
     /// of 1-4 had been seen (the fourth round); 6: collected after every message of 1-5 had been
-    /// seen (the fifth round).
+    /// seen (the fifth round); 7: collected after every message of 1-6 had been seen (the sixth
+    /// round); 8: collected after every message of 1-7 had been seen (the seventh round).
     batch: u8,
     label: String,
     message: String,
@@ -122,13 +123,23 @@ enum Group {
     Fit6,
     /// Batch 6's holdout: reported once, as it came out (10 / 12, on the rules of main 89571d2).
     Holdout6,
+    /// Batch 7's fit half (issue 35's sixth round): the rules may be fitted on it and on
+    /// everything above.
+    Fit7,
+    /// Batch 7's holdout: reported once, as it came out (14 / 15, on the rules of main 705a644).
+    Holdout7,
+    /// Batch 8's fit half (issue 35's seventh round): the rules may be fitted on it and on
+    /// everything above.
+    Fit8,
+    /// Batch 8's holdout: reported once, as it came out (12 / 19, on the rules of main 7fa280a).
+    Holdout8,
 }
 
 /// Each group's figure: (right top causes today, what it was reported at when it was unseen).
 /// Every group is pinned at today's figure (a change that moves one says so), and a holdout
 /// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
 /// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
-const FIGURES: [(Group, usize, Option<usize>); 11] = [
+const FIGURES: [(Group, usize, Option<usize>); 15] = [
     (Group::Fit1, 19, None),
     (Group::Holdout1, 20, Some(16)),
     (Group::Batch2, 5, Some(3)),
@@ -140,6 +151,10 @@ const FIGURES: [(Group, usize, Option<usize>); 11] = [
     (Group::Holdout5, 16, Some(13)),
     (Group::Fit6, 7, None),
     (Group::Holdout6, 11, Some(10)),
+    (Group::Fit7, 15, None),
+    (Group::Holdout7, 14, Some(14)),
+    (Group::Fit8, 11, None),
+    (Group::Holdout8, 12, Some(12)),
 ];
 
 /// Whether batch 4's halves have been run: (fit, holdout). Both stayed unrun until the labelled
@@ -167,6 +182,18 @@ const HOLDOUT3_RUN: bool = true;
 /// 89571d2, and came out at 10 / 12 (BENCHMARKS.md); the fit half was run after that.
 const RUN6: (bool, bool) = (true, true);
 
+/// Whether batch 7's halves have been run: (fit, holdout). Both stayed unrun until the labelled
+/// messages were committed (e18b85f); the holdout was then run first, once, on the rules of main
+/// 705a644, and came out at 14 / 15 (BENCHMARKS.md); the fit half was run after that, 15 / 17 at
+/// its first run.
+const RUN7: (bool, bool) = (true, true);
+
+/// Whether batch 8's halves have been run: (fit, holdout). Both stayed unrun until the labelled
+/// messages were committed (9c2f13b); the holdout was then run first, once, on the rules of main
+/// 7fa280a, and came out at 12 / 19 (BENCHMARKS.md); the fit half was run after that, 10 / 11 at
+/// its first run, 11 / 11 with the idle-device rule made on its one miss.
+const RUN8: (bool, bool) = (true, true);
+
 #[test]
 fn public_messages_fit_half_and_holdout() {
     let cases = cases();
@@ -192,6 +219,10 @@ fn public_messages_fit_half_and_holdout() {
             (5, _) => Group::Holdout5,
             (6, "fit") => Group::Fit6,
             (6, _) => Group::Holdout6,
+            (7, "fit") => Group::Fit7,
+            (7, _) => Group::Holdout7,
+            (8, "fit") => Group::Fit8,
+            (8, _) => Group::Holdout8,
             (b, _) => panic!("{}: no batch {b}", c.source),
         };
         if (group == Group::Holdout3 && !HOLDOUT3_RUN)
@@ -201,6 +232,10 @@ fn public_messages_fit_half_and_holdout() {
             || (group == Group::Holdout5 && !RUN5.1)
             || (group == Group::Fit6 && !RUN6.0)
             || (group == Group::Holdout6 && !RUN6.1)
+            || (group == Group::Fit7 && !RUN7.0)
+            || (group == Group::Holdout7 && !RUN7.1)
+            || (group == Group::Fit8 && !RUN8.0)
+            || (group == Group::Holdout8 && !RUN8.1)
         {
             continue;
         }

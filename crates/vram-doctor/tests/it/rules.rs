@@ -70,6 +70,35 @@ fn rule_2_a_request_no_larger_than_free_is_not_explained() {
 }
 
 #[test]
+fn rule_2_on_an_idle_device_the_refusal_is_the_platforms() {
+    // Real (intel/torch-xpu-ops#3011): 4.66 GiB refused with the whole 5.65 GiB device free
+    // and 1.81 MiB reserved. Nothing held the device, so nothing the step could give back
+    // would have helped: the figures' puzzle alone, with a note naming the platform's limits.
+    let text = fixture("xpu-idle-device.txt");
+    let d = diagnose(&Inputs::new(parse(&text).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
+    assert!(!has(&d, CauseKind::StepTooLarge), "{:#?}", d.causes);
+    assert!(d
+        .notes
+        .iter()
+        .any(|n| n.contains("nothing held the device")));
+    // A context's worth in use on the device (0.25 GiB): not idle, the step first again.
+    let used = text.replace("of which 5.65 GiB is free", "of which 5.40 GiB is free");
+    let d = diagnose(&Inputs::new(parse(&used).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert_eq!(d.causes[1].kind, CauseKind::Unexplained, "{:#?}", d.causes);
+    assert!(!d
+        .notes
+        .iter()
+        .any(|n| n.contains("nothing held the device")));
+    // This process holding memory (8 MiB reserved, beyond two pages and the rounding): not
+    // idle either.
+    let held = text.replace("1.81 MiB is reserved", "8.00 MiB is reserved");
+    let d = diagnose(&Inputs::new(parse(&held).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+}
+
+#[test]
 fn rule_3_could_hold_is_reserved_plus_free() {
     // 20 GiB in pid 1111, 50 GiB in this process, 1 GiB free: 8.19 GiB of
     // the 79.19 GiB is in nothing listed (another container, the driver).
@@ -162,6 +191,54 @@ fn rule_5_without_a_self_line_the_smallest_process_holding_reserved_is_this_one(
         "{:#?}",
         d.causes
     );
+}
+
+#[test]
+fn rule_5_listed_processes_beyond_what_the_device_had_in_use_count_this_process() {
+    // runpod-workers/worker-vllm#40: one process listed, 44.28 GiB, far more than the 37.65 GiB
+    // PyTorch reserved (no `this process` line, a container). As another process it would have
+    // to fit beside this one's reservation: 44.28 + 37.65 GiB against 44.35 - 0.05 GiB in use.
+    // It cannot, so it is this process, and 6.63 GiB of it is outside PyTorch's cache.
+    let m = parse(&fixture("pytorch-2.1-container-accounted.txt")).unwrap();
+    assert_eq!(m.self_process, SelfProcess::Accounted { pid: 3663367 });
+    assert_eq!(m.this_process_bytes, Some(gib(44.28)));
+    assert!(m.other_processes.is_empty());
+    assert_eq!(
+        m.non_pytorch_bytes(),
+        Some(gib(44.28) - gib(37.38) - mib(275.68))
+    );
+    let d = doctor("pytorch-2.1-container-accounted.txt");
+    assert!(!has(&d, CauseKind::OtherProcesses), "{:#?}", d.causes);
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OutsidePytorch,
+        "{:#?}",
+        d.causes
+    );
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.contains("already count this process") && n.contains("Process 3663367")),
+        "{:?}",
+        d.notes
+    );
+    // The same process holding 6 GiB fits beside the reservation in what the device had in
+    // use: it is another process, and this one is not listed.
+    let m = parse(
+        &fixture("pytorch-2.1-container-accounted.txt")
+            .replace("has 44.28 GiB memory", "has 6.00 GiB memory"),
+    )
+    .unwrap();
+    assert_eq!(m.self_process, SelfProcess::NotListed);
+    assert_eq!(m.other_process_bytes(), 6 << 30);
+    // Listed processes beyond what is in use, but none holding the reservation: the figures
+    // name no process as this one, and none is taken.
+    let m = parse(&fixture("pytorch-2.1-container-accounted.txt").replace(
+        "Process 3663367 has 44.28 GiB memory in use.",
+        "Process 1 has 7.00 GiB memory in use. Process 2 has 7.00 GiB memory in use.",
+    ))
+    .unwrap();
+    assert_eq!(m.self_process, SelfProcess::NotListed);
 }
 
 #[test]

@@ -93,6 +93,23 @@ pub(super) fn vllm_mxfp4_layout(k: &Knobs, gpu: &Gpu) -> (&'static str, u64, u64
     }
 }
 
+/// Whether vLLM's Triton MXFP4 path keeps a second, padded copy of the experts' scales
+/// (`Mxfp4MoEMethod.process_weights_after_loading`, Triton branch, and `_swizzle_mxfp4` in
+/// `quantization/utils/mxfp4_utils.py`, read at v0.11.0 and v0.14.1): the kernel's scale is
+/// `convert_layout(wrap_torch_tensor(scale), scale_layout)`, and `layer.w13_weight_scale` /
+/// `w2_weight_scale` stay registered (only the weights are deleted). On Hopper with torch
+/// older than 2.8.1 the layout is triton_kernels' `StridedLayout`, whose `swizzle_data`
+/// returns its input (a view: one copy); with torch 2.8.1 or newer it is `HopperMXScaleLayout`,
+/// whose `swizzle_data` makes a contiguous copy padded to 2 × num_warps × 2 × 8 = 256 rows
+/// and an even number of scale columns (triton_kernels' `layout_details/hopper_scale.py`, the
+/// `HopperMXScaleLayout(shape, mx_axis, num_warps)` class that this `convert_layout` API
+/// constructs). vLLM 0.11.0 pins torch 2.8.0; 0.11.1 and later pin torch 2.9.0 (the wheels'
+/// `Requires-Dist`), so the copy is there from 0.11.1 on Hopper. ROCm's gfx950 scale layout
+/// copies too; vram does not tell gfx950 apart and leaves it out.
+pub(super) fn vllm_mxfp4_scales_copied(k: &Knobs, gpu: &Gpu) -> bool {
+    vllm_mxfp4_layout(k, gpu).0 == "Triton" && Engine::Vllm.version_in_force(k) >= [0, 11, 1]
+}
+
 /// vLLM before 0.8 absorbs MLA's up-projections into the query and output projections at load
 /// (`VLLM_MLA_PERFORM_MATRIX_ABSORPTION`, default 1: `W_Q_UK = einsum(W_Q, W_UK)` and `W_UV_O =
 /// einsum(W_UV, W_O)`, kept in the activation dtype beside the checkpoint's own weights,

@@ -210,7 +210,7 @@ pub struct Knobs {
     pub gpu_memory_utilization: Option<f64>,
     /// `--max-model-len` (SGLang `--context-length`); default the model's positions.
     pub max_model_len: Option<u64>,
-    /// vLLM `--max-num-seqs`.
+    /// vLLM `--max-num-seqs`; SGLang `--max-running-requests`.
     pub max_num_seqs: Option<u64>,
     /// vLLM `--max-num-batched-tokens`.
     pub max_num_batched_tokens: Option<u64>,
@@ -475,7 +475,10 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
     validate(t, knobs)?;
     match engine {
         Engine::Vllm => vllm(t, gpu, knobs),
-        Engine::Sglang => Ok(sglang(t, gpu, knobs)),
+        Engine::Sglang => {
+            sglang_refuses(knobs)?;
+            Ok(sglang(t, gpu, knobs))
+        }
     }
 }
 

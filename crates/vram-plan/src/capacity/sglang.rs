@@ -16,6 +16,29 @@ pub(super) const SGLANG_SWA_FULL_TOKENS_RATIO: f64 = 0.8;
 /// of the KV memory against the token pool's.
 pub(super) const SGLANG_MAMBA_FULL_MEMORY_RATIO: f64 = 0.9;
 
+/// SGLang's start-up check on its request budget, the counterpart of vLLM's
+/// `max_num_batched_tokens >= max_num_seqs` (`SchedulerConfig`). SGLang 0.4.5.post3 and 0.5.3
+/// have no check between `--chunked-prefill-size` and `--max-running-requests` in
+/// `server_args.py` (a decode step is not bounded by the prefill chunk); what refuses a
+/// request budget is `TpModelWorker.__init__` (`managers/tp_worker.py` at both tags):
+/// `max_running_requests = min(--max-running-requests // (dp_size with DP attention, else 1),
+/// req_to_token_pool.size)`, then `assert self.max_running_requests > 0, "max_running_request
+/// is zero"`. With `--enable-dp-attention` and fewer running requests than `--dp-size` the
+/// quotient is 0 whatever the memory, so this is refused from the flags alone (after the
+/// weights and pools are allocated, so the engine never serves).
+pub(super) fn sglang_refuses(k: &Knobs) -> Result<()> {
+    if let Some(m) = k.max_num_seqs {
+        let per_rank = m / if k.dp_attention { k.dp.max(1) } else { 1 };
+        if per_rank == 0 {
+            return Err(Error::Capacity(format!(
+                "SGLang refuses this: AssertionError: max_running_request is zero (TpModelWorker: --max-running-requests {m} // --dp-size {} with DP attention; raise --max-running-requests to at least --dp-size)",
+                k.dp
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let total = gpu.memory_bytes;
     let gpu_mib = (total / MIB) as f64;
@@ -147,12 +170,14 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     }
     // The request-to-token map (`ReqToTokenPool`, `model_runner.init_memory_pool`, read at
     // 0.4.5.post3 and 0.5.3): int32 rows of `context_len + 4` for `max_num_reqs` requests
-    // (`min(max(max_total_num_tokens / context_len × 512, 2048), 4096)` without
-    // `--max-running-requests`; one more row in 0.4), allocated after the pool is sized and
+    // (`min(max(max_total_num_tokens / context_len × 512, 2048), 4096)`, or
+    // `--max-running-requests` as given; one more row in 0.4), allocated after the pool is sized and
     // before the pool itself, from the memory the weights left. It is not in the profile, so a
     // long context can leave no room for it beside the pool (Llama 4 Scout's 10M positions at
     // 2,049 rows: 80.04 GiB, sglang#5755's "Tried to allocate 80.04 GiB").
-    let max_num_reqs = ((tokens as f64 / max_len as f64 * 512.0) as u64).clamp(2048, 4096);
+    let max_num_reqs = k
+        .max_num_seqs
+        .unwrap_or(((tokens as f64 / max_len as f64 * 512.0) as u64).clamp(2048, 4096));
     let req_to_token = (max_num_reqs + u64::from(v04)) * (max_len + 4) * 4;
     let free_after_load = (post.max(0.0) * GIB) as u64;
     let mamba_bytes = mamba_slots.map_or(0, |n| n * per_req);
@@ -241,7 +266,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             },
             "free memory before loading: the device total less the CUDA context (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
-            "the request-to-token map (ReqToTokenPool, read at 0.4.5.post3 and 0.5.3): (max_num_reqs + 1 in 0.4) x (context_len + 4) int32, max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096), allocated before the pool from what the weights left; the start fails when it and the pool do not both fit",
+            "the request-to-token map (ReqToTokenPool, read at 0.4.5.post3 and 0.5.3): (max_num_reqs + 1 in 0.4) x (context_len + 4) int32, max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096) or --max-running-requests, allocated before the pool from what the weights left; the start fails when it and the pool do not both fit",
         ]
         .into_iter()
         .chain(

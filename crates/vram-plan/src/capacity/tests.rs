@@ -54,6 +54,44 @@ fn vllm_refuses_a_step_budget_below_the_sequences() {
     assert!(!refused(&at([0, 10, 1], Some(512))));
 }
 
+/// SGLang has no counterpart of vLLM's step-budget check in `server_args.py` (0.4.5.post3,
+/// 0.5.3); `TpModelWorker` asserts `max_running_requests > 0` after dividing
+/// `--max-running-requests` by `--dp-size` under DP attention. Fewer requests than DP ranks is
+/// refused with the engine's message; as many is not. `--max-running-requests` also sets the
+/// request map's rows (`init_memory_pool`), which the pool's share is taken beside.
+#[test]
+fn sglang_refuses_fewer_running_requests_than_dp_ranks() {
+    let t = model("deepseek-v3");
+    let gpu = vram_model::gpu::lookup("h200").unwrap();
+    let at = |m: Option<u64>, dp_attention: bool| Knobs {
+        max_num_seqs: m,
+        tp: 8,
+        dp: 8,
+        dp_attention,
+        max_model_len: Some(4096),
+        ..Knobs::default()
+    };
+    match capacity(&t, gpu, Engine::Sglang, &at(Some(4), true)) {
+        Err(Error::Capacity(m)) => {
+            assert!(
+                m.contains("AssertionError: max_running_request is zero"),
+                "{m}"
+            );
+            assert_eq!(m.lines().count(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(capacity(&t, gpu, Engine::Sglang, &at(Some(8), true)).is_ok());
+    // Without DP attention the requests are not divided.
+    assert!(capacity(&t, gpu, Engine::Sglang, &at(Some(4), false)).is_ok());
+    // The map's rows follow --max-running-requests: 64 rows leave more for the pool than the
+    // default 2,048 or more, never less.
+    let small = capacity(&t, gpu, Engine::Sglang, &at(Some(64), true)).unwrap();
+    let default = capacity(&t, gpu, Engine::Sglang, &at(None, true)).unwrap();
+    assert_eq!(small.kv_cache_tokens, default.kv_cache_tokens);
+    assert!(small.starts && default.starts);
+}
+
 #[test]
 fn bad_knobs_are_refused() {
     let t = llama3();
@@ -854,9 +892,61 @@ fn mxfp4_marlin_layout_pads_the_experts() {
         Engine::Vllm,
     );
     let per_layer = (128 * 3 * (3072 * 2944 - 2880 * 2880)) as f64 * (0.5 + 1.0 / 32.0);
-    assert_eq!(marlin - triton, per_layer as u64 * 36);
+    let triton_extras = mxfp4_triton_extras(
+        &t,
+        &Knobs {
+            engine_version: Some([0, 14, 1]),
+            ..k
+        },
+        h100,
+    );
+    assert_eq!(marlin + triton_extras - triton, per_layer as u64 * 36);
     // SGLang is not vLLM: no vLLM layout.
-    assert_eq!(weights_per_gpu(&t, &k, h100, Engine::Sglang), triton);
+    assert_eq!(
+        weights_per_gpu(&t, &k, h100, Engine::Sglang),
+        triton - triton_extras
+    );
+}
+
+/// vLLM's Triton MXFP4 path on Hopper (read at v0.11.0 and v0.14.1): the expert biases become
+/// fp32 (one more bf16 copy of `[E, 2I]` + `[E, H]`), and from 0.11.1 (torch 2.9.0, so
+/// triton_kernels' `HopperMXScaleLayout`) the scales are held twice, the copy padded to 256
+/// rows and an even number of columns. gpt-oss-120b: 36 layers x 128 experts; w13 scales
+/// 5760 -> 5888 rows x 90, w2 2880 -> 3072 rows x 90; biases (5760 + 2880) x 2 bytes.
+/// 0.11.0 pins torch 2.8.0 (StridedLayout, a view): only the biases.
+#[test]
+fn mxfp4_triton_holds_fp32_biases_and_a_padded_scale_copy() {
+    let t = model("gpt-oss-120b");
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |v: [u32; 3], tp: u64| {
+        let k = Knobs {
+            engine_version: Some(v),
+            tp,
+            ..Knobs::default()
+        };
+        mxfp4_triton_extras(&t, &k, h100)
+    };
+    let bias = (5760 + 2880) * 2;
+    let scales = 5888 * 90 + 3072 * 90;
+    assert_eq!(at([0, 14, 1], 1), 36 * 128 * (bias + scales));
+    assert_eq!(at([0, 11, 1], 1), 36 * 128 * (bias + scales));
+    assert_eq!(at([0, 11, 0], 1), 36 * 128 * bias);
+    // TP 2: intermediate 1440 per GPU, padded to 1472 (64); w13 2944 -> 3072 rows x 90, w2
+    // 2880 -> 3072 rows x 46; biases (2944 + 2880) x 2 bytes.
+    assert_eq!(
+        at([0, 19, 0], 2),
+        36 * 128 * ((2944 + 2880) * 2 + 3072 * 90 + 3072 * 46)
+    );
+    // Marlin (Hopper before 0.11, Ampere) and FlashInfer hold neither.
+    assert_eq!(at([0, 10, 1], 1), 0);
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let k = Knobs {
+        engine_version: Some([0, 19, 0]),
+        ..Knobs::default()
+    };
+    assert_eq!(mxfp4_triton_extras(&t, &k, a100), 0);
+    // A model without MXFP4 experts' biases or experts: nothing.
+    assert_eq!(mxfp4_triton_extras(&llama3(), &k, h100), 0);
 }
 
 #[test]

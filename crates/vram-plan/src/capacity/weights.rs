@@ -41,7 +41,11 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
     if engine != Engine::Vllm {
         return base;
     }
-    let padding = if mxfp4 { mxfp4_padding(t, k, gpu) } else { 0 };
+    let padding = if mxfp4 {
+        mxfp4_padding(t, k, gpu) + mxfp4_triton_extras(t, k, gpu)
+    } else {
+        0
+    };
     base + padding + mla_absorbed_bytes(t, k)
 }
 
@@ -106,6 +110,52 @@ pub(super) fn mxfp4_padding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
     let layers_here = t.layers().div_ceil(k.pp);
     let bytes = 0.5 + 1.0 / 32.0;
     ((padded - plain) as f64 * bytes) as u64 * layers_here
+}
+
+/// Bytes vLLM's Triton MXFP4 path (Hopper from 0.11, ROCm) holds beyond the stored experts on
+/// the most loaded GPU (`Mxfp4MoEMethod.process_weights_after_loading`, Triton branch, read at
+/// v0.11.0 and v0.14.1):
+/// - the expert biases become fp32 (`layer.w13_bias.to(torch.float32)` replaces the bf16
+///   parameter): one more model-dtype copy of `[E, 2I]` and `[E, H]`;
+/// - where the kernel's scale layout copies ([`engine::vllm_mxfp4_scales_copied`]), the
+///   scales twice: the registered `[E, N, K/32]` bytes and the swizzled copy, its `N` rows
+///   padded to 256 and its `K/32` columns to an even count (`HopperMXScaleLayout`).
+///
+/// `N`/`K` are the expert matrices as the Triton layout holds them: `w13` is `[2I, H]` and
+/// `w2` `[H, I]`, the per-GPU intermediate size padded to 64.
+pub(super) fn mxfp4_triton_extras(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
+    let (kernel, im, _) = engine::vllm_mxfp4_layout(k, gpu);
+    if !kernel.contains("Triton") {
+        return 0;
+    }
+    let Some(moe) = t.blocks.kinds.iter().find_map(|kind| kind.ffn.moe()) else {
+        return 0;
+    };
+    let (etp, _) = expert_split(k);
+    let experts = moe
+        .experts
+        .div_ceil(if k.expert_parallel { etp } else { 1 });
+    let inter = if k.expert_parallel {
+        moe.expert_intermediate
+    } else {
+        moe.expert_intermediate.div_ceil(k.tp)
+    };
+    let i_pad = inter.div_ceil(im) * im;
+    let h = t.hidden();
+    let up_rows = if moe.gated { 2 * i_pad } else { i_pad };
+    let bias = if moe.expert_bias {
+        (up_rows + h) * k.dtype_bytes
+    } else {
+        0
+    };
+    let scales = if engine::vllm_mxfp4_scales_copied(k, gpu) {
+        let round = |x: u64, m: u64| x.div_ceil(m) * m;
+        round(up_rows, 256) * round(h.div_ceil(32), 2)
+            + round(h, 256) * round(i_pad.div_ceil(32), 2)
+    } else {
+        0
+    };
+    experts * (bias + scales) * t.layers().div_ceil(k.pp)
 }
 
 /// How the experts are split: `(ways, whole)`: vLLM with `--enable-expert-parallel` spreads
