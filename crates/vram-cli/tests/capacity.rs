@@ -1091,6 +1091,15 @@ fn capacity_on_unseen_logs_round_five() {
     unseen_round("unseen-round5.json", "round 5", 0.22, 0.02);
 }
 
+/// Round 6 (`tests/data/serving/unseen-round6.json`: whole committed server logs, not issue
+/// excerpts: three vLLM 0.8.5 V0 fallbacks at TP 4 on four RTX 2080 Ti 22 GB, MoE fp16, a long
+/// eager dense start and AWQ; vLLM 0.11.2 on an H200), split the same way and committed before vram
+/// ran on it; its holdout is printed as it came out (BENCHMARKS.md, "sixth round").
+#[test]
+fn capacity_on_unseen_logs_round_six() {
+    unseen_round("unseen-round6.json", "round 6", 0.22, 0.02);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `fit_kv_bound`
 /// on the fit half's pool median).
@@ -1260,4 +1269,51 @@ fn the_changes_tried_are_the_engines_own() {
         "{text}"
     );
     assert!(!text.contains("enforce-eager"), "{text}");
+}
+
+/// The header names the KV cache's element type as the engine resolves `auto`: the `--dtype`
+/// given, else the config's (a float16 config stays float16; vLLM v0.11.0 `_resolve_auto_dtype`).
+#[test]
+fn the_header_names_the_kv_dtype_the_engine_resolves() {
+    let cfg = data().join("configs/deepseek-r1-0528-qwen3-8b.json");
+    let cfg = cfg.to_str().unwrap();
+    let head = |extra: &[&str]| {
+        let mut a = vec!["capacity", cfg, "--gpu", "a100-80g"];
+        a.extend_from_slice(extra);
+        let (code, out, err) = vram(&args(&a));
+        assert_eq!(code, 0, "{err}");
+        out.lines().next().unwrap().to_string()
+    };
+    assert!(head(&["--dtype", "float16"]).ends_with("KV cache float16 (auto)"));
+    assert!(head(&["--dtype", "bfloat16"]).ends_with("KV cache bf16 (auto)"));
+    assert!(head(&["--kv-cache-dtype", "fp8"]).ends_with("KV cache fp8"));
+    // This config ships bfloat16.
+    assert!(head(&[]).ends_with("KV cache bf16 (auto)"));
+    // A config that ships float16 (as Llama 2 and CodeLlama did) keeps it under `auto`.
+    let shipped = std::fs::read_to_string(data().join("configs/deepseek-r1-0528-qwen3-8b.json"))
+        .unwrap()
+        .replace(
+            "\"torch_dtype\": \"bfloat16\"",
+            "\"torch_dtype\": \"float16\"",
+        );
+    assert!(shipped.contains("\"float16\""));
+    let dir = std::env::temp_dir().join(format!("vram-kv-dtype-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f16 = dir.join("config.json");
+    std::fs::write(&f16, shipped).unwrap();
+    let (code, out, err) = vram(&args(&[
+        "capacity",
+        f16.to_str().unwrap(),
+        "--gpu",
+        "a100-80g",
+    ]));
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .ends_with("KV cache float16 (auto)"),
+        "{out}"
+    );
 }

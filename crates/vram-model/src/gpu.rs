@@ -134,14 +134,29 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "l40s",
         name: "NVIDIA L40S 48GB",
-        memory_bytes: 46_068 * MIB,
+        // 44.39 GiB (47,663,399,567 B to the printed hundredth of a GiB): ECC is on by default on
+        // the L40S, so torch sees less than the L20's 47.50 GiB on the same 48 GB of GDDR6.
+        memory_bytes: 47_663_399_567,
         half_tflops: 362.05,
         fp32_tflops: 91.6,
         hbm_gb_s: 864.0,
         bf16: true,
         sm_major: 8,
         sm_minor: 9,
-        memory_source: "unverified: 46068 MiB as nvidia-smi lists the L40S",
+        memory_source: "torch: vLLM 0.6.6.post1's total_gpu_memory (44.39GiB) on each of an EC2 g6e.48xlarge's eight L40S (InternVL3-78B at TP 8; gnosia93/vlm-distillation's EC2 inference notes, code index id 54553382182; not a capacity case)",
+    },
+    Gpu {
+        id: "l20",
+        name: "NVIDIA L20 48GB",
+        // 47.503 GiB: total_memory / 2^30 as Unsloth's banner prints it ("Max memory").
+        memory_bytes: 51_005_957_865,
+        half_tflops: 119.5,
+        fp32_tflops: 59.8,
+        hbm_gb_s: 864.0,
+        bf16: true,
+        sm_major: 8,
+        sm_minor: 9,
+        memory_source: "torch: Unsloth 2025.9.4's banner 'NVIDIA L20. Num GPUs = 1. Max memory: 47.503 GB' (torch.cuda.get_device_properties(0).total_memory / 2^30) in a fork of Infrasys-AI/AIInfra's Qwen3-4B fine-tuning notebook (04Train/05FineTune/Code01Qwen3SFT, code index id 3746197032)",
     },
     Gpu {
         id: "rtx-3090",
@@ -670,6 +685,7 @@ mod tests {
             ("t4", 14.74),
             ("mi300x", 191.98),
             ("b200", 178.35),
+            ("l40s", 44.39),
         ] {
             assert_eq!(gib(id), want, "{id}");
             assert!(
@@ -678,6 +694,14 @@ mod tests {
             );
         }
         assert_eq!(lookup("h200").unwrap().memory_bytes, 150_109_880_320);
+        // The L20 as Unsloth's banner prints torch's total (GiB to three decimals): 3.1 GiB more
+        // than the L40S, whose ECC takes its share of the same 48 GB (round 6 of issue 35).
+        let l20 = lookup("l20").unwrap();
+        assert_eq!(
+            (l20.memory_bytes as f64 / (1u64 << 30) as f64 * 1000.0).round() / 1000.0,
+            47.503
+        );
+        assert!(l20.memory_source.starts_with("torch") && (l20.sm_major, l20.sm_minor) == (8, 9));
     }
 
     /// The H200's figures as measured (vramkit's shared ground truth, 2026-11-27): capacity as

@@ -34,9 +34,9 @@
 //!   `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` with `pow` in fp32 under autocast), the gate
 //!   product of gated MLPs, T5's cast of the `wo` input to the weight's dtype.
 //! - **MoE**: router GEMM, softmax/sigmoid, top-k, normalisation, then the experts as
-//!   transformers 5.x runs them (`grouped_mm_experts_forward`, integrations/moe.py, 5.17:
-//!   `sort`, `histc`, `cumsum`, a gather of the `tokens · top_k` rows, the sentinel
-//!   `masked_fill`s, one `torch._grouped_mm` for gate/up and one for down, the routing
+//!   transformers 5.24 runs them (`grouped_mm_experts_forward`, integrations/moe.py:
+//!   `sort`, `histc`, `cumsum`, a gather of the `tokens · top_k` rows (the sentinel
+//!   `masked_fill`s only under expert parallelism), one `torch._grouped_mm` for gate/up and one for down, the routing
 //!   weights' product (fp32 where the router keeps them), the inverse permutation and the sum
 //!   over top-k), Llama 4's every-token-through-every-expert `bmm`s, or, for a
 //!   [`Dispatch::Loop`] description, the old Python loop over the experts hit after `nonzero`
@@ -683,6 +683,24 @@ pub fn layer(
     precision: Precision,
     cross: Option<f64>,
 ) -> Work {
+    walk_layer(b, blk, s, r, attention, precision, cross, true)
+}
+
+/// [`layer`], with its self-attention's own operators (projections, QK-norm, rotary, the
+/// attention, the output projection) left out when `self_attention` is false: what a layer
+/// whose mixer is not softmax attention (MLA, Gated DeltaNet, Mamba2) keeps of the walk, its
+/// norms, residual adds and MLP, before [`block_layer`] adds the mixer's own operators.
+#[allow(clippy::too_many_arguments)]
+fn walk_layer(
+    b: &Blocks,
+    blk: &Block,
+    s: &Shape,
+    r: &Rates<'_>,
+    attention: Attention,
+    precision: Precision,
+    cross: Option<f64>,
+    self_attention: bool,
+) -> Work {
     let mut o = Ops {
         r,
         w: Work::default(),
@@ -801,6 +819,14 @@ pub fn layer(
         let heads = t.heads as f64 / s.tp;
         let b = (n / s.seq).max(1.0);
         let kv_len = kv_tokens / b;
+        if kernel == AttnKernel::Eager && t.kv_heads < t.heads {
+            // `eager_attention_forward`'s `repeat_kv`: the keys and values expanded to every
+            // head and copied (`reshape` of an `expand`), two kernels reading the K/V width and
+            // writing the query width (counted on the meta device: gpt-oss's two `clone`s a
+            // layer). SDPA's own `repeat_kv` (with a mask, `use_gqa_in_sdpa`) is not priced:
+            // the meta-device count of Gemma 3's sliding layers shows none.
+            o.ew(kv_tokens, 2.0 * (kv + q) * a, 2.0);
+        }
         match kernel {
             AttnKernel::Flash | AttnKernel::MemEfficient => {
                 // Causal self-attention skips the masked half of the tiles.
@@ -829,8 +855,11 @@ pub fn layer(
                     // autocast's fp32 softmax: cast, softmax, cast back
                     per += (a + 4.0) + 8.0 + (4.0 + a);
                     k += 3.0;
-                } else if t.softmax_upcast && a < 4.0 {
-                    // softmax(dtype=float32).to(dtype)
+                } else if t.softmax_upcast && a < 4.0 && !t.sinks {
+                    // softmax(dtype=float32).to(dtype); gpt-oss's sinks softmax keeps the
+                    // scores' dtype (`F.softmax(combined_logits, dtype=combined_logits.dtype)`:
+                    // 4 bytes a score element read and written in bf16, counted on the meta
+                    // device), below.
                     per += (a + 4.0) + (4.0 + a);
                     k += 2.0;
                 } else {
@@ -866,6 +895,8 @@ pub fn layer(
         // transpose(1, 2).reshape: a copy of the attention output, then o_proj.
         o.ew(n * q, 2.0 * a, 1.0);
         o.gemm(n, q, h, 1.0, s.fp32);
+    };
+    let residual = |o: &mut Ops<'_, '_>| {
         dropout(o, n * hs, p_hidden);
         o.ew(n * hs, 2.0 * rb + a, 1.0); // residual add
     };
@@ -932,6 +963,8 @@ pub fn layer(
                     fp32_weights: m.router_weights_fp32,
                     dtype: expert_dtype(s, precision),
                     bias: m.expert_bias,
+                    router_kernels: m.router_kernels(),
+                    fp32_router_input: m.fp32_router_input(),
                 },
             );
         } else {
@@ -942,10 +975,14 @@ pub fn layer(
     };
 
     norm(&mut o);
-    attn(&mut o, n, true);
+    if self_attention {
+        attn(&mut o, n, true);
+    }
+    residual(&mut o);
     if let Some(enc) = cross {
         norm(&mut o);
         attn(&mut o, enc, false);
+        residual(&mut o);
     }
     // Sequential blocks norm the attention block's output; GPT-NeoX's parallel residual
     // norms the layer input twice (x + attn(ln1(x)) + mlp(ln2(x))): the same work.
@@ -973,6 +1010,10 @@ struct ExpertsShape {
     dtype: ExpertDtype,
     /// Biases on the expert projections, with gpt-oss's clamped SwiGLU (`GptOssExperts._apply_gate`).
     bias: bool,
+    /// Kernels of the router, its GEMM included (`Moe::router_kernels`).
+    router_kernels: f64,
+    /// The router casts its input to fp32 and multiplies in fp32.
+    fp32_router_input: bool,
 }
 
 /// The experts' weight dtype in `precision` with `s`'s residual/weight bytes: fp32 under
@@ -995,11 +1036,11 @@ fn expert_dtype(s: &Shape, precision: Precision) -> ExpertDtype {
 /// DeepSeek-V3, gpt-oss...; read at 5.17.0, the version the H100 steps were measured with):
 /// `sort` of the `S = tokens · top_k` expert ids, `perm // top_k`, the gather
 /// `hidden_states[perm // top_k]` and `sample_weights[perm]`, `histc`/`cumsum` for the offsets,
-/// the sentinel mask and `clamp_`, `masked_fill_` of the gathered rows, the gate/up
-/// [`Rates::grouped_mm`] and its `masked_fill`, the activation and gate product, the down
-/// grouped GEMM and its `masked_fill`, the routing weights' product (promoted to fp32 where the
-/// router keeps them), `inv_perm` (`arange` and an index put), `weighted_out[inv_perm]`, the sum
-/// over top-k and the cast back. 5.24 keeps the three `masked_fill`s only under expert
+/// the gate/up [`Rates::grouped_mm`], the activation and gate product, the down grouped GEMM,
+/// the routing weights' product (promoted to fp32 where the router keeps them), `inv_perm`
+/// (`arange` and an index put), `weighted_out[inv_perm]`, the sum over top-k and the cast back.
+/// 5.17 also masked the sentinel rows (`clamp_`, a `masked_fill_` of the gathered rows and one
+/// of each grouped GEMM's output); 5.24, what is priced, does so only under expert
 /// parallelism. `grouped_mm` is not an autocast operator and `_grouped_mm` casts its input to
 /// the weight's dtype, so under autocast (fp32 weights) the whole expert path runs in fp32,
 /// and on `_grouped_mm_fallback` ([`Rates::grouped_mm`]).
@@ -1010,8 +1051,15 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
     let a = s.act;
     let e = m.experts;
     let up = if m.gated { 2.0 * m.inner } else { m.inner };
-    o.gemm(tokens, h, e, 1.0, s.fp32); // router
-    o.ew(tokens * e, 4.0 * 4.0, 6.0); // fp32 softmax/sigmoid, top-k, normalise, cast
+    // The router (`Moe::router_kernels`): its GEMM (fp32 where it casts its input), the
+    // input's cast, and its scoring, top-k and normalisation over `[tokens, E]` in fp32.
+    o.gemm(tokens, h, e, 1.0, s.fp32 || m.fp32_router_input);
+    let mut routing = m.router_kernels - 1.0;
+    if m.fp32_router_input {
+        o.ew(tokens * h, a + 4.0, 1.0);
+        routing -= 1.0;
+    }
+    o.ew(tokens * e, 4.0 * 4.0, routing);
     let act = |o: &mut Ops<'_, '_>, rows: f64, b: f64| {
         if m.gated {
             o.ew(rows * m.inner, 2.0 * b + 3.0 * b, 2.0); // act(gate), · up
@@ -1059,14 +1107,15 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
                 2.0
             };
             let wb: f64 = if m.fp32_weights { 4.0 } else { b };
-            // sort, perm // top_k, sample_weights[perm], int(), histc, cumsum, the sentinel
-            // mask, clamp_, arange, inv_perm[perm] = ...: int64 index vectors of `S`.
-            o.ew(rows, 6.0 * 8.0, 10.0);
+            // sort, perm // top_k, sample_weights[perm], int(), histc, cumsum, arange,
+            // inv_perm[perm] = ...: int64 index vectors of `S`. transformers 5.24 masks the
+            // sentinel rows (`masked_fill_` of the gathered rows and of both grouped GEMMs'
+            // outputs, `clamp_` of the ids) only under expert parallelism, which one GPU's
+            // step never is (`_is_expert_parallel`; counted on the meta device).
+            o.ew(rows, 6.0 * 8.0, 8.0);
             o.ew(rows * h, 2.0 * b, 1.0); // gather
-            o.ew(rows * h, 2.0 * b, 1.0); // masked_fill_
             let gate_up = o.r.grouped_mm(rows, e, h, up, m.dtype);
             o.w.add(&gate_up);
-            o.ew(rows * up, 2.0 * b, 1.0); // masked_fill
             act(o, rows, b);
             if m.bias {
                 // gpt-oss: each row's bias gathered and added to both projections' outputs
@@ -1079,7 +1128,6 @@ fn experts(o: &mut Ops<'_, '_>, s: &Shape, tokens: f64, h: f64, m: ExpertsShape)
             }
             let down = o.r.grouped_mm(rows, e, m.inner, h, m.dtype);
             o.w.add(&down);
-            o.ew(rows * h, 2.0 * b, 1.0); // masked_fill
             o.ew(rows * h, b + wb, 1.0); // · routing weights
             o.ew(rows * h, 2.0 * wb, 1.0); // [inv_perm]
             o.ew(rows * h + tokens * h, wb, 1.0); // sum over top-k
@@ -1119,54 +1167,32 @@ pub fn block_layer(
         },
         ..*blk
     };
-    let mut w = layer(b, &shaped, s, r, attention, precision, cross);
+    // A mixer that is not softmax attention keeps the layer's norms, residual adds and MLP
+    // as the walk prices them and replaces only the attention's own operators.
+    let mut w = walk_layer(
+        b,
+        &shaped,
+        s,
+        r,
+        attention,
+        precision,
+        cross,
+        blk.mixer.as_attention().is_some(),
+    );
     let mut o = Ops {
         r,
         w: Work::default(),
     };
     let n = s.tokens;
-    match blk.mixer.as_attention() {
-        Some(_) => {}
-        None => {
-            let other = blk.mixer;
-            // Take the representative attention out, price this mixer's projections and mixing.
-            let attn = layer(
-                b,
-                &Block {
-                    ffn: Ffn::Dense(Dense::new(0)),
-                    ..shaped
-                },
-                s,
-                r,
-                attention,
-                precision,
-                None,
-            );
-            w.kernels -= attn.kernels;
-            w.gemm_s -= attn.gemm_s;
-            w.attn_s -= attn.attn_s;
-            w.ew_s -= attn.ew_s;
-            w.score_s -= attn.score_s;
+    if blk.mixer.as_attention().is_none() {
+        let other = blk.mixer;
+        if other.as_mla().is_some() {
+            mla(&mut o, s, &other, h);
+        } else {
             let proj = other.active_params(b.hidden) as f64;
             o.gemm(n, proj / s.tp, 1.0, 1.0, s.fp32);
             if let Some(&g) = other.as_gdn() {
                 gated_delta_net(&mut o, s, g, r.kernels);
-            } else if let Some(m) = other.as_mla() {
-                // DeepseekV3Attention (transformers 5.24): the q/kv splits, `k_pe`'s rotary,
-                // the keys assembled per head (`new_empty`, two `copy_`s of `k_nope` and the
-                // broadcast `k_pe`), the queries' `cat`, casts, SDPA, and its q_a/kv_a
-                // RMSNorms: 38 + 16 kernels (counted on the CPU and the meta device), over
-                // about four passes of every head's keys and queries and two of its values.
-                let mix = other.mixing_flops_per_token((s.seq / 2.0) as u64) as f64;
-                let heads = m.heads as f64 / s.tp;
-                let qk = (m.qk_nope_head_dim + m.qk_rope_head_dim) as f64;
-                o.w.kernels += 54.0;
-                o.w.attn_s += n * mix / s.tp / r.flash_flops;
-                o.ew(
-                    n * heads,
-                    (4.0 * qk + 2.0 * m.v_head_dim as f64) * s.act,
-                    0.0,
-                );
             } else {
                 let mix = other.mixing_flops_per_token((s.seq / 2.0) as u64) as f64;
                 o.w.kernels += 12.0;
@@ -1209,6 +1235,8 @@ pub fn block_layer(
                     fp32_weights: m.router_weights_fp32,
                     dtype: expert_dtype(s, precision),
                     bias: m.expert_bias,
+                    router_kernels: m.router_kernels(),
+                    fp32_router_input: m.fp32_router_input(),
                 },
             );
         }
@@ -1227,6 +1255,77 @@ pub fn block_layer(
     }
     w.add(&o.w);
     w
+}
+
+/// Multi-head latent attention as transformers 5.24 runs it (`DeepseekV3Attention`, with
+/// `sdpa`), counted operator by operator on the meta device (every ATen operator of the
+/// module's forward and backward; bf16, DeepSeek-V3's dimensions at 2048 tokens):
+/// - forward: the five projections (`q_a_proj`, `q_b_proj`, or one `q_proj` without a query
+///   rank; `kv_a_proj_with_mqa`, `kv_b_proj`, `o_proj`), the `q_a`/`kv_a` RMSNorms (8 kernels
+///   each), the rotary embedding of the queries' and the shared key's rotary halves (7 kernels
+///   each: four products, a difference and a sum over the half-width halves, then their
+///   `cat`), the latent `cat`s (2), the queries' `cat` of their plain and rotary parts, and the
+///   keys assembled per head (`new_empty`, `copy_` of the plain part, `copy_` of the broadcast
+///   rotary part): 35 kernels and the GEMMs around one fused attention. Over every head, per
+///   token, `2·qk + 2·nope + 9·rope` elements move (`qk = nope + rope`).
+/// - backward: the gradients of those views and copies are materialised (`clone`s of the
+///   queries' and keys' gradients before the projections' GEMMs, the `copy_` into the keys'
+///   slices, the `cat` of the key and value gradients, the rotary half's `slice_backward`s and
+///   sums): `8·qk + 16·rope + 2·nope + 4·(nope + v)` elements a head and token, about three
+///   times the forward's, where the planner's backward takes twice.
+fn mla(o: &mut Ops<'_, '_>, s: &Shape, mixer: &blocks::Mixer, h: f64) {
+    let Some(m) = mixer.as_mla() else {
+        return;
+    };
+    let linear = mixer.active_params(h as u64) as f64;
+    let n = s.tokens;
+    let heads = m.heads as f64 / s.tp;
+    let (nope, rope, v) = (
+        m.qk_nope_head_dim as f64,
+        m.qk_rope_head_dim as f64,
+        m.v_head_dim as f64,
+    );
+    let qk = nope + rope;
+    let kl = m.kv_lora_rank as f64;
+    let a = s.act;
+    let mut counted = 0.0;
+    let mut proj = |o: &mut Ops<'_, '_>, k: f64, out: f64| {
+        counted += k * out;
+        o.gemm(n, k, out, 1.0, s.fp32);
+    };
+    match m.q_lora_rank {
+        Some(ql) => {
+            let ql = ql as f64;
+            proj(o, h, ql);
+            proj(o, ql, heads * qk);
+        }
+        None => proj(o, h, heads * qk),
+    }
+    proj(o, h, kl + rope);
+    proj(o, kl, heads * (nope + v));
+    proj(o, heads * v, h);
+    // Anything else the mixer multiplies by (DeepSeek sparse attention's indexer).
+    let rest = (linear / s.tp - counted).max(0.0);
+    if rest > 0.0 {
+        o.gemm(n, rest, 1.0, 1.0, s.fp32);
+    }
+    // q_a/kv_a RMSNorms in the half type: to(fp32), pow, mean, + eps, rsqrt, ·, to(dtype),
+    // weight ·.
+    let normed = m.q_lora_rank.map_or(0.0, |q| q as f64) + kl;
+    let norms = if m.q_lora_rank.is_some() { 2.0 } else { 1.0 };
+    o.ew(
+        n * normed,
+        (a + 4.0) + 8.0 + 4.0 + 8.0 + (4.0 + a) + 2.0 * a,
+        8.0 * norms,
+    );
+    o.ew(n * heads, (2.0 * qk + 2.0 * nope + 9.0 * rope) * a, 19.0);
+    let mix = mixer.mixing_flops_per_token((s.seq / 2.0) as u64) as f64;
+    o.w.kernels += 1.0;
+    o.w.attn_s += n * mix / s.tp / o.r.flash_flops;
+    let fwd = n * heads * (2.0 * qk + 2.0 * nope + 9.0 * rope) * a;
+    let bwd = n * heads * (8.0 * qk + 16.0 * rope + 2.0 * nope + 4.0 * (nope + v)) * a;
+    // The planner's backward takes twice the forward's bytes; the rest is the copies' autograd.
+    o.w.bwd_extra_s += o.r.bytes_s((bwd - 2.0 * fwd).max(0.0));
 }
 
 /// Gated DeltaNet's token mixing as transformers 5.24 runs it (`Qwen3_5GatedDeltaNet`), beyond
@@ -1580,6 +1679,8 @@ mod tests {
                 fp32_weights: false,
                 dtype: expert_dtype(&s, precision),
                 bias: false,
+                router_kernels: 7.0,
+                fp32_router_input: false,
             },
         );
         o.w
@@ -1594,13 +1695,10 @@ mod tests {
         let (g8, g64) = (bf16(8.0), bf16(64.0));
         assert_eq!((g8.serial_s, g8.syncs), (0.0, 0.0));
         assert_eq!(g8.kernels, g64.kernels);
-        // router GEMM, 6 routing kernels, 10 index kernels, gather, masked_fill_, 2 grouped
-        // GEMMs and their 2 masked_fills, 2 for the gate, the down output's masked_fill,
-        // weights, inverse permutation, sum (no cast back: all bf16).
-        assert_eq!(
-            g8.kernels,
-            1.0 + 6.0 + 10.0 + 2.0 + 2.0 + 1.0 + 2.0 + 1.0 + 3.0
-        );
+        // router GEMM, 6 routing kernels, 8 index kernels, gather, 2 grouped GEMMs, 2 for
+        // the gate, weights, inverse permutation, sum (no cast back: all bf16; no sentinel
+        // masks on one GPU).
+        assert_eq!(g8.kernels, 1.0 + 6.0 + 8.0 + 1.0 + 2.0 + 2.0 + 3.0);
         // Each grouped GEMM's `prepare_grouped_gemm_data` launch.
         assert_eq!(g8.cxx_kernels, 2.0);
         let l8 = moe_work(Dispatch::Loop, 8.0, 4096.0, Precision::Bf16, "h100-80g");

@@ -61,7 +61,7 @@
 
 use serde::Serialize;
 use vram_model::arch::{Layout, Transformer};
-use vram_model::blocks::{Block, CacheKind, Component, Dispatch, Ffn, Mixer, TensorKind};
+use vram_model::blocks::{Block, CacheKind, Component, Dispatch, Ffn, Mixer, Quant, TensorKind};
 use vram_model::gpu::Gpu;
 use vram_model::mech::host::HostCtx;
 pub use vram_model::mech::host::{Host, Phase, PY_PER_MODULE};
@@ -245,17 +245,27 @@ fn block_decode(
     wbytes: f64,
     kv_bytes: f64,
     kernels: Kernels,
+    dequantized: bool,
 ) -> (f64, f64) {
     let h = t.blocks.hidden.max(t.hidden());
+    let storage = &t.blocks.storage;
     let mut bytes = 0.0;
     let mut flops = 0.0;
-    // Every weight but the routed experts (and norms, vectors) is read once.
+    // The routed experts' bytes as held (packed, or in the model's dtype).
+    let mut held_experts = 0.0;
+    // Every weight but the routed experts (and norms, vectors) is read once, as held.
     blk.tensors(h, &mut |x| {
         if x.component != Component::RoutedExperts {
-            bytes += x.numel() as f64 * if x.fp32 { 4.0 } else { wbytes };
+            bytes += if x.fp32 {
+                x.numel() as f64 * 4.0
+            } else {
+                storage.held_bytes(&x, wbytes as u64, dequantized) as f64
+            };
             if x.kind == TensorKind::Linear {
                 flops += 2.0 * b * x.numel() as f64;
             }
+        } else {
+            held_experts += storage.held_bytes(&x, wbytes as u64, dequantized) as f64;
         }
     });
     if let Ffn::Moe(m) | Ffn::DenseAndMoe(_, m) = blk.ffn {
@@ -264,12 +274,20 @@ fn block_decode(
         let per_expert = (up + m.expert_intermediate as f64) * width * wbytes;
         let rows = b * m.top_k as f64;
         flops += 2.0 * rows * per_expert / wbytes;
-        bytes += match m.dispatch {
-            // Each routed row's expert copied out of the bank (read and written) and read
-            // again by the bmm.
-            Dispatch::GroupedMm => 3.0 * rows * per_expert,
-            Dispatch::AllExperts => m.experts as f64 * per_expert,
-            Dispatch::Loop => m.occupied(rows) * per_expert,
+        bytes += if storage.quant == Quant::Mxfp4 && kernels.mxfp4 && !dequantized {
+            // `Mxfp4GptOssMLP` (transformers 5.24, integrations/mxfp4.py): the router, then
+            // the `kernels` hub's Triton `matmul_ogs` twice (gate/up with the fused SwiGLU,
+            // down with the routing weights), over the packed FP4 blocks and their scales as
+            // held: each expert a row is routed to is read once, fp32 biases included.
+            m.occupied(rows) * held_experts / (m.experts as f64).max(1.0)
+        } else {
+            match m.dispatch {
+                // Each routed row's expert copied out of the bank (read and written) and read
+                // again by the bmm.
+                Dispatch::GroupedMm => 3.0 * rows * per_expert,
+                Dispatch::AllExperts => m.experts as f64 * per_expert,
+                Dispatch::Loop => m.occupied(rows) * per_expert,
+            }
         };
     }
     let spec = blk.mixer.cache();
@@ -337,8 +355,9 @@ pub struct Serving {
     /// GPU time of a mean decode step: [`Serving::decode_bytes`] over the element-wise
     /// bandwidth, or its FLOPs over the dense peak, whichever is longer.
     pub decode_gpu_s: f64,
-    /// Bytes a mean decode step moves (weights as read, `batched_mm`'s expert copies, the
-    /// cache's reads and `torch.cat` copies, the head).
+    /// Bytes a mean decode step moves (weights as held: packed ones as stored unless
+    /// dequantized; `batched_mm`'s expert copies, or each routed MXFP4 expert once under the
+    /// `kernels` package; the cache's reads and `torch.cat` copies, the head).
     pub decode_bytes: f64,
     /// Host time of a decode step.
     pub decode_host_s: f64,
@@ -385,6 +404,10 @@ pub struct Generate {
     pub attention: Attention,
     /// Installed kernel packages transformers picks up.
     pub kernels: Kernels,
+    /// Packed weights dequantized at load (`Overheads::weights_dequantized`: an MXFP4
+    /// checkpoint without the `kernels` package, `--dequantized`): every weight is read in the
+    /// model's dtype. Otherwise packed weights are read as held.
+    pub weights_dequantized: bool,
 }
 
 /// Prices `generate` of `new_tokens` tokens after a `prompt`-token prompt for `batch`
@@ -470,6 +493,7 @@ pub fn serving(
             wbytes,
             g.kv_bytes as f64,
             g.kernels,
+            g.weights_dequantized,
         );
         bytes += n * by;
         flops += n * fl;

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 use vram_model::arch::Model;
+use vram_model::describe::Dtype as StoredDtype;
 use vram_model::fmt::{bytes, thousands};
 use vram_model::gpu::Gpu;
 use vram_plan::capacity::{self, Capacity, Engine, Interconnect, Knobs, Quantization};
@@ -324,7 +325,7 @@ pub fn capacity(
             suggest::serving_tried(t, g, r.engine, &k),
         )
     };
-    let kv = kv_dtype_name(r);
+    let kv = kv_dtype_name(r, t.blocks.storage.dtype, g);
     Ok(CapacityReport {
         schema_version: SCHEMA_VERSION,
         kind: Kind::Capacity,
@@ -339,11 +340,27 @@ pub fn capacity(
     })
 }
 
-/// `--kv-cache-dtype` as the header line names it.
-fn kv_dtype_name(r: &CapacityRequest) -> &'static str {
+/// `--kv-cache-dtype` as the header line names it. `auto` is the model's dtype as the engine
+/// resolves `--dtype` (vLLM v0.11.0 `config/model.py` `_resolve_auto_dtype`: a float16 or
+/// bfloat16 config is kept; a float32 config serves in bfloat16 where the GPU has it, else
+/// float16).
+fn kv_dtype_name(r: &CapacityRequest, config: StoredDtype, g: &Gpu) -> &'static str {
+    let half = if g.bf16 {
+        "bf16 (auto)"
+    } else {
+        "float16 (auto)"
+    };
     match r.kv_cache_dtype {
-        KvCacheDtype::Auto if r.dtype == Dtype::Float32 => "float32 (auto)",
-        KvCacheDtype::Auto => "bf16 (auto)",
+        KvCacheDtype::Auto => match r.dtype {
+            Dtype::Float32 => "float32 (auto)",
+            Dtype::Float16 => "float16 (auto)",
+            Dtype::Bfloat16 => "bf16 (auto)",
+            Dtype::Auto => match config {
+                StoredDtype::F16 => "float16 (auto)",
+                StoredDtype::Bf16 => "bf16 (auto)",
+                StoredDtype::F32 => half,
+            },
+        },
         KvCacheDtype::Bfloat16 => "bfloat16",
         KvCacheDtype::Fp8 => "fp8",
         KvCacheDtype::Fp8E4m3 => "fp8_e4m3",

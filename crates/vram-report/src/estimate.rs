@@ -776,6 +776,7 @@ fn speed(
         precision: setup.precision,
         attention: attention.unwrap_or(setup.attention),
         kernels,
+        weights_dequantized: setup.overheads.weights_dequantized,
     };
     vram_plan::generate::serving(t, gpu, &vram_plan::eager::EagerCalibration::default(), &g)
 }

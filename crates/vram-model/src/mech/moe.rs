@@ -512,14 +512,14 @@ impl Moe {
     /// the fp32 routing weights' cast; the shared experts and their sum.
     pub fn generate_host(&self, c: &HostCtx) -> Host {
         let mut w = Host::module(0.0, 2.0, 0.0);
-        let sigmoid_router = self.correction_bias || self.router_param_fp32;
-        w.add(if sigmoid_router {
-            Host::module(19.0, 6.0, 0.0)
+        let views = if self.fp32_router_input() {
+            6.0
         } else if self.router_bias {
-            Host::module(3.0, 1.0, 0.0)
+            1.0
         } else {
-            Host::module(7.0, 2.0, 0.0)
-        });
+            2.0
+        };
+        w.add(Host::module(self.router_kernels(), views, 0.0));
         let bias = f64::from(self.expert_bias);
         if !self.expert_bias && self.dispatch != Dispatch::Loop {
             w.add(Host::module(1.0, 0.0, 0.0));
@@ -554,6 +554,28 @@ impl Moe {
             w.add(s.generate_host());
         }
         w
+    }
+
+    /// Kernels the router launches, its GEMM included (transformers 5.24, counted on the CPU
+    /// and the meta device): softmax top-k (`F.linear`, fp32 softmax, `topk`, renormalise) 7;
+    /// DeepSeek's group-limited sigmoid router with its correction bias, run in fp32 (the
+    /// input's cast, sigmoid, the bias, the groups' top-2 sums and top-k, the group mask's
+    /// `zeros_like`/`scatter_`/`masked_fill`, `topk`, `gather`, the renormalisation and the
+    /// routed scaling) 19; gpt-oss's linear with a bias, `topk`, then softmax, 3.
+    pub fn router_kernels(&self) -> f64 {
+        if self.fp32_router_input() {
+            19.0
+        } else if self.router_bias {
+            3.0
+        } else {
+            7.0
+        }
+    }
+
+    /// The router casts its input to fp32 (`F.linear(hidden_states.type(torch.float32), ...)`):
+    /// the routers with a correction bias or fp32 parameters.
+    pub fn fp32_router_input(&self) -> bool {
+        self.correction_bias || self.router_param_fp32
     }
 
     /// Expected experts that receive at least one of `rows` routed rows, routed uniformly at

@@ -162,6 +162,7 @@ fn llama_decode_and_prefill_on_an_h200() {
             precision: Precision::Bf16,
             attention: Attention::Sdpa,
             kernels: Kernels::default(),
+            weights_dequantized: false,
         };
         let s = generate::serving(&t, gpu, &EagerCalibration::default(), &g).unwrap();
         let (de, pe) = (s.decode_token_s / decode - 1.0, s.prefill_s / prefill - 1.0);
@@ -209,6 +210,7 @@ fn batched_mm_decode_copies_an_expert_per_routed_row() {
             precision: Precision::Bf16,
             attention: Attention::Sdpa,
             kernels: Kernels::default(),
+            weights_dequantized: false,
         };
         generate::serving(&t, gpu, &EagerCalibration::default(), &g).unwrap()
     };
@@ -219,4 +221,52 @@ fn batched_mm_decode_copies_an_expert_per_routed_row() {
     let by_hand = 48.0 * 15.0 * 8.0 * 3.0 * expert + 15.0 * kv * (3.0 * 1024.5 + 2.0);
     assert!((grows / by_hand - 1.0).abs() < 0.01, "{grows} vs {by_hand}");
     assert_eq!(sixteen.decode_bound, "gpu");
+}
+
+/// gpt-oss-20b's MXFP4 experts under the `kernels` package's Triton `matmul_ogs` (transformers
+/// 5.24, `Mxfp4GptOssMLP`): a decode step reads each routed expert's packed blocks, scales and
+/// fp32 biases once, so a step at batch 1 reads less than the weights held (12.8 GiB), where
+/// the dequantized path (bf16 experts, `batched_mm`'s per-row expert copies) reads more.
+#[test]
+fn mxfp4_decode_reads_the_packed_experts_once() {
+    let Model::Transformer(t) = vram_model::catalog::lookup("gpt-oss-20b").unwrap() else {
+        panic!()
+    };
+    let gpu = vram_model::gpu::lookup("rtx4090").unwrap();
+    let run = |mxfp4: bool| {
+        let g = Generate {
+            batch: 1,
+            prompt: 2032,
+            new_tokens: 16,
+            kv_bytes: 2,
+            static_cache: false,
+            precision: Precision::Bf16,
+            attention: Attention::Eager,
+            kernels: Kernels {
+                mxfp4,
+                ..Kernels::default()
+            },
+            weights_dequantized: !mxfp4,
+        };
+        generate::serving(&t, gpu, &EagerCalibration::default(), &g).unwrap()
+    };
+    let (packed, dequantized) = (run(true), run(false));
+    let stored = 12.8 * (1u64 << 30) as f64;
+    eprintln!(
+        "gpt-oss-20b decode bytes: packed {:.2} GB, dequantized {:.2} GB",
+        packed.decode_bytes / 1e9,
+        dequantized.decode_bytes / 1e9
+    );
+    assert!(packed.decode_bytes < stored, "{}", packed.decode_bytes);
+    assert!(
+        dequantized.decode_bytes > stored,
+        "{}",
+        dequantized.decode_bytes
+    );
+    // Attention (bf16), the head and 3.8 of 32 experts in every layer at 4.25 bits a weight.
+    assert!(
+        (packed.decode_bytes / 1e9 - 3.8).abs() < 0.2,
+        "{}",
+        packed.decode_bytes
+    );
 }
