@@ -262,10 +262,13 @@ def test_a_panic_raises_and_the_interpreter_goes_on():
     assert vramkit.estimate("gpt2").params == GPT2_PARAMS
 
 
-def test_notes_go_to_the_logger(caplog):
+def test_request_notes_are_in_the_result(caplog):
+    # gpt2 has 1024 positions: the report notes it (as the CLI's text and --json do), and
+    # nothing is left on stderr for the logger.
     with caplog.at_level(logging.WARNING, logger="vramkit"):
-        vramkit.estimate("gpt2", seq=4096)  # gpt2 has 1024 positions: the CLI notes it
-    assert any("exceeds the model's configured maximum of 1024" in r.getMessage() for r in caplog.records)
+        e = vramkit.estimate("gpt2", seq=4096)
+    assert "--seq 4096 exceeds the model's configured maximum of 1024 positions" in e.notes
+    assert not caplog.records
 
 
 def test_plan_best_first_and_emit():

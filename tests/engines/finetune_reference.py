@@ -83,6 +83,14 @@ LORA_CASES = [
     ("zoo/qwen3-vl-30b-a3b-instruct", 8, "all-linear", 0.0),
     ("zoo/qwen3.5-27b", 16, "all-linear", 0.0),
     ("zoo/qwen3.5-35b-a3b", 16, "all-linear", 0.0),
+    # Gemma 4 E-size: per-layer-input linears (`per_layer_input_gate`, `per_layer_projection`,
+    # `per_layer_model_projection`), KV-shared layers without k/v projections, and the audio
+    # tower (its ClippableLinears' inner `linear`, `relative_k_proj`, `output_proj`,
+    # `embed_audio`). A list naming q_proj, o_proj or an MLP projection would fail in PEFT on the
+    # towers' ClippableLinear wrappers, so the list names only plain linears.
+    ("gemma-4-e2b-shape", 16, "all-linear", 0.0),
+    ("gemma-4-e2b-shape", 8, ["per_layer_input_gate", "per_layer_projection", "per_layer_model_projection",
+                              "relative_k_proj", "output_proj"], 0.0),
 ]
 
 ZOO = ROOT / "tests" / "zoo" / "configs"

@@ -145,7 +145,7 @@ def test_accelerate_launch_runs_one_step_on_two_cpu_processes(pins, tmp_path):
     [
         (["--tp", "2", "--pp", "1", "--zero", "1", "--recompute", "selective", "--stack", "megatron"], "only full recomputation"),
         (["--tp", "2", "--pp", "1", "--zero", "3"], "no ZeRO-3 setting"),
-        (["--tp", "2", "--pp", "4", "--zero", "1", "--recompute", "full", "--schedule", "interleaved:2"], "virtual pipeline"),
+        (["--tp", "2", "--pp", "4", "--zero", "1", "--recompute", "full", "--schedule", "interleaved:2", "--stack", "megatron"], "virtual pipeline"),
     ],
 )
 def test_plans_accelerate_refuses_are_not_emitted(pins, rule):

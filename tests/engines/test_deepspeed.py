@@ -116,7 +116,7 @@ def test_validated_sections_forbid_unknown_keys():
 
 
 # (model, gpus, global batch, seq, pins): ZeRO 0-3, offload of optimizer and parameters, bf16 and
-# fp16, accumulation and micro-batch, data-parallel sizes from 2 to 64, pipelines, recomputation.
+# fp16, accumulation and micro-batch, data-parallel sizes from 2 to 64, recomputation.
 PLANS = [
     (TINY, 2, 8, 64, ["--zero", "0"]),
     (TINY, 2, 8, 64, ["--zero", "1", "--precision", "fp16-amp"]),
@@ -127,7 +127,6 @@ PLANS = [
     (TINY, 2, 8, 64, ["--zero", "0", "--precision", "fp32"]),
     ("llama-2-13b", 16, 256, 4096, ["--tp", "1", "--pp", "1", "--zero", "3", "--offload", "optimizer"]),
     ("llama-2-13b", 64, 512, 4096, ["--tp", "1", "--pp", "1", "--zero", "3", "--recompute", "full"]),
-    ("llama-2-13b", 32, 256, 4096, ["--pp", "4", "--zero", "1", "--schedule", "1f1b", "--recompute", "full"]),
     ("llama-2-7b", 8, 64, 4096, ["--tp", "1", "--zero", "2"]),
 ]
 
@@ -138,7 +137,7 @@ PLANS = [
         # A Hugging Face model recomputes every layer or none (gradient_checkpointing_enable), and
         # DeepSpeed 0.19.8's number_checkpoints only sizes contiguous buffers: the transformers
         # stack does not plan selective or some-layer recomputation ...
-        (["--pp", "4", "--zero", "1", "--schedule", "1f1b", "--recompute", "selective"], "needs --stack megatron"),
+        (["--zero", "1", "--recompute", "selective"], "needs --stack megatron"),
         (["--tp", "1", "--zero", "2", "--recompute", "optimal"], "needs --stack megatron"),
         # ... and a plan made for Megatron-LM's stack is not written for DeepSpeed.
         (["--stack", "megatron", "--tp", "1", "--zero", "2", "--recompute", "optimal"], "every layer or none"),
@@ -182,16 +181,19 @@ def test_deepspeed_builds_its_config_from_the_emitted_json(model, gpus, gb, seq,
     assert (cfg.zero_config.offload_optimizer is not None) == off
     if "offload-params" in e.label:
         assert cfg.zero_config.offload_param.device == "cpu"
-    if e.pp > 1:
-        assert cfg.pipeline["stages"] == e.pp
+    assert e.pp == 1
 
 
 @pytest.mark.parametrize(
     "pins,rule",
     [
-        # (ZeRO-2/3 with --pp > 1 never reaches the emitter: the planner does not search it.)
-        (["--pp", "2", "--zero", "1", "--schedule", "interleaved:2"], "1F1B"),
-        (["--pp", "4", "--zero", "1", "--schedule", "gpipe"], "1F1B"),
+        # A Hugging Face model runs whole on every rank: the transformers stack plans no
+        # pipeline and refuses one pinned ...
+        (["--pp", "4", "--zero", "1"], "--pp 4 needs --stack megatron"),
+        (["--schedule", "interleaved:2"], "needs --stack megatron"),
+        # ... and a pipeline planned for Megatron-LM is not written for DeepSpeed.
+        (["--stack", "megatron", "--pp", "4", "--zero", "1", "--no-sequence-parallel", "--recompute", "full"],
+         "pipelines only a PipelineModule"),
         # (Parameter offload below ZeRO-3 and offload at ZeRO-0 are refused too, see
         # crates/vram-plan/tests/it/emit.rs; the planner does not search them.)
     ],
@@ -206,25 +208,17 @@ def test_plans_deepspeed_refuses_are_not_emitted(pins, rule):
     assert rule in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
-def test_deepspeed_refuses_zero2_with_a_pipeline_itself():
-    # The rule vram applies is DeepSpeed's own assertion, in the installed PipelineEngine.
+def test_deepspeed_pipelines_only_a_pipeline_module_itself():
+    # The rule vram applies is DeepSpeed's own code, as installed: initialize builds a
+    # PipelineEngine only for a PipelineModule (a Hugging Face model is a plain nn.Module, whose
+    # DeepSpeedEngine never reads the `pipeline` section), and PipelineEngine asserts it.
     import inspect
 
+    import deepspeed
     from deepspeed.runtime.pipe.engine import PipelineEngine
 
-    assert "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in inspect.getsource(PipelineEngine.__init__)
-    assert "schedule.TrainSchedule(" in inspect.getsource(PipelineEngine._train_schedule)
-
-
-def test_the_nearest_plan_deepspeed_runs_is_emitted_with_a_note(monkeypatch):
-    # The fastest plan with 4 pipeline stages interleaves; DeepSpeed runs only 1F1B, so vram
-    # writes the fastest 1F1B plan and says why on stderr.
-    e = emit("deepspeed", "llama-2-7b", 16, 256, 2048, "--pp", "4")
-    assert "is not emitted" in e.stderr and "1F1B" in e.stderr
-    assert e.label.endswith("1f1b") or " 1f1b" in e.label
-    cfg, unread, warnings = load(e.text, e.dp, monkeypatch)
-    assert (unread, warnings) == ([], [])
-    assert cfg.pipeline["stages"] == 4 and cfg.zero_optimization_stage <= 1
+    assert "if not isinstance(model, PipelineModule):" in inspect.getsource(deepspeed.initialize)
+    assert "model must base PipelineModule" in inspect.getsource(PipelineEngine.__init__)
 
 
 def test_deepspeed_zero3_engine_holds_the_transformers_model(tmp_path):

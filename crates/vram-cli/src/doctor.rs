@@ -128,6 +128,10 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
             matches!(setup.mode, vram_model::setup::Mode::Train(_)),
             None,
         );
+        model_notes.extend(vram_report::notes::of_request(
+            &a.step.request(),
+            &resolved.model,
+        ));
         inp.job = Some(Job {
             model: resolved.model,
             setup,

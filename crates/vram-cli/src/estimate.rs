@@ -18,8 +18,6 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     let checkpoint_params = resolved.checkpoint_params();
     let checkpoint_place = checkpoint_params.map(|_| resolved.checkpoint_place());
     let model = req.step.attach(resolved.model)?;
-    // Notes after the answer, so that bad input is one line.
-    let notes = req.step.input_notes(&model);
     let input = ModelInput {
         model,
         config: resolved.config.as_deref(),
@@ -27,9 +25,6 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         checkpoint_place,
     };
     let report = vram_report::estimate::estimate(&input, &req)?;
-    for n in notes {
-        let _ = writeln!(crate::output::stderr(), "vram: note: {n}");
-    }
     let mut out = crate::output::stdout();
     if a.json {
         out.write_all(report.to_json().as_bytes())?;

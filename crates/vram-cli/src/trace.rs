@@ -85,7 +85,7 @@ pub fn run(a: &TraceArgs) -> Result<()> {
         out.write_all(text.as_bytes())?;
         return Ok(());
     };
-    let snap = vram_report::trace::snapshot(model, &events, a.steps, a.policy)
+    let snap = vram_report::trace::snapshot(model, &setup, &events, a.steps, a.policy)
         .map_err(crate::run_error)?;
     let mut files = vec![(out_path.as_path(), snap.pickle.as_slice())];
     if let (Some(path), Some((_, json))) = (&a.events, &events_doc) {

@@ -42,8 +42,14 @@ fn table_lists_ranked_plans() {
     assert!(out.contains("configuration"));
     assert!(out.contains("TFLOP/s/GPU"));
     assert!(out.contains("bound"));
-    // Header, searched line, blank, column header, 3 rows.
-    assert_eq!(out.lines().count(), 7, "{out}");
+    // Header, searched line, blank, column header, 3 rows, and the transformers stack's note
+    // that it plans no pipeline stages.
+    assert_eq!(out.lines().count(), 8, "{out}");
+    assert!(out
+        .lines()
+        .last()
+        .unwrap()
+        .starts_with("note: the transformers stack plans no pipeline stages"));
 }
 
 #[test]
@@ -176,22 +182,28 @@ fn emit_writes_engine_configs() {
     assert!(out.contains("torchrun --nnodes 2 --nproc-per-node 8"));
 }
 
-/// A plan the engine cannot run is not emitted for it (issue 15): the nearest plan it runs, with
-/// the rule on stderr, or exit 2 naming the rule. Rules from DeepSpeed 0.19.8
-/// (runtime/pipe/engine.py: 1F1B only) and Megatron-LM arguments.py (FSDP2 needs untied
-/// embeddings; GPT-2 ties them).
+/// A plan the engine cannot run is not emitted for it (issue 15): exit 2 naming the rule when
+/// none of the plans that fit runs. A pipeline is Megatron-LM's: the transformers stack refuses
+/// one pinned, and DeepSpeed 0.19.8 pipelines only a `PipelineModule` (deepspeed.initialize),
+/// which a Hugging Face model is not. Megatron-LM arguments.py: FSDP2 needs untied embeddings;
+/// GPT-2 ties them.
 #[test]
 fn emit_refuses_what_the_engine_refuses() {
-    let (code, out, err) = vram(&with(&["--emit", "deepspeed", "--pp", "4"]));
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        err.contains("is not emitted") && err.contains("1F1B"),
-        "{err}"
-    );
-    let emitted = err.lines().find(|l| l.contains("vram: emitted")).unwrap();
-    assert!(emitted.contains(" 1f1b "), "{emitted}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["pipeline"]["stages"], 4);
+    for (extra, rule) in [
+        (&[][..], "--pp 4 needs --stack megatron"),
+        (
+            &["--stack", "megatron"][..],
+            "pipelines only a PipelineModule",
+        ),
+    ] {
+        let mut args = with(&["--emit", "deepspeed", "--pp", "4"]);
+        args.extend_from_slice(extra);
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 2, "{err}");
+        assert!(out.is_empty());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(rule), "{err}");
+    }
     let (code, out, err) = vram(&[
         "plan",
         "gpt2-xl",

@@ -982,30 +982,156 @@ fn batch_with_nothing_packed_claims_no_share() {
     assert!(!out.contains('%') && !out.contains("padded to"), "{out}");
 }
 
-/// A generation longer than the model's positions gets the note a training `--seq` gets
-/// (gpt2's learned position embeddings have 1,024 rows); within them, none.
+/// A step longer than the model's positions (gpt2's learned position embeddings have 1,024
+/// rows) is a note of the report, not a line on stderr: the text's `note:` lines, the JSON's
+/// `notes` and the page's Notes list agree, for every command that takes a step; within the
+/// positions, no note.
 #[test]
-fn inference_beyond_the_models_positions_is_noted() {
-    for (args, note) in [
+fn requests_beyond_the_models_positions_are_noted_in_every_output() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("request-notes");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lengths = dir.join("lengths.txt");
+    std::fs::write(&lengths, "512 1500 800").unwrap();
+    let lengths = lengths.to_str().unwrap();
+    let beyond =
+        |what: &str| format!("{what} exceeds the model's configured maximum of 1024 positions");
+    let plan = [
+        "plan",
+        "gpt2",
+        "--gpu",
+        "h100-80g",
+        "--gpus",
+        "1",
+        "--global-batch",
+        "8",
+        "--seq",
+        "2048",
+    ];
+    let cases: Vec<(&str, Vec<&str>, Option<String>)> = vec![
         (
-            &["--context", "4096"][..],
-            Some("note: --context 4096 exceeds the model's configured maximum of 1024 positions"),
+            "estimate-seq",
+            vec!["estimate", "gpt2", "--seq", "4096"],
+            Some(beyond("--seq 4096")),
         ),
         (
-            &["--prompt", "1020", "--new-tokens", "16"][..],
-            Some("note: --prompt 1020 + --new-tokens 16 = 1036 exceeds the model's configured maximum of 1024 positions"),
+            "estimate-context",
+            vec!["estimate", "gpt2", "--inference", "--context", "4096"],
+            Some(beyond("--context 4096")),
         ),
-        (&["--prompt", "1000", "--new-tokens", "24"][..], None),
-    ] {
-        let mut argv = vec!["estimate", "gpt2", "--inference"];
-        argv.extend_from_slice(args);
-        let (code, _, err) = vram(&argv);
-        assert_eq!(code, 0, "{err}");
-        match note {
-            Some(n) => assert_eq!(err.trim_end(), format!("vram: {n}"), "{args:?}"),
-            None => assert!(err.is_empty(), "{args:?}: {err}"),
+        (
+            "estimate-prompt",
+            vec![
+                "estimate",
+                "gpt2",
+                "--inference",
+                "--prompt",
+                "1020",
+                "--new-tokens",
+                "16",
+            ],
+            Some(beyond("--prompt 1020 + --new-tokens 16 = 1036")),
+        ),
+        (
+            "estimate-within",
+            vec![
+                "estimate",
+                "gpt2",
+                "--inference",
+                "--prompt",
+                "1000",
+                "--new-tokens",
+                "24",
+            ],
+            None,
+        ),
+        (
+            "checkpoint",
+            vec!["checkpoint", "gpt2", "--seq", "2048"],
+            Some(beyond("--seq 2048")),
+        ),
+        (
+            "batch",
+            vec!["batch", "gpt2", "--lengths", lengths],
+            Some(beyond("--lengths: the longest sequence, 1500")),
+        ),
+        ("plan", plan.to_vec(), Some(beyond("--seq 2048"))),
+    ];
+    for (name, args, note) in cases {
+        let (code, _, err) = vram(&args);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(err.is_empty(), "{name}: stderr {err}");
+        let (text, v, html) = three_outputs(name, &args);
+        if name.starts_with("estimate") {
+            // The estimate's page lists its `assumed:`, `models:` and `mechanism:` lines beside
+            // the notes (see text_json_and_html_of_an_estimate_agree).
+            let json: Vec<String> = v["notes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| format!("note: {}", n.as_str().unwrap()))
+                .collect();
+            let text_notes: Vec<&str> = text.lines().filter(|l| l.starts_with("note: ")).collect();
+            assert_eq!(text_notes, json, "{name}");
+            let page = page_text(section(&html, "notes").unwrap());
+            for n in &json {
+                assert!(page.contains(n.as_str()), "{name}: {n} not on the page");
+            }
+        } else {
+            notes_agree(name, &text, &v, &html);
+        }
+        let has = |n: &String| text.lines().any(|l| l == format!("note: {n}"));
+        match &note {
+            Some(n) => assert!(has(n), "{name}: {text}"),
+            None => assert!(!text.contains("configured maximum"), "{name}: {text}"),
         }
     }
+    // vram trace --events and the doctor's report carry it too.
+    let events = dir.join("t.json");
+    let (code, text, err) = vram(&[
+        "trace",
+        "gpt2",
+        "--seq",
+        "2048",
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&events).unwrap()).unwrap();
+    let n = beyond("--seq 2048");
+    assert!(v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x == &serde_json::Value::from(n.clone())));
+    assert!(text.lines().any(|l| l == format!("note: {n}")), "{text}");
+    let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB memory in use. Of the allocated memory 35.00 GiB is allocated by PyTorch, and 42.00 GiB is reserved by PyTorch but unallocated.";
+    let args = [
+        "doctor",
+        oom,
+        "--model",
+        "gpt2",
+        "--seq",
+        "2048",
+        "--no-nvml",
+    ];
+    let (code, text, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "{err}");
+    assert!(text.lines().any(|l| l == format!("note: {n}")), "{text}");
+    let mut a = args.to_vec();
+    a.push("--json");
+    let (_, json, _) = vram(&a);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x == &serde_json::Value::from(n.clone())),
+        "{json}"
+    );
 }
 
 /// The line printed when no change fits named a fixed list of changes, whatever the job:
@@ -1070,7 +1196,12 @@ fn text_and_json(args: &[&str]) -> (String, String, serde_json::Value) {
 
 /// The page `vram report` makes of `json` (`name` names the files it goes through).
 fn report_page(name: &str, json: &str) -> String {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-pages");
+    // One folder per call: tests run in parallel threads and several render the same kind.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("report-pages")
+        .join(format!("{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (jf, hf) = (
         dir.join(format!("{name}.json")),
@@ -1084,7 +1215,9 @@ fn report_page(name: &str, json: &str) -> String {
         hf.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{name}: {err}");
-    std::fs::read_to_string(&hf).unwrap()
+    let html = std::fs::read_to_string(&hf).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    html
 }
 
 /// Runs `vram ARGS` for its text, `ARGS --json` for its JSON (schema version 1), and `vram
@@ -1241,7 +1374,8 @@ fn text_json_and_html_of_batch_checkpoint_replay_and_plan_agree() {
     notes_agree("checkpoint", &text, &v, &html);
 
     // vram replay of a trace.
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("three-outputs");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("replay-trace");
+    std::fs::create_dir_all(&dir).unwrap();
     let pickle = dir.join("gpt2.pickle");
     let (code, _, err) = vram(&["trace", "gpt2", "--out", pickle.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");

@@ -110,6 +110,18 @@ impl Stack {
         self == Stack::Megatron
     }
 
+    /// Whether the stack can split the model into pipeline stages. A Hugging Face model runs
+    /// whole on every rank: DeepSpeed 0.19.8 pipelines only a `PipelineModule`
+    /// (`deepspeed.initialize` builds a `PipelineEngine` only for one, and a plain module's
+    /// `DeepSpeedEngine` never uses the `pipeline` section), a list of `LayerSpec`s the user
+    /// writes; accelerate 1.15 pipelines only through its `MEGATRON_LM` type, which builds
+    /// Megatron-LM's own model (`utils/megatron_lm.py` `model_provider_func`) from converted
+    /// weights; torchrun + FSDP2 shards a whole model, and `torch.distributed.pipelining` needs
+    /// it cut into stage modules first. Megatron-LM pipelines its own model.
+    pub fn pipeline(self) -> bool {
+        self == Stack::Megatron
+    }
+
     /// `transformers` or `megatron`.
     pub fn name(self) -> &'static str {
         match self {

@@ -80,20 +80,13 @@ fn refuse(engine: Engine, rule: impl Into<String>) -> Result<(), Refusal> {
 /// DeepSpeed 0.19.8's rules on ZeRO, offload and pipelines (shared by `--emit deepspeed` and
 /// accelerate's `DEEPSPEED` type).
 fn deepspeed_rules(engine: Engine, p: &Plan) -> Result<(), Refusal> {
-    if p.pp > 1 && p.zero_stage >= 2 {
-        // deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__.
+    if p.pp > 1 {
+        // deepspeed/__init__.py initialize: a PipelineEngine only for a PipelineModule; a
+        // plain nn.Module gets a DeepSpeedEngine, which never uses the `pipeline` section.
         return refuse(
             engine,
-            "DeepSpeed 0.19.8 PipelineEngine asserts \"ZeRO-2 and ZeRO-3 are incompatible with \
-             pipeline parallelism\" (runtime/pipe/engine.py); use ZeRO 0-1 with --pp > 1",
-        );
-    }
-    if p.pp > 1 && p.schedule != Schedule::OneFOneB {
-        // deepspeed/runtime/pipe/engine.py, PipelineEngine._train_schedule.
-        return refuse(
-            engine,
-            "DeepSpeed 0.19.8 PipelineEngine trains only with its 1F1B TrainSchedule \
-             (runtime/pipe/engine.py _train_schedule); pin --schedule 1f1b",
+            "DeepSpeed 0.19.8 pipelines only a PipelineModule (deepspeed.initialize), which a \
+             Hugging Face model is not; use --pp 1, or Megatron-LM (--emit megatron)",
         );
     }
     if p.offload == Offload::Params && p.zero_stage < 3 {
@@ -190,8 +183,7 @@ fn shape(t: &Transformer) -> Shape {
 /// DeepSpeed 0.19.8's AutoTP, the way it trains a Hugging Face model with tensor parallelism
 /// (`tensor_parallel.autotp_size`: `deepspeed.initialize` shards the model's linears in
 /// `DeepSpeedEngine._configure_tensor_parallel`, runtime/engine.py). What it does not do:
-/// pipelines (a `PipelineModule` takes no AutoTP: `initialize` asserts `mpu is None` with
-/// pipeline parallelism), Megatron's sequence parallelism (its `LinearAllreduce` all-reduces
+/// pipelines (refused before, by [`deepspeed_rules`]), Megatron's sequence parallelism (its `LinearAllreduce` all-reduces
 /// whole activations, module_inject/layers.py), and attention shards for ranks beyond the
 /// key-value heads (`_apply_autotp_partitioning` warns they hold none, so the plan's per-GPU
 /// figures would not hold). ZeRO-3 is accepted: the AutoTP training tutorial
@@ -204,14 +196,6 @@ fn autotp_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refusal
         return Ok(());
     }
     let kv_heads = t.blocks.typical().kv_heads;
-    if p.pp > 1 {
-        return refuse(
-            engine,
-            "DeepSpeed 0.19.8 trains a Hugging Face model with tensor parallelism through AutoTP, \
-             which a pipeline's PipelineModule does not take (deepspeed.initialize asserts mpu is \
-             None with pipeline parallelism); use --pp 1 with --tp > 1",
-        );
-    }
     if p.sequence_parallel {
         return refuse(
             engine,
@@ -481,7 +465,17 @@ pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
                 hf_recompute_rules(engine, p, job.model)
             }
         }
-        Engine::Torchrun => hf_recompute_rules(engine, p, job.model),
+        Engine::Torchrun => {
+            if p.pp > 1 {
+                return refuse(
+                    engine,
+                    "torchrun + FSDP2 shards a whole Hugging Face model; pipeline stages need it \
+                     cut into stage modules (torch.distributed.pipelining), which vram does not \
+                     write; use --pp 1, or Megatron-LM (--emit megatron)",
+                );
+            }
+            hf_recompute_rules(engine, p, job.model)
+        }
     }
 }
 
@@ -760,9 +754,6 @@ pub fn deepspeed(p: &Plan, job: &Job<'_>) -> String {
             "contiguous_memory_optimization": false,
         });
     }
-    if p.pp > 1 {
-        v["pipeline"] = serde_json::json!({"stages": p.pp});
-    }
     serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
 }
 
@@ -1000,8 +991,7 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     if p.tp > 1 {
         py.push(format!(
             "mesh = init_device_mesh(\"cuda\", ({}, {}), mesh_dim_names=(\"dp\", \"tp\"))",
-            p.dp * p.pp,
-            p.tp
+            p.dp, p.tp
         ));
         py.push(
             "# per block: torch.distributed.tensor.parallel.parallelize_module(block, mesh[\"tp\"], plan)"
@@ -1010,19 +1000,7 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     } else {
         py.push(format!(
             "mesh = init_device_mesh(\"cuda\", ({},), mesh_dim_names=(\"dp\",))",
-            p.dp * p.pp
-        ));
-    }
-    if p.pp > 1 {
-        py.push(format!(
-            "# pipeline: torch.distributed.pipelining with {} stages, schedule {}",
-            p.pp,
-            match p.schedule {
-                Schedule::Gpipe => "ScheduleGPipe".to_string(),
-                Schedule::OneFOneB => "Schedule1F1B".to_string(),
-                Schedule::Interleaved(v) =>
-                    format!("ScheduleInterleaved1F1B ({v} stages per rank)"),
-            }
+            p.dp
         ));
     }
     // FSDP2 casts parameters for compute with its policy; fp32 needs none, and pure bf16 keeps

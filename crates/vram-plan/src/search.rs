@@ -320,7 +320,7 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
             continue;
         }
         for pp in divisors(c.gpus / tp) {
-            if !pinned(pins.pp, pp) || layers % pp != 0 {
+            if !pinned(pins.pp, pp) || layers % pp != 0 || (pp > 1 && !req.stack.pipeline()) {
                 continue;
             }
             let dp = c.gpus / tp / pp;
@@ -940,6 +940,22 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
             )));
         }
     }
+    if !req.stack.pipeline() {
+        let what = match (req.pins.pp, req.pins.schedule) {
+            (Some(pp), _) if pp > 1 => Some(format!("--pp {pp}")),
+            (_, Some(s)) if s != Schedule::OneFOneB => {
+                Some(format!("--schedule {}", schedule_name(s)))
+            }
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Err(Error::Request(format!(
+                "{what} needs --stack megatron: a Hugging Face model (the transformers stack that \
+                 DeepSpeed, accelerate and torchrun run) runs whole on every GPU, and pipeline \
+                 stages need it converted (DeepSpeed's PipelineModule, Megatron-LM)"
+            )));
+        }
+    }
     if let (Some(tp), Some(pp), Some(dp)) = (req.pins.tp, req.pins.pp, req.pins.dp) {
         if tp.saturating_mul(pp).saturating_mul(dp) != req.cluster.gpus {
             return Err(Error::Request(format!(
@@ -997,6 +1013,25 @@ fn suggest(req: &Request, least: u64) -> Vec<String> {
                     p.peak_bytes_per_gpu as f64 / GIB
                 ));
                 break;
+            }
+        }
+    }
+    if !req.stack.pipeline() {
+        // The same GPUs with pipeline stages, selective recomputation and sequence
+        // parallelism: only Megatron-LM runs them, on a model converted to its format.
+        let mut megatron = req.clone();
+        megatron.stack = Stack::Megatron;
+        megatron.top = 1;
+        if let Ok(o) = run(&megatron, &mut |_| {}, false) {
+            if let Some(p) = o.plans.first() {
+                out.push(format!(
+                    "Megatron-LM would fit it on these {} GPUs (--stack megatron, the model \
+                     converted to its format): {} at {:.2} s/step, {:.1} GiB per GPU",
+                    req.cluster.gpus,
+                    p.label(),
+                    p.step_time_s,
+                    p.peak_bytes_per_gpu as f64 / GIB
+                ));
             }
         }
     }

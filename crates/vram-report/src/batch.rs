@@ -60,7 +60,14 @@ pub fn batch(
         capacity_bytes: gpu.memory_bytes,
         sequences: lengths.len() as u64,
         batches: b,
-        notes: crate::notes::of_step(model, true, Some(gpu)),
+        notes: crate::notes::of_step(model, true, Some(gpu))
+            .into_iter()
+            .chain(crate::notes::of_seq(
+                model,
+                "--lengths: the longest sequence,",
+                lengths.iter().copied().max().unwrap_or(0),
+            ))
+            .collect(),
     })
 }
 

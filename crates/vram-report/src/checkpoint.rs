@@ -184,7 +184,10 @@ pub fn checkpoint(
         device_needed_bytes,
         no_recompute_total_bytes,
         chain,
-        notes: crate::notes::of_step(model, true, Some(gpu)),
+        notes: crate::notes::of_step(model, true, Some(gpu))
+            .into_iter()
+            .chain(crate::notes::of_setup(model, setup))
+            .collect(),
     })
 }
 

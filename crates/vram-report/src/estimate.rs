@@ -666,6 +666,7 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             });
         }
     }
+    r.notes.extend(crate::notes::of_request(&req.step, model));
     r.notes.extend(image_notes(model, &setup, req.step.images));
     let p = setup.precision;
     if !gpu.bf16 && p != setup::Precision::Fp32 && p != setup::Precision::Fp16Amp {

@@ -64,6 +64,53 @@ pub fn of_step(model: &Model, training: bool, gpu: Option<&Gpu>) -> Vec<String> 
     n
 }
 
+/// What a plan's stack leaves out of its search, for a job over more than one GPU: the
+/// transformers stack plans no pipeline stages ([`vram_plan::Stack::pipeline`]). `None` on
+/// Megatron-LM's stack, or on one GPU.
+pub fn of_stack(stack: vram_plan::Stack, gpus: u64) -> Option<String> {
+    (!stack.pipeline() && gpus > 1).then(|| {
+        "the transformers stack plans no pipeline stages: DeepSpeed, accelerate and torchrun run a Hugging Face model whole on every GPU, and a pipeline needs it converted (DeepSpeed's PipelineModule, Megatron-LM); --stack megatron plans pipelines".to_string()
+    })
+}
+
+/// What a step's request asks that the model will not honour as the user may expect: `--seq`,
+/// or an inference's `--context` (or `--prompt` plus `--new-tokens`), beyond the model's
+/// configured maximum positions. Every report of a step carries it in `notes`.
+pub fn of_request(req: &crate::request::StepRequest, model: &Model) -> Vec<String> {
+    let (flag, len) = match (req.inference, req.seq, req.context, req.prompt) {
+        (false, Some(seq), _, _) => ("--seq".to_string(), seq),
+        (true, _, Some(c), _) => ("--context".to_string(), c),
+        (true, _, None, Some(p)) => (
+            format!("--prompt {p} + --new-tokens {} =", req.new_tokens),
+            p.saturating_add(req.new_tokens),
+        ),
+        _ => return Vec::new(),
+    };
+    of_seq(model, &flag, len).into_iter().collect()
+}
+
+/// `{flag} {len} exceeds the model's configured maximum of N positions`, where `len` exceeds a
+/// transformer's `max_positions`; `None` within them, and for models without positions.
+pub fn of_seq(model: &Model, flag: &str, len: u64) -> Option<String> {
+    let Model::Transformer(t) = model else {
+        return None;
+    };
+    (len > t.max_positions()).then(|| {
+        format!(
+            "{flag} {len} exceeds the model's configured maximum of {} positions",
+            t.max_positions()
+        )
+    })
+}
+
+/// [`of_seq`] of a training step's `--seq` (`None` for an inference setup).
+pub fn of_setup(model: &Model, setup: &vram_model::setup::Setup) -> Option<String> {
+    match setup.mode {
+        vram_model::setup::Mode::Train(tr) => of_seq(model, "--seq", tr.seq),
+        vram_model::setup::Mode::Infer(_) => None,
+    }
+}
+
 /// The text's lines for `notes`: `note: ...`, one a note.
 pub fn lines(notes: &[String]) -> impl Iterator<Item = String> + '_ {
     notes.iter().map(|n| format!("note: {n}"))

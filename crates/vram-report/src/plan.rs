@@ -213,7 +213,11 @@ pub fn report(req: &Request, out: &Outcome) -> PlanReport {
         suggestions: out.suggestions.clone(),
         candidates: out.candidates,
         estimates: out.estimates,
-        notes: crate::notes::of_step(&req.model, true, Some(c.gpu)),
+        notes: crate::notes::of_step(&req.model, true, Some(c.gpu))
+            .into_iter()
+            .chain(crate::notes::of_seq(&req.model, "--seq", req.seq))
+            .chain(crate::notes::of_stack(req.stack, c.gpus))
+            .collect(),
     }
 }
 

@@ -236,31 +236,6 @@ impl StepRequest {
         }
     }
 
-    /// What the request says that the step will not honour as the user may expect, for the
-    /// caller to show (`--seq`, or an inference's `--context` or `--prompt` plus
-    /// `--new-tokens`, beyond the model's configured maximum).
-    pub fn input_notes(&self, model: &Model) -> Vec<String> {
-        let Model::Transformer(t) = model else {
-            return Vec::new();
-        };
-        let (flag, len) = match (self.inference, self.seq, self.context, self.prompt) {
-            (false, Some(seq), _, _) => ("--seq".to_string(), seq),
-            (true, _, Some(c), _) => ("--context".to_string(), c),
-            (true, _, None, Some(p)) => (
-                format!("--prompt {p} + --new-tokens {} =", self.new_tokens),
-                p.saturating_add(self.new_tokens),
-            ),
-            _ => return Vec::new(),
-        };
-        if len <= t.max_positions() {
-            return Vec::new();
-        }
-        vec![format!(
-            "{flag} {len} exceeds the model's configured maximum of {} positions",
-            t.max_positions()
-        )]
-    }
-
     /// The setup this request describes for `model` (after [`StepRequest::attach`]) on `gpu`
     /// (its CUDA context and workspace; `None`: the H100's), validated.
     pub fn setup(&self, model: &Model, gpu: Option<&Gpu>) -> Result<Setup> {

@@ -192,7 +192,10 @@ pub fn events(
         gpu: gpu.name.to_string(),
         params: model.param_count(),
         steps,
-        notes: crate::notes::of_step(model, true, None),
+        notes: crate::notes::of_step(model, true, None)
+            .into_iter()
+            .chain(crate::notes::of_setup(model, setup))
+            .collect(),
         trace: Trace {
             source: SOURCE.into(),
             phases,
@@ -250,9 +253,10 @@ pub struct TraceSnapshot {
     pub notes: Vec<String>,
 }
 
-/// Records `events` (`steps` steps of `model`) through `policy` into a snapshot.
+/// Records `events` (`steps` steps of `model`'s `setup`) through `policy` into a snapshot.
 pub fn snapshot(
     model: &Model,
+    setup: &Setup,
     events: &[TraceEvent],
     steps: u32,
     policy: Policy,
@@ -296,7 +300,10 @@ pub fn snapshot(
         policy,
         peak_allocated_bytes: stats.allocated_bytes[0].peak.max(0) as u64,
         peak_reserved_bytes: stats.reserved_bytes[0].peak.max(0) as u64,
-        notes: crate::notes::of_step(model, true, None),
+        notes: crate::notes::of_step(model, true, None)
+            .into_iter()
+            .chain(crate::notes::of_setup(model, setup))
+            .collect(),
     })
 }
 

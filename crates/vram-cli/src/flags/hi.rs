@@ -2,8 +2,6 @@
 //! `vram_report::capacity::CapacityRequest`, `vram_plan::Request`). Every flag is read here
 //! once; the subcommands take the resolved request and never look at a flag or a default again.
 
-use std::io::Write;
-
 use anyhow::Result;
 use vram_model::arch::Model;
 use vram_model::finetune::step::Method;
@@ -133,19 +131,14 @@ impl StepArgs {
     }
 
     /// The setup these flags describe for `model` on the default GPU (H100); what the step will
-    /// not honour as asked goes to stderr as a note.
+    /// not honour as asked is a note of the report (`vram_report::notes::of_request`).
     pub fn setup(&self, model: &Model) -> Result<Setup> {
         self.setup_on(model, None)
     }
 
     /// [`StepArgs::setup`] on `gpu` (its CUDA context and workspace).
     pub fn setup_on(&self, model: &Model, gpu: Option<&gpu::Gpu>) -> Result<Setup> {
-        let r = self.request();
-        let setup = r.setup(model, gpu)?;
-        for n in r.input_notes(model) {
-            let _ = writeln!(crate::output::stderr(), "vram: note: {n}");
-        }
-        Ok(setup)
+        Ok(self.request().setup(model, gpu)?)
     }
 }
 

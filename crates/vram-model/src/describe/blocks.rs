@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{Block, Checkpoint, Norms, Quant, Residual, Storage};
 use crate::mech::{
     Attention, CacheKind, CacheReport, CacheSpec, Component, ComponentParams, Dense, Ffn,
-    KindCache, Mixer, Norm, Tensor, TensorKind, Vision, Window,
+    KindCache, Mixer, Norm, Site, Tensor, TensorKind, Vision, Window,
 };
 use crate::read::safetensors::Tally;
 
@@ -229,6 +229,13 @@ pub struct Blocks {
     pub checked: Checked,
     /// A vision tower, if the model carries one.
     pub vision: Option<Vision>,
+    /// An audio tower, if the model carries one. No step here feeds it audio, so it holds its
+    /// weights only: no activations, and in training no gradient or optimizer state.
+    pub audio: Option<AudioTower>,
+    /// The `nn.Linear`s outside the layers, the towers and the head that a text forward runs
+    /// (Gemma 4's `per_layer_model_projection`), once each, as LoRA sites; their parameters are
+    /// counted with their component (the embedding's).
+    pub linears: Vec<Site>,
     /// Multi-token-prediction layers, if the config declares them.
     pub mtp: Option<Mtp>,
     /// The weights as shipped.
@@ -238,6 +245,16 @@ pub struct Blocks {
     /// The config declares a vision tower this reader does not describe (a wrapper read through
     /// its `text_config`, a generic decoder): images would be taken, but are not counted.
     pub vision_unmodelled: bool,
+}
+
+/// An audio encoder and its projection into the text model, described for its weights: its
+/// parameters and its `nn.Linear`s as PEFT names them (`all-linear` takes them).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AudioTower {
+    /// Parameters of the tower and its projection.
+    pub params: u64,
+    /// Its linears, in groups of equal count (one group per encoder layer's set).
+    pub linears: Vec<(Vec<Site>, u64)>,
 }
 
 impl Blocks {
@@ -273,6 +290,8 @@ impl Blocks {
             names: Names::LLAMA,
             checked: Checked::Zoo,
             vision: None,
+            audio: None,
+            linears: Vec::new(),
             mtp: None,
             storage: Storage::default(),
             notes: Vec::new(),
@@ -390,6 +409,7 @@ impl Blocks {
             ),
             residual: first_block.map_or(Residual::Sequential, |b| b.residual),
             extra: (Component::Other, 0),
+            per_layer_input: 0,
         }
     }
 
@@ -466,6 +486,9 @@ impl Blocks {
         if let Some(v) = &self.vision {
             p.add(Component::Vision, v.params);
         }
+        if let Some(a) = &self.audio {
+            p.add(Component::Audio, a.params);
+        }
         if let Some(m) = self.mtp.filter(|m| m.instantiated) {
             p.add(Component::Mtp, m.params);
         }
@@ -497,8 +520,8 @@ impl Blocks {
             bytes: g.bytes,
             numel: want,
             packed: g.packed,
-            fp32_numel: [0; 11],
-            upcast: [0; 11],
+            fp32_numel: [0; Component::COUNT],
+            upcast: [0; Component::COUNT],
         };
         if have != want_total {
             notes.push(format!(
@@ -506,15 +529,15 @@ impl Blocks {
             ));
             return notes;
         }
-        if let Some(i) = (0..11).find(|&i| g.params[i] != want[i]) {
+        if let Some(i) = (0..Component::COUNT).find(|&i| g.params[i] != want[i]) {
             // Names this reader does not place: one ratio for the whole checkpoint.
             let total: u64 = g.bytes.iter().sum();
             let packed = g.packed.iter().any(|p| *p);
-            let mut spread = [0u64; 11];
-            for j in 0..11 {
+            let mut spread = [0u64; Component::COUNT];
+            for j in 0..Component::COUNT {
                 spread[j] = (total as u128 * want[j] as u128 / want_total.max(1) as u128) as u64;
             }
-            let big = (0..11).max_by_key(|&j| want[j]).unwrap_or(0);
+            let big = (0..Component::COUNT).max_by_key(|&j| want[j]).unwrap_or(0);
             spread[big] += total - spread.iter().sum::<u64>();
             c.bytes = spread;
             c.packed = want.map(|w| packed && w > 0);
@@ -542,7 +565,7 @@ impl Blocks {
                 }
             });
         }
-        for i in 0..11 {
+        for i in 0..Component::COUNT {
             c.upcast[i] = c.fp32_numel[i].saturating_sub(g.f32_params[i]) * 2;
         }
         storage.checkpoint = Some(c);
@@ -601,6 +624,7 @@ impl Blocks {
             + self.ends.final_norm
             + self.ends.other
             + self.vision.as_ref().map_or(0, |v| v.params)
+            + self.audio.as_ref().map_or(0, |a| a.params)
             + self.mtp.filter(|m| m.instantiated).map_or(0, |m| m.params);
         bytes + rest * d
     }
@@ -716,6 +740,7 @@ mod tests {
             },
             residual: Residual::Sequential,
             extra: (Component::Other, 0),
+            per_layer_input: 0,
         };
         let moe = Block {
             ffn: Ffn::Moe(Moe {

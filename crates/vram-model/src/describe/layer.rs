@@ -56,6 +56,10 @@ pub struct Block {
     /// Further per-layer parameters and where they belong (Gemma 4's per-layer-input gate,
     /// projection and norm; a layer scalar).
     pub extra: (Component, u64),
+    /// Gemma 4's per-layer-input width (`hidden_size_per_layer_input`; 0: none): its
+    /// `per_layer_input_gate` (hidden → width) and `per_layer_projection` (width → hidden)
+    /// are `nn.Linear`s, LoRA sites; their parameters are in `extra`.
+    pub per_layer_input: u64,
 }
 
 impl Block {

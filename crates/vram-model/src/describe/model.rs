@@ -178,7 +178,9 @@ impl Transformer {
         }
         let n = b.len();
         ParamSplit {
-            embedding: p.get(Component::Embedding) + p.get(Component::Vision),
+            embedding: p.get(Component::Embedding)
+                + p.get(Component::Vision)
+                + p.get(Component::Audio),
             per_layer: mean(enc, n, &own),
             per_encoder_layer: if enc > 0 { mean(0, enc, &own) } else { 0 },
             relative_bias: b.iter().map(table).sum(),
@@ -240,6 +242,7 @@ impl Transformer {
             + b.ends.other.saturating_sub(pooler)
             + b.ends.head.saturating_sub(b.vocab() * h)
             + b.vision.as_ref().map_or(0, |x| x.params)
+            + b.audio.as_ref().map_or(0, |x| x.params)
             + b.mtp.filter(|m| m.instantiated).map_or(0, |m| m.params);
         if rest > 0 {
             v.push(ParamTensor::vector(rest, 1, false));

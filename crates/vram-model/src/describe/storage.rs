@@ -119,17 +119,17 @@ pub struct Storage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint {
     /// Stored bytes per component (indexed by `Component as usize`).
-    pub bytes: [u64; 11],
+    pub bytes: [u64; Component::COUNT],
     /// The description's elements per component (the unquantized parameter count).
-    pub numel: [u64; 11],
+    pub numel: [u64; Component::COUNT],
     /// Whether the component holds a packed tensor (a dtype other than a float: U8 MXFP4
     /// blocks, F8_E4M3, I32 GPTQ/AWQ words, bitsandbytes' U8/I8).
-    pub packed: [bool; 11],
+    pub packed: [bool; Component::COUNT],
     /// Elements per component the library holds in fp32.
-    pub fp32_numel: [u64; 11],
+    pub fp32_numel: [u64; Component::COUNT],
     /// Bytes per component the library adds by upcasting them: 2 an element beyond the
     /// component's F32 elements in the headers (those are taken to be the same tensors).
-    pub upcast: [u64; 11],
+    pub upcast: [u64; Component::COUNT],
 }
 
 impl Checkpoint {
@@ -296,6 +296,7 @@ impl Storage {
                 TensorKind::Linear | TensorKind::Experts(_)
                     if !(t.component == Component::Router
                         || t.component == Component::Vision
+                        || t.component == Component::Audio
                         || (t.component == Component::Head && skip_head)
                         || t.rows == 1) =>
                 {
@@ -322,7 +323,11 @@ impl Storage {
                     _ => false,
                 } && !matches!(
                     t.component,
-                    Component::Router | Component::Head | Component::Vision | Component::Mtp
+                    Component::Router
+                        | Component::Head
+                        | Component::Vision
+                        | Component::Audio
+                        | Component::Mtp
                 );
                 if packed {
                     e * linear_bytes(format, double_quant, t.rows, t.cols)

@@ -215,14 +215,33 @@ pub fn block_sites(n: &Names, b: &Block, h: u64) -> Vec<Site> {
     let mut v = Vec::new();
     b.mixer.sites(n, h, &mut |s| v.push(s));
     b.ffn.sites(n, h, &mut |s| v.push(s));
+    if b.per_layer_input > 0 {
+        // Gemma4TextDecoderLayer: `per_layer_input_gate` reads the layer's output hidden
+        // states, `per_layer_projection` the gated per-layer input (two nn.Linear, no bias).
+        let w = b.per_layer_input;
+        for (path, out, inp, input) in [
+            ("per_layer_input_gate", w, h, 20),
+            ("per_layer_projection", h, w, 21),
+        ] {
+            v.push(Site {
+                path: path.into(),
+                out,
+                inp,
+                kind: SiteKind::Module,
+                component: Component::Embedding,
+                input,
+            });
+        }
+    }
     v
 }
 
 /// Every site of the model: per distinct block kind, its sites and how many layers use it;
-/// the vision tower's and projector's linears ([`crate::mech::Vision::linears`]: PEFT 0.21.2's
+/// the model-level linears of the text forward ([`crate::blocks::Blocks::linears`]); the
+/// vision tower's and projector's linears ([`crate::mech::Vision::linears`]: PEFT 0.21.2's
 /// `_maybe_include_all_linear_layers` takes every `nn.Linear` of the model but the output
-/// layer, the tower's included); then the LM head (`lm_head`, counted once) when the model has
-/// one.
+/// layer, the towers' included) and the audio tower's; then the LM head (`lm_head`, counted
+/// once) when the model has one.
 pub fn sites(t: &Transformer) -> Vec<(Vec<Site>, u64)> {
     let b = &t.blocks;
     let mut out: Vec<(Vec<Site>, u64)> = b
@@ -231,8 +250,12 @@ pub fn sites(t: &Transformer) -> Vec<(Vec<Site>, u64)> {
         .zip(b.kind_counts())
         .map(|(k, n)| (block_sites(&b.names, k, b.hidden), n))
         .collect();
+    out.extend(b.linears.iter().map(|s| (vec![s.clone()], 1)));
     if let Some(v) = &b.vision {
         out.extend(v.linears.iter().filter(|(_, n)| *n > 0).cloned());
+    }
+    if let Some(a) = &b.audio {
+        out.extend(a.linears.iter().filter(|(_, n)| *n > 0).cloned());
     }
     if t.layout() == Layout::DecoderOnly {
         out.push((
@@ -629,8 +652,8 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
         }
     }
     if let Targets::List(_) = spec.targets {
-        // A module that holds its nn.Linear as a child named `linear` (Gemma 4's vision
-        // `Gemma4ClippableLinear`, Llama 4's `Llama4UnfoldConvolution`) is not a layer type
+        // A module that holds its nn.Linear as a child named `linear` (Gemma 4's vision and
+        // audio `Gemma4ClippableLinear`, Llama 4's `Llama4UnfoldConvolution`) is not a layer type
         // PEFT can adapt: a target naming the wrapper fails in `_create_new_module`.
         for (ss, _) in &all {
             for s in ss {
@@ -639,9 +662,10 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
                 };
                 if let Some(m) = modules.iter().find(|m| matches(wrapper, m)) {
                     return Err(Error::Setup(format!(
-                        "--lora-targets {}: PEFT 0.21.2 refuses `{m}` on {}: it also names the vision tower's `{wrapper}`, a module wrapping an nn.Linear (\"Target module ... is not supported\"); all-linear adapts the nn.Linear inside it",
+                        "--lora-targets {}: PEFT 0.21.2 refuses `{m}` on {}: it also names the {} tower's `{wrapper}`, a module wrapping an nn.Linear (\"Target module ... is not supported\"); all-linear adapts the nn.Linear inside it",
                         spec.targets.display(),
                         t.model_type,
+                        if s.component == Component::Audio { "audio" } else { "vision" },
                     )));
                 }
             }

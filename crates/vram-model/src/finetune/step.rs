@@ -637,23 +637,50 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
         adapter_tensors.push(h.rank * h.site.inp * adapter_bytes);
         adapter_tensors.push(h.rank * h.site.out * adapter_bytes);
     }
+    // Adapters on the model-level linears the text forward runs (Gemma 4's
+    // per_layer_model_projection): trained like the layers'.
+    for a in plan
+        .adapted
+        .iter()
+        .filter(|a| b.linears.iter().any(|s| s.path == a.site.path))
+    {
+        adapter_tensors.push(a.rank * a.site.inp * adapter_bytes);
+        adapter_tensors.push(a.rank * a.site.out * adapter_bytes);
+    }
     // Adapters on the vision tower's and projector's linears (`all-linear` takes them; list
     // targets match their names too). The forward calls the tower only for pixel values: in a
     // text-only step they get no gradient and AdamW no state (`_init_group` skips a parameter
     // whose grad is None); with images their gradients come last, when the backward reaches
     // the tower.
     let tower_images = t.blocks.vision.as_ref().is_some_and(|v| v.images.is_some());
+    let pair = |a: &super::Adapted| {
+        let pair = [
+            a.rank * a.site.inp * adapter_bytes,
+            a.rank * a.site.out * adapter_bytes,
+        ];
+        (0..a.count).flat_map(move |_| pair)
+    };
+    // The audio tower's adapters: no step feeds it audio, so they are held and get neither a
+    // gradient nor an optimizer state (DDP's buckets still cover them, below).
+    let audio_adapters: Vec<u64> = plan
+        .adapted
+        .iter()
+        .filter(|a| a.site.component == crate::describe::Component::Audio)
+        .flat_map(pair)
+        .collect();
+    let audio_adapters_total: u64 = audio_adapters.iter().sum();
+    if !audio_adapters.is_empty() {
+        tape.alloc(Category::Parameters, audio_adapters.clone());
+        notes.push(format!(
+            "the audio tower's adapters ({}) hold no gradient and no optimizer state: the step feeds it no audio",
+            super::fmt_bytes(audio_adapters_total)
+        ));
+    }
     let tower_adapters: Vec<u64> = plan
         .adapted
         .iter()
         .filter(|a| a.site.component == crate::describe::Component::Vision)
-        .flat_map(|a| {
-            let pair = [
-                a.rank * a.site.inp * adapter_bytes,
-                a.rank * a.site.out * adapter_bytes,
-            ];
-            (0..a.count).flat_map(move |_| pair)
-        })
+        .flat_map(pair)
         .collect();
     let tower_adapters_total: u64 = tower_adapters.iter().sum();
     if !tower_adapters.is_empty() && !tower_images {
@@ -695,6 +722,7 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
             Category::CommBuffers,
             vec![
                 adapter_total
+                    + audio_adapters_total
                     + if tower_images {
                         0
                     } else {

@@ -275,10 +275,15 @@ impl Mechanism for Attention {
     fn sites(&self, n: &Names, h: u64, out: &mut impl FnMut(Site)) {
         let a = self;
         let q = a.heads * a.head_dim * if a.q_gate { 2 } else { 1 };
-        let k = a.kv_heads * a.head_dim;
+        // A KV-shared layer (Gemma 4) builds no k/v projections (see `tensors`).
+        let k = if a.kv_shared {
+            0
+        } else {
+            a.kv_heads * a.head_dim
+        };
         let attn = if a.image_cross { "cross_attn" } else { n.attn };
         let mut module = super::module_sites(attn, Component::Mixer, out);
-        let val = if a.k_eq_v {
+        let val = if a.k_eq_v || a.kv_shared {
             0
         } else {
             a.kv_heads * a.v_head_dim
@@ -287,7 +292,9 @@ impl Mechanism for Attention {
             module(n.qkv, q + k + val, h, 0);
         } else {
             module(n.q, q, h, 0);
-            module(n.k, k, h, 0);
+            if k > 0 {
+                module(n.k, k, h, 0);
+            }
             if val > 0 {
                 module(n.v, val, h, 0);
             }
@@ -735,7 +742,9 @@ pub(crate) fn prefill(
         };
         (q, k, v, false)
     };
-    g.free(n1);
+    if !c.training {
+        g.free(n1);
+    }
     let (qe, ke) = if a.rope {
         let qe = rope(g, q_bytes);
         let ke = k.map(|_| rope(g, kv_act));
@@ -756,20 +765,28 @@ pub(crate) fn prefill(
     for (j, bytes) in cache.iter().enumerate() {
         g.ops.push((CACHE + j as u8, *bytes));
     }
-    if let Some(ke) = ke {
-        if ke != qe && Some(ke) != k {
-            g.free(ke);
-        }
-    }
-    if !fused {
-        if let (Some(k), Some(ke)) = (k, ke) {
-            if ke == k && Some(k) != v {
-                g.free(k);
+    // The rotated keys and the values: freed once the cache holds its copies; a training
+    // forward has no cache (`use_cache=False` under checkpointing), so the attention reads
+    // them and they go when it returns.
+    let release_kv = |g: &mut Prog| {
+        if let Some(ke) = ke {
+            if ke != qe && Some(ke) != k {
+                g.free(ke);
             }
         }
-        if let Some(v) = v {
-            g.free(v);
+        if !fused {
+            if let (Some(k), Some(ke)) = (k, ke) {
+                if ke == k && Some(k) != v {
+                    g.free(k);
+                }
+            }
+            if let Some(v) = v {
+                g.free(v);
+            }
         }
+    };
+    if !c.training {
+        release_kv(g);
     }
     // Attention.
     let heads = a.heads.div_ceil(tp);
@@ -878,13 +895,26 @@ pub(crate) fn prefill(
     for r in repeated {
         g.free(r);
     }
-    if qe != q {
-        g.free(qe);
-    } else if !fused {
-        g.free(q);
+    let release_q = |g: &mut Prog| {
+        if qe != q {
+            g.free(qe);
+        } else if !fused {
+            g.free(q);
+        }
+    };
+    if !c.training {
+        release_q(g);
     }
-    let mut at = g.make(q_bytes); // transpose(1, 2).contiguous()
-    g.free(out);
+    // `transpose(1, 2).contiguous()`. In training the fused kernels' output is already a
+    // `[b, h, s, d]` view of a `[b, s, h, d]` tensor (flash/cuDNN), so it copies nothing.
+    let view = c.training && c.attention == Impl::Sdpa && kernel != Kernel::Math;
+    let mut at = if view {
+        out
+    } else {
+        let at = g.make(q_bytes);
+        g.free(out);
+        at
+    };
     if let Some(gate) = gate {
         // Qwen3.5: `attn_output * torch.sigmoid(gate)`, then o_proj.
         let sg = g.make(q_bytes);
@@ -898,6 +928,12 @@ pub(crate) fn prefill(
     g.free(at);
     if fused {
         g.free(q);
+    }
+    if c.training {
+        release_q(g);
+        release_kv(g);
+        // The decoder layer's local keeps the normed input until the attention returns.
+        g.free(n1);
     }
     let r = g.make(hd);
     // GPT-2's block names the attention output (`hidden_states = attn_output + residual`), so

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::host::{Host, HostCtx};
 use super::norm::rms_norm_host;
-use super::step::{m, Ctx, Extra, Parts};
+use super::step::{m, Ctx, Extra, Parts, Prog, CACHE};
 use super::{lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site, Tensor};
 use crate::describe::{Blocks, Names};
 
@@ -214,6 +214,89 @@ pub(crate) fn train(a: &Mla, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         decode_per_ctx: m(&[c.b, kv_out + heads * qk, cmp]),
         decode_experts: [0, 0],
     }
+}
+
+/// Whether [`prefill`] walks this attention's prefill tensor by tensor (without DeepSeek sparse
+/// attention's indexer, whose tensors it does not list).
+pub(crate) fn prefill_walked(a: &Mla) -> bool {
+    a.indexer.is_none()
+}
+
+/// The prefill of multi-head latent attention (inference, no grad) as PyTorch eager makes and
+/// frees its tensors (`DeepseekV3Attention.forward`, modeling_deepseek_v3.py, transformers
+/// 5.24), the input norm first; returns the slot of `o_proj`'s output `[T, H]`. Held to
+/// `tests/engines/gen_trace.py`:
+///
+/// - the normed input (the decoder layer's local until the attention returns); `q_a_proj`,
+///   `q_a_layernorm` (the projection freed after it), `q_b_proj` `[T, h·(nope + rope)]` (the
+///   norm's output freed), or one `q_proj`; `kv_a_proj_with_mqa` `[T, latent + rope]`, and
+///   `kv_a_layernorm` over its latent slice;
+/// - rotary in the interleaved form (`apply_rotary_pos_emb_interleave`, DeepseekV3Config's
+///   default `rope_interleave=True`): `q1·cos`, `q2·sin`, their difference, `q2·cos`, `q1·sin`,
+///   their sum (each half the rotary width), then the `cat`; the same for the shared key;
+/// - the cache update (`torch.cat` of the normed latent and the rotated key into the cache),
+///   after which the layer's own latent and rotated key go;
+/// - `query_states = cat(q_pass, q_rot)`; `expand_kv`: `kv_b_proj` over the cached latent
+///   `[T, h·(nope + v)]` and `key_states` (`new_empty`, filled); SDPA's output `[b, h, s, v]`
+///   and `reshape(...).contiguous()`'s copy (the output freed); `o_proj`; then every local of
+///   the attention goes with its frame.
+pub(crate) fn prefill(a: &Mla, g: &mut Prog, b: &Blocks, c: &Ctx, cache: &[u64]) -> u8 {
+    let (tok, cmp) = (c.tok, c.cmp);
+    let hidden = b.hidden;
+    let heads = a.heads.div_ceil(c.t);
+    let qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    let kv_out = heads * (a.qk_nope_head_dim + a.v_head_dim);
+    let n1 = super::norm::prefill(g, b.norm, m(&[tok, hidden]), cmp, true);
+    let q = match a.q_lora_rank {
+        Some(r) => {
+            let qa = g.make(m(&[tok, r, cmp]));
+            let qn = super::norm::prefill(g, b.norm, m(&[tok, r]), cmp, true);
+            g.free(qa);
+            let q = g.make(m(&[tok, heads * qk, cmp]));
+            g.free(qn);
+            q
+        }
+        None => g.make(m(&[tok, heads * qk, cmp])),
+    };
+    let kva = g.make(m(&[tok, a.kv_lora_rank + a.qk_rope_head_dim, cmp]));
+    let kn = super::norm::prefill(g, b.norm, m(&[tok, a.kv_lora_rank]), cmp, true);
+    // Interleaved rotary over `heads` heads of the rotary width: four products, a difference and
+    // a sum (half the width each), then their `cat`.
+    let rotary = |g: &mut Prog, heads: u64| -> u8 {
+        let half = m(&[tok, heads, a.qk_rope_head_dim / 2, cmp]);
+        let t1 = g.make(half);
+        let t2 = g.make(half);
+        let d = g.make(half);
+        g.free(t1);
+        g.free(t2);
+        let t3 = g.make(half);
+        let t4 = g.make(half);
+        let s = g.make(half);
+        g.free(t3);
+        g.free(t4);
+        let e = g.make(m(&[tok, heads, a.qk_rope_head_dim, cmp]));
+        g.free(s);
+        g.free(d);
+        e
+    };
+    let qrot = rotary(g, heads);
+    let krot = rotary(g, 1);
+    for (j, bytes) in cache.iter().enumerate() {
+        g.ops.push((CACHE + j as u8, *bytes));
+    }
+    g.free(kn);
+    g.free(krot);
+    let qs = g.make(m(&[tok, heads * qk, cmp])); // query_states
+    let kv = g.make(m(&[tok, kv_out, cmp])); // kv_b_proj over the cached latent
+    let ks = g.make(m(&[tok, heads * qk, cmp])); // key_states
+    let out = g.make(m(&[tok, heads * a.v_head_dim, cmp]));
+    let at = g.make(m(&[tok, heads * a.v_head_dim, cmp])); // reshape(...).contiguous()
+    g.free(out);
+    let y = g.make(m(&[tok, hidden, cmp]));
+    for s in [at, q, qrot, kva, qs, ks, kv, n1] {
+        g.free(s);
+    }
+    y
 }
 
 impl Mla {

@@ -108,6 +108,9 @@ pub enum Component {
     Head,
     /// Vision tower and projector/merger.
     Vision,
+    /// Audio tower and its projection into the text model (Gemma 4's `audio_tower` and
+    /// `embed_audio`).
+    Audio,
     /// Instantiated multi-token-prediction layers.
     Mtp,
     /// Anything else (a pooler, per-layer-input gates).
@@ -116,7 +119,7 @@ pub enum Component {
 
 impl Component {
     /// Every component, in display (and JSON) order.
-    pub const ALL: [Component; 11] = [
+    pub const ALL: [Component; Component::COUNT] = [
         Component::Embedding,
         Component::Mixer,
         Component::DenseMlp,
@@ -126,9 +129,13 @@ impl Component {
         Component::Norms,
         Component::Head,
         Component::Vision,
+        Component::Audio,
         Component::Mtp,
         Component::Other,
     ];
+
+    /// How many components there are.
+    pub const COUNT: usize = 12;
 
     /// The JSON key.
     pub fn key(self) -> &'static str {
@@ -142,6 +149,7 @@ impl Component {
             Component::Norms => "norms",
             Component::Head => "head",
             Component::Vision => "vision",
+            Component::Audio => "audio",
             Component::Mtp => "mtp",
             Component::Other => "other",
         }
@@ -150,7 +158,7 @@ impl Component {
 
 /// Parameter elements per [`Component`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct ComponentParams(pub [u64; 11]);
+pub struct ComponentParams(pub [u64; Component::COUNT]);
 
 impl ComponentParams {
     /// Elements of one component.

@@ -49,6 +49,7 @@ fn base(c: &Cfg, vocab: u64, hidden: u64, layers: u64, heads: u64) -> Draft {
         per_layer_dense: vec![None; n],
         layer_extra: (Component::Other, 0),
         embedding_extra: 0,
+        per_layer_input: 0,
         embedding: Embedding::default(),
         softcap: false,
         layout: Layout::DecoderOnly,

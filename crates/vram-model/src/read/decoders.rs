@@ -10,12 +10,13 @@ use serde_json::Value;
 use super::{kind_of, Cfg};
 use crate::describe::Transformer;
 use crate::describe::{
-    Act, Attention, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout, Embedding, Ends,
-    Ffn, Gdn, Head, Hybrid, Indexer, Layout, Mamba, Mamba2, Mixer, Mla, Moe, MoeConversion, Mtp,
-    Names, Norm, Norms, QkNorm, Residual, Vision, VisionInput, Window,
+    Act, Attention, AudioTower, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout,
+    Embedding, Ends, Ffn, Gdn, Head, Hybrid, Indexer, Layout, Mamba, Mamba2, Mixer, Mla, Moe,
+    MoeConversion, Mtp, Names, Norm, Norms, QkNorm, Residual, Vision, VisionInput, Window,
 };
 use crate::error::{Error, Result};
 use crate::mech::vision::tower_linear;
+use crate::mech::{Site, SiteKind};
 
 /// The `model_type`s read here (`kimi_k2` and `mimo` are remote-code families whose
 /// architecture is DeepSeek-V3's and Qwen2's).
@@ -171,6 +172,8 @@ pub(super) struct Draft {
     /// Embedding parameters beyond the token, position and type tables and the embedding norm
     /// (Gemma 4's per-layer-input tables).
     pub(super) embedding_extra: u64,
+    /// Gemma 4's per-layer-input width ([`Block::per_layer_input`]).
+    pub(super) per_layer_input: u64,
     /// What the model does around its token embedding (learned positions, types, norm).
     pub(super) embedding: Embedding,
     /// `final_logit_softcapping` is set.
@@ -368,6 +371,7 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         per_layer_dense: vec![None; layers as usize],
         layer_extra: (Component::Other, 0),
         embedding_extra: 0,
+        per_layer_input: 0,
         embedding: Embedding::default(),
         softcap: false,
         layout: Layout::DecoderOnly,
@@ -553,8 +557,111 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
     let mut t = build(d)?;
     if builds_vision(outer)? {
         t.blocks.vision = vision(outer, text_hidden)?;
+        t.blocks.audio = audio(outer, text_hidden)?;
     }
     Ok(t)
+}
+
+/// Gemma 4's audio tower (`Gemma4Model.audio_tower`, built when `audio_config` is not null:
+/// the E2B/E4B releases) and `embed_audio`, as transformers 5.24's modeling_gemma4.py builds
+/// them (missing keys take `Gemma4AudioConfig`'s defaults): the subsampling convolutions (two
+/// bias-free 3×3 Conv2d, each with a bias-free LayerNorm) and `input_proj_linear`; per
+/// conformer layer two feed-forwards (`ffw_layer_1` H→4H, `ffw_layer_2` 4H→H, two RMSNorms),
+/// the chunked attention (q/k/v/`post`, `relative_k_proj`, `per_dim_scale`), the light
+/// convolution (`linear_start` H→2H, a depthwise Conv1d, `linear_end`, two RMSNorms) and three
+/// RMSNorms; `output_proj` with its bias; `embed_audio`'s bias-free projection to the text
+/// width (its norm has no weight). Projections inside a `Gemma4ClippableLinear` are the
+/// `nn.Linear` named `linear`; its clipping bounds are buffers.
+fn audio(outer: &Cfg, text_hidden: u64) -> Result<Option<AudioTower>> {
+    if outer.model_type != "gemma4" {
+        return Ok(None);
+    }
+    let map = match outer.map.get("audio_config") {
+        Some(Value::Object(m)) => m,
+        None | Some(Value::Null) => return Ok(None),
+        Some(other) => {
+            return Err(Error::WrongType {
+                field: "audio_config".into(),
+                expected: "an object",
+                found: kind_of(other).into(),
+            })
+        }
+    };
+    let a = Cfg {
+        map,
+        model_type: outer.model_type,
+    };
+    let h = a.opt_u64(&["hidden_size"])?.unwrap_or(1024);
+    let layers = a.opt_u64(&["num_hidden_layers"])?.unwrap_or(12);
+    let heads = a.opt_u64(&["num_attention_heads"])?.unwrap_or(8).max(1);
+    let k = a.opt_u64(&["conv_kernel_size"])?.unwrap_or(5);
+    let o = a.opt_u64(&["output_proj_dims"])?.unwrap_or(1536);
+    let (c0, c1) = match a.u64_list("subsampling_conv_channels")? {
+        Some(l) if l.len() == 2 => (l[0], l[1]),
+        Some(l) => {
+            return Err(Error::OutOfRange {
+                field: "audio_config.subsampling_conv_channels".into(),
+                value: format!("{l:?}"),
+                why: "must be two channel counts".into(),
+            })
+        }
+        None => (128, 32),
+    };
+    let hd = h / heads;
+    let qk = heads * hd;
+    // Gemma4AudioSubSampleConvProjection: `proj_input_dim = (channels[0] // 4) * channels[1]`.
+    let sub_in = c0 / 4 * c1;
+    let subsample = 9 * c0 + c0 + 9 * c0 * c1 + c1 + h * sub_in;
+    let ffw = 8 * h * h + 2 * h;
+    let attn = 3 * qk * h + h * h + qk * h + hd;
+    let lconv = 2 * h * h + h * h + h * k + 2 * h;
+    let layer = 2 * ffw + attn + lconv + 3 * h;
+    let params = subsample + layers * layer + o * h + o + text_hidden * o;
+    let lin = |path: &str, out: u64, inp: u64, input: u8| Site {
+        path: path.into(),
+        out,
+        inp,
+        kind: SiteKind::Module,
+        component: Component::Audio,
+        input,
+    };
+    Ok(Some(AudioTower {
+        params,
+        linears: vec![
+            (
+                vec![lin(
+                    "subsample_conv_projection.input_proj_linear",
+                    h,
+                    sub_in,
+                    0,
+                )],
+                1,
+            ),
+            (
+                vec![
+                    lin("feed_forward1.ffw_layer_1.linear", 4 * h, h, 0),
+                    lin("feed_forward1.ffw_layer_2.linear", h, 4 * h, 1),
+                    lin("self_attn.q_proj.linear", qk, h, 2),
+                    lin("self_attn.k_proj.linear", qk, h, 2),
+                    lin("self_attn.v_proj.linear", qk, h, 2),
+                    lin("self_attn.relative_k_proj", qk, h, 3),
+                    lin("self_attn.post.linear", h, h, 4),
+                    lin("lconv1d.linear_start.linear", 2 * h, h, 5),
+                    lin("lconv1d.linear_end.linear", h, h, 6),
+                    lin("feed_forward2.ffw_layer_1.linear", 4 * h, h, 7),
+                    lin("feed_forward2.ffw_layer_2.linear", h, 4 * h, 8),
+                ],
+                layers,
+            ),
+            (
+                vec![
+                    lin("output_proj", o, h, 0),
+                    lin("embed_audio.embedding_projection", text_hidden, o, 1),
+                ],
+                1,
+            ),
+        ],
+    }))
 }
 
 /// Whether the checkpoint is Mistral-3's `Mistral3ForConditionalGeneration` (a Pixtral tower
@@ -861,17 +968,18 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
         // Gemma4VisionModel: a bias-free patch projection, a two-row position table, layers of
         // bias-free q/k/v/o and gated MLP with per-head q/k norms and four RMSNorms, and
         // `embed_vision`'s bias-free projection to the text width. `vision_config: null` builds
-        // none; an audio tower is not counted (none in the 26B/31B releases).
+        // none; an audio tower is described apart (`audio`).
         "gemma4" => {
             if matches!(outer.map.get("vision_config"), Some(Value::Null)) {
                 return Ok(None);
             }
-            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(1152);
-            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(4304);
-            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(27);
-            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(16);
-            let kv = v.opt_u64(&["num_key_value_heads"])?.unwrap_or(heads);
-            let hd = v.opt_u64(&["head_dim"])?.unwrap_or(hv / heads);
+            // Gemma4VisionConfig's defaults (transformers 5.24).
+            let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(768);
+            let i = v.opt_u64(&["intermediate_size"])?.unwrap_or(3072);
+            let depth = v.opt_u64(&["num_hidden_layers"])?.unwrap_or(16);
+            let heads = v.opt_u64(&["num_attention_heads"])?.unwrap_or(12);
+            let kv = v.opt_u64(&["num_key_value_heads"])?.unwrap_or(12);
+            let hd = v.opt_u64(&["head_dim"])?.unwrap_or(64);
             let p = v.opt_u64(&["patch_size"])?.unwrap_or(16);
             let pos = v.opt_u64(&["position_embedding_size"])?.unwrap_or(10_240);
             let block = 2 * heads * hd * hv + 2 * kv * hd * hv + 2 * hd + 3 * i * hv + 4 * hv;
@@ -1568,6 +1676,7 @@ fn gemma4(c: &Cfg) -> Result<Draft> {
             .unwrap_or(262_144);
         d.embedding_extra = vpl * layers * hpl + layers * hpl * d.hidden + hpl;
         d.layer_extra = (Component::Embedding, 2 * d.hidden * hpl + d.hidden);
+        d.per_layer_input = hpl;
     }
     Ok(d)
 }
@@ -1808,6 +1917,7 @@ fn mimo(c: &Cfg) -> Result<Draft> {
             },
             residual: Residual::Sequential,
             extra: (Component::Other, 0),
+            per_layer_input: 0,
         };
         let per = block.params(h).total() + 2 * h * h + 3 * h;
         d.mtp = Some(Mtp {
@@ -2716,6 +2826,7 @@ pub(super) fn build(d: Draft) -> Result<Transformer> {
             },
             residual: d.residual,
             extra: d.layer_extra,
+            per_layer_input: d.per_layer_input,
         });
     }
     if layers.is_empty() {
@@ -2776,6 +2887,17 @@ pub(super) fn build(d: Draft) -> Result<Transformer> {
     blocks.checked = d.checked;
     blocks.mtp = d.mtp;
     blocks.notes = d.notes;
+    if d.per_layer_input > 0 {
+        // Gemma4TextModel's `per_layer_model_projection`: hidden → layers × width, no bias.
+        blocks.linears.push(Site {
+            path: "per_layer_model_projection".into(),
+            out: layers.len() as u64 * d.per_layer_input,
+            inp: h,
+            kind: SiteKind::Module,
+            component: Component::Embedding,
+            input: 0,
+        });
+    }
     Ok(Transformer {
         name: String::new(),
         model_type: String::new(),

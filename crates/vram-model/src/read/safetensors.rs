@@ -192,15 +192,15 @@ pub fn index_shards(text: &str) -> Result<Vec<String>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Groups {
     /// Stored bytes per component (`Component as usize`).
-    pub bytes: [u64; 11],
+    pub bytes: [u64; Component::COUNT],
     /// Parameters per component, unpacked: a packed tensor counts the values it holds (two
     /// per U8 MXFP4/NF4 byte, eight per I32 GPTQ/AWQ word); scales, zeros, `g_idx` and
     /// bitsandbytes' quantization state count none.
-    pub params: [u64; 11],
+    pub params: [u64; Component::COUNT],
     /// Whether the component holds a tensor in a dtype other than a float.
-    pub packed: [bool; 11],
+    pub packed: [bool; Component::COUNT],
     /// Elements per component stored as F32.
-    pub f32_params: [u64; 11],
+    pub f32_params: [u64; Component::COUNT],
     /// Bytes of tensors the model does not load (DeepSeek-style MTP layers past
     /// `num_hidden_layers` where the loading code builds none).
     pub dropped: u64,
@@ -255,12 +255,16 @@ fn layer_split(parts: &[&str]) -> Option<usize> {
 /// The component of a checkpoint tensor, by its name: the rules `tests/zoo/reference.py`
 /// applies to the module tree transformers builds, on names alone (a layer's child is an MoE
 /// block when some tensor sits under its `experts`); a layer past the decoder's `layers` is
-/// an MTP layer (DeepSeek-V3's `model.layers.61`).
+/// an MTP layer (DeepSeek-V3's `model.layers.61`). An audio tower's tensors (Gemma 4's
+/// `audio_tower`, `embed_audio`; no zoo config has one) are the audio component's.
 fn component_of(name: &str, layers: u64, moe: &BTreeSet<String>) -> Component {
     let parts: Vec<&str> = name.split('.').collect();
     let has = |set: &[&str]| parts.iter().any(|p| set.contains(p));
     if has(&VISION_PARTS) {
         return Component::Vision;
+    }
+    if has(&["audio_tower", "embed_audio"]) {
+        return Component::Audio;
     }
     if parts.iter().any(|p| p.starts_with("mtp")) {
         return Component::Mtp;
@@ -461,10 +465,10 @@ impl Tally {
             }
         }
         let mut g = Groups {
-            bytes: [0; 11],
-            params: [0; 11],
-            packed: [false; 11],
-            f32_params: [0; 11],
+            bytes: [0; Component::COUNT],
+            params: [0; Component::COUNT],
+            packed: [false; Component::COUNT],
+            f32_params: [0; Component::COUNT],
             dropped: 0,
             quant: self.quant(),
             dtype: None,
@@ -626,6 +630,14 @@ mod tests {
             ("model.embed_tokens.weight", Component::Embedding),
             ("lm_head.weight", Component::Head),
             ("model.visual.blocks.0.attn.qkv.weight", Component::Vision),
+            (
+                "model.audio_tower.layers.3.self_attn.q_proj.linear.weight",
+                Component::Audio,
+            ),
+            (
+                "model.embed_audio.embedding_projection.weight",
+                Component::Audio,
+            ),
         ] {
             assert_eq!(component_of(name, 61, &moe), c, "{name}");
         }

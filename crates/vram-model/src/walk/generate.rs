@@ -122,11 +122,18 @@ fn push_cache(g: &mut Prog, cache: &[u64]) {
 /// lazily made zeros), SDPA's kernel or the eager softmax with their masks and `repeat_kv`,
 /// the `transpose(1, 2).contiguous()`, the output projection, the residual adds, the MLP. Gated
 /// DeltaNet's torch fallback and gpt-oss's eager attention with sinks are walked tensor by
-/// tensor too (`gdn::prefill`, `attention::prefill_sinks`). The other mechanisms (MLA, Mamba2,
-/// experts) make their cache,
+/// tensor too (`gdn::prefill`, `attention::prefill_sinks`), and so are MLA without DSA's
+/// indexer (`mla::prefill`) and `grouped_mm` experts (`moe::prefill`). The other mechanisms
+/// (DSA, Mamba2, other experts) make their cache,
 /// then their inference high point (`LayerDesc::infer_tmp`'s parts: the mechanism's own
 /// itemisation in its `mech/` module) comes and goes.
-fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]) -> Vec<Op> {
+pub(super) fn layer_ops(
+    b: &Blocks,
+    blk: &Block,
+    parts: &InferParts,
+    c: &Ctx,
+    cache: &[u64],
+) -> Vec<Op> {
     if blk.skipped_without_images() {
         return Vec::new(); // a text-only forward passes over it (Block::skipped_without_images)
     }
@@ -150,6 +157,12 @@ fn layer_ops(b: &Blocks, blk: &Block, parts: &InferParts, c: &Ctx, cache: &[u64]
         Mixer::GatedDeltaNet(gd) => {
             push_cache(&mut g, cache);
             let y = crate::mech::gdn::prefill(&gd, &mut g, b, c);
+            let r = g.make(hd);
+            g.free(y);
+            (r, None)
+        }
+        Mixer::Mla(ml) if crate::mech::mla::prefill_walked(&ml) => {
+            let y = crate::mech::mla::prefill(&ml, &mut g, b, c, cache);
             let r = g.make(hd);
             g.free(y);
             (r, None)

@@ -235,6 +235,39 @@ impl Step<'_> {
             self.kind_tensors.push(elems);
         }
         self.pattern = b.pattern.clone();
+        self.checkpointed = if self.walks_checkpointed_ops(t) {
+            b.kinds
+                .iter()
+                .zip(&self.kinds)
+                .map(|(kind, d)| {
+                    let parts = super::generate::InferParts {
+                        mixer: d.infer_mixer,
+                        ffn: d.infer_ffn,
+                    };
+                    super::generate::layer_ops(b, kind, &parts, &c, &[])
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+    }
+
+    /// Whether a recomputed layer's forward is walked as its op program: transformers'
+    /// non-reentrant checkpoint (`gradient_checkpointing_enable()`, `use_reentrant=False` in
+    /// 5.24's `activation_checkpointing_enable`) runs the layer's forward with a pack hook that
+    /// keeps nothing (torch.utils.checkpoint `_checkpoint_hook`: a `_Holder` per saved
+    /// tensor), so each tensor goes when the modelling code drops it, as in a no-grad forward.
+    /// That program is the one `generate`'s prefill walks (one dtype throughout, no cache): a
+    /// decoder-only transformers model on one GPU in one dtype (bf16 or fp32; autocast's
+    /// casts are not in it, so an autocast step keeps the forward's tensors as one block).
+    fn walks_checkpointed_ops(&self, t: &Transformer) -> bool {
+        let c = self.ctx;
+        let full = matches!(self.setup.mode, Mode::Train(tr) if tr.recompute == crate::setup::Recompute::Full);
+        full && t.layout() == Layout::DecoderOnly
+            && self.style != AmpStyle::Megatron
+            && c.res == c.cmp
+            && c.t == 1
+            && !c.sp
     }
 }
 
@@ -324,6 +357,7 @@ mod tests {
             },
             residual: Residual::Sequential,
             extra: (Component::Other, 0),
+            per_layer_input: 0,
         }
     }
 

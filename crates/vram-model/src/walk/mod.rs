@@ -466,6 +466,9 @@ pub(crate) struct Step<'a> {
     kinds: Vec<LayerDesc>,
     /// Per layer (encoder layers first), its index into `kinds`.
     pattern: Vec<u8>,
+    /// Per kind, the op program of its checkpointed forward in a recomputed training step
+    /// (`generate::layer_ops` with no cache), where the walk follows it; empty otherwise.
+    checkpointed: Vec<Vec<crate::mech::step::Op>>,
     /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
     kind_tensors: Vec<Vec<u64>>,
     /// Per kind, the tensors its cache holds on this GPU.
@@ -484,7 +487,8 @@ pub(crate) struct Step<'a> {
     /// AdamW makes no state for them (`_init_group`), as for the layers a text-only forward
     /// passes over ([`LayerDesc::no_grad`]). TRL 1.16's `SFTTrainer` says the same: a
     /// text-only batch leaves the tower without gradients, so it turns on DDP's
-    /// `find_unused_parameters` for vision-language models.
+    /// `find_unused_parameters` for vision-language models. An audio tower, which no step
+    /// feeds, likewise.
     emb_no_grad: u64,
     /// Saved bytes of the embedding block and of the head (final norm and projection input).
     emb_saved: u64,
@@ -553,6 +557,7 @@ impl<'a> Step<'a> {
             ctx,
             kinds: Vec::new(),
             pattern: Vec::new(),
+            checkpointed: Vec::new(),
             kind_tensors: Vec::new(),
             caches: Vec::new(),
             cnn: Vec::new(),
@@ -679,6 +684,13 @@ impl<'a> Step<'a> {
         if let Some(v) = b.vision.as_ref().filter(|v| v.images.is_none()) {
             if self.ctx.training {
                 self.emb_no_grad = v.params;
+            }
+        }
+        if let Some(a) = &b.audio {
+            // No step feeds the audio tower: like a vision tower without images, it gets no
+            // gradient and no optimizer state.
+            if self.ctx.training {
+                self.emb_no_grad += a.params;
             }
         }
         if par.pp > 1 && b.head.tied && b.layout != Layout::EncoderOnly {

@@ -470,6 +470,12 @@ impl Step<'_> {
         (unit << 32) | (layer << 6) | slot
     }
 
+    /// The key of slot `slot` of layer `layer`'s checkpointed forward program: apart from
+    /// [`Step::act_key`]'s (bit 31 set; layers stay below 2^23).
+    fn program_key(unit: u64, layer: u64, slot: u8) -> u64 {
+        (unit << 32) | (1 << 31) | (layer << 8) | u64::from(slot)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_unit<S: Sink>(
         &self,
@@ -588,7 +594,31 @@ impl Step<'_> {
                     &[l.fwd_kept / 2, l.fwd_kept / 2],
                 );
             }
-            if !tmp_early {
+            let program = match stack.kind(i) {
+                Some(k) if self.recomputed(tr, i) => self.checkpointed.get(k),
+                _ => None,
+            };
+            if let Some(ops) = program {
+                // The checkpointed forward, tensor by tensor (`walks_checkpointed_ops`). Its
+                // input is the checkpoint's (`saved`), its output the next layer's.
+                let mut sizes = [0u64; 256];
+                for &(slot, bytes) in ops {
+                    if slot == crate::mech::step::X {
+                        continue;
+                    }
+                    let h = |bytes| Handle {
+                        cat: Category::Temporaries,
+                        bytes,
+                        key: Self::program_key(unit, i, slot),
+                    };
+                    if bytes == crate::mech::step::FREE {
+                        sink.free(h(sizes[slot as usize]));
+                    } else {
+                        sizes[slot as usize] = bytes;
+                        sink.alloc(h(bytes), &[]);
+                    }
+                }
+            } else if !tmp_early {
                 let tmp_parts = if S::WANTS_PARTS {
                     let fwd = TmpParts::of(&l.tmp_parts.fwd, l.fwd_tmp);
                     if self.recomputed(tr, i) {

@@ -26,12 +26,14 @@ fn plan(pins: Pins, gpus: u64) -> (Plan, Transformer) {
         256,
         4096,
     );
-    // Selective or some-layer recomputation and sequence parallelism are Megatron-LM's
-    // (`Stack::partial_recompute`): pinned, they are searched on its stack.
+    // Selective or some-layer recomputation, sequence parallelism and pipelines are
+    // Megatron-LM's (`Stack::partial_recompute`, `Stack::pipeline`): pinned, they are searched
+    // on its stack.
     if matches!(
         pins.recompute,
         Some(RecomputeChoice::Selective | RecomputeChoice::Optimal)
     ) || pins.sequence_parallel == Some(true)
+        || pins.pp.is_some_and(|pp| pp > 1)
     {
         req.stack = vram_plan::Stack::Megatron;
     }
@@ -215,28 +217,35 @@ fn base() -> (Plan, Transformer) {
     )
 }
 
+/// DeepSpeed 0.19.8 pipelines only a `PipelineModule` (`deepspeed.initialize`), which a Hugging
+/// Face model is not, whatever the ZeRO stage or schedule; the torchrun + FSDP2 snippet shards a
+/// whole model. Both refuse a pipeline (the transformers stack never plans one; a plan made on
+/// Megatron-LM's stack is not written for them).
 #[test]
-fn deepspeed_refuses_zero2_and_zero3_with_pipelines_and_misplaced_offload() {
+fn deepspeed_and_torchrun_refuse_pipelines_and_deepspeed_misplaced_offload() {
     let (mut p, t) = base();
     accepted(Engine::Deepspeed, &p, &t);
+    accepted(Engine::Torchrun, &p, &t);
     p.pp = 2;
-    p.schedule = Schedule::OneFOneB;
-    for z in [2, 3] {
-        p.zero_stage = z;
+    for schedule in [
+        Schedule::OneFOneB,
+        Schedule::Gpipe,
+        Schedule::Interleaved(2),
+    ] {
+        p.schedule = schedule;
+        for z in [0, 1, 2, 3] {
+            p.zero_stage = z;
+            refused(Engine::Deepspeed, &p, &t, "pipelines only a PipelineModule");
+        }
+        p.zero_stage = 1;
         refused(
-            Engine::Deepspeed,
+            Engine::Torchrun,
             &p,
             &t,
-            "incompatible with pipeline parallelism",
+            "shards a whole Hugging Face model",
         );
     }
-    p.zero_stage = 1;
-    accepted(Engine::Deepspeed, &p, &t);
-    // DeepSpeed's PipelineEngine has one training schedule, 1F1B.
-    p.schedule = Schedule::Interleaved(2);
-    refused(Engine::Deepspeed, &p, &t, "1F1B");
-    p.schedule = Schedule::Gpipe;
-    refused(Engine::Deepspeed, &p, &t, "1F1B");
+    p.schedule = Schedule::OneFOneB;
     p.pp = 1;
     // offload_param reaches only the stage-3 optimizer.
     p.offload = Offload::Params;

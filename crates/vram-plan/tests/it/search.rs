@@ -270,11 +270,61 @@ fn offload_respects_host_memory() {
     assert!(out.suggestions[0].contains("host memory"));
 }
 
+/// A Hugging Face model runs whole on every GPU under DeepSpeed, accelerate and torchrun: the
+/// transformers stack plans no pipeline stage, refuses one pinned (naming `--stack megatron`),
+/// and where only Megatron-LM's layouts fit, says so.
+#[test]
+fn the_transformers_stack_plans_no_pipeline() {
+    let mut req = request();
+    req.top = 200;
+    let out = search(&req, &mut |_| {}).unwrap();
+    assert!(!out.plans.is_empty());
+    assert!(
+        out.plans.iter().all(|p| p.pp == 1),
+        "a pipeline was planned"
+    );
+    req.stack = Stack::Megatron;
+    let out = search(&req, &mut |_| {}).unwrap();
+    assert!(
+        out.plans.iter().any(|p| p.pp > 1),
+        "megatron plans pipelines"
+    );
+    for (pp, schedule) in [(Some(2), None), (None, Some(Schedule::Gpipe))] {
+        let mut req = request();
+        req.pins.pp = pp;
+        req.pins.schedule = schedule;
+        let e = search(&req, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains("needs --stack megatron"), "{e}");
+    }
+    let mut req = request();
+    req.pins.pp = Some(1);
+    req.pins.schedule = Some(Schedule::OneFOneB);
+    assert!(!search(&req, &mut |_| {}).unwrap().plans.is_empty());
+    // Llama-3-70B on 64 RTX 4090s without offload: no layout a Hugging Face model runs fits
+    // 24 GiB, Megatron-LM's pipelines with sequence parallelism do.
+    let mut req = Request::new(
+        catalog::lookup("llama-3-70b").unwrap(),
+        Cluster::for_gpu("rtx-4090", 64).unwrap(),
+        64,
+        4096,
+    );
+    req.pins.offload = Some(Offload::None);
+    let out = search(&req, &mut |_| {}).unwrap();
+    assert!(out.plans.is_empty());
+    let line = out
+        .suggestions
+        .iter()
+        .find(|s| s.starts_with("Megatron-LM would fit it on these 64 GPUs (--stack megatron"))
+        .unwrap_or_else(|| panic!("{:?}", out.suggestions));
+    assert!(line.contains(" pp") && !line.contains(" pp1 "), "{line}");
+}
+
 #[test]
 fn gpipe_only_when_pinned() {
     // GPipe has 1F1B's bubble (Narayanan et al. 2021 §2.2) and holds all m micro-batches'
     // activations instead of at most p, so the unpinned search never lists it.
     let mut req = request();
+    req.stack = Stack::Megatron;
     req.pins.pp = Some(4);
     let out = search(&req, &mut |_| {}).unwrap();
     assert!(out.plans.iter().all(|p| p.schedule != Schedule::Gpipe));

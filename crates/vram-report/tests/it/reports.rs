@@ -75,6 +75,7 @@ fn every_report_reads_back_from_its_json() {
     let snap = vram_alloc::Snapshot::from_pickle(
         &vram_report::trace::snapshot(
             &model,
+            &setup,
             &vram_model::trace::training_events_with_phases(&model, &setup, 2)
                 .unwrap()
                 .0,
