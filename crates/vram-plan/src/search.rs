@@ -319,6 +319,12 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
         if ty.kv_heads % tp != 0 && tp % ty.kv_heads != 0 {
             continue;
         }
+        // A Hugging Face model's tensor parallelism (transformers' tensor-parallel plan,
+        // DeepSpeed's AutoTP) splits whole key-value heads: Megatron-LM alone replicates them
+        // for tp above their count (`emit::native_tp_rules`, `emit::autotp_rules`).
+        if req.stack != Stack::Megatron && ty.kv_heads % tp != 0 {
+            continue;
+        }
         for pp in divisors(c.gpus / tp) {
             if !pinned(pins.pp, pp) || layers % pp != 0 || (pp > 1 && !req.stack.pipeline()) {
                 continue;

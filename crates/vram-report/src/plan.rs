@@ -257,6 +257,7 @@ pub fn emit(
         seq: req.seq,
         gpus_per_node: req.cluster.gpus_per_node,
         config,
+        stack: req.stack,
     };
     // The fastest plan the engine can run; when that is not the best one, say why.
     let refusal = emit::check(engine, best, &job).err();
