@@ -77,3 +77,56 @@ def test_fsdp2_setup_runs_one_step_on_two_cpu_processes(pins, tmp_path):
         assert int(n) == params, (n, params)
         # Untrained logits over 256 tokens: cross-entropy near ln 256 = 5.55.
         assert abs(float(loss) - math.log(256)) < 1.0, loss
+
+
+def test_tp_plan_model_types_are_transformers_own():
+    """crates/vram-plan/data/tp-plan-model-types.txt lists exactly the model types whose transformers
+    config class has a base_model_tp_plan (what DistributedConfig(tp_size=N) shards)."""
+    cfg = pytest.importorskip("transformers.models.auto.configuration_auto")
+    listed = {
+        l.strip()
+        for l in (HERE.parents[1] / "crates/vram-plan/data/tp-plan-model-types.txt").read_text().splitlines()
+        if l.strip() and not l.startswith("#")
+    }
+    own = set()
+    for k in cfg.CONFIG_MAPPING_NAMES:
+        try:
+            c = cfg.CONFIG_MAPPING[k]
+        except Exception:  # a config class whose optional dependency is missing
+            continue
+        if getattr(c, "base_model_tp_plan", None):
+            own.add(k)
+    assert listed == own, (sorted(listed - own), sorted(own - listed))
+
+
+TP_PLANS = [
+    ("llama-3.1-8b", 16, ["--tp", "2", "--zero", "3"]),
+    ("llama-3.1-8b", 16, ["--tp", "2", "--zero", "0"]),
+    ("llama-3.1-8b", 16, ["--tp", "4", "--zero", "3", "--offload", "optimizer"]),
+    ("llama-3.1-8b", 8, ["--tp", "8", "--zero", "0"]),
+]
+
+
+@pytest.mark.parametrize("model,gpus,pins", TP_PLANS, ids=lambda x: " ".join(x) if isinstance(x, list) else str(x))
+def test_tensor_parallel_setup_is_transformers_distributed_config(model, gpus, pins, monkeypatch):
+    """The DistributedConfig a tensor-parallel plan writes is accepted by transformers 5.24 and lays
+    its mesh (pp, dp_replicate, fsdp, tp) over exactly the ranks torchrun starts, with the plan's
+    tp; ZeRO-3 is its fsdp_size, ZeRO-0 its dp_replicate_size."""
+    transformers = pytest.importorskip("transformers")
+    e = emit("torchrun", model, gpus, 256, 4096, *pins)
+    argv, py = split(e.text)
+    world = int(argv[argv.index("--nnodes") + 1]) * int(argv[argv.index("--nproc-per-node") + 1])
+    assert world == e.tp * e.dp
+    line = next(l for l in py.splitlines() if l.startswith("dc = DistributedConfig("))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    ns = {"DistributedConfig": transformers.DistributedConfig}
+    exec(line, ns)
+    dc = ns["dc"]
+    assert dc.tp_size == e.tp
+    assert dc.pp_size * dc.dp_replicate_size * dc.fsdp_size * dc.tp_size == world
+    assert (dc.fsdp_size, dc.dp_replicate_size) == ((e.dp, 1) if e.zero == 3 else (1, e.dp))
+    assert dc.fsdp_cpu_offload == ("offload" in e.label)
+    assert "from_pretrained(model_id, distributed_config=dc" in py
+    # The model type has a tensor-parallel plan of its own.
+    cfg = json.loads((HERE / "data" / "configs" / f"{model}.json").read_text())
+    assert transformers.AutoConfig.for_model(cfg["model_type"]).base_model_tp_plan
