@@ -1115,7 +1115,8 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
 /// the lines are Python (prose is a Python comment) that runs once `model` (a transformers
 /// `PreTrainedModel`) exists and the process group is up. Its blocks are the modules whose class
 /// is in `model._no_split_modules`, as accelerate 1.15.0's FSDP2 auto-wrap picks them
-/// (`transformer_cls_names_to_wrap` defaults to `_no_split_modules`).
+/// (`transformer_cls_names_to_wrap` defaults to `_no_split_modules`). A tensor-parallel plan is
+/// instead the model loaded sharded by transformers 5.24 (`torchrun_tp`).
 pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     let py = if p.tp > 1 {
         torchrun_tp(p)
