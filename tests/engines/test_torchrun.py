@@ -130,3 +130,46 @@ def test_tensor_parallel_setup_is_transformers_distributed_config(model, gpus, p
     # The model type has a tensor-parallel plan of its own.
     cfg = json.loads((HERE / "data" / "configs" / f"{model}.json").read_text())
     assert transformers.AutoConfig.for_model(cfg["model_type"]).base_model_tp_plan
+
+
+@pytest.mark.parametrize(
+    "gpus,pins",
+    [
+        (2, ["--tp", "2"]),  # tensor parallelism alone
+        (4, ["--tp", "2", "--zero", "3"]),  # fsdp_size 2 x tp 2
+        (4, ["--tp", "2", "--zero", "0"]),  # dp_replicate_size 2 x tp 2
+    ],
+    ids=lambda x: " ".join(x) if isinstance(x, list) else str(x),
+)
+def test_tensor_parallel_setup_runs_one_step(gpus, pins, tmp_path):
+    """The emitted tensor-parallel setup loads a saved checkpoint sharded and trains one step on
+    CPU processes over gloo (transformers builds its mesh on the CPU here), every rank seeing the
+    model's whole parameter count through its DTensors."""
+    transformers = pytest.importorskip("transformers")
+    e = emit("torchrun", TINY, gpus, 8, 64, *pins)
+    assert e.tp == 2
+    argv, setup = split(e.text)
+    ckpt = tmp_path / "ckpt"
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(TINY)).save_pretrained(ckpt)
+    endpoint = argv.index("--rdzv-endpoint") + 1
+    argv[endpoint] = f"127.0.0.1:{free_port()}"
+    argv[argv.index("train.py")] = str(HERE / "tp_step.py")
+    argv[0:1] = [sys.executable, "-m", "torch.distributed.run"]
+    snippet = tmp_path / "setup.py"
+    snippet.write_text(setup)
+    env = dict(os.environ, VRAMKIT_TP_SNIPPET=str(snippet), VRAMKIT_CHECKPOINT=str(ckpt), OMP_NUM_THREADS="1")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    ok = re.findall(
+        r"STEP_OK rank=(\d) world=(\d) tp=(\d) loss=([-\d.]+) sharded=(True|False) changed=(True|False) params=(\d+)",
+        r.stdout,
+    )
+    assert r.returncode == 0 and len(ok) == gpus, r.stdout[-3000:] + r.stderr[-3000:]
+    params = json.loads(run_vram("estimate", TINY, "--json").stdout)["params"]
+    losses = {}
+    for rank, world, tp, loss, sharded, changed, n in ok:
+        assert (int(world), int(tp)) == (gpus, 2) and sharded == "True" and changed == "True"
+        assert int(n) == params, (n, params)
+        assert abs(float(loss) - math.log(256)) < 1.0, loss
+        losses.setdefault(int(rank) // 2, set()).add(loss)
+    # The two ranks of a tensor-parallel group computed one loss on the same micro-batches.
+    assert all(len(v) == 1 for v in losses.values()), losses
