@@ -942,9 +942,23 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
         };
         if let Some(what) = what {
             return Err(Error::Request(format!(
-                "{what} needs --stack megatron: a Hugging Face model (the transformers stack that                  DeepSpeed, accelerate and torchrun run) recomputes every layer or none                  (gradient_checkpointing_enable) and has no Megatron sequence parallelism"
+                "{what} needs --stack megatron: a Hugging Face model (the transformers stack that \
+                 DeepSpeed, accelerate and torchrun run) recomputes every layer or none \
+                 (gradient_checkpointing_enable) and has no Megatron sequence parallelism"
             )));
         }
+    }
+    let kv_heads = t.blocks.typical().kv_heads;
+    if let Some(tp) = req
+        .pins
+        .tp
+        .filter(|tp| req.stack != Stack::Megatron && *tp > 1 && kv_heads > 0 && kv_heads % tp != 0)
+    {
+        return Err(Error::Request(format!(
+            "--tp {tp} needs --stack megatron: a Hugging Face model's tensor parallelism \
+             (transformers' tensor-parallel plan, DeepSpeed's AutoTP) gives each rank whole \
+             key-value heads, and this model has {kv_heads}"
+        )));
     }
     if !req.stack.pipeline() {
         let what = match (req.pins.pp, req.pins.schedule) {

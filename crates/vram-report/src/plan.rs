@@ -217,6 +217,10 @@ pub fn report(req: &Request, out: &Outcome) -> PlanReport {
             .into_iter()
             .chain(crate::notes::of_seq(&req.model, "--seq", req.seq))
             .chain(crate::notes::of_stack(req.stack, c.gpus))
+            .chain(crate::notes::of_tensor_parallel(
+                req.stack,
+                out.plans.iter().chain(&out.closest).map(|p| p.tp),
+            ))
             .collect(),
     }
 }
