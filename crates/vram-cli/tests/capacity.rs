@@ -1302,3 +1302,65 @@ fn the_header_names_the_kv_dtype_the_engine_resolves() {
         "{out}"
     );
 }
+
+/// vLLM's kernel for an AWQ checkpoint (`engine::vllm_dequant_linears`): AWQ-Marlin from compute
+/// capability 8.0 unless `--quantization awq` names the plain kernel (`override_quantization_method`
+/// keeps it), the plain kernel below 8.0. Under the plain kernel a profile run of 256 tokens or
+/// more holds one linear's whole fp16 weight (`ops.awq_dequantize`), and the output says so.
+/// One sequence a step keeps the sampler's dummy run below the layer's live set.
+#[test]
+fn awq_checkpoint_plain_kernel_by_flag_and_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vram-model/data/catalog/qwen3-32b.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog).unwrap()).unwrap();
+    config["quantization_config"] = serde_json::json!({
+        "quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"
+    });
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let run = |gpu: &str, extra: &[&str]| {
+        let mut a: Vec<String> = [
+            "capacity",
+            path.to_str().unwrap(),
+            "--engine",
+            "vllm",
+            "--engine-version",
+            "0.8.5",
+            "--gpu",
+            gpu,
+            "--dtype",
+            "float16",
+            "--tensor-parallel-size",
+            "4",
+            "--max-model-len",
+            "32768",
+            "--max-num-batched-tokens",
+            "32768",
+            "--max-num-seqs",
+            "1",
+            "--json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 0, "{err}");
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let plain = j["assumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s.as_str().unwrap().starts_with("plain AWQ kernel"));
+        (j["activation_peak_bytes"].as_u64().unwrap(), plain)
+    };
+    let (marlin, p1) = run("a100-80g", &[]);
+    let (named, p2) = run("a100-80g", &["--quantization", "awq"]);
+    let (named_marlin, p3) = run("a100-80g", &["--quantization", "awq_marlin"]);
+    let (_, p4) = run("t4", &[]);
+    assert!(!p1 && p2 && !p3 && p4);
+    assert!(named > marlin);
+    assert_eq!(named_marlin, marlin);
+}

@@ -1219,7 +1219,12 @@ fn a_small_bare_gpu_is_named_by_its_size() {
 /// Runs `vram ARGS` for its text, `ARGS --json` for its JSON, and `vram report` on that JSON
 /// for its page (`name` names the files).
 fn three_outputs(name: &str, args: &[&str]) -> (String, serde_json::Value, String) {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("three-outputs");
+    // One folder per call: tests run in parallel threads and several render the same kind.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("three-outputs")
+        .join(format!("{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (code, text, err) = vram(args);
     assert_eq!(code, 0, "{args:?}: {err}");
@@ -1239,7 +1244,9 @@ fn three_outputs(name: &str, args: &[&str]) -> (String, serde_json::Value, Strin
         hf.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{args:?}: {err}");
-    (text, v, std::fs::read_to_string(&hf).unwrap())
+    let html = std::fs::read_to_string(&hf).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    (text, v, html)
 }
 
 /// The cells of the HTML table with `id`, row by row.
@@ -1388,7 +1395,8 @@ fn text_json_and_html_of_batch_checkpoint_replay_and_plan_agree() {
     notes_agree("checkpoint", &text, &v, &html);
 
     // vram replay of a trace.
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("three-outputs");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("replay-trace");
+    std::fs::create_dir_all(&dir).unwrap();
     let pickle = dir.join("gpt2.pickle");
     let (code, _, err) = vram(&["trace", "gpt2", "--out", pickle.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 use vram_model::arch::Model;
 use vram_model::describe::Dtype as StoredDtype;
+use vram_model::finetune::WeightFormat;
 use vram_model::fmt::{bytes, thousands};
 use vram_model::gpu::Gpu;
 use vram_plan::capacity::{self, Capacity, Engine, Interconnect, Knobs, Quantization};
@@ -274,6 +275,18 @@ pub fn knobs(
             .engine_version
             .as_deref()
             .and_then(capacity::parse_version),
+        // `--quantization awq`/`gptq` on a config whose `quant_method` already says so is the
+        // engine's own flag, which keeps vLLM's plain kernel; on a config without it the flag
+        // states the storage, and the engine picks the kernel from the config and the GPU.
+        marlin: match r.weights {
+            Some(Weights::Marlin(_)) => Some(true),
+            Some(Weights::Format(WeightFormat::Awq { .. } | WeightFormat::Gptq { .. }))
+                if config_quantization(config).ok().flatten() == Some(quantization) =>
+            {
+                Some(false)
+            }
+            _ => None,
+        },
         derived_max_model_len: vram_plan::context::derived_max_model_len(
             config,
             t.max_positions(),

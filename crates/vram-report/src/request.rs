@@ -385,6 +385,9 @@ pub enum Weights {
     /// `mxfp4`: 4-bit elements with an 8-bit exponent per 32 (serving only; `vram estimate`
     /// reads MXFP4 from the config's `quantization_config`).
     Mxfp4,
+    /// `awq_marlin` / `gptq_marlin`: the storage of AWQ/GPTQ at group 128, with vLLM's Marlin
+    /// kernel named (where plain `awq`/`gptq` keeps the plain kernel).
+    Marlin(WeightFormat),
 }
 
 /// The values `--weights` takes.
@@ -402,8 +405,8 @@ impl Weights {
             "mxfp4" => Weights::Mxfp4,
             "fbgemm_fp8" | "compressed-tensors-fp8" => Weights::Format(WeightFormat::Fp8),
             "w8a8" | "compressed-tensors-w8a8" => Weights::Format(WeightFormat::Int8),
-            "gptq_marlin" => Weights::Format(WeightFormat::Gptq { group: 128 }),
-            "awq_marlin" => Weights::Format(WeightFormat::Awq { group: 128 }),
+            "gptq_marlin" => Weights::Marlin(WeightFormat::Gptq { group: 128 }),
+            "awq_marlin" => Weights::Marlin(WeightFormat::Awq { group: 128 }),
             _ if l.starts_with("gptq") || l.starts_with("awq") => {
                 Weights::Format(WeightFormat::parse(&l)?)
             }
@@ -422,7 +425,7 @@ impl Weights {
     pub fn format(self) -> Result<Option<WeightFormat>> {
         match self {
             Weights::None => Ok(None),
-            Weights::Format(f) => Ok(Some(f)),
+            Weights::Format(f) | Weights::Marlin(f) => Ok(Some(f)),
             Weights::Bitsandbytes => Ok(Some(WeightFormat::Nf4)),
             Weights::Mxfp4 => Err(input(
                 "--weights mxfp4 is modelled by vram capacity; vram estimate reads MXFP4 experts from the config's quantization_config",
@@ -444,6 +447,7 @@ impl Weights {
                 Quantization::Bitsandbytes
             }
             Weights::Mxfp4 => Quantization::Mxfp4,
+            Weights::Marlin(f) => return Weights::Format(f).serving(),
             Weights::Format(f) => {
                 return Err(input(format!(
                     "--weights {} is not a storage vram capacity models for the engines (none, fp8, int8, awq, gptq, bitsandbytes/nf4, mxfp4; AWQ and GPTQ at group 128; --dtype sets float32)",

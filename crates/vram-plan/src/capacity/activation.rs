@@ -42,6 +42,50 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
     attn.max(mlp) * d
 }
 
+/// Activation peak of the same forward where every quantized linear first makes its whole
+/// weight in the model dtype (vLLM's plain AWQ from 256 tokens and GPTQ kernels,
+/// `engine::vllm_dequant_linears`): at each linear's matmul the live set [`forward_peak`] counts
+/// there, plus that linear's per-GPU weight `in × out` (freed when the call returns). The
+/// projections in order, with what is live beside the weight and the output:
+/// - `qkv_proj`: the residual and the normed input, `tokens × (2h + qkv)`;
+/// - `o_proj`: also the fused QKV and the attention output, `tokens × (3h + qkv + q)`;
+/// - `gate_up_proj`: the residual and the normed input, `tokens × (2h + up)`;
+/// - `down_proj`: eager, the MLP's live set as [`forward_peak`] counts it; compiled (Inductor
+///   frees `gate_up` after the activation), the residual, the activation and the output,
+///   `tokens × (2h + f)`.
+///
+/// MoE layers' experts run fused kernels with no such temporary; only their attention counts.
+/// Embeddings and the head stay unquantized (`AWQConfig.get_quant_method` quantizes
+/// `LinearBase` layers only). Never below [`forward_peak`].
+pub(super) fn dequant_forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 {
+    let d = k.dtype_bytes;
+    let tp = k.tp;
+    let h = t.hidden();
+    let (q, kv) = t.blocks.typical().attn_widths();
+    let qkv = (q + 2 * kv).div_ceil(tp);
+    let q_tp = q.div_ceil(tp);
+    let f = t.blocks.typical().intermediate.div_ceil(tp);
+    let gated = t.blocks.typical().gated;
+    let up = if gated { 2 * f } else { f };
+    let mut sites = vec![
+        tokens * (2 * h + qkv) + h * qkv,
+        tokens * (3 * h + qkv + q_tp) + q_tp * h,
+    ];
+    if t.blocks.typical().experts <= 1 {
+        let down_live = if compiled {
+            tokens * (2 * h + f)
+        } else if gated {
+            tokens * (3 * h + 3 * f)
+        } else {
+            tokens * (3 * h + 2 * f)
+        };
+        sites.push(tokens * (2 * h + up) + h * up);
+        sites.push(down_live + f * h);
+    }
+    let peak = sites.into_iter().max().unwrap_or(0) * d;
+    peak.max(forward_peak(t, tokens, k, compiled))
+}
+
 /// Peak of the sampler's dummy run over `reqs` rows of logits, plus the profile run's hidden
 /// states (`tokens × h`, held by `profile_run` until the sampler returns).
 ///

@@ -16,9 +16,10 @@
 //!   from 0.17 batches of 8 rows or more go through `apply_top_k_top_p_triton`, which does not
 //!   (`vllm/v1/sample/ops/topk_topp_sampler.py` at 0.15.0, 0.17.0 and 0.19.0).
 
+use vram_model::arch::Transformer;
 use vram_model::gpu::Gpu;
 
-use super::{Engine, Knobs};
+use super::{Engine, Knobs, Quantization};
 
 /// The vLLM engine these knobs run on this GPU, and the fallback's reason when V1 was asked
 /// for but V0 runs.
@@ -143,4 +144,51 @@ pub(super) fn vllm_v0_chunked_by_default(
     let v = Engine::Vllm.version_in_force(k);
     let mla_excluded = mla && v >= [0, 8, 0];
     max_len > 32768 && !multimodal && !mla_excluded && !sliding
+}
+
+/// Whether vLLM's AWQ/GPTQ linears run the plain (non-Marlin) kernel here, whose forward makes
+/// the whole fp16 weight as a temporary, and from how many tokens a step it does. `None`: no
+/// such temporary (unquantized, another method, or a Marlin kernel). The method is
+/// `--quantization`'s, else the checkpoint's (`quant_method` awq/gptq).
+///
+/// - The plain kernel runs where `--quantization awq`/`gptq` is named ([`Knobs::marlin`]
+///   `Some(false)`), or where the config decides and Marlin cannot run: compute capability
+///   below 8.0 (`check_marlin_supported`, `awq_marlin.py`/`gptq_marlin.py`).
+/// - AWQ (`AWQLinearMethod.apply`, `awq.py`: lines 174–178 at v0.8.5, 218–222 at v0.11.0; the
+///   same `x.shape[:-1].numel() >= 256` rule at 0.6.4 through 0.20.0): from 256 tokens it calls
+///   `ops.awq_dequantize` (`torch::empty({in_c, out_c})` in the scales' dtype) and
+///   `torch.matmul`; below, `awq_gemm` with no temporary.
+/// - GPTQ (`GPTQLinearMethod.apply` calls `ops.gptq_gemm`, `gptq.py` line 270 at v0.8.5, 334 at
+///   v0.11.0): `gptq_gemm` (`csrc/quantization/gptq/q_gemm.cu`) allocates its output and then
+///   `temp_dq`, `[K, N]` in the activation dtype, on every call whatever the token count (the
+///   reconstruct-then-cuBLAS path uses it above 50 rows).
+pub(super) fn vllm_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<u64> {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let stored = match t.blocks.storage.quant {
+        Quant::Packed {
+            format: WeightFormat::Awq { .. },
+            ..
+        } => Quantization::Awq,
+        Quant::Packed {
+            format: WeightFormat::Gptq { .. },
+            ..
+        } => Quantization::Gptq,
+        _ => Quantization::None,
+    };
+    let method = if k.quantization == Quantization::None {
+        stored
+    } else {
+        k.quantization
+    };
+    let from_tokens = match method {
+        Quantization::Awq => 256,
+        Quantization::Gptq => 0,
+        _ => return None,
+    };
+    let plain = match k.marlin {
+        Some(m) => !m,
+        None => gpu.sm_major < 8,
+    };
+    plain.then_some(from_tokens)
 }

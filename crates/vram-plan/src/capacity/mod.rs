@@ -276,6 +276,13 @@ pub struct Knobs {
     /// 0.5.3 `srt/utils/hf_transformers_utils.py` `get_context_length`). `None`: the model's
     /// positions.
     pub derived_max_model_len: Option<u64>,
+    /// Which AWQ/GPTQ linear kernel `--quantization` names: `Some(false)` for `awq` or `gptq`,
+    /// which vLLM keeps even where Marlin could run (`AWQMarlinConfig` and `GPTQMarlinConfig`
+    /// `override_quantization_method` switch only when no method or `awq_marlin`/`gptq_marlin`
+    /// is named, the same at 0.6.4 through 0.20.0); `Some(true)` for `awq_marlin`/`gptq_marlin`;
+    /// `None` where the config's `quant_method` decides: Marlin from compute capability 8.0
+    /// (`check_marlin_supported`), the plain kernel below. See `engine::vllm_dequant_linears`.
+    pub marlin: Option<bool>,
 }
 
 impl Default for Knobs {
@@ -307,6 +314,7 @@ impl Default for Knobs {
             mamba_ssm_bytes: None,
             engine_version: None,
             derived_max_model_len: None,
+            marlin: None,
         }
     }
 }

@@ -1296,3 +1296,83 @@ fn nccl_all_reduces_captured_without_custom_all_reduce() {
     let g = graphs(2, Some(Interconnect::Pcie));
     assert_eq!(g.bytes(), g.pool + g.driver + g.nccl);
 }
+
+/// vLLM's plain AWQ/GPTQ kernels (`engine::vllm_dequant_linears`): which kernel runs, by the
+/// method named and the GPU (`override_quantization_method`, `check_marlin_supported`), and from
+/// how many tokens the whole weight is dequantized (`awq.py`: 256; `gptq_gemm`: every call).
+#[test]
+fn vllm_plain_awq_and_gptq_kernels_by_method_and_gpu() {
+    let t = model("qwen3-32b");
+    let t4 = vram_model::gpu::lookup("t4").unwrap();
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let k = |quantization, marlin| Knobs {
+        quantization,
+        marlin,
+        ..Knobs::default()
+    };
+    use Quantization::{Awq, Fp8, Gptq};
+    // The config decides: Marlin from compute capability 8.0.
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &k(Awq, None), t4),
+        Some(256)
+    );
+    assert_eq!(engine::vllm_dequant_linears(&t, &k(Awq, None), a100), None);
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &k(Gptq, None), t4),
+        Some(0)
+    );
+    assert_eq!(engine::vllm_dequant_linears(&t, &k(Gptq, None), a100), None);
+    // `--quantization awq` / `gptq` named: the plain kernel even where Marlin runs.
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &k(Awq, Some(false)), a100),
+        Some(256)
+    );
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &k(Gptq, Some(false)), a100),
+        Some(0)
+    );
+    // `awq_marlin` named, or another method: no dequantized temporary.
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &k(Awq, Some(true)), a100),
+        None
+    );
+    assert_eq!(engine::vllm_dequant_linears(&t, &k(Fp8, None), t4), None);
+}
+
+/// The profile run under plain AWQ holds the largest linear's fp16 weight at its matmul: for
+/// Qwen3-32B at TP 4 over 32,768 eager tokens that is `down_proj` (`[25600 / 4, 5120]`, beside
+/// the MLP's live set), so the activation peak is exactly that weight above AWQ-Marlin's; below
+/// 256 tokens AWQ runs `awq_gemm` (no temporary) while GPTQ's `gptq_gemm` still makes one.
+/// One sequence a step keeps the sampler's dummy run below the layer's live set.
+#[test]
+fn vllm_plain_awq_profile_holds_the_dequantized_down_proj() {
+    let t = model("qwen3-32b");
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let at = |quantization, marlin, tokens| {
+        let k = Knobs {
+            quantization,
+            marlin,
+            tp: 4,
+            vllm_v0: true,
+            engine_version: Some([0, 8, 5]),
+            max_model_len: Some(32768),
+            max_num_batched_tokens: Some(tokens),
+            max_num_seqs: Some(1),
+            ..Knobs::default()
+        };
+        capacity(&t, a100, Engine::Vllm, &k)
+            .unwrap()
+            .activation_peak_bytes
+    };
+    let down = 25600 / 4 * 5120 * 2;
+    let plain = at(Quantization::Awq, Some(false), 32768);
+    let marlin = at(Quantization::Awq, Some(true), 32768);
+    assert_eq!(plain - marlin, down);
+    assert_eq!(plain, 32768 * (3 * 5120 + 3 * 6400) * 2 + down);
+    // 255 tokens: AWQ's awq_gemm path has no temporary; GPTQ's gptq_gemm does.
+    assert_eq!(
+        at(Quantization::Awq, Some(false), 255),
+        at(Quantization::Awq, Some(true), 255)
+    );
+    assert!(at(Quantization::Gptq, Some(false), 255) > at(Quantization::Gptq, Some(true), 255));
+}

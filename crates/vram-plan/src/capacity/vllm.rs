@@ -73,8 +73,13 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
     let compiled = !v0 && !k.enforce_eager;
     let sorts = engine::vllm_sampler_sorts(k, v1, reqs);
-    let mut activation =
-        forward_peak(t, mnbt, k, compiled).max(sampler_peak(t, reqs, mnbt, k, sorts));
+    // Plain AWQ/GPTQ kernels make each linear's whole weight as a temporary
+    // (`engine::vllm_dequant_linears`); the profile run's largest one is in its peak.
+    let forward = match engine::vllm_dequant_linears(t, k, gpu) {
+        Some(from) if mnbt >= from => dequant_forward_peak(t, mnbt, k, compiled),
+        _ => forward_peak(t, mnbt, k, compiled),
+    };
+    let mut activation = forward.max(sampler_peak(t, reqs, mnbt, k, sorts));
     // V0's encoder-decoder runner profiles every sequence with a maximal image (Llama 3.2
     // Vision); its vision encoder over all of them is the peak.
     let cross = if v0 {
@@ -267,6 +272,14 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     }
     if engine::is_rocm(gpu) {
         assumes.push("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)");
+    }
+    match engine::vllm_dequant_linears(t, k, gpu) {
+        Some(from) if mnbt >= from => assumes.push(if from > 0 {
+            "plain AWQ kernel (--quantization awq, or compute capability < 8.0 where AWQ-Marlin cannot run): from 256 tokens a step AWQLinearMethod.apply dequantizes each linear's whole weight to fp16 and runs torch.matmul, so the profile run holds the largest such weight beside its layer's live set (awq.py, 0.6.4 to 0.20.0)"
+        } else {
+            "plain GPTQ kernel (--quantization gptq, or compute capability < 8.0 where GPTQ-Marlin cannot run): gptq_gemm allocates the whole fp16 weight (temp_dq) on every call, so the profile run holds the largest such weight beside its layer's live set (gptq.py, csrc/quantization/gptq/q_gemm.cu)"
+        }),
+        _ => {}
     }
     if cross.is_some() {
         assumes.push("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)");
