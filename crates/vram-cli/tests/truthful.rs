@@ -1536,3 +1536,37 @@ fn every_command_that_describes_a_model_prints_its_notes() {
         "{text}"
     );
 }
+
+/// A tensor-parallel plan of the transformers stack says how it runs (DeepSpeed's AutoTP or
+/// transformers' DistributedConfig under torchrun; not accelerate's config file) in every output;
+/// Megatron-LM's stack, whose tensor parallelism is its own, carries no such note.
+#[test]
+fn tensor_parallel_plans_name_their_routes_in_every_output() {
+    let args = |stack: &'static str| {
+        vec![
+            "plan",
+            "llama-2-7b",
+            "--gpu",
+            "h100-80g",
+            "--gpus",
+            "16",
+            "--global-batch",
+            "128",
+            "--seq",
+            "4096",
+            "--tp",
+            "2",
+            "--top",
+            "2",
+            "--stack",
+            stack,
+        ]
+    };
+    let route = "note: tensor parallelism of a Hugging Face model runs as DeepSpeed's AutoTP";
+    let (text, v, html) = three_outputs("plan-tp", &args("transformers"));
+    notes_agree("plan-tp", &text, &v, &html);
+    assert!(text.lines().any(|l| l.starts_with(route)), "{text}");
+    let (text, v, html) = three_outputs("plan-tp-megatron", &args("megatron"));
+    notes_agree("plan-tp-megatron", &text, &v, &html);
+    assert!(!text.contains("DeepSpeed's AutoTP"), "{text}");
+}
