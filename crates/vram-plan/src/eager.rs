@@ -111,13 +111,17 @@ impl Stack {
     }
 
     /// Whether the stack can split the model into pipeline stages. A Hugging Face model runs
-    /// whole on every rank: DeepSpeed 0.19.8 pipelines only a `PipelineModule`
+    /// whole on every rank under DeepSpeed and accelerate: DeepSpeed 0.19.8 pipelines only a `PipelineModule`
     /// (`deepspeed.initialize` builds a `PipelineEngine` only for one, and a plain module's
     /// `DeepSpeedEngine` never uses the `pipeline` section), a list of `LayerSpec`s the user
     /// writes; accelerate 1.15 pipelines only through its `MEGATRON_LM` type, which builds
     /// Megatron-LM's own model (`utils/megatron_lm.py` `model_provider_func`) from converted
     /// weights; torchrun + FSDP2 shards a whole model, and `torch.distributed.pipelining` needs
-    /// it cut into stage modules first. Megatron-LM pipelines its own model.
+    /// it cut into stage modules first; transformers 5.24's `DistributedConfig(pp_size)`
+    /// (`distributed/pipeline_parallel.py`) gives each rank a contiguous run of layers and runs
+    /// them one stage after another, with no micro-batch schedule and never beside FSDP
+    /// (`configuration_utils.py` refuses dp > 1 with pp > 1): not planned. Megatron-LM
+    /// pipelines its own model.
     pub fn pipeline(self) -> bool {
         self == Stack::Megatron
     }

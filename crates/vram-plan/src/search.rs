@@ -970,9 +970,9 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
         };
         if let Some(what) = what {
             return Err(Error::Request(format!(
-                "{what} needs --stack megatron: a Hugging Face model (the transformers stack that \
-                 DeepSpeed, accelerate and torchrun run) runs whole on every GPU, and pipeline \
-                 stages need it converted (DeepSpeed's PipelineModule, Megatron-LM)"
+                "{what} needs --stack megatron: vram plans no pipeline of a Hugging Face model \
+                 (DeepSpeed and accelerate pipeline only a converted one; transformers' own \
+                 DistributedConfig(pp_size) has no micro-batch schedule and no FSDP beside it)"
             )));
         }
     }

@@ -69,7 +69,7 @@ pub fn of_step(model: &Model, training: bool, gpu: Option<&Gpu>) -> Vec<String> 
 /// Megatron-LM's stack, or on one GPU.
 pub fn of_stack(stack: vram_plan::Stack, gpus: u64) -> Option<String> {
     (!stack.pipeline() && gpus > 1).then(|| {
-        "the transformers stack plans no pipeline stages: DeepSpeed, accelerate and torchrun run a Hugging Face model whole on every GPU, and a pipeline needs it converted (DeepSpeed's PipelineModule, Megatron-LM); --stack megatron plans pipelines".to_string()
+        "the transformers stack plans no pipeline stages: DeepSpeed and accelerate pipeline only a converted model (DeepSpeed's PipelineModule, Megatron-LM), and transformers' own DistributedConfig(pp_size) runs the stages one after another with no micro-batch schedule and no data parallelism beside it, which vram does not plan; --stack megatron plans pipelines".to_string()
     })
 }
 
