@@ -8,7 +8,7 @@ then the measured one: the prefill forward (`use_cache=True`, `logits_to_keep=1`
 experts) and the fp32 copy of the last logits, then `NEW - 1` decode forwards inside
 `_optimize_model_for_decode` (grouped_mm experts switched to batched_mm, as on any device but
 the CPU), with a `DynamicCache`. A `TorchDispatchMode` follows every storage an operator makes
-until Python drops it; the build's parameters are followed from their creation.
+until Python drops it (`tracker.Trace`); the build's parameters are followed from their creation.
 
 The storages' births and deaths go out as a `torch.cuda.memory._dump_snapshot`-shaped pickle
 (`device_traces` of `alloc`/`free_requested`; a `snapshot` entry marks the peak reset before
@@ -18,63 +18,11 @@ the measured call), for `vram replay --policy pytorch` to run through the cachin
 import argparse
 import json
 import pickle
-import weakref
 
 import torch
 import transformers
-from torch.utils._python_dispatch import TorchDispatchMode
 
-NO_STORAGE = {"t", "view", "transpose", "expand", "slice", "select", "unsqueeze", "squeeze",
-              "_unsafe_view", "reshape", "permute", "split", "split_with_sizes", "alias",
-              "as_strided", "detach", "unbind", "narrow", "chunk", "view_as_real", "view_as_complex",
-              "_reshape_alias", "diagonal", "unfold", "movedim", "lift_fresh"}
-
-
-class Trace(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.events = []
-        self.next_addr = 1 << 40
-        self.live = {}
-        self.cur = 0
-        self.peak = 0
-
-    def mark(self):
-        self.events.append({"action": "snapshot", "addr": 0, "size": 0})
-        self.peak = self.cur
-
-    def follow(self, st, what=""):
-        key = id(st)
-        n = st.nbytes()
-        if n == 0 or key in self.live:
-            return
-        addr = self.next_addr
-        self.next_addr += (n + 511) // 512 * 512 + 512
-        self.live[key] = (addr, n)
-        self.cur += n
-        self.peak = max(self.peak, self.cur)
-        self.events.append({"action": "alloc", "addr": addr, "size": n, "op": what})
-
-        def gone(key=key):
-            a, m = self.live.pop(key)
-            self.cur -= m
-            self.events.append({"action": "free_requested", "addr": a, "size": m})
-
-        weakref.finalize(st, gone)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func.overloadpacket.__name__ in NO_STORAGE:
-            return out
-        for o in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(o, torch.Tensor):
-                self.follow(o.untyped_storage(), "%s %s %s" % (
-                    func.overloadpacket.__name__, tuple(o.shape), str(o.dtype)[6:]))
-        return out
-
-
-def fused_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    return q.new_empty(q.shape[:-1] + (v.shape[-1],))
+from tracker import Trace, meta_config, output_only_sdpa
 
 
 def one_generate(model, ids, new):
@@ -110,10 +58,8 @@ def main():
     ap.add_argument("--build", default="native", choices=["native", "fp32"])
     ap.add_argument("--no-warmup", action="store_true")
     a = ap.parse_args()
-    torch.nn.functional.scaled_dot_product_attention = fused_sdpa
-    raw = json.load(open(a.config))
-    raw.pop("quantization_config", None)
-    cfg = transformers.AutoConfig.for_model(**raw)
+    torch.nn.functional.scaled_dot_product_attention = output_only_sdpa
+    cfg = meta_config(a.config)
     mode = Trace()
     with torch.no_grad(), mode:
         with torch.device("meta"):
@@ -129,11 +75,10 @@ def main():
             one_generate(model, x[:, : min(a.prompt, 32)], a.new)
         mode.mark()
         one_generate(model, x, a.new)
-    trace = [dict(e, stream=0, time_us=i) for i, e in enumerate(mode.events)]
     with open(a.out, "wb") as f:
-        pickle.dump({"segments": [], "device_traces": [trace]}, f)
+        pickle.dump(mode.snapshot(), f)
     print(json.dumps({"config": a.config, "weights_bytes": weights, "peak_bytes": mode.peak,
-                      "events": len(trace)}))
+                      "events": len(mode.events)}))
 
 
 if __name__ == "__main__":

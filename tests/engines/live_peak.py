@@ -3,8 +3,9 @@
 `python live_peak.py CONFIG BATCH PROMPT [ATTENTION]` builds the model from a config.json on the
 meta device (no memory, no compute) and runs `generate`'s prefill forward (`use_cache=True`,
 `logits_to_keep=1`, no grad) under a `TorchDispatchMode` that follows every storage an operator
-creates until Python drops it, so it prints the peak of the bytes the forward allocates and the
-tensors alive at that peak, each with the operator that made it. Views make no storage.
+creates until Python drops it (`tracker.Peak`), so it prints the peak of the bytes the forward
+allocates and the tensors alive at that peak, each with the operator that made it. Views make no
+storage.
 `scaled_dot_product_attention` is replaced by a stand-in that allocates only its output, as the
 fused kernels a GPU runs do (the meta device would take the math path).
 
@@ -15,72 +16,25 @@ Against the H200 ground truth (2026-11-27, `max_memory_allocated()` less the wei
 """
 import json
 import sys
-import weakref
 
 import torch
 import transformers
-from torch.utils._python_dispatch import TorchDispatchMode
 
-NO_STORAGE = {"t", "view", "transpose", "expand", "slice", "select", "unsqueeze", "squeeze",
-              "_unsafe_view", "reshape", "permute", "split", "split_with_sizes", "alias",
-              "as_strided", "detach", "unbind", "narrow", "chunk"}
-
-
-class Live(TorchDispatchMode):
-    def __init__(self, existing):
-        super().__init__()
-        self.live = dict(existing)
-        self.cur = 0
-        self.peak = 0
-        self.at_peak = []
-        self.op_at_peak = None
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.overloadpacket.__name__
-        if name in NO_STORAGE:
-            return out
-        for o in out if isinstance(out, (tuple, list)) else [out]:
-            if not isinstance(o, torch.Tensor):
-                continue
-            st = o.untyped_storage()
-            key = id(st)
-            if st.nbytes() == 0 or key in self.live:
-                continue
-            n = st.nbytes()
-            self.live[key] = (n, name, tuple(o.shape), str(o.dtype).replace("torch.", ""))
-            self.cur += n
-
-            def gone(n=n, key=key):
-                self.cur -= n
-                self.live.pop(key, None)
-
-            weakref.finalize(st, gone)
-            if self.cur > self.peak:
-                self.peak = self.cur
-                self.op_at_peak = name
-                self.at_peak = sorted((v for v in self.live.values() if v[0]), key=lambda v: -v[0])
-        return out
-
-
-def fused_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    return q.new_empty(q.shape[:-1] + (v.shape[-1],))
+from tracker import Peak, meta_config, output_only_sdpa
 
 
 def main():
     path, batch, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     attention = sys.argv[4] if len(sys.argv) > 4 else "sdpa"
-    torch.nn.functional.scaled_dot_product_attention = fused_sdpa
-    raw = json.load(open(path))
-    raw.pop("quantization_config", None)
-    cfg = transformers.AutoConfig.for_model(**raw)
+    torch.nn.functional.scaled_dot_product_attention = output_only_sdpa
+    cfg = meta_config(path)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             cfg, attn_implementation=attention, dtype=torch.bfloat16).eval()
     existing = {id(t.untyped_storage()): (0, "param", (), "") for t in
                 list(model.parameters()) + list(model.buffers())}
     x = torch.randint(1, 1000, (batch, prompt), device="meta")
-    mode = Live(existing)
+    mode = Peak(existing)
     with torch.no_grad(), mode:
         model(input_ids=x, use_cache=True, logits_to_keep=1)
     print(json.dumps({"config": path, "batch": batch, "prompt": prompt, "attention": attention,

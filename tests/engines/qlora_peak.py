@@ -20,45 +20,38 @@ followed as it is.
 """
 import json
 import sys
-import weakref
+from contextlib import ExitStack
+from unittest import mock
 
 import torch
 import transformers
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import bitsandbytes as bnb
 from bitsandbytes.functional import QuantState
+from tracker import Peak, fused_sdpa, meta_config
 
 TRACE = "--trace" in sys.argv
-NO_STORAGE = {"t", "view", "transpose", "expand", "slice", "select", "unsqueeze", "squeeze",
-              "_unsafe_view", "reshape", "permute", "split", "split_with_sizes", "alias",
-              "as_strided", "detach", "unbind", "narrow", "chunk", "_to_copy_view"}
 
 
-class Live(TorchDispatchMode):
+class Live(Peak):
+    """`tracker.Peak` through a LoRA/QLoRA step: bitsandbytes' dequantizing fallback above 1536
+    rows, the autograd engine's in-place gradient sum in the backward phases, and with `--trace`
+    the second backward's births."""
+
     def __init__(self):
         super().__init__()
-        self.live = {}
-        self.cur = 0
-        self.peak = 0
-        self.at_peak = []
-        self.op_at_peak = None
-        self.phase = ""
-        self.phase_at_peak = ""
         self.trace = []
 
-    def bump(self, name, extra=0, extra_desc=None):
-        if self.cur + extra > self.peak:
-            self.peak = self.cur + extra
-            self.op_at_peak = name
-            self.phase_at_peak = self.phase
-            self.at_peak = sorted((v for v in self.live.values() if v[0]), key=lambda v: -v[0])
-            if extra_desc:
-                self.at_peak = extra_desc + self.at_peak
+    def engine_sums(self):
+        return not torch.is_grad_enabled() and self.phase.endswith("backward")
+
+    def born(self, n, name, o):
+        super().born(n, name, o)
+        if TRACE and self.phase == "step 2 backward" and len(self.trace) < 400:
+            self.trace.append((self.cur, n, name, tuple(o.shape), str(o.dtype)))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if name == "gemm_4bit":
+        if func.overloadpacket.__name__ == "gemm_4bit":
             a, shape_b = args[0], args[2]
             k = a.shape[-1]
             m = a.numel() // k
@@ -70,68 +63,7 @@ class Live(TorchDispatchMode):
                 out_b = m * n * a.element_size()
                 self.bump("gemm_4bit dequant fallback", deq + am + out_b,
                           [(deq, "dequantize_4bit (fwd)", (n, k), str(a.dtype)), (am, "absmax fp32", (), "")])
-        if (func is torch.ops.aten.add.Tensor and not kwargs and not torch.is_grad_enabled()
-                and self.phase.endswith("backward") and isinstance(args[1], torch.Tensor)
-                and args[0].shape == args[1].shape and args[0].dtype == args[1].dtype
-                and args[0].is_contiguous() and id(args[0].untyped_storage()) in self.live):
-            # The autograd engine sums two gradients of one input in place into the first
-            # (input_buffer.cpp `accumulate`: `old_var.add_(var)`) unless a dispatch mode is on,
-            # as this one is: do what it does without the mode.
-            return args[0].add_(args[1])
-        out = func(*args, **(kwargs or {}))
-        if name in NO_STORAGE:
-            return out
-        for o in out if isinstance(out, (tuple, list)) else [out]:
-            if not isinstance(o, torch.Tensor):
-                continue
-            st = o.untyped_storage()
-            key = id(st)
-            if st.nbytes() == 0 or key in self.live:
-                continue
-            nb = st.nbytes()
-            self.live[key] = (nb, name, tuple(o.shape), str(o.dtype).replace("torch.", ""))
-            self.cur += nb
-
-            def gone(nb=nb, key=key):
-                if key in self.live:
-                    self.cur -= nb
-                    self.live.pop(key, None)
-
-            weakref.finalize(st, gone)
-            self.bump(name)
-            if TRACE and self.phase == "step 2 backward" and len(self.trace) < 400:
-                self.trace.append((self.cur, nb, name, tuple(o.shape), str(o.dtype)))
-        return out
-
-
-class FusedSdpa(torch.autograd.Function):
-    """A fused attention kernel's memory (FlashAttention-2 / memory-efficient, what SDPA runs on
-    an H200 for bf16): the output and the fp32 log-sum-exp in forward, saved with q, k, v and
-    the output; dq, dk, dv in backward. The meta device would take the math path instead."""
-
-    @staticmethod
-    def forward(ctx, q, k, v):
-        # Flash and cuDNN write the output as [b, s, h, d] and return its [b, h, s, d] view, so
-        # the `transpose(1, 2).contiguous()` after them is free.
-        b, h, s, _ = q.shape
-        out = q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2)
-        lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
-        ctx.save_for_backward(q, k, v, out, lse)
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        q, k, v, _, _ = ctx.saved_tensors
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-def fused_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    # TRL's bf16=True runs the step under autocast, which casts SDPA's fp32 inputs (the residual
-    # stream is fp32 after prepare_model_for_kbit_training) to bf16; the meta device has no
-    # autocast, so the cast is made here.
-    if q.dtype == torch.float32:
-        q, k, v = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
-    return FusedSdpa.apply(q, k, v)
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 class Head(torch.autograd.Function):
@@ -184,25 +116,28 @@ def step_peak(path, mb, seq, method):
     prepare = method == "qlora-prepare"
     lora_only = method == "lora"
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    torch.nn.functional.scaled_dot_product_attention = fused_sdpa
     linear = torch.nn.functional.linear
-    if lora_only or prepare:
+
+    def autocast_linear(x, w, b=None):
         # Autocast's F.linear: fp32 inputs and weights are cast to bf16 (the copies are what
         # autograd saves); the meta device has no autocast.
-        def autocast_linear(x, w, b=None):
-            if x.dtype == torch.float32 or w.dtype == torch.float32:
-                x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)
-                b = None if b is None else b.to(torch.bfloat16)
-            return linear(x, w, b)
-        torch.nn.functional.linear = autocast_linear
-    packed = transformers.masking_utils.find_packed_sequence_indices
-    # The meta device cannot read a value: no packed sequences (TRL's collator pads, one row each).
-    transformers.masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    try:
-        raw = json.load(open(path))
-        raw.pop("quantization_config", None)
-        cfg = transformers.AutoConfig.for_model(**raw)
+        if x.dtype == torch.float32 or w.dtype == torch.float32:
+            x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)
+            b = None if b is None else b.to(torch.bfloat16)
+        return linear(x, w, b)
+
+    # Everything patched is put back on the way out: later tests in the same pytest process (the
+    # text-only gradient checks, generate_ops) run the real attention.
+    with ExitStack() as patches:
+        patches.enter_context(mock.patch.object(torch.nn.functional, "scaled_dot_product_attention",
+                                                fused_sdpa))
+        if lora_only or prepare:
+            patches.enter_context(mock.patch.object(torch.nn.functional, "linear", autocast_linear))
+        # The meta device cannot read a value: no packed sequences (TRL's collator pads, one row
+        # each).
+        patches.enter_context(mock.patch.object(transformers.masking_utils, "find_packed_sequence_indices",
+                                                lambda position_ids: None))
+        cfg = meta_config(path)
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
                                                                   dtype=torch.bfloat16)
@@ -233,12 +168,6 @@ def step_peak(path, mb, seq, method):
                     p.grad = None
                 if step == 1:
                     mode.peak = 0
-    finally:
-        # Everything patched is put back: later tests in the same pytest process (the text-only
-        # gradient checks, generate_ops) run the real attention.
-        torch.nn.functional.scaled_dot_product_attention = sdpa
-        torch.nn.functional.linear = linear
-        transformers.masking_utils.find_packed_sequence_indices = packed
     return mode, dtypes
 
 

@@ -144,7 +144,9 @@ def test_accelerate_launch_runs_one_step_on_two_cpu_processes(pins, tmp_path):
     "pins,rule",
     [
         (["--tp", "2", "--pp", "1", "--zero", "1", "--recompute", "selective", "--stack", "megatron"], "only full recomputation"),
-        (["--tp", "2", "--pp", "1", "--zero", "3"], "no ZeRO-3 setting"),
+        (["--tp", "2", "--pp", "1", "--zero", "3", "--stack", "megatron"], "no ZeRO-3 setting"),
+        # A Hugging Face model's tensor parallelism is loaded by the script, not by accelerate's config.
+        (["--tp", "2", "--pp", "1", "--zero", "3"], "for tp 2 use --emit torchrun (transformers' DistributedConfig) or --emit deepspeed (AutoTP)"),
         (["--tp", "2", "--pp", "4", "--zero", "1", "--recompute", "full", "--schedule", "interleaved:2", "--stack", "megatron"], "virtual pipeline"),
     ],
 )
@@ -156,3 +158,15 @@ def test_plans_accelerate_refuses_are_not_emitted(pins, rule):
     assert r.returncode == 2, r.stderr
     assert r.stdout == ""
     assert rule in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_accelerate_tensor_parallelism_needs_a_model_loaded_sharded():
+    """Why `--emit accelerate` writes no tp > 1 for a Hugging Face model: accelerate 1.15's prepare
+    takes the tp size from the model (`get_model_tp_size`: config.distributed_config.tp_size,
+    set only when transformers loads it sharded) and raises without one; a config file cannot
+    load the model."""
+    transformers = pytest.importorskip("transformers")
+    from accelerate.utils.other import get_model_tp_size
+
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(TINY))
+    assert get_model_tp_size(model) is None

@@ -42,6 +42,22 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
+/// A signed relative error as a percentage, `-` where the log prints no figure.
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0))
+}
+
+/// The median of the absolute errors present, if any.
+fn abs_median(v: &[Option<f64>]) -> Option<f64> {
+    let v: Vec<f64> = v.iter().flatten().map(|x| x.abs()).collect();
+    (!v.is_empty()).then(|| median(v))
+}
+
+/// [`abs_median`] as a percentage, `-` where there is none.
+fn median_pct(v: &[Option<f64>]) -> String {
+    abs_median(v).map_or("-".into(), |x| format!("{:.1}%", x * 100.0))
+}
+
 /// Per-case bounds (absolute relative error): looser than the medians' targets.
 const CASE_WEIGHTS: f64 = 0.01;
 const CASE_KV: f64 = 0.12;
@@ -101,7 +117,6 @@ fn capacity_against_real_logs() {
             .as_f64()
             .map(|x| rel(v["max_concurrency"].as_f64().unwrap(), x));
         let starts_ok = v["starts"] == l["starts"];
-        let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
         eprintln!(
             "{:<42} {:>8} {:>8} {:>8} {:>11} {:>7}",
             id,
@@ -884,6 +899,77 @@ fn unseen_case(c: &serde_json::Value) -> Result<(Errors, Option<(f64, f64)>), St
     Ok((e, planner))
 }
 
+/// One half (fit or holdout) of a round of unseen start-ups as it came out: each run's errors,
+/// the configs vram refused and the runs outside the regression guards.
+#[derive(Default)]
+struct Half {
+    weights: Vec<Option<f64>>,
+    /// The KV pool's error (in a later round, its tokens' where the log prints no size).
+    kv: Vec<Option<f64>>,
+    concurrency: Vec<Option<f64>>,
+    starts: Vec<Option<bool>>,
+    refused: Vec<String>,
+    out_of_bounds: Vec<String>,
+}
+
+impl Half {
+    /// `vram capacity` on case `c` (its source a public page), or `None` where vram refuses its
+    /// config (printed in a column `width` wide and counted).
+    fn run(&mut self, c: &serde_json::Value, width: usize) -> Option<(Errors, Option<(f64, f64)>)> {
+        assert!(c["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("https://")));
+        match unseen_case(c) {
+            Ok(x) => Some(x),
+            Err(msg) => {
+                eprintln!("{:<width$} refused: {msg}", c["id"].as_str().unwrap());
+                self.refused.push(c["id"].as_str().unwrap().to_string());
+                None
+            }
+        }
+    }
+
+    /// Counts a run's errors, `pool` standing for its KV pool.
+    fn push(&mut self, e: &Errors, pool: Option<f64>) {
+        self.weights.push(e.weights);
+        self.kv.push(pool);
+        self.concurrency.push(e.concurrency);
+        self.starts.push(e.starts);
+    }
+
+    /// The runs whose weights are within 1 %, and those whose log prints the weights.
+    fn weights_within_1pct(&self) -> (usize, usize) {
+        let w = self.weights.iter().flatten();
+        (w.clone().filter(|x| x.abs() <= 0.01).count(), w.count())
+    }
+
+    /// The logs that say whether the server started, and those vram gets wrong.
+    fn outcomes(&self) -> (usize, usize) {
+        let s = self.starts.iter().flatten();
+        (s.clone().count(), s.filter(|s| !**s).count())
+    }
+
+    /// Prints the half's summary under `label`.
+    fn print(&self, label: &str) {
+        let (within, logged_w) = self.weights_within_1pct();
+        let (outcomes, wrong) = self.outcomes();
+        eprintln!(
+            "{label}: {} configs vram cannot read ({})",
+            self.refused.len(),
+            self.refused.join(", ")
+        );
+        eprintln!(
+            "{label}: {} runs; weights within 1% on {within} of {logged_w}; KV pool median |error| {} ({} logs); concurrency median {} ({} logs); starts or not as logged on {} of {outcomes}",
+            self.weights.len(),
+            median_pct(&self.kv),
+            self.kv.iter().flatten().count(),
+            median_pct(&self.concurrency),
+            self.concurrency.iter().flatten().count(),
+            outcomes - wrong
+        );
+    }
+}
+
 /// The start-ups of `tests/data/serving/unseen.json`, split before vram ever ran on them
 /// (`SPLIT.md`): the fit half, which the mechanisms were read against, is held to tight bounds;
 /// the holdout half is printed as it comes out (BENCHMARKS.md, "Serving capacity on unseen
@@ -893,34 +979,19 @@ fn unseen_case(c: &serde_json::Value) -> Result<(Errors, Option<(f64, f64)>), St
 fn capacity_on_unseen_logs() {
     let text = std::fs::read_to_string(data().join("unseen.json")).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
-    let abs_median = |v: &[Option<f64>]| {
-        let v: Vec<f64> = v.iter().flatten().map(|x| x.abs()).collect();
-        (!v.is_empty()).then(|| median(v))
-    };
     for half in ["fit", "holdout"] {
         eprintln!(
             "\n{half} half\n{:<58} {:>8} {:>8} {:>11} {:>7} {:>9} {:>11}",
             "case", "weights", "KV pool", "concurrency", "starts", "planner KV", "planner conc"
         );
-        let (mut w, mut kv, mut conc, mut starts) = (vec![], vec![], vec![], vec![]);
+        let mut h = Half::default();
         let (mut pkv, mut pconc, mut ours_kv, mut ours_conc) = (vec![], vec![], vec![], vec![]);
-        let mut refused: Vec<String> = vec![];
-        let mut out_of_bounds: Vec<String> = vec![];
         for c in doc["cases"].as_array().unwrap() {
             if c["half"] != half {
                 continue;
             }
-            assert!(c["source"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("https://")));
-            let (e, p) = match unseen_case(c) {
-                Ok(x) => x,
-                Err(msg) => {
-                    eprintln!("{:<58} refused: {msg}", c["id"].as_str().unwrap());
-                    refused.push(c["id"].as_str().unwrap().to_string());
-                    continue;
-                }
+            let Some((e, p)) = h.run(c, 58) else {
+                continue;
             };
             eprintln!(
                 "{:<58} {:>8} {:>8} {:>11} {:>7} {:>9} {:>11}",
@@ -938,10 +1009,7 @@ fn capacity_on_unseen_logs() {
                 ours_kv.push(e.kv);
                 ours_conc.push(e.concurrency);
             }
-            w.push(e.weights);
-            kv.push(e.kv);
-            conc.push(e.concurrency);
-            starts.push(e.starts);
+            h.push(&e, e.kv);
             // Checked once the whole half is printed. Holdout, loose: a case this far out is a
             // regression, not noise (vllm#12126, V0 0.6.6's mllama profile at 65,536 tokens,
             // came out at -30.6 % when it joined the holdout in round 2).
@@ -953,50 +1021,33 @@ fn capacity_on_unseen_logs() {
             if e.kv.is_some_and(|x| x.abs() >= kv_bound)
                 || e.weights.is_some_and(|x| x.abs() >= w_bound)
             {
-                out_of_bounds.push(c["id"].as_str().unwrap().to_string());
+                h.out_of_bounds.push(c["id"].as_str().unwrap().to_string());
             }
         }
-        let within = w.iter().flatten().filter(|x| x.abs() <= 0.01).count();
-        let logged_w = w.iter().flatten().count();
-        let refusals = starts.iter().flatten().count();
-        let wrong = starts.iter().flatten().filter(|s| !**s).count();
-        let m =
-            |v: &[Option<f64>]| abs_median(v).map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
-        eprintln!(
-            "{half}: {} configs vram cannot read ({})",
-            refused.len(),
-            refused.join(", ")
-        );
-        eprintln!(
-            "{half}: {} starts; weights within 1% on {within} of {logged_w}; KV pool median |error| {} ({} logs); concurrency median {} ({} logs); starts or not as logged on {} of {refusals}",
-            w.len(),
-            m(&kv),
-            kv.iter().flatten().count(),
-            m(&conc),
-            conc.iter().flatten().count(),
-            refusals - wrong
-        );
+        h.print(half);
         eprintln!(
             "{half}, the {} runs llm-d-planner predicted: its KV pool median |error| {}, concurrency {}; vram's on the same runs {}, {}",
             pkv.len(),
-            m(&pkv),
-            m(&pconc),
-            m(&ours_kv),
-            m(&ours_conc)
+            median_pct(&pkv),
+            median_pct(&pconc),
+            median_pct(&ours_kv),
+            median_pct(&ours_conc)
         );
-        assert!(out_of_bounds.is_empty(), "{half}: {out_of_bounds:?}");
+        let (within, logged_w) = h.weights_within_1pct();
+        let (_, wrong) = h.outcomes();
+        assert!(h.out_of_bounds.is_empty(), "{half}: {:?}", h.out_of_bounds);
         if half == "fit" {
-            assert!(refused.is_empty(), "{refused:?}");
-            assert!(abs_median(&kv).unwrap() <= 0.01);
-            assert!(abs_median(&conc).unwrap() <= 0.01);
+            assert!(h.refused.is_empty(), "{:?}", h.refused);
+            assert!(abs_median(&h.kv).unwrap() <= 0.01);
+            assert!(abs_median(&h.concurrency).unwrap() <= 0.01);
             assert!(
                 within * 5 >= logged_w * 4,
                 "weights within 1%: {within} of {logged_w}"
             );
             assert!(wrong <= 4, "starts: {wrong} wrong");
         } else {
-            assert!(abs_median(&kv).unwrap() <= 0.05);
-            assert!(abs_median(&conc).unwrap() <= 0.05);
+            assert!(abs_median(&h.kv).unwrap() <= 0.05);
+            assert!(abs_median(&h.concurrency).unwrap() <= 0.05);
         }
     }
 }
@@ -1055,34 +1106,19 @@ fn capacity_on_unseen_logs_round_six() {
 fn unseen_round(file: &str, round: &str, weights_bound: f64, fit_kv_bound: f64) {
     let text = std::fs::read_to_string(data().join(file)).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
-    let abs_median = |v: &[Option<f64>]| {
-        let v: Vec<f64> = v.iter().flatten().map(|x| x.abs()).collect();
-        (!v.is_empty()).then(|| median(v))
-    };
     let mut failures: Vec<String> = vec![];
     for half in ["fit", "holdout"] {
         eprintln!(
             "\n{half} half ({round})\n{:<50} {:>8} {:>8} {:>8} {:>11} {:>7}",
             "case", "weights", "KV pool", "tokens", "concurrency", "starts"
         );
-        let (mut w, mut kv, mut conc, mut starts) = (vec![], vec![], vec![], vec![]);
-        let mut refused: Vec<String> = vec![];
-        let mut out_of_bounds: Vec<String> = vec![];
+        let mut h = Half::default();
         for c in doc["cases"].as_array().unwrap() {
             if c["half"] != half {
                 continue;
             }
-            assert!(c["source"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("https://")));
-            let (e, _) = match unseen_case(c) {
-                Ok(x) => x,
-                Err(msg) => {
-                    eprintln!("{:<50} refused: {msg}", c["id"].as_str().unwrap());
-                    refused.push(c["id"].as_str().unwrap().to_string());
-                    continue;
-                }
+            let Some((e, _)) = h.run(c, 50) else {
+                continue;
             };
             eprintln!(
                 "{:<50} {:>8} {:>8} {:>8} {:>11} {:>7}",
@@ -1094,10 +1130,7 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64, fit_kv_bound: f64) 
                 e.starts.map_or("-", |s| if s { "same" } else { "WRONG" }),
             );
             let pool = e.kv.or(e.tokens);
-            w.push(e.weights);
-            kv.push(pool);
-            conc.push(e.concurrency);
-            starts.push(e.starts);
+            h.push(&e, pool);
             // Regression guards (checked once the whole half is printed): no case further out
             // than the run reported in BENCHMARKS.md.
             // Ministral-3's Pixtral tower is not read (weights -20 % at TP 2, KV +27 %). Round
@@ -1107,41 +1140,23 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64, fit_kv_bound: f64) 
             if pool.is_some_and(|x| x.abs() >= 0.31)
                 || e.weights.is_some_and(|x| x.abs() >= weights_bound)
             {
-                out_of_bounds.push(c["id"].as_str().unwrap().to_string());
+                h.out_of_bounds.push(c["id"].as_str().unwrap().to_string());
             }
         }
-        let within = w.iter().flatten().filter(|x| x.abs() <= 0.01).count();
-        let logged_w = w.iter().flatten().count();
-        let refusals = starts.iter().flatten().count();
-        let wrong = starts.iter().flatten().filter(|s| !**s).count();
-        let m =
-            |v: &[Option<f64>]| abs_median(v).map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
-        eprintln!(
-            "{half} ({round}): {} configs vram cannot read ({})",
-            refused.len(),
-            refused.join(", ")
-        );
-        eprintln!(
-            "{half} ({round}): {} runs; weights within 1% on {within} of {logged_w}; KV pool median |error| {} ({} logs); concurrency median {} ({} logs); starts or not as logged on {} of {refusals}",
-            w.len(),
-            m(&kv),
-            kv.iter().flatten().count(),
-            m(&conc),
-            conc.iter().flatten().count(),
-            refusals - wrong
-        );
+        h.print(&format!("{half} ({round})"));
         // Checked after both halves are printed, so that a fit-half failure never hides the
         // holdout's figures.
-        if !refused.is_empty() {
-            failures.push(format!("{half}: configs refused {refused:?}"));
+        if !h.refused.is_empty() {
+            failures.push(format!("{half}: configs refused {:?}", h.refused));
         }
-        if !out_of_bounds.is_empty() {
-            failures.push(format!("{half}: out of bounds {out_of_bounds:?}"));
+        if !h.out_of_bounds.is_empty() {
+            failures.push(format!("{half}: out of bounds {:?}", h.out_of_bounds));
         }
         if half == "fit" {
-            if let Some(m) = abs_median(&kv).filter(|m| *m > fit_kv_bound) {
+            if let Some(m) = abs_median(&h.kv).filter(|m| *m > fit_kv_bound) {
                 failures.push(format!("fit: KV pool median |error| {m}"));
             }
+            let (_, wrong) = h.outcomes();
             if wrong > 1 {
                 failures.push(format!("fit: {wrong} outcomes wrong"));
             }

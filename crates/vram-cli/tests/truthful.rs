@@ -368,8 +368,7 @@ fn a_sampled_decode_is_said_everywhere_and_every_step_samples_nothing() {
         "--batch",
         "4",
     ];
-    let (code, text, err) = vram(&base);
-    assert_eq!(code, 0, "{err}");
+    let (text, json, v) = text_and_json(&base);
     let note = text
         .lines()
         .find_map(|l| l.strip_prefix("note: the allocator replay walked"))
@@ -379,11 +378,6 @@ fn a_sampled_decode_is_said_everywhere_and_every_step_samples_nothing() {
         text.contains("64 of the 299 decode steps (--decode-replay)"),
         "{text}"
     );
-    let mut json_args = base.to_vec();
-    json_args.push("--json");
-    let (code, json, err) = vram(&json_args);
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["decode_sampled"]["steps"], 299);
     assert_eq!(v["decode_sampled"]["replayed"], 64);
     let full = format!("the allocator replay walked{note}");
@@ -395,19 +389,7 @@ fn a_sampled_decode_is_said_everywhere_and_every_step_samples_nothing() {
         .collect();
     assert!(notes.contains(&full.as_str()), "{notes:?}");
     // The HTML report of that JSON lists it as the text does.
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sampled-decode");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (jf, hf) = (dir.join("e.json"), dir.join("e.html"));
-    std::fs::write(&jf, &json).unwrap();
-    let (code, _, err) = vram(&[
-        "report",
-        jf.to_str().unwrap(),
-        "--out",
-        hf.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let html = std::fs::read_to_string(&hf)
-        .unwrap()
+    let html = report_page("sampled-decode", &json)
         .replace("&amp;", "&")
         .replace("&#39;", "'")
         .replace("&quot;", "\"");
@@ -494,24 +476,7 @@ fn text_json_and_html_of_an_estimate_agree() {
     for (i, case) in cases.iter().enumerate() {
         let mut a = vec!["estimate"];
         a.extend_from_slice(case);
-        let (code, text, err) = vram(&a);
-        assert_eq!(code, 0, "{case:?}: {err}");
-        a.push("--json");
-        let (code, json, err) = vram(&a);
-        assert_eq!(code, 0, "{case:?}: {err}");
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        assert_eq!(v["schema_version"], 1);
-        let jf = dir.join(format!("case{i}.json"));
-        let hf = dir.join(format!("case{i}.html"));
-        std::fs::write(&jf, &json).unwrap();
-        let (code, _, err) = vram(&[
-            "report",
-            jf.to_str().unwrap(),
-            "--out",
-            hf.to_str().unwrap(),
-        ]);
-        assert_eq!(code, 0, "{err}");
-        let html = std::fs::read_to_string(&hf).unwrap();
+        let (text, v, html) = three_outputs(&format!("estimate-case{i}"), &a);
         let lines: Vec<&str> = text.lines().collect();
         // The setup line.
         let desc = v["description"].as_str().unwrap();
@@ -1216,37 +1181,51 @@ fn a_small_bare_gpu_is_named_by_its_size() {
     assert!(!out.contains("0.00 GiB"), "{out}");
 }
 
-/// Runs `vram ARGS` for its text, `ARGS --json` for its JSON, and `vram report` on that JSON
-/// for its page (`name` names the files).
-fn three_outputs(name: &str, args: &[&str]) -> (String, serde_json::Value, String) {
-    // One folder per call: tests run in parallel threads and several render the same kind.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("three-outputs")
-        .join(format!("{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// Runs `vram ARGS` for its text and `ARGS --json` for its JSON (as written and parsed), both
+/// exiting 0.
+fn text_and_json(args: &[&str]) -> (String, String, serde_json::Value) {
     let (code, text, err) = vram(args);
     assert_eq!(code, 0, "{args:?}: {err}");
     let mut a = args.to_vec();
     a.push("--json");
     let (code, json, err) = vram(&a);
     assert_eq!(code, 0, "{args:?}: {err}");
-    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(v["schema_version"], 1, "{args:?}");
-    let jf = dir.join(format!("{name}.json"));
-    let hf = dir.join(format!("{name}.html"));
-    std::fs::write(&jf, &json).unwrap();
+    let v = serde_json::from_str(&json).unwrap();
+    (text, json, v)
+}
+
+/// The page `vram report` makes of `json` (`name` names the files it goes through).
+fn report_page(name: &str, json: &str) -> String {
+    // One folder per call: tests run in parallel threads and several render the same kind.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("report-pages")
+        .join(format!("{}-{call}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (jf, hf) = (
+        dir.join(format!("{name}.json")),
+        dir.join(format!("{name}.html")),
+    );
+    std::fs::write(&jf, json).unwrap();
     let (code, _, err) = vram(&[
         "report",
         jf.to_str().unwrap(),
         "--out",
         hf.to_str().unwrap(),
     ]);
-    assert_eq!(code, 0, "{args:?}: {err}");
+    assert_eq!(code, 0, "{name}: {err}");
     let html = std::fs::read_to_string(&hf).unwrap();
     std::fs::remove_dir_all(&dir).ok();
-    (text, v, html)
+    html
+}
+
+/// Runs `vram ARGS` for its text, `ARGS --json` for its JSON (schema version 1), and `vram
+/// report` on that JSON for its page (`name` names the files).
+fn three_outputs(name: &str, args: &[&str]) -> (String, serde_json::Value, String) {
+    let (text, json, v) = text_and_json(args);
+    assert_eq!(v["schema_version"], 1, "{args:?}");
+    (text, v, report_page(name, &json))
 }
 
 /// The cells of the HTML table with `id`, row by row.
@@ -1501,18 +1480,12 @@ fn every_command_that_describes_a_model_prints_its_notes() {
         ("doctor", vec!["doctor", oom, "--model", cfg, "--no-nvml"]),
     ];
     for (name, args) in cases {
-        let (code, text, err) = vram(&args);
-        assert_eq!(code, 0, "{name}: {err}");
+        let (text, json, v) = text_and_json(&args);
         assert!(
             text.lines()
                 .any(|l| l.starts_with("note: ") && l.contains(note)),
             "{name}: {text}"
         );
-        let mut a = args.clone();
-        a.push("--json");
-        let (code, json, err) = vram(&a);
-        assert_eq!(code, 0, "{name}: {err}");
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert!(
             v["notes"]
                 .as_array()
@@ -1522,17 +1495,7 @@ fn every_command_that_describes_a_model_prints_its_notes() {
             "{name}: {json}"
         );
         if name != "doctor" {
-            let jf = dir.join(format!("{name}.json"));
-            let hf = dir.join(format!("{name}.html"));
-            std::fs::write(&jf, &json).unwrap();
-            let (code, _, err) = vram(&[
-                "report",
-                jf.to_str().unwrap(),
-                "--out",
-                hf.to_str().unwrap(),
-            ]);
-            assert_eq!(code, 0, "{name}: {err}");
-            let html = std::fs::read_to_string(&hf).unwrap();
+            let html = report_page(&format!("noted-{name}"), &json);
             assert!(
                 page_text(section(&html, "notes").unwrap()).contains(note),
                 "{name}: the page lacks the note"
@@ -1572,4 +1535,38 @@ fn every_command_that_describes_a_model_prints_its_notes() {
         ) && text.contains("kernels assumed: mxfp4"),
         "{text}"
     );
+}
+
+/// A tensor-parallel plan of the transformers stack says how it runs (DeepSpeed's AutoTP or
+/// transformers' DistributedConfig under torchrun; not accelerate's config file) in every output;
+/// Megatron-LM's stack, whose tensor parallelism is its own, carries no such note.
+#[test]
+fn tensor_parallel_plans_name_their_routes_in_every_output() {
+    let args = |stack: &'static str| {
+        vec![
+            "plan",
+            "llama-2-7b",
+            "--gpu",
+            "h100-80g",
+            "--gpus",
+            "16",
+            "--global-batch",
+            "128",
+            "--seq",
+            "4096",
+            "--tp",
+            "2",
+            "--top",
+            "2",
+            "--stack",
+            stack,
+        ]
+    };
+    let route = "note: tensor parallelism of a Hugging Face model runs as DeepSpeed's AutoTP";
+    let (text, v, html) = three_outputs("plan-tp", &args("transformers"));
+    notes_agree("plan-tp", &text, &v, &html);
+    assert!(text.lines().any(|l| l.starts_with(route)), "{text}");
+    let (text, v, html) = three_outputs("plan-tp-megatron", &args("megatron"));
+    notes_agree("plan-tp-megatron", &text, &v, &html);
+    assert!(!text.contains("DeepSpeed's AutoTP"), "{text}");
 }

@@ -1201,7 +1201,7 @@ pub fn block_layer(
         if other.as_mla().is_some() {
             mla(&mut o, s, &other, h);
         } else {
-            let proj = other.linear_params(b.hidden) as f64;
+            let proj = other.active_params(b.hidden) as f64;
             o.gemm(n, proj / s.tp, 1.0, 1.0, s.fp32);
             if let Some(&g) = other.as_gdn() {
                 gated_delta_net(&mut o, s, g, r.kernels);
@@ -1289,7 +1289,7 @@ fn mla(o: &mut Ops<'_, '_>, s: &Shape, mixer: &blocks::Mixer, h: f64) {
     let Some(m) = mixer.as_mla() else {
         return;
     };
-    let linear = mixer.linear_params(h as u64) as f64;
+    let linear = mixer.active_params(h as u64) as f64;
     let n = s.tokens;
     let heads = m.heads as f64 / s.tp;
     let (nope, rope, v) = (

@@ -22,6 +22,7 @@ use vram_model::arch::{Act, Layout, Transformer};
 use vram_model::blocks::{NormKind, Residual};
 use vram_model::setup::{Offload, Precision, Recompute, Schedule};
 
+use crate::eager::Stack;
 use crate::search::Plan;
 
 /// The engines a plan can be written for.
@@ -217,6 +218,115 @@ fn autotp_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), Refusal
     Ok(())
 }
 
+/// The `model_type`s whose transformers 5.24.0 config class has a `base_model_tp_plan`
+/// (`data/tp-plan-model-types.txt`, listed from the library's `CONFIG_MAPPING`).
+const TP_PLAN_MODEL_TYPES: &str = include_str!("../data/tp-plan-model-types.txt");
+
+/// The `model_type` transformers' tensor-parallel plan is looked up under: the config's own,
+/// else its `text_config`'s (a composite model takes its language model's plan: `_tp_plan` is
+/// gathered from the children, transformers 5.24 `distributed/mixin.py`). `None` without a
+/// config.json, or with a type that has no plan.
+pub fn tp_plan_model_type(config: Option<&str>) -> Result<String, Option<String>> {
+    let v: serde_json::Value = config
+        .and_then(|c| serde_json::from_str(c).ok())
+        .ok_or(None)?;
+    let ty = |v: &serde_json::Value| v.get("model_type")?.as_str().map(str::to_string);
+    let planned = |t: &str| {
+        TP_PLAN_MODEL_TYPES
+            .lines()
+            .any(|l| !l.starts_with('#') && l.trim() == t)
+    };
+    let own = ty(&v);
+    for t in [own.clone(), v.get("text_config").and_then(ty)]
+        .into_iter()
+        .flatten()
+    {
+        if planned(&t) {
+            return Ok(t);
+        }
+    }
+    Err(own)
+}
+
+/// transformers 5.24's own tensor parallelism, as `--emit torchrun` writes it:
+/// `from_pretrained(..., distributed_config=DistributedConfig(tp_size, fsdp_size,
+/// dp_replicate_size))` under torchrun. Its rules: the model type has a `base_model_tp_plan`
+/// (`_resolve_parallel_plans` raises "has no `tp_plan`" otherwise); the colwise `q_proj`/`k_proj`
+/// shards split whole heads, so tp divides the query and the key-value heads (the attention
+/// forward views each shard as `(-1, head_dim)`; `get_kv_heads_per_rank` gives no even split
+/// otherwise); the mesh `(pp, dp_replicate, fsdp, tp)` must cover the world
+/// (`initialize_distributed_mesh`). Data parallelism is the library's FSDP2 plan, which
+/// `fully_shard`s every decoder layer with `reshard_after_forward=True` (`distributed/fsdp.py`):
+/// ZeRO-3 over `fsdp_size`, or whole replicas over `dp_replicate_size` (ZeRO-0); ZeRO-1/2 keep
+/// gathered weights it has no setting for. `fsdp_cpu_offload` is `CPUOffloadPolicy` (parameters,
+/// gradients and the optimizer step); `fsdp_mixed_precision` is bf16 parameters with fp32
+/// reductions only.
+fn native_tp_rules(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
+    if p.tp <= 1 {
+        return Ok(());
+    }
+    let ty = job.model.blocks.typical();
+    match tp_plan_model_type(job.config) {
+        Ok(_) => {}
+        Err(None) => {
+            return refuse(
+                engine,
+                "transformers 5.24 shards only model types with a base_model_tp_plan, and this \
+                 model has no config.json model_type to look it up; pin --tp 1, or use --emit \
+                 deepspeed (AutoTP)",
+            )
+        }
+        Err(Some(t)) => {
+            return refuse(
+                engine,
+                format!(
+                    "transformers 5.24 has no base_model_tp_plan for model type {t} \
+                     (DistributedConfig(tp_size) raises \"has no `tp_plan`\"); pin --tp 1, or use \
+                     --emit deepspeed (AutoTP)"
+                ),
+            )
+        }
+    }
+    if ty.heads % p.tp != 0 || ty.kv_heads % p.tp != 0 {
+        return refuse(
+            engine,
+            format!(
+                "transformers 5.24's tensor-parallel plan splits whole heads, and tp {} does not \
+                 divide the {} query and {} key-value heads; pin a --tp that does",
+                p.tp, ty.heads, ty.kv_heads
+            ),
+        );
+    }
+    if p.dp == 1 && (p.zero_stage > 0 || p.offload != Offload::None) {
+        return refuse(
+            engine,
+            "transformers 5.24's DistributedConfig shards and offloads only over data-parallel \
+             ranks (its FSDP2 plan), and this plan has none; use --emit deepspeed (AutoTP)",
+        );
+    }
+    if p.dp > 1 && (1..=2).contains(&p.zero_stage) {
+        return refuse(
+            engine,
+            format!(
+                "transformers 5.24's DistributedConfig shards data-parallel ranks with its FSDP2 \
+                 plan, which reshards every layer after forward (ZeRO-3, distributed/fsdp.py), \
+                 or replicates them (ZeRO-0); ZeRO-{} with tensor parallelism needs --emit \
+                 deepspeed (AutoTP)",
+                p.zero_stage
+            ),
+        );
+    }
+    if p.dp > 1 && p.precision == Precision::Fp16Amp {
+        return refuse(
+            engine,
+            "transformers 5.24's fsdp_mixed_precision is bf16 only (MixedPrecisionPolicy \
+             param_dtype=torch.bfloat16, distributed/fsdp.py); use --precision bf16-amp, or \
+             --emit deepspeed (AutoTP)",
+        );
+    }
+    Ok(())
+}
+
 /// Megatron-LM's (`megatron/training/arguments.py` `validate_args`, main of 2026-08-22) and
 /// megatron-core 0.16.1's (`TransformerConfig.__post_init__`) rules.
 fn megatron_rules(engine: Engine, p: &Plan, model: &Transformer) -> Result<(), Refusal> {
@@ -400,7 +510,9 @@ fn hf_recompute_rules(engine: Engine, p: &Plan, t: &Transformer) -> Result<(), R
         return refuse(
             engine,
             format!(
-                "a Hugging Face model recomputes every layer or none (gradient_checkpointing_enable,                  transformers 5.24) and has no Megatron sequence parallelism, so {} needs Megatron-LM                  (--emit megatron); pin --recompute none or full",
+                "a Hugging Face model recomputes every layer or none (gradient_checkpointing_enable, \
+                 transformers 5.24) and has no Megatron sequence parallelism, so {} needs Megatron-LM \
+                 (--emit megatron); pin --recompute none or full",
                 p.label()
             ),
         );
@@ -422,6 +534,25 @@ pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
             megatron_rules(engine, p, job.model)
         }
         Engine::Accelerate => {
+            if (p.tp > 1 || p.pp > 1) && job.stack != Stack::Megatron {
+                // accelerate 1.15.0 tensor-parallelises a Hugging Face model only as loaded:
+                // `prepare` asks the model's `config.distributed_config.tp_size`
+                // (`get_model_tp_size`, utils/other.py) and raises "Model should undergo tensor
+                // parallel before passing it to accelerate" without one. The loading is the
+                // script's (transformers' DistributedConfig), which a config YAML cannot hold; its
+                // MEGATRON_LM type trains Megatron-LM's own model, not this one.
+                return refuse(
+                    engine,
+                    format!(
+                        "accelerate 1.15.0 runs tensor parallelism for a Hugging Face model only \
+                         when the script loads it sharded (prepare checks \
+                         config.distributed_config.tp_size), which its config file cannot say; \
+                         for tp {} use --emit torchrun (transformers' DistributedConfig) or --emit \
+                         deepspeed (AutoTP)",
+                        p.tp
+                    ),
+                );
+            }
             if p.tp > 1 || p.pp > 1 {
                 megatron_rules(engine, p, job.model)?;
                 if p.zero_stage >= 3 {
@@ -474,6 +605,7 @@ pub fn check(engine: Engine, p: &Plan, job: &Job<'_>) -> Result<(), Refusal> {
                      write; use --pp 1, or Megatron-LM (--emit megatron)",
                 );
             }
+            native_tp_rules(engine, p, job)?;
             hf_recompute_rules(engine, p, job.model)
         }
     }
@@ -503,8 +635,12 @@ pub struct Job<'a> {
     pub gpus_per_node: u64,
     /// The model's `config.json` text, when there is one (a catalog id's embedded config, or
     /// the user's file): Megatron-LM needs what [`Transformer`] does not hold (the rotary base
-    /// and scaling, the activation), read by [`ConfigFields::read`].
+    /// and scaling, the activation), read by [`ConfigFields::read`]; transformers' tensor
+    /// parallelism needs its `model_type` ([`tp_plan_model_type`]).
     pub config: Option<&'a str>,
+    /// The stack the plan was searched for: accelerate writes a tensor-parallel plan of
+    /// Megatron-LM's stack as its `MEGATRON_LM` type, and refuses one of the transformers stack.
+    pub stack: Stack,
 }
 
 /// The `config.json` fields Megatron-LM's arguments need besides the sizes in [`Transformer`].
@@ -979,8 +1115,33 @@ pub fn accelerate(p: &Plan, job: &Job<'_>) -> String {
 /// the lines are Python (prose is a Python comment) that runs once `model` (a transformers
 /// `PreTrainedModel`) exists and the process group is up. Its blocks are the modules whose class
 /// is in `model._no_split_modules`, as accelerate 1.15.0's FSDP2 auto-wrap picks them
-/// (`transformer_cls_names_to_wrap` defaults to `_no_split_modules`).
+/// (`transformer_cls_names_to_wrap` defaults to `_no_split_modules`). A tensor-parallel plan is
+/// instead the model loaded sharded by transformers 5.24 (`torchrun_tp`).
 pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
+    let py = if p.tp > 1 {
+        torchrun_tp(p)
+    } else {
+        torchrun_fsdp2(p)
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "torchrun --nnodes {} --nproc-per-node {} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 train.py \\",
+        nodes(p, job),
+        per_node(p, job)
+    );
+    let _ = writeln!(
+        s,
+        "  --micro-batch-size {} --grad-accum {} --seq-len {}",
+        p.micro_batch, p.grad_accum, job.seq
+    );
+    for line in py {
+        let _ = writeln!(s, "# {line}");
+    }
+    s
+}
+
+fn torchrun_fsdp2(p: &Plan) -> Vec<String> {
     let mut py: Vec<String> = vec![
         "# In train.py (PyTorch >= 2.6, FSDP2), once `model` is built:".into(),
         "import torch".into(),
@@ -988,21 +1149,10 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
         "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy"
             .into(),
     ];
-    if p.tp > 1 {
-        py.push(format!(
-            "mesh = init_device_mesh(\"cuda\", ({}, {}), mesh_dim_names=(\"dp\", \"tp\"))",
-            p.dp, p.tp
-        ));
-        py.push(
-            "# per block: torch.distributed.tensor.parallel.parallelize_module(block, mesh[\"tp\"], plan)"
-                .into(),
-        );
-    } else {
-        py.push(format!(
-            "mesh = init_device_mesh(\"cuda\", ({},), mesh_dim_names=(\"dp\",))",
-            p.dp
-        ));
-    }
+    py.push(format!(
+        "mesh = init_device_mesh(\"cuda\", ({},), mesh_dim_names=(\"dp\",))",
+        p.dp
+    ));
     // FSDP2 casts parameters for compute with its policy; fp32 needs none, and pure bf16 keeps
     // the model itself in bf16.
     let mp = match p.precision {
@@ -1034,7 +1184,7 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     };
     // ZeRO-3 reshards after forward; ZeRO-1/2 keep the gathered parameters until backward.
     let reshard = if p.zero_stage >= 3 { "True" } else { "False" };
-    let mesh = if p.tp > 1 { "mesh[\"dp\"]" } else { "mesh" };
+    let mesh = "mesh";
     py.push(
         "blocks = [m for m in model.modules() if type(m).__name__ in model._no_split_modules]"
             .into(),
@@ -1045,23 +1195,63 @@ pub fn torchrun(p: &Plan, job: &Job<'_>) -> String {
     py.push(format!(
         "fully_shard(model, mesh={mesh}, reshard_after_forward={reshard}, mp_policy=mp{offload})"
     ));
+    py
+}
 
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "torchrun --nnodes {} --nproc-per-node {} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 train.py \\",
-        nodes(p, job),
-        per_node(p, job)
-    );
-    let _ = writeln!(
-        s,
-        "  --micro-batch-size {} --grad-accum {} --seq-len {}",
-        p.micro_batch, p.grad_accum, job.seq
-    );
-    for line in py {
-        let _ = writeln!(s, "# {line}");
+/// The tensor-parallel setup: transformers 5.24 loads the checkpoint sharded
+/// (`DistributedConfig`, whose rules [`native_tp_rules`] holds) and builds the
+/// `(pp, dp_replicate, fsdp, tp)` mesh itself; ZeRO-3 is its FSDP2 plan over `fsdp_size`,
+/// ZeRO-0 whole replicas over `dp_replicate_size`.
+fn torchrun_tp(p: &Plan) -> Vec<String> {
+    let mut args = vec![format!("tp_size={}", p.tp)];
+    if p.dp > 1 {
+        if p.zero_stage >= 3 {
+            args.push(format!("fsdp_size={}", p.dp));
+        } else {
+            args.push(format!("dp_replicate_size={}", p.dp));
+        }
+        if p.precision == Precision::Bf16Amp {
+            args.push("fsdp_mixed_precision=True".into());
+        }
+        if p.offload != Offload::None {
+            args.push("fsdp_cpu_offload=True".into());
+        }
     }
-    s
+    let dtype = if p.precision == Precision::Bf16 {
+        "torch.bfloat16"
+    } else {
+        "torch.float32"
+    };
+    let mut py: Vec<String> = vec![
+        "# In train.py (transformers 5.24, PyTorch >= 2.8): load the checkpoint `model_id` sharded;"
+            .into(),
+        "# DistributedConfig builds the device mesh and applies the model's tensor-parallel plan."
+            .into(),
+        "import torch".into(),
+        "from transformers import AutoModelForCausalLM, DistributedConfig".into(),
+        format!("dc = DistributedConfig({})", args.join(", ")),
+        format!(
+            "model = AutoModelForCausalLM.from_pretrained(model_id, distributed_config=dc, dtype={dtype})"
+        ),
+    ];
+    if p.dp == 1 && matches!(p.precision, Precision::Bf16Amp | Precision::Fp16Amp) {
+        let half = if p.precision == Precision::Bf16Amp {
+            "bfloat16"
+        } else {
+            "float16"
+        };
+        py.push(format!(
+            "# run each forward under torch.autocast(\"cuda\", dtype=torch.{half})"
+        ));
+    }
+    if p.recompute != Recompute::None {
+        py.push("model.gradient_checkpointing_enable()".into());
+    }
+    py.push(format!(
+        "# the {} ranks of each tensor-parallel group take the same micro-batches",
+        p.tp
+    ));
+    py
 }
 
 #[cfg(test)]

@@ -319,6 +319,12 @@ fn candidates(req: &Request, t: &Transformer) -> Result<Vec<Cand>> {
         if ty.kv_heads % tp != 0 && tp % ty.kv_heads != 0 {
             continue;
         }
+        // A Hugging Face model's tensor parallelism (transformers' tensor-parallel plan,
+        // DeepSpeed's AutoTP) splits whole key-value heads: Megatron-LM alone replicates them
+        // for tp above their count (`emit::native_tp_rules`, `emit::autotp_rules`).
+        if req.stack != Stack::Megatron && ty.kv_heads % tp != 0 {
+            continue;
+        }
         for pp in divisors(c.gpus / tp) {
             if !pinned(pins.pp, pp) || layers % pp != 0 || (pp > 1 && !req.stack.pipeline()) {
                 continue;
@@ -936,9 +942,23 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
         };
         if let Some(what) = what {
             return Err(Error::Request(format!(
-                "{what} needs --stack megatron: a Hugging Face model (the transformers stack that                  DeepSpeed, accelerate and torchrun run) recomputes every layer or none                  (gradient_checkpointing_enable) and has no Megatron sequence parallelism"
+                "{what} needs --stack megatron: a Hugging Face model (the transformers stack that \
+                 DeepSpeed, accelerate and torchrun run) recomputes every layer or none \
+                 (gradient_checkpointing_enable) and has no Megatron sequence parallelism"
             )));
         }
+    }
+    let kv_heads = t.blocks.typical().kv_heads;
+    if let Some(tp) = req
+        .pins
+        .tp
+        .filter(|tp| req.stack != Stack::Megatron && *tp > 1 && kv_heads > 0 && kv_heads % tp != 0)
+    {
+        return Err(Error::Request(format!(
+            "--tp {tp} needs --stack megatron: a Hugging Face model's tensor parallelism \
+             (transformers' tensor-parallel plan, DeepSpeed's AutoTP) gives each rank whole \
+             key-value heads, and this model has {kv_heads}"
+        )));
     }
     if !req.stack.pipeline() {
         let what = match (req.pins.pp, req.pins.schedule) {

@@ -73,6 +73,20 @@ pub fn of_stack(stack: vram_plan::Stack, gpus: u64) -> Option<String> {
     })
 }
 
+/// How a tensor-parallel plan of the transformers stack runs, when one is listed (`tps`: the
+/// listed plans' tensor-parallel degrees): a Hugging Face model is sharded by DeepSpeed's AutoTP
+/// or by transformers' own tensor-parallel plan, and accelerate's config file can write neither
+/// ([`vram_plan::emit::check`] holds each route's rules). `None` on Megatron-LM's stack, or with
+/// no plan above tp 1.
+pub fn of_tensor_parallel(
+    stack: vram_plan::Stack,
+    tps: impl IntoIterator<Item = u64>,
+) -> Option<String> {
+    (stack != vram_plan::Stack::Megatron && tps.into_iter().any(|tp| tp > 1)).then(|| {
+        "tensor parallelism of a Hugging Face model runs as DeepSpeed's AutoTP (--emit deepspeed) or transformers' DistributedConfig under torchrun (--emit torchrun: ZeRO-0 or ZeRO-3, model types with a tensor-parallel plan); accelerate's config file cannot load a model sharded".to_string()
+    })
+}
+
 /// What a step's request asks that the model will not honour as the user may expect: `--seq`,
 /// or an inference's `--context` (or `--prompt` plus `--new-tokens`), beyond the model's
 /// configured maximum positions. Every report of a step carries it in `notes`.

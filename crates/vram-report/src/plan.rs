@@ -217,6 +217,10 @@ pub fn report(req: &Request, out: &Outcome) -> PlanReport {
             .into_iter()
             .chain(crate::notes::of_seq(&req.model, "--seq", req.seq))
             .chain(crate::notes::of_stack(req.stack, c.gpus))
+            .chain(crate::notes::of_tensor_parallel(
+                req.stack,
+                out.plans.iter().chain(&out.closest).map(|p| p.tp),
+            ))
             .collect(),
     }
 }
@@ -257,6 +261,7 @@ pub fn emit(
         seq: req.seq,
         gpus_per_node: req.cluster.gpus_per_node,
         config,
+        stack: req.stack,
     };
     // The fastest plan the engine can run; when that is not the best one, say why.
     let refusal = emit::check(engine, best, &job).err();

@@ -4,7 +4,8 @@
 use serde::Serialize;
 
 use crate::mech::{
-    vector, Attention, Component, ComponentParams, Ffn, Host, HostCtx, Mixer, Norm, Tensor,
+    vector, Attention, Component, ComponentParams, Ffn, Host, HostCtx, Mechanism, Mixer, Norm,
+    Tensor,
 };
 
 /// The norms of a block outside its mixer and feed-forward modules.
@@ -128,17 +129,18 @@ impl Block {
         p
     }
 
-    /// Forward FLOPs per token with `ctx` earlier tokens: 2 per matmul weight the token runs
-    /// through plus the mixer's token interaction.
+    /// Forward FLOPs per token with `ctx` earlier tokens: its mixer's and feed-forward's
+    /// ([`Mechanism::flops_per_token`]), and a cross-attention's projections (the mixer's again).
     /// A block a text-only forward skips ([`Block::skipped_without_images`]) makes none.
     pub fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
         if self.skipped_without_images() {
             return 0;
         }
-        let mut mixer = self.mixer.linear_params(h);
-        if self.cross_attention {
-            mixer *= 2;
-        }
-        2 * (mixer + self.ffn.active_params(h)) + self.mixer.mixing_flops_per_token(ctx)
+        let cross = if self.cross_attention {
+            2 * self.mixer.active_params(h)
+        } else {
+            0
+        };
+        self.mixer.flops_per_token(h, ctx) + cross + self.ffn.flops_per_token(h, ctx)
     }
 }

@@ -12,8 +12,8 @@ use super::norm::rms_norm_host;
 use super::step::{m, Ctx, Extra, Parts};
 use super::step::{Prog, CACHE};
 use super::{
-    col_bias, lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site,
-    SiteKind, Tensor, TensorKind,
+    col_bias, lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site, Tensor,
+    TensorKind,
 };
 use crate::describe::{Blocks, Layout, Names};
 use crate::setup::{AmpStyle, Attention as Impl};
@@ -185,16 +185,6 @@ impl Attention {
         }
     }
 
-    /// FLOPs per token of `QKᵀ` and `PV` with `ctx` earlier tokens (within the window).
-    pub fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
-        let a = self;
-        let seen = match a.window {
-            Window::Full => ctx,
-            Window::Sliding(w) | Window::Chunked(w) => ctx.min(w),
-        };
-        2 * a.heads * seen * (a.head_dim + a.v_head_dim)
-    }
-
     /// What an estimate says of how it is modelled, where that is worth saying.
     pub fn note(&self) -> Option<&'static str> {
         self.sinks.then_some(
@@ -272,23 +262,18 @@ impl Mechanism for Attention {
         }
     }
 
-    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
-        2 * super::linear_params(self, h) + self.mixing_flops_per_token(ctx)
+    /// FLOPs per token of `QKᵀ` and `PV` with `ctx` earlier tokens (within the window).
+    fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
+        let a = self;
+        let seen = match a.window {
+            Window::Full => ctx,
+            Window::Sliding(w) | Window::Chunked(w) => ctx.min(w),
+        };
+        2 * a.heads * seen * (a.head_dim + a.v_head_dim)
     }
 
     fn sites(&self, n: &Names, h: u64, out: &mut impl FnMut(Site)) {
         let a = self;
-        let c = Component::Mixer;
-        let mut module = |path: String, rows: u64, cols: u64, input: u8| {
-            out(Site {
-                path,
-                out: rows,
-                inp: cols,
-                kind: SiteKind::Module,
-                component: c,
-                input,
-            })
-        };
         let q = a.heads * a.head_dim * if a.q_gate { 2 } else { 1 };
         // A KV-shared layer (Gemma 4) builds no k/v projections (see `tensors`).
         let k = if a.kv_shared {
@@ -297,23 +282,24 @@ impl Mechanism for Attention {
             a.kv_heads * a.head_dim
         };
         let attn = if a.image_cross { "cross_attn" } else { n.attn };
+        let mut module = super::module_sites(attn, Component::Mixer, out);
         let val = if a.k_eq_v || a.kv_shared {
             0
         } else {
             a.kv_heads * a.v_head_dim
         };
         if a.fused_qkv {
-            module(format!("{}.{}", attn, n.qkv), q + k + val, h, 0);
+            module(n.qkv, q + k + val, h, 0);
         } else {
-            module(format!("{}.{}", attn, n.q), q, h, 0);
+            module(n.q, q, h, 0);
             if k > 0 {
-                module(format!("{}.{}", attn, n.k), k, h, 0);
+                module(n.k, k, h, 0);
             }
             if val > 0 {
-                module(format!("{}.{}", attn, n.v), val, h, 0);
+                module(n.v, val, h, 0);
             }
         }
-        module(format!("{}.{}", attn, n.o), h, a.heads * a.v_head_dim, 1);
+        module(n.o, h, a.heads * a.v_head_dim, 1);
     }
 }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::host::{linears, Host};
 use super::step::Prog;
 use super::step::{m, Ctx, Parts};
-use super::{col_bias, lin, vector, Component, Mechanism, Site, SiteKind, Tensor};
+use super::{col_bias, lin, vector, Component, Mechanism, Site, Tensor};
 use crate::describe::{Blocks, Names};
 use crate::setup::AmpStyle;
 
@@ -101,16 +101,7 @@ impl Dense {
         h: u64,
         out: &mut impl FnMut(Site),
     ) {
-        let mut add = |leaf: &str, rows: u64, cols: u64, input: u8| {
-            out(Site {
-                path: format!("{prefix}.{leaf}"),
-                out: rows,
-                inp: cols,
-                kind: SiteKind::Module,
-                component: c,
-                input,
-            })
-        };
+        let mut add = super::module_sites(prefix, c, out);
         let f = self.intermediate;
         if self.gated {
             if self.fused_gate_up {
@@ -124,20 +115,11 @@ impl Dense {
         }
         add(n.down, h, f, base + 1);
     }
-
-    /// Matmul parameters a token runs through.
-    pub fn active_params(&self, h: u64) -> u64 {
-        (if self.gated { 3 } else { 2 }) * h * self.intermediate
-    }
 }
 
 impl Mechanism for Dense {
     fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
         self.tensors_as(h, Component::DenseMlp, out);
-    }
-
-    fn flops_per_token(&self, h: u64, _ctx: u64) -> u64 {
-        2 * self.active_params(h)
     }
 
     fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site)) {

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::host::{Host, HostCtx};
 use super::step::{m, Ctx, Extra, Parts, Prog};
-use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
+use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, Tensor};
 use crate::describe::{Blocks, Names};
 
 /// The recurrent mixers' scan chunk in the torch fallbacks (`torch_chunk_gated_delta_rule`'s
@@ -54,11 +54,6 @@ impl Gdn {
         }
     }
 
-    /// FLOPs per token of the state update.
-    pub fn mixing_flops_per_token(&self, _ctx: u64) -> u64 {
-        4 * self.num_v_heads * self.k_head_dim * self.v_head_dim
-    }
-
     /// What an estimate says of how it is modelled.
     pub fn note(&self) -> &'static str {
         "Gated DeltaNet: torch fallback (flash-linear-attention and causal-conv1d absent): torch_chunk_gated_delta_rule's fp32 chunk tensors"
@@ -84,28 +79,20 @@ impl Mechanism for Gdn {
         out(lin(c, h, vd));
     }
 
-    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
-        2 * super::linear_params(self, h) + self.mixing_flops_per_token(ctx)
+    /// FLOPs per token of the state update.
+    fn mixing_flops_per_token(&self, _ctx: u64) -> u64 {
+        4 * self.num_v_heads * self.k_head_dim * self.v_head_dim
     }
 
     fn sites(&self, _n: &Names, h: u64, out: &mut impl FnMut(Site)) {
         let g = self;
-        let mut site = |path: &str, rows: u64, cols: u64, input: u8| {
-            out(Site {
-                path: path.into(),
-                out: rows,
-                inp: cols,
-                kind: SiteKind::Module,
-                component: Component::Mixer,
-                input,
-            })
-        };
+        let mut site = super::module_sites("linear_attn", Component::Mixer, out);
         let (kd, vd) = (g.num_k_heads * g.k_head_dim, g.num_v_heads * g.v_head_dim);
-        site("linear_attn.in_proj_qkv", 2 * kd + vd, h, 0);
-        site("linear_attn.in_proj_z", vd, h, 0);
-        site("linear_attn.in_proj_b", g.num_v_heads, h, 0);
-        site("linear_attn.in_proj_a", g.num_v_heads, h, 0);
-        site("linear_attn.out_proj", h, vd, 1);
+        site("in_proj_qkv", 2 * kd + vd, h, 0);
+        site("in_proj_z", vd, h, 0);
+        site("in_proj_b", g.num_v_heads, h, 0);
+        site("in_proj_a", g.num_v_heads, h, 0);
+        site("out_proj", h, vd, 1);
     }
 }
 

@@ -40,11 +40,6 @@ impl Hybrid {
         out(self.mamba.cache_layout());
     }
 
-    /// FLOPs per token of both halves' token interaction.
-    pub fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
-        self.attn.mixing_flops_per_token(ctx) + self.mamba.mixing_flops_per_token(ctx)
-    }
-
     /// What an estimate says of how it is modelled.
     pub fn note(&self) -> &'static str {
         "attention and Mamba2 in parallel in each layer (Falcon-H1): both caches; both halves' steps composed from their modules (Mamba2 through its torch fallback), not measured on a GPU"
@@ -58,8 +53,9 @@ impl Mechanism for Hybrid {
         self.attn.tensors(h, out);
     }
 
-    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
-        2 * super::linear_params(self, h) + self.mixing_flops_per_token(ctx)
+    /// FLOPs per token of both halves' token interaction.
+    fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
+        self.attn.mixing_flops_per_token(ctx) + self.mamba.mixing_flops_per_token(ctx)
     }
 
     fn sites(&self, n: &Names, h: u64, out: &mut impl FnMut(Site)) {

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::host::{Host, HostCtx};
 use super::step::{m, Ctx, Extra, Parts};
 use super::Mamba2;
-use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
+use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, Tensor};
 use crate::describe::{Blocks, Names};
 
 /// The Mamba (1) selective state-space mixer.
@@ -58,11 +58,6 @@ impl Mamba {
         }
     }
 
-    /// FLOPs per token of the state update and the output read.
-    pub fn mixing_flops_per_token(&self, _ctx: u64) -> u64 {
-        6 * self.inner * self.state_size
-    }
-
     /// What an estimate says of how it is modelled.
     pub fn note(&self) -> &'static str {
         "Mamba (1): torch fallback (no mamba_ssm kernels): mamba_selective_scan's sequential loop; its cache exact against transformers 5.24; a training step is not modelled"
@@ -97,26 +92,18 @@ impl Mechanism for Mamba {
         }
     }
 
-    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
-        2 * super::linear_params(self, h) + self.mixing_flops_per_token(ctx)
+    /// FLOPs per token of the state update and the output read.
+    fn mixing_flops_per_token(&self, _ctx: u64) -> u64 {
+        6 * self.inner * self.state_size
     }
 
     fn sites(&self, _n: &Names, h: u64, out: &mut impl FnMut(Site)) {
         let x = self;
-        let mut site = |path: &str, rows: u64, cols: u64, input: u8| {
-            out(Site {
-                path: path.into(),
-                out: rows,
-                inp: cols,
-                kind: SiteKind::Module,
-                component: Component::Mixer,
-                input,
-            })
-        };
-        site("mixer.in_proj", 2 * x.inner, h, 0);
-        site("mixer.x_proj", x.dt_rank + 2 * x.state_size, x.inner, 1);
-        site("mixer.dt_proj", x.inner, x.dt_rank, 2);
-        site("mixer.out_proj", h, x.inner, 3);
+        let mut site = super::module_sites("mixer", Component::Mixer, out);
+        site("in_proj", 2 * x.inner, h, 0);
+        site("x_proj", x.dt_rank + 2 * x.state_size, x.inner, 1);
+        site("dt_proj", x.inner, x.dt_rank, 2);
+        site("out_proj", h, x.inner, 3);
     }
 }
 

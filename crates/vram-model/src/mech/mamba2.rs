@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::host::{Host, HostCtx};
 use super::step::{m, Ctx, Extra, Parts};
-use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor};
+use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, Tensor};
 use crate::describe::{Blocks, Names};
 
 /// Mamba2 state-space mixer (`NemotronHMamba2Mixer`, `GraniteMoeHybridMambaLayer`).
@@ -67,11 +67,6 @@ impl Mamba2 {
         }
     }
 
-    /// FLOPs per token of the state update.
-    pub fn mixing_flops_per_token(&self, _ctx: u64) -> u64 {
-        4 * self.heads * self.head_dim * self.state_size
-    }
-
     /// What an estimate says of how it is modelled.
     pub fn note(&self) -> &'static str {
         "Mamba2: torch fallback (mamba_ssm and causal_conv1d absent): torch_forward's fp32 chunked scan"
@@ -106,26 +101,18 @@ impl Mechanism for Mamba2 {
         }
     }
 
-    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
-        2 * super::linear_params(self, h) + self.mixing_flops_per_token(ctx)
+    /// FLOPs per token of the state update.
+    fn mixing_flops_per_token(&self, _ctx: u64) -> u64 {
+        4 * self.heads * self.head_dim * self.state_size
     }
 
     fn sites(&self, _n: &Names, h: u64, out: &mut impl FnMut(Site)) {
         let m = self;
-        let mut site = |path: &str, rows: u64, cols: u64, input: u8| {
-            out(Site {
-                path: path.into(),
-                out: rows,
-                inp: cols,
-                kind: SiteKind::Module,
-                component: Component::Mixer,
-                input,
-            })
-        };
+        let mut site = super::module_sites("mixer", Component::Mixer, out);
         let d_in = m.heads * m.head_dim;
         let conv_dim = d_in + 2 * m.groups * m.state_size;
-        site("mixer.in_proj", d_in + conv_dim + m.heads, h, 0);
-        site("mixer.out_proj", h, d_in, 1);
+        site("in_proj", d_in + conv_dim + m.heads, h, 0);
+        site("out_proj", h, d_in, 1);
     }
 }
 

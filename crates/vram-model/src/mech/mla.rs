@@ -7,9 +7,7 @@ use serde::Serialize;
 use super::host::{Host, HostCtx};
 use super::norm::rms_norm_host;
 use super::step::{m, Ctx, Extra, Parts, Prog, CACHE};
-use super::{
-    lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site, SiteKind, Tensor,
-};
+use super::{lin, vector, CacheKind, CacheLayout, CacheTensor, Component, Mechanism, Site, Tensor};
 use crate::describe::{Blocks, Names};
 
 /// Multi-head latent attention (DeepSeek-V3 `DeepseekV3Attention`, Kimi-K2, GLM-5).
@@ -75,16 +73,6 @@ impl Mla {
         }
     }
 
-    /// FLOPs per token of the scores and the value product over `ctx` earlier tokens (the
-    /// indexer's top-k of them with DSA).
-    pub fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
-        let seen = match self.indexer {
-            Some(ix) => ctx.min(ix.topk),
-            None => ctx,
-        };
-        2 * self.heads * seen * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
-    }
-
     /// Multi-head attention of its heads and query/key size (what it amounts to once K/V are
     /// expanded from the latent).
     pub fn as_multi_head(&self) -> super::Attention {
@@ -135,43 +123,40 @@ impl Mechanism for Mla {
         }
     }
 
-    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
-        2 * super::linear_params(self, h) + self.mixing_flops_per_token(ctx)
+    /// FLOPs per token of the scores and the value product over `ctx` earlier tokens (the
+    /// indexer's top-k of them with DSA).
+    fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
+        let seen = match self.indexer {
+            Some(ix) => ctx.min(ix.topk),
+            None => ctx,
+        };
+        2 * self.heads * seen * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
     }
 
     fn sites(&self, _n: &Names, h: u64, out: &mut impl FnMut(Site)) {
         let m = self;
-        let mut site = |path: &str, rows: u64, cols: u64, input: u8| {
-            out(Site {
-                path: path.into(),
-                out: rows,
-                inp: cols,
-                kind: SiteKind::Module,
-                component: Component::Mixer,
-                input,
-            })
-        };
+        let mut site = super::module_sites("self_attn", Component::Mixer, out);
         let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
         match m.q_lora_rank {
             Some(r) => {
-                site("self_attn.q_a_proj", r, h, 0);
-                site("self_attn.q_b_proj", m.heads * qk, r, 2);
+                site("q_a_proj", r, h, 0);
+                site("q_b_proj", m.heads * qk, r, 2);
             }
-            None => site("self_attn.q_proj", m.heads * qk, h, 0),
+            None => site("q_proj", m.heads * qk, h, 0),
         }
         site(
-            "self_attn.kv_a_proj_with_mqa",
+            "kv_a_proj_with_mqa",
             m.kv_lora_rank + m.qk_rope_head_dim,
             h,
             0,
         );
         site(
-            "self_attn.kv_b_proj",
+            "kv_b_proj",
             m.heads * (m.qk_nope_head_dim + m.v_head_dim),
             m.kv_lora_rank,
             3,
         );
-        site("self_attn.o_proj", h, m.heads * m.v_head_dim, 1);
+        site("o_proj", h, m.heads * m.v_head_dim, 1);
     }
 }
 

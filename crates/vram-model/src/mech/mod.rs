@@ -56,9 +56,31 @@ pub trait Mechanism {
     /// Its parameter tensors in module order, in a layer of hidden size `h`.
     fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor));
 
+    /// Matmul weights one token runs through: every linear tensor's elements, unless the
+    /// mechanism says otherwise (a mixture of experts runs a token through its top-k experts).
+    fn active_params(&self, h: u64) -> u64 {
+        let mut n = 0;
+        self.tensors(h, &mut |t| {
+            if t.kind == TensorKind::Linear {
+                n += t.numel();
+            }
+        });
+        n
+    }
+
+    /// Forward FLOPs per token of a mixer's token interaction beyond its projections, with
+    /// `ctx` earlier tokens: `QKᵀ` and `PV` for attention (within the window), the state update
+    /// for a recurrent mixer; none for a feed-forward.
+    fn mixing_flops_per_token(&self, _ctx: u64) -> u64 {
+        0
+    }
+
     /// Forward FLOPs per token with `ctx` earlier tokens: 2 per matmul weight a token runs
-    /// through, plus a mixer's token interaction.
-    fn flops_per_token(&self, h: u64, ctx: u64) -> u64;
+    /// through ([`Mechanism::active_params`]), plus its token interaction
+    /// ([`Mechanism::mixing_flops_per_token`]).
+    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
+        2 * self.active_params(h) + self.mixing_flops_per_token(ctx)
+    }
 
     /// The linears and parameters an adapter can target, named with the family's `names`.
     fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site));
@@ -286,6 +308,26 @@ impl Site {
     }
 }
 
+/// The sites of the `nn.Linear` modules under `prefix`, tagged `component`: each call
+/// `(leaf, out features, in features, input)` hands `out` the module `prefix.leaf` (see
+/// [`Site::input`]).
+pub(crate) fn module_sites<'a>(
+    prefix: &'a str,
+    component: Component,
+    out: &'a mut impl FnMut(Site),
+) -> impl FnMut(&str, u64, u64, u8) + 'a {
+    move |leaf, rows, cols, input| {
+        out(Site {
+            path: format!("{prefix}.{leaf}"),
+            out: rows,
+            inp: cols,
+            kind: SiteKind::Module,
+            component,
+            input,
+        })
+    }
+}
+
 /// A block's token mixer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -318,17 +360,6 @@ pub enum Ffn {
     DenseAndMoe(Dense, Moe),
     /// No feed-forward (a mixer-only layer).
     None,
-}
-
-/// Matmul weights (linear elements) among a mechanism's tensors.
-pub(crate) fn linear_params(mech: &impl Mechanism, h: u64) -> u64 {
-    let mut n = 0;
-    mech.tensors(h, &mut |t| {
-        if t.kind == TensorKind::Linear {
-            n += t.numel();
-        }
-    });
-    n
 }
 
 impl Mixer {
@@ -479,32 +510,6 @@ impl Mixer {
         spec
     }
 
-    /// Forward FLOPs per token of the mixer's token interaction (beyond its projections) with
-    /// `ctx` earlier tokens: `QKᵀ` and `PV` for attention (within the window), the state update
-    /// for recurrent mixers.
-    pub fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
-        match self {
-            Mixer::Attention(a) => a.mixing_flops_per_token(ctx),
-            Mixer::Mla(m) => m.mixing_flops_per_token(ctx),
-            Mixer::GatedDeltaNet(g) => g.mixing_flops_per_token(ctx),
-            Mixer::Mamba2(m) => m.mixing_flops_per_token(ctx),
-            Mixer::Hybrid(x) => x.mixing_flops_per_token(ctx),
-            Mixer::Mamba(x) => x.mixing_flops_per_token(ctx),
-            Mixer::None => 0,
-        }
-    }
-
-    /// Matmul weights of the mixer (its linear elements), which a token runs through once.
-    pub fn linear_params(&self, h: u64) -> u64 {
-        let mut n = 0;
-        self.tensors(h, &mut |t| {
-            if t.kind == TensorKind::Linear {
-                n += t.numel();
-            }
-        });
-        n
-    }
-
     /// What an estimate says of how the mixer is modelled, where that is worth saying.
     pub fn note(&self) -> Option<&'static str> {
         match self {
@@ -573,8 +578,16 @@ impl Mechanism for Mixer {
         Mixer::tensors(self, h, out)
     }
 
-    fn flops_per_token(&self, h: u64, ctx: u64) -> u64 {
-        2 * self.linear_params(h) + self.mixing_flops_per_token(ctx)
+    fn mixing_flops_per_token(&self, ctx: u64) -> u64 {
+        match self {
+            Mixer::Attention(a) => a.mixing_flops_per_token(ctx),
+            Mixer::Mla(m) => m.mixing_flops_per_token(ctx),
+            Mixer::GatedDeltaNet(g) => g.mixing_flops_per_token(ctx),
+            Mixer::Mamba2(m) => m.mixing_flops_per_token(ctx),
+            Mixer::Hybrid(x) => x.mixing_flops_per_token(ctx),
+            Mixer::Mamba(x) => x.mixing_flops_per_token(ctx),
+            Mixer::None => 0,
+        }
     }
 
     fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site)) {
@@ -619,13 +632,6 @@ impl Ffn {
         }
     }
 
-    /// Matmul parameters one token runs through (top-k experts, or all of them where the
-    /// dispatch computes every expert), for FLOPs.
-    pub fn active_params(&self, h: u64) -> u64 {
-        self.dense().map_or(0, |d| d.active_params(h))
-            + self.moe().map_or(0, |m| m.active_params(h))
-    }
-
     /// What an estimate says of how the feed-forward is modelled, where that is worth saying.
     pub fn note(&self) -> Option<&'static str> {
         self.moe().map(Moe::note)
@@ -657,8 +663,10 @@ impl Mechanism for Ffn {
         Ffn::tensors(self, h, out)
     }
 
-    fn flops_per_token(&self, h: u64, _ctx: u64) -> u64 {
-        2 * self.active_params(h)
+    /// The dense MLP's and the experts' ([`Moe`]'s top-k).
+    fn active_params(&self, h: u64) -> u64 {
+        self.dense().map_or(0, |d| d.active_params(h))
+            + self.moe().map_or(0, |m| m.active_params(h))
     }
 
     fn sites(&self, names: &Names, h: u64, out: &mut impl FnMut(Site)) {

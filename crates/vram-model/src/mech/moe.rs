@@ -71,19 +71,6 @@ pub struct Moe {
 }
 
 impl Moe {
-    /// Matmul parameters one token runs through (top-k experts, or all of them where the
-    /// dispatch computes every expert; the router; shared experts), for FLOPs.
-    pub fn active_params(&self, h: u64) -> u64 {
-        let m = self;
-        let per = (if m.gated { 3 } else { 2 }) * m.latent.unwrap_or(h) * m.expert_intermediate;
-        let run = if m.dispatch == Dispatch::AllExperts {
-            m.experts
-        } else {
-            m.top_k
-        };
-        run * per + m.experts * h + m.shared.as_ref().map_or(0, |d| d.active_params(h))
-    }
-
     /// What an estimate says of how it is modelled.
     pub fn note(&self) -> &'static str {
         match self.dispatch {
@@ -150,8 +137,17 @@ impl Mechanism for Moe {
         }
     }
 
-    fn flops_per_token(&self, h: u64, _ctx: u64) -> u64 {
-        2 * self.active_params(h)
+    /// Matmul parameters one token runs through (top-k experts, or all of them where the
+    /// dispatch computes every expert; the router; shared experts), for FLOPs.
+    fn active_params(&self, h: u64) -> u64 {
+        let m = self;
+        let per = (if m.gated { 3 } else { 2 }) * m.latent.unwrap_or(h) * m.expert_intermediate;
+        let run = if m.dispatch == Dispatch::AllExperts {
+            m.experts
+        } else {
+            m.top_k
+        };
+        run * per + m.experts * h + m.shared.as_ref().map_or(0, |d| d.active_params(h))
     }
 
     fn sites(&self, n: &Names, h: u64, out: &mut impl FnMut(Site)) {
@@ -192,32 +188,21 @@ impl Mechanism for Moe {
             input: 11,
         });
         if let Some(l) = m.latent {
-            for (leaf, rows, cols, input) in
-                [("fc1_latent_proj", l, h, 4), ("fc2_latent_proj", h, l, 12)]
-            {
-                out(Site {
-                    path: format!("{}.{leaf}", n.mlp),
-                    out: rows,
-                    inp: cols,
-                    kind: SiteKind::Module,
-                    component: Component::RoutedExperts,
-                    input,
-                });
-            }
+            let mut module = super::module_sites(n.mlp, Component::RoutedExperts, out);
+            module("fc1_latent_proj", l, h, 4);
+            module("fc2_latent_proj", h, l, 12);
         }
         if let Some(s) = m.shared {
             let prefix = format!("{}.shared_experts", n.mlp);
             s.sites_as(n, &prefix, Component::SharedExperts, 4, h, out);
         }
         if m.shared_gate {
-            out(Site {
-                path: format!("{}.shared_expert_gate", n.mlp),
-                out: 1,
-                inp: h,
-                kind: SiteKind::Module,
-                component: Component::SharedExperts,
-                input: 4,
-            });
+            super::module_sites(n.mlp, Component::SharedExperts, out)(
+                "shared_expert_gate",
+                1,
+                h,
+                4,
+            );
         }
     }
 }

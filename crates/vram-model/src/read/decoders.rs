@@ -393,6 +393,25 @@ pub(super) fn place_moe(d: &mut Draft, moe: impl Fn(usize) -> bool) {
     }
 }
 
+/// Biases on q/k/v and o alike, from the config's `key` (the config class's `default`); returns
+/// it for the adapters that bias other linears with it too.
+fn attention_bias(d: &mut Draft, c: &Cfg, key: &str, default: bool) -> Result<bool> {
+    let bias = c.bool(key, default)?;
+    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    Ok(bias)
+}
+
+/// The multi-token-prediction layers a config declares under `keys`, which transformers 5.24
+/// does not build (it ignores their weights at load); `None` for none.
+fn ignored_mtp(c: &Cfg, keys: &[&str]) -> Result<Option<Mtp>> {
+    let layers = c.count(keys, 0)?;
+    Ok((layers > 0).then_some(Mtp {
+        layers,
+        instantiated: false,
+        params: 0,
+    }))
+}
+
 fn sliding(c: &Cfg, default: Option<u64>) -> Result<Option<u64>> {
     if c.map.contains_key("sliding_window") {
         c.opt_u64(&["sliding_window"])
@@ -1282,8 +1301,7 @@ pub(super) fn generic(c: &Cfg) -> Result<Transformer> {
 /// `(i + 1) % decoder_sparse_step != 0`).
 fn qwen3(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.attn.qk_norm = QkNorm::PerHead;
     if c.bool("use_sliding_window", false)? {
         if let Some(w) = c.opt_u64(&["sliding_window"])? {
@@ -1322,8 +1340,7 @@ fn qwen3(c: &Cfg) -> Result<Draft> {
 /// (`_keys_to_ignore_on_load_unexpected = [r"^mtp.*"]`).
 fn qwen3_5(c: &Cfg, mt: &str) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.attn.qk_norm = QkNorm::PerHead;
     d.attn.q_gate = true;
     d.layer_types = match c.layer_types("layer_types", layers)? {
@@ -1369,14 +1386,7 @@ fn qwen3_5(c: &Cfg, mt: &str) -> Result<Draft> {
             place_moe(&mut d, |_| true);
         }
     }
-    let mtp = c.count(&["mtp_num_hidden_layers", "num_nextn_predict_layers"], 0)?;
-    if mtp > 0 {
-        d.mtp = Some(Mtp {
-            layers: mtp,
-            instantiated: false,
-            params: 0,
-        });
-    }
+    d.mtp = ignored_mtp(c, &["mtp_num_hidden_layers", "num_nextn_predict_layers"])?;
     Ok(d)
 }
 
@@ -1448,14 +1458,7 @@ fn deepseek(c: &Cfg, mt: &str) -> Result<Draft> {
         }
         _ => place_moe(&mut d, |i| i as u64 >= first_dense),
     }
-    let mtp = c.count(&["num_nextn_predict_layers"], 0)?;
-    if mtp > 0 {
-        d.mtp = Some(Mtp {
-            layers: mtp,
-            instantiated: false,
-            params: 0,
-        });
-    }
+    d.mtp = ignored_mtp(c, &["num_nextn_predict_layers"])?;
     Ok(d)
 }
 
@@ -1480,14 +1483,7 @@ fn glm4_moe(c: &Cfg) -> Result<Draft> {
     d.moe = Some(m);
     let first_dense = c.count(&["first_k_dense_replace"], 1)?;
     place_moe(&mut d, |i| i as u64 >= first_dense);
-    let mtp = c.count(&["num_nextn_predict_layers"], 0)?;
-    if mtp > 0 {
-        d.mtp = Some(Mtp {
-            layers: mtp,
-            instantiated: false,
-            params: 0,
-        });
-    }
+    d.mtp = ignored_mtp(c, &["num_nextn_predict_layers"])?;
     Ok(d)
 }
 
@@ -1496,8 +1492,7 @@ fn glm4_moe(c: &Cfg) -> Result<Draft> {
 /// layer).
 fn gpt_oss(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
-    let bias = c.bool("attention_bias", true)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", true)?;
     d.attn.sinks = true;
     d.sliding_window = sliding(c, Some(128))?;
     d.layer_types = match c.layer_types("layer_types", layers)? {
@@ -1523,8 +1518,7 @@ fn gpt_oss(c: &Cfg) -> Result<Draft> {
 /// `intermediate_size_mlp`).
 fn llama4(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     let interval = c.opt_u64(&["no_rope_layer_interval"])?.unwrap_or(4);
     let rope: Vec<bool> = match c.u64_list("no_rope_layers")? {
         Some(v) if !v.is_empty() => v.iter().map(|x| *x != 0).collect(),
@@ -1581,8 +1575,7 @@ fn gemma3(c: &Cfg) -> Result<Draft> {
     // Gemma3RMSNorm: `output * (1.0 + self.weight.float())`; Gemma4RMSNorm:
     // `normed_output * self.weight.float()`.
     d.norm.fp32_product = true;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.attn.qk_norm = QkNorm::PerHead;
     d.norms = 4;
     d.sliding_window = sliding(c, Some(4096))?;
@@ -1612,8 +1605,7 @@ fn gemma4(c: &Cfg) -> Result<Draft> {
     // Gemma3RMSNorm: `output * (1.0 + self.weight.float())`; Gemma4RMSNorm:
     // `normed_output * self.weight.float()`.
     d.norm.fp32_product = true;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.attn.qk_norm = QkNorm::PerHead;
     d.attn.v_norm = true;
     d.norms = 4;
@@ -1801,8 +1793,7 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
     let (mut d, _) = common_with(c, false, types.len() as u64)?;
     let n = types.len();
     d.norms = 1;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.attn.rope = false;
     d.rope = vec![false; n];
     d.act = Act::Fused;
@@ -1854,14 +1845,7 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
         d.moe = Some(m);
     }
     d.layer_types = types;
-    let mtp = c.count(&["num_nextn_predict_layers"], 0)?;
-    if mtp > 0 {
-        d.mtp = Some(Mtp {
-            layers: mtp,
-            instantiated: false,
-            params: 0,
-        });
-    }
+    d.mtp = ignored_mtp(c, &["num_nextn_predict_layers"])?;
     Ok(d)
 }
 
@@ -1870,8 +1854,7 @@ fn nemotron_h(c: &Cfg) -> Result<Draft> {
 /// `num_local_experts > 0`).
 fn granite_hybrid(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     if let Some(t) = c.layer_types("layer_types", layers)? {
         d.layer_types = t;
     } else if let Some(t) = c.layer_types("layers_block_type", layers)? {
@@ -1950,8 +1933,7 @@ fn mimo(c: &Cfg) -> Result<Draft> {
 /// post-norms; OLMo 3 `layer_types` 3 sliding : 1 full).
 fn olmo(c: &Cfg, mt: &str) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.attn.qk_norm = QkNorm::FullWidth;
     if mt == "olmo3" {
         d.sliding_window = sliding(c, Some(4096))?;
@@ -1966,8 +1948,7 @@ fn olmo(c: &Cfg, mt: &str) -> Result<Draft> {
 /// SmolLM3 (Llama-like with `no_rope_layers`; biases = `attention_bias`/`mlp_bias`; tied).
 fn smollm3(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, true)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.dense.bias = c.bool("mlp_bias", false)?;
     let interval = c.opt_u64(&["no_rope_layer_interval"])?.unwrap_or(4);
     d.rope = match c.u64_list("no_rope_layers")? {
@@ -2079,8 +2060,7 @@ fn seed_oss(c: &Cfg) -> Result<Draft> {
 /// `num_experts` experts of `intermediate_size`, router `wg` in fp32).
 fn hunyuan(c: &Cfg, mt: &str) -> Result<Draft> {
     let (mut d, _) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.attn.qk_norm = QkNorm::PerHead;
     if mt == "hunyuan_v1_moe" {
         let e = c.u64(&["num_experts", "num_local_experts"])?;
@@ -2115,8 +2095,7 @@ fn glm(c: &Cfg, mt: &str) -> Result<Draft> {
 /// sliding by default; tied head by default). Granite's multipliers scale activations only.
 fn granite_swa(c: &Cfg) -> Result<Draft> {
     let (mut d, _) = common(c, true)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.dense.bias = c.bool("mlp_bias", false)?;
     swa_layers(c, &mut d)?;
     Ok(d)
@@ -2176,8 +2155,7 @@ fn phi(c: &Cfg) -> Result<Draft> {
 fn starcoder2(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, true)?;
     d.act = c.act(&["hidden_act"], "gelu_pytorch_tanh")?;
-    let bias = c.bool("use_bias", true)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    let bias = attention_bias(&mut d, c, "use_bias", true)?;
     d.dense = plain(d.dense.intermediate, bias);
     layer_norm(&mut d);
     d.sliding_window = sliding(c, None)?;
@@ -2273,8 +2251,7 @@ fn opt(c: &Cfg) -> Result<Draft> {
         "the projections between embedding and hidden width",
     )?;
     d.act = c.act(&["activation_function"], "relu")?;
-    let bias = c.bool("enable_bias", true)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    let bias = attention_bias(&mut d, c, "enable_bias", true)?;
     d.attn.rope = false;
     d.rope = vec![false; d.rope.len()];
     d.dense = plain(c.u64(&["ffn_dim"])?, bias);
@@ -2312,8 +2289,7 @@ fn gptj(c: &Cfg) -> Result<Draft> {
 /// H / heads.
 fn cohere(c: &Cfg, mt: &str) -> Result<Draft> {
     let (mut d, layers) = common(c, true)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     if c.bool("use_qk_norm", false)? {
         d.attn.qk_norm = QkNorm::FullWidth;
     }
@@ -2369,8 +2345,7 @@ fn qwen2_moe(c: &Cfg) -> Result<Draft> {
 /// shared expert; `clip_qkv` clamps in place).
 fn olmoe(c: &Cfg) -> Result<Draft> {
     let (mut d, _) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.attn.qk_norm = QkNorm::FullWidth;
     let e = c.u64(&["num_experts", "num_local_experts"])?;
     let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(8);
@@ -2383,8 +2358,7 @@ fn olmoe(c: &Cfg) -> Result<Draft> {
 /// `clip_qkv` clamps in place).
 fn olmo1(c: &Cfg) -> Result<Draft> {
     let (mut d, _) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.norm = Norm::LAYER_NORM_PLAIN;
     Ok(d)
 }
@@ -2476,8 +2450,7 @@ fn mamba2(c: &Cfg) -> Result<Draft> {
 /// `shared_intermediate_size` when that is positive. The multipliers scale activations only.
 fn granite_moe(c: &Cfg) -> Result<Draft> {
     let (mut d, _) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     let e = c.u64(&["num_local_experts", "num_experts"])?;
     let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
     let mut m = moe_template(e, k, d.dense.intermediate);
@@ -2514,8 +2487,7 @@ fn stablelm(c: &Cfg) -> Result<Draft> {
 /// `sliding_window` is set).
 fn phimoe(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     let e = c.u64(&["num_local_experts"])?;
     let k = c.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2);
     d.moe = Some(moe_template(e, k, d.dense.intermediate));
@@ -2533,8 +2505,7 @@ fn phimoe(c: &Cfg) -> Result<Draft> {
 /// biases = `attention_bias`/`mlp_bias`; the multipliers scale activations only).
 fn hyperclovax(c: &Cfg) -> Result<Draft> {
     let (mut d, _) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.dense.bias = c.bool("mlp_bias", false)?;
     if c.bool("use_post_norm", true)? {
         d.norms = 4;
@@ -2669,8 +2640,7 @@ fn jamba(c: &Cfg) -> Result<Draft> {
 /// `mlp_multipliers`, `ssm_multipliers`) scale activations only.
 fn falcon_h1(c: &Cfg) -> Result<Draft> {
     let (mut d, layers) = common(c, false)?;
-    let bias = c.bool("attention_bias", false)?;
-    (d.attn.qkv_bias, d.attn.out_bias) = (bias, bias);
+    attention_bias(&mut d, c, "attention_bias", false)?;
     d.dense.bias = c.bool("mlp_bias", false)?;
     let heads = c.opt_u64(&["mamba_n_heads"])?.unwrap_or(128);
     let inner = match c.map.get("mamba_d_ssm") {

@@ -18,6 +18,41 @@ fn u(v: &Value) -> u64 {
     v.as_u64().expect("an integer")
 }
 
+/// A text-only training step of `model` (AdamW, sequence 16) in fp32 and in bf16 autocast: it
+/// peaks in `AdamW.step()` with fp32 gradients of the `grads` parameters the forward used and
+/// `states` fp32 optimizer-state elements, every one of its `params` weights held in fp32.
+fn check_text_only_step(model: &Model, params: u64, grads: u64, states: u64) {
+    use vram_model::estimate::{estimate, Category};
+    use vram_model::setup::{Mode, Precision, Setup, Train};
+    for precision in [Precision::Fp32, Precision::Bf16Amp] {
+        let setup = Setup {
+            precision,
+            mode: Mode::Train(Train {
+                seq: 16,
+                ..Train::default()
+            }),
+            ..Setup::default()
+        };
+        let e = estimate(model, &setup).expect("estimates");
+        assert_eq!(
+            e.breakdown.get(Category::OptimizerStates),
+            states * 4,
+            "{precision:?}"
+        );
+        assert_eq!(e.peak_phase, vram_model::Phase::Optimizer, "{precision:?}");
+        assert_eq!(
+            e.breakdown.get(Category::Gradients),
+            grads * 4,
+            "{precision:?}"
+        );
+        assert_eq!(
+            e.breakdown.get(Category::Parameters),
+            params * 4,
+            "{precision:?}"
+        );
+    }
+}
+
 #[test]
 fn image_tokens_equal_the_processors() {
     let doc: Value = serde_json::from_str(
@@ -158,8 +193,6 @@ fn mistral3_pixtral_tower_counts_as_transformers_does() {
 /// the two cross-attention layers hold the other 74,052.
 #[test]
 fn mllama_text_only_training_skips_the_cross_attention_layers_gradients() {
-    use vram_model::estimate::{estimate, Category};
-    use vram_model::setup::{Mode, Precision, Setup, Train};
     let config = r#"{"model_type": "mllama", "text_config": {"model_type": "mllama_text_model",
         "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
         "num_attention_heads": 4, "num_key_value_heads": 2, "cross_attention_layers": [1, 3],
@@ -167,29 +200,9 @@ fn mllama_text_only_training_skips_the_cross_attention_layers_gradients() {
         "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "pad_token_id": 0}}"#;
     let model = vram_model::hf::parse_config(config, "tiny-mllama").expect("reads");
     assert_eq!(model.param_count(), 181_380);
-    for precision in [Precision::Fp32, Precision::Bf16Amp] {
-        let setup = Setup {
-            precision,
-            mode: Mode::Train(Train {
-                seq: 16,
-                ..Train::default()
-            }),
-            ..Setup::default()
-        };
-        let e = estimate(&model, &setup).expect("estimates");
-        // AdamW's two fp32 moments for the parameters with a gradient only.
-        assert_eq!(
-            e.breakdown.get(Category::OptimizerStates),
-            214_656 * 4,
-            "{precision:?}"
-        );
-        // The step peaks in `AdamW.step()`, every gradient live: fp32 gradients for the
-        // parameters the forward used only.
-        assert_eq!(e.peak_phase, vram_model::Phase::Optimizer, "{precision:?}");
-        assert_eq!(e.breakdown.get(Category::Gradients), 107_328 * 4);
-        // Every layer's weights stay (fp32 under autocast too).
-        assert_eq!(e.breakdown.get(Category::Parameters), 181_380 * 4);
-    }
+    // Every layer's weights stay; gradients, and AdamW's two moments, only for the 107,328
+    // parameters the forward used.
+    check_text_only_step(&model, 181_380, 107_328, 214_656);
 }
 
 /// A text-only training step of a vision-language model whose tower is built
@@ -203,10 +216,10 @@ fn mllama_text_only_training_skips_the_cross_attention_layers_gradients() {
 /// and 16,384 state elements.
 #[test]
 fn a_text_only_step_gives_the_vision_tower_no_gradients() {
-    use vram_model::estimate::{estimate, Category};
+    use vram_model::estimate::Category;
     use vram_model::finetune::step::{estimate as lora_step, FinetuneSpec, Method};
     use vram_model::finetune::{LoraSpec, Targets, WeightFormat};
-    use vram_model::setup::{Mode, Precision, Setup, Train};
+    use vram_model::setup::{Mode, Setup, Train};
     let config = r#"{"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
         "tie_word_embeddings": false,
         "text_config": {"model_type": "qwen3_vl_text", "vocab_size": 256, "hidden_size": 64,
@@ -225,25 +238,7 @@ fn a_text_only_step_gives_the_vision_tower_no_gradients() {
         panic!("not a transformer")
     };
     assert_eq!(t.blocks.vision.as_ref().expect("a tower").params, 70_560);
-    for precision in [Precision::Fp32, Precision::Bf16Amp] {
-        let setup = Setup {
-            precision,
-            mode: Mode::Train(Train {
-                seq: 16,
-                ..Train::default()
-            }),
-            ..Setup::default()
-        };
-        let e = estimate(&model, &setup).expect("estimates");
-        assert_eq!(
-            e.breakdown.get(Category::OptimizerStates),
-            213_760 * 4,
-            "{precision:?}"
-        );
-        assert_eq!(e.peak_phase, vram_model::Phase::Optimizer, "{precision:?}");
-        assert_eq!(e.breakdown.get(Category::Gradients), 106_880 * 4);
-        assert_eq!(e.breakdown.get(Category::Parameters), 177_440 * 4);
-    }
+    check_text_only_step(&model, 177_440, 106_880, 213_760);
     let spec = FinetuneSpec {
         method: Method::Lora,
         weights: WeightFormat::Bf16,

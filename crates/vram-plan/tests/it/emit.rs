@@ -43,12 +43,17 @@ fn plan(pins: Pins, gpus: u64) -> (Plan, Transformer) {
 }
 
 fn job(t: &Transformer) -> Job<'_> {
+    job_on(t, vram_plan::Stack::Transformers)
+}
+
+fn job_on(t: &Transformer, stack: vram_plan::Stack) -> Job<'_> {
     Job {
         model: t,
         global_batch: 256,
         seq: 4096,
         gpus_per_node: 8,
         config: catalog::config_text("llama-2-13b"),
+        stack,
     }
 }
 
@@ -133,7 +138,7 @@ fn accelerate_yaml_keys() {
         },
         16,
     );
-    let y = accelerate(&p, &job(&t));
+    let y = accelerate(&p, &job_on(&t, vram_plan::Stack::Megatron));
     let get = |k: &str| {
         y.lines()
             .find_map(|l| l.trim().strip_prefix(&format!("{k}: ")))
@@ -191,8 +196,14 @@ fn torchrun_fsdp2_command() {
 
 use vram_model::setup::{Offload, Precision, Recompute, Schedule};
 use vram_plan::emit::{check, emit, Engine};
+use vram_plan::Stack;
 
 fn refused(engine: Engine, p: &Plan, t: &Transformer, needle: &str) {
+    refused_on(Stack::Transformers, engine, p, t, needle)
+}
+
+fn refused_on(stack: Stack, engine: Engine, p: &Plan, t: &Transformer, needle: &str) {
+    let job = |t| job_on(t, stack);
     let r = check(engine, p, &job(t)).expect_err("the engine should refuse this plan");
     assert_eq!(r.engine, engine);
     assert!(r.rule.contains(needle), "{needle:?} not in {:?}", r.rule);
@@ -202,7 +213,11 @@ fn refused(engine: Engine, p: &Plan, t: &Transformer, needle: &str) {
 }
 
 fn accepted(engine: Engine, p: &Plan, t: &Transformer) -> String {
-    emit(engine, p, &job(t)).unwrap_or_else(|r| panic!("{r}"))
+    accepted_on(Stack::Transformers, engine, p, t)
+}
+
+fn accepted_on(stack: Stack, engine: Engine, p: &Plan, t: &Transformer) -> String {
+    emit(engine, p, &job_on(t, stack)).unwrap_or_else(|r| panic!("{r}"))
 }
 
 fn base() -> (Plan, Transformer) {
@@ -349,7 +364,7 @@ fn accelerate_megatron_lm_writes_only_full_recompute_and_zero_1_2() {
     p.zero_stage = 1;
     p.recompute = Recompute::Full;
     p.recompute_layers = Some(3);
-    let y = accepted(Engine::Accelerate, &p, &t);
+    let y = accepted_on(Stack::Megatron, Engine::Accelerate, &p, &t);
     for line in [
         "distributed_type: MEGATRON_LM",
         "  megatron_lm_recompute_granularity: full",
@@ -362,15 +377,33 @@ fn accelerate_megatron_lm_writes_only_full_recompute_and_zero_1_2() {
     for r in [Recompute::None, Recompute::Selective] {
         p.recompute = r;
         p.recompute_layers = None;
-        refused(Engine::Accelerate, &p, &t, "only full recomputation");
+        refused_on(
+            Stack::Megatron,
+            Engine::Accelerate,
+            &p,
+            &t,
+            "only full recomputation",
+        );
     }
     p.recompute = Recompute::Full;
     p.zero_stage = 3;
-    refused(Engine::Accelerate, &p, &t, "no ZeRO-3 setting");
+    refused_on(
+        Stack::Megatron,
+        Engine::Accelerate,
+        &p,
+        &t,
+        "no ZeRO-3 setting",
+    );
     p.zero_stage = 1;
     p.pp = 4;
     p.schedule = Schedule::Interleaved(2);
-    refused(Engine::Accelerate, &p, &t, "virtual pipeline");
+    refused_on(
+        Stack::Megatron,
+        Engine::Accelerate,
+        &p,
+        &t,
+        "virtual pipeline",
+    );
     // Without tp/pp accelerate hands ZeRO to DeepSpeed, and DeepSpeed's rules apply.
     let (mut p, t) = base();
     p.offload = Offload::Params;
@@ -428,6 +461,7 @@ fn megatron_arguments_build_llama_3_1_8b_not_gpt_2() {
     let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
     let job = Job {
         config: Some(LLAMA_3_1_8B),
+        stack: vram_plan::Stack::Megatron,
         ..job(t)
     };
     let s = vram_plan::emit::emit(vram_plan::emit::Engine::Megatron, &p, &job).unwrap();
@@ -479,6 +513,7 @@ fn megatron_is_not_emitted_for_models_its_gpt_model_builds_differently() {
         let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
         let job = Job {
             config: catalog::config_text(id),
+            stack: vram_plan::Stack::Megatron,
             ..job(t)
         };
         let e = vram_plan::emit::check(vram_plan::emit::Engine::Megatron, &p, &job).unwrap_err();
@@ -514,6 +549,7 @@ fn megatron_args_of(config: &'static str, name: &str) -> Vec<String> {
     let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
     let job = Job {
         config: Some(config),
+        stack: vram_plan::Stack::Megatron,
         ..job(t)
     };
     let s = vram_plan::emit::emit(vram_plan::emit::Engine::Megatron, &p, &job).unwrap();
@@ -583,4 +619,106 @@ fn hugging_face_stacks_refuse_partial_and_selective_recompute() {
     p.zero_stage = 1;
     let s = accepted(Engine::Megatron, &p, &t);
     assert!(s.contains("--recompute-granularity selective"), "{s}");
+}
+
+/// A tensor-parallel plan of the transformers stack is written as a route that shards a Hugging
+/// Face model runs it: torchrun with transformers 5.24's `DistributedConfig` (ZeRO-3 as its FSDP2
+/// plan over `fsdp_size`, ZeRO-0 as replicas), DeepSpeed's AutoTP (any ZeRO stage); accelerate
+/// 1.15's config file cannot load the model sharded, and its MEGATRON_LM type trains Megatron-LM's
+/// own model, so it refuses and names both.
+#[test]
+fn transformers_stack_tensor_parallelism_is_written_as_a_real_route() {
+    let (mut p, t) = base();
+    p.tp = 2;
+    p.dp = 8;
+    let s = accepted(Engine::Torchrun, &p, &t);
+    assert!(
+        s.contains("# dc = DistributedConfig(tp_size=2, fsdp_size=8, fsdp_mixed_precision=True)"),
+        "{s}"
+    );
+    assert!(s.contains("from_pretrained(model_id, distributed_config=dc, dtype=torch.float32)"));
+    assert!(!s.contains("fully_shard"), "transformers shards it: {s}");
+    let v: serde_json::Value = serde_json::from_str(&accepted(Engine::Deepspeed, &p, &t)).unwrap();
+    assert_eq!(v["tensor_parallel"]["autotp_size"], 2);
+    refused(Engine::Accelerate, &p, &t, "--emit torchrun");
+    refused(Engine::Accelerate, &p, &t, "--emit deepspeed (AutoTP)");
+    // The Megatron stack's plan is accelerate's MEGATRON_LM type.
+    let mut q = p.clone();
+    q.zero_stage = 1;
+    q.recompute = Recompute::Full;
+    let y = accepted_on(Stack::Megatron, Engine::Accelerate, &q, &t);
+    assert!(y.contains("distributed_type: MEGATRON_LM"), "{y}");
+
+    p.zero_stage = 0;
+    let s = accepted(Engine::Torchrun, &p, &t);
+    assert!(
+        s.contains("DistributedConfig(tp_size=2, dp_replicate_size=8,"),
+        "{s}"
+    );
+    for z in [1, 2] {
+        p.zero_stage = z;
+        refused(
+            Engine::Torchrun,
+            &p,
+            &t,
+            "reshards every layer after forward",
+        );
+        accepted(Engine::Deepspeed, &p, &t);
+    }
+    p.zero_stage = 3;
+    p.offload = Offload::Optimizer;
+    assert!(accepted(Engine::Torchrun, &p, &t).contains("fsdp_cpu_offload=True"));
+    p.offload = Offload::None;
+    p.precision = Precision::Fp16Amp;
+    refused(Engine::Torchrun, &p, &t, "bf16 only");
+    p.precision = Precision::Bf16;
+    assert!(accepted(Engine::Torchrun, &p, &t).contains("dtype=torch.bfloat16"));
+    // tp alone: no data-parallel ranks to shard over.
+    p.dp = 1;
+    p.zero_stage = 0;
+    let s = accepted(Engine::Torchrun, &p, &t);
+    assert!(s.contains("# dc = DistributedConfig(tp_size=2)\n"), "{s}");
+    p.zero_stage = 1;
+    p.offload = Offload::Optimizer;
+    refused(Engine::Torchrun, &p, &t, "only over data-parallel ranks");
+    // llama-2-13b has 40 heads: tp 16 splits some of them.
+    p.offload = Offload::None;
+    p.zero_stage = 0;
+    p.tp = 16;
+    refused(Engine::Torchrun, &p, &t, "splits whole heads");
+}
+
+/// transformers 5.24 shards only model types with a `base_model_tp_plan` (a composite model by
+/// its text model's); GPT-2's config has none.
+#[test]
+fn torchrun_tensor_parallelism_needs_the_model_types_plan() {
+    let (mut p, t) = base();
+    p.tp = 2;
+    p.dp = 8;
+    let with = |config: &'static str| Job {
+        config: Some(config),
+        ..job(&t)
+    };
+    let r = check(Engine::Torchrun, &p, &with(r#"{"model_type": "gpt2"}"#)).unwrap_err();
+    assert!(
+        r.rule.contains("no base_model_tp_plan for model type gpt2"),
+        "{r}"
+    );
+    assert!(r.rule.contains("--emit deepspeed"), "{r}");
+    check(
+        Engine::Torchrun,
+        &p,
+        &with(r#"{"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}}"#),
+    )
+    .unwrap();
+    let none = Job {
+        config: None,
+        ..job(&t)
+    };
+    let r = check(Engine::Torchrun, &p, &none).unwrap_err();
+    assert!(r.rule.contains("no config.json model_type"), "{r}");
+    assert_eq!(
+        vram_plan::emit::tp_plan_model_type(Some(r#"{"model_type": "llama"}"#)),
+        Ok("llama".into())
+    );
 }

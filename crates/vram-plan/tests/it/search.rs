@@ -432,7 +432,7 @@ fn the_transformers_stack_plans_only_what_hugging_face_models_run() {
         req.pins = pins;
         let e = search(&req, &mut |_| {}).unwrap_err().to_string();
         assert!(
-            e.contains("needs --stack megatron") && !e.contains('\n'),
+            e.contains("needs --stack megatron") && !e.contains('\n') && !e.contains("  "),
             "{e}"
         );
     }
@@ -446,4 +446,35 @@ fn the_transformers_stack_plans_only_what_hugging_face_models_run() {
         "{:?}",
         out.plans.iter().map(|p| p.label()).collect::<Vec<_>>()
     );
+}
+
+/// A Hugging Face model's tensor parallelism gives each rank whole key-value heads
+/// (transformers 5.24's tensor-parallel plan shards `k_proj` colwise; DeepSpeed's AutoTP leaves
+/// ranks beyond the heads without a shard): with 2 key-value heads the transformers stack plans
+/// tp 1 or 2 and refuses a pinned tp 4 naming Megatron-LM, which replicates the heads.
+#[test]
+fn the_transformers_stack_splits_whole_key_value_heads() {
+    let cfg = r#"{"model_type":"llama","vocab_size":32000,"hidden_size":2048,"intermediate_size":8192,
+        "num_hidden_layers":16,"num_attention_heads":32,"num_key_value_heads":2,"max_position_embeddings":4096}"#;
+    let model = hf::parse_config(cfg, "kv2").unwrap();
+    let mut req = Request::new(model, Cluster::for_gpu("h100-80g", 8).unwrap(), 64, 4096);
+    req.top = 200;
+    let out = search(&req, &mut |_| {}).unwrap();
+    assert!(out.plans.iter().any(|p| p.tp == 2));
+    assert!(
+        out.plans.iter().all(|p| p.tp <= 2),
+        "a tp above the kv heads"
+    );
+    req.pins.tp = Some(4);
+    let e = search(&req, &mut |_| {}).unwrap_err().to_string();
+    assert!(
+        e.contains("--tp 4 needs --stack megatron") && e.contains("has 2") && !e.contains("  "),
+        "{e}"
+    );
+    req.stack = Stack::Megatron;
+    assert!(search(&req, &mut |_| {})
+        .unwrap()
+        .plans
+        .iter()
+        .all(|p| p.tp == 4));
 }
