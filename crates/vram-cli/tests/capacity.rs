@@ -1133,8 +1133,11 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64, fit_kv_bound: f64) 
             h.push(&e, pool);
             // Regression guards (checked once the whole half is printed): no case further out
             // than the run reported in BENCHMARKS.md.
-            // Ministral-3's Pixtral tower is not read (weights -20 % at TP 2, KV +27 %).
-            if pool.is_some_and(|x| x.abs() >= 0.30)
+            // Ministral-3's Pixtral tower is not read (weights -20 % at TP 2, KV +27 %). Round
+            // 2's DeepSeek-V3 AWQ at TP 16 (fit; vram's MoE caches 1.36 GiB of activation where
+            // the Marlin MoE run logged 0.37) went -23.5 % -> -30.5 % when the layer input the
+            // model's loop holds was counted (`activation::Held`).
+            if pool.is_some_and(|x| x.abs() >= 0.31)
                 || e.weights.is_some_and(|x| x.abs() >= weights_bound)
             {
                 h.out_of_bounds.push(c["id"].as_str().unwrap().to_string());

@@ -5,19 +5,82 @@ use super::*;
 /// Activation peak of a forward over `tokens` tokens on one GPU, in the model dtype: the largest
 /// live set inside one decoder layer as the engine's modules hold their tensors.
 ///
-/// Eager PyTorch (vLLM V0, V1 with `--enforce-eager`, SGLang): `LlamaDecoderLayer.forward` keeps
-/// the residual and the post-attention-norm output it passes to the MLP, and `LlamaMLP.forward`
-/// (`gate_up, _ = self.gate_up_proj(x); x = self.act_fn(gate_up); x, _ = self.down_proj(x)`,
-/// `vllm/model_executor/models/llama.py`, the same in every version read) keeps `gate_up` as a
-/// local until it returns, so at `down_proj` the residual, the normed input, `gate_up` (2f),
-/// the activation (f) and the output (h) are live: `tokens × (3h + 3f)`. A plain MLP rebinds its
+/// Eager PyTorch (vLLM V0, V1 with `--enforce-eager`, SGLang): the decoder layer keeps the
+/// residual and the post-attention-norm output it passes to the MLP, and an MLP written
+/// `gate_up, _ = self.gate_up_proj(x); x = self.act_fn(gate_up); x, _ = self.down_proj(x)`
+/// (vLLM's Qwen2MLP, Gemma's, Granite's, DeepSeek-V2's) keeps `gate_up` as a local until it
+/// returns, so at `down_proj` the residual, the normed input, `gate_up` (2f), the activation (f)
+/// and the output (h) are live: `tokens × (3h + 3f)` (what vLLM's caller adds, and `LlamaMLP`'s
+/// rebinding, are in [`Held`]). A plain MLP rebinds its
 /// one local: `tokens × (3h + 2f)`. Under `torch.compile` (vLLM V1's default) Inductor frees each
 /// buffer after its last use: the larger of residual + normed input + `gate_up` and residual +
 /// `gate_up` + activation. MoE layers (`fused_moe`) allocate their three intermediate caches up
 /// front, `[M, top_k, 2f]`, `[M·top_k, f]` and `[M, top_k, h]`, over chunks of at most
 /// `VLLM_FUSED_MOE_CHUNK_SIZE` = 32768 tokens. Attention (the fused QKV output, the attention
-/// output and `o_proj`'s) is counted where it is larger.
+/// output and `o_proj`'s) is counted where it is larger. What the caller's frame adds on top
+/// when the forward runs eagerly is [`Held`].
 pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 {
+    forward_peak_held(t, tokens, k, compiled, Held::default())
+}
+
+/// Tensors an eager forward holds beyond one decoder layer's own live set (`forward_peak`), as
+/// vLLM's model code holds them (read at v0.7.2, v0.8.5 V0 and V1, v0.10.1, v0.11.0):
+/// - `input`: `LlamaModel.forward`'s loop `hidden_states, residual = layer(positions,
+///   hidden_states, residual)` (`models/llama.py` 367 at v0.8.5, 385 at v0.10.1, 405 at v0.11.0)
+///   keeps the layer's input bound while the layer runs, and from the second layer on
+///   `input_layernorm` is `fused_add_rms_norm`, which writes the normed values into that input
+///   in place (`layers/layernorm.py`): the buffer `qkv_proj` reads stays live through the MLP
+///   (`tokens × h`). Under `torch.compile` Inductor frees it after its last use; not held.
+/// - `reduce_out`: `RowParallelLinear.forward` (`layers/linear.py` 1286 at v0.8.5) all-reduces
+///   `o_proj`'s and `down_proj`'s output at TP > 1 through `GroupCoordinator.all_reduce`, which
+///   is out of place on every CUDA path: PyNccl's `all_reduce` makes `out_tensor =
+///   torch.empty_like(in_tensor)` (`pynccl.py` 122 at v0.7.2 and v0.8.5, 123 at v0.10.1, 158 at
+///   v0.11.0), custom all-reduce's `all_reduce` `out = torch.empty_like(inp)`
+///   (`custom_all_reduce.py` 240 at v0.8.5, 248 at v0.11.0; only below its 8 MiB `max_size`, so
+///   a profile run's tens of MiB go through PyNccl in any case), quick and symmetric-memory
+///   all-reduce likewise (v0.11.0). While the collective runs both the projection's output and
+///   the new one are live (`tokens × h` more). At TP 1 `all_reduce` returns its input.
+///   Compiled, Inductor frees the projection's input and `gate_up` first, so the collective's
+///   residual + output + result (`3h`) stays under the counted live set.
+/// - `gate_up_freed`: `LlamaMLP.forward` rebinds its one local (`x, _ = self.gate_up_proj(x);
+///   x = self.act_fn(x); x, _ = self.down_proj(x)`, `models/llama.py` 90-92 at v0.7.2, 91-93 at
+///   v0.8.5, 93-95 at v0.10.1, 97-99 at v0.11.0), so `gate_up` is freed when the activation
+///   returns and is not live at `down_proj`; Qwen2MLP (also Qwen3's), Gemma 2/3, Granite and
+///   DeepSeek-V2's MLPs keep `gate_up` bound (`gate_up, _ = ...; x = self.act_fn(gate_up)`).
+///   Then the MLP's peak is the larger of the activation's site (input, residual, normed input,
+///   `gate_up`, activation) and `down_proj`'s (input, residual, normed input, activation, output
+///   and its all-reduce result).
+#[derive(Clone, Copy, Default, Debug)]
+pub(super) struct Held {
+    pub input: bool,
+    pub reduce_out: bool,
+    pub gate_up_freed: bool,
+}
+
+impl Held {
+    /// What vLLM's eager forward holds for this model at this version: the layer input always,
+    /// the all-reduce's new result from 0.7 (0.7.2 is the oldest read; 0.6 not read, left out),
+    /// `gate_up` freed for the model types vLLM runs through `llama.py`'s `LlamaMLP`
+    /// (`LlamaForCausalLM`, `MistralForCausalLM`; Phi-3 subclasses it).
+    pub(super) fn vllm(t: &Transformer, k: &Knobs) -> Self {
+        Held {
+            input: true,
+            reduce_out: Engine::Vllm.version_in_force(k) >= [0, 7, 0],
+            gate_up_freed: matches!(t.model_type.as_str(), "llama" | "mistral" | "phi3"),
+        }
+    }
+}
+
+/// [`forward_peak`] with what an eager caller's frame holds ([`Held`]): the layer input at every
+/// site after it is normed (+h at `o_proj` and `down_proj`), the all-reduce's result at each
+/// reduced projection (+h there).
+pub(super) fn forward_peak_held(
+    t: &Transformer,
+    tokens: u64,
+    k: &Knobs,
+    compiled: bool,
+    held: Held,
+) -> u64 {
     let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
@@ -26,18 +89,33 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
     let q_tp = q.div_ceil(tp);
     let f = t.blocks.typical().intermediate.div_ceil(tp);
     let gated = t.blocks.typical().gated;
-    let attn = tokens * (3 * h + qkv + q_tp);
+    // The caller's extra tensors exist only where the forward runs eagerly.
+    let input = if held.input && !compiled { h } else { 0 };
+    let reduced = if held.reduce_out && !compiled && tp > 1 {
+        h
+    } else {
+        0
+    };
+    // Residual, normed input (the layer's input buffer) and `o_proj`'s output, with its
+    // all-reduce result.
+    let attn = tokens * (3 * h + qkv + q_tp + reduced);
     let mlp = if t.blocks.typical().experts > 1 {
+        // The experts' all-reduce runs after `fused_moe` has freed its caches, so the caches'
+        // phase stays the peak; the held input is live through both.
         let m = tokens.min(32768);
         let topk = t.blocks.typical().top_k.max(1);
-        tokens * 3 * h + m * topk * (3 * f + h)
+        tokens * (3 * h + input) + m * topk * (3 * f + h)
     } else if compiled {
         let up = if gated { 2 * f } else { f };
         tokens * (h + (h + up).max(up + f))
+    } else if gated && held.gate_up_freed {
+        let act = 2 * h + input + 3 * f;
+        let down = 3 * h + input + f + reduced;
+        tokens * act.max(down)
     } else if gated {
-        tokens * (3 * h + 3 * f)
+        tokens * (3 * h + 3 * f + input + reduced)
     } else {
-        tokens * (3 * h + 2 * f)
+        tokens * (3 * h + 2 * f + input + reduced)
     };
     attn.max(mlp) * d
 }
@@ -56,8 +134,15 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
 ///
 /// MoE layers' experts run fused kernels with no such temporary; only their attention counts.
 /// Embeddings and the head stay unquantized (`AWQConfig.get_quant_method` quantizes
-/// `LinearBase` layers only). Never below [`forward_peak`].
-pub(super) fn dequant_forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 {
+/// `LinearBase` layers only). An eager caller's held layer input ([`Held`]) is live at the MLP's
+/// two sites; the all-reduce comes after the weight is freed. Never below [`forward_peak_held`].
+pub(super) fn dequant_forward_peak(
+    t: &Transformer,
+    tokens: u64,
+    k: &Knobs,
+    compiled: bool,
+    held: Held,
+) -> u64 {
     let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
@@ -67,6 +152,7 @@ pub(super) fn dequant_forward_peak(t: &Transformer, tokens: u64, k: &Knobs, comp
     let f = t.blocks.typical().intermediate.div_ceil(tp);
     let gated = t.blocks.typical().gated;
     let up = if gated { 2 * f } else { f };
+    let input = if held.input && !compiled { h } else { 0 };
     let mut sites = vec![
         tokens * (2 * h + qkv) + h * qkv,
         tokens * (3 * h + qkv + q_tp) + q_tp * h,
@@ -74,16 +160,18 @@ pub(super) fn dequant_forward_peak(t: &Transformer, tokens: u64, k: &Knobs, comp
     if t.blocks.typical().experts <= 1 {
         let down_live = if compiled {
             tokens * (2 * h + f)
+        } else if gated && held.gate_up_freed {
+            tokens * (3 * h + f)
         } else if gated {
             tokens * (3 * h + 3 * f)
         } else {
             tokens * (3 * h + 2 * f)
         };
-        sites.push(tokens * (2 * h + up) + h * up);
-        sites.push(down_live + f * h);
+        sites.push(tokens * (2 * h + up + input) + h * up);
+        sites.push(down_live + tokens * input + f * h);
     }
     let peak = sites.into_iter().max().unwrap_or(0) * d;
-    peak.max(forward_peak(t, tokens, k, compiled))
+    peak.max(forward_peak_held(t, tokens, k, compiled, held))
 }
 
 /// Peak of the sampler's dummy run over `reqs` rows of logits, plus the profile run's hidden

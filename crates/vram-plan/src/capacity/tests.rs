@@ -272,6 +272,63 @@ fn v0_profile_peak_is_the_eager_layer_or_the_sort() {
     }
 }
 
+/// vLLM's eager forward, per `activation::Held` (read at 0.7.2, 0.8.5, 0.10.1, 0.11.0): the
+/// model's layer loop holds each layer's input; at TP > 1 `RowParallelLinear`'s all-reduce
+/// makes its result as a new tensor (PyNccl's `torch.empty_like`, custom all-reduce's too);
+/// `llama.py`'s `LlamaMLP` rebinds `x` so `gate_up` is freed after the activation, Qwen2MLP
+/// (Qwen3's) keeps it. 32,768 tokens a step, 16 sequences (the sampler is far below).
+#[test]
+fn eager_profile_holds_the_layer_input_and_the_all_reduce_result() {
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |tp: u64, version: [u32; 3], eager: bool| Knobs {
+        max_model_len: Some(8192),
+        max_num_batched_tokens: Some(32768),
+        max_num_seqs: Some(16),
+        tp,
+        enforce_eager: eager,
+        engine_version: Some(version),
+        ..Knobs::default()
+    };
+    let peak = |t: &Transformer, k: &Knobs| {
+        capacity(t, gpu, Engine::Vllm, k)
+            .unwrap()
+            .activation_peak_bytes
+    };
+    let n = 32768u64;
+    // Llama-3-8B (h 4096, intermediate 14336): at TP 1 the activation's site, input + residual +
+    // normed input + gate_up + activation = 3h + 3f (the 0.6.4 logs' 2.07 and 2.99 GiB).
+    let llama = llama3();
+    assert_eq!(
+        peak(&llama, &at(1, [0, 10, 1], true)),
+        n * (3 * 4096 + 3 * 14336) * 2
+    );
+    // At TP 4 (f = 3584) down_proj's all-reduce is the peak: input, residual, normed input,
+    // activation, output and the new result = 5h + f, above 3h + 3f.
+    assert_eq!(
+        peak(&llama, &at(4, [0, 10, 1], true)),
+        n * (5 * 4096 + 3584) * 2
+    );
+    // Before 0.7 (not read) the all-reduce's result is not counted: 3h + 3f.
+    assert_eq!(
+        peak(&llama, &at(4, [0, 6, 4], true)),
+        n * (3 * 4096 + 3 * 3584) * 2
+    );
+    // Compiled (V1's default), Inductor frees the input and gate_up: h + max(h + 2f, 3f), here
+    // residual + normed input + gate_up.
+    assert_eq!(
+        peak(&llama, &at(4, [0, 10, 1], false)),
+        n * (4096 + 4096 + 2 * 3584) * 2
+    );
+    // Qwen3-32B (h 5120, intermediate 25600, f = 6400 at TP 4): Qwen2MLP keeps gate_up, so at
+    // down_proj's all-reduce input + residual + normed input + gate_up + activation + output +
+    // result = 5h + 3f.
+    let qwen = model("qwen3-32b");
+    assert_eq!(
+        peak(&qwen, &at(4, [0, 10, 1], true)),
+        n * (5 * 5120 + 3 * 6400) * 2
+    );
+}
+
 /// V1 compiles the model (Inductor frees each buffer after its last use) unless
 /// --enforce-eager; its dummy sampler's top-k/top-p runs as a Triton kernel from 0.17 and as
 /// a sort before.
@@ -1340,19 +1397,21 @@ fn vllm_plain_awq_and_gptq_kernels_by_method_and_gpu() {
 }
 
 /// The profile run under plain AWQ holds the largest linear's fp16 weight at its matmul: for
-/// Qwen3-32B at TP 4 over 32,768 eager tokens that is `down_proj` (`[25600 / 4, 5120]`, beside
-/// the MLP's live set), so the activation peak is exactly that weight above AWQ-Marlin's; below
-/// 256 tokens AWQ runs `awq_gemm` (no temporary) while GPTQ's `gptq_gemm` still makes one.
+/// Qwen3-32B at TP 1 over 32,768 eager tokens that is `down_proj` (`[25600, 5120]`, beside the
+/// MLP's live set and the layer input the model's loop holds), so the activation peak is
+/// exactly that weight above AWQ-Marlin's. At TP 4 the weight (`[6400, 5120]`) is freed before
+/// `down_proj`'s all-reduce, whose new result (`tokens × h`) is the larger: no difference.
+/// Below 256 tokens AWQ runs `awq_gemm` (no temporary) while GPTQ's `gptq_gemm` still makes one.
 /// One sequence a step keeps the sampler's dummy run below the layer's live set.
 #[test]
 fn vllm_plain_awq_profile_holds_the_dequantized_down_proj() {
     let t = model("qwen3-32b");
     let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
-    let at = |quantization, marlin, tokens| {
+    let on = |tp, quantization, marlin, tokens| {
         let k = Knobs {
             quantization,
             marlin,
-            tp: 4,
+            tp,
             vllm_v0: true,
             engine_version: Some([0, 8, 5]),
             max_model_len: Some(32768),
@@ -1364,11 +1423,16 @@ fn vllm_plain_awq_profile_holds_the_dequantized_down_proj() {
             .unwrap()
             .activation_peak_bytes
     };
-    let down = 25600 / 4 * 5120 * 2;
+    let at = |quantization, marlin, tokens| on(1, quantization, marlin, tokens);
+    let down = 25600 * 5120 * 2;
     let plain = at(Quantization::Awq, Some(false), 32768);
     let marlin = at(Quantization::Awq, Some(true), 32768);
     assert_eq!(plain - marlin, down);
-    assert_eq!(plain, 32768 * (3 * 5120 + 3 * 6400) * 2 + down);
+    assert_eq!(plain, 32768 * (4 * 5120 + 3 * 25600) * 2 + down);
+    assert_eq!(
+        on(4, Quantization::Awq, Some(false), 32768),
+        on(4, Quantization::Awq, Some(true), 32768)
+    );
     // 255 tokens: AWQ's awq_gemm path has no temporary; GPTQ's gptq_gemm does.
     assert_eq!(
         at(Quantization::Awq, Some(false), 255),

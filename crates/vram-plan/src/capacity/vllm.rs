@@ -75,9 +75,12 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     let sorts = engine::vllm_sampler_sorts(k, v1, reqs);
     // Plain AWQ/GPTQ kernels make each linear's whole weight as a temporary
     // (`engine::vllm_dequant_linears`); the profile run's largest one is in its peak.
+    // Run eagerly, the model's layer loop holds each layer's input and every all-reduce makes
+    // its result as a new tensor (`activation::Held`; read from 0.7.2, not before).
+    let held = Held::vllm(t, k);
     let forward = match engine::vllm_dequant_linears(t, k, gpu) {
-        Some(from) if mnbt >= from => dequant_forward_peak(t, mnbt, k, compiled),
-        _ => forward_peak(t, mnbt, k, compiled),
+        Some(from) if mnbt >= from => dequant_forward_peak(t, mnbt, k, compiled, held),
+        _ => forward_peak_held(t, mnbt, k, compiled, held),
     };
     let mut activation = forward.max(sampler_peak(t, reqs, mnbt, k, sorts));
     // V0's encoder-decoder runner profiles every sequence with a maximal image (Llama 3.2
@@ -315,9 +318,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             } else if compiled {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows (top-k/top-p by the Triton kernel, 0.17+) plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
             } else if v0 || sorts {
-                "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the top-k/top-p sampler over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers plus the hidden states (read from llama.py and sampler.py; the same layer structure assumed for every model)"
+                "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (the layer's input, which the model's layer loop holds, the residual, the normed input, gate_up where the MLP keeps it bound (llama.py's LlamaMLP frees it after the activation; Qwen2MLP and the others keep it), the activation, down_proj's output and at TP > 1 its all-reduce result, a new tensor on every CUDA path) and the top-k/top-p sampler over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers plus the hidden states (read from llama.py and sampler.py; the same layer structure assumed for every model)"
             } else {
-                "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (residual, normed input, gate_up held by LlamaMLP.forward, activation and down_proj output) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
+                "activation peak: the profile run's larger of one eager layer's live set over max_num_batched_tokens (the layer's input, which the model's layer loop holds, the residual, the normed input, gate_up where the MLP keeps it bound (llama.py's LlamaMLP frees it after the activation; Qwen2MLP and the others keep it), the activation, down_proj's output and at TP > 1 its all-reduce result, a new tensor on every CUDA path) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
             },
             if graphs_in_budget {
                 "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) or, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators; 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); where custom all-reduce is off (PCIe, no P2P, across nodes, TP sizes other than 2/4/6/8) PyNccl's all-reduces captured in every graph, 68 KiB each and 212 KiB over the network (measured on vLLM 0.10.1 logs); gpt-oss's own capture sizes (to 1024); subtracted before the KV cache as 0.20+ does (estimated)"
