@@ -90,6 +90,15 @@ pub fn vllm_raises_capture_sizes(model_type: &str) -> bool {
     model_type == "gpt_oss"
 }
 
+/// Whether vLLM runs this model type's MLP through `models/llama.py`'s `LlamaMLP`, which rebinds
+/// its one local (`x, _ = self.gate_up_proj(x); x = self.act_fn(x)`) so `gate_up` is freed
+/// before `down_proj` (v0.7.2 to v0.11.0): `LlamaForCausalLM`, `MistralForCausalLM`, and
+/// Phi-3, which subclasses it. Other MLPs (Qwen2/Qwen3, Gemma 2/3, Granite, DeepSeek-V2) keep
+/// `gate_up` bound. The live set itself is the engine's, in `vram_plan::capacity`.
+pub fn vllm_mlp_frees_gate_up(model_type: &str) -> bool {
+    matches!(model_type, "llama" | "mistral" | "phi3")
+}
+
 /// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
 const STANDARD_DECODER_KEYS: &[&str] = &[
     "vocab_size",

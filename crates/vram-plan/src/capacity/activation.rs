@@ -66,7 +66,7 @@ impl Held {
         Held {
             input: true,
             reduce_out: Engine::Vllm.version_in_force(k) >= [0, 7, 0],
-            gate_up_freed: matches!(t.model_type.as_str(), "llama" | "mistral" | "phi3"),
+            gate_up_freed: vram_model::hf::vllm_mlp_frees_gate_up(&t.model_type),
         }
     }
 }
