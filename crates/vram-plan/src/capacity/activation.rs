@@ -14,9 +14,11 @@ use super::*;
 /// rebinding, are in [`Held`]). A plain MLP rebinds its
 /// one local: `tokens × (3h + 2f)`. Under `torch.compile` (vLLM V1's default) Inductor frees each
 /// buffer after its last use: the larger of residual + normed input + `gate_up` and residual +
-/// `gate_up` + activation. MoE layers (`fused_moe`) allocate their three intermediate caches up
-/// front, `[M, top_k, 2f]`, `[M·top_k, f]` and `[M, top_k, h]`, over chunks of at most
-/// `VLLM_FUSED_MOE_CHUNK_SIZE` = 32768 tokens. Attention (the fused QKV output, the attention
+/// `gate_up` + activation. MoE layers (`fused_moe`) allocate their intermediate caches up front
+/// over chunks of at most `VLLM_FUSED_MOE_CHUNK_SIZE` = 32768 tokens (`M`): through vLLM 0.7
+/// three of them, `[M, top_k, 2f]`, `[M·top_k, f]` and `[M, top_k, h]`; from 0.8.0 the first
+/// and the third share one buffer, `[M·top_k·max(2f, h)]` and `[M·top_k, f]` ([`Held`]'s
+/// `moe_cache13`). Attention (the fused QKV output, the attention
 /// output and `o_proj`'s) is counted where it is larger. What the caller's frame adds on top
 /// when the forward runs eagerly is [`Held`].
 pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 {
@@ -50,11 +52,21 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
 ///   Then the MLP's peak is the larger of the activation's site (input, residual, normed input,
 ///   `gate_up`, activation) and `down_proj`'s (input, residual, normed input, activation, output
 ///   and its all-reduce result).
+/// - `moe_cache13`: from 0.8.0 `fused_experts_impl` makes one `cache13 = torch.empty(M *
+///   top_k_num * max(N, K))` and views `intermediate_cache1` (`[M, top_k, N]`, N = 2f the gated
+///   up-projection) and `intermediate_cache3` (`[M, top_k, K]`, K = h) into it, since cache1 is
+///   dead when the down-projection writes cache3 (`layers/fused_moe/fused_moe.py` 1353 at
+///   v0.8.0, 1209 at v0.8.3, 1291 at v0.9.2, 1536 at v0.10.1, 1566 at v0.11.0, 1725 at v0.19.0;
+///   0.7.2 and 0.7.3 allocate the three caches apart, 1172-1180 and 1176 on). The Marlin MoE
+///   path for AWQ/GPTQ experts, read at v0.8.5, does the same (`fused_marlin_moe.py` 264-277,
+///   `intermediate_cache13` of `M * topk * max(2 * N, K)`), unchunked. The live caches are
+///   `M·top_k·(max(2f, h) + f)` instead of `M·top_k·(3f + h)`.
 #[derive(Clone, Copy, Default, Debug)]
 pub(super) struct Held {
     pub input: bool,
     pub reduce_out: bool,
     pub gate_up_freed: bool,
+    pub moe_cache13: bool,
 }
 
 impl Held {
@@ -67,7 +79,19 @@ impl Held {
             input: true,
             reduce_out: Engine::Vllm.version_in_force(k) >= [0, 7, 0],
             gate_up_freed: vram_model::hf::vllm_mlp_frees_gate_up(&t.model_type),
+            moe_cache13: Engine::Vllm.version_in_force(k) >= [0, 8, 0],
         }
+    }
+}
+
+/// Bytes per routed token-expert pair of `fused_moe`'s intermediate caches, in elements of the
+/// model dtype: `2f + f + h` apart, `max(2f, h) + f` where cache1 and cache3 share one buffer
+/// ([`Held`]'s `moe_cache13`).
+pub(super) fn moe_cache_width(f: u64, h: u64, cache13: bool) -> u64 {
+    if cache13 {
+        (2 * f).max(h) + f
+    } else {
+        3 * f + h
     }
 }
 
@@ -104,7 +128,7 @@ pub(super) fn forward_peak_held(
         // phase stays the peak; the held input is live through both.
         let m = tokens.min(32768);
         let topk = t.blocks.typical().top_k.max(1);
-        tokens * (3 * h + input) + m * topk * (3 * f + h)
+        tokens * (3 * h + input) + m * topk * moe_cache_width(f, h, held.moe_cache13)
     } else if compiled {
         let up = if gated { 2 * f } else { f };
         tokens * (h + (h + up).max(up + f))

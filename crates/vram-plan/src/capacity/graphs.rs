@@ -184,7 +184,12 @@ pub(super) fn vllm_graphs(
     };
     let largest = sizes.last().copied().unwrap_or(0);
     // The largest capture's live set, once in the pool and once from its warm-up run.
-    let live = 2 * forward_peak(t, largest, k, v1);
+    // No caller's frame in a captured graph; only the version's MoE cache layout carries over.
+    let held = Held {
+        moe_cache13: Held::vllm(t, k).moe_cache13,
+        ..Held::default()
+    };
+    let live = 2 * forward_peak_held(t, largest, k, v1, held);
     // FULL graphs under FlashAttention 3 (Hopper, 16-bit): 32 splits of fp32 partial outputs
     // (and their log-sum-exp) for every query head on the GPU.
     let fa3 = gpu.sm_major == 9 && k.dtype_bytes == 2 && !engine::is_rocm(gpu);

@@ -329,6 +329,42 @@ fn eager_profile_holds_the_layer_input_and_the_all_reduce_result() {
     );
 }
 
+/// `fused_experts_impl` allocates `[M, top_k, 2f]`, `[M·top_k, f]` and `[M, top_k, h]` apart
+/// through vLLM 0.7 and from 0.8.0 views cache1 and cache3 into one `M·top_k·max(2f, h)`
+/// buffer (`fused_moe.py` 1172-1180 at v0.7.2, 1353 at v0.8.0).
+#[test]
+fn moe_caches_share_one_buffer_from_vllm_0_8() {
+    assert_eq!(moe_cache_width(7168, 4096, false), 3 * 7168 + 4096);
+    assert_eq!(moe_cache_width(7168, 4096, true), 2 * 7168 + 7168);
+    // DeepSeek-V3 at TP 16 (f = 128, h = 7168): the hidden-wide cache3 is the larger view.
+    assert_eq!(moe_cache_width(128, 7168, true), 7168 + 128);
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |version: [u32; 3]| Knobs {
+        max_model_len: Some(8192),
+        max_num_seqs: Some(16),
+        tp: 2,
+        enforce_eager: true,
+        engine_version: Some(version),
+        ..Knobs::default()
+    };
+    let peak = |k: &Knobs| {
+        capacity(&model("mixtral-8x7b"), gpu, Engine::Vllm, k)
+            .unwrap()
+            .activation_peak_bytes
+    };
+    // Mixtral-8x7B at TP 2 (h 4096, f 7168, top-2) over V0's 8192 tokens, run eagerly: the
+    // layer input, residual, normed input and the experts' output (4h) beside the caches.
+    let n = 8192u64;
+    assert_eq!(
+        peak(&at([0, 7, 2])),
+        n * (4 * 4096 + 2 * (3 * 7168 + 4096)) * 2
+    );
+    assert_eq!(
+        peak(&at([0, 8, 0])),
+        n * (4 * 4096 + 2 * (2 * 7168 + 7168)) * 2
+    );
+}
+
 /// V1 compiles the model (Inductor frees each buffer after its last use) unless
 /// --enforce-eager; its dummy sampler's top-k/top-p runs as a Triton kernel from 0.17 and as
 /// a sort before.
