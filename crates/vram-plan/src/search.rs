@@ -971,8 +971,8 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
         if let Some(what) = what {
             return Err(Error::Request(format!(
                 "{what} needs --stack megatron: vram plans no pipeline of a Hugging Face model \
-                 (DeepSpeed and accelerate pipeline only a converted one; transformers' own \
-                 DistributedConfig(pp_size) has no micro-batch schedule and no FSDP beside it)"
+                 (DeepSpeed pipelines only a PipelineModule, accelerate only Megatron-LM's model; \
+                 transformers' own DistributedConfig(pp_size) has no micro-batch schedule and no FSDP beside it)"
             )));
         }
     }
