@@ -95,6 +95,42 @@ pub(super) fn moe_cache_width(f: u64, h: u64, cache13: bool) -> u64 {
     }
 }
 
+/// One decoder layer's widths on one GPU, in elements: the hidden size, the fused QKV and the
+/// query projection's outputs and the MLP's intermediate (both split over TP).
+struct Widths {
+    h: u64,
+    qkv: u64,
+    q: u64,
+    f: u64,
+    gated: bool,
+}
+
+impl Widths {
+    fn of(t: &Transformer, tp: u64) -> Self {
+        let typical = t.blocks.typical();
+        let (q, kv) = typical.attn_widths();
+        Widths {
+            h: t.hidden(),
+            qkv: (q + 2 * kv).div_ceil(tp),
+            q: q.div_ceil(tp),
+            f: typical.intermediate.div_ceil(tp),
+            gated: typical.gated,
+        }
+    }
+
+    /// The eager dense MLP's live set at `down_proj` per token, before the caller's held input
+    /// and the all-reduce's result: the residual, the normed input, the activation and the
+    /// output, with `gate_up` (2f) where the MLP keeps it bound, or the plain MLP's up output.
+    fn eager_down(&self, gate_up_freed: bool) -> u64 {
+        let (h, f) = (self.h, self.f);
+        match (self.gated, gate_up_freed) {
+            (true, true) => 3 * h + f,
+            (true, false) => 3 * h + 3 * f,
+            (false, _) => 3 * h + 2 * f,
+        }
+    }
+}
+
 /// [`forward_peak`] with what an eager caller's frame holds ([`Held`]): the layer input at every
 /// site after it is normed (+h at `o_proj` and `down_proj`), the all-reduce's result at each
 /// reduced projection (+h there).
@@ -107,12 +143,14 @@ pub(super) fn forward_peak_held(
 ) -> u64 {
     let d = k.dtype_bytes;
     let tp = k.tp;
-    let h = t.hidden();
-    let (q, kv) = t.blocks.typical().attn_widths();
-    let qkv = (q + 2 * kv).div_ceil(tp);
-    let q_tp = q.div_ceil(tp);
-    let f = t.blocks.typical().intermediate.div_ceil(tp);
-    let gated = t.blocks.typical().gated;
+    let w = Widths::of(t, tp);
+    let Widths {
+        h,
+        qkv,
+        q: q_tp,
+        f,
+        gated,
+    } = w;
     // The caller's extra tensors exist only where the forward runs eagerly.
     let input = if held.input && !compiled { h } else { 0 };
     let reduced = if held.reduce_out && !compiled && tp > 1 {
@@ -132,14 +170,14 @@ pub(super) fn forward_peak_held(
     } else if compiled {
         let up = if gated { 2 * f } else { f };
         tokens * (h + (h + up).max(up + f))
-    } else if gated && held.gate_up_freed {
-        let act = 2 * h + input + 3 * f;
-        let down = 3 * h + input + f + reduced;
-        tokens * act.max(down)
-    } else if gated {
-        tokens * (3 * h + 3 * f + input + reduced)
     } else {
-        tokens * (3 * h + 2 * f + input + reduced)
+        let down = w.eager_down(held.gate_up_freed) + input + reduced;
+        if gated && held.gate_up_freed {
+            // `gate_up` is live at the activation's site instead.
+            tokens * (2 * h + input + 3 * f).max(down)
+        } else {
+            tokens * down
+        }
     };
     attn.max(mlp) * d
 }
@@ -168,13 +206,14 @@ pub(super) fn dequant_forward_peak(
     held: Held,
 ) -> u64 {
     let d = k.dtype_bytes;
-    let tp = k.tp;
-    let h = t.hidden();
-    let (q, kv) = t.blocks.typical().attn_widths();
-    let qkv = (q + 2 * kv).div_ceil(tp);
-    let q_tp = q.div_ceil(tp);
-    let f = t.blocks.typical().intermediate.div_ceil(tp);
-    let gated = t.blocks.typical().gated;
+    let w = Widths::of(t, k.tp);
+    let Widths {
+        h,
+        qkv,
+        q: q_tp,
+        f,
+        gated,
+    } = w;
     let up = if gated { 2 * f } else { f };
     let input = if held.input && !compiled { h } else { 0 };
     let mut sites = vec![
@@ -184,12 +223,8 @@ pub(super) fn dequant_forward_peak(
     if t.blocks.typical().experts <= 1 {
         let down_live = if compiled {
             tokens * (2 * h + f)
-        } else if gated && held.gate_up_freed {
-            tokens * (3 * h + f)
-        } else if gated {
-            tokens * (3 * h + 3 * f)
         } else {
-            tokens * (3 * h + 2 * f)
+            tokens * w.eager_down(held.gate_up_freed)
         };
         sites.push(tokens * (2 * h + up + input) + h * up);
         sites.push(down_live + tokens * input + f * h);
