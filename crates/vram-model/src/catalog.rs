@@ -241,6 +241,24 @@ const RESNETS: &[(&str, u64)] = &[
     ("resnet-152", 152),
 ];
 
+/// `(id, preprocessor_config.json, video_preprocessor_config.json)` of the catalog's
+/// vision-language checkpoints whose processor files replace the processor classes' defaults:
+/// the fields that decide how large an image or a video becomes (`size`), as Qwen ships them
+/// for Qwen3-VL and Qwen3.5 (`data/catalog/SOURCES.md`, "Processor sizes"). A model not listed
+/// keeps its processor class's defaults.
+const PROCESSORS: &[(&str, &str, &str)] = &[
+    (
+        "qwen3-vl-30b-a3b",
+        r#"{"size":{"longest_edge":16777216,"shortest_edge":65536},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+        r#"{"size":{"longest_edge":25165824,"shortest_edge":4096},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+    ),
+    (
+        "qwen3.5-27b",
+        r#"{"size":{"longest_edge":16777216,"shortest_edge":65536},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+        r#"{"size":{"longest_edge":25165824,"shortest_edge":4096},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+    ),
+];
+
 /// Every catalog id, in display order.
 pub fn ids() -> impl Iterator<Item = &'static str> {
     CONFIGS
@@ -263,7 +281,12 @@ pub fn config_text(id: &str) -> Option<&'static str> {
 pub fn lookup(id: &str) -> Result<Model> {
     let lower = id.to_ascii_lowercase();
     if let Some(text) = config_text(&lower) {
-        return read::parse_config(text, &lower);
+        let mut model = read::parse_config(text, &lower)?;
+        if let Some((_, image, video)) = PROCESSORS.iter().find(|(i, _, _)| *i == lower) {
+            read::apply_preprocessor(&mut model, image)?;
+            read::apply_video_preprocessor(&mut model, video)?;
+        }
+        return Ok(model);
     }
     let dashed = lower.replacen("resnet", "resnet-", 1).replace("--", "-");
     if let Some((_, depth)) = RESNETS.iter().find(|(i, _)| *i == dashed) {
