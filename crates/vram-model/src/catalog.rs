@@ -300,3 +300,64 @@ pub fn lookup(id: &str) -> Result<Model> {
         known: ids().collect::<Vec<_>>().join(", "),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::describe::VisionInput;
+
+    fn smart_resize(id: &str) -> (u64, u64, u64) {
+        let Model::Transformer(t) = lookup(id).unwrap() else {
+            unreachable!()
+        };
+        match t.blocks.vision.unwrap().input {
+            VisionInput::SmartResize {
+                min_pixels,
+                max_pixels,
+                video_max_pixels,
+                ..
+            } => (min_pixels, max_pixels, video_max_pixels),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The processor sizes Qwen ships replace the processor classes' defaults for the catalog
+    /// ids listed in `PROCESSORS`; the others keep the defaults (Qwen2VLImageProcessor's
+    /// 56·56 / 28·28·1280, Qwen3VLVideoProcessor's 32·32·768).
+    #[test]
+    fn processor_sizes_apply_to_the_listed_ids() {
+        assert_eq!(
+            smart_resize("qwen3-vl-30b-a3b"),
+            (65_536, 16_777_216, 25_165_824)
+        );
+        assert_eq!(
+            smart_resize("qwen3.5-27b"),
+            (65_536, 16_777_216, 25_165_824)
+        );
+        assert_eq!(smart_resize("qwen3-vl-8b"), (3_136, 1_003_520, 786_432));
+    }
+
+    /// A video processor file with a bad size is one error; a model without a dynamic-resolution
+    /// tower is left as it is.
+    #[test]
+    fn video_processor_sizes_are_checked() {
+        let mut m = lookup("qwen3-vl-8b").unwrap();
+        assert!(read::apply_video_preprocessor(&mut m, r#"{"size":{"longest_edge":0}}"#).is_err());
+        assert!(read::apply_video_preprocessor(&mut m, "not json").is_err());
+        let changed =
+            read::apply_video_preprocessor(&mut m, r#"{"size":{"longest_edge":25165824}}"#)
+                .unwrap();
+        assert_eq!(
+            changed,
+            ["video longest_edge 25165824 (class default 786432)"]
+        );
+        let mut text = lookup("qwen3-8b").unwrap();
+        let before = format!("{text:?}");
+        assert!(
+            read::apply_video_preprocessor(&mut text, r#"{"size":{"longest_edge":25165824}}"#)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(format!("{text:?}"), before);
+    }
+}
