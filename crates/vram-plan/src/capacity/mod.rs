@@ -79,7 +79,7 @@ pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
 pub use non_torch::Interconnect;
 pub use startup::{startup_error, StartupError};
-pub use weights::{allocator_rounding, weights_per_gpu};
+pub use weights::{allocated_rounding, allocator_rounding, weights_per_gpu};
 
 use activation::*;
 use graphs::*;

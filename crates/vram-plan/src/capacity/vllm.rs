@@ -60,14 +60,15 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             "vLLM refuses this: ValueError: max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({max_num_seqs}) (SchedulerConfig; raise --max-num-batched-tokens or lower --max-num-seqs)"
         )));
     }
-    // On CUDA "Model loading took" is `max_memory_allocated` over the load (the tensors); on
-    // ROCm it is the fall in free device memory (`RocmPlatform.get_current_memory_usage`), so
-    // the caching allocator's rounding of each tensor is in it, as in SGLang's measure.
+    // On CUDA "Model loading took" is `max_memory_allocated` over the load: the tensors and the
+    // whole segments the allocator did not split (`allocated_rounding`); on ROCm it is the fall
+    // in free device memory (`RocmPlatform.get_current_memory_usage`), so the caching
+    // allocator's rounding of each tensor is in it, as in SGLang's measure.
     let weights = weights_per_gpu(t, k, gpu, Engine::Vllm)
         + if engine::is_rocm(gpu) {
             allocator_rounding(t, k)
         } else {
-            0
+            allocated_rounding(t, k)
         };
     let reqs = max_num_seqs.min(mnbt);
     // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.

@@ -2,6 +2,7 @@
 //! quantized storage and the engines' kernel layouts, and what the caching allocator rounds.
 
 use super::*;
+use vram_alloc::policy::{allocation_size, round_size, MIN_LARGE_ALLOC, SMALL_SIZE};
 
 /// Weights on the most loaded GPU of a `tp × pp` job: layers split evenly over stages (the first
 /// holds the embedding, the last the final norm and head), tensor-parallel parts split by `tp`
@@ -258,39 +259,79 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64
     split / tp.max(1) as f64 + (v.params as f64 - split)
 }
 
-/// What PyTorch's caching allocator reserves beyond the weights' own bytes on the most loaded
-/// GPU (`c10/cuda/CUDACachingAllocator.cpp`: a request of 10 MiB (`kMinLargeAlloc`) or more
-/// gets a segment rounded up to 2 MiB (`kRoundLarge`); smaller ones share 1 MiB and 20 MiB
-/// segments, counted as packed). An engine that measures its weights by free device memory
-/// (SGLang) sees this; one that reads `memory_allocated` (vLLM's "Model loading took") does
-/// not. The tensors are the fused ones each engine holds per layer: QKV, the attention output,
-/// gate-up (or up) and down projections (MoE: each stacked over the experts), the embedding and
-/// an untied head, each split by TP.
-pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
-    const ROUND: u64 = 2 * MIB;
-    const LARGE: u64 = 10 * MIB;
-    let waste = |bytes: f64| -> u64 {
-        let b = bytes.ceil() as u64;
-        if b >= LARGE {
-            b.div_ceil(ROUND) * ROUND - b
-        } else {
-            0
-        }
-    };
-    let d = k.dtype_bytes as f64;
-    let q = k.quantization.linear_bytes(d);
+/// One GPU's weight tensors as the engines create them, in bytes: per layer the fused QKV, the
+/// attention output, gate-up (or up) and down projections (MoE: each stacked over the experts),
+/// then the embedding and an untied head, each split by TP. A quantized linear is the tensors
+/// its `create_weights` makes, each its own allocation (vLLM `AWQLinearMethod` and
+/// `GPTQLinearMethod`: `qweight` at half a byte a weight, `qzeros` at half a byte and `scales`
+/// at two bytes a group of 128; bitsandbytes' packed `qweight`; FP8/INT8 one byte a weight).
+/// Small tensors (norms, biases, scales of one value) are left out. Returns `(bytes, count)`.
+fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
+    let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
     let (qw, kvw) = t.blocks.typical().attn_widths();
     let f = t.blocks.typical().intermediate.div_ceil(tp);
     let experts = t.blocks.typical().experts.max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
-    let per_layer = waste((h * (qw + 2 * kvw).div_ceil(tp)) as f64 * q)
-        + waste((qw.div_ceil(tp) * h) as f64 * q)
-        + waste((experts * h * up) as f64 * q)
-        + waste((experts * f * h) as f64 * q);
-    let vocab = (t.vocab().div_ceil(64) * 64).div_ceil(tp);
-    let table = waste((vocab * h) as f64 * d);
-    let tables = if t.blocks.head.tied { table } else { 2 * table };
-    t.layers().div_ceil(k.pp) * per_layer + tables
+    let linear = |elems: u64| -> Vec<u64> {
+        match k.quantization {
+            Quantization::None => vec![elems * d],
+            Quantization::Fp8 | Quantization::Int8 => vec![elems],
+            Quantization::Awq | Quantization::Gptq => {
+                vec![elems / 2, elems / 128 / 2, elems / 128 * 2]
+            }
+            Quantization::Bitsandbytes | Quantization::Mxfp4 => vec![elems / 2],
+        }
+    };
+    let layer: Vec<u64> = [
+        h * (qw + 2 * kvw).div_ceil(tp),
+        qw.div_ceil(tp) * h,
+        experts * h * up,
+        experts * f * h,
+    ]
+    .into_iter()
+    .flat_map(linear)
+    .collect();
+    let layers = t.layers().div_ceil(k.pp);
+    let mut out: Vec<(u64, u64)> = layer.into_iter().map(|b| (b, layers)).collect();
+    let table = (t.vocab().div_ceil(64) * 64).div_ceil(tp) * h * d;
+    out.push((table, if t.blocks.head.tied { 1 } else { 2 }));
+    out
+}
+
+/// What PyTorch's caching allocator reserves beyond the weights' own bytes on the most loaded
+/// GPU (`c10/cuda/CUDACachingAllocator.cpp`, as `vram_alloc::policy` ports it: a request of
+/// 10 MiB (`kMinLargeAlloc`) or more gets a segment rounded up to 2 MiB (`kRoundLarge`);
+/// smaller ones share 2 MiB and 20 MiB segments, counted as packed), over [`weight_tensors`].
+/// An engine that measures its weights by free device memory (SGLang; vLLM on ROCm) sees this.
+pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
+    weight_tensors(t, k)
+        .into_iter()
+        .filter(|&(b, _)| round_size(b) >= MIN_LARGE_ALLOC)
+        .map(|(b, n)| (allocation_size(round_size(b)) - b) * n)
+        .sum()
+}
+
+/// What `memory_allocated` counts beyond the weights' own bytes (vLLM's "Model loading took" on
+/// CUDA, `DeviceMemoryProfiler`: `max_memory_allocated` after a peak reset, read at 0.6.6,
+/// 0.8.5, 0.10.1 and 0.19.0). The allocator counts the block it hands out, and it hands out a
+/// whole fresh segment of a large request unless what is left after the rounded request is more
+/// than 1 MiB (`should_split`: `remaining > kSmallSize` in the large pool, ported as
+/// `vram_alloc`'s `should_split`). So a tensor of 10 MiB or more whose size is within 1 MiB
+/// below a multiple of 2 MiB counts up to that multiple (Qwen2.5-7B's 259 MiB gate-up counts
+/// 260). Smaller tensors, placed in shared segments, count their 512-byte rounding only.
+pub fn allocated_rounding(t: &Transformer, k: &Knobs) -> u64 {
+    weight_tensors(t, k)
+        .into_iter()
+        .map(|(b, n)| {
+            let r = round_size(b);
+            let unsplit = if r >= MIN_LARGE_ALLOC && allocation_size(r) - r <= SMALL_SIZE {
+                allocation_size(r) - r
+            } else {
+                0
+            };
+            (r - b + unsplit) * n
+        })
+        .sum()
 }
