@@ -163,6 +163,31 @@ pub(super) fn vllm_v0_chunked_by_default(
 ///   `temp_dq`, `[K, N]` in the activation dtype, on every call whatever the token count (the
 ///   reconstruct-then-cuBLAS path uses it above 50 rows).
 pub(super) fn vllm_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<u64> {
+    match plain_awq_gptq(t, k, gpu)? {
+        Quantization::Awq => Some(256),
+        _ => Some(0),
+    }
+}
+
+/// SGLang's counterpart of [`vllm_dequant_linears`]: from how many tokens a step its plain
+/// AWQ/GPTQ linears make the whole fp16 weight. Through 0.4.4 SGLang takes vLLM's `AWQConfig`
+/// and `GPTQConfig` (`layers/quantization/__init__.py` at 0.4.2, 0.4.3.post4, 0.4.4.post1), so
+/// vLLM's rules. From 0.4.5 its own `AWQLinearMethod.apply` (`awq.py` at 0.4.5.post3 and 0.5.3)
+/// calls `awq_dequantize` and `torch.matmul` on every call, whatever the token count. Marlin
+/// is chosen as in vLLM (`AWQMarlinConfig.override_quantization_method`: compatible and the
+/// method not forced to `awq`).
+pub(super) fn sglang_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<u64> {
+    match plain_awq_gptq(t, k, gpu)? {
+        Quantization::Awq if Engine::Sglang.version_in_force(k) < [0, 4, 5] => Some(256),
+        _ => Some(0),
+    }
+}
+
+/// The AWQ/GPTQ method whose plain (non-Marlin) kernel runs here: `--quantization`'s, else the
+/// checkpoint's, where it is named outright (`Knobs::marlin` `Some(false)`) or compute
+/// capability is below 8.0 (`check_marlin_supported`). `None`: unquantized, another method,
+/// or a Marlin kernel.
+fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization> {
     use vram_model::blocks::Quant;
     use vram_model::finetune::WeightFormat;
     let stored = match t.blocks.storage.quant {
@@ -181,14 +206,12 @@ pub(super) fn vllm_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Opt
     } else {
         k.quantization
     };
-    let from_tokens = match method {
-        Quantization::Awq => 256,
-        Quantization::Gptq => 0,
-        _ => return None,
-    };
+    if !matches!(method, Quantization::Awq | Quantization::Gptq) {
+        return None;
+    }
     let plain = match k.marlin {
         Some(m) => !m,
         None => gpu.sm_major < 8,
     };
-    plain.then_some(from_tokens)
+    plain.then_some(method)
 }
