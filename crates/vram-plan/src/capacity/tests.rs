@@ -1481,3 +1481,37 @@ fn vllm_plain_awq_profile_holds_the_dequantized_down_proj() {
     );
     assert!(at(Quantization::Gptq, Some(false), 255) > at(Quantization::Gptq, Some(true), 255));
 }
+
+/// V1 before 0.8 profiles the logits of every token of the step and no sampler (0.7.2's
+/// `profile_run`), all-gathered over TP; before 0.9 its budget holds the CUDA context
+/// (`determine_available_memory` takes no baseline at 0.7.2 and 0.8.5; 0.9.2 does).
+#[test]
+fn vllm_v1_before_0_8_profiles_every_tokens_logits_and_before_0_9_counts_the_context() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |v: [u32; 3], tp: u64| Knobs {
+        engine_version: Some(v),
+        vllm_v1: true,
+        max_model_len: Some(2048),
+        max_num_batched_tokens: Some(8192),
+        tp,
+        ..Knobs::default()
+    };
+    // 128,256 rows of the head padded to 64: 128,256; bf16.
+    let tp1 = 8192 * (4096 + 128_256) * 2;
+    assert_eq!(v1_07_logits_peak(&t, 8192, &at([0, 7, 2], 1)), tp1);
+    assert_eq!(
+        v1_07_logits_peak(&t, 8192, &at([0, 7, 2], 2)),
+        8192 * (4096 + 64_128 + 2 * 128_256) * 2
+    );
+    let c = capacity(&t, gpu, Engine::Vllm, &at([0, 7, 2], 1)).unwrap();
+    assert!(c.activation_peak_bytes >= tp1);
+    let ctx = gpu.context_bytes();
+    let non_torch = |v: [u32; 3]| {
+        capacity(&t, gpu, Engine::Vllm, &at(v, 1))
+            .unwrap()
+            .non_torch_bytes
+    };
+    assert_eq!(non_torch([0, 8, 5]), non_torch([0, 9, 2]) + ctx);
+    assert_eq!(non_torch([0, 7, 2]), non_torch([0, 9, 2]) + ctx);
+}

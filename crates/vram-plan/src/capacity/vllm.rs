@@ -83,7 +83,14 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         Some(from) if mnbt >= from => dequant_forward_peak(t, mnbt, k, compiled, held),
         _ => forward_peak_held(t, mnbt, k, compiled, held),
     };
-    let mut activation = forward.max(sampler_peak(t, reqs, mnbt, k, sorts));
+    // V1 before 0.8 computes the logits of every profiled token and samples nothing.
+    let v1_07 = v1 && Engine::Vllm.version_in_force(k) < [0, 8, 0];
+    let logits = if v1_07 {
+        v1_07_logits_peak(t, mnbt, k)
+    } else {
+        sampler_peak(t, reqs, mnbt, k, sorts)
+    };
+    let mut activation = forward.max(logits);
     // V0's encoder-decoder runner profiles every sequence with a maximal image (Llama 3.2
     // Vision); its vision encoder over all of them is the peak.
     let cross = if v0 {
@@ -312,7 +319,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         log,
         assumes: assumes.into_iter().chain([
             "the device total is the GPU catalog's memory (torch's total_memory, as vLLM's total_gpu_memory; a driver reading where the catalog knows no torch figure)",
-            if compiled && sorts {
+            if v1_07 {
+                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens and the logits of every one of those tokens, all-gathered over TP (the GPU's part, the gathered tensor and its contiguous copy), plus the hidden states; V1 before 0.8 runs no sampler in the profile (gpu_model_runner.profile_run, read at 0.7.2)"
+            } else if compiled && sorts {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile and the dummy sampler's top-k/top-p sort (V1 before 0.17: logits.sort over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers) plus the hidden states"
             } else if compiled && k.flashinfer_sampler {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, FlashInfer's masked logits and probabilities over min(max_num_seqs, tokens) rows (top_k_top_p_sampling_from_logits, no sort; --flashinfer-sampler) plus the hidden states (read from llama.py and the V1 sampler at 0.10.1; the same layer structure assumed for every model)"
