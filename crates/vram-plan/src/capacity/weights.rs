@@ -52,8 +52,11 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
 
 /// What vLLM before 0.8 keeps beside the MLA weights on the most loaded GPU
 /// (`engine::vllm_mla_absorbs`): `W_Q_UK` (`q_in × heads × kv_lora_rank`) and `W_UV_O`
-/// (`heads × kv_lora_rank × hidden`) in the model dtype, heads split by TP, and for a quantized
-/// checkpoint the dequantized `kv_b_proj` (`kv_lora_rank × heads × (qk_nope + v)`) they come from.
+/// (`heads × kv_lora_rank × hidden`) in the model dtype, heads split by TP, for a quantized
+/// checkpoint the dequantized `kv_b_proj` (`kv_lora_rank × heads × (qk_nope + v)`) they come
+/// from, and `W_QR`, the query projection's rotary columns made contiguous (`q_in × heads ×
+/// qk_rope`, `.contiguous()` then `.to(act_dtype)`: `process_weights_after_loading` in
+/// `attention/backends/mla/utils.py` at 0.7.2, kept with or without the absorption).
 pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
     if !engine::vllm_mla_absorbs(k) {
         return 0;
@@ -66,7 +69,9 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
             Some(m) => {
                 let heads = m.heads.div_ceil(attention_tp(k));
                 let q_in = m.q_lora_rank.unwrap_or(t.hidden());
-                let mut elems = q_in * heads * m.kv_lora_rank + heads * m.kv_lora_rank * t.hidden();
+                let mut elems = q_in * heads * m.kv_lora_rank
+                    + heads * m.kv_lora_rank * t.hidden()
+                    + q_in * heads * m.qk_rope_head_dim;
                 if k.quantization != Quantization::None || t.blocks.storage.is_packed() {
                     elems += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
                 }
