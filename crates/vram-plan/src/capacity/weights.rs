@@ -269,9 +269,14 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64
 /// then the embedding and an untied head, each split by TP. A quantized linear is the tensors
 /// its `create_weights` makes, each its own allocation (vLLM `AWQLinearMethod` and
 /// `GPTQLinearMethod`: `qweight` at half a byte a weight, `qzeros` at half a byte and `scales`
-/// at two bytes a group of 128; bitsandbytes' packed `qweight`; FP8/INT8 one byte a weight).
-/// Small tensors (norms, biases, scales of one value) are left out. Returns `(bytes, count)`.
+/// at two bytes a group of 128; bitsandbytes' packed `qweight`; FP8/INT8 one byte a weight;
+/// MXFP4 the experts only, half a byte and a scale byte per 32, the attention in the dtype as
+/// `Mxfp4Config.get_quant_method` leaves it). Without `--quantization` a checkpoint's stored
+/// format is used. Small tensors (norms, biases, scales of one value) are left out. Returns
+/// `(bytes, count)`.
 fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
     let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
@@ -279,24 +284,39 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     let f = t.blocks.typical().intermediate.div_ceil(tp);
     let experts = t.blocks.typical().experts.max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
-    let linear = |elems: u64| -> Vec<u64> {
-        match k.quantization {
+    let quant = match (k.quantization, t.blocks.storage.quant) {
+        (Quantization::None, Quant::Mxfp4) => Quantization::Mxfp4,
+        (Quantization::None, Quant::Fp8Block { .. }) => Quantization::Fp8,
+        (Quantization::None, Quant::Packed { format, .. }) => match format {
+            WeightFormat::Awq { .. } => Quantization::Awq,
+            WeightFormat::Gptq { .. } => Quantization::Gptq,
+            WeightFormat::Nf4 | WeightFormat::Fp4 => Quantization::Bitsandbytes,
+            WeightFormat::Int8 => Quantization::Int8,
+            _ => Quantization::None,
+        },
+        (q, _) => q,
+    };
+    let linear = |elems: u64, expert: bool| -> Vec<u64> {
+        match quant {
             Quantization::None => vec![elems * d],
+            Quantization::Mxfp4 if !expert => vec![elems * d],
             Quantization::Fp8 | Quantization::Int8 => vec![elems],
             Quantization::Awq | Quantization::Gptq => {
                 vec![elems / 2, elems / 128 / 2, elems / 128 * 2]
             }
-            Quantization::Bitsandbytes | Quantization::Mxfp4 => vec![elems / 2],
+            Quantization::Bitsandbytes => vec![elems / 2],
+            Quantization::Mxfp4 => vec![elems / 2, elems / 32],
         }
     };
+    let moe = experts > 1;
     let layer: Vec<u64> = [
-        h * (qw + 2 * kvw).div_ceil(tp),
-        qw.div_ceil(tp) * h,
-        experts * h * up,
-        experts * f * h,
+        (h * (qw + 2 * kvw).div_ceil(tp), false),
+        (qw.div_ceil(tp) * h, false),
+        (experts * h * up, moe),
+        (experts * f * h, moe),
     ]
     .into_iter()
-    .flat_map(linear)
+    .flat_map(|(elems, expert)| linear(elems, expert))
     .collect();
     let layers = t.layers().div_ceil(k.pp);
     let mut out: Vec<(u64, u64)> = layer.into_iter().map(|b| (b, layers)).collect();
