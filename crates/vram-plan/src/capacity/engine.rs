@@ -52,6 +52,14 @@ pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
     v1 && Engine::Vllm.version_in_force(k) >= [0, 20, 0] && !is_rocm(gpu)
 }
 
+/// Whether V1's budget holds the CUDA context: before 0.9 `determine_available_memory` takes no
+/// baseline (`v1/worker/gpu_worker.py` at 0.7.2 and 0.8.5: the device's whole use less
+/// PyTorch's allocated bytes after the profile run); 0.9.2 and later subtract the snapshot
+/// taken once the context exists (`memory_profiling(self.init_snapshot, ...)`).
+pub(super) fn vllm_context_in_budget(k: &Knobs, v1: bool) -> bool {
+    v1 && Engine::Vllm.version_in_force(k) < [0, 9, 0]
+}
+
 /// An AMD Instinct GPU (ROCm).
 pub(super) fn is_rocm(gpu: &Gpu) -> bool {
     gpu.id.starts_with("mi")

@@ -141,11 +141,8 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
         (false, true) => 2,
     };
     let custom_ar = if !v1 && k.tp > 1 { 8 * MIB } else { 0 };
-    // V1 before 0.9 takes no baseline: `determine_available_memory` (`v1/worker/gpu_worker.py`
-    // at 0.7.2 and 0.8.5) adds the device's whole use less PyTorch's allocated bytes after the
-    // profile run, so the CUDA context is inside the budget; 0.9.2 and later subtract the
-    // snapshot taken once the context exists (`memory_profiling(self.init_snapshot, ...)`).
-    let context = if v1 && v < [0, 9, 0] {
+    // V1 before 0.9 takes no baseline, so the CUDA context is inside the budget.
+    let context = if engine::vllm_context_in_budget(k, v1) {
         gpu.context_bytes()
     } else {
         0

@@ -227,7 +227,12 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // The profile run's peak is inside the budget but released before the KV cache is allocated
     // (`torch.cuda.empty_cache()` after `profile_run` in `determine_available_memory`, 0.8.3 and
     // 0.8.5; `memory_profiling`'s exit, 0.10.1 and 0.11.0), so the capture may use it too.
-    let context = gpu.context_bytes();
+    // V1 before 0.9 counts the context inside the budget (`engine::vllm_context_in_budget`).
+    let context = if engine::vllm_context_in_budget(k, v1) {
+        0
+    } else {
+        gpu.context_bytes()
+    };
     let beyond = if graphs_in_budget { 0 } else { graphs };
     let left = total as i128 - budget as i128 - context as i128;
     let left_for_graphs = left + activation as i128;
@@ -369,10 +374,12 @@ fn graph_capture_failure(
     let modes = if v1 { modes } else { "full" };
     let largest = captured.and_then(|g| g.sizes.last().copied()).unwrap_or(0);
     let mut fixes = vec!["add --enforce-eager".to_string()];
-    let u = ((total - need as f64 - gpu.context_bytes() as f64 + activation as f64) / total
-        * 100.0)
-        .floor()
-        / 100.0;
+    let context = if engine::vllm_context_in_budget(k, v1) {
+        0.0
+    } else {
+        gpu.context_bytes() as f64
+    };
+    let u = ((total - need as f64 - context + activation as f64) / total * 100.0).floor() / 100.0;
     if u > 0.0 {
         let lower = Knobs {
             gpu_memory_utilization: Some(u),
@@ -399,9 +406,14 @@ fn graph_capture_failure(
         });
     }
     format!(
-        "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs: {n} capture sizes ({modes}) up to {largest} tokens need {:.2} GiB beyond the KV cache, and {:.2} GiB is left of the device after the budget and the CUDA context, with the profile's released peak (estimated); {}",
+        "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs: {n} capture sizes ({modes}) up to {largest} tokens need {:.2} GiB beyond the KV cache, and {:.2} GiB is left of the device after the budget{}, with the profile's released peak (estimated); {}",
         gib(need as f64),
         gib(left.max(0) as f64),
+        if context > 0.0 {
+            " and the CUDA context"
+        } else {
+            " (which holds the CUDA context before 0.9)"
+        },
         match fixes.len() {
             1 => fixes[0].clone(),
             2 => format!("{} or {}", fixes[0], fixes[1]),
