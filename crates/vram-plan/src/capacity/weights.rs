@@ -272,8 +272,9 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64
 /// at two bytes a group of 128; bitsandbytes' packed `qweight`; FP8/INT8 one byte a weight;
 /// MXFP4 the experts only, half a byte and a scale byte per 32, the attention in the dtype as
 /// `Mxfp4Config.get_quant_method` leaves it). Without `--quantization` a checkpoint's stored
-/// format is used. Small tensors (norms, biases, scales of one value) are left out. Returns
-/// `(bytes, count)`.
+/// format is used. Every layer is taken as the typical one (a hybrid's linear-attention layers
+/// too: an approximation). Small tensors (norms, biases, scales of one value) are left out.
+/// Returns `(bytes, count)`.
 fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     use vram_model::blocks::Quant;
     use vram_model::finetune::WeightFormat;
