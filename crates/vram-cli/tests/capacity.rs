@@ -403,7 +403,7 @@ fn text_json_and_html_agree_and_the_advice_holds() {
             "--max-num-seqs",
             "1",
             "--gpu-memory-utilization",
-            "0.96",
+            "0.99",
         ],
         &[
             "llama-3-70b",
