@@ -189,3 +189,65 @@ pub(super) fn deepstack_buffers(t: &Transformer, k: &Knobs, mnbt: u64) -> u64 {
         _ => 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vram_model::catalog;
+    use vram_model::describe::Model;
+
+    fn qwen3_vl() -> Transformer {
+        match catalog::lookup("qwen3-vl-30b-a3b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    }
+
+    /// The version rules read in `profile_run` and `get_max_video_tokens`: Qwen3-VL-30B-A3B's
+    /// largest video is 12,288 soft tokens (25,165,824 pixels / (16² · 2 · 2²)), budgeted at
+    /// 12.5 formatted tokens each through 0.12 (153,600, the logs' figure) and as soft tokens
+    /// from 0.13 (where the image's 16,384 tokens win); the held outputs are expanded to the
+    /// budget at 0.11, to the largest item at 0.12 (the same 153,600 rows here), and kept as
+    /// they come from 0.13.
+    #[test]
+    fn budget_items_and_held_outputs_by_version() {
+        let t = qwen3_vl();
+        let v = t.blocks.vision.as_ref().unwrap();
+        let k = Knobs::default();
+        let at = |ver| vllm_encoder_profile(v, &k, ver, 256, 8192, 65536).unwrap();
+        let width = 2048 * 4 * 2; // out_hidden x (1 + 3 deepstack levels), bf16
+        let pixels = 49_152 * 1536 * 2; // 12,288 tokens x 4 patches, 3 x 2 x 16² elements
+        for ver in [[0, 11, 0], [0, 12, 0]] {
+            let e = at(ver);
+            assert_eq!((e.budget, e.items, e.modality), (153_600, 1, "video"));
+            assert_eq!(e.held, 153_600 * width + pixels);
+        }
+        let e = at([0, 13, 0]);
+        assert_eq!((e.budget, e.items, e.modality), (16_384, 1, "image"));
+        assert_eq!(e.held, 16_384 * width + 65_536 * 1536 * 2);
+        // A budget of two largest images profiles two of them.
+        let two = vllm_encoder_profile(v, &k, [0, 19, 0], 256, 32_768, 65536).unwrap();
+        assert_eq!((two.budget, two.items), (32_768, 2));
+        // One request of 8,192 tokens still gets one item (at least one).
+        let one = vllm_encoder_profile(v, &k, [0, 19, 0], 1, 8192, 8192).unwrap();
+        assert_eq!(one.items, 1);
+        // The peak is the tower's forward or what is held beside the language model's peak.
+        assert_eq!(e.peak(0), e.forward.max(e.held));
+        assert_eq!(e.peak(10 << 30), e.held + (10 << 30));
+    }
+
+    /// Qwen3-VL's deepstack buffers are in the weights vLLM measures; a text model has none.
+    #[test]
+    fn deepstack_buffers_are_levels_by_tokens_by_hidden() {
+        let k = Knobs::default();
+        assert_eq!(
+            deepstack_buffers(&qwen3_vl(), &k, 8192),
+            3 * 8192 * 2048 * 2
+        );
+        let text = match catalog::lookup("qwen3-30b-a3b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        assert_eq!(deepstack_buffers(&text, &k, 8192), 0);
+    }
+}
