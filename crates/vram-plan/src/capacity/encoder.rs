@@ -148,10 +148,11 @@ pub(super) fn vllm_encoder_profile(
 }
 
 /// Peak of vLLM's `Qwen3_VisionTransformer.forward` over `patches` patches, run eagerly
-/// (`compile_mm_encoder` is off by default), the pixels (`pixel_bytes` each) included: read at v0.12.0 and
-/// v0.19.0 (`qwen3_vl.py` `Qwen3_VisionBlock`, `Qwen3_VisionMLP`, `qwen2_5_vl.py`
-/// `Qwen2_5_VisionAttention`). Through the blocks the residual `[patches, hidden]` and the
-/// deepstack features made so far are live; inside a block the larger of
+/// (`compile_mm_encoder`, off by default at 0.12.0 and 0.19.0), the pixels (`pixel_bytes` each)
+/// included: read in `qwen3_vl.py` (`Qwen3_VisionTransformer`, `Qwen3_VisionBlock`,
+/// `Qwen3_VisionMLP`) at v0.12.0 and `qwen2_5_vl.py` (`Qwen2_5_VisionAttention`) at v0.19.0.
+/// Through the blocks the residual `[patches, hidden]` and the deepstack features made so far
+/// are live; inside a block the larger of
 /// - the attention call: the residual, `norm1`'s output (the call's argument), the fused QKV
 ///   output and its rotated copies (`qk_reshaped.contiguous()`, `qk_rotated`: q and k twice)
 ///   and the context, `patches × (2h + 8h/tp)`;
