@@ -125,12 +125,12 @@ pub(super) fn vllm_encoder_profile(
         .max(1);
     let d = k.dtype_bytes;
     let width = v.out * (1 + v.deepstack);
-    let kept_rows = if version < [0, 11, 0] || version >= [0, 13, 0] {
-        rows
-    } else if version < [0, 12, 0] {
+    let kept_rows = if ([0, 11, 0]..[0, 12, 0]).contains(&version) {
         rows.max(budget)
-    } else {
+    } else if ([0, 12, 0]..[0, 13, 0]).contains(&version) {
         rows.max(tokens)
+    } else {
+        rows
     };
     let pixel_bytes = if version >= [0, 11, 0] { d } else { 4 };
     let pixels = items * patches * v.patch_elems * pixel_bytes;
