@@ -150,7 +150,7 @@ enum Group {
 /// Every group is pinned at today's figure (a change that moves one says so), and a holdout
 /// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
 /// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
-const FIGURES: [(Group, usize, Option<usize>); 18] = [
+const FIGURES: [(Group, usize, Option<usize>); 19] = [
     (Group::Fit1, 19, None),
     (Group::Holdout1, 20, Some(16)),
     (Group::Batch2, 5, Some(3)),
@@ -168,6 +168,7 @@ const FIGURES: [(Group, usize, Option<usize>); 18] = [
     (Group::Holdout8, 12, Some(12)),
     (Group::Fit9, 10, None),
     (Group::Holdout9, 19, Some(19)),
+    (Group::Fit10, 6, None),
     (Group::Holdout10, 16, Some(16)),
 ];
 
@@ -216,8 +217,9 @@ const RUN9: (bool, bool) = (true, true);
 
 /// Whether batch 10's halves have been run: (fit, holdout). Both stayed unrun until the labelled
 /// messages were committed (4d9b29f); the holdout was then run first, once, on the rules of main
-/// 654c129, and came out at 16 / 18 (BENCHMARKS.md); the fit half is run after it.
-const RUN10: (bool, bool) = (false, true);
+/// 654c129, and came out at 16 / 18 (BENCHMARKS.md); the fit half was run after that, 6 / 12 at
+/// its first run, and no rule was fitted on its misses (BENCHMARKS.md says why).
+const RUN10: (bool, bool) = (true, true);
 
 #[test]
 fn public_messages_fit_half_and_holdout() {
