@@ -62,21 +62,23 @@ impl Gdn {
 
 impl Mechanism for Gdn {
     fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
-        // Qwen3_5GatedDeltaNet: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d
-        // (depthwise, no bias), dt_bias, A_log, norm (gated RMSNorm over v_head_dim),
-        // out_proj.
+        // Qwen3_5GatedDeltaNet's parameters in the order `__init__` registers them, which is
+        // `model.parameters()`'s and so the optimizer's (its states and `foreach`
+        // temporaries are made in it): dt_bias, A_log, conv1d (depthwise, no bias), norm
+        // (gated RMSNorm over v_head_dim), out_proj, in_proj_qkv, in_proj_z, in_proj_b,
+        // in_proj_a (transformers 5.24, modeling_qwen3_5.py).
         let (c, g) = (Component::Mixer, self);
         let (kd, vd) = (g.num_k_heads * g.k_head_dim, g.num_v_heads * g.v_head_dim);
         let conv_dim = 2 * kd + vd;
+        out(vector(c, g.num_v_heads));
+        out(vector(c, g.num_v_heads));
+        out(vector(c, conv_dim * g.conv_kernel));
+        out(vector(c, g.v_head_dim));
+        out(lin(c, h, vd));
         out(lin(c, conv_dim, h));
         out(lin(c, vd, h));
         out(lin(c, g.num_v_heads, h));
         out(lin(c, g.num_v_heads, h));
-        out(vector(c, conv_dim * g.conv_kernel));
-        out(vector(c, g.num_v_heads));
-        out(vector(c, g.num_v_heads));
-        out(vector(c, g.v_head_dim));
-        out(lin(c, h, vd));
     }
 
     /// FLOPs per token of the state update.
