@@ -471,6 +471,10 @@ pub(crate) struct Step<'a> {
     checkpointed: Vec<Vec<crate::mech::step::Op>>,
     /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
     kind_tensors: Vec<Vec<u64>>,
+    /// Per kind, whether each of `kind_tensors` is one of the mixer's tensors whose gradient
+    /// its backward makes after its own temporaries: every mixer tensor but the output
+    /// projection, whose backward node runs first.
+    kind_mixer_late: Vec<Vec<bool>>,
     /// Per kind, the tensors its cache holds on this GPU.
     caches: Vec<Vec<generate::CacheBytes>>,
     cnn: Vec<LayerDesc>,
@@ -559,6 +563,7 @@ impl<'a> Step<'a> {
             pattern: Vec::new(),
             checkpointed: Vec::new(),
             kind_tensors: Vec::new(),
+            kind_mixer_late: Vec::new(),
             caches: Vec::new(),
             cnn: Vec::new(),
             emb_params: 0,

@@ -327,6 +327,35 @@ impl Step<'_> {
         Some((saved.min(l.saved_all), l.ffn_first_grad.min(l.params)))
     }
 
+    /// Of layer `i`'s tensors, where a two-half backward (`split`) makes the mixer's gradients
+    /// as its backward runs, those made after its temporaries (every mixer tensor but the
+    /// output projection, `Step::kind_mixer_late`): (their bytes at `bytes` per element, one per
+    /// tensor, as `layer_tensor_bytes` lists them; their elements); none otherwise. Walked where
+    /// the recomputed forward is walked tensor by tensor (`Step::checkpointed`: one dtype, one
+    /// GPU, the steps `tests/engines/train_trace.py` follows); an autocast step keeps every
+    /// gradient of the layer before the mixer's temporaries, as its forward keeps one block.
+    pub(super) fn mixer_late(
+        &self,
+        stack: &Stack,
+        i: u64,
+        split: bool,
+        bytes: u64,
+    ) -> (Vec<u64>, u64) {
+        let Some(k) = stack
+            .kind(i)
+            .filter(|k| split && self.checkpointed.get(*k).is_some_and(|p| !p.is_empty()))
+        else {
+            return (Vec::new(), 0);
+        };
+        let late = self
+            .tensors_of(k)
+            .iter()
+            .zip(&self.kind_mixer_late[k])
+            .filter(|(e, l)| **l && **e > 0)
+            .map(|(e, _)| *e);
+        (late.clone().map(|e| e * bytes).collect(), late.sum())
+    }
+
     /// Key of layer `i`'s gradients.
     pub(super) fn grad_key(i: u64) -> u64 {
         (1 << 58) | (i << 2)
@@ -363,9 +392,17 @@ impl Step<'_> {
                     key: Self::grad_key(i) | 3,
                 });
             }
+            let (_, mixer) = self.mixer_late(stack, i, split.is_some(), g);
+            if mixer > 0 {
+                sink.free(Handle {
+                    cat: Category::Gradients,
+                    bytes: m(&[mixer, g]),
+                    key: Self::grad_key(i) | 1,
+                });
+            }
             sink.free(Handle {
                 cat: Category::Gradients,
-                bytes: m(&[l.params - ffn, g]),
+                bytes: m(&[l.params - ffn - mixer, g]),
                 key: Self::grad_key(i),
             });
         }
@@ -921,6 +958,10 @@ impl Step<'_> {
                     sink.alloc(re_ffn, &list[cut..]);
                 }
             }
+            // A two-half backward's mixer gradients made after its temporaries: (tensors,
+            // elements).
+            let (late_grads, late_elems) = self.mixer_late(stack, i, split.is_some(), g);
+            let mut mixer_grads: Option<Vec<u64>> = None;
             if lazy_grads && !l.no_grad {
                 let parts = if S::WANTS_PARTS {
                     self.layer_tensor_bytes(stack, i, g)
@@ -947,18 +988,25 @@ impl Step<'_> {
                     sink.alloc(tmp, &[]);
                     sink.free(tmp);
                     sink.free(re_ffn);
+                    // The feed-forward's other gradients, the norms' and the mixer's output
+                    // projection's; the mixer's others come as its backward runs, after its
+                    // temporaries (`mixer_grads`).
                     let mut rest = parts.clone();
-                    if let Some(j) = rest.iter().position(|b| *b == m(&[first_grad, g])) {
-                        rest.remove(j);
+                    for b in std::iter::once(m(&[first_grad, g])).chain(late_grads.iter().copied())
+                    {
+                        if let Some(j) = rest.iter().position(|x| *x == b) {
+                            rest.remove(j);
+                        }
                     }
                     sink.alloc(
                         Handle {
                             cat: Category::Gradients,
-                            bytes: m(&[l.params - first_grad, g]),
+                            bytes: m(&[l.params - first_grad - late_elems, g]),
                             key: Self::grad_key(i),
                         },
                         &rest,
                     );
+                    mixer_grads = (late_elems > 0).then(|| late_grads.clone());
                 } else {
                     sink.alloc(
                         Handle {
@@ -980,11 +1028,16 @@ impl Step<'_> {
                     },
                     key: Self::act_key(unit, i, 6),
                 };
-                // The split backward's mixer half is one block; the whole backward's
-                // temporaries are their tensors (`TmpParts::of` falls back to one block when
-                // the list does not make up the bytes).
+                // The backward's temporaries (or the split backward's mixer half) are their
+                // tensors (`TmpParts::of` falls back to one block when the list does not make
+                // up the bytes).
                 let parts = if S::WANTS_PARTS {
-                    TmpParts::of(&l.tmp_parts.bwd, tmp.bytes)
+                    let list = if split.is_some() {
+                        &l.tmp_parts.mixer_bwd
+                    } else {
+                        &l.tmp_parts.bwd
+                    };
+                    TmpParts::of(list, tmp.bytes)
                 } else {
                     Vec::new()
                 };
@@ -1014,6 +1067,16 @@ impl Step<'_> {
                     }
                 }
                 handed = mine;
+            }
+            if let Some(grads) = mixer_grads {
+                sink.alloc(
+                    Handle {
+                        cat: Category::Gradients,
+                        bytes: m(&[late_elems, g]),
+                        key: Self::grad_key(i) | 1,
+                    },
+                    &grads,
+                );
             }
             sink.free(self.saved_handle(tr, unit, i, l));
             if recomputed {
