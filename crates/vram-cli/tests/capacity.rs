@@ -403,7 +403,7 @@ fn text_json_and_html_agree_and_the_advice_holds() {
             "--max-num-seqs",
             "1",
             "--gpu-memory-utilization",
-            "0.96",
+            "0.99",
         ],
         &[
             "llama-3-70b",
@@ -1059,7 +1059,7 @@ fn capacity_on_unseen_logs() {
 /// round"); the bounds below only catch a regression from those figures.
 #[test]
 fn capacity_on_unseen_logs_round_two() {
-    unseen_round("unseen-round2.json", "round 2", 0.22, 0.01);
+    unseen_round("unseen-round2.json", "round 2", 0.22, 0.31, 0.01);
 }
 
 /// Round 3 (`tests/data/serving/unseen-round3.json`: MXFP4 on Ampere and Blackwell, GPTQ-Marlin
@@ -1067,7 +1067,7 @@ fn capacity_on_unseen_logs_round_two() {
 /// on it; its holdout is printed as it came out (BENCHMARKS.md, "third round").
 #[test]
 fn capacity_on_unseen_logs_round_three() {
-    unseen_round("unseen-round3.json", "round 3", 0.22, 0.01);
+    unseen_round("unseen-round3.json", "round 3", 0.22, 0.31, 0.01);
 }
 
 /// Round 4 (`tests/data/serving/unseen-round4.json`: vLLM 0.10.1 on A100s with TP across nodes
@@ -1076,7 +1076,7 @@ fn capacity_on_unseen_logs_round_three() {
 /// printed as it came out (BENCHMARKS.md, "fourth round").
 #[test]
 fn capacity_on_unseen_logs_round_four() {
-    unseen_round("unseen-round4.json", "round 4", 0.22, 0.01);
+    unseen_round("unseen-round4.json", "round 4", 0.22, 0.31, 0.01);
 }
 
 /// Round 5 (`tests/data/serving/unseen-round5.json`: vLLM 0.11 with DP 2 across two T4 nodes;
@@ -1088,7 +1088,7 @@ fn capacity_on_unseen_logs_round_five() {
     // The fit half is one log (DP 2 over two T4 nodes, +1.8 % on the pool): the log prints no
     // device total, and the catalog's T4 (14.74 GiB, a g4dn) is 0.18 GiB above Kaggle's
     // (14.56 GiB); which one this cluster's cards report is not known, so the bound is 2 %.
-    unseen_round("unseen-round5.json", "round 5", 0.22, 0.02);
+    unseen_round("unseen-round5.json", "round 5", 0.22, 0.31, 0.02);
 }
 
 /// Round 6 (`tests/data/serving/unseen-round6.json`: whole committed server logs, not issue
@@ -1097,13 +1097,28 @@ fn capacity_on_unseen_logs_round_five() {
 /// ran on it; its holdout is printed as it came out (BENCHMARKS.md, "sixth round").
 #[test]
 fn capacity_on_unseen_logs_round_six() {
-    unseen_round("unseen-round6.json", "round 6", 0.22, 0.02);
+    unseen_round("unseen-round6.json", "round 6", 0.22, 0.31, 0.02);
+}
+
+/// Round 7 (`tests/data/serving/unseen-round7.json`: whole committed server logs, every version
+/// of each file in its repository's history: Qwen3-VL-30B-A3B at TP 1 and 2 and Qwen3-30B-A3B on
+/// H100s under vLLM 0.11-0.12, Qwen3-30B-A3B-2507 on an H100 (0.10.2) and an H200 (0.15.0),
+/// Qwen3.5-27B and Qwen2.5-32B eager at TP 4 on four RTX 3090 (0.18-0.19)), split the same way and
+/// committed before vram ran on it; its holdout is printed as it came out (BENCHMARKS.md,
+/// "seventh round").
+#[test]
+fn capacity_on_unseen_logs_round_seven() {
+    // Regression guards at the figures first reported (BENCHMARKS.md, "seventh round"): no
+    // mechanism was fitted this round. The fit half's misses are vLLM V1's multimodal encoder
+    // profile, which vram does not model: the Qwen3-VL MoE at TP 1 (+35.7 % on the pool) and
+    // Qwen3.5-27B with one sequence (+12.0 %) set the pool bound and the fit median (4.1 %).
+    unseen_round("unseen-round7.json", "round 7", 0.02, 0.37, 0.045);
 }
 
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
-/// outcomes, every case to the regression guards (`weights_bound` on the weights, `fit_kv_bound`
-/// on the fit half's pool median).
-fn unseen_round(file: &str, round: &str, weights_bound: f64, fit_kv_bound: f64) {
+/// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
+/// each pool, `fit_kv_bound` on the fit half's pool median).
+fn unseen_round(file: &str, round: &str, weights_bound: f64, pool_bound: f64, fit_kv_bound: f64) {
     let text = std::fs::read_to_string(data().join(file)).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut failures: Vec<String> = vec![];
@@ -1137,7 +1152,7 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64, fit_kv_bound: f64) 
             // 2's DeepSeek-V3 AWQ at TP 16 (fit; vram's MoE caches 1.36 GiB of activation where
             // the Marlin MoE run logged 0.37) went -23.5 % -> -30.5 % when the layer input the
             // model's loop holds was counted (`activation::Held`).
-            if pool.is_some_and(|x| x.abs() >= 0.31)
+            if pool.is_some_and(|x| x.abs() >= pool_bound)
                 || e.weights.is_some_and(|x| x.abs() >= weights_bound)
             {
                 h.out_of_bounds.push(c["id"].as_str().unwrap().to_string());

@@ -258,6 +258,23 @@ pub(super) fn sampler_peak(t: &Transformer, reqs: u64, tokens: u64, k: &Knobs, s
     reqs * v * per_element + hidden
 }
 
+/// The profile run's logits under V1 before 0.8 (`GPUModelRunner.profile_run`, read at 0.7.2):
+/// after the dummy forward over `tokens` it calls `compute_logits` on every row and runs no
+/// sampler ("TODO(woosuk): Consider the memory usage of the sampler"). `LogitsProcessor` under
+/// V1 all-gathers (`use_all_gather`): each GPU holds its `[tokens, vocab / tp]` part, the
+/// gathered `[tp, tokens, vocab / tp]` and, from `movedim` and `reshape`, a contiguous
+/// `[tokens, vocab]` copy; at TP 1 the part is the logits. Plus the hidden states.
+pub(super) fn v1_07_logits_peak(t: &Transformer, tokens: u64, k: &Knobs) -> u64 {
+    let v = t.vocab().div_ceil(64) * 64;
+    let d = k.dtype_bytes;
+    let logits = if k.tp > 1 {
+        v.div_ceil(k.tp) + 2 * v
+    } else {
+        v
+    };
+    tokens * (t.hidden() + logits) * d
+}
+
 /// The profile-run peak of vLLM V0's encoder-decoder runner for a model whose images reach the
 /// text by cross-attention (Llama 3.2 Vision), or `None` for any other model. Read at 0.6.3 and
 /// 0.6.6 (`worker/enc_dec_model_runner.py` `profile_run`, `model_executor/models/mllama.py`):

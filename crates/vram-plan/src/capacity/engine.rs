@@ -52,6 +52,14 @@ pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
     v1 && Engine::Vllm.version_in_force(k) >= [0, 20, 0] && !is_rocm(gpu)
 }
 
+/// Whether V1's budget holds the CUDA context: before 0.9 `determine_available_memory` takes no
+/// baseline (`v1/worker/gpu_worker.py` at 0.7.2 and 0.8.5: the device's whole use less
+/// PyTorch's allocated bytes after the profile run); 0.9.2 and later subtract the snapshot
+/// taken once the context exists (`memory_profiling(self.init_snapshot, ...)`).
+pub(super) fn vllm_context_in_budget(k: &Knobs, v1: bool) -> bool {
+    v1 && Engine::Vllm.version_in_force(k) < [0, 9, 0]
+}
+
 /// An AMD Instinct GPU (ROCm).
 pub(super) fn is_rocm(gpu: &Gpu) -> bool {
     gpu.id.starts_with("mi")
@@ -163,6 +171,31 @@ pub(super) fn vllm_v0_chunked_by_default(
 ///   `temp_dq`, `[K, N]` in the activation dtype, on every call whatever the token count (the
 ///   reconstruct-then-cuBLAS path uses it above 50 rows).
 pub(super) fn vllm_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<u64> {
+    match plain_awq_gptq(t, k, gpu)? {
+        Quantization::Awq => Some(256),
+        _ => Some(0),
+    }
+}
+
+/// SGLang's counterpart of [`vllm_dequant_linears`]: from how many tokens a step its plain
+/// AWQ/GPTQ linears make the whole fp16 weight. Through 0.4.4 SGLang takes vLLM's `AWQConfig`
+/// and `GPTQConfig` (`layers/quantization/__init__.py` at 0.4.2, 0.4.3.post4, 0.4.4.post1), so
+/// vLLM's rules. From 0.4.5 its own `AWQLinearMethod.apply` (`awq.py` at 0.4.5.post3 and 0.5.3)
+/// calls `awq_dequantize` and `torch.matmul` on every call, whatever the token count. Marlin
+/// is chosen as in vLLM (`AWQMarlinConfig.override_quantization_method`: compatible and the
+/// method not forced to `awq`).
+pub(super) fn sglang_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<u64> {
+    match plain_awq_gptq(t, k, gpu)? {
+        Quantization::Awq if Engine::Sglang.version_in_force(k) < [0, 4, 5] => Some(256),
+        _ => Some(0),
+    }
+}
+
+/// The AWQ/GPTQ method whose plain (non-Marlin) kernel runs here: `--quantization`'s, else the
+/// checkpoint's, where it is named outright (`Knobs::marlin` `Some(false)`) or compute
+/// capability is below 8.0 (`check_marlin_supported`). `None`: unquantized, another method,
+/// or a Marlin kernel.
+fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization> {
     use vram_model::blocks::Quant;
     use vram_model::finetune::WeightFormat;
     let stored = match t.blocks.storage.quant {
@@ -181,14 +214,12 @@ pub(super) fn vllm_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Opt
     } else {
         k.quantization
     };
-    let from_tokens = match method {
-        Quantization::Awq => 256,
-        Quantization::Gptq => 0,
-        _ => return None,
-    };
+    if !matches!(method, Quantization::Awq | Quantization::Gptq) {
+        return None;
+    }
     let plain = match k.marlin {
         Some(m) => !m,
         None => gpu.sm_major < 8,
     };
-    plain.then_some(from_tokens)
+    plain.then_some(method)
 }

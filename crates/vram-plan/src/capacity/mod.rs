@@ -79,7 +79,7 @@ pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
 pub use non_torch::Interconnect;
 pub use startup::{startup_error, StartupError};
-pub use weights::{allocator_rounding, weights_per_gpu};
+pub use weights::{allocated_rounding, allocator_rounding, weights_per_gpu};
 
 use activation::*;
 use graphs::*;
@@ -171,7 +171,12 @@ pub enum Quantization {
     Awq,
     /// GPTQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
     Gptq,
-    /// bitsandbytes NF4, block 64 with an fp32 absmax per block.
+    /// bitsandbytes NF4 as the engines quantize it in flight: block 64, with the block absmax
+    /// itself quantized (a uint8 per block and an fp32 absmax per 256 blocks). vLLM's loader
+    /// calls `quantize_4bit(..., compress_statistics=True, quant_type="nf4")` (`loader.py` at
+    /// 0.6.6.post1, 0.7.2 and 0.8.5, `bitsandbytes_loader.py` at 0.10.1, 0.11.0 and 0.19.0), and
+    /// SGLang's copy of it does the same (0.4.2). A checkpoint shipped in bitsandbytes keeps its
+    /// own statistics (`QuantState.from_dict`), read from its `quantization_config`.
     Bitsandbytes,
     /// MXFP4: 4-bit elements, an 8-bit shared exponent per 32.
     Mxfp4,
@@ -184,7 +189,7 @@ impl Quantization {
             Quantization::None => dtype,
             Quantization::Fp8 | Quantization::Int8 => 1.0,
             Quantization::Awq | Quantization::Gptq => 0.5 + 2.0 / 128.0 + 0.5 / 128.0,
-            Quantization::Bitsandbytes => 0.5 + 4.0 / 64.0,
+            Quantization::Bitsandbytes => 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0),
             Quantization::Mxfp4 => 0.5 + 1.0 / 32.0,
         }
     }

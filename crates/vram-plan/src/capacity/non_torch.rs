@@ -141,8 +141,16 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
         (false, true) => 2,
     };
     let custom_ar = if !v1 && k.tp > 1 { 8 * MIB } else { 0 };
-    let total = images + n_comms * comm + custom_ar;
-    let baseline = if v1 {
+    // V1 before 0.9 takes no baseline, so the CUDA context is inside the budget.
+    let context = if engine::vllm_context_in_budget(k, v1) {
+        gpu.context_bytes()
+    } else {
+        0
+    };
+    let total = images + n_comms * comm + custom_ar + context;
+    let baseline = if context > 0 {
+        "V1 before 0.9, no baseline: the CUDA context counted"
+    } else if v1 {
         "V1 baseline after the communicators exist"
     } else {
         "V0 baseline before the communicators exist"

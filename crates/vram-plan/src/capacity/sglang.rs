@@ -187,11 +187,23 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // A hybrid model's requests also each hold one state slot.
     let max_concurrency =
         (tokens as f64 / max_len as f64).min(mamba_slots.map_or(f64::INFINITY, |n| n as f64));
-    let activation = forward_peak(t, cps, k, false);
+    // `fused_experts_impl` shares one buffer between cache1 and cache3 from 0.4.3
+    // (`fused_moe_triton/fused_moe.py` at 0.4.3.post4, 0.4.4.post1, 0.4.5.post3 and 0.5.3;
+    // 0.4.2 allocates the three caches apart), in chunks of 64K tokens.
+    let held = Held {
+        moe_cache13: Engine::Sglang.version_in_force(k) >= [0, 4, 3],
+        ..Held::default()
+    };
+    let dequant = engine::sglang_dequant_linears(t, k, gpu);
+    let peak = |tokens: u64| match dequant {
+        Some(from) if tokens >= from => dequant_forward_peak(t, tokens, k, false, held),
+        _ => forward_peak_held(t, tokens, k, false, held),
+    };
+    let activation = peak(cps);
     let graphs = if k.enforce_eager {
         0
     } else {
-        forward_peak(t, gbs, k, false) + gbs.div_ceil(8) * t.layers().div_ceil(8) * MIB
+        peak(gbs) + gbs.div_ceil(8) * t.layers().div_ceil(8) * MIB
     };
     // SGLang's "GB" is GiB (`GB = 1024 * 1024 * 1024` in mem_cache/memory_pool.py).
     let half = kv_bytes as f64 / 2.0 / GIB;
@@ -265,7 +277,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)"
             },
             "free memory before loading: the device total less the CUDA context (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
-            "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size",
+            "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size: one layer's live set, MoE caches with cache1 and cache3 in one buffer from 0.4.3 (fused_moe.py), and a plain AWQ/GPTQ linear's whole fp16 weight where no Marlin kernel runs (vLLM's AWQ through 0.4.4, from 256 tokens; SGLang's own awq.py from 0.4.5, on every call)",
             "the request-to-token map (ReqToTokenPool, read at 0.4.5.post3 and 0.5.3): (max_num_reqs + 1 in 0.4) x (context_len + 4) int32, max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096) or --max-running-requests, allocated before the pool from what the weights left; the start fails when it and the pool do not both fit",
         ]
         .into_iter()

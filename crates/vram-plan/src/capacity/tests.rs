@@ -1142,9 +1142,13 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
 
 /// vLLM on ROCm logs "Model loading took" as the fall in free device memory
 /// (`RocmPlatform.get_current_memory_usage`), so the caching allocator's rounding is in it; on
-/// CUDA it is `max_memory_allocated`, the tensors alone.
+/// CUDA it is `max_memory_allocated`: the tensors, plus each large tensor's whole segment where
+/// the allocator leaves 1 MiB or less unsplit. QwQ-32B at TP 4 per layer: QKV 17.5 MiB (a
+/// 18 MiB segment, 0.5 left: counted), the output 12.5 MiB (14, 1.5 left: split off), gate-up
+/// 135 MiB (136, 1 left: counted), down 67.5 MiB (68: counted); the two 371.25 MiB tables
+/// (372: counted).
 #[test]
-fn rocm_model_loading_counts_the_allocators_rounding() {
+fn model_loading_counts_what_the_allocator_hands_out() {
     let t = qwq32b();
     let k = Knobs {
         tp: 4,
@@ -1159,9 +1163,10 @@ fn rocm_model_loading_counts_the_allocators_rounding() {
         rocm.weights_bytes,
         weights_per_gpu(&t, &k, mi, Engine::Vllm) + 64 * 7 * MIB / 2 + 3 * MIB / 2
     );
+    assert_eq!(allocated_rounding(&t, &k), 64 * 2 * MIB + 3 * MIB / 2);
     assert_eq!(
         cuda.weights_bytes,
-        weights_per_gpu(&t, &k, h100, Engine::Vllm)
+        weights_per_gpu(&t, &k, h100, Engine::Vllm) + 64 * 2 * MIB + 3 * MIB / 2
     );
 }
 
@@ -1196,9 +1201,10 @@ fn capture_sizes_follow_the_version() {
     );
 }
 
-/// Graphs captured after the KV cache (before 0.20) that do not fit what the budget, the CUDA
-/// context and the profile's released peak leave are a start-up failure whose line names the
-/// changes; `--enforce-eager` and the utilization it names each start the engine.
+/// Graphs captured after the KV cache (before 0.20) that do not fit what the budget (with the
+/// CUDA context beside it from 0.9, inside it before) and the profile's released peak leave are
+/// a start-up failure whose line names the changes; `--enforce-eager` and the utilization it
+/// names each start the engine.
 #[test]
 fn graphs_beyond_what_the_budget_leaves_fail_the_start() {
     let t = llama3();
@@ -1207,7 +1213,7 @@ fn graphs_beyond_what_the_budget_leaves_fail_the_start() {
         engine_version: Some([0, 8, 5]),
         max_model_len: Some(4096),
         max_num_seqs: Some(1),
-        gpu_memory_utilization: Some(0.96),
+        gpu_memory_utilization: Some(0.99),
         ..Knobs::default()
     };
     let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
@@ -1233,9 +1239,11 @@ fn graphs_beyond_what_the_budget_leaves_fail_the_start() {
         ..k
     };
     assert!(capacity(&t, gpu, Engine::Vllm, &lower).unwrap().starts);
-    // From 0.20 the graphs are inside the budget: the same job starts with a smaller pool.
+    // From 0.20 the graphs are inside the budget: the job starts with a smaller pool (at 0.96:
+    // from 0.9 the CUDA context sits beside the budget, and 0.99 leaves it no room).
     let v20 = Knobs {
         engine_version: Some([0, 20, 0]),
+        gpu_memory_utilization: Some(0.96),
         ..k
     };
     assert!(capacity(&t, gpu, Engine::Vllm, &v20).unwrap().starts);
@@ -1475,4 +1483,38 @@ fn vllm_plain_awq_profile_holds_the_dequantized_down_proj() {
         at(Quantization::Awq, Some(true), 255)
     );
     assert!(at(Quantization::Gptq, Some(false), 255) > at(Quantization::Gptq, Some(true), 255));
+}
+
+/// V1 before 0.8 profiles the logits of every token of the step and no sampler (0.7.2's
+/// `profile_run`), all-gathered over TP; before 0.9 its budget holds the CUDA context
+/// (`determine_available_memory` takes no baseline at 0.7.2 and 0.8.5; 0.9.2 does).
+#[test]
+fn vllm_v1_before_0_8_profiles_every_tokens_logits_and_before_0_9_counts_the_context() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |v: [u32; 3], tp: u64| Knobs {
+        engine_version: Some(v),
+        vllm_v1: true,
+        max_model_len: Some(2048),
+        max_num_batched_tokens: Some(8192),
+        tp,
+        ..Knobs::default()
+    };
+    // 128,256 rows of the head padded to 64: 128,256; bf16.
+    let tp1 = 8192 * (4096 + 128_256) * 2;
+    assert_eq!(v1_07_logits_peak(&t, 8192, &at([0, 7, 2], 1)), tp1);
+    assert_eq!(
+        v1_07_logits_peak(&t, 8192, &at([0, 7, 2], 2)),
+        8192 * (4096 + 64_128 + 2 * 128_256) * 2
+    );
+    let c = capacity(&t, gpu, Engine::Vllm, &at([0, 7, 2], 1)).unwrap();
+    assert!(c.activation_peak_bytes >= tp1);
+    let ctx = gpu.context_bytes();
+    let non_torch = |v: [u32; 3]| {
+        capacity(&t, gpu, Engine::Vllm, &at(v, 1))
+            .unwrap()
+            .non_torch_bytes
+    };
+    assert_eq!(non_torch([0, 8, 5]), non_torch([0, 9, 2]) + ctx);
+    assert_eq!(non_torch([0, 7, 2]), non_torch([0, 9, 2]) + ctx);
 }

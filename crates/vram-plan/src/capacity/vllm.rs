@@ -60,14 +60,15 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             "vLLM refuses this: ValueError: max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({max_num_seqs}) (SchedulerConfig; raise --max-num-batched-tokens or lower --max-num-seqs)"
         )));
     }
-    // On CUDA "Model loading took" is `max_memory_allocated` over the load (the tensors); on
-    // ROCm it is the fall in free device memory (`RocmPlatform.get_current_memory_usage`), so
-    // the caching allocator's rounding of each tensor is in it, as in SGLang's measure.
+    // On CUDA "Model loading took" is `max_memory_allocated` over the load: the tensors and the
+    // whole segments the allocator did not split (`allocated_rounding`); on ROCm it is the fall
+    // in free device memory (`RocmPlatform.get_current_memory_usage`), so the caching
+    // allocator's rounding of each tensor is in it, as in SGLang's measure.
     let weights = weights_per_gpu(t, k, gpu, Engine::Vllm)
         + if engine::is_rocm(gpu) {
             allocator_rounding(t, k)
         } else {
-            0
+            allocated_rounding(t, k)
         };
     let reqs = max_num_seqs.min(mnbt);
     // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
@@ -82,7 +83,14 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         Some(from) if mnbt >= from => dequant_forward_peak(t, mnbt, k, compiled, held),
         _ => forward_peak_held(t, mnbt, k, compiled, held),
     };
-    let mut activation = forward.max(sampler_peak(t, reqs, mnbt, k, sorts));
+    // V1 before 0.8 computes the logits of every profiled token and samples nothing.
+    let v1_07 = v1 && Engine::Vllm.version_in_force(k) < [0, 8, 0];
+    let logits = if v1_07 {
+        v1_07_logits_peak(t, mnbt, k)
+    } else {
+        sampler_peak(t, reqs, mnbt, k, sorts)
+    };
+    let mut activation = forward.max(logits);
     // V0's encoder-decoder runner profiles every sequence with a maximal image (Llama 3.2
     // Vision); its vision encoder over all of them is the peak.
     let cross = if v0 {
@@ -219,7 +227,12 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // The profile run's peak is inside the budget but released before the KV cache is allocated
     // (`torch.cuda.empty_cache()` after `profile_run` in `determine_available_memory`, 0.8.3 and
     // 0.8.5; `memory_profiling`'s exit, 0.10.1 and 0.11.0), so the capture may use it too.
-    let context = gpu.context_bytes();
+    // V1 before 0.9 counts the context inside the budget (`engine::vllm_context_in_budget`).
+    let context = if engine::vllm_context_in_budget(k, v1) {
+        0
+    } else {
+        gpu.context_bytes()
+    };
     let beyond = if graphs_in_budget { 0 } else { graphs };
     let left = total as i128 - budget as i128 - context as i128;
     let left_for_graphs = left + activation as i128;
@@ -311,7 +324,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         log,
         assumes: assumes.into_iter().chain([
             "the device total is the GPU catalog's memory (torch's total_memory, as vLLM's total_gpu_memory; a driver reading where the catalog knows no torch figure)",
-            if compiled && sorts {
+            if v1_07 {
+                "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens and the logits of every one of those tokens, all-gathered over TP (the GPU's part, the gathered tensor and its contiguous copy), plus the hidden states; V1 before 0.8 runs no sampler in the profile (gpu_model_runner.profile_run, read at 0.7.2)"
+            } else if compiled && sorts {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile and the dummy sampler's top-k/top-p sort (V1 before 0.17: logits.sort over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers) plus the hidden states"
             } else if compiled && k.flashinfer_sampler {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, FlashInfer's masked logits and probabilities over min(max_num_seqs, tokens) rows (top_k_top_p_sampling_from_logits, no sort; --flashinfer-sampler) plus the hidden states (read from llama.py and the V1 sampler at 0.10.1; the same layer structure assumed for every model)"
@@ -359,10 +374,12 @@ fn graph_capture_failure(
     let modes = if v1 { modes } else { "full" };
     let largest = captured.and_then(|g| g.sizes.last().copied()).unwrap_or(0);
     let mut fixes = vec!["add --enforce-eager".to_string()];
-    let u = ((total - need as f64 - gpu.context_bytes() as f64 + activation as f64) / total
-        * 100.0)
-        .floor()
-        / 100.0;
+    let context = if engine::vllm_context_in_budget(k, v1) {
+        0.0
+    } else {
+        gpu.context_bytes() as f64
+    };
+    let u = ((total - need as f64 - context + activation as f64) / total * 100.0).floor() / 100.0;
     if u > 0.0 {
         let lower = Knobs {
             gpu_memory_utilization: Some(u),
@@ -389,9 +406,14 @@ fn graph_capture_failure(
         });
     }
     format!(
-        "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs: {n} capture sizes ({modes}) up to {largest} tokens need {:.2} GiB beyond the KV cache, and {:.2} GiB is left of the device after the budget and the CUDA context, with the profile's released peak (estimated); {}",
+        "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs: {n} capture sizes ({modes}) up to {largest} tokens need {:.2} GiB beyond the KV cache, and {:.2} GiB is left of the device after the budget{}, with the profile's released peak (estimated); {}",
         gib(need as f64),
         gib(left.max(0) as f64),
+        if context > 0.0 {
+            " and the CUDA context"
+        } else {
+            " (which holds the CUDA context before 0.9)"
+        },
         match fixes.len() {
             1 => fixes[0].clone(),
             2 => format!("{} or {}", fixes[0], fixes[1]),

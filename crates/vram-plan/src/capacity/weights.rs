@@ -2,6 +2,7 @@
 //! quantized storage and the engines' kernel layouts, and what the caching allocator rounds.
 
 use super::*;
+use vram_alloc::policy::{allocation_size, round_size, MIN_LARGE_ALLOC, SMALL_SIZE};
 
 /// Weights on the most loaded GPU of a `tp × pp` job: layers split evenly over stages (the first
 /// holds the embedding, the last the final norm and head), tensor-parallel parts split by `tp`
@@ -17,7 +18,7 @@ use super::*;
 /// loaded GPU of the unquantized model. vLLM's MXFP4 MoE kernels then lay the experts out padded
 /// to their tile sizes (`engine::vllm_mxfp4_layout`): what loading takes can exceed what is stored.
 pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> u64 {
-    let logical = logical_weights_per_gpu(t, k);
+    let logical = logical_weights_per_gpu(t, k, engine);
     let mxfp4 = k.quantization == Quantization::Mxfp4
         || t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4;
     let base = if k.quantization != Quantization::None
@@ -34,7 +35,7 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
             ..*k
         };
         let rotary = (t.max_positions() * t.blocks.typical().head_dim * k.dtype_bytes) as f64;
-        let whole = logical_weights_per_gpu(t, &one) as f64;
+        let whole = logical_weights_per_gpu(t, &one, engine) as f64;
         let stored = t.blocks.weights_bytes(false) as f64 + rotary;
         (logical as f64 * stored / whole.max(1.0)).round() as u64
     };
@@ -51,8 +52,11 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
 
 /// What vLLM before 0.8 keeps beside the MLA weights on the most loaded GPU
 /// (`engine::vllm_mla_absorbs`): `W_Q_UK` (`q_in × heads × kv_lora_rank`) and `W_UV_O`
-/// (`heads × kv_lora_rank × hidden`) in the model dtype, heads split by TP, and for a quantized
-/// checkpoint the dequantized `kv_b_proj` (`kv_lora_rank × heads × (qk_nope + v)`) they come from.
+/// (`heads × kv_lora_rank × hidden`) in the model dtype, heads split by TP, for a quantized
+/// checkpoint the dequantized `kv_b_proj` (`kv_lora_rank × heads × (qk_nope + v)`) they come
+/// from, and `W_QR`, the query projection's rotary columns made contiguous (`q_in × heads ×
+/// qk_rope`, `.contiguous()` then `.to(act_dtype)`: `process_weights_after_loading` in
+/// `attention/backends/mla/utils.py` at 0.7.2, kept with or without the absorption).
 pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
     if !engine::vllm_mla_absorbs(k) {
         return 0;
@@ -65,7 +69,9 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
             Some(m) => {
                 let heads = m.heads.div_ceil(attention_tp(k));
                 let q_in = m.q_lora_rank.unwrap_or(t.hidden());
-                let mut elems = q_in * heads * m.kv_lora_rank + heads * m.kv_lora_rank * t.hidden();
+                let mut elems = q_in * heads * m.kv_lora_rank
+                    + heads * m.kv_lora_rank * t.hidden()
+                    + q_in * heads * m.qk_rope_head_dim;
                 if k.quantization != Quantization::None || t.blocks.storage.is_packed() {
                     elems += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
                 }
@@ -188,7 +194,11 @@ pub(super) fn parallel_widths(k: &Knobs) -> (f64, f64, f64) {
     )
 }
 
-pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
+/// The unquantized layout's bytes on the most loaded GPU. The first stage holds the token
+/// table, the embedding's other parameters (`Blocks::embedding_beyond_tables`: Gemma 4's
+/// per-layer-input table and projection, which vLLM builds as a `VocabParallelEmbedding` and a
+/// `ColumnParallelLinear`, split like the token table) and the towers ([`towers_per_gpu`]).
+pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     let split = t.param_split();
     let d = k.dtype_bytes as f64;
     let q = k.quantization.linear_bytes(d);
@@ -207,7 +217,8 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
         + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers().div_ceil(k.pp) as f64;
     let vocab_padded = (t.vocab().div_ceil(64) * 64) as f64;
-    let embed = vocab_padded * t.hidden() as f64 / tp * d;
+    let embed =
+        (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp * d;
     let head_matrix = if t.blocks.head.tied {
         0.0
     } else {
@@ -220,13 +231,7 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
             (t.vocab() * t.hidden()) as f64
         };
     let rotary = (t.max_positions() * t.blocks.typical().head_dim) as f64 * d;
-    // A multimodal model's vision tower and projector, on the first stage, in the model dtype.
-    let vision = t
-        .blocks
-        .vision
-        .as_ref()
-        .map_or(0.0, |v| vision_tower_per_gpu(v, k.tp) * d);
-    let embed = embed + vision;
+    let embed = embed + towers_per_gpu(t, k.tp, engine) * d;
     let first = embed + layers_here * layer + rotary;
     let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
     let one = if k.pp == 1 {
@@ -235,6 +240,32 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
         first.max(last)
     };
     one.round() as u64
+}
+
+/// Parameters of a multimodal model's towers and projectors on one GPU of a TP group, held on
+/// the first stage in the model dtype. Where vLLM builds the towers as transformers' own
+/// modules with replicated linears (`vram_model::hf::vllm_replicates_towers`: Gemma 4), each
+/// GPU holds them whole. Otherwise the vision tower splits as [`vision_tower_per_gpu`] says, and
+/// an audio tower (Gemma 4's) as SGLang's `Gemma4AudioEncoder` builds it
+/// (`models/gemma4_audio.py`, read at sgl-project/sglang 0b142c7b: column/row-parallel
+/// projections and a depthwise convolution sharded by channel;
+/// `AudioTower::tp_split_params`), the rest whole.
+pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
+    let b = &t.blocks;
+    if engine == Engine::Vllm && vram_model::hf::vllm_replicates_towers(&t.model_type) {
+        let whole =
+            b.vision.as_ref().map_or(0, |v| v.params) + b.audio.as_ref().map_or(0, |a| a.params);
+        return whole as f64;
+    }
+    let vision = b
+        .vision
+        .as_ref()
+        .map_or(0.0, |v| vision_tower_per_gpu(v, tp));
+    let audio = b.audio.as_ref().map_or(0.0, |a| {
+        let split = a.tp_split_params.min(a.params) as f64;
+        split / tp.max(1) as f64 + (a.params as f64 - split)
+    });
+    vision + audio
 }
 
 /// Parameters of a vision tower and its projector on one GPU of a TP group. The engines build
@@ -258,39 +289,100 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64
     split / tp.max(1) as f64 + (v.params as f64 - split)
 }
 
-/// What PyTorch's caching allocator reserves beyond the weights' own bytes on the most loaded
-/// GPU (`c10/cuda/CUDACachingAllocator.cpp`: a request of 10 MiB (`kMinLargeAlloc`) or more
-/// gets a segment rounded up to 2 MiB (`kRoundLarge`); smaller ones share 1 MiB and 20 MiB
-/// segments, counted as packed). An engine that measures its weights by free device memory
-/// (SGLang) sees this; one that reads `memory_allocated` (vLLM's "Model loading took") does
-/// not. The tensors are the fused ones each engine holds per layer: QKV, the attention output,
-/// gate-up (or up) and down projections (MoE: each stacked over the experts), the embedding and
-/// an untied head, each split by TP.
-pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
-    const ROUND: u64 = 2 * MIB;
-    const LARGE: u64 = 10 * MIB;
-    let waste = |bytes: f64| -> u64 {
-        let b = bytes.ceil() as u64;
-        if b >= LARGE {
-            b.div_ceil(ROUND) * ROUND - b
-        } else {
-            0
-        }
-    };
-    let d = k.dtype_bytes as f64;
-    let q = k.quantization.linear_bytes(d);
+/// One GPU's weight tensors as the engines create them, in bytes: per layer the fused QKV, the
+/// attention output, gate-up (or up) and down projections (MoE: each stacked over the experts),
+/// then the embedding and an untied head, each split by TP. A quantized linear is the tensors
+/// its `create_weights` makes, each its own allocation (vLLM `AWQLinearMethod` and
+/// `GPTQLinearMethod`: `qweight` at half a byte a weight, `qzeros` at half a byte and `scales`
+/// at two bytes a group of 128; bitsandbytes' packed `qweight`; FP8/INT8 one byte a weight;
+/// MXFP4 the experts only, half a byte and a scale byte per 32, the attention in the dtype as
+/// `Mxfp4Config.get_quant_method` leaves it). Without `--quantization` a checkpoint's stored
+/// format is used. Every layer is taken as the typical one (a hybrid's linear-attention layers
+/// too: an approximation). Small tensors (norms, biases, scales of one value) are left out.
+/// Returns `(bytes, count)`.
+fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
     let (qw, kvw) = t.blocks.typical().attn_widths();
     let f = t.blocks.typical().intermediate.div_ceil(tp);
     let experts = t.blocks.typical().experts.max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
-    let per_layer = waste((h * (qw + 2 * kvw).div_ceil(tp)) as f64 * q)
-        + waste((qw.div_ceil(tp) * h) as f64 * q)
-        + waste((experts * h * up) as f64 * q)
-        + waste((experts * f * h) as f64 * q);
-    let vocab = (t.vocab().div_ceil(64) * 64).div_ceil(tp);
-    let table = waste((vocab * h) as f64 * d);
-    let tables = if t.blocks.head.tied { table } else { 2 * table };
-    t.layers().div_ceil(k.pp) * per_layer + tables
+    let quant = match (k.quantization, t.blocks.storage.quant) {
+        (Quantization::None, Quant::Mxfp4) => Quantization::Mxfp4,
+        (Quantization::None, Quant::Fp8Block { .. }) => Quantization::Fp8,
+        (Quantization::None, Quant::Packed { format, .. }) => match format {
+            WeightFormat::Awq { .. } => Quantization::Awq,
+            WeightFormat::Gptq { .. } => Quantization::Gptq,
+            WeightFormat::Nf4 | WeightFormat::Fp4 => Quantization::Bitsandbytes,
+            WeightFormat::Int8 => Quantization::Int8,
+            _ => Quantization::None,
+        },
+        (q, _) => q,
+    };
+    let linear = |elems: u64, expert: bool| -> Vec<u64> {
+        match quant {
+            Quantization::None => vec![elems * d],
+            Quantization::Mxfp4 if !expert => vec![elems * d],
+            Quantization::Fp8 | Quantization::Int8 => vec![elems],
+            Quantization::Awq | Quantization::Gptq => {
+                vec![elems / 2, elems / 128 / 2, elems / 128 * 2]
+            }
+            Quantization::Bitsandbytes => vec![elems / 2],
+            Quantization::Mxfp4 => vec![elems / 2, elems / 32],
+        }
+    };
+    let moe = experts > 1;
+    let layer: Vec<u64> = [
+        (h * (qw + 2 * kvw).div_ceil(tp), false),
+        (qw.div_ceil(tp) * h, false),
+        (experts * h * up, moe),
+        (experts * f * h, moe),
+    ]
+    .into_iter()
+    .flat_map(|(elems, expert)| linear(elems, expert))
+    .collect();
+    let layers = t.layers().div_ceil(k.pp);
+    let mut out: Vec<(u64, u64)> = layer.into_iter().map(|b| (b, layers)).collect();
+    let table = (t.vocab().div_ceil(64) * 64).div_ceil(tp) * h * d;
+    out.push((table, if t.blocks.head.tied { 1 } else { 2 }));
+    out
+}
+
+/// What PyTorch's caching allocator reserves beyond the weights' own bytes on the most loaded
+/// GPU (`c10/cuda/CUDACachingAllocator.cpp`, as `vram_alloc::policy` ports it: a request of
+/// 10 MiB (`kMinLargeAlloc`) or more gets a segment rounded up to 2 MiB (`kRoundLarge`);
+/// smaller ones share 2 MiB and 20 MiB segments, counted as packed), over [`weight_tensors`].
+/// An engine that measures its weights by free device memory (SGLang; vLLM on ROCm) sees this.
+pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
+    weight_tensors(t, k)
+        .into_iter()
+        .filter(|&(b, _)| round_size(b) >= MIN_LARGE_ALLOC)
+        .map(|(b, n)| (allocation_size(round_size(b)) - b) * n)
+        .sum()
+}
+
+/// What `memory_allocated` counts beyond the weights' own bytes (vLLM's "Model loading took" on
+/// CUDA, `DeviceMemoryProfiler`: `max_memory_allocated` after a peak reset, read at 0.6.6,
+/// 0.8.5, 0.10.1 and 0.19.0). The allocator counts the block it hands out, and it hands out a
+/// whole fresh segment of a large request unless what is left after the rounded request is more
+/// than 1 MiB (`should_split`: `remaining > kSmallSize` in the large pool, ported as
+/// `vram_alloc`'s `should_split`). So a tensor of 10 MiB or more whose size is within 1 MiB
+/// below a multiple of 2 MiB counts up to that multiple (Qwen2.5-7B's 259 MiB gate-up counts
+/// 260). Smaller tensors, placed in shared segments, count their 512-byte rounding only.
+pub fn allocated_rounding(t: &Transformer, k: &Knobs) -> u64 {
+    weight_tensors(t, k)
+        .into_iter()
+        .map(|(b, n)| {
+            let r = round_size(b);
+            let unsplit = if r >= MIN_LARGE_ALLOC && allocation_size(r) - r <= SMALL_SIZE {
+                allocation_size(r) - r
+            } else {
+                0
+            };
+            (r - b + unsplit) * n
+        })
+        .sum()
 }
