@@ -273,6 +273,7 @@ impl Step<'_> {
             self.kind_mixer_late.push(late);
         }
         self.pattern = b.pattern.clone();
+        self.late_mixer_grads = self.walks_node_order(t);
         self.checkpointed = if self.walks_checkpointed_ops(t) {
             b.kinds
                 .iter()
@@ -299,9 +300,18 @@ impl Step<'_> {
     /// decoder-only transformers model on one GPU in one dtype (bf16 or fp32; autocast's
     /// casts are not in it, so an autocast step keeps the forward's tensors as one block).
     fn walks_checkpointed_ops(&self, t: &Transformer) -> bool {
-        let c = self.ctx;
         let full = matches!(self.setup.mode, Mode::Train(tr) if tr.recompute == crate::setup::Recompute::Full);
-        full && t.layout() == Layout::DecoderOnly
+        full && self.walks_node_order(t)
+    }
+
+    /// Whether the training step is one whose tensors `tests/engines/train_trace.py` follows
+    /// (a decoder-only transformers model in one dtype on one GPU): there the walk follows
+    /// autograd's node order where the trace showed it matters (a recomputed layer's forward
+    /// op by op, the mixer's gradients after its temporaries); autocast, tensor- and
+    /// sequence-parallel and Megatron steps keep their blocks.
+    fn walks_node_order(&self, t: &Transformer) -> bool {
+        let c = self.ctx;
+        t.layout() == Layout::DecoderOnly
             && self.style != AmpStyle::Megatron
             && c.res == c.cmp
             && c.t == 1

@@ -475,6 +475,9 @@ pub(crate) struct Step<'a> {
     /// its backward makes after its own temporaries: every mixer tensor but the output
     /// projection, whose backward node runs first.
     kind_mixer_late: Vec<Vec<bool>>,
+    /// Whether the backward makes those gradients after the mixer's temporaries
+    /// (`walks_node_order`); otherwise every gradient of a layer comes before them.
+    late_mixer_grads: bool,
     /// Per kind, the tensors its cache holds on this GPU.
     caches: Vec<Vec<generate::CacheBytes>>,
     cnn: Vec<LayerDesc>,
@@ -564,6 +567,7 @@ impl<'a> Step<'a> {
             checkpointed: Vec::new(),
             kind_tensors: Vec::new(),
             kind_mixer_late: Vec::new(),
+            late_mixer_grads: false,
             caches: Vec::new(),
             cnn: Vec::new(),
             emb_params: 0,

@@ -327,24 +327,14 @@ impl Step<'_> {
         Some((saved.min(l.saved_all), l.ffn_first_grad.min(l.params)))
     }
 
-    /// Of layer `i`'s tensors, where a two-half backward (`split`) makes the mixer's gradients
-    /// as its backward runs, those made after its temporaries (every mixer tensor but the
-    /// output projection, `Step::kind_mixer_late`): (their bytes at `bytes` per element, one per
-    /// tensor, as `layer_tensor_bytes` lists them; their elements); none otherwise. Walked where
-    /// the recomputed forward is walked tensor by tensor (`Step::checkpointed`: one dtype, one
-    /// GPU, the steps `tests/engines/train_trace.py` follows); an autocast step keeps every
-    /// gradient of the layer before the mixer's temporaries, as its forward keeps one block.
-    pub(super) fn mixer_late(
-        &self,
-        stack: &Stack,
-        i: u64,
-        split: bool,
-        bytes: u64,
-    ) -> (Vec<u64>, u64) {
-        let Some(k) = stack
-            .kind(i)
-            .filter(|k| split && self.checkpointed.get(*k).is_some_and(|p| !p.is_empty()))
-        else {
+    /// Of layer `i`'s tensors, those whose gradients the mixer's backward makes after its
+    /// temporaries: every mixer tensor but the output projection, whose node runs first
+    /// (`Step::kind_mixer_late`), where the walk follows autograd's node order
+    /// (`Step::late_mixer_grads`): (their bytes at `bytes` per element, one per tensor, as
+    /// `layer_tensor_bytes` lists them; their elements); none otherwise, when every gradient of
+    /// the layer comes before its temporaries.
+    pub(super) fn mixer_late(&self, stack: &Stack, i: u64, bytes: u64) -> (Vec<u64>, u64) {
+        let Some(k) = stack.kind(i).filter(|_| self.late_mixer_grads) else {
             return (Vec::new(), 0);
         };
         let late = self
@@ -392,7 +382,7 @@ impl Step<'_> {
                     key: Self::grad_key(i) | 3,
                 });
             }
-            let (_, mixer) = self.mixer_late(stack, i, split.is_some(), g);
+            let (_, mixer) = self.mixer_late(stack, i, g);
             if mixer > 0 {
                 sink.free(Handle {
                     cat: Category::Gradients,
@@ -958,9 +948,8 @@ impl Step<'_> {
                     sink.alloc(re_ffn, &list[cut..]);
                 }
             }
-            // A two-half backward's mixer gradients made after its temporaries: (tensors,
-            // elements).
-            let (late_grads, late_elems) = self.mixer_late(stack, i, split.is_some(), g);
+            // The mixer's gradients made after its temporaries: (tensors, elements).
+            let (late_grads, late_elems) = self.mixer_late(stack, i, g);
             let mut mixer_grads: Option<Vec<u64>> = None;
             if lazy_grads && !l.no_grad {
                 let parts = if S::WANTS_PARTS {
@@ -1008,14 +997,22 @@ impl Step<'_> {
                     );
                     mixer_grads = (late_elems > 0).then(|| late_grads.clone());
                 } else {
+                    // Every gradient but the mixer's late ones (`mixer_grads`).
+                    let mut rest = parts.clone();
+                    for b in &late_grads {
+                        if let Some(j) = rest.iter().position(|x| x == b) {
+                            rest.remove(j);
+                        }
+                    }
                     sink.alloc(
                         Handle {
                             cat: Category::Gradients,
-                            bytes: m(&[l.params, g]),
+                            bytes: m(&[l.params - late_elems, g]),
                             key: Self::grad_key(i),
                         },
-                        &parts,
+                        &rest,
                     );
+                    mixer_grads = (late_elems > 0).then(|| late_grads.clone());
                 }
             }
             if l.bwd_prog.is_empty() {
