@@ -1503,3 +1503,68 @@ fn every_logged_start_loads_its_architecture_at_its_logged_version() {
     eprintln!("within their series, run at a later patch: {moved:?}");
     assert!(checked > 200, "only {checked} runs");
 }
+
+/// A pinned release without the model's architecture is the engine's own refusal (one line,
+/// exit 2); the default without it runs the first release that has it and says so in text,
+/// `--json` and HTML alike.
+#[test]
+fn an_engine_release_without_the_architecture() {
+    let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (code, out, err) = vram(&a(&[
+        "capacity",
+        "gemma-4-26b-a4b",
+        "--gpu",
+        "h100",
+        "--engine-version",
+        "0.11.0",
+    ]));
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.is_empty());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("vLLM 0.11.0 refuses this: ValueError: Model architectures ['Gemma4ForConditionalGeneration'] are not supported for now."), "{err}");
+    assert!(err.contains("from 0.19.0"), "{err}");
+
+    let (code, text, _) = vram(&a(&["capacity", "gemma-4-26b-a4b", "--gpu", "h100"]));
+    assert_eq!(code, 0);
+    assert!(
+        text.lines().next().unwrap().contains("with vLLM 0.19:"),
+        "{text}"
+    );
+    let note =
+        "vLLM 0.11 (the default) has no Gemma4ForConditionalGeneration in its model registry";
+    assert!(text.contains(&format!("note: {note}")), "{text}");
+    let (_, json, _) = vram(&a(&[
+        "capacity",
+        "gemma-4-26b-a4b",
+        "--gpu",
+        "h100",
+        "--json",
+    ]));
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["engine_version"], "0.19");
+    assert!(j["notes"].to_string().contains(note));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity-registry");
+    std::fs::create_dir_all(&dir).unwrap();
+    let jf = dir.join("gemma4.json");
+    let html = dir.join("gemma4.html");
+    std::fs::write(&jf, &json).unwrap();
+    let (code, _, err) = vram(&a(&[
+        "report",
+        jf.to_str().unwrap(),
+        "--out",
+        html.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "{err}");
+    let h = std::fs::read_to_string(&html).unwrap();
+    assert!(html_text(&h).contains(note), "{h}");
+    // The same model at a release that has it: no note.
+    let (_, text, _) = vram(&a(&[
+        "capacity",
+        "gemma-4-26b-a4b",
+        "--gpu",
+        "h100",
+        "--engine-version",
+        "0.19",
+    ]));
+    assert!(!text.contains("model registry"), "{text}");
+}
