@@ -32,6 +32,12 @@ fn rel(s: &str) -> Rel {
     out
 }
 
+/// An engine and an architecture string, as the table names them.
+type Key = (&'static str, &'static str);
+
+/// Runs of consecutive releases, first and last (`None`: to the newest read).
+type Runs = Vec<(Rel, Option<Rel>)>;
+
 struct Release {
     version: Rel,
     label: &'static str,
@@ -43,10 +49,10 @@ struct Release {
 struct Table {
     releases: HashMap<&'static str, Vec<Release>>,
     /// (engine, architecture) → the runs of releases that have it (`None`: to the newest read).
-    archs: HashMap<(&'static str, &'static str), Vec<(Rel, Option<Rel>)>>,
+    archs: HashMap<Key, Runs>,
     /// (engine, architecture) → the first release naming it in `_PREVIOUSLY_SUPPORTED_MODELS`,
     /// and that refusal.
-    dropped: HashMap<(&'static str, &'static str), (Rel, &'static str)>,
+    dropped: HashMap<Key, (Rel, &'static str)>,
 }
 
 fn table() -> &'static Table {
