@@ -1282,6 +1282,34 @@ fn the_sampler_warm_up_after_the_graphs_can_fail_the_start() {
     assert!(capacity(&t, gpu, Engine::Vllm, &eager).unwrap().starts);
 }
 
+/// Where the CUDA context sits, by version: V1 before 0.9 and V0 0.6.4 count it inside the
+/// budget (no baseline), V0 0.5.5 to 0.6.3 and 0.6.5 to 0.6.6 and V1 from 0.9 take a reading once
+/// it exists (`engine::vllm_context_in_budget`); the non-torch line says which.
+#[test]
+fn the_cuda_context_sits_where_each_version_counts_it() {
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    for (v, v1, inside) in [
+        ([0, 5, 5], false, false),
+        ([0, 6, 3], false, false),
+        ([0, 6, 4], false, true),
+        ([0, 6, 5], false, false),
+        ([0, 6, 6], false, false),
+        ([0, 8, 5], true, true),
+        ([0, 9, 2], true, false),
+        ([0, 19, 0], true, false),
+    ] {
+        assert_eq!(engine::vllm_context_in_budget(&at(v), v1), inside, "{v:?}");
+    }
+    let gpu = vram_model::gpu::lookup("rtx-3090").unwrap();
+    let (_, src) = non_torch::vllm_non_torch(&at([0, 6, 4]), false, gpu);
+    assert!(src.contains("CUDA context inside"), "{src}");
+    let (_, src) = non_torch::vllm_non_torch(&at([0, 6, 6]), false, gpu);
+    assert!(src.contains("once the context existed"), "{src}");
+}
+
 #[test]
 fn interconnect_can_be_told() {
     let t = llama3();

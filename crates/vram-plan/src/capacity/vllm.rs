@@ -227,7 +227,8 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // The profile run's peak is inside the budget but released before the KV cache is allocated
     // (`torch.cuda.empty_cache()` after `profile_run` in `determine_available_memory`, 0.8.3 and
     // 0.8.5; `memory_profiling`'s exit, 0.10.1 and 0.11.0), so the capture may use it too.
-    // V1 before 0.9 counts the context inside the budget (`engine::vllm_context_in_budget`).
+    // V1 before 0.9 and V0 0.6.4 count the context inside the budget
+    // (`engine::vllm_context_in_budget`).
     let context = if engine::vllm_context_in_budget(k, v1) {
         0
     } else {
