@@ -91,6 +91,9 @@ LORA_CASES = [
     ("gemma-4-e2b-shape", 16, "all-linear", 0.0),
     ("gemma-4-e2b-shape", 8, ["per_layer_input_gate", "per_layer_projection", "per_layer_model_projection",
                               "relative_k_proj", "output_proj"], 0.0),
+    # A real Gemma 4 E4B config.json (transformers' own serialization; see the data README):
+    # 18 KV-shared layers of 42, two KV heads, a single-width MLP.
+    ("gemma-4-e4b-it", 16, "all-linear", 0.0),
 ]
 
 ZOO = ROOT / "tests" / "zoo" / "configs"

@@ -253,6 +253,12 @@ pub struct Blocks {
 pub struct AudioTower {
     /// Parameters of the tower and its projection.
     pub params: u64,
+    /// Parameters an engine that builds the encoder from tensor-parallel layers splits across
+    /// a TP group: every projection of the encoder (the subsampling's input projection, each
+    /// conformer layer's feed-forwards, q/k/v/post, relative-position and light-convolution
+    /// linears, `output_proj`), its depthwise convolutions and their norms. `embed_audio`'s
+    /// projection into the text model and the other norms are not among them.
+    pub tp_split_params: u64,
     /// Its linears, in groups of equal count (one group per encoder layer's set).
     pub linears: Vec<(Vec<Site>, u64)>,
 }
@@ -347,6 +353,21 @@ impl Blocks {
     /// Vocabulary size (rows of the token embedding).
     pub fn vocab(&self) -> u64 {
         self.ends.vocab
+    }
+
+    /// Parameters of the embedding beyond its token, position and type tables and its norm:
+    /// Gemma 4's per-layer-input table, `per_layer_model_projection` and its norm, Llama 3.2
+    /// Vision's eight extra token rows. Every serving engine holds them on the first pipeline
+    /// stage, split like the token table.
+    pub fn embedding_beyond_tables(&self) -> u64 {
+        let e = self.embedding;
+        let tables = (self.vocab() + e.learned_positions + e.type_vocab) * self.hidden;
+        let norm = if e.norm {
+            self.norm.params(self.hidden)
+        } else {
+            0
+        };
+        self.ends.embedding.saturating_sub(tables + norm)
     }
 
     /// Layers of the encoder stack (encoder-decoders; 0 otherwise): the leading layers without

@@ -66,6 +66,8 @@ pub struct Vision {
     pub deepstack: u64,
     /// Whether the serving engine splits the encoder layers' linears across a TP group (vLLM's
     /// parallel linear layers); false where it builds them as plain `nn.Linear`s on every GPU.
+    /// A family whose towers vLLM alone builds as transformers modules
+    /// (`hf::vllm_replicates_towers`: Gemma 4) keeps `true` for SGLang's split tower.
     pub tp_split: bool,
     /// The images each sequence carries (`--images`), none by default.
     pub images: Option<Images>,

@@ -617,6 +617,10 @@ fn audio(outer: &Cfg, text_hidden: u64) -> Result<Option<AudioTower>> {
     let lconv = 2 * h * h + h * h + h * k + 2 * h;
     let layer = 2 * ffw + attn + lconv + 3 * h;
     let params = subsample + layers * layer + o * h + o + text_hidden * o;
+    // What a tensor-parallel encoder splits (SGLang's gemma4_audio.py): the projections, the
+    // depthwise convolution and its norm; `output_proj`'s bias and `embed_audio` stay whole.
+    let layer_split = 16 * h * h + 4 * qk * h + h * h + 3 * h * h + h * k + h;
+    let tp_split_params = h * sub_in + layers * layer_split + o * h;
     let lin = |path: &str, out: u64, inp: u64, input: u8| Site {
         path: path.into(),
         out,
@@ -627,6 +631,7 @@ fn audio(outer: &Cfg, text_hidden: u64) -> Result<Option<AudioTower>> {
     };
     Ok(Some(AudioTower {
         params,
+        tp_split_params,
         linears: vec![
             (
                 vec![lin(

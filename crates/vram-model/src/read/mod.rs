@@ -99,6 +99,16 @@ pub fn vllm_mlp_frees_gate_up(model_type: &str) -> bool {
     matches!(model_type, "llama" | "mistral" | "phi3")
 }
 
+/// Whether vLLM builds this model type's vision and audio towers as transformers' own modules
+/// (`AutoModel.from_config`) whose `nn.Linear`s become `ReplicatedLinear`s
+/// (`transformers/utils.py`'s `recursive_replace_linear`, style "replicate"), so every GPU of a
+/// TP group holds the whole towers: Gemma 4's `Gemma4ForConditionalGeneration`
+/// (`models/gemma4_mm.py`, read at vllm-project/vllm 01bae219). The split itself is the
+/// engine's, in `vram_plan::capacity`.
+pub fn vllm_replicates_towers(model_type: &str) -> bool {
+    model_type == "gemma4"
+}
+
 /// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
 const STANDARD_DECODER_KEYS: &[&str] = &[
     "vocab_size",

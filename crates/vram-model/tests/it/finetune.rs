@@ -38,6 +38,7 @@ fn held_back(name: &str) -> Option<Transformer> {
         "tiny-mixtral" => include_str!("../data/finetune/configs/tiny-mixtral.json"),
         "tiny-gpt2" => include_str!("../data/finetune/configs/tiny-gpt2.json"),
         "gemma-4-e2b-shape" => include_str!("../data/finetune/configs/gemma-4-e2b-shape.json"),
+        "gemma-4-e4b-it" => include_str!("../data/finetune/configs/gemma-4-e4b-it.json"),
         // Vision-language checkpoints of the zoo, built as their `*ForConditionalGeneration`.
         "zoo/llama-3.2-11b-vision" => {
             include_str!("../../../../tests/zoo/configs/llama-3.2-11b-vision.json")

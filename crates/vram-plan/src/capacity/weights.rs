@@ -18,7 +18,7 @@ use vram_alloc::policy::{allocation_size, round_size, MIN_LARGE_ALLOC, SMALL_SIZ
 /// loaded GPU of the unquantized model. vLLM's MXFP4 MoE kernels then lay the experts out padded
 /// to their tile sizes (`engine::vllm_mxfp4_layout`): what loading takes can exceed what is stored.
 pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> u64 {
-    let logical = logical_weights_per_gpu(t, k);
+    let logical = logical_weights_per_gpu(t, k, engine);
     let mxfp4 = k.quantization == Quantization::Mxfp4
         || t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4;
     let base = if k.quantization != Quantization::None
@@ -35,7 +35,7 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
             ..*k
         };
         let rotary = (t.max_positions() * t.blocks.typical().head_dim * k.dtype_bytes) as f64;
-        let whole = logical_weights_per_gpu(t, &one) as f64;
+        let whole = logical_weights_per_gpu(t, &one, engine) as f64;
         let stored = t.blocks.weights_bytes(false) as f64 + rotary;
         (logical as f64 * stored / whole.max(1.0)).round() as u64
     };
@@ -194,7 +194,11 @@ pub(super) fn parallel_widths(k: &Knobs) -> (f64, f64, f64) {
     )
 }
 
-pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
+/// The unquantized layout's bytes on the most loaded GPU. The first stage holds the token
+/// table, the embedding's other parameters (`Blocks::embedding_beyond_tables`: Gemma 4's
+/// per-layer-input table and projection, which vLLM builds as a `VocabParallelEmbedding` and a
+/// `ColumnParallelLinear`, split like the token table) and the towers ([`towers_per_gpu`]).
+pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     let split = t.param_split();
     let d = k.dtype_bytes as f64;
     let q = k.quantization.linear_bytes(d);
@@ -213,7 +217,8 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
         + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers().div_ceil(k.pp) as f64;
     let vocab_padded = (t.vocab().div_ceil(64) * 64) as f64;
-    let embed = vocab_padded * t.hidden() as f64 / tp * d;
+    let embed =
+        (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp * d;
     let head_matrix = if t.blocks.head.tied {
         0.0
     } else {
@@ -226,13 +231,7 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
             (t.vocab() * t.hidden()) as f64
         };
     let rotary = (t.max_positions() * t.blocks.typical().head_dim) as f64 * d;
-    // A multimodal model's vision tower and projector, on the first stage, in the model dtype.
-    let vision = t
-        .blocks
-        .vision
-        .as_ref()
-        .map_or(0.0, |v| vision_tower_per_gpu(v, k.tp) * d);
-    let embed = embed + vision;
+    let embed = embed + towers_per_gpu(t, k.tp, engine) * d;
     let first = embed + layers_here * layer + rotary;
     let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
     let one = if k.pp == 1 {
@@ -241,6 +240,32 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs) -> u64 {
         first.max(last)
     };
     one.round() as u64
+}
+
+/// Parameters of a multimodal model's towers and projectors on one GPU of a TP group, held on
+/// the first stage in the model dtype. Where vLLM builds the towers as transformers' own
+/// modules with replicated linears (`vram_model::hf::vllm_replicates_towers`: Gemma 4), each
+/// GPU holds them whole. Otherwise the vision tower splits as [`vision_tower_per_gpu`] says, and
+/// an audio tower (Gemma 4's) as SGLang's `Gemma4AudioEncoder` builds it
+/// (`models/gemma4_audio.py`, read at sgl-project/sglang 0b142c7b: column/row-parallel
+/// projections and a depthwise convolution sharded by channel;
+/// `AudioTower::tp_split_params`), the rest whole.
+pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
+    let b = &t.blocks;
+    if engine == Engine::Vllm && vram_model::hf::vllm_replicates_towers(&t.model_type) {
+        let whole =
+            b.vision.as_ref().map_or(0, |v| v.params) + b.audio.as_ref().map_or(0, |a| a.params);
+        return whole as f64;
+    }
+    let vision = b
+        .vision
+        .as_ref()
+        .map_or(0.0, |v| vision_tower_per_gpu(v, tp));
+    let audio = b.audio.as_ref().map_or(0.0, |a| {
+        let split = a.tp_split_params.min(a.params) as f64;
+        split / tp.max(1) as f64 + (a.params as f64 - split)
+    });
+    vision + audio
 }
 
 /// Parameters of a vision tower and its projector on one GPU of a TP group. The engines build

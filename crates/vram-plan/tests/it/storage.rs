@@ -165,3 +165,71 @@ fn a_catalog_id_and_its_config_agree() {
     };
     assert_eq!(q("gpt-oss-120b"), Quant::Mxfp4);
 }
+
+fn finetune_config(name: &str) -> Transformer {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-model/tests/data/finetune/configs")
+        .join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    match vram_model::hf::parse_config(&text, name).unwrap() {
+        Model::Transformer(t) => t,
+        _ => panic!("{name}: not a transformer"),
+    }
+}
+
+/// Gemma 4's E-sizes (a real E4B config and the E2B-shaped one): on one GPU `vram capacity`
+/// holds every weight the estimate holds (the per-layer-input table and projection, the vision
+/// and the audio towers) plus the rotary cache, up to the per-layer mean's rounding (one
+/// parameter per layer). Under TP, vLLM holds both towers whole on every GPU (its
+/// `gemma4_mm.py` builds them with `AutoModel.from_config` and replicated linears), SGLang
+/// splits the audio encoder's projections and depthwise convolutions (its `gemma4_audio.py`).
+#[test]
+fn capacity_holds_gemma_4s_per_layer_inputs_and_towers() {
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    for name in ["gemma-4-e4b-it", "gemma-4-e2b-shape"] {
+        let t = finetune_config(name);
+        let audio = t.blocks.audio.clone().unwrap();
+        let vision = t.blocks.vision.clone().unwrap();
+        let mut bare = t.clone();
+        bare.blocks.vision = None;
+        bare.blocks.audio = None;
+        let at = |tp: u64| Knobs {
+            tp,
+            ..Knobs::default()
+        };
+        let one = at(1);
+        let rotary = t.max_positions() * t.blocks.typical().head_dim * one.dtype_bytes;
+        for engine in [Engine::Vllm, Engine::Sglang] {
+            let w = weights_per_gpu(&t, &one, h100, engine);
+            let estimate = t.blocks.weights_bytes(false) + rotary;
+            assert!(
+                w.abs_diff(estimate) <= t.layers() * one.dtype_bytes,
+                "{name} {engine:?}: capacity {w}, estimate {estimate}"
+            );
+        }
+        let towers = |engine, tp| {
+            weights_per_gpu(&t, &at(tp), h100, engine) as i64
+                - weights_per_gpu(&bare, &at(tp), h100, engine) as i64
+        };
+        let whole = 2 * (vision.params + audio.params) as i64;
+        assert!((towers(Engine::Vllm, 1) - whole).abs() <= 1, "{name}");
+        assert!((towers(Engine::Vllm, 2) - whole).abs() <= 1, "{name}");
+        let sglang_audio = audio.tp_split_params / 2 + (audio.params - audio.tp_split_params);
+        assert!(towers(Engine::Sglang, 2) < whole, "{name}");
+        assert!(
+            towers(Engine::Sglang, 2) > 2 * sglang_audio as i64,
+            "{name}"
+        );
+    }
+    // SGLang's Gemma4AudioEncoder at E4B's width 1024, 12 layers, conv kernel 5, channels
+    // [128, 32], output 1536: per layer the two feed-forwards (16 h²), qkv (3 h²), post (h²),
+    // pos_proj (h²), linear_start (2 h²), linear_end (h²), the depthwise conv (5 h) and its norm
+    // (h); then input_proj_linear (h × 32·128/4) and output_proj's weight (1536 h).
+    let e4b = finetune_config("gemma-4-e4b-it").blocks.audio.unwrap();
+    let h = 1024u64;
+    assert_eq!(
+        e4b.tp_split_params,
+        12 * (24 * h * h + 6 * h) + h * 1024 + 1536 * h
+    );
+    assert_eq!(e4b.params, 308_756_768);
+}
