@@ -71,7 +71,7 @@ pub(super) fn vllm_context_in_budget(k: &Knobs, v1: bool) -> bool {
     if v1 {
         v < [0, 9, 0]
     } else {
-        v >= [0, 6, 4] && v < [0, 6, 5]
+        ([0, 6, 4]..[0, 6, 5]).contains(&v)
     }
 }
 
