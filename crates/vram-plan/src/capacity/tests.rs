@@ -1249,6 +1249,67 @@ fn graphs_beyond_what_the_budget_leaves_fail_the_start() {
     assert!(capacity(&t, gpu, Engine::Vllm, &v20).unwrap().starts);
 }
 
+/// V1 warms the sampler up after capturing the graphs (`compile_or_warm_up_model`, 0.8 on):
+/// on an A10 at 0.95 the graphs take the room beyond the budget and the profile's released peak,
+/// the warm-up over 256 rows does not fit, and the line is the engine's own; 64 sequences (the
+/// change the message names) start it.
+#[test]
+fn the_sampler_warm_up_after_the_graphs_can_fail_the_start() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("a10").unwrap();
+    let k = Knobs {
+        engine_version: Some([0, 11, 0]),
+        max_model_len: Some(4096),
+        gpu_memory_utilization: Some(0.95),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert!(!c.starts && c.cuda_graph_bytes > 0 && c.kv_cache_bytes > 0);
+    let line = c.log.last().unwrap();
+    assert!(
+        line.starts_with("RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization`"),
+        "{line}"
+    );
+    let fewer = Knobs {
+        max_num_seqs: Some(64),
+        ..k
+    };
+    assert!(capacity(&t, gpu, Engine::Vllm, &fewer).unwrap().starts);
+    let eager = Knobs {
+        enforce_eager: true,
+        ..k
+    };
+    assert!(capacity(&t, gpu, Engine::Vllm, &eager).unwrap().starts);
+}
+
+/// Where the CUDA context sits, by version: V1 before 0.9 and V0 0.6.4 count it inside the
+/// budget (no baseline), V0 0.5.5 to 0.6.3 and 0.6.5 to 0.6.6 and V1 from 0.9 take a reading once
+/// it exists (`engine::vllm_context_in_budget`); the non-torch line says which.
+#[test]
+fn the_cuda_context_sits_where_each_version_counts_it() {
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    for (v, v1, inside) in [
+        ([0, 5, 5], false, false),
+        ([0, 6, 3], false, false),
+        ([0, 6, 4], false, true),
+        ([0, 6, 5], false, false),
+        ([0, 6, 6], false, false),
+        ([0, 8, 5], true, true),
+        ([0, 9, 2], true, false),
+        ([0, 19, 0], true, false),
+    ] {
+        assert_eq!(engine::vllm_context_in_budget(&at(v), v1), inside, "{v:?}");
+    }
+    let gpu = vram_model::gpu::lookup("rtx-3090").unwrap();
+    let (_, src) = non_torch::vllm_non_torch(&at([0, 6, 4]), false, gpu);
+    assert!(src.contains("CUDA context inside"), "{src}");
+    let (_, src) = non_torch::vllm_non_torch(&at([0, 6, 6]), false, gpu);
+    assert!(src.contains("once the context existed"), "{src}");
+}
+
 #[test]
 fn interconnect_can_be_told() {
     let t = llama3();
