@@ -168,7 +168,7 @@ const FIGURES: [(Group, usize, Option<usize>); 19] = [
     (Group::Holdout8, 12, Some(12)),
     (Group::Fit9, 10, None),
     (Group::Holdout9, 19, Some(19)),
-    (Group::Fit10, 6, None),
+    (Group::Fit10, 7, None),
     (Group::Holdout10, 16, Some(16)),
 ];
 
