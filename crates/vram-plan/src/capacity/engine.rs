@@ -52,12 +52,27 @@ pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
     v1 && Engine::Vllm.version_in_force(k) >= [0, 20, 0] && !is_rocm(gpu)
 }
 
-/// Whether V1's budget holds the CUDA context: before 0.9 `determine_available_memory` takes no
-/// baseline (`v1/worker/gpu_worker.py` at 0.7.2 and 0.8.5: the device's whole use less
-/// PyTorch's allocated bytes after the profile run); 0.9.2 and later subtract the snapshot
-/// taken once the context exists (`memory_profiling(self.init_snapshot, ...)`).
+/// Whether vLLM's budget holds the CUDA context.
+///
+/// - V1 before 0.9: `determine_available_memory` takes no baseline (`v1/worker/gpu_worker.py`
+///   at 0.7.2 and 0.8.5: the device's whole use less PyTorch's allocated bytes after the profile
+///   run); 0.9.2 and later subtract the snapshot taken once the context exists
+///   (`memory_profiling(self.init_snapshot, ...)`).
+/// - V0 (`worker/worker.py` `determine_num_available_blocks`, read at 0.5.5, 0.6.0, 0.6.3.post1,
+///   0.6.4, 0.6.5 and 0.6.6.post1): only 0.6.4 counts it. Its peak is PyTorch's allocated peak
+///   plus `non_torch_allocations`, the device's whole use less PyTorch's allocated bytes after
+///   `empty_cache()`, so the context (and any other process's memory) is inside. 0.5.5 to
+///   0.6.3.post1 take `init_gpu_memory - free` after the profile, and 0.6.5 and 0.6.6.post1 pass
+///   `total - init_gpu_memory` to `memory_profiling` as the baseline: `init_device` reads
+///   `init_gpu_memory` once the context exists and before the distributed environment, so the
+///   context sits beside the budget and the communicators inside it.
 pub(super) fn vllm_context_in_budget(k: &Knobs, v1: bool) -> bool {
-    v1 && Engine::Vllm.version_in_force(k) < [0, 9, 0]
+    let v = Engine::Vllm.version_in_force(k);
+    if v1 {
+        v < [0, 9, 0]
+    } else {
+        ([0, 6, 4]..[0, 6, 5]).contains(&v)
+    }
 }
 
 /// An AMD Instinct GPU (ROCm).

@@ -9,8 +9,10 @@
 //!   communicator (its warm-up all-reduce done), the custom all-reduce IPC buffers (8 MiB,
 //!   `custom_all_reduce.py` `max_size`) and the symmetric-memory buffer are already there. V0 from
 //!   0.7 (`worker/worker.py` `init_device`, read at 0.8.3) takes `baseline_snapshot` *before* it,
-//!   so its communicators count. V0 before 0.7 measured from before the CUDA context (0.6.4) and
-//!   is kept on its older estimate.
+//!   so its communicators count. V0 before 0.7 has three rules (`engine::vllm_context_in_budget`,
+//!   read at 0.5.5, 0.6.0, 0.6.3.post1, 0.6.4, 0.6.5, 0.6.6.post1): only 0.6.4 counts the CUDA
+//!   context inside the budget; every one counts the communicators. It is kept on its older
+//!   estimate, which its assumption line says.
 //! - **Kernel images and library state** loaded lazily (`CUDA_MODULE_LOADING=LAZY`) by the
 //!   first forward: small, and larger once vLLM profiles its CUDA graphs inside the window (from
 //!   0.18, `profile_cudagraph_memory` runs inside `memory_profiling`: two captures per graph mode,
@@ -95,15 +97,31 @@ fn communicator(gpu: &Gpu, k: &Knobs) -> (u64, &'static str) {
 pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     let v = Engine::Vllm.version_in_force(k);
     if !v1 && v < [0, 7, 0] {
+        // What the figure stands for follows the version's accounting
+        // (`engine::vllm_context_in_budget`); the figure itself is the older estimate, not
+        // derived: at 0.6.4 it stands for the CUDA context too, which the engine's own
+        // "non_torch_memory" shows at 0.35 GiB on an RTX 3090 (`logs.json`, vllm#10517).
+        let counted = if engine::vllm_context_in_budget(k, v1) {
+            "V0 0.6.4: the device's whole use less PyTorch's allocated bytes, so the CUDA context inside"
+        } else if v < [0, 6, 5] {
+            "V0 0.5-0.6.3: the fall in free memory since the context existed, the profile's cache still reserved"
+        } else {
+            "V0 0.6.5-0.6.6: the baseline taken once the context existed, before the communicators"
+        };
+        let low = if engine::vllm_context_in_budget(k, v1) {
+            "; low: the engine printed 0.35 GiB with the context on an RTX 3090"
+        } else {
+            ""
+        };
         return if k.tp * k.pp > 1 {
             (
                 1024 * MIB,
-                "non-torch memory: 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (V0 before 0.7, measured from before the CUDA context; estimated)".into(),
+                format!("non-torch memory ({counted}): 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (estimated{low})"),
             )
         } else {
             (
                 128 * MIB,
-                "non-torch memory: 128 MiB at TP 1 (V0 before 0.7; estimated)".into(),
+                format!("non-torch memory ({counted}): 128 MiB at TP 1 (estimated{low})"),
             )
         };
     }

@@ -227,7 +227,8 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // The profile run's peak is inside the budget but released before the KV cache is allocated
     // (`torch.cuda.empty_cache()` after `profile_run` in `determine_available_memory`, 0.8.3 and
     // 0.8.5; `memory_profiling`'s exit, 0.10.1 and 0.11.0), so the capture may use it too.
-    // V1 before 0.9 counts the context inside the budget (`engine::vllm_context_in_budget`).
+    // V1 before 0.9 and V0 0.6.4 count the context inside the budget
+    // (`engine::vllm_context_in_budget`).
     let context = if engine::vllm_context_in_budget(k, v1) {
         0
     } else {
@@ -238,7 +239,35 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     let left_for_graphs = left + activation as i128;
     let graphs_fail = starts && beyond > 0 && beyond as i128 > left_for_graphs;
     let context_fail = starts && beyond == 0 && left_for_graphs < 0;
-    let starts = starts && !graphs_fail && !context_fail;
+    // V1 from 0.8 warms the sampler up after `capture_model`, on the last PP rank
+    // (`compile_or_warm_up_model`, read at 0.8.3, 0.8.5, 0.11.0 to 0.14.0 and 0.19.0:
+    // "This is called after `capture_model` on purpose to prevent memory buffers from being
+    // cleared"): a dummy forward over `min(max_num_seqs, max_num_batched_tokens)` tokens, then
+    // `_dummy_sampler_run` over as many rows, with the KV cache and the graphs' pool held. It
+    // needs what the profile's released peak and the device beyond the budget leave once the
+    // graphs are captured; out of memory there, `_dummy_sampler_run` re-raises with its own
+    // message. PyTorch memory the profile leaves reserved but unallocated is counted by neither
+    // vLLM nor this check (see BENCHMARKS.md: the 0.19 gpt-oss-20b runs). Checked at PP 1
+    // only: the figures here are a typical stage's, not the last rank's.
+    let warmup_fails = starts
+        && !graphs_fail
+        && !context_fail
+        && v1
+        && Engine::Vllm.version_in_force(k) >= [0, 8, 0]
+        && k.pp == 1
+        && {
+            let warm = forward_peak_held(t, reqs, k, compiled, held)
+                .max(sampler_peak(t, reqs, reqs, k, sorts));
+            warm as i128 > left_for_graphs - beyond as i128
+        };
+    let starts = starts && !graphs_fail && !context_fail && !warmup_fails;
+    if warmup_fails {
+        log.push(format!(
+            "RuntimeError: CUDA out of memory occurred when warming up sampler with {reqs} dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine. (estimated: after the KV cache and {:.2} GiB of CUDA graphs, {:.2} GiB is left for the warm-up's forward and sampler)",
+            gib(beyond as f64),
+            gib((left_for_graphs - beyond as i128).max(0) as f64)
+        ));
+    }
     if context_fail {
         log.push(format!(
             "torch.OutOfMemoryError: CUDA out of memory: the budget ({:.2} GiB) and the CUDA context exceed the device (estimated); lower --gpu-memory-utilization",
