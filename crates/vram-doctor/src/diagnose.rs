@@ -496,11 +496,17 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   When others hold more of the device than this process could, one of them
 ///   allocating at that moment is the likeliest reason free looks sufficient:
 ///   they are named first, `unexplained` second. Otherwise what lies between
-///   the request and the device is not in the message (the size `cudaMalloc`
-///   was asked for, memory the driver could not place as one allocation), and
-///   what the user can change is what this process asks of it: the step is named
-///   first as that, not sufficient and with no remedy enough, `unexplained`
-///   second. Free above the device (unified memory) stays unexplained alone.
+///   the request and the device is not in the message (memory the driver could
+///   not place as one allocation, a limit on the host side, as Windows threads
+///   fixed by a larger page file show), and what the user can change is what this process asks of it: the
+///   step is named first as that, not sufficient and with no remedy enough,
+///   `unexplained` second. The printed request is already the segment
+///   `cudaMalloc` was asked for (`alloc_size = get_allocation_size(round_size(n))`:
+///   2 MiB for ≤ 1 MiB, 20 MiB below 10 MiB, else 2 MiB multiples), so comparing
+///   it with free compares the segment; only expandable segments map more (whole
+///   20 MiB large-pool pages, less the free tail already mapped), which the
+///   message does not show. Free above the device (unified memory) stays
+///   unexplained alone.
 /// - **live tensors above the card**: allocated beyond the message's total
 ///   (free within it) is Windows' shared GPU memory (WDDM's system-memory
 ///   fallback); the failure comes when that runs out too. The step needs more
@@ -597,7 +603,9 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         need > l || (need.saturating_add(cap_margin) > l && req <= free)
     });
     // Free memory proves nothing unless it exceeds the request by a page and the figures'
-    // rounding (`cudaMalloc` maps 2 MiB pages).
+    // rounding (`cudaMalloc` maps 2 MiB pages). The request printed is the segment PyTorch
+    // asked `cudaMalloc` for (`get_allocation_size`: 2 MiB, 20 MiB, or a 2 MiB multiple), so
+    // the page is a margin, not a rounding of the request to its segment.
     let free_margin = PAGE_BYTES
         .saturating_add(rounding(free))
         .saturating_add(rounding(req));
@@ -749,13 +757,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         });
     let neighbours = held_by_others > usable;
     // A request below the free figure that the device still refused, with no one else holding
-    // more of the device than this process could: what the message cannot show (the size
-    // `cudaMalloc` was asked for once PyTorch rounded the request to its segment, device memory
+    // more of the device than this process could: what the message cannot show (device memory
     // the driver could not place as one allocation, as WDDM places each allocation on Windows
-    // and a small or shared device runs short of) lies between this process and the device, and
-    // what the user can change is what this process asks of it. The step is named first, as
-    // what to change, not as a cause the figures prove (it is not sufficient and no remedy is
-    // enough); the figures' puzzle second. A free figure above the device (unified memory) is
+    // and a small or shared device runs short of; not the segment size, which is the printed
+    // request itself: PyTorch prints `alloc_size`, what it asked `cudaMalloc` for) lies between
+    // this process and the device, and what the user can change is what this process asks of
+    // it. The step is named first, as what to change, not as a cause the figures prove (it is
+    // not sufficient and no remedy is enough); the figures' puzzle second. A free figure above the device (unified memory) is
     // not a reading of the device's free memory and stays unexplained alone.
     //
     // Unless the device was idle: this process held no more than a couple of pages and the
