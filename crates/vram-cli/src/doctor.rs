@@ -245,7 +245,8 @@ fn serving_figures(
         ));
     };
     let engine = match e {
-        ServingError::SglangNotEnoughMemory { .. } => Engine::Sglang,
+        ServingError::SglangNotEnoughMemory { .. }
+        | ServingError::SglangWeightsLeaveNoKv { .. } => Engine::Sglang,
         _ => Engine::Vllm,
     };
     let knobs = Knobs {
@@ -259,6 +260,10 @@ fn serving_figures(
             ServingError::SglangNotEnoughMemory {
                 mem_fraction_static,
             } => mem_fraction_static,
+            ServingError::SglangWeightsLeaveNoKv {
+                mem_fraction_static,
+                ..
+            } => Some(mem_fraction_static),
             _ => None,
         },
         ..Knobs::default()

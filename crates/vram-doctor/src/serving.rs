@@ -29,6 +29,15 @@
 //!   Please try to increase --mem-fraction-static.`, from 2025 with ` Current
 //!   value: mem_fraction_static=V`, when the profiled `max_total_num_tokens`
 //!   is not positive.
+//! * SGLang 0.5.23 (`sglang/srt/mem_cache/kv_cache_configurator.py`,
+//!   `_profile_available_bytes`, read in the 0.5.23 wheel on PyPI): the KV pool's
+//!   budget is what is free after loading less `pre_model_load_memory × (1 −
+//!   mem_fraction_static)` (the slack left outside the static pool), and when that
+//!   is not positive: `Loaded weights leave no GPU memory for the KV cache under
+//!   --mem-fraction-static=F. Raise --mem-fraction-static above S (minimum viable
+//!   = 1 - available/pre = M).` The log's `Load weight end. ... avail mem=A GB,
+//!   mem usage=U GB.` (`model_runner.py`, `load_model`: free after loading, and
+//!   free before less free after; SGLang's GB are GiB) often precedes it.
 //!
 //! **Where the capacity model plugs in.** [`CapacityFigures`] is the one
 //! place the serving capacity model (`vram capacity`, engineer "serving"'s
@@ -93,6 +102,20 @@ pub enum ServingError {
     SglangNotEnoughMemory {
         /// `mem_fraction_static`, when the message prints it.
         mem_fraction_static: Option<f64>,
+    },
+    /// SGLang 0.5.23: `Loaded weights leave no GPU memory for the KV cache under
+    /// --mem-fraction-static=F. Raise --mem-fraction-static above S (minimum viable = 1 -
+    /// available/pre = M).`
+    SglangWeightsLeaveNoKv {
+        /// `mem_fraction_static`, F.
+        mem_fraction_static: f64,
+        /// The smallest fraction that leaves the KV pool anything: M as printed, else
+        /// `U / (A + U)` from the `Load weight end` line.
+        minimum_fraction: Option<f64>,
+        /// Free after loading (`avail mem=A GB`), bytes, when the log has the line.
+        available_bytes: Option<u64>,
+        /// What loading took (`mem usage=U GB`), bytes, when the log has the line.
+        weights_bytes: Option<u64>,
     },
 }
 
@@ -178,6 +201,15 @@ fn paren_after(s: &str, pat: &str) -> Option<String> {
 
 fn num(s: &str) -> Option<u64> {
     s.trim().replace(',', "").parse().ok()
+}
+
+/// The decimal number right after `key` in `s` (a sentence's closing `.` left out).
+fn number_after(s: &str, key: &str) -> Option<f64> {
+    let r = s[s.find(key)? + key.len()..].trim_start();
+    let end = r
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(r.len());
+    r[..end].trim_end_matches('.').parse().ok()
 }
 
 /// Finds a serving engine's start-up memory error in `text`, if there is one.
@@ -272,6 +304,30 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             total_bytes,
             utilization: u.trim().parse().ok()?,
             desired_bytes: parse_size(x.trim())?,
+        });
+    }
+    if let Some(i) = flat
+        .find("loaded weights leave no gpu memory for the kv cache under --mem-fraction-static=")
+    {
+        let after = &flat[i..];
+        let mem_fraction_static = number_after(after, "--mem-fraction-static=")?;
+        // `Load weight end. ... avail mem=A GB, mem usage=U GB.`: the last one before the error.
+        let load = flat[..i].rfind("load weight end.").map(|j| &flat[j..i]);
+        let gib = |key: &str| {
+            let v = number_after(load?, key)?;
+            (v >= 0.0).then(|| (v * (1u64 << 30) as f64).round() as u64)
+        };
+        let available_bytes = gib("avail mem=");
+        let weights_bytes = gib("mem usage=");
+        let minimum_fraction = number_after(after, "1 - available/pre =").or_else(|| {
+            let (a, u) = (available_bytes? as f64, weights_bytes? as f64);
+            (a + u > 0.0).then(|| u / (a + u))
+        });
+        return Some(ServingError::SglangWeightsLeaveNoKv {
+            mem_fraction_static,
+            minimum_fraction,
+            available_bytes,
+            weights_bytes,
         });
     }
     // Early SGLang spelled it `Not enought memory`.
@@ -495,28 +551,7 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
             mem_fraction_static,
         } => {
             let r = match cap {
-                Some(c) => {
-                    // SGLang's static pool holds the weights and the KV pool;
-                    // at least one request's worth of tokens (one page) must remain.
-                    let need = c.non_kv_bytes.saturating_add(c.kv_bytes_per_token);
-                    ServingRemedy {
-                        action: if need <= c.device_bytes {
-                            format!(
-                                "--mem-fraction-static {:.2}",
-                                frac_up(need as f64 / c.device_bytes.max(1) as f64)
-                            )
-                        } else {
-                            "raise --mem-fraction-static".into()
-                        },
-                        enough: need <= c.device_bytes,
-                        detail: format!(
-                            "the capacity model puts the weights and what else the static pool holds at {} on a {} GPU{}",
-                            hb(c.non_kv_bytes),
-                            hb(c.device_bytes),
-                            if need > c.device_bytes { ": more than the whole GPU, no fraction is enough" } else { "" }
-                        ),
-                    }
-                }
+                Some(c) => sglang_fraction_by_capacity(c),
                 None => ServingRemedy {
                     action: format!(
                         "raise --mem-fraction-static{}",
@@ -529,18 +564,73 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                 },
             };
             remedies.push(r);
-            remedies.push(ServingRemedy {
-                action: "shrink the weights (a quantized checkpoint) or spread them (--tp-size)"
-                    .into(),
-                enough: false,
-                detail: "leaves more of the static pool to the KV cache".into(),
-            });
+            remedies.push(sglang_shrink_weights());
             (
                 "sglang",
                 "mem_fraction_static",
                 format!(
                     "mem_fraction_static{} is the share of the GPU memory free at start-up that SGLang's static pool takes, the weights and the KV cache together (its profile: what is free after loading less (1 - mem_fraction_static) of what was free before goes to the KV pool); after the weights, the KV pool got no tokens. The fix is to raise it",
                     mem_fraction_static.map(|v| format!(" ({v})")).unwrap_or_default()
+                ),
+            )
+        }
+        ServingError::SglangWeightsLeaveNoKv {
+            mem_fraction_static,
+            minimum_fraction,
+            available_bytes,
+            weights_bytes,
+        } => {
+            // What was free before loading: free after it plus what loading took (the
+            // `Load weight end` line), else free after it over 1 - the printed minimum.
+            let pre = match (available_bytes, weights_bytes, minimum_fraction) {
+                (Some(a), Some(u), _) => Some(a.saturating_add(u)),
+                (Some(a), None, Some(m)) if m < 1.0 => Some((a as f64 / (1.0 - m)) as u64),
+                _ => None,
+            };
+            match minimum_fraction {
+                Some(m) => {
+                    // SGLang prints the minimum rounded up to three decimals as the floor.
+                    let floor = (m * 1000.0).ceil() / 1000.0;
+                    remedies.push(ServingRemedy {
+                        action: format!("raise --mem-fraction-static above {floor:.3}"),
+                        enough: false,
+                        detail: match pre {
+                            Some(p) => format!(
+                                "at {m:.4} the KV pool is empty; each 0.01 above it adds {} of KV pool, and the {} × (1 − fraction) left outside the static pool is what activations and CUDA graphs run in, so a fraction near 1 moves the failure to run time",
+                                hb((p as f64 * 0.01) as u64),
+                                hb(p)
+                            ),
+                            None => "at that fraction the KV pool is empty; the higher the fraction, the less is left outside the static pool for activations and CUDA graphs".into(),
+                        },
+                    });
+                }
+                None => remedies.push(ServingRemedy {
+                    action: format!("raise --mem-fraction-static above {mem_fraction_static}"),
+                    enough: false,
+                    detail: "until the static pool holds the weights plus a KV pool; the rest of the GPU is left for activations and CUDA graphs, so going too high moves the failure to run time".into(),
+                }),
+            }
+            if let Some(c) = cap {
+                remedies.push(sglang_fraction_by_capacity(c));
+            }
+            remedies.push(sglang_shrink_weights());
+            (
+                "sglang",
+                "mem_fraction_static",
+                format!(
+                    "SGLang gives the KV pool what is free after loading the weights less (1 − mem_fraction_static) of what was free before{}; at mem_fraction_static {mem_fraction_static} that is nothing: loading took{} more than {mem_fraction_static} of the memory free before it{}",
+                    match pre {
+                        Some(p) => format!(" ({})", hb(p)),
+                        None => String::new(),
+                    },
+                    match weights_bytes {
+                        Some(u) => format!(" {},", hb(u)),
+                        None => String::new(),
+                    },
+                    match minimum_fraction {
+                        Some(m) => format!(" (the smallest fraction that leaves the KV pool anything is {m:.4})"),
+                        None => String::new(),
+                    }
                 ),
             )
         }
@@ -564,9 +654,9 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         ServingError::VllmMaxSeqLen { .. } | ServingError::VllmKvMemory { .. } => {
             ServingCause::Context
         }
-        ServingError::VllmNoCacheMemory { .. } | ServingError::SglangNotEnoughMemory { .. } => {
-            ServingCause::Weights
-        }
+        ServingError::VllmNoCacheMemory { .. }
+        | ServingError::SglangNotEnoughMemory { .. }
+        | ServingError::SglangWeightsLeaveNoKv { .. } => ServingCause::Weights,
         ServingError::VllmFreeBelowUtilization { .. } => ServingCause::OtherProcesses,
     };
     ServingDiagnosis {
@@ -578,6 +668,42 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         remedies,
         capacity: cap.cloned(),
         notes: Vec::new(),
+    }
+}
+
+/// SGLang's fraction by the capacity model: the static pool holds the weights and the KV pool,
+/// and at least one token's worth of KV must remain.
+fn sglang_fraction_by_capacity(c: &CapacityFigures) -> ServingRemedy {
+    let need = c.non_kv_bytes.saturating_add(c.kv_bytes_per_token);
+    ServingRemedy {
+        action: if need <= c.device_bytes {
+            format!(
+                "--mem-fraction-static {:.2}",
+                frac_up(need as f64 / c.device_bytes.max(1) as f64)
+            )
+        } else {
+            "raise --mem-fraction-static".into()
+        },
+        enough: need <= c.device_bytes,
+        detail: format!(
+            "the capacity model puts the weights and what else the static pool holds at {} on a {} GPU{}",
+            human_bytes(c.non_kv_bytes),
+            human_bytes(c.device_bytes),
+            if need > c.device_bytes {
+                ": more than the whole GPU, no fraction is enough"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// SGLang's other way out: less weight per GPU.
+fn sglang_shrink_weights() -> ServingRemedy {
+    ServingRemedy {
+        action: "shrink the weights (a quantized checkpoint) or spread them (--tp-size)".into(),
+        enough: false,
+        detail: "leaves more of the static pool to the KV cache".into(),
     }
 }
 

@@ -177,7 +177,7 @@ const FIGURES: [(Group, usize, Option<usize>); 21] = [
     (Group::Holdout9, 19, Some(19)),
     (Group::Fit10, 7, None),
     (Group::Holdout10, 16, Some(16)),
-    (Group::Fit11, 5, None),
+    (Group::Fit11, 6, None),
     (Group::Holdout11, 8, Some(8)),
 ];
 
@@ -233,7 +233,8 @@ const RUN10: (bool, bool) = (true, true);
 /// Whether batch 11's halves have been run: (fit, holdout). Both stayed unrun until the labelled
 /// messages were committed (e904346); the holdout was then run first, once, on the rules of
 /// 885a5c0, and came out at 8 / 10 (BENCHMARKS.md); the fit half was run after that, 5 / 10 at
-/// its first run, and no rule was fitted on its misses (BENCHMARKS.md says why).
+/// its first run, and no rule was fitted on its misses (BENCHMARKS.md says why). SGLang 0.5.23's
+/// `Loaded weights leave no GPU memory for the KV cache` layout, read since, makes it 6 / 10.
 const RUN11: (bool, bool) = (true, true);
 
 #[test]

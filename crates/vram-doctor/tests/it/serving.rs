@@ -313,3 +313,84 @@ fn vllms_cpu_backend_is_told_its_own_knob() {
         "{d:?}"
     );
 }
+
+#[test]
+fn sglang_0_5_23_weights_leave_no_kv_cache_is_read_with_its_floor() {
+    // The whole layout, as SGLang 0.5.23's `_profile_available_bytes` formats it (figures from a
+    // 2 × 0.5 split: 0.3198 = 1 - available/pre), after its `Load weight end` line.
+    let log = "[2026-11-02 10:00:01] Load weight end. elapsed=41.20 s, type=Qwen3ForCausalLM, \
+               avail mem=82.62 GB, mem usage=38.86 GB.\n\
+               [2026-11-02 10:00:02] Scheduler hit an exception: Traceback (most recent call last):\n\
+               ValueError: Loaded weights leave no GPU memory for the KV cache under \
+               --mem-fraction-static=0.3. Raise --mem-fraction-static above 0.320 (minimum viable \
+               = 1 - available/pre = 0.3198). If using speculative decoding, draft weights are now \
+               counted.";
+    let e = parse(log).unwrap();
+    let ServingError::SglangWeightsLeaveNoKv {
+        mem_fraction_static,
+        minimum_fraction,
+        available_bytes,
+        weights_bytes,
+    } = e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(mem_fraction_static, 0.3);
+    assert_eq!(minimum_fraction, Some(0.3198));
+    assert_eq!(available_bytes, Some(gib(82.62)));
+    assert_eq!(weights_bytes, Some(gib(38.86)));
+    let d = explain(&e, None);
+    assert_eq!((d.engine, d.knob), ("sglang", "mem_fraction_static"));
+    assert_eq!(
+        serde_json::to_value(d.cause).unwrap().as_str(),
+        Some("weights")
+    );
+    assert_eq!(
+        d.remedies[0].action,
+        "raise --mem-fraction-static above 0.320"
+    );
+    assert!(!d.remedies[0].enough);
+    // Free before loading is 82.62 + 38.86 = 121.48 GiB: 0.01 of it is 1.21 GiB of KV pool.
+    assert!(
+        d.remedies[0].detail.contains("1.21 GiB"),
+        "{}",
+        d.remedies[0].detail
+    );
+    assert!(d.explanation.contains("121.48 GiB"), "{}", d.explanation);
+    // Not the older `Not enough memory` layout.
+    assert!(!matches!(e, ServingError::SglangNotEnoughMemory { .. }));
+
+    // SemiAnalysisAI/InferenceX#2128 (batch 11, fit half) as posted: the sentence cut after the
+    // fraction, the minimum from the `Load weight end` line: 125.65 / (12.25 + 125.65) = 0.9112
+    // (the thread quotes SGLang's 0.9113, from unrounded figures).
+    let e = parse(
+        "Load weight end. quant=fp8, fmt=e4m3, avail mem=12.25 GB, mem usage=125.65 GB.\n\
+         ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88.",
+    )
+    .unwrap();
+    let ServingError::SglangWeightsLeaveNoKv {
+        mem_fraction_static,
+        minimum_fraction: Some(m),
+        ..
+    } = e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(mem_fraction_static, 0.88);
+    assert!((m - 0.9112).abs() < 5e-5, "{m}");
+    let d = explain(&e, None);
+    assert_eq!(
+        d.remedies[0].action,
+        "raise --mem-fraction-static above 0.912"
+    );
+    // Without the load line or the sentence that names the minimum, the fraction alone.
+    let e = parse(
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.5.",
+    )
+    .unwrap();
+    let d = explain(&e, None);
+    assert_eq!(
+        d.remedies[0].action,
+        "raise --mem-fraction-static above 0.5"
+    );
+}
