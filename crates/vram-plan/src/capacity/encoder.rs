@@ -214,8 +214,10 @@ fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_byt
 /// (vLLM's default installation from 0.12 on, assumed, and vllm#52180 of August 2026 says so)
 /// the blocks attend under transformers' `generate_block_attention_mask`, a dense
 /// `[patches, patches]` mask in the model dtype held through all layers, and PyTorch's
-/// memory-efficient SDPA kernel pads a bias whose last dimension is not a multiple of 16 into a
-/// new tensor on every call (`preprocess_mask`, not read at the tag). Before 0.12 xFormers'
+/// memory-efficient SDPA kernel pads a bias whose strides are not multiples of 8 into a new
+/// `[patches, patches rounded up to 8]` tensor on every call (CUDA's `preprocess_mask` /
+/// `pad_bias<8>` in `aten/src/ATen/native/transformers/attention.cpp`, read in public copies of
+/// that file, not at the run's torch). Before 0.12 xFormers'
 /// `BlockDiagonalMask` stores no such tensor. Inside a block the largest of
 /// - the attention call: the residual, `attention_norm`'s output, q, k, v and the output
 ///   (`6h`) beside the padded mask;
@@ -242,8 +244,8 @@ fn pixtral_forward_peak(
     let rotary = patches * (h / v.heads.max(1)) * 4;
     let dense = version >= [0, 12, 0];
     let mask = if dense { patches * patches * d } else { 0 };
-    let padded = if dense && patches % 16 != 0 {
-        patches * patches.next_multiple_of(16) * d
+    let padded = if dense && patches % 8 != 0 {
+        patches * patches.next_multiple_of(8) * d
     } else {
         0
     };
@@ -315,7 +317,7 @@ mod tests {
     /// Ministral-3-3B's Pixtral tower (`vision_config` of the checkpoint: 24 layers of 1,024,
     /// MLP 4,096, 16 heads, 14-pixel patches, image 1,540, merge 2; text hidden 3,072): one
     /// 3,025-token image (the logs' budget line), 12,100 patches; at 0.18 the dense mask and
-    /// its padded copy (12,100 is not a multiple of 16) beside the attention call's six
+    /// its padded copy (12,100 is not a multiple of 8) beside the attention call's six
     /// `[patches, 1024]` tensors are the forward's peak; before 0.12 no mask is stored.
     #[test]
     fn pixtral_largest_image_and_forward() {
@@ -348,7 +350,7 @@ mod tests {
         let pixels = n * 588 * 2;
         assert_eq!(e.held, 3025 * 3072 * 2 + pixels);
         let mask = n * n * 2;
-        let padded = n * 12_112 * 2;
+        let padded = n * 12_104 * 2;
         let rotary = n * 64 * 4;
         assert_eq!(
             e.forward,
