@@ -1019,7 +1019,10 @@ pub fn estimate_with_timeline(model: &Model, setup: &Setup) -> Result<Estimate> 
 /// allocator replayed there as PyTorch would run it: what [`Estimate::fits`] says of
 /// [`estimate`]'s `total_bytes`, in one replay instead of a bisection (the peak walk refuses
 /// what cannot fit whatever the allocator does; otherwise one replay on a device of that size,
-/// releasing cached segments and retrying where PyTorch does, decides).
+/// releasing cached segments and retrying where PyTorch does, decides). The two can differ where
+/// the replay's fit is not monotone in the device's size (a device slightly larger than this one
+/// first runs out later and fails; see `settle`): the fit searches settle their answers on the
+/// estimate's verdict.
 pub fn fits(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
     Ok(shortfall(model, setup, capacity)?.is_none())
 }
