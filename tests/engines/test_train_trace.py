@@ -25,10 +25,15 @@ H200 = HERE.parents[1] / "crates" / "vram-cli" / "tests" / "data" / "h200" / "co
 # (config, micro-batch, sequence, gradient checkpointing). The recomputed Qwen3-MoE slice is the
 # one where the checkpointed forward's order decides a segment: walked as one block, vram read
 # +7.6 % reserved against this trace (one logits-sized segment too many in the second step).
+# The recomputed Qwen3.5 slice is the one where the order of the backward's gradients does:
+# with the mixer's gradients made before its temporaries, vram read -5.9 % (one segment of the
+# embedding's size too few: the second step's AdamW `sqrt` found its 178 MB temporaries room
+# that the real step's in_proj gradients hold).
 CASES = {
     "dsv3-mb1-s1024": (DATA / "deepseek-v3-L2-e64.json", 1, 1024, False),
     "qwen3moe-mb1-s1024": (DATA / "qwen3-30b-a3b-L2.json", 1, 1024, False),
     "qwen3moe-L4-mb2-s2048-recompute": (H200 / "qwen3-30b-a3b-L4.json", 2, 2048, True),
+    "qwen35-L4-mb1-s2048-recompute": (H200 / "qwen3.5-27b-L4.json", 1, 2048, True),
 }
 
 

@@ -1399,3 +1399,174 @@ fn awq_checkpoint_plain_kernel_by_flag_and_gpu() {
     assert!(named > marlin);
     assert_eq!(named_marlin, marlin);
 }
+
+/// Every logged start-up loaded its model, so the engine's model registry at the logged version
+/// must have one of the config's `architectures` (`vram_plan::capacity::registry_check`, the
+/// table generated from each release's sources): a refusal here means the table or the log's
+/// version is wrong. A release is checked as itself; a build from a branch between releases
+/// (`.dev`, `rc`, `main of`, `+image`) by its `major.minor` series, since its registry sits
+/// between the release before it and the one after.
+#[test]
+fn every_logged_start_loads_its_architecture_at_its_logged_version() {
+    let mut files = vec!["logs.json".to_string()];
+    let mut unseen: Vec<String> = std::fs::read_dir(data())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("unseen") && n.ends_with(".json"))
+        .collect();
+    unseen.sort();
+    files.extend(unseen);
+    let version_re = |s: &str| -> Option<String> {
+        // The first `0.N[.N][.postN]` in the field.
+        let b = s.as_bytes();
+        (0..b.len()).find_map(|i| {
+            if !(b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_alphanumeric())) {
+                return None;
+            }
+            let end = s[i..]
+                .find(|c: char| !(c.is_ascii_digit() || c == '.' || c.is_ascii_lowercase()))
+                .map_or(s.len(), |e| i + e);
+            let v = s[i..end].trim_end_matches('.');
+            (v.matches('.').count() >= 1).then(|| v.to_string())
+        })
+    };
+    let (mut checked, mut moved) = (0, vec![]);
+    for file in &files {
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(data().join(file)).unwrap()).unwrap();
+        for c in doc["cases"].as_array().unwrap() {
+            let logged = c["version"].as_str().unwrap_or_default();
+            let Some(v) = version_re(logged) else {
+                panic!("{file} {}: no version in {logged:?}", c["id"]);
+            };
+            let between = logged.starts_with("main")
+                || ["dev", "rc", "+", ".x"].iter().any(|m| v.contains(m));
+            let v = if between {
+                v.split('.').take(2).collect::<Vec<_>>().join(".")
+            } else {
+                v
+            };
+            let model = c["model"].as_str().unwrap();
+            let model = if model.ends_with(".json") {
+                data().join(model).to_string_lossy().into_owned()
+            } else {
+                model.to_string()
+            };
+            let args: Vec<String> = c["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+                .collect();
+            // The case's own flags, once as they are and once at the logged version.
+            let mut at_logged = vec!["capacity".to_string(), model.clone()];
+            let mut skip = false;
+            for a in &args {
+                if skip {
+                    skip = false;
+                } else if a == "--engine-version" {
+                    skip = true;
+                } else {
+                    at_logged.push(a.clone());
+                }
+            }
+            at_logged.extend(["--engine-version".into(), v.clone(), "--json".into()]);
+            let mut as_given = vec!["capacity".to_string(), model];
+            as_given.extend(args.iter().cloned());
+            as_given.push("--json".into());
+            for (a, exact) in [(&at_logged, !between), (&as_given, false)] {
+                let (code, out, err) = vram(a);
+                checked += 1;
+                if code != 0 {
+                    assert!(
+                        !err.contains("model registry"),
+                        "{file} {}: refused at {:?}: {err}",
+                        c["id"],
+                        a.last()
+                    );
+                    continue;
+                }
+                let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+                let notes = j["notes"].to_string();
+                // A release has the architecture itself; a `major.minor` (the case's flag, or a
+                // build between releases) may name a later release of its series, said in a note.
+                if exact || notes.contains("(the default) has no") {
+                    assert!(
+                        !notes.contains("model registry"),
+                        "{file} {}: {notes}",
+                        c["id"]
+                    );
+                } else if notes.contains("model registry") {
+                    moved.push(format!("{} {}", c["id"], j["engine_version"]));
+                }
+            }
+        }
+    }
+    eprintln!("within their series, run at a later patch: {moved:?}");
+    assert!(checked > 200, "only {checked} runs");
+}
+
+/// A pinned release without the model's architecture is the engine's own refusal (one line,
+/// exit 2); the default without it runs the first release that has it and says so in text,
+/// `--json` and HTML alike.
+#[test]
+fn an_engine_release_without_the_architecture() {
+    let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (code, out, err) = vram(&a(&[
+        "capacity",
+        "gemma-4-26b-a4b",
+        "--gpu",
+        "h100",
+        "--engine-version",
+        "0.11.0",
+    ]));
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.is_empty());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("vLLM 0.11.0 refuses this: ValueError: Model architectures ['Gemma4ForConditionalGeneration'] are not supported for now."), "{err}");
+    assert!(err.contains("from 0.19.0"), "{err}");
+
+    let (code, text, _) = vram(&a(&["capacity", "gemma-4-26b-a4b", "--gpu", "h100"]));
+    assert_eq!(code, 0);
+    assert!(
+        text.lines().next().unwrap().contains("with vLLM 0.19:"),
+        "{text}"
+    );
+    let note =
+        "vLLM 0.11 (the default) has no Gemma4ForConditionalGeneration in its model registry";
+    assert!(text.contains(&format!("note: {note}")), "{text}");
+    let (_, json, _) = vram(&a(&[
+        "capacity",
+        "gemma-4-26b-a4b",
+        "--gpu",
+        "h100",
+        "--json",
+    ]));
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["engine_version"], "0.19");
+    assert!(j["notes"].to_string().contains(note));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity-registry");
+    std::fs::create_dir_all(&dir).unwrap();
+    let jf = dir.join("gemma4.json");
+    let html = dir.join("gemma4.html");
+    std::fs::write(&jf, &json).unwrap();
+    let (code, _, err) = vram(&a(&[
+        "report",
+        jf.to_str().unwrap(),
+        "--out",
+        html.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "{err}");
+    let h = std::fs::read_to_string(&html).unwrap();
+    assert!(html_text(&h).contains(note), "{h}");
+    // The same model at a release that has it: no note.
+    let (_, text, _) = vram(&a(&[
+        "capacity",
+        "gemma-4-26b-a4b",
+        "--gpu",
+        "h100",
+        "--engine-version",
+        "0.19",
+    ]));
+    assert!(!text.contains("model registry"), "{text}");
+}

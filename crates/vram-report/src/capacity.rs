@@ -326,6 +326,20 @@ pub fn capacity(
         .and_then(|c| serde_json::from_str(c).ok())
         .unwrap_or_default();
     let mut k = knobs(r, t, &config, config_from_user)?;
+    // The engine's model registry at the version in force: a pinned release without the
+    // config's architecture refuses; the default moves to the nearest release that has it.
+    let archs: Vec<String> = config["architectures"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let registry = capacity::registry_check(r.engine, &archs, &k, r.engine_version.as_deref())?;
+    if let Some(v) = registry.version {
+        k.engine_version = Some(v);
+    }
     // vLLM keeps a hybrid model's recurrent state in the config's `mamba_ssm_dtype`.
     k.mamba_ssm_bytes = m.config.and_then(vram_model::read::mamba_ssm_bytes);
     let g = r.gpu;
@@ -349,7 +363,10 @@ pub fn capacity(
         capacity: c,
         cheapest_change: change,
         changes_tried: tried,
-        notes: crate::notes::of_model(&m.model),
+        notes: crate::notes::of_model(&m.model)
+            .into_iter()
+            .chain(registry.note)
+            .collect(),
     })
 }
 

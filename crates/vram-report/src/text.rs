@@ -126,6 +126,17 @@ impl EstimateReport {
             .collect()
     }
 
+    /// Which `generate` call the reserved peak is, for the line that prints it: a first call
+    /// (the default, as a user's script makes it), or the call after `--warmup-prompt`'s
+    /// warm-up and peak reset (as a benchmark measures); empty for a training step.
+    pub fn generate_call(&self) -> &'static str {
+        match (self.setup.mode, self.setup.overheads.warmup_prompt) {
+            (Mode::Infer(_), None) => "of a first generate call",
+            (Mode::Infer(_), Some(_)) => "of the generate call after the warm-up",
+            _ => "",
+        }
+    }
+
     /// The `assumed:` line: overheads and how the reserved bytes were found.
     pub fn assumed_line(&self) -> String {
         let o = self.setup.overheads;
@@ -323,16 +334,24 @@ impl EstimateReport {
             self.peak_phase
         )?;
         let cached = self.needed_bytes < self.reserved_bytes;
-        writeln!(
-            out,
-            "{:<22} {:>12}   (max_memory_reserved{})",
-            "peak reserved",
-            bytes(self.reserved_bytes),
+        let said: Vec<&str> = [
+            self.generate_call(),
             if cached {
-                " on a GPU with room to cache every segment"
+                "on a GPU with room to cache every segment"
             } else {
                 ""
-            }
+            },
+        ]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+        writeln!(
+            out,
+            "{:<22} {:>12}   (max_memory_reserved{}{})",
+            "peak reserved",
+            bytes(self.reserved_bytes),
+            if said.is_empty() { "" } else { " " },
+            said.join(", ")
         )?;
         if cached {
             // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc

@@ -573,6 +573,7 @@ pub(crate) fn train(a: &Attention, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra 
         }
     }
     Extra {
+        bwd_parts: [0; super::step::BWD_PARTS],
         bwd,
         fwd: 0,
         infer,
@@ -621,6 +622,7 @@ pub(crate) fn train_sinks(a: &Attention, b: &Blocks, c: &Ctx, p: &mut Parts) -> 
         .saturating_add(m(&[with_sink, cmp, 3]));
     // A decode step repeats the whole cache to every head and makes score rows over it.
     Extra {
+        bwd_parts: [0; super::step::BWD_PARTS],
         bwd,
         fwd,
         infer,

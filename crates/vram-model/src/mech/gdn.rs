@@ -62,21 +62,23 @@ impl Gdn {
 
 impl Mechanism for Gdn {
     fn tensors(&self, h: u64, out: &mut impl FnMut(Tensor)) {
-        // Qwen3_5GatedDeltaNet: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d
-        // (depthwise, no bias), dt_bias, A_log, norm (gated RMSNorm over v_head_dim),
-        // out_proj.
+        // Qwen3_5GatedDeltaNet's parameters in the order `__init__` registers them, which is
+        // `model.parameters()`'s and so the optimizer's (its states and `foreach`
+        // temporaries are made in it): dt_bias, A_log, conv1d (depthwise, no bias), norm
+        // (gated RMSNorm over v_head_dim), out_proj, in_proj_qkv, in_proj_z, in_proj_b,
+        // in_proj_a (transformers 5.24, modeling_qwen3_5.py).
         let (c, g) = (Component::Mixer, self);
         let (kd, vd) = (g.num_k_heads * g.k_head_dim, g.num_v_heads * g.v_head_dim);
         let conv_dim = 2 * kd + vd;
+        out(vector(c, g.num_v_heads));
+        out(vector(c, g.num_v_heads));
+        out(vector(c, conv_dim * g.conv_kernel));
+        out(vector(c, g.v_head_dim));
+        out(lin(c, h, vd));
         out(lin(c, conv_dim, h));
         out(lin(c, vd, h));
         out(lin(c, g.num_v_heads, h));
         out(lin(c, g.num_v_heads, h));
-        out(vector(c, conv_dim * g.conv_kernel));
-        out(vector(c, g.num_v_heads));
-        out(vector(c, g.num_v_heads));
-        out(vector(c, g.v_head_dim));
-        out(lin(c, h, vd));
     }
 
     /// FLOPs per token of the state update.
@@ -144,6 +146,24 @@ pub(crate) fn train(g: &Gdn, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
     p.push(m(&[c.tok, hv * dv, cmp]), false); // out_proj input
     let state = m(&[c.b, hv, dk * dv, 4]);
     let fwd = m(&[tok32, hv, GDN_CHUNK, 4, 2]).saturating_add(state);
+    // The backward's high point, in the backward of the UT system
+    // (`ut_system = (k_beta @ key.T) * pairwise_decay`, after the chunk loop's and both
+    // `solve_triangular`s' backwards): the gradient entering the rule (bf16, before its fp32
+    // cast); fp32 `[b, hv, T, ·]` gradients of the decayed query and key, of `decayed_k_beta`
+    // (the second solve's), of the value (`v_beta`'s times beta), and the matmul's two, of
+    // `k_beta` and of `key`; the `[b, hv, T/64, 64, 64]` gradient of the UT system (`tril`) and
+    // of its two factors. Each its own allocation: read on the allocations
+    // `tests/engines/train_trace.py` follows through the Qwen3.5-27B slice's recomputed
+    // backward (mb1 x 2048: 25 MB, 3 x 25 MB and 6 x 50 MB alive at that node).
+    let mut bwd_parts = [0u64; super::step::BWD_PARTS];
+    bwd_parts[0] = m(&[c.tok, hv * dv, cmp]);
+    for s in &mut bwd_parts[1..4] {
+        *s = m(&[tok32, hv, GDN_CHUNK, 4]);
+    }
+    for s in &mut bwd_parts[4..9] {
+        *s = m(&[tok32, hv, dk, 4]);
+    }
+    bwd_parts[9] = m(&[tok32, hv, dv, 4]);
     // The inference high point, inside `torch_chunk_gated_delta_rule` (which keeps every
     // intermediate bound to a local until it returns) as it makes the chunks' decayed q: the
     // layer's input and normed input; the SiLU'd conv output (q, k, v are its views) and z;
@@ -160,7 +180,8 @@ pub(crate) fn train(g: &Gdn, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         .saturating_add(m(&[tok32, hv, GDN_CHUNK, 4, 3]))
         .saturating_add(m(&[state, 2]));
     Extra {
-        bwd: fwd.saturating_add(m(&[tok32, hv, 2 * dk + 2 * dv, 4])),
+        bwd: bwd_parts.iter().sum(),
+        bwd_parts,
         fwd,
         infer,
         kept: 0,

@@ -95,6 +95,7 @@ pub(crate) fn train(hy: &Hybrid, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
     }
     let held = c.rep(b.hidden, c.cmp);
     Extra {
+        bwd_parts: [0; super::step::BWD_PARTS],
         bwd: mb.bwd.max(at.bwd),
         fwd: mb.fwd.max(held.saturating_add(at.fwd)),
         infer: mb

@@ -127,6 +127,7 @@ pub(crate) fn train(x: &Mamba, b: &Blocks, c: &Ctx, _p: &mut Parts) -> Extra {
         .saturating_add(m(&[tok, i, 4, 2]));
     let state = m(&[c.b, i, x.state_size, 4]);
     Extra {
+        bwd_parts: [0; super::step::BWD_PARTS],
         bwd: 0,
         fwd: 0,
         infer,

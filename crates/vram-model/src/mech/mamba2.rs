@@ -202,6 +202,7 @@ pub(crate) fn train(mb: &Mamba2, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         .saturating_add(m(&[state, 2]))
         .saturating_add(m(&[c.tok, heads, cmp]));
     Extra {
+        bwd_parts: [0; super::step::BWD_PARTS],
         bwd: fwd.saturating_add(m(&[tok32, d_in, 4, 2])),
         fwd,
         infer,

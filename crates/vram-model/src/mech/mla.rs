@@ -201,6 +201,7 @@ pub(crate) fn train(a: &Mla, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         .saturating_add(expanded)
         .saturating_add(m(&[c.tok, heads * a.v_head_dim, cmp]));
     Extra {
+        bwd_parts: [0; super::step::BWD_PARTS],
         bwd: q_all.saturating_add(expanded),
         fwd: 0,
         infer,

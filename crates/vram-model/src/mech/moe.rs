@@ -346,6 +346,7 @@ pub(crate) fn train(mo: &Moe, b: &Blocks, c: &Ctx, norm: bool, p: &mut Parts) ->
         [0, 0]
     };
     Extra {
+        bwd_parts: [0; super::step::BWD_PARTS],
         bwd,
         fwd,
         infer,

@@ -116,6 +116,9 @@ impl Parts {
 pub(crate) struct Extra {
     /// Extra bytes at the sub-block's backward high point.
     pub(crate) bwd: u64,
+    /// The tensors `bwd` is made of, each its own allocation for the allocator replay, where
+    /// the mechanism says (zeros after them; all zero: one block).
+    pub(crate) bwd_parts: [u64; BWD_PARTS],
     /// Extra bytes at its forward high point (not kept).
     pub(crate) fwd: u64,
     /// Live bytes at its inference high point over the step's tokens.
@@ -130,6 +133,9 @@ pub(crate) struct Extra {
     /// rows, then the down bank's while the first is alive), each its own allocation.
     pub(crate) decode_experts: [u64; 2],
 }
+
+/// How many tensors a sub-block's backward high point may name ([`Extra::bwd_parts`]).
+pub(crate) const BWD_PARTS: usize = 10;
 
 /// One step of a layer's op program: a tensor in slot `.0` is created with `.1` bytes, or the
 /// tensor in slot `.0` is released (`.1 == FREE`).

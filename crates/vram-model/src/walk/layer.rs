@@ -120,10 +120,28 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
     let mut tmp_parts = TmpParts::default();
     tmp_parts.bwd[0] = c.rep(hidden, c.res);
     tmp_parts.bwd[1] = c.rep(hidden, c.res);
+    // The mixer's high point as its tensors where the mechanism names them (Gated DeltaNet's
+    // chunk-rule backward), else one block. A two-half backward's mixer half is the two
+    // gradients and those where the mixer's high point is the layer's, else one block.
+    let named = mx.bwd > 0 && mx.bwd_parts.iter().sum::<u64>() == mx.bwd;
+    let mut mixer_parts = [0u64; crate::mech::step::BWD_PARTS];
+    if named {
+        mixer_parts = mx.bwd_parts;
+    } else {
+        mixer_parts[0] = mx.bwd;
+    }
+    let mixer_listed = named || (bwd == mx.bwd && !blk.cross_attention);
+    if mixer_listed {
+        tmp_parts.mixer_bwd[0] = c.rep(hidden, c.res);
+        tmp_parts.mixer_bwd[1] = c.rep(hidden, c.res);
+        tmp_parts.mixer_bwd[2..2 + mixer_parts.len()].copy_from_slice(&mixer_parts);
+    }
     if ff.bwd >= bwd && down_input > 0 && ff.bwd % pieces == 0 {
         for j in 0..pieces as usize {
             tmp_parts.bwd[2 + j] = ff.bwd / pieces;
         }
+    } else if bwd == mx.bwd && !blk.cross_attention {
+        tmp_parts.bwd[2..2 + mixer_parts.len()].copy_from_slice(&mixer_parts);
     } else {
         tmp_parts.bwd[2] = bwd;
     }
@@ -141,7 +159,10 @@ pub(super) fn block_layer(b: &Blocks, blk: &Block, c: &Ctx, params: u64, matmul:
         });
         half_grad = m(&[largest, c.cmp]);
         bwd_tmp = bwd_tmp.saturating_add(half_grad);
-        tmp_parts.bwd[11] = half_grad;
+        tmp_parts.bwd[parts::HALF_GRAD] = half_grad;
+        if mixer_listed {
+            tmp_parts.mixer_bwd[parts::HALF_GRAD] = half_grad;
+        }
     }
     // The feed-forward's output projection (rows = hidden; an expert bank is one parameter):
     // its gradient comes first in a two-half backward.
@@ -207,13 +228,26 @@ impl Step<'_> {
         };
         self.kinds.clear();
         self.kind_tensors.clear();
+        self.kind_mixer_late.clear();
         self.caches.clear();
         for kind in &b.kinds {
             let mut elems = Vec::new();
             let (mut params, mut matmul) = (0u64, 0u64);
+            // The mixer's tensors lead the list (`Block::tensors`); its output projection is
+            // its largest matrix whose rows are the hidden size.
+            let (mut late, mut leading, mut out) = (Vec::new(), true, None::<(usize, u64)>);
             kind.tensors(b.hidden, &mut |x| {
                 let n = x.numel();
                 let local = if x.tp { n.div_ceil(tp) } else { n };
+                leading &= x.component == crate::mech::Component::Mixer;
+                if leading
+                    && x.kind != crate::mech::TensorKind::Vector
+                    && x.rows == b.hidden
+                    && out.is_none_or(|(_, e)| n > e)
+                {
+                    out = Some((elems.len(), n));
+                }
+                late.push(leading);
                 elems.push(local);
                 params += local;
                 if x.tp {
@@ -232,9 +266,14 @@ impl Step<'_> {
             });
             self.caches.push(caches);
             self.kinds.push(desc);
+            if let Some((j, _)) = out {
+                late[j] = false;
+            }
             self.kind_tensors.push(elems);
+            self.kind_mixer_late.push(late);
         }
         self.pattern = b.pattern.clone();
+        self.late_mixer_grads = self.walks_node_order(t);
         self.checkpointed = if self.walks_checkpointed_ops(t) {
             b.kinds
                 .iter()
@@ -261,9 +300,18 @@ impl Step<'_> {
     /// decoder-only transformers model on one GPU in one dtype (bf16 or fp32; autocast's
     /// casts are not in it, so an autocast step keeps the forward's tensors as one block).
     fn walks_checkpointed_ops(&self, t: &Transformer) -> bool {
-        let c = self.ctx;
         let full = matches!(self.setup.mode, Mode::Train(tr) if tr.recompute == crate::setup::Recompute::Full);
-        full && t.layout() == Layout::DecoderOnly
+        full && self.walks_node_order(t)
+    }
+
+    /// Whether the training step is one whose tensors `tests/engines/train_trace.py` follows
+    /// (a decoder-only transformers model in one dtype on one GPU): there the walk follows
+    /// autograd's node order where the trace showed it matters (a recomputed layer's forward
+    /// op by op, the mixer's gradients after its temporaries); autocast, tensor- and
+    /// sequence-parallel and Megatron steps keep their blocks.
+    fn walks_node_order(&self, t: &Transformer) -> bool {
+        let c = self.ctx;
+        t.layout() == Layout::DecoderOnly
             && self.style != AmpStyle::Megatron
             && c.res == c.cmp
             && c.t == 1

@@ -471,6 +471,13 @@ pub(crate) struct Step<'a> {
     checkpointed: Vec<Vec<crate::mech::step::Op>>,
     /// Per kind, its parameter tensors' element counts on this GPU (after TP), one per tensor.
     kind_tensors: Vec<Vec<u64>>,
+    /// Per kind, whether each of `kind_tensors` is one of the mixer's tensors whose gradient
+    /// its backward makes after its own temporaries: every mixer tensor but the output
+    /// projection, whose backward node runs first.
+    kind_mixer_late: Vec<Vec<bool>>,
+    /// Whether the backward makes those gradients after the mixer's temporaries
+    /// (`walks_node_order`); otherwise every gradient of a layer comes before them.
+    late_mixer_grads: bool,
     /// Per kind, the tensors its cache holds on this GPU.
     caches: Vec<Vec<generate::CacheBytes>>,
     cnn: Vec<LayerDesc>,
@@ -559,6 +566,8 @@ impl<'a> Step<'a> {
             pattern: Vec::new(),
             checkpointed: Vec::new(),
             kind_tensors: Vec::new(),
+            kind_mixer_late: Vec::new(),
+            late_mixer_grads: false,
             caches: Vec::new(),
             cnn: Vec::new(),
             emb_params: 0,

@@ -69,9 +69,19 @@ pub(crate) struct LayerDesc {
 pub(crate) struct TmpParts {
     /// `fwd_tmp`'s tensors.
     pub(crate) fwd: [u64; 2],
-    /// `bwd_tmp`'s tensors.
-    pub(crate) bwd: [u64; 12],
+    /// `bwd_tmp`'s tensors: the gradients flowing in and out, the sub-block's high point,
+    /// autocast's half gradient last ([`HALF_GRAD`]).
+    pub(crate) bwd: [u64; BWD_TMP],
+    /// `mixer_bwd_tmp`'s tensors, laid out as `bwd` (a two-half backward's mixer half).
+    pub(crate) mixer_bwd: [u64; BWD_TMP],
 }
+
+/// Tensors of a layer's backward temporaries: two gradients, a sub-block's high point, the half
+/// gradient.
+pub(crate) const BWD_TMP: usize = 3 + crate::mech::step::BWD_PARTS;
+
+/// Where `TmpParts::bwd` keeps autocast's half gradient.
+pub(crate) const HALF_GRAD: usize = BWD_TMP - 1;
 
 impl TmpParts {
     /// `list`'s non-zero tensors when they make up `total`, else `total` as one tensor.

@@ -327,6 +327,25 @@ impl Step<'_> {
         Some((saved.min(l.saved_all), l.ffn_first_grad.min(l.params)))
     }
 
+    /// Of layer `i`'s tensors, those whose gradients the mixer's backward makes after its
+    /// temporaries: every mixer tensor but the output projection, whose node runs first
+    /// (`Step::kind_mixer_late`), where the walk follows autograd's node order
+    /// (`Step::late_mixer_grads`): (their bytes at `bytes` per element, one per tensor, as
+    /// `layer_tensor_bytes` lists them; their elements); none otherwise, when every gradient of
+    /// the layer comes before its temporaries.
+    pub(super) fn mixer_late(&self, stack: &Stack, i: u64, bytes: u64) -> (Vec<u64>, u64) {
+        let Some(k) = stack.kind(i).filter(|_| self.late_mixer_grads) else {
+            return (Vec::new(), 0);
+        };
+        let late = self
+            .tensors_of(k)
+            .iter()
+            .zip(&self.kind_mixer_late[k])
+            .filter(|(e, l)| **l && **e > 0)
+            .map(|(e, _)| *e);
+        (late.clone().map(|e| e * bytes).collect(), late.sum())
+    }
+
     /// Key of layer `i`'s gradients.
     pub(super) fn grad_key(i: u64) -> u64 {
         (1 << 58) | (i << 2)
@@ -363,9 +382,17 @@ impl Step<'_> {
                     key: Self::grad_key(i) | 3,
                 });
             }
+            let (_, mixer) = self.mixer_late(stack, i, g);
+            if mixer > 0 {
+                sink.free(Handle {
+                    cat: Category::Gradients,
+                    bytes: m(&[mixer, g]),
+                    key: Self::grad_key(i) | 1,
+                });
+            }
             sink.free(Handle {
                 cat: Category::Gradients,
-                bytes: m(&[l.params - ffn, g]),
+                bytes: m(&[l.params - ffn - mixer, g]),
                 key: Self::grad_key(i),
             });
         }
@@ -921,6 +948,9 @@ impl Step<'_> {
                     sink.alloc(re_ffn, &list[cut..]);
                 }
             }
+            // The mixer's gradients made after its temporaries: (tensors, elements).
+            let (late_grads, late_elems) = self.mixer_late(stack, i, g);
+            let mut mixer_grads: Option<Vec<u64>> = None;
             if lazy_grads && !l.no_grad {
                 let parts = if S::WANTS_PARTS {
                     self.layer_tensor_bytes(stack, i, g)
@@ -947,27 +977,42 @@ impl Step<'_> {
                     sink.alloc(tmp, &[]);
                     sink.free(tmp);
                     sink.free(re_ffn);
+                    // The feed-forward's other gradients, the norms' and the mixer's output
+                    // projection's; the mixer's others come as its backward runs, after its
+                    // temporaries (`mixer_grads`).
                     let mut rest = parts.clone();
-                    if let Some(j) = rest.iter().position(|b| *b == m(&[first_grad, g])) {
-                        rest.remove(j);
+                    for b in std::iter::once(m(&[first_grad, g])).chain(late_grads.iter().copied())
+                    {
+                        if let Some(j) = rest.iter().position(|x| *x == b) {
+                            rest.remove(j);
+                        }
                     }
                     sink.alloc(
                         Handle {
                             cat: Category::Gradients,
-                            bytes: m(&[l.params - first_grad, g]),
+                            bytes: m(&[l.params - first_grad - late_elems, g]),
                             key: Self::grad_key(i),
                         },
                         &rest,
                     );
+                    mixer_grads = (late_elems > 0).then(|| late_grads.clone());
                 } else {
+                    // Every gradient but the mixer's late ones (`mixer_grads`).
+                    let mut rest = parts.clone();
+                    for b in &late_grads {
+                        if let Some(j) = rest.iter().position(|x| x == b) {
+                            rest.remove(j);
+                        }
+                    }
                     sink.alloc(
                         Handle {
                             cat: Category::Gradients,
-                            bytes: m(&[l.params, g]),
+                            bytes: m(&[l.params - late_elems, g]),
                             key: Self::grad_key(i),
                         },
-                        &parts,
+                        &rest,
                     );
+                    mixer_grads = (late_elems > 0).then(|| late_grads.clone());
                 }
             }
             if l.bwd_prog.is_empty() {
@@ -980,11 +1025,16 @@ impl Step<'_> {
                     },
                     key: Self::act_key(unit, i, 6),
                 };
-                // The split backward's mixer half is one block; the whole backward's
-                // temporaries are their tensors (`TmpParts::of` falls back to one block when
-                // the list does not make up the bytes).
+                // The backward's temporaries (or the split backward's mixer half) are their
+                // tensors (`TmpParts::of` falls back to one block when the list does not make
+                // up the bytes).
                 let parts = if S::WANTS_PARTS {
-                    TmpParts::of(&l.tmp_parts.bwd, tmp.bytes)
+                    let list = if split.is_some() {
+                        &l.tmp_parts.mixer_bwd
+                    } else {
+                        &l.tmp_parts.bwd
+                    };
+                    TmpParts::of(list, tmp.bytes)
                 } else {
                     Vec::new()
                 };
@@ -1014,6 +1064,16 @@ impl Step<'_> {
                     }
                 }
                 handed = mine;
+            }
+            if let Some(grads) = mixer_grads {
+                sink.alloc(
+                    Handle {
+                        cat: Category::Gradients,
+                        bytes: m(&[late_elems, g]),
+                        key: Self::grad_key(i) | 1,
+                    },
+                    &grads,
+                );
             }
             sink.free(self.saved_handle(tr, unit, i, l));
             if recomputed {

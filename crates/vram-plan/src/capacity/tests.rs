@@ -1635,3 +1635,88 @@ fn vllm_v1_before_0_8_profiles_every_tokens_logits_and_before_0_9_counts_the_con
     assert_eq!(non_torch([0, 8, 5]), non_torch([0, 9, 2]) + ctx);
     assert_eq!(non_torch([0, 7, 2]), non_torch([0, 9, 2]) + ctx);
 }
+
+/// The model registry read from each release's sources (`data/engine-archs.tsv`): Qwen3 came
+/// to vLLM in 0.8.4 and to SGLang in 0.4.5.post2, Gemma 4 to vLLM in 0.19.0, and vLLM dropped
+/// Mllama after 0.10.2 (`_PREVIOUSLY_SUPPORTED_MODELS`).
+#[test]
+fn the_registry_refuses_a_pinned_release_without_the_architecture() {
+    let qwen3 = vec!["Qwen3ForCausalLM".to_string()];
+    let pinned = |v: &str| Knobs {
+        engine_version: parse_version(v),
+        ..Knobs::default()
+    };
+    // A release that has it loads, silently.
+    let ok = registry_check(Engine::Vllm, &qwen3, &pinned("0.8.4"), Some("0.8.4")).unwrap();
+    assert_eq!(ok, RegistryCheck::default());
+    // The release before refuses with 0.8.3's own words and names the first that has it.
+    let Err(Error::Capacity(e)) =
+        registry_check(Engine::Vllm, &qwen3, &pinned("0.8.3"), Some("0.8.3"))
+    else {
+        panic!("vLLM 0.8.3 has no Qwen3ForCausalLM")
+    };
+    assert!(
+        e.starts_with("vLLM 0.8.3 refuses this: ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now."),
+        "{e}"
+    );
+    assert!(e.contains("from 0.8.4"), "{e}");
+    assert!(!e.contains('\n'));
+    // `0.8` names the series: 0.8.4 is in it, so it runs with a note.
+    let series = registry_check(Engine::Vllm, &qwen3, &pinned("0.8"), Some("0.8")).unwrap();
+    assert_eq!(series.version, Some([0, 8, 4]));
+    assert!(series
+        .note
+        .unwrap()
+        .contains("0.8.4 is the first vLLM 0.8 release"));
+    // SGLang's tags: the post release that added it.
+    let Err(Error::Capacity(e)) =
+        registry_check(Engine::Sglang, &qwen3, &pinned("0.4.5"), Some("0.4.5"))
+    else {
+        panic!("SGLang 0.4.5 has no Qwen3ForCausalLM")
+    };
+    assert!(e.contains("from 0.4.5.post2"), "{e}");
+    // A dropped architecture gets vLLM's own "was supported until" refusal.
+    let mllama = vec!["MllamaForConditionalGeneration".to_string()];
+    let Err(Error::Capacity(e)) =
+        registry_check(Engine::Vllm, &mllama, &pinned("0.11.0"), Some("0.11.0"))
+    else {
+        panic!("vLLM 0.11 dropped Mllama")
+    };
+    assert!(
+        e.contains("Model architecture MllamaForConditionalGeneration was supported in vLLM until v0.10.2, and is not supported anymore."),
+        "{e}"
+    );
+    // Any one of the config's architectures is enough, as in the engine.
+    let two = vec!["Nope".to_string(), "LlamaForCausalLM".to_string()];
+    assert_eq!(
+        registry_check(Engine::Vllm, &two, &pinned("0.5.0"), Some("0.5.0")).unwrap(),
+        RegistryCheck::default()
+    );
+}
+
+#[test]
+fn the_default_moves_to_the_nearest_release_with_the_architecture() {
+    let gemma4 = vec!["Gemma4ForConditionalGeneration".to_string()];
+    let c = registry_check(Engine::Vllm, &gemma4, &Knobs::default(), None).unwrap();
+    assert_eq!(c.version, Some([0, 19, 0]));
+    let note = c.note.unwrap();
+    assert!(
+        note.starts_with("vLLM 0.11 (the default) has no Gemma4ForConditionalGeneration"),
+        "{note}"
+    );
+    assert!(
+        note.contains("vLLM 0.19.0's, the first release that has it"),
+        "{note}"
+    );
+    // A dropped one moves back to the last release that had it.
+    let mllama = vec!["MllamaForConditionalGeneration".to_string()];
+    let c = registry_check(Engine::Vllm, &mllama, &Knobs::default(), None).unwrap();
+    assert_eq!(c.version, Some([0, 10, 2]));
+    assert!(c.note.unwrap().contains("the last release that has it"));
+    // The default that has it: nothing to say.
+    let llama = vec!["LlamaForCausalLM".to_string()];
+    assert_eq!(
+        registry_check(Engine::Sglang, &llama, &Knobs::default(), None).unwrap(),
+        RegistryCheck::default()
+    );
+}

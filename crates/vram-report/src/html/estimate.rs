@@ -103,10 +103,11 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
     }
     rows.push(size("peak allocated", r.peak_bytes));
     rows.push(word("peak at", &r.peak_phase));
-    rows.push(size(
-        "peak reserved (max_memory_reserved)",
-        r.reserved_bytes,
-    ));
+    let reserved = match r.generate_call() {
+        "" => "peak reserved (max_memory_reserved)".to_string(),
+        call => format!("peak reserved (max_memory_reserved {call})"),
+    };
+    rows.push(size(&reserved, r.reserved_bytes));
     if r.needed_bytes < r.reserved_bytes {
         rows.push(size(
             "needed (smallest device that runs it)",

@@ -1,0 +1,239 @@
+//! Which architectures each engine release can load: the model registry of every final vLLM
+//! release 0.5.0–0.20.2 (`_VLLM_MODELS`) and SGLang 0.4.0–0.5.23 (`EntryClass` of
+//! `srt/models/*.py`), generated into `data/engine-archs.tsv` by `data/engine-archs.py`.
+//!
+//! The engine looks the config's `architectures` up at start-up (vLLM
+//! `ModelRegistry.inspect_model_cls`, SGLang `get_model_architecture`): any one of them in the
+//! registry loads; none refuses with the release's own `ValueError` (or, where vLLM lists the
+//! architecture in `_PREVIOUSLY_SUPPORTED_MODELS`, its "was supported in vLLM until" one).
+//! Releases that fall back to a Transformers backend (vLLM from 0.7.2, SGLang from 0.4.7) try
+//! that first, which loads only where the installed transformers has a compatible class.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use super::*;
+
+const TABLE: &str = include_str!("../../data/engine-archs.tsv");
+
+/// `0.5.3.post1` → `[0, 5, 3, 1]`.
+type Rel = [u32; 4];
+
+fn rel(s: &str) -> Rel {
+    let mut out = [0; 4];
+    for (i, n) in s
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .take(4)
+        .enumerate()
+    {
+        out[i] = n.parse().unwrap_or(0);
+    }
+    out
+}
+
+/// An engine and an architecture string, as the table names them.
+type Key = (&'static str, &'static str);
+
+/// Runs of consecutive releases, first and last (`None`: to the newest read).
+type Runs = Vec<(Rel, Option<Rel>)>;
+
+struct Release {
+    version: Rel,
+    label: &'static str,
+    fallback: bool,
+    words: &'static str,
+}
+
+#[derive(Default)]
+struct Table {
+    releases: HashMap<&'static str, Vec<Release>>,
+    /// (engine, architecture) → the runs of releases that have it (`None`: to the newest read).
+    archs: HashMap<Key, Runs>,
+    /// (engine, architecture) → the first release naming it in `_PREVIOUSLY_SUPPORTED_MODELS`,
+    /// and that refusal.
+    dropped: HashMap<Key, (Rel, &'static str)>,
+}
+
+fn table() -> &'static Table {
+    static T: OnceLock<Table> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut t = Table::default();
+        for line in TABLE.lines().filter(|l| !l.starts_with('#')) {
+            let f: Vec<&'static str> = line.split('\t').collect();
+            match f[..] {
+                ["release", e, v, _, fallback, words] => {
+                    t.releases.entry(e).or_default().push(Release {
+                        version: rel(v),
+                        label: v,
+                        fallback: fallback == "yes",
+                        words,
+                    })
+                }
+                ["arch", e, a, runs] => {
+                    let runs = runs
+                        .split(',')
+                        .filter_map(|r| r.split_once(".."))
+                        .map(|(x, y)| (rel(x), (y != "-").then(|| rel(y))))
+                        .collect();
+                    t.archs.insert((e, a), runs);
+                }
+                ["dropped", e, a, v, words] => {
+                    t.dropped.insert((e, a), (rel(v), words));
+                }
+                _ => {}
+            }
+        }
+        t
+    })
+}
+
+fn has(e: Engine, arch: &str, r: Rel) -> bool {
+    table().archs.get(&(e.name(), arch)).is_some_and(|runs| {
+        runs.iter()
+            .any(|&(a, b)| a <= r && b.is_none_or(|b| r <= b))
+    })
+}
+
+fn engine_label(e: Engine) -> &'static str {
+    match e {
+        Engine::Vllm => "vLLM",
+        Engine::Sglang => "SGLang",
+    }
+}
+
+/// What the model registry makes of the config's `architectures` at the version in force.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RegistryCheck {
+    /// The version to run instead of the one in force (the default's series lacks the
+    /// architecture, or a pinned `major.minor` has it only from a later patch).
+    pub version: Option<[u32; 3]>,
+    /// What the report says about it.
+    pub note: Option<String>,
+}
+
+/// Checks `archs` (the config's `architectures`) against the engine's model registry at the
+/// version in force. `asked` is `--engine-version` as written: one naming no patch (`0.8`), or
+/// none (the default `major.minor`), may be any release of that series. A pinned version whose releases all lack
+/// the architecture is refused with the release's own message and the first release that has
+/// it; the default moves to the nearest release that has it, said in the note.
+pub fn registry_check(
+    engine: Engine,
+    archs: &[String],
+    k: &Knobs,
+    asked: Option<&str>,
+) -> Result<RegistryCheck> {
+    let t = table();
+    let Some(releases) = t.releases.get(engine.name()) else {
+        return Ok(RegistryCheck::default());
+    };
+    let pinned = k.engine_version.is_some();
+    let series = asked.is_none_or(|a| {
+        a.trim_start_matches('v')
+            .split('.')
+            .filter(|p| p.starts_with(|c: char| c.is_ascii_digit()))
+            .count()
+            < 3
+    });
+    let label = version_label(engine, k);
+    let v = parse_version(&label).unwrap_or([0, 0, 0]);
+    let loads = |r: &Release| archs.iter().any(|a| has(engine, a, r.version));
+    // The releases the version names: its `major.minor`, or the newest at or before it.
+    let named: Vec<&Release> = if series {
+        releases
+            .iter()
+            .filter(|r| r.version[..2] == v[..2])
+            .collect()
+    } else {
+        let at = asked.map_or([v[0], v[1], v[2], 0], rel);
+        releases
+            .iter()
+            .rev()
+            .find(|r| r.version <= at)
+            .into_iter()
+            .collect()
+    };
+    if archs.is_empty() || named.is_empty() || loads(named[0]) {
+        return Ok(RegistryCheck::default());
+    }
+    let name = engine_label(engine);
+    let list = archs.join(", ");
+    let three = |r: &Release| [r.version[0], r.version[1], r.version[2]];
+    if let Some(r) = named.iter().find(|r| loads(r)) {
+        return Ok(RegistryCheck {
+            version: Some(three(r)),
+            note: Some(format!(
+                "{name} {label}{}: its first release {} has no {list} in its model registry; {} is the first {name} {label} release that has it, and its figures are those here",
+                if pinned { "" } else { " (the default)" },
+                named[0].label,
+                r.label
+            )),
+        });
+    }
+    // The release whose refusal is quoted: the newest the version names.
+    let at = named[named.len() - 1];
+    let later = releases.iter().find(|r| r.version > at.version && loads(r));
+    let nearest = later.or_else(|| releases.iter().rev().find(|r| loads(r)));
+    let Some(nearest) = nearest else {
+        // In no release's registry: only a Transformers backend could load it.
+        return Ok(RegistryCheck {
+            version: None,
+            note: Some(format!(
+                "{list} is in no {name} release's model registry ({} to {}); {name} {} loads it only {}",
+                releases[0].label,
+                releases[releases.len() - 1].label,
+                at.label,
+                if at.fallback {
+                    "through its Transformers backend, where the installed transformers has a compatible class"
+                } else {
+                    "not at all (this release has no Transformers backend)"
+                }
+            )),
+        });
+    };
+    if pinned {
+        let python_list = format!(
+            "[{}]",
+            archs
+                .iter()
+                .map(|a| format!("'{a}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let refusal = match t.dropped.get(&(engine.name(), archs[0].as_str())) {
+            Some(&(since, words)) if since <= at.version => words.to_string(),
+            _ => format!(
+                "{} Supported architectures: …",
+                at.words.replace("{architectures}", &python_list)
+            ),
+        };
+        let first = releases.iter().find(|r| loads(r)).unwrap_or(nearest);
+        let last = releases.iter().rev().find(|r| loads(r)).unwrap_or(nearest);
+        let span = if last.version < at.version {
+            format!("from {} to {}", first.label, last.label)
+        } else {
+            format!("from {}", first.label)
+        };
+        return Err(Error::Capacity(format!(
+            "{name} {} refuses this: ValueError: {refusal} ({list} is in {name}'s model registry {span}{})",
+            if series && named.len() > 1 {
+                format!("{label} ({} to {})", named[0].label, at.label)
+            } else {
+                at.label.to_string()
+            },
+            if at.fallback {
+                "; this release's Transformers-backend fallback loads it only where the installed transformers has a compatible class"
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(RegistryCheck {
+        version: Some(three(nearest)),
+        note: Some(format!(
+            "{name} {label} (the default) has no {list} in its model registry; the figures are {name} {}'s, the {} release that has it (--engine-version picks another)",
+            nearest.label,
+            if nearest.version > at.version { "first" } else { "last" }
+        )),
+    })
+}
