@@ -226,9 +226,9 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
 /// TP 2) wait for the first NVLS collective. Why the first group costs twice a further one is
 /// in NCCL's init, not its sizes: every `ncclCommInitRank` calls `ncclInitKernelsForDevice`
 /// (`src/init.cc` at v2.27.7-1), a `cudaFuncGetAttributes` over every NCCL kernel, which loads
-/// their modules under lazy loading once per process; the first collective launch also grows the
-/// context's local memory to the kernels' stack over every resident thread. Neither is sized here
-/// (the driver's). Over PCIe, SGLang's own "Init torch distributed
+/// their modules under lazy loading once per process; the first collective launch may also grow
+/// the context's local memory, should an NCCL kernel need more stack than the context holds.
+/// Neither is sized here (the driver's). Over PCIe, SGLang's own "Init torch distributed
 /// ends. mem usage=0.13 GB" (4 x L4, TP 4, NCCL 2.21.5, custom all-reduce off) is the one
 /// reading of a group's communicator at init, the first in its process; it is used for the
 /// first group on boards without NVLS (A100's NVSwitch included: no reading there). Further
