@@ -69,6 +69,11 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             allocator_rounding(t, k)
         } else {
             allocated_rounding(t, k)
+        }
+        + if v1 {
+            encoder::deepstack_buffers(t, k, mnbt)
+        } else {
+            0
         };
     let reqs = max_num_seqs.min(mnbt);
     // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
@@ -100,6 +105,21 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     };
     if let Some(c) = cross {
         activation = activation.max(c);
+    }
+    // V1 profiles the multimodal encoder first and holds its outputs and inputs through the
+    // language model's dummy run and the sampler (`encoder`: Qwen's dynamic-resolution towers).
+    let encoder_profile = t.blocks.vision.as_ref().filter(|_| v1).and_then(|v| {
+        encoder::vllm_encoder_profile(
+            v,
+            k,
+            Engine::Vllm.version_in_force(k),
+            max_num_seqs,
+            mnbt,
+            max_len,
+        )
+    });
+    if let Some(e) = &encoder_profile {
+        activation = e.peak(activation);
     }
     // Memory outside PyTorch that appears after the snapshot (kernel images, library handles,
     // NCCL and custom all-reduce buffers at TP/PP > 1), by version (`engine::vllm_non_torch`).
@@ -156,6 +176,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     let starts = available > 0 && max_fit >= max_len;
     let gib = |b: f64| b / GIB;
     let mut log = vec![format!("Model loading took {:.4} GiB", gib(weights as f64))];
+    if let Some(e) = &encoder_profile {
+        log.push(e.log_line());
+    }
     if let Some(st) = layout.groups.iter().find(|g| g.kind == "state") {
         let attn = layout.groups.iter().find(|g| g.kind != "state");
         if let Some(a) = attn {
@@ -315,7 +338,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         });
     }
     if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
-        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers, vision encoders and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled");
+        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled (vision encoders: see the encoder profile line)");
     }
     if engine::is_rocm(gpu) {
         assumes.push("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)");
@@ -327,6 +350,11 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             "plain GPTQ kernel (--quantization gptq, or compute capability < 8.0 where GPTQ-Marlin cannot run): gptq_gemm allocates the whole fp16 weight (temp_dq) on every call, so the profile run holds the largest such weight beside its layer's live set (gptq.py, csrc/quantization/gptq/q_gemm.cu)"
         }),
         _ => {}
+    }
+    if encoder_profile.is_some() {
+        assumes.push("V1 multimodal encoder profile (gpu_model_runner.py profile_run, v1/worker/utils.py MultiModalBudget; read at 0.8.5, 0.9.2, 0.10.1, 0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.18.0, 0.19.0): the largest item from the processor's longest_edge (a Qwen3-VL video as 12.5 formatted tokens per soft token through 0.12), the vision tower's eager forward over it with the processor's pixels (cast to the model dtype from 0.11), and its outputs (out_hidden x (1 + deepstack levels) wide, expanded to the budget at 0.11 and to the largest item at 0.12) held with the pixels through the language model's dummy run and the sampler; Qwen3-VL's deepstack buffers (levels x max_num_batched_tokens x hidden) counted in the weights");
+    } else if v1 && t.blocks.vision.is_some() {
+        assumes.push("V1 multimodal encoder profile not counted: vLLM runs this model's vision tower on its largest items before the language model and holds the outputs (gpu_model_runner.py profile_run), but the largest-item rules are modelled for Qwen's dynamic-resolution towers only, so the KV pool is likely overestimated");
     }
     if cross.is_some() {
         assumes.push("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)");
