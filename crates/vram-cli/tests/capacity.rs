@@ -1151,8 +1151,8 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64, pool_bound: f64, fi
             h.push(&e, pool);
             // Regression guards (checked once the whole half is printed): no case further out
             // than the run reported in BENCHMARKS.md.
-            // Ministral-3's Pixtral tower is not read (weights -20 % at TP 2, KV +27 %). Round
-            // 2's DeepSeek-V3 AWQ at TP 16 (fit; vram's MoE caches 1.36 GiB of activation where
+            // Ministral-3's Pixtral tower was not read when round 2 ran (weights -20 % at TP 2,
+            // KV +27 %; now counted, and its encoder profile with it). Round 2's DeepSeek-V3 AWQ at TP 16 (fit; vram's MoE caches 1.36 GiB of activation where
             // the Marlin MoE run logged 0.37) went -23.5 % -> -30.5 % when the layer input the
             // model's loop holds was counted (`activation::Held`).
             if pool.is_some_and(|x| x.abs() >= pool_bound)
@@ -1407,11 +1407,16 @@ fn awq_checkpoint_plain_kernel_by_flag_and_gpu() {
 /// initialized with a budget of N tokens, and profiled with M {image,video} items of the maximum
 /// feature size"). Qwen3-VL-30B-A3B's video (25,165,824 pixels of clip, 12,288 soft tokens, 12.5
 /// formatted tokens each through 0.12) and Qwen3.5-27B's image (16,777,216 pixels, 16,384
-/// tokens) come from the processor sizes in the catalog.
+/// tokens) come from the processor sizes in the catalog; Ministral-3-3B's Pixtral image (1,540
+/// pixels a side, 14-pixel patches merged 2 × 2: 55 × 55 tokens) from its `vision_config`.
 #[test]
 fn encoder_budget_lines_match_the_logs() {
-    let text = std::fs::read_to_string(data().join("unseen-round7.json")).unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let read = |file: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(data().join(file)).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let (doc, round2) = (read("unseen-round7.json"), read("unseen-round2.json"));
+    let pixtral = "Encoder cache will be initialized with a budget of 3025 tokens, and profiled with 1 image items of the maximum feature size.";
     let video = "Encoder cache will be initialized with a budget of 153600 tokens, and profiled with 1 video items of the maximum feature size.";
     let image = "Encoder cache will be initialized with a budget of 16384 tokens, and profiled with 1 image items of the maximum feature size.";
     let expected = [
@@ -1431,14 +1436,27 @@ fn encoder_budget_lines_match_the_logs() {
             image,
         ),
     ];
-    for (id, line) in expected {
+    let expected = expected
+        .into_iter()
+        .map(|(id, line)| (&doc, id, line))
+        .chain([
+            (&round2, "kaggle-t4-ministral-3-3b-tp1", pixtral),
+            (&round2, "kaggle-t4-ministral-3-3b-tp2", pixtral),
+        ]);
+    for (doc, id, line) in expected {
         let c = doc["cases"]
             .as_array()
             .unwrap()
             .iter()
             .find(|c| c["id"] == id)
-            .unwrap_or_else(|| panic!("{id} not in round 7"));
-        let mut a = vec!["capacity".to_string(), c["model"].as_str().unwrap().into()];
+            .unwrap_or_else(|| panic!("{id} not in its round"));
+        let model = c["model"].as_str().unwrap();
+        let model = if model.ends_with(".json") {
+            data().join(model).to_string_lossy().into_owned()
+        } else {
+            model.to_string()
+        };
+        let mut a = vec!["capacity".to_string(), model];
         a.extend(
             c["args"]
                 .as_array()

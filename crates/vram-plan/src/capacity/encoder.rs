@@ -31,6 +31,13 @@
 //! soft tokens of two frames at `longest_edge / temporal patch` pixels each (the same count).
 //! The tower's output is `[tokens, out_hidden × (1 + deepstack levels)]` (`torch.cat` of the
 //! merger's and each deepstack merger's output, `Qwen3_VisionTransformer.forward`).
+//!
+//! Mistral's Pixtral (`model_executor/models/pixtral.py` `PixtralProcessingInfo`,
+//! `VisionTransformer`; the Mistral-format `PixtralForConditionalGeneration` vLLM loads from
+//! Mistral's repos): the largest item is a square image of `max_image_size` (the tower's
+//! `image_size`), `ncols * nrows` tokens of `ceil(side / (patch · merge))` each way; the
+//! output is `[tokens, text hidden]` after the patch merger and adapter. Its forward is
+//! [`pixtral_forward_peak`].
 
 use super::*;
 use vram_model::blocks::{Vision, VisionInput};
@@ -67,10 +74,13 @@ impl EncoderProfile {
 }
 
 /// Whether vLLM V1 at this version profiles `v`'s encoder the way this module models it: Qwen's
-/// dynamic-resolution towers. Other towers (Gemma's, Llama 4's, Pixtral's, mllama's) have their
-/// own largest-item rules, not read here.
+/// dynamic-resolution towers and Mistral's Pixtral. Other towers (Gemma's, Llama 4's,
+/// mllama's) have their own largest-item rules, not read here.
 pub(super) fn modelled(v: &Vision) -> bool {
-    matches!(v.input, VisionInput::SmartResize { .. })
+    matches!(
+        v.input,
+        VisionInput::SmartResize { .. } | VisionInput::Pixtral { .. }
+    )
 }
 
 /// The encoder profile of vLLM V1 `version` for the tower `v` (`None` for a tower this module
@@ -83,32 +93,45 @@ pub(super) fn vllm_encoder_profile(
     mnbt: u64,
     max_model_len: u64,
 ) -> Option<EncoderProfile> {
-    let VisionInput::SmartResize {
-        merge,
-        max_pixels,
-        video_max_pixels,
-        ..
-    } = v.input
-    else {
-        return None;
-    };
     let p = v.patch.max(1);
-    let m = merge.max(1);
-    // patch_elems = channels × temporal patch × patch²; the towers read 3 channels.
-    let temporal = (v.patch_elems / (3 * p * p)).max(1);
-    let image_tokens = max_pixels / (p * m).pow(2);
-    let video_soft = video_max_pixels / (p * p * temporal * m * m);
-    let video_tokens = if version < [0, 13, 0] {
-        // `int(video_soft_tokens * 12.5)`
-        video_soft * 25 / 2
-    } else {
-        video_soft
-    };
-    // `max(max_tokens_by_modality.items(), key=...)`: the first of equals (image) wins.
-    let (modality, tokens, rows, patches) = if video_tokens > image_tokens {
-        ("video", video_tokens, video_soft, video_soft * m * m)
-    } else {
-        ("image", image_tokens, image_tokens, image_tokens * m * m)
+    // (modality, the largest item's budgeted tokens, its output rows, its patches, merge).
+    let (modality, tokens, rows, patches, m) = match v.input {
+        VisionInput::SmartResize {
+            merge,
+            max_pixels,
+            video_max_pixels,
+            ..
+        } => {
+            let m = merge.max(1);
+            // patch_elems = channels × temporal patch × patch²; the towers read 3 channels.
+            let temporal = (v.patch_elems / (3 * p * p)).max(1);
+            let image_tokens = max_pixels / (p * m).pow(2);
+            let video_soft = video_max_pixels / (p * p * temporal * m * m);
+            let video_tokens = if version < [0, 13, 0] {
+                // `int(video_soft_tokens * 12.5)`
+                video_soft * 25 / 2
+            } else {
+                video_soft
+            };
+            // `max(max_tokens_by_modality.items(), key=...)`: the first of equals (image) wins.
+            if video_tokens > image_tokens {
+                ("video", video_tokens, video_soft, video_soft * m * m, m)
+            } else {
+                ("image", image_tokens, image_tokens, image_tokens * m * m, m)
+            }
+        }
+        VisionInput::Pixtral {
+            merge,
+            longest_edge,
+        } => {
+            // A square image of `max_image_size` pixels; mistral_common's `_image_to_num_tokens`
+            // gives `ceil(side / (patch · merge))` columns and rows, and vLLM counts
+            // `ncols * nrows` (the [IMG_BREAK]/[IMG_END] tokens are not features).
+            let m = merge.max(1);
+            let side = longest_edge.div_ceil(p * m);
+            ("image", side * side, side * side, (side * m).pow(2), m)
+        }
+        _ => return None,
     };
     if tokens == 0 {
         return None;
@@ -125,6 +148,7 @@ pub(super) fn vllm_encoder_profile(
         .max(1);
     let d = k.dtype_bytes;
     let width = v.out * (1 + v.deepstack);
+    let pixtral = matches!(v.input, VisionInput::Pixtral { .. });
     let kept_rows = if ([0, 11, 0]..[0, 12, 0]).contains(&version) {
         rows.max(budget)
     } else if ([0, 12, 0]..[0, 13, 0]).contains(&version) {
@@ -143,7 +167,12 @@ pub(super) fn vllm_encoder_profile(
         items,
         modality,
         held,
-        forward: tower_forward_peak(v, k, items * patches, m, pixel_bytes).max(expanding),
+        forward: if pixtral {
+            pixtral_forward_peak(v, k, items * patches, version, pixel_bytes)
+        } else {
+            tower_forward_peak(v, k, items * patches, m, pixel_bytes)
+        }
+        .max(expanding),
     })
 }
 
@@ -176,6 +205,54 @@ fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_byt
     // The rotary tables, `[patches, head_dim]` for cos and sin together.
     let rotary = patches * (h / v.heads.max(1)) * d;
     pixels + rotary + block.max(cat)
+}
+
+/// Peak of vLLM's Mistral-format Pixtral tower (`pixtral.py` `VisionTransformer`, which
+/// `PixtralForConditionalGeneration` builds from plain `nn.Linear`s on every GPU) over `patches`
+/// patches, read in `pixtral.py` at a September 2025 main commit (v0.10.2's code; 0.18's not
+/// read, the same structure assumed). Every image of the batch is one sequence; without xFormers
+/// (vLLM's default installation from 0.12 on, assumed, and vllm#52180 of August 2026 says so)
+/// the blocks attend under transformers' `generate_block_attention_mask`, a dense
+/// `[patches, patches]` mask in the model dtype held through all layers, and PyTorch's
+/// memory-efficient SDPA kernel pads a bias whose strides are not multiples of 8 into a new
+/// `[patches, patches rounded up to 8]` tensor on every call (CUDA's `preprocess_mask` /
+/// `pad_bias<8>` in `aten/src/ATen/native/transformers/attention.cpp`, read in public copies of
+/// that file, not at the run's torch). Before 0.12 xFormers'
+/// `BlockDiagonalMask` stores no such tensor. Inside a block the largest of
+/// - the attention call: the residual, `attention_norm`'s output, q, k, v and the output
+///   (`6h`) beside the padded mask;
+/// - `apply_rotary_emb_vit`: q and k upcast to float32, their complex products and the
+///   down-cast results beside the residual, the normed input, q, k and v (`15h`);
+/// - the gated MLP at the product: the residual, the sum, `ffn_norm`'s output, `silu(w1 x)`,
+///   `w3 x` and the product (`3h + 3i`);
+///
+/// plus the pixels (and their cast to the model dtype where they came in float32) and the
+/// rotary table gathered per patch (`[patches, head_dim / 2]` complex64).
+fn pixtral_forward_peak(
+    v: &Vision,
+    k: &Knobs,
+    patches: u64,
+    version: [u32; 3],
+    pixel_bytes: u64,
+) -> u64 {
+    let d = k.dtype_bytes;
+    let (h, i) = (v.hidden, v.intermediate);
+    let mut pixels = patches * v.patch_elems * pixel_bytes;
+    if pixel_bytes != d {
+        pixels += patches * v.patch_elems * d;
+    }
+    let rotary = patches * (h / v.heads.max(1)) * 4;
+    let dense = version >= [0, 12, 0];
+    let mask = if dense { patches * patches * d } else { 0 };
+    let padded = if dense && patches % 8 != 0 {
+        patches * patches.next_multiple_of(8) * d
+    } else {
+        0
+    };
+    let attention = 6 * patches * h * d + padded;
+    let rope = 15 * patches * h * d;
+    let mlp = patches * (3 * h + 3 * i) * d;
+    pixels + rotary + mask + attention.max(rope).max(mlp)
 }
 
 /// Qwen3-VL's deepstack buffers: `Qwen3VLForConditionalGeneration.__init__` makes one
@@ -235,6 +312,56 @@ mod tests {
         // The peak is the tower's forward or what is held beside the language model's peak.
         assert_eq!(e.peak(0), e.forward.max(e.held));
         assert_eq!(e.peak(10 << 30), e.held + (10 << 30));
+    }
+
+    /// Ministral-3-3B's Pixtral tower (`vision_config` of the checkpoint: 24 layers of 1,024,
+    /// MLP 4,096, 16 heads, 14-pixel patches, image 1,540, merge 2; text hidden 3,072): one
+    /// 3,025-token image (the logs' budget line), 12,100 patches; at 0.18 the dense mask and
+    /// its padded copy (12,100 is not a multiple of 8) beside the attention call's six
+    /// `[patches, 1024]` tensors are the forward's peak; before 0.12 no mask is stored.
+    #[test]
+    fn pixtral_largest_image_and_forward() {
+        let v = Vision {
+            depth: 24,
+            hidden: 1024,
+            intermediate: 4096,
+            heads: 16,
+            patch: 14,
+            params: 0,
+            input: VisionInput::Pixtral {
+                merge: 2,
+                longest_edge: 1540,
+            },
+            patch_elems: 3 * 14 * 14,
+            out: 3072,
+            gated: true,
+            deepstack: 0,
+            tp_split: false,
+            images: None,
+            linears: vec![],
+        };
+        let k = Knobs {
+            dtype_bytes: 2,
+            ..Knobs::default()
+        };
+        let e = vllm_encoder_profile(&v, &k, [0, 18, 1], 64, 2048, 4096).unwrap();
+        assert_eq!((e.budget, e.items, e.modality), (3025, 1, "image"));
+        let n: u64 = 12_100;
+        let pixels = n * 588 * 2;
+        assert_eq!(e.held, 3025 * 3072 * 2 + pixels);
+        let mask = n * n * 2;
+        let padded = n * 12_104 * 2;
+        let rotary = n * 64 * 4;
+        assert_eq!(
+            e.forward,
+            pixels + rotary + mask + 6 * n * 1024 * 2 + padded
+        );
+        // xFormers' block-diagonal bias (before 0.12) stores no mask: the rotary upcast or the
+        // MLP is the peak.
+        let old = vllm_encoder_profile(&v, &k, [0, 10, 1], 64, 2048, 4096).unwrap();
+        let rope = 15 * n * 1024 * 2;
+        let mlp = n * (3 * 1024 + 3 * 4096) * 2;
+        assert_eq!(old.forward, n * 588 * (4 + 2) + rotary + rope.max(mlp));
     }
 
     /// Qwen3-VL's deepstack buffers are in the weights vLLM measures; a text model has none.
