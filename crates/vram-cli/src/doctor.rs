@@ -290,8 +290,15 @@ fn serving_figures(
 fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<()> {
     writeln!(
         out,
-        "{} start-up error: not enough memory for the KV cache ({})",
-        d.engine, d.knob
+        "{} start-up error: {} ({})",
+        d.engine,
+        match d.cause {
+            serving::ServingCause::Profile => {
+                "not enough memory for the warm-up after the KV cache"
+            }
+            _ => "not enough memory for the KV cache",
+        },
+        d.knob
     )?;
     writeln!(out, "{}", d.explanation)?;
     writeln!(out)?;

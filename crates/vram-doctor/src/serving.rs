@@ -38,6 +38,14 @@
 //!   = 1 - available/pre = M).` The log's `Load weight end. ... avail mem=A GB,
 //!   mem usage=U GB.` (`model_runner.py`, `load_model`: free after loading, and
 //!   free before less free after; SGLang's GB are GiB) often precedes it.
+//! * vLLM V1 from 0.8 (`vllm/v1/worker/gpu_model_runner.py`, `_dummy_sampler_run`, called by
+//!   `gpu_worker.py`'s `compile_or_warm_up_model` after the KV cache is allocated and the CUDA
+//!   graphs are captured; read at 0.8.3, 0.8.5, 0.11.0 and 0.19.0): `CUDA out of memory occurred
+//!   when warming up sampler with N dummy requests. Please try lowering `max_num_seqs` or
+//!   `gpu_memory_utilization` when initializing the engine.`, N being `min(max_num_seqs,
+//!   max_num_batched_tokens)`. `vram capacity` predicts it with this text (`vram_plan`'s
+//!   `capacity/vllm.rs`), and its tests read that prediction back with [`parse`]: one reader of
+//!   every engine refusal, here, where the log's prefixes and cut lines are already handled.
 //!
 //! **Where the capacity model plugs in.** [`CapacityFigures`] is the one
 //! place the serving capacity model (`vram capacity`, engineer "serving"'s
@@ -97,6 +105,12 @@ pub enum ServingError {
         utilization: f64,
         /// `utilization × total`, bytes.
         desired_bytes: u64,
+    },
+    /// vLLM V1 (0.8 on): `CUDA out of memory occurred when warming up sampler with N dummy
+    /// requests.`: the warm-up after the KV cache and the CUDA graphs did not fit what they left.
+    VllmSamplerWarmUp {
+        /// N: the dummy requests (`min(max_num_seqs, max_num_batched_tokens)`).
+        requests: u64,
     },
     /// SGLang: `Not enough memory. Please try to increase --mem-fraction-static.`
     SglangNotEnoughMemory {
@@ -167,6 +181,26 @@ pub enum ServingCause {
     /// The memory was taken before the engine started: free memory at start-up is below
     /// the share `gpu_memory_utilization` asks for.
     OtherProcesses,
+    /// The cache was sized, but a dummy run's activations did not fit what it left: vLLM V1's
+    /// sampler warm-up over `max_num_seqs` rows of logits, after the KV cache and the CUDA
+    /// graphs.
+    Profile,
+}
+
+impl ServingError {
+    /// The error's kind, as its JSON names it (`vllm-kv-memory`, `sglang-not-enough-memory`,
+    /// ...): what a predicted refusal and a logged one are compared by.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ServingError::VllmMaxSeqLen { .. } => "vllm-max-seq-len",
+            ServingError::VllmKvMemory { .. } => "vllm-kv-memory",
+            ServingError::VllmNoCacheMemory { .. } => "vllm-no-cache-memory",
+            ServingError::VllmFreeBelowUtilization { .. } => "vllm-free-below-utilization",
+            ServingError::VllmSamplerWarmUp { .. } => "vllm-sampler-warm-up",
+            ServingError::SglangNotEnoughMemory { .. } => "sglang-not-enough-memory",
+            ServingError::SglangWeightsLeaveNoKv { .. } => "sglang-weights-leave-no-kv",
+        }
+    }
 }
 
 /// The doctor's answer for a serving start-up error.
@@ -288,6 +322,11 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             Some(if neg { -b } else { b })
         });
         return Some(ServingError::VllmNoCacheMemory { available_bytes });
+    }
+    if let Some(i) = flat.find("cuda out of memory occurred when warming up sampler with ") {
+        let r = &flat[i + "cuda out of memory occurred when warming up sampler with ".len()..];
+        let requests = num(r.split(|c: char| !c.is_ascii_digit()).next()?)?;
+        return Some(ServingError::VllmSamplerWarmUp { requests });
     }
     if let Some(i) = flat.find("on startup is less than desired gpu memory utilization") {
         // `Free memory on device [cuda:0 ](F/T GiB) on startup ... (U, X GiB)`.
@@ -574,6 +613,27 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                 ),
             )
         }
+        ServingError::VllmSamplerWarmUp { requests } => {
+            remedies.push(ServingRemedy {
+                action: format!("lower --max-num-seqs below {requests}"),
+                enough: false,
+                detail: format!(
+                    "the warm-up runs the sampler over one row of logits (vocabulary wide, fp32) per dummy request, {requests} of them, beside the KV cache and the CUDA graphs; fewer rows need proportionally less"
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "lower --gpu-memory-utilization".into(),
+                enough: false,
+                detail: "the KV cache is sized inside that share of the GPU; what is left of the device beyond it (less the CUDA graphs) is what the warm-up runs in, so a smaller share leaves it more and the KV cache less".into(),
+            });
+            (
+                "vllm",
+                "max_num_seqs",
+                format!(
+                    "vLLM V1 warms the sampler up after allocating the KV cache and capturing the CUDA graphs (compile_or_warm_up_model): a dummy forward and sampler over {requests} requests must fit what the budget's KV cache and the graphs left of the device, and did not"
+                ),
+            )
+        }
         ServingError::SglangWeightsLeaveNoKv {
             mem_fraction_static,
             minimum_fraction,
@@ -658,6 +718,7 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         | ServingError::SglangNotEnoughMemory { .. }
         | ServingError::SglangWeightsLeaveNoKv { .. } => ServingCause::Weights,
         ServingError::VllmFreeBelowUtilization { .. } => ServingCause::OtherProcesses,
+        ServingError::VllmSamplerWarmUp { .. } => ServingCause::Profile,
     };
     ServingDiagnosis {
         engine,

@@ -394,3 +394,103 @@ fn sglang_0_5_23_weights_leave_no_kv_cache_is_read_with_its_floor() {
         "raise --mem-fraction-static above 0.5"
     );
 }
+
+/// vLLM V1's sampler warm-up failure, as llm-d-planner's v0.19.0 run logged it
+/// (llm-d-incubation/llm-d-planner@d3121e0, accuracy/results/v0.19.0/logs/
+/// openai-gpt-oss-20b--h100-80gb--tp1pp1dp1--8192.FAILED.log), is read, with its request count;
+/// the cause is the warm-up's activations, and the remedies are the two knobs it names.
+#[test]
+fn vllm_sampler_warm_up_failure_is_read() {
+    let text = "(EngineCore pid=2817) ERROR 04-09 12:01:33 [core.py:1110] RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.";
+    let e = parse(text).unwrap();
+    assert_eq!(e, ServingError::VllmSamplerWarmUp { requests: 1024 });
+    assert_eq!(e.kind(), "vllm-sampler-warm-up");
+    assert!(matches!(read(text), Ok(Reading::Serving(_))));
+    let d = explain(&e, None);
+    assert_eq!((d.engine, d.knob), ("vllm", "max_num_seqs"));
+    assert_eq!(d.cause, vram_doctor::serving::ServingCause::Profile);
+    assert!(d.remedies[0].action.contains("--max-num-seqs below 1024"));
+    assert!(d.remedies[1].action.contains("--gpu-memory-utilization"));
+}
+
+/// Every refusal `vram capacity` predicts is written in the engine's words and read back by this
+/// parser as the same kind the engine's own message is: the one reader of start-up failures
+/// (`vram_plan` writes them and no longer parses them), so a logged refusal and a predicted one
+/// compare by kind (vram-cli's `capacity` test does so on the serving rounds).
+#[test]
+fn every_refusal_the_capacity_model_predicts_is_read_back_as_its_kind() {
+    use vram_plan::capacity::{capacity, Engine, Knobs};
+    let vram_model::arch::Model::Transformer(t) =
+        vram_model::catalog::lookup("llama-3-8b").unwrap()
+    else {
+        unreachable!()
+    };
+    let rtx = vram_model::gpu::lookup("rtx-4090").unwrap();
+    let a10 = vram_model::gpu::lookup("a10").unwrap();
+    let cases = [
+        // Weights alone exceed 0.3 × 24 GiB.
+        (
+            rtx,
+            Engine::Vllm,
+            Knobs {
+                gpu_memory_utilization: Some(0.3),
+                ..Knobs::default()
+            },
+            "vllm-no-cache-memory",
+        ),
+        // A pool, but one request of 8,192 tokens does not fit it: V1's and V0's texts.
+        (
+            rtx,
+            Engine::Vllm,
+            Knobs {
+                max_model_len: Some(8192),
+                gpu_memory_utilization: Some(0.7),
+                ..Knobs::default()
+            },
+            "vllm-kv-memory",
+        ),
+        (
+            rtx,
+            Engine::Vllm,
+            Knobs {
+                engine_version: Some([0, 6, 4]),
+                max_model_len: Some(8192),
+                gpu_memory_utilization: Some(0.7),
+                ..Knobs::default()
+            },
+            "vllm-max-seq-len",
+        ),
+        // The capacity model's own sampler warm-up case (vram-plan's capacity tests).
+        (
+            a10,
+            Engine::Vllm,
+            Knobs {
+                engine_version: Some([0, 11, 0]),
+                max_model_len: Some(4096),
+                gpu_memory_utilization: Some(0.95),
+                ..Knobs::default()
+            },
+            "vllm-sampler-warm-up",
+        ),
+        (
+            rtx,
+            Engine::Sglang,
+            Knobs {
+                mem_fraction_static: Some(0.3),
+                ..Knobs::default()
+            },
+            "sglang-not-enough-memory",
+        ),
+    ];
+    for (gpu, engine, k, kind) in cases {
+        let c = capacity(&t, gpu, engine, &k).unwrap();
+        assert!(!c.starts, "{kind}: {:?}", c.log);
+        let read: Vec<&str> = c
+            .log
+            .iter()
+            .filter_map(|l| parse(l))
+            .map(|e| e.kind())
+            .collect();
+        assert_eq!(read, [kind], "{:?}", c.log);
+    }
+}

@@ -73,7 +73,6 @@ mod layers;
 mod non_torch;
 mod registry;
 mod sglang;
-mod startup;
 mod vllm;
 mod weights;
 
@@ -81,7 +80,6 @@ pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
 pub use non_torch::Interconnect;
 pub use registry::{registry_check, RegistryCheck};
-pub use startup::{startup_error, StartupError};
 pub use weights::{allocated_rounding, allocator_rounding, weights_per_gpu};
 
 use activation::*;

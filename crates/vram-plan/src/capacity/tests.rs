@@ -148,55 +148,6 @@ fn too_long_a_context_names_the_length_that_fits() {
 }
 
 #[test]
-fn startup_errors_are_read_from_real_messages() {
-    // vllm-project/vllm#10517 (V0) and QwenLM/Qwen3#295.
-    let v0 = "ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (23648). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
-    assert_eq!(
-        startup_error(v0),
-        Some(StartupError::VllmMaxSeqLen {
-            max_model_len: 29000,
-            needed_bytes: None,
-            available_bytes: None,
-            max_model_len_that_fits: Some(23648)
-        })
-    );
-    let v1 = "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (4.86 GiB). Based on the available memory, the estimated maximum model length is 39792. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
-    match startup_error(v1) {
-        Some(StartupError::VllmMaxSeqLen {
-            max_model_len: 131072,
-            needed_bytes: Some(n),
-            available_bytes: Some(a),
-            max_model_len_that_fits: Some(39792),
-        }) => {
-            assert_eq!(n, 16 << 30);
-            assert!((a as f64 / GIB - 4.86).abs() < 1e-9);
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(
-        startup_error(
-            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
-        ),
-        Some(StartupError::SglangNotEnoughMemory)
-    );
-    assert_eq!(
-        startup_error("CUDA out of memory. Tried to allocate 2.00 GiB"),
-        None
-    );
-    // The message this module writes for a run that does not start is read back.
-    let t = llama3();
-    let gpu = vram_model::gpu::lookup("rtx-4090").unwrap();
-    let k = Knobs {
-        max_model_len: Some(8192),
-        gpu_memory_utilization: Some(0.68),
-        ..Knobs::default()
-    };
-    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
-    let read = c.log.iter().find_map(|l| startup_error(l));
-    assert!(!c.starts && read.is_some(), "{:?}", c.log);
-}
-
-#[test]
 fn sglang_defaults_follow_the_memory_buckets() {
     let t = llama3();
     let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
