@@ -116,7 +116,7 @@ fn capacity_against_real_logs() {
         let conc = l["max_concurrency"]
             .as_f64()
             .map(|x| rel(v["max_concurrency"].as_f64().unwrap(), x));
-        let starts_ok = v["starts"] == l["starts"];
+        let starts_ok = outcome_as_logged(&v, c);
         eprintln!(
             "{:<42} {:>8} {:>8} {:>8} {:>11} {:>7}",
             id,
@@ -824,6 +824,55 @@ fn doctor_gives_serving_errors_the_capacity_figures_and_the_change() {
     }
 }
 
+/// The kind of the start-up refusal in `text`, as the doctor's one reader of them
+/// (`vram_doctor::read`) finds it: an engine's own message by its kind (`vllm-kv-memory`,
+/// `vllm-sampler-warm-up`, `sglang-not-enough-memory`, ...), PyTorch's by `pytorch-oom`; `None`
+/// where neither is there to read (a log that only describes its failure).
+fn refusal_kind(text: &str) -> Option<&'static str> {
+    match vram_doctor::read(text) {
+        Ok(vram_doctor::Reading::Serving(e)) => Some(e.kind()),
+        Ok(vram_doctor::Reading::Oom(_)) => Some("pytorch-oom"),
+        Err(_) => None,
+    }
+}
+
+/// Whether vram's answer `v` is case `c`'s logged outcome: it starts or not as logged, and where
+/// the log quotes its refusal (`logged.failure`, else its `lines`), vram's log predicts a refusal
+/// of the same kind, both read by [`refusal_kind`]. The same check for every kind, every round.
+fn outcome_as_logged(v: &serde_json::Value, c: &serde_json::Value) -> bool {
+    let l = &c["logged"];
+    if v["starts"] != l["starts"] {
+        return false;
+    }
+    if l["starts"] != serde_json::json!(false) {
+        return true;
+    }
+    let logged = match l["failure"].as_str() {
+        Some(f) => f.to_string(),
+        None => c["lines"].as_array().map_or(String::new(), |ls| {
+            ls.iter()
+                .filter_map(|x| x.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        }),
+    };
+    let Some(kind) = refusal_kind(&logged) else {
+        return true;
+    };
+    let predicted = v["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|x| refusal_kind(x.as_str().unwrap()));
+    if predicted != Some(kind) {
+        eprintln!(
+            "{}: the log refuses with {kind}, vram predicts {predicted:?}",
+            c["id"].as_str().unwrap()
+        );
+    }
+    predicted == Some(kind)
+}
+
 /// One unseen case's signed relative errors (`None` where the log does not print the figure).
 struct Errors {
     weights: Option<f64>,
@@ -885,7 +934,7 @@ fn unseen_case(c: &serde_json::Value) -> Result<(Errors, Option<(f64, f64)>), St
             .as_f64()
             .filter(|_| started)
             .map(|x| rel(v["max_concurrency"].as_f64().unwrap(), x)),
-        starts: starts.map(|s| s == v["starts"].as_bool().unwrap()),
+        starts: starts.map(|_| outcome_as_logged(&v, c)),
     };
     let p = &c["published_planner"];
     let planner = match (p["kv_cache_gib"].as_f64(), l["kv_cache_gib"].as_f64()) {
