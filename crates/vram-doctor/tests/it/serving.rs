@@ -481,6 +481,27 @@ fn every_refusal_the_capacity_model_predicts_is_read_back_as_its_kind() {
             },
             "sglang-not-enough-memory",
         ),
+        // From 0.5.14 SGLang checks the budget before sizing the pool, in its own words.
+        (
+            rtx,
+            Engine::Sglang,
+            Knobs {
+                engine_version: Some([0, 5, 23]),
+                mem_fraction_static: Some(0.3),
+                ..Knobs::default()
+            },
+            "sglang-weights-leave-no-kv",
+        ),
+        (
+            rtx,
+            Engine::Sglang,
+            Knobs {
+                engine_version: Some([0, 5, 13]),
+                mem_fraction_static: Some(0.3),
+                ..Knobs::default()
+            },
+            "sglang-not-enough-memory",
+        ),
     ];
     for (gpu, engine, k, kind) in cases {
         let c = capacity(&t, gpu, engine, &k).unwrap();
@@ -493,4 +514,36 @@ fn every_refusal_the_capacity_model_predicts_is_read_back_as_its_kind() {
             .collect();
         assert_eq!(read, [kind], "{:?}", c.log);
     }
+}
+
+/// SGLang 0.5.14 on, as `vram capacity` writes it: the fraction asked, and the smallest that
+/// leaves the KV pool anything, `1 − free after loading / free before` (the doctor reads M back).
+#[test]
+fn sglang_weights_leave_no_kv_as_the_capacity_model_writes_it() {
+    use vram_plan::capacity::{capacity, Engine, Knobs};
+    let vram_model::arch::Model::Transformer(t) =
+        vram_model::catalog::lookup("llama-3-8b").unwrap()
+    else {
+        unreachable!()
+    };
+    let gpu = vram_model::gpu::lookup("rtx-4090").unwrap();
+    let k = Knobs {
+        engine_version: Some([0, 5, 14]),
+        mem_fraction_static: Some(0.3),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Sglang, &k).unwrap();
+    let Some(ServingError::SglangWeightsLeaveNoKv {
+        mem_fraction_static,
+        minimum_fraction: Some(m),
+        available_bytes: Some(a),
+        weights_bytes: Some(u),
+    }) = parse(&c.log.join("\n"))
+    else {
+        panic!("{:?}", c.log)
+    };
+    assert_eq!(mem_fraction_static, 0.3);
+    // The printed minimum is U / (A + U) of the load line, to its four decimals.
+    assert!((m - u as f64 / (a + u) as f64).abs() < 1e-3, "{m} {a} {u}");
+    assert!(m > 0.3 && m < 1.0);
 }

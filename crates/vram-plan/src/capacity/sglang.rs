@@ -258,6 +258,18 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         log.push(format!(
             "max_total_num_tokens={tokens}, chunked_prefill_size={cps}, context_len={max_len}, mem_fraction_static={mfs}"
         ));
+    } else if rest <= 0.0 && Engine::Sglang.version_in_force(k) >= [0, 5, 14] {
+        // From 0.5.14 the budget is checked before the pool is sized (`profile_max_num_token`
+        // in `model_runner_kv_cache_mixin.py` at 0.5.14 and 0.5.15, `_profile_available_bytes` in
+        // `mem_cache/kv_cache_configurator.py` at 0.5.16 and 0.5.23; absent at 0.5.13, whose
+        // pool then has no tokens and `MemoryPoolConfig` raises "Not enough memory"): free after
+        // loading less `pre × (1 − mem_fraction_static)` not positive raises this ValueError,
+        // with the smallest fraction `1 − post / pre` and that rounded up to 0.001.
+        let minimum = 1.0 - post / pre;
+        log.push(format!(
+            "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mfs}. Raise --mem-fraction-static above {:.3} (minimum viable = 1 - available/pre = {minimum:.4}). If using speculative decoding, draft weights are now counted.",
+            (minimum * 1000.0).ceil() / 1000.0
+        ));
     } else {
         log.push(
             "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.".into(),
