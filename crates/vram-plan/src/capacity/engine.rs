@@ -142,6 +142,52 @@ pub(super) fn vllm_mla_absorbs(k: &Knobs) -> bool {
     Engine::Vllm.version_in_force(k) < [0, 8, 0]
 }
 
+/// The quantization (vLLM's name for it) under which vLLM 0.7.0-0.7.2 turns an MLA model's MLA
+/// off, if it does. `ModelConfig.use_mla` at 0.7.2 (`vllm/config.py`) returns False, with the
+/// warning "MLA is not supported with %s quantization. Disabling MLA.", for every quantization
+/// but `fp8` and `compressed-tensors` (whose groups must then all be fp8: an int8 W8A8 one turns
+/// it off too), and `DeepseekV2Attention` then caches full K and V per head (`qk_head_dim` wide,
+/// V padded to it; `models/deepseek_v2.py` at 0.7.2). So the MLA backend's refusal of quantized
+/// projections ("Only FP8 and UnquantizedLinearMethod are supported for MLA, please run with
+/// VLLM_MLA_DISABLE=1", `MLACommonImpl.process_weights_after_loading` in
+/// `attention/backends/mla/utils.py` at 0.7.2) is not reached with AWQ, GPTQ or bitsandbytes:
+/// the engine starts, without MLA. 0.7.3 drops the gate (`use_mla` is `is_deepseek_mla and not
+/// VLLM_MLA_DISABLE`) and dequantizes such projections through an identity matmul at load
+/// (`get_and_maybe_dequant_weights`, read at 0.7.3). 0.7.0 and 0.7.1 are not read and taken as
+/// 0.7.2.
+pub(super) fn vllm_07_mla_disabled_by(t: &Transformer, k: &Knobs) -> Option<&'static str> {
+    use super::layers::{layer_caches, LayerCache};
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let v = Engine::Vllm.version_in_force(k);
+    if !(v >= [0, 7, 0] && v < [0, 7, 3])
+        || !layer_caches(t)
+            .iter()
+            .any(|c| matches!(c, LayerCache::MlaLatent { .. }))
+    {
+        return None;
+    }
+    let q = match (k.quantization, t.blocks.storage.quant) {
+        (Quantization::None, Quant::Packed { format, .. }) => match format {
+            WeightFormat::Awq { .. } => Quantization::Awq,
+            WeightFormat::Gptq { .. } => Quantization::Gptq,
+            WeightFormat::Nf4 | WeightFormat::Fp4 => Quantization::Bitsandbytes,
+            WeightFormat::Int8 => Quantization::Int8,
+            _ => Quantization::None,
+        },
+        (Quantization::None, Quant::Mxfp4) => Quantization::Mxfp4,
+        (q, _) => q,
+    };
+    match q {
+        Quantization::Awq => Some("awq"),
+        Quantization::Gptq => Some("gptq"),
+        Quantization::Bitsandbytes => Some("bitsandbytes"),
+        Quantization::Int8 => Some("compressed-tensors"),
+        Quantization::Mxfp4 => Some("mxfp4"),
+        Quantization::None | Quantization::Fp8 => None,
+    }
+}
+
 /// V0 before 0.8 aligns each MLA cache entry to 256 bytes (`CacheEngine._align_cache`,
 /// `align_to_256bytes`, `VLLM_CUDA_MEM_ALIGN_KV_CACHE` default 1, `vllm/worker/cache_engine.py`
 /// at 0.7.2): 576 bf16 elements take 640.

@@ -1671,3 +1671,42 @@ fn the_default_moves_to_the_nearest_release_with_the_architecture() {
         RegistryCheck::default()
     );
 }
+
+/// vLLM 0.7.0-0.7.2 turns MLA off for an MLA model under AWQ/GPTQ/bitsandbytes/int8
+/// (`ModelConfig.use_mla` at 0.7.2) and caches full K and V, which is not modelled: one line,
+/// naming the engine's warning; FP8 keeps MLA, and 0.7.3 (no such gate) is modelled.
+#[test]
+fn vllm_072_disables_mla_under_awq_and_vram_says_so() {
+    let dsv3 = match catalog::lookup("deepseek-v3").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gpu = vram_model::gpu::lookup("h200").unwrap();
+    let at = |v: [u32; 3], q: Quantization| Knobs {
+        engine_version: Some(v),
+        quantization: q,
+        tp: 8,
+        max_model_len: Some(8192),
+        ..Knobs::default()
+    };
+    let e = capacity(&dsv3, gpu, Engine::Vllm, &at([0, 7, 2], Quantization::Awq))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("MLA is not supported with awq quantization. Disabling MLA.")
+            && !e.contains('\n'),
+        "{e}"
+    );
+    assert!(capacity(&dsv3, gpu, Engine::Vllm, &at([0, 7, 2], Quantization::Gptq)).is_err());
+    assert!(capacity(&dsv3, gpu, Engine::Vllm, &at([0, 7, 2], Quantization::Fp8)).is_ok());
+    assert!(capacity(&dsv3, gpu, Engine::Vllm, &at([0, 7, 3], Quantization::Awq)).is_ok());
+    assert!(capacity(&dsv3, gpu, Engine::Vllm, &at([0, 8, 5], Quantization::Awq)).is_ok());
+    // A model without MLA is not affected.
+    assert!(capacity(
+        &llama3(),
+        gpu,
+        Engine::Vllm,
+        &at([0, 7, 2], Quantization::Awq)
+    )
+    .is_ok());
+}

@@ -60,6 +60,12 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             "vLLM refuses this: ValueError: max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({max_num_seqs}) (SchedulerConfig; raise --max-num-batched-tokens or lower --max-num-seqs)"
         )));
     }
+    if let Some(q) = engine::vllm_07_mla_disabled_by(t, k) {
+        return Err(Error::Capacity(format!(
+            "vLLM {} does not run MLA under {q} quantization (ModelConfig.use_mla: \"MLA is not supported with {q} quantization. Disabling MLA.\") and caches full K and V per head instead, which vram does not model; vLLM 0.7.3 keeps MLA (--engine-version 0.7.3)",
+            version_label(Engine::Vllm, k)
+        )));
+    }
     // On CUDA "Model loading took" is `max_memory_allocated` over the load: the tensors and the
     // whole segments the allocator did not split (`allocated_rounding`); on ROCm it is the fall
     // in free device memory (`RocmPlatform.get_current_memory_usage`), so the caching
