@@ -194,6 +194,12 @@ pub(super) fn parallel_widths(k: &Knobs) -> (f64, f64, f64) {
     )
 }
 
+/// The vocabulary as the engines' `VocabParallelEmbedding` and `ParallelLMHead` pad it: a
+/// multiple of 64 (`DEFAULT_VOCAB_PADDING_SIZE`), before the TP split.
+pub(super) fn padded_vocab(t: &Transformer) -> u64 {
+    t.vocab().div_ceil(64) * 64
+}
+
 /// The unquantized layout's bytes on the most loaded GPU. The first stage holds the token
 /// table, the embedding's other parameters (`Blocks::embedding_beyond_tables`: Gemma 4's
 /// per-layer-input table and projection, which vLLM builds as a `VocabParallelEmbedding` and a
@@ -216,7 +222,7 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs, engine: Engine
     let layer = (attn / attn_ways + experts / expert_ways + rest / rest_ways) * q
         + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers().div_ceil(k.pp) as f64;
-    let vocab_padded = (t.vocab().div_ceil(64) * 64) as f64;
+    let vocab_padded = padded_vocab(t) as f64;
     let embed =
         (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp * d;
     let head_matrix = if t.blocks.head.tied {
@@ -333,7 +339,7 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     .collect();
     let layers = t.layers().div_ceil(k.pp);
     let mut out: Vec<(u64, u64)> = layer.into_iter().map(|b| (b, layers)).collect();
-    let table = (t.vocab().div_ceil(64) * 64).div_ceil(tp) * h * d;
+    let table = padded_vocab(t).div_ceil(tp) * h * d;
     out.push((table, if t.blocks.head.tied { 1 } else { 2 }));
     out
 }
