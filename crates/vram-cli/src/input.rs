@@ -217,6 +217,16 @@ fn from_hub(hub: vram_hub::Hub, id: &str, revision: Option<&str>, auto: bool) ->
                 notes.push(format!("preprocessor_config.json sets {c}"));
             }
         }
+        if let Some(p) = repo
+            .optional_text("video_preprocessor_config.json")
+            .map_err(hub_err)?
+        {
+            for c in hf::apply_video_preprocessor(&mut model, &p)
+                .with_context(|| format!("{label} video_preprocessor_config.json"))?
+            {
+                notes.push(format!("video_preprocessor_config.json sets {c}"));
+            }
+        }
     }
     let mut tally = None;
     if let Some(index) = repo
@@ -295,6 +305,18 @@ fn resolve_local(arg: &str, path: &Path) -> Result<Resolved> {
                 let _ = writeln!(
                     crate::output::stderr(),
                     "note: preprocessor_config.json sets {c}"
+                );
+            }
+        }
+        let video = path.join("video_preprocessor_config.json");
+        if has_vision_tower(&model) && video.is_file() {
+            let p = read_text(&video, "video preprocessor config")?;
+            for c in hf::apply_video_preprocessor(&mut model, &p)
+                .with_context(|| format!("{}", video.display()))?
+            {
+                let _ = writeln!(
+                    crate::output::stderr(),
+                    "note: video_preprocessor_config.json sets {c}"
                 );
             }
         }

@@ -475,9 +475,15 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   own allocations outside the caching allocator (NCCL buffers; another
 ///   framework's pool; DeepSpeed inference's workspace, a `cudaMalloc` in
 ///   `InferenceContext::GenWorkSpace` sized from the batch and the maximum
-///   tokens, microsoft/DeepSpeed 5f0422f). Without a process list (1.x/2.0,
-///   ROCm, no NVML) or when no listed process holds it, the message cannot say
-///   which. Then it leads the step only when it is more than this process could
+///   tokens, microsoft/DeepSpeed 5f0422f). Where NVML gave a figure for this
+///   process (2.1+'s `Including non-PyTorch memory, this process has X`), X is
+///   NVML's `usedGpuMemory` for its pid (`reportProcessMemoryInfo`), the
+///   process's whole use of the device: this process's memory outside PyTorch
+///   is X − reserved, and what is in use beyond X and the listed processes is
+///   held by processes NVML does not list (other containers, PID namespaces) or
+///   the driver, so it is **other processes** once more than a context's size.
+///   Without that figure (1.x/2.0, ROCm, no NVML, or no listed process is this
+///   one) the message cannot say whose the memory is. Then it leads the step only when it is more than this process could
 ///   hold at all (the device is mostly someone else's); otherwise the step
 ///   leads, since a smaller step is what fixes it when the memory is this
 ///   process's (its workspaces shrink with the batch) and also when it is a
@@ -627,23 +633,35 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         .min(allowed.unwrap_or(u64::MAX))
         .saturating_sub(np.unwrap_or(0));
     let larger_than_device = !cap_decides && !unexplained && req > device_room;
-    // Memory neither free nor PyTorch's beyond a CUDA context.
-    // `owner_known`: NVML names this process's own memory beyond PyTorch's; otherwise the
-    // message cannot say whose the memory is.
+    // Memory neither free nor PyTorch's beyond a CUDA context, and whose it is, by the
+    // message's layout. Where NVML gave a figure for this process (the `Including non-PyTorch
+    // memory, this process has X` line of 2.1+, or the listed process taken as this one), X is
+    // NVML's `usedGpuMemory` for the pid (`reportProcessMemoryInfo`): the process's whole use
+    // of the device, context and every allocator included. What is in use beyond it and the
+    // listed processes is then not this process's: processes NVML does not list (other
+    // containers and PID namespaces) or the driver, other processes by definition once more
+    // than a context's size. Without that figure (1.x/2.0, ROCm, no NVML, or no listed process
+    // is this one) the message cannot say whose the memory is.
+    let unlisted = if np.is_some() && unaccounted > CONTEXT_MAX_BYTES {
+        unaccounted
+    } else {
+        0
+    };
+    // `owner_known`: NVML names this process's own memory beyond PyTorch's.
     let (outside, outside_what, owner_known) = match (np, m.self_process == SelfProcess::NoList) {
         (None, true) => (
             unaccounted,
             "neither free nor PyTorch's, and the message lists no processes (1.x/2.0 layout, ROCm, or NVML unavailable): another process, or this process's non-PyTorch allocations (NCCL, cuBLAS/cuDNN workspaces, another framework), hold it",
             false,
         ),
-        (Some(n), _) if n > CONTEXT_MAX_BYTES => (
-            n.saturating_add(if unaccounted > CONTEXT_MAX_BYTES { unaccounted } else { 0 }),
+        (Some(n), _) => (
+            n,
             "held by this process outside PyTorch's cache (NCCL buffers, cuBLAS/cuDNN workspaces, another framework or allocator), beyond what any listed process holds",
             true,
         ),
-        _ => (
+        (None, false) => (
             unaccounted,
-            "held by no listed process: processes NVML does not show (other containers), or the driver",
+            "neither free, nor PyTorch's, nor a listed process's, and NVML gave no figure for this process: its context and non-PyTorch allocations, or processes NVML does not show (other containers)",
             false,
         ),
     };
@@ -721,14 +739,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // memory (free is read after the failure) and others hold more of the device than this
     // process could, one of them allocating at that moment is the likeliest reading: they are
     // named first, the figures' puzzle second.
-    let held_by_others =
-        listed_others
-            .max(now_bytes)
-            .saturating_add(if outside_cause && !owner_known {
-                outside
-            } else {
-                0
-            });
+    let held_by_others = listed_others
+        .max(now_bytes)
+        .saturating_add(unlisted)
+        .saturating_add(if outside_cause && !owner_known {
+            outside
+        } else {
+            0
+        });
     let neighbours = held_by_others > usable;
     // A request below the free figure that the device still refused, with no one else holding
     // more of the device than this process could: what the message cannot show (the size
@@ -868,7 +886,9 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     };
 
     // Other processes.
-    let others_bytes = listed_others.max(now_bytes);
+    // Listed processes (or those NVML shows now), and the memory in no process NVML lists
+    // where NVML's figure for this process shows it is not this process's.
+    let others_bytes = listed_others.max(now_bytes).saturating_add(unlisted);
     if others_bytes > 0 && cap_decides {
         notes.push(format!(
             "other processes hold {} on GPU {}, but the cap decided: PyTorch checks it against its own reservation, so they do not matter here",
@@ -895,6 +915,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 hb(p.gpu_memory_bytes.unwrap_or(0))
             )
         }));
+        if unlisted > 0 {
+            who.push(format!(
+                "{} in use in no process NVML lists (other containers or PID namespaces; `nvidia-smi` on the host shows them), beyond the {} NVML counts for this process",
+                hb(unlisted),
+                hb(m.this_process_bytes.unwrap_or(0))
+            ));
+        }
         causes.push((
             if unexplained && neighbours {
                 // Free was read after the failure: a neighbour allocating at that moment.

@@ -241,6 +241,24 @@ const RESNETS: &[(&str, u64)] = &[
     ("resnet-152", 152),
 ];
 
+/// `(id, preprocessor_config.json, video_preprocessor_config.json)` of the catalog's
+/// vision-language checkpoints whose processor files replace the processor classes' defaults:
+/// the fields that decide how large an image or a video becomes (`size`), as Qwen ships them
+/// for Qwen3-VL and Qwen3.5 (`data/catalog/SOURCES.md`, "Processor sizes"). A model not listed
+/// keeps its processor class's defaults.
+const PROCESSORS: &[(&str, &str, &str)] = &[
+    (
+        "qwen3-vl-30b-a3b",
+        r#"{"size":{"longest_edge":16777216,"shortest_edge":65536},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+        r#"{"size":{"longest_edge":25165824,"shortest_edge":4096},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+    ),
+    (
+        "qwen3.5-27b",
+        r#"{"size":{"longest_edge":16777216,"shortest_edge":65536},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+        r#"{"size":{"longest_edge":25165824,"shortest_edge":4096},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+    ),
+];
+
 /// Every catalog id, in display order.
 pub fn ids() -> impl Iterator<Item = &'static str> {
     CONFIGS
@@ -263,7 +281,12 @@ pub fn config_text(id: &str) -> Option<&'static str> {
 pub fn lookup(id: &str) -> Result<Model> {
     let lower = id.to_ascii_lowercase();
     if let Some(text) = config_text(&lower) {
-        return read::parse_config(text, &lower);
+        let mut model = read::parse_config(text, &lower)?;
+        if let Some((_, image, video)) = PROCESSORS.iter().find(|(i, _, _)| *i == lower) {
+            read::apply_preprocessor(&mut model, image)?;
+            read::apply_video_preprocessor(&mut model, video)?;
+        }
+        return Ok(model);
     }
     let dashed = lower.replacen("resnet", "resnet-", 1).replace("--", "-");
     if let Some((_, depth)) = RESNETS.iter().find(|(i, _)| *i == dashed) {
@@ -276,4 +299,65 @@ pub fn lookup(id: &str) -> Result<Model> {
         name: id.into(),
         known: ids().collect::<Vec<_>>().join(", "),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::describe::VisionInput;
+
+    fn smart_resize(id: &str) -> (u64, u64, u64) {
+        let Model::Transformer(t) = lookup(id).unwrap() else {
+            unreachable!()
+        };
+        match t.blocks.vision.unwrap().input {
+            VisionInput::SmartResize {
+                min_pixels,
+                max_pixels,
+                video_max_pixels,
+                ..
+            } => (min_pixels, max_pixels, video_max_pixels),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The processor sizes Qwen ships replace the processor classes' defaults for the catalog
+    /// ids listed in `PROCESSORS`; the others keep the defaults (Qwen2VLImageProcessor's
+    /// 56·56 / 28·28·1280, Qwen3VLVideoProcessor's 32·32·768).
+    #[test]
+    fn processor_sizes_apply_to_the_listed_ids() {
+        assert_eq!(
+            smart_resize("qwen3-vl-30b-a3b"),
+            (65_536, 16_777_216, 25_165_824)
+        );
+        assert_eq!(
+            smart_resize("qwen3.5-27b"),
+            (65_536, 16_777_216, 25_165_824)
+        );
+        assert_eq!(smart_resize("qwen3-vl-8b"), (3_136, 1_003_520, 786_432));
+    }
+
+    /// A video processor file with a bad size is one error; a model without a dynamic-resolution
+    /// tower is left as it is.
+    #[test]
+    fn video_processor_sizes_are_checked() {
+        let mut m = lookup("qwen3-vl-8b").unwrap();
+        assert!(read::apply_video_preprocessor(&mut m, r#"{"size":{"longest_edge":0}}"#).is_err());
+        assert!(read::apply_video_preprocessor(&mut m, "not json").is_err());
+        let changed =
+            read::apply_video_preprocessor(&mut m, r#"{"size":{"longest_edge":25165824}}"#)
+                .unwrap();
+        assert_eq!(
+            changed,
+            ["video longest_edge 25165824 (class default 786432)"]
+        );
+        let mut text = lookup("qwen3-8b").unwrap();
+        let before = format!("{text:?}");
+        assert!(
+            read::apply_video_preprocessor(&mut text, r#"{"size":{"longest_edge":25165824}}"#)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(format!("{text:?}"), before);
+    }
 }

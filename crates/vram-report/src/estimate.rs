@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use vram_model::arch::{Model, Transformer};
 use vram_model::blocks::{Component, Load, Quant, Storage};
-use vram_model::estimate::{max_batch, max_context};
+use vram_model::estimate::{largest_batch, largest_context_to, Largest};
 use vram_model::gpu::Gpu;
 use vram_model::setup::{self, Allocator, AmpStyle, Attention, Kernels, Mode, Setup};
 use vram_model::{estimate_with_timeline, Category};
@@ -131,6 +131,15 @@ pub struct EstimateReport {
         with = "double_option"
     )]
     pub max_context: Option<Option<u64>>,
+    /// A smaller micro-batch (training) or batch (inference) than the largest that does not
+    /// fit, where the search met one: the allocator's fit is not monotone in the size (where
+    /// the device first runs out decides which cached segments PyTorch releases whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smaller_batch_not_fitting: Option<u64>,
+    /// Inference: a shorter context than the longest that does not fit, where the search met
+    /// one (as `smaller_batch_not_fitting`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shorter_context_not_fitting: Option<u64>,
     /// Inference: where the context search stops, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_context_limit: Option<ContextLimit>,
@@ -561,6 +570,8 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         max_batch: None,
         max_context: None,
         max_context_limit: None,
+        smaller_batch_not_fitting: None,
+        shorter_context_not_fitting: None,
         suggestions: None,
         weights: match (inference_weights, model) {
             (Some(f), _) => f.name(),
@@ -608,12 +619,17 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
     };
     r.description = describe(model, &r);
     // The fit searches.
+    let batch = largest_batch(model, &setup, cap)?;
+    r.smaller_batch_not_fitting = batch.and_then(|l| l.smaller_not_fitting);
+    let batch = batch.map(|l| l.value);
     match setup.mode {
-        Mode::Train(_) => r.max_micro_batch = Some(max_batch(model, &setup, cap)?),
+        Mode::Train(_) => r.max_micro_batch = Some(batch),
         Mode::Infer(i) => {
-            r.max_batch = Some(max_batch(model, &setup, cap)?);
+            r.max_batch = Some(batch);
             let limit = context_limit(model, m.config, i.context);
-            r.max_context = Some(longest_context(model, &setup, cap, limit.tokens)?);
+            let context = longest_context(model, &setup, cap, limit.tokens)?;
+            r.shorter_context_not_fitting = context.and_then(|l| l.smaller_not_fitting);
+            r.max_context = Some(context.map(|l| l.value));
             r.max_context_limit = Some(limit);
             r.decode_sampled = Some(e.decode_sampled.map(|d| DecodeSample {
                 steps: d.steps,
@@ -734,7 +750,7 @@ fn context_limit(model: &Model, config: Option<&str>, context: u64) -> ContextLi
 
 /// The longest context at the setup's batch that fits `cap`, at most `limit`: the limit when it
 /// fits there (one decision, at most two allocator replays), else the search below it.
-fn longest_context(model: &Model, setup: &Setup, cap: u64, limit: u64) -> Result<Option<u64>> {
+fn longest_context(model: &Model, setup: &Setup, cap: u64, limit: u64) -> Result<Option<Largest>> {
     let Mode::Infer(i) = setup.mode else {
         return Ok(None);
     };
@@ -742,10 +758,14 @@ fn longest_context(model: &Model, setup: &Setup, cap: u64, limit: u64) -> Result
     if let Mode::Infer(x) = &mut at.mode {
         x.context = limit.max(i.new_tokens + 1);
     }
-    if vram_model::estimate::fits(model, &at, cap)? {
-        return Ok(Some(limit));
+    // The same verdict as the estimate's own fit line (see `max_context_to`).
+    if vram_model::estimate(model, &at)?.fits(cap) {
+        return Ok(Some(Largest {
+            value: limit.max(i.new_tokens + 1),
+            smaller_not_fitting: None,
+        }));
     }
-    Ok(max_context(model, setup, cap)?.map(|c| c.min(limit)))
+    Ok(largest_context_to(model, setup, cap, limit)?)
 }
 
 /// Serving speed of `setup` (inference) on one `gpu`: the prompt's prefill and the mean decode

@@ -82,14 +82,30 @@ impl EstimateReport {
     /// and the longest context (inference).
     pub fn fit_lines(&self) -> Vec<String> {
         let mut out = Vec::new();
+        // Where a smaller size than the answer does not fit, the line says so.
+        let gap = |what: &str, n: Option<u64>| {
+            match n {
+            Some(n) => format!(
+                " ({what} {n} does not: where the device first runs out decides which cached segments the allocator releases whole)"
+            ),
+            None => String::new(),
+        }
+        };
         match self.setup.mode {
             Mode::Train(_) => match self.max_micro_batch.flatten() {
-                Some(b) => out.push(format!("largest micro-batch that fits: {b}")),
+                Some(b) => out.push(format!(
+                    "largest micro-batch that fits: {b}{}",
+                    gap("micro-batch", self.smaller_batch_not_fitting)
+                )),
                 None => out.push("no micro-batch fits".into()),
             },
             Mode::Infer(i) => match self.max_batch.flatten() {
                 Some(b) => {
-                    out.push(format!("largest batch at context {}: {b}", i.context));
+                    out.push(format!(
+                        "largest batch at context {}: {b}{}",
+                        i.context,
+                        gap("batch", self.smaller_batch_not_fitting)
+                    ));
                     if let Some(c) = self.max_context.flatten() {
                         let limit = self.max_context_limit.as_ref();
                         match limit.filter(|l| l.tokens == c) {
@@ -97,7 +113,11 @@ impl EstimateReport {
                                 "longest context at batch {}: {c} (where the search stops: {}; a longer one would fit)",
                                 i.batch, l.source
                             )),
-                            None => out.push(format!("longest context at batch {}: {c}", i.batch)),
+                            None => out.push(format!(
+                                "longest context at batch {}: {c}{}",
+                                i.batch,
+                                gap("context", self.shorter_context_not_fitting)
+                            )),
                         }
                     }
                 }

@@ -234,7 +234,16 @@ fn consistent(g: &Gen, d: &Diagnosis) -> Result<(), String> {
         }
         let shown = match r.kind {
             CauseKind::Fragmentation => free + unalloc >= req,
-            CauseKind::OtherProcesses => free + f.other_process_bytes >= req,
+            // Where NVML gave this process's figure (its whole device use), the memory in
+            // use in no listed process is other processes' too (rule: whose the memory is).
+            CauseKind::OtherProcesses => {
+                let unlisted = if f.non_pytorch_bytes.is_some() {
+                    f.unaccounted_bytes
+                } else {
+                    0
+                };
+                free + f.other_process_bytes + unlisted >= req
+            }
             CauseKind::ProcessCap => req <= free,
             CauseKind::PrivatePools => free + f.private_pool_bytes >= req,
             CauseKind::OutsidePytorch => {

@@ -106,25 +106,57 @@ fn rule_3_could_hold_is_reserved_plus_free() {
     let reserved = (48 << 30) + gib(1.50);
     assert_eq!(d.usable_bytes, reserved + (1 << 30));
     assert_eq!(d.figures.could_hold_bytes, d.usable_bytes);
-    assert_eq!(
-        d.figures.unaccounted_bytes,
-        gib(79.19) - (1 << 30) - (50 << 30) - (20 << 30)
+    let unlisted = gib(79.19) - (1 << 30) - (50 << 30) - (20 << 30);
+    assert_eq!(d.figures.unaccounted_bytes, unlisted);
+    // The 50 GiB line is NVML's figure for this process, its whole use of the device, so
+    // the 8.19 GiB in no listed process is not this process's: other processes hold it,
+    // beside pid 1111. This process's own memory outside PyTorch is 0.5 GiB, within a
+    // context: no outside-PyTorch cause.
+    assert!(
+        !d.causes.iter().any(|c| c.kind == CauseKind::OutsidePytorch),
+        "{:#?}",
+        d.causes
     );
-    let out = d
-        .causes
-        .iter()
-        .find(|c| c.kind == CauseKind::OutsidePytorch)
-        .unwrap();
-    assert!(out.detail.contains("no listed process"), "{}", out.detail);
-    // pid 1111's 20 GiB is less than the 50.5 GiB this process could hold: the step leads,
-    // the neighbour (whose memory would serve the request) second.
+    // The 28.19 GiB others hold is less than the 50.5 GiB this process could hold: the step
+    // leads, the other processes (whose memory would serve the request) second.
     assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
     let others = d
         .causes
         .iter()
         .position(|c| c.kind == CauseKind::OtherProcesses)
         .unwrap();
-    assert!(d.causes[others].sufficient && others > 0);
+    let o = &d.causes[others];
+    assert!(o.sufficient && others > 0);
+    assert_eq!(o.bytes, (20 << 30) + unlisted);
+    assert!(o.detail.contains("no process NVML lists"), "{}", o.detail);
+}
+
+#[test]
+fn memory_in_no_listed_process_is_other_processes_where_nvml_names_this_one() {
+    // QwenLM/Qwen#782's figures: this process 18.80 GiB (NVML), two others 12.76 GiB, 176 MiB
+    // free of 80 GiB. The 48.27 GiB in none of them is more than the 18.46 GiB this process
+    // could hold: other processes lead.
+    let text = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 234.00 MiB. GPU 0 has a total capacty of 80 GiB of which 176.38 MiB is free. Process 4683 has 11.05 GiB memory in use. Process 16753 has 1.71 GiB memory in use. Including non-PyTorch memory, this process has 18.80 GiB memory in use. Of the allocated memory 18.26 GiB is allocated by PyTorch, and 30.10 MiB is reserved by PyTorch but unallocated.";
+    let d = diagnose(&Inputs::new(parse(text).unwrap())).unwrap();
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OtherProcesses,
+        "{:#?}",
+        d.causes
+    );
+    assert!(d.causes[0].bytes > gib(60.0), "{:#?}", d.causes[0]);
+    assert!(!has(&d, CauseKind::OutsidePytorch), "{:#?}", d.causes);
+    // The same figures without the process lines (a 1.x/2.0 layout cannot say whose the
+    // memory is): memory outside PyTorch, as before.
+    let legacy = "RuntimeError: CUDA out of memory. Tried to allocate 234.00 MiB (GPU 0; 80.00 GiB total capacity; 18.26 GiB already allocated; 176.38 MiB free; 18.29 GiB reserved in total by PyTorch)";
+    let d = diagnose(&Inputs::new(parse(legacy).unwrap())).unwrap();
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OutsidePytorch,
+        "{:#?}",
+        d.causes
+    );
+    assert!(!has(&d, CauseKind::OtherProcesses), "{:#?}", d.causes);
 }
 
 #[test]

@@ -117,6 +117,12 @@ pub enum VisionInput {
         min_pixels: u64,
         /// `size["longest_edge"]` (max_pixels).
         max_pixels: u64,
+        /// The video processor's `size["longest_edge"]` (`video_preprocessor_config.json`): the
+        /// pixels of a whole clip, frames times height times width, that `Qwen3VLVideoProcessor`'s
+        /// `smart_resize` keeps a video under (transformers 5.24
+        /// `qwen3_vl/video_processing_qwen3_vl.py`). Serving engines size their largest video
+        /// item from it (`vram_plan::capacity`'s encoder profile).
+        video_max_pixels: u64,
     },
     /// Llama 4: tiles of `tile` pixels on the best-fitting canvas of at most `max_tiles`, plus
     /// a global tile when there are several; pixel shuffle by `1/shuffle`² per tile.
@@ -278,6 +284,7 @@ pub fn image_tokens(v: &Vision, width: u64, height: u64) -> Result<ImageTokens> 
             merge,
             min_pixels,
             max_pixels,
+            ..
         } => {
             let (h, w) = smart_resize(height, width, p * merge, min_pixels, max_pixels)?;
             let patches = (h / p) * (w / p);

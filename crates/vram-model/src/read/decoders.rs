@@ -770,11 +770,15 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 patch: p,
                 params,
                 // Qwen2VLImageProcessor's class defaults (image_processing_qwen2_vl.py: `size`
-                // shortest_edge 56·56, longest_edge 28·28·1280); patch and merge from the tower.
+                // shortest_edge 56·56, longest_edge 28·28·1280) and Qwen3VLVideoProcessor's
+                // (video_processing_qwen3_vl.py: longest_edge 32·32·768); patch and merge from
+                // the tower. A checkpoint's processor files replace them
+                // (`read::apply_preprocessor`, `read::apply_video_preprocessor`).
                 input: VisionInput::SmartResize {
                     merge: m,
                     min_pixels: 56 * 56,
                     max_pixels: 28 * 28 * 1280,
+                    video_max_pixels: 32 * 32 * 768,
                 },
                 patch_elems: ch * tp * p * p,
                 out,

@@ -638,6 +638,7 @@ pub fn apply_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> 
             merge,
             min_pixels,
             max_pixels,
+            ..
         } => {
             let min = num(&["size", "shortest_edge"])?.or(num(&["min_pixels"])?);
             let max = num(&["size", "longest_edge"])?.or(num(&["max_pixels"])?);
@@ -658,6 +659,46 @@ pub fn apply_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> 
         _ => {}
     }
     Ok(changed)
+}
+
+/// Applies a vision-language model's `video_preprocessor_config.json`: Qwen3-VL's and
+/// Qwen3.5's `size.longest_edge`, the pixels of a whole clip (frames x height x width) that
+/// `Qwen3VLVideoProcessor` keeps a video under (transformers 5.24
+/// `qwen3_vl/video_processing_qwen3_vl.py` `smart_resize`). Returns one line per setting that
+/// changed; a model without such a tower is left as it is.
+pub fn apply_video_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> {
+    use crate::describe::VisionInput;
+    let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
+        what: "video_preprocessor_config.json".into(),
+        reason: e.to_string(),
+    })?;
+    let Model::Transformer(t) = model else {
+        return Ok(Vec::new());
+    };
+    let Some(VisionInput::SmartResize {
+        video_max_pixels, ..
+    }) = t.blocks.vision.as_mut().map(|v| &mut v.input)
+    else {
+        return Ok(Vec::new());
+    };
+    let Some(v) = value.get("size").and_then(|s| s.get("longest_edge")) else {
+        return Ok(Vec::new());
+    };
+    match v.as_u64() {
+        Some(n) if n > 0 && n <= 1 << 40 => {
+            if *video_max_pixels == n {
+                return Ok(Vec::new());
+            }
+            let line = format!("video longest_edge {n} (class default {video_max_pixels})");
+            *video_max_pixels = n;
+            Ok(vec![line])
+        }
+        _ => Err(Error::OutOfRange {
+            field: "video_preprocessor_config.json size.longest_edge".into(),
+            value: v.to_string(),
+            why: "must be a positive integer".into(),
+        }),
+    }
 }
 
 /// Bytes of the recurrent-state dtype a model's `config.json` names (`mamba_ssm_dtype`, at the

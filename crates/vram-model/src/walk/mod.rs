@@ -1019,7 +1019,10 @@ pub fn estimate_with_timeline(model: &Model, setup: &Setup) -> Result<Estimate> 
 /// allocator replayed there as PyTorch would run it: what [`Estimate::fits`] says of
 /// [`estimate`]'s `total_bytes`, in one replay instead of a bisection (the peak walk refuses
 /// what cannot fit whatever the allocator does; otherwise one replay on a device of that size,
-/// releasing cached segments and retrying where PyTorch does, decides).
+/// releasing cached segments and retrying where PyTorch does, decides). The two can differ where
+/// the replay's fit is not monotone in the device's size (a device slightly larger than this one
+/// first runs out later and fails; see `settle`): the fit searches settle their answers on the
+/// estimate's verdict.
 pub fn fits(model: &Model, setup: &Setup, capacity: u64) -> Result<bool> {
     Ok(shortfall(model, setup, capacity)?.is_none())
 }
@@ -1257,10 +1260,29 @@ pub(crate) fn chain_saved_parts(model: &Model, setup: &Setup) -> Result<Vec<u64>
     Ok(l.parts.bytes[..l.parts.n as usize].to_vec())
 }
 
+/// What a fit search found: the largest size whose estimate fits, and a smaller size whose
+/// estimate does not, where the search met one (whether a step runs is not monotone in its
+/// size; see [`max_batch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Largest {
+    /// The largest size that fits.
+    pub value: u64,
+    /// A smaller size that does not fit (`None`: the search met none).
+    pub smaller_not_fitting: Option<u64>,
+}
+
 /// The largest micro-batch (training) or batch (inference) whose estimate fits `capacity`.
 ///
-/// Returns `Ok(None)` when not even 1 fits.
+/// Returns `Ok(None)` when not even 1 fits. The answer fits per [`estimate`]'s own verdict and
+/// the next size does not; every size above it up to the peak walk's bound (nothing above
+/// that fits) was tried where they are at most 64 (the allocator's fit is not monotone in the
+/// size: see `settle`).
 pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
+    Ok(largest_batch(model, setup, capacity)?.map(|l| l.value))
+}
+
+/// [`max_batch`], with a smaller batch that does not fit where the search met one.
+pub fn largest_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<Largest>> {
     let at = |n: u64| -> Setup {
         let mut s = *setup;
         match &mut s.mode {
@@ -1269,23 +1291,41 @@ pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u
         }
         s
     };
-    if replay::reference() {
-        return search_max(|n| fits(model, &at(n), capacity));
-    }
     // The peak walk (microseconds) bounds the answer from above: what it refuses does not
-    // fit. The replays (milliseconds) then only decide the last few sizes below that bound.
-    match search_max(|n| walk_fits(model, &at(n), capacity))? {
-        Some(top) => search_down(
+    // fit, and its peak grows with the batch. The replays (milliseconds) then only decide the
+    // last few sizes below that bound.
+    let Some(top) = search_max(|n| walk_fits(model, &at(n), capacity))? else {
+        return Ok(None);
+    };
+    let found = if replay::reference() {
+        search_max(|n| fits(model, &at(n), capacity))?
+    } else {
+        search_down(
             top,
             |n| shortfall(model, &at(n), capacity),
             |n| walk_slope(model, n, &at),
-        ),
-        None => Ok(None),
-    }
+        )?
+    };
+    let ok = |n: u64| Ok(estimate(model, &at(n))?.fits(capacity));
+    let settled = settle(found, 1, top, ok)?;
+    above(settled, 1, top, ok)
 }
 
-/// The longest context (inference) whose estimate fits `capacity` at the setup's batch.
+/// The longest context (inference) whose estimate fits `capacity` at the setup's batch (as
+/// [`max_batch`] decides it).
 pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
+    Ok(largest_context_to(model, setup, capacity, crate::setup::MAX_SIZE)?.map(|l| l.value))
+}
+
+/// [`max_context`] among contexts of at most `limit` tokens (a model's own longest, say): the
+/// longest of them whose estimate fits, with the next one up not fitting or past `limit`, and
+/// a shorter context that does not fit where the search met one.
+pub fn largest_context_to(
+    model: &Model,
+    setup: &Setup,
+    capacity: u64,
+    limit: u64,
+) -> Result<Option<Largest>> {
     // A context holds the new tokens and at least one prompt token: the search starts there
     // (shorter contexts are the same one-token-prompt call).
     let new = match setup.mode {
@@ -1305,7 +1345,8 @@ pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option
     };
     // A context past the largest size a setup takes is not tried (a tiny model fits every
     // context up to it).
-    let within = |n: u64| n + new <= crate::setup::MAX_SIZE;
+    let limit = limit.min(crate::setup::MAX_SIZE);
+    let within = |n: u64| n + new <= limit;
     let found = if replay::reference() {
         search_max_from(start, |n| Ok(within(n) && fits(model, &at(n), capacity)?))?
     } else {
@@ -1320,7 +1361,124 @@ pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option
             None => None,
         }
     };
-    Ok(found.map(|n| n + new))
+    let ok = |n: u64| Ok(within(n) && estimate(model, &at(n))?.fits(capacity));
+    let hi = limit.saturating_sub(new);
+    let settled = settle(found, 1, hi, ok)?;
+    // The peak walk's bound, for the sizes above the settled answer.
+    let top = match settled {
+        Some(a) => search_max_from(a, |n| Ok(within(n) && walk_fits(model, &at(n), capacity)?))?,
+        None => None,
+    };
+    let found = match top {
+        Some(top) => above(settled, 1, top.min(hi), ok)?,
+        None => settled.map(|value| Largest {
+            value,
+            smaller_not_fitting: None,
+        }),
+    };
+    Ok(found.map(|l| Largest {
+        value: l.value + new,
+        smaller_not_fitting: l.smaller_not_fitting.map(|n| n + new),
+    }))
+}
+
+/// The most sizes [`above`] tries with the full estimate (a few hundred milliseconds at most).
+const SCAN: u64 = 64;
+
+/// The largest size up to `top` (the peak walk's bound: nothing above it fits) whose estimate
+/// fits, where some size above `settled + 1` fits though `settled + 1` does not: every size from
+/// `top` down to `settled + 2` is tried, where they are at most [`SCAN`]; else `settled` (which
+/// fits, with the next size not fitting).
+fn above(
+    settled: Option<u64>,
+    lo: u64,
+    top: u64,
+    mut ok: impl FnMut(u64) -> Result<bool>,
+) -> Result<Option<Largest>> {
+    let plain = settled.map(|value| Largest {
+        value,
+        smaller_not_fitting: None,
+    });
+    // `settled + 1` does not fit (`lo` where nothing settled).
+    let floor = settled.map_or(lo + 1, |a| a + 2);
+    if top < floor || top - floor >= SCAN {
+        return Ok(plain);
+    }
+    for n in (floor..=top).rev() {
+        if ok(n)? {
+            return Ok(Some(Largest {
+                value: n,
+                smaller_not_fitting: Some(floor - 1),
+            }));
+        }
+    }
+    Ok(plain)
+}
+
+/// The searches' answer made one the full estimate agrees with: the largest `n` (from `lo` to
+/// `hi`) such that `ok(n)` (the estimate fits) and `ok(n + 1)` does not (or `n` is `hi`),
+/// found near `found`, the answer of a search on [`fits`].
+///
+/// Whether a step runs is not monotone in its size, nor in the device's: PyTorch's
+/// `release_cached_blocks` runs only when a `cudaMalloc` fails, so what is cached, split and
+/// freed later depends on where the device first ran out. A replay on the named device (what
+/// [`fits`] runs) can then succeed where the bisection for the smallest device (`needed`, hence
+/// the estimate's `total_bytes`) met a larger device that fails, or the other way round. The
+/// searches probe [`fits`] (one replay each); the answer a user reads beside the estimate's own
+/// verdict is settled here on that verdict: from a fitting `n` up while the next fits, from
+/// a failing one down (galloping) to one that fits, then bisected between the two, so the
+/// answer fits and the next size does not, per the same estimate. A size above the next one may
+/// still fit where the replay's path differs; the searches do not claim to have tried them.
+fn settle(
+    found: Option<u64>,
+    lo: u64,
+    hi: u64,
+    mut ok: impl FnMut(u64) -> Result<bool>,
+) -> Result<Option<u64>> {
+    if hi < lo {
+        return Ok(None);
+    }
+    let n = found.unwrap_or(lo).clamp(lo, hi);
+    let (mut good, mut bad) = if ok(n)? {
+        // Up: the next size, then galloping.
+        let mut good = n;
+        let mut step = 1u64;
+        loop {
+            let next = good.saturating_add(step).min(hi);
+            if next == good {
+                return Ok(Some(good)); // `hi` fits
+            }
+            if ok(next)? {
+                good = next;
+                step = step.saturating_mul(2);
+            } else {
+                break (good, next);
+            }
+        }
+    } else {
+        let mut bad = n;
+        let mut step = 1u64;
+        loop {
+            if bad == lo {
+                return Ok(None);
+            }
+            let next = bad.saturating_sub(step).max(lo);
+            if ok(next)? {
+                break (next, bad);
+            }
+            bad = next;
+            step = step.saturating_mul(2);
+        }
+    };
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
+        if ok(mid)? {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    Ok(Some(good))
 }
 
 /// The peak walk's bytes per unit of `n` just below `n` (the setup `at(n)` gives), over a

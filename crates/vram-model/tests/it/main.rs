@@ -6,6 +6,7 @@ mod blocks;
 mod falcon_math;
 mod fast_paths;
 mod finetune;
+mod fit_searches;
 mod generate_replay;
 mod monotone;
 mod params;

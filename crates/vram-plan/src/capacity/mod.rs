@@ -65,6 +65,7 @@ use vram_model::gpu::Gpu;
 use crate::error::{Error, Result};
 
 mod activation;
+mod encoder;
 mod engine;
 mod graphs;
 mod kv_layout;

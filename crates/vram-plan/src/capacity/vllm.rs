@@ -69,6 +69,11 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             allocator_rounding(t, k)
         } else {
             allocated_rounding(t, k)
+        }
+        + if v1 {
+            encoder::deepstack_buffers(t, k, mnbt)
+        } else {
+            0
         };
     let reqs = max_num_seqs.min(mnbt);
     // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
@@ -100,6 +105,22 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     };
     if let Some(c) = cross {
         activation = activation.max(c);
+    }
+    // V1 profiles the multimodal encoder first and holds its outputs and inputs through the
+    // language model's dummy run and the sampler (`encoder`: Qwen's dynamic-resolution towers,
+    // Mistral's Pixtral).
+    let encoder_profile = t.blocks.vision.as_ref().filter(|_| v1).and_then(|v| {
+        encoder::vllm_encoder_profile(
+            v,
+            k,
+            Engine::Vllm.version_in_force(k),
+            max_num_seqs,
+            mnbt,
+            max_len,
+        )
+    });
+    if let Some(e) = &encoder_profile {
+        activation = e.peak(activation);
     }
     // Memory outside PyTorch that appears after the snapshot (kernel images, library handles,
     // NCCL and custom all-reduce buffers at TP/PP > 1), by version (`engine::vllm_non_torch`).
@@ -156,6 +177,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     let starts = available > 0 && max_fit >= max_len;
     let gib = |b: f64| b / GIB;
     let mut log = vec![format!("Model loading took {:.4} GiB", gib(weights as f64))];
+    if let Some(e) = &encoder_profile {
+        log.push(e.log_line());
+    }
     if let Some(st) = layout.groups.iter().find(|g| g.kind == "state") {
         let attn = layout.groups.iter().find(|g| g.kind != "state");
         if let Some(a) = attn {
@@ -228,12 +252,14 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // (`torch.cuda.empty_cache()` after `profile_run` in `determine_available_memory`, 0.8.3 and
     // 0.8.5; `memory_profiling`'s exit, 0.10.1 and 0.11.0), so the capture may use it too.
     // V1 before 0.9 and V0 0.6.4 count the context inside the budget
-    // (`engine::vllm_context_in_budget`).
+    // (`engine::vllm_context_in_budget`). From 0.9 the communicators that exist at V1's
+    // baseline sit beside the budget too (`non_torch::vllm_init_communicators`).
+    let init_comms = non_torch::vllm_init_communicators(t, gpu, k, v1);
     let context = if engine::vllm_context_in_budget(k, v1) {
         0
     } else {
         gpu.context_bytes()
-    };
+    } + init_comms.as_ref().map_or(0, |c| c.0);
     let beyond = if graphs_in_budget { 0 } else { graphs };
     let left = total as i128 - budget as i128 - context as i128;
     let left_for_graphs = left + activation as i128;
@@ -313,7 +339,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         });
     }
     if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
-        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers, vision encoders and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled");
+        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled (vision encoders: see the encoder profile line)");
     }
     if engine::is_rocm(gpu) {
         assumes.push("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)");
@@ -325,6 +351,11 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             "plain GPTQ kernel (--quantization gptq, or compute capability < 8.0 where GPTQ-Marlin cannot run): gptq_gemm allocates the whole fp16 weight (temp_dq) on every call, so the profile run holds the largest such weight beside its layer's live set (gptq.py, csrc/quantization/gptq/q_gemm.cu)"
         }),
         _ => {}
+    }
+    if encoder_profile.is_some() {
+        assumes.push("V1 multimodal encoder profile (gpu_model_runner.py profile_run, v1/worker/utils.py MultiModalBudget; read at 0.8.5, 0.9.2, 0.10.1, 0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.18.0, 0.19.0): the largest item from the processor's longest_edge (a Qwen3-VL video as 12.5 formatted tokens per soft token through 0.12), the vision tower's eager forward over it with the processor's pixels (cast to the model dtype from 0.11), and its outputs (out_hidden x (1 + deepstack levels) wide, expanded to the budget at 0.11 and to the largest item at 0.12) held with the pixels through the language model's dummy run and the sampler; Qwen3-VL's deepstack buffers (levels x max_num_batched_tokens x hidden) counted in the weights; Mistral-format Pixtral (pixtral.py, read at a September 2025 commit, the same code assumed at the version): ceil(image_size / (patch x merge))^2 tokens per image, the tower's dense block-diagonal mask over all profiled patches in the model dtype from 0.12 on (no xFormers in the default installation, assumed from 0.12) and PyTorch's padded copy of it in every memory-efficient SDPA call");
+    } else if v1 && t.blocks.vision.is_some() {
+        assumes.push("V1 multimodal encoder profile not counted: vLLM runs this model's vision tower on its largest items before the language model and holds the outputs (gpu_model_runner.py profile_run), but the largest-item rules are modelled for Qwen's dynamic-resolution towers and Mistral's Pixtral only, so the KV pool is likely overestimated");
     }
     if cross.is_some() {
         assumes.push("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)");
@@ -371,7 +402,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             } else {
                 "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) or, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators; 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); where custom all-reduce is off (PCIe, no P2P, across nodes, TP sizes other than 2/4/6/8) PyNccl's all-reduces captured in every graph, 68 KiB each and 212 KiB over the network (measured on vLLM 0.10.1 logs); gpt-oss's own capture sizes (to 1024); captured after the KV cache, so they must fit what the budget, the CUDA context and the profile's released peak leave (estimated)"
             },
-        ]).map(String::from).chain([non_torch_source]).collect(),
+        ]).map(String::from).chain([non_torch_source]).chain(init_comms.map(|c| c.1)).collect(),
     })
 }
 
@@ -407,7 +438,7 @@ fn graph_capture_failure(
         0.0
     } else {
         gpu.context_bytes() as f64
-    };
+    } + non_torch::vllm_init_communicators(t, gpu, k, v1).map_or(0.0, |c| c.0 as f64);
     let u = ((total - need as f64 - context + activation as f64) / total * 100.0).floor() / 100.0;
     if u > 0.0 {
         let lower = Knobs {

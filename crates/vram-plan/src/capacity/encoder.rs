@@ -1,0 +1,381 @@
+//! vLLM V1's multimodal encoder profile: before the language model's dummy run, `profile_run`
+//! runs the vision tower on a dummy batch of the modality whose largest item has the most tokens
+//! and keeps the outputs (and the batch's inputs) allocated through the language model's dummy
+//! run and the sampler, so the profile's torch peak is the larger of the tower's own forward and
+//! what it holds plus the language model's peak.
+//!
+//! Read in `v1/worker/gpu_model_runner.py` `profile_run` and `v1/worker/utils.py`
+//! `MultiModalBudget` (`v1/core/encoder_cache_manager.py` `compute_mm_encoder_budget`) at
+//! v0.8.5, v0.9.2, v0.10.1, v0.11.0, v0.12.0, v0.13.0, v0.14.0, v0.18.0 and v0.19.0:
+//! - the budget is `max(max_num_batched_tokens, the largest item's tokens)` (the encoder's
+//!   compute budget and the cache's size both; `get_encoder_budget` is their minimum);
+//! - the items profiled: `budget // tokens` (0.10.1 on, at least one; `cdiv` at 0.8.5 and
+//!   0.9.2), at most `max_num_seqs` times the items one prompt of `max_model_len` holds;
+//! - `batched_dummy_mm_inputs` (the processor's pixels, on the device) and the encoder's
+//!   outputs stay referenced until `profile_run` returns. transformers' image processors
+//!   normalise in float32 (`image_processing_backends.py`), and from v0.11.0 (read at 0.11.0,
+//!   0.12.0, 0.13.0, 0.14.0, 0.18.0, 0.19.0) vLLM casts every floating tensor of the processor's
+//!   output to the model dtype (`InputProcessingContext._postprocess_output`, "mimics
+//!   transformers.BatchFeature"); v0.8.5 has no such cast (0.9 and 0.10 not read: as 0.8.5);
+//! - v0.11.0 expands each output smaller than the budget to `[budget, width]`
+//!   (`new_zeros((encoder_budget, ...))`), v0.12.0 to `[the modality's largest item, width]`;
+//!   v0.13.0 and later keep the outputs as they come.
+//!
+//! The largest item, for Qwen3-VL's and Qwen3.5's dynamic-resolution towers
+//! (`model_executor/models/qwen3_vl.py` `Qwen3VLProcessingInfo`, the only towers modelled here):
+//! an image of the processor's `longest_edge` pixels, `longest_edge / (patch · merge)²` tokens;
+//! a video of the video processor's `longest_edge` pixels over all its frames (the dummy frames
+//! are the largest image, so the cap binds), `longest_edge / (patch² · temporal patch · merge²)`
+//! tokens. Through v0.12.0 `get_max_video_tokens` counts a video token as 12.5 formatted
+//! tokens ("<{timestamp} seconds>" and the vision start/end tokens); from v0.13.0 it counts the
+//! soft tokens of two frames at `longest_edge / temporal patch` pixels each (the same count).
+//! The tower's output is `[tokens, out_hidden × (1 + deepstack levels)]` (`torch.cat` of the
+//! merger's and each deepstack merger's output, `Qwen3_VisionTransformer.forward`).
+//!
+//! Mistral's Pixtral (`model_executor/models/pixtral.py` `PixtralProcessingInfo`,
+//! `VisionTransformer`; the Mistral-format `PixtralForConditionalGeneration` vLLM loads from
+//! Mistral's repos): the largest item is a square image of `max_image_size` (the tower's
+//! `image_size`), `ncols * nrows` tokens of `ceil(side / (patch · merge))` each way; the
+//! output is `[tokens, text hidden]` after the patch merger and adapter. Its forward is
+//! [`pixtral_forward_peak`].
+
+use super::*;
+use vram_model::blocks::{Vision, VisionInput};
+
+/// What the encoder profile adds to the profile run, as vLLM logs and sizes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct EncoderProfile {
+    /// "Encoder cache will be initialized with a budget of N tokens".
+    pub budget: u64,
+    /// Items of the modality profiled ("profiled with N video items").
+    pub items: u64,
+    /// `image` or `video`.
+    pub modality: &'static str,
+    /// Bytes held through the language model's dummy run: the outputs (expanded where the
+    /// version expands them) and the dummy batch's pixels.
+    pub held: u64,
+    /// Peak of the tower's own forward over the batch, the pixels included.
+    pub forward: u64,
+}
+
+impl EncoderProfile {
+    /// The profile run's torch peak given the language model's own (`lm`).
+    pub(super) fn peak(&self, lm: u64) -> u64 {
+        self.forward.max(self.held + lm)
+    }
+
+    /// The engine's log line.
+    pub(super) fn log_line(&self) -> String {
+        format!(
+            "Encoder cache will be initialized with a budget of {} tokens, and profiled with {} {} items of the maximum feature size.",
+            self.budget, self.items, self.modality
+        )
+    }
+}
+
+/// Whether vLLM V1 at this version profiles `v`'s encoder the way this module models it: Qwen's
+/// dynamic-resolution towers and Mistral's Pixtral. Other towers (Gemma's, Llama 4's,
+/// mllama's) have their own largest-item rules, not read here.
+pub(super) fn modelled(v: &Vision) -> bool {
+    matches!(
+        v.input,
+        VisionInput::SmartResize { .. } | VisionInput::Pixtral { .. }
+    )
+}
+
+/// The encoder profile of vLLM V1 `version` for the tower `v` (`None` for a tower this module
+/// does not model).
+pub(super) fn vllm_encoder_profile(
+    v: &Vision,
+    k: &Knobs,
+    version: [u32; 3],
+    max_num_seqs: u64,
+    mnbt: u64,
+    max_model_len: u64,
+) -> Option<EncoderProfile> {
+    let p = v.patch.max(1);
+    // (modality, the largest item's budgeted tokens, its output rows, its patches, merge).
+    let (modality, tokens, rows, patches, m) = match v.input {
+        VisionInput::SmartResize {
+            merge,
+            max_pixels,
+            video_max_pixels,
+            ..
+        } => {
+            let m = merge.max(1);
+            // patch_elems = channels × temporal patch × patch²; the towers read 3 channels.
+            let temporal = (v.patch_elems / (3 * p * p)).max(1);
+            let image_tokens = max_pixels / (p * m).pow(2);
+            let video_soft = video_max_pixels / (p * p * temporal * m * m);
+            let video_tokens = if version < [0, 13, 0] {
+                // `int(video_soft_tokens * 12.5)`
+                video_soft * 25 / 2
+            } else {
+                video_soft
+            };
+            // `max(max_tokens_by_modality.items(), key=...)`: the first of equals (image) wins.
+            if video_tokens > image_tokens {
+                ("video", video_tokens, video_soft, video_soft * m * m, m)
+            } else {
+                ("image", image_tokens, image_tokens, image_tokens * m * m, m)
+            }
+        }
+        VisionInput::Pixtral {
+            merge,
+            longest_edge,
+        } => {
+            // A square image of `max_image_size` pixels; mistral_common's `_image_to_num_tokens`
+            // gives `ceil(side / (patch · merge))` columns and rows, and vLLM counts
+            // `ncols * nrows` (the [IMG_BREAK]/[IMG_END] tokens are not features).
+            let m = merge.max(1);
+            let side = longest_edge.div_ceil(p * m);
+            ("image", side * side, side * side, (side * m).pow(2), m)
+        }
+        _ => return None,
+    };
+    if tokens == 0 {
+        return None;
+    }
+    let budget = mnbt.max(tokens);
+    let per_prompt = (max_model_len / tokens).max(1);
+    let by_budget = if version < [0, 10, 0] {
+        budget.div_ceil(tokens)
+    } else {
+        budget / tokens
+    };
+    let items = by_budget
+        .min(max_num_seqs.saturating_mul(per_prompt))
+        .max(1);
+    let d = k.dtype_bytes;
+    let width = v.out * (1 + v.deepstack);
+    let pixtral = matches!(v.input, VisionInput::Pixtral { .. });
+    let kept_rows = if ([0, 11, 0]..[0, 12, 0]).contains(&version) {
+        rows.max(budget)
+    } else if ([0, 12, 0]..[0, 13, 0]).contains(&version) {
+        rows.max(tokens)
+    } else {
+        rows
+    };
+    let pixel_bytes = if version >= [0, 11, 0] { d } else { 4 };
+    let pixels = items * patches * v.patch_elems * pixel_bytes;
+    let outputs = items * rows * width * d;
+    let held = items * kept_rows * width * d + pixels;
+    // Expanding: each new `[kept_rows, width]` while the tower's outputs still exist.
+    let expanding = if kept_rows > rows { outputs + held } else { 0 };
+    Some(EncoderProfile {
+        budget,
+        items,
+        modality,
+        held,
+        forward: if pixtral {
+            pixtral_forward_peak(v, k, items * patches, version, pixel_bytes)
+        } else {
+            tower_forward_peak(v, k, items * patches, m, pixel_bytes)
+        }
+        .max(expanding),
+    })
+}
+
+/// Peak of vLLM's `Qwen3_VisionTransformer.forward` over `patches` patches, run eagerly
+/// (`compile_mm_encoder`, off by default at 0.12.0 and 0.19.0), the pixels (`pixel_bytes` each)
+/// included: read in `qwen3_vl.py` (`Qwen3_VisionTransformer`, `Qwen3_VisionBlock`,
+/// `Qwen3_VisionMLP`) at v0.12.0 and `qwen2_5_vl.py` (`Qwen2_5_VisionAttention`) at v0.19.0.
+/// Through the blocks the residual `[patches, hidden]` and the deepstack features made so far
+/// are live; inside a block the larger of
+/// - the attention call: the residual, `norm1`'s output (the call's argument), the fused QKV
+///   output and its rotated copies (`qk_reshaped.contiguous()`, `qk_rotated`: q and k twice)
+///   and the context, `patches × (2h + 8h/tp)`;
+/// - the MLP: at the activation the residual, `norm2`'s output, `linear_fc1`'s output and the
+///   activation's (`2h + 2i/tp`); at `linear_fc2` the residual, `norm2`'s output, the activation
+///   and the output (`3h + i/tp`, and the all-reduce's new result at TP > 1);
+///
+/// then `torch.cat` of the merger's and the deepstack mergers' outputs with its result.
+fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_bytes: u64) -> u64 {
+    let d = k.dtype_bytes;
+    let tp = if v.tp_split { k.tp.max(1) } else { 1 };
+    let (h, i) = (v.hidden, v.intermediate.div_ceil(tp));
+    let pixels = patches * v.patch_elems * pixel_bytes;
+    let reduced = if tp > 1 { h } else { 0 };
+    let attn = 2 * h + 8 * h.div_ceil(tp);
+    let mlp = (2 * h + 2 * i).max(3 * h + i + reduced);
+    let merged = patches / (merge * merge).max(1);
+    let deep = v.deepstack * merged * v.out * d;
+    let block = patches * attn.max(mlp) * d + deep;
+    let cat = 2 * merged * v.out * (1 + v.deepstack) * d;
+    // The rotary tables, `[patches, head_dim]` for cos and sin together.
+    let rotary = patches * (h / v.heads.max(1)) * d;
+    pixels + rotary + block.max(cat)
+}
+
+/// Peak of vLLM's Mistral-format Pixtral tower (`pixtral.py` `VisionTransformer`, which
+/// `PixtralForConditionalGeneration` builds from plain `nn.Linear`s on every GPU) over `patches`
+/// patches, read in `pixtral.py` at a September 2025 main commit (v0.10.2's code; 0.18's not
+/// read, the same structure assumed). Every image of the batch is one sequence; without xFormers
+/// (vLLM's default installation from 0.12 on, assumed, and vllm#52180 of August 2026 says so)
+/// the blocks attend under transformers' `generate_block_attention_mask`, a dense
+/// `[patches, patches]` mask in the model dtype held through all layers, and PyTorch's
+/// memory-efficient SDPA kernel pads a bias whose strides are not multiples of 8 into a new
+/// `[patches, patches rounded up to 8]` tensor on every call (CUDA's `preprocess_mask` /
+/// `pad_bias<8>` in `aten/src/ATen/native/transformers/attention.cpp`, read in public copies of
+/// that file, not at the run's torch). Before 0.12 xFormers'
+/// `BlockDiagonalMask` stores no such tensor. Inside a block the largest of
+/// - the attention call: the residual, `attention_norm`'s output, q, k, v and the output
+///   (`6h`) beside the padded mask;
+/// - `apply_rotary_emb_vit`: q and k upcast to float32, their complex products and the
+///   down-cast results beside the residual, the normed input, q, k and v (`15h`);
+/// - the gated MLP at the product: the residual, the sum, `ffn_norm`'s output, `silu(w1 x)`,
+///   `w3 x` and the product (`3h + 3i`);
+///
+/// plus the pixels (and their cast to the model dtype where they came in float32) and the
+/// rotary table gathered per patch (`[patches, head_dim / 2]` complex64).
+fn pixtral_forward_peak(
+    v: &Vision,
+    k: &Knobs,
+    patches: u64,
+    version: [u32; 3],
+    pixel_bytes: u64,
+) -> u64 {
+    let d = k.dtype_bytes;
+    let (h, i) = (v.hidden, v.intermediate);
+    let mut pixels = patches * v.patch_elems * pixel_bytes;
+    if pixel_bytes != d {
+        pixels += patches * v.patch_elems * d;
+    }
+    let rotary = patches * (h / v.heads.max(1)) * 4;
+    let dense = version >= [0, 12, 0];
+    let mask = if dense { patches * patches * d } else { 0 };
+    let padded = if dense && patches % 8 != 0 {
+        patches * patches.next_multiple_of(8) * d
+    } else {
+        0
+    };
+    let attention = 6 * patches * h * d + padded;
+    let rope = 15 * patches * h * d;
+    let mlp = patches * (3 * h + 3 * i) * d;
+    pixels + rotary + mask + attention.max(rope).max(mlp)
+}
+
+/// Qwen3-VL's deepstack buffers: `Qwen3VLForConditionalGeneration.__init__` makes one
+/// `torch.zeros(max_num_batched_tokens, text hidden)` per deepstack level in the model dtype on
+/// the device (`qwen3_vl.py` 1155-1161 at v0.11.0, 1503-1509 at v0.19.0), inside the load that
+/// "Model loading took" measures.
+pub(super) fn deepstack_buffers(t: &Transformer, k: &Knobs, mnbt: u64) -> u64 {
+    match &t.blocks.vision {
+        Some(v) if v.deepstack > 0 && modelled(v) => {
+            v.deepstack * mnbt * t.hidden() * k.dtype_bytes
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vram_model::catalog;
+    use vram_model::describe::Model;
+
+    fn qwen3_vl() -> Transformer {
+        match catalog::lookup("qwen3-vl-30b-a3b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    }
+
+    /// The version rules read in `profile_run` and `get_max_video_tokens`: Qwen3-VL-30B-A3B's
+    /// largest video is 12,288 soft tokens (25,165,824 pixels / (16² · 2 · 2²)), budgeted at
+    /// 12.5 formatted tokens each through 0.12 (153,600, the logs' figure) and as soft tokens
+    /// from 0.13 (where the image's 16,384 tokens win); the held outputs are expanded to the
+    /// budget at 0.11, to the largest item at 0.12 (the same 153,600 rows here), and kept as
+    /// they come from 0.13.
+    #[test]
+    fn budget_items_and_held_outputs_by_version() {
+        let t = qwen3_vl();
+        let v = t.blocks.vision.as_ref().unwrap();
+        let k = Knobs::default();
+        let at = |ver| vllm_encoder_profile(v, &k, ver, 256, 8192, 65536).unwrap();
+        let width = 2048 * 4 * 2; // out_hidden x (1 + 3 deepstack levels), bf16
+        let pixels = 49_152 * 1536 * 2; // 12,288 tokens x 4 patches, 3 x 2 x 16² elements
+        for ver in [[0, 11, 0], [0, 12, 0]] {
+            let e = at(ver);
+            assert_eq!((e.budget, e.items, e.modality), (153_600, 1, "video"));
+            assert_eq!(e.held, 153_600 * width + pixels);
+        }
+        let e = at([0, 13, 0]);
+        assert_eq!((e.budget, e.items, e.modality), (16_384, 1, "image"));
+        assert_eq!(e.held, 16_384 * width + 65_536 * 1536 * 2);
+        // A budget of two largest images profiles two of them.
+        let two = vllm_encoder_profile(v, &k, [0, 19, 0], 256, 32_768, 65536).unwrap();
+        assert_eq!((two.budget, two.items), (32_768, 2));
+        // One request of 8,192 tokens still gets one item (at least one).
+        let one = vllm_encoder_profile(v, &k, [0, 19, 0], 1, 8192, 8192).unwrap();
+        assert_eq!(one.items, 1);
+        // The peak is the tower's forward or what is held beside the language model's peak.
+        assert_eq!(e.peak(0), e.forward.max(e.held));
+        assert_eq!(e.peak(10 << 30), e.held + (10 << 30));
+    }
+
+    /// Ministral-3-3B's Pixtral tower (`vision_config` of the checkpoint: 24 layers of 1,024,
+    /// MLP 4,096, 16 heads, 14-pixel patches, image 1,540, merge 2; text hidden 3,072): one
+    /// 3,025-token image (the logs' budget line), 12,100 patches; at 0.18 the dense mask and
+    /// its padded copy (12,100 is not a multiple of 8) beside the attention call's six
+    /// `[patches, 1024]` tensors are the forward's peak; before 0.12 no mask is stored.
+    #[test]
+    fn pixtral_largest_image_and_forward() {
+        let v = Vision {
+            depth: 24,
+            hidden: 1024,
+            intermediate: 4096,
+            heads: 16,
+            patch: 14,
+            params: 0,
+            input: VisionInput::Pixtral {
+                merge: 2,
+                longest_edge: 1540,
+            },
+            patch_elems: 3 * 14 * 14,
+            out: 3072,
+            gated: true,
+            deepstack: 0,
+            tp_split: false,
+            images: None,
+            linears: vec![],
+        };
+        let k = Knobs {
+            dtype_bytes: 2,
+            ..Knobs::default()
+        };
+        let e = vllm_encoder_profile(&v, &k, [0, 18, 1], 64, 2048, 4096).unwrap();
+        assert_eq!((e.budget, e.items, e.modality), (3025, 1, "image"));
+        let n: u64 = 12_100;
+        let pixels = n * 588 * 2;
+        assert_eq!(e.held, 3025 * 3072 * 2 + pixels);
+        let mask = n * n * 2;
+        let padded = n * 12_104 * 2;
+        let rotary = n * 64 * 4;
+        assert_eq!(
+            e.forward,
+            pixels + rotary + mask + 6 * n * 1024 * 2 + padded
+        );
+        // xFormers' block-diagonal bias (before 0.12) stores no mask: the rotary upcast or the
+        // MLP is the peak.
+        let old = vllm_encoder_profile(&v, &k, [0, 10, 1], 64, 2048, 4096).unwrap();
+        let rope = 15 * n * 1024 * 2;
+        let mlp = n * (3 * 1024 + 3 * 4096) * 2;
+        assert_eq!(old.forward, n * 588 * (4 + 2) + rotary + rope.max(mlp));
+    }
+
+    /// Qwen3-VL's deepstack buffers are in the weights vLLM measures; a text model has none.
+    #[test]
+    fn deepstack_buffers_are_levels_by_tokens_by_hidden() {
+        let k = Knobs::default();
+        assert_eq!(
+            deepstack_buffers(&qwen3_vl(), &k, 8192),
+            3 * 8192 * 2048 * 2
+        );
+        let text = match catalog::lookup("qwen3-30b-a3b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        assert_eq!(deepstack_buffers(&text, &k, 8192), 0);
+    }
+}
