@@ -33,6 +33,17 @@
 //!   arithmetic, while vLLM 0.19's logs show 1.81 GiB over the TP-1 figure at TP 2 and 4 (the
 //!   fit half of `unseen.json`); the measured figure is used and the gap is not explained.
 //! - **Pipeline stages without TP** (0.19 on H100, PP 2): 0.07 GiB in all, measured.
+//! - **Beside the budget: the communicators that exist at the baseline.** V1 from 0.9 takes its
+//!   baseline after `init_worker_distributed_environment`, so what that set up is neither in the
+//!   budget nor in the figure above, but it is on the device when the graphs are captured and the
+//!   sampler warmed up after the KV cache ([`vllm_init_communicators`]).
+//!   The CUDA context beside the budget is the catalog's ([`Gpu::context_bytes`], 779 MiB on an
+//!   H100, measured after training and `generate` steps, so with their kernels and cuBLAS state
+//!   loaded). vLLM's baseline comes before the first forward: its own snapshot reads 0.51 GiB at
+//!   TP 1 on H100 under 0.19, and the kernels loaded afterwards are in the profile's non-torch
+//!   increase, inside the budget (the images figure above, 0.25 GiB there). So the room after
+//!   the KV cache is understated by about that much at every TP size; kept, on the safe side,
+//!   since no reading of the bare context exists for other GPUs and versions.
 
 use super::*;
 
@@ -184,4 +195,93 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
             }
         ),
     )
+}
+
+/// What vLLM V1 from 0.9 holds outside PyTorch at its baseline beyond one GPU's CUDA context: the
+/// device communicators of the process groups `init_worker_distributed_environment` creates
+/// before `init_snapshot` is taken (`v1/worker/gpu_worker.py` `init_device`, read at 0.19.0:
+/// "Initialize the distributed environment BEFORE taking memory snapshot"). They sit beside the
+/// budget, so the CUDA graphs and the sampler's warm-up after the KV cache have that much less
+/// room; `requested_memory` and the KV cache do not see them. `None` where there are none, or
+/// where the version has no such baseline (V1 before 0.9 counts everything inside the budget; V0
+/// takes its baseline before the distributed environment, so its communicators are in
+/// [`vllm_non_torch`]).
+///
+/// Which groups (`distributed/parallel_state.py` `initialize_model_parallel`, read at 0.9.2,
+/// 0.11.0, 0.14.0 and 0.19.0): each `GroupCoordinator` of more than one rank builds a
+/// `CudaCommunicator` with its own PyNccl communicator; the TP group's also holds the custom
+/// all-reduce and symmetric-memory buffers (`cuda_communicator.py`: "custom allreduce or torch
+/// symm mem can be used only by tp"). Groups: TP, PP, DP, and the expert-parallel group of
+/// `dp x pcp x tp` ranks — for every model up to 0.13, for MoE models only from 0.14 ("Don't
+/// create EP group for dense models", absent at 0.12.0 and 0.13.0). DCP and PCP groups of one
+/// rank have no communicator.
+///
+/// How much each holds is measured, not derived: on an NVSwitch H100 with vLLM 0.19 the
+/// engine's own "worker init memory snapshot" reads 0.51 GiB at TP 1, 1.51 GiB at TP 2, 1.53 GiB
+/// at TP 4, 1.43 GiB at PP 2 and 1.99 GiB for MoE models at TP 2 (their EP group beside the TP
+/// group; the fit half of `unseen.json`): the first group 1.02 GiB, each further one 0.48 GiB.
+/// NCCL 2.27's own buffers do not explain it: with `NCCL_RUNTIME_CONNECT` (default, cuMem
+/// support) `ncclCommInitRank` sets up channels and NVLS credits only, and the NVLS buffers
+/// (`ncclNvlsBufferSetup`: 16 channels x 2 x 8 steps x 128 KiB per rank on sm_90, 64 MiB at
+/// TP 2) wait for the first NVLS collective. Why the first group costs twice a further one is
+/// in NCCL's init, not its sizes: every `ncclCommInitRank` calls `ncclInitKernelsForDevice`
+/// (`src/init.cc` at v2.27.7-1), a `cudaFuncGetAttributes` over every NCCL kernel, which loads
+/// their modules under lazy loading once per process; the first collective launch may also grow
+/// the context's local memory, should an NCCL kernel need more stack than the context holds.
+/// Neither is sized here (the driver's). Over PCIe, SGLang's own "Init torch distributed
+/// ends. mem usage=0.13 GB" (4 x L4, TP 4, NCCL 2.21.5, custom all-reduce off) is the one
+/// reading of a group's communicator at init, the first in its process; it is used for the
+/// first group on boards without NVLS (A100's NVSwitch included: no reading there). Further
+/// groups there have no reading and are not counted: 0.13 GiB each would refuse a start that
+/// was logged (`unseen-round5.json`'s fit-half DP 2 on two T4s at 0.11: DP and expert-parallel
+/// groups, 0.02 GiB short for the sampler's warm-up), so either they hold less than the first
+/// (as on NVLS, where the first also carries the process's one-time NCCL state) or the warm-up
+/// estimate is high there.
+pub(super) fn vllm_init_communicators(
+    t: &Transformer,
+    gpu: &Gpu,
+    k: &Knobs,
+    v1: bool,
+) -> Option<(u64, String)> {
+    let v = Engine::Vllm.version_in_force(k);
+    if !v1 || engine::vllm_context_in_budget(k, v1) {
+        return None;
+    }
+    let moe = weights::moe_shape(t).is_some();
+    let ep = k.dp.max(1) * k.tp > 1 && (moe || v < [0, 14, 0]);
+    let groups = u64::from(k.tp > 1) + u64::from(k.pp > 1) + u64::from(k.dp > 1) + u64::from(ep);
+    if groups == 0 {
+        return None;
+    }
+    let (first, further, src) = match interconnect(gpu, k) {
+        Interconnect::NvSwitchNvls => (
+            1044 * MIB,
+            492 * MIB,
+            "the first 1.02 GiB, each further one 0.48 GiB (vLLM 0.19's init snapshot on NVSwitch H100s)",
+        ),
+        _ => (
+            133 * MIB,
+            0,
+            "the first 0.13 GiB (SGLang's reading of a TP group's init on 4 x L4), further ones not counted (no reading without NVLS)",
+        ),
+    };
+    let bytes = first + (groups - 1) * further;
+    let names = [
+        (k.tp > 1, "TP"),
+        (k.pp > 1, "PP"),
+        (k.dp > 1, "DP"),
+        (ep, "expert-parallel"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, n)| *n)
+    .collect::<Vec<_>>()
+    .join(", ");
+    Some((
+        bytes,
+        format!(
+            "beside the budget, the communicators at the baseline (V1 from 0.9 snapshots after the distributed environment): {groups} group(s) ({names}), {src}: {:.2} GiB",
+            bytes as f64 / (1u64 << 30) as f64
+        ),
+    ))
 }

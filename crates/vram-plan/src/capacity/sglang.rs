@@ -87,7 +87,22 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let page_size = k.block_size.unwrap_or(1);
     let kv = k.kv_bytes.unwrap_or(k.dtype_bytes);
     // SGLang's "Load weight end ... mem usage" is the drop in free device memory while loading:
-    // the weights as the caching allocator reserves them.
+    // the weights as the caching allocator reserves them. What runs between the two readings
+    // that size the pool ("Load weight begin" after `init_torch_distributed`, and
+    // `profile_max_num_token` after `load_model`; `get_available_gpu_memory` = `empty_cache()`
+    // then `mem_get_info`), read in `model_runner.py` at 0.4.0, 0.4.2, 0.4.5.post3 and 0.5.3:
+    // only `load_model` — the parameters, the rotary table (built on the GPU under the loader's
+    // device context; `einsum("i,j -> ij")` is an elementwise `mul`, so no cuBLAS) and the
+    // load's copies. `init_cublas` (whose workspace PyTorch's caching allocator holds),
+    // `init_attention_backend` (FlashInfer's workspace buffer, 512 MiB where it is raised) and
+    // the CUDA graphs all come after `init_memory_pool` at every tag read, so they live in the
+    // reserve (1 - mem_fraction_static) and move neither reading. At TP 1 the load runs the
+    // process's first kernels, so the driver memory for their lazily loaded modules
+    // (`CUDA_MODULE_LOADING=LAZY`) lands in "mem usage": the 0.10-0.12 GiB by which the H100 TP-1
+    // logs exceed the tensors. The driver's, not SGLang's or PyTorch's; not modelled. The same
+    // logs read 78.81 GiB free before loading where the catalog context leaves 78.43: the
+    // context at that point has loaded no kernel yet, and the catalog's (measured after
+    // training steps) has. The two offsets nearly cancel in the pool (-0.3 % on those logs).
     let weights = weights_per_gpu(t, k, gpu, Engine::Sglang) + allocator_rounding(t, k);
     // get_available_gpu_memory before loading ("Load weight begin. avail mem="): the device less
     // the CUDA context and, at TP/PP > 1, what `init_torch_distributed` allocated (NCCL

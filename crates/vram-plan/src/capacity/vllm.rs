@@ -252,12 +252,14 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // (`torch.cuda.empty_cache()` after `profile_run` in `determine_available_memory`, 0.8.3 and
     // 0.8.5; `memory_profiling`'s exit, 0.10.1 and 0.11.0), so the capture may use it too.
     // V1 before 0.9 and V0 0.6.4 count the context inside the budget
-    // (`engine::vllm_context_in_budget`).
+    // (`engine::vllm_context_in_budget`). From 0.9 the communicators that exist at V1's
+    // baseline sit beside the budget too (`non_torch::vllm_init_communicators`).
+    let init_comms = non_torch::vllm_init_communicators(t, gpu, k, v1);
     let context = if engine::vllm_context_in_budget(k, v1) {
         0
     } else {
         gpu.context_bytes()
-    };
+    } + init_comms.as_ref().map_or(0, |c| c.0);
     let beyond = if graphs_in_budget { 0 } else { graphs };
     let left = total as i128 - budget as i128 - context as i128;
     let left_for_graphs = left + activation as i128;
@@ -400,7 +402,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             } else {
                 "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) or, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators; 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); where custom all-reduce is off (PCIe, no P2P, across nodes, TP sizes other than 2/4/6/8) PyNccl's all-reduces captured in every graph, 68 KiB each and 212 KiB over the network (measured on vLLM 0.10.1 logs); gpt-oss's own capture sizes (to 1024); captured after the KV cache, so they must fit what the budget, the CUDA context and the profile's released peak leave (estimated)"
             },
-        ]).map(String::from).chain([non_torch_source]).collect(),
+        ]).map(String::from).chain([non_torch_source]).chain(init_comms.map(|c| c.1)).collect(),
     })
 }
 
@@ -436,7 +438,7 @@ fn graph_capture_failure(
         0.0
     } else {
         gpu.context_bytes() as f64
-    };
+    } + non_torch::vllm_init_communicators(t, gpu, k, v1).map_or(0.0, |c| c.0 as f64);
     let u = ((total - need as f64 - context + activation as f64) / total * 100.0).floor() / 100.0;
     if u > 0.0 {
         let lower = Knobs {
