@@ -161,11 +161,10 @@ pub(super) fn vllm_07_mla_disabled_by(t: &Transformer, k: &Knobs) -> Option<&'st
     use vram_model::blocks::Quant;
     use vram_model::finetune::WeightFormat;
     let v = Engine::Vllm.version_in_force(k);
-    if !(v >= [0, 7, 0] && v < [0, 7, 3])
-        || !layer_caches(t)
-            .iter()
-            .any(|c| matches!(c, LayerCache::MlaLatent { .. }))
-    {
+    let mla = layer_caches(t)
+        .iter()
+        .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
+    if !mla || !([0, 7, 0]..[0, 7, 3]).contains(&v) {
         return None;
     }
     let q = match (k.quantization, t.blocks.storage.quant) {
