@@ -1408,14 +1408,22 @@ fn awq_checkpoint_plain_kernel_by_flag_and_gpu() {
 /// feature size"). Qwen3-VL-30B-A3B's video (25,165,824 pixels of clip, 12,288 soft tokens, 12.5
 /// formatted tokens each through 0.12) and Qwen3.5-27B's image (16,777,216 pixels, 16,384
 /// tokens) come from the processor sizes in the catalog; Ministral-3-3B's Pixtral image (1,540
-/// pixels a side, 14-pixel patches merged 2 × 2: 55 × 55 tokens) from its `vision_config`.
+/// pixels a side, 14-pixel patches merged 2 × 2: 55 × 55 tokens) from its `vision_config`;
+/// Llama 4 Scout's largest image (16 tiles of 336 pixels stacked and the global tile, 144
+/// tokens each after the 2 × 2 pixel shuffle: 2,448, three in a budget of 8,192) from its
+/// `vision_config` and `Llama4ImageProcessor`'s `max_patches`.
 #[test]
 fn encoder_budget_lines_match_the_logs() {
     let read = |file: &str| -> serde_json::Value {
         let text = std::fs::read_to_string(data().join(file)).unwrap();
         serde_json::from_str(&text).unwrap()
     };
-    let (doc, round2) = (read("unseen-round7.json"), read("unseen-round2.json"));
+    let (doc, round2, round1) = (
+        read("unseen-round7.json"),
+        read("unseen-round2.json"),
+        read("unseen.json"),
+    );
+    let scout = "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 image items of the maximum feature size.";
     let pixtral = "Encoder cache will be initialized with a budget of 3025 tokens, and profiled with 1 image items of the maximum feature size.";
     let video = "Encoder cache will be initialized with a budget of 153600 tokens, and profiled with 1 video items of the maximum feature size.";
     let image = "Encoder cache will be initialized with a budget of 16384 tokens, and profiled with 1 image items of the maximum feature size.";
@@ -1442,6 +1450,11 @@ fn encoder_budget_lines_match_the_logs() {
         .chain([
             (&round2, "kaggle-t4-ministral-3-3b-tp1", pixtral),
             (&round2, "kaggle-t4-ministral-3-3b-tp2", pixtral),
+            (
+                &round1,
+                "planner-meta-llama-llama-4-scout--h100-80gb--tp4pp1dp1--8192",
+                scout,
+            ),
         ]);
     for (doc, id, line) in expected {
         let c = doc["cases"]

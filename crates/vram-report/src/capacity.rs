@@ -398,21 +398,13 @@ fn kv_dtype_name(r: &CapacityRequest, config: StoredDtype, g: &Gpu) -> &'static 
     }
 }
 
-/// The engine's name as people write it.
-fn engine_name(e: Engine) -> &'static str {
-    match e {
-        Engine::Vllm => "vLLM",
-        Engine::Sglang => "SGLang",
-    }
-}
-
 /// The first line of the text, `description` in `--json`.
 fn header(name: &str, g: &Gpu, c: &Capacity, kv: &str) -> String {
     format!(
         "{name} on {} ({}) with {} {}: max_model_len {}, {} {}, {} {}, KV cache {kv}",
         g.name,
         bytes(g.memory_bytes),
-        engine_name(c.engine),
+        c.engine.label(),
         c.engine_version,
         thousands(c.max_model_len),
         if c.engine == Engine::Vllm {
@@ -448,11 +440,7 @@ impl CapacityReport {
 
     /// The engine's name as people write it.
     pub fn engine_name(&self) -> &'static str {
-        if self.vllm() {
-            "vLLM"
-        } else {
-            "SGLang"
-        }
+        self.capacity.engine.label()
     }
 
     /// The per-GPU table, row for row.

@@ -617,10 +617,6 @@ fn audio(outer: &Cfg, text_hidden: u64) -> Result<Option<AudioTower>> {
     let lconv = 2 * h * h + h * h + h * k + 2 * h;
     let layer = 2 * ffw + attn + lconv + 3 * h;
     let params = subsample + layers * layer + o * h + o + text_hidden * o;
-    // What a tensor-parallel encoder splits (SGLang's gemma4_audio.py): the projections, the
-    // depthwise convolution and its norm; `output_proj`'s bias and `embed_audio` stay whole.
-    let layer_split = 16 * h * h + 4 * qk * h + h * h + 3 * h * h + h * k + h;
-    let tp_split_params = h * sub_in + layers * layer_split + o * h;
     let lin = |path: &str, out: u64, inp: u64, input: u8| Site {
         path: path.into(),
         out,
@@ -629,43 +625,52 @@ fn audio(outer: &Cfg, text_hidden: u64) -> Result<Option<AudioTower>> {
         component: Component::Audio,
         input,
     };
+    let linears = vec![
+        (
+            vec![lin(
+                "subsample_conv_projection.input_proj_linear",
+                h,
+                sub_in,
+                0,
+            )],
+            1,
+        ),
+        (
+            vec![
+                lin("feed_forward1.ffw_layer_1.linear", 4 * h, h, 0),
+                lin("feed_forward1.ffw_layer_2.linear", h, 4 * h, 1),
+                lin("self_attn.q_proj.linear", qk, h, 2),
+                lin("self_attn.k_proj.linear", qk, h, 2),
+                lin("self_attn.v_proj.linear", qk, h, 2),
+                lin("self_attn.relative_k_proj", qk, h, 3),
+                lin("self_attn.post.linear", h, h, 4),
+                lin("lconv1d.linear_start.linear", 2 * h, h, 5),
+                lin("lconv1d.linear_end.linear", h, h, 6),
+                lin("feed_forward2.ffw_layer_1.linear", 4 * h, h, 7),
+                lin("feed_forward2.ffw_layer_2.linear", h, 4 * h, 8),
+            ],
+            layers,
+        ),
+        (
+            vec![
+                lin("output_proj", o, h, 0),
+                lin("embed_audio.embedding_projection", text_hidden, o, 1),
+            ],
+            1,
+        ),
+    ];
+    // What a tensor-parallel encoder splits (SGLang's gemma4_audio.py): every linear above but
+    // `embed_audio`'s projection, and each layer's depthwise convolution and its norm;
+    // `output_proj`'s bias stays whole.
+    let linear_params: u64 = linears
+        .iter()
+        .map(|(sites, n)| n * sites.iter().map(|s| s.out * s.inp).sum::<u64>())
+        .sum();
+    let tp_split_params = linear_params - text_hidden * o + layers * (h * k + h);
     Ok(Some(AudioTower {
         params,
         tp_split_params,
-        linears: vec![
-            (
-                vec![lin(
-                    "subsample_conv_projection.input_proj_linear",
-                    h,
-                    sub_in,
-                    0,
-                )],
-                1,
-            ),
-            (
-                vec![
-                    lin("feed_forward1.ffw_layer_1.linear", 4 * h, h, 0),
-                    lin("feed_forward1.ffw_layer_2.linear", h, 4 * h, 1),
-                    lin("self_attn.q_proj.linear", qk, h, 2),
-                    lin("self_attn.k_proj.linear", qk, h, 2),
-                    lin("self_attn.v_proj.linear", qk, h, 2),
-                    lin("self_attn.relative_k_proj", qk, h, 3),
-                    lin("self_attn.post.linear", h, h, 4),
-                    lin("lconv1d.linear_start.linear", 2 * h, h, 5),
-                    lin("lconv1d.linear_end.linear", h, h, 6),
-                    lin("feed_forward2.ffw_layer_1.linear", 4 * h, h, 7),
-                    lin("feed_forward2.ffw_layer_2.linear", h, 4 * h, 8),
-                ],
-                layers,
-            ),
-            (
-                vec![
-                    lin("output_proj", o, h, 0),
-                    lin("embed_audio.embedding_projection", text_hidden, o, 1),
-                ],
-                1,
-            ),
-        ],
+        linears,
     }))
 }
 

@@ -245,7 +245,7 @@ pub(super) fn dequant_forward_peak(
 /// both), which is larger than what the function holds once the sort returns (the sorted values
 /// and indices, both masks, the softmax, its cumulative sum and the re-scattered logits).
 pub(super) fn sampler_peak(t: &Transformer, reqs: u64, tokens: u64, k: &Knobs, sorts: bool) -> u64 {
-    let v = t.vocab().div_ceil(64) * 64;
+    let v = padded_vocab(t);
     let d = k.dtype_bytes;
     let hidden = tokens * t.hidden() * d;
     let per_element = if sorts {
@@ -265,7 +265,7 @@ pub(super) fn sampler_peak(t: &Transformer, reqs: u64, tokens: u64, k: &Knobs, s
 /// gathered `[tp, tokens, vocab / tp]` and, from `movedim` and `reshape`, a contiguous
 /// `[tokens, vocab]` copy; at TP 1 the part is the logits. Plus the hidden states.
 pub(super) fn v1_07_logits_peak(t: &Transformer, tokens: u64, k: &Knobs) -> u64 {
-    let v = t.vocab().div_ceil(64) * 64;
+    let v = padded_vocab(t);
     let d = k.dtype_bytes;
     let logits = if k.tp > 1 {
         v.div_ceil(k.tp) + 2 * v

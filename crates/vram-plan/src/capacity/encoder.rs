@@ -22,7 +22,7 @@
 //!   v0.13.0 and later keep the outputs as they come.
 //!
 //! The largest item, for Qwen3-VL's and Qwen3.5's dynamic-resolution towers
-//! (`model_executor/models/qwen3_vl.py` `Qwen3VLProcessingInfo`, the only towers modelled here):
+//! (`model_executor/models/qwen3_vl.py` `Qwen3VLProcessingInfo`):
 //! an image of the processor's `longest_edge` pixels, `longest_edge / (patch · merge)²` tokens;
 //! a video of the video processor's `longest_edge` pixels over all its frames (the dummy frames
 //! are the largest image, so the cap binds), `longest_edge / (patch² · temporal patch · merge²)`
@@ -38,6 +38,12 @@
 //! `image_size`), `ncols * nrows` tokens of `ceil(side / (patch · merge))` each way; the
 //! output is `[tokens, text hidden]` after the patch merger and adapter. Its forward is
 //! [`pixtral_forward_peak`].
+//!
+//! Llama 4 (`model_executor/models/mllama4.py` `Mllama4ProcessingInfo`, read at v0.19.0): the
+//! largest item is an image of `max_patches` tiles stacked 16:1, whose best fit is that many
+//! tiles plus the global tile; each tile gives `(tile / patch)² / shuffle²` tokens. The pixels
+//! are whole tiles; the output is `[tokens, text hidden]` after the projector. Its forward is
+//! [`llama4_forward_peak`].
 
 use super::*;
 use vram_model::blocks::{Vision, VisionInput};
@@ -74,12 +80,12 @@ impl EncoderProfile {
 }
 
 /// Whether vLLM V1 at this version profiles `v`'s encoder the way this module models it: Qwen's
-/// dynamic-resolution towers and Mistral's Pixtral. Other towers (Gemma's, Llama 4's,
+/// dynamic-resolution towers, Mistral's Pixtral and Llama 4's tiles. Other towers (Gemma's,
 /// mllama's) have their own largest-item rules, not read here.
 pub(super) fn modelled(v: &Vision) -> bool {
     matches!(
         v.input,
-        VisionInput::SmartResize { .. } | VisionInput::Pixtral { .. }
+        VisionInput::SmartResize { .. } | VisionInput::Pixtral { .. } | VisionInput::Tiles { .. }
     )
 }
 
@@ -131,6 +137,20 @@ pub(super) fn vllm_encoder_profile(
             let side = longest_edge.div_ceil(p * m);
             ("image", side * side, side * side, (side * m).pow(2), m)
         }
+        VisionInput::Tiles {
+            tile,
+            max_tiles,
+            shuffle,
+        } => {
+            // `get_image_size_with_most_features`: `max_patches` tiles stacked (16:1), whose
+            // best fit is that many tiles plus the global one (`patches_per_image`); each
+            // tile gives `(tile / patch)² / shuffle²` `<|patch|>` tokens.
+            let tiles = max_tiles.max(1) + u64::from(max_tiles > 1);
+            let per_tile = (tile / p).pow(2) / (shuffle * shuffle).max(1);
+            let n = tiles * per_tile;
+            // "patches" here are tiles: the tower reads whole tiles.
+            ("image", n, n, tiles, 1)
+        }
         _ => return None,
     };
     if tokens == 0 {
@@ -149,6 +169,10 @@ pub(super) fn vllm_encoder_profile(
     let d = k.dtype_bytes;
     let width = v.out * (1 + v.deepstack);
     let pixtral = matches!(v.input, VisionInput::Pixtral { .. });
+    let tiled = match v.input {
+        VisionInput::Tiles { tile, .. } => Some(tile),
+        _ => None,
+    };
     let kept_rows = if ([0, 11, 0]..[0, 12, 0]).contains(&version) {
         rows.max(budget)
     } else if ([0, 12, 0]..[0, 13, 0]).contains(&version) {
@@ -157,7 +181,11 @@ pub(super) fn vllm_encoder_profile(
         rows
     };
     let pixel_bytes = if version >= [0, 11, 0] { d } else { 4 };
-    let pixels = items * patches * v.patch_elems * pixel_bytes;
+    let pixels = match tiled {
+        // Whole tiles of `tile`² pixels, three channels.
+        Some(tile) => items * patches * 3 * tile * tile * pixel_bytes,
+        None => items * patches * v.patch_elems * pixel_bytes,
+    };
     let outputs = items * rows * width * d;
     let held = items * kept_rows * width * d + pixels;
     // Expanding: each new `[kept_rows, width]` while the tower's outputs still exist.
@@ -167,7 +195,9 @@ pub(super) fn vllm_encoder_profile(
         items,
         modality,
         held,
-        forward: if pixtral {
+        forward: if let Some(tile) = tiled {
+            llama4_forward_peak(v, k, items * patches, tile, pixel_bytes)
+        } else if pixtral {
             pixtral_forward_peak(v, k, items * patches, version, pixel_bytes)
         } else {
             tower_forward_peak(v, k, items * patches, m, pixel_bytes)
@@ -253,6 +283,33 @@ fn pixtral_forward_peak(
     let rope = 15 * patches * h * d;
     let mlp = patches * (3 * h + 3 * i) * d;
     pixels + rotary + mask + attention.max(rope).max(mlp)
+}
+
+/// Peak of vLLM's `Llama4VisionModel.forward` over `tiles` tiles of `tile`² pixels (read in
+/// `mllama4.py` and `layers/rotary_embedding/llama4_vision_rope.py` at v0.19.0; the default
+/// `mm_encoder_tp_mode` "weights" splits q/k/v, o_proj, fc1 and fc2 over the TP group). Every
+/// tile is its own sequence of `(tile / patch)² + 1` rows (the class token). Inside a block the
+/// larger of
+/// - the rotary step (`Llama4VisionRotaryEmbedding.forward_native`): beside the residual and
+///   `input_layernorm`'s output (`2h`), the QKV output (`3h/tp`), q and k upcast to float32 and
+///   their complex products (`8h/tp` in bf16 units) and the cast-back results (`2h/tp`);
+/// - the MLP: the residual, `post_attention_layernorm`'s output, `fc1`'s and GELU's outputs
+///   (`2h + 2i/tp`), or at `fc2` the residual, the normed input, the activation, the output and
+///   the all-reduce's result (`4h + i/tp`);
+///
+/// plus the pixels (and `nn.Unfold`'s `[tiles, patch elems, patches]` copy of them).
+fn llama4_forward_peak(v: &Vision, k: &Knobs, tiles: u64, tile: u64, pixel_bytes: u64) -> u64 {
+    let d = k.dtype_bytes;
+    let tp = if v.tp_split { k.tp.max(1) } else { 1 };
+    let p = v.patch.max(1);
+    let rows = tiles * ((tile / p).pow(2) + 1);
+    let (h, hl, i) = (v.hidden, v.hidden.div_ceil(tp), v.intermediate.div_ceil(tp));
+    let pixels = tiles * 3 * tile * tile * pixel_bytes;
+    let unfold = tiles * (tile / p).pow(2) * v.patch_elems * d;
+    let rope = 2 * h + 13 * hl;
+    let reduced = if tp > 1 { h } else { 0 };
+    let mlp = (2 * h + 2 * i).max(3 * h + i + reduced);
+    pixels + unfold.max(rows * rope.max(mlp) * d)
 }
 
 /// Qwen3-VL's deepstack buffers: `Qwen3VLForConditionalGeneration.__init__` makes one
@@ -362,6 +419,36 @@ mod tests {
         let rope = 15 * n * 1024 * 2;
         let mlp = n * (3 * 1024 + 3 * 4096) * 2;
         assert_eq!(old.forward, n * 588 * (4 + 2) + rotary + rope.max(mlp));
+    }
+
+    /// Llama 4 Scout's tower (the checkpoint's `vision_config`: 34 layers of 1,408, MLP 5,632,
+    /// 16 heads, 14-pixel patches, 336-pixel tiles, pixel shuffle 0.5; text hidden 5,120) under
+    /// vLLM 0.19 at TP 4 and 8,192 batched tokens: the largest image is 16 tiles and the global
+    /// one, 17 × 144 = 2,448 tokens, three of them in the budget (the logged line); 51 tiles
+    /// of 577 rows, whose rotary step (q and k in float32 and complex64) is the forward's peak.
+    #[test]
+    fn llama4_largest_image_and_forward() {
+        let t = match catalog::lookup("llama-4-scout").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        let v = t.blocks.vision.as_ref().unwrap();
+        let k = Knobs {
+            dtype_bytes: 2,
+            tp: 4,
+            ..Knobs::default()
+        };
+        let e = vllm_encoder_profile(v, &k, [0, 19, 0], 1024, 8192, 8192).unwrap();
+        assert_eq!((e.budget, e.items, e.modality), (8192, 3, "image"));
+        let pixels = 51 * 3 * 336 * 336 * 2;
+        assert_eq!(e.held, 3 * 2448 * 5120 * 2 + pixels);
+        let rows = 51 * 577;
+        let rope = 2 * 1408 + 13 * 352;
+        assert_eq!(e.forward, pixels + rows * rope * 2);
+        assert_eq!(
+            e.log_line(),
+            "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 image items of the maximum feature size."
+        );
     }
 
     /// Qwen3-VL's deepstack buffers are in the weights vLLM measures; a text model has none.

@@ -19,6 +19,7 @@
 use vram_model::arch::Transformer;
 use vram_model::gpu::Gpu;
 
+use super::weights::quantization_in_force;
 use super::{Engine, Knobs, Quantization};
 
 /// The vLLM engine these knobs run on this GPU, and the fallback's reason when V1 was asked
@@ -211,24 +212,7 @@ pub(super) fn sglang_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> O
 /// capability is below 8.0 (`check_marlin_supported`). `None`: unquantized, another method,
 /// or a Marlin kernel.
 fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization> {
-    use vram_model::blocks::Quant;
-    use vram_model::finetune::WeightFormat;
-    let stored = match t.blocks.storage.quant {
-        Quant::Packed {
-            format: WeightFormat::Awq { .. },
-            ..
-        } => Quantization::Awq,
-        Quant::Packed {
-            format: WeightFormat::Gptq { .. },
-            ..
-        } => Quantization::Gptq,
-        _ => Quantization::None,
-    };
-    let method = if k.quantization == Quantization::None {
-        stored
-    } else {
-        k.quantization
-    };
+    let method = quantization_in_force(t, k);
     if !matches!(method, Quantization::Awq | Quantization::Gptq) {
         return None;
     }

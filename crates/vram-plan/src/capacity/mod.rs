@@ -114,6 +114,13 @@ impl Engine {
             Engine::Sglang => "sglang",
         }
     }
+    /// `vLLM` or `SGLang`: the name as people write it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Engine::Vllm => "vLLM",
+            Engine::Sglang => "SGLang",
+        }
+    }
     /// The version whose source the rules were read from.
     pub fn pinned_version(self) -> &'static str {
         match self {

@@ -95,13 +95,6 @@ fn has(e: Engine, arch: &str, r: Rel) -> bool {
     })
 }
 
-fn engine_label(e: Engine) -> &'static str {
-    match e {
-        Engine::Vllm => "vLLM",
-        Engine::Sglang => "SGLang",
-    }
-}
-
 /// What the model registry makes of the config's `architectures` at the version in force.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RegistryCheck {
@@ -156,7 +149,7 @@ pub fn registry_check(
     if archs.is_empty() || named.is_empty() || loads(named[0]) {
         return Ok(RegistryCheck::default());
     }
-    let name = engine_label(engine);
+    let name = engine.label();
     let list = archs.join(", ");
     let three = |r: &Release| [r.version[0], r.version[1], r.version[2]];
     if let Some(r) = named.iter().find(|r| loads(r)) {

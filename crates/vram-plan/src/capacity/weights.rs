@@ -194,6 +194,12 @@ pub(super) fn parallel_widths(k: &Knobs) -> (f64, f64, f64) {
     )
 }
 
+/// The vocabulary as the engines' `VocabParallelEmbedding` and `ParallelLMHead` pad it: a
+/// multiple of 64 (`DEFAULT_VOCAB_PADDING_SIZE`), before the TP split.
+pub(super) fn padded_vocab(t: &Transformer) -> u64 {
+    t.vocab().div_ceil(64) * 64
+}
+
 /// The unquantized layout's bytes on the most loaded GPU. The first stage holds the token
 /// table, the embedding's other parameters (`Blocks::embedding_beyond_tables`: Gemma 4's
 /// per-layer-input table and projection, which vLLM builds as a `VocabParallelEmbedding` and a
@@ -216,7 +222,7 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs, engine: Engine
     let layer = (attn / attn_ways + experts / expert_ways + rest / rest_ways) * q
         + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers().div_ceil(k.pp) as f64;
-    let vocab_padded = (t.vocab().div_ceil(64) * 64) as f64;
+    let vocab_padded = padded_vocab(t) as f64;
     let embed =
         (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp * d;
     let head_matrix = if t.blocks.head.tied {
@@ -301,8 +307,6 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64
 /// too: an approximation). Small tensors (norms, biases, scales of one value) are left out.
 /// Returns `(bytes, count)`.
 fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
-    use vram_model::blocks::Quant;
-    use vram_model::finetune::WeightFormat;
     let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
@@ -310,18 +314,7 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     let f = t.blocks.typical().intermediate.div_ceil(tp);
     let experts = t.blocks.typical().experts.max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
-    let quant = match (k.quantization, t.blocks.storage.quant) {
-        (Quantization::None, Quant::Mxfp4) => Quantization::Mxfp4,
-        (Quantization::None, Quant::Fp8Block { .. }) => Quantization::Fp8,
-        (Quantization::None, Quant::Packed { format, .. }) => match format {
-            WeightFormat::Awq { .. } => Quantization::Awq,
-            WeightFormat::Gptq { .. } => Quantization::Gptq,
-            WeightFormat::Nf4 | WeightFormat::Fp4 => Quantization::Bitsandbytes,
-            WeightFormat::Int8 => Quantization::Int8,
-            _ => Quantization::None,
-        },
-        (q, _) => q,
-    };
+    let quant = quantization_in_force(t, k);
     let linear = |elems: u64, expert: bool| -> Vec<u64> {
         match quant {
             Quantization::None => vec![elems * d],
@@ -346,9 +339,31 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     .collect();
     let layers = t.layers().div_ceil(k.pp);
     let mut out: Vec<(u64, u64)> = layer.into_iter().map(|b| (b, layers)).collect();
-    let table = (t.vocab().div_ceil(64) * 64).div_ceil(tp) * h * d;
+    let table = padded_vocab(t).div_ceil(tp) * h * d;
     out.push((table, if t.blocks.head.tied { 1 } else { 2 }));
     out
+}
+
+/// The quantization the engine loads the linears with: `--quantization`, else the checkpoint's
+/// stored format (AWQ, GPTQ, bitsandbytes NF4/FP4, INT8, block FP8, MXFP4), else none.
+pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    if k.quantization != Quantization::None {
+        return k.quantization;
+    }
+    match t.blocks.storage.quant {
+        Quant::Mxfp4 => Quantization::Mxfp4,
+        Quant::Fp8Block { .. } => Quantization::Fp8,
+        Quant::Packed { format, .. } => match format {
+            WeightFormat::Awq { .. } => Quantization::Awq,
+            WeightFormat::Gptq { .. } => Quantization::Gptq,
+            WeightFormat::Nf4 | WeightFormat::Fp4 => Quantization::Bitsandbytes,
+            WeightFormat::Int8 => Quantization::Int8,
+            _ => Quantization::None,
+        },
+        _ => Quantization::None,
+    }
 }
 
 /// What PyTorch's caching allocator reserves beyond the weights' own bytes on the most loaded
