@@ -84,7 +84,8 @@ impl EstimateReport {
         let mut out = Vec::new();
         // Where the sizes above were not all tried, the line says what was: the answer fits
         // and the next size does not.
-        let head = |full: &str, partial: &str, n: u64, c: Option<&SearchChecked>| match c
+        let head = |full: &str, partial: &str, n: u64, c: Option<&SearchChecked>| {
+            match c
             .and_then(|c| c.untried_above_to)
         {
             Some(t) => format!(
@@ -92,6 +93,7 @@ impl EstimateReport {
                 n + 2
             ),
             None => format!("{full}: {n}"),
+        }
         };
         // Where a smaller size than the answer does not fit, the line says which.
         let gap = |c: Option<&SearchChecked>, n: u64| match c {
@@ -99,7 +101,13 @@ impl EstimateReport {
                 let ranges: Vec<String> = c
                     .not_fitting_below
                     .iter()
-                    .map(|&[a, b]| if a == b { a.to_string() } else { format!("{a}–{b}") })
+                    .map(|&[a, b]| {
+                        if a == b {
+                            a.to_string()
+                        } else {
+                            format!("{a}–{b}")
+                        }
+                    })
                     .collect();
                 let checked = if c.checked_below_from <= 1 {
                     "every smaller one checked".to_string()
@@ -114,12 +122,22 @@ impl EstimateReport {
             }
             _ => String::new(),
         };
-        let wrap = |s: String| if s.is_empty() { s } else { format!(" ({})", &s[2..]) };
+        let wrap = |s: String| {
+            if s.is_empty() {
+                s
+            } else {
+                format!(" ({})", &s[2..])
+            }
+        };
         match self.setup.mode {
             Mode::Train(_) => match self.max_micro_batch.flatten() {
                 Some(b) => {
                     let c = self.batch_search.as_ref();
-                    out.push(format!("{}{}", head("largest micro-batch that fits", "micro-batch", b, c), wrap(gap(c, b))))
+                    out.push(format!(
+                        "{}{}",
+                        head("largest micro-batch that fits", "micro-batch", b, c),
+                        wrap(gap(c, b))
+                    ))
                 }
                 None => out.push("no micro-batch fits".into()),
             },

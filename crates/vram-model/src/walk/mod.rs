@@ -1328,7 +1328,9 @@ fn batch_search(
     let mut ok = Verdicts::new(|n: u64| Ok(estimate(model, &at(n))?.fits(capacity)));
     let settled = settle(found, 1, top, |n| ok.get(n))?;
     let found = above(settled, 1, top, |n| ok.get(n))?;
-    found.map(|l| below(l, 1, check_below, |n| ok.get(n))).transpose()
+    found
+        .map(|l| below(l, 1, check_below, |n| ok.get(n)))
+        .transpose()
 }
 
 /// The longest context (inference) whose estimate fits `capacity` at the setup's batch (as

@@ -309,7 +309,11 @@ fn generate_searches_fit_and_the_next_size_does_not() {
 /// that bound nothing is named.
 fn checked_below(id: &str, l: &Largest, lo: u64, fits_at: impl Fn(u64) -> bool) {
     let from = l.checked_below_from;
-    assert!(from <= l.value, "{id}: checked from {from} above {}", l.value);
+    assert!(
+        from <= l.value,
+        "{id}: checked from {from} above {}",
+        l.value
+    );
     assert!(
         from == lo || l.value - from >= BELOW,
         "{id}: checked only {from}..{} below {} (bound {BELOW}, smallest {lo})",
@@ -321,7 +325,12 @@ fn checked_below(id: &str, l: &Largest, lo: u64, fits_at: impl Fn(u64) -> bool) 
         assert!(from <= a && a <= b && b < l.value, "{id}: range {a}-{b}");
     }
     for n in from..l.value {
-        assert_eq!(named(n), !fits_at(n), "{id}: size {n} below the answer {}", l.value);
+        assert_eq!(
+            named(n),
+            !fits_at(n),
+            "{id}: size {n} below the answer {}",
+            l.value
+        );
     }
 }
 
