@@ -525,7 +525,11 @@ fn text_json_and_html_of_an_estimate_agree() {
                 let c = &v[search];
                 for r in c["not_fitting_below"].as_array().into_iter().flatten() {
                     let (a, b) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
-                    let named = if a == b { a.to_string() } else { format!("{a}–{b}") };
+                    let named = if a == b {
+                        a.to_string()
+                    } else {
+                        format!("{a}–{b}")
+                    };
                     assert!(line.contains(&named), "{case:?}: {line} lacks {named}");
                 }
                 match c["untried_above_to"].as_u64() {

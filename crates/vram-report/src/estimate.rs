@@ -131,6 +131,13 @@ pub struct EstimateReport {
         with = "double_option"
     )]
     pub max_context: Option<Option<u64>>,
+    /// The largest size below the answer whose estimate does not fit, of those `batch_search`
+    /// checked (kept from the first form of these fields; `batch_search` has them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smaller_batch_not_fitting: Option<u64>,
+    /// Inference: as `smaller_batch_not_fitting`, for the context (`context_search`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shorter_context_not_fitting: Option<u64>,
     /// What the micro-batch (training) or batch (inference) search checked besides its answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_search: Option<SearchChecked>,
@@ -569,6 +576,8 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         max_context_limit: None,
         batch_search: None,
         context_search: None,
+        smaller_batch_not_fitting: None,
+        shorter_context_not_fitting: None,
         suggestions: None,
         weights: match (inference_weights, model) {
             (Some(f), _) => f.name(),
@@ -618,6 +627,9 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
     // The fit searches.
     let batch = largest_batch(model, &setup, cap)?;
     r.batch_search = batch.as_ref().map(SearchChecked::from);
+    r.smaller_batch_not_fitting = batch
+        .as_ref()
+        .and_then(|l| l.not_fitting_below.last().map(|r| r.1));
     let batch = batch.map(|l| l.value);
     match setup.mode {
         Mode::Train(_) => r.max_micro_batch = Some(batch),
@@ -626,6 +638,9 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             let limit = context_limit(model, m.config, i.context);
             let context = longest_context(model, &setup, cap, limit.tokens)?;
             r.context_search = context.as_ref().map(SearchChecked::from);
+            r.shorter_context_not_fitting = context
+                .as_ref()
+                .and_then(|l| l.not_fitting_below.last().map(|r| r.1));
             r.max_context = Some(context.map(|l| l.value));
             r.max_context_limit = Some(limit);
             r.decode_sampled = Some(e.decode_sampled.map(|d| DecodeSample {
