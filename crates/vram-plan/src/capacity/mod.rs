@@ -158,6 +158,41 @@ pub fn parse_version(v: &str) -> Option<[u32; 3]> {
     (n >= 2).then_some(out)
 }
 
+/// How much of a release `--engine-version` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pin {
+    /// No patch (`0.8`), or no version at all: any release of the series.
+    Series,
+    /// One release: its `major.minor.patch` and its post-release number (`0.6.3.post1` → 1).
+    Release {
+        /// The post-release number, 0 for none.
+        post: u32,
+    },
+}
+
+/// `--engine-version` read once: its `major.minor.patch` ([`parse_version`]) and how much of a
+/// release it names (`0.8`: the series; `0.8.4`, `0.6.3.post1`: that release).
+pub fn parse_engine_version(v: &str) -> Option<([u32; 3], Pin)> {
+    let numbers = parse_version(v)?;
+    let parts = v
+        .trim_start_matches('v')
+        .split('.')
+        .filter(|p| p.starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    let pin = if parts < 3 {
+        Pin::Series
+    } else {
+        let post = v
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|p| !p.is_empty())
+            .nth(3)
+            .map_or(0, |p| p.parse().unwrap_or(0));
+        Pin::Release { post }
+    };
+    Some((numbers, pin))
+}
+
 impl Engine {
     /// The version in force: the asked one, or the pinned one.
     fn version_in_force(self, k: &Knobs) -> [u32; 3] {
@@ -326,6 +361,9 @@ pub struct Knobs {
     /// 0.4's `mem_fraction_static` by TP size and its chunked-prefill and CUDA-graph defaults
     /// (`server_args.py` `__post_init__`), and which engine (`vllm_v0`) vLLM runs.
     pub engine_version: Option<[u32; 3]>,
+    /// What `--engine-version` names beyond [`Knobs::engine_version`], read with it by
+    /// [`parse_engine_version`]: a series (`0.8`, any of its releases) or one release.
+    pub engine_pin: Pin,
     /// The longest `max_model_len` the engine accepts and its default, when the config's
     /// `rope_scaling` stretches it beyond `max_position_embeddings` (the caller reads the config
     /// by the engine's rule: vLLM 0.11 `vllm/config/model.py` `_get_and_verify_max_len`, SGLang
@@ -369,6 +407,7 @@ impl Default for Knobs {
             interconnect: None,
             mamba_ssm_bytes: None,
             engine_version: None,
+            engine_pin: Pin::Series,
             derived_max_model_len: None,
             marlin: None,
         }
