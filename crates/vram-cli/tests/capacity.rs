@@ -1118,10 +1118,41 @@ fn capacity_on_unseen_logs_round_seven() {
     unseen_round("unseen-round7.json", "round 7", 0.02, 0.12, 0.025);
 }
 
+/// Round 8 (`tests/data/serving/unseen-round8.json`: whole committed vLLM server logs found over
+/// `vllm_server.log` paths, every version of each file read: Llama-3.1-8B and a Qwen2.5-3B
+/// fine-tune on an A100 80GB (0.17.1), Qwen2-VL-2B on an RTX 4080 under WSL (0.10.2) and
+/// Qwen3-30B-A3B-2507 AWQ-Marlin (compressed-tensors W4A16) on an RTX 3090 (0.10.0)), split the
+/// same way and committed before vram ran on it; its holdout is printed as it came out
+/// (BENCHMARKS.md, "eighth round").
+#[test]
+fn capacity_on_unseen_logs_round_eight() {
+    // Regression guards (BENCHMARKS.md, "eighth round"), as first run: weights within 0.3 % on
+    // every case, the largest pool error the holdout's AWQ-Marlin MoE on an RTX 3090 (-6.5 % of a
+    // 1.9 GiB pool). Qwen2-VL-2B (fit) is refused: `qwen2_vl` has no family reader; a refusal
+    // other than that one fails.
+    unseen_round_with(
+        "unseen-round8.json",
+        "round 8",
+        (0.01, 0.08, 0.01),
+        &["vllm0.10.2-qwen2-vl-2b-rtx4080-wsl-util0.8-len4096"],
+    );
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
 fn unseen_round(file: &str, round: &str, weights_bound: f64, pool_bound: f64, fit_kv_bound: f64) {
+    unseen_round_with(file, round, (weights_bound, pool_bound, fit_kv_bound), &[]);
+}
+
+/// [`unseen_round`] where the listed cases are refusals reported as they came out (a config vram
+/// cannot read): any other refusal still fails.
+fn unseen_round_with(
+    file: &str,
+    round: &str,
+    (weights_bound, pool_bound, fit_kv_bound): (f64, f64, f64),
+    refused_ok: &[&str],
+) {
     let text = std::fs::read_to_string(data().join(file)).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut failures: Vec<String> = vec![];
@@ -1164,8 +1195,13 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64, pool_bound: f64, fi
         h.print(&format!("{half} ({round})"));
         // Checked after both halves are printed, so that a fit-half failure never hides the
         // holdout's figures.
-        if !h.refused.is_empty() {
-            failures.push(format!("{half}: configs refused {:?}", h.refused));
+        let refused: Vec<_> = h
+            .refused
+            .iter()
+            .filter(|id| !refused_ok.contains(&id.as_str()))
+            .collect();
+        if !refused.is_empty() {
+            failures.push(format!("{half}: configs refused {refused:?}"));
         }
         if !h.out_of_bounds.is_empty() {
             failures.push(format!("{half}: out of bounds {:?}", h.out_of_bounds));
@@ -1408,14 +1444,22 @@ fn awq_checkpoint_plain_kernel_by_flag_and_gpu() {
 /// feature size"). Qwen3-VL-30B-A3B's video (25,165,824 pixels of clip, 12,288 soft tokens, 12.5
 /// formatted tokens each through 0.12) and Qwen3.5-27B's image (16,777,216 pixels, 16,384
 /// tokens) come from the processor sizes in the catalog; Ministral-3-3B's Pixtral image (1,540
-/// pixels a side, 14-pixel patches merged 2 × 2: 55 × 55 tokens) from its `vision_config`.
+/// pixels a side, 14-pixel patches merged 2 × 2: 55 × 55 tokens) from its `vision_config`;
+/// Llama 4 Scout's largest image (16 tiles of 336 pixels stacked and the global tile, 144
+/// tokens each after the 2 × 2 pixel shuffle: 2,448, three in a budget of 8,192) from its
+/// `vision_config` and `Llama4ImageProcessor`'s `max_patches`.
 #[test]
 fn encoder_budget_lines_match_the_logs() {
     let read = |file: &str| -> serde_json::Value {
         let text = std::fs::read_to_string(data().join(file)).unwrap();
         serde_json::from_str(&text).unwrap()
     };
-    let (doc, round2) = (read("unseen-round7.json"), read("unseen-round2.json"));
+    let (doc, round2, round1) = (
+        read("unseen-round7.json"),
+        read("unseen-round2.json"),
+        read("unseen.json"),
+    );
+    let scout = "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 image items of the maximum feature size.";
     let pixtral = "Encoder cache will be initialized with a budget of 3025 tokens, and profiled with 1 image items of the maximum feature size.";
     let video = "Encoder cache will be initialized with a budget of 153600 tokens, and profiled with 1 video items of the maximum feature size.";
     let image = "Encoder cache will be initialized with a budget of 16384 tokens, and profiled with 1 image items of the maximum feature size.";
@@ -1442,6 +1486,11 @@ fn encoder_budget_lines_match_the_logs() {
         .chain([
             (&round2, "kaggle-t4-ministral-3-3b-tp1", pixtral),
             (&round2, "kaggle-t4-ministral-3-3b-tp2", pixtral),
+            (
+                &round1,
+                "planner-meta-llama-llama-4-scout--h100-80gb--tp4pp1dp1--8192",
+                scout,
+            ),
         ]);
     for (doc, id, line) in expected {
         let c = doc["cases"]

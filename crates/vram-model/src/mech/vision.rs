@@ -163,8 +163,9 @@ pub enum VisionInput {
     },
     /// Mistral-3 (Pixtral): the weights are counted; images are refused. Its processor resizes
     /// to at most `longest_edge` and `merge`² patches make one `[IMG]` token, but the tower runs
-    /// every image of a batch as one sequence under a block-diagonal mask, whose tensors are not
-    /// modelled here.
+    /// every image of a batch as one sequence under a block-diagonal mask, whose tensors this
+    /// crate's estimate does not model (`vram_plan::capacity`'s vLLM V1 encoder profile does:
+    /// the dense mask and its padded copy).
     Pixtral {
         /// `spatial_merge_size`.
         merge: u64,

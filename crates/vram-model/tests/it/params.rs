@@ -227,7 +227,7 @@ fn current_families_match_transformers_5_24() {
         ("gpt-oss-120b", 116_829_156_672),
         ("llama-3.1-8b", 8_030_261_248),
         ("llama-3.1-70b", 70_553_706_496),
-        ("llama-4-scout", 108_225_039_360),
+        ("llama-4-scout", 108_641_793_536),
         ("llama-4-maverick", 401_167_027_200),
         ("gemma-3-1b", 999_885_952),
         ("gemma-4-26b-a4b", 25_805_933_872),
@@ -248,7 +248,7 @@ fn current_families_match_transformers_5_24() {
     };
     // Components as the module tree names them (tests/zoo/reference.py `component()`).
     assert_eq!(comp("qwen3-vl-8b", Component::Vision), 576_388_336);
-    assert_eq!(comp("llama-4-scout", Component::Vision), 455_178_240);
+    assert_eq!(comp("llama-4-scout", Component::Vision), 871_932_416);
     assert_eq!(comp("gemma-4-26b-a4b", Component::Vision), 572_792_112);
     assert_eq!(comp("gemma-4-26b-a4b", Component::Router), 10_901_760);
     assert_eq!(comp("deepseek-v3", Component::Router), 106_430_464);
