@@ -1167,10 +1167,41 @@ fn capacity_on_unseen_logs_round_seven() {
     unseen_round("unseen-round7.json", "round 7", 0.02, 0.12, 0.025);
 }
 
+/// Round 8 (`tests/data/serving/unseen-round8.json`: whole committed vLLM server logs found over
+/// `vllm_server.log` paths, every version of each file read: Llama-3.1-8B and a Qwen2.5-3B
+/// fine-tune on an A100 80GB (0.17.1), Qwen2-VL-2B on an RTX 4080 under WSL (0.10.2) and
+/// Qwen3-30B-A3B-2507 AWQ-Marlin (compressed-tensors W4A16) on an RTX 3090 (0.10.0)), split the
+/// same way and committed before vram ran on it; its holdout is printed as it came out
+/// (BENCHMARKS.md, "eighth round").
+#[test]
+fn capacity_on_unseen_logs_round_eight() {
+    // Regression guards (BENCHMARKS.md, "eighth round"), as first run: weights within 0.3 % on
+    // every case, the largest pool error the holdout's AWQ-Marlin MoE on an RTX 3090 (-6.5 % of a
+    // 1.9 GiB pool). Qwen2-VL-2B (fit) is refused: `qwen2_vl` has no family reader; a refusal
+    // other than that one fails.
+    unseen_round_with(
+        "unseen-round8.json",
+        "round 8",
+        (0.01, 0.08, 0.01),
+        &["vllm0.10.2-qwen2-vl-2b-rtx4080-wsl-util0.8-len4096"],
+    );
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
 fn unseen_round(file: &str, round: &str, weights_bound: f64, pool_bound: f64, fit_kv_bound: f64) {
+    unseen_round_with(file, round, (weights_bound, pool_bound, fit_kv_bound), &[]);
+}
+
+/// [`unseen_round`] where the listed cases are refusals reported as they came out (a config vram
+/// cannot read): any other refusal still fails.
+fn unseen_round_with(
+    file: &str,
+    round: &str,
+    (weights_bound, pool_bound, fit_kv_bound): (f64, f64, f64),
+    refused_ok: &[&str],
+) {
     let text = std::fs::read_to_string(data().join(file)).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut failures: Vec<String> = vec![];
@@ -1213,8 +1244,13 @@ fn unseen_round(file: &str, round: &str, weights_bound: f64, pool_bound: f64, fi
         h.print(&format!("{half} ({round})"));
         // Checked after both halves are printed, so that a fit-half failure never hides the
         // holdout's figures.
-        if !h.refused.is_empty() {
-            failures.push(format!("{half}: configs refused {:?}", h.refused));
+        let refused: Vec<_> = h
+            .refused
+            .iter()
+            .filter(|id| !refused_ok.contains(&id.as_str()))
+            .collect();
+        if !refused.is_empty() {
+            failures.push(format!("{half}: configs refused {refused:?}"));
         }
         if !h.out_of_bounds.is_empty() {
             failures.push(format!("{half}: out of bounds {:?}", h.out_of_bounds));

@@ -158,8 +158,6 @@ pub(super) fn vllm_mla_absorbs(k: &Knobs) -> bool {
 /// 0.7.2.
 pub(super) fn vllm_07_mla_disabled_by(t: &Transformer, k: &Knobs) -> Option<&'static str> {
     use super::layers::{layer_caches, LayerCache};
-    use vram_model::blocks::Quant;
-    use vram_model::finetune::WeightFormat;
     let v = Engine::Vllm.version_in_force(k);
     let mla = layer_caches(t)
         .iter()
@@ -167,17 +165,7 @@ pub(super) fn vllm_07_mla_disabled_by(t: &Transformer, k: &Knobs) -> Option<&'st
     if !mla || !([0, 7, 0]..[0, 7, 3]).contains(&v) {
         return None;
     }
-    let q = match (k.quantization, t.blocks.storage.quant) {
-        (Quantization::None, Quant::Packed { format, .. }) => match format {
-            WeightFormat::Awq { .. } => Quantization::Awq,
-            WeightFormat::Gptq { .. } => Quantization::Gptq,
-            WeightFormat::Nf4 | WeightFormat::Fp4 => Quantization::Bitsandbytes,
-            WeightFormat::Int8 => Quantization::Int8,
-            _ => Quantization::None,
-        },
-        (Quantization::None, Quant::Mxfp4) => Quantization::Mxfp4,
-        (q, _) => q,
-    };
+    let q = quantization_in_force(t, k);
     match q {
         Quantization::Awq => Some("awq"),
         Quantization::Gptq => Some("gptq"),
