@@ -497,6 +497,9 @@ fn text_json_and_html_of_an_estimate_agree() {
             .filter(|l| {
                 l.starts_with("largest ")
                     || l.starts_with("longest ")
+                    || l.starts_with("micro-batch that fits with the next not")
+                    || l.starts_with("batch at context ")
+                    || l.starts_with("context at batch ")
                     || l.starts_with("no micro-batch")
                     || l.starts_with("not even")
             })
@@ -507,12 +510,37 @@ fn text_json_and_html_of_an_estimate_agree() {
         for l in &fit {
             assert!(fit_html.contains(l), "{case:?}: {l} not on the page");
         }
-        for key in ["max_micro_batch", "max_batch", "max_context"] {
+        for (key, search) in [
+            ("max_micro_batch", "batch_search"),
+            ("max_batch", "batch_search"),
+            ("max_context", "context_search"),
+        ] {
             if let Some(n) = v[key].as_u64() {
-                assert!(
-                    fit.iter().any(|l| l.contains(&format!(": {n}"))),
-                    "{case:?}: {key} {n}"
-                );
+                let line = fit
+                    .iter()
+                    .find(|l| l.contains(&format!(": {n}")))
+                    .unwrap_or_else(|| panic!("{case:?}: {key} {n}"));
+                // What the search checked, as the JSON says it: the sizes below that do not
+                // fit, and whether the answer is shown to be the largest.
+                let c = &v[search];
+                for r in c["not_fitting_below"].as_array().into_iter().flatten() {
+                    let (a, b) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
+                    let named = if a == b {
+                        a.to_string()
+                    } else {
+                        format!("{a}–{b}")
+                    };
+                    assert!(line.contains(&named), "{case:?}: {line} lacks {named}");
+                }
+                match c["untried_above_to"].as_u64() {
+                    Some(t) => assert!(
+                        line.contains(&format!("{t} not tried"))
+                            && !line.starts_with("largest ")
+                            && !line.starts_with("longest "),
+                        "{case:?}: {line}"
+                    ),
+                    None => assert!(!line.contains("not tried"), "{case:?}: {line}"),
+                }
             }
         }
         // Every suggestion, in the three.

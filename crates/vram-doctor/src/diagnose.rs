@@ -495,12 +495,17 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   (`cudaMemGetInfo`) when it formats the message, after its last retry.
 ///   When others hold more of the device than this process could, one of them
 ///   allocating at that moment is the likeliest reason free looks sufficient:
-///   they are named first, `unexplained` second. Otherwise what lies between
-///   the request and the device is not in the message (memory the driver could
-///   not place as one allocation, a limit on the host side, as Windows threads
-///   fixed by a larger page file show), and what the user can change is what this process asks of it: the
-///   step is named first as that, not sufficient and with no remedy enough,
-///   `unexplained` second. The printed request is already the segment
+///   they are named first, `unexplained` second. Otherwise the figures say the
+///   request would have fit in what the device reported free, and `unexplained`
+///   leads: what lies between the request and the device is not in the message
+///   (another process allocating between the refusal and the free reading; a
+///   limit outside PyTorch; on Windows a driver/WDDM limit, where PyTorch's CI
+///   turned DataLoader workers off as a known cause of CUDA out-of-memory, PRs
+///   #5322/#5591, and pytorch#53695 measures each worker's host commit). The
+///   step is named second, what this process can change, not sufficient and
+///   with no remedy enough. Decided on fit halves 1-13 (BENCHMARKS.md, round 13:
+///   5 / 8 with `unexplained` first against 2 / 8, the one confirmed fit fix
+///   with it). The printed request is already the segment
 ///   `cudaMalloc` was asked for (`alloc_size = get_allocation_size(round_size(n))`:
 ///   2 MiB for ≤ 1 MiB, 20 MiB below 10 MiB, else 2 MiB multiples), so comparing
 ///   it with free compares the segment; only expandable segments map more (whole
@@ -525,7 +530,7 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   on this GPU.
 ///
 /// Causes are ranked: trapped slack under the cap, the cap, unexplained (after
-/// the neighbours or the step when those are named first, above), a
+/// the neighbours when they are named first, above; before the step), a
 /// tensor larger than the device, then sufficient causes (other processes and
 /// memory outside PyTorch that would leave the step room before private pools,
 /// fragmentation and the step), then the rest by bytes. Remedies follow the
@@ -757,14 +762,16 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         });
     let neighbours = held_by_others > usable;
     // A request below the free figure that the device still refused, with no one else holding
-    // more of the device than this process could: what the message cannot show (device memory
-    // the driver could not place as one allocation, as WDDM places each allocation on Windows
-    // and a small or shared device runs short of; not the segment size, which is the printed
-    // request itself: PyTorch prints `alloc_size`, what it asked `cudaMalloc` for) lies between
-    // this process and the device, and what the user can change is what this process asks of
-    // it. The step is named first, as what to change, not as a cause the figures prove (it is
-    // not sufficient and no remedy is enough); the figures' puzzle second. A free figure above the device (unified memory) is
-    // not a reading of the device's free memory and stays unexplained alone.
+    // more of the device than this process could: the figures say the request would have fit
+    // in what the device reported free, so the figures' puzzle leads. What the message cannot
+    // show (another process allocating between the refusal and the free reading; device memory
+    // the driver could not place as one allocation, as WDDM places each allocation on Windows;
+    // not the segment size, which is the printed request itself: PyTorch prints `alloc_size`,
+    // what it asked `cudaMalloc` for) is named with it. The step is named second, as what this
+    // process can change, not as a cause the figures prove (it is not sufficient and no remedy
+    // is enough). Fit halves 1-13 decided the order (BENCHMARKS.md, round 13). A free figure
+    // above the device (unified memory) is not a reading of the device's free memory and stays
+    // unexplained alone.
     //
     // Unless the device was idle: this process held no more than a couple of pages and the
     // device reported all of its memory free (total less free within the figures' rounding:
@@ -772,8 +779,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // step could give back, neither live tensors nor a reservation nor a neighbour: what
     // refused it is the platform (the largest single allocation a runtime places, a driver
     // limit), and a smaller step is not what the figures point to. The figures' puzzle stands
-    // alone. A device with a context's or a display's memory in use (a small Windows card)
-    // keeps the step first: there the placement of a large allocation is what runs short.
+    // alone, and no step is named. A device with a context's or a display's memory in use (a
+    // small Windows card) keeps the step, second: there it is something this process can change.
     let idle = reserved <= (2 * PAGE_BYTES).saturating_add(reserved_rounding)
         && m.total_bytes.saturating_sub(m.free_bytes)
             <= rounding(m.total_bytes).saturating_add(rounding(m.free_bytes));
@@ -789,13 +796,13 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     let step_asks = unexplained && !neighbours && !idle && m.free_bytes <= m.total_bytes;
     if step_asks {
         causes.push((
-            1,
+            2,
             Cause {
                 kind: CauseKind::StepTooLarge,
                 bytes: req,
                 sufficient: false,
                 detail: format!(
-                    "the device refused a {} request with {} free: the figures do not show why (below), but the failure came at what this process asks of the device, {} in live tensors and {} reserved, and a smaller step asks less; by how much, the figures cannot say",
+                    "not shown by the figures (the {} request was below the {} free), but the step is what this process can change: it asks the device for {} in live tensors and {} reserved, and a smaller step asks less; how much less would be enough, the figures cannot say",
                     hb(req),
                     hb(free),
                     hb(alloc),
@@ -817,25 +824,41 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         });
     }
     if unexplained {
+        let detail = if step_asks {
+            format!(
+                "the {} request is below the {} the device reported free, so PyTorch's cache is not the reason. What the figures cannot show: another process allocating between the refusal and the free reading (PyTorch reads free after the failure); a limit outside PyTorch (MPS's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, a vGPU or container quota); on Windows, a driver (WDDM) limit: PyTorch turned DataLoader workers off in its Windows CI as a known cause of CUDA out-of-memory there (PRs #5322, #5591), and pytorch#53695 measures each worker's host memory commit (about 32 GB of page file for 8 workers with the CUDA 11.1 build); how host commit reaches a device allocation is not documented in those sources",
+                hb(req),
+                hb(free)
+            )
+        } else {
+            format!(
+                "the request ({}) is no larger than the {} free on the device, so PyTorch's cache is not the reason and the figures do not explain the failure: another process allocating at that moment (free is read after the failure), a limit outside PyTorch (MPS's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, a vGPU or container quota), a driver or unified-memory limit, or free memory read after someone released it",
+                hb(req),
+                hb(free)
+            )
+        };
         causes.push((
-            if neighbours || step_asks { 2 } else { 1 },
+            if neighbours { 2 } else { 1 },
             Cause {
                 kind: CauseKind::Unexplained,
                 bytes: free,
                 sufficient: false,
-                detail: format!(
-                    "the request ({}) is no larger than the {} free on the device, so PyTorch's cache is not the reason and the figures do not explain the failure: another process allocating at that moment (free is read after the failure), a limit outside PyTorch (MPS's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, a vGPU or container quota), a driver or unified-memory limit, or free memory read after someone released it",
-                    hb(req),
-                    hb(free)
-                ),
+                detail,
             },
         ));
         remedies.push(Remedy {
             kind: CauseKind::Unexplained,
-            action: format!(
-                "watch GPU {} while the job runs (`vram top`, or nvidia-smi on the host) for another process's allocations, and check MPS or container memory limits",
-                m.device
-            ),
+            action: if step_asks {
+                format!(
+                    "watch GPU {} while the job runs (`vram top`, or nvidia-smi on the host) for another process's allocations, and check MPS or container memory limits; on Windows, if DataLoader workers run (num_workers > 0), retry with num_workers=0 (PyTorch's Windows CI turned them off in 2018 as a known cause of CUDA out-of-memory there: PRs #5322, #5591)",
+                    m.device
+                )
+            } else {
+                format!(
+                    "watch GPU {} while the job runs (`vram top`, or nvidia-smi on the host) for another process's allocations, and check MPS or container memory limits",
+                    m.device
+                )
+            },
             saves_bytes: None,
             enough: false,
             step_time_s: None,

@@ -5,7 +5,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use vram_model::arch::Model;
-use vram_model::estimate::{max_batch, max_context};
+use vram_model::estimate::{largest_batch, largest_context_to};
 use vram_model::setup::{Mode, Parallel, Recompute, Schedule, Setup, Train};
 use vram_model::{catalog, estimate, estimate_allocated};
 
@@ -128,7 +128,7 @@ fn bench(c: &mut Criterion) {
             |b| b.iter(|| estimate(black_box(&l31), black_box(&gen)).unwrap()),
         );
         // What `vram estimate --inference` adds: the largest batch and the longest context
-        // on the GPU (an H100's 79.2 GiB).
+        // on the GPU (an H100's 79.2 GiB), with the sizes below each answer checked.
         let cap = vram_model::gpu::lookup("h100-80g").unwrap().memory_bytes;
         r.bench_function(
             format!("llama-3.1-8b generate, {new} new tokens, max batch + max context on an H100"),
@@ -136,8 +136,8 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     let s = black_box(&gen);
                     (
-                        max_batch(&l31, s, cap).unwrap(),
-                        max_context(&l31, s, cap).unwrap(),
+                        largest_batch(&l31, s, cap).unwrap(),
+                        largest_context_to(&l31, s, cap, u64::MAX).unwrap(),
                     )
                 })
             },

@@ -131,15 +131,19 @@ pub struct EstimateReport {
         with = "double_option"
     )]
     pub max_context: Option<Option<u64>>,
-    /// A smaller micro-batch (training) or batch (inference) than the largest that does not
-    /// fit, where the search met one: the allocator's fit is not monotone in the size (where
-    /// the device first runs out decides which cached segments PyTorch releases whole).
+    /// The largest size below the answer whose estimate does not fit, of those `batch_search`
+    /// checked (kept from the first form of these fields; `batch_search` has them all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub smaller_batch_not_fitting: Option<u64>,
-    /// Inference: a shorter context than the longest that does not fit, where the search met
-    /// one (as `smaller_batch_not_fitting`).
+    /// Inference: as `smaller_batch_not_fitting`, for the context (`context_search`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shorter_context_not_fitting: Option<u64>,
+    /// What the micro-batch (training) or batch (inference) search checked besides its answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_search: Option<SearchChecked>,
+    /// Inference: what the context search checked besides its answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_search: Option<SearchChecked>,
     /// Inference: where the context search stops, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_context_limit: Option<ContextLimit>,
@@ -570,6 +574,8 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         max_batch: None,
         max_context: None,
         max_context_limit: None,
+        batch_search: None,
+        context_search: None,
         smaller_batch_not_fitting: None,
         shorter_context_not_fitting: None,
         suggestions: None,
@@ -620,7 +626,10 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
     r.description = describe(model, &r);
     // The fit searches.
     let batch = largest_batch(model, &setup, cap)?;
-    r.smaller_batch_not_fitting = batch.and_then(|l| l.smaller_not_fitting);
+    r.batch_search = batch.as_ref().map(SearchChecked::from);
+    r.smaller_batch_not_fitting = batch
+        .as_ref()
+        .and_then(|l| l.not_fitting_below.last().map(|r| r.1));
     let batch = batch.map(|l| l.value);
     match setup.mode {
         Mode::Train(_) => r.max_micro_batch = Some(batch),
@@ -628,7 +637,10 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             r.max_batch = Some(batch);
             let limit = context_limit(model, m.config, i.context);
             let context = longest_context(model, &setup, cap, limit.tokens)?;
-            r.shorter_context_not_fitting = context.and_then(|l| l.smaller_not_fitting);
+            r.context_search = context.as_ref().map(SearchChecked::from);
+            r.shorter_context_not_fitting = context
+                .as_ref()
+                .and_then(|l| l.not_fitting_below.last().map(|r| r.1));
             r.max_context = Some(context.map(|l| l.value));
             r.max_context_limit = Some(limit);
             r.decode_sampled = Some(e.decode_sampled.map(|d| DecodeSample {
@@ -748,24 +760,46 @@ fn context_limit(model: &Model, config: Option<&str>, context: u64) -> ContextLi
     }
 }
 
-/// The longest context at the setup's batch that fits `cap`, at most `limit`: the limit when it
-/// fits there (one decision, at most two allocator replays), else the search below it.
+/// The longest context at the setup's batch that fits `cap`, at most `limit` (or the setup's new
+/// tokens plus one, where that is more): the limit when it fits there, else the search below it.
 fn longest_context(model: &Model, setup: &Setup, cap: u64, limit: u64) -> Result<Option<Largest>> {
     let Mode::Infer(i) = setup.mode else {
         return Ok(None);
     };
-    let mut at = *setup;
-    if let Mode::Infer(x) = &mut at.mode {
-        x.context = limit.max(i.new_tokens + 1);
+    Ok(largest_context_to(
+        model,
+        setup,
+        cap,
+        limit.max(i.new_tokens + 1),
+    )?)
+}
+
+/// What a fit search checked besides its answer: the allocator's fit is not monotone in the
+/// size (where the device first runs out decides which cached segments PyTorch releases
+/// whole), so a smaller size can fail where a larger one fits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchChecked {
+    /// Where more than 64 sizes lay above the answer's next size and below the peak walk's
+    /// bound (nothing above it fits), the bound: the sizes from the answer plus 2 to it were
+    /// not tried, so the answer fits and the next size does not, but a larger one may fit.
+    /// Absent: every larger size was tried or ruled out, and the answer is the largest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untried_above_to: Option<u64>,
+    /// Every size from this one to the answer minus one was estimated (the 16 just below the
+    /// answer, or down to 1; further where the search met one not fitting).
+    pub checked_below_from: u64,
+    /// Those of them whose estimate does not fit, as inclusive `[first, last]` ranges.
+    pub not_fitting_below: Vec<[u64; 2]>,
+}
+
+impl From<&Largest> for SearchChecked {
+    fn from(l: &Largest) -> Self {
+        SearchChecked {
+            untried_above_to: l.untried_above,
+            checked_below_from: l.checked_below_from,
+            not_fitting_below: l.not_fitting_below.iter().map(|&(a, b)| [a, b]).collect(),
+        }
     }
-    // The same verdict as the estimate's own fit line (see `max_context_to`).
-    if vram_model::estimate(model, &at)?.fits(cap) {
-        return Ok(Some(Largest {
-            value: limit.max(i.new_tokens + 1),
-            smaller_not_fitting: None,
-        }));
-    }
-    Ok(largest_context_to(model, setup, cap, limit)?)
 }
 
 /// Serving speed of `setup` (inference) on one `gpu`: the prompt's prefill and the mean decode

@@ -64,7 +64,7 @@ pub use batch::BatchReport;
 pub use capacity::CapacityReport;
 pub use checkpoint::CheckpointReport;
 pub use error::{Error, Result, RunError};
-pub use estimate::{EstimateReport, WeightsReport};
+pub use estimate::{EstimateReport, SearchChecked, WeightsReport};
 pub use finetune::FinetuneReport;
 pub use plan::{FinetunePlanReport, PlanReport};
 pub use replay::ReplayReport;

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use vram_model::fmt::{bytes, thousands};
 use vram_model::setup::Mode;
 
-use crate::estimate::{EstimateReport, StorageQuant, WeightsReport};
+use crate::estimate::{EstimateReport, SearchChecked, StorageQuant, WeightsReport};
 use crate::parts::{Bound, Speed};
 
 /// The verdict on a device total against a GPU.
@@ -82,41 +82,95 @@ impl EstimateReport {
     /// and the longest context (inference).
     pub fn fit_lines(&self) -> Vec<String> {
         let mut out = Vec::new();
-        // Where a smaller size than the answer does not fit, the line says so.
-        let gap = |what: &str, n: Option<u64>| {
-            match n {
-            Some(n) => format!(
-                " ({what} {n} does not: where the device first runs out decides which cached segments the allocator releases whole)"
+        // Where the sizes above were not all tried, the line says what was: the answer fits
+        // and the next size does not.
+        let head = |full: &str, partial: &str, n: u64, c: Option<&SearchChecked>| {
+            match c
+            .and_then(|c| c.untried_above_to)
+        {
+            Some(t) => format!(
+                "{partial} that fits with the next not: {n} ({}–{t} not tried: a larger one may fit)",
+                n + 2
             ),
-            None => String::new(),
+            None => format!("{full}: {n}"),
         }
+        };
+        // Where a smaller size than the answer does not fit, the line says which.
+        let gap = |c: Option<&SearchChecked>, n: u64| match c {
+            Some(c) if !c.not_fitting_below.is_empty() => {
+                let ranges: Vec<String> = c
+                    .not_fitting_below
+                    .iter()
+                    .map(|&[a, b]| {
+                        if a == b {
+                            a.to_string()
+                        } else {
+                            format!("{a}–{b}")
+                        }
+                    })
+                    .collect();
+                let checked = if c.checked_below_from <= 1 {
+                    "every smaller one checked".to_string()
+                } else {
+                    format!("of {}–{} checked", c.checked_below_from, n - 1)
+                };
+                format!(
+                    "; {} do{} not fit, {checked}: where the device first runs out decides which cached segments the allocator releases whole",
+                    ranges.join(", "),
+                    if ranges.len() == 1 && c.not_fitting_below[0][0] == c.not_fitting_below[0][1] { "es" } else { "" }
+                )
+            }
+            _ => String::new(),
+        };
+        let wrap = |s: String| {
+            if s.is_empty() {
+                s
+            } else {
+                format!(" ({})", &s[2..])
+            }
         };
         match self.setup.mode {
             Mode::Train(_) => match self.max_micro_batch.flatten() {
-                Some(b) => out.push(format!(
-                    "largest micro-batch that fits: {b}{}",
-                    gap("micro-batch", self.smaller_batch_not_fitting)
-                )),
+                Some(b) => {
+                    let c = self.batch_search.as_ref();
+                    out.push(format!(
+                        "{}{}",
+                        head("largest micro-batch that fits", "micro-batch", b, c),
+                        wrap(gap(c, b))
+                    ))
+                }
                 None => out.push("no micro-batch fits".into()),
             },
             Mode::Infer(i) => match self.max_batch.flatten() {
                 Some(b) => {
+                    let c = self.batch_search.as_ref();
                     out.push(format!(
-                        "largest batch at context {}: {b}{}",
-                        i.context,
-                        gap("batch", self.smaller_batch_not_fitting)
+                        "{}{}",
+                        head(
+                            &format!("largest batch at context {}", i.context),
+                            &format!("batch at context {}", i.context),
+                            b,
+                            c
+                        ),
+                        wrap(gap(c, b))
                     ));
-                    if let Some(c) = self.max_context.flatten() {
+                    if let Some(n) = self.max_context.flatten() {
+                        let c = self.context_search.as_ref();
                         let limit = self.max_context_limit.as_ref();
-                        match limit.filter(|l| l.tokens == c) {
+                        match limit.filter(|l| l.tokens == n) {
                             Some(l) => out.push(format!(
-                                "longest context at batch {}: {c} (where the search stops: {}; a longer one would fit)",
-                                i.batch, l.source
+                                "longest context at batch {}: {n} (where the search stops: {}; a longer one would fit{})",
+                                i.batch, l.source, gap(c, n)
                             )),
                             None => out.push(format!(
-                                "longest context at batch {}: {c}{}",
-                                i.batch,
-                                gap("context", self.shorter_context_not_fitting)
+                                "{}{}",
+                                head(
+                                    &format!("longest context at batch {}", i.batch),
+                                    &format!("context at batch {}", i.batch),
+                                    n,
+                                    c
+                                ),
+                                wrap(gap(c, n))
                             )),
                         }
                     }

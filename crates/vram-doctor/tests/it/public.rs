@@ -130,7 +130,8 @@ enum Group {
     /// Batch 7's fit half (issue 35's sixth round): the rules may be fitted on it and on
     /// everything above.
     Fit7,
-    /// Batch 7's holdout: reported once, as it came out (14 / 15, on the rules of main 705a644).
+    /// Batch 7's holdout: reported once, as it came out (14 / 15, on the rules of main 705a644);
+    /// its floor is 12 after the thirteenth round's rule (FIGURES).
     Holdout7,
     /// Batch 8's fit half (issue 35's seventh round): the rules may be fitted on it and on
     /// everything above.
@@ -175,26 +176,30 @@ const FIGURES: [(Group, usize, Option<usize>); 25] = [
     (Group::Holdout1, 20, Some(16)),
     (Group::Batch2, 5, Some(3)),
     (Group::Fit3, 16, None),
-    (Group::Holdout3, 33, Some(28)),
-    (Group::Fit4, 19, None),
+    (Group::Holdout3, 32, Some(28)),
+    (Group::Fit4, 18, None),
     (Group::Holdout4, 13, Some(13)),
     (Group::Fit5, 24, None),
-    (Group::Holdout5, 16, Some(13)),
+    (Group::Holdout5, 13, Some(13)),
     (Group::Fit6, 7, None),
     (Group::Holdout6, 11, Some(10)),
     (Group::Fit7, 15, None),
-    (Group::Holdout7, 14, Some(14)),
-    (Group::Fit8, 11, None),
+    // Reported at 14 (BENCHMARKS.md keeps it); the floor is 12 after the rule: the
+    // thirteenth round put `unexplained` before the step for a request below the printed
+    // free memory, decided on fit halves 1-13, and that took xTuring#140 and
+    // whisper-asr-webservice#166 from it.
+    (Group::Holdout7, 12, Some(12)),
+    (Group::Fit8, 10, None),
     (Group::Holdout8, 12, Some(12)),
     (Group::Fit9, 10, None),
     (Group::Holdout9, 19, Some(19)),
     (Group::Fit10, 7, None),
-    (Group::Holdout10, 16, Some(16)),
-    (Group::Fit11, 6, None),
-    (Group::Holdout11, 8, Some(8)),
-    (Group::Fit12, 3, None),
-    (Group::Holdout12, 13, Some(13)),
-    (Group::Fit13, 0, None),
+    (Group::Holdout10, 17, Some(16)),
+    (Group::Fit11, 7, None),
+    (Group::Holdout11, 9, Some(8)),
+    (Group::Fit12, 4, None),
+    (Group::Holdout12, 14, Some(13)),
+    (Group::Fit13, 3, None),
     (Group::Holdout13, 1, Some(1)),
 ];
 
@@ -209,8 +214,9 @@ const RUN4: (bool, bool) = (true, true);
 /// 4888ca0 (the third round's), and came out at 13 / 18 (BENCHMARKS.md); the fit half was run
 /// after that, 23 / 24 at its first run. The fourth round's two rules (listed neighbours lead
 /// the step only when they hold more than this process could; a request below free names the
-/// step before the unexplained verdict) make them 24 / 24 and 16 / 18 (the holdout stays
-/// reported at 13).
+/// step before the unexplained verdict) made them 24 / 24 and 16 / 18 (the holdout stays
+/// reported at 13); the thirteenth round's order (`unexplained` before the step for a request
+/// below the printed free memory) takes the holdout back to 13 / 18, its reported floor.
 const RUN5: (bool, bool) = (true, true);
 
 /// Whether batch 3's holdout has been run. Until the rules of the second round were final
@@ -263,9 +269,10 @@ const RUN12: (bool, bool) = (true, true);
 /// Whether batch 13's halves have been run: (fit, holdout). Both stayed unrun until the labelled
 /// messages were committed (46b863d); the holdout was then run first, once, on the rules of
 /// 46b863d (main 769b917's), and came out at 1 / 3 (BENCHMARKS.md); the fit half was run after
-/// that, 0 / 3 at its first run (all three read as the step first, `unexplained` second), and no
-/// rule was changed (BENCHMARKS.md says why: reversing that order is a wash over all 369 and takes
-/// batch 7's holdout below the figure it was reported at).
+/// that, 0 / 3 at its first run (all three read as the step first, `unexplained` second). The
+/// thirteenth round then reversed that order on the fit halves' evidence (5 / 8 against 2 / 8,
+/// the one confirmed fit fix with it): the fit half is 3 / 3, the holdout stays 1 / 3, and the
+/// whole set stays 318 / 369 (BENCHMARKS.md lists every group before and after).
 const RUN13: (bool, bool) = (true, true);
 
 #[test]

@@ -1260,29 +1260,48 @@ pub(crate) fn chain_saved_parts(model: &Model, setup: &Setup) -> Result<Vec<u64>
     Ok(l.parts.bytes[..l.parts.n as usize].to_vec())
 }
 
-/// What a fit search found: the largest size whose estimate fits, and a smaller size whose
-/// estimate does not, where the search met one (whether a step runs is not monotone in its
-/// size; see [`max_batch`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a fit search found, and what it checked: the largest size whose estimate fits (or,
+/// where not every larger size was tried, one that fits with the next size not fitting), the
+/// sizes just below it that were estimated, and those of them that do not fit (whether a step
+/// runs is not monotone in its size; see `settle`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Largest {
-    /// The largest size that fits.
+    /// The size found: it fits, and the next size does not.
     pub value: u64,
-    /// A smaller size that does not fit (`None`: the search met none).
-    pub smaller_not_fitting: Option<u64>,
+    /// `None`: every larger size was tried or refused by the peak walk (nothing above its bound
+    /// fits), so `value` is the largest that fits. `Some(top)`: more than [`SCAN`] sizes lay
+    /// between `value + 1` and the peak walk's bound `top`, and those from `value + 2` to `top`
+    /// were not tried.
+    pub untried_above: Option<u64>,
+    /// Every size from this one to `value - 1` was estimated (at most [`BELOW`] of them; `value`
+    /// where there is none below).
+    pub checked_below_from: u64,
+    /// Those of them whose estimate does not fit, as inclusive ranges, ascending.
+    pub not_fitting_below: Vec<(u64, u64)>,
 }
 
 /// The largest micro-batch (training) or batch (inference) whose estimate fits `capacity`.
 ///
 /// Returns `Ok(None)` when not even 1 fits. The answer fits per [`estimate`]'s own verdict and
 /// the next size does not; every size above it up to the peak walk's bound (nothing above
-/// that fits) was tried where they are at most 64 (the allocator's fit is not monotone in the
-/// size: see `settle`).
+/// that fits) was tried where they are at most [`SCAN`] (the allocator's fit is not monotone in
+/// the size: see `settle`); [`largest_batch`] says whether they were.
 pub fn max_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
-    Ok(largest_batch(model, setup, capacity)?.map(|l| l.value))
+    Ok(batch_search(model, setup, capacity, false)?.map(|l| l.value))
 }
 
-/// [`max_batch`], with a smaller batch that does not fit where the search met one.
+/// [`max_batch`], with what was checked: whether every larger batch was tried, and the (at
+/// most [`BELOW`]) batches just below the answer, estimated, with those that do not fit.
 pub fn largest_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<Largest>> {
+    batch_search(model, setup, capacity, true)
+}
+
+fn batch_search(
+    model: &Model,
+    setup: &Setup,
+    capacity: u64,
+    check_below: bool,
+) -> Result<Option<Largest>> {
     let at = |n: u64| -> Setup {
         let mut s = *setup;
         match &mut s.mode {
@@ -1306,25 +1325,38 @@ pub fn largest_batch(model: &Model, setup: &Setup, capacity: u64) -> Result<Opti
             |n| walk_slope(model, n, &at),
         )?
     };
-    let ok = |n: u64| Ok(estimate(model, &at(n))?.fits(capacity));
-    let settled = settle(found, 1, top, ok)?;
-    above(settled, 1, top, ok)
+    let mut ok = Verdicts::new(|n: u64| Ok(estimate(model, &at(n))?.fits(capacity)));
+    let settled = settle(found, 1, top, |n| ok.get(n))?;
+    let found = above(settled, 1, top, |n| ok.get(n))?;
+    found
+        .map(|l| below(l, 1, check_below, |n| ok.get(n)))
+        .transpose()
 }
 
 /// The longest context (inference) whose estimate fits `capacity` at the setup's batch (as
 /// [`max_batch`] decides it).
 pub fn max_context(model: &Model, setup: &Setup, capacity: u64) -> Result<Option<u64>> {
-    Ok(largest_context_to(model, setup, capacity, crate::setup::MAX_SIZE)?.map(|l| l.value))
+    Ok(context_search(model, setup, capacity, crate::setup::MAX_SIZE, false)?.map(|l| l.value))
 }
 
 /// [`max_context`] among contexts of at most `limit` tokens (a model's own longest, say): the
-/// longest of them whose estimate fits, with the next one up not fitting or past `limit`, and
-/// a shorter context that does not fit where the search met one.
+/// longest of them whose estimate fits, with the next one up not fitting or past `limit`, with
+/// what was checked (as [`largest_batch`]). The search stops at `limit` where that fits.
 pub fn largest_context_to(
     model: &Model,
     setup: &Setup,
     capacity: u64,
     limit: u64,
+) -> Result<Option<Largest>> {
+    context_search(model, setup, capacity, limit, true)
+}
+
+fn context_search(
+    model: &Model,
+    setup: &Setup,
+    capacity: u64,
+    limit: u64,
+    check_below: bool,
 ) -> Result<Option<Largest>> {
     // A context holds the new tokens and at least one prompt token: the search starts there
     // (shorter contexts are the same one-token-prompt call).
@@ -1347,72 +1379,166 @@ pub fn largest_context_to(
     // context up to it).
     let limit = limit.min(crate::setup::MAX_SIZE);
     let within = |n: u64| n + new <= limit;
-    let found = if replay::reference() {
-        search_max_from(start, |n| Ok(within(n) && fits(model, &at(n), capacity)?))?
-    } else {
-        match search_max_from(start, |n| {
-            Ok(within(n) && walk_fits(model, &at(n), capacity)?)
-        })? {
-            Some(top) => search_down(
-                top,
-                |n| shortfall(model, &at(n), capacity),
-                |n| walk_slope(model, n, &at),
-            )?,
-            None => None,
-        }
-    };
-    let ok = |n: u64| Ok(within(n) && estimate(model, &at(n))?.fits(capacity));
     let hi = limit.saturating_sub(new);
-    let settled = settle(found, 1, hi, ok)?;
+    let mut ok = Verdicts::new(|n: u64| Ok(within(n) && estimate(model, &at(n))?.fits(capacity)));
+    // Where the limit itself fits (the peak walk first: microseconds), that is the answer.
+    let at_limit = hi >= 1 && walk_fits(model, &at(hi), capacity)? && ok.get(hi)?;
+    let settled = if at_limit {
+        Some(hi)
+    } else {
+        let found = if replay::reference() {
+            search_max_from(start, |n| Ok(within(n) && fits(model, &at(n), capacity)?))?
+        } else {
+            match search_max_from(start, |n| {
+                Ok(within(n) && walk_fits(model, &at(n), capacity)?)
+            })? {
+                Some(top) => search_down(
+                    top,
+                    |n| shortfall(model, &at(n), capacity),
+                    |n| walk_slope(model, n, &at),
+                )?,
+                None => None,
+            }
+        };
+        settle(found, 1, hi, |n| ok.get(n))?
+    };
     // The peak walk's bound, for the sizes above the settled answer.
     let top = match settled {
         Some(a) => search_max_from(a, |n| Ok(within(n) && walk_fits(model, &at(n), capacity)?))?,
         None => None,
     };
     let found = match top {
-        Some(top) => above(settled, 1, top.min(hi), ok)?,
+        Some(top) => above(settled, 1, top.min(hi), |n| ok.get(n))?,
         None => settled.map(|value| Largest {
             value,
-            smaller_not_fitting: None,
+            untried_above: None,
+            checked_below_from: value,
+            not_fitting_below: Vec::new(),
         }),
     };
-    Ok(found.map(|l| Largest {
+    let Some(found) = found else {
+        return Ok(None);
+    };
+    let l = below(found, 1, check_below, |n| ok.get(n))?;
+    Ok(Some(Largest {
         value: l.value + new,
-        smaller_not_fitting: l.smaller_not_fitting.map(|n| n + new),
+        untried_above: l.untried_above.map(|n| n + new),
+        checked_below_from: l.checked_below_from + new,
+        not_fitting_below: l
+            .not_fitting_below
+            .iter()
+            .map(|&(a, b)| (a + new, b + new))
+            .collect(),
     }))
 }
 
+/// The full estimate's verdict per size, each size estimated once (the settling, the scan
+/// above and the check below meet the same sizes).
+struct Verdicts<F> {
+    f: F,
+    seen: std::collections::BTreeMap<u64, bool>,
+}
+
+impl<F: FnMut(u64) -> Result<bool>> Verdicts<F> {
+    fn new(f: F) -> Self {
+        Verdicts {
+            f,
+            seen: std::collections::BTreeMap::new(),
+        }
+    }
+
+    fn get(&mut self, n: u64) -> Result<bool> {
+        if let Some(&v) = self.seen.get(&n) {
+            return Ok(v);
+        }
+        let v = (self.f)(n)?;
+        self.seen.insert(n, v);
+        Ok(v)
+    }
+}
+
 /// The most sizes [`above`] tries with the full estimate (a few hundred milliseconds at most).
-const SCAN: u64 = 64;
+pub const SCAN: u64 = 64;
+
+/// The most sizes just below the answer that [`below`] estimates (one full estimate each,
+/// those the search already estimated not again).
+pub const BELOW: u64 = 16;
+
+/// `found` with the sizes from `value - 1` down to `lo` estimated, at most [`BELOW`] of them
+/// (further down to `found.checked_below_from`, the size [`above`] met not fitting, where that is
+/// lower: at most [`SCAN`] + 1 then), and those that do not fit gathered into ranges (`check`:
+/// false leaves them unchecked).
+fn below(
+    found: Largest,
+    lo: u64,
+    check: bool,
+    mut ok: impl FnMut(u64) -> Result<bool>,
+) -> Result<Largest> {
+    if !check || found.value <= lo {
+        return Ok(Largest {
+            checked_below_from: found.value,
+            ..found
+        });
+    }
+    let from = found
+        .value
+        .saturating_sub(BELOW)
+        .min(found.checked_below_from)
+        .max(lo);
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for n in from..found.value {
+        if !ok(n)? {
+            match ranges.last_mut() {
+                Some((_, b)) if *b + 1 == n => *b = n,
+                _ => ranges.push((n, n)),
+            }
+        }
+    }
+    Ok(Largest {
+        checked_below_from: from,
+        not_fitting_below: ranges,
+        ..found
+    })
+}
 
 /// The largest size up to `top` (the peak walk's bound: nothing above it fits) whose estimate
 /// fits, where some size above `settled + 1` fits though `settled + 1` does not: every size from
 /// `top` down to `settled + 2` is tried, where they are at most [`SCAN`]; else `settled` (which
-/// fits, with the next size not fitting).
+/// fits, with the next size not fitting, and the sizes above that untried).
 fn above(
     settled: Option<u64>,
     lo: u64,
     top: u64,
     mut ok: impl FnMut(u64) -> Result<bool>,
 ) -> Result<Option<Largest>> {
-    let plain = settled.map(|value| Largest {
-        value,
-        smaller_not_fitting: None,
-    });
+    let plain = |untried_above| {
+        settled.map(|value| Largest {
+            value,
+            untried_above,
+            checked_below_from: value,
+            not_fitting_below: Vec::new(),
+        })
+    };
     // `settled + 1` does not fit (`lo` where nothing settled).
     let floor = settled.map_or(lo + 1, |a| a + 2);
-    if top < floor || top - floor >= SCAN {
-        return Ok(plain);
+    if top < floor {
+        return Ok(plain(None));
+    }
+    if top - floor >= SCAN {
+        return Ok(plain(Some(top)));
     }
     for n in (floor..=top).rev() {
         if ok(n)? {
+            // `floor - 1` does not fit: [`below`] checks down to it.
             return Ok(Some(Largest {
                 value: n,
-                smaller_not_fitting: Some(floor - 1),
+                untried_above: None,
+                checked_below_from: floor - 1,
+                not_fitting_below: Vec::new(),
             }));
         }
     }
-    Ok(plain)
+    Ok(plain(None))
 }
 
 /// The searches' answer made one the full estimate agrees with: the largest `n` (from `lo` to

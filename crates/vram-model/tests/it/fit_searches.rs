@@ -12,7 +12,9 @@
 //! met: "largest micro-batch that fits: 22" beside "micro-batch 22 does NOT fit".
 
 use vram_model::arch::Model;
-use vram_model::estimate::{fits, largest_batch, largest_context_to, max_batch};
+use vram_model::estimate::{
+    fits, largest_batch, largest_context_to, max_batch, Largest, BELOW, SCAN,
+};
 use vram_model::setup::{Infer, KvCache, Mode, Optimizer, Precision, Recompute, Setup, Train};
 use vram_model::{catalog, estimate, gpu};
 
@@ -112,12 +114,31 @@ fn mistral_7b_adam8bit_on_an_h100() {
     let s = train(1, 1024, Optimizer::Adam8bit, Recompute::Full);
     let h100 = cap("h100-80g");
     let l = largest_batch(&model, &s, h100).unwrap().unwrap();
-    assert_eq!((l.value, l.smaller_not_fitting), (28, Some(21)));
     let est = |n| estimate(&model, &with_batch(&s, n)).unwrap().fits(h100);
+    assert_eq!((l.value, l.untried_above), (28, None));
+    // The 16 sizes below are checked (12 to 27), where the scan's first failure, 21, lies.
+    assert_eq!(l.checked_below_from, 12);
+    assert_eq!(l.not_fitting_below, vec![(13, 13), (21, 27)]);
     assert!(est(28) && est(20) && !est(21) && !est(27) && !est(29));
+    checked_below("mistral-7b seq 1024", &l, 1, est);
     // The non-monotone fit in the device's size the answer steps around.
     assert!(fits(&model, &with_batch(&s, 22), h100).unwrap());
     assert!(!est(22));
+}
+
+/// The case a user read: at seq 2048 the answer, 14, has 11 to 13 below it not fitting, which
+/// no upward check meets; the check below (down to 1: 14 is within 16 of it) names them.
+#[test]
+fn mistral_7b_seq_2048_names_the_sizes_below_that_do_not_fit() {
+    let model = catalog::lookup("mistral-7b").unwrap();
+    let s = train(1, 2048, Optimizer::Adam8bit, Recompute::Full);
+    let h100 = cap("h100-80g");
+    let l = largest_batch(&model, &s, h100).unwrap().unwrap();
+    let est = |n| estimate(&model, &with_batch(&s, n)).unwrap().fits(h100);
+    assert_eq!(l.value, 14);
+    assert_eq!(l.checked_below_from, 1);
+    assert!(l.not_fitting_below.contains(&(11, 13)), "{l:?}");
+    checked_below("mistral-7b seq 2048", &l, 1, est);
 }
 
 /// Training over a spread of models, GPUs, optimizers, recomputation and sequence lengths.
@@ -222,7 +243,7 @@ fn the_largest_micro_batch_fits_and_the_next_does_not() {
         let s = train(1, seq, opt, rec);
         let id = format!("{name} {opt:?} {rec:?} seq {seq} on {g}");
         let l = largest_batch(&model, &s, cap(g)).unwrap();
-        let answer = l.map(|l| l.value);
+        let answer = l.as_ref().map(|l| l.value);
         check(
             &id,
             "micro-batch",
@@ -234,13 +255,8 @@ fn the_largest_micro_batch_fits_and_the_next_does_not() {
         );
         let fits_at = |n| estimate(&model, &with_batch(&s, n)).unwrap().fits(cap(g));
         if let Some(l) = l {
-            // Every size above, near enough for the scan to have tried it, does not fit.
-            for n in l.value + 1..=l.value + 8 {
-                assert!(!fits_at(n), "{id}: {n} fits above the answer {}", l.value);
-            }
-            if let Some(k) = l.smaller_not_fitting {
-                assert!(k < l.value && !fits_at(k), "{id}: named {k}");
-            }
+            checked_below(&id, &l, 1, fits_at);
+            checked_above(&id, &l, fits_at);
         }
     }
 }
@@ -260,23 +276,79 @@ fn generate_searches_fit_and_the_next_size_does_not() {
         let model = catalog::lookup(name).unwrap();
         let s = generate(batch, prompt, new);
         let id = format!("{name} generate b{batch} p{prompt}+{new} on {g}");
-        let b = max_batch(&model, &s, cap(g)).unwrap();
+        let l = largest_batch(&model, &s, cap(g)).unwrap();
+        let b = l.as_ref().map(|l| l.value);
+        assert_eq!(b, max_batch(&model, &s, cap(g)).unwrap(), "{id}");
         check(&id, "batch", &model, b, 1, |n| with_batch(&s, n), cap(g));
+        if let Some(l) = &l {
+            let fits_at = |n| estimate(&model, &with_batch(&s, n)).unwrap().fits(cap(g));
+            checked_below(&id, l, 1, fits_at);
+            checked_above(&id, l, fits_at);
+        }
         let c = largest_context_to(&model, &s, cap(g), 1 << 24).unwrap();
         check(
             &id,
             "context",
             &model,
-            c.map(|l| l.value),
+            c.as_ref().map(|l| l.value),
             new + 1,
             |n| with_context(&s, n),
             cap(g),
         );
-        if let Some(k) = c.and_then(|l| l.smaller_not_fitting) {
-            assert!(
-                !estimate(&model, &with_context(&s, k)).unwrap().fits(cap(g)),
-                "{id}: named context {k}"
-            );
+        if let Some(l) = &c {
+            let fits_at = |n| estimate(&model, &with_context(&s, n)).unwrap().fits(cap(g));
+            checked_below(&id, l, new + 1, fits_at);
+            checked_above(&id, l, fits_at);
+        }
+    }
+}
+
+/// What a search says it checked below its answer is what the full estimate says: the sizes
+/// from `checked_below_from` up are each named not fitting exactly where they do not fit, the
+/// check reaches `lo` (the smallest size) or the [`BELOW`] sizes under the answer, and past
+/// that bound nothing is named.
+fn checked_below(id: &str, l: &Largest, lo: u64, fits_at: impl Fn(u64) -> bool) {
+    let from = l.checked_below_from;
+    assert!(
+        from <= l.value,
+        "{id}: checked from {from} above {}",
+        l.value
+    );
+    assert!(
+        from == lo || l.value - from >= BELOW,
+        "{id}: checked only {from}..{} below {} (bound {BELOW}, smallest {lo})",
+        l.value - 1,
+        l.value
+    );
+    let named = |n: u64| l.not_fitting_below.iter().any(|&(a, b)| a <= n && n <= b);
+    for &(a, b) in &l.not_fitting_below {
+        assert!(from <= a && a <= b && b < l.value, "{id}: range {a}-{b}");
+    }
+    for n in from..l.value {
+        assert_eq!(
+            named(n),
+            !fits_at(n),
+            "{id}: size {n} below the answer {}",
+            l.value
+        );
+    }
+}
+
+/// Where the search says every larger size was tried, the sizes the scan covers above the
+/// answer do not fit; where it says they were not, more than [`SCAN`] lay untried, and the
+/// next size does not fit either way.
+fn checked_above(id: &str, l: &Largest, fits_at: impl Fn(u64) -> bool) {
+    assert!(!fits_at(l.value + 1), "{id}: the next size fits");
+    match l.untried_above {
+        Some(t) => assert!(
+            t - (l.value + 2) >= SCAN,
+            "{id}: only {}..={t} untried, within the scan",
+            l.value + 2
+        ),
+        None => {
+            for n in l.value + 2..=l.value + 8 {
+                assert!(!fits_at(n), "{id}: {n} fits above the answer {}", l.value);
+            }
         }
     }
 }

@@ -44,6 +44,18 @@
 //! tiles plus the global tile; each tile gives `(tile / patch)² / shuffle²` tokens. The pixels
 //! are whole tiles; the output is `[tokens, text hidden]` after the projector. Its forward is
 //! [`llama4_forward_peak`].
+//!
+//! Gemma 4 (`model_executor/models/gemma4_mm.py`, read in the vLLM 0.19.0 sdist):
+//! `get_mm_max_tokens_per_item` gives an image `default_output_length` (the soft tokens, 280)
+//! and a video 32 frames × (70 soft tokens + 2 + 6 timestamp tokens) = 2,496, so the video is
+//! profiled; audio counts only where `audio_config` exists (not modelled: such configs keep the
+//! "not counted" line). The dummy frames are 224 × 224 (`Gemma4ImageProcessor.size` is None),
+//! which the processor resizes (transformers 5.24 `get_aspect_ratio_preserving_size`) to 384 ×
+//! 384 at 70 soft tokens: 576 patches, 64 soft tokens, padded to 630 patches
+//! (`max_soft_tokens · pool²`) with int64 position ids. The tower (transformers'
+//! `Gemma4VisionModel`, built by `AutoModel.from_config`, whole on every GPU) runs each frame
+//! alone; each video's frame outputs are `torch.cat`ed into `[32 · 64, text hidden]`. Its
+//! forward is [`gemma4_frame_peak`].
 
 use super::*;
 use vram_model::blocks::{Vision, VisionInput};
@@ -80,13 +92,40 @@ impl EncoderProfile {
 }
 
 /// Whether vLLM V1 at this version profiles `v`'s encoder the way this module models it: Qwen's
-/// dynamic-resolution towers, Mistral's Pixtral and Llama 4's tiles. Other towers (Gemma's,
-/// mllama's) have their own largest-item rules, not read here.
+/// dynamic-resolution towers, Mistral's Pixtral, Llama 4's tiles and Gemma 4's patch budget.
+/// Other towers (Gemma 3's, mllama's) have their own largest-item rules, not read here.
 pub(super) fn modelled(v: &Vision) -> bool {
     matches!(
         v.input,
-        VisionInput::SmartResize { .. } | VisionInput::Pixtral { .. } | VisionInput::Tiles { .. }
+        VisionInput::SmartResize { .. }
+            | VisionInput::Pixtral { .. }
+            | VisionInput::Tiles { .. }
+            | VisionInput::PatchBudget { .. }
     )
+}
+
+/// `gemma4_mm.py`'s video constants at v0.19.0: `_VIDEO_MAX_FRAMES`, `_VIDEO_MAX_SOFT_TOKENS`,
+/// and the tokens a frame adds to its soft tokens in `get_mm_max_tokens_per_item` (boi, eoi
+/// and about six of the `mm:ss` timestamp).
+const GEMMA4_VIDEO_FRAMES: u64 = 32;
+const GEMMA4_VIDEO_SOFT_TOKENS: u64 = 70;
+const GEMMA4_FRAME_EXTRA_TOKENS: u64 = 2 + 6;
+/// The side of `get_dummy_mm_data`'s images and video frames when the processor's `size` is
+/// None, as Gemma4ImageProcessor's is.
+const GEMMA4_DUMMY_SIDE: u64 = 224;
+
+/// What Gemma4ImageProcessor makes of a `side` × `side` image at `max_soft` soft tokens
+/// (transformers 5.24 `get_aspect_ratio_preserving_size`, `pad_along_first_dim`): the soft
+/// tokens it yields and the patches it is padded to, `max_soft · pool²`. A square image only:
+/// both sides round alike.
+fn gemma4_frame(side: u64, patch: u64, pool: u64, max_soft: u64) -> (u64, u64) {
+    let max_patches = max_soft * pool * pool;
+    let unit = patch * pool;
+    let factor = ((max_patches * patch * patch) as f64 / (side * side) as f64).sqrt();
+    // Both sides the same multiple of patch · pool (at least one unit).
+    let target = (((side as f64 * factor) / unit as f64).floor() as u64).max(1) * unit;
+    let patches = (target / patch).pow(2);
+    (patches / (pool * pool), max_patches)
 }
 
 /// The encoder profile of vLLM V1 `version` for the tower `v` (`None` for a tower this module
@@ -151,6 +190,26 @@ pub(super) fn vllm_encoder_profile(
             // "patches" here are tiles: the tower reads whole tiles.
             ("image", n, n, tiles, 1)
         }
+        VisionInput::PatchBudget { pool, soft_tokens } => {
+            let pool = pool.max(1);
+            let (frame_rows, frame_patches) =
+                gemma4_frame(GEMMA4_DUMMY_SIDE, p, pool, GEMMA4_VIDEO_SOFT_TOKENS);
+            let video_tokens =
+                GEMMA4_VIDEO_FRAMES * (GEMMA4_VIDEO_SOFT_TOKENS + GEMMA4_FRAME_EXTRA_TOKENS);
+            // An image of more soft tokens than the video (no config read has one) would be
+            // profiled by `_process_image_input`'s own loop, not modelled here.
+            if soft_tokens >= video_tokens {
+                return None;
+            }
+            // "patches" are the padded patches of all the video's frames; pooling is inside.
+            (
+                "video",
+                video_tokens,
+                GEMMA4_VIDEO_FRAMES * frame_rows,
+                GEMMA4_VIDEO_FRAMES * frame_patches,
+                1,
+            )
+        }
         _ => return None,
     };
     if tokens == 0 {
@@ -181,9 +240,12 @@ pub(super) fn vllm_encoder_profile(
         rows
     };
     let pixel_bytes = if version >= [0, 11, 0] { d } else { 4 };
+    let gemma4 = matches!(v.input, VisionInput::PatchBudget { .. });
     let pixels = match tiled {
         // Whole tiles of `tile`² pixels, three channels.
         Some(tile) => items * patches * 3 * tile * tile * pixel_bytes,
+        // Gemma 4's patches and their int64 (x, y) position ids (not floating: not cast).
+        None if gemma4 => items * patches * (v.patch_elems * pixel_bytes + 2 * 8),
         None => items * patches * v.patch_elems * pixel_bytes,
     };
     let outputs = items * rows * width * d;
@@ -195,7 +257,16 @@ pub(super) fn vllm_encoder_profile(
         items,
         modality,
         held,
-        forward: if let Some(tile) = tiled {
+        forward: if gemma4 {
+            // One frame at a time, the earlier frames' outputs kept; then each video's
+            // `torch.cat` beside its frames' outputs.
+            let frames = GEMMA4_VIDEO_FRAMES;
+            let (frame_patches, frame_rows) = (patches / frames, rows / frames);
+            let frame_out = frame_rows * width * d;
+            pixels
+                + (outputs - frame_out + gemma4_frame_peak(v, k, frame_patches))
+                    .max(outputs + rows * width * d)
+        } else if let Some(tile) = tiled {
             llama4_forward_peak(v, k, items * patches, tile, pixel_bytes)
         } else if pixtral {
             pixtral_forward_peak(v, k, items * patches, version, pixel_bytes)
@@ -310,6 +381,23 @@ fn llama4_forward_peak(v: &Vision, k: &Knobs, tiles: u64, tile: u64, pixel_bytes
     let reduced = if tp > 1 { h } else { 0 };
     let mlp = (2 * h + 2 * i).max(3 * h + i + reduced);
     pixels + unfold.max(rows * rope.max(mlp) * d)
+}
+
+/// Peak of transformers 5.24's `Gemma4VisionModel.forward` (the class `AutoModel.from_config`
+/// builds for vLLM 0.19's Gemma 4, eager, SDPA, whole on every GPU) over one image of
+/// `patches` padded patches, its input excluded: at the MLP's product the gate's matmul, its
+/// GELU and the product (`3i`), four `[patches, hidden]` tensors (the residual stream, its
+/// normed copies), the rotary cos and sin (`2 · head_dim`), the bool attention mask
+/// `[patches, patches]` and two `[patches]` bool masks. Measured, not read: the storages alive
+/// at the peak, traced on the CPU under `tests/engines/tracker.py`'s `Peak` with the
+/// 26B-A4B's `vision_config` at 630 patches (`tests/engines/gemma4_frame_peak.py`: 22,654,800
+/// bytes, this formula exactly).
+fn gemma4_frame_peak(v: &Vision, k: &Knobs, patches: u64) -> u64 {
+    let d = k.dtype_bytes;
+    let head_dim = v.hidden / v.heads.max(1);
+    patches * (3 * v.intermediate + 4 * v.hidden + 2 * head_dim) * d
+        + patches * patches
+        + 2 * patches
 }
 
 /// Qwen3-VL's deepstack buffers: `Qwen3VLForConditionalGeneration.__init__` makes one
@@ -448,6 +536,44 @@ mod tests {
         assert_eq!(
             e.log_line(),
             "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 image items of the maximum feature size."
+        );
+    }
+
+    /// Gemma-4-26B-A4B's tower (the checkpoint's `vision_config`: 27 layers of 1,152, MLP 4,304,
+    /// 16 heads, 16-pixel patches, pool 3, 280 soft tokens; text hidden 2,816) under vLLM 0.19 at
+    /// 8,192 batched tokens: a video of 32 frames × 78 tokens = 2,496 beats the 280-token image,
+    /// three videos fit the budget; each 224 × 224 frame becomes 384 × 384, 576 patches and 64
+    /// soft tokens, padded to 630 patches. What is held (the pixels, int64 positions, outputs)
+    /// dwarfs one frame's forward, whose peak is the CPU trace's 22,654,800 bytes.
+    #[test]
+    fn gemma4_video_frames_and_forward() {
+        assert_eq!(gemma4_frame(224, 16, 3, 70), (64, 630));
+        assert_eq!(gemma4_frame(224, 16, 3, 280), (256, 2520));
+        let t = match catalog::lookup("gemma-4-26b-a4b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        let v = t.blocks.vision.as_ref().unwrap();
+        let k = Knobs {
+            dtype_bytes: 2,
+            ..Knobs::default()
+        };
+        assert_eq!(gemma4_frame_peak(v, &k, 630), 22_654_800);
+        let e = vllm_encoder_profile(v, &k, [0, 19, 0], 1024, 8192, 131_072).unwrap();
+        assert_eq!((e.budget, e.items, e.modality), (8192, 3, "video"));
+        let frames = 3 * 32;
+        let pixels = frames * 630 * (768 * 2 + 16);
+        let outputs = frames * 64 * 2816 * 2;
+        assert_eq!(e.held, outputs + pixels);
+        let video = 32 * 64 * 2816 * 2;
+        let frame = 64 * 2816 * 2;
+        assert_eq!(
+            e.forward,
+            pixels + (outputs - frame + 22_654_800).max(outputs + video)
+        );
+        assert_eq!(
+            e.log_line(),
+            "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 video items of the maximum feature size."
         );
     }
 

@@ -108,17 +108,28 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     }
     // V1 profiles the multimodal encoder first and holds its outputs and inputs through the
     // language model's dummy run and the sampler (`encoder`: Qwen's dynamic-resolution towers,
-    // Mistral's Pixtral).
-    let encoder_profile = t.blocks.vision.as_ref().filter(|_| v1).and_then(|v| {
-        encoder::vllm_encoder_profile(
-            v,
-            k,
-            Engine::Vllm.version_in_force(k),
-            max_num_seqs,
-            mnbt,
-            max_len,
-        )
-    });
+    // Mistral's Pixtral, Llama 4's tiles, Gemma 4's frames).
+    // Gemma 4 with an audio tower also budgets audio (`processor.audio_seq_length`, not
+    // modelled): no profile is priced for it.
+    let audio_unmodelled = |v: &vram_model::blocks::Vision| {
+        t.blocks.audio.is_some()
+            && matches!(v.input, vram_model::blocks::VisionInput::PatchBudget { .. })
+    };
+    let encoder_profile = t
+        .blocks
+        .vision
+        .as_ref()
+        .filter(|v| v1 && !audio_unmodelled(v))
+        .and_then(|v| {
+            encoder::vllm_encoder_profile(
+                v,
+                k,
+                Engine::Vllm.version_in_force(k),
+                max_num_seqs,
+                mnbt,
+                max_len,
+            )
+        });
     if let Some(e) = &encoder_profile {
         activation = e.peak(activation);
     }
@@ -353,9 +364,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         _ => {}
     }
     if encoder_profile.is_some() {
-        assumes.push("V1 multimodal encoder profile (gpu_model_runner.py profile_run, v1/worker/utils.py MultiModalBudget; read at 0.8.5, 0.9.2, 0.10.1, 0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.18.0, 0.19.0): the largest item from the processor's longest_edge (a Qwen3-VL video as 12.5 formatted tokens per soft token through 0.12), the vision tower's eager forward over it with the processor's pixels (cast to the model dtype from 0.11), and its outputs (out_hidden x (1 + deepstack levels) wide, expanded to the budget at 0.11 and to the largest item at 0.12) held with the pixels through the language model's dummy run and the sampler; Qwen3-VL's deepstack buffers (levels x max_num_batched_tokens x hidden) counted in the weights; Mistral-format Pixtral (pixtral.py, read at a September 2025 commit, the same code assumed at the version): ceil(image_size / (patch x merge))^2 tokens per image, the tower's dense block-diagonal mask over all profiled patches in the model dtype from 0.12 on (no xFormers in the default installation, assumed from 0.12) and PyTorch's padded copy of it in every memory-efficient SDPA call");
+        assumes.push("V1 multimodal encoder profile (gpu_model_runner.py profile_run, v1/worker/utils.py MultiModalBudget; read at 0.8.5, 0.9.2, 0.10.1, 0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.18.0, 0.19.0): the largest item from the processor's longest_edge (a Qwen3-VL video as 12.5 formatted tokens per soft token through 0.12), the vision tower's eager forward over it with the processor's pixels (cast to the model dtype from 0.11), and its outputs (out_hidden x (1 + deepstack levels) wide, expanded to the budget at 0.11 and to the largest item at 0.12) held with the pixels through the language model's dummy run and the sampler; Qwen3-VL's deepstack buffers (levels x max_num_batched_tokens x hidden) counted in the weights; Mistral-format Pixtral (pixtral.py, read at a September 2025 commit, the same code assumed at the version): ceil(image_size / (patch x merge))^2 tokens per image, the tower's dense block-diagonal mask over all profiled patches in the model dtype from 0.12 on (no xFormers in the default installation, assumed from 0.12) and PyTorch's padded copy of it in every memory-efficient SDPA call; Gemma 4 (gemma4_mm.py at 0.19.0): a video of 32 dummy 224 x 224 frames at 70 soft tokens (2,496 budgeted tokens), each frame padded to 630 patches and run alone through transformers' Gemma4VisionModel, the frames' outputs and pixels held");
     } else if v1 && t.blocks.vision.is_some() {
-        assumes.push("V1 multimodal encoder profile not counted: vLLM runs this model's vision tower on its largest items before the language model and holds the outputs (gpu_model_runner.py profile_run), but the largest-item rules are modelled for Qwen's dynamic-resolution towers, Mistral's Pixtral and Llama 4's tiles only, so the KV pool is likely overestimated");
+        assumes.push("V1 multimodal encoder profile not counted: vLLM runs this model's vision tower on its largest items before the language model and holds the outputs (gpu_model_runner.py profile_run), but the largest-item rules are modelled for Qwen's dynamic-resolution towers, Mistral's Pixtral, Llama 4's tiles and Gemma 4 without an audio tower only, so the KV pool is likely overestimated");
     }
     if cross.is_some() {
         assumes.push("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)");
