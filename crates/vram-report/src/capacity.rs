@@ -149,7 +149,7 @@ pub struct CapacityReport {
 
 /// `quantization_config.quant_method` of the model's config.json, if any.
 fn config_quantization(config: &serde_json::Value) -> Result<Option<Quantization>> {
-    match config["quantization_config"]["quant_method"].as_str() {
+    match vram_model::read::quant_method(config) {
         None => Ok(None),
         Some(m) => Quantization::parse(m).map(Some).ok_or_else(|| {
             input(format!("the config's quantization_config.quant_method `{m}` is not one vram knows (fp8, int8, awq, gptq, bitsandbytes, mxfp4)"))
@@ -242,6 +242,10 @@ pub fn knobs(
         None => Quantization::None,
     };
     let dtype_bytes = if r.dtype == Dtype::Float32 { 4 } else { 2 };
+    let version = r
+        .engine_version
+        .as_deref()
+        .and_then(capacity::parse_engine_version);
     Ok(Knobs {
         gpu_memory_utilization: r.gpu_memory_utilization,
         max_model_len: r.max_model_len,
@@ -271,10 +275,8 @@ pub fn knobs(
         dp_attention: r.enable_dp_attention,
         flashinfer_sampler: r.flashinfer_sampler,
         interconnect: r.interconnect,
-        engine_version: r
-            .engine_version
-            .as_deref()
-            .and_then(capacity::parse_version),
+        engine_version: version.map(|v| v.0),
+        engine_pin: version.map_or(capacity::Pin::Series, |v| v.1),
         // `--quantization awq`/`gptq` on a config whose `quant_method` already says so is the
         // engine's own flag, which keeps vLLM's plain kernel; on a config without it the flag
         // states the storage, and the engine picks the kernel from the config and the GPU.
@@ -328,15 +330,8 @@ pub fn capacity(
     let mut k = knobs(r, t, &config, config_from_user)?;
     // The engine's model registry at the version in force: a pinned release without the
     // config's architecture refuses; the default moves to the nearest release that has it.
-    let archs: Vec<String> = config["architectures"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    let registry = capacity::registry_check(r.engine, &archs, &k, r.engine_version.as_deref())?;
+    let archs = vram_model::read::architectures(&config);
+    let registry = capacity::registry_check(r.engine, &archs, &k)?;
     if let Some(v) = registry.version {
         k.engine_version = Some(v);
     }

@@ -162,40 +162,117 @@ pub fn linear_bytes(format: WeightFormat, double_quant: bool, out: u64, inp: u64
     linear_parts(format, double_quant, out, inp).iter().sum()
 }
 
-/// The tensors of one packed `out × in` linear, in bytes, as [`linear_bytes`] counts them (the
-/// allocator sees each one; the small quantization-state tensors round up to 512 B blocks).
-pub fn linear_parts(format: WeightFormat, double_quant: bool, out: u64, inp: u64) -> Vec<u64> {
+/// One tensor a packed linear stores: its name, shape and element dtype as the library holds
+/// them, and its bytes (the shape's elements times the dtype's width).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinearTensor {
+    /// The name the library gives it (bitsandbytes' `QuantState.as_dict` keys for the state).
+    pub name: &'static str,
+    /// Its shape (`[]`: a 0-d tensor).
+    pub shape: Vec<u64>,
+    /// Its element dtype, as torch names it.
+    pub dtype: &'static str,
+    /// Its bytes.
+    pub bytes: u64,
+}
+
+fn tensor(name: &'static str, shape: &[u64], dtype: &'static str) -> LinearTensor {
+    let width = match dtype {
+        "float32" | "int32" => 4,
+        "float16" | "bfloat16" => 2,
+        _ => 1,
+    };
+    LinearTensor {
+        name,
+        shape: shape.to_vec(),
+        dtype,
+        bytes: width * shape.iter().product::<u64>(),
+    }
+}
+
+/// The tensors one packed `out × in` linear stores in `format` (the one description of a
+/// packed linear's layout: [`linear_bytes`], [`linear_parts`] and the serving capacity's
+/// weight tensors read it). bitsandbytes 0.50.2's `quantize_4bit` on the CPU of a 256 × 512
+/// bf16 weight gives exactly these: a `uint8 [65536, 1]`, and with `compress_statistics`
+/// `absmax uint8 [2048]`, `nested_absmax float32 [8]`, `nested_quant_map float32 [256]`, the
+/// `quant_map float32 [16]` and a 0-d `offset`; without it `absmax float32 [2048]`;
+/// `int8_vectorwise_quant` a `CB int8 [256, 512]` and `SCB float32 [256]`.
+pub fn linear_tensors(
+    format: WeightFormat,
+    double_quant: bool,
+    out: u64,
+    inp: u64,
+) -> Vec<LinearTensor> {
     let n = out * inp;
+    let groups = |group: u64| if group == 0 { 1 } else { inp.div_ceil(group) };
     match format {
-        WeightFormat::Bf16 | WeightFormat::Fp16 => vec![2 * n],
-        WeightFormat::Fp32 => vec![4 * n],
-        WeightFormat::Int8 => vec![n, 4 * out],
+        WeightFormat::Bf16 => vec![tensor("weight", &[out, inp], "bfloat16")],
+        WeightFormat::Fp16 => vec![tensor("weight", &[out, inp], "float16")],
+        WeightFormat::Fp32 => vec![tensor("weight", &[out, inp], "float32")],
+        WeightFormat::Int8 => vec![
+            tensor("CB", &[out, inp], "int8"),
+            tensor("SCB", &[out], "float32"),
+        ],
         WeightFormat::Nf4 | WeightFormat::Fp4 => {
             let blocks = n.div_ceil(BNB_4BIT_BLOCK);
-            let code4 = 16 * 4;
+            let packed = tensor("weight", &[n.div_ceil(2), 1], "uint8");
+            let code = tensor("quant_map", &[16], "float32");
             if double_quant {
                 vec![
-                    n.div_ceil(2),
-                    blocks,
-                    4 * blocks.div_ceil(BNB_NESTED_BLOCK),
-                    code4,
-                    4,
-                    256 * 4,
+                    packed,
+                    tensor("absmax", &[blocks], "uint8"),
+                    tensor(
+                        "nested_absmax",
+                        &[blocks.div_ceil(BNB_NESTED_BLOCK)],
+                        "float32",
+                    ),
+                    code,
+                    tensor("offset", &[], "float32"),
+                    tensor("nested_quant_map", &[256], "float32"),
                 ]
             } else {
-                vec![n.div_ceil(2), 4 * blocks, code4]
+                vec![packed, tensor("absmax", &[blocks], "float32"), code]
             }
         }
-        WeightFormat::Fp8 => vec![n, 4 * out.div_ceil(128) * inp.div_ceil(128)],
-        WeightFormat::Gptq { group } => {
-            let groups = if group == 0 { 1 } else { inp.div_ceil(group) };
-            vec![inp * out / 2, groups * out / 2, groups * out * 2, 4 * inp]
-        }
-        WeightFormat::Awq { group } => {
-            let groups = if group == 0 { 1 } else { inp.div_ceil(group) };
-            vec![inp * out / 2, groups * out / 2, groups * out * 2]
-        }
+        WeightFormat::Fp8 => vec![
+            tensor("weight", &[out, inp], "float8_e4m3fn"),
+            tensor(
+                "weight_scale_inv",
+                &[out.div_ceil(128), inp.div_ceil(128)],
+                "float32",
+            ),
+        ],
+        WeightFormat::Gptq { group } => vec![
+            tensor("qweight", &[inp / 8, out], "int32"),
+            tensor("qzeros", &[groups(group), out / 8], "int32"),
+            tensor("scales", &[groups(group), out], "float16"),
+            tensor("g_idx", &[inp], "int32"),
+        ],
+        WeightFormat::Awq { group } => vec![
+            tensor("qweight", &[inp, out / 8], "int32"),
+            tensor("qzeros", &[groups(group), out / 8], "int32"),
+            tensor("scales", &[groups(group), out], "float16"),
+        ],
     }
+}
+
+/// MXFP4's tensors for one `out × in` linear as vLLM's `Mxfp4MoEMethod.create_weights` and
+/// transformers' `quantizer_mxfp4` store an expert's: `weight` uint8 `[out, in/2]` (two values a
+/// byte) and `weight_scale` uint8 `[out, in/32]` (one E8M0 exponent per 32 values).
+pub fn mxfp4_linear_tensors(out: u64, inp: u64) -> Vec<LinearTensor> {
+    vec![
+        tensor("weight", &[out, inp / 2], "uint8"),
+        tensor("weight_scale", &[out, inp / 32], "uint8"),
+    ]
+}
+
+/// The bytes of each tensor of one packed `out × in` linear ([`linear_tensors`]; the allocator
+/// sees each one; the small quantization-state tensors round up to 512 B blocks).
+pub fn linear_parts(format: WeightFormat, double_quant: bool, out: u64, inp: u64) -> Vec<u64> {
+    linear_tensors(format, double_quant, out, inp)
+        .iter()
+        .map(|t| t.bytes)
+        .collect()
 }
 
 /// Bytes as `12.3 GiB`.

@@ -701,6 +701,24 @@ pub fn apply_video_preprocessor(model: &mut Model, text: &str) -> Result<Vec<Str
     }
 }
 
+/// The classes a model's `config.json` names in `architectures` (the engines' registries look
+/// them up), empty when it names none.
+pub fn architectures(config: &serde_json::Value) -> Vec<String> {
+    config["architectures"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The method a model's `config.json` names in `quantization_config.quant_method`, if any.
+pub fn quant_method(config: &serde_json::Value) -> Option<&str> {
+    config["quantization_config"]["quant_method"].as_str()
+}
+
 /// Bytes of the recurrent-state dtype a model's `config.json` names (`mamba_ssm_dtype`, at the
 /// top or in `text_config`: Qwen3.5 ships `float32`); `None` when it names none. vLLM copies it
 /// into `mamba_ssm_cache_dtype` (`vllm/model_executor/models/config.py`

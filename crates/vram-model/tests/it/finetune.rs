@@ -324,3 +324,60 @@ mod step {
         }
     }
 }
+
+/// The one description of a packed linear against bitsandbytes 0.50.2 on the CPU: a 256 × 512
+/// bf16 weight through `functional.quantize_4bit(blocksize=64, quant_type="nf4")` gives a
+/// `uint8 [65536, 1]` and, with `compress_statistics=True`, `QuantState.as_dict(packed=False)`
+/// `absmax uint8 [2048]`, `quant_map float32 [16]`, `nested_absmax float32 [8]`,
+/// `nested_quant_map float32 [256]` and a 0-d fp32 `offset`; without it `absmax float32 [2048]`;
+/// `int8_vectorwise_quant` gives `CB int8 [256, 512]` and `SCB float32 [256]`.
+#[test]
+fn packed_linears_hold_what_bitsandbytes_makes() {
+    use vram_model::finetune::{linear_parts, linear_tensors, WeightFormat};
+    let seen = |f, dq| -> Vec<(&str, Vec<u64>, &str)> {
+        linear_tensors(f, dq, 256, 512)
+            .into_iter()
+            .map(|t| (t.name, t.shape, t.dtype))
+            .collect()
+    };
+    let mut nested = seen(WeightFormat::Nf4, true);
+    nested.sort();
+    assert_eq!(
+        nested,
+        vec![
+            ("absmax", vec![2048], "uint8"),
+            ("nested_absmax", vec![8], "float32"),
+            ("nested_quant_map", vec![256], "float32"),
+            ("offset", vec![], "float32"),
+            ("quant_map", vec![16], "float32"),
+            ("weight", vec![65536, 1], "uint8"),
+        ]
+    );
+    assert_eq!(
+        seen(WeightFormat::Nf4, false),
+        vec![
+            ("weight", vec![65536, 1], "uint8"),
+            ("absmax", vec![2048], "float32"),
+            ("quant_map", vec![16], "float32"),
+        ]
+    );
+    assert_eq!(
+        seen(WeightFormat::Int8, false),
+        vec![
+            ("CB", vec![256, 512], "int8"),
+            ("SCB", vec![256], "float32")
+        ]
+    );
+    // The bytes are the shapes' elements at the dtypes' widths.
+    assert_eq!(
+        linear_parts(WeightFormat::Nf4, true, 256, 512),
+        vec![65536, 2048, 32, 64, 4, 1024]
+    );
+    // GPTQ stores `g_idx` (int32, one per input column), AWQ none.
+    let gptq = seen(WeightFormat::Gptq { group: 128 }, false);
+    assert_eq!(gptq[3], ("g_idx", vec![512], "int32"));
+    assert_eq!(gptq[0], ("qweight", vec![64, 256], "int32"));
+    let awq = seen(WeightFormat::Awq { group: 128 }, false);
+    assert_eq!(awq[0], ("qweight", vec![512, 32], "int32"));
+    assert_eq!(awq.len(), 3);
+}

@@ -158,6 +158,41 @@ pub fn parse_version(v: &str) -> Option<[u32; 3]> {
     (n >= 2).then_some(out)
 }
 
+/// How much of a release `--engine-version` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pin {
+    /// No patch (`0.8`), or no version at all: any release of the series.
+    Series,
+    /// One release: its `major.minor.patch` and its post-release number (`0.6.3.post1` → 1).
+    Release {
+        /// The post-release number, 0 for none.
+        post: u32,
+    },
+}
+
+/// `--engine-version` read once: its `major.minor.patch` ([`parse_version`]) and how much of a
+/// release it names (`0.8`: the series; `0.8.4`, `0.6.3.post1`: that release).
+pub fn parse_engine_version(v: &str) -> Option<([u32; 3], Pin)> {
+    let numbers = parse_version(v)?;
+    let parts = v
+        .trim_start_matches('v')
+        .split('.')
+        .filter(|p| p.starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    let pin = if parts < 3 {
+        Pin::Series
+    } else {
+        let post = v
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|p| !p.is_empty())
+            .nth(3)
+            .map_or(0, |p| p.parse().unwrap_or(0));
+        Pin::Release { post }
+    };
+    Some((numbers, pin))
+}
+
 impl Engine {
     /// The version in force: the asked one, or the pinned one.
     fn version_in_force(self, k: &Knobs) -> [u32; 3] {
@@ -193,14 +228,55 @@ pub enum Quantization {
 }
 
 impl Quantization {
-    /// Bytes per weight of a quantized linear layer (embeddings and the head stay in dtype).
-    pub fn linear_bytes(self, dtype: f64) -> f64 {
+    /// The tensors' bytes of one `out × in` linear stored under `self`, as
+    /// [`vram_model::finetune::linear_tensors`] describes each format (`dtype`: bytes of the
+    /// model dtype; `stored_dq`: a bitsandbytes checkpoint's own `bnb_4bit_use_double_quant`,
+    /// `None` for the engines' in-flight quantization, which nests the statistics; `expert`:
+    /// an expert bank, the only linears MXFP4 packs). AWQ and GPTQ at group 128 (vLLM
+    /// `AWQLinearMethod`/`GPTQLinearMethod.create_weights`; GPTQ's `g_idx` as loading leaves
+    /// it); INT8 W8A8 as
+    /// an int8 weight with an fp32 scale per output row; FP8 one byte a weight (its per-tensor
+    /// scales, one value each, left out).
+    pub fn linear_parts(
+        self,
+        dtype: u64,
+        stored_dq: Option<bool>,
+        out: u64,
+        inp: u64,
+        expert: bool,
+    ) -> Vec<u64> {
+        use vram_model::finetune::{
+            linear_parts, linear_tensors, mxfp4_linear_tensors, WeightFormat,
+        };
+        let plain = if dtype == 4 {
+            WeightFormat::Fp32
+        } else {
+            WeightFormat::Bf16
+        };
         match self {
-            Quantization::None => dtype,
-            Quantization::Fp8 | Quantization::Int8 => 1.0,
-            Quantization::Awq | Quantization::Gptq => 0.5 + 2.0 / 128.0 + 0.5 / 128.0,
-            Quantization::Bitsandbytes => 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0),
-            Quantization::Mxfp4 => 0.5 + 1.0 / 32.0,
+            Quantization::None => linear_parts(plain, false, out, inp),
+            Quantization::Mxfp4 if !expert => linear_parts(plain, false, out, inp),
+            Quantization::Mxfp4 => mxfp4_linear_tensors(out, inp)
+                .iter()
+                .map(|t| t.bytes)
+                .collect(),
+            Quantization::Fp8 => vec![out * inp],
+            Quantization::Int8 => linear_parts(WeightFormat::Int8, false, out, inp),
+            Quantization::Awq => linear_parts(WeightFormat::Awq { group: 128 }, false, out, inp),
+            // The checkpoint's `g_idx` is loaded, then emptied when `desc_act` is false (the
+            // common case, transformers' `GPTQConfig` default): vLLM's
+            // `GPTQLinearMethod.process_weights_after_loading` sets it to `torch.empty((0,))`,
+            // and the Marlin path to `marlin_make_empty_g_idx`.
+            Quantization::Gptq => {
+                linear_tensors(WeightFormat::Gptq { group: 128 }, false, out, inp)
+                    .iter()
+                    .filter(|t| t.name != "g_idx")
+                    .map(|t| t.bytes)
+                    .collect()
+            }
+            Quantization::Bitsandbytes => {
+                linear_parts(WeightFormat::Nf4, stored_dq.unwrap_or(true), out, inp)
+            }
         }
     }
     /// Parses a `--quantization` value or a `quant_method`.
@@ -285,6 +361,9 @@ pub struct Knobs {
     /// 0.4's `mem_fraction_static` by TP size and its chunked-prefill and CUDA-graph defaults
     /// (`server_args.py` `__post_init__`), and which engine (`vllm_v0`) vLLM runs.
     pub engine_version: Option<[u32; 3]>,
+    /// What `--engine-version` names beyond [`Knobs::engine_version`], read with it by
+    /// [`parse_engine_version`]: a series (`0.8`, any of its releases) or one release.
+    pub engine_pin: Pin,
     /// The longest `max_model_len` the engine accepts and its default, when the config's
     /// `rope_scaling` stretches it beyond `max_position_embeddings` (the caller reads the config
     /// by the engine's rule: vLLM 0.11 `vllm/config/model.py` `_get_and_verify_max_len`, SGLang
@@ -328,6 +407,7 @@ impl Default for Knobs {
             interconnect: None,
             mamba_ssm_bytes: None,
             engine_version: None,
+            engine_pin: Pin::Series,
             derived_max_model_len: None,
             marlin: None,
         }

@@ -55,41 +55,53 @@ struct Table {
     dropped: HashMap<Key, (Rel, &'static str)>,
 }
 
-fn table() -> &'static Table {
-    static T: OnceLock<Table> = OnceLock::new();
-    T.get_or_init(|| {
-        let mut t = Table::default();
-        for line in TABLE.lines().filter(|l| !l.starts_with('#')) {
-            let f: Vec<&'static str> = line.split('\t').collect();
-            match f[..] {
-                ["release", e, v, _, fallback, words] => {
-                    t.releases.entry(e).or_default().push(Release {
-                        version: rel(v),
-                        label: v,
-                        fallback: fallback == "yes",
-                        words,
-                    })
-                }
-                ["arch", e, a, runs] => {
-                    let runs = runs
-                        .split(',')
-                        .filter_map(|r| r.split_once(".."))
-                        .map(|(x, y)| (rel(x), (y != "-").then(|| rel(y))))
-                        .collect();
-                    t.archs.insert((e, a), runs);
-                }
-                ["dropped", e, a, v, words] => {
-                    t.dropped.insert((e, a), (rel(v), words));
-                }
-                _ => {}
-            }
+/// The table `text` describes; a line of no known kind, or with a field missing, is an error
+/// naming it (the table is generated, so one is a bug in the generator, never skipped).
+fn parse_table(text: &'static str) -> std::result::Result<Table, String> {
+    let mut t = Table::default();
+    for (n, line) in text.lines().enumerate() {
+        if line.starts_with('#') {
+            continue;
         }
-        t
-    })
+        let f: Vec<&'static str> = line.split('\t').collect();
+        match f[..] {
+            ["release", e, v, _, fallback @ ("yes" | "no"), words] => {
+                t.releases.entry(e).or_default().push(Release {
+                    version: rel(v),
+                    label: v,
+                    fallback: fallback == "yes",
+                    words,
+                })
+            }
+            ["arch", e, a, runs] => {
+                let runs = runs
+                    .split(',')
+                    .map(|r| {
+                        let (x, y) = r.split_once("..")?;
+                        Some((rel(x), (y != "-").then(|| rel(y))))
+                    })
+                    .collect::<Option<Runs>>()
+                    .ok_or_else(|| format!("engine-archs.tsv line {}: runs `{runs}`", n + 1))?;
+                t.archs.insert((e, a), runs);
+            }
+            ["dropped", e, a, v, words] => {
+                t.dropped.insert((e, a), (rel(v), words));
+            }
+            _ => return Err(format!("engine-archs.tsv line {}: `{line}`", n + 1)),
+        }
+    }
+    Ok(t)
 }
 
-fn has(e: Engine, arch: &str, r: Rel) -> bool {
-    table().archs.get(&(e.name(), arch)).is_some_and(|runs| {
+fn table() -> Result<&'static Table> {
+    static T: OnceLock<std::result::Result<Table, String>> = OnceLock::new();
+    T.get_or_init(|| parse_table(TABLE))
+        .as_ref()
+        .map_err(|e| Error::Capacity(format!("the engines' model registries: {e}")))
+}
+
+fn has(t: &Table, e: Engine, arch: &str, r: Rel) -> bool {
+    t.archs.get(&(e.name(), arch)).is_some_and(|runs| {
         runs.iter()
             .any(|&(a, b)| a <= r && b.is_none_or(|b| r <= b))
     })
@@ -106,31 +118,24 @@ pub struct RegistryCheck {
 }
 
 /// Checks `archs` (the config's `architectures`) against the engine's model registry at the
-/// version in force. `asked` is `--engine-version` as written: one naming no patch (`0.8`), or
-/// none (the default `major.minor`), may be any release of that series. A pinned version whose releases all lack
+/// version in force ([`Knobs::engine_version`]; [`Knobs::engine_pin`]: one naming no patch,
+/// `0.8`, or none, the default `major.minor`, may be any release of that series). A pinned version whose releases all lack
 /// the architecture is refused with the release's own message and the first release that has
 /// it; the default moves to the nearest release that has it, said in the note.
-pub fn registry_check(
-    engine: Engine,
-    archs: &[String],
-    k: &Knobs,
-    asked: Option<&str>,
-) -> Result<RegistryCheck> {
-    let t = table();
+pub fn registry_check(engine: Engine, archs: &[String], k: &Knobs) -> Result<RegistryCheck> {
+    let t = table()?;
     let Some(releases) = t.releases.get(engine.name()) else {
         return Ok(RegistryCheck::default());
     };
     let pinned = k.engine_version.is_some();
-    let series = asked.is_none_or(|a| {
-        a.trim_start_matches('v')
-            .split('.')
-            .filter(|p| p.starts_with(|c: char| c.is_ascii_digit()))
-            .count()
-            < 3
-    });
+    let post = match k.engine_pin {
+        Pin::Release { post } if pinned => Some(post),
+        _ => None,
+    };
+    let series = post.is_none();
     let label = version_label(engine, k);
     let v = parse_version(&label).unwrap_or([0, 0, 0]);
-    let loads = |r: &Release| archs.iter().any(|a| has(engine, a, r.version));
+    let loads = |r: &Release| archs.iter().any(|a| has(t, engine, a, r.version));
     // The releases the version names: its `major.minor`, or the newest at or before it.
     let named: Vec<&Release> = if series {
         releases
@@ -138,7 +143,7 @@ pub fn registry_check(
             .filter(|r| r.version[..2] == v[..2])
             .collect()
     } else {
-        let at = asked.map_or([v[0], v[1], v[2], 0], rel);
+        let at = [v[0], v[1], v[2], post.unwrap_or(0)];
         releases
             .iter()
             .rev()
@@ -229,4 +234,30 @@ pub fn registry_check(
             if nearest.version > at.version { "first" } else { "last" }
         )),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed table parses whole: every line a release, an architecture's runs or a
+    /// refusal, none skipped (a malformed line is an error, and this test says which).
+    #[test]
+    fn the_committed_table_parses_fully() {
+        let t = parse_table(TABLE).unwrap();
+        let data = TABLE.lines().filter(|l| !l.starts_with('#'));
+        let kinds = |k: &str| data.clone().filter(|l| l.starts_with(k)).count();
+        let releases: usize = t.releases.values().map(Vec::len).sum();
+        assert_eq!(releases, kinds("release\t"));
+        assert_eq!(t.archs.len(), kinds("arch\t"));
+        assert_eq!(t.dropped.len(), kinds("dropped\t"));
+        assert_eq!(
+            data.clone().count(),
+            kinds("release\t") + kinds("arch\t") + kinds("dropped\t")
+        );
+        assert!(t.releases["vllm"].len() > 50 && t.releases["sglang"].len() > 50);
+        assert!(parse_table("arch\tvllm\tX\n").is_err());
+        assert!(parse_table("arch\tvllm\tX\t0.5.0\n").is_err());
+        assert!(parse_table("release\tvllm\t0.5.0\tf\tmaybe\tw\n").is_err());
+    }
 }

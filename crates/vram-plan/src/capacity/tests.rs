@@ -243,6 +243,20 @@ fn versions_are_read_with_their_patch_level() {
     assert_eq!(parse_version("0.1.dev8168+g475c1a0"), Some([0, 1, 0]));
     assert_eq!(parse_version("0.4.3post4"), Some([0, 4, 3]));
     assert_eq!(parse_version("x"), None);
+    // `--engine-version` read once: a series or one release, with its post number.
+    assert_eq!(parse_engine_version("0.8"), Some(([0, 8, 0], Pin::Series)));
+    assert_eq!(
+        parse_engine_version("0.8.0"),
+        Some(([0, 8, 0], Pin::Release { post: 0 }))
+    );
+    assert_eq!(
+        parse_engine_version("v0.6.3.post1"),
+        Some(([0, 6, 3], Pin::Release { post: 1 }))
+    );
+    assert_eq!(
+        parse_engine_version("0.6.4post1"),
+        Some(([0, 6, 4], Pin::Release { post: 1 }))
+    );
 }
 
 /// V0's profile run by hand (Llama-3.1-8B: h 4096, f 14336, vocabulary 128256): one batch of
@@ -1642,17 +1656,19 @@ fn vllm_v1_before_0_8_profiles_every_tokens_logits_and_before_0_9_counts_the_con
 #[test]
 fn the_registry_refuses_a_pinned_release_without_the_architecture() {
     let qwen3 = vec!["Qwen3ForCausalLM".to_string()];
-    let pinned = |v: &str| Knobs {
-        engine_version: parse_version(v),
-        ..Knobs::default()
+    let pinned = |v: &str| {
+        let (version, pin) = parse_engine_version(v).unwrap();
+        Knobs {
+            engine_version: Some(version),
+            engine_pin: pin,
+            ..Knobs::default()
+        }
     };
     // A release that has it loads, silently.
-    let ok = registry_check(Engine::Vllm, &qwen3, &pinned("0.8.4"), Some("0.8.4")).unwrap();
+    let ok = registry_check(Engine::Vllm, &qwen3, &pinned("0.8.4")).unwrap();
     assert_eq!(ok, RegistryCheck::default());
     // The release before refuses with 0.8.3's own words and names the first that has it.
-    let Err(Error::Capacity(e)) =
-        registry_check(Engine::Vllm, &qwen3, &pinned("0.8.3"), Some("0.8.3"))
-    else {
+    let Err(Error::Capacity(e)) = registry_check(Engine::Vllm, &qwen3, &pinned("0.8.3")) else {
         panic!("vLLM 0.8.3 has no Qwen3ForCausalLM")
     };
     assert!(
@@ -1662,24 +1678,20 @@ fn the_registry_refuses_a_pinned_release_without_the_architecture() {
     assert!(e.contains("from 0.8.4"), "{e}");
     assert!(!e.contains('\n'));
     // `0.8` names the series: 0.8.4 is in it, so it runs with a note.
-    let series = registry_check(Engine::Vllm, &qwen3, &pinned("0.8"), Some("0.8")).unwrap();
+    let series = registry_check(Engine::Vllm, &qwen3, &pinned("0.8")).unwrap();
     assert_eq!(series.version, Some([0, 8, 4]));
     assert!(series
         .note
         .unwrap()
         .contains("0.8.4 is the first vLLM 0.8 release"));
     // SGLang's tags: the post release that added it.
-    let Err(Error::Capacity(e)) =
-        registry_check(Engine::Sglang, &qwen3, &pinned("0.4.5"), Some("0.4.5"))
-    else {
+    let Err(Error::Capacity(e)) = registry_check(Engine::Sglang, &qwen3, &pinned("0.4.5")) else {
         panic!("SGLang 0.4.5 has no Qwen3ForCausalLM")
     };
     assert!(e.contains("from 0.4.5.post2"), "{e}");
     // A dropped architecture gets vLLM's own "was supported until" refusal.
     let mllama = vec!["MllamaForConditionalGeneration".to_string()];
-    let Err(Error::Capacity(e)) =
-        registry_check(Engine::Vllm, &mllama, &pinned("0.11.0"), Some("0.11.0"))
-    else {
+    let Err(Error::Capacity(e)) = registry_check(Engine::Vllm, &mllama, &pinned("0.11.0")) else {
         panic!("vLLM 0.11 dropped Mllama")
     };
     assert!(
@@ -1689,7 +1701,7 @@ fn the_registry_refuses_a_pinned_release_without_the_architecture() {
     // Any one of the config's architectures is enough, as in the engine.
     let two = vec!["Nope".to_string(), "LlamaForCausalLM".to_string()];
     assert_eq!(
-        registry_check(Engine::Vllm, &two, &pinned("0.5.0"), Some("0.5.0")).unwrap(),
+        registry_check(Engine::Vllm, &two, &pinned("0.5.0")).unwrap(),
         RegistryCheck::default()
     );
 }
@@ -1697,7 +1709,7 @@ fn the_registry_refuses_a_pinned_release_without_the_architecture() {
 #[test]
 fn the_default_moves_to_the_nearest_release_with_the_architecture() {
     let gemma4 = vec!["Gemma4ForConditionalGeneration".to_string()];
-    let c = registry_check(Engine::Vllm, &gemma4, &Knobs::default(), None).unwrap();
+    let c = registry_check(Engine::Vllm, &gemma4, &Knobs::default()).unwrap();
     assert_eq!(c.version, Some([0, 19, 0]));
     let note = c.note.unwrap();
     assert!(
@@ -1710,13 +1722,13 @@ fn the_default_moves_to_the_nearest_release_with_the_architecture() {
     );
     // A dropped one moves back to the last release that had it.
     let mllama = vec!["MllamaForConditionalGeneration".to_string()];
-    let c = registry_check(Engine::Vllm, &mllama, &Knobs::default(), None).unwrap();
+    let c = registry_check(Engine::Vllm, &mllama, &Knobs::default()).unwrap();
     assert_eq!(c.version, Some([0, 10, 2]));
     assert!(c.note.unwrap().contains("the last release that has it"));
     // The default that has it: nothing to say.
     let llama = vec!["LlamaForCausalLM".to_string()];
     assert_eq!(
-        registry_check(Engine::Sglang, &llama, &Knobs::default(), None).unwrap(),
+        registry_check(Engine::Sglang, &llama, &Knobs::default()).unwrap(),
         RegistryCheck::default()
     );
 }

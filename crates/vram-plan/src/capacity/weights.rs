@@ -200,6 +200,29 @@ pub(super) fn padded_vocab(t: &Transformer) -> u64 {
     t.vocab().div_ceil(64) * 64
 }
 
+/// Bytes per weight of the linears under `q`, from the tensors [`Quantization::linear_parts`]
+/// lists for the typical layer's linears at their TP-split shapes (quantization state
+/// included: GPTQ's `g_idx`, the int8 row scales, bitsandbytes' statistics).
+fn linear_rate(t: &Transformer, q: Quantization, k: &Knobs) -> f64 {
+    let h = t.hidden();
+    let tp = k.tp.max(1);
+    let (qw, kvw) = t.blocks.typical().attn_widths();
+    let f = t.blocks.typical().intermediate.div_ceil(tp).max(1);
+    let up = if t.blocks.typical().gated { 2 * f } else { f };
+    let shapes = [
+        (h, (qw + 2 * kvw).div_ceil(tp).max(1)),
+        (qw.div_ceil(tp).max(1), h),
+        (up, h),
+        (h, f),
+    ];
+    let elems: u64 = shapes.iter().map(|(o, i)| o * i).sum();
+    let bytes: u64 = shapes
+        .iter()
+        .flat_map(|&(o, i)| q.linear_parts(k.dtype_bytes, None, o, i, true))
+        .sum();
+    bytes as f64 / elems.max(1) as f64
+}
+
 /// The unquantized layout's bytes on the most loaded GPU. The first stage holds the token
 /// table, the embedding's other parameters (`Blocks::embedding_beyond_tables`: Gemma 4's
 /// per-layer-input table and projection, which vLLM builds as a `VocabParallelEmbedding` and a
@@ -207,7 +230,7 @@ pub(super) fn padded_vocab(t: &Transformer) -> u64 {
 pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     let split = t.param_split();
     let d = k.dtype_bytes as f64;
-    let q = k.quantization.linear_bytes(d);
+    let q = linear_rate(t, k.quantization, k);
     let tp = k.tp as f64;
     let (attn_ways, expert_ways, rest_ways) = parallel_widths(k);
     let sharded = (split.per_layer - split.per_layer_replicated) as f64;
@@ -298,13 +321,13 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64
 /// One GPU's weight tensors as the engines create them, in bytes: per layer the fused QKV, the
 /// attention output, gate-up (or up) and down projections (MoE: each stacked over the experts),
 /// then the embedding and an untied head, each split by TP. A quantized linear is the tensors
-/// its `create_weights` makes, each its own allocation (vLLM `AWQLinearMethod` and
-/// `GPTQLinearMethod`: `qweight` at half a byte a weight, `qzeros` at half a byte and `scales`
-/// at two bytes a group of 128; bitsandbytes' packed `qweight`; FP8/INT8 one byte a weight;
-/// MXFP4 the experts only, half a byte and a scale byte per 32, the attention in the dtype as
-/// `Mxfp4Config.get_quant_method` leaves it). Without `--quantization` a checkpoint's stored
-/// format is used. Every layer is taken as the typical one (a hybrid's linear-attention layers
-/// too: an approximation). Small tensors (norms, biases, scales of one value) are left out.
+/// its format stores, each its own allocation ([`Quantization::linear_parts`], from
+/// `vram_model::finetune::linear_tensors`: AWQ/GPTQ `qweight`, `qzeros`, `scales`;
+/// bitsandbytes' packed weight and its statistics; INT8's row scales; MXFP4 the experts only,
+/// the attention in the dtype as `Mxfp4Config.get_quant_method` leaves it). Without
+/// `--quantization` a checkpoint's stored format is used. Every layer is taken as the typical
+/// one (a hybrid's linear-attention layers too: an approximation). Norms, biases and scales of
+/// one value are left out.
 /// Returns `(bytes, count)`.
 fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     let d = k.dtype_bytes;
@@ -315,27 +338,24 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     let experts = t.blocks.typical().experts.max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
     let quant = quantization_in_force(t, k);
-    let linear = |elems: u64, expert: bool| -> Vec<u64> {
-        match quant {
-            Quantization::None => vec![elems * d],
-            Quantization::Mxfp4 if !expert => vec![elems * d],
-            Quantization::Fp8 | Quantization::Int8 => vec![elems],
-            Quantization::Awq | Quantization::Gptq => {
-                vec![elems / 2, elems / 128 / 2, elems / 128 * 2]
-            }
-            Quantization::Bitsandbytes => vec![elems / 2],
-            Quantization::Mxfp4 => vec![elems / 2, elems / 32],
-        }
+    let stored_dq = match t.blocks.storage.quant {
+        vram_model::blocks::Quant::Packed { double_quant, .. } => Some(double_quant),
+        _ => None,
     };
     let moe = experts > 1;
     let layer: Vec<u64> = [
-        (h * (qw + 2 * kvw).div_ceil(tp), false),
-        (qw.div_ceil(tp) * h, false),
-        (experts * h * up, moe),
-        (experts * f * h, moe),
+        (h, (qw + 2 * kvw).div_ceil(tp), 1, false),
+        (qw.div_ceil(tp), h, 1, false),
+        (up, h, experts, moe),
+        (h, f, experts, moe),
     ]
     .into_iter()
-    .flat_map(|(elems, expert)| linear(elems, expert))
+    .flat_map(|(out, inp, stack, expert)| {
+        quant
+            .linear_parts(d, stored_dq, out, inp, expert)
+            .into_iter()
+            .map(move |b| b * stack)
+    })
     .collect();
     let layers = t.layers().div_ceil(k.pp);
     let mut out: Vec<(u64, u64)> = layer.into_iter().map(|b| (b, layers)).collect();
