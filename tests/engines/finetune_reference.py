@@ -83,6 +83,11 @@ LORA_CASES = [
     ("zoo/qwen3-vl-30b-a3b-instruct", 8, "all-linear", 0.0),
     ("zoo/qwen3.5-27b", 16, "all-linear", 0.0),
     ("zoo/qwen3.5-35b-a3b", 16, "all-linear", 0.0),
+    # Qwen2-VL (LayerNorm tower, fc1/fc2 MLP) and Qwen2.5-VL (RMSNorm tower, SwiGLU MLP),
+    # from crates/vram-model/tests/data/vision/ (its README names the sources).
+    ("vision/qwen2-vl-2b-instruct", 16, "all-linear", 0.0),
+    ("vision/qwen2.5-vl-7b-instruct", 16, "all-linear", 0.0),
+    ("vision/qwen2.5-vl-7b-instruct", 8, ["q_proj", "v_proj", "up_proj"], 0.0),
     # Gemma 4 E-size: per-layer-input linears (`per_layer_input_gate`, `per_layer_projection`,
     # `per_layer_model_projection`), KV-shared layers without k/v projections, and the audio
     # tower (its ClippableLinears' inner `linear`, `relative_k_proj`, `output_proj`,
@@ -97,6 +102,7 @@ LORA_CASES = [
 ]
 
 ZOO = ROOT / "tests" / "zoo" / "configs"
+VISION = DATA.parent / "vision"
 
 
 def load_config(name):
@@ -109,13 +115,14 @@ def load_config(name):
 def build_on_meta(name):
     """`AutoModelForCausalLM.from_config` on the meta device; a `zoo/` config is built as the
     class its `architectures[0]` names (the vision-language wrappers), as tests/zoo/reference.py
-    builds it."""
+    builds it (a `vision/` config likewise, from crates/vram-model/tests/data/vision/)."""
     import transformers
     from transformers import AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    if name.startswith("zoo/"):
-        raw = json.loads((ZOO / f"{name[4:]}.json").read_text())
+    if name.startswith(("zoo/", "vision/")):
+        folder, stem = name.split("/", 1)
+        raw = json.loads(((ZOO if folder == "zoo" else VISION) / f"{stem}.json").read_text())
         cfg = CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
         cls = getattr(transformers, raw["architectures"][0])
         with torch.device("meta"):

@@ -30,6 +30,8 @@ pub const FAMILIES: &[&str] = &[
     "qwen3_next",
     "qwen3_vl",
     "qwen3_vl_moe",
+    "qwen2_vl",
+    "qwen2_5_vl",
     "deepseek_v2",
     "deepseek_v3",
     "kimi_k2",
@@ -430,6 +432,13 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
     };
     let mut d = match mt {
         "qwen3" | "qwen3_moe" | "qwen3_vl" | "qwen3_vl_moe" => qwen3(c)?,
+        // Qwen2VLTextModel / Qwen2_5_VLTextModel: Qwen2's decoder (q/k/v biases, no o_proj
+        // bias, the same sliding-window keys); M-RoPE only splits the rotary frequencies
+        // (`mrope_section`) and adds no weights.
+        "qwen2_vl" | "qwen2_5_vl" => super::classic::llama_like(&Cfg {
+            map: c.map,
+            model_type: "qwen2",
+        })?,
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
             qwen3_5(c, mt)?
         }
@@ -704,7 +713,7 @@ fn builds_vision(outer: &Cfg) -> Result<bool> {
     }
     Ok(matches!(
         outer.model_type,
-        "qwen3_vl" | "qwen3_vl_moe" | "gemma3" | "gemma4" | "mistral3"
+        "qwen3_vl" | "qwen3_vl_moe" | "qwen2_vl" | "qwen2_5_vl" | "gemma3" | "gemma4" | "mistral3"
     ))
 }
 
@@ -812,6 +821,102 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                             tower_linear("deepstack_merger_list.linear_fc2", out, merged, 1),
                         ],
                         deepstack,
+                    ),
+                ],
+            }
+        }
+        // Qwen2VisionTransformerPretrainedModel (qwen2_vl) / Qwen2_5_VisionTransformerPretrainedModel
+        // (qwen2_5_vl): a bias-free Conv3d patch embedding, rotary positions (no weights), `depth`
+        // blocks (fused qkv and proj with biases; Qwen2-VL: two LayerNorms over `embed_dim` and
+        // a biased fc1/fc2 MLP of `embed_dim · mlp_ratio`; Qwen2.5-VL: two RMSNorms over
+        // `hidden_size` and a biased gate/up/down MLP of `intermediate_size`, full attention
+        // only at `fullatt_block_indexes`, windows elsewhere, which changes no weight), and the
+        // patch merger (its norm as the blocks', `mlp.0` and `mlp.2` with biases) into the text
+        // width: Qwen2-VL's vision `hidden_size`, Qwen2.5-VL's `out_hidden_size`.
+        "qwen2_vl" | "qwen2_5_vl" => {
+            let v25 = family == "qwen2_5_vl";
+            let (hv, i) = if v25 {
+                let hv = v.opt_u64(&["hidden_size"])?.unwrap_or(3584);
+                (hv, v.opt_u64(&["intermediate_size"])?.unwrap_or(3420))
+            } else {
+                let hv = v.opt_u64(&["embed_dim"])?.unwrap_or(1280);
+                (hv, hv * v.opt_u64(&["mlp_ratio"])?.unwrap_or(4))
+            };
+            let depth = v.opt_u64(&["depth"])?.unwrap_or(32);
+            let heads = v.opt_u64(&["num_heads"])?.unwrap_or(16);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(14);
+            let tp = v.opt_u64(&["temporal_patch_size"])?.unwrap_or(2);
+            let ch = v.opt_u64(&["in_channels"])?.unwrap_or(3);
+            let m = v.opt_u64(&["spatial_merge_size"])?.unwrap_or(2);
+            let out = if v25 {
+                v.opt_u64(&["out_hidden_size"])?
+            } else {
+                v.opt_u64(&["hidden_size"])?
+            }
+            .unwrap_or(text_hidden);
+            // LayerNorm: weight and bias; RMSNorm: weight.
+            let norm = if v25 { hv } else { 2 * hv };
+            let mlp = if v25 {
+                2 * (i * hv + i) + hv * i + hv
+            } else {
+                i * hv + i + hv * i + hv
+            };
+            let block = 2 * norm + 3 * hv * hv + 3 * hv + hv * hv + hv + mlp;
+            let merged = hv * m * m;
+            let params = hv * ch * tp * p * p
+                + depth * block
+                + norm
+                + merged * merged
+                + merged
+                + out * merged
+                + out;
+            let mut per_block = vec![
+                tower_linear("attn.qkv", 3 * hv, hv, 0),
+                tower_linear("attn.proj", hv, hv, 1),
+            ];
+            if v25 {
+                per_block.extend([
+                    tower_linear("mlp.gate_proj", i, hv, 2),
+                    tower_linear("mlp.up_proj", i, hv, 2),
+                    tower_linear("mlp.down_proj", hv, i, 3),
+                ]);
+            } else {
+                per_block.extend([
+                    tower_linear("mlp.fc1", i, hv, 2),
+                    tower_linear("mlp.fc2", hv, i, 3),
+                ]);
+            }
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params,
+                // Qwen2VLImageProcessor's class defaults (image_processing_qwen2_vl.py: `size`
+                // shortest_edge 56·56, longest_edge 28·28·1280; Qwen2.5-VL uses the same
+                // processor class) and Qwen2VLVideoProcessor's longest_edge (28·28·768); a
+                // checkpoint's processor files replace them.
+                input: VisionInput::SmartResize {
+                    merge: m,
+                    min_pixels: 56 * 56,
+                    max_pixels: 28 * 28 * 1280,
+                    video_max_pixels: 28 * 28 * 768,
+                },
+                patch_elems: ch * tp * p * p,
+                out,
+                gated: v25,
+                deepstack: 0,
+                tp_split: true,
+                images: None,
+                linears: vec![
+                    (per_block, depth),
+                    (
+                        vec![
+                            tower_linear("merger.mlp.0", merged, merged, 0),
+                            tower_linear("merger.mlp.2", out, merged, 1),
+                        ],
+                        1,
                     ),
                 ],
             }

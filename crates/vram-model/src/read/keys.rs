@@ -170,6 +170,8 @@ pub const KNOWN: &[(&str, &[&str])] = &[
         "qwen3_vl",
         &["attention_bias", "vision_config", "num_local_experts"],
     ),
+    ("qwen2_vl", &["vision_config"]),
+    ("qwen2_5_vl", &["vision_config"]),
     (
         "qwen3_vl_moe",
         &[

@@ -66,6 +66,11 @@ fn held_back(name: &str) -> Option<Transformer> {
         "zoo/qwen3.5-35b-a3b" => {
             include_str!("../../../../tests/zoo/configs/qwen3.5-35b-a3b.json")
         }
+        // Qwen2-VL and Qwen2.5-VL (data/vision/README.md names the sources).
+        "vision/qwen2-vl-2b-instruct" => include_str!("../data/vision/qwen2-vl-2b-instruct.json"),
+        "vision/qwen2.5-vl-7b-instruct" => {
+            include_str!("../data/vision/qwen2.5-vl-7b-instruct.json")
+        }
         other => panic!("no config {other}"),
     };
     match hf::parse_config(text, name) {

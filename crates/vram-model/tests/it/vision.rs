@@ -270,3 +270,43 @@ fn a_text_only_step_gives_the_vision_tower_no_gradients() {
         l.weights.total + 14_848 * 4
     );
 }
+
+/// Qwen2-VL and Qwen2.5-VL (`qwen2_vl`, `qwen2_5_vl`): a Qwen2 decoder with M-RoPE and Qwen's
+/// dynamic-resolution ViT (Qwen2-VL: LayerNorm blocks with a 4× fc1/fc2 MLP; Qwen2.5-VL:
+/// RMSNorm blocks with a SwiGLU MLP and window attention). `sum(p.numel())` of transformers
+/// 5.24.0's `architectures[0]` class built from each config on the meta device, and of its
+/// `model.visual` parameters (data/vision/README.md names the configs' sources).
+#[test]
+fn qwen2_vl_and_qwen2_5_vl_match_transformers_5_24() {
+    for (name, text, total, tower) in [
+        (
+            "qwen2-vl-2b-instruct",
+            include_str!("../data/vision/qwen2-vl-2b-instruct.json"),
+            2_208_985_600,
+            665_271_296,
+        ),
+        (
+            "qwen2.5-vl-7b-instruct",
+            include_str!("../data/vision/qwen2.5-vl-7b-instruct.json"),
+            8_292_166_656,
+            676_550_144,
+        ),
+    ] {
+        let model = vram_model::hf::parse_config(text, name).expect("reads");
+        assert_eq!(model.param_count(), total, "{name}");
+        let Model::Transformer(t) = &model else {
+            panic!("{name} is not a transformer")
+        };
+        let v = t.blocks.vision.as_ref().expect("a tower");
+        assert_eq!(v.params, tower, "{name}");
+        assert_eq!(v.depth, 32, "{name}");
+        assert_eq!(v.hidden, 1280, "{name}");
+        // Qwen2.5-VL's tower MLP is gated (gate/up/down), Qwen2-VL's is fc1/fc2 at 4×.
+        let (gated, intermediate) = if name.starts_with("qwen2.5") {
+            (true, 3420)
+        } else {
+            (false, 5120)
+        };
+        assert_eq!((v.gated, v.intermediate), (gated, intermediate), "{name}");
+    }
+}
