@@ -306,7 +306,7 @@ mod tests {
     use super::*;
     use crate::describe::VisionInput;
 
-    fn smart_resize(id: &str) -> (u64, u64, u64) {
+    fn smart_resize(id: &str) -> (u64, u64, Option<u64>) {
         let Model::Transformer(t) = lookup(id).unwrap() else {
             unreachable!()
         };
@@ -328,13 +328,16 @@ mod tests {
     fn processor_sizes_apply_to_the_listed_ids() {
         assert_eq!(
             smart_resize("qwen3-vl-30b-a3b"),
-            (65_536, 16_777_216, 25_165_824)
+            (65_536, 16_777_216, Some(25_165_824))
         );
         assert_eq!(
             smart_resize("qwen3.5-27b"),
-            (65_536, 16_777_216, 25_165_824)
+            (65_536, 16_777_216, Some(25_165_824))
         );
-        assert_eq!(smart_resize("qwen3-vl-8b"), (3_136, 1_003_520, 786_432));
+        assert_eq!(
+            smart_resize("qwen3-vl-8b"),
+            (3_136, 1_003_520, Some(786_432))
+        );
     }
 
     /// A video processor file with a bad size is one error; a model without a dynamic-resolution

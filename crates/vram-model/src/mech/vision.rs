@@ -121,8 +121,10 @@ pub enum VisionInput {
         /// pixels of a whole clip, frames times height times width, that `Qwen3VLVideoProcessor`'s
         /// `smart_resize` keeps a video under (transformers 5.24
         /// `qwen3_vl/video_processing_qwen3_vl.py`). Serving engines size their largest video
-        /// item from it (`vram_plan::capacity`'s encoder profile).
-        video_max_pixels: u64,
+        /// item from it (`vram_plan::capacity`'s encoder profile). `None` for Qwen2-VL and
+        /// Qwen2.5-VL, whose `Qwen2VLVideoProcessor` bounds each frame, not the clip: this field
+        /// does not describe them, and the engines' video rule for them is not modelled.
+        video_max_pixels: Option<u64>,
     },
     /// Llama 4: tiles of `tile` pixels on the best-fitting canvas of at most `max_tiles`, plus
     /// a global tile when there are several; pixel shuffle by `1/shuffle`² per tile.

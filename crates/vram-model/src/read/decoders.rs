@@ -787,7 +787,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                     merge: m,
                     min_pixels: 56 * 56,
                     max_pixels: 28 * 28 * 1280,
-                    video_max_pixels: 32 * 32 * 768,
+                    video_max_pixels: Some(32 * 32 * 768),
                 },
                 patch_elems: ch * tp * p * p,
                 out,
@@ -895,13 +895,14 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 params,
                 // Qwen2VLImageProcessor's class defaults (image_processing_qwen2_vl.py: `size`
                 // shortest_edge 56·56, longest_edge 28·28·1280; Qwen2.5-VL uses the same
-                // processor class) and Qwen2VLVideoProcessor's longest_edge (28·28·768); a
-                // checkpoint's processor files replace them.
+                // processor class); a checkpoint's preprocessor_config.json replaces them.
+                // Qwen2VLVideoProcessor's longest_edge (28·28·768) bounds one frame, not a
+                // clip, so it is no `video_max_pixels`.
                 input: VisionInput::SmartResize {
                     merge: m,
                     min_pixels: 56 * 56,
                     max_pixels: 28 * 28 * 1280,
-                    video_max_pixels: 28 * 28 * 768,
+                    video_max_pixels: None,
                 },
                 patch_elems: ch * tp * p * p,
                 out,

@@ -675,8 +675,11 @@ pub fn apply_video_preprocessor(model: &mut Model, text: &str) -> Result<Vec<Str
     let Model::Transformer(t) = model else {
         return Ok(Vec::new());
     };
+    // A tower whose video processor bounds frames, not clips (Qwen2-VL, Qwen2.5-VL), has no
+    // clip budget to replace.
     let Some(VisionInput::SmartResize {
-        video_max_pixels, ..
+        video_max_pixels: Some(video_max_pixels),
+        ..
     }) = t.blocks.vision.as_mut().map(|v| &mut v.input)
     else {
         return Ok(Vec::new());

@@ -97,8 +97,10 @@ impl EncoderProfile {
 pub(super) fn modelled(v: &Vision) -> bool {
     matches!(
         v.input,
-        VisionInput::SmartResize { .. }
-            | VisionInput::Pixtral { .. }
+        VisionInput::SmartResize {
+            video_max_pixels: Some(_),
+            ..
+        } | VisionInput::Pixtral { .. }
             | VisionInput::Tiles { .. }
             | VisionInput::PatchBudget { .. }
     )
@@ -144,7 +146,7 @@ pub(super) fn vllm_encoder_profile(
         VisionInput::SmartResize {
             merge,
             max_pixels,
-            video_max_pixels,
+            video_max_pixels: Some(video_max_pixels),
             ..
         } => {
             let m = merge.max(1);
