@@ -7,9 +7,10 @@
 //! reported figure must be identical; the largest batch and longest context too where the fit
 //! is monotone in the size (`same_answer` says what is checked where it is not).
 
+use crate::setups::generate;
 use vram_model::arch::Model;
 use vram_model::estimate::{fits, max_batch, max_context, set_reference_replay};
-use vram_model::setup::{Infer, KvCache, Mode, Precision, Recompute, Setup, Train};
+use vram_model::setup::{Mode, Recompute, Setup, Train};
 use vram_model::{catalog, estimate, Estimate};
 
 const GIB: u64 = 1 << 30;
@@ -48,20 +49,6 @@ fn train(micro_batch: u64, seq: u64, recompute: Recompute) -> Setup {
             seq,
             recompute,
             ..Train::default()
-        }),
-        ..Setup::default()
-    }
-}
-
-fn generate(batch: u64, prompt: u64, new: u64) -> Setup {
-    Setup {
-        precision: Precision::Bf16,
-        mode: Mode::Infer(Infer {
-            batch,
-            context: prompt + new,
-            new_tokens: new,
-            kv_bytes: 2,
-            kv_cache: KvCache::Dynamic,
         }),
         ..Setup::default()
     }

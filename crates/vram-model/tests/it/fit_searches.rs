@@ -11,11 +11,12 @@
 //! dependence can be above a device the replay runs on. `mistral-7b` below is the case a user
 //! met: "largest micro-batch that fits: 22" beside "micro-batch 22 does NOT fit".
 
+use crate::setups::generate;
 use vram_model::arch::Model;
 use vram_model::estimate::{
     fits, largest_batch, largest_context_to, max_batch, Largest, BELOW, SCAN,
 };
-use vram_model::setup::{Infer, KvCache, Mode, Optimizer, Precision, Recompute, Setup, Train};
+use vram_model::setup::{Mode, Optimizer, Recompute, Setup, Train};
 use vram_model::{catalog, estimate, gpu};
 
 fn train(mb: u64, seq: u64, optimizer: Optimizer, recompute: Recompute) -> Setup {
@@ -26,20 +27,6 @@ fn train(mb: u64, seq: u64, optimizer: Optimizer, recompute: Recompute) -> Setup
             optimizer,
             recompute,
             ..Train::default()
-        }),
-        ..Setup::default()
-    }
-}
-
-fn generate(batch: u64, prompt: u64, new: u64) -> Setup {
-    Setup {
-        precision: Precision::Bf16,
-        mode: Mode::Infer(Infer {
-            batch,
-            context: prompt + new,
-            new_tokens: new,
-            kv_bytes: 2,
-            kv_cache: KvCache::Dynamic,
         }),
         ..Setup::default()
     }

@@ -10,6 +10,7 @@ mod fit_searches;
 mod generate_replay;
 mod monotone;
 mod params;
+mod setups;
 mod timeline;
 mod vision;
 mod warmup;

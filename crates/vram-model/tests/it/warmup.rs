@@ -3,21 +3,11 @@
 //! made, the peak statistics are reset, and the estimated call runs on the allocator the
 //! warm-up left, as `measure2.py`'s `infer_case` measures `generate`.
 
-use vram_model::setup::{Infer, KvCache, Mode, Precision, Setup, Train};
+use vram_model::setup::{Mode, Setup, Train};
 use vram_model::{catalog, estimate, Estimate};
 
 fn generate(batch: u64, prompt: u64, new: u64, warmup: Option<u64>) -> Setup {
-    let mut s = Setup {
-        precision: Precision::Bf16,
-        mode: Mode::Infer(Infer {
-            batch,
-            context: prompt + new,
-            new_tokens: new,
-            kv_bytes: 2,
-            kv_cache: KvCache::Dynamic,
-        }),
-        ..Setup::default()
-    };
+    let mut s = crate::setups::generate(batch, prompt, new);
     s.overheads.warmup_prompt = warmup;
     s
 }
