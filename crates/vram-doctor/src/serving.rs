@@ -498,26 +498,13 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         ServingError::VllmNoCacheMemory { available_bytes } => {
             let short = available_bytes.filter(|&b| b < 0).map(|b| b.unsigned_abs());
             let mut r = match cap {
-                Some(c) => {
-                    let need = c.non_kv_bytes.saturating_add(c.kv_bytes_per_token.saturating_mul(VLLM_BLOCK));
-                    ServingRemedy {
-                        action: if need <= c.device_bytes {
-                            format!(
-                                "--gpu-memory-utilization {:.2}",
-                                frac_up(need as f64 / c.device_bytes.max(1) as f64)
-                            )
-                        } else {
-                            "raise --gpu-memory-utilization".into()
-                        },
-                        enough: need <= c.device_bytes,
-                        detail: format!(
-                            "the capacity model puts what precedes the cache at {} on a {} GPU{}",
-                            hb(c.non_kv_bytes),
-                            hb(c.device_bytes),
-                            if need > c.device_bytes { ": more than the whole GPU, no utilization is enough" } else { "" }
-                        ),
-                    }
-                }
+                Some(c) => fraction_by_capacity(
+                    c,
+                    c.kv_bytes_per_token.saturating_mul(VLLM_BLOCK),
+                    "--gpu-memory-utilization",
+                    "what precedes the cache",
+                    "utilization",
+                ),
                 None => ServingRemedy {
                     action: "raise --gpu-memory-utilization".into(),
                     enough: false,
@@ -735,25 +722,45 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
 /// SGLang's fraction by the capacity model: the static pool holds the weights and the KV pool,
 /// and at least one token's worth of KV must remain.
 fn sglang_fraction_by_capacity(c: &CapacityFigures) -> ServingRemedy {
-    let need = c.non_kv_bytes.saturating_add(c.kv_bytes_per_token);
+    fraction_by_capacity(
+        c,
+        c.kv_bytes_per_token,
+        "--mem-fraction-static",
+        "the weights and what else the static pool holds",
+        "fraction",
+    )
+}
+
+/// The engine's memory fraction (`flag`) that holds what precedes the KV cache (`holds`, the
+/// capacity model's `non_kv_bytes`) and `min_kv` bytes of cache (one block or one token), or a
+/// remedy that says no `knob` is enough when that exceeds the whole GPU.
+fn fraction_by_capacity(
+    c: &CapacityFigures,
+    min_kv: u64,
+    flag: &str,
+    holds: &str,
+    knob: &str,
+) -> ServingRemedy {
+    let need = c.non_kv_bytes.saturating_add(min_kv);
+    let enough = need <= c.device_bytes;
     ServingRemedy {
-        action: if need <= c.device_bytes {
+        action: if enough {
             format!(
-                "--mem-fraction-static {:.2}",
+                "{flag} {:.2}",
                 frac_up(need as f64 / c.device_bytes.max(1) as f64)
             )
         } else {
-            "raise --mem-fraction-static".into()
+            format!("raise {flag}")
         },
-        enough: need <= c.device_bytes,
+        enough,
         detail: format!(
-            "the capacity model puts the weights and what else the static pool holds at {} on a {} GPU{}",
+            "the capacity model puts {holds} at {} on a {} GPU{}",
             human_bytes(c.non_kv_bytes),
             human_bytes(c.device_bytes),
-            if need > c.device_bytes {
-                ": more than the whole GPU, no fraction is enough"
+            if enough {
+                String::new()
             } else {
-                ""
+                format!(": more than the whole GPU, no {knob} is enough")
             }
         ),
     }
