@@ -11,8 +11,8 @@ use super::{kind_of, Cfg};
 use crate::describe::Transformer;
 use crate::describe::{
     Act, Attention, AudioTower, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout,
-    Embedding, Ends, Ffn, Gdn, Head, Hybrid, Indexer, Layout, Mamba, Mamba2, Mixer, Mla, Moe,
-    MoeConversion, Mtp, Names, Norm, Norms, QkNorm, Residual, VideoSize, Vision, VisionInput,
+    Embedding, Ends, Ffn, Gdn, Head, Hybrid, Indexer, Layout, MRope, Mamba, Mamba2, Mixer, Mla,
+    Moe, MoeConversion, Mtp, Names, Norm, Norms, QkNorm, Residual, VideoSize, Vision, VisionInput,
     Window,
 };
 use crate::error::{Error, Result};
@@ -570,11 +570,40 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
     }
     let text_hidden = d.hidden;
     let mut t = build(d)?;
+    t.blocks.mrope = match mrope(c)? {
+        Some(m) => Some(m),
+        None => mrope(outer)?,
+    };
     if builds_vision(outer)? {
         t.blocks.vision = vision(outer, text_hidden)?;
         t.blocks.audio = audio(outer, text_hidden)?;
     }
     Ok(t)
+}
+
+/// M-RoPE from a config's `rope_scaling` or `rope_parameters` (transformers 5.24's name):
+/// present where it lists `mrope_section`, interleaved where `mrope_interleaved` is true.
+fn mrope(c: &Cfg) -> Result<Option<MRope>> {
+    for key in ["rope_scaling", "rope_parameters"] {
+        let Some(Value::Object(r)) = c.map.get(key) else {
+            continue;
+        };
+        if r.contains_key("mrope_section") {
+            let interleaved = match r.get("mrope_interleaved") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(Error::WrongType {
+                        field: format!("{key}.mrope_interleaved"),
+                        expected: "a boolean",
+                        found: kind_of(other).into(),
+                    })
+                }
+            };
+            return Ok(Some(MRope { interleaved }));
+        }
+    }
+    Ok(None)
 }
 
 /// Gemma 4's audio tower (`Gemma4Model.audio_tower`, built when `audio_config` is not null:
