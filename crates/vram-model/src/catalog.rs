@@ -371,6 +371,23 @@ mod tests {
         }
     }
 
+    /// M-RoPE as the configs write it: Qwen2-VL's `rope_scaling` (type `mrope`), Qwen3.5's
+    /// interleaved `rope_parameters`; a plain rotary model has none.
+    #[test]
+    fn mrope_is_read_from_the_rope_settings() {
+        use crate::describe::MRope;
+        let mrope = |id: &str| match lookup(id).unwrap() {
+            Model::Transformer(t) => t.blocks.mrope,
+            _ => unreachable!(),
+        };
+        assert_eq!(mrope("qwen2-vl-2b"), Some(MRope { interleaved: false }));
+        assert_eq!(mrope("qwen3.5-27b"), Some(MRope { interleaved: true }));
+        assert_eq!(mrope("qwen3-8b"), None);
+        let bad = r#"{"model_type":"qwen2_vl","vocab_size":10,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"rope_scaling":{"mrope_section":[1,1,2],"mrope_interleaved":"yes"},"vision_config":{}}"#;
+        let e = read::parse_config(bad, "bad").unwrap_err().to_string();
+        assert!(e.contains("mrope_interleaved"), "{e}");
+    }
+
     /// A video processor file with a bad size is one error; a model without a dynamic-resolution
     /// tower is left as it is.
     #[test]

@@ -236,7 +236,7 @@ fn linear_rate(t: &Transformer, q: Quantization, k: &Knobs) -> f64 {
 /// `MRotaryEmbeddingInterleaved`, which keeps `max_position_embeddings` (absent at 0.14.0; 0.15
 /// to 0.17 not read, taken as 0.14). Plain rotary positions, and SGLang, keep
 /// `max_position_embeddings`.
-fn rotary_positions(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
+pub(super) fn rotary_positions(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     match t.blocks.mrope {
         Some(m)
             if engine == Engine::Vllm
