@@ -178,7 +178,7 @@ enum Group {
 /// Every group is pinned at today's figure (a change that moves one says so), and a holdout
 /// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
 /// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
-const FIGURES: [(Group, usize, Option<usize>); 26] = [
+const FIGURES: [(Group, usize, Option<usize>); 27] = [
     (Group::Fit1, 19, None),
     (Group::Holdout1, 20, Some(16)),
     (Group::Batch2, 5, Some(3)),
@@ -208,6 +208,7 @@ const FIGURES: [(Group, usize, Option<usize>); 26] = [
     (Group::Holdout12, 14, Some(13)),
     (Group::Fit13, 3, None),
     (Group::Holdout13, 1, Some(1)),
+    (Group::Fit14, 12, None),
     (Group::Holdout14, 13, Some(13)),
 ];
 
@@ -285,8 +286,10 @@ const RUN13: (bool, bool) = (true, true);
 
 /// Whether batch 14's halves have been run: (fit, holdout). Both stayed unrun until the labelled
 /// messages were committed (ea3c88e); the holdout was then run first, once, on the rules of
-/// ea3c88e (main b83f3c1's), and came out at 13 / 16 (BENCHMARKS.md); the fit half is run after.
-const RUN14: (bool, bool) = (false, true);
+/// ea3c88e (main b83f3c1's), and came out at 13 / 16 (BENCHMARKS.md); the fit half was run after
+/// that, 12 / 14 at its first run: its two misses are leaks, which one message cannot show, so no
+/// rule was fitted on them (BENCHMARKS.md says why).
+const RUN14: (bool, bool) = (true, true);
 
 #[test]
 fn public_messages_fit_half_and_holdout() {
