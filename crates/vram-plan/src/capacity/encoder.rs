@@ -351,9 +351,11 @@ pub(super) fn vllm_encoder_profile(
 /// - the attention call: the residual, `norm1`'s output (the call's argument), the fused QKV
 ///   output and its rotated copies (`qk_reshaped.contiguous()`, `qk_rotated`: q and k twice)
 ///   and the context, `patches × (2h + 8h/tp)`;
-/// - the MLP: at the activation the residual, `norm2`'s output, `linear_fc1`'s output and the
-///   activation's (`2h + 2i/tp`); at `linear_fc2` the residual, `norm2`'s output, the activation
-///   and the output (`3h + i/tp`, and the all-reduce's new result at TP > 1);
+/// - the MLP: at the activation the block's input (the caller's loop still holds it), the
+///   residual after attention, `norm2`'s output, `linear_fc1`'s output and the activation's
+///   (`3h + 2i/tp`); at `linear_fc2` those but `linear_fc1`'s, and the output (`4h + i/tp`, and
+///   the all-reduce's new result at TP > 1), `Qwen3_VisionBlock.forward` at v0.12.0 (the block
+///   input's share measured on Qwen2-VL's 0.10.2 log, whose blocks hold it the same way);
 ///
 /// then `torch.cat` of the merger's and the deepstack mergers' outputs with its result.
 fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_bytes: u64) -> u64 {
@@ -363,7 +365,7 @@ fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_byt
     let pixels = patches * v.patch_elems * pixel_bytes;
     let reduced = if tp > 1 { h } else { 0 };
     let attn = 2 * h + 8 * h.div_ceil(tp);
-    let mlp = (2 * h + 2 * i).max(3 * h + i + reduced);
+    let mlp = (3 * h + 2 * i).max(4 * h + i + reduced);
     let merged = patches / (merge * merge).max(1);
     let deep = v.deepstack * merged * v.out * d;
     let block = patches * attn.max(mlp) * d + deep;
@@ -456,9 +458,10 @@ fn pixtral_forward_peak(
 /// - the rotary step (`Llama4VisionRotaryEmbedding.forward_native`): beside the residual and
 ///   `input_layernorm`'s output (`2h`), the QKV output (`3h/tp`), q and k upcast to float32 and
 ///   their complex products (`8h/tp` in bf16 units) and the cast-back results (`2h/tp`);
-/// - the MLP: the residual, `post_attention_layernorm`'s output, `fc1`'s and GELU's outputs
-///   (`2h + 2i/tp`), or at `fc2` the residual, the normed input, the activation, the output and
-///   the all-reduce's result (`4h + i/tp`);
+/// - the MLP: the layer's input (`Llama4VisionEncoder`'s loop still holds it), the residual,
+///   `post_attention_layernorm`'s output, `fc1`'s and GELU's outputs (`3h + 2i/tp`), or at
+///   `fc2` the layer's input, the residual, the normed input, the activation, the output and
+///   the all-reduce's result (`5h + i/tp` at TP > 1);
 ///
 /// plus the pixels (and `nn.Unfold`'s `[tiles, patch elems, patches]` copy of them).
 fn llama4_forward_peak(v: &Vision, k: &Knobs, tiles: u64, tile: u64, pixel_bytes: u64) -> u64 {
@@ -471,7 +474,7 @@ fn llama4_forward_peak(v: &Vision, k: &Knobs, tiles: u64, tile: u64, pixel_bytes
     let unfold = tiles * (tile / p).pow(2) * v.patch_elems * d;
     let rope = 2 * h + 13 * hl;
     let reduced = if tp > 1 { h } else { 0 };
-    let mlp = (2 * h + 2 * i).max(3 * h + i + reduced);
+    let mlp = (3 * h + 2 * i).max(4 * h + i + reduced);
     pixels + unfold.max(rows * rope.max(mlp) * d)
 }
 
@@ -605,7 +608,9 @@ mod tests {
     /// 16 heads, 14-pixel patches, 336-pixel tiles, pixel shuffle 0.5; text hidden 5,120) under
     /// vLLM 0.19 at TP 4 and 8,192 batched tokens: the largest image is 16 tiles and the global
     /// one, 17 × 144 = 2,448 tokens, three of them in the budget (the logged line); 51 tiles
-    /// of 577 rows, whose rotary step (q and k in float32 and complex64) is the forward's peak.
+    /// of 577 rows, whose `fc2` step (the layer's input held by the loop, the residual, the
+    /// normed input, the activation, the output and the all-reduce's result) is the forward's
+    /// peak, above the rotary step (q and k in float32 and complex64).
     #[test]
     fn llama4_largest_image_and_forward() {
         let t = match catalog::lookup("llama-4-scout").unwrap() {
@@ -624,7 +629,9 @@ mod tests {
         assert_eq!(e.held, 3 * 2448 * 5120 * 2 + pixels);
         let rows = 51 * 577;
         let rope = 2 * 1408 + 13 * 352;
-        assert_eq!(e.forward, pixels + rows * rope * 2);
+        let fc2 = 5 * 1408 + 1408;
+        assert!(fc2 > rope);
+        assert_eq!(e.forward, pixels + rows * fc2 * 2);
         assert_eq!(
             e.log_line(),
             "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 image items of the maximum feature size."
