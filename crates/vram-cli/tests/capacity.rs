@@ -1190,6 +1190,16 @@ fn capacity_on_unseen_logs_round_eight() {
     );
 }
 
+/// Round 9 (`tests/data/serving/unseen-round9.json`: whole committed vLLM logs: OPT-125m and
+/// Qwen2.5-3B offline runs on Kaggle T4s (0.18.1), Llama-3.1-8B on an H100 (0.17.1), TP 2 x DP 2,
+/// TP 2 x PP 2 and PP 2 x DP 2 on four A100 40GB (a 0.10.1 development build), a Qwen2.5-7B
+/// refusal on a T4 (0.19.1)), split the same way and committed before vram ran on it; its
+/// holdout is printed as it came out (BENCHMARKS.md, "ninth round").
+#[test]
+fn capacity_on_unseen_logs_round_nine() {
+    unseen_round("unseen-round9.json", "round 9", 0.5, 0.9, 0.5);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
