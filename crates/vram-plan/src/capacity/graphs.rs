@@ -198,7 +198,7 @@ pub(super) fn vllm_graphs(
             if fa3
                 && !layer_caches(t)
                     .iter()
-                    .any(|c| matches!(c, LayerCache::MlaLatent { .. })) =>
+                    .any(|c| matches!(c, CacheLayout::Latent { .. })) =>
         {
             let (q, _) = t.blocks.typical().attn_widths();
             let heads = t.blocks.typical().heads.div_ceil(k.tp);
