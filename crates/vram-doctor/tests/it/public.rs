@@ -20,7 +20,8 @@ struct Case {
     /// collected after every message of 1-8 had been seen (the eighth round); 10 and 11: after
     /// every message of 1-9 and 1-10 had been seen (the ninth and tenth rounds); 12: after every
     /// message of 1-11 had been seen (the eleventh round); 13: after every message of 1-12 had
-    /// been seen (the twelfth round).
+    /// been seen (the twelfth round); 14: after every message of 1-13 had been seen (the
+    /// thirteenth round's collection).
     batch: u8,
     label: String,
     message: String,
@@ -165,13 +166,19 @@ enum Group {
     Fit13,
     /// Batch 13's holdout: reported once, as it came out (1 / 3, on the rules of 46b863d).
     Holdout13,
+    /// Batch 14's fit half (issue 35's thirteenth collection round): the rules may be fitted on it
+    /// and on everything above.
+    Fit14,
+    /// Batch 14's holdout: reported once, as it came out (13 / 16, on the rules of ea3c88e, main
+    /// b83f3c1's).
+    Holdout14,
 }
 
 /// Each group's figure: (right top causes today, what it was reported at when it was unseen).
 /// Every group is pinned at today's figure (a change that moves one says so), and a holdout
 /// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
 /// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
-const FIGURES: [(Group, usize, Option<usize>); 25] = [
+const FIGURES: [(Group, usize, Option<usize>); 27] = [
     (Group::Fit1, 19, None),
     (Group::Holdout1, 20, Some(16)),
     (Group::Batch2, 5, Some(3)),
@@ -201,6 +208,8 @@ const FIGURES: [(Group, usize, Option<usize>); 25] = [
     (Group::Holdout12, 14, Some(13)),
     (Group::Fit13, 3, None),
     (Group::Holdout13, 1, Some(1)),
+    (Group::Fit14, 12, None),
+    (Group::Holdout14, 13, Some(13)),
 ];
 
 /// Whether batch 4's halves have been run: (fit, holdout). Both stayed unrun until the labelled
@@ -275,6 +284,13 @@ const RUN12: (bool, bool) = (true, true);
 /// whole set stays 318 / 369 (BENCHMARKS.md lists every group before and after).
 const RUN13: (bool, bool) = (true, true);
 
+/// Whether batch 14's halves have been run: (fit, holdout). Both stayed unrun until the labelled
+/// messages were committed (ea3c88e); the holdout was then run first, once, on the rules of
+/// ea3c88e (main b83f3c1's), and came out at 13 / 16 (BENCHMARKS.md); the fit half was run after
+/// that, 12 / 14 at its first run: its two misses are leaks, which one message cannot show, so no
+/// rule was fitted on them (BENCHMARKS.md says why).
+const RUN14: (bool, bool) = (true, true);
+
 #[test]
 fn public_messages_fit_half_and_holdout() {
     let cases = cases();
@@ -314,6 +330,8 @@ fn public_messages_fit_half_and_holdout() {
             (12, _) => Group::Holdout12,
             (13, "fit") => Group::Fit13,
             (13, _) => Group::Holdout13,
+            (14, "fit") => Group::Fit14,
+            (14, _) => Group::Holdout14,
             (b, _) => panic!("{}: no batch {b}", c.source),
         };
         if (group == Group::Holdout3 && !HOLDOUT3_RUN)
@@ -337,6 +355,8 @@ fn public_messages_fit_half_and_holdout() {
             || (group == Group::Holdout12 && !RUN12.1)
             || (group == Group::Fit13 && !RUN13.0)
             || (group == Group::Holdout13 && !RUN13.1)
+            || (group == Group::Fit14 && !RUN14.0)
+            || (group == Group::Holdout14 && !RUN14.1)
         {
             continue;
         }
