@@ -59,6 +59,7 @@
 
 use serde::{Deserialize, Serialize};
 use vram_model::arch::Transformer;
+use vram_model::blocks::CacheLayout;
 use vram_model::fmt::thousands;
 use vram_model::gpu::Gpu;
 
@@ -77,7 +78,7 @@ mod vllm;
 mod weights;
 
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
-pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
+pub use layers::{kv_bytes_per_token, layer_caches};
 pub use non_torch::Interconnect;
 pub use registry::{registry_check, RegistryCheck};
 pub use weights::{allocated_rounding, allocator_rounding, weights_per_gpu};

@@ -556,7 +556,7 @@ fn vllm_nemotron_h_mamba2_hybrid_by_hand() {
     let need = 8192u64.div_ceil(2080) + 6;
     assert!((c.max_concurrency - c.kv_cache_blocks as f64 / need as f64).abs() < 1e-9);
     // TP 16 does not divide the 8 groups: vLLM replicates them to 16.
-    let st = LayerCache::State {
+    let st = vram_model::blocks::CacheLayout::State {
         conv_dim: 256 * 64,
         groups: 8,
         group_dim: 512,
