@@ -218,7 +218,7 @@ fn linear_rate(t: &Transformer, q: Quantization, k: &Knobs) -> f64 {
     let elems: u64 = shapes.iter().map(|(o, i)| o * i).sum();
     let bytes: u64 = shapes
         .iter()
-        .flat_map(|&(o, i)| q.linear_parts(k.dtype_bytes, None, o, i, true))
+        .flat_map(|&(o, i)| q.linear_parts(k.dtype_bytes, t.blocks.storage.quant, true, o, i, true))
         .sum();
     bytes as f64 / elems.max(1) as f64
 }
@@ -338,10 +338,6 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     let experts = t.blocks.typical().experts.max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
     let quant = quantization_in_force(t, k);
-    let stored_dq = match t.blocks.storage.quant {
-        vram_model::blocks::Quant::Packed { double_quant, .. } => Some(double_quant),
-        _ => None,
-    };
     let moe = experts > 1;
     let layer: Vec<u64> = [
         (h, (qw + 2 * kvw).div_ceil(tp), 1, false),
@@ -352,7 +348,7 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     .into_iter()
     .flat_map(|(out, inp, stack, expert)| {
         quant
-            .linear_parts(d, stored_dq, out, inp, expert)
+            .linear_parts(d, t.blocks.storage.quant, false, out, inp, expert)
             .into_iter()
             .map(move |b| b * stack)
     })
