@@ -8,6 +8,8 @@
 //! in-process with its output captured ([`run_captured`]): the Python binding calls the
 //! commands this way, so both give the same JSON and the same one-line errors.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 
 use clap::{Parser, Subcommand};

@@ -1,5 +1,7 @@
 //! The `vram` binary: [`vram_cli::main_from`] on the process's arguments.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

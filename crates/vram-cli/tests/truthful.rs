@@ -452,14 +452,14 @@ fn section<'a>(html: &'a str, id: &str) -> Option<&'a str> {
 
 /// Issue 31 item 3: the text, `--json` and the HTML page of one estimate render one report. For
 /// a training step that does not fit (with its LoRA/QLoRA suggestions), an inference step (the
-/// context search's limit, the speed), gpt-oss (the attention that runs) and a QLoRA step: the
+/// context search's limit, the speed), gpt-oss (the attention that runs) and two QLoRA steps: the
 /// setup line, the verdict, the fit searches, every suggestion and note read the same in the
 /// three, and the sizes the text prints are the JSON's figures.
 #[test]
 fn text_json_and_html_of_an_estimate_agree() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("estimate-agree");
     std::fs::create_dir_all(&dir).unwrap();
-    let cases: [&[&str]; 4] = [
+    let cases: [&[&str]; 5] = [
         &["llama-3-8b", "--gpu", "h100-80g"],
         &["llama-3-8b", "--inference", "--gpu", "h100-80g"],
         &["gpt-oss-20b", "--inference", "--context", "1024"],
@@ -471,6 +471,17 @@ fn text_json_and_html_of_an_estimate_agree() {
             "qlora",
             "--micro-batch",
             "64",
+        ],
+        // A QLoRA search whose answer, 9, has 8 below it not fitting (the reserved peak is
+        // not monotone in the micro-batch): the text names it as the JSON does.
+        &[
+            "mistral-7b",
+            "--gpu",
+            "h100-80g:11100000000B",
+            "--finetune",
+            "qlora",
+            "--seq",
+            "1024",
         ],
     ];
     for (i, case) in cases.iter().enumerate() {
@@ -542,6 +553,13 @@ fn text_json_and_html_of_an_estimate_agree() {
                     None => assert!(!line.contains("not tried"), "{case:?}: {line}"),
                 }
             }
+        }
+        if i == 4 {
+            assert_eq!(v["max_micro_batch"], 9, "{text}");
+            assert_eq!(
+                v["batch_search"]["not_fitting_below"].to_string(),
+                "[[8,8]]"
+            );
         }
         // Every suggestion, in the three.
         let would: Vec<&str> = lines

@@ -30,6 +30,7 @@
 //! assert!(!e.fits(gpu::lookup("rtx-4090").unwrap().memory_bytes));
 //! ```
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod catalog;
 pub mod describe;

@@ -124,27 +124,6 @@ pub fn rows(sample: &Sample, filter: &str, key: SortKey, descending: bool) -> Ve
     out
 }
 
-/// Bytes in binary units with three significant digits: `1.50 GiB`, `65.7 GiB`, `512 MiB`,
-/// `0 B` (what `vram`'s text outputs print, and the HTML pages that must agree with them).
-pub fn bytes3(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else if v >= 10.0 {
-        format!("{v:.1} {}", UNITS[u])
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
-
 /// Bytes in binary units with one decimal, e.g. `38.0 GiB`, `512.0 MiB`.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -38,6 +38,7 @@
 //! assert!(best.peak_bytes_per_gpu <= cluster.gpu.memory_bytes);
 //! ```
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod batching;
 pub mod capacity;

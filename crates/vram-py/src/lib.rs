@@ -7,6 +7,7 @@
 //! command runs, and a panic is caught and raised as `VramError`, never unwinding into the
 //! interpreter. Everything Python-shaped (keyword arguments, result objects, the training-loop
 //! helpers) lives in the pure-Python package `python/vramkit`.
+#![forbid(unsafe_code)]
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

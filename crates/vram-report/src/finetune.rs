@@ -11,6 +11,7 @@ use vram_model::setup::{Mode, Setup};
 use vram_plan::suggest::{self, Suggestion};
 
 use crate::error::Result;
+use crate::estimate::SearchChecked;
 use crate::parts::{double_option, Bytes, GpuRef};
 use crate::text::verdict;
 use crate::{Kind, SCHEMA_VERSION};
@@ -68,9 +69,13 @@ pub struct FinetuneReport {
     pub fits: bool,
     /// GPU memory less `total_bytes`.
     pub headroom_bytes: i64,
-    /// The largest micro-batch that fits (null: not even 1).
+    /// The micro-batch search's answer (null: not even 1 fits): it fits and the next size does
+    /// not; it is the largest that fits where `batch_search` has no `untried_above_to`.
     #[serde(default, with = "double_option")]
     pub max_micro_batch: Option<Option<u64>>,
+    /// What the micro-batch search checked besides its answer (absent where none fits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_search: Option<SearchChecked>,
     /// When it does not fit: the changes that make it fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggestions: Option<Vec<Suggestion>>,
@@ -138,42 +143,6 @@ pub struct SavedBytes {
     pub bytes: u64,
 }
 
-/// The largest micro-batch whose LoRA/QLoRA step fits in `cap` (None: not even 1).
-pub fn max_micro_batch(
-    model: &Model,
-    setup: &Setup,
-    spec: &FinetuneSpec,
-    cap: u64,
-) -> Result<Option<u64>> {
-    let with = |b: u64| -> Result<bool> {
-        let mut s = *setup;
-        if let Mode::Train(t) = &mut s.mode {
-            t.micro_batch = b;
-        }
-        Ok(step::estimate(model, &s, spec)?.fits(cap))
-    };
-    if !with(1)? {
-        return Ok(None);
-    }
-    let (mut lo, mut hi) = (1u64, 2u64);
-    while hi <= 4096 && with(hi)? {
-        lo = hi;
-        hi *= 2;
-    }
-    if hi > 4096 {
-        return Ok(Some(lo));
-    }
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        if with(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(Some(lo))
-}
-
 /// The report of `spec` on `setup` (a training step) on `gpu`.
 pub fn build(
     model: &Model,
@@ -184,6 +153,7 @@ pub fn build(
     let e = step::estimate(model, setup, spec)?;
     let cap = gpu.memory_bytes;
     let fits = e.fits(cap);
+    let search = step::largest_micro_batch(model, setup, spec, cap)?;
     let description = match setup.mode {
         Mode::Train(t) => format!(
             "{}: base {}{} ({} stored), adapters r={} on {} in {}, micro-batch {} x seq {}, grad-accum {}, gradient checkpointing {}",
@@ -255,7 +225,8 @@ pub fn build(
         gpu_memory_bytes: cap,
         fits,
         headroom_bytes: cap as i64 - e.total_bytes as i64,
-        max_micro_batch: Some(max_micro_batch(model, setup, spec, cap)?),
+        max_micro_batch: Some(search.as_ref().map(|l| l.value)),
+        batch_search: search.as_ref().map(SearchChecked::from),
         suggestions: (!fits).then(|| suggest::finetune(model, setup, spec, cap)),
         gradient_checkpointing: spec.gradient_checkpointing,
         prepare_kbit: spec.prepare_kbit,
@@ -264,6 +235,12 @@ pub fn build(
         setup: *setup,
     })
 }
+
+/// Why a smaller micro-batch can fail where a larger one fits: the step's replay runs on a
+/// device with room to spare (no failed `cudaMalloc`, no release), yet its reserved peak still
+/// moves with how the allocator rounds, splits and reuses segments for the tensors' sizes
+/// (`vram_model::finetune::step::largest_micro_batch`).
+const WHY: &str = "the caching allocator rounds, splits and reuses its segments differently as the tensors grow, so its reserved peak is not monotone in the micro-batch";
 
 /// The `models:` line of a LoRA/QLoRA estimate.
 pub const MODELS_LINE: &str = "models: PEFT 0.21.2, bitsandbytes 0.50.2, transformers 5.24, TRL 1.16.0 SFTTrainer defaults (--json assumes names each function)";
@@ -277,7 +254,13 @@ impl FinetuneReport {
     /// The line of the micro-batch search.
     pub fn fit_lines(&self) -> Vec<String> {
         vec![match self.max_micro_batch.flatten() {
-            Some(b) => format!("largest micro-batch that fits: {b}"),
+            Some(b) => crate::text::search_line(
+                "largest micro-batch that fits",
+                "micro-batch",
+                b,
+                self.batch_search.as_ref(),
+                WHY,
+            ),
             None => "no micro-batch fits".into(),
         }]
     }

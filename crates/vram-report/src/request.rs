@@ -405,7 +405,10 @@ impl Weights {
             "mxfp4" => Weights::Mxfp4,
             "fbgemm_fp8" | "compressed-tensors-fp8" => Weights::Format(WeightFormat::Fp8),
             "w8a8" | "compressed-tensors-w8a8" => Weights::Format(WeightFormat::Int8),
-            "gptq_marlin" => Weights::Marlin(WeightFormat::Gptq { group: 128 }),
+            "gptq_marlin" => Weights::Marlin(WeightFormat::Gptq {
+                group: 128,
+                desc_act: false,
+            }),
             "awq_marlin" => Weights::Marlin(WeightFormat::Awq { group: 128 }),
             _ if l.starts_with("gptq") || l.starts_with("awq") => {
                 Weights::Format(WeightFormat::parse(&l)?)
@@ -441,7 +444,7 @@ impl Weights {
             }
             Weights::Format(WeightFormat::Fp8) => Quantization::Fp8,
             Weights::Format(WeightFormat::Int8) => Quantization::Int8,
-            Weights::Format(WeightFormat::Gptq { group: 128 }) => Quantization::Gptq,
+            Weights::Format(WeightFormat::Gptq { group: 128, desc_act: false }) => Quantization::Gptq,
             Weights::Format(WeightFormat::Awq { group: 128 }) => Quantization::Awq,
             Weights::Format(WeightFormat::Nf4) | Weights::Bitsandbytes => {
                 Quantization::Bitsandbytes

@@ -72,6 +72,72 @@ pub fn speed_line(s: &Speed) -> String {
     )
 }
 
+/// The line of one fit search's answer `n`: `full` (as "largest micro-batch that fits") where
+/// every larger size was tried, else `partial` with the next size not fitting and the untried
+/// sizes named; then the smaller sizes checked that do not fit (`c`: what the search checked)
+/// and `why` a smaller size can fail where a larger one fits.
+pub(crate) fn search_line(
+    full: &str,
+    partial: &str,
+    n: u64,
+    c: Option<&SearchChecked>,
+    why: &str,
+) -> String {
+    let head = match c.and_then(|c| c.untried_above_to) {
+        Some(t) => format!(
+            "{partial} that fits with the next not: {n} ({}–{t} not tried: a larger one may fit)",
+            n + 2
+        ),
+        None => format!("{full}: {n}"),
+    };
+    let gap = gap(c, n, why);
+    if gap.is_empty() {
+        head
+    } else {
+        format!("{head} ({})", &gap[2..])
+    }
+}
+
+/// Where a smaller size than the answer `n` does not fit, which, and `why` (`"; …"`; empty
+/// where none).
+fn gap(c: Option<&SearchChecked>, n: u64, why: &str) -> String {
+    match c {
+        Some(c) if !c.not_fitting_below.is_empty() => {
+            let ranges: Vec<String> = c
+                .not_fitting_below
+                .iter()
+                .map(|&[a, b]| {
+                    if a == b {
+                        a.to_string()
+                    } else {
+                        format!("{a}–{b}")
+                    }
+                })
+                .collect();
+            let checked = if c.checked_below_from <= 1 {
+                "every smaller one checked".to_string()
+            } else {
+                format!("of {}–{} checked", c.checked_below_from, n - 1)
+            };
+            format!(
+                "; {} do{} not fit, {checked}: {why}",
+                ranges.join(", "),
+                if ranges.len() == 1 && c.not_fitting_below[0][0] == c.not_fitting_below[0][1] {
+                    "es"
+                } else {
+                    ""
+                }
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// Why a training or `generate` step's fit is not monotone in its size (see
+/// `vram_model::walk::settled_largest`).
+const RELEASE: &str =
+    "where the device first runs out decides which cached segments the allocator releases whole";
+
 impl EstimateReport {
     /// The verdict line.
     pub fn verdict(&self) -> String {
@@ -82,77 +148,25 @@ impl EstimateReport {
     /// and the longest context (inference).
     pub fn fit_lines(&self) -> Vec<String> {
         let mut out = Vec::new();
-        // Where the sizes above were not all tried, the line says what was: the answer fits
-        // and the next size does not.
-        let head = |full: &str, partial: &str, n: u64, c: Option<&SearchChecked>| {
-            match c
-            .and_then(|c| c.untried_above_to)
-        {
-            Some(t) => format!(
-                "{partial} that fits with the next not: {n} ({}–{t} not tried: a larger one may fit)",
-                n + 2
-            ),
-            None => format!("{full}: {n}"),
-        }
-        };
-        // Where a smaller size than the answer does not fit, the line says which.
-        let gap = |c: Option<&SearchChecked>, n: u64| match c {
-            Some(c) if !c.not_fitting_below.is_empty() => {
-                let ranges: Vec<String> = c
-                    .not_fitting_below
-                    .iter()
-                    .map(|&[a, b]| {
-                        if a == b {
-                            a.to_string()
-                        } else {
-                            format!("{a}–{b}")
-                        }
-                    })
-                    .collect();
-                let checked = if c.checked_below_from <= 1 {
-                    "every smaller one checked".to_string()
-                } else {
-                    format!("of {}–{} checked", c.checked_below_from, n - 1)
-                };
-                format!(
-                    "; {} do{} not fit, {checked}: where the device first runs out decides which cached segments the allocator releases whole",
-                    ranges.join(", "),
-                    if ranges.len() == 1 && c.not_fitting_below[0][0] == c.not_fitting_below[0][1] { "es" } else { "" }
-                )
-            }
-            _ => String::new(),
-        };
-        let wrap = |s: String| {
-            if s.is_empty() {
-                s
-            } else {
-                format!(" ({})", &s[2..])
-            }
-        };
         match self.setup.mode {
             Mode::Train(_) => match self.max_micro_batch.flatten() {
-                Some(b) => {
-                    let c = self.batch_search.as_ref();
-                    out.push(format!(
-                        "{}{}",
-                        head("largest micro-batch that fits", "micro-batch", b, c),
-                        wrap(gap(c, b))
-                    ))
-                }
+                Some(b) => out.push(search_line(
+                    "largest micro-batch that fits",
+                    "micro-batch",
+                    b,
+                    self.batch_search.as_ref(),
+                    RELEASE,
+                )),
                 None => out.push("no micro-batch fits".into()),
             },
             Mode::Infer(i) => match self.max_batch.flatten() {
                 Some(b) => {
-                    let c = self.batch_search.as_ref();
-                    out.push(format!(
-                        "{}{}",
-                        head(
-                            &format!("largest batch at context {}", i.context),
-                            &format!("batch at context {}", i.context),
-                            b,
-                            c
-                        ),
-                        wrap(gap(c, b))
+                    out.push(search_line(
+                        &format!("largest batch at context {}", i.context),
+                        &format!("batch at context {}", i.context),
+                        b,
+                        self.batch_search.as_ref(),
+                        RELEASE,
                     ));
                     if let Some(n) = self.max_context.flatten() {
                         let c = self.context_search.as_ref();
@@ -160,17 +174,14 @@ impl EstimateReport {
                         match limit.filter(|l| l.tokens == n) {
                             Some(l) => out.push(format!(
                                 "longest context at batch {}: {n} (where the search stops: {}; a longer one would fit{})",
-                                i.batch, l.source, gap(c, n)
+                                i.batch, l.source, gap(c, n, RELEASE)
                             )),
-                            None => out.push(format!(
-                                "{}{}",
-                                head(
-                                    &format!("longest context at batch {}", i.batch),
-                                    &format!("context at batch {}", i.batch),
-                                    n,
-                                    c
-                                ),
-                                wrap(gap(c, n))
+                            None => out.push(search_line(
+                                &format!("longest context at batch {}", i.batch),
+                                &format!("context at batch {}", i.batch),
+                                n,
+                                c,
+                                RELEASE,
                             )),
                         }
                     }

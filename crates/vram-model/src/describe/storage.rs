@@ -300,7 +300,11 @@ impl Storage {
                         || (t.component == Component::Head && skip_head)
                         || t.rows == 1) =>
                 {
-                    t.numel() + e * t.rows.div_ceil(bn) * t.cols.div_ceil(bk) * 4
+                    // Each expert's matrix as one block-wise FP8 linear.
+                    e * crate::finetune::fp8_block_linear_tensors(t.rows, t.cols, bn, bk)
+                        .iter()
+                        .map(|x| x.bytes)
+                        .sum::<u64>()
                 }
                 _ => t.numel() * d,
             },

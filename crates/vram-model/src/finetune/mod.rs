@@ -43,6 +43,10 @@ pub enum WeightFormat {
     Gptq {
         /// Input features per scale/zero group.
         group: u64,
+        /// `desc_act` (act-order): the quantizer visited the input columns by decreasing
+        /// activation, so `g_idx` maps each input row to its group out of order. The library
+        /// holds `g_idx` either way; vLLM keeps it (and Marlin its sort indices) only with it.
+        desc_act: bool,
     },
     /// AWQ 4-bit GEMM layout with this group size.
     Awq {
@@ -84,6 +88,7 @@ impl WeightFormat {
             "fp8" => WeightFormat::Fp8,
             _ if s.starts_with("gptq") => WeightFormat::Gptq {
                 group: group(&s[4..], "gptq")?,
+                desc_act: false,
             },
             _ if s.starts_with("awq") => WeightFormat::Awq {
                 group: group(&s[3..], "awq")?,
@@ -106,7 +111,7 @@ impl WeightFormat {
             WeightFormat::Nf4 => "nf4".into(),
             WeightFormat::Fp4 => "fp4".into(),
             WeightFormat::Fp8 => "fp8".into(),
-            WeightFormat::Gptq { group } => format!("gptq-g{group}"),
+            WeightFormat::Gptq { group, .. } => format!("gptq-g{group}"),
             WeightFormat::Awq { group } => format!("awq-g{group}"),
         }
     }
@@ -234,15 +239,8 @@ pub fn linear_tensors(
                 vec![packed, tensor("absmax", &[blocks], "float32"), code]
             }
         }
-        WeightFormat::Fp8 => vec![
-            tensor("weight", &[out, inp], "float8_e4m3fn"),
-            tensor(
-                "weight_scale_inv",
-                &[out.div_ceil(128), inp.div_ceil(128)],
-                "float32",
-            ),
-        ],
-        WeightFormat::Gptq { group } => vec![
+        WeightFormat::Fp8 => fp8_block_linear_tensors(out, inp, FP8_BLOCK, FP8_BLOCK),
+        WeightFormat::Gptq { group, .. } => vec![
             tensor("qweight", &[inp / 8, out], "int32"),
             tensor("qzeros", &[groups(group), out / 8], "int32"),
             tensor("scales", &[groups(group), out], "float16"),
@@ -254,6 +252,27 @@ pub fn linear_tensors(
             tensor("scales", &[groups(group), out], "float16"),
         ],
     }
+}
+
+/// The block side of transformers' `FineGrainedFP8Config` default (`weight_block_size`
+/// `[128, 128]`), which DeepSeek-V3/R1's and Qwen3's FP8 checkpoints ship.
+pub const FP8_BLOCK: u64 = 128;
+
+/// Block-wise FP8's tensors for one `out × in` linear with `bn × bk` blocks: the
+/// `float8_e4m3fn` weight and one fp32 `weight_scale_inv` per block,
+/// `[ceil(out/bn), ceil(in/bk)]`. transformers 5.24's `FP8Linear` and vLLM's
+/// `Fp8LinearMethod.create_weights` (block quant, read at 0.9.1: `BlockQuantScaleParameter` of
+/// `torch.float32`, on the rank's partition sizes) both hold the scales fp32, whatever dtype
+/// the checkpoint stores them in.
+pub fn fp8_block_linear_tensors(out: u64, inp: u64, bn: u64, bk: u64) -> Vec<LinearTensor> {
+    vec![
+        tensor("weight", &[out, inp], "float8_e4m3fn"),
+        tensor(
+            "weight_scale_inv",
+            &[out.div_ceil(bn.max(1)), inp.div_ceil(bk.max(1))],
+            "float32",
+        ),
+    ]
 }
 
 /// MXFP4's tensors for one `out × in` linear as vLLM's `Mxfp4MoEMethod.create_weights` and
@@ -818,7 +837,15 @@ mod tests {
         // scales fp16 [32, out], g_idx int32 [in].
         let gptq = (inp / 8 * out) * 4 + (32 * out / 8) * 4 + 32 * out * 2 + inp * 4;
         assert_eq!(
-            linear_bytes(WeightFormat::Gptq { group: 128 }, false, out, inp),
+            linear_bytes(
+                WeightFormat::Gptq {
+                    group: 128,
+                    desc_act: false
+                },
+                false,
+                out,
+                inp
+            ),
             gptq
         );
         // AWQ WQLinear_GEMM: qweight int32 [in, out/8], qzeros int32 [32, out/8],
@@ -836,7 +863,10 @@ mod tests {
     fn weights_flag_parses_and_refuses() {
         assert_eq!(
             WeightFormat::parse("gptq").unwrap(),
-            WeightFormat::Gptq { group: 128 }
+            WeightFormat::Gptq {
+                group: 128,
+                desc_act: false
+            }
         );
         assert_eq!(
             WeightFormat::parse("awq-g64").unwrap(),

@@ -317,6 +317,55 @@ fn forward_locals(
 /// Estimates one LoRA/QLoRA step of `model` under `setup` (its micro-batch, sequence,
 /// accumulation, optimizer, attention, overheads, allocator).
 pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<FinetuneEstimate> {
+    step(model, setup, spec, true)
+}
+
+/// The largest micro-batch whose step fits `capacity` per [`estimate`]'s own verdict, with
+/// what was checked, as `vram estimate`'s micro-batch search
+/// ([`crate::walk::settled_largest`]): the next size does not fit, every larger one up to the
+/// peak walk's bound is tried where they are at most [`crate::walk::SCAN`], and the
+/// [`crate::walk::BELOW`] sizes under the answer are estimated. The allocator's reserved peak
+/// is not monotone in the micro-batch (segment rounding and splits change with the tensors'
+/// sizes), so the search does not assume it is. `Ok(None)`: not even 1 fits.
+pub fn largest_micro_batch(
+    model: &Model,
+    setup: &Setup,
+    spec: &FinetuneSpec,
+    capacity: u64,
+) -> Result<Option<crate::walk::Largest>> {
+    let at = |n: u64| -> Setup {
+        let mut s = *setup;
+        if let Mode::Train(t) = &mut s.mode {
+            t.micro_batch = n;
+        }
+        s
+    };
+    // The peak of live tensors grows with the micro-batch (every tensor does) and the device
+    // total is at least it plus the CUDA context: nothing above the largest size this walk
+    // (no replay) accepts fits.
+    let context = setup.overheads.cuda_context_bytes;
+    let Some(top) = crate::walk::search_max(|n| {
+        Ok(step(model, &at(n), spec, false)?
+            .peak_tensor_bytes
+            .saturating_add(context)
+            <= capacity)
+    })?
+    else {
+        return Ok(None);
+    };
+    crate::walk::settled_largest(Some(top), top, true, |n| {
+        Ok(estimate(model, &at(n), spec)?.fits(capacity))
+    })
+}
+
+/// The step of [`estimate`]; without `replay_allocator` its allocator figures are the walk's
+/// peak (a lower bound, for the micro-batch search's bound).
+fn step(
+    model: &Model,
+    setup: &Setup,
+    spec: &FinetuneSpec,
+    replay_allocator: bool,
+) -> Result<FinetuneEstimate> {
     spec.validate()?;
     let Model::Transformer(t) = model else {
         return Err(Error::Setup(
@@ -862,7 +911,11 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
     }
     // Walk: the peak of tensor bytes after the warm-up step, and its breakdown.
     let (peak, at_peak, phase) = walk(&tape.0);
-    let (allocated, reserved) = replay(&tape.0, setup.overheads.allocator);
+    let (allocated, reserved) = if replay_allocator {
+        replay(&tape.0, setup.overheads.allocator)
+    } else {
+        (peak, peak)
+    };
     let reserved = match setup.overheads.fragmentation {
         Some(f) => (peak as f64 * (1.0 + f)) as u64,
         None => reserved,

@@ -72,8 +72,9 @@ impl CacheTensor {
 }
 
 /// What one layer caches, in the shapes a serving engine pages it (vLLM's and SGLang's KV-cache
-/// specs): each token mixer gives its own ([`crate::mech::Mixer::cache_layout`]), and the
-/// serving model (`vram_plan::capacity::layer_caches`) reads only this.
+/// specs): each token mixer gives its own ([`crate::mech::Mixer::cache_layouts`]), and the
+/// serving model (`vram_plan::capacity::layer_caches`, one per layer) reads only this. A `Kv`
+/// layer without a window is full attention; with one, sliding or chunked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum CacheLayout {
@@ -96,22 +97,58 @@ pub enum CacheLayout {
         /// Elements beside it per token.
         rope: u64,
     },
-    /// A fixed state per request: a convolution state and a recurrent one, in the shapes
-    /// vLLM's `MambaStateShapeCalculator` gives them.
+    /// Mamba, Mamba2 and Gated DeltaNet: a fixed state per request, a convolution state and a
+    /// recurrent one, in the shapes vLLM's `MambaStateShapeCalculator`
+    /// (`vllm/model_executor/layers/mamba/mamba_utils.py`) gives them.
     State {
-        /// Convolution channels split evenly by TP (its B/C groups apart).
+        /// Convolution channels split evenly by TP (Gated DeltaNet: `2·k_heads·k_dim +
+        /// v_heads·v_dim`; Mamba2: `heads·head_dim`, its B/C groups apart; Mamba: the inner
+        /// width).
         conv_dim: u64,
-        /// B/C groups (0 when the convolution has none apart).
+        /// Mamba2's B/C groups (0 for Gated DeltaNet and Mamba); at TP not dividing them vLLM
+        /// replicates them to `tp` (`extra_groups_for_head_shards`).
         groups: u64,
-        /// Convolution channels per group.
+        /// Convolution channels per group (Mamba2: `2·state_size`).
         group_dim: u64,
-        /// Convolution width.
+        /// Convolution width; the engines keep `conv_kernel − 1` columns.
         conv_kernel: u64,
-        /// Recurrent-state heads.
+        /// Recurrent-state heads, split by TP.
         heads: u64,
-        /// Recurrent-state elements per head.
+        /// Recurrent-state elements per head (`k_dim·v_dim`, `head_dim·state_size`, or Mamba's
+        /// `state_size` per channel).
         head_state: u64,
     },
+}
+
+impl CacheLayout {
+    /// Elements of one request's convolution and recurrent states on one GPU of a `tp`-way job
+    /// (vLLM's `mamba2_state_shape` / `gated_delta_net_state_shape`: conv `(conv_dim / tp,
+    /// k − 1)`, temporal `(heads / tp, …)`); `(0, 0)` for attention layers.
+    pub fn state_elements(&self, tp: u64) -> (u64, u64) {
+        match *self {
+            CacheLayout::State {
+                conv_dim,
+                groups,
+                group_dim,
+                conv_kernel,
+                heads,
+                head_state,
+            } => {
+                // `extra_groups_for_head_shards`: `tp − groups` more when TP does not divide them.
+                let groups = if groups > 0 && groups % tp != 0 {
+                    groups + tp.saturating_sub(groups)
+                } else {
+                    groups
+                };
+                let conv = (conv_dim + groups * group_dim).div_ceil(tp);
+                (
+                    conv * conv_kernel.saturating_sub(1),
+                    heads.div_ceil(tp) * head_state,
+                )
+            }
+            _ => (0, 0),
+        }
+    }
 }
 
 /// One cache kind's layers and bytes in a [`CacheReport`].

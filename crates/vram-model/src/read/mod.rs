@@ -577,7 +577,12 @@ fn quantization(qc: &Cfg) -> Result<Quant> {
         // GPTQConfig (gptqmodel's QuantLinear: qweight, qzeros, scales, g_idx) and AwqConfig
         // (GEMM layout: qweight, qzeros, scales), 4 bits.
         Some("gptq") if bits == 4 => Quant::Packed {
-            format: WeightFormat::Gptq { group: group(qc)? },
+            format: WeightFormat::Gptq {
+                group: group(qc)?,
+                // GPTQConfig's `desc_act` (default false); with one group per row the order
+                // of the rows does not matter and vLLM's GPTQMarlinConfig sets it false.
+                desc_act: flag("desc_act") && group(qc)? > 0,
+            },
             double_quant: false,
         },
         Some("awq") if bits == 4 && group(qc)? > 0 => Quant::Packed {

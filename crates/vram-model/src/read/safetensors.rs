@@ -426,7 +426,10 @@ impl Tally {
                 _ => 0,
             };
             let format = if gptq {
-                WeightFormat::Gptq { group }
+                WeightFormat::Gptq {
+                    group,
+                    desc_act: false,
+                }
             } else {
                 WeightFormat::Awq { group }
             };
@@ -550,7 +553,10 @@ mod tests {
         assert_eq!(
             q,
             Quant::Packed {
-                format: WeightFormat::Gptq { group: 64 },
+                format: WeightFormat::Gptq {
+                    group: 64,
+                    desc_act: false
+                },
                 double_quant: false
             }
         );

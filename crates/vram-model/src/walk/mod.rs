@@ -1325,7 +1325,25 @@ fn batch_search(
             |n| walk_slope(model, n, &at),
         )?
     };
-    let mut ok = Verdicts::new(|n: u64| Ok(estimate(model, &at(n))?.fits(capacity)));
+    settled_largest(found, top, check_below, |n| {
+        Ok(estimate(model, &at(n))?.fits(capacity))
+    })
+}
+
+/// A size search over 1..=`top` settled on a full estimate's verdict `fits` (each size
+/// estimated once): the answer fits and the next size does not (see `settle`), every size
+/// above it to `top` is tried where they are at most [`SCAN`], and with `check_below` the
+/// [`BELOW`] sizes under it are estimated and those that do not fit named. `top` is a bound
+/// nothing above fits (the peak walk's: the estimate's device total is at least its peak);
+/// `found`, where given, is a size near the answer (a search on a cheaper verdict). `None`:
+/// not even 1 fits. The micro-batch of a LoRA/QLoRA step (`finetune::step`) is searched so too.
+pub fn settled_largest(
+    found: Option<u64>,
+    top: u64,
+    check_below: bool,
+    fits: impl FnMut(u64) -> Result<bool>,
+) -> Result<Option<Largest>> {
+    let mut ok = Verdicts::new(fits);
     let settled = settle(found, 1, top, |n| ok.get(n))?;
     let found = above(settled, 1, top, |n| ok.get(n))?;
     found
@@ -1721,7 +1739,7 @@ fn search_max_from(start: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Res
 }
 
 /// Largest `n` in 1..=2^24 with `fits(n)`, assuming `fits` is monotone.
-fn search_max(mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
+pub(crate) fn search_max(mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
     if !fits(1)? {
         return Ok(None);
     }

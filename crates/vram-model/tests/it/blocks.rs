@@ -318,11 +318,45 @@ fn quantization_configs_are_read_into_the_storage() {
         ),
         (
             r#"{"quant_method":"gptq","bits":4,"group_size":128,"desc_act":false}"#,
-            packed(WeightFormat::Gptq { group: 128 }, false),
+            packed(
+                WeightFormat::Gptq {
+                    group: 128,
+                    desc_act: false,
+                },
+                false,
+            ),
+        ),
+        (
+            r#"{"quant_method":"gptq","bits":4,"group_size":128,"desc_act":true}"#,
+            packed(
+                WeightFormat::Gptq {
+                    group: 128,
+                    desc_act: true,
+                },
+                false,
+            ),
+        ),
+        // One group per row: the order of the rows does not matter (vLLM's GPTQMarlinConfig
+        // sets desc_act false).
+        (
+            r#"{"quant_method":"gptq","bits":4,"group_size":-1,"desc_act":true}"#,
+            packed(
+                WeightFormat::Gptq {
+                    group: 0,
+                    desc_act: false,
+                },
+                false,
+            ),
         ),
         (
             r#"{"quant_method":"gptq","bits":4,"group_size":-1}"#,
-            packed(WeightFormat::Gptq { group: 0 }, false),
+            packed(
+                WeightFormat::Gptq {
+                    group: 0,
+                    desc_act: false,
+                },
+                false,
+            ),
         ),
         (
             r#"{"quant_method":"awq","bits":4,"group_size":64,"version":"gemm"}"#,

@@ -374,7 +374,13 @@ fn packed_linears_hold_what_bitsandbytes_makes() {
         vec![65536, 2048, 32, 64, 4, 1024]
     );
     // GPTQ stores `g_idx` (int32, one per input column), AWQ none.
-    let gptq = seen(WeightFormat::Gptq { group: 128 }, false);
+    let gptq = seen(
+        WeightFormat::Gptq {
+            group: 128,
+            desc_act: false,
+        },
+        false,
+    );
     assert_eq!(gptq[3], ("g_idx", vec![512], "int32"));
     assert_eq!(gptq[0], ("qweight", vec![64, 256], "int32"));
     let awq = seen(WeightFormat::Awq { group: 128 }, false);

@@ -157,11 +157,12 @@ pub(super) fn vllm_mla_absorbs(k: &Knobs) -> bool {
 /// (`get_and_maybe_dequant_weights`, read at 0.7.3). 0.7.0 and 0.7.1 are not read and taken as
 /// 0.7.2.
 pub(super) fn vllm_07_mla_disabled_by(t: &Transformer, k: &Knobs) -> Option<&'static str> {
-    use super::layers::{layer_caches, LayerCache};
+    use super::layers::layer_caches;
+    use super::CacheLayout;
     let v = Engine::Vllm.version_in_force(k);
     let mla = layer_caches(t)
         .iter()
-        .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
+        .any(|c| matches!(c, CacheLayout::Latent { .. }));
     if !mla || !([0, 7, 0]..[0, 7, 3]).contains(&v) {
         return None;
     }

@@ -26,6 +26,20 @@
 //! - **NCCL inside the graphs.** Where vLLM's custom all-reduce is off (PCIe, no P2P, across
 //!   nodes; [`nccl_in_graphs`]), PyNccl's all-reduces are captured into every graph, each keeping
 //!   [`NCCL_CAPTURED_BYTES`], or [`NCCL_CAPTURED_PROXY_BYTES`] over the network.
+//! - **What no source here sizes: the driver's share.** Both figures above are measured on
+//!   recent drivers. The graphs' memory outside PyTorch's pool is the CUDA driver's (nodes of
+//!   the instantiated graphs: torch's `CUDAGraph::capture_end` instantiates each graph, and
+//!   vLLM 0.8's piecewise mode makes one per piece per size) and, under NCCL before 2.22 (vLLM
+//!   0.8 loads 2.21.5 with torch 2.6), one small device buffer per captured collective
+//!   (`uploadWork`: `ncclCudaMalloc(&plan->workHead, nWork)` for persistent plans, a plain
+//!   `cudaMalloc` since vLLM's `env_override.py` sets `NCCL_CUMEM_ENABLE=0`; from 2.22
+//!   `finishPlan` puts a small collective's work in the kernel's arguments instead). What
+//!   those cost on the device is set by the driver: vllm#5517 measured the same NCCL-in-graph
+//!   start on A10G and L4 at 3.81 GiB of graphs under driver R535 (CUDA 12.2/12.3) and 1.14 GiB
+//!   under R550 (CUDA 12.4). vram does not know the driver, so these constants describe R550+
+//!   hosts; the two V1 0.8 PCIe refusals it still predicts to start (vllm#17469, vllm#17462;
+//!   BENCHMARKS.md, "Where the graph memory of vllm#17469 and vllm#17462 goes") need several
+//!   times them.
 //! - **Inside or outside the KV budget.** Up to 0.19 the graphs are captured after the KV cache
 //!   is sized (`compile_or_warm_up_model` after `initialize_from_config`, `gpu_worker.py` at
 //!   0.8.5, 0.10.1, 0.11.0): they must fit in what `gpu_memory_utilization` leaves. 0.19 profiles
@@ -198,7 +212,7 @@ pub(super) fn vllm_graphs(
             if fa3
                 && !layer_caches(t)
                     .iter()
-                    .any(|c| matches!(c, LayerCache::MlaLatent { .. })) =>
+                    .any(|c| matches!(c, CacheLayout::Latent { .. })) =>
         {
             let (q, _) = t.blocks.typical().attn_widths();
             let heads = t.blocks.typical().heads.div_ceil(k.tp);

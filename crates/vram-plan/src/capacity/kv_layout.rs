@@ -106,7 +106,7 @@ pub(super) fn vllm_blocks(g: &KvGroup, len: u64, mnbt: u64) -> u64 {
 ///   `block_size × 2 × kv_heads/tp × head_size × kv dtype` (`AttentionSpec.page_size_bytes`);
 ///   MLA `block_size × (kv_lora_rank + qk_rope_head_dim) × kv dtype`, one head, not split by TP
 ///   (`MLAAttentionSpec`); Mamba2 / Gated DeltaNet the request's state
-///   (`MambaSpec.page_size_bytes`, the shapes of [`LayerCache::state_elements`] in the model
+///   (`MambaSpec.page_size_bytes`, the shapes of [`CacheLayout::state_elements`] in the model
 ///   dtype, `--mamba-cache-dtype auto`).
 /// - Block size: `--block-size` (16); MLA on Hopper 64 (FlashMLA) and on Blackwell 128
 ///   (CUTLASS MLA), set by `vllm/platforms/cuda.py` `check_and_update_config`. A model with
@@ -123,7 +123,7 @@ pub(super) fn vllm_blocks(g: &KvGroup, len: u64, mnbt: u64) -> u64 {
 ///   `⌈layers / per group⌉` groups, the last padded. One model of one spec is one group.
 /// - A sliding window no shorter than `max_model_len` is full attention here.
 pub(super) fn vllm_layout(
-    layers: &[LayerCache],
+    layers: &[CacheLayout],
     k: &Knobs,
     gpu: &Gpu,
     max_len: u64,
@@ -134,7 +134,7 @@ pub(super) fn vllm_layout(
     let mla_aligned = engine::vllm_mla_entry_aligned(k, engine::vllm_v1(k, gpu).0);
     let mla = layers
         .iter()
-        .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
+        .any(|c| matches!(c, CacheLayout::Latent { .. }));
     let mut block = k.block_size.unwrap_or(16);
     if mla {
         match gpu.sm_major {
@@ -143,7 +143,7 @@ pub(super) fn vllm_layout(
             _ => {}
         }
     }
-    let state_page = layers.iter().map(|c| c.state_bytes(k)).max().unwrap_or(0);
+    let state_page = layers.iter().map(|c| state_bytes(c, k)).max().unwrap_or(0);
     // The attention page of one token the alignment uses: the model's own kv heads and head
     // size (`FullAttentionSpec(block_size=1, ...)`), i.e. the first attention layer's.
     let attn_token = layers
@@ -160,14 +160,14 @@ pub(super) fn vllm_layout(
     let attn_page = block * attn_token;
     // (kind, window, per-token bytes or state bytes) of each layer, in order.
     type Spec = (&'static str, Option<u64>, u64);
-    let spec = |c: &LayerCache| -> Spec {
+    let spec = |c: &CacheLayout| -> Spec {
         match *c {
-            LayerCache::Full { .. } => ("full", None, block * token_bytes(c, kv, tp)),
-            LayerCache::Sliding { window, .. } if window < max_len => {
-                ("sliding", Some(window), block * token_bytes(c, kv, tp))
-            }
-            LayerCache::Sliding { .. } => ("full", None, block * token_bytes(c, kv, tp)),
-            LayerCache::MlaLatent { .. } => {
+            CacheLayout::Kv {
+                window: Some(window),
+                ..
+            } if window < max_len => ("sliding", Some(window), block * token_bytes(c, kv, tp)),
+            CacheLayout::Kv { .. } => ("full", None, block * token_bytes(c, kv, tp)),
+            CacheLayout::Latent { .. } => {
                 let entry = token_bytes(c, kv, tp);
                 let entry = if mla_aligned {
                     entry.div_ceil(256) * 256
@@ -176,7 +176,7 @@ pub(super) fn vllm_layout(
                 };
                 ("mla", None, block * entry)
             }
-            LayerCache::State { .. } => ("state", None, c.state_bytes(k)),
+            CacheLayout::State { .. } => ("state", None, state_bytes(c, k)),
         }
     };
     // Types in first-seen order with their layer counts.

@@ -59,6 +59,7 @@
 
 use serde::{Deserialize, Serialize};
 use vram_model::arch::Transformer;
+use vram_model::blocks::CacheLayout;
 use vram_model::fmt::thousands;
 use vram_model::gpu::Gpu;
 
@@ -77,7 +78,7 @@ mod vllm;
 mod weights;
 
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
-pub use layers::{kv_bytes_per_token, layer_caches, LayerCache};
+pub use layers::{kv_bytes_per_token, layer_caches};
 pub use non_torch::Interconnect;
 pub use registry::{registry_check, RegistryCheck};
 pub use weights::{allocated_rounding, allocator_rounding, weights_per_gpu};
@@ -228,52 +229,82 @@ pub enum Quantization {
 impl Quantization {
     /// The tensors' bytes of one `out × in` linear stored under `self`, as
     /// [`vram_model::finetune::linear_tensors`] describes each format (`dtype`: bytes of the
-    /// model dtype; `stored_dq`: a bitsandbytes checkpoint's own `bnb_4bit_use_double_quant`,
-    /// `None` for the engines' in-flight quantization, which nests the statistics; `expert`:
-    /// an expert bank, the only linears MXFP4 packs). AWQ and GPTQ at group 128 (vLLM
-    /// `AWQLinearMethod`/`GPTQLinearMethod.create_weights`; GPTQ's `g_idx` as loading leaves
-    /// it); INT8 W8A8 as
-    /// an int8 weight with an fp32 scale per output row; FP8 one byte a weight (its per-tensor
-    /// scales, one value each, left out).
+    /// model dtype; `stored`: the checkpoint's own storage, `vram_model::blocks::Quant`;
+    /// `in_flight_dq`: whether bitsandbytes' statistics are the engines' in-flight ones rather
+    /// than the checkpoint's; `expert`: an expert bank, the only linears MXFP4 packs). AWQ and
+    /// GPTQ at group 128 (vLLM `AWQLinearMethod`/`GPTQLinearMethod.create_weights`); INT8 W8A8
+    /// as an int8 weight with an fp32 scale per output row; FP8 one byte a weight, with a
+    /// block-wise checkpoint's fp32 `weight_scale_inv` per block, else its per-tensor scale
+    /// (one value, left out).
     pub fn linear_parts(
         self,
         dtype: u64,
-        stored_dq: Option<bool>,
+        stored: vram_model::blocks::Quant,
+        in_flight_dq: bool,
         out: u64,
         inp: u64,
         expert: bool,
     ) -> Vec<u64> {
+        use vram_model::blocks::Quant;
         use vram_model::finetune::{
-            linear_parts, linear_tensors, mxfp4_linear_tensors, WeightFormat,
+            fp8_block_linear_tensors, linear_parts, linear_tensors, mxfp4_linear_tensors,
+            WeightFormat,
         };
         let plain = if dtype == 4 {
             WeightFormat::Fp32
         } else {
             WeightFormat::Bf16
         };
+        let bytes = |v: Vec<vram_model::finetune::LinearTensor>| -> Vec<u64> {
+            v.iter().map(|t| t.bytes).collect()
+        };
         match self {
             Quantization::None => linear_parts(plain, false, out, inp),
             Quantization::Mxfp4 if !expert => linear_parts(plain, false, out, inp),
-            Quantization::Mxfp4 => mxfp4_linear_tensors(out, inp)
-                .iter()
-                .map(|t| t.bytes)
-                .collect(),
-            Quantization::Fp8 => vec![out * inp],
+            Quantization::Mxfp4 => bytes(mxfp4_linear_tensors(out, inp)),
+            // A block-wise FP8 checkpoint (`weight_block_size`): vLLM's `Fp8LinearMethod`
+            // (block quant, read at 0.9.1) creates `weight_scale_inv` fp32
+            // `[ceil(out/bn), ceil(in/bk)]` on the rank's partition and keeps it. A bf16
+            // checkpoint quantized in flight (or a per-tensor FP8 one) keeps one fp32 scale.
+            Quantization::Fp8 => match stored {
+                Quant::Fp8Block { bn, bk, .. } => bytes(fp8_block_linear_tensors(out, inp, bn, bk)),
+                _ => vec![out * inp],
+            },
             Quantization::Int8 => linear_parts(WeightFormat::Int8, false, out, inp),
             Quantization::Awq => linear_parts(WeightFormat::Awq { group: 128 }, false, out, inp),
-            // The checkpoint's `g_idx` is loaded, then emptied when `desc_act` is false (the
-            // common case, transformers' `GPTQConfig` default): vLLM's
-            // `GPTQLinearMethod.process_weights_after_loading` sets it to `torch.empty((0,))`,
-            // and the Marlin path to `marlin_make_empty_g_idx`.
+            // The checkpoint's `g_idx` is loaded, then emptied unless `desc_act` (act-order)
+            // is set: vLLM's `GPTQLinearMethod.process_weights_after_loading` sets it to
+            // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1) to
+            // `marlin_make_empty_g_idx`. With `desc_act`, Marlin keeps `g_idx` sorted and adds
+            // `g_idx_sort_indices`, both int32 over the rank's input rows.
             Quantization::Gptq => {
-                linear_tensors(WeightFormat::Gptq { group: 128 }, false, out, inp)
+                let desc_act = matches!(
+                    stored,
+                    Quant::Packed {
+                        format: WeightFormat::Gptq { desc_act: true, .. },
+                        ..
+                    }
+                );
+                let format = WeightFormat::Gptq {
+                    group: 128,
+                    desc_act,
+                };
+                let mut v: Vec<u64> = linear_tensors(format, false, out, inp)
                     .iter()
-                    .filter(|t| t.name != "g_idx")
+                    .filter(|t| desc_act || t.name != "g_idx")
                     .map(|t| t.bytes)
-                    .collect()
+                    .collect();
+                if desc_act {
+                    v.push(4 * inp); // g_idx_sort_indices
+                }
+                v
             }
             Quantization::Bitsandbytes => {
-                linear_parts(WeightFormat::Nf4, stored_dq.unwrap_or(true), out, inp)
+                let dq = match stored {
+                    Quant::Packed { double_quant, .. } if !in_flight_dq => double_quant,
+                    _ => true,
+                };
+                linear_parts(WeightFormat::Nf4, dq, out, inp)
             }
         }
     }

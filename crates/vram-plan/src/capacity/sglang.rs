@@ -128,7 +128,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         mamba_ssm_bytes: Some(k.mamba_ssm_bytes.unwrap_or(4)),
         ..*k
     };
-    let per_req: u64 = layers.iter().map(|c| c.state_bytes(&state_knobs)).sum();
+    let per_req: u64 = layers.iter().map(|c| state_bytes(c, &state_knobs)).sum();
     let (rest, mamba_slots) = if per_req > 0 && rest > 0.0 {
         let budget = rest * SGLANG_MAMBA_FULL_MEMORY_RATIO / (1.0 + SGLANG_MAMBA_FULL_MEMORY_RATIO);
         let n = (budget * GIB / per_req as f64) as u64;
@@ -155,13 +155,13 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // `swa × swa_layers + full × full_layers = tokens × layers` with `swa = full ×
     // --swa-full-tokens-ratio` (0.8), each rounded down to the page; the full layers' count is
     // the pool's `max_total_num_tokens`.
-    let attn: Vec<&LayerCache> = layers
+    let attn: Vec<&CacheLayout> = layers
         .iter()
-        .filter(|c| !matches!(c, LayerCache::State { .. }))
+        .filter(|c| !matches!(c, CacheLayout::State { .. }))
         .collect();
     let n_swa = attn
         .iter()
-        .filter(|c| matches!(c, LayerCache::Sliding { window, .. } if *window < max_len))
+        .filter(|c| matches!(c, CacheLayout::Kv { window: Some(w), .. } if *w < max_len))
         .count() as u64;
     let mut swa_tokens = None;
     if n_swa > 0 && (n_swa as usize) < attn.len() {
@@ -174,7 +174,9 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             .iter()
             .map(|c| {
                 let n = match c {
-                    LayerCache::Sliding { window, .. } if *window < max_len => swa,
+                    CacheLayout::Kv {
+                        window: Some(w), ..
+                    } if *w < max_len => swa,
                     _ => full,
                 };
                 n * token_bytes(c, kv, attention_tp(k))
@@ -311,7 +313,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         .chain(
             layers
                 .iter()
-                .any(|c| matches!(c, LayerCache::Sliding { .. }))
+                .any(|c| matches!(c, CacheLayout::Kv { window: Some(_), .. }))
                 .then_some("SGLang's sliding-window pool (SWAKVPool, model_runner.set_num_token_hybrid, read at a 2026 snapshot): the all-full token count shared out with swa = 0.8 x full, for every model with sliding layers (SGLang enables it per architecture; --disable-hybrid-swa-memory not modelled)"),
         )
         .chain(mamba_slots.map(|_| "SGLang's Mamba/Gated DeltaNet state pool (model_runner._handle_max_mamba_cache, read at a 2026 snapshot): rest x 0.9 / 1.9 in whole requests of conv (bf16) + recurrent (float32) state, the token pool the remainder; no speculative decoding"))
@@ -325,7 +327,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
 /// priced as full ones and state layers are outside the token pool (SGLang's `SWAKVPool` and
 /// `MambaPool` are not modelled; their layers are listed with their state's bytes).
 pub(super) fn sglang_kinds(
-    layers: &[LayerCache],
+    layers: &[CacheLayout],
     kv: u64,
     k: &Knobs,
     page_size: u64,
@@ -335,13 +337,13 @@ pub(super) fn sglang_kinds(
     let mut out: Vec<KvGroup> = Vec::new();
     for c in layers {
         let (kind, window) = match *c {
-            LayerCache::Full { .. } => ("full", None),
-            LayerCache::Sliding { window, .. } => ("sliding", Some(window)),
-            LayerCache::MlaLatent { .. } => ("mla", None),
-            LayerCache::State { .. } => ("state", None),
+            CacheLayout::Kv { window: None, .. } => ("full", None),
+            CacheLayout::Kv { window, .. } => ("sliding", window),
+            CacheLayout::Latent { .. } => ("mla", None),
+            CacheLayout::State { .. } => ("state", None),
         };
         let page = if kind == "state" {
-            c.state_bytes(k)
+            state_bytes(c, k)
         } else {
             page_size * token_bytes(c, kv, attention_tp(k))
         };

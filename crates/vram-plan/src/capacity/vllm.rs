@@ -14,10 +14,16 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         let caches = layer_caches(t);
         let mla = caches
             .iter()
-            .any(|c| matches!(c, LayerCache::MlaLatent { .. }));
-        let sliding = caches
-            .iter()
-            .any(|c| matches!(c, LayerCache::Sliding { .. }));
+            .any(|c| matches!(c, CacheLayout::Latent { .. }));
+        let sliding = caches.iter().any(|c| {
+            matches!(
+                c,
+                CacheLayout::Kv {
+                    window: Some(_),
+                    ..
+                }
+            )
+        });
         let multimodal = t.blocks.vision.is_some();
         (
             256,

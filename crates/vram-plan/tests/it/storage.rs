@@ -89,8 +89,20 @@ fn a_weights_format_is_one_storage_for_every_command() {
         (WeightFormat::Nf4, true),
         (WeightFormat::Fp4, false),
         (WeightFormat::Fp8, false),
-        (WeightFormat::Gptq { group: 128 }, false),
-        (WeightFormat::Gptq { group: 0 }, false),
+        (
+            WeightFormat::Gptq {
+                group: 128,
+                desc_act: false,
+            },
+            false,
+        ),
+        (
+            WeightFormat::Gptq {
+                group: 0,
+                desc_act: false,
+            },
+            false,
+        ),
         (WeightFormat::Awq { group: 64 }, false),
     ];
     for (name, t) in zoo() {
@@ -232,4 +244,49 @@ fn capacity_holds_gemma_4s_per_layer_inputs_and_towers() {
         12 * (24 * h * h + 6 * h) + h * 1024 + 1536 * h
     );
     assert_eq!(e4b.params, 308_756_768);
+}
+
+/// What vLLM holds of one quantized linear (read at 0.9.1), as `vram capacity` counts it: a
+/// block-wise FP8 checkpoint's fp32 `weight_scale_inv`, one per `bn × bk` block of the rank's
+/// partition (`Fp8LinearMethod.create_weights`), where a bf16 checkpoint quantized in flight
+/// keeps one scale (one value, left out); GPTQ's `g_idx` and Marlin's `g_idx_sort_indices` (int32 over the input
+/// rows) only with `desc_act`, emptied otherwise (`MarlinLinearKernel.process_weights_after_loading`).
+#[test]
+fn quantized_linears_hold_what_vllm_keeps() {
+    use vram_plan::capacity::Quantization;
+    let (out, inp) = (4096, 14336);
+    let block = Quant::Fp8Block {
+        bn: 128,
+        bk: 128,
+        skip_head: true,
+    };
+    assert_eq!(
+        Quantization::Fp8.linear_parts(2, block, false, out, inp, false),
+        vec![out * inp, 4 * 32 * 112]
+    );
+    // A partition that is not a whole number of blocks: vLLM rounds up (`(n + bn - 1) // bn`).
+    assert_eq!(
+        Quantization::Fp8.linear_parts(2, block, false, 1000, 300, false),
+        vec![300_000, 4 * 8 * 3]
+    );
+    assert_eq!(
+        Quantization::Fp8.linear_parts(2, Quant::None, false, out, inp, false),
+        vec![out * inp]
+    );
+    let gptq = |desc_act| Quant::Packed {
+        format: WeightFormat::Gptq {
+            group: 128,
+            desc_act,
+        },
+        double_quant: false,
+    };
+    let plain = Quantization::Gptq.linear_parts(2, gptq(false), false, out, inp, false);
+    // qweight int32 [in/8, out], qzeros int32 [groups, out/8], scales fp16 [groups, out].
+    assert_eq!(
+        plain,
+        vec![inp / 8 * out * 4, 112 * out / 8 * 4, 112 * out * 2]
+    );
+    let act = Quantization::Gptq.linear_parts(2, gptq(true), false, out, inp, false);
+    assert_eq!(act[..3], plain[..]);
+    assert_eq!(act[3..], [4 * inp, 4 * inp]);
 }

@@ -20,6 +20,7 @@
 //! its floor. The plan keeps `--fragmentation` (default 2 %) of the cap free for what the
 //! allocator reserves above what is allocated; the floor does not. Every file says where its
 //! figures come from (`source`).
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::process::ExitCode;
