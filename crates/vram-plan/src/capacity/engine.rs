@@ -171,7 +171,7 @@ pub(super) fn vllm_07_mla_disabled_by(t: &Transformer, k: &Knobs) -> Option<&'st
         Quantization::Awq => Some("awq"),
         Quantization::Gptq => Some("gptq"),
         Quantization::Bitsandbytes => Some("bitsandbytes"),
-        Quantization::Int8 => Some("compressed-tensors"),
+        Quantization::Int8 | Quantization::Wna16 => Some("compressed-tensors"),
         Quantization::Mxfp4 => Some("mxfp4"),
         Quantization::None | Quantization::Fp8 => None,
     }

@@ -215,6 +215,9 @@ pub enum Quantization {
     Awq,
     /// GPTQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
     Gptq,
+    /// compressed-tensors W4A16 (`pack-quantized` int4, from the checkpoint's config): a scale
+    /// per group, zero points only when asymmetric (`vram_model::finetune::WeightFormat::Wna16`).
+    Wna16,
     /// bitsandbytes NF4 as the engines quantize it in flight: block 64, with the block absmax
     /// itself quantized (a uint8 per block and an fp32 absmax per 256 blocks). vLLM's loader
     /// calls `quantize_4bit(..., compress_statistics=True, quant_type="nf4")` (`loader.py` at
@@ -272,6 +275,21 @@ impl Quantization {
             },
             Quantization::Int8 => linear_parts(WeightFormat::Int8, false, out, inp),
             Quantization::Awq => linear_parts(WeightFormat::Awq { group: 128 }, false, out, inp),
+            // The checkpoint's group size and symmetry (vLLM's `CompressedTensorsWNA16` and its
+            // Marlin MoE method hold the checkpoint's tensors, repacked at the same sizes).
+            Quantization::Wna16 => {
+                let format = match stored {
+                    Quant::Packed {
+                        format: f @ WeightFormat::Wna16 { .. },
+                        ..
+                    } => f,
+                    _ => WeightFormat::Wna16 {
+                        group: 128,
+                        symmetric: true,
+                    },
+                };
+                linear_parts(format, false, out, inp)
+            }
             // The checkpoint's `g_idx` is loaded, then emptied unless `desc_act` (act-order)
             // is set: vLLM's `GPTQLinearMethod.process_weights_after_loading` sets it to
             // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1) to

@@ -411,7 +411,8 @@ fn weight_tensor_sequence(t: &Transformer, k: &Knobs) -> Vec<u64> {
 }
 
 /// The quantization the engine loads the linears with: `--quantization`, else the checkpoint's
-/// stored format (AWQ, GPTQ, bitsandbytes NF4/FP4, INT8, block FP8, MXFP4), else none.
+/// stored format (AWQ, GPTQ, compressed-tensors W4A16, bitsandbytes NF4/FP4, INT8, block FP8,
+/// MXFP4), else none.
 pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization {
     use vram_model::blocks::Quant;
     use vram_model::finetune::WeightFormat;
@@ -424,6 +425,7 @@ pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization 
         Quant::Packed { format, .. } => match format {
             WeightFormat::Awq { .. } => Quantization::Awq,
             WeightFormat::Gptq { .. } => Quantization::Gptq,
+            WeightFormat::Wna16 { .. } => Quantization::Wna16,
             WeightFormat::Nf4 | WeightFormat::Fp4 => Quantization::Bitsandbytes,
             WeightFormat::Int8 => Quantization::Int8,
             _ => Quantization::None,
