@@ -423,7 +423,10 @@ fn sglang_0_4_defaults_and_reserved_weights() {
     assert_eq!(c.memory_fraction, 0.85);
     assert_eq!(c.max_num_batched_tokens, 2048);
     assert_eq!(c.max_num_seqs, 80);
-    assert_eq!(allocator_rounding(&t, &k), 64 * 7 * MIB / 2 + 3 * MIB / 2);
+    assert_eq!(
+        allocator_rounding(&t, &k, l4),
+        64 * 7 * MIB / 2 + 3 * MIB / 2
+    );
     assert_eq!(
         c.weights_bytes,
         weights_per_gpu(&t, &k, l4, Engine::Sglang) + 64 * 7 * MIB / 2 + 3 * MIB / 2
@@ -1184,7 +1187,7 @@ fn model_loading_counts_what_the_allocator_hands_out() {
         rocm.weights_bytes,
         weights_per_gpu(&t, &k, mi, Engine::Vllm) + 64 * 7 * MIB / 2 + 3 * MIB / 2
     );
-    assert_eq!(allocated_rounding(&t, &k), 64 * 2 * MIB + 3 * MIB / 2);
+    assert_eq!(allocated_rounding(&t, &k, h100), 64 * 2 * MIB + 3 * MIB / 2);
     assert_eq!(
         cuda.weights_bytes,
         weights_per_gpu(&t, &k, h100, Engine::Vllm) + 64 * 2 * MIB + 3 * MIB / 2
