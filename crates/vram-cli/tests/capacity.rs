@@ -1178,7 +1178,7 @@ fn capacity_on_unseen_logs_round_eight() {
     // Regression guards (BENCHMARKS.md, "eighth round"), as first run: weights within 0.3 % on
     // every case, the largest pool error the holdout's AWQ-Marlin MoE on an RTX 3090 (-6.5 % of a
     // 1.9 GiB pool). Qwen2-VL-2B (fit) was refused when round 8 ran (`qwen2_vl` had no reader);
-    // read now, it is printed as it comes out and held to no bound: weights -0.7 %, pool +21.5 %
+    // read now, it is printed as it comes out and held to no bound: weights -0.6 %, pool +21.6 %
     // from the config alone (Qwen2VLImageProcessor's class-default max_pixels and the encoder
     // profile's Qwen3-VL video rule pick a 4,800-token video where the log's 16,384-token image
     // came from the checkpoint's preprocessor_config.json; vLLM's Qwen2-VL video rule is not read).
@@ -1188,6 +1188,23 @@ fn capacity_on_unseen_logs_round_eight() {
         (0.01, 0.08, 0.01),
         &["vllm0.10.2-qwen2-vl-2b-rtx4080-wsl-util0.8-len4096"],
     );
+}
+
+/// Round 9 (`tests/data/serving/unseen-round9.json`: whole committed vLLM logs: OPT-125m and
+/// Qwen2.5-3B offline runs on Kaggle T4s (0.18.1), Llama-3.1-8B on an H100 (0.17.1), TP 2 x DP 2,
+/// TP 2 x PP 2 and PP 2 x DP 2 on four A100 40GB (a 0.10.1 development build), a Qwen2.5-7B
+/// refusal on a T4 (0.19.1)), split the same way and committed before vram ran on it; its
+/// holdout is printed as it came out (BENCHMARKS.md, "ninth round").
+#[test]
+fn capacity_on_unseen_logs_round_nine() {
+    // Regression guards (BENCHMARKS.md, "ninth round"). As first run the holdout came out within
+    // 0.05 % on the weights and 1.4 % on the pools (PP 2 x DP 2 the largest), the refusal
+    // predicted; the fit half's OPT-125m weights were -3.8 % (the learned position table left
+    // out, a rotary cache counted that OPT has not, and the allocator's tails of shared 20 MiB
+    // segments), -0.5 / -1.0 % with them (`weights::allocated_rounding`). Its pools with CUDA
+    // graphs stay -3.4 / -4.3 %: vram's 0.25 GiB of kernel images and graph-profiling state
+    // (measured on H100 under 0.19) against pools the T4 logs show equal to the eager ones.
+    unseen_round("unseen-round9.json", "round 9", 0.015, 0.06, 0.015);
 }
 
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and

@@ -10,7 +10,7 @@ use vram_monitor::{ProcessSample, Sample};
 use vram_plan::cluster::Cluster;
 use vram_plan::{Pins, Request};
 
-use crate::message::{rounding, Layout, OomMessage, SelfProcess};
+use crate::message::{rounding, Backend, Layout, OomMessage, SelfProcess};
 use crate::stats::StatsDump;
 use crate::Result;
 
@@ -376,7 +376,7 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
             &format!("taken as what the figures account for, {}", hb(held)),
         ));
         t = held;
-    } else if f > t && m.hip {
+    } else if f > t && m.backend == Backend::Hip {
         // ROCm on an APU (Strix Halo, MI300A) or with a VRAM carve-out: hipMemGetInfo's
         // free counts system memory (GTT) while the total, and what hipMalloc can place, is
         // the carve-out (ROCm/legacy-rocm-build#5444: ROCm sees 15.5 GB whatever the VRAM
@@ -619,7 +619,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // reservation (`figures`): an upper bound that leaves out the HIP/CUDA context and whatever
     // else shares the device (an APU's carve-out also holds the display), so it cannot show
     // the request fitting.
-    let free_reconstructed = m.free_bytes >= ABSURD || (m.hip && m.free_bytes > m.total_bytes);
+    let free_reconstructed =
+        m.free_bytes >= ABSURD || (m.backend == Backend::Hip && m.free_bytes > m.total_bytes);
     let fits_free = req.saturating_add(free_margin) <= free;
     let unexplained = !cap_decides && !free_reconstructed && fits_free;
     if free_reconstructed && fits_free && !cap_decides {
@@ -1197,14 +1198,11 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         // BERT, ResNet-50, Pythia-1.4B, Llama-3-8B cut to 4 layers), median
         // step against PyTorch's default allocator: expandable segments
         // 1.00-1.09x, the vramkit plug-in 1.08-1.82x.
+        let expandable = format!("{}=expandable_segments:True", m.backend.alloc_conf());
         for (policy, action, cost) in [
             (
                 "pytorch-expandable",
-                if m.hip {
-                    "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True"
-                } else {
-                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-                },
+                expandable.as_str(),
                 "no code change; 1.00-1.09x the default's step time on five training loops measured on an H100",
             ),
             (

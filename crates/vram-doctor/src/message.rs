@@ -16,7 +16,12 @@
 //!   free; [L allowed; ]R reserved in total by PyTorch)` with R
 //!   `reserved_bytes.all.current`; `L allowed;` from 1.8
 //!   (`set_per_process_memory_fraction`); the `max_split_size_mb` hint from
-//!   1.10 ([`Layout::Legacy`]).
+//!   1.10 ([`Layout::Legacy`]). Ascend's torch_npu (vLLM-Ascend's PyTorch) keeps this layout
+//!   with `NPU out of memory`, `(NPU d;` and one more field, `C current active;`
+//!   (`stats.active_bytes`), between the allocated and the free figures
+//!   (`torch_npu/csrc/core/npu/NPUCachingAllocator.cpp`, `DeviceCachingAllocator::malloc`, read
+//!   in Ascend/pytorch through the code index): it is read as the same layout, the active figure
+//!   left out ([`Backend::Npu`]).
 //! * **PyTorch 2.1 and later**: `CUDA out of memory. Tried to allocate S. GPU d
 //!   has a total capacity of T of which F is free. ` then `reportProcessMemoryInfo`'s
 //!   NVML lines in NVML's order, `Process P has X memory in use. ` for others and
@@ -66,6 +71,29 @@ pub enum Layout {
     /// (according to CUDA)` and `PyTorch limit`. Freed memory goes back to the driver's
     /// pool, so PyTorch holds no cache of its own: reserved = allocated.
     Async,
+}
+
+/// Which device runtime's PyTorch build raised the message: it names the allocator's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// `CUDA out of memory` (settings in `PYTORCH_CUDA_ALLOC_CONF`).
+    Cuda,
+    /// A ROCm build's `HIP out of memory` (`PYTORCH_HIP_ALLOC_CONF`).
+    Hip,
+    /// Ascend's torch_npu, `NPU out of memory` (`PYTORCH_NPU_ALLOC_CONF`).
+    Npu,
+}
+
+impl Backend {
+    /// The environment variable that holds the caching allocator's settings.
+    pub fn alloc_conf(self) -> &'static str {
+        match self {
+            Backend::Cuda => "PYTORCH_CUDA_ALLOC_CONF",
+            Backend::Hip => "PYTORCH_HIP_ALLOC_CONF",
+            Backend::Npu => "PYTORCH_NPU_ALLOC_CONF",
+        }
+    }
 }
 
 /// How the message's `this process` figure was found.
@@ -132,9 +160,8 @@ pub struct OomMessage {
     pub this_process_bytes: Option<u64>,
     /// The other processes on the device (2.1+ messages, when NVML works).
     pub other_processes: Vec<MessageProcess>,
-    /// A ROCm build's message (`HIP out of memory`; its settings are
-    /// `PYTORCH_HIP_ALLOC_CONF`).
-    pub hip: bool,
+    /// The runtime whose PyTorch build raised the message.
+    pub backend: Backend,
 }
 
 impl OomMessage {
@@ -427,7 +454,9 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
             .map(|(i, _)| i)
             .filter(|&i| {
                 size_prefix(&flat[i + BARE_START.len()..]).is_some_and(|(_, r)| {
-                    strip_phrase(r, "(gpu").is_some() || strip_phrase(r, ". gpu").is_some()
+                    strip_phrase(r, "(gpu").is_some()
+                        || strip_phrase(r, "(npu").is_some()
+                        || strip_phrase(r, ". gpu").is_some()
                 })
             })
             .collect();
@@ -451,7 +480,14 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
         let end = starts.get(k + 1).copied().unwrap_or(flat.len());
         match parse_one(&flat[s + start.len()..end]) {
             Ok(mut m) => {
-                m.hip = flat[..s].ends_with("hip ");
+                let before = &flat[..s];
+                m.backend = if before.ends_with("hip ") {
+                    Backend::Hip
+                } else if before.ends_with("npu ") {
+                    Backend::Npu
+                } else {
+                    Backend::Cuda
+                };
                 return Ok(m);
             }
             Err(e) => {
@@ -470,7 +506,7 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
             "no size after `Tried to allocate`".into()
         })
     })?;
-    if let Some(r) = strip_phrase(rest, "(gpu") {
+    if let Some(r) = strip_phrase(rest, "(gpu").or_else(|| strip_phrase(rest, "(npu")) {
         return legacy(requested_bytes, r.trim_start());
     }
     let r = rest.strip_prefix(". gpu ").ok_or_else(|| {
@@ -585,7 +621,7 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
         allowed_bytes,
         this_process_bytes,
         other_processes,
-        hip: false,
+        backend: Backend::Cuda,
     })
 }
 
@@ -675,7 +711,7 @@ fn async_layout(text: &str) -> Result<OomMessage> {
         allowed_bytes: limit.filter(|&l| l < u64::MAX),
         this_process_bytes: None,
         other_processes: Vec::new(),
-        hip: false,
+        backend: Backend::Cuda,
     })
 }
 
@@ -689,8 +725,13 @@ fn legacy(requested_bytes: u64, r: &str) -> Result<OomMessage> {
     let r = after(r, ";").ok_or_else(|| unparseable("no `;` after the GPU index".into()))?;
     let (total_bytes, rest) = figure(r, "total capacity;")
         .ok_or_else(|| unparseable("no `... total capacity;`".into()))?;
-    let (allocated_bytes, rest) = figure(rest, "already allocated;")
+    let (allocated_bytes, mut rest) = figure(rest, "already allocated;")
         .ok_or_else(|| unparseable("no `... already allocated;`".into()))?;
+    // torch_npu prints the bytes in active blocks here (`stats.active_bytes`); the diagnosis
+    // does not use them.
+    if let Some((_, r2)) = figure(rest, "current active;") {
+        rest = r2;
+    }
     let (free_bytes, mut rest) =
         figure(rest, "free;").ok_or_else(|| unparseable("no `... free;`".into()))?;
     let mut allowed_bytes = None;
@@ -726,6 +767,6 @@ fn legacy(requested_bytes: u64, r: &str) -> Result<OomMessage> {
         allowed_bytes,
         this_process_bytes: None,
         other_processes: Vec::new(),
-        hip: false,
+        backend: Backend::Cuda,
     })
 }

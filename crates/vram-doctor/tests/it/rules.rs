@@ -1,7 +1,7 @@
 //! Issue 24's rules, one test each, on messages of that shape
 //! (`tests/data/messages/README.md` names the source of every one).
 
-use vram_doctor::message::{parse, Layout, SelfProcess};
+use vram_doctor::message::{parse, Backend, Layout, SelfProcess};
 use vram_doctor::{diagnose, human_bytes, CauseKind, Diagnosis, Inputs, Job};
 use vram_model::setup::{Infer, KvCache, Mode, Setup};
 use vram_model::{catalog, gpu};
@@ -415,7 +415,7 @@ fn rocm_messages_are_read_with_their_settings() {
     // Radeon): nothing in PyTorch, 15.35 GiB held outside it.
     let text = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 978.00 MiB. GPU 0 has a total capacity of 15.98 GiB of which 630.00 MiB is free. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
     let m = parse(text).unwrap();
-    assert!(m.hip);
+    assert_eq!(m.backend, Backend::Hip);
     let d = diagnose(&Inputs::new(m)).unwrap();
     assert_eq!(
         d.causes[0].kind,
@@ -433,6 +433,49 @@ fn rocm_messages_are_read_with_their_settings() {
         "{}",
         d.remedies[0].action
     );
+}
+
+#[test]
+fn torch_npu_messages_are_read_with_their_settings() {
+    // A real torch_npu message (vllm-project/vllm-ascend#5020, vLLM-Ascend 0.12 on a 64 GB
+    // Ascend NPU): the 1.4-2.0 layout with `(NPU d;` and torch_npu's extra `current active`
+    // figure between the allocated and the free ones (NPUCachingAllocator.cpp).
+    let text = "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.96 GiB total capacity; 55.91 GiB already allocated; 55.91 GiB current active; 1.80 GiB free; 58.73 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.";
+    let m = parse(text).unwrap();
+    assert_eq!(m.backend, Backend::Npu);
+    assert_eq!(m.layout, Layout::Legacy);
+    assert_eq!(m.requested_bytes, gib(2.0));
+    assert_eq!(m.total_bytes, gib(60.96));
+    assert_eq!(m.allocated_bytes, gib(55.91));
+    assert_eq!(m.free_bytes, gib(1.80));
+    assert_eq!(m.reserved_bytes, gib(58.73));
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    // 55.91 GiB live and 2.00 GiB asked of the 60.53 GiB it could hold: the step, read on
+    // torch_npu's figures as on PyTorch's.
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    // Made-up figures in the same layout with 48.73 GiB of slack beside 10 GiB live: the
+    // allocator setting it names is torch_npu's.
+    let slack = text.replace(
+        "55.91 GiB already allocated; 55.91 GiB current active",
+        "10.00 GiB already allocated; 10.00 GiB current active",
+    );
+    let d = diagnose(&Inputs::new(parse(&slack).unwrap())).unwrap();
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::Fragmentation,
+        "{:#?}",
+        d.causes
+    );
+    assert!(
+        d.remedies[0]
+            .action
+            .starts_with("PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"),
+        "{}",
+        d.remedies[0].action
+    );
+    // Pasted from `Tried to allocate`, it is read the same.
+    let bare = parse(&text[text.find("Tried").unwrap()..]).unwrap();
+    assert_eq!(bare.reserved_bytes, gib(58.73));
 }
 
 #[test]
@@ -886,7 +929,7 @@ fn rule_6_rocm_free_above_total_is_the_carve_out() {
     // within the carve-out the device reports (ROCm/legacy-rocm-build#5444): a 16 GiB
     // tensor is larger than the device, not unexplained.
     let d = doctor("rocm-free-above-total.txt");
-    assert!(d.message.hip);
+    assert_eq!(d.message.backend, Backend::Hip);
     assert_eq!(d.figures.total_bytes, gib(15.49));
     assert_eq!(d.figures.free_bytes, gib(15.49) - gib(1.67) - gib(8.08));
     assert!(

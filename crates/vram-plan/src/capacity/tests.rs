@@ -1194,6 +1194,43 @@ fn model_loading_counts_what_the_allocator_hands_out() {
     );
 }
 
+/// facebook/opt-125m's shapes (transformers 5.24's `OPTConfig()` defaults) in float16: vLLM
+/// 0.18.1 logs "Model loading took 0.24 GiB" at TP 1 and 0.12 at TP 2 on T4s (kaggle-vllm's
+/// milestone-1 runs, round 9's fit half). The tensors are 250,527,744 bytes at TP 1 (the padded
+/// token table, the 2,050-row learned position table, no rotary cache); the allocator hands the
+/// twelve layers' 3.375, 1.125 and 4.5 MiB linears out of shared 20 MiB segments and a tensor
+/// that leaves 1 MiB or less of one gets the rest of it (and the 73.7 MiB token table its whole
+/// 74 MiB segment): 5,960,704 bytes more, 0.2389 GiB in all.
+#[test]
+fn model_loading_replays_the_allocator_over_shared_segments() {
+    let text = r#"{"architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 768,
+        "num_attention_heads": 12, "num_hidden_layers": 12, "ffn_dim": 3072,
+        "max_position_embeddings": 2048, "vocab_size": 50272, "word_embed_proj_dim": 768,
+        "do_layer_norm_before": true, "enable_bias": true, "activation_function": "relu",
+        "tie_word_embeddings": true, "torch_dtype": "float16"}"#;
+    let t = match vram_model::hf::parse_config(text, "opt-125m").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let k = Knobs {
+        dtype_bytes: 2,
+        engine_version: Some([0, 18, 1]),
+        ..Knobs::default()
+    };
+    let t4 = vram_model::gpu::lookup("t4").unwrap();
+    assert_eq!(weights::rotary_cache_elems(&t), 0);
+    let stored = weights_per_gpu(&t, &k, t4, Engine::Vllm);
+    // Tensors, biases and norms (the small ones in the 512-byte-rounded small pool).
+    assert_eq!(stored, 250_527_744);
+    assert_eq!(allocated_rounding(&t, &k, t4), 5_960_704);
+    let tp2 = Knobs { tp: 2, ..k };
+    let loaded = weights_per_gpu(&t, &tp2, t4, Engine::Vllm) + allocated_rounding(&t, &tp2, t4);
+    assert!(
+        (loaded as f64 / (1u64 << 30) as f64 - 0.12).abs() < 0.005,
+        "{loaded}"
+    );
+}
+
 /// Capture sizes by version, read at the tags: V1 0.8.5 and 0.9.2 capture 1..512 whatever
 /// `max_num_seqs` is (capped at `max_num_batched_tokens`), 0.10.1+ up to `2 × max_num_seqs`,
 /// V0 up to the first size at least `max_num_seqs`.

@@ -2,7 +2,7 @@
 //! quantized storage and the engines' kernel layouts, and what the caching allocator rounds.
 
 use super::*;
-use vram_alloc::policy::{allocation_size, round_size, MIN_LARGE_ALLOC, SMALL_SIZE};
+use vram_alloc::policy::{allocation_size, round_size, LARGE_BUFFER, MIN_LARGE_ALLOC, SMALL_SIZE};
 
 /// Weights on the most loaded GPU of a `tp × pp` job: layers split evenly over stages (the first
 /// holds the embedding, the last the final norm and head), tensor-parallel parts split by `tp`
@@ -34,7 +34,7 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
             dp_attention: false,
             ..*k
         };
-        let rotary = (t.max_positions() * t.blocks.typical().head_dim * k.dtype_bytes) as f64;
+        let rotary = (rotary_cache_elems(t) * k.dtype_bytes) as f64;
         let whole = logical_weights_per_gpu(t, &one, engine, gpu) as f64;
         let stored = t.blocks.weights_bytes(false) as f64 + rotary;
         (logical as f64 * stored / whole.max(1.0)).round() as u64
@@ -80,6 +80,30 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
             None => 0,
         })
         .sum()
+}
+
+/// Elements of the rotary `cos_sin_cache` (`[max_positions, head_dim]`), which vLLM's and
+/// SGLang's `get_rope` keep beside the weights; none for a model whose attention layers all go
+/// without rotary positions (OPT's learned positions: `OPTAttention` at vLLM 0.18.1 builds no
+/// rotary embedding). Layers without an attention mixer (MLA, linear attention) keep the cache.
+pub(super) fn rotary_cache_elems(t: &Transformer) -> u64 {
+    let rotary = t
+        .blocks
+        .iter()
+        .any(|b| b.mixer.as_attention().is_none_or(|a| a.rope));
+    if rotary {
+        t.max_positions() * t.blocks.typical().head_dim
+    } else {
+        0
+    }
+}
+
+/// Rows of the learned position and token-type tables times the width: whole on the first
+/// stage's every GPU (vLLM 0.18.1 `opt.py`: `OPTLearnedPositionalEmbedding` is a plain
+/// `nn.Embedding` of `max_position_embeddings + 2` rows, not a `VocabParallelEmbedding`).
+fn position_tables(t: &Transformer) -> u64 {
+    let e = t.blocks.embedding;
+    (e.learned_positions + e.type_vocab) * t.hidden()
 }
 
 /// The expert feed-forward's intermediate size and whether it is gated, for an MoE model.
@@ -281,8 +305,9 @@ pub(super) fn logical_weights_per_gpu(
         + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers().div_ceil(k.pp) as f64;
     let vocab_padded = padded_vocab(t) as f64;
-    let embed =
-        (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp * d;
+    let embed = (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp
+        * d
+        + position_tables(t) as f64 * d;
     let head_matrix = if t.blocks.head.tied {
         0.0
     } else {
@@ -294,7 +319,7 @@ pub(super) fn logical_weights_per_gpu(
         } else {
             (t.vocab() * t.hidden()) as f64
         };
-    let rotary = (t.max_positions() * t.blocks.typical().head_dim) as f64 * d;
+    let rotary = rotary_cache_elems(t) as f64 * d;
     let embed = embed + towers_per_gpu(t, k.tp, engine) * d;
     let first = embed + layers_here * layer + rotary;
     let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
@@ -412,6 +437,31 @@ fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> 
     out
 }
 
+/// One GPU's weight tensors in the order the engines create them (the token table, a learned
+/// position table, then layer by layer [`weight_tensors`]' linears, then an untied head), in
+/// bytes: what the caching allocator sees while the model is built.
+fn weight_tensor_sequence(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Vec<u64> {
+    let grouped = weight_tensors(t, k, gpu, true);
+    let (table, tables) = *grouped.last().expect("weight_tensors ends with the table");
+    let layer: Vec<u64> = grouped[..grouped.len() - 1]
+        .iter()
+        .map(|&(b, _)| b)
+        .collect();
+    let layers = grouped.first().map_or(0, |&(_, n)| n);
+    let mut seq = vec![table];
+    let positions = position_tables(t) * k.dtype_bytes;
+    if positions > 0 {
+        seq.push(positions);
+    }
+    for _ in 0..layers {
+        seq.extend_from_slice(&layer);
+    }
+    if tables > 1 {
+        seq.push(table);
+    }
+    seq
+}
+
 /// The quantization the engine loads the linears with: `--quantization`, else the checkpoint's
 /// stored format (AWQ, GPTQ, bitsandbytes NF4/FP4, INT8, block FP8, MXFP4), else none.
 pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization {
@@ -450,22 +500,52 @@ pub fn allocator_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
 /// What `memory_allocated` counts beyond the weights' own bytes (vLLM's "Model loading took" on
 /// CUDA, `DeviceMemoryProfiler`: `max_memory_allocated` after a peak reset, read at 0.6.6,
 /// 0.8.5, 0.10.1 and 0.19.0). The allocator counts the block it hands out, and it hands out a
-/// whole fresh segment of a large request unless what is left after the rounded request is more
-/// than 1 MiB (`should_split`: `remaining > kSmallSize` in the large pool, ported as
-/// `vram_alloc`'s `should_split`). So a tensor of 10 MiB or more whose size is within 1 MiB
-/// below a multiple of 2 MiB counts up to that multiple (Qwen2.5-7B's 259 MiB gate-up counts
-/// 260). Smaller tensors, placed in shared segments, count their 512-byte rounding only.
+/// whole free block unless what is left after the rounded request is more than 1 MiB
+/// (`should_split`: `remaining > kSmallSize` in the large pool). So a tensor of 10 MiB or more
+/// whose size is within 1 MiB below a multiple of 2 MiB counts up to that multiple (Qwen2.5-7B's
+/// 259 MiB gate-up counts 260), and tensors of 1 to 10 MiB, which share 20 MiB segments
+/// (`kLargeBuffer`), count the tail of a segment they end with 1 MiB or less free (OPT-125m's
+/// 3.375, 1.125 and 4.5 MiB linears: 5.7 MiB over twelve layers). Replayed through
+/// `vram_alloc`'s port of the allocator ([`vram_alloc::CachingAllocator`], PyTorch policy) over
+/// [`weight_tensor_sequence`], the tensors in the order the model builds them.
+///
+/// Where the quantization's kernels replace the loaded tensors after loading
+/// (`process_weights_after_loading`: the Marlin repacks of AWQ/GPTQ, FP8's and INT8's
+/// transposed copies, MXFP4's swizzled experts), the allocator's final state is not that
+/// sequence's, and which tails survive is not replayed: each tensor counts its own rounding and a
+/// large tensor its unsplit segment, as before.
 pub fn allocated_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
-    weight_tensors(t, k, gpu, true)
-        .into_iter()
-        .map(|(b, n)| {
-            let r = round_size(b);
-            let unsplit = if r >= MIN_LARGE_ALLOC && allocation_size(r) - r <= SMALL_SIZE {
-                allocation_size(r) - r
-            } else {
-                0
-            };
-            (r - b + unsplit) * n
-        })
-        .sum()
+    if !matches!(
+        quantization_in_force(t, k),
+        Quantization::None | Quantization::Bitsandbytes
+    ) {
+        return weight_tensors(t, k, gpu, true)
+            .into_iter()
+            .map(|(b, n)| {
+                let r = round_size(b);
+                let unsplit = if r >= MIN_LARGE_ALLOC && allocation_size(r) - r <= SMALL_SIZE {
+                    allocation_size(r) - r
+                } else {
+                    0
+                };
+                (r - b + unsplit) * n
+            })
+            .sum();
+    }
+    let seq = weight_tensor_sequence(t, k, gpu);
+    let total: u64 = seq.iter().sum();
+    // Room for every tensor in its own rounded segment, so the replay never runs out.
+    let room: u64 = seq.iter().map(|&b| allocation_size(round_size(b))).sum();
+    let allocator = vram_alloc::CachingAllocator::new(
+        vram_alloc::SimDevice::new(room + LARGE_BUFFER),
+        vram_alloc::AllocatorConfig::new(vram_alloc::Policy::PyTorch),
+    )
+    .expect("the PyTorch policy's default settings are valid");
+    for &b in seq.iter().filter(|&&b| b > 0) {
+        allocator
+            .malloc(b, 0)
+            .expect("the simulated device holds every tensor in its own segment");
+    }
+    let allocated = allocator.memory_stats().allocated_bytes[0].current;
+    (allocated.max(0) as u64).saturating_sub(total)
 }
