@@ -250,9 +250,11 @@ fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization>
     if !matches!(method, Quantization::Awq | Quantization::Gptq) {
         return None;
     }
-    let plain = match k.marlin {
-        Some(m) => !m,
-        None => gpu.sm_major < 8,
-    };
-    plain.then_some(method)
+    (!marlin_runs(k, gpu)).then_some(method)
+}
+
+/// Whether an AWQ/GPTQ linear runs a Marlin kernel: as `--quantization` names it
+/// ([`Knobs::marlin`]), else from compute capability 8.0 (`check_marlin_supported`).
+pub(super) fn marlin_runs(k: &Knobs, gpu: &Gpu) -> bool {
+    k.marlin.unwrap_or(gpu.sm_major >= 8)
 }

@@ -229,6 +229,23 @@ pub enum Quantization {
     Mxfp4,
 }
 
+/// How the engine loads one linear beyond its shape on this GPU: whether its AWQ/GPTQ kernel
+/// is Marlin (`engine::marlin_runs`), and the input size before the TP split (a row-parallel
+/// linear's rank holds `in/TP` of it; a column-parallel one all of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearLoad {
+    /// A Marlin kernel runs the linear.
+    pub marlin: bool,
+    /// The linear's input size before the TP split.
+    pub full_inp: u64,
+    /// One of an MoE layer's expert banks (`GPTQMarlinMoEMethod` keeps its `qzeros`).
+    pub moe_bank: bool,
+    /// Whether what the engine frees after loading leaves its weights figure: vLLM on CUDA
+    /// measures `memory_allocated`; a measure of free device memory (SGLang, vLLM on ROCm)
+    /// still sees the freed blocks, cached by PyTorch's allocator.
+    pub freed_leaves: bool,
+}
+
 impl Quantization {
     /// The tensors' bytes of one `out × in` linear stored under `self`, as
     /// [`vram_model::finetune::linear_tensors`] describes each format (`dtype`: bytes of the
@@ -239,6 +256,7 @@ impl Quantization {
     /// as an int8 weight with an fp32 scale per output row; FP8 one byte a weight, with a
     /// block-wise checkpoint's fp32 `weight_scale_inv` per block, else its per-tensor scale
     /// (one value, left out).
+    #[allow(clippy::too_many_arguments)]
     pub fn linear_parts(
         self,
         dtype: u64,
@@ -247,6 +265,7 @@ impl Quantization {
         out: u64,
         inp: u64,
         expert: bool,
+        load: LinearLoad,
     ) -> Vec<u64> {
         use vram_model::blocks::Quant;
         use vram_model::finetune::{
@@ -292,9 +311,16 @@ impl Quantization {
             }
             // The checkpoint's `g_idx` is loaded, then emptied unless `desc_act` (act-order)
             // is set: vLLM's `GPTQLinearMethod.process_weights_after_loading` sets it to
-            // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1) to
-            // `marlin_make_empty_g_idx`. With `desc_act`, Marlin keeps `g_idx` sorted and adds
-            // `g_idx_sort_indices`, both int32 over the rank's input rows.
+            // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1,
+            // 0.10.1, 0.19.0) to `marlin_make_empty_g_idx`. With `desc_act`, Marlin keeps
+            // `g_idx` sorted and adds `g_idx_sort_indices`, both int32 over the rank's input
+            // rows. Marlin runs GPTQ without zero points (`GPTQMarlinLinearMethod`:
+            // `zero_points=False`), so after loading it replaces `qzeros` with an empty tensor
+            // too; an expert bank's `w13_qzeros`/`w2_qzeros` stay (`GPTQMarlinMoEMethod.
+            // process_weights_after_loading` replaces its weights, scales and `g_idx` only). With `desc_act`, every rank holds the scales (and `qzeros`) of the whole
+            // input (`marlin_repeat_scales_on_all_ranks`; the plain `GPTQLinearMethod` does
+            // the same for a row-parallel linear): a row-parallel linear at TP > 1 keeps
+            // `in/group` rows of scales, not `in/TP/group`.
             Quantization::Gptq => {
                 let desc_act = matches!(
                     stored,
@@ -307,12 +333,27 @@ impl Quantization {
                     group: 128,
                     desc_act,
                 };
+                let rows_inp = if desc_act {
+                    load.full_inp.max(inp)
+                } else {
+                    inp
+                };
+                let whole = linear_tensors(format, false, out, rows_inp);
                 let mut v: Vec<u64> = linear_tensors(format, false, out, inp)
                     .iter()
                     .filter(|t| desc_act || t.name != "g_idx")
-                    .map(|t| t.bytes)
+                    .filter(|t| {
+                        !(load.marlin && !load.moe_bank && load.freed_leaves && t.name == "qzeros")
+                    })
+                    .map(|t| match t.name {
+                        "scales" | "qzeros" => whole
+                            .iter()
+                            .find(|w| w.name == t.name)
+                            .map_or(t.bytes, |w| w.bytes),
+                        _ => t.bytes,
+                    })
                     .collect();
-                if desc_act {
+                if desc_act && load.marlin {
                     v.push(4 * inp); // g_idx_sort_indices
                 }
                 v

@@ -423,7 +423,10 @@ fn sglang_0_4_defaults_and_reserved_weights() {
     assert_eq!(c.memory_fraction, 0.85);
     assert_eq!(c.max_num_batched_tokens, 2048);
     assert_eq!(c.max_num_seqs, 80);
-    assert_eq!(allocator_rounding(&t, &k), 64 * 7 * MIB / 2 + 3 * MIB / 2);
+    assert_eq!(
+        allocator_rounding(&t, &k, l4),
+        64 * 7 * MIB / 2 + 3 * MIB / 2
+    );
     assert_eq!(
         c.weights_bytes,
         weights_per_gpu(&t, &k, l4, Engine::Sglang) + 64 * 7 * MIB / 2 + 3 * MIB / 2
@@ -1184,7 +1187,7 @@ fn model_loading_counts_what_the_allocator_hands_out() {
         rocm.weights_bytes,
         weights_per_gpu(&t, &k, mi, Engine::Vllm) + 64 * 7 * MIB / 2 + 3 * MIB / 2
     );
-    assert_eq!(allocated_rounding(&t, &k), 64 * 2 * MIB + 3 * MIB / 2);
+    assert_eq!(allocated_rounding(&t, &k, h100), 64 * 2 * MIB + 3 * MIB / 2);
     assert_eq!(
         cuda.weights_bytes,
         weights_per_gpu(&t, &k, h100, Engine::Vllm) + 64 * 2 * MIB + 3 * MIB / 2
@@ -1219,9 +1222,9 @@ fn model_loading_replays_the_allocator_over_shared_segments() {
     let stored = weights_per_gpu(&t, &k, t4, Engine::Vllm);
     // Tensors, biases and norms (the small ones in the 512-byte-rounded small pool).
     assert_eq!(stored, 250_527_744);
-    assert_eq!(allocated_rounding(&t, &k), 5_960_704);
+    assert_eq!(allocated_rounding(&t, &k, t4), 5_960_704);
     let tp2 = Knobs { tp: 2, ..k };
-    let loaded = weights_per_gpu(&t, &tp2, t4, Engine::Vllm) + allocated_rounding(&t, &tp2);
+    let loaded = weights_per_gpu(&t, &tp2, t4, Engine::Vllm) + allocated_rounding(&t, &tp2, t4);
     assert!(
         (loaded as f64 / (1u64 << 30) as f64 - 0.12).abs() < 0.005,
         "{loaded}"
