@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use vram_doctor::message::Backend;
 use vram_doctor::serving::{self, ServingDiagnosis, ServingError};
 use vram_doctor::{human_bytes as hb, stats, Diagnosis, DoctorError, Inputs, Job};
 use vram_model::arch::Model;
@@ -155,7 +156,13 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         inp.recording = Some(tl.samples);
     }
     let mut nvml_note = None;
-    if !a.no_nvml {
+    if !a.no_nvml && msg.backend != Backend::Cuda {
+        // NVML sees NVIDIA GPUs only: its device N is not this message's ROCm or Ascend device N.
+        nvml_note = Some(format!(
+            "processes on the device not checked now: vram reads them through NVML, which sees NVIDIA GPUs only (`{}` on the host lists them)",
+            msg.backend.smi()
+        ));
+    } else if !a.no_nvml {
         match NvmlSource::new() {
             Ok(mut src) => {
                 if let Ok(s) = src.sample(crate::monitor::now_ms()) {
@@ -336,7 +343,8 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
     let f = &d.figures;
     writeln!(
         out,
-        "GPU {}: {} requested, {} free of {}; PyTorch: {} allocated, {} reserved ({} of it unallocated); {}",
+        "{} {}: {} requested, {} free of {}; PyTorch: {} allocated, {} reserved ({} of it unallocated); {}",
+        m.backend.device_word(),
         m.device,
         hb(f.requested_bytes),
         hb(f.free_bytes),
@@ -369,7 +377,7 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
             out,
             "{}. {}{}: {}",
             i + 1,
-            kind_name(c.kind),
+            kind_name(c.kind, m.backend),
             if c.sufficient {
                 " (explains it alone)"
             } else {
@@ -436,14 +444,18 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
     Ok(())
 }
 
-fn kind_name(k: vram_doctor::CauseKind) -> &'static str {
+fn kind_name(k: vram_doctor::CauseKind, backend: Backend) -> &'static str {
     use vram_doctor::CauseKind::*;
     match k {
         ProcessCap => "per-process cap",
         Unexplained => "the figures do not explain it",
         TensorLargerThanDevice => "one tensor larger than the device",
         OutsidePytorch => "memory outside PyTorch",
-        PrivatePools => "CUDA-graph private pools",
+        PrivatePools => match backend {
+            Backend::Cuda => "CUDA-graph private pools",
+            Backend::Hip => "HIP-graph private pools",
+            Backend::Npu => "NPU-graph private pools",
+        },
         Fragmentation => "fragmentation",
         StepTooLarge => "the step is too large",
         OtherProcesses => "other processes",

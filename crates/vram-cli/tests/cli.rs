@@ -939,6 +939,76 @@ fn doctor_text_and_json_name_the_same_causes_in_the_same_order() {
 }
 
 #[test]
+fn doctor_words_rocm_and_npu_messages_for_their_runtime_in_text_and_json() {
+    // A ROCm build's and torch_npu's messages: the text and `--json` say the same causes and
+    // remedies, both in that runtime's words; NVML (NVIDIA's) is not asked about their device.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let cuda_only = [
+        "CUDA context",
+        "cudaMalloc",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "nvidia-smi",
+        "cuBLAS",
+        "CUDA graphs",
+        "CUDA-graph",
+        "CUDA_MPS",
+        "vramkit's allocator",
+    ];
+    for (runtime, device, context, smi) in [
+        ("HIP", "GPU", "HIP context", "rocm-smi"),
+        ("NPU", "NPU", "NPU (CANN) context", "npu-smi info"),
+    ] {
+        for f in [
+            "pytorch-2.0-outside.txt",
+            "pytorch-2.9-graph-pools.txt",
+            "pytorch-2.3-request-below-free.txt",
+        ] {
+            let mut msg = std::fs::read_to_string(dir.join(f))
+                .unwrap()
+                .replace("CUDA out of memory", &format!("{runtime} out of memory"));
+            if runtime == "NPU" {
+                msg = msg.replace("(GPU ", "(NPU ");
+            }
+            let (code, text, err) = vram(&["doctor", &msg]);
+            assert_eq!(code, 0, "{runtime} {f}: {err}");
+            let (code, json, _) = vram(&["doctor", &msg, "--json"]);
+            assert_eq!(code, 0);
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert!(
+                text.starts_with(&format!("{device} ")),
+                "{runtime} {f}: {text}"
+            );
+            for w in cuda_only {
+                assert!(!text.contains(w), "{runtime} {f}: `{w}` in\n{text}");
+                assert!(!json.contains(w), "{runtime} {f}: `{w}` in\n{json}");
+            }
+            for c in v["causes"].as_array().unwrap() {
+                assert!(
+                    text.contains(c["detail"].as_str().unwrap()),
+                    "{runtime} {f}"
+                );
+            }
+            for r in v["remedies"].as_array().unwrap() {
+                assert!(
+                    text.contains(r["action"].as_str().unwrap()),
+                    "{runtime} {f}"
+                );
+            }
+            for n in v["notes"].as_array().unwrap() {
+                assert!(text.contains(n.as_str().unwrap()), "{runtime} {f}: {n}");
+            }
+            assert!(
+                json.contains(&format!("(`{smi}` on the host lists them)")),
+                "{runtime} {f}: {json}"
+            );
+            if f == "pytorch-2.0-outside.txt" {
+                assert!(text.contains(context), "{runtime} {f}: {text}");
+            }
+        }
+    }
+}
+
+#[test]
 fn doctor_explains_a_serving_engines_start_up_error() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
     let f = dir.join("vllm-v0-max-seq-len.txt");

@@ -269,6 +269,16 @@ const TIGHT_SHARE: f64 = 0.05;
 /// the figures' rounding.
 const PAGE_BYTES: u64 = 2 << 20;
 
+/// Why a message lists no processes, for its runtime: PyTorch asks NVML for them
+/// (`reportProcessMemoryInfo`, CUDA builds from 2.1), so ROCm and torch_npu never list any.
+fn no_list_reason(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Cuda => "1.x/2.0 layout, or NVML unavailable",
+        Backend::Hip => "ROCm builds list none: PyTorch lists processes through NVIDIA's NVML, built only with the CUDA driver API",
+        Backend::Npu => "torch_npu lists none",
+    }
+}
+
 fn pct(a: u64, b: u64) -> f64 {
     100.0 * a as f64 / b.max(1) as f64
 }
@@ -662,20 +672,28 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         0
     };
     // `owner_known`: NVML names this process's own memory beyond PyTorch's.
+    let backend = m.backend;
     let (outside, outside_what, owner_known) = match (np, m.self_process == SelfProcess::NoList) {
         (None, true) => (
             unaccounted,
-            "neither free nor PyTorch's, and the message lists no processes (1.x/2.0 layout, ROCm, or NVML unavailable): another process, or this process's non-PyTorch allocations (NCCL, cuBLAS/cuDNN workspaces, another framework), hold it",
+            format!(
+                "neither free nor PyTorch's, and the message lists no processes ({}): another process, or this process's non-PyTorch allocations ({}, another framework), hold it",
+                no_list_reason(backend),
+                backend.libraries()
+            ),
             false,
         ),
         (Some(n), _) => (
             n,
-            "held by this process outside PyTorch's cache (NCCL buffers, cuBLAS/cuDNN workspaces, another framework or allocator), beyond what any listed process holds",
+            format!(
+                "held by this process outside PyTorch's cache ({}, another framework or allocator), beyond what any listed process holds",
+                backend.libraries()
+            ),
             true,
         ),
         (None, false) => (
             unaccounted,
-            "neither free, nor PyTorch's, nor a listed process's, and NVML gave no figure for this process: its context and non-PyTorch allocations, or processes NVML does not show (other containers)",
+            "neither free, nor PyTorch's, nor a listed process's, and NVML gave no figure for this process: its context and non-PyTorch allocations, or processes NVML does not show (other containers)".to_string(),
             false,
         ),
     };
@@ -718,7 +736,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             remedies.push(Remedy {
                 kind: CauseKind::ProcessCap,
                 action: format!(
-                    "raise torch.cuda.set_per_process_memory_fraction to at least {:.2}",
+                    "raise {}.set_per_process_memory_fraction to at least {:.2}",
+                    backend.torch_module(),
                     (need_fraction * 100.0).ceil() / 100.0
                 ),
                 saves_bytes: None,
@@ -825,7 +844,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         });
     }
     if unexplained {
-        let detail = if step_asks {
+        let detail = if backend != Backend::Cuda {
+            // MPS, vGPU and WDDM are NVIDIA's: name only the limits this runtime can have.
+            format!(
+                "the request ({}) is no larger than the {} free on the device, so PyTorch's cache is not the reason and the figures do not explain the failure: another process allocating at that moment (free is read after the failure), a limit outside PyTorch (a container or device-partition quota), a driver limit, or free memory read after someone released it",
+                hb(req),
+                hb(free)
+            )
+        } else if step_asks {
             format!(
                 "the {} request is below the {} the device reported free, so PyTorch's cache is not the reason. What the figures cannot show: another process allocating between the refusal and the free reading (PyTorch reads free after the failure); a limit outside PyTorch (MPS's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, a vGPU or container quota); on Windows, a driver (WDDM) limit: PyTorch turned DataLoader workers off in its Windows CI as a known cause of CUDA out-of-memory there (PRs #5322, #5591), and pytorch#53695 measures each worker's host memory commit (about 32 GB of page file for 8 workers with the CUDA 11.1 build); how host commit reaches a device allocation is not documented in those sources",
                 hb(req),
@@ -849,7 +875,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         ));
         remedies.push(Remedy {
             kind: CauseKind::Unexplained,
-            action: if step_asks {
+            action: if backend != Backend::Cuda {
+                format!(
+                    "watch {} {} while the job runs (`{}` on the host) for another process's allocations, and check container memory limits",
+                    backend.device_word(),
+                    m.device,
+                    backend.smi()
+                )
+            } else if step_asks {
                 format!(
                     "watch GPU {} while the job runs (`vram top`, or nvidia-smi on the host) for another process's allocations, and check MPS or container memory limits; on Windows, if DataLoader workers run (num_workers > 0), retry with num_workers=0 (PyTorch's Windows CI turned them off in 2018 as a known cause of CUDA out-of-memory there: PRs #5322, #5591)",
                     m.device
@@ -970,8 +1003,9 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 bytes: others_bytes,
                 sufficient,
                 detail: format!(
-                    "other processes hold {} on GPU {}: {}{}",
+                    "other processes hold {} on {} {}: {}{}",
                     hb(others_bytes),
+                    backend.device_word(),
                     m.device,
                     who.join(", "),
                     if unexplained {
@@ -987,7 +1021,8 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         remedies.push(Remedy {
             kind: CauseKind::OtherProcesses,
             action: format!(
-                "stop or move the other processes on GPU {} ({})",
+                "stop or move the other processes on {} {} ({})",
+                backend.device_word(),
                 m.device,
                 who.join(", ")
             ),
@@ -1027,10 +1062,12 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 bytes: outside,
                 sufficient,
                 detail: format!(
-                    "{} of GPU {} is {}; a CUDA context is 0.5–1.5 GiB, so at least {} of it is something else{}",
+                    "{} of {} {} is {}; {}, so at least {} of it is something else{}",
                     hb(outside),
+                    backend.device_word(),
                     m.device,
                     outside_what,
+                    backend.context_size(),
                     hb(outside_free),
                     if unexplained && neighbours && !owner_known {
                         "; whoever holds it allocating at the moment of the failure (free is read after it) would explain it"
@@ -1042,20 +1079,27 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         ));
         remedies.push(Remedy {
             kind: CauseKind::OutsidePytorch,
-            action: "find what holds the memory outside PyTorch: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` on the host (other containers), NCCL's buffers (NCCL_BUFFSIZE, fewer communicators), another framework's pool (JAX/TensorFlow: XLA_PYTHON_CLIENT_PREALLOCATE=false, allow_growth)".into(),
+            action: format!(
+                "find what holds the memory outside PyTorch: `{}` on the host (other containers), {}, another framework's pool (JAX/TensorFlow: XLA_PYTHON_CLIENT_PREALLOCATE=false, allow_growth)",
+                backend.smi_processes(),
+                backend.collective_buffers()
+            ),
             saves_bytes: Some(outside_free),
             enough: sufficient,
             step_time_s: None,
             detail: format!(
-                "up to {} beyond a CUDA context; the request needed {} beyond what was free",
+                "up to {} beyond a {}; the request needed {} beyond what was free",
                 hb(outside_free),
+                backend.context(),
                 hb(short)
             ),
         });
     } else if m.self_process == SelfProcess::NoList && np.is_none() {
         notes.push(format!(
-            "the message lists no processes (1.x/2.0 layout, ROCm, or NVML unavailable): the {} neither free nor PyTorch's is taken as this process's CUDA context and libraries",
-            hb(unaccounted)
+            "the message lists no processes ({}): the {} neither free nor PyTorch's is taken as this process's {} and libraries",
+            no_list_reason(backend),
+            hb(unaccounted),
+            backend.context()
         ));
     }
 
@@ -1078,9 +1122,10 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     bytes: private,
                     sufficient,
                     detail: format!(
-                        "{} ({:.0}% of reserved) sits in CUDA-graph private pools, which eager allocations cannot use{}",
+                        "{} ({:.0}% of reserved) sits in the private pools of {}, which eager allocations cannot use{}",
                         hb(private),
                         pct(private, reserved),
+                        backend.graphs(),
                         if sufficient {
                             format!("; with the {} free, it would have served the request", hb(free))
                         } else {
@@ -1091,7 +1136,10 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             ));
             remedies.push(Remedy {
                 kind: CauseKind::PrivatePools,
-                action: "capture CUDA graphs for fewer batch sizes (vLLM: a shorter --cuda-graph-sizes / cudagraph_capture_sizes; SGLang: a lower --cuda-graph-max-bs), or run without them (vLLM --enforce-eager, SGLang --disable-cuda-graph)".into(),
+                action: format!(
+                    "capture {} for fewer batch sizes (vLLM: a shorter --cuda-graph-sizes / cudagraph_capture_sizes; SGLang: a lower --cuda-graph-max-bs), or run without them (vLLM --enforce-eager, SGLang --disable-cuda-graph)",
+                    backend.graphs()
+                ),
                 saves_bytes: Some(private),
                 enough: sufficient,
                 step_time_s: None,
@@ -1166,8 +1214,9 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     if let Some(s) = inp.stats.last() {
         if s.alloc_retries > 0 || s.inactive_split > 0 {
             notes.push(format!(
-                "memory_stats(): {} cudaMalloc retries (each flushed the cache and synchronised), {} in split segments' free blocks",
+                "memory_stats(): {} {} retries (each flushed the cache and synchronised), {} in split segments' free blocks",
                 s.alloc_retries,
+                backend.malloc(),
                 hb(s.inactive_split)
             ));
         }
@@ -1211,6 +1260,11 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 "1.08-1.82x the default's step time on five training loops measured on an H100",
             ),
         ] {
+            // vramkit's allocator drives the CUDA driver (libcuda): nothing it can install on
+            // a ROCm or torch_npu build.
+            if policy == "vramkit" && backend != Backend::Cuda {
+                continue;
+            }
             let row = replay_rows.iter().find(|r| r.policy == policy);
             let (saves, enough, how) = match row {
                 Some(r) if r.reserves_more_bytes > 0 => (
@@ -1373,8 +1427,9 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // PyTorch counts the free blocks of CUDA-graph pools as allocated.
     let held = if private > 0 {
         format!(
-            "live tensors ({}) and CUDA-graph pools ({})",
+            "live tensors ({}) and the pools of {} ({})",
             hb(alloc - private),
+            backend.graphs(),
             hb(private)
         )
     } else {

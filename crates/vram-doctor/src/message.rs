@@ -94,6 +94,99 @@ impl Backend {
             Backend::Npu => "PYTORCH_NPU_ALLOC_CONF",
         }
     }
+
+    /// What the message calls the device (`(GPU 0;` or `(NPU 0;`).
+    pub fn device_word(self) -> &'static str {
+        match self {
+            Backend::Cuda | Backend::Hip => "GPU",
+            Backend::Npu => "NPU",
+        }
+    }
+
+    /// The runtime's per-process state outside the caching allocator.
+    pub fn context(self) -> &'static str {
+        match self {
+            Backend::Cuda => "CUDA context",
+            Backend::Hip => "HIP context",
+            Backend::Npu => "NPU (CANN) context",
+        }
+    }
+
+    /// What the context is taken to hold at most, said honestly per runtime:
+    /// [`crate::diagnose::CONTEXT_MAX_BYTES`] was measured on NVIDIA GPUs only.
+    pub fn context_size(self) -> &'static str {
+        match self {
+            Backend::Cuda => "a CUDA context is 0.5–1.5 GiB",
+            Backend::Hip => {
+                "a HIP context is taken as at most 1.5 GiB (the CUDA figure; vramkit has not measured one on ROCm)"
+            }
+            Backend::Npu => {
+                "an NPU context is taken as at most 1.5 GiB (the CUDA figure; vramkit has not measured one on Ascend)"
+            }
+        }
+    }
+
+    /// The device allocation call the caching allocator makes.
+    pub fn malloc(self) -> &'static str {
+        match self {
+            Backend::Cuda => "cudaMalloc",
+            Backend::Hip => "hipMalloc",
+            Backend::Npu => "aclrtMalloc",
+        }
+    }
+
+    /// The libraries that allocate beside PyTorch's cache in this process.
+    pub fn libraries(self) -> &'static str {
+        match self {
+            Backend::Cuda => "NCCL buffers, cuBLAS/cuDNN workspaces",
+            Backend::Hip => "RCCL buffers, rocBLAS/hipBLASLt/MIOpen workspaces",
+            Backend::Npu => "HCCL buffers, CANN operator workspaces",
+        }
+    }
+
+    /// The vendor's tool that lists each process's device memory on the host.
+    pub fn smi(self) -> &'static str {
+        match self {
+            Backend::Cuda => "nvidia-smi",
+            Backend::Hip => "rocm-smi",
+            Backend::Npu => "npu-smi info",
+        }
+    }
+
+    /// The command that lists each process's device memory on the host.
+    pub fn smi_processes(self) -> &'static str {
+        match self {
+            Backend::Cuda => "nvidia-smi --query-compute-apps=pid,used_memory --format=csv",
+            Backend::Hip => "rocm-smi --showpids",
+            Backend::Npu => "npu-smi info",
+        }
+    }
+
+    /// The collective library's buffers and the knob that sizes them.
+    pub fn collective_buffers(self) -> &'static str {
+        match self {
+            Backend::Cuda => "NCCL's buffers (NCCL_BUFFSIZE, fewer communicators)",
+            Backend::Hip => "RCCL's buffers (RCCL reads NCCL_BUFFSIZE; fewer communicators)",
+            Backend::Npu => "HCCL's buffers (HCCL_BUFFSIZE, fewer communicators)",
+        }
+    }
+
+    /// The graphs whose private pools the allocator keeps.
+    pub fn graphs(self) -> &'static str {
+        match self {
+            Backend::Cuda => "CUDA graphs",
+            Backend::Hip => "HIP graphs (torch.cuda.CUDAGraph on ROCm)",
+            Backend::Npu => "NPU graphs (ACL graphs)",
+        }
+    }
+
+    /// The Python module of the device (`torch.cuda` on ROCm builds too).
+    pub fn torch_module(self) -> &'static str {
+        match self {
+            Backend::Cuda | Backend::Hip => "torch.cuda",
+            Backend::Npu => "torch.npu",
+        }
+    }
 }
 
 /// How the message's `this process` figure was found.

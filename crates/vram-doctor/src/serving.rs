@@ -185,6 +185,14 @@ pub enum ServingCause {
     /// sampler warm-up over `max_num_seqs` rows of logits, after the KV cache and the CUDA
     /// graphs.
     Profile,
+    /// The message cannot show which: vLLM's `No available memory for the cache blocks` says
+    /// only that the budget less what was measured before the cache is not positive. The
+    /// weights, the profile run's activation peak, memory outside PyTorch and, in some
+    /// releases, other processes all count against that one budget (read at 0.5.5, 0.6.0,
+    /// 0.6.3, 0.6.4, 0.6.5, 0.6.6, 0.7.2, 0.8.1, 0.8.5, 0.9.0–0.9.2, 0.10.1, 0.11, 0.14, 0.18,
+    /// 0.19: `worker/worker.py`'s and `v1/worker/gpu_worker.py`'s
+    /// `determine_*`), and no figure of them is in the message.
+    Undetermined,
 }
 
 impl ServingError {
@@ -497,7 +505,7 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         }
         ServingError::VllmNoCacheMemory { available_bytes } => {
             let short = available_bytes.filter(|&b| b < 0).map(|b| b.unsigned_abs());
-            let mut r = match cap {
+            let r = match cap {
                 Some(c) => fraction_by_capacity(
                     c,
                     c.kv_bytes_per_token.saturating_mul(VLLM_BLOCK),
@@ -514,24 +522,26 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
                             hb(s),
                             hb(s)
                         ),
-                        None => "by how much depends on the weights and the activation peak (the log's `Available KV cache memory` line says)".into(),
+                        None => "by how much the message cannot show: the log's `Available KV cache memory: -X GiB` (V1 from 0.9.1) or V0's memory-profiling line says how far short".into(),
                     },
                 },
             };
-            r.detail.push_str(
-                "; in vLLM V0, other processes on the GPU count against the fraction too",
-            );
             remedies.push(r);
             remedies.push(ServingRemedy {
                 action: "shrink what precedes the cache: --max-num-batched-tokens or --max-num-seqs (the profiled activation peak), quantized weights, or --tensor-parallel-size".into(),
                 enough: false,
                 detail: "each lowers the memory taken before the KV cache is sized".into(),
             });
+            remedies.push(ServingRemedy {
+                action: "stop what else holds the GPU (another vLLM instance, a trainer) before the start".into(),
+                enough: false,
+                detail: "vLLM 0.6.4 and V1 0.7.2–0.9.0 measure the device's whole use, so another process's memory counts against gpu_memory_utilization's share; other releases leave it out of the budget (V1 from 0.9.1 refuses with `Free memory on device ...` instead)".into(),
+            });
             (
                 "vllm",
                 "gpu_memory_utilization",
                 format!(
-                    "vLLM gives its KV cache what is left of gpu_memory_utilization × the GPU's memory after the weights and the profiled activation peak; nothing was left{}",
+                    "vLLM gives its KV cache gpu_memory_utilization × the GPU's memory less what it measured before the cache: the weights, the profile run's activation peak and memory outside PyTorch (NCCL buffers, library workspaces); in vLLM 0.6.4 and V1 0.7.2–0.9.0 also what other processes hold on the GPU, and from 0.18 with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 the CUDA graphs' estimate. Nothing was left{}. The message prints none of those figures, so it cannot show which of them took the room. The start-up log lines before it tell them apart: `Model loading took X GiB` (V0 before 0.8: `Loading model weights took X GB`), the weights; in V0 from 0.6.5, `the current vLLM instance can use total_gpu_memory (T) x gpu_memory_utilization (U) = B` and `model weights take W; non_torch_memory takes N; PyTorch activation peak memory takes A`; in 0.6.4, `Memory profiling results: ... initial_memory_usage=... peak_torch_memory=... non_torch_memory=...` (the initial use beyond the weights is other processes'); in V1 from 0.9.1, `Available KV cache memory: -X GiB` says how far short, and VLLM_LOGGING_LEVEL=DEBUG prints the profile's parts; before 0.9.1, `nvidia-smi` before the start shows other processes",
                     match available_bytes {
                         Some(b) if b < 0 => format!(" (the profiler's `Available KV cache memory` was {} short)", hb(b.unsigned_abs())),
                         Some(b) => format!(" (`Available KV cache memory`: {})", hb(b as u64)),
@@ -701,8 +711,8 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         ServingError::VllmMaxSeqLen { .. } | ServingError::VllmKvMemory { .. } => {
             ServingCause::Context
         }
-        ServingError::VllmNoCacheMemory { .. }
-        | ServingError::SglangNotEnoughMemory { .. }
+        ServingError::VllmNoCacheMemory { .. } => ServingCause::Undetermined,
+        ServingError::SglangNotEnoughMemory { .. }
         | ServingError::SglangWeightsLeaveNoKv { .. } => ServingCause::Weights,
         ServingError::VllmFreeBelowUtilization { .. } => ServingCause::OtherProcesses,
         ServingError::VllmSamplerWarmUp { .. } => ServingCause::Profile,

@@ -124,6 +124,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../data/catalog/qwen3-30b-a3b.json"),
     ),
     (
+        "qwen3-30b-a3b-2507",
+        include_str!("../data/catalog/qwen3-30b-a3b-2507.json"),
+    ),
+    (
         "qwen3-235b-a22b",
         include_str!("../data/catalog/qwen3-235b-a22b.json"),
     ),

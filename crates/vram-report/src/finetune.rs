@@ -53,9 +53,12 @@ pub struct FinetuneReport {
     pub peak_tensor_bytes: u64,
     /// Peak allocated (allocator blocks).
     pub peak_bytes: u64,
-    /// Peak reserved.
+    /// Peak reserved (`max_memory_reserved`) on a GPU with room to cache every segment.
     pub reserved_bytes: u64,
-    /// Reserved plus the CUDA context.
+    /// The smallest device (less the CUDA context) the step runs on: PyTorch releases idle
+    /// cached segments and retries a failing `cudaMalloc`.
+    pub needed_bytes: u64,
+    /// Needed plus the CUDA context.
     pub total_bytes: u64,
     /// Bytes per category at the peak.
     pub breakdown: Bytes,
@@ -218,6 +221,7 @@ pub fn build(
         peak_tensor_bytes: e.peak_tensor_bytes,
         peak_bytes: e.peak_bytes,
         reserved_bytes: e.reserved_bytes,
+        needed_bytes: e.needed_bytes,
         total_bytes: e.total_bytes,
         breakdown: (&e.breakdown).into(),
         peak_phase: e.peak_phase.clone(),
@@ -236,11 +240,14 @@ pub fn build(
     })
 }
 
-/// Why a smaller micro-batch can fail where a larger one fits: the step's replay runs on a
-/// device with room to spare (no failed `cudaMalloc`, no release), yet its reserved peak still
-/// moves with how the allocator rounds, splits and reuses segments for the tensors' sizes
-/// (`vram_model::finetune::step::largest_micro_batch`).
-const WHY: &str = "the caching allocator rounds, splits and reuses its segments differently as the tensors grow, so its reserved peak is not monotone in the micro-batch";
+/// Why a smaller micro-batch can fail where a larger one fits: PyTorch's allocator places each
+/// tensor in the smallest cached block that holds it and splits the block where more than
+/// 1 MiB would remain, so where the tensors of one step land depends on every earlier size; a
+/// smaller micro-batch can leave no free block as large as one of the backward's transients
+/// where a larger one does, and that transient gets a new segment that releasing idle cached
+/// segments does not offset (BENCHMARKS.md: "Why the memory a LoRA step needs is not monotone
+/// in its micro-batch"; `vram_model::finetune::step::largest_micro_batch`).
+const WHY: &str = "PyTorch's allocator places each tensor in the smallest cached block that holds it and splits it, so a smaller micro-batch can leave no free block for a backward transient where a larger one does: the memory a step needs is not monotone in the micro-batch";
 
 /// The `models:` line of a LoRA/QLoRA estimate.
 pub const MODELS_LINE: &str = "models: PEFT 0.21.2, bitsandbytes 0.50.2, transformers 5.24, TRL 1.16.0 SFTTrainer defaults (--json assumes names each function)";
@@ -329,18 +336,41 @@ impl FinetuneReport {
             bytes(self.peak_bytes),
             self.peak_phase
         )?;
+        let cached = self.needed_bytes < self.reserved_bytes;
         writeln!(
             out,
-            "{:<22} {:>12}   (max_memory_reserved)",
+            "{:<22} {:>12}   (max_memory_reserved{})",
             "peak reserved",
-            bytes(self.reserved_bytes)
+            bytes(self.reserved_bytes),
+            if cached {
+                " on a GPU with room to cache every segment"
+            } else {
+                ""
+            }
         )?;
-        writeln!(
-            out,
-            "{:<22} {:>12}   (what nvidia-smi shows)",
-            "device total",
-            bytes(self.total_bytes)
-        )?;
+        if cached {
+            // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc
+            // fails.
+            writeln!(
+                out,
+                "{:<22} {:>12}   (on the smallest device that runs it: idle cached segments released, cudaMalloc retried)",
+                "needed",
+                bytes(self.needed_bytes)
+            )?;
+            writeln!(
+                out,
+                "{:<22} {:>12}   (needed plus CUDA context)",
+                "device total",
+                bytes(self.total_bytes)
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{:<22} {:>12}   (what nvidia-smi shows)",
+                "device total",
+                bytes(self.total_bytes)
+            )?;
+        }
         writeln!(out)?;
         writeln!(out, "{}", self.verdict())?;
         for l in self.fit_lines() {

@@ -192,7 +192,12 @@ const FIGURES: [(Group, usize, Option<usize>); 29] = [
     (Group::Fit3, 16, None),
     (Group::Holdout3, 32, Some(28)),
     (Group::Fit4, 18, None),
-    (Group::Holdout4, 13, Some(13)),
+    // vLLM's bare `No available memory for the cache blocks` names no cause: read at the releases
+    // it appears in, the weights, the profile's activation peak, memory outside PyTorch and (0.6.4,
+    // V1 0.7.2-0.9.0) other processes share one budget and the message prints none of them, so
+    // the doctor answers `serving-undetermined` and asks for the log lines that decide.
+    // Reported at 13 (BENCHMARKS.md keeps it); 12 after that rule (QwenLM/Qwen3#12).
+    (Group::Holdout4, 12, Some(12)),
     (Group::Fit5, 24, None),
     (Group::Holdout5, 13, Some(13)),
     (Group::Fit6, 7, None),
@@ -202,7 +207,8 @@ const FIGURES: [(Group, usize, Option<usize>); 29] = [
     // thirteenth round put `unexplained` before the step for a request below the printed
     // free memory, decided on fit halves 1-13, and that took xTuring#140 and
     // whisper-asr-webservice#166 from it.
-    (Group::Holdout7, 12, Some(12)),
+    // And 11 after the bare-message rule (vllm#7028).
+    (Group::Holdout7, 11, Some(11)),
     (Group::Fit8, 10, None),
     (Group::Holdout8, 12, Some(12)),
     (Group::Fit9, 10, None),
@@ -217,8 +223,11 @@ const FIGURES: [(Group, usize, Option<usize>); 29] = [
     (Group::Holdout13, 1, Some(1)),
     (Group::Fit14, 12, None),
     (Group::Holdout14, 13, Some(13)),
-    (Group::Fit15, 10, None),
-    (Group::Holdout15, 5, Some(5)),
+    // 9 after the bare-message rule (gensyn-ai/rl-swarm#118).
+    (Group::Fit15, 9, None),
+    // Reported at 5 (BENCHMARKS.md keeps it); 3 after the bare-message rule (vllm#10439,
+    // pat-jj/s3#10).
+    (Group::Holdout15, 3, Some(3)),
 ];
 
 /// Whether batch 4's halves have been run: (fit, holdout). Both stayed unrun until the labelled

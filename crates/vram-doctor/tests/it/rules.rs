@@ -984,3 +984,103 @@ fn rule_11_a_neighbour_leads_when_it_holds_more_than_this_process_could() {
     assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
     assert!(has(&d, CauseKind::OutsidePytorch));
 }
+
+/// Every cause, remedy and note of a diagnosis, and the JSON `--json` prints.
+fn all_text(d: &Diagnosis) -> String {
+    serde_json::to_string(d).unwrap()
+}
+
+#[test]
+fn rocm_and_npu_diagnoses_name_their_own_runtime() {
+    // The same figures from a ROCm build (`HIP out of memory`) and from torch_npu (`NPU out
+    // of memory`, `(NPU d;`): every sentence the doctor writes names that runtime's context,
+    // allocation call, tools and settings, never CUDA's. Fixtures cover each rule whose text
+    // names the runtime: memory outside PyTorch (with and without a process list), graph
+    // pools, the request below free, the cap, fragmentation, and memory_stats() retries.
+    let cuda_only = [
+        "CUDA context",
+        "cudaMalloc",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "nvidia-smi",
+        "cuBLAS",
+        "cuDNN",
+        "NCCL buffers",
+        "NCCL's buffers",
+        "CUDA graphs",
+        "CUDA-graph",
+        "CUDA_MPS",
+        "WDDM",
+        "vramkit's allocator",
+    ];
+    let retries = vram_doctor::stats::parse(
+        r#"{"allocated_bytes.all.current": 1073741824, "reserved_bytes.all.current": 2147483648, "num_alloc_retries": 3}"#,
+        "stats.json",
+    )
+    .unwrap();
+    let fixtures = [
+        "pytorch-2.0-outside.txt",
+        "pytorch-2.0-allowed.txt",
+        "pytorch-2.3-request-below-free.txt",
+        "pytorch-2.5.txt",
+        "pytorch-2.9-graph-pools.txt",
+        "pytorch-2.11-cap-trapped.txt",
+        "pytorch-1.3-cached.txt",
+    ];
+    for (runtime, backend, context, malloc, conf, smi) in [
+        (
+            "HIP",
+            Backend::Hip,
+            "HIP context",
+            "hipMalloc",
+            "PYTORCH_HIP_ALLOC_CONF",
+            "rocm-smi",
+        ),
+        (
+            "NPU",
+            Backend::Npu,
+            "NPU (CANN) context",
+            "aclrtMalloc",
+            "PYTORCH_NPU_ALLOC_CONF",
+            "npu-smi",
+        ),
+    ] {
+        let mut seen = String::new();
+        for name in fixtures {
+            let mut text =
+                fixture(name).replace("CUDA out of memory", &format!("{runtime} out of memory"));
+            if backend == Backend::Npu {
+                text = text.replace("(GPU ", "(NPU ");
+            }
+            let m = parse(&text).unwrap();
+            assert_eq!(m.backend, backend, "{name}");
+            let mut inp = Inputs::new(m);
+            inp.stats.push(retries);
+            let d = diagnose(&inp).unwrap();
+            let all = all_text(&d);
+            for w in cuda_only {
+                assert!(!all.contains(w), "{runtime} {name}: `{w}` in {all}");
+            }
+            if backend == Backend::Npu {
+                assert!(!all.contains("torch.cuda"), "{name}: {all}");
+                assert!(!all.contains("ROCm"), "{name}: {all}");
+            }
+            seen.push_str(&all);
+        }
+        // And each runtime's own words are there, in the same JSON the text renders.
+        for w in [context, malloc, conf, smi] {
+            assert!(seen.contains(w), "{runtime}: no `{w}` in any diagnosis");
+        }
+    }
+    let hip =
+        fixture("pytorch-2.9-graph-pools.txt").replace("CUDA out of memory", "HIP out of memory");
+    let all = all_text(&diagnose(&Inputs::new(parse(&hip).unwrap())).unwrap());
+    assert!(
+        all.contains("% of reserved) sits in the private pools of HIP graphs"),
+        "{all}"
+    );
+    // CUDA's own wording is unchanged.
+    let d = doctor("pytorch-2.0-outside.txt");
+    let all = all_text(&d);
+    assert!(all.contains("a CUDA context is 0.5–1.5 GiB"), "{all}");
+    assert!(all.contains("nvidia-smi --query-compute-apps"), "{all}");
+}

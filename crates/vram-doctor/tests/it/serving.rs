@@ -1,6 +1,8 @@
 //! Rule 12: vLLM's and SGLang's start-up memory errors.
 
-use vram_doctor::serving::{explain, parse, CapacityChange, CapacityFigures, ServingError};
+use vram_doctor::serving::{
+    explain, parse, CapacityChange, CapacityFigures, ServingCause, ServingError,
+};
 use vram_doctor::{read, Reading};
 
 use crate::{fixture, gib};
@@ -83,6 +85,56 @@ fn no_cache_blocks_reads_the_profiler_line() {
         "{}",
         d.explanation
     );
+}
+
+#[test]
+fn bare_no_cache_blocks_names_no_cause_and_asks_for_the_lines_that_decide() {
+    // The bare message (vllm#10439's, V0 0.6.4.post1): no figure at all. Read at the releases
+    // it appears in, the weights, the profile's activation peak, memory outside PyTorch and (in
+    // 0.6.4 and V1 0.7.2-0.9.0) other processes share one budget, so no cause is chosen.
+    let bare = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.";
+    let e = parse(bare).unwrap();
+    assert_eq!(
+        e,
+        ServingError::VllmNoCacheMemory {
+            available_bytes: None
+        }
+    );
+    let d = explain(&e, None);
+    assert_eq!(d.cause, ServingCause::Undetermined);
+    assert_eq!(
+        serde_json::to_value(d.cause).unwrap(),
+        serde_json::json!("undetermined")
+    );
+    // The log lines that tell the causes apart, each in the engine's own words.
+    for line in [
+        "Model loading took X GiB",
+        "Loading model weights took X GB",
+        "model weights take W; non_torch_memory takes N; PyTorch activation peak memory takes A",
+        "initial_memory_usage=",
+        "Available KV cache memory: -X GiB",
+        "VLLM_LOGGING_LEVEL=DEBUG",
+    ] {
+        assert!(d.explanation.contains(line), "{line}: {}", d.explanation);
+    }
+    assert!(
+        d.explanation.contains("cannot show which"),
+        "{}",
+        d.explanation
+    );
+    // Nothing is called enough without figures, and the other-process remedy names the
+    // releases where other processes count.
+    assert!(d.remedies.iter().all(|r| !r.enough), "{:#?}", d.remedies);
+    assert!(
+        d.remedies
+            .iter()
+            .any(|r| r.detail.contains("vLLM 0.6.4 and V1 0.7.2–0.9.0")),
+        "{:#?}",
+        d.remedies
+    );
+    // The profiler's line, when the log has it, says how far short, still not which part.
+    let e = parse(&fixture("vllm-no-cache-blocks.txt")).unwrap();
+    assert_eq!(explain(&e, None).cause, ServingCause::Undetermined);
 }
 
 #[test]

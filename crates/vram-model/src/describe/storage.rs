@@ -5,7 +5,8 @@
 //! from its group: the [`Component`] it belongs to and its [`TensorKind`] (an expert bank, a
 //! linear, a vector), both of which every mechanism gives its tensors
 //! ([`crate::mech::Mechanism::tensors`]). The reader fills it from the config's
-//! `quantization_config` (FP8 block-wise, MXFP4, bitsandbytes 4/8-bit, GPTQ and AWQ 4-bit;
+//! `quantization_config` (FP8 block-wise, MXFP4, bitsandbytes 4/8-bit, GPTQ and AWQ 4-bit,
+//! compressed-tensors W4A16 `pack-quantized`;
 //! other methods are [`Quant::Other`], counted in the dtype with a note), `--weights FORMAT`
 //! replaces it ([`Storage::from_flag`]). Everything reads it:
 //! - the weights' report ([`crate::describe::Blocks::weights_bytes`]) and `vram capacity`
@@ -26,7 +27,8 @@
 //! tensors is counted as stored, and where the headers' format differs from the config's the
 //! headers win, with a note giving both.
 //!
-//! Not yet here: compressed-tensors
+//! Not yet here: compressed-tensors' other schemes (FP8, W8A8, act-order; `ignore` is taken as
+//! the head and routers)
 //! and GPTQ/AWQ at other than 4 bits (`Other`), `modules_to_not_convert` beyond the head, and
 //! the packed kernels' own temporaries (the MXFP4 Triton MoE and FP8 block matmuls are walked as
 //! the unquantized path's; bitsandbytes 4-bit's dequantized weight in a long prefill is).
@@ -322,6 +324,11 @@ impl Storage {
                 let packed = match (format, t.kind) {
                     // FineGrainedFP8: linears and expert banks, as `Fp8Block` above.
                     (WeightFormat::Fp8, TensorKind::Linear | TensorKind::Experts(_)) => t.rows > 1,
+                    // compressed-tensors W4A16 targets `Linear`: every expert's linears are
+                    // stored packed in the checkpoint (and vLLM's WNA16 MoE method holds them so).
+                    (WeightFormat::Wna16 { .. }, TensorKind::Linear | TensorKind::Experts(_)) => {
+                        t.rows > 1
+                    }
                     // bitsandbytes, GPTQ, AWQ: the layers' `nn.Linear` modules only.
                     (_, TensorKind::Linear) => format.is_quantized(),
                     _ => false,

@@ -53,6 +53,17 @@ pub enum WeightFormat {
         /// Input features per scale/zero group.
         group: u64,
     },
+    /// compressed-tensors' `pack-quantized` int4 weights with 16-bit activations (W4A16,
+    /// `quant_method: compressed-tensors`, the `Linear` target's `config_groups` weights:
+    /// `num_bits: 4`, `type: int`), as vLLM's `CompressedTensorsWNA16` and
+    /// `CompressedTensorsWNA16MarlinMoEMethod` hold it. Read from a config only; no `--weights`
+    /// spelling.
+    Wna16 {
+        /// Input features per scale group (0: `strategy: channel`, one group per input row).
+        group: u64,
+        /// `symmetric`: no zero points.
+        symmetric: bool,
+    },
 }
 
 impl WeightFormat {
@@ -113,6 +124,10 @@ impl WeightFormat {
             WeightFormat::Fp8 => "fp8".into(),
             WeightFormat::Gptq { group, .. } => format!("gptq-g{group}"),
             WeightFormat::Awq { group } => format!("awq-g{group}"),
+            WeightFormat::Wna16 { group, symmetric } => format!(
+                "compressed-tensors-w4a16-g{group}{}",
+                if symmetric { "" } else { "-asym" }
+            ),
         }
     }
 
@@ -163,6 +178,13 @@ pub const BNB_NESTED_BLOCK: u64 = 256;
 ///   `qzeros` int32 `[groups, out/8]`, `scales` fp16 `[groups, out]`, `g_idx` int32 `[in]`.
 /// - AWQ (autoawq `WQLinear_GEMM`, 4 bits): `qweight` int32 `[in, out/8]`, `qzeros` int32
 ///   `[groups, out/8]`, `scales` fp16 `[groups, out]`; no `g_idx`.
+/// - compressed-tensors W4A16 (`pack-quantized`), as vLLM's `CompressedTensorsWNA16.create_weights`
+///   makes it (`compressed_tensors_wNa16.py`, read at 0.10.0): `weight_packed` int32
+///   `[out, in/8]`, `weight_scale` in the model dtype `[out, groups]`, `weight_shape` int64 `[2]`,
+///   and `weight_zero_point` int32 `[out/8, groups]` only when not `symmetric`. The Marlin MoE
+///   method (`CompressedTensorsWNA16MarlinMoEMethod`, `compressed_tensors_moe.py` at 0.10.0) holds
+///   each expert the same way (it asserts symmetric: no zero points); the `g_idx` placeholders it
+///   creates are emptied after loading without act-order, and Marlin's repack keeps the sizes.
 pub fn linear_bytes(format: WeightFormat, double_quant: bool, out: u64, inp: u64) -> u64 {
     linear_parts(format, double_quant, out, inp).iter().sum()
 }
@@ -183,6 +205,7 @@ pub struct LinearTensor {
 
 fn tensor(name: &'static str, shape: &[u64], dtype: &'static str) -> LinearTensor {
     let width = match dtype {
+        "int64" => 8,
         "float32" | "int32" => 4,
         "float16" | "bfloat16" => 2,
         _ => 1,
@@ -251,6 +274,21 @@ pub fn linear_tensors(
             tensor("qzeros", &[groups(group), out / 8], "int32"),
             tensor("scales", &[groups(group), out], "float16"),
         ],
+        WeightFormat::Wna16 { group, symmetric } => {
+            let mut v = vec![
+                tensor("weight_packed", &[out, inp / 8], "int32"),
+                tensor("weight_scale", &[out, groups(group)], "bfloat16"),
+                tensor("weight_shape", &[2], "int64"),
+            ];
+            if !symmetric {
+                v.push(tensor(
+                    "weight_zero_point",
+                    &[out / 8, groups(group)],
+                    "int32",
+                ));
+            }
+            v
+        }
     }
 }
 
@@ -828,6 +866,63 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// vLLM 0.10.0's `CompressedTensorsWNA16.create_weights` for a 2048 → 5120 linear (Qwen3's
+    /// fused QKV), group 128, bf16: `weight_packed` int32 `[5120, 256]`, `weight_scale`
+    /// `[5120, 16]`, `weight_shape` int64 `[2]`; `weight_zero_point` int32 `[640, 16]` only
+    /// when asymmetric; channel-wise, one scale per row.
+    #[test]
+    fn compressed_tensors_w4a16_holds_zero_points_only_when_asymmetric() {
+        let names = |t: &[LinearTensor]| -> Vec<(&str, Vec<u64>, &str)> {
+            t.iter()
+                .map(|x| (x.name, x.shape.clone(), x.dtype))
+                .collect()
+        };
+        let sym = linear_tensors(
+            WeightFormat::Wna16 {
+                group: 128,
+                symmetric: true,
+            },
+            false,
+            5120,
+            2048,
+        );
+        assert_eq!(
+            names(&sym),
+            vec![
+                ("weight_packed", vec![5120, 256], "int32"),
+                ("weight_scale", vec![5120, 16], "bfloat16"),
+                ("weight_shape", vec![2], "int64"),
+            ]
+        );
+        assert_eq!(
+            sym.iter().map(|t| t.bytes).sum::<u64>(),
+            5120 * 256 * 4 + 5120 * 16 * 2 + 16
+        );
+        let asym = linear_tensors(
+            WeightFormat::Wna16 {
+                group: 128,
+                symmetric: false,
+            },
+            false,
+            5120,
+            2048,
+        );
+        assert_eq!(
+            names(&asym[3..]),
+            vec![("weight_zero_point", vec![640, 16], "int32")]
+        );
+        let channel = linear_tensors(
+            WeightFormat::Wna16 {
+                group: 0,
+                symmetric: true,
+            },
+            false,
+            5120,
+            2048,
+        );
+        assert_eq!(channel[1].shape, vec![5120, 1]);
+    }
 
     #[test]
     fn gptq_and_awq_hold_their_packed_tensors() {

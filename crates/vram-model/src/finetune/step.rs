@@ -119,9 +119,14 @@ pub struct FinetuneEstimate {
     pub peak_tensor_bytes: u64,
     /// Peak allocated as `max_memory_allocated()` reports it (allocator blocks, from the replay).
     pub peak_bytes: u64,
-    /// Peak reserved (`max_memory_reserved()`), from the replay.
+    /// Peak reserved (`max_memory_reserved()`), from the replay on a device with room to cache
+    /// every segment.
     pub reserved_bytes: u64,
-    /// Reserved plus the CUDA context.
+    /// The smallest device (less the CUDA context) the replay runs on: where a `cudaMalloc`
+    /// fails, PyTorch releases its idle cached segments and retries, so a step can run in less
+    /// than it reserves with room (as [`crate::walk::Estimate::needed_bytes`]).
+    pub needed_bytes: u64,
+    /// Needed plus the CUDA context: what the device must have.
     pub total_bytes: u64,
     /// Bytes per category at the peak; sums to `total_bytes`.
     #[serde(skip)]
@@ -324,9 +329,10 @@ pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<Fin
 /// what was checked, as `vram estimate`'s micro-batch search
 /// ([`crate::walk::settled_largest`]): the next size does not fit, every larger one up to the
 /// peak walk's bound is tried where they are at most [`crate::walk::SCAN`], and the
-/// [`crate::walk::BELOW`] sizes under the answer are estimated. The allocator's reserved peak
-/// is not monotone in the micro-batch (segment rounding and splits change with the tensors'
-/// sizes), so the search does not assume it is. `Ok(None)`: not even 1 fits.
+/// [`crate::walk::BELOW`] sizes under the answer are estimated. What the step needs is not
+/// monotone in the micro-batch (best fit splits cached segments differently for each size, so
+/// a backward transient can find no free block at one size and one at the next; BENCHMARKS.md),
+/// so the search does not assume it is. `Ok(None)`: not even 1 fits.
 pub fn largest_micro_batch(
     model: &Model,
     setup: &Setup,
@@ -911,19 +917,19 @@ fn step(
     }
     // Walk: the peak of tensor bytes after the warm-up step, and its breakdown.
     let (peak, at_peak, phase) = walk(&tape.0);
-    let (allocated, reserved) = if replay_allocator {
-        replay(&tape.0, setup.overheads.allocator)
-    } else {
-        (peak, peak)
-    };
-    let reserved = match setup.overheads.fragmentation {
-        Some(f) => (peak as f64 * (1.0 + f)) as u64,
-        None => reserved,
+    let (allocated, reserved, needed) = match (setup.overheads.fragmentation, replay_allocator) {
+        (Some(f), _) => {
+            let r = (peak as f64 * (1.0 + f)) as u64;
+            (peak, r, r)
+        }
+        (None, true) => replay(&tape.0, setup.overheads.allocator),
+        (None, false) => (peak, peak, peak),
     };
     let allocated = allocated.max(peak);
     let reserved = reserved.max(allocated);
+    let needed = needed.clamp(allocated, reserved);
     let mut bd = Breakdown(at_peak);
-    bd.0[Category::AllocatorOverhead as usize] = reserved - peak;
+    bd.0[Category::AllocatorOverhead as usize] = needed - peak;
     bd.0[Category::CudaContext as usize] = setup.overheads.cuda_context_bytes;
     if spec.gradient_checkpointing {
         notes.push("gradient checkpointing as TRL turns it on (non-reentrant): one layer's tensors are recomputed at a time in backward".into());
@@ -937,7 +943,8 @@ fn step(
         peak_tensor_bytes: peak,
         peak_bytes: allocated,
         reserved_bytes: reserved,
-        total_bytes: reserved + setup.overheads.cuda_context_bytes,
+        needed_bytes: needed,
+        total_bytes: needed + setup.overheads.cuda_context_bytes,
         breakdown: bd,
         peak_phase: phase,
         adapter_saved: per_kind
@@ -989,25 +996,65 @@ fn walk(evs: &[Ev]) -> (u64, [u64; 13], String) {
     (peak, at_peak, peak_phase)
 }
 
-fn replay(evs: &[Ev], a: Allocator) -> (u64, u64) {
+/// The allocator's figures for the tape: the allocated and reserved peaks after the warm-up
+/// step on a device with room, and the smallest device the whole run gets through (a bisection
+/// on the device's size in `kRoundLarge` steps, as [`crate::walk`]'s replay does; each probe
+/// replays the tape on a device of that size, where PyTorch's `malloc` releases idle cached
+/// segments and retries before it fails, and a probe that runs lowers the bound to its own
+/// peak). With room, every segment made stays cached, so the reserved peak is the sum of
+/// every segment the run ever needed; on a smaller device the retry path runs instead, and
+/// the step can need less than it reserves with room (QLoRA Mistral-7B at micro-batch 8, seq
+/// 1024: 10.40 GB reserved with room, 9.97 GB needed; BENCHMARKS.md).
+fn replay(evs: &[Ev], a: Allocator) -> (u64, u64, u64) {
+    const GRANULE: u64 = vram_alloc::policy::ROUND_LARGE;
+    let Some(roomy) = replay_on(evs, a, 1 << 50) else {
+        return (0, 0, 0);
+    };
+    let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
+    let mut hi = roomy.run_peak;
+    // Most steps need what they reserve: one probe a granule below settles them.
+    if hi.saturating_sub(lo) > GRANULE {
+        match replay_on(evs, a, hi - GRANULE) {
+            Some(p) => hi = p.run_peak.min(hi),
+            None => lo = hi - GRANULE,
+        }
+    }
+    while hi.saturating_sub(lo) > GRANULE {
+        let mid = ((lo + (hi - lo) / 2) / GRANULE * GRANULE).clamp(lo + 1, hi - 1);
+        match replay_on(evs, a, mid) {
+            Some(p) => hi = p.run_peak.min(hi),
+            None => lo = mid,
+        }
+    }
+    (roomy.allocated, roomy.reserved, hi)
+}
+
+/// One replay's peaks: allocated and reserved after the warm-up step, and the reserved peak of
+/// the whole run (what the device must hold).
+struct Peaks {
+    allocated: u64,
+    reserved: u64,
+    run_peak: u64,
+}
+
+/// The tape replayed through `a` on a device of `capacity` bytes; `None` when an allocation
+/// fails there (after the allocator's release-and-retry).
+fn replay_on(evs: &[Ev], a: Allocator, capacity: u64) -> Option<Peaks> {
     let policy = match a {
         Allocator::Pytorch => Policy::PyTorch,
         Allocator::PytorchExpandable => Policy::PyTorchExpandable,
         Allocator::Vramkit => Policy::Vramkit,
     };
-    let Ok(alloc) = CachingAllocator::new(SimDevice::new(1 << 50), AllocatorConfig::new(policy))
-    else {
-        return (0, 0);
-    };
+    let alloc =
+        CachingAllocator::new(SimDevice::new(capacity), AllocatorConfig::new(policy)).ok()?;
     let mut live: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+    let mut warm_up_peak = 0;
     for e in evs {
         match e {
             Ev::Alloc(k, _, parts) => {
                 let v = live.entry(*k).or_default();
                 for &p in parts {
-                    if let Ok(addr) = alloc.malloc(p.max(1), 0) {
-                        v.push(addr);
-                    }
+                    v.push(alloc.malloc(p.max(1), 0).ok()?);
                 }
             }
             Ev::Free(k) => {
@@ -1015,13 +1062,18 @@ fn replay(evs: &[Ev], a: Allocator) -> (u64, u64) {
                     let _ = alloc.free(a);
                 }
             }
-            Ev::Phase(p) if p == "reset" => alloc.reset_peak_stats(),
+            Ev::Phase(p) if p == "reset" => {
+                warm_up_peak = alloc.memory_stats().reserved_bytes[0].peak.max(0) as u64;
+                alloc.reset_peak_stats();
+            }
             Ev::Phase(_) => {}
         }
     }
     let st = alloc.memory_stats();
-    (
-        st.allocated_bytes[0].peak.max(0) as u64,
-        st.reserved_bytes[0].peak.max(0) as u64,
-    )
+    let reserved = st.reserved_bytes[0].peak.max(0) as u64;
+    Some(Peaks {
+        allocated: st.allocated_bytes[0].peak.max(0) as u64,
+        reserved,
+        run_peak: reserved.max(warm_up_peak),
+    })
 }

@@ -256,7 +256,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             _ => String::new(),
         };
         t.blocks.notes.push(format!(
-            "quantization_config's method `{method}` is not modelled with these settings (read: fp8 block-wise, mxfp4, bitsandbytes 4/8-bit, gptq and awq at 4 bits): weights are counted in the config's dtype"
+            "quantization_config's method `{method}` is not modelled with these settings (read: fp8 block-wise, mxfp4, bitsandbytes 4/8-bit, gptq and awq at 4 bits, compressed-tensors W4A16): weights are counted in the config's dtype"
         ));
     }
     t.blocks.names.moe_conversion = decoders::peft_moe_conversion(&model_type);
@@ -512,8 +512,9 @@ fn storage(c: &Cfg) -> Result<Storage> {
 }
 /// The stored format a `quantization_config` names, as transformers 5.24's quantizer for its
 /// `quant_method` lays the weights out (`quantizers/quantizer_*.py`, `utils/quantization_config.py`
-/// for the defaults). A method or variant not read here (modelopt NVFP4, compressed-tensors,
-/// GPTQ/AWQ at other than 4 bits, ...) is [`Quant::Other`]: counted in the config's dtype, with a
+/// for the defaults), and compressed-tensors' int4 weight-only scheme as vLLM reads it. A method or
+/// variant not read here (modelopt NVFP4, compressed-tensors' other schemes, GPTQ/AWQ at other
+/// than 4 bits, ...) is [`Quant::Other`]: counted in the config's dtype, with a
 /// note.
 fn quantization(qc: &Cfg) -> Result<Quant> {
     let group = |qc: &Cfg| -> Result<u64> {
@@ -589,8 +590,66 @@ fn quantization(qc: &Cfg) -> Result<Quant> {
             format: WeightFormat::Awq { group: group(qc)? },
             double_quant: false,
         },
+        Some("compressed-tensors") => {
+            compressed_tensors_wna16(qc)?.map_or(Quant::Other, |format| Quant::Packed {
+                format,
+                double_quant: false,
+            })
+        }
         _ => Quant::Other,
     })
+}
+
+/// A compressed-tensors `quantization_config` that is int4 weight-only (`format:
+/// pack-quantized`, the `config_groups` group targeting `Linear` with `weights` `num_bits: 4`,
+/// `type: int`, strategy `group` or `channel`, and no `input_activations`): vLLM 0.10.0's
+/// `CompressedTensorsConfig._is_wNa16_group_channel` and its `CompressedTensorsWNA16` scheme
+/// (`compressed_tensors.py`, `schemes/compressed_tensors_wNa16.py`). `symmetric` defaults to
+/// true and `group_size` is read from the group (channel: one group per row). Any other scheme
+/// (FP8, W8A8, act-order, other bit widths) is `None`: not modelled.
+fn compressed_tensors_wna16(qc: &Cfg) -> Result<Option<WeightFormat>> {
+    let Some(Value::Object(groups)) = qc.map.get("config_groups") else {
+        return Ok(None);
+    };
+    let linear = groups.values().find(|g| {
+        g["targets"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|x| x.as_str() == Some("Linear")))
+    });
+    let Some(g) = linear else {
+        return Ok(None);
+    };
+    // The top-level `format` (what vLLM 0.10.0 reads), else the group's own (later writers).
+    let format = qc
+        .map
+        .get("format")
+        .and_then(Value::as_str)
+        .or(g["format"].as_str());
+    let w = &g["weights"];
+    let activations = g.get("input_activations").is_some_and(|a| !a.is_null());
+    let actorder = w.get("actorder").is_some_and(|a| !a.is_null());
+    let int4 = w["num_bits"].as_u64() == Some(4) && w["type"].as_str().unwrap_or("int") == "int";
+    if format != Some("pack-quantized") || activations || actorder || !int4 {
+        return Ok(None);
+    }
+    let group = match w["strategy"].as_str() {
+        Some("channel") => 0,
+        Some("group") => match w["group_size"].as_u64().filter(|g| *g > 0 && g % 8 == 0) {
+            Some(g) => g,
+            None => {
+                return Err(Error::OutOfRange {
+                    field: "quantization_config.config_groups.weights.group_size".into(),
+                    value: w["group_size"].to_string(),
+                    why: "expected a positive multiple of 8 for strategy group".into(),
+                })
+            }
+        },
+        _ => return Ok(None),
+    };
+    Ok(Some(WeightFormat::Wna16 {
+        group,
+        symmetric: w["symmetric"].as_bool().unwrap_or(true),
+    }))
 }
 
 /// Applies a vision-language model's `preprocessor_config.json`: the processor settings a

@@ -364,6 +364,38 @@ fn quantization_configs_are_read_into_the_storage() {
         ),
         (r#"{"quant_method":"gptq","bits":8}"#, Quant::Other),
         (r#"{"quant_method":"compressed-tensors"}"#, Quant::Other),
+        // compressed-tensors W4A16 as llm-compressor writes it (vLLM 0.10.0's
+        // `_is_wNa16_group_channel`): the `Linear` group's weights, symmetric by default.
+        (
+            r#"{"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":4,"type":"int","strategy":"group","group_size":128,"symmetric":true,"actorder":null,"dynamic":false},"input_activations":null}},"ignore":["lm_head"]}"#,
+            packed(
+                WeightFormat::Wna16 {
+                    group: 128,
+                    symmetric: true,
+                },
+                false,
+            ),
+        ),
+        // Channel-wise and asymmetric, the format named on the group only.
+        (
+            r#"{"quant_method":"compressed-tensors","config_groups":{"group_0":{"format":"pack-quantized","targets":["Linear"],"weights":{"num_bits":4,"type":"int","strategy":"channel","group_size":null,"symmetric":false}}}}"#,
+            packed(
+                WeightFormat::Wna16 {
+                    group: 0,
+                    symmetric: false,
+                },
+                false,
+            ),
+        ),
+        // W8A8 (activations quantized), act-order and 8-bit weights are other schemes.
+        (
+            r#"{"quant_method":"compressed-tensors","format":"int-quantized","config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":8,"type":"int","strategy":"channel","symmetric":true},"input_activations":{"num_bits":8,"type":"int","strategy":"token","dynamic":true}}}}"#,
+            Quant::Other,
+        ),
+        (
+            r#"{"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":4,"type":"int","strategy":"group","group_size":128,"actorder":"group"}}}}"#,
+            Quant::Other,
+        ),
     ] {
         let t = read(q);
         assert_eq!(t.blocks.storage.quant, want, "{q}");

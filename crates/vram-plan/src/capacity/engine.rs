@@ -171,7 +171,7 @@ pub(super) fn vllm_07_mla_disabled_by(t: &Transformer, k: &Knobs) -> Option<&'st
         Quantization::Awq => Some("awq"),
         Quantization::Gptq => Some("gptq"),
         Quantization::Bitsandbytes => Some("bitsandbytes"),
-        Quantization::Int8 => Some("compressed-tensors"),
+        Quantization::Int8 | Quantization::Wna16 => Some("compressed-tensors"),
         Quantization::Mxfp4 => Some("mxfp4"),
         Quantization::None | Quantization::Fp8 => None,
     }
@@ -250,9 +250,11 @@ fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization>
     if !matches!(method, Quantization::Awq | Quantization::Gptq) {
         return None;
     }
-    let plain = match k.marlin {
-        Some(m) => !m,
-        None => gpu.sm_major < 8,
-    };
-    plain.then_some(method)
+    (!marlin_runs(k, gpu)).then_some(method)
+}
+
+/// Whether an AWQ/GPTQ linear runs a Marlin kernel: as `--quantization` names it
+/// ([`Knobs::marlin`]), else from compute capability 8.0 (`check_marlin_supported`).
+pub(super) fn marlin_runs(k: &Knobs, gpu: &Gpu) -> bool {
+    k.marlin.unwrap_or(gpu.sm_major >= 8)
 }

@@ -215,6 +215,9 @@ pub enum Quantization {
     Awq,
     /// GPTQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
     Gptq,
+    /// compressed-tensors W4A16 (`pack-quantized` int4, from the checkpoint's config): a scale
+    /// per group, zero points only when asymmetric (`vram_model::finetune::WeightFormat::Wna16`).
+    Wna16,
     /// bitsandbytes NF4 as the engines quantize it in flight: block 64, with the block absmax
     /// itself quantized (a uint8 per block and an fp32 absmax per 256 blocks). vLLM's loader
     /// calls `quantize_4bit(..., compress_statistics=True, quant_type="nf4")` (`loader.py` at
@@ -224,6 +227,23 @@ pub enum Quantization {
     Bitsandbytes,
     /// MXFP4: 4-bit elements, an 8-bit shared exponent per 32.
     Mxfp4,
+}
+
+/// How the engine loads one linear beyond its shape on this GPU: whether its AWQ/GPTQ kernel
+/// is Marlin (`engine::marlin_runs`), and the input size before the TP split (a row-parallel
+/// linear's rank holds `in/TP` of it; a column-parallel one all of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearLoad {
+    /// A Marlin kernel runs the linear.
+    pub marlin: bool,
+    /// The linear's input size before the TP split.
+    pub full_inp: u64,
+    /// One of an MoE layer's expert banks (`GPTQMarlinMoEMethod` keeps its `qzeros`).
+    pub moe_bank: bool,
+    /// Whether what the engine frees after loading leaves its weights figure: vLLM on CUDA
+    /// measures `memory_allocated`; a measure of free device memory (SGLang, vLLM on ROCm)
+    /// still sees the freed blocks, cached by PyTorch's allocator.
+    pub freed_leaves: bool,
 }
 
 impl Quantization {
@@ -236,6 +256,7 @@ impl Quantization {
     /// as an int8 weight with an fp32 scale per output row; FP8 one byte a weight, with a
     /// block-wise checkpoint's fp32 `weight_scale_inv` per block, else its per-tensor scale
     /// (one value, left out).
+    #[allow(clippy::too_many_arguments)]
     pub fn linear_parts(
         self,
         dtype: u64,
@@ -244,6 +265,7 @@ impl Quantization {
         out: u64,
         inp: u64,
         expert: bool,
+        load: LinearLoad,
     ) -> Vec<u64> {
         use vram_model::blocks::Quant;
         use vram_model::finetune::{
@@ -272,11 +294,33 @@ impl Quantization {
             },
             Quantization::Int8 => linear_parts(WeightFormat::Int8, false, out, inp),
             Quantization::Awq => linear_parts(WeightFormat::Awq { group: 128 }, false, out, inp),
+            // The checkpoint's group size and symmetry (vLLM's `CompressedTensorsWNA16` and its
+            // Marlin MoE method hold the checkpoint's tensors, repacked at the same sizes).
+            Quantization::Wna16 => {
+                let format = match stored {
+                    Quant::Packed {
+                        format: f @ WeightFormat::Wna16 { .. },
+                        ..
+                    } => f,
+                    _ => WeightFormat::Wna16 {
+                        group: 128,
+                        symmetric: true,
+                    },
+                };
+                linear_parts(format, false, out, inp)
+            }
             // The checkpoint's `g_idx` is loaded, then emptied unless `desc_act` (act-order)
             // is set: vLLM's `GPTQLinearMethod.process_weights_after_loading` sets it to
-            // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1) to
-            // `marlin_make_empty_g_idx`. With `desc_act`, Marlin keeps `g_idx` sorted and adds
-            // `g_idx_sort_indices`, both int32 over the rank's input rows.
+            // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1,
+            // 0.10.1, 0.19.0) to `marlin_make_empty_g_idx`. With `desc_act`, Marlin keeps
+            // `g_idx` sorted and adds `g_idx_sort_indices`, both int32 over the rank's input
+            // rows. Marlin runs GPTQ without zero points (`GPTQMarlinLinearMethod`:
+            // `zero_points=False`), so after loading it replaces `qzeros` with an empty tensor
+            // too; an expert bank's `w13_qzeros`/`w2_qzeros` stay (`GPTQMarlinMoEMethod.
+            // process_weights_after_loading` replaces its weights, scales and `g_idx` only). With `desc_act`, every rank holds the scales (and `qzeros`) of the whole
+            // input (`marlin_repeat_scales_on_all_ranks`; the plain `GPTQLinearMethod` does
+            // the same for a row-parallel linear): a row-parallel linear at TP > 1 keeps
+            // `in/group` rows of scales, not `in/TP/group`.
             Quantization::Gptq => {
                 let desc_act = matches!(
                     stored,
@@ -289,12 +333,27 @@ impl Quantization {
                     group: 128,
                     desc_act,
                 };
+                let rows_inp = if desc_act {
+                    load.full_inp.max(inp)
+                } else {
+                    inp
+                };
+                let whole = linear_tensors(format, false, out, rows_inp);
                 let mut v: Vec<u64> = linear_tensors(format, false, out, inp)
                     .iter()
                     .filter(|t| desc_act || t.name != "g_idx")
-                    .map(|t| t.bytes)
+                    .filter(|t| {
+                        !(load.marlin && !load.moe_bank && load.freed_leaves && t.name == "qzeros")
+                    })
+                    .map(|t| match t.name {
+                        "scales" | "qzeros" => whole
+                            .iter()
+                            .find(|w| w.name == t.name)
+                            .map_or(t.bytes, |w| w.bytes),
+                        _ => t.bytes,
+                    })
                     .collect();
-                if desc_act {
+                if desc_act && load.marlin {
                     v.push(4 * inp); // g_idx_sort_indices
                 }
                 v

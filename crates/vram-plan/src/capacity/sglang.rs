@@ -103,7 +103,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // logs read 78.81 GiB free before loading where the catalog context leaves 78.43: the
     // context at that point has loaded no kernel yet, and the catalog's (measured after
     // training steps) has. The two offsets nearly cancel in the pool (-0.3 % on those logs).
-    let weights = weights_per_gpu(t, k, gpu, Engine::Sglang) + allocator_rounding(t, k);
+    let weights = weights_per_gpu(t, k, gpu, Engine::Sglang) + allocator_rounding(t, k, gpu);
     // get_available_gpu_memory before loading ("Load weight begin. avail mem="): the device less
     // the CUDA context and, at TP/PP > 1, what `init_torch_distributed` allocated (NCCL
     // communicators, custom all-reduce buffers).

@@ -423,7 +423,10 @@ fn sglang_0_4_defaults_and_reserved_weights() {
     assert_eq!(c.memory_fraction, 0.85);
     assert_eq!(c.max_num_batched_tokens, 2048);
     assert_eq!(c.max_num_seqs, 80);
-    assert_eq!(allocator_rounding(&t, &k), 64 * 7 * MIB / 2 + 3 * MIB / 2);
+    assert_eq!(
+        allocator_rounding(&t, &k, l4),
+        64 * 7 * MIB / 2 + 3 * MIB / 2
+    );
     assert_eq!(
         c.weights_bytes,
         weights_per_gpu(&t, &k, l4, Engine::Sglang) + 64 * 7 * MIB / 2 + 3 * MIB / 2
@@ -1184,7 +1187,7 @@ fn model_loading_counts_what_the_allocator_hands_out() {
         rocm.weights_bytes,
         weights_per_gpu(&t, &k, mi, Engine::Vllm) + 64 * 7 * MIB / 2 + 3 * MIB / 2
     );
-    assert_eq!(allocated_rounding(&t, &k), 64 * 2 * MIB + 3 * MIB / 2);
+    assert_eq!(allocated_rounding(&t, &k, h100), 64 * 2 * MIB + 3 * MIB / 2);
     assert_eq!(
         cuda.weights_bytes,
         weights_per_gpu(&t, &k, h100, Engine::Vllm) + 64 * 2 * MIB + 3 * MIB / 2
@@ -1222,9 +1225,9 @@ fn model_loading_replays_the_allocator_over_shared_segments() {
     let stored = weights_per_gpu(&t, &k, t4, Engine::Vllm);
     // Tensors, biases and norms (the small ones in the 512-byte-rounded small pool).
     assert_eq!(stored, 250_527_744);
-    assert_eq!(allocated_rounding(&t, &k), 5_960_704);
+    assert_eq!(allocated_rounding(&t, &k, t4), 5_960_704);
     let tp2 = Knobs { tp: 2, ..k };
-    let loaded = weights_per_gpu(&t, &tp2, t4, Engine::Vllm) + allocated_rounding(&t, &tp2);
+    let loaded = weights_per_gpu(&t, &tp2, t4, Engine::Vllm) + allocated_rounding(&t, &tp2, t4);
     assert!(
         (loaded as f64 / (1u64 << 30) as f64 - 0.12).abs() < 0.005,
         "{loaded}"
@@ -1805,4 +1808,52 @@ fn vllm_mrope_cache_positions() {
         rotary_positions(&llama3(), &at([0, 10, 2]), Engine::Vllm),
         8192
     );
+}
+
+/// A compressed-tensors W4A16 checkpoint of Qwen3-30B-A3B-2507 (the `Linear` group: int4,
+/// group 128) under vLLM: `CompressedTensorsWNA16` packs the attention linears and
+/// `CompressedTensorsWNA16MarlinMoEMethod` every expert (read at 0.10.0), each a packed int32
+/// weight and a 16-bit scale per 128 inputs; the embedding, head, routers and norms stay bf16.
+/// Symmetric (the only kind the MoE method accepts) holds no zero points; an asymmetric
+/// checkpoint adds exactly one int32 word per 8 output rows per group of every packed linear.
+#[test]
+fn vllm_compressed_tensors_w4a16_packs_the_experts_and_zero_points_only_when_asymmetric() {
+    let config = |symmetric: bool| {
+        let mut c: serde_json::Value =
+            serde_json::from_str(catalog::config_text("qwen3-30b-a3b-2507").unwrap()).unwrap();
+        c["quantization_config"] = serde_json::json!({
+            "quant_method": "compressed-tensors", "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null,
+                "weights": {"num_bits": 4, "type": "int", "strategy": "group",
+                    "group_size": 128, "symmetric": symmetric, "actorder": null}}},
+            "ignore": ["lm_head", "re:.*mlp.gate$"]});
+        match vram_model::hf::parse_config(&c.to_string(), "w4a16").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    };
+    let gpu = vram_model::gpu::lookup("rtx-3090").unwrap();
+    let k = Knobs::default();
+    let w = |t: &Transformer| weights_per_gpu(t, &k, gpu, Engine::Vllm);
+    let (sym, asym) = (config(true), config(false));
+    // Per layer: q 4096, k 512, v 512, o 2048 rows (in 2048, 2048, 2048, 4096) and 128 experts
+    // of gate-up 1536 (in 2048, one fused `w13` as vLLM holds it) and down 2048 (in 768): int4
+    // weights, a bf16 scale per 128 inputs and an int64 `weight_shape` each.
+    let packed = |out: u64, inp: u64| out * inp / 2 + out * (inp / 128) * 2 + 16;
+    let layer = packed(4096, 2048)
+        + 2 * packed(512, 2048)
+        + packed(2048, 4096)
+        + 128 * (packed(1536, 2048) + packed(2048, 768));
+    // bf16: the embedding and head (151,936 × 2048 each), per layer the router (128 × 2048),
+    // four norms of 2048 / 128 (input, post-attention, q, k); the final norm; the rotary cache
+    // (262,144 positions × 128).
+    let rest = 2 * 151_936 * 2048 + 48 * (128 * 2048 + 2 * 2048 + 2 * 128) + 2048;
+    let rotary = 262_144 * 128 * 2;
+    assert_eq!(w(&sym), 48 * layer + 2 * rest + rotary);
+    let zeros = |out: u64, inp: u64| (out / 8) * (inp / 128) * 4;
+    let layer_zeros = zeros(4096, 2048)
+        + 2 * zeros(512, 2048)
+        + zeros(2048, 4096)
+        + 128 * (zeros(1536, 2048) + zeros(2048, 768));
+    assert_eq!(w(&asym) - w(&sym), 48 * layer_zeros);
 }

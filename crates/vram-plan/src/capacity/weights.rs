@@ -18,7 +18,7 @@ use vram_alloc::policy::{allocation_size, round_size, LARGE_BUFFER, MIN_LARGE_AL
 /// loaded GPU of the unquantized model. vLLM's MXFP4 MoE kernels then lay the experts out padded
 /// to their tile sizes (`engine::vllm_mxfp4_layout`): what loading takes can exceed what is stored.
 pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> u64 {
-    let logical = logical_weights_per_gpu(t, k, engine);
+    let logical = logical_weights_per_gpu(t, k, engine, gpu);
     let mxfp4 = k.quantization == Quantization::Mxfp4
         || t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4;
     let base = if k.quantization != Quantization::None
@@ -35,7 +35,7 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
             ..*k
         };
         let rotary = (rotary_cache_elems(t, k, engine) * k.dtype_bytes) as f64;
-        let whole = logical_weights_per_gpu(t, &one, engine) as f64;
+        let whole = logical_weights_per_gpu(t, &one, engine, gpu) as f64;
         let stored = t.blocks.weights_bytes(false) as f64 + rotary;
         (logical as f64 * stored / whole.max(1.0)).round() as u64
     };
@@ -228,22 +228,47 @@ pub(super) fn padded_vocab(t: &Transformer) -> u64 {
 /// Bytes per weight of the linears under `q`, from the tensors [`Quantization::linear_parts`]
 /// lists for the typical layer's linears at their TP-split shapes (quantization state
 /// included: GPTQ's `g_idx`, the int8 row scales, bitsandbytes' statistics).
-fn linear_rate(t: &Transformer, q: Quantization, k: &Knobs) -> f64 {
+fn linear_rate(
+    t: &Transformer,
+    q: Quantization,
+    k: &Knobs,
+    gpu: &Gpu,
+    moe_bank: bool,
+    freed_leaves: bool,
+) -> f64 {
     let h = t.hidden();
     let tp = k.tp.max(1);
     let (qw, kvw) = t.blocks.typical().attn_widths();
     let f = t.blocks.typical().intermediate.div_ceil(tp).max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
+    let marlin = engine::marlin_runs(k, gpu);
+    // (out, in, unsplit in): QKV and gate-up are column-parallel, the attention output and
+    // the down projection row-parallel (their input split by TP).
     let shapes = [
-        (h, (qw + 2 * kvw).div_ceil(tp).max(1)),
-        (qw.div_ceil(tp).max(1), h),
-        (up, h),
-        (h, f),
+        ((qw + 2 * kvw).div_ceil(tp).max(1), h, h),
+        (h, qw.div_ceil(tp).max(1), qw),
+        (up, h, h),
+        (h, f, t.blocks.typical().intermediate),
     ];
-    let elems: u64 = shapes.iter().map(|(o, i)| o * i).sum();
+    let elems: u64 = shapes.iter().map(|(o, i, _)| o * i).sum();
     let bytes: u64 = shapes
         .iter()
-        .flat_map(|&(o, i)| q.linear_parts(k.dtype_bytes, t.blocks.storage.quant, true, o, i, true))
+        .flat_map(|&(o, i, full)| {
+            q.linear_parts(
+                k.dtype_bytes,
+                t.blocks.storage.quant,
+                true,
+                o,
+                i,
+                true,
+                LinearLoad {
+                    marlin,
+                    full_inp: full,
+                    moe_bank,
+                    freed_leaves,
+                },
+            )
+        })
         .sum();
     bytes as f64 / elems.max(1) as f64
 }
@@ -272,10 +297,19 @@ pub(super) fn rotary_positions(t: &Transformer, k: &Knobs, engine: Engine) -> u6
     }
 }
 
-pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
+pub(super) fn logical_weights_per_gpu(
+    t: &Transformer,
+    k: &Knobs,
+    engine: Engine,
+    gpu: &Gpu,
+) -> u64 {
     let split = t.param_split();
     let d = k.dtype_bytes as f64;
-    let q = linear_rate(t, k.quantization, k);
+    // vLLM on CUDA measures what is allocated after loading; SGLang and vLLM on ROCm the fall
+    // in free device memory, which still holds what loading freed into PyTorch's cache.
+    let freed = engine == Engine::Vllm && !engine::is_rocm(gpu);
+    let q = linear_rate(t, k.quantization, k, gpu, false, freed);
+    let q_experts = linear_rate(t, k.quantization, k, gpu, true, freed);
     let tp = k.tp as f64;
     let (attn_ways, expert_ways, rest_ways) = parallel_widths(k);
     let sharded = (split.per_layer - split.per_layer_replicated) as f64;
@@ -287,7 +321,8 @@ pub(super) fn logical_weights_per_gpu(t: &Transformer, k: &Knobs, engine: Engine
         0.0
     };
     let rest = sharded - attn - experts;
-    let layer = (attn / attn_ways + experts / expert_ways + rest / rest_ways) * q
+    let layer = (attn / attn_ways + rest / rest_ways) * q
+        + experts / expert_ways * q_experts
         + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers().div_ceil(k.pp) as f64;
     let vocab_padded = padded_vocab(t) as f64;
@@ -375,7 +410,7 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64
 /// one (a hybrid's linear-attention layers too: an approximation). Norms, biases and scales of
 /// one value are left out.
 /// Returns `(bytes, count)`.
-fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
+fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> Vec<(u64, u64)> {
     let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
@@ -385,16 +420,33 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
     let up = if t.blocks.typical().gated { 2 * f } else { f };
     let quant = quantization_in_force(t, k);
     let moe = experts > 1;
+    let marlin = engine::marlin_runs(k, gpu);
+    // (out, in, unsplit in, stack, expert bank): QKV and gate-up column-parallel, the
+    // attention output and the down projection row-parallel.
+    let full_f = t.blocks.typical().intermediate;
     let layer: Vec<u64> = [
-        (h, (qw + 2 * kvw).div_ceil(tp), 1, false),
-        (qw.div_ceil(tp), h, 1, false),
-        (up, h, experts, moe),
-        (h, f, experts, moe),
+        ((qw + 2 * kvw).div_ceil(tp), h, h, 1, false),
+        (h, qw.div_ceil(tp), qw, 1, false),
+        (up, h, h, experts, moe),
+        (h, f, full_f, experts, moe),
     ]
     .into_iter()
-    .flat_map(|(out, inp, stack, expert)| {
+    .flat_map(|(out, inp, full_inp, stack, expert)| {
         quant
-            .linear_parts(d, t.blocks.storage.quant, false, out, inp, expert)
+            .linear_parts(
+                d,
+                t.blocks.storage.quant,
+                false,
+                out,
+                inp,
+                expert,
+                LinearLoad {
+                    marlin,
+                    full_inp,
+                    moe_bank: expert,
+                    freed_leaves,
+                },
+            )
             .into_iter()
             .map(move |b| b * stack)
     })
@@ -409,8 +461,8 @@ fn weight_tensors(t: &Transformer, k: &Knobs) -> Vec<(u64, u64)> {
 /// One GPU's weight tensors in the order the engines create them (the token table, a learned
 /// position table, then layer by layer [`weight_tensors`]' linears, then an untied head), in
 /// bytes: what the caching allocator sees while the model is built.
-fn weight_tensor_sequence(t: &Transformer, k: &Knobs) -> Vec<u64> {
-    let grouped = weight_tensors(t, k);
+fn weight_tensor_sequence(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Vec<u64> {
+    let grouped = weight_tensors(t, k, gpu, true);
     let (table, tables) = *grouped.last().expect("weight_tensors ends with the table");
     let layer: Vec<u64> = grouped[..grouped.len() - 1]
         .iter()
@@ -432,7 +484,8 @@ fn weight_tensor_sequence(t: &Transformer, k: &Knobs) -> Vec<u64> {
 }
 
 /// The quantization the engine loads the linears with: `--quantization`, else the checkpoint's
-/// stored format (AWQ, GPTQ, bitsandbytes NF4/FP4, INT8, block FP8, MXFP4), else none.
+/// stored format (AWQ, GPTQ, compressed-tensors W4A16, bitsandbytes NF4/FP4, INT8, block FP8,
+/// MXFP4), else none.
 pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization {
     use vram_model::blocks::Quant;
     use vram_model::finetune::WeightFormat;
@@ -445,6 +498,7 @@ pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization 
         Quant::Packed { format, .. } => match format {
             WeightFormat::Awq { .. } => Quantization::Awq,
             WeightFormat::Gptq { .. } => Quantization::Gptq,
+            WeightFormat::Wna16 { .. } => Quantization::Wna16,
             WeightFormat::Nf4 | WeightFormat::Fp4 => Quantization::Bitsandbytes,
             WeightFormat::Int8 => Quantization::Int8,
             _ => Quantization::None,
@@ -458,8 +512,8 @@ pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization 
 /// 10 MiB (`kMinLargeAlloc`) or more gets a segment rounded up to 2 MiB (`kRoundLarge`);
 /// smaller ones share 2 MiB and 20 MiB segments, counted as packed), over [`weight_tensors`].
 /// An engine that measures its weights by free device memory (SGLang; vLLM on ROCm) sees this.
-pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
-    weight_tensors(t, k)
+pub fn allocator_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
+    weight_tensors(t, k, gpu, false)
         .into_iter()
         .filter(|&(b, _)| round_size(b) >= MIN_LARGE_ALLOC)
         .map(|(b, n)| (allocation_size(round_size(b)) - b) * n)
@@ -483,12 +537,12 @@ pub fn allocator_rounding(t: &Transformer, k: &Knobs) -> u64 {
 /// transposed copies, MXFP4's swizzled experts), the allocator's final state is not that
 /// sequence's, and which tails survive is not replayed: each tensor counts its own rounding and a
 /// large tensor its unsplit segment, as before.
-pub fn allocated_rounding(t: &Transformer, k: &Knobs) -> u64 {
+pub fn allocated_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
     if !matches!(
         quantization_in_force(t, k),
         Quantization::None | Quantization::Bitsandbytes
     ) {
-        return weight_tensors(t, k)
+        return weight_tensors(t, k, gpu, true)
             .into_iter()
             .map(|(b, n)| {
                 let r = round_size(b);
@@ -501,7 +555,7 @@ pub fn allocated_rounding(t: &Transformer, k: &Knobs) -> u64 {
             })
             .sum();
     }
-    let seq = weight_tensor_sequence(t, k);
+    let seq = weight_tensor_sequence(t, k, gpu);
     let total: u64 = seq.iter().sum();
     // Room for every tensor in its own rounded segment, so the replay never runs out.
     let room: u64 = seq.iter().map(|&b| allocation_size(round_size(b))).sum();

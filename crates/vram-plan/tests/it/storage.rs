@@ -249,28 +249,52 @@ fn capacity_holds_gemma_4s_per_layer_inputs_and_towers() {
 /// What vLLM holds of one quantized linear (read at 0.9.1), as `vram capacity` counts it: a
 /// block-wise FP8 checkpoint's fp32 `weight_scale_inv`, one per `bn × bk` block of the rank's
 /// partition (`Fp8LinearMethod.create_weights`), where a bf16 checkpoint quantized in flight
-/// keeps one scale (one value, left out); GPTQ's `g_idx` and Marlin's `g_idx_sort_indices` (int32 over the input
-/// rows) only with `desc_act`, emptied otherwise (`MarlinLinearKernel.process_weights_after_loading`).
+/// keeps one scale (one value, left out); GPTQ's `g_idx` and Marlin's `g_idx_sort_indices`
+/// (int32 over the input rows) only with `desc_act`, emptied otherwise
+/// (`MarlinLinearKernel.process_weights_after_loading`, the same at 0.10.1 and 0.19.0), and on
+/// Marlin no `qzeros` after loading (`zero_points=False`: replaced by an empty tensor); with
+/// `desc_act` a row-parallel rank keeps the scales of the whole input
+/// (`marlin_repeat_scales_on_all_ranks`; `GPTQLinearMethod` alike, with its `qzeros`); an
+/// expert bank keeps its `qzeros` (`GPTQMarlinMoEMethod`, read at 0.10.1).
 #[test]
 fn quantized_linears_hold_what_vllm_keeps() {
-    use vram_plan::capacity::Quantization;
+    use vram_plan::capacity::{LinearLoad, Quantization};
     let (out, inp) = (4096, 14336);
+    let whole = |marlin| LinearLoad {
+        marlin,
+        full_inp: inp,
+        moe_bank: false,
+        freed_leaves: true,
+    };
     let block = Quant::Fp8Block {
         bn: 128,
         bk: 128,
         skip_head: true,
     };
     assert_eq!(
-        Quantization::Fp8.linear_parts(2, block, false, out, inp, false),
+        Quantization::Fp8.linear_parts(2, block, false, out, inp, false, whole(true)),
         vec![out * inp, 4 * 32 * 112]
     );
     // A partition that is not a whole number of blocks: vLLM rounds up (`(n + bn - 1) // bn`).
     assert_eq!(
-        Quantization::Fp8.linear_parts(2, block, false, 1000, 300, false),
+        Quantization::Fp8.linear_parts(
+            2,
+            block,
+            false,
+            1000,
+            300,
+            false,
+            LinearLoad {
+                marlin: true,
+                full_inp: 300,
+                moe_bank: false,
+                freed_leaves: true,
+            }
+        ),
         vec![300_000, 4 * 8 * 3]
     );
     assert_eq!(
-        Quantization::Fp8.linear_parts(2, Quant::None, false, out, inp, false),
+        Quantization::Fp8.linear_parts(2, Quant::None, false, out, inp, false, whole(true)),
         vec![out * inp]
     );
     let gptq = |desc_act| Quant::Packed {
@@ -280,13 +304,83 @@ fn quantized_linears_hold_what_vllm_keeps() {
         },
         double_quant: false,
     };
-    let plain = Quantization::Gptq.linear_parts(2, gptq(false), false, out, inp, false);
-    // qweight int32 [in/8, out], qzeros int32 [groups, out/8], scales fp16 [groups, out].
+    // The plain kernel: qweight int32 [in/8, out], qzeros int32 [groups, out/8], scales fp16
+    // [groups, out].
+    let plain =
+        Quantization::Gptq.linear_parts(2, gptq(false), false, out, inp, false, whole(false));
     assert_eq!(
         plain,
         vec![inp / 8 * out * 4, 112 * out / 8 * 4, 112 * out * 2]
     );
-    let act = Quantization::Gptq.linear_parts(2, gptq(true), false, out, inp, false);
-    assert_eq!(act[..3], plain[..]);
-    assert_eq!(act[3..], [4 * inp, 4 * inp]);
+    // Marlin drops qzeros.
+    let marlin =
+        Quantization::Gptq.linear_parts(2, gptq(false), false, out, inp, false, whole(true));
+    assert_eq!(marlin, vec![inp / 8 * out * 4, 112 * out * 2]);
+    // desc_act on Marlin: g_idx and its sort indices.
+    let act = Quantization::Gptq.linear_parts(2, gptq(true), false, out, inp, false, whole(true));
+    assert_eq!(
+        act,
+        vec![inp / 8 * out * 4, 112 * out * 2, 4 * inp, 4 * inp]
+    );
+    // A row-parallel down projection at TP 4 (in 14336 / 4 = 3584 rows on the rank): without
+    // desc_act its scales are the rank's 28 groups, with it all 112; qweight and g_idx are the
+    // rank's.
+    let rank = |desc_act, marlin| {
+        Quantization::Gptq.linear_parts(
+            2,
+            gptq(desc_act),
+            false,
+            out,
+            inp / 4,
+            false,
+            LinearLoad {
+                marlin,
+                full_inp: inp,
+                moe_bank: false,
+                freed_leaves: true,
+            },
+        )
+    };
+    // An expert bank on Marlin keeps its qzeros (`GPTQMarlinMoEMethod`).
+    let bank = Quantization::Gptq.linear_parts(
+        2,
+        gptq(false),
+        false,
+        out,
+        inp,
+        true,
+        LinearLoad {
+            marlin: true,
+            full_inp: inp,
+            moe_bank: true,
+            freed_leaves: true,
+        },
+    );
+    assert_eq!(bank, plain);
+    // A measure of free device memory (SGLang, vLLM on ROCm) still sees the freed qzeros,
+    // cached by PyTorch's allocator.
+    let cached = Quantization::Gptq.linear_parts(
+        2,
+        gptq(false),
+        false,
+        out,
+        inp,
+        false,
+        LinearLoad {
+            marlin: true,
+            full_inp: inp,
+            moe_bank: false,
+            freed_leaves: false,
+        },
+    );
+    assert_eq!(cached, plain);
+    assert_eq!(rank(false, true), vec![inp / 4 / 8 * out * 4, 28 * out * 2]);
+    assert_eq!(
+        rank(true, true),
+        vec![inp / 4 / 8 * out * 4, 112 * out * 2, inp, inp]
+    );
+    assert_eq!(
+        rank(true, false),
+        vec![inp / 4 / 8 * out * 4, 112 * out / 8 * 4, 112 * out * 2, inp]
+    );
 }

@@ -332,7 +332,7 @@ pub(super) fn finetune(r: &FinetuneReport) -> String {
     ));
     o.push_str(&ul("fit", &r.fit_lines()));
     o.push_str(&suggestions(&r.suggestions, &r.suggestion_lines()));
-    let rows = vec![
+    let mut rows = vec![
         count("parameters", r.params),
         count("trainable parameters", r.trainable_params),
         word("base weights format", &r.weights.format),
@@ -341,13 +341,19 @@ pub(super) fn finetune(r: &FinetuneReport) -> String {
         size("peak allocated", r.peak_bytes),
         word("peak at", &r.peak_phase),
         size("peak reserved (max_memory_reserved)", r.reserved_bytes),
-        size("device total (what nvidia-smi shows)", r.total_bytes),
-        (
-            "headroom".into(),
-            signed(r.headroom_bytes),
-            format!("{} bytes", r.headroom_bytes),
-        ),
     ];
+    if r.needed_bytes < r.reserved_bytes {
+        rows.push(size(
+            "needed (smallest device that runs it)",
+            r.needed_bytes,
+        ));
+    }
+    rows.push(size("device total (what nvidia-smi shows)", r.total_bytes));
+    rows.push((
+        "headroom".into(),
+        signed(r.headroom_bytes),
+        format!("{} bytes", r.headroom_bytes),
+    ));
     o.push_str(&kv("figures", &rows));
     let mut lines: Vec<String> = crate::notes::lines(&r.notes).collect();
     lines.push(crate::finetune::MODELS_LINE.into());
