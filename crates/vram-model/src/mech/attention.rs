@@ -132,6 +132,12 @@ impl Attention {
         }
     }
 
+    /// Width of each head the rotary embedding turns: `head_dim · rotary_pct / 100`, floored as
+    /// vLLM's `get_rope` does (`int(head_size * partial_rotary_factor)`).
+    pub fn rotary_dim(&self) -> u64 {
+        self.head_dim * self.rotary_pct as u64 / 100
+    }
+
     /// Query width `heads · head_dim` and key (or value) width `kv_heads · head_dim`.
     pub fn widths(&self) -> (u64, u64) {
         (self.heads * self.head_dim, self.kv_heads * self.head_dim)

@@ -179,6 +179,40 @@ pub(super) fn gpt_neox(c: &Cfg) -> Result<Draft> {
     Ok(d)
 }
 
+/// Percent of each head the rotary embedding turns, from whichever key the config names it by:
+/// `rotary_dim` (GPT-J, MiniMax-M2: a width), else `partial_rotary_factor` at the top level or
+/// inside a flat `rope_parameters`/`rope_scaling` (Qwen3.5, GLM, Phi, Phi-3's Phi-4-mini,
+/// StableLM), else the whole head. vLLM's `get_rope` reads the same factor
+/// (`rotary_dim = int(head_size * partial_rotary_factor)`, `rotary_embedding/__init__.py`, read
+/// at v0.10.2 and v0.19.0).
+pub(super) fn partial_rotary_pct(c: &Cfg, head_dim: u64) -> Result<u8> {
+    if let Some(dim) = c.opt_u64(&["rotary_dim"])? {
+        if dim > head_dim || dim * 100 % head_dim != 0 {
+            return Err(Error::OutOfRange {
+                field: "rotary_dim".into(),
+                value: dim.to_string(),
+                why: format!("must be a whole percent of head_dim {head_dim}"),
+            });
+        }
+        return Ok((dim * 100 / head_dim) as u8);
+    }
+    if c.find(&["partial_rotary_factor"]).is_some() {
+        return fraction_pct(c, "partial_rotary_factor", 1.0);
+    }
+    for key in ["rope_parameters", "rope_scaling"] {
+        if let Some((_, Value::Object(m))) = c.find(&[key]) {
+            let nested = Cfg {
+                map: m,
+                model_type: c.model_type,
+            };
+            if nested.find(&["partial_rotary_factor"]).is_some() {
+                return fraction_pct(&nested, "partial_rotary_factor", 1.0);
+            }
+        }
+    }
+    Ok(100)
+}
+
 /// A fraction in (0, 1] as a percent (`rotary_pct`).
 fn fraction_pct(c: &Cfg, name: &str, default: f64) -> Result<u8> {
     let f = match c.find(&[name]) {
@@ -233,6 +267,7 @@ pub(super) fn llama_like(c: &Cfg) -> Result<Draft> {
     d.attn.kv_heads = kv_heads;
     d.attn.head_dim = head_dim;
     d.attn.v_head_dim = head_dim;
+    d.attn.rotary_pct = partial_rotary_pct(c, head_dim)?;
     d.dense.intermediate = c.u64(&["intermediate_size"])?;
     d.max_positions = c.opt_u64(&["max_position_embeddings"])?.unwrap_or(2048);
     let gemma = mt == "gemma" || mt == "gemma2";

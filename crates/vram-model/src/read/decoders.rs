@@ -345,11 +345,15 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         }
     };
     let intermediate = c.opt_u64(&["intermediate_size"])?.unwrap_or(4 * hidden);
+    let attn = Attention {
+        rotary_pct: super::classic::partial_rotary_pct(c, head_dim)?,
+        ..Attention::new(heads, kv_heads, head_dim)
+    };
     let d = Draft {
         model_type: c.model_type.to_string(),
         vocab: c.u64(&["vocab_size"])?,
         hidden,
-        attn: Attention::new(heads, kv_heads, head_dim),
+        attn,
         sliding_window: None,
         chunk: None,
         layer_types: vec![LayerType::Full; layers as usize],

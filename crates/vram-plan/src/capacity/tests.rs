@@ -1857,3 +1857,85 @@ fn vllm_compressed_tensors_w4a16_packs_the_experts_and_zero_points_only_when_asy
         + 128 * (zeros(1536, 2048) + zeros(2048, 768));
     assert_eq!(w(&asym) - w(&sym), 48 * layer_zeros);
 }
+
+/// The rotary `cos_sin_cache` is `[positions, rotary_dim]`, `rotary_dim` the part of each head
+/// the rotary embedding turns, as vLLM's `get_rope` builds it (`rotary_dim =
+/// int(head_size * partial_rotary_factor)`; MLA passes `qk_rope_head_dim`; GPT-J and MiniMax-M2
+/// name `rotary_dim`). The widths are the ones transformers 5.24 builds on the meta device for
+/// these configs (`rotary_emb.inv_freq` is `rotary_dim / 2` long: Qwen3.5-27B, Qwen3-Next,
+/// MiniMax-M2.5, DeepSeek-V3 and DeepSeek-V2-Lite 32, Phi-4-mini 48, Llama 3.1 64).
+#[test]
+fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
+    let vllm = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    let catalogued = |id: &str| match catalog::lookup(id).unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    // (model, positions vLLM keeps at 0.19.0, rotary width)
+    for (id, positions, width) in [
+        // partial_rotary_factor 0.25 of head_dim 256; interleaved M-RoPE keeps the positions.
+        ("qwen3.5-27b", 262_144, 64),
+        ("qwen3-next-80b-a3b", 262_144, 64),
+        // rotary_dim 64 of head_dim 128.
+        ("minimax-m2.5", 196_608, 64),
+        // MLA: qk_rope_head_dim 64 (the head is 192 wide).
+        ("deepseek-v3", 163_840, 64),
+        ("llama-3.1-8b", 131_072, 128),
+    ] {
+        let t = catalogued(id);
+        assert_eq!(
+            weights::rotary_cache_elems(&t, &vllm([0, 19, 0]), Engine::Vllm),
+            positions * width,
+            "{id}"
+        );
+    }
+    // Phi-4-mini (`Phi3ForCausalLM`, partial_rotary_factor 0.75 of head_dim 128), its
+    // config.json's shape keys; SGLang's `get_rope` takes the same factor.
+    let phi4_mini = r#"{"model_type": "phi3", "architectures": ["Phi3ForCausalLM"],
+        "hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 24,
+        "num_hidden_layers": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+        "partial_rotary_factor": 0.75, "vocab_size": 200064, "tie_word_embeddings": true}"#;
+    let Model::Transformer(t) = vram_model::hf::parse_config(phi4_mini, "phi-4-mini").unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        t.blocks
+            .representative()
+            .mixer
+            .as_attention()
+            .unwrap()
+            .rotary_dim(),
+        96
+    );
+    assert_eq!(
+        weights::rotary_cache_elems(&t, &Knobs::default(), Engine::Sglang),
+        131_072 * 96
+    );
+    // The same factor inside `rope_parameters` (transformers 5's name) and a `rotary_dim`
+    // that is no whole percent of the head, refused in one line.
+    let nested = phi4_mini.replace(
+        r#""partial_rotary_factor": 0.75"#,
+        r#""rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}"#,
+    );
+    let Model::Transformer(t) = vram_model::hf::parse_config(&nested, "phi").unwrap() else {
+        unreachable!()
+    };
+    assert_eq!(
+        t.blocks
+            .representative()
+            .mixer
+            .as_attention()
+            .unwrap()
+            .rotary_dim(),
+        64
+    );
+    let odd = phi4_mini.replace(r#""partial_rotary_factor": 0.75"#, r#""rotary_dim": 33"#);
+    let e = vram_model::hf::parse_config(&odd, "phi")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rotary_dim"), "{e}");
+}

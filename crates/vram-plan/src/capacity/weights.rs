@@ -82,21 +82,28 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
         .sum()
 }
 
-/// Elements of the rotary `cos_sin_cache` (`[positions, head_dim]`, the positions by
-/// [`rotary_positions`]), which vLLM's and SGLang's `get_rope` keep beside the weights; none for
+/// Elements of the rotary `cos_sin_cache` (`[positions, rotary_dim]`, the positions by
+/// [`rotary_positions`]), which vLLM's and SGLang's `get_rope` keep beside the weights.
+/// `RotaryEmbedding._compute_cos_sin_cache` concatenates `rotary_dim / 2` cosines and sines per
+/// position (vLLM `rotary_embedding/base.py`, read at v0.10.2), where `rotary_dim` is the part
+/// of each head the rotary embedding turns ([`vram_model::blocks::Attention::rotary_dim`]: a quarter of Qwen3.5's
+/// 256, Phi-2's 32 of 80) and, for MLA, `qk_rope_head_dim` (`deepseek_v2.py` passes it as the
+/// head size). The widest layer's: layers sharing one `get_rope` key share its cache. None for
 /// a model whose attention layers all go without rotary positions (OPT's learned positions:
-/// `OPTAttention` at vLLM 0.18.1 builds no rotary embedding). Layers without an attention mixer
-/// (MLA, linear attention) keep the cache.
+/// `OPTAttention` at vLLM 0.18.1 builds no rotary embedding); layers of linear attention or
+/// state-space mixers keep none.
 pub(super) fn rotary_cache_elems(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
-    let rotary = t
+    let width = t
         .blocks
         .iter()
-        .any(|b| b.mixer.as_attention().is_none_or(|a| a.rope));
-    if rotary {
-        rotary_positions(t, k, engine) * t.blocks.typical().head_dim
-    } else {
-        0
-    }
+        .filter_map(|b| match (b.mixer.as_attention(), b.mixer.as_mla()) {
+            (Some(a), _) => a.rope.then(|| a.rotary_dim()),
+            (None, Some(m)) => Some(m.qk_rope_head_dim),
+            (None, None) => None,
+        })
+        .max()
+        .unwrap_or(0);
+    rotary_positions(t, k, engine) * width
 }
 
 /// Rows of the learned position and token-type tables times the width: whole on the first
