@@ -146,12 +146,26 @@ fn capacity_reads_the_same_storage() {
     let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
     for (name, t) in zoo() {
         let k = Knobs::default();
-        let rotary = t.max_positions() * t.blocks.typical().head_dim * k.dtype_bytes;
+        let rotary = t.max_positions() * rotary_width(&t) * k.dtype_bytes;
         let w = weights_per_gpu(&t, &k, h100, Engine::Sglang);
         if t.blocks.storage.is_packed() {
             assert_eq!(w, t.blocks.weights_bytes(false) + rotary, "{name}");
         }
     }
+}
+
+/// The rotary `cos_sin_cache`'s width as vLLM's and SGLang's `get_rope` build it: the widest
+/// layer's rotated part (`int(head_size * partial_rotary_factor)`; MLA's `qk_rope_head_dim`).
+fn rotary_width(t: &Transformer) -> u64 {
+    t.blocks
+        .iter()
+        .filter_map(|b| match (b.mixer.as_attention(), b.mixer.as_mla()) {
+            (Some(a), _) if a.rope => Some(a.head_dim * a.rotary_pct as u64 / 100),
+            (None, Some(m)) => Some(m.qk_rope_head_dim),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// A catalog id reads the same storage, and the same stored bytes, as its config file.
@@ -210,7 +224,7 @@ fn capacity_holds_gemma_4s_per_layer_inputs_and_towers() {
             ..Knobs::default()
         };
         let one = at(1);
-        let rotary = t.max_positions() * t.blocks.typical().head_dim * one.dtype_bytes;
+        let rotary = t.max_positions() * rotary_width(&t) * one.dtype_bytes;
         for engine in [Engine::Vllm, Engine::Sglang] {
             let w = weights_per_gpu(&t, &one, h100, engine);
             let estimate = t.blocks.weights_bytes(false) + rotary;
