@@ -1211,6 +1211,15 @@ fn capacity_on_unseen_logs_round_nine() {
     unseen_round("unseen-round9.json", "round 9", 0.015, 0.06, 0.015);
 }
 
+#[test]
+fn capacity_on_unseen_logs_round_ten() {
+    // Regression guards (BENCHMARKS.md, "tenth round"), as first run: one RunPod sweep of vLLM
+    // 0.18.0 serving Qwen3-8B on an H100 80GB HBM3, fifteen configurations (eager and graphs,
+    // batched tokens, sequences, FP8 KV cache, online FP8 weights). Weights within 0.05 % and
+    // every pool within +0.5 % on both halves; no fit-half miss, so nothing was changed.
+    unseen_round("unseen-round10.json", "round 10", 0.005, 0.01, 0.005);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
