@@ -322,7 +322,7 @@ fn forward_locals(
 /// Estimates one LoRA/QLoRA step of `model` under `setup` (its micro-batch, sequence,
 /// accumulation, optimizer, attention, overheads, allocator).
 pub fn estimate(model: &Model, setup: &Setup, spec: &FinetuneSpec) -> Result<FinetuneEstimate> {
-    step(model, setup, spec, true)
+    step(model, setup, spec, Replay::Full)
 }
 
 /// The largest micro-batch whose step fits `capacity` per [`estimate`]'s own verdict, with
@@ -351,7 +351,7 @@ pub fn largest_micro_batch(
     // (no replay) accepts fits.
     let context = setup.overheads.cuda_context_bytes;
     let Some(top) = crate::walk::search_max(|n| {
-        Ok(step(model, &at(n), spec, false)?
+        Ok(step(model, &at(n), spec, Replay::Walk)?
             .peak_tensor_bytes
             .saturating_add(context)
             <= capacity)
@@ -360,17 +360,30 @@ pub fn largest_micro_batch(
         return Ok(None);
     };
     crate::walk::settled_largest(Some(top), top, true, |n| {
-        Ok(estimate(model, &at(n), spec)?.fits(capacity))
+        Ok(step(model, &at(n), spec, Replay::Verdict(capacity))?.fits(capacity))
     })
 }
 
-/// The step of [`estimate`]; without `replay_allocator` its allocator figures are the walk's
-/// peak (a lower bound, for the micro-batch search's bound).
+/// How far [`step`] takes the allocator.
+#[derive(Clone, Copy)]
+enum Replay {
+    /// No replay: the allocator figures are the walk's peak (a lower bound, for the
+    /// micro-batch search's bound).
+    Walk,
+    /// [`estimate`]'s figures: the replay with room and the needed bytes' whole bisection.
+    Full,
+    /// Only [`FinetuneEstimate::fits`] on a device of this many bytes is asked: the needed
+    /// bytes' bisection stops once its bounds settle which side of the device it falls on
+    /// ([`replay`]), so the verdict is [`estimate`]'s and the figures are not.
+    Verdict(u64),
+}
+
+/// The step of [`estimate`], its allocator taken as far as `replay` says.
 fn step(
     model: &Model,
     setup: &Setup,
     spec: &FinetuneSpec,
-    replay_allocator: bool,
+    replay_allocator: Replay,
 ) -> Result<FinetuneEstimate> {
     spec.validate()?;
     let Model::Transformer(t) = model else {
@@ -922,8 +935,13 @@ fn step(
             let r = (peak as f64 * (1.0 + f)) as u64;
             (peak, r, r)
         }
-        (None, true) => replay(&tape.0, setup.overheads.allocator),
-        (None, false) => (peak, peak, peak),
+        (None, Replay::Full) => replay(&tape.0, setup.overheads.allocator, None),
+        (None, Replay::Verdict(capacity)) => replay(
+            &tape.0,
+            setup.overheads.allocator,
+            Some(capacity.saturating_sub(setup.overheads.cuda_context_bytes)),
+        ),
+        (None, Replay::Walk) => (peak, peak, peak),
     };
     let allocated = allocated.max(peak);
     let reserved = reserved.max(allocated);
@@ -1005,21 +1023,30 @@ fn walk(evs: &[Ev]) -> (u64, [u64; 13], String) {
 /// every segment the run ever needed; on a smaller device the retry path runs instead, and
 /// the step can need less than it reserves with room (QLoRA Mistral-7B at micro-batch 8, seq
 /// 1024: 10.40 GB reserved with room, 9.97 GB needed; BENCHMARKS.md).
-fn replay(evs: &[Ev], a: Allocator) -> (u64, u64, u64) {
+///
+/// With `decide` (a device's bytes less the context: only whether the needed bytes fit it is
+/// asked) the bisection stops as soon as its bounds settle that: `hi` at or below it (`hi`
+/// only falls), or `lo` at or above it. The second is exact too: a probe that fails at `lo`
+/// and one that runs at a larger size with a peak at or below `lo` cannot both happen, since
+/// the device's size changes a run only where a `cudaMalloc` would pass it, and that run's
+/// never passed `lo`. So the answer lies on the same side of `decide` as the whole
+/// bisection's (after the caller's clamp to the allocated and reserved peaks, too).
+fn replay(evs: &[Ev], a: Allocator, decide: Option<u64>) -> (u64, u64, u64) {
     const GRANULE: u64 = vram_alloc::policy::ROUND_LARGE;
     let Some(roomy) = replay_on(evs, a, 1 << 50) else {
         return (0, 0, 0);
     };
     let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
     let mut hi = roomy.run_peak;
+    let settled = |lo: u64, hi: u64| decide.is_some_and(|d| hi <= d || lo >= d);
     // Most steps need what they reserve: one probe a granule below settles them.
-    if hi.saturating_sub(lo) > GRANULE {
+    if hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
         match replay_on(evs, a, hi - GRANULE) {
             Some(p) => hi = p.run_peak.min(hi),
             None => lo = hi - GRANULE,
         }
     }
-    while hi.saturating_sub(lo) > GRANULE {
+    while hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
         let mid = ((lo + (hi - lo) / 2) / GRANULE * GRANULE).clamp(lo + 1, hi - 1);
         match replay_on(evs, a, mid) {
             Some(p) => hi = p.run_peak.min(hi),

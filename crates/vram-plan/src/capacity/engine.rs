@@ -17,6 +17,7 @@
 //!   (`vllm/v1/sample/ops/topk_topp_sampler.py` at 0.15.0, 0.17.0 and 0.19.0).
 
 use vram_model::arch::Transformer;
+use vram_model::finetune::WeightFormat;
 use vram_model::gpu::Gpu;
 
 use super::weights::quantization_in_force;
@@ -250,11 +251,18 @@ fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization>
     if !matches!(method, Quantization::Awq | Quantization::Gptq) {
         return None;
     }
-    (!marlin_runs(k, gpu)).then_some(method)
+    (!marlin_runs(t, k, gpu)).then_some(method)
 }
 
 /// Whether an AWQ/GPTQ linear runs a Marlin kernel: as `--quantization` names it
-/// ([`Knobs::marlin`]), else from compute capability 8.0 (`check_marlin_supported`).
-pub(super) fn marlin_runs(k: &Knobs, gpu: &Gpu) -> bool {
-    k.marlin.unwrap_or(gpu.sm_major >= 8)
+/// ([`Knobs::marlin`]), else from compute capability 8.0 and a group size Marlin takes
+/// (`check_marlin_supported`: `MARLIN_SUPPORTED_GROUP_SIZES` = -1, 32, 64, 128, read at 0.10.1;
+/// the checkpoint's group, [`Quantization::packed_format`]).
+pub(super) fn marlin_runs(t: &Transformer, k: &Knobs, gpu: &Gpu) -> bool {
+    let group = match quantization_in_force(t, k).packed_format(t.blocks.storage.quant) {
+        Some(WeightFormat::Awq { group } | WeightFormat::Gptq { group, .. }) => group,
+        _ => 128,
+    };
+    k.marlin
+        .unwrap_or(gpu.sm_major >= 8 && matches!(group, 0 | 32 | 64 | 128))
 }

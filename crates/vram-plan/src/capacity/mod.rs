@@ -211,9 +211,11 @@ pub enum Quantization {
     Fp8,
     /// INT8 weights (W8A8, one byte with per-channel scales: compressed-tensors' `w8a8`).
     Int8,
-    /// AWQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
+    /// AWQ 4-bit: fp16 scale and 4-bit zero per group of the checkpoint's `group_size`
+    /// (128 where no config gives it; [`Quantization::packed_format`]).
     Awq,
-    /// GPTQ 4-bit, group 128: fp16 scale and 4-bit zero per group.
+    /// GPTQ 4-bit: fp16 scale and 4-bit zero per group of the checkpoint's `group_size` (-1: one
+    /// group per input row; 128 where no config gives it; [`Quantization::packed_format`]).
     Gptq,
     /// compressed-tensors W4A16 (`pack-quantized` int4, from the checkpoint's config): a scale
     /// per group, zero points only when asymmetric (`vram_model::finetune::WeightFormat::Wna16`).
@@ -251,8 +253,10 @@ impl Quantization {
     /// [`vram_model::finetune::linear_tensors`] describes each format (`dtype`: bytes of the
     /// model dtype; `stored`: the checkpoint's own storage, `vram_model::blocks::Quant`;
     /// `in_flight_dq`: whether bitsandbytes' statistics are the engines' in-flight ones rather
-    /// than the checkpoint's; `expert`: an expert bank, the only linears MXFP4 packs). AWQ and
-    /// GPTQ at group 128 (vLLM `AWQLinearMethod`/`GPTQLinearMethod.create_weights`); INT8 W8A8
+    /// than the checkpoint's; `expert`: an expert bank, the only linears MXFP4 packs). AWQ,
+    /// GPTQ and compressed-tensors W4A16 in [`Quantization::packed_format`]'s format (vLLM
+    /// `AWQLinearMethod`/`GPTQLinearMethod.create_weights`, their Marlin methods and
+    /// `CompressedTensorsWNA16`); INT8 W8A8
     /// as an int8 weight with an fp32 scale per output row; FP8 one byte a weight, with a
     /// block-wise checkpoint's fp32 `weight_scale_inv` per block, else its per-tensor scale
     /// (one value, left out).
@@ -293,22 +297,15 @@ impl Quantization {
                 _ => vec![out * inp],
             },
             Quantization::Int8 => linear_parts(WeightFormat::Int8, false, out, inp),
-            Quantization::Awq => linear_parts(WeightFormat::Awq { group: 128 }, false, out, inp),
             // The checkpoint's group size and symmetry (vLLM's `CompressedTensorsWNA16` and its
             // Marlin MoE method hold the checkpoint's tensors, repacked at the same sizes).
-            Quantization::Wna16 => {
-                let format = match stored {
-                    Quant::Packed {
-                        format: f @ WeightFormat::Wna16 { .. },
-                        ..
-                    } => f,
-                    _ => WeightFormat::Wna16 {
-                        group: 128,
-                        symmetric: true,
-                    },
-                };
-                linear_parts(format, false, out, inp)
-            }
+            Quantization::Awq | Quantization::Wna16 => linear_parts(
+                self.packed_format(stored)
+                    .expect("AWQ and W4A16 are packed formats"),
+                false,
+                out,
+                inp,
+            ),
             // The checkpoint's `g_idx` is loaded, then emptied unless `desc_act` (act-order)
             // is set: vLLM's `GPTQLinearMethod.process_weights_after_loading` sets it to
             // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1,
@@ -322,17 +319,8 @@ impl Quantization {
             // the same for a row-parallel linear): a row-parallel linear at TP > 1 keeps
             // `in/group` rows of scales, not `in/TP/group`.
             Quantization::Gptq => {
-                let desc_act = matches!(
-                    stored,
-                    Quant::Packed {
-                        format: WeightFormat::Gptq { desc_act: true, .. },
-                        ..
-                    }
-                );
-                let format = WeightFormat::Gptq {
-                    group: 128,
-                    desc_act,
-                };
+                let format = self.packed_format(stored).expect("GPTQ is a packed format");
+                let desc_act = matches!(format, WeightFormat::Gptq { desc_act: true, .. });
                 let rows_inp = if desc_act {
                     load.full_inp.max(inp)
                 } else {
@@ -367,6 +355,39 @@ impl Quantization {
             }
         }
     }
+    /// The packed format AWQ, GPTQ and compressed-tensors W4A16 hold their linears in: the
+    /// checkpoint's own where its config is of this kind (`quantization_config.group_size`, -1
+    /// one group per input row, read by `vram_model::read`; GPTQ's `desc_act`; W4A16's
+    /// symmetry), as vLLM's `AWQConfig`/`GPTQConfig`/`CompressedTensorsConfig.from_config` read
+    /// it; else, `--quantization` over a config that gives none, the quantizers' default group
+    /// of 128 (`GPTQConfig`/`AwqConfig`; act-order off, symmetric). `None` for the other kinds.
+    pub fn packed_format(
+        self,
+        stored: vram_model::blocks::Quant,
+    ) -> Option<vram_model::finetune::WeightFormat> {
+        use vram_model::blocks::Quant;
+        use vram_model::finetune::WeightFormat;
+        let own = match stored {
+            Quant::Packed { format, .. } => Some(format),
+            _ => None,
+        };
+        Some(match (self, own) {
+            (Quantization::Awq, Some(f @ WeightFormat::Awq { .. }))
+            | (Quantization::Gptq, Some(f @ WeightFormat::Gptq { .. }))
+            | (Quantization::Wna16, Some(f @ WeightFormat::Wna16 { .. })) => f,
+            (Quantization::Awq, _) => WeightFormat::Awq { group: 128 },
+            (Quantization::Gptq, _) => WeightFormat::Gptq {
+                group: 128,
+                desc_act: false,
+            },
+            (Quantization::Wna16, _) => WeightFormat::Wna16 {
+                group: 128,
+                symmetric: true,
+            },
+            _ => return None,
+        })
+    }
+
     /// Parses a `--quantization` value or a `quant_method`.
     pub fn parse(s: &str) -> Option<Quantization> {
         Some(match s.to_ascii_lowercase().as_str() {

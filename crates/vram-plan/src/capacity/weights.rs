@@ -248,7 +248,7 @@ fn linear_rate(
     let (qw, kvw) = t.blocks.typical().attn_widths();
     let f = t.blocks.typical().intermediate.div_ceil(tp).max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
-    let marlin = engine::marlin_runs(k, gpu);
+    let marlin = engine::marlin_runs(t, k, gpu);
     // (out, in, unsplit in): QKV and gate-up are column-parallel, the attention output and
     // the down projection row-parallel (their input split by TP).
     let shapes = [
@@ -427,7 +427,7 @@ fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> 
     let up = if t.blocks.typical().gated { 2 * f } else { f };
     let quant = quantization_in_force(t, k);
     let moe = experts > 1;
-    let marlin = engine::marlin_runs(k, gpu);
+    let marlin = engine::marlin_runs(t, k, gpu);
     // (out, in, unsplit in, stack, expert bank): QKV and gate-up column-parallel, the
     // attention output and the down projection row-parallel.
     let full_f = t.blocks.typical().intermediate;

@@ -398,3 +398,113 @@ fn quantized_linears_hold_what_vllm_keeps() {
         vec![inp / 4 / 8 * out * 4, 112 * out / 8 * 4, 112 * out * 2, inp]
     );
 }
+
+/// A config's `quantization_config.group_size` is the group vLLM holds, whatever
+/// `--quantization` names (read at 0.10.1: `GPTQLinearMethod`, `GPTQMarlinLinearMethod` and
+/// `AWQMarlinLinearMethod.create_weights` make scales and zeros `[in/group, ...]` over the rank's
+/// input rows, `group_size` -1 normalised to the whole input, so one row whether the linear is
+/// split or not: the plain kernel's `scale_and_zero_size = input_size // group_size`, Marlin's
+/// `marlin_repeat_scales_on_all_ranks` for a channelwise row-parallel linear). Marlin runs only
+/// a group it takes (`MARLIN_SUPPORTED_GROUP_SIZES`: -1, 32, 64, 128); a group-256 checkpoint
+/// on an H100 keeps the plain kernel's `qzeros`.
+#[test]
+fn quantized_linears_take_the_configs_group_size() {
+    use serde_json::json;
+    use vram_plan::capacity::{LinearLoad, Quantization};
+    let config = |qc: serde_json::Value| -> Transformer {
+        let mut c: serde_json::Value =
+            serde_json::from_str(vram_model::catalog::config_text("llama-3-8b").unwrap()).unwrap();
+        c["quantization_config"] = qc;
+        match vram_model::hf::parse_config(&c.to_string(), "quantized").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    };
+    let gptq = |g: i64| {
+        config(json!({"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": false}))
+    };
+    let awq = |g: i64| {
+        config(
+            json!({"quant_method": "awq", "bits": 4, "group_size": g, "zero_point": true,
+            "version": "gemm"}),
+        )
+    };
+    let stored = |t: Transformer| t.blocks.storage.quant;
+    let (out, inp) = (4096u64, 14336u64);
+    let load = |marlin, full_inp| LinearLoad {
+        marlin,
+        full_inp,
+        moe_bank: false,
+        freed_leaves: true,
+    };
+    let parts = |q: Quantization, s: Quant, rows: u64, marlin: bool| {
+        q.linear_parts(2, s, false, out, rows, false, load(marlin, inp))
+    };
+    // GPTQ, group 64, the plain kernel: qweight int32 [in/8, out], qzeros int32 [in/64, out/8],
+    // scales fp16 [in/64, out] (g_idx emptied: no act-order).
+    let g64 = stored(gptq(64));
+    assert_eq!(
+        parts(Quantization::Gptq, g64, inp, false),
+        vec![
+            inp / 8 * out * 4,
+            inp / 64 * out / 8 * 4,
+            inp / 64 * out * 2
+        ]
+    );
+    // On Marlin qzeros are emptied after loading.
+    assert_eq!(
+        parts(Quantization::Gptq, g64, inp, true),
+        vec![inp / 8 * out * 4, inp / 64 * out * 2]
+    );
+    // group_size -1: a row-parallel down projection at TP 4 (3,584 rows on the rank) holds one
+    // row of scales (and, on the plain kernel, of zeros).
+    let channel = stored(gptq(-1));
+    assert_eq!(
+        parts(Quantization::Gptq, channel, inp / 4, false),
+        vec![inp / 4 / 8 * out * 4, out / 8 * 4, out * 2]
+    );
+    assert_eq!(
+        parts(Quantization::Gptq, channel, inp / 4, true),
+        vec![inp / 4 / 8 * out * 4, out * 2]
+    );
+    // AWQ, group 64: qweight int32 [in, out/8], qzeros int32 [in/64, out/8], scales fp16
+    // [in/64, out]; Marlin repacks them at the same sizes.
+    assert_eq!(
+        parts(Quantization::Awq, stored(awq(64)), inp, true),
+        vec![
+            inp * out / 8 * 4,
+            inp / 64 * out / 8 * 4,
+            inp / 64 * out * 2
+        ]
+    );
+    // `--quantization` over a config that gives no quantization_config: the quantizers' 128.
+    assert_eq!(
+        Quantization::Gptq.packed_format(Quant::None),
+        Some(WeightFormat::Gptq {
+            group: 128,
+            desc_act: false
+        })
+    );
+    assert_eq!(
+        Quantization::Awq.packed_format(Quant::None),
+        Some(WeightFormat::Awq { group: 128 })
+    );
+    // The whole model under vLLM on an H100 (Marlin, qzeros freed): per layer qkv (6144 × 4096),
+    // o (4096 × 4096), gate-up (28672 × 4096), down (4096 × 14336); group 64 adds a scale row
+    // per 128 inputs over group 128's; group 256 is not Marlin's, so the plain kernel keeps its
+    // qzeros (in·out/512 bytes) and a quarter of group 64's scales (in·out/128).
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        quantization: Quantization::Gptq,
+        ..Knobs::default()
+    };
+    let w = |t: Transformer| weights_per_gpu(&t, &k, gpu, Engine::Vllm) as i64;
+    let io: i64 = 4096 * (6144 + 4096 + 28672) + 14336 * 4096;
+    let (w64, w128, w256) = (w(gptq(64)), w(gptq(128)), w(gptq(256)));
+    assert!((w64 - w128 - 32 * io / 64).abs() <= 2, "{}", w64 - w128);
+    assert!(
+        (w256 - w128 - 32 * (io / 512 + io / 128 - io / 64)).abs() <= 2,
+        "{}",
+        w256 - w128
+    );
+}
