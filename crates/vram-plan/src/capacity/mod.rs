@@ -77,10 +77,10 @@ mod sglang;
 mod vllm;
 mod weights;
 
+pub use engine::vllm_v2_runner;
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches};
 pub use non_torch::Interconnect;
-pub use engine::vllm_v2_runner;
 pub use registry::{registry_check, RegistryCheck};
 pub use weights::{allocated_rounding, allocator_rounding, weights_per_gpu};
 

@@ -1470,7 +1470,9 @@ fn vllm_0_20_defaults_to_0_92_of_the_device() {
             gpu_memory_utilization: util,
             ..Knobs::default()
         };
-        capacity(&t, h100, Engine::Vllm, &k).unwrap().memory_fraction
+        capacity(&t, h100, Engine::Vllm, &k)
+            .unwrap()
+            .memory_fraction
     };
     assert_eq!(at([0, 19, 1], None), 0.9);
     assert_eq!(at([0, 20, 0], None), 0.92);
@@ -1484,7 +1486,10 @@ fn vllm_0_20_defaults_to_0_92_of_the_device() {
 fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
     assert!(Engine::Vllm.unmodelled([0, 22, 1]).is_none());
     let why = Engine::Vllm.unmodelled([0, 29, 0]).unwrap();
-    assert!(why.starts_with("vLLM 0.23 changed") && why.contains("0.5 to 0.22"), "{why}");
+    assert!(
+        why.starts_with("vLLM 0.23 changed") && why.contains("0.5 to 0.22"),
+        "{why}"
+    );
     assert!(Engine::Vllm.unmodelled([0, 23, 0]).is_some());
     assert!(Engine::Sglang.unmodelled([0, 29, 0]).is_none());
     let qwen3 = match catalog::lookup("qwen3-8b").unwrap() {
@@ -1498,7 +1503,10 @@ fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
         ..Knobs::default()
     };
     let why = vllm_v2_runner(&archs, &qwen3, &at([0, 22, 0], Quantization::None)).unwrap();
-    assert!(why.starts_with("vLLM 0.22 runs Qwen3ForCausalLM on its V2 model runner"), "{why}");
+    assert!(
+        why.starts_with("vLLM 0.22 runs Qwen3ForCausalLM on its V2 model runner"),
+        "{why}"
+    );
     assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 21, 0], Quantization::None)).is_none());
     assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::Fp8)).is_none());
     let llama = vec!["LlamaForCausalLM".to_string()];
