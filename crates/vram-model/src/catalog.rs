@@ -152,6 +152,14 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../data/catalog/qwen3.5-397b-a17b.json"),
     ),
     (
+        "qwen2-vl-2b",
+        include_str!("../data/catalog/qwen2-vl-2b.json"),
+    ),
+    (
+        "qwen2.5-vl-7b",
+        include_str!("../data/catalog/qwen2.5-vl-7b.json"),
+    ),
+    (
         "qwen3-vl-8b",
         include_str!("../data/catalog/qwen3-vl-8b.json"),
     ),
@@ -247,19 +255,35 @@ const RESNETS: &[(&str, u64)] = &[
 
 /// `(id, preprocessor_config.json, video_preprocessor_config.json)` of the catalog's
 /// vision-language checkpoints whose processor files replace the processor classes' defaults:
-/// the fields that decide how large an image or a video becomes (`size`), as Qwen ships them
-/// for Qwen3-VL and Qwen3.5 (`data/catalog/SOURCES.md`, "Processor sizes"). A model not listed
-/// keeps its processor class's defaults.
-const PROCESSORS: &[(&str, &str, &str)] = &[
+/// the fields that decide how large an image or a video becomes (`size`, or Qwen2-VL's
+/// `min_pixels`/`max_pixels`), as Qwen ships them for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and
+/// Qwen3.5 (`data/catalog/SOURCES.md`, "Processor sizes"). Qwen2-VL and Qwen2.5-VL ship no video
+/// processor file (their video frames are sized like images). A model not listed keeps its
+/// processor class's defaults.
+const PROCESSORS: &[(&str, &str, Option<&str>)] = &[
+    (
+        "qwen2-vl-2b",
+        r#"{"min_pixels":3136,"max_pixels":12845056,"patch_size":14,"temporal_patch_size":2,"merge_size":2}"#,
+        None,
+    ),
+    (
+        "qwen2.5-vl-7b",
+        r#"{"min_pixels":3136,"max_pixels":12845056,"patch_size":14,"temporal_patch_size":2,"merge_size":2}"#,
+        None,
+    ),
     (
         "qwen3-vl-30b-a3b",
         r#"{"size":{"longest_edge":16777216,"shortest_edge":65536},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
-        r#"{"size":{"longest_edge":25165824,"shortest_edge":4096},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+        Some(
+            r#"{"size":{"longest_edge":25165824,"shortest_edge":4096},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+        ),
     ),
     (
         "qwen3.5-27b",
         r#"{"size":{"longest_edge":16777216,"shortest_edge":65536},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
-        r#"{"size":{"longest_edge":25165824,"shortest_edge":4096},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+        Some(
+            r#"{"size":{"longest_edge":25165824,"shortest_edge":4096},"patch_size":16,"temporal_patch_size":2,"merge_size":2}"#,
+        ),
     ),
 ];
 
@@ -288,7 +312,9 @@ pub fn lookup(id: &str) -> Result<Model> {
         let mut model = read::parse_config(text, &lower)?;
         if let Some((_, image, video)) = PROCESSORS.iter().find(|(i, _, _)| *i == lower) {
             read::apply_preprocessor(&mut model, image)?;
-            read::apply_video_preprocessor(&mut model, video)?;
+            if let Some(video) = video {
+                read::apply_video_preprocessor(&mut model, video)?;
+            }
         }
         return Ok(model);
     }
@@ -308,9 +334,9 @@ pub fn lookup(id: &str) -> Result<Model> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::describe::VisionInput;
+    use crate::describe::{VideoSize, VisionInput};
 
-    fn smart_resize(id: &str) -> (u64, u64, Option<u64>) {
+    fn smart_resize(id: &str) -> (u64, u64, VideoSize) {
         let Model::Transformer(t) = lookup(id).unwrap() else {
             unreachable!()
         };
@@ -318,30 +344,52 @@ mod tests {
             VisionInput::SmartResize {
                 min_pixels,
                 max_pixels,
-                video_max_pixels,
+                video,
                 ..
-            } => (min_pixels, max_pixels, video_max_pixels),
+            } => (min_pixels, max_pixels, video),
             other => panic!("{other:?}"),
         }
     }
 
     /// The processor sizes Qwen ships replace the processor classes' defaults for the catalog
     /// ids listed in `PROCESSORS`; the others keep the defaults (Qwen2VLImageProcessor's
-    /// 56·56 / 28·28·1280, Qwen3VLVideoProcessor's 32·32·768).
+    /// 56·56 / 28·28·1280, Qwen3VLVideoProcessor's 32·32·768). Qwen2-VL's and Qwen2.5-VL's
+    /// cards give 4 to 16,384 visual tokens per image: 4·28² to 16,384·28² pixels.
     #[test]
     fn processor_sizes_apply_to_the_listed_ids() {
+        let clip = |max_pixels| VideoSize::Clip { max_pixels };
         assert_eq!(
             smart_resize("qwen3-vl-30b-a3b"),
-            (65_536, 16_777_216, Some(25_165_824))
+            (65_536, 16_777_216, clip(25_165_824))
         );
         assert_eq!(
             smart_resize("qwen3.5-27b"),
-            (65_536, 16_777_216, Some(25_165_824))
+            (65_536, 16_777_216, clip(25_165_824))
         );
         assert_eq!(
             smart_resize("qwen3-vl-8b"),
-            (3_136, 1_003_520, Some(786_432))
+            (3_136, 1_003_520, clip(786_432))
         );
+        for id in ["qwen2-vl-2b", "qwen2.5-vl-7b"] {
+            assert_eq!(smart_resize(id), (4 * 784, 16_384 * 784, VideoSize::Frames));
+        }
+    }
+
+    /// M-RoPE as the configs write it: Qwen2-VL's `rope_scaling` (type `mrope`), Qwen3.5's
+    /// interleaved `rope_parameters`; a plain rotary model has none.
+    #[test]
+    fn mrope_is_read_from_the_rope_settings() {
+        use crate::describe::MRope;
+        let mrope = |id: &str| match lookup(id).unwrap() {
+            Model::Transformer(t) => t.blocks.mrope,
+            _ => unreachable!(),
+        };
+        assert_eq!(mrope("qwen2-vl-2b"), Some(MRope { interleaved: false }));
+        assert_eq!(mrope("qwen3.5-27b"), Some(MRope { interleaved: true }));
+        assert_eq!(mrope("qwen3-8b"), None);
+        let bad = r#"{"model_type":"qwen2_vl","vocab_size":10,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"rope_scaling":{"mrope_section":[1,1,2],"mrope_interleaved":"yes"},"vision_config":{}}"#;
+        let e = read::parse_config(bad, "bad").unwrap_err().to_string();
+        assert!(e.contains("mrope_interleaved"), "{e}");
     }
 
     /// A video processor file with a bad size is one error; a model without a dynamic-resolution

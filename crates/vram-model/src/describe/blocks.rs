@@ -198,6 +198,13 @@ pub enum Checked {
     Zoo,
 }
 
+/// Multimodal rotary positions ([`Blocks::mrope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MRope {
+    /// `mrope_interleaved`: the three sections' frequencies interleave.
+    pub interleaved: bool,
+}
+
 /// The whole description of a transformer: its layers, kept once per distinct kind, and what
 /// surrounds them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -208,6 +215,11 @@ pub struct Blocks {
     pub hidden: u64,
     /// Longest sequence the model was configured for (`max_position_embeddings`).
     pub max_positions: u64,
+    /// Multimodal rotary positions (M-RoPE: `mrope_section` in the text config's `rope_scaling`
+    /// or `rope_parameters`), with whether its sections interleave (`mrope_interleaved`,
+    /// Qwen3-VL and Qwen3.5); `None` for plain rotary positions. Engines size their rotary
+    /// tables by it (`vram_plan::capacity`).
+    pub mrope: Option<MRope>,
     /// The distinct block kinds.
     pub kinds: Vec<Block>,
     /// Per layer (encoder layers first for encoder-decoders), its index into `kinds`.
@@ -283,6 +295,7 @@ impl Blocks {
             layout: Layout::DecoderOnly,
             hidden,
             max_positions: 0,
+            mrope: None,
             kinds: Vec::new(),
             pattern: Vec::new(),
             ends,

@@ -28,8 +28,8 @@ pub use model::*;
 pub use storage::*;
 
 pub use crate::mech::{
-    attention_kernel, repeats_kv_at, Act, Attention, CacheKind, CacheLayout, CacheReport,
-    CacheSpec, CacheTensor, Component, ComponentParams, Dense, Dispatch, Ffn, Gdn, Hybrid, Images,
-    Indexer, Kernel, KindCache, Mamba, Mamba2, Mechanism, Mixer, Mla, Moe, Norm, NormKind, QkNorm,
-    Site, SiteKind, Tensor, TensorKind, Vision, VisionInput, Window,
+    attention_kernel, repeats_kv_at, smart_resize_largest, Act, Attention, CacheKind, CacheLayout,
+    CacheReport, CacheSpec, CacheTensor, Component, ComponentParams, Dense, Dispatch, Ffn, Gdn,
+    Hybrid, Images, Indexer, Kernel, KindCache, Mamba, Mamba2, Mechanism, Mixer, Mla, Moe, Norm,
+    NormKind, QkNorm, Site, SiteKind, Tensor, TensorKind, VideoSize, Vision, VisionInput, Window,
 };

@@ -47,7 +47,7 @@ pub use mamba2::Mamba2;
 pub use mla::{Indexer, Mla};
 pub use moe::{Dispatch, Moe};
 pub use norm::{Norm, NormKind};
-pub use vision::{Images, Vision, VisionInput};
+pub use vision::{smart_resize_largest, Images, VideoSize, Vision, VisionInput};
 
 use crate::describe::Names;
 

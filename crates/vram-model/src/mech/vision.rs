@@ -103,6 +103,24 @@ pub struct Images {
     pub height: u64,
 }
 
+/// How a dynamic-resolution tower's video processor sizes a clip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VideoSize {
+    /// Qwen3-VL / Qwen3.5: the video processor's `size["longest_edge"]`
+    /// (`video_preprocessor_config.json`) bounds the pixels of the whole clip, frames times
+    /// height times width (transformers 5.24 `qwen3_vl/video_processing_qwen3_vl.py`
+    /// `smart_resize`).
+    Clip {
+        /// `size["longest_edge"]` of the clip.
+        max_pixels: u64,
+    },
+    /// Qwen2-VL / Qwen2.5-VL: every frame is resized like an image (`Qwen2VLVideoProcessor`),
+    /// so a clip's size is its number of frames, which the caller chooses (vLLM counts frames
+    /// at the image processor's largest size and fills the sequence with them).
+    Frames,
+}
+
 /// How a vision-language family turns one image into patches and text tokens, read from
 /// transformers 5.24's image processor and vision model (counted in this module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -117,14 +135,9 @@ pub enum VisionInput {
         min_pixels: u64,
         /// `size["longest_edge"]` (max_pixels).
         max_pixels: u64,
-        /// The video processor's `size["longest_edge"]` (`video_preprocessor_config.json`): the
-        /// pixels of a whole clip, frames times height times width, that `Qwen3VLVideoProcessor`'s
-        /// `smart_resize` keeps a video under (transformers 5.24
-        /// `qwen3_vl/video_processing_qwen3_vl.py`). Serving engines size their largest video
-        /// item from it (`vram_plan::capacity`'s encoder profile). `None` for Qwen2-VL and
-        /// Qwen2.5-VL, whose `Qwen2VLVideoProcessor` bounds each frame, not the clip: this field
-        /// does not describe them, and the engines' video rule for them is not modelled.
-        video_max_pixels: Option<u64>,
+        /// How the video processor sizes a clip (serving engines size their largest video item
+        /// from it: `vram_plan::capacity`'s encoder profile).
+        video: VideoSize,
     },
     /// Llama 4: tiles of `tile` pixels on the best-fitting canvas of at most `max_tiles`, plus
     /// a global tile when there are several; pixel shuffle by `1/shuffle`² per tile.
@@ -208,6 +221,15 @@ pub struct ImageTokens {
 
 fn bad(what: String) -> Error {
     Error::Setup(what)
+}
+
+/// The largest image a [`VisionInput::SmartResize`] tower takes, as (height, width):
+/// `smart_resize` of a 9,999,999-pixel square to multiples of `factor` (patch × merge) within
+/// [`min_px`, `max_px`], as vLLM's `get_image_size_with_most_features` asks it for Qwen2-VL
+/// (`qwen2_vl.py` at v0.10.2).
+pub fn smart_resize_largest(factor: u64, min_px: u64, max_px: u64) -> (u64, u64) {
+    const SIDE: u64 = 9_999_999;
+    smart_resize(SIDE, SIDE, factor.max(1), min_px, max_px).expect("a square is within 200:1")
 }
 
 /// Python's `round()` of `a / b` (half to even, in doubles as CPython computes it).

@@ -11,8 +11,9 @@ use super::{kind_of, Cfg};
 use crate::describe::Transformer;
 use crate::describe::{
     Act, Attention, AudioTower, Block, Blocks, Checked, Component, Dense, Dispatch, Dropout,
-    Embedding, Ends, Ffn, Gdn, Head, Hybrid, Indexer, Layout, Mamba, Mamba2, Mixer, Mla, Moe,
-    MoeConversion, Mtp, Names, Norm, Norms, QkNorm, Residual, Vision, VisionInput, Window,
+    Embedding, Ends, Ffn, Gdn, Head, Hybrid, Indexer, Layout, MRope, Mamba, Mamba2, Mixer, Mla,
+    Moe, MoeConversion, Mtp, Names, Norm, Norms, QkNorm, Residual, VideoSize, Vision, VisionInput,
+    Window,
 };
 use crate::error::{Error, Result};
 use crate::mech::vision::tower_linear;
@@ -435,10 +436,15 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         // Qwen2VLTextModel / Qwen2_5_VLTextModel: Qwen2's decoder (q/k/v biases, no o_proj
         // bias, the same sliding-window keys); M-RoPE only splits the rotary frequencies
         // (`mrope_section`) and adds no weights.
-        "qwen2_vl" | "qwen2_5_vl" => super::classic::llama_like(&Cfg {
-            map: c.map,
-            model_type: "qwen2",
-        })?,
+        // Checked as the 5.24 families are (module tree and counts against transformers 5.24,
+        // tests/data/vision/README.md), not by the H100 steps Qwen2's decoder was.
+        "qwen2_vl" | "qwen2_5_vl" => Draft {
+            checked: Checked::Zoo,
+            ..super::classic::llama_like(&Cfg {
+                map: c.map,
+                model_type: "qwen2",
+            })?
+        },
         "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
             qwen3_5(c, mt)?
         }
@@ -564,11 +570,40 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
     }
     let text_hidden = d.hidden;
     let mut t = build(d)?;
+    t.blocks.mrope = match mrope(c)? {
+        Some(m) => Some(m),
+        None => mrope(outer)?,
+    };
     if builds_vision(outer)? {
         t.blocks.vision = vision(outer, text_hidden)?;
         t.blocks.audio = audio(outer, text_hidden)?;
     }
     Ok(t)
+}
+
+/// M-RoPE from a config's `rope_scaling` or `rope_parameters` (transformers 5.24's name):
+/// present where it lists `mrope_section`, interleaved where `mrope_interleaved` is true.
+fn mrope(c: &Cfg) -> Result<Option<MRope>> {
+    for key in ["rope_scaling", "rope_parameters"] {
+        let Some(Value::Object(r)) = c.map.get(key) else {
+            continue;
+        };
+        if r.contains_key("mrope_section") {
+            let interleaved = match r.get("mrope_interleaved") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(Error::WrongType {
+                        field: format!("{key}.mrope_interleaved"),
+                        expected: "a boolean",
+                        found: kind_of(other).into(),
+                    })
+                }
+            };
+            return Ok(Some(MRope { interleaved }));
+        }
+    }
+    Ok(None)
 }
 
 /// Gemma 4's audio tower (`Gemma4Model.audio_tower`, built when `audio_config` is not null:
@@ -787,7 +822,9 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                     merge: m,
                     min_pixels: 56 * 56,
                     max_pixels: 28 * 28 * 1280,
-                    video_max_pixels: Some(32 * 32 * 768),
+                    video: VideoSize::Clip {
+                        max_pixels: 32 * 32 * 768,
+                    },
                 },
                 patch_elems: ch * tp * p * p,
                 out,
@@ -896,13 +933,13 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 // Qwen2VLImageProcessor's class defaults (image_processing_qwen2_vl.py: `size`
                 // shortest_edge 56·56, longest_edge 28·28·1280; Qwen2.5-VL uses the same
                 // processor class); a checkpoint's preprocessor_config.json replaces them.
-                // Qwen2VLVideoProcessor's longest_edge (28·28·768) bounds one frame, not a
-                // clip, so it is no `video_max_pixels`.
+                // Qwen2VLVideoProcessor resizes each frame like an image (its longest_edge
+                // bounds one frame, not a clip).
                 input: VisionInput::SmartResize {
                     merge: m,
                     min_pixels: 56 * 56,
                     max_pixels: 28 * 28 * 1280,
-                    video_max_pixels: None,
+                    video: VideoSize::Frames,
                 },
                 patch_elems: ch * tp * p * p,
                 out,

@@ -731,7 +731,7 @@ pub fn apply_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> 
 /// `qwen3_vl/video_processing_qwen3_vl.py` `smart_resize`). Returns one line per setting that
 /// changed; a model without such a tower is left as it is.
 pub fn apply_video_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> {
-    use crate::describe::VisionInput;
+    use crate::describe::{VideoSize, VisionInput};
     let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
         what: "video_preprocessor_config.json".into(),
         reason: e.to_string(),
@@ -742,7 +742,9 @@ pub fn apply_video_preprocessor(model: &mut Model, text: &str) -> Result<Vec<Str
     // A tower whose video processor bounds frames, not clips (Qwen2-VL, Qwen2.5-VL), has no
     // clip budget to replace.
     let Some(VisionInput::SmartResize {
-        video_max_pixels: Some(video_max_pixels),
+        video: VideoSize::Clip {
+            max_pixels: video_max_pixels,
+        },
         ..
     }) = t.blocks.vision.as_mut().map(|v| &mut v.input)
     else {

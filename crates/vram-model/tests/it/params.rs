@@ -216,6 +216,8 @@ fn current_families_match_transformers_5_24() {
         ("qwen3.5-35b-a3b", 35_107_181_936),
         ("qwen3.5-122b-a10b", 122_562_817_776),
         ("qwen3.5-397b-a17b", 396_802_360_816),
+        ("qwen2-vl-2b", 2_208_985_600),
+        ("qwen2.5-vl-7b", 8_292_166_656),
         ("qwen3-vl-8b", 8_767_123_696),
         ("qwen3-vl-30b-a3b", 31_070_754_032),
         ("qwen3-next-80b-a3b", 79_674_391_296),
@@ -249,6 +251,10 @@ fn current_families_match_transformers_5_24() {
     };
     // Components as the module tree names them (tests/zoo/reference.py `component()`).
     assert_eq!(comp("qwen3-vl-8b", Component::Vision), 576_388_336);
+    // Qwen2-VL's and Qwen2.5-VL's towers (names under `model.visual`,
+    // tests/data/vision/README.md).
+    assert_eq!(comp("qwen2-vl-2b", Component::Vision), 665_271_296);
+    assert_eq!(comp("qwen2.5-vl-7b", Component::Vision), 676_550_144);
     assert_eq!(comp("llama-4-scout", Component::Vision), 871_932_416);
     assert_eq!(comp("gemma-4-26b-a4b", Component::Vision), 572_792_112);
     assert_eq!(comp("gemma-4-26b-a4b", Component::Router), 10_901_760);

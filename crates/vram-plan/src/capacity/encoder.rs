@@ -58,7 +58,7 @@
 //! forward is [`gemma4_frame_peak`].
 
 use super::*;
-use vram_model::blocks::{Vision, VisionInput};
+use vram_model::blocks::{smart_resize_largest, VideoSize, Vision, VisionInput};
 
 /// What the encoder profile adds to the profile run, as vLLM logs and sizes it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,19 +91,47 @@ impl EncoderProfile {
     }
 }
 
-/// Whether vLLM V1 at this version profiles `v`'s encoder the way this module models it: Qwen's
-/// dynamic-resolution towers, Mistral's Pixtral, Llama 4's tiles and Gemma 4's patch budget.
+/// Whether vLLM V1 profiles `v`'s encoder the way this module models it (at some versions:
+/// [`vllm_encoder_profile`] says which): Qwen's dynamic-resolution towers (Qwen2-VL's, not
+/// Qwen2.5-VL's gated one), Mistral's Pixtral, Llama 4's tiles and Gemma 4's patch budget.
 /// Other towers (Gemma 3's, mllama's) have their own largest-item rules, not read here.
 pub(super) fn modelled(v: &Vision) -> bool {
-    matches!(
-        v.input,
+    match v.input {
         VisionInput::SmartResize {
-            video_max_pixels: Some(_),
+            video: VideoSize::Frames,
             ..
-        } | VisionInput::Pixtral { .. }
-            | VisionInput::Tiles { .. }
-            | VisionInput::PatchBudget { .. }
-    )
+        } => !v.gated,
+        VisionInput::SmartResize { .. }
+        | VisionInput::Pixtral { .. }
+        | VisionInput::Tiles { .. }
+        | VisionInput::PatchBudget { .. } => true,
+        _ => false,
+    }
+}
+
+/// `_MAX_FRAMES_PER_VIDEO` of `qwen2_vl.py` at v0.10.1 and v0.10.2 (14 from 0.11.0).
+const QWEN2_VL_MAX_FRAMES: u64 = 16;
+
+/// vLLM 0.10's largest Qwen2-VL video, in tokens (`Qwen2VLProcessingInfo.get_max_video_tokens`
+/// with `mm_counts` of one item per modality, `seq_len` = `max_model_len`): frames of the largest
+/// image (`image_tokens` each), `padded = frames + frames % temporal`, `max(padded // temporal,
+/// 1)` temporal patches; as many frames as fit `seq_len` (0.10.2) or `seq_len` less one largest
+/// image (0.10.1, `_get_max_video_frames(seq_len - max_image_tokens)`), at most
+/// [`QWEN2_VL_MAX_FRAMES`] and at least one.
+fn qwen2_vl_video_tokens(image_tokens: u64, temporal: u64, version: [u32; 3], seq_len: u64) -> u64 {
+    let tokens = |frames: u64| ((frames + frames % temporal) / temporal).max(1) * image_tokens;
+    let room = if version < [0, 10, 2] {
+        seq_len.saturating_sub(image_tokens)
+    } else {
+        seq_len
+    };
+    // `_get_max_video_frames` counts up while the next frame fits; only the first
+    // QWEN2_VL_MAX_FRAMES matter.
+    let fit = (1..=QWEN2_VL_MAX_FRAMES)
+        .take_while(|&n| tokens(n) <= room)
+        .last()
+        .unwrap_or(0);
+    tokens(fit.clamp(1, QWEN2_VL_MAX_FRAMES))
 }
 
 /// `gemma4_mm.py`'s video constants at v0.19.0: `_VIDEO_MAX_FRAMES`, `_VIDEO_MAX_SOFT_TOKENS`,
@@ -146,7 +174,9 @@ pub(super) fn vllm_encoder_profile(
         VisionInput::SmartResize {
             merge,
             max_pixels,
-            video_max_pixels: Some(video_max_pixels),
+            video: VideoSize::Clip {
+                max_pixels: video_max_pixels,
+            },
             ..
         } => {
             let m = merge.max(1);
@@ -163,6 +193,30 @@ pub(super) fn vllm_encoder_profile(
             // `max(max_tokens_by_modality.items(), key=...)`: the first of equals (image) wins.
             if video_tokens > image_tokens {
                 ("video", video_tokens, video_soft, video_soft * m * m, m)
+            } else {
+                ("image", image_tokens, image_tokens, image_tokens * m * m, m)
+            }
+        }
+        VisionInput::SmartResize {
+            merge,
+            min_pixels,
+            max_pixels,
+            video: VideoSize::Frames,
+        } => {
+            // Qwen2-VL's rule and tower, read at v0.10.1 and v0.10.2 only; Qwen2.5-VL's gated,
+            // windowed tower is not read.
+            if v.gated || !([0, 10, 1]..[0, 11, 0]).contains(&version) {
+                return None;
+            }
+            let m = merge.max(1);
+            let temporal = (v.patch_elems / (3 * p * p)).max(1);
+            let (h, w) = smart_resize_largest(p * m, min_pixels, max_pixels);
+            let image_tokens = (h / p) * (w / p) / (m * m);
+            let video_tokens =
+                qwen2_vl_video_tokens(image_tokens, temporal, version, max_model_len);
+            // The first of equals (image) wins; a video's tokens are its rows.
+            if video_tokens > image_tokens {
+                ("video", video_tokens, video_tokens, video_tokens * m * m, m)
             } else {
                 ("image", image_tokens, image_tokens, image_tokens * m * m, m)
             }
@@ -243,6 +297,13 @@ pub(super) fn vllm_encoder_profile(
     };
     let pixel_bytes = if version >= [0, 11, 0] { d } else { 4 };
     let gemma4 = matches!(v.input, VisionInput::PatchBudget { .. });
+    let qwen2 = matches!(
+        v.input,
+        VisionInput::SmartResize {
+            video: VideoSize::Frames,
+            ..
+        }
+    );
     let pixels = match tiled {
         // Whole tiles of `tile`² pixels, three channels.
         Some(tile) => items * patches * 3 * tile * tile * pixel_bytes,
@@ -272,6 +333,8 @@ pub(super) fn vllm_encoder_profile(
             llama4_forward_peak(v, k, items * patches, tile, pixel_bytes)
         } else if pixtral {
             pixtral_forward_peak(v, k, items * patches, version, pixel_bytes)
+        } else if qwen2 {
+            qwen2_vl_forward_peak(v, k, items * patches, pixel_bytes)
         } else {
             tower_forward_peak(v, k, items * patches, m, pixel_bytes)
         }
@@ -288,9 +351,11 @@ pub(super) fn vllm_encoder_profile(
 /// - the attention call: the residual, `norm1`'s output (the call's argument), the fused QKV
 ///   output and its rotated copies (`qk_reshaped.contiguous()`, `qk_rotated`: q and k twice)
 ///   and the context, `patches × (2h + 8h/tp)`;
-/// - the MLP: at the activation the residual, `norm2`'s output, `linear_fc1`'s output and the
-///   activation's (`2h + 2i/tp`); at `linear_fc2` the residual, `norm2`'s output, the activation
-///   and the output (`3h + i/tp`, and the all-reduce's new result at TP > 1);
+/// - the MLP: at the activation the block's input (the caller's loop still holds it), the
+///   residual after attention, `norm2`'s output, `linear_fc1`'s output and the activation's
+///   (`3h + 2i/tp`); at `linear_fc2` those but `linear_fc1`'s, and the output (`4h + i/tp`, and
+///   the all-reduce's new result at TP > 1), `Qwen3_VisionBlock.forward` at v0.12.0 (the block
+///   input's share measured on Qwen2-VL's 0.10.2 log, whose blocks hold it the same way);
 ///
 /// then `torch.cat` of the merger's and the deepstack mergers' outputs with its result.
 fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_bytes: u64) -> u64 {
@@ -300,7 +365,7 @@ fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_byt
     let pixels = patches * v.patch_elems * pixel_bytes;
     let reduced = if tp > 1 { h } else { 0 };
     let attn = 2 * h + 8 * h.div_ceil(tp);
-    let mlp = (2 * h + 2 * i).max(3 * h + i + reduced);
+    let mlp = (3 * h + 2 * i).max(4 * h + i + reduced);
     let merged = patches / (merge * merge).max(1);
     let deep = v.deepstack * merged * v.out * d;
     let block = patches * attn.max(mlp) * d + deep;
@@ -308,6 +373,33 @@ fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_byt
     // The rotary tables, `[patches, head_dim]` for cos and sin together.
     let rotary = patches * (h / v.heads.max(1)) * d;
     pixels + rotary + block.max(cat)
+}
+
+/// Peak of vLLM's `Qwen2VisionTransformer.forward` over `patches` patches (`qwen2_vl.py` at
+/// v0.10.1 and v0.10.2, eager), the pixels (`pixel_bytes` each) included. V1's default
+/// compilation (piecewise, Inductor) leaves custom ops off (`CustomOp.default_on`), so
+/// `QuickGELU` runs `forward_native`, `x * torch.sigmoid(1.702 * x)`. The block's input stays
+/// referenced by the caller's loop through the whole block. Inside a block the largest of
+/// - the attention's rotary step: the block input, `norm1`'s output (the call's argument), the
+///   QKV output (`3h/tp`), the contiguous q, k and v (`3h/tp`) and, for k, its float32 copy,
+///   the rotary kernel's float32 output and the cast back (`5h/tp`): `2h + 11h/tp`; at TP > 1
+///   `split_qkv` first all-gathers the whole QKV (`3h`) beside its output and the copies;
+/// - the MLP's activation: the block input, the sum after attention, `norm2`'s output,
+///   `fc1`'s output and the native activation's two temporaries (`3h + 3i/tp`); or at `fc2`
+///   the activation and the output (`4h + i/tp`, and the all-reduce's result at TP > 1);
+///
+/// plus the rotary table gathered per patch (`[patches, head_dim / 2]` float32).
+fn qwen2_vl_forward_peak(v: &Vision, k: &Knobs, patches: u64, pixel_bytes: u64) -> u64 {
+    let d = k.dtype_bytes;
+    let tp = if v.tp_split { k.tp.max(1) } else { 1 };
+    let (h, hl, i) = (v.hidden, v.hidden.div_ceil(tp), v.intermediate.div_ceil(tp));
+    let pixels = patches * v.patch_elems * pixel_bytes;
+    let rotary = patches * (h / v.heads.max(1)) / 2 * 4;
+    let gathered = if tp > 1 { 3 * h } else { 0 };
+    let attention = 2 * h + (6 * hl + gathered).max(11 * hl);
+    let reduced = if tp > 1 { h } else { 0 };
+    let mlp = (3 * h + 3 * i).max(4 * h + i + reduced);
+    pixels + rotary + patches * attention.max(mlp) * d
 }
 
 /// Peak of vLLM's Mistral-format Pixtral tower (`pixtral.py` `VisionTransformer`, which
@@ -366,9 +458,10 @@ fn pixtral_forward_peak(
 /// - the rotary step (`Llama4VisionRotaryEmbedding.forward_native`): beside the residual and
 ///   `input_layernorm`'s output (`2h`), the QKV output (`3h/tp`), q and k upcast to float32 and
 ///   their complex products (`8h/tp` in bf16 units) and the cast-back results (`2h/tp`);
-/// - the MLP: the residual, `post_attention_layernorm`'s output, `fc1`'s and GELU's outputs
-///   (`2h + 2i/tp`), or at `fc2` the residual, the normed input, the activation, the output and
-///   the all-reduce's result (`4h + i/tp`);
+/// - the MLP: the layer's input (`Llama4VisionEncoder`'s loop still holds it), the residual,
+///   `post_attention_layernorm`'s output, `fc1`'s and GELU's outputs (`3h + 2i/tp`), or at
+///   `fc2` the layer's input, the residual, the normed input, the activation, the output and
+///   the all-reduce's result (`5h + i/tp` at TP > 1);
 ///
 /// plus the pixels (and `nn.Unfold`'s `[tiles, patch elems, patches]` copy of them).
 fn llama4_forward_peak(v: &Vision, k: &Knobs, tiles: u64, tile: u64, pixel_bytes: u64) -> u64 {
@@ -381,7 +474,7 @@ fn llama4_forward_peak(v: &Vision, k: &Knobs, tiles: u64, tile: u64, pixel_bytes
     let unfold = tiles * (tile / p).pow(2) * v.patch_elems * d;
     let rope = 2 * h + 13 * hl;
     let reduced = if tp > 1 { h } else { 0 };
-    let mlp = (2 * h + 2 * i).max(3 * h + i + reduced);
+    let mlp = (3 * h + 2 * i).max(4 * h + i + reduced);
     pixels + unfold.max(rows * rope.max(mlp) * d)
 }
 
@@ -515,7 +608,9 @@ mod tests {
     /// 16 heads, 14-pixel patches, 336-pixel tiles, pixel shuffle 0.5; text hidden 5,120) under
     /// vLLM 0.19 at TP 4 and 8,192 batched tokens: the largest image is 16 tiles and the global
     /// one, 17 × 144 = 2,448 tokens, three of them in the budget (the logged line); 51 tiles
-    /// of 577 rows, whose rotary step (q and k in float32 and complex64) is the forward's peak.
+    /// of 577 rows, whose `fc2` step (the layer's input held by the loop, the residual, the
+    /// normed input, the activation, the output and the all-reduce's result) is the forward's
+    /// peak, above the rotary step (q and k in float32 and complex64).
     #[test]
     fn llama4_largest_image_and_forward() {
         let t = match catalog::lookup("llama-4-scout").unwrap() {
@@ -534,7 +629,9 @@ mod tests {
         assert_eq!(e.held, 3 * 2448 * 5120 * 2 + pixels);
         let rows = 51 * 577;
         let rope = 2 * 1408 + 13 * 352;
-        assert_eq!(e.forward, pixels + rows * rope * 2);
+        let fc2 = 5 * 1408 + 1408;
+        assert!(fc2 > rope);
+        assert_eq!(e.forward, pixels + rows * fc2 * 2);
         assert_eq!(
             e.log_line(),
             "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 image items of the maximum feature size."
@@ -577,6 +674,60 @@ mod tests {
             e.log_line(),
             "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 video items of the maximum feature size."
         );
+    }
+
+    /// Qwen2-VL-2B's tower (the checkpoint's `vision_config`: 32 layers of 1,280, MLP 5,120, 16
+    /// heads, 14-pixel patches, merge 2; text hidden 1,536) under vLLM 0.10:
+    /// - with the card's max_pixels (12,845,056 = 3,584²) the largest image is 128² = 16,384
+    ///   tokens, more than a 4,096-token sequence, so the one-frame video ties it and the image
+    ///   is profiled (round 8's log: "budget of 16384 tokens, and profiled with 1 image items");
+    ///   the forward's peak is the native QuickGELU beside three `[patches, 1280]` tensors,
+    ///   15 × 65,536 × 1,280 × 2 bytes, with the float32 pixels and the rotary table;
+    /// - with the class defaults (max_pixels 1,003,520) the largest image is 980², 1,225 tokens;
+    ///   0.10.2 fits 6 frames (3 temporal patches, 3,675 tokens) in 4,096, 0.10.1 fits 4 in
+    ///   4,096 - 1,225 (2,450 tokens); 16 frames at most (8 temporal patches);
+    /// - other versions and Qwen2.5-VL's gated tower are not modelled.
+    #[test]
+    fn qwen2_vl_largest_item_and_forward() {
+        let t = match catalog::lookup("qwen2-vl-2b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        let v = t.blocks.vision.as_ref().unwrap();
+        let k = Knobs {
+            dtype_bytes: 2,
+            ..Knobs::default()
+        };
+        let e = vllm_encoder_profile(v, &k, [0, 10, 2], 256, 2048, 4096).unwrap();
+        assert_eq!((e.budget, e.items, e.modality), (16_384, 1, "image"));
+        let n: u64 = 65_536;
+        let pixels = n * 1176 * 4;
+        assert_eq!(e.held, 16_384 * 1536 * 2 + pixels);
+        assert_eq!(e.forward, pixels + n * 40 * 4 + 15 * n * 1280 * 2);
+        // 2.64 GiB: the log's "2.65 GiB for peak activation" is the larger of this and what
+        // is held beside the language model's peak.
+        assert_eq!(e.forward, 2_835_349_504);
+
+        let mut small = v.clone();
+        if let VisionInput::SmartResize { max_pixels, .. } = &mut small.input {
+            *max_pixels = 28 * 28 * 1280;
+        }
+        let at = |ver, len| vllm_encoder_profile(&small, &k, ver, 256, 2048, len).unwrap();
+        let e = at([0, 10, 2], 4096);
+        assert_eq!((e.budget, e.items, e.modality), (3675, 1, "video"));
+        assert_eq!(at([0, 10, 1], 4096).budget, 2450);
+        // A long sequence: 16 frames, 8 temporal patches.
+        let long = at([0, 10, 2], 131_072);
+        assert_eq!((long.budget, long.items, long.modality), (9800, 1, "video"));
+        assert_eq!(qwen2_vl_video_tokens(16_384, 2, [0, 10, 2], 4096), 16_384);
+        assert!(vllm_encoder_profile(v, &k, [0, 11, 0], 256, 2048, 4096).is_none());
+        let qwen25 = match catalog::lookup("qwen2.5-vl-7b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        let v25 = qwen25.blocks.vision.as_ref().unwrap();
+        assert!(!modelled(v25));
+        assert!(vllm_encoder_profile(v25, &k, [0, 10, 2], 256, 2048, 4096).is_none());
     }
 
     /// Qwen3-VL's deepstack buffers are in the weights vLLM measures; a text model has none.

@@ -1218,7 +1218,10 @@ fn model_loading_replays_the_allocator_over_shared_segments() {
         ..Knobs::default()
     };
     let t4 = vram_model::gpu::lookup("t4").unwrap();
-    assert_eq!(weights::rotary_cache_elems(&t), 0);
+    assert_eq!(
+        weights::rotary_cache_elems(&t, &Knobs::default(), Engine::Vllm),
+        0
+    );
     let stored = weights_per_gpu(&t, &k, t4, Engine::Vllm);
     // Tensors, biases and norms (the small ones in the 512-byte-rounded small pool).
     assert_eq!(stored, 250_527_744);
@@ -1849,6 +1852,50 @@ fn vllm_072_disables_mla_under_awq_and_vram_says_so() {
         &at([0, 7, 2], Quantization::Awq)
     )
     .is_ok());
+}
+
+/// vLLM's M-RoPE cache (`MRotaryEmbedding`, `rotary_embedding/mrope.py` from 0.8.5 to 0.19.0)
+/// covers four times `max_position_embeddings`; from 0.18.0 an interleaved M-RoPE
+/// (`MRotaryEmbeddingInterleaved`, Qwen3.5's `mrope_interleaved`) keeps one; SGLang and plain
+/// rotary positions keep one.
+#[test]
+fn vllm_mrope_cache_positions() {
+    let qwen2_vl = match catalog::lookup("qwen2-vl-2b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let qwen35 = match catalog::lookup("qwen3.5-27b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    assert_eq!(
+        rotary_positions(&qwen2_vl, &at([0, 10, 2]), Engine::Vllm),
+        4 * 32_768
+    );
+    assert_eq!(
+        rotary_positions(&qwen2_vl, &at([0, 19, 0]), Engine::Vllm),
+        4 * 32_768
+    );
+    assert_eq!(
+        rotary_positions(&qwen2_vl, &Knobs::default(), Engine::Sglang),
+        32_768
+    );
+    assert_eq!(
+        rotary_positions(&qwen35, &at([0, 14, 0]), Engine::Vllm),
+        4 * 262_144
+    );
+    assert_eq!(
+        rotary_positions(&qwen35, &at([0, 19, 0]), Engine::Vllm),
+        262_144
+    );
+    assert_eq!(
+        rotary_positions(&llama3(), &at([0, 10, 2]), Engine::Vllm),
+        8192
+    );
 }
 
 /// A compressed-tensors W4A16 checkpoint of Qwen3-30B-A3B-2507 (the `Linear` group: int4,

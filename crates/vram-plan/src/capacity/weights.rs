@@ -34,7 +34,7 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
             dp_attention: false,
             ..*k
         };
-        let rotary = (rotary_cache_elems(t) * k.dtype_bytes) as f64;
+        let rotary = (rotary_cache_elems(t, k, engine) * k.dtype_bytes) as f64;
         let whole = logical_weights_per_gpu(t, &one, engine, gpu) as f64;
         let stored = t.blocks.weights_bytes(false) as f64 + rotary;
         (logical as f64 * stored / whole.max(1.0)).round() as u64
@@ -82,17 +82,18 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
         .sum()
 }
 
-/// Elements of the rotary `cos_sin_cache` (`[max_positions, head_dim]`), which vLLM's and
-/// SGLang's `get_rope` keep beside the weights; none for a model whose attention layers all go
-/// without rotary positions (OPT's learned positions: `OPTAttention` at vLLM 0.18.1 builds no
-/// rotary embedding). Layers without an attention mixer (MLA, linear attention) keep the cache.
-pub(super) fn rotary_cache_elems(t: &Transformer) -> u64 {
+/// Elements of the rotary `cos_sin_cache` (`[positions, head_dim]`, the positions by
+/// [`rotary_positions`]), which vLLM's and SGLang's `get_rope` keep beside the weights; none for
+/// a model whose attention layers all go without rotary positions (OPT's learned positions:
+/// `OPTAttention` at vLLM 0.18.1 builds no rotary embedding). Layers without an attention mixer
+/// (MLA, linear attention) keep the cache.
+pub(super) fn rotary_cache_elems(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     let rotary = t
         .blocks
         .iter()
         .any(|b| b.mixer.as_attention().is_none_or(|a| a.rope));
     if rotary {
-        t.max_positions() * t.blocks.typical().head_dim
+        rotary_positions(t, k, engine) * t.blocks.typical().head_dim
     } else {
         0
     }
@@ -276,6 +277,26 @@ fn linear_rate(
 /// table, the embedding's other parameters (`Blocks::embedding_beyond_tables`: Gemma 4's
 /// per-layer-input table and projection, which vLLM builds as a `VocabParallelEmbedding` and a
 /// `ColumnParallelLinear`, split like the token table) and the towers ([`towers_per_gpu`]).
+/// The positions of the rotary `cos_sin_cache` an engine builds. vLLM's `MRotaryEmbedding`
+/// (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5) builds it for `max_position_embeddings * 4`
+/// positions ("In Qwen2.5-VL, the maximum index value is related to the duration of the input
+/// video": `layers/rotary_embedding/mrope.py`, read at v0.8.5, v0.10.1, v0.10.2, v0.11.0,
+/// v0.12.0, v0.14.0, v0.18.0, v0.19.0); from v0.18.0 an interleaved M-RoPE is
+/// `MRotaryEmbeddingInterleaved`, which keeps `max_position_embeddings` (absent at 0.14.0; 0.15
+/// to 0.17 not read, taken as 0.14). Plain rotary positions, and SGLang, keep
+/// `max_position_embeddings`.
+pub(super) fn rotary_positions(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
+    match t.blocks.mrope {
+        Some(m)
+            if engine == Engine::Vllm
+                && !(m.interleaved && Engine::Vllm.version_in_force(k) >= [0, 18, 0]) =>
+        {
+            t.max_positions() * 4
+        }
+        _ => t.max_positions(),
+    }
+}
+
 pub(super) fn logical_weights_per_gpu(
     t: &Transformer,
     k: &Knobs,
@@ -319,7 +340,7 @@ pub(super) fn logical_weights_per_gpu(
         } else {
             (t.vocab() * t.hidden()) as f64
         };
-    let rotary = rotary_cache_elems(t) as f64 * d;
+    let rotary = rotary_cache_elems(t, k, engine) as f64 * d;
     let embed = embed + towers_per_gpu(t, k.tp, engine) * d;
     let first = embed + layers_here * layer + rotary;
     let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
