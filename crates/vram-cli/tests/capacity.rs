@@ -220,6 +220,15 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "layouts known",
         ),
         (
+            // Past the newest release read (0.22.1): what 0.23 changed, in one line.
+            vec!["llama-3-8b", "--engine-version", "0.29"],
+            "--engine-version 0.29: vLLM 0.23 changed the start-up memory profile vram models",
+        ),
+        (
+            vec!["qwen3-8b", "--engine-version", "0.22.1"],
+            "vLLM 0.22.1 runs Qwen3ForCausalLM on its V2 model runner by default",
+        ),
+        (
             // `--quantization` is `--weights`' alias: one flag, one vocabulary.
             vec!["llama-3-8b", "--quantization", "int3"],
             "invalid value 'int3' for '--weights",

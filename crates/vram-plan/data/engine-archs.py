@@ -6,7 +6,7 @@ release whose model registry has it (and the last, when a later release dropped 
     python3 engine-archs.py table SRC > engine-archs.tsv
 
 Releases read: every final release (post releases included, release candidates not) of vLLM
-0.5.0 to 0.20.x and SGLang 0.4.0 to 0.5.x on PyPI; each release's sdist, or its x86_64 wheel
+0.5.0 to 0.22.x and SGLang 0.4.0 to 0.5.x on PyPI; each release's sdist, or its x86_64 wheel
 where PyPI has no sdist (vLLM 0.15.x; SGLang from 0.5.11), read by HTTP range requests.
 
 - vLLM: the keys of `_VLLM_MODELS` (0.6.3+ `vllm/model_executor/models/registry.py`; `_MODELS`
@@ -21,7 +21,7 @@ its `release` line, read from the same files.
 """
 import ast, io, json, os, re, sys, tarfile, urllib.request, zipfile
 
-RANGES = {"vllm": ((0, 5, 0), (0, 21)), "sglang": ((0, 4, 0), (0, 6))}
+RANGES = {"vllm": ((0, 5, 0), (0, 23)), "sglang": ((0, 4, 0), (0, 6))}
 WANT = re.compile(r"(^|/)((vllm|sglang)/(model_executor/models/(registry|__init__)\.py"
                   r"|model_executor/model_loader(\.py|/utils\.py)|srt/models/[^/]+\.py"
                   r"|srt/model_loader/utils\.py))$")

@@ -305,6 +305,9 @@ pub fn capacity(
     r: &CapacityRequest,
 ) -> Result<CapacityReport> {
     if let Some(v) = &r.engine_version {
+        if let Some(why) = capacity::parse_version(v).and_then(|n| r.engine.unmodelled(n)) {
+            return Err(input(format!("--engine-version {v}: {why}")));
+        }
         let known = r.engine.versions();
         if !known
             .iter()
@@ -332,6 +335,11 @@ pub fn capacity(
     // config's architecture refuses; the default moves to the nearest release that has it.
     let archs = vram_model::read::architectures(&config);
     let registry = capacity::registry_check(r.engine, &archs, &k)?;
+    if r.engine == Engine::Vllm {
+        if let Some(why) = capacity::vllm_v2_runner(&archs, t, &k) {
+            return Err(input(why));
+        }
+    }
     if let Some(v) = registry.version {
         k.engine_version = Some(v);
     }

@@ -465,7 +465,7 @@ pub struct CapacityArgs {
     /// The serving engine.
     #[arg(long, value_enum, default_value = "vllm")]
     pub engine: EngineArg,
-    /// The engine's version whose memory layout applies: vllm 0.5 to 0.20 (V0 to 0.7; from 0.8
+    /// The engine's version whose memory layout applies: vllm 0.5 to 0.22 (V0 to 0.7; from 0.8
     /// to 0.10 V1, falling back to V0 on GPUs older than Ampere, fp32 and an fp8 KV cache off
     /// Hopper), sglang 0.4 to 0.5; a patch release (0.6.5) takes its minor version's rules
     /// [default: vllm 0.11, sglang 0.5].
@@ -476,7 +476,7 @@ pub struct CapacityArgs {
     #[arg(long, default_value = "h100-80g")]
     pub gpu: String,
     /// vLLM: fraction of the device the engine may use, in (0, 1] [default: 0.9, vLLM v0.11.0
-    /// `vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`].
+    /// `vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`; 0.92 from vLLM 0.20].
     #[arg(long)]
     pub gpu_memory_utilization: Option<f64>,
     /// Longest request (prompt plus output; SGLang --context-length) [default: the model's

@@ -14,7 +14,13 @@
 //!   `top_k = vocab − 1` and `top_p = 0.9` (`gpu_model_runner.py`). Before 0.17
 //!   `apply_top_k_top_p` sorts the logits (`logits.sort`, the same live set as V0's sampler);
 //!   from 0.17 batches of 8 rows or more go through `apply_top_k_top_p_triton`, which does not
-//!   (`vllm/v1/sample/ops/topk_topp_sampler.py` at 0.15.0, 0.17.0 and 0.19.0).
+//!   (`vllm/v1/sample/ops/topk_topp_sampler.py` at 0.15.0, 0.17.0 and 0.19.0). From 0.21
+//!   `_dummy_sampler_run` samples a second time with a seeded generator, which FlashInfer's
+//!   sampler cannot take, so the PyTorch path runs in every profile whatever the sampler in force
+//!   (`gpu_model_runner.py` and `topk_topp_sampler.py` `forward_cuda` at 0.21.0).
+//! - **The model runner.** 0.22 runs `Qwen3ForCausalLM` without quantization on its V2 model
+//!   runner (`vllm/v1/worker/gpu/`) by default (`config/vllm.py` `use_v2_model_runner`,
+//!   `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read at 0.22.0), whose profile vram does not model.
 
 use vram_model::arch::Transformer;
 use vram_model::finetune::WeightFormat;
@@ -85,12 +91,35 @@ pub(super) fn is_rocm(gpu: &Gpu) -> bool {
 /// Whether the profile run's sampler sorts the logits for top-k/top-p: V0 always, V1 before
 /// 0.17 (afterwards a Triton kernel filters them in place for batches of 8 rows or more).
 pub(super) fn vllm_sampler_sorts(k: &Knobs, v1: bool, rows: u64) -> bool {
-    if v1 && k.flashinfer_sampler {
+    if v1 && k.flashinfer_sampler && vllm_flashinfer_profiled(k) {
         // FlashInfer's `top_k_top_p_sampling_from_logits` masks and samples without a sort
         // (`flashinfer_sample`, read at 0.9.2 and 0.10.1).
         return false;
     }
     !v1 || Engine::Vllm.version_in_force(k) < [0, 17, 0] || rows < 8
+}
+
+/// Whether `--flashinfer-sampler` decides the profile's sampler: before 0.21 (from 0.21 the
+/// profile's second, seeded sampler call runs the PyTorch path as well).
+pub(super) fn vllm_flashinfer_profiled(k: &Knobs) -> bool {
+    Engine::Vllm.version_in_force(k) < [0, 21, 0]
+}
+
+/// vLLM 0.22's refusal for a model its V2 model runner takes by default: `use_v2_model_runner`
+/// (`config/vllm.py`, 0.22.0) picks it for a generating model whose architecture is in
+/// `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` (`Qwen3ForCausalLM` only), not MoE and not quantized
+/// (`VLLM_USE_V2_MODEL_RUNNER` unset, Triton present, none of the features it lacks).
+pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<String> {
+    let v = Engine::Vllm.version_in_force(k);
+    let arch = archs.iter().find(|a| *a == "Qwen3ForCausalLM")?;
+    let dense = t.blocks.kinds.iter().all(|kind| kind.ffn.moe().is_none());
+    let plain = quantization_in_force(t, k) == Quantization::None;
+    (v[..2] == [0, 22] && dense && plain).then(|| {
+        format!(
+            "vLLM {} runs {arch} on its V2 model runner by default (config/vllm.py use_v2_model_runner, DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES), whose memory profile vram does not model; --engine-version 0.21 is the newest whose runner it models",
+            super::version_label(Engine::Vllm, k)
+        )
+    })
 }
 
 /// vLLM's MXFP4 MoE kernel for this GPU and version, and the rounding its weight layout needs

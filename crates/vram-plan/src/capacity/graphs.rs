@@ -169,6 +169,11 @@ pub(super) fn vllm_capture_sizes(
         all.extend((1..=64).map(|i| i * 8));
     }
     all.retain(|&s| s <= top && s <= mnbt);
+    // 0.21 also captures the step budget itself when it is the largest size and off the
+    // stride (`VllmConfig._set_cudagraph_sizes`, read at 0.21.0 and 0.22.0).
+    if v >= [0, 21, 0] && mnbt <= top && all.last() != Some(&mnbt) {
+        all.push(mnbt);
+    }
     all
 }
 

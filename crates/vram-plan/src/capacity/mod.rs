@@ -77,6 +77,7 @@ mod sglang;
 mod vllm;
 mod weights;
 
+pub use engine::vllm_v2_runner;
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches};
 pub use non_torch::Interconnect;
@@ -133,7 +134,7 @@ impl Engine {
         match self {
             Engine::Vllm => &[
                 "0.5", "0.6", "0.7", "0.8", "0.9", "0.10", "0.11", "0.12", "0.13", "0.14", "0.15",
-                "0.16", "0.17", "0.18", "0.19", "0.20",
+                "0.16", "0.17", "0.18", "0.19", "0.20", "0.21", "0.22",
             ],
             Engine::Sglang => &["0.4", "0.5"],
         }
@@ -193,6 +194,17 @@ pub fn parse_engine_version(v: &str) -> Option<([u32; 3], Pin)> {
 }
 
 impl Engine {
+    /// Why vram does not model this release (the first change past the newest version it
+    /// models, read from the engine's source at that release); `None` when it is modelled or
+    /// older. vLLM 0.21.0–0.33.0 were read release by release (BENCHMARKS.md, "vLLM past 0.20").
+    pub fn unmodelled(self, v: [u32; 3]) -> Option<&'static str> {
+        match self {
+            Engine::Vllm if v >= [0, 23, 0] => Some(
+                "vLLM 0.23 changed the start-up memory profile vram models: its CUDA-graph estimate also captures the multimodal encoder's graphs (gpu_model_runner.py profile_cudagraph_memory) and the sampler's noise may be fp64 (topk_topp_sampler.py random_sample); vram models vLLM 0.5 to 0.22",
+            ),
+            _ => None,
+        }
+    }
     /// The version in force: the asked one, or the pinned one.
     fn version_in_force(self, k: &Knobs) -> [u32; 3] {
         k.engine_version

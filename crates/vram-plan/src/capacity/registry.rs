@@ -1,5 +1,5 @@
 //! Which architectures each engine release can load: the model registry of every final vLLM
-//! release 0.5.0–0.20.2 (`_VLLM_MODELS`) and SGLang 0.4.0–0.5.23 (`EntryClass` of
+//! release 0.5.0–0.22.1 (`_VLLM_MODELS`) and SGLang 0.4.0–0.5.23 (`EntryClass` of
 //! `srt/models/*.py`), generated into `data/engine-archs.tsv` by `data/engine-archs.py`.
 //!
 //! The engine looks the config's `architectures` up at start-up (vLLM

@@ -1263,6 +1263,12 @@ fn capture_sizes_follow_the_version() {
         vllm_capture_sizes(&llama3(), &at([0, 6, 3]), false, 20, 8192).last(),
         Some(&24)
     );
+    // 0.21 also captures an off-stride step budget no larger than the largest size
+    // (`_set_cudagraph_sizes`, 0.21.0): 300 tokens with 256 sequences.
+    let sizes = |v| vllm_capture_sizes(&llama3(), &at(v), true, 256, 300);
+    assert_eq!(sizes([0, 20, 0]).last(), Some(&288));
+    assert_eq!(sizes([0, 21, 0]).last(), Some(&300));
+    assert_eq!(sizes([0, 21, 0]).len(), sizes([0, 20, 0]).len() + 1);
 }
 
 /// Graphs captured after the KV cache (before 0.20) that do not fit what the budget (with the
@@ -1426,6 +1432,88 @@ fn flashinfer_sampler_needs_no_sort() {
     assert_eq!(peak(true, "0.10.1"), rows_vocab * 14 + hidden);
     // From 0.17 the Triton kernel needs no sort either way.
     assert_eq!(peak(false, "0.19.0"), peak(true, "0.19.0"));
+}
+
+/// Below 8 rows the PyTorch path sorts; FlashInfer spares the sort before 0.21, but from 0.21
+/// `_dummy_sampler_run` samples again with a seeded generator, which sends the profile through
+/// the PyTorch path whatever the sampler (`gpu_model_runner.py`, `topk_topp_sampler.py` at 0.21.0).
+#[test]
+fn vllm_0_21_profiles_the_pytorch_sampler_even_with_flashinfer() {
+    let t = llama3();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let peak = |fi: bool, v: [u32; 3]| {
+        let k = Knobs {
+            max_model_len: Some(8192),
+            max_num_seqs: Some(4),
+            // A step of 8 tokens, so the sampler's 4 rows outweigh one layer's live set.
+            max_num_batched_tokens: Some(8),
+            engine_version: Some(v),
+            flashinfer_sampler: fi,
+            ..Knobs::default()
+        };
+        capacity(&t, h100, Engine::Vllm, &k)
+            .unwrap()
+            .activation_peak_bytes
+    };
+    assert!(peak(true, [0, 20, 0]) < peak(false, [0, 20, 0]));
+    assert_eq!(peak(true, [0, 21, 0]), peak(false, [0, 21, 0]));
+    assert_eq!(peak(false, [0, 21, 0]), peak(false, [0, 20, 0]));
+}
+
+/// `CacheConfig.gpu_memory_utilization` defaults to 0.92 from vLLM 0.20.0 (0.9 at 0.19.1;
+/// `vllm/config/cache.py`, still 0.92 at 0.33.0); a value the user gives is kept.
+#[test]
+fn vllm_0_20_defaults_to_0_92_of_the_device() {
+    let t = llama3();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |v: [u32; 3], util: Option<f64>| {
+        let k = Knobs {
+            max_model_len: Some(8192),
+            engine_version: Some(v),
+            gpu_memory_utilization: util,
+            ..Knobs::default()
+        };
+        capacity(&t, h100, Engine::Vllm, &k)
+            .unwrap()
+            .memory_fraction
+    };
+    assert_eq!(at([0, 19, 1], None), 0.9);
+    assert_eq!(at([0, 20, 0], None), 0.92);
+    assert_eq!(at([0, 22, 1], None), 0.92);
+    assert_eq!(at([0, 21, 0], Some(0.8)), 0.8);
+}
+
+/// vLLM 0.23.0 and later are refused with what changed; 0.22 refuses only what its V2 model
+/// runner takes by default (a dense, unquantized `Qwen3ForCausalLM`).
+#[test]
+fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
+    assert!(Engine::Vllm.unmodelled([0, 22, 1]).is_none());
+    let why = Engine::Vllm.unmodelled([0, 29, 0]).unwrap();
+    assert!(
+        why.starts_with("vLLM 0.23 changed") && why.contains("0.5 to 0.22"),
+        "{why}"
+    );
+    assert!(Engine::Vllm.unmodelled([0, 23, 0]).is_some());
+    assert!(Engine::Sglang.unmodelled([0, 29, 0]).is_none());
+    let qwen3 = match catalog::lookup("qwen3-8b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let archs = vec!["Qwen3ForCausalLM".to_string()];
+    let at = |v: [u32; 3], q: Quantization| Knobs {
+        engine_version: Some(v),
+        quantization: q,
+        ..Knobs::default()
+    };
+    let why = vllm_v2_runner(&archs, &qwen3, &at([0, 22, 0], Quantization::None)).unwrap();
+    assert!(
+        why.starts_with("vLLM 0.22 runs Qwen3ForCausalLM on its V2 model runner"),
+        "{why}"
+    );
+    assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 21, 0], Quantization::None)).is_none());
+    assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::Fp8)).is_none());
+    let llama = vec!["LlamaForCausalLM".to_string()];
+    assert!(vllm_v2_runner(&llama, &llama3(), &at([0, 22, 0], Quantization::None)).is_none());
 }
 
 /// SGLang's request-to-token map is allocated outside the profile: Llama 4 Scout's 10M-position

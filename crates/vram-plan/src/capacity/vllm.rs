@@ -56,7 +56,15 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             } else {
                 seqs_default
             });
-    let util = k.gpu_memory_utilization.unwrap_or(0.9);
+    // `CacheConfig.gpu_memory_utilization`: 0.9 to 0.19.1, 0.92 from 0.20.0 (`config/cache.py`,
+    // the same 0.92 through 0.33.0).
+    let util = k.gpu_memory_utilization.unwrap_or(
+        if v1 && Engine::Vllm.version_in_force(k) >= [0, 20, 0] {
+            0.92
+        } else {
+            0.9
+        },
+    );
     // `SchedulerConfig._verify_args` refuses a step budget smaller than the number of
     // sequences before anything is loaded: the same ValueError at 0.8.5, 0.9.2, 0.10.1 and
     // 0.19.0 (config.py, then config/scheduler.py). The engine never starts, so this is an
@@ -411,7 +419,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens and the logits of every one of those tokens, all-gathered over TP (the GPU's part, the gathered tensor and its contiguous copy), plus the hidden states; V1 before 0.8 runs no sampler in the profile (gpu_model_runner.profile_run, read at 0.7.2)"
             } else if compiled && sorts {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile and the dummy sampler's top-k/top-p sort (V1 before 0.17: logits.sort over min(max_num_seqs, tokens) rows with PyTorch's CUDA sort buffers) plus the hidden states"
-            } else if compiled && k.flashinfer_sampler {
+            } else if compiled && k.flashinfer_sampler && engine::vllm_flashinfer_profiled(k) {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, FlashInfer's masked logits and probabilities over min(max_num_seqs, tokens) rows (top_k_top_p_sampling_from_logits, no sort; --flashinfer-sampler) plus the hidden states (read from llama.py and the V1 sampler at 0.10.1; the same layer structure assumed for every model)"
             } else if compiled {
                 "activation peak: the profile run's larger of one layer's live set over max_num_batched_tokens under torch.compile (residual and gate_up with the normed input or the activation) and the sampler's logits, fp32 copy, probabilities and noise over min(max_num_seqs, tokens) rows (top-k/top-p by the Triton kernel, 0.17+) plus the hidden states (read from llama.py and the V1 sampler; the same layer structure assumed for every model)"
