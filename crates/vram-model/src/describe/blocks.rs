@@ -205,6 +205,24 @@ pub struct MRope {
     pub interleaved: bool,
 }
 
+/// The rotary tables an engine's `get_rope` keeps for a model ([`Blocks::rope_tables`]): vLLM
+/// keeps one `cos_sin_cache` per distinct key (`_ROPE_DICT`, keyed by head size, rotary width,
+/// max positions, base, scaling and dtype: `rotary_embedding/__init__.py`, read at v0.10.2 and
+/// v0.19.0), each as many rows as its class builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct RopeTables {
+    /// Rows of the table the config's own rope parameters build; 0 for `max_positions`.
+    /// `LinearScalingRotaryEmbedding` builds `max_positions × factor` (`rope_type: linear`);
+    /// `Phi3LongRoPEScaledRotaryEmbedding` one short and one long table stacked,
+    /// `original_max_position_embeddings + max_positions` (`rope_type: longrope`).
+    pub rows: u64,
+    /// Sliding-window layers build their rotary embedding from parameters of their own, a
+    /// second key with `max_positions` rows: Gemma 3 (`rope_local_base_freq` and default
+    /// scaling, `gemma3.py` at v0.10.2 and v0.19.0) and Gemma 4 (`rope_parameters` per layer
+    /// type, `gemma4.py` at v0.19.0).
+    pub local: bool,
+}
+
 /// The whole description of a transformer: its layers, kept once per distinct kind, and what
 /// surrounds them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -220,6 +238,8 @@ pub struct Blocks {
     /// Qwen3-VL and Qwen3.5); `None` for plain rotary positions. Engines size their rotary
     /// tables by it (`vram_plan::capacity`).
     pub mrope: Option<MRope>,
+    /// The rotary tables engines keep beside the weights; see [`RopeTables`].
+    pub rope_tables: RopeTables,
     /// The distinct block kinds.
     pub kinds: Vec<Block>,
     /// Per layer (encoder layers first for encoder-decoders), its index into `kinds`.
@@ -296,6 +316,7 @@ impl Blocks {
             hidden,
             max_positions: 0,
             mrope: None,
+            rope_tables: RopeTables::default(),
             kinds: Vec::new(),
             pattern: Vec::new(),
             ends,

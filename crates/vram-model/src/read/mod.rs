@@ -20,6 +20,7 @@ use crate::finetune::WeightFormat;
 
 pub(crate) mod classic;
 pub(crate) mod decoders;
+mod rope;
 pub mod keys;
 pub mod safetensors;
 
@@ -246,6 +247,20 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         }
     };
     t.blocks.storage = storage(&c)?;
+    let text_map = match map.get("text_config") {
+        Some(Value::Object(m)) => m,
+        _ => &map,
+    };
+    t.blocks.rope_tables = rope::rope_tables(
+        &Cfg {
+            map: text_map,
+            model_type: match text_map.get("model_type") {
+                Some(Value::String(s)) if !std::ptr::eq(text_map, &map) => s,
+                _ => &model_type,
+            },
+        },
+        t.blocks.max_positions,
+    )?;
     if t.blocks.storage.quant == Quant::Other {
         let method = match map.get("quantization_config") {
             Some(Value::Object(q)) => q

@@ -2027,3 +2027,62 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
         .to_string();
     assert!(e.contains("rotary_dim"), "{e}");
 }
+
+/// vLLM keeps one rotary table per distinct `get_rope` key, each of the rows its class builds
+/// (`rotary_embedding/__init__.py`, `linear_scaling_rope.py`, `phi3_long_rope_scaled_rope.py`,
+/// `gemma3.py`, read at v0.10.2 and v0.19.0). Gemma 3 4B (`gemma-3-4b-it`'s text_config: 34
+/// layers, head_dim 256, `rope_scaling` linear ×8 over 131,072 positions) builds a global table
+/// of 1,048,576 rows and a local one of 131,072 (`rope_local_base_freq`, default scaling): the
+/// vLLM 0.19.0 start-up log of llm-d-planner's gemma-3-4b-it H100 run lists two
+/// `rotary_embedding` ops and "Model loading took 8.58 GiB" (8.01 GiB of bf16 parameters plus
+/// these 0.56 GiB). Phi-4-mini's LongRoPE stacks its short (4,096) and long (131,072) tables.
+#[test]
+fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
+    let vllm = Knobs {
+        engine_version: Some([0, 19, 0]),
+        ..Knobs::default()
+    };
+    let parse = |json: &str| match vram_model::hf::parse_config(json, "m").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gemma3_4b = r#"{"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+        "intermediate_size": 10240, "num_hidden_layers": 34, "sliding_window": 1024,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}}"#;
+    let t = parse(gemma3_4b);
+    assert_eq!(
+        weights::rotary_cache_elems(&t, &vllm, Engine::Vllm),
+        (1_048_576 + 131_072) * 256
+    );
+    // Without scaling and with one base for both layer types, one key: one table.
+    let one_key = gemma3_4b.replace(
+        r#""rope_scaling": {"factor": 8.0, "rope_type": "linear"}"#,
+        r#""rope_theta": 10000.0, "rope_local_base_freq": 10000.0"#,
+    );
+    assert_eq!(
+        weights::rotary_cache_elems(&parse(&one_key), &vllm, Engine::Vllm),
+        131_072 * 256
+    );
+    // Phi-4-mini: LongRoPE (`original_max_position_embeddings` at the top level, as its
+    // config.json has it), rotary width 96.
+    let phi4_mini = r#"{"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192,
+        "num_attention_heads": 24, "num_hidden_layers": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+        "partial_rotary_factor": 0.75, "vocab_size": 200064, "tie_word_embeddings": true,
+        "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}"#;
+    let t = parse(phi4_mini);
+    assert_eq!(
+        weights::rotary_cache_elems(&t, &vllm, Engine::Vllm),
+        (4_096 + 131_072) * 96
+    );
+    // Gemma 4 26B-A4B (catalogued): a sliding table of head_dim 256 and a full-layer table of
+    // the full head 512 (`Gemma4RotaryEmbedding` builds its cache `head_size` wide).
+    let Model::Transformer(g4) = catalog::lookup("gemma-4-26b-a4b").unwrap() else {
+        unreachable!()
+    };
+    assert_eq!(
+        weights::rotary_cache_elems(&g4, &vllm, Engine::Vllm),
+        g4.max_positions() * (256 + 512)
+    );
+}

@@ -82,28 +82,50 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
         .sum()
 }
 
-/// Elements of the rotary `cos_sin_cache` (`[positions, rotary_dim]`, the positions by
-/// [`rotary_positions`]), which vLLM's and SGLang's `get_rope` keep beside the weights.
-/// `RotaryEmbedding._compute_cos_sin_cache` concatenates `rotary_dim / 2` cosines and sines per
-/// position (vLLM `rotary_embedding/base.py`, read at v0.10.2), where `rotary_dim` is the part
-/// of each head the rotary embedding turns ([`vram_model::blocks::Attention::rotary_dim`]: a quarter of Qwen3.5's
-/// 256, Phi-2's 32 of 80) and, for MLA, `qk_rope_head_dim` (`deepseek_v2.py` passes it as the
-/// head size). The widest layer's: layers sharing one `get_rope` key share its cache. None for
-/// a model whose attention layers all go without rotary positions (OPT's learned positions:
+/// Elements of the rotary `cos_sin_cache`s (`[rows, rotary_dim]`), which vLLM's and SGLang's
+/// `get_rope` keep beside the weights. `RotaryEmbedding._compute_cos_sin_cache` concatenates
+/// `rotary_dim / 2` cosines and sines per position (vLLM `rotary_embedding/base.py`, read at
+/// v0.10.2), where `rotary_dim` is the part of each head the rotary embedding turns
+/// ([`vram_model::blocks::Attention::rotary_dim`]: a quarter of Qwen3.5's 256, Phi-2's 32 of 80)
+/// and, for MLA, `qk_rope_head_dim` (`deepseek_v2.py` passes it as the head size). None for a
+/// model whose attention layers all go without rotary positions (OPT's learned positions:
 /// `OPTAttention` at vLLM 0.18.1 builds no rotary embedding); layers of linear attention or
 /// state-space mixers keep none.
+///
+/// vLLM keeps one table per distinct `get_rope` key (`_ROPE_DICT`, read at v0.10.2 and
+/// v0.19.0): one per rotary width, and for Gemma 3/4 one more for the sliding layers' own
+/// parameters ([`vram_model::blocks::RopeTables`]); the config's own parameters' table has the
+/// rows its class builds (linear scaling `max_positions × factor`, Phi-3's LongRoPE short and
+/// long tables stacked), a sliding layers' table [`rotary_positions`]. SGLang is counted as
+/// one table of the widest layer's width and [`rotary_positions`] rows (its `get_rope` not
+/// read for these).
 pub(super) fn rotary_cache_elems(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
-    let width = t
-        .blocks
-        .iter()
-        .filter_map(|b| match (b.mixer.as_attention(), b.mixer.as_mla()) {
-            (Some(a), _) => a.rope.then(|| a.rotary_dim()),
-            (None, Some(m)) => Some(m.qk_rope_head_dim),
-            (None, None) => None,
+    let positions = rotary_positions(t, k, engine);
+    let tables = t.blocks.rope_tables;
+    let widths = t.blocks.iter().filter_map(|b| match (b.mixer.as_attention(), b.mixer.as_mla()) {
+        (Some(a), _) => a.rope.then(|| {
+            let local = tables.local && matches!(a.window, vram_model::blocks::Window::Sliding(_));
+            (local, a.rotary_dim())
+        }),
+        (None, Some(m)) => Some((false, m.qk_rope_head_dim)),
+        (None, None) => None,
+    });
+    if engine != Engine::Vllm {
+        return positions * widths.map(|(_, w)| w).max().unwrap_or(0);
+    }
+    let mut keys: Vec<(bool, u64)> = widths.collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.iter()
+        .map(|&(local, width)| {
+            let rows = if local || tables.rows == 0 {
+                positions
+            } else {
+                tables.rows
+            };
+            rows * width
         })
-        .max()
-        .unwrap_or(0);
-    rotary_positions(t, k, engine) * width
+        .sum()
 }
 
 /// Rows of the learned position and token-type tables times the width: whole on the first

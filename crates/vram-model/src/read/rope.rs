@@ -1,0 +1,120 @@
+//! The rotary tables vLLM's `get_rope` builds for a config ([`RopeTables`]): how many rows the
+//! config's own rope parameters make (`rope_type` `linear` and `longrope` build more than
+//! `max_position_embeddings`), and whether sliding layers make a table of their own.
+
+use serde_json::{Map, Value};
+
+use super::{kind_of, Cfg};
+use crate::describe::RopeTables;
+use crate::error::{Error, Result};
+
+/// Reads the rope parameters of a decoder's config (the text config of a wrapper), whose
+/// `max_position_embeddings` is `max_positions`.
+///
+/// Rows, read at vLLM v0.10.2 and v0.19.0 (`rotary_embedding/`): `linear_scaling_rope.py`
+/// builds `max_position × factor` rows (`torch.arange(max_len)` of the float product);
+/// `phi3_long_rope_scaled_rope.py` concatenates a short table of
+/// `original_max_position_embeddings` rows and a long one of `max_position` rows into
+/// `long_short_cos_sin_cache`; every other class the models read here use keeps
+/// `max_position` rows (`base.py`; YaRN, dynamic NTK and the rest are not yet counted apart).
+///
+/// Sliding layers: Gemma 3 passes its sliding layers `rope_type: default` and
+/// `rope_local_base_freq` (`Gemma3Config`'s default 10,000; `rope_theta` 1,000,000) and its
+/// full layers the config's own (`gemma3.py`); Gemma 4 takes each layer type's entry of
+/// `rope_parameters` (`gemma4.py`, v0.19.0). Different parameters are a different key.
+pub(super) fn rope_tables(c: &Cfg, max_positions: u64) -> Result<RopeTables> {
+    let (global, per_type) = global_parameters(c);
+    let rows = match global {
+        Some((key, r)) => rows_for(c, key, r, max_positions)?,
+        None => 0,
+    };
+    let local = match c.model_type {
+        "gemma3" | "gemma3_text" => match per_type {
+            Some(p) => p.get("sliding_attention") != p.get("full_attention"),
+            None => {
+                let base = |name: &str, default: f64| match c.map.get(name) {
+                    Some(Value::Number(n)) => n.as_f64().unwrap_or(default),
+                    _ => default,
+                };
+                let scaled = global
+                    .map(|(_, r)| {
+                        !matches!(
+                            r.get("rope_type").or_else(|| r.get("type")),
+                            Some(Value::String(t)) if t == "default"
+                        )
+                    })
+                    .unwrap_or(false);
+                scaled || base("rope_local_base_freq", 10_000.0) != base("rope_theta", 1e6)
+            }
+        },
+        // Gemma 4's two layer types differ in head size as well (`global_head_dim`): two keys
+        // whatever the parameters, counted by width where the parameters agree.
+        "gemma4" | "gemma4_text" => match per_type {
+            Some(p) => p.get("sliding_attention") != p.get("full_attention"),
+            None => true,
+        },
+        _ => false,
+    };
+    Ok(RopeTables { rows, local })
+}
+
+/// The config's own rope parameters (the full layers' for a per-layer-type
+/// `rope_parameters`), with the key they were found under, and the per-type map if any.
+#[allow(clippy::type_complexity)]
+fn global_parameters<'a>(
+    c: &'a Cfg,
+) -> (
+    Option<(&'static str, &'a Map<String, Value>)>,
+    Option<&'a Map<String, Value>>,
+) {
+    for key in ["rope_scaling", "rope_parameters"] {
+        if let Some(Value::Object(r)) = c.map.get(key) {
+            if let Some(Value::Object(full)) = r.get("full_attention") {
+                return (Some((key, full)), Some(r));
+            }
+            return (Some((key, r)), None);
+        }
+    }
+    (None, None)
+}
+
+fn rows_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> Result<u64> {
+    let kind = match r.get("rope_type").or_else(|| r.get("type")) {
+        Some(Value::String(t)) => t.as_str(),
+        _ => return Ok(0),
+    };
+    let number = |name: &str| -> Result<f64> {
+        match r.get(name) {
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(f) if f.is_finite() && f > 0.0 => Ok(f),
+                _ => Err(Error::OutOfRange {
+                    field: format!("{key}.{name}"),
+                    value: n.to_string(),
+                    why: "must be a positive number".into(),
+                }),
+            },
+            Some(other) => Err(Error::WrongType {
+                field: format!("{key}.{name}"),
+                expected: "a number",
+                found: kind_of(other).into(),
+            }),
+            None => Err(Error::MissingField {
+                field: format!("{key}.{name}"),
+                model_type: c.model_type.into(),
+            }),
+        }
+    };
+    Ok(match kind {
+        "linear" => (max_positions as f64 * number("factor")?).ceil() as u64,
+        // vLLM's `llama.py` (Phi-3's layers) copies a top-level
+        // `original_max_position_embeddings` into the scaling dict (Phi-3.5/4-mini keep it there).
+        "longrope" => {
+            let original = match c.opt_u64(&["original_max_position_embeddings"])? {
+                Some(o) if !r.contains_key("original_max_position_embeddings") => o as f64,
+                _ => number("original_max_position_embeddings")?,
+            };
+            original as u64 + max_positions
+        }
+        _ => 0,
+    })
+}
