@@ -1006,6 +1006,17 @@ fn doctor_words_rocm_and_npu_messages_for_their_runtime_in_text_and_json() {
                         "{runtime} {f}: {cat} in\n{text}"
                     );
                 }
+                // Plans' times are a catalog GPU's: an AMD one for ROCm, named for the NPU.
+                let timed = v["remedies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["step_time_s"].is_number());
+                assert_eq!(
+                    text.contains("the catalog has no Ascend NPU"),
+                    runtime == "NPU" && timed,
+                    "{runtime} {f}: {text}"
+                );
                 // The graph-pools message lists this process's memory outside PyTorch: the
                 // estimate's context is that memory, named for the runtime.
                 if f == "pytorch-2.9-graph-pools.txt" {
