@@ -34,7 +34,7 @@ pub struct DoctorArgs {
     #[command(flatten)]
     hub: crate::input::HubArgs,
     /// GPU of the job, for the time model [default: the catalog GPU nearest
-    /// the message's total capacity].
+    /// the message's total capacity, an AMD one for a ROCm message].
     #[arg(long)]
     gpu: Option<String>,
     #[command(flatten)]
