@@ -34,7 +34,7 @@ pub struct DoctorArgs {
     #[command(flatten)]
     hub: crate::input::HubArgs,
     /// GPU of the job, for the time model [default: the catalog GPU nearest
-    /// the message's total capacity].
+    /// the message's total capacity, an AMD one for a ROCm message].
     #[arg(long)]
     gpu: Option<String>,
     #[command(flatten)]
@@ -114,7 +114,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
     if let Some(model_arg) = &a.model {
         let gpu = match &a.gpu {
             Some(g) => gpu::lookup(g)?,
-            None => nearest_gpu(msg.total_bytes),
+            None => nearest_gpu(msg.total_bytes, msg.backend),
         };
         let resolved = resolve_model(model_arg, &a.hub)?;
         if matches!(resolved.model, Model::Weights(_)) {
@@ -181,6 +181,15 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         }
     }
     let mut d = vram_doctor::diagnose(&inp).map_err(doctor_err)?;
+    if let Some(job) = inp.job.as_ref().filter(|_| a.gpu.is_none()) {
+        if msg.backend == Backend::Npu && d.remedies.iter().any(|r| r.step_time_s.is_some()) {
+            // The catalog has no Ascend NPU: the plans' times are another device's.
+            model_notes.push(format!(
+                "the plans' step times are predicted for the {} (the catalog GPU nearest the NPU's memory; the catalog has no Ascend NPU): they rank the plans, they are not the NPU's times",
+                job.gpu.name
+            ));
+        }
+    }
     d.notes.splice(0..0, model_notes);
     d.notes.extend(nvml_note);
     let mut out = std::io::stdout().lock();
@@ -330,10 +339,12 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
     Ok(())
 }
 
-/// The catalog GPU whose memory is nearest the message's total capacity.
-fn nearest_gpu(total: u64) -> &'static gpu::Gpu {
+/// The catalog GPU whose memory is nearest the message's total capacity: an AMD one for a
+/// ROCm build's message, an NVIDIA one for the others (the catalog has no Ascend NPU).
+fn nearest_gpu(total: u64, backend: Backend) -> &'static gpu::Gpu {
     gpu::GPUS
         .iter()
+        .filter(|g| g.is_rocm() == (backend == Backend::Hip))
         .min_by_key(|g| g.memory_bytes.abs_diff(total))
         .expect("the GPU catalog is not empty")
 }

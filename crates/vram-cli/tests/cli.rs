@@ -945,6 +945,7 @@ fn doctor_words_rocm_and_npu_messages_for_their_runtime_in_text_and_json() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
     let cuda_only = [
         "CUDA context",
+        "cuda_context",
         "cudaMalloc",
         "PYTORCH_CUDA_ALLOC_CONF",
         "nvidia-smi",
@@ -954,14 +955,24 @@ fn doctor_words_rocm_and_npu_messages_for_their_runtime_in_text_and_json() {
         "CUDA_MPS",
         "vramkit's allocator",
     ];
-    for (runtime, device, context, smi) in [
-        ("HIP", "GPU", "HIP context", "rocm-smi"),
-        ("NPU", "NPU", "NPU (CANN) context", "npu-smi info"),
+    let hb = |v: &serde_json::Value| vram_doctor::human_bytes(v.as_u64().unwrap());
+    for (runtime, device, context, context_category, smi) in [
+        ("HIP", "GPU", "HIP context", "hip_context", "rocm-smi"),
+        (
+            "NPU",
+            "NPU",
+            "NPU (CANN) context",
+            "npu_context",
+            "npu-smi info",
+        ),
     ] {
-        for f in [
-            "pytorch-2.0-outside.txt",
-            "pytorch-2.9-graph-pools.txt",
-            "pytorch-2.3-request-below-free.txt",
+        // With --model the estimate's breakdown and plans join them, in the same words.
+        for (f, model) in [
+            ("pytorch-2.0-outside.txt", None),
+            ("pytorch-2.9-graph-pools.txt", None),
+            ("pytorch-2.3-request-below-free.txt", None),
+            ("pytorch-2.0-outside.txt", Some("llama-3-8b")),
+            ("pytorch-2.9-graph-pools.txt", Some("llama-3-8b")),
         ] {
             let mut msg = std::fs::read_to_string(dir.join(f))
                 .unwrap()
@@ -969,11 +980,53 @@ fn doctor_words_rocm_and_npu_messages_for_their_runtime_in_text_and_json() {
             if runtime == "NPU" {
                 msg = msg.replace("(GPU ", "(NPU ");
             }
-            let (code, text, err) = vram(&["doctor", &msg]);
-            assert_eq!(code, 0, "{runtime} {f}: {err}");
-            let (code, json, _) = vram(&["doctor", &msg, "--json"]);
+            let mut args = vec!["doctor", msg.as_str()];
+            if let Some(m) = model {
+                args.extend(["--model", m]);
+            }
+            let (code, text, err) = vram(&args);
+            assert_eq!(code, 0, "{runtime} {f} {model:?}: {err}");
+            args.push("--json");
+            let (code, json, _) = vram(&args);
             assert_eq!(code, 0);
             let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            if model.is_some() {
+                let e = &v["estimate"];
+                assert!(
+                    text.contains(&format!("estimate of the step: {}", hb(&e["total_bytes"]))),
+                    "{runtime} {f}: {text}"
+                );
+                let breakdown = e["breakdown"].as_array().unwrap();
+                for row in breakdown.iter().take(8) {
+                    let (cat, b) = (row[0].as_str().unwrap(), &row[1]);
+                    assert!(
+                        text.lines()
+                            .any(|l| l.trim_start().starts_with(cat)
+                                && l.trim_end().ends_with(&hb(b))),
+                        "{runtime} {f}: {cat} in\n{text}"
+                    );
+                }
+                // Plans' times are a catalog GPU's: an AMD one for ROCm, named for the NPU.
+                let timed = v["remedies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["step_time_s"].is_number());
+                assert_eq!(
+                    text.contains("the catalog has no Ascend NPU"),
+                    runtime == "NPU" && timed,
+                    "{runtime} {f}: {text}"
+                );
+                // The graph-pools message lists this process's memory outside PyTorch: the
+                // estimate's context is that memory, named for the runtime.
+                if f == "pytorch-2.9-graph-pools.txt" {
+                    assert!(
+                        breakdown.iter().any(|r| r[0] == context_category),
+                        "{runtime} {f}: {json}"
+                    );
+                    assert!(text.contains(context_category), "{runtime} {f}: {text}");
+                }
+            }
             assert!(
                 text.starts_with(&format!("{device} ")),
                 "{runtime} {f}: {text}"

@@ -163,7 +163,8 @@ pub struct EstimateSummary {
     pub total_bytes: u64,
     /// Phase of the peak.
     pub peak_phase: String,
-    /// Category and bytes at the peak, largest first.
+    /// Category and bytes at the peak, largest first: `vram estimate`'s names, but the
+    /// context named for the message's runtime ([`Backend::context_category`]).
     pub breakdown: Vec<(String, u64)>,
     /// Whether it fits in what the process can get.
     pub fits: bool,
@@ -1485,7 +1486,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         ));
     }
     if let Some(job) = &inp.job {
-        let (summary, mut fixes) = step_remedies(job, &fig)?;
+        let (summary, mut fixes) = step_remedies(job, &fig, m.backend)?;
         let room = usable.saturating_add(np.unwrap_or(0));
         let est_over = summary.total_bytes.saturating_sub(room);
         if !summary.fits {
@@ -1672,7 +1673,11 @@ fn room_words(fig: &Figures) -> String {
 /// catalog GPU" means "fits the room". Every figure reported is in the
 /// device's terms: the estimate's total less `blocked`, in one place
 /// ([`in_room`]) for the estimate and for each plan.
-fn step_remedies(job: &Job, fig: &Figures) -> Result<(EstimateSummary, Vec<Remedy>)> {
+fn step_remedies(
+    job: &Job,
+    fig: &Figures,
+    backend: Backend,
+) -> Result<(EstimateSummary, Vec<Remedy>)> {
     let hb = human_bytes;
     let np = fig.non_pytorch_bytes.unwrap_or(0);
     let room = fig.could_hold_bytes.saturating_add(np);
@@ -1687,12 +1692,12 @@ fn step_remedies(job: &Job, fig: &Figures) -> Result<(EstimateSummary, Vec<Remed
         .iter()
         .filter(|(_, b)| *b > 0)
         .map(|(c, b)| {
-            let b = if c == vram_model::Category::CudaContext {
-                np
+            // The context is the message's own memory outside PyTorch, named for its runtime.
+            if c == vram_model::Category::CudaContext {
+                (backend.context_category().to_string(), np)
             } else {
-                b
-            };
-            (c.name().to_string(), b)
+                (c.name().to_string(), b)
+            }
         })
         .filter(|(_, b)| *b > 0)
         .collect();

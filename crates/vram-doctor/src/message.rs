@@ -103,6 +103,17 @@ impl Backend {
         }
     }
 
+    /// The estimate's breakdown category for [`Backend::context`]: `vram estimate` names it
+    /// `cuda_context` ([`vram_model::Category::CudaContext`]); the doctor names it for the
+    /// message's runtime.
+    pub fn context_category(self) -> &'static str {
+        match self {
+            Backend::Cuda => "cuda_context",
+            Backend::Hip => "hip_context",
+            Backend::Npu => "npu_context",
+        }
+    }
+
     /// The runtime's per-process state outside the caching allocator.
     pub fn context(self) -> &'static str {
         match self {

@@ -55,6 +55,11 @@ impl Gpu {
     pub fn capability(&self) -> (u32, u32) {
         (self.sm_major, self.sm_minor)
     }
+
+    /// An AMD Instinct GPU (ROCm); the catalog's others are NVIDIA's (CUDA).
+    pub fn is_rocm(&self) -> bool {
+        self.id.starts_with("mi")
+    }
 }
 
 /// Every GPU in the catalog.

@@ -85,7 +85,7 @@ pub(super) fn vllm_context_in_budget(k: &Knobs, v1: bool) -> bool {
 
 /// An AMD Instinct GPU (ROCm).
 pub(super) fn is_rocm(gpu: &Gpu) -> bool {
-    gpu.id.starts_with("mi")
+    gpu.is_rocm()
 }
 
 /// Whether the profile run's sampler sorts the logits for top-k/top-p: V0 always, V1 before
