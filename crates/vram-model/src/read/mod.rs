@@ -20,8 +20,8 @@ use crate::finetune::WeightFormat;
 
 pub(crate) mod classic;
 pub(crate) mod decoders;
-mod rope;
 pub mod keys;
+mod rope;
 pub mod safetensors;
 
 /// The `model_type` values of the 2019–2024 families ([`classic`]'s adapters); the current

@@ -102,14 +102,18 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
 pub(super) fn rotary_cache_elems(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     let positions = rotary_positions(t, k, engine);
     let tables = t.blocks.rope_tables;
-    let widths = t.blocks.iter().filter_map(|b| match (b.mixer.as_attention(), b.mixer.as_mla()) {
-        (Some(a), _) => a.rope.then(|| {
-            let local = tables.local && matches!(a.window, vram_model::blocks::Window::Sliding(_));
-            (local, a.rotary_dim())
-        }),
-        (None, Some(m)) => Some((false, m.qk_rope_head_dim)),
-        (None, None) => None,
-    });
+    let widths = t
+        .blocks
+        .iter()
+        .filter_map(|b| match (b.mixer.as_attention(), b.mixer.as_mla()) {
+            (Some(a), _) => a.rope.then(|| {
+                let local =
+                    tables.local && matches!(a.window, vram_model::blocks::Window::Sliding(_));
+                (local, a.rotary_dim())
+            }),
+            (None, Some(m)) => Some((false, m.qk_rope_head_dim)),
+            (None, None) => None,
+        });
     if engine != Engine::Vllm {
         return positions * widths.map(|(_, w)| w).max().unwrap_or(0);
     }
