@@ -224,8 +224,13 @@ fn capacity_holds_gemma_4s_per_layer_inputs_and_towers() {
             ..Knobs::default()
         };
         let one = at(1);
-        let rotary = t.max_positions() * rotary_width(&t) * one.dtype_bytes;
+        // vLLM keeps a second table for the sliding layers' own rope parameters (head_dim 256
+        // beside the full layers' 512: `_ROPE_DICT`, gemma4.py at v0.19.0); SGLang one table.
+        assert!(t.blocks.rope_tables.local, "{name}");
+        let sliding = t.max_positions() * 256 * one.dtype_bytes;
         for engine in [Engine::Vllm, Engine::Sglang] {
+            let rotary = t.max_positions() * rotary_width(&t) * one.dtype_bytes
+                + if engine == Engine::Vllm { sliding } else { 0 };
             let w = weights_per_gpu(&t, &one, h100, engine);
             let estimate = t.blocks.weights_bytes(false) + rotary;
             assert!(
