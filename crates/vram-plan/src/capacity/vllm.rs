@@ -356,7 +356,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     let mut assumes = vec![if v0 {
         "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults; V0 runs up to 0.7, and from 0.8 to 0.10 where V1 falls back: compute capability < 8.0, fp32, an fp8 KV cache off Hopper, VLLM_USE_V1=0)"
     } else {
-        "vLLM V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`; read at 0.10.1, 0.11.0, 0.14.1, 0.19.0 and 0.20.0)"
+        "vLLM V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`; read at 0.10.1, 0.11.0, 0.14.1, 0.19.0, 0.20.0, 0.21.0 and 0.22.1)"
     }];
     if t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4
         || k.quantization == Quantization::Mxfp4
