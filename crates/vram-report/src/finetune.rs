@@ -13,7 +13,7 @@ use vram_plan::suggest::{self, Suggestion};
 use crate::error::Result;
 use crate::estimate::SearchChecked;
 use crate::parts::{double_option, Bytes, GpuRef};
-use crate::text::verdict;
+use crate::text::{needed_and_total, verdict};
 use crate::{Kind, SCHEMA_VERSION};
 
 /// One LoRA/QLoRA training step (PEFT 0.21.2, bitsandbytes 0.50.2, TRL 1.16.0's `SFTTrainer`):
@@ -348,29 +348,7 @@ impl FinetuneReport {
                 ""
             }
         )?;
-        if cached {
-            // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc
-            // fails.
-            writeln!(
-                out,
-                "{:<22} {:>12}   (on the smallest device that runs it: idle cached segments released, cudaMalloc retried)",
-                "needed",
-                bytes(self.needed_bytes)
-            )?;
-            writeln!(
-                out,
-                "{:<22} {:>12}   (needed plus CUDA context)",
-                "device total",
-                bytes(self.total_bytes)
-            )?;
-        } else {
-            writeln!(
-                out,
-                "{:<22} {:>12}   (what nvidia-smi shows)",
-                "device total",
-                bytes(self.total_bytes)
-            )?;
-        }
+        needed_and_total(out, cached, self.needed_bytes, self.total_bytes)?;
         writeln!(out)?;
         writeln!(out, "{}", self.verdict())?;
         for l in self.fit_lines() {

@@ -438,29 +438,7 @@ impl EstimateReport {
             if said.is_empty() { "" } else { " " },
             said.join(", ")
         )?;
-        if cached {
-            // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc
-            // fails.
-            writeln!(
-                out,
-                "{:<22} {:>12}   (on the smallest device that runs it: idle cached segments released, cudaMalloc retried)",
-                "needed",
-                bytes(self.needed_bytes)
-            )?;
-            writeln!(
-                out,
-                "{:<22} {:>12}   (needed plus CUDA context)",
-                "device total",
-                bytes(self.total_bytes)
-            )?;
-        } else {
-            writeln!(
-                out,
-                "{:<22} {:>12}   (what nvidia-smi shows)",
-                "device total",
-                bytes(self.total_bytes)
-            )?;
-        }
+        needed_and_total(out, cached, self.needed_bytes, self.total_bytes)?;
         writeln!(out)?;
         writeln!(out, "{}", self.verdict())?;
         for l in self.fit_lines() {
@@ -520,5 +498,39 @@ impl WeightsReport {
         }
         o += "(parameters only: give the folder with config.json to estimate a step)\n";
         o
+    }
+}
+
+/// The "needed" and "device total" lines under a peak: with idle cached segments at the peak
+/// (`cached`), the smallest device the step runs on and that plus the context; otherwise the
+/// total alone. `vram estimate`'s and the LoRA/QLoRA step's text share them.
+pub(crate) fn needed_and_total(
+    out: &mut String,
+    cached: bool,
+    needed: u64,
+    total: u64,
+) -> std::fmt::Result {
+    if cached {
+        // Segments cached but idle at the peak: PyTorch gives them back when cudaMalloc
+        // fails.
+        writeln!(
+            out,
+            "{:<22} {:>12}   (on the smallest device that runs it: idle cached segments released, cudaMalloc retried)",
+            "needed",
+            bytes(needed)
+        )?;
+        writeln!(
+            out,
+            "{:<22} {:>12}   (needed plus CUDA context)",
+            "device total",
+            bytes(total)
+        )
+    } else {
+        writeln!(
+            out,
+            "{:<22} {:>12}   (what nvidia-smi shows)",
+            "device total",
+            bytes(total)
+        )
     }
 }
