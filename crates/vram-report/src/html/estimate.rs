@@ -25,6 +25,29 @@ fn size(name: &str, b: u64) -> (String, String, String) {
     (name.into(), bytes(b), format!("{} bytes", thousands(b)))
 }
 
+/// The rows under a peak, as the text's `needed_and_total` words them: "needed" and a total
+/// of needed plus the context where idle cached segments sit at the peak, else the total
+/// alone; then the headroom.
+fn needed_total_headroom(
+    rows: &mut Vec<(String, String, String)>,
+    reserved: u64,
+    needed: u64,
+    total: u64,
+    headroom: i64,
+) {
+    if needed < reserved {
+        rows.push(size("needed (smallest device that runs it)", needed));
+        rows.push(size("device total (needed plus CUDA context)", total));
+    } else {
+        rows.push(size("device total (what nvidia-smi shows)", total));
+    }
+    rows.push((
+        "headroom".into(),
+        signed(headroom),
+        format!("{headroom} bytes"),
+    ));
+}
+
 /// (name, shown, exact) for a count.
 fn count(name: &str, n: u64) -> (String, String, String) {
     (name.into(), thousands(n), n.to_string())
@@ -108,18 +131,13 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
         call => format!("peak reserved (max_memory_reserved {call})"),
     };
     rows.push(size(&reserved, r.reserved_bytes));
-    if r.needed_bytes < r.reserved_bytes {
-        rows.push(size(
-            "needed (smallest device that runs it)",
-            r.needed_bytes,
-        ));
-    }
-    rows.push(size("device total (what nvidia-smi shows)", r.total_bytes));
-    rows.push((
-        "headroom".into(),
-        signed(r.headroom_bytes),
-        format!("{} bytes", r.headroom_bytes),
-    ));
+    needed_total_headroom(
+        &mut rows,
+        r.reserved_bytes,
+        r.needed_bytes,
+        r.total_bytes,
+        r.headroom_bytes,
+    );
     rows.push(word("weights format", &r.weights));
     rows.push(size("weights as stored", r.weights_bytes));
     if let Some(l) = &r.weights_load {
@@ -342,18 +360,13 @@ pub(super) fn finetune(r: &FinetuneReport) -> String {
         word("peak at", &r.peak_phase),
         size("peak reserved (max_memory_reserved)", r.reserved_bytes),
     ];
-    if r.needed_bytes < r.reserved_bytes {
-        rows.push(size(
-            "needed (smallest device that runs it)",
-            r.needed_bytes,
-        ));
-    }
-    rows.push(size("device total (what nvidia-smi shows)", r.total_bytes));
-    rows.push((
-        "headroom".into(),
-        signed(r.headroom_bytes),
-        format!("{} bytes", r.headroom_bytes),
-    ));
+    needed_total_headroom(
+        &mut rows,
+        r.reserved_bytes,
+        r.needed_bytes,
+        r.total_bytes,
+        r.headroom_bytes,
+    );
     o.push_str(&kv("figures", &rows));
     let mut lines: Vec<String> = crate::notes::lines(&r.notes).collect();
     lines.push(crate::finetune::MODELS_LINE.into());
