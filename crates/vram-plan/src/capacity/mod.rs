@@ -77,7 +77,7 @@ mod sglang;
 mod vllm;
 mod weights;
 
-pub use engine::vllm_v2_runner;
+pub use engine::{vllm_v2_runner, VLLM_V2_RUNNER_DEFAULTS, VLLM_V2_RUNNER_LACKS};
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches};
 pub use non_torch::Interconnect;
@@ -498,6 +498,11 @@ pub struct Knobs {
     /// `None` where the config's `quant_method` decides: Marlin from compute capability 8.0
     /// (`check_marlin_supported`), the plain kernel below. See `engine::vllm_dequant_linears`.
     pub marlin: Option<bool>,
+    /// vLLM's `VLLM_USE_V2_MODEL_RUNNER` (`Some(false)`: the V1 model runner, which vram
+    /// models; `Some(true)`: the V2 runner, which it does not). `None`: the version's own choice
+    /// ([`vllm_v2_runner`]), which takes no account of the features that send a model
+    /// back to the V1 runner ([`VLLM_V2_RUNNER_LACKS`]).
+    pub vllm_v2_runner: Option<bool>,
 }
 
 impl Default for Knobs {
@@ -531,6 +536,7 @@ impl Default for Knobs {
             engine_pin: Pin::Series,
             derived_max_model_len: None,
             marlin: None,
+            vllm_v2_runner: None,
         }
     }
 }

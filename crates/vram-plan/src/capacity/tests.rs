@@ -1511,9 +1511,43 @@ fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
         "{why}"
     );
     assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 21, 0], Quantization::None)).is_none());
-    assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::Fp8)).is_none());
+    // `is_quantized` is the checkpoint's `quantization_config`, not `--quantization`: an
+    // in-flight FP8 start of a bf16 Qwen3 still runs on V2 (config/vllm.py, 0.22.0).
+    assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::Fp8)).is_some());
+    let mut fp8_checkpoint = qwen3.clone();
+    fp8_checkpoint.blocks.storage.quant = vram_model::blocks::Quant::Fp8Block {
+        bn: 128,
+        bk: 128,
+        skip_head: true,
+    };
+    assert!(vllm_v2_runner(&archs, &fp8_checkpoint, &at([0, 22, 1], Quantization::None)).is_none());
     let llama = vec!["LlamaForCausalLM".to_string()];
     assert!(vllm_v2_runner(&llama, &llama3(), &at([0, 22, 0], Quantization::None)).is_none());
+    // An MoE model (`is_moe`) stays on V1 whatever its architecture.
+    let moe = match catalog::lookup("qwen3-30b-a3b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    assert!(vllm_v2_runner(&archs, &moe, &at([0, 22, 0], Quantization::None)).is_none());
+    // VLLM_USE_V2_MODEL_RUNNER decides when given: 0 keeps V1 (what vram models), 1 asks
+    // for V2 at any version.
+    let env = |v: [u32; 3], on: bool| Knobs {
+        vllm_v2_runner: Some(on),
+        ..at(v, Quantization::None)
+    };
+    assert!(vllm_v2_runner(&archs, &qwen3, &env([0, 22, 1], false)).is_none());
+    let why = vllm_v2_runner(&llama, &llama3(), &env([0, 21, 0], true)).unwrap();
+    assert!(why.starts_with("--vllm-use-v2-model-runner 1"), "{why}");
+    // The refusal names what sends the model back to V1, from the list read at 0.22.
+    let why = vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::None)).unwrap();
+    assert!(
+        why.contains("--reasoning-parser") && why.contains("--vllm-use-v2-model-runner 0"),
+        "{why}"
+    );
+    assert_eq!(
+        VLLM_V2_RUNNER_DEFAULTS,
+        &[([0, 22], &["Qwen3ForCausalLM"][..])]
+    );
 }
 
 /// SGLang's request-to-token map is allocated outside the profile: Llama 4 Scout's 10M-position
