@@ -340,6 +340,66 @@ fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization>
     (!marlin_runs(t, k, gpu)).then_some(method)
 }
 
+/// How the engine fails to load a channel-wise AWQ checkpoint (`group_size: -1`), if it does.
+/// Each engine's AWQ methods size a linear's `qzeros` and `scales` rows by dividing by the
+/// group size:
+///
+/// - **Marlin MoE** (`AWQMarlinMoEMethod.create_weights`, `awq_marlin.py`: vLLM 0.6.4, 0.7.2,
+///   0.8.5, 0.9.0, 0.10.1, 0.19.0 and 0.22.0; SGLang's own copy at 0.5.3) takes
+///   `hidden_size // group_size` with the -1 unnormalized, so `torch.empty` gets a negative
+///   dimension for the experts' scales. `check_moe_marlin_supports_layer` accepts -1 (read at
+///   0.10.1 and 0.22.0).
+/// - **The plain kernel** (`AWQLinearMethod.create_weights`, `awq.py`): vLLM to 0.9.0 (read at
+///   0.6.4, 0.7.2, 0.8.5, 0.9.0) and SGLang (its own copy at 0.5.3; through 0.4.4 it takes
+///   vLLM 0.6's) divide the rank's input by -1, a negative dimension at the first quantized
+///   linear (QKV, `hidden` rows). vLLM from 0.9.1 (read at 0.9.1, 0.9.2, 0.10.1, 0.19.0,
+///   0.22.0) takes the group as the whole input, so a row-parallel linear at TP > 1, whose
+///   input is split, is refused with "The input size is not aligned with the quantized weight
+///   shape".
+/// - **The Marlin linear** (`AWQMarlinLinearMethod`) takes the group as the whole input at
+///   every version read: it loads ([`super::Quantization::linear_parts`] holds its rows).
+pub(super) fn awq_channelwise_refusal(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    k: &Knobs,
+) -> Option<String> {
+    let q = quantization_in_force(t, k);
+    if q != Quantization::Awq
+        || q.packed_format(t.blocks.storage.quant) != Some(WeightFormat::Awq { group: 0 })
+    {
+        return None;
+    }
+    let name = match engine {
+        Engine::Vllm => "vLLM",
+        Engine::Sglang => "SGLang",
+    };
+    let version = super::version_label(engine, k);
+    let h = t.hidden();
+    let negative = |method: &str, what: &str| {
+        format!(
+            "{name} {version} fails to load this channel-wise AWQ checkpoint: RuntimeError: Trying to create tensor with negative dimension -{h} ({method}.create_weights divides {what} by the config's group_size, -1); a checkpoint quantized with a group size (128) loads"
+        )
+    };
+    let marlin = marlin_runs(t, k, gpu);
+    let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
+    if marlin && moe {
+        return Some(negative("AWQMarlinMoEMethod", "hidden_size"));
+    }
+    if marlin {
+        return None;
+    }
+    if engine == Engine::Sglang || Engine::Vllm.version_in_force(k) < [0, 9, 1] {
+        return Some(negative("AWQLinearMethod", "the input size"));
+    }
+    (k.tp > 1).then(|| {
+        format!(
+            "vLLM {version} refuses this: ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size. (AWQLinearMethod.create_weights: a channel-wise checkpoint's group is a linear's whole input, which a row-parallel linear splits at TP {}; the Marlin kernel, --quantization awq_marlin on compute capability 8.0 or newer, loads it)",
+            k.tp
+        )
+    })
+}
+
 /// Whether an AWQ/GPTQ linear runs a Marlin kernel: as `--quantization` names it
 /// ([`Knobs::marlin`]), else from compute capability 8.0 and a group size Marlin takes
 /// (`check_marlin_supported`: `MARLIN_SUPPORTED_GROUP_SIZES` = -1, 32, 64, 128, read at 0.10.1;

@@ -311,13 +311,30 @@ impl Quantization {
             Quantization::Int8 => linear_parts(WeightFormat::Int8, false, out, inp),
             // The checkpoint's group size and symmetry (vLLM's `CompressedTensorsWNA16` and its
             // Marlin MoE method hold the checkpoint's tensors, repacked at the same sizes).
-            Quantization::Awq | Quantization::Wna16 => linear_parts(
-                self.packed_format(stored)
-                    .expect("AWQ and W4A16 are packed formats"),
-                false,
-                out,
-                inp,
-            ),
+            // Channel-wise AWQ (`group_size: -1`): `AWQLinearMethod` and
+            // `AWQMarlinLinearMethod.create_weights` take the group as the linear's whole input
+            // (`input_size`, before the TP split) and make `input_size_per_partition // group`
+            // rows of `qzeros` and `scales` (read at 0.6.4, 0.10.1, 0.19.0 and 0.22.0): one on
+            // a column-parallel linear, none on a row-parallel one at TP > 1 (where only
+            // Marlin loads it: `engine::vllm_awq_refusal`).
+            Quantization::Awq | Quantization::Wna16 => {
+                let format = self
+                    .packed_format(stored)
+                    .expect("AWQ and W4A16 are packed formats");
+                let parts = linear_parts(format, false, out, inp);
+                if format != (WeightFormat::Awq { group: 0 }) {
+                    return parts;
+                }
+                let rows = inp / load.full_inp.max(inp);
+                linear_tensors(format, false, out, inp)
+                    .iter()
+                    .zip(parts)
+                    .map(|(t, b)| match t.name {
+                        "qzeros" | "scales" => b * rows,
+                        _ => b,
+                    })
+                    .collect()
+            }
             // The checkpoint's `g_idx` is loaded, then emptied unless `desc_act` (act-order)
             // is set: vLLM's `GPTQLinearMethod.process_weights_after_loading` sets it to
             // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1,
@@ -703,6 +720,9 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 /// start-up (the CUDA context is the GPU's, [`vram_model::gpu::Gpu::context_bytes`]).
 pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
     validate(t, knobs)?;
+    if let Some(why) = engine::awq_channelwise_refusal(t, gpu, engine, knobs) {
+        return Err(Error::Capacity(why));
+    }
     match engine {
         Engine::Vllm => vllm(t, gpu, knobs),
         Engine::Sglang => {

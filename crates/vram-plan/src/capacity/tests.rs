@@ -2120,3 +2120,82 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         g4.max_positions() * (256 + 512)
     );
 }
+
+/// A channel-wise AWQ checkpoint (`group_size: -1`) as vLLM's and SGLang's AWQ methods create
+/// it: the Marlin linear keeps one row of zeros and scales where the linear's input is whole
+/// and none where TP splits it; Marlin MoE and the unnormalized plain kernels make a negative
+/// dimension; vLLM's plain kernel from 0.9.1 refuses a split input.
+#[test]
+fn channel_wise_awq_as_the_engines_create_it() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let channel = |mut t: Transformer| {
+        t.blocks.storage.quant = Quant::Packed {
+            format: WeightFormat::Awq { group: 0 },
+            double_quant: false,
+        };
+        t
+    };
+    let (out, inp) = (4096, 14336);
+    let load = |full_inp| LinearLoad {
+        marlin: true,
+        full_inp,
+        moe_bank: false,
+        freed_leaves: false,
+    };
+    let stored = Quant::Packed {
+        format: WeightFormat::Awq { group: 0 },
+        double_quant: false,
+    };
+    let parts = |inp, full| {
+        Quantization::Awq.linear_parts(2, stored, false, out, inp, false, load(full))
+    };
+    // qweight int32 [in, out/8], qzeros int32 [rows, out/8], scales fp16 [rows, out].
+    assert_eq!(parts(inp, inp), vec![inp * out / 2, out / 2, 2 * out]);
+    assert_eq!(parts(inp / 2, inp), vec![inp / 2 * out / 2, 0, 0]);
+
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |v: [u32; 3], tp: u64, marlin: Option<bool>| Knobs {
+        engine_version: Some(v),
+        tp,
+        marlin,
+        ..Knobs::default()
+    };
+    let dense = channel(llama3());
+    // Marlin (compute capability 8.0 and -1 among its group sizes) loads it at any TP.
+    assert!(capacity(&dense, h100, Engine::Vllm, &at([0, 19, 0], 2, None)).is_ok());
+    assert!(capacity(&dense, h100, Engine::Sglang, &at([0, 5, 3], 2, None)).is_ok());
+    // The plain kernel (`--quantization awq`): vLLM 0.9.1 and later take the whole input as
+    // the group, so TP 1 loads and a split input is refused; earlier, and SGLang, divide by -1.
+    assert!(capacity(&dense, h100, Engine::Vllm, &at([0, 19, 0], 1, Some(false))).is_ok());
+    let refused = |t: &Transformer, e, k: &Knobs| match capacity(t, h100, e, k) {
+        Err(Error::Capacity(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    let why = refused(&dense, Engine::Vllm, &at([0, 19, 0], 2, Some(false)));
+    assert!(
+        why.starts_with("vLLM 0.19 refuses this: ValueError: The input size is not aligned"),
+        "{why}"
+    );
+    let why = refused(&dense, Engine::Vllm, &at([0, 9, 0], 1, Some(false)));
+    assert!(why.contains("negative dimension -4096"), "{why}");
+    let why = refused(&dense, Engine::Sglang, &at([0, 5, 3], 1, Some(false)));
+    assert!(why.starts_with("SGLang 0.5.3 fails to load"), "{why}");
+    // Marlin MoE sizes the experts' scales by hidden_size // -1 at every version read.
+    let moe = channel(match catalog::lookup("qwen3-30b-a3b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    });
+    let why = refused(&moe, Engine::Vllm, &at([0, 22, 1], 1, None));
+    assert!(
+        why.contains("AWQMarlinMoEMethod") && why.contains("-2048"),
+        "{why}"
+    );
+    // A grouped checkpoint is untouched.
+    let mut grouped = dense.clone();
+    grouped.blocks.storage.quant = Quant::Packed {
+        format: WeightFormat::Awq { group: 128 },
+        double_quant: false,
+    };
+    assert!(capacity(&grouped, h100, Engine::Vllm, &at([0, 19, 0], 2, Some(false))).is_ok());
+}
