@@ -2147,9 +2147,8 @@ fn channel_wise_awq_as_the_engines_create_it() {
         format: WeightFormat::Awq { group: 0 },
         double_quant: false,
     };
-    let parts = |inp, full| {
-        Quantization::Awq.linear_parts(2, stored, false, out, inp, false, load(full))
-    };
+    let parts =
+        |inp, full| Quantization::Awq.linear_parts(2, stored, false, out, inp, false, load(full));
     // qweight int32 [in, out/8], qzeros int32 [rows, out/8], scales fp16 [rows, out].
     assert_eq!(parts(inp, inp), vec![inp * out / 2, out / 2, 2 * out]);
     assert_eq!(parts(inp / 2, inp), vec![inp / 2 * out / 2, 0, 0]);
@@ -2197,5 +2196,11 @@ fn channel_wise_awq_as_the_engines_create_it() {
         format: WeightFormat::Awq { group: 128 },
         double_quant: false,
     };
-    assert!(capacity(&grouped, h100, Engine::Vllm, &at([0, 19, 0], 2, Some(false))).is_ok());
+    assert!(capacity(
+        &grouped,
+        h100,
+        Engine::Vllm,
+        &at([0, 19, 0], 2, Some(false))
+    )
+    .is_ok());
 }
