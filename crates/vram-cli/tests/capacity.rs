@@ -335,6 +335,7 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
     ]));
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("vLLM 0.22.1"), "{out}");
+    assert!(out.contains("the V1 model runner"), "{out}");
 }
 
 /// What a run that does not start says: the largest length that would, and a change that
