@@ -540,6 +540,10 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   what the process could hold.
 /// - **growth** between `memory_stats()` dumps, or a recording's leak check
 ///   on this GPU.
+/// - **Apple's MPS message** ([`Layout::Mps`]) has no device total nor free
+///   figure; its only limit is the high watermark, checked against Metal's
+///   whole allocation plus the request. It is read apart, against that limit
+///   (decided on batch 16's fit half, BENCHMARKS.md): see `mps`.
 ///
 /// Causes are ranked: trapped slack under the cap, the cap, unexplained (after
 /// the neighbours when they are named first, above; before the step), a
