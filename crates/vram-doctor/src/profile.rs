@@ -260,6 +260,14 @@ fn vllm_v1(t: &str) -> StartupProfile {
                 .zip(p.utilization)
                 .map(|(b, u)| (b as f64 * u).round() as u64)
         });
+    // The requested memory is `total × gpu_memory_utilization` (`request_memory`): with both
+    // printed, the device's total follows.
+    if p.total_bytes.is_none() {
+        p.total_bytes = p
+            .budget_bytes
+            .zip(p.utilization.filter(|&u| u > 0.0))
+            .map(|(b, u)| (b as f64 / u).round() as u64);
+    }
     p.cuda_graph_bytes = last_size_u(t, "estimated cuda graph memory: ");
     p.cuda_graphs_counted = t.contains("vllm_memory_profiler_estimate_cudagraphs=1)");
     p

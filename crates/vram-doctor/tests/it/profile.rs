@@ -248,3 +248,38 @@ fn text_without_profiling_lines_has_no_profile() {
         None
     );
 }
+
+/// V1's DEBUG requested-memory line as 0.10.1's `gpu_worker.py` formats it (`Initial free memory:
+/// %.2f GiB; Requested memory: %.2f (util), %.2f GiB`) gives the budget the INFO lines lack. Built
+/// from vllm#23278's logged weights and cache with the line vLLM's default 0.9 would print on the
+/// catalog H100's 79.19 GiB (71.27 GiB): not a posted log, a check of the format's reading. The
+/// weights (65.97 GiB) then outweigh the rest (7.44 GiB) and are named.
+#[test]
+fn v1_debug_requested_memory_gives_the_budget() {
+    let text = "gpu_model_runner.py:2007] Model loading took 65.9651 GiB and 12.799889 seconds\n\
+                gpu_worker.py:262] Initial free memory: 78.68 GiB; Requested memory: 0.90 (util), 71.27 GiB\n\
+                gpu_worker.py:276] Available KV cache memory: -2.14 GiB\n\
+                ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.";
+    let p = profile::read(text).unwrap();
+    assert_eq!(p.budget_bytes, Some(gib(71.27)));
+    assert_eq!(p.utilization, Some(0.90));
+    assert_eq!(
+        p.parts().unwrap(),
+        vec![
+            (Part::Weights, gib(65.9651)),
+            (Part::Rest, gib(71.27) + gib(2.14) - gib(65.9651))
+        ]
+    );
+    let d = explain_profiled(&parse(text).unwrap(), Some(&p), None);
+    assert_eq!(d.cause, ServingCause::Weights);
+    // The total is the requested memory over the utilization, 79.19 GiB: (71.27 + 2.14) / 79.19
+    // = 0.927 of it holds what preceded the cache; two GPUs' share of the weights fits too.
+    assert_eq!(d.remedies[0].action, "--gpu-memory-utilization 0.93");
+    assert!(
+        d.remedies[1]
+            .action
+            .starts_with("--tensor-parallel-size ×2"),
+        "{:?}",
+        d.remedies
+    );
+}
