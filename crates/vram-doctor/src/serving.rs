@@ -1139,9 +1139,13 @@ fn profile_utilization(d: &mut ServingDiagnosis, non_kv: u64, need: u64, total: 
     }
 }
 
-/// SGLang's `Load weight` lines: the fraction below which the KV pool is empty.
+/// SGLang's `Load weight` lines: the fraction below which the KV pool is empty. (0.5.23's
+/// `Loaded weights leave no GPU memory` error already reads the same lines in [`parse`].)
 fn sglang_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfile) {
     let hb = human_bytes;
+    let ServingError::SglangNotEnoughMemory { .. } = err else {
+        return;
+    };
     let (Some(pre), Some(after)) = (p.free_before_load_bytes, p.free_after_load_bytes) else {
         return;
     };
@@ -1158,8 +1162,7 @@ fn sglang_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfi
         hb(pre)
     );
     d.explanation = format!("{}. {sentence}", d.explanation);
-    if let ServingError::SglangNotEnoughMemory { .. } = err {
-        d.cause = ServingCause::Weights;
+    {
         let floor = (m * 1000.0).ceil() / 1000.0;
         let r = ServingRemedy {
             action: format!("raise --mem-fraction-static above {floor:.3}"),

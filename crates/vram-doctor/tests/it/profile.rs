@@ -239,6 +239,23 @@ fn sglang_load_lines_give_the_fraction_below_which_the_pool_is_empty() {
     );
     assert_eq!(d.cause, ServingCause::Weights);
     assert!(d.explanation.contains("0.9112"), "{}", d.explanation);
+    // The same line under the older `Not enough memory` error (its text as SGLang's
+    // `model_runner.py` raises it) gives that error the same fraction.
+    let old = format!(
+        "{}\nRuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+        b.log.lines().next().unwrap()
+    );
+    let d = explain_profiled(&parse(&old).unwrap(), profile::read(&old).as_ref(), None);
+    assert_eq!(d.cause, ServingCause::Weights);
+    assert_eq!(
+        d.remedies[0].action,
+        "raise --mem-fraction-static above 0.912"
+    );
+    assert!(
+        d.explanation.contains("empty below a fraction of 0.9112"),
+        "{}",
+        d.explanation
+    );
 }
 
 #[test]
