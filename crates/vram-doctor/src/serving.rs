@@ -1072,6 +1072,17 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                     }
                 );
             }
+            if p.largest().is_none() {
+                d.explanation = format!(
+                    "{}. Which part took the room these lines cannot show: {}",
+                    d.explanation,
+                    if p.budget_bytes.is_none() {
+                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line)"
+                    } else {
+                        "the profile's parts are not printed (V1 prints them with VLLM_LOGGING_LEVEL=DEBUG)"
+                    }
+                );
+            }
             if !remedies.is_empty() {
                 // The message-only utilization advice gives way to the measured one; the
                 // capacity model's change stays.
@@ -1102,6 +1113,24 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
         } => {
             if let (Some(t), Some(x)) = (total, non_kv) {
                 profile_utilization(d, x, needed_bytes, t, max_model_len);
+            }
+        }
+        ServingError::VllmSamplerWarmUp { .. } => {
+            // The KV cache fills the budget, so the warm-up runs in what the budget leaves of the
+            // device, less the CUDA graphs where the budget does not count them.
+            if let (Some(t), Some(b)) = (total, p.budget_bytes) {
+                let graphs = p.cuda_graph_bytes.filter(|_| !p.cuda_graphs_counted);
+                let left = t.saturating_sub(b).saturating_sub(graphs.unwrap_or(0));
+                d.explanation = format!(
+                    "{}. The warm-up ran in {} ({} device less the {} budget{})",
+                    d.explanation,
+                    hb(left),
+                    hb(t),
+                    hb(b),
+                    graphs
+                        .map(|g| format!(", less the CUDA graphs' {} estimate", hb(g)))
+                        .unwrap_or_default()
+                );
             }
         }
         _ => {}

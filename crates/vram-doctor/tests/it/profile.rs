@@ -156,6 +156,11 @@ fn v1_without_the_budget_keeps_the_cause_open_and_prints_what_it_read() {
         "{}",
         d.explanation
     );
+    assert!(
+        d.explanation.contains("the budget is not printed"),
+        "{}",
+        d.explanation
+    );
 }
 
 /// vllm#13882's profile (RTX 4060 8 GB, bnb-4bit Qwen2.5-7B at 0.70, vLLM 0.7.3 V0): the weights
@@ -298,5 +303,27 @@ fn v1_debug_requested_memory_gives_the_budget() {
             .starts_with("--tensor-parallel-size ×2"),
         "{:?}",
         d.remedies
+    );
+}
+
+/// The planner's gpt-oss-20b refusal (vLLM 0.19.0, H100): the KV cache filled the 75.23 GiB
+/// budget, so the sampler's warm-up ran in what the budget left of the 79.19 GiB device, less the
+/// 1.30 GiB CUDA graphs' estimate the budget did not count: 79.19 − 75.23 − 1.30 = 2.66 GiB.
+#[test]
+fn the_sampler_warm_up_is_told_how_much_room_the_budget_left_it() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.contains("llm-d-planner"))
+        .unwrap();
+    let d = explain_profiled(
+        &parse(&b.log).unwrap(),
+        profile::read(&b.log).as_ref(),
+        None,
+    );
+    assert_eq!(d.cause, ServingCause::Profile);
+    assert!(
+        d.explanation.contains("The warm-up ran in 2.66 GiB"),
+        "{}",
+        d.explanation
     );
 }
