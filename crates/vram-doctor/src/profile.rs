@@ -93,6 +93,13 @@ pub struct StartupProfile {
     pub free_before_load_bytes: Option<u64>,
     /// SGLang: free memory after loading (`Load weight end ... avail mem=`).
     pub free_after_load_bytes: Option<u64>,
+    /// The tensor-parallel size, when the paste shows the engine's configuration
+    /// (`tensor_parallel_size=N` in vLLM's `Initializing ... engine` line, or the
+    /// `non-default args` dict).
+    pub tensor_parallel_size: Option<u64>,
+    /// The quantization method the engine runs, likewise (`quantization=awq_marlin`), when not
+    /// `None`: a remedy never offers what is already on.
+    pub quantization: Option<String>,
 }
 
 /// One part of the budget that the profile names.
@@ -166,22 +173,22 @@ fn last_paren<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 /// Reads the engine's profiling lines out of a pasted log, if it has any (see the module docs).
 pub fn read(text: &str) -> Option<StartupProfile> {
     let t = text.to_ascii_lowercase();
-    if t.contains("load weight end.") {
-        return Some(sglang(&t));
-    }
-    if t.contains("model weights take ") {
-        return Some(vllm_v0(&t));
-    }
-    if t.contains("memory profiling results: total_gpu_memory=") {
-        return Some(vllm_v0_early(&t));
-    }
-    if t.contains("model loading took ")
+    let mut p = if t.contains("load weight end.") {
+        sglang(&t)
+    } else if t.contains("model weights take ") {
+        vllm_v0(&t)
+    } else if t.contains("memory profiling results: total_gpu_memory=") {
+        vllm_v0_early(&t)
+    } else if t.contains("model loading took ")
         || t.contains("available kv cache memory: ")
         || t.contains("total non kv cache memory: ")
     {
-        return Some(vllm_v1(&t));
-    }
-    None
+        vllm_v1(&t)
+    } else {
+        return None;
+    };
+    configuration(&t, &mut p);
+    Some(p)
 }
 
 fn empty(layout: ProfileLayout) -> StartupProfile {
@@ -199,7 +206,28 @@ fn empty(layout: ProfileLayout) -> StartupProfile {
         kv_bytes: None,
         free_before_load_bytes: None,
         free_after_load_bytes: None,
+        tensor_parallel_size: None,
+        quantization: None,
     }
+}
+
+/// The value after the last `key` up to the next `,`, `)` or `}` (quotes dropped).
+fn last_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let r = &text[text.rfind(key)? + key.len()..];
+    let end = r.find([',', ')', '}', '\n']).unwrap_or(r.len());
+    Some(r[..end].trim().trim_matches('\''))
+}
+
+/// The engine's configuration as far as the paste shows it (see [`StartupProfile`]).
+fn configuration(t: &str, p: &mut StartupProfile) {
+    p.tensor_parallel_size = last_value(t, "tensor_parallel_size=")
+        .or_else(|| last_value(t, "'tensor_parallel_size': "))
+        .or_else(|| last_value(t, "--tensor-parallel-size "))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok());
+    p.quantization = last_value(t, "quantization=")
+        .or_else(|| last_value(t, "'quantization': "))
+        .filter(|q| !q.is_empty() && *q != "none")
+        .map(str::to_string);
 }
 
 fn vllm_v0(t: &str) -> StartupProfile {

@@ -1013,9 +1013,10 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                             [2u64, 4, 8].into_iter().find(|k| bytes / k + rest < b)
                         });
                         remedies.push(ServingRemedy {
-                            action: match k {
-                                Some(k) => format!("--tensor-parallel-size ×{k} (the weights over {k} times as many GPUs)"),
-                                None => "--tensor-parallel-size (more GPUs) or a quantized checkpoint".into(),
+                            action: match (k, p.tensor_parallel_size) {
+                                (Some(k), Some(tp)) => format!("--tensor-parallel-size {}", tp * k),
+                                (Some(k), None) => format!("--tensor-parallel-size ×{k} (the weights over {k} times as many GPUs)"),
+                                (None, _) => "--tensor-parallel-size (more GPUs) or a smaller checkpoint".into(),
                             },
                             enough: k.is_some(),
                             detail: match k {
@@ -1031,7 +1032,10 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                             },
                         });
                         remedies.push(ServingRemedy {
-                            action: "a quantized checkpoint (fewer bytes per weight)".into(),
+                            action: match &p.quantization {
+                                Some(q) => format!("a checkpoint with fewer bits per weight than this {q} one, or a smaller model"),
+                                None => "a quantized checkpoint (fewer bytes per weight)".into(),
+                            },
                             enough: false,
                             detail: format!("the weights take {}{short_words}", hb(bytes)),
                         });

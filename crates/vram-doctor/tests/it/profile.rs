@@ -185,10 +185,11 @@ fn the_weights_that_take_most_of_the_budget_are_named_with_measured_remedies() {
     assert_eq!(d.remedies[0].action, "--gpu-memory-utilization 0.84");
     assert!(d.remedies[0].enough);
     // Half the weights (2.60) and the rest as measured (1.45) leave the 5.60 GiB budget 1.55.
+    // The configuration line says TP 1 and bitsandbytes: twice the GPUs, and no "quantize" advice.
+    assert_eq!(p.tensor_parallel_size, Some(1));
+    assert_eq!(p.quantization.as_deref(), Some("bitsandbytes"));
     assert!(
-        d.remedies[1]
-            .action
-            .starts_with("--tensor-parallel-size ×2"),
+        d.remedies[1].action == "--tensor-parallel-size 2",
         "{:?}",
         d.remedies
     );
@@ -208,6 +209,13 @@ fn the_weights_that_take_most_of_the_budget_are_named_with_measured_remedies() {
         !d.explanation.contains("cannot show which"),
         "{}",
         d.explanation
+    );
+    assert!(
+        d.remedies[2]
+            .action
+            .contains("fewer bits per weight than this bitsandbytes one"),
+        "{}",
+        d.remedies[2].action
     );
 }
 
