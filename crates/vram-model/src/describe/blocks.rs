@@ -577,6 +577,7 @@ impl Blocks {
             packed: g.packed,
             fp32_numel: [0; Component::COUNT],
             upcast: [0; Component::COUNT],
+            scale_upcast: g.scale_upcast,
         };
         if have != want_total {
             notes.push(format!(

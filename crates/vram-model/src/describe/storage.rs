@@ -132,12 +132,18 @@ pub struct Checkpoint {
     /// Bytes per component the library adds by upcasting them: 2 an element beyond the
     /// component's F32 elements in the headers (those are taken to be the same tensors).
     pub upcast: [u64; Component::COUNT],
+    /// Bytes per component the library adds by holding 16-bit block-FP8 scales in fp32
+    /// (`weight_scale_inv`, [`crate::safetensors_header::Groups::scale_upcast`]); shared by
+    /// the component's tensors with the rest of its bytes.
+    pub scale_upcast: [u64; Component::COUNT],
 }
 
 impl Checkpoint {
     /// Every byte held: the headers' and the fp32 upcasts.
     pub fn total(&self) -> u64 {
-        self.bytes.iter().sum::<u64>() + self.upcast.iter().sum::<u64>()
+        self.bytes.iter().sum::<u64>()
+            + self.upcast.iter().sum::<u64>()
+            + self.scale_upcast.iter().sum::<u64>()
     }
 
     /// Whether a component holds packed tensors.
@@ -154,7 +160,7 @@ impl Checkpoint {
         let i = t.component as usize;
         let rest = self.numel[i].saturating_sub(self.fp32_numel[i]);
         let held32 = (self.fp32_numel[i] * 4).saturating_sub(self.upcast[i]);
-        let bytes = self.bytes[i].saturating_sub(held32);
+        let bytes = self.bytes[i].saturating_sub(held32) + self.scale_upcast[i];
         if rest == 0 {
             return 0;
         }

@@ -199,11 +199,18 @@ pub struct Groups {
     pub params: [u64; Component::COUNT],
     /// Whether the component holds a tensor in a dtype other than a float.
     pub packed: [bool; Component::COUNT],
-    /// Elements per component stored as F32.
+    /// Elements per component stored as F32 (buffers aside).
     pub f32_params: [u64; Component::COUNT],
     /// Bytes of tensors the model does not load (DeepSeek-style MTP layers past
     /// `num_hidden_layers` where the loading code builds none).
     pub dropped: u64,
+    /// Bytes per component the library adds by holding block-FP8 `weight_scale_inv` stored
+    /// in a 16-bit float (Qwen3's FP8 checkpoints store them BF16; DeepSeek's F32) in fp32:
+    /// transformers 5.24's `FP8Linear` makes them fp32 parameters and its loader casts a
+    /// float checkpoint tensor to the empty parameter's dtype (`core_model_loading.py`,
+    /// `quantizers/base.py::get_new_dtype`), and vLLM's `Fp8LinearMethod` copies them into
+    /// fp32 `BlockQuantScaleParameter`s (read at 0.9.1).
+    pub scale_upcast: [u64; Component::COUNT],
     /// The stored format the headers show.
     pub quant: Quant,
     /// The float dtype holding the most bytes, if any.
@@ -269,16 +276,21 @@ fn component_of(name: &str, layers: u64, moe: &BTreeSet<String>) -> Component {
     if parts.iter().any(|p| p.starts_with("mtp")) {
         return Component::Mtp;
     }
+    let layer = layer_split(&parts);
+    // A layer past the decoder's is an MTP layer whatever it holds: DeepSeek-V3's
+    // `model.layers.61` keeps its own copies of `embed_tokens` and `shared_head.head`.
+    if let Some(i) = layer {
+        if parts[i + 1].parse::<u64>().is_ok_and(|l| l >= layers) {
+            return Component::Mtp;
+        }
+    }
     if parts.contains(&"lm_head") {
         return Component::Head;
     }
     if has(&EMBED_PARTS) {
         return Component::Embedding;
     }
-    if let Some(i) = layer_split(&parts) {
-        if parts[i + 1].parse::<u64>().is_ok_and(|l| l >= layers) {
-            return Component::Mtp;
-        }
+    if let Some(i) = layer {
         let child = parts[i + 2];
         let rest = parts.get(i + 3).copied().unwrap_or("");
         let block = parts[..i + 3].join(".");
@@ -331,6 +343,15 @@ fn component_of(name: &str, layers: u64, moe: &BTreeSet<String>) -> Component {
     Component::Other
 }
 
+/// Whether the library holds this checkpoint tensor as a buffer, not a parameter. Every router
+/// of transformers 5.24 with an `e_score_correction_bias` registers it as an fp32 buffer
+/// (`nn.Buffer`: DeepSeek-V3/V3.2, GLM-4 MoE, MiniMax-M2, Nemotron-H, ...), except ERNIE 4.5's
+/// `Ernie4_5_MoeStatics` (`gate.moe_statics`), whose is an `nn.Parameter`. A buffer's bytes are
+/// held all the same; it counts no parameter.
+fn is_buffer(name: &str) -> bool {
+    name.ends_with(".e_score_correction_bias") && !name.contains(".moe_statics.")
+}
+
 fn is_float(dtype: &str) -> bool {
     matches!(dtype, "BF16" | "F16" | "F32" | "F64")
 }
@@ -361,7 +382,8 @@ impl Tally {
             ".qzeros",
             ".g_idx",
         ];
-        if state.iter().any(|s| name.ends_with(s))
+        if is_buffer(name)
+            || state.iter().any(|s| name.ends_with(s))
             || name.contains(".quant_state.")
             || (t.dtype == "U8" && name.ends_with("_scales"))
             || sibling(".scales", ".qweight")
@@ -473,6 +495,7 @@ impl Tally {
             packed: [false; Component::COUNT],
             f32_params: [0; Component::COUNT],
             dropped: 0,
+            scale_upcast: [0; Component::COUNT],
             quant: self.quant(),
             dtype: None,
         };
@@ -487,8 +510,11 @@ impl Tally {
             let i = c as usize;
             g.bytes[i] += bytes;
             g.params[i] += self.unpacked(name, t);
-            if t.dtype == "F32" {
+            if t.dtype == "F32" && !is_buffer(name) {
                 g.f32_params[i] += t.shape.iter().product::<u64>();
+            }
+            if name.ends_with(".weight_scale_inv") && matches!(t.dtype.as_str(), "BF16" | "F16") {
+                g.scale_upcast[i] += 2 * t.shape.iter().product::<u64>();
             }
             if is_float(&t.dtype) {
                 *float.entry(t.dtype.as_str()).or_default() += bytes;
@@ -632,6 +658,8 @@ mod tests {
             ),
             ("model.layers.0.input_layernorm.weight", Component::Norms),
             ("model.layers.61.eh_proj.weight", Component::Mtp),
+            ("model.layers.61.embed_tokens.weight", Component::Mtp),
+            ("model.layers.61.shared_head.head.weight", Component::Mtp),
             ("model.norm.weight", Component::Norms),
             ("model.embed_tokens.weight", Component::Embedding),
             ("lm_head.weight", Component::Head),
