@@ -120,7 +120,9 @@ pub struct Storage {
 /// totals, and for each tensor where the component's other tensors share one format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint {
-    /// Stored bytes per component (indexed by `Component as usize`).
+    /// Bytes per component from the headers (indexed by `Component as usize`): as stored, but
+    /// a packed checkpoint's float tensors (norms, embeddings, the head; block scales and
+    /// buffers aside) at the model's dtype, as the libraries cast them when they load.
     pub bytes: [u64; Component::COUNT],
     /// The description's elements per component (the unquantized parameter count).
     pub numel: [u64; Component::COUNT],
@@ -129,8 +131,9 @@ pub struct Checkpoint {
     pub packed: [bool; Component::COUNT],
     /// Elements per component the library holds in fp32.
     pub fp32_numel: [u64; Component::COUNT],
-    /// Bytes per component the library adds by upcasting them: 2 an element beyond the
-    /// component's F32 elements in the headers (those are taken to be the same tensors).
+    /// Bytes per component the library adds by upcasting them: in a packed checkpoint, from
+    /// the model's dtype to 4 bytes; in an unpacked one, 2 an element beyond the component's
+    /// F32 elements in the headers (those are taken to be the same tensors).
     pub upcast: [u64; Component::COUNT],
     /// Bytes per component the library adds by holding 16-bit block-FP8 scales in fp32
     /// (`weight_scale_inv`, [`crate::safetensors_header::Groups::scale_upcast`]); shared by

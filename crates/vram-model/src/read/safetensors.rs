@@ -201,6 +201,11 @@ pub struct Groups {
     pub packed: [bool; Component::COUNT],
     /// Elements per component stored as F32 (buffers aside).
     pub f32_params: [u64; Component::COUNT],
+    /// Elements per component stored in a float dtype, buffers and block-FP8 scales aside:
+    /// what a packed checkpoint's loader casts to the model's dtype.
+    pub float_numel: [u64; Component::COUNT],
+    /// Their stored bytes.
+    pub float_bytes: [u64; Component::COUNT],
     /// Bytes of tensors the model does not load (DeepSeek-style MTP layers past
     /// `num_hidden_layers` where the loading code builds none).
     pub dropped: u64,
@@ -494,6 +499,8 @@ impl Tally {
             params: [0; Component::COUNT],
             packed: [false; Component::COUNT],
             f32_params: [0; Component::COUNT],
+            float_numel: [0; Component::COUNT],
+            float_bytes: [0; Component::COUNT],
             dropped: 0,
             scale_upcast: [0; Component::COUNT],
             quant: self.quant(),
@@ -513,8 +520,13 @@ impl Tally {
             if t.dtype == "F32" && !is_buffer(name) {
                 g.f32_params[i] += t.shape.iter().product::<u64>();
             }
-            if name.ends_with(".weight_scale_inv") && matches!(t.dtype.as_str(), "BF16" | "F16") {
+            let scale = name.ends_with(".weight_scale_inv");
+            if scale && matches!(t.dtype.as_str(), "BF16" | "F16") {
                 g.scale_upcast[i] += 2 * t.shape.iter().product::<u64>();
+            }
+            if is_float(&t.dtype) && !scale && !is_buffer(name) {
+                g.float_numel[i] += t.shape.iter().product::<u64>();
+                g.float_bytes[i] += bytes;
             }
             if is_float(&t.dtype) {
                 *float.entry(t.dtype.as_str()).or_default() += bytes;

@@ -136,7 +136,8 @@ impl Checkpoint {
     }
 }
 
-const ALL: [&str; 4] = [
+const ALL: [&str; 5] = [
+    "deepseek-v3.2",
     "deepseek-v3",
     "gpt-oss-20b",
     "qwen3-30b-a3b-thinking-2507-fp8",
@@ -173,7 +174,10 @@ fn layer_of(name: &str) -> Option<u64> {
 ///   `core_model_loading.py`, `quantizers/base.py::get_new_dtype`);
 /// - the tensors the data's `fp32` line names are held in fp32 (DeepSeek-V3's
 ///   `_keep_in_fp32_modules_strict` `gate.weight`; gpt-oss's `Mxfp4GptOssExperts` biases,
-///   `integrations/mxfp4.py`).
+///   `integrations/mxfp4.py`);
+/// - every other float tensor is held in the model's dtype (`dense` bytes), whatever it is
+///   stored in: the loader casts it to the empty parameter's dtype (DeepSeek-V3.2 stores its
+///   norms F32 and holds them bf16).
 struct Load {
     /// Bytes held, buffers included.
     held: u64,
@@ -181,12 +185,13 @@ struct Load {
     dropped: u64,
     /// Bytes of the buffers (held, not parameters).
     buffers: u64,
-    /// Bytes the library adds to what is stored (the fp32 holds).
-    added: u64,
+    /// Bytes the library adds to what is stored (the fp32 holds; less where it narrows a
+    /// float).
+    added: i64,
 }
 
 impl Checkpoint {
-    fn load(&self, layers: u64) -> Load {
+    fn load(&self, layers: u64, dense: u64) -> Load {
         let fp32: Vec<&str> = self.meta["fp32"]
             .split(',')
             .filter(|s| !s.is_empty())
@@ -204,15 +209,21 @@ impl Checkpoint {
                 l.dropped += stored;
                 continue;
             }
-            let held = if n.ends_with(".weight_scale_inv") || fp32.iter().any(|f| n.ends_with(f)) {
+            let float = matches!(d.as_str(), "bfloat16" | "float16" | "float32");
+            let held = if n.ends_with(".weight_scale_inv")
+                || n.ends_with(".e_score_correction_bias")
+                || fp32.iter().any(|f| n.ends_with(f))
+            {
                 numel * 4
+            } else if float {
+                numel * dense
             } else {
                 stored
             };
             if n.ends_with(".e_score_correction_bias") {
                 l.buffers += held;
             }
-            l.added += held - stored;
+            l.added += held as i64 - stored as i64;
             l.held += held;
         }
         l
@@ -228,14 +239,18 @@ fn the_headers_are_held_to_the_byte() {
         let c = load(name);
         let mut t = c.transformer();
         let layers = t.blocks.pattern.len() as u64;
-        let l = c.load(layers);
+        let l = c.load(layers, t.blocks.storage.dtype.bytes());
         let tally = c.tally();
         let notes = t.blocks.apply_headers(&tally);
         assert!(notes.is_empty(), "{name}: {notes:?}");
         assert_eq!(t.blocks.weights_bytes(false), l.held, "{name}");
         let g = tally.groups(layers, false);
         assert_eq!(g.dropped, l.dropped, "{name}");
-        assert_eq!(l.held - l.added + l.dropped, c.total(), "{name}");
+        assert_eq!(
+            (l.held as i64 - l.added) as u64 + l.dropped,
+            c.total(),
+            "{name}"
+        );
     }
 }
 
@@ -247,11 +262,14 @@ fn the_config_alone_holds_what_the_headers_do() {
     for name in ALL {
         let c = load(name);
         let t = c.transformer();
-        let l = c.load(t.blocks.pattern.len() as u64);
+        let l = c.load(
+            t.blocks.pattern.len() as u64,
+            t.blocks.storage.dtype.bytes(),
+        );
         assert_eq!(t.blocks.weights_bytes(false), l.held - l.buffers, "{name}");
     }
     let c = load("deepseek-v3");
-    assert_eq!(c.load(61).buffers, 58 * 256 * 4);
+    assert_eq!(c.load(61, 2).buffers, 58 * 256 * 4);
 }
 
 /// Each block-FP8 `weight_scale_inv` has the shape the one description of a packed linear
