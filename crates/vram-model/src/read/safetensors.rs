@@ -207,7 +207,7 @@ pub struct Groups {
     /// Their stored bytes.
     pub float_bytes: [u64; Component::COUNT],
     /// Bytes of tensors the model does not load (DeepSeek-style MTP layers past
-    /// `num_hidden_layers` where the loading code builds none).
+    /// `num_hidden_layers` where the loading code builds none, stored rotary `inv_freq`).
     pub dropped: u64,
     /// Bytes per component the library adds by holding block-FP8 `weight_scale_inv` stored
     /// in a 16-bit float (Qwen3's FP8 checkpoints store them BF16; DeepSeek's F32) in fp32:
@@ -510,7 +510,12 @@ impl Tally {
         for (name, t) in &self.tensors {
             let bytes = t.bytes;
             let c = component_of(name, layers, &moe);
-            if c == Component::Mtp && !mtp_loaded {
+            // Older checkpoints store each layer's rotary `inv_freq` (Kimi-K2's
+            // `self_attn.rotary_emb.inv_freq`); transformers 5.24 computes its own at the
+            // model level (`nn.Buffer(inv_freq, persistent=False)`), so the
+            // stored copies are unexpected keys it does not load.
+            let stale_rotary = name.ends_with("rotary_emb.inv_freq");
+            if stale_rotary || (c == Component::Mtp && !mtp_loaded) {
                 g.dropped += bytes;
                 continue;
             }

@@ -136,8 +136,12 @@ impl Checkpoint {
     }
 }
 
-const ALL: [&str; 5] = [
+const ALL: [&str; 9] = [
+    "qwen3-30b-a3b-instruct-2507",
     "deepseek-v3.2",
+    "kimi-k2-instruct",
+    "minimax-m2.7",
+    "qwen3-235b-a22b-instruct-2507-fp8",
     "deepseek-v3",
     "gpt-oss-20b",
     "qwen3-30b-a3b-thinking-2507-fp8",
@@ -167,6 +171,8 @@ fn layer_of(name: &str) -> Option<u64> {
 /// - `model.layers.<i>` past `num_hidden_layers` (DeepSeek-V3's MTP layer 61) are not loaded:
 ///   `DeepseekV3ForCausalLM._keys_to_ignore_on_load_unexpected = [r"model\.layers\.61.*"]`
 ///   (transformers 5.24);
+/// - a stored rotary `inv_freq` (Kimi-K2's per-layer copies) is not loaded: transformers
+///   5.24 computes the model's own (`persistent=False`);
 /// - `e_score_correction_bias` is an fp32 buffer of the router (`nn.Buffer` in
 ///   `DeepseekV3TopkRouter`), held but no parameter;
 /// - block-FP8 `weight_scale_inv` stored in 16 bits is held in fp32 (`FP8Linear` creates it
@@ -205,7 +211,7 @@ impl Checkpoint {
         for (n, s, d) in &self.tensors {
             let numel = Self::numel(s);
             let stored = numel * dtype(d).1;
-            if layer_of(n).is_some_and(|i| i >= layers) {
+            if layer_of(n).is_some_and(|i| i >= layers) || n.ends_with("rotary_emb.inv_freq") {
                 l.dropped += stored;
                 continue;
             }
