@@ -23,8 +23,8 @@
 //! Where the checkpoint is given (a local folder, a Hub id), its safetensors headers decide the
 //! stored bytes of each component ([`Checkpoint`], filled by
 //! [`crate::describe::Blocks::apply_headers`]): every tensor's own dtype and shape, so a bf16
-//! config whose headers hold MXFP4 blocks, FP8 with `weight_scale_inv`, GPTQ/AWQ words or fp32
-//! tensors is counted as stored, and where the headers' format differs from the config's the
+//! config whose headers hold MXFP4 blocks, FP8 with `weight_scale_inv`, GPTQ/AWQ words,
+//! compressed-tensors' `weight_packed` or fp32 tensors is counted as held, and where the headers' format differs from the config's the
 //! headers win, with a note giving both.
 //!
 //! Not yet here: compressed-tensors' other schemes (FP8, W8A8, act-order; `ignore` is taken as

@@ -386,17 +386,20 @@ impl Tally {
             ".input_scale",
             ".qzeros",
             ".g_idx",
+            ".weight_shape",
+            ".weight_zero_point",
         ];
         if is_buffer(name)
             || state.iter().any(|s| name.ends_with(s))
             || name.contains(".quant_state.")
             || (t.dtype == "U8" && name.ends_with("_scales"))
             || sibling(".scales", ".qweight")
+            || sibling(".weight_scale", ".weight_packed")
         {
             return 0;
         }
         match t.dtype.as_str() {
-            "I32" if name.ends_with(".qweight") => numel * 8,
+            "I32" if name.ends_with(".qweight") || name.ends_with(".weight_packed") => numel * 8,
             "U8" if name.ends_with("_blocks") || sibling(".weight", ".weight.absmax") => numel * 2,
             _ => numel,
         }
@@ -404,7 +407,8 @@ impl Tally {
 
     /// The stored format the headers show: MXFP4 (`*_blocks`/`*_scales` in U8), FP8
     /// (`F8_E4M3` weights with a `weight_scale_inv`, block size from one weight and its
-    /// scale), GPTQ (`qweight` with `g_idx`) or AWQ (`qweight` without), bitsandbytes 4-bit
+    /// scale), compressed-tensors int4 (`weight_packed`, group size from its `weight_scale`),
+    /// GPTQ (`qweight` with `g_idx`) or AWQ (`qweight` without), bitsandbytes 4-bit
     /// (`absmax`, `quant_state.bitsandbytes__nf4|fp4`) or LLM.int8 (`SCB`); else unpacked.
     pub fn quant(&self) -> Quant {
         let names = || self.tensors.keys();
@@ -441,6 +445,23 @@ impl Tally {
                 .get("lm_head.weight")
                 .is_none_or(|t| !t.dtype.starts_with("F8_"));
             return Quant::Fp8Block { bn, bk, skip_head };
+        }
+        // compressed-tensors `pack-quantized` int4: `weight_packed` I32 `[out, in/8]`,
+        // `weight_scale` `[out, groups]`, zero points only when asymmetric.
+        if let Some(q) = names().find(|n| n.ends_with(".weight_packed")) {
+            let base = &q[..q.len() - ".weight_packed".len()];
+            let cols = |n: &str| self.tensors.get(n).and_then(|t| t.shape.get(1).copied());
+            let group = match (cols(q), cols(&format!("{base}.weight_scale"))) {
+                (Some(k8), Some(g)) if g > 1 && (k8 * 8) % g == 0 => k8 * 8 / g,
+                _ => 0,
+            };
+            return Quant::Packed {
+                format: WeightFormat::Wna16 {
+                    group,
+                    symmetric: !names().any(|n| n.ends_with(".weight_zero_point")),
+                },
+                double_quant: false,
+            };
         }
         if let Some(q) = names().find(|n| n.ends_with(".qweight")) {
             let base = &q[..q.len() - ".qweight".len()];

@@ -364,3 +364,57 @@ fn mxfp4_and_awq_tensors_have_the_described_shapes() {
         }
     }
 }
+
+/// Kimi-K2.5's language model, a compressed-tensors W4A16 checkpoint (group 32, symmetric):
+/// each routed expert's `weight_packed`/`weight_scale` have the shapes the one description of a
+/// packed linear gives them, and its headers are held to the byte. The tensors are renamed as
+/// the text model's (`language_model.model.` → `model.`); the vision tower and projector,
+/// which the text config does not describe, are left out.
+#[test]
+fn compressed_tensors_w4a16_is_read_from_the_headers() {
+    use vram_model::finetune::{linear_tensors, WeightFormat};
+    let mut c = load("kimi-k2.5");
+    c.tensors = c
+        .tensors
+        .into_iter()
+        .filter_map(|(n, s, d)| {
+            let n = n.strip_prefix("language_model.")?.to_string();
+            Some((n, s, d))
+        })
+        .collect();
+    let format = WeightFormat::Wna16 {
+        group: 32,
+        symmetric: true,
+    };
+    for (proj, out, inp) in [("gate_proj", 2048, 7168), ("down_proj", 7168, 2048)] {
+        let desc = linear_tensors(format, false, out, inp);
+        let names: Vec<&str> = desc.iter().map(|t| t.name).collect();
+        assert_eq!(names, ["weight_packed", "weight_scale", "weight_shape"]);
+        for t in &desc {
+            let n = format!("model.layers.1.mlp.experts.0.{proj}.{}", t.name);
+            let (_, s, d) = c.tensors.iter().find(|(m, _, _)| *m == n).unwrap();
+            assert_eq!(*s, t.shape, "{n}");
+            // The checkpoint stores `weight_shape` int32; vLLM's `CompressedTensorsWNA16`
+            // holds it int64, as the description does (8 bytes a linear).
+            let want = if t.name == "weight_shape" {
+                "int32"
+            } else {
+                t.dtype
+            };
+            assert_eq!(d, want, "{n}");
+        }
+    }
+    let mut t = c.transformer();
+    let tally = c.tally();
+    assert_eq!(
+        tally.quant(),
+        vram_model::blocks::Quant::Packed {
+            format,
+            double_quant: false
+        }
+    );
+    let l = c.load(t.blocks.pattern.len() as u64, 2);
+    let notes = t.blocks.apply_headers(&tally);
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(t.blocks.weights_bytes(false), l.held);
+}
