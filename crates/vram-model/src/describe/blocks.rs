@@ -580,8 +580,8 @@ impl Blocks {
         let d = config.dtype.bytes();
         let mut held = g.bytes;
         if recast {
-            for i in 0..Component::COUNT {
-                held[i] = held[i] - g.float_bytes[i] + g.float_numel[i] * d;
+            for (i, b) in held.iter_mut().enumerate() {
+                *b = *b - g.float_bytes[i] + g.float_numel[i] * d;
             }
         }
         let mut c = Checkpoint {

@@ -417,4 +417,5 @@ fn compressed_tensors_w4a16_is_read_from_the_headers() {
     let notes = t.blocks.apply_headers(&tally);
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(t.blocks.weights_bytes(false), l.held);
+    assert_eq!((l.held as i64 - l.added) as u64 + l.dropped, c.total());
 }
