@@ -625,6 +625,13 @@ impl Blocks {
         let mut storage = Storage {
             dtype: config.dtype,
             quant: g.quant,
+            // The config's ignore list still says which linears stay unquantized where the
+            // headers hold its format (the per-linear walks read it; the bytes are the headers').
+            ignored: if g.quant == config.quant {
+                config.ignored
+            } else {
+                Default::default()
+            },
             checkpoint: None,
         };
         for (kind, n) in self.kinds.iter().zip(self.kind_counts()) {
@@ -646,6 +653,7 @@ impl Blocks {
         let header_fmt = Storage {
             dtype,
             quant: g.quant,
+            ignored: Default::default(),
             checkpoint: None,
         }
         .name();

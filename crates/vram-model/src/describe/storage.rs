@@ -106,10 +106,36 @@ pub struct Storage {
     pub dtype: Dtype,
     /// The quantization.
     pub quant: Quant,
+    /// The components whose linears the quantization config's ignore list leaves in the dtype
+    /// (compressed-tensors' `ignore`, read by `vram_model::hf`); the one per-linear
+    /// role→quantized predicate every count reads ([`Storage::ignores`]).
+    #[serde(skip)]
+    pub ignored: Ignored,
     /// The checkpoint's own bytes per component, read from its safetensors headers where the
     /// checkpoint is given ([`Checkpoint`]); `None` for a config alone.
     #[serde(skip)]
     pub checkpoint: Option<Checkpoint>,
+}
+
+/// A set of [`Component`]s: those a quantization config leaves unquantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ignored([bool; Component::COUNT]);
+
+impl Ignored {
+    /// Adds a component.
+    pub fn insert(&mut self, c: Component) {
+        self.0[c as usize] = true;
+    }
+
+    /// Whether the set holds `c`.
+    pub fn contains(self, c: Component) -> bool {
+        self.0[c as usize]
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        !self.0.iter().any(|x| *x)
+    }
 }
 
 /// A checkpoint's stored bytes per [`Component`], summed from its safetensors headers (every
@@ -176,6 +202,7 @@ impl Default for Storage {
         Storage {
             dtype: Dtype::Bf16,
             quant: Quant::None,
+            ignored: Ignored::default(),
             checkpoint: None,
         }
     }
@@ -202,11 +229,13 @@ impl Storage {
             WeightFormat::Fp16 => Storage {
                 dtype: Dtype::F16,
                 quant: Quant::None,
+                ignored: Ignored::default(),
                 checkpoint: None,
             },
             WeightFormat::Fp32 => Storage {
                 dtype: Dtype::F32,
                 quant: Quant::None,
+                ignored: Ignored::default(),
                 checkpoint: None,
             },
             _ => Storage {
@@ -215,6 +244,7 @@ impl Storage {
                     format,
                     double_quant,
                 },
+                ignored: Ignored::default(),
                 checkpoint: None,
             },
         }
@@ -283,6 +313,13 @@ impl Storage {
         self.bytes(t, d)
     }
 
+    /// Whether the quantization config leaves the linears of `c` unquantized (its ignore list
+    /// names them): the per-linear predicate the tensor count, the fine-tuning base and
+    /// `vram capacity`'s linears all read.
+    pub fn ignores(&self, c: Component) -> bool {
+        self.ignored.contains(c)
+    }
+
     /// Whether the library holds `t` in fp32 whatever the checkpoint stores: routers in
     /// `_keep_in_fp32_modules_strict`, and MXFP4's expert biases (`Mxfp4GptOssExperts` makes
     /// them float32 parameters).
@@ -348,7 +385,7 @@ impl Storage {
                         | Component::Vision
                         | Component::Audio
                         | Component::Mtp
-                );
+                ) && !self.ignores(t.component);
                 if packed {
                     e * linear_bytes(format, double_quant, t.rows, t.cols)
                 } else {

@@ -414,6 +414,26 @@ fn compressed_tensors_w4a16_is_read_from_the_headers() {
         }
     );
     let l = c.load(t.blocks.pattern.len() as u64, 2);
+    // From config.json alone: its `ignore` list (`lm_head`, `re:.*self_attn.*`,
+    // `re:.*shared_experts.*`, `re:.*mlp\.(gate|up|gate_up|down)_proj.*`) leaves the attention,
+    // the shared experts and the first layer's dense MLP in bf16, so the config holds what the
+    // headers do, but for the routers' fp32 `e_score_correction_bias` buffers (60 x 384 x 4 B)
+    // and 8 B an expert: the description's fused gate-up bank holds two `weight_shape`s
+    // int64 (as vLLM's `CompressedTensorsWNA16` does) where the checkpoint stores three int32.
+    use vram_model::mech::Component;
+    let s = t.blocks.storage;
+    for (c, ignored) in [
+        (Component::Mixer, true),
+        (Component::SharedExperts, true),
+        (Component::DenseMlp, true),
+        (Component::RoutedExperts, false),
+    ] {
+        assert_eq!(s.ignores(c), ignored, "{c:?}");
+    }
+    assert_eq!(l.buffers, 60 * 384 * 4);
+    let shapes = 60 * 384 * (2 * 16 - 3 * 8);
+    assert_eq!(t.blocks.weights_bytes(false), l.held - l.buffers + shapes);
+
     let notes = t.blocks.apply_headers(&tally);
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(t.blocks.weights_bytes(false), l.held);
