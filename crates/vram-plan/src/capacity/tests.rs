@@ -2204,3 +2204,42 @@ fn channel_wise_awq_as_the_engines_create_it() {
     )
     .is_ok());
 }
+
+/// A compressed-tensors W4A16 checkpoint whose `ignore` list names the attention
+/// (`re:.*self_attn.*`): vLLM 0.10.0's `CompressedTensorsConfig.get_quant_method` gives those
+/// linears `UnquantizedLinearMethod`, so each layer's QKV and output projections are held in
+/// bf16 and the MLP packed; `--quantization` naming another format leaves the list unread.
+#[test]
+fn compressed_tensors_ignore_keeps_the_named_linears_unquantized() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::{linear_bytes, WeightFormat};
+    use vram_model::mech::Component;
+    let format = WeightFormat::Wna16 {
+        group: 128,
+        symmetric: true,
+    };
+    let mut packed = llama3();
+    packed.blocks.storage.quant = Quant::Packed {
+        format,
+        double_quant: false,
+    };
+    let mut ignoring = packed.clone();
+    ignoring.blocks.storage.ignored.insert(Component::Mixer);
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs::default();
+    let w = |t: &Transformer, k: &Knobs| weights_per_gpu(t, k, h100, Engine::Vllm);
+    // Llama-3-8B as stored: 32 layers of q 4096 x 4096, k and v 1024 x 4096, o 4096 x 4096
+    // (without `--quantization` the stored bytes decide: `weights_per_gpu`).
+    let attention = [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096)];
+    let bf16: u64 = attention.iter().map(|(o, i)| o * i * 2).sum();
+    let w4: u64 = attention
+        .iter()
+        .map(|&(o, i)| linear_bytes(format, false, o, i))
+        .sum();
+    assert_eq!(w(&ignoring, &k) - w(&packed, &k), 32 * (bf16 - w4));
+    let awq = Knobs {
+        quantization: Quantization::Awq,
+        ..k
+    };
+    assert_eq!(w(&ignoring, &awq), w(&packed, &awq));
+}

@@ -3,6 +3,7 @@
 
 use super::*;
 use vram_alloc::policy::{allocation_size, round_size, LARGE_BUFFER, MIN_LARGE_ALLOC, SMALL_SIZE};
+use vram_model::mech::Component;
 
 /// Weights on the most loaded GPU of a `tp × pp` job: layers split evenly over stages (the first
 /// holds the embedding, the last the final norm and head), tensor-parallel parts split by `tp`
@@ -354,8 +355,17 @@ pub(super) fn logical_weights_per_gpu(
         0.0
     };
     let rest = sharded - attn - experts;
-    let layer = (attn / attn_ways + rest / rest_ways) * q
-        + experts / expert_ways * q_experts
+    // The roles the checkpoint's ignore list leaves in the dtype (the rest of a MoE layer is
+    // its shared experts, of a dense one its MLP).
+    let rate = |c: Component, q: f64| if ignored(t, k, c) { d } else { q };
+    let rest_role = if t.blocks.typical().experts > 1 {
+        Component::SharedExperts
+    } else {
+        Component::DenseMlp
+    };
+    let layer = attn / attn_ways * rate(Component::Mixer, q)
+        + rest / rest_ways * rate(rest_role, q)
+        + experts / expert_ways * rate(Component::RoutedExperts, q_experts)
         + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers().div_ceil(k.pp) as f64;
     let vocab_padded = padded_vocab(t) as f64;
@@ -457,14 +467,31 @@ fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> 
     // (out, in, unsplit in, stack, expert bank): QKV and gate-up column-parallel, the
     // attention output and the down projection row-parallel.
     let full_f = t.blocks.typical().intermediate;
+    let mlp = if moe {
+        Component::RoutedExperts
+    } else {
+        Component::DenseMlp
+    };
     let layer: Vec<u64> = [
-        ((qw + 2 * kvw).div_ceil(tp), h, h, 1, false),
-        (h, qw.div_ceil(tp), qw, 1, false),
-        (up, h, h, experts, moe),
-        (h, f, full_f, experts, moe),
+        (
+            (qw + 2 * kvw).div_ceil(tp),
+            h,
+            h,
+            1,
+            false,
+            Component::Mixer,
+        ),
+        (h, qw.div_ceil(tp), qw, 1, false, Component::Mixer),
+        (up, h, h, experts, moe, mlp),
+        (h, f, full_f, experts, moe, mlp),
     ]
     .into_iter()
-    .flat_map(|(out, inp, full_inp, stack, expert)| {
+    .flat_map(|(out, inp, full_inp, stack, expert, role)| {
+        let quant = if ignored(t, k, role) {
+            Quantization::None
+        } else {
+            quant
+        };
         quant
             .linear_parts(
                 d,
@@ -514,6 +541,18 @@ fn weight_tensor_sequence(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Vec<u64> {
         seq.push(table);
     }
     seq
+}
+
+/// Whether the checkpoint's quantization config leaves `c`'s linears in the dtype
+/// (compressed-tensors' `ignore`, `vram_model::blocks::Storage::ignores`; vLLM 0.10.0's
+/// `CompressedTensorsConfig.get_quant_method` returns `UnquantizedLinearMethod` for them):
+/// only where the engine loads the checkpoint's own format.
+fn ignored(t: &Transformer, k: &Knobs, c: Component) -> bool {
+    let own = Knobs {
+        quantization: Quantization::None,
+        ..*k
+    };
+    t.blocks.storage.ignores(c) && quantization_in_force(t, k) == quantization_in_force(t, &own)
 }
 
 /// The quantization the engine loads the linears with: `--quantization`, else the checkpoint's
