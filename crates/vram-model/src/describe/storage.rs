@@ -27,8 +27,8 @@
 //! compressed-tensors' `weight_packed` or fp32 tensors is counted as held, and where the headers' format differs from the config's the
 //! headers win, with a note giving both.
 //!
-//! Not yet here: compressed-tensors' other schemes (FP8, W8A8, act-order; `ignore` is taken as
-//! the head and routers)
+//! Not yet here: compressed-tensors' other schemes (FP8, W8A8, act-order; `ignore` is read per
+//! role, not per layer)
 //! and GPTQ/AWQ at other than 4 bits (`Other`), `modules_to_not_convert` beyond the head, and
 //! the packed kernels' own temporaries (the MXFP4 Triton MoE and FP8 block matmuls are walked as
 //! the unquantized path's; bitsandbytes 4-bit's dequantized weight in a long prefill is).
