@@ -439,3 +439,69 @@ fn compressed_tensors_w4a16_is_read_from_the_headers() {
     assert_eq!(t.blocks.weights_bytes(false), l.held);
     assert_eq!((l.held as i64 - l.added) as u64 + l.dropped, c.total());
 }
+
+/// compressed-tensors' `ignore` entries match as compressed-tensors 0.10.2 and vLLM 0.10.0
+/// match them: `re:` as Python's `re.match` (anchored at the start only), anything else as the
+/// whole module name. A role named in some of its layers only is counted quantized with a
+/// note; a pattern that is not a regular expression is a one-line error.
+#[test]
+fn compressed_tensors_ignore_matches_as_the_libraries_do() {
+    use vram_model::mech::Component;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/zoo/configs/qwen3-30b-a3b.json");
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let layers = base["num_hidden_layers"].as_u64().unwrap();
+    let with = |ignore: serde_json::Value| {
+        let mut c = base.clone();
+        c["quantization_config"] = serde_json::json!({
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null,
+                "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+                    "symmetric": true, "actorder": null}}},
+            "ignore": ignore,
+        });
+        vram_model::hf::parse_config(&c.to_string(), "q")
+    };
+    let t = |ignore| match with(ignore).unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let attn = t(serde_json::json!(["lm_head", "re:.*self_attn.*"]));
+    assert!(attn.blocks.storage.ignores(Component::Mixer));
+    assert!(!attn.blocks.storage.ignores(Component::RoutedExperts));
+    // Anchored at the start: `self_attn` alone matches no module name.
+    let unanchored = t(serde_json::json!(["re:self_attn"]));
+    assert!(!unanchored.blocks.storage.ignores(Component::Mixer));
+    // Whole names: every layer's, or some layers' with a note.
+    let names = |n: u64| {
+        serde_json::Value::from(
+            (0..n)
+                .map(|i| format!("model.layers.{i}.mlp.experts.0.down_proj"))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert!(t(names(layers))
+        .blocks
+        .storage
+        .ignores(Component::RoutedExperts));
+    let some = t(names(2));
+    assert!(!some.blocks.storage.ignores(Component::RoutedExperts));
+    assert!(
+        some.blocks
+            .notes
+            .iter()
+            .any(|n| n.contains(&format!("routed_experts of 2 of {layers} layers"))),
+        "{:?}",
+        some.blocks.notes
+    );
+    assert!(attn.blocks.weights_bytes(false) > unanchored.blocks.weights_bytes(false));
+    let err = with(serde_json::json!(["re:(unclosed"]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("quantization_config.ignore") && !err.contains('\n'),
+        "{err}"
+    );
+}
