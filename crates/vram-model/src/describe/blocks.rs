@@ -566,6 +566,23 @@ impl Blocks {
     pub fn apply_headers(&mut self, tally: &Tally) -> Vec<String> {
         let mtp = self.mtp.is_some_and(|m| m.instantiated);
         let g = tally.groups(self.pattern.len() as u64, mtp);
+        // `scale_fmt` is the config's: how the library holds the block scales, whatever the
+        // headers store them in (DeepSeek-V3.2's are F32, held a byte each).
+        let quant = match (self.storage.quant, g.quant) {
+            (
+                Quant::Fp8Block { e8m0: true, .. },
+                Quant::Fp8Block {
+                    bn, bk, skip_head, ..
+                },
+            ) => Quant::Fp8Block {
+                bn,
+                bk,
+                skip_head,
+                e8m0: true,
+            },
+            (_, q) => q,
+        };
+        let e8m0 = matches!(quant, Quant::Fp8Block { e8m0: true, .. });
         let want = self.params_by_component().0;
         let (have, want_total) = (g.params.iter().sum::<u64>(), want.iter().sum::<u64>());
         let mut notes = Vec::new();
@@ -576,7 +593,7 @@ impl Blocks {
         // float tensor to the empty parameter's dtype (`core_model_loading.py`), the model's
         // but for the fp32-held tensors counted below, and vLLM's weight loaders copy into
         // parameters made in the model dtype. Block-FP8 scales and fp32 buffers stay as held.
-        let recast = g.quant != Quant::None;
+        let recast = quant != Quant::None;
         let d = config.dtype.bytes();
         let mut held = g.bytes;
         if recast {
@@ -591,6 +608,13 @@ impl Blocks {
             fp32_numel: [0; Component::COUNT],
             upcast: [0; Component::COUNT],
             scale_upcast: g.scale_upcast,
+            scale_narrow: std::array::from_fn(|i| {
+                if e8m0 {
+                    (g.scale_bytes[i] + g.scale_upcast[i]).saturating_sub(g.scale_numel[i])
+                } else {
+                    0
+                }
+            }),
         };
         if have != want_total {
             notes.push(format!(
@@ -617,17 +641,17 @@ impl Blocks {
                 want[i]
             ));
         }
-        let dtype = if g.quant == Quant::None {
+        let dtype = if quant == Quant::None {
             g.dtype.unwrap_or(config.dtype)
         } else {
             config.dtype
         };
         let mut storage = Storage {
             dtype: config.dtype,
-            quant: g.quant,
+            quant: quant,
             // The config's ignore list still says which linears stay unquantized where the
             // headers hold its format (the per-linear walks read it; the bytes are the headers').
-            ignored: if g.quant == config.quant {
+            ignored: if quant == config.quant {
                 config.ignored
             } else {
                 Default::default()
@@ -652,12 +676,12 @@ impl Blocks {
         self.storage = storage;
         let header_fmt = Storage {
             dtype,
-            quant: g.quant,
+            quant: quant,
             ignored: Default::default(),
             checkpoint: None,
         }
         .name();
-        let same = match (config.quant, g.quant) {
+        let same = match (config.quant, quant) {
             (Quant::None | Quant::Other, Quant::None) => dtype == config.dtype,
             (a, b) => a == b,
         };
@@ -670,6 +694,31 @@ impl Blocks {
             ));
         }
         notes
+    }
+
+    /// These blocks with block-FP8 scales held fp32, as vLLM holds them whatever `scale_fmt`
+    /// says (`Fp8LinearMethod`'s fp32 `weight_scale_inv`); itself where nothing changes.
+    pub fn with_fp32_scales(&self) -> std::borrow::Cow<'_, Blocks> {
+        let Quant::Fp8Block {
+            bn, bk, skip_head, ..
+        } = self.storage.quant
+        else {
+            return std::borrow::Cow::Borrowed(self);
+        };
+        if !matches!(self.storage.quant, Quant::Fp8Block { e8m0: true, .. }) {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut b = self.clone();
+        b.storage.quant = Quant::Fp8Block {
+            bn,
+            bk,
+            skip_head,
+            e8m0: false,
+        };
+        if let Some(c) = b.storage.checkpoint.as_mut() {
+            c.scale_narrow = [0; Component::COUNT];
+        }
+        std::borrow::Cow::Owned(b)
     }
 
     /// Bytes of the weights as stored (quantization metadata included); `dequantized` for the

@@ -77,6 +77,13 @@ pub enum Quant {
         /// The LM head stays unquantized: `get_modules_to_not_convert` (quantizers/base.py)
         /// always adds the output embeddings to the config's `modules_to_not_convert`.
         skip_head: bool,
+        /// `scale_fmt: ue8m0` (DeepSeek-V3.2): transformers 5.24's `FP8Linear` and `FP8Experts`
+        /// make `weight_scale_inv` `float8_e8m0fnu`, a byte each (`integrations/finegrained_fp8.py`:
+        /// `sf_dtype = _get_ue8m0_dtype() if scale_fmt == "ue8m0" else torch.float32`), and
+        /// the loader casts the stored scales to it. vLLM holds them fp32 whatever
+        /// ([`crate::describe::Blocks::with_fp32_scales`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        e8m0: bool,
     },
     /// MXFP4 experts (gpt-oss, quantizers/quantizer_mxfp4.py): expert banks packed two values a
     /// byte with one uint8 scale per 32 values; everything else in the config's dtype.
@@ -165,6 +172,10 @@ pub struct Checkpoint {
     /// (`weight_scale_inv`, [`crate::safetensors_header::Groups::scale_upcast`]); shared by
     /// the component's tensors with the rest of its bytes.
     pub scale_upcast: [u64; Component::COUNT],
+    /// Bytes per component the library saves by holding the block-FP8 scales a byte each
+    /// (`scale_fmt: ue8m0`, [`Quant::Fp8Block`]): what the fp32 scales would take less one byte
+    /// an element; zero otherwise.
+    pub scale_narrow: [u64; Component::COUNT],
 }
 
 impl Checkpoint {
@@ -173,6 +184,7 @@ impl Checkpoint {
         self.bytes.iter().sum::<u64>()
             + self.upcast.iter().sum::<u64>()
             + self.scale_upcast.iter().sum::<u64>()
+            - self.scale_narrow.iter().sum::<u64>()
     }
 
     /// Whether a component holds packed tensors.
@@ -189,7 +201,8 @@ impl Checkpoint {
         let i = t.component as usize;
         let rest = self.numel[i].saturating_sub(self.fp32_numel[i]);
         let held32 = (self.fp32_numel[i] * 4).saturating_sub(self.upcast[i]);
-        let bytes = self.bytes[i].saturating_sub(held32) + self.scale_upcast[i];
+        let bytes = (self.bytes[i].saturating_sub(held32) + self.scale_upcast[i])
+            .saturating_sub(self.scale_narrow[i]);
         if rest == 0 {
             return 0;
         }
@@ -340,7 +353,12 @@ impl Storage {
             _ => 1,
         };
         match self.quant {
-            Quant::Fp8Block { bn, bk, skip_head } => match t.kind {
+            Quant::Fp8Block {
+                bn,
+                bk,
+                skip_head,
+                e8m0,
+            } => match t.kind {
                 TensorKind::Linear | TensorKind::Experts(_)
                     if !(t.component == Component::Router
                         || t.component == Component::Vision
@@ -351,7 +369,10 @@ impl Storage {
                     // Each expert's matrix as one block-wise FP8 linear.
                     e * crate::finetune::fp8_block_linear_tensors(t.rows, t.cols, bn, bk)
                         .iter()
-                        .map(|x| x.bytes)
+                        .map(|x| match x.name {
+                            "weight_scale_inv" if e8m0 => x.bytes / 4,
+                            _ => x.bytes,
+                        })
                         .sum::<u64>()
                 }
                 _ => t.numel() * d,

@@ -592,6 +592,7 @@ fn quantization(qc: &Cfg) -> Result<Quant> {
                 bn,
                 bk,
                 skip_head: true,
+                e8m0: qc.str("scale_fmt")? == Some("ue8m0"),
             }
         }
         Some("mxfp4") => Quant::Mxfp4,

@@ -177,7 +177,9 @@ fn layer_of(name: &str) -> Option<u64> {
 ///   `DeepseekV3TopkRouter`), held but no parameter;
 /// - block-FP8 `weight_scale_inv` stored in 16 bits is held in fp32 (`FP8Linear` creates it
 ///   fp32 and the loader casts a float tensor to the empty parameter's dtype:
-///   `core_model_loading.py`, `quantizers/base.py::get_new_dtype`);
+///   `core_model_loading.py`, `quantizers/base.py::get_new_dtype`), and a byte each where
+///   the config's `scale_fmt` is `ue8m0` (`FP8Linear`/`FP8Experts` then create it
+///   `float8_e8m0fnu`: `integrations/finegrained_fp8.py`; DeepSeek-V3.2);
 /// - the tensors the data's `fp32` line names are held in fp32 (DeepSeek-V3's
 ///   `_keep_in_fp32_modules_strict` `gate.weight`; gpt-oss's `Mxfp4GptOssExperts` biases,
 ///   `integrations/mxfp4.py`);
@@ -202,6 +204,20 @@ impl Checkpoint {
             .split(',')
             .filter(|s| !s.is_empty())
             .collect();
+        let config: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../..")
+                    .join(&self.meta["config"]),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let scale = if config["quantization_config"]["scale_fmt"] == "ue8m0" {
+            1
+        } else {
+            4
+        };
         let mut l = Load {
             held: 0,
             dropped: 0,
@@ -216,9 +232,9 @@ impl Checkpoint {
                 continue;
             }
             let float = matches!(d.as_str(), "bfloat16" | "float16" | "float32");
-            let held = if n.ends_with(".weight_scale_inv")
-                || n.ends_with(".e_score_correction_bias")
-                || fp32.iter().any(|f| n.ends_with(f))
+            let held = if n.ends_with(".weight_scale_inv") {
+                numel * scale
+            } else if n.ends_with(".e_score_correction_bias") || fp32.iter().any(|f| n.ends_with(f))
             {
                 numel * 4
             } else if float {

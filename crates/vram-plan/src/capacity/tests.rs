@@ -1534,6 +1534,7 @@ fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
         bn: 128,
         bk: 128,
         skip_head: true,
+        e8m0: false,
     };
     assert!(vllm_v2_runner(&archs, &fp8_checkpoint, &at([0, 22, 1], Quantization::None)).is_none());
     let llama = vec!["LlamaForCausalLM".to_string()];
@@ -2257,4 +2258,45 @@ fn compressed_tensors_ignore_keeps_the_named_linears_unquantized() {
         ..k
     };
     assert_eq!(w(&ignoring, &awq), w(&packed, &awq));
+}
+
+/// DeepSeek-V3.2's `scale_fmt: ue8m0`: transformers 5.24 holds its block scales a byte each
+/// (the estimate's count, 122,665,488 B under fp32 over the checkpoint's 40,888,496 scales),
+/// while vLLM's `Fp8LinearMethod` holds them fp32: capacity's weights are the fp32 figure.
+#[test]
+fn vllm_holds_ue8m0_scales_fp32() {
+    use vram_model::blocks::Quant;
+    let text = include_str!("../../../../tests/zoo/configs/deepseek-v3.2.json");
+    let Model::Transformer(t) = vram_model::hf::parse_config(text, "deepseek-v3.2").unwrap() else {
+        unreachable!()
+    };
+    let mut fp32 = t.clone();
+    let Quant::Fp8Block {
+        bn,
+        bk,
+        skip_head,
+        e8m0: true,
+    } = t.blocks.storage.quant
+    else {
+        panic!("{:?}", t.blocks.storage.quant)
+    };
+    fp32.blocks.storage.quant = Quant::Fp8Block {
+        bn,
+        bk,
+        skip_head,
+        e8m0: false,
+    };
+    assert_eq!(
+        fp32.blocks.weights_bytes(false) - t.blocks.weights_bytes(false),
+        122_665_488
+    );
+    let h200 = vram_model::gpu::lookup("h200").unwrap();
+    let k = Knobs {
+        tp: 8,
+        ..Knobs::default()
+    };
+    assert_eq!(
+        weights_per_gpu(&t, &k, h200, Engine::Vllm),
+        weights_per_gpu(&fp32, &k, h200, Engine::Vllm)
+    );
 }

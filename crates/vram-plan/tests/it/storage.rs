@@ -289,6 +289,7 @@ fn quantized_linears_hold_what_vllm_keeps() {
         bn: 128,
         bk: 128,
         skip_head: true,
+        e8m0: false,
     };
     assert_eq!(
         Quantization::Fp8.linear_parts(2, block, false, out, inp, false, whole(true)),
