@@ -37,7 +37,8 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
         };
         let rotary = (rotary_cache_elems(t, k, engine) * k.dtype_bytes) as f64;
         let whole = logical_weights_per_gpu(t, &one, engine, gpu) as f64;
-        // Both engines hold block-FP8 scales fp32, whatever `scale_fmt` says.
+        // Block-FP8 scales fp32 whatever `scale_fmt` says: vLLM's `Fp8LinearMethod` makes
+        // them so (read at 0.9.1); SGLang's port of it is taken to do the same (not re-read).
         let stored = t.blocks.with_fp32_scales().weights_bytes(false) as f64 + rotary;
         (logical as f64 * stored / whole.max(1.0)).round() as u64
     };

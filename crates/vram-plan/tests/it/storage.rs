@@ -140,7 +140,8 @@ fn a_weights_format_is_one_storage_for_every_command() {
 }
 
 /// `vram capacity` without `--quantization` starts from the same stored bytes (one GPU,
-/// SGLang: no kernel layout on top), plus the rotary `cos_sin_cache` it keeps.
+/// SGLang: no kernel layout on top), plus the rotary `cos_sin_cache` it keeps; block-FP8
+/// scales fp32 where transformers holds them a byte each (`scale_fmt: ue8m0`).
 #[test]
 fn capacity_reads_the_same_storage() {
     let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
@@ -149,7 +150,8 @@ fn capacity_reads_the_same_storage() {
         let rotary = t.max_positions() * rotary_width(&t) * k.dtype_bytes;
         let w = weights_per_gpu(&t, &k, h100, Engine::Sglang);
         if t.blocks.storage.is_packed() {
-            assert_eq!(w, t.blocks.weights_bytes(false) + rotary, "{name}");
+            let stored = t.blocks.with_fp32_scales().weights_bytes(false);
+            assert_eq!(w, stored + rotary, "{name}");
         }
     }
 }
