@@ -648,7 +648,7 @@ impl Blocks {
         };
         let mut storage = Storage {
             dtype: config.dtype,
-            quant: quant,
+            quant,
             // The config's ignore list still says which linears stay unquantized where the
             // headers hold its format (the per-linear walks read it; the bytes are the headers').
             ignored: if quant == config.quant {
@@ -676,7 +676,7 @@ impl Blocks {
         self.storage = storage;
         let header_fmt = Storage {
             dtype,
-            quant: quant,
+            quant,
             ignored: Default::default(),
             checkpoint: None,
         }
