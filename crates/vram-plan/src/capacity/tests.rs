@@ -962,10 +962,11 @@ fn mxfp4_marlin_layout_pads_the_experts() {
         h100,
     );
     assert_eq!(marlin + triton_extras - triton, per_layer as u64 * 36);
-    // SGLang is not vLLM: no vLLM layout.
+    // SGLang is not vLLM: no vLLM layout; its rotary table (YaRN: 4,096 × 32 rows, 64 wide)
+    // is kept in fp32, two bytes an element more.
     assert_eq!(
         weights_per_gpu(&t, &k, h100, Engine::Sglang),
-        triton - triton_extras
+        triton - triton_extras + 131_072 * 64 * 2
     );
 }
 
@@ -1219,7 +1220,7 @@ fn model_loading_replays_the_allocator_over_shared_segments() {
     };
     let t4 = vram_model::gpu::lookup("t4").unwrap();
     assert_eq!(
-        weights::rotary_cache_elems(&t, &Knobs::default(), Engine::Vllm),
+        weights::rotary_cache_bytes(&t, &Knobs::default(), Engine::Vllm, t4),
         0
     );
     let stored = weights_per_gpu(&t, &k, t4, Engine::Vllm);
@@ -1855,9 +1856,13 @@ fn vllm_072_disables_mla_under_awq_and_vram_says_so() {
 }
 
 /// vLLM's M-RoPE cache (`MRotaryEmbedding`, `rotary_embedding/mrope.py` from 0.8.5 to 0.19.0)
-/// covers four times `max_position_embeddings`; from 0.18.0 an interleaved M-RoPE
-/// (`MRotaryEmbeddingInterleaved`, Qwen3.5's `mrope_interleaved`) keeps one; SGLang and plain
-/// rotary positions keep one.
+/// covers four times `max_position_embeddings`, interleaved sections (Qwen3.5's
+/// `mrope_interleaved`) included: `get_rope` builds `MRotaryEmbeddingInterleaved` (one) only for
+/// `rope_type: openpangu` (0.18.0, 0.19.0); SGLang and plain rotary positions keep one.
+fn h100() -> &'static vram_model::gpu::Gpu {
+    vram_model::gpu::lookup("h100").unwrap()
+}
+
 #[test]
 fn vllm_mrope_cache_positions() {
     let qwen2_vl = match catalog::lookup("qwen2-vl-2b").unwrap() {
@@ -1890,7 +1895,7 @@ fn vllm_mrope_cache_positions() {
     );
     assert_eq!(
         rotary_positions(&qwen35, &at([0, 19, 0]), Engine::Vllm),
-        262_144
+        4 * 262_144
     );
     assert_eq!(
         rotary_positions(&llama3(), &at([0, 10, 2]), Engine::Vllm),
@@ -1964,8 +1969,9 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
     };
     // (model, positions vLLM keeps at 0.19.0, rotary width)
     for (id, positions, width) in [
-        // partial_rotary_factor 0.25 of head_dim 256; interleaved M-RoPE keeps the positions.
-        ("qwen3.5-27b", 262_144, 64),
+        // partial_rotary_factor 0.25 of head_dim 256; M-RoPE (interleaved) keeps four times
+        // the positions.
+        ("qwen3.5-27b", 4 * 262_144, 64),
         ("qwen3-next-80b-a3b", 262_144, 64),
         // rotary_dim 64 of head_dim 128.
         ("minimax-m2.5", 196_608, 64),
@@ -1975,8 +1981,8 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
     ] {
         let t = catalogued(id);
         assert_eq!(
-            weights::rotary_cache_elems(&t, &vllm([0, 19, 0]), Engine::Vllm),
-            positions * width,
+            weights::rotary_cache_bytes(&t, &vllm([0, 19, 0]), Engine::Vllm, h100()),
+            positions * width * 2,
             "{id}"
         );
     }
@@ -1999,9 +2005,10 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
             .rotary_dim(),
         96
     );
+    // SGLang (0.5 by default) keeps its table in fp32 on CUDA.
     assert_eq!(
-        weights::rotary_cache_elems(&t, &Knobs::default(), Engine::Sglang),
-        131_072 * 96
+        weights::rotary_cache_bytes(&t, &Knobs::default(), Engine::Sglang, h100()),
+        131_072 * 96 * 4
     );
     // The same factor inside `rope_parameters` (transformers 5's name) and a `rotary_dim`
     // that is no whole percent of the head, refused in one line.
@@ -2052,8 +2059,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}}"#;
     let t = parse(gemma3_4b);
     assert_eq!(
-        weights::rotary_cache_elems(&t, &vllm, Engine::Vllm),
-        (1_048_576 + 131_072) * 256
+        weights::rotary_cache_bytes(&t, &vllm, Engine::Vllm, h100()),
+        (1_048_576 + 131_072) * 256 * 2
     );
     // Without scaling and with one base for both layer types, one key: one table.
     let one_key = gemma3_4b.replace(
@@ -2061,8 +2068,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         r#""rope_theta": 10000.0, "rope_local_base_freq": 10000.0"#,
     );
     assert_eq!(
-        weights::rotary_cache_elems(&parse(&one_key), &vllm, Engine::Vllm),
-        131_072 * 256
+        weights::rotary_cache_bytes(&parse(&one_key), &vllm, Engine::Vllm, h100()),
+        131_072 * 256 * 2
     );
     // Phi-4-mini: LongRoPE (`original_max_position_embeddings` at the top level, as its
     // config.json has it), rotary width 96.
@@ -2073,8 +2080,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}"#;
     let t = parse(phi4_mini);
     assert_eq!(
-        weights::rotary_cache_elems(&t, &vllm, Engine::Vllm),
-        (4_096 + 131_072) * 96
+        weights::rotary_cache_bytes(&t, &vllm, Engine::Vllm, h100()),
+        (4_096 + 131_072) * 96 * 2
     );
     // Gemma 4 26B-A4B (catalogued): a sliding table of head_dim 256 and a full-layer table of
     // the full head 512 (`Gemma4RotaryEmbedding` builds its cache `head_size` wide).
@@ -2082,7 +2089,7 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         unreachable!()
     };
     assert_eq!(
-        weights::rotary_cache_elems(&g4, &vllm, Engine::Vllm),
-        g4.max_positions() * (256 + 512)
+        weights::rotary_cache_bytes(&g4, &vllm, Engine::Vllm, h100()),
+        g4.max_positions() * (256 + 512) * 2
     );
 }
