@@ -2093,3 +2093,76 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         g4.max_positions() * (256 + 512) * 2
     );
 }
+
+/// The rotary tables are the engines' own: for each rope configuration of
+/// `tests/data/get_rope/cases.json` (no scaling, `llama3`, `ntk`, `linear`, dynamic NTK by
+/// factor and by alpha, YaRN, DeepSeek's YaRN, M-RoPE plain, interleaved and with YaRN,
+/// LongRoPE), the bytes of the buffers vLLM 0.10.2, 0.19.0 and 0.22.0's and SGLang 0.4.2 to
+/// 0.5.3's own `get_rope` build, run on the CPU from each release's source (CUDA's and ROCm's
+/// branch of SGLang's platform check), equal `vram capacity`'s rotary bytes for a Qwen3-shaped
+/// config with those parameters. What a release refuses is skipped (SGLang's `ntk`, its
+/// `dynamic` without `factor`).
+#[test]
+fn rotary_tables_are_the_engines_own() {
+    let cases: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/data/get_rope/cases.json")).unwrap();
+    let runs: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/data/get_rope/tables.json")).unwrap();
+    let h100 = h100();
+    let mi300x = vram_model::gpu::lookup("mi300x").unwrap();
+    let mut checked = 0;
+    for run in runs["runs"].as_array().unwrap() {
+        let engine = match run["engine"].as_str().unwrap() {
+            "vllm" => Engine::Vllm,
+            _ => Engine::Sglang,
+        };
+        let version: Vec<u32> = run["version"]
+            .as_str()
+            .unwrap()
+            .split('.')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let gpu = if run["platform"] == "cuda" {
+            h100
+        } else {
+            mi300x
+        };
+        let k = Knobs {
+            engine_version: Some([version[0], version[1], version[2]]),
+            dtype_bytes: 2,
+            ..Knobs::default()
+        };
+        for case in cases.as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let Some(built) = run["built"].get(name) else {
+                assert!(run["refused"].get(name).is_some(), "{name}");
+                continue;
+            };
+            let head = case["head_size"].as_u64().unwrap();
+            let mut config = serde_json::json!({
+                "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                "hidden_size": head * 8, "num_attention_heads": 8, "num_key_value_heads": 8,
+                "head_dim": head, "intermediate_size": 1024, "num_hidden_layers": 2,
+                "vocab_size": 1000, "max_position_embeddings": case["max_position"],
+            });
+            if !case["rope"].is_null() {
+                config["rope_scaling"] = case["rope"].clone();
+            }
+            let Model::Transformer(t) =
+                vram_model::hf::parse_config(&config.to_string(), name).unwrap()
+            else {
+                unreachable!()
+            };
+            assert_eq!(
+                weights::rotary_cache_bytes(&t, &k, engine, gpu),
+                built["bytes"].as_u64().unwrap(),
+                "{name}: {} {} {}",
+                run["engine"],
+                run["version"],
+                run["platform"]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked}");
+}
