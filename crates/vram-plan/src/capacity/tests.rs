@@ -1873,34 +1873,11 @@ fn vllm_mrope_cache_positions() {
         Model::Transformer(t) => t,
         _ => unreachable!(),
     };
-    let at = |v: [u32; 3]| Knobs {
-        engine_version: Some(v),
-        ..Knobs::default()
-    };
-    assert_eq!(
-        rotary_positions(&qwen2_vl, &at([0, 10, 2]), Engine::Vllm),
-        4 * 32_768
-    );
-    assert_eq!(
-        rotary_positions(&qwen2_vl, &at([0, 19, 0]), Engine::Vllm),
-        4 * 32_768
-    );
-    assert_eq!(
-        rotary_positions(&qwen2_vl, &Knobs::default(), Engine::Sglang),
-        32_768
-    );
-    assert_eq!(
-        rotary_positions(&qwen35, &at([0, 14, 0]), Engine::Vllm),
-        4 * 262_144
-    );
-    assert_eq!(
-        rotary_positions(&qwen35, &at([0, 19, 0]), Engine::Vllm),
-        4 * 262_144
-    );
-    assert_eq!(
-        rotary_positions(&llama3(), &at([0, 10, 2]), Engine::Vllm),
-        8192
-    );
+    assert_eq!(rotary_positions(&qwen2_vl, Engine::Vllm), 4 * 32_768);
+    assert_eq!(rotary_positions(&qwen2_vl, Engine::Sglang), 32_768);
+    // Interleaved sections (Qwen3.5's `mrope_interleaved`): the same class, four times.
+    assert_eq!(rotary_positions(&qwen35, Engine::Vllm), 4 * 262_144);
+    assert_eq!(rotary_positions(&llama3(), Engine::Vllm), 8192);
 }
 
 /// A compressed-tensors W4A16 checkpoint of Qwen3-30B-A3B-2507 (the `Linear` group: int4,

@@ -151,7 +151,7 @@ pub(super) fn rope_rows(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     let vllm = engine == Engine::Vllm;
     let version = engine.version_in_force(k);
     match t.blocks.rope_tables.class {
-        RopeClass::Positions => rotary_positions(t, k, engine),
+        RopeClass::Positions => rotary_positions(t, engine),
         RopeClass::Linear { rows } => rows,
         RopeClass::DynamicNtk { rows } if !(vllm && version >= [0, 22, 0]) => rows,
         RopeClass::DynamicNtk { .. } => t.max_positions(),
@@ -379,7 +379,7 @@ fn linear_rate(
 /// `MRotaryEmbeddingInterleaved`, which keeps one, only for `rope_type: openpangu` (0.18.0,
 /// 0.19.0). Plain rotary positions, and SGLang's `MRotaryEmbedding`, keep
 /// `max_position_embeddings`.
-pub(super) fn rotary_positions(t: &Transformer, _k: &Knobs, engine: Engine) -> u64 {
+pub(super) fn rotary_positions(t: &Transformer, engine: Engine) -> u64 {
     match t.blocks.mrope {
         Some(_) if engine == Engine::Vllm => t.max_positions() * 4,
         _ => t.max_positions(),
