@@ -1855,14 +1855,14 @@ fn vllm_072_disables_mla_under_awq_and_vram_says_so() {
     .is_ok());
 }
 
-/// vLLM's M-RoPE cache (`MRotaryEmbedding`, `rotary_embedding/mrope.py` from 0.8.5 to 0.19.0)
-/// covers four times `max_position_embeddings`, interleaved sections (Qwen3.5's
-/// `mrope_interleaved`) included: `get_rope` builds `MRotaryEmbeddingInterleaved` (one) only for
-/// `rope_type: openpangu` (0.18.0, 0.19.0); SGLang and plain rotary positions keep one.
 fn h100() -> &'static vram_model::gpu::Gpu {
     vram_model::gpu::lookup("h100").unwrap()
 }
 
+/// vLLM's M-RoPE cache (`MRotaryEmbedding`, from 0.7.2 to 0.22.0) covers four times
+/// `max_position_embeddings`, interleaved sections (Qwen3.5's
+/// `mrope_interleaved`) included: `get_rope` builds `MRotaryEmbeddingInterleaved` (one) only for
+/// `rope_type: openpangu` (0.18.0, 0.19.0); SGLang and plain rotary positions keep one.
 #[test]
 fn vllm_mrope_cache_positions() {
     let qwen2_vl = match catalog::lookup("qwen2-vl-2b").unwrap() {
@@ -1873,11 +1873,32 @@ fn vllm_mrope_cache_positions() {
         Model::Transformer(t) => t,
         _ => unreachable!(),
     };
-    assert_eq!(rotary_positions(&qwen2_vl, Engine::Vllm), 4 * 32_768);
-    assert_eq!(rotary_positions(&qwen2_vl, Engine::Sglang), 32_768);
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    assert_eq!(
+        rotary_positions(&qwen2_vl, &at([0, 10, 2]), Engine::Vllm),
+        4 * 32_768
+    );
+    // Before 0.7.2 one.
+    assert_eq!(
+        rotary_positions(&qwen2_vl, &at([0, 7, 1]), Engine::Vllm),
+        32_768
+    );
+    assert_eq!(
+        rotary_positions(&qwen2_vl, &Knobs::default(), Engine::Sglang),
+        32_768
+    );
     // Interleaved sections (Qwen3.5's `mrope_interleaved`): the same class, four times.
-    assert_eq!(rotary_positions(&qwen35, Engine::Vllm), 4 * 262_144);
-    assert_eq!(rotary_positions(&llama3(), Engine::Vllm), 8192);
+    assert_eq!(
+        rotary_positions(&qwen35, &at([0, 19, 0]), Engine::Vllm),
+        4 * 262_144
+    );
+    assert_eq!(
+        rotary_positions(&llama3(), &at([0, 10, 2]), Engine::Vllm),
+        8192
+    );
 }
 
 /// A compressed-tensors W4A16 checkpoint of Qwen3-30B-A3B-2507 (the `Linear` group: int4,
@@ -2074,11 +2095,12 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
 /// The rotary tables are the engines' own: for each rope configuration of
 /// `tests/data/get_rope/cases.json` (no scaling, `llama3`, `ntk`, `linear`, dynamic NTK by
 /// factor and by alpha, YaRN, DeepSeek's YaRN, M-RoPE plain, interleaved and with YaRN,
-/// LongRoPE), the bytes of the buffers vLLM 0.10.2, 0.19.0 and 0.22.0's and SGLang 0.4.2 to
-/// 0.5.3's own `get_rope` build, run on the CPU from each release's source (CUDA's and ROCm's
-/// branch of SGLang's platform check), equal `vram capacity`'s rotary bytes for a Qwen3-shaped
-/// config with those parameters. What a release refuses is skipped (SGLang's `ntk`, its
-/// `dynamic` without `factor`).
+/// LongRoPE), the bytes of the buffers that the own `get_rope` of vLLM 0.6.6, 0.7.1, 0.7.2,
+/// 0.8.5, 0.10.2, 0.11.0, 0.14.0, 0.18.0, 0.19.0 and 0.22.0 and of SGLang 0.4.2, 0.4.3, 0.4.5
+/// and 0.5.3 build, run on the CPU from each release's source (CUDA's and ROCm's branch of
+/// SGLang's platform check), equal `vram capacity`'s rotary bytes for a Qwen3-shaped config with
+/// those parameters. What a release refuses is skipped (`ntk` and an alpha-only `dynamic` in
+/// vLLM to 0.8.5 and SGLang; M-RoPE with YaRN at vLLM 0.14.0).
 #[test]
 fn rotary_tables_are_the_engines_own() {
     let cases: serde_json::Value =
@@ -2141,5 +2163,5 @@ fn rotary_tables_are_the_engines_own() {
             checked += 1;
         }
     }
-    assert!(checked > 100, "{checked}");
+    assert!(checked > 200, "{checked}");
 }

@@ -142,16 +142,16 @@ pub(super) fn rotary_cache_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu
 ///   `MRotaryEmbedding` with the YaRN parameters, four times that (`mrope.py`:
 ///   `cache_max_position_num = original × 4`, then YaRN's `_compute_cos_sin_cache` of that
 ///   times the factor; 0.10.2 builds a plain `YaRNScalingRotaryEmbedding`);
-/// - LongRoPE: vLLM keeps the short and long tables stacked
-///   (`long_short_cos_sin_cache`, `original + max_position_embeddings` rows); SGLang registers
-///   the short and the long table as buffers too and the stacked copy beside them
-///   (`Phi3LongRoPEScaledRotaryEmbedding` at 0.4.2 and 0.5.3): twice that.
+/// - LongRoPE: vLLM from 0.7.0 keeps the short and long tables stacked
+///   (`long_short_cos_sin_cache`, `original + max_position_embeddings` rows); vLLM to 0.6.6 and
+///   SGLang (`Phi3LongRoPEScaledRotaryEmbedding` at 0.4.2 and 0.5.3) register the short and the
+///   long table as buffers too, beside the stacked copy: twice that.
 pub(super) fn rope_rows(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     use vram_model::blocks::RopeClass;
     let vllm = engine == Engine::Vllm;
     let version = engine.version_in_force(k);
     match t.blocks.rope_tables.class {
-        RopeClass::Positions => rotary_positions(t, engine),
+        RopeClass::Positions => rotary_positions(t, k, engine),
         RopeClass::Linear { rows } => rows,
         RopeClass::DynamicNtk { rows } if !(vllm && version >= [0, 22, 0]) => rows,
         RopeClass::DynamicNtk { .. } => t.max_positions(),
@@ -159,7 +159,9 @@ pub(super) fn rope_rows(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
             rows * 4
         }
         RopeClass::Yarn { rows } => rows,
-        RopeClass::LongRope { original } if vllm => original + t.max_positions(),
+        RopeClass::LongRope { original } if vllm && version >= [0, 7, 0] => {
+            original + t.max_positions()
+        }
         RopeClass::LongRope { original } => 2 * (original + t.max_positions()),
     }
 }
@@ -372,16 +374,18 @@ fn linear_rate(
 /// `ColumnParallelLinear`, split like the token table) and the towers ([`towers_per_gpu`]).
 /// The positions of the rotary `cos_sin_cache` an engine builds for a config without scaling
 /// of its length. vLLM's `MRotaryEmbedding` (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5)
-/// builds it for `max_position_embeddings * 4` positions ("In Qwen2.5-VL, the maximum index
-/// value is related to the duration of the input video": `layers/rotary_embedding/mrope.py`,
-/// read at v0.8.5, v0.10.1, v0.10.2, v0.11.0, v0.12.0, v0.14.0, v0.18.0, v0.19.0), interleaved
-/// sections (Qwen3-VL's and Qwen3.5's `mrope_interleaved`) included: `get_rope` builds
-/// `MRotaryEmbeddingInterleaved`, which keeps one, only for `rope_type: openpangu` (0.18.0,
-/// 0.19.0). Plain rotary positions, and SGLang's `MRotaryEmbedding`, keep
-/// `max_position_embeddings`.
-pub(super) fn rotary_positions(t: &Transformer, engine: Engine) -> u64 {
+/// builds it for `max_position_embeddings * 4` positions from 0.7.2 ("In Qwen2.5-VL, the
+/// maximum index value is related to the duration of the input video":
+/// `layers/rotary_embedding.py` at 0.7.2, 0.7.3, 0.8.0 to 0.8.5, `rotary_embedding/mrope.py` at
+/// v0.10.1 to v0.22.0; 0.7.1 and before keep one), interleaved sections (Qwen3-VL's and
+/// Qwen3.5's `mrope_interleaved`) included: `get_rope` builds `MRotaryEmbeddingInterleaved`,
+/// which keeps one, only for `rope_type: openpangu` (0.18.0, 0.19.0). Plain rotary positions,
+/// and SGLang's `MRotaryEmbedding`, keep `max_position_embeddings`.
+pub(super) fn rotary_positions(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     match t.blocks.mrope {
-        Some(_) if engine == Engine::Vllm => t.max_positions() * 4,
+        Some(_) if engine == Engine::Vllm && engine.version_in_force(k) >= [0, 7, 2] => {
+            t.max_positions() * 4
+        }
         _ => t.max_positions(),
     }
 }

@@ -1,6 +1,6 @@
 """Runs vLLM's own get_rope (a real rotary_embedding/ folder) on the CPU for a set of rope
 parameters and prints the bytes of the cos/sin buffers each builds (bf16 model dtype)."""
-import sys, json, importlib, os
+import sys, json, importlib, os, contextlib, io
 sys.path.insert(0, sys.argv[2])
 import torch
 import importlib.abc, importlib.machinery, types
@@ -43,6 +43,14 @@ import vllm.triton_utils as tu
 tu.tl = _Any()
 tu.triton = _Any()
 
+# Some releases build a class's tables on `device="cuda"` (DeepSeek's at 0.6.6): the CPU stands in.
+_arange = torch.arange
+def _cpu_arange(*a, **k):
+    if str(k.get("device", "")).startswith("cuda"):
+        k["device"] = "cpu"
+    return _arange(*a, **k)
+torch.arange = _cpu_arange
+
 from vllm.model_executor.layers.rotary_embedding import get_rope
 import inspect
 new_api = "rope_parameters" in inspect.signature(get_rope).parameters
@@ -52,17 +60,18 @@ out = []
 for c in cases:
     p = dict(c["rope"]) if c["rope"] is not None else None
     head = c["head_size"]
+    params = dict(p or {})
+    params.setdefault("rope_theta", 10000.0)
+    params.setdefault("rope_type", "default")
     try:
-        if new_api:
-            params = dict(p or {})
-            params.setdefault("rope_theta", 10000.0)
-            params.setdefault("rope_type", "default")
-            emb = get_rope(head, c["max_position"], is_neox_style=c.get("neox", True),
-                           rope_parameters=params, dtype=torch.bfloat16)
-        else:
-            emb = get_rope(head, head, c["max_position"], 10000.0,
-                           is_neox_style=c.get("neox", True), rope_scaling=p,
-                           dtype=torch.bfloat16)
+        with contextlib.redirect_stdout(io.StringIO()):  # a release prints from get_rope
+            if new_api:
+                emb = get_rope(head, c["max_position"], is_neox_style=c.get("neox", True),
+                               rope_parameters=params, dtype=torch.bfloat16)
+            else:
+                emb = get_rope(head, head, c["max_position"], 10000.0,
+                               is_neox_style=c.get("neox", True), rope_scaling=p,
+                               dtype=torch.bfloat16)
     except Exception as e:  # a version that does not build this class
         out.append({"name": c["name"], "error": f"{type(e).__name__}: {e}"})
         continue
