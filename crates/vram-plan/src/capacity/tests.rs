@@ -2096,8 +2096,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
 /// `tests/data/get_rope/cases.json` (no scaling, `llama3`, `ntk`, `linear`, dynamic NTK by
 /// factor and by alpha, YaRN, DeepSeek's YaRN, M-RoPE plain, interleaved and with YaRN,
 /// LongRoPE), the bytes of the buffers that the own `get_rope` of vLLM 0.6.6, 0.7.1, 0.7.2,
-/// 0.8.5, 0.10.2, 0.11.0, 0.14.0, 0.18.0, 0.19.0 and 0.22.0 and of SGLang 0.4.2, 0.4.3, 0.4.5
-/// and 0.5.3 build, run on the CPU from each release's source (CUDA's and ROCm's branch of
+/// 0.8.5, 0.10.2, 0.11.0, 0.14.0, 0.18.0, 0.19.0 and 0.22.0 and of SGLang 0.4.2, 0.4.2.post1,
+/// 0.4.3, 0.4.5 and 0.5.3 build, run on the CPU from each release's source (CUDA's and ROCm's branch of
 /// SGLang's platform check), equal `vram capacity`'s rotary bytes for a Qwen3-shaped config with
 /// those parameters. What a release refuses is skipped (`ntk` and an alpha-only `dynamic` in
 /// vLLM to 0.8.5 and SGLang; M-RoPE with YaRN at vLLM 0.14.0).
@@ -2115,19 +2115,15 @@ fn rotary_tables_are_the_engines_own() {
             "vllm" => Engine::Vllm,
             _ => Engine::Sglang,
         };
-        let version: Vec<u32> = run["version"]
-            .as_str()
-            .unwrap()
-            .split('.')
-            .map(|p| p.parse().unwrap())
-            .collect();
+        let (version, pin) = parse_engine_version(run["version"].as_str().unwrap()).unwrap();
         let gpu = if run["platform"] == "cuda" {
             h100
         } else {
             mi300x
         };
         let k = Knobs {
-            engine_version: Some([version[0], version[1], version[2]]),
+            engine_version: Some(version),
+            engine_pin: pin,
             dtype_bytes: 2,
             ..Knobs::default()
         };

@@ -169,11 +169,11 @@ pub(super) fn rope_rows(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
 /// Bytes per element of the config's own rotary table. vLLM casts every class's cache to the
 /// model dtype (`cache.to(dtype)` in `RotaryEmbedding.__init__`, read at v0.10.2, v0.19.0 and
 /// v0.22.0; its FlashInfer path that would keep fp32 is commented out). SGLang keeps
-/// `RotaryEmbedding` and its subclasses' caches in fp32 on CUDA from 0.4.3 ("cache needs to be
-/// in FP32 for numerical stability": the cast is skipped where `is_cuda`, read at 0.4.3, 0.4.4,
-/// 0.4.5 and 0.5.3; 0.4.2 casts), in the model dtype on ROCm (from 0.4.5 `is_cuda` asks
-/// `torch.version.cuda`; 0.4.3 and 0.4.4 asked the same through `is_cuda_available`); its
-/// `Phi3LongRoPEScaledRotaryEmbedding`, no subclass, casts its tables.
+/// `RotaryEmbedding` and its subclasses' caches in fp32 on CUDA from 0.4.2.post1 ("cache needs
+/// to be in FP32 for numerical stability": the cast is skipped where `is_cuda`, read at
+/// 0.4.2.post1 to post4, 0.4.3, 0.4.4, 0.4.5 and 0.5.3; 0.4.2 casts), in the model dtype on ROCm
+/// (from 0.4.5 `is_cuda` asks `torch.version.cuda`; 0.4.2.post1 to 0.4.4 asked the same through
+/// `is_cuda_available`); its `Phi3LongRoPEScaledRotaryEmbedding`, no subclass, casts its tables.
 ///
 /// Not modelled: vLLM's `DeepseekScalingRotaryEmbedding` keeps fp32 where its custom op is
 /// enabled with FlashInfer on CUDA (from 0.14; 0.10.2 to 0.12.0 cast), which the default
@@ -183,11 +183,10 @@ pub(super) fn rope_element_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu
         t.blocks.rope_tables.class,
         vram_model::blocks::RopeClass::LongRope { .. }
     );
-    if engine == Engine::Sglang
-        && !longrope
-        && !engine::is_rocm(gpu)
-        && engine.version_in_force(k) >= [0, 4, 3]
-    {
+    let version = engine.version_in_force(k);
+    let fp32 = version > [0, 4, 2]
+        || (version == [0, 4, 2] && matches!(k.engine_pin, Pin::Release { post } if post >= 1));
+    if engine == Engine::Sglang && !longrope && !engine::is_rocm(gpu) && fp32 {
         4
     } else {
         k.dtype_bytes
