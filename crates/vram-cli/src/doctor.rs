@@ -112,6 +112,11 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
     let mut inp = Inputs::new(msg.clone());
     let mut model_notes = Vec::new();
     if let Some(model_arg) = &a.model {
+        if msg.backend == Backend::Mps && a.gpu.is_none() {
+            return Err(bad_input!(
+                "--model {model_arg} with an MPS message: the GPU catalog has no Apple GPU; give --gpu to estimate on a catalog one"
+            ));
+        }
         let gpu = match &a.gpu {
             Some(g) => gpu::lookup(g)?,
             None => nearest_gpu(msg.total_bytes, msg.backend),
@@ -352,6 +357,26 @@ fn nearest_gpu(total: u64, backend: Backend) -> &'static gpu::Gpu {
 fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
     let m = &d.message;
     let f = &d.figures;
+    if m.backend == Backend::Mps {
+        // No device size nor free memory: the message's own three figures and the watermark.
+        writeln!(
+            out,
+            "MPS (Apple GPU): {} requested; PyTorch's Metal heaps {}, other Metal allocations {}; high watermark {}",
+            hb(f.requested_bytes),
+            hb(f.reserved_bytes),
+            hb(f.non_pytorch_bytes.unwrap_or(0)),
+            f.allowed_bytes.map_or("disabled".to_string(), hb),
+        )?;
+        if f.allowed_bytes.is_some() {
+            writeln!(
+                out,
+                "PyTorch's heaps could reach at most {} under the watermark; over it by {}",
+                hb(d.usable_bytes),
+                hb(d.shortfall_bytes)
+            )?;
+        }
+        return print_rest(out, d);
+    }
     writeln!(
         out,
         "{} {}: {} requested, {} free of {}; PyTorch: {} allocated, {} reserved ({} of it unallocated); {}",
@@ -381,6 +406,12 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
             String::new()
         }
     )?;
+    print_rest(out, d)
+}
+
+/// Causes, estimate, replay, remedies and notes: the same for every layout.
+fn print_rest(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
+    let m = &d.message;
     writeln!(out)?;
     writeln!(out, "causes (most important first):")?;
     for (i, c) in d.causes.iter().enumerate() {
@@ -458,6 +489,7 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
 fn kind_name(k: vram_doctor::CauseKind, backend: Backend) -> &'static str {
     use vram_doctor::CauseKind::*;
     match k {
+        ProcessCap if backend == Backend::Mps => "the MPS high watermark",
         ProcessCap => "per-process cap",
         Unexplained => "the figures do not explain it",
         TensorLargerThanDevice => "one tensor larger than the device",
@@ -466,6 +498,7 @@ fn kind_name(k: vram_doctor::CauseKind, backend: Backend) -> &'static str {
             Backend::Cuda => "CUDA-graph private pools",
             Backend::Hip => "HIP-graph private pools",
             Backend::Npu => "NPU-graph private pools",
+            Backend::Mps => "MPS-graph private pools",
         },
         Fragmentation => "fragmentation",
         StepTooLarge => "the step is too large",

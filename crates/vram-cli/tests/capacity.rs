@@ -229,6 +229,31 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "vLLM 0.22.1 runs Qwen3ForCausalLM on its V2 model runner by default",
         ),
         (
+            // `is_quantized` is the checkpoint's quantization_config: in-flight FP8 stays on V2.
+            vec!["qwen3-8b", "--engine-version", "0.22.1", "--quantization", "fp8"],
+            "vLLM 0.22.1 runs Qwen3ForCausalLM on its V2 model runner by default",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine-version",
+                "0.21",
+                "--vllm-use-v2-model-runner",
+                "1",
+            ],
+            "vLLM 0.21 would run its V2 model runner, whose memory profile vram does not model",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine",
+                "sglang",
+                "--vllm-use-v2-model-runner",
+                "0",
+            ],
+            "--vllm-use-v2-model-runner is a vLLM flag; not for --engine sglang",
+        ),
+        (
             // `--quantization` is `--weights`' alias: one flag, one vocabulary.
             vec!["llama-3-8b", "--quantization", "int3"],
             "invalid value 'int3' for '--weights",
@@ -298,6 +323,19 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
         assert!(err.contains(want), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
+    // VLLM_USE_V2_MODEL_RUNNER=0 (or a feature the V2 runner lacks) keeps 0.22 on the V1
+    // runner, which vram models.
+    let (code, out, err) = vram(&args(&[
+        "capacity",
+        "qwen3-8b",
+        "--engine-version",
+        "0.22.1",
+        "--vllm-use-v2-model-runner",
+        "0",
+    ]));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("vLLM 0.22.1"), "{out}");
+    assert!(out.contains("the V1 model runner"), "{out}");
 }
 
 /// What a run that does not start says: the largest length that would, and a change that

@@ -1234,3 +1234,66 @@ fn overheads_beyond_the_device_and_very_long_names_are_one_short_line() {
     assert!(err.len() < 5000, "{}", err.len());
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn doctor_reads_mps_messages_in_text_and_json_alike() {
+    // Apple's MPS allocator: no device size nor free memory, the high watermark instead. The
+    // text's first line carries the message's own figures, and text and `--json` list the same
+    // causes in the same order. Real: lllyasviel/Fooocus#980.
+    let msg = "RuntimeError: MPS backend out of memory (MPS allocated: 8.93 GB, other allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may cause system failure).";
+    let (code, text, err) = vram(&["doctor", msg]);
+    assert_eq!(code, 0, "{err}");
+    let first = text.lines().next().unwrap();
+    for s in [
+        "MPS (Apple GPU)",
+        "25.00 MiB requested",
+        "8.93 GiB",
+        "120.39 MiB",
+        "9.07 GiB",
+    ] {
+        assert!(first.contains(s), "{s} in {first}");
+    }
+    assert!(!text.contains("free of"), "{text}");
+    for word in [
+        "nvidia-smi",
+        "cudaMalloc",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "CUDA context",
+    ] {
+        assert!(!text.contains(word), "{word} in\n{text}");
+    }
+    let (code, json, _) = vram(&["doctor", msg, "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["message"]["backend"], "mps");
+    assert_eq!(v["message"]["layout"], "mps");
+    let kinds: Vec<&str> = v["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds[0], "step-too-large");
+    let causes: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("causes"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(causes.len(), kinds.len(), "{text}");
+    for (line, c) in causes.iter().zip(v["causes"].as_array().unwrap()) {
+        assert!(line.contains(c["detail"].as_str().unwrap()), "{line}");
+    }
+    // No catalog GPU stands for an Apple one: --model needs --gpu, in one line, exit 2.
+    let (code, out, err) = vram(&["doctor", msg, "--model", "llama-3-8b"]);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("no Apple GPU"), "{err}");
+    // Cut before the request: one line, exit 2.
+    let (code, _, err) = vram(&[
+        "doctor",
+        "MPS backend out of memory (MPS allocated: 18.05 GB, other allocations: 4.48 MB",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -277,6 +277,7 @@ fn no_list_reason(backend: Backend) -> &'static str {
         Backend::Cuda => "1.x/2.0 layout, or NVML unavailable",
         Backend::Hip => "ROCm builds list none: PyTorch lists processes through NVIDIA's NVML, built only with the CUDA driver API",
         Backend::Npu => "torch_npu lists none",
+        Backend::Mps => "the MPS backend lists none",
     }
 }
 
@@ -539,6 +540,10 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   what the process could hold.
 /// - **growth** between `memory_stats()` dumps, or a recording's leak check
 ///   on this GPU.
+/// - **Apple's MPS message** ([`Layout::Mps`]) has no device total nor free
+///   figure; its only limit is the high watermark, checked against Metal's
+///   whole allocation plus the request. It is read apart, against that limit
+///   (decided on batch 16's fit half, BENCHMARKS.md): see `mps`.
 ///
 /// Causes are ranked: trapped slack under the cap, the cap, unexplained (after
 /// the neighbours when they are named first, above; before the step), a
@@ -552,6 +557,9 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 /// planner refusal, a snapshot whose events cannot be replayed.
 pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     let m = &inp.message;
+    if m.layout == Layout::Mps {
+        return Ok(mps(m));
+    }
     let hb = human_bytes;
     let mut notes = Vec::new();
     let fig = figures(m, &mut notes);
@@ -605,7 +613,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
 
     // The reservation as printed: one figure (1.4-2.0) or two (A + U, A + C).
     let reserved_rounding = match m.layout {
-        Layout::Legacy | Layout::Async => rounding(reserved),
+        Layout::Legacy | Layout::Async | Layout::Mps => rounding(reserved),
         Layout::Current | Layout::Cached => rounding(alloc).saturating_add(rounding(unalloc)),
     };
     // `alloc_block` refuses when reserved + request > allowed. Within the printed figures'
@@ -1643,6 +1651,202 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         replay: replay_rows,
         notes,
     })
+}
+
+/// Apple's MPS backend (`aten/src/ATen/mps/MPSAllocator.mm`, `alloc_buffer_block`). After its
+/// cache and two rounds of releasing cached buffers, the allocator refuses when the Metal
+/// device's allocations (`currentAllocatedSize`: PyTorch's heaps plus the backend's implicit
+/// allocations) and the request exceed the high watermark (`alloc_buffer`), which is
+/// `PYTORCH_MPS_HIGH_WATERMARK_RATIO` (1.7 by default) times Metal's
+/// `recommendedMaxWorkingSetSize`; with the ratio at 0 there is no watermark and the refusal is
+/// Metal's, creating a heap. The message prints no device size nor free memory, so the causes
+/// come from those three figures: the request alone above the watermark; memory outside
+/// PyTorch's heaps larger than the heaps; otherwise the step (PyTorch's heaps, which hold live
+/// buffers only by then), with the watermark second: by default it already sits above what
+/// Metal recommends for the device, so raising it trades the error for paging.
+fn mps(m: &OomMessage) -> Diagnosis {
+    let hb = human_bytes;
+    let req = m.requested_bytes;
+    let heaps = m.reserved_bytes;
+    let in_use = m.this_process_bytes.unwrap_or(heaps);
+    let other = in_use.saturating_sub(heaps);
+    let watermark = m.allowed_bytes;
+    let mut notes = vec![format!(
+        "an MPS message prints no device size nor free memory: its limit is the high watermark, {}, which the allocator checks against Metal's whole allocation (PyTorch's heaps plus the {} outside them) plus the request",
+        watermark.map_or("disabled (`PYTORCH_MPS_HIGH_WATERMARK_RATIO=0`)".to_string(), hb),
+        hb(other)
+    )];
+    let could_hold = watermark.map_or(heaps, |l| l.saturating_sub(other));
+    let shortfall = watermark.map_or(0, |l| {
+        heaps
+            .saturating_add(other)
+            .saturating_add(req)
+            .saturating_sub(l)
+    });
+    // The printed figures are each rounded; the check can have failed within their rounding.
+    let margin = rounding(heaps)
+        .saturating_add(rounding(other))
+        .saturating_add(rounding(req))
+        .saturating_add(watermark.map_or(0, rounding));
+    let mut causes = Vec::new();
+    let mut remedies = Vec::new();
+    let step_remedy = |need: u64| {
+        Remedy {
+        kind: CauseKind::StepTooLarge,
+        action: "make the step smaller: batch, image or sequence size, a smaller or quantized model, fp16/bf16 weights".into(),
+        saves_bytes: None,
+        enough: false,
+        step_time_s: None,
+        detail: format!("it has to shed at least {} of PyTorch's heaps plus the request to pass under the high watermark", hb(need)),
+    }
+    };
+    let cap_remedy = |l: u64| {
+        Remedy {
+        kind: CauseKind::ProcessCap,
+        action: "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 (no limit) or a ratio up to 2.0, set before torch is imported".into(),
+        saves_bytes: None,
+        enough: false,
+        step_time_s: None,
+        detail: format!(
+            "lifts the {} watermark; PyTorch warns it may cause system failure: at the default ratio, 1.7 × Metal's recommendedMaxWorkingSetSize, the limit is already above what Metal recommends for this device, and beyond it macOS pages GPU memory",
+            hb(l)
+        ),
+    }
+    };
+    match watermark {
+        Some(l) if req > l => {
+            causes.push(Cause {
+                kind: CauseKind::TensorLargerThanDevice,
+                bytes: req,
+                sufficient: true,
+                detail: format!(
+                    "one request of {} is larger than the {} high watermark by itself",
+                    hb(req),
+                    hb(l)
+                ),
+            });
+            remedies.push(Remedy {
+                kind: CauseKind::TensorLargerThanDevice,
+                action: "split or shrink that tensor (tiling, chunked attention, a smaller input)"
+                    .into(),
+                saves_bytes: Some(req.saturating_sub(could_hold)),
+                enough: false,
+                step_time_s: None,
+                detail: format!("the {} request alone exceeds the limit", hb(req)),
+            });
+            remedies.push(cap_remedy(l));
+        }
+        Some(l)
+            if heaps
+                .saturating_add(other)
+                .saturating_add(req)
+                .saturating_add(margin)
+                <= l =>
+        {
+            causes.push(Cause {
+                kind: CauseKind::Unexplained,
+                bytes: req,
+                sufficient: false,
+                detail: format!(
+                    "PyTorch's heaps {} plus the {} outside them and the {} request stay under the {} high watermark: the watermark did not refuse it, Metal failed to create a heap (no usable GPU memory, as on a virtualised runner)",
+                    hb(heaps), hb(other), hb(req), hb(l)
+                ),
+            });
+        }
+        Some(l) => {
+            let step_alone = heaps.saturating_add(req) > l;
+            let lead_other = other > heaps;
+            let outside = Cause {
+                kind: CauseKind::OutsidePytorch,
+                bytes: other,
+                sufficient: !step_alone,
+                detail: format!(
+                    "{} of Metal memory outside PyTorch's {} of heaps ({}, or another Metal user in this process) counts against the watermark",
+                    hb(other), hb(heaps), Backend::Mps.libraries()
+                ),
+            };
+            let step = Cause {
+                kind: CauseKind::StepTooLarge,
+                bytes: heaps.saturating_add(req),
+                sufficient: step_alone,
+                detail: format!(
+                    "PyTorch's heaps {} (live buffers: cached ones were released before the error) plus the {} request {} the {} high watermark",
+                    hb(heaps), hb(req), if step_alone { "exceed" } else { "all but reach" }, hb(l)
+                ),
+            };
+            let cap = Cause {
+                kind: CauseKind::ProcessCap,
+                bytes: shortfall,
+                sufficient: false,
+                detail: format!(
+                    "{} refused the request, {} short; it is PYTORCH_MPS_HIGH_WATERMARK_RATIO (1.7 by default) × Metal's recommended working set, and without it the request goes to Metal itself",
+                    hb(l), hb(shortfall)
+                ),
+            };
+            if lead_other {
+                causes.extend([outside, step, cap]);
+                remedies.push(Remedy {
+                    kind: CauseKind::OutsidePytorch,
+                    action: "find what else allocates Metal memory in this process (the MPS backend's implicit allocations, another framework); torch.mps.empty_cache() returns only PyTorch's cached heaps".into(),
+                    saves_bytes: Some(other),
+                    enough: !step_alone,
+                    step_time_s: None,
+                    detail: format!("{} outside PyTorch's heaps; without it the request passes under the watermark", hb(other)),
+                });
+                remedies.push(step_remedy(shortfall));
+                remedies.push(cap_remedy(l));
+            } else {
+                causes.push(step);
+                causes.push(cap);
+                if other >= shortfall && other > 0 {
+                    causes.push(outside);
+                }
+                remedies.push(step_remedy(shortfall));
+                remedies.push(cap_remedy(l));
+            }
+        }
+        None => {
+            causes.push(Cause {
+                kind: CauseKind::StepTooLarge,
+                bytes: heaps.saturating_add(req),
+                sufficient: false,
+                detail: format!(
+                    "with the watermark disabled, Metal itself could not create a heap for {} beside PyTorch's {} and the {} outside them: the job needs more than this machine's memory",
+                    hb(req), hb(heaps), hb(other)
+                ),
+            });
+            remedies.push(step_remedy(req));
+        }
+    }
+    if watermark.is_some() {
+        notes.push("the watermark is checked against PyTorch's heaps after it released its cached buffers, so there is no fragmentation verdict to draw from the figures".into());
+    }
+    let figures = Figures {
+        requested_bytes: req,
+        total_bytes: 0,
+        free_bytes: 0,
+        allocated_bytes: heaps,
+        reserved_bytes: heaps,
+        unallocated_bytes: 0,
+        private_pool_bytes: 0,
+        allowed_bytes: watermark,
+        non_pytorch_bytes: Some(other),
+        other_process_bytes: 0,
+        unaccounted_bytes: 0,
+        could_hold_bytes: could_hold,
+    };
+    Diagnosis {
+        message: m.clone(),
+        figures,
+        usable_bytes: could_hold,
+        non_pytorch_bytes: Some(other),
+        shortfall_bytes: shortfall,
+        causes,
+        remedies,
+        estimate: None,
+        replay: Vec::new(),
+        notes,
+    }
 }
 
 /// What this process could have, as the step's figures are read against it:

@@ -2,7 +2,7 @@
 //!
 //! The input is the error the user has in hand: PyTorch's `CUDA out of memory.
 //! Tried to allocate ...` message ([`message::parse`], every layout from 1.0
-//! to 2.9, read through log noise), or a serving engine's start-up memory
+//! to 2.9, ROCm's, Ascend's, XPU's and Apple's MPS, read through log noise), or a serving engine's start-up memory
 //! error ([`serving::parse`]: vLLM, SGLang). [`read`] tells them apart. A
 //! PyTorch message may come with the model and setup ([`Job`]: the same
 //! knobs as `vram estimate`), `torch.cuda.memory_stats()` dumps
@@ -59,7 +59,12 @@
 //!     step when their bytes, returned, would serve the request and leave the step the same
 //!     room as rule 9: [`diagnose`];
 //! 12. vLLM's and SGLang's start-up errors, each with what took the cache's memory
-//!     ([`serving::ServingCause`]): [`serving`].
+//!     ([`serving::ServingCause`]): [`serving`];
+//! 13. Apple's MPS message (`MPS backend out of memory`, no device total or free figure) is
+//!     read against its high watermark: a request above it alone is a tensor larger than the
+//!     device, one the heaps and other Metal allocations leave room for under it is
+//!     unexplained, other Metal memory larger than PyTorch's heaps leads, else the step with
+//!     the watermark second ([`message::Layout::Mps`]): [`diagnose`].
 //!
 //! `tests/data/messages/CAUSES.md` maps what fixed a real failure to the cause it shows;
 //! `public.txt` beside it holds real messages labelled that way, split by a hash of their

@@ -33,6 +33,16 @@
 //!   CUDA-graph pools) and U excludes it, so reserved = A + U. 2.1 spelled it
 //!   `total capacty`; ROCm builds say `HIP out of memory` ([`Layout::Current`]).
 //!
+//! * **Apple's MPS backend** (`aten/src/ATen/mps/MPSAllocator.mm`,
+//!   `MPSHeapAllocatorImpl::alloc_buffer_block`): `MPS backend out of memory (MPS allocated: A,
+//!   other allocations: O[, max allowed: L]). Tried to allocate S on private|shared pool.` A is
+//!   the Metal heaps PyTorch's allocator holds (`m_total_allocated_memory`), O is Metal's
+//!   `currentAllocatedSize` less A (the backend's implicit allocations and anything else on
+//!   the Metal device), L the high watermark, `PYTORCH_MPS_HIGH_WATERMARK_RATIO` (1.7 by
+//!   default, 0 disables it and drops `max allowed` from the text) times Metal's
+//!   `recommendedMaxWorkingSetSize`. It prints no device size and no free memory; older builds
+//!   print `GB`/`MB` for the same binary units ([`Layout::Mps`]).
+//!
 //! Sizes are `format_size`'s: `N bytes` up to 1 KiB, else two decimals of
 //! KiB, MiB or GiB (binary units). [`parse`] finds the message anywhere in
 //! its input: a whole traceback, a log with timestamps, `[rank0]:` or
@@ -71,6 +81,13 @@ pub enum Layout {
     /// (according to CUDA)` and `PyTorch limit`. Freed memory goes back to the driver's
     /// pool, so PyTorch holds no cache of its own: reserved = allocated.
     Async,
+    /// Apple's MPS backend: `MPS backend out of memory (MPS allocated: A, other allocations:
+    /// O, max allowed: L). Tried to allocate S on private pool.` A is the Metal heaps PyTorch
+    /// holds (read as both allocated and reserved: the failure path has already released its
+    /// cached buffers), O the Metal memory outside them (`this_process_bytes` = A + O), L the
+    /// high watermark (`allowed_bytes`). No device size and no free memory are printed: those
+    /// read 0.
+    Mps,
 }
 
 /// Which device runtime's PyTorch build raised the message: it names the allocator's settings.
@@ -83,6 +100,9 @@ pub enum Backend {
     Hip,
     /// Ascend's torch_npu, `NPU out of memory` (`PYTORCH_NPU_ALLOC_CONF`).
     Npu,
+    /// Apple's MPS backend (Metal), `MPS backend out of memory`: its only allocator limit is
+    /// `PYTORCH_MPS_HIGH_WATERMARK_RATIO`.
+    Mps,
 }
 
 impl Backend {
@@ -92,6 +112,7 @@ impl Backend {
             Backend::Cuda => "PYTORCH_CUDA_ALLOC_CONF",
             Backend::Hip => "PYTORCH_HIP_ALLOC_CONF",
             Backend::Npu => "PYTORCH_NPU_ALLOC_CONF",
+            Backend::Mps => "PYTORCH_MPS_HIGH_WATERMARK_RATIO",
         }
     }
 
@@ -100,6 +121,7 @@ impl Backend {
         match self {
             Backend::Cuda | Backend::Hip => "GPU",
             Backend::Npu => "NPU",
+            Backend::Mps => "MPS",
         }
     }
 
@@ -111,6 +133,7 @@ impl Backend {
             Backend::Cuda => "cuda_context",
             Backend::Hip => "hip_context",
             Backend::Npu => "npu_context",
+            Backend::Mps => "mps_context",
         }
     }
 
@@ -120,6 +143,7 @@ impl Backend {
             Backend::Cuda => "CUDA context",
             Backend::Hip => "HIP context",
             Backend::Npu => "NPU (CANN) context",
+            Backend::Mps => "Metal device state",
         }
     }
 
@@ -134,6 +158,7 @@ impl Backend {
             Backend::Npu => {
                 "an NPU context is taken as at most 1.5 GiB (the CUDA figure; vramkit has not measured one on Ascend)"
             }
+            Backend::Mps => "vramkit has not measured the Metal runtime's own memory",
         }
     }
 
@@ -143,6 +168,7 @@ impl Backend {
             Backend::Cuda => "cudaMalloc",
             Backend::Hip => "hipMalloc",
             Backend::Npu => "aclrtMalloc",
+            Backend::Mps => "newHeapWithDescriptor",
         }
     }
 
@@ -152,6 +178,7 @@ impl Backend {
             Backend::Cuda => "NCCL buffers, cuBLAS/cuDNN workspaces",
             Backend::Hip => "RCCL buffers, rocBLAS/hipBLASLt/MIOpen workspaces",
             Backend::Npu => "HCCL buffers, CANN operator workspaces",
+            Backend::Mps => "the MPS backend's implicit allocations (MPSGraph, MPSNDArray)",
         }
     }
 
@@ -161,6 +188,7 @@ impl Backend {
             Backend::Cuda => "nvidia-smi",
             Backend::Hip => "rocm-smi",
             Backend::Npu => "npu-smi info",
+            Backend::Mps => "Activity Monitor",
         }
     }
 
@@ -170,6 +198,7 @@ impl Backend {
             Backend::Cuda => "nvidia-smi --query-compute-apps=pid,used_memory --format=csv",
             Backend::Hip => "rocm-smi --showpids",
             Backend::Npu => "npu-smi info",
+            Backend::Mps => "Activity Monitor (GPU and memory columns)",
         }
     }
 
@@ -179,6 +208,7 @@ impl Backend {
             Backend::Cuda => "NCCL's buffers (NCCL_BUFFSIZE, fewer communicators)",
             Backend::Hip => "RCCL's buffers (RCCL reads NCCL_BUFFSIZE; fewer communicators)",
             Backend::Npu => "HCCL's buffers (HCCL_BUFFSIZE, fewer communicators)",
+            Backend::Mps => "no collective library (MPS runs on one device)",
         }
     }
 
@@ -188,6 +218,7 @@ impl Backend {
             Backend::Cuda => "CUDA graphs",
             Backend::Hip => "HIP graphs (torch.cuda.CUDAGraph on ROCm)",
             Backend::Npu => "NPU graphs (ACL graphs)",
+            Backend::Mps => "MPS graphs",
         }
     }
 
@@ -196,6 +227,7 @@ impl Backend {
         match self {
             Backend::Cuda | Backend::Hip => "torch.cuda",
             Backend::Npu => "torch.npu",
+            Backend::Mps => "torch.mps",
         }
     }
 }
@@ -245,9 +277,9 @@ pub struct OomMessage {
     pub requested_bytes: u64,
     /// CUDA device index.
     pub device: u32,
-    /// Device memory as `cudaMemGetInfo` reports it.
+    /// Device memory as `cudaMemGetInfo` reports it (0 for MPS, which prints none).
     pub total_bytes: u64,
-    /// Free device memory when the request failed.
+    /// Free device memory when the request failed (0 for MPS, which prints none).
     pub free_bytes: u64,
     /// Bytes in live tensors (`memory_allocated()`), CUDA-graph pools included.
     pub allocated_bytes: u64,
@@ -257,10 +289,12 @@ pub struct OomMessage {
     pub self_process: SelfProcess,
     /// Of `allocated_bytes`, what private pools (CUDA graphs) hold (2.x messages that say).
     pub private_pool_bytes: Option<u64>,
-    /// The per-process cap from `set_per_process_memory_fraction`, when set.
+    /// The per-process cap from `set_per_process_memory_fraction`, when set (MPS: the high
+    /// watermark, unless disabled).
     pub allowed_bytes: Option<u64>,
     /// This process's device memory as NVML reports it (PyTorch plus the CUDA
-    /// context and libraries); `None` when the message does not say.
+    /// context and libraries; MPS: Metal's `currentAllocatedSize`); `None` when the message
+    /// does not say.
     pub this_process_bytes: Option<u64>,
     /// The other processes on the device (2.1+ messages, when NVML works).
     pub other_processes: Vec<MessageProcess>,
@@ -392,6 +426,9 @@ const START: &str = "out of memory. tried to allocate ";
 /// A message pasted from its second sentence (`Tried to allocate 216.00 MiB (GPU 0; ...`):
 /// read when the text has no [`START`] and the figures follow.
 const BARE_START: &str = "tried to allocate ";
+
+/// Apple's MPS backend's message (`aten/src/ATen/mps/MPSAllocator.mm`, `alloc_buffer_block`).
+const MPS_START: &str = "mps backend out of memory (";
 
 /// The cudaMallocAsync backend's message (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`,
 /// `c10/cuda/CUDAMallocAsyncAllocator.cpp`, `mallocAsync`).
@@ -541,6 +578,9 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
     let mut start = START;
     let mut starts: Vec<usize> = flat.match_indices(START).map(|(i, _)| i).collect();
     if starts.is_empty() {
+        if let Some(i) = flat.find(MPS_START) {
+            return mps_layout(&flat[i + MPS_START.len()..]);
+        }
         if let Some(i) = flat.find(ASYNC_START) {
             let mut m = async_layout(&flat[i + ASYNC_START.len()..])?;
             m.device = flat[..i]
@@ -816,6 +856,44 @@ fn async_layout(text: &str) -> Result<OomMessage> {
         this_process_bytes: None,
         other_processes: Vec::new(),
         backend: Backend::Cuda,
+    })
+}
+
+/// `MPS allocated: A, other allocations: O[, max allowed: L]). Tried to allocate S on P pool.`
+/// (lower-cased, from after `MPS backend out of memory (`).
+fn mps_layout(text: &str) -> Result<OomMessage> {
+    let (heaps, rest) = strip_phrase(text, "mps allocated:")
+        .and_then(size_prefix)
+        .ok_or_else(|| unparseable("no size after `MPS allocated:`".into()))?;
+    let (other, rest) = strip_phrase(rest, ", other allocations:")
+        .and_then(size_prefix)
+        .ok_or_else(|| unparseable("no size after `other allocations:`".into()))?;
+    let (allowed_bytes, rest) = match strip_phrase(rest, ", max allowed:").and_then(size_prefix) {
+        Some((l, r)) => (Some(l), r),
+        None => (None, rest),
+    };
+    let (requested_bytes, _) = strip_phrase(rest, "). tried to allocate")
+        .and_then(size_prefix)
+        .ok_or_else(|| {
+            unparseable(
+                "the MPS message stops before `Tried to allocate S on ... pool`: paste it whole"
+                    .into(),
+            )
+        })?;
+    Ok(OomMessage {
+        layout: Layout::Mps,
+        requested_bytes,
+        device: 0,
+        total_bytes: 0,
+        free_bytes: 0,
+        allocated_bytes: heaps,
+        reserved_bytes: heaps,
+        self_process: SelfProcess::NoList,
+        private_pool_bytes: None,
+        allowed_bytes,
+        this_process_bytes: Some(heaps.saturating_add(other)),
+        other_processes: Vec::new(),
+        backend: Backend::Mps,
     })
 }
 

@@ -92,6 +92,8 @@ pub struct CapacityRequest {
     pub enable_dp_attention: bool,
     /// vLLM's `VLLM_USE_V1` (0 or 1; `None`: the version's own choice).
     pub vllm_use_v1: Option<u8>,
+    /// vLLM's `VLLM_USE_V2_MODEL_RUNNER` (0 or 1; `None`: the version's own choice).
+    pub vllm_use_v2_model_runner: Option<u8>,
     /// vLLM `--flashinfer-sampler`: V1's sampler runs FlashInfer's top-k/top-p kernels.
     pub flashinfer_sampler: bool,
     /// `--interconnect` (`None`: the GPU's board).
@@ -178,6 +180,10 @@ pub fn knobs(
         ),
         ("--enable-expert-parallel", r.enable_expert_parallel),
         ("--vllm-use-v1", r.vllm_use_v1.is_some()),
+        (
+            "--vllm-use-v2-model-runner",
+            r.vllm_use_v2_model_runner.is_some(),
+        ),
         ("--flashinfer-sampler", r.flashinfer_sampler),
     ];
     let sglang_only = [
@@ -269,6 +275,7 @@ pub fn knobs(
         mamba_ssm_bytes: None,
         vllm_v0: r.vllm_use_v1 == Some(0),
         vllm_v1: r.vllm_use_v1 == Some(1),
+        vllm_v2_runner: r.vllm_use_v2_model_runner.map(|v| v == 1),
         dp: r.data_parallel_size,
         expert_parallel: r.enable_expert_parallel,
         ep: r.ep_size.unwrap_or(1),

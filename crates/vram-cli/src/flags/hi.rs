@@ -222,6 +222,7 @@ impl CapacityArgs {
             ep_size: self.ep_size,
             enable_dp_attention: self.enable_dp_attention,
             vllm_use_v1: self.vllm_use_v1,
+            vllm_use_v2_model_runner: self.vllm_use_v2_model_runner,
             flashinfer_sampler: self.flashinfer_sampler,
             interconnect: self.interconnect.map(|i| match i {
                 InterconnectArg::Nvls => Interconnect::NvSwitchNvls,

@@ -520,6 +520,13 @@ pub struct CapacityArgs {
     /// 0.7 and earlier) [default: the version's own choice].
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub vllm_use_v1: Option<u8>,
+    /// vLLM: the VLLM_USE_V2_MODEL_RUNNER environment variable (0: the V1 model runner, which
+    /// vram models, as vLLM 0.22 also picks where the start uses a feature the V2 runner
+    /// lacks, such as --reasoning-parser; 1: the V2 runner, which vram does not model)
+    /// [default: the version's own choice: 0.22 runs a dense, unquantized Qwen3ForCausalLM on
+    /// V2].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub vllm_use_v2_model_runner: Option<u8>,
     /// vLLM V1: the sampler runs FlashInfer's top-k/top-p kernels (the log's "Using FlashInfer
     /// for top-p & top-k sampling": FlashInfer installed, as in the vllm/vllm-openai images,
     /// and VLLM_USE_FLASHINFER_SAMPLER not 0) instead of PyTorch's sort, which V1 before 0.17

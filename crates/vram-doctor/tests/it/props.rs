@@ -32,6 +32,14 @@ fn render(g: &Gen) -> String {
         hb(g.request)
     );
     match g.layout {
+        // aten/src/ATen/mps/MPSAllocator.mm, alloc_buffer_block (not generated: no device size).
+        Layout::Mps => format!(
+            "RuntimeError: MPS backend out of memory (MPS allocated: {}, other allocations: {}, max allowed: {}). Tried to allocate {} on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may cause system failure).",
+            hb(g.reserved),
+            hb(g.this_process.unwrap_or(g.reserved) - g.reserved),
+            hb(g.allowed.unwrap_or(g.total)),
+            hb(g.request)
+        ),
         // c10/cuda/CUDAMallocAsyncAllocator.cpp, mallocAsync (2^64 bytes: no fraction set).
         Layout::Async => format!(
             "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : {}\nRequested               : {}\nDevice limit            : {}\nFree (according to CUDA): {}\nPyTorch limit (set by user-supplied memory fraction)\n                        : {}",

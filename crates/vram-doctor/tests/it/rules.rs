@@ -1084,3 +1084,70 @@ fn rocm_and_npu_diagnoses_name_their_own_runtime() {
     assert!(all.contains("a CUDA context is 0.5–1.5 GiB"), "{all}");
     assert!(all.contains("nvidia-smi --query-compute-apps"), "{all}");
 }
+
+#[test]
+fn mps_messages_are_read_against_the_high_watermark() {
+    // Apple's MPS allocator (aten/src/ATen/mps/MPSAllocator.mm, alloc_buffer_block): PyTorch's
+    // heaps, the Metal memory outside them, the high watermark; `GB` is a binary unit there.
+    // Real: lllyasviel/Fooocus#980 (8 GB Mac, the default watermark 1.7 × 5.33 GB).
+    let text = "RuntimeError: MPS backend out of memory (MPS allocated: 8.93 GB, other allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may cause system failure).";
+    let m = parse(text).unwrap();
+    assert_eq!(m.layout, Layout::Mps);
+    assert_eq!(m.backend, Backend::Mps);
+    assert_eq!(m.reserved_bytes, gib(8.93));
+    assert_eq!(m.this_process_bytes, Some(gib(8.93) + mib(120.39)));
+    assert_eq!(m.allowed_bytes, Some(gib(9.07)));
+    assert_eq!(m.requested_bytes, mib(25.0));
+    assert_eq!((m.total_bytes, m.free_bytes), (0, 0));
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    // PyTorch's heaps dominate: the step leads, the watermark second (by default it already
+    // sits above what Metal recommends for the device).
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert_eq!(d.causes[1].kind, CauseKind::ProcessCap);
+    assert_eq!(
+        d.shortfall_bytes,
+        (gib(8.93) + mib(120.39) + mib(25.0)).saturating_sub(gib(9.07))
+    );
+    assert!(d.remedies.iter().any(|r| r.kind == CauseKind::ProcessCap
+        && r.action.starts_with("PYTORCH_MPS_HIGH_WATERMARK_RATIO")));
+    assert!(!has(&d, CauseKind::Fragmentation));
+
+    // Real: pytorch/pytorch#105839 (a comment): 7.42 GB outside PyTorch's 1.45 GB of heaps.
+    let d = diagnose(&Inputs::new(
+        parse("MPS backend out of memory (MPS allocated: 1.45 GB, other allocations: 7.42 GB, max allowed: 9.07 GB). Tried to allocate 563.62 MB on private pool.").unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::OutsidePytorch,
+        "{:#?}",
+        d.causes
+    );
+    assert!(d.causes[0].sufficient);
+
+    // One request above the watermark by itself.
+    let d = diagnose(&Inputs::new(
+        parse("MPS backend out of memory (MPS allocated: 1.00 GiB, other allocations: 2.00 MiB, max allowed: 18.13 GiB). Tried to allocate 20.00 GiB on private pool.").unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::TensorLargerThanDevice);
+
+    // Nothing held and still refused: not the watermark (a runner without a usable GPU,
+    // lululxvi/deepxde#1973's CI log).
+    let d = diagnose(&Inputs::new(
+        parse("MPS backend out of memory (MPS allocated: 0 bytes, other allocations: 0 bytes, max allowed: 7.93 GB). Tried to allocate 256 bytes on shared pool.").unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::Unexplained);
+
+    // The watermark disabled (ratio 0): no `max allowed`, Metal itself refused.
+    let m = parse("MPS backend out of memory (MPS allocated: 30.00 GiB, other allocations: 1.00 GiB). Tried to allocate 2.00 GiB on private pool.").unwrap();
+    assert_eq!(m.allowed_bytes, None);
+    let d = diagnose(&Inputs::new(m)).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
+
+    // Cut before the request: refused in one line.
+    let e = parse("MPS backend out of memory (MPS allocated: 18.05 GB, other allocations: 4.48 MB")
+        .unwrap_err();
+    assert!(e.to_string().contains("Tried to allocate"), "{e}");
+}

@@ -922,6 +922,17 @@ mod tests {
             2048,
         );
         assert_eq!(channel[1].shape, vec![5120, 1]);
+        // Channel-wise AWQ (`group_size: -1`): AutoAWQ's `WQLinear_GEMM` takes the whole input
+        // row as the group, one row of zeros and scales.
+        let awq = linear_tensors(WeightFormat::Awq { group: 0 }, false, 5120, 2048);
+        assert_eq!(
+            names(&awq),
+            vec![
+                ("qweight", vec![2048, 640], "int32"),
+                ("qzeros", vec![1, 640], "int32"),
+                ("scales", vec![1, 5120], "float16"),
+            ]
+        );
     }
 
     #[test]

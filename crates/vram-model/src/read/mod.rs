@@ -601,7 +601,10 @@ fn quantization(qc: &Cfg) -> Result<Quant> {
             },
             double_quant: false,
         },
-        Some("awq") if bits == 4 && group(qc)? > 0 => Quant::Packed {
+        // `group_size: -1` (channel-wise) is one group over the whole input row: AutoAWQ's
+        // `WQLinear_GEMM` takes the group as `in_features` (`awq/modules/linear/gemm.py`), so
+        // `qzeros` is `[1, out/8]` and `scales` `[1, out]`.
+        Some("awq") if bits == 4 => Quant::Packed {
             format: WeightFormat::Awq { group: group(qc)? },
             double_quant: false,
         },

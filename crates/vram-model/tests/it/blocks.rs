@@ -362,6 +362,11 @@ fn quantization_configs_are_read_into_the_storage() {
             r#"{"quant_method":"awq","bits":4,"group_size":64,"version":"gemm"}"#,
             packed(WeightFormat::Awq { group: 64 }, false),
         ),
+        // Channel-wise AWQ: one group per input row.
+        (
+            r#"{"quant_method":"awq","bits":4,"group_size":-1,"zero_point":true,"version":"gemm"}"#,
+            packed(WeightFormat::Awq { group: 0 }, false),
+        ),
         (r#"{"quant_method":"gptq","bits":8}"#, Quant::Other),
         (r#"{"quant_method":"compressed-tensors"}"#, Quant::Other),
         // compressed-tensors W4A16 as llm-compressor writes it (vLLM 0.10.0's

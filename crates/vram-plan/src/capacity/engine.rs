@@ -18,9 +18,11 @@
 //!   `_dummy_sampler_run` samples a second time with a seeded generator, which FlashInfer's
 //!   sampler cannot take, so the PyTorch path runs in every profile whatever the sampler in force
 //!   (`gpu_model_runner.py` and `topk_topp_sampler.py` `forward_cuda` at 0.21.0).
-//! - **The model runner.** 0.22 runs `Qwen3ForCausalLM` without quantization on its V2 model
-//!   runner (`vllm/v1/worker/gpu/`) by default (`config/vllm.py` `use_v2_model_runner`,
-//!   `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read at 0.22.0), whose profile vram does not model.
+//! - **The model runner.** 0.22 runs a dense `Qwen3ForCausalLM` checkpoint without a
+//!   `quantization_config` on its V2 model runner (`vllm/v1/worker/gpu/`) by default
+//!   (`config/vllm.py` `use_v2_model_runner`, `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read at
+//!   0.22.0 and 0.22.1: [`VLLM_V2_RUNNER_DEFAULTS`], [`VLLM_V2_RUNNER_LACKS`]), whose profile
+//!   vram does not model.
 
 use vram_model::arch::Transformer;
 use vram_model::finetune::WeightFormat;
@@ -105,19 +107,74 @@ pub(super) fn vllm_flashinfer_profiled(k: &Knobs) -> bool {
     Engine::Vllm.version_in_force(k) < [0, 21, 0]
 }
 
-/// vLLM 0.22's refusal for a model its V2 model runner takes by default: `use_v2_model_runner`
-/// (`config/vllm.py`, 0.22.0) picks it for a generating model whose architecture is in
-/// `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` (`Qwen3ForCausalLM` only), not MoE and not quantized
-/// (`VLLM_USE_V2_MODEL_RUNNER` unset, Triton present, none of the features it lacks).
+/// vLLM's `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` by release series: the architectures whose
+/// checkpoints run on the V2 model runner (`vllm/v1/worker/gpu/`) unless the start says
+/// otherwise. Read from `vllm/config/vllm.py` in the 0.22.0 and 0.22.1 sdists (line 69, the two
+/// files identical): `frozenset({"Qwen3ForCausalLM"})`. 0.21.0 has no such list: its
+/// `VLLM_USE_V2_MODEL_RUNNER` defaults to 0 (`vllm/envs.py`), so every model runs on V1. From
+/// 0.23 vLLM is refused whole ([`super::Engine::unmodelled`]).
+pub const VLLM_V2_RUNNER_DEFAULTS: &[([u32; 2], &[&str])] = &[([0, 22], &["Qwen3ForCausalLM"])];
+
+/// What sends a model of [`VLLM_V2_RUNNER_DEFAULTS`] back to the V1 runner at 0.22, as the
+/// `vllm serve` flags that set it: `VllmConfig._get_v2_model_runner_unsupported_features`
+/// (`config/vllm.py`, 0.22.0 and 0.22.1), in its order. Each is off by default, and vram
+/// has no input for them; `--vllm-use-v2-model-runner 0` stands for any of them. Sequence
+/// parallelism is not on by default at any `-O` level: `IS_DENSE` is `False`, so
+/// `pass_config.enable_sp` is off unless asked for. Beside these the V1 runner runs without
+/// Triton (`HAS_TRITON`), which the CUDA and ROCm wheels ship.
+pub const VLLM_V2_RUNNER_LACKS: &[&str] = &[
+    "--prefill-context-parallel-size above 1",
+    "--compilation-config with mode 1 (STOCK_TORCH_COMPILE)",
+    "--compilation-config with pass_config.enable_sp (sequence parallelism) at TP above 1",
+    "--speculative-config with a method other than eagle, eagle3 or mtp, or with parallel drafting, or eagle3 with PP",
+    "--reasoning-parser or --reasoning-config",
+    "--enable-dbo",
+    "--enable-return-routed-experts",
+    "--logits-processors or a vllm.logits_processors plug-in",
+    "--enable-prompt-embeds",
+    "--logprobs-mode raw_logits or processed_logits",
+    "--kv-sharing-fast-prefill",
+    "--ec-transfer-config",
+];
+
+/// vLLM's refusal when the V2 model runner would run, whose memory profile vram does not
+/// model. `--vllm-use-v2-model-runner` ([`Knobs::vllm_v2_runner`]) decides when given, as
+/// `VLLM_USE_V2_MODEL_RUNNER` does; else `VllmConfig.use_v2_model_runner` (`config/vllm.py`,
+/// 0.22.0 and 0.22.1): the runner type is `generate` (what `vram capacity` serves), an
+/// architecture of the config is in [`VLLM_V2_RUNNER_DEFAULTS`] for the series in force,
+/// `ModelConfig.is_moe` is false (no experts), `is_quantized` is false — the checkpoint's
+/// config has no `quantization_config` (`getattr(hf_config, "quantization_config")`; an
+/// in-flight `--quantization fp8` over a bf16 checkpoint does not count) — and the model has
+/// no recurrent state (`has_inner_state`, "hybrid/mamba models"). The features of
+/// [`VLLM_V2_RUNNER_LACKS`] are taken to be off, as they are by default.
 pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<String> {
+    use super::layers::layer_caches;
+    use super::CacheLayout;
+    use vram_model::blocks::Quant;
+    let version = super::version_label(Engine::Vllm, k);
+    match k.vllm_v2_runner {
+        Some(false) => return None,
+        Some(true) => {
+            return Some(format!(
+                "--vllm-use-v2-model-runner 1 (VLLM_USE_V2_MODEL_RUNNER=1): vLLM {version} would run its V2 model runner, whose memory profile vram does not model; vram models the V1 runner (--vllm-use-v2-model-runner 0)"
+            ))
+        }
+        None => {}
+    }
     let v = Engine::Vllm.version_in_force(k);
-    let arch = archs.iter().find(|a| *a == "Qwen3ForCausalLM")?;
-    let dense = t.blocks.kinds.iter().all(|kind| kind.ffn.moe().is_none());
-    let plain = quantization_in_force(t, k) == Quantization::None;
-    (v[..2] == [0, 22] && dense && plain).then(|| {
+    let (_, defaults) = VLLM_V2_RUNNER_DEFAULTS
+        .iter()
+        .find(|(series, _)| v[..2] == series[..])?;
+    let arch = archs.iter().find(|a| defaults.contains(&a.as_str()))?;
+    let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
+    let quantized = !matches!(t.blocks.storage.quant, Quant::None);
+    let inner_state = layer_caches(t)
+        .iter()
+        .any(|c| matches!(c, CacheLayout::State { .. }));
+    (!moe && !quantized && !inner_state).then(|| {
         format!(
-            "vLLM {} runs {arch} on its V2 model runner by default (config/vllm.py use_v2_model_runner, DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES), whose memory profile vram does not model; --engine-version 0.21 is the newest whose runner it models",
-            super::version_label(Engine::Vllm, k)
+            "vLLM {version} runs {arch} on its V2 model runner by default (config/vllm.py use_v2_model_runner: a dense {arch} checkpoint without a quantization_config), whose memory profile vram does not model; where the start sets VLLM_USE_V2_MODEL_RUNNER=0 or one of what that runner lacks ({}), vLLM runs its V1 runner: say so with --vllm-use-v2-model-runner 0; --engine-version 0.21 is the newest that runs it on V1 by default",
+            VLLM_V2_RUNNER_LACKS.join("; ")
         )
     })
 }
@@ -281,6 +338,66 @@ fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization>
         return None;
     }
     (!marlin_runs(t, k, gpu)).then_some(method)
+}
+
+/// How the engine fails to load a channel-wise AWQ checkpoint (`group_size: -1`), if it does.
+/// Each engine's AWQ methods size a linear's `qzeros` and `scales` rows by dividing by the
+/// group size:
+///
+/// - **Marlin MoE** (`AWQMarlinMoEMethod.create_weights`, `awq_marlin.py`: vLLM 0.6.4, 0.7.2,
+///   0.8.5, 0.9.0, 0.10.1, 0.19.0 and 0.22.0; SGLang's own copy at 0.5.3) takes
+///   `hidden_size // group_size` with the -1 unnormalized, so `torch.empty` gets a negative
+///   dimension for the experts' scales. `check_moe_marlin_supports_layer` accepts -1 (read at
+///   0.10.1 and 0.22.0).
+/// - **The plain kernel** (`AWQLinearMethod.create_weights`, `awq.py`): vLLM to 0.9.0 (read at
+///   0.6.4, 0.7.2, 0.8.5, 0.9.0) and SGLang (its own copy at 0.5.3; through 0.4.4 it takes
+///   vLLM 0.6's) divide the rank's input by -1, a negative dimension at the first quantized
+///   linear (QKV, `hidden` rows). vLLM from 0.9.1 (read at 0.9.1, 0.9.2, 0.10.1, 0.19.0,
+///   0.22.0) takes the group as the whole input, so a row-parallel linear at TP > 1, whose
+///   input is split, is refused with "The input size is not aligned with the quantized weight
+///   shape".
+/// - **The Marlin linear** (`AWQMarlinLinearMethod`) takes the group as the whole input at
+///   every version read: it loads ([`super::Quantization::linear_parts`] holds its rows).
+pub(super) fn awq_channelwise_refusal(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    k: &Knobs,
+) -> Option<String> {
+    let q = quantization_in_force(t, k);
+    if q != Quantization::Awq
+        || q.packed_format(t.blocks.storage.quant) != Some(WeightFormat::Awq { group: 0 })
+    {
+        return None;
+    }
+    let name = match engine {
+        Engine::Vllm => "vLLM",
+        Engine::Sglang => "SGLang",
+    };
+    let version = super::version_label(engine, k);
+    let h = t.hidden();
+    let negative = |method: &str, what: &str| {
+        format!(
+            "{name} {version} fails to load this channel-wise AWQ checkpoint: RuntimeError: Trying to create tensor with negative dimension -{h} ({method}.create_weights divides {what} by the config's group_size, -1); a checkpoint quantized with a group size (128) loads"
+        )
+    };
+    let marlin = marlin_runs(t, k, gpu);
+    let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
+    if marlin && moe {
+        return Some(negative("AWQMarlinMoEMethod", "hidden_size"));
+    }
+    if marlin {
+        return None;
+    }
+    if engine == Engine::Sglang || Engine::Vllm.version_in_force(k) < [0, 9, 1] {
+        return Some(negative("AWQLinearMethod", "the input size"));
+    }
+    (k.tp > 1).then(|| {
+        format!(
+            "vLLM {version} refuses this: ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size. (AWQLinearMethod.create_weights: a channel-wise checkpoint's group is a linear's whole input, which a row-parallel linear splits at TP {}; the Marlin kernel, --quantization awq_marlin on compute capability 8.0 or newer, loads it)",
+            k.tp
+        )
+    })
 }
 
 /// Whether an AWQ/GPTQ linear runs a Marlin kernel: as `--quantization` names it

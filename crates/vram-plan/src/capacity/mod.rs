@@ -77,7 +77,7 @@ mod sglang;
 mod vllm;
 mod weights;
 
-pub use engine::vllm_v2_runner;
+pub use engine::{vllm_v2_runner, VLLM_V2_RUNNER_DEFAULTS, VLLM_V2_RUNNER_LACKS};
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches};
 pub use non_torch::Interconnect;
@@ -311,13 +311,30 @@ impl Quantization {
             Quantization::Int8 => linear_parts(WeightFormat::Int8, false, out, inp),
             // The checkpoint's group size and symmetry (vLLM's `CompressedTensorsWNA16` and its
             // Marlin MoE method hold the checkpoint's tensors, repacked at the same sizes).
-            Quantization::Awq | Quantization::Wna16 => linear_parts(
-                self.packed_format(stored)
-                    .expect("AWQ and W4A16 are packed formats"),
-                false,
-                out,
-                inp,
-            ),
+            // Channel-wise AWQ (`group_size: -1`): `AWQLinearMethod` and
+            // `AWQMarlinLinearMethod.create_weights` take the group as the linear's whole input
+            // (`input_size`, before the TP split) and make `input_size_per_partition // group`
+            // rows of `qzeros` and `scales` (read at 0.6.4, 0.10.1, 0.19.0 and 0.22.0): one on
+            // a column-parallel linear, none on a row-parallel one at TP > 1 (where only
+            // Marlin loads it: `engine::vllm_awq_refusal`).
+            Quantization::Awq | Quantization::Wna16 => {
+                let format = self
+                    .packed_format(stored)
+                    .expect("AWQ and W4A16 are packed formats");
+                let parts = linear_parts(format, false, out, inp);
+                if format != (WeightFormat::Awq { group: 0 }) {
+                    return parts;
+                }
+                let rows = inp / load.full_inp.max(inp);
+                linear_tensors(format, false, out, inp)
+                    .iter()
+                    .zip(parts)
+                    .map(|(t, b)| match t.name {
+                        "qzeros" | "scales" => b * rows,
+                        _ => b,
+                    })
+                    .collect()
+            }
             // The checkpoint's `g_idx` is loaded, then emptied unless `desc_act` (act-order)
             // is set: vLLM's `GPTQLinearMethod.process_weights_after_loading` sets it to
             // `torch.empty((0,))` and the Marlin path (`MarlinLinearKernel`, read at 0.9.1,
@@ -498,6 +515,11 @@ pub struct Knobs {
     /// `None` where the config's `quant_method` decides: Marlin from compute capability 8.0
     /// (`check_marlin_supported`), the plain kernel below. See `engine::vllm_dequant_linears`.
     pub marlin: Option<bool>,
+    /// vLLM's `VLLM_USE_V2_MODEL_RUNNER` (`Some(false)`: the V1 model runner, which vram
+    /// models; `Some(true)`: the V2 runner, which it does not). `None`: the version's own choice
+    /// ([`vllm_v2_runner`]), which takes no account of the features that send a model
+    /// back to the V1 runner ([`VLLM_V2_RUNNER_LACKS`]).
+    pub vllm_v2_runner: Option<bool>,
 }
 
 impl Default for Knobs {
@@ -531,6 +553,7 @@ impl Default for Knobs {
             engine_pin: Pin::Series,
             derived_max_model_len: None,
             marlin: None,
+            vllm_v2_runner: None,
         }
     }
 }
@@ -697,6 +720,9 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 /// start-up (the CUDA context is the GPU's, [`vram_model::gpu::Gpu::context_bytes`]).
 pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
     validate(t, knobs)?;
+    if let Some(why) = engine::awq_channelwise_refusal(t, gpu, engine, knobs) {
+        return Err(Error::Capacity(why));
+    }
     match engine {
         Engine::Vllm => vllm(t, gpu, knobs),
         Engine::Sglang => {

@@ -1512,9 +1512,43 @@ fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
         "{why}"
     );
     assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 21, 0], Quantization::None)).is_none());
-    assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::Fp8)).is_none());
+    // `is_quantized` is the checkpoint's `quantization_config`, not `--quantization`: an
+    // in-flight FP8 start of a bf16 Qwen3 still runs on V2 (config/vllm.py, 0.22.0).
+    assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::Fp8)).is_some());
+    let mut fp8_checkpoint = qwen3.clone();
+    fp8_checkpoint.blocks.storage.quant = vram_model::blocks::Quant::Fp8Block {
+        bn: 128,
+        bk: 128,
+        skip_head: true,
+    };
+    assert!(vllm_v2_runner(&archs, &fp8_checkpoint, &at([0, 22, 1], Quantization::None)).is_none());
     let llama = vec!["LlamaForCausalLM".to_string()];
     assert!(vllm_v2_runner(&llama, &llama3(), &at([0, 22, 0], Quantization::None)).is_none());
+    // An MoE model (`is_moe`) stays on V1 whatever its architecture.
+    let moe = match catalog::lookup("qwen3-30b-a3b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    assert!(vllm_v2_runner(&archs, &moe, &at([0, 22, 0], Quantization::None)).is_none());
+    // VLLM_USE_V2_MODEL_RUNNER decides when given: 0 keeps V1 (what vram models), 1 asks
+    // for V2 at any version.
+    let env = |v: [u32; 3], on: bool| Knobs {
+        vllm_v2_runner: Some(on),
+        ..at(v, Quantization::None)
+    };
+    assert!(vllm_v2_runner(&archs, &qwen3, &env([0, 22, 1], false)).is_none());
+    let why = vllm_v2_runner(&llama, &llama3(), &env([0, 21, 0], true)).unwrap();
+    assert!(why.starts_with("--vllm-use-v2-model-runner 1"), "{why}");
+    // The refusal names what sends the model back to V1, from the list read at 0.22.
+    let why = vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::None)).unwrap();
+    assert!(
+        why.contains("--reasoning-parser") && why.contains("--vllm-use-v2-model-runner 0"),
+        "{why}"
+    );
+    assert_eq!(
+        VLLM_V2_RUNNER_DEFAULTS,
+        &[([0, 22], &["Qwen3ForCausalLM"][..])]
+    );
 }
 
 /// SGLang's request-to-token map is allocated outside the profile: Llama 4 Scout's 10M-position
@@ -2160,4 +2194,88 @@ fn rotary_tables_are_the_engines_own() {
         }
     }
     assert!(checked > 200, "{checked}");
+}
+
+/// A channel-wise AWQ checkpoint (`group_size: -1`) as vLLM's and SGLang's AWQ methods create
+/// it: the Marlin linear keeps one row of zeros and scales where the linear's input is whole
+/// and none where TP splits it; Marlin MoE and the unnormalized plain kernels make a negative
+/// dimension; vLLM's plain kernel from 0.9.1 refuses a split input.
+#[test]
+fn channel_wise_awq_as_the_engines_create_it() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let channel = |mut t: Transformer| {
+        t.blocks.storage.quant = Quant::Packed {
+            format: WeightFormat::Awq { group: 0 },
+            double_quant: false,
+        };
+        t
+    };
+    let (out, inp) = (4096, 14336);
+    let load = |full_inp| LinearLoad {
+        marlin: true,
+        full_inp,
+        moe_bank: false,
+        freed_leaves: false,
+    };
+    let stored = Quant::Packed {
+        format: WeightFormat::Awq { group: 0 },
+        double_quant: false,
+    };
+    let parts =
+        |inp, full| Quantization::Awq.linear_parts(2, stored, false, out, inp, false, load(full));
+    // qweight int32 [in, out/8], qzeros int32 [rows, out/8], scales fp16 [rows, out].
+    assert_eq!(parts(inp, inp), vec![inp * out / 2, out / 2, 2 * out]);
+    assert_eq!(parts(inp / 2, inp), vec![inp / 2 * out / 2, 0, 0]);
+
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |v: [u32; 3], tp: u64, marlin: Option<bool>| Knobs {
+        engine_version: Some(v),
+        tp,
+        marlin,
+        ..Knobs::default()
+    };
+    let dense = channel(llama3());
+    // Marlin (compute capability 8.0 and -1 among its group sizes) loads it at any TP.
+    assert!(capacity(&dense, h100, Engine::Vllm, &at([0, 19, 0], 2, None)).is_ok());
+    assert!(capacity(&dense, h100, Engine::Sglang, &at([0, 5, 3], 2, None)).is_ok());
+    // The plain kernel (`--quantization awq`): vLLM 0.9.1 and later take the whole input as
+    // the group, so TP 1 loads and a split input is refused; earlier, and SGLang, divide by -1.
+    assert!(capacity(&dense, h100, Engine::Vllm, &at([0, 19, 0], 1, Some(false))).is_ok());
+    let refused = |t: &Transformer, e, k: &Knobs| match capacity(t, h100, e, k) {
+        Err(Error::Capacity(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    let why = refused(&dense, Engine::Vllm, &at([0, 19, 0], 2, Some(false)));
+    assert!(
+        why.starts_with("vLLM 0.19 refuses this: ValueError: The input size is not aligned"),
+        "{why}"
+    );
+    let why = refused(&dense, Engine::Vllm, &at([0, 9, 0], 1, Some(false)));
+    assert!(why.contains("negative dimension -4096"), "{why}");
+    let why = refused(&dense, Engine::Sglang, &at([0, 5, 3], 1, Some(false)));
+    assert!(why.starts_with("SGLang 0.5.3 fails to load"), "{why}");
+    // Marlin MoE sizes the experts' scales by hidden_size // -1 at every version read.
+    let moe = channel(match catalog::lookup("qwen3-30b-a3b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    });
+    let why = refused(&moe, Engine::Vllm, &at([0, 22, 1], 1, None));
+    assert!(
+        why.contains("AWQMarlinMoEMethod") && why.contains("-2048"),
+        "{why}"
+    );
+    // A grouped checkpoint is untouched.
+    let mut grouped = dense.clone();
+    grouped.blocks.storage.quant = Quant::Packed {
+        format: WeightFormat::Awq { group: 128 },
+        double_quant: false,
+    };
+    assert!(capacity(
+        &grouped,
+        h100,
+        Engine::Vllm,
+        &at([0, 19, 0], 2, Some(false))
+    )
+    .is_ok());
 }

@@ -358,6 +358,13 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     } else {
         "vLLM V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`; read at 0.10.1, 0.11.0, 0.14.1, 0.19.0, 0.20.0, 0.21.0 and 0.22.1)"
     }];
+    if !v0 && Engine::Vllm.version_in_force(k)[..2] == [0, 22] {
+        // What `engine::vllm_v2_runner` let through: 0.22's V1 runner.
+        assumes.push(match k.vllm_v2_runner {
+            Some(false) => "the V1 model runner (v1/worker/gpu_model_runner.py), as VLLM_USE_V2_MODEL_RUNNER=0 or a feature the V2 runner lacks makes 0.22 take it (--vllm-use-v2-model-runner 0)",
+            _ => "the V1 model runner (v1/worker/gpu_model_runner.py), which 0.22 takes for a model outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, an MoE or a checkpoint with a quantization_config (config/vllm.py use_v2_model_runner)",
+        });
+    }
     if t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4
         || k.quantization == Quantization::Mxfp4
     {

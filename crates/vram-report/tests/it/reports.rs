@@ -206,6 +206,7 @@ fn the_context_limit_is_the_length_capacity_derives() {
             ep_size: None,
             enable_dp_attention: false,
             vllm_use_v1: None,
+            vllm_use_v2_model_runner: None,
             flashinfer_sampler: false,
             interconnect: None,
             enforce_eager: false,
