@@ -54,14 +54,14 @@ pub(crate) fn explain(max_num_seqs: u64, blocks: u64) -> (&'static str, String, 
             action: format!("--max-num-seqs {blocks}"),
             enough: blocks > 0,
             detail: format!(
-                "vLLM refuses when max_num_seqs exceeds the pool's {blocks} blocks; at {blocks} every sequence the decode CUDA graphs are captured for has its state block (fewer sequences also mean fewer graph sizes, so the pool does not shrink)"
+                "vLLM refuses when max_num_seqs exceeds the pool's {blocks} blocks; at {blocks} every sequence the decode CUDA graphs are captured for has its state block, and a smaller max_num_seqs takes nothing from the pool (the graphs and the profile run's dummy batch only get smaller)"
             ),
         },
         ServingRemedy {
             action: "raise --gpu-memory-utilization".into(),
             enough: false,
             detail: format!(
-                "the pool grows in proportion to the KV cache's memory: {max_num_seqs} blocks need {grow:.2}x the memory that held {blocks}; that helps only when the extra share of the GPU is free beyond the current one, and not at all when the weights leave less than that (a budget near the whole GPU already: then lower --max-num-seqs)"
+                "the pool grows in proportion to the KV cache's memory, the rest of the budget staying as it is: {max_num_seqs} blocks need {grow:.2}x the memory that held {blocks}. That helps when the added share of the GPU is free; when the share is already near the whole GPU the pool cannot grow that much and no utilization is enough. The log's `Available KV cache memory` line, pasted with the error, sizes it"
             ),
         },
         ServingRemedy {
