@@ -47,7 +47,10 @@ fn paren_number(s: &str) -> Option<u64> {
 }
 
 /// The knob, the explanation and the remedies with the message's own figures.
-pub(crate) fn explain(max_num_seqs: u64, blocks: u64) -> (&'static str, String, Vec<ServingRemedy>) {
+pub(crate) fn explain(
+    max_num_seqs: u64,
+    blocks: u64,
+) -> (&'static str, String, Vec<ServingRemedy>) {
     let grow = max_num_seqs as f64 / blocks.max(1) as f64;
     let remedies = vec![
         ServingRemedy {

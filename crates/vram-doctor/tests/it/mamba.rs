@@ -65,7 +65,11 @@ fn the_answer_is_max_num_seqs_at_the_printed_block_count_first() {
     // message cannot show whether the GPU has it.
     assert_eq!(d.remedies[1].action, "raise --gpu-memory-utilization");
     assert!(!d.remedies[1].enough);
-    assert!(d.remedies[1].detail.contains("1.20x"), "{}", d.remedies[1].detail);
+    assert!(
+        d.remedies[1].detail.contains("1.20x"),
+        "{}",
+        d.remedies[1].detail
+    );
     // The code's condition: no check without full CUDA graphs.
     assert_eq!(d.remedies[2].action, "--enforce-eager");
     assert!(d.explanation.contains("856 blocks"), "{}", d.explanation);
@@ -105,6 +109,10 @@ fn with_the_kv_memory_the_utilization_is_sized_or_ruled_out() {
     let r = &d.remedies[1];
     assert_eq!(r.action, "raise --gpu-memory-utilization");
     assert!(!r.enough);
-    assert!(r.detail.contains("no utilization is enough"), "{}", r.detail);
+    assert!(
+        r.detail.contains("no utilization is enough"),
+        "{}",
+        r.detail
+    );
     assert_eq!(d.remedies[0].action, "--max-num-seqs 556");
 }
