@@ -192,7 +192,8 @@ pub enum ServingCause {
     OtherProcesses,
     /// The cache was sized, but a dummy run's activations did not fit what it left: vLLM V1's
     /// sampler warm-up over `max_num_seqs` rows of logits, after the KV cache and the CUDA
-    /// graphs.
+    /// graphs; or, for a hybrid model, the pool holds fewer Mamba state blocks than the
+    /// `max_num_seqs` sequences the CUDA graphs are captured for (`mamba.rs`).
     Profile,
     /// The message cannot show which: vLLM's `No available memory for the cache blocks` says
     /// only that the budget less what was measured before the cache is not positive. The
