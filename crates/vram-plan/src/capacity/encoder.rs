@@ -473,8 +473,8 @@ fn qwen2_5_vl_forward_peak(
     // output and `ln_q`'s (`2h + 2h/tp`), or at `mlp.2` GELU's and the output (`merged × out`,
     // and the all-reduce's at TP > 1).
     let fc2_out = merged * v.out * d * if tp > 1 { 2 } else { 1 };
-    let merger = (patches * norm1.max((2 * h + 2 * hl) * d))
-        .max(patches * (2 * h + hl) * d + fc2_out);
+    let merger =
+        (patches * norm1.max((2 * h + 2 * hl) * d)).max(patches * (2 * h + hl) * d + fc2_out);
     // `hidden_states[reverse_indices, :]` beside the merger's output.
     let reorder = 2 * merged * v.out * d;
     pixels + tables + attention.max(block).max(merger).max(reorder)
@@ -825,7 +825,10 @@ mod tests {
         };
         let v = t.blocks.vision.as_ref().unwrap();
         assert!(modelled(v) && v.gated);
-        assert_eq!((v.hidden, v.intermediate, v.heads, v.out), (1280, 3420, 16, 3584));
+        assert_eq!(
+            (v.hidden, v.intermediate, v.heads, v.out),
+            (1280, 3420, 16, 3584)
+        );
         let k = Knobs {
             dtype_bytes: 2,
             ..Knobs::default()
