@@ -107,7 +107,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
     };
     let msg = match vram_doctor::read(&text).map_err(doctor_err)? {
         vram_doctor::Reading::Oom(m) => m,
-        vram_doctor::Reading::Serving(e) => return serving(a, &e),
+        vram_doctor::Reading::Serving(e) => return serving(a, &e, &text),
     };
     let mut inp = Inputs::new(msg.clone());
     let mut model_notes = Vec::new();
@@ -208,7 +208,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
 
 /// A serving engine's start-up error: the knob it names, explained. The
 /// PyTorch-only inputs do not apply to it.
-fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
+fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     if !a.stats.is_empty() || a.snapshot.is_some() || a.recording.is_some() {
         return Err(bad_input!(
             "this is a serving engine's start-up error, not a PyTorch out-of-memory message: --stats, --snapshot and --recording do not apply"
@@ -223,7 +223,9 @@ fn serving(a: &DoctorArgs, e: &ServingError) -> Result<()> {
             (Some(f), n)
         }
     };
-    let mut d = serving::explain(e, figures.as_ref());
+    // The engine's own profiling lines, when the paste holds them, say what took the room.
+    let profile = vram_doctor::profile::read(text);
+    let mut d = serving::explain_profiled(e, profile.as_ref(), figures.as_ref());
     d.notes = notes;
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -313,8 +315,8 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
         out,
         "{} start-up error: {} ({})",
         d.engine,
-        match d.cause {
-            serving::ServingCause::Profile => {
+        match d.error {
+            ServingError::VllmSamplerWarmUp { .. } => {
                 "not enough memory for the warm-up after the KV cache"
             }
             _ => "not enough memory for the KV cache",

@@ -803,6 +803,35 @@ fn doctor_reads_an_argument_a_file_or_stdin() {
     assert_eq!(v["remedies"][0]["saves_bytes"], 42u64 << 30);
 }
 
+/// A pasted vLLM start-up log with the engine's profiling lines (vllm#13882's V0 0.7.3 profile,
+/// in vram-doctor's `tests/data/serving-profiles.txt`, with the error 0.7.3 raises at 0 blocks):
+/// text and JSON name the weights, with the same figures, and the JSON carries the profile read.
+#[test]
+fn doctor_reads_the_engines_profile_lines_in_a_pasted_serving_log() {
+    let log = "the current vLLM instance can use total_gpu_memory (8.00GiB) x gpu_memory_utilization (0.70) = 5.60GiB\n\
+               model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.\n\
+               ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n";
+    let dir = tmp("doctor-profile");
+    let f = write(&dir, "serve.log", log.as_bytes());
+    let (code, out, err) = vram(&["doctor", &f, "--no-nvml"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("the weights took the most: 5.20 GiB"), "{out}");
+    assert!(
+        out.contains("1. --gpu-memory-utilization 0.84  [enough]"),
+        "{out}"
+    );
+    let (code, json, _) = vram(&["doctor", &f, "--no-nvml", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["cause"], "weights");
+    assert_eq!(v["profile"]["layout"], "vllm-v0");
+    assert_eq!(v["remedies"][0]["action"], "--gpu-memory-utilization 0.84");
+    assert!(v["explanation"]
+        .as_str()
+        .unwrap()
+        .contains("the weights took the most: 5.20 GiB"));
+}
+
 /// A real 1.4-2.0 message (nanoporetech/bonito#93: the maintainer's answer was that the job
 /// needs about 8 GB): 1.19 GiB of slack could serve the 450 MiB request but is less than the
 /// 3.50 GiB of live tensors, the step's own churn. Text and JSON name the step first and

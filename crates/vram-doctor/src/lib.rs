@@ -88,6 +88,7 @@
 
 mod diagnose;
 pub mod message;
+pub mod profile;
 pub mod serving;
 pub mod stats;
 

@@ -59,6 +59,7 @@ use serde::Serialize;
 
 use crate::diagnose::human_bytes;
 use crate::message::parse_size;
+use crate::profile::{Part, ProfileLayout, StartupProfile};
 
 /// A serving engine's start-up memory error, with its figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -230,6 +231,8 @@ pub struct ServingDiagnosis {
     pub capacity: Option<CapacityFigures>,
     /// The model's notes, when a model was given (the caller adds them: what reading it found).
     pub notes: Vec<String>,
+    /// The engine's own profiling lines, when the paste holds them ([`crate::profile`]).
+    pub profile: Option<StartupProfile>,
 }
 
 /// The number in the first `(...)` after `pat`.
@@ -407,8 +410,27 @@ fn frac_up(x: f64) -> f64 {
 
 /// Explains a serving start-up error: the knob it names, what it does, and
 /// what to set, with the message's figures and, when given, the capacity
-/// model's.
+/// model's. [`explain_profiled`] also reads the engine's own profiling lines.
 pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiagnosis {
+    explain_profiled(err, None, cap)
+}
+
+/// [`explain`], with the engine's profiling lines from the same paste ([`crate::profile::read`]):
+/// when they say what filled the budget, the cause is the part that took the most of it, with
+/// the figures, and the remedies are sized from the engine's own measurements.
+pub fn explain_profiled(
+    err: &ServingError,
+    profile: Option<&StartupProfile>,
+    cap: Option<&CapacityFigures>,
+) -> ServingDiagnosis {
+    let mut d = explain_message(err, cap);
+    if let Some(p) = profile {
+        apply_profile(&mut d, err, p);
+    }
+    d
+}
+
+fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiagnosis {
     let hb = human_bytes;
     let mut remedies = Vec::new();
     let (engine, knob, explanation) = match *err {
@@ -726,6 +748,7 @@ pub fn explain(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiag
         remedies,
         capacity: cap.cloned(),
         notes: Vec::new(),
+        profile: None,
     }
 }
 
@@ -819,5 +842,377 @@ fn raise_utilization(
             enough: false,
             detail: format!("{why}; as long as that memory is free on the GPU"),
         },
+    }
+}
+
+/// The smallest share of the device, in hundredths, strictly above `need / total`: the
+/// utilization that leaves the cache something.
+fn share_above(need: u64, total: u64) -> f64 {
+    let x = need as f64 / total.max(1) as f64;
+    let u = frac_up(x);
+    if u * total as f64 <= need as f64 {
+        u + 0.01
+    } else {
+        u
+    }
+}
+
+/// What the profile's parts are called in a sentence.
+fn part_words(p: Part) -> &'static str {
+    match p {
+        Part::Weights => "the weights",
+        Part::Activation => "the profile run's activation peak",
+        Part::OutsidePytorch => "memory outside PyTorch that grew during the profile (NCCL buffers and library workspaces, or what another process on the GPU took meanwhile: vLLM measures the whole device against its baseline)",
+        Part::CudaGraphs => "the CUDA graphs' estimate",
+        Part::Others => "memory in use before the profile beyond the weights (other processes and the CUDA context)",
+        Part::Rest => "everything but the weights (the activation peak and memory outside PyTorch; in V1 0.7.2–0.9.0 also other processes)",
+    }
+}
+
+/// The profile's figures in one sentence: the budget, each part, and what was left.
+fn profile_sentence(p: &StartupProfile) -> String {
+    let hb = human_bytes;
+    let opt = |b: Option<u64>| b.map(hb);
+    let mut parts = Vec::new();
+    if let (Some(t), Some(u), Some(b)) = (p.total_bytes, p.utilization, p.budget_bytes) {
+        parts.push(format!("a budget of {} ({} × {u})", hb(b), hb(t)));
+    } else if let Some(b) = p.budget_bytes {
+        parts.push(format!("a budget of {}", hb(b)));
+    }
+    if let Some(w) = opt(p.weights_bytes) {
+        parts.push(format!("weights {w}"));
+    }
+    match (p.activation_bytes, p.non_torch_bytes) {
+        (Some(a), Some(n)) => parts.push(format!(
+            "activation peak {}, outside PyTorch {}{}",
+            hb(a),
+            hb(n),
+            if p.layout == ProfileLayout::VllmV0Early {
+                " (0.6.4's figure: every process's memory outside this one's PyTorch)"
+            } else {
+                ""
+            }
+        )),
+        (Some(a), None) => parts.push(format!("activation peak {}", hb(a))),
+        _ => {
+            if let Some(prof) = p
+                .parts()
+                .and_then(|v| v.into_iter().find(|&(q, _)| q == Part::Rest))
+            {
+                parts.push(format!(
+                    "the rest before the cache {} (activation peak and memory outside PyTorch; in V1 0.7.2–0.9.0 also other processes)",
+                    hb(prof.1)
+                ));
+            }
+        }
+    }
+    if let Some(o) = p
+        .others_bytes
+        .filter(|_| p.layout == ProfileLayout::VllmV0Early)
+    {
+        parts.push(format!(
+            "in use before the profile beyond the weights {} (other processes and the CUDA context)",
+            hb(o)
+        ));
+    }
+    if let Some(g) = p.cuda_graph_bytes {
+        parts.push(format!(
+            "CUDA graphs' estimate {}{}",
+            hb(g),
+            if p.cuda_graphs_counted {
+                " (counted: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
+            } else {
+                " (not counted in the budget)"
+            }
+        ));
+    }
+    if let Some(k) = p.kv_bytes {
+        parts.push(if k < 0 {
+            format!("the KV cache {} short", hb(k.unsigned_abs()))
+        } else {
+            format!("{} left for the KV cache", hb(k as u64))
+        });
+    }
+    format!("The engine's own profile: {}", parts.join("; "))
+}
+
+/// Reads the engine's profile into the diagnosis: the figures into the explanation, the cause
+/// from the part that took the most of the budget (vLLM's bare "no available memory", whose
+/// message alone cannot tell), and remedies sized from the engine's measurements.
+fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfile) {
+    let hb = human_bytes;
+    d.profile = Some(p.clone());
+    if p.layout == ProfileLayout::Sglang {
+        sglang_profile(d, err, p);
+        return;
+    }
+    let sentence = profile_sentence(p);
+    d.explanation = if let ServingError::VllmNoCacheMemory { .. } = err {
+        // The message-only text says the message cannot tell the parts apart; these lines can.
+        format!("vLLM gives its KV cache gpu_memory_utilization × the GPU's memory less what it measured before the cache, and nothing was left. {sentence}")
+    } else {
+        format!("{}. {sentence}", d.explanation)
+    };
+    let total = p.total_bytes;
+    let non_kv = p
+        .non_kv_bytes()
+        .or_else(|| p.parts().map(|v| v.iter().map(|&(_, b)| b).sum()));
+    match *err {
+        ServingError::VllmNoCacheMemory { .. } => {
+            let short = p.kv_bytes.map(|k| if k < 0 { k.unsigned_abs() } else { 0 });
+            let mut remedies = Vec::new();
+            if let (Some(t), Some(x)) = (total, non_kv) {
+                let u = share_above(x, t);
+                remedies.push(ServingRemedy {
+                    action: if u <= 1.0 {
+                        format!("--gpu-memory-utilization {u:.2}")
+                    } else {
+                        "raise --gpu-memory-utilization".into()
+                    },
+                    enough: u <= 0.99,
+                    detail: format!(
+                        "the budget must hold the {} measured before the cache and a cache: {} / {} = {:.4} of the device; each 0.01 above it adds {} of KV cache, as long as that share of the device is free at start-up{}",
+                        hb(x),
+                        hb(x),
+                        hb(t),
+                        x as f64 / t as f64,
+                        hb(t / 100),
+                        if u > 1.0 { "; more than the whole GPU, no utilization is enough" } else { "" }
+                    ),
+                });
+            }
+            if let Some((part, bytes)) = p.largest() {
+                let parts = p.parts().unwrap_or_default();
+                let rest: u64 = parts
+                    .iter()
+                    .filter(|&&(q, _)| q != Part::Weights)
+                    .map(|&(_, b)| b)
+                    .sum();
+                let budget = p.budget_bytes;
+                let cause = match part {
+                    Part::Weights => Some(ServingCause::Weights),
+                    Part::Activation | Part::CudaGraphs => Some(ServingCause::Profile),
+                    Part::OutsidePytorch | Part::Others => Some(ServingCause::OtherProcesses),
+                    Part::Rest => None,
+                };
+                if let Some(c) = cause {
+                    d.cause = c;
+                    // The message-only advice gives way to the measured part's; the capacity
+                    // model's change stays.
+                    d.remedies.retain(|r| r.detail.contains("(vram capacity)"));
+                }
+                let short_words = short
+                    .filter(|&s| s > 0)
+                    .map(|s| format!("; the cache is {} short", hb(s)))
+                    .unwrap_or_default();
+                match part {
+                    Part::Weights => {
+                        // The fewest GPUs per copy whose share of the weights, with the rest
+                        // as measured, leaves the budget something.
+                        let k = budget.and_then(|b| {
+                            [2u64, 4, 8].into_iter().find(|k| bytes / k + rest < b)
+                        });
+                        remedies.push(ServingRemedy {
+                            action: match (k, p.tensor_parallel_size) {
+                                (Some(k), Some(tp)) => format!("--tensor-parallel-size {}", tp * k),
+                                (Some(k), None) => format!("--tensor-parallel-size ×{k} (the weights over {k} times as many GPUs)"),
+                                (None, _) => "--tensor-parallel-size (more GPUs) or a smaller checkpoint".into(),
+                            },
+                            enough: k.is_some(),
+                            detail: match k {
+                                Some(k) => format!(
+                                    "{} of weights per GPU instead of {}, with the rest as measured ({}), leaves {} of the {} budget for the cache; NCCL's buffers grow with the GPUs",
+                                    hb(bytes / k),
+                                    hb(bytes),
+                                    hb(rest),
+                                    hb(budget.unwrap_or(0).saturating_sub(bytes / k + rest)),
+                                    hb(budget.unwrap_or(0)),
+                                ),
+                                None => format!("the weights take {} of the budget{short_words}", hb(bytes)),
+                            },
+                        });
+                        remedies.push(ServingRemedy {
+                            action: match &p.quantization {
+                                Some(q) => format!("a checkpoint with fewer bits per weight than this {q} one, or a smaller model"),
+                                None => "a quantized checkpoint (fewer bytes per weight)".into(),
+                            },
+                            enough: false,
+                            detail: format!("the weights take {}{short_words}", hb(bytes)),
+                        });
+                    }
+                    Part::Activation => remedies.push(ServingRemedy {
+                        action: "lower --max-num-batched-tokens (and --max-num-seqs; --limit-mm-per-prompt for a multimodal model)".into(),
+                        enough: false,
+                        detail: format!(
+                            "the profile run's {} activation peak scales with the tokens and images one step batches{}",
+                            hb(bytes),
+                            short.filter(|&s| s > 0).map(|s| format!("; it must shrink by more than the {} the cache is short", hb(s))).unwrap_or_default()
+                        ),
+                    }),
+                    Part::CudaGraphs => remedies.push(ServingRemedy {
+                        action: "--enforce-eager (or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)".into(),
+                        enough: short.is_some_and(|s| bytes > s),
+                        detail: format!("drops the CUDA graphs' {} estimate from the budget{short_words}", hb(bytes)),
+                    }),
+                    Part::OutsidePytorch | Part::Others => remedies.push(ServingRemedy {
+                        action: "stop what else holds or takes memory on the GPU (another server, a trainer, co-resident models) before the start".into(),
+                        enough: short.is_some_and(|s| bytes > s),
+                        detail: format!(
+                            "{} of it counted against gpu_memory_utilization's share{short_words}",
+                            hb(bytes)
+                        ),
+                    }),
+                    Part::Rest => {}
+                }
+                d.explanation = format!(
+                    "{}. Of the budget, {} took the most: {}{}",
+                    d.explanation,
+                    part_words(part),
+                    hb(bytes),
+                    if part == Part::Rest {
+                        "; which of them, the message and these lines cannot show (VLLM_LOGGING_LEVEL=DEBUG prints the profile's parts)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            if p.largest().is_none() {
+                d.explanation = format!(
+                    "{}. Which part took the room these lines cannot show: {}",
+                    d.explanation,
+                    if p.budget_bytes.is_none() {
+                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line)"
+                    } else {
+                        "the profile's parts are not printed (V1 prints them with VLLM_LOGGING_LEVEL=DEBUG)"
+                    }
+                );
+            }
+            if !remedies.is_empty() {
+                // The message-only utilization advice gives way to the measured one; the
+                // capacity model's change stays.
+                if remedies[0].action.contains("--gpu-memory-utilization") {
+                    d.remedies.retain(|r| {
+                        !r.action.contains("--gpu-memory-utilization")
+                            || r.detail.contains("(vram capacity)")
+                    });
+                }
+                d.remedies.splice(0..0, remedies);
+            }
+        }
+        ServingError::VllmMaxSeqLen {
+            max_model_len,
+            kv_tokens,
+            cpu_backend: false,
+        } => {
+            let kv = p.kv_bytes.and_then(|k| u64::try_from(k).ok());
+            if let (Some(t), Some(x), Some(k)) = (total, non_kv, kv.filter(|_| kv_tokens > 0)) {
+                let need = (k as f64 * max_model_len as f64 / kv_tokens as f64) as u64;
+                profile_utilization(d, x, need, t, max_model_len);
+            }
+        }
+        ServingError::VllmKvMemory {
+            max_model_len,
+            needed_bytes,
+            ..
+        } => {
+            if let (Some(t), Some(x)) = (total, non_kv) {
+                profile_utilization(d, x, needed_bytes, t, max_model_len);
+            }
+        }
+        ServingError::VllmSamplerWarmUp { .. } => {
+            // The KV cache fills the budget, so the warm-up runs in what the budget leaves of the
+            // device, less the CUDA graphs where the budget does not count them.
+            if let (Some(t), Some(b)) = (total, p.budget_bytes) {
+                let graphs = p.cuda_graph_bytes.filter(|_| !p.cuda_graphs_counted);
+                let left = t.saturating_sub(b).saturating_sub(graphs.unwrap_or(0));
+                d.explanation = format!(
+                    "{}. The warm-up ran in {} ({} device less the {} budget{})",
+                    d.explanation,
+                    hb(left),
+                    hb(t),
+                    hb(b),
+                    graphs
+                        .map(|g| format!(", less the CUDA graphs' {} estimate", hb(g)))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The utilization that holds what the profile measured before the cache and one request of
+/// `max_model_len` (`need` bytes of cache), in place of the message-only remedy.
+fn profile_utilization(d: &mut ServingDiagnosis, non_kv: u64, need: u64, total: u64, len: u64) {
+    let hb = human_bytes;
+    let u = frac_up((non_kv + need) as f64 / total.max(1) as f64);
+    let r = ServingRemedy {
+        action: if u <= 1.0 {
+            format!("--gpu-memory-utilization {u:.2}")
+        } else {
+            "raise --gpu-memory-utilization".into()
+        },
+        enough: u <= 0.99,
+        detail: format!(
+            "the engine measured {} before the cache; with {} of cache for one request of {len} tokens that is {} of the {} device{}",
+            hb(non_kv),
+            hb(need),
+            hb(non_kv + need),
+            hb(total),
+            if u > 1.0 { ", more than the whole GPU: no utilization is enough" } else { "" }
+        ),
+    };
+    match d
+        .remedies
+        .iter()
+        .position(|r| r.action.contains("--gpu-memory-utilization") && d.capacity.is_none())
+    {
+        Some(i) => d.remedies[i] = r,
+        None => d.remedies.insert(1.min(d.remedies.len()), r),
+    }
+}
+
+/// SGLang's `Load weight` lines: the fraction below which the KV pool is empty. (0.5.23's
+/// `Loaded weights leave no GPU memory` error already reads the same lines in [`parse`].)
+fn sglang_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfile) {
+    let hb = human_bytes;
+    let ServingError::SglangNotEnoughMemory { .. } = err else {
+        return;
+    };
+    let (Some(pre), Some(after)) = (p.free_before_load_bytes, p.free_after_load_bytes) else {
+        return;
+    };
+    if pre == 0 {
+        return;
+    }
+    let m = 1.0 - after as f64 / pre as f64;
+    let sentence = format!(
+        "The log's load lines: {} free before loading, {} after it{}: the KV pool gets {} less (1 − mem_fraction_static) × {}, empty below a fraction of {m:.4}",
+        hb(pre),
+        hb(after),
+        p.weights_bytes.map(|u| format!(" (loading took {})", hb(u))).unwrap_or_default(),
+        hb(after),
+        hb(pre)
+    );
+    d.explanation = format!("{}. {sentence}", d.explanation);
+    {
+        let floor = (m * 1000.0).ceil() / 1000.0;
+        let r = ServingRemedy {
+            action: format!("raise --mem-fraction-static above {floor:.3}"),
+            enough: false,
+            detail: format!(
+                "at {m:.4} the KV pool is empty; each 0.01 above it adds {} of KV pool, and the (1 − fraction) × {} left outside the static pool is what activations and CUDA graphs run in, so a fraction near 1 moves the failure to run time",
+                hb(pre / 100),
+                hb(pre)
+            ),
+        };
+        match d
+            .remedies
+            .iter()
+            .position(|r| r.action.starts_with("raise --mem-fraction-static"))
+        {
+            Some(i) => d.remedies[i] = r,
+            None => d.remedies.insert(0, r),
+        }
     }
 }

@@ -20,6 +20,16 @@ use crate::error::{Error, Result};
 
 const MIB: u64 = 1 << 20;
 
+/// A GPU's vendor, and with it the runtime PyTorch and the engines use on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Vendor {
+    /// NVIDIA: CUDA.
+    Nvidia,
+    /// AMD Instinct: ROCm (HIP).
+    Amd,
+}
+
 /// One GPU model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Gpu {
@@ -27,6 +37,8 @@ pub struct Gpu {
     pub id: &'static str,
     /// Marketing name.
     pub name: &'static str,
+    /// Whose GPU it is, which decides the software stack it runs (CUDA or ROCm).
+    pub vendor: Vendor,
     /// Total device memory in bytes as PyTorch reports it (see the module docs; entries whose
     /// source is a driver reading still carry the driver's larger figure).
     pub memory_bytes: u64,
@@ -56,9 +68,9 @@ impl Gpu {
         (self.sm_major, self.sm_minor)
     }
 
-    /// An AMD Instinct GPU (ROCm); the catalog's others are NVIDIA's (CUDA).
+    /// An AMD GPU, which runs ROCm (the catalog's `vendor`); NVIDIA's run CUDA.
     pub fn is_rocm(&self) -> bool {
-        self.id.starts_with("mi")
+        self.vendor == Vendor::Amd
     }
 }
 
@@ -67,6 +79,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "a100-40g",
         name: "NVIDIA A100 40GB SXM",
+        vendor: Vendor::Nvidia,
         memory_bytes: 42_294_690_447,
         half_tflops: 312.0,
         fp32_tflops: 19.5,
@@ -79,6 +92,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "a100-80g",
         name: "NVIDIA A100 80GB SXM",
+        vendor: Vendor::Nvidia,
         memory_bytes: 84_986_665_370,
         half_tflops: 312.0,
         fp32_tflops: 19.5,
@@ -91,6 +105,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "h100-80g",
         name: "NVIDIA H100 80GB SXM",
+        vendor: Vendor::Nvidia,
         memory_bytes: 85_029_615_043,
         half_tflops: 989.4,
         fp32_tflops: 66.9,
@@ -103,6 +118,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "h100-pcie",
         name: "NVIDIA H100 80GB PCIe",
+        vendor: Vendor::Nvidia,
         memory_bytes: 85_029_615_043,
         half_tflops: 756.0,
         fp32_tflops: 51.2,
@@ -115,6 +131,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "h200",
         name: "NVIDIA H200 141GB SXM",
+        vendor: Vendor::Nvidia,
         memory_bytes: 150_109_880_320,
         half_tflops: 989.4,
         fp32_tflops: 66.9,
@@ -127,6 +144,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "l4",
         name: "NVIDIA L4 24GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 23_034 * MIB,
         half_tflops: 121.0,
         fp32_tflops: 30.3,
@@ -139,6 +157,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "l40s",
         name: "NVIDIA L40S 48GB",
+        vendor: Vendor::Nvidia,
         // 44.39 GiB (47,663,399,567 B to the printed hundredth of a GiB): ECC is on by default on
         // the L40S, so torch sees less than the L20's 47.50 GiB on the same 48 GB of GDDR6.
         memory_bytes: 47_663_399_567,
@@ -153,6 +172,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "l20",
         name: "NVIDIA L20 48GB",
+        vendor: Vendor::Nvidia,
         // 47.503 GiB: total_memory / 2^30 as Unsloth's banner prints it ("Max memory").
         memory_bytes: 51_005_957_865,
         half_tflops: 119.5,
@@ -166,6 +186,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "rtx-3090",
         name: "NVIDIA GeForce RTX 3090 24GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 25_318_832_210,
         half_tflops: 71.0,
         fp32_tflops: 35.6,
@@ -178,6 +199,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "rtx-4090",
         name: "NVIDIA GeForce RTX 4090 24GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 25_286_619_955,
         half_tflops: 165.2,
         fp32_tflops: 82.6,
@@ -190,6 +212,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "v100-16g",
         name: "NVIDIA V100 16GB SXM2",
+        vendor: Vendor::Nvidia,
         memory_bytes: 16_384 * MIB,
         half_tflops: 125.0,
         fp32_tflops: 15.7,
@@ -202,6 +225,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "v100-32g",
         name: "NVIDIA V100 32GB SXM2",
+        vendor: Vendor::Nvidia,
         memory_bytes: 32_768 * MIB,
         half_tflops: 125.0,
         fp32_tflops: 15.7,
@@ -214,6 +238,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "t4",
         name: "NVIDIA T4 16GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 15_826_954_486,
         half_tflops: 65.0,
         fp32_tflops: 8.1,
@@ -226,6 +251,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "mi300x",
         name: "AMD Instinct MI300X 192GB",
+        vendor: Vendor::Amd,
         memory_bytes: 206_136_955_372,
         half_tflops: 1307.4,
         fp32_tflops: 163.4,
@@ -238,6 +264,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "a10",
         name: "NVIDIA A10 24GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 23_718_956_892,
         half_tflops: 125.0,
         fp32_tflops: 31.2,
@@ -250,6 +277,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "a40",
         name: "NVIDIA A40 48GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 46_068 * MIB,
         half_tflops: 149.7,
         fp32_tflops: 37.4,
@@ -262,6 +290,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "l40",
         name: "NVIDIA L40 48GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 46_068 * MIB,
         half_tflops: 181.05,
         fp32_tflops: 90.5,
@@ -274,6 +303,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "rtx-a6000",
         name: "NVIDIA RTX A6000 48GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 49_140 * MIB,
         half_tflops: 154.8,
         fp32_tflops: 38.7,
@@ -286,6 +316,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "rtx-4060",
         name: "NVIDIA GeForce RTX 4060 8GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 8_188 * MIB,
         half_tflops: 30.2,
         fp32_tflops: 15.1,
@@ -298,6 +329,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "rtx-4070",
         name: "NVIDIA GeForce RTX 4070 12GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 12_282 * MIB,
         half_tflops: 58.3,
         fp32_tflops: 29.1,
@@ -310,6 +342,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "rtx-4080",
         name: "NVIDIA GeForce RTX 4080 16GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 16_376 * MIB,
         half_tflops: 97.5,
         fp32_tflops: 48.7,
@@ -322,6 +355,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "rtx-5090",
         name: "NVIDIA GeForce RTX 5090 32GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 32_607 * MIB,
         half_tflops: 209.5,
         fp32_tflops: 104.8,
@@ -334,6 +368,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "gtx-1080",
         name: "NVIDIA GeForce GTX 1080 8GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 8_192 * MIB,
         half_tflops: 8.9,
         fp32_tflops: 8.9,
@@ -346,6 +381,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "h20",
         name: "NVIDIA H20 96GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 97_871 * MIB,
         half_tflops: 148.0,
         fp32_tflops: 44.0,
@@ -358,6 +394,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "h20-141g",
         name: "NVIDIA H20 141GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 150_109_880_320,
         half_tflops: 148.0,
         fp32_tflops: 44.0,
@@ -370,6 +407,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "b200",
         name: "NVIDIA B200 180GB",
+        vendor: Vendor::Nvidia,
         memory_bytes: 191_501_854_310,
         half_tflops: 2250.0,
         fp32_tflops: 80.0,
@@ -382,6 +420,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "mi250",
         name: "AMD Instinct MI250 (one GCD, 64GB)",
+        vendor: Vendor::Amd,
         memory_bytes: 65_520 * MIB,
         half_tflops: 181.0,
         fp32_tflops: 22.6,
@@ -394,6 +433,7 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         id: "mi325x",
         name: "AMD Instinct MI325X 256GB",
+        vendor: Vendor::Amd,
         memory_bytes: 262_144 * MIB,
         half_tflops: 1307.4,
         fp32_tflops: 163.4,
@@ -622,6 +662,19 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The runtime comes from the catalog's vendor, never from the id's spelling: every AMD entry
+    /// (by its marketing name, from AMD's datasheets) and only those run ROCm.
+    #[test]
+    fn rocm_is_the_vendors_not_the_ids() {
+        for g in GPUS {
+            assert_eq!(g.is_rocm(), g.name.starts_with("AMD "), "{}", g.id);
+        }
+        assert_eq!(GPUS.iter().filter(|g| g.is_rocm()).count(), 3);
+        // A card the catalog lacks takes the H100's rates, and its runtime with them.
+        assert!(!lookup("23.58GiB").unwrap().is_rocm());
+        assert!(lookup("mi300x:191.5GiB").unwrap().is_rocm());
+    }
 
     #[test]
     fn bare_sizes_and_catalog_sources() {

@@ -3,6 +3,7 @@
 
 mod diagnose;
 mod message;
+mod profile;
 mod props;
 mod public;
 mod rules;

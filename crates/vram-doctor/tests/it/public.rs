@@ -79,7 +79,9 @@ fn top(message: &str) -> (String, bool) {
     match read(message) {
         Err(_) => ("refuse".into(), false),
         Ok(Reading::Serving(e)) => {
-            let d = vram_doctor::serving::explain(&e, None);
+            // As the CLI does: the engine's profiling lines in the paste, when there are any.
+            let profile = vram_doctor::profile::read(message);
+            let d = vram_doctor::serving::explain_profiled(&e, profile.as_ref(), None);
             let name = serde_json::to_value(d.cause).unwrap();
             (
                 format!("serving-{}", name.as_str().unwrap())

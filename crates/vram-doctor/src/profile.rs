@@ -1,0 +1,380 @@
+//! The serving engines' own memory-profiling lines in a pasted start-up log: what each part of
+//! the engine's budget took before the KV cache was sized.
+//!
+//! An engine's start-up error ([`crate::serving`]) often prints no figure of what filled the
+//! memory, but the lines the engine logged just before it do. The formats, each read in the
+//! engine's code at the tags that print it:
+//!
+//! * vLLM V0 0.6.4 (`vllm/worker/worker.py`, `determine_num_available_blocks`): `Memory profiling
+//!   results: total_gpu_memory=T initial_memory_usage=I peak_torch_memory=P
+//!   memory_usage_post_profile=M non_torch_memory=N kv_cache_size=K gpu_memory_utilization=U`.
+//!   The cache gets `T × U − P − N`, where P is PyTorch's allocated peak (the weights and the
+//!   profile's activations) and N is the device's whole use after the profile less PyTorch's
+//!   allocations: memory outside PyTorch in this process **and every other process's memory**.
+//!   I is the device's use before the profile run (the weights, the CUDA context, other
+//!   processes). The weights come from `Loading model weights took W GB` (`model_runner.py`;
+//!   its GB are GiB: `model_memory_usage / 2**30`).
+//! * vLLM V0 0.6.5 to 0.10 (`worker.py` with `vllm/utils.py`'s `memory_profiling`, read at
+//!   0.6.5, 0.6.6, 0.7.3, 0.8.5, 0.9.1 and 0.10.1): `the current vLLM instance can use
+//!   total_gpu_memory (T) x gpu_memory_utilization (U) = B` and `model weights take W;
+//!   non_torch_memory takes N; PyTorch activation peak memory takes A; the rest of the memory
+//!   reserved for KV Cache is K` with `K = B − W − N − A`. Other processes are the baseline
+//!   measured before the instance started, outside all four figures.
+//! * vLLM V1 (`vllm/v1/worker/gpu_worker.py`, `determine_available_memory`, read at 0.8.5,
+//!   0.9.1, 0.10.1 and 0.19.0): `Model loading took W GiB` (`gpu_model_runner.py`) and
+//!   `Available KV cache memory: K GiB` (from 0.9.1); with `VLLM_LOGGING_LEVEL=DEBUG`, `Memory
+//!   profiling takes ... Total non KV cache memory: X; torch peak memory increase: A; non-torch
+//!   forward increase memory: N; weights memory: W.`, the requested memory (`requested GPU
+//!   memory: B GiB` at 0.9.1, `Requested memory: U (util), B GiB` at 0.19) and, at 0.19, `worker
+//!   init memory snapshot: ... total_memory=T`. `K = B − X`; from 0.18, `Estimated CUDA graph
+//!   memory: G GiB total` is also taken from K when `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`,
+//!   which the log then says (`CUDA graph memory profiling is enabled`). V1 0.7.2–0.9.0 print no
+//!   breakdown, and their budget counts other processes (the same `T × U − peak − non-torch` as
+//!   0.6.4).
+//! * SGLang (`python/sglang/srt/model_executor/model_runner.py`, `load_model`, the format the
+//!   capacity model reads at 0.4.0–0.5.3): `Load weight begin. avail mem=P GB` and `Load weight
+//!   end. ... avail mem=A GB, mem usage=U GB.` (GiB). The KV pool gets `A − P × (1 −
+//!   mem_fraction_static)`, so it is empty below the fraction `1 − A / P`.
+//!
+//! Where a paste holds several workers' lines (tensor or pipeline parallelism), the last of each
+//! is read: the one nearest the error.
+
+use serde::Serialize;
+
+use crate::message::parse_size;
+
+/// Which engine's profiling lines were read, which decides what each figure counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProfileLayout {
+    /// vLLM V0 0.6.4's `Memory profiling results: ...` line: its non-torch figure counts
+    /// other processes' memory too.
+    VllmV0Early,
+    /// vLLM V0 0.6.5 to 0.10's `model weights take W; non_torch_memory takes N; ...`: other
+    /// processes are outside every figure.
+    VllmV0,
+    /// vLLM V1's `Model loading took` / `Available KV cache memory` / DEBUG lines.
+    VllmV1,
+    /// SGLang's `Load weight begin/end ... avail mem` lines.
+    Sglang,
+}
+
+/// What the engine's own profiling lines say about its budget, bytes (each figure only when a
+/// line printed it, or the engine's own arithmetic gives it from printed ones).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StartupProfile {
+    /// Which lines were read.
+    pub layout: ProfileLayout,
+    /// The device's memory as the engine measured it.
+    pub total_bytes: Option<u64>,
+    /// `gpu_memory_utilization` as printed.
+    pub utilization: Option<f64>,
+    /// The budget: `total × gpu_memory_utilization` (vLLM's requested memory).
+    pub budget_bytes: Option<u64>,
+    /// The weights, as loading measured them.
+    pub weights_bytes: Option<u64>,
+    /// The profile run's PyTorch activation peak above the weights.
+    pub activation_bytes: Option<u64>,
+    /// Memory outside PyTorch counted in the budget (NCCL, library workspaces; in 0.6.4's
+    /// layout also other processes, see [`Self::others_bytes`]).
+    pub non_torch_bytes: Option<u64>,
+    /// vLLM 0.6.4: the device's use before the profile run beyond the weights
+    /// (`initial_memory_usage − weights`): other processes and this process's CUDA context,
+    /// counted inside its non-torch figure.
+    pub others_bytes: Option<u64>,
+    /// vLLM from 0.18: the CUDA graphs' estimate, when logged.
+    pub cuda_graph_bytes: Option<u64>,
+    /// Whether that estimate was taken from the budget (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`).
+    pub cuda_graphs_counted: bool,
+    /// What the engine left for its KV cache (negative: that much short).
+    pub kv_bytes: Option<i64>,
+    /// SGLang: free memory before loading (`Load weight begin. avail mem=`), else free after
+    /// loading plus what loading took.
+    pub free_before_load_bytes: Option<u64>,
+    /// SGLang: free memory after loading (`Load weight end ... avail mem=`).
+    pub free_after_load_bytes: Option<u64>,
+    /// The tensor-parallel size, when the paste shows the engine's configuration
+    /// (`tensor_parallel_size=N` in vLLM's `Initializing ... engine` line, or the
+    /// `non-default args` dict).
+    pub tensor_parallel_size: Option<u64>,
+    /// The quantization method the engine runs, likewise (`quantization=awq_marlin`), when not
+    /// `None`: a remedy never offers what is already on.
+    pub quantization: Option<String>,
+}
+
+/// One part of the budget that the profile names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Part {
+    /// The weights.
+    Weights,
+    /// The profile run's PyTorch activation peak.
+    Activation,
+    /// Memory outside PyTorch that grew by the profile's end: NCCL buffers and library
+    /// workspaces, or what another process on the same GPU took meanwhile (vLLM measures the
+    /// whole device's use against its baseline).
+    OutsidePytorch,
+    /// The CUDA graphs' estimate, where the budget counts it.
+    CudaGraphs,
+    /// vLLM 0.6.4: in use before the profile beyond the weights, inside its non-torch figure:
+    /// other processes and the CUDA context.
+    Others,
+    /// Everything but the weights, when only the budget, the weights and the cache are printed:
+    /// the activation peak and memory outside PyTorch together (in V1 0.7.2–0.9.0 also other
+    /// processes).
+    Rest,
+}
+
+/// A signed size as vLLM prints it (`-2.14 GiB`, `21.21GiB`, `14.9888 GB`), bytes.
+fn signed_size(s: &str) -> Option<i64> {
+    let s = s.trim_start();
+    let neg = s.starts_with('-');
+    let s = s.trim_start_matches('-');
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, rest) = s.split_at(end);
+    let num = num.trim_end_matches('.');
+    let unit: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    let b = i64::try_from(parse_size(&format!("{num} {unit}"))?).ok()?;
+    Some(if neg { -b } else { b })
+}
+
+/// The size right after the last `key` in `text` (lower-cased).
+fn last_size(text: &str, key: &str) -> Option<i64> {
+    let i = text.rfind(key)? + key.len();
+    signed_size(&text[i..])
+}
+
+fn last_size_u(text: &str, key: &str) -> Option<u64> {
+    last_size(text, key).and_then(|b| u64::try_from(b).ok())
+}
+
+/// The decimal number right after the last `key`.
+fn last_number(text: &str, key: &str) -> Option<f64> {
+    let r = text[text.rfind(key)? + key.len()..].trim_start();
+    let end = r
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(r.len());
+    r[..end].trim_end_matches('.').parse().ok()
+}
+
+/// The `(...)` content right after the last `key`.
+fn last_paren<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let r = text[text.rfind(key)? + key.len()..].trim_start();
+    let r = r.strip_prefix('(')?;
+    Some(&r[..r.find(')')?])
+}
+
+/// Reads the engine's profiling lines out of a pasted log, if it has any (see the module docs).
+pub fn read(text: &str) -> Option<StartupProfile> {
+    let t = text.to_ascii_lowercase();
+    let mut p = if t.contains("load weight end.") {
+        sglang(&t)
+    } else if t.contains("model weights take ") {
+        vllm_v0(&t)
+    } else if t.contains("memory profiling results: total_gpu_memory=") {
+        vllm_v0_early(&t)
+    } else if t.contains("model loading took ")
+        || t.contains("available kv cache memory: ")
+        || t.contains("total non kv cache memory: ")
+    {
+        vllm_v1(&t)
+    } else {
+        return None;
+    };
+    configuration(&t, &mut p);
+    Some(p)
+}
+
+fn empty(layout: ProfileLayout) -> StartupProfile {
+    StartupProfile {
+        layout,
+        total_bytes: None,
+        utilization: None,
+        budget_bytes: None,
+        weights_bytes: None,
+        activation_bytes: None,
+        non_torch_bytes: None,
+        others_bytes: None,
+        cuda_graph_bytes: None,
+        cuda_graphs_counted: false,
+        kv_bytes: None,
+        free_before_load_bytes: None,
+        free_after_load_bytes: None,
+        tensor_parallel_size: None,
+        quantization: None,
+    }
+}
+
+/// The value after the last `key` up to the next `,`, `)` or `}` (quotes dropped).
+fn last_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let r = &text[text.rfind(key)? + key.len()..];
+    let end = r.find([',', ')', '}', '\n']).unwrap_or(r.len());
+    Some(r[..end].trim().trim_matches('\''))
+}
+
+/// The engine's configuration as far as the paste shows it (see [`StartupProfile`]).
+fn configuration(t: &str, p: &mut StartupProfile) {
+    p.tensor_parallel_size = last_value(t, "tensor_parallel_size=")
+        .or_else(|| last_value(t, "'tensor_parallel_size': "))
+        .or_else(|| last_value(t, "--tensor-parallel-size "))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok());
+    p.quantization = last_value(t, "quantization=")
+        .or_else(|| last_value(t, "'quantization': "))
+        .filter(|q| !q.is_empty() && *q != "none")
+        .map(str::to_string);
+}
+
+fn vllm_v0(t: &str) -> StartupProfile {
+    let mut p = empty(ProfileLayout::VllmV0);
+    p.total_bytes = last_paren(t, "total_gpu_memory")
+        .and_then(signed_size)
+        .and_then(|b| u64::try_from(b).ok());
+    p.utilization = last_paren(t, "x gpu_memory_utilization").and_then(|s| s.trim().parse().ok());
+    p.budget_bytes = t
+        .rfind("x gpu_memory_utilization")
+        .and_then(|i| last_size_u(&t[i..], ") = "));
+    p.weights_bytes = last_size_u(t, "model weights take ");
+    p.non_torch_bytes = last_size_u(t, "non_torch_memory takes ");
+    p.activation_bytes = last_size_u(t, "pytorch activation peak memory takes ");
+    p.kv_bytes = last_size(t, "the rest of the memory reserved for kv cache is ");
+    p
+}
+
+fn vllm_v0_early(t: &str) -> StartupProfile {
+    let mut p = empty(ProfileLayout::VllmV0Early);
+    let line = &t[t.rfind("memory profiling results:").unwrap_or(0)..];
+    p.total_bytes = last_size_u(line, "total_gpu_memory=");
+    p.utilization = last_number(line, "gpu_memory_utilization=");
+    p.budget_bytes = p
+        .total_bytes
+        .zip(p.utilization)
+        .map(|(b, u)| (b as f64 * u).round() as u64);
+    p.kv_bytes = last_size(line, "kv_cache_size=");
+    p.non_torch_bytes = last_size_u(line, "non_torch_memory=");
+    p.weights_bytes = last_size_u(t, "loading model weights took ");
+    if let Some(w) = p.weights_bytes {
+        let peak = last_size_u(line, "peak_torch_memory=");
+        p.activation_bytes = peak.map(|pk| pk.saturating_sub(w));
+        p.others_bytes = last_size_u(line, "initial_memory_usage=").map(|i| i.saturating_sub(w));
+    }
+    p
+}
+
+fn vllm_v1(t: &str) -> StartupProfile {
+    let mut p = empty(ProfileLayout::VllmV1);
+    p.weights_bytes =
+        last_size_u(t, "weights memory: ").or_else(|| last_size_u(t, "model loading took "));
+    p.activation_bytes = last_size_u(t, "torch peak memory increase: ");
+    p.non_torch_bytes = last_size_u(t, "non-torch forward increase memory: ");
+    p.kv_bytes = last_size(t, "available kv cache memory: ");
+    p.total_bytes = last_size_u(t, "total_memory=");
+    p.utilization = last_number(t, "'gpu_memory_utilization': ")
+        .or_else(|| last_number(t, "--gpu-memory-utilization "))
+        .or_else(|| last_number(t, "--gpu-memory-utilization="))
+        .or_else(|| last_number(t, "requested memory: "));
+    p.budget_bytes = last_size_u(t, "requested gpu memory: ")
+        .or_else(|| {
+            let i = t.rfind("requested memory: ")?;
+            last_size_u(&t[i..], "(util), ")
+        })
+        .or_else(|| {
+            p.total_bytes
+                .zip(p.utilization)
+                .map(|(b, u)| (b as f64 * u).round() as u64)
+        });
+    // The requested memory is `total × gpu_memory_utilization` (`request_memory`): with both
+    // printed, the device's total follows.
+    if p.total_bytes.is_none() {
+        p.total_bytes = p
+            .budget_bytes
+            .zip(p.utilization.filter(|&u| u > 0.0))
+            .map(|(b, u)| (b as f64 / u).round() as u64);
+    }
+    p.cuda_graph_bytes = last_size_u(t, "estimated cuda graph memory: ");
+    p.cuda_graphs_counted = t.contains("vllm_memory_profiler_estimate_cudagraphs=1)");
+    p
+}
+
+fn sglang(t: &str) -> StartupProfile {
+    let mut p = empty(ProfileLayout::Sglang);
+    let end = t.rfind("load weight end.").unwrap_or(0);
+    p.free_after_load_bytes = last_size_u(&t[end..], "avail mem=");
+    p.weights_bytes = last_size_u(&t[end..], "mem usage=");
+    p.free_before_load_bytes = t[..end]
+        .rfind("load weight begin.")
+        .and_then(|b| last_size_u(&t[b..end], "avail mem="))
+        .or_else(|| {
+            p.free_after_load_bytes
+                .zip(p.weights_bytes)
+                .map(|(a, u)| a + u)
+        });
+    p
+}
+
+impl StartupProfile {
+    /// The parts of vLLM's budget that the profile gives, bytes. When the activation peak and
+    /// memory outside PyTorch are not printed (or one is negative: an other process freed
+    /// memory during the profile) but the budget, the weights and the cache are, everything but
+    /// the weights is one [`Part::Rest`] (`B − W − K`). `None` without the weights.
+    pub fn parts(&self) -> Option<Vec<(Part, u64)>> {
+        let w = self.weights_bytes?;
+        let mut v = vec![(Part::Weights, w)];
+        let others = match self.layout {
+            ProfileLayout::VllmV0Early => self.others_bytes,
+            _ => None,
+        };
+        match (self.activation_bytes, self.non_torch_bytes) {
+            (Some(a), n) if n.is_some() || self.budget_bytes.is_none() => {
+                v.push((Part::Activation, a));
+                if let Some(n) = n {
+                    // 0.6.4's non-torch figure holds the others; the rest of it is this process's.
+                    v.push((Part::OutsidePytorch, n.saturating_sub(others.unwrap_or(0))));
+                }
+                if let Some(o) = others {
+                    v.push((Part::Others, o));
+                }
+                if self.cuda_graphs_counted {
+                    if let Some(g) = self.cuda_graph_bytes {
+                        v.push((Part::CudaGraphs, g));
+                    }
+                }
+            }
+            _ => {
+                if let (Some(b), Some(k)) = (self.budget_bytes, self.kv_bytes) {
+                    if let Ok(r) = u64::try_from(b as i64 - w as i64 - k) {
+                        v.push((Part::Rest, r));
+                    }
+                }
+            }
+        }
+        Some(v)
+    }
+
+    /// The part that took the most of the budget: what left the KV cache no room. `None` when
+    /// the profile names only the weights.
+    pub fn largest(&self) -> Option<(Part, u64)> {
+        let v = self.parts()?;
+        if v.len() < 2 {
+            return None;
+        }
+        v.into_iter().max_by_key(|&(_, b)| b)
+    }
+
+    /// Everything the budget held before the KV cache: the budget less the cache, else the sum
+    /// of the parts.
+    pub fn non_kv_bytes(&self) -> Option<u64> {
+        match (self.budget_bytes, self.kv_bytes) {
+            (Some(b), Some(k)) => u64::try_from(b as i64 - k).ok(),
+            _ => self
+                .parts()
+                .filter(|v| v.len() > 1)
+                .map(|v| v.iter().map(|&(_, b)| b).sum()),
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The engines' own profiling lines in real pasted start-up logs (`tests/data/serving-profiles.txt`,
+//! each block with its source): what each part of the budget took, read back against the engine's
+//! own arithmetic, and the cause and remedies the doctor draws from them.
+
+use vram_doctor::profile::{self, Part, ProfileLayout};
+use vram_doctor::serving::{explain_profiled, parse, ServingCause};
+
+use crate::gib;
+
+/// One block of `serving-profiles.txt`.
+struct Block {
+    source: String,
+    label: Option<String>,
+    check: Vec<String>,
+    expect: Vec<(String, f64)>,
+    log: String,
+}
+
+fn blocks() -> Vec<Block> {
+    let p =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/serving-profiles.txt");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let mut out = Vec::new();
+    for chunk in text.split("\nsource: ").skip(1) {
+        let (head, log) = chunk.split_once("\nlog:\n").expect("each block has a log");
+        let field = |k: &str| {
+            head.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}: ")))
+                .map(str::to_string)
+        };
+        out.push(Block {
+            source: head.lines().next().unwrap().to_string(),
+            label: field("label"),
+            check: field("check")
+                .unwrap()
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            expect: field("expect")
+                .unwrap()
+                .split_whitespace()
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    (k.to_string(), v.parse().unwrap())
+                })
+                .collect(),
+            // The block runs to the next blank line.
+            log: log.split("\n\n").next().unwrap().to_string(),
+        });
+    }
+    out
+}
+
+fn to_gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+#[test]
+fn every_logged_profile_is_read_with_its_printed_figures() {
+    let all = blocks();
+    assert_eq!(all.len(), 11);
+    for b in &all {
+        let p = profile::read(&b.log).unwrap_or_else(|| panic!("{}: no profile read", b.source));
+        for (k, want) in &b.expect {
+            let got = match k.as_str() {
+                "total" => p.total_bytes.map(to_gib),
+                "util" => p.utilization,
+                "budget" => p.budget_bytes.map(to_gib),
+                "weights" => p.weights_bytes.map(to_gib),
+                "activation" => p.activation_bytes.map(to_gib),
+                "non_torch" => p.non_torch_bytes.map(to_gib),
+                "kv" => p.kv_bytes.map(|k| k as f64 / (1u64 << 30) as f64),
+                "free_after" => p.free_after_load_bytes.map(to_gib),
+                "free_before" => p.free_before_load_bytes.map(to_gib),
+                "min_fraction" => p
+                    .free_before_load_bytes
+                    .zip(p.free_after_load_bytes)
+                    .map(|(pre, a)| 1.0 - a as f64 / pre as f64),
+                other => panic!("unknown key {other}"),
+            };
+            let got = got.unwrap_or_else(|| panic!("{}: no {k}", b.source));
+            // Figures printed with two decimals (four for `took`), or derived from them.
+            assert!(
+                (got - want).abs() < 0.0006,
+                "{}: {k} {got} != {want}",
+                b.source
+            );
+        }
+    }
+}
+
+/// The engine's own arithmetic: what it printed for each part adds up to its budget less the
+/// cache it printed, so the reading counts every part once (vLLM 0.6.4's non-torch figure holds
+/// the memory in use before the profile, which the reading takes out of it).
+#[test]
+fn the_parts_read_add_up_to_the_budget_less_the_cache_as_the_engine_printed() {
+    let mut n = 0;
+    for b in blocks()
+        .iter()
+        .filter(|b| b.check.iter().any(|c| c == "sum"))
+    {
+        let p = profile::read(&b.log).unwrap();
+        let parts = p.parts().unwrap();
+        let sum: u64 = parts.iter().map(|&(_, x)| x).sum();
+        let left = p.budget_bytes.unwrap() as i64 - p.kv_bytes.unwrap();
+        // Each printed figure is rounded to 0.01 GiB: at most 0.005 GiB each, five figures.
+        assert!(
+            (sum as i64 - left).unsigned_abs() <= gib(0.025),
+            "{}: parts {} GiB, budget less cache {} GiB ({parts:?})",
+            b.source,
+            to_gib(sum),
+            left as f64 / (1u64 << 30) as f64
+        );
+        n += 1;
+    }
+    assert_eq!(n, 8);
+}
+
+/// Where the thread names the cause, the doctor names it from the profile too.
+#[test]
+fn the_doctor_names_the_threads_cause_from_the_profile() {
+    for b in blocks()
+        .iter()
+        .filter(|b| b.check.iter().any(|c| c == "cause"))
+    {
+        let e = parse(&b.log).unwrap_or_else(|| panic!("{}: no error", b.source));
+        let p = profile::read(&b.log);
+        let d = explain_profiled(&e, p.as_ref(), None);
+        let name = serde_json::to_value(d.cause).unwrap();
+        let name = format!("serving-{}", name.as_str().unwrap());
+        assert_eq!(Some(&name), b.label.as_ref(), "{}", b.source);
+        assert!(d.profile.is_some());
+    }
+}
+
+/// vllm#23278: V1 0.10.1 prints the weights and how far short the cache is, not the budget; which
+/// part took the room stays open, and the doctor says so, with both figures.
+#[test]
+fn v1_without_the_budget_keeps_the_cause_open_and_prints_what_it_read() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.ends_with("/23278"))
+        .unwrap();
+    let p = profile::read(&b.log).unwrap();
+    assert_eq!(p.layout, ProfileLayout::VllmV1);
+    assert_eq!(p.largest(), None);
+    let d = explain_profiled(&parse(&b.log).unwrap(), Some(&p), None);
+    assert_eq!(d.cause, ServingCause::Undetermined);
+    assert!(
+        d.explanation.contains("weights 65.97 GiB"),
+        "{}",
+        d.explanation
+    );
+    assert!(
+        d.explanation.contains("2.14 GiB short"),
+        "{}",
+        d.explanation
+    );
+    assert!(
+        d.explanation.contains("the budget is not printed"),
+        "{}",
+        d.explanation
+    );
+}
+
+/// vllm#13882's profile (RTX 4060 8 GB, bnb-4bit Qwen2.5-7B at 0.70, vLLM 0.7.3 V0): the weights
+/// take 5.20 of the 5.60 GiB budget. The post is cut in the traceback before the error line; with
+/// 0 blocks, 0.7.3's `raise_if_cache_size_invalid` (`vllm/worker/worker.py`, read in the sdist)
+/// raises `No available memory for the cache blocks`, which is appended here as that code writes it.
+#[test]
+fn the_weights_that_take_most_of_the_budget_are_named_with_measured_remedies() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.ends_with("/13882"))
+        .unwrap();
+    let text = format!(
+        "{}\nValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+        b.log
+    );
+    let p = profile::read(&text).unwrap();
+    assert_eq!(p.largest(), Some((Part::Weights, gib(5.20))));
+    let d = explain_profiled(&parse(&text).unwrap(), Some(&p), None);
+    assert_eq!(d.cause, ServingCause::Weights);
+    // (5.60 + 1.05) / 8.00 = 0.83125 of the device holds what preceded the cache: 0.84.
+    assert_eq!(d.remedies[0].action, "--gpu-memory-utilization 0.84");
+    assert!(d.remedies[0].enough);
+    // Half the weights (2.60) and the rest as measured (1.45) leave the 5.60 GiB budget 1.55.
+    // The configuration line says TP 1 and bitsandbytes: twice the GPUs, and no "quantize" advice.
+    assert_eq!(p.tensor_parallel_size, Some(1));
+    assert_eq!(p.quantization.as_deref(), Some("bitsandbytes"));
+    assert!(
+        d.remedies[1].action == "--tensor-parallel-size 2",
+        "{:?}",
+        d.remedies
+    );
+    assert!(
+        d.remedies[1].detail.contains("1.55 GiB"),
+        "{}",
+        d.remedies[1].detail
+    );
+    assert!(
+        d.explanation
+            .contains("the weights took the most: 5.20 GiB"),
+        "{}",
+        d.explanation
+    );
+    // The message-only text (that the message cannot tell the parts apart) is gone.
+    assert!(
+        !d.explanation.contains("cannot show which"),
+        "{}",
+        d.explanation
+    );
+    assert!(
+        d.remedies[2]
+            .action
+            .contains("fewer bits per weight than this bitsandbytes one"),
+        "{}",
+        d.remedies[2].action
+    );
+}
+
+/// vllm#10517: the context error keeps its cause; the profile sizes the utilization that holds
+/// one request of 29000 tokens: (21.22 − 2.89) GiB before the cache + 2.89 × 29000 / 23648 GiB of
+/// cache = 21.88 GiB of 23.58, 0.928: 0.93.
+#[test]
+fn a_context_error_gets_its_utilization_from_the_profile() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.ends_with("/10517"))
+        .unwrap();
+    let p = profile::read(&b.log).unwrap();
+    assert_eq!(p.layout, ProfileLayout::VllmV0Early);
+    let d = explain_profiled(&parse(&b.log).unwrap(), Some(&p), None);
+    assert_eq!(d.cause, ServingCause::Context);
+    assert_eq!(d.remedies[0].action, "--max-model-len 23648");
+    assert_eq!(d.remedies[1].action, "--gpu-memory-utilization 0.93");
+    assert!(d.remedies[1].enough);
+}
+
+/// InferenceX#2128: SGLang's load line gives the smallest fraction, 1 − 12.25 / 137.90 = 0.9112,
+/// against the 0.9113 SGLang printed (its figures are rounded before we see them).
+#[test]
+fn sglang_load_lines_give_the_fraction_below_which_the_pool_is_empty() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.ends_with("/2128"))
+        .unwrap();
+    let d = explain_profiled(
+        &parse(&b.log).unwrap(),
+        profile::read(&b.log).as_ref(),
+        None,
+    );
+    assert_eq!(d.cause, ServingCause::Weights);
+    assert!(d.explanation.contains("0.9112"), "{}", d.explanation);
+    // The same line under the older `Not enough memory` error (its text as SGLang's
+    // `model_runner.py` raises it) gives that error the same fraction.
+    let old = format!(
+        "{}\nRuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+        b.log.lines().next().unwrap()
+    );
+    let d = explain_profiled(&parse(&old).unwrap(), profile::read(&old).as_ref(), None);
+    assert_eq!(d.cause, ServingCause::Weights);
+    assert_eq!(
+        d.remedies[0].action,
+        "raise --mem-fraction-static above 0.912"
+    );
+    assert!(
+        d.explanation.contains("empty below a fraction of 0.9112"),
+        "{}",
+        d.explanation
+    );
+}
+
+#[test]
+fn text_without_profiling_lines_has_no_profile() {
+    assert_eq!(
+        profile::read("ValueError: No available memory for the cache blocks."),
+        None
+    );
+}
+
+/// V1's DEBUG requested-memory line as 0.10.1's `gpu_worker.py` formats it (`Initial free memory:
+/// %.2f GiB; Requested memory: %.2f (util), %.2f GiB`) gives the budget the INFO lines lack. Built
+/// from vllm#23278's logged weights and cache with the line vLLM's default 0.9 would print on the
+/// catalog H100's 79.19 GiB (71.27 GiB): not a posted log, a check of the format's reading. The
+/// weights (65.97 GiB) then outweigh the rest (7.44 GiB) and are named.
+#[test]
+fn v1_debug_requested_memory_gives_the_budget() {
+    let text = "gpu_model_runner.py:2007] Model loading took 65.9651 GiB and 12.799889 seconds\n\
+                gpu_worker.py:262] Initial free memory: 78.68 GiB; Requested memory: 0.90 (util), 71.27 GiB\n\
+                gpu_worker.py:276] Available KV cache memory: -2.14 GiB\n\
+                ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.";
+    let p = profile::read(text).unwrap();
+    assert_eq!(p.budget_bytes, Some(gib(71.27)));
+    assert_eq!(p.utilization, Some(0.90));
+    assert_eq!(
+        p.parts().unwrap(),
+        vec![
+            (Part::Weights, gib(65.9651)),
+            (Part::Rest, gib(71.27) + gib(2.14) - gib(65.9651))
+        ]
+    );
+    let d = explain_profiled(&parse(text).unwrap(), Some(&p), None);
+    assert_eq!(d.cause, ServingCause::Weights);
+    // The total is the requested memory over the utilization, 79.19 GiB: (71.27 + 2.14) / 79.19
+    // = 0.927 of it holds what preceded the cache; two GPUs' share of the weights fits too.
+    assert_eq!(d.remedies[0].action, "--gpu-memory-utilization 0.93");
+    assert!(
+        d.remedies[1]
+            .action
+            .starts_with("--tensor-parallel-size ×2"),
+        "{:?}",
+        d.remedies
+    );
+}
+
+/// The planner's gpt-oss-20b refusal (vLLM 0.19.0, H100): the KV cache filled the 75.23 GiB
+/// budget, so the sampler's warm-up ran in what the budget left of the 79.19 GiB device, less the
+/// 1.30 GiB CUDA graphs' estimate the budget did not count: 79.19 − 75.23 − 1.30 = 2.66 GiB.
+#[test]
+fn the_sampler_warm_up_is_told_how_much_room_the_budget_left_it() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.contains("llm-d-planner"))
+        .unwrap();
+    let d = explain_profiled(
+        &parse(&b.log).unwrap(),
+        profile::read(&b.log).as_ref(),
+        None,
+    );
+    assert_eq!(d.cause, ServingCause::Profile);
+    assert!(
+        d.explanation.contains("The warm-up ran in 2.66 GiB"),
+        "{}",
+        d.explanation
+    );
+}
