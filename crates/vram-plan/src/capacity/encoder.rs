@@ -102,13 +102,13 @@ impl EncoderProfile {
 /// Qwen2.5-VL's windowed one), Mistral's Pixtral, Llama 4's tiles and Gemma 4's patch budget.
 /// Other towers (Gemma 3's, mllama's) have their own largest-item rules, not read here.
 pub(super) fn modelled(v: &Vision) -> bool {
-    match v.input {
+    matches!(
+        v.input,
         VisionInput::SmartResize { .. }
-        | VisionInput::Pixtral { .. }
-        | VisionInput::Tiles { .. }
-        | VisionInput::PatchBudget { .. } => true,
-        _ => false,
-    }
+            | VisionInput::Pixtral { .. }
+            | VisionInput::Tiles { .. }
+            | VisionInput::PatchBudget { .. }
+    )
 }
 
 /// `_MAX_FRAMES_PER_VIDEO` of `qwen2_vl.py` at v0.10.1 and v0.10.2 (14 from 0.11.0).
@@ -845,12 +845,12 @@ mod tests {
 
         let eager = Knobs {
             enforce_eager: true,
-            ..k.clone()
+            ..k
         };
         let e = vllm_encoder_profile(v, &eager, [0, 10, 1], 256, 2048, 4096).unwrap();
         assert_eq!(e.forward, pixels + tables + n * 16_640 * 2 + cos_sin);
 
-        let tp2 = Knobs { tp: 2, ..k.clone() };
+        let tp2 = Knobs { tp: 2, ..k };
         let e = vllm_encoder_profile(v, &tp2, [0, 10, 2], 256, 2048, 4096).unwrap();
         assert_eq!(e.forward, pixels + tables + n * 12_810 * 2);
         // Other versions keep "not counted".
