@@ -389,7 +389,8 @@ fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_byt
 ///   the rotary kernel's float32 output and the cast back (`5h/tp`): `2h + 11h/tp`; at TP > 1
 ///   `split_qkv` first all-gathers the whole QKV (`3h`) beside its output and the copies;
 /// - the MLP's activation: the block input, the sum after attention, `norm2`'s output,
-///   `fc1`'s output and the native activation's two temporaries (`3h + 3i/tp`); or at `fc2`
+///   `fc1`'s output and the native activation's two temporaries (`3h + 3i/tp`; under
+///   `--enforce-eager` the CUDA kernel's one output, `3h + 2i/tp`); or at `fc2`
 ///   the activation and the output (`4h + i/tp`, and the all-reduce's result at TP > 1);
 ///
 /// plus the rotary table gathered per patch (`[patches, head_dim / 2]` float32).
@@ -402,7 +403,10 @@ fn qwen2_vl_forward_peak(v: &Vision, k: &Knobs, patches: u64, pixel_bytes: u64) 
     let gathered = if tp > 1 { 3 * h } else { 0 };
     let attention = 2 * h + (6 * hl + gathered).max(11 * hl);
     let reduced = if tp > 1 { h } else { 0 };
-    let mlp = (3 * h + 3 * i).max(4 * h + i + reduced);
+    // Under `--enforce-eager` (no compilation: custom ops on) `QuickGELU.forward_cuda` writes
+    // one output (`gelu_quick`, `layers/activation.py` at v0.10.2).
+    let act = if k.enforce_eager { 2 * i } else { 3 * i };
+    let mlp = (3 * h + act).max(4 * h + i + reduced);
     pixels + rotary + patches * attention.max(mlp) * d
 }
 
@@ -785,6 +789,15 @@ mod tests {
         // 2.64 GiB: the log's "2.65 GiB for peak activation" is the larger of this and what
         // is held beside the language model's peak.
         assert_eq!(e.forward, 2_835_349_504);
+        // `--enforce-eager`: QuickGELU's CUDA kernel, one `[patches, 5120]` output; the rotary
+        // step (2h + 11h) is then the peak.
+        let eager = Knobs {
+            enforce_eager: true,
+            ..k
+        };
+        let e = vllm_encoder_profile(v, &eager, [0, 10, 2], 256, 2048, 4096).unwrap();
+        assert!(3 * 1280 + 2 * 5120 < 13 * 1280);
+        assert_eq!(e.forward, pixels + n * 40 * 4 + n * 13 * 1280 * 2);
 
         let mut small = v.clone();
         if let VisionInput::SmartResize { max_pixels, .. } = &mut small.input {
