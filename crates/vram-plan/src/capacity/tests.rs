@@ -933,7 +933,8 @@ fn vllm_0_8_on_a_v100_falls_back_to_v0() {
 
 /// vLLM 0.10.1 lays gpt-oss-120b's MXFP4 experts out for Marlin on an H100 (torch 2.7):
 /// hidden 2880 padded to 3072, intermediate 2880 to 2944; 36 layers × 128 experts × 3
-/// matrices at 0.5 + 1/32 bytes an element. From 0.11 the Triton layout pads nothing here.
+/// matrices at 0.5 + 1/32 bytes an element. The Triton layout (Hopper from 0.12, whose wheel
+/// brings its own triton_kernels) pads nothing here; 0.11 still runs Marlin by default.
 #[test]
 fn mxfp4_marlin_layout_pads_the_experts() {
     let t = model("gpt-oss-120b");
@@ -943,6 +944,19 @@ fn mxfp4_marlin_layout_pads_the_experts() {
         ..Knobs::default()
     };
     let marlin = weights_per_gpu(&t, &k, h100, Engine::Vllm);
+    // 0.11.2 without the optional triton_kernels package (not a requirement of its wheel).
+    assert_eq!(
+        weights_per_gpu(
+            &t,
+            &Knobs {
+                engine_version: Some([0, 11, 2]),
+                ..k
+            },
+            h100,
+            Engine::Vllm
+        ),
+        marlin
+    );
     let triton = weights_per_gpu(
         &t,
         &Knobs {
@@ -970,11 +984,11 @@ fn mxfp4_marlin_layout_pads_the_experts() {
 }
 
 /// vLLM's Triton MXFP4 path on Hopper (read at v0.11.0 and v0.14.1): the expert biases become
-/// fp32 (one more bf16 copy of `[E, 2I]` + `[E, H]`), and from 0.11.1 (torch 2.9.0, so
-/// triton_kernels' `HopperMXScaleLayout`) the scales are held twice, the copy padded to 256
-/// rows and an even number of columns. gpt-oss-120b: 36 layers x 128 experts; w13 scales
-/// 5760 -> 5888 rows x 90, w2 2880 -> 3072 rows x 90; biases (5760 + 2880) x 2 bytes.
-/// 0.11.0 pins torch 2.8.0 (StridedLayout, a view): only the biases.
+/// fp32 (one more bf16 copy of `[E, 2I]` + `[E, H]`), and with torch 2.9 (triton_kernels'
+/// `HopperMXScaleLayout`) the scales are held twice, the copy padded to 256 rows and an even
+/// number of columns. gpt-oss-120b: 36 layers x 128 experts; w13 scales 5760 -> 5888 rows x 90,
+/// w2 2880 -> 3072 rows x 90; biases (5760 + 2880) x 2 bytes. Hopper runs this path by default
+/// from 0.12 (the wheel's own triton_kernels); 0.11 runs Marlin, which holds neither.
 #[test]
 fn mxfp4_triton_holds_fp32_biases_and_a_padded_scale_copy() {
     let t = model("gpt-oss-120b");
@@ -990,15 +1004,16 @@ fn mxfp4_triton_holds_fp32_biases_and_a_padded_scale_copy() {
     let bias = (5760 + 2880) * 2;
     let scales = 5888 * 90 + 3072 * 90;
     assert_eq!(at([0, 14, 1], 1), 36 * 128 * (bias + scales));
-    assert_eq!(at([0, 11, 1], 1), 36 * 128 * (bias + scales));
-    assert_eq!(at([0, 11, 0], 1), 36 * 128 * bias);
+    assert_eq!(at([0, 12, 0], 1), 36 * 128 * (bias + scales));
+    assert_eq!(at([0, 11, 2], 1), 0);
+    assert_eq!(at([0, 11, 0], 1), 0);
     // TP 2: intermediate 1440 per GPU, padded to 1472 (64); w13 2944 -> 3072 rows x 90, w2
     // 2880 -> 3072 rows x 46; biases (2944 + 2880) x 2 bytes.
     assert_eq!(
         at([0, 19, 0], 2),
         36 * 128 * ((2944 + 2880) * 2 + 3072 * 90 + 3072 * 46)
     );
-    // Marlin (Hopper before 0.11, Ampere) and FlashInfer hold neither.
+    // Marlin (Hopper before 0.12, Ampere) and FlashInfer hold neither.
     assert_eq!(at([0, 10, 1], 1), 0);
     let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
     let k = Knobs {

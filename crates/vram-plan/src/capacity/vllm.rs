@@ -370,9 +370,8 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     {
         let (kernel, im, hm) = engine::vllm_mxfp4_layout(k, gpu);
         assumes.push(match (kernel, im, hm) {
-            ("Marlin", ..) => "MXFP4 experts in the Marlin layout (compute capability < 9, or Hopper before 0.11): the hidden size padded to 256 and the intermediate size per GPU to 128 (Mxfp4MoEMethod.create_weights)",
-            ("Triton", ..) if engine::vllm_mxfp4_scales_copied(k, gpu) => "MXFP4 experts in the Triton layout (Hopper from 0.11): the intermediate size per GPU padded to 64, the expert biases in fp32, and the scales twice: the checkpoint's stay registered beside HopperMXScaleLayout's padded copy (torch >= 2.8.1, vLLM 0.11.1 on; _swizzle_mxfp4)",
-            ("Triton", ..) => "MXFP4 experts in the Triton layout (Hopper on vLLM 0.11.0, whose torch 2.8.0 keeps triton_kernels' StridedLayout: the kernel's scales are a view of the checkpoint's): the intermediate size per GPU padded to 64 and the expert biases in fp32",
+            ("Marlin", ..) => "MXFP4 experts in the Marlin layout (compute capability < 9, or Hopper before 0.12, whose Triton path needs the optional triton_kernels package that vLLM's wheel does not bring until 0.12): the hidden size padded to 256 and the intermediate size per GPU to 128 (Mxfp4MoEMethod.create_weights)",
+            ("Triton", ..) => "MXFP4 experts in the Triton layout (Hopper from 0.12, whose wheel builds triton_kernels): the intermediate size per GPU padded to 64, the expert biases in fp32, and the scales twice: the checkpoint's stay registered beside HopperMXScaleLayout's padded copy (torch 2.9; _swizzle_mxfp4)",
             _ => "MXFP4 experts in the FlashInfer/ROCm layout: the hidden and intermediate sizes padded to 256 (128 for ROCm before 0.11)",
         });
     }

@@ -176,7 +176,7 @@ pub(super) fn mxfp4_padding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
     ((padded - plain) as f64 * bytes) as u64 * layers_here
 }
 
-/// Bytes vLLM's Triton MXFP4 path (Hopper from 0.11, ROCm) holds beyond the stored experts on
+/// Bytes vLLM's Triton MXFP4 path (Hopper from 0.12, ROCm) holds beyond the stored experts on
 /// the most loaded GPU (`Mxfp4MoEMethod.process_weights_after_loading`, Triton branch, read at
 /// v0.11.0 and v0.14.1):
 /// - the expert biases become fp32 (`layer.w13_bias.to(torch.float32)` replaces the bf16
