@@ -2294,3 +2294,36 @@ fn channel_wise_awq_as_the_engines_create_it() {
     )
     .is_ok());
 }
+
+/// Qwen2.5-VL-7B under vLLM V1 0.10.2 on an H100 at 4,096 tokens: the encoder profile is
+/// counted (one 16,384-token image, the budget line in the log, the tower's forward under the
+/// activation peak) and the report no longer says it is not; 0.11 (not read for this tower)
+/// still says so.
+#[test]
+fn vllm_qwen2_5_vl_encoder_profile_is_counted_at_0_10() {
+    let t = match catalog::lookup("qwen2.5-vl-7b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gpu = vram_model::gpu::lookup("h100").unwrap();
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        max_model_len: Some(4096),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &at([0, 10, 2])).unwrap();
+    assert!(
+        c.log.iter().any(|l| l
+            == "Encoder cache will be initialized with a budget of 16384 tokens, and profiled with 1 image items of the maximum feature size."),
+        "{:?}",
+        c.log
+    );
+    assert!(c.activation_peak_bytes >= 2_793_668_608);
+    assert!(!c.assumes.iter().any(|a| a.contains("profile not counted")));
+    let later = capacity(&t, gpu, Engine::Vllm, &at([0, 11, 0])).unwrap();
+    assert!(later
+        .assumes
+        .iter()
+        .any(|a| a.contains("profile not counted")));
+    assert!(later.activation_peak_bytes < c.activation_peak_bytes);
+}
