@@ -206,21 +206,60 @@ pub struct MRope {
 }
 
 /// The rotary tables an engine's `get_rope` keeps for a model ([`Blocks::rope_tables`]): vLLM
-/// keeps one `cos_sin_cache` per distinct key (`_ROPE_DICT`, keyed by head size, rotary width,
-/// max positions, base, scaling and dtype: `rotary_embedding/__init__.py`, read at v0.10.2 and
-/// v0.19.0), each as many rows as its class builds.
+/// and SGLang keep one `cos_sin_cache` per distinct key (`_ROPE_DICT`, keyed by head size,
+/// rotary width, max positions, base, scaling and dtype: vLLM `rotary_embedding/__init__.py`,
+/// read at v0.10.2 and v0.19.0; SGLang `layers/rotary_embedding.py`, read at 0.4.2, 0.4.5 and
+/// 0.5.3), each as many rows as its class builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub struct RopeTables {
-    /// Rows of the table the config's own rope parameters build; 0 for `max_positions`.
-    /// `LinearScalingRotaryEmbedding` builds `max_positions × factor` (`rope_type: linear`);
-    /// `Phi3LongRoPEScaledRotaryEmbedding` one short and one long table stacked,
-    /// `original_max_position_embeddings + max_positions` (`rope_type: longrope`).
-    pub rows: u64,
+    /// The class the config's own rope parameters build, with what sizes its table.
+    pub class: RopeClass,
     /// Sliding-window layers build their rotary embedding from parameters of their own, a
     /// second key with `max_positions` rows: Gemma 3 (`rope_local_base_freq` and default
     /// scaling, `gemma3.py` at v0.10.2 and v0.19.0) and Gemma 4 (`rope_parameters` per layer
     /// type, `gemma4.py` at v0.19.0).
     pub local: bool,
+}
+
+/// The rotary class `get_rope` builds for a config's rope parameters, by the rows of its
+/// `_compute_cos_sin_cache` (`torch.arange` of the class's length: a float length gives its
+/// ceiling). Read in vLLM's `rotary_embedding/` at v0.10.2, v0.19.0, v0.21.0 and v0.22.0 (and
+/// the single-file module at 0.6.6, 0.8.3 and 0.8.5), and SGLang's at 0.4.2 to 0.5.3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RopeClass {
+    /// `max_positions` rows: no scaling (`RotaryEmbedding`, M-RoPE's `MRotaryEmbedding` before
+    /// the engine's own multiple) and the classes that change only the frequencies:
+    /// `Llama3RotaryEmbedding` (`llama3`), `NTKScalingRotaryEmbedding` (`ntk`),
+    /// `DynamicNTKAlphaRotaryEmbedding` (`dynamic` with `alpha`), Gemma 4's `proportional`.
+    #[default]
+    Positions,
+    /// `LinearScalingRotaryEmbedding` (`linear`): `max_positions × factor` rows.
+    Linear {
+        /// `ceil(max_positions × factor)`.
+        rows: u64,
+    },
+    /// `DynamicNTKScalingRotaryEmbedding` (`dynamic` with `factor`): `max_positions × factor`
+    /// rows in SGLang and in vLLM to 0.21; from vLLM 0.22 `max_positions` (its
+    /// `max_trained_positions` change).
+    DynamicNtk {
+        /// `ceil(max_positions × factor)`.
+        rows: u64,
+    },
+    /// `YaRNScalingRotaryEmbedding` (`yarn`) and DeepSeek's `DeepseekScalingRotaryEmbedding`
+    /// (`deepseek_v2.py` turns a `yarn` into `deepseek_yarn`): both are built with
+    /// `original_max_position_embeddings`, not `max_positions`, and keep `original × factor`
+    /// rows whatever `max_position_embeddings` says.
+    Yarn {
+        /// `ceil(original_max_position_embeddings × factor)`.
+        rows: u64,
+    },
+    /// `Phi3LongRoPEScaledRotaryEmbedding` (`longrope`): a short table of
+    /// `original_max_position_embeddings` rows and a long one of `max_positions` rows.
+    LongRope {
+        /// `original_max_position_embeddings`.
+        original: u64,
+    },
 }
 
 /// The whole description of a transformer: its layers, kept once per distinct kind, and what

@@ -976,10 +976,11 @@ fn mxfp4_marlin_layout_pads_the_experts() {
         h100,
     );
     assert_eq!(marlin + triton_extras - triton, per_layer as u64 * 36);
-    // SGLang is not vLLM: no vLLM layout.
+    // SGLang is not vLLM: no vLLM layout; its rotary table (YaRN: 4,096 × 32 rows, 64 wide)
+    // is kept in fp32, two bytes an element more.
     assert_eq!(
         weights_per_gpu(&t, &k, h100, Engine::Sglang),
-        triton - triton_extras
+        triton - triton_extras + 131_072 * 64 * 2
     );
 }
 
@@ -1234,7 +1235,7 @@ fn model_loading_replays_the_allocator_over_shared_segments() {
     };
     let t4 = vram_model::gpu::lookup("t4").unwrap();
     assert_eq!(
-        weights::rotary_cache_elems(&t, &Knobs::default(), Engine::Vllm),
+        weights::rotary_cache_bytes(&t, &Knobs::default(), Engine::Vllm, t4),
         0
     );
     let stored = weights_per_gpu(&t, &k, t4, Engine::Vllm);
@@ -1904,10 +1905,14 @@ fn vllm_072_disables_mla_under_awq_and_vram_says_so() {
     .is_ok());
 }
 
-/// vLLM's M-RoPE cache (`MRotaryEmbedding`, `rotary_embedding/mrope.py` from 0.8.5 to 0.19.0)
-/// covers four times `max_position_embeddings`; from 0.18.0 an interleaved M-RoPE
-/// (`MRotaryEmbeddingInterleaved`, Qwen3.5's `mrope_interleaved`) keeps one; SGLang and plain
-/// rotary positions keep one.
+fn h100() -> &'static vram_model::gpu::Gpu {
+    vram_model::gpu::lookup("h100").unwrap()
+}
+
+/// vLLM's M-RoPE cache (`MRotaryEmbedding`, from 0.7.2 to 0.22.0) covers four times
+/// `max_position_embeddings`, interleaved sections (Qwen3.5's
+/// `mrope_interleaved`) included: `get_rope` builds `MRotaryEmbeddingInterleaved` (one) only for
+/// `rope_type: openpangu` (0.18.0, 0.19.0); SGLang and plain rotary positions keep one.
 #[test]
 fn vllm_mrope_cache_positions() {
     let qwen2_vl = match catalog::lookup("qwen2-vl-2b").unwrap() {
@@ -1926,21 +1931,19 @@ fn vllm_mrope_cache_positions() {
         rotary_positions(&qwen2_vl, &at([0, 10, 2]), Engine::Vllm),
         4 * 32_768
     );
+    // Before 0.7.2 one.
     assert_eq!(
-        rotary_positions(&qwen2_vl, &at([0, 19, 0]), Engine::Vllm),
-        4 * 32_768
+        rotary_positions(&qwen2_vl, &at([0, 7, 1]), Engine::Vllm),
+        32_768
     );
     assert_eq!(
         rotary_positions(&qwen2_vl, &Knobs::default(), Engine::Sglang),
         32_768
     );
-    assert_eq!(
-        rotary_positions(&qwen35, &at([0, 14, 0]), Engine::Vllm),
-        4 * 262_144
-    );
+    // Interleaved sections (Qwen3.5's `mrope_interleaved`): the same class, four times.
     assert_eq!(
         rotary_positions(&qwen35, &at([0, 19, 0]), Engine::Vllm),
-        262_144
+        4 * 262_144
     );
     assert_eq!(
         rotary_positions(&llama3(), &at([0, 10, 2]), Engine::Vllm),
@@ -2014,8 +2017,9 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
     };
     // (model, positions vLLM keeps at 0.19.0, rotary width)
     for (id, positions, width) in [
-        // partial_rotary_factor 0.25 of head_dim 256; interleaved M-RoPE keeps the positions.
-        ("qwen3.5-27b", 262_144, 64),
+        // partial_rotary_factor 0.25 of head_dim 256; M-RoPE (interleaved) keeps four times
+        // the positions.
+        ("qwen3.5-27b", 4 * 262_144, 64),
         ("qwen3-next-80b-a3b", 262_144, 64),
         // rotary_dim 64 of head_dim 128.
         ("minimax-m2.5", 196_608, 64),
@@ -2025,8 +2029,8 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
     ] {
         let t = catalogued(id);
         assert_eq!(
-            weights::rotary_cache_elems(&t, &vllm([0, 19, 0]), Engine::Vllm),
-            positions * width,
+            weights::rotary_cache_bytes(&t, &vllm([0, 19, 0]), Engine::Vllm, h100()),
+            positions * width * 2,
             "{id}"
         );
     }
@@ -2049,9 +2053,10 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
             .rotary_dim(),
         96
     );
+    // SGLang (0.5 by default) keeps its table in fp32 on CUDA.
     assert_eq!(
-        weights::rotary_cache_elems(&t, &Knobs::default(), Engine::Sglang),
-        131_072 * 96
+        weights::rotary_cache_bytes(&t, &Knobs::default(), Engine::Sglang, h100()),
+        131_072 * 96 * 4
     );
     // The same factor inside `rope_parameters` (transformers 5's name) and a `rotary_dim`
     // that is no whole percent of the head, refused in one line.
@@ -2102,8 +2107,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}}"#;
     let t = parse(gemma3_4b);
     assert_eq!(
-        weights::rotary_cache_elems(&t, &vllm, Engine::Vllm),
-        (1_048_576 + 131_072) * 256
+        weights::rotary_cache_bytes(&t, &vllm, Engine::Vllm, h100()),
+        (1_048_576 + 131_072) * 256 * 2
     );
     // Without scaling and with one base for both layer types, one key: one table.
     let one_key = gemma3_4b.replace(
@@ -2111,8 +2116,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         r#""rope_theta": 10000.0, "rope_local_base_freq": 10000.0"#,
     );
     assert_eq!(
-        weights::rotary_cache_elems(&parse(&one_key), &vllm, Engine::Vllm),
-        131_072 * 256
+        weights::rotary_cache_bytes(&parse(&one_key), &vllm, Engine::Vllm, h100()),
+        131_072 * 256 * 2
     );
     // Phi-4-mini: LongRoPE (`original_max_position_embeddings` at the top level, as its
     // config.json has it), rotary width 96.
@@ -2123,8 +2128,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}"#;
     let t = parse(phi4_mini);
     assert_eq!(
-        weights::rotary_cache_elems(&t, &vllm, Engine::Vllm),
-        (4_096 + 131_072) * 96
+        weights::rotary_cache_bytes(&t, &vllm, Engine::Vllm, h100()),
+        (4_096 + 131_072) * 96 * 2
     );
     // Gemma 4 26B-A4B (catalogued): a sliding table of head_dim 256 and a full-layer table of
     // the full head 512 (`Gemma4RotaryEmbedding` builds its cache `head_size` wide).
@@ -2132,9 +2137,79 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         unreachable!()
     };
     assert_eq!(
-        weights::rotary_cache_elems(&g4, &vllm, Engine::Vllm),
-        g4.max_positions() * (256 + 512)
+        weights::rotary_cache_bytes(&g4, &vllm, Engine::Vllm, h100()),
+        g4.max_positions() * (256 + 512) * 2
     );
+}
+
+/// The rotary tables are the engines' own: for each rope configuration of
+/// `tests/data/get_rope/cases.json` (no scaling, `llama3`, `ntk`, `linear`, dynamic NTK by
+/// factor and by alpha, YaRN, DeepSeek's YaRN, M-RoPE plain, interleaved and with YaRN,
+/// LongRoPE), the bytes of the buffers that the own `get_rope` of vLLM 0.6.6, 0.7.1, 0.7.2,
+/// 0.8.5, 0.10.2, 0.11.0, 0.14.0, 0.18.0, 0.19.0 and 0.22.0 and of SGLang 0.4.2, 0.4.2.post1,
+/// 0.4.3, 0.4.5 and 0.5.3 build, run on the CPU from each release's source (CUDA's and ROCm's branch of
+/// SGLang's platform check), equal `vram capacity`'s rotary bytes for a Qwen3-shaped config with
+/// those parameters. What a release refuses is skipped (`ntk` and an alpha-only `dynamic` in
+/// vLLM to 0.8.5 and SGLang; M-RoPE with YaRN at vLLM 0.14.0).
+#[test]
+fn rotary_tables_are_the_engines_own() {
+    let cases: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/data/get_rope/cases.json")).unwrap();
+    let runs: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/data/get_rope/tables.json")).unwrap();
+    let h100 = h100();
+    let mi300x = vram_model::gpu::lookup("mi300x").unwrap();
+    let mut checked = 0;
+    for run in runs["runs"].as_array().unwrap() {
+        let engine = match run["engine"].as_str().unwrap() {
+            "vllm" => Engine::Vllm,
+            _ => Engine::Sglang,
+        };
+        let (version, pin) = parse_engine_version(run["version"].as_str().unwrap()).unwrap();
+        let gpu = if run["platform"] == "cuda" {
+            h100
+        } else {
+            mi300x
+        };
+        let k = Knobs {
+            engine_version: Some(version),
+            engine_pin: pin,
+            dtype_bytes: 2,
+            ..Knobs::default()
+        };
+        for case in cases.as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let Some(built) = run["built"].get(name) else {
+                assert!(run["refused"].get(name).is_some(), "{name}");
+                continue;
+            };
+            let head = case["head_size"].as_u64().unwrap();
+            let mut config = serde_json::json!({
+                "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                "hidden_size": head * 8, "num_attention_heads": 8, "num_key_value_heads": 8,
+                "head_dim": head, "intermediate_size": 1024, "num_hidden_layers": 2,
+                "vocab_size": 1000, "max_position_embeddings": case["max_position"],
+            });
+            if !case["rope"].is_null() {
+                config["rope_scaling"] = case["rope"].clone();
+            }
+            let Model::Transformer(t) =
+                vram_model::hf::parse_config(&config.to_string(), name).unwrap()
+            else {
+                unreachable!()
+            };
+            assert_eq!(
+                weights::rotary_cache_bytes(&t, &k, engine, gpu),
+                built["bytes"].as_u64().unwrap(),
+                "{name}: {} {} {}",
+                run["engine"],
+                run["version"],
+                run["platform"]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 200, "{checked}");
 }
 
 /// A channel-wise AWQ checkpoint (`group_size: -1`) as vLLM's and SGLang's AWQ methods create
@@ -2221,6 +2296,7 @@ fn channel_wise_awq_as_the_engines_create_it() {
     .is_ok());
 }
 
+<<<<<<< HEAD
 /// A compressed-tensors W4A16 checkpoint whose `ignore` list names the attention
 /// (`re:.*self_attn.*`): vLLM 0.10.0's `CompressedTensorsConfig.get_quant_method` gives those
 /// linears `UnquantizedLinearMethod`, so each layer's QKV and output projections are held in
@@ -2299,4 +2375,37 @@ fn vllm_holds_ue8m0_scales_fp32() {
         weights_per_gpu(&t, &k, h200, Engine::Vllm),
         weights_per_gpu(&fp32, &k, h200, Engine::Vllm)
     );
+=======
+/// Qwen2.5-VL-7B under vLLM V1 0.10.2 on an H100 at 4,096 tokens: the encoder profile is
+/// counted (one 16,384-token image, the budget line in the log, the tower's forward under the
+/// activation peak) and the report no longer says it is not; 0.11 (not read for this tower)
+/// still says so.
+#[test]
+fn vllm_qwen2_5_vl_encoder_profile_is_counted_at_0_10() {
+    let t = match catalog::lookup("qwen2.5-vl-7b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gpu = vram_model::gpu::lookup("h100").unwrap();
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        max_model_len: Some(4096),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &at([0, 10, 2])).unwrap();
+    assert!(
+        c.log.iter().any(|l| l
+            == "Encoder cache will be initialized with a budget of 16384 tokens, and profiled with 1 image items of the maximum feature size."),
+        "{:?}",
+        c.log
+    );
+    assert!(c.activation_peak_bytes >= 2_793_668_608);
+    assert!(!c.assumes.iter().any(|a| a.contains("profile not counted")));
+    let later = capacity(&t, gpu, Engine::Vllm, &at([0, 11, 0])).unwrap();
+    assert!(later
+        .assumes
+        .iter()
+        .any(|a| a.contains("profile not counted")));
+    assert!(later.activation_peak_bytes < c.activation_peak_bytes);
+>>>>>>> main
 }
