@@ -2296,7 +2296,6 @@ fn channel_wise_awq_as_the_engines_create_it() {
     .is_ok());
 }
 
-<<<<<<< HEAD
 /// A compressed-tensors W4A16 checkpoint whose `ignore` list names the attention
 /// (`re:.*self_attn.*`): vLLM 0.10.0's `CompressedTensorsConfig.get_quant_method` gives those
 /// linears `UnquantizedLinearMethod`, so each layer's QKV and output projections are held in
@@ -2375,7 +2374,8 @@ fn vllm_holds_ue8m0_scales_fp32() {
         weights_per_gpu(&t, &k, h200, Engine::Vllm),
         weights_per_gpu(&fp32, &k, h200, Engine::Vllm)
     );
-=======
+}
+
 /// Qwen2.5-VL-7B under vLLM V1 0.10.2 on an H100 at 4,096 tokens: the encoder profile is
 /// counted (one 16,384-token image, the budget line in the log, the tower's forward under the
 /// activation peak) and the report no longer says it is not; 0.11 (not read for this tower)
@@ -2407,5 +2407,4 @@ fn vllm_qwen2_5_vl_encoder_profile_is_counted_at_0_10() {
         .iter()
         .any(|a| a.contains("profile not counted")));
     assert!(later.activation_peak_bytes < c.activation_peak_bytes);
->>>>>>> main
 }
