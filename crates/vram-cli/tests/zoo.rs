@@ -702,3 +702,47 @@ fn known_families_understand_their_class_keys() {
         missed.join("\n  ")
     );
 }
+
+/// Kimi-K2.5 keeps its `quantization_config` (compressed-tensors, int4 group 32, the MoE
+/// experts only) inside `text_config`. transformers 5.24 (`get_hf_quantizer`: the top level's,
+/// else `get_text_config(decoder=True)`'s) and vLLM 0.10.2-0.22.1 (the top level's, else
+/// `text_config`'s) both load it quantized, so the estimate counts the stored int4 experts, not
+/// bf16 (1.87 TiB), and says where it read the settings.
+#[test]
+fn quantization_config_in_text_config_is_read() {
+    let cfg = zoo_dir().join("nearmiss/kimi-k2.5.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(["estimate".as_ref(), cfg.as_os_str(), "--json".as_ref()])
+        .output()
+        .expect("run vram");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["weights"], "compressed-tensors-w4a16-g32");
+    let load = &v["weights_load"];
+    let stored = load["stored_bytes"].as_u64().unwrap();
+    let bf16 = load["dequantized_bytes"].as_u64().unwrap();
+    // Int4 experts (~0.53 bytes a parameter with their scales) beside the bf16 attention,
+    // shared experts and dense MLPs the ignore list keeps: well under a third of bf16.
+    assert!(
+        stored * 3 < bf16 && stored > bf16 / 4,
+        "stored {stored} of bf16 {bf16}"
+    );
+    let note = "the quantization settings are read from `text_config.quantization_config` (the top level has none), where transformers 5.24 and vLLM both look";
+    let notes = v["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n == note), "notes {notes:?}");
+    // The text output says the same.
+    let text = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(["estimate".as_ref(), cfg.as_os_str()])
+        .output()
+        .expect("run vram");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("note: {note}")), "{text}");
+    assert!(
+        text.contains("as stored (compressed-tensors-w4a16-g32 linears)"),
+        "{text}"
+    );
+}

@@ -248,6 +248,9 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         }
     };
     t.blocks.storage = storage(&c)?;
+    if let Some(note) = quant_lookup_note(&map) {
+        t.blocks.notes.push(note);
+    }
     if let (Quant::Packed { .. }, Some(qc)) = (t.blocks.storage.quant, compressed_tensors(&c)) {
         let (ignored, notes) = ignore::read(qc, &t.blocks)?;
         t.blocks.storage.ignored = ignored;
@@ -268,7 +271,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         t.blocks.max_positions,
     )?;
     if t.blocks.storage.quant == Quant::Other {
-        let method = match map.get("quantization_config") {
+        let method = match quantization_config(&map, QuantLookup::Transformers).map(|f| f.value) {
             Some(Value::Object(q)) => q
                 .get("quant_method")
                 .and_then(Value::as_str)
@@ -477,14 +480,124 @@ fn activation(name: &str) -> Option<Act> {
     })
 }
 
-/// The config's `quantization_config` (the top level's, else the text config's) where its
-/// method is `compressed-tensors`.
-fn compressed_tensors<'a>(c: &Cfg<'a>) -> Option<&'a Map<String, Value>> {
-    let q = match c.map.get("quantization_config") {
-        Some(q) => q,
-        None => c.map.get("text_config")?.get("quantization_config")?,
+/// Whose lookup of a config's quantization settings to follow: the estimate loads with
+/// transformers, capacity with vLLM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantLookup {
+    /// transformers 5.24 `quantizers/auto.py` `get_hf_quantizer`: `config.quantization_config`
+    /// when truthy, else that of `config.get_text_config(decoder=True)` (the one sub-config
+    /// named `decoder`, `generator` or `text_config`; several is an error there).
+    Transformers,
+    /// vLLM 0.10.2 `ModelConfig._verify_quantization` / `_parse_quant_hf_config`, and 0.19.0
+    /// to 0.22.1 `ModelArchConfigConvertor.get_quantization_config` /
+    /// `_normalize_quantization_config`: the top level's `quantization_config`, else its
+    /// `compression_config`, when not None; else the same two in `text_config`.
+    Vllm,
+}
+
+/// A config's quantization settings as one library finds them, and where they were found
+/// (`quantization_config`, `text_config.quantization_config`, ...).
+#[derive(Clone, Copy, Debug)]
+pub struct QuantFound<'a> {
+    /// The settings object (or whatever value the key holds).
+    pub value: &'a Value,
+    /// Where it was found, as a dotted key path.
+    pub path: &'static str,
+}
+
+/// The one reader of where a config keeps its quantization settings ([`QuantLookup`]).
+pub fn quantization_config(
+    config: &Map<String, Value>,
+    lookup: QuantLookup,
+) -> Option<QuantFound<'_>> {
+    let present = |m: &Map<String, Value>, key: &str| m.get(key).filter(|v| !v.is_null()).is_some();
+    match lookup {
+        QuantLookup::Transformers => {
+            // Python truthiness: None and an empty dict fall through.
+            let truthy = |v: &Value| !(v.is_null() || v.as_object().is_some_and(Map::is_empty));
+            if let Some(v) = config.get("quantization_config").filter(|v| truthy(v)) {
+                return Some(QuantFound {
+                    value: v,
+                    path: "quantization_config",
+                });
+            }
+            let subs: Vec<&str> = ["decoder", "generator", "text_config"]
+                .into_iter()
+                .filter(|k| present(config, k))
+                .collect();
+            let [sub] = subs[..] else { return None };
+            let v = config
+                .get(sub)?
+                .get("quantization_config")
+                .filter(|v| !v.is_null())?;
+            let path = match sub {
+                "decoder" => "decoder.quantization_config",
+                "generator" => "generator.quantization_config",
+                _ => "text_config.quantization_config",
+            };
+            Some(QuantFound { value: v, path })
+        }
+        QuantLookup::Vllm => {
+            fn in_map(m: &Map<String, Value>) -> Option<(&Value, bool)> {
+                if let Some(v) = m.get("quantization_config").filter(|v| !v.is_null()) {
+                    return Some((v, false));
+                }
+                m.get("compression_config")
+                    .filter(|v| !v.is_null())
+                    .map(|v| (v, true))
+            }
+            if let Some((v, compression)) = in_map(config) {
+                let path = if compression {
+                    "compression_config"
+                } else {
+                    "quantization_config"
+                };
+                return Some(QuantFound { value: v, path });
+            }
+            let text = config.get("text_config")?.as_object()?;
+            let (v, compression) = in_map(text)?;
+            let path = if compression {
+                "text_config.compression_config"
+            } else {
+                "text_config.quantization_config"
+            };
+            Some(QuantFound { value: v, path })
+        }
+    }
+}
+
+/// What a reader should know of where the quantization settings were read: nothing when both
+/// libraries read the top level's `quantization_config`; where, when that is elsewhere; and
+/// both places when transformers and vLLM read different ones (the estimate counts
+/// transformers', capacity's method is vLLM's).
+fn quant_lookup_note(config: &Map<String, Value>) -> Option<String> {
+    let hf = quantization_config(config, QuantLookup::Transformers);
+    let vllm = quantization_config(config, QuantLookup::Vllm);
+    let at = |f: Option<QuantFound>| f.map_or("none", |f| f.path);
+    let same = match (hf, vllm) {
+        (None, None) => return None,
+        (Some(a), Some(b)) => std::ptr::eq(a.value, b.value),
+        _ => false,
     };
-    let q = q.as_object()?;
+    if same {
+        let path = at(hf);
+        return (path != "quantization_config").then(|| {
+            format!("the quantization settings are read from `{path}` (the top level has none), where transformers 5.24 and vLLM both look")
+        });
+    }
+    Some(format!(
+        "transformers 5.24 reads the quantization settings from `{}`, vLLM from `{}`: the weights are counted as transformers loads them; vLLM's method is the one capacity uses",
+        at(hf),
+        at(vllm)
+    ))
+}
+
+/// The config's quantization settings (transformers' lookup) where its method is
+/// `compressed-tensors`.
+fn compressed_tensors<'a>(c: &Cfg<'a>) -> Option<&'a Map<String, Value>> {
+    let q = quantization_config(c.map, QuantLookup::Transformers)?
+        .value
+        .as_object()?;
     (q.get("quant_method")?.as_str()? == "compressed-tensors").then_some(q)
 }
 
@@ -519,20 +632,23 @@ fn storage(c: &Cfg) -> Result<Storage> {
             })
         }
     };
-    let quant = match c.map.get("quantization_config") {
-        None | Some(Value::Null) => Quant::None,
-        Some(Value::Object(q)) => {
+    let quant = match quantization_config(c.map, QuantLookup::Transformers) {
+        None => Quant::None,
+        Some(QuantFound {
+            value: Value::Object(q),
+            ..
+        }) => {
             let qc = Cfg {
                 map: q,
                 model_type: c.model_type,
             };
             quantization(&qc)?
         }
-        Some(other) => {
+        Some(QuantFound { value, path }) => {
             return Err(Error::WrongType {
-                field: "quantization_config".into(),
+                field: path.into(),
                 expected: "an object",
-                found: kind_of(other).into(),
+                found: kind_of(value).into(),
             })
         }
     };
@@ -820,9 +936,13 @@ pub fn architectures(config: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The method a model's `config.json` names in `quantization_config.quant_method`, if any.
+/// The method a model's `config.json` names in its quantization settings' `quant_method`, if any,
+/// Found where vLLM looks ([`QuantLookup::Vllm`]): capacity's reader.
 pub fn quant_method(config: &serde_json::Value) -> Option<&str> {
-    config["quantization_config"]["quant_method"].as_str()
+    quantization_config(config.as_object()?, QuantLookup::Vllm)?
+        .value
+        .get("quant_method")?
+        .as_str()
 }
 
 /// Bytes of the recurrent-state dtype a model's `config.json` names (`mamba_ssm_dtype`, at the
@@ -839,5 +959,68 @@ pub fn mamba_ssm_bytes(config_json: &str) -> Option<u64> {
         "float32" | "fp32" => Some(4),
         "bfloat16" | "float16" | "bf16" | "fp16" => Some(2),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod quant_lookup_tests {
+    use super::{quant_lookup_note, quantization_config, QuantLookup};
+    use serde_json::{json, Map, Value};
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn at(m: &Map<String, Value>, l: QuantLookup) -> Option<&'static str> {
+        quantization_config(m, l).map(|f| f.path)
+    }
+
+    #[test]
+    fn both_libraries_fall_back_to_the_text_config() {
+        let q = json!({"quant_method": "fp8"});
+        let m = obj(json!({"text_config": {"quantization_config": q}}));
+        for l in [QuantLookup::Transformers, QuantLookup::Vllm] {
+            assert_eq!(at(&m, l), Some("text_config.quantization_config"));
+        }
+        let m = obj(
+            json!({"quantization_config": q, "text_config": {"quantization_config": {"quant_method": "awq"}}}),
+        );
+        for l in [QuantLookup::Transformers, QuantLookup::Vllm] {
+            assert_eq!(at(&m, l), Some("quantization_config"), "the top level wins");
+        }
+        assert_eq!(quant_lookup_note(&m), None);
+        assert_eq!(quant_lookup_note(&obj(json!({"hidden_size": 8}))), None);
+    }
+
+    #[test]
+    fn where_the_libraries_differ_each_is_followed_and_said() {
+        // An empty dict is falsy to transformers' `or`, not None to vLLM.
+        let m = obj(
+            json!({"quantization_config": {}, "text_config": {"quantization_config": {"quant_method": "fp8"}}}),
+        );
+        assert_eq!(
+            at(&m, QuantLookup::Transformers),
+            Some("text_config.quantization_config")
+        );
+        assert_eq!(at(&m, QuantLookup::Vllm), Some("quantization_config"));
+        let note = quant_lookup_note(&m).unwrap();
+        assert!(note.contains("transformers 5.24 reads the quantization settings from `text_config.quantization_config`, vLLM from `quantization_config`"), "{note}");
+        // vLLM reads `compression_config`; transformers 5.24 does not.
+        let m = obj(json!({"compression_config": {"quant_method": "compressed-tensors"}}));
+        assert_eq!(at(&m, QuantLookup::Transformers), None);
+        assert_eq!(at(&m, QuantLookup::Vllm), Some("compression_config"));
+        // transformers' get_text_config(decoder=True) also names `decoder`; vLLM looks only
+        // in `text_config`.
+        let m = obj(json!({"decoder": {"quantization_config": {"quant_method": "gptq"}}}));
+        assert_eq!(
+            at(&m, QuantLookup::Transformers),
+            Some("decoder.quantization_config")
+        );
+        assert_eq!(at(&m, QuantLookup::Vllm), None);
+        // Two text configs: ambiguous to transformers (it raises), none read.
+        let m = obj(
+            json!({"decoder": {"quantization_config": {"quant_method": "gptq"}}, "text_config": {}}),
+        );
+        assert_eq!(at(&m, QuantLookup::Transformers), None);
     }
 }
