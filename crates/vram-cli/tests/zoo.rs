@@ -731,7 +731,7 @@ fn quantization_config_in_text_config_is_read() {
         stored * 3 < bf16 && stored > bf16 / 4,
         "stored {stored} of bf16 {bf16}"
     );
-    let note = "the quantization settings are read from `text_config.quantization_config` (the top level has none), where transformers 5.24 and vLLM both look";
+    let note = "the quantization settings are read from `text_config.quantization_config` (the top level has none), where transformers 5.24 and vLLM 0.10.2+ both look";
     let notes = v["notes"].as_array().expect("notes");
     assert!(notes.iter().any(|n| n == note), "notes {notes:?}");
     // The text output says the same.
@@ -745,4 +745,24 @@ fn quantization_config_in_text_config_is_read() {
         text.contains("as stored (compressed-tensors-w4a16-g32 linears)"),
         "{text}"
     );
+    // vLLM (0.10.2+) reads the same place: capacity's weights at TP 8 are an eighth of the
+    // stored checkpoint, not of bf16, and it says so too.
+    let cap = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(["capacity".as_ref(), cfg.as_os_str()])
+        .args(["--gpu", "h200", "--tensor-parallel-size", "8", "--json"])
+        .output()
+        .expect("run vram");
+    assert!(
+        cap.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cap.stderr)
+    );
+    let c: Value = serde_json::from_slice(&cap.stdout).expect("JSON");
+    let per_gpu = c["weights_bytes"].as_u64().unwrap();
+    assert!(
+        per_gpu * 8 < stored * 21 / 20 && per_gpu * 8 > stored * 19 / 20,
+        "capacity's weights {per_gpu} x 8 against stored {stored}"
+    );
+    let notes = c["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n == note), "capacity notes {notes:?}");
 }

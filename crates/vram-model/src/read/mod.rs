@@ -491,7 +491,9 @@ pub enum QuantLookup {
     /// vLLM 0.10.2 `ModelConfig._verify_quantization` / `_parse_quant_hf_config`, and 0.19.0
     /// to 0.22.1 `ModelArchConfigConvertor.get_quantization_config` /
     /// `_normalize_quantization_config`: the top level's `quantization_config`, else its
-    /// `compression_config`, when not None; else the same two in `text_config`.
+    /// `compression_config`, when not None; else the same two in `text_config`. (0.10.1.1 and
+    /// earlier — 0.6.4, 0.8.5, 0.9.2, 0.10.0 read — look at the top level only; capacity does
+    /// not yet switch by version.)
     Vllm,
 }
 
@@ -582,7 +584,7 @@ fn quant_lookup_note(config: &Map<String, Value>) -> Option<String> {
     if same {
         let path = at(hf);
         return (path != "quantization_config").then(|| {
-            format!("the quantization settings are read from `{path}` (the top level has none), where transformers 5.24 and vLLM both look")
+            format!("the quantization settings are read from `{path}` (the top level has none), where transformers 5.24 and vLLM 0.10.2+ both look")
         });
     }
     Some(format!(
