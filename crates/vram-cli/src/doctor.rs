@@ -224,7 +224,12 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
         }
     };
     // The engine's own profiling lines, when the paste holds them, say what took the room.
-    let profile = vram_doctor::profile::read(text);
+    let mut profile = vram_doctor::profile::read(text);
+    // A V1 log that prints no budget gets the named GPU's total (the catalog's, as PyTorch
+    // reports it) and the logged or default utilization; the profile says which it used.
+    if let (Some(p), Some(g)) = (profile.as_mut(), a.gpu.as_deref()) {
+        p.supply_device(vram_model::gpu::lookup(g)?);
+    }
     let mut d = serving::explain_profiled(e, profile.as_ref(), figures.as_ref());
     d.notes = notes;
     let mut out = std::io::stdout().lock();

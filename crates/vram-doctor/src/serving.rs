@@ -874,7 +874,35 @@ fn profile_sentence(p: &StartupProfile) -> String {
     let hb = human_bytes;
     let opt = |b: Option<u64>| b.map(hb);
     let mut parts = Vec::new();
-    if let (Some(t), Some(u), Some(b)) = (p.total_bytes, p.utilization, p.budget_bytes) {
+    let low = p.supplied.as_ref().and_then(|s| s.budget_low_bytes);
+    if let (Some(s), Some(t), Some(b)) = (&p.supplied, p.total_bytes, p.budget_bytes) {
+        // Which figures are not the log's, said where they are used.
+        let total = match &s.catalog_gpu {
+            Some(g) => format!(
+                "{}, the catalog's {g} as PyTorch reports it (the log prints no total)",
+                hb(t)
+            ),
+            None => hb(t),
+        };
+        let util = match (p.utilization, s.default_utilization.as_slice()) {
+            (Some(u), _) => format!("{u}"),
+            (None, [u]) => format!(
+                "{u}, vLLM {}'s default (the log prints no utilization)",
+                p.engine_version
+                    .map(|v| format!("{}.{}.{}", v[0], v[1], v[2]))
+                    .unwrap_or_default()
+            ),
+            (None, d) => format!(
+                "{} to {}, vLLM's defaults by release (the log prints neither the utilization nor the version)",
+                d.first().copied().unwrap_or(0.0),
+                d.last().copied().unwrap_or(0.0)
+            ),
+        };
+        parts.push(match low {
+            Some(l) => format!("a budget of {} to {} ({total} × {util})", hb(l), hb(b)),
+            None => format!("a budget of {} ({total} × {util})", hb(b)),
+        });
+    } else if let (Some(t), Some(u), Some(b)) = (p.total_bytes, p.utilization, p.budget_bytes) {
         parts.push(format!("a budget of {} ({} × {u})", hb(b), hb(t)));
     } else if let Some(b) = p.budget_bytes {
         parts.push(format!("a budget of {}", hb(b)));
@@ -899,8 +927,13 @@ fn profile_sentence(p: &StartupProfile) -> String {
                 .parts()
                 .and_then(|v| v.into_iter().find(|&(q, _)| q == Part::Rest))
             {
+                // At the smallest supplied budget the rest is that much less.
+                let from = low
+                    .zip(p.budget_bytes)
+                    .map(|(l, b)| format!("{} to ", hb(prof.1.saturating_sub(b - l))))
+                    .unwrap_or_default();
                 parts.push(format!(
-                    "the rest before the cache {} (activation peak and memory outside PyTorch; in V1 0.7.2–0.9.0 also other processes)",
+                    "the rest before the cache {from}{} (activation peak and memory outside PyTorch; in V1 0.7.2–0.9.0 also other processes)",
                     hb(prof.1)
                 ));
             }
@@ -1081,7 +1114,9 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                     "{}. Which part took the room these lines cannot show: {}",
                     d.explanation,
                     if p.budget_bytes.is_none() {
-                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line)"
+                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line; or name the GPU, --gpu, for its total)"
+                    } else if p.supplied.is_some() {
+                        "with the supplied figures, the weights and the rest are too close to tell apart, or each default utilization names a different one (VLLM_LOGGING_LEVEL=DEBUG prints the budget and the profile's parts)"
                     } else {
                         "the profile's parts are not printed (V1 prints them with VLLM_LOGGING_LEVEL=DEBUG)"
                     }
