@@ -218,6 +218,11 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     // each knob into a number.
     let (figures, notes) = match &a.model {
         None => (None, Vec::new()),
+        // A load failure is not about memory: no capacity figure changes it.
+        Some(_) if !e.is_memory() => (
+            None,
+            vec!["--model is not used: this start-up error is the checkpoint's quantized layout, not memory".to_string()],
+        ),
         Some(m) => {
             let (f, n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e)?;
             (Some(f), n)
@@ -323,6 +328,9 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
         match d.error {
             ServingError::VllmSamplerWarmUp { .. } => {
                 "not enough memory for the warm-up after the KV cache"
+            }
+            ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. } => {
+                "the checkpoint's quantized weights do not load as configured"
             }
             _ => "not enough memory for the KV cache",
         },

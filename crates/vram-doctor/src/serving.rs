@@ -132,6 +132,25 @@ pub enum ServingError {
         /// What loading took (`mem usage=U GB`), bytes, when the log has the line.
         weights_bytes: Option<u64>,
     },
+    /// PyTorch's `Trying to create tensor with negative dimension -N` while an engine creates a
+    /// quantized checkpoint's tensors (read only where the paste names vLLM or SGLang): a
+    /// size divided by the config's `group_size: -1` (channel-wise AWQ) in vLLM's AWQ-Marlin MoE
+    /// method, its plain AWQ method before 0.9.1, or SGLang's copies of them.
+    LoadNegativeDimension {
+        /// The engine the paste names (`vllm`, `sglang`).
+        engine: &'static str,
+        /// The negative dimension, when printed.
+        dimension: Option<i64>,
+    },
+    /// vLLM's `The input size is not aligned with the quantized weight shape. This can be caused
+    /// by too large tensor parallel size.` (or `output size`): a quantized linear's share of a
+    /// split dimension is not a whole number of quantization groups (or packed columns).
+    LoadShardNotAligned {
+        /// The engine the paste names (`vllm`, or `sglang` in its copies of vLLM's methods).
+        engine: &'static str,
+        /// `input` (a row-parallel linear's split input) or `output`.
+        side: &'static str,
+    },
 }
 
 /// What the serving capacity model knows about the engine's configuration:
@@ -186,6 +205,10 @@ pub enum ServingCause {
     /// sampler warm-up over `max_num_seqs` rows of logits, after the KV cache and the CUDA
     /// graphs.
     Profile,
+    /// Not memory: the checkpoint's quantized layout does not load as the engine's kernel
+    /// creates it at this tensor-parallel size (a group size that does not divide a GPU's share,
+    /// or channel-wise AWQ's `group_size: -1` that a kernel divides by).
+    QuantLayout,
     /// The message cannot show which: vLLM's `No available memory for the cache blocks` says
     /// only that the budget less what was measured before the cache is not positive. The
     /// weights, the profile run's activation peak, memory outside PyTorch and, in some
@@ -208,7 +231,18 @@ impl ServingError {
             ServingError::VllmSamplerWarmUp { .. } => "vllm-sampler-warm-up",
             ServingError::SglangNotEnoughMemory { .. } => "sglang-not-enough-memory",
             ServingError::SglangWeightsLeaveNoKv { .. } => "sglang-weights-leave-no-kv",
+            ServingError::LoadNegativeDimension { .. } => "load-negative-dimension",
+            ServingError::LoadShardNotAligned { .. } => "load-shard-not-aligned",
         }
+    }
+
+    /// Whether the engine refused over its KV cache's memory (every kind but the load
+    /// failures, which no memory figure changes).
+    pub fn is_memory(&self) -> bool {
+        !matches!(
+            self,
+            ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. }
+        )
     }
 }
 
@@ -280,6 +314,13 @@ pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
         "less than desired gpu memory utilization",
     ];
     vllm.iter().any(|p| flat.contains(p)).then_some("vLLM")
+}
+
+/// Whether `text` is `vram capacity`'s own refusal of what it does not model (vLLM 0.22's V2
+/// model runner, releases from 0.23): vram's words, never an engine's error.
+pub(crate) fn is_vram_own(text: &str) -> bool {
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
+    flat.contains("vram does not model") || flat.contains("memory profile vram models")
 }
 
 /// [`parse`] on the flattened, lower-cased text.
@@ -380,6 +421,41 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             weights_bytes,
         });
     }
+    // The load failures: the engine is the one the paste names (SGLang first: its 0.4 logs
+    // run through vLLM's modules and name both).
+    let named = || {
+        if flat.contains("sglang") {
+            Some("sglang")
+        } else if flat.contains("vllm") {
+            Some("vllm")
+        } else {
+            None
+        }
+    };
+    if let Some(i) = flat.find("size is not aligned with the quantized weight shape") {
+        let side = if flat[..i].ends_with("output ") {
+            "output"
+        } else {
+            "input"
+        };
+        return Some(ServingError::LoadShardNotAligned {
+            engine: named().unwrap_or("vllm"),
+            side,
+        });
+    }
+    if let Some(i) = flat.find("trying to create tensor with negative dimension ") {
+        if let Some(engine) = named() {
+            let r = &flat[i + "trying to create tensor with negative dimension ".len()..];
+            let end = r
+                .char_indices()
+                .find(|&(j, c)| !(c.is_ascii_digit() || (j == 0 && c == '-')))
+                .map_or(r.len(), |(j, _)| j);
+            return Some(ServingError::LoadNegativeDimension {
+                engine,
+                dimension: r[..end].parse().ok(),
+            });
+        }
+    }
     // Early SGLang spelled it `Not enought memory`.
     if flat.contains("please try to increase --mem-fraction-static") {
         let mem_fraction_static = flat.find("mem_fraction_static=").and_then(|j| {
@@ -424,7 +500,7 @@ pub fn explain_profiled(
     cap: Option<&CapacityFigures>,
 ) -> ServingDiagnosis {
     let mut d = explain_message(err, cap);
-    if let Some(p) = profile {
+    if let Some(p) = profile.filter(|_| err.is_memory()) {
         apply_profile(&mut d, err, p);
     }
     d
@@ -713,6 +789,48 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                 ),
             )
         }
+        ServingError::LoadNegativeDimension { engine, dimension } => {
+            remedies.push(ServingRemedy {
+                action: "a checkpoint quantized with a group size (128) instead of channel-wise (group_size: -1)".into(),
+                enough: true,
+                detail: "every AWQ method of either engine sizes its scales and zeros by whole groups".into(),
+            });
+            remedies.push(ServingRemedy {
+                action: "for a dense (non-MoE) model on compute capability 8.0 or newer: --quantization awq_marlin (vLLM)".into(),
+                enough: false,
+                detail: "vLLM's AWQ-Marlin linear takes -1 as the whole input; its MoE method divides by it at every version read (0.6.4–0.22), and the plain AWQ kernel from 0.9.1 loads it at TP 1 only".into(),
+            });
+            (
+                engine,
+                "quantization_config.group_size",
+                format!(
+                    "not a memory error: the engine sized a quantized tensor by dividing by the checkpoint's group size and got a negative dimension{}. A channel-wise AWQ checkpoint's group_size -1 does this in vLLM's AWQ-Marlin MoE method (hidden_size // -1, every version read) and its plain AWQ method before 0.9.1, and in SGLang's copies of them; a checkpoint with another group size that does this is not described here",
+                    dimension.map(|d| format!(" ({d})")).unwrap_or_default()
+                ),
+            )
+        }
+        ServingError::LoadShardNotAligned { engine, side } => {
+            remedies.push(ServingRemedy {
+                action: "a --tensor-parallel-size that divides the split dimension's groups (e.g. intermediate_size / group_size), or --pipeline-parallel-size for the other GPUs".into(),
+                enough: true,
+                detail: format!(
+                    "each GPU's share of a {} linear's {side} must be a whole number of quantization groups; pipeline parallelism splits layers, not linears",
+                    if side == "input" { "row-parallel" } else { "column-parallel" }
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "a checkpoint with a smaller group size (64), or one padded so that the split is whole".into(),
+                enough: false,
+                detail: "a channel-wise checkpoint (group_size -1) has one group per input row from vLLM 0.9.1's plain AWQ kernel on, which no TP above 1 splits; the Marlin kernel (--quantization awq_marlin on compute capability 8.0 or newer) loads it".into(),
+            });
+            (
+                engine,
+                "--tensor-parallel-size / quantization_config.group_size",
+                format!(
+                    "not a memory error: the quantized weights' {side} dimension, split over the tensor-parallel GPUs, is not a whole number of quantization groups on each, so the engine's quantized linear refuses to create it (a group size that does not divide the GPU's share, or a channel-wise checkpoint whose group is the whole input)"
+                ),
+            )
+        }
     };
     // The capacity model's cheapest change, second: after what fits with the memory as it is
     // (a shorter length, a larger fraction), before the generic advice.
@@ -738,6 +856,9 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         | ServingError::SglangWeightsLeaveNoKv { .. } => ServingCause::Weights,
         ServingError::VllmFreeBelowUtilization { .. } => ServingCause::OtherProcesses,
         ServingError::VllmSamplerWarmUp { .. } => ServingCause::Profile,
+        ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. } => {
+            ServingCause::QuantLayout
+        }
     };
     ServingDiagnosis {
         engine,
