@@ -329,7 +329,8 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
             ServingError::VllmSamplerWarmUp { .. } => {
                 "not enough memory for the warm-up after the KV cache"
             }
-            ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. } => {
+            ServingError::LoadNegativeDimension { .. }
+            | ServingError::LoadShardNotAligned { .. } => {
                 "the checkpoint's quantized weights do not load as configured"
             }
             _ => "not enough memory for the KV cache",

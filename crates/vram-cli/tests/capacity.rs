@@ -892,25 +892,46 @@ fn channel_wise_awq_refusals_are_compared_with_the_logged_ones_by_kind() {
     let aligned = "ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size.";
     let negative = "ERROR [core.py:500]   File \"vllm/model_executor/layers/quantization/awq.py\", in create_weights\nRuntimeError: Trying to create tensor with negative dimension -4096: [-4096, 512]";
     for (flags, logged) in [
-        ("--engine-version 0.19.0 --tensor-parallel-size 2 --quantization awq", aligned),
+        (
+            "--engine-version 0.19.0 --tensor-parallel-size 2 --quantization awq",
+            aligned,
+        ),
         ("--engine-version 0.9.0 --quantization awq", negative),
-        ("--engine sglang --engine-version 0.5.3 --quantization awq", negative),
+        (
+            "--engine sglang --engine-version 0.5.3 --quantization awq",
+            negative,
+        ),
     ] {
         let mut a = args(&["capacity", &cfg, "--gpu", "h100-80g"]);
         a.extend(flags.split_whitespace().map(String::from));
         let (code, _, err) = vram(&a);
         assert_eq!((code, err.trim().lines().count()), (2, 1), "{flags}: {err}");
         let predicted = refusal_kind(&err);
-        assert!(predicted.is_some_and(|k| k.starts_with("load-")), "{flags}: {err}");
+        assert!(
+            predicted.is_some_and(|k| k.starts_with("load-")),
+            "{flags}: {err}"
+        );
         assert_eq!(predicted, refusal_kind(logged), "{flags}: {err}");
     }
-    let mut a = args(&["capacity", &cfg, "--gpu", "h100-80g", "--engine-version", "0.19.0"]);
+    let mut a = args(&[
+        "capacity",
+        &cfg,
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.19.0",
+    ]);
     a.extend(args(&["--tensor-parallel-size", "2", "--json"]));
     let (code, _, err) = vram(&a);
     assert_eq!(code, 0, "{err}");
     // vLLM 0.22's V2 runner for a dense bf16 Qwen3: vram's words, no engine's refusal.
     let (code, _, err) = vram(&args(&[
-        "capacity", "qwen3-8b", "--gpu", "h100-80g", "--engine-version", "0.22.1",
+        "capacity",
+        "qwen3-8b",
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.22.1",
     ]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("V2 model runner"), "{err}");
@@ -1022,9 +1043,9 @@ fn unseen_case(c: &serde_json::Value) -> Result<(Errors, Option<(f64, f64)>), St
                     kv: none(),
                     tokens: none(),
                     concurrency: none(),
-                    starts: l["starts"].as_bool().map(|s| {
-                        !s && logged_refusal(c).is_none_or(|logged| logged == kind)
-                    }),
+                    starts: l["starts"]
+                        .as_bool()
+                        .map(|s| !s && logged_refusal(c).is_none_or(|logged| logged == kind)),
                 },
                 None,
             ));

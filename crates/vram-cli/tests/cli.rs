@@ -847,8 +847,14 @@ fn doctor_completes_a_v1_budget_from_the_named_gpu() {
     assert!(out.contains("the budget is not printed"), "{out}");
     let (code, out, err) = vram(&["doctor", &f, "--no-nvml", "--gpu", "h100-80g"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("the weights took the most: 65.97 GiB"), "{out}");
-    assert!(out.contains("as PyTorch reports it (the log prints no total)"), "{out}");
+    assert!(
+        out.contains("the weights took the most: 65.97 GiB"),
+        "{out}"
+    );
+    assert!(
+        out.contains("as PyTorch reports it (the log prints no total)"),
+        "{out}"
+    );
     let (code, json, _) = vram(&["doctor", &f, "--no-nvml", "--gpu", "h100-80g", "--json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();

@@ -36,6 +36,12 @@
 //!   end. ... avail mem=A GB, mem usage=U GB.` (GiB). The KV pool gets `A − P × (1 −
 //!   mem_fraction_static)`, so it is empty below the fraction `1 − A / P`.
 //!
+//! vLLM on ROCm prints the same lines: `vllm/platforms/rocm.py` (read at 0.10.1) picks the same
+//! V0 and V1 workers, but its `get_current_memory_usage`, which `DeviceMemoryProfiler` reads around
+//! loading, is the device's whole use (`mem_get_info` total − free) where CUDA's is PyTorch's
+//! allocated peak: the weights figure there holds the allocator's reserve and any other
+//! process's change during loading ([`StartupProfile::rocm`]).
+//!
 //! Where a paste holds several workers' lines (tensor or pipeline parallelism), the last of each
 //! is read: the one nearest the error.
 
@@ -103,6 +109,12 @@ pub struct StartupProfile {
     /// vLLM's version, when the paste prints it (`Initializing a V1 LLM engine (v0.10.1) with
     /// config`, `vLLM API server version 0.10.1`).
     pub engine_version: Option<[u32; 3]>,
+    /// vLLM on ROCm (the log's `Automatically detected platform rocm.`, or an AMD GPU named with
+    /// `--gpu`): the same lines, but `RocmPlatform.get_current_memory_usage` is the device's whole
+    /// use (`mem_get_info` total − free, read at 0.10.1) where CUDA's is PyTorch's allocated peak,
+    /// so the weights figure (`DeviceMemoryProfiler` around loading) counts the caching
+    /// allocator's reserve and any other process's change during loading.
+    pub rocm: bool,
     /// The figures the log does not print that were supplied to complete the budget
     /// ([`StartupProfile::supply_device`]); `None` when every figure is the log's.
     pub supplied: Option<Supplied>,
@@ -210,6 +222,8 @@ pub fn read(text: &str) -> Option<StartupProfile> {
         return None;
     };
     configuration(&t, &mut p);
+    p.rocm =
+        p.layout != ProfileLayout::Sglang && t.contains("automatically detected platform rocm");
     Some(p)
 }
 
@@ -231,6 +245,7 @@ fn empty(layout: ProfileLayout) -> StartupProfile {
         tensor_parallel_size: None,
         quantization: None,
         engine_version: None,
+        rocm: false,
         supplied: None,
     }
 }
@@ -439,6 +454,9 @@ impl StartupProfile {
     /// smallest kept in [`Supplied::budget_low_bytes`]). Other layouts print their budget and
     /// are left as they are; so is a budget the log prints.
     pub fn supply_device(&mut self, gpu: &vram_model::gpu::Gpu) {
+        if self.layout != ProfileLayout::Sglang && gpu.is_rocm() {
+            self.rocm = true;
+        }
         if self.layout != ProfileLayout::VllmV1 || self.budget_bytes.is_some() {
             return;
         }

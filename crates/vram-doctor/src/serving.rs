@@ -1029,7 +1029,11 @@ fn profile_sentence(p: &StartupProfile) -> String {
         parts.push(format!("a budget of {}", hb(b)));
     }
     if let Some(w) = opt(p.weights_bytes) {
-        parts.push(format!("weights {w}"));
+        parts.push(if p.rocm {
+            format!("weights {w} (on ROCm vLLM measures loading by the device's whole use: the allocator's reserve and any other process's change during loading count in it)")
+        } else {
+            format!("weights {w}")
+        });
     }
     match (p.activation_bytes, p.non_torch_bytes) {
         (Some(a), Some(n)) => parts.push(format!(

@@ -417,6 +417,42 @@ fn supplied_figures_that_do_not_decide_keep_the_cause_open() {
     let pinned = format!("'gpu_memory_utilization': 0.95\n{text}");
     let mut p = profile::read(&pinned).unwrap();
     p.supply_device(gpu);
-    assert_eq!(p.supplied.as_ref().unwrap().default_utilization, Vec::<f64>::new());
+    assert_eq!(
+        p.supplied.as_ref().unwrap().default_utilization,
+        Vec::<f64>::new()
+    );
     assert_eq!(p.largest().map(|(q, _)| q), Some(Part::Rest));
+}
+
+/// vLLM on ROCm prints the same profile lines (`RocmPlatform` picks the same V0/V1 workers,
+/// read at 0.10.1), but its `get_current_memory_usage` is the device's whole use, so the weights
+/// figure counts the allocator's reserve and others' changes during loading: the reading says
+/// so when the log names the platform or an AMD GPU is named, and not otherwise.
+#[test]
+fn rocm_logs_are_read_alike_and_their_weights_figure_is_qualified() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.ends_with("/23278"))
+        .unwrap();
+    let plain = profile::read(&b.log).unwrap();
+    assert!(!plain.rocm);
+    let rocm_log = format!(
+        "INFO [__init__.py:241] Automatically detected platform rocm.\n{}",
+        b.log
+    );
+    let p = profile::read(&rocm_log).unwrap();
+    assert!(p.rocm);
+    assert_eq!(p.weights_bytes, plain.weights_bytes);
+    assert_eq!(p.kv_bytes, plain.kv_bytes);
+    let d = explain_profiled(&parse(&rocm_log).unwrap(), Some(&p), None);
+    assert!(
+        d.explanation.contains("on ROCm vLLM measures loading"),
+        "{}",
+        d.explanation
+    );
+    let mut q = plain.clone();
+    q.supply_device(vram_model::gpu::lookup("mi300x").unwrap());
+    assert!(q.rocm);
+    let d = explain_profiled(&parse(&b.log).unwrap(), Some(&plain), None);
+    assert!(!d.explanation.contains("ROCm"), "{}", d.explanation);
 }

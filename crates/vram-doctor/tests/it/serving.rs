@@ -615,18 +615,32 @@ fn the_engines_load_failures_are_read_by_kind_and_are_not_memory() {
     let d = explain(&e, None);
     assert_eq!(d.cause, ServingCause::QuantLayout);
     assert_eq!(d.engine, "vllm");
-    assert!(d.explanation.starts_with("not a memory error"), "{}", d.explanation);
+    assert!(
+        d.explanation.starts_with("not a memory error"),
+        "{}",
+        d.explanation
+    );
     assert!(d.remedies[0].action.contains("--tensor-parallel-size"));
     // The output side is read as such.
-    let out = parse("ValueError: The output size is not aligned with the quantized weight shape.").unwrap();
-    assert_eq!(out, ServingError::LoadShardNotAligned { engine: "vllm", side: "output" });
+    let out = parse("ValueError: The output size is not aligned with the quantized weight shape.")
+        .unwrap();
+    assert_eq!(
+        out,
+        ServingError::LoadShardNotAligned {
+            engine: "vllm",
+            side: "output"
+        }
+    );
 
     let negative = "ERROR 05-29 03:02:16 [core.py:500]   File \"/home/u/vllm/./vllm/model_executor/layers/quantization/awq.py\", line 101, in create_weights\n\
                     ERROR 05-29 03:02:16 [core.py:500] RuntimeError: Trying to create tensor with negative dimension -1024: [-1024, 128]";
     let e = parse(negative).unwrap();
     assert_eq!(
         e,
-        ServingError::LoadNegativeDimension { engine: "vllm", dimension: Some(-1024) }
+        ServingError::LoadNegativeDimension {
+            engine: "vllm",
+            dimension: Some(-1024)
+        }
     );
     assert_eq!(e.kind(), "load-negative-dimension");
     assert_eq!(explain(&e, None).cause, ServingCause::QuantLayout);
@@ -635,7 +649,10 @@ fn the_engines_load_failures_are_read_by_kind_and_are_not_memory() {
     assert_eq!(explain(&parse(sg).unwrap(), None).engine, "sglang");
     // Without an engine in the paste the same PyTorch error is nobody's start-up failure
     // (aigc-apps/VideoX-Fun#393's: a video length).
-    assert_eq!(parse("RuntimeError: Trying to create tensor with negative dimension -97: [-97]"), None);
+    assert_eq!(
+        parse("RuntimeError: Trying to create tensor with negative dimension -97: [-97]"),
+        None
+    );
 }
 
 /// `vram capacity`'s own refusals of what it does not model (vLLM 0.22's V2 model runner, vLLM
