@@ -571,12 +571,26 @@ impl Blocks {
         let mut notes = Vec::new();
         let config = self.storage;
         let before = self.weights_bytes(false);
+        // A packed checkpoint's float tensors are held in the model's dtype whatever they are
+        // stored in (DeepSeek-V3.2 stores its norms F32): transformers 5.24's loader casts a
+        // float tensor to the empty parameter's dtype (`core_model_loading.py`), the model's
+        // but for the fp32-held tensors counted below, and vLLM's weight loaders copy into
+        // parameters made in the model dtype. Block-FP8 scales and fp32 buffers stay as held.
+        let recast = g.quant != Quant::None;
+        let d = config.dtype.bytes();
+        let mut held = g.bytes;
+        if recast {
+            for (i, b) in held.iter_mut().enumerate() {
+                *b = *b - g.float_bytes[i] + g.float_numel[i] * d;
+            }
+        }
         let mut c = Checkpoint {
-            bytes: g.bytes,
+            bytes: held,
             numel: want,
             packed: g.packed,
             fp32_numel: [0; Component::COUNT],
             upcast: [0; Component::COUNT],
+            scale_upcast: g.scale_upcast,
         };
         if have != want_total {
             notes.push(format!(
@@ -586,7 +600,7 @@ impl Blocks {
         }
         if let Some(i) = (0..Component::COUNT).find(|&i| g.params[i] != want[i]) {
             // Names this reader does not place: one ratio for the whole checkpoint.
-            let total: u64 = g.bytes.iter().sum();
+            let total: u64 = held.iter().sum();
             let packed = g.packed.iter().any(|p| *p);
             let mut spread = [0u64; Component::COUNT];
             for j in 0..Component::COUNT {
@@ -621,7 +635,11 @@ impl Blocks {
             });
         }
         for i in 0..Component::COUNT {
-            c.upcast[i] = c.fp32_numel[i].saturating_sub(g.f32_params[i]) * 2;
+            c.upcast[i] = if recast {
+                c.fp32_numel[i] * (4 - d.min(4))
+            } else {
+                c.fp32_numel[i].saturating_sub(g.f32_params[i]) * 2
+            };
         }
         storage.checkpoint = Some(c);
         self.storage = storage;

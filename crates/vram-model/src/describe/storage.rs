@@ -23,8 +23,8 @@
 //! Where the checkpoint is given (a local folder, a Hub id), its safetensors headers decide the
 //! stored bytes of each component ([`Checkpoint`], filled by
 //! [`crate::describe::Blocks::apply_headers`]): every tensor's own dtype and shape, so a bf16
-//! config whose headers hold MXFP4 blocks, FP8 with `weight_scale_inv`, GPTQ/AWQ words or fp32
-//! tensors is counted as stored, and where the headers' format differs from the config's the
+//! config whose headers hold MXFP4 blocks, FP8 with `weight_scale_inv`, GPTQ/AWQ words,
+//! compressed-tensors' `weight_packed` or fp32 tensors is counted as held, and where the headers' format differs from the config's the
 //! headers win, with a note giving both.
 //!
 //! Not yet here: compressed-tensors' other schemes (FP8, W8A8, act-order; `ignore` is taken as
@@ -120,7 +120,9 @@ pub struct Storage {
 /// totals, and for each tensor where the component's other tensors share one format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint {
-    /// Stored bytes per component (indexed by `Component as usize`).
+    /// Bytes per component from the headers (indexed by `Component as usize`): as stored, but
+    /// a packed checkpoint's float tensors (norms, embeddings, the head; block scales and
+    /// buffers aside) at the model's dtype, as the libraries cast them when they load.
     pub bytes: [u64; Component::COUNT],
     /// The description's elements per component (the unquantized parameter count).
     pub numel: [u64; Component::COUNT],
@@ -129,15 +131,22 @@ pub struct Checkpoint {
     pub packed: [bool; Component::COUNT],
     /// Elements per component the library holds in fp32.
     pub fp32_numel: [u64; Component::COUNT],
-    /// Bytes per component the library adds by upcasting them: 2 an element beyond the
-    /// component's F32 elements in the headers (those are taken to be the same tensors).
+    /// Bytes per component the library adds by upcasting them: in a packed checkpoint, from
+    /// the model's dtype to 4 bytes; in an unpacked one, 2 an element beyond the component's
+    /// F32 elements in the headers (those are taken to be the same tensors).
     pub upcast: [u64; Component::COUNT],
+    /// Bytes per component the library adds by holding 16-bit block-FP8 scales in fp32
+    /// (`weight_scale_inv`, [`crate::safetensors_header::Groups::scale_upcast`]); shared by
+    /// the component's tensors with the rest of its bytes.
+    pub scale_upcast: [u64; Component::COUNT],
 }
 
 impl Checkpoint {
     /// Every byte held: the headers' and the fp32 upcasts.
     pub fn total(&self) -> u64 {
-        self.bytes.iter().sum::<u64>() + self.upcast.iter().sum::<u64>()
+        self.bytes.iter().sum::<u64>()
+            + self.upcast.iter().sum::<u64>()
+            + self.scale_upcast.iter().sum::<u64>()
     }
 
     /// Whether a component holds packed tensors.
@@ -154,7 +163,7 @@ impl Checkpoint {
         let i = t.component as usize;
         let rest = self.numel[i].saturating_sub(self.fp32_numel[i]);
         let held32 = (self.fp32_numel[i] * 4).saturating_sub(self.upcast[i]);
-        let bytes = self.bytes[i].saturating_sub(held32);
+        let bytes = self.bytes[i].saturating_sub(held32) + self.scale_upcast[i];
         if rest == 0 {
             return 0;
         }

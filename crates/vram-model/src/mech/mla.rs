@@ -119,7 +119,23 @@ impl Mechanism for Mla {
             out(vector(c, h));
         }
         if let Some(ix) = m.indexer {
-            out(vector(c, ix.params));
+            // The DSA indexer (`DeepseekV32Indexer`, transformers 5.24): `wq_b` and `wk` are
+            // linears a block-FP8 checkpoint stores packed, `k_norm` a LayerNorm (weight and
+            // bias), `weights_proj` a linear stored and held unquantized (DeepSeek-V3.2's
+            // headers: `wq_b`/`wk` F8_E4M3 with `weight_scale_inv`, `weights_proj` BF16;
+            // transformers' quantizers skip it as a `_keep_in_fp32_modules` entry, vLLM's and
+            // SGLang's indexers make it with `quant_config=None`), so a plain tensor here.
+            // Every rank keeps all of it (`ReplicatedLinear`).
+            let q_in = m.q_lora_rank.unwrap_or(h);
+            let whole = |t: Tensor| Tensor { tp: false, ..t };
+            out(whole(lin(c, ix.heads * ix.head_dim, q_in)));
+            out(whole(lin(c, ix.head_dim, h)));
+            out(vector(c, 2 * ix.head_dim));
+            out(vector(c, ix.heads * h));
+            debug_assert_eq!(
+                ix.params,
+                ix.heads * ix.head_dim * q_in + ix.head_dim * h + 2 * ix.head_dim + ix.heads * h
+            );
         }
     }
 
@@ -157,6 +173,14 @@ impl Mechanism for Mla {
             3,
         );
         site("o_proj", h, m.heads * m.v_head_dim, 1);
+        if let (Some(ix), Some(r)) = (m.indexer, m.q_lora_rank) {
+            // The indexer's packed linears (`wq_b` reads the normed q latent, `wk` the hidden
+            // states). Its `weights_proj` is no site: transformers 5.24's quantizers leave it
+            // whole (`_keep_in_fp32_modules = ["indexer.weights_proj"]` joins their
+            // `modules_to_not_convert`), though PEFT's `all-linear` would also take it.
+            site("indexer.wq_b", ix.heads * ix.head_dim, r, 2);
+            site("indexer.wk", ix.head_dim, h, 0);
+        }
     }
 }
 

@@ -199,11 +199,23 @@ pub struct Groups {
     pub params: [u64; Component::COUNT],
     /// Whether the component holds a tensor in a dtype other than a float.
     pub packed: [bool; Component::COUNT],
-    /// Elements per component stored as F32.
+    /// Elements per component stored as F32 (buffers aside).
     pub f32_params: [u64; Component::COUNT],
+    /// Elements per component stored in a float dtype, buffers and block-FP8 scales aside:
+    /// what a packed checkpoint's loader casts to the model's dtype.
+    pub float_numel: [u64; Component::COUNT],
+    /// Their stored bytes.
+    pub float_bytes: [u64; Component::COUNT],
     /// Bytes of tensors the model does not load (DeepSeek-style MTP layers past
-    /// `num_hidden_layers` where the loading code builds none).
+    /// `num_hidden_layers` where the loading code builds none, stored rotary `inv_freq`).
     pub dropped: u64,
+    /// Bytes per component the library adds by holding block-FP8 `weight_scale_inv` stored
+    /// in a 16-bit float (Qwen3's FP8 checkpoints store them BF16; DeepSeek's F32) in fp32:
+    /// transformers 5.24's `FP8Linear` makes them fp32 parameters and its loader casts a
+    /// float checkpoint tensor to the empty parameter's dtype (`core_model_loading.py`,
+    /// `quantizers/base.py::get_new_dtype`), and vLLM's `Fp8LinearMethod` copies them into
+    /// fp32 `BlockQuantScaleParameter`s (read at 0.9.1).
+    pub scale_upcast: [u64; Component::COUNT],
     /// The stored format the headers show.
     pub quant: Quant,
     /// The float dtype holding the most bytes, if any.
@@ -269,16 +281,21 @@ fn component_of(name: &str, layers: u64, moe: &BTreeSet<String>) -> Component {
     if parts.iter().any(|p| p.starts_with("mtp")) {
         return Component::Mtp;
     }
+    let layer = layer_split(&parts);
+    // A layer past the decoder's is an MTP layer whatever it holds: DeepSeek-V3's
+    // `model.layers.61` keeps its own copies of `embed_tokens` and `shared_head.head`.
+    if let Some(i) = layer {
+        if parts[i + 1].parse::<u64>().is_ok_and(|l| l >= layers) {
+            return Component::Mtp;
+        }
+    }
     if parts.contains(&"lm_head") {
         return Component::Head;
     }
     if has(&EMBED_PARTS) {
         return Component::Embedding;
     }
-    if let Some(i) = layer_split(&parts) {
-        if parts[i + 1].parse::<u64>().is_ok_and(|l| l >= layers) {
-            return Component::Mtp;
-        }
+    if let Some(i) = layer {
         let child = parts[i + 2];
         let rest = parts.get(i + 3).copied().unwrap_or("");
         let block = parts[..i + 3].join(".");
@@ -331,6 +348,15 @@ fn component_of(name: &str, layers: u64, moe: &BTreeSet<String>) -> Component {
     Component::Other
 }
 
+/// Whether the library holds this checkpoint tensor as a buffer, not a parameter. Every router
+/// of transformers 5.24 with an `e_score_correction_bias` registers it as an fp32 buffer
+/// (`nn.Buffer`: DeepSeek-V3/V3.2, GLM-4 MoE, MiniMax-M2, Nemotron-H, ...), except ERNIE 4.5's
+/// `Ernie4_5_MoeStatics` (`gate.moe_statics`), whose is an `nn.Parameter`. A buffer's bytes are
+/// held all the same; it counts no parameter.
+fn is_buffer(name: &str) -> bool {
+    name.ends_with(".e_score_correction_bias") && !name.contains(".moe_statics.")
+}
+
 fn is_float(dtype: &str) -> bool {
     matches!(dtype, "BF16" | "F16" | "F32" | "F64")
 }
@@ -360,16 +386,20 @@ impl Tally {
             ".input_scale",
             ".qzeros",
             ".g_idx",
+            ".weight_shape",
+            ".weight_zero_point",
         ];
-        if state.iter().any(|s| name.ends_with(s))
+        if is_buffer(name)
+            || state.iter().any(|s| name.ends_with(s))
             || name.contains(".quant_state.")
             || (t.dtype == "U8" && name.ends_with("_scales"))
             || sibling(".scales", ".qweight")
+            || sibling(".weight_scale", ".weight_packed")
         {
             return 0;
         }
         match t.dtype.as_str() {
-            "I32" if name.ends_with(".qweight") => numel * 8,
+            "I32" if name.ends_with(".qweight") || name.ends_with(".weight_packed") => numel * 8,
             "U8" if name.ends_with("_blocks") || sibling(".weight", ".weight.absmax") => numel * 2,
             _ => numel,
         }
@@ -377,7 +407,8 @@ impl Tally {
 
     /// The stored format the headers show: MXFP4 (`*_blocks`/`*_scales` in U8), FP8
     /// (`F8_E4M3` weights with a `weight_scale_inv`, block size from one weight and its
-    /// scale), GPTQ (`qweight` with `g_idx`) or AWQ (`qweight` without), bitsandbytes 4-bit
+    /// scale), compressed-tensors int4 (`weight_packed`, group size from its `weight_scale`),
+    /// GPTQ (`qweight` with `g_idx`) or AWQ (`qweight` without), bitsandbytes 4-bit
     /// (`absmax`, `quant_state.bitsandbytes__nf4|fp4`) or LLM.int8 (`SCB`); else unpacked.
     pub fn quant(&self) -> Quant {
         let names = || self.tensors.keys();
@@ -414,6 +445,23 @@ impl Tally {
                 .get("lm_head.weight")
                 .is_none_or(|t| !t.dtype.starts_with("F8_"));
             return Quant::Fp8Block { bn, bk, skip_head };
+        }
+        // compressed-tensors `pack-quantized` int4: `weight_packed` I32 `[out, in/8]`,
+        // `weight_scale` `[out, groups]`, zero points only when asymmetric.
+        if let Some(q) = names().find(|n| n.ends_with(".weight_packed")) {
+            let base = &q[..q.len() - ".weight_packed".len()];
+            let cols = |n: &str| self.tensors.get(n).and_then(|t| t.shape.get(1).copied());
+            let group = match (cols(q), cols(&format!("{base}.weight_scale"))) {
+                (Some(k8), Some(g)) if g > 1 && (k8 * 8) % g == 0 => k8 * 8 / g,
+                _ => 0,
+            };
+            return Quant::Packed {
+                format: WeightFormat::Wna16 {
+                    group,
+                    symmetric: !names().any(|n| n.ends_with(".weight_zero_point")),
+                },
+                double_quant: false,
+            };
         }
         if let Some(q) = names().find(|n| n.ends_with(".qweight")) {
             let base = &q[..q.len() - ".qweight".len()];
@@ -472,7 +520,10 @@ impl Tally {
             params: [0; Component::COUNT],
             packed: [false; Component::COUNT],
             f32_params: [0; Component::COUNT],
+            float_numel: [0; Component::COUNT],
+            float_bytes: [0; Component::COUNT],
             dropped: 0,
+            scale_upcast: [0; Component::COUNT],
             quant: self.quant(),
             dtype: None,
         };
@@ -480,15 +531,28 @@ impl Tally {
         for (name, t) in &self.tensors {
             let bytes = t.bytes;
             let c = component_of(name, layers, &moe);
-            if c == Component::Mtp && !mtp_loaded {
+            // Older checkpoints store each layer's rotary `inv_freq` (Kimi-K2's
+            // `self_attn.rotary_emb.inv_freq`); transformers 5.24 computes its own at the
+            // model level (`nn.Buffer(inv_freq, persistent=False)`), so the
+            // stored copies are unexpected keys it does not load.
+            let stale_rotary = name.ends_with("rotary_emb.inv_freq");
+            if stale_rotary || (c == Component::Mtp && !mtp_loaded) {
                 g.dropped += bytes;
                 continue;
             }
             let i = c as usize;
             g.bytes[i] += bytes;
             g.params[i] += self.unpacked(name, t);
-            if t.dtype == "F32" {
+            if t.dtype == "F32" && !is_buffer(name) {
                 g.f32_params[i] += t.shape.iter().product::<u64>();
+            }
+            let scale = name.ends_with(".weight_scale_inv");
+            if scale && matches!(t.dtype.as_str(), "BF16" | "F16") {
+                g.scale_upcast[i] += 2 * t.shape.iter().product::<u64>();
+            }
+            if is_float(&t.dtype) && !scale && !is_buffer(name) {
+                g.float_numel[i] += t.shape.iter().product::<u64>();
+                g.float_bytes[i] += bytes;
             }
             if is_float(&t.dtype) {
                 *float.entry(t.dtype.as_str()).or_default() += bytes;
@@ -632,6 +696,8 @@ mod tests {
             ),
             ("model.layers.0.input_layernorm.weight", Component::Norms),
             ("model.layers.61.eh_proj.weight", Component::Mtp),
+            ("model.layers.61.embed_tokens.weight", Component::Mtp),
+            ("model.layers.61.shared_head.head.weight", Component::Mtp),
             ("model.norm.weight", Component::Norms),
             ("model.embed_tokens.weight", Component::Embedding),
             ("lm_head.weight", Component::Head),

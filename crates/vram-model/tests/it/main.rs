@@ -3,6 +3,7 @@
 mod activations;
 mod bad_input;
 mod blocks;
+mod checkpoints;
 mod falcon_math;
 mod fast_paths;
 mod finetune;

@@ -1,0 +1,421 @@
+//! Stored weights against real checkpoints' own tensors (`tests/data/checkpoints`, sources in
+//! its README): every tensor's name, shape and dtype as `safe_open` read it from the
+//! checkpoint's safetensors files.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use vram_model::arch::{Model, Transformer};
+use vram_model::safetensors_header::{Tally, TensorInfo};
+
+/// One checkpoint's tensor list and what its report says of it.
+struct Checkpoint {
+    name: String,
+    meta: BTreeMap<String, String>,
+    /// Every tensor: name, shape, torch dtype.
+    tensors: Vec<(String, Vec<u64>, String)>,
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/checkpoints")
+}
+
+/// torch dtype → (safetensors name, bytes an element).
+fn dtype(torch: &str) -> (&'static str, u64) {
+    match torch {
+        "bfloat16" => ("BF16", 2),
+        "float16" => ("F16", 2),
+        "float32" => ("F32", 4),
+        "float8_e4m3fn" => ("F8_E4M3", 1),
+        "uint8" => ("U8", 1),
+        "int32" => ("I32", 4),
+        other => panic!("dtype {other} not in the data"),
+    }
+}
+
+/// Every name a compressed row stands for: each `a-b` segment is the indices a..=b.
+fn expand(pattern: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for (i, seg) in pattern.split('.').enumerate() {
+        let range = seg
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
+        let parts: Vec<String> = match range {
+            Some((a, b)) => (a..=b).map(|k| k.to_string()).collect(),
+            None => vec![seg.to_string()],
+        };
+        out = out
+            .iter()
+            .flat_map(|p| {
+                parts.iter().map(move |s| {
+                    if i == 0 {
+                        s.clone()
+                    } else {
+                        format!("{p}.{s}")
+                    }
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+fn load(name: &str) -> Checkpoint {
+    let text = std::fs::read_to_string(dir().join(format!("{name}.tsv"))).unwrap();
+    let mut meta = BTreeMap::new();
+    let mut tensors = Vec::new();
+    for line in text.lines() {
+        if let Some(m) = line.strip_prefix("# ") {
+            let (k, v) = m.split_once('\t').unwrap();
+            meta.insert(k.to_string(), v.to_string());
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        let shape: Vec<u64> = f[1].split(',').map(|d| d.parse().unwrap()).collect();
+        let names = expand(f[0]);
+        // The report's own count of the row (its "×N layers, ×M experts").
+        assert_eq!(
+            names.len() as u64,
+            f[3].parse::<u64>().unwrap(),
+            "{name}: {}",
+            f[0]
+        );
+        for n in names {
+            tensors.push((n, shape.clone(), f[2].to_string()));
+        }
+    }
+    Checkpoint {
+        name: name.to_string(),
+        meta,
+        tensors,
+    }
+}
+
+impl Checkpoint {
+    fn numel(shape: &[u64]) -> u64 {
+        shape.iter().product()
+    }
+
+    /// Every byte of every tensor (the index's `metadata.total_size`).
+    fn total(&self) -> u64 {
+        self.tensors
+            .iter()
+            .map(|(_, s, d)| Self::numel(s) * dtype(d).1)
+            .sum()
+    }
+
+    /// The headers as vram's reader tallies them.
+    fn tally(&self) -> Tally {
+        let mut t = Tally::default();
+        for (n, s, d) in &self.tensors {
+            let (st, w) = dtype(d);
+            let bytes = Self::numel(s) * w;
+            *t.elements.entry(st.to_string()).or_default() += Self::numel(s);
+            *t.bytes.entry(st.to_string()).or_default() += bytes;
+            t.tensors.insert(
+                n.clone(),
+                TensorInfo {
+                    dtype: st.to_string(),
+                    shape: s.clone(),
+                    bytes,
+                },
+            );
+        }
+        t
+    }
+
+    fn transformer(&self) -> Transformer {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(&self.meta["config"]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        match vram_model::hf::parse_config(&text, &self.name).unwrap() {
+            Model::Transformer(t) => t,
+            _ => panic!("{}: not a transformer", self.name),
+        }
+    }
+}
+
+const ALL: [&str; 9] = [
+    "qwen3-30b-a3b-instruct-2507",
+    "deepseek-v3.2",
+    "kimi-k2-instruct",
+    "minimax-m2.7",
+    "qwen3-235b-a22b-instruct-2507-fp8",
+    "deepseek-v3",
+    "gpt-oss-20b",
+    "qwen3-30b-a3b-thinking-2507-fp8",
+    "qwen3-32b-awq",
+];
+
+/// The transcription holds what its report says: the tensor count and the parameter total
+/// (`safe_open`'s `numel` summed over every tensor).
+#[test]
+fn the_data_holds_the_reports_figures() {
+    for name in ALL {
+        let c = load(name);
+        assert_eq!(c.tensors.len().to_string(), c.meta["tensors"], "{name}");
+        let params: u64 = c.tensors.iter().map(|(_, s, _)| Checkpoint::numel(s)).sum();
+        assert_eq!(params.to_string(), c.meta["params"], "{name}");
+    }
+}
+
+/// The layer index of a decoder tensor (`model.layers.<i>.`), if any.
+fn layer_of(name: &str) -> Option<u64> {
+    let rest = name.split("layers.").nth(1)?;
+    rest.split('.').next()?.parse().ok()
+}
+
+/// How one checkpoint's bytes divide as the library loads it, from the tensor list alone and
+/// the libraries' rules (not vram's code):
+/// - `model.layers.<i>` past `num_hidden_layers` (DeepSeek-V3's MTP layer 61) are not loaded:
+///   `DeepseekV3ForCausalLM._keys_to_ignore_on_load_unexpected = [r"model\.layers\.61.*"]`
+///   (transformers 5.24);
+/// - a stored rotary `inv_freq` (Kimi-K2's per-layer copies) is not loaded: transformers
+///   5.24 computes the model's own (`persistent=False`);
+/// - `e_score_correction_bias` is an fp32 buffer of the router (`nn.Buffer` in
+///   `DeepseekV3TopkRouter`), held but no parameter;
+/// - block-FP8 `weight_scale_inv` stored in 16 bits is held in fp32 (`FP8Linear` creates it
+///   fp32 and the loader casts a float tensor to the empty parameter's dtype:
+///   `core_model_loading.py`, `quantizers/base.py::get_new_dtype`);
+/// - the tensors the data's `fp32` line names are held in fp32 (DeepSeek-V3's
+///   `_keep_in_fp32_modules_strict` `gate.weight`; gpt-oss's `Mxfp4GptOssExperts` biases,
+///   `integrations/mxfp4.py`);
+/// - every other float tensor is held in the model's dtype (`dense` bytes), whatever it is
+///   stored in: the loader casts it to the empty parameter's dtype (DeepSeek-V3.2 stores its
+///   norms F32 and holds them bf16).
+struct Load {
+    /// Bytes held, buffers included.
+    held: u64,
+    /// Bytes of the layers not loaded.
+    dropped: u64,
+    /// Bytes of the buffers (held, not parameters).
+    buffers: u64,
+    /// Bytes the library adds to what is stored (the fp32 holds; less where it narrows a
+    /// float).
+    added: i64,
+}
+
+impl Checkpoint {
+    fn load(&self, layers: u64, dense: u64) -> Load {
+        let fp32: Vec<&str> = self.meta["fp32"]
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .collect();
+        let mut l = Load {
+            held: 0,
+            dropped: 0,
+            buffers: 0,
+            added: 0,
+        };
+        for (n, s, d) in &self.tensors {
+            let numel = Self::numel(s);
+            let stored = numel * dtype(d).1;
+            if layer_of(n).is_some_and(|i| i >= layers) || n.ends_with("rotary_emb.inv_freq") {
+                l.dropped += stored;
+                continue;
+            }
+            let float = matches!(d.as_str(), "bfloat16" | "float16" | "float32");
+            let held = if n.ends_with(".weight_scale_inv")
+                || n.ends_with(".e_score_correction_bias")
+                || fp32.iter().any(|f| n.ends_with(f))
+            {
+                numel * 4
+            } else if float {
+                numel * dense
+            } else {
+                stored
+            };
+            if n.ends_with(".e_score_correction_bias") {
+                l.buffers += held;
+            }
+            l.added += held as i64 - stored as i64;
+            l.held += held;
+        }
+        l
+    }
+}
+
+/// Given the checkpoint's headers (every tensor's name, shape and dtype), vram holds its
+/// weights to the byte as the library loads them, and accounts for every byte of the index's
+/// `total_size`: what it holds, less what loading adds, plus the layers it does not load.
+#[test]
+fn the_headers_are_held_to_the_byte() {
+    for name in ALL {
+        let c = load(name);
+        let mut t = c.transformer();
+        let layers = t.blocks.pattern.len() as u64;
+        let l = c.load(layers, t.blocks.storage.dtype.bytes());
+        let tally = c.tally();
+        let notes = t.blocks.apply_headers(&tally);
+        assert!(notes.is_empty(), "{name}: {notes:?}");
+        assert_eq!(t.blocks.weights_bytes(false), l.held, "{name}");
+        let g = tally.groups(layers, false);
+        assert_eq!(g.dropped, l.dropped, "{name}");
+        assert_eq!(
+            (l.held as i64 - l.added) as u64 + l.dropped,
+            c.total(),
+            "{name}"
+        );
+    }
+}
+
+/// From config.json alone, vram holds what the headers hold, but for the routers' fp32
+/// `e_score_correction_bias` buffers (DeepSeek-V3: 58 MoE layers x 256 x 4 B), which the
+/// description, a list of parameters, leaves out.
+#[test]
+fn the_config_alone_holds_what_the_headers_do() {
+    for name in ALL {
+        let c = load(name);
+        let t = c.transformer();
+        let l = c.load(
+            t.blocks.pattern.len() as u64,
+            t.blocks.storage.dtype.bytes(),
+        );
+        assert_eq!(t.blocks.weights_bytes(false), l.held - l.buffers, "{name}");
+    }
+    let c = load("deepseek-v3");
+    assert_eq!(c.load(61, 2).buffers, 58 * 256 * 4);
+}
+
+/// Each block-FP8 `weight_scale_inv` has the shape the one description of a packed linear
+/// gives its weight (`fp8_block_linear_tensors`, 128 x 128 blocks), held in fp32. DeepSeek-V3
+/// stores them F32 as held; Qwen3's FP8 checkpoints store them BF16.
+#[test]
+fn fp8_scales_have_the_described_shapes() {
+    let mut seen = BTreeMap::<&str, (u64, String)>::new();
+    for name in ["deepseek-v3", "qwen3-30b-a3b-thinking-2507-fp8"] {
+        let c = load(name);
+        let by_name: BTreeMap<&str, (&Vec<u64>, &str)> = c
+            .tensors
+            .iter()
+            .map(|(n, s, d)| (n.as_str(), (s, d.as_str())))
+            .collect();
+        let mut scales = 0;
+        for (n, (s, d)) in &by_name {
+            let Some(base) = n.strip_suffix(".weight_scale_inv") else {
+                continue;
+            };
+            let (w, wd) = by_name[format!("{base}.weight").as_str()];
+            assert_eq!(wd, "float8_e4m3fn", "{n}");
+            let desc = vram_model::finetune::fp8_block_linear_tensors(w[0], w[1], 128, 128);
+            assert_eq!(
+                (desc[0].shape.as_slice(), desc[0].dtype),
+                (w.as_slice(), wd)
+            );
+            assert_eq!(desc[1].shape, **s, "{n}");
+            assert_eq!(desc[1].dtype, "float32");
+            scales += 1;
+            seen.insert(name, (scales, d.to_string()));
+        }
+    }
+    // Every FP8 weight has its scale: DeepSeek-V3's 45,808 (3 dense MLPs x 3, 62 attentions x
+    // 5, 59 MoE layers x (256 experts + 1 shared) x 3, the MTP layer 61 included),
+    // Qwen3-30B-A3B's 18,624 (48 x (128 experts x 3 + 4 attention projections)).
+    assert_eq!(seen["deepseek-v3"], (45_808, "float32".into()));
+    assert_eq!(
+        seen["qwen3-30b-a3b-thinking-2507-fp8"],
+        (18_624, "bfloat16".into())
+    );
+}
+
+/// MXFP4 expert banks (gpt-oss-20b) and AWQ linears (Qwen3-32B-AWQ) have the shapes and
+/// bytes the one description of a packed linear gives them.
+#[test]
+fn mxfp4_and_awq_tensors_have_the_described_shapes() {
+    use vram_model::finetune::{linear_tensors, mxfp4_linear_tensors, WeightFormat};
+    let c = load("gpt-oss-20b");
+    let get = |c: &Checkpoint, n: &str| -> (Vec<u64>, String) {
+        let (_, s, d) = c.tensors.iter().find(|(m, _, _)| m == n).unwrap();
+        (s.clone(), d.clone())
+    };
+    for (proj, out, inp) in [("gate_up_proj", 5760, 2880), ("down_proj", 2880, 2880)] {
+        let (blocks, bd) = get(&c, &format!("model.layers.0.mlp.experts.{proj}_blocks"));
+        let (scales, sd) = get(&c, &format!("model.layers.0.mlp.experts.{proj}_scales"));
+        let desc = mxfp4_linear_tensors(out, inp);
+        // [E, out, in/32, 16] packed values and [E, out, in/32] E8M0 exponents, uint8 both.
+        assert_eq!((bd.as_str(), sd.as_str()), ("uint8", "uint8"));
+        assert_eq!(blocks[1..3], [out, inp / 32]);
+        assert_eq!(blocks[1] * blocks[2] * blocks[3], desc[0].bytes, "{proj}");
+        assert_eq!(scales[1..], desc[1].shape[..], "{proj}");
+    }
+    let c = load("qwen3-32b-awq");
+    for (proj, out, inp) in [
+        ("self_attn.q_proj", 8192, 5120),
+        ("self_attn.k_proj", 1024, 5120),
+        ("self_attn.o_proj", 5120, 8192),
+        ("mlp.gate_proj", 25600, 5120),
+        ("mlp.down_proj", 5120, 25600),
+    ] {
+        let desc = linear_tensors(WeightFormat::Awq { group: 128 }, false, out, inp);
+        let names: Vec<&str> = desc.iter().map(|t| t.name).collect();
+        assert_eq!(names, ["qweight", "qzeros", "scales"]);
+        for t in desc {
+            let (s, d) = get(&c, &format!("model.layers.0.{proj}.{}", t.name));
+            assert_eq!(s, t.shape, "{proj}.{}", t.name);
+            // The checkpoint's scales are BF16 where autoawq's `WQLinear_GEMM` makes fp16:
+            // the same two bytes.
+            assert_eq!(
+                Checkpoint::numel(&s) * dtype(&d).1,
+                t.bytes,
+                "{proj}.{}",
+                t.name
+            );
+        }
+    }
+}
+
+/// Kimi-K2.5's language model, a compressed-tensors W4A16 checkpoint (group 32, symmetric):
+/// each routed expert's `weight_packed`/`weight_scale` have the shapes the one description of a
+/// packed linear gives them, and its headers are held to the byte. The tensors are renamed as
+/// the text model's (`language_model.model.` → `model.`); the vision tower and projector,
+/// which the text config does not describe, are left out.
+#[test]
+fn compressed_tensors_w4a16_is_read_from_the_headers() {
+    use vram_model::finetune::{linear_tensors, WeightFormat};
+    let mut c = load("kimi-k2.5");
+    c.tensors = c
+        .tensors
+        .into_iter()
+        .filter_map(|(n, s, d)| {
+            let n = n.strip_prefix("language_model.")?.to_string();
+            Some((n, s, d))
+        })
+        .collect();
+    let format = WeightFormat::Wna16 {
+        group: 32,
+        symmetric: true,
+    };
+    for (proj, out, inp) in [("gate_proj", 2048, 7168), ("down_proj", 7168, 2048)] {
+        let desc = linear_tensors(format, false, out, inp);
+        let names: Vec<&str> = desc.iter().map(|t| t.name).collect();
+        assert_eq!(names, ["weight_packed", "weight_scale", "weight_shape"]);
+        for t in &desc {
+            let n = format!("model.layers.1.mlp.experts.0.{proj}.{}", t.name);
+            let (_, s, d) = c.tensors.iter().find(|(m, _, _)| *m == n).unwrap();
+            assert_eq!(*s, t.shape, "{n}");
+            // The checkpoint stores `weight_shape` int32; vLLM's `CompressedTensorsWNA16`
+            // holds it int64, as the description does (8 bytes a linear).
+            let want = if t.name == "weight_shape" {
+                "int32"
+            } else {
+                t.dtype
+            };
+            assert_eq!(d, want, "{n}");
+        }
+    }
+    let mut t = c.transformer();
+    let tally = c.tally();
+    assert_eq!(
+        tally.quant(),
+        vram_model::blocks::Quant::Packed {
+            format,
+            double_quant: false
+        }
+    );
+    let l = c.load(t.blocks.pattern.len() as u64, 2);
+    let notes = t.blocks.apply_headers(&tally);
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(t.blocks.weights_bytes(false), l.held);
+    assert_eq!((l.held as i64 - l.added) as u64 + l.dropped, c.total());
+}
