@@ -452,12 +452,19 @@ impl StartupProfile {
     /// the default of the logged version, else each V1 default
     /// ([`vram_plan::capacity::VLLM_DEFAULT_UTILIZATION`]; the budget is then the largest, the
     /// smallest kept in [`Supplied::budget_low_bytes`]). Other layouts print their budget and
-    /// are left as they are; so is a budget the log prints.
+    /// are left as they are; so is a budget the log prints, and a log without both the weights
+    /// and the cache.
     pub fn supply_device(&mut self, gpu: &vram_model::gpu::Gpu) {
         if self.layout != ProfileLayout::Sglang && gpu.is_rocm() {
             self.rocm = true;
         }
-        if self.layout != ProfileLayout::VllmV1 || self.budget_bytes.is_some() {
+        // Only to split the printed weights from the rest: without both the weights and the
+        // cache there is nothing the supplied budget could decide.
+        if self.layout != ProfileLayout::VllmV1
+            || self.budget_bytes.is_some()
+            || self.weights_bytes.is_none()
+            || self.kv_bytes.is_none()
+        {
             return;
         }
         let mut s = Supplied {

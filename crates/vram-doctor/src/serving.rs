@@ -1119,7 +1119,9 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
         ServingError::VllmNoCacheMemory { .. } => {
             let short = p.kv_bytes.map(|k| if k < 0 { k.unsigned_abs() } else { 0 });
             let mut remedies = Vec::new();
-            if let (Some(t), Some(x)) = (total, non_kv) {
+            // A budget from supplied figures yields to the capacity model's own, when given.
+            let measured = p.supplied.is_none() || d.capacity.is_none();
+            if let (Some(t), Some(x), true) = (total, non_kv, measured) {
                 let u = share_above(x, t);
                 remedies.push(ServingRemedy {
                     action: if u <= 1.0 {
