@@ -329,6 +329,9 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
             ServingError::VllmSamplerWarmUp { .. } => {
                 "not enough memory for the warm-up after the KV cache"
             }
+            ServingError::VllmMambaBlocks { .. } => {
+                "fewer Mamba state blocks than max_num_seqs for the CUDA graphs"
+            }
             ServingError::LoadNegativeDimension { .. }
             | ServingError::LoadShardNotAligned { .. } => {
                 "the checkpoint's quantized weights do not load as configured"

@@ -1300,6 +1300,44 @@ fn overheads_beyond_the_device_and_very_long_names_are_one_short_line() {
 }
 
 #[test]
+fn doctor_reads_vllm_mamba_block_errors_in_text_and_json_alike() {
+    // vLLM 0.23-0.28's hybrid-model check (`config/compilation.py`): real, vllm-project/recipes#551.
+    let msg = "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (856). Each decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 856 or increase gpu_memory_utilization.";
+    let (code, text, err) = vram(&["doctor", msg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("1. --max-num-seqs 856  [enough]"), "{text}");
+    let (code, json, err) = vram(&["doctor", msg, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["error"]["error"], "vllm-mamba-blocks");
+    assert_eq!(v["error"]["max_num_seqs"], 1024);
+    assert_eq!(v["error"]["blocks"], 856);
+    assert_eq!(v["cause"], "profile");
+    assert!(text.contains(v["explanation"].as_str().unwrap()), "{text}");
+    // Text lists the same remedies, in the same order, with the same words.
+    let remedies = v["remedies"].as_array().unwrap();
+    assert_eq!(remedies.len(), 3);
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("remedies"))
+        .skip(1)
+        .collect();
+    for (i, r) in remedies.iter().enumerate() {
+        let action = format!("{}. {}", i + 1, r["action"].as_str().unwrap());
+        assert!(lines[2 * i].starts_with(&action), "{action} in\n{text}");
+        assert_eq!(lines[2 * i].ends_with("[enough]"), r["enough"] == true);
+        assert_eq!(lines[2 * i + 1].trim(), r["detail"].as_str().unwrap());
+    }
+    // Cut before the block count: one line, exit 2.
+    let (code, out, err) = vram(&[
+        "doctor",
+        "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks",
+    ]);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
 fn doctor_reads_mps_messages_in_text_and_json_alike() {
     // Apple's MPS allocator: no device size nor free memory, the high watermark instead. The
     // text's first line carries the message's own figures, and text and `--json` list the same

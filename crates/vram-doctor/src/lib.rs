@@ -87,6 +87,7 @@
 #![forbid(unsafe_code)]
 
 mod diagnose;
+mod mamba;
 pub mod message;
 pub mod profile;
 pub mod serving;

@@ -113,6 +113,14 @@ pub enum ServingError {
         /// N: the dummy requests (`min(max_num_seqs, max_num_batched_tokens)`).
         requests: u64,
     },
+    /// vLLM, hybrid models (0.23 on): `max_num_seqs (N) exceeds available Mamba cache blocks (M)`
+    /// (`mamba.rs`).
+    VllmMambaBlocks {
+        /// N: `max_num_seqs`, the sequences the decode CUDA graphs are captured for.
+        max_num_seqs: u64,
+        /// M: the blocks of the pool the KV cache and the Mamba states share, per GPU.
+        blocks: u64,
+    },
     /// SGLang: `Not enough memory. Please try to increase --mem-fraction-static.`
     SglangNotEnoughMemory {
         /// `mem_fraction_static`, when the message prints it.
@@ -203,7 +211,8 @@ pub enum ServingCause {
     OtherProcesses,
     /// The cache was sized, but a dummy run's activations did not fit what it left: vLLM V1's
     /// sampler warm-up over `max_num_seqs` rows of logits, after the KV cache and the CUDA
-    /// graphs.
+    /// graphs; or, for a hybrid model, the pool holds fewer Mamba state blocks than the
+    /// `max_num_seqs` sequences the CUDA graphs are captured for (`mamba.rs`).
     Profile,
     /// Not memory: the checkpoint's quantized layout does not load as the engine's kernel
     /// creates it at this tensor-parallel size (a group size that does not divide a GPU's share,
@@ -229,6 +238,7 @@ impl ServingError {
             ServingError::VllmNoCacheMemory { .. } => "vllm-no-cache-memory",
             ServingError::VllmFreeBelowUtilization { .. } => "vllm-free-below-utilization",
             ServingError::VllmSamplerWarmUp { .. } => "vllm-sampler-warm-up",
+            ServingError::VllmMambaBlocks { .. } => "vllm-mamba-blocks",
             ServingError::SglangNotEnoughMemory { .. } => "sglang-not-enough-memory",
             ServingError::SglangWeightsLeaveNoKv { .. } => "sglang-weights-leave-no-kv",
             ServingError::LoadNegativeDimension { .. } => "load-negative-dimension",
@@ -312,6 +322,7 @@ pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
         "kv cache is needed",
         "no available memory for the cache blocks",
         "less than desired gpu memory utilization",
+        "exceeds available mamba cache blocks",
     ];
     vllm.iter().any(|p| flat.contains(p)).then_some("vLLM")
 }
@@ -361,6 +372,9 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             available_bytes: available,
             estimated_max_len,
         });
+    }
+    if let Some(e) = crate::mamba::parse(flat) {
+        return Some(e);
     }
     if flat.contains("no available memory for the cache blocks") {
         let available_bytes = flat.rfind("available kv cache memory: ").and_then(|j| {
@@ -729,6 +743,14 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                 ),
             )
         }
+        ServingError::VllmMambaBlocks {
+            max_num_seqs,
+            blocks,
+        } => {
+            let (knob, explanation, r) = crate::mamba::explain(max_num_seqs, blocks);
+            remedies = r;
+            ("vllm", knob, explanation)
+        }
         ServingError::SglangWeightsLeaveNoKv {
             mem_fraction_static,
             minimum_fraction,
@@ -855,7 +877,9 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         ServingError::SglangNotEnoughMemory { .. }
         | ServingError::SglangWeightsLeaveNoKv { .. } => ServingCause::Weights,
         ServingError::VllmFreeBelowUtilization { .. } => ServingCause::OtherProcesses,
-        ServingError::VllmSamplerWarmUp { .. } => ServingCause::Profile,
+        ServingError::VllmSamplerWarmUp { .. } | ServingError::VllmMambaBlocks { .. } => {
+            ServingCause::Profile
+        }
         ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. } => {
             ServingCause::QuantLayout
         }
@@ -1299,6 +1323,10 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                 );
             }
         }
+        ServingError::VllmMambaBlocks {
+            max_num_seqs,
+            blocks,
+        } => crate::mamba::apply_profile(d, max_num_seqs, blocks, p),
         _ => {}
     }
 }

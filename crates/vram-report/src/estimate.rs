@@ -280,7 +280,7 @@ pub struct WeightsStorage {
 pub enum StorageQuant {
     /// None: the config's dtype.
     None,
-    /// Fine-grained FP8 with `bn × bk` blocks and fp32 scales.
+    /// Fine-grained FP8 with `bn × bk` blocks and fp32 scales (a byte each with `e8m0`).
     Fp8Block {
         /// Block rows.
         bn: u64,
@@ -288,6 +288,9 @@ pub enum StorageQuant {
         bk: u64,
         /// The LM head stays unquantized.
         skip_head: bool,
+        /// `scale_fmt: ue8m0`: the scales held as `float8_e8m0fnu`, a byte each.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        e8m0: bool,
     },
     /// MXFP4 experts.
     Mxfp4,
@@ -306,7 +309,17 @@ impl StorageQuant {
     fn of(q: Quant) -> StorageQuant {
         match q {
             Quant::None => StorageQuant::None,
-            Quant::Fp8Block { bn, bk, skip_head } => StorageQuant::Fp8Block { bn, bk, skip_head },
+            Quant::Fp8Block {
+                bn,
+                bk,
+                skip_head,
+                e8m0,
+            } => StorageQuant::Fp8Block {
+                bn,
+                bk,
+                skip_head,
+                e8m0,
+            },
             Quant::Mxfp4 => StorageQuant::Mxfp4,
             Quant::Packed {
                 format,

@@ -34,7 +34,10 @@ pub fn of_storage(model: &Model, training: bool, gpu: Option<&Gpu>) -> Option<St
     let s = &t.blocks.storage;
     let format = match s.quant {
         Quant::Mxfp4 => "mxfp4 experts".to_string(),
-        Quant::Fp8Block { bn, bk, .. } => format!("fp8 {bn}x{bk} blocks + fp32 scales"),
+        Quant::Fp8Block { bn, bk, e8m0, .. } => format!(
+            "fp8 {bn}x{bk} blocks + {} scales",
+            if e8m0 { "e8m0" } else { "fp32" }
+        ),
         Quant::Packed { format, .. } => format!("{} linears", format.name()),
         Quant::None | Quant::Other => return None,
     };

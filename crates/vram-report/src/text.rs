@@ -275,8 +275,8 @@ impl EstimateReport {
         if let Some(s) = &self.weights_storage {
             let how = match &s.quant {
                 StorageQuant::None | StorageQuant::Other => s.dtype.clone(),
-                StorageQuant::Fp8Block { bn, bk, .. } => {
-                    format!("fp8 {bn}x{bk} blocks + fp32 scales")
+                StorageQuant::Fp8Block { bn, bk, e8m0, .. } => {
+                    format!("fp8 {bn}x{bk} blocks + {} scales", scale_name(*e8m0))
                 }
                 StorageQuant::Mxfp4 => "mxfp4 experts".into(),
                 StorageQuant::Packed {
@@ -305,8 +305,8 @@ impl EstimateReport {
         }
         if let Some(l) = &self.weights_load {
             let how = match self.weights_storage.as_ref().map(|s| &s.quant) {
-                Some(StorageQuant::Fp8Block { bn, bk, .. }) => {
-                    format!("fp8 {bn}x{bk} blocks + fp32 scales")
+                Some(StorageQuant::Fp8Block { bn, bk, e8m0, .. }) => {
+                    format!("fp8 {bn}x{bk} blocks + {} scales", scale_name(*e8m0))
                 }
                 Some(StorageQuant::Mxfp4) => "mxfp4 experts".into(),
                 Some(StorageQuant::Packed { format, .. }) => format!("{format} linears"),
@@ -532,5 +532,14 @@ pub(crate) fn needed_and_total(
             "device total",
             bytes(total)
         )
+    }
+}
+
+/// How block-FP8 scales are held: fp32, or a byte each (`scale_fmt: ue8m0`).
+fn scale_name(e8m0: bool) -> &'static str {
+    if e8m0 {
+        "e8m0"
+    } else {
+        "fp32"
     }
 }

@@ -206,21 +206,60 @@ pub struct MRope {
 }
 
 /// The rotary tables an engine's `get_rope` keeps for a model ([`Blocks::rope_tables`]): vLLM
-/// keeps one `cos_sin_cache` per distinct key (`_ROPE_DICT`, keyed by head size, rotary width,
-/// max positions, base, scaling and dtype: `rotary_embedding/__init__.py`, read at v0.10.2 and
-/// v0.19.0), each as many rows as its class builds.
+/// and SGLang keep one `cos_sin_cache` per distinct key (`_ROPE_DICT`, keyed by head size,
+/// rotary width, max positions, base, scaling and dtype: vLLM `rotary_embedding/__init__.py`,
+/// read at v0.10.2 and v0.19.0; SGLang `layers/rotary_embedding.py`, read at 0.4.2, 0.4.5 and
+/// 0.5.3), each as many rows as its class builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub struct RopeTables {
-    /// Rows of the table the config's own rope parameters build; 0 for `max_positions`.
-    /// `LinearScalingRotaryEmbedding` builds `max_positions × factor` (`rope_type: linear`);
-    /// `Phi3LongRoPEScaledRotaryEmbedding` one short and one long table stacked,
-    /// `original_max_position_embeddings + max_positions` (`rope_type: longrope`).
-    pub rows: u64,
+    /// The class the config's own rope parameters build, with what sizes its table.
+    pub class: RopeClass,
     /// Sliding-window layers build their rotary embedding from parameters of their own, a
     /// second key with `max_positions` rows: Gemma 3 (`rope_local_base_freq` and default
     /// scaling, `gemma3.py` at v0.10.2 and v0.19.0) and Gemma 4 (`rope_parameters` per layer
     /// type, `gemma4.py` at v0.19.0).
     pub local: bool,
+}
+
+/// The rotary class `get_rope` builds for a config's rope parameters, by the rows of its
+/// `_compute_cos_sin_cache` (`torch.arange` of the class's length: a float length gives its
+/// ceiling). Read in vLLM's `rotary_embedding/` at v0.10.2, v0.19.0, v0.21.0 and v0.22.0 (and
+/// the single-file module at 0.6.6, 0.8.3 and 0.8.5), and SGLang's at 0.4.2 to 0.5.3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RopeClass {
+    /// `max_positions` rows: no scaling (`RotaryEmbedding`, M-RoPE's `MRotaryEmbedding` before
+    /// the engine's own multiple) and the classes that change only the frequencies:
+    /// `Llama3RotaryEmbedding` (`llama3`), `NTKScalingRotaryEmbedding` (`ntk`),
+    /// `DynamicNTKAlphaRotaryEmbedding` (`dynamic` with `alpha`), Gemma 4's `proportional`.
+    #[default]
+    Positions,
+    /// `LinearScalingRotaryEmbedding` (`linear`): `max_positions × factor` rows.
+    Linear {
+        /// `ceil(max_positions × factor)`.
+        rows: u64,
+    },
+    /// `DynamicNTKScalingRotaryEmbedding` (`dynamic` with `factor`): `max_positions × factor`
+    /// rows in SGLang and in vLLM to 0.21; from vLLM 0.22 `max_positions` (its
+    /// `max_trained_positions` change).
+    DynamicNtk {
+        /// `ceil(max_positions × factor)`.
+        rows: u64,
+    },
+    /// `YaRNScalingRotaryEmbedding` (`yarn`) and DeepSeek's `DeepseekScalingRotaryEmbedding`
+    /// (`deepseek_v2.py` turns a `yarn` into `deepseek_yarn`): both are built with
+    /// `original_max_position_embeddings`, not `max_positions`, and keep `original × factor`
+    /// rows whatever `max_position_embeddings` says.
+    Yarn {
+        /// `ceil(original_max_position_embeddings × factor)`.
+        rows: u64,
+    },
+    /// `Phi3LongRoPEScaledRotaryEmbedding` (`longrope`): a short table of
+    /// `original_max_position_embeddings` rows and a long one of `max_positions` rows.
+    LongRope {
+        /// `original_max_position_embeddings`.
+        original: u64,
+    },
 }
 
 /// The whole description of a transformer: its layers, kept once per distinct kind, and what
@@ -566,6 +605,23 @@ impl Blocks {
     pub fn apply_headers(&mut self, tally: &Tally) -> Vec<String> {
         let mtp = self.mtp.is_some_and(|m| m.instantiated);
         let g = tally.groups(self.pattern.len() as u64, mtp);
+        // `scale_fmt` is the config's: how the library holds the block scales, whatever the
+        // headers store them in (DeepSeek-V3.2's are F32, held a byte each).
+        let quant = match (self.storage.quant, g.quant) {
+            (
+                Quant::Fp8Block { e8m0: true, .. },
+                Quant::Fp8Block {
+                    bn, bk, skip_head, ..
+                },
+            ) => Quant::Fp8Block {
+                bn,
+                bk,
+                skip_head,
+                e8m0: true,
+            },
+            (_, q) => q,
+        };
+        let e8m0 = matches!(quant, Quant::Fp8Block { e8m0: true, .. });
         let want = self.params_by_component().0;
         let (have, want_total) = (g.params.iter().sum::<u64>(), want.iter().sum::<u64>());
         let mut notes = Vec::new();
@@ -576,7 +632,7 @@ impl Blocks {
         // float tensor to the empty parameter's dtype (`core_model_loading.py`), the model's
         // but for the fp32-held tensors counted below, and vLLM's weight loaders copy into
         // parameters made in the model dtype. Block-FP8 scales and fp32 buffers stay as held.
-        let recast = g.quant != Quant::None;
+        let recast = quant != Quant::None;
         let d = config.dtype.bytes();
         let mut held = g.bytes;
         if recast {
@@ -591,6 +647,13 @@ impl Blocks {
             fp32_numel: [0; Component::COUNT],
             upcast: [0; Component::COUNT],
             scale_upcast: g.scale_upcast,
+            scale_narrow: std::array::from_fn(|i| {
+                if e8m0 {
+                    (g.scale_bytes[i] + g.scale_upcast[i]).saturating_sub(g.scale_numel[i])
+                } else {
+                    0
+                }
+            }),
         };
         if have != want_total {
             notes.push(format!(
@@ -617,14 +680,21 @@ impl Blocks {
                 want[i]
             ));
         }
-        let dtype = if g.quant == Quant::None {
+        let dtype = if quant == Quant::None {
             g.dtype.unwrap_or(config.dtype)
         } else {
             config.dtype
         };
         let mut storage = Storage {
             dtype: config.dtype,
-            quant: g.quant,
+            quant,
+            // The config's ignore list still says which linears stay unquantized where the
+            // headers hold its format (the per-linear walks read it; the bytes are the headers').
+            ignored: if quant == config.quant {
+                config.ignored
+            } else {
+                Default::default()
+            },
             checkpoint: None,
         };
         for (kind, n) in self.kinds.iter().zip(self.kind_counts()) {
@@ -645,11 +715,12 @@ impl Blocks {
         self.storage = storage;
         let header_fmt = Storage {
             dtype,
-            quant: g.quant,
+            quant,
+            ignored: Default::default(),
             checkpoint: None,
         }
         .name();
-        let same = match (config.quant, g.quant) {
+        let same = match (config.quant, quant) {
             (Quant::None | Quant::Other, Quant::None) => dtype == config.dtype,
             (a, b) => a == b,
         };
@@ -662,6 +733,31 @@ impl Blocks {
             ));
         }
         notes
+    }
+
+    /// These blocks with block-FP8 scales held fp32, as vLLM holds them whatever `scale_fmt`
+    /// says (`Fp8LinearMethod`'s fp32 `weight_scale_inv`); itself where nothing changes.
+    pub fn with_fp32_scales(&self) -> std::borrow::Cow<'_, Blocks> {
+        let Quant::Fp8Block {
+            bn, bk, skip_head, ..
+        } = self.storage.quant
+        else {
+            return std::borrow::Cow::Borrowed(self);
+        };
+        if !matches!(self.storage.quant, Quant::Fp8Block { e8m0: true, .. }) {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut b = self.clone();
+        b.storage.quant = Quant::Fp8Block {
+            bn,
+            bk,
+            skip_head,
+            e8m0: false,
+        };
+        if let Some(c) = b.storage.checkpoint.as_mut() {
+            c.scale_narrow = [0; Component::COUNT];
+        }
+        std::borrow::Cow::Owned(b)
     }
 
     /// Bytes of the weights as stored (quantization metadata included); `dequantized` for the

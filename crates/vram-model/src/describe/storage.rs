@@ -27,8 +27,8 @@
 //! compressed-tensors' `weight_packed` or fp32 tensors is counted as held, and where the headers' format differs from the config's the
 //! headers win, with a note giving both.
 //!
-//! Not yet here: compressed-tensors' other schemes (FP8, W8A8, act-order; `ignore` is taken as
-//! the head and routers)
+//! Not yet here: compressed-tensors' other schemes (FP8, W8A8, act-order; `ignore` is read per
+//! role, not per layer)
 //! and GPTQ/AWQ at other than 4 bits (`Other`), `modules_to_not_convert` beyond the head, and
 //! the packed kernels' own temporaries (the MXFP4 Triton MoE and FP8 block matmuls are walked as
 //! the unquantized path's; bitsandbytes 4-bit's dequantized weight in a long prefill is).
@@ -77,6 +77,13 @@ pub enum Quant {
         /// The LM head stays unquantized: `get_modules_to_not_convert` (quantizers/base.py)
         /// always adds the output embeddings to the config's `modules_to_not_convert`.
         skip_head: bool,
+        /// `scale_fmt: ue8m0` (DeepSeek-V3.2): transformers 5.24's `FP8Linear` and `FP8Experts`
+        /// make `weight_scale_inv` `float8_e8m0fnu`, a byte each (`integrations/finegrained_fp8.py`:
+        /// `sf_dtype = _get_ue8m0_dtype() if scale_fmt == "ue8m0" else torch.float32`), and
+        /// the loader casts the stored scales to it. vLLM holds them fp32 whatever
+        /// ([`crate::describe::Blocks::with_fp32_scales`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        e8m0: bool,
     },
     /// MXFP4 experts (gpt-oss, quantizers/quantizer_mxfp4.py): expert banks packed two values a
     /// byte with one uint8 scale per 32 values; everything else in the config's dtype.
@@ -106,10 +113,36 @@ pub struct Storage {
     pub dtype: Dtype,
     /// The quantization.
     pub quant: Quant,
+    /// The components whose linears the quantization config's ignore list leaves in the dtype
+    /// (compressed-tensors' `ignore`, read by `vram_model::hf`); the one per-linear
+    /// role→quantized predicate every count reads ([`Storage::ignores`]).
+    #[serde(skip)]
+    pub ignored: Ignored,
     /// The checkpoint's own bytes per component, read from its safetensors headers where the
     /// checkpoint is given ([`Checkpoint`]); `None` for a config alone.
     #[serde(skip)]
     pub checkpoint: Option<Checkpoint>,
+}
+
+/// A set of [`Component`]s: those a quantization config leaves unquantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ignored([bool; Component::COUNT]);
+
+impl Ignored {
+    /// Adds a component.
+    pub fn insert(&mut self, c: Component) {
+        self.0[c as usize] = true;
+    }
+
+    /// Whether the set holds `c`.
+    pub fn contains(self, c: Component) -> bool {
+        self.0[c as usize]
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        !self.0.iter().any(|x| *x)
+    }
 }
 
 /// A checkpoint's stored bytes per [`Component`], summed from its safetensors headers (every
@@ -139,6 +172,10 @@ pub struct Checkpoint {
     /// (`weight_scale_inv`, [`crate::safetensors_header::Groups::scale_upcast`]); shared by
     /// the component's tensors with the rest of its bytes.
     pub scale_upcast: [u64; Component::COUNT],
+    /// Bytes per component the library saves by holding the block-FP8 scales a byte each
+    /// (`scale_fmt: ue8m0`, [`Quant::Fp8Block`]): what the fp32 scales would take less one byte
+    /// an element; zero otherwise.
+    pub scale_narrow: [u64; Component::COUNT],
 }
 
 impl Checkpoint {
@@ -147,6 +184,7 @@ impl Checkpoint {
         self.bytes.iter().sum::<u64>()
             + self.upcast.iter().sum::<u64>()
             + self.scale_upcast.iter().sum::<u64>()
+            - self.scale_narrow.iter().sum::<u64>()
     }
 
     /// Whether a component holds packed tensors.
@@ -163,7 +201,8 @@ impl Checkpoint {
         let i = t.component as usize;
         let rest = self.numel[i].saturating_sub(self.fp32_numel[i]);
         let held32 = (self.fp32_numel[i] * 4).saturating_sub(self.upcast[i]);
-        let bytes = self.bytes[i].saturating_sub(held32) + self.scale_upcast[i];
+        let bytes = (self.bytes[i].saturating_sub(held32) + self.scale_upcast[i])
+            .saturating_sub(self.scale_narrow[i]);
         if rest == 0 {
             return 0;
         }
@@ -176,6 +215,7 @@ impl Default for Storage {
         Storage {
             dtype: Dtype::Bf16,
             quant: Quant::None,
+            ignored: Ignored::default(),
             checkpoint: None,
         }
     }
@@ -202,11 +242,13 @@ impl Storage {
             WeightFormat::Fp16 => Storage {
                 dtype: Dtype::F16,
                 quant: Quant::None,
+                ignored: Ignored::default(),
                 checkpoint: None,
             },
             WeightFormat::Fp32 => Storage {
                 dtype: Dtype::F32,
                 quant: Quant::None,
+                ignored: Ignored::default(),
                 checkpoint: None,
             },
             _ => Storage {
@@ -215,6 +257,7 @@ impl Storage {
                     format,
                     double_quant,
                 },
+                ignored: Ignored::default(),
                 checkpoint: None,
             },
         }
@@ -283,6 +326,13 @@ impl Storage {
         self.bytes(t, d)
     }
 
+    /// Whether the quantization config leaves the linears of `c` unquantized (its ignore list
+    /// names them): the per-linear predicate the tensor count, the fine-tuning base and
+    /// `vram capacity`'s linears all read.
+    pub fn ignores(&self, c: Component) -> bool {
+        self.ignored.contains(c)
+    }
+
     /// Whether the library holds `t` in fp32 whatever the checkpoint stores: routers in
     /// `_keep_in_fp32_modules_strict`, and MXFP4's expert biases (`Mxfp4GptOssExperts` makes
     /// them float32 parameters).
@@ -303,7 +353,12 @@ impl Storage {
             _ => 1,
         };
         match self.quant {
-            Quant::Fp8Block { bn, bk, skip_head } => match t.kind {
+            Quant::Fp8Block {
+                bn,
+                bk,
+                skip_head,
+                e8m0,
+            } => match t.kind {
                 TensorKind::Linear | TensorKind::Experts(_)
                     if !(t.component == Component::Router
                         || t.component == Component::Vision
@@ -314,7 +369,10 @@ impl Storage {
                     // Each expert's matrix as one block-wise FP8 linear.
                     e * crate::finetune::fp8_block_linear_tensors(t.rows, t.cols, bn, bk)
                         .iter()
-                        .map(|x| x.bytes)
+                        .map(|x| match x.name {
+                            "weight_scale_inv" if e8m0 => x.bytes / 4,
+                            _ => x.bytes,
+                        })
                         .sum::<u64>()
                 }
                 _ => t.numel() * d,
@@ -348,7 +406,7 @@ impl Storage {
                         | Component::Vision
                         | Component::Audio
                         | Component::Mtp
-                );
+                ) && !self.ignores(t.component);
                 if packed {
                     e * linear_bytes(format, double_quant, t.rows, t.cols)
                 } else {

@@ -485,6 +485,9 @@ pub fn weights_bytes(
     let mut w = WeightsBytes::default();
     let mut site_params = 0;
     let b = &t.blocks;
+    // The checkpoint's own ignore list (compressed-tensors), where `format` is its format.
+    let stored =
+        matches!(b.storage.quant, crate::describe::Quant::Packed { format: f, .. } if f == format);
     for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
         for s in block_sites(&b.names, kind, b.hidden) {
             let numel = s.numel();
@@ -494,6 +497,7 @@ pub fn weights_bytes(
             // bitsandbytes' `type(module) is nn.Linear` test leaves alone).
             let quantized = format.is_quantized()
                 && !skipped
+                && !(stored && b.storage.ignores(s.component))
                 && s.component != Component::Router
                 && match format {
                     WeightFormat::Fp8 => s.kind != SiteKind::Param && s.out > 1,

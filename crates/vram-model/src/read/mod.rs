@@ -20,6 +20,7 @@ use crate::finetune::WeightFormat;
 
 pub(crate) mod classic;
 pub(crate) mod decoders;
+mod ignore;
 pub mod keys;
 mod rope;
 pub mod safetensors;
@@ -247,6 +248,11 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         }
     };
     t.blocks.storage = storage(&c)?;
+    if let (Quant::Packed { .. }, Some(qc)) = (t.blocks.storage.quant, compressed_tensors(&c)) {
+        let (ignored, notes) = ignore::read(qc, &t.blocks)?;
+        t.blocks.storage.ignored = ignored;
+        t.blocks.notes.extend(notes);
+    }
     let text_map = match map.get("text_config") {
         Some(Value::Object(m)) => m,
         _ => &map,
@@ -471,6 +477,17 @@ fn activation(name: &str) -> Option<Act> {
     })
 }
 
+/// The config's `quantization_config` (the top level's, else the text config's) where its
+/// method is `compressed-tensors`.
+fn compressed_tensors<'a>(c: &Cfg<'a>) -> Option<&'a Map<String, Value>> {
+    let q = match c.map.get("quantization_config") {
+        Some(q) => q,
+        None => c.map.get("text_config")?.get("quantization_config")?,
+    };
+    let q = q.as_object()?;
+    (q.get("quant_method")?.as_str()? == "compressed-tensors").then_some(q)
+}
+
 /// The weights as shipped: the config's `dtype` (`torch_dtype` in older files) and
 /// `quantization_config`.
 fn storage(c: &Cfg) -> Result<Storage> {
@@ -522,6 +539,7 @@ fn storage(c: &Cfg) -> Result<Storage> {
     Ok(Storage {
         dtype,
         quant,
+        ignored: Default::default(),
         checkpoint: None,
     })
 }
@@ -574,6 +592,7 @@ fn quantization(qc: &Cfg) -> Result<Quant> {
                 bn,
                 bk,
                 skip_head: true,
+                e8m0: qc.str("scale_fmt")? == Some("ue8m0"),
             }
         }
         Some("mxfp4") => Quant::Mxfp4,

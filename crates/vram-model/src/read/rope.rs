@@ -1,22 +1,17 @@
-//! The rotary tables vLLM's `get_rope` builds for a config ([`RopeTables`]): how many rows the
-//! config's own rope parameters make (`rope_type` `linear` and `longrope` build more than
-//! `max_position_embeddings`), and whether sliding layers make a table of their own.
+//! The rotary tables the engines' `get_rope` builds for a config ([`RopeTables`]): which class
+//! the config's own rope parameters build ([`RopeClass`], which sizes its rows), and whether
+//! sliding layers make a table of their own.
 
 use serde_json::{Map, Value};
 
 use super::{kind_of, Cfg};
-use crate::describe::RopeTables;
+use crate::describe::{RopeClass, RopeTables};
 use crate::error::{Error, Result};
 
 /// Reads the rope parameters of a decoder's config (the text config of a wrapper), whose
 /// `max_position_embeddings` is `max_positions`.
 ///
-/// Rows, read at vLLM v0.10.2 and v0.19.0 (`rotary_embedding/`): `linear_scaling_rope.py`
-/// builds `max_position × factor` rows (`torch.arange(max_len)` of the float product);
-/// `phi3_long_rope_scaled_rope.py` concatenates a short table of
-/// `original_max_position_embeddings` rows and a long one of `max_position` rows into
-/// `long_short_cos_sin_cache`; every other class the models read here use keeps
-/// `max_position` rows (`base.py`; YaRN, dynamic NTK and the rest are not yet counted apart).
+/// The class is `get_rope`'s by `rope_type` ([`class_for`]).
 ///
 /// Sliding layers: Gemma 3 passes its sliding layers `rope_type: default` and
 /// `rope_local_base_freq` (`Gemma3Config`'s default 10,000; `rope_theta` 1,000,000) and its
@@ -24,9 +19,9 @@ use crate::error::{Error, Result};
 /// `rope_parameters` (`gemma4.py`, v0.19.0). Different parameters are a different key.
 pub(super) fn rope_tables(c: &Cfg, max_positions: u64) -> Result<RopeTables> {
     let (global, per_type) = global_parameters(c);
-    let rows = match global {
-        Some((key, r)) => rows_for(c, key, r, max_positions)?,
-        None => 0,
+    let class = match global {
+        Some((key, r)) => class_for(c, key, r, max_positions)?,
+        None => RopeClass::Positions,
     };
     let local = match c.model_type {
         "gemma3" | "gemma3_text" => match per_type {
@@ -55,7 +50,7 @@ pub(super) fn rope_tables(c: &Cfg, max_positions: u64) -> Result<RopeTables> {
         },
         _ => false,
     };
-    Ok(RopeTables { rows, local })
+    Ok(RopeTables { class, local })
 }
 
 /// The config's own rope parameters (the full layers' for a per-layer-type
@@ -78,10 +73,27 @@ fn global_parameters<'a>(
     (None, None)
 }
 
-fn rows_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> Result<u64> {
+/// The class `get_rope` builds for rope parameters `r` (found under `key`), by its
+/// `rope_type` (or the older `type`), as vLLM's `get_rope` dispatches (read at v0.10.2 and
+/// v0.19.0; SGLang's at 0.4.2 and 0.5.3 the same way for these types):
+/// - `linear`: `max_position × factor` rows (`linear_scaling_rope.py`: `torch.arange` of the
+///   float product);
+/// - `dynamic`: with `alpha`, `max_position` rows (`dynamic_ntk_alpha_rope.py`, vLLM checks
+///   `alpha` first); with `factor`, `max_position × factor` (`dynamic_ntk_scaling_rope.py`);
+///   neither is vLLM's `ValueError`;
+/// - `yarn` and `deepseek_yarn`: the class is built with `original_max_position_embeddings` as
+///   its length and keeps `original × factor` rows (`yarn_scaling_rope.py`,
+///   `deepseek_scaling_rope.py`). Where the dict lacks the original length, the top-level
+///   `original_max_position_embeddings`, else `max_position_embeddings`, which is what
+///   transformers 5's `standardize_rope_params` fills in (read at 5.24);
+/// - `longrope`: vLLM's `llama.py` (Phi-3's layers) copies a top-level
+///   `original_max_position_embeddings` into the scaling dict (Phi-3.5/4-mini keep it there);
+/// - every other type (`default`, `llama3`, `ntk`, M-RoPE's `default`, Gemma 4's
+///   `proportional`) keeps `max_position` rows.
+fn class_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> Result<RopeClass> {
     let kind = match r.get("rope_type").or_else(|| r.get("type")) {
         Some(Value::String(t)) => t.as_str(),
-        _ => return Ok(0),
+        _ => return Ok(RopeClass::Positions),
     };
     let number = |name: &str| -> Result<f64> {
         match r.get(name) {
@@ -104,17 +116,37 @@ fn rows_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> R
             }),
         }
     };
+    let times = |length: f64, factor: f64| (length * factor).ceil() as u64;
+    let original = || -> Result<f64> {
+        if r.contains_key("original_max_position_embeddings") {
+            return number("original_max_position_embeddings");
+        }
+        Ok(c.opt_u64(&["original_max_position_embeddings"])?
+            .unwrap_or(max_positions) as f64)
+    };
     Ok(match kind {
-        "linear" => (max_positions as f64 * number("factor")?).ceil() as u64,
-        // vLLM's `llama.py` (Phi-3's layers) copies a top-level
-        // `original_max_position_embeddings` into the scaling dict (Phi-3.5/4-mini keep it there).
+        "linear" => RopeClass::Linear {
+            rows: times(max_positions as f64, number("factor")?),
+        },
+        "dynamic" if r.contains_key("alpha") => {
+            number("alpha")?;
+            RopeClass::Positions
+        }
+        "dynamic" => RopeClass::DynamicNtk {
+            rows: times(max_positions as f64, number("factor")?),
+        },
+        "yarn" | "deepseek_yarn" => RopeClass::Yarn {
+            rows: times(original()?, number("factor")?),
+        },
         "longrope" => {
             let original = match c.opt_u64(&["original_max_position_embeddings"])? {
                 Some(o) if !r.contains_key("original_max_position_embeddings") => o as f64,
                 _ => number("original_max_position_embeddings")?,
             };
-            original as u64 + max_positions
+            RopeClass::LongRope {
+                original: original as u64,
+            }
         }
-        _ => 0,
+        _ => RopeClass::Positions,
     })
 }

@@ -216,6 +216,10 @@ pub struct Groups {
     /// `quantizers/base.py::get_new_dtype`), and vLLM's `Fp8LinearMethod` copies them into
     /// fp32 `BlockQuantScaleParameter`s (read at 0.9.1).
     pub scale_upcast: [u64; Component::COUNT],
+    /// Elements and stored bytes of the block-FP8 `weight_scale_inv` tensors per component.
+    pub scale_numel: [u64; Component::COUNT],
+    /// Their stored bytes.
+    pub scale_bytes: [u64; Component::COUNT],
     /// The stored format the headers show.
     pub quant: Quant,
     /// The float dtype holding the most bytes, if any.
@@ -444,7 +448,18 @@ impl Tally {
                 .tensors
                 .get("lm_head.weight")
                 .is_none_or(|t| !t.dtype.starts_with("F8_"));
-            return Quant::Fp8Block { bn, bk, skip_head };
+            // Scales stored as E8M0 bytes say `scale_fmt: ue8m0`; F32/BF16 ones leave it to
+            // the config.
+            let e8m0 = self
+                .tensors
+                .iter()
+                .any(|(n, t)| n.ends_with(".weight_scale_inv") && t.dtype == "F8_E8M0");
+            return Quant::Fp8Block {
+                bn,
+                bk,
+                skip_head,
+                e8m0,
+            };
         }
         // compressed-tensors `pack-quantized` int4: `weight_packed` I32 `[out, in/8]`,
         // `weight_scale` `[out, groups]`, zero points only when asymmetric.
@@ -524,6 +539,8 @@ impl Tally {
             float_bytes: [0; Component::COUNT],
             dropped: 0,
             scale_upcast: [0; Component::COUNT],
+            scale_numel: [0; Component::COUNT],
+            scale_bytes: [0; Component::COUNT],
             quant: self.quant(),
             dtype: None,
         };
@@ -547,6 +564,10 @@ impl Tally {
                 g.f32_params[i] += t.shape.iter().product::<u64>();
             }
             let scale = name.ends_with(".weight_scale_inv");
+            if scale {
+                g.scale_numel[i] += t.shape.iter().product::<u64>();
+                g.scale_bytes[i] += bytes;
+            }
             if scale && matches!(t.dtype.as_str(), "BF16" | "F16") {
                 g.scale_upcast[i] += 2 * t.shape.iter().product::<u64>();
             }

@@ -257,7 +257,8 @@ fn fp8_block_weights_carry_their_scales() {
         Quant::Fp8Block {
             bn: 128,
             bk: 128,
-            skip_head: true
+            skip_head: true,
+            e8m0: false,
         }
     );
     let p = t.params_by_component();

@@ -177,7 +177,9 @@ fn layer_of(name: &str) -> Option<u64> {
 ///   `DeepseekV3TopkRouter`), held but no parameter;
 /// - block-FP8 `weight_scale_inv` stored in 16 bits is held in fp32 (`FP8Linear` creates it
 ///   fp32 and the loader casts a float tensor to the empty parameter's dtype:
-///   `core_model_loading.py`, `quantizers/base.py::get_new_dtype`);
+///   `core_model_loading.py`, `quantizers/base.py::get_new_dtype`), and a byte each where
+///   the config's `scale_fmt` is `ue8m0` (`FP8Linear`/`FP8Experts` then create it
+///   `float8_e8m0fnu`: `integrations/finegrained_fp8.py`; DeepSeek-V3.2);
 /// - the tensors the data's `fp32` line names are held in fp32 (DeepSeek-V3's
 ///   `_keep_in_fp32_modules_strict` `gate.weight`; gpt-oss's `Mxfp4GptOssExperts` biases,
 ///   `integrations/mxfp4.py`);
@@ -202,6 +204,20 @@ impl Checkpoint {
             .split(',')
             .filter(|s| !s.is_empty())
             .collect();
+        let config: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../..")
+                    .join(&self.meta["config"]),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let scale = if config["quantization_config"]["scale_fmt"] == "ue8m0" {
+            1
+        } else {
+            4
+        };
         let mut l = Load {
             held: 0,
             dropped: 0,
@@ -216,9 +232,9 @@ impl Checkpoint {
                 continue;
             }
             let float = matches!(d.as_str(), "bfloat16" | "float16" | "float32");
-            let held = if n.ends_with(".weight_scale_inv")
-                || n.ends_with(".e_score_correction_bias")
-                || fp32.iter().any(|f| n.ends_with(f))
+            let held = if n.ends_with(".weight_scale_inv") {
+                numel * scale
+            } else if n.ends_with(".e_score_correction_bias") || fp32.iter().any(|f| n.ends_with(f))
             {
                 numel * 4
             } else if float {
@@ -414,8 +430,94 @@ fn compressed_tensors_w4a16_is_read_from_the_headers() {
         }
     );
     let l = c.load(t.blocks.pattern.len() as u64, 2);
+    // From config.json alone: its `ignore` list (`lm_head`, `re:.*self_attn.*`,
+    // `re:.*shared_experts.*`, `re:.*mlp\.(gate|up|gate_up|down)_proj.*`) leaves the attention,
+    // the shared experts and the first layer's dense MLP in bf16, so the config holds what the
+    // headers do, but for the routers' fp32 `e_score_correction_bias` buffers (60 x 384 x 4 B)
+    // and 8 B an expert: the description's fused gate-up bank holds two `weight_shape`s
+    // int64 (as vLLM's `CompressedTensorsWNA16` does) where the checkpoint stores three int32.
+    use vram_model::mech::Component;
+    let s = t.blocks.storage;
+    for (c, ignored) in [
+        (Component::Mixer, true),
+        (Component::SharedExperts, true),
+        (Component::DenseMlp, true),
+        (Component::RoutedExperts, false),
+    ] {
+        assert_eq!(s.ignores(c), ignored, "{c:?}");
+    }
+    assert_eq!(l.buffers, 60 * 384 * 4);
+    let shapes = 60 * 384 * (2 * 16 - 3 * 8);
+    assert_eq!(t.blocks.weights_bytes(false), l.held - l.buffers + shapes);
+
     let notes = t.blocks.apply_headers(&tally);
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(t.blocks.weights_bytes(false), l.held);
     assert_eq!((l.held as i64 - l.added) as u64 + l.dropped, c.total());
+}
+
+/// compressed-tensors' `ignore` entries match as compressed-tensors 0.10.2 and vLLM 0.10.0
+/// match them: `re:` as Python's `re.match` (anchored at the start only), anything else as the
+/// whole module name. A role named in some of its layers only is counted quantized with a
+/// note; a pattern that is not a regular expression is a one-line error.
+#[test]
+fn compressed_tensors_ignore_matches_as_the_libraries_do() {
+    use vram_model::mech::Component;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/zoo/configs/qwen3-30b-a3b.json");
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let layers = base["num_hidden_layers"].as_u64().unwrap();
+    let with = |ignore: serde_json::Value| {
+        let mut c = base.clone();
+        c["quantization_config"] = serde_json::json!({
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null,
+                "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+                    "symmetric": true, "actorder": null}}},
+            "ignore": ignore,
+        });
+        vram_model::hf::parse_config(&c.to_string(), "q")
+    };
+    let t = |ignore| match with(ignore).unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let attn = t(serde_json::json!(["lm_head", "re:.*self_attn.*"]));
+    assert!(attn.blocks.storage.ignores(Component::Mixer));
+    assert!(!attn.blocks.storage.ignores(Component::RoutedExperts));
+    // Anchored at the start: `self_attn` alone matches no module name.
+    let unanchored = t(serde_json::json!(["re:self_attn"]));
+    assert!(!unanchored.blocks.storage.ignores(Component::Mixer));
+    // Whole names: every layer's, or some layers' with a note.
+    let names = |n: u64| {
+        serde_json::Value::from(
+            (0..n)
+                .map(|i| format!("model.layers.{i}.mlp.experts.0.down_proj"))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert!(t(names(layers))
+        .blocks
+        .storage
+        .ignores(Component::RoutedExperts));
+    let some = t(names(2));
+    assert!(!some.blocks.storage.ignores(Component::RoutedExperts));
+    assert!(
+        some.blocks
+            .notes
+            .iter()
+            .any(|n| n.contains(&format!("routed_experts of 2 of {layers} layers"))),
+        "{:?}",
+        some.blocks.notes
+    );
+    assert!(attn.blocks.weights_bytes(false) > unanchored.blocks.weights_bytes(false));
+    let err = with(serde_json::json!(["re:(unclosed"]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("quantization_config.ignore") && !err.contains('\n'),
+        "{err}"
+    );
 }

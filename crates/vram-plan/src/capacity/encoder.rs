@@ -32,6 +32,12 @@
 //! The tower's output is `[tokens, out_hidden × (1 + deepstack levels)]` (`torch.cat` of the
 //! merger's and each deepstack merger's output, `Qwen3_VisionTransformer.forward`).
 //!
+//! Qwen2-VL and Qwen2.5-VL (`qwen2_vl.py` `Qwen2VLProcessingInfo`, which
+//! `Qwen2_5_VLProcessingInfo` inherits; read at v0.10.1 and v0.10.2 only): the image of the most
+//! features within `max_pixels`, or a video of as many such frames as `max_model_len` holds (at
+//! most 16) where it has more tokens ([`qwen2_vl_video_tokens`]). Their towers' forwards are
+//! [`qwen2_vl_forward_peak`] and [`qwen2_5_vl_forward_peak`] (the windowed one).
+//!
 //! Mistral's Pixtral (`model_executor/models/pixtral.py` `PixtralProcessingInfo`,
 //! `VisionTransformer`; the Mistral-format `PixtralForConditionalGeneration` vLLM loads from
 //! Mistral's repos): the largest item is a square image of `max_image_size` (the tower's
@@ -92,21 +98,17 @@ impl EncoderProfile {
 }
 
 /// Whether vLLM V1 profiles `v`'s encoder the way this module models it (at some versions:
-/// [`vllm_encoder_profile`] says which): Qwen's dynamic-resolution towers (Qwen2-VL's, not
-/// Qwen2.5-VL's gated one), Mistral's Pixtral, Llama 4's tiles and Gemma 4's patch budget.
+/// [`vllm_encoder_profile`] says which): Qwen's dynamic-resolution towers (Qwen2-VL's and
+/// Qwen2.5-VL's windowed one), Mistral's Pixtral, Llama 4's tiles and Gemma 4's patch budget.
 /// Other towers (Gemma 3's, mllama's) have their own largest-item rules, not read here.
 pub(super) fn modelled(v: &Vision) -> bool {
-    match v.input {
-        VisionInput::SmartResize {
-            video: VideoSize::Frames,
-            ..
-        } => !v.gated,
+    matches!(
+        v.input,
         VisionInput::SmartResize { .. }
-        | VisionInput::Pixtral { .. }
-        | VisionInput::Tiles { .. }
-        | VisionInput::PatchBudget { .. } => true,
-        _ => false,
-    }
+            | VisionInput::Pixtral { .. }
+            | VisionInput::Tiles { .. }
+            | VisionInput::PatchBudget { .. }
+    )
 }
 
 /// `_MAX_FRAMES_PER_VIDEO` of `qwen2_vl.py` at v0.10.1 and v0.10.2 (14 from 0.11.0).
@@ -203,9 +205,9 @@ pub(super) fn vllm_encoder_profile(
             max_pixels,
             video: VideoSize::Frames,
         } => {
-            // Qwen2-VL's rule and tower, read at v0.10.1 and v0.10.2 only; Qwen2.5-VL's gated,
-            // windowed tower is not read.
-            if v.gated || !([0, 10, 1]..[0, 11, 0]).contains(&version) {
+            // Qwen2-VL's rule, read at v0.10.1 and v0.10.2 only; `Qwen2_5_VLProcessingInfo`
+            // inherits it unchanged (`qwen2_5_vl.py` at both tags).
+            if !([0, 10, 1]..[0, 11, 0]).contains(&version) {
                 return None;
             }
             let m = merge.max(1);
@@ -333,6 +335,8 @@ pub(super) fn vllm_encoder_profile(
             llama4_forward_peak(v, k, items * patches, tile, pixel_bytes)
         } else if pixtral {
             pixtral_forward_peak(v, k, items * patches, version, pixel_bytes)
+        } else if qwen2 && v.gated {
+            qwen2_5_vl_forward_peak(v, k, items * patches, m, pixel_bytes)
         } else if qwen2 {
             qwen2_vl_forward_peak(v, k, items * patches, pixel_bytes)
         } else {
@@ -385,7 +389,8 @@ fn tower_forward_peak(v: &Vision, k: &Knobs, patches: u64, merge: u64, pixel_byt
 ///   the rotary kernel's float32 output and the cast back (`5h/tp`): `2h + 11h/tp`; at TP > 1
 ///   `split_qkv` first all-gathers the whole QKV (`3h`) beside its output and the copies;
 /// - the MLP's activation: the block input, the sum after attention, `norm2`'s output,
-///   `fc1`'s output and the native activation's two temporaries (`3h + 3i/tp`); or at `fc2`
+///   `fc1`'s output and the native activation's two temporaries (`3h + 3i/tp`; under
+///   `--enforce-eager` the CUDA kernel's one output, `3h + 2i/tp`); or at `fc2`
 ///   the activation and the output (`4h + i/tp`, and the all-reduce's result at TP > 1);
 ///
 /// plus the rotary table gathered per patch (`[patches, head_dim / 2]` float32).
@@ -398,8 +403,85 @@ fn qwen2_vl_forward_peak(v: &Vision, k: &Knobs, patches: u64, pixel_bytes: u64) 
     let gathered = if tp > 1 { 3 * h } else { 0 };
     let attention = 2 * h + (6 * hl + gathered).max(11 * hl);
     let reduced = if tp > 1 { h } else { 0 };
-    let mlp = (3 * h + 3 * i).max(4 * h + i + reduced);
+    // Under `--enforce-eager` (no compilation: custom ops on) `QuickGELU.forward_cuda` writes
+    // one output (`gelu_quick`, `layers/activation.py` at v0.10.2).
+    let act = if k.enforce_eager { 2 * i } else { 3 * i };
+    let mlp = (3 * h + act).max(4 * h + i + reduced);
     pixels + rotary + patches * attention.max(mlp) * d
+}
+
+/// Peak of vLLM's `Qwen2_5_VisionTransformer.forward` over `patches` patches (`qwen2_5_vl.py`
+/// at v0.10.1 and v0.10.2; `layers/layernorm.py` `RMSNorm`, `layers/activation.py`
+/// `SiluAndMul`, `config/__init__.py` and `custom_op.py` `CustomOp.default_on` at v0.10.2), the
+/// pixels (`pixel_bytes` each) included. Which forms the RMSNorms and the SwiGLU run: V1's
+/// default (piecewise, Inductor) leaves custom ops off, so `forward_native`; under
+/// `--enforce-eager` (no compilation) they are on, so the CUDA kernels (`rms_norm`'s one output;
+/// `fused_add_rms_norm` in place on the block input and the attention output; `silu_and_mul`'s
+/// one output). The windowed blocks and the `fullatt_block_indexes` blocks differ only in
+/// `cu_seqlens` (flash-attn's varlen kernel, the CUDA default, keeps no score matrix), so
+/// `window_size` moves nothing here. Through the blocks the pixels, the rotary table
+/// `[patches, head_dim / 2]` float32 twice (`get_rope_by_thw`'s `lru_cache` keeps one,
+/// `torch.cat` makes the other) and the int64 window index and its inverse over merged tokens
+/// are live; the block's input stays referenced by the caller's loop, and `x_attn` by the block
+/// through the MLP. Inside a block the largest of
+/// - the attention as Qwen2-VL's (the same code but the TP gather): `2h + 11h/tp` at the rotary
+///   step, with its float32 cos and sin; at TP > 1 `all_gather_interleave` holds the local QKV,
+///   the gathered list and their `torch.cat` (`3h/tp + 6h`);
+/// - native `norm2(x, residual=x_attn)`: at the cast back the block input, `x_attn`, the new
+///   residual and the cast output beside the float32 sum, its float32 normalised product and the
+///   float32 variance (`8h` in 16-bit units, and 4 bytes), above `norm1`'s `6h`; measured on the
+///   CPU with vLLM 0.10.2's own `forward_native` (`tests/engines/qwen2_5_vl_block_peak.py`);
+/// - the SwiGLU: native, at the product the block input, `x_attn`, the new residual,
+///   `norm2`'s output, `gate_up_proj`'s output, the SiLU and the product (`4h + 4i/tp`), or at
+///   `down_proj` those but the SiLU, and the output (`5h + 3i/tp`, and the all-reduce's result
+///   at TP > 1; the block's native live set traced as the norm's the same way, to the byte);
+///   fused, `gate_up_proj`'s output and the activation beside the in-place block
+///   input and `x_attn`, and at `down_proj` the output (`3h + 3i/tp`, and the all-reduce's);
+///
+/// then the merger (`ln_q`, `mlp.0` `[patches / merge², merge² h / tp]`, GELU, `mlp.2`) beside
+/// the last block's output, and the reverse-window gather copying the merger's output.
+fn qwen2_5_vl_forward_peak(
+    v: &Vision,
+    k: &Knobs,
+    patches: u64,
+    merge: u64,
+    pixel_bytes: u64,
+) -> u64 {
+    let d = k.dtype_bytes;
+    let tp = if v.tp_split { k.tp.max(1) } else { 1 };
+    let (h, hl, i) = (v.hidden, v.hidden.div_ceil(tp), v.intermediate.div_ceil(tp));
+    let native = !k.enforce_eager;
+    let pixels = patches * v.patch_elems * pixel_bytes;
+    let merged = patches / (merge * merge).max(1);
+    let half_head = v.hidden / v.heads.max(1) / 2;
+    let table = patches * half_head * 4;
+    let tables = 2 * table + 2 * merged * 8;
+    let gather = if tp > 1 { 3 * hl + 6 * h } else { 0 };
+    let attention = patches * (2 * h + gather.max(11 * hl)) * d + 2 * table;
+    let reduced = if tp > 1 { h } else { 0 };
+    // Bytes a patch. Native norms: the float32 sum (or input) and its normalised float32
+    // product with the float32 `[patches, 1]` variance, beside the model-dtype tensors live
+    // then (`norm2`: the block input, `x_attn`, the new residual and the cast-back output;
+    // `norm1` and `ln_q`: their input and the cast-back output).
+    let (norm2, norm1, mlp) = if native {
+        (
+            4 * h * d + 8 * h + 4,
+            2 * h * d + 8 * h + 4,
+            (4 * h + 4 * i).max(5 * h + 3 * i + reduced) * d,
+        )
+    } else {
+        (2 * h * d, 2 * h * d, (3 * h + 3 * i + reduced) * d)
+    };
+    let block = patches * norm2.max(norm1).max(mlp);
+    // The merger: `ln_q` as `norm1`, then `mlp.0`'s output and GELU's beside the last block's
+    // output and `ln_q`'s (`2h + 2h/tp`), or at `mlp.2` GELU's and the output (`merged × out`,
+    // and the all-reduce's at TP > 1).
+    let fc2_out = merged * v.out * d * if tp > 1 { 2 } else { 1 };
+    let merger =
+        (patches * norm1.max((2 * h + 2 * hl) * d)).max(patches * (2 * h + hl) * d + fc2_out);
+    // `hidden_states[reverse_indices, :]` beside the merger's output.
+    let reorder = 2 * merged * v.out * d;
+    pixels + tables + attention.max(block).max(merger).max(reorder)
 }
 
 /// Peak of vLLM's Mistral-format Pixtral tower (`pixtral.py` `VisionTransformer`, which
@@ -686,7 +768,7 @@ mod tests {
     /// - with the class defaults (max_pixels 1,003,520) the largest image is 980², 1,225 tokens;
     ///   0.10.2 fits 6 frames (3 temporal patches, 3,675 tokens) in 4,096, 0.10.1 fits 4 in
     ///   4,096 - 1,225 (2,450 tokens); 16 frames at most (8 temporal patches);
-    /// - other versions and Qwen2.5-VL's gated tower are not modelled.
+    /// - other versions are not modelled.
     #[test]
     fn qwen2_vl_largest_item_and_forward() {
         let t = match catalog::lookup("qwen2-vl-2b").unwrap() {
@@ -707,6 +789,15 @@ mod tests {
         // 2.64 GiB: the log's "2.65 GiB for peak activation" is the larger of this and what
         // is held beside the language model's peak.
         assert_eq!(e.forward, 2_835_349_504);
+        // `--enforce-eager`: QuickGELU's CUDA kernel, one `[patches, 5120]` output; the rotary
+        // step (2h + 11h) is then the peak.
+        let eager = Knobs {
+            enforce_eager: true,
+            ..k
+        };
+        // (3 × 1,280 + 2 × 5,120 = 14,080 < 13 × 1,280 = 16,640.)
+        let e = vllm_encoder_profile(v, &eager, [0, 10, 2], 256, 2048, 4096).unwrap();
+        assert_eq!(e.forward, pixels + n * 40 * 4 + n * 13 * 1280 * 2);
 
         let mut small = v.clone();
         if let VisionInput::SmartResize { max_pixels, .. } = &mut small.input {
@@ -721,13 +812,62 @@ mod tests {
         assert_eq!((long.budget, long.items, long.modality), (9800, 1, "video"));
         assert_eq!(qwen2_vl_video_tokens(16_384, 2, [0, 10, 2], 4096), 16_384);
         assert!(vllm_encoder_profile(v, &k, [0, 11, 0], 256, 2048, 4096).is_none());
-        let qwen25 = match catalog::lookup("qwen2.5-vl-7b").unwrap() {
+    }
+
+    /// Qwen2.5-VL-7B's windowed tower (the checkpoint's `vision_config`: 32 blocks of 1,280,
+    /// SwiGLU 3,420, 16 heads of 80, 14-pixel patches, merge 2, out 3,584; the card's
+    /// max_pixels) under vLLM 0.10.2: the largest item is Qwen2-VL's (the inherited rule), one
+    /// 16,384-token image of 65,536 patches whose float32 pixels are held with the outputs.
+    /// The forward, shape by shape:
+    /// - default (custom ops off): the native SwiGLU's product, block input, `x_attn`,
+    ///   residual, `norm2`'s output (4 × 1,280), `gate_up` (2 × 3,420), SiLU and product
+    ///   (2 × 3,420): 18,800 elements a patch, above the rotary step's 13 × 1,280 = 16,640 and
+    ///   native `norm2`'s 8 × 1,280;
+    /// - `--enforce-eager` (custom ops on): the fused SwiGLU is 3 × 1,280 + 3 × 3,420 = 14,100,
+    ///   so the rotary step (with its float32 cos and sin) is the peak;
+    /// - TP 2: `down_proj`'s step with the all-reduce's result (5 × 1,280 + 3 × 1,710 +
+    ///   1,280 = 12,810) tops the gather (2 × 1,280 + 3 × 640 + 6 × 1,280 = 12,160);
+    ///
+    /// beside the pixels, two `[65,536, 40]` float32 rotary tables and two int64 `[16,384]`
+    /// window indices. The window size and full-attention blocks move nothing.
+    #[test]
+    fn qwen2_5_vl_windowed_tower_forward() {
+        let t = match catalog::lookup("qwen2.5-vl-7b").unwrap() {
             Model::Transformer(t) => t,
             _ => unreachable!(),
         };
-        let v25 = qwen25.blocks.vision.as_ref().unwrap();
-        assert!(!modelled(v25));
-        assert!(vllm_encoder_profile(v25, &k, [0, 10, 2], 256, 2048, 4096).is_none());
+        let v = t.blocks.vision.as_ref().unwrap();
+        assert!(modelled(v) && v.gated);
+        assert_eq!(
+            (v.hidden, v.intermediate, v.heads, v.out),
+            (1280, 3420, 16, 3584)
+        );
+        let k = Knobs {
+            dtype_bytes: 2,
+            ..Knobs::default()
+        };
+        let e = vllm_encoder_profile(v, &k, [0, 10, 2], 256, 2048, 4096).unwrap();
+        assert_eq!((e.budget, e.items, e.modality), (16_384, 1, "image"));
+        let n: u64 = 65_536;
+        let pixels = n * 1176 * 4;
+        assert_eq!(e.held, 16_384 * 3584 * 2 + pixels);
+        let tables = 2 * n * 40 * 4 + 2 * 16_384 * 8;
+        let cos_sin = 2 * n * 40 * 4;
+        assert_eq!(e.forward, pixels + tables + n * 18_800 * 2);
+        assert_eq!(e.forward, 2_793_668_608);
+
+        let eager = Knobs {
+            enforce_eager: true,
+            ..k
+        };
+        let e = vllm_encoder_profile(v, &eager, [0, 10, 1], 256, 2048, 4096).unwrap();
+        assert_eq!(e.forward, pixels + tables + n * 16_640 * 2 + cos_sin);
+
+        let tp2 = Knobs { tp: 2, ..k };
+        let e = vllm_encoder_profile(v, &tp2, [0, 10, 2], 256, 2048, 4096).unwrap();
+        assert_eq!(e.forward, pixels + tables + n * 12_810 * 2);
+        // Other versions keep "not counted".
+        assert!(vllm_encoder_profile(v, &k, [0, 11, 0], 256, 2048, 4096).is_none());
     }
 
     /// Qwen3-VL's deepstack buffers are in the weights vLLM measures; a text model has none.

@@ -195,12 +195,22 @@ pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<St
 
 /// vLLM's MXFP4 MoE kernel for this GPU and version, and the rounding its weight layout needs
 /// (`Mxfp4MoEMethod.create_weights` / `mxfp4_round_up_hidden_size_and_intermediate_size`):
-/// Marlin (compute capability below 9, or Hopper before 0.11, whose torch 2.7 lacks the Triton
-/// kernels' requirements — "Your GPU does not have native support for FP4 computation ...
-/// Marlin kernel") pads the per-GPU intermediate size to 128 and the hidden size to 256;
-/// Triton (Hopper from 0.11) pads the intermediate size to 64; FlashInfer on Blackwell pads
-/// both to 256; ROCm pads the intermediate size to 128 (0.10) or both to 256 (0.19).
-/// `(name, intermediate multiple, hidden multiple)`.
+/// Marlin (compute capability below 9, or Hopper before 0.12 — "Your GPU does not have native
+/// support for FP4 computation ... Marlin kernel") pads the per-GPU intermediate size to 128 and
+/// the hidden size to 256; Triton (Hopper from 0.12) pads the intermediate size to 64;
+/// FlashInfer on Blackwell pads both to 256; ROCm pads the intermediate size to 128 (0.10) or
+/// both to 256 (0.19).
+///
+/// Hopper takes Triton only where `has_triton_kernels()` and torch 2.8 or newer
+/// (`get_mxfp4_backend`, read at 0.11.0 and 0.11.2). Before 0.12 that is the separate, optional
+/// `triton_kernels` package, which vLLM's `requirements/cuda.txt` does not list and its
+/// Dockerfile does not install (read at 0.11.0 and 0.11.2), so a default install runs Marlin —
+/// as vllm-project/recipes' GPT-OSS page of late 2025 says ("works on Hopper devices by default,
+/// using the FlashAttention3 backend and Marlin MXFP4 MoE") and Kaggle's 0.11.2 logs show
+/// ("Using Marlin backend" on an H100, serving round 11). From 0.12.0 the wheel builds its own
+/// copy (`cmake/external_projects/triton_kernels.cmake`, and `has_triton_kernels` also finds
+/// `vllm.third_party.triton_kernels`; read at 0.12.0, 0.13.0, 0.14.0 and 0.19.0). Before 0.11
+/// torch 2.7 rules Triton out as well. `(name, intermediate multiple, hidden multiple)`.
 pub(super) fn vllm_mxfp4_layout(k: &Knobs, gpu: &Gpu) -> (&'static str, u64, u64) {
     let v = Engine::Vllm.version_in_force(k);
     if is_rocm(gpu) {
@@ -213,7 +223,7 @@ pub(super) fn vllm_mxfp4_layout(k: &Knobs, gpu: &Gpu) -> (&'static str, u64, u64
     }
     match gpu.sm_major {
         0..=8 => ("Marlin", 128, 256),
-        9 if v < [0, 11, 0] => ("Marlin", 128, 256),
+        9 if v < [0, 12, 0] => ("Marlin", 128, 256),
         9 => ("Triton", 64, 1),
         _ => ("FlashInfer", 256, 256),
     }
@@ -229,11 +239,12 @@ pub(super) fn vllm_mxfp4_layout(k: &Knobs, gpu: &Gpu) -> (&'static str, u64, u64
 /// whose `swizzle_data` makes a contiguous copy padded to 2 × num_warps × 2 × 8 = 256 rows
 /// and an even number of scale columns (triton_kernels' `layout_details/hopper_scale.py`, the
 /// `HopperMXScaleLayout(shape, mx_axis, num_warps)` class that this `convert_layout` API
-/// constructs). vLLM 0.11.0 pins torch 2.8.0; 0.11.1 and later pin torch 2.9.0 (the wheels'
-/// `Requires-Dist`), so the copy is there from 0.11.1 on Hopper. ROCm's gfx950 scale layout
-/// copies too; vram does not tell gfx950 apart and leaves it out.
+/// constructs). vLLM 0.11.0 pins torch 2.8.0 and 0.11.1 on torch 2.9.0 (the wheels'
+/// `Requires-Dist`); Hopper takes the Triton path by default only from 0.12
+/// ([`vllm_mxfp4_layout`]), so wherever vram picks it the copy is there. ROCm's gfx950 scale
+/// layout copies too; vram does not tell gfx950 apart and leaves it out.
 pub(super) fn vllm_mxfp4_scales_copied(k: &Knobs, gpu: &Gpu) -> bool {
-    vllm_mxfp4_layout(k, gpu).0 == "Triton" && Engine::Vllm.version_in_force(k) >= [0, 11, 1]
+    vllm_mxfp4_layout(k, gpu).0 == "Triton"
 }
 
 /// vLLM before 0.8 absorbs MLA's up-projections into the query and output projections at load

@@ -933,7 +933,8 @@ fn vllm_0_8_on_a_v100_falls_back_to_v0() {
 
 /// vLLM 0.10.1 lays gpt-oss-120b's MXFP4 experts out for Marlin on an H100 (torch 2.7):
 /// hidden 2880 padded to 3072, intermediate 2880 to 2944; 36 layers × 128 experts × 3
-/// matrices at 0.5 + 1/32 bytes an element. From 0.11 the Triton layout pads nothing here.
+/// matrices at 0.5 + 1/32 bytes an element. The Triton layout (Hopper from 0.12, whose wheel
+/// brings its own triton_kernels) pads nothing here; 0.11 still runs Marlin by default.
 #[test]
 fn mxfp4_marlin_layout_pads_the_experts() {
     let t = model("gpt-oss-120b");
@@ -943,6 +944,19 @@ fn mxfp4_marlin_layout_pads_the_experts() {
         ..Knobs::default()
     };
     let marlin = weights_per_gpu(&t, &k, h100, Engine::Vllm);
+    // 0.11.2 without the optional triton_kernels package (not a requirement of its wheel).
+    assert_eq!(
+        weights_per_gpu(
+            &t,
+            &Knobs {
+                engine_version: Some([0, 11, 2]),
+                ..k
+            },
+            h100,
+            Engine::Vllm
+        ),
+        marlin
+    );
     let triton = weights_per_gpu(
         &t,
         &Knobs {
@@ -962,19 +976,20 @@ fn mxfp4_marlin_layout_pads_the_experts() {
         h100,
     );
     assert_eq!(marlin + triton_extras - triton, per_layer as u64 * 36);
-    // SGLang is not vLLM: no vLLM layout.
+    // SGLang is not vLLM: no vLLM layout; its rotary table (YaRN: 4,096 × 32 rows, 64 wide)
+    // is kept in fp32, two bytes an element more.
     assert_eq!(
         weights_per_gpu(&t, &k, h100, Engine::Sglang),
-        triton - triton_extras
+        triton - triton_extras + 131_072 * 64 * 2
     );
 }
 
 /// vLLM's Triton MXFP4 path on Hopper (read at v0.11.0 and v0.14.1): the expert biases become
-/// fp32 (one more bf16 copy of `[E, 2I]` + `[E, H]`), and from 0.11.1 (torch 2.9.0, so
-/// triton_kernels' `HopperMXScaleLayout`) the scales are held twice, the copy padded to 256
-/// rows and an even number of columns. gpt-oss-120b: 36 layers x 128 experts; w13 scales
-/// 5760 -> 5888 rows x 90, w2 2880 -> 3072 rows x 90; biases (5760 + 2880) x 2 bytes.
-/// 0.11.0 pins torch 2.8.0 (StridedLayout, a view): only the biases.
+/// fp32 (one more bf16 copy of `[E, 2I]` + `[E, H]`), and with torch 2.9 (triton_kernels'
+/// `HopperMXScaleLayout`) the scales are held twice, the copy padded to 256 rows and an even
+/// number of columns. gpt-oss-120b: 36 layers x 128 experts; w13 scales 5760 -> 5888 rows x 90,
+/// w2 2880 -> 3072 rows x 90; biases (5760 + 2880) x 2 bytes. Hopper runs this path by default
+/// from 0.12 (the wheel's own triton_kernels); 0.11 runs Marlin, which holds neither.
 #[test]
 fn mxfp4_triton_holds_fp32_biases_and_a_padded_scale_copy() {
     let t = model("gpt-oss-120b");
@@ -990,15 +1005,16 @@ fn mxfp4_triton_holds_fp32_biases_and_a_padded_scale_copy() {
     let bias = (5760 + 2880) * 2;
     let scales = 5888 * 90 + 3072 * 90;
     assert_eq!(at([0, 14, 1], 1), 36 * 128 * (bias + scales));
-    assert_eq!(at([0, 11, 1], 1), 36 * 128 * (bias + scales));
-    assert_eq!(at([0, 11, 0], 1), 36 * 128 * bias);
+    assert_eq!(at([0, 12, 0], 1), 36 * 128 * (bias + scales));
+    assert_eq!(at([0, 11, 2], 1), 0);
+    assert_eq!(at([0, 11, 0], 1), 0);
     // TP 2: intermediate 1440 per GPU, padded to 1472 (64); w13 2944 -> 3072 rows x 90, w2
     // 2880 -> 3072 rows x 46; biases (2944 + 2880) x 2 bytes.
     assert_eq!(
         at([0, 19, 0], 2),
         36 * 128 * ((2944 + 2880) * 2 + 3072 * 90 + 3072 * 46)
     );
-    // Marlin (Hopper before 0.11, Ampere) and FlashInfer hold neither.
+    // Marlin (Hopper before 0.12, Ampere) and FlashInfer hold neither.
     assert_eq!(at([0, 10, 1], 1), 0);
     let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
     let k = Knobs {
@@ -1219,7 +1235,7 @@ fn model_loading_replays_the_allocator_over_shared_segments() {
     };
     let t4 = vram_model::gpu::lookup("t4").unwrap();
     assert_eq!(
-        weights::rotary_cache_elems(&t, &Knobs::default(), Engine::Vllm),
+        weights::rotary_cache_bytes(&t, &Knobs::default(), Engine::Vllm, t4),
         0
     );
     let stored = weights_per_gpu(&t, &k, t4, Engine::Vllm);
@@ -1519,6 +1535,7 @@ fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
         bn: 128,
         bk: 128,
         skip_head: true,
+        e8m0: false,
     };
     assert!(vllm_v2_runner(&archs, &fp8_checkpoint, &at([0, 22, 1], Quantization::None)).is_none());
     let llama = vec!["LlamaForCausalLM".to_string()];
@@ -1888,10 +1905,14 @@ fn vllm_072_disables_mla_under_awq_and_vram_says_so() {
     .is_ok());
 }
 
-/// vLLM's M-RoPE cache (`MRotaryEmbedding`, `rotary_embedding/mrope.py` from 0.8.5 to 0.19.0)
-/// covers four times `max_position_embeddings`; from 0.18.0 an interleaved M-RoPE
-/// (`MRotaryEmbeddingInterleaved`, Qwen3.5's `mrope_interleaved`) keeps one; SGLang and plain
-/// rotary positions keep one.
+fn h100() -> &'static vram_model::gpu::Gpu {
+    vram_model::gpu::lookup("h100").unwrap()
+}
+
+/// vLLM's M-RoPE cache (`MRotaryEmbedding`, from 0.7.2 to 0.22.0) covers four times
+/// `max_position_embeddings`, interleaved sections (Qwen3.5's
+/// `mrope_interleaved`) included: `get_rope` builds `MRotaryEmbeddingInterleaved` (one) only for
+/// `rope_type: openpangu` (0.18.0, 0.19.0); SGLang and plain rotary positions keep one.
 #[test]
 fn vllm_mrope_cache_positions() {
     let qwen2_vl = match catalog::lookup("qwen2-vl-2b").unwrap() {
@@ -1910,21 +1931,19 @@ fn vllm_mrope_cache_positions() {
         rotary_positions(&qwen2_vl, &at([0, 10, 2]), Engine::Vllm),
         4 * 32_768
     );
+    // Before 0.7.2 one.
     assert_eq!(
-        rotary_positions(&qwen2_vl, &at([0, 19, 0]), Engine::Vllm),
-        4 * 32_768
+        rotary_positions(&qwen2_vl, &at([0, 7, 1]), Engine::Vllm),
+        32_768
     );
     assert_eq!(
         rotary_positions(&qwen2_vl, &Knobs::default(), Engine::Sglang),
         32_768
     );
-    assert_eq!(
-        rotary_positions(&qwen35, &at([0, 14, 0]), Engine::Vllm),
-        4 * 262_144
-    );
+    // Interleaved sections (Qwen3.5's `mrope_interleaved`): the same class, four times.
     assert_eq!(
         rotary_positions(&qwen35, &at([0, 19, 0]), Engine::Vllm),
-        262_144
+        4 * 262_144
     );
     assert_eq!(
         rotary_positions(&llama3(), &at([0, 10, 2]), Engine::Vllm),
@@ -1998,8 +2017,9 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
     };
     // (model, positions vLLM keeps at 0.19.0, rotary width)
     for (id, positions, width) in [
-        // partial_rotary_factor 0.25 of head_dim 256; interleaved M-RoPE keeps the positions.
-        ("qwen3.5-27b", 262_144, 64),
+        // partial_rotary_factor 0.25 of head_dim 256; M-RoPE (interleaved) keeps four times
+        // the positions.
+        ("qwen3.5-27b", 4 * 262_144, 64),
         ("qwen3-next-80b-a3b", 262_144, 64),
         // rotary_dim 64 of head_dim 128.
         ("minimax-m2.5", 196_608, 64),
@@ -2009,8 +2029,8 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
     ] {
         let t = catalogued(id);
         assert_eq!(
-            weights::rotary_cache_elems(&t, &vllm([0, 19, 0]), Engine::Vllm),
-            positions * width,
+            weights::rotary_cache_bytes(&t, &vllm([0, 19, 0]), Engine::Vllm, h100()),
+            positions * width * 2,
             "{id}"
         );
     }
@@ -2033,9 +2053,10 @@ fn rotary_cache_is_as_wide_as_the_rotary_dimension() {
             .rotary_dim(),
         96
     );
+    // SGLang (0.5 by default) keeps its table in fp32 on CUDA.
     assert_eq!(
-        weights::rotary_cache_elems(&t, &Knobs::default(), Engine::Sglang),
-        131_072 * 96
+        weights::rotary_cache_bytes(&t, &Knobs::default(), Engine::Sglang, h100()),
+        131_072 * 96 * 4
     );
     // The same factor inside `rope_parameters` (transformers 5's name) and a `rotary_dim`
     // that is no whole percent of the head, refused in one line.
@@ -2086,8 +2107,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}}"#;
     let t = parse(gemma3_4b);
     assert_eq!(
-        weights::rotary_cache_elems(&t, &vllm, Engine::Vllm),
-        (1_048_576 + 131_072) * 256
+        weights::rotary_cache_bytes(&t, &vllm, Engine::Vllm, h100()),
+        (1_048_576 + 131_072) * 256 * 2
     );
     // Without scaling and with one base for both layer types, one key: one table.
     let one_key = gemma3_4b.replace(
@@ -2095,8 +2116,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         r#""rope_theta": 10000.0, "rope_local_base_freq": 10000.0"#,
     );
     assert_eq!(
-        weights::rotary_cache_elems(&parse(&one_key), &vllm, Engine::Vllm),
-        131_072 * 256
+        weights::rotary_cache_bytes(&parse(&one_key), &vllm, Engine::Vllm, h100()),
+        131_072 * 256 * 2
     );
     // Phi-4-mini: LongRoPE (`original_max_position_embeddings` at the top level, as its
     // config.json has it), rotary width 96.
@@ -2107,8 +2128,8 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}"#;
     let t = parse(phi4_mini);
     assert_eq!(
-        weights::rotary_cache_elems(&t, &vllm, Engine::Vllm),
-        (4_096 + 131_072) * 96
+        weights::rotary_cache_bytes(&t, &vllm, Engine::Vllm, h100()),
+        (4_096 + 131_072) * 96 * 2
     );
     // Gemma 4 26B-A4B (catalogued): a sliding table of head_dim 256 and a full-layer table of
     // the full head 512 (`Gemma4RotaryEmbedding` builds its cache `head_size` wide).
@@ -2116,9 +2137,79 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
         unreachable!()
     };
     assert_eq!(
-        weights::rotary_cache_elems(&g4, &vllm, Engine::Vllm),
-        g4.max_positions() * (256 + 512)
+        weights::rotary_cache_bytes(&g4, &vllm, Engine::Vllm, h100()),
+        g4.max_positions() * (256 + 512) * 2
     );
+}
+
+/// The rotary tables are the engines' own: for each rope configuration of
+/// `tests/data/get_rope/cases.json` (no scaling, `llama3`, `ntk`, `linear`, dynamic NTK by
+/// factor and by alpha, YaRN, DeepSeek's YaRN, M-RoPE plain, interleaved and with YaRN,
+/// LongRoPE), the bytes of the buffers that the own `get_rope` of vLLM 0.6.6, 0.7.1, 0.7.2,
+/// 0.8.5, 0.10.2, 0.11.0, 0.14.0, 0.18.0, 0.19.0 and 0.22.0 and of SGLang 0.4.2, 0.4.2.post1,
+/// 0.4.3, 0.4.5 and 0.5.3 build, run on the CPU from each release's source (CUDA's and ROCm's branch of
+/// SGLang's platform check), equal `vram capacity`'s rotary bytes for a Qwen3-shaped config with
+/// those parameters. What a release refuses is skipped (`ntk` and an alpha-only `dynamic` in
+/// vLLM to 0.8.5 and SGLang; M-RoPE with YaRN at vLLM 0.14.0).
+#[test]
+fn rotary_tables_are_the_engines_own() {
+    let cases: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/data/get_rope/cases.json")).unwrap();
+    let runs: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/data/get_rope/tables.json")).unwrap();
+    let h100 = h100();
+    let mi300x = vram_model::gpu::lookup("mi300x").unwrap();
+    let mut checked = 0;
+    for run in runs["runs"].as_array().unwrap() {
+        let engine = match run["engine"].as_str().unwrap() {
+            "vllm" => Engine::Vllm,
+            _ => Engine::Sglang,
+        };
+        let (version, pin) = parse_engine_version(run["version"].as_str().unwrap()).unwrap();
+        let gpu = if run["platform"] == "cuda" {
+            h100
+        } else {
+            mi300x
+        };
+        let k = Knobs {
+            engine_version: Some(version),
+            engine_pin: pin,
+            dtype_bytes: 2,
+            ..Knobs::default()
+        };
+        for case in cases.as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let Some(built) = run["built"].get(name) else {
+                assert!(run["refused"].get(name).is_some(), "{name}");
+                continue;
+            };
+            let head = case["head_size"].as_u64().unwrap();
+            let mut config = serde_json::json!({
+                "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                "hidden_size": head * 8, "num_attention_heads": 8, "num_key_value_heads": 8,
+                "head_dim": head, "intermediate_size": 1024, "num_hidden_layers": 2,
+                "vocab_size": 1000, "max_position_embeddings": case["max_position"],
+            });
+            if !case["rope"].is_null() {
+                config["rope_scaling"] = case["rope"].clone();
+            }
+            let Model::Transformer(t) =
+                vram_model::hf::parse_config(&config.to_string(), name).unwrap()
+            else {
+                unreachable!()
+            };
+            assert_eq!(
+                weights::rotary_cache_bytes(&t, &k, engine, gpu),
+                built["bytes"].as_u64().unwrap(),
+                "{name}: {} {} {}",
+                run["engine"],
+                run["version"],
+                run["platform"]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 200, "{checked}");
 }
 
 /// A channel-wise AWQ checkpoint (`group_size: -1`) as vLLM's and SGLang's AWQ methods create
@@ -2203,4 +2294,117 @@ fn channel_wise_awq_as_the_engines_create_it() {
         &at([0, 19, 0], 2, Some(false))
     )
     .is_ok());
+}
+
+/// A compressed-tensors W4A16 checkpoint whose `ignore` list names the attention
+/// (`re:.*self_attn.*`): vLLM 0.10.0's `CompressedTensorsConfig.get_quant_method` gives those
+/// linears `UnquantizedLinearMethod`, so each layer's QKV and output projections are held in
+/// bf16 and the MLP packed; `--quantization` naming another format leaves the list unread.
+#[test]
+fn compressed_tensors_ignore_keeps_the_named_linears_unquantized() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::{linear_bytes, WeightFormat};
+    use vram_model::mech::Component;
+    let format = WeightFormat::Wna16 {
+        group: 128,
+        symmetric: true,
+    };
+    let mut packed = llama3();
+    packed.blocks.storage.quant = Quant::Packed {
+        format,
+        double_quant: false,
+    };
+    let mut ignoring = packed.clone();
+    ignoring.blocks.storage.ignored.insert(Component::Mixer);
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs::default();
+    let w = |t: &Transformer, k: &Knobs| weights_per_gpu(t, k, h100, Engine::Vllm);
+    // Llama-3-8B as stored: 32 layers of q 4096 x 4096, k and v 1024 x 4096, o 4096 x 4096
+    // (without `--quantization` the stored bytes decide: `weights_per_gpu`).
+    let attention = [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096)];
+    let bf16: u64 = attention.iter().map(|(o, i)| o * i * 2).sum();
+    let w4: u64 = attention
+        .iter()
+        .map(|&(o, i)| linear_bytes(format, false, o, i))
+        .sum();
+    assert_eq!(w(&ignoring, &k) - w(&packed, &k), 32 * (bf16 - w4));
+    let awq = Knobs {
+        quantization: Quantization::Awq,
+        ..k
+    };
+    assert_eq!(w(&ignoring, &awq), w(&packed, &awq));
+}
+
+/// DeepSeek-V3.2's `scale_fmt: ue8m0`: transformers 5.24 holds its block scales a byte each
+/// (the estimate's count, 122,665,488 B under fp32 over the checkpoint's 40,888,496 scales),
+/// while vLLM's `Fp8LinearMethod` holds them fp32: capacity's weights are the fp32 figure.
+#[test]
+fn vllm_holds_ue8m0_scales_fp32() {
+    use vram_model::blocks::Quant;
+    let text = include_str!("../../../../tests/zoo/configs/deepseek-v3.2.json");
+    let Model::Transformer(t) = vram_model::hf::parse_config(text, "deepseek-v3.2").unwrap() else {
+        unreachable!()
+    };
+    let mut fp32 = t.clone();
+    let Quant::Fp8Block {
+        bn,
+        bk,
+        skip_head,
+        e8m0: true,
+    } = t.blocks.storage.quant
+    else {
+        panic!("{:?}", t.blocks.storage.quant)
+    };
+    fp32.blocks.storage.quant = Quant::Fp8Block {
+        bn,
+        bk,
+        skip_head,
+        e8m0: false,
+    };
+    assert_eq!(
+        fp32.blocks.weights_bytes(false) - t.blocks.weights_bytes(false),
+        122_665_488
+    );
+    let h200 = vram_model::gpu::lookup("h200").unwrap();
+    let k = Knobs {
+        tp: 8,
+        ..Knobs::default()
+    };
+    assert_eq!(
+        weights_per_gpu(&t, &k, h200, Engine::Vllm),
+        weights_per_gpu(&fp32, &k, h200, Engine::Vllm)
+    );
+}
+
+/// Qwen2.5-VL-7B under vLLM V1 0.10.2 on an H100 at 4,096 tokens: the encoder profile is
+/// counted (one 16,384-token image, the budget line in the log, the tower's forward under the
+/// activation peak) and the report no longer says it is not; 0.11 (not read for this tower)
+/// still says so.
+#[test]
+fn vllm_qwen2_5_vl_encoder_profile_is_counted_at_0_10() {
+    let t = match catalog::lookup("qwen2.5-vl-7b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gpu = vram_model::gpu::lookup("h100").unwrap();
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        max_model_len: Some(4096),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &at([0, 10, 2])).unwrap();
+    assert!(
+        c.log.iter().any(|l| l
+            == "Encoder cache will be initialized with a budget of 16384 tokens, and profiled with 1 image items of the maximum feature size."),
+        "{:?}",
+        c.log
+    );
+    assert!(c.activation_peak_bytes >= 2_793_668_608);
+    assert!(!c.assumes.iter().any(|a| a.contains("profile not counted")));
+    let later = capacity(&t, gpu, Engine::Vllm, &at([0, 11, 0])).unwrap();
+    assert!(later
+        .assumes
+        .iter()
+        .any(|a| a.contains("profile not counted")));
+    assert!(later.activation_peak_bytes < c.activation_peak_bytes);
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use vram_alloc::policy::{allocation_size, round_size, LARGE_BUFFER, MIN_LARGE_ALLOC, SMALL_SIZE};
+use vram_model::mech::Component;
 
 /// Weights on the most loaded GPU of a `tp × pp` job: layers split evenly over stages (the first
 /// holds the embedding, the last the final norm and head), tensor-parallel parts split by `tp`
@@ -34,9 +35,11 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
             dp_attention: false,
             ..*k
         };
-        let rotary = (rotary_cache_elems(t, k, engine) * k.dtype_bytes) as f64;
+        let rotary = rotary_cache_bytes(t, k, engine, gpu) as f64;
         let whole = logical_weights_per_gpu(t, &one, engine, gpu) as f64;
-        let stored = t.blocks.weights_bytes(false) as f64 + rotary;
+        // Block-FP8 scales fp32 whatever `scale_fmt` says: vLLM's `Fp8LinearMethod` makes
+        // them so (read at 0.9.1); SGLang's port of it is taken to do the same (not re-read).
+        let stored = t.blocks.with_fp32_scales().weights_bytes(false) as f64 + rotary;
         (logical as f64 * stored / whole.max(1.0)).round() as u64
     };
     if engine != Engine::Vllm {
@@ -82,7 +85,7 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
         .sum()
 }
 
-/// Elements of the rotary `cos_sin_cache`s (`[rows, rotary_dim]`), which vLLM's and SGLang's
+/// Bytes of the rotary `cos_sin_cache`s (`[rows, rotary_dim]`), which vLLM's and SGLang's
 /// `get_rope` keep beside the weights. `RotaryEmbedding._compute_cos_sin_cache` concatenates
 /// `rotary_dim / 2` cosines and sines per position (vLLM `rotary_embedding/base.py`, read at
 /// v0.10.2), where `rotary_dim` is the part of each head the rotary embedding turns
@@ -92,44 +95,105 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
 /// `OPTAttention` at vLLM 0.18.1 builds no rotary embedding); layers of linear attention or
 /// state-space mixers keep none.
 ///
-/// vLLM keeps one table per distinct `get_rope` key (`_ROPE_DICT`, read at v0.10.2 and
-/// v0.19.0): one per rotary width, and for Gemma 3/4 one more for the sliding layers' own
-/// parameters ([`vram_model::blocks::RopeTables`]); the config's own parameters' table has the
-/// rows its class builds (linear scaling `max_positions × factor`, Phi-3's LongRoPE short and
-/// long tables stacked), a sliding layers' table [`rotary_positions`]. SGLang is counted as
-/// one table of the widest layer's width and [`rotary_positions`] rows (its `get_rope` not
-/// read for these).
-pub(super) fn rotary_cache_elems(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
-    let positions = rotary_positions(t, k, engine);
+/// Both engines keep one table per distinct `get_rope` key (`_ROPE_DICT`, read in vLLM at
+/// v0.10.2 and v0.19.0, in SGLang at 0.4.2 and 0.5.3): one per rotary width, and in vLLM for
+/// Gemma 3/4 one more for the sliding layers' own parameters
+/// ([`vram_model::blocks::RopeTables`], `max_position_embeddings` rows); the config's own
+/// parameters' table has the rows its class builds ([`rope_rows`]) and the bytes its engine
+/// keeps it in ([`rope_element_bytes`]). SGLang's Gemma 3 computes its rotary embedding per
+/// step without a cache (`gemma3_causal.py` at 0.5.3); it is counted as one table, the sliding
+/// layers' apart not.
+pub(super) fn rotary_cache_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu: &Gpu) -> u64 {
     let tables = t.blocks.rope_tables;
     let widths = t
         .blocks
         .iter()
         .filter_map(|b| match (b.mixer.as_attention(), b.mixer.as_mla()) {
             (Some(a), _) => a.rope.then(|| {
-                let local =
-                    tables.local && matches!(a.window, vram_model::blocks::Window::Sliding(_));
+                let local = engine == Engine::Vllm
+                    && tables.local
+                    && matches!(a.window, vram_model::blocks::Window::Sliding(_));
                 (local, a.rotary_dim())
             }),
             (None, Some(m)) => Some((false, m.qk_rope_head_dim)),
             (None, None) => None,
         });
-    if engine != Engine::Vllm {
-        return positions * widths.map(|(_, w)| w).max().unwrap_or(0);
-    }
     let mut keys: Vec<(bool, u64)> = widths.collect();
     keys.sort_unstable();
     keys.dedup();
+    let own = (
+        rope_rows(t, k, engine),
+        rope_element_bytes(t, k, engine, gpu),
+    );
+    let local = (t.max_positions(), k.dtype_bytes);
     keys.iter()
-        .map(|&(local, width)| {
-            let rows = if local || tables.rows == 0 {
-                positions
-            } else {
-                tables.rows
-            };
-            rows * width
+        .map(|&(is_local, width)| {
+            let (rows, bytes) = if is_local { local } else { own };
+            rows * width * bytes
         })
         .sum()
+}
+
+/// Rows of the table the config's own rope parameters build
+/// ([`vram_model::blocks::RopeClass`]):
+/// - no scaling, or scaling of the frequencies only: [`rotary_positions`];
+/// - `linear`: `max_position_embeddings × factor`;
+/// - dynamic NTK: `max_position_embeddings × factor`, from vLLM 0.22 `max_position_embeddings`
+///   (`dynamic_ntk_scaling_rope.py`: 0.21.0 as 0.19.0, 0.22.0 sizes it by the positions and
+///   scales the base by `max_trained_positions`; 0.20 not read, taken as 0.21);
+/// - YaRN: `original × factor`; with M-RoPE from vLLM 0.11 `get_rope` builds an
+///   `MRotaryEmbedding` with the YaRN parameters, four times that (`mrope.py`:
+///   `cache_max_position_num = original × 4`, then YaRN's `_compute_cos_sin_cache` of that
+///   times the factor; 0.10.2 builds a plain `YaRNScalingRotaryEmbedding`);
+/// - LongRoPE: vLLM from 0.7.0 keeps the short and long tables stacked
+///   (`long_short_cos_sin_cache`, `original + max_position_embeddings` rows); vLLM to 0.6.6 and
+///   SGLang (`Phi3LongRoPEScaledRotaryEmbedding` at 0.4.2 and 0.5.3) register the short and the
+///   long table as buffers too, beside the stacked copy: twice that.
+pub(super) fn rope_rows(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
+    use vram_model::blocks::RopeClass;
+    let vllm = engine == Engine::Vllm;
+    let version = engine.version_in_force(k);
+    match t.blocks.rope_tables.class {
+        RopeClass::Positions => rotary_positions(t, k, engine),
+        RopeClass::Linear { rows } => rows,
+        RopeClass::DynamicNtk { rows } if !(vllm && version >= [0, 22, 0]) => rows,
+        RopeClass::DynamicNtk { .. } => t.max_positions(),
+        RopeClass::Yarn { rows } if vllm && t.blocks.mrope.is_some() && version >= [0, 11, 0] => {
+            rows * 4
+        }
+        RopeClass::Yarn { rows } => rows,
+        RopeClass::LongRope { original } if vllm && version >= [0, 7, 0] => {
+            original + t.max_positions()
+        }
+        RopeClass::LongRope { original } => 2 * (original + t.max_positions()),
+    }
+}
+
+/// Bytes per element of the config's own rotary table. vLLM casts every class's cache to the
+/// model dtype (`cache.to(dtype)` in `RotaryEmbedding.__init__`, read at v0.10.2, v0.19.0 and
+/// v0.22.0; its FlashInfer path that would keep fp32 is commented out). SGLang keeps
+/// `RotaryEmbedding` and its subclasses' caches in fp32 on CUDA from 0.4.2.post1 ("cache needs
+/// to be in FP32 for numerical stability": the cast is skipped where `is_cuda`, read at
+/// 0.4.2.post1 to post4, 0.4.3, 0.4.4, 0.4.5 and 0.5.3; 0.4.2 casts), in the model dtype on ROCm
+/// (from 0.4.5 `is_cuda` asks `torch.version.cuda`; 0.4.2.post1 to 0.4.4 asked the same through
+/// `is_cuda_available`); its `Phi3LongRoPEScaledRotaryEmbedding`, no subclass, casts its tables.
+///
+/// Not modelled: vLLM's `DeepseekScalingRotaryEmbedding` keeps fp32 where its custom op is
+/// enabled with FlashInfer on CUDA (from 0.14; 0.10.2 to 0.12.0 cast), which the default
+/// Inductor compilation leaves off (`CustomOp.default_on`, read at 0.19.0).
+pub(super) fn rope_element_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu: &Gpu) -> u64 {
+    let longrope = matches!(
+        t.blocks.rope_tables.class,
+        vram_model::blocks::RopeClass::LongRope { .. }
+    );
+    let version = engine.version_in_force(k);
+    let fp32 = version > [0, 4, 2]
+        || (version == [0, 4, 2] && matches!(k.engine_pin, Pin::Release { post } if post >= 1));
+    if engine == Engine::Sglang && !longrope && !engine::is_rocm(gpu) && fp32 {
+        4
+    } else {
+        k.dtype_bytes
+    }
 }
 
 /// Rows of the learned position and token-type tables times the width: whole on the first
@@ -176,7 +240,7 @@ pub(super) fn mxfp4_padding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
     ((padded - plain) as f64 * bytes) as u64 * layers_here
 }
 
-/// Bytes vLLM's Triton MXFP4 path (Hopper from 0.11, ROCm) holds beyond the stored experts on
+/// Bytes vLLM's Triton MXFP4 path (Hopper from 0.12, ROCm) holds beyond the stored experts on
 /// the most loaded GPU (`Mxfp4MoEMethod.process_weights_after_loading`, Triton branch, read at
 /// v0.11.0 and v0.14.1):
 /// - the expert biases become fp32 (`layer.w13_bias.to(torch.float32)` replaces the bf16
@@ -310,20 +374,18 @@ fn linear_rate(
 /// table, the embedding's other parameters (`Blocks::embedding_beyond_tables`: Gemma 4's
 /// per-layer-input table and projection, which vLLM builds as a `VocabParallelEmbedding` and a
 /// `ColumnParallelLinear`, split like the token table) and the towers ([`towers_per_gpu`]).
-/// The positions of the rotary `cos_sin_cache` an engine builds. vLLM's `MRotaryEmbedding`
-/// (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5) builds it for `max_position_embeddings * 4`
-/// positions ("In Qwen2.5-VL, the maximum index value is related to the duration of the input
-/// video": `layers/rotary_embedding/mrope.py`, read at v0.8.5, v0.10.1, v0.10.2, v0.11.0,
-/// v0.12.0, v0.14.0, v0.18.0, v0.19.0); from v0.18.0 an interleaved M-RoPE is
-/// `MRotaryEmbeddingInterleaved`, which keeps `max_position_embeddings` (absent at 0.14.0; 0.15
-/// to 0.17 not read, taken as 0.14). Plain rotary positions, and SGLang, keep
-/// `max_position_embeddings`.
+/// The positions of the rotary `cos_sin_cache` an engine builds for a config without scaling
+/// of its length. vLLM's `MRotaryEmbedding` (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5)
+/// builds it for `max_position_embeddings * 4` positions from 0.7.2 ("In Qwen2.5-VL, the
+/// maximum index value is related to the duration of the input video":
+/// `layers/rotary_embedding.py` at 0.7.2, 0.7.3, 0.8.0 to 0.8.5, `rotary_embedding/mrope.py` at
+/// v0.10.1 to v0.22.0; 0.7.1 and before keep one), interleaved sections (Qwen3-VL's and
+/// Qwen3.5's `mrope_interleaved`) included: `get_rope` builds `MRotaryEmbeddingInterleaved`,
+/// which keeps one, only for `rope_type: openpangu` (0.18.0, 0.19.0). Plain rotary positions,
+/// and SGLang's `MRotaryEmbedding`, keep `max_position_embeddings`.
 pub(super) fn rotary_positions(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     match t.blocks.mrope {
-        Some(m)
-            if engine == Engine::Vllm
-                && !(m.interleaved && Engine::Vllm.version_in_force(k) >= [0, 18, 0]) =>
-        {
+        Some(_) if engine == Engine::Vllm && engine.version_in_force(k) >= [0, 7, 2] => {
             t.max_positions() * 4
         }
         _ => t.max_positions(),
@@ -354,8 +416,17 @@ pub(super) fn logical_weights_per_gpu(
         0.0
     };
     let rest = sharded - attn - experts;
-    let layer = (attn / attn_ways + rest / rest_ways) * q
-        + experts / expert_ways * q_experts
+    // The roles the checkpoint's ignore list leaves in the dtype (the rest of a MoE layer is
+    // its shared experts, of a dense one its MLP).
+    let rate = |c: Component, q: f64| if ignored(t, k, c) { d } else { q };
+    let rest_role = if t.blocks.typical().experts > 1 {
+        Component::SharedExperts
+    } else {
+        Component::DenseMlp
+    };
+    let layer = attn / attn_ways * rate(Component::Mixer, q)
+        + rest / rest_ways * rate(rest_role, q)
+        + experts / expert_ways * rate(Component::RoutedExperts, q_experts)
         + split.per_layer_replicated as f64 * d;
     let layers_here = t.layers().div_ceil(k.pp) as f64;
     let vocab_padded = padded_vocab(t) as f64;
@@ -373,7 +444,7 @@ pub(super) fn logical_weights_per_gpu(
         } else {
             (t.vocab() * t.hidden()) as f64
         };
-    let rotary = rotary_cache_elems(t, k, engine) as f64 * d;
+    let rotary = rotary_cache_bytes(t, k, engine, gpu) as f64;
     let embed = embed + towers_per_gpu(t, k.tp, engine) * d;
     let first = embed + layers_here * layer + rotary;
     let last = layers_here * layer + head_matrix + head_rest.max(0.0) * d + rotary;
@@ -457,14 +528,31 @@ fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> 
     // (out, in, unsplit in, stack, expert bank): QKV and gate-up column-parallel, the
     // attention output and the down projection row-parallel.
     let full_f = t.blocks.typical().intermediate;
+    let mlp = if moe {
+        Component::RoutedExperts
+    } else {
+        Component::DenseMlp
+    };
     let layer: Vec<u64> = [
-        ((qw + 2 * kvw).div_ceil(tp), h, h, 1, false),
-        (h, qw.div_ceil(tp), qw, 1, false),
-        (up, h, h, experts, moe),
-        (h, f, full_f, experts, moe),
+        (
+            (qw + 2 * kvw).div_ceil(tp),
+            h,
+            h,
+            1,
+            false,
+            Component::Mixer,
+        ),
+        (h, qw.div_ceil(tp), qw, 1, false, Component::Mixer),
+        (up, h, h, experts, moe, mlp),
+        (h, f, full_f, experts, moe, mlp),
     ]
     .into_iter()
-    .flat_map(|(out, inp, full_inp, stack, expert)| {
+    .flat_map(|(out, inp, full_inp, stack, expert, role)| {
+        let quant = if ignored(t, k, role) {
+            Quantization::None
+        } else {
+            quant
+        };
         quant
             .linear_parts(
                 d,
@@ -514,6 +602,18 @@ fn weight_tensor_sequence(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Vec<u64> {
         seq.push(table);
     }
     seq
+}
+
+/// Whether the checkpoint's quantization config leaves `c`'s linears in the dtype
+/// (compressed-tensors' `ignore`, `vram_model::blocks::Storage::ignores`; vLLM 0.10.0's
+/// `CompressedTensorsConfig.get_quant_method` returns `UnquantizedLinearMethod` for them):
+/// only where the engine loads the checkpoint's own format.
+fn ignored(t: &Transformer, k: &Knobs, c: Component) -> bool {
+    let own = Knobs {
+        quantization: Quantization::None,
+        ..*k
+    };
+    t.blocks.storage.ignores(c) && quantization_in_force(t, k) == quantization_in_force(t, &own)
 }
 
 /// The quantization the engine loads the linears with: `--quantization`, else the checkpoint's

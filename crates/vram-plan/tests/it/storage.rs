@@ -140,16 +140,19 @@ fn a_weights_format_is_one_storage_for_every_command() {
 }
 
 /// `vram capacity` without `--quantization` starts from the same stored bytes (one GPU,
-/// SGLang: no kernel layout on top), plus the rotary `cos_sin_cache` it keeps.
+/// SGLang: no kernel layout on top), plus the rotary `cos_sin_cache` it keeps (in fp32 on
+/// CUDA: SGLang 0.5's `RotaryEmbedding` skips the cast to the model dtype there); block-FP8
+/// scales fp32 where transformers holds them a byte each (`scale_fmt: ue8m0`).
 #[test]
 fn capacity_reads_the_same_storage() {
     let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
     for (name, t) in zoo() {
         let k = Knobs::default();
-        let rotary = t.max_positions() * rotary_width(&t) * k.dtype_bytes;
+        let rotary = t.max_positions() * rotary_width(&t) * 4;
         let w = weights_per_gpu(&t, &k, h100, Engine::Sglang);
         if t.blocks.storage.is_packed() {
-            assert_eq!(w, t.blocks.weights_bytes(false) + rotary, "{name}");
+            let stored = t.blocks.with_fp32_scales().weights_bytes(false);
+            assert_eq!(w, stored + rotary, "{name}");
         }
     }
 }
@@ -224,13 +227,17 @@ fn capacity_holds_gemma_4s_per_layer_inputs_and_towers() {
             ..Knobs::default()
         };
         let one = at(1);
-        // vLLM keeps a second table for the sliding layers' own rope parameters (head_dim 256
-        // beside the full layers' 512: `_ROPE_DICT`, gemma4.py at v0.19.0); SGLang one table.
+        // Both engines keep a table per rotary width (head_dim 256 beside the full layers'
+        // 512: `_ROPE_DICT`, gemma4.py at v0.19.0), vLLM in the model dtype, SGLang 0.5 in fp32
+        // on CUDA; the sliding layers' own parameters are read for vLLM.
         assert!(t.blocks.rope_tables.local, "{name}");
-        let sliding = t.max_positions() * 256 * one.dtype_bytes;
         for engine in [Engine::Vllm, Engine::Sglang] {
-            let rotary = t.max_positions() * rotary_width(&t) * one.dtype_bytes
-                + if engine == Engine::Vllm { sliding } else { 0 };
+            let bytes = if engine == Engine::Vllm {
+                one.dtype_bytes
+            } else {
+                4
+            };
+            let rotary = t.max_positions() * (256 + rotary_width(&t)) * bytes;
             let w = weights_per_gpu(&t, &one, h100, engine);
             let estimate = t.blocks.weights_bytes(false) + rotary;
             assert!(
@@ -289,6 +296,7 @@ fn quantized_linears_hold_what_vllm_keeps() {
         bn: 128,
         bk: 128,
         skip_head: true,
+        e8m0: false,
     };
     assert_eq!(
         Quantization::Fp8.linear_parts(2, block, false, out, inp, false, whole(true)),

@@ -1,0 +1,94 @@
+"""Builds a minimal `vllm` package around a real `rotary_embedding/` folder so that its
+`get_rope` runs on the CPU; the stubs are infrastructure only (op registry, logger, platform)."""
+import sys, types, os, shutil, importlib
+
+def make(version_dir, out):
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    pkg = os.path.join(out, "vllm")
+    src = os.path.join(version_dir, "vllm/model_executor/layers/rotary_embedding")
+    single = os.path.join(version_dir, "vllm/model_executor/layers/rotary_embedding.py")
+    dst = os.path.join(pkg, "model_executor/layers")
+    os.makedirs(dst)
+    if os.path.isdir(src):
+        shutil.copytree(src, os.path.join(dst, "rotary_embedding"))
+    else:
+        shutil.copy(single, os.path.join(dst, "rotary_embedding.py"))
+    files = {
+        "__init__.py": "",
+        "model_executor/__init__.py": "",
+        "model_executor/layers/__init__.py": "",
+        "model_executor/custom_op.py": '''
+import torch.nn as nn
+class CustomOp(nn.Module):
+    def __init__(self, *a, **k):
+        super().__init__()
+    @classmethod
+    def enabled(cls):
+        return False
+    @staticmethod
+    def default_on():
+        return False
+    @classmethod
+    def register(cls, name, **kw):
+        def deco(c):
+            c.name = name
+            return c
+        return deco
+    def forward(self, *a, **k):
+        return self.forward_native(*a, **k)
+PluggableLayer = CustomOp
+''',
+        "_aiter_ops.py": '''
+class _R:
+    def __getattr__(self, n):
+        return lambda *a, **k: False
+rocm_aiter_ops = _R()
+''',
+        "logger.py": '''
+import logging
+class _L(logging.Logger):
+    def warning_once(self, *a, **k):
+        pass
+    def info_once(self, *a, **k):
+        pass
+    def debug_once(self, *a, **k):
+        pass
+def init_logger(n):
+    return _L(n)
+''',
+        "utils/__init__.py": "def direct_register_custom_op(*a, **k):\n    pass\n",
+        "utils/torch_utils.py": "def direct_register_custom_op(*a, **k):\n    pass\n",
+        "utils/flashinfer.py": "def has_flashinfer():\n    return False\n",
+        "platforms/__init__.py": '''
+class _P:
+    device_type = "cpu"
+    def __getattr__(self, n):
+        return lambda *a, **k: False
+current_platform = _P()
+''',
+        "triton_utils/__init__.py": "tl = None\ntriton = None\nHAS_TRITON = False\n",
+        "config/__init__.py": '''
+class _C:
+    def __getattr__(self, n):
+        return _C()
+    def __call__(self, *a, **k):
+        return _C()
+    def __bool__(self):
+        return False
+class _Model:
+    max_model_len = 4096
+class _Vllm:
+    model_config = _Model()
+    def __getattr__(self, n):
+        return _C()
+def get_current_vllm_config():
+    return _Vllm()
+''',
+        "_custom_ops.py": "",
+    }
+    for f, text in files.items():
+        p = os.path.join(pkg, f)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as fh:
+            fh.write(text)
