@@ -218,13 +218,23 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     // each knob into a number.
     let (figures, notes) = match &a.model {
         None => (None, Vec::new()),
+        // A load failure is not about memory: no capacity figure changes it.
+        Some(_) if !e.is_memory() => (
+            None,
+            vec!["--model is not used: this start-up error is the checkpoint's quantized layout, not memory".to_string()],
+        ),
         Some(m) => {
             let (f, n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e)?;
             (Some(f), n)
         }
     };
     // The engine's own profiling lines, when the paste holds them, say what took the room.
-    let profile = vram_doctor::profile::read(text);
+    let mut profile = vram_doctor::profile::read(text);
+    // A V1 log that prints no budget gets the named GPU's total (the catalog's, as PyTorch
+    // reports it) and the logged or default utilization; the profile says which it used.
+    if let (Some(p), Some(g)) = (profile.as_mut(), a.gpu.as_deref()) {
+        p.supply_device(vram_model::gpu::lookup(g)?);
+    }
     let mut d = serving::explain_profiled(e, profile.as_ref(), figures.as_ref());
     d.notes = notes;
     let mut out = std::io::stdout().lock();
@@ -321,6 +331,10 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
             }
             ServingError::VllmMambaBlocks { .. } => {
                 "fewer Mamba state blocks than max_num_seqs for the CUDA graphs"
+            }
+            ServingError::LoadNegativeDimension { .. }
+            | ServingError::LoadShardNotAligned { .. } => {
+                "the checkpoint's quantized weights do not load as configured"
             }
             _ => "not enough memory for the KV cache",
         },

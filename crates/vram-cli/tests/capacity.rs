@@ -871,6 +871,74 @@ fn doctor_gives_serving_errors_the_capacity_figures_and_the_change() {
     }
 }
 
+/// A channel-wise AWQ checkpoint's load failures, predicted by `vram capacity` in the engines'
+/// words (one line, exit 2), read by the same reader as every logged refusal and compared by
+/// kind: vLLM 0.19's plain AWQ at TP 2 against the line QwenLM/Qwen3-VL#831 posted (`The input
+/// size is not aligned ...`), vLLM 0.9.0's and SGLang 0.5.3's plain AWQ against PyTorch's
+/// negative-dimension error in an engine's log (PyTorch's format; vllm#18885's post is cut
+/// before the line). A Marlin start at TP 2 loads, and vram's own V2-runner refusal reads as
+/// no engine's.
+#[test]
+fn channel_wise_awq_refusals_are_compared_with_the_logged_ones_by_kind() {
+    let dir = std::env::temp_dir().join(format!("vram-awq-cw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"vocab_size":128256,"max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":500000.0,"torch_dtype":"float16","tie_word_embeddings":false,"quantization_config":{"quant_method":"awq","bits":4,"group_size":-1,"zero_point":true,"version":"gemm"}}"#,
+    )
+    .unwrap();
+    let cfg = cfg.to_string_lossy().into_owned();
+    let aligned = "ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size.";
+    let negative = "ERROR [core.py:500]   File \"vllm/model_executor/layers/quantization/awq.py\", in create_weights\nRuntimeError: Trying to create tensor with negative dimension -4096: [-4096, 512]";
+    for (flags, logged) in [
+        (
+            "--engine-version 0.19.0 --tensor-parallel-size 2 --quantization awq",
+            aligned,
+        ),
+        ("--engine-version 0.9.0 --quantization awq", negative),
+        (
+            "--engine sglang --engine-version 0.5.3 --quantization awq",
+            negative,
+        ),
+    ] {
+        let mut a = args(&["capacity", &cfg, "--gpu", "h100-80g"]);
+        a.extend(flags.split_whitespace().map(String::from));
+        let (code, _, err) = vram(&a);
+        assert_eq!((code, err.trim().lines().count()), (2, 1), "{flags}: {err}");
+        let predicted = refusal_kind(&err);
+        assert!(
+            predicted.is_some_and(|k| k.starts_with("load-")),
+            "{flags}: {err}"
+        );
+        assert_eq!(predicted, refusal_kind(logged), "{flags}: {err}");
+    }
+    let mut a = args(&[
+        "capacity",
+        &cfg,
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.19.0",
+    ]);
+    a.extend(args(&["--tensor-parallel-size", "2", "--json"]));
+    let (code, _, err) = vram(&a);
+    assert_eq!(code, 0, "{err}");
+    // vLLM 0.22's V2 runner for a dense bf16 Qwen3: vram's words, no engine's refusal.
+    let (code, _, err) = vram(&args(&[
+        "capacity",
+        "qwen3-8b",
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.22.1",
+    ]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("V2 model runner"), "{err}");
+    assert_eq!(refusal_kind(&err), None, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The kind of the start-up refusal in `text`, as the doctor's one reader of them
 /// (`vram_doctor::read`) finds it: an engine's own message by its kind (`vllm-kv-memory`,
 /// `vllm-sampler-warm-up`, `sglang-not-enough-memory`, ...), PyTorch's by `pytorch-oom`; `None`
@@ -881,6 +949,21 @@ fn refusal_kind(text: &str) -> Option<&'static str> {
         Ok(vram_doctor::Reading::Oom(_)) => Some("pytorch-oom"),
         Err(_) => None,
     }
+}
+
+/// The kind of case `c`'s logged refusal (`logged.failure`, else its `lines`), read by
+/// [`refusal_kind`].
+fn logged_refusal(c: &serde_json::Value) -> Option<&'static str> {
+    let logged = match c["logged"]["failure"].as_str() {
+        Some(f) => f.to_string(),
+        None => c["lines"].as_array().map_or(String::new(), |ls| {
+            ls.iter()
+                .filter_map(|x| x.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        }),
+    };
+    refusal_kind(&logged)
 }
 
 /// Whether vram's answer `v` is case `c`'s logged outcome: it starts or not as logged, and where
@@ -894,16 +977,7 @@ fn outcome_as_logged(v: &serde_json::Value, c: &serde_json::Value) -> bool {
     if l["starts"] != serde_json::json!(false) {
         return true;
     }
-    let logged = match l["failure"].as_str() {
-        Some(f) => f.to_string(),
-        None => c["lines"].as_array().map_or(String::new(), |ls| {
-            ls.iter()
-                .filter_map(|x| x.as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        }),
-    };
-    let Some(kind) = refusal_kind(&logged) else {
+    let Some(kind) = logged_refusal(c) else {
         return true;
     };
     let predicted = v["log"]
@@ -958,6 +1032,24 @@ fn unseen_case(c: &serde_json::Value) -> Result<(Errors, Option<(f64, f64)>), St
             "{}: {err}",
             c["id"]
         );
+        // Unless the line is the engine's own refusal (a checkpoint that does not load, in the
+        // engine's words): a prediction that it does not start, compared by kind as any other.
+        if let Some(kind) = refusal_kind(&err).filter(|k| k.starts_with("load-")) {
+            let l = &c["logged"];
+            let none = || None;
+            return Ok((
+                Errors {
+                    weights: none(),
+                    kv: none(),
+                    tokens: none(),
+                    concurrency: none(),
+                    starts: l["starts"]
+                        .as_bool()
+                        .map(|s| !s && logged_refusal(c).is_none_or(|logged| logged == kind)),
+                },
+                None,
+            ));
+        }
         return Err(err.trim().to_string());
     }
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

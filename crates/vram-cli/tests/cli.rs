@@ -832,6 +832,41 @@ fn doctor_reads_the_engines_profile_lines_in_a_pasted_serving_log() {
         .contains("the weights took the most: 5.20 GiB"));
 }
 
+/// vllm#23278's V1 lines (weights and how far short the cache is, no budget): alone they leave
+/// the cause open; with `--gpu h100-80g` the catalog's total and vLLM's default utilizations
+/// complete the budget, the weights are named, and text and JSON say which figures were supplied.
+#[test]
+fn doctor_completes_a_v1_budget_from_the_named_gpu() {
+    let log = "gpu_model_runner.py:2007] Model loading took 65.9651 GiB and 12.799889 seconds\n\
+               gpu_worker.py:276] Available KV cache memory: -2.14 GiB\n\
+               ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n";
+    let dir = tmp("doctor-v1-gpu");
+    let f = write(&dir, "serve.log", log.as_bytes());
+    let (code, out, err) = vram(&["doctor", &f, "--no-nvml"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("the budget is not printed"), "{out}");
+    let (code, out, err) = vram(&["doctor", &f, "--no-nvml", "--gpu", "h100-80g"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("the weights took the most: 65.97 GiB"),
+        "{out}"
+    );
+    assert!(
+        out.contains("as PyTorch reports it (the log prints no total)"),
+        "{out}"
+    );
+    let (code, json, _) = vram(&["doctor", &f, "--no-nvml", "--gpu", "h100-80g", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["cause"], "weights");
+    let s = &v["profile"]["supplied"];
+    assert!(s["catalog_gpu"].as_str().unwrap().contains("H100"), "{s}");
+    assert_eq!(s["default_utilization"], serde_json::json!([0.9, 0.92]));
+    // The text is the JSON's explanation and remedies.
+    assert!(out.contains(v["explanation"].as_str().unwrap()));
+    assert!(out.contains(v["remedies"][0]["action"].as_str().unwrap()));
+}
+
 /// A real 1.4-2.0 message (nanoporetech/bonito#93: the maintainer's answer was that the job
 /// needs about 8 GB): 1.19 GiB of slack could serve the 450 MiB request but is less than the
 /// 3.50 GiB of live tensors, the step's own churn. Text and JSON name the step first and

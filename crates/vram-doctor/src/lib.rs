@@ -123,6 +123,10 @@ pub fn read(text: &str) -> Result<Reading> {
             None if matches!(&e, DoctorError::Unparseable { reason } if reason == message::NO_MESSAGE) => {
                 Err(DoctorError::Unparseable {
                     reason: match serving::named_engine(text) {
+                        _ if serving::is_vram_own(text) => "this is vram's own line (`vram \
+                             capacity` refusing a configuration whose memory it does not model), \
+                             not an engine's error: start the engine to see whether it fits"
+                            .to_string(),
                         Some(engine) => format!(
                             "{engine}'s start-up memory error is there but its figures could not be \
                              read; paste its whole line"

@@ -328,7 +328,7 @@ impl OomMessage {
 /// `79.19 GiB` (also `TiB`, and `B`/`KB`-style units for tolerance). A size
 /// of 2^64 bytes, as printed, saturates to `u64::MAX` (PyTorch has printed
 /// `17179869184.00 GiB`, 2^64 bytes, for an underflowed counter); a larger
-/// one is no figure a 64-bit counter holds: `None` ([`beyond_64_bits`]).
+/// one is no figure a 64-bit counter holds: `None` (see `beyond_64_bits`).
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
     let (num, unit) = s.split_once(' ')?;

@@ -36,6 +36,12 @@
 //!   end. ... avail mem=A GB, mem usage=U GB.` (GiB). The KV pool gets `A − P × (1 −
 //!   mem_fraction_static)`, so it is empty below the fraction `1 − A / P`.
 //!
+//! vLLM on ROCm prints the same lines: `vllm/platforms/rocm.py` (read at 0.10.1) picks the same
+//! V0 and V1 workers, but its `get_current_memory_usage`, which `DeviceMemoryProfiler` reads around
+//! loading, is the device's whole use (`mem_get_info` total − free) where CUDA's is PyTorch's
+//! allocated peak: the weights figure there holds the allocator's reserve and any other
+//! process's change during loading ([`StartupProfile::rocm`]).
+//!
 //! Where a paste holds several workers' lines (tensor or pipeline parallelism), the last of each
 //! is read: the one nearest the error.
 
@@ -100,6 +106,34 @@ pub struct StartupProfile {
     /// The quantization method the engine runs, likewise (`quantization=awq_marlin`), when not
     /// `None`: a remedy never offers what is already on.
     pub quantization: Option<String>,
+    /// vLLM's version, when the paste prints it (`Initializing a V1 LLM engine (v0.10.1) with
+    /// config`, `vLLM API server version 0.10.1`).
+    pub engine_version: Option<[u32; 3]>,
+    /// vLLM on ROCm (the log's `Automatically detected platform rocm.`, or an AMD GPU named with
+    /// `--gpu`): the same lines, but `RocmPlatform.get_current_memory_usage` is the device's whole
+    /// use (`mem_get_info` total − free, read at 0.10.1) where CUDA's is PyTorch's allocated peak,
+    /// so the weights figure (`DeviceMemoryProfiler` around loading) counts the caching
+    /// allocator's reserve and any other process's change during loading.
+    pub rocm: bool,
+    /// The figures the log does not print that were supplied to complete the budget
+    /// ([`StartupProfile::supply_device`]); `None` when every figure is the log's.
+    pub supplied: Option<Supplied>,
+}
+
+/// What completed a V1 budget that the log does not print: the device's total from the GPU
+/// catalog (`--gpu`), and vLLM's default `gpu_memory_utilization` where none is logged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Supplied {
+    /// The catalog GPU whose memory, as PyTorch reports it, stands for the device's total, when
+    /// the log prints no total.
+    pub catalog_gpu: Option<String>,
+    /// The engine's default utilization(s) taken where the log prints none: the one of the
+    /// logged version, or, when the log names no version, each default of the V1 releases
+    /// (`vram_plan::capacity::VLLM_DEFAULT_UTILIZATION`). Empty when the log prints it.
+    pub default_utilization: Vec<f64>,
+    /// The budget at the smallest of those defaults, when they differ (the profile's
+    /// `budget_bytes` is the one at the largest): a part is named only where both give it.
+    pub budget_low_bytes: Option<u64>,
 }
 
 /// One part of the budget that the profile names.
@@ -188,6 +222,8 @@ pub fn read(text: &str) -> Option<StartupProfile> {
         return None;
     };
     configuration(&t, &mut p);
+    p.rocm =
+        p.layout != ProfileLayout::Sglang && t.contains("automatically detected platform rocm");
     Some(p)
 }
 
@@ -208,6 +244,9 @@ fn empty(layout: ProfileLayout) -> StartupProfile {
         free_after_load_bytes: None,
         tensor_parallel_size: None,
         quantization: None,
+        engine_version: None,
+        rocm: false,
+        supplied: None,
     }
 }
 
@@ -224,6 +263,19 @@ fn configuration(t: &str, p: &mut StartupProfile) {
         .or_else(|| last_value(t, "'tensor_parallel_size': "))
         .or_else(|| last_value(t, "--tensor-parallel-size "))
         .and_then(|v| v.split_whitespace().next()?.parse().ok());
+    p.engine_version = t
+        .rfind("llm engine (v")
+        .map(|i| &t[i + "llm engine (v".len()..])
+        .or_else(|| {
+            t.rfind("vllm api server version ")
+                .map(|i| &t[i + "vllm api server version ".len()..])
+        })
+        .and_then(|r| {
+            let end = r
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(r.len());
+            vram_plan::capacity::parse_version(r[..end].trim_end_matches('.'))
+        });
     p.quantization = last_value(t, "quantization=")
         .or_else(|| last_value(t, "'quantization': "))
         .filter(|q| !q.is_empty() && *q != "none")
@@ -357,13 +409,98 @@ impl StartupProfile {
     }
 
     /// The part that took the most of the budget: what left the KV cache no room. `None` when
-    /// the profile names only the weights.
+    /// the profile names only the weights, or when supplied figures ([`Self::supplied`]) do not
+    /// decide: the defaults' budgets name different parts, or the lead is within the printed
+    /// figures' rounding (0.01 GiB).
     pub fn largest(&self) -> Option<(Part, u64)> {
         let v = self.parts()?;
         if v.len() < 2 {
             return None;
         }
-        v.into_iter().max_by_key(|&(_, b)| b)
+        let top = v.iter().copied().max_by_key(|&(_, b)| b)?;
+        let Some(s) = &self.supplied else {
+            return Some(top);
+        };
+        let second = v
+            .iter()
+            .filter(|&&(q, _)| q != top.0)
+            .map(|&(_, b)| b)
+            .max()
+            .unwrap_or(0);
+        if top.1 < second + (1u64 << 30) / 100 {
+            return None;
+        }
+        if let Some(low) = s.budget_low_bytes {
+            let at_low = StartupProfile {
+                budget_bytes: Some(low),
+                supplied: Some(Supplied {
+                    budget_low_bytes: None,
+                    ..s.clone()
+                }),
+                ..self.clone()
+            };
+            if at_low.largest().map(|(q, _)| q) != Some(top.0) {
+                return None;
+            }
+        }
+        Some(top)
+    }
+
+    /// Completes a vLLM V1 budget that the log does not print (only `Model loading took` and
+    /// `Available KV cache memory`, vllm#23278) from the GPU the user names: the catalog's
+    /// total as PyTorch reports it where the log prints none, times the logged utilization, else
+    /// the default of the logged version, else each V1 default
+    /// ([`vram_plan::capacity::VLLM_DEFAULT_UTILIZATION`]; the budget is then the largest, the
+    /// smallest kept in [`Supplied::budget_low_bytes`]). Other layouts print their budget and
+    /// are left as they are; so is a budget the log prints, and a log without both the weights
+    /// and the cache.
+    pub fn supply_device(&mut self, gpu: &vram_model::gpu::Gpu) {
+        if self.layout != ProfileLayout::Sglang && gpu.is_rocm() {
+            self.rocm = true;
+        }
+        // Only to split the printed weights from the rest: without both the weights and the
+        // cache there is nothing the supplied budget could decide.
+        if self.layout != ProfileLayout::VllmV1
+            || self.budget_bytes.is_some()
+            || self.weights_bytes.is_none()
+            || self.kv_bytes.is_none()
+        {
+            return;
+        }
+        let mut s = Supplied {
+            catalog_gpu: None,
+            default_utilization: Vec::new(),
+            budget_low_bytes: None,
+        };
+        let total = match self.total_bytes {
+            Some(t) => t,
+            None => {
+                s.catalog_gpu = Some(gpu.name.to_string());
+                gpu.memory_bytes
+            }
+        };
+        let utils = match (self.utilization, self.engine_version) {
+            (Some(u), _) => vec![u],
+            (None, Some(v)) => vec![vram_plan::capacity::vllm_default_utilization(v)],
+            (None, None) => {
+                let mut d: Vec<f64> = vram_plan::capacity::VLLM_DEFAULT_UTILIZATION
+                    .iter()
+                    .map(|&(_, u)| u)
+                    .collect();
+                d.sort_by(f64::total_cmp);
+                d.dedup();
+                d
+            }
+        };
+        if self.utilization.is_none() {
+            s.default_utilization = utils.clone();
+        }
+        let budget = |u: f64| (total as f64 * u).round() as u64;
+        let (lo, hi) = (utils[0], utils[utils.len() - 1]);
+        self.total_bytes = Some(total);
+        self.budget_bytes = Some(budget(hi));
+        s.budget_low_bytes = (lo != hi).then(|| budget(lo));
+        self.supplied = Some(s);
     }
 
     /// Everything the budget held before the KV cache: the budget less the cache, else the sum

@@ -140,6 +140,25 @@ pub enum ServingError {
         /// What loading took (`mem usage=U GB`), bytes, when the log has the line.
         weights_bytes: Option<u64>,
     },
+    /// PyTorch's `Trying to create tensor with negative dimension -N` while an engine creates a
+    /// quantized checkpoint's tensors (read only where the paste names vLLM or SGLang): a
+    /// size divided by the config's `group_size: -1` (channel-wise AWQ) in vLLM's AWQ-Marlin MoE
+    /// method, its plain AWQ method before 0.9.1, or SGLang's copies of them.
+    LoadNegativeDimension {
+        /// The engine the paste names (`vllm`, `sglang`).
+        engine: &'static str,
+        /// The negative dimension, when printed.
+        dimension: Option<i64>,
+    },
+    /// vLLM's `The input size is not aligned with the quantized weight shape. This can be caused
+    /// by too large tensor parallel size.` (or `output size`): a quantized linear's share of a
+    /// split dimension is not a whole number of quantization groups (or packed columns).
+    LoadShardNotAligned {
+        /// The engine the paste names (`vllm`, or `sglang` in its copies of vLLM's methods).
+        engine: &'static str,
+        /// `input` (a row-parallel linear's split input) or `output`.
+        side: &'static str,
+    },
 }
 
 /// What the serving capacity model knows about the engine's configuration:
@@ -195,6 +214,10 @@ pub enum ServingCause {
     /// graphs; or, for a hybrid model, the pool holds fewer Mamba state blocks than the
     /// `max_num_seqs` sequences the CUDA graphs are captured for (`mamba.rs`).
     Profile,
+    /// Not memory: the checkpoint's quantized layout does not load as the engine's kernel
+    /// creates it at this tensor-parallel size (a group size that does not divide a GPU's share,
+    /// or channel-wise AWQ's `group_size: -1` that a kernel divides by).
+    QuantLayout,
     /// The message cannot show which: vLLM's `No available memory for the cache blocks` says
     /// only that the budget less what was measured before the cache is not positive. The
     /// weights, the profile run's activation peak, memory outside PyTorch and, in some
@@ -218,7 +241,18 @@ impl ServingError {
             ServingError::VllmMambaBlocks { .. } => "vllm-mamba-blocks",
             ServingError::SglangNotEnoughMemory { .. } => "sglang-not-enough-memory",
             ServingError::SglangWeightsLeaveNoKv { .. } => "sglang-weights-leave-no-kv",
+            ServingError::LoadNegativeDimension { .. } => "load-negative-dimension",
+            ServingError::LoadShardNotAligned { .. } => "load-shard-not-aligned",
         }
+    }
+
+    /// Whether the engine refused over its KV cache's memory (every kind but the load
+    /// failures, which no memory figure changes).
+    pub fn is_memory(&self) -> bool {
+        !matches!(
+            self,
+            ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. }
+        )
     }
 }
 
@@ -291,6 +325,13 @@ pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
         "exceeds available mamba cache blocks",
     ];
     vllm.iter().any(|p| flat.contains(p)).then_some("vLLM")
+}
+
+/// Whether `text` is `vram capacity`'s own refusal of what it does not model (vLLM 0.22's V2
+/// model runner, releases from 0.23): vram's words, never an engine's error.
+pub(crate) fn is_vram_own(text: &str) -> bool {
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
+    flat.contains("vram does not model") || flat.contains("memory profile vram models")
 }
 
 /// [`parse`] on the flattened, lower-cased text.
@@ -394,6 +435,41 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             weights_bytes,
         });
     }
+    // The load failures: the engine is the one the paste names (SGLang first: its 0.4 logs
+    // run through vLLM's modules and name both).
+    let named = || {
+        if flat.contains("sglang") {
+            Some("sglang")
+        } else if flat.contains("vllm") {
+            Some("vllm")
+        } else {
+            None
+        }
+    };
+    if let Some(i) = flat.find("size is not aligned with the quantized weight shape") {
+        let side = if flat[..i].ends_with("output ") {
+            "output"
+        } else {
+            "input"
+        };
+        return Some(ServingError::LoadShardNotAligned {
+            engine: named().unwrap_or("vllm"),
+            side,
+        });
+    }
+    if let Some(i) = flat.find("trying to create tensor with negative dimension ") {
+        if let Some(engine) = named() {
+            let r = &flat[i + "trying to create tensor with negative dimension ".len()..];
+            let end = r
+                .char_indices()
+                .find(|&(j, c)| !(c.is_ascii_digit() || (j == 0 && c == '-')))
+                .map_or(r.len(), |(j, _)| j);
+            return Some(ServingError::LoadNegativeDimension {
+                engine,
+                dimension: r[..end].parse().ok(),
+            });
+        }
+    }
     // Early SGLang spelled it `Not enought memory`.
     if flat.contains("please try to increase --mem-fraction-static") {
         let mem_fraction_static = flat.find("mem_fraction_static=").and_then(|j| {
@@ -438,7 +514,7 @@ pub fn explain_profiled(
     cap: Option<&CapacityFigures>,
 ) -> ServingDiagnosis {
     let mut d = explain_message(err, cap);
-    if let Some(p) = profile {
+    if let Some(p) = profile.filter(|_| err.is_memory()) {
         apply_profile(&mut d, err, p);
     }
     d
@@ -735,6 +811,48 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                 ),
             )
         }
+        ServingError::LoadNegativeDimension { engine, dimension } => {
+            remedies.push(ServingRemedy {
+                action: "a checkpoint quantized with a group size (128) instead of channel-wise (group_size: -1)".into(),
+                enough: true,
+                detail: "every AWQ method of either engine sizes its scales and zeros by whole groups".into(),
+            });
+            remedies.push(ServingRemedy {
+                action: "for a dense (non-MoE) model on compute capability 8.0 or newer: --quantization awq_marlin (vLLM)".into(),
+                enough: false,
+                detail: "vLLM's AWQ-Marlin linear takes -1 as the whole input; its MoE method divides by it at every version read (0.6.4–0.22), and the plain AWQ kernel from 0.9.1 loads it at TP 1 only".into(),
+            });
+            (
+                engine,
+                "quantization_config.group_size",
+                format!(
+                    "not a memory error: the engine sized a quantized tensor by dividing by the checkpoint's group size and got a negative dimension{}. A channel-wise AWQ checkpoint's group_size -1 does this in vLLM's AWQ-Marlin MoE method (hidden_size // -1, every version read) and its plain AWQ method before 0.9.1, and in SGLang's copies of them; a checkpoint with another group size that does this is not described here",
+                    dimension.map(|d| format!(" ({d})")).unwrap_or_default()
+                ),
+            )
+        }
+        ServingError::LoadShardNotAligned { engine, side } => {
+            remedies.push(ServingRemedy {
+                action: "a --tensor-parallel-size that divides the split dimension's groups (e.g. intermediate_size / group_size), or --pipeline-parallel-size for the other GPUs".into(),
+                enough: true,
+                detail: format!(
+                    "each GPU's share of a {} linear's {side} must be a whole number of quantization groups; pipeline parallelism splits layers, not linears",
+                    if side == "input" { "row-parallel" } else { "column-parallel" }
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "a checkpoint with a smaller group size (64), or one padded so that the split is whole".into(),
+                enough: false,
+                detail: "a channel-wise checkpoint (group_size -1) has one group per input row from vLLM 0.9.1's plain AWQ kernel on, which no TP above 1 splits; the Marlin kernel (--quantization awq_marlin on compute capability 8.0 or newer) loads it".into(),
+            });
+            (
+                engine,
+                "--tensor-parallel-size / quantization_config.group_size",
+                format!(
+                    "not a memory error: the quantized weights' {side} dimension, split over the tensor-parallel GPUs, is not a whole number of quantization groups on each, so the engine's quantized linear refuses to create it (a group size that does not divide the GPU's share, or a channel-wise checkpoint whose group is the whole input)"
+                ),
+            )
+        }
     };
     // The capacity model's cheapest change, second: after what fits with the memory as it is
     // (a shorter length, a larger fraction), before the generic advice.
@@ -761,6 +879,9 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         ServingError::VllmFreeBelowUtilization { .. } => ServingCause::OtherProcesses,
         ServingError::VllmSamplerWarmUp { .. } | ServingError::VllmMambaBlocks { .. } => {
             ServingCause::Profile
+        }
+        ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. } => {
+            ServingCause::QuantLayout
         }
     };
     ServingDiagnosis {
@@ -898,13 +1019,45 @@ fn profile_sentence(p: &StartupProfile) -> String {
     let hb = human_bytes;
     let opt = |b: Option<u64>| b.map(hb);
     let mut parts = Vec::new();
-    if let (Some(t), Some(u), Some(b)) = (p.total_bytes, p.utilization, p.budget_bytes) {
+    let low = p.supplied.as_ref().and_then(|s| s.budget_low_bytes);
+    if let (Some(s), Some(t), Some(b)) = (&p.supplied, p.total_bytes, p.budget_bytes) {
+        // Which figures are not the log's, said where they are used.
+        let total = match &s.catalog_gpu {
+            Some(g) => format!(
+                "{}, the catalog's {g} as PyTorch reports it (the log prints no total)",
+                hb(t)
+            ),
+            None => hb(t),
+        };
+        let util = match (p.utilization, s.default_utilization.as_slice()) {
+            (Some(u), _) => format!("{u}"),
+            (None, [u]) => format!(
+                "{u}, vLLM {}'s default (the log prints no utilization)",
+                p.engine_version
+                    .map(|v| format!("{}.{}.{}", v[0], v[1], v[2]))
+                    .unwrap_or_default()
+            ),
+            (None, d) => format!(
+                "{} to {}, vLLM's defaults by release (the log prints neither the utilization nor the version)",
+                d.first().copied().unwrap_or(0.0),
+                d.last().copied().unwrap_or(0.0)
+            ),
+        };
+        parts.push(match low {
+            Some(l) => format!("a budget of {} to {} ({total} × {util})", hb(l), hb(b)),
+            None => format!("a budget of {} ({total} × {util})", hb(b)),
+        });
+    } else if let (Some(t), Some(u), Some(b)) = (p.total_bytes, p.utilization, p.budget_bytes) {
         parts.push(format!("a budget of {} ({} × {u})", hb(b), hb(t)));
     } else if let Some(b) = p.budget_bytes {
         parts.push(format!("a budget of {}", hb(b)));
     }
     if let Some(w) = opt(p.weights_bytes) {
-        parts.push(format!("weights {w}"));
+        parts.push(if p.rocm {
+            format!("weights {w} (on ROCm vLLM measures loading by the device's whole use: the allocator's reserve and any other process's change during loading count in it)")
+        } else {
+            format!("weights {w}")
+        });
     }
     match (p.activation_bytes, p.non_torch_bytes) {
         (Some(a), Some(n)) => parts.push(format!(
@@ -923,8 +1076,13 @@ fn profile_sentence(p: &StartupProfile) -> String {
                 .parts()
                 .and_then(|v| v.into_iter().find(|&(q, _)| q == Part::Rest))
             {
+                // At the smallest supplied budget the rest is that much less.
+                let from = low
+                    .zip(p.budget_bytes)
+                    .map(|(l, b)| format!("{} to ", hb(prof.1.saturating_sub(b - l))))
+                    .unwrap_or_default();
                 parts.push(format!(
-                    "the rest before the cache {} (activation peak and memory outside PyTorch; in V1 0.7.2–0.9.0 also other processes)",
+                    "the rest before the cache {from}{} (activation peak and memory outside PyTorch; in V1 0.7.2–0.9.0 also other processes)",
                     hb(prof.1)
                 ));
             }
@@ -985,7 +1143,9 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
         ServingError::VllmNoCacheMemory { .. } => {
             let short = p.kv_bytes.map(|k| if k < 0 { k.unsigned_abs() } else { 0 });
             let mut remedies = Vec::new();
-            if let (Some(t), Some(x)) = (total, non_kv) {
+            // A budget from supplied figures yields to the capacity model's own, when given.
+            let measured = p.supplied.is_none() || d.capacity.is_none();
+            if let (Some(t), Some(x), true) = (total, non_kv, measured) {
                 let u = share_above(x, t);
                 remedies.push(ServingRemedy {
                     action: if u <= 1.0 {
@@ -1105,7 +1265,9 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                     "{}. Which part took the room these lines cannot show: {}",
                     d.explanation,
                     if p.budget_bytes.is_none() {
-                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line)"
+                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line; or name the GPU, --gpu, for its total)"
+                    } else if p.supplied.is_some() {
+                        "with the supplied figures, the weights and the rest are too close to tell apart, or each default utilization names a different one (VLLM_LOGGING_LEVEL=DEBUG prints the budget and the profile's parts)"
                     } else {
                         "the profile's parts are not printed (V1 prints them with VLLM_LOGGING_LEVEL=DEBUG)"
                     }

@@ -335,3 +335,124 @@ fn the_sampler_warm_up_is_told_how_much_room_the_budget_left_it() {
         d.explanation
     );
 }
+
+/// vllm#23278 with the GPU named (H100 80GB, as the thread says): the catalog's 79.19 GiB as
+/// PyTorch reports it times vLLM's default utilization gives the budget the log omits. The
+/// excerpt names no version, so both V1 defaults are tried: 0.9 leaves the rest 71.27 + 2.14 −
+/// 65.97 = 7.44 GiB, 0.92 leaves 9.02 GiB; the 65.97 GiB of weights outweigh either, and are
+/// named, with the figures that came from the catalog and the defaults said.
+#[test]
+fn v1_without_the_budget_takes_the_named_gpus_total_and_the_default_utilization() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.ends_with("/23278"))
+        .unwrap();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let mut p = profile::read(&b.log).unwrap();
+    assert_eq!(p.engine_version, None);
+    p.supply_device(h100);
+    let s = p.supplied.clone().unwrap();
+    assert_eq!(s.catalog_gpu.as_deref(), Some(h100.name));
+    assert_eq!(s.default_utilization, vec![0.9, 0.92]);
+    let t = h100.memory_bytes as f64;
+    assert_eq!(p.budget_bytes, Some((t * 0.92).round() as u64));
+    assert_eq!(s.budget_low_bytes, Some((t * 0.9).round() as u64));
+    assert_eq!(p.largest().map(|(q, _)| q), Some(Part::Weights));
+    let d = explain_profiled(&parse(&b.log).unwrap(), Some(&p), None);
+    assert_eq!(d.cause, ServingCause::Weights);
+    for words in [
+        &format!("79.19 GiB, the catalog's {}", h100.name),
+        "as PyTorch reports it (the log prints no total)",
+        "0.9 to 0.92, vLLM's defaults by release",
+        "the weights took the most: 65.97 GiB",
+    ] {
+        let words: &str = words;
+        assert!(d.explanation.contains(words), "{words}: {}", d.explanation);
+    }
+    // With the version printed, that version's default alone: 0.10.1's 0.9.
+    let logged = format!(
+        "INFO llm_engine.py] Initializing a V1 LLM engine (v0.10.1) with config: model='openai/gpt-oss-120b'\n{}",
+        b.log
+    );
+    let mut p = profile::read(&logged).unwrap();
+    assert_eq!(p.engine_version, Some([0, 10, 1]));
+    p.supply_device(h100);
+    assert_eq!(p.supplied.as_ref().unwrap().default_utilization, vec![0.9]);
+    assert_eq!(p.supplied.as_ref().unwrap().budget_low_bytes, None);
+    let d = explain_profiled(&parse(&logged).unwrap(), Some(&p), None);
+    assert!(
+        d.explanation.contains("0.9, vLLM 0.10.1's default"),
+        "{}",
+        d.explanation
+    );
+}
+
+/// Supplied figures decide only where they do: the same log on a GPU whose budget leaves the
+/// rest about as large as the weights (or larger at one default and smaller at the other) keeps
+/// the cause open and says why.
+#[test]
+fn supplied_figures_that_do_not_decide_keep_the_cause_open() {
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    // Weights W, cache −1 GiB: the rest is T·u − W + 1. At T = 79.19 GiB the rest equals W where
+    // W = (T·u + 1) / 2: 36.14 GiB at 0.9, 36.93 at 0.92; between them the defaults disagree.
+    let t = gpu.memory_bytes as f64 / (1u64 << 30) as f64;
+    let w = (t * 0.91 + 1.0) / 2.0;
+    let text = format!(
+        "gpu_model_runner.py:2007] Model loading took {w:.4} GiB and 12.8 seconds\n\
+         gpu_worker.py:276] Available KV cache memory: -1.00 GiB\n\
+         ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
+    );
+    let mut p = profile::read(&text).unwrap();
+    p.supply_device(gpu);
+    assert_eq!(p.largest(), None, "{:?}", p.parts());
+    let d = explain_profiled(&parse(&text).unwrap(), Some(&p), None);
+    assert_eq!(d.cause, ServingCause::Undetermined);
+    assert!(
+        d.explanation.contains("with the supplied figures"),
+        "{}",
+        d.explanation
+    );
+    // A logged utilization pins the budget: at 0.95 the rest (t·0.95 − w + 1) outweighs w,
+    // which leaves the cause open as every budget-only reading does (Part::Rest).
+    let pinned = format!("'gpu_memory_utilization': 0.95\n{text}");
+    let mut p = profile::read(&pinned).unwrap();
+    p.supply_device(gpu);
+    assert_eq!(
+        p.supplied.as_ref().unwrap().default_utilization,
+        Vec::<f64>::new()
+    );
+    assert_eq!(p.largest().map(|(q, _)| q), Some(Part::Rest));
+}
+
+/// vLLM on ROCm prints the same profile lines (`RocmPlatform` picks the same V0/V1 workers,
+/// read at 0.10.1), but its `get_current_memory_usage` is the device's whole use, so the weights
+/// figure counts the allocator's reserve and others' changes during loading: the reading says
+/// so when the log names the platform or an AMD GPU is named, and not otherwise.
+#[test]
+fn rocm_logs_are_read_alike_and_their_weights_figure_is_qualified() {
+    let b = blocks()
+        .into_iter()
+        .find(|b| b.source.ends_with("/23278"))
+        .unwrap();
+    let plain = profile::read(&b.log).unwrap();
+    assert!(!plain.rocm);
+    let rocm_log = format!(
+        "INFO [__init__.py:241] Automatically detected platform rocm.\n{}",
+        b.log
+    );
+    let p = profile::read(&rocm_log).unwrap();
+    assert!(p.rocm);
+    assert_eq!(p.weights_bytes, plain.weights_bytes);
+    assert_eq!(p.kv_bytes, plain.kv_bytes);
+    let d = explain_profiled(&parse(&rocm_log).unwrap(), Some(&p), None);
+    assert!(
+        d.explanation.contains("on ROCm vLLM measures loading"),
+        "{}",
+        d.explanation
+    );
+    let mut q = plain.clone();
+    q.supply_device(vram_model::gpu::lookup("mi300x").unwrap());
+    assert!(q.rocm);
+    let d = explain_profiled(&parse(&b.log).unwrap(), Some(&plain), None);
+    assert!(!d.explanation.contains("ROCm"), "{}", d.explanation);
+}

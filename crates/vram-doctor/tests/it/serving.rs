@@ -599,3 +599,74 @@ fn sglang_weights_leave_no_kv_as_the_capacity_model_writes_it() {
     assert!((m - u as f64 / (a + u) as f64).abs() < 1e-3, "{m} {a} {u}");
     assert!(m > 0.3 && m < 1.0);
 }
+
+/// The engines' load failures that `vram capacity` predicts for a channel-wise AWQ checkpoint
+/// are read here, the one reader of every refusal, with their kinds: vLLM's `The input size is
+/// not aligned ...` (its text as QwenLM/Qwen3-VL#831 posted it, a group-128 checkpoint at TP 2),
+/// and PyTorch's negative-dimension error in an engine's log (as PyTorch's `check_size_nonnegative`
+/// formats it; vllm#18885's excerpt, a channel-wise AWQ Qwen3-0.6B, is cut before its line).
+#[test]
+fn the_engines_load_failures_are_read_by_kind_and_are_not_memory() {
+    let aligned = "ERROR 02-22 00:01:41 engine.py:400] The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size.\n\
+                   ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size.";
+    let e = parse(aligned).unwrap();
+    assert_eq!(e.kind(), "load-shard-not-aligned");
+    assert!(!e.is_memory());
+    let d = explain(&e, None);
+    assert_eq!(d.cause, ServingCause::QuantLayout);
+    assert_eq!(d.engine, "vllm");
+    assert!(
+        d.explanation.starts_with("not a memory error"),
+        "{}",
+        d.explanation
+    );
+    assert!(d.remedies[0].action.contains("--tensor-parallel-size"));
+    // The output side is read as such.
+    let out = parse("ValueError: The output size is not aligned with the quantized weight shape.")
+        .unwrap();
+    assert_eq!(
+        out,
+        ServingError::LoadShardNotAligned {
+            engine: "vllm",
+            side: "output"
+        }
+    );
+
+    let negative = "ERROR 05-29 03:02:16 [core.py:500]   File \"/home/u/vllm/./vllm/model_executor/layers/quantization/awq.py\", line 101, in create_weights\n\
+                    ERROR 05-29 03:02:16 [core.py:500] RuntimeError: Trying to create tensor with negative dimension -1024: [-1024, 128]";
+    let e = parse(negative).unwrap();
+    assert_eq!(
+        e,
+        ServingError::LoadNegativeDimension {
+            engine: "vllm",
+            dimension: Some(-1024)
+        }
+    );
+    assert_eq!(e.kind(), "load-negative-dimension");
+    assert_eq!(explain(&e, None).cause, ServingCause::QuantLayout);
+    // SGLang's log names vLLM's modules too; the engine is SGLang.
+    let sg = "sglang/srt/layers/quantization/awq.py create_weights\nRuntimeError: Trying to create tensor with negative dimension -2048: [-2048, 256]";
+    assert_eq!(explain(&parse(sg).unwrap(), None).engine, "sglang");
+    // Without an engine in the paste the same PyTorch error is nobody's start-up failure
+    // (aigc-apps/VideoX-Fun#393's: a video length).
+    assert_eq!(
+        parse("RuntimeError: Trying to create tensor with negative dimension -97: [-97]"),
+        None
+    );
+}
+
+/// `vram capacity`'s own refusals of what it does not model (vLLM 0.22's V2 model runner, vLLM
+/// from 0.23), pasted to the doctor, are not read as an engine's error: the refusal says whose
+/// line it is.
+#[test]
+fn vrams_own_refusal_is_not_an_engines_error() {
+    for own in [
+        "vram: vLLM 0.22 runs Qwen3ForCausalLM on its V2 model runner by default (config/vllm.py use_v2_model_runner: a dense Qwen3ForCausalLM checkpoint without a quantization_config), whose memory profile vram does not model; say so with --vllm-use-v2-model-runner 0",
+        "vram: --vllm-use-v2-model-runner 1 (VLLM_USE_V2_MODEL_RUNNER=1): vLLM 0.22 would run its V2 model runner, whose memory profile vram does not model; vram models the V1 runner (--vllm-use-v2-model-runner 0)",
+        "vram: vLLM 0.23 changed the start-up memory profile vram models: its CUDA-graph estimate also captures the multimodal encoder's graphs; vram models vLLM 0.5 to 0.22",
+    ] {
+        assert_eq!(parse(own), None, "{own}");
+        let err = vram_doctor::read(own).unwrap_err().to_string();
+        assert!(err.contains("this is vram's own line"), "{err}");
+    }
+}

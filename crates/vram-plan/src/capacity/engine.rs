@@ -107,6 +107,20 @@ pub(super) fn vllm_flashinfer_profiled(k: &Knobs) -> bool {
     Engine::Vllm.version_in_force(k) < [0, 21, 0]
 }
 
+/// vLLM's default `gpu_memory_utilization` (`CacheConfig`) from each release on: 0.9 to 0.19.1,
+/// 0.92 from 0.20.0 (`vllm/config/cache.py`, the same 0.92 through 0.33.0). The capacity model
+/// and the doctor's reading of a log that prints no utilization both take it from here.
+pub const VLLM_DEFAULT_UTILIZATION: &[([u32; 3], f64)] = &[([0, 0, 0], 0.9), ([0, 20, 0], 0.92)];
+
+/// [`VLLM_DEFAULT_UTILIZATION`] in force at `version`.
+pub fn vllm_default_utilization(version: [u32; 3]) -> f64 {
+    VLLM_DEFAULT_UTILIZATION
+        .iter()
+        .rev()
+        .find(|(from, _)| version >= *from)
+        .map_or(0.9, |&(_, u)| u)
+}
+
 /// vLLM's `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` by release series: the architectures whose
 /// checkpoints run on the V2 model runner (`vllm/v1/worker/gpu/`) unless the start says
 /// otherwise. Read from `vllm/config/vllm.py` in the 0.22.0 and 0.22.1 sdists (line 69, the two

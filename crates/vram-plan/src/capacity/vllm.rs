@@ -56,15 +56,10 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             } else {
                 seqs_default
             });
-    // `CacheConfig.gpu_memory_utilization`: 0.9 to 0.19.1, 0.92 from 0.20.0 (`config/cache.py`,
-    // the same 0.92 through 0.33.0).
-    let util = k.gpu_memory_utilization.unwrap_or(
-        if v1 && Engine::Vllm.version_in_force(k) >= [0, 20, 0] {
-            0.92
-        } else {
-            0.9
-        },
-    );
+    // `CacheConfig.gpu_memory_utilization`'s default by release (V0 ends at 0.10).
+    let util = k
+        .gpu_memory_utilization
+        .unwrap_or_else(|| engine::vllm_default_utilization(Engine::Vllm.version_in_force(k)));
     // `SchedulerConfig._verify_args` refuses a step budget smaller than the number of
     // sequences before anything is loaded: the same ValueError at 0.8.5, 0.9.2, 0.10.1 and
     // 0.19.0 (config.py, then config/scheduler.py). The engine never starts, so this is an
