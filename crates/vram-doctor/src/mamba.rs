@@ -25,25 +25,22 @@
 
 use crate::diagnose::human_bytes;
 use crate::profile::StartupProfile;
-use crate::serving::{ServingDiagnosis, ServingError, ServingRemedy};
+use crate::serving::{num, paren_after, ServingDiagnosis, ServingError, ServingRemedy};
 
 /// Reads the message from the flattened, lower-cased text ([`crate::serving::parse`]'s).
 pub(crate) fn parse(flat: &str) -> Option<ServingError> {
     const KEY: &str = "exceeds available mamba cache blocks";
     let i = flat.find(KEY)?;
-    let max_num_seqs = paren_number(&flat[flat[..i].rfind("max_num_seqs")?..i])?;
-    let blocks = paren_number(&flat[i..])?;
+    // The last `max_num_seqs` before the key: a pasted log's configuration line names it too.
+    let max_num_seqs = num(&paren_after(
+        &flat[flat[..i].rfind("max_num_seqs")?..i],
+        "max_num_seqs",
+    )?)?;
+    let blocks = num(&paren_after(flat, KEY)?)?;
     Some(ServingError::VllmMambaBlocks {
         max_num_seqs,
         blocks,
     })
-}
-
-/// The integer inside the first `( ... )` of `s`.
-fn paren_number(s: &str) -> Option<u64> {
-    let open = s.find('(')?;
-    let close = s[open..].find(')')? + open;
-    s[open + 1..close].trim().replace(',', "").parse().ok()
 }
 
 /// The knob, the explanation and the remedies with the message's own figures.

@@ -280,7 +280,7 @@ pub struct ServingDiagnosis {
 }
 
 /// The number in the first `(...)` after `pat`.
-fn paren_after(s: &str, pat: &str) -> Option<String> {
+pub(crate) fn paren_after(s: &str, pat: &str) -> Option<String> {
     let i = s.find(pat)? + pat.len();
     let rest = &s[i..];
     let open = rest.find('(')?;
@@ -288,7 +288,7 @@ fn paren_after(s: &str, pat: &str) -> Option<String> {
     Some(rest[open + 1..close].trim().to_string())
 }
 
-fn num(s: &str) -> Option<u64> {
+pub(crate) fn num(s: &str) -> Option<u64> {
     s.trim().replace(',', "").parse().ok()
 }
 
