@@ -9,6 +9,7 @@ use vram_model::describe::Dtype as StoredDtype;
 use vram_model::finetune::WeightFormat;
 use vram_model::fmt::{bytes, thousands};
 use vram_model::gpu::Gpu;
+use vram_model::read::{quantization_config, QuantLookup};
 use vram_plan::capacity::{self, Capacity, Engine, Interconnect, Knobs, Quantization};
 use vram_plan::suggest::{self, ServingChange};
 
@@ -149,9 +150,13 @@ pub struct CapacityReport {
     pub notes: Vec<String>,
 }
 
-/// `quantization_config.quant_method` of the model's config.json, if any.
-fn config_quantization(config: &serde_json::Value) -> Result<Option<Quantization>> {
-    match vram_model::read::quant_method(config) {
+/// `quant_method` of the model's config.json's quantization settings, found where the engine
+/// looks (`lookup`), if any.
+fn config_quantization(
+    config: &serde_json::Value,
+    lookup: QuantLookup,
+) -> Result<Option<Quantization>> {
+    match vram_model::read::quant_method(config, lookup) {
         None => Ok(None),
         Some(m) => Quantization::parse(m).map(Some).ok_or_else(|| {
             input(format!("the config's quantization_config.quant_method `{m}` is not one vram knows (fp8, int8, awq, gptq, bitsandbytes, mxfp4)"))
@@ -166,6 +171,36 @@ pub fn knobs(
     t: &vram_model::arch::Transformer,
     config: &serde_json::Value,
     config_from_user: bool,
+) -> Result<Knobs> {
+    let version = r
+        .engine_version
+        .as_deref()
+        .and_then(capacity::parse_engine_version);
+    knobs_at(
+        r,
+        t,
+        config,
+        config_from_user,
+        engine_lookup(r.engine, version.map(|v| v.0)),
+    )
+}
+
+/// Where `engine` at `version` (`None`: the newest modelled) looks for a config's quantization
+/// settings.
+fn engine_lookup(engine: Engine, version: Option<[u32; 3]>) -> QuantLookup {
+    match engine {
+        Engine::Vllm => QuantLookup::Vllm(version),
+        Engine::Sglang => QuantLookup::Sglang,
+    }
+}
+
+/// [`knobs`], the config's quantization settings read by `lookup`.
+fn knobs_at(
+    r: &CapacityRequest,
+    t: &vram_model::arch::Transformer,
+    config: &serde_json::Value,
+    config_from_user: bool,
+    lookup: QuantLookup,
 ) -> Result<Knobs> {
     let engine = r.engine;
     let vllm_only = [
@@ -243,7 +278,7 @@ pub fn knobs(
         // not lay out tensor by tensor (compressed-tensors, fbgemm FP8, ...) is priced by the
         // engine's bytes per weight.
         None if config_from_user && !t.blocks.storage.is_packed() => {
-            config_quantization(config)?.unwrap_or(Quantization::None)
+            config_quantization(config, lookup)?.unwrap_or(Quantization::None)
         }
         None => Quantization::None,
     };
@@ -290,7 +325,7 @@ pub fn knobs(
         marlin: match r.weights {
             Some(Weights::Marlin(_)) => Some(true),
             Some(Weights::Format(WeightFormat::Awq { .. } | WeightFormat::Gptq { .. }))
-                if config_quantization(config).ok().flatten() == Some(quantization) =>
+                if config_quantization(config, lookup).ok().flatten() == Some(quantization) =>
             {
                 Some(false)
             }
@@ -348,8 +383,20 @@ pub fn capacity(
         }
     }
     if let Some(v) = registry.version {
+        if engine_lookup(r.engine, Some(v)) != engine_lookup(r.engine, k.engine_version) {
+            k = knobs_at(
+                r,
+                t,
+                &config,
+                config_from_user,
+                engine_lookup(r.engine, Some(v)),
+            )?;
+        }
         k.engine_version = Some(v);
     }
+    // The weights as the engine at that version loads them.
+    let (loaded, lookup_note) = as_engine_loads(t, &config, r, k.engine_version)?;
+    let t = loaded.as_ref().unwrap_or(t);
     // vLLM keeps a hybrid model's recurrent state in the config's `mamba_ssm_dtype`.
     k.mamba_ssm_bytes = m.config.and_then(vram_model::read::mamba_ssm_bytes);
     let g = r.gpu;
@@ -375,9 +422,73 @@ pub fn capacity(
         changes_tried: tried,
         notes: crate::notes::of_model(&m.model)
             .into_iter()
+            .chain(lookup_note)
             .chain(registry.note)
             .collect(),
     })
+}
+
+/// The model as `r.engine` at `version` builds it from `config`'s quantization settings, and
+/// what to say of it, where that is not as transformers reads them (the description's
+/// storage): a config that keeps its settings only in `text_config` is unquantized to an engine
+/// that looks at the top level only (vLLM 0.10.1.1 and earlier, SGLang but for the config
+/// classes that copy them up, [`QuantLookup`]). A checkpoint whose stored tensors the
+/// unquantized layers cannot take (packed or scaled weights) is refused; any other is counted
+/// in the dtype. `--weights` states the storage itself: nothing changes.
+fn as_engine_loads(
+    t: &vram_model::arch::Transformer,
+    config: &serde_json::Value,
+    r: &CapacityRequest,
+    version: Option<[u32; 3]>,
+) -> Result<(Option<vram_model::arch::Transformer>, Option<String>)> {
+    let Some(map) = config.as_object() else {
+        return Ok((None, None));
+    };
+    let lookup = engine_lookup(r.engine, version);
+    let hf = quantization_config(map, QuantLookup::Transformers);
+    let engine = quantization_config(map, lookup);
+    let label = match version {
+        Some([a, b, c]) => format!("{} {a}.{b}.{c}", r.engine.label()),
+        None => r.engine.label().to_string(),
+    };
+    match (hf, engine) {
+        (Some(hf), None) if r.weights.is_none() => {
+            let reads = match r.engine {
+                Engine::Vllm => "reads only the top level (`quantization_config`, else `compression_config`; vLLM 0.10.2 added the `text_config` fallback)",
+                Engine::Sglang => "reads only the top level (`_parse_quant_hf_config`: `quantization_config`, else `compression_config`)",
+            };
+            if t.blocks.storage.is_packed() {
+                return Err(input(format!(
+                    "{label} cannot load this: this config keeps its quantization settings in `{}`, and {label} {reads}: it builds unquantized layers, which have no parameters for the checkpoint's quantized tensors ({}); the load stops at the first of them (SGLang 0.5.3's DeepSeek-V2 `load_weights`: a KeyError on the packed expert weight) or, in a model that skips unknown names, leaves those layers unloaded",
+                    hf.path,
+                    t.blocks.storage.name()
+                )));
+            }
+            let mut unquantized = t.clone();
+            unquantized.blocks.storage.quant = vram_model::describe::Quant::None;
+            unquantized.blocks.storage.ignored = Default::default();
+            Ok((
+                Some(unquantized),
+                Some(format!(
+                    "{label} {reads}, and this config keeps its quantization settings in `{}`: the weights are counted unquantized, as it would load them",
+                    hf.path
+                )),
+            ))
+        }
+        (Some(_), Some(e))
+            if !lookup.falls_back_to_text_config()
+                && e.path.starts_with("text_config") =>
+        {
+            Ok((
+                None,
+                Some(format!(
+                    "{label} reads the quantization settings at the top level only; the config class of `{}` copies `text_config.quantization_config` there (`KimiK25Config.__init__`), so it loads them",
+                    map.get("model_type").and_then(|m| m.as_str()).unwrap_or("?")
+                )),
+            ))
+        }
+        _ => Ok((None, None)),
+    }
 }
 
 /// `--kv-cache-dtype` as the header line names it. `auto` is the model's dtype as the engine

@@ -488,13 +488,36 @@ pub enum QuantLookup {
     /// when truthy, else that of `config.get_text_config(decoder=True)` (the one sub-config
     /// named `decoder`, `generator` or `text_config`; several is an error there).
     Transformers,
-    /// vLLM 0.10.2 `ModelConfig._verify_quantization` / `_parse_quant_hf_config`, and 0.19.0
-    /// to 0.22.1 `ModelArchConfigConvertor.get_quantization_config` /
-    /// `_normalize_quantization_config`: the top level's `quantization_config`, else its
-    /// `compression_config`, when not None; else the same two in `text_config`. (0.10.1.1 and
-    /// earlier — 0.6.4, 0.8.5, 0.9.2, 0.10.0 read — look at the top level only; capacity does
-    /// not yet switch by version.)
-    Vllm,
+    /// vLLM at a version (`None`: the newest modelled). 0.10.2 `ModelConfig._verify_quantization`
+    /// / `_parse_quant_hf_config`, and 0.19.0 to 0.22.1
+    /// `ModelArchConfigConvertor.get_quantization_config` / `_normalize_quantization_config`: the
+    /// top level's `quantization_config`, else its `compression_config`, when not None; else the
+    /// same two in `text_config`. 0.10.1.1 and earlier (0.6.4, 0.8.5, 0.9.2, 0.10.0 read) look at
+    /// the top level only.
+    Vllm(Option<[u32; 3]>),
+    /// SGLang 0.4.6, 0.5.3 and 0.5.9 `ModelConfig._parse_quant_hf_config`: the top level's
+    /// `quantization_config`, else its `compression_config` (else a modelopt
+    /// `hf_quant_config.json` beside the config, which a config alone does not show); never
+    /// `text_config`'s.
+    Sglang,
+}
+
+/// The `model_type`s whose config class copies `text_config.quantization_config` to the top
+/// level when it is built, so that an engine reading the top level only finds it: `kimi_k25`
+/// (`KimiK25Config.__init__`, read in SGLang 0.5.9's `configs/kimi_k25.py` and in vLLM's
+/// `K2VLConfig`, both adapted from the checkpoint's own `configuration_kimi_*.py`).
+pub const CONFIG_CLASS_LIFTS_TEXT_QUANT: &[&str] = &["kimi_k25"];
+
+impl QuantLookup {
+    /// Whether this lookup reads `text_config`'s `compression_config` and `quantization_config`
+    /// when the top level has neither.
+    pub fn falls_back_to_text_config(self) -> bool {
+        match self {
+            QuantLookup::Transformers => true,
+            QuantLookup::Vllm(v) => v.is_none_or(|v| v >= [0, 10, 2]),
+            QuantLookup::Sglang => false,
+        }
+    }
 }
 
 /// A config's quantization settings as one library finds them, and where they were found
@@ -539,7 +562,7 @@ pub fn quantization_config(
             };
             Some(QuantFound { value: v, path })
         }
-        QuantLookup::Vllm => {
+        QuantLookup::Vllm(_) | QuantLookup::Sglang => {
             fn in_map(m: &Map<String, Value>) -> Option<(&Value, bool)> {
                 if let Some(v) = m.get("quantization_config").filter(|v| !v.is_null()) {
                     return Some((v, false));
@@ -557,7 +580,18 @@ pub fn quantization_config(
                 return Some(QuantFound { value: v, path });
             }
             let text = config.get("text_config")?.as_object()?;
-            let (v, compression) = in_map(text)?;
+            let (v, compression) = if lookup.falls_back_to_text_config() {
+                in_map(text)?
+            } else if config
+                .get("model_type")
+                .and_then(Value::as_str)
+                .is_some_and(|m| CONFIG_CLASS_LIFTS_TEXT_QUANT.contains(&m))
+            {
+                // The config class has copied the text config's `quantization_config` up.
+                (text.get("quantization_config").filter(|v| !v.is_null())?, false)
+            } else {
+                return None;
+            };
             let path = if compression {
                 "text_config.compression_config"
             } else {
@@ -574,7 +608,7 @@ pub fn quantization_config(
 /// transformers', capacity's method is vLLM's).
 fn quant_lookup_note(config: &Map<String, Value>) -> Option<String> {
     let hf = quantization_config(config, QuantLookup::Transformers);
-    let vllm = quantization_config(config, QuantLookup::Vllm);
+    let vllm = quantization_config(config, QuantLookup::Vllm(None));
     let at = |f: Option<QuantFound>| f.map_or("none", |f| f.path);
     let same = match (hf, vllm) {
         (None, None) => return None,
@@ -939,9 +973,9 @@ pub fn architectures(config: &serde_json::Value) -> Vec<String> {
 }
 
 /// The method a model's `config.json` names in its quantization settings' `quant_method`, if any,
-/// Found where vLLM looks ([`QuantLookup::Vllm`]): capacity's reader.
-pub fn quant_method(config: &serde_json::Value) -> Option<&str> {
-    quantization_config(config.as_object()?, QuantLookup::Vllm)?
+/// found where the engine at hand looks (`lookup`): capacity's reader.
+pub fn quant_method(config: &serde_json::Value, lookup: QuantLookup) -> Option<&str> {
+    quantization_config(config.as_object()?, lookup)?
         .value
         .get("quant_method")?
         .as_str()
@@ -981,13 +1015,13 @@ mod quant_lookup_tests {
     fn both_libraries_fall_back_to_the_text_config() {
         let q = json!({"quant_method": "fp8"});
         let m = obj(json!({"text_config": {"quantization_config": q}}));
-        for l in [QuantLookup::Transformers, QuantLookup::Vllm] {
+        for l in [QuantLookup::Transformers, QuantLookup::Vllm(None)] {
             assert_eq!(at(&m, l), Some("text_config.quantization_config"));
         }
         let m = obj(
             json!({"quantization_config": q, "text_config": {"quantization_config": {"quant_method": "awq"}}}),
         );
-        for l in [QuantLookup::Transformers, QuantLookup::Vllm] {
+        for l in [QuantLookup::Transformers, QuantLookup::Vllm(None)] {
             assert_eq!(at(&m, l), Some("quantization_config"), "the top level wins");
         }
         assert_eq!(quant_lookup_note(&m), None);
@@ -1004,13 +1038,13 @@ mod quant_lookup_tests {
             at(&m, QuantLookup::Transformers),
             Some("text_config.quantization_config")
         );
-        assert_eq!(at(&m, QuantLookup::Vllm), Some("quantization_config"));
+        assert_eq!(at(&m, QuantLookup::Vllm(None)), Some("quantization_config"));
         let note = quant_lookup_note(&m).unwrap();
         assert!(note.contains("transformers 5.24 reads the quantization settings from `text_config.quantization_config`, vLLM from `quantization_config`"), "{note}");
         // vLLM reads `compression_config`; transformers 5.24 does not.
         let m = obj(json!({"compression_config": {"quant_method": "compressed-tensors"}}));
         assert_eq!(at(&m, QuantLookup::Transformers), None);
-        assert_eq!(at(&m, QuantLookup::Vllm), Some("compression_config"));
+        assert_eq!(at(&m, QuantLookup::Vllm(None)), Some("compression_config"));
         // transformers' get_text_config(decoder=True) also names `decoder`; vLLM looks only
         // in `text_config`.
         let m = obj(json!({"decoder": {"quantization_config": {"quant_method": "gptq"}}}));
@@ -1018,11 +1052,47 @@ mod quant_lookup_tests {
             at(&m, QuantLookup::Transformers),
             Some("decoder.quantization_config")
         );
-        assert_eq!(at(&m, QuantLookup::Vllm), None);
+        assert_eq!(at(&m, QuantLookup::Vllm(None)), None);
         // Two text configs: ambiguous to transformers (it raises), none read.
         let m = obj(
             json!({"decoder": {"quantization_config": {"quant_method": "gptq"}}, "text_config": {}}),
         );
         assert_eq!(at(&m, QuantLookup::Transformers), None);
+    }
+
+    #[test]
+    fn the_text_config_fallback_follows_the_engine_and_its_version() {
+        let m = obj(json!({"model_type": "llava",
+            "text_config": {"quantization_config": {"quant_method": "fp8"}}}));
+        // vLLM 0.10.2 added the fallback; 0.10.1.1 and earlier read the top level only.
+        assert_eq!(at(&m, QuantLookup::Vllm(Some([0, 10, 1]))), None);
+        assert_eq!(at(&m, QuantLookup::Vllm(Some([0, 6, 4]))), None);
+        for v in [Some([0, 10, 2]), Some([0, 22, 1]), None] {
+            assert_eq!(
+                at(&m, QuantLookup::Vllm(v)),
+                Some("text_config.quantization_config"),
+                "{v:?}"
+            );
+        }
+        // The top level is read at every version.
+        let top = obj(json!({"quantization_config": {"quant_method": "awq"}}));
+        assert_eq!(
+            at(&top, QuantLookup::Vllm(Some([0, 6, 4]))),
+            Some("quantization_config")
+        );
+        // SGLang reads the top level only...
+        assert_eq!(at(&m, QuantLookup::Sglang), None);
+        assert_eq!(at(&top, QuantLookup::Sglang), Some("quantization_config"));
+        // ...where Kimi-K2.5's config class has copied the text config's settings, for every
+        // engine that builds it.
+        let kimi = obj(json!({"model_type": "kimi_k25",
+            "text_config": {"quantization_config": {"quant_method": "compressed-tensors"}}}));
+        for l in [QuantLookup::Sglang, QuantLookup::Vllm(Some([0, 10, 1]))] {
+            assert_eq!(at(&kimi, l), Some("text_config.quantization_config"), "{l:?}");
+        }
+        // It copies `quantization_config` only, not `compression_config`.
+        let kimi = obj(json!({"model_type": "kimi_k25",
+            "text_config": {"compression_config": {"quant_method": "compressed-tensors"}}}));
+        assert_eq!(at(&kimi, QuantLookup::Sglang), None);
     }
 }
