@@ -766,3 +766,156 @@ fn quantization_config_in_text_config_is_read() {
     let notes = c["notes"].as_array().expect("notes");
     assert!(notes.iter().any(|n| n == note), "capacity notes {notes:?}");
 }
+
+/// `vram capacity` on `cfg` with `args`: the exit code, `--json`'s object (or stderr) and the
+/// text output.
+fn capacity_both(cfg: &std::path::Path, args: &[&str]) -> (Option<i32>, Value, String) {
+    let run = |json: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_vram"));
+        c.arg("capacity")
+            .arg(cfg)
+            .args(["--gpu", "h200", "--tensor-parallel-size", "8"]);
+        c.args(args);
+        if json {
+            c.arg("--json");
+        }
+        c.output().expect("run vram")
+    };
+    let (j, t) = (run(true), run(false));
+    assert_eq!(j.status.code(), t.status.code(), "{args:?}");
+    let text =
+        String::from_utf8_lossy(&t.stdout).into_owned() + &String::from_utf8_lossy(&t.stderr);
+    let v = if j.status.success() {
+        serde_json::from_slice(&j.stdout).expect("JSON")
+    } else {
+        Value::String(String::from_utf8_lossy(&j.stderr).into_owned())
+    };
+    (j.status.code(), v, text)
+}
+
+/// Every note of the `--json` answer is a `note:` line of the text answer.
+fn notes_agree(v: &Value, text: &str) -> Vec<String> {
+    let notes: Vec<String> = v["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    for n in &notes {
+        assert!(text.contains(&format!("note: {n}")), "{n}\n{text}");
+    }
+    notes
+}
+
+/// Where the quantization settings sit only in `text_config`, capacity loads the weights as the
+/// engine at its version does: vLLM 0.10.2 added the `text_config` fallback; 0.10.1.1 and older,
+/// and SGLang 0.4/0.5 (`_parse_quant_hf_config`), read the top level only, unless the config
+/// class copies the settings up, as Kimi-K2.5's `KimiK25Config` does.
+#[test]
+fn capacity_reads_the_quantization_settings_where_the_engine_does() {
+    let kimi = zoo_dir().join("nearmiss/kimi-k2.5.json");
+    // Kimi-K2.5 itself: vLLM 0.10.1 and 0.10.2 have no KimiK25ForConditionalGeneration; the
+    // registry refuses first.
+    for v in ["0.10.1", "0.10.2"] {
+        let (code, err, _) = capacity_both(&kimi, &["--engine-version", v]);
+        assert_ne!(code, Some(0), "{v}");
+        let err = err.as_str().unwrap();
+        assert!(err.contains("KimiK25ForConditionalGeneration"), "{err}");
+        assert!(!err.contains("cannot load"), "{err}");
+    }
+    // SGLang (0.5.9, its first release with the model) reads the top level, where the config
+    // class has copied the settings: the stored int4 experts, as vLLM counts them.
+    let (code, vllm, _) = capacity_both(&kimi, &[]);
+    assert_eq!(code, Some(0));
+    let (code, sgl, text) = capacity_both(&kimi, &["--engine", "sglang"]);
+    assert_eq!(code, Some(0), "{text}");
+    let stored = vllm["weights_bytes"].as_u64().unwrap();
+    let sgl_weights = sgl["weights_bytes"].as_u64().unwrap();
+    assert!(
+        sgl_weights.abs_diff(stored) * 50 < stored,
+        "SGLang {sgl_weights} vs vLLM {stored}"
+    );
+    let notes = notes_agree(&sgl, &text);
+    assert!(
+        notes.iter().any(|n| n.starts_with("SGLang") && n.contains("reads the quantization settings at the top level only; the config class of `kimi_k25` copies `text_config.quantization_config` there")),
+        "{notes:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let base: Value = serde_json::from_str(&std::fs::read_to_string(&kimi).unwrap()).unwrap();
+    let write = |name: &str, f: &dyn Fn(&mut Value)| {
+        let mut v = base.clone();
+        f(&mut v);
+        let p = dir.path().join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p
+    };
+    // The same config under the text model's class, which vLLM 0.10.1 has: KimiK25Config still
+    // lifts the settings, so 0.10.1 loads the int4 experts as 0.10.2 does, and says why.
+    let lifted = write("lifted.json", &|v| {
+        v["architectures"] = serde_json::json!(["DeepseekV3ForCausalLM"])
+    });
+    let (code, old, text) = capacity_both(&lifted, &["--engine-version", "0.10.1"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, new, _) = capacity_both(&lifted, &["--engine-version", "0.10.2"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(old["weights_bytes"], new["weights_bytes"]);
+    assert!(
+        old["weights_bytes"].as_u64().unwrap().abs_diff(stored) * 50 < stored,
+        "0.10.1 {} vs {stored}",
+        old["weights_bytes"]
+    );
+    let notes = notes_agree(&old, &text);
+    assert!(
+        notes.iter().any(|n| n.starts_with("vLLM 0.10.1 reads the quantization settings at the top level only; the config class of `kimi_k25` copies")),
+        "{notes:?}"
+    );
+    // A wrapper whose config class copies nothing (a made-up model_type): the packed int4
+    // experts have no place in the unquantized layers vLLM 0.10.1 and SGLang build.
+    let wrapper = write("wrapper.json", &|v| {
+        v["architectures"] = serde_json::json!(["DeepseekV3ForCausalLM"]);
+        v["model_type"] = "k25_wrapper".into();
+    });
+    for args in [
+        &["--engine-version", "0.10.1"][..],
+        &["--engine", "sglang", "--engine-version", "0.5.3"][..],
+    ] {
+        let (code, err, text) = capacity_both(&wrapper, args);
+        assert_eq!(code, Some(2), "{args:?}: {text}");
+        let err = err.as_str().unwrap();
+        assert!(err.contains("cannot load this: this config keeps its quantization settings in `text_config.quantization_config`"), "{err}");
+        assert!(err.contains("(compressed-tensors-w4a16-g32)"), "{err}");
+        assert!(text.contains(err.trim()), "{text}");
+    }
+    let (code, new, _) = capacity_both(&wrapper, &["--engine-version", "0.10.2"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(new["weights_bytes"].as_u64(), Some(stored));
+    // A method the description does not lay out (fbgemm FP8, counted in the dtype by the
+    // estimate, at a byte a weight by vLLM 0.10.2): 0.10.1 builds bf16 layers, about twice.
+    let other = write("fbgemm.json", &|v| {
+        v["architectures"] = serde_json::json!(["DeepseekV3ForCausalLM"]);
+        v["model_type"] = "k25_wrapper".into();
+        v["text_config"]["quantization_config"] =
+            serde_json::json!({"quant_method": "fbgemm_fp8", "modules_to_not_convert": []});
+    });
+    let (code, old, text) = capacity_both(&other, &["--engine-version", "0.10.1"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, new, _) = capacity_both(&other, &["--engine-version", "0.10.2"]);
+    assert_eq!(code, Some(0));
+    let (o, n) = (
+        old["weights_bytes"].as_u64().unwrap(),
+        new["weights_bytes"].as_u64().unwrap(),
+    );
+    assert!(
+        o * 10 > n * 19 && o * 10 < n * 21,
+        "0.10.1 {o} vs 0.10.2 {n}"
+    );
+    let notes = notes_agree(&old, &text);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("vLLM 0.10.1 reads only the top level")
+                && n.contains("the weights are counted unquantized, as it would load them")),
+        "{notes:?}"
+    );
+}

@@ -459,7 +459,7 @@ fn as_engine_loads(
             };
             if t.blocks.storage.is_packed() {
                 return Err(input(format!(
-                    "{label} cannot load this: this config keeps its quantization settings in `{}`, and {label} {reads}: it builds unquantized layers, which have no parameters for the checkpoint's quantized tensors ({}); the load stops at the first of them (SGLang 0.5.3's DeepSeek-V2 `load_weights`: a KeyError on the packed expert weight) or, in a model that skips unknown names, leaves those layers unloaded",
+                    "{label} cannot load this: this config keeps its quantization settings in `{}`, and {label} {reads}: it builds unquantized layers, which have no parameters for the checkpoint's quantized tensors ({}); the load stops at the first of them (SGLang 0.5.3's DeepSeek-V2 `load_weights`: a KeyError on the first packed expert tensor) or, in a model that skips unknown names, leaves those layers unloaded",
                     hf.path,
                     t.blocks.storage.name()
                 )));
@@ -470,8 +470,13 @@ fn as_engine_loads(
             Ok((
                 Some(unquantized),
                 Some(format!(
-                    "{label} {reads}, and this config keeps its quantization settings in `{}`: the weights are counted unquantized, as it would load them",
-                    hf.path
+                    "{label} {reads}, and this config keeps its quantization settings in `{}`: the weights are counted unquantized, as it would load them{}",
+                    hf.path,
+                    if t.blocks.storage.quant == vram_model::describe::Quant::Other {
+                        " (a checkpoint that stores quantized tensors would not load into those layers)"
+                    } else {
+                        ""
+                    }
                 )),
             ))
         }

@@ -588,7 +588,10 @@ pub fn quantization_config(
                 .is_some_and(|m| CONFIG_CLASS_LIFTS_TEXT_QUANT.contains(&m))
             {
                 // The config class has copied the text config's `quantization_config` up.
-                (text.get("quantization_config").filter(|v| !v.is_null())?, false)
+                (
+                    text.get("quantization_config").filter(|v| !v.is_null())?,
+                    false,
+                )
             } else {
                 return None;
             };
@@ -1088,7 +1091,11 @@ mod quant_lookup_tests {
         let kimi = obj(json!({"model_type": "kimi_k25",
             "text_config": {"quantization_config": {"quant_method": "compressed-tensors"}}}));
         for l in [QuantLookup::Sglang, QuantLookup::Vllm(Some([0, 10, 1]))] {
-            assert_eq!(at(&kimi, l), Some("text_config.quantization_config"), "{l:?}");
+            assert_eq!(
+                at(&kimi, l),
+                Some("text_config.quantization_config"),
+                "{l:?}"
+            );
         }
         // It copies `quantization_config` only, not `compression_config`.
         let kimi = obj(json!({"model_type": "kimi_k25",
