@@ -622,6 +622,24 @@ pub struct Capacity {
 }
 
 /// Validates the knobs against the model; one-line errors.
+impl Capacity {
+    /// The pool's blocks when vLLM refuses this start for them: a hybrid model's `max_num_seqs`
+    /// exceeds the blocks while one request of `max_model_len` fits
+    /// (`engine::vllm_mamba_blocks_short`, with the `knobs` this answer was computed for).
+    pub fn vllm_mamba_blocks_short(&self, knobs: &Knobs) -> Option<u64> {
+        (self.engine == Engine::Vllm
+            && !self.starts
+            && self.max_model_len_that_fits >= self.max_model_len
+            && engine::vllm_mamba_blocks_short(
+                knobs,
+                &self.kv_groups,
+                self.max_num_seqs,
+                self.kv_cache_blocks,
+            ))
+        .then_some(self.kv_cache_blocks)
+    }
+}
+
 fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
     if let Some(u) = k.gpu_memory_utilization {
         if !(u > 0.0 && u <= 1.0) {
