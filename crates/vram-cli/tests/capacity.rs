@@ -1998,10 +1998,7 @@ fn hybrid_pool_below_max_num_seqs_is_refused_as_vllm_logs_it() {
             "max_num_seqs (1024) exceeds available Mamba cache blocks ({blocks})"
         ))));
     let (_, text, _) = vram(&args(&base));
-    assert!(
-        text.contains(&format!("--max-num-seqs {blocks}")),
-        "{text}"
-    );
+    assert!(text.contains(&format!("--max-num-seqs {blocks}")), "{text}");
     let (code, out, err) = vram(&args(
         &[&base[..], &["--max-num-seqs", "256", "--json"]].concat(),
     ));

@@ -28,7 +28,9 @@
 //!   From 0.20 (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default) the CUDA graphs'
 //!   estimated memory is subtracted before the KV cache is sized; before, they are captured
 //!   after it and must fit what the budget, the CUDA context and the profile's released peak
-//!   leave (`graphs`).
+//!   leave (`graphs`). From 0.20 a hybrid model (Mamba2 / Gated DeltaNet state) whose pool has
+//!   fewer blocks than `max_num_seqs` is refused before the graphs are captured
+//!   (`engine::vllm_mamba_blocks_short`).
 //! - **vLLM V0** (0.5–0.7, `worker.py` `determine_num_available_blocks`): the same budget less
 //!   the profile's peak and the memory outside PyTorch; the profile run is one batch of
 //!   `max(max_model_len, 2048)` tokens (no chunked prefill up to 32K) over `max_num_seqs` = 256

@@ -2428,7 +2428,11 @@ fn vllm_hybrid_pool_below_max_num_seqs_is_refused_from_0_20() {
     };
     let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
     assert_eq!(c.max_num_seqs, 1024);
-    assert!(c.kv_cache_blocks > 0 && c.kv_cache_blocks < 1024, "{}", c.kv_cache_blocks);
+    assert!(
+        c.kv_cache_blocks > 0 && c.kv_cache_blocks < 1024,
+        "{}",
+        c.kv_cache_blocks
+    );
     assert!(!c.starts);
     assert_eq!(c.max_model_len_that_fits, 16384);
     let last = c.log.last().unwrap();
@@ -2445,13 +2449,20 @@ fn vllm_hybrid_pool_below_max_num_seqs_is_refused_from_0_20() {
 
     // The change offered: at most as many sequences as blocks, and it starts.
     let change = crate::suggest::serving(&t, gpu, Engine::Vllm, &k).unwrap();
-    assert_eq!(change.flags, format!("--max-num-seqs {}", c.kv_cache_blocks));
+    assert_eq!(
+        change.flags,
+        format!("--max-num-seqs {}", c.kv_cache_blocks)
+    );
     let fixed = Knobs {
         max_num_seqs: Some(c.kv_cache_blocks),
         ..k
     };
     let f = capacity(&t, gpu, Engine::Vllm, &fixed).unwrap();
-    assert!(f.starts && f.kv_cache_blocks >= c.kv_cache_blocks, "{:?}", f.log);
+    assert!(
+        f.starts && f.kv_cache_blocks >= c.kv_cache_blocks,
+        "{:?}",
+        f.log
+    );
     // --enforce-eager starts it too (no full graphs, no check).
     let eager = capacity(
         &t,
@@ -2497,4 +2508,3 @@ fn vllm_hybrid_pool_above_max_num_seqs_starts() {
     assert!(c.log.iter().all(|l| !l.contains("Mamba cache blocks")));
     assert_eq!(c.vllm_mamba_blocks_short(&k), None);
 }
-
