@@ -1959,3 +1959,50 @@ fn an_engine_release_without_the_architecture() {
     ]));
     assert!(!text.contains("model registry"), "{text}");
 }
+
+/// vLLM 0.20 to 0.22 refuse a hybrid model whose KV pool holds fewer blocks than `max_num_seqs`
+/// (`config/compilation.py` `resolve_cudagraph_mode_and_sizes`): vram's prediction for
+/// Qwen3.5-27B on an H100 at vLLM 0.22.1's default 1024 sequences reads back as the same kind
+/// as the message vllm-project/recipes#551 posted (vLLM 0.23, the doctor's batch 17), with the
+/// pool's blocks as the figure; the engine's remedy, `--max-num-seqs` at the blocks, is what
+/// the answer offers, and at 256 sequences the same start goes through.
+#[test]
+fn hybrid_pool_below_max_num_seqs_is_refused_as_vllm_logs_it() {
+    let logged = "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (856). Each decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 856 or increase gpu_memory_utilization.";
+    let base = [
+        "capacity",
+        "qwen3.5-27b",
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.22.1",
+        "--max-model-len",
+        "16384",
+    ];
+    let (_, out, err) = vram(&args(&[&base[..], &["--json"]].concat()));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(v["starts"], false, "{out}");
+    let predicted = v["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|x| refusal_kind(x.as_str().unwrap()));
+    assert_eq!(predicted, refusal_kind(logged));
+    assert_eq!(predicted, Some("vllm-mamba-blocks"));
+    let blocks = v["kv_cache_blocks"].as_u64().unwrap();
+    assert!(v["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().contains(&format!(
+            "max_num_seqs (1024) exceeds available Mamba cache blocks ({blocks})"
+        ))));
+    let (_, text, _) = vram(&args(&base));
+    assert!(text.contains(&format!("--max-num-seqs {blocks}")), "{text}");
+    let (code, out, err) = vram(&args(
+        &[&base[..], &["--max-num-seqs", "256", "--json"]].concat(),
+    ));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["starts"], true, "{out}");
+}

@@ -1,8 +1,11 @@
 //! vLLM's hybrid models (Mamba, linear attention): `max_num_seqs (N) exceeds available Mamba
 //! cache blocks (M)`.
 //!
-//! Read in the vLLM 0.23.0 and 0.28.0 sdists on PyPI (the releases the collected messages name;
-//! the check is the same in both):
+//! Read in the vLLM 0.23.0 and 0.28.0 sdists on PyPI (the releases the collected messages name),
+//! and in 0.20.0, 0.21.0, 0.22.0 and 0.22.1: the check and its text are the same in all of them.
+//! 0.19.0 and 0.19.1 do not raise; they shrink the capture sizes to the blocks and warn
+//! (`adjust_cudagraph_sizes_for_mamba_cache`). `vram capacity` predicts it from 0.20
+//! (`vram_plan::capacity`'s `vllm_mamba_blocks_short`):
 //!
 //! * `vllm/config/compilation.py`, `resolve_cudagraph_mode_and_sizes`, called by
 //!   `v1/worker/gpu_model_runner.py` once the KV cache is sized (not during the profile run),

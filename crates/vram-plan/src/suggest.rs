@@ -337,8 +337,10 @@ pub struct ServingChange {
 }
 
 /// The cheapest change that makes a job that does not start start, each tried alone at the same
-/// `max_model_len` and kept only if its own run starts: `--enforce-eager` first where one
-/// request fits the KV cache but vLLM's CUDA graphs do not fit what it leaves, an fp8 KV cache (named as the engine
+/// `max_model_len` and kept only if its own run starts: `--max-num-seqs M` first where a hybrid
+/// model's pool of M blocks is too small for vLLM's `max_num_seqs`, `--enforce-eager` where one
+/// request fits the KV cache but vLLM's CUDA graphs (or that check) do not start it, an fp8 KV
+/// cache (named as the engine
 /// names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
 /// quantized), more tensor parallelism (2, 4, 8, dividing the heads), then pipeline stages (2,
 /// 4: another node). Only changes the job has not already made. `None` if none starts it (a lower
@@ -379,10 +381,23 @@ fn serving_tries(
     // One request fits the KV cache but the job does not start: vLLM's CUDA graphs, captured
     // after the KV cache, do not fit what is left (`capacity::graphs`); no graphs is the change
     // that costs no memory.
+    let now = capacity::capacity(t, gpu, engine, knobs).ok();
+    // A hybrid model's pool holds fewer state blocks than `max_num_seqs`: vLLM (0.20+) refuses
+    // before capturing graphs; the engine's own remedy, at most as many sequences as blocks.
+    if let Some(blocks) = now
+        .as_ref()
+        .and_then(|c| c.vllm_mamba_blocks_short(knobs))
+        .filter(|&b| b > 0)
+    {
+        let mut k = *knobs;
+        k.max_num_seqs = Some(blocks);
+        tries.push((format!("--max-num-seqs {blocks}"), k));
+    }
     let graphs_fail = engine == Engine::Vllm
         && !knobs.enforce_eager
-        && capacity::capacity(t, gpu, engine, knobs)
-            .is_ok_and(|c| !c.starts && c.max_model_len_that_fits >= c.max_model_len);
+        && now
+            .as_ref()
+            .is_some_and(|c| !c.starts && c.max_model_len_that_fits >= c.max_model_len);
     if graphs_fail {
         let mut k = *knobs;
         k.enforce_eager = true;

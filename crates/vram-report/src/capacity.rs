@@ -673,7 +673,7 @@ impl CapacityReport {
         v.push(if c.max_model_len_that_fits == 0 {
             "largest max_model_len that would: none (no KV cache fits beside the weights)".into()
         } else if c.max_model_len_that_fits >= c.max_model_len {
-            "largest max_model_len that would: none shorter helps (one request fits the KV cache; what follows it does not fit, see the log)".into()
+            "largest max_model_len that would: none shorter helps (one request fits the KV cache; what the engine does once it is sized fails, see the log)".into()
         } else {
             format!(
                 "largest max_model_len that would: {}",

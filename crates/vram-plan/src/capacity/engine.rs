@@ -62,6 +62,30 @@ pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
     v1 && Engine::Vllm.version_in_force(k) >= [0, 20, 0] && !is_rocm(gpu)
 }
 
+/// Whether vLLM refuses to start a hybrid model (Mamba2 / Gated DeltaNet state layers) whose
+/// `max_num_seqs` exceeds the KV pool's blocks: `ValueError: max_num_seqs (N) exceeds available
+/// Mamba cache blocks (M)`, raised by `CompilationConfig.resolve_cudagraph_mode_and_sizes`
+/// (`config/compilation.py`), which `GPUModelRunner.initialize_kv_cache` calls once the pool is
+/// sized (not in the profile run: `is_profiling`), before the graphs are captured. Read in the
+/// sdists from PyPI: the check is there at 0.20.0, 0.21.0, 0.22.0, 0.22.1 and 0.23.0 (the
+/// condition `cudagraph_mode.has_full_cudagraphs() and kv_cache_config.has_mamba_layers and
+/// max_num_reqs > kv_cache_config.num_blocks`); 0.19.0 and 0.19.1 instead cap the capture sizes
+/// to the blocks with a warning (`adjust_cudagraph_sizes_for_mamba_cache`) and start. Hybrid
+/// models get `FULL_AND_PIECEWISE` (`MambaModelConfig`, `model_executor/models/config.py`, the
+/// same at 0.19.0 to 0.22.1); `--enforce-eager` makes the mode `NONE`. `groups` are the pool's
+/// kinds, `blocks` its `num_blocks`.
+pub(super) fn vllm_mamba_blocks_short(
+    k: &Knobs,
+    groups: &[super::KvGroup],
+    max_num_seqs: u64,
+    blocks: u64,
+) -> bool {
+    Engine::Vllm.version_in_force(k) >= [0, 20, 0]
+        && !k.enforce_eager
+        && groups.iter().any(|g| g.kind == "state")
+        && max_num_seqs > blocks
+}
+
 /// Whether vLLM's budget holds the CUDA context.
 ///
 /// - V1 before 0.9: `determine_available_memory` takes no baseline (`v1/worker/gpu_worker.py`

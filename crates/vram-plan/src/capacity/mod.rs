@@ -28,7 +28,9 @@
 //!   From 0.20 (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default) the CUDA graphs'
 //!   estimated memory is subtracted before the KV cache is sized; before, they are captured
 //!   after it and must fit what the budget, the CUDA context and the profile's released peak
-//!   leave (`graphs`).
+//!   leave (`graphs`). From 0.20 a hybrid model (Mamba2 / Gated DeltaNet state) whose pool has
+//!   fewer blocks than `max_num_seqs` is refused before the graphs are captured
+//!   (`engine::vllm_mamba_blocks_short`).
 //! - **vLLM V0** (0.5–0.7, `worker.py` `determine_num_available_blocks`): the same budget less
 //!   the profile's peak and the memory outside PyTorch; the profile run is one batch of
 //!   `max(max_model_len, 2048)` tokens (no chunked prefill up to 32K) over `max_num_seqs` = 256
@@ -622,6 +624,24 @@ pub struct Capacity {
 }
 
 /// Validates the knobs against the model; one-line errors.
+impl Capacity {
+    /// The pool's blocks when vLLM refuses this start for them: a hybrid model's `max_num_seqs`
+    /// exceeds the blocks while one request of `max_model_len` fits
+    /// (`engine::vllm_mamba_blocks_short`, with the `knobs` this answer was computed for).
+    pub fn vllm_mamba_blocks_short(&self, knobs: &Knobs) -> Option<u64> {
+        (self.engine == Engine::Vllm
+            && !self.starts
+            && self.max_model_len_that_fits >= self.max_model_len
+            && engine::vllm_mamba_blocks_short(
+                knobs,
+                &self.kv_groups,
+                self.max_num_seqs,
+                self.kv_cache_blocks,
+            ))
+        .then_some(self.kv_cache_blocks)
+    }
+}
+
 fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
     if let Some(u) = k.gpu_memory_utilization {
         if !(u > 0.0 && u <= 1.0) {

@@ -2408,3 +2408,103 @@ fn vllm_qwen2_5_vl_encoder_profile_is_counted_at_0_10() {
         .any(|a| a.contains("profile not counted")));
     assert!(later.activation_peak_bytes < c.activation_peak_bytes);
 }
+
+/// vLLM 0.20 to 0.22 refuse a hybrid model whose pool holds fewer state blocks than
+/// `max_num_seqs` when the decode graphs are captured in full (`config/compilation.py`
+/// `resolve_cudagraph_mode_and_sizes`, read in the 0.20.0, 0.21.0, 0.22.0 and 0.22.1 sdists);
+/// 0.19 only caps the capture sizes. Qwen3.5-27B on one H100 at 16K: the pool is a few hundred
+/// blocks of 16 layers × 1.6 MB, below the default 1024 sequences of a GPU of 70 GiB or more.
+/// The message is the engine's (the doctor reads it back: vram-cli's `tests/capacity.rs`); the
+/// change offered is
+/// the engine's own, `--max-num-seqs` at the pool's blocks, and it starts.
+#[test]
+fn vllm_hybrid_pool_below_max_num_seqs_is_refused_from_0_20() {
+    let t = model("qwen3.5-27b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(16384),
+        engine_version: Some([0, 22, 1]),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert_eq!(c.max_num_seqs, 1024);
+    assert!(
+        c.kv_cache_blocks > 0 && c.kv_cache_blocks < 1024,
+        "{}",
+        c.kv_cache_blocks
+    );
+    assert!(!c.starts);
+    assert_eq!(c.max_model_len_that_fits, 16384);
+    let last = c.log.last().unwrap();
+    assert_eq!(
+        *last,
+        format!(
+            "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks ({0}). Each decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most {0} or increase gpu_memory_utilization.",
+            c.kv_cache_blocks
+        )
+    );
+    // The pool's own lines come before it.
+    assert!(c.log.iter().any(|l| l.starts_with("GPU KV cache size")));
+    assert_eq!(c.vllm_mamba_blocks_short(&k), Some(c.kv_cache_blocks));
+
+    // The change offered: at most as many sequences as blocks, and it starts.
+    let change = crate::suggest::serving(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert_eq!(
+        change.flags,
+        format!("--max-num-seqs {}", c.kv_cache_blocks)
+    );
+    let fixed = Knobs {
+        max_num_seqs: Some(c.kv_cache_blocks),
+        ..k
+    };
+    let f = capacity(&t, gpu, Engine::Vllm, &fixed).unwrap();
+    assert!(
+        f.starts && f.kv_cache_blocks >= c.kv_cache_blocks,
+        "{:?}",
+        f.log
+    );
+    // --enforce-eager starts it too (no full graphs, no check).
+    let eager = capacity(
+        &t,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            enforce_eager: true,
+            ..k
+        },
+    )
+    .unwrap();
+    assert!(eager.starts, "{:?}", eager.log);
+    // 0.19 caps the graphs' sizes with a warning and starts.
+    let v19 = capacity(
+        &t,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            engine_version: Some([0, 19, 0]),
+            ..k
+        },
+    )
+    .unwrap();
+    assert!(v19.log.iter().all(|l| !l.contains("Mamba cache blocks")));
+    assert_eq!(v19.vllm_mamba_blocks_short(&k), None);
+}
+
+/// The same model on an H200 at 256 sequences: the pool holds more blocks than sequences, and
+/// vLLM 0.22.1 starts.
+#[test]
+fn vllm_hybrid_pool_above_max_num_seqs_starts() {
+    let t = model("qwen3.5-27b");
+    let gpu = vram_model::gpu::lookup("h200").unwrap();
+    let k = Knobs {
+        max_model_len: Some(16384),
+        max_num_seqs: Some(256),
+        engine_version: Some([0, 22, 1]),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    assert!(c.kv_cache_blocks > 256, "{}", c.kv_cache_blocks);
+    assert!(c.starts, "{:?}", c.log);
+    assert!(c.log.iter().all(|l| !l.contains("Mamba cache blocks")));
+    assert_eq!(c.vllm_mamba_blocks_short(&k), None);
+}

@@ -301,7 +301,15 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // message. PyTorch memory the profile leaves reserved but unallocated is counted by neither
     // vLLM nor this check (see BENCHMARKS.md: the 0.19 gpt-oss-20b runs). Checked at PP 1
     // only: the figures here are a typical stage's, not the last rank's.
+    // From 0.20 a hybrid model's pool must hold one state block for each of the `max_num_seqs`
+    // sequences the full decode graphs are captured for, or `initialize_kv_cache` refuses before
+    // any graph is captured or warmed up (`engine::vllm_mamba_blocks_short`).
+    let mamba_fails =
+        starts && engine::vllm_mamba_blocks_short(k, &layout.groups, max_num_seqs, num_blocks);
+    let graphs_fail = graphs_fail && !mamba_fails;
+    let context_fail = context_fail && !mamba_fails;
     let warmup_fails = starts
+        && !mamba_fails
         && !graphs_fail
         && !context_fail
         && v1
@@ -312,7 +320,15 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
                 .max(sampler_peak(t, reqs, reqs, k, sorts));
             warm as i128 > left_for_graphs - beyond as i128
         };
-    let starts = starts && !graphs_fail && !context_fail && !warmup_fails;
+    let starts = starts && !mamba_fails && !graphs_fail && !context_fail && !warmup_fails;
+    if mamba_fails {
+        // The engine's words (`config/compilation.py`, 0.20.0 to 0.23.0); the pool's lines are
+        // printed before it, no graph line after.
+        log.retain(|l| !l.starts_with("Graph capturing finished"));
+        log.push(format!(
+            "ValueError: max_num_seqs ({max_num_seqs}) exceeds available Mamba cache blocks ({num_blocks}). Each decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most {num_blocks} or increase gpu_memory_utilization."
+        ));
+    }
     if warmup_fails {
         log.push(format!(
             "RuntimeError: CUDA out of memory occurred when warming up sampler with {reqs} dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine. (estimated: after the KV cache and {:.2} GiB of CUDA graphs, {:.2} GiB is left for the warm-up's forward and sampler)",
