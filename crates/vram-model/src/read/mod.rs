@@ -497,8 +497,9 @@ pub enum QuantLookup {
     Vllm(Option<[u32; 3]>),
     /// SGLang 0.4.6, 0.5.3 and 0.5.9 `ModelConfig._parse_quant_hf_config`: the top level's
     /// `quantization_config`, else its `compression_config` (else a modelopt
-    /// `hf_quant_config.json` beside the config, which a config alone does not show); never
-    /// `text_config`'s.
+    /// `hf_quant_config.json` beside the config, which a config alone does not show); not
+    /// `text_config`'s, except where the config class copies it up
+    /// ([`CONFIG_CLASS_LIFTS_TEXT_QUANT`]).
     Sglang,
 }
 
