@@ -965,14 +965,9 @@ fn raise_utilization(
                 .non_kv_bytes
                 .saturating_add(c.kv_bytes_per_token.saturating_mul(max_model_len));
             let u = frac_up(need as f64 / c.device_bytes.max(1) as f64);
-            ServingRemedy {
-                action: if u <= 1.0 {
-                    format!("--gpu-memory-utilization {u:.2}")
-                } else {
-                    "raise --gpu-memory-utilization".into()
-                },
-                enough: u <= 0.99,
-                detail: format!(
+            utilization_remedy(
+                u,
+                format!(
                     "{why}: {} outside the cache + {max_model_len} tokens × {} per token = {} of the {} GPU (capacity model){}",
                     human_bytes(c.non_kv_bytes),
                     human_bytes(c.kv_bytes_per_token),
@@ -980,13 +975,28 @@ fn raise_utilization(
                     human_bytes(c.device_bytes),
                     if u > 1.0 { ", more than the whole GPU: no utilization is enough" } else { "" }
                 ),
-            }
+            )
         }
         None => ServingRemedy {
             action: "raise --gpu-memory-utilization".into(),
             enough: false,
             detail: format!("{why}; as long as that memory is free on the GPU"),
         },
+    }
+}
+
+/// The remedy that sets `--gpu-memory-utilization` to `u` (hundredths, rounded up): the figure
+/// while it is at most the whole device, enough only up to 0.99 (vLLM keeps the rest for other
+/// uses); above the device, "raise" with `detail` saying no utilization is enough.
+pub(crate) fn utilization_remedy(u: f64, detail: String) -> ServingRemedy {
+    ServingRemedy {
+        action: if u <= 1.0 {
+            format!("--gpu-memory-utilization {u:.2}")
+        } else {
+            "raise --gpu-memory-utilization".into()
+        },
+        enough: u <= 0.99,
+        detail,
     }
 }
 
@@ -1147,14 +1157,9 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
             let measured = p.supplied.is_none() || d.capacity.is_none();
             if let (Some(t), Some(x), true) = (total, non_kv, measured) {
                 let u = share_above(x, t);
-                remedies.push(ServingRemedy {
-                    action: if u <= 1.0 {
-                        format!("--gpu-memory-utilization {u:.2}")
-                    } else {
-                        "raise --gpu-memory-utilization".into()
-                    },
-                    enough: u <= 0.99,
-                    detail: format!(
+                remedies.push(utilization_remedy(
+                    u,
+                    format!(
                         "the budget must hold the {} measured before the cache and a cache: {} / {} = {:.4} of the device; each 0.01 above it adds {} of KV cache, as long as that share of the device is free at start-up{}",
                         hb(x),
                         hb(x),
@@ -1163,7 +1168,7 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                         hb(t / 100),
                         if u > 1.0 { "; more than the whole GPU, no utilization is enough" } else { "" }
                     ),
-                });
+                ));
             }
             if let Some((part, bytes)) = p.largest() {
                 let parts = p.parts().unwrap_or_default();
@@ -1336,14 +1341,9 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
 fn profile_utilization(d: &mut ServingDiagnosis, non_kv: u64, need: u64, total: u64, len: u64) {
     let hb = human_bytes;
     let u = frac_up((non_kv + need) as f64 / total.max(1) as f64);
-    let r = ServingRemedy {
-        action: if u <= 1.0 {
-            format!("--gpu-memory-utilization {u:.2}")
-        } else {
-            "raise --gpu-memory-utilization".into()
-        },
-        enough: u <= 0.99,
-        detail: format!(
+    let r = utilization_remedy(
+        u,
+        format!(
             "the engine measured {} before the cache; with {} of cache for one request of {len} tokens that is {} of the {} device{}",
             hb(non_kv),
             hb(need),
@@ -1351,7 +1351,7 @@ fn profile_utilization(d: &mut ServingDiagnosis, non_kv: u64, need: u64, total: 
             hb(total),
             if u > 1.0 { ", more than the whole GPU: no utilization is enough" } else { "" }
         ),
-    };
+    );
     match d
         .remedies
         .iter()
