@@ -496,3 +496,26 @@ fn public_messages_fit_half_and_holdout() {
         }
     }
 }
+
+/// `load-negative-dimension` names the channel-wise AWQ load failure; no message of any batch is
+/// that failure (none is labelled `serving-quant-layout`), so none may be read as it. Checked on
+/// every public message and every message of `real-messages.txt`.
+#[test]
+fn no_public_message_reads_as_the_awq_negative_dimension_failure() {
+    let real = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/real-messages.txt"
+    ))
+    .unwrap();
+    let public = cases();
+    assert!(public.len() >= 478, "{} public messages", public.len());
+    let misread: Vec<&str> = public
+        .iter()
+        .map(|c| c.message.as_str())
+        .chain(real.split("\n\n"))
+        .filter(|m| {
+            matches!(read(m), Ok(Reading::Serving(e)) if e.kind() == "load-negative-dimension")
+        })
+        .collect();
+    assert!(misread.is_empty(), "{misread:?}");
+}
