@@ -513,9 +513,9 @@ fn no_public_message_reads_as_the_awq_negative_dimension_failure() {
         .iter()
         .map(|c| c.message.as_str())
         .chain(real.split("\n\n"))
-        .filter(|m| {
-            matches!(read(m), Ok(Reading::Serving(e)) if e.kind() == "load-negative-dimension")
-        })
+        .filter(
+            |m| matches!(read(m), Ok(Reading::Serving(e)) if e.kind() == "load-negative-dimension"),
+        )
         .collect();
     assert!(misread.is_empty(), "{misread:?}");
 }
