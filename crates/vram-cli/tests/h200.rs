@@ -23,6 +23,60 @@ fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/h200")
 }
 
+/// Nemotron-H's Mamba2 `generate` through the torch fallback, measured on the H200 in the second
+/// run (2026-11-28, `gpu/measure3.py` case `nemotronh-L8-infer-b4-p4080-torch`,
+/// `gpu/results3/2026-11-28/results3.jsonl`; no `mamba_ssm`/`causal_conv1d` there): the
+/// catalog's Nemotron-H-56B cut to 8 layers as `measure3.py`'s `config()` cuts it
+/// (`configs/nemotron-h-56b-L8.json`), bf16, batch 4, prompt 4080, 16 new tokens, after its
+/// 32-token warm-up. The case ran beside gpt-oss-20b's leftover weights
+/// (`gpu/results3/README.md`); its own figures are the measured peaks less that leftover as its
+/// snapshot lists it (41,832,578,048 B allocated: the bf16 parameters and buffers; 41,997,565,952 B
+/// reserved: the 116 segments alive before recording, less the 32 MiB workspace segment, as
+/// `gpu/results3/own_figures.py` takes them out). vram's figures are pinned; a move needs a
+/// measured reason.
+#[test]
+fn nemotron_h_mamba2_generate_on_the_h200() {
+    const MEASURED_ALLOCATED: f64 = (88_540_508_160u64 - 41_832_578_048) as f64;
+    const MEASURED_RESERVED: f64 = (101_806_243_840u64 - 41_997_565_952) as f64;
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .arg("estimate")
+        .arg(data().join("configs/nemotron-h-56b-L8.json"))
+        .args([
+            "--inference",
+            "--precision",
+            "bf16",
+            "--batch",
+            "4",
+            "--prompt",
+            "4080",
+            "--new-tokens",
+            "16",
+            "--kv-dtype",
+            "bf16",
+            "--attention",
+            "sdpa",
+            "--gpu",
+            "h200",
+            "--warmup-prompt",
+            "32",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (a, r) = (
+        e["peak_bytes"].as_u64().unwrap(),
+        e["reserved_bytes"].as_u64().unwrap(),
+    );
+    eprintln!(
+        "nemotron-h L8 generate b4 x 4080: allocated {:+.2} %, reserved {:+.2} %",
+        (a as f64 / MEASURED_ALLOCATED - 1.0) * 100.0,
+        (r as f64 / MEASURED_RESERVED - 1.0) * 100.0
+    );
+    assert_eq!((a, r), (46_705_403_904, 60_091_793_408), "pinned figures moved");
+}
+
 /// The warm-up `generate` `measure2.py` ran before a `generate` case's measured call, as
 /// `--warmup-prompt`: its `infer_case` calls `generate` on the first `min(prompt, 32)` prompt
 /// tokens (same batch and new tokens), then resets the peak statistics. (The decode-speed cases

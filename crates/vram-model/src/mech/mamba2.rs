@@ -357,7 +357,8 @@ pub(crate) fn prefill(mb: &Mamba2, g: &mut Prog, b: &Blocks, c: &Ctx, cache: &[u
         g.ops.push((CACHE + 1, bytes));
     }
     // The gated RMSNorm over the fp32 scan output: the gate's fp32 copy, its SiLU, the product,
-    // `pow`, the normalised groups, the weight product (fp32: the input was fp32).
+    // `pow`, the normalised groups, the weight product (fp32: the input was fp32). Then the cast
+    // to the compute dtype and `out_proj`.
     let f32 = m(&[tok, d_in, 4]);
     let normed = if mb.gated_norm {
         let gz = g.make(f32);
@@ -373,7 +374,12 @@ pub(crate) fn prefill(mb: &Mamba2, g: &mut Prog, b: &Blocks, c: &Ctx, cache: &[u
         g.free(nr);
         Some(w)
     } else {
-        None
+        // Falcon-H1 without `mamba_rms_norm`: `scan_output * silu(gate)`, the SiLU in the
+        // compute dtype, the product fp32.
+        let sz = g.make(m(&[tok, d_in, cmp]));
+        let w = g.make(f32);
+        g.free(sz);
+        Some(w)
     };
     let cast = g.make(m(&[tok, d_in, cmp]));
     let y = g.make(m(&[tok, b.hidden, cmp]));
