@@ -646,6 +646,25 @@ fn step(
     let mut tape = Tape(Vec::new(), 0);
     // Persistent state: the workspace, the base, the adapters.
     tape.alloc(Category::Workspace, vec![setup.overheads.workspace_bytes]);
+    if quantized {
+        // A bitsandbytes base is loaded by `from_pretrained`, whose `caching_allocator_warmup`
+        // (transformers 5.24 modeling_utils.py) first makes one block of the bytes the device will
+        // hold (`get_total_byte_count`: each parameter's elements × the quantizer's
+        // `quantized_element_size`, 0.5 for 4-bit and 1 for int8, or its own element size; tied
+        // weights once) and frees it, so the weights are carved out of that cached segment. (The
+        // 2026-11-28 H200 snapshots show it, shrunk by the leftover's cached bytes as its
+        // `unused_memory` rule says: 847,249,408 and 746,586,112 B where a clean start makes
+        // 1,012,011,008 B for Llama-3.2-1B.)
+        let q_elems = t.param_count().saturating_sub(w.unquantized_params);
+        let q_bytes = if spec.weights.is_bnb_4bit() {
+            q_elems / 2
+        } else {
+            q_elems
+        };
+        let warm = (w.unquantized + q_bytes) / 2 * 2;
+        let k = tape.alloc(Category::Parameters, vec![warm]);
+        tape.free(k);
+    }
     let mut base_parts = Vec::new();
     for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
         for s in super::block_sites(&b.names, kind, b.hidden) {
