@@ -666,6 +666,8 @@ fn step(
         tape.free(k);
     }
     let mut base_parts = Vec::new();
+    // Which of `base_parts` stay in the load dtype (what prepare_model_for_kbit_training casts).
+    let mut half = Vec::new();
     for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
         for s in super::block_sites(&b.names, kind, b.hidden) {
             let e = match s.kind {
@@ -678,14 +680,13 @@ fn step(
                 && !spec.skip_modules.iter().any(|k| super::matches(&s.path, k));
             for _ in 0..n {
                 if q {
-                    base_parts.extend(super::linear_parts(
-                        spec.weights,
-                        spec.double_quant,
-                        s.out,
-                        s.inp,
-                    ));
+                    let parts =
+                        super::linear_parts(spec.weights, spec.double_quant, s.out, s.inp);
+                    half.extend(parts.iter().map(|_| false));
+                    base_parts.extend(parts);
                 } else {
                     base_parts.push(e * s.out * s.inp * d);
+                    half.push(true);
                 }
             }
         }
@@ -703,15 +704,32 @@ fn step(
             base_parts.push(vec_rest / layers + u64::from(i < vec_rest % layers));
         }
     }
-    tape.alloc(Category::Parameters, base_parts);
+    half.resize(base_parts.len(), true);
     if spec.prepare_kbit && quantized {
-        // bf16 → fp32 of everything not packed: the upcast copies replace the half tensors.
-        tape.alloc(Category::Parameters, vec![w.unquantized_params * 2]);
+        // PEFT 0.21.2 `prepare_model_for_kbit_training`: for each half parameter that is not a
+        // `Params4bit`, `param.data = param.data.to(torch.float32)`: the fp32 copy is made, then
+        // the half tensor is dropped (its bytes stay cached where it was loaded). The half
+        // tensors are their own allocations here so that each can go.
+        let packed: Vec<u64> = (base_parts.iter().zip(&half))
+            .filter(|(_, &h)| !h)
+            .map(|(&p, _)| p)
+            .collect();
+        tape.alloc(Category::Parameters, packed);
+        let halves: Vec<(u64, u64)> = (base_parts.iter().zip(&half))
+            .filter(|(&p, &h)| h && p > 0)
+            .map(|(&p, _)| (tape.alloc(Category::Parameters, vec![p]), p))
+            .collect();
+        for (k, p) in halves {
+            tape.alloc(Category::Parameters, vec![p * 2]);
+            tape.free(k);
+        }
         notes.push(format!(
             "prepare_model_for_kbit_training casts every non-packed half parameter to fp32 (embedding, head, norms{}): +{}",
             if has_experts_unquantized { ", fused experts, routers" } else { "" },
             super::fmt_bytes(w.unquantized_params * 2)
         ));
+    } else {
+        tape.alloc(Category::Parameters, base_parts);
     }
     let mut adapter_tensors: Vec<u64> = Vec::new();
     for (i, la) in per_kind.iter().enumerate() {
