@@ -77,6 +77,58 @@ fn nemotron_h_mamba2_generate_on_the_h200() {
     assert_eq!((a, r), (46_705_403_904, 60_091_793_408), "pinned figures moved");
 }
 
+/// QLoRA after `prepare_model_for_kbit_training` (TRL 1.16 SFTTrainer, Llama-3.2-1B, nf4 double
+/// quant, r=16 all-linear, mb4 × 2048), measured on the H200 in the second run (2026-11-28,
+/// `qlora-llama32-1b-mb4-s2048-prepare`), beside gpt-oss-20b's leftover. The leftover's cached
+/// bytes shrank `from_pretrained`'s `caching_allocator_warmup` block (746,586,112 B in the
+/// snapshot where a clean start makes 1,012,011,008), so the own figures are the clean start: the
+/// snapshot's trace from that block on, the block at its clean size, replayed through
+/// `vram replay --policy pytorch` (4,695,422,464 B allocated, 5,167,382,528 B reserved), plus the
+/// two cuBLAS workspaces (forward and backward threads, 32 MiB each) the leftover held. (Without
+/// prepare the same replay gives the 2026-11-27 measurement to the byte, pinned above.)
+#[test]
+fn qlora_with_prepare_kbit_on_the_h200() {
+    const WS: u64 = 2 * 33_554_432;
+    const MEASURED_ALLOCATED: f64 = (4_695_422_464u64 + WS) as f64;
+    const MEASURED_RESERVED: f64 = (5_167_382_528u64 + WS) as f64;
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .arg("estimate")
+        .arg(data().join("configs/llama-3.2-1b.json"))
+        .args([
+            "--finetune",
+            "qlora",
+            "--lora-rank",
+            "16",
+            "--lora-targets",
+            "all-linear",
+            "--micro-batch",
+            "4",
+            "--seq",
+            "2048",
+            "--weights",
+            "nf4",
+            "--double-quant",
+            "--prepare-kbit",
+            "--gpu",
+            "h200",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (a, r) = (
+        e["peak_bytes"].as_u64().unwrap(),
+        e["reserved_bytes"].as_u64().unwrap(),
+    );
+    eprintln!(
+        "qlora prepare mb4 x 2048: allocated {:+.2} %, reserved {:+.2} %",
+        (a as f64 / MEASURED_ALLOCATED - 1.0) * 100.0,
+        (r as f64 / MEASURED_RESERVED - 1.0) * 100.0
+    );
+    assert_eq!((a, r), (4_761_083_904, 5_416_943_616), "pinned figures moved");
+}
+
 /// The warm-up `generate` `measure2.py` ran before a `generate` case's measured call, as
 /// `--warmup-prompt`: its `infer_case` calls `generate` on the first `min(prompt, 32)` prompt
 /// tokens (same batch and new tokens), then resets the peak statistics. (The decode-speed cases
