@@ -209,3 +209,13 @@ def test_recorded_phases_leave_out_the_allocators_driver_time(lib, monkeypatch):
     opt_secs = [ph["seconds"] for ph in req["phases"] if ph["kind"] == "optimizer"]
     assert len(opt_secs) == 2 and all(abs(s - 0.375) < 1e-9 for s in opt_secs), secs
     assert all(abs(s - 0.75) < 1e-9 for s in secs[:-2]), secs
+
+
+def test_the_host_rates_are_measured_where_not_given(lib):
+    """Without ``cpu_adamw``, the request carries this machine's CPU AdamW rate (the planner's
+    default is the project's 2-core VM's, 0.78e9 params/s; the 2026-11-28 H200 host's 16 cores
+    ran fused AdamW at 3.87e9); the link is measured only on a GPU."""
+    p = _planned.Planned(lib, 0, cap=None, chunks=2, min_item=MIB)
+    rate = p._measured_cpu_adamw(n=1 << 16)
+    assert rate is not None and 1e5 < rate < 1e12, rate
+    assert p._measured_link() is None  # no CUDA here

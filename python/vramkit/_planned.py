@@ -496,11 +496,66 @@ class Planned:
                     keys.append(("state", (pi, name)))
         req = {"phases": phases, "items": items, "live": live, "chunks": k,
                "cap": int(self.cap * (1 - self.margin))}
-        if self.link:
-            req["link"] = self.link
-        if self.cpu_adamw:
-            req["cpu"] = {"adamw_params_per_s": self.cpu_adamw}
+        # The link and the host's AdamW rate, measured on this machine unless given: the
+        # planner's defaults are an H100's link and the project's 2-core VM (0.78e9 params/s),
+        # where the 2026-11-28 H200 host ran fused CPU AdamW at 3.87e9.
+        link = self.link or self._measured_link()
+        if link:
+            req["link"] = link
+        cpu = self.cpu_adamw or self._measured_cpu_adamw()
+        if cpu:
+            req["cpu"] = {"adamw_params_per_s": cpu}
         return req, keys, [ph["name"] for ph in phases]
+
+    def _measured_link(self, nbytes=32 << 20):
+        """The host link here: pinned copies of `nbytes` each way on the copy streams, best
+        of three (None on the CPU, or when the device has no room for the buffer)."""
+        if not self.cuda:
+            return None
+        torch = self.torch
+        try:
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            dev = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
+        except RuntimeError:
+            return None
+        rates = {}
+        for key, stream, dst, src in (("d2h_bytes_per_s", self.copy_out, host, dev),
+                                      ("h2d_bytes_per_s", self.copy_in, dev, host)):
+            best = None
+            for _ in range(3):
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                with torch.cuda.stream(stream):
+                    a.record(stream)
+                    dst.copy_(src, non_blocking=True)
+                    b.record(stream)
+                b.synchronize()
+                t = a.elapsed_time(b) / 1e3
+                best = t if best is None else min(best, t)
+            if not best or best <= 0:
+                return None
+            rates[key] = nbytes / best
+        del dev
+        return {**rates, "latency_s": 10e-6}
+
+    def _measured_cpu_adamw(self, n=1 << 22):
+        """Parameters a second torch's CPU AdamW updates here (fused when this torch has it,
+        as the host chunks use), best of three steps of `n` fp32 parameters."""
+        torch = self.torch
+        p = torch.zeros(n, requires_grad=True)
+        p.grad = torch.zeros(n)
+        try:
+            opt = torch.optim.AdamW([p], fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            opt = torch.optim.AdamW([p])
+        opt.step()  # makes the states
+        best = None
+        for _ in range(3):
+            t = time.perf_counter()
+            opt.step()
+            t = time.perf_counter() - t
+            best = t if best is None else min(best, t)
+        return n / best if best and best > 0 else None
 
     def _plan_from_record(self, opt):
         import json
