@@ -151,7 +151,7 @@ fn device_limit_spills_to_host_and_counts_per_tier() {
 #[test]
 fn a_spill_reuses_the_pinned_block_an_earlier_one_freed() {
     let t = tiered(Some(64 * MIB), GIB);
-    let a = t.malloc(40 * MIB, 0).unwrap();
+    let a = t.malloc(40 * MIB, 0).unwrap(); // fills the device: every 40 MiB after it spills
     let mut seen = None;
     for step in 0..5 {
         let b = t.malloc(40 * MIB, 0).unwrap();
@@ -172,6 +172,8 @@ fn a_spill_reuses_the_pinned_block_an_earlier_one_freed() {
     let m = st.to_map();
     assert_eq!(m["num_host_reuses"], 4);
     assert_eq!(m["host.cached_bytes"], 40 * MIB as i64);
+    t.free(a).unwrap();
+    t.check_invariants().unwrap();
     // A request of another size does not take it (an eighth larger at most), and when the
     // host tier has no room for both, the cached block is returned first.
     let t = tiered(Some(64 * MIB), 100 * MIB);
