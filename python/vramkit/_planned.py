@@ -518,6 +518,11 @@ class Planned:
             dev = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
         except RuntimeError:
             return None
+        if self.lib is not None:
+            from . import torch as vt
+
+            if vt.tier_of(dev) != "device":  # spilled or moved under the cap: not the link
+                return None
         rates = {}
         for key, stream, dst, src in (("d2h_bytes_per_s", self.copy_out, host, dev),
                                       ("h2d_bytes_per_s", self.copy_in, dev, host)):
