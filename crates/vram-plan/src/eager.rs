@@ -410,6 +410,17 @@ impl<'a> Rates<'a> {
         bytes / self.bytes_per_s
     }
 
+    /// Seconds to stream `bytes` through HBM at the measured copy bandwidth, without the
+    /// element-wise efficiency: whole multi-MB contiguous rows copied by a vectorized gather, or
+    /// read once by a GEMV-shaped `bmm` (`batched_mm`'s expert copies in decode). On the H200
+    /// (2026-11-28 profiles, `gpu/results3/2026-11-28/results3.jsonl`), Qwen3-30B-A3B's and
+    /// gpt-oss-20b's batch-16 decode ran those kernels (`vectorized_gather_kernel<16>` and
+    /// `bmm`) in 39.1 and 49.1 ms a step for 174 and 230 GB: 4.4 and 4.7 TB/s against this
+    /// rate's 4.19.
+    pub fn copy_s(&self, bytes: f64) -> f64 {
+        bytes / self.hbm_bytes_per_s
+    }
+
     /// One `torch._grouped_mm` (PyTorch 2.11, `_grouped_mm_cuda` in
     /// aten/src/ATen/native/cuda/GroupedBlas.cpp) over `rows` rows sorted into `groups`
     /// experts, each `k → n`, with operands of `dtype`.
