@@ -24,6 +24,27 @@ fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/h200")
 }
 
+/// `vram estimate CONFIG ARGS --gpu h200 --json`'s peak allocated and peak reserved bytes.
+fn estimate_bytes(config: &str, args: &[&str]) -> (u64, u64) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .arg("estimate")
+        .arg(data().join(config))
+        .args(args)
+        .args(["--gpu", "h200", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        e["peak_bytes"].as_u64().unwrap(),
+        e["reserved_bytes"].as_u64().unwrap(),
+    )
+}
+
 /// Nemotron-H's Mamba2 `generate` through the torch fallback, measured on the H200 in the second
 /// run (2026-11-28, `gpu/measure3.py` case `nemotronh-L8-infer-b4-p4080-torch`,
 /// `gpu/results3/2026-11-28/results3.jsonl`; no `mamba_ssm`/`causal_conv1d` there): the
@@ -39,10 +60,9 @@ fn data() -> PathBuf {
 fn nemotron_h_mamba2_generate_on_the_h200() {
     const MEASURED_ALLOCATED: f64 = (88_540_508_160u64 - 41_832_578_048) as f64;
     const MEASURED_RESERVED: f64 = (101_806_243_840u64 - 41_997_565_952) as f64;
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .arg("estimate")
-        .arg(data().join("configs/nemotron-h-56b-L8.json"))
-        .args([
+    let (a, r) = estimate_bytes(
+        "configs/nemotron-h-56b-L8.json",
+        &[
             "--inference",
             "--precision",
             "bf16",
@@ -56,26 +76,20 @@ fn nemotron_h_mamba2_generate_on_the_h200() {
             "bf16",
             "--attention",
             "sdpa",
-            "--gpu",
-            "h200",
             "--warmup-prompt",
             "32",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (a, r) = (
-        e["peak_bytes"].as_u64().unwrap(),
-        e["reserved_bytes"].as_u64().unwrap(),
+        ],
     );
     eprintln!(
         "nemotron-h L8 generate b4 x 4080: allocated {:+.2} %, reserved {:+.2} %",
         (a as f64 / MEASURED_ALLOCATED - 1.0) * 100.0,
         (r as f64 / MEASURED_RESERVED - 1.0) * 100.0
     );
-    assert_eq!((a, r), (46_705_403_904, 60_091_793_408), "pinned figures moved");
+    assert_eq!(
+        (a, r),
+        (46_705_403_904, 60_091_793_408),
+        "pinned figures moved"
+    );
 }
 
 /// QLoRA after `prepare_model_for_kbit_training` (TRL 1.16 SFTTrainer, Llama-3.2-1B, nf4 double
@@ -92,10 +106,9 @@ fn qlora_with_prepare_kbit_on_the_h200() {
     const WS: u64 = 2 * 33_554_432;
     const MEASURED_ALLOCATED: f64 = (4_695_422_464u64 + WS) as f64;
     const MEASURED_RESERVED: f64 = (5_167_382_528u64 + WS) as f64;
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .arg("estimate")
-        .arg(data().join("configs/llama-3.2-1b.json"))
-        .args([
+    let (a, r) = estimate_bytes(
+        "configs/llama-3.2-1b.json",
+        &[
             "--finetune",
             "qlora",
             "--lora-rank",
@@ -110,24 +123,18 @@ fn qlora_with_prepare_kbit_on_the_h200() {
             "nf4",
             "--double-quant",
             "--prepare-kbit",
-            "--gpu",
-            "h200",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (a, r) = (
-        e["peak_bytes"].as_u64().unwrap(),
-        e["reserved_bytes"].as_u64().unwrap(),
+        ],
     );
     eprintln!(
         "qlora prepare mb4 x 2048: allocated {:+.2} %, reserved {:+.2} %",
         (a as f64 / MEASURED_ALLOCATED - 1.0) * 100.0,
         (r as f64 / MEASURED_RESERVED - 1.0) * 100.0
     );
-    assert_eq!((a, r), (4_761_083_904, 5_416_943_616), "pinned figures moved");
+    assert_eq!(
+        (a, r),
+        (4_761_083_904, 5_416_943_616),
+        "pinned figures moved"
+    );
 }
 
 /// The warm-up `generate` `measure2.py` ran before a `generate` case's measured call, as

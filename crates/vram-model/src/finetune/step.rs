@@ -680,8 +680,7 @@ fn step(
                 && !spec.skip_modules.iter().any(|k| super::matches(&s.path, k));
             for _ in 0..n {
                 if q {
-                    let parts =
-                        super::linear_parts(spec.weights, spec.double_quant, s.out, s.inp);
+                    let parts = super::linear_parts(spec.weights, spec.double_quant, s.out, s.inp);
                     half.extend(parts.iter().map(|_| false));
                     base_parts.extend(parts);
                 } else {
