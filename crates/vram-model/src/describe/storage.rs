@@ -388,26 +388,7 @@ impl Storage {
                 format,
                 double_quant,
             } => {
-                let packed = match (format, t.kind) {
-                    // FineGrainedFP8: linears and expert banks, as `Fp8Block` above.
-                    (WeightFormat::Fp8, TensorKind::Linear | TensorKind::Experts(_)) => t.rows > 1,
-                    // compressed-tensors W4A16 targets `Linear`: every expert's linears are
-                    // stored packed in the checkpoint (and vLLM's WNA16 MoE method holds them so).
-                    (WeightFormat::Wna16 { .. }, TensorKind::Linear | TensorKind::Experts(_)) => {
-                        t.rows > 1
-                    }
-                    // bitsandbytes, GPTQ, AWQ: the layers' `nn.Linear` modules only.
-                    (_, TensorKind::Linear) => format.is_quantized(),
-                    _ => false,
-                } && !matches!(
-                    t.component,
-                    Component::Router
-                        | Component::Head
-                        | Component::Vision
-                        | Component::Audio
-                        | Component::Mtp
-                ) && !self.ignores(t.component);
-                if packed {
+                if self.packs(t.component, t.kind, t.rows) {
                     e * linear_bytes(format, double_quant, t.rows, t.cols)
                 } else {
                     t.numel() * d
@@ -415,6 +396,42 @@ impl Storage {
             }
             Quant::None | Quant::Other => t.numel() * d,
         }
+    }
+
+    /// Whether a [`Quant::Packed`] storage packs a weight of `component`, of `kind` (a linear
+    /// or an expert bank) with `rows` output rows: the one rule the tensor count
+    /// ([`Storage::tensor_bytes`]) and the fine-tuning base (`finetune::weights_bytes`, its
+    /// step's placement and dequantization temporaries) read. `false` for other storages,
+    /// whose rules [`Storage::tensor_bytes`] keeps per format.
+    ///
+    /// - FP8 (`--weights fp8`, transformers' `FineGrainedFP8`): linears and expert banks, as
+    ///   [`Quant::Fp8Block`] does.
+    /// - compressed-tensors W4A16 targets `Linear`: every expert's linears are stored packed in
+    ///   the checkpoint (Kimi-K2.5's `experts.{j}.{gate,up,down}_proj.weight_packed`, held to the
+    ///   byte by `tests/it/checkpoints.rs`), and vLLM's WNA16 MoE method holds them so.
+    /// - bitsandbytes, GPTQ, AWQ: the layers' `nn.Linear` modules only.
+    ///
+    /// Never the routers, the head, the towers, the MTP layers, a linear of one output row (a
+    /// shared-expert gate) under FP8 or W4A16, or a component the ignore list names.
+    pub fn packs(&self, component: Component, kind: TensorKind, rows: u64) -> bool {
+        let Quant::Packed { format, .. } = self.quant else {
+            return false;
+        };
+        (match (format, kind) {
+            (
+                WeightFormat::Fp8 | WeightFormat::Wna16 { .. },
+                TensorKind::Linear | TensorKind::Experts(_),
+            ) => rows > 1,
+            (_, TensorKind::Linear) => format.is_quantized(),
+            _ => false,
+        }) && !matches!(
+            component,
+            Component::Router
+                | Component::Head
+                | Component::Vision
+                | Component::Audio
+                | Component::Mtp
+        ) && !self.ignores(component)
     }
 }
 

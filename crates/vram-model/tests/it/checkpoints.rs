@@ -389,15 +389,7 @@ fn mxfp4_and_awq_tensors_have_the_described_shapes() {
 #[test]
 fn compressed_tensors_w4a16_is_read_from_the_headers() {
     use vram_model::finetune::{linear_tensors, WeightFormat};
-    let mut c = load("kimi-k2.5");
-    c.tensors = c
-        .tensors
-        .into_iter()
-        .filter_map(|(n, s, d)| {
-            let n = n.strip_prefix("language_model.")?.to_string();
-            Some((n, s, d))
-        })
-        .collect();
+    let c = kimi_k25_text();
     let format = WeightFormat::Wna16 {
         group: 32,
         symmetric: true,
@@ -454,6 +446,59 @@ fn compressed_tensors_w4a16_is_read_from_the_headers() {
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(t.blocks.weights_bytes(false), l.held);
     assert_eq!((l.held as i64 - l.added) as u64 + l.dropped, c.total());
+}
+
+/// Kimi-K2.5's language model's tensors, renamed as the text model's (`language_model.model.`
+/// → `model.`); the vision tower and projector, which the text config does not describe, left
+/// out.
+fn kimi_k25_text() -> Checkpoint {
+    let mut c = load("kimi-k2.5");
+    c.tensors = c
+        .tensors
+        .into_iter()
+        .filter_map(|(n, s, d)| {
+            let n = n.strip_prefix("language_model.")?.to_string();
+            Some((n, s, d))
+        })
+        .collect();
+    c
+}
+
+/// The fine-tuning base's count (`finetune::weights_bytes`, linear site by linear site) packs
+/// Kimi-K2.5's W4A16 expert banks as the checkpoint stores them, through the storage's one
+/// rule (`Storage::packs`): its packed part is the checkpoint's routed experts'
+/// `weight_packed`/`weight_scale`/`weight_shape` (with `weight_shape` held int64 on a fused
+/// gate-up bank, 8 B an expert more, as the tensor count holds it), and its whole the tensor
+/// count's but for the routers, which it counts in the load dtype where transformers holds them
+/// fp32 (`_keep_in_fp32_modules_strict`).
+#[test]
+fn the_finetune_base_packs_w4a16_expert_banks_as_stored() {
+    use vram_model::finetune::{weights_bytes, WeightFormat};
+    let c = kimi_k25_text();
+    let t = c.transformer();
+    let format = WeightFormat::Wna16 {
+        group: 32,
+        symmetric: true,
+    };
+    let stored_experts: u64 = c
+        .tensors
+        .iter()
+        .filter(|(n, _, _)| n.contains(".mlp.experts."))
+        .map(|(_, s, d)| Checkpoint::numel(s) * dtype(d).1)
+        .sum();
+    // 60 MoE layers x 384 experts x 3 linears, each packed 8 values an int32 with a bf16 scale
+    // per 32 (the report's 157.50 + 19.69 GB per projection).
+    assert!(stored_experts > 500_000_000_000, "{stored_experts}");
+    let shapes = 60 * 384 * (2 * 16 - 3 * 8);
+    let w = weights_bytes(&t, format, false, &[]);
+    assert_eq!(w.quantized, stored_experts + shapes);
+    let l = c.load(t.blocks.pattern.len() as u64, 2);
+    let routers = 60 * 384 * 7168;
+    assert_eq!(w.total + routers * 2, l.held - l.buffers + shapes);
+    assert_eq!(w.total + routers * 2, t.blocks.weights_bytes(false));
+    // The largest packed matrix: one expert's fused gate-up projection (2 x 2048 x 7168); the
+    // attention and the dense MLP, which the ignore list leaves in bf16, are larger.
+    assert_eq!(w.largest_quantized, 2 * 2048 * 7168);
 }
 
 /// compressed-tensors' `ignore` entries match as compressed-tensors 0.10.2 and vLLM 0.10.0

@@ -104,6 +104,21 @@ fn a_weights_format_is_one_storage_for_every_command() {
             false,
         ),
         (WeightFormat::Awq { group: 64 }, false),
+        // compressed-tensors W4A16 packs expert banks too (`Storage::packs`).
+        (
+            WeightFormat::Wna16 {
+                group: 32,
+                symmetric: true,
+            },
+            false,
+        ),
+        (
+            WeightFormat::Wna16 {
+                group: 128,
+                symmetric: false,
+            },
+            false,
+        ),
     ];
     for (name, t) in zoo() {
         if t.blocks.storage.is_packed() || t.blocks.vision.is_some() {
