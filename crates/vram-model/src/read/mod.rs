@@ -20,7 +20,7 @@ use crate::finetune::WeightFormat;
 
 pub(crate) mod classic;
 pub(crate) mod decoders;
-mod ignore;
+pub mod ignore;
 pub mod keys;
 mod rope;
 pub mod safetensors;

@@ -501,6 +501,73 @@ fn the_finetune_base_packs_w4a16_expert_banks_as_stored() {
     assert_eq!(w.largest_quantized, 2 * 2048 * 7168);
 }
 
+/// Kimi-K2.5's real `ignore` list (`lm_head`, `re:.*self_attn.*`, `re:.*shared_experts.*`,
+/// `re:.*mlp\.(gate|up|gate_up|down)_proj.*`) against every linear of its layers as the
+/// checkpoint stores it: the list names exactly the linears stored in bf16 (`.weight`), never
+/// one stored packed (`.weight_packed`); vram's names for each layer's linears
+/// (`read::ignore::linear_names`, a fused expert bank split into its experts' linears) are the
+/// checkpoint's own, every one; and each role vram leaves unquantized is one whose every linear
+/// the checkpoint stores in bf16.
+#[test]
+fn every_linear_of_every_role_meets_kimi_k25s_ignore_list() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use vram_model::hf::ignore::{linear_names, IgnoreList};
+    use vram_model::mech::Component;
+    let c = load("kimi-k2.5");
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .join(&c.meta["config"]),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let list = IgnoreList::parse(config["quantization_config"].as_object().unwrap()).unwrap();
+    // Every linear module of the layers, as stored: packed or bf16. The router's `gate.weight`
+    // (a custom module's parameter, not an `nn.Linear`) and the norms are no linears.
+    let prefix = "language_model.model.layers.";
+    let mut stored = BTreeMap::<String, bool>::new();
+    for (n, s, _) in &c.tensors {
+        if !n.starts_with(prefix) || s.len() != 2 || n.ends_with(".mlp.gate.weight") {
+            continue;
+        }
+        if let Some(m) = n.strip_suffix(".weight_packed") {
+            stored.insert(m.to_string(), true);
+        } else if let Some(m) = n.strip_suffix(".weight") {
+            stored.insert(m.to_string(), false);
+        }
+    }
+    // 61 attentions x 5, the dense MLP's 3, 60 x (3 shared + 384 x 3 routed).
+    assert_eq!(stored.len(), 61 * 5 + 3 + 60 * (3 + 384 * 3));
+    for (m, packed) in &stored {
+        assert_eq!(list.matches(m), !packed, "{m}");
+    }
+    let t = c.transformer();
+    let b = &t.blocks;
+    let mut ours = BTreeSet::new();
+    let mut roles = BTreeMap::<Component, (u64, u64)>::new();
+    for (i, &k) in b.pattern.iter().enumerate() {
+        for (role, name) in linear_names(b, &b.kinds[k as usize]) {
+            let full = format!("{prefix}{i}.{name}");
+            let packed = stored[&full];
+            let r = roles.entry(role).or_default();
+            r.0 += 1;
+            r.1 += u64::from(!packed);
+            ours.insert(full);
+        }
+    }
+    assert_eq!(ours, stored.keys().cloned().collect());
+    assert_eq!(roles.len(), 4, "{roles:?}");
+    for (role, (linears, bf16)) in roles {
+        assert!(
+            bf16 == 0 || bf16 == linears,
+            "{role:?}: {bf16} of {linears}"
+        );
+        assert_eq!(b.storage.ignores(role), bf16 == linears, "{role:?}");
+    }
+}
+
 /// compressed-tensors' `ignore` entries match as compressed-tensors 0.10.2 and vLLM 0.10.0
 /// match them: `re:` as Python's `re.match` (anchored at the start only), anything else as the
 /// whole module name. A role named in some of its layers only is counted quantized with a
@@ -535,28 +602,47 @@ fn compressed_tensors_ignore_matches_as_the_libraries_do() {
     // Anchored at the start: `self_attn` alone matches no module name.
     let unanchored = t(serde_json::json!(["re:self_attn"]));
     assert!(!unanchored.blocks.storage.ignores(Component::Mixer));
-    // Whole names: every layer's, or some layers' with a note.
-    let names = |n: u64| {
-        serde_json::Value::from(
-            (0..n)
-                .map(|i| format!("model.layers.{i}.mlp.experts.0.down_proj"))
-                .collect::<Vec<_>>(),
-        )
+    // Whole names: every expert's linears in every layer, in some layers (a note), or some of
+    // each layer's experts (a note: one expert's `down_proj` leaves the other 127 packed).
+    let experts = base["num_experts"].as_u64().unwrap();
+    let names = |n: u64, e: u64, projs: &[&str]| {
+        let mut v = Vec::new();
+        for i in 0..n {
+            for j in 0..e {
+                for p in projs {
+                    v.push(format!("model.layers.{i}.mlp.experts.{j}.{p}"));
+                }
+            }
+        }
+        serde_json::Value::from(v)
     };
-    assert!(t(names(layers))
+    let all = ["gate_proj", "up_proj", "down_proj"];
+    assert!(t(names(layers, experts, &all))
         .blocks
         .storage
         .ignores(Component::RoutedExperts));
-    let some = t(names(2));
-    assert!(!some.blocks.storage.ignores(Component::RoutedExperts));
-    assert!(
-        some.blocks
-            .notes
-            .iter()
-            .any(|n| n.contains(&format!("routed_experts of 2 of {layers} layers"))),
-        "{:?}",
-        some.blocks.notes
-    );
+    for (ignore, note) in [
+        (
+            names(2, experts, &all),
+            format!("routed_experts of 2 of {layers} layers"),
+        ),
+        (
+            names(layers, 1, &["down_proj"]),
+            format!("some of the routed_experts's linears in {layers} of {layers} layers"),
+        ),
+        (
+            names(layers, experts, &["down_proj"]),
+            format!("some of the routed_experts's linears in {layers} of {layers} layers"),
+        ),
+    ] {
+        let some = t(ignore);
+        assert!(!some.blocks.storage.ignores(Component::RoutedExperts));
+        assert!(
+            some.blocks.notes.iter().any(|n| n.contains(&note)),
+            "{note}: {:?}",
+            some.blocks.notes
+        );
+    }
     assert!(attn.blocks.weights_bytes(false) > unanchored.blocks.weights_bytes(false));
     let err = with(serde_json::json!(["re:(unclosed"]))
         .unwrap_err()
