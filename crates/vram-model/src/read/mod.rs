@@ -708,6 +708,7 @@ fn storage(c: &Cfg) -> Result<Storage> {
         quant,
         ignored: Default::default(),
         checkpoint: None,
+        holder: Default::default(),
     })
 }
 /// The stored format a `quantization_config` names, as transformers 5.24's quantizer for its

@@ -440,11 +440,23 @@ fn compressed_tensors_w4a16_is_read_from_the_headers() {
     }
     assert_eq!(l.buffers, 60 * 384 * 4);
     let shapes = 60 * 384 * (2 * 16 - 3 * 8);
-    assert_eq!(t.blocks.weights_bytes(false), l.held - l.buffers + shapes);
+    // vLLM and SGLang hold the expert banks packed; transformers 5.24 dequantizes them into
+    // its fused bf16 banks (`Holder`).
+    let (stored_experts, bf16_experts) = kimi_k25_experts(&c);
+    let dequantized = bf16_experts - stored_experts;
+    assert_eq!(
+        t.blocks.as_engines_hold().weights_bytes(false),
+        l.held - l.buffers + shapes
+    );
+    assert_eq!(
+        t.blocks.weights_bytes(false),
+        l.held - l.buffers + dequantized
+    );
 
     let notes = t.blocks.apply_headers(&tally);
     assert!(notes.is_empty(), "{notes:?}");
-    assert_eq!(t.blocks.weights_bytes(false), l.held);
+    assert_eq!(t.blocks.as_engines_hold().weights_bytes(false), l.held);
+    assert_eq!(t.blocks.weights_bytes(false), l.held + dequantized);
     assert_eq!((l.held as i64 - l.added) as u64 + l.dropped, c.total());
 }
 
@@ -464,15 +476,35 @@ fn kimi_k25_text() -> Checkpoint {
     c
 }
 
-/// The fine-tuning base's count (`finetune::weights_bytes`, linear site by linear site) packs
-/// Kimi-K2.5's W4A16 expert banks as the checkpoint stores them, through the storage's one
-/// rule (`Storage::packs`): its packed part is the checkpoint's routed experts'
-/// `weight_packed`/`weight_scale`/`weight_shape` (with `weight_shape` held int64 on a fused
-/// gate-up bank, 8 B an expert more, as the tensor count holds it), and its whole the tensor
-/// count's but for the routers, which it counts in the load dtype where transformers holds them
-/// fp32 (`_keep_in_fp32_modules_strict`).
+/// Kimi-K2.5's routed experts' stored bytes (every `weight_packed`/`weight_scale`/
+/// `weight_shape`) and what they take dequantized in bf16 (each linear's `weight_packed`
+/// `[out, in / 8]` int32 as `out x in` two-byte values).
+fn kimi_k25_experts(c: &Checkpoint) -> (u64, u64) {
+    let experts = || {
+        c.tensors
+            .iter()
+            .filter(|(n, _, _)| n.contains(".mlp.experts."))
+    };
+    let stored = experts()
+        .map(|(_, s, d)| Checkpoint::numel(s) * dtype(d).1)
+        .sum();
+    let bf16 = experts()
+        .filter(|(n, _, _)| n.ends_with(".weight_packed"))
+        .map(|(_, s, _)| s[0] * s[1] * 8 * 2)
+        .sum();
+    (stored, bf16)
+}
+
+/// The fine-tuning base's count (`finetune::weights_bytes`, linear site by linear site) decides
+/// each linear by the storage's one rule (`Storage::packs`), so it holds Kimi-K2.5's W4A16
+/// expert banks as the tensor count does for each holder: transformers 5.24 dequantized into its
+/// fused banks (nothing packed is left, the ignore list naming every other linear), a serving
+/// engine packed, as the checkpoint stores them (with `weight_shape` held int64 on a fused
+/// gate-up bank, 8 B an expert more, as vLLM holds it). Its whole is the tensor count's but for
+/// the routers, which it counts in the load dtype where transformers holds them fp32
+/// (`_keep_in_fp32_modules_strict`).
 #[test]
-fn the_finetune_base_packs_w4a16_expert_banks_as_stored() {
+fn the_finetune_base_holds_w4a16_expert_banks_as_the_storage_does() {
     use vram_model::finetune::{weights_bytes, WeightFormat};
     let c = kimi_k25_text();
     let t = c.transformer();
@@ -480,22 +512,27 @@ fn the_finetune_base_packs_w4a16_expert_banks_as_stored() {
         group: 32,
         symmetric: true,
     };
-    let stored_experts: u64 = c
-        .tensors
-        .iter()
-        .filter(|(n, _, _)| n.contains(".mlp.experts."))
-        .map(|(_, s, d)| Checkpoint::numel(s) * dtype(d).1)
-        .sum();
-    // 60 MoE layers x 384 experts x 3 linears, each packed 8 values an int32 with a bf16 scale
-    // per 32 (the report's 157.50 + 19.69 GB per projection).
+    let (stored_experts, bf16_experts) = kimi_k25_experts(&c);
+    // 60 MoE layers x 384 experts x 3 linears of 2048 x 7168, each packed 8 values an int32
+    // with a bf16 scale per 32 (the report's 157.50 + 19.69 GB per projection).
+    assert_eq!(bf16_experts, 60 * 384 * 3 * 2048 * 7168 * 2);
     assert!(stored_experts > 500_000_000_000, "{stored_experts}");
     let shapes = 60 * 384 * (2 * 16 - 3 * 8);
-    let w = weights_bytes(&t, format, false, &[]);
-    assert_eq!(w.quantized, stored_experts + shapes);
     let l = c.load(t.blocks.pattern.len() as u64, 2);
     let routers = 60 * 384 * 7168;
-    assert_eq!(w.total + routers * 2, l.held - l.buffers + shapes);
+    // transformers 5.24.
+    let w = weights_bytes(&t, format, false, &[]);
+    assert_eq!(w.quantized, 0);
+    let held = l.held - l.buffers - stored_experts + bf16_experts;
+    assert_eq!(w.total + routers * 2, held);
     assert_eq!(w.total + routers * 2, t.blocks.weights_bytes(false));
+    // vLLM and SGLang.
+    let mut engine = t.clone();
+    engine.blocks = engine.blocks.as_engines_hold().into_owned();
+    let w = weights_bytes(&engine, format, false, &[]);
+    assert_eq!(w.quantized, stored_experts + shapes);
+    assert_eq!(w.total + routers * 2, l.held - l.buffers + shapes);
+    assert_eq!(w.total + routers * 2, engine.blocks.weights_bytes(false));
     // The largest packed matrix: one expert's fused gate-up projection (2 x 2048 x 7168); the
     // attention and the dense MLP, which the ignore list leaves in bf16, are larger.
     assert_eq!(w.largest_quantized, 2 * 2048 * 7168);

@@ -166,7 +166,7 @@ fn capacity_reads_the_same_storage() {
         let rotary = t.max_positions() * rotary_width(&t) * 4;
         let w = weights_per_gpu(&t, &k, h100, Engine::Sglang);
         if t.blocks.storage.is_packed() {
-            let stored = t.blocks.with_fp32_scales().weights_bytes(false);
+            let stored = t.blocks.as_engines_hold().weights_bytes(false);
             assert_eq!(w, stored + rotary, "{name}");
         }
     }
