@@ -4,10 +4,11 @@
 //! the total of `torch.cuda.mem_get_info`, which vLLM logs as `total_gpu_memory` and PyTorch's
 //! out-of-memory message as "total capacity"), not nvidia-smi's figure (which counts memory the
 //! driver keeps: 81559 MiB on an H100 whose torch total is 79.19 GiB) nor the marketing one. Each
-//! entry names its source in `memory_source`: `torch:` a public log that prints PyTorch's total,
-//! `measured:` the project's own reading (a `_CudaDeviceProperties` repr prints `total_memory` in
-//! whole MiB, an out-of-memory message in GiB to two decimals), `nvidia-smi:`/`rocm-smi:`/`NVML` a driver reading kept
-//! where no torch figure is known yet (a few hundred MiB above torch's), or why it is unverified. Peak rates are dense (no sparsity) tensor-core
+//! entry names its source in `memory_source`: `torch:` a public text that prints PyTorch's total
+//! (a `_CudaDeviceProperties` repr gives `total_memory` in whole MiB, an out-of-memory message GiB
+//! to two decimals), `measured:` the project's own reading, `nvidia-smi:`/`rocm-smi:`/`NVML` a
+//! driver reading kept where no torch figure is known or taken yet (a few hundred MiB above
+//! torch's; the L4's says why), or why it is unverified. Peak rates are dense (no sparsity) tensor-core
 //! rates from each vendor's datasheet: A100 (2020), H100 (SXM and PCIe, 2023), H200 (2024),
 //! L4, L40S, GeForce RTX 3090/4090 (fp16 with fp32 accumulate), V100 and T4 (fp16; no bf16),
 //! MI300X (AMD CDNA3 datasheet); A10, A40, L40, RTX A6000 (NVIDIA datasheets, dense), GeForce
