@@ -743,6 +743,9 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 /// start-up (the CUDA context is the GPU's, [`vram_model::gpu::Gpu::context_bytes`]).
 pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
     validate(t, knobs)?;
+    if let Some(why) = engine::rope_refusal(t, engine, knobs) {
+        return Err(Error::Capacity(why));
+    }
     if let Some(why) = engine::awq_channelwise_refusal(t, gpu, engine, knobs) {
         return Err(Error::Capacity(why));
     }

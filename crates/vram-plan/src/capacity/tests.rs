@@ -2159,7 +2159,7 @@ fn rotary_tables_are_the_engines_own() {
         serde_json::from_str(include_str!("../../tests/data/get_rope/tables.json")).unwrap();
     let h100 = h100();
     let mi300x = vram_model::gpu::lookup("mi300x").unwrap();
-    let mut checked = 0;
+    let (mut checked, mut refused) = (0, 0);
     for run in runs["runs"].as_array().unwrap() {
         let engine = match run["engine"].as_str().unwrap() {
             "vllm" => Engine::Vllm,
@@ -2175,14 +2175,12 @@ fn rotary_tables_are_the_engines_own() {
             engine_version: Some(version),
             engine_pin: pin,
             dtype_bytes: 2,
+            enforce_eager: run["eager"] == true,
             ..Knobs::default()
         };
+        let label = format!("{} {} {}", run["engine"], run["version"], run["platform"]);
         for case in cases.as_array().unwrap() {
             let name = case["name"].as_str().unwrap();
-            let Some(built) = run["built"].get(name) else {
-                assert!(run["refused"].get(name).is_some(), "{name}");
-                continue;
-            };
             let head = case["head_size"].as_u64().unwrap();
             let mut config = serde_json::json!({
                 "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
@@ -2198,18 +2196,24 @@ fn rotary_tables_are_the_engines_own() {
             else {
                 unreachable!()
             };
+            let refusal = engine::rope_refusal(&t, engine, &k);
+            let Some(built) = run["built"].get(name) else {
+                let error = run["refused"][name].as_str().unwrap();
+                let why = refusal.unwrap_or_else(|| panic!("{name}: {label} builds nothing"));
+                assert!(why.contains(error), "{name}: {label}: {why}");
+                refused += 1;
+                continue;
+            };
+            assert_eq!(refusal, None, "{name}: {label}");
             assert_eq!(
                 weights::rotary_cache_bytes(&t, &k, engine, gpu),
                 built["bytes"].as_u64().unwrap(),
-                "{name}: {} {} {}",
-                run["engine"],
-                run["version"],
-                run["platform"]
+                "{name}: {label}"
             );
             checked += 1;
         }
     }
-    assert!(checked > 200, "{checked}");
+    assert!(checked > 600 && refused > 50, "{checked} {refused}");
 }
 
 /// A channel-wise AWQ checkpoint (`group_size: -1`) as vLLM's and SGLang's AWQ methods create
