@@ -354,6 +354,13 @@ def lora_case(case):
 
 
 def run(case):
+    global _speed_model
+    if case["kind"] != "speed" and _speed_model is not None:
+        # The speed cases keep their model for the next case of the same model; anything else
+        # must start from an empty device. (The 2026-11-28 run lacked this: every case after the
+        # gpt-oss speed cases ran beside gpt-oss-20b's 41.9 GB of weights; see
+        # gpu/results3/README.md.)
+        _speed_model = None
     gc.collect()
     if CUDA:
         torch.cuda.empty_cache()
@@ -362,7 +369,8 @@ def run(case):
     if snap:
         torch.cuda.memory._record_memory_history(max_entries=300000, context=None, stacks="python")
     rec = {"id": case["id"], "vram_args": case.get("vram_args"),
-           "base_allocated_bytes": torch.cuda.memory_allocated() if CUDA else 0}
+           "base_allocated_bytes": torch.cuda.memory_allocated() if CUDA else 0,
+           "base_reserved_bytes": torch.cuda.memory_reserved() if CUDA else 0}
     t0 = time.time()
     try:
         fn = {"host": host_case, "train": train_case, "infer": infer_case, "speed": speed_case,

@@ -141,7 +141,8 @@ pub enum ServingError {
         weights_bytes: Option<u64>,
     },
     /// PyTorch's `Trying to create tensor with negative dimension -N` while an engine creates a
-    /// quantized checkpoint's tensors (read only where the paste names vLLM or SGLang): a
+    /// quantized checkpoint's tensors (read only where the paste names vLLM or SGLang and shows
+    /// the quantization method's `create_weights` or its `quantization/awq` module): a
     /// size divided by the config's `group_size: -1` (channel-wise AWQ) in vLLM's AWQ-Marlin MoE
     /// method, its plain AWQ method before 0.9.1, or SGLang's copies of them.
     LoadNegativeDimension {
@@ -457,7 +458,17 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             side,
         });
     }
-    if let Some(i) = flat.find("trying to create tensor with negative dimension ") {
+    // The channel-wise AWQ failure arises while the engine creates the quantized layer's tensors:
+    // vLLM's `AWQLinearMethod`/`AWQMoEMethod.create_weights` (`quantization/awq.py`,
+    // `awq_marlin.py`) and SGLang's copies (`srt/layers/quantization/awq.py`) divide by the group
+    // size there. A negative dimension elsewhere in an engine's run (SGLang's multi-layer MTP
+    // metadata, sgl-project/sglang#22666) is not this failure, so the paste must show that path.
+    let creating_quantized_weights =
+        flat.contains("create_weights") || flat.contains("quantization/awq");
+    if let Some(i) = flat
+        .find("trying to create tensor with negative dimension ")
+        .filter(|_| creating_quantized_weights)
+    {
         if let Some(engine) = named() {
             let r = &flat[i + "trying to create tensor with negative dimension ".len()..];
             let end = r

@@ -467,6 +467,22 @@ pub const H100_CUDA13_CONTEXT_BYTES: u64 = 779 * MIB;
 /// inside the caching allocator, which the estimate counts there.)
 pub const H200_CUDA13_CONTEXT_BYTES: u64 = 818_741_248;
 
+/// A fresh process's CUDA context before its first kernel has run, under lazy module loading
+/// (`CUDA_MODULE_LOADING=LAZY`, CUDA's default since 12.2): `mem_get_info` total − free minus
+/// `memory_reserved()` after `torch.cuda.init()` and a 512-byte tensor, measured on an NVIDIA H200
+/// (driver 580.159.04, CUDA 13.0, PyTorch 2.11.0+cu130; `gpu/first_kernel.py`, 2026-11-28,
+/// `gpu/results/2026-11-28/first_kernel.json`). Under eager loading the same reading was
+/// 1,319,960,576 B: every module is loaded with the context.
+pub const H200_BARE_CONTEXT_BYTES: u64 = 552_402_944;
+
+/// What the process's first kernel launch adds outside the caching allocator under lazy module
+/// loading: 96,468,992 B (46 × 2 MiB) on the same H200 run as [`H200_BARE_CONTEXT_BYTES`], and
+/// nothing for the four distinct kernels launched after it. NVIDIA's forum answers attribute it
+/// to the local memory the driver reserves once per context at the first launch that needs it
+/// (max threads per SM × SMs × the per-thread size; here 132 × 2,048 threads, about 357 B a
+/// thread). It is part of [`Gpu::context_bytes`], which is read after kernels have run.
+pub const H200_FIRST_LAUNCH_BYTES: u64 = 96_468_992;
+
 /// cuBLAS workspaces PyTorch allocates through its caching allocator once matrix products have
 /// run: 32 MiB per handle on compute capability 9.x (PyTorch's Hopper default), two handles
 /// (cuBLAS and cuBLASLt) measured as 64–66 MiB allocated before the first step on the H100
@@ -489,6 +505,30 @@ impl Gpu {
         match self.id {
             "h200" => H200_CUDA13_CONTEXT_BYTES,
             _ => H100_CUDA13_CONTEXT_BYTES,
+        }
+    }
+    /// The context before the process's first kernel (lazy module loading): measured on the
+    /// H200 ([`H200_BARE_CONTEXT_BYTES`]); elsewhere [`Gpu::context_bytes`] less what the H200's
+    /// kernels added to its bare context (its context less its bare one), which
+    /// [`Gpu::first_launch_source`] names.
+    pub fn bare_context_bytes(&self) -> u64 {
+        match self.id {
+            "h200" => H200_BARE_CONTEXT_BYTES,
+            _ => self
+                .context_bytes()
+                .saturating_sub(H200_CUDA13_CONTEXT_BYTES - H200_BARE_CONTEXT_BYTES),
+        }
+    }
+    /// The device memory the process's first kernel launch takes outside the caching allocator
+    /// (lazy module loading): the H200's measurement ([`H200_FIRST_LAUNCH_BYTES`]) for every GPU.
+    pub fn first_launch_bytes(&self) -> u64 {
+        H200_FIRST_LAUNCH_BYTES
+    }
+    /// Where [`Gpu::bare_context_bytes`] and [`Gpu::first_launch_bytes`] come from.
+    pub fn first_launch_source(&self) -> &'static str {
+        match self.id {
+            "h200" => "measured: H200, CUDA 13.0, driver 580, PyTorch 2.11 (gpu/first_kernel.py)",
+            _ => "not measured on this GPU; the H200's first launch (CUDA 13.0, driver 580) stands in",
         }
     }
     /// Where [`Gpu::context_bytes`] comes from.
@@ -775,8 +815,14 @@ mod tests {
             61_189_455_872 - 60_385_394_688 + 14 * MIB
         );
         assert!(g.context_source().starts_with("measured: H200"));
+        // gpu/first_kernel.py on the same H200 (2026-11-28): the bare context and the first
+        // launch are the run's own readings, and together stay below the context read later.
+        assert_eq!(g.bare_context_bytes(), 552_402_944); // A_context, lazy loading
+        assert_eq!(g.first_launch_bytes(), 648_871_936 - 552_402_944);
+        assert!(g.bare_context_bytes() + g.first_launch_bytes() < g.context_bytes());
         let l4 = lookup("l4").unwrap();
         assert_eq!(l4.context_bytes(), H100_CUDA13_CONTEXT_BYTES);
+        assert!(l4.first_launch_source().contains("stands in"));
         assert!(l4.context_source().contains("H100"));
         assert!(lookup("h100-pcie")
             .unwrap()

@@ -647,6 +647,13 @@ fn the_engines_load_failures_are_read_by_kind_and_are_not_memory() {
     // SGLang's log names vLLM's modules too; the engine is SGLang.
     let sg = "sglang/srt/layers/quantization/awq.py create_weights\nRuntimeError: Trying to create tensor with negative dimension -2048: [-2048, 256]";
     assert_eq!(explain(&parse(sg).unwrap(), None).engine, "sglang");
+    // A negative dimension in an engine's run outside the quantization method's
+    // `create_weights` is not the channel-wise AWQ failure (sgl-project/sglang#22666: SGLang's
+    // multi-layer MTP metadata at start-up; this paste is built from that PR's description).
+    assert_eq!(
+        parse("sglang/srt/speculative/eagle_worker.py forward_batch_generation\nRuntimeError: Trying to create tensor with negative dimension -3: [-3]"),
+        None
+    );
     // Without an engine in the paste the same PyTorch error is nobody's start-up failure
     // (aigc-apps/VideoX-Fun#393's: a video length).
     assert_eq!(

@@ -96,23 +96,23 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // load's copies. `init_cublas` (whose workspace PyTorch's caching allocator holds),
     // `init_attention_backend` (FlashInfer's workspace buffer, 512 MiB where it is raised) and
     // the CUDA graphs all come after `init_memory_pool` at every tag read, so they live in the
-    // reserve (1 - mem_fraction_static) and move neither reading. At TP 1 the load runs the
-    // process's first kernels, so the driver memory for their lazily loaded modules
-    // (`CUDA_MODULE_LOADING=LAZY`) lands in "mem usage": the 0.10-0.12 GiB by which the H100 TP-1
-    // logs exceed the tensors. The driver's, not SGLang's or PyTorch's; not modelled. The same
-    // logs read 78.81 GiB free before loading where the catalog context leaves 78.43: the
-    // context at that point has loaded no kernel yet, and the catalog's (measured after
-    // training steps) has. The two offsets nearly cancel in the pool (-0.3 % on those logs).
-    let weights = weights_per_gpu(t, k, gpu, Engine::Sglang) + allocator_rounding(t, k, gpu);
-    // get_available_gpu_memory before loading ("Load weight begin. avail mem="): the device less
-    // the CUDA context and, at TP/PP > 1, what `init_torch_distributed` allocated (NCCL
-    // communicators, custom all-reduce buffers).
-    let context = gpu.context_bytes()
-        + if k.tp * k.pp > 1 {
-            SGLANG_DISTRIBUTED_INIT_BYTES
-        } else {
-            0
-        };
+    // reserve (1 - mem_fraction_static) and move neither reading. At TP/PP 1 nothing before
+    // "Load weight begin" launches a kernel (`init_torch_distributed` makes no communicator for
+    // `world_size == 1`), so the free memory read there is the device less the bare context,
+    // and the load's first kernel brings the driver's first-launch memory into "mem usage"
+    // (both measured by `gpu/first_kernel.py` on an H200: `Gpu::bare_context_bytes`,
+    // `Gpu::first_launch_bytes`). At TP/PP > 1 PyNccl's warm-up all-reduce runs first, so the
+    // context there is the catalog's (read after kernels ran) plus what
+    // `init_torch_distributed` allocated (NCCL communicators, custom all-reduce buffers).
+    let single = k.tp * k.pp == 1;
+    let weights = weights_per_gpu(t, k, gpu, Engine::Sglang)
+        + allocator_rounding(t, k, gpu)
+        + if single { gpu.first_launch_bytes() } else { 0 };
+    let context = if single {
+        gpu.bare_context_bytes()
+    } else {
+        gpu.context_bytes() + SGLANG_DISTRIBUTED_INIT_BYTES
+    };
     let pre = total.saturating_sub(context) as f64 / GIB;
     let post = pre - weights as f64 / GIB;
     let rest = post - pre * (1.0 - mfs);
@@ -305,7 +305,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             } else {
                 "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)"
             },
-            "free memory before loading: the device total less the CUDA context (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
+            "free memory before loading: at TP/PP 1 the device total less the CUDA context before any kernel, and the first kernel's driver memory in the weights' figure (gpu/first_kernel.py, lazy module loading: 0.51 and 0.09 GiB measured on an H200 with CUDA 13.0; other GPUs take the H200's kernels and first launch); at TP/PP > 1 less the CUDA context after kernels ran (the GPU's) and 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size: one layer's live set, MoE caches with cache1 and cache3 in one buffer from 0.4.3 (fused_moe.py), and a plain AWQ/GPTQ linear's whole fp16 weight where no Marlin kernel runs (vLLM's AWQ through 0.4.4, from 256 tokens; SGLang's own awq.py from 0.4.5, on every call)",
             "the request-to-token map (ReqToTokenPool, read at 0.4.5.post3 and 0.5.3): (max_num_reqs + 1 in 0.4) x (context_len + 4) int32, max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096) or --max-running-requests, allocated before the pool from what the weights left; the start fails when it and the pool do not both fit",
         ]
