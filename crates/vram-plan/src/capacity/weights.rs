@@ -246,11 +246,11 @@ pub(super) fn rope_element_bytes(
         _ => None,
     };
     let rocm_fp32 = version >= [0, 5, 22];
-    if engine == Engine::Sglang && !longrope && (!engine::is_rocm(gpu) || rocm_fp32) && fp32 {
-        4
-    } else if engine == Engine::Vllm
-        && deepseek.is_some_and(|head| vllm_deepseek_rope_fp32(k, gpu, head))
-    {
+    let sglang_fp32 =
+        engine == Engine::Sglang && !longrope && (!engine::is_rocm(gpu) || rocm_fp32) && fp32;
+    let vllm_fp32 = engine == Engine::Vllm
+        && deepseek.is_some_and(|head| vllm_deepseek_rope_fp32(k, gpu, head));
+    if sglang_fp32 || vllm_fp32 {
         4
     } else {
         k.dtype_bytes
