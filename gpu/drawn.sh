@@ -80,7 +80,10 @@ OUT=$WORK/r34 PREPARED_BUDGET_S=$b4 timeout $(( b4 + 30 )) bash gpu/run.sh devic
 pack
 
 echo "== 5 measure3 the rest"
-m3 $(( $(left) - 10 )) speed-qwen3-30b-a3b-b1,speed-qwen3-30b-a3b-b16,speed-gpt-oss-20b-eager-b1,speed-gpt-oss-20b-eager-b16,qlora-llama32-1b-mb4-s2048,qlora-llama32-1b-mb4-s2048-prepare,gptoss-L4-infer-b4-p4080-eager,qwen3moe-L4-infer-b4-p4080,qwen3-8b-L4-infer-b8-p4080-fp32build,qwen35-L4-infer-b4-p4080-torch,nemotronh-L8-infer-b4-p4080-torch,qwen3moe-L4-bf16amp-mb2-s2048-rc,qwen35-L4-bf16-mb1-s2048-profile,gptoss-L4-bf16-mb1-s2048-eager-profile,dsv3-L2e64-bf16-mb1-s2048-profile,gptoss-L4-infer-b1-p4080-eager
+# host-costs again first: the 2026-11-28 run's MoE and gpt-oss decodes (this part) were 1.7-2.1x
+# Llama's host time per kernel (part 3); this part's own per-operator costs tell the host's state
+# from the operators' cost.
+m3 $(( $(left) - 10 )) host-costs,speed-qwen3-30b-a3b-b1,speed-qwen3-30b-a3b-b16,speed-gpt-oss-20b-eager-b1,speed-gpt-oss-20b-eager-b16,qlora-llama32-1b-mb4-s2048,qlora-llama32-1b-mb4-s2048-prepare,gptoss-L4-infer-b4-p4080-eager,qwen3moe-L4-infer-b4-p4080,qwen3-8b-L4-infer-b8-p4080-fp32build,qwen35-L4-infer-b4-p4080-torch,nemotronh-L8-infer-b4-p4080-torch,qwen3moe-L4-bf16amp-mb2-s2048-rc,qwen35-L4-bf16-mb1-s2048-profile,gptoss-L4-bf16-mb1-s2048-eager-profile,dsv3-L2e64-bf16-mb1-s2048-profile,gptoss-L4-infer-b1-p4080-eager
 
 if [ "$(left)" -gt 75 ]; then
     echo "== 6 run.sh record (at $(used) s)"

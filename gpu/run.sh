@@ -217,6 +217,18 @@ sim() {
     "$bin/vram-tier-sim" --trace "$out/trace_llama.json" --model llama --native-s "$(native llama)" \
         --cap-states-out "${LLAMA_STATES_OUT:-1.0}" --link-gbps "$link" --cpu-adamw "$cpu" --out-dir "$out"
     "$PY" gpu/summary.py "$out"
+    # The same two loops from the real traces the 2026-11-28 H200 run recorded (PyTorch's own
+    # allocation history, phases timed there), into gpu/results-sim/real/.
+    local real="$out/real" m t
+    mkdir -p "$real"
+    for m in gpt2 llama; do
+        t=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['real_traces'][sys.argv[2]])" "$cal" "$m")
+        [ -f "$t" ] || { echo "no real trace $t" >&2; continue; }
+        if [ "$m" = gpt2 ]; then set -- --cap-fraction 0.7; else set -- --cap-states-out "${LLAMA_STATES_OUT:-1.0}"; fi
+        "$bin/vram-tier-sim" --trace "$t" --model "$m" --native-s "$(native "$m")" "$@" \
+            --link-gbps "$link" --cpu-adamw "$cpu" --out-dir "$real"
+    done
+    "$PY" gpu/summary.py "$real"
 }
 
 # Expected seconds of each stage on an H200 (from the 2026-11-27 run: 20-40 s a training

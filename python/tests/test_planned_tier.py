@@ -178,3 +178,44 @@ def test_under_torch_compile(lib):
     for a, b in zip(model.parameters(), ref_model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert p.stats["steps_planned"] >= 3 and p.stats["offloaded"] > 0, p.stats
+
+
+def test_recorded_phases_leave_out_the_allocators_driver_time(lib, monkeypatch):
+    """Each recorded phase's time is its measured time less the allocator's driver calls in
+    it (``vram_driver_ns``): the 2026-11-28 H200 run planned from a capped step whose phases
+    held the reactive tier's maps, migrations and pinning (1.78 s for a 0.066 s step)."""
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    calls = []
+
+    def stall():  # 0.25 s of driver calls in every phase
+        calls.append(None)
+        return len(calls) * 250_000_000
+
+    p = _planned.Planned(lib, 0, cap=None, chunks=2, min_item=MIB, cpu_adamw=1e3, stall=stall)
+    p.live = live_of(p, model, opt)
+    p.cap = 1 << 40
+    monkeypatch.setattr(p, "_seconds", lambda marks: [1.0] * (len(marks) - 1))
+    p.install()
+    try:
+        train(model, opt, 3)
+    finally:
+        p.remove()
+    import json
+
+    req = json.loads(p.request_json)
+    secs = [ph["seconds"] for ph in req["phases"]]
+    opt_secs = [ph["seconds"] for ph in req["phases"] if ph["kind"] == "optimizer"]
+    assert len(opt_secs) == 2 and all(abs(s - 0.375) < 1e-9 for s in opt_secs), secs
+    assert all(abs(s - 0.75) < 1e-9 for s in secs[:-2]), secs
+
+
+def test_the_host_rates_are_measured_where_not_given(lib):
+    """Without ``cpu_adamw``, the request carries this machine's CPU AdamW rate (the planner's
+    default is the project's 2-core VM's, 0.78e9 params/s; the 2026-11-28 H200 host's 16 cores
+    ran fused AdamW at 3.87e9); the link is measured only on a GPU."""
+    p = _planned.Planned(lib, 0, cap=None, chunks=2, min_item=MIB)
+    rate = p._measured_cpu_adamw(n=1 << 16)
+    assert rate is not None and 1e5 < rate < 1e12, rate
+    assert p._measured_link() is None  # no CUDA here

@@ -1,7 +1,8 @@
 """The planned host tier inside PyTorch (issue 34): hooks that tell vramkit where a training
 step is, record one step, ask vramkit's planner (``vram_tier::plan``, through ``vram_plan``)
-which tensors live in host memory in which phase, and carry the plan out on a copy stream
-with events ordering the compute stream, before each tensor is needed and after its last use.
+which tensors live in host memory in which phase, and carry the plan out on two copy streams
+(one each way) with events ordering the compute stream, before each tensor is needed and after
+its last use.
 
 Installed by ``vramkit.torch.install()`` when a device cap or a host tier is set (``VRAM_PLAN=0``
 turns it off); the training loop does not change. What it hooks (all public PyTorch API):
@@ -22,12 +23,13 @@ saved tensors marks where its backward begins at no cost. Single device (device 
 module run after ``install`` is taken for the model.
 
 Steps: the first after ``install`` warms up (the optimizer creates its states); the second is
-recorded (phases with their GPU time from CUDA events, the allocated bytes at each phase's high
-point from vramkit's allocator, the saved tensors, weights, gradients and optimizer states);
+recorded (phases with their GPU time from CUDA events less the allocator's driver calls in
+each (``vram_driver_ns``), the allocated bytes at each phase's high point from vramkit's
+allocator, spilled ones included, the saved tensors, weights, gradients and optimizer states);
 then vramkit plans, and from the third step on the plan runs:
 
-- saved tensors the plan moves are copied to pinned host memory on the copy stream as autograd
-  saves them, and copied back to the device at the phase the plan says, ahead of the backward
+- saved tensors the plan moves are copied to pinned host memory on the device-to-host copy
+  stream as autograd saves them, and copied back to the device at the phase the plan says, ahead of the backward
   that uses them (the compute stream waits for the copy's event);
 - the optimizer step runs in chunks (its parameter groups split by parameter, so each chunk's
   temporaries are a chunk's size); a chunk's states the plan moves come back before it and
@@ -90,10 +92,12 @@ class Planned:
     """The hooks and the state of the planned tier for one device. ``lib`` is vramkit's
     library (``vramkit.torch._lib()``); ``cap``: the device bytes to plan under; ``chunks``:
     optimizer chunks; ``live``: a function returning the allocated bytes' high point since its
-    last call (vramkit's ``vram_phase_peak`` by default; tests on the CPU pass their own)."""
+    last call (vramkit's ``vram_phase_peak`` by default; tests on the CPU pass their own);
+    ``stall``: a function returning the nanoseconds the allocator has spent in driver calls so
+    far (``vram_driver_ns``), taken out of each recorded phase's time."""
 
     def __init__(self, lib, device=0, cap=None, chunks=8, margin=0.02, live=None, link=None,
-                 cpu_adamw=None, min_item=MIN_ITEM):
+                 cpu_adamw=None, min_item=MIN_ITEM, stall=None):
         torch = _torch()
         self.torch = torch
         self.lib, self.device = lib, device
@@ -103,10 +107,18 @@ class Planned:
         self.chunks = max(1, int(chunks))
         self.margin = margin
         self.live = live or (lambda: lib.vram_phase_peak(device))
+        self.stall = stall or ((lambda: max(0, lib.vram_driver_ns(device)))
+                               if lib is not None and hasattr(lib, "vram_driver_ns")
+                               else (lambda: 0))
         self.link, self.cpu_adamw = link, cpu_adamw
         self.min_item = min_item
         self.watched = False
-        self.copy = torch.cuda.Stream(device) if self.cuda else None
+        # One copy stream each way, as the planner's link model has them (full duplex): on one
+        # stream the 2026-11-28 H200 run's states-out Llama step queued every prefetch behind
+        # the evictions (0.37 s a step, against 0.19 s simulated with the two overlapping).
+        self.copy_out = torch.cuda.Stream(device) if self.cuda else None
+        self.copy_in = torch.cuda.Stream(device) if self.cuda else None
+        self.state_out_ev = {}  # a streamed state's last eviction, which its fetch waits for
         self.steps = 0  # optimizer steps seen
         self.root = None
         self.in_forward = False
@@ -138,12 +150,16 @@ class Planned:
         if ev is not None:
             self.torch.cuda.current_stream(self.device).wait_event(ev)
 
-    def _copy_ctx(self):
-        """Runs copies on the copy stream after the compute stream's work so far."""
+    def _copy_ctx(self, stream, after=None):
+        """Runs copies on `stream` (``copy_out`` or ``copy_in``) after the compute stream's
+        work so far and after the copy behind the event `after`, if any (a fetch after the
+        eviction that wrote its source)."""
         if not self.cuda:
             return _Null()
-        self.copy.wait_stream(self.torch.cuda.current_stream(self.device))
-        return self.torch.cuda.stream(self.copy)
+        stream.wait_stream(self.torch.cuda.current_stream(self.device))
+        if after is not None:
+            stream.wait_event(after)
+        return self.torch.cuda.stream(stream)
 
     def _host_empty_like(self, t):
         return self.torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=self.cuda)
@@ -205,6 +221,7 @@ class Planned:
             if q > 0:
                 self.record["live"].append(int(peak))
             self.record["events"].append(self._mark())
+            self.record["stall"].append(self.stall())
         elif self.plan is not None and self.plan_ok:
             expect = self.plan["names"]
             if q >= len(expect) or expect[q] != name:
@@ -270,7 +287,7 @@ class Planned:
             # Weights updated on the host must be back before the forward reads them.
             self._wait(self.plan.pop("upload_ev"))
         if self.steps == 1 and self.cap and self.record is None and self.answer is None:
-            self.record = {"events": [], "live": [], "packs": [], "grads": {}}
+            self.record = {"events": [], "stall": [], "live": [], "packs": [], "grads": {}}
             self.live()  # start the first phase's count here
 
     # ---- saved tensors --------------------------------------------------------------------
@@ -295,10 +312,10 @@ class Planned:
             self.record["packs"].append({"k": k, "bytes": t.untyped_storage().nbytes(),
                                          "pack": self.phase, "unpack": None})
         elif self.plan_ok and k in self.plan["offload"]:
-            with self._copy_ctx():
+            with self._copy_ctx(self.copy_out):
                 h.cpu = self._host_empty_like(t)
                 h.cpu.copy_(t, non_blocking=self.cuda)
-            ev = self._event(self.copy)
+            ev = self._event(self.copy_out)
             self._keep(ev, t)  # the device tensor lives until the copy has read it
             h.dev = None
             h.ev = ev
@@ -333,9 +350,9 @@ class Planned:
         """Copies an offloaded saved tensor back (into memory of the compute stream)."""
         torch = self.torch
         dev = torch.empty(h.cpu.shape, dtype=h.cpu.dtype, device=self.dev)
-        with self._copy_ctx():
+        with self._copy_ctx(self.copy_in, after=h.ev):  # h.ev: the offload's copy
             dev.copy_(h.cpu, non_blocking=self.cuda)
-        h.ev = self._event(self.copy)
+        h.ev = self._event(self.copy_in)
         self._keep(h.ev, h.cpu)
         h.dev = dev
 
@@ -373,6 +390,7 @@ class Planned:
         if self.record is not None:
             self.record["live"].append(int(self.live()))
             self.record["events"].append(self._mark())
+            self.record["stall"].append(self.stall())
             self._plan_from_record(opt)
             self.record = None
         elif self.plan is not None:
@@ -415,6 +433,15 @@ class Planned:
         rec = self.record
         names = list(self.phase_names)
         seconds = self._seconds(rec["events"])
+        # A phase's compute is its time less the allocator's driver calls in it: under the
+        # reactive tier the device waits while the allocator maps, migrates, pins and syncs.
+        # (The 2026-11-28 H200 run planned from the recorded steps' own times, 1.78 s and
+        # 2.81 s for steps of 0.066 s and 0.127 s natively.) Where the device had queued work
+        # the subtraction takes too much; it never goes below zero.
+        stall = rec.get("stall") or []
+        if len(stall) == len(seconds) + 1:
+            seconds = [max(0.0, s - (b - a) / 1e9)
+                       for s, a, b in zip(seconds, stall, stall[1:])]
         live = list(rec["live"])
         n = len(names)
         if len(seconds) != n or len(live) != n or names[-1] != "optimizer":
@@ -469,11 +496,71 @@ class Planned:
                     keys.append(("state", (pi, name)))
         req = {"phases": phases, "items": items, "live": live, "chunks": k,
                "cap": int(self.cap * (1 - self.margin))}
-        if self.link:
-            req["link"] = self.link
-        if self.cpu_adamw:
-            req["cpu"] = {"adamw_params_per_s": self.cpu_adamw}
+        # The link and the host's AdamW rate, measured on this machine unless given: the
+        # planner's defaults are an H100's link and the project's 2-core VM (0.78e9 params/s),
+        # where the 2026-11-28 H200 host ran fused CPU AdamW at 3.87e9.
+        link = self.link or self._measured_link()
+        if link:
+            req["link"] = link
+        cpu = self.cpu_adamw or self._measured_cpu_adamw()
+        if cpu:
+            req["cpu"] = {"adamw_params_per_s": cpu}
         return req, keys, [ph["name"] for ph in phases]
+
+    def _measured_link(self, nbytes=32 << 20):
+        """The host link here: pinned copies of `nbytes` each way on the copy streams, best
+        of three (None on the CPU, or when the device has no room for the buffer)."""
+        if not self.cuda:
+            return None
+        torch = self.torch
+        try:
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            dev = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
+        except RuntimeError:
+            return None
+        if self.lib is not None:
+            from . import torch as vt
+
+            if vt.tier_of(dev) != "device":  # spilled or moved under the cap: not the link
+                return None
+        rates = {}
+        for key, stream, dst, src in (("d2h_bytes_per_s", self.copy_out, host, dev),
+                                      ("h2d_bytes_per_s", self.copy_in, dev, host)):
+            best = None
+            for _ in range(3):
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                with torch.cuda.stream(stream):
+                    a.record(stream)
+                    dst.copy_(src, non_blocking=True)
+                    b.record(stream)
+                b.synchronize()
+                t = a.elapsed_time(b) / 1e3
+                best = t if best is None else min(best, t)
+            if not best or best <= 0:
+                return None
+            rates[key] = nbytes / best
+        del dev
+        return {**rates, "latency_s": 10e-6}
+
+    def _measured_cpu_adamw(self, n=1 << 22):
+        """Parameters a second torch's CPU AdamW updates here (fused when this torch has it,
+        as the host chunks use), best of three steps of `n` fp32 parameters."""
+        torch = self.torch
+        p = torch.zeros(n, requires_grad=True)
+        p.grad = torch.zeros(n)
+        try:
+            opt = torch.optim.AdamW([p], fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            opt = torch.optim.AdamW([p])
+        opt.step()  # makes the states
+        best = None
+        for _ in range(3):
+            t = time.perf_counter()
+            opt.step()
+            t = time.perf_counter() - t
+            best = t if best is None else min(best, t)
+        return n / best if best and best > 0 else None
 
     def _plan_from_record(self, opt):
         import json
@@ -555,9 +642,9 @@ class Planned:
         if home is None or key in self.state_dev:
             return
         dev = self.torch.empty(home.shape, dtype=home.dtype, device=self.dev)
-        with self._copy_ctx():
+        with self._copy_ctx(self.copy_in, after=self.state_out_ev.pop(key, None)):
             dev.copy_(home, non_blocking=self.cuda)
-        ev = self._event(self.copy)
+        ev = self._event(self.copy_in)
         self._keep(ev, home)
         self.state_dev[key] = (dev, ev)
 
@@ -580,7 +667,8 @@ class Planned:
     def synchronize(self):
         """Waits for every copy in flight (the optimizer's state_dict does this first)."""
         if self.cuda:
-            self.copy.synchronize()
+            self.copy_out.synchronize()
+            self.copy_in.synchronize()
         self._release_done(wait=True)
 
     def _chunked_step(self, opt, orig, closure):
@@ -592,11 +680,11 @@ class Planned:
         grads_ev = None
         # Host chunks: gradients down first (they are final now: any clipping is done).
         if self.host_params:
-            with self._copy_ctx():
+            with self._copy_ctx(self.copy_out):
                 for p, c, _ in self.host_pairs:
                     if p.grad is not None:
                         c.grad.copy_(p.grad.detach(), non_blocking=self.cuda)
-            grads_ev = self._event(self.copy)
+            grads_ev = self._event(self.copy_out)
             self._keep(grads_ev, *[p.grad for p, _, _ in self.host_pairs if p.grad is not None])
         self._inner = True
         try:
@@ -630,9 +718,10 @@ class Planned:
                 # This chunk's moved states leave after it.
                 for pi, name, dev in moved:
                     home = self.state_home[(pi, name)]
-                    with self._copy_ctx():
+                    with self._copy_ctx(self.copy_out):
                         home.copy_(dev, non_blocking=self.cuda)
-                    ev = self._event(self.copy)
+                    ev = self._event(self.copy_out)
+                    self.state_out_ev[(pi, name)] = ev
                     self._keep(ev, dev)
                     opt.state[params[pi]][name] = home
         finally:
@@ -647,10 +736,12 @@ class Planned:
                             if any(x is c for x in hg["params"]):
                                 hg[k] = v
             self.host_cpu.step()
-            with self._copy_ctx():
+            # (The upload reads `c` after the CPU step; the next step's gradients come down
+            # only after the compute stream waited for this upload, so one order holds.)
+            with self._copy_ctx(self.copy_in):
                 for p, c, _ in self.host_pairs:
                     p.data.copy_(c.detach().to(p.dtype), non_blocking=self.cuda)
-            self.plan["upload_ev"] = self._event(self.copy)
+            self.plan["upload_ev"] = self._event(self.copy_in)
             self._keep(self.plan["upload_ev"], *[c for _, c, _ in self.host_pairs])
             self.stats["host_updates"] += 1
         self._opt_post(opt, (), {})

@@ -77,6 +77,8 @@ def _lib():
         lib.vram_step.restype = ctypes.c_int64
         lib.vram_phase_peak.argtypes = [ctypes.c_int]
         lib.vram_phase_peak.restype = ctypes.c_int64
+        lib.vram_driver_ns.argtypes = [ctypes.c_int]
+        lib.vram_driver_ns.restype = ctypes.c_int64
         lib.vram_plan.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.vram_plan.restype = c_ssize
         for name in ("vram_empty_cache", "vram_reset_peak_stats"):

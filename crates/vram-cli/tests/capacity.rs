@@ -254,6 +254,31 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "--vllm-use-v2-model-runner is a vLLM flag; not for --engine sglang",
         ),
         (
+            // vLLM V1 keys a CUDA-graph mode from 0.11 only.
+            vec![
+                "llama-3-8b",
+                "--engine-version",
+                "0.10",
+                "--cudagraph-mode",
+                "piecewise",
+            ],
+            "--cudagraph-mode piecewise is vLLM V1's from 0.11 (config/compilation.py CUDAGraphMode), not vLLM 0.10",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine",
+                "sglang",
+                "--cudagraph-mode",
+                "none",
+            ],
+            "--cudagraph-mode is a vLLM flag; not for --engine sglang",
+        ),
+        (
+            vec!["llama-3-8b", "--cudagraph-mode", "full_and_piecewise"],
+            "invalid value 'full_and_piecewise' for '--cudagraph-mode",
+        ),
+        (
             // `--quantization` is `--weights`' alias: one flag, one vocabulary.
             vec!["llama-3-8b", "--quantization", "int3"],
             "invalid value 'int3' for '--weights",
@@ -1380,6 +1405,19 @@ fn capacity_on_unseen_logs_round_eleven() {
     // Qwen3-32B-AWQ pools (+6.5 to +16.5 %, fit and holdout) and the WSL start's 1.66 GiB of
     // non-torch memory (+43.7 %, holdout), none of which a mechanism read here explains.
     unseen_round("unseen-round11.json", "round 11", 0.02, 0.45, 0.01);
+}
+
+/// Round 12 (`tests/data/serving/unseen-round12.json`: two starts, both from one repository, the
+/// first ROCm starts with a named GPU: vLLM V0 (AMD's 0.9.2 development build) serving
+/// Llama-3.1-8B-Instruct in fp16 at 131,072 tokens on an AMD Instinct MI300X, utilization 0.8 and
+/// 0.9), split the same way and committed before vram ran on it (BENCHMARKS.md, "twelfth round").
+#[test]
+fn capacity_on_unseen_logs_round_twelve() {
+    // Regression guards (BENCHMARKS.md, "twelfth round"), as first run: weights -2.1 % on both
+    // (15.30 GiB logged, 14.99 computed: 0.32 GiB that ROCm's load window holds and vram does not
+    // count), pools +1.4 % (fit) and +1.7 % (holdout), both starts as logged. The miss is on the
+    // fit half too, but no mechanism for it was read this session, so nothing was changed.
+    unseen_round("unseen-round12.json", "round 12", 0.025, 0.02, 0.015);
 }
 
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and

@@ -1,5 +1,6 @@
 //! The estimate against the 14 steps measured on an H200 (`tests/data/h200/measured.json`),
-//! pinned at vram's own figures (`tests/data/h200/pinned.json`).
+//! pinned at vram's own figures (`tests/data/h200/pinned.json`), and the 17 of the second H200
+//! run (2026-11-28, `measured3.json`, pinned in `pinned3.json`).
 //!
 //! Source of every measured figure: measured on an NVIDIA H200, driver 580.159.04, PyTorch
 //! 2.11.0+cu130, CUDA 13.0, transformers 5.24.0, peft 0.21.2, bitsandbytes 0.50.2, trl 1.16.0,
@@ -85,11 +86,25 @@ fn err(est: &Value, meas: &Value) -> Option<f64> {
 
 #[test]
 fn h200_cases_are_pinned() {
+    check_pinned("measured.json", "pinned.json", 14);
+}
+
+/// The second H200 run (2026-11-28, `gpu/measure3.py`; `tests/data/h200/measured3.json`, made
+/// from `gpu/results3/2026-11-28/results3.jsonl` by `gpu/results3/own_figures.py`, which takes
+/// out the gpt-oss-20b weights an earlier case left on the device): the memory outliers of
+/// issue 33 and the decode speed of Llama-3.1-8B, Qwen3-30B-A3B and gpt-oss-20b (eager).
+#[test]
+fn second_h200_run_cases_are_pinned() {
+    check_pinned("measured3.json", "pinned3.json", 17);
+}
+
+/// vram's figures for every case of `measured` equal those pinned in `pinned`; each case's
+/// error against the measurement is printed.
+fn check_pinned(measured: &str, pinned: &str, n: usize) {
     let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(data().join("measured.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(data().join(measured)).unwrap()).unwrap();
     let cases = doc["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 14, "every shared H200 case is checked");
+    assert_eq!(cases.len(), n, "every case of {measured} is checked");
     let mut now = serde_json::Map::new();
     eprintln!(
         "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -116,7 +131,7 @@ fn h200_cases_are_pinned() {
         now.insert(id, f);
     }
     let now = Value::Object(now);
-    let pin_path = data().join("pinned.json");
+    let pin_path = data().join(pinned);
     if std::env::var("VRAM_PIN").as_deref() == Ok("overwrite") {
         std::fs::write(
             &pin_path,

@@ -181,6 +181,20 @@ pub struct EagerCalibration {
     /// fp32 `sdpa` runs the memory-efficient (xFormers/cutlass) kernel on CUDA cores:
     /// 0.3 of the fp32 peak (an assumption: it reaches about a third of cuBLAS's fp32 rate).
     pub mem_efficient_fp32_eta: f64,
+    /// Fraction of the measured copy bandwidth a `torch.cat` reaches when it cannot take
+    /// PyTorch's 16-byte vectorized kernel: `cat_out_cuda` (PyTorch 2.11,
+    /// aten/src/ATen/native/cuda/Shape.cu) runs `CatArrayBatchedCopy_vectorized` only when
+    /// every input's slice along the cat dimension is a multiple of 16 bytes, else
+    /// `CatArrayBatchedCopy`, one 2-byte element per thread with a 4-D offset computed for
+    /// each. gpt-oss's sinks column (`torch.cat([attn_weights, sinks], dim=-1)`: one bf16
+    /// element a row) forces it onto every score matrix. 0.17, measured: the H200's gpt-oss
+    /// slice training step (2026-11-28, `gpu/results3/2026-11-28/results3.jsonl`,
+    /// `gptoss-L4-bf16-mb1-s2048-eager-profile`) ran its 20 such cats a step (4 sinks cats of
+    /// `[1, 64, 2048, 2049]`, 16 rotary cats of its q and k halves forward and backward) in
+    /// 6.648 ms for 4.63 GB read and written: 0.70 TB/s, 0.166 of the H200's copy bandwidth
+    /// as scaled here (4.19 TB/s). That case's step time is therefore not a check of it; the
+    /// `generate` prefills of gpt-oss are.
+    pub unaligned_cat_eta: f64,
     /// The kernel packages installed beside transformers (an environment's property, like
     /// the rates above): none unless the user says so.
     pub kernels: Kernels,
@@ -198,6 +212,7 @@ impl Default for EagerCalibration {
             elementwise_eta: 0.8,
             flash_eta: 0.35,
             mem_efficient_fp32_eta: 0.3,
+            unaligned_cat_eta: 0.17,
             kernels: Kernels::default(),
         }
     }
@@ -363,6 +378,9 @@ pub struct Rates<'a> {
     /// HBM bytes per second at the measured copy bandwidth (no element-wise efficiency):
     /// the floor of a GEMM that reads more than it computes.
     hbm_bytes_per_s: f64,
+    /// Bytes per second of a `torch.cat` off the vectorized kernel
+    /// ([`EagerCalibration::unaligned_cat_eta`]).
+    unaligned_cat_bytes_per_s: f64,
     /// `torch._grouped_mm` takes its CUTLASS kernel (`bf16bf16_grouped_mm`): PyTorch 2.11's
     /// `_grouped_mm_cuda` (aten/src/ATen/native/cuda/GroupedBlas.cpp) allows it on compute
     /// capability 9.x and 10.x only (`_scaled_mm_allowed_device(sm90_only, sm100_only)`), and
@@ -385,6 +403,9 @@ impl<'a> Rates<'a> {
             mem_efficient_flops: gpu.fp32_tflops * 1e12 * cal.mem_efficient_fp32_eta,
             loop_cpu_s: cal.fwd_cpu_s,
             hbm_bytes_per_s: h.bandwidth * (gpu.hbm_gb_s / H100_HBM_GB_S),
+            unaligned_cat_bytes_per_s: h.bandwidth
+                * (gpu.hbm_gb_s / H100_HBM_GB_S)
+                * cal.unaligned_cat_eta,
             grouped_mm_kernel: matches!(gpu.sm_major, 9 | 10),
             kernels: cal.kernels,
         }
@@ -408,6 +429,23 @@ impl<'a> Rates<'a> {
     /// Seconds to move `bytes` through an element-wise kernel.
     pub fn bytes_s(&self, bytes: f64) -> f64 {
         bytes / self.bytes_per_s
+    }
+
+    /// Seconds to stream `bytes` through HBM at the measured copy bandwidth, without the
+    /// element-wise efficiency: whole multi-MB contiguous rows copied by a vectorized gather, or
+    /// read once by a GEMV-shaped `bmm` (`batched_mm`'s expert copies in decode). On the H200
+    /// (2026-11-28 profiles, `gpu/results3/2026-11-28/results3.jsonl`), Qwen3-30B-A3B's and
+    /// gpt-oss-20b's batch-16 decode ran those kernels (`vectorized_gather_kernel<16>` and
+    /// `bmm`) in 39.1 and 49.1 ms a step for 174 and 230 GB: 4.4 and 4.7 TB/s against this
+    /// rate's 4.19.
+    pub fn copy_s(&self, bytes: f64) -> f64 {
+        bytes / self.hbm_bytes_per_s
+    }
+
+    /// Seconds of a `torch.cat` that moves `bytes` off the vectorized kernel
+    /// ([`EagerCalibration::unaligned_cat_eta`]).
+    pub fn unaligned_cat_s(&self, bytes: f64) -> f64 {
+        bytes / self.unaligned_cat_bytes_per_s
     }
 
     /// One `torch._grouped_mm` (PyTorch 2.11, `_grouped_mm_cuda` in
@@ -532,6 +570,11 @@ pub struct Work {
     pub ew_s: f64,
     /// Element-wise seconds over materialised attention scores (math path).
     pub score_s: f64,
+    /// Forward GPU seconds beyond the element-wise rate of copies that run off PyTorch's
+    /// vectorized kernel (gpt-oss's sinks `cat`, [`EagerCalibration::unaligned_cat_eta`]);
+    /// their bytes are in [`Work::score_s`]. Their backward is a slice, priced with
+    /// [`Work::bwd_extra_s`].
+    pub slow_copy_s: f64,
     /// Work after a host sync: CPU and GPU time add instead of overlapping (MoE loops).
     pub serial_s: f64,
     /// Kernels of that serialised work (its backward overlaps like any other: autograd
@@ -558,7 +601,7 @@ pub struct Work {
 
 impl Work {
     fn gpu(&self) -> f64 {
-        self.gemm_s + self.attn_s + self.ew_s + self.score_s
+        self.gemm_s + self.attn_s + self.ew_s + self.score_s + self.slow_copy_s
     }
 
     /// Adds `w`'s work to this.
@@ -568,6 +611,7 @@ impl Work {
         self.attn_s += w.attn_s;
         self.ew_s += w.ew_s;
         self.score_s += w.score_s;
+        self.slow_copy_s += w.slow_copy_s;
         self.serial_s += w.serial_s;
         self.serial_kernels += w.serial_kernels;
         self.serial_gpu_s += w.serial_gpu_s;
@@ -1227,10 +1271,14 @@ pub fn block_layer(
             // from transformers 5.24's code: 1.1 GB of `cat`, 1.1 of `sub`, 0.5 of `max` a
             // layer forward at 64 heads × 2048² bf16 scores; backward `slice_backward` 1.4,
             // `neg` 1.1, `scatter` 1.1 GB).
+            // The `cat` appends one element a row, so it runs off the vectorized kernel
+            // (`Rates::unaligned_cat_s`): its time beyond the element-wise rate.
             let heads = a.heads as f64 / s.tp;
             let scores = n * heads * s.seq.min(n);
             o.w.kernels += 4.0;
             o.w.score_s += r.bytes_s(scores * 5.0 * s.act);
+            let cat = scores * 2.0 * s.act;
+            o.w.slow_copy_s += r.unaligned_cat_s(cat) - r.bytes_s(cat);
             o.w.bwd_extra_s += r.bytes_s(scores * 4.0 * s.act);
             o.w.bwd_extra_kernels += 4.0;
         }

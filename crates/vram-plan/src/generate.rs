@@ -40,7 +40,8 @@
 //! - Decode: bytes over the element-wise bandwidth ([`crate::eager::Rates::bytes_per_s`]):
 //!   every weight the step reads (a dense layer's linears; routed experts as `batched_mm`
 //!   moves them: each routed row's expert weights read from the bank, written as a copy, read
-//!   by the `bmm`), the cache as transformers keeps it (`DynamicCache`: attention reads the
+//!   by the `bmm`, whole contiguous matrices streamed at the copy bandwidth,
+//!   [`crate::eager::Rates::copy_s`], as the H200's profiles ran them), the cache as transformers keeps it (`DynamicCache`: attention reads the
 //!   keys and values, `torch.cat` reads the old ones and writes the new; a sliding layer its
 //!   window; a Gated DeltaNet layer's fp32 recurrent state through
 //!   `torch_recurrent_gated_delta_rule`'s passes), the head; or FLOPs over the dense peak,
@@ -246,10 +247,12 @@ fn block_decode(
     kv_bytes: f64,
     kernels: Kernels,
     dequantized: bool,
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     let h = t.blocks.hidden.max(t.hidden());
     let storage = &t.blocks.storage;
     let mut bytes = 0.0;
+    // Bytes streamed at the copy bandwidth (`eager::Rates::copy_s`): `batched_mm`'s copies.
+    let mut streamed = 0.0;
     let mut flops = 0.0;
     // The routed experts' bytes as held (packed, or in the model's dtype).
     let mut held_experts = 0.0;
@@ -274,6 +277,13 @@ fn block_decode(
         let per_expert = (up + m.expert_intermediate as f64) * width * wbytes;
         let rows = b * m.top_k as f64;
         flops += 2.0 * rows * per_expert / wbytes;
+        if m.dispatch == Dispatch::GroupedMm
+            && !(storage.quant == Quant::Mxfp4 && kernels.mxfp4 && !dequantized)
+        {
+            // Each routed row's expert copied out of the bank (read and written, whole
+            // contiguous matrices) and read again by the GEMV-shaped bmm: streaming traffic.
+            streamed += 3.0 * rows * per_expert;
+        }
         bytes += if storage.quant == Quant::Mxfp4 && kernels.mxfp4 && !dequantized {
             // `Mxfp4GptOssMLP` (transformers 5.24, integrations/mxfp4.py): the router, then
             // the `kernels` hub's Triton `matmul_ogs` twice (gate/up with the fused SwiGLU,
@@ -282,9 +292,8 @@ fn block_decode(
             m.occupied(rows) * held_experts / (m.experts as f64).max(1.0)
         } else {
             match m.dispatch {
-                // Each routed row's expert copied out of the bank (read and written) and read
-                // again by the bmm.
-                Dispatch::GroupedMm => 3.0 * rows * per_expert,
+                // `batched_mm`'s copies: counted in `streamed` above.
+                Dispatch::GroupedMm => 0.0,
                 Dispatch::AllExperts => m.experts as f64 * per_expert,
                 Dispatch::Loop => m.occupied(rows) * per_expert,
             }
@@ -332,7 +341,7 @@ fn block_decode(
         }
         CacheKind::None => {}
     }
-    (bytes, flops)
+    (bytes, streamed, flops)
 }
 
 /// Serving speed of `generate` on one GPU.
@@ -353,7 +362,8 @@ pub struct Serving {
     /// step's host sync.
     pub decode_token_s: f64,
     /// GPU time of a mean decode step: [`Serving::decode_bytes`] over the element-wise
-    /// bandwidth, or its FLOPs over the dense peak, whichever is longer.
+    /// bandwidth (`batched_mm`'s expert copies over the copy bandwidth), or its FLOPs over the
+    /// dense peak, whichever is longer.
     pub decode_gpu_s: f64,
     /// Bytes a mean decode step moves (weights as held: packed ones as stored unless
     /// dequantized; `batched_mm`'s expert copies, or each routed MXFP4 expert once under the
@@ -381,7 +391,9 @@ pub struct Serving {
 }
 
 /// What this model was fitted on and checked against (vramkit's shared H200 ground truth).
-pub const CHECKS: &str = "host cost per Python call fitted on Llama-3.1-8B batch-1 decode (H200, 24.27 ms); prefill checked on Llama-3.1-8B batch 1 and 16 (H200, within 4 %); Llama-3.1-8B batch-16 decode measured 34 % slower than this gives (cause not found); other models unchecked";
+/// The figures are the two H200 runs' (`crates/vram-cli/tests/data/h200/`: `measured.json` of
+/// 2026-11-27, `measured3.json` of 2026-11-28), as `cargo test -p vram-cli --test h200` prints them.
+pub const CHECKS: &str = "host cost per Python call fitted on Llama-3.1-8B batch-1 decode (H200, 24.27 ms; 25.34 ms in a second run); prefill within 4 % on Llama-3.1-8B batch 1 and 16 (H200); this gives less than measured, causes not found: Llama-3.1-8B batch-16 decode by 20-34 %, Qwen3-30B-A3B decode by 37-48 % and prefill by 9-13 %, gpt-oss-20b (eager, bf16) decode by 59 % at batch 1 and 10 % at 16, prefill by 24-46 %; other models unchecked";
 
 /// A `generate` call: `batch` sequences of a `prompt`-token prompt, `new_tokens` generated,
 /// KV cache of `kv_bytes` per element; `static_cache`: transformers' `StaticCache`.
@@ -454,7 +466,7 @@ pub fn serving(
         hw.add(blk.ffn.loop_host(b * p));
         pre_host.add(hw.times(*n));
         let w = eager::block_layer(&t.blocks, blk, &s, &r, g.attention, prec, None);
-        pre_gpu += n * (w.gemm_s + w.attn_s + w.ew_s + w.score_s + w.serial_gpu_s);
+        pre_gpu += n * (w.gemm_s + w.attn_s + w.ew_s + w.score_s + w.slow_copy_s + w.serial_gpu_s);
     }
     pre_host.add(ends_host(t, g.attention, Phase::Prefill));
     pre_host.add(prefill_glue_host(t));
@@ -479,12 +491,13 @@ pub fn serving(
     let static_len = g.static_cache.then_some(p + g.new_tokens as f64);
     let mut host = Host::default();
     let mut bytes = 0.0;
+    let mut streamed = 0.0;
     let mut flops = 0.0;
     for (blk, n) in &blocks {
         let mut hw = block_host(t, blk, g.attention, Phase::Decode, g.kernels);
         hw.add(blk.ffn.loop_host(b));
         host.add(hw.times(*n));
-        let (by, fl) = block_decode(
+        let (by, st, fl) = block_decode(
             t,
             blk,
             b,
@@ -496,6 +509,7 @@ pub fn serving(
             g.weights_dequantized,
         );
         bytes += n * by;
+        streamed += n * st;
         flops += n * fl;
     }
     host.add(ends_host(t, g.attention, Phase::Decode));
@@ -507,7 +521,8 @@ pub fn serving(
     } else {
         gpu.half_tflops
     } * 1e12;
-    let decode_gpu_s = r.bytes_s(bytes).max(flops / peak);
+    let decode_gpu_s = (r.bytes_s(bytes) + r.copy_s(streamed)).max(flops / peak);
+    let bytes = bytes + streamed;
     let decode_host_s = host_seconds(&Host { syncs: 0.0, ..host }, cal);
     let decode_token_s = decode_gpu_s.max(decode_host_s) + host.syncs * cal.launch_s;
     Some(Serving {

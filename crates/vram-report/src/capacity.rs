@@ -97,6 +97,9 @@ pub struct CapacityRequest {
     pub vllm_use_v2_model_runner: Option<u8>,
     /// vLLM `--flashinfer-sampler`: V1's sampler runs FlashInfer's top-k/top-p kernels.
     pub flashinfer_sampler: bool,
+    /// vLLM V1's `cudagraph_mode` (`--compilation-config '{"cudagraph_mode": ...}'`; `None`:
+    /// the version's default).
+    pub cudagraph_mode: Option<capacity::CudagraphMode>,
     /// `--interconnect` (`None`: the GPU's board).
     pub interconnect: Option<Interconnect>,
     /// `--enforce-eager` (SGLang `--disable-cuda-graph`).
@@ -220,6 +223,7 @@ fn knobs_at(
             r.vllm_use_v2_model_runner.is_some(),
         ),
         ("--flashinfer-sampler", r.flashinfer_sampler),
+        ("--cudagraph-mode", r.cudagraph_mode.is_some()),
     ];
     let sglang_only = [
         ("--mem-fraction-static", r.mem_fraction_static.is_some()),
@@ -311,6 +315,7 @@ fn knobs_at(
         vllm_v0: r.vllm_use_v1 == Some(0),
         vllm_v1: r.vllm_use_v1 == Some(1),
         vllm_v2_runner: r.vllm_use_v2_model_runner.map(|v| v == 1),
+        cudagraph_mode: r.cudagraph_mode,
         dp: r.data_parallel_size,
         expert_parallel: r.enable_expert_parallel,
         ep: r.ep_size.unwrap_or(1),

@@ -99,6 +99,11 @@ pub struct TierStats {
     pub managed: TierCounters,
     /// Requests placed in the host or managed tier because the device was full.
     pub num_spills: u64,
+    /// Pinned host bytes freed by the caller and kept for the next spill of their size
+    /// (not in `host.current_bytes`; `empty_cache` returns them).
+    pub host_cached_bytes: u64,
+    /// Spills served from those cached blocks, with no host allocation.
+    pub num_host_reuses: u64,
     /// Requests that could not spill (below `spill_min`, host tier full or
     /// off, or the host allocation failed) and so failed with out-of-memory.
     pub num_spill_failures: u64,
@@ -154,7 +159,8 @@ pub struct PlanStats {
 impl TierStats {
     /// PyTorch's `memory_stats()` keys for the device tier, plus
     /// `host.*`, `managed.*`, `raw.*` (`bytes.current|peak|allocated|freed`,
-    /// `allocation.current|peak|allocated`), `num_spills`,
+    /// `allocation.current|peak|allocated`), `host.cached_bytes`, `num_spills`,
+    /// `num_host_reuses`,
     /// `num_spill_failures`, `num_leaked`, `device_used_bytes`, `device_limit`
     /// (-1 when uncapped), `host_limit`, `timer.<name>.count|measured|ns|max_ns` for every
     /// [`Timer`] (`timer.device.map.ns`, `timer.malloc.cached.count`, ...), `num_steps`,
@@ -168,6 +174,8 @@ impl TierStats {
         self.managed.put(&mut m, "managed");
         let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         m.insert("num_spills".into(), i(self.num_spills));
+        m.insert("host.cached_bytes".into(), i(self.host_cached_bytes));
+        m.insert("num_host_reuses".into(), i(self.num_host_reuses));
         m.insert("num_spill_failures".into(), i(self.num_spill_failures));
         m.insert("num_leaked".into(), i(self.num_leaked));
         m.insert("device_used_bytes".into(), i(self.device_used_bytes));
@@ -217,6 +225,14 @@ struct Side<H> {
     blocks: HashMap<u64, SideBlock>,
     /// Freed host/managed blocks waiting for the events recorded on their streams.
     pending: Vec<(Vec<EventId>, u64, SideBlock)>,
+    /// Pinned blocks whose work finished, kept for the next spill of about their size
+    /// (address, bytes): pinning a block costs far more than using it (1.65 GB took 577 ms a
+    /// step on the 2026-11-28 H200 run, the same logits spilled each step).
+    cached: Vec<(u64, u64)>,
+    /// Spills served from `cached`.
+    num_host_reuses: u64,
+    /// The most host and managed bytes held since the last `take_phase_peak`.
+    phase_spilled_peak: u64,
     raw: TierCounters,
     host_ctr: TierCounters,
     managed: TierCounters,
@@ -254,6 +270,15 @@ impl<D: Device, H: HostMemory> std::fmt::Debug for TieredAllocator<D, H> {
 
 const HOST_ROUND: u64 = 4096;
 
+/// Host and managed bytes placed for the caller now.
+fn spilled_now<H>(s: &Side<H>) -> u64 {
+    s.host_ctr.current_bytes + s.managed.current_bytes
+}
+
+fn cached_bytes<H>(s: &Side<H>) -> u64 {
+    s.cached.iter().map(|&(_, size)| size).sum()
+}
+
 impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     /// An allocator over `dev` and `host` under `cfg`.
     pub fn new(dev: D, host: H, cfg: TierConfig) -> Result<Self, TierError> {
@@ -269,6 +294,9 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                 host,
                 blocks: HashMap::new(),
                 pending: Vec::new(),
+                cached: Vec::new(),
+                num_host_reuses: 0,
+                phase_spilled_peak: 0,
                 raw: TierCounters::default(),
                 host_ctr: TierCounters::default(),
                 managed: TierCounters::default(),
@@ -286,11 +314,19 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         })
     }
 
-    /// The highest allocated bytes since the last call (see
-    /// [`CachingAllocator::take_phase_peak`]): the planned tier's hooks read it at each phase
-    /// boundary of the step they record.
+    /// The highest allocated bytes since the last call, spilled ones included: the device
+    /// tier's high point ([`CachingAllocator::take_phase_peak`]) plus the most the host and
+    /// managed tiers held since the last call (an upper bound, for the two high points may
+    /// fall at different times). The planned tier's hooks read it at each phase boundary of
+    /// the step they record; without the spilled bytes, a step recorded under the reactive
+    /// tier looked smaller than it is (the 2026-11-28 H200 run's GPT-2 loop: its 1.65 GB
+    /// logits spilled every step, out of the recorded peak), and the plan moved too little.
     pub fn take_phase_peak(&self) -> u64 {
-        self.device.take_phase_peak()
+        let device = self.device.take_phase_peak();
+        let mut s = self.side();
+        let spilled = s.phase_spilled_peak.max(spilled_now(&s));
+        s.phase_spilled_peak = spilled_now(&s);
+        device + spilled
     }
 
     /// Plans a recorded step ([`crate::plan::answer`]; JSON in, JSON out) and keeps what was
@@ -449,13 +485,36 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             .map(|a| (a, Timer::MallocSpilled))
     }
 
-    /// Host bytes the tier may still use: the limit minus pinned blocks and
-    /// migrated pages.
+    /// Host bytes the tier may still use: the limit minus pinned blocks (in use or cached)
+    /// and migrated pages.
     fn host_room(&self, s: &Side<H>) -> u64 {
         let migrated = self.device.memory_stats().migrated_bytes.current.max(0) as u64;
         self.cfg
             .host_limit
-            .saturating_sub(s.host_ctr.current_bytes + migrated)
+            .saturating_sub(s.host_ctr.current_bytes + cached_bytes(s) + migrated)
+    }
+
+    /// Returns cached pinned blocks to the driver, largest first, until the tier has room
+    /// for `need` bytes (all of them when `need` is `u64::MAX`).
+    fn release_cached(&self, s: &mut Side<H>, need: u64) {
+        s.cached.sort_by_key(|&(_, size)| size);
+        while self.host_room(s) < need {
+            let Some((addr, size)) = s.cached.pop() else {
+                break;
+            };
+            let t = self.timers.start();
+            let r = s.host.free_pinned(addr);
+            self.timers.stop(Timer::HostFree, t);
+            if r.is_err() {
+                s.num_leaked += 1;
+                s.leaked.push(SideBlock {
+                    size,
+                    tier: Tier::Host,
+                    streams: Vec::new(),
+                });
+                s.host_ctr.add(size);
+            }
+        }
     }
 
     /// Moves cold allocations to host memory to make room for `size` bytes
@@ -531,6 +590,7 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                             streams: vec![stream],
                         },
                     );
+                    s.phase_spilled_peak = s.phase_spilled_peak.max(spilled_now(&s));
                     self.sync_count(&s);
                     return Ok(a);
                 }
@@ -539,10 +599,33 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
         if self.cfg.host_limit == 0 {
             return fail(&mut s);
         }
+        // A cached pinned block of the size (at most an eighth larger): no driver call.
+        let fit = (s.cached.iter().enumerate())
+            .filter(|(_, &(_, sz))| sz >= rounded && sz - rounded <= rounded / 8)
+            .min_by_key(|(_, &(a, sz))| (sz, a))
+            .map(|(i, _)| i);
+        if let Some(i) = fit {
+            let (a, size) = s.cached.swap_remove(i);
+            s.host_ctr.add(size);
+            s.num_spills += 1;
+            s.num_host_reuses += 1;
+            s.blocks.insert(
+                a,
+                SideBlock {
+                    size,
+                    tier: Tier::Host,
+                    streams: vec![stream],
+                },
+            );
+            s.phase_spilled_peak = s.phase_spilled_peak.max(spilled_now(&s));
+            self.sync_count(&s);
+            return Ok(a);
+        }
         if self.host_room(&s) < rounded && !s.pending.is_empty() {
             // Blocks freed but guarded by events still count; wait for them.
             self.process_pending(&mut s, true);
         }
+        self.release_cached(&mut s, rounded);
         if self.host_room(&s) < rounded {
             return fail(&mut s);
         }
@@ -561,6 +644,7 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                         streams: vec![stream],
                     },
                 );
+                s.phase_spilled_peak = s.phase_spilled_peak.max(spilled_now(&s));
                 self.sync_count(&s);
                 Ok(a)
             }
@@ -665,6 +749,12 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
                 continue;
             }
             let (_, addr, b) = s.pending.swap_remove(i);
+            if b.tier == Tier::Host {
+                // Kept pinned for the next spill of its size (`release_cached` returns it).
+                s.host_ctr.sub(b.size);
+                s.cached.push((addr, b.size));
+                continue;
+            }
             let t = self.timers.start();
             let r = match b.tier {
                 Tier::Managed => s.host.free_managed(addr),
@@ -719,10 +809,12 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
     }
 
     /// Returns cached device blocks to the device and waits for freed host
-    /// blocks so that they are returned too (`torch.cuda.empty_cache()`).
+    /// blocks so that they are returned too, with the cached pinned blocks
+    /// (`torch.cuda.empty_cache()`).
     pub fn empty_cache(&self) {
         let mut s = self.side();
         self.process_pending(&mut s, true);
+        self.release_cached(&mut s, u64::MAX);
         drop(s);
         self.device.empty_cache();
     }
@@ -736,6 +828,8 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             host: s.host_ctr,
             managed: s.managed,
             num_spills: s.num_spills,
+            host_cached_bytes: cached_bytes(&s),
+            num_host_reuses: s.num_host_reuses,
             num_spill_failures: s.num_spill_failures,
             num_leaked: s.num_leaked,
             device_used_bytes: self.device.with_device(|d| d.used()),
@@ -840,10 +934,12 @@ impl<D: Device, H: HostMemory> TieredAllocator<D, H> {
             return Err("side count out of date".into());
         }
         let migrated = self.device.memory_stats().migrated_bytes.current.max(0) as u64;
-        if migrated > 0 && s.host_ctr.current_bytes + migrated > self.cfg.host_limit {
+        let held = s.host_ctr.current_bytes + cached_bytes(&s);
+        if (migrated > 0 || !s.cached.is_empty()) && held + migrated > self.cfg.host_limit {
             return Err(format!(
-                "host tier holds {} pinned + {migrated} migrated bytes, over its limit {}",
-                s.host_ctr.current_bytes, self.cfg.host_limit
+                "host tier holds {held} pinned (cached included) + {migrated} migrated bytes, \
+                 over its limit {}",
+                self.cfg.host_limit
             ));
         }
         Ok(())

@@ -13,6 +13,7 @@
 //! int     vram_tier_of(int device, void* ptr);             // 0 device, 1 host, 2 managed, 3 migrated
 //! int     vram_reset_peak_stats(int device);
 //! int64_t vram_phase_peak(int device);                     // planned tier: a phase ends
+//! int64_t vram_driver_ns(int device);                      // driver time so far (timers)
 //! ssize_t vram_plan(int device, const char* request, char* buf, size_t len);
 //! ssize_t vram_last_error(char* buf, size_t len);
 //! ```
@@ -245,6 +246,22 @@ pub extern "C" fn vram_phase_peak(device: c_int) -> i64 {
     guard(-1, || {
         with_backend(device, |b| {
             i64::try_from(b.take_phase_peak()).unwrap_or(i64::MAX)
+        })
+        .unwrap_or(-1)
+    })
+}
+
+/// The nanoseconds the allocator of `device` has spent in driver calls so far (device maps,
+/// unmaps, migrations, host allocations, synchronisations; `timer.device.*` and `timer.host.*`
+/// together), or -1 on error; 0 with `VRAM_TIMERS=0`. The planned tier reads it at each phase
+/// boundary of the step it records, so that a phase's compute excludes the time the allocator
+/// held the caller (the GPU idles then: host issue time equalled GPU time in the 2026-11-28
+/// H200 run's capped loops).
+#[no_mangle]
+pub extern "C" fn vram_driver_ns(device: c_int) -> i64 {
+    guard(-1, || {
+        with_backend(device, |b| {
+            i64::try_from(b.timers().driver_ns()).unwrap_or(i64::MAX)
         })
         .unwrap_or(-1)
     })

@@ -10,7 +10,7 @@ use vram_model::setup::{
     Allocator, AmpStyle, Attention, DecodeReplay, KvCache, Offload, Optimizer, Precision,
     Recompute, Setup,
 };
-use vram_plan::capacity::{Engine, Interconnect};
+use vram_plan::capacity::{CudagraphMode, Engine, Interconnect};
 use vram_plan::cluster::{self, Cluster};
 use vram_plan::lora::EmitKind;
 use vram_plan::{emit, Pins, RecomputeChoice, Request, Stack};
@@ -224,6 +224,13 @@ impl CapacityArgs {
             vllm_use_v1: self.vllm_use_v1,
             vllm_use_v2_model_runner: self.vllm_use_v2_model_runner,
             flashinfer_sampler: self.flashinfer_sampler,
+            cudagraph_mode: self.cudagraph_mode.map(|m| match m {
+                CudagraphModeArg::None => CudagraphMode::None,
+                CudagraphModeArg::Piecewise => CudagraphMode::Piecewise,
+                CudagraphModeArg::Full => CudagraphMode::Full,
+                CudagraphModeArg::FullDecodeOnly => CudagraphMode::FullDecodeOnly,
+                CudagraphModeArg::FullAndPiecewise => CudagraphMode::FullAndPiecewise,
+            }),
             interconnect: self.interconnect.map(|i| match i {
                 InterconnectArg::Nvls => Interconnect::NvSwitchNvls,
                 InterconnectArg::Nvswitch => Interconnect::NvSwitch,

@@ -439,6 +439,21 @@ pub enum InterconnectArg {
     Network,
 }
 
+/// `--cudagraph-mode`: vLLM's `CUDAGraphMode` names, lower case with dashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CudagraphModeArg {
+    /// NONE: no CUDA graphs.
+    None,
+    /// PIECEWISE: piecewise graphs between the attention calls.
+    Piecewise,
+    /// FULL: whole-forward graphs for every batch.
+    Full,
+    /// FULL_DECODE_ONLY: whole-forward graphs for decode batches only.
+    FullDecodeOnly,
+    /// FULL_AND_PIECEWISE: full decode graphs and piecewise graphs for the rest (the default).
+    FullAndPiecewise,
+}
+
 /// `--dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DtypeArg {
@@ -533,6 +548,13 @@ pub struct CapacityArgs {
     /// profiles [default: not in use].
     #[arg(long)]
     pub flashinfer_sampler: bool,
+    /// vLLM V1 (0.11 and later): the CUDA-graph mode set with --compilation-config
+    /// '{"cudagraph_mode": "PIECEWISE"}' or -cc.cudagraph_mode=PIECEWISE; --enforce-eager still
+    /// makes it none. It decides which graphs are captured and, from 0.20, whether a hybrid
+    /// model's max_num_seqs must fit its Mamba cache blocks (full graphs only) [default: the
+    /// optimization level's, full-and-piecewise at -O2].
+    #[arg(long, value_enum)]
+    pub cudagraph_mode: Option<CudagraphModeArg>,
     /// How the TP group's GPUs talk, for NCCL's buffers: nvls (NVSwitch with NVLS: HGX
     /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe, or one node without GPU P2P), network
     /// (a TP group across nodes) [default: the GPU's board in the catalog].

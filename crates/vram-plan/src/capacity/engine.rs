@@ -72,7 +72,8 @@ pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
 /// max_num_reqs > kv_cache_config.num_blocks`); 0.19.0 and 0.19.1 instead cap the capture sizes
 /// to the blocks with a warning (`adjust_cudagraph_sizes_for_mamba_cache`) and start. Hybrid
 /// models get `FULL_AND_PIECEWISE` (`MambaModelConfig`, `model_executor/models/config.py`, the
-/// same at 0.19.0 to 0.22.1); `--enforce-eager` makes the mode `NONE`. `groups` are the pool's
+/// same at 0.19.0 to 0.22.1); the mode is the one [`vllm_cudagraph_mode`] resolves, so
+/// `--enforce-eager` (`NONE`) and a user's `PIECEWISE` or `NONE` start. `groups` are the pool's
 /// kinds, `blocks` its `num_blocks`.
 pub(super) fn vllm_mamba_blocks_short(
     k: &Knobs,
@@ -80,10 +81,37 @@ pub(super) fn vllm_mamba_blocks_short(
     max_num_seqs: u64,
     blocks: u64,
 ) -> bool {
+    let hybrid = groups.iter().any(|g| g.kind == "state");
     Engine::Vllm.version_in_force(k) >= [0, 20, 0]
-        && !k.enforce_eager
-        && groups.iter().any(|g| g.kind == "state")
+        && hybrid
+        && vllm_cudagraph_mode(k, hybrid).has_full()
         && max_num_seqs > blocks
+}
+
+/// The CUDA-graph mode vLLM V1 (0.11 and later) runs, from the user's choice
+/// ([`Knobs::cudagraph_mode`]), read at 0.20.0, 0.21.0 and 0.22.0:
+/// - `--enforce-eager` sets `NONE` whatever was asked (`VllmConfig.__post_init__`: "Enforce
+///   eager set, disabling torch.compile and CUDAGraphs").
+/// - Unset, the optimization level's default: `FULL_AND_PIECEWISE` at `-O2`, the default level
+///   (`OPTIMIZATION_LEVEL_TO_CONFIG`, applied only to fields the user left unset).
+/// - `FULL` on a hybrid model: its state layers' backends support full graphs for uniform
+///   batches only (`AttentionCGSupport.UNIFORM_BATCH` in `v1/attention/backends/mamba_attn.py`
+///   and `gdn_attn.py`), so `resolve_cudagraph_mode_and_sizes` downgrades a mixed-batch `FULL`
+///   to `FULL_AND_PIECEWISE` (attention is among the splitting ops under `VLLM_COMPILE`). On
+///   other models the attention backend's own support decides, which is not modelled: `FULL`
+///   is taken as asked.
+///
+/// Not modelled: the compilation mode (`-cc.mode=none`, `-O0`, `TORCH_COMPILE_DISABLE=1`),
+/// under which a piecewise mode becomes `NONE`.
+pub(super) fn vllm_cudagraph_mode(k: &Knobs, hybrid: bool) -> super::CudagraphMode {
+    use super::CudagraphMode as M;
+    if k.enforce_eager {
+        return M::None;
+    }
+    match k.cudagraph_mode.unwrap_or(M::FullAndPiecewise) {
+        M::Full if hybrid => M::FullAndPiecewise,
+        m => m,
+    }
 }
 
 /// Whether vLLM's budget holds the CUDA context.

@@ -14,7 +14,11 @@
 //!   raise the largest size (gpt-oss: 1024, [`model_capture_max`]).
 //! - **Graph modes.** Piecewise graphs (one per piece between attention calls, every size)
 //!   before 0.11; from 0.11 `FULL_AND_PIECEWISE` (`config/compilation.py`, "v1 default"): the
-//!   same sizes again as whole-forward decode graphs, up to `max_num_seqs`.
+//!   same sizes again as whole-forward decode graphs, up to `max_num_seqs`. A user's
+//!   `cudagraph_mode` ([`vllm_graph_mode`], read at 0.20.0–0.22.0): `PIECEWISE` the piecewise
+//!   graphs alone, `FULL_DECODE_ONLY` the decode graphs alone, `FULL` whole-forward graphs at
+//!   every size, `NONE` none (`CUDAGraphMode.mixed_mode`/`decode_mode`; the dispatcher captures
+//!   one set per mode it keys, `cudagraph_dispatcher.py`).
 //! - **What the graphs keep.** All graphs share one private memory pool, captured from the
 //!   largest size down so the smaller ones reuse it (`capture_model`). The pool holds the
 //!   largest capture's live set, and its warm-up run (`cudagraph_num_of_warmups` = 1) the same
@@ -100,8 +104,11 @@ fn nccl_in_graphs(gpu: &Gpu, k: &Knobs) -> Option<bool> {
 pub(super) struct Graphs {
     /// Capture sizes (tokens per step), ascending.
     pub sizes: Vec<u64>,
-    /// Whole-forward decode graphs' sizes (0.11+), ascending; empty before.
+    /// Whole-forward graphs' sizes (0.11+), ascending; empty before.
     pub full_sizes: Vec<u64>,
+    /// Whether piecewise graphs are captured at [`Graphs::sizes`] (every mode but `FULL`,
+    /// `FULL_DECODE_ONLY` and `NONE`).
+    pub piecewise: bool,
     /// The shared pool: the largest capture's live set and its warm-up's.
     pub pool: u64,
     /// Driver memory of all the instantiated graphs.
@@ -191,17 +198,22 @@ pub(super) fn vllm_graphs(
     if let Some(c) = cap {
         sizes.retain(|&s| s <= c);
     }
-    let v = Engine::Vllm.version_in_force(k);
-    let full_sizes: Vec<u64> = if v1 && v >= [0, 11, 0] {
-        sizes
+    let mode = vllm_graph_mode(t, k, v1);
+    let piecewise = mode.is_none_or(CudagraphMode::has_piecewise);
+    let full_sizes: Vec<u64> = match mode {
+        Some(CudagraphMode::Full) => sizes.clone(),
+        Some(m) if m.has_full() => sizes
             .iter()
             .copied()
             .filter(|&s| s <= max_num_seqs)
-            .collect()
-    } else {
-        Vec::new()
+            .collect(),
+        _ => Vec::new(),
     };
-    let largest = sizes.last().copied().unwrap_or(0);
+    let largest = if piecewise {
+        sizes.last().copied().unwrap_or(0)
+    } else {
+        full_sizes.last().copied().unwrap_or(0)
+    };
     // The largest capture's live set, once in the pool and once from its warm-up run.
     // No caller's frame in a captured graph; only the version's MoE cache layout carries over.
     let held = Held {
@@ -226,7 +238,7 @@ pub(super) fn vllm_graphs(
         _ => 0,
     };
     let layers = t.layers().div_ceil(k.pp);
-    let graphs = (sizes.len() + full_sizes.len()) as u64;
+    let graphs = (if piecewise { sizes.len() } else { 0 } + full_sizes.len()) as u64;
     // Each forward all-reduces twice a layer (attention's and the MLP's or MoE's row-parallel
     // outputs) and once after the vocabulary-parallel embedding.
     let nccl = nccl_in_graphs(gpu, k).map_or(0, |proxy| {
@@ -243,5 +255,16 @@ pub(super) fn vllm_graphs(
         nccl,
         sizes,
         full_sizes,
+        piecewise,
     }
+}
+
+/// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the
+/// version keys no mode (V0, V1 before 0.11: piecewise graphs, or V0's full ones).
+pub(super) fn vllm_graph_mode(t: &Transformer, k: &Knobs, v1: bool) -> Option<CudagraphMode> {
+    let hybrid = layer_caches(t)
+        .iter()
+        .any(|c| matches!(c, CacheLayout::State { .. }));
+    (v1 && Engine::Vllm.version_in_force(k) >= [0, 11, 0])
+        .then(|| engine::vllm_cudagraph_mode(k, hybrid))
 }

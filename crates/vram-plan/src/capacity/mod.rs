@@ -437,6 +437,54 @@ impl Quantization {
     }
 }
 
+/// vLLM V1's CUDA-graph mode (`CompilationConfig.cudagraph_mode`, set with `--compilation-config
+/// '{"cudagraph_mode": "PIECEWISE"}'` or `-cc.cudagraph_mode=PIECEWISE`), as
+/// `config/compilation.py` names them (`CUDAGraphMode`, read at 0.20.0, 0.21.0 and 0.22.0).
+/// Unset, the optimization level's default applies (`OPTIMIZATION_LEVEL_TO_CONFIG`: `-O2`, the
+/// default level, and `-O3` take `FULL_AND_PIECEWISE`), and `--enforce-eager` makes it `NONE`
+/// whatever was asked (`VllmConfig.__post_init__`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CudagraphMode {
+    /// No CUDA graphs (torch.compile may still run).
+    None,
+    /// Piecewise graphs between the attention calls, at every capture size.
+    Piecewise,
+    /// Whole-forward graphs for every batch, at every capture size.
+    Full,
+    /// Whole-forward graphs for uniform decode batches only, up to `max_num_seqs`.
+    FullDecodeOnly,
+    /// Whole-forward decode graphs up to `max_num_seqs` and piecewise graphs for the rest.
+    FullAndPiecewise,
+}
+
+impl CudagraphMode {
+    /// vLLM's name for the mode (`CUDAGraphMode.name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CudagraphMode::None => "NONE",
+            CudagraphMode::Piecewise => "PIECEWISE",
+            CudagraphMode::Full => "FULL",
+            CudagraphMode::FullDecodeOnly => "FULL_DECODE_ONLY",
+            CudagraphMode::FullAndPiecewise => "FULL_AND_PIECEWISE",
+        }
+    }
+    /// `CUDAGraphMode.has_full_cudagraphs()`: the mode captures whole-forward graphs.
+    pub fn has_full(self) -> bool {
+        matches!(
+            self,
+            CudagraphMode::Full | CudagraphMode::FullDecodeOnly | CudagraphMode::FullAndPiecewise
+        )
+    }
+    /// Whether mixed batches run piecewise graphs (`mixed_mode() == PIECEWISE`).
+    pub fn has_piecewise(self) -> bool {
+        matches!(
+            self,
+            CudagraphMode::Piecewise | CudagraphMode::FullAndPiecewise
+        )
+    }
+}
+
 /// The engine's knobs, named as the engine names them. `None`: the engine's default.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Knobs {
@@ -525,6 +573,10 @@ pub struct Knobs {
     /// ([`vllm_v2_runner`]), which takes no account of the features that send a model
     /// back to the V1 runner ([`VLLM_V2_RUNNER_LACKS`]).
     pub vllm_v2_runner: Option<bool>,
+    /// vLLM V1's `cudagraph_mode` as the user set it (`None`: the version's default; see
+    /// [`CudagraphMode`] and `engine::vllm_cudagraph_mode`). Read from 0.11, where V1 takes
+    /// the mode.
+    pub cudagraph_mode: Option<CudagraphMode>,
 }
 
 impl Default for Knobs {
@@ -559,6 +611,7 @@ impl Default for Knobs {
             derived_max_model_len: None,
             marlin: None,
             vllm_v2_runner: None,
+            cudagraph_mode: None,
         }
     }
 }
@@ -743,6 +796,18 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 /// start-up (the CUDA context is the GPU's, [`vram_model::gpu::Gpu::context_bytes`]).
 pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
     validate(t, knobs)?;
+    if let Some(m) = knobs.cudagraph_mode {
+        let v = engine.version_in_force(knobs);
+        if engine != Engine::Vllm || v < [0, 11, 0] || knobs.vllm_v0 {
+            return Err(Error::Capacity(format!(
+                "--cudagraph-mode {} is vLLM V1's from 0.11 (config/compilation.py CUDAGraphMode), not {} {}{}",
+                m.name().to_lowercase().replace('_', "-"),
+                engine.label(),
+                v.map(|n| n.to_string()).join("."),
+                if knobs.vllm_v0 { " V0" } else { "" }
+            )));
+        }
+    }
     if let Some(why) = engine::rope_refusal(t, engine, knobs) {
         return Err(Error::Capacity(why));
     }

@@ -2495,6 +2495,116 @@ fn vllm_hybrid_pool_below_max_num_seqs_is_refused_from_0_20() {
     assert_eq!(v19.vllm_mamba_blocks_short(&k), None);
 }
 
+/// The user's CUDA-graph mode (vLLM 0.20.0–0.22.0 `config/compilation.py`): the Mamba-blocks
+/// check runs only where the resolved mode has full graphs. The same refused Qwen3.5-27B start
+/// as above: `PIECEWISE` and `NONE` start (no full decode graphs), `FULL_DECODE_ONLY` is refused,
+/// and `FULL` is refused too, downgraded to `FULL_AND_PIECEWISE` because the Gated DeltaNet
+/// backend supports full graphs for uniform batches only (`gdn_attn.py`: `UNIFORM_BATCH`). The
+/// graphs captured follow the mode: none under `NONE`, piecewise only under `PIECEWISE` (less
+/// than the default's piecewise and full), and `--enforce-eager` wins over any mode.
+#[test]
+fn vllm_cudagraph_mode_decides_the_mamba_check_and_the_graphs() {
+    let t = model("qwen3.5-27b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |mode: Option<CudagraphMode>, eager: bool| {
+        let k = Knobs {
+            max_model_len: Some(16384),
+            engine_version: Some([0, 22, 1]),
+            cudagraph_mode: mode,
+            enforce_eager: eager,
+            ..Knobs::default()
+        };
+        (capacity(&t, gpu, Engine::Vllm, &k).unwrap(), k)
+    };
+    let refused = |c: &Capacity| {
+        c.log
+            .last()
+            .is_some_and(|l| l.contains("exceeds available Mamba cache blocks"))
+    };
+    let (default, _) = at(None, false);
+    assert!(refused(&default));
+    for m in [
+        CudagraphMode::Full,
+        CudagraphMode::FullDecodeOnly,
+        CudagraphMode::FullAndPiecewise,
+    ] {
+        let (c, k) = at(Some(m), false);
+        assert!(refused(&c) && !c.starts, "{m:?}: {:?}", c.log);
+        assert_eq!(
+            c.vllm_mamba_blocks_short(&k),
+            Some(c.kv_cache_blocks),
+            "{m:?}"
+        );
+    }
+    let (piecewise, k) = at(Some(CudagraphMode::Piecewise), false);
+    assert!(piecewise.starts, "{:?}", piecewise.log);
+    assert_eq!(piecewise.vllm_mamba_blocks_short(&k), None);
+    assert!(piecewise.cuda_graph_bytes > 0);
+    assert!(piecewise.cuda_graph_bytes < default.cuda_graph_bytes);
+    assert!(piecewise
+        .assumes
+        .iter()
+        .any(|a| a.starts_with("CUDA-graph mode PIECEWISE")));
+    let (none, _) = at(Some(CudagraphMode::None), false);
+    assert!(none.starts, "{:?}", none.log);
+    assert_eq!(none.cuda_graph_bytes, 0);
+    let (full, _) = at(Some(CudagraphMode::Full), false);
+    assert!(full
+        .assumes
+        .iter()
+        .any(|a| a.starts_with("CUDA-graph mode FULL_AND_PIECEWISE: FULL asked")));
+    let (eager, _) = at(Some(CudagraphMode::FullDecodeOnly), true);
+    assert!(
+        eager.starts && eager.cuda_graph_bytes == 0,
+        "{:?}",
+        eager.log
+    );
+    // A dense model under FULL_DECODE_ONLY keeps only the decode graphs: fewer graphs than the
+    // default's, and no piecewise ones.
+    let llama = llama3();
+    let dense = |mode: Option<CudagraphMode>| {
+        capacity(
+            &llama,
+            gpu,
+            Engine::Vllm,
+            &Knobs {
+                max_model_len: Some(8192),
+                engine_version: Some([0, 22, 1]),
+                cudagraph_mode: mode,
+                ..Knobs::default()
+            },
+        )
+        .unwrap()
+        .cuda_graph_bytes
+    };
+    assert!(dense(Some(CudagraphMode::FullDecodeOnly)) < dense(None));
+    assert!(dense(Some(CudagraphMode::Piecewise)) < dense(None));
+}
+
+/// `--cudagraph-mode` is vLLM V1's from 0.11: asked of an older version, of V0 or of SGLang, a
+/// one-line refusal.
+#[test]
+fn cudagraph_mode_before_0_11_is_refused() {
+    let t = llama3();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = |v: [u32; 3], v0: bool| Knobs {
+        engine_version: Some(v),
+        vllm_v0: v0,
+        cudagraph_mode: Some(CudagraphMode::Piecewise),
+        ..Knobs::default()
+    };
+    let err = capacity(&t, gpu, Engine::Vllm, &k([0, 10, 1], false))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--cudagraph-mode piecewise is vLLM V1's from 0.11")
+            && err.contains("vLLM 0.10.1"),
+        "{err}"
+    );
+    assert!(capacity(&t, gpu, Engine::Vllm, &k([0, 11, 0], false)).is_ok());
+    assert!(capacity(&t, gpu, Engine::Sglang, &k([0, 5, 3], false)).is_err());
+}
+
 /// The same model on an H200 at 256 sequences: the pool holds more blocks than sequences, and
 /// vLLM 0.22.1 starts.
 #[test]

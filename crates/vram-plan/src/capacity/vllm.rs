@@ -153,7 +153,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     let (non_torch, non_torch_source) = non_torch::vllm_non_torch(k, v1, gpu);
     // The CUDA graphs `capture_model` records after the KV cache is allocated
     // (`graphs::vllm_graphs`: the version's capture sizes, the shared pool, driver memory).
-    let captured = (!k.enforce_eager).then(|| vllm_graphs(t, gpu, k, v1, max_num_seqs, mnbt, None));
+    let captured = (!k.enforce_eager
+        && graphs::vllm_graph_mode(t, k, v1) != Some(CudagraphMode::None))
+    .then(|| vllm_graphs(t, gpu, k, v1, max_num_seqs, mnbt, None));
     let graphs = captured.as_ref().map_or(0, Graphs::bytes);
     // From 0.20 the worker subtracts its CUDA-graph estimate before sizing the KV cache
     // (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` on by default; 0.19 only logs "Estimated CUDA
@@ -389,6 +391,19 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
         assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled (vision encoders: see the encoder profile line)");
     }
+    if let (Some(asked), Some(mode)) = (k.cudagraph_mode, graphs::vllm_graph_mode(t, k, v1)) {
+        // The user's `cudagraph_mode` as vLLM resolves it (`engine::vllm_cudagraph_mode`).
+        use CudagraphMode as M;
+        assumes.push(match (asked, mode) {
+            (_, M::None) if k.enforce_eager => "CUDA-graph mode NONE: --enforce-eager overrides --cudagraph-mode (VllmConfig.__post_init__, 0.20.0-0.22.0)",
+            (M::Full, M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE: FULL asked, which resolve_cudagraph_mode_and_sizes downgrades for a hybrid model, its state layers' backends supporting full graphs for uniform batches only (mamba_attn.py, gdn_attn.py: UNIFORM_BATCH; config/compilation.py, 0.20.0-0.22.0)",
+            (_, M::None) => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, torch.compile still run",
+            (_, M::Piecewise) => "CUDA-graph mode PIECEWISE (--cudagraph-mode piecewise): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+",
+            (_, M::FullDecodeOnly) => "CUDA-graph mode FULL_DECODE_ONLY (--cudagraph-mode full-decode-only): whole-forward decode graphs up to max_num_seqs, no piecewise graphs",
+            (_, M::Full) => "CUDA-graph mode FULL (--cudagraph-mode full): whole-forward graphs at every capture size; taken as asked, though an attention backend without full support for mixed batches downgrades it (resolve_cudagraph_mode_and_sizes), which is not modelled",
+            (_, M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE (--cudagraph-mode full-and-piecewise, the default at -O2)",
+        });
+    }
     if engine::is_rocm(gpu) {
         assumes.push("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)");
     }
@@ -474,13 +489,22 @@ fn graph_capture_failure(
     let gib = |b: f64| b / GIB;
     let total = gpu.memory_bytes as f64;
     let n = captured.map_or(0, |g| g.sizes.len());
-    let modes = if captured.is_some_and(|g| !g.full_sizes.is_empty()) {
-        "piecewise and full"
-    } else {
-        "piecewise"
+    let modes = match captured.map(|g| (g.piecewise, !g.full_sizes.is_empty())) {
+        Some((true, true)) => "piecewise and full",
+        Some((false, true)) => "full",
+        _ => "piecewise",
     };
     let modes = if v1 { modes } else { "full" };
-    let largest = captured.and_then(|g| g.sizes.last().copied()).unwrap_or(0);
+    let largest = captured
+        .and_then(|g| {
+            if g.piecewise {
+                g.sizes.last()
+            } else {
+                g.full_sizes.last()
+            }
+        })
+        .copied()
+        .unwrap_or(0);
     let mut fixes = vec!["add --enforce-eager".to_string()];
     let context = if engine::vllm_context_in_budget(k, v1) {
         0.0

@@ -208,6 +208,7 @@ fn the_context_limit_is_the_length_capacity_derives() {
             vllm_use_v1: None,
             vllm_use_v2_model_runner: None,
             flashinfer_sampler: false,
+            cudagraph_mode: None,
             interconnect: None,
             enforce_eager: false,
             block_size: None,

@@ -504,3 +504,38 @@ fn phase_peaks_and_plans_through_the_c_functions() {
     );
     assert!(last_error().contains("plan request"), "{}", last_error());
 }
+
+/// `vram_driver_ns` is the allocator's driver time so far (`timer.device.*` and `timer.host.*`
+/// together), which the planned tier takes out of each recorded phase: a spill's host
+/// allocation raises it; a request served from cache does not.
+#[test]
+fn driver_ns_counts_the_allocators_driver_calls() {
+    init(
+        31,
+        "VRAM_DEVICE_LIMIT=64MiB;VRAM_HOST_LIMIT=1GiB;VRAM_MIGRATE=0",
+    );
+    let a = vram_malloc(40 * MIB, 31, std::ptr::null_mut());
+    let before = vram_driver_ns(31);
+    assert!(before >= 0, "{}", last_error());
+    let b = vram_malloc(40 * MIB, 31, std::ptr::null_mut());
+    assert!(!b.is_null(), "{}", last_error());
+    assert_eq!(vram_tier_of(31, b), 1, "spilled");
+    let after = vram_driver_ns(31);
+    let m = stats(31);
+    let host_alloc = m["timer.host.alloc.ns"].as_i64().unwrap();
+    assert!(
+        after - before >= host_alloc,
+        "{before} {after} {host_alloc}"
+    );
+    vram_free(b, 40 * MIB, 31, std::ptr::null_mut());
+    vram_free(a, 40 * MIB, 31, std::ptr::null_mut());
+    let c = vram_malloc(40 * MIB, 31, std::ptr::null_mut());
+    let d = vram_driver_ns(31);
+    vram_free(c, 40 * MIB, 31, std::ptr::null_mut());
+    assert_eq!(
+        vram_driver_ns(31),
+        d,
+        "a cached request and free make no driver call"
+    );
+    assert_eq!(vram_driver_ns(99_999), -1);
+}
