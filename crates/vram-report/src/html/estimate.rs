@@ -362,7 +362,7 @@ pub(super) fn finetune(r: &FinetuneReport) -> String {
         count("parameters", r.params),
         count("trainable parameters", r.trainable_params),
         word("base weights format", &r.weights.format),
-        size("base weights as stored", r.weights.total_bytes),
+        size("base weights held", r.weights.total_bytes),
         size("of which quantized", r.weights.quantized_bytes),
         size("peak allocated", r.peak_bytes),
         word("peak at", &r.peak_phase),
