@@ -378,7 +378,7 @@ const NEAR_MISSES: &[(&str, NearMiss)] = &[
     // decoder is read.
     (
         "kimi-k2.5",
-        Ok(("vram does not model the wrapper `kimi_k25`: only its text_config (`kimi_k2`) is read, so any vision or audio tower it builds is not counted", 1_000_000_000_000)),
+        Ok(("vram does not model the wrapper `kimi_k25`: only its text_config (`kimi_k2`) is read, so any vision or audio tower is not counted", 1_000_000_000_000)),
     ),
 ];
 

@@ -217,7 +217,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                 let mut t = decoders::read(&wrapped, &c)?;
                 t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
                 t.blocks.notes.push(format!(
-                    "vram does not model the wrapper `{model_type}`: only its text_config (`{inner}`) is read, so any vision or audio tower it builds is not counted"
+                    "vram does not model the wrapper `{model_type}`: only its text_config (`{inner}`) is read, so any vision or audio tower is not counted"
                 ));
                 t
             } else {
