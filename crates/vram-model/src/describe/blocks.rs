@@ -794,9 +794,24 @@ impl Blocks {
         std::borrow::Cow::Owned(b)
     }
 
-    /// Bytes of the weights as stored (quantization metadata included); `dequantized` for the
-    /// fallback that holds everything in the config's dtype. Embedding, norms, vision tower and
-    /// MTP layers stay in the config's dtype.
+    /// Bytes of the weights as the checkpoint stores them (quantization metadata included),
+    /// where [`Blocks::weights_bytes`] gives what the library holds: they differ by the
+    /// compressed-tensors W4A16 expert banks transformers 5.24 dequantizes at load
+    /// ([`crate::describe::storage::Holder`]).
+    pub fn stored_bytes(&self) -> u64 {
+        if self.storage.holder == crate::describe::storage::Holder::Engine {
+            return self.weights_bytes(false);
+        }
+        let mut b = self.clone();
+        b.storage.holder = crate::describe::storage::Holder::Engine;
+        b.weights_bytes(false)
+    }
+
+    /// Bytes of the weights as the library holds them from the checkpoint (packed tensors as
+    /// stored, quantization metadata included, except what it dequantizes at load whatever the
+    /// step: [`Blocks::stored_bytes`]); `dequantized` for the fallback that holds everything in
+    /// the config's dtype. Embedding, norms, vision tower and MTP layers stay in the config's
+    /// dtype.
     pub fn weights_bytes(&self, dequantized: bool) -> u64 {
         if let (Some(c), false) = (&self.storage.checkpoint, dequantized) {
             let mut extra = 0;
