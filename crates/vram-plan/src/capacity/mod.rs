@@ -808,6 +808,9 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
             )));
         }
     }
+    if let Some(why) = engine::rope_refusal(t, engine, knobs) {
+        return Err(Error::Capacity(why));
+    }
     if let Some(why) = engine::awq_channelwise_refusal(t, gpu, engine, knobs) {
         return Err(Error::Capacity(why));
     }
