@@ -2111,5 +2111,18 @@ fn hybrid_refusal_offers_piecewise_and_reads_the_compilation_knobs() {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["starts"], true, "{knob:?}: {out}");
         assert!(out.contains(why), "{knob:?}: {out}");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity-compile");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (jf, hf) = (dir.join("c.json"), dir.join("c.html"));
+        std::fs::write(&jf, &out).unwrap();
+        let (code, _, err) = vram(&args(&[
+            "report",
+            jf.to_str().unwrap(),
+            "--out",
+            hf.to_str().unwrap(),
+        ]));
+        assert_eq!(code, 0, "{err}");
+        let html = html_text(&std::fs::read_to_string(&hf).unwrap());
+        assert!(html.contains(why), "{knob:?}: {why} not in the page");
     }
 }
