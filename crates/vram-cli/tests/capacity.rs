@@ -2099,8 +2099,14 @@ fn hybrid_refusal_offers_piecewise_and_reads_the_compilation_knobs() {
     let piecewise = r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#;
     assert!(at("--max-num-seqs") < at(piecewise) && at(piecewise) < at("--enforce-eager"));
     for (knob, why) in [
-        (&["--cudagraph-mode", "piecewise"][..], "CUDA-graph mode PIECEWISE"),
-        (&["--compilation-mode", "none"][..], "needs vLLM's own compilation"),
+        (
+            &["--cudagraph-mode", "piecewise"][..],
+            "CUDA-graph mode PIECEWISE",
+        ),
+        (
+            &["--compilation-mode", "none"][..],
+            "needs vLLM's own compilation",
+        ),
         (&["--optimization-level", "0"][..], "-O0's default"),
         (&["--optimization-level", "1"][..], "-O1's default"),
     ] {

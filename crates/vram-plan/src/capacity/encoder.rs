@@ -405,7 +405,11 @@ fn qwen2_vl_forward_peak(v: &Vision, k: &Knobs, patches: u64, pixel_bytes: u64) 
     let reduced = if tp > 1 { h } else { 0 };
     // Without Inductor (`--enforce-eager`, compilation NONE: custom ops on) `QuickGELU.forward_cuda` writes
     // one output (`gelu_quick`, `layers/activation.py` at v0.10.2).
-    let act = if engine::vllm_inductor(k) { 3 * i } else { 2 * i };
+    let act = if engine::vllm_inductor(k) {
+        3 * i
+    } else {
+        2 * i
+    };
     let mlp = (3 * h + act).max(4 * h + i + reduced);
     pixels + rotary + patches * attention.max(mlp) * d
 }

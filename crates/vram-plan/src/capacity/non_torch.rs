@@ -137,7 +137,7 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
         };
     }
     // `profile_cudagraph_memory` returns before capturing when the mode keys no graphs ("No
-    // CUDA graphs will be captured, skipping profiling", 0.22.0); whether graphs are captured
+    // CUDA graphs will be captured, skipping profiling", 0.20.0-0.22.0); whether graphs are captured
     // does not depend on the model's layers (`engine::vllm_cudagraph_mode`).
     let graphs_profiled = v1
         && v >= [0, 18, 0]

@@ -2609,12 +2609,24 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
         (None, Some(C::StockTorchCompile), None, false, M::None),
         (Some(M::Piecewise), Some(C::None), None, false, M::None),
         (Some(M::Piecewise), None, Some(0), false, M::None),
-        (Some(M::FullDecodeOnly), Some(C::None), None, true, M::FullDecodeOnly),
+        (
+            Some(M::FullDecodeOnly),
+            Some(C::None),
+            None,
+            true,
+            M::FullDecodeOnly,
+        ),
         (Some(M::Full), Some(C::None), None, true, M::FullDecodeOnly),
         (Some(M::Full), None, None, true, M::FullAndPiecewise),
         (Some(M::Full), Some(C::None), None, false, M::Full),
         (None, Some(C::VllmCompile), Some(0), true, M::None),
-        (Some(M::FullAndPiecewise), Some(C::VllmCompile), Some(0), true, M::FullAndPiecewise),
+        (
+            Some(M::FullAndPiecewise),
+            Some(C::VllmCompile),
+            Some(0),
+            true,
+            M::FullAndPiecewise,
+        ),
     ] {
         assert_eq!(
             vllm_cudagraph_mode(&k(g, c, o), hybrid),
@@ -2692,7 +2704,9 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
         engine_version: Some([0, 19, 1]),
         ..k(None, Some(C::None), None)
     };
-    let err = capacity(&t, gpu, Engine::Vllm, &old).unwrap_err().to_string();
+    let err = capacity(&t, gpu, Engine::Vllm, &old)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("--compilation-mode none is modelled as vLLM V1 0.20-0.22 resolve it")
             && err.contains("vLLM 0.19.1"),
@@ -2701,7 +2715,10 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
     let err = capacity(&t, gpu, Engine::Vllm, &k(None, None, Some(4)))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("--optimization-level 4 is not one of vLLM's levels"), "{err}");
+    assert!(
+        err.contains("--optimization-level 4 is not one of vLLM's levels"),
+        "{err}"
+    );
 }
 
 /// What `vram capacity` tries for the refused hybrid start, cheapest first: the engine's own
@@ -2742,7 +2759,9 @@ fn the_mamba_refusal_offers_piecewise_before_eager() {
     };
     let tried = crate::suggest::serving_tried(&t, gpu, Engine::Vllm, &no_compile);
     assert!(
-        tried.iter().any(|x| x == r#"--compilation-config '{"cudagraph_mode": "NONE"}'"#)
+        tried
+            .iter()
+            .any(|x| x == r#"--compilation-config '{"cudagraph_mode": "NONE"}'"#)
             && !tried.iter().any(|x| x.contains("PIECEWISE")),
         "{tried:?}"
     );

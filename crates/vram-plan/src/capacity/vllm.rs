@@ -392,8 +392,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
         assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; a hybrid model's CUDA graphs counted as any model's in the mode vLLM resolves (FULL_AND_PIECEWISE by default: MambaModelConfig), its state layers' profile run not modelled (vision encoders: see the encoder profile line)");
     }
-    let asked_any =
-        k.cudagraph_mode.is_some() || k.compilation_mode.is_some() || k.optimization_level.is_some();
+    let asked_any = k.cudagraph_mode.is_some()
+        || k.compilation_mode.is_some()
+        || k.optimization_level.is_some();
     if let (true, Some(mode)) = (asked_any, graphs::vllm_graph_mode(t, k, v1)) {
         // The user's graph and compilation knobs as vLLM resolves them
         // (`engine::vllm_cudagraph_mode`, read at 0.20.0-0.22.0).
