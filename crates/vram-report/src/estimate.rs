@@ -699,10 +699,19 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
                     "the FP8 block matmuls are walked with the temporaries of the bf16 path; their activation quantization (fp8 copies of each input with fp32 scales) is not modelled".into()
                 });
             }
+            let held = t.blocks.weights_bytes(false);
+            let engines = t.blocks.as_engines_hold().weights_bytes(false);
+            if engines != held && matches!(t.blocks.storage.quant, Quant::Packed { .. }) {
+                r.notes.push(format!(
+                    "transformers 5.24 loads compressed-tensors' expert weights dequantized into its fused expert banks (its `Linear` targets do not reach a 3-D bank): loaded for inference the weights take {}; vLLM and SGLang keep the experts packed, {} in all (vram capacity)",
+                    vram_model::fmt::bytes(held),
+                    vram_model::fmt::bytes(engines)
+                ));
+            }
             r.weights_load = Some(WeightsLoad {
                 dequantized,
                 why,
-                stored_bytes: t.blocks.weights_bytes(false),
+                stored_bytes: held,
                 dequantized_bytes: t.blocks.weights_bytes(true),
             });
         }

@@ -696,6 +696,7 @@ impl Blocks {
                 Default::default()
             },
             checkpoint: None,
+            holder: config.holder,
         };
         for (kind, n) in self.kinds.iter().zip(self.kind_counts()) {
             kind.tensors(self.hidden, &mut |t| {
@@ -718,6 +719,7 @@ impl Blocks {
             quant,
             ignored: Default::default(),
             checkpoint: None,
+            holder: Default::default(),
         }
         .name();
         let same = match (config.quant, quant) {
@@ -735,27 +737,37 @@ impl Blocks {
         notes
     }
 
-    /// These blocks with block-FP8 scales held fp32, as vLLM holds them whatever `scale_fmt`
-    /// says (`Fp8LinearMethod`'s fp32 `weight_scale_inv`); itself where nothing changes.
-    pub fn with_fp32_scales(&self) -> std::borrow::Cow<'_, Blocks> {
-        let Quant::Fp8Block {
-            bn, bk, skip_head, ..
-        } = self.storage.quant
-        else {
-            return std::borrow::Cow::Borrowed(self);
-        };
-        if !matches!(self.storage.quant, Quant::Fp8Block { e8m0: true, .. }) {
+    /// These blocks as vLLM and SGLang hold them, where that differs from transformers 5.24:
+    /// block-FP8 scales fp32 whatever `scale_fmt` says (`Fp8LinearMethod`'s fp32
+    /// `weight_scale_inv`), compressed-tensors W4A16 expert banks packed
+    /// ([`crate::describe::storage::Holder`]); itself where nothing changes.
+    pub fn as_engines_hold(&self) -> std::borrow::Cow<'_, Blocks> {
+        let e8m0 = matches!(self.storage.quant, Quant::Fp8Block { e8m0: true, .. });
+        let wna16 = matches!(
+            self.storage.quant,
+            Quant::Packed {
+                format: crate::finetune::WeightFormat::Wna16 { .. },
+                ..
+            }
+        );
+        if !e8m0 && !wna16 {
             return std::borrow::Cow::Borrowed(self);
         }
         let mut b = self.clone();
-        b.storage.quant = Quant::Fp8Block {
-            bn,
-            bk,
-            skip_head,
-            e8m0: false,
-        };
-        if let Some(c) = b.storage.checkpoint.as_mut() {
-            c.scale_narrow = [0; Component::COUNT];
+        b.storage.holder = crate::describe::storage::Holder::Engine;
+        if let Quant::Fp8Block {
+            bn, bk, skip_head, ..
+        } = self.storage.quant
+        {
+            b.storage.quant = Quant::Fp8Block {
+                bn,
+                bk,
+                skip_head,
+                e8m0: false,
+            };
+            if let Some(c) = b.storage.checkpoint.as_mut() {
+                c.scale_narrow = [0; Component::COUNT];
+            }
         }
         std::borrow::Cow::Owned(b)
     }
@@ -765,7 +777,13 @@ impl Blocks {
     /// MTP layers stay in the config's dtype.
     pub fn weights_bytes(&self, dequantized: bool) -> u64 {
         if let (Some(c), false) = (&self.storage.checkpoint, dequantized) {
-            return c.total();
+            let mut extra = 0;
+            for (kind, n) in self.kinds.iter().zip(self.kind_counts()) {
+                kind.tensors(self.hidden, &mut |t| {
+                    extra += n * self.storage.dequantized_extra(&t)
+                });
+            }
+            return c.total() + extra;
         }
         let d = self.storage.dtype.bytes();
         let mut bytes = 0;

@@ -81,7 +81,7 @@ pub enum Quant {
         /// make `weight_scale_inv` `float8_e8m0fnu`, a byte each (`integrations/finegrained_fp8.py`:
         /// `sf_dtype = _get_ue8m0_dtype() if scale_fmt == "ue8m0" else torch.float32`), and
         /// the loader casts the stored scales to it. vLLM holds them fp32 whatever
-        /// ([`crate::describe::Blocks::with_fp32_scales`]).
+        /// ([`crate::describe::Blocks::as_engines_hold`]).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         e8m0: bool,
     },
@@ -122,6 +122,30 @@ pub struct Storage {
     /// checkpoint is given ([`Checkpoint`]); `None` for a config alone.
     #[serde(skip)]
     pub checkpoint: Option<Checkpoint>,
+    /// Which library holds the weights: transformers (the estimate, fine-tuning) or a serving
+    /// engine (`vram capacity`, through [`crate::describe::Blocks::as_engines_hold`]).
+    #[serde(skip)]
+    pub holder: Holder,
+}
+
+/// Which library holds a packed checkpoint's weights, where they differ.
+///
+/// compressed-tensors W4A16 expert banks: transformers 5.24 builds fused 3-D expert banks
+/// (`experts.gate_up_proj`, `experts.down_proj`), which compressed-tensors' `Linear` targets do
+/// not reach, and loads the checkpoint's per-expert `weight_packed`/`weight_scale`/`weight_shape`
+/// into them dequantized: `HfQuantizer.update_weight_conversions` (quantizers/base.py) puts
+/// `CompressedTensorsDequantize` before the per-expert merge when the bank has no packed
+/// companion parameter. Run on the CPU with transformers 5.24.0 and compressed-tensors 0.20.0
+/// (a one-layer Qwen3-MoE stored W4A16, group 32): the banks load bf16
+/// (`gate_up_proj` `[4, 128, 64]`), the attention's `nn.Linear`s stay `weight_packed` int32.
+/// vLLM's `CompressedTensorsWNA16MoEMethod` and SGLang's port hold the banks packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Holder {
+    /// transformers 5.24 (`from_pretrained`).
+    #[default]
+    Transformers,
+    /// vLLM or SGLang.
+    Engine,
 }
 
 /// A set of [`Component`]s: those a quantization config leaves unquantized.
@@ -217,6 +241,7 @@ impl Default for Storage {
             quant: Quant::None,
             ignored: Ignored::default(),
             checkpoint: None,
+            holder: Holder::Transformers,
         }
     }
 }
@@ -244,12 +269,14 @@ impl Storage {
                 quant: Quant::None,
                 ignored: Ignored::default(),
                 checkpoint: None,
+                holder: Holder::Transformers,
             },
             WeightFormat::Fp32 => Storage {
                 dtype: Dtype::F32,
                 quant: Quant::None,
                 ignored: Ignored::default(),
                 checkpoint: None,
+                holder: Holder::Transformers,
             },
             _ => Storage {
                 dtype: Dtype::Bf16,
@@ -259,6 +286,7 @@ impl Storage {
                 },
                 ignored: Ignored::default(),
                 checkpoint: None,
+                holder: Holder::Transformers,
             },
         }
     }
@@ -299,7 +327,7 @@ impl Storage {
         if let Some(c) = &self.checkpoint {
             // Packed components as the headers store them; float ones cast to the step's
             // precision, as from_pretrained(dtype=...) casts them.
-            return if c.packed[t.component as usize] {
+            return if c.packed[t.component as usize] && !self.dequantizes_at_load(t) {
                 c.share(t, self.holds_fp32(t))
             } else if t.fp32 {
                 t.numel() * 4
@@ -320,10 +348,38 @@ impl Storage {
         if dequantized {
             return t.numel() * d;
         }
+        if self.dequantizes_at_load(t) {
+            return t.numel() * d;
+        }
         if let Some(c) = &self.checkpoint {
             return c.share(t, self.holds_fp32(t));
         }
         self.bytes(t, d)
+    }
+
+    /// Bytes the library holds of `t` beyond its share of a checkpoint's stored bytes, where it
+    /// dequantizes it at load (W4A16 expert banks under transformers, [`Holder`]); 0 otherwise.
+    pub(crate) fn dequantized_extra(&self, t: &Tensor) -> u64 {
+        match &self.checkpoint {
+            Some(c) if self.dequantizes_at_load(t) => {
+                (t.numel() * self.dtype.bytes()).saturating_sub(c.share(t, self.holds_fp32(t)))
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether the library loads `t` dequantized from a packed checkpoint: W4A16 expert banks
+    /// under transformers ([`Holder`]).
+    fn dequantizes_at_load(&self, t: &Tensor) -> bool {
+        matches!(t.kind, TensorKind::Experts(_))
+            && matches!(
+                self.quant,
+                Quant::Packed {
+                    format: WeightFormat::Wna16 { .. },
+                    ..
+                }
+            )
+            && !self.packs(t.component, t.kind, t.rows)
     }
 
     /// Whether the quantization config leaves the linears of `c` unquantized (its ignore list
@@ -388,26 +444,7 @@ impl Storage {
                 format,
                 double_quant,
             } => {
-                let packed = match (format, t.kind) {
-                    // FineGrainedFP8: linears and expert banks, as `Fp8Block` above.
-                    (WeightFormat::Fp8, TensorKind::Linear | TensorKind::Experts(_)) => t.rows > 1,
-                    // compressed-tensors W4A16 targets `Linear`: every expert's linears are
-                    // stored packed in the checkpoint (and vLLM's WNA16 MoE method holds them so).
-                    (WeightFormat::Wna16 { .. }, TensorKind::Linear | TensorKind::Experts(_)) => {
-                        t.rows > 1
-                    }
-                    // bitsandbytes, GPTQ, AWQ: the layers' `nn.Linear` modules only.
-                    (_, TensorKind::Linear) => format.is_quantized(),
-                    _ => false,
-                } && !matches!(
-                    t.component,
-                    Component::Router
-                        | Component::Head
-                        | Component::Vision
-                        | Component::Audio
-                        | Component::Mtp
-                ) && !self.ignores(t.component);
-                if packed {
+                if self.packs(t.component, t.kind, t.rows) {
                     e * linear_bytes(format, double_quant, t.rows, t.cols)
                 } else {
                     t.numel() * d
@@ -415,6 +452,45 @@ impl Storage {
             }
             Quant::None | Quant::Other => t.numel() * d,
         }
+    }
+
+    /// Whether a [`Quant::Packed`] storage packs a weight of `component`, of `kind` (a linear
+    /// or an expert bank) with `rows` output rows: the one rule the tensor count
+    /// ([`Storage::tensor_bytes`]) and the fine-tuning base (`finetune::weights_bytes`, its
+    /// step's placement and dequantization temporaries) read. `false` for other storages,
+    /// whose rules [`Storage::tensor_bytes`] keeps per format.
+    ///
+    /// - FP8 (`--weights fp8`, transformers' `FineGrainedFP8`): linears and expert banks, as
+    ///   [`Quant::Fp8Block`] does.
+    /// - compressed-tensors W4A16 targets `Linear`: every expert's linears are stored packed in
+    ///   the checkpoint (Kimi-K2.5's `experts.{j}.{gate,up,down}_proj.weight_packed`, held to the
+    ///   byte by `tests/it/checkpoints.rs`); vLLM's WNA16 MoE method holds the banks so,
+    ///   transformers 5.24 dequantizes them ([`Holder`]).
+    /// - bitsandbytes, GPTQ, AWQ: the layers' `nn.Linear` modules only.
+    ///
+    /// Never the routers, the head, the towers, the MTP layers, a linear of one output row (a
+    /// shared-expert gate) under FP8 or W4A16, or a component the ignore list names.
+    pub fn packs(&self, component: Component, kind: TensorKind, rows: u64) -> bool {
+        let Quant::Packed { format, .. } = self.quant else {
+            return false;
+        };
+        (match (format, kind) {
+            (WeightFormat::Fp8, TensorKind::Linear | TensorKind::Experts(_)) => rows > 1,
+            (WeightFormat::Wna16 { .. }, TensorKind::Linear) => rows > 1,
+            // transformers 5.24 dequantizes them into its fused banks at load ([`Holder`]).
+            (WeightFormat::Wna16 { .. }, TensorKind::Experts(_)) => {
+                rows > 1 && self.holder == Holder::Engine
+            }
+            (_, TensorKind::Linear) => format.is_quantized(),
+            _ => false,
+        }) && !matches!(
+            component,
+            Component::Router
+                | Component::Head
+                | Component::Vision
+                | Component::Audio
+                | Component::Mtp
+        ) && !self.ignores(component)
     }
 }
 

@@ -17,7 +17,7 @@ use serde::Serialize;
 pub mod step;
 
 use crate::describe::{Block, Component, MoeConversion, Names};
-use crate::describe::{Layout, Transformer};
+use crate::describe::{Layout, Storage, Transformer};
 use crate::error::{Error, Result};
 pub use crate::mech::{Site, SiteKind};
 
@@ -472,6 +472,11 @@ pub struct WeightsBytes {
 ///   3-D experts stay in the load dtype. Biases stay in the load dtype.
 /// - FP8: linears and expert banks, routers and the head excluded (zoo's `Storage`).
 /// - GPTQ/AWQ: every linear of the layers; the head, embedding and routers unquantized.
+/// - compressed-tensors W4A16 (a checkpoint's own format): linears and expert banks but for the
+///   components its `ignore` list names.
+///
+/// Each linear site is decided by the storage's one rule ([`Storage::packs`], through
+/// [`packed_site`]), so this count and the tensor count agree format by format.
 ///
 /// The vision tower and MTP layers are counted in the load dtype (their module tree is not
 /// described linear by linear).
@@ -485,25 +490,12 @@ pub fn weights_bytes(
     let mut w = WeightsBytes::default();
     let mut site_params = 0;
     let b = &t.blocks;
-    // The checkpoint's own ignore list (compressed-tensors), where `format` is its format.
-    let stored =
-        matches!(b.storage.quant, crate::describe::Quant::Packed { format: f, .. } if f == format);
+    let storage = base_storage(t, format, double_quant);
     for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
         for s in block_sites(&b.names, kind, b.hidden) {
             let numel = s.numel();
             site_params += n * numel;
-            let skipped = skip.iter().any(|k| matches(&s.path, k));
-            // A router stays in the load dtype (Llama4Router is an nn.Linear subclass, which
-            // bitsandbytes' `type(module) is nn.Linear` test leaves alone).
-            let quantized = format.is_quantized()
-                && !skipped
-                && !(stored && b.storage.ignores(s.component))
-                && s.component != Component::Router
-                && match format {
-                    WeightFormat::Fp8 => s.kind != SiteKind::Param && s.out > 1,
-                    _ => s.kind == SiteKind::Module,
-                };
-            if quantized {
+            if packed_site(&storage, &s, skip) {
                 let e = match s.kind {
                     SiteKind::Experts(e) => e,
                     _ => 1,
@@ -523,6 +515,26 @@ pub fn weights_bytes(
     w.unquantized_params += rest;
     w.total = w.quantized + w.unquantized;
     w
+}
+
+/// The storage of a base loaded in `format`: the checkpoint's own (its compressed-tensors
+/// `ignore` list included) where `format` is the format it is stored in, else the storage
+/// `--weights FORMAT` asks for ([`crate::describe::Storage::from_flag`]).
+pub fn base_storage(t: &Transformer, format: WeightFormat, double_quant: bool) -> Storage {
+    match t.blocks.storage.quant {
+        crate::describe::Quant::Packed { format: f, .. } if f == format => t.blocks.storage,
+        _ => Storage::from_flag(format, double_quant),
+    }
+}
+
+/// Whether the linear site `s` is stored packed in `storage` ([`Storage::packs`], the one rule
+/// the tensor count reads) and is not in `skip` (`llm_int8_skip_modules`, matched as suffixes).
+/// A router is never packed (`Llama4Router` is an `nn.Linear` subclass, which bitsandbytes'
+/// `type(module) is nn.Linear` test leaves alone; the others are custom modules).
+pub fn packed_site(storage: &Storage, s: &Site, skip: &[String]) -> bool {
+    !skip.iter().any(|k| matches(&s.path, k))
+        && s.tensor_kind()
+            .is_some_and(|k| storage.packs(s.component, k, s.out))
 }
 
 /// PEFT's `target_modules`.

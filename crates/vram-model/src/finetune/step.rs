@@ -409,6 +409,7 @@ fn step(
     }
     let plan = lora(t, &spec.lora)?;
     let w = weights_bytes(t, spec.weights, spec.double_quant, &spec.skip_modules);
+    let storage = super::base_storage(t, spec.weights, spec.double_quant);
     let quantized = spec.weights.is_quantized();
     let d = spec.weights.dense_bytes();
     let mut notes = plan.notes.clone();
@@ -521,9 +522,7 @@ fn step(
                 .adapted
                 .iter()
                 .find(|a| a.site.path == s.path && a.site.out == s.out && a.site.inp == s.inp);
-            let quant_site = quantized
-                && s.kind == SiteKind::Module
-                && s.component != crate::describe::Component::Router;
+            let quant_site = quantized && super::packed_site(&storage, s, &spec.skip_modules);
             let e = match s.kind {
                 SiteKind::Experts(e) => e,
                 _ => 1,
@@ -653,10 +652,7 @@ fn step(
                 SiteKind::Experts(e) => e,
                 _ => 1,
             };
-            let q = quantized
-                && s.kind == SiteKind::Module
-                && s.component != crate::describe::Component::Router
-                && !spec.skip_modules.iter().any(|k| super::matches(&s.path, k));
+            let q = quantized && super::packed_site(&storage, &s, &spec.skip_modules);
             for _ in 0..n {
                 if q {
                     base_parts.extend(super::linear_parts(

@@ -298,6 +298,17 @@ impl Site {
         p.rsplit('.').next().unwrap_or(p)
     }
 
+    /// The parameter tensor's kind as the storage reads it: a module's weight is a linear, a
+    /// fused bank an expert bank; `None` for a custom module's 2-D parameter (a router's), which
+    /// no quantizer packs.
+    pub fn tensor_kind(&self) -> Option<TensorKind> {
+        match self.kind {
+            SiteKind::Module => Some(TensorKind::Linear),
+            SiteKind::Experts(e) => Some(TensorKind::Experts(e)),
+            SiteKind::Param => None,
+        }
+    }
+
     /// Elements of the weight.
     pub fn numel(&self) -> u64 {
         let e = match self.kind {

@@ -20,7 +20,7 @@ use crate::finetune::WeightFormat;
 
 pub(crate) mod classic;
 pub(crate) mod decoders;
-mod ignore;
+pub mod ignore;
 pub mod keys;
 mod rope;
 pub mod safetensors;
@@ -504,10 +504,21 @@ pub enum QuantLookup {
 }
 
 /// The `model_type`s whose config class copies `text_config.quantization_config` to the top
-/// level when it is built, so that an engine reading the top level only finds it: `kimi_k25`
-/// (`KimiK25Config.__init__`, read in SGLang 0.5.9's `configs/kimi_k25.py` and in vLLM's
-/// `K2VLConfig`, both adapted from the checkpoint's own `configuration_kimi_*.py`).
-pub const CONFIG_CLASS_LIFTS_TEXT_QUANT: &[&str] = &["kimi_k25"];
+/// level when it is built (`if getattr(text_config, "quantization_config", None) is not None:
+/// self.quantization_config = ...` in `__init__`), so that an engine reading the top level only
+/// finds it. SGLang's own config classes (`python/sglang/srt/configs/`), the engine that reads
+/// the top level only at the versions that know these types:
+/// - `kimi_k25`: `KimiK25Config` (SGLang 0.5.9 `kimi_k25.py`; vLLM's `K2VLConfig` and
+///   `kimi_k25.py` too; both adapted from the checkpoint's own `configuration_kimi_k25.py`);
+/// - `kimi_k3`: `KimiK3Config` around a `KimiLinearConfig` (`kimi_k3.py` at SGLang
+///   0d7ff71496fe);
+/// - `glm5_next`: `Glm5NextConfig` (`glm5_next.py` at SGLang 16e1767c34e4).
+///
+/// vLLM's `Glm5vConfig` (`glm5v`, `transformers_utils/configs/glm5v.py` at 3b0277c3fd8c) copies
+/// it up as well, but vLLM from 0.10.2 reads `text_config`'s anyway and no SGLang `glm5v` class
+/// was found, so it is not listed. Searched: every `self.quantization_config =
+/// [self.]text_config.quantization_config` in the index.
+pub const CONFIG_CLASS_LIFTS_TEXT_QUANT: &[&str] = &["kimi_k25", "kimi_k3", "glm5_next"];
 
 impl QuantLookup {
     /// Whether this lookup reads `text_config`'s `compression_config` and `quantization_config`
@@ -697,6 +708,7 @@ fn storage(c: &Cfg) -> Result<Storage> {
         quant,
         ignored: Default::default(),
         checkpoint: None,
+        holder: Default::default(),
     })
 }
 /// The stored format a `quantization_config` names, as transformers 5.24's quantizer for its
@@ -1097,6 +1109,16 @@ mod quant_lookup_tests {
                 Some("text_config.quantization_config"),
                 "{l:?}"
             );
+        }
+        // So do SGLang's Kimi-K3 and GLM-5-Next classes; an unlisted wrapper does not.
+        for (model_type, found) in [
+            ("kimi_k3", Some("text_config.quantization_config")),
+            ("glm5_next", Some("text_config.quantization_config")),
+            ("glm5v", None),
+        ] {
+            let c = obj(json!({"model_type": model_type,
+                "text_config": {"quantization_config": {"quant_method": "compressed-tensors"}}}));
+            assert_eq!(at(&c, QuantLookup::Sglang), found, "{model_type}");
         }
         // It copies `quantization_config` only, not `compression_config`.
         let kimi = obj(json!({"model_type": "kimi_k25",

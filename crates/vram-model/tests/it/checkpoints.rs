@@ -389,15 +389,7 @@ fn mxfp4_and_awq_tensors_have_the_described_shapes() {
 #[test]
 fn compressed_tensors_w4a16_is_read_from_the_headers() {
     use vram_model::finetune::{linear_tensors, WeightFormat};
-    let mut c = load("kimi-k2.5");
-    c.tensors = c
-        .tensors
-        .into_iter()
-        .filter_map(|(n, s, d)| {
-            let n = n.strip_prefix("language_model.")?.to_string();
-            Some((n, s, d))
-        })
-        .collect();
+    let c = kimi_k25_text();
     let format = WeightFormat::Wna16 {
         group: 32,
         symmetric: true,
@@ -448,12 +440,169 @@ fn compressed_tensors_w4a16_is_read_from_the_headers() {
     }
     assert_eq!(l.buffers, 60 * 384 * 4);
     let shapes = 60 * 384 * (2 * 16 - 3 * 8);
-    assert_eq!(t.blocks.weights_bytes(false), l.held - l.buffers + shapes);
+    // vLLM and SGLang hold the expert banks packed; transformers 5.24 dequantizes them into
+    // its fused bf16 banks (`Holder`).
+    let (stored_experts, bf16_experts) = kimi_k25_experts(&c);
+    let dequantized = bf16_experts - stored_experts;
+    assert_eq!(
+        t.blocks.as_engines_hold().weights_bytes(false),
+        l.held - l.buffers + shapes
+    );
+    assert_eq!(
+        t.blocks.weights_bytes(false),
+        l.held - l.buffers + dequantized
+    );
 
     let notes = t.blocks.apply_headers(&tally);
     assert!(notes.is_empty(), "{notes:?}");
-    assert_eq!(t.blocks.weights_bytes(false), l.held);
+    assert_eq!(t.blocks.as_engines_hold().weights_bytes(false), l.held);
+    assert_eq!(t.blocks.weights_bytes(false), l.held + dequantized);
     assert_eq!((l.held as i64 - l.added) as u64 + l.dropped, c.total());
+}
+
+/// Kimi-K2.5's language model's tensors, renamed as the text model's (`language_model.model.`
+/// → `model.`); the vision tower and projector, which the text config does not describe, left
+/// out.
+fn kimi_k25_text() -> Checkpoint {
+    let mut c = load("kimi-k2.5");
+    c.tensors = c
+        .tensors
+        .into_iter()
+        .filter_map(|(n, s, d)| {
+            let n = n.strip_prefix("language_model.")?.to_string();
+            Some((n, s, d))
+        })
+        .collect();
+    c
+}
+
+/// Kimi-K2.5's routed experts' stored bytes (every `weight_packed`/`weight_scale`/
+/// `weight_shape`) and what they take dequantized in bf16 (each linear's `weight_packed`
+/// `[out, in / 8]` int32 as `out x in` two-byte values).
+fn kimi_k25_experts(c: &Checkpoint) -> (u64, u64) {
+    let experts = || {
+        c.tensors
+            .iter()
+            .filter(|(n, _, _)| n.contains(".mlp.experts."))
+    };
+    let stored = experts()
+        .map(|(_, s, d)| Checkpoint::numel(s) * dtype(d).1)
+        .sum();
+    let bf16 = experts()
+        .filter(|(n, _, _)| n.ends_with(".weight_packed"))
+        .map(|(_, s, _)| s[0] * s[1] * 8 * 2)
+        .sum();
+    (stored, bf16)
+}
+
+/// The fine-tuning base's count (`finetune::weights_bytes`, linear site by linear site) decides
+/// each linear by the storage's one rule (`Storage::packs`), so it holds Kimi-K2.5's W4A16
+/// expert banks as the tensor count does for each holder: transformers 5.24 dequantized into its
+/// fused banks (nothing packed is left, the ignore list naming every other linear), a serving
+/// engine packed, as the checkpoint stores them (with `weight_shape` held int64 on a fused
+/// gate-up bank, 8 B an expert more, as vLLM holds it). Its whole is the tensor count's but for
+/// the routers, which it counts in the load dtype where transformers holds them fp32
+/// (`_keep_in_fp32_modules_strict`).
+#[test]
+fn the_finetune_base_holds_w4a16_expert_banks_as_the_storage_does() {
+    use vram_model::finetune::{weights_bytes, WeightFormat};
+    let c = kimi_k25_text();
+    let t = c.transformer();
+    let format = WeightFormat::Wna16 {
+        group: 32,
+        symmetric: true,
+    };
+    let (stored_experts, bf16_experts) = kimi_k25_experts(&c);
+    // 60 MoE layers x 384 experts x 3 linears of 2048 x 7168, each packed 8 values an int32
+    // with a bf16 scale per 32 (the report's 157.50 + 19.69 GB per projection).
+    assert_eq!(bf16_experts, 60 * 384 * 3 * 2048 * 7168 * 2);
+    assert!(stored_experts > 500_000_000_000, "{stored_experts}");
+    let shapes = 60 * 384 * (2 * 16 - 3 * 8);
+    let l = c.load(t.blocks.pattern.len() as u64, 2);
+    let routers = 60 * 384 * 7168;
+    // transformers 5.24.
+    let w = weights_bytes(&t, format, false, &[]);
+    assert_eq!(w.quantized, 0);
+    let held = l.held - l.buffers - stored_experts + bf16_experts;
+    assert_eq!(w.total + routers * 2, held);
+    assert_eq!(w.total + routers * 2, t.blocks.weights_bytes(false));
+    // vLLM and SGLang.
+    let mut engine = t.clone();
+    engine.blocks = engine.blocks.as_engines_hold().into_owned();
+    let w = weights_bytes(&engine, format, false, &[]);
+    assert_eq!(w.quantized, stored_experts + shapes);
+    assert_eq!(w.total + routers * 2, l.held - l.buffers + shapes);
+    assert_eq!(w.total + routers * 2, engine.blocks.weights_bytes(false));
+    // The largest packed matrix: one expert's fused gate-up projection (2 x 2048 x 7168); the
+    // attention and the dense MLP, which the ignore list leaves in bf16, are larger.
+    assert_eq!(w.largest_quantized, 2 * 2048 * 7168);
+}
+
+/// Kimi-K2.5's real `ignore` list (`lm_head`, `re:.*self_attn.*`, `re:.*shared_experts.*`,
+/// `re:.*mlp\.(gate|up|gate_up|down)_proj.*`) against every linear of its layers as the
+/// checkpoint stores it: the list names exactly the linears stored in bf16 (`.weight`), never
+/// one stored packed (`.weight_packed`); vram's names for each layer's linears
+/// (`read::ignore::linear_names`, a fused expert bank split into its experts' linears) are the
+/// checkpoint's own, every one; and each role vram leaves unquantized is one whose every linear
+/// the checkpoint stores in bf16.
+#[test]
+fn every_linear_of_every_role_meets_kimi_k25s_ignore_list() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use vram_model::hf::ignore::{linear_names, IgnoreList};
+    use vram_model::mech::Component;
+    let c = load("kimi-k2.5");
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .join(&c.meta["config"]),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let list = IgnoreList::parse(config["quantization_config"].as_object().unwrap()).unwrap();
+    // Every linear module of the layers, as stored: packed or bf16. The router's `gate.weight`
+    // (a custom module's parameter, not an `nn.Linear`) and the norms are no linears.
+    let prefix = "language_model.model.layers.";
+    let mut stored = BTreeMap::<String, bool>::new();
+    for (n, s, _) in &c.tensors {
+        if !n.starts_with(prefix) || s.len() != 2 || n.ends_with(".mlp.gate.weight") {
+            continue;
+        }
+        if let Some(m) = n.strip_suffix(".weight_packed") {
+            stored.insert(m.to_string(), true);
+        } else if let Some(m) = n.strip_suffix(".weight") {
+            stored.insert(m.to_string(), false);
+        }
+    }
+    // 61 attentions x 5, the dense MLP's 3, 60 x (3 shared + 384 x 3 routed).
+    assert_eq!(stored.len(), 61 * 5 + 3 + 60 * (3 + 384 * 3));
+    for (m, packed) in &stored {
+        assert_eq!(list.matches(m), !packed, "{m}");
+    }
+    let t = c.transformer();
+    let b = &t.blocks;
+    let mut ours = BTreeSet::new();
+    let mut roles = BTreeMap::<Component, (u64, u64)>::new();
+    for (i, &k) in b.pattern.iter().enumerate() {
+        for (role, name) in linear_names(b, &b.kinds[k as usize]) {
+            let full = format!("{prefix}{i}.{name}");
+            let packed = stored[&full];
+            let r = roles.entry(role).or_default();
+            r.0 += 1;
+            r.1 += u64::from(!packed);
+            ours.insert(full);
+        }
+    }
+    assert_eq!(ours, stored.keys().cloned().collect());
+    assert_eq!(roles.len(), 4, "{roles:?}");
+    for (role, (linears, bf16)) in roles {
+        assert!(
+            bf16 == 0 || bf16 == linears,
+            "{role:?}: {bf16} of {linears}"
+        );
+        assert_eq!(b.storage.ignores(role), bf16 == linears, "{role:?}");
+    }
 }
 
 /// compressed-tensors' `ignore` entries match as compressed-tensors 0.10.2 and vLLM 0.10.0
@@ -490,28 +639,47 @@ fn compressed_tensors_ignore_matches_as_the_libraries_do() {
     // Anchored at the start: `self_attn` alone matches no module name.
     let unanchored = t(serde_json::json!(["re:self_attn"]));
     assert!(!unanchored.blocks.storage.ignores(Component::Mixer));
-    // Whole names: every layer's, or some layers' with a note.
-    let names = |n: u64| {
-        serde_json::Value::from(
-            (0..n)
-                .map(|i| format!("model.layers.{i}.mlp.experts.0.down_proj"))
-                .collect::<Vec<_>>(),
-        )
+    // Whole names: every expert's linears in every layer, in some layers (a note), or some of
+    // each layer's experts (a note: one expert's `down_proj` leaves the other 127 packed).
+    let experts = base["num_experts"].as_u64().unwrap();
+    let names = |n: u64, e: u64, projs: &[&str]| {
+        let mut v = Vec::new();
+        for i in 0..n {
+            for j in 0..e {
+                for p in projs {
+                    v.push(format!("model.layers.{i}.mlp.experts.{j}.{p}"));
+                }
+            }
+        }
+        serde_json::Value::from(v)
     };
-    assert!(t(names(layers))
+    let all = ["gate_proj", "up_proj", "down_proj"];
+    assert!(t(names(layers, experts, &all))
         .blocks
         .storage
         .ignores(Component::RoutedExperts));
-    let some = t(names(2));
-    assert!(!some.blocks.storage.ignores(Component::RoutedExperts));
-    assert!(
-        some.blocks
-            .notes
-            .iter()
-            .any(|n| n.contains(&format!("routed_experts of 2 of {layers} layers"))),
-        "{:?}",
-        some.blocks.notes
-    );
+    for (ignore, note) in [
+        (
+            names(2, experts, &all),
+            format!("routed_experts of 2 of {layers} layers"),
+        ),
+        (
+            names(layers, 1, &["down_proj"]),
+            format!("some of the routed_experts's linears in {layers} of {layers} layers"),
+        ),
+        (
+            names(layers, experts, &["down_proj"]),
+            format!("some of the routed_experts's linears in {layers} of {layers} layers"),
+        ),
+    ] {
+        let some = t(ignore);
+        assert!(!some.blocks.storage.ignores(Component::RoutedExperts));
+        assert!(
+            some.blocks.notes.iter().any(|n| n.contains(&note)),
+            "{note}: {:?}",
+            some.blocks.notes
+        );
+    }
     assert!(attn.blocks.weights_bytes(false) > unanchored.blocks.weights_bytes(false));
     let err = with(serde_json::json!(["re:(unclosed"]))
         .unwrap_err()

@@ -39,7 +39,7 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
         let whole = logical_weights_per_gpu(t, &one, engine, gpu) as f64;
         // Block-FP8 scales fp32 whatever `scale_fmt` says: vLLM's `Fp8LinearMethod` makes
         // them so (read at 0.9.1); SGLang's port of it is taken to do the same (not re-read).
-        let stored = t.blocks.with_fp32_scales().weights_bytes(false) as f64 + rotary;
+        let stored = t.blocks.as_engines_hold().weights_bytes(false) as f64 + rotary;
         (logical as f64 * stored / whole.max(1.0)).round() as u64
     };
     if engine != Engine::Vllm {

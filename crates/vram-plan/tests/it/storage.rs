@@ -104,6 +104,21 @@ fn a_weights_format_is_one_storage_for_every_command() {
             false,
         ),
         (WeightFormat::Awq { group: 64 }, false),
+        // compressed-tensors W4A16 packs expert banks too (`Storage::packs`).
+        (
+            WeightFormat::Wna16 {
+                group: 32,
+                symmetric: true,
+            },
+            false,
+        ),
+        (
+            WeightFormat::Wna16 {
+                group: 128,
+                symmetric: false,
+            },
+            false,
+        ),
     ];
     for (name, t) in zoo() {
         if t.blocks.storage.is_packed() || t.blocks.vision.is_some() {
@@ -151,7 +166,7 @@ fn capacity_reads_the_same_storage() {
         let rotary = t.max_positions() * rotary_width(&t) * 4;
         let w = weights_per_gpu(&t, &k, h100, Engine::Sglang);
         if t.blocks.storage.is_packed() {
-            let stored = t.blocks.with_fp32_scales().weights_bytes(false);
+            let stored = t.blocks.as_engines_hold().weights_bytes(false);
             assert_eq!(w, stored + rotary, "{name}");
         }
     }
