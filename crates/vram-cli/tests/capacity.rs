@@ -2132,3 +2132,41 @@ fn hybrid_refusal_offers_piecewise_and_reads_the_compilation_knobs() {
         assert!(html.contains(why), "{knob:?}: {why} not in the page");
     }
 }
+
+/// Rope parameters the pinned release's `get_rope` cannot build: `vram capacity` refuses in the
+/// engine's words, one line and exit 2 (vLLM 0.8.5 and SGLang on `ntk`); vLLM 0.9.0 builds it.
+#[test]
+fn get_rope_refusals_are_one_line() {
+    let dir = std::env::temp_dir().join(format!("vram-rope-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"vocab_size":128256,"max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":500000.0,"torch_dtype":"bfloat16","rope_scaling":{"rope_type":"ntk","factor":4.0}}"#,
+    )
+    .unwrap();
+    let cfg = cfg.to_string_lossy().into_owned();
+    for (flags, engine) in [
+        ("--engine-version 0.8.5", "vLLM 0.8.5"),
+        ("--engine sglang --engine-version 0.5.23", "SGLang 0.5.23"),
+    ] {
+        let mut a = args(&["capacity", &cfg, "--gpu", "h100-80g"]);
+        a.extend(flags.split_whitespace().map(String::from));
+        let (code, _, err) = vram(&a);
+        assert_eq!((code, err.trim().lines().count()), (2, 1), "{flags}: {err}");
+        assert!(
+            err.contains(&format!("{engine} cannot build this config's rotary embedding: ValueError: Unknown RoPE scaling type ntk")),
+            "{flags}: {err}"
+        );
+    }
+    let (code, _, err) = vram(&args(&[
+        "capacity",
+        &cfg,
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.9.0",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -54,8 +54,9 @@ fn gpt_oss_120b_fits_one_h100_with_its_experts_as_stored() {
         assert_eq!(load["dequantized"], Value::Bool(false));
         assert_eq!(v["kernels"]["packages"], "mxfp4");
         // The walk holds exactly the stored bytes: 60.8 GiB.
-        assert_eq!(u(&v["breakdown"], "parameters"), u(load, "stored_bytes"));
-        assert_eq!(u(load, "stored_bytes"), u(&v, "weights_bytes"));
+        assert_eq!(u(&v["breakdown"], "parameters"), u(load, "held_bytes"));
+        assert_eq!(u(load, "held_bytes"), u(&v, "weights_bytes"));
+        assert_eq!(u(load, "stored_bytes"), u(load, "held_bytes"));
         assert!(u(&v, "total_bytes") < 70 << 30, "{}", v["total_bytes"]);
         totals.push(u(&v, "total_bytes"));
     }
@@ -136,10 +137,10 @@ fn fp8_deepseek_v3_is_stored_as_fp8_on_an_h100() {
     ]);
     let load = &v["weights_load"];
     assert_eq!(load["dequantized"], Value::Bool(false));
-    assert_eq!(u(&v["breakdown"], "parameters"), u(load, "stored_bytes"));
+    assert_eq!(u(&v["breakdown"], "parameters"), u(load, "held_bytes"));
     // About one byte per parameter (with fp32 scales and the bf16 embedding/head).
     let params = u(&v, "params");
-    assert!(u(load, "stored_bytes") < params * 21 / 20, "{}", load);
+    assert!(u(load, "held_bytes") < params * 21 / 20, "{}", load);
     let a100 = json(&[
         "estimate",
         "deepseek-v3",
@@ -316,6 +317,7 @@ fn a_checkpoints_headers_decide_its_stored_bytes() {
             &env,
         );
         assert_eq!(u(&v, "weights_bytes"), stored + upcast, "{repo}");
+        assert_eq!(u(&v["weights_load"], "held_bytes"), stored + upcast);
         assert_eq!(u(&v["weights_load"], "stored_bytes"), stored + upcast);
         assert_eq!(v["weights_load"]["dequantized"], Value::Bool(false));
         // The walk holds what is stored, within a byte a tensor of the shares.

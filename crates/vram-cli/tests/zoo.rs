@@ -378,7 +378,7 @@ const NEAR_MISSES: &[(&str, NearMiss)] = &[
     // decoder is read.
     (
         "kimi-k2.5",
-        Ok(("model_type `kimi_k25` is not known: its text_config (`kimi_k2`) is read; any vision or audio tower is not counted", 1_000_000_000_000)),
+        Ok(("vram does not model the wrapper `kimi_k25`: only its text_config (`kimi_k2`) is read, so any vision or audio tower is not counted", 1_000_000_000_000)),
     ),
 ];
 
@@ -709,26 +709,49 @@ fn known_families_understand_their_class_keys() {
 /// `text_config`'s) both read it, and both say where. vLLM holds the int4 experts packed;
 /// transformers 5.24 dequantizes them into its fused bf16 expert banks at load (run on the CPU:
 /// `vram_model::blocks::Holder`), and the ignore list leaves every other linear in bf16, so the
-/// estimate holds the bf16 model (1.87 TiB) and says why.
+/// estimate holds the bf16 model (1.87 TiB) and every output says so: held, as stored (what
+/// the engines load) and what was dequantized at load, text, `--json` and HTML alike.
 #[test]
 fn quantization_config_in_text_config_is_read() {
     let cfg = zoo_dir().join("nearmiss/kimi-k2.5.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(["estimate".as_ref(), cfg.as_os_str(), "--json".as_ref()])
-        .output()
-        .expect("run vram");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+            .arg("estimate")
+            .arg(&cfg)
+            .args(args)
+            .output()
+            .expect("run vram");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json = run(&["--inference", "--json"]);
+    let v: Value = serde_json::from_str(&json).expect("JSON");
     assert_eq!(v["weights"], "compressed-tensors-w4a16-g32");
     let load = &v["weights_load"];
+    let held = load["held_bytes"].as_u64().unwrap();
     let stored = load["stored_bytes"].as_u64().unwrap();
     let bf16 = load["dequantized_bytes"].as_u64().unwrap();
-    // transformers holds everything in bf16.
-    assert_eq!(stored, bf16);
+    // transformers holds everything in bf16: the experts dequantized at load, the rest as the
+    // ignore list leaves it; not the whole step's dequantization.
+    assert_eq!(held, bf16);
+    assert_eq!(load["dequantized"], Value::Bool(false));
+    assert_eq!(v["weights_bytes"].as_u64(), Some(held));
+    assert!(
+        load["dequantized_at_load"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("the expert banks")),
+        "{load}"
+    );
+    // As stored: int4 experts beside bf16 attention, shared experts and dense MLPs, well under
+    // a third of bf16: the figure the note gives as the engines'.
+    assert!(
+        stored * 3 < bf16 && stored * 4 > bf16,
+        "{stored} against {bf16}"
+    );
     let notes = v["notes"].as_array().expect("notes");
     let engines = notes
         .iter()
@@ -737,22 +760,73 @@ fn quantization_config_in_text_config_is_read() {
             n.starts_with("transformers 5.24 loads compressed-tensors' expert weights dequantized")
         })
         .unwrap_or_else(|| panic!("notes {notes:?}"));
+    let fmt = vram_model::fmt::bytes;
     assert!(
-        engines.contains("vLLM and SGLang keep the experts packed"),
+        engines.contains(&format!(
+            "vLLM and SGLang keep the experts packed, {} in all",
+            fmt(stored)
+        )),
         "{engines}"
     );
     let note = "the quantization settings are read from `text_config.quantization_config` (the top level has none), where transformers 5.24 and vLLM 0.10.2+ both look";
-    let notes = v["notes"].as_array().expect("notes");
     assert!(notes.iter().any(|n| n == note), "notes {notes:?}");
-    // The text output says the same.
-    let text = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(["estimate".as_ref(), cfg.as_os_str()])
+    // The text output says the same: held, why, what was dequantized, as stored.
+    let text = run(&["--inference"]);
+    assert!(text.contains(&format!("note: {note}")), "{text}");
+    let line = format!(
+        "weights held: {}, as the library loads them: the expert banks (",
+        fmt(held)
+    );
+    assert!(text.contains(&line), "{text}");
+    assert!(
+        text.contains(&format!(
+            "nothing else is quantized, so no weight stays packed; as stored (compressed-tensors-w4a16-g32 linears) they take {}, all dequantized {}",
+            fmt(stored),
+            fmt(bf16)
+        )),
+        "{text}"
+    );
+    // The HTML report of the same JSON.
+    let dir = std::env::temp_dir().join(format!("vram-kimi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (jf, hf) = (dir.join("e.json"), dir.join("e.html"));
+    std::fs::write(&jf, &json).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args([
+            "report".as_ref(),
+            jf.as_os_str(),
+            "--out".as_ref(),
+            hf.as_os_str(),
+        ])
         .output()
         .expect("run vram");
-    let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains(&format!("note: {note}")), "{text}");
     assert!(
-        text.contains("as stored (compressed-tensors-w4a16-g32 linears)"),
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&hf).unwrap().replace("&#39;", "'");
+    std::fs::remove_dir_all(&dir).ok();
+    for (label, b) in [
+        ("weights held", held),
+        ("weights as stored", stored),
+        ("weights dequantized", bf16),
+    ] {
+        assert!(
+            html.contains(label) && html.contains(&fmt(b)),
+            "{label} {}",
+            fmt(b)
+        );
+    }
+    assert!(html.contains("dequantized at load"), "{html}");
+    // Training holds them all dequantized, and says so against the stored figure.
+    let text = run(&[]);
+    assert!(
+        text.contains(&format!(
+            "weights held dequantized: {}, as the training step holds them at its precision; as stored (compressed-tensors-w4a16-g32 linears) they take {}",
+            fmt(bf16),
+            fmt(stored)
+        )),
         "{text}"
     );
     // vLLM (0.10.2+) reads the same place: capacity's weights at TP 8 are an eighth of the

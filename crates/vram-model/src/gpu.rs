@@ -4,9 +4,11 @@
 //! the total of `torch.cuda.mem_get_info`, which vLLM logs as `total_gpu_memory` and PyTorch's
 //! out-of-memory message as "total capacity"), not nvidia-smi's figure (which counts memory the
 //! driver keeps: 81559 MiB on an H100 whose torch total is 79.19 GiB) nor the marketing one. Each
-//! entry names its source in `memory_source`: `torch:` a public log that prints PyTorch's total,
-//! `measured:` the project's own reading, `nvidia-smi:`/`rocm-smi:`/`NVML` a driver reading kept
-//! where no torch figure is known yet (a few hundred MiB above torch's), or why it is unverified. Peak rates are dense (no sparsity) tensor-core
+//! entry names its source in `memory_source`: `torch:` a public text that prints PyTorch's total
+//! (a `_CudaDeviceProperties` repr gives `total_memory` in whole MiB, an out-of-memory message GiB
+//! to two decimals), `measured:` the project's own reading, `nvidia-smi:`/`rocm-smi:`/`NVML` a
+//! driver reading kept where no torch figure is known or taken yet (a few hundred MiB above
+//! torch's; the L4's says why), or why it is unverified. Peak rates are dense (no sparsity) tensor-core
 //! rates from each vendor's datasheet: A100 (2020), H100 (SXM and PCIe, 2023), H200 (2024),
 //! L4, L40S, GeForce RTX 3090/4090 (fp16 with fp32 accumulate), V100 and T4 (fp16; no bf16),
 //! MI300X (AMD CDNA3 datasheet); A10, A40, L40, RTX A6000 (NVIDIA datasheets, dense), GeForce
@@ -119,14 +121,14 @@ pub const GPUS: &[Gpu] = &[
         id: "h100-pcie",
         name: "NVIDIA H100 80GB PCIe",
         vendor: Vendor::Nvidia,
-        memory_bytes: 85_029_615_043,
+        memory_bytes: 81_008 * MIB,
         half_tflops: 756.0,
         fp32_tflops: 51.2,
         hbm_gb_s: 2000.0,
         bf16: true,
         sm_major: 9,
         sm_minor: 0,
-        memory_source: "unverified: the SXM part's torch total (79.19 GiB, llm-d-planner's H100 logs; the same 80 GB HBM)",
+        memory_source: "torch: \"_CudaDeviceProperties(name='NVIDIA H100 PCIe', major=9, minor=0, total_memory=81008MB, ...)\" (torch.cuda.get_device_properties, whole MiB; a public script's comment found by text search, code index id 33356850601): 82 MiB below the SXM part's 79.19 GiB",
     },
     Gpu {
         id: "h200",
@@ -152,7 +154,7 @@ pub const GPUS: &[Gpu] = &[
         bf16: true,
         sm_major: 8,
         sm_minor: 9,
-        memory_source: "unverified: 23034 MiB as nvidia-smi lists the L4",
+        memory_source: "nvidia-smi: 23034 MiB (modal-labs/modal-client#2797's list). Torch's own total is known and not yet taken: 'GPU: NVIDIA L4. Max memory: 22.168 GB' (Unsloth 2024.8's banner, total_memory / 2^30, PyTorch 2.3; code index id 28301952272). With it the SGLang 4 x L4 start of the issue-23 logs reads -10.4 % KV: the context stand-in (H100, CUDA 13, 779 MiB) is larger than that L4's under CUDA 12.4 (22.168 - 21.76 GiB free before distributed init = 418 MiB), so the row and the context change together",
     },
     Gpu {
         id: "l40s",
@@ -213,27 +215,27 @@ pub const GPUS: &[Gpu] = &[
         id: "v100-16g",
         name: "NVIDIA V100 16GB SXM2",
         vendor: Vendor::Nvidia,
-        memory_bytes: 16_384 * MIB,
+        memory_bytes: 16_160 * MIB,
         half_tflops: 125.0,
         fp32_tflops: 15.7,
         hbm_gb_s: 900.0,
         bf16: false,
         sm_major: 7,
         sm_minor: 0,
-        memory_source: "unverified: 16 GiB nominal",
+        memory_source: "torch: \"_CudaDeviceProperties(name='Tesla V100-SXM2-16GB', major=7, minor=0, total_memory=16160MB, ...)\" in public READMEs found by text search (code index ids 3846184127, 18215037660); 'GPU 0; 15.78 GiB total capacity' on 16 GB V100s (Jack000/glid-3-xl-stable#21, the doctor's public.txt)",
     },
     Gpu {
         id: "v100-32g",
         name: "NVIDIA V100 32GB SXM2",
         vendor: Vendor::Nvidia,
-        memory_bytes: 32_768 * MIB,
+        memory_bytes: 32_510 * MIB,
         half_tflops: 125.0,
         fp32_tflops: 15.7,
         hbm_gb_s: 900.0,
         bf16: false,
         sm_major: 7,
         sm_minor: 0,
-        memory_source: "unverified: 32 GiB nominal",
+        memory_source: "torch: \"_CudaDeviceProperties(name='Tesla V100-PCIE-32GB', major=7, minor=0, total_memory=32510MB, ...)\" (a public note found by text search, code index id 11514071660; the SXM2 part has the same 32 GB HBM2); '31.75 GiB total capacity' on 8x V100 32G (hiyouga/LlamaFactory#1221, the doctor's public.txt)",
     },
     Gpu {
         id: "t4",
@@ -278,40 +280,40 @@ pub const GPUS: &[Gpu] = &[
         id: "a40",
         name: "NVIDIA A40 48GB",
         vendor: Vendor::Nvidia,
-        memory_bytes: 46_068 * MIB,
+        memory_bytes: 45_416 * MIB,
         half_tflops: 149.7,
         fp32_tflops: 37.4,
         hbm_gb_s: 696.0,
         bf16: true,
         sm_major: 8,
         sm_minor: 6,
-        memory_source: "unverified: 46068 MiB, the L40S's reading for the same 48 GB GDDR6 board size",
+        memory_source: "torch: \"_CudaDeviceProperties(name='NVIDIA A40', major=8, minor=6, total_memory=45416MB, ...)\" (a public device listing found by text search, code index id 31908259347): 652 MiB below nvidia-smi's 46068 MiB",
     },
     Gpu {
         id: "l40",
         name: "NVIDIA L40 48GB",
         vendor: Vendor::Nvidia,
-        memory_bytes: 46_068 * MIB,
+        memory_bytes: 47_674_136_986,
         half_tflops: 181.05,
         fp32_tflops: 90.5,
         hbm_gb_s: 864.0,
         bf16: true,
         sm_major: 8,
         sm_minor: 9,
-        memory_source: "unverified: 46068 MiB, the L40S's reading for the same board",
+        memory_source: "torch: 'GPU 0 has a total capacity of 44.40 GiB' on a single L40 (QwenLM/Qwen3-VL#2097); the L40S prints 44.39 GiB",
     },
     Gpu {
         id: "rtx-a6000",
         name: "NVIDIA RTX A6000 48GB",
         vendor: Vendor::Nvidia,
-        memory_bytes: 49_140 * MIB,
+        memory_bytes: 48_676 * MIB,
         half_tflops: 154.8,
         fp32_tflops: 38.7,
         hbm_gb_s: 768.0,
         bf16: true,
         sm_major: 8,
         sm_minor: 6,
-        memory_source: "nvidia-smi: 49140MiB (RTX A6000 in a public README found by text search; RTX 6000 Ada and L20 show the same)",
+        memory_source: "torch: \"_CudaDeviceProperties(name='NVIDIA RTX A6000', major=8, minor=6, total_memory=48676MB, ...)\" (a public README found by text search, code index id 11265254500): 464 MiB below nvidia-smi's 49140 MiB",
     },
     Gpu {
         id: "rtx-4060",
@@ -343,53 +345,53 @@ pub const GPUS: &[Gpu] = &[
         id: "rtx-4080",
         name: "NVIDIA GeForce RTX 4080 16GB",
         vendor: Vendor::Nvidia,
-        memory_bytes: 16_376 * MIB,
+        memory_bytes: 16_049 * MIB,
         half_tflops: 97.5,
         fp32_tflops: 48.7,
         hbm_gb_s: 716.8,
         bf16: true,
         sm_major: 8,
         sm_minor: 9,
-        memory_source: "unverified: 16376 MiB (16 GiB less 8 MiB, the Ada GeForce pattern)",
+        memory_source: "torch: \"_CudaDeviceProperties(name='NVIDIA GeForce RTX 4080', major=8, minor=9, total_memory=16049MB, ...)\" (a public GPU set-up page found by text search, code index id 22567041692)",
     },
     Gpu {
         id: "rtx-5090",
         name: "NVIDIA GeForce RTX 5090 32GB",
         vendor: Vendor::Nvidia,
-        memory_bytes: 32_607 * MIB,
+        memory_bytes: 33_672_543_601,
         half_tflops: 209.5,
         fp32_tflops: 104.8,
         hbm_gb_s: 1792.0,
         bf16: true,
         sm_major: 12,
         sm_minor: 0,
-        memory_source: "nvidia-smi: 32607MiB, driver 595.71.05 (noonghunna/club-3090#617, #1322)",
+        memory_source: "torch: 'GPU 0 has a total capacity of 31.36 GiB' in an SGLang log titled 'CUDA OOM on RTX 5090 32GB' (a public note found by text search, code index id 57035389060); nvidia-smi lists 32607 MiB",
     },
     Gpu {
         id: "gtx-1080",
         name: "NVIDIA GeForce GTX 1080 8GB",
         vendor: Vendor::Nvidia,
-        memory_bytes: 8_192 * MIB,
+        memory_bytes: 8_118 * MIB,
         half_tflops: 8.9,
         fp32_tflops: 8.9,
         hbm_gb_s: 320.0,
         bf16: false,
         sm_major: 6,
         sm_minor: 1,
-        memory_source: "unverified: 8 GiB nominal (no tensor cores: half precision priced at the fp32 rate)",
+        memory_source: "torch: \"_CudaDeviceProperties(name='GeForce GTX 1080', major=6, minor=1, total_memory=8118MB, ...)\" (a public note found by text search, code index id 48456417285); no tensor cores: half precision priced at the fp32 rate",
     },
     Gpu {
         id: "h20",
         name: "NVIDIA H20 96GB",
         vendor: Vendor::Nvidia,
-        memory_bytes: 97_871 * MIB,
+        memory_bytes: 97_285 * MIB,
         half_tflops: 148.0,
         fp32_tflops: 44.0,
         hbm_gb_s: 4000.0,
         bf16: true,
         sm_major: 9,
         sm_minor: 0,
-        memory_source: "nvidia-smi: 97871MiB (NVIDIA H20 in a public log found by text search; GH200 96GB parts show the same)",
+        memory_source: "torch: \"_CudaDeviceProperties(name='NVIDIA H20', major=9, minor=0, total_memory=97285MB, ...)\" (a comment in public Triton attention kernels found by text search, code index id 16063499930): 586 MiB below nvidia-smi's 97871 MiB",
     },
     Gpu {
         id: "h20-141g",
@@ -428,7 +430,7 @@ pub const GPUS: &[Gpu] = &[
         bf16: true,
         sm_major: 9,
         sm_minor: 0,
-        memory_source: "unverified: rocm-smi's 68702699520 B (65520 MiB) per GCD; each of the two GCDs is a device",
+        memory_source: "torch (ROCm): \"_CudaDeviceProperties(name='AMD Instinct MI250X/MI250', major=9, minor=0, gcnArchName='gfx90a', total_memory=65520MB, ...)\" per GCD (a public note found by text search, code index id 5556608319; rocm-smi's 68702699520 B is the same); each of the two GCDs is a device",
     },
     Gpu {
         id: "mi325x",
@@ -792,6 +794,51 @@ mod tests {
             );
         }
         assert_eq!(lookup("h200").unwrap().memory_bytes, 150_109_880_320);
+        // `torch.cuda.get_device_properties` as its repr prints it: total_memory in whole MiB
+        // (issue 35's GPU catalog round: each row changed once, with the text that prints it).
+        for (id, mib) in [
+            ("h100-pcie", 81_008),
+            ("v100-16g", 16_160),
+            ("v100-32g", 32_510),
+            ("a40", 45_416),
+            ("rtx-a6000", 48_676),
+            ("rtx-4080", 16_049),
+            ("gtx-1080", 8_118),
+            ("h20", 97_285),
+            ("mi250", 65_520),
+        ] {
+            let g = lookup(id).unwrap();
+            assert_eq!(g.memory_bytes, mib * MIB, "{id}");
+            assert!(g.memory_source.starts_with("torch"), "{id}");
+            assert!(
+                g.memory_source.contains(&format!("total_memory={mib}MB")),
+                "{id}"
+            );
+        }
+        // Out-of-memory messages' "total capacity of X GiB" (two decimals).
+        for (id, want) in [("l40", 44.40), ("rtx-5090", 31.36)] {
+            assert_eq!(gib(id), want, "{id}");
+            assert!(
+                lookup(id)
+                    .unwrap()
+                    .memory_source
+                    .contains(&format!("{want:.2} GiB")),
+                "{id}"
+            );
+        }
+        // What no public text found so far prints as torch's total: the rows still on a
+        // driver reading or a stand-in. A row leaves this list only with its source.
+        let not_torch: Vec<&str> = GPUS
+            .iter()
+            .filter(|g| {
+                !(g.memory_source.starts_with("torch") || g.memory_source.starts_with("measured"))
+            })
+            .map(|g| g.id)
+            .collect();
+        assert_eq!(
+            not_torch,
+            ["l4", "rtx-4060", "rtx-4070", "h20-141g", "mi325x"]
+        );
         // The L20 as Unsloth's banner prints torch's total (GiB to three decimals): 3.1 GiB more
         // than the L40S, whose ECC takes its share of the same 48 GB (round 6 of issue 35).
         let l20 = lookup("l20").unwrap();
@@ -800,6 +847,11 @@ mod tests {
             47.503
         );
         assert!(l20.memory_source.starts_with("torch") && (l20.sm_major, l20.sm_minor) == (8, 9));
+        // The L4: torch's 22.168 GiB is known (Unsloth's banner) and waits on the context
+        // stand-in; the row keeps nvidia-smi's reading and says so.
+        let l4 = lookup("l4").unwrap();
+        assert_eq!(l4.memory_bytes, 23_034 * MIB);
+        assert!(l4.memory_source.starts_with("nvidia-smi") && l4.memory_source.contains("22.168"));
     }
 
     /// The H200's figures as measured (vramkit's shared ground truth, 2026-11-27): capacity as

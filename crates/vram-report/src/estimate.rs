@@ -153,7 +153,9 @@ pub struct EstimateReport {
     /// The weights' storage: the `--weights` format, a packed checkpoint's own
     /// (`mxfp4 experts`, `fp8 blocks 128x128`, `nf4`, ...), or `as --precision`.
     pub weights: String,
-    /// The weights as stored, bytes.
+    /// The weights as the library loads them from the checkpoint, bytes: packed tensors as
+    /// stored (quantization state included) except what it dequantizes at load whatever the
+    /// step (`weights_load.dequantized_at_load`); all in the dtype with `--dequantized`.
     pub weights_bytes: u64,
     /// Inference with `--weights`: the packed weights the estimate holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -243,17 +245,25 @@ pub struct PackedWeights {
     pub unquantized_dtype: String,
 }
 
-/// How a step holds a packed checkpoint: the layout the walk allocates, with both figures.
+/// How a step holds a packed checkpoint: the layout the walk allocates, with the three figures.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WeightsLoad {
-    /// Whether the library dequantizes the packed weights at load.
+    /// Whether the step holds every packed weight dequantized (training, `--dequantized`, or
+    /// the library's rule for this GPU and kernels).
     pub dequantized: bool,
     /// Why (the library's rule for this mode, GPU and kernels).
     pub why: String,
-    /// The whole model's weights as stored, bytes.
+    /// The whole model's weights as this step holds them, bytes (the walk's layout).
+    pub held_bytes: u64,
+    /// The whole model's weights as the checkpoint stores them (quantization state included),
+    /// bytes.
     pub stored_bytes: u64,
     /// The whole model's weights dequantized to the config's dtype, bytes.
     pub dequantized_bytes: u64,
+    /// What the library dequantizes at load whatever the step, where the rest stays packed
+    /// (transformers 5.24: compressed-tensors W4A16 expert banks); `None`: nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dequantized_at_load: Option<String>,
 }
 
 /// The optional kernel packages an estimate assumes.
@@ -708,11 +718,17 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
                     vram_model::fmt::bytes(engines)
                 ));
             }
+            let stored = t.blocks.stored_bytes();
+            let all = t.blocks.weights_bytes(true);
             r.weights_load = Some(WeightsLoad {
                 dequantized,
                 why,
-                stored_bytes: held,
-                dequantized_bytes: t.blocks.weights_bytes(true),
+                held_bytes: if dequantized { all } else { held },
+                stored_bytes: stored,
+                dequantized_bytes: all,
+                dequantized_at_load: (!dequantized && held != stored).then(|| {
+                    "the expert banks (transformers 5.24 fuses each layer's experts into 3-D banks, which compressed-tensors' `Linear` targets do not reach, and dequantizes them into the banks as it loads them)".to_string()
+                }),
             });
         }
     }

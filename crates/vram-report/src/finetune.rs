@@ -41,7 +41,7 @@ pub struct FinetuneReport {
     pub lora: Lora,
     /// The adapters' parameters.
     pub trainable_params: u64,
-    /// The base's bytes as stored (as `weights.total_bytes`).
+    /// The base's bytes as held (as `weights.total_bytes`).
     pub weights_bytes: u64,
     /// Bytes per adapter element.
     pub adapter_dtype_bytes: u64,
@@ -97,7 +97,9 @@ pub struct FinetuneReport {
 /// The base's storage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BaseWeights {
-    /// Every byte as stored.
+    /// Every byte of the base as the library holds it (packed linears with their quantization
+    /// state; what transformers 5.24 dequantizes at load, such as compressed-tensors W4A16 expert
+    /// banks, in the dtype).
     pub total_bytes: u64,
     /// Of which packed linears with their quantization state.
     pub quantized_bytes: u64,
@@ -159,7 +161,7 @@ pub fn build(
     let search = step::largest_micro_batch(model, setup, spec, cap)?;
     let description = match setup.mode {
         Mode::Train(t) => format!(
-            "{}: base {}{} ({} stored), adapters r={} on {} in {}, micro-batch {} x seq {}, grad-accum {}, gradient checkpointing {}",
+            "{}: base {}{} ({} held), adapters r={} on {} in {}, micro-batch {} x seq {}, grad-accum {}, gradient checkpointing {}",
             spec.method.name(),
             spec.weights.name(),
             if spec.double_quant { " double-quant" } else { "" },

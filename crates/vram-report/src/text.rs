@@ -315,14 +315,27 @@ impl EstimateReport {
             lines.push(if l.dequantized {
                 format!(
                     "weights held dequantized: {}, {}; as stored ({how}) they take {}",
-                    bytes(l.dequantized_bytes),
+                    bytes(l.held_bytes),
                     l.why,
                     bytes(l.stored_bytes)
+                )
+            } else if let Some(part) = &l.dequantized_at_load {
+                let rest = if l.held_bytes == l.dequantized_bytes {
+                    "nothing else is quantized, so no weight stays packed".to_string()
+                } else {
+                    "the other quantized linears stay packed".to_string()
+                };
+                format!(
+                    "weights held: {}, {}: {part} dequantized, {rest}; as stored ({how}) they take {}, all dequantized {}",
+                    bytes(l.held_bytes),
+                    l.why,
+                    bytes(l.stored_bytes),
+                    bytes(l.dequantized_bytes)
                 )
             } else {
                 format!(
                     "weights held as stored: {} ({how}), {}; dequantized they would take {}",
-                    bytes(l.stored_bytes),
+                    bytes(l.held_bytes),
                     l.why,
                     bytes(l.dequantized_bytes)
                 )

@@ -219,6 +219,14 @@ pub struct RopeTables {
     /// scaling, `gemma3.py` at v0.10.2 and v0.19.0) and Gemma 4 (`rope_parameters` per layer
     /// type, `gemma4.py` at v0.19.0).
     pub local: bool,
+    /// SGLang's Gemma 3 (`gemma3_causal.py`): the `get_rope` tables its layers build from
+    /// 0.5.10, each with `rope_type: default` and `max_position_embeddings` rows whatever the
+    /// config's scaling, one per distinct base (the full layers' `rope_theta`, the sliding
+    /// layers' `rope_local_base_freq`): 2 where they differ, else 1; 0 for every other model.
+    /// Before 0.5.10 its layers keep no table (a transformers-style `Gemma3RotaryEmbedding`
+    /// computes cos/sin per step from `inv_freq`; read at 0.4.5 to 0.5.9, and get_rope's
+    /// tables at 0.5.10, 0.5.11, 0.5.15 to 0.5.19 and 0.5.23).
+    pub sglang_gemma3_tables: u8,
 }
 
 /// The rotary class `get_rope` builds for a config's rope parameters, by the rows of its
@@ -230,10 +238,21 @@ pub struct RopeTables {
 pub enum RopeClass {
     /// `max_positions` rows: no scaling (`RotaryEmbedding`, M-RoPE's `MRotaryEmbedding` before
     /// the engine's own multiple) and the classes that change only the frequencies:
-    /// `Llama3RotaryEmbedding` (`llama3`), `NTKScalingRotaryEmbedding` (`ntk`),
-    /// `DynamicNTKAlphaRotaryEmbedding` (`dynamic` with `alpha`), Gemma 4's `proportional`.
+    /// `Llama3RotaryEmbedding` (`llama3`), Gemma 4's `proportional`.
     #[default]
     Positions,
+    /// `NTKScalingRotaryEmbedding` (`ntk`): `max_positions` rows where the release builds it
+    /// (vLLM from 0.9.0); vLLM to 0.8.5 and every SGLang read (0.4.2 to 0.5.23) raise
+    /// `ValueError: Unknown RoPE scaling type ntk`.
+    Ntk,
+    /// `dynamic` with `alpha`: `DynamicNTKAlphaRotaryEmbedding`, `max_positions` rows, where
+    /// the release checks `alpha` first (vLLM from 0.9.2, SGLang from 0.5.10); earlier releases
+    /// read `factor` only, building [`RopeClass::DynamicNtk`]'s table when the dict has one too
+    /// and raising `KeyError: 'factor'` when it does not.
+    DynamicAlpha {
+        /// `ceil(max_positions × factor)` where the dict also has a `factor`.
+        factor_rows: Option<u64>,
+    },
     /// `LinearScalingRotaryEmbedding` (`linear`): `max_positions × factor` rows.
     Linear {
         /// `ceil(max_positions × factor)`.
@@ -253,6 +272,9 @@ pub enum RopeClass {
     Yarn {
         /// `ceil(original_max_position_embeddings × factor)`.
         rows: u64,
+        /// The config names `deepseek_yarn` itself (DeepSeek's class whatever the layer;
+        /// MLA layers in vLLM's and SGLang's `deepseek_v2.py` build it from any scaling).
+        deepseek: bool,
     },
     /// `Phi3LongRoPEScaledRotaryEmbedding` (`longrope`): a short table of
     /// `original_max_position_embeddings` rows and a long one of `max_positions` rows.
@@ -772,9 +794,24 @@ impl Blocks {
         std::borrow::Cow::Owned(b)
     }
 
-    /// Bytes of the weights as stored (quantization metadata included); `dequantized` for the
-    /// fallback that holds everything in the config's dtype. Embedding, norms, vision tower and
-    /// MTP layers stay in the config's dtype.
+    /// Bytes of the weights as the checkpoint stores them (quantization metadata included),
+    /// where [`Blocks::weights_bytes`] gives what the library holds: they differ by the
+    /// compressed-tensors W4A16 expert banks transformers 5.24 dequantizes at load
+    /// ([`crate::describe::storage::Holder`]).
+    pub fn stored_bytes(&self) -> u64 {
+        if self.storage.holder == crate::describe::storage::Holder::Engine {
+            return self.weights_bytes(false);
+        }
+        let mut b = self.clone();
+        b.storage.holder = crate::describe::storage::Holder::Engine;
+        b.weights_bytes(false)
+    }
+
+    /// Bytes of the weights as the library holds them from the checkpoint (packed tensors as
+    /// stored, quantization metadata included, except what it dequantizes at load whatever the
+    /// step: [`Blocks::stored_bytes`]); `dequantized` for the fallback that holds everything in
+    /// the config's dtype. Embedding, norms, vision tower and MTP layers stay in the config's
+    /// dtype.
     pub fn weights_bytes(&self, dequantized: bool) -> u64 {
         if let (Some(c), false) = (&self.storage.checkpoint, dequantized) {
             let mut extra = 0;

@@ -139,6 +139,18 @@ pub struct Storage {
 /// (a one-layer Qwen3-MoE stored W4A16, group 32): the banks load bf16
 /// (`gate_up_proj` `[4, 128, 64]`), the attention's `nn.Linear`s stay `weight_packed` int32.
 /// vLLM's `CompressedTensorsWNA16MoEMethod` and SGLang's port hold the banks packed.
+///
+/// AWQ and GPTQ MoE checkpoints (read in transformers 5.24.0, not run: gptqmodel, which both
+/// quantizers need, is not installed here): `AwqQuantizer` and `GptqHfQuantizer` set no
+/// `serialized_names` and no `get_load_operations`, so `update_weight_conversions` leaves the
+/// model's per-expert merge as it is. Its sources end in `.weight`, which the checkpoint's
+/// per-expert `qweight`/`qzeros`/`scales` do not match, so nothing is dequantized into the
+/// banks: they are not loaded from the checkpoint at all (missing keys, left as built, in the
+/// dtype) and the per-expert packed tensors are dropped as unexpected keys;
+/// `replace_with_awq_linear` and optimum's `convert_model` replace `nn.Linear`s only. The bytes
+/// held are the dequantized banks' (as [`Storage::packs`] counts them: GPTQ/AWQ pack linears,
+/// never banks); the model's experts then hold no checkpoint weights, which no memory figure
+/// shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Holder {
     /// transformers 5.24 (`from_pretrained`).

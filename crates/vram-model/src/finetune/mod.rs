@@ -448,7 +448,8 @@ fn matches(path: &str, target: &str) -> bool {
 /// The base weights' storage and where it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct WeightsBytes {
-    /// Every byte of the base weights as stored (quantization state included).
+    /// Every byte of the base weights as the library holds them (quantization state included;
+    /// what transformers 5.24 dequantizes at load in the dtype: [`crate::describe::Storage::packs`]).
     pub total: u64,
     /// Of which packed (quantized) linears with their quantization state.
     pub quantized: u64,

@@ -204,8 +204,12 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             if decoders::FAMILIES.contains(&model_type.as_str()) {
                 decoders::read(&text, &c)?
             } else if let Some(inner) = text_type.filter(|t| decoders::FAMILIES.contains(t)) {
-                // A multimodal wrapper this reader does not know around a decoder it does
+                // A multimodal wrapper this reader does not model around a decoder it does
                 // (Kimi-K2.5: `kimi_k25` around `kimi_k2`): the decoder alone, said so.
+                // transformers 5.24 has `kimi_k25` natively (`Kimi_K25ForConditionalGeneration`:
+                // `Kimi_K25VisionModel`, 27 layers by default, and `Kimi_K25MultimodalProjection`
+                // beside a `deepseek_v3` decoder, its `kimi_k2` text_config renamed); its tower
+                // and projector are not counted here.
                 let wrapped = Cfg {
                     map: text.map,
                     model_type: inner,
@@ -213,7 +217,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
                 let mut t = decoders::read(&wrapped, &c)?;
                 t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
                 t.blocks.notes.push(format!(
-                    "model_type `{model_type}` is not known: its text_config (`{inner}`) is read; any vision or audio tower is not counted"
+                    "vram does not model the wrapper `{model_type}`: only its text_config (`{inner}`) is read, so any vision or audio tower is not counted"
                 ));
                 t
             } else {

@@ -27,10 +27,6 @@ pub(super) fn rope_tables(c: &Cfg, max_positions: u64) -> Result<RopeTables> {
         "gemma3" | "gemma3_text" => match per_type {
             Some(p) => p.get("sliding_attention") != p.get("full_attention"),
             None => {
-                let base = |name: &str, default: f64| match c.map.get(name) {
-                    Some(Value::Number(n)) => n.as_f64().unwrap_or(default),
-                    _ => default,
-                };
                 let scaled = global
                     .map(|(_, r)| {
                         !matches!(
@@ -39,7 +35,7 @@ pub(super) fn rope_tables(c: &Cfg, max_positions: u64) -> Result<RopeTables> {
                         )
                     })
                     .unwrap_or(false);
-                scaled || base("rope_local_base_freq", 10_000.0) != base("rope_theta", 1e6)
+                scaled || base(c, "rope_local_base_freq", 10_000.0) != base(c, "rope_theta", 1e6)
             }
         },
         // Gemma 4's two layer types differ in head size as well (`global_head_dim`): two keys
@@ -50,7 +46,39 @@ pub(super) fn rope_tables(c: &Cfg, max_positions: u64) -> Result<RopeTables> {
         },
         _ => false,
     };
-    Ok(RopeTables { class, local })
+    let sglang_gemma3_tables = match c.model_type {
+        "gemma3" | "gemma3_text" => {
+            let theta = |p: Option<&Value>, default: f64| {
+                p.and_then(|p| p.get("rope_theta"))
+                    .and_then(Value::as_f64)
+                    .unwrap_or(default)
+            };
+            let differ = match per_type {
+                // transformers 5's per-type parameters: SGLang reads each type's `rope_theta`
+                // (10,000 and 1,000,000 where missing, `gemma3_causal.py` at 0.5.10).
+                Some(p) => {
+                    theta(p.get("sliding_attention"), 10_000.0)
+                        != theta(p.get("full_attention"), 1_000_000.0)
+                }
+                None => base(c, "rope_local_base_freq", 10_000.0) != base(c, "rope_theta", 1e6),
+            };
+            1 + u8::from(differ)
+        }
+        _ => 0,
+    };
+    Ok(RopeTables {
+        class,
+        local,
+        sglang_gemma3_tables,
+    })
+}
+
+/// A top-level base frequency of the config, `default` where it is missing.
+fn base(c: &Cfg, name: &str, default: f64) -> f64 {
+    match c.map.get(name) {
+        Some(Value::Number(n)) => n.as_f64().unwrap_or(default),
+        _ => default,
+    }
 }
 
 /// The config's own rope parameters (the full layers' for a per-layer-type
@@ -78,9 +106,11 @@ fn global_parameters<'a>(
 /// v0.19.0; SGLang's at 0.4.2 and 0.5.3 the same way for these types):
 /// - `linear`: `max_position × factor` rows (`linear_scaling_rope.py`: `torch.arange` of the
 ///   float product);
-/// - `dynamic`: with `alpha`, `max_position` rows (`dynamic_ntk_alpha_rope.py`, vLLM checks
-///   `alpha` first); with `factor`, `max_position × factor` (`dynamic_ntk_scaling_rope.py`);
+/// - `dynamic`: with `alpha`, `max_position` rows (`dynamic_ntk_alpha_rope.py`, vLLM from
+///   0.9.2 checks `alpha` first; [`RopeClass::DynamicAlpha`] keeps the `factor` that earlier
+///   releases read); with `factor`, `max_position × factor` (`dynamic_ntk_scaling_rope.py`);
 ///   neither is vLLM's `ValueError`;
+/// - `ntk`: `max_position` rows ([`RopeClass::Ntk`], which releases before vLLM 0.9 refuse);
 /// - `yarn` and `deepseek_yarn`: the class is built with `original_max_position_embeddings` as
 ///   its length and keeps `original × factor` rows (`yarn_scaling_rope.py`,
 ///   `deepseek_scaling_rope.py`). Where the dict lacks the original length, the top-level
@@ -88,8 +118,8 @@ fn global_parameters<'a>(
 ///   transformers 5's `standardize_rope_params` fills in (read at 5.24);
 /// - `longrope`: vLLM's `llama.py` (Phi-3's layers) copies a top-level
 ///   `original_max_position_embeddings` into the scaling dict (Phi-3.5/4-mini keep it there);
-/// - every other type (`default`, `llama3`, `ntk`, M-RoPE's `default`, Gemma 4's
-///   `proportional`) keeps `max_position` rows.
+/// - every other type (`default`, `llama3`, M-RoPE's `default`, Gemma 4's `proportional`)
+///   keeps `max_position` rows.
 fn class_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> Result<RopeClass> {
     let kind = match r.get("rope_type").or_else(|| r.get("type")) {
         Some(Value::String(t)) => t.as_str(),
@@ -130,14 +160,21 @@ fn class_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> 
         },
         "dynamic" if r.contains_key("alpha") => {
             number("alpha")?;
-            RopeClass::Positions
+            RopeClass::DynamicAlpha {
+                factor_rows: match r.contains_key("factor") {
+                    true => Some(times(max_positions as f64, number("factor")?)),
+                    false => None,
+                },
+            }
         }
         "dynamic" => RopeClass::DynamicNtk {
             rows: times(max_positions as f64, number("factor")?),
         },
         "yarn" | "deepseek_yarn" => RopeClass::Yarn {
             rows: times(original()?, number("factor")?),
+            deepseek: kind == "deepseek_yarn",
         },
+        "ntk" => RopeClass::Ntk,
         "longrope" => {
             let original = match c.opt_u64(&["original_max_position_embeddings"])? {
                 Some(o) if !r.contains_key("original_max_position_embeddings") => o as f64,

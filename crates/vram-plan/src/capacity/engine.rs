@@ -519,6 +519,53 @@ pub(super) fn awq_channelwise_refusal(
     })
 }
 
+/// How the release's `get_rope` refuses the config's rope parameters, if it does, in its own
+/// words (each run on the CPU from the release's source, `tests/data/get_rope`):
+///
+/// - `ntk`: vLLM to 0.8.5 (`NTKScalingRotaryEmbedding` from 0.9.0) and every SGLang read
+///   (0.4.2 to 0.5.23) raise `ValueError: Unknown RoPE scaling type ntk`;
+/// - `dynamic` with `alpha` and no `factor`: releases that read `factor` only (vLLM to 0.9.1,
+///   SGLang to 0.5.9, [`super::weights::alpha_first`]) raise `KeyError: 'factor'`;
+/// - M-RoPE with YaRN: vLLM 0.12.0 to 0.16.0 build an `MRotaryEmbedding` whose YaRN frequencies
+///   read a `truncate` attribute only `YaRNScalingRotaryEmbedding` sets (`AttributeError`;
+///   0.11.x and 0.17.0 build it; 0.15 not read, taken as 0.14 and 0.16).
+///
+/// SGLang's Gemma 3 passes `get_rope` no scaling (none before 0.5.10, `rope_type: default` from
+/// it), so nothing of its config is refused there.
+pub(super) fn rope_refusal(t: &Transformer, engine: Engine, k: &Knobs) -> Option<String> {
+    use vram_model::blocks::RopeClass;
+    if engine == Engine::Sglang && t.blocks.rope_tables.sglang_gemma3_tables > 0 {
+        return None;
+    }
+    let version = engine.version_in_force(k);
+    let error = match t.blocks.rope_tables.class {
+        RopeClass::Ntk if engine == Engine::Sglang || version < [0, 9, 0] => {
+            "ValueError: Unknown RoPE scaling type ntk"
+        }
+        RopeClass::DynamicAlpha { factor_rows: None }
+            if !super::weights::alpha_first(engine, k) =>
+        {
+            "KeyError: 'factor'"
+        }
+        RopeClass::Yarn { .. }
+            if engine == Engine::Vllm
+                && t.blocks.mrope.is_some()
+                && ([0, 12, 0]..[0, 17, 0]).contains(&version) =>
+        {
+            "AttributeError: 'MRotaryEmbedding' object has no attribute 'truncate'"
+        }
+        _ => return None,
+    };
+    let name = match engine {
+        Engine::Vllm => "vLLM",
+        Engine::Sglang => "SGLang",
+    };
+    Some(format!(
+        "{name} {} cannot build this config's rotary embedding: {error} (get_rope with the config's rope_scaling)",
+        super::version_label(engine, k)
+    ))
+}
+
 /// Whether an AWQ/GPTQ linear runs a Marlin kernel: as `--quantization` names it
 /// ([`Knobs::marlin`]), else from compute capability 8.0 and a group size Marlin takes
 /// (`check_marlin_supported`: `MARLIN_SUPPORTED_GROUP_SIZES` = -1, 32, 64, 128, read at 0.10.1;

@@ -877,6 +877,9 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
             "--optimization-level {o} is not one of vLLM's levels (0, 1, 2, 3: OptimizationLevel, config/vllm.py)"
         )));
     }
+    if let Some(why) = engine::rope_refusal(t, engine, knobs) {
+        return Err(Error::Capacity(why));
+    }
     if let Some(why) = engine::awq_channelwise_refusal(t, gpu, engine, knobs) {
         return Err(Error::Capacity(why));
     }

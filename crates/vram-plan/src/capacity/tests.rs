@@ -2145,12 +2145,13 @@ fn rotary_tables_are_one_per_rope_key_of_the_rows_vllm_builds() {
 /// The rotary tables are the engines' own: for each rope configuration of
 /// `tests/data/get_rope/cases.json` (no scaling, `llama3`, `ntk`, `linear`, dynamic NTK by
 /// factor and by alpha, YaRN, DeepSeek's YaRN, M-RoPE plain, interleaved and with YaRN,
-/// LongRoPE), the bytes of the buffers that the own `get_rope` of vLLM 0.6.6, 0.7.1, 0.7.2,
-/// 0.8.5, 0.10.2, 0.11.0, 0.14.0, 0.18.0, 0.19.0 and 0.22.0 and of SGLang 0.4.2, 0.4.2.post1,
-/// 0.4.3, 0.4.5 and 0.5.3 build, run on the CPU from each release's source (CUDA's and ROCm's branch of
+/// LongRoPE), the bytes of the buffers that the own `get_rope` of 22 vLLM releases (0.6.6 to
+/// 0.22.0; six of them again as `--enforce-eager` with FlashInfer) and 22 SGLang releases
+/// (0.4.2 to 0.5.23) build, run on the CPU from each release's source (CUDA's and ROCm's branch of
 /// SGLang's platform check), equal `vram capacity`'s rotary bytes for a Qwen3-shaped config with
-/// those parameters. What a release refuses is skipped (`ntk` and an alpha-only `dynamic` in
-/// vLLM to 0.8.5 and SGLang; M-RoPE with YaRN at vLLM 0.14.0).
+/// those parameters; what a release refuses (`ntk` in vLLM to 0.8.5 and in SGLang, an
+/// alpha-only `dynamic` in vLLM to 0.9.1 and SGLang to 0.5.9, M-RoPE with YaRN at vLLM 0.12 to
+/// 0.16) `vram capacity` refuses with the release's error, and nothing it builds.
 #[test]
 fn rotary_tables_are_the_engines_own() {
     let cases: serde_json::Value =
@@ -2159,7 +2160,7 @@ fn rotary_tables_are_the_engines_own() {
         serde_json::from_str(include_str!("../../tests/data/get_rope/tables.json")).unwrap();
     let h100 = h100();
     let mi300x = vram_model::gpu::lookup("mi300x").unwrap();
-    let mut checked = 0;
+    let (mut checked, mut refused) = (0, 0);
     for run in runs["runs"].as_array().unwrap() {
         let engine = match run["engine"].as_str().unwrap() {
             "vllm" => Engine::Vllm,
@@ -2175,14 +2176,12 @@ fn rotary_tables_are_the_engines_own() {
             engine_version: Some(version),
             engine_pin: pin,
             dtype_bytes: 2,
+            enforce_eager: run["eager"] == true,
             ..Knobs::default()
         };
+        let label = format!("{} {} {}", run["engine"], run["version"], run["platform"]);
         for case in cases.as_array().unwrap() {
             let name = case["name"].as_str().unwrap();
-            let Some(built) = run["built"].get(name) else {
-                assert!(run["refused"].get(name).is_some(), "{name}");
-                continue;
-            };
             let head = case["head_size"].as_u64().unwrap();
             let mut config = serde_json::json!({
                 "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
@@ -2198,18 +2197,24 @@ fn rotary_tables_are_the_engines_own() {
             else {
                 unreachable!()
             };
+            let refusal = engine::rope_refusal(&t, engine, &k);
+            let Some(built) = run["built"].get(name) else {
+                let error = run["refused"][name].as_str().unwrap();
+                let why = refusal.unwrap_or_else(|| panic!("{name}: {label} builds nothing"));
+                assert!(why.contains(error), "{name}: {label}: {why}");
+                refused += 1;
+                continue;
+            };
+            assert_eq!(refusal, None, "{name}: {label}");
             assert_eq!(
                 weights::rotary_cache_bytes(&t, &k, engine, gpu),
                 built["bytes"].as_u64().unwrap(),
-                "{name}: {} {} {}",
-                run["engine"],
-                run["version"],
-                run["platform"]
+                "{name}: {label}"
             );
             checked += 1;
         }
     }
-    assert!(checked > 200, "{checked}");
+    assert!(checked > 600 && refused > 50, "{checked} {refused}");
 }
 
 /// A channel-wise AWQ checkpoint (`group_size: -1`) as vLLM's and SGLang's AWQ methods create
@@ -2816,4 +2821,174 @@ fn vllm_hybrid_pool_above_max_num_seqs_starts() {
     assert!(c.starts, "{:?}", c.log);
     assert!(c.log.iter().all(|l| !l.contains("Mamba cache blocks")));
     assert_eq!(c.vllm_mamba_blocks_short(&k), None);
+}
+
+/// SGLang's Gemma 3 (`gemma3_causal.py`): no rotary table before 0.5.10 (its layers compute
+/// cos/sin per step from a transformers-style `inv_freq`, read at 0.4.5 to 0.5.9); from 0.5.10
+/// every layer calls `get_rope` with `rope_type: default`, the sliding layers at
+/// `rope_local_base_freq` and the full ones at `rope_theta`: two fp32 tables (on CUDA) of
+/// `max_position_embeddings` rows whatever the config's linear scaling (Gemma 3 4B: 131,072 ×
+/// 256 × 4 B each), one where the two bases agree; on ROCm in bf16 to 0.5.21.
+#[test]
+fn sglang_gemma3_tables_by_release() {
+    let parse = |json: &str| match vram_model::hf::parse_config(json, "m").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gemma3_4b = r#"{"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+        "intermediate_size": 10240, "num_hidden_layers": 34, "sliding_window": 1024,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}}"#;
+    let t = parse(gemma3_4b);
+    let sglang = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    let table = 131_072 * 256;
+    for v in [[0, 4, 5], [0, 5, 0], [0, 5, 9]] {
+        assert_eq!(
+            weights::rotary_cache_bytes(&t, &sglang(v), Engine::Sglang, h100()),
+            0
+        );
+    }
+    assert_eq!(
+        weights::rotary_cache_bytes(&t, &sglang([0, 5, 10]), Engine::Sglang, h100()),
+        2 * table * 4
+    );
+    let mi300x = vram_model::gpu::lookup("mi300x").unwrap();
+    assert_eq!(
+        weights::rotary_cache_bytes(&t, &sglang([0, 5, 21]), Engine::Sglang, mi300x),
+        2 * table * 2
+    );
+    let one_base = gemma3_4b.replace(
+        r#""rope_scaling": {"factor": 8.0, "rope_type": "linear"}"#,
+        r#""rope_theta": 10000.0, "rope_local_base_freq": 10000.0"#,
+    );
+    assert_eq!(
+        weights::rotary_cache_bytes(
+            &parse(&one_base),
+            &sglang([0, 5, 23]),
+            Engine::Sglang,
+            h100()
+        ),
+        table * 4
+    );
+    // Its scaling is not passed to get_rope, so nothing is refused; vLLM still counts the
+    // scaled table and the sliding layers' own.
+    assert_eq!(
+        engine::rope_refusal(&t, Engine::Sglang, &sglang([0, 5, 23])),
+        None
+    );
+}
+
+/// vLLM's DeepSeek YaRN table under `--enforce-eager` (`deepseek_scaling_rope.py`'s
+/// `use_flashinfer`, run on the CPU at 0.12.0 to 0.22.0): DeepSeek-V3's MLA rope
+/// (`qk_rope_head_dim` 64, 4,096 × 40 rows) is fp32 from 0.19 with the wheel's FlashInfer
+/// cubins, in the model dtype under the default compilation, at 0.13, and on ROCm.
+#[test]
+fn vllm_deepseek_rope_is_fp32_under_eager() {
+    let t = model("deepseek-v3");
+    let k = |v: [u32; 3], eager: bool| Knobs {
+        engine_version: Some(v),
+        enforce_eager: eager,
+        ..Knobs::default()
+    };
+    let bf16 = 163_840 * 64 * 2;
+    let rotary = |v, eager, gpu| weights::rotary_cache_bytes(&t, &k(v, eager), Engine::Vllm, gpu);
+    assert_eq!(rotary([0, 19, 0], false, h100()), bf16);
+    assert_eq!(rotary([0, 19, 0], true, h100()), 2 * bf16);
+    assert_eq!(rotary([0, 22, 0], true, h100()), 2 * bf16);
+    assert_eq!(rotary([0, 13, 0], true, h100()), bf16);
+    let mi300x = vram_model::gpu::lookup("mi300x").unwrap();
+    assert_eq!(rotary([0, 22, 0], true, mi300x), bf16);
+}
+
+/// Rope parameters a release's `get_rope` cannot build are refused in its words before any
+/// memory is counted: `ntk` at vLLM 0.8 (built from 0.9.0) and in SGLang, an alpha-only
+/// `dynamic` at vLLM 0.9.1 (built from 0.9.2; with a `factor` too, that factor's table),
+/// M-RoPE with YaRN at vLLM 0.14 (built at 0.11 and from 0.17), on a Qwen3-8B-shaped config.
+#[test]
+fn get_rope_refusals_in_the_engines_words() {
+    let parse = |rope: &str, mrope: bool| {
+        let section = if mrope {
+            r#", "mrope_section": [24, 20, 20]"#
+        } else {
+            ""
+        };
+        let json = format!(
+            r#"{{"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096,
+            "intermediate_size": 12288, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "num_hidden_layers": 36, "vocab_size": 151936,
+            "max_position_embeddings": 32768, "rope_scaling": {{{rope}{section}}}}}"#
+        );
+        match vram_model::hf::parse_config(&json, "m").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    };
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    let ntk = parse(r#""rope_type": "ntk", "factor": 4.0"#, false);
+    let why = engine::rope_refusal(&ntk, Engine::Vllm, &at([0, 8, 5])).unwrap();
+    assert_eq!(
+        why,
+        "vLLM 0.8.5 cannot build this config's rotary embedding: ValueError: Unknown RoPE scaling type ntk (get_rope with the config's rope_scaling)"
+    );
+    assert_eq!(
+        engine::rope_refusal(&ntk, Engine::Vllm, &at([0, 9, 0])),
+        None
+    );
+    assert!(engine::rope_refusal(&ntk, Engine::Sglang, &at([0, 5, 23])).is_some());
+    let err = capacity(&ntk, h100(), Engine::Vllm, &at([0, 8, 5])).unwrap_err();
+    assert!(
+        err.to_string().contains("Unknown RoPE scaling type ntk"),
+        "{err}"
+    );
+
+    let alpha = parse(r#""rope_type": "dynamic", "alpha": 1000.0"#, false);
+    assert!(engine::rope_refusal(&alpha, Engine::Vllm, &at([0, 9, 1]))
+        .unwrap()
+        .contains("KeyError: 'factor'"));
+    assert_eq!(
+        engine::rope_refusal(&alpha, Engine::Vllm, &at([0, 9, 2])),
+        None
+    );
+    assert_eq!(
+        engine::rope_refusal(&alpha, Engine::Sglang, &at([0, 5, 10])),
+        None
+    );
+    // With a factor beside the alpha, releases that read the factor build its table.
+    let both = parse(
+        r#""rope_type": "dynamic", "alpha": 1000.0, "factor": 2.0"#,
+        false,
+    );
+    assert_eq!(
+        engine::rope_refusal(&both, Engine::Vllm, &at([0, 9, 1])),
+        None
+    );
+    let k = at([0, 9, 1]);
+    assert_eq!(weights::rope_rows(&both, &k, Engine::Vllm), 65_536);
+    assert_eq!(
+        weights::rope_rows(&both, &at([0, 9, 2]), Engine::Vllm),
+        32_768
+    );
+
+    let yarn = parse(
+        r#""rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768"#,
+        true,
+    );
+    for v in [[0, 12, 0], [0, 14, 0], [0, 16, 0]] {
+        assert!(engine::rope_refusal(&yarn, Engine::Vllm, &at(v))
+            .unwrap()
+            .contains("'MRotaryEmbedding' object has no attribute 'truncate'"));
+    }
+    for v in [[0, 11, 0], [0, 17, 0], [0, 22, 0]] {
+        assert_eq!(engine::rope_refusal(&yarn, Engine::Vllm, &at(v)), None);
+    }
+    assert_eq!(
+        engine::rope_refusal(&yarn, Engine::Sglang, &at([0, 5, 3])),
+        None
+    );
 }

@@ -100,11 +100,27 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
 /// Gemma 3/4 one more for the sliding layers' own parameters
 /// ([`vram_model::blocks::RopeTables`], `max_position_embeddings` rows); the config's own
 /// parameters' table has the rows its class builds ([`rope_rows`]) and the bytes its engine
-/// keeps it in ([`rope_element_bytes`]). SGLang's Gemma 3 computes its rotary embedding per
-/// step without a cache (`gemma3_causal.py` at 0.5.3); it is counted as one table, the sliding
-/// layers' apart not.
+/// keeps it in ([`rope_element_bytes`]). SGLang's Gemma 3 builds no table before 0.5.10 and
+/// from it one unscaled table per base (`RopeTables::sglang_gemma3_tables`,
+/// `max_position_embeddings` rows).
 pub(super) fn rotary_cache_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu: &Gpu) -> u64 {
     let tables = t.blocks.rope_tables;
+    if engine == Engine::Sglang && tables.sglang_gemma3_tables > 0 {
+        if engine.version_in_force(k) < [0, 5, 10] {
+            return 0;
+        }
+        let width = t
+            .blocks
+            .iter()
+            .find_map(|b| b.mixer.as_attention().map(|a| a.rotary_dim()))
+            .unwrap_or(0);
+        return u64::from(tables.sglang_gemma3_tables)
+            * t.max_positions()
+            * width
+            * rope_element_bytes(t, k, engine, gpu, None);
+    }
+    // Each key: whether it is a sliding layer's own (vLLM), the rotary width, and the head
+    // size `get_rope` is given with whether the layer is MLA (DeepSeek's class).
     let widths = t
         .blocks
         .iter()
@@ -113,23 +129,34 @@ pub(super) fn rotary_cache_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu
                 let local = engine == Engine::Vllm
                     && tables.local
                     && matches!(a.window, vram_model::blocks::Window::Sliding(_));
-                (local, a.rotary_dim())
+                (local, a.rotary_dim(), a.head_dim, false)
             }),
-            (None, Some(m)) => Some((false, m.qk_rope_head_dim)),
+            (None, Some(m)) => Some((false, m.qk_rope_head_dim, m.qk_rope_head_dim, true)),
             (None, None) => None,
         });
-    let mut keys: Vec<(bool, u64)> = widths.collect();
+    let mut keys: Vec<(bool, u64, u64, bool)> = widths.collect();
     keys.sort_unstable();
     keys.dedup();
-    let own = (
-        rope_rows(t, k, engine),
-        rope_element_bytes(t, k, engine, gpu),
-    );
-    let local = (t.max_positions(), k.dtype_bytes);
+    let rows = rope_rows(t, k, engine);
+    // SGLang's M-RoPE from 0.5.19 registers beside its table which axis owns each rotary lane
+    // (`axis_map`, int64, `rotary_dim / 2`; 0.5.16 to 0.5.18 only for GLM's interleaving).
+    let axis_map = |width: u64| match t.blocks.mrope {
+        Some(_) if engine == Engine::Sglang && engine.version_in_force(k) >= [0, 5, 19] => {
+            width / 2 * 8
+        }
+        _ => 0,
+    };
     keys.iter()
-        .map(|&(is_local, width)| {
-            let (rows, bytes) = if is_local { local } else { own };
-            rows * width * bytes
+        .map(|&(is_local, width, head, mla)| {
+            let (rows, bytes) = if is_local {
+                (t.max_positions(), k.dtype_bytes)
+            } else {
+                (
+                    rows,
+                    rope_element_bytes(t, k, engine, gpu, Some((head, mla))),
+                )
+            };
+            rows * width * bytes + axis_map(width)
         })
         .sum()
 }
@@ -141,6 +168,9 @@ pub(super) fn rotary_cache_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu
 /// - dynamic NTK: `max_position_embeddings × factor`, from vLLM 0.22 `max_position_embeddings`
 ///   (`dynamic_ntk_scaling_rope.py`: 0.21.0 as 0.19.0, 0.22.0 sizes it by the positions and
 ///   scales the base by `max_trained_positions`; 0.20 not read, taken as 0.21);
+/// - `dynamic` with `alpha`: [`rotary_positions`] where the release builds the alpha class
+///   ([`alpha_first`]), else the `factor`'s table (a dict without one is refused,
+///   [`super::engine::rope_refusal`]);
 /// - YaRN: `original × factor`; with M-RoPE from vLLM 0.11 `get_rope` builds an
 ///   `MRotaryEmbedding` with the YaRN parameters, four times that (`mrope.py`:
 ///   `cache_max_position_num = original × 4`, then YaRN's `_compute_cos_sin_cache` of that
@@ -154,14 +184,20 @@ pub(super) fn rope_rows(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     let vllm = engine == Engine::Vllm;
     let version = engine.version_in_force(k);
     match t.blocks.rope_tables.class {
-        RopeClass::Positions => rotary_positions(t, k, engine),
+        RopeClass::Positions | RopeClass::Ntk => rotary_positions(t, k, engine),
+        RopeClass::DynamicAlpha { factor_rows } => match factor_rows {
+            Some(rows) if !alpha_first(engine, k) => rows,
+            _ => rotary_positions(t, k, engine),
+        },
         RopeClass::Linear { rows } => rows,
         RopeClass::DynamicNtk { rows } if !(vllm && version >= [0, 22, 0]) => rows,
         RopeClass::DynamicNtk { .. } => t.max_positions(),
-        RopeClass::Yarn { rows } if vllm && t.blocks.mrope.is_some() && version >= [0, 11, 0] => {
+        RopeClass::Yarn { rows, .. }
+            if vllm && t.blocks.mrope.is_some() && version >= [0, 11, 0] =>
+        {
             rows * 4
         }
-        RopeClass::Yarn { rows } => rows,
+        RopeClass::Yarn { rows, .. } => rows,
         RopeClass::LongRope { original } if vllm && version >= [0, 7, 0] => {
             original + t.max_positions()
         }
@@ -169,31 +205,77 @@ pub(super) fn rope_rows(t: &Transformer, k: &Knobs, engine: Engine) -> u64 {
     }
 }
 
-/// Bytes per element of the config's own rotary table. vLLM casts every class's cache to the
-/// model dtype (`cache.to(dtype)` in `RotaryEmbedding.__init__`, read at v0.10.2, v0.19.0 and
-/// v0.22.0; its FlashInfer path that would keep fp32 is commented out). SGLang keeps
+/// Whether the release's `get_rope` checks a `dynamic` dict's `alpha` before its `factor`
+/// (builds `DynamicNTKAlphaRotaryEmbedding`): vLLM from 0.9.2 (0.9.0 and 0.9.1 read `factor`
+/// only, run on the CPU), SGLang from 0.5.10 (0.5.9 reads `factor` only).
+pub(super) fn alpha_first(engine: Engine, k: &Knobs) -> bool {
+    let version = engine.version_in_force(k);
+    match engine {
+        Engine::Vllm => version >= [0, 9, 2],
+        Engine::Sglang => version >= [0, 5, 10],
+    }
+}
+
+/// Bytes per element of the config's own rotary table, for a key `get_rope` is given head size
+/// `head` on an MLA layer or not (`None`: a table no DeepSeek class builds). vLLM casts every
+/// class's cache to the model dtype (`cache.to(dtype)` in `RotaryEmbedding.__init__`, read at
+/// v0.10.2, v0.19.0 and v0.22.0) except where [`vllm_deepseek_rope_fp32`] says. SGLang keeps
 /// `RotaryEmbedding` and its subclasses' caches in fp32 on CUDA from 0.4.2.post1 ("cache needs
 /// to be in FP32 for numerical stability": the cast is skipped where `is_cuda`, read at
 /// 0.4.2.post1 to post4, 0.4.3, 0.4.4, 0.4.5 and 0.5.3; 0.4.2 casts), in the model dtype on ROCm
 /// (from 0.4.5 `is_cuda` asks `torch.version.cuda`; 0.4.2.post1 to 0.4.4 asked the same through
-/// `is_cuda_available`); its `Phi3LongRoPEScaledRotaryEmbedding`, no subclass, casts its tables.
-///
-/// Not modelled: vLLM's `DeepseekScalingRotaryEmbedding` keeps fp32 where its custom op is
-/// enabled with FlashInfer on CUDA (from 0.14; 0.10.2 to 0.12.0 cast), which the default
-/// Inductor compilation leaves off (`CustomOp.default_on`, read at 0.19.0).
-pub(super) fn rope_element_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu: &Gpu) -> u64 {
-    let longrope = matches!(
-        t.blocks.rope_tables.class,
-        vram_model::blocks::RopeClass::LongRope { .. }
-    );
+/// `is_cuda_available`) to 0.5.21, and in fp32 there too from 0.5.22 ("the fused QSA indexer
+/// JIT kernel requires fp32 cos_sin_cache"; run at 0.5.4 to 0.5.11 and 0.5.15 to 0.5.23); its
+/// `Phi3LongRoPEScaledRotaryEmbedding`, no subclass, casts its tables.
+pub(super) fn rope_element_bytes(
+    t: &Transformer,
+    k: &Knobs,
+    engine: Engine,
+    gpu: &Gpu,
+    key: Option<(u64, bool)>,
+) -> u64 {
+    let class = t.blocks.rope_tables.class;
+    let longrope = matches!(class, vram_model::blocks::RopeClass::LongRope { .. });
     let version = engine.version_in_force(k);
     let fp32 = version > [0, 4, 2]
         || (version == [0, 4, 2] && matches!(k.engine_pin, Pin::Release { post } if post >= 1));
-    if engine == Engine::Sglang && !longrope && !engine::is_rocm(gpu) && fp32 {
+    let deepseek = match (class, key) {
+        (vram_model::blocks::RopeClass::Yarn { deepseek, .. }, Some((head, mla))) => {
+            (deepseek || mla).then_some(head)
+        }
+        _ => None,
+    };
+    let rocm_fp32 = version >= [0, 5, 22];
+    let sglang_fp32 =
+        engine == Engine::Sglang && !longrope && (!engine::is_rocm(gpu) || rocm_fp32) && fp32;
+    let vllm_fp32 = engine == Engine::Vllm
+        && deepseek.is_some_and(|head| vllm_deepseek_rope_fp32(k, gpu, head));
+    if sglang_fp32 || vllm_fp32 {
         4
     } else {
         k.dtype_bytes
     }
+}
+
+/// Whether vLLM keeps DeepSeek's YaRN table (`DeepseekScalingRotaryEmbedding`, built for
+/// `deepseek_yarn` and for MLA layers' scaled rope in `deepseek_v2.py`, whose `get_rope` head
+/// size is `qk_rope_head_dim`) in fp32: from 0.14 its `use_flashinfer` (the custom op enabled,
+/// a 16-bit model dtype, CUDA, `has_flashinfer()`, head size 64, 128, 256 or 512) skips the cast
+/// to the model dtype, and the FlashInfer kernel reads the fp32 table as it is. The custom op
+/// is enabled where `custom_ops` holds "all": `VllmConfig` appends it when the compilation
+/// mode is NONE, which `--enforce-eager` sets (-O0); the default Inductor compilation appends
+/// "none" (`CustomOp.default_on`; read at 0.14.0, 0.19.0 and 0.22.0). `has_flashinfer()` needs
+/// the `flashinfer` package and `flashinfer-cubin` (or `nvcc` on the PATH): the wheel requires
+/// both from 0.19 (`requirements/cuda.txt`); to 0.18 it requires `flashinfer-python` only, so
+/// a pip install without the CUDA compiler casts, as modelled (the Docker image installs the
+/// cubins and keeps fp32). Run on the CPU from 0.12.0 to 0.22.0 (`tests/data/get_rope`,
+/// `eager` runs): fp32 from 0.14.0, the model dtype at 0.12.0 and 0.13.0 (no such branch).
+pub(super) fn vllm_deepseek_rope_fp32(k: &Knobs, gpu: &Gpu, head: u64) -> bool {
+    k.enforce_eager
+        && k.dtype_bytes == 2
+        && !engine::is_rocm(gpu)
+        && matches!(head, 64 | 128 | 256 | 512)
+        && Engine::Vllm.version_in_force(k) >= [0, 19, 0]
 }
 
 /// Rows of the learned position and token-type tables times the width: whole on the first

@@ -139,14 +139,22 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
         r.headroom_bytes,
     );
     rows.push(word("weights format", &r.weights));
-    rows.push(size("weights as stored", r.weights_bytes));
     if let Some(l) = &r.weights_load {
         if l.dequantized {
-            rows.push(size("weights held dequantized", l.dequantized_bytes));
+            rows.push(size("weights held dequantized", l.held_bytes));
+        } else if l.dequantized_at_load.is_some() {
+            rows.push(size("weights held", l.held_bytes));
         } else {
-            rows.push(size("weights held as stored", l.stored_bytes));
+            rows.push(size("weights held as stored", l.held_bytes));
         }
         rows.push(word("how the weights are loaded", &l.why));
+        if let Some(part) = &l.dequantized_at_load {
+            rows.push(word("dequantized at load", part));
+        }
+        rows.push(size("weights as stored", l.stored_bytes));
+        rows.push(size("weights dequantized", l.dequantized_bytes));
+    } else {
+        rows.push(size("weights as stored", r.weights_bytes));
     }
     if let Some(k) = &r.kernels {
         rows.push(word(
@@ -354,7 +362,7 @@ pub(super) fn finetune(r: &FinetuneReport) -> String {
         count("parameters", r.params),
         count("trainable parameters", r.trainable_params),
         word("base weights format", &r.weights.format),
-        size("base weights as stored", r.weights.total_bytes),
+        size("base weights held", r.weights.total_bytes),
         size("of which quantized", r.weights.quantized_bytes),
         size("peak allocated", r.peak_bytes),
         word("peak at", &r.peak_phase),

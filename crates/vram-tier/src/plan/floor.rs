@@ -1,6 +1,6 @@
 //! The least step time the link allows: a lower bound on what any plan can reach.
 
-use super::profile::{ItemKind, Profile};
+use super::profile::{ItemKind, PhaseKind, Profile};
 use super::sim::{HostCpu, Link};
 use serde::{Deserialize, Serialize};
 
@@ -29,14 +29,19 @@ pub struct Floor {
 pub const METHOD: &str = "native step plus the least delay per step that lets the bytes above \
 the cap at the worst phase leave the device before it and come back before their next uses: \
 fluid copies at the link's rates (one stream each way, full duplex), the bytes leaving taken \
-from the tensors live and unused there that are free earliest (the end of their last use on \
+from the tensors the runtime can move (saved activations, optimizer states: weights are read by \
+the backward, whatever the profile's uses say, and move only through a host update) live and \
+unused there that are free earliest (the end of their last use on \
 the native timeline), those coming back from the ones needed latest; delay may be inserted \
 anywhere in the loop, and one stall serves both directions where the copies' windows overlap \
 (optimizer states: back before their chunk, out after it), not where they are apart \
 (activations); allocated bytes, no fragmentation; the optimizer in the profile's chunks; the \
 least over updating the last 0..=chunks optimizer chunks on the host, which removes their \
-states and adds, after the optimizer step begins, the longest of the CPU's AdamW time and the \
-gradients' and weights' copies";
+states and puts after the optimizer step begins the longest of the CPU's AdamW time, the \
+gradients' and weights' copies, and the smallest chunk's copy each way around the CPU's time; \
+that work follows the native time from the first forward to the optimizer and the least delay \
+that must fall there (copies of items that leave after a forward began and are back before the \
+optimizer), and the next step's first forward waits for it";
 
 /// The least delay a loop must insert per step for phase `q`'s `need` bytes above the cap:
 /// `(delay, delay the out copies alone need, delay the in copies alone need)`.
@@ -104,13 +109,14 @@ fn least_delay(
 }
 
 /// The stream bound of `p` under `cap` with `host` optimizer chunks' states off the device
-/// for good: `(extra seconds, phase, out, in)`.
+/// for good: `(extra seconds, phase, out, in, before the optimizer)`, the last the least delay
+/// that must fall between the first forward's start and the optimizer's (see [`METHOD`]).
 fn stream_bound(
     p: &Profile,
     cap: u64,
     link: &Link,
     host: &[usize],
-) -> (f64, Option<usize>, f64, f64) {
+) -> (f64, Option<usize>, f64, f64, f64) {
     let n = p.phases.len();
     let starts = p.starts();
     let total = p.native_seconds();
@@ -118,6 +124,12 @@ fn stream_bound(
     let host_chunk = |i: usize| p.items[i].chunk.is_some_and(|c| host.contains(&c));
     let gone = |i: usize| p.items[i].kind == ItemKind::OptimizerState && host_chunk(i);
     let mut worst = (0.0f64, None, 0.0f64, 0.0f64);
+    let mut before_opt = 0.0f64;
+    // The stretch of the step that must pass before the host's work can begin: from the
+    // first forward (which waits for the host's weights) to the optimizer (where the
+    // gradients are final).
+    let first_forward = (0..n).find(|&q| p.phases[q].kind == PhaseKind::Forward);
+    let first_opt = p.optimizer_phases().first().copied();
     for q in 0..n {
         let live: u64 = p.base[q]
             + p.items
@@ -135,23 +147,42 @@ fn stream_bound(
         let pos = |t: f64| (t - ends[q]).rem_euclid(total);
         let mut released = Vec::new();
         let mut due = Vec::new();
+        // The same, for the delay before the optimizer: items whose gap lies inside the
+        // stretch (left after a forward began, back before the optimizer) and the bytes
+        // of those that may leave or come back outside it, where the delay is free.
+        let (mut inner_out, mut inner_due, mut free_bytes) = (Vec::new(), Vec::new(), 0u64);
         for (i, it) in p.items.iter().enumerate() {
-            if gone(i) {
+            if gone(i) || !it.movable {
                 continue;
             }
-            let Some((a, b, _)) = it.gap_around(q) else {
+            let Some((a, b, wraps)) = it.gap_around(q) else {
                 continue;
             };
             released.push((pos(ends[a]).min(span), it.bytes));
             due.push((pos(starts[b]).min(span), it.bytes));
+            let inside = !wraps
+                && first_forward.is_some_and(|f| a >= f)
+                && first_opt.is_some_and(|o| b <= o);
+            if inside {
+                inner_out.push((pos(ends[a]).min(span), it.bytes));
+                inner_due.push((pos(starts[b]).min(span), it.bytes));
+            } else {
+                free_bytes += it.bytes;
+            }
         }
         let need = live - cap;
         let (d, o, i) = least_delay(released, due, need, need, link, span);
         if d > worst.0 || worst.1.is_none() {
             worst = (d, Some(q), o, i);
         }
+        let inner_need = need.saturating_sub(free_bytes);
+        let stretch = first_forward.is_some_and(|f| f <= q) && first_opt.is_some_and(|o| q < o);
+        if stretch && inner_need > 0 {
+            let (d, ..) = least_delay(inner_out, inner_due, inner_need, inner_need, link, span);
+            before_opt = before_opt.max(d);
+        }
     }
-    worst
+    (worst.0, worst.1, worst.2, worst.3, before_opt)
 }
 
 /// The floor of `p` under `cap` (see [`METHOD`]).
@@ -168,7 +199,7 @@ pub fn floor(p: &Profile, cap: u64, link: &Link, cpu: &HostCpu) -> Floor {
     };
     for h in 0..=max_h {
         let host: Vec<usize> = (p.chunks - h..p.chunks).collect();
-        let (extra, phase, o, i) = stream_bound(p, cap, link, &host);
+        let (extra, phase, o, i, before_opt) = stream_bound(p, cap, link, &host);
         // The device no longer runs the host chunks' updates.
         let saved: f64 = host
             .iter()
@@ -195,11 +226,34 @@ pub fn floor(p: &Profile, cap: u64, link: &Link, cpu: &HostCpu) -> Floor {
                 .map(|it| it.bytes)
                 .sum();
             let cpu_s = pbytes as f64 / 4.0 / cpu.adamw_params_per_s;
+            // The CPU starts on no chunk before that chunk's gradients are down, and the
+            // last weights go up after it has finished: at least the smallest chunk's copy
+            // each way around the CPU's time.
+            let least = |kind: ItemKind| {
+                host.iter()
+                    .map(|&c| {
+                        p.items
+                            .iter()
+                            .filter(|it| it.kind == kind && it.chunk == Some(c))
+                            .map(|it| it.bytes)
+                            .sum::<u64>()
+                    })
+                    .min()
+                    .unwrap_or(0)
+            };
             let work = cpu_s
                 .max(gbytes as f64 / link.d2h_bytes_per_s)
-                .max(pbytes as f64 / link.h2d_bytes_per_s);
-            if first_grad.is_finite() {
-                t = t.max(first_grad + work);
+                .max(pbytes as f64 / link.h2d_bytes_per_s)
+                .max(
+                    least(ItemKind::Gradient) as f64 / link.d2h_bytes_per_s
+                        + cpu_s
+                        + least(ItemKind::Parameter) as f64 / link.h2d_bytes_per_s,
+                );
+            // From the first forward's start to the optimizer's, the native time and the
+            // delay that must fall there; then the host's work; then the next first forward.
+            let first_forward = (0..starts.len()).find(|&q| p.phases[q].kind == PhaseKind::Forward);
+            if let (true, Some(f)) = (first_grad.is_finite(), first_forward) {
+                t = t.max(first_grad - starts[f] + before_opt + work);
             }
         }
         let f = Floor {

@@ -72,7 +72,8 @@ pub struct Item {
     #[serde(default = "yes")]
     pub at_free_peak: bool,
     /// Whether the runtime can move it (the plug-in moves saved activations and optimizer
-    /// states; weights and gradients only through a host update). The floor ignores this.
+    /// states; weights and gradients only through a host update). The floor takes only these
+    /// too: a weight is read by the backward, whatever its `uses` say.
     #[serde(default = "yes")]
     pub movable: bool,
 }

@@ -2,8 +2,8 @@
 //! choices and the floor, on hand-made steps whose answers can be worked out by hand.
 
 use vram_tier::plan::{
-    self, decide, simulate, HostCpu, ItemKind, Link, Move, PhaseInfo, PhaseKind, Plan, Profile,
-    Strategy, Trace, TraceEvent,
+    self, decide, simulate, HostCpu, Item, ItemKind, Link, Move, PhaseInfo, PhaseKind, Plan,
+    Profile, Strategy, Trace, TraceEvent,
 };
 
 const GB: u64 = 1_000_000_000;
@@ -355,4 +355,69 @@ mod floor_bound {
             }
         }
     }
+}
+
+/// Weights are read by the backward too (`dX = dY·Wᵀ`; a profile lists only the forwards,
+/// not knowing which layer owns which weight), and the runtime never moves them: the floor
+/// takes only movable items. Forward, backward, optimizer (1 s each); a 1 GB weight used by
+/// the forward and the optimizer; 1, 2 and 1 GB of other bytes. Under 2.5 GB the backward
+/// (3 GB) has nothing it can move: no plan, no floor (counting the weight, it had one).
+#[test]
+fn the_floor_moves_only_what_the_runtime_can() {
+    let weight = Item {
+        bytes: GB,
+        kind: ItemKind::Parameter,
+        persistent: true,
+        alloc: 0,
+        free: 2,
+        uses: vec![0, 2],
+        chunk: Some(0),
+        at_alloc_peak: true,
+        at_free_peak: true,
+        movable: false,
+    };
+    let p = Profile {
+        phases: vec![
+            phase("f0", PhaseKind::Forward, 1.0),
+            phase("b0", PhaseKind::Backward, 1.0),
+            phase("opt", PhaseKind::Optimizer, 1.0),
+        ],
+        items: vec![weight],
+        base: vec![GB, 2 * GB, GB],
+        chunks: 1,
+    };
+    let cap = 2_500 * MB;
+    assert!(decide(&p, cap, &link(1.0), &SLOW_CPU).is_none());
+    let f = plan::floor(&p, cap, &link(1.0), &SLOW_CPU);
+    assert!(f.step_s.is_infinite(), "{f:?}");
+    assert_eq!(f.phase, Some(1));
+}
+
+/// The host's AdamW starts when the optimizer step does, and the delay an activation's
+/// copies need falls before it: the floor adds them. The toy step with 0.2 GB weights, both
+/// chunks updated on the host (their 4 GB of states gone), a 2.4 GB cap, 0.1 GB/s each way:
+/// at the loss (0.4 GB weights, 2 GB activations, the 1 GB loss) 1 GB must leave. f0's
+/// activation leaves after f0 (ends at 1 s; the loss starts at 2 s): 10 s of copy, 9 s of
+/// delay; it is back for b0 (starts at 5 s, the loss ends at 3 s): 8 s; apart, 17 s. The
+/// optimizer starts at 7 s + 17 s; the host then takes a chunk's 0.2 GB of gradients down
+/// (2 s), updates (1e12 params/s: nothing), and puts a chunk's weights up (2 s), and all of
+/// them, 0.4 GB, take 4 s each way: 7 + 17 + 4 = 28 s, where the delay alone gives
+/// 8 − 1 + 17 = 24 s.
+#[test]
+fn the_host_update_waits_for_the_delay_before_the_optimizer() {
+    let p = Profile::from_trace(&toy_trace_with(3, GB / 5, GB), 2).unwrap();
+    let fast_cpu = HostCpu {
+        adamw_params_per_s: 1e12,
+    };
+    let cap = 2_400 * MB;
+    let f = plan::floor(&p, cap, &link(0.1), &fast_cpu);
+    assert_eq!((f.host_chunks, f.phase), (2, Some(3)), "{f:?}");
+    assert!(
+        (f.out_s - 9.0).abs() < 1e-6 && (f.in_s - 8.0).abs() < 1e-6,
+        "{f:?}"
+    );
+    assert!((f.step_s - 28.0).abs() < 1e-3, "{f:?}");
+    let d = decide(&p, cap, &link(0.1), &fast_cpu).unwrap();
+    assert!(d.outcome.fits);
+    assert!(d.outcome.step_s >= f.step_s, "{:?} {f:?}", d.outcome);
 }

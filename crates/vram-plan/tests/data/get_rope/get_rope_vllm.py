@@ -53,7 +53,10 @@ torch.arange = _cpu_arange
 
 from vllm.model_executor.layers.rotary_embedding import get_rope
 import inspect
-new_api = "rope_parameters" in inspect.signature(get_rope).parameters
+signature = inspect.signature(get_rope).parameters
+new_api = "rope_parameters" in signature
+# 0.12 and 0.13 take `rope_parameters` but still a positional `rotary_dim`.
+takes_rotary_dim = "rotary_dim" in signature
 
 cases = json.load(open(sys.argv[1]))
 out = []
@@ -66,8 +69,9 @@ for c in cases:
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # a release prints from get_rope
             if new_api:
-                emb = get_rope(head, c["max_position"], is_neox_style=c.get("neox", True),
-                               rope_parameters=params, dtype=torch.bfloat16)
+                emb = get_rope(head, max_position=c["max_position"],
+                               is_neox_style=c.get("neox", True), rope_parameters=params,
+                               dtype=torch.bfloat16, **({"rotary_dim": head} if takes_rotary_dim else {}))
             else:
                 emb = get_rope(head, head, c["max_position"], 10000.0,
                                is_neox_style=c.get("neox", True), rope_scaling=p,

@@ -1,8 +1,14 @@
 """Builds a minimal `vllm` package around a real `rotary_embedding/` folder so that its
-`get_rope` runs on the CPU; the stubs are infrastructure only (op registry, logger, platform)."""
+`get_rope` runs on the CPU; the stubs are infrastructure only (op registry, logger, platform).
+
+`eager=True` stands in for `--enforce-eager` on a CUDA machine with FlashInfer: the op registry
+answers custom ops on (`VllmConfig` appends "all" to `custom_ops` when the compilation mode is
+NONE, which `-O0` from `--enforce-eager` sets; read at 0.14.0, 0.19.0, 0.22.0), the platform
+answers `is_cuda()`, and `has_flashinfer()` is true (from 0.19 the wheel requires
+`flashinfer-cubin`; before, the Docker image installs it, or `nvcc` on the PATH does)."""
 import sys, types, os, shutil, importlib
 
-def make(version_dir, out):
+def make(version_dir, out, eager=False):
     if os.path.exists(out):
         shutil.rmtree(out)
     pkg = os.path.join(out, "vllm")
@@ -18,17 +24,18 @@ def make(version_dir, out):
         "__init__.py": "",
         "model_executor/__init__.py": "",
         "model_executor/layers/__init__.py": "",
-        "model_executor/custom_op.py": '''
+        "model_executor/custom_op.py": f'''
+EAGER = {eager}
 import torch.nn as nn
 class CustomOp(nn.Module):
     def __init__(self, *a, **k):
         super().__init__()
     @classmethod
     def enabled(cls):
-        return False
+        return EAGER
     @staticmethod
     def default_on():
-        return False
+        return EAGER
     @classmethod
     def register(cls, name, **kw):
         def deco(c):
@@ -59,10 +66,12 @@ def init_logger(n):
 ''',
         "utils/__init__.py": "def direct_register_custom_op(*a, **k):\n    pass\n",
         "utils/torch_utils.py": "def direct_register_custom_op(*a, **k):\n    pass\n",
-        "utils/flashinfer.py": "def has_flashinfer():\n    return False\n",
-        "platforms/__init__.py": '''
+        "utils/flashinfer.py": f"def has_flashinfer():\n    return {eager}\n",
+        "platforms/__init__.py": f'''
 class _P:
     device_type = "cpu"
+    def is_cuda(self):
+        return {eager}
     def __getattr__(self, n):
         return lambda *a, **k: False
 current_platform = _P()
