@@ -646,7 +646,7 @@ fn step(
     // Persistent state: the workspace, the base, the adapters.
     tape.alloc(Category::Workspace, vec![setup.overheads.workspace_bytes]);
     if quantized {
-        // A bitsandbytes base is loaded by `from_pretrained`, whose `caching_allocator_warmup`
+        // A quantized base is loaded by `from_pretrained`, whose `caching_allocator_warmup`
         // (transformers 5.24 modeling_utils.py) first makes one block of the bytes the device will
         // hold (`get_total_byte_count`: each parameter's elements × the quantizer's
         // `quantized_element_size`, 0.5 for 4-bit and 1 for int8, or its own element size; tied
@@ -654,11 +654,14 @@ fn step(
         // 2026-11-28 H200 snapshots show it, shrunk by the leftover's cached bytes as its
         // `unused_memory` rule says: 847,249,408 and 746,586,112 B where a clean start makes
         // 1,012,011,008 B for Llama-3.2-1B.)
+        // bitsandbytes' `quantized_element_size` is 0.5 (4-bit) or 1 (int8) per element; the
+        // other quantizers (GPTQ, AWQ, compressed-tensors, FP8) build their packed parameters
+        // before loading, so each counts at its own element size: the packed bytes as stored.
         let q_elems = t.param_count().saturating_sub(w.unquantized_params);
-        let q_bytes = if spec.weights.is_bnb_4bit() {
-            q_elems / 2
-        } else {
-            q_elems
+        let q_bytes = match spec.weights {
+            WeightFormat::Nf4 | WeightFormat::Fp4 => q_elems / 2,
+            WeightFormat::Int8 => q_elems,
+            _ => w.quantized,
         };
         let warm = (w.unquantized + q_bytes) / 2 * 2;
         let k = tape.alloc(Category::Parameters, vec![warm]);

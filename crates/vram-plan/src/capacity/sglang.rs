@@ -104,7 +104,9 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // `Gpu::first_launch_bytes`). At TP/PP > 1 PyNccl's warm-up all-reduce runs first, so the
     // context there is the catalog's (read after kernels ran) plus what
     // `init_torch_distributed` allocated (NCCL communicators, custom all-reduce buffers).
-    let single = k.tp * k.pp == 1;
+    // CUDA's lazy module loading; a ROCm device is not measured, and keeps the context read
+    // after kernels ran.
+    let single = k.tp * k.pp == 1 && !gpu.is_rocm();
     let weights = weights_per_gpu(t, k, gpu, Engine::Sglang)
         + allocator_rounding(t, k, gpu)
         + if single { gpu.first_launch_bytes() } else { 0 };
@@ -305,7 +307,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             } else {
                 "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)"
             },
-            "free memory before loading: at TP/PP 1 the device total less the CUDA context before any kernel, and the first kernel's driver memory in the weights' figure (gpu/first_kernel.py, lazy module loading: 0.51 and 0.09 GiB measured on an H200 with CUDA 13.0; other GPUs take the H200's kernels and first launch); at TP/PP > 1 less the CUDA context after kernels ran (the GPU's) and 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
+            "free memory before loading: at TP/PP 1 on a CUDA GPU the device total less the CUDA context before any kernel, and the first kernel's driver memory in the weights' figure (gpu/first_kernel.py, lazy module loading; see the context line); at TP/PP > 1 or on ROCm less the CUDA context after kernels ran (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size: one layer's live set, MoE caches with cache1 and cache3 in one buffer from 0.4.3 (fused_moe.py), and a plain AWQ/GPTQ linear's whole fp16 weight where no Marlin kernel runs (vLLM's AWQ through 0.4.4, from 256 tokens; SGLang's own awq.py from 0.4.5, on every call)",
             "the request-to-token map (ReqToTokenPool, read at 0.4.5.post3 and 0.5.3): (max_num_reqs + 1 in 0.4) x (context_len + 4) int32, max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096) or --max-running-requests, allocated before the pool from what the weights left; the start fails when it and the pool do not both fit",
         ]
@@ -318,6 +320,14 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         )
         .chain(mamba_slots.map(|_| "SGLang's Mamba/Gated DeltaNet state pool (model_runner._handle_max_mamba_cache, read at a 2026 snapshot): rest x 0.9 / 1.9 in whole requests of conv (bf16) + recurrent (float32) state, the token pool the remainder; no speculative decoding"))
         .map(String::from)
+        .chain(single.then(|| {
+            format!(
+                "the CUDA context before any kernel {:.2} GiB and the first launch {:.2} GiB ({})",
+                gpu.bare_context_bytes() as f64 / GIB,
+                gpu.first_launch_bytes() as f64 / GIB,
+                gpu.first_launch_source()
+            )
+        }))
         .collect(),
     }
 }

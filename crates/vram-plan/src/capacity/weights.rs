@@ -263,7 +263,8 @@ pub(super) fn rope_element_bytes(
 /// a 16-bit model dtype, CUDA, `has_flashinfer()`, head size 64, 128, 256 or 512) skips the cast
 /// to the model dtype, and the FlashInfer kernel reads the fp32 table as it is. The custom op
 /// is enabled where `custom_ops` holds "all": `VllmConfig` appends it when the compilation
-/// mode is NONE, which `--enforce-eager` sets (-O0); the default Inductor compilation appends
+/// mode is NONE (`--enforce-eager`, `-O0`, `--compilation-mode none`: [`engine::vllm_inductor`]);
+/// the default Inductor compilation appends
 /// "none" (`CustomOp.default_on`; read at 0.14.0, 0.19.0 and 0.22.0). `has_flashinfer()` needs
 /// the `flashinfer` package and `flashinfer-cubin` (or `nvcc` on the PATH): the wheel requires
 /// both from 0.19 (`requirements/cuda.txt`); to 0.18 it requires `flashinfer-python` only, so
@@ -271,7 +272,7 @@ pub(super) fn rope_element_bytes(
 /// cubins and keeps fp32). Run on the CPU from 0.12.0 to 0.22.0 (`tests/data/get_rope`,
 /// `eager` runs): fp32 from 0.14.0, the model dtype at 0.12.0 and 0.13.0 (no such branch).
 pub(super) fn vllm_deepseek_rope_fp32(k: &Knobs, gpu: &Gpu, head: u64) -> bool {
-    k.enforce_eager
+    !engine::vllm_inductor(k)
         && k.dtype_bytes == 2
         && !engine::is_rocm(gpu)
         && matches!(head, 64 | 128 | 256 | 512)
