@@ -38,6 +38,11 @@ CASES = {
     "dsv3-b4-p4080": ("deepseek-v3-L2-e64.json", 4, 4080, 2, "native"),
     # A tied head: from_config builds the output projection's weight, then tie_weights drops it.
     "llama32-1b-b4-p1024-fp32build": ("llama-3.2-1b-L2.json", 4, 1024, 8, "fp32"),
+    # Mamba2's torch fallback (mamba2_chunk_scan), the prompt padded to the 128-token chunk: with
+    # its prefill as one block vram read −18.8 % reserved on the H200's b4 × 4080 case
+    # (crates/vram-cli/tests/h200.rs). The catalog's Nemotron-H-56B cut to 8 layers as
+    # gpu/measure3.py cuts it (the first cut with an attention layer, which DynamicCache needs).
+    "nemotronh-L8-b2-p1000": ("nemotron-h-56b-L8.json", 2, 1000, 4, "native"),
 }
 
 

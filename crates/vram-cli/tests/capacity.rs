@@ -279,6 +279,31 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "invalid value 'full_and_piecewise' for '--cudagraph-mode",
         ),
         (
+            // The compilation knobs are read at 0.20-0.22 only (`VllmConfig.__post_init__`).
+            vec![
+                "llama-3-8b",
+                "--engine-version",
+                "0.19",
+                "--compilation-mode",
+                "none",
+            ],
+            "--compilation-mode none is modelled as vLLM V1 0.20-0.22 resolve it (config/vllm.py VllmConfig.__post_init__), not vLLM 0.19",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine",
+                "sglang",
+                "--optimization-level",
+                "0",
+            ],
+            "--optimization-level is a vLLM flag; not for --engine sglang",
+        ),
+        (
+            vec!["llama-3-8b", "--optimization-level", "4"],
+            "invalid value '4' for '--optimization-level",
+        ),
+        (
             // `--quantization` is `--weights`' alias: one flag, one vocabulary.
             vec!["llama-3-8b", "--quantization", "int3"],
             "invalid value 'int3' for '--weights",
@@ -2043,6 +2068,69 @@ fn hybrid_pool_below_max_num_seqs_is_refused_as_vllm_logs_it() {
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["starts"], true, "{out}");
+}
+
+/// The same refused start: the changes tried, cheapest first, are the engine's `--max-num-seqs`,
+/// then the piecewise graph mode (no whole-forward graphs, so no check), then `--enforce-eager`;
+/// and the compilation knobs that leave no piecewise graphs (`-cc.mode=none`, `-O0`) or pick
+/// them (`-O1`) start it, each saying why in the text and the JSON alike (vLLM 0.20.0-0.22.0
+/// `VllmConfig.__post_init__`).
+#[test]
+fn hybrid_refusal_offers_piecewise_and_reads_the_compilation_knobs() {
+    let base = [
+        "capacity",
+        "qwen3.5-27b",
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.22.1",
+        "--max-model-len",
+        "16384",
+    ];
+    let (_, out, err) = vram(&args(&[&base[..], &["--json"]].concat()));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let tried: Vec<&str> = v["changes_tried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    let at = |f: &str| tried.iter().position(|x| x.starts_with(f)).unwrap();
+    let piecewise = r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#;
+    assert!(at("--max-num-seqs") < at(piecewise) && at(piecewise) < at("--enforce-eager"));
+    for (knob, why) in [
+        (
+            &["--cudagraph-mode", "piecewise"][..],
+            "CUDA-graph mode PIECEWISE",
+        ),
+        (
+            &["--compilation-mode", "none"][..],
+            "needs vLLM's own compilation",
+        ),
+        (&["--optimization-level", "0"][..], "-O0's default"),
+        (&["--optimization-level", "1"][..], "-O1's default"),
+    ] {
+        let (code, text, err) = vram(&args(&[&base[..], knob].concat()));
+        assert_eq!(code, 0, "{knob:?}: {err}");
+        assert!(text.contains(why), "{knob:?}: {text}");
+        let (_, out, _) = vram(&args(&[&base[..], knob, &["--json"]].concat()));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["starts"], true, "{knob:?}: {out}");
+        assert!(out.contains(why), "{knob:?}: {out}");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity-compile");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (jf, hf) = (dir.join("c.json"), dir.join("c.html"));
+        std::fs::write(&jf, &out).unwrap();
+        let (code, _, err) = vram(&args(&[
+            "report",
+            jf.to_str().unwrap(),
+            "--out",
+            hf.to_str().unwrap(),
+        ]));
+        assert_eq!(code, 0, "{err}");
+        let html = html_text(&std::fs::read_to_string(&hf).unwrap());
+        assert!(html.contains(why), "{knob:?}: {why} not in the page");
+    }
 }
 
 /// Rope parameters the pinned release's `get_rope` cannot build: `vram capacity` refuses in the

@@ -1316,7 +1316,7 @@ fn doctor_reads_vllm_mamba_block_errors_in_text_and_json_alike() {
     assert!(text.contains(v["explanation"].as_str().unwrap()), "{text}");
     // Text lists the same remedies, in the same order, with the same words.
     let remedies = v["remedies"].as_array().unwrap();
-    assert_eq!(remedies.len(), 3);
+    assert_eq!(remedies.len(), 4);
     let lines: Vec<&str> = text
         .lines()
         .skip_while(|l| !l.starts_with("remedies"))

@@ -24,6 +24,119 @@ fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/h200")
 }
 
+/// `vram estimate CONFIG ARGS --gpu h200 --json`'s peak allocated and peak reserved bytes.
+fn estimate_bytes(config: &str, args: &[&str]) -> (u64, u64) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .arg("estimate")
+        .arg(data().join(config))
+        .args(args)
+        .args(["--gpu", "h200", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        e["peak_bytes"].as_u64().unwrap(),
+        e["reserved_bytes"].as_u64().unwrap(),
+    )
+}
+
+/// Nemotron-H's Mamba2 `generate` through the torch fallback, measured on the H200 in the second
+/// run (2026-11-28, `gpu/measure3.py` case `nemotronh-L8-infer-b4-p4080-torch`,
+/// `gpu/results3/2026-11-28/results3.jsonl`; no `mamba_ssm`/`causal_conv1d` there): the
+/// catalog's Nemotron-H-56B cut to 8 layers as `measure3.py`'s `config()` cuts it
+/// (`configs/nemotron-h-56b-L8.json`), bf16, batch 4, prompt 4080, 16 new tokens, after its
+/// 32-token warm-up. The case ran beside gpt-oss-20b's leftover weights
+/// (`gpu/results3/README.md`); its own figures are the measured peaks less that leftover as its
+/// snapshot lists it (41,832,578,048 B allocated: the bf16 parameters and buffers; 41,997,565,952 B
+/// reserved: the 116 segments alive before recording, less the 32 MiB workspace segment, as
+/// `gpu/results3/own_figures.py` takes them out). vram's figures are pinned; a move needs a
+/// measured reason.
+#[test]
+fn nemotron_h_mamba2_generate_on_the_h200() {
+    const MEASURED_ALLOCATED: f64 = (88_540_508_160u64 - 41_832_578_048) as f64;
+    const MEASURED_RESERVED: f64 = (101_806_243_840u64 - 41_997_565_952) as f64;
+    let (a, r) = estimate_bytes(
+        "configs/nemotron-h-56b-L8.json",
+        &[
+            "--inference",
+            "--precision",
+            "bf16",
+            "--batch",
+            "4",
+            "--prompt",
+            "4080",
+            "--new-tokens",
+            "16",
+            "--kv-dtype",
+            "bf16",
+            "--attention",
+            "sdpa",
+            "--warmup-prompt",
+            "32",
+        ],
+    );
+    eprintln!(
+        "nemotron-h L8 generate b4 x 4080: allocated {:+.2} %, reserved {:+.2} %",
+        (a as f64 / MEASURED_ALLOCATED - 1.0) * 100.0,
+        (r as f64 / MEASURED_RESERVED - 1.0) * 100.0
+    );
+    assert_eq!(
+        (a, r),
+        (46_705_403_904, 60_091_793_408),
+        "pinned figures moved"
+    );
+}
+
+/// QLoRA after `prepare_model_for_kbit_training` (TRL 1.16 SFTTrainer, Llama-3.2-1B, nf4 double
+/// quant, r=16 all-linear, mb4 × 2048), measured on the H200 in the second run (2026-11-28,
+/// `qlora-llama32-1b-mb4-s2048-prepare`), beside gpt-oss-20b's leftover. The leftover's cached
+/// bytes shrank `from_pretrained`'s `caching_allocator_warmup` block (746,586,112 B in the
+/// snapshot where a clean start makes 1,012,011,008), so the own figures are the clean start: the
+/// snapshot's trace from that block on, the block at its clean size, replayed through
+/// `vram replay --policy pytorch` (4,695,422,464 B allocated, 5,167,382,528 B reserved), plus the
+/// two cuBLAS workspaces (forward and backward threads, 32 MiB each) the leftover held. (Without
+/// prepare the same replay gives the 2026-11-27 measurement to the byte, pinned above.)
+#[test]
+fn qlora_with_prepare_kbit_on_the_h200() {
+    const WS: u64 = 2 * 33_554_432;
+    const MEASURED_ALLOCATED: f64 = (4_695_422_464u64 + WS) as f64;
+    const MEASURED_RESERVED: f64 = (5_167_382_528u64 + WS) as f64;
+    let (a, r) = estimate_bytes(
+        "configs/llama-3.2-1b.json",
+        &[
+            "--finetune",
+            "qlora",
+            "--lora-rank",
+            "16",
+            "--lora-targets",
+            "all-linear",
+            "--micro-batch",
+            "4",
+            "--seq",
+            "2048",
+            "--weights",
+            "nf4",
+            "--double-quant",
+            "--prepare-kbit",
+        ],
+    );
+    eprintln!(
+        "qlora prepare mb4 x 2048: allocated {:+.2} %, reserved {:+.2} %",
+        (a as f64 / MEASURED_ALLOCATED - 1.0) * 100.0,
+        (r as f64 / MEASURED_RESERVED - 1.0) * 100.0
+    );
+    assert_eq!(
+        (a, r),
+        (4_761_083_904, 5_416_943_616),
+        "pinned figures moved"
+    );
+}
+
 /// The warm-up `generate` `measure2.py` ran before a `generate` case's measured call, as
 /// `--warmup-prompt`: its `infer_case` calls `generate` on the first `min(prompt, 32)` prompt
 /// tokens (same batch and new tokens), then resets the peak statistics. (The decode-speed cases

@@ -20,8 +20,12 @@
 //!   `gpu_memory_utilization` × the device leaves after the weights and the profile run (the
 //!   log's `Available KV cache memory`), per GPU. One sequence's state takes one block whatever
 //!   its length, so M grows in proportion to that memory and not with `max_model_len`.
-//! * The engine's remedies are the message's two; the condition names a third: with
-//!   `--enforce-eager` the CUDA-graph mode is `NONE` (`config/vllm.py`) and the check is not made.
+//! * The engine's remedies are the message's two; the condition names two more, cheapest
+//!   first: a graph mode without whole-forward graphs (`PIECEWISE`, which keeps torch.compile and
+//!   the piecewise graphs; `config/compilation.py`, `has_full_cudagraphs`), and `--enforce-eager`
+//!   (the mode `NONE`, no torch.compile either; `config/vllm.py`). vLLM's CUDA Graphs design
+//!   document (docs.vllm.ai, design/cuda_graphs) ranks them: piecewise graphs give "some
+//!   speedup", full graphs "further reduce the latency"; it gives no figure.
 //!   Hybrid models otherwise default to `FULL_AND_PIECEWISE` (`model_executor/models/config.py`,
 //!   `MambaModelConfig`), so the default `max_num_seqs` (`engine/arg_utils.py`: 1024 on a GPU of
 //!   70 GiB or more that is not an A100, 256 below) meets it whenever the pool is smaller.
@@ -68,9 +72,14 @@ pub(crate) fn explain(
             ),
         },
         ServingRemedy {
+            action: r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#.into(),
+            enough: true,
+            detail: "the check is made only when the CUDA-graph mode captures whole-forward graphs (has_full_cudagraphs); PIECEWISE keeps torch.compile and the graphs between the attention calls and drops the whole-forward decode graphs, and the scheduler then runs at most as many sequences as the pool holds. vLLM's CUDA Graphs design document says piecewise graphs give some speedup and full graphs reduce the latency further; how much decode speed it costs is not measured here. Under -O0, -cc.mode=none or TORCH_COMPILE_DISABLE=1 vLLM turns a piecewise mode into NONE, which also starts".into(),
+        },
+        ServingRemedy {
             action: "--enforce-eager".into(),
             enough: true,
-            detail: "the check is made only when CUDA graphs are captured in full; without graphs vLLM starts and its scheduler runs at most as many sequences as the pool holds, at the cost of slower decode steps".into(),
+            detail: "without CUDA graphs or torch.compile vLLM makes no such check and starts, its scheduler running at most as many sequences as the pool holds, at the cost of slower decode steps than either graph mode".into(),
         },
     ];
     let explanation = format!(

@@ -338,10 +338,10 @@ pub struct ServingChange {
 
 /// The cheapest change that makes a job that does not start start, each tried alone at the same
 /// `max_model_len` and kept only if its own run starts: `--max-num-seqs M` first where a hybrid
-/// model's pool of M blocks is too small for vLLM's `max_num_seqs`, `--enforce-eager` where one
-/// request fits the KV cache but vLLM's CUDA graphs (or that check) do not start it, an fp8 KV
-/// cache (named as the engine
-/// names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
+/// model's pool of M blocks is too small for vLLM's `max_num_seqs` (then the piecewise CUDA-graph
+/// mode, under which vLLM makes no such check), `--enforce-eager` where one request fits the KV
+/// cache but vLLM's CUDA graphs (or that check) do not start it, an fp8 KV cache (named as the
+/// engine names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
 /// quantized), more tensor parallelism (2, 4, 8, dividing the heads), then pipeline stages (2,
 /// 4: another node). Only changes the job has not already made. `None` if none starts it (a lower
 /// `max_model_len` is always [`capacity::Capacity::max_model_len_that_fits`]).
@@ -392,6 +392,26 @@ fn serving_tries(
         let mut k = *knobs;
         k.max_num_seqs = Some(blocks);
         tries.push((format!("--max-num-seqs {blocks}"), k));
+        // vLLM makes the check only when the graph mode has whole-forward graphs
+        // (`has_full_cudagraphs`); piecewise graphs keep torch.compile and the graphs between
+        // the attention calls, and cost less decode speed than no graphs at all (vLLM's CUDA
+        // Graphs design document: piecewise graphs give "some speedup", full ones "further
+        // reduce the latency"; no figure). Without vLLM's compilation a piecewise mode is
+        // NONE (`engine::vllm_cudagraph_mode`), so `NONE` is what is then offered.
+        let mut k = *knobs;
+        let mode = if capacity::vllm_compiles(knobs) {
+            capacity::CudagraphMode::Piecewise
+        } else {
+            capacity::CudagraphMode::None
+        };
+        k.cudagraph_mode = Some(mode);
+        tries.push((
+            format!(
+                "--compilation-config '{{\"cudagraph_mode\": \"{}\"}}'",
+                mode.name()
+            ),
+            k,
+        ));
     }
     let graphs_fail = engine == Engine::Vllm
         && !knobs.enforce_eager

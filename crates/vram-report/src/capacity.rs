@@ -100,6 +100,11 @@ pub struct CapacityRequest {
     /// vLLM V1's `cudagraph_mode` (`--compilation-config '{"cudagraph_mode": ...}'`; `None`:
     /// the version's default).
     pub cudagraph_mode: Option<capacity::CudagraphMode>,
+    /// vLLM's compilation mode (`-cc.mode`; `TORCH_COMPILE_DISABLE=1` is `NONE`; `None`: the
+    /// optimization level's).
+    pub compilation_mode: Option<capacity::CompilationMode>,
+    /// vLLM's `--optimization-level` (`-O0` to `-O3`; `None`: `-O2`).
+    pub optimization_level: Option<u8>,
     /// `--interconnect` (`None`: the GPU's board).
     pub interconnect: Option<Interconnect>,
     /// `--enforce-eager` (SGLang `--disable-cuda-graph`).
@@ -224,6 +229,8 @@ fn knobs_at(
         ),
         ("--flashinfer-sampler", r.flashinfer_sampler),
         ("--cudagraph-mode", r.cudagraph_mode.is_some()),
+        ("--compilation-mode", r.compilation_mode.is_some()),
+        ("--optimization-level", r.optimization_level.is_some()),
     ];
     let sglang_only = [
         ("--mem-fraction-static", r.mem_fraction_static.is_some()),
@@ -316,6 +323,8 @@ fn knobs_at(
         vllm_v1: r.vllm_use_v1 == Some(1),
         vllm_v2_runner: r.vllm_use_v2_model_runner.map(|v| v == 1),
         cudagraph_mode: r.cudagraph_mode,
+        compilation_mode: r.compilation_mode,
+        optimization_level: r.optimization_level,
         dp: r.data_parallel_size,
         expert_parallel: r.enable_expert_parallel,
         ep: r.ep_size.unwrap_or(1),

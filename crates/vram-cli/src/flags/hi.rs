@@ -10,7 +10,7 @@ use vram_model::setup::{
     Allocator, AmpStyle, Attention, DecodeReplay, KvCache, Offload, Optimizer, Precision,
     Recompute, Setup,
 };
-use vram_plan::capacity::{CudagraphMode, Engine, Interconnect};
+use vram_plan::capacity::{CompilationMode, CudagraphMode, Engine, Interconnect};
 use vram_plan::cluster::{self, Cluster};
 use vram_plan::lora::EmitKind;
 use vram_plan::{emit, Pins, RecomputeChoice, Request, Stack};
@@ -231,6 +231,13 @@ impl CapacityArgs {
                 CudagraphModeArg::FullDecodeOnly => CudagraphMode::FullDecodeOnly,
                 CudagraphModeArg::FullAndPiecewise => CudagraphMode::FullAndPiecewise,
             }),
+            compilation_mode: self.compilation_mode.map(|m| match m {
+                CompilationModeArg::None => CompilationMode::None,
+                CompilationModeArg::StockTorchCompile => CompilationMode::StockTorchCompile,
+                CompilationModeArg::DynamoTraceOnce => CompilationMode::DynamoTraceOnce,
+                CompilationModeArg::VllmCompile => CompilationMode::VllmCompile,
+            }),
+            optimization_level: self.optimization_level,
             interconnect: self.interconnect.map(|i| match i {
                 InterconnectArg::Nvls => Interconnect::NvSwitchNvls,
                 InterconnectArg::Nvswitch => Interconnect::NvSwitch,

@@ -454,6 +454,19 @@ pub enum CudagraphModeArg {
     FullAndPiecewise,
 }
 
+/// `--compilation-mode`: vLLM's `CompilationMode` names, lower case with dashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompilationModeArg {
+    /// NONE (0): no torch.compile.
+    None,
+    /// STOCK_TORCH_COMPILE (1).
+    StockTorchCompile,
+    /// DYNAMO_TRACE_ONCE (2).
+    DynamoTraceOnce,
+    /// VLLM_COMPILE (3): vLLM's piecewise compilation (the default above -O0).
+    VllmCompile,
+}
+
 /// `--dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DtypeArg {
@@ -555,6 +568,18 @@ pub struct CapacityArgs {
     /// optimization level's, full-and-piecewise at -O2].
     #[arg(long, value_enum)]
     pub cudagraph_mode: Option<CudagraphModeArg>,
+    /// vLLM V1 (0.20 to 0.22): the compilation mode set with -cc.mode=none or
+    /// --compilation-config '{"mode": 0}'; TORCH_COMPILE_DISABLE=1 is none (vLLM: "equivalent
+    /// to setting -cc.mode=none"). Any mode but vllm-compile turns a piecewise CUDA-graph mode
+    /// (piecewise, full-and-piecewise) into none [default: the optimization level's,
+    /// vllm-compile above -O0].
+    #[arg(long, value_enum)]
+    pub compilation_mode: Option<CompilationModeArg>,
+    /// vLLM V1 (0.20 to 0.22): the optimization level, -O0 to -O3. Only what it sets for the
+    /// graphs is modelled, where not set otherwise: -O0 no compilation and no CUDA graphs, -O1
+    /// piecewise graphs, -O2 and -O3 full-and-piecewise [default: 2].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub optimization_level: Option<u8>,
     /// How the TP group's GPUs talk, for NCCL's buffers: nvls (NVSwitch with NVLS: HGX
     /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe, or one node without GPU P2P), network
     /// (a TP group across nodes) [default: the GPU's board in the catalog].

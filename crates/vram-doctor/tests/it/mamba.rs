@@ -70,8 +70,22 @@ fn the_answer_is_max_num_seqs_at_the_printed_block_count_first() {
         "{}",
         d.remedies[1].detail
     );
-    // The code's condition: no check without full CUDA graphs.
-    assert_eq!(d.remedies[2].action, "--enforce-eager");
+    // The code's condition: no check without full CUDA graphs. The piecewise mode keeps
+    // torch.compile and the piecewise graphs, so it comes before --enforce-eager, which keeps
+    // neither (`config/compilation.py` `has_full_cudagraphs`, vLLM 0.20.0-0.22.1).
+    assert_eq!(
+        d.remedies[2].action,
+        r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#
+    );
+    assert!(d.remedies[2].enough);
+    assert!(
+        d.remedies[2].detail.contains("has_full_cudagraphs")
+            && d.remedies[2].detail.contains("not measured here"),
+        "{}",
+        d.remedies[2].detail
+    );
+    assert_eq!(d.remedies[3].action, "--enforce-eager");
+    assert!(d.remedies[3].enough);
     assert!(d.explanation.contains("856 blocks"), "{}", d.explanation);
     assert!(d.explanation.contains("(1024)"), "{}", d.explanation);
 }

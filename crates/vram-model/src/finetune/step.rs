@@ -645,7 +645,28 @@ fn step(
     let mut tape = Tape(Vec::new(), 0);
     // Persistent state: the workspace, the base, the adapters.
     tape.alloc(Category::Workspace, vec![setup.overheads.workspace_bytes]);
+    if quantized {
+        // A bitsandbytes base is loaded by `from_pretrained`, whose `caching_allocator_warmup`
+        // (transformers 5.24 modeling_utils.py) first makes one block of the bytes the device will
+        // hold (`get_total_byte_count`: each parameter's elements × the quantizer's
+        // `quantized_element_size`, 0.5 for 4-bit and 1 for int8, or its own element size; tied
+        // weights once) and frees it, so the weights are carved out of that cached segment. (The
+        // 2026-11-28 H200 snapshots show it, shrunk by the leftover's cached bytes as its
+        // `unused_memory` rule says: 847,249,408 and 746,586,112 B where a clean start makes
+        // 1,012,011,008 B for Llama-3.2-1B.)
+        let q_elems = t.param_count().saturating_sub(w.unquantized_params);
+        let q_bytes = if spec.weights.is_bnb_4bit() {
+            q_elems / 2
+        } else {
+            q_elems
+        };
+        let warm = (w.unquantized + q_bytes) / 2 * 2;
+        let k = tape.alloc(Category::Parameters, vec![warm]);
+        tape.free(k);
+    }
     let mut base_parts = Vec::new();
+    // Which of `base_parts` stay in the load dtype (what prepare_model_for_kbit_training casts).
+    let mut half = Vec::new();
     for (kind, n) in b.kinds.iter().zip(b.kind_counts()) {
         for s in super::block_sites(&b.names, kind, b.hidden) {
             let e = match s.kind {
@@ -655,14 +676,12 @@ fn step(
             let q = quantized && super::packed_site(&storage, &s, &spec.skip_modules);
             for _ in 0..n {
                 if q {
-                    base_parts.extend(super::linear_parts(
-                        spec.weights,
-                        spec.double_quant,
-                        s.out,
-                        s.inp,
-                    ));
+                    let parts = super::linear_parts(spec.weights, spec.double_quant, s.out, s.inp);
+                    half.extend(parts.iter().map(|_| false));
+                    base_parts.extend(parts);
                 } else {
                     base_parts.push(e * s.out * s.inp * d);
+                    half.push(true);
                 }
             }
         }
@@ -680,15 +699,32 @@ fn step(
             base_parts.push(vec_rest / layers + u64::from(i < vec_rest % layers));
         }
     }
-    tape.alloc(Category::Parameters, base_parts);
+    half.resize(base_parts.len(), true);
     if spec.prepare_kbit && quantized {
-        // bf16 → fp32 of everything not packed: the upcast copies replace the half tensors.
-        tape.alloc(Category::Parameters, vec![w.unquantized_params * 2]);
+        // PEFT 0.21.2 `prepare_model_for_kbit_training`: for each half parameter that is not a
+        // `Params4bit`, `param.data = param.data.to(torch.float32)`: the fp32 copy is made, then
+        // the half tensor is dropped (its bytes stay cached where it was loaded). The half
+        // tensors are their own allocations here so that each can go.
+        let packed: Vec<u64> = (base_parts.iter().zip(&half))
+            .filter(|(_, &h)| !h)
+            .map(|(&p, _)| p)
+            .collect();
+        tape.alloc(Category::Parameters, packed);
+        let halves: Vec<(u64, u64)> = (base_parts.iter().zip(&half))
+            .filter(|(&p, &h)| h && p > 0)
+            .map(|(&p, _)| (tape.alloc(Category::Parameters, vec![p]), p))
+            .collect();
+        for (k, p) in halves {
+            tape.alloc(Category::Parameters, vec![p * 2]);
+            tape.free(k);
+        }
         notes.push(format!(
             "prepare_model_for_kbit_training casts every non-packed half parameter to fp32 (embedding, head, norms{}): +{}",
             if has_experts_unquantized { ", fused experts, routers" } else { "" },
             super::fmt_bytes(w.unquantized_params * 2)
         ));
+    } else {
+        tape.alloc(Category::Parameters, base_parts);
     }
     let mut adapter_tensors: Vec<u64> = Vec::new();
     for (i, la) in per_kind.iter().enumerate() {

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::host::{Host, HostCtx};
-use super::step::{m, Ctx, Extra, Parts};
+use super::step::{m, Ctx, Extra, Parts, Prog, CACHE};
 use super::{lin, vector, CacheLayout, CacheTensor, Component, Mechanism, Site, Tensor};
 use crate::describe::{Blocks, Names};
 
@@ -211,6 +211,183 @@ pub(crate) fn train(mb: &Mamba2, b: &Blocks, c: &Ctx, p: &mut Parts) -> Extra {
         decode_per_ctx: 0,
         decode_experts: [0, 0],
     }
+}
+
+/// The prefill forward of a Mamba2 layer in `generate` without `mamba_ssm`/`causal_conv1d`,
+/// tensor by tensor, as transformers 5.24 runs it (`NemotronHMamba2Mixer.forward` with a cache
+/// and `mamba2_chunk_scan`, the reference implementation `use_kernel_func_from_hub_with_fallback`
+/// falls back to; Granite 4's, Bamba's, Falcon-H1's and Mamba2's own modelling files carry the
+/// same copy). Every local stays bound until its function returns, so the scan's tensors pile
+/// up: `repeat_interleave`'s B and C, their padded chunk copies, `segment_sum`'s three
+/// `[b, H, nc, C, C]` tensors, and each `einsum`'s operand copies (`bmm` wants contiguous
+/// `[batch, m, k]` operands, so a permuted operand is cloned). `cache[0]` (the conv state) is
+/// made by `update_conv_state` after `in_proj`, `cache[1]` (the SSM state) by
+/// `update_recurrent_state` after the scan. Held to `tests/engines/gen_trace.py` on an 8-layer
+/// Nemotron-H-56B slice and to the H200's snapshot of the same call
+/// (`gpu/results3/2026-11-28/`, `nemotronh-L8-infer-b4-p4080-torch`). Returns `out_proj`'s
+/// output.
+pub(crate) fn prefill(mb: &Mamba2, g: &mut Prog, b: &Blocks, c: &Ctx, cache: &[u64]) -> u8 {
+    let heads = mb.heads.div_ceil(c.t);
+    let d_in = heads * mb.head_dim;
+    let hn = heads * mb.state_size;
+    let gn = mb.groups * mb.state_size;
+    let conv = d_in + 2 * gn;
+    let proj = d_in + conv + heads;
+    let chunk = mb.chunk.max(1);
+    let padded = c.s.div_ceil(chunk) * chunk;
+    let chunks = padded / chunk;
+    let (tok, tok32, cmp) = (c.tok, m(&[c.b, padded]), c.cmp);
+    let state = m(&[c.b, heads, mb.head_dim * mb.state_size, 4]);
+    let n = super::norm::prefill(g, b.norm, m(&[tok, b.hidden]), cmp, true);
+    let zx = g.make(m(&[tok, proj, cmp]));
+    if let Some(&bytes) = cache.first() {
+        g.ops.push((CACHE, bytes));
+    }
+    // causal_conv1d_fn's fallback: `F.conv1d` over the sequence and its padding, SiLU.
+    let co = g.make(m(&[c.b, conv, c.s + mb.conv_kernel.saturating_sub(1), cmp]));
+    let xbc = g.make(m(&[tok, conv, cmp]));
+    g.free(co);
+    // mamba2_chunk_scan: dt + dt_bias, softplus, clamp (the clamped dt stays bound).
+    let dth = m(&[tok, heads, cmp]);
+    let d0 = g.make(dth);
+    let d1 = g.make(dth);
+    g.free(d0);
+    let dt = g.make(dth);
+    g.free(d1);
+    let x32 = g.make(m(&[tok, d_in, 4]));
+    let b32 = g.make(m(&[tok, gn, 4]));
+    let bh = g.make(m(&[tok, hn, 4]));
+    g.free(b32);
+    let c32 = g.make(m(&[tok, gn, 4]));
+    let ch = g.make(m(&[tok, hn, 4]));
+    g.free(c32);
+    // D_residual = D · pad(x).
+    let xp = g.make(m(&[tok32, d_in, 4]));
+    let dres = g.make(m(&[tok32, d_in, 4]));
+    g.free(xp);
+    // x · dt, A · dt (each over dt's fp32 copy).
+    let dtf = g.make(m(&[tok, heads, 4]));
+    let xdt = g.make(m(&[tok, d_in, 4]));
+    g.free(dtf);
+    g.free(x32);
+    let dtf = g.make(m(&[tok, heads, 4]));
+    let adt = g.make(m(&[tok, heads, 4]));
+    g.free(dtf);
+    // reshape_into_chunks: padded copies of x, A, B and C; the unpadded ones are rebound.
+    let xc = g.make(m(&[tok32, d_in, 4]));
+    let ac = g.make(m(&[tok32, heads, 4]));
+    let bc = g.make(m(&[tok32, hn, 4]));
+    let cc = g.make(m(&[tok32, hn, 4]));
+    for s in [xdt, adt, bh, ch] {
+        g.free(s);
+    }
+    let acum = g.make(m(&[tok32, heads, 4]));
+    // L = exp(segment_sum(A)): masked_fill, cumsum, masked_fill, then exp.
+    let seg = m(&[tok32, heads, chunk, 4]);
+    let s0 = g.make(seg);
+    let s1 = g.make(seg);
+    let s2 = g.make(seg);
+    g.free(s1);
+    g.free(s0);
+    let l = g.make(seg);
+    g.free(s2);
+    // G = einsum(C, B): both operands copied, then M = G · L.
+    let o1 = g.make(m(&[tok32, hn, 4]));
+    let o2 = g.make(m(&[tok32, hn, 4]));
+    let gg = g.make(seg);
+    g.free(o2);
+    g.free(o1);
+    let mm = g.make(seg);
+    // Y_diag = einsum(M, x): x copied.
+    let o1 = g.make(m(&[tok32, d_in, 4]));
+    let ydiag = g.make(m(&[tok32, d_in, 4]));
+    g.free(o1);
+    let t = g.make(m(&[tok32, heads, 4]));
+    let decay = g.make(m(&[tok32, heads, 4]));
+    g.free(t);
+    let bdecay = g.make(m(&[tok32, hn, 4]));
+    // states = einsum(B_decay, x): both copied.
+    let o1 = g.make(m(&[tok32, d_in, 4]));
+    let o2 = g.make(m(&[tok32, hn, 4]));
+    let st = g.make(m(&[state, chunks]));
+    g.free(o2);
+    g.free(o1);
+    // The initial state (zeros) and the states with it.
+    let z = g.make(state);
+    let cat = g.make(m(&[state, chunks + 1]));
+    g.free(st);
+    // decay_chunk = exp(segment_sum(pad(A_cumsum[..., -1]))), [b, H, nc + 1, nc + 1].
+    let dc = m(&[c.b, heads, (chunks + 1) * (chunks + 1), 4]);
+    let p = g.make(m(&[c.b, heads, chunks + 1, 4]));
+    let s0 = g.make(dc);
+    g.free(p);
+    let s1 = g.make(dc);
+    let s2 = g.make(dc);
+    g.free(s1);
+    g.free(s0);
+    let dch = g.make(dc);
+    g.free(s2);
+    // new_states = einsum(decay_chunk, states): states copied; its last chunk is the final
+    // state (a view, so the whole stays).
+    let o1 = g.make(m(&[state, chunks + 1]));
+    let news = g.make(m(&[state, chunks + 1]));
+    g.free(o1);
+    g.free(cat);
+    let sdo = g.make(m(&[tok32, heads, 4]));
+    // C_times_states = einsum(C, states): both copied; Y_off, Y_diag + Y_off made contiguous,
+    // + D_residual.
+    let o1 = g.make(m(&[tok32, hn, 4]));
+    let o2 = g.make(m(&[state, chunks]));
+    let cts = g.make(m(&[tok32, d_in, 4]));
+    g.free(o2);
+    g.free(o1);
+    let yoff = g.make(m(&[tok32, d_in, 4]));
+    let sum = g.make(m(&[tok32, d_in, 4]));
+    let ct = g.make(m(&[tok32, d_in, 4]));
+    g.free(sum);
+    let out = g.make(m(&[tok32, d_in, 4]));
+    g.free(ct);
+    // The scan returns: its locals go; the output and the final state's base stay.
+    for s in [
+        xc, dt, ac, bc, cc, dres, acum, l, gg, mm, ydiag, decay, bdecay, z, dch, sdo, cts, yoff,
+    ] {
+        g.free(s);
+    }
+    if let Some(&bytes) = cache.get(1) {
+        g.ops.push((CACHE + 1, bytes));
+    }
+    // The gated RMSNorm over the fp32 scan output: the gate's fp32 copy, its SiLU, the product,
+    // `pow`, the normalised groups, the weight product (fp32: the input was fp32). Then the cast
+    // to the compute dtype and `out_proj`.
+    let f32 = m(&[tok, d_in, 4]);
+    let normed = if mb.gated_norm {
+        let gz = g.make(f32);
+        let sz = g.make(f32);
+        g.free(gz);
+        let pr = g.make(f32);
+        g.free(sz);
+        let pw = g.make(f32);
+        g.free(pw);
+        let nr = g.make(f32);
+        g.free(pr);
+        let w = g.make(f32);
+        g.free(nr);
+        Some(w)
+    } else {
+        // Falcon-H1 without `mamba_rms_norm`: `scan_output * silu(gate)`, the SiLU in the
+        // compute dtype, the product fp32.
+        let sz = g.make(m(&[tok, d_in, cmp]));
+        let w = g.make(f32);
+        g.free(sz);
+        Some(w)
+    };
+    let cast = g.make(m(&[tok, d_in, cmp]));
+    let y = g.make(m(&[tok, b.hidden, cmp]));
+    g.free(cast);
+    for s in [zx, xbc].into_iter().chain(normed).chain([out, news, n]) {
+        g.free(s);
+    }
+    y
 }
 
 impl Mamba2 {

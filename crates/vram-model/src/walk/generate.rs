@@ -161,6 +161,12 @@ pub(super) fn layer_ops(
             g.free(y);
             (r, None)
         }
+        Mixer::Mamba2(mb) => {
+            let y = crate::mech::mamba2::prefill(&mb, &mut g, b, c, cache);
+            let r = g.make(hd);
+            g.free(y);
+            (r, None)
+        }
         Mixer::Mla(ml) if crate::mech::mla::prefill_walked(&ml) => {
             let y = crate::mech::mla::prefill(&ml, &mut g, b, c, cache);
             let r = g.make(hd);

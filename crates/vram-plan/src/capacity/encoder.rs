@@ -403,9 +403,13 @@ fn qwen2_vl_forward_peak(v: &Vision, k: &Knobs, patches: u64, pixel_bytes: u64) 
     let gathered = if tp > 1 { 3 * h } else { 0 };
     let attention = 2 * h + (6 * hl + gathered).max(11 * hl);
     let reduced = if tp > 1 { h } else { 0 };
-    // Under `--enforce-eager` (no compilation: custom ops on) `QuickGELU.forward_cuda` writes
+    // Without Inductor (`--enforce-eager`, compilation NONE: custom ops on) `QuickGELU.forward_cuda` writes
     // one output (`gelu_quick`, `layers/activation.py` at v0.10.2).
-    let act = if k.enforce_eager { 2 * i } else { 3 * i };
+    let act = if engine::vllm_inductor(k) {
+        3 * i
+    } else {
+        2 * i
+    };
     let mlp = (3 * h + act).max(4 * h + i + reduced);
     pixels + rotary + patches * attention.max(mlp) * d
 }
@@ -450,7 +454,7 @@ fn qwen2_5_vl_forward_peak(
     let d = k.dtype_bytes;
     let tp = if v.tp_split { k.tp.max(1) } else { 1 };
     let (h, hl, i) = (v.hidden, v.hidden.div_ceil(tp), v.intermediate.div_ceil(tp));
-    let native = !k.enforce_eager;
+    let native = engine::vllm_inductor(k);
     let pixels = patches * v.patch_elems * pixel_bytes;
     let merged = patches / (merge * merge).max(1);
     let half_head = v.hidden / v.heads.max(1) / 2;

@@ -73,7 +73,8 @@ pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
 /// to the blocks with a warning (`adjust_cudagraph_sizes_for_mamba_cache`) and start. Hybrid
 /// models get `FULL_AND_PIECEWISE` (`MambaModelConfig`, `model_executor/models/config.py`, the
 /// same at 0.19.0 to 0.22.1); the mode is the one [`vllm_cudagraph_mode`] resolves, so
-/// `--enforce-eager` (`NONE`) and a user's `PIECEWISE` or `NONE` start. `groups` are the pool's
+/// `--enforce-eager` (`NONE`), a user's `PIECEWISE` or `NONE`, `-O0`/`-O1` left at their
+/// levels' modes, and a piecewise mode without vLLM's compilation start. `groups` are the pool's
 /// kinds, `blocks` its `num_blocks`.
 pub(super) fn vllm_mamba_blocks_short(
     k: &Knobs,
@@ -88,28 +89,69 @@ pub(super) fn vllm_mamba_blocks_short(
         && max_num_seqs > blocks
 }
 
+/// Whether vLLM compiles with its own piecewise backend (`CompilationMode.VLLM_COMPILE`), as
+/// `VllmConfig.__post_init__` resolves the mode at 0.20.0, 0.21.0 and 0.22.0: `--enforce-eager`
+/// and `TORCH_COMPILE_DISABLE=1` set `NONE` (taken here as the user's `NONE`), a mode the user
+/// set stays, and an unset one is `VLLM_COMPILE` above `-O0` and `NONE` at `-O0`.
+pub fn vllm_compiles(k: &Knobs) -> bool {
+    vllm_compilation_mode(k) == super::CompilationMode::VllmCompile
+}
+
+/// The compilation mode `VllmConfig.__post_init__` resolves (0.20.0-0.22.0; before 0.20 only
+/// `--enforce-eager` is read: the knobs are refused there): `NONE` under `--enforce-eager`, the
+/// user's mode, else `VLLM_COMPILE` above `-O0` and `NONE` at `-O0`.
+pub(super) fn vllm_compilation_mode(k: &Knobs) -> super::CompilationMode {
+    use super::CompilationMode as C;
+    match (k.enforce_eager, k.compilation_mode) {
+        (true, _) => C::None,
+        (false, Some(m)) => m,
+        (false, None) if k.optimization_level.unwrap_or(2) > 0 => C::VllmCompile,
+        (false, None) => C::None,
+    }
+}
+
+/// Whether V1 runs the model through torch.compile's Inductor, which frees each buffer after
+/// its last use and, as the backend, turns vLLM's custom ops off (`custom_ops` "none" when the
+/// backend is Inductor and the mode is not `NONE`, `VllmConfig.__post_init__` at 0.20.0-0.22.0):
+/// every compilation mode but `NONE`.
+pub(super) fn vllm_inductor(k: &Knobs) -> bool {
+    vllm_compilation_mode(k) != super::CompilationMode::None
+}
+
 /// The CUDA-graph mode vLLM V1 (0.11 and later) runs, from the user's choice
-/// ([`Knobs::cudagraph_mode`]), read at 0.20.0, 0.21.0 and 0.22.0:
-/// - `--enforce-eager` sets `NONE` whatever was asked (`VllmConfig.__post_init__`: "Enforce
-///   eager set, disabling torch.compile and CUDAGraphs").
-/// - Unset, the optimization level's default: `FULL_AND_PIECEWISE` at `-O2`, the default level
-///   (`OPTIMIZATION_LEVEL_TO_CONFIG`, applied only to fields the user left unset).
+/// ([`Knobs::cudagraph_mode`], [`Knobs::compilation_mode`], [`Knobs::optimization_level`]),
+/// read at 0.20.0, 0.21.0 and 0.22.0 (`VllmConfig.__post_init__`, `config/vllm.py`):
+/// - `--enforce-eager` sets `NONE` whatever was asked ("Enforce eager set, disabling
+///   torch.compile and CUDAGraphs").
+/// - Unset, the optimization level's default (`OPTIMIZATION_LEVEL_TO_CONFIG`, applied only to
+///   fields the user left unset): `NONE` at `-O0`, `PIECEWISE` at `-O1`, `FULL_AND_PIECEWISE`
+///   at `-O2` (the default level) and `-O3`.
+/// - A mode with piecewise graphs (`PIECEWISE`, `FULL_AND_PIECEWISE`:
+///   `requires_piecewise_compilation`) under any compilation mode but `VLLM_COMPILE`
+///   ([`vllm_compiles`]: `-O0`, `-cc.mode=none`, `TORCH_COMPILE_DISABLE=1`) becomes `NONE`
+///   ("Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE").
 /// - `FULL` on a hybrid model: its state layers' backends support full graphs for uniform
 ///   batches only (`AttentionCGSupport.UNIFORM_BATCH` in `v1/attention/backends/mamba_attn.py`
-///   and `gdn_attn.py`), so `resolve_cudagraph_mode_and_sizes` downgrades a mixed-batch `FULL`
-///   to `FULL_AND_PIECEWISE` (attention is among the splitting ops under `VLLM_COMPILE`). On
+///   and `gdn_attn.py`), so `resolve_cudagraph_mode_and_sizes` downgrades a mixed-batch `FULL`:
+///   to `FULL_AND_PIECEWISE` where attention is among the splitting ops (under `VLLM_COMPILE`),
+///   else to `FULL_DECODE_ONLY` (`set_splitting_ops_for_v1` leaves none under other modes). On
 ///   other models the attention backend's own support decides, which is not modelled: `FULL`
 ///   is taken as asked.
-///
-/// Not modelled: the compilation mode (`-cc.mode=none`, `-O0`, `TORCH_COMPILE_DISABLE=1`),
-/// under which a piecewise mode becomes `NONE`.
 pub(super) fn vllm_cudagraph_mode(k: &Knobs, hybrid: bool) -> super::CudagraphMode {
     use super::CudagraphMode as M;
     if k.enforce_eager {
         return M::None;
     }
-    match k.cudagraph_mode.unwrap_or(M::FullAndPiecewise) {
-        M::Full if hybrid => M::FullAndPiecewise,
+    let compiles = vllm_compiles(k);
+    let level_default = match k.optimization_level.unwrap_or(2) {
+        0 => M::None,
+        1 => M::Piecewise,
+        _ => M::FullAndPiecewise,
+    };
+    match k.cudagraph_mode.unwrap_or(level_default) {
+        m if m.has_piecewise() && !compiles => M::None,
+        M::Full if hybrid && compiles => M::FullAndPiecewise,
+        M::Full if hybrid => M::FullDecodeOnly,
         m => m,
     }
 }

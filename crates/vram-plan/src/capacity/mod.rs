@@ -80,8 +80,8 @@ mod vllm;
 mod weights;
 
 pub use engine::{
-    vllm_default_utilization, vllm_v2_runner, VLLM_DEFAULT_UTILIZATION, VLLM_V2_RUNNER_DEFAULTS,
-    VLLM_V2_RUNNER_LACKS,
+    vllm_compiles, vllm_default_utilization, vllm_v2_runner, VLLM_DEFAULT_UTILIZATION,
+    VLLM_V2_RUNNER_DEFAULTS, VLLM_V2_RUNNER_LACKS,
 };
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches};
@@ -495,6 +495,38 @@ impl CudagraphMode {
     }
 }
 
+/// vLLM's compilation mode (`CompilationConfig.mode`, `CompilationMode` in
+/// `config/compilation.py`, read at 0.20.0, 0.21.0 and 0.22.0), set with `-cc.mode=none` or
+/// `--compilation-config '{"mode": 0}'`; `TORCH_COMPILE_DISABLE=1` sets `NONE` ("This is
+/// equivalent to setting -cc.mode=none", `VllmConfig.__post_init__`). Unset, the optimization
+/// level decides: `VLLM_COMPILE` above `-O0`, `NONE` at `-O0`. Only `VLLM_COMPILE` splits the
+/// graph for piecewise CUDA graphs, so under any other mode a piecewise graph mode becomes
+/// `NONE` ("Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CompilationMode {
+    /// No torch.compile (`0`).
+    None,
+    /// Stock `torch.compile` (`1`).
+    StockTorchCompile,
+    /// Dynamo traced once (`2`).
+    DynamoTraceOnce,
+    /// vLLM's own piecewise compilation (`3`).
+    VllmCompile,
+}
+
+impl CompilationMode {
+    /// vLLM's name for the mode (`CompilationMode.name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CompilationMode::None => "NONE",
+            CompilationMode::StockTorchCompile => "STOCK_TORCH_COMPILE",
+            CompilationMode::DynamoTraceOnce => "DYNAMO_TRACE_ONCE",
+            CompilationMode::VllmCompile => "VLLM_COMPILE",
+        }
+    }
+}
+
 /// The engine's knobs, named as the engine names them. `None`: the engine's default.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Knobs {
@@ -587,6 +619,15 @@ pub struct Knobs {
     /// [`CudagraphMode`] and `engine::vllm_cudagraph_mode`). Read from 0.11, where V1 takes
     /// the mode.
     pub cudagraph_mode: Option<CudagraphMode>,
+    /// vLLM's compilation mode as the user set it (`-cc.mode`, or `TORCH_COMPILE_DISABLE=1`
+    /// for `NONE`; `None`: the optimization level's). Read at 0.20.0-0.22.0.
+    pub compilation_mode: Option<CompilationMode>,
+    /// vLLM's `--optimization-level` (`-O0` to `-O3`; `None`: `-O2`, the default). Only what
+    /// it sets for the graphs is modelled: the compilation mode (`NONE` at 0, else
+    /// `VLLM_COMPILE`) and the CUDA-graph mode (`NONE`, `PIECEWISE`, then `FULL_AND_PIECEWISE`;
+    /// `OPTIMIZATION_LEVEL_00` to `_03`), each where the user left it unset. Read at
+    /// 0.20.0-0.22.0.
+    pub optimization_level: Option<u8>,
 }
 
 impl Default for Knobs {
@@ -622,6 +663,8 @@ impl Default for Knobs {
             marlin: None,
             vllm_v2_runner: None,
             cudagraph_mode: None,
+            compilation_mode: None,
+            optimization_level: None,
         }
     }
 }
@@ -817,6 +860,32 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
                 if knobs.vllm_v0 { " V0" } else { "" }
             )));
         }
+    }
+    // The compilation knobs as 0.20.0-0.22.0 resolve them (`VllmConfig.__post_init__`); the
+    // releases before were not read.
+    let compile_knob = match (knobs.compilation_mode, knobs.optimization_level) {
+        (Some(m), _) => Some(format!(
+            "--compilation-mode {}",
+            m.name().to_lowercase().replace('_', "-")
+        )),
+        (None, Some(o)) => Some(format!("--optimization-level {o}")),
+        (None, None) => None,
+    };
+    if let Some(flag) = compile_knob {
+        let v = engine.version_in_force(knobs);
+        if engine != Engine::Vllm || v < [0, 20, 0] || knobs.vllm_v0 {
+            return Err(Error::Capacity(format!(
+                "{flag} is modelled as vLLM V1 0.20-0.22 resolve it (config/vllm.py VllmConfig.__post_init__), not {} {}{}",
+                engine.label(),
+                v.map(|n| n.to_string()).join("."),
+                if knobs.vllm_v0 { " V0" } else { "" }
+            )));
+        }
+    }
+    if let Some(o) = knobs.optimization_level.filter(|&o| o > 3) {
+        return Err(Error::Capacity(format!(
+            "--optimization-level {o} is not one of vLLM's levels (0, 1, 2, 3: OptimizationLevel, config/vllm.py)"
+        )));
     }
     if let Some(why) = engine::rope_refusal(t, engine, knobs) {
         return Err(Error::Capacity(why));

@@ -136,8 +136,14 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
             )
         };
     }
-    let graphs_profiled = v1 && !k.enforce_eager && v >= [0, 18, 0] && !engine::is_rocm(gpu);
-    let (images, images_src) = if k.enforce_eager || !v1 {
+    // `profile_cudagraph_memory` returns before capturing when the mode keys no graphs ("No
+    // CUDA graphs will be captured, skipping profiling", 0.20.0-0.22.0); whether graphs are captured
+    // does not depend on the model's layers (`engine::vllm_cudagraph_mode`).
+    let graphs_profiled = v1
+        && v >= [0, 18, 0]
+        && !engine::is_rocm(gpu)
+        && engine::vllm_cudagraph_mode(k, false) != super::CudagraphMode::None;
+    let (images, images_src) = if !v1 || (!engine::vllm_inductor(k) && !graphs_profiled) {
         (
             80 * MIB,
             "kernel images of an eager forward 0.08 GiB (measured on a T4, vLLM 0.18)",

@@ -2656,6 +2656,205 @@ fn vllm_cudagraph_mode_decides_the_mamba_check_and_the_graphs() {
     assert!(dense(Some(CudagraphMode::Piecewise)) < dense(None));
 }
 
+/// The compilation knobs that turn a piecewise graph mode into `NONE` (`VllmConfig.__post_init__`,
+/// read in the 0.20.0, 0.21.0 and 0.22.0 sdists): `-O0` (compilation `NONE`, graphs `NONE`),
+/// `-cc.mode=none` or `TORCH_COMPILE_DISABLE=1` (compilation `NONE`: the default
+/// `FULL_AND_PIECEWISE` and a user's `PIECEWISE` become `NONE`, "Overriding to NONE"), while
+/// `FULL_DECODE_ONLY` needs no compilation and stays, so the Mamba-blocks check still runs. `-O1`
+/// defaults to `PIECEWISE`. `FULL` on a hybrid model without compilation has no attention
+/// splitting op, so it is downgraded to `FULL_DECODE_ONLY` (`set_splitting_ops_for_v1`,
+/// `resolve_cudagraph_mode_and_sizes`). The same refused Qwen3.5-27B start as above.
+#[test]
+fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
+    use crate::capacity::engine::vllm_cudagraph_mode;
+    use CompilationMode as C;
+    use CudagraphMode as M;
+    let t = model("qwen3.5-27b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = |g: Option<M>, c: Option<C>, o: Option<u8>| Knobs {
+        max_model_len: Some(16384),
+        engine_version: Some([0, 22, 1]),
+        cudagraph_mode: g,
+        compilation_mode: c,
+        optimization_level: o,
+        ..Knobs::default()
+    };
+    // The resolution itself, hybrid and dense.
+    for (g, c, o, hybrid, want) in [
+        (None, None, None, true, M::FullAndPiecewise),
+        (None, None, Some(0), true, M::None),
+        (None, None, Some(1), true, M::Piecewise),
+        (None, None, Some(3), true, M::FullAndPiecewise),
+        (None, Some(C::None), None, true, M::None),
+        (None, Some(C::StockTorchCompile), None, false, M::None),
+        (Some(M::Piecewise), Some(C::None), None, false, M::None),
+        (Some(M::Piecewise), None, Some(0), false, M::None),
+        (
+            Some(M::FullDecodeOnly),
+            Some(C::None),
+            None,
+            true,
+            M::FullDecodeOnly,
+        ),
+        (Some(M::Full), Some(C::None), None, true, M::FullDecodeOnly),
+        (Some(M::Full), None, None, true, M::FullAndPiecewise),
+        (Some(M::Full), Some(C::None), None, false, M::Full),
+        (None, Some(C::VllmCompile), Some(0), true, M::None),
+        (
+            Some(M::FullAndPiecewise),
+            Some(C::VllmCompile),
+            Some(0),
+            true,
+            M::FullAndPiecewise,
+        ),
+    ] {
+        assert_eq!(
+            vllm_cudagraph_mode(&k(g, c, o), hybrid),
+            want,
+            "{g:?} {c:?} -O{o:?} hybrid {hybrid}"
+        );
+    }
+    let starts = |g, c, o| {
+        let kk = k(g, c, o);
+        let cap = capacity(&t, gpu, Engine::Vllm, &kk).unwrap();
+        (cap.starts, cap.vllm_mamba_blocks_short(&kk), cap)
+    };
+    let (s, short, _) = starts(None, None, None);
+    assert!(!s && short.is_some());
+    for (g, c, o) in [
+        (None, None, Some(0)),
+        (None, None, Some(1)),
+        (None, Some(C::None), None),
+        (Some(M::Piecewise), Some(C::None), None),
+    ] {
+        let (s, short, cap) = starts(g, c, o);
+        assert!(s && short.is_none(), "{g:?} {c:?} {o:?}: {:?}", cap.log);
+        assert!(
+            cap.assumes.iter().any(|a| a.starts_with("CUDA-graph mode")),
+            "{:?}",
+            cap.assumes
+        );
+    }
+    let (_, _, off) = starts(None, Some(C::None), None);
+    assert_eq!(off.cuda_graph_bytes, 0);
+    // No Inductor and no graphs: the profile run and the pool are --enforce-eager's.
+    let eager = capacity(
+        &t,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            enforce_eager: true,
+            ..k(None, None, None)
+        },
+    )
+    .unwrap();
+    assert_eq!(off.activation_peak_bytes, eager.activation_peak_bytes);
+    assert_eq!(off.kv_cache_blocks, eager.kv_cache_blocks);
+    // On Llama 3 8B (`v1_profile_peak_follows_compilation`'s figures) the profile run without
+    // Inductor holds the eager layer loop's tensors, whatever the graph mode.
+    let llama = llama3();
+    let peak = |c: Option<C>, g: Option<M>| {
+        let kk = Knobs {
+            max_model_len: Some(8192),
+            max_num_batched_tokens: Some(8192),
+            max_num_seqs: Some(16),
+            engine_version: Some([0, 22, 0]),
+            compilation_mode: c,
+            cudagraph_mode: g,
+            ..Knobs::default()
+        };
+        capacity(&llama, gpu, Engine::Vllm, &kk)
+            .unwrap()
+            .activation_peak_bytes
+    };
+    let eager_loop = 8192 * (3 * 4096 + 3 * 14336) * 2;
+    assert_eq!(peak(Some(C::None), None), eager_loop);
+    assert_eq!(peak(Some(C::None), Some(M::FullDecodeOnly)), eager_loop);
+    assert!(peak(None, None) < eager_loop);
+    assert_eq!(peak(Some(C::StockTorchCompile), None), peak(None, None));
+    assert!(off
+        .assumes
+        .iter()
+        .any(|a| a.contains("needs vLLM's own compilation")));
+    let (s, short, _) = starts(Some(M::FullDecodeOnly), Some(C::None), None);
+    assert!(!s && short.is_some());
+    // Read at 0.20-0.22 only: an older release, V0 or SGLang is refused in one line, and so is
+    // a level vLLM does not have.
+    let old = Knobs {
+        engine_version: Some([0, 19, 1]),
+        ..k(None, Some(C::None), None)
+    };
+    let err = capacity(&t, gpu, Engine::Vllm, &old)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--compilation-mode none is modelled as vLLM V1 0.20-0.22 resolve it")
+            && err.contains("vLLM 0.19.1"),
+        "{err}"
+    );
+    let err = capacity(&t, gpu, Engine::Vllm, &k(None, None, Some(4)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--optimization-level 4 is not one of vLLM's levels"),
+        "{err}"
+    );
+}
+
+/// What `vram capacity` tries for the refused hybrid start, cheapest first: the engine's own
+/// `--max-num-seqs` at the pool's blocks (the pool runs no more sequences than that anyway), then
+/// the piecewise graph mode (no whole-forward graphs, no check), then `--enforce-eager` (no
+/// graphs, no compilation); each starts. A user who already asked for no compilation is offered
+/// `NONE`, which is what a piecewise mode becomes there, and nothing the user already set.
+#[test]
+fn the_mamba_refusal_offers_piecewise_before_eager() {
+    let t = model("qwen3.5-27b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs {
+        max_model_len: Some(16384),
+        engine_version: Some([0, 22, 1]),
+        ..Knobs::default()
+    };
+    let tried = crate::suggest::serving_tried(&t, gpu, Engine::Vllm, &k);
+    let at = |f: &str| tried.iter().position(|x| x.starts_with(f)).unwrap();
+    let piecewise = r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#;
+    assert!(at("--max-num-seqs ") < at(piecewise), "{tried:?}");
+    assert!(at(piecewise) < at("--enforce-eager"), "{tried:?}");
+    let pw = capacity(
+        &t,
+        gpu,
+        Engine::Vllm,
+        &Knobs {
+            cudagraph_mode: Some(CudagraphMode::Piecewise),
+            ..k
+        },
+    )
+    .unwrap();
+    assert!(pw.starts);
+    // FULL_DECODE_ONLY without compilation: NONE is offered, and it starts.
+    let no_compile = Knobs {
+        cudagraph_mode: Some(CudagraphMode::FullDecodeOnly),
+        compilation_mode: Some(CompilationMode::None),
+        ..k
+    };
+    let tried = crate::suggest::serving_tried(&t, gpu, Engine::Vllm, &no_compile);
+    assert!(
+        tried
+            .iter()
+            .any(|x| x == r#"--compilation-config '{"cudagraph_mode": "NONE"}'"#)
+            && !tried.iter().any(|x| x.contains("PIECEWISE")),
+        "{tried:?}"
+    );
+    // A start that is not refused is offered nothing about graphs.
+    let fine = Knobs {
+        max_num_seqs: Some(64),
+        ..k
+    };
+    assert!(crate::suggest::serving_tried(&t, gpu, Engine::Vllm, &fine)
+        .iter()
+        .all(|x| !x.contains("cudagraph_mode")));
+}
+
 /// `--cudagraph-mode` is vLLM V1's from 0.11: asked of an older version, of V0 or of SGLang, a
 /// one-line refusal.
 #[test]

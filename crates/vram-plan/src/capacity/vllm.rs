@@ -91,8 +91,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             0
         };
     let reqs = max_num_seqs.min(mnbt);
-    // V1 profiles the torch.compile'd model unless --enforce-eager; V0 runs it eagerly.
-    let compiled = !v0 && !k.enforce_eager;
+    // V1 profiles the torch.compile'd model unless --enforce-eager or a compilation mode NONE
+    // (`engine::vllm_inductor`); V0 runs it eagerly.
+    let compiled = !v0 && engine::vllm_inductor(k);
     let sorts = engine::vllm_sampler_sorts(k, v1, reqs);
     // Plain AWQ/GPTQ kernels make each linear's whole weight as a temporary
     // (`engine::vllm_dequant_linears`); the profile run's largest one is in its peak.
@@ -266,7 +267,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
                 thousands(max_len),
                 max_concurrency
             ));
-            if !k.enforce_eager && !graphs_in_budget {
+            if captured.is_some() && !graphs_in_budget {
                 log.push(format!(
                     "Graph capturing finished, took {:.2} GiB (estimated)",
                     gib(graphs as f64)
@@ -389,19 +390,31 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         });
     }
     if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
-        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; the profile run of state layers and the hybrid FULL_AND_PIECEWISE CUDA graphs are not modelled (vision encoders: see the encoder profile line)");
+        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; a hybrid model's CUDA graphs counted as any model's in the mode vLLM resolves (FULL_AND_PIECEWISE by default: MambaModelConfig), its state layers' profile run not modelled (vision encoders: see the encoder profile line)");
     }
-    if let (Some(asked), Some(mode)) = (k.cudagraph_mode, graphs::vllm_graph_mode(t, k, v1)) {
-        // The user's `cudagraph_mode` as vLLM resolves it (`engine::vllm_cudagraph_mode`).
+    let asked_any = k.cudagraph_mode.is_some()
+        || k.compilation_mode.is_some()
+        || k.optimization_level.is_some();
+    if let (true, Some(mode)) = (asked_any, graphs::vllm_graph_mode(t, k, v1)) {
+        // The user's graph and compilation knobs as vLLM resolves them
+        // (`engine::vllm_cudagraph_mode`, read at 0.20.0-0.22.0).
         use CudagraphMode as M;
+        let compiles = engine::vllm_compiles(k);
+        let asked = k.cudagraph_mode;
         assumes.push(match (asked, mode) {
-            (_, M::None) if k.enforce_eager => "CUDA-graph mode NONE: --enforce-eager overrides --cudagraph-mode (VllmConfig.__post_init__, 0.20.0-0.22.0)",
-            (M::Full, M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE: FULL asked, which resolve_cudagraph_mode_and_sizes downgrades for a hybrid model, its state layers' backends supporting full graphs for uniform batches only (mamba_attn.py, gdn_attn.py: UNIFORM_BATCH; config/compilation.py, 0.20.0-0.22.0)",
+            (_, M::None) if k.enforce_eager => "CUDA-graph mode NONE: --enforce-eager overrides --cudagraph-mode and the compilation mode (VllmConfig.__post_init__, 0.20.0-0.22.0)",
+            (Some(a), M::None) if a.has_piecewise() && !compiles => "CUDA-graph mode NONE: a piecewise mode needs vLLM's own compilation, which -O0, --compilation-mode other than vllm-compile or TORCH_COMPILE_DISABLE=1 turn off ('Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE', VllmConfig.__post_init__, 0.20.0-0.22.0), so no graphs and no Mamba-blocks check",
+            (None, M::None) if k.optimization_level == Some(0) => "CUDA-graph mode NONE: -O0's default (OPTIMIZATION_LEVEL_00), with no torch.compile; no graphs captured and no Mamba-blocks check (0.20.0-0.22.0)",
+            (None, M::None) => "CUDA-graph mode NONE: the level's FULL_AND_PIECEWISE needs vLLM's own compilation, which --compilation-mode other than vllm-compile (or TORCH_COMPILE_DISABLE=1) turns off ('Overriding to NONE', VllmConfig.__post_init__, 0.20.0-0.22.0); no graphs captured and no Mamba-blocks check",
+            (Some(M::Full), M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE: FULL asked, which resolve_cudagraph_mode_and_sizes downgrades for a hybrid model, its state layers' backends supporting full graphs for uniform batches only (mamba_attn.py, gdn_attn.py: UNIFORM_BATCH; config/compilation.py, 0.20.0-0.22.0)",
+            (Some(M::Full), M::FullDecodeOnly) => "CUDA-graph mode FULL_DECODE_ONLY: FULL asked on a hybrid model, whose state layers support full graphs for uniform batches only; without vLLM's compilation attention is not a splitting op, so resolve_cudagraph_mode_and_sizes keeps the decode graphs alone (config/compilation.py, 0.20.0-0.22.0)",
             (_, M::None) => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, torch.compile still run",
+            (None, M::Piecewise) => "CUDA-graph mode PIECEWISE: -O1's default (OPTIMIZATION_LEVEL_01): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+",
             (_, M::Piecewise) => "CUDA-graph mode PIECEWISE (--cudagraph-mode piecewise): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+",
             (_, M::FullDecodeOnly) => "CUDA-graph mode FULL_DECODE_ONLY (--cudagraph-mode full-decode-only): whole-forward decode graphs up to max_num_seqs, no piecewise graphs",
             (_, M::Full) => "CUDA-graph mode FULL (--cudagraph-mode full): whole-forward graphs at every capture size; taken as asked, though an attention backend without full support for mixed batches downgrades it (resolve_cudagraph_mode_and_sizes), which is not modelled",
-            (_, M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE (--cudagraph-mode full-and-piecewise, the default at -O2)",
+            (Some(_), M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE (--cudagraph-mode full-and-piecewise, the default at -O2)",
+            (None, M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE, the level's default (-O2 and -O3), with vLLM's own compilation",
         });
     }
     if engine::is_rocm(gpu) {

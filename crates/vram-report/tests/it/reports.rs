@@ -209,6 +209,8 @@ fn the_context_limit_is_the_length_capacity_derives() {
             vllm_use_v2_model_runner: None,
             flashinfer_sampler: false,
             cudagraph_mode: None,
+            compilation_mode: None,
+            optimization_level: None,
             interconnect: None,
             enforce_eager: false,
             block_size: None,
