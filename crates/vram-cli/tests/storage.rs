@@ -386,3 +386,77 @@ fn a_checkpoints_headers_decide_its_stored_bytes() {
         "{note}"
     );
 }
+
+/// An AWQ MoE checkpoint (Qwen3-30B-A3B's config with an AWQ g128 `quantization_config`):
+/// `vram capacity` holds its expert banks packed as vLLM's `AWQMoEMethod` does, the figure
+/// `--quantization awq` gives over the bf16 config (55.6 GiB before: the experts unpacked);
+/// `vram estimate` says what transformers 5.24 holds (the banks as built in bf16, loaded from
+/// nothing), text, `--json` and the HTML report alike.
+#[test]
+fn awq_moe_experts_are_packed_by_the_engines_and_built_by_transformers() {
+    let dir = std::env::temp_dir().join(format!("vram-awq-moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c: Value =
+        serde_json::from_str(&std::fs::read_to_string(zoo("qwen3-30b-a3b")).unwrap()).unwrap();
+    c["quantization_config"] = serde_json::json!({"quant_method": "awq", "bits": 4,
+        "group_size": 128, "zero_point": true, "version": "gemm"});
+    let awq = dir.join("awq.json");
+    std::fs::write(&awq, c.to_string()).unwrap();
+    let awq = awq.to_string_lossy().into_owned();
+    let read = json(&["capacity", &awq, "--gpu", "h100"]);
+    let flag = json(&[
+        "capacity",
+        &zoo("qwen3-30b-a3b"),
+        "--gpu",
+        "h100",
+        "--quantization",
+        "awq",
+    ]);
+    assert_eq!(read["weights_bytes"], flag["weights_bytes"]);
+    assert!(u(&read, "weights_bytes") < 17 << 30, "{read}");
+
+    let v = json(&["estimate", &awq, "--inference", "--gpu", "h100"]);
+    let load = &v["weights_load"];
+    let (held, stored) = (u(load, "held_bytes"), u(load, "stored_bytes"));
+    assert!(held > 3 * stored, "{load}");
+    assert!(load.get("dequantized_at_load").is_none(), "{load}");
+    let part = load["not_loaded"].as_str().expect("not_loaded");
+    assert!(part.starts_with("the expert banks"), "{part}");
+    let fmt = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+    let (text, _) = vram_text(&["estimate", &awq, "--inference", "--gpu", "h100"], &[]);
+    assert!(
+        text.contains(&format!(
+            "weights held: {}, as the library loads them: {part} held as built in the dtype, not loaded from the checkpoint",
+            fmt(held)
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("dequantized into"), "{text}");
+    let (jf, hf) = (dir.join("e.json"), dir.join("e.html"));
+    std::fs::write(&jf, v.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args([
+            "report".as_ref(),
+            jf.as_os_str(),
+            "--out".as_ref(),
+            hf.as_os_str(),
+        ])
+        .output()
+        .expect("run vram");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&hf).unwrap().replace("&#39;", "'");
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        html.contains("held as built, not loaded from the checkpoint"),
+        "{html}"
+    );
+    assert!(!html.contains("dequantized at load"), "{html}");
+    assert!(
+        html.contains(&fmt(held)) && html.contains(&fmt(stored)),
+        "{html}"
+    );
+}

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use vram_model::arch::{Model, Transformer};
 use vram_model::blocks::{Component, Load, Quant, Storage};
 use vram_model::estimate::{largest_batch, largest_context_to, Largest};
+use vram_model::finetune::WeightFormat;
 use vram_model::gpu::Gpu;
 use vram_model::setup::{self, Allocator, AmpStyle, Attention, Kernels, Mode, Setup};
 use vram_model::{estimate_with_timeline, Category};
@@ -264,6 +265,10 @@ pub struct WeightsLoad {
     /// (transformers 5.24: compressed-tensors W4A16 expert banks); `None`: nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dequantized_at_load: Option<String>,
+    /// What the library builds in the dtype and loads nothing of from the checkpoint, where
+    /// the rest stays packed (transformers 5.24: AWQ and GPTQ expert banks); `None`: nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_loaded: Option<String>,
 }
 
 /// The optional kernel packages an estimate assumes.
@@ -711,7 +716,22 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             }
             let held = t.blocks.weights_bytes(false);
             let engines = t.blocks.as_engines_hold().weights_bytes(false);
-            if engines != held && matches!(t.blocks.storage.quant, Quant::Packed { .. }) {
+            // AWQ/GPTQ expert banks: transformers 5.24 holds them as built, loads nothing into
+            // them (`vram_model::blocks::Holder`); compressed-tensors W4A16 ones it dequantizes.
+            let built = matches!(
+                t.blocks.storage.quant,
+                Quant::Packed {
+                    format: WeightFormat::Awq { .. } | WeightFormat::Gptq { .. },
+                    ..
+                }
+            );
+            if engines != held && built {
+                r.notes.push(format!(
+                    "transformers 5.24 builds each layer's experts as fused 3-D banks in the dtype, which AWQ's and GPTQ's `nn.Linear` replacement does not reach, and loads none of the checkpoint's per-expert packed tensors into them (its experts hold no trained weights): loaded for inference the weights take {}; vLLM and SGLang keep the experts packed, {} in all (vram capacity)",
+                    vram_model::fmt::bytes(held),
+                    vram_model::fmt::bytes(engines)
+                ));
+            } else if engines != held && matches!(t.blocks.storage.quant, Quant::Packed { .. }) {
                 r.notes.push(format!(
                     "transformers 5.24 loads compressed-tensors' expert weights dequantized into its fused expert banks (its `Linear` targets do not reach a 3-D bank): loaded for inference the weights take {}; vLLM and SGLang keep the experts packed, {} in all (vram capacity)",
                     vram_model::fmt::bytes(held),
@@ -726,7 +746,10 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
                 held_bytes: if dequantized { all } else { held },
                 stored_bytes: stored,
                 dequantized_bytes: all,
-                dequantized_at_load: (!dequantized && held != stored).then(|| {
+                not_loaded: (!dequantized && held != stored && built).then(|| {
+                    "the expert banks (transformers 5.24 builds each layer's experts as fused 3-D banks, which AWQ's and GPTQ's `nn.Linear` replacement does not reach; the checkpoint's per-expert packed tensors match none of them)".to_string()
+                }),
+                dequantized_at_load: (!dequantized && held != stored && !built).then(|| {
                     "the expert banks (transformers 5.24 fuses each layer's experts into 3-D banks, which compressed-tensors' `Linear` targets do not reach, and dequantizes them into the banks as it loads them)".to_string()
                 }),
             });

@@ -319,6 +319,14 @@ impl EstimateReport {
                     l.why,
                     bytes(l.stored_bytes)
                 )
+            } else if let Some(part) = &l.not_loaded {
+                format!(
+                    "weights held: {}, {}: {part} held as built in the dtype, not loaded from the checkpoint; the other quantized linears stay packed; as stored ({how}) they take {}, all dequantized {}",
+                    bytes(l.held_bytes),
+                    l.why,
+                    bytes(l.stored_bytes),
+                    bytes(l.dequantized_bytes)
+                )
             } else if let Some(part) = &l.dequantized_at_load {
                 let rest = if l.held_bytes == l.dequantized_bytes {
                     "nothing else is quantized, so no weight stays packed".to_string()

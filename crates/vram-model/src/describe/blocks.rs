@@ -761,18 +761,20 @@ impl Blocks {
 
     /// These blocks as vLLM and SGLang hold them, where that differs from transformers 5.24:
     /// block-FP8 scales fp32 whatever `scale_fmt` says (`Fp8LinearMethod`'s fp32
-    /// `weight_scale_inv`), compressed-tensors W4A16 expert banks packed
+    /// `weight_scale_inv`), compressed-tensors W4A16, AWQ and GPTQ expert banks packed
     /// ([`crate::describe::storage::Holder`]); itself where nothing changes.
     pub fn as_engines_hold(&self) -> std::borrow::Cow<'_, Blocks> {
         let e8m0 = matches!(self.storage.quant, Quant::Fp8Block { e8m0: true, .. });
-        let wna16 = matches!(
+        let w4_banks = matches!(
             self.storage.quant,
             Quant::Packed {
-                format: crate::finetune::WeightFormat::Wna16 { .. },
+                format: crate::finetune::WeightFormat::Wna16 { .. }
+                    | crate::finetune::WeightFormat::Awq { .. }
+                    | crate::finetune::WeightFormat::Gptq { .. },
                 ..
             }
         );
-        if !e8m0 && !wna16 {
+        if !e8m0 && !w4_banks {
             return std::borrow::Cow::Borrowed(self);
         }
         let mut b = self.clone();
@@ -796,7 +798,8 @@ impl Blocks {
 
     /// Bytes of the weights as the checkpoint stores them (quantization metadata included),
     /// where [`Blocks::weights_bytes`] gives what the library holds: they differ by the
-    /// compressed-tensors W4A16 expert banks transformers 5.24 dequantizes at load
+    /// compressed-tensors W4A16 expert banks transformers 5.24 dequantizes at load, and the
+    /// AWQ/GPTQ ones it holds as built in the dtype
     /// ([`crate::describe::storage::Holder`]).
     pub fn stored_bytes(&self) -> u64 {
         if self.storage.holder == crate::describe::storage::Holder::Engine {

@@ -457,7 +457,12 @@ impl Storage {
                 double_quant,
             } => {
                 if self.packs(t.component, t.kind, t.rows) {
-                    e * linear_bytes(format, double_quant, t.rows, t.cols)
+                    match (format, t.kind) {
+                        (WeightFormat::Gptq { .. }, TensorKind::Experts(_)) => {
+                            e * gptq_marlin_bank_bytes(format, d, t.rows, t.cols)
+                        }
+                        _ => e * linear_bytes(format, double_quant, t.rows, t.cols),
+                    }
                 } else {
                     t.numel() * d
                 }
@@ -478,7 +483,15 @@ impl Storage {
     ///   the checkpoint (Kimi-K2.5's `experts.{j}.{gate,up,down}_proj.weight_packed`, held to the
     ///   byte by `tests/it/checkpoints.rs`); vLLM's WNA16 MoE method holds the banks so,
     ///   transformers 5.24 dequantizes them ([`Holder`]).
-    /// - bitsandbytes, GPTQ, AWQ: the layers' `nn.Linear` modules only.
+    /// - GPTQ, AWQ: the layers' `nn.Linear` modules; expert banks only as the engines hold
+    ///   them: vLLM's `AWQMoEMethod` (`awq_marlin.py`, read in a 0.11-era copy) creates each
+    ///   bank's `w13_qweight`/`w2_qweight` (int32), `scales` (model dtype) and `qzeros`
+    ///   (int32) per expert at the checkpoint's group size, the tensors AWQ's per-expert
+    ///   `linear_tensors` list, and repacks them at the same sizes; `GPTQMarlinMoEMethod`
+    ///   (`gptq_marlin.py`, main 00161ce) as `gptq_marlin_bank_bytes` counts. SGLang's ports
+    ///   are taken to do the same (not re-read). transformers 5.24 leaves the banks as built
+    ///   ([`Holder`]).
+    /// - bitsandbytes: the layers' `nn.Linear` modules only.
     ///
     /// Never the routers, the head, the towers, the MTP layers, a linear of one output row (a
     /// shared-expert gate) under FP8 or W4A16, or a component the ignore list names.
@@ -489,10 +502,13 @@ impl Storage {
         (match (format, kind) {
             (WeightFormat::Fp8, TensorKind::Linear | TensorKind::Experts(_)) => rows > 1,
             (WeightFormat::Wna16 { .. }, TensorKind::Linear) => rows > 1,
-            // transformers 5.24 dequantizes them into its fused banks at load ([`Holder`]).
-            (WeightFormat::Wna16 { .. }, TensorKind::Experts(_)) => {
-                rows > 1 && self.holder == Holder::Engine
-            }
+            // transformers 5.24 dequantizes W4A16 banks into its fused banks at load, and
+            // leaves AWQ/GPTQ banks as built, unloaded ([`Holder`]); the engines' MoE methods
+            // hold all three packed.
+            (
+                WeightFormat::Wna16 { .. } | WeightFormat::Awq { .. } | WeightFormat::Gptq { .. },
+                TensorKind::Experts(_),
+            ) => rows > 1 && self.holder == Holder::Engine,
             (_, TensorKind::Linear) => format.is_quantized(),
             _ => false,
         }) && !matches!(
@@ -504,6 +520,24 @@ impl Storage {
                 | Component::Mtp
         ) && !self.ignores(component)
     }
+}
+
+/// Bytes one expert's `rows × cols` matrix takes in vLLM's `GPTQMarlinMoEMethod` bank after
+/// loading (`gptq_marlin.py`, read at vLLM main 00161ce; SGLang's port not re-read): `qweight` and
+/// `scales` as the checkpoint's (`linear_tensors`), `qzeros` created in the model dtype
+/// (`dtype` bytes, not the checkpoint's int32), `g_idx` and `g_idx_sort_indices` emptied by
+/// `process_weights_after_loading` unless `desc_act`, where both stay (int32 over the input).
+fn gptq_marlin_bank_bytes(format: WeightFormat, dtype: u64, rows: u64, cols: u64) -> u64 {
+    let desc_act = matches!(format, WeightFormat::Gptq { desc_act: true, .. });
+    crate::finetune::linear_tensors(format, false, rows, cols)
+        .iter()
+        .map(|x| match x.name {
+            "qzeros" => x.bytes / 4 * dtype,
+            "g_idx" if desc_act => 2 * x.bytes,
+            "g_idx" => 0,
+            _ => x.bytes,
+        })
+        .sum()
 }
 
 /// How the library loads a packed checkpoint for a step ([`Storage::load`]).

@@ -367,12 +367,22 @@ impl Quantization {
                     .filter(|t| {
                         !(load.marlin && !load.moe_bank && load.freed_leaves && t.name == "qzeros")
                     })
-                    .map(|t| match t.name {
-                        "scales" | "qzeros" => whole
-                            .iter()
-                            .find(|w| w.name == t.name)
-                            .map_or(t.bytes, |w| w.bytes),
-                        _ => t.bytes,
+                    .map(|t| {
+                        let b = match t.name {
+                            "scales" | "qzeros" => whole
+                                .iter()
+                                .find(|w| w.name == t.name)
+                                .map_or(t.bytes, |w| w.bytes),
+                            _ => t.bytes,
+                        };
+                        // `GPTQMarlinMoEMethod.create_weights` makes a bank's `w13_qzeros`/
+                        // `w2_qzeros` in the model dtype, not the checkpoint's int32 (read at
+                        // vLLM main 00161ce), as `vram_model`'s engine storage counts them.
+                        if t.name == "qzeros" && load.marlin && load.moe_bank {
+                            b / 4 * dtype
+                        } else {
+                            b
+                        }
                     })
                     .collect();
                 if desc_act && load.marlin {

@@ -1999,6 +1999,81 @@ fn vllm_compressed_tensors_w4a16_packs_the_experts_and_zero_points_only_when_asy
     assert_eq!(w(&asym) - w(&sym), 48 * layer_zeros);
 }
 
+/// An AWQ or GPTQ MoE checkpoint read from its config (`quantization_config`, no
+/// `--quantization`) is held as vLLM holds it: `AWQMoEMethod`/`GPTQMarlinMoEMethod` pack every
+/// expert bank, so its weights are those of `--quantization awq`/`gptq` over the bf16 config,
+/// not the bf16 experts (Qwen3-30B-A3B AWQ g128: 55.6 GiB before, 15.7 after). Per expert,
+/// AWQ holds an int4 `qweight`, an int32 `qzeros` word per 8 outputs per group and a 16-bit
+/// scale per output per group, exactly; GPTQ's bank makes `qzeros` in the model dtype.
+#[test]
+fn vllm_awq_and_gptq_moe_checkpoints_pack_their_expert_banks() {
+    let base: serde_json::Value =
+        serde_json::from_str(catalog::config_text("qwen3-30b-a3b-2507").unwrap()).unwrap();
+    let parse =
+        |c: &serde_json::Value| match vram_model::hf::parse_config(&c.to_string(), "q").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+    let with = |q: serde_json::Value| {
+        let mut c = base.clone();
+        c["quantization_config"] = q;
+        parse(&c)
+    };
+    let awq = with(
+        serde_json::json!({"quant_method": "awq", "bits": 4, "group_size": 128,
+        "zero_point": true, "version": "gemm"}),
+    );
+    let gptq = |desc_act: bool| {
+        with(
+            serde_json::json!({"quant_method": "gptq", "bits": 4, "group_size": 128,
+            "desc_act": desc_act, "sym": true}),
+        )
+    };
+    let bf16 = parse(&base);
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs::default();
+    let w = |t: &Transformer, q: Quantization| {
+        weights_per_gpu(
+            t,
+            &Knobs {
+                quantization: q,
+                ..k
+            },
+            gpu,
+            Engine::Vllm,
+        )
+    };
+    // The config's AWQ is --quantization awq, to the byte.
+    assert_eq!(w(&awq, Quantization::None), w(&bf16, Quantization::Awq));
+    // AWQ banks: 48 layers of 128 experts, the fused gate-up 1536 × 2048 and down 2048 × 768.
+    let bank =
+        |out: u64, inp: u64| out * inp / 2 + (inp / 128) * (out / 8) * 4 + (inp / 128) * out * 2;
+    let experts = 48 * 128 * (bank(1536, 2048) + bank(2048, 768));
+    let stored = awq.blocks.as_engines_hold().weights_bytes(false);
+    let dense_experts = 48 * 128 * (1536 * 2048 + 2048 * 768) * 2;
+    assert_eq!(
+        awq.blocks.weights_bytes(false) - stored,
+        dense_experts - experts
+    );
+    // GPTQ (act-order off): the banks' qzeros in bf16, g_idx emptied after loading; the config's
+    // GPTQ agrees with --quantization gptq on the banks, the attention linears as each counts.
+    let g = gptq(false);
+    let engine = |t: &Transformer| t.blocks.as_engines_hold().weights_bytes(false);
+    let gbank =
+        |out: u64, inp: u64| out * inp / 2 + (inp / 128) * (out / 8) * 2 + (inp / 128) * out * 2;
+    let gexperts = 48 * 128 * (gbank(1536, 2048) + gbank(2048, 768));
+    assert_eq!(
+        g.blocks.weights_bytes(false) - engine(&g),
+        dense_experts - gexperts
+    );
+    let (cfg, flag) = (w(&g, Quantization::None), w(&bf16, Quantization::Gptq));
+    assert!(cfg.abs_diff(flag) * 1000 < flag, "{cfg} against {flag}");
+    // act-order keeps each bank's g_idx and its sort indices: two int32 words per input row
+    // of the fused gate-up (`w13_g_idx` `[E, hidden]`) and of the down projection.
+    let rows = 48 * 128 * (2048 + 768);
+    assert_eq!(engine(&gptq(true)) - engine(&g), 2 * 4 * rows);
+}
+
 /// The rotary `cos_sin_cache` is `[positions, rotary_dim]`, `rotary_dim` the part of each head
 /// the rotary embedding turns, as vLLM's `get_rope` builds it (`rotary_dim =
 /// int(head_size * partial_rotary_factor)`; MLA passes `qk_rope_head_dim`; GPT-J and MiniMax-M2

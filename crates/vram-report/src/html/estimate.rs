@@ -142,7 +142,7 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
     if let Some(l) = &r.weights_load {
         if l.dequantized {
             rows.push(size("weights held dequantized", l.held_bytes));
-        } else if l.dequantized_at_load.is_some() {
+        } else if l.dequantized_at_load.is_some() || l.not_loaded.is_some() {
             rows.push(size("weights held", l.held_bytes));
         } else {
             rows.push(size("weights held as stored", l.held_bytes));
@@ -150,6 +150,9 @@ pub(super) fn estimate(r: &EstimateReport) -> String {
         rows.push(word("how the weights are loaded", &l.why));
         if let Some(part) = &l.dequantized_at_load {
             rows.push(word("dequantized at load", part));
+        }
+        if let Some(part) = &l.not_loaded {
+            rows.push(word("held as built, not loaded from the checkpoint", part));
         }
         rows.push(size("weights as stored", l.stored_bytes));
         rows.push(size("weights dequantized", l.dequantized_bytes));
