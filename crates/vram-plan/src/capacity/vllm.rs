@@ -400,15 +400,19 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         // (`engine::vllm_cudagraph_mode`, read at 0.20.0-0.22.0).
         use CudagraphMode as M;
         let compiles = engine::vllm_compiles(k);
+        let inductor = engine::vllm_inductor(k);
         let asked = k.cudagraph_mode;
         assumes.push(match (asked, mode) {
             (_, M::None) if k.enforce_eager => "CUDA-graph mode NONE: --enforce-eager overrides --cudagraph-mode and the compilation mode (VllmConfig.__post_init__, 0.20.0-0.22.0)",
             (Some(a), M::None) if a.has_piecewise() && !compiles => "CUDA-graph mode NONE: a piecewise mode needs vLLM's own compilation, which -O0, --compilation-mode other than vllm-compile or TORCH_COMPILE_DISABLE=1 turn off ('Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE', VllmConfig.__post_init__, 0.20.0-0.22.0), so no graphs and no Mamba-blocks check",
+            (None, M::None) if k.optimization_level == Some(0) && inductor => "CUDA-graph mode NONE: -O0's default (OPTIMIZATION_LEVEL_00); torch.compile still run (the --compilation-mode asked); no graphs captured and no Mamba-blocks check (0.20.0-0.22.0)",
             (None, M::None) if k.optimization_level == Some(0) => "CUDA-graph mode NONE: -O0's default (OPTIMIZATION_LEVEL_00), with no torch.compile; no graphs captured and no Mamba-blocks check (0.20.0-0.22.0)",
+            (None, M::None) if k.optimization_level == Some(1) => "CUDA-graph mode NONE: the level's PIECEWISE (-O1) needs vLLM's own compilation, which --compilation-mode other than vllm-compile (or TORCH_COMPILE_DISABLE=1) turns off ('Overriding to NONE', VllmConfig.__post_init__, 0.20.0-0.22.0); no graphs captured and no Mamba-blocks check",
             (None, M::None) => "CUDA-graph mode NONE: the level's FULL_AND_PIECEWISE needs vLLM's own compilation, which --compilation-mode other than vllm-compile (or TORCH_COMPILE_DISABLE=1) turns off ('Overriding to NONE', VllmConfig.__post_init__, 0.20.0-0.22.0); no graphs captured and no Mamba-blocks check",
             (Some(M::Full), M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE: FULL asked, which resolve_cudagraph_mode_and_sizes downgrades for a hybrid model, its state layers' backends supporting full graphs for uniform batches only (mamba_attn.py, gdn_attn.py: UNIFORM_BATCH; config/compilation.py, 0.20.0-0.22.0)",
             (Some(M::Full), M::FullDecodeOnly) => "CUDA-graph mode FULL_DECODE_ONLY: FULL asked on a hybrid model, whose state layers support full graphs for uniform batches only; without vLLM's compilation attention is not a splitting op, so resolve_cudagraph_mode_and_sizes keeps the decode graphs alone (config/compilation.py, 0.20.0-0.22.0)",
-            (_, M::None) => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, torch.compile still run",
+            (_, M::None) if inductor => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, torch.compile still run",
+            (_, M::None) => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, and no torch.compile (the compilation mode is NONE)",
             (None, M::Piecewise) => "CUDA-graph mode PIECEWISE: -O1's default (OPTIMIZATION_LEVEL_01): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+",
             (_, M::Piecewise) => "CUDA-graph mode PIECEWISE (--cudagraph-mode piecewise): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+",
             (_, M::FullDecodeOnly) => "CUDA-graph mode FULL_DECODE_ONLY (--cudagraph-mode full-decode-only): whole-forward decode graphs up to max_num_seqs, no piecewise graphs",
