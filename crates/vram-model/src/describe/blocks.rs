@@ -226,7 +226,7 @@ pub struct RopeTables {
     /// Before 0.5.10 its layers keep no table (a transformers-style `Gemma3RotaryEmbedding`
     /// computes cos/sin per step from `inv_freq`; read at 0.4.5 to 0.5.9, and get_rope's
     /// tables at 0.5.10, 0.5.11, 0.5.15 to 0.5.19 and 0.5.23).
-    pub sglang_gemma3_tables: u8,
+    pub sglang_per_base_tables: u8,
 }
 
 /// The rotary class `get_rope` builds for a config's rope parameters, by the rows of its

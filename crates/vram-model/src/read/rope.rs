@@ -46,7 +46,7 @@ pub(super) fn rope_tables(c: &Cfg, max_positions: u64) -> Result<RopeTables> {
         },
         _ => false,
     };
-    let sglang_gemma3_tables = match c.model_type {
+    let sglang_per_base_tables = match c.model_type {
         "gemma3" | "gemma3_text" => {
             let theta = |p: Option<&Value>, default: f64| {
                 p.and_then(|p| p.get("rope_theta"))
@@ -69,7 +69,7 @@ pub(super) fn rope_tables(c: &Cfg, max_positions: u64) -> Result<RopeTables> {
     Ok(RopeTables {
         class,
         local,
-        sglang_gemma3_tables,
+        sglang_per_base_tables,
     })
 }
 

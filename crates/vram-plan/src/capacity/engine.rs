@@ -534,7 +534,7 @@ pub(super) fn awq_channelwise_refusal(
 /// it), so nothing of its config is refused there.
 pub(super) fn rope_refusal(t: &Transformer, engine: Engine, k: &Knobs) -> Option<String> {
     use vram_model::blocks::RopeClass;
-    if engine == Engine::Sglang && t.blocks.rope_tables.sglang_gemma3_tables > 0 {
+    if engine == Engine::Sglang && t.blocks.rope_tables.sglang_per_base_tables > 0 {
         return None;
     }
     let version = engine.version_in_force(k);

@@ -2905,7 +2905,7 @@ fn vllm_hybrid_pool_above_max_num_seqs_starts() {
 /// `max_position_embeddings` rows whatever the config's linear scaling (Gemma 3 4B: 131,072 ×
 /// 256 × 4 B each), one where the two bases agree; on ROCm in bf16 to 0.5.21.
 #[test]
-fn sglang_gemma3_tables_by_release() {
+fn sglang_per_base_tables_by_release() {
     let parse = |json: &str| match vram_model::hf::parse_config(json, "m").unwrap() {
         Model::Transformer(t) => t,
         _ => unreachable!(),

@@ -101,11 +101,11 @@ pub(super) fn mla_absorbed_bytes(t: &Transformer, k: &Knobs) -> u64 {
 /// ([`vram_model::blocks::RopeTables`], `max_position_embeddings` rows); the config's own
 /// parameters' table has the rows its class builds ([`rope_rows`]) and the bytes its engine
 /// keeps it in ([`rope_element_bytes`]). SGLang's Gemma 3 builds no table before 0.5.10 and
-/// from it one unscaled table per base (`RopeTables::sglang_gemma3_tables`,
+/// from it one unscaled table per base (`RopeTables::sglang_per_base_tables`,
 /// `max_position_embeddings` rows).
 pub(super) fn rotary_cache_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu: &Gpu) -> u64 {
     let tables = t.blocks.rope_tables;
-    if engine == Engine::Sglang && tables.sglang_gemma3_tables > 0 {
+    if engine == Engine::Sglang && tables.sglang_per_base_tables > 0 {
         if engine.version_in_force(k) < [0, 5, 10] {
             return 0;
         }
@@ -114,7 +114,7 @@ pub(super) fn rotary_cache_bytes(t: &Transformer, k: &Knobs, engine: Engine, gpu
             .iter()
             .find_map(|b| b.mixer.as_attention().map(|a| a.rotary_dim()))
             .unwrap_or(0);
-        return u64::from(tables.sglang_gemma3_tables)
+        return u64::from(tables.sglang_per_base_tables)
             * t.max_positions()
             * width
             * rope_element_bytes(t, k, engine, gpu, None);
