@@ -74,15 +74,14 @@ pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
 /// models get `FULL_AND_PIECEWISE` (`MambaModelConfig`, `model_executor/models/config.py`, the
 /// same at 0.19.0 to 0.22.1); the mode is the one [`vllm_cudagraph_mode`] resolves, so
 /// `--enforce-eager` (`NONE`), a user's `PIECEWISE` or `NONE`, `-O0`/`-O1` left at their
-/// levels' modes, and a piecewise mode without vLLM's compilation start. `groups` are the pool's
-/// kinds, `blocks` its `num_blocks`.
+/// levels' modes, and a piecewise mode without vLLM's compilation start. `hybrid` is
+/// [`super::layers::is_hybrid`], `blocks` the pool's `num_blocks`.
 pub(super) fn vllm_mamba_blocks_short(
     k: &Knobs,
-    groups: &[super::KvGroup],
+    hybrid: bool,
     max_num_seqs: u64,
     blocks: u64,
 ) -> bool {
-    let hybrid = groups.iter().any(|g| g.kind == "state");
     Engine::Vllm.version_in_force(k) >= [0, 20, 0]
         && hybrid
         && vllm_cudagraph_mode(k, hybrid).has_full()
@@ -256,8 +255,6 @@ pub const VLLM_V2_RUNNER_LACKS: &[&str] = &[
 /// no recurrent state (`has_inner_state`, "hybrid/mamba models"). The features of
 /// [`VLLM_V2_RUNNER_LACKS`] are taken to be off, as they are by default.
 pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<String> {
-    use super::layers::layer_caches;
-    use super::CacheLayout;
     use vram_model::blocks::Quant;
     let version = super::version_label(Engine::Vllm, k);
     match k.vllm_v2_runner {
@@ -276,9 +273,7 @@ pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<St
     let arch = archs.iter().find(|a| defaults.contains(&a.as_str()))?;
     let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
     let quantized = !matches!(t.blocks.storage.quant, Quant::None);
-    let inner_state = layer_caches(t)
-        .iter()
-        .any(|c| matches!(c, CacheLayout::State { .. }));
+    let inner_state = super::layers::is_hybrid(t);
     (!moe && !quantized && !inner_state).then(|| {
         format!(
             "vLLM {version} runs {arch} on its V2 model runner by default (config/vllm.py use_v2_model_runner: a dense {arch} checkpoint without a quantization_config), whose memory profile vram does not model; where the start sets VLLM_USE_V2_MODEL_RUNNER=0 or one of what that runner lacks ({}), vLLM runs its V1 runner: say so with --vllm-use-v2-model-runner 0; --engine-version 0.21 is the newest that runs it on V1 by default",

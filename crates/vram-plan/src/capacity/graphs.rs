@@ -262,9 +262,6 @@ pub(super) fn vllm_graphs(
 /// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the
 /// version keys no mode (V0, V1 before 0.11: piecewise graphs, or V0's full ones).
 pub(super) fn vllm_graph_mode(t: &Transformer, k: &Knobs, v1: bool) -> Option<CudagraphMode> {
-    let hybrid = layer_caches(t)
-        .iter()
-        .any(|c| matches!(c, CacheLayout::State { .. }));
     (v1 && Engine::Vllm.version_in_force(k) >= [0, 11, 0])
-        .then(|| engine::vllm_cudagraph_mode(k, hybrid))
+        .then(|| engine::vllm_cudagraph_mode(k, layers::is_hybrid(t)))
 }

@@ -493,6 +493,18 @@ impl CudagraphMode {
             CudagraphMode::Piecewise | CudagraphMode::FullAndPiecewise
         )
     }
+    /// The `vllm serve` flag that sets this mode, as the remedies of `vram capacity` and
+    /// `vram doctor` offer it: `--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`.
+    pub fn compilation_config_flag(self) -> String {
+        vllm_compilation_config_flag("cudagraph_mode", &format!("\"{}\"", self.name()))
+    }
+}
+
+/// vLLM's `--compilation-config` flag setting one `CompilationConfig` field to `value` (a JSON
+/// value: `"PIECEWISE"` with its quotes, `[1, 2, 4]`), shell-quoted as a user types it; the one
+/// spelling every remedy that changes the compilation config uses.
+pub fn vllm_compilation_config_flag(field: &str, value: &str) -> String {
+    format!("--compilation-config '{{\"{field}\": {value}}}'")
 }
 
 /// vLLM's compilation mode (`CompilationConfig.mode`, `CompilationMode` in
@@ -733,14 +745,15 @@ pub struct Capacity {
 impl Capacity {
     /// The pool's blocks when vLLM refuses this start for them: a hybrid model's `max_num_seqs`
     /// exceeds the blocks while one request of `max_model_len` fits
-    /// (`engine::vllm_mamba_blocks_short`, with the `knobs` this answer was computed for).
-    pub fn vllm_mamba_blocks_short(&self, knobs: &Knobs) -> Option<u64> {
+    /// (`engine::vllm_mamba_blocks_short`, with the model `t` and the `knobs` this answer was
+    /// computed for).
+    pub fn vllm_mamba_blocks_short(&self, t: &Transformer, knobs: &Knobs) -> Option<u64> {
         (self.engine == Engine::Vllm
             && !self.starts
             && self.max_model_len_that_fits >= self.max_model_len
             && engine::vllm_mamba_blocks_short(
                 knobs,
-                &self.kv_groups,
+                layers::is_hybrid(t),
                 self.max_num_seqs,
                 self.kv_cache_blocks,
             ))

@@ -308,7 +308,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // sequences the full decode graphs are captured for, or `initialize_kv_cache` refuses before
     // any graph is captured or warmed up (`engine::vllm_mamba_blocks_short`).
     let mamba_fails =
-        starts && engine::vllm_mamba_blocks_short(k, &layout.groups, max_num_seqs, num_blocks);
+        starts && engine::vllm_mamba_blocks_short(k, is_hybrid(t), max_num_seqs, num_blocks);
     let graphs_fail = graphs_fail && !mamba_fails;
     let context_fail = context_fail && !mamba_fails;
     let warmup_fails = starts
@@ -547,10 +547,17 @@ fn graph_capture_failure(
         fixes.push(if !v1 {
             format!("capture fewer sizes (--max-num-seqs {cap})")
         } else {
-            let list: Vec<String> = sizes.iter().filter(|&&s| s <= cap).map(u64::to_string).collect();
+            let list: Vec<String> = sizes
+                .iter()
+                .filter(|&&s| s <= cap)
+                .map(u64::to_string)
+                .collect();
             format!(
-                "capture fewer sizes (--compilation-config '{{\"cudagraph_capture_sizes\": [{}]}}')",
-                list.join(", ")
+                "capture fewer sizes ({})",
+                vllm_compilation_config_flag(
+                    "cudagraph_capture_sizes",
+                    &format!("[{}]", list.join(", "))
+                )
             )
         });
     }
