@@ -3125,3 +3125,86 @@ fn compilation_config_flags_are_spelled_once() {
         r#"--compilation-config '{"cudagraph_capture_sizes": [1, 2, 4]}'"#
     );
 }
+
+/// `--cudagraph-mode` at the releases before 0.20, whose rules were read at 0.11.0, 0.12.0,
+/// 0.13.0, 0.15.0, 0.16.0, 0.17.0, 0.18.0 and 0.19.0 (sdists from PyPI; 0.15.0 from its wheel):
+/// with what those releases let vram model (`--cudagraph-mode`, `--enforce-eager`), the mode
+/// comes out as at 0.20-0.22. Unset is `FULL_AND_PIECEWISE` (0.11: `VllmConfig.__post_init__`
+/// "default to full and piecewise", `config/__init__.py`; 0.12+: `OPTIMIZATION_LEVEL_02`);
+/// `--enforce-eager` is `NONE`; a hybrid's `FULL` is `FULL_AND_PIECEWISE` (the model runner's
+/// mixed-batch check: `min_cg_support` below `ALWAYS` and attention among the splitting ops,
+/// `initialize_cudagraph_capture` at 0.11, `_check_and_update_cudagraph_mode` at 0.12-0.19); the
+/// assumption line names the release's function.
+#[test]
+fn cudagraph_modes_before_0_20_follow_each_release_read() {
+    use CudagraphMode as M;
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let hybrid = model("qwen3.5-27b");
+    let dense = model("qwen3-8b");
+    for v in [
+        [0, 11, 0],
+        [0, 12, 0],
+        [0, 13, 0],
+        [0, 15, 0],
+        [0, 16, 0],
+        [0, 17, 0],
+        [0, 18, 0],
+        [0, 19, 0],
+    ] {
+        for (t, is_hybrid) in [(&hybrid, true), (&dense, false)] {
+            for asked in [
+                None,
+                Some(M::None),
+                Some(M::Piecewise),
+                Some(M::Full),
+                Some(M::FullDecodeOnly),
+                Some(M::FullAndPiecewise),
+            ] {
+                for eager in [false, true] {
+                    let k = Knobs {
+                        max_model_len: Some(8192),
+                        engine_version: Some(v),
+                        cudagraph_mode: asked,
+                        enforce_eager: eager,
+                        ..Knobs::default()
+                    };
+                    let want = match asked {
+                        _ if eager => M::None,
+                        None => M::FullAndPiecewise,
+                        Some(M::Full) if is_hybrid => M::FullAndPiecewise,
+                        Some(m) => m,
+                    };
+                    assert_eq!(
+                        graphs::vllm_graph_mode(t, &k, true),
+                        Some(want),
+                        "{v:?} {} {asked:?} eager {eager}",
+                        t.name
+                    );
+                    let c = capacity(t, gpu, Engine::Vllm, &k).unwrap();
+                    let line = c.assumes.iter().find(|a| a.starts_with("CUDA-graph mode"));
+                    assert_eq!(line.is_some(), asked.is_some(), "{v:?} {asked:?}");
+                    let Some(line) = line else { continue };
+                    // 0.11 has no optimization levels; 0.12-0.19 have them (refused by vram).
+                    assert!(
+                        !line.contains("0.20.0-0.22.0")
+                            && (v >= [0, 12, 0] || !line.contains("-O2")),
+                        "{v:?}: {line}"
+                    );
+                    if asked == Some(M::Full) && is_hybrid && !eager {
+                        let f = if v < [0, 12, 0] {
+                            "initialize_cudagraph_capture"
+                        } else {
+                            "_check_and_update_cudagraph_mode"
+                        };
+                        assert!(line.contains(f), "{v:?}: {line}");
+                        assert_eq!(
+                            line.contains("mamba_attn.py UNIFORM_SINGLE_TOKEN_DECODE"),
+                            v < [0, 17, 0],
+                            "{v:?}: {line}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
