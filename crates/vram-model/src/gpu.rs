@@ -865,10 +865,7 @@ mod tests {
             })
             .map(|g| g.id)
             .collect();
-        assert_eq!(
-            not_torch,
-            ["rtx-4060", "rtx-4070", "h20-141g", "mi325x"]
-        );
+        assert_eq!(not_torch, ["rtx-4060", "rtx-4070", "h20-141g", "mi325x"]);
         // The L20 as Unsloth's banner prints torch's total (GiB to three decimals): 3.1 GiB more
         // than the L40S, whose ECC takes its share of the same 48 GB (round 6 of issue 35).
         let l20 = lookup("l20").unwrap();
@@ -926,17 +923,25 @@ mod tests {
         // 79.19 GiB total less 78.81 free.
         assert_eq!(gib2(h100.bare_context_bytes([12, 4])), 0.38);
         assert_eq!(h200.bare_context_bytes([12, 4]), CU124_BARE_CONTEXT_BYTES);
-        assert!(h100.bare_context_source([12, 4]).starts_with("measured: H100"));
+        assert!(h100
+            .bare_context_source([12, 4])
+            .starts_with("measured: H100"));
         assert!(h200.bare_context_source([12, 4]).contains("stands in"));
         assert_eq!(h200.bare_context_bytes([12, 8]), H200_BARE_CONTEXT_BYTES);
         assert_eq!(
             h200.bare_context_bytes([12, 6]),
             h200.bare_context_bytes([13, 0])
         );
-        assert!(h200.bare_context_source([12, 6]).contains("not measured under CUDA 12.6"));
+        assert!(h200
+            .bare_context_source([12, 6])
+            .contains("not measured under CUDA 12.6"));
         assert!(h100.bare_context_source([12, 1]).contains("12.4 reading"));
         for g in GPUS {
-            assert!(g.bare_context_bytes([12, 4]) < g.bare_context_bytes([12, 8]), "{}", g.id);
+            assert!(
+                g.bare_context_bytes([12, 4]) < g.bare_context_bytes([12, 8]),
+                "{}",
+                g.id
+            );
         }
     }
 }
