@@ -59,9 +59,12 @@ fn read_lengths(arg: &str) -> Result<Vec<u64>> {
         .filter(|t| !t.is_empty())
         .enumerate()
     {
-        let n: u64 = tok
-            .parse()
-            .map_err(|_| bad_input!("lengths: item {} `{tok}` is not a whole number", i + 1))?;
+        let n: u64 = tok.parse().map_err(|_| {
+            // The item as written, cut short: a binary file is one long "item".
+            let shown: String = tok.chars().take(24).flat_map(char::escape_debug).collect();
+            let more = if tok.chars().count() > 24 { "..." } else { "" };
+            bad_input!("lengths: item {} `{shown}{more}` is not a whole number", i + 1)
+        })?;
         if n == 0 || n > vram_model::setup::MAX_SIZE {
             return Err(bad_input!(
                 "lengths: item {} = {n} must be between 1 and {}",

@@ -62,16 +62,7 @@ pub struct DoctorArgs {
 const MAX_TEXT: u64 = 64 << 20;
 
 fn read_text(path: &Path, what: &str) -> Result<String> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
-    if meta.len() > MAX_TEXT {
-        return Err(bad_input!(
-            "{what} {} is larger than 64 MiB",
-            path.display()
-        ));
-    }
-    let bytes = std::fs::read(path)
-        .map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
+    let bytes = crate::input::read_bounded(path, what, MAX_TEXT)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 

@@ -924,6 +924,7 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
             "--global-batch and --seq must be at least 1".into(),
         ));
     }
+    check_sizes(req.global_batch, req.seq)?;
     if req.precisions.is_empty() {
         return Err(Error::Request("no precision to search".into()));
     }
@@ -984,6 +985,24 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
                 req.cluster.gpus
             )));
         }
+    }
+    Ok(())
+}
+
+/// Refuses a global batch or sequence length beyond what any step could hold (the step's own
+/// limits, `vram_model::setup::MAX_SIZE` and `MAX_TOKENS`): past them the arithmetic of the
+/// search would overflow, and the input is a typo.
+pub(crate) fn check_sizes(global_batch: u64, seq: u64) -> Result<()> {
+    use vram_model::setup::{MAX_SIZE, MAX_TOKENS};
+    if seq > MAX_SIZE {
+        return Err(Error::Request(format!(
+            "--seq {seq} must be between 1 and {MAX_SIZE}"
+        )));
+    }
+    if global_batch > MAX_TOKENS {
+        return Err(Error::Request(format!(
+            "--global-batch {global_batch} must be between 1 and {MAX_TOKENS}"
+        )));
     }
     Ok(())
 }

@@ -519,6 +519,13 @@ impl FinetuneRequest {
 
     /// The whole spec, validated.
     pub fn spec(&self) -> Result<FinetuneSpec> {
+        if self.method != Method::Full && self.rank > vram_model::setup::MAX_SIZE {
+            return Err(input(format!(
+                "--lora-rank {} must be between 1 and {}",
+                self.rank,
+                vram_model::setup::MAX_SIZE
+            )));
+        }
         let targets = Targets::parse(&self.targets)?;
         let s = FinetuneSpec {
             method: self.method,
