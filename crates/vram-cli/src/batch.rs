@@ -83,6 +83,20 @@ fn read_lengths(arg: &str) -> Result<Vec<u64>> {
 pub fn run(a: &BatchArgs) -> Result<()> {
     let model = resolve_model(&a.model, &a.hub)?.model;
     let gpu = gpu::lookup(&a.gpu)?;
+    // Each batch sets its own micro-batch and padded length; images are not packed.
+    let replaced: Vec<&str> = a
+        .step
+        .request()
+        .given()
+        .into_iter()
+        .filter(|f| ["--micro-batch", "--seq", "--image-size"].contains(f))
+        .collect();
+    if !replaced.is_empty() {
+        return Err(bad_input!(
+            "{}: vram batch sets each batch's micro-batch and padded length from --lengths (and packs text sequences only)",
+            replaced.join(", ")
+        ));
+    }
     // The step on the budget's GPU: its CUDA context and workspace, as `vram estimate` prices it.
     let setup = a.step.setup_on(&model, Some(gpu))?;
     let lengths = read_lengths(&a.lengths)?;

@@ -136,6 +136,12 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         });
     } else if a.gpu.is_some() {
         return Err(bad_input!("--gpu is for --model (the step's time model)"));
+    } else if let Some(flags) = Some(a.step.request().given()).filter(|g| !g.is_empty()) {
+        return Err(bad_input!(
+            "{} describe{} the job's step, which is estimated only with --model: give --model",
+            flags.join(", "),
+            if flags.len() == 1 { "s" } else { "" }
+        ));
     }
     for p in &a.stats {
         let name = p.display().to_string();
@@ -203,6 +209,15 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     if !a.stats.is_empty() || a.snapshot.is_some() || a.recording.is_some() {
         return Err(bad_input!(
             "this is a serving engine's start-up error, not a PyTorch out-of-memory message: --stats, --snapshot and --recording do not apply"
+        ));
+    }
+    let given = a.step.request().given();
+    if !given.is_empty() {
+        return Err(bad_input!(
+            "this is a serving engine's start-up error: {} describe{} a PyTorch step and do{} not apply (the engine's own flags are `vram capacity`'s)",
+            given.join(", "),
+            if given.len() == 1 { "s" } else { "" },
+            if given.len() == 1 { "es" } else { "" }
         ));
     }
     // With --model (and --gpu), the capacity model's figures for the engine's defaults turn

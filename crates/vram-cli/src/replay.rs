@@ -103,7 +103,8 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         let mut c = AllocatorConfig::new(Policy::Vramkit);
         c.trim_slack = slack;
-        configs.push((c, Some(format!("vramkit [trim_slack {slack}]"))));
+        // `{:?}`: 1e300 as written, not as 301 digits.
+        configs.push((c, Some(format!("vramkit [trim_slack {slack:?}]"))));
     }
     let req = ReplayRequest {
         configs,
