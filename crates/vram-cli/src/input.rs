@@ -347,6 +347,13 @@ fn resolve_local(arg: &str, path: &Path) -> Result<Resolved> {
     if arg.ends_with(".safetensors") {
         let mut tally = Tally::default();
         read_header(path, &mut tally)?;
+        if tally.elements.is_empty() {
+            // A header with no tensor (`{}` or `__metadata__` alone) is no model's weights.
+            return Err(bad_input!(
+                "{}: the safetensors header holds no tensor",
+                path.display()
+            ));
+        }
         return Ok(Resolved {
             model: Model::Weights(tally.weights(&file_name(path))),
             checkpoint: Some(tally),

@@ -449,6 +449,17 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             dtypes: Bytes(w.dtypes.iter().map(|(k, v)| (k.clone(), *v)).collect()),
         }));
     }
+    if let Model::Transformer(t) = model {
+        // On a checkpoint of float tensors the flag changed nothing, and the output said
+        // "(bf16, dequantized)".
+        if req.dequantized && !t.blocks.storage.is_packed() {
+            return Err(input(format!(
+                "--dequantized loads a packed checkpoint (FP8, MXFP4, bitsandbytes, GPTQ, AWQ) dequantized; {}'s weights are stored as {}, not packed",
+                t.name,
+                t.blocks.storage.name()
+            )));
+        }
+    }
     let mut setup = req.step.setup(model, Some(gpu))?;
     // Issue 22: --weights for inference; --finetune lora/qlora for training.
     let mut inference_weights = None;

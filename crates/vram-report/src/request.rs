@@ -307,6 +307,13 @@ impl StepRequest {
             .into_iter()
             .filter(|f| other.contains(f))
             .collect();
+        if self.pp == 1 && self.schedule != StepRequest::default().schedule {
+            // The schedule orders a pipeline's micro-batches; one stage has none to order.
+            return Err(input(format!(
+                "--schedule {} orders a pipeline's stages: it needs --pp greater than 1",
+                schedule_name(self.schedule)
+            )));
+        }
         if given.is_empty() {
             return Ok(());
         }
