@@ -1412,6 +1412,9 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
     let mut no_tensor = 2u64.to_le_bytes().to_vec();
     no_tensor.extend_from_slice(b"{}");
     let no_tensor = write(&dir, "empty.safetensors", &no_tensor);
+    let (_, doctor_json, _) = vram(&["doctor", OOM_2_5, "--no-nvml", "--json"]);
+    let doctor_json = write(&dir, "doctor.json", doctor_json.as_bytes());
+    let binary_json = write(&dir, "binary.json", &[0xff, 0xfe, b'{', 0x00]);
     let vllm = "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (84320). Try increasing gpu_memory_utilization or decreasing max_model_len when initializing the engine.";
     let max = u64::MAX.to_string();
     let plan = |extra: &[&str]| -> Vec<String> {
@@ -1455,6 +1458,20 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
                 .map(String::from)
                 .to_vec(),
             "item 1 `xxxxxxxxxxxxxxxxxxxxxxxx...` is not a whole number",
+        ),
+        // The list of what `vram report` renders left out batch, checkpoint and top, and a
+        // doctor's JSON was "JSON object with keys [...]".
+        (
+            ["report", &doctor_json, "-o", &out("d.html")]
+                .map(String::from)
+                .to_vec(),
+            "the --json of vram doctor has no page",
+        ),
+        (
+            ["report", &binary_json, "-o", &out("d.html")]
+                .map(String::from)
+                .to_vec(),
+            "is not UTF-8 text",
         ),
         // It was "0 parameters, 0 B of weights".
         (
@@ -1566,5 +1583,7 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // Nothing was written where a run was refused.
-    assert!(!dir.join("t.pickle").exists() && !dir.join("r.jsonl").exists());
+    for name in ["t.pickle", "r.jsonl", "d.html"] {
+        assert!(!dir.join(name).exists(), "{name} written");
+    }
 }
