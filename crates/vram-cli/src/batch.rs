@@ -63,7 +63,10 @@ fn read_lengths(arg: &str) -> Result<Vec<u64>> {
             // The item as written, cut short: a binary file is one long "item".
             let shown: String = tok.chars().take(24).flat_map(char::escape_debug).collect();
             let more = if tok.chars().count() > 24 { "..." } else { "" };
-            bad_input!("lengths: item {} `{shown}{more}` is not a whole number", i + 1)
+            bad_input!(
+                "lengths: item {} `{shown}{more}` is not a whole number",
+                i + 1
+            )
         })?;
         if n == 0 || n > vram_model::setup::MAX_SIZE {
             return Err(bad_input!(

@@ -94,7 +94,8 @@ pub fn read_bounded(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
             vram_model::fmt::bytes(max)
         )
     };
-    let f = File::open(path).map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
+    let f =
+        File::open(path).map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
     if f.metadata().is_ok_and(|m| m.len() > max) {
         return Err(too_big());
     }

@@ -1435,13 +1435,27 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
             "--seq 18446744073709551615 must be between 1 and 16777216",
         ),
         (
-            plan(&["--global-batch", &max, "--seq", "2048", "--finetune", "lora"]),
+            plan(&[
+                "--global-batch",
+                &max,
+                "--seq",
+                "2048",
+                "--finetune",
+                "lora",
+            ]),
             "--global-batch 18446744073709551615 must be between",
         ),
         (
-            ["estimate", "llama-3-8b", "--finetune", "lora", "--lora-rank", &max]
-                .map(String::from)
-                .to_vec(),
+            [
+                "estimate",
+                "llama-3-8b",
+                "--finetune",
+                "lora",
+                "--lora-rank",
+                &max,
+            ]
+            .map(String::from)
+            .to_vec(),
             "--lora-rank 18446744073709551615 must be between 1 and 16777216",
         ),
         // A device reports length 0 and was read until memory ran out.
@@ -1450,7 +1464,9 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
             "/dev/zero is larger than 16.0 MiB",
         ),
         (
-            ["doctor", "/dev/zero", "--no-nvml"].map(String::from).to_vec(),
+            ["doctor", "/dev/zero", "--no-nvml"]
+                .map(String::from)
+                .to_vec(),
             "/dev/zero is larger than 64.0 MiB",
         ),
         (
@@ -1492,7 +1508,9 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
             "--schedule gpipe orders a pipeline's stages: it needs --pp greater than 1",
         ),
         (
-            ["estimate", "gpt2", "--batch", "8"].map(String::from).to_vec(),
+            ["estimate", "gpt2", "--batch", "8"]
+                .map(String::from)
+                .to_vec(),
             "--batch is for --inference; training takes --micro-batch and --seq",
         ),
         (
@@ -1516,9 +1534,17 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
             "--kv-dtype is for --inference",
         ),
         (
-            ["trace", "gpt2", "--inference", "--optimizer", "sgd", "--out", &out("t.pickle")]
-                .map(String::from)
-                .to_vec(),
+            [
+                "trace",
+                "gpt2",
+                "--inference",
+                "--optimizer",
+                "sgd",
+                "--out",
+                &out("t.pickle"),
+            ]
+            .map(String::from)
+            .to_vec(),
             "--optimizer is for training",
         ),
         (
@@ -1540,9 +1566,16 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
             "--micro-batch: vram batch sets each batch's micro-batch",
         ),
         (
-            ["trace", "gpt2", "--out", &out("t.pickle"), "--gpu", "a100-80g"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "trace",
+                "gpt2",
+                "--out",
+                &out("t.pickle"),
+                "--gpu",
+                "a100-80g",
+            ]
+            .map(String::from)
+            .to_vec(),
             "--events",
         ),
         (

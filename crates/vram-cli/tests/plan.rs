@@ -638,7 +638,15 @@ fn serving_speed_follows_precision_and_cache_kind() {
 #[test]
 fn pins_that_cannot_hold_together_are_named() {
     let base = [
-        "plan", "llama-3-8b", "--gpus", "8", "--global-batch", "8", "--seq", "2048", "--gpu",
+        "plan",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq",
+        "2048",
+        "--gpu",
         "h100-80g",
     ];
     for (extra, says) in [
@@ -651,10 +659,20 @@ fn pins_that_cannot_hold_together_are_named() {
             "without --zero 0 or without --offload optimizer it would",
         ),
         (
-            &["--stack", "megatron", "--pp", "2", "--schedule", "interleaved:64"][..],
+            &[
+                "--stack",
+                "megatron",
+                "--pp",
+                "2",
+                "--schedule",
+                "interleaved:64",
+            ][..],
             "without --pp 2 or without --schedule interleaved:64 it would",
         ),
-        (&["--tp", "2", "--dp", "2"][..], "without --tp 2 or without --dp 2 it would"),
+        (
+            &["--tp", "2", "--dp", "2"][..],
+            "without --tp 2 or without --dp 2 it would",
+        ),
     ] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_vram"))

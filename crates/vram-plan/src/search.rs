@@ -997,7 +997,9 @@ fn no_match(req: &Request, t: &Transformer) -> Error {
         (num("--tp", p.tp), |q| q.tp = None),
         (num("--pp", p.pp), |q| q.pp = None),
         (num("--dp", p.dp), |q| q.dp = None),
-        (num("--micro-batch", p.micro_batch), |q| q.micro_batch = None),
+        (num("--micro-batch", p.micro_batch), |q| {
+            q.micro_batch = None
+        }),
         (num("--zero", p.zero.map(u64::from)), |q| q.zero = None),
         (
             p.offload.map(|o| {
