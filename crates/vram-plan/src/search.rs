@@ -993,7 +993,9 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
 fn no_match(req: &Request, t: &Transformer) -> Error {
     let p = req.pins;
     let num = |flag: &str, v: Option<u64>| v.map(|v| format!("{flag} {v}"));
-    let pinned: [(Option<String>, fn(&mut Pins)); 9] = [
+    /// A pin as the flag writes it (`None`: not pinned), and how to release it.
+    type Pinned = (Option<String>, fn(&mut Pins));
+    let pinned: [Pinned; 9] = [
         (num("--tp", p.tp), |q| q.tp = None),
         (num("--pp", p.pp), |q| q.pp = None),
         (num("--dp", p.dp), |q| q.dp = None),
