@@ -26,7 +26,8 @@ struct Case {
     /// message of 1-15 had been seen (the fifteenth round: project-specific searches, Apple's MPS
     /// layout, an XPU CI failure); 17: after every message of 1-16 had been seen (the sixteenth
     /// round: serving start-up errors with the log lines before them, vLLM's Mamba-block check);
-    /// 18: after every message of 1-17 had been seen (the seventeenth round).
+    /// 18: after every message of 1-17 had been seen (the seventeenth round); 19: after every
+    /// message of 1-18 had been seen (the eighteenth round: project-specific and non-English searches).
     batch: u8,
     label: String,
     message: String,
@@ -204,13 +205,18 @@ enum Group {
     /// Batch 18's holdout: reported once, as it came out (5 / 9, on the rules of 18e0ff1, main
     /// c72f1e1's).
     Holdout18,
+    /// Batch 19's fit half (issue 35's eighteenth collection round): the rules may be fitted on it
+    /// and on everything above.
+    Fit19,
+    /// Batch 19's holdout: reported once, as it came out.
+    Holdout19,
 }
 
 /// Each group's figure: (right top causes today, what it was reported at when it was unseen).
 /// Every group is pinned at today's figure (a change that moves one says so), and a holdout
 /// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
 /// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
-const FIGURES: [(Group, usize, Option<usize>); 35] = [
+const FIGURES: [(Group, usize, Option<usize>); 37] = [
     (Group::Fit1, 19, None),
     (Group::Holdout1, 20, Some(16)),
     (Group::Batch2, 5, Some(3)),
@@ -271,6 +277,12 @@ const FIGURES: [(Group, usize, Option<usize>); 35] = [
     (Group::Fit18, 7, None),
     // Reported at 5 (BENCHMARKS.md): run once, first, on the rules of 18e0ff1 (main c72f1e1's).
     (Group::Holdout18, 5, Some(5)),
+    // 13 at its first run (after the holdout): its misses are dorado#272 (fragmentation by a
+    // maintainer's reading, slack smaller than the live tensors) and RVC#1106 (other processes by
+    // an answerer's reading, 1.65 GiB of a 4 GiB card outside PyTorch on Windows).
+    (Group::Fit19, 13, None),
+    // Reported at 14 (BENCHMARKS.md): run once, first, on the rules of dd6d2b5 (main 9547c56's).
+    (Group::Holdout19, 14, Some(14)),
 ];
 
 /// Whether batch 4's halves have been run: (fit, holdout). Both stayed unrun until the labelled
@@ -386,6 +398,12 @@ const RUN17: (bool, bool) = (true, true);
 /// at its first run.
 const RUN18: (bool, bool) = (true, true);
 
+/// Whether batch 19's halves have been run: (fit, holdout). Both stayed unrun until the labelled
+/// messages were committed (dd6d2b5); the holdout was then run first, once, on the rules of dd6d2b5
+/// (main 9547c56's), and came out at 14 / 16 (BENCHMARKS.md); the fit half was run after that,
+/// 13 / 15 at its first run.
+const RUN19: (bool, bool) = (true, true);
+
 #[test]
 fn public_messages_fit_half_and_holdout() {
     let cases = cases();
@@ -435,6 +453,8 @@ fn public_messages_fit_half_and_holdout() {
             (17, _) => Group::Holdout17,
             (18, "fit") => Group::Fit18,
             (18, _) => Group::Holdout18,
+            (19, "fit") => Group::Fit19,
+            (19, _) => Group::Holdout19,
             (b, _) => panic!("{}: no batch {b}", c.source),
         };
         if (group == Group::Holdout3 && !HOLDOUT3_RUN)
@@ -468,6 +488,8 @@ fn public_messages_fit_half_and_holdout() {
             || (group == Group::Holdout17 && !RUN17.1)
             || (group == Group::Fit18 && !RUN18.0)
             || (group == Group::Holdout18 && !RUN18.1)
+            || (group == Group::Fit19 && !RUN19.0)
+            || (group == Group::Holdout19 && !RUN19.1)
         {
             continue;
         }
@@ -508,7 +530,7 @@ fn no_public_message_reads_as_the_awq_negative_dimension_failure() {
     ))
     .unwrap();
     let public = cases();
-    assert!(public.len() >= 478, "{} public messages", public.len());
+    assert!(public.len() >= 509, "{} public messages", public.len());
     let misread: Vec<&str> = public
         .iter()
         .map(|c| c.message.as_str())
