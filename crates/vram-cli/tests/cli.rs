@@ -1620,3 +1620,38 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
         assert!(!dir.join(name).exists(), "{name} written");
     }
 }
+
+/// The setup line names the pipeline schedule its JSON holds (it said only "pp 2", so a
+/// GPipe estimate read like a 1F1B one).
+#[test]
+fn the_setup_line_names_the_pipeline_schedule() {
+    for (schedule, shown) in [
+        ("gpipe", "pp 2 (gpipe)"),
+        ("interleaved:2", "pp 2 (interleaved:2)"),
+    ] {
+        let args = [
+            "estimate",
+            "llama-3-8b",
+            "--pp",
+            "2",
+            "--schedule",
+            schedule,
+        ];
+        let (code, text, err) = vram(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(text.lines().nth(1).unwrap().contains(shown), "{text}");
+        let (_, json, _) = vram(&[&args[..], &["--json"]].concat());
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let want = match schedule {
+            "gpipe" => serde_json::json!("gpipe"),
+            _ => serde_json::json!({"interleaved": 2}),
+        };
+        assert_eq!(v["setup"]["parallel"]["schedule"], want);
+    }
+    // One stage has no schedule to name.
+    let (_, text, _) = vram(&["estimate", "llama-3-8b"]);
+    assert!(
+        text.lines().nth(1).unwrap().contains("pp 1, ZeRO"),
+        "{text}"
+    );
+}

@@ -1029,8 +1029,14 @@ fn describe_blocks(
 fn describe(model: &Model, r: &EstimateReport) -> String {
     let setup = &r.setup;
     let p = setup.parallel;
+    // The schedule only where there is a pipeline to order (the JSON's `setup` always has it).
+    let schedule = if p.pp > 1 {
+        format!(" ({})", crate::request::schedule_name(p.schedule))
+    } else {
+        String::new()
+    };
     let par = format!(
-        "dp {} tp {} pp {}{}",
+        "dp {} tp {} pp {}{schedule}{}",
         p.dp,
         p.tp,
         p.pp,
