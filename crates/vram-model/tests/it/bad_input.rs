@@ -116,3 +116,22 @@ fn current_family_errors_name_the_key() {
         assert!(!e.contains('\n'), "{e}");
     }
 }
+
+/// A routed top-k above the expert count is refused for every family, where only Mixtral's
+/// reader checked it: Hunyuan-A13B with `moe_topk` 2^53 (found by mutating the zoo's configs)
+/// overflowed the serving model's dispatch buffers.
+#[test]
+fn a_top_k_above_the_experts_is_refused() {
+    let mut v: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../../tests/zoo/configs/hunyuan-a13b.json"
+    ))
+    .unwrap();
+    v["moe_topk"][0] = serde_json::json!(9007199254740992u64);
+    let e = hf::parse_config(&v.to_string(), "hunyuan").unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("top-k) = 9007199254740992 is out of range: cannot exceed the 64 experts"),
+        "{e}"
+    );
+}
