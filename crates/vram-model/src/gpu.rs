@@ -21,6 +21,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
 
 /// A GPU's vendor, and with it the runtime PyTorch and the engines use on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -147,14 +148,14 @@ pub const GPUS: &[Gpu] = &[
         id: "l4",
         name: "NVIDIA L4 24GB",
         vendor: Vendor::Nvidia,
-        memory_bytes: 23_034 * MIB,
+        memory_bytes: 22_700 * MIB,
         half_tflops: 121.0,
         fp32_tflops: 30.3,
         hbm_gb_s: 300.0,
         bf16: true,
         sm_major: 8,
         sm_minor: 9,
-        memory_source: "nvidia-smi: 23034 MiB (modal-labs/modal-client#2797's list). Torch's own total is known and not yet taken: 'GPU: NVIDIA L4. Max memory: 22.168 GB' (Unsloth 2024.8's banner, total_memory / 2^30, PyTorch 2.3; code index id 28301952272). With it the SGLang 4 x L4 start of the issue-23 logs reads -10.4 % KV: the context stand-in (H100, CUDA 13, 779 MiB) is larger than that L4's under CUDA 12.4 (22.168 - 21.76 GiB free before distributed init = 418 MiB), so the row and the context change together",
+        memory_source: "torch: 'GPU: NVIDIA L4. Max memory: 22.168 GB' (Unsloth 2024.8's banner prints total_memory / 2^30 to three decimals, PyTorch 2.3; code index id 28301952272), taken as 22,700 MiB (22.16797 GiB; the banner's rounding leaves +-0.5 MiB). nvidia-smi lists the card at 23034 MiB (modal-labs/modal-client#2797)",
     },
     Gpu {
         id: "l40s",
@@ -477,6 +478,18 @@ pub const H200_CUDA13_CONTEXT_BYTES: u64 = 818_741_248;
 /// 1,319,960,576 B: every module is loaded with the context.
 pub const H200_BARE_CONTEXT_BYTES: u64 = 552_402_944;
 
+/// The bare context (as [`H200_BARE_CONTEXT_BYTES`]) under a PyTorch built with CUDA 12.4 (the
+/// PyPI wheels of torch 2.5.1 and 2.6.0, by their `nvidia-cuda-runtime-cu12==12.4.127`
+/// requirement): the H100 80GB HBM3's torch total (79.19 GiB, the H100 row) less SGLang's
+/// "Load weight begin. avail mem=78.81 GB" at TP 1, where nothing has launched a kernel yet
+/// (`model_runner.py`), in the seen SGLang 0.4.2 start of the issue-23 logs (the project's
+/// documentation build, torch 2.5.1 through vLLM 0.6.4.post1's pin): 0.38 GiB, +-0.005 GiB from
+/// the log's rounding. Round 2's four documentation-build starts (holdout) read the same 78.81. The same build's 4 x L4 start (SGLang 0.4.3.post4, torch 2.5.1,
+/// didier-durand/llms-in-clouds) reads 0.41 GiB before `init_torch_distributed`; the H200 under
+/// CUDA 13.0 reads 0.51 GiB and an L40S under SGLang 0.5 (torch 2.8.0, CUDA 12.8) 0.51 GiB
+/// (44.52 - 44.01): the CUDA build moves the bare context by about 130 MiB, the GPU by about 30.
+pub const CU124_BARE_CONTEXT_BYTES: u64 = 85_029_615_043 - 7_881 * GIB / 100;
+
 /// What the process's first kernel launch adds outside the caching allocator under lazy module
 /// loading: 96,468,992 B (46 × 2 MiB) on the same H200 run as [`H200_BARE_CONTEXT_BYTES`], and
 /// nothing for the four distinct kernels launched after it. NVIDIA's forum answers attribute it
@@ -509,11 +522,17 @@ impl Gpu {
             _ => H100_CUDA13_CONTEXT_BYTES,
         }
     }
-    /// The context before the process's first kernel (lazy module loading): measured on the
-    /// H200 ([`H200_BARE_CONTEXT_BYTES`]); elsewhere [`Gpu::context_bytes`] less what the H200's
-    /// kernels added to its bare context (its context less its bare one), which
-    /// [`Gpu::first_launch_source`] names.
-    pub fn bare_context_bytes(&self) -> u64 {
+    /// The context before the process's first kernel (lazy module loading) under a PyTorch built
+    /// with CUDA `cuda` (`[major, minor]`). Before CUDA 12.6 the CUDA 12.4 reading
+    /// ([`CU124_BARE_CONTEXT_BYTES`], every GPU). From 12.6: measured on the H200 under CUDA
+    /// 13.0 ([`H200_BARE_CONTEXT_BYTES`]); elsewhere [`Gpu::context_bytes`] less what the
+    /// H200's kernels added to its bare context (its context less its bare one). CUDA 12.6 is
+    /// not measured and takes the later figure, the larger (so a verdict of "fits" keeps to the
+    /// safe side). [`Gpu::bare_context_source`] names which.
+    pub fn bare_context_bytes(&self, cuda: [u32; 2]) -> u64 {
+        if cuda < [12, 6] {
+            return CU124_BARE_CONTEXT_BYTES;
+        }
         match self.id {
             "h200" => H200_BARE_CONTEXT_BYTES,
             _ => self
@@ -526,7 +545,18 @@ impl Gpu {
     pub fn first_launch_bytes(&self) -> u64 {
         H200_FIRST_LAUNCH_BYTES
     }
-    /// Where [`Gpu::bare_context_bytes`] and [`Gpu::first_launch_bytes`] come from.
+    /// Where [`Gpu::bare_context_bytes`] comes from under CUDA `cuda`.
+    pub fn bare_context_source(&self, cuda: [u32; 2]) -> &'static str {
+        match (cuda < [12, 4], cuda < [12, 6], self.id) {
+            (true, _, _) => "not measured under this CUDA; the CUDA 12.4 reading (H100, SGLang's own log) stands in",
+            (_, true, "h100-80g") => "measured: H100 80GB HBM3, CUDA 12.4 (SGLang's own 'avail mem' at TP 1)",
+            (_, true, _) => "not measured on this GPU; the H100's under CUDA 12.4 (SGLang's own 'avail mem' at TP 1) stands in",
+            (_, _, "h200") if cuda >= [12, 8] => "measured: H200, CUDA 13.0, driver 580, PyTorch 2.11 (gpu/first_kernel.py)",
+            (_, _, _) if cuda >= [12, 8] => "not measured on this GPU; the H200's (CUDA 13.0, driver 580) stands in",
+            _ => "not measured under CUDA 12.6; the H200's under CUDA 13.0 (the larger, against 12.4's) stands in",
+        }
+    }
+    /// Where [`Gpu::first_launch_bytes`] comes from.
     pub fn first_launch_source(&self) -> &'static str {
         match self.id {
             "h200" => "measured: H200, CUDA 13.0, driver 580, PyTorch 2.11 (gpu/first_kernel.py)",
@@ -835,10 +865,7 @@ mod tests {
             })
             .map(|g| g.id)
             .collect();
-        assert_eq!(
-            not_torch,
-            ["l4", "rtx-4060", "rtx-4070", "h20-141g", "mi325x"]
-        );
+        assert_eq!(not_torch, ["rtx-4060", "rtx-4070", "h20-141g", "mi325x"]);
         // The L20 as Unsloth's banner prints torch's total (GiB to three decimals): 3.1 GiB more
         // than the L40S, whose ECC takes its share of the same 48 GB (round 6 of issue 35).
         let l20 = lookup("l20").unwrap();
@@ -847,11 +874,14 @@ mod tests {
             47.503
         );
         assert!(l20.memory_source.starts_with("torch") && (l20.sm_major, l20.sm_minor) == (8, 9));
-        // The L4: torch's 22.168 GiB is known (Unsloth's banner) and waits on the context
-        // stand-in; the row keeps nvidia-smi's reading and says so.
+        // The L4 as Unsloth's banner prints torch's total (GiB to three decimals), adopted with
+        // the bare context under CUDA 12.4 that its SGLang start ran on.
         let l4 = lookup("l4").unwrap();
-        assert_eq!(l4.memory_bytes, 23_034 * MIB);
-        assert!(l4.memory_source.starts_with("nvidia-smi") && l4.memory_source.contains("22.168"));
+        assert_eq!(
+            (l4.memory_bytes as f64 / (1u64 << 30) as f64 * 1000.0).round() / 1000.0,
+            22.168
+        );
+        assert!(l4.memory_source.starts_with("torch") && l4.memory_source.contains("22.168"));
     }
 
     /// The H200's figures as measured (vramkit's shared ground truth, 2026-11-27): capacity as
@@ -869,9 +899,9 @@ mod tests {
         assert!(g.context_source().starts_with("measured: H200"));
         // gpu/first_kernel.py on the same H200 (2026-11-28): the bare context and the first
         // launch are the run's own readings, and together stay below the context read later.
-        assert_eq!(g.bare_context_bytes(), 552_402_944); // A_context, lazy loading
+        assert_eq!(g.bare_context_bytes([13, 0]), 552_402_944); // A_context, lazy loading
         assert_eq!(g.first_launch_bytes(), 648_871_936 - 552_402_944);
-        assert!(g.bare_context_bytes() + g.first_launch_bytes() < g.context_bytes());
+        assert!(g.bare_context_bytes([13, 0]) + g.first_launch_bytes() < g.context_bytes());
         let l4 = lookup("l4").unwrap();
         assert_eq!(l4.context_bytes(), H100_CUDA13_CONTEXT_BYTES);
         assert!(l4.first_launch_source().contains("stands in"));
@@ -880,5 +910,38 @@ mod tests {
             .unwrap()
             .context_source()
             .starts_with("not measured"));
+    }
+
+    /// The bare context follows the CUDA build: SGLang's own "avail mem" readings before any
+    /// kernel (TP 1) on an H100 under torch 2.5.1 (CUDA 12.4) give 0.38 GiB; the H200 under
+    /// CUDA 13.0 measured 0.51 GiB. 12.6 is not measured and takes the larger figure.
+    #[test]
+    fn the_bare_context_follows_the_cuda_build() {
+        let h100 = lookup("h100-80g").unwrap();
+        let h200 = lookup("h200").unwrap();
+        let gib2 = |b: u64| (b as f64 / GIB as f64 * 100.0).round() / 100.0;
+        // 79.19 GiB total less 78.81 free.
+        assert_eq!(gib2(h100.bare_context_bytes([12, 4])), 0.38);
+        assert_eq!(h200.bare_context_bytes([12, 4]), CU124_BARE_CONTEXT_BYTES);
+        assert!(h100
+            .bare_context_source([12, 4])
+            .starts_with("measured: H100"));
+        assert!(h200.bare_context_source([12, 4]).contains("stands in"));
+        assert_eq!(h200.bare_context_bytes([12, 8]), H200_BARE_CONTEXT_BYTES);
+        assert_eq!(
+            h200.bare_context_bytes([12, 6]),
+            h200.bare_context_bytes([13, 0])
+        );
+        assert!(h200
+            .bare_context_source([12, 6])
+            .contains("not measured under CUDA 12.6"));
+        assert!(h100.bare_context_source([12, 1]).contains("12.4 reading"));
+        for g in GPUS {
+            assert!(
+                g.bare_context_bytes([12, 4]) < g.bare_context_bytes([12, 8]),
+                "{}",
+                g.id
+            );
+        }
     }
 }

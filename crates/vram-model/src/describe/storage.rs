@@ -488,9 +488,13 @@ impl Storage {
     ///   bank's `w13_qweight`/`w2_qweight` (int32), `scales` (model dtype) and `qzeros`
     ///   (int32) per expert at the checkpoint's group size, the tensors AWQ's per-expert
     ///   `linear_tensors` list, and repacks them at the same sizes; `GPTQMarlinMoEMethod`
-    ///   (`gptq_marlin.py`, main 00161ce) as `gptq_marlin_bank_bytes` counts. SGLang's ports
-    ///   are taken to do the same (not re-read). transformers 5.24 leaves the banks as built
-    ///   ([`Holder`]).
+    ///   (`gptq_marlin.py`, main 00161ce) as `gptq_marlin_bank_bytes` counts. SGLang's run the
+    ///   same tensors: vLLM's own classes through 0.4.9 for AWQ (read at 0.6.4.post1 and 0.7.2), its own
+    ///   `AWQMoEMethod` from 0.4.10 (`awq.py`), and its own `GPTQMarlinMoEMethod` from 0.4.9
+    ///   (`gptq.py`: scales `torch.half`, `qzeros` in the model dtype), read in the 0.4.9,
+    ///   0.4.10.post2 and 0.5.3 wheels; its `MoeWNA16Method` fallback (a layer Marlin MoE does
+    ///   not support) packs the same bytes in uint8. transformers 5.24 leaves the banks as
+    ///   built ([`Holder`]).
     /// - bitsandbytes: the layers' `nn.Linear` modules only.
     ///
     /// Never the routers, the head, the towers, the MTP layers, a linear of one output row (a
@@ -523,7 +527,8 @@ impl Storage {
 }
 
 /// Bytes one expert's `rows × cols` matrix takes in vLLM's `GPTQMarlinMoEMethod` bank after
-/// loading (`gptq_marlin.py`, read at vLLM main 00161ce; SGLang's port not re-read): `qweight` and
+/// loading (`gptq_marlin.py`, read at vLLM main 00161ce, 0.6.4.post1 and 0.7.2; SGLang's own port
+/// at 0.4.9 and 0.5.3 the same): `qweight` and
 /// `scales` as the checkpoint's (`linear_tensors`), `qzeros` created in the model dtype
 /// (`dtype` bytes, not the checkpoint's int32), `g_idx` and `g_idx_sort_indices` emptied by
 /// `process_weights_after_loading` unless `desc_act`, where both stay (int32 over the input).

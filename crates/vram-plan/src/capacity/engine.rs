@@ -519,6 +519,58 @@ pub(super) fn awq_channelwise_refusal(
     })
 }
 
+/// How SGLang fails to build an MoE layer where a plain (non-Marlin) AWQ or GPTQ method is in
+/// force (`--quantization awq`/`gptq` named outright, or compute capability below 8.0, where
+/// `override_quantization_method` keeps the plain method), if it does. Only the Marlin configs
+/// have an MoE method; read in the wheels of 0.4.0, 0.4.2, 0.4.3.post4, 0.4.4, 0.4.5.post3,
+/// 0.4.6.post5, 0.4.7, 0.4.9, 0.4.10.post2, 0.5.0rc2, 0.5.1, 0.5.2 and 0.5.3:
+///
+/// - **AWQ, every release read.** `AWQConfig.get_quant_method` returns a method for a linear only
+///   (vLLM 0.6.4.post1's and 0.7.2's, which SGLang takes through 0.4.4; SGLang's own `awq.py` from
+///   0.4.5), so `FusedMoE.__init__` stops at `assert self.quant_method is not None`. SGLang's
+///   patch (`awq_get_quant_method`, to 0.4.3.post4) reaches only `AWQMarlinConfig`.
+/// - **GPTQ from 0.5.0.** SGLang's own `GPTQConfig.get_quant_method` raises
+///   `TypeError("GPTQ Method does not support MoE, please use gptq_marlin")`. From 0.4.3 to
+///   0.4.10 `monkey_patch_quant_configs` (with vLLM installed) gives `GPTQConfig` the Marlin MoE
+///   method, so it loads; at 0.4.0-0.4.2 the patch reaches only `GPTQMarlinConfig` and vLLM
+///   0.6.4's `GPTQConfig` has no MoE method: the same assertion as AWQ's.
+pub(super) fn sglang_moe_method_refusal(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    k: &Knobs,
+) -> Option<String> {
+    if engine != Engine::Sglang || !t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some()) {
+        return None;
+    }
+    let method = plain_awq_gptq(t, k, gpu)?;
+    let v = Engine::Sglang.version_in_force(k);
+    let version = super::version_label(engine, k);
+    let (name, marlin) = match method {
+        Quantization::Awq => ("awq", "awq_marlin"),
+        _ => ("gptq", "gptq_marlin"),
+    };
+    let why = if gpu.sm_major < 8 {
+        format!(
+            "the {name} method stays in force below compute capability 8.0 (the GPU is {}.{}), where {marlin} does not run",
+            gpu.sm_major, gpu.sm_minor
+        )
+    } else {
+        format!("--quantization {marlin}, or none, runs the Marlin MoE method")
+    };
+    if method == Quantization::Gptq && v >= [0, 5, 0] {
+        return Some(format!(
+            "SGLang {version} refuses this MoE model: TypeError: GPTQ Method does not support MoE, please use gptq_marlin (GPTQConfig.get_quant_method; {why})"
+        ));
+    }
+    if method == Quantization::Gptq && v >= [0, 4, 3] {
+        return None;
+    }
+    Some(format!(
+        "SGLang {version} refuses this MoE model: AssertionError (FusedMoE.__init__: assert self.quant_method is not None; the plain {name} config makes no method for an MoE layer; {why})"
+    ))
+}
+
 /// How the release's `get_rope` refuses the config's rope parameters, if it does, in its own
 /// words (each run on the CPU from the release's source, `tests/data/get_rope`):
 ///

@@ -8,6 +8,27 @@ use super::*;
 /// every GPU (estimated elsewhere).
 pub(super) const SGLANG_DISTRIBUTED_INIT_BYTES: u64 = 133 * MIB;
 
+/// The CUDA runtime of the PyTorch SGLang installs (`[major, minor]`), which sets the bare CUDA
+/// context ([`Gpu::bare_context_bytes`]), and where the pin was read. The `srt` extra's pin in
+/// each release's wheel metadata: 0.4.3.post4 and 0.4.4 `torch==2.5.1`, 0.4.5.post3 and
+/// 0.4.6.post5 `torch==2.6.0`, 0.4.7 to 0.4.10.post2 `torch==2.7.1`, 0.5.3 `torch==2.8.0`;
+/// 0.4.0 to 0.4.2 pin no torch but vLLM (0.4.1: `>=0.6.3.post1,<=0.6.4.post1`; 0.4.2:
+/// `==0.6.4.post1`, whose wheel pins `torch==2.5.1`). The PyPI wheels of torch 2.5.1 and 2.6.0
+/// require `nvidia-cuda-runtime-cu12==12.4.127`, 2.7.1 `12.6.77`, 2.8.0 `12.8.90` (pip's
+/// resolution report of each). A series without a release (`--engine-version 0.4`) spans CUDA
+/// 12.4 and 12.6 and takes 12.6, whose context is the larger.
+pub(super) fn sglang_cuda(k: &Knobs) -> ([u32; 2], &'static str) {
+    let v = Engine::Sglang.version_in_force(k);
+    let series_04 = k.engine_version.is_some() && k.engine_pin == Pin::Series && v[..2] == [0, 4];
+    if v < [0, 4, 7] && !series_04 {
+        ([12, 4], "torch 2.5.1/2.6.0, CUDA 12.4")
+    } else if v < [0, 5, 0] {
+        ([12, 6], "torch 2.7.1, CUDA 12.6")
+    } else {
+        ([12, 8], "torch 2.8 or later, CUDA 12.8 or later")
+    }
+}
+
 /// SGLang's `--swa-full-tokens-ratio` default (`server_args.py`): a sliding-window layer's
 /// tokens against a full layer's.
 pub(super) const SGLANG_SWA_FULL_TOKENS_RATIO: f64 = 0.8;
@@ -106,15 +127,24 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     // `init_torch_distributed` allocated (NCCL communicators, custom all-reduce buffers).
     // CUDA's lazy module loading; a ROCm device is not measured, and keeps the context read
     // after kernels ran.
+    // At TP/PP > 1 the same bare context is read at "Init torch distributed begin", and what
+    // `init_torch_distributed` adds (its warm-up's first launch and NCCL's kernels and buffers
+    // among it) is the 4 x L4 start's own "Init torch distributed ends. mem usage".
     let single = k.tp * k.pp == 1 && !gpu.is_rocm();
+    let (cuda, cuda_build) = sglang_cuda(k);
     let weights = weights_per_gpu(t, k, gpu, Engine::Sglang)
         + allocator_rounding(t, k, gpu)
         + if single { gpu.first_launch_bytes() } else { 0 };
-    let context = if single {
-        gpu.bare_context_bytes()
+    let distributed = if k.tp * k.pp > 1 {
+        SGLANG_DISTRIBUTED_INIT_BYTES
     } else {
-        gpu.context_bytes() + SGLANG_DISTRIBUTED_INIT_BYTES
+        0
     };
+    let context = if gpu.is_rocm() {
+        gpu.context_bytes()
+    } else {
+        gpu.bare_context_bytes(cuda)
+    } + distributed;
     let pre = total.saturating_sub(context) as f64 / GIB;
     let post = pre - weights as f64 / GIB;
     let rest = post - pre * (1.0 - mfs);
@@ -307,7 +337,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             } else {
                 "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)"
             },
-            "free memory before loading: at TP/PP 1 on a CUDA GPU the device total less the CUDA context before any kernel, and the first kernel's driver memory in the weights' figure (gpu/first_kernel.py, lazy module loading; see the context line); at TP/PP > 1 or on ROCm less the CUDA context after kernels ran (the GPU's) and, at TP/PP > 1, 0.13 GiB for init_torch_distributed (measured by SGLang on 4 x L4; estimated elsewhere)",
+            "free memory before loading: on a CUDA GPU the device total less the CUDA context before any kernel (lazy module loading; it follows the CUDA build of the torch the SGLang release pins: see the context line), with the first kernel's driver memory in the weights' figure at TP/PP 1 (gpu/first_kernel.py); on ROCm less the CUDA context after kernels ran (the GPU's); at TP/PP > 1 also 0.13 GiB for init_torch_distributed, its first launch and NCCL included (measured by SGLang on 4 x L4 over PCIe; estimated elsewhere)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size: one layer's live set, MoE caches with cache1 and cache3 in one buffer from 0.4.3 (fused_moe.py), and a plain AWQ/GPTQ linear's whole fp16 weight where no Marlin kernel runs (vLLM's AWQ through 0.4.4, from 256 tokens; SGLang's own awq.py from 0.4.5, on every call)",
             "the request-to-token map (ReqToTokenPool, read at 0.4.5.post3 and 0.5.3): (max_num_reqs + 1 in 0.4) x (context_len + 4) int32, max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096) or --max-running-requests, allocated before the pool from what the weights left; the start fails when it and the pool do not both fit",
         ]
@@ -320,12 +350,20 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         )
         .chain(mamba_slots.map(|_| "SGLang's Mamba/Gated DeltaNet state pool (model_runner._handle_max_mamba_cache, read at a 2026 snapshot): rest x 0.9 / 1.9 in whole requests of conv (bf16) + recurrent (float32) state, the token pool the remainder; no speculative decoding"))
         .map(String::from)
-        .chain(single.then(|| {
+        .chain((!gpu.is_rocm()).then(|| {
             format!(
-                "the CUDA context before any kernel {:.2} GiB and the first launch {:.2} GiB ({})",
-                gpu.bare_context_bytes() as f64 / GIB,
-                gpu.first_launch_bytes() as f64 / GIB,
-                gpu.first_launch_source()
+                "the CUDA context before any kernel {:.2} GiB under {cuda_build} ({}){}",
+                gpu.bare_context_bytes(cuda) as f64 / GIB,
+                gpu.bare_context_source(cuda),
+                if single {
+                    format!(
+                        "; the first launch {:.2} GiB ({})",
+                        gpu.first_launch_bytes() as f64 / GIB,
+                        gpu.first_launch_source()
+                    )
+                } else {
+                    String::new()
+                }
             )
         }))
         .collect(),

@@ -2376,6 +2376,82 @@ fn channel_wise_awq_as_the_engines_create_it() {
     .is_ok());
 }
 
+/// SGLang builds an MoE layer only under a Marlin AWQ/GPTQ config (`engine::sglang_moe_method_refusal`,
+/// read in its wheels 0.4.0-0.5.3): a plain `awq` config stops at `FusedMoE`'s assertion at every
+/// release, a plain `gptq` one raises its own TypeError from 0.5.0 and loads through the Marlin MoE
+/// method at 0.4.3-0.4.10. Below compute capability 8.0 the plain method is what the config gets.
+#[test]
+fn sglang_refuses_a_plain_awq_or_gptq_moe_in_its_words() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let stored = |format| {
+        let mut t = match catalog::lookup("qwen3-30b-a3b").unwrap() {
+            Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        t.blocks.storage.quant = Quant::Packed {
+            format,
+            double_quant: false,
+        };
+        t
+    };
+    let awq = stored(WeightFormat::Awq { group: 128 });
+    let gptq = stored(WeightFormat::Gptq {
+        group: 128,
+        desc_act: false,
+    });
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let t4 = vram_model::gpu::lookup("t4").unwrap();
+    let at = |v: [u32; 3], marlin: Option<bool>| Knobs {
+        engine_version: Some(v),
+        engine_pin: Pin::Release { post: 0 },
+        marlin,
+        ..Knobs::default()
+    };
+    let why = |t: &Transformer, gpu, e, k: &Knobs| match capacity(t, gpu, e, k) {
+        Err(Error::Capacity(why)) => Some(why),
+        Ok(_) => None,
+        Err(other) => panic!("{other:?}"),
+    };
+    let plain = Some(false);
+    for v in [[0, 4, 5], [0, 4, 9], [0, 5, 3]] {
+        let w = why(&awq, h100, Engine::Sglang, &at(v, plain)).unwrap();
+        assert!(
+            w.contains("refuses this MoE model: AssertionError (FusedMoE.__init__"),
+            "{w}"
+        );
+        assert!(w.contains("--quantization awq_marlin, or none,"), "{w}");
+    }
+    let w = why(&gptq, h100, Engine::Sglang, &at([0, 5, 3], plain)).unwrap();
+    assert!(
+        w.starts_with("SGLang 0.5.3 refuses this MoE model: TypeError: GPTQ Method does not support MoE, please use gptq_marlin"),
+        "{w}"
+    );
+    assert_eq!(
+        why(&gptq, h100, Engine::Sglang, &at([0, 4, 9], plain)),
+        None
+    );
+    let w = why(&gptq, h100, Engine::Sglang, &at([0, 4, 2], plain)).unwrap();
+    assert!(w.contains("AssertionError"), "{w}");
+    // The Marlin configs load; below 8.0 the config's own method is the plain one.
+    for t in [&awq, &gptq] {
+        assert_eq!(why(t, h100, Engine::Sglang, &at([0, 5, 3], None)), None);
+        let w = why(t, t4, Engine::Sglang, &at([0, 5, 3], None)).unwrap();
+        assert!(
+            w.contains("below compute capability 8.0 (the GPU is 7.5)"),
+            "{w}"
+        );
+    }
+    // vLLM's own methods are its rules, not these; a dense model is untouched.
+    assert_eq!(why(&awq, h100, Engine::Vllm, &at([0, 19, 0], plain)), None);
+    let mut dense = llama3();
+    dense.blocks.storage.quant = awq.blocks.storage.quant;
+    assert_eq!(
+        why(&dense, h100, Engine::Sglang, &at([0, 5, 3], plain)),
+        None
+    );
+}
+
 /// A compressed-tensors W4A16 checkpoint whose `ignore` list names the attention
 /// (`re:.*self_attn.*`): vLLM 0.10.0's `CompressedTensorsConfig.get_quant_method` gives those
 /// linears `UnquantizedLinearMethod`, so each layer's QKV and output projections are held in
