@@ -300,7 +300,7 @@ class Capacity(_Result):
         )
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of the reports `vram estimate`, `capacity` and `plan` print with ``--json``
 (their ``schema_version``; the fields are documented on the report types of the Rust crate
 ``vram-report``). The objects here read that JSON as it is: every field is an attribute."""

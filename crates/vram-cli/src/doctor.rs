@@ -34,7 +34,8 @@ pub struct DoctorArgs {
     #[command(flatten)]
     hub: crate::input::HubArgs,
     /// GPU of the job, for the time model [default: the catalog GPU nearest
-    /// the message's total capacity, an AMD one for a ROCm message].
+    /// the message's total capacity, an AMD one for a ROCm message; the total does not name the
+    /// GPU, and a note says which others it fits as well].
     #[arg(long)]
     gpu: Option<String>,
     #[command(flatten)]
@@ -119,7 +120,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         }
         let gpu = match &a.gpu {
             Some(g) => gpu::lookup(g)?,
-            None => nearest_gpu(msg.total_bytes, msg.backend),
+            None => nearest_gpu(msg.total_bytes, msg.backend).gpu,
         };
         let resolved = resolve_model(model_arg, &a.hub)?;
         if matches!(resolved.model, Model::Weights(_)) {
@@ -193,6 +194,8 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
                 "the plans' step times are predicted for the {} (the catalog GPU nearest the NPU's memory; the catalog has no Ascend NPU): they rank the plans, they are not the NPU's times",
                 job.gpu.name
             ));
+        } else if d.remedies.iter().any(|r| r.step_time_s.is_some()) {
+            model_notes.push(nearest_gpu(msg.total_bytes, msg.backend).note(msg.total_bytes));
         }
     }
     d.notes.splice(0..0, model_notes);
@@ -363,14 +366,61 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
     Ok(())
 }
 
-/// The catalog GPU whose memory is nearest the message's total capacity: an AMD one for a
-/// ROCm build's message, an NVIDIA one for the others (the catalog has no Ascend NPU).
-fn nearest_gpu(total: u64, backend: Backend) -> &'static gpu::Gpu {
-    gpu::GPUS
+/// The catalog GPU a message that names none is timed on, and the others its total fits as
+/// well.
+struct Nearest {
+    /// The catalog GPU whose memory, as torch reports it, is nearest the message's total.
+    gpu: &'static gpu::Gpu,
+    /// The whole GiB the message's total rounds up to.
+    class_gib: u64,
+    /// Every catalog GPU (of the backend's vendor) whose memory rounds up to the same whole GiB,
+    /// the nearest first.
+    alike: Vec<&'static gpu::Gpu>,
+}
+
+impl Nearest {
+    /// The note that says how the GPU was picked, and which others the total fits as well.
+    fn note(&self, total: u64) -> String {
+        let g = self.gpu;
+        let ids: Vec<&str> = self.alike.iter().map(|g| g.id).collect();
+        format!(
+            "the plans are searched and their step times predicted on the {} ({}), picked only because its memory as torch reports it ({}) is the catalog's nearest to the message's total ({}): the message does not name its GPU, and the total does not tell GPUs apart (one card's differs by platform and driver); the catalog GPUs whose memory rounds up to {} GiB as the message's does: {}. Give --gpu with yours to time the plans on it",
+            g.name,
+            g.id,
+            hb(g.memory_bytes),
+            hb(total),
+            self.class_gib,
+            ids.join(", ")
+        )
+    }
+}
+
+/// The catalog GPU whose memory is nearest the message's total capacity (an AMD one for a ROCm
+/// build's message, an NVIDIA one for the others; the catalog has no Ascend NPU), with the
+/// catalog GPUs in the same whole GiB. The nearest total is no evidence of the GPU's kind: one
+/// card reports different totals by platform (an RTX 4080: 16,049 MiB on Linux, the catalog's
+/// source, and "15.99 GiB total capacity" in aigc-apps/sd-webui-EasyPhoto#281; an RTX 3080:
+/// "9.78 GiB" in zai-org/CogVideo#34 and "10.00 GiB" in victordibia/peacasso#3), while a V100
+/// 16GB reports 15.78 GiB: the 4080's 15.99 GiB is nearest the V100. Both round up to the
+/// card's size class, which is what a total says.
+fn nearest_gpu(total: u64, backend: Backend) -> Nearest {
+    let class = |b: u64| b.div_ceil(1 << 30);
+    let mut same: Vec<&'static gpu::Gpu> = gpu::GPUS
         .iter()
         .filter(|g| g.is_rocm() == (backend == Backend::Hip))
-        .min_by_key(|g| g.memory_bytes.abs_diff(total))
-        .expect("the GPU catalog is not empty")
+        .collect();
+    same.sort_by_key(|g| g.memory_bytes.abs_diff(total));
+    let gpu = *same
+        .first()
+        .expect("the GPU catalog has GPUs of both vendors");
+    Nearest {
+        gpu,
+        class_gib: class(total),
+        alike: same
+            .into_iter()
+            .filter(|g| class(g.memory_bytes) == class(total) || g.id == gpu.id)
+            .collect(),
+    }
 }
 
 fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {

@@ -923,6 +923,50 @@ fn doctor_with_the_model_gives_the_estimate_and_a_setup_that_fits() {
     assert!(first.contains("[enough"), "{out}");
 }
 
+/// A message names no GPU, only its total: `--model` without `--gpu` times the plans on the
+/// catalog GPU nearest that total, and says it was picked for that alone and which others the
+/// total fits. The RTX 4080's "15.99 GiB total capacity" (aigc-apps/sd-webui-EasyPhoto#281,
+/// the poster's RTX 4080) is nearest the V100 16GB's 15.78 GiB, not the 4080's own 15.67 GiB
+/// (torch on Linux, the catalog's source); both round up to 16 GiB. Text and JSON say the same;
+/// with --gpu, nothing is guessed and no note says so.
+#[test]
+fn doctor_says_the_gpu_it_times_the_plans_on_was_picked_by_memory_alone() {
+    let msg = "OutOfMemoryError: CUDA out of memory. Tried to allocate 11.39 GiB (GPU 0; 15.99 GiB total capacity; 8.01 GiB already allocated; 5.48 GiB free; 8.14 GiB reserved in total by PyTorch)";
+    let args = ["doctor", msg, "--model", "qwen3-1.7b", "--no-nvml"];
+    let (code, out, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    let note = out
+        .lines()
+        .find_map(|l| l.strip_prefix("note: the plans are searched"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        note.contains("on the NVIDIA V100 16GB SXM2 (v100-16g), picked only because its memory as torch reports it (15.78 GiB) is the catalog's nearest to the message's total (15.99 GiB)"),
+        "{note}"
+    );
+    assert!(
+        note.contains("rounds up to 16 GiB as the message's does: v100-16g, rtx-4080."),
+        "{note}"
+    );
+    assert!(out.contains("s/step predicted"), "{out}");
+    let (code, json, _) = vram(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notes.contains(&format!("the plans are searched{note}").as_str()),
+        "{notes:?}"
+    );
+    let (code, named, err) = vram(&[&args[..], &["--gpu", "rtx-4080"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(!named.contains("picked only because"), "{named}");
+    assert!(named.contains("s/step predicted"), "{named}");
+}
+
 /// vram-doctor's message fixtures (one per layout and rule; their README names the sources).
 fn doctor_fixtures() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");

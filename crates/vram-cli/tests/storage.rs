@@ -460,3 +460,71 @@ fn awq_moe_experts_are_packed_by_the_engines_and_built_by_transformers() {
         "{html}"
     );
 }
+
+/// `vram report` on estimates saved by the last `vram` to write schema version 1 (c72f1e1;
+/// `crates/vram-report/tests/data/schema-v1/README.md`). A compressed-tensors W4A16 MoE: its one
+/// weights figure is what that vram held (the banks packed, as stored), and the page says that
+/// transformers 5.24 dequantizes them. An AWQ MoE, whose figure is not the checkpoint's stored
+/// bytes, and a version this build does not know: bad input, one line, no page.
+#[test]
+fn a_version_1_estimate_renders_what_that_vram_held() {
+    let saved = |name: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../vram-report/tests/data/schema-v1")
+            .join(name)
+    };
+    let w4a16 = saved("estimate-w4a16-moe-qwen3-30b-a3b.json");
+    let text = std::fs::read_to_string(&w4a16).unwrap();
+    let old: Value = serde_json::from_str(&text).unwrap();
+    let stored = u(&old["weights_load"], "stored_bytes");
+    let d = tmp("v1");
+    let run = |input: &Path, out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_vram"))
+            .args(["report".as_ref(), input.as_os_str()])
+            .args(["--out".as_ref(), out.as_os_str()])
+            .output()
+            .expect("run vram")
+    };
+    let page = d.join("v1.html");
+    let out = run(&w4a16, &page);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page)
+        .unwrap()
+        .replace("&#39;", "'");
+    let gib = format!("{:.1} GiB", stored as f64 / (1u64 << 30) as f64);
+    assert!(
+        html.contains("weights held as stored") && html.contains(&gib),
+        "{html}"
+    );
+    assert!(
+        html.contains("read from a schema version 1 report"),
+        "{html}"
+    );
+    assert!(!html.contains("dequantized at load"), "{html}");
+
+    let later = d.join("v3.json");
+    std::fs::write(
+        &later,
+        text.replacen("\"schema_version\": 1", "\"schema_version\": 3", 1),
+    )
+    .unwrap();
+    for (input, says) in [
+        (later, "schema_version 3: this vram reads versions 1 and 2"),
+        (
+            saved("estimate-awq-moe-qwen3-30b-a3b.json"),
+            "a schema_version 1 estimate whose checkpoint is an MoE in awq-g128",
+        ),
+    ] {
+        let page = d.join("refused.html");
+        let out = run(&input, &page);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{err}");
+        assert!(!page.exists());
+    }
+}

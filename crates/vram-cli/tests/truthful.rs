@@ -1266,11 +1266,11 @@ fn report_page(name: &str, json: &str) -> String {
     html
 }
 
-/// Runs `vram ARGS` for its text, `ARGS --json` for its JSON (schema version 1), and `vram
+/// Runs `vram ARGS` for its text, `ARGS --json` for its JSON (schema version 2), and `vram
 /// report` on that JSON for its page (`name` names the files).
 fn three_outputs(name: &str, args: &[&str]) -> (String, serde_json::Value, String) {
     let (text, json, v) = text_and_json(args);
-    assert_eq!(v["schema_version"], 1, "{args:?}");
+    assert_eq!(v["schema_version"], 2, "{args:?}");
     (text, v, report_page(name, &json))
 }
 
@@ -1569,7 +1569,7 @@ fn every_command_that_describes_a_model_prints_its_notes() {
         serde_json::from_str(&std::fs::read_to_string(&events).unwrap()).unwrap();
     assert_eq!(
         (v["schema_version"].as_u64(), v["kind"].as_str()),
-        (Some(1), Some("trace_events"))
+        (Some(2), Some("trace_events"))
     );
     assert!(v["notes"][0].as_str().unwrap().contains(note));
     // A packed checkpoint: how the training step holds it, with the kernels assumed.

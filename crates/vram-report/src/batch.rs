@@ -14,7 +14,7 @@ use crate::error::{input, Result};
 use crate::{Kind, SCHEMA_VERSION};
 
 /// Batches whose estimated step fits the GPU, longest sequences first. `--json` is this object
-/// (`schema_version` 1): `model`, `gpu` (its catalog id), `capacity_bytes`, `sequences`,
+/// (`schema_version`: [`crate::SCHEMA_VERSION`]): `model`, `gpu` (its catalog id), `capacity_bytes`, `sequences`,
 /// `batches` (each `indices`, `padded_len`, `total_bytes`), `too_long`, `fill`, `notes`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BatchReport {

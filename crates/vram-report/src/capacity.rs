@@ -127,7 +127,7 @@ pub struct CapacityRequest {
 
 /// The engine's start-up on one GPU of the job: what it would log, the per-GPU memory, the KV
 /// cache, whether it starts, the longest `max_model_len` that would, and the cheapest change
-/// that starts it at the asked length. `--json` is this object (`schema_version` 1).
+/// that starts it at the asked length. `--json` is this object (`schema_version`: [`crate::SCHEMA_VERSION`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CapacityReport {
     /// The version of this format.

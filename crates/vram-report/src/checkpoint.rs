@@ -18,7 +18,7 @@ use crate::error::{input, Result};
 use crate::{Kind, SCHEMA_VERSION};
 
 /// The checkpointing strategies replayed under the chain's budget, and the cheapest that fits.
-/// `--json` is this object (`schema_version` 1). `device` is present when the budget comes from
+/// `--json` is this object (`schema_version`: [`crate::SCHEMA_VERSION`]). `device` is present when the budget comes from
 /// the GPU (no `--budget`); `recommended*` and `device_*` are null when nothing fits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointReport {

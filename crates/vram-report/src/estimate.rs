@@ -52,7 +52,7 @@ pub struct EstimateRequest {
 /// A full training step or a `generate` call: where its memory goes, whether it fits, the
 /// largest batch and context that fit, what would make it fit, and how fast it serves.
 ///
-/// `--json` is this object (`schema_version` 1). Sizes are bytes (`*_bytes`), times seconds
+/// `--json` is this object (`schema_version`: [`crate::SCHEMA_VERSION`]). Sizes are bytes (`*_bytes`), times seconds
 /// (`*_s`). A training estimate has `max_micro_batch` (null: none fits); an inference estimate
 /// has `max_batch`, `max_context` (stopped at `max_context_limit`), `decode_sampled`, the
 /// cache figures and `serving`. `suggestions` is present when the step does not fit.

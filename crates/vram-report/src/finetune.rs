@@ -18,7 +18,7 @@ use crate::{Kind, SCHEMA_VERSION};
 
 /// One LoRA/QLoRA training step (PEFT 0.21.2, bitsandbytes 0.50.2, TRL 1.16.0's `SFTTrainer`):
 /// where its memory goes, whether it fits, the largest micro-batch that fits, and what would
-/// make it fit. `--json` is this object (`schema_version` 1).
+/// make it fit. `--json` is this object (`schema_version`: [`crate::SCHEMA_VERSION`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FinetuneReport {
     /// The version of this format.

@@ -21,6 +21,14 @@
 //! are bytes (`*_bytes`, integers), times seconds (`*_s`), shares fractions (`mfu`). A field
 //! is added without changing the version; one removed, renamed or changed in meaning changes it.
 //!
+//! Version 2 (since 2026-11-28): an estimate's `weights_load` has `held_bytes` (what the step
+//! holds) beside `stored_bytes` (the checkpoint as stored), which version 1 (`vram` up to
+//! c72f1e1) had as one figure. [`Report::from_json`] reads both versions: a version 1 estimate
+//! is read as version 2 says it meant (the `v1` module), except one of an AWQ or GPTQ MoE
+//! checkpoint, whose version 1 figure is not the checkpoint's stored bytes and which is refused
+//! in one line; every other kind reads as it is. A version it does not know is refused in one
+//! line naming it.
+//!
 //! ```
 //! use vram_report::{estimate, request, Report};
 //!
@@ -57,6 +65,7 @@ pub mod replay;
 pub mod request;
 pub mod text;
 pub mod trace;
+mod v1;
 
 use serde::{Deserialize, Serialize};
 
@@ -71,7 +80,7 @@ pub use replay::ReplayReport;
 pub use trace::TraceEvents;
 
 /// The version of the JSON format every report carries as `schema_version`.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Which answer a report is (`kind` in the JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,7 +196,8 @@ impl Report {
         }
     }
 
-    /// Reads a report back from its JSON (`vram report`). A JSON object without
+    /// Reads a report back from its JSON (`vram report`), in this version or version 1 (read as
+    /// this version says it meant; see the crate's documentation). A JSON object without
     /// `schema_version` was written by a `vram` older than the typed report, or by something
     /// else: one line says which.
     pub fn from_json(text: &str) -> Result<Report> {
@@ -204,9 +214,9 @@ impl Report {
                 "a JSON object without schema_version: not the --json of vram estimate, capacity or plan (an older vram's? run the command again)".into(),
             ));
         };
-        if version != u64::from(SCHEMA_VERSION) {
+        if version != u64::from(SCHEMA_VERSION) && version != 1 {
             return Err(unrec(format!(
-                "schema_version {version}: this vram reads version {SCHEMA_VERSION}"
+                "schema_version {version}: this vram reads versions 1 and {SCHEMA_VERSION}"
             )));
         }
         let kind: Kind = head
@@ -216,7 +226,10 @@ impl Report {
         // Straight from the text: the byte maps keep their order.
         let bad =
             |e: serde_json::Error| unrec(format!("a {} report with bad fields: {e}", kind.name()));
-        Ok(match kind {
+        let mut r = match kind {
+            Kind::Estimate if version == 1 => {
+                Report::Estimate(Box::new(v1::estimate(text).map_err(unrec)?))
+            }
             Kind::Estimate => Report::Estimate(Box::new(serde_json::from_str(text).map_err(bad)?)),
             Kind::Finetune => Report::Finetune(Box::new(serde_json::from_str(text).map_err(bad)?)),
             Kind::Weights => Report::Weights(serde_json::from_str(text).map_err(bad)?),
@@ -235,6 +248,23 @@ impl Report {
                     "a vram trace --events file: the host tier simulator's input (vram-tier-sim), not a report".into(),
                 ))
             }
-        })
+        };
+        // Read, an older version's report is this version's.
+        *r.schema_version_mut() = SCHEMA_VERSION;
+        Ok(r)
+    }
+
+    fn schema_version_mut(&mut self) -> &mut u32 {
+        match self {
+            Report::Estimate(r) => &mut r.schema_version,
+            Report::Finetune(r) => &mut r.schema_version,
+            Report::Weights(r) => &mut r.schema_version,
+            Report::Capacity(r) => &mut r.schema_version,
+            Report::Plan(r) => &mut r.schema_version,
+            Report::FinetunePlan(r) => &mut r.schema_version,
+            Report::Batch(r) => &mut r.schema_version,
+            Report::Checkpoint(r) => &mut r.schema_version,
+            Report::Replay(r) => &mut r.schema_version,
+        }
     }
 }

@@ -26,7 +26,7 @@ pub enum EmitTarget {
 }
 
 /// The fastest configurations that fit, best first; when none fits, the closest and what would
-/// make it fit. `--json` is this object (`schema_version` 1).
+/// make it fit. `--json` is this object (`schema_version`: [`crate::SCHEMA_VERSION`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanReport {
     /// The version of this format.
@@ -310,7 +310,7 @@ fn transformer(model: &Model) -> Result<&Transformer> {
     }
 }
 
-/// LoRA/QLoRA plans (DDP, one replica per GPU). `--json` is this object (`schema_version` 1).
+/// LoRA/QLoRA plans (DDP, one replica per GPU). `--json` is this object (`schema_version`: [`crate::SCHEMA_VERSION`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FinetunePlanReport {
     /// The version of this format.

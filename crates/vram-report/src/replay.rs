@@ -21,7 +21,7 @@ pub struct ReplayRequest {
 }
 
 /// Each policy's peaks and fragmentation on the snapshot's history, beside what the recorded
-/// allocator did. `--json` is this object (`schema_version` 1).
+/// allocator did. `--json` is this object (`schema_version`: [`crate::SCHEMA_VERSION`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplayReport {
     /// The version of this format.

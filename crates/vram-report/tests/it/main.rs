@@ -3,6 +3,7 @@
 
 mod report;
 mod reports;
+mod v1;
 
 use vram_model::arch::Model;
 use vram_monitor::{Sample, SimulatedSource, Source};
