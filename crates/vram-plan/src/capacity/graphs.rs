@@ -80,24 +80,15 @@ pub(super) const NCCL_CAPTURED_BYTES: u64 = 68 * 1024;
 pub(super) const NCCL_CAPTURED_PROXY_BYTES: u64 = 212 * 1024;
 
 /// Whether the TP group's all-reduces inside the graphs are NCCL's (PyNccl) rather than vLLM's
-/// custom all-reduce, and whether NCCL's transport needs its proxy. `CustomAllreduce.__init__`
-/// (read at 0.8.5 and 0.10.1) disables itself for world sizes other than 2, 4, 6 and 8, for
-/// more than two GPUs that are not all NVLink-connected, without GPU P2P, and for a group that
-/// spans nodes; `CudaCommunicator.all_reduce` then falls back to PyNccl, captured into every
-/// graph. vram's `pcie` interconnect stands for PCIe boards and GPUs without P2P alike, so TP 2
-/// over it is taken as without custom all-reduce. ROCm is left out (its quick and custom
+/// custom all-reduce, and whether NCCL's transport needs its proxy: where
+/// [`non_torch::vllm_custom_all_reduce`] does not build it, `CudaCommunicator.all_reduce` falls
+/// back to PyNccl, captured into every graph. ROCm is left out (its quick and custom
 /// all-reduce over xGMI).
 fn nccl_in_graphs(gpu: &Gpu, k: &Knobs) -> Option<bool> {
-    if k.tp < 2 || engine::is_rocm(gpu) {
+    if k.tp < 2 || engine::is_rocm(gpu) || non_torch::vllm_custom_all_reduce(gpu, k) {
         return None;
     }
-    match non_torch::interconnect(gpu, k) {
-        Interconnect::Network => Some(true),
-        Interconnect::Pcie => Some(false),
-        Interconnect::NvSwitch | Interconnect::NvSwitchNvls => {
-            (![2, 4, 6, 8].contains(&k.tp)).then_some(false)
-        }
-    }
+    Some(non_torch::interconnect(gpu, k) == Interconnect::Network)
 }
 
 /// The graphs one vLLM start-up captures.

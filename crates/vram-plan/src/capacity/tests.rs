@@ -1047,14 +1047,11 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     assert_eq!(at("l4", "0.18.1", 2, true), 80 * mib + 51 * mib);
     // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured.
     assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
-    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic.
-    assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 600 * mib);
-    // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's, and
-    // the custom all-reduce buffers.
-    assert_eq!(
-        at("l4", "0.8.3", 2, true),
-        80 * mib + 2 * 51 * mib + 8 * mib
-    );
+    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair.
+    assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 288 * mib);
+    // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's; two
+    // PCIe GPUs are taken as failing custom all-reduce's P2P check, so no buffers of its own.
+    assert_eq!(at("l4", "0.8.3", 2, true), 80 * mib + 2 * 51 * mib);
     // V1 before 0.18 compiled: no graph profiling inside the window.
     assert_eq!(at("h100-80g", "0.11.0", 1, false), 24 * mib);
 }
@@ -1113,6 +1110,11 @@ fn vllm_v1_baseline_holds_its_groups_communicators() {
     // Without NVLS: the first group as SGLang read it on L4s; further groups have no reading.
     assert_eq!(at(&dense, "l4", v19, 2, 1, 1), Some(133 * mib));
     assert_eq!(at(&dense, "t4", [0, 11, 0], 1, 1, 2), Some(133 * mib));
+    // HGX A100 at TP 2 builds the custom all-reduce, which the L4 reading lacked: 26 MiB more.
+    assert_eq!(
+        at(&dense, "a100-80g", [0, 10, 1], 2, 1, 1),
+        Some((133 + 26) * mib)
+    );
 }
 
 #[test]
@@ -1415,7 +1417,7 @@ fn interconnect_can_be_told() {
     };
     // The board's NVSwitch by default; without P2P (PCIe or host memory) and across nodes,
     // NCCL's two channels.
-    assert_eq!(at(None), 24 * mib + 600 * mib);
+    assert_eq!(at(None), 24 * mib + 288 * mib);
     assert_eq!(at(Some(Interconnect::Pcie)), 24 * mib + 51 * mib);
     assert_eq!(at(Some(Interconnect::Network)), 24 * mib + 51 * mib);
     assert_eq!(at(Some(Interconnect::NvSwitchNvls)), 24 * mib + 1853 * mib);
@@ -3366,4 +3368,80 @@ fn nccl_channels_follow_the_nvlinks() {
     assert_eq!(ch("l4"), None);
     // H800, NVLink cut to 8 links: its log's "16 coll channels" (NVIDIA/nccl#892).
     assert_eq!(non_torch::ring_search_channels(8, 20.6, (9, 0)), 16);
+}
+
+/// vLLM builds its custom all-reduce where `CustomAllreduce.__init__` and the version's platform
+/// let it (0.7.0-0.10.1.1): the TP group of 2, 4, 6 or 8 GPUs, NVLink-connected (two PCIe GPUs
+/// taken as failing the P2P check), in one node; on ROCm only the MI300 series and from 0.8.3.
+#[test]
+fn vllm_custom_all_reduce_is_built_where_the_version_builds_it() {
+    let on = |g: &str, tp: u64, version: [u32; 3], link: Option<Interconnect>| {
+        let k = Knobs {
+            tp,
+            engine_version: Some(version),
+            interconnect: link,
+            ..Knobs::default()
+        };
+        non_torch::vllm_custom_all_reduce(vram_model::gpu::lookup(g).unwrap(), &k)
+    };
+    let v = [0, 8, 5];
+    for tp in [2, 4, 6, 8] {
+        assert!(on("a100-80g", tp, v, None), "tp {tp}");
+        assert!(on("h100-80g", tp, v, None), "tp {tp}");
+    }
+    assert!(!on("a100-80g", 1, v, None));
+    // "unsupported world size: 16" (round 2's 16 x RTX 3090 V0 start), and 3.
+    assert!(!on("a100-80g", 16, v, None));
+    assert!(!on("a100-80g", 3, v, None));
+    // "not supported on more than two PCIe-only GPUs" (round 6's 4 x RTX 2080 Ti V0 starts).
+    assert!(!on("rtx-3090", 4, v, None));
+    assert!(!on("t4", 4, v, None));
+    // Two PCIe GPUs: the P2P check, taken as failing (vram's `pcie` also stands for no P2P).
+    assert!(!on("l4", 2, v, None));
+    // "this process group spans across nodes".
+    assert!(!on("a100-80g", 2, v, Some(Interconnect::Network)));
+    // ROCm: `disable_custom_all_reduce` on every ROCm GPU at 0.8.0; MI300 only from 0.8.3.
+    assert!(!on("mi300x", 8, [0, 8, 0], None));
+    assert!(on("mi300x", 8, [0, 8, 3], None));
+    assert!(on("mi325x", 4, [0, 10, 1], None));
+    assert!(!on("mi250", 4, [0, 10, 1], None));
+}
+
+/// V0 (0.7+) counts custom all-reduce's 26 MiB (10 + 8 MiB by `cudaMalloc`, an 8 MiB
+/// `rank_data` tensor) inside its budget only where it is built; over NVSwitch without NVLS each
+/// NCCL communicator holds the ring search's 24 channels of 12 MiB send/receive pairs on A100,
+/// one pair per channel at TP 2 and two from TP 3.
+#[test]
+fn vllm_non_torch_counts_custom_all_reduce_where_built_and_nccls_channels() {
+    let mib = 1u64 << 20;
+    let at = |g: &str, tp: u64, version: [u32; 3], v0: bool| {
+        let g = vram_model::gpu::lookup(g).unwrap();
+        let k = Knobs {
+            tp,
+            engine_version: Some(version),
+            vllm_v0: v0,
+            enforce_eager: true,
+            ..Knobs::default()
+        };
+        let (v1, _) = engine::vllm_v1(&k, g);
+        non_torch::vllm_non_torch(&k, v1, g)
+    };
+    let images = 80 * mib;
+    // V0 0.8.5 on four PCIe GPUs: two communicators of 51 MiB, no custom all-reduce.
+    let (b, text) = at("t4", 4, [0, 8, 5], true);
+    assert_eq!(b, images + 2 * 51 * mib);
+    assert!(text.contains("no custom all-reduce"), "{text}");
+    // V0 0.8.5 on HGX A100 at TP 4: two fully connected communicators and the 26 MiB.
+    let (b, text) = at("a100-80g", 4, [0, 8, 5], true);
+    assert_eq!(b, images + 2 * 24 * 2 * 12 * mib + 26 * mib);
+    assert!(text.contains("24 channels"), "{text}");
+    assert!(text.contains("custom all-reduce 0.03 GiB"), "{text}");
+    // V1 0.10 at TP 2 on A100: the process group's communicator after the baseline, the ring's
+    // pair per channel only (the tree's connections at two ranks are the ring's).
+    let (b, _) = at("a100-80g", 2, [0, 10, 1], false);
+    assert_eq!(b, images + 24 * 12 * mib);
+    // V1 before 0.9 has no baseline: PyNccl's communicator and the custom all-reduce count too.
+    let (b, _) = at("a100-80g", 2, [0, 8, 5], false);
+    let context = vram_model::gpu::lookup("a100-80g").unwrap().context_bytes();
+    assert_eq!(b, images + 2 * 24 * 12 * mib + 26 * mib + context);
 }
