@@ -40,7 +40,14 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
         // Block-FP8 scales fp32 whatever `scale_fmt` says: vLLM's `Fp8LinearMethod` makes
         // them so (read at 0.9.1); SGLang's port of it is taken to do the same (not re-read).
         let stored = t.blocks.as_engines_hold().weights_bytes(false) as f64 + rotary;
-        (logical as f64 * stored / whole.max(1.0)).round() as u64
+        // The towers stay in the dtype whatever the checkpoint quantizes (`Storage` leaves
+        // vision and audio unquantized), so they are held beside the scaled rest, not scaled
+        // with it.
+        let d = k.dtype_bytes as f64;
+        let towers = towers_per_gpu(t, k.tp, engine) * d;
+        let towers_whole = towers_per_gpu(t, 1, engine) * d;
+        let rest = (stored - towers_whole) / (whole - towers_whole).max(1.0);
+        (towers + (logical as f64 - towers) * rest).round() as u64
     };
     if engine != Engine::Vllm {
         return base;
