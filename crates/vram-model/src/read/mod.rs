@@ -111,6 +111,15 @@ pub fn vllm_replicates_towers(model_type: &str) -> bool {
     model_type == "gemma4"
 }
 
+/// Whether SGLang builds this model type's vision-tower MLP from plain `nn.Linear`s, whole on
+/// every GPU of a TP group, while it splits the tower's attention: Kimi-K2.5's MoonViT
+/// (`models/kimi_k25.py` at SGLang 0.5.9, its first release with the model: `MoonViTEncoderLayer`
+/// takes `MLP2` from `models/kimi_vl_moonvit.py`, two `nn.Linear`s, beside a `VisionAttention`
+/// with `use_qkv_parallel=True`). The split itself is the engine's, in `vram_plan::capacity`.
+pub fn sglang_replicates_tower_mlp(model_type: &str) -> bool {
+    model_type == "kimi_k25"
+}
+
 /// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
 const STANDARD_DECODER_KEYS: &[&str] = &[
     "vocab_size",

@@ -561,10 +561,12 @@ pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
             b.vision.as_ref().map_or(0, |v| v.params) + b.audio.as_ref().map_or(0, |a| a.params);
         return whole as f64;
     }
+    let mlp_split =
+        !(engine == Engine::Sglang && vram_model::hf::sglang_replicates_tower_mlp(&t.model_type));
     let vision = b
         .vision
         .as_ref()
-        .map_or(0.0, |v| vision_tower_per_gpu(v, tp));
+        .map_or(0.0, |v| tower_split(v, tp, mlp_split));
     let audio = b.audio.as_ref().map_or(0.0, |a| {
         let split = a.tp_split_params.min(a.params) as f64;
         split / tp.max(1) as f64 + (a.params as f64 - split)
@@ -584,10 +586,20 @@ pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
 /// A tower the engine does not split (`tp_split` false: Mistral-3's Pixtral, loaded from its
 /// Mistral-format weights) is whole on every GPU.
 pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64 {
+    tower_split(v, tp, true)
+}
+
+/// [`vision_tower_per_gpu`], with the layers' MLP whole on every GPU where `mlp_split` is false
+/// (`vram_model::hf::sglang_replicates_tower_mlp`: SGLang's MoonViT).
+fn tower_split(v: &vram_model::mech::Vision, tp: u64, mlp_split: bool) -> f64 {
     if !v.tp_split {
         return v.params as f64;
     }
-    let mlp = if v.gated { 3 } else { 2 };
+    let mlp = match (mlp_split, v.gated) {
+        (false, _) => 0,
+        (true, true) => 3,
+        (true, false) => 2,
+    };
     let layers = v.depth * (4 * v.hidden * v.hidden + mlp * v.hidden * v.intermediate);
     let split = layers.min(v.params) as f64;
     split / tp.max(1) as f64 + (v.params as f64 - split)
