@@ -1021,3 +1021,24 @@ fn capacity_reads_the_quantization_settings_where_the_engine_does() {
         "{notes:?}"
     );
 }
+
+/// Kimi-K2.5's tower is counted in the weights, but its activations over images are not
+/// modelled: `--images` is refused in one line, exit 2, nothing on stdout.
+#[test]
+fn kimi_k25_images_are_refused_in_one_line() {
+    let cfg = zoo_dir().join("nearmiss/kimi-k2.5.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .arg("estimate")
+        .arg(&cfg)
+        .args(["--images", "1", "--image-size", "1024x768"])
+        .output()
+        .expect("run vram");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("Kimi-K2.5's MoonViT tower is counted in the weights"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
