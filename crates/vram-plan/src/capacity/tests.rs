@@ -1174,8 +1174,8 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
-    assert_eq!(weights::vision_tower_per_gpu(&v, 1), 895_028_755.0);
-    let tp2 = weights::vision_tower_per_gpu(&v, 2);
+    assert_eq!(weights::vision_tower_per_gpu(&v, 1, true), 895_028_755.0);
+    let tp2 = weights::vision_tower_per_gpu(&v, 2, true);
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
 }

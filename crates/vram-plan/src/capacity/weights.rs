@@ -566,7 +566,7 @@ pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
     let vision = b
         .vision
         .as_ref()
-        .map_or(0.0, |v| tower_split(v, tp, mlp_split));
+        .map_or(0.0, |v| vision_tower_per_gpu(v, tp, mlp_split));
     let audio = b.audio.as_ref().map_or(0.0, |a| {
         let split = a.tp_split_params.min(a.params) as f64;
         split / tp.max(1) as f64 + (a.params as f64 - split)
@@ -585,13 +585,9 @@ pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
 /// plain modules. Bias vectors are counted with the replicated rest, a small error.
 /// A tower the engine does not split (`tp_split` false: Mistral-3's Pixtral, loaded from its
 /// Mistral-format weights) is whole on every GPU.
-pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64 {
-    tower_split(v, tp, true)
-}
-
-/// [`vision_tower_per_gpu`], with the layers' MLP whole on every GPU where `mlp_split` is false
+/// Where `mlp_split` is false the layers' MLP is whole on every GPU instead
 /// (`vram_model::hf::sglang_replicates_tower_mlp`: SGLang's MoonViT).
-fn tower_split(v: &vram_model::mech::Vision, tp: u64, mlp_split: bool) -> f64 {
+pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64, mlp_split: bool) -> f64 {
     if !v.tp_split {
         return v.params as f64;
     }
