@@ -1176,10 +1176,33 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
-    assert_eq!(weights::vision_tower_per_gpu(&v, 1), 895_028_755.0);
-    let tp2 = weights::vision_tower_per_gpu(&v, 2);
+    assert_eq!(weights::vision_tower_per_gpu(&v, 1, true), 895_028_755.0);
+    let tp2 = weights::vision_tower_per_gpu(&v, 2, true);
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
+}
+
+/// Kimi-K2.5's MoonViT per GPU at TP 8: vLLM splits the layers' attention and MLP
+/// (`kimi_k25_vit.py`: QKVParallelLinear, Column/RowParallelLinear); SGLang 0.5.9 splits the
+/// attention (`VisionAttention`, `use_qkv_parallel`) but builds the MLP from plain `nn.Linear`s
+/// (`kimi_vl_moonvit.py` `MLP2`), whole on every GPU. Both keep the embeddings, norms, biases
+/// and the projector whole.
+#[test]
+fn kimi_k25_tower_splits_as_each_engine_builds_it() {
+    let text = include_str!("../../../../tests/zoo/nearmiss/kimi-k2.5.json");
+    let Model::Transformer(t) = vram_model::hf::parse_config(text, "kimi-k2.5").unwrap() else {
+        unreachable!()
+    };
+    let all = 416_866_032u64 + 54_277_888;
+    let (attn, mlp) = (27 * 4 * 1152 * 1152u64, 27 * 2 * 1152 * 4304u64);
+    assert_eq!(
+        weights::towers_per_gpu(&t, 8, Engine::Vllm),
+        ((attn + mlp) / 8 + (all - attn - mlp)) as f64
+    );
+    assert_eq!(
+        weights::towers_per_gpu(&t, 8, Engine::Sglang),
+        (attn / 8 + (all - attn)) as f64
+    );
 }
 
 /// vLLM on ROCm logs "Model loading took" as the fall in free device memory
