@@ -139,6 +139,8 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
             &a.step.request(),
             &resolved.model,
         ));
+        // The estimate keeps the step's precision; its plans follow the same rule (fp16 AMP).
+        model_notes.extend(vram_report::notes::of_precision(setup.precision, gpu));
         inp.job = Some(Job {
             model: resolved.model,
             setup,

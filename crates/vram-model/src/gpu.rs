@@ -734,6 +734,36 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::setup::Precision;
+
+    /// The catalog's `bf16` is torch's `is_bf16_supported(including_emulation=False)`: every AMD
+    /// GPU, and an NVIDIA one of compute capability 8.0 or later. On the others a bf16 ask is
+    /// planned in fp16 mixed precision, and nothing else changes.
+    #[test]
+    fn bf16_is_compute_capability_8_and_the_others_plan_fp16_amp() {
+        for g in GPUS {
+            assert_eq!(g.bf16, g.is_rocm() || g.sm_major >= 8, "{}", g.id);
+        }
+        for id in ["v100-16g", "v100-32g", "t4", "gtx-1080"] {
+            let g = lookup(id).unwrap();
+            for p in [Precision::Bf16Amp, Precision::Bf16] {
+                assert!(!p.runs_on(g), "{id}");
+                assert_eq!(p.on(g), Precision::Fp16Amp, "{id}");
+            }
+            for p in [Precision::Fp16Amp, Precision::Fp32] {
+                assert!(p.runs_on(g) && p.on(g) == p, "{id}");
+            }
+        }
+        let a100 = lookup("a100-80g").unwrap();
+        for p in [
+            Precision::Fp32,
+            Precision::Fp16Amp,
+            Precision::Bf16Amp,
+            Precision::Bf16,
+        ] {
+            assert_eq!(p.on(a100), p);
+        }
+    }
 
     /// The runtime comes from the catalog's vendor, never from the id's spelling: every AMD entry
     /// (by its marketing name, from AMD's datasheets) and only those run ROCm.
