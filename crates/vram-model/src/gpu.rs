@@ -678,6 +678,30 @@ fn with_total(g: &'static Gpu, bytes: u64) -> &'static Gpu {
     })
 }
 
+/// How far one card's total, as PyTorch prints it ("N GiB total capacity"), has been seen to
+/// move across platforms and drivers, relative: an RTX 3080 prints 9.78 GiB in
+/// zai-org/CogVideo#34 and 10.00 GiB in victordibia/peacasso#3 (2.25 %), an RTX 4080 16,049
+/// MiB (15.67 GiB) under Linux (the catalog's source) and 15.99 GiB in
+/// aigc-apps/sd-webui-EasyPhoto#281 (2.0 %); the larger of the two.
+pub const TOTAL_SPREAD: f64 = 10.00 / 9.78 - 1.0;
+
+/// The catalog GPUs (AMD ones where `rocm`, NVIDIA ones otherwise) a device whose total
+/// PyTorch reports as `total` bytes could be: those whose catalog total is within
+/// [`TOTAL_SPREAD`] of it either way, the nearest first. A total names no GPU: a V100 16GB
+/// (15.78 GiB) and an RTX 4080 both print 15.99 GiB within the spread.
+pub fn by_total(total: u64, rocm: bool) -> Vec<&'static Gpu> {
+    let within = |g: &Gpu| {
+        let r = total as f64 / g.memory_bytes as f64;
+        r <= 1.0 + TOTAL_SPREAD && r * (1.0 + TOTAL_SPREAD) >= 1.0
+    };
+    let mut v: Vec<&'static Gpu> = GPUS
+        .iter()
+        .filter(|g| g.is_rocm() == rocm && within(g))
+        .collect();
+    v.sort_by_key(|g| g.memory_bytes.abs_diff(total));
+    v
+}
+
 /// Looks up a GPU by id or alias, case-insensitively, or takes a bare size (`23.58GiB`) for a
 /// card the catalog lacks (see [`parse_size`]), or a catalog card with the total torch reports on
 /// the machine at hand (`t4:15636037632B`).
