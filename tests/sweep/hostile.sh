@@ -289,5 +289,22 @@ run r_real_trim_nan replay "$S" --trim-slack NaN
 run e_recompute_layers_stage $E llama-3-8b --pp 4 --recompute full --recompute-layers 9
 run c_mnbt_below_seqs capacity llama-3.1-8b --max-num-batched-tokens 1
 run c_seqs_above_mnbt capacity llama-3.1-8b --max-num-seqs 100000000
+# ---- the 2026-11-28 audit: u64 overflow, unbounded reads, flags the run would ignore
+run a_lora_rank_max $E llama-3-8b --finetune lora --lora-rank 18446744073709551615
+run a_plan_gb_max plan llama-3-8b --gpu h100-80g --gpus 8 --global-batch 18446744073709551615 --seq 2048
+run a_plan_seq_max plan llama-3-8b --gpu h100-80g --gpus 8 --global-batch 8 --seq 18446744073709551615
+run a_dev_zero $E /dev/zero
+run a_doctor_dev_zero doctor /dev/zero --no-nvml
+run a_batch_binary batch gpt2 --lengths "$S"
+run a_train_batch $E gpt2 --batch 8
+run a_infer_mb $E gpt2 --inference --micro-batch 4
+run a_doctor_step_no_model doctor "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 10.00 GiB of which 5.00 MiB is free. Of the allocated memory 9.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated." --tp 2 --no-nvml
+run a_batch_mb batch gpt2 --lengths "$T/len_ok.txt" --micro-batch 4
+run a_trace_gpu_no_events trace gpt2 --out "$T/a.pickle" --gpu a100-80g
+run a_top_once_count top --demo --once --count 3
+run a_record_span_no_check record --demo --out "$T/a.jsonl" --leak-min-span 5s
+run a_dequantized_bf16 $E llama-3-8b --dequantized
+run a_schedule_no_pp $E gpt2 --schedule gpipe
+run a_plan_offload_zero plan llama-3-8b --gpu h100-80g --gpus 8 --global-batch 8 --seq 2048 --offload params --zero 2
 echo "done: $(wc -l < "$OUT") cases"
 chmod 600 "$T/unreadable.json"

@@ -59,9 +59,15 @@ fn read_lengths(arg: &str) -> Result<Vec<u64>> {
         .filter(|t| !t.is_empty())
         .enumerate()
     {
-        let n: u64 = tok
-            .parse()
-            .map_err(|_| bad_input!("lengths: item {} `{tok}` is not a whole number", i + 1))?;
+        let n: u64 = tok.parse().map_err(|_| {
+            // The item as written, cut short: a binary file is one long "item".
+            let shown: String = tok.chars().take(24).flat_map(char::escape_debug).collect();
+            let more = if tok.chars().count() > 24 { "..." } else { "" };
+            bad_input!(
+                "lengths: item {} `{shown}{more}` is not a whole number",
+                i + 1
+            )
+        })?;
         if n == 0 || n > vram_model::setup::MAX_SIZE {
             return Err(bad_input!(
                 "lengths: item {} = {n} must be between 1 and {}",
@@ -80,6 +86,20 @@ fn read_lengths(arg: &str) -> Result<Vec<u64>> {
 pub fn run(a: &BatchArgs) -> Result<()> {
     let model = resolve_model(&a.model, &a.hub)?.model;
     let gpu = gpu::lookup(&a.gpu)?;
+    // Each batch sets its own micro-batch and padded length; images are not packed.
+    let replaced: Vec<&str> = a
+        .step
+        .request()
+        .given()
+        .into_iter()
+        .filter(|f| ["--micro-batch", "--seq", "--image-size"].contains(f))
+        .collect();
+    if !replaced.is_empty() {
+        return Err(bad_input!(
+            "{}: vram batch sets each batch's micro-batch and padded length from --lengths (and packs text sequences only)",
+            replaced.join(", ")
+        ));
+    }
     // The step on the budget's GPU: its CUDA context and workspace, as `vram estimate` prices it.
     let setup = a.step.setup_on(&model, Some(gpu))?;
     let lengths = read_lengths(&a.lengths)?;

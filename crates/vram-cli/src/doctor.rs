@@ -63,16 +63,7 @@ pub struct DoctorArgs {
 const MAX_TEXT: u64 = 64 << 20;
 
 fn read_text(path: &Path, what: &str) -> Result<String> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
-    if meta.len() > MAX_TEXT {
-        return Err(bad_input!(
-            "{what} {} is larger than 64 MiB",
-            path.display()
-        ));
-    }
-    let bytes = std::fs::read(path)
-        .map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
+    let bytes = crate::input::read_bounded(path, what, MAX_TEXT)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -148,6 +139,12 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         });
     } else if a.gpu.is_some() {
         return Err(bad_input!("--gpu is for --model (the step's time model)"));
+    } else if let Some(flags) = Some(a.step.request().given()).filter(|g| !g.is_empty()) {
+        return Err(bad_input!(
+            "{} describe{} the job's step, which is estimated only with --model: give --model",
+            flags.join(", "),
+            if flags.len() == 1 { "s" } else { "" }
+        ));
     }
     for p in &a.stats {
         let name = p.display().to_string();
@@ -217,6 +214,15 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     if !a.stats.is_empty() || a.snapshot.is_some() || a.recording.is_some() {
         return Err(bad_input!(
             "this is a serving engine's start-up error, not a PyTorch out-of-memory message: --stats, --snapshot and --recording do not apply"
+        ));
+    }
+    let given = a.step.request().given();
+    if !given.is_empty() {
+        return Err(bad_input!(
+            "this is a serving engine's start-up error: {} describe{} a PyTorch step and do{} not apply (the engine's own flags are `vram capacity`'s)",
+            given.join(", "),
+            if given.len() == 1 { "s" } else { "" },
+            if given.len() == 1 { "es" } else { "" }
         ));
     }
     // With --model (and --gpu), the capacity model's figures for the engine's defaults turn

@@ -83,18 +83,34 @@ impl Resolved {
 /// Largest config.json read (a real one is a few KiB).
 const MAX_CONFIG: u64 = 16 << 20;
 
-fn read_text(path: &Path, what: &str) -> Result<String> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
-    if meta.len() > MAX_CONFIG {
-        return Err(bad_input!(
-            "{what} {} is {} bytes; a config is a few KiB",
+/// The bytes of the file at `path`, refused beyond `max` bytes. The size is checked while
+/// reading, not only from the file's metadata: a device or a pipe (`/dev/zero`, `<(...)`)
+/// reports a length of 0 and would otherwise be read until memory runs out.
+pub fn read_bounded(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
+    let too_big = || {
+        bad_input!(
+            "{what} {} is larger than {}",
             path.display(),
-            meta.len()
-        ));
+            vram_model::fmt::bytes(max)
+        )
+    };
+    let f =
+        File::open(path).map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
+    if f.metadata().is_ok_and(|m| m.len() > max) {
+        return Err(too_big());
     }
-    let bytes = std::fs::read(path)
+    let mut bytes = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| bad_input!("cannot read {what} {}: {e}", path.display()))?;
+    if bytes.len() as u64 > max {
+        return Err(too_big());
+    }
+    Ok(bytes)
+}
+
+fn read_text(path: &Path, what: &str) -> Result<String> {
+    let bytes = read_bounded(path, what, MAX_CONFIG)?;
     String::from_utf8(bytes).map_err(|_| {
         bad_input!(
             "{what} {} is not UTF-8 text (a binary file?)",
@@ -332,6 +348,13 @@ fn resolve_local(arg: &str, path: &Path) -> Result<Resolved> {
     if arg.ends_with(".safetensors") {
         let mut tally = Tally::default();
         read_header(path, &mut tally)?;
+        if tally.elements.is_empty() {
+            // A header with no tensor (`{}` or `__metadata__` alone) is no model's weights.
+            return Err(bad_input!(
+                "{}: the safetensors header holds no tensor",
+                path.display()
+            ));
+        }
         return Ok(Resolved {
             model: Model::Weights(tally.weights(&file_name(path))),
             checkpoint: Some(tally),

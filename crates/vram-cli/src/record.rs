@@ -35,7 +35,7 @@ pub struct RecordArgs {
     pub leak_check: bool,
     /// Shortest span of readings before the leak check gives a verdict;
     /// growth that stops within two thirds of it (a warm-up) is never flagged.
-    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    #[arg(long, default_value = "90s", value_parser = parse_duration, requires = "leak_check")]
     pub leak_min_span: Duration,
     /// Stop after this many samples.
     #[arg(long, value_parser = parse_count)]

@@ -59,17 +59,7 @@ pub fn classify(e: AllocError) -> anyhow::Error {
 
 /// Reads and decodes a snapshot file.
 pub fn read_snapshot(path: &std::path::Path) -> Result<Snapshot> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| bad_input!("cannot read snapshot {}: {e}", path.display()))?;
-    if meta.len() > MAX_SNAPSHOT {
-        return Err(bad_input!(
-            "snapshot {} is {} bytes; refusing more than 2 GiB",
-            path.display(),
-            meta.len()
-        ));
-    }
-    let bytes = std::fs::read(path)
-        .map_err(|e| bad_input!("cannot read snapshot {}: {e}", path.display()))?;
+    let bytes = crate::input::read_bounded(path, "snapshot", MAX_SNAPSHOT)?;
     Snapshot::from_pickle(&bytes)
         .map_err(|e| classify(e).context(format!("snapshot {}", path.display())))
 }
@@ -113,7 +103,8 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         let mut c = AllocatorConfig::new(Policy::Vramkit);
         c.trim_slack = slack;
-        configs.push((c, Some(format!("vramkit [trim_slack {slack}]"))));
+        // `{:?}`: 1e300 as written, not as 301 digits.
+        configs.push((c, Some(format!("vramkit [trim_slack {slack:?}]"))));
     }
     let req = ReplayRequest {
         configs,

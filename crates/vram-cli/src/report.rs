@@ -24,6 +24,9 @@ pub struct ReportArgs {
     pub demo: bool,
 }
 
+/// Largest input read (1 GiB): a day of one-second samples of the demo's two GPUs is ~80 MB.
+const MAX_INPUT: u64 = 1 << 30;
+
 /// 120 one-second samples of the demo machine, as JSON Lines.
 fn demo_recording() -> String {
     use vram_monitor::{SimulatedSource, Source};
@@ -39,8 +42,13 @@ fn demo_recording() -> String {
 pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
     let (text, name, default_out) = match &args.input {
         Some(input) if !args.demo => {
-            let text = std::fs::read_to_string(input)
-                .map_err(|e| BadInput(format!("cannot read {}: {e}", input.display())))?;
+            let bytes = crate::input::read_bounded(input, "report input", MAX_INPUT)?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                BadInput(format!(
+                    "report input {} is not UTF-8 text (a binary file?)",
+                    input.display()
+                ))
+            })?;
             let name = input
                 .file_name()
                 .map_or_else(|| "input".into(), |n| n.to_string_lossy().into_owned());

@@ -62,7 +62,7 @@ pub struct TopArgs {
     #[arg(long)]
     pub json: bool,
     /// Stop after this many samples (--json).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, requires = "json", conflicts_with = "once")]
     pub count: Option<u64>,
     /// Time between samples: 100ms, 1s, 2.5s (10ms to 1h).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]

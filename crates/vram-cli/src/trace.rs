@@ -37,9 +37,9 @@ pub struct TraceArgs {
     /// simulator, `vram-tier-sim`; training steps of transformers only).
     #[arg(long)]
     events: Option<PathBuf>,
-    /// The GPU whose step-time model prices each phase in `--events`.
-    #[arg(long, default_value = "h100")]
-    gpu: String,
+    /// The GPU whose step-time model prices each phase in `--events` [default: h100].
+    #[arg(long, requires = "events")]
+    gpu: Option<String>,
 }
 
 fn parse_policy(s: &str) -> std::result::Result<Policy, String> {
@@ -66,7 +66,7 @@ pub fn run(a: &TraceArgs) -> Result<()> {
     // leaves neither.
     let events_doc = match &a.events {
         Some(_) => {
-            let gpu = vram_model::gpu::lookup(&a.gpu)?;
+            let gpu = vram_model::gpu::lookup(a.gpu.as_deref().unwrap_or("h100"))?;
             let doc =
                 vram_report::trace::events(&a.model, model, &setup, gpu, a.steps, &events, &marks)
                     .map_err(crate::run_error)?;

@@ -1516,3 +1516,259 @@ fn doctor_reads_mps_messages_in_text_and_json_alike() {
     assert_eq!(code, 2);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// The audit of 2026-11-28: input that overflowed, was read without bound, or was ignored
+/// without a word. Each is one line naming what is wrong, exit 2, nothing on stdout.
+#[test]
+fn what_the_audit_found_is_one_line_and_exit_2() {
+    let dir = tmp("audit");
+    let out = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let lengths = write(&dir, "lengths.txt", b"128 256 512");
+    // A binary "lengths" file is one long item: the message shows it cut short.
+    let binary = write(&dir, "lengths.bin", &[b'x'; 100_000]);
+    let mut no_tensor = 2u64.to_le_bytes().to_vec();
+    no_tensor.extend_from_slice(b"{}");
+    let no_tensor = write(&dir, "empty.safetensors", &no_tensor);
+    let (_, doctor_json, _) = vram(&["doctor", OOM_2_5, "--no-nvml", "--json"]);
+    let doctor_json = write(&dir, "doctor.json", doctor_json.as_bytes());
+    let binary_json = write(&dir, "binary.json", &[0xff, 0xfe, b'{', 0x00]);
+    let vllm = "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (84320). Try increasing gpu_memory_utilization or decreasing max_model_len when initializing the engine.";
+    let max = u64::MAX.to_string();
+    let plan = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["plan", "llama-3-8b", "--gpu", "h100-80g", "--gpus", "8"]
+            .map(String::from)
+            .to_vec();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        // u64 arithmetic overflowed (a panic in a debug build, wrapped figures in release).
+        (
+            plan(&["--global-batch", &max, "--seq", "2048"]),
+            "--global-batch 18446744073709551615 must be between 1 and 4294967296",
+        ),
+        (
+            plan(&["--global-batch", "8", "--seq", &max]),
+            "--seq 18446744073709551615 must be between 1 and 16777216",
+        ),
+        (
+            plan(&[
+                "--global-batch",
+                &max,
+                "--seq",
+                "2048",
+                "--finetune",
+                "lora",
+            ]),
+            "--global-batch 18446744073709551615 must be between",
+        ),
+        (
+            [
+                "estimate",
+                "llama-3-8b",
+                "--finetune",
+                "lora",
+                "--lora-rank",
+                &max,
+            ]
+            .map(String::from)
+            .to_vec(),
+            "--lora-rank 18446744073709551615 must be between 1 and 16777216",
+        ),
+        // A device reports length 0 and was read until memory ran out.
+        (
+            ["estimate", "/dev/zero"].map(String::from).to_vec(),
+            "/dev/zero is larger than 16.0 MiB",
+        ),
+        (
+            ["doctor", "/dev/zero", "--no-nvml"]
+                .map(String::from)
+                .to_vec(),
+            "/dev/zero is larger than 64.0 MiB",
+        ),
+        (
+            ["batch", "gpt2", "--lengths", &binary]
+                .map(String::from)
+                .to_vec(),
+            "item 1 `xxxxxxxxxxxxxxxxxxxxxxxx...` is not a whole number",
+        ),
+        // The list of what `vram report` renders left out batch, checkpoint and top, and a
+        // doctor's JSON was "JSON object with keys [...]".
+        (
+            ["report", &doctor_json, "-o", &out("d.html")]
+                .map(String::from)
+                .to_vec(),
+            "the --json of vram doctor has no page",
+        ),
+        (
+            ["report", &binary_json, "-o", &out("d.html")]
+                .map(String::from)
+                .to_vec(),
+            "is not UTF-8 text",
+        ),
+        // It was "0 parameters, 0 B of weights".
+        (
+            ["estimate", &no_tensor].map(String::from).to_vec(),
+            "the safetensors header holds no tensor",
+        ),
+        // Flags the run would have ignored.
+        (
+            ["estimate", "llama-3-8b", "--dequantized"]
+                .map(String::from)
+                .to_vec(),
+            "llama-3-8b's weights are stored as bf16, not packed",
+        ),
+        (
+            ["estimate", "gpt2", "--schedule", "gpipe"]
+                .map(String::from)
+                .to_vec(),
+            "--schedule gpipe orders a pipeline's stages: it needs --pp greater than 1",
+        ),
+        (
+            ["estimate", "gpt2", "--batch", "8"]
+                .map(String::from)
+                .to_vec(),
+            "--batch is for --inference; training takes --micro-batch and --seq",
+        ),
+        (
+            [
+                "estimate",
+                "gpt2",
+                "--inference",
+                "--micro-batch",
+                "4",
+                "--seq",
+                "512",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "--micro-batch, --seq are for training",
+        ),
+        (
+            ["checkpoint", "gpt2", "--kv-dtype", "fp8"]
+                .map(String::from)
+                .to_vec(),
+            "--kv-dtype is for --inference",
+        ),
+        (
+            [
+                "trace",
+                "gpt2",
+                "--inference",
+                "--optimizer",
+                "sgd",
+                "--out",
+                &out("t.pickle"),
+            ]
+            .map(String::from)
+            .to_vec(),
+            "--optimizer is for training",
+        ),
+        (
+            ["doctor", OOM_2_5, "--tp", "2", "--no-nvml"]
+                .map(String::from)
+                .to_vec(),
+            "--tp describes the job's step, which is estimated only with --model",
+        ),
+        (
+            ["doctor", vllm, "--micro-batch", "2", "--no-nvml"]
+                .map(String::from)
+                .to_vec(),
+            "serving engine's start-up error: --micro-batch describes a PyTorch step",
+        ),
+        (
+            ["batch", "gpt2", "--lengths", &lengths, "--micro-batch", "4"]
+                .map(String::from)
+                .to_vec(),
+            "--micro-batch: vram batch sets each batch's micro-batch",
+        ),
+        (
+            [
+                "trace",
+                "gpt2",
+                "--out",
+                &out("t.pickle"),
+                "--gpu",
+                "a100-80g",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "--events",
+        ),
+        (
+            ["top", "--demo", "--once", "--count", "3"]
+                .map(String::from)
+                .to_vec(),
+            "'--once' cannot be used with '--count <COUNT>'",
+        ),
+        (
+            [
+                "record",
+                "--demo",
+                "--out",
+                &out("r.jsonl"),
+                "--leak-min-span",
+                "5s",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "--leak-check",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (args, needle) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stdout, err) = vram(&args);
+        if code != 2
+            || err.trim_end().lines().count() != 1
+            || err.len() > 400
+            || !err.contains(needle)
+            || !stdout.is_empty()
+        {
+            failures.push(format!(
+                "{args:?}: exit {code}, stdout {} bytes, stderr {err:?} (wanted {needle:?})",
+                stdout.len()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Nothing was written where a run was refused.
+    for name in ["t.pickle", "r.jsonl", "d.html"] {
+        assert!(!dir.join(name).exists(), "{name} written");
+    }
+}
+
+/// The setup line names the pipeline schedule its JSON holds (it said only "pp 2", so a
+/// GPipe estimate read like a 1F1B one).
+#[test]
+fn the_setup_line_names_the_pipeline_schedule() {
+    for (schedule, shown) in [
+        ("gpipe", "pp 2 (gpipe)"),
+        ("interleaved:2", "pp 2 (interleaved:2)"),
+    ] {
+        let args = [
+            "estimate",
+            "llama-3-8b",
+            "--pp",
+            "2",
+            "--schedule",
+            schedule,
+        ];
+        let (code, text, err) = vram(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(text.lines().nth(1).unwrap().contains(shown), "{text}");
+        let (_, json, _) = vram(&[&args[..], &["--json"]].concat());
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let want = match schedule {
+            "gpipe" => serde_json::json!("gpipe"),
+            _ => serde_json::json!({"interleaved": 2}),
+        };
+        assert_eq!(v["setup"]["parallel"]["schedule"], want);
+    }
+    // One stage has no schedule to name.
+    let (_, text, _) = vram(&["estimate", "llama-3-8b"]);
+    assert!(
+        text.lines().nth(1).unwrap().contains("pp 1, ZeRO"),
+        "{text}"
+    );
+}

@@ -631,3 +631,91 @@ fn serving_speed_follows_precision_and_cache_kind() {
             < 1.0
     );
 }
+
+/// Pins that cannot hold together name the pins whose release would give configurations,
+/// where the message said only "the pinned degrees, the GPU count and the global batch must
+/// agree" (wrong for `--offload params --zero 2`, which breaks neither).
+#[test]
+fn pins_that_cannot_hold_together_are_named() {
+    let base = [
+        "plan",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq",
+        "2048",
+        "--gpu",
+        "h100-80g",
+    ];
+    for (extra, says) in [
+        (
+            &["--offload", "params", "--zero", "2"][..],
+            "without --zero 2 or without --offload params it would",
+        ),
+        (
+            &["--offload", "optimizer", "--zero", "0"][..],
+            "without --zero 0 or without --offload optimizer it would",
+        ),
+        (
+            &[
+                "--stack",
+                "megatron",
+                "--pp",
+                "2",
+                "--schedule",
+                "interleaved:64",
+            ][..],
+            "without --pp 2 or without --schedule interleaved:64 it would",
+        ),
+        (
+            &["--tp", "2", "--dp", "2"][..],
+            "without --tp 2 or without --dp 2 it would",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vram"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// `--precision bf16,bf16-amp,bf16` searched bf16 twice and listed each of its plans twice.
+#[test]
+fn a_precision_named_twice_is_searched_once() {
+    let (code, out, err) = vram(&[
+        "plan",
+        "gpt2",
+        "--gpus",
+        "1",
+        "--global-batch",
+        "8",
+        "--seq",
+        "512",
+        "--gpu",
+        "h100-80g",
+        "--precision",
+        "bf16,bf16-amp,bf16",
+        "--top",
+        "6",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let plans: Vec<String> = v["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    assert_eq!(plans.len(), 6);
+    for (i, p) in plans.iter().enumerate() {
+        assert!(!plans[..i].contains(p), "listed twice: {p}");
+    }
+}

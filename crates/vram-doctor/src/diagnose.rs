@@ -270,6 +270,16 @@ const TIGHT_SHARE: f64 = 0.05;
 /// the figures' rounding.
 const PAGE_BYTES: u64 = 2 << 20;
 
+/// The most a driver's largest single allocation has been measured below the free memory it
+/// reported: cuda_memtest's allocation probe (ComputationalRadiationPhysics/cuda_memtest PR #39,
+/// 2022) logged 68,701,650,944 bytes free and 68,667,047,936 allocatable on a 64 GiB device
+/// (33 MiB; the PR covers CUDA and HIP and does not name the device); its issue #52 (2025)
+/// logged 1 MiB on an RTX PRO 6000 Blackwell with driver 570.124.06. Neither NVIDIA's
+/// documentation nor those threads give a reserve or a rule for the shortfall (it differs 33×
+/// between the two), so it is no margin and decides nothing: the doctor only says when free
+/// exceeds the request by no more than this (BENCHMARKS.md, "Request below free").
+const DRIVER_SHORTFALL_MEASURED: u64 = 68_701_650_944 - 68_667_047_936;
+
 /// Why a message lists no processes, for its runtime: PyTorch asks NVML for them
 /// (`reportProcessMemoryInfo`, CUDA builds from 2.1), so ROCm and torch_npu never list any.
 fn no_list_reason(backend: Backend) -> &'static str {
@@ -523,7 +533,9 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   it with free compares the segment; only expandable segments map more (whole
 ///   20 MiB large-pool pages, less the free tail already mapped), which the
 ///   message does not show. Free above the device (unified memory) stays
-///   unexplained alone.
+///   unexplained alone. When free exceeds the request by no more than the largest
+///   measured driver shortfall (`DRIVER_SHORTFALL_MEASURED`, 33 MiB), the detail says
+///   so; no source gives a rule for that shortfall, so it decides nothing.
 /// - **live tensors above the card**: allocated beyond the message's total
 ///   (free within it) is Windows' shared GPU memory (WDDM's system-memory
 ///   fallback); the failure comes when that runs out too. The step needs more
@@ -872,6 +884,21 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 hb(req),
                 hb(free)
             )
+        };
+        // A gap within the largest measured driver shortfall: said, not ranked on.
+        let gap = free.saturating_sub(req);
+        let detail = if gap
+            <= DRIVER_SHORTFALL_MEASURED
+                .saturating_add(rounding(free))
+                .saturating_add(rounding(req))
+        {
+            format!(
+                "{detail}. Free exceeds the request by only {}: a driver's largest single allocation has been measured below the free it reports, by 1 MiB on an RTX PRO 6000 Blackwell (driver 570) and by {} on a 64 GiB device (cuda_memtest #52, #39), with no documented rule for how much, so a gap this small may be the driver's own",
+                hb(gap),
+                hb(DRIVER_SHORTFALL_MEASURED)
+            )
+        } else {
+            detail
         };
         causes.push((
             if neighbours { 2 } else { 1 },

@@ -26,10 +26,13 @@
 //!    rounding is [`CauseKind::Unexplained`] and nothing is "enough"; when others (listed
 //!    processes, memory outside PyTorch NVML does not put in this process) hold more than
 //!    this process could, they are named first: free is read after the failure, and one of
-//!    them allocating at that moment is the likeliest reading; otherwise what this process
-//!    asks of the device (the step) is named first as what to change, not as a proven cause
-//!    (not sufficient), and the unexplained verdict second (a free figure above the device,
-//!    unified memory, stays unexplained alone): [`diagnose`];
+//!    them allocating at that moment is the likeliest reading; otherwise the unexplained
+//!    verdict leads and what this process asks of the device (the step) is named second as
+//!    what to change, not as a proven cause (not sufficient) (a free figure above the device,
+//!    unified memory, stays unexplained alone); a gap no larger than the largest measured
+//!    driver shortfall (a driver's largest single allocation below its reported free: 1 MiB
+//!    and 33 MiB in cuda_memtest's logs, no documented rule) is said in the verdict's detail
+//!    and ranks nothing: [`diagnose`];
 //! 3. "could hold at most" is reserved + free, capped by `allowed`:
 //!    [`Figures::could_hold_bytes`];
 //! 4. the cap decides when reserved + request > allowed (`alloc_block`), or is within the

@@ -83,6 +83,7 @@ pub fn search(t: &Transformer, req: &FtRequest) -> Result<Vec<FtPlan>> {
             "--gpus, --global-batch and --seq must be at least 1".into(),
         ));
     }
+    crate::search::check_sizes(req.global_batch, req.seq)?;
     if req.global_batch % req.gpus != 0 {
         return Err(Error::Request(format!(
             "--global-batch {} is not a multiple of --gpus {} (one DDP replica per GPU)",

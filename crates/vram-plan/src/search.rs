@@ -886,11 +886,7 @@ fn run(req: &Request, progress: &mut dyn FnMut(Progress), advise: bool) -> Resul
     if plans.is_empty() && ctx.closest.is_none() {
         return Err(match ctx.first_error {
             Some(e) => e.into(),
-            None => Error::Request(
-                "no configuration matches: the pinned degrees, the GPU count and the global \
-                 batch must agree (tp x pp x dp = GPUs, dp divides the global batch)"
-                    .into(),
-            ),
+            None => no_match(req, t),
         });
     }
     let (closest, suggestions) = if plans.is_empty() {
@@ -920,6 +916,7 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
             "--global-batch and --seq must be at least 1".into(),
         ));
     }
+    check_sizes(req.global_batch, req.seq)?;
     if req.precisions.is_empty() {
         return Err(Error::Request("no precision to search".into()));
     }
@@ -991,6 +988,111 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
                 req.cluster.gpus
             )));
         }
+    }
+    Ok(())
+}
+
+/// Why no configuration matches: the pins whose release alone would give configurations are
+/// named (each is a rule of the search: tp x pp x dp = GPUs, dp divides the global batch,
+/// offload needs ZeRO and parameter offload ZeRO-3, a pipeline takes ZeRO-1 at most, an
+/// interleaved schedule needs the layers to split into pp x chunks and a micro-batch count
+/// that pp divides).
+fn no_match(req: &Request, t: &Transformer) -> Error {
+    let p = req.pins;
+    let num = |flag: &str, v: Option<u64>| v.map(|v| format!("{flag} {v}"));
+    /// A pin as the flag writes it (`None`: not pinned), and how to release it.
+    type Pinned = (Option<String>, fn(&mut Pins));
+    let pinned: [Pinned; 9] = [
+        (num("--tp", p.tp), |q| q.tp = None),
+        (num("--pp", p.pp), |q| q.pp = None),
+        (num("--dp", p.dp), |q| q.dp = None),
+        (num("--micro-batch", p.micro_batch), |q| {
+            q.micro_batch = None
+        }),
+        (num("--zero", p.zero.map(u64::from)), |q| q.zero = None),
+        (
+            p.offload.map(|o| {
+                format!(
+                    "--offload {}",
+                    match o {
+                        Offload::None => "none",
+                        Offload::Optimizer => "optimizer",
+                        Offload::Params => "params",
+                    }
+                )
+            }),
+            |q| q.offload = None,
+        ),
+        (
+            p.recompute.map(|r| {
+                format!(
+                    "--recompute {}",
+                    match r {
+                        RecomputeChoice::None => "none",
+                        RecomputeChoice::Selective => "selective",
+                        RecomputeChoice::Full => "full",
+                        RecomputeChoice::Optimal => "optimal",
+                    }
+                )
+            }),
+            |q| q.recompute = None,
+        ),
+        (
+            p.sequence_parallel.map(|sp| {
+                if sp {
+                    "--sequence-parallel".to_string()
+                } else {
+                    "--no-sequence-parallel".to_string()
+                }
+            }),
+            |q| q.sequence_parallel = None,
+        ),
+        (
+            p.schedule.map(|s| match s {
+                Schedule::OneFOneB => "--schedule 1f1b".to_string(),
+                Schedule::Gpipe => "--schedule gpipe".to_string(),
+                Schedule::Interleaved(v) => format!("--schedule interleaved:{v}"),
+            }),
+            |q| q.schedule = None,
+        ),
+    ];
+    let releasable: Vec<String> = pinned
+        .into_iter()
+        .filter_map(|(name, release)| {
+            let name = name?;
+            let mut r = req.clone();
+            release(&mut r.pins);
+            candidates(&r, t)
+                .is_ok_and(|c| !c.is_empty())
+                .then_some(name)
+        })
+        .collect();
+    let rules = "tp x pp x dp = GPUs, dp divides the global batch; offload needs ZeRO, \
+                 --offload params ZeRO 3; a pipeline takes ZeRO 1 at most";
+    Error::Request(if releasable.is_empty() {
+        format!("no configuration matches: the pinned degrees, the GPU count and the global batch must agree ({rules})")
+    } else {
+        format!(
+            "no configuration matches the pins together ({rules}); without {} it would",
+            releasable.join(" or without ")
+        )
+    })
+}
+
+/// Refuses a global batch or sequence length beyond what any step could hold (the step's own
+/// limits, `vram_model::setup::MAX_SIZE` and `MAX_TOKENS`): past them the arithmetic of the
+/// search would overflow, and the input is a typo.
+pub(crate) fn check_sizes(global_batch: u64, seq: u64) -> Result<()> {
+    use vram_model::setup::{MAX_SIZE, MAX_TOKENS};
+    if seq > MAX_SIZE {
+        return Err(Error::Request(format!(
+            "--seq {seq} must be between 1 and {MAX_SIZE}"
+        )));
+    }
+    if global_batch > MAX_TOKENS {
+        return Err(Error::Request(format!(
+            "--global-batch {global_batch} must be between 1 and {MAX_TOKENS}"
+        )));
     }
     Ok(())
 }

@@ -449,6 +449,17 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             dtypes: Bytes(w.dtypes.iter().map(|(k, v)| (k.clone(), *v)).collect()),
         }));
     }
+    if let Model::Transformer(t) = model {
+        // On a checkpoint of float tensors the flag changed nothing, and the output said
+        // "(bf16, dequantized)".
+        if req.dequantized && !t.blocks.storage.is_packed() {
+            return Err(input(format!(
+                "--dequantized loads a packed checkpoint (FP8, MXFP4, bitsandbytes, GPTQ, AWQ) dequantized; {}'s weights are stored as {}, not packed",
+                t.name,
+                t.blocks.storage.name()
+            )));
+        }
+    }
     let mut setup = req.step.setup(model, Some(gpu))?;
     // Issue 22: --weights for inference; --finetune lora/qlora for training.
     let mut inference_weights = None;
@@ -1013,8 +1024,14 @@ fn describe_blocks(
 fn describe(model: &Model, r: &EstimateReport) -> String {
     let setup = &r.setup;
     let p = setup.parallel;
+    // The schedule only where there is a pipeline to order (the JSON's `setup` always has it).
+    let schedule = if p.pp > 1 {
+        format!(" ({})", crate::request::schedule_name(p.schedule))
+    } else {
+        String::new()
+    };
     let par = format!(
-        "dp {} tp {} pp {}{}",
+        "dp {} tp {} pp {}{schedule}{}",
         p.dp,
         p.tp,
         p.pp,

@@ -236,6 +236,110 @@ impl StepRequest {
         }
     }
 
+    /// The flags this request sets away from their defaults, by name (a flag given at its
+    /// default value changes nothing, so it is not told apart from one not given).
+    pub fn given(&self) -> Vec<&'static str> {
+        let d = StepRequest::default();
+        [
+            ("--precision", self.precision != d.precision),
+            ("--amp-style", self.amp_style != d.amp_style),
+            ("--optimizer", self.optimizer != d.optimizer),
+            ("--micro-batch", self.micro_batch != d.micro_batch),
+            ("--seq", self.seq != d.seq),
+            ("--grad-accum", self.grad_accum != d.grad_accum),
+            ("--recompute", self.recompute != d.recompute),
+            (
+                "--recompute-layers",
+                self.recompute_layers != d.recompute_layers,
+            ),
+            ("--attention", self.attention != d.attention),
+            ("--zero", self.zero != d.zero),
+            ("--offload", self.offload != d.offload),
+            ("--dp", self.dp != d.dp),
+            ("--tp", self.tp != d.tp),
+            ("--pp", self.pp != d.pp),
+            (
+                "--sequence-parallel",
+                self.sequence_parallel != d.sequence_parallel,
+            ),
+            ("--schedule", self.schedule != d.schedule),
+            ("--inference", self.inference != d.inference),
+            ("--batch", self.batch != d.batch),
+            ("--context", self.context != d.context),
+            ("--prompt", self.prompt != d.prompt),
+            ("--new-tokens", self.new_tokens != d.new_tokens),
+            ("--kv-cache", self.kv_cache != d.kv_cache),
+            ("--kv-dtype", self.kv_bytes != d.kv_bytes),
+            ("--cuda-context", self.cuda_context != d.cuda_context),
+            ("--workspace", self.workspace != d.workspace),
+            ("--fragmentation", self.fragmentation != d.fragmentation),
+            ("--allocator", self.allocator != d.allocator),
+            (
+                "--weights-created",
+                self.weights_cast_from_fp32 != d.weights_cast_from_fp32,
+            ),
+            ("--decode-replay", self.decode_replay != d.decode_replay),
+            ("--warmup-prompt", self.warmup_prompt != d.warmup_prompt),
+            ("--images", self.images != d.images),
+            ("--image-size", self.image_size != d.image_size),
+        ]
+        .into_iter()
+        .filter_map(|(flag, set)| set.then_some(flag))
+        .collect()
+    }
+
+    /// The flags of the other mode, refused in one line where they would be ignored: training
+    /// reads neither `--batch` nor `--new-tokens`, and `generate` no optimizer or micro-batch.
+    /// (`--context`, `--prompt`, `--warmup-prompt`, `--dp` and `--zero` are refused where they
+    /// are read.)
+    fn check_mode_flags(&self) -> Result<()> {
+        const TRAINING: &[&str] = &[
+            "--micro-batch",
+            "--seq",
+            "--grad-accum",
+            "--optimizer",
+            "--recompute",
+            "--recompute-layers",
+            "--offload",
+            "--amp-style",
+        ];
+        const INFERENCE: &[&str] = &[
+            "--batch",
+            "--new-tokens",
+            "--kv-cache",
+            "--kv-dtype",
+            "--decode-replay",
+        ];
+        let other = if self.inference { TRAINING } else { INFERENCE };
+        let given: Vec<&str> = self
+            .given()
+            .into_iter()
+            .filter(|f| other.contains(f))
+            .collect();
+        if self.pp == 1 && self.schedule != StepRequest::default().schedule {
+            // The schedule orders a pipeline's micro-batches; one stage has none to order.
+            return Err(input(format!(
+                "--schedule {} orders a pipeline's stages: it needs --pp greater than 1",
+                schedule_name(self.schedule)
+            )));
+        }
+        if given.is_empty() {
+            return Ok(());
+        }
+        let verb = if given.len() == 1 { "is" } else { "are" };
+        Err(input(if self.inference {
+            format!(
+                "{} {verb} for training; --inference takes --batch and --context (or --prompt and --new-tokens)",
+                given.join(", ")
+            )
+        } else {
+            format!(
+                "{} {verb} for --inference; training takes --micro-batch and --seq",
+                given.join(", ")
+            )
+        }))
+    }
+
     /// The setup this request describes for `model` (after [`StepRequest::attach`]) on `gpu`
     /// (its CUDA context and workspace; `None`: the H100's), validated.
     pub fn setup(&self, model: &Model, gpu: Option<&Gpu>) -> Result<Setup> {
@@ -275,6 +379,7 @@ impl StepRequest {
             weights_dequantized: false,
         };
         let images = image_positions(model)?;
+        self.check_mode_flags()?;
         let mode = if self.inference {
             let context = match (self.context, self.prompt) {
                 (Some(_), Some(_)) => {
@@ -519,6 +624,13 @@ impl FinetuneRequest {
 
     /// The whole spec, validated.
     pub fn spec(&self) -> Result<FinetuneSpec> {
+        if self.method != Method::Full && self.rank > vram_model::setup::MAX_SIZE {
+            return Err(input(format!(
+                "--lora-rank {} must be between 1 and {}",
+                self.rank,
+                vram_model::setup::MAX_SIZE
+            )));
+        }
         let targets = Targets::parse(&self.targets)?;
         let s = FinetuneSpec {
             method: self.method,

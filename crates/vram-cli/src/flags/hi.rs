@@ -357,8 +357,13 @@ impl PlanArgs {
         }
         let mut req = Request::new(model, cluster, self.global_batch, self.seq);
         if !self.precision.is_empty() {
-            req.precisions = self.precision.iter().map(|p| (*p).into()).collect();
-            req.precisions.dedup();
+            // A precision named twice is searched once (each plan was listed twice).
+            req.precisions = Vec::new();
+            for p in self.precision.iter().map(|p| Precision::from(*p)) {
+                if !req.precisions.contains(&p) {
+                    req.precisions.push(p);
+                }
+            }
         }
         req.attention = self.attention.into();
         req.optimizer = self.optimizer.into();

@@ -644,6 +644,13 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
     if spec.rank == 0 {
         return Err(Error::Setup("--lora-rank must be at least 1".into()));
     }
+    if spec.rank > crate::setup::MAX_SIZE {
+        return Err(Error::OutOfRange {
+            field: "--lora-rank".into(),
+            value: spec.rank.to_string(),
+            why: format!("must be between 1 and {}", crate::setup::MAX_SIZE),
+        });
+    }
     if !(0.0..1.0).contains(&spec.dropout) {
         return Err(Error::Setup(format!(
             "--lora-dropout {} must be in [0, 1)",

@@ -2899,6 +2899,15 @@ pub(super) fn build(d: Draft) -> Result<Transformer> {
             why: format!("cannot exceed num_attention_heads = {}", d.attn.heads),
         });
     }
+    // Every family's routed top-k (num_experts_per_tok, moe_topk, ...): more experts per token
+    // than there are is corrupt input, and its dispatch buffers overflowed byte counts.
+    if let Some(m) = d.moe.filter(|m| m.top_k > m.experts) {
+        return Err(Error::OutOfRange {
+            field: "the experts each token is routed to (top-k)".into(),
+            value: m.top_k.to_string(),
+            why: format!("cannot exceed the {} experts", m.experts),
+        });
+    }
     // A model beyond 1e15 parameters is corrupt input, and would overflow byte counts.
     let experts = d.moe.map_or(1, |m| m.experts);
     let rough = (d.vocab as f64 + 12.0 * h as f64 * n as f64) * h as f64 * experts as f64;

@@ -146,7 +146,34 @@ fn class_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> 
             }),
         }
     };
-    let times = |length: f64, factor: f64| (length * factor).ceil() as u64;
+    // A table of more than 2^32 rows (16 GiB a lane) is no config's: a length or factor that
+    // large is a typo, and its rows overflowed the table's bytes.
+    let bounded = |n: f64, what: &dyn Fn() -> String| -> Result<u64> {
+        if n > crate::setup::MAX_TOKENS as f64 {
+            return Err(Error::OutOfRange {
+                field: key.to_string(),
+                value: what(),
+                why: format!(
+                    "gives a rotary table of more than {} positions",
+                    crate::setup::MAX_TOKENS
+                ),
+            });
+        }
+        Ok(n as u64)
+    };
+    // As written where short (40, 4096), else in exponent form (not 300 digits).
+    let num = |x: f64| {
+        if x < 1e12 {
+            format!("{x}")
+        } else {
+            format!("{x:e}")
+        }
+    };
+    let times = |length: f64, factor: f64| -> Result<u64> {
+        bounded((length * factor).ceil(), &|| {
+            format!("{} positions x factor {}", num(length), num(factor))
+        })
+    };
     let original = || -> Result<f64> {
         if r.contains_key("original_max_position_embeddings") {
             return number("original_max_position_embeddings");
@@ -156,22 +183,22 @@ fn class_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> 
     };
     Ok(match kind {
         "linear" => RopeClass::Linear {
-            rows: times(max_positions as f64, number("factor")?),
+            rows: times(max_positions as f64, number("factor")?)?,
         },
         "dynamic" if r.contains_key("alpha") => {
             number("alpha")?;
             RopeClass::DynamicAlpha {
                 factor_rows: match r.contains_key("factor") {
-                    true => Some(times(max_positions as f64, number("factor")?)),
+                    true => Some(times(max_positions as f64, number("factor")?)?),
                     false => None,
                 },
             }
         }
         "dynamic" => RopeClass::DynamicNtk {
-            rows: times(max_positions as f64, number("factor")?),
+            rows: times(max_positions as f64, number("factor")?)?,
         },
         "yarn" | "deepseek_yarn" => RopeClass::Yarn {
-            rows: times(original()?, number("factor")?),
+            rows: times(original()?, number("factor")?)?,
             deepseek: kind == "deepseek_yarn",
         },
         "ntk" => RopeClass::Ntk,
@@ -181,7 +208,9 @@ fn class_for(c: &Cfg, key: &str, r: &Map<String, Value>, max_positions: u64) -> 
                 _ => number("original_max_position_embeddings")?,
             };
             RopeClass::LongRope {
-                original: original as u64,
+                original: bounded(original, &|| {
+                    format!("original_max_position_embeddings {}", num(original))
+                })?,
             }
         }
         _ => RopeClass::Positions,

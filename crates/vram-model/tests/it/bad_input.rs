@@ -19,6 +19,16 @@ fn errors_name_the_problem() {
             "key/value heads",
         ),
         (r#"{"model_type":null}"#, "should be a string"),
+        // Rows of the rotary table past u64 (the serving model multiplied them into bytes):
+        // a fuzzed gpt-oss factor of 2^63 panicked `vram capacity`.
+        (
+            r#"{"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"max_position_embeddings":4096,"rope_scaling":{"rope_type":"yarn","factor":9223372036854775808,"original_max_position_embeddings":4096}}"#,
+            "rope_scaling = 4096 positions x factor 9.223372036854776e18 is out of range: gives a rotary table of more than 4294967296 positions",
+        ),
+        (
+            r#"{"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"max_position_embeddings":4096,"rope_scaling":{"rope_type":"linear","factor":1e300}}"#,
+            "factor 1e300",
+        ),
         (
             r#"{"model_type":"bert","vocab_size":10,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"hidden_dropout_prob":"x"}"#,
             "hidden_dropout_prob",
@@ -105,4 +115,23 @@ fn current_family_errors_name_the_key() {
         assert!(e.contains(needle), "{cfg}: {e}");
         assert!(!e.contains('\n'), "{e}");
     }
+}
+
+/// A routed top-k above the expert count is refused for every family, where only Mixtral's
+/// reader checked it: Hunyuan-A13B with `moe_topk` 2^53 (found by mutating the zoo's configs)
+/// overflowed the serving model's dispatch buffers.
+#[test]
+fn a_top_k_above_the_experts_is_refused() {
+    let mut v: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../../tests/zoo/configs/hunyuan-a13b.json"
+    ))
+    .unwrap();
+    v["moe_topk"][0] = serde_json::json!(9007199254740992u64);
+    let e = hf::parse_config(&v.to_string(), "hunyuan").unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("top-k) = 9007199254740992 is out of range: cannot exceed the 64 experts"),
+        "{e}"
+    );
 }

@@ -213,6 +213,39 @@ fn bad_lora_recipes_are_refused_with_a_reason() {
     assert!(lora(&gemma4, &spec(8, "all-linear", 0.0)).is_ok());
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Any rank is counted or refused in one line, never overflowed: a rank of 2^64 - 1 on
+    /// Mixtral's expert banks multiplied past u64 (a panic in debug, wrapped figures in
+    /// release). Within the limit the count is linear in the rank, as `r·(in + out)` per site.
+    #[test]
+    fn any_lora_rank_is_counted_or_refused(rank in proptest::prop_oneof![
+        1..=vram_model::setup::MAX_SIZE,
+        proptest::prelude::any::<u64>(),
+    ]) {
+        let mixtral = config("mixtral-8x7b");
+        let spec = |r| LoraSpec {
+            rank: r,
+            alpha: 16,
+            dropout: 0.0,
+            targets: Targets::AllLinear,
+        };
+        match lora(&mixtral, &spec(rank)) {
+            Ok(p) => {
+                proptest::prop_assert!((1..=vram_model::setup::MAX_SIZE).contains(&rank));
+                let one = lora(&mixtral, &spec(1)).unwrap().trainable_params;
+                proptest::prop_assert_eq!(p.trainable_params, one * rank);
+            }
+            Err(e) => {
+                proptest::prop_assert!(rank > vram_model::setup::MAX_SIZE);
+                let e = e.to_string();
+                proptest::prop_assert!(e.contains("--lora-rank") && !e.contains('\n'), "{}", e);
+            }
+        }
+    }
+}
+
 mod step {
     use super::config;
     use vram_model::arch::Model;

@@ -81,6 +81,83 @@ pub(super) fn interconnect(gpu: &Gpu, k: &Knobs) -> Interconnect {
     }
 }
 
+/// NVLink links from one GPU to the NVSwitches and NCCL's bandwidth per link (GB/s,
+/// `SM80_NVLINK_BW` 20.0, `SM90_NVLINK_BW` 20.6, `SM100_NVLINK_BW` 40.0 in `src/graph/topo.h`), for
+/// the catalog's NVSwitch boards: HGX A100 12 links, HGX H100/H200/H20 and B200 18.
+fn nvswitch_links(gpu: &Gpu) -> Option<(u32, f64)> {
+    let links = match gpu.id {
+        "a100-40g" | "a100-80g" => 12,
+        "h100-80g" | "h200" | "h20" | "h20-141g" | "b200" => 18,
+        _ => return None,
+    };
+    let bw = match gpu.sm_major {
+        8 => 20.0,
+        9 => 20.6,
+        _ => 40.0,
+    };
+    Some((links, bw))
+}
+
+/// The collective channels NCCL (2.21.5 to 2.27.3, the same code at each) gives a single-node
+/// communicator over NVSwitch without NVLS: the ring search (`src/graph/search.cc`
+/// `ncclTopoCompute`) tries the speeds of the GPU's array (sm_80 and earlier `speedArrayIntra`
+/// from 40, sm_90 `sm90SpeedArrayIntra` from 60, sm_100 from 90 GB/s), each with as many channels
+/// as the GPU's links carry (at most `MAXCHANNELS / 2` = 16), keeps the best channels x speed
+/// (`ncclTopoCompareGraphs`), stops once that covers the GPU's total or the next speed is under
+/// 0.49 of the kept one; `ncclTopoDupChannels` doubles it (speed >= 25, and not on sm_90+ below
+/// 50 with more than 4), and `ncclTopoPostset` (`src/graph/connect.cc`) doubles it again. H100:
+/// 6 x 60 -> 24; A100: 6 x 40 -> 24 (HGX A100's log, NVIDIA/nccl-tests#100: "Channel 23/24");
+/// H800's 8 links: 4 x 40 -> 16 (its log, NVIDIA/nccl#892: "16 coll channels").
+pub(super) fn nvswitch_channels(gpu: &Gpu) -> Option<u32> {
+    let (links, bw) = nvswitch_links(gpu)?;
+    Some(ring_search_channels(links, bw, gpu.capability()))
+}
+
+/// [`nvswitch_channels`]'s search for `links` NVLinks of `bw` GB/s on a GPU of compute
+/// capability `cc`.
+pub(super) fn ring_search_channels(links: u32, bw: f64, cc: (u32, u32)) -> u32 {
+    let speeds: &[f64] = match cc.0 {
+        0..=8 => &[
+            40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
+        ],
+        9 => &[
+            60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0,
+        ],
+        _ => &[90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0],
+    };
+    let total = f64::from(links) * bw;
+    let (mut best_n, mut best_bw) = (0u32, 0.0f64);
+    for (i, &speed) in speeds.iter().enumerate().skip_while(|(_, &s)| s > total) {
+        if best_n > 0 && i > 0 && speed / best_bw <= 0.49 {
+            break;
+        }
+        let n = ((total / speed).floor() as u32).min(16);
+        if f64::from(n) * speed > f64::from(best_n) * best_bw {
+            (best_n, best_bw) = (n, speed);
+        }
+        if f64::from(best_n) * best_bw >= total {
+            break;
+        }
+    }
+    let dup = best_bw >= 25.0 && !(cc.0 * 10 + cc.1 > 80 && best_bw < 50.0 && best_n > 4);
+    let n = if dup { (best_n * 2).min(16) } else { best_n };
+    (n * 2).min(32)
+}
+
+/// What NCCL's ring and tree, connected over NVSwitch, hold on each GPU of a single-node group
+/// of `ranks`, with `NCCL_CUMEM_ENABLE=0` (plain `cudaMalloc`). Per connection (`src/transport/p2p.cc`
+/// `p2pSendSetup`/`p2pRecvSetup`, sizes rounded up to `CUDA_IPC_MIN`, 2 MiB): the receiver holds
+/// LL (512 KiB) and LL128 (4.69 MiB), and Simple (4 MiB, `NCCL_BUFFSIZE`) unless P2P reads are on
+/// (sm_80 only, `ncclTopoCheckP2p`), when the sender holds it: 12 MiB a send/receive pair either
+/// way. The ring gives every rank one pair per channel; the tree is a chain in ring order
+/// (HGX A100's log: "Trees [0] 1/-1/-1->0->-1"), adding a pair in the other direction to the
+/// middle ranks, so from 3 ranks the fullest GPU holds two pairs per channel.
+pub(super) fn nccl_nvswitch_ring_tree_bytes(gpu: &Gpu, ranks: u64) -> Option<(u64, u32)> {
+    let channels = nvswitch_channels(gpu)?;
+    let pairs = if ranks >= 3 { 2 } else { 1 };
+    Some((u64::from(channels) * pairs * 12 * MIB, channels))
+}
+
 /// What one NCCL communicator connected after the baseline leaves on each GPU.
 fn communicator(gpu: &Gpu, k: &Knobs) -> (u64, &'static str) {
     match interconnect(gpu, k) {

@@ -2,11 +2,73 @@
 
 use super::*;
 
-/// What SGLang's `init_torch_distributed` leaves allocated per GPU at TP > 1: its own log line
-/// "Init torch distributed ends. mem usage=0.13 GB" (GiB; 4 × L4, TP 4, NCCL 2.21.5, custom
-/// all-reduce off on PCIe; didier-durand/llms-in-clouds docs/sglang.md). One measurement, used for
-/// every GPU (estimated elsewhere).
+/// What SGLang's `init_torch_distributed` leaves allocated per GPU at TP > 1 on the board it was
+/// read on: its own log line "Init torch distributed ends. mem usage=0.13 GB" (GiB; 4 × L4, TP 4,
+/// NCCL 2.21.5, custom all-reduce off on PCIe; didier-durand/llms-in-clouds docs/sglang.md). It
+/// holds NCCL's one-time state in the process, the TP group's communicator over PCIe, and the
+/// warm-up all-reduce's first launch; what differs on other boards is [`sglang_distributed_init`]'s.
 pub(super) const SGLANG_DISTRIBUTED_INIT_BYTES: u64 = 133 * MIB;
+
+/// SGLang's custom all-reduce buffers per GPU on CUDA (`custom_all_reduce.py`, the same at 0.4.3.post4
+/// and 0.4.9): `create_shared_buffer(meta_size() + max_size)` and `create_shared_buffer(max_size)`
+/// (each a `cudaMalloc`, so whole 2 MiB pages: the signal block's few KiB make the first 10 MiB),
+/// and `rank_data`, an 8 MiB `torch.empty`; `max_size` is `_MAX_CAR_SIZE`, 8 MiB on CUDA.
+/// The peers' buffers are opened by IPC and hold no memory on this GPU.
+const SGLANG_CUSTOM_ALL_REDUCE_BYTES: u64 = 26 * MIB;
+
+/// What `init_torch_distributed` allocates per GPU, and how the figure was made.
+///
+/// Read at 0.4.3.post4 and 0.4.9 (`model_runner.py`, `distributed/parallel_state.py`,
+/// `entrypoints/engine.py`, `custom_all_reduce.py`): the TP group's and the PP group's
+/// `GroupCoordinator` each build a `PyNcclCommunicator` (`ncclCommInitRank`, then a one-element
+/// all-reduce) where they have more than one rank; the TP group also builds `CustomAllreduce`
+/// for 2, 4, 6 or 8 ranks on CUDA when the GPUs are two or all NVLink-connected (the P2P check is
+/// monkey-patched to true); the world group and DP attention's group (without
+/// `SYNC_TOKEN_IDS_ACROSS_TP`) make no communicator. SGLang sets `NCCL_CUMEM_ENABLE=0` and
+/// `NCCL_NVLS_ENABLE=0` (`--enable-nccl-nvls` off) in `_set_envs_and_config`, so NCCL has no
+/// NVLS buffers and no runtime connection (`comm->runtimeConn = cuMemSupport &&
+/// NCCL_RUNTIME_CONNECT`, `src/init.cc` at v2.26.2-1, the NCCL torch 2.7.1 pins; 2.21.5 has no
+/// runtime connection at all): `ncclCommInitRank` connects the ring and the tree on every
+/// channel, the buffers [`non_torch::nccl_nvswitch_ring_tree_bytes`] sizes over NVSwitch. The
+/// L4 reading stands for NCCL's one-time state and the warm-up's first launch everywhere; its own
+/// PCIe buffers (none over shared memory, ~0.05 GiB over P2P: g6.12xlarge's P2P is not known) are
+/// not taken out, and further PCIe groups are not counted (as in vLLM's: no reading of them).
+pub(super) fn sglang_distributed_init(gpu: &Gpu, k: &Knobs) -> (u64, String) {
+    if k.tp * k.pp <= 1 {
+        return (0, String::new());
+    }
+    let link = non_torch::interconnect(gpu, k);
+    let nvswitch = matches!(link, Interconnect::NvSwitch | Interconnect::NvSwitchNvls);
+    let mut bytes = SGLANG_DISTRIBUTED_INIT_BYTES;
+    let mut text = "0.13 GiB measured by SGLang on 4 x L4 over PCIe (NCCL's state, the warm-up's first launch, that board's communicator)".to_string();
+    if nvswitch {
+        let groups = [k.tp, k.pp].into_iter().filter(|&n| n > 1);
+        let mut more = 0;
+        let mut channels = 0;
+        for ranks in groups {
+            if let Some((b, c)) = non_torch::nccl_nvswitch_ring_tree_bytes(gpu, ranks) {
+                more += b;
+                channels = c;
+            }
+        }
+        if more > 0 {
+            bytes += more;
+            text += &format!(
+                ", {:.2} GiB of NCCL ring and tree buffers over NVSwitch ({channels} channels x 12 MiB a send/receive pair; NVLS and cuMem off by SGLang, so every channel connects at init; derived from NCCL's source, not measured)",
+                more as f64 / GIB
+            );
+        }
+    }
+    let custom = !gpu.is_rocm()
+        && matches!(k.tp, 2 | 4 | 6 | 8)
+        && (k.tp == 2 || nvswitch)
+        && link != Interconnect::Network;
+    if custom {
+        bytes += SGLANG_CUSTOM_ALL_REDUCE_BYTES;
+        text += ", 0.03 GiB of custom all-reduce buffers";
+    }
+    (bytes, text)
+}
 
 /// The CUDA runtime of the PyTorch SGLang installs (`[major, minor]`), which sets the bare CUDA
 /// context ([`Gpu::bare_context_bytes`]), and where the pin was read. The `srt` extra's pin in
@@ -135,11 +197,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let weights = weights_per_gpu(t, k, gpu, Engine::Sglang)
         + allocator_rounding(t, k, gpu)
         + if single { gpu.first_launch_bytes() } else { 0 };
-    let distributed = if k.tp * k.pp > 1 {
-        SGLANG_DISTRIBUTED_INIT_BYTES
-    } else {
-        0
-    };
+    let (distributed, distributed_note) = sglang_distributed_init(gpu, k);
     let context = if gpu.is_rocm() {
         gpu.context_bytes()
     } else {
@@ -337,7 +395,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             } else {
                 "SGLang 0.5 (server_args._handle_gpu_memory_settings, model_runner.profile_max_num_token)"
             },
-            "free memory before loading: on a CUDA GPU the device total less the CUDA context before any kernel (lazy module loading; it follows the CUDA build of the torch the SGLang release pins: see the context line), with the first kernel's driver memory in the weights' figure at TP/PP 1 (gpu/first_kernel.py); on ROCm less the CUDA context after kernels ran (the GPU's); at TP/PP > 1 also 0.13 GiB for init_torch_distributed, its first launch and NCCL included (measured by SGLang on 4 x L4 over PCIe; estimated elsewhere)",
+            "free memory before loading: on a CUDA GPU the device total less the CUDA context before any kernel (lazy module loading; it follows the CUDA build of the torch the SGLang release pins: see the context line), with the first kernel's driver memory in the weights' figure at TP/PP 1 (gpu/first_kernel.py); on ROCm less the CUDA context after kernels ran (the GPU's); at TP/PP > 1 also what init_torch_distributed allocates (see its line)",
             "activation peak and CUDA graphs are inside SGLang's reserve (1 - mem_fraction_static); their figures here are estimates, not part of the pool's size: one layer's live set, MoE caches with cache1 and cache3 in one buffer from 0.4.3 (fused_moe.py), and a plain AWQ/GPTQ linear's whole fp16 weight where no Marlin kernel runs (vLLM's AWQ through 0.4.4, from 256 tokens; SGLang's own awq.py from 0.4.5, on every call)",
             "the request-to-token map (ReqToTokenPool, read at 0.4.5.post3 and 0.5.3): (max_num_reqs + 1 in 0.4) x (context_len + 4) int32, max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096) or --max-running-requests, allocated before the pool from what the weights left; the start fails when it and the pool do not both fit",
         ]
@@ -364,6 +422,12 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 } else {
                     String::new()
                 }
+            )
+        }))
+        .chain((distributed > 0).then(|| {
+            format!(
+                "init_torch_distributed (model_runner.py, parallel_state.py, custom_all_reduce.py, NCCL's init.cc; read at 0.4.3.post4 and 0.4.9): {:.2} GiB per GPU: {distributed_note}",
+                distributed as f64 / GIB
             )
         }))
         .collect(),

@@ -3143,3 +3143,86 @@ fn get_rope_refusals_in_the_engines_words() {
         None
     );
 }
+
+/// SGLang's `init_torch_distributed` per board: the L4 reading where it was taken (TP 4 over
+/// PCIe, custom all-reduce off), NCCL's ring and tree over NVSwitch on top (SGLang turns NVLS and
+/// cuMem off), the custom all-reduce buffers where SGLang builds them (2 ranks, or NVLink to all),
+/// one communicator per group of more than one rank, nothing at TP/PP 1.
+#[test]
+fn sglang_distributed_init_follows_the_board() {
+    let mib = 1u64 << 20;
+    let at = |gpu: &str, tp: u64, pp: u64| {
+        let k = Knobs {
+            tp,
+            pp,
+            engine_version: parse_version("0.4.9"),
+            ..Knobs::default()
+        };
+        sglang::sglang_distributed_init(vram_model::gpu::lookup(gpu).unwrap(), &k).0
+    };
+    assert_eq!(at("l4", 4, 1), 133 * mib);
+    assert_eq!(at("l4", 1, 1), 0);
+    assert_eq!(at("h100-80g", 1, 1), 0);
+    // Two PCIe GPUs get the custom all-reduce (its P2P check is patched to true).
+    assert_eq!(at("l4", 2, 1), (133 + 26) * mib);
+    // Over NVSwitch: NCCL's 24 channels of ring and tree, two 12 MiB pairs each from 3 ranks
+    // (one at 2), and the custom all-reduce.
+    assert_eq!(at("h100-80g", 4, 1), (133 + 24 * 2 * 12 + 26) * mib);
+    assert_eq!(at("a100-80g", 8, 1), (133 + 24 * 2 * 12 + 26) * mib);
+    assert_eq!(at("h100-80g", 2, 1), (133 + 24 * 12 + 26) * mib);
+    // A PP group of its own connects too, without a custom all-reduce.
+    assert_eq!(at("h100-80g", 1, 2), (133 + 24 * 12) * mib);
+    assert_eq!(
+        at("h100-80g", 4, 2),
+        (133 + 24 * 2 * 12 + 24 * 12 + 26) * mib
+    );
+    // Across nodes: neither NVSwitch buffers nor the custom all-reduce.
+    let k = Knobs {
+        tp: 4,
+        interconnect: Some(Interconnect::Network),
+        ..Knobs::default()
+    };
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    assert_eq!(sglang::sglang_distributed_init(h100, &k).0, 133 * mib);
+    // The report says where the figure comes from.
+    let t = llama3();
+    let k = Knobs {
+        tp: 4,
+        engine_version: parse_version("0.4.9"),
+        ..Knobs::default()
+    };
+    let r = capacity(&t, h100, Engine::Sglang, &k).unwrap();
+    let line = r
+        .assumes
+        .iter()
+        .find(|a| a.starts_with("init_torch_distributed"))
+        .expect("the distributed init's line");
+    assert!(line.contains("0.72 GiB per GPU"), "{line}");
+    assert!(line.contains("custom all-reduce"), "{line}");
+}
+
+/// ROCm has its own custom all-reduce path (`allocate_meta_buffer`, 16 MiB `max_size`) and RCCL,
+/// neither read: an MI300X at TP 8 keeps the L4 reading alone.
+#[test]
+fn sglang_distributed_init_on_rocm_keeps_the_reading() {
+    let k = Knobs {
+        tp: 8,
+        ..Knobs::default()
+    };
+    let mi300x = vram_model::gpu::lookup("mi300x").unwrap();
+    assert_eq!(sglang::sglang_distributed_init(mi300x, &k).0, 133 << 20);
+}
+
+/// NCCL's channel count over NVSwitch, by its ring search: HGX A100 and H100 24 (A100's logged
+/// "Channel 23/24", NVIDIA/nccl-tests#100), B200 32.
+#[test]
+fn nccl_channels_follow_the_nvlinks() {
+    let ch = |g: &str| non_torch::nvswitch_channels(vram_model::gpu::lookup(g).unwrap());
+    assert_eq!(ch("a100-80g"), Some(24));
+    assert_eq!(ch("h100-80g"), Some(24));
+    assert_eq!(ch("h200"), Some(24));
+    assert_eq!(ch("b200"), Some(32));
+    assert_eq!(ch("l4"), None);
+    // H800, NVLink cut to 8 links: its log's "16 coll channels" (NVIDIA/nccl#892).
+    assert_eq!(non_torch::ring_search_channels(8, 20.6, (9, 0)), 16);
+}

@@ -91,10 +91,16 @@ fn detect(text: &str) -> Result<Input> {
                 Err(unrec(
                     "a JSON object without schema_version: not the --json of this vram's estimate, capacity or plan (an older vram's? run the command again)",
                 ))
+            } else if m.contains_key("remedies")
+                && (m.contains_key("causes") || m.contains_key("knob"))
+            {
+                Err(unrec(
+                    "the --json of vram doctor has no page: its text and its JSON are the whole answer",
+                ))
             } else {
                 let keys: Vec<&str> = m.keys().map(String::as_str).take(8).collect();
                 Err(unrec(format!(
-                    "JSON object with keys [{}] is not an estimate, plan, replay, capacity or sample",
+                    "JSON object with keys [{}] is not the --json of vram estimate, plan, batch, checkpoint, replay, capacity or top, nor a recording",
                     keys.join(", ")
                 )))
             }
