@@ -99,7 +99,7 @@ impl Request {
     /// A request with the CLI's defaults: bf16 mixed precision (fp16 on GPUs without bf16),
     /// fused attention, AdamW, default overheads, nothing pinned, 10 plans.
     pub fn new(model: Model, cluster: Cluster, global_batch: u64, seq: u64) -> Request {
-        let precision = Precision::Bf16Amp.on(&cluster.gpu);
+        let precision = Precision::Bf16Amp.on(cluster.gpu);
         Request {
             model,
             cluster,
@@ -920,7 +920,7 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
     if req.precisions.is_empty() {
         return Err(Error::Request("no precision to search".into()));
     }
-    let gpu = &req.cluster.gpu;
+    let gpu = req.cluster.gpu;
     if let Some(p) = req.precisions.iter().find(|p| !p.runs_on(gpu)) {
         // The time model prices bf16 on bf16 tensor cores; emulated bf16 is not modelled.
         return Err(Error::Request(format!(
