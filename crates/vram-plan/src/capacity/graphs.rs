@@ -15,7 +15,8 @@
 //! - **Graph modes.** Piecewise graphs (one per piece between attention calls, every size)
 //!   before 0.11; from 0.11 `FULL_AND_PIECEWISE` (`config/compilation.py`, "v1 default"): the
 //!   same sizes again as whole-forward decode graphs, up to `max_num_seqs`. A user's
-//!   `cudagraph_mode` ([`vllm_graph_mode`], read at 0.20.0–0.22.0): `PIECEWISE` the piecewise
+//!   `cudagraph_mode` ([`vllm_graph_mode`], read at 0.11.0–0.13.0 and 0.15.0–0.22.0; the
+//!   dispatcher's keys the same at 0.11.0, 0.13.0, 0.17.0 and 0.19.0): `PIECEWISE` the piecewise
 //!   graphs alone, `FULL_DECODE_ONLY` the decode graphs alone, `FULL` whole-forward graphs at
 //!   every size, `NONE` none (`CUDAGraphMode.mixed_mode`/`decode_mode`; the dispatcher captures
 //!   one set per mode it keys, `cudagraph_dispatcher.py`).
@@ -262,9 +263,6 @@ pub(super) fn vllm_graphs(
 /// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the
 /// version keys no mode (V0, V1 before 0.11: piecewise graphs, or V0's full ones).
 pub(super) fn vllm_graph_mode(t: &Transformer, k: &Knobs, v1: bool) -> Option<CudagraphMode> {
-    let hybrid = layer_caches(t)
-        .iter()
-        .any(|c| matches!(c, CacheLayout::State { .. }));
     (v1 && Engine::Vllm.version_in_force(k) >= [0, 11, 0])
-        .then(|| engine::vllm_cudagraph_mode(k, hybrid))
+        .then(|| engine::vllm_cudagraph_mode(k, layers::is_hybrid(t)))
 }

@@ -1174,10 +1174,33 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
-    assert_eq!(weights::vision_tower_per_gpu(&v, 1), 895_028_755.0);
-    let tp2 = weights::vision_tower_per_gpu(&v, 2);
+    assert_eq!(weights::vision_tower_per_gpu(&v, 1, true), 895_028_755.0);
+    let tp2 = weights::vision_tower_per_gpu(&v, 2, true);
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
+}
+
+/// Kimi-K2.5's MoonViT per GPU at TP 8: vLLM splits the layers' attention and MLP
+/// (`kimi_k25_vit.py`: QKVParallelLinear, Column/RowParallelLinear); SGLang 0.5.9 splits the
+/// attention (`VisionAttention`, `use_qkv_parallel`) but builds the MLP from plain `nn.Linear`s
+/// (`kimi_vl_moonvit.py` `MLP2`), whole on every GPU. Both keep the embeddings, norms, biases
+/// and the projector whole.
+#[test]
+fn kimi_k25_tower_splits_as_each_engine_builds_it() {
+    let text = include_str!("../../../../tests/zoo/nearmiss/kimi-k2.5.json");
+    let Model::Transformer(t) = vram_model::hf::parse_config(text, "kimi-k2.5").unwrap() else {
+        unreachable!()
+    };
+    let all = 416_866_032u64 + 54_277_888;
+    let (attn, mlp) = (27 * 4 * 1152 * 1152u64, 27 * 2 * 1152 * 4304u64);
+    assert_eq!(
+        weights::towers_per_gpu(&t, 8, Engine::Vllm),
+        ((attn + mlp) / 8 + (all - attn - mlp)) as f64
+    );
+    assert_eq!(
+        weights::towers_per_gpu(&t, 8, Engine::Sglang),
+        (attn / 8 + (all - attn)) as f64
+    );
 }
 
 /// vLLM on ROCm logs "Model loading took" as the fall in free device memory
@@ -2601,7 +2624,7 @@ fn vllm_hybrid_pool_below_max_num_seqs_is_refused_from_0_20() {
     );
     // The pool's own lines come before it.
     assert!(c.log.iter().any(|l| l.starts_with("GPU KV cache size")));
-    assert_eq!(c.vllm_mamba_blocks_short(&k), Some(c.kv_cache_blocks));
+    assert_eq!(c.vllm_mamba_blocks_short(&t, &k), Some(c.kv_cache_blocks));
 
     // The change offered: at most as many sequences as blocks, and it starts.
     let change = crate::suggest::serving(&t, gpu, Engine::Vllm, &k).unwrap();
@@ -2643,7 +2666,7 @@ fn vllm_hybrid_pool_below_max_num_seqs_is_refused_from_0_20() {
     )
     .unwrap();
     assert!(v19.log.iter().all(|l| !l.contains("Mamba cache blocks")));
-    assert_eq!(v19.vllm_mamba_blocks_short(&k), None);
+    assert_eq!(v19.vllm_mamba_blocks_short(&t, &k), None);
 }
 
 /// The user's CUDA-graph mode (vLLM 0.20.0–0.22.0 `config/compilation.py`): the Mamba-blocks
@@ -2682,14 +2705,14 @@ fn vllm_cudagraph_mode_decides_the_mamba_check_and_the_graphs() {
         let (c, k) = at(Some(m), false);
         assert!(refused(&c) && !c.starts, "{m:?}: {:?}", c.log);
         assert_eq!(
-            c.vllm_mamba_blocks_short(&k),
+            c.vllm_mamba_blocks_short(&t, &k),
             Some(c.kv_cache_blocks),
             "{m:?}"
         );
     }
     let (piecewise, k) = at(Some(CudagraphMode::Piecewise), false);
     assert!(piecewise.starts, "{:?}", piecewise.log);
-    assert_eq!(piecewise.vllm_mamba_blocks_short(&k), None);
+    assert_eq!(piecewise.vllm_mamba_blocks_short(&t, &k), None);
     assert!(piecewise.cuda_graph_bytes > 0);
     assert!(piecewise.cuda_graph_bytes < default.cuda_graph_bytes);
     assert!(piecewise
@@ -2793,7 +2816,7 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
     let starts = |g, c, o| {
         let kk = k(g, c, o);
         let cap = capacity(&t, gpu, Engine::Vllm, &kk).unwrap();
-        (cap.starts, cap.vllm_mamba_blocks_short(&kk), cap)
+        (cap.starts, cap.vllm_mamba_blocks_short(&t, &kk), cap)
     };
     let (s, short, _) = starts(None, None, None);
     assert!(!s && short.is_some());
@@ -2971,7 +2994,7 @@ fn vllm_hybrid_pool_above_max_num_seqs_starts() {
     assert!(c.kv_cache_blocks > 256, "{}", c.kv_cache_blocks);
     assert!(c.starts, "{:?}", c.log);
     assert!(c.log.iter().all(|l| !l.contains("Mamba cache blocks")));
-    assert_eq!(c.vllm_mamba_blocks_short(&k), None);
+    assert_eq!(c.vllm_mamba_blocks_short(&t, &k), None);
 }
 
 /// SGLang's Gemma 3 (`gemma3_causal.py`): no rotary table before 0.5.10 (its layers compute
@@ -3142,6 +3165,147 @@ fn get_rope_refusals_in_the_engines_words() {
         engine::rope_refusal(&yarn, Engine::Sglang, &at([0, 5, 3])),
         None
     );
+}
+
+/// One predicate says whether a model is hybrid (`layers::is_hybrid`), and it agrees with the
+/// pool vLLM builds: a catalog model is hybrid exactly when its KV layout has a state group.
+/// The graph mode (a hybrid's FULL downgraded) and the 0.20+ Mamba-blocks refusal both read it.
+#[test]
+fn hybrid_is_one_predicate_that_matches_the_pool() {
+    let gpu = vram_model::gpu::lookup("h200").unwrap();
+    let mut hybrids = Vec::new();
+    for id in catalog::ids() {
+        let Ok(Model::Transformer(t)) = catalog::lookup(id) else {
+            continue;
+        };
+        let k = Knobs {
+            max_model_len: Some(4096),
+            engine_version: Some([0, 22, 1]),
+            ..Knobs::default()
+        };
+        let Ok(c) = capacity(&t, gpu, Engine::Vllm, &k) else {
+            continue;
+        };
+        let pool_has_state = c.kv_groups.iter().any(|g| g.kind == "state");
+        assert_eq!(layers::is_hybrid(&t), pool_has_state, "{id}");
+        let full = Knobs {
+            cudagraph_mode: Some(CudagraphMode::Full),
+            ..k
+        };
+        let want = if pool_has_state {
+            CudagraphMode::FullAndPiecewise
+        } else {
+            CudagraphMode::Full
+        };
+        assert_eq!(graphs::vllm_graph_mode(&t, &full, true), Some(want), "{id}");
+        if pool_has_state {
+            hybrids.push(id);
+        }
+    }
+    // qwen3.5 (Gated DeltaNet), qwen3-next, Nemotron-H (Mamba2) and the Nemotron 3 hybrids.
+    assert!(hybrids.len() >= 5, "{hybrids:?}");
+    assert!(hybrids.contains(&"nemotron-h-56b") && hybrids.contains(&"qwen3.5-27b"));
+}
+
+/// The `--compilation-config` spelling every remedy uses (`vllm_compilation_config_flag`), as a
+/// user types it in a shell: one JSON object in single quotes.
+#[test]
+fn compilation_config_flags_are_spelled_once() {
+    assert_eq!(
+        CudagraphMode::Piecewise.compilation_config_flag(),
+        r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#
+    );
+    assert_eq!(
+        CudagraphMode::None.compilation_config_flag(),
+        r#"--compilation-config '{"cudagraph_mode": "NONE"}'"#
+    );
+    assert_eq!(
+        vllm_compilation_config_flag("cudagraph_capture_sizes", "[1, 2, 4]"),
+        r#"--compilation-config '{"cudagraph_capture_sizes": [1, 2, 4]}'"#
+    );
+}
+
+/// `--cudagraph-mode` at the releases before 0.20, whose rules were read at 0.11.0, 0.12.0,
+/// 0.13.0, 0.15.0, 0.16.0, 0.17.0, 0.18.0 and 0.19.0 (sdists from PyPI; 0.15.0 from its wheel):
+/// with what those releases let vram model (`--cudagraph-mode`, `--enforce-eager`), the mode
+/// comes out as at 0.20-0.22. Unset is `FULL_AND_PIECEWISE` (0.11: `VllmConfig.__post_init__`
+/// "default to full and piecewise", `config/__init__.py`; 0.12+: `OPTIMIZATION_LEVEL_02`);
+/// `--enforce-eager` is `NONE`; a hybrid's `FULL` is `FULL_AND_PIECEWISE` (the model runner's
+/// mixed-batch check: `min_cg_support` below `ALWAYS` and attention among the splitting ops,
+/// `initialize_cudagraph_capture` at 0.11, `_check_and_update_cudagraph_mode` at 0.12-0.19); the
+/// assumption line names the release's function.
+#[test]
+fn cudagraph_modes_before_0_20_follow_each_release_read() {
+    use CudagraphMode as M;
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let hybrid = model("qwen3.5-27b");
+    let dense = model("qwen3-8b");
+    for v in [
+        [0, 11, 0],
+        [0, 12, 0],
+        [0, 13, 0],
+        [0, 15, 0],
+        [0, 16, 0],
+        [0, 17, 0],
+        [0, 18, 0],
+        [0, 19, 0],
+    ] {
+        for (t, is_hybrid) in [(&hybrid, true), (&dense, false)] {
+            for asked in [
+                None,
+                Some(M::None),
+                Some(M::Piecewise),
+                Some(M::Full),
+                Some(M::FullDecodeOnly),
+                Some(M::FullAndPiecewise),
+            ] {
+                for eager in [false, true] {
+                    let k = Knobs {
+                        max_model_len: Some(8192),
+                        engine_version: Some(v),
+                        cudagraph_mode: asked,
+                        enforce_eager: eager,
+                        ..Knobs::default()
+                    };
+                    let want = match asked {
+                        _ if eager => M::None,
+                        None => M::FullAndPiecewise,
+                        Some(M::Full) if is_hybrid => M::FullAndPiecewise,
+                        Some(m) => m,
+                    };
+                    assert_eq!(
+                        graphs::vllm_graph_mode(t, &k, true),
+                        Some(want),
+                        "{v:?} {} {asked:?} eager {eager}",
+                        t.name
+                    );
+                    let c = capacity(t, gpu, Engine::Vllm, &k).unwrap();
+                    let line = c.assumes.iter().find(|a| a.starts_with("CUDA-graph mode"));
+                    assert_eq!(line.is_some(), asked.is_some(), "{v:?} {asked:?}");
+                    let Some(line) = line else { continue };
+                    // 0.11 has no optimization levels; 0.12-0.19 have them (refused by vram).
+                    assert!(
+                        !line.contains("0.20.0-0.22.0")
+                            && (v >= [0, 12, 0] || !line.contains("-O2")),
+                        "{v:?}: {line}"
+                    );
+                    if asked == Some(M::Full) && is_hybrid && !eager {
+                        let f = if v < [0, 12, 0] {
+                            "initialize_cudagraph_capture"
+                        } else {
+                            "_check_and_update_cudagraph_mode"
+                        };
+                        assert!(line.contains(f), "{v:?}: {line}");
+                        assert_eq!(
+                            line.contains("mamba_attn.py UNIFORM_SINGLE_TOKEN_DECODE"),
+                            v < [0, 17, 0],
+                            "{v:?}: {line}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// SGLang's `init_torch_distributed` per board: the L4 reading where it was taken (TP 4 over
