@@ -48,6 +48,14 @@ fn stream(n: usize) -> *mut c_void {
     n as *mut c_void
 }
 
+/// The plug-in keeps one last error per process (PyTorch may allocate on its autograd threads
+/// while Python reads the error on another), so every test that makes an error holds this lock:
+/// otherwise a parallel test's error can land between another's failing call and its read.
+fn errors() -> std::sync::MutexGuard<'static, ()> {
+    static ERRORS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ERRORS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn malloc_and_free_through_the_c_functions() {
     init(1, "");
@@ -108,6 +116,7 @@ fn stats_json_has_pytorch_and_tier_keys() {
 
 #[test]
 fn out_of_memory_returns_null() {
+    let _errors = errors();
     init(3, "VRAM_SIM_CAPACITY=64MiB");
     let p = vram_malloc(40 * MIB, 3, std::ptr::null_mut());
     assert!(!p.is_null());
@@ -201,6 +210,7 @@ fn raw_mode_for_mempool() {
 
 #[test]
 fn snapshot_is_a_pickle_that_reads_back() {
+    let _errors = errors();
     init(6, "VRAM_HISTORY=100");
     let p = vram_malloc(3 * MIB, 6, std::ptr::null_mut());
     let dir = std::env::temp_dir().join(format!("vram-torch-test-{}", std::process::id()));
@@ -230,6 +240,7 @@ fn snapshot_is_a_pickle_that_reads_back() {
 
 #[test]
 fn bad_settings_and_devices_are_errors() {
+    let _errors = errors();
     for s in [
         "VRAM_DEVICE_LIMIT=lots",
         "nonsense",
@@ -260,6 +271,7 @@ fn bad_settings_and_devices_are_errors() {
 
 #[test]
 fn cuda_backend_without_a_driver_returns_null() {
+    let _errors = errors();
     if vram_cuda::driver_present() {
         skip(
             "cuda_backend_without_a_driver_returns_null",
@@ -285,6 +297,7 @@ fn cuda_backend_without_a_driver_returns_null() {
 
 #[test]
 fn no_panic_crosses_the_boundary() {
+    let _errors = errors();
     assert_eq!(vram_selftest_panic(), -1);
     assert!(last_error().contains("panic"), "{}", last_error());
     assert_eq!(guard(7, || -> i32 { panic!("x") }), 7);
@@ -458,6 +471,7 @@ fn python_module_on_a_fake_cuda_driver() {
 /// the statistics (`tier.plan.*`); a bad request is an error with a message, not a crash.
 #[test]
 fn phase_peaks_and_plans_through_the_c_functions() {
+    let _errors = errors();
     init(11, "");
     let null = std::ptr::null_mut();
     assert_eq!(vram_phase_peak(11), 0);
@@ -510,6 +524,7 @@ fn phase_peaks_and_plans_through_the_c_functions() {
 /// allocation raises it; a request served from cache does not.
 #[test]
 fn driver_ns_counts_the_allocators_driver_calls() {
+    let _errors = errors();
     init(
         31,
         "VRAM_DEVICE_LIMIT=64MiB;VRAM_HOST_LIMIT=1GiB;VRAM_MIGRATE=0",
