@@ -528,12 +528,16 @@ mod tests {
         assert!(parse_bytes("-1").is_err());
         assert!(parse_bytes("").is_err());
         // The spellings --gpu takes, through the one parser.
-        for s in ["24GB", "23.58GiB", "80G", "80g", "24 GB", "15636037632B", "1.5gib"] {
-            assert_eq!(
-                parse_bytes(s).ok(),
-                vram_model::gpu::parse_size(s),
-                "{s}"
-            );
+        for s in [
+            "24GB",
+            "23.58GiB",
+            "80G",
+            "80g",
+            "24 GB",
+            "15636037632B",
+            "1.5gib",
+        ] {
+            assert_eq!(parse_bytes(s).ok(), vram_model::gpu::parse_size(s), "{s}");
         }
     }
 }

@@ -1776,9 +1776,34 @@ fn the_setup_line_names_the_pipeline_schedule() {
 #[test]
 fn settings_that_act_are_taken() {
     for args in [
-        &["capacity", "llama-3-8b", "--gpu", "h100-80g", "--interconnect", "pcie", "--tensor-parallel-size", "2"][..],
-        &["estimate", "gpt-oss-20b", "--gpu", "h100-80g", "--kernels", "mxfp4"],
-        &["estimate", "llama-3-8b", "--gpu", "h100-80g", "--precision", "bf16", "--weights-created", "fp32"],
+        &[
+            "capacity",
+            "llama-3-8b",
+            "--gpu",
+            "h100-80g",
+            "--interconnect",
+            "pcie",
+            "--tensor-parallel-size",
+            "2",
+        ][..],
+        &[
+            "estimate",
+            "gpt-oss-20b",
+            "--gpu",
+            "h100-80g",
+            "--kernels",
+            "mxfp4",
+        ],
+        &[
+            "estimate",
+            "llama-3-8b",
+            "--gpu",
+            "h100-80g",
+            "--precision",
+            "bf16",
+            "--weights-created",
+            "fp32",
+        ],
     ] {
         let (code, _, err) = vram(args);
         assert_eq!(code, 0, "{args:?}: {err}");
@@ -1799,7 +1824,14 @@ fn size_flags_share_one_spelling_and_one_sample_is_singular() {
     assert_eq!(budget("12 GB"), budget("12000000000"));
     let dir = tmp("record-one");
     let out = dir.join("r.jsonl");
-    let (code, _, err) = vram(&["record", "--demo", "--count", "1", "--out", out.to_str().unwrap()]);
+    let (code, _, err) = vram(&[
+        "record",
+        "--demo",
+        "--count",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("1 sample appended"), "{err}");
 }

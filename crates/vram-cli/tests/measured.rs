@@ -47,7 +47,10 @@ fn rows() -> Vec<Row> {
         // (`model.to(bfloat16)` for the half cases): not the default (`from_pretrained`). The
         // fp32 and autocast cases hold fp32 weights, with no cast, where vram refuses the flag.
         args.extend(["--gpu", "h100-80g", "--json"].map(String::from));
-        if args.windows(2).any(|w| w[0] == "--precision" && w[1] == "bf16") {
+        if args
+            .windows(2)
+            .any(|w| w[0] == "--precision" && w[1] == "bf16")
+        {
             args.extend(["--weights-created", "fp32"].map(String::from));
         }
         let out_ = Command::new(env!("CARGO_BIN_EXE_vram"))
