@@ -219,3 +219,61 @@ def test_the_host_rates_are_measured_where_not_given(lib):
     rate = p._measured_cpu_adamw(n=1 << 16)
     assert rate is not None and 1e5 < rate < 1e12, rate
     assert p._measured_link() is None  # no CUDA here
+
+
+def test_a_driver_time_the_allocator_cannot_give_makes_no_plan(lib):
+    """``vram_driver_ns`` returns -1 where the device has no allocator vramkit can reach (none
+    could start, or the ordinal is outside 0..64): the recorded step's phase times cannot be
+    cleaned of the driver's, so no plan is made from it (it was clamped to 0 before, taking the
+    whole time for compute). The library's reason is kept and said once; training is
+    unchanged."""
+    ref_model, _, ref_losses = reference()
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    p = _planned.Planned(lib, 0, cap=None, chunks=2, min_item=MIB, cpu_adamw=1e3)
+    p.live = live_of(p, model, opt)
+    p.cap = 1 << 20  # a plan would move things
+    p.stall = _planned._reading(lib, "vram_driver_ns", 64)  # the plug-in's -1, for real
+    p.install()
+    try:
+        with pytest.warns(RuntimeWarning, match="out of range") as w:
+            losses = train(model, opt, 6)
+    finally:
+        p.remove()
+    said = [str(x.message) for x in w if "planned tier" in str(x.message)]
+    assert len(said) == 1, said
+    assert "vram_driver_ns(64) returned -1" in p.error, p.error
+    assert p.stats["not_planned"] == p.error
+    assert p.answer is None and p.plan is None and p.record is None
+    assert p.stats["steps_planned"] == 0
+    assert losses == ref_losses
+    for a, b in zip(model.parameters(), ref_model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_the_link_is_fitted_from_two_copy_sizes():
+    """The link the request carries is the planner's model of a copy, ``latency + bytes /
+    rate``, fitted through a small and a large timed copy (what ``_measured_link`` times on
+    the GPU's copy streams), not a fixed 10 µs: 4 KiB in 9.076 µs and 32 MiB in 629.4 µs are
+    54 GB/s and 9.0 µs."""
+    rate, latency = _planned._fit_link(4096, 9.076e-6, 32 << 20, 9.0e-6 + (32 << 20) / 54e9)
+    assert abs(rate / 54e9 - 1) < 1e-3, rate
+    assert abs(latency - 9.0e-6) < 0.05e-6, latency
+    # Times that do not grow with the bytes are no measurement.
+    assert _planned._fit_link(4096, 1e-3, 32 << 20, 1e-3) is None
+    assert _planned._fit_link(4096, 0.0, 32 << 20, 1e-3) is None
+
+
+def test_host_chunks_run_the_fused_kernel_the_rate_was_measured_with(lib):
+    """The host optimizer takes the fused CPU kernel the rate is measured with, even though
+    the device optimizer's groups say ``fused: None`` (which, carried over, overrode the
+    constructor's ``fused=True`` and ran torch's for-loop kernel, 42x slower here)."""
+    model, opt, _, p = run_planned(
+        lib, 0.45, link={"d2h_bytes_per_s": 1e9, "h2d_bytes_per_s": 1e9, "latency_s": 0.0},
+        cpu_adamw=1e15)
+    assert p.plan is not None and p.host_cpu is not None, p.answer
+    assert opt.param_groups[0]["fused"] is None  # the device optimizer's own
+    # After the steps, too: the host groups follow the device's lr and the like, not its kernel.
+    assert p.stats["host_updates"] >= 3, p.stats
+    assert all(g["fused"] is True for g in p.host_cpu.param_groups), p.host_cpu.param_groups

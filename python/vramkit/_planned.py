@@ -106,10 +106,11 @@ class Planned:
         self.cap = cap
         self.chunks = max(1, int(chunks))
         self.margin = margin
-        self.live = live or (lambda: lib.vram_phase_peak(device))
-        self.stall = stall or ((lambda: max(0, lib.vram_driver_ns(device)))
+        self.live = live or _reading(lib, "vram_phase_peak", device)
+        self.stall = stall or (_reading(lib, "vram_driver_ns", device)
                                if lib is not None and hasattr(lib, "vram_driver_ns")
                                else (lambda: 0))
+        self.error = None  # why no step was recorded, where the allocator could not say
         self.link, self.cpu_adamw = link, cpu_adamw
         self.min_item = min_item
         self.watched = False
@@ -217,11 +218,17 @@ class Planned:
         q = len(self.phase_names) - 1
         self.phase = q
         if self.record is not None:
-            peak = self.live()
-            if q > 0:
-                self.record["live"].append(int(peak))
-            self.record["events"].append(self._mark())
-            self.record["stall"].append(self.stall())
+            try:
+                peak = self.live()
+                mark = self._mark()
+                stall = self.stall()
+            except _NoAnswer as e:
+                self._drop_record(e)
+            else:
+                if q > 0:
+                    self.record["live"].append(int(peak))
+                self.record["events"].append(mark)
+                self.record["stall"].append(stall)
         elif self.plan is not None and self.plan_ok:
             expect = self.plan["names"]
             if q >= len(expect) or expect[q] != name:
@@ -286,9 +293,27 @@ class Planned:
         if self.plan is not None and self.plan.get("upload_ev") is not None:
             # Weights updated on the host must be back before the forward reads them.
             self._wait(self.plan.pop("upload_ev"))
-        if self.steps == 1 and self.cap and self.record is None and self.answer is None:
+        if (self.steps == 1 and self.cap and self.record is None and self.answer is None
+                and self.error is None):
             self.record = {"events": [], "stall": [], "live": [], "packs": [], "grads": {}}
-            self.live()  # start the first phase's count here
+            try:
+                self.live()  # start the first phase's count here
+            except _NoAnswer as e:
+                self._drop_record(e)
+
+    def _drop_record(self, e):
+        """The allocator could not answer while the step was recorded (a reading of -1: no
+        allocator for the device, or one that could not start; the library's last error says
+        which): neither the step's phase times less the driver's nor its live bytes are known,
+        so no plan is made from it and the step and those after run unplanned. Said once, as
+        a warning, and kept in ``error`` and ``stats["not_planned"]``."""
+        import warnings
+
+        self.record = None
+        self.error = str(e)
+        self.stats["not_planned"] = self.error
+        warnings.warn(f"vramkit's planned tier makes no plan: {self.error}", RuntimeWarning,
+                      stacklevel=2)
 
     # ---- saved tensors --------------------------------------------------------------------
 
@@ -388,11 +413,18 @@ class Planned:
             return None
         self.steps += 1
         if self.record is not None:
-            self.record["live"].append(int(self.live()))
-            self.record["events"].append(self._mark())
-            self.record["stall"].append(self.stall())
-            self._plan_from_record(opt)
-            self.record = None
+            try:
+                peak = self.live()
+                mark = self._mark()
+                stall = self.stall()
+            except _NoAnswer as e:
+                self._drop_record(e)
+            else:
+                self.record["live"].append(int(peak))
+                self.record["events"].append(mark)
+                self.record["stall"].append(stall)
+                self._plan_from_record(opt)
+                self.record = None
         elif self.plan is not None:
             self.stats["steps_planned" if self.plan_ok else "steps_unplanned"] += 1
         self._mark_step()
@@ -507,9 +539,11 @@ class Planned:
             req["cpu"] = {"adamw_params_per_s": cpu}
         return req, keys, [ph["name"] for ph in phases]
 
-    def _measured_link(self, nbytes=32 << 20):
-        """The host link here: pinned copies of `nbytes` each way on the copy streams, best
-        of three (None on the CPU, or when the device has no room for the buffer)."""
+    def _measured_link(self, nbytes=32 << 20, small=4 << 10):
+        """The host link here, each way on its copy stream: pinned copies of `small` and of
+        `nbytes` bytes, the best of five and of three, fitted to the planner's model of one
+        copy, ``latency + bytes / rate`` (``_fit_link``). The link's one latency is the larger
+        direction's. None on the CPU, or when the device has no room for the buffer."""
         if not self.cuda:
             return None
         torch = self.torch
@@ -523,25 +557,31 @@ class Planned:
 
             if vt.tier_of(dev) != "device":  # spilled or moved under the cap: not the link
                 return None
-        rates = {}
-        for key, stream, dst, src in (("d2h_bytes_per_s", self.copy_out, host, dev),
-                                      ("h2d_bytes_per_s", self.copy_in, dev, host)):
-            best = None
-            for _ in range(3):
+
+        def best(stream, dst, src, n, tries):
+            times = []
+            for _ in range(tries):
                 a = torch.cuda.Event(enable_timing=True)
                 b = torch.cuda.Event(enable_timing=True)
                 with torch.cuda.stream(stream):
                     a.record(stream)
-                    dst.copy_(src, non_blocking=True)
+                    dst[:n].copy_(src[:n], non_blocking=True)
                     b.record(stream)
                 b.synchronize()
-                t = a.elapsed_time(b) / 1e3
-                best = t if best is None else min(best, t)
-            if not best or best <= 0:
+                times.append(a.elapsed_time(b) / 1e3)
+            return min(times)
+
+        link = {}
+        for key, stream, dst, src in (("d2h_bytes_per_s", self.copy_out, host, dev),
+                                      ("h2d_bytes_per_s", self.copy_in, dev, host)):
+            fit = _fit_link(small, best(stream, dst, src, small, 5),
+                            nbytes, best(stream, dst, src, nbytes, 3))
+            if fit is None:
                 return None
-            rates[key] = nbytes / best
+            link[key] = fit[0]
+            link["latency_s"] = max(link.get("latency_s", 0.0), fit[1])
         del dev
-        return {**rates, "latency_s": 10e-6}
+        return link
 
     def _measured_cpu_adamw(self, n=1 << 22):
         """Parameters a second torch's CPU AdamW updates here (fused when this torch has it,
@@ -549,10 +589,7 @@ class Planned:
         torch = self.torch
         p = torch.zeros(n, requires_grad=True)
         p.grad = torch.zeros(n)
-        try:
-            opt = torch.optim.AdamW([p], fused=True)
-        except (RuntimeError, TypeError, ValueError):
-            opt = torch.optim.AdamW([p])
+        opt = _host_adamw(torch, [{"params": [p]}])
         opt.step()  # makes the states
         best = None
         for _ in range(3):
@@ -625,10 +662,7 @@ class Planned:
                     self.host_pairs.append((p, c, g))
                 opts = {k: v for k, v in g.items() if k != "params"}
                 groups.append({"params": cpus, **opts})
-            try:
-                self.host_cpu = torch.optim.AdamW(groups, fused=True)
-            except (RuntimeError, TypeError, ValueError):
-                self.host_cpu = torch.optim.AdamW(groups)
+            self.host_cpu = _host_adamw(torch, groups)
             # Carry the device states over, then drop them from the device.
             for p, c, _ in self.host_pairs:
                 st = opt.state.pop(p, {})
@@ -730,8 +764,8 @@ class Planned:
             if grads_ev is not None:
                 grads_ev.synchronize()
             for p, c, g in self.host_pairs:
-                for k, v in g.items():  # follow schedulers' changes (lr, ...)
-                    if k != "params":
+                for k, v in g.items():  # follow schedulers' changes (lr, ...), not the kernel
+                    if k != "params" and k not in _KERNEL_KEYS:
                         for hg in self.host_cpu.param_groups:
                             if any(x is c for x in hg["params"]):
                                 hg[k] = v
@@ -758,6 +792,52 @@ class Planned:
     def _grad_ready(self, p):
         if self.record is not None and id(p) not in self.record["grads"]:
             self.record["grads"][id(p)] = self.phase
+
+
+class _NoAnswer(Exception):
+    """A library reading came back -1: the device has no allocator vramkit could reach."""
+
+
+def _reading(lib, name, device):
+    """``lib.<name>(device)`` as a reading that raises ``_NoAnswer`` with the library's last
+    error where it returns -1 (the plug-in's error value: no backend for the device, one that
+    could not start, or a device outside 0..64; ``crates/vram-torch/src/ffi.rs``)."""
+    def read():
+        v = getattr(lib, name)(device)
+        if v < 0:
+            from . import torch as vt
+
+            raise _NoAnswer(f"{name}({device}) returned {v}: {vt.last_error() or 'no reason given'}")
+        return v
+
+    return read
+
+
+def _fit_link(small, t_small, big, t_big):
+    """(rate, latency) of the copy model ``t = latency + bytes / rate`` through two timed
+    copies, `small` and `big` bytes; None where the times do not grow with the bytes."""
+    if not (big > small >= 0 and t_big > t_small > 0):
+        return None
+    rate = (big - small) / (t_big - t_small)
+    return rate, max(0.0, t_small - small / rate)
+
+
+# What picks AdamW's kernel rather than its arithmetic: a host group must not carry the device
+# optimizer's (a group's own ``fused: None`` overrides the constructor's ``fused=True``).
+_KERNEL_KEYS = ("fused", "foreach", "capturable")
+
+
+def _host_adamw(torch, groups):
+    """torch's AdamW over CPU tensors as the host chunks and the rate measurement use it: the
+    fused kernel where this torch has it for the CPU (2.4 and later), else torch's default
+    one. The groups' kernel choices are dropped so that the constructor's stands: on the
+    project's VM (torch 2.15, 2 cores) fused CPU AdamW ran 2.4e9 parameters/s and a group left
+    at ``fused: None`` 5.6e7."""
+    groups = [{k: v for k, v in g.items() if k not in _KERNEL_KEYS} for g in groups]
+    try:
+        return torch.optim.AdamW(groups, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups)
 
 
 def _kind(name):

@@ -130,6 +130,8 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
             &a.step.request(),
             &resolved.model,
         ));
+        // The estimate keeps the step's precision; its plans follow the same rule (fp16 AMP).
+        model_notes.extend(vram_report::notes::of_precision(setup.precision, gpu));
         inp.job = Some(Job {
             model: resolved.model,
             setup,
@@ -377,10 +379,8 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
 struct Nearest {
     /// The catalog GPU whose memory, as torch reports it, is nearest the message's total.
     gpu: &'static gpu::Gpu,
-    /// The whole GiB the message's total rounds up to.
-    class_gib: u64,
-    /// Every catalog GPU (of the backend's vendor) whose memory rounds up to the same whole GiB,
-    /// the nearest first.
+    /// The catalog GPUs (of the backend's vendor) the total could be ([`gpu::by_total`]), the
+    /// nearest first.
     alike: Vec<&'static gpu::Gpu>,
 }
 
@@ -389,43 +389,40 @@ impl Nearest {
     fn note(&self, total: u64) -> String {
         let g = self.gpu;
         let ids: Vec<&str> = self.alike.iter().map(|g| g.id).collect();
+        let spread = format!("{:.1} %", gpu::TOTAL_SPREAD * 100.0);
+        let alike = if ids.is_empty() {
+            format!("no catalog GPU's total is within {spread} of the message's, so its GPU is likely one the catalog lacks")
+        } else {
+            format!(
+                "the catalog GPUs whose total is within {spread} of the message's (the most one card's total has been seen to move across platforms and drivers): {}",
+                ids.join(", ")
+            )
+        };
         format!(
-            "the plans are searched and their step times predicted on the {} ({}), picked only because its memory as torch reports it ({}) is the catalog's nearest to the message's total ({}): the message does not name its GPU, and the total does not tell GPUs apart (one card's differs by platform and driver); the catalog GPUs whose memory rounds up to {} GiB as the message's does: {}. Give --gpu with yours to time the plans on it",
+            "the plans are searched and their step times predicted on the {} ({}), picked only because its memory as torch reports it ({}) is the catalog's nearest to the message's total ({}): the message does not name its GPU, and the total does not tell GPUs apart; {alike}. Give --gpu with yours to time the plans on it",
             g.name,
             g.id,
             hb(g.memory_bytes),
             hb(total),
-            self.class_gib,
-            ids.join(", ")
         )
     }
 }
 
 /// The catalog GPU whose memory is nearest the message's total capacity (an AMD one for a ROCm
 /// build's message, an NVIDIA one for the others; the catalog has no Ascend NPU), with the
-/// catalog GPUs in the same whole GiB. The nearest total is no evidence of the GPU's kind: one
-/// card reports different totals by platform (an RTX 4080: 16,049 MiB on Linux, the catalog's
-/// source, and "15.99 GiB total capacity" in aigc-apps/sd-webui-EasyPhoto#281; an RTX 3080:
-/// "9.78 GiB" in zai-org/CogVideo#34 and "10.00 GiB" in victordibia/peacasso#3), while a V100
-/// 16GB reports 15.78 GiB: the 4080's 15.99 GiB is nearest the V100. Both round up to the
-/// card's size class, which is what a total says.
+/// catalog GPUs the total could be ([`gpu::by_total`]). The nearest total is no evidence of the
+/// GPU's kind: an RTX 4080's "15.99 GiB total capacity" (aigc-apps/sd-webui-EasyPhoto#281) is
+/// nearer the V100 16GB's 15.78 GiB than the 4080's own 15.67 GiB under Linux.
 fn nearest_gpu(total: u64, backend: Backend) -> Nearest {
-    let class = |b: u64| b.div_ceil(1 << 30);
-    let mut same: Vec<&'static gpu::Gpu> = gpu::GPUS
+    let rocm = backend == Backend::Hip;
+    let gpu = gpu::GPUS
         .iter()
-        .filter(|g| g.is_rocm() == (backend == Backend::Hip))
-        .collect();
-    same.sort_by_key(|g| g.memory_bytes.abs_diff(total));
-    let gpu = *same
-        .first()
+        .filter(|g| g.is_rocm() == rocm)
+        .min_by_key(|g| g.memory_bytes.abs_diff(total))
         .expect("the GPU catalog has GPUs of both vendors");
     Nearest {
         gpu,
-        class_gib: class(total),
-        alike: same
-            .into_iter()
-            .filter(|g| class(g.memory_bytes) == class(total) || g.id == gpu.id)
-            .collect(),
+        alike: gpu::by_total(total, rocm),
     }
 }
 

@@ -400,7 +400,7 @@ fn a_job_that_does_not_start_gets_the_length_and_the_change() {
         "--tensor-parallel-size".into(),
         "2".into(),
         "--gpu-memory-utilization".into(),
-        "0.865".into(),
+        "0.86".into(),
         "--json".into(),
     ]);
     assert_eq!(code, 0, "{err}");

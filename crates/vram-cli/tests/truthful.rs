@@ -1616,3 +1616,96 @@ fn tensor_parallel_plans_name_their_routes_in_every_output() {
     notes_agree("plan-tp-megatron", &text, &v, &html);
     assert!(!text.contains("DeepSpeed's AutoTP"), "{text}");
 }
+
+/// On a GPU without native bf16 (compute capability below 8.0: V100, T4) `vram plan` searches
+/// fp16 mixed precision and says so in the text, the JSON and the page alike; every plan it
+/// offers, and the launch config it writes, is fp16. Asked for bf16 there, it refuses in one
+/// line (exit 2): the time model prices bf16 tensor cores the GPU lacks. `vram estimate` keeps
+/// the precision it is given and notes the same fact, from the same rule.
+#[test]
+fn plans_on_gpus_without_bf16_are_fp16_and_say_so() {
+    for gpu in ["v100-32g", "t4"] {
+        let args = [
+            "plan",
+            "qwen3-0.6b",
+            "--gpu",
+            gpu,
+            "--gpus",
+            "2",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+        ];
+        let (text, v, html) = three_outputs(&format!("plan-{gpu}"), &args);
+        let plans = v["plans"].as_array().unwrap();
+        assert!(!plans.is_empty(), "{gpu}: {text}");
+        for p in plans
+            .iter()
+            .chain(v["closest"].as_object().map(|_| &v["closest"]))
+        {
+            assert_eq!(p["precision"], "fp16-amp", "{gpu}");
+        }
+        assert!(
+            !text.contains("bf16-amp") && !text.contains("pure-bf16"),
+            "{text}"
+        );
+        let note = format!(
+            "note: the plans' mixed precision is fp16-amp (fp16 autocast with a loss scaler; --precision fp16-amp): the {} has no native bf16 (compute capability 7.{}; bf16 needs 8.0)",
+            if gpu == "t4" { "NVIDIA T4 16GB" } else { "NVIDIA V100 32GB SXM2" },
+            if gpu == "t4" { 5 } else { 0 }
+        );
+        assert!(text.lines().any(|l| l == note), "{text}");
+        notes_agree(gpu, &text, &v, &html);
+        let (code, ds, err) = vram(&[&args[..], &["--emit", "deepspeed"]].concat());
+        assert_eq!(code, 0, "{err}");
+        let ds: serde_json::Value = serde_json::from_str(&ds).unwrap();
+        assert_eq!(ds["bf16"]["enabled"], false, "{gpu}");
+        assert_eq!(ds["fp16"]["enabled"], true, "{gpu}");
+        for p in ["bf16-amp", "bf16", "fp16-amp,bf16"] {
+            let (code, out, err) = vram(&[&args[..], &["--precision", p]].concat());
+            assert_eq!(code, 2, "{gpu} {p}: {out}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.contains("has no native bf16") && err.contains("search fp16-amp or fp32"),
+                "{err}"
+            );
+        }
+    }
+    // A GPU with bf16 searches bf16 AMP and says nothing of it.
+    let (text, v) = {
+        let (t, _, v) = text_and_json(&[
+            "plan",
+            "qwen3-0.6b",
+            "--gpu",
+            "rtx-4080",
+            "--gpus",
+            "2",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+        ]);
+        (t, v)
+    };
+    assert_eq!(v["plans"][0]["precision"], "bf16-amp");
+    assert!(!text.contains("no native bf16"), "{text}");
+    // vram estimate on a V100: the asked bf16 AMP is estimated, with the rule's note.
+    let (text, v, html) = three_outputs(
+        "estimate-v100",
+        &["estimate", "qwen3-0.6b", "--gpu", "v100-16g"],
+    );
+    assert_eq!(v["setup"]["precision"], "bf16-amp", "{v}");
+    let note = "NVIDIA V100 16GB SXM2 has no native bf16 (compute capability 7.0; bf16 needs 8.0, and torch runs it there only emulated); use --precision fp16-amp or fp32";
+    assert!(text.lines().any(|l| l == format!("note: {note}")), "{text}");
+    assert!(
+        v["notes"].as_array().unwrap().iter().any(|n| n == note),
+        "{v}"
+    );
+    // The page's Notes list also holds the estimate's assumptions; the note is one of its lines.
+    let page = page_text(section(&html, "notes").unwrap());
+    assert!(
+        page.lines().any(|l| l.trim() == format!("note: {note}")),
+        "{page}"
+    );
+}

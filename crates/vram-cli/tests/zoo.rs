@@ -355,7 +355,9 @@ fn vram_matches_transformers() {
 /// read as that decoder with a note that the tower is not counted.
 /// What `vram` must say of a near miss: read, with this note and these parameters (exactly,
 /// or more than the figure where it ends in twelve zeros), or refused with this line.
-type NearMiss = Result<(&'static str, u64), &'static str>;
+/// `Ok((a note the estimate carries, the parameters (1T: at least the 1T decoder), the vision
+/// tower's and projector's parameters))`, or `Err(the one-line refusal)`.
+type NearMiss = Result<(&'static str, u64, u64), &'static str>;
 
 const NEAR_MISSES: &[(&str, NearMiss)] = &[
     // DeciLM / Nemotron-NAS: per-layer `block_configs` (own KV grouping and MLP width per
@@ -375,10 +377,11 @@ const NEAR_MISSES: &[(&str, NearMiss)] = &[
         Err("model_type `step3p7` is not known and its `num_experts` needs a family reader"),
     ),
     // Kimi-K2.5: `kimi_k25` (MoonViT tower) around a `kimi_k2` text_config; at least the 1T
-    // decoder is read.
+    // decoder is read, and the tower and projector as transformers 5.24 counts them on the meta
+    // device (`tests/zoo/kimi_k25_expected.json`: 416,866,032 + 54,277,888).
     (
         "kimi-k2.5",
-        Ok(("vram does not model the wrapper `kimi_k25`: only its text_config (`kimi_k2`) is read, so any vision or audio tower is not counted", 1_000_000_000_000)),
+        Ok(("vision tower (Kimi-K2.5's MoonViT and projector): its weights are counted; its activations over images are not modelled (--images is refused)", 1_000_000_000_000, 471_143_920)),
     ),
 ];
 
@@ -417,18 +420,24 @@ fn near_misses_are_refused_or_noted() {
                 assert!(stderr.contains(line), "{name}: {stderr:?} lacks {line:?}");
                 assert!(out.stdout.is_empty(), "{name}: nothing on stdout");
             }
-            Ok((note, params)) => {
+            Ok((note, params, vision)) => {
                 assert!(out.status.success(), "{name}: {stderr}");
                 let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-                let notes = v["notes"].as_array().expect("notes");
+                // The model's notes, or the mechanisms' (where the vision tower's is).
+                let notes: Vec<&Value> = v["notes"]
+                    .as_array()
+                    .expect("notes")
+                    .iter()
+                    .chain(v["mechanisms"].as_array().expect("mechanisms"))
+                    .collect();
                 assert!(
                     notes.iter().any(|n| n.as_str() == Some(note)),
                     "{name}: notes {notes:?} lack {note:?}"
                 );
                 assert_eq!(
                     v["params_by_component"]["vision"].as_u64(),
-                    Some(0),
-                    "{name}: vision not counted"
+                    Some(*vision),
+                    "{name}: the vision tower"
                 );
                 let got = v["params"].as_u64().unwrap();
                 if *params == 1_000_000_000_000 {
@@ -975,7 +984,14 @@ fn capacity_reads_the_quantization_settings_where_the_engine_does() {
     }
     let (code, new, _) = capacity_both(&wrapper, &["--engine-version", "0.10.2"]);
     assert_eq!(code, Some(0));
-    assert_eq!(new["weights_bytes"].as_u64(), Some(stored));
+    // The made-up wrapper builds no tower; Kimi-K2.5 holds its MoonViT and projector in bf16
+    // beside the int4 experts, unscaled by them: the layers' q/k/v/proj and fc1/fc2 split 8
+    // ways (vLLM's `kimi_k25_vit.py`), the patch and position embeddings, norms, biases and
+    // the projector (`ReplicatedLinear`) whole.
+    let (hv, i, depth, all) = (1152u64, 4304u64, 27u64, 416_866_032u64 + 54_277_888);
+    let split = depth * (4 * hv * hv + 2 * hv * i);
+    let tower = 2 * (split / 8 + (all - split));
+    assert_eq!(new["weights_bytes"].as_u64(), Some(stored - tower));
     // A method the description does not lay out (fbgemm FP8, counted in the dtype by the
     // estimate, at a byte a weight by vLLM 0.10.2): 0.10.1 builds bf16 layers, about twice.
     let other = write("fbgemm.json", &|v| {
@@ -1004,4 +1020,25 @@ fn capacity_reads_the_quantization_settings_where_the_engine_does() {
                 && n.contains("the weights are counted unquantized, as it would load them")),
         "{notes:?}"
     );
+}
+
+/// Kimi-K2.5's tower is counted in the weights, but its activations over images are not
+/// modelled: `--images` is refused in one line, exit 2, nothing on stdout.
+#[test]
+fn kimi_k25_images_are_refused_in_one_line() {
+    let cfg = zoo_dir().join("nearmiss/kimi-k2.5.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .arg("estimate")
+        .arg(&cfg)
+        .args(["--images", "1", "--image-size", "1024x768"])
+        .output()
+        .expect("run vram");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("Kimi-K2.5's MoonViT tower is counted in the weights"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
 }

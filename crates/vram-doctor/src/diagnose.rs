@@ -2000,7 +2000,9 @@ fn step_remedies(
             p.dp * t.micro_batch * t.grad_accum,
             t.seq,
         );
-        req.precisions = vec![setup.precision];
+        // A bf16 step on a GPU without bf16 is planned in fp16 AMP, and its plans say so.
+        let planned = setup.precision.on(job.gpu);
+        req.precisions = vec![planned];
         req.attention = setup.attention;
         req.optimizer = opt;
         req.overheads = setup.overheads;
@@ -2027,6 +2029,17 @@ fn step_remedies(
             if opt != t.optimizer {
                 action.push_str(" --optimizer adam8bit");
             }
+            let precision = if planned == setup.precision {
+                String::new()
+            } else {
+                action.push_str(&format!(" --precision {}", planned.flag()));
+                format!(
+                    " (the {} has no native bf16: planned in {}, not {})",
+                    job.gpu.name,
+                    planned.flag(),
+                    setup.precision.flag()
+                )
+            };
             let after = in_room(plan.peak_bytes_per_gpu);
             fixes.push(Remedy {
                 kind: CauseKind::StepTooLarge,
@@ -2035,7 +2048,7 @@ fn step_remedies(
                 enough: true,
                 step_time_s: Some(plan.step_time_s),
                 detail: format!(
-                    "{}: {} per GPU of the {}, {:.3} s/step predicted, same global batch of {}",
+                    "{}: {} per GPU of the {}, {:.3} s/step predicted, same global batch of {}{precision}",
                     plan.label(),
                     hb(after),
                     room_words(fig),

@@ -33,6 +33,7 @@
 use crate::diagnose::human_bytes;
 use crate::profile::StartupProfile;
 use crate::serving::{num, paren_after, ServingDiagnosis, ServingError, ServingRemedy};
+use vram_plan::capacity::CudagraphMode;
 
 /// Reads the message from the flattened, lower-cased text ([`crate::serving::parse`]'s).
 pub(crate) fn parse(flat: &str) -> Option<ServingError> {
@@ -72,7 +73,7 @@ pub(crate) fn explain(
             ),
         },
         ServingRemedy {
-            action: r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#.into(),
+            action: CudagraphMode::Piecewise.compilation_config_flag(),
             enough: true,
             detail: "the check is made only when the CUDA-graph mode captures whole-forward graphs (has_full_cudagraphs); PIECEWISE keeps torch.compile and the graphs between the attention calls and drops the whole-forward decode graphs, and the scheduler then runs at most as many sequences as the pool holds. vLLM's CUDA Graphs design document says piecewise graphs give some speedup and full graphs reduce the latency further; how much decode speed it costs is not measured here. Under -O0, -cc.mode=none or TORCH_COMPILE_DISABLE=1 vLLM turns a piecewise mode into NONE, which also starts".into(),
         },

@@ -690,6 +690,30 @@ fn with_total(g: &'static Gpu, bytes: u64) -> &'static Gpu {
     })
 }
 
+/// How far one card's total, as PyTorch prints it ("N GiB total capacity"), has been seen to
+/// move across platforms and drivers, relative: an RTX 3080 prints 9.78 GiB in
+/// zai-org/CogVideo#34 and 10.00 GiB in victordibia/peacasso#3 (2.25 %), an RTX 4080 16,049
+/// MiB (15.67 GiB) under Linux (the catalog's source) and 15.99 GiB in
+/// aigc-apps/sd-webui-EasyPhoto#281 (2.0 %); the larger of the two.
+pub const TOTAL_SPREAD: f64 = 10.00 / 9.78 - 1.0;
+
+/// The catalog GPUs (AMD ones where `rocm`, NVIDIA ones otherwise) a device whose total
+/// PyTorch reports as `total` bytes could be: those whose catalog total is within
+/// [`TOTAL_SPREAD`] of it either way, the nearest first. A total names no GPU: a V100 16GB
+/// (15.78 GiB) and an RTX 4080 both print 15.99 GiB within the spread.
+pub fn by_total(total: u64, rocm: bool) -> Vec<&'static Gpu> {
+    let within = |g: &Gpu| {
+        let r = total as f64 / g.memory_bytes as f64;
+        r <= 1.0 + TOTAL_SPREAD && r * (1.0 + TOTAL_SPREAD) >= 1.0
+    };
+    let mut v: Vec<&'static Gpu> = GPUS
+        .iter()
+        .filter(|g| g.is_rocm() == rocm && within(g))
+        .collect();
+    v.sort_by_key(|g| g.memory_bytes.abs_diff(total));
+    v
+}
+
 /// Looks up a GPU by id or alias, case-insensitively, or takes a bare size (`23.58GiB`) for a
 /// card the catalog lacks (see [`parse_size`]), or a catalog card with the total torch reports on
 /// the machine at hand (`t4:15636037632B`).
@@ -746,6 +770,36 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::setup::Precision;
+
+    /// The catalog's `bf16` is torch's `is_bf16_supported(including_emulation=False)`: every AMD
+    /// GPU, and an NVIDIA one of compute capability 8.0 or later. On the others a bf16 ask is
+    /// planned in fp16 mixed precision, and nothing else changes.
+    #[test]
+    fn bf16_is_compute_capability_8_and_the_others_plan_fp16_amp() {
+        for g in GPUS {
+            assert_eq!(g.bf16, g.is_rocm() || g.sm_major >= 8, "{}", g.id);
+        }
+        for id in ["v100-16g", "v100-32g", "t4", "gtx-1080"] {
+            let g = lookup(id).unwrap();
+            for p in [Precision::Bf16Amp, Precision::Bf16] {
+                assert!(!p.runs_on(g), "{id}");
+                assert_eq!(p.on(g), Precision::Fp16Amp, "{id}");
+            }
+            for p in [Precision::Fp16Amp, Precision::Fp32] {
+                assert!(p.runs_on(g) && p.on(g) == p, "{id}");
+            }
+        }
+        let a100 = lookup("a100-80g").unwrap();
+        for p in [
+            Precision::Fp32,
+            Precision::Fp16Amp,
+            Precision::Bf16Amp,
+            Precision::Bf16,
+        ] {
+            assert_eq!(p.on(a100), p);
+        }
+    }
 
     /// The runtime comes from the catalog's vendor, never from the id's spelling: every AMD entry
     /// (by its marketing name, from AMD's datasheets) and only those run ROCm.

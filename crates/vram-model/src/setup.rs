@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::gpu::Gpu;
 
 /// Numeric precision of the step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +25,39 @@ impl Precision {
     /// Whether this is mixed precision with an fp32 master copy.
     pub fn is_amp(self) -> bool {
         matches!(self, Precision::Fp16Amp | Precision::Bf16Amp)
+    }
+    /// Its name as the CLI's `--precision` and the JSON spell it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16Amp => "fp16-amp",
+            Precision::Bf16Amp => "bf16-amp",
+            Precision::Bf16 => "bf16",
+        }
+    }
+    /// Whether this precision computes in bf16.
+    pub fn is_bf16(self) -> bool {
+        matches!(self, Precision::Bf16Amp | Precision::Bf16)
+    }
+    /// Whether `gpu` runs this precision natively: bf16 needs compute capability 8.0 (Ampere)
+    /// or later, or an AMD GPU (the catalog's [`Gpu::bf16`]), which is torch 2.15's
+    /// `torch.cuda.is_bf16_supported(including_emulation=False)`. On a V100, T4 or GTX 1080
+    /// torch still makes bf16 tensors (`is_bf16_supported()` is `True` by emulation, and
+    /// transformers 5.24's `TrainingArguments(bf16=True)` accepts it), but without bf16
+    /// tensor cores, at a speed vram does not model.
+    pub fn runs_on(self, gpu: &Gpu) -> bool {
+        gpu.bf16 || !self.is_bf16()
+    }
+    /// The precision a job that asks for `self` is planned in on `gpu`: `self` where the GPU
+    /// runs it ([`Precision::runs_on`]), else fp16 mixed precision, which every GPU without bf16
+    /// runs at the catalog's half-precision rate ([`Gpu::half_tflops`]: fp16 tensor cores on a
+    /// V100 or T4, the fp32 rate on a GTX 1080). `Bf16Amp.on(gpu)` is the planner's default.
+    pub fn on(self, gpu: &Gpu) -> Precision {
+        if self.runs_on(gpu) {
+            self
+        } else {
+            Precision::Fp16Amp
+        }
     }
     /// Bytes of one element of compute (matmul inputs and outputs).
     pub fn compute_bytes(self) -> u64 {

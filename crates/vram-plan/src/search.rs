@@ -99,11 +99,7 @@ impl Request {
     /// A request with the CLI's defaults: bf16 mixed precision (fp16 on GPUs without bf16),
     /// fused attention, AdamW, default overheads, nothing pinned, 10 plans.
     pub fn new(model: Model, cluster: Cluster, global_batch: u64, seq: u64) -> Request {
-        let precision = if cluster.gpu.bf16 {
-            Precision::Bf16Amp
-        } else {
-            Precision::Fp16Amp
-        };
+        let precision = Precision::Bf16Amp.on(cluster.gpu);
         Request {
             model,
             cluster,
@@ -923,6 +919,17 @@ fn check(req: &Request, t: &Transformer) -> Result<()> {
     check_sizes(req.global_batch, req.seq)?;
     if req.precisions.is_empty() {
         return Err(Error::Request("no precision to search".into()));
+    }
+    let gpu = req.cluster.gpu;
+    if let Some(p) = req.precisions.iter().find(|p| !p.runs_on(gpu)) {
+        // The time model prices bf16 on bf16 tensor cores; emulated bf16 is not modelled.
+        return Err(Error::Request(format!(
+            "--precision {} on the {}: it has no native bf16 (compute capability {}.{}; bf16 needs 8.0), and torch runs bf16 there only emulated, which vram does not price; search fp16-amp or fp32",
+            p.flag(),
+            gpu.name,
+            gpu.sm_major,
+            gpu.sm_minor
+        )));
     }
     if req.top == 0 {
         return Err(Error::Request("--top must be at least 1".into()));

@@ -386,7 +386,7 @@ fn serving_tries(
     // before capturing graphs; the engine's own remedy, at most as many sequences as blocks.
     if let Some(blocks) = now
         .as_ref()
-        .and_then(|c| c.vllm_mamba_blocks_short(knobs))
+        .and_then(|c| c.vllm_mamba_blocks_short(t, knobs))
         .filter(|&b| b > 0)
     {
         let mut k = *knobs;
@@ -405,13 +405,7 @@ fn serving_tries(
             capacity::CudagraphMode::None
         };
         k.cudagraph_mode = Some(mode);
-        tries.push((
-            format!(
-                "--compilation-config '{{\"cudagraph_mode\": \"{}\"}}'",
-                mode.name()
-            ),
-            k,
-        ));
+        tries.push((mode.compilation_config_flag(), k));
     }
     let graphs_fail = engine == Engine::Vllm
         && !knobs.enforce_eager

@@ -796,13 +796,8 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
     }
     r.notes.extend(crate::notes::of_request(&req.step, model));
     r.notes.extend(image_notes(model, &setup, req.step.images));
-    let p = setup.precision;
-    if !gpu.bf16 && p != setup::Precision::Fp32 && p != setup::Precision::Fp16Amp {
-        r.notes.push(format!(
-            "{} has no native bf16; use --precision fp16-amp or fp32",
-            gpu.name
-        ));
-    }
+    r.notes
+        .extend(crate::notes::of_precision(setup.precision, gpu));
     if let Some(d) = e.decode_sampled {
         r.notes.push(d.note());
     }

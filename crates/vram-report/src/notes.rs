@@ -6,7 +6,7 @@
 use vram_model::arch::{Model, Transformer};
 use vram_model::blocks::Quant;
 use vram_model::gpu::Gpu;
-use vram_model::setup::Kernels;
+use vram_model::setup::{Kernels, Precision};
 
 /// What reading `model` found (`Blocks::notes`): a checkpoint's safetensors headers that
 /// disagree with its config.json, an unknown `model_type` read as a generic decoder, a wrapper
@@ -126,6 +126,29 @@ pub fn of_setup(model: &Model, setup: &vram_model::setup::Setup) -> Option<Strin
         vram_model::setup::Mode::Train(tr) => of_seq(model, "--seq", tr.seq),
         vram_model::setup::Mode::Infer(_) => None,
     }
+}
+
+/// What a step in precision `p` on `gpu` would not do as priced: bf16 on a GPU without native
+/// bf16 ([`Precision::runs_on`], the one rule `vram plan` and the doctor's plans follow by
+/// planning fp16 AMP instead). `None` where the GPU runs `p`.
+pub fn of_precision(p: Precision, gpu: &Gpu) -> Option<String> {
+    (!p.runs_on(gpu)).then(|| {
+        format!(
+            "{} has no native bf16 (compute capability {}.{}; bf16 needs 8.0, and torch runs it there only emulated); use --precision fp16-amp or fp32",
+            gpu.name, gpu.sm_major, gpu.sm_minor
+        )
+    })
+}
+
+/// Why a plan on `gpu` is in fp16 mixed precision where bf16 is the default elsewhere
+/// ([`Precision::on`]): a GPU without native bf16 searched in fp16-amp. `None` elsewhere.
+pub fn of_planned_precision(precisions: &[Precision], gpu: &Gpu) -> Option<String> {
+    (!Precision::Bf16Amp.runs_on(gpu) && precisions.contains(&Precision::Fp16Amp)).then(|| {
+        format!(
+            "the plans' mixed precision is fp16-amp (fp16 autocast with a loss scaler; --precision fp16-amp): the {} has no native bf16 (compute capability {}.{}; bf16 needs 8.0)",
+            gpu.name, gpu.sm_major, gpu.sm_minor
+        )
+    })
 }
 
 /// The text's lines for `notes`: `note: ...`, one a note.

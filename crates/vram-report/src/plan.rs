@@ -221,6 +221,7 @@ pub fn report(req: &Request, out: &Outcome) -> PlanReport {
                 req.stack,
                 out.plans.iter().chain(&out.closest).map(|p| p.tp),
             ))
+            .chain(crate::notes::of_planned_precision(&req.precisions, c.gpu))
             .collect(),
     }
 }

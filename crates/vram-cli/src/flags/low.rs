@@ -564,8 +564,9 @@ pub struct CapacityArgs {
     /// vLLM V1 (0.11 and later): the CUDA-graph mode set with --compilation-config
     /// '{"cudagraph_mode": "PIECEWISE"}' or -cc.cudagraph_mode=PIECEWISE; --enforce-eager still
     /// makes it none. It decides which graphs are captured and, from 0.20, whether a hybrid
-    /// model's max_num_seqs must fit its Mamba cache blocks (full graphs only) [default: the
-    /// optimization level's, full-and-piecewise at -O2].
+    /// model's max_num_seqs must fit its Mamba cache blocks (full graphs only); full on a
+    /// hybrid model becomes full-and-piecewise (read at 0.11-0.13 and 0.15-0.22) [default:
+    /// full-and-piecewise, the -O2 level's from 0.12 and V1's own at 0.11].
     #[arg(long, value_enum)]
     pub cudagraph_mode: Option<CudagraphModeArg>,
     /// vLLM V1 (0.20 to 0.22): the compilation mode set with -cc.mode=none or

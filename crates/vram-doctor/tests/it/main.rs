@@ -9,6 +9,7 @@ mod props;
 mod public;
 mod rules;
 mod serving;
+mod totals;
 
 /// A fixture's text.
 pub fn fixture(name: &str) -> String {

@@ -77,6 +77,11 @@ fn the_answer_is_max_num_seqs_at_the_printed_block_count_first() {
         d.remedies[2].action,
         r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#
     );
+    // One spelling for the doctor and `vram capacity`'s changes tried (vram-plan's).
+    assert_eq!(
+        d.remedies[2].action,
+        vram_plan::capacity::CudagraphMode::Piecewise.compilation_config_flag()
+    );
     assert!(d.remedies[2].enough);
     assert!(
         d.remedies[2].detail.contains("has_full_cudagraphs")

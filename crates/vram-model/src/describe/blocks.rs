@@ -185,6 +185,19 @@ pub enum MoeConversion {
     Qwen2Moe,
 }
 
+impl MoeConversion {
+    /// One expert's gate, up and down linears by their transformers v4 names, the names
+    /// checkpoints store them under and the pattern's source names (transformers 5.24.0
+    /// `conversion_mapping`, as PEFT 0.21.2 `_convert_peft_config_moe` copies it): the one place
+    /// both the LoRA target rewrite and the quantization ignore list read them.
+    pub const fn expert_names(self) -> [&'static str; 3] {
+        match self {
+            MoeConversion::Mixtral => ["w1", "w3", "w2"],
+            MoeConversion::Qwen2Moe => ["gate_proj", "up_proj", "down_proj"],
+        }
+    }
+}
+
 /// What a family's figures have been checked against, for the estimate's `assumes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 pub mod step;
 
-use crate::describe::{Block, Component, MoeConversion, Names};
+use crate::describe::{Block, Component, Names};
 use crate::describe::{Layout, Storage, Transformer};
 use crate::error::{Error, Result};
 pub use crate::mech::{Site, SiteKind};
@@ -688,31 +688,20 @@ pub fn lora(t: &Transformer, spec: &LoraSpec) -> Result<LoraPlan> {
         }
         Targets::List(v) => v.clone(),
     };
-    let mut params: Vec<(String, u64)> = Vec::new(); // target_parameters with their rank
-                                                     // transformers' `conversion_mapping._MODEL_TO_CONVERSION_PATTERN` (5.24.0), as PEFT 0.21.2
-                                                     // copies it: the reader sets the family's pattern.
+    // target_parameters with their rank
+    let mut params: Vec<(String, u64)> = Vec::new();
+    // transformers' `conversion_mapping._MODEL_TO_CONVERSION_PATTERN` (5.24.0), as PEFT 0.21.2
+    // copies it: the reader sets the family's pattern, whose v4 expert names are
+    // `MoeConversion::expert_names`.
     if let Some(pattern) = t.blocks.names.moe_conversion {
-        let (mapping, fused): (&[(&str, &str)], [&str; 2]) = if pattern == MoeConversion::Mixtral {
-            (
-                &[
-                    ("gate", "gate.weight"),
-                    ("w1", "gate_up_proj"),
-                    ("w3", "gate_up_proj"),
-                    ("w2", "down_proj"),
-                ],
-                ["w1", "w3"],
-            )
-        } else {
-            (
-                &[
-                    ("gate", "gate.weight"),
-                    ("gate_proj", "gate_up_proj"),
-                    ("up_proj", "gate_up_proj"),
-                    ("down_proj", "down_proj"),
-                ],
-                ["gate_proj", "up_proj"],
-            )
-        };
+        let [gate, up, down] = pattern.expert_names();
+        let mapping: [(&str, &str); 4] = [
+            ("gate", "gate.weight"),
+            (gate, "gate_up_proj"),
+            (up, "gate_up_proj"),
+            (down, "down_proj"),
+        ];
+        let fused = [gate, up];
         if spec.targets == Targets::AllLinear {
             for (old, _) in mapping {
                 if !modules.iter().any(|m| m == old) {

@@ -176,6 +176,21 @@ pub enum VisionInput {
         /// `vision_soft_tokens_per_image` (the processor's `max_soft_tokens`).
         soft_tokens: u64,
     },
+    /// Kimi-K2.5 (MoonViT): the weights are counted; images are refused. Its processor
+    /// (`Kimi_K25ImageProcessor`, transformers 5.24 `navit_resize`) scales an image down, never
+    /// up, to at most `max_patches` patches and `max_side` patches a side, then pads it to
+    /// multiples of patch × `merge`; `merge`² patches make one token. The tower's tensors over
+    /// those patches (its 2D rotary, its per-image attention) are not modelled, nor the engines'
+    /// encoder profile for it (vLLM's dummy item is a 3000 × 3000 image or a video chunk sized by
+    /// the checkpoint's remote-code media processor, not read).
+    Navit {
+        /// `merge_kernel_size` (square).
+        merge: u64,
+        /// `max_patches` of the image processor.
+        max_patches: u64,
+        /// `size["max_height"]`, in patches a side.
+        max_side: u64,
+    },
     /// Mistral-3 (Pixtral): the weights are counted; images are refused. Its processor resizes
     /// to at most `longest_edge` and `merge`² patches make one `[IMG]` token, but the tower runs
     /// every image of a batch as one sequence under a block-diagonal mask, whose tensors this
@@ -194,6 +209,8 @@ impl Vision {
     pub fn note(&self) -> &'static str {
         if let VisionInput::Pixtral { .. } = self.input {
             "vision tower (Pixtral): its weights are counted; images are not modelled for it (--images is refused)"
+        } else if let VisionInput::Navit { .. } = self.input {
+            "vision tower (Kimi-K2.5's MoonViT and projector): its weights are counted; its activations over images are not modelled (--images is refused)"
         } else if self.images.is_some() {
             "vision tower: each image's patches through it and its tokens in the text sequence (mech/vision.rs, from transformers 5.24's image processors and vision models)"
         } else {
@@ -303,6 +320,11 @@ pub fn image_tokens(v: &Vision, width: u64, height: u64) -> Result<ImageTokens> 
         VisionInput::Pixtral { .. } => {
             return Err(bad(
                 "--images: Mistral-3's Pixtral tower is counted in the weights, but its image tokens and activations are not modelled; estimate without --images".into(),
+            ))
+        }
+        VisionInput::Navit { .. } => {
+            return Err(bad(
+                "--images: Kimi-K2.5's MoonViT tower is counted in the weights, but its image tokens and activations are not modelled; estimate without --images".into(),
             ))
         }
         VisionInput::SmartResize {
@@ -443,6 +465,12 @@ pub fn default_image_size(v: &Vision) -> Option<(u64, u64)> {
         VisionInput::Tiles { tile, .. } => Some((tile, tile)),
         VisionInput::Pixtral { longest_edge, .. } => Some((longest_edge, longest_edge)),
         VisionInput::PatchBudget { .. } => Some((1024, 1024)),
+        // Kimi-K2.5: the largest square its processor keeps unscaled (√max_patches patches a
+        // side); its images are refused by `image_tokens` all the same.
+        VisionInput::Navit { max_patches, .. } => {
+            let side = (max_patches as f64).sqrt() as u64 * v.patch;
+            Some((side, side))
+        }
         VisionInput::SmartResize { .. } => None,
     }
 }
@@ -573,8 +601,9 @@ fn outside_layers(v: &Vision, patches: u64, tokens: u64, d: Dt) -> (u64, u64) {
             let tower = pixels + m(&[patches, 16 + 2 * hv * 4]);
             (tower, m(&[tokens, hv, 4 + d.cmp]))
         }
-        // Never reached: `image_tokens` refuses Pixtral's images, so no image enters a step.
-        VisionInput::Pixtral { .. } => (0, 0),
+        // Never reached: `image_tokens` refuses Pixtral's and Kimi-K2.5's images, so no image
+        // enters a step.
+        VisionInput::Pixtral { .. } | VisionInput::Navit { .. } => (0, 0),
     }
 }
 

@@ -1386,6 +1386,104 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 ],
             }
         }
+        // Kimi-K2.5 (transformers 5.24 `modeling_kimi_k25.py`: `Kimi_K25VisionModel`,
+        // `Kimi_K25MultimodalProjection`; counted on the meta device by
+        // `tests/zoo/kimi_k25_reference.py`): a biased Conv2d patch embedding, a learned
+        // `pos_emb_height` × `pos_emb_width` position table (the time table is a buffer), layers
+        // of two LayerNorms, biased q/k/v/proj and a biased two-matmul MLP, a final LayerNorm;
+        // the 2D rotary has no parameters. The projector: a LayerNorm over the tower's width,
+        // `in_proj` over `merge_kernel_size` patches and `out_proj` to the text width, both
+        // biased. The in-tree config class reads `hidden_size`, `num_hidden_layers`, ...; the
+        // checkpoint's remote-code config (which vLLM's and SGLang's `KimiK25VisionConfig`
+        // read) names them `vt_hidden_size`, `vt_num_hidden_layers`, ...: the in-tree name
+        // first, then the checkpoint's, then the class default (Kimi-K2.5's sizes).
+        "kimi_k25" => {
+            let hv = v
+                .opt_u64(&["hidden_size", "vt_hidden_size"])?
+                .unwrap_or(1152);
+            let i = v
+                .opt_u64(&["intermediate_size", "vt_intermediate_size"])?
+                .unwrap_or(4304);
+            let depth = v
+                .opt_u64(&["num_hidden_layers", "vt_num_hidden_layers"])?
+                .unwrap_or(27);
+            let heads = v
+                .opt_u64(&["num_attention_heads", "vt_num_attention_heads"])?
+                .unwrap_or(16);
+            let p = v.opt_u64(&["patch_size"])?.unwrap_or(14);
+            let pos_h = v
+                .opt_u64(&["pos_emb_height", "init_pos_emb_height"])?
+                .unwrap_or(64);
+            let pos_w = v
+                .opt_u64(&["pos_emb_width", "init_pos_emb_width"])?
+                .unwrap_or(64);
+            let merge = match v.u64_list("merge_kernel_size")?.as_deref() {
+                None => 2,
+                Some([a, b]) if a == b && *a > 0 => *a,
+                Some(other) => {
+                    return Err(Error::OutOfRange {
+                        field: "vision_config.merge_kernel_size".into(),
+                        value: format!("{other:?}"),
+                        why: "vram models Kimi-K2.5's square merge kernel only (two equal sizes)"
+                            .into(),
+                    })
+                }
+            };
+            let ch = 3;
+            let merged = hv * merge * merge;
+            let layer = 2 * 2 * hv + 4 * (hv * hv + hv) + (hv * i + i) + (i * hv + hv);
+            let tower = ch * p * p * hv + hv + pos_h * pos_w * hv + depth * layer + 2 * hv;
+            let projector =
+                2 * hv + (merged * merged + merged) + (merged * text_hidden + text_hidden);
+            Vision {
+                depth,
+                hidden: hv,
+                intermediate: i,
+                heads,
+                patch: p,
+                params: tower + projector,
+                // Kimi_K25ImageProcessor's class defaults (transformers 5.24
+                // `image_processing_kimi_k25.py`): `max_patches` 16384, `size["max_height"]`
+                // 512 patches a side, `merge_size` 2 (the tower's merge kernel).
+                input: VisionInput::Navit {
+                    merge,
+                    max_patches: 16_384,
+                    max_side: 512,
+                },
+                patch_elems: ch * p * p,
+                out: text_hidden,
+                gated: false,
+                deepstack: 0,
+                // vLLM's `kimi_k25_vit.py` (`MoonViTEncoderLayer`: QKVParallelLinear `wqkv`,
+                // RowParallelLinear `wo`, MLP2's Column/RowParallelLinear) and SGLang's
+                // `kimi_k25.py` (`VisionAttention` with `use_qkv_parallel`, `kimi_vl_moonvit`'s
+                // MLP2) split the layers' linears over TP unless the encoder runs data-parallel;
+                // both build the projector from ReplicatedLinear / plain modules (read at
+                // vllm-project/vllm 009dff45 and 055e47c2, sgl-project/sglang 00a239e5).
+                tp_split: true,
+                images: None,
+                linears: vec![
+                    (
+                        vec![
+                            tower_linear("attn.q_proj", hv, hv, 0),
+                            tower_linear("attn.k_proj", hv, hv, 0),
+                            tower_linear("attn.v_proj", hv, hv, 0),
+                            tower_linear("attn.proj", hv, hv, 1),
+                            tower_linear("mlp.fc1", i, hv, 2),
+                            tower_linear("mlp.fc2", hv, i, 3),
+                        ],
+                        depth,
+                    ),
+                    (
+                        vec![
+                            tower_linear("mm_projector.in_proj", merged, merged, 0),
+                            tower_linear("mm_projector.out_proj", text_hidden, merged, 1),
+                        ],
+                        1,
+                    ),
+                ],
+            }
+        }
         _ => return Ok(None),
     }))
 }

@@ -189,14 +189,14 @@ pub(super) fn read(
 
 /// Every linear of one layer kind by the name it has in the checkpoint, relative to the layer
 /// (`self_attn.o_proj`, `mlp.experts.7.down_proj`), with its component: the kind's sites, a
-/// fused expert bank split into its experts' linears as checkpoints store them (the Mixtral
-/// layout's `w1`/`w3`/`w2`, otherwise the family's gate/up/down names).
+/// fused expert bank split into its experts' linears as checkpoints store them (the v4 names of
+/// the family's PEFT conversion pattern, [`MoeConversion::expert_names`]: the Mixtral layout's
+/// `w1`/`w3`/`w2`; otherwise the family's gate/up/down names).
 pub fn linear_names(blocks: &Blocks, kind: &crate::describe::Block) -> Vec<(Component, String)> {
     let n = &blocks.names;
-    let (gate, up, down) = match n.moe_conversion {
-        Some(MoeConversion::Mixtral) => ("w1", "w3", "w2"),
-        _ => (n.gate, n.up, n.down),
-    };
+    let [gate, up, down] = n
+        .moe_conversion
+        .map_or([n.gate, n.up, n.down], MoeConversion::expert_names);
     let mut out = Vec::new();
     for s in crate::finetune::block_sites(n, kind, blocks.hidden) {
         match s.kind {

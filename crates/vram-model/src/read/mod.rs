@@ -111,6 +111,15 @@ pub fn vllm_replicates_towers(model_type: &str) -> bool {
     model_type == "gemma4"
 }
 
+/// Whether SGLang builds this model type's vision-tower MLP from plain `nn.Linear`s, whole on
+/// every GPU of a TP group, while it splits the tower's attention: Kimi-K2.5's MoonViT
+/// (`models/kimi_k25.py` at SGLang 0.5.9, its first release with the model: `MoonViTEncoderLayer`
+/// takes `MLP2` from `models/kimi_vl_moonvit.py`, two `nn.Linear`s, beside a `VisionAttention`
+/// with `use_qkv_parallel=True`). The split itself is the engine's, in `vram_plan::capacity`.
+pub fn sglang_replicates_tower_mlp(model_type: &str) -> bool {
+    model_type == "kimi_k25"
+}
+
 /// The standard decoder keys that let an unknown `model_type` be read as a generic decoder.
 const STANDARD_DECODER_KEYS: &[&str] = &[
     "vocab_size",
@@ -204,21 +213,23 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             if decoders::FAMILIES.contains(&model_type.as_str()) {
                 decoders::read(&text, &c)?
             } else if let Some(inner) = text_type.filter(|t| decoders::FAMILIES.contains(t)) {
-                // A multimodal wrapper this reader does not model around a decoder it does
-                // (Kimi-K2.5: `kimi_k25` around `kimi_k2`): the decoder alone, said so.
-                // transformers 5.24 has `kimi_k25` natively (`Kimi_K25ForConditionalGeneration`:
-                // `Kimi_K25VisionModel`, 27 layers by default, and `Kimi_K25MultimodalProjection`
-                // beside a `deepseek_v3` decoder, its `kimi_k2` text_config renamed); its tower
-                // and projector are not counted here.
+                // A multimodal wrapper around a decoder this reader models (Kimi-K2.5:
+                // `kimi_k25` around `kimi_k2`; transformers 5.24 has `kimi_k25` natively,
+                // `Kimi_K25ForConditionalGeneration` with a `deepseek_v3` decoder, its `kimi_k2`
+                // text_config renamed). `decoders::read` adds the vision tower of a wrapper it
+                // knows (`decoders::vision`: Kimi-K2.5's MoonViT); any other wrapper's towers
+                // are not counted, said so.
                 let wrapped = Cfg {
                     map: text.map,
                     model_type: inner,
                 };
                 let mut t = decoders::read(&wrapped, &c)?;
-                t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
-                t.blocks.notes.push(format!(
-                    "vram does not model the wrapper `{model_type}`: only its text_config (`{inner}`) is read, so any vision or audio tower is not counted"
-                ));
+                if t.blocks.vision.is_none() {
+                    t.blocks.vision_unmodelled = c.map.contains_key("vision_config");
+                    t.blocks.notes.push(format!(
+                        "vram does not model the wrapper `{model_type}`: only its text_config (`{inner}`) is read, so any vision or audio tower is not counted"
+                    ));
+                }
                 t
             } else {
                 keys::refuse_not_described(&model_type)?;

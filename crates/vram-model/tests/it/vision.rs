@@ -310,3 +310,62 @@ fn qwen2_vl_and_qwen2_5_vl_match_transformers_5_24() {
         assert_eq!((v.gated, v.intermediate), (gated, intermediate), "{name}");
     }
 }
+
+/// Kimi-K2.5's MoonViT tower and projector (`tests/zoo/kimi_k25_expected.json`, transformers
+/// 5.24's `Kimi_K25VisionModel` and `Kimi_K25MultimodalProjection` built from the checkpoint's
+/// config on the meta device by `tests/zoo/kimi_k25_reference.py`): the same parameters, the
+/// sizes the library's config took and its image processor's merge and patch limits; images
+/// are refused in one line (the tower's activations are not modelled).
+#[test]
+fn kimi_k25_tower_equals_the_library() {
+    use vram_model::blocks::VisionInput;
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(zoo().join("kimi_k25_expected.json")).expect("kimi_k25_expected"),
+    )
+    .expect("parses");
+    let text = std::fs::read_to_string(zoo().join("nearmiss/kimi-k2.5.json")).expect("config");
+    let Model::Transformer(t) = vram_model::hf::parse_config(&text, "kimi-k2.5").expect("reads")
+    else {
+        panic!("not a transformer")
+    };
+    assert!(!t.blocks.vision_unmodelled);
+    let v = t.blocks.vision.as_ref().expect("a vision tower");
+    assert_eq!(v.params, u(&doc["tower"]) + u(&doc["projector"]));
+    assert_eq!(v.params, 416_866_032 + 54_277_888);
+    let vc = &doc["vision_config"];
+    assert_eq!(v.hidden, u(&vc["hidden_size"]));
+    assert_eq!(v.intermediate, u(&vc["intermediate_size"]));
+    assert_eq!(v.depth, u(&vc["num_hidden_layers"]));
+    assert_eq!(v.heads, u(&vc["num_attention_heads"]));
+    assert_eq!(v.patch, u(&vc["patch_size"]));
+    assert_eq!(v.out, u(&doc["text_hidden_size"]));
+    let ip = &doc["image_processor"];
+    assert_eq!(
+        v.input,
+        VisionInput::Navit {
+            merge: u(&ip["merge_size"]),
+            max_patches: u(&ip["max_patches"]),
+            max_side: u(&ip["size"]["max_height"]),
+        }
+    );
+    assert_eq!(u(&vc["merge_kernel_size"][0]), u(&ip["merge_size"]));
+    let err = image_tokens(v, 1024, 768).unwrap_err().to_string();
+    assert!(err.contains("Kimi-K2.5") && !err.contains('\n'), "{err}");
+    // The checkpoint's own key names (`vt_*`, which vLLM's and SGLang's config classes read)
+    // move the count where they differ from the class defaults.
+    let mut cfg: Value = serde_json::from_str(&text).unwrap();
+    cfg["vision_config"]["vt_num_hidden_layers"] = 26.into();
+    let Model::Transformer(t26) =
+        vram_model::hf::parse_config(&cfg.to_string(), "kimi-26").expect("reads")
+    else {
+        panic!("not a transformer")
+    };
+    let per_layer = 2 * 2 * 1152 + 4 * (1152 * 1152 + 1152) + 2 * 1152 * 4304 + 4304 + 1152;
+    assert_eq!(t26.blocks.vision.unwrap().params, v.params - per_layer);
+    // A merge kernel that is not square is refused, not misread.
+    cfg["vision_config"]["merge_kernel_size"] = serde_json::json!([2, 3]);
+    let err = vram_model::hf::parse_config(&cfg.to_string(), "kimi-23")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("merge_kernel_size"), "{err}");
+}

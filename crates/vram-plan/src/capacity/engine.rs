@@ -74,15 +74,14 @@ pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
 /// models get `FULL_AND_PIECEWISE` (`MambaModelConfig`, `model_executor/models/config.py`, the
 /// same at 0.19.0 to 0.22.1); the mode is the one [`vllm_cudagraph_mode`] resolves, so
 /// `--enforce-eager` (`NONE`), a user's `PIECEWISE` or `NONE`, `-O0`/`-O1` left at their
-/// levels' modes, and a piecewise mode without vLLM's compilation start. `groups` are the pool's
-/// kinds, `blocks` its `num_blocks`.
+/// levels' modes, and a piecewise mode without vLLM's compilation start. `hybrid` is
+/// [`super::layers::is_hybrid`], `blocks` the pool's `num_blocks`.
 pub(super) fn vllm_mamba_blocks_short(
     k: &Knobs,
-    groups: &[super::KvGroup],
+    hybrid: bool,
     max_num_seqs: u64,
     blocks: u64,
 ) -> bool {
-    let hybrid = groups.iter().any(|g| g.kind == "state");
     Engine::Vllm.version_in_force(k) >= [0, 20, 0]
         && hybrid
         && vllm_cudagraph_mode(k, hybrid).has_full()
@@ -120,23 +119,32 @@ pub(super) fn vllm_inductor(k: &Knobs) -> bool {
 
 /// The CUDA-graph mode vLLM V1 (0.11 and later) runs, from the user's choice
 /// ([`Knobs::cudagraph_mode`], [`Knobs::compilation_mode`], [`Knobs::optimization_level`]),
-/// read at 0.20.0, 0.21.0 and 0.22.0 (`VllmConfig.__post_init__`, `config/vllm.py`):
+/// read at 0.20.0, 0.21.0 and 0.22.0 (`VllmConfig.__post_init__`, `config/vllm.py`), and for
+/// what the releases before accept (`--cudagraph-mode` and `--enforce-eager`; the compilation
+/// knobs are refused before 0.20) at 0.11.0, 0.12.0, 0.13.0, 0.15.0, 0.16.0, 0.17.0, 0.18.0 and
+/// 0.19.0, where the same modes come out ([`vllm_graph_mode_source`] names where each release
+/// decides them):
 /// - `--enforce-eager` sets `NONE` whatever was asked ("Enforce eager set, disabling
 ///   torch.compile and CUDAGraphs").
 /// - Unset, the optimization level's default (`OPTIMIZATION_LEVEL_TO_CONFIG`, applied only to
-///   fields the user left unset): `NONE` at `-O0`, `PIECEWISE` at `-O1`, `FULL_AND_PIECEWISE`
-///   at `-O2` (the default level) and `-O3`.
+///   fields the user left unset; from 0.12): `NONE` at `-O0`, `PIECEWISE` at `-O1`,
+///   `FULL_AND_PIECEWISE` at `-O2` (the default level) and `-O3`. 0.11 has no levels: V1 under
+///   its default piecewise compilation level takes `FULL_AND_PIECEWISE` ("default to full and
+///   piecewise for most models", `config/__init__.py`; hybrid models the same through
+///   `MambaModelConfig`, except `Lfm2ForCausalLM` and `MiniMaxText01ForCausalLM`, which vram
+///   does not read).
 /// - A mode with piecewise graphs (`PIECEWISE`, `FULL_AND_PIECEWISE`:
 ///   `requires_piecewise_compilation`) under any compilation mode but `VLLM_COMPILE`
 ///   ([`vllm_compiles`]: `-O0`, `-cc.mode=none`, `TORCH_COMPILE_DISABLE=1`) becomes `NONE`
 ///   ("Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE").
 /// - `FULL` on a hybrid model: its state layers' backends support full graphs for uniform
-///   batches only (`AttentionCGSupport.UNIFORM_BATCH` in `v1/attention/backends/mamba_attn.py`
-///   and `gdn_attn.py`), so `resolve_cudagraph_mode_and_sizes` downgrades a mixed-batch `FULL`:
-///   to `FULL_AND_PIECEWISE` where attention is among the splitting ops (under `VLLM_COMPILE`),
-///   else to `FULL_DECODE_ONLY` (`set_splitting_ops_for_v1` leaves none under other modes). On
-///   other models the attention backend's own support decides, which is not modelled: `FULL`
-///   is taken as asked.
+///   batches only (`AttentionCGSupport.UNIFORM_BATCH` in `v1/attention/backends/gdn_attn.py`,
+///   and in `mamba_attn.py` from 0.17; `UNIFORM_SINGLE_TOKEN_DECODE` there at 0.11-0.16), so
+///   vLLM downgrades a mixed-batch `FULL` (`resolve_cudagraph_mode_and_sizes` from 0.20, the
+///   model runner before, the same test at every release read): to `FULL_AND_PIECEWISE` where
+///   attention is among the splitting ops (under `VLLM_COMPILE`), else to `FULL_DECODE_ONLY`
+///   (`set_splitting_ops_for_v1` leaves none under other modes). On other models the attention
+///   backend's own support decides, which is not modelled: `FULL` is taken as asked.
 pub(super) fn vllm_cudagraph_mode(k: &Knobs, hybrid: bool) -> super::CudagraphMode {
     use super::CudagraphMode as M;
     if k.enforce_eager {
@@ -153,6 +161,58 @@ pub(super) fn vllm_cudagraph_mode(k: &Knobs, hybrid: bool) -> super::CudagraphMo
         M::Full if hybrid && compiles => M::FullAndPiecewise,
         M::Full if hybrid => M::FullDecodeOnly,
         m => m,
+    }
+}
+
+/// Where the vLLM release in force resolves the CUDA-graph mode, for the lines that say why a
+/// mode came out ([`vllm_cudagraph_mode`]): the releases read, the function that downgrades a
+/// hybrid model's `FULL`, and its state layers' full-graph support.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct GraphModeSource {
+    /// The releases whose source the rules were read in.
+    pub read: &'static str,
+    /// What sets an unset mode.
+    pub default: &'static str,
+    /// The function that downgrades a hybrid model's `FULL`.
+    pub downgrade: &'static str,
+    /// The file it is in.
+    pub file: &'static str,
+    /// The state layers' `AttentionCGSupport`.
+    pub state_support: &'static str,
+}
+
+/// [`GraphModeSource`] for the vLLM release in force (0.11 and later).
+pub(super) fn vllm_graph_mode_source(k: &Knobs) -> GraphModeSource {
+    let v = Engine::Vllm.version_in_force(k);
+    let state_support = if v < [0, 17, 0] {
+        "mamba_attn.py UNIFORM_SINGLE_TOKEN_DECODE, gdn_attn.py UNIFORM_BATCH"
+    } else {
+        "mamba_attn.py, gdn_attn.py: UNIFORM_BATCH"
+    };
+    if v >= [0, 20, 0] {
+        GraphModeSource {
+            read: "0.20.0-0.22.0",
+            default: "the default at -O2",
+            downgrade: "resolve_cudagraph_mode_and_sizes",
+            file: "config/compilation.py",
+            state_support,
+        }
+    } else if v >= [0, 12, 0] {
+        GraphModeSource {
+            read: "read at 0.12.0, 0.13.0, 0.15.0-0.19.0",
+            default: "the default at -O2",
+            downgrade: "GPUModelRunner._check_and_update_cudagraph_mode",
+            file: "v1/worker/gpu_model_runner.py",
+            state_support,
+        }
+    } else {
+        GraphModeSource {
+            read: "read at 0.11.0",
+            default: "V1's default under its piecewise compilation level",
+            downgrade: "GPUModelRunner.initialize_cudagraph_capture",
+            file: "v1/worker/gpu_model_runner.py",
+            state_support,
+        }
     }
 }
 
@@ -256,8 +316,6 @@ pub const VLLM_V2_RUNNER_LACKS: &[&str] = &[
 /// no recurrent state (`has_inner_state`, "hybrid/mamba models"). The features of
 /// [`VLLM_V2_RUNNER_LACKS`] are taken to be off, as they are by default.
 pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<String> {
-    use super::layers::layer_caches;
-    use super::CacheLayout;
     use vram_model::blocks::Quant;
     let version = super::version_label(Engine::Vllm, k);
     match k.vllm_v2_runner {
@@ -276,9 +334,7 @@ pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<St
     let arch = archs.iter().find(|a| defaults.contains(&a.as_str()))?;
     let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
     let quantized = !matches!(t.blocks.storage.quant, Quant::None);
-    let inner_state = layer_caches(t)
-        .iter()
-        .any(|c| matches!(c, CacheLayout::State { .. }));
+    let inner_state = super::layers::is_hybrid(t);
     (!moe && !quantized && !inner_state).then(|| {
         format!(
             "vLLM {version} runs {arch} on its V2 model runner by default (config/vllm.py use_v2_model_runner: a dense {arch} checkpoint without a quantization_config), whose memory profile vram does not model; where the start sets VLLM_USE_V2_MODEL_RUNNER=0 or one of what that runner lacks ({}), vLLM runs its V1 runner: say so with --vllm-use-v2-model-runner 0; --engine-version 0.21 is the newest that runs it on V1 by default",

@@ -15,7 +15,8 @@
 //! - **Graph modes.** Piecewise graphs (one per piece between attention calls, every size)
 //!   before 0.11; from 0.11 `FULL_AND_PIECEWISE` (`config/compilation.py`, "v1 default"): the
 //!   same sizes again as whole-forward decode graphs, up to `max_num_seqs`. A user's
-//!   `cudagraph_mode` ([`vllm_graph_mode`], read at 0.20.0–0.22.0): `PIECEWISE` the piecewise
+//!   `cudagraph_mode` ([`vllm_graph_mode`], read at 0.11.0–0.13.0 and 0.15.0–0.22.0; the
+//!   dispatcher's keys the same at 0.11.0, 0.13.0, 0.17.0 and 0.19.0): `PIECEWISE` the piecewise
 //!   graphs alone, `FULL_DECODE_ONLY` the decode graphs alone, `FULL` whole-forward graphs at
 //!   every size, `NONE` none (`CUDAGraphMode.mixed_mode`/`decode_mode`; the dispatcher captures
 //!   one set per mode it keys, `cudagraph_dispatcher.py`).
@@ -79,24 +80,15 @@ pub(super) const NCCL_CAPTURED_BYTES: u64 = 68 * 1024;
 pub(super) const NCCL_CAPTURED_PROXY_BYTES: u64 = 212 * 1024;
 
 /// Whether the TP group's all-reduces inside the graphs are NCCL's (PyNccl) rather than vLLM's
-/// custom all-reduce, and whether NCCL's transport needs its proxy. `CustomAllreduce.__init__`
-/// (read at 0.8.5 and 0.10.1) disables itself for world sizes other than 2, 4, 6 and 8, for
-/// more than two GPUs that are not all NVLink-connected, without GPU P2P, and for a group that
-/// spans nodes; `CudaCommunicator.all_reduce` then falls back to PyNccl, captured into every
-/// graph. vram's `pcie` interconnect stands for PCIe boards and GPUs without P2P alike, so TP 2
-/// over it is taken as without custom all-reduce. ROCm is left out (its quick and custom
+/// custom all-reduce, and whether NCCL's transport needs its proxy: where
+/// [`non_torch::vllm_custom_all_reduce`] does not build it, `CudaCommunicator.all_reduce` falls
+/// back to PyNccl, captured into every graph. ROCm is left out (its quick and custom
 /// all-reduce over xGMI).
 fn nccl_in_graphs(gpu: &Gpu, k: &Knobs) -> Option<bool> {
-    if k.tp < 2 || engine::is_rocm(gpu) {
+    if k.tp < 2 || engine::is_rocm(gpu) || non_torch::vllm_custom_all_reduce(gpu, k) {
         return None;
     }
-    match non_torch::interconnect(gpu, k) {
-        Interconnect::Network => Some(true),
-        Interconnect::Pcie => Some(false),
-        Interconnect::NvSwitch | Interconnect::NvSwitchNvls => {
-            (![2, 4, 6, 8].contains(&k.tp)).then_some(false)
-        }
-    }
+    Some(non_torch::interconnect(gpu, k) == Interconnect::Network)
 }
 
 /// The graphs one vLLM start-up captures.
@@ -262,9 +254,6 @@ pub(super) fn vllm_graphs(
 /// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the
 /// version keys no mode (V0, V1 before 0.11: piecewise graphs, or V0's full ones).
 pub(super) fn vllm_graph_mode(t: &Transformer, k: &Knobs, v1: bool) -> Option<CudagraphMode> {
-    let hybrid = layer_caches(t)
-        .iter()
-        .any(|c| matches!(c, CacheLayout::State { .. }));
     (v1 && Engine::Vllm.version_in_force(k) >= [0, 11, 0])
-        .then(|| engine::vllm_cudagraph_mode(k, hybrid))
+        .then(|| engine::vllm_cudagraph_mode(k, layers::is_hybrid(t)))
 }

@@ -33,6 +33,16 @@ pub fn layer_caches(t: &Transformer) -> Vec<CacheLayout> {
     layouts
 }
 
+/// Whether the model is hybrid as the engines treat it: some layer keeps a per-request state
+/// ([`CacheLayout::State`]: Mamba, Mamba2, Gated DeltaNet; vLLM's `MambaModelConfig` and
+/// `has_inner_state`, its KV-cache groups' `has_mamba_layers`), over all its layers, as
+/// vLLM's config decides it for every pipeline stage. The one place the capacity model asks.
+pub(super) fn is_hybrid(t: &Transformer) -> bool {
+    layer_caches(t)
+        .iter()
+        .any(|c| matches!(c, CacheLayout::State { .. }))
+}
+
 /// KV-cache bytes one more token of context costs on the most loaded GPU: the full-attention
 /// and MLA layers of the first pipeline stage (sliding layers stop growing at their window,
 /// states never grow), at `--kv-cache-dtype`.

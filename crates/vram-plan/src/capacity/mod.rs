@@ -449,10 +449,10 @@ impl Quantization {
 
 /// vLLM V1's CUDA-graph mode (`CompilationConfig.cudagraph_mode`, set with `--compilation-config
 /// '{"cudagraph_mode": "PIECEWISE"}'` or `-cc.cudagraph_mode=PIECEWISE`), as
-/// `config/compilation.py` names them (`CUDAGraphMode`, read at 0.20.0, 0.21.0 and 0.22.0).
-/// Unset, the optimization level's default applies (`OPTIMIZATION_LEVEL_TO_CONFIG`: `-O2`, the
-/// default level, and `-O3` take `FULL_AND_PIECEWISE`), and `--enforce-eager` makes it `NONE`
-/// whatever was asked (`VllmConfig.__post_init__`).
+/// `config/compilation.py` names them (`CUDAGraphMode`, read at 0.11.0-0.13.0, 0.15.0-0.22.0).
+/// Unset, the optimization level's default applies (`OPTIMIZATION_LEVEL_TO_CONFIG` from 0.12:
+/// `-O2`, the default level, and `-O3` take `FULL_AND_PIECEWISE`; 0.11's V1 default is the
+/// same), and `--enforce-eager` makes it `NONE` whatever was asked (`VllmConfig.__post_init__`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CudagraphMode {
@@ -493,6 +493,18 @@ impl CudagraphMode {
             CudagraphMode::Piecewise | CudagraphMode::FullAndPiecewise
         )
     }
+    /// The `vllm serve` flag that sets this mode, as the remedies of `vram capacity` and
+    /// `vram doctor` offer it: `--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`.
+    pub fn compilation_config_flag(self) -> String {
+        vllm_compilation_config_flag("cudagraph_mode", &format!("\"{}\"", self.name()))
+    }
+}
+
+/// vLLM's `--compilation-config` flag setting one `CompilationConfig` field to `value` (a JSON
+/// value: `"PIECEWISE"` with its quotes, `[1, 2, 4]`), shell-quoted as a user types it; the one
+/// spelling every remedy that changes the compilation config uses.
+pub fn vllm_compilation_config_flag(field: &str, value: &str) -> String {
+    format!("--compilation-config '{{\"{field}\": {value}}}'")
 }
 
 /// vLLM's compilation mode (`CompilationConfig.mode`, `CompilationMode` in
@@ -617,7 +629,7 @@ pub struct Knobs {
     pub vllm_v2_runner: Option<bool>,
     /// vLLM V1's `cudagraph_mode` as the user set it (`None`: the version's default; see
     /// [`CudagraphMode`] and `engine::vllm_cudagraph_mode`). Read from 0.11, where V1 takes
-    /// the mode.
+    /// the mode; its rules read at 0.11.0, 0.12.0, 0.13.0, 0.15.0-0.19.0 and 0.20.0-0.22.0.
     pub cudagraph_mode: Option<CudagraphMode>,
     /// vLLM's compilation mode as the user set it (`-cc.mode`, or `TORCH_COMPILE_DISABLE=1`
     /// for `NONE`; `None`: the optimization level's). Read at 0.20.0-0.22.0.
@@ -733,14 +745,15 @@ pub struct Capacity {
 impl Capacity {
     /// The pool's blocks when vLLM refuses this start for them: a hybrid model's `max_num_seqs`
     /// exceeds the blocks while one request of `max_model_len` fits
-    /// (`engine::vllm_mamba_blocks_short`, with the `knobs` this answer was computed for).
-    pub fn vllm_mamba_blocks_short(&self, knobs: &Knobs) -> Option<u64> {
+    /// (`engine::vllm_mamba_blocks_short`, with the model `t` and the `knobs` this answer was
+    /// computed for).
+    pub fn vllm_mamba_blocks_short(&self, t: &Transformer, knobs: &Knobs) -> Option<u64> {
         (self.engine == Engine::Vllm
             && !self.starts
             && self.max_model_len_that_fits >= self.max_model_len
             && engine::vllm_mamba_blocks_short(
                 knobs,
-                &self.kv_groups,
+                layers::is_hybrid(t),
                 self.max_num_seqs,
                 self.kv_cache_blocks,
             ))

@@ -6,8 +6,8 @@
 //!
 //! - **Where the baseline is.** V1 (`v1/worker/gpu_worker.py` `init_device`, read at 0.11.0 and
 //!   0.18.1) takes `init_snapshot` *after* `init_worker_distributed_environment`: the PyNccl
-//!   communicator (its warm-up all-reduce done), the custom all-reduce IPC buffers (8 MiB,
-//!   `custom_all_reduce.py` `max_size`) and the symmetric-memory buffer are already there. V0 from
+//!   communicator (its warm-up all-reduce done), the custom all-reduce buffers (26 MiB where
+//!   built, [`vllm_custom_all_reduce`]) and the symmetric-memory buffer are already there. V0 from
 //!   0.7 (`worker/worker.py` `init_device`, read at 0.8.3) takes `baseline_snapshot` *before* it,
 //!   so its communicators count. V0 before 0.7 has three rules (`engine::vllm_context_in_budget`,
 //!   read at 0.5.5, 0.6.0, 0.6.3.post1, 0.6.4, 0.6.5, 0.6.6.post1): only 0.6.4 counts the CUDA
@@ -20,18 +20,20 @@
 //!   Measured, not derived: 0.08 GiB eager on a T4 (vLLM 0.18, kaggle-vllm's runs, the fit half of
 //!   `unseen-round2.json`), 0.02 GiB compiled without graph profiling (vLLM 0.10,
 //!   `logs.json`), 0.25 GiB compiled with it (vLLM 0.19 on H100, `unseen.json`'s fit half).
-//! - **A NCCL communicator connected after the baseline.** At TP > 1 the profile run's first
-//!   `torch.distributed` collective (the logits `all_gather`, `base_device_communicator.py`,
-//!   `dist.all_gather_into_tensor(group=self.device_group)`) creates the process group's own
-//!   NCCL communicator, and the first large all-reduce connects PyNccl's bulk protocols
-//!   (`NCCL_RUNTIME_CONNECT`, NCCL ≥ 2.22: buffers are set up at first use). NCCL 2.27
-//!   (`src/transport`, `src/include/comm.h`) gives each connection a Simple buffer of 4 MiB
-//!   (`NCCL_BUFFSIZE`), LL of 512 KiB and, on NVLink, LL128 of 4.69 MiB, ring and tree each one
-//!   receiving connection per channel, and on NVSwitch (sm_90) NVLS buffers of 16 channels × 2 ×
-//!   1 MiB × ranks. On PCIe NCCL uses 2 channels: ~18 MiB, with the communicator's device state
-//!   0.05 GiB. On an NVSwitch H100 it uses 32 channels: ~0.6 GiB per communicator by that
-//!   arithmetic, while vLLM 0.19's logs show 1.81 GiB over the TP-1 figure at TP 2 and 4 (the
-//!   fit half of `unseen.json`); the measured figure is used and the gap is not explained.
+//! - **A NCCL communicator connected after the baseline.** vLLM sets `NCCL_CUMEM_ENABLE=0`
+//!   (0.7.0 to 0.10.1.1 read), which leaves NCCL without runtime connection or NVLS, so each
+//!   `ncclCommInitRank` connects the ring and the tree on every channel ([`communicator`]). At
+//!   TP > 1 the profile run's first `torch.distributed` collective (the logits gather,
+//!   `base_device_communicator.py` `dist.all_gather_into_tensor(group=self.device_group)`)
+//!   creates the process group's own NCCL communicator; V0 also connects PyNccl's after its
+//!   baseline. Per connection NCCL gives Simple 4 MiB (`NCCL_BUFFSIZE`), LL 512 KiB and, on
+//!   NVLink, LL128 4.69 MiB. On PCIe NCCL uses 2 channels: ~18 MiB, with the communicator's
+//!   device state 0.05 GiB. Over NVSwitch without NVLS (A100) the channels are NCCL's ring
+//!   search's, 24 on HGX A100 ([`nvswitch_channels`], the rule SGLang's start uses): 12 MiB a
+//!   send/receive pair, one per channel at TP 2 and two from TP 3, 0.28 / 0.56 GiB. On an
+//!   NVSwitch H100 vLLM 0.19's logs show 1.81 GiB over the TP-1 figure at TP 2 and 4 (the fit
+//!   half of `unseen.json`), far above that arithmetic; the measured figure is used and the gap
+//!   is not explained.
 //! - **Pipeline stages without TP** (0.19 on H100, PP 2): 0.07 GiB in all, measured.
 //! - **Beside the budget: the communicators that exist at the baseline.** V1 from 0.9 takes its
 //!   baseline after `init_worker_distributed_environment`, so what that set up is neither in the
@@ -158,24 +160,79 @@ pub(super) fn nccl_nvswitch_ring_tree_bytes(gpu: &Gpu, ranks: u64) -> Option<(u6
     Some((u64::from(channels) * pairs * 12 * MIB, channels))
 }
 
-/// What one NCCL communicator connected after the baseline leaves on each GPU.
-fn communicator(gpu: &Gpu, k: &Knobs) -> (u64, &'static str) {
+/// vLLM's custom all-reduce buffers on each GPU where [`vllm_custom_all_reduce`] builds them
+/// (`CustomAllreduce.__init__`, the same at 0.7.0, 0.8.3, 0.8.5 and 0.10.1.1): two
+/// `create_shared_buffer` calls, each a `cudaMalloc` outside PyTorch, of `meta_size() +
+/// max_size` (the `Signal` block, 2.4 KiB at `kMaxBlocks` 36, plus 8 MiB: 10 MiB in 2 MiB
+/// pages) and `max_size` (8 MiB, the default every caller keeps), and `rank_data`, an 8 MiB
+/// `torch.empty` on the device. The peers' buffers are opened by IPC and hold nothing here.
+pub(super) const VLLM_CUSTOM_ALL_REDUCE_BYTES: u64 = 26 * MIB;
+
+/// Whether vLLM builds its custom all-reduce for the TP group, as the version's own checks
+/// decide (read at 0.7.0, 0.7.3, 0.8.0, 0.8.3, 0.8.5 and 0.10.1.1: `custom_all_reduce.py`,
+/// `cuda_communicator.py`, `ParallelConfig.__post_init__`, `platforms/rocm.py`). Only the TP
+/// group builds one ("only tp uses custom allreduce"), and `CustomAllreduce.__init__` turns
+/// itself off — logging "Custom allreduce is disabled because ..." and allocating nothing —
+/// for a group that spans nodes, a world size other than 2, 4, 6 or 8, more than two GPUs that
+/// are not all NVLink-connected (`is_fully_connected`/`is_full_nvlink`), and GPUs that fail
+/// the P2P check. vram's `pcie` interconnect stands for PCIe boards and GPUs without P2P
+/// alike, so TP 2 over it is taken as failing the check (no buffers), as the graphs take it.
+/// On ROCm: `ParallelConfig` sets `disable_custom_all_reduce` on every ROCm GPU through 0.8.0;
+/// from 0.8.3 (0.8.1-0.8.2 not read) `RocmPlatform.use_custom_allreduce` keeps it for the MI300
+/// series only (`gfx94`: MI300X, MI325X; `gfx95` added by 0.10.1), xGMI-connected (fully
+/// connected, no P2P check on ROCm). `--disable-custom-all-reduce` is not a vram flag.
+pub(super) fn vllm_custom_all_reduce(gpu: &Gpu, k: &Knobs) -> bool {
+    if !matches!(k.tp, 2 | 4 | 6 | 8) {
+        return false;
+    }
+    if gpu.is_rocm() {
+        return Engine::Vllm.version_in_force(k) >= [0, 8, 3]
+            && matches!(gpu.id, "mi300x" | "mi325x");
+    }
+    matches!(
+        interconnect(gpu, k),
+        Interconnect::NvSwitch | Interconnect::NvSwitchNvls
+    )
+}
+
+/// What one NCCL communicator connected after the baseline leaves on each GPU of a group of
+/// `ranks`. vLLM sets `NCCL_CUMEM_ENABLE=0` on import (`vllm/__init__.py` at 0.7.0 and 0.8.0,
+/// `env_override.py` at 0.8.5 and 0.10.1.1, unless the user set it or multi-node NVLink's IMEX
+/// channels exist), so NCCL has no runtime connection (`comm->runtimeConn = cuMemSupport &&
+/// NCCL_RUNTIME_CONNECT`, `cuMemSupport = ncclCuMemEnable()`) and no NVLS: every
+/// `ncclCommInitRank` — PyNccl's, before its one-element warm-up all-reduce, and the process
+/// group's, at the profile's first `torch.distributed` collective — connects the ring and the
+/// tree on every channel, the buffers [`nccl_nvswitch_ring_tree_bytes`] sizes over NVSwitch
+/// (the rule SGLang's start uses too).
+fn communicator(gpu: &Gpu, k: &Knobs, ranks: u64) -> (u64, String) {
     match interconnect(gpu, k) {
-        Interconnect::NvSwitch => (
-            600 * MIB,
-            "0.59 GiB over NVSwitch without NVLS (NCCL 2.27: 32 channels x ring and tree x 9.2 MiB of Simple, LL and LL128 buffers; derived, no A100 log at TP > 1 to check it)",
-        ),
+        Interconnect::NvSwitch => {
+            let (bytes, channels) = nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or_else(|| {
+                // A board outside the catalog's NVSwitch ones (`--interconnect nvswitch`): the
+                // search's ceiling, 16 channels doubled by `ncclTopoPostset`.
+                let pairs = if ranks >= 3 { 2 } else { 1 };
+                (32 * pairs * 12 * MIB, 32)
+            });
+            (
+                bytes,
+                format!(
+                    "{:.2} GiB over NVSwitch without NVLS ({channels} channels from NCCL's ring search x 12 MiB a send/receive pair, {} per channel at {ranks} ranks; cuMem off by vLLM, so every channel connects at init; derived from NCCL's source, no A100 log at TP > 1 to check it)",
+                    bytes as f64 / GIB,
+                    if ranks >= 3 { "ring and tree" } else { "the ring's" }
+                ),
+            )
+        }
         Interconnect::NvSwitchNvls => (
             1853 * MIB,
-            "1.81 GiB over NVSwitch (measured in vLLM 0.19's logs on H100 at TP 2 and 4; NCCL 2.27's buffer arithmetic gives ~0.6 GiB per communicator)",
+            "1.81 GiB over NVSwitch (measured in vLLM 0.19's logs on H100 at TP 2 and 4; NCCL's buffer arithmetic gives ~0.6 GiB per communicator)".into(),
         ),
         Interconnect::Pcie => (
             51 * MIB,
-            "0.05 GiB over PCIe or without P2P (NCCL 2.27: 2 channels x ring and tree x 4.5 MiB of Simple and LL buffers, and the communicator's device state)",
+            "0.05 GiB over PCIe or without P2P (NCCL 2.27: 2 channels x ring and tree x 4.5 MiB of Simple and LL buffers, and the communicator's device state)".into(),
         ),
         Interconnect::Network => (
             51 * MIB,
-            "0.05 GiB across nodes (NCCL's network transport taken as PCIe's 2 channels x ring and tree x 4.5 MiB; not derived from NCCL's net code)",
+            "0.05 GiB across nodes (NCCL's network transport taken as PCIe's 2 channels x ring and tree x 4.5 MiB; not derived from NCCL's net code)".into(),
         ),
     }
 }
@@ -246,16 +303,27 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     // Communicators connected after the baseline: V1 at TP > 1 the process group's (and
     // PyNccl's bulk protocols, inside the same figure); V0 from 0.7 also PyNccl's own and the
     // custom all-reduce buffers (8 MiB + metadata) of the group it set up after the baseline.
-    let (comm, comm_src) = communicator(gpu, k);
+    let ranks = if k.tp > 1 { k.tp } else { k.pp };
+    let (comm, comm_src) = communicator(gpu, k, ranks);
+    // V1 before 0.9 takes no baseline, so the CUDA context is inside the budget, and so is
+    // every PyNccl communicator `init_device` built before the profile.
+    let context = if engine::vllm_context_in_budget(k, v1) {
+        gpu.context_bytes()
+    } else {
+        0
+    };
     let n_comms = match (v1, k.tp * k.pp > 1) {
         (_, false) => 0,
+        (true, true) if context > 0 => 2 * u64::from(k.tp > 1) + u64::from(k.pp > 1),
         (true, true) => u64::from(k.tp > 1),
         (false, true) => 2,
     };
-    let custom_ar = if !v1 && k.tp > 1 { 8 * MIB } else { 0 };
-    // V1 before 0.9 takes no baseline, so the CUDA context is inside the budget.
-    let context = if engine::vllm_context_in_budget(k, v1) {
-        gpu.context_bytes()
+    // The custom all-reduce buffers count where the budget's reference point precedes them:
+    // V0 (baseline before the distributed environment) and V1 before 0.9 (no baseline); the
+    // `rank_data` tensor among them lands in the profile's PyTorch peak rather than outside
+    // PyTorch, but inside the same budget.
+    let custom_ar = if (!v1 || context > 0) && vllm_custom_all_reduce(gpu, k) {
+        VLLM_CUSTOM_ALL_REDUCE_BYTES
     } else {
         0
     };
@@ -270,11 +338,18 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     (
         total,
         format!(
-            "non-torch memory ({baseline}): {images_src}{}",
+            "non-torch memory ({baseline}): {images_src}{}{}",
             if n_comms > 0 {
                 format!("; {n_comms} NCCL communicator(s) connected by the profile run, {comm_src}")
             } else {
                 String::new()
+            },
+            if custom_ar > 0 {
+                "; custom all-reduce 0.03 GiB (10 + 8 MiB of IPC buffers by cudaMalloc and an 8 MiB rank_data tensor, custom_all_reduce.py at 0.7.0-0.10.1)"
+            } else if (!v1 || context > 0) && k.tp > 1 {
+                "; no custom all-reduce (vLLM disables it here: PCIe or no P2P, more than two GPUs without NVLink, across nodes, a TP size other than 2/4/6/8, or ROCm outside its MI300 rule)"
+            } else {
+                ""
             }
         ),
     )
@@ -336,6 +411,7 @@ pub(super) fn vllm_init_communicators(
     if groups == 0 {
         return None;
     }
+    let nvls = interconnect(gpu, k) == Interconnect::NvSwitchNvls;
     let (first, further, src) = match interconnect(gpu, k) {
         Interconnect::NvSwitchNvls => (
             1044 * MIB,
@@ -348,7 +424,16 @@ pub(super) fn vllm_init_communicators(
             "the first 0.13 GiB (SGLang's reading of a TP group's init on 4 x L4), further ones not counted (no reading without NVLS)",
         ),
     };
-    let bytes = first + (groups - 1) * further;
+    // The L4 reading had custom all-reduce off (PCIe); where vLLM builds it, its buffers come
+    // on top. The NVLS figure was measured with it on.
+    let custom_ar = if nvls {
+        0
+    } else if vllm_custom_all_reduce(gpu, k) {
+        VLLM_CUSTOM_ALL_REDUCE_BYTES
+    } else {
+        0
+    };
+    let bytes = first + (groups - 1) * further + custom_ar;
     let names = [
         (k.tp > 1, "TP"),
         (k.pp > 1, "PP"),
@@ -363,7 +448,12 @@ pub(super) fn vllm_init_communicators(
     Some((
         bytes,
         format!(
-            "beside the budget, the communicators at the baseline (V1 from 0.9 snapshots after the distributed environment): {groups} group(s) ({names}), {src}: {:.2} GiB",
+            "beside the budget, the communicators at the baseline (V1 from 0.9 snapshots after the distributed environment): {groups} group(s) ({names}), {src}{}: {:.2} GiB",
+            if custom_ar > 0 {
+                ", and the TP group's custom all-reduce buffers, 0.03 GiB"
+            } else {
+                ""
+            },
             bytes as f64 / (1u64 << 30) as f64
         ),
     ))

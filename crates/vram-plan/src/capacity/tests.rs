@@ -1047,14 +1047,11 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     assert_eq!(at("l4", "0.18.1", 2, true), 80 * mib + 51 * mib);
     // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured.
     assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
-    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic.
-    assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 600 * mib);
-    // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's, and
-    // the custom all-reduce buffers.
-    assert_eq!(
-        at("l4", "0.8.3", 2, true),
-        80 * mib + 2 * 51 * mib + 8 * mib
-    );
+    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair.
+    assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 288 * mib);
+    // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's; two
+    // PCIe GPUs are taken as failing custom all-reduce's P2P check, so no buffers of its own.
+    assert_eq!(at("l4", "0.8.3", 2, true), 80 * mib + 2 * 51 * mib);
     // V1 before 0.18 compiled: no graph profiling inside the window.
     assert_eq!(at("h100-80g", "0.11.0", 1, false), 24 * mib);
 }
@@ -1113,6 +1110,11 @@ fn vllm_v1_baseline_holds_its_groups_communicators() {
     // Without NVLS: the first group as SGLang read it on L4s; further groups have no reading.
     assert_eq!(at(&dense, "l4", v19, 2, 1, 1), Some(133 * mib));
     assert_eq!(at(&dense, "t4", [0, 11, 0], 1, 1, 2), Some(133 * mib));
+    // HGX A100 at TP 2 builds the custom all-reduce, which the L4 reading lacked: 26 MiB more.
+    assert_eq!(
+        at(&dense, "a100-80g", [0, 10, 1], 2, 1, 1),
+        Some((133 + 26) * mib)
+    );
 }
 
 #[test]
@@ -1174,10 +1176,33 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
-    assert_eq!(weights::vision_tower_per_gpu(&v, 1), 895_028_755.0);
-    let tp2 = weights::vision_tower_per_gpu(&v, 2);
+    assert_eq!(weights::vision_tower_per_gpu(&v, 1, true), 895_028_755.0);
+    let tp2 = weights::vision_tower_per_gpu(&v, 2, true);
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
+}
+
+/// Kimi-K2.5's MoonViT per GPU at TP 8: vLLM splits the layers' attention and MLP
+/// (`kimi_k25_vit.py`: QKVParallelLinear, Column/RowParallelLinear); SGLang 0.5.9 splits the
+/// attention (`VisionAttention`, `use_qkv_parallel`) but builds the MLP from plain `nn.Linear`s
+/// (`kimi_vl_moonvit.py` `MLP2`), whole on every GPU. Both keep the embeddings, norms, biases
+/// and the projector whole.
+#[test]
+fn kimi_k25_tower_splits_as_each_engine_builds_it() {
+    let text = include_str!("../../../../tests/zoo/nearmiss/kimi-k2.5.json");
+    let Model::Transformer(t) = vram_model::hf::parse_config(text, "kimi-k2.5").unwrap() else {
+        unreachable!()
+    };
+    let all = 416_866_032u64 + 54_277_888;
+    let (attn, mlp) = (27 * 4 * 1152 * 1152u64, 27 * 2 * 1152 * 4304u64);
+    assert_eq!(
+        weights::towers_per_gpu(&t, 8, Engine::Vllm),
+        ((attn + mlp) / 8 + (all - attn - mlp)) as f64
+    );
+    assert_eq!(
+        weights::towers_per_gpu(&t, 8, Engine::Sglang),
+        (attn / 8 + (all - attn)) as f64
+    );
 }
 
 /// vLLM on ROCm logs "Model loading took" as the fall in free device memory
@@ -1415,7 +1440,7 @@ fn interconnect_can_be_told() {
     };
     // The board's NVSwitch by default; without P2P (PCIe or host memory) and across nodes,
     // NCCL's two channels.
-    assert_eq!(at(None), 24 * mib + 600 * mib);
+    assert_eq!(at(None), 24 * mib + 288 * mib);
     assert_eq!(at(Some(Interconnect::Pcie)), 24 * mib + 51 * mib);
     assert_eq!(at(Some(Interconnect::Network)), 24 * mib + 51 * mib);
     assert_eq!(at(Some(Interconnect::NvSwitchNvls)), 24 * mib + 1853 * mib);
@@ -2625,7 +2650,7 @@ fn vllm_hybrid_pool_below_max_num_seqs_is_refused_from_0_20() {
     );
     // The pool's own lines come before it.
     assert!(c.log.iter().any(|l| l.starts_with("GPU KV cache size")));
-    assert_eq!(c.vllm_mamba_blocks_short(&k), Some(c.kv_cache_blocks));
+    assert_eq!(c.vllm_mamba_blocks_short(&t, &k), Some(c.kv_cache_blocks));
 
     // The change offered: at most as many sequences as blocks, and it starts.
     let change = crate::suggest::serving(&t, gpu, Engine::Vllm, &k).unwrap();
@@ -2667,7 +2692,7 @@ fn vllm_hybrid_pool_below_max_num_seqs_is_refused_from_0_20() {
     )
     .unwrap();
     assert!(v19.log.iter().all(|l| !l.contains("Mamba cache blocks")));
-    assert_eq!(v19.vllm_mamba_blocks_short(&k), None);
+    assert_eq!(v19.vllm_mamba_blocks_short(&t, &k), None);
 }
 
 /// The user's CUDA-graph mode (vLLM 0.20.0–0.22.0 `config/compilation.py`): the Mamba-blocks
@@ -2706,14 +2731,14 @@ fn vllm_cudagraph_mode_decides_the_mamba_check_and_the_graphs() {
         let (c, k) = at(Some(m), false);
         assert!(refused(&c) && !c.starts, "{m:?}: {:?}", c.log);
         assert_eq!(
-            c.vllm_mamba_blocks_short(&k),
+            c.vllm_mamba_blocks_short(&t, &k),
             Some(c.kv_cache_blocks),
             "{m:?}"
         );
     }
     let (piecewise, k) = at(Some(CudagraphMode::Piecewise), false);
     assert!(piecewise.starts, "{:?}", piecewise.log);
-    assert_eq!(piecewise.vllm_mamba_blocks_short(&k), None);
+    assert_eq!(piecewise.vllm_mamba_blocks_short(&t, &k), None);
     assert!(piecewise.cuda_graph_bytes > 0);
     assert!(piecewise.cuda_graph_bytes < default.cuda_graph_bytes);
     assert!(piecewise
@@ -2817,7 +2842,7 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
     let starts = |g, c, o| {
         let kk = k(g, c, o);
         let cap = capacity(&t, gpu, Engine::Vllm, &kk).unwrap();
-        (cap.starts, cap.vllm_mamba_blocks_short(&kk), cap)
+        (cap.starts, cap.vllm_mamba_blocks_short(&t, &kk), cap)
     };
     let (s, short, _) = starts(None, None, None);
     assert!(!s && short.is_some());
@@ -2995,7 +3020,7 @@ fn vllm_hybrid_pool_above_max_num_seqs_starts() {
     assert!(c.kv_cache_blocks > 256, "{}", c.kv_cache_blocks);
     assert!(c.starts, "{:?}", c.log);
     assert!(c.log.iter().all(|l| !l.contains("Mamba cache blocks")));
-    assert_eq!(c.vllm_mamba_blocks_short(&k), None);
+    assert_eq!(c.vllm_mamba_blocks_short(&t, &k), None);
 }
 
 /// SGLang's Gemma 3 (`gemma3_causal.py`): no rotary table before 0.5.10 (its layers compute
@@ -3168,6 +3193,147 @@ fn get_rope_refusals_in_the_engines_words() {
     );
 }
 
+/// One predicate says whether a model is hybrid (`layers::is_hybrid`), and it agrees with the
+/// pool vLLM builds: a catalog model is hybrid exactly when its KV layout has a state group.
+/// The graph mode (a hybrid's FULL downgraded) and the 0.20+ Mamba-blocks refusal both read it.
+#[test]
+fn hybrid_is_one_predicate_that_matches_the_pool() {
+    let gpu = vram_model::gpu::lookup("h200").unwrap();
+    let mut hybrids = Vec::new();
+    for id in catalog::ids() {
+        let Ok(Model::Transformer(t)) = catalog::lookup(id) else {
+            continue;
+        };
+        let k = Knobs {
+            max_model_len: Some(4096),
+            engine_version: Some([0, 22, 1]),
+            ..Knobs::default()
+        };
+        let Ok(c) = capacity(&t, gpu, Engine::Vllm, &k) else {
+            continue;
+        };
+        let pool_has_state = c.kv_groups.iter().any(|g| g.kind == "state");
+        assert_eq!(layers::is_hybrid(&t), pool_has_state, "{id}");
+        let full = Knobs {
+            cudagraph_mode: Some(CudagraphMode::Full),
+            ..k
+        };
+        let want = if pool_has_state {
+            CudagraphMode::FullAndPiecewise
+        } else {
+            CudagraphMode::Full
+        };
+        assert_eq!(graphs::vllm_graph_mode(&t, &full, true), Some(want), "{id}");
+        if pool_has_state {
+            hybrids.push(id);
+        }
+    }
+    // qwen3.5 (Gated DeltaNet), qwen3-next, Nemotron-H (Mamba2) and the Nemotron 3 hybrids.
+    assert!(hybrids.len() >= 5, "{hybrids:?}");
+    assert!(hybrids.contains(&"nemotron-h-56b") && hybrids.contains(&"qwen3.5-27b"));
+}
+
+/// The `--compilation-config` spelling every remedy uses (`vllm_compilation_config_flag`), as a
+/// user types it in a shell: one JSON object in single quotes.
+#[test]
+fn compilation_config_flags_are_spelled_once() {
+    assert_eq!(
+        CudagraphMode::Piecewise.compilation_config_flag(),
+        r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#
+    );
+    assert_eq!(
+        CudagraphMode::None.compilation_config_flag(),
+        r#"--compilation-config '{"cudagraph_mode": "NONE"}'"#
+    );
+    assert_eq!(
+        vllm_compilation_config_flag("cudagraph_capture_sizes", "[1, 2, 4]"),
+        r#"--compilation-config '{"cudagraph_capture_sizes": [1, 2, 4]}'"#
+    );
+}
+
+/// `--cudagraph-mode` at the releases before 0.20, whose rules were read at 0.11.0, 0.12.0,
+/// 0.13.0, 0.15.0, 0.16.0, 0.17.0, 0.18.0 and 0.19.0 (sdists from PyPI; 0.15.0 from its wheel):
+/// with what those releases let vram model (`--cudagraph-mode`, `--enforce-eager`), the mode
+/// comes out as at 0.20-0.22. Unset is `FULL_AND_PIECEWISE` (0.11: `VllmConfig.__post_init__`
+/// "default to full and piecewise", `config/__init__.py`; 0.12+: `OPTIMIZATION_LEVEL_02`);
+/// `--enforce-eager` is `NONE`; a hybrid's `FULL` is `FULL_AND_PIECEWISE` (the model runner's
+/// mixed-batch check: `min_cg_support` below `ALWAYS` and attention among the splitting ops,
+/// `initialize_cudagraph_capture` at 0.11, `_check_and_update_cudagraph_mode` at 0.12-0.19); the
+/// assumption line names the release's function.
+#[test]
+fn cudagraph_modes_before_0_20_follow_each_release_read() {
+    use CudagraphMode as M;
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let hybrid = model("qwen3.5-27b");
+    let dense = model("qwen3-8b");
+    for v in [
+        [0, 11, 0],
+        [0, 12, 0],
+        [0, 13, 0],
+        [0, 15, 0],
+        [0, 16, 0],
+        [0, 17, 0],
+        [0, 18, 0],
+        [0, 19, 0],
+    ] {
+        for (t, is_hybrid) in [(&hybrid, true), (&dense, false)] {
+            for asked in [
+                None,
+                Some(M::None),
+                Some(M::Piecewise),
+                Some(M::Full),
+                Some(M::FullDecodeOnly),
+                Some(M::FullAndPiecewise),
+            ] {
+                for eager in [false, true] {
+                    let k = Knobs {
+                        max_model_len: Some(8192),
+                        engine_version: Some(v),
+                        cudagraph_mode: asked,
+                        enforce_eager: eager,
+                        ..Knobs::default()
+                    };
+                    let want = match asked {
+                        _ if eager => M::None,
+                        None => M::FullAndPiecewise,
+                        Some(M::Full) if is_hybrid => M::FullAndPiecewise,
+                        Some(m) => m,
+                    };
+                    assert_eq!(
+                        graphs::vllm_graph_mode(t, &k, true),
+                        Some(want),
+                        "{v:?} {} {asked:?} eager {eager}",
+                        t.name
+                    );
+                    let c = capacity(t, gpu, Engine::Vllm, &k).unwrap();
+                    let line = c.assumes.iter().find(|a| a.starts_with("CUDA-graph mode"));
+                    assert_eq!(line.is_some(), asked.is_some(), "{v:?} {asked:?}");
+                    let Some(line) = line else { continue };
+                    // 0.11 has no optimization levels; 0.12-0.19 have them (refused by vram).
+                    assert!(
+                        !line.contains("0.20.0-0.22.0")
+                            && (v >= [0, 12, 0] || !line.contains("-O2")),
+                        "{v:?}: {line}"
+                    );
+                    if asked == Some(M::Full) && is_hybrid && !eager {
+                        let f = if v < [0, 12, 0] {
+                            "initialize_cudagraph_capture"
+                        } else {
+                            "_check_and_update_cudagraph_mode"
+                        };
+                        assert!(line.contains(f), "{v:?}: {line}");
+                        assert_eq!(
+                            line.contains("mamba_attn.py UNIFORM_SINGLE_TOKEN_DECODE"),
+                            v < [0, 17, 0],
+                            "{v:?}: {line}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// SGLang's `init_torch_distributed` per board: the L4 reading where it was taken (TP 4 over
 /// PCIe, custom all-reduce off), NCCL's ring and tree over NVSwitch on top (SGLang turns NVLS and
 /// cuMem off), the custom all-reduce buffers where SGLang builds them (2 ranks, or NVLink to all),
@@ -3249,4 +3415,80 @@ fn nccl_channels_follow_the_nvlinks() {
     assert_eq!(ch("l4"), None);
     // H800, NVLink cut to 8 links: its log's "16 coll channels" (NVIDIA/nccl#892).
     assert_eq!(non_torch::ring_search_channels(8, 20.6, (9, 0)), 16);
+}
+
+/// vLLM builds its custom all-reduce where `CustomAllreduce.__init__` and the version's platform
+/// let it (0.7.0-0.10.1.1): the TP group of 2, 4, 6 or 8 GPUs, NVLink-connected (two PCIe GPUs
+/// taken as failing the P2P check), in one node; on ROCm only the MI300 series and from 0.8.3.
+#[test]
+fn vllm_custom_all_reduce_is_built_where_the_version_builds_it() {
+    let on = |g: &str, tp: u64, version: [u32; 3], link: Option<Interconnect>| {
+        let k = Knobs {
+            tp,
+            engine_version: Some(version),
+            interconnect: link,
+            ..Knobs::default()
+        };
+        non_torch::vllm_custom_all_reduce(vram_model::gpu::lookup(g).unwrap(), &k)
+    };
+    let v = [0, 8, 5];
+    for tp in [2, 4, 6, 8] {
+        assert!(on("a100-80g", tp, v, None), "tp {tp}");
+        assert!(on("h100-80g", tp, v, None), "tp {tp}");
+    }
+    assert!(!on("a100-80g", 1, v, None));
+    // "unsupported world size: 16" (round 2's 16 x RTX 3090 V0 start), and 3.
+    assert!(!on("a100-80g", 16, v, None));
+    assert!(!on("a100-80g", 3, v, None));
+    // "not supported on more than two PCIe-only GPUs" (round 6's 4 x RTX 2080 Ti V0 starts).
+    assert!(!on("rtx-3090", 4, v, None));
+    assert!(!on("t4", 4, v, None));
+    // Two PCIe GPUs: the P2P check, taken as failing (vram's `pcie` also stands for no P2P).
+    assert!(!on("l4", 2, v, None));
+    // "this process group spans across nodes".
+    assert!(!on("a100-80g", 2, v, Some(Interconnect::Network)));
+    // ROCm: `disable_custom_all_reduce` on every ROCm GPU at 0.8.0; MI300 only from 0.8.3.
+    assert!(!on("mi300x", 8, [0, 8, 0], None));
+    assert!(on("mi300x", 8, [0, 8, 3], None));
+    assert!(on("mi325x", 4, [0, 10, 1], None));
+    assert!(!on("mi250", 4, [0, 10, 1], None));
+}
+
+/// V0 (0.7+) counts custom all-reduce's 26 MiB (10 + 8 MiB by `cudaMalloc`, an 8 MiB
+/// `rank_data` tensor) inside its budget only where it is built; over NVSwitch without NVLS each
+/// NCCL communicator holds the ring search's 24 channels of 12 MiB send/receive pairs on A100,
+/// one pair per channel at TP 2 and two from TP 3.
+#[test]
+fn vllm_non_torch_counts_custom_all_reduce_where_built_and_nccls_channels() {
+    let mib = 1u64 << 20;
+    let at = |g: &str, tp: u64, version: [u32; 3], v0: bool| {
+        let g = vram_model::gpu::lookup(g).unwrap();
+        let k = Knobs {
+            tp,
+            engine_version: Some(version),
+            vllm_v0: v0,
+            enforce_eager: true,
+            ..Knobs::default()
+        };
+        let (v1, _) = engine::vllm_v1(&k, g);
+        non_torch::vllm_non_torch(&k, v1, g)
+    };
+    let images = 80 * mib;
+    // V0 0.8.5 on four PCIe GPUs: two communicators of 51 MiB, no custom all-reduce.
+    let (b, text) = at("t4", 4, [0, 8, 5], true);
+    assert_eq!(b, images + 2 * 51 * mib);
+    assert!(text.contains("no custom all-reduce"), "{text}");
+    // V0 0.8.5 on HGX A100 at TP 4: two fully connected communicators and the 26 MiB.
+    let (b, text) = at("a100-80g", 4, [0, 8, 5], true);
+    assert_eq!(b, images + 2 * 24 * 2 * 12 * mib + 26 * mib);
+    assert!(text.contains("24 channels"), "{text}");
+    assert!(text.contains("custom all-reduce 0.03 GiB"), "{text}");
+    // V1 0.10 at TP 2 on A100: the process group's communicator after the baseline, the ring's
+    // pair per channel only (the tree's connections at two ranks are the ring's).
+    let (b, _) = at("a100-80g", 2, [0, 10, 1], false);
+    assert_eq!(b, images + 24 * 12 * mib);
+    // V1 before 0.9 has no baseline: PyNccl's communicator and the custom all-reduce count too.
+    let (b, _) = at("a100-80g", 2, [0, 8, 5], false);
+    let context = vram_model::gpu::lookup("a100-80g").unwrap().context_bytes();
+    assert_eq!(b, images + 2 * 24 * 12 * mib + 26 * mib + context);
 }

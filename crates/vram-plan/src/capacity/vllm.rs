@@ -308,7 +308,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // sequences the full decode graphs are captured for, or `initialize_kv_cache` refuses before
     // any graph is captured or warmed up (`engine::vllm_mamba_blocks_short`).
     let mamba_fails =
-        starts && engine::vllm_mamba_blocks_short(k, &layout.groups, max_num_seqs, num_blocks);
+        starts && engine::vllm_mamba_blocks_short(k, is_hybrid(t), max_num_seqs, num_blocks);
     let graphs_fail = graphs_fail && !mamba_fails;
     let context_fail = context_fail && !mamba_fails;
     let warmup_fails = starts
@@ -367,78 +367,81 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             format!("{why} is not supported by the V1 Engine. Falling back to V0."),
         );
     }
-    let mut assumes = vec![if v0 {
+    let mut assumes: Vec<String> = vec![String::from(if v0 {
         "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults; V0 runs up to 0.7, and from 0.8 to 0.10 where V1 falls back: compute capability < 8.0, fp32, an fp8 KV cache off Hopper, VLLM_USE_V1=0)"
     } else {
         "vLLM V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`; read at 0.10.1, 0.11.0, 0.14.1, 0.19.0, 0.20.0, 0.21.0 and 0.22.1)"
-    }];
+    })];
     if !v0 && Engine::Vllm.version_in_force(k)[..2] == [0, 22] {
         // What `engine::vllm_v2_runner` let through: 0.22's V1 runner.
-        assumes.push(match k.vllm_v2_runner {
+        assumes.push(String::from(match k.vllm_v2_runner {
             Some(false) => "the V1 model runner (v1/worker/gpu_model_runner.py), as VLLM_USE_V2_MODEL_RUNNER=0 or a feature the V2 runner lacks makes 0.22 take it (--vllm-use-v2-model-runner 0)",
             _ => "the V1 model runner (v1/worker/gpu_model_runner.py), which 0.22 takes for a model outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, an MoE or a checkpoint with a quantization_config (config/vllm.py use_v2_model_runner)",
-        });
+        }));
     }
     if t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4
         || k.quantization == Quantization::Mxfp4
     {
         let (kernel, im, hm) = engine::vllm_mxfp4_layout(k, gpu);
-        assumes.push(match (kernel, im, hm) {
+        assumes.push(String::from(match (kernel, im, hm) {
             ("Marlin", ..) => "MXFP4 experts in the Marlin layout (compute capability < 9, or Hopper before 0.12, whose Triton path needs the optional triton_kernels package that vLLM's wheel does not bring until 0.12): the hidden size padded to 256 and the intermediate size per GPU to 128 (Mxfp4MoEMethod.create_weights)",
             ("Triton", ..) => "MXFP4 experts in the Triton layout (Hopper from 0.12, whose wheel builds triton_kernels): the intermediate size per GPU padded to 64, the expert biases in fp32, and the scales twice: the checkpoint's stay registered beside HopperMXScaleLayout's padded copy (torch 2.9; _swizzle_mxfp4)",
             _ => "MXFP4 experts in the FlashInfer/ROCm layout: the hidden and intermediate sizes padded to 256 (128 for ROCm before 0.11)",
-        });
+        }));
     }
     if layout.groups.len() > 1 || layout.groups.iter().any(|g| g.kind == "mla") {
-        assumes.push("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; a hybrid model's CUDA graphs counted as any model's in the mode vLLM resolves (FULL_AND_PIECEWISE by default: MambaModelConfig), its state layers' profile run not modelled (vision encoders: see the encoder profile line)");
+        assumes.push(String::from("KV layout per layer kind (kv_groups): layers grouped by spec, one page size for all groups (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, read at a 2026 main commit; 0.11's rule may differ when two kinds' layer counts are within 1.5x); Mamba2/Gated DeltaNet state in MambaStateShapeCalculator's shapes, the attention block raised to 16 x ceil(state page / 16 tokens' page) and the state padded to it (models/config.py HybridAttentionMambaModelConfig); MLA blocks of 64 tokens on Hopper (FlashMLA) and 128 on Blackwell (CUTLASS MLA), platforms/cuda.py; a hybrid model's CUDA graphs counted as any model's in the mode vLLM resolves (FULL_AND_PIECEWISE by default: MambaModelConfig), its state layers' profile run not modelled (vision encoders: see the encoder profile line)"));
     }
     let asked_any = k.cudagraph_mode.is_some()
         || k.compilation_mode.is_some()
         || k.optimization_level.is_some();
     if let (true, Some(mode)) = (asked_any, graphs::vllm_graph_mode(t, k, v1)) {
         // The user's graph and compilation knobs as vLLM resolves them
-        // (`engine::vllm_cudagraph_mode`, read at 0.20.0-0.22.0).
+        // (`engine::vllm_cudagraph_mode`; the release's sources: `vllm_graph_mode_source`).
         use CudagraphMode as M;
         let compiles = engine::vllm_compiles(k);
         let inductor = engine::vllm_inductor(k);
         let asked = k.cudagraph_mode;
+        let src = engine::vllm_graph_mode_source(k);
+        let (read, downgrade, file, support) =
+            (src.read, src.downgrade, src.file, src.state_support);
         assumes.push(match (asked, mode) {
-            (_, M::None) if k.enforce_eager => "CUDA-graph mode NONE: --enforce-eager overrides --cudagraph-mode and the compilation mode (VllmConfig.__post_init__, 0.20.0-0.22.0)",
-            (Some(a), M::None) if a.has_piecewise() && !compiles => "CUDA-graph mode NONE: a piecewise mode needs vLLM's own compilation, which -O0, --compilation-mode other than vllm-compile or TORCH_COMPILE_DISABLE=1 turn off ('Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE', VllmConfig.__post_init__, 0.20.0-0.22.0), so no graphs and no Mamba-blocks check",
-            (None, M::None) if k.optimization_level == Some(0) && inductor => "CUDA-graph mode NONE: -O0's default (OPTIMIZATION_LEVEL_00); torch.compile still run (the --compilation-mode asked); no graphs captured and no Mamba-blocks check (0.20.0-0.22.0)",
-            (None, M::None) if k.optimization_level == Some(0) => "CUDA-graph mode NONE: -O0's default (OPTIMIZATION_LEVEL_00), with no torch.compile; no graphs captured and no Mamba-blocks check (0.20.0-0.22.0)",
-            (None, M::None) if k.optimization_level == Some(1) => "CUDA-graph mode NONE: the level's PIECEWISE (-O1) needs vLLM's own compilation, which --compilation-mode other than vllm-compile (or TORCH_COMPILE_DISABLE=1) turns off ('Overriding to NONE', VllmConfig.__post_init__, 0.20.0-0.22.0); no graphs captured and no Mamba-blocks check",
-            (None, M::None) => "CUDA-graph mode NONE: the level's FULL_AND_PIECEWISE needs vLLM's own compilation, which --compilation-mode other than vllm-compile (or TORCH_COMPILE_DISABLE=1) turns off ('Overriding to NONE', VllmConfig.__post_init__, 0.20.0-0.22.0); no graphs captured and no Mamba-blocks check",
-            (Some(M::Full), M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE: FULL asked, which resolve_cudagraph_mode_and_sizes downgrades for a hybrid model, its state layers' backends supporting full graphs for uniform batches only (mamba_attn.py, gdn_attn.py: UNIFORM_BATCH; config/compilation.py, 0.20.0-0.22.0)",
-            (Some(M::Full), M::FullDecodeOnly) => "CUDA-graph mode FULL_DECODE_ONLY: FULL asked on a hybrid model, whose state layers support full graphs for uniform batches only; without vLLM's compilation attention is not a splitting op, so resolve_cudagraph_mode_and_sizes keeps the decode graphs alone (config/compilation.py, 0.20.0-0.22.0)",
-            (_, M::None) if inductor => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, torch.compile still run",
-            (_, M::None) => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, and no torch.compile (the compilation mode is NONE)",
-            (None, M::Piecewise) => "CUDA-graph mode PIECEWISE: -O1's default (OPTIMIZATION_LEVEL_01): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+",
-            (_, M::Piecewise) => "CUDA-graph mode PIECEWISE (--cudagraph-mode piecewise): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+",
-            (_, M::FullDecodeOnly) => "CUDA-graph mode FULL_DECODE_ONLY (--cudagraph-mode full-decode-only): whole-forward decode graphs up to max_num_seqs, no piecewise graphs",
-            (_, M::Full) => "CUDA-graph mode FULL (--cudagraph-mode full): whole-forward graphs at every capture size; taken as asked, though an attention backend without full support for mixed batches downgrades it (resolve_cudagraph_mode_and_sizes), which is not modelled",
-            (Some(_), M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE (--cudagraph-mode full-and-piecewise, the default at -O2)",
-            (None, M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE, the level's default (-O2 and -O3), with vLLM's own compilation",
+            (_, M::None) if k.enforce_eager => format!("CUDA-graph mode NONE: --enforce-eager overrides --cudagraph-mode and the compilation mode (VllmConfig.__post_init__, {read})"),
+            (Some(a), M::None) if a.has_piecewise() && !compiles => format!("CUDA-graph mode NONE: a piecewise mode needs vLLM's own compilation, which -O0, --compilation-mode other than vllm-compile or TORCH_COMPILE_DISABLE=1 turn off ('Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE', VllmConfig.__post_init__, {read}), so no graphs and no Mamba-blocks check"),
+            (None, M::None) if k.optimization_level == Some(0) && inductor => format!("CUDA-graph mode NONE: -O0's default (OPTIMIZATION_LEVEL_00); torch.compile still run (the --compilation-mode asked); no graphs captured and no Mamba-blocks check ({read})"),
+            (None, M::None) if k.optimization_level == Some(0) => format!("CUDA-graph mode NONE: -O0's default (OPTIMIZATION_LEVEL_00), with no torch.compile; no graphs captured and no Mamba-blocks check ({read})"),
+            (None, M::None) if k.optimization_level == Some(1) => format!("CUDA-graph mode NONE: the level's PIECEWISE (-O1) needs vLLM's own compilation, which --compilation-mode other than vllm-compile (or TORCH_COMPILE_DISABLE=1) turns off ('Overriding to NONE', VllmConfig.__post_init__, {read}); no graphs captured and no Mamba-blocks check"),
+            (None, M::None) => format!("CUDA-graph mode NONE: the level's FULL_AND_PIECEWISE needs vLLM's own compilation, which --compilation-mode other than vllm-compile (or TORCH_COMPILE_DISABLE=1) turns off ('Overriding to NONE', VllmConfig.__post_init__, {read}); no graphs captured and no Mamba-blocks check"),
+            (Some(M::Full), M::FullAndPiecewise) => format!("CUDA-graph mode FULL_AND_PIECEWISE: FULL asked, which {downgrade} downgrades for a hybrid model, its state layers' backends supporting full graphs for uniform batches only ({support}; {file}, {read})"),
+            (Some(M::Full), M::FullDecodeOnly) => format!("CUDA-graph mode FULL_DECODE_ONLY: FULL asked on a hybrid model, whose state layers support full graphs for uniform batches only; without vLLM's compilation attention is not a splitting op, so {downgrade} keeps the decode graphs alone ({file}, {read})"),
+            (_, M::None) if inductor => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, torch.compile still run".into(),
+            (_, M::None) => "CUDA-graph mode NONE (--cudagraph-mode none): no graphs captured, and no torch.compile (the compilation mode is NONE)".into(),
+            (None, M::Piecewise) => "CUDA-graph mode PIECEWISE: -O1's default (OPTIMIZATION_LEVEL_01): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+".into(),
+            (_, M::Piecewise) => "CUDA-graph mode PIECEWISE (--cudagraph-mode piecewise): piecewise graphs at every capture size, no whole-forward graphs, so no Mamba-blocks check at 0.20+".into(),
+            (_, M::FullDecodeOnly) => "CUDA-graph mode FULL_DECODE_ONLY (--cudagraph-mode full-decode-only): whole-forward decode graphs up to max_num_seqs, no piecewise graphs".into(),
+            (_, M::Full) => format!("CUDA-graph mode FULL (--cudagraph-mode full): whole-forward graphs at every capture size; taken as asked, though an attention backend without full support for mixed batches downgrades it ({downgrade}), which is not modelled"),
+            (Some(_), M::FullAndPiecewise) => format!("CUDA-graph mode FULL_AND_PIECEWISE (--cudagraph-mode full-and-piecewise, {})", src.default),
+            (None, M::FullAndPiecewise) => "CUDA-graph mode FULL_AND_PIECEWISE, the level's default (-O2 and -O3), with vLLM's own compilation".into(),
         });
     }
     if engine::is_rocm(gpu) {
-        assumes.push("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)");
+        assumes.push(String::from("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)"));
     }
     match engine::vllm_dequant_linears(t, k, gpu) {
-        Some(from) if mnbt >= from => assumes.push(if from > 0 {
+        Some(from) if mnbt >= from => assumes.push(String::from(if from > 0 {
             "plain AWQ kernel (--quantization awq, or compute capability < 8.0 where AWQ-Marlin cannot run): from 256 tokens a step AWQLinearMethod.apply dequantizes each linear's whole weight to fp16 and runs torch.matmul, so the profile run holds the largest such weight beside its layer's live set (awq.py, 0.6.4 to 0.20.0)"
         } else {
             "plain GPTQ kernel (--quantization gptq, or compute capability < 8.0 where GPTQ-Marlin cannot run): gptq_gemm allocates the whole fp16 weight (temp_dq) on every call, so the profile run holds the largest such weight beside its layer's live set (gptq.py, csrc/quantization/gptq/q_gemm.cu)"
-        }),
+        })),
         _ => {}
     }
     if encoder_profile.is_some() {
-        assumes.push("V1 multimodal encoder profile (gpu_model_runner.py profile_run, v1/worker/utils.py MultiModalBudget; read at 0.8.5, 0.9.2, 0.10.1, 0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.18.0, 0.19.0): the largest item from the processor's longest_edge (a Qwen3-VL video as 12.5 formatted tokens per soft token through 0.12; Qwen2-VL at 0.10.1 and 0.10.2, qwen2_vl.py: the image of the most features within max_pixels, or a video of as many such frames as max_model_len holds, at most 16, when it has more tokens; its tower's native QuickGELU, custom ops being off under Inductor (on, so the CUDA kernels, under --enforce-eager); Qwen2.5-VL's the same items, qwen2_5_vl.py: its windowed tower's RMSNorms and SwiGLU native by default and fused under --enforce-eager, flash-attn's varlen windows keeping no score matrix), the vision tower's eager forward over it with the processor's pixels (cast to the model dtype from 0.11), and its outputs (out_hidden x (1 + deepstack levels) wide, expanded to the budget at 0.11 and to the largest item at 0.12) held with the pixels through the language model's dummy run and the sampler; Qwen3-VL's deepstack buffers (levels x max_num_batched_tokens x hidden) counted in the weights; Mistral-format Pixtral (pixtral.py, read at a September 2025 commit, the same code assumed at the version): ceil(image_size / (patch x merge))^2 tokens per image, the tower's dense block-diagonal mask over all profiled patches in the model dtype from 0.12 on (no xFormers in the default installation, assumed from 0.12) and PyTorch's padded copy of it in every memory-efficient SDPA call; Gemma 4 (gemma4_mm.py at 0.19.0): a video of 32 dummy 224 x 224 frames at 70 soft tokens (2,496 budgeted tokens), each frame padded to 630 patches and run alone through transformers' Gemma4VisionModel, the frames' outputs and pixels held");
+        assumes.push(String::from("V1 multimodal encoder profile (gpu_model_runner.py profile_run, v1/worker/utils.py MultiModalBudget; read at 0.8.5, 0.9.2, 0.10.1, 0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.18.0, 0.19.0): the largest item from the processor's longest_edge (a Qwen3-VL video as 12.5 formatted tokens per soft token through 0.12; Qwen2-VL at 0.10.1 and 0.10.2, qwen2_vl.py: the image of the most features within max_pixels, or a video of as many such frames as max_model_len holds, at most 16, when it has more tokens; its tower's native QuickGELU, custom ops being off under Inductor (on, so the CUDA kernels, under --enforce-eager); Qwen2.5-VL's the same items, qwen2_5_vl.py: its windowed tower's RMSNorms and SwiGLU native by default and fused under --enforce-eager, flash-attn's varlen windows keeping no score matrix), the vision tower's eager forward over it with the processor's pixels (cast to the model dtype from 0.11), and its outputs (out_hidden x (1 + deepstack levels) wide, expanded to the budget at 0.11 and to the largest item at 0.12) held with the pixels through the language model's dummy run and the sampler; Qwen3-VL's deepstack buffers (levels x max_num_batched_tokens x hidden) counted in the weights; Mistral-format Pixtral (pixtral.py, read at a September 2025 commit, the same code assumed at the version): ceil(image_size / (patch x merge))^2 tokens per image, the tower's dense block-diagonal mask over all profiled patches in the model dtype from 0.12 on (no xFormers in the default installation, assumed from 0.12) and PyTorch's padded copy of it in every memory-efficient SDPA call; Gemma 4 (gemma4_mm.py at 0.19.0): a video of 32 dummy 224 x 224 frames at 70 soft tokens (2,496 budgeted tokens), each frame padded to 630 patches and run alone through transformers' Gemma4VisionModel, the frames' outputs and pixels held"));
     } else if v1 && t.blocks.vision.is_some() {
-        assumes.push("V1 multimodal encoder profile not counted: vLLM runs this model's vision tower on its largest items before the language model and holds the outputs (gpu_model_runner.py profile_run), but the largest-item rules are modelled for Qwen3-VL's and Qwen3.5's dynamic-resolution towers, Qwen2-VL's and Qwen2.5-VL's at vLLM 0.10.1 and 0.10.2 only, Mistral's Pixtral, Llama 4's tiles and Gemma 4 without an audio tower only, so the KV pool is likely overestimated");
+        assumes.push(String::from("V1 multimodal encoder profile not counted: vLLM runs this model's vision tower on its largest items before the language model and holds the outputs (gpu_model_runner.py profile_run), but the largest-item rules are modelled for Qwen3-VL's and Qwen3.5's dynamic-resolution towers, Qwen2-VL's and Qwen2.5-VL's at vLLM 0.10.1 and 0.10.2 only, Mistral's Pixtral, Llama 4's tiles and Gemma 4 without an audio tower only, so the KV pool is likely overestimated"));
     }
     if cross.is_some() {
-        assumes.push("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)");
+        assumes.push(String::from("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)"));
     }
     Ok(Capacity {
         engine: Engine::Vllm,
@@ -482,7 +485,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             } else {
                 "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) or, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators; 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); where custom all-reduce is off (PCIe, no P2P, across nodes, TP sizes other than 2/4/6/8) PyNccl's all-reduces captured in every graph, 68 KiB each and 212 KiB over the network (measured on vLLM 0.10.1 logs); gpt-oss's own capture sizes (to 1024); captured after the KV cache, so they must fit what the budget, the CUDA context and the profile's released peak leave (estimated)"
             },
-        ]).map(String::from).chain([non_torch_source]).chain(init_comms.map(|c| c.1)).collect(),
+        ].map(String::from)).chain([non_torch_source]).chain(init_comms.map(|c| c.1)).collect(),
     })
 }
 
@@ -547,10 +550,17 @@ fn graph_capture_failure(
         fixes.push(if !v1 {
             format!("capture fewer sizes (--max-num-seqs {cap})")
         } else {
-            let list: Vec<String> = sizes.iter().filter(|&&s| s <= cap).map(u64::to_string).collect();
+            let list: Vec<String> = sizes
+                .iter()
+                .filter(|&&s| s <= cap)
+                .map(u64::to_string)
+                .collect();
             format!(
-                "capture fewer sizes (--compilation-config '{{\"cudagraph_capture_sizes\": [{}]}}')",
-                list.join(", ")
+                "capture fewer sizes ({})",
+                vllm_compilation_config_flag(
+                    "cudagraph_capture_sizes",
+                    &format!("[{}]", list.join(", "))
+                )
             )
         });
     }

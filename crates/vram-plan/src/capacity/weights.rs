@@ -40,7 +40,14 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
         // Block-FP8 scales fp32 whatever `scale_fmt` says: vLLM's `Fp8LinearMethod` makes
         // them so (read at 0.9.1); SGLang's port of it is taken to do the same (not re-read).
         let stored = t.blocks.as_engines_hold().weights_bytes(false) as f64 + rotary;
-        (logical as f64 * stored / whole.max(1.0)).round() as u64
+        // The towers stay in the dtype whatever the checkpoint quantizes (`Storage` leaves
+        // vision and audio unquantized), so they are held beside the scaled rest, not scaled
+        // with it.
+        let d = k.dtype_bytes as f64;
+        let towers = towers_per_gpu(t, k.tp, engine) * d;
+        let towers_whole = towers_per_gpu(t, 1, engine) * d;
+        let rest = (stored - towers_whole) / (whole - towers_whole).max(1.0);
+        (towers + (logical as f64 - towers) * rest).round() as u64
     };
     if engine != Engine::Vllm {
         return base;
@@ -554,10 +561,12 @@ pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
             b.vision.as_ref().map_or(0, |v| v.params) + b.audio.as_ref().map_or(0, |a| a.params);
         return whole as f64;
     }
+    let mlp_split =
+        !(engine == Engine::Sglang && vram_model::hf::sglang_replicates_tower_mlp(&t.model_type));
     let vision = b
         .vision
         .as_ref()
-        .map_or(0.0, |v| vision_tower_per_gpu(v, tp));
+        .map_or(0.0, |v| vision_tower_per_gpu(v, tp, mlp_split));
     let audio = b.audio.as_ref().map_or(0.0, |a| {
         let split = a.tp_split_params.min(a.params) as f64;
         split / tp.max(1) as f64 + (a.params as f64 - split)
@@ -576,11 +585,17 @@ pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
 /// plain modules. Bias vectors are counted with the replicated rest, a small error.
 /// A tower the engine does not split (`tp_split` false: Mistral-3's Pixtral, loaded from its
 /// Mistral-format weights) is whole on every GPU.
-pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64) -> f64 {
+/// Where `mlp_split` is false the layers' MLP is whole on every GPU instead
+/// (`vram_model::hf::sglang_replicates_tower_mlp`: SGLang's MoonViT).
+pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64, mlp_split: bool) -> f64 {
     if !v.tp_split {
         return v.params as f64;
     }
-    let mlp = if v.gated { 3 } else { 2 };
+    let mlp = match (mlp_split, v.gated) {
+        (false, _) => 0,
+        (true, true) => 3,
+        (true, false) => 2,
+    };
     let layers = v.depth * (4 * v.hidden * v.hidden + mlp * v.hidden * v.intermediate);
     let split = layers.min(v.params) as f64;
     split / tp.max(1) as f64 + (v.params as f64 - split)
