@@ -151,11 +151,10 @@ pub fn resolve_model(arg: &str, hub: &HubArgs) -> Result<Resolved> {
             ));
         }
         if arg.contains('/') && vram_hub::is_repo_id(arg) {
-            let _ = writeln!(
-                crate::output::stderr(),
-                "note: the local {} {arg} shadows the Hub id {arg} (--hub huggingface reads the Hub's)",
+            crate::output::note_later(format!(
+                "the local {} {arg} shadows the Hub id {arg} (--hub huggingface reads the Hub's)",
                 if path.is_dir() { "folder" } else { "file" }
-            );
+            ));
         }
         let mut r = resolve_local(arg, path)?;
         r.origin = Origin::Local;
@@ -479,37 +478,28 @@ fn checkpoint_beside(dir: &Path) -> Result<Option<Tally>> {
     Ok(None)
 }
 
-/// Parses a byte size: `1234`, `500MiB`, `8GiB`, `1.5GB`, `80G` (binary units for `K/M/G/T`).
+/// Parses a byte size: `1234` (bytes), or a number and a unit as `--gpu` takes one (`500MiB`,
+/// `8GiB`, `1.5GB`, `80G`: [`vram_model::gpu::size_bytes`], the one spelling of every size flag).
 pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (try 500MiB or 8GiB)"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024f64.powi(2),
-        "g" | "gib" => 1024f64.powi(3),
-        "t" | "tib" => 1024f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => {
-            return Err(format!(
-                "unknown unit `{other}` in `{s}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            ))
+    let bytes = if !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+        t.parse::<f64>().ok()
+    } else {
+        vram_model::gpu::size_bytes(t)
+    }
+    .ok_or_else(|| {
+        const UNITS: &str = "B, KiB, MiB, GiB, TiB or K, M, G, T; KB, MB, GB, TB";
+        let unit = t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.').trim();
+        if unit.len() < t.len() && unit.chars().all(|c| c.is_ascii_alphabetic()) {
+            format!("unknown unit `{unit}` in `{s}` (use {UNITS})")
+        } else {
+            format!("`{s}` is not a size: a number of bytes, or a number and a unit ({UNITS}), e.g. 500MiB or 8GiB")
         }
-    };
-    let bytes = v * mult;
-    if !bytes.is_finite() || bytes >= 2f64.powi(62) {
+    })?;
+    if bytes >= 2f64.powi(62) {
         return Err(format!("`{s}` is too large"));
     }
-    Ok(bytes as u64)
+    Ok(bytes.round() as u64)
 }
 
 #[cfg(test)]
@@ -537,5 +527,17 @@ mod tests {
         assert!(parse_bytes("12XB").is_err());
         assert!(parse_bytes("-1").is_err());
         assert!(parse_bytes("").is_err());
+        // The spellings --gpu takes, through the one parser.
+        for s in [
+            "24GB",
+            "23.58GiB",
+            "80G",
+            "80g",
+            "24 GB",
+            "15636037632B",
+            "1.5gib",
+        ] {
+            assert_eq!(parse_bytes(s).ok(), vram_model::gpu::parse_size(s), "{s}");
+        }
     }
 }

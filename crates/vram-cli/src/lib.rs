@@ -176,11 +176,21 @@ where
             return 2;
         }
     };
-    match run(cli) {
-        Ok(()) => 0,
+    let _ = output::take_notes();
+    let result = run(cli);
+    let notes = output::take_notes();
+    match result {
+        Ok(()) => {
+            for n in notes {
+                let _ = writeln!(output::stderr(), "note: {n}");
+            }
+            0
+        }
         Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
-            let _ = writeln!(output::stderr(), "vram: {}", one_line(&e));
+            // One line, with what was noted on the way (a local folder that shadowed a Hub id).
+            let notes: String = notes.iter().map(|n| format!(" (note: {n})")).collect();
+            let _ = writeln!(output::stderr(), "vram: {}{notes}", one_line(&e));
             if is_bad_input(&e) {
                 2
             } else {

@@ -69,6 +69,22 @@ impl Write for Stream {
     }
 }
 
+thread_local! {
+    static NOTES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Keeps a note on how the input was read until the command's outcome is known
+/// ([`crate::main_from`]): its own `note:` line on standard error after a command that
+/// succeeded, part of the one error line after one that failed.
+pub fn note_later(note: String) {
+    NOTES.with(|n| n.borrow_mut().push(note));
+}
+
+/// The notes kept by [`note_later`] since the last call, in order.
+pub(crate) fn take_notes() -> Vec<String> {
+    NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()))
+}
+
 /// Whether this thread's output is being captured.
 pub fn is_captured() -> bool {
     CAPTURED.with(|c| c.borrow().is_some())

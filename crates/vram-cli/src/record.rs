@@ -151,9 +151,10 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
             next = Instant::now(); // fell behind (suspend, slow NVML): don't burst
         }
     }
+    let n = writer.lines();
     eprintln!(
-        "vram record: {} samples appended to {}",
-        writer.lines(),
+        "vram record: {n} sample{} appended to {}",
+        if n == 1 { "" } else { "s" },
         args.out.display()
     );
     if let Some(w) = watch {

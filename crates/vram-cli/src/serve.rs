@@ -38,11 +38,11 @@ pub struct ServeArgs {
     /// Samples kept for the charts.
     #[arg(long, default_value_t = 300, value_parser = parse_history)]
     pub history: usize,
-    /// Exit after answering this many requests.
-    #[arg(long)]
+    /// Exit after answering this many requests (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_requests: Option<u64>,
-    /// Exit after this many seconds.
-    #[arg(long)]
+    /// Exit after this many seconds (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_seconds: Option<u64>,
 }
 

@@ -1316,6 +1316,19 @@ fn doctor_bad_input_is_one_line_and_exit_2() {
             vec!["doctor", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 162.00 MiB. GPU 0 has a total capacity of 14.56 GiB of which 29.81 MiB is free.", "--no-nvml"],
             "paste it whole",
         ),
+        // A utilization no vLLM starts with was multiplied out ("inf x 121.63 GiB").
+        (
+            vec!["doctor", "ValueError: Free memory on device cuda:0 (10.5/121.63 GiB) on startup is less than desired GPU memory utilization (inf, 110.0 GiB).", "--no-nvml"],
+            "gpu_memory_utilization inf, which no vLLM starts with",
+        ),
+        (
+            vec!["doctor", "ValueError: Free memory on device cuda:0 (10.5/121.63 GiB) on startup is less than desired GPU memory utilization (1.8e19, 110.0 GiB).", "--no-nvml"],
+            "no vLLM starts with (it takes a share in (0, 1])",
+        ),
+        (
+            vec!["doctor", "ValueError: Free memory on device cuda:0 (10.5/121.63 GiB) on startup is less than desired GPU memory utilization (0, 110.0 GiB).", "--no-nvml"],
+            "gpu_memory_utilization 0, which no vLLM starts with",
+        ),
         (
             vec!["doctor", "ValueError: The model's max seq len is larger than the maximum number of tokens that can be stored in KV cache", "--no-nvml"],
             "vLLM's start-up memory error is there but its figures could not be read",
@@ -1714,6 +1727,65 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
             .to_vec(),
             "--leak-check",
         ),
+        // Settings that change nothing were printed as "assumed" (the follow-up's items 2-3).
+        (
+            ["capacity", "llama-3-8b", "--gpu", "h100-80g", "--interconnect", "pcie"]
+                .map(String::from)
+                .to_vec(),
+            "--interconnect is how a TP, PP or DP group's GPUs talk",
+        ),
+        (
+            ["estimate", "llama-3-8b", "--gpu", "h100-80g", "--kernels", "mxfp4"]
+                .map(String::from)
+                .to_vec(),
+            "--kernels mxfp4 changes nothing for llama-3-8b: mxfp4 keeps MXFP4 experts packed and its weights are stored as bf16",
+        ),
+        (
+            ["estimate", "llama-3-8b", "--gpu", "h100-80g", "--kernels", "fla"]
+                .map(String::from)
+                .to_vec(),
+            "fla runs Gated DeltaNet layers and it has none",
+        ),
+        (
+            [
+                "estimate",
+                "llama-3-8b",
+                "--gpu",
+                "h100-80g",
+                "--precision",
+                "fp32",
+                "--weights-created",
+                "fp32",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "--weights-created fp32 is a cast of fp32-built weights to a narrower dtype",
+        ),
+        (
+            [
+                "estimate",
+                "llama-3-8b",
+                "--gpu",
+                "h100-80g",
+                "--inference",
+                "--weights",
+                "nf4",
+                "--weights-created",
+                "fp32",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "a quantized --weights is quantized while loading",
+        ),
+        // Zero requests or seconds served nothing and exited at once (item 4).
+        (
+            ["serve", "--demo", "--max-seconds", "0"].map(String::from).to_vec(),
+            "invalid value '0' for '--max-seconds",
+        ),
+        (
+            ["serve", "--demo", "--max-requests", "0"].map(String::from).to_vec(),
+            "invalid value '0' for '--max-requests",
+        ),
     ];
     let mut failures = Vec::new();
     for (args, needle) in &cases {
@@ -1771,4 +1843,68 @@ fn the_setup_line_names_the_pipeline_schedule() {
         text.lines().nth(1).unwrap().contains("pp 1, ZeRO"),
         "{text}"
     );
+}
+
+/// Where a setting acts, it is taken: the refusals above are of settings that change nothing.
+#[test]
+fn settings_that_act_are_taken() {
+    for args in [
+        &[
+            "capacity",
+            "llama-3-8b",
+            "--gpu",
+            "h100-80g",
+            "--interconnect",
+            "pcie",
+            "--tensor-parallel-size",
+            "2",
+        ][..],
+        &[
+            "estimate",
+            "gpt-oss-20b",
+            "--gpu",
+            "h100-80g",
+            "--kernels",
+            "mxfp4",
+        ],
+        &[
+            "estimate",
+            "llama-3-8b",
+            "--gpu",
+            "h100-80g",
+            "--precision",
+            "bf16",
+            "--weights-created",
+            "fp32",
+        ],
+    ] {
+        let (code, _, err) = vram(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+}
+
+/// `checkpoint --budget` takes the spellings `--gpu` takes (one parser): `12G` is 12 GiB, as is
+/// `12GiB`; `vram record` counts one sample in the singular.
+#[test]
+fn size_flags_share_one_spelling_and_one_sample_is_singular() {
+    let budget = |b: &str| {
+        let (code, out, err) = vram(&["checkpoint", "gpt2", "--budget", b, "--json"]);
+        assert_eq!(code, 0, "{b}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["budget_bytes"].clone()
+    };
+    assert_eq!(budget("12G"), budget("12GiB"));
+    assert_eq!(budget("12 GB"), budget("12000000000"));
+    let dir = tmp("record-one");
+    let out = dir.join("r.jsonl");
+    let (code, _, err) = vram(&[
+        "record",
+        "--demo",
+        "--count",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("1 sample appended"), "{err}");
 }

@@ -221,6 +221,22 @@ fn revisions_local_folders_and_catalog_ids_resolve_in_the_documented_order() {
         "{}",
         r.err
     );
+    // A run that then fails says so on its one error line, the note inside it.
+    let r = vram_in(
+        &hub,
+        &d,
+        &[],
+        &["estimate", "org/tiny", "--kernels", "mxfp4"],
+    );
+    assert_eq!(r.code, 2, "{}", r.err);
+    assert_eq!(r.err.trim_end().lines().count(), 1, "{}", r.err);
+    assert!(
+        r.err.contains("--kernels mxfp4 changes nothing")
+            && r.err
+                .contains("(note: the local folder org/tiny shadows the Hub id org/tiny"),
+        "{}",
+        r.err
+    );
     // --hub reads the Hub's all the same.
     assert_eq!(
         params(&vram_in(

@@ -121,7 +121,10 @@ pub fn read(text: &str) -> Result<Reading> {
     match message::parse(text) {
         Ok(m) => Ok(Reading::Oom(m)),
         Err(e) => match serving::parse(text) {
-            Some(s) => Ok(Reading::Serving(s)),
+            Some(s) => match s.impossible() {
+                Some(reason) => Err(DoctorError::Unparseable { reason }),
+                None => Ok(Reading::Serving(s)),
+            },
             // Neither was found: say what was looked for, and what was there.
             None if matches!(&e, DoctorError::Unparseable { reason } if reason == message::NO_MESSAGE) => {
                 Err(DoctorError::Unparseable {

@@ -230,6 +230,24 @@ pub enum ServingCause {
 }
 
 impl ServingError {
+    /// Why no engine could have printed this error's figures, when none could: a line edited by
+    /// hand, which the doctor refuses rather than explains. vLLM takes `gpu_memory_utilization`
+    /// only in (0, 1] (`CacheConfig`: `Field(default=0.9, gt=0, le=1)` in `vllm/config/cache.py`;
+    /// before pydantic, `_verify_args` refused it above 1.0), and prints this error only when
+    /// its share exceeds what was free, which no share of 0 or below does.
+    pub fn impossible(&self) -> Option<String> {
+        match self {
+            ServingError::VllmFreeBelowUtilization { utilization, .. }
+                if !(*utilization > 0.0 && *utilization <= 1.0) =>
+            {
+                Some(format!(
+                    "vLLM's start-up error prints gpu_memory_utilization {utilization}, which no vLLM starts with (it takes a share in (0, 1]): a line edited by hand; paste the line vLLM printed"
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// The error's kind, as its JSON names it (`vllm-kv-memory`, `sglang-not-enough-memory`,
     /// ...): what a predicted refusal and a logged one are compared by.
     pub fn kind(&self) -> &'static str {

@@ -602,28 +602,40 @@ const ALIASES: &[(&str, &str)] = &[
     ("b200-180g", "b200"),
 ];
 
-/// A bare size (`23.58GiB`, `24GB`, `81559MiB`) as bytes, or `None` when `s` is not one.
-/// Units: `B` (bytes, as torch prints `total_memory`), `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024),
-/// `KB`/`MB`/`GB`/`TB` (powers of 1000).
+/// A bare size (`23.58GiB`, `24GB`, `81559MiB`, `80G`) as bytes, or `None` when `s` is not one
+/// or holds less than a byte or 1 PB or more (see [`size_bytes`] for the spellings).
 pub fn parse_size(s: &str) -> Option<u64> {
+    let b = size_bytes(s)?;
+    (1.0..1e15).contains(&b).then_some(b.round() as u64)
+}
+
+/// The bytes a number and a unit spell, unrounded and unchecked for range: every size flag's one
+/// spelling. Units, whatever their case: `B` (bytes, as torch prints `total_memory`),
+/// `KiB`/`MiB`/`GiB`/`TiB` and `K`/`M`/`G`/`T` (powers of 1024), `KB`/`MB`/`GB`/`TB` (powers of
+/// 1000); a space may stand between the number and the unit. `None` for anything else (no unit,
+/// a negative or non-finite number).
+pub fn size_bytes(s: &str) -> Option<f64> {
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic())?;
     let (num, unit) = t.split_at(split);
-    let v: f64 = num.trim().parse().ok()?;
+    let num = num.trim();
+    if !num.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+        return None;
+    }
+    let v: f64 = num.parse().ok()?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "b" => 1.0,
-        "kib" => 1024f64,
-        "mib" => 1024f64.powi(2),
-        "gib" => 1024f64.powi(3),
-        "tib" => 1024f64.powi(4),
+        "k" | "kib" => 1024f64,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
         "kb" => 1e3,
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
         _ => return None,
     };
-    let b = v * mult;
-    (b.is_finite() && (1.0..1e15).contains(&b)).then_some(b.round() as u64)
+    Some(v * mult).filter(|b| b.is_finite())
 }
 
 /// A GPU the catalog lacks, given by its size: the memory as given, every rate (and the

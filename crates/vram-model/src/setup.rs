@@ -441,6 +441,20 @@ impl Setup {
         })
     }
 
+    /// Whether `weights_cast_from_fp32` changes the step: plain PyTorch builds the whole model
+    /// (no ZeRO, TP or PP, whose engines build it sharded in place) in fp32 and casts it to a
+    /// narrower dtype the step holds. Held in fp32 (fp32, or autocast's fp32 weights in
+    /// training), there is no cast.
+    pub fn builds_fp32_then_casts(&self) -> bool {
+        let p = self.parallel;
+        let held = crate::walk::parts::state_bytes(self.precision, self.amp_style()).weight;
+        let held = match self.mode {
+            Mode::Train(_) => held,
+            Mode::Infer(_) => held.min(self.precision.compute_bytes()),
+        };
+        self.overheads.weights_cast_from_fp32 && p.zero == 0 && p.tp == 1 && p.pp == 1 && held < 4
+    }
+
     /// Checks sizes and combinations that do not depend on the model.
     pub fn validate(&self) -> Result<()> {
         let p = &self.parallel;
@@ -594,6 +608,28 @@ impl Kernels {
         } else {
             v.join(",")
         }
+    }
+
+    /// The packages given that change nothing for `t`, as `--kernels` writes them: `mxfp4` keeps
+    /// MXFP4 experts packed, so it acts only on an MXFP4 checkpoint; `fla` and `causal-conv1d`
+    /// replace the Gated DeltaNet mixer's torch fallbacks, so they act only where it is.
+    pub fn without_effect(&self, t: &crate::describe::Transformer) -> Vec<&'static str> {
+        let gdn = t
+            .blocks
+            .kinds
+            .iter()
+            .any(|b| matches!(b.mixer, crate::describe::Mixer::GatedDeltaNet(_)));
+        [
+            (self.fla && !gdn, "fla"),
+            (self.causal_conv1d && !gdn, "causal-conv1d"),
+            (
+                self.mxfp4 && t.blocks.storage.quant != crate::describe::Quant::Mxfp4,
+                "mxfp4",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(unused, n)| unused.then_some(n))
+        .collect()
     }
 
     /// What a model's card tells its users to install, the default for that model: for MXFP4

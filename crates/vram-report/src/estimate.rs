@@ -479,10 +479,12 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             .flatten()
         {
             Some(f) => {
-                if f.is_quantized() {
+                if f.is_quantized() && setup.overheads.weights_cast_from_fp32 {
                     // from_pretrained(..., quantization_config=...) quantizes while loading: no
-                    // fp32 model is built and cast first.
-                    setup.overheads.weights_cast_from_fp32 = false;
+                    // fp32 model is built and cast first, and the flag would change nothing.
+                    return Err(input(
+                        "--weights-created fp32 is a cast of fp32-built weights; a quantized --weights is quantized while loading, with no fp32 model built, and it changes nothing",
+                    ));
                 }
                 if req.finetune.double_quant && !f.is_bnb_4bit() {
                     return Err(input(
@@ -515,6 +517,12 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             }
         }
         if req.finetune.is_lora() {
+            if setup.overheads.weights_cast_from_fp32 {
+                return Err(input(format!(
+                    "--weights-created fp32 is not modelled for --finetune {}: its step loads the base with from_pretrained and would ignore it",
+                    spec.method.name()
+                )));
+            }
             if req.timeline {
                 return Err(input(format!(
                     "--timeline is not available for --finetune {}: its step is walked as one list of allocations without the full step's phases; drop --timeline",
@@ -543,6 +551,26 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
     // The kernels installed (the model card's by default) and how the library then loads a
     // packed checkpoint: the walk holds the weights that way.
     let kernels = match (req.kernels, model) {
+        (Some(k), Model::Transformer(t)) if !k.without_effect(t).is_empty() => {
+            // A package the run would not use changes nothing: refused, as every ignored flag.
+            let unused = k.without_effect(t);
+            let why = unused
+                .iter()
+                .map(|&p| match p {
+                    "mxfp4" => format!(
+                        "mxfp4 keeps MXFP4 experts packed and its weights are stored as {}",
+                        t.blocks.storage.name()
+                    ),
+                    p => format!("{p} runs Gated DeltaNet layers and it has none"),
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(input(format!(
+                "--kernels {} changes nothing for {}: {why}",
+                unused.join(","),
+                t.name
+            )));
+        }
         (Some(k), _) => Some((k, "--kernels".to_string())),
         (None, Model::Transformer(t)) => Some((
             Kernels::for_storage(&t.blocks.storage),

@@ -458,6 +458,12 @@ impl StepRequest {
                 .dequantized;
         }
         setup.validate()?;
+        if self.weights_cast_from_fp32 && !setup.builds_fp32_then_casts() {
+            // A flag the run would ignore is refused, as check_mode_flags does.
+            return Err(input(
+                "--weights-created fp32 is a cast of fp32-built weights to a narrower dtype by plain PyTorch; here there is none (the step holds fp32 weights, or ZeRO, TP or PP builds the model sharded in place) and it changes nothing",
+            ));
+        }
         Ok(setup)
     }
 }

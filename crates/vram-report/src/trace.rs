@@ -261,8 +261,19 @@ pub fn snapshot(
     steps: u32,
     policy: Policy,
 ) -> std::result::Result<TraceSnapshot, RunError> {
+    // A device that holds the step, whatever a config asks (the walk has no device to refuse
+    // it; 64 TiB ran out on a config of 2^20 heads): every allocation at once, each in a segment
+    // at most 20 MiB beyond its bytes (PyTorch's 2 MiB and 20 MiB segments, 2 MiB rounding
+    // above), is more than the allocator can reserve.
+    let room = events
+        .iter()
+        .filter_map(|e| match e {
+            TraceEvent::Alloc { bytes, .. } => Some(bytes.saturating_add(20 << 20)),
+            TraceEvent::Free { .. } => None,
+        })
+        .fold(1u64 << 46, u64::saturating_add);
     let alloc = CachingAllocator::new(
-        SimDevice::new(1 << 46),
+        SimDevice::new(room),
         AllocatorConfig::new(policy).with_history(usize::MAX),
     )?;
     let mut live = std::collections::HashMap::new();
@@ -323,5 +334,29 @@ impl TraceSnapshot {
         );
         let _ = crate::notes::write(&mut o, &self.notes);
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vram_model::estimate::Category;
+
+    /// A step larger than the 64 TiB the snapshot's device once had (a config of 2^20 heads,
+    /// found by mutating the zoo's configs) is recorded, not an out-of-memory error: the
+    /// device holds every allocation at once.
+    #[test]
+    fn a_step_beyond_64_tib_is_recorded() {
+        let model = vram_model::catalog::lookup("gpt2").unwrap();
+        let setup = Setup::default();
+        let events: Vec<TraceEvent> = (0..3)
+            .map(|id| TraceEvent::Alloc {
+                id,
+                bytes: 40 << 40,
+                category: Category::Activations,
+            })
+            .collect();
+        let s = snapshot(&model, &setup, &events, 1, Policy::PyTorch).unwrap();
+        assert_eq!(s.peak_allocated_bytes, 120 << 40);
     }
 }

@@ -802,7 +802,23 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 None => 0,
             };
             let block = 4 * hv + 3 * hv * hv + 3 * hv + hv * hv + hv + 2 * i * hv + i + hv;
-            let merged = hv * m * m;
+            // The merger's fc1 holds (hidden_size · merge²)² weights, once per merger: a merge
+            // whose count passes 64 bits is no tower (4096 overflowed, found by mutating the
+            // zoo's configs).
+            let merged = m
+                .checked_mul(m)
+                .and_then(|mm| mm.checked_mul(hv))
+                .filter(|&w| {
+                    w.checked_mul(w)
+                        .and_then(|ww| ww.checked_mul(deepstack + 1))
+                        .is_some_and(|n| n < 1 << 60)
+                })
+                .ok_or_else(|| Error::OutOfRange {
+                    field: "vision_config.spatial_merge_size".into(),
+                    value: m.to_string(),
+                    why: "the patch merger's (hidden_size x spatial_merge_size^2)^2 weights pass 2^60"
+                        .into(),
+                })?;
             let merger = |norm: u64| 2 * norm + merged * merged + merged + out * merged + out;
             let params = hv * ch * tp * p * p
                 + hv

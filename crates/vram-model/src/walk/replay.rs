@@ -573,12 +573,8 @@ impl Step<'_> {
         };
         // Engines that shard or split the model build it in place (DeepSpeed's zero.Init,
         // Megatron's per-rank layers); plain PyTorch materialises it whole first.
-        let p = self.setup.parallel;
-        let whole_model_built = p.zero == 0 && p.tp == 1 && p.pp == 1;
-        if self.setup.overheads.weights_cast_from_fp32
-            && whole_model_built
-            && self.weight_bytes() < 4
-        {
+        if self.setup.builds_fp32_then_casts() {
+            debug_assert!(self.weight_bytes() < 4);
             // The model as `from_config` builds it: fp32 parameters, one tensor each.
             for e in self.weight_tensor_elems(rank) {
                 let slot = rec.malloc(e * 4);
@@ -655,12 +651,8 @@ impl Step<'_> {
         };
         // Engines that shard or split the model build it in place (DeepSpeed's zero.Init,
         // Megatron's per-rank layers); plain PyTorch materialises it whole first.
-        let p = self.setup.parallel;
-        let whole_model_built = p.zero == 0 && p.tp == 1 && p.pp == 1;
-        if self.setup.overheads.weights_cast_from_fp32
-            && whole_model_built
-            && self.weight_bytes() < 4
-        {
+        if self.setup.builds_fp32_then_casts() {
+            debug_assert!(self.weight_bytes() < 4);
             // The model as `from_config` builds it: fp32 parameters, one tensor each.
             for e in self.weight_tensor_elems(rank) {
                 match sink.alloc.malloc((e * 4).max(1), 0) {

@@ -135,3 +135,24 @@ fn a_top_k_above_the_experts_is_refused() {
         "{e}"
     );
 }
+
+/// A Qwen3.5 vision tower whose `spatial_merge_size` makes the patch merger's weights pass 2^60
+/// is refused in one line, where 4096 overflowed the parameter count (a panic in `vram plan`
+/// and `vram trace`, found by mutating the zoo's configs).
+#[test]
+fn a_merge_that_overflows_the_merger_is_refused() {
+    let mut v: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../../tests/zoo/configs/qwen3.5-27b.json"
+    ))
+    .unwrap();
+    v["vision_config"]["spatial_merge_size"] = serde_json::json!(4096);
+    let e = hf::parse_config(&v.to_string(), "qwen3.5").unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("vision_config.spatial_merge_size = 4096 is out of range"),
+        "{e}"
+    );
+    v["vision_config"]["spatial_merge_size"] = serde_json::json!(2);
+    assert!(hf::parse_config(&v.to_string(), "qwen3.5").is_ok());
+}

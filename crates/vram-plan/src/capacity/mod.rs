@@ -786,6 +786,14 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
             "--data-parallel-size and --ep-size must be between 1 and 1024".into(),
         ));
     }
+    // The interconnect sizes NCCL's communicators and decides whether the graphs capture NCCL's
+    // all-reduces; one GPU with no TP, PP or DP group (EP needs one of them) has neither, and the
+    // flag would change nothing.
+    if k.interconnect.is_some() && k.tp == 1 && k.pp == 1 && k.dp == 1 {
+        return Err(Error::Capacity(
+            "--interconnect is how a TP, PP or DP group's GPUs talk; at --tensor-parallel-size, --pipeline-parallel-size and --data-parallel-size 1 there is no group and it changes nothing".into(),
+        ));
+    }
     if k.ep > 1 && k.tp % k.ep != 0 {
         return Err(Error::Capacity(format!(
             "--ep-size {} does not divide --tp-size {} (SGLang spreads the experts over the TP GPUs)",

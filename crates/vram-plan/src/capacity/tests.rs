@@ -1687,6 +1687,30 @@ fn nccl_all_reduces_captured_without_custom_all_reduce() {
     assert_eq!(g.bytes(), g.pool + g.driver + g.nccl);
 }
 
+/// `--interconnect` on one GPU with no TP, PP or DP group changes nothing: refused in one line,
+/// as every flag the run would ignore; with a group it is taken.
+#[test]
+fn interconnect_without_a_group_is_refused() {
+    let t = llama3();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |tp: u64, pp: u64, dp: u64| Knobs {
+        tp,
+        pp,
+        dp,
+        interconnect: Some(Interconnect::Pcie),
+        ..Knobs::default()
+    };
+    let e = capacity(&t, h100, Engine::Vllm, &at(1, 1, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("changes nothing") && !e.contains('\n'), "{e}");
+    for engine in [Engine::Vllm, Engine::Sglang] {
+        assert!(capacity(&t, h100, engine, &at(1, 1, 1)).is_err());
+        assert!(capacity(&t, h100, engine, &at(2, 1, 1)).is_ok());
+        assert!(capacity(&t, h100, engine, &at(1, 2, 1)).is_ok());
+    }
+}
+
 /// vLLM's plain AWQ/GPTQ kernels (`engine::vllm_dequant_linears`): which kernel runs, by the
 /// method named and the GPU (`override_quantization_method`, `check_marlin_supported`), and from
 /// how many tokens the whole weight is dequantized (`awq.py`: 256; `gptq_gemm`: every call).
