@@ -1709,3 +1709,51 @@ fn plans_on_gpus_without_bf16_are_fp16_and_say_so() {
         "{page}"
     );
 }
+
+/// The commands that price one setup on a GPU (`checkpoint`, `batch`, `trace --events`) carry
+/// the estimate's bf16 note on a GPU without native bf16, in text and `--json` alike, and no
+/// note where the precision runs.
+#[test]
+fn one_setup_commands_say_a_gpu_has_no_bf16() {
+    let note = "NVIDIA V100 32GB SXM2 has no native bf16 (compute capability 7.0; bf16 needs 8.0, and torch runs it there only emulated); use --precision fp16-amp or fp32";
+    let dir = std::env::temp_dir().join(format!("vram-bf16-notes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lengths = dir.join("lengths.txt");
+    std::fs::write(&lengths, "100\n200\n300\n").unwrap();
+    let events = dir.join("events.json");
+    let (lengths, events) = (lengths.to_str().unwrap(), events.to_str().unwrap());
+    for (precision, says) in [("bf16-amp", true), ("fp16-amp", false)] {
+        let runs: [Vec<&str>; 3] = [
+            vec![
+                "checkpoint",
+                "qwen3-0.6b",
+                "--micro-batch",
+                "1",
+                "--seq",
+                "512",
+            ],
+            vec!["batch", "qwen3-0.6b", "--lengths", lengths],
+            vec!["trace", "qwen3-0.6b", "--events", events, "--seq", "128"],
+        ];
+        for run in runs {
+            let args = [&run[..], &["--gpu", "v100-32g", "--precision", precision]].concat();
+            let (code, text, err) = vram(&args);
+            assert_eq!(code, 0, "{args:?}: {err}");
+            let said = text
+                .lines()
+                .chain(err.lines())
+                .any(|l| l == format!("note: {note}"));
+            assert_eq!(said, says, "{args:?}: {text}{err}");
+            let v: serde_json::Value = if run[0] == "trace" {
+                serde_json::from_str(&std::fs::read_to_string(events).unwrap()).unwrap()
+            } else {
+                let (code, out, err) = vram(&[&args[..], &["--json"]].concat());
+                assert_eq!(code, 0, "{err}");
+                serde_json::from_str(&out).unwrap()
+            };
+            let in_json = v["notes"].as_array().unwrap().iter().any(|n| n == note);
+            assert_eq!(in_json, says, "{args:?}: {v}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

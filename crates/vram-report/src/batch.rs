@@ -67,6 +67,7 @@ pub fn batch(
                 "--lengths: the longest sequence,",
                 lengths.iter().copied().max().unwrap_or(0),
             ))
+            .chain(crate::notes::of_precision(setup.precision, gpu))
             .collect(),
     })
 }

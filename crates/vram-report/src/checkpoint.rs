@@ -187,6 +187,7 @@ pub fn checkpoint(
         notes: crate::notes::of_step(model, true, Some(gpu))
             .into_iter()
             .chain(crate::notes::of_setup(model, setup))
+            .chain(crate::notes::of_precision(setup.precision, gpu))
             .collect(),
     })
 }

@@ -195,6 +195,7 @@ pub fn events(
         notes: crate::notes::of_step(model, true, None)
             .into_iter()
             .chain(crate::notes::of_setup(model, setup))
+            .chain(crate::notes::of_precision(setup.precision, gpu))
             .collect(),
         trace: Trace {
             source: SOURCE.into(),
