@@ -720,8 +720,9 @@ pub struct PlanArgs {
     #[arg(long, value_parser = parse_schedule)]
     pub schedule: Option<Schedule>,
     /// Precision, or a comma-separated list to search (e.g. `bf16-amp,bf16`) [default: only
-    /// bf16-amp (fp16-amp on GPUs without bf16), since pure bf16 always wins on memory but
-    /// changes the numerics].
+    /// bf16-amp (fp16-amp on GPUs without native bf16, compute capability below 8.0, where
+    /// bf16 and bf16-amp are refused: torch only emulates them there), since pure bf16 always
+    /// wins on memory but changes the numerics].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub precision: Vec<PrecisionArg>,
     /// Attention implementation.
