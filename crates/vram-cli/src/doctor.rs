@@ -241,6 +241,9 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     };
     // The engine's own profiling lines, when the paste holds them, say what took the room.
     let mut profile = vram_doctor::profile::read(text);
+    if let Some(reason) = profile.as_ref().and_then(|p| p.impossible()) {
+        return Err(doctor_err(DoctorError::Unparseable { reason }));
+    }
     // A V1 log that prints no budget gets the named GPU's total (the catalog's, as PyTorch
     // reports it) and the logged or default utilization; the profile says which it used.
     if let (Some(p), Some(g)) = (profile.as_mut(), a.gpu.as_deref()) {

@@ -1329,6 +1329,11 @@ fn doctor_bad_input_is_one_line_and_exit_2() {
             vec!["doctor", "ValueError: Free memory on device cuda:0 (10.5/121.63 GiB) on startup is less than desired GPU memory utilization (0, 110.0 GiB).", "--no-nvml"],
             "gpu_memory_utilization 0, which no vLLM starts with",
         ),
+        // The same bound on the profiling lines pasted with a start-up error.
+        (
+            vec!["doctor", "INFO [worker.py:267] the current vLLM instance can use total_gpu_memory (23.58GiB) x gpu_memory_utilization (1.50) = 35.37GiB\nINFO [worker.py:267] model weights take 21.21GiB; non_torch_memory takes 0.20GiB; PyTorch activation peak memory takes 0.37GiB; the rest of the memory reserved for KV Cache is -1.57GiB.\nValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", "--no-nvml"],
+            "the pasted vLLM profile prints gpu_memory_utilization 1.5, which no vLLM starts with",
+        ),
         (
             vec!["doctor", "ValueError: The model's max seq len is larger than the maximum number of tokens that can be stored in KV cache", "--no-nvml"],
             "vLLM's start-up memory error is there but its figures could not be read",

@@ -370,6 +370,22 @@ fn sglang(t: &str) -> StartupProfile {
 }
 
 impl StartupProfile {
+    /// Why the profile's figures cannot be a vLLM log's, if they cannot: a printed
+    /// `gpu_memory_utilization` outside (0, 1], which vLLM's `CacheConfig` refuses before any
+    /// profile runs (the same bound as [`crate::serving::ServingError::impossible`]).
+    pub fn impossible(&self) -> Option<String> {
+        if self.layout == ProfileLayout::Sglang {
+            return None;
+        }
+        self.utilization
+            .filter(|u| !(*u > 0.0 && *u <= 1.0))
+            .map(|u| {
+                format!(
+                    "the pasted vLLM profile prints gpu_memory_utilization {u}, which no vLLM starts with (it takes a share in (0, 1]): a line edited by hand; paste the lines vLLM printed"
+                )
+            })
+    }
+
     /// The parts of vLLM's budget that the profile gives, bytes. When the activation peak and
     /// memory outside PyTorch are not printed (or one is negative: an other process freed
     /// memory during the profile) but the budget, the weights and the cache are, everything but
