@@ -870,6 +870,13 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 /// start-up (the CUDA context is the GPU's, [`vram_model::gpu::Gpu::context_bytes`]).
 pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
     validate(t, knobs)?;
+    // SGLang's DP and DP-attention groups build no NCCL communicator at start-up
+    // (`sglang::sglang_distributed_init`): only a TP or PP group of more than one GPU uses it.
+    if engine == Engine::Sglang && knobs.interconnect.is_some() && knobs.tp * knobs.pp == 1 {
+        return Err(Error::Capacity(
+            "--interconnect is how SGLang's TP or PP group talks (its DP groups build no NCCL communicator at start-up); at --tensor-parallel-size and --pipeline-parallel-size 1 it changes nothing".into(),
+        ));
+    }
     if let Some(m) = knobs.cudagraph_mode {
         let v = engine.version_in_force(knobs);
         if engine != Engine::Vllm || v < [0, 11, 0] || knobs.vllm_v0 {

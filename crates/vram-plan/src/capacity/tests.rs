@@ -1709,6 +1709,15 @@ fn interconnect_without_a_group_is_refused() {
         assert!(capacity(&t, h100, engine, &at(2, 1, 1)).is_ok());
         assert!(capacity(&t, h100, engine, &at(1, 2, 1)).is_ok());
     }
+    // DP alone: vLLM's DP group talks over it; SGLang's builds no communicator.
+    assert!(capacity(&t, h100, Engine::Vllm, &at(1, 1, 2)).is_ok());
+    let e = capacity(&t, h100, Engine::Sglang, &at(1, 1, 2))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("SGLang's TP or PP group") && !e.contains('\n'),
+        "{e}"
+    );
 }
 
 /// vLLM's plain AWQ/GPTQ kernels (`engine::vllm_dequant_linears`): which kernel runs, by the
