@@ -210,6 +210,23 @@ class Planned:
         f = getattr(self.torch._C, "_current_graph_task_id", None)
         return f is not None and f() != -1
 
+    def _record_reading(self, live):
+        """Appends a phase boundary's reading (the live peak where `live`, the allocator's mark,
+        the stall) to the recording; False when the allocator gave no answer, which drops the
+        recording."""
+        try:
+            peak = self.live()
+            mark = self._mark()
+            stall = self.stall()
+        except _NoAnswer as e:
+            self._drop_record(e)
+            return False
+        if live:
+            self.record["live"].append(int(peak))
+        self.record["events"].append(mark)
+        self.record["stall"].append(stall)
+        return True
+
     def _begin(self, name):
         """A phase begins."""
         if self.phase_names and self.phase_names[-1] == name:
@@ -218,17 +235,7 @@ class Planned:
         q = len(self.phase_names) - 1
         self.phase = q
         if self.record is not None:
-            try:
-                peak = self.live()
-                mark = self._mark()
-                stall = self.stall()
-            except _NoAnswer as e:
-                self._drop_record(e)
-            else:
-                if q > 0:
-                    self.record["live"].append(int(peak))
-                self.record["events"].append(mark)
-                self.record["stall"].append(stall)
+            self._record_reading(live=q > 0)
         elif self.plan is not None and self.plan_ok:
             expect = self.plan["names"]
             if q >= len(expect) or expect[q] != name:
@@ -413,16 +420,7 @@ class Planned:
             return None
         self.steps += 1
         if self.record is not None:
-            try:
-                peak = self.live()
-                mark = self._mark()
-                stall = self.stall()
-            except _NoAnswer as e:
-                self._drop_record(e)
-            else:
-                self.record["live"].append(int(peak))
-                self.record["events"].append(mark)
-                self.record["stall"].append(stall)
+            if self._record_reading(live=True):
                 self._plan_from_record(opt)
                 self.record = None
         elif self.plan is not None:
