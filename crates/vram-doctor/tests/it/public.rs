@@ -229,7 +229,7 @@ enum Group {
 /// Every group is pinned at today's figure (a change that moves one says so), and a holdout
 /// may never fall below what it was reported at. Batch 3's holdout came out at 28; the parser's
 /// spacing rule, made after that run, reads one more of its messages (detectron2#2457).
-const FIGURES: [(Group, usize, Option<usize>); 40] = [
+const FIGURES: [(Group, usize, Option<usize>); 41] = [
     (Group::Fit1, 19, None),
     (Group::Holdout1, 20, Some(16)),
     (Group::Batch2, 5, Some(3)),
@@ -306,6 +306,8 @@ const FIGURES: [(Group, usize, Option<usize>); 40] = [
     // its misses are a Stack Overflow reading (the CUDA runtime and the desktop), a forum thread's
     // session tensors freed, and KoBART-summarization#5's `workers` fix, all named the step.
     (Group::Holdout21, 15, Some(15)),
+    // 9 at its first run (after the holdout): no miss, so no rule was fitted on it.
+    (Group::Fit21, 9, None),
 ];
 
 /// Whether batch 4's halves have been run: (fit, holdout). Both stayed unrun until the labelled
@@ -434,8 +436,9 @@ const RUN20: (bool, bool) = (true, true);
 
 /// Whether batch 21's halves have been run: (fit, holdout). Both stayed unrun until the labelled
 /// messages were committed (bb13706); the holdout was then run first, once, on the rules of bb13706
-/// (main 266a635's), and came out at 15 / 18 (BENCHMARKS.md).
-const RUN21: (bool, bool) = (false, true);
+/// (main 266a635's), and came out at 15 / 18 (BENCHMARKS.md); the fit half was run after that,
+/// 9 / 9 at its first run.
+const RUN21: (bool, bool) = (true, true);
 
 #[test]
 fn public_messages_fit_half_and_holdout() {
