@@ -82,8 +82,8 @@ impl Foreign {
                  figures the doctor reads, and this line does not say which memory ran out"
             }
             Self::TgiWarmup => {
-                "TGI raises it in place of the error its warmup forward pass hit (any error up to \
-                 1.1.0, PyTorch's out-of-memory error from 1.1.1), so it carries none of \
+                "TGI reports it in place of the error its warmup forward pass hit (any error up \
+                 to 1.1.0, PyTorch's out-of-memory error from 1.1.1), so it carries none of \
                  PyTorch's figures"
             }
             Self::TgiMaxTotalTokens => {
