@@ -1269,6 +1269,53 @@ fn doctor_explains_a_serving_engines_start_up_error() {
 }
 
 #[test]
+fn doctor_names_llama_cpp_tgi_and_cut_async_errors_the_same_in_text_and_json() {
+    // Real messages of public.txt that carry no figures the doctor reads: the refusal names the
+    // engine, in one line, with exit 2 and nothing on stdout, the same with and without --json.
+    let public = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages/public.txt"),
+    )
+    .unwrap();
+    let message = |source: &str| {
+        public
+            .split("\n\n")
+            .find(|b| b.starts_with(&format!("source: {source}\n")))
+            .and_then(|b| b.split_once("\nmessage:\n"))
+            .unwrap_or_else(|| panic!("{source}"))
+            .1
+            .to_string()
+    };
+    let dir = tmp("doctor-foreign");
+    for (source, says) in [
+        (
+            "https://github.com/ggml-org/llama.cpp/issues/1230",
+            "cannot diagnose llama.cpp's (ggml's) GPU allocation error",
+        ),
+        (
+            "https://github.com/ggml-org/llama.cpp/issues/7366",
+            "cannot diagnose llama.cpp's model-load error",
+        ),
+        (
+            "https://github.com/huggingface/text-generation-inference/issues/755",
+            "cannot diagnose Text Generation Inference's warmup refusal",
+        ),
+        (
+            "https://github.com/Comfy-Org/ComfyUI/issues/8336",
+            "cannot diagnose PyTorch's cudaMallocAsync out-of-memory message cut",
+        ),
+    ] {
+        let f = write(&dir, "m.txt", message(source).as_bytes());
+        let (code, out, err) = vram(&["doctor", &f, "--no-nvml"]);
+        let (jcode, jout, jerr) = vram(&["doctor", &f, "--no-nvml", "--json"]);
+        assert_eq!((code, jcode), (2, 2), "{source}: {err}");
+        assert!(out.is_empty() && jout.is_empty(), "{source}");
+        assert_eq!(err, jerr, "{source}");
+        assert_eq!(err.lines().count(), 1, "{source}: {err}");
+        assert!(err.starts_with(&format!("vram: {says}")), "{source}: {err}");
+    }
+}
+
+#[test]
 fn doctor_bad_input_is_one_line_and_exit_2() {
     let dir = tmp("doctor-bad");
     let stats = write(&dir, "s.json", b"{\"reserved_bytes.all.current\": 1}");

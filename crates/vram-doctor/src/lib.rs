@@ -67,7 +67,11 @@
 //!     read against its high watermark: a request above it alone is a tensor larger than the
 //!     device, one the heaps and other Metal allocations leave room for under it is
 //!     unexplained, other Metal memory larger than PyTorch's heaps leads, else the step with
-//!     the watermark second ([`message::Layout::Mps`]): [`diagnose`].
+//!     the watermark second ([`message::Layout::Mps`]): [`diagnose`];
+//! 14. memory errors without those figures, named from their engine's own words and refused
+//!     with what to paste or do instead: llama.cpp's (ggml's) allocation errors, Text
+//!     Generation Inference's warmup and router refusals, PyTorch's cudaMallocAsync message cut
+//!     at its device index: [`foreign`].
 //!
 //! `tests/data/messages/CAUSES.md` maps what fixed a real failure to the cause it shows;
 //! `public.txt` beside it holds real messages labelled that way, split by a hash of their
@@ -90,6 +94,7 @@
 #![forbid(unsafe_code)]
 
 mod diagnose;
+pub mod foreign;
 mod mamba;
 pub mod message;
 pub mod profile;
@@ -115,7 +120,9 @@ pub enum Reading {
 /// serving engine's start-up memory error.
 ///
 /// # Errors
-/// [`DoctorError::Unparseable`] when neither is found, or PyTorch's message
+/// [`DoctorError::Undiagnosable`] for a memory error [`foreign::recognise`] names (llama.cpp's,
+/// Text Generation Inference's, PyTorch's cudaMallocAsync message cut before its figures) when
+/// neither is found; [`DoctorError::Unparseable`] when nothing is found, or PyTorch's message
 /// cannot be read.
 pub fn read(text: &str) -> Result<Reading> {
     match message::parse(text) {
@@ -125,27 +132,46 @@ pub fn read(text: &str) -> Result<Reading> {
                 Some(reason) => Err(DoctorError::Unparseable { reason }),
                 None => Ok(Reading::Serving(s)),
             },
-            // Neither was found: say what was looked for, and what was there.
-            None if matches!(&e, DoctorError::Unparseable { reason } if reason == message::NO_MESSAGE) => {
-                Err(DoctorError::Unparseable {
-                    reason: match serving::named_engine(text) {
-                        _ if serving::is_vram_own(text) => "this is vram's own line (`vram \
-                             capacity` refusing a configuration whose memory it does not model), \
-                             not an engine's error: start the engine to see whether it fits"
-                            .to_string(),
-                        Some(engine) => format!(
-                            "{engine}'s start-up memory error is there but its figures could not be \
-                             read; paste its whole line"
-                        ),
-                        None => "no out-of-memory message found: neither PyTorch's (`CUDA out of \
-                                 memory. Tried to allocate ...`) nor a vLLM or SGLang start-up \
-                                 memory error"
-                            .to_string(),
-                    },
-                })
+            // No PyTorch message (or only the CUDA runtime's bare error, which ggml's CUDA
+            // backend also prints) and no vLLM or SGLang error: another engine's, by its words.
+            None if matches!(&e, DoctorError::Unparseable { reason }
+                if reason == message::NO_MESSAGE || reason == message::CUDA_RUNTIME)
+                && !serving::is_vram_own(text)
+                && serving::named_engine(text).is_none() =>
+            {
+                match foreign::recognise(text) {
+                    Some(f) => Err(DoctorError::Undiagnosable(f)),
+                    None => Err(unfound(text, e)),
+                }
             }
-            None => Err(e),
+            None => Err(unfound(text, e)),
         },
+    }
+}
+
+/// The refusal when nothing [`read`] knows is in `text`: PyTorch's parse error `e`, or, when it
+/// found no message at all, what was looked for and what was there.
+fn unfound(text: &str, e: DoctorError) -> DoctorError {
+    match &e {
+        DoctorError::Unparseable { reason } if reason == message::NO_MESSAGE => {
+            DoctorError::Unparseable {
+                reason: match serving::named_engine(text) {
+                    _ if serving::is_vram_own(text) => "this is vram's own line (`vram \
+                         capacity` refusing a configuration whose memory it does not model), \
+                         not an engine's error: start the engine to see whether it fits"
+                        .to_string(),
+                    Some(engine) => format!(
+                        "{engine}'s start-up memory error is there but its figures could not be \
+                         read; paste its whole line"
+                    ),
+                    None => "no out-of-memory message found: neither PyTorch's (`CUDA out of \
+                             memory. Tried to allocate ...`) nor a vLLM or SGLang start-up \
+                             memory error"
+                        .to_string(),
+                },
+            }
+        }
+        _ => e,
     }
 }
 
@@ -158,6 +184,10 @@ pub enum DoctorError {
         /// What was missing or malformed.
         reason: String,
     },
+    /// A memory error recognised from its engine's own words that carries none of the figures
+    /// the doctor reads ([`foreign::recognise`]): what it is, why, and what to paste or do.
+    #[error("cannot diagnose {0}")]
+    Undiagnosable(foreign::Foreign),
     /// A JSON input (memory_stats() dump) is malformed.
     #[error("{what}: {reason}")]
     Json {

@@ -547,6 +547,11 @@ pub(crate) fn flatten(text: &str, sep: &str) -> String {
 pub(crate) const NO_MESSAGE: &str =
     "no PyTorch out-of-memory message (`CUDA out of memory. Tried to allocate ...`) found";
 
+/// The reason [`parse`] gives for the CUDA runtime's own `CUDA error: out of memory`.
+pub(crate) const CUDA_RUNTIME: &str = "this is the CUDA runtime's `CUDA error: out of memory` (a \
+     kernel, library or context allocation outside PyTorch's allocator): it carries no figures; \
+     paste the `CUDA out of memory. Tried to allocate ...` message instead";
+
 /// Finds and parses the out-of-memory message in `text`.
 ///
 /// # Errors
@@ -609,10 +614,7 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
         let reason = if flat.contains("cuda error: out of memory")
             || flat.contains("hip error: out of memory")
         {
-            "this is the CUDA runtime's `CUDA error: out of memory` (a kernel, library or context \
-             allocation outside PyTorch's allocator): it carries no figures; paste the \
-             `CUDA out of memory. Tried to allocate ...` message instead"
-                .to_string()
+            CUDA_RUNTIME.to_string()
         } else {
             NO_MESSAGE.to_string()
         };

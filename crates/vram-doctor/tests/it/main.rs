@@ -2,6 +2,7 @@
 //! (README there names the PyTorch version of each layout).
 
 mod diagnose;
+mod foreign;
 mod mamba;
 mod message;
 mod profile;
