@@ -11,8 +11,9 @@
 //!   0.7 (`worker/worker.py` `init_device`, read at 0.8.3) takes `baseline_snapshot` *before* it,
 //!   so its communicators count. V0 before 0.7 has three rules (`engine::vllm_context_in_budget`,
 //!   read at 0.5.5, 0.6.0, 0.6.3.post1, 0.6.4, 0.6.5, 0.6.6.post1): only 0.6.4 counts the CUDA
-//!   context inside the budget; every one counts the communicators. It is kept on its older
-//!   estimate, which its assumption line says.
+//!   context inside the budget; every one counts the communicators, built piece by piece under
+//!   the NCCL its pinned torch ships (2.20.5 or 2.21.5), NVLS buffers included
+//!   ([`vllm_v0_before_07`]).
 //! - **Kernel images and library state** loaded lazily (`CUDA_MODULE_LOADING=LAZY`) by the
 //!   first forward: small, and larger once vLLM profiles its CUDA graphs inside the window (from
 //!   0.18, `profile_cudagraph_memory` runs inside `memory_profiling`: two captures per graph mode,
@@ -237,38 +238,191 @@ fn communicator(gpu: &Gpu, k: &Knobs, ranks: u64) -> (u64, String) {
     }
 }
 
+/// The NCCL a vLLM V0 release before 0.7 runs, and the NVLS buffer one channel gives one head
+/// in one direction. V0 loads PyTorch's own `libnccl.so.2` for PyNccl (`find_nccl_library`,
+/// `vllm/utils.py` at 0.5.5: the library "brought by PyTorch"), so the NCCL is the pinned
+/// torch's: `requirements-cuda.txt` pins `torch == 2.4.0` at 0.5.5 to 0.6.3.post1 and
+/// `torch == 2.5.1` at 0.6.4 to 0.6.6.post1 (the PyPI sdists), and those torch wheels' metadata
+/// require `nvidia-nccl-cu12==2.20.5` and `==2.21.5`. Releases before 0.5.5 were not read and
+/// take 0.5.5's. The NVLS buffer (`ncclNvlsSetup`, `src/transport/nvls.cc`): `memSize`
+/// (`NVLS_MEM_ALIGN_SIZE`, 2 MiB) plus `buffSize`, at v2.20.5-1 `buffSizes[NCCL_PROTO_SIMPLE]`
+/// (4 MiB), at v2.21.5-1 `NVLS_CHUNKSIZE` x `NCCL_STEPS` (128 KiB x 8 = 1 MiB).
+fn v0_nccl(k: &Knobs) -> (&'static str, u64) {
+    if Engine::Vllm.version_in_force(k) >= [0, 6, 4] {
+        ("2.21.5", (1 + 2) * MIB)
+    } else {
+        ("2.20.5", (4 + 2) * MIB)
+    }
+}
+
+/// What one NCCL communicator of `ranks` GPUs holds on each once `ncclCommInitRank` returns,
+/// under the NCCL of a V0 release before 0.7 ([`v0_nccl`]).
+///
+/// NCCL 2.20.5 and 2.21.5 have no runtime connection (`NCCL_RUNTIME_CONNECT` arrives in 2.22):
+/// `initTransportsRank` (`src/init.cc`) connects the ring and the tree on every channel at init,
+/// whatever `NCCL_CUMEM_ENABLE` says (vLLM sets it to 0 in `WorkerWrapperBase.init_worker`,
+/// `worker/worker_base.py` at 0.5.5, 0.6.0, 0.6.3.post1, 0.6.4, 0.6.5 and 0.6.6.post1, after
+/// nccl#1234). Over NVSwitch that is [`nccl_nvswitch_ring_tree_bytes`]: between v2.20.5-1 and
+/// v2.21.5-1 the ring search (`src/graph/search.cc`), `ncclTopoPostset` and `p2p.cc`'s buffer
+/// sizes change nothing that sizes them (2.20.5's sm_90 speed list lacks 11.0, below the
+/// catalog GPUs' first speeds; diffed at both tags).
+///
+/// On NVSwitch boards with NVLS (H100, H200, H20) a communicator of more than two GPUs also
+/// sets NVLS up at init: `ncclNvlsInit` (both tags) checks `NCCL_NVLS_ENABLE`, more than two
+/// GPUs, one node and the device's multicast support, not cuMem. `ncclNvlsSetup` binds one
+/// unicast buffer (`cuMemCreate`) of `nChannels x 2 x (buffSize + memSize) x nHeads` on each
+/// GPU: `nChannels` is the communicator's (the ring's, at least the 16 NVLS channels after
+/// `ncclTopoPostset`), and an intra-node NVLS graph has one head per GPU (`ncclTopoCompute`
+/// forces `minChannels = maxChannels` = the GPU count). vLLM's own measurement shows 2.20's
+/// sizes on 8 x H200: "nHeads 8 buffSize 4194304 memSize 2097152 nvlsPerRankSize 301989888
+/// nvlsTotalSize 2415919104" (vllm#9699, 2024-10-25: 24 channels, 2.25 GiB a GPU). The buffer
+/// is rounded up to the driver's recommended multicast granularity
+/// (`cuMulticastGetGranularity`), which the source does not fix: that rounding is not counted.
+/// Over PCIe and across nodes the figures are [`communicator`]'s (NCCL 2.27's arithmetic, not
+/// re-derived at 2.20/2.21).
+fn v0_communicator(gpu: &Gpu, k: &Knobs, ranks: u64) -> (u64, String) {
+    let link = interconnect(gpu, k);
+    if !matches!(link, Interconnect::NvSwitch | Interconnect::NvSwitchNvls) {
+        return communicator(gpu, k, ranks);
+    }
+    let (ring_tree, channels) = nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or_else(|| {
+        // A board outside the catalog's NVSwitch ones (`--interconnect`): the search's ceiling,
+        // 16 channels doubled by `ncclTopoPostset`.
+        let pairs = if ranks >= 3 { 2 } else { 1 };
+        (32 * pairs * 12 * MIB, 32)
+    });
+    let (nccl, per_head) = v0_nccl(k);
+    let nvls = if link == Interconnect::NvSwitchNvls && ranks > 2 {
+        u64::from(channels) * 2 * per_head * ranks
+    } else {
+        0
+    };
+    let gib = |b: u64| b as f64 / GIB;
+    let mut text = format!(
+        "{:.2} GiB over NVSwitch: the ring{} on {channels} channels from NCCL's ring search x 12 MiB a send/receive pair, every channel connected at init (NCCL {nccl}, no runtime connection)",
+        gib(ring_tree + nvls),
+        if ranks >= 3 { " and the tree" } else { "" }
+    );
+    if nvls > 0 {
+        text += &format!(
+            ", and {:.2} GiB of NVLS buffers ({channels} channels x 2 x {} MiB x {ranks} heads, ncclNvlsSetup; the driver's multicast-granularity rounding not counted)",
+            gib(nvls),
+            per_head / MIB
+        );
+    } else if link == Interconnect::NvSwitchNvls {
+        text += ", no NVLS at two GPUs";
+    }
+    (ring_tree + nvls, text)
+}
+
+/// vLLM V0 before 0.7: what its budget counts outside PyTorch's allocations, piece by piece,
+/// read in `worker/worker.py` (`init_device`, `determine_num_available_blocks`),
+/// `distributed/parallel_state.py`, `device_communicators/custom_all_reduce.py` and
+/// `pynccl.py` at 0.5.5, 0.6.0, 0.6.3.post1, 0.6.4, 0.6.5 and 0.6.6.post1 (PyPI sdists).
+///
+/// Every one of these reads `init_gpu_memory` in `init_device` after `set_device` and
+/// `mem_get_info` (so once the context exists) and before `init_worker_distributed_environment`
+/// and any kernel; what each release counts from there is `engine::vllm_context_in_budget`'s
+/// rule (0.6.4 counts the context too). After the reading come:
+/// - **kernel images** loaded lazily by the load and the eager profile run (V0 captures its
+///   graphs after the KV cache), with the first launch's local memory: the figure V0 from 0.7
+///   uses, measured after a baseline taken before any kernel (0.08 GiB on a T4 under vLLM
+///   0.18); not measured under torch 2.4 or 2.5;
+/// - at 0.6.4 **the CUDA context**: the bare context under torch 2.5.1's CUDA 12.4 (its wheel
+///   requires `nvidia-cuda-runtime-cu12==12.4.127`; [`Gpu::bare_context_bytes`]);
+/// - at TP > 1 **two NCCL communicators of the TP group** ([`v0_communicator`]): PyNccl's,
+///   which `GroupCoordinator.__init__` builds (`ncclCommInitRank` and a one-element warm-up
+///   all-reduce), and the process group's, which the profile run connects with its first
+///   `torch.distributed` collective on the device group: the logits gather
+///   (`GroupCoordinator.gather`) and every all-reduce custom all-reduce does not take (PyNccl is
+///   disabled outside graph capture, so the eager profile falls back to
+///   `torch.distributed.all_reduce`);
+/// - at PP > 1 **PyNccl's communicator of the PP group** (the profile runs each stage on empty
+///   intermediate tensors and sends nothing, so the PP process group connects later);
+/// - **custom all-reduce** where [`vllm_custom_all_reduce`] builds it: the same checks at 0.5.5,
+///   0.6.3.post1, 0.6.4 and 0.6.6.post1 (TP 2/4/6/8, one node, NVLink beyond two GPUs, P2P), and
+///   `ParallelConfig` turns it off on ROCm (`is_hip()` at 0.5.5 and 0.6.3.post1,
+///   `current_platform.is_rocm()` at 0.6.6.post1). Before 0.6.4 its two buffers and `rank_data`
+///   are `torch` tensors (8 MiB + 2.4 KiB, 8 MiB, 8 MiB: 26 MiB in 2 MiB-rounded segments);
+///   from 0.6.4 the two buffers are `cudaMalloc`ed (`create_shared_buffer`). Either way 26 MiB
+///   inside the budget, as [`VLLM_CUSTOM_ALL_REDUCE_BYTES`].
+///
+/// Not counted, for want of a source that sizes them: NCCL's own kernel images and device
+/// state, the caching allocator's reserved-but-free bytes (0.5.5 to 0.6.3.post1 count them) and
+/// anything another process holds (0.6.4 counts it).
+fn vllm_v0_before_07(k: &Knobs, gpu: &Gpu) -> (u64, String) {
+    let v = Engine::Vllm.version_in_force(k);
+    let context_inside = engine::vllm_context_in_budget(k, false);
+    let counted = if context_inside {
+        "V0 0.6.4: the device's whole use less PyTorch's allocated bytes, so the CUDA context inside"
+    } else if v < [0, 6, 5] {
+        "V0 0.5-0.6.3: the fall in free memory since the context existed, the profile's cache still reserved"
+    } else {
+        "V0 0.6.5-0.6.6: the baseline taken once the context existed, before the communicators"
+    };
+    let gib = |b: u64| b as f64 / GIB;
+    let images = 80 * MIB;
+    let mut parts = vec![
+        "kernel images of the eager load and profile and the first launch's local memory 0.08 GiB (measured on a T4 under vLLM 0.18 after a baseline taken before any kernel, as here; not measured under torch 2.4/2.5)".to_string(),
+    ];
+    let context = match (context_inside, gpu.is_rocm()) {
+        (false, _) => 0,
+        (true, true) => gpu.context_bytes(),
+        (true, false) => gpu.bare_context_bytes([12, 4]),
+    };
+    if context > 0 {
+        parts.push(format!(
+            "the CUDA context {:.2} GiB ({})",
+            gib(context),
+            if gpu.is_rocm() {
+                gpu.context_source()
+            } else {
+                gpu.bare_context_source([12, 4])
+            }
+        ));
+    }
+    let (nccl, _) = v0_nccl(k);
+    let mut comms = 0;
+    if k.tp > 1 {
+        let (b, text) = v0_communicator(gpu, k, k.tp);
+        comms += 2 * b;
+        parts.push(format!(
+            "2 NCCL {nccl} communicators of the TP group, PyNccl's (built at init) and the process group's (connected by the profile's logits gather), {text} each"
+        ));
+    }
+    if k.pp > 1 {
+        let (b, text) = v0_communicator(gpu, k, k.pp);
+        comms += b;
+        parts.push(format!(
+            "PyNccl's NCCL {nccl} communicator of the PP group, {text}"
+        ));
+    }
+    let custom_ar = if vllm_custom_all_reduce(gpu, k) {
+        parts.push("custom all-reduce 0.03 GiB (two 8 MiB buffers and an 8 MiB rank_data, custom_all_reduce.py at 0.5.5-0.6.6.post1)".into());
+        VLLM_CUSTOM_ALL_REDUCE_BYTES
+    } else {
+        if k.tp > 1 {
+            parts.push("no custom all-reduce (vLLM disables it here: PCIe or no P2P, more than two GPUs without NVLink, across nodes, a TP size other than 2/4/6/8, or ROCm)".into());
+        }
+        0
+    };
+    let total = images + context + comms + custom_ar;
+    (
+        total,
+        format!(
+            "non-torch memory ({counted}): {:.2} GiB: {}",
+            gib(total),
+            parts.join("; ")
+        ),
+    )
+}
+
 /// vLLM's memory outside PyTorch that the profile sees grow, and the sentence that says where
 /// the figure comes from.
 pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     let v = Engine::Vllm.version_in_force(k);
     if !v1 && v < [0, 7, 0] {
-        // What the figure stands for follows the version's accounting
-        // (`engine::vllm_context_in_budget`); the figure itself is the older estimate, not
-        // derived: at 0.6.4 it stands for the CUDA context too, which the engine's own
-        // "non_torch_memory" shows at 0.35 GiB on an RTX 3090 (`logs.json`, vllm#10517).
-        let counted = if engine::vllm_context_in_budget(k, v1) {
-            "V0 0.6.4: the device's whole use less PyTorch's allocated bytes, so the CUDA context inside"
-        } else if v < [0, 6, 5] {
-            "V0 0.5-0.6.3: the fall in free memory since the context existed, the profile's cache still reserved"
-        } else {
-            "V0 0.6.5-0.6.6: the baseline taken once the context existed, before the communicators"
-        };
-        let low = if engine::vllm_context_in_budget(k, v1) {
-            "; low: the engine printed 0.35 GiB with the context on an RTX 3090"
-        } else {
-            ""
-        };
-        return if k.tp * k.pp > 1 {
-            (
-                1024 * MIB,
-                format!("non-torch memory ({counted}): 1 GiB with NCCL and custom all-reduce at TP/PP > 1 (estimated{low})"),
-            )
-        } else {
-            (
-                128 * MIB,
-                format!("non-torch memory ({counted}): 128 MiB at TP 1 (estimated{low})"),
-            )
-        };
+        return vllm_v0_before_07(k, gpu);
     }
     // `profile_cudagraph_memory` returns before capturing when the mode keys no graphs ("No
     // CUDA graphs will be captured, skipping profiling", 0.20.0-0.22.0); whether graphs are captured

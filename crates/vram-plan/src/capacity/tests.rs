@@ -1421,6 +1421,72 @@ fn the_cuda_context_sits_where_each_version_counts_it() {
     assert!(src.contains("once the context existed"), "{src}");
 }
 
+/// V0 before 0.7 builds its memory outside PyTorch from the pieces its releases allocate after
+/// `init_gpu_memory` is read (`non_torch::vllm_v0_before_07`): the kernel images, at 0.6.4 the
+/// bare CUDA 12.4 context, the TP group's two NCCL communicators and the PP group's PyNccl one
+/// under the NCCL the pinned torch ships, NVLS buffers on NVLS boards beyond two GPUs, and
+/// custom all-reduce where built. The NVLS figure is the one vLLM's own NCCL log printed on
+/// 8 x H200 under NCCL 2.20 (vllm#9699: `nvlsTotalSize 2415919104`).
+#[test]
+fn vllm_v0_before_07_counts_its_pieces() {
+    let mib = 1u64 << 20;
+    let at = |g: &str, tp: u64, pp: u64, version: [u32; 3]| {
+        let g = vram_model::gpu::lookup(g).unwrap();
+        let k = Knobs {
+            tp,
+            pp,
+            engine_version: Some(version),
+            ..Knobs::default()
+        };
+        let (v1, _) = engine::vllm_v1(&k, g);
+        assert!(!v1, "{version:?}");
+        non_torch::vllm_non_torch(&k, v1, g)
+    };
+    let images = 80 * mib;
+    // TP 1, context beside the budget: the images alone.
+    let (b, text) = at("l40s", 1, 1, [0, 6, 6]);
+    assert_eq!(b, images, "{text}");
+    assert!(text.contains("once the context existed"), "{text}");
+    // 0.6.4 counts the context: the bare one under torch 2.5.1's CUDA 12.4.
+    let g3090 = vram_model::gpu::lookup("rtx-3090").unwrap();
+    let (b, text) = at("rtx-3090", 1, 1, [0, 6, 4]);
+    assert_eq!(b, images + g3090.bare_context_bytes([12, 4]), "{text}");
+    assert!(text.contains("CUDA context inside"), "{text}");
+    // Two A10s (PCIe): two communicators of 51 MiB, no custom all-reduce.
+    let (b, text) = at("a10", 2, 1, [0, 6, 3]);
+    assert_eq!(b, images + 2 * 51 * mib, "{text}");
+    assert!(text.contains("no custom all-reduce"), "{text}");
+    // HGX A100 at TP 4: ring and tree on 24 channels in each of the two, custom all-reduce.
+    let (b, text) = at("a100-80g", 4, 1, [0, 6, 5]);
+    assert_eq!(b, images + 2 * 24 * 2 * 12 * mib + 26 * mib, "{text}");
+    assert!(text.contains("NCCL 2.21.5"), "{text}");
+    // H100 at TP 2: no NVLS at two GPUs.
+    let (b, text) = at("h100-80g", 2, 1, [0, 6, 5]);
+    assert_eq!(b, images + 2 * 24 * 12 * mib + 26 * mib, "{text}");
+    assert!(text.contains("no NVLS at two GPUs"), "{text}");
+    // 8 x H200 under NCCL 2.20.5 (0.6.3): NVLS 24 channels x 2 x (4 + 2) MiB x 8 heads a
+    // communicator, the figure vllm#9699's NCCL log printed.
+    let nvls_220 = 24 * 2 * 6 * mib * 8;
+    assert_eq!(nvls_220, 2_415_919_104);
+    let (b, text) = at("h200", 8, 1, [0, 6, 3]);
+    assert_eq!(
+        b,
+        images + 2 * (24 * 2 * 12 * mib + nvls_220) + 26 * mib,
+        "{text}"
+    );
+    assert!(text.contains("NVLS buffers"), "{text}");
+    // NCCL 2.21.5 (0.6.4 on) cuts the NVLS buffer to 1 MiB + 2 MiB.
+    let (b, _) = at("h200", 8, 1, [0, 6, 6]);
+    assert_eq!(
+        b,
+        images + 2 * (24 * 2 * 12 * mib + 24 * 2 * 3 * mib * 8) + 26 * mib
+    );
+    // PP 2 alone: PyNccl's communicator of the PP group, one ring pair per channel.
+    let (b, text) = at("a100-80g", 1, 2, [0, 6, 3]);
+    assert_eq!(b, images + 24 * 12 * mib, "{text}");
+    assert!(text.contains("PP group"), "{text}");
+}
+
 #[test]
 fn interconnect_can_be_told() {
     let t = llama3();
