@@ -68,7 +68,10 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .to_ip()
         .ok_or_else(|| anyhow::anyhow!("server has no IP address"))?;
     if !args.bind.is_loopback() {
-        eprintln!("vram serve: warning: listening on {local} without authentication");
+        let _ = writeln!(
+            crate::output::stderr(),
+            "vram serve: warning: listening on {local} without authentication"
+        );
     }
     let shared = Arc::new(Mutex::new(Shared {
         history: History::new(args.history),
@@ -114,7 +117,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         })
     };
     {
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::output::stdout();
         writeln!(out, "vram serve: http://{local}/ (metrics at /metrics)")?;
         out.flush()?;
     }
@@ -168,6 +171,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     }
     stop.store(true, Ordering::SeqCst);
     let _ = sampler.join();
-    eprintln!("vram serve: stopped after {answered} requests");
+    let _ = writeln!(
+        crate::output::stderr(),
+        "vram serve: stopped after {answered} requests"
+    );
     Ok(())
 }
