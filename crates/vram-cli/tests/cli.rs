@@ -2295,3 +2295,24 @@ fn two_outputs_naming_one_file_are_refused() {
     assert_eq!(code, 0, "{err}");
     assert!(same.exists() && events.exists());
 }
+
+/// The second audit: `vram record --out config.json` emptied the config (its one unterminated
+/// line taken for a torn sample); a file that is not a recording is refused and left as it was.
+#[test]
+fn record_leaves_a_file_that_is_not_a_recording_alone() {
+    let dir = tmp("record-other");
+    let cfg = write(&dir, "config.json", LLAMA.as_bytes());
+    let (code, _, err) = vram(&["record", "--demo", "--out", &cfg, "--count", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is not a vram recording"), "{err}");
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), LLAMA);
+    // A recording is appended to.
+    let rec = dir.join("r.jsonl");
+    let rec = rec.to_str().unwrap();
+    for _ in 0..2 {
+        let (code, _, err) = vram(&["record", "--demo", "--out", rec, "--count", "1"]);
+        assert_eq!(code, 0, "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(rec).unwrap().lines().count(), 2);
+}
