@@ -68,10 +68,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .to_ip()
         .ok_or_else(|| anyhow::anyhow!("server has no IP address"))?;
     if !args.bind.is_loopback() {
-        let _ = writeln!(
-            crate::output::stderr(),
-            "vram serve: warning: listening on {local} without authentication"
-        );
+        eprintln!("vram serve: warning: listening on {local} without authentication");
     }
     let shared = Arc::new(Mutex::new(Shared {
         history: History::new(args.history),
@@ -117,7 +114,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         })
     };
     {
-        let mut out = crate::output::stdout();
+        // The process's own stream, not `output::stdout`: the address is needed while the
+        // server runs, and a captured run (`vramkit.cli`) would hand it over only at the end.
+        let mut out = std::io::stdout().lock();
         writeln!(out, "vram serve: http://{local}/ (metrics at /metrics)")?;
         out.flush()?;
     }
@@ -171,9 +170,6 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     }
     stop.store(true, Ordering::SeqCst);
     let _ = sampler.join();
-    let _ = writeln!(
-        crate::output::stderr(),
-        "vram serve: stopped after {answered} requests"
-    );
+    eprintln!("vram serve: stopped after {answered} requests");
     Ok(())
 }
