@@ -2316,3 +2316,29 @@ fn record_leaves_a_file_that_is_not_a_recording_alone() {
     }
     assert_eq!(std::fs::read_to_string(rec).unwrap().lines().count(), 2);
 }
+
+/// The second audit: `vram report` on the --json of `vram models` or `vram gpus` says what it
+/// is, as it does for the doctor's ("JSON that is not an object" before).
+#[test]
+fn report_names_a_catalog_listing() {
+    let dir = tmp("report-catalog");
+    for cmd in ["models", "gpus"] {
+        let (code, json, _) = vram(&[cmd, "--json"]);
+        assert_eq!(code, 0);
+        let f = write(&dir, &format!("{cmd}.json"), json.as_bytes());
+        let html = dir.join(format!("{cmd}.html"));
+        let (code, _, err) = vram(&["report", &f, "-o", html.to_str().unwrap()]);
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("the --json of vram models or vram gpus (a catalog listing) has no page"),
+            "{err}"
+        );
+        assert!(!html.exists());
+    }
+    // Any other list is still "not an object".
+    let f = write(&dir, "list.json", b"[1, 2]");
+    let (code, _, err) = vram(&["report", &f, "-o", dir.join("l.html").to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("JSON that is not an object"), "{err}");
+}
