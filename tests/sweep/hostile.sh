@@ -306,5 +306,56 @@ run a_record_span_no_check record --demo --out "$T/a.jsonl" --leak-min-span 5s
 run a_dequantized_bf16 $E llama-3-8b --dequantized
 run a_schedule_no_pp $E gpt2 --schedule gpipe
 run a_plan_offload_zero plan llama-3-8b --gpu h100-80g --gpus 8 --global-batch 8 --seq 2048 --offload params --zero 2
+# ---- the second audit (session 10): encodings, durations, output paths, hostile names
+# (No case writes to /dev: before the fix, `-o /dev/null` as root replaced the device node.)
+ROOT="$ROOT" python3 - "$T" <<'PY'
+import json, os, struct, sys
+T = sys.argv[1]
+oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+       "capacity of 79.19 GiB of which 6.75 MiB is free. Including non-PyTorch memory, this process "
+       "has 79.17 GiB memory in use. Of the allocated memory 77.65 GiB is allocated by PyTorch, and "
+       "1.02 GiB is reserved by PyTorch but unallocated.")
+def w(name, b): open(os.path.join(T, name), "wb").write(b)
+w("oom_utf16.txt", oom.encode("utf-16"))
+w("oom_bom8.txt", b"\xef\xbb\xbf" + oom.encode())
+w("oom_latin1.txt", ("Fehler \xe9: " + oom).encode("latin-1"))
+w("oom_ansi.txt", oom.replace("20.00 MiB", "\x1b[1m20.00 MiB\x1b[0m").encode())
+w("len_utf16.txt", "10\r\n20\r\n".encode("utf-16"))
+w("len_bom.txt", b"\xef\xbb\xbf10\n20\n")
+w("stats_over.json", b'{"allocated_bytes.all.current": 18446744073709551615, "reserved_bytes.all.current": 1}')
+h = json.dumps({"w": {"dtype": "F8_E8M0", "shape": [2], "data_offsets": [0, 2]}}).encode()
+w("e8m0.safetensors", struct.pack("<Q", len(h)) + h + b"\0\0")
+os.makedirs(os.path.join(T, "bomcfg"), exist_ok=True)
+w("bomcfg/config.json", b"\xef\xbb\xbf{}")
+llama = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 256, "intermediate_size": 512,
+         "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8}
+os.makedirs(os.path.join(T, "evilname"), exist_ok=True)
+w("evilname/config.json", json.dumps(dict(llama, _name_or_path="org/a\nb\x1b[31mc")).encode())
+os.makedirs(os.path.join(T, "evilmt"), exist_ok=True)
+w("evilmt/config.json", json.dumps({"model_type": "x\x1b]0;t\x07\u202e"}).encode())
+src = os.path.join(os.environ.get("ROOT", "."), "tests/zoo/configs/qwen3-vl-2b-instruct.json")
+if os.path.exists(src):
+    c = json.load(open(src)); c["vision_config"]["depth"] = 100000
+    os.makedirs(os.path.join(T, "vdepth"), exist_ok=True)
+    json.dump(c, open(os.path.join(T, "vdepth/config.json"), "w"))
+PY
+ln -sf "$T/real.html" "$T/link.html"
+run b2_rec_duration_huge record --demo --out "$T/b2.jsonl" --duration 1e16h
+run b2_rec_span_huge record --demo --out "$T/b2.jsonl" --count 1 --leak-check --leak-min-span 1e300h
+run b2_doctor_utf16 doctor "$T/oom_utf16.txt" --no-nvml
+run b2_doctor_bom8 doctor "$T/oom_bom8.txt" --no-nvml
+run b2_doctor_latin1 doctor "$T/oom_latin1.txt" --no-nvml
+run b2_doctor_ansi doctor "$T/oom_ansi.txt" --no-nvml
+run b2_doctor_stats_over doctor "$T/oom_bom8.txt" --no-nvml --stats "$T/stats_over.json"
+run b2_batch_utf16 batch gpt2 --lengths "$T/len_utf16.txt"
+run b2_batch_bom batch gpt2 --lengths "$T/len_bom.txt"
+run b2_st_e8m0 $E "$T/e8m0.safetensors"
+run b2_cfg_bom $E "$T/bomcfg"
+run b2_cfg_evil_name $E "$T/evilname"
+run b2_cfg_evil_model_type $E "$T/evilmt"
+run b2_report_symlink report --demo -o "$T/link.html"
+run b2_alloc_conf_list replay "$S" --alloc-conf "roundup_power2_divisions:[256:1,>:0]"
+# Known and left: a vision tower of 100,000 blocks takes tens of seconds to estimate for training.
+run b2_vision_depth $E "$T/vdepth"
 echo "done: $(wc -l < "$OUT") cases"
 chmod 600 "$T/unreadable.json"

@@ -170,10 +170,14 @@ impl AllocatorConfig {
                     cfg.garbage_collection_threshold = Some(t);
                 }
                 "backend" if v == "native" => {}
+                // The key alone: PyTorch's own lists (`roundup_power2_divisions:[256:1,>:0]`)
+                // hold commas, so the item cut at one is not what the user wrote.
                 _ => {
                     return Err(bad(format!(
-                        "unsupported PYTORCH_CUDA_ALLOC_CONF key `{}`",
-                        item.escape_debug()
+                        "unsupported PYTORCH_CUDA_ALLOC_CONF key `{}` (vram replays \
+                         expandable_segments, max_split_size_mb, garbage_collection_threshold \
+                         and backend:native)",
+                        k.escape_debug()
                     )))
                 }
             }
@@ -229,5 +233,37 @@ pub fn allocation_size(size: u64) -> u64 {
         LARGE_BUFFER
     } else {
         size.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AllocatorConfig;
+
+    /// A setting vram does not replay is named by its key: PyTorch's bracketed lists hold
+    /// commas, and the item cut at one (`roundup_power2_divisions:[256:1`) was what the
+    /// message showed.
+    #[test]
+    fn an_unsupported_setting_is_named_by_its_key() {
+        for (conf, key) in [
+            (
+                "roundup_power2_divisions:[256:1,>:0]",
+                "`roundup_power2_divisions`",
+            ),
+            ("backend:cudaMallocAsync", "`backend`"),
+            (
+                "max_split_size_mb:64,pinned_use_cuda_host_register:True",
+                "`pinned_use_cuda_host_register`",
+            ),
+        ] {
+            let e = AllocatorConfig::from_pytorch_conf(conf)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("unsupported PYTORCH_CUDA_ALLOC_CONF key {key} (")),
+                "{conf}: {e}"
+            );
+            assert!(!e.contains('['), "{e}");
+        }
     }
 }

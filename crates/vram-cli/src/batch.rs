@@ -42,17 +42,26 @@ pub struct BatchArgs {
 const MAX_INPUT: u64 = 256 << 20;
 
 fn read_lengths(arg: &str) -> Result<Vec<u64>> {
-    let mut text = String::new();
-    if arg == "-" {
+    // Read whole or refused: cut at the limit, the last number would be read short.
+    let bytes = if arg == "-" {
+        let mut bytes = Vec::new();
         std::io::stdin()
-            .take(MAX_INPUT)
-            .read_to_string(&mut text)
+            .take(MAX_INPUT + 1)
+            .read_to_end(&mut bytes)
             .map_err(|e| bad_input!("cannot read lengths from standard input: {e}"))?;
+        if bytes.len() as u64 > MAX_INPUT {
+            return Err(bad_input!(
+                "lengths on standard input are larger than {}",
+                vram_model::fmt::bytes(MAX_INPUT)
+            ));
+        }
+        bytes
     } else {
-        std::fs::File::open(arg)
-            .and_then(|f| f.take(MAX_INPUT).read_to_string(&mut text))
-            .map_err(|e| bad_input!("cannot read lengths file {arg}: {e}"))?;
-    }
+        crate::input::read_bounded(std::path::Path::new(arg), "lengths file", MAX_INPUT)?
+    };
+    let where_ = if arg == "-" { "standard input" } else { arg };
+    let text = crate::input::decode_text(&bytes, false)
+        .ok_or_else(|| bad_input!("lengths: {where_} is not UTF-8 or UTF-16 text"))?;
     let mut out = Vec::new();
     for (i, tok) in text
         .split(|c: char| c.is_whitespace() || c == ',')

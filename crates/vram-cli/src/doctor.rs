@@ -64,7 +64,13 @@ const MAX_TEXT: u64 = 64 << 20;
 
 fn read_text(path: &Path, what: &str) -> Result<String> {
     let bytes = crate::input::read_bounded(path, what, MAX_TEXT)?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(lossy_text(&bytes))
+}
+
+/// A message, log or dump as text, whatever a shell saved it as (UTF-8, UTF-16 with its
+/// byte-order mark); a byte that is not text becomes U+FFFD, from a file or standard input alike.
+fn lossy_text(bytes: &[u8]) -> String {
+    crate::input::decode_text(bytes, true).unwrap_or_default()
 }
 
 fn doctor_err(e: DoctorError) -> anyhow::Error {
@@ -80,12 +86,20 @@ fn doctor_err(e: DoctorError) -> anyhow::Error {
 pub fn run(a: &DoctorArgs) -> Result<()> {
     let text = match a.message.as_deref() {
         None | Some("-") => {
-            let mut s = String::new();
+            let mut bytes = Vec::new();
             std::io::stdin()
-                .take(MAX_TEXT)
-                .read_to_string(&mut s)
+                .take(MAX_TEXT + 1)
+                .read_to_end(&mut bytes)
                 .map_err(|e| bad_input!("cannot read standard input: {e}"))?;
-            s
+            // As a file is (`read_bounded`): cut at the limit, a log would lose its end, where
+            // the message is.
+            if bytes.len() as u64 > MAX_TEXT {
+                return Err(bad_input!(
+                    "standard input is larger than {}",
+                    vram_model::fmt::bytes(MAX_TEXT)
+                ));
+            }
+            lossy_text(&bytes)
         }
         Some(m) if m.trim().is_empty() => {
             return Err(bad_input!(
@@ -199,7 +213,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
     }
     d.notes.splice(0..0, model_notes);
     d.notes.extend(nvml_note);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
     } else {
@@ -251,7 +265,7 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     }
     let mut d = serving::explain_profiled(e, profile.as_ref(), figures.as_ref());
     d.notes = notes;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
     } else {

@@ -109,6 +109,42 @@ pub fn read_bounded(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Text as editors and shells save it: UTF-8, with or without a byte-order mark, or UTF-16
+/// with its byte-order mark (what Windows PowerShell 5's `>` and `Out-File` write: a log or a
+/// `vram ... --json` redirected there is UTF-16LE). `lossy`: bytes that are not valid in the
+/// encoding become U+FFFD instead of refusing the text (`None`).
+pub fn decode_text(bytes: &[u8], lossy: bool) -> Option<String> {
+    let utf16 = |rest: &[u8], unit: fn([u8; 2]) -> u16| {
+        let (pairs, odd) = rest.split_at(rest.len() / 2 * 2);
+        let units = pairs.chunks_exact(2).map(|p| unit([p[0], p[1]]));
+        let mut s = String::with_capacity(pairs.len() / 2);
+        for c in char::decode_utf16(units) {
+            match c {
+                Ok(c) => s.push(c),
+                Err(_) if lossy => s.push(char::REPLACEMENT_CHARACTER),
+                Err(_) => return None,
+            }
+        }
+        match (odd.is_empty(), lossy) {
+            (true, _) => Some(s),
+            (false, true) => Some(s + "\u{fffd}"),
+            (false, false) => None,
+        }
+    };
+    if let Some(rest) = bytes.strip_prefix(&[0xff, 0xfe]) {
+        return utf16(rest, u16::from_le_bytes);
+    }
+    if let Some(rest) = bytes.strip_prefix(&[0xfe, 0xff]) {
+        return utf16(rest, u16::from_be_bytes);
+    }
+    let rest = bytes.strip_prefix(&[0xef, 0xbb, 0xbf]).unwrap_or(bytes);
+    match std::str::from_utf8(rest) {
+        Ok(s) => Some(s.to_string()),
+        Err(_) if lossy => Some(String::from_utf8_lossy(rest).into_owned()),
+        Err(_) => None,
+    }
+}
+
 fn read_text(path: &Path, what: &str) -> Result<String> {
     let bytes = read_bounded(path, what, MAX_CONFIG)?;
     String::from_utf8(bytes).map_err(|_| {
@@ -408,7 +444,11 @@ fn file_stem(p: &Path) -> String {
 }
 
 /// The last path component of a config's `_name_or_path` (`meta-llama/Llama-3.1-8B` gives
-/// `Llama-3.1-8B`), when it is a non-empty string.
+/// `Llama-3.1-8B`), when it is a non-empty string without control characters or bidirectional
+/// overrides ([`crate::output::is_hidden_char`]): the name heads
+/// every answer, and a config from the Hub is anyone's text (a newline would split the report's
+/// first line, an escape sequence would reach the terminal); such a config is named by its file
+/// or folder instead.
 fn name_or_path(text: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
     let s = v
@@ -417,7 +457,7 @@ fn name_or_path(text: &str) -> Option<String> {
         .trim()
         .trim_end_matches(['/', '\\']);
     let last = s.rsplit(['/', '\\']).next()?.trim();
-    (!last.is_empty()).then(|| last.to_string())
+    (!last.is_empty() && !last.chars().any(crate::output::is_hidden_char)).then(|| last.to_string())
 }
 
 /// Adds one safetensors file's tensors to `tally`, reading only its header.
@@ -516,6 +556,10 @@ mod tests {
         );
         assert_eq!(name_or_path(r#"{"_name_or_path": ""}"#), None);
         assert_eq!(name_or_path(r#"{"model_type": "gpt2"}"#), None);
+        assert_eq!(
+            name_or_path(r#"{"_name_or_path": "org/evil\nline\u001b[31m"}"#),
+            None
+        );
     }
 
     #[test]

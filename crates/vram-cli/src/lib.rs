@@ -248,11 +248,24 @@ where
     }
 }
 
-/// The error and its causes on one line.
+/// The error and its causes on one line. Control characters that an input carried into the
+/// message (a config's `model_type`, a file name) are written escaped (`\u{1b}`), as are the
+/// bidirectional overrides and isolates: a line break would split the line, an escape sequence
+/// would reach the terminal, an override would show the line's text in another order.
 fn one_line(e: &anyhow::Error) -> String {
     let mut s = String::new();
     for (i, c) in e.chain().enumerate() {
-        let text = c.to_string().replace('\n', " ");
+        let text: String = c
+            .to_string()
+            .replace('\n', " ")
+            .chars()
+            .flat_map(|ch| {
+                let hidden = output::is_hidden_char(ch);
+                let esc = hidden.then(|| ch.escape_unicode());
+                let plain = (!hidden).then_some(ch);
+                esc.into_iter().flatten().chain(plain)
+            })
+            .collect();
         if i > 0 {
             if s.contains(&text) {
                 continue;

@@ -69,6 +69,14 @@ impl Write for Stream {
     }
 }
 
+/// Whether `c` changes the terminal or the text's order instead of showing as itself: a control
+/// character (C0, DEL, C1: line breaks, escape sequences) or a bidirectional override or
+/// isolate (U+202A-U+202E, U+2066-U+2069). Text read from a file that reaches the answer or an
+/// error line with one is written escaped, or not used.
+pub fn is_hidden_char(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 thread_local! {
     static NOTES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
@@ -112,21 +120,92 @@ pub fn capture<R>(f: impl FnOnce() -> R) -> (R, Vec<u8>, Vec<u8>) {
 /// `path`, so a failure leaves neither a partial file nor a stray temporary one (and clobbers
 /// nothing beside `path`). A path the user can fix (a missing folder, a folder, no permission)
 /// is bad input (exit code 2); other I/O errors (a full disk) are failures.
+///
+/// A symbolic link is written through (its target is replaced, the link stays), and a path
+/// that is not a regular file (`/dev/null`, `/dev/stdout`, a named pipe) is written to as
+/// it is, as `fs::write` would: a rename would replace the device node itself (as root,
+/// `-o /dev/null` turned `/dev/null` into a regular file) or fail on its folder's permissions.
 pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
     write_files(&[(path, bytes)])
 }
 
-/// [`write_file`] for several files at once: every file is written to its temporary before any
-/// is renamed into place, so a bad path or a full disk for one leaves none of them.
+/// [`write_file`] for several files at once: every regular file is written to its temporary
+/// before any is renamed into place, so a bad path or a full disk for one leaves none of them.
+/// Streams (devices, pipes) are written after every temporary and before any rename: a stream
+/// that fails leaves no regular file either (what a stream took cannot be taken back).
 pub fn write_files(files: &[(&std::path::Path, &[u8])]) -> anyhow::Result<()> {
     let mut staged = Vec::with_capacity(files.len());
+    let mut streams = Vec::new();
+    let mut seen: Vec<std::path::PathBuf> = Vec::new();
     for &(path, bytes) in files {
-        staged.push((path, stage(path, bytes).map_err(|e| write_error(path, e))?));
+        let target = follow_links(path);
+        // Two outputs that are one file (`trace --out x --events x`, or a link to the other):
+        // the second would replace the first, and the first's line would name what is gone.
+        let id = identity(&target);
+        if seen.contains(&id) {
+            return Err(anyhow::Error::new(crate::BadInput(format!(
+                "two outputs name the same file {}: give each its own",
+                path.display()
+            ))));
+        }
+        seen.push(id);
+        if is_stream(&target) {
+            streams.push((path, target, bytes));
+        } else {
+            let tmp = stage(&target, bytes).map_err(|e| write_error(path, e))?;
+            staged.push((path, target, tmp));
+        }
     }
-    for (path, tmp) in staged {
-        tmp.persist(path).map_err(|e| write_error(path, e.error))?;
+    for (path, target, bytes) in streams {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&target)
+            .and_then(|mut f| f.write_all(bytes).and_then(|()| f.flush()))
+            .map_err(|e| write_error(path, e))?;
+    }
+    for (path, target, tmp) in staged {
+        tmp.persist(&target)
+            .map_err(|e| write_error(path, e.error))?;
     }
     Ok(())
+}
+
+/// `path` with its symbolic links followed, as far as they lead (a dangling link gives the
+/// path it names, which the write creates); `path` itself when it is not a link or the links
+/// loop.
+fn follow_links(path: &std::path::Path) -> std::path::PathBuf {
+    let mut p = path.to_path_buf();
+    // Linux's own limit on links followed in one lookup (MAXSYMLINKS).
+    for _ in 0..40 {
+        let Ok(link) = std::fs::read_link(&p) else {
+            return p;
+        };
+        p = match p.parent() {
+            Some(dir) if link.is_relative() => dir.join(link),
+            _ => link,
+        };
+    }
+    path.to_path_buf()
+}
+
+/// `path` as one file is known by: its folder's canonical path and its name (the file itself may
+/// not exist yet).
+fn identity(path: &std::path::Path) -> std::path::PathBuf {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    match path.file_name() {
+        Some(name) => dir.join(name),
+        None => path.to_path_buf(),
+    }
+}
+
+/// Whether `path` exists and is neither a regular file nor a folder: a device, a pipe or a
+/// socket, written to in place.
+fn is_stream(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// `bytes` in a temporary file beside `path` (removed when dropped unpersisted).

@@ -48,12 +48,16 @@ pub struct RecordArgs {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     // Same syntax as intervals, without the one-hour ceiling.
     match s.strip_suffix('h') {
-        Some(h) => h
-            .parse::<f64>()
-            .ok()
-            .filter(|v| *v > 0.0 && v.is_finite())
-            .map(|v| Duration::from_secs_f64(v * 3600.0))
-            .ok_or_else(|| format!("`{s}` is not a duration")),
+        Some(h) => {
+            let hours = h
+                .parse::<f64>()
+                .ok()
+                .filter(|v| *v > 0.0 && v.is_finite())
+                .ok_or_else(|| format!("`{s}` is not a duration"))?;
+            // `Duration` holds at most 2^64 s (~5e15 h); beyond it, from_secs_f64 panics.
+            Duration::try_from_secs_f64(hours * 3600.0)
+                .map_err(|_| format!("`{s}` is longer than a duration can be (about 5e15 h)"))
+        }
         None => parse_interval(s),
     }
 }
@@ -104,7 +108,8 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
         .then(|| LeakWatch::new(config, ASSESS_EVERY_MS));
     let started = Instant::now();
     let mut next = Instant::now();
-    eprintln!(
+    let _ = writeln!(
+        crate::output::stderr(),
         "vram record: {} every {:?} -> {} (Ctrl-C to stop)",
         source.describe(),
         args.interval,
@@ -124,7 +129,10 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
             // A transient driver error should not end a long recording.
             Err(e) if failures < MAX_FAILURES => {
                 failures += 1;
-                eprintln!("vram record: sample failed ({e}); retrying");
+                let _ = writeln!(
+                    crate::output::stderr(),
+                    "vram record: sample failed ({e}); retrying"
+                );
                 next += args.interval;
                 std::thread::sleep(args.interval);
                 continue;
@@ -135,7 +143,11 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
         n += 1;
         if let Some(w) = watch.as_mut() {
             for f in w.observe(&sample) {
-                eprintln!("vram record: leak suspected: {}", describe(&f));
+                let _ = writeln!(
+                    crate::output::stderr(),
+                    "vram record: leak suspected: {}",
+                    describe(&f)
+                );
             }
         }
         next += args.interval;
@@ -152,14 +164,15 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<()> {
         }
     }
     let n = writer.lines();
-    eprintln!(
+    let _ = writeln!(
+        crate::output::stderr(),
         "vram record: {n} sample{} appended to {}",
         if n == 1 { "" } else { "s" },
         args.out.display()
     );
     if let Some(w) = watch {
         let verdicts = w.finish();
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::output::stdout();
         if verdicts.is_empty() {
             writeln!(
                 out,

@@ -43,9 +43,10 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
     let (text, name, default_out) = match &args.input {
         Some(input) if !args.demo => {
             let bytes = crate::input::read_bounded(input, "report input", MAX_INPUT)?;
-            let text = String::from_utf8(bytes).map_err(|_| {
+            // `vram estimate --json > e.json` in Windows PowerShell 5 saves UTF-16LE.
+            let text = crate::input::decode_text(&bytes, false).ok_or_else(|| {
                 BadInput(format!(
-                    "report input {} is not UTF-8 text (a binary file?)",
+                    "report input {} is not UTF-8 or UTF-16 text (a binary file?)",
                     input.display()
                 ))
             })?;

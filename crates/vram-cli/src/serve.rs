@@ -114,6 +114,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         })
     };
     {
+        // The process's own stream, not `output::stdout`: the address is needed while the
+        // server runs, and a captured run (`vramkit.cli`) would hand it over only at the end.
         let mut out = std::io::stdout().lock();
         writeln!(out, "vram serve: http://{local}/ (metrics at /metrics)")?;
         out.flush()?;

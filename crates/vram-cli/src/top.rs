@@ -84,7 +84,7 @@ pub fn run(args: &TopArgs) -> anyhow::Result<()> {
     }
     if args.once {
         let sample = source.sample(now_ms())?;
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::output::stdout();
         out.write_all(table_text(&sample, &args.filter, args.sort.into()).as_bytes())?;
         return Ok(());
     }
@@ -103,7 +103,7 @@ fn json_stream(
     interval: Duration,
     count: Option<u64>,
 ) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     let mut n = 0;
     let mut next = Instant::now();
     while count.is_none_or(|c| n < c) {

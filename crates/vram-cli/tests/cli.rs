@@ -1596,7 +1596,8 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
     let no_tensor = write(&dir, "empty.safetensors", &no_tensor);
     let (_, doctor_json, _) = vram(&["doctor", OOM_2_5, "--no-nvml", "--json"]);
     let doctor_json = write(&dir, "doctor.json", doctor_json.as_bytes());
-    let binary_json = write(&dir, "binary.json", &[0xff, 0xfe, b'{', 0x00]);
+    // Neither UTF-8 nor UTF-16 with a byte-order mark (FF FE would read as UTF-16LE).
+    let binary_json = write(&dir, "binary.json", &[0x80, 0xfe, b'{', 0x00]);
     let vllm = "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (84320). Try increasing gpu_memory_utilization or decreasing max_model_len when initializing the engine.";
     let max = u64::MAX.to_string();
     let plan = |extra: &[&str]| -> Vec<String> {
@@ -1669,7 +1670,7 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
             ["report", &binary_json, "-o", &out("d.html")]
                 .map(String::from)
                 .to_vec(),
-            "is not UTF-8 text",
+            "is not UTF-8 or UTF-16 text",
         ),
         // It was "0 parameters, 0 B of weights".
         (
@@ -1959,4 +1960,432 @@ fn size_flags_share_one_spelling_and_one_sample_is_singular() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("1 sample appended"), "{err}");
+}
+
+/// `vram` with `input` on standard input.
+fn vram_in(args: &[&str], input: &[u8]) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run vram");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn utf16le_with_bom(s: &str) -> Vec<u8> {
+    let mut v = vec![0xff, 0xfe];
+    v.extend(s.encode_utf16().flat_map(u16::to_le_bytes));
+    v
+}
+
+/// The second audit: `-o`/`--out` naming a symbolic link writes its target and keeps the link,
+/// and one naming a pipe (or a device: `-o /dev/null`) writes into it. The rename that makes a
+/// regular file's write whole replaced the node itself: as root, `vram report --demo -o
+/// /dev/null` turned /dev/null into a regular file (and as anyone else it failed on /dev's
+/// permissions). No test writes to /dev: a regression would replace the machine's node.
+#[test]
+#[cfg(unix)]
+fn outputs_write_through_links_and_into_pipes() {
+    use std::io::Write;
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tmp("outputs");
+    let target = dir.join("real.html");
+    std::fs::write(&target, "old").unwrap();
+    let link = dir.join("link.html");
+    std::os::unix::fs::symlink("real.html", &link).unwrap();
+    let (code, _, err) = vram(&["report", "--demo", "-o", link.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::read_to_string(&target)
+        .unwrap()
+        .starts_with("<!DOCTYPE html>"));
+    // A dangling link: the file it names is created, the link kept.
+    let dangling = dir.join("dangling.pickle");
+    std::os::unix::fs::symlink("made.pickle", &dangling).unwrap();
+    let (code, _, err) = vram(&["trace", "gpt2", "--out", dangling.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::symlink_metadata(&dangling)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::metadata(dir.join("made.pickle")).unwrap().len() > 0);
+
+    let fifo = dir.join("pipe.html");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP outputs_write_through_links_and_into_pipes (pipe): no mkfifo here"
+        );
+        return;
+    }
+    // The reader takes what vram writes; if vram replaced the pipe instead, the reader stays
+    // blocked on an open no writer makes, and the check below fails before anyone joins it.
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(&fifo).unwrap())
+    };
+    let (code, _, err) = vram(&["report", "--demo", "-o", fifo.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "the pipe was replaced"
+    );
+    let html = reader.join().unwrap();
+    assert!(html.starts_with(b"<!DOCTYPE html>"), "{} bytes", html.len());
+}
+
+/// The second audit: a `--duration` or `--leak-min-span` in hours beyond what a `Duration`
+/// holds (2^64 s) panicked in `Duration::from_secs_f64`; it is one line and exit 2.
+#[test]
+fn durations_beyond_a_duration_are_one_line_and_exit_2() {
+    let dir = tmp("durations");
+    let rec = dir.join("r.jsonl");
+    let rec = rec.to_str().unwrap();
+    for args in [
+        vec!["record", "--demo", "--out", rec, "--duration", "1e16h"],
+        vec!["record", "--demo", "--out", rec, "--duration", "1e300h"],
+        vec![
+            "record",
+            "--demo",
+            "--out",
+            rec,
+            "--count",
+            "1",
+            "--leak-check",
+            "--leak-min-span",
+            "6e15h",
+        ],
+    ] {
+        let (code, _, err) = vram(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("longer than a duration can be"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // 1e6 hours is a duration: the recording stops at --count.
+    let (code, _, err) = vram(&[
+        "record",
+        "--demo",
+        "--out",
+        rec,
+        "--count",
+        "1",
+        "--duration",
+        "1e6h",
+    ]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// The second audit: every command writes through the capturable streams, so an in-process
+/// run (the Python binding's `vramkit.cli`) gets what the binary prints; `vram doctor` and
+/// `vram top` wrote to the process's own stdout, and `vramkit.cli(["doctor", msg])` returned "".
+#[test]
+fn in_process_runs_return_what_the_binary_prints() {
+    for args in [
+        vec!["doctor", OOM_2_5, "--no-nvml"],
+        vec!["doctor", OOM_2_5, "--no-nvml", "--json"],
+        vec!["top", "--demo", "--once"],
+        vec!["top", "--demo", "--json", "--count", "1"],
+    ] {
+        let done = vram_cli::run_captured(args.clone());
+        assert_eq!(done.code, 0, "{args:?}");
+        let captured = String::from_utf8(done.stdout).unwrap();
+        let (_, printed, _) = vram(&args);
+        assert!(!captured.is_empty(), "{args:?} captured nothing");
+        if args[0] == "doctor" {
+            assert_eq!(captured, printed, "{args:?}");
+        } else {
+            // The demo's figures move with the clock; the shape is the same.
+            assert_eq!(
+                captured.lines().count(),
+                printed.lines().count(),
+                "{args:?}"
+            );
+        }
+    }
+}
+
+/// The second audit: text a shell saved as UTF-16 (Windows PowerShell 5's `>`), with a UTF-8
+/// byte-order mark, with bytes that are not UTF-8 on standard input, or with a terminal's colour
+/// codes around its figures, reads as the same text: the same diagnosis, lengths and report.
+/// Each was "no out-of-memory message found", "stream did not contain valid UTF-8", "item 1
+/// `\u{feff}10` is not a whole number" or "neither JSON nor JSON Lines".
+#[test]
+fn text_saved_as_utf16_with_a_bom_or_colour_codes_reads_the_same() {
+    let dir = tmp("encodings");
+    let (code, plain, err) = vram(&["doctor", OOM_2_5, "--no-nvml"]);
+    assert_eq!(code, 0, "{err}");
+    let mut be = vec![0xfe, 0xff];
+    be.extend(OOM_2_5.encode_utf16().flat_map(u16::to_be_bytes));
+    let mut bom8 = vec![0xef, 0xbb, 0xbf];
+    bom8.extend_from_slice(OOM_2_5.as_bytes());
+    let coloured = OOM_2_5
+        .replace(
+            "torch.OutOfMemoryError",
+            "\x1b[31mtorch.OutOfMemoryError\x1b[0m",
+        )
+        .replace("2.00 GiB", "\x1b[1m2.00 GiB\x1b[0m")
+        .replace(
+            "42.00 GiB",
+            "\x1b]8;;https://x\x07\x1b[1;36m42.00\x1b[0;0m GiB",
+        );
+    for (name, bytes) in [
+        ("le.txt", utf16le_with_bom(OOM_2_5)),
+        ("be.txt", be),
+        ("bom8.txt", bom8),
+        ("ansi.txt", coloured.into_bytes()),
+    ] {
+        let f = write(&dir, name, &bytes);
+        let (code, out, err) = vram(&["doctor", &f, "--no-nvml"]);
+        assert_eq!((code, out.as_str()), (0, plain.as_str()), "{name}: {err}");
+        let (code, out, err) = vram_in(&["doctor", "--no-nvml"], &bytes);
+        assert_eq!(
+            (code, out.as_str()),
+            (0, plain.as_str()),
+            "{name} on stdin: {err}"
+        );
+    }
+    // Latin-1 around the message: on standard input as from a file.
+    let mut latin1 = b"Fehler \xe9: ".to_vec();
+    latin1.extend_from_slice(OOM_2_5.as_bytes());
+    let (code, out, err) = vram_in(&["doctor", "--no-nvml"], &latin1);
+    assert_eq!((code, out.as_str()), (0, plain.as_str()), "{err}");
+
+    // Lengths.
+    let plain_len = write(&dir, "len.txt", b"128\n256\n512\n");
+    let (code, want, err) = vram(&["batch", "gpt2", "--lengths", &plain_len]);
+    assert_eq!(code, 0, "{err}");
+    for (name, bytes) in [
+        ("len16.txt", utf16le_with_bom("128\r\n256\r\n512\r\n")),
+        ("len8.txt", b"\xef\xbb\xbf128\n256\n512\n".to_vec()),
+    ] {
+        let f = write(&dir, name, &bytes);
+        let (code, out, err) = vram(&["batch", "gpt2", "--lengths", &f]);
+        assert_eq!((code, out.as_str()), (0, want.as_str()), "{name}: {err}");
+    }
+    let (code, out, err) = vram_in(
+        &["batch", "gpt2", "--lengths", "-"],
+        &utf16le_with_bom("128 256 512"),
+    );
+    assert_eq!((code, out.as_str()), (0, want.as_str()), "stdin: {err}");
+    let bad = write(&dir, "len_bad.txt", &[0x80, 0x31, 0x32]);
+    let (code, _, err) = vram(&["batch", "gpt2", "--lengths", &bad]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is not UTF-8 or UTF-16 text"), "{err}");
+
+    // An estimate's --json redirected by Windows PowerShell 5 renders as the UTF-8 one does.
+    let (_, json, _) = vram(&["estimate", "gpt2", "--json"]);
+    let j8 = write(&dir, "e8.json", json.as_bytes());
+    let j16 = write(&dir, "e16.json", &utf16le_with_bom(&json));
+    let h8 = dir.join("e8.html");
+    let h16 = dir.join("e16.html");
+    let (c8, _, e8) = vram(&["report", &j8, "-o", h8.to_str().unwrap()]);
+    let (c16, _, e16) = vram(&["report", &j16, "-o", h16.to_str().unwrap()]);
+    assert_eq!((c8, c16), (0, 0), "{e8} {e16}");
+    assert_eq!(
+        std::fs::read_to_string(&h8).unwrap(),
+        std::fs::read_to_string(&h16)
+            .unwrap()
+            .replace("e16.json", "e8.json")
+    );
+}
+
+/// The second audit: a config.json (or processor config) that starts with a UTF-8 byte-order
+/// mark is refused naming the mark, as transformers' `json.loads` refuses it; serde_json said
+/// only "expected value at line 1 column 1".
+#[test]
+fn a_config_with_a_byte_order_mark_is_refused_naming_it() {
+    let dir = tmp("bom-config");
+    let model = dir.join("m");
+    std::fs::create_dir_all(&model).unwrap();
+    let mut text = b"\xef\xbb\xbf".to_vec();
+    text.extend_from_slice(LLAMA.as_bytes());
+    std::fs::write(model.join("config.json"), &text).unwrap();
+    for cmd in ["estimate", "capacity", "checkpoint"] {
+        let (code, _, err) = vram(&[cmd, model.to_str().unwrap()]);
+        assert_eq!(code, 2, "{cmd}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("starts with a UTF-8 byte-order mark"), "{err}");
+    }
+}
+
+/// The second audit: text from a config never reaches the terminal as control characters. A
+/// `_name_or_path` holding a newline or an escape sequence named the model (the answer's first
+/// line split in two, the terminal recoloured); the config is named by its folder instead. An
+/// error quoting a config's string (an unknown `model_type`) shows them escaped.
+#[test]
+fn control_characters_from_a_config_never_reach_the_terminal() {
+    let dir = tmp("control");
+    let named = dir.join("folder-name");
+    std::fs::create_dir_all(&named).unwrap();
+    let cfg = LLAMA.replace(
+        '{',
+        r#"{"_name_or_path":"org/evil\nsecond line\u001b[31mred","#,
+    );
+    std::fs::write(named.join("config.json"), cfg).unwrap();
+    let (code, out, err) = vram(&["estimate", named.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("folder-name "), "{out}");
+    assert!(!out.contains('\x1b'), "{out}");
+    let (_, json, _) = vram(&["estimate", named.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["model"], "folder-name");
+
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(
+        bad.join("config.json"),
+        r#"{"model_type":"llama\u001b]0;pwned\u0007\u001b[2J\u202e"}"#,
+    )
+    .unwrap();
+    let (code, _, err) = vram(&["estimate", bad.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
+    assert!(
+        err.contains(r"llama\u{1b}]0;pwned\u{7}\u{1b}[2J\u{202e}"),
+        "{err}"
+    );
+}
+
+/// The second audit: a safetensors header whose dtype the reader does not know (F8_E8M0, the
+/// MXFP scales later safetensors releases name) is valid JSON, and the error says what it is
+/// instead of "not valid JSON".
+#[test]
+fn a_safetensors_dtype_vram_does_not_read_is_named() {
+    let dir = tmp("dtype");
+    let header = r#"{"s":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,4]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&[0; 4]);
+    let f = write(&dir, "scales.safetensors", &bytes);
+    let (code, _, err) = vram(&["estimate", &f]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("a tensor's dtype is not one vram reads (unknown variant `F8_E8M0`"),
+        "{err}"
+    );
+    assert!(!err.contains("not valid JSON"), "{err}");
+}
+
+/// The second audit: one batch of one sequence is said in the singular ("1 batches" before).
+#[test]
+fn one_batch_is_singular() {
+    let dir = tmp("singular");
+    let one = write(&dir, "one.txt", b"10\n");
+    let (code, out, err) = vram(&["batch", "gpt2", "--lengths", &one]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("1 sequence -> 1 batch on "), "{out}");
+    let two = write(&dir, "two.txt", b"10 20\n");
+    let (_, out, _) = vram(&["batch", "gpt2", "--lengths", &two]);
+    assert!(out.starts_with("2 sequences -> 1 batch on "), "{out}");
+}
+
+/// The second audit: `trace --out` and `--events` naming one file (or a link to the other)
+/// wrote the events over the snapshot and said "wrote x (895 KiB): 4,622 events", a snapshot
+/// that was not there. It is refused in one line, and nothing is written.
+#[test]
+#[cfg(unix)]
+fn two_outputs_naming_one_file_are_refused() {
+    let dir = tmp("same-output");
+    let same = dir.join("same.out");
+    let s = same.to_str().unwrap();
+    let (code, _, err) = vram(&["trace", "gpt2", "--out", s, "--events", s]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("two outputs name the same file"), "{err}");
+    assert!(!same.exists());
+    let alias = dir.join("alias.out");
+    std::os::unix::fs::symlink("same.out", &alias).unwrap();
+    let (code, _, err) = vram(&[
+        "trace",
+        "gpt2",
+        "--out",
+        s,
+        "--events",
+        alias.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(!same.exists());
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let dotted = format!("{}/sub/../same.out", dir.display());
+    let (code, _, err) = vram(&["trace", "gpt2", "--out", s, "--events", &dotted]);
+    assert_eq!(code, 2, "{err}");
+    // Two files: both written.
+    let events = dir.join("events.json");
+    let (code, _, err) = vram(&[
+        "trace",
+        "gpt2",
+        "--out",
+        s,
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(same.exists() && events.exists());
+}
+
+/// The second audit: `vram record --out config.json` emptied the config (its one unterminated
+/// line taken for a torn sample); a file that is not a recording is refused and left as it was.
+#[test]
+fn record_leaves_a_file_that_is_not_a_recording_alone() {
+    let dir = tmp("record-other");
+    let cfg = write(&dir, "config.json", LLAMA.as_bytes());
+    let (code, _, err) = vram(&["record", "--demo", "--out", &cfg, "--count", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is not a vram recording"), "{err}");
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), LLAMA);
+    // A recording is appended to.
+    let rec = dir.join("r.jsonl");
+    let rec = rec.to_str().unwrap();
+    for _ in 0..2 {
+        let (code, _, err) = vram(&["record", "--demo", "--out", rec, "--count", "1"]);
+        assert_eq!(code, 0, "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(rec).unwrap().lines().count(), 2);
+}
+
+/// The second audit: `vram report` on the --json of `vram models` or `vram gpus` says what it
+/// is, as it does for the doctor's ("JSON that is not an object" before).
+#[test]
+fn report_names_a_catalog_listing() {
+    let dir = tmp("report-catalog");
+    for cmd in ["models", "gpus"] {
+        let (code, json, _) = vram(&[cmd, "--json"]);
+        assert_eq!(code, 0);
+        let f = write(&dir, &format!("{cmd}.json"), json.as_bytes());
+        let html = dir.join(format!("{cmd}.html"));
+        let (code, _, err) = vram(&["report", &f, "-o", html.to_str().unwrap()]);
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("the --json of vram models or vram gpus (a catalog listing) has no page"),
+            "{err}"
+        );
+        assert!(!html.exists());
+    }
+    // Any other list is still "not an object".
+    let f = write(&dir, "list.json", b"[1, 2]");
+    let (code, _, err) = vram(&["report", &f, "-o", dir.join("l.html").to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("JSON that is not an object"), "{err}");
 }

@@ -521,7 +521,7 @@ fn strip_line_prefix(mut l: &str) -> &str {
 /// wrapped between words; nothing for lines cut at a fixed width, inside a
 /// word or a figure), runs of spaces made one space.
 pub(crate) fn flatten(text: &str, sep: &str) -> String {
-    let text = text
+    let text = without_terminal_codes(text)
         .replace("\\r\\n", "\n")
         .replace("\\n", "\n")
         .replace("\\'", "'")
@@ -541,6 +541,49 @@ pub(crate) fn flatten(text: &str, sep: &str) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `text` without the terminal's control sequences: ECMA-48 CSI (`ESC [` parameters, then one
+/// final byte from `@` to `~`: colours, cursor moves) and OSC (`ESC ]` up to BEL or `ESC \\`:
+/// titles, links). Logs carry them: vLLM's `_add_prefix` (vllm/utils) writes each worker
+/// line's `(VllmWorkerProcess pid=N)` prefix between `\x1b[1;36m` and `\x1b[0;0m`, into a file
+/// too until NO_COLOR and VLLM_LOGGING_COLOR were read there; `script`, `docker logs` of a `-t`
+/// container and CI logs keep colour codes. One around a figure (`\x1b[1m20.00 MiB\x1b[0m`)
+/// would hide it, one before a line would hide the prefix the line's reader strips.
+pub(crate) fn without_terminal_codes(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains('\x1b') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        match chars.peek() {
+            Some('[') => {
+                chars.next();
+                // Parameter and intermediate bytes, then the final byte.
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                chars.next();
+                while let Some(c) = chars.next() {
+                    if c == '\x07' || (c == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
+                        break;
+                    }
+                }
+            }
+            // A lone ESC (or another escape's first byte) is dropped.
+            _ => {}
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The reason [`parse`] gives when `text` holds no PyTorch out-of-memory message at all.

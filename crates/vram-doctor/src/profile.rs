@@ -206,7 +206,7 @@ fn last_paren<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 
 /// Reads the engine's profiling lines out of a pasted log, if it has any (see the module docs).
 pub fn read(text: &str) -> Option<StartupProfile> {
-    let t = text.to_ascii_lowercase();
+    let t = crate::message::without_terminal_codes(text).to_ascii_lowercase();
     let mut p = if t.contains("load weight end.") {
         sglang(&t)
     } else if t.contains("model weights take ") {

@@ -50,8 +50,11 @@ pub fn parse(text: &str, name: &str) -> Result<StatsDump> {
             Some(x) => x
                 .as_u64()
                 .or_else(|| {
+                    // A float only where it is a whole count a u64 holds (1e300 saturated).
                     x.as_f64()
-                        .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                        .filter(|f| {
+                            *f >= 0.0 && f.fract() == 0.0 && *f < 18_446_744_073_709_551_616.0
+                        })
                         .map(|f| f as u64)
                 })
                 .ok_or_else(|| bad(format!("`{key}` is not a byte count"))),
@@ -59,6 +62,13 @@ pub fn parse(text: &str, name: &str) -> Result<StatsDump> {
     };
     let allocated = get("allocated_bytes.all.current", true)?;
     let reserved = get("reserved_bytes.all.current", true)?;
+    // Every allocated block lies in a reserved segment (c10's CUDACachingAllocator counts a
+    // block's bytes in both), so PyTorch never writes more allocated than reserved.
+    if allocated > reserved {
+        return Err(bad(format!(
+            "allocated_bytes.all.current ({allocated}) is more than reserved_bytes.all.current ({reserved}), which torch.cuda.memory_stats() never reports: a dump edited by hand?"
+        )));
+    }
     Ok(StatsDump {
         allocated,
         allocated_peak: get("allocated_bytes.all.peak", false)?.max(allocated),

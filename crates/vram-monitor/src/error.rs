@@ -34,6 +34,15 @@ pub enum MonitorError {
         /// What is inconsistent.
         reason: String,
     },
+    /// The file `vram record` was asked to append to holds something other than a recording
+    /// (a config, a log): it is left as it is.
+    #[error("{path} is not a vram recording ({reason}): nothing was written to it; give a new file or a recording to append to")]
+    NotARecording {
+        /// The file.
+        path: String,
+        /// What its start holds instead of a sample.
+        reason: String,
+    },
     /// An I/O error while writing or reading a timeline.
     #[error("{context}: {source}")]
     Io {
@@ -54,6 +63,7 @@ impl MonitorError {
             MonitorError::NvmlUnavailable { .. }
                 | MonitorError::BadRecordLine { .. }
                 | MonitorError::InvalidScenario { .. }
+                | MonitorError::NotARecording { .. }
         )
     }
 

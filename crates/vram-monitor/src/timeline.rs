@@ -30,7 +30,14 @@ impl TimelineWriter {
     /// Open `path` for appending, creating it if needed. A torn last line
     /// left by a crash is removed first.
     ///
+    /// A file that is not empty must be a recording: its first line a sample, or (a crash
+    /// during the first write) one unterminated line that starts as a sample does. Anything
+    /// else (a config.json, a log named by mistake) is refused untouched: the repair cuts an
+    /// unterminated last line, and a JSON file without a newline is one such line, so
+    /// `vram record --out config.json` emptied the config.
+    ///
     /// # Errors
+    /// [`MonitorError::NotARecording`] for a file that holds something else;
     /// [`MonitorError::Io`] when the file cannot be opened or repaired.
     pub fn open(path: &Path) -> Result<Self> {
         let ctx = |what: &str| format!("{what} {}", path.display());
@@ -45,6 +52,7 @@ impl TimelineWriter {
             .map_err(|e| MonitorError::io(ctx("cannot stat"), e))?
             .len();
         if len > 0 {
+            check_recording(&mut file, path)?;
             // Find the last newline within the final 1 MiB (a line is far
             // shorter) and cut anything after it.
             let tail_len = len.min(1 << 20);
@@ -84,6 +92,33 @@ impl TimelineWriter {
     /// Lines appended by this writer.
     pub fn lines(&self) -> u64 {
         self.lines
+    }
+}
+
+/// How every line [`Sample::to_json_line`] writes begins.
+const SAMPLE_START: &str = "{\"t_ms\":";
+
+/// Refuses a file whose start is not a recording's ([`TimelineWriter::open`]).
+fn check_recording(file: &mut File, path: &Path) -> Result<()> {
+    let refuse = |reason: String| MonitorError::NotARecording {
+        path: path.display().to_string(),
+        reason,
+    };
+    // A line is far shorter than 1 MiB (one sample of a few GPUs and their processes).
+    let mut head = Vec::new();
+    file.seek(SeekFrom::Start(0))
+        .and_then(|_| (&mut *file).take(1 << 20).read_to_end(&mut head))
+        .map_err(|e| MonitorError::io(format!("cannot read {}", path.display()), e))?;
+    let Ok(text) = std::str::from_utf8(&head) else {
+        return Err(refuse("it is not UTF-8 text".into()));
+    };
+    match text.split_once('\n') {
+        Some((first, _)) => serde_json::from_str::<Sample>(first)
+            .map(|_| ())
+            .map_err(|e| refuse(format!("its first line is not a sample: {e}"))),
+        // One unterminated line: a torn first write is cut, anything else is not ours.
+        None if text.starts_with(SAMPLE_START) => Ok(()),
+        None => Err(refuse("it holds no sample line".into())),
     }
 }
 

@@ -78,10 +78,12 @@ pub const SHOWN: usize = 20;
 impl BatchReport {
     /// The first line: sequences, batches, the GPU and the fill.
     pub fn summary(&self) -> String {
+        let n = self.batches.batches.len();
         let head = format!(
-            "{} sequences -> {} batches on {} ({})",
+            "{} sequence{} -> {n} batch{} on {} ({})",
             self.sequences,
-            self.batches.batches.len(),
+            if self.sequences == 1 { "" } else { "s" },
+            if n == 1 { "" } else { "es" },
             self.gpu,
             bytes(self.capacity_bytes),
         );

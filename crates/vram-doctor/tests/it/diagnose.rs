@@ -322,3 +322,37 @@ fn a_recording_with_a_leaking_process_is_a_leak_cause() {
         d.notes
     );
 }
+
+/// The second audit: a `memory_stats()` dump PyTorch cannot write is refused, where it was
+/// taken: more allocated than reserved (every allocated block lies in a reserved segment), or
+/// a float count beyond 2^64 (1e300 saturated to u64::MAX).
+#[test]
+fn a_stats_dump_pytorch_cannot_write_is_refused() {
+    let e = stats::parse(
+        r#"{"allocated_bytes.all.current": 18446744073709551615, "reserved_bytes.all.current": 1}"#,
+        "d.json",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("is more than reserved_bytes.all.current (1)"),
+        "{e}"
+    );
+    let e = stats::parse(
+        r#"{"allocated_bytes.all.current": 1e300, "reserved_bytes.all.current": 1e300}"#,
+        "d.json",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("`allocated_bytes.all.current` is not a byte count"),
+        "{e}"
+    );
+    // Equal is what an allocator with no cached byte reports; floats that are whole counts read.
+    let s = stats::parse(
+        r#"{"allocated_bytes.all.current": 2.0e9, "reserved_bytes.all.current": 2000000000}"#,
+        "d.json",
+    )
+    .unwrap();
+    assert_eq!((s.allocated, s.reserved), (2_000_000_000, 2_000_000_000));
+}

@@ -456,3 +456,35 @@ fn rocm_logs_are_read_alike_and_their_weights_figure_is_qualified() {
     let d = explain_profiled(&parse(&b.log).unwrap(), Some(&plain), None);
     assert!(!d.explanation.contains("ROCm"), "{}", d.explanation);
 }
+
+/// A log saved with the terminal's colour codes reads as the plain one: vLLM's `_add_prefix`
+/// (vllm/utils) writes each worker line's `(VllmWorkerProcess pid=N)` between `\x1b[1;36m` and
+/// `\x1b[0;0m`, into a redirected file too before NO_COLOR was read there. Every block of
+/// `serving-profiles.txt`, its prefixes coloured, gives the same profile and the same error.
+#[test]
+fn a_log_with_colour_codes_reads_as_the_plain_one() {
+    let mut coloured_prefixes = 0;
+    for b in blocks() {
+        let coloured: String = b
+            .log
+            .lines()
+            .map(
+                |l| match l.strip_prefix('(').and_then(|r| r.split_once(") ")) {
+                    Some((who, rest)) => {
+                        coloured_prefixes += 1;
+                        format!("\x1b[1;36m({who})\x1b[0;0m {rest}\n")
+                    }
+                    None => format!("\x1b[32m{l}\x1b[0m\n"),
+                },
+            )
+            .collect();
+        assert_eq!(
+            profile::read(&coloured),
+            profile::read(&b.log),
+            "{}",
+            b.source
+        );
+        assert_eq!(parse(&coloured), parse(&b.log), "{}", b.source);
+    }
+    assert!(coloured_prefixes > 0, "no block has a worker prefix");
+}

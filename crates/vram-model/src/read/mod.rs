@@ -132,6 +132,23 @@ const STANDARD_DECODER_KEYS: &[&str] = &[
 /// Largest size accepted for any dimension; anything above is a typo or corrupt file.
 const MAX_DIM: u64 = 1 << 24;
 
+/// A JSON file that starts with a UTF-8 byte-order mark is refused by name: transformers reads
+/// config.json and the processor configs with `open(path, encoding="utf-8")` and `json.loads`
+/// (`PreTrainedConfig._dict_from_json_file`, `ImageProcessingMixin` likewise), which raises
+/// "Unexpected UTF-8 BOM", so the model does not load as it is; serde_json's own words
+/// ("expected value at line 1 column 1") do not say why.
+fn refuse_bom(text: &str, what: &str) -> Result<()> {
+    if text.starts_with('\u{feff}') {
+        return Err(Error::Json {
+            what: what.into(),
+            reason: "it starts with a UTF-8 byte-order mark, which transformers' json.loads \
+                     refuses too (\"Unexpected UTF-8 BOM\"); save it without one"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
 /// Parses the text of a `config.json`.
 ///
 /// `name` is used for display (the catalog id or the file's folder name).
@@ -149,6 +166,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             reason: "the file is empty".into(),
         });
     }
+    refuse_bom(text, "config.json")?;
     let cleaned = non_finite_to_json(text);
     let value: Value = serde_json::from_str(&cleaned).map_err(|e| Error::Json {
         what: "config.json".into(),
@@ -881,6 +899,7 @@ fn compressed_tensors_wna16(qc: &Cfg) -> Result<Option<WeightFormat>> {
 /// without a vision tower is left as it is.
 pub fn apply_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> {
     use crate::describe::VisionInput;
+    refuse_bom(text, "preprocessor_config.json")?;
     let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
         what: "preprocessor_config.json".into(),
         reason: e.to_string(),
@@ -952,6 +971,7 @@ pub fn apply_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> 
 /// changed; a model without such a tower is left as it is.
 pub fn apply_video_preprocessor(model: &mut Model, text: &str) -> Result<Vec<String>> {
     use crate::describe::{VideoSize, VisionInput};
+    refuse_bom(text, "video_preprocessor_config.json")?;
     let value: Value = serde_json::from_str(text).map_err(|e| Error::Json {
         what: "video_preprocessor_config.json".into(),
         reason: e.to_string(),

@@ -68,11 +68,20 @@ impl Tally {
             .ok_or_else(|| Error::Safetensors("header is shorter than its stated length".into()))?;
         let text = std::str::from_utf8(json)
             .map_err(|_| Error::Safetensors("header is not UTF-8".into()))?;
-        let meta: safetensors::tensor::Metadata =
-            serde_json::from_str(text).map_err(|e| Error::Json {
-                what: "safetensors header".into(),
-                reason: e.to_string(),
-            })?;
+        let meta: safetensors::tensor::Metadata = serde_json::from_str(text).map_err(|e| {
+            let reason = e.to_string();
+            // Valid JSON with a dtype the safetensors 0.4 crate does not name (later formats
+            // added F4, F6_E2M3, F6_E3M2, F8_E8M0 and C64, as huggingface/safetensors' `Dtype`
+            // names them): not a JSON error.
+            if e.is_data() && reason.starts_with("unknown variant") {
+                Error::Safetensors(format!("a tensor's dtype is not one vram reads ({reason})"))
+            } else {
+                Error::Json {
+                    what: "safetensors header".into(),
+                    reason,
+                }
+            }
+        })?;
         let mut tensors: Vec<_> = meta.tensors().into_iter().collect();
         tensors.sort_by_key(|(_, info)| info.data_offsets);
         let mut end = 0usize;

@@ -105,6 +105,17 @@ fn detect(text: &str) -> Result<Input> {
                 )))
             }
         }
+        // `vram models --json` and `vram gpus --json` are lists of catalog entries.
+        Ok(Value::Array(a))
+            if a.first().and_then(Value::as_object).is_some_and(|o| {
+                o.contains_key("id")
+                    && (o.contains_key("params") || o.contains_key("memory_bytes"))
+            }) =>
+        {
+            Err(unrec(
+                "the --json of vram models or vram gpus (a catalog listing) has no page: its text and its JSON are the whole answer",
+            ))
+        }
         Ok(_) => Err(unrec("JSON that is not an object")),
         Err(_) => {
             let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
