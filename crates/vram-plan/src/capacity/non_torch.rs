@@ -84,6 +84,30 @@ pub(super) fn interconnect(gpu: &Gpu, k: &Knobs) -> Interconnect {
     }
 }
 
+/// GPUs under one board's NVSwitches: the catalog's NVSwitch boards are the eight-GPU HGX ones
+/// (HGX A100 8-GPU, HGX H100/H200/H20, HGX B200), so one NVLink domain is one node of eight.
+const NVSWITCH_BOARD_GPUS: u64 = 8;
+
+/// The interconnect of the PP group. vLLM lays the ranks out as
+/// `torch.arange(world).reshape(-1, dp, pp, tp)` and takes each PP group as
+/// `all_ranks.transpose(2, 3).reshape(-1, pp)` (`distributed/parallel_state.py`
+/// `initialize_model_parallel`, as the code index's copies of vLLM's file write it; V0's older
+/// loop, `range(i, world_size, world_size // pp)`, gives the same groups at DP 1): a PP group's
+/// peers are `tp` ranks apart, and with each node's GPUs given ranks in order a TP x PP replica
+/// wider than one NVSwitch board puts them on different nodes. That group talks through NCCL's
+/// network transport, not the board's NVLink, whatever the TP group does. Boards without
+/// NVSwitch keep their own figure (the PCIe one, the same bytes as the network's here).
+pub(super) fn pp_interconnect(gpu: &Gpu, k: &Knobs) -> Interconnect {
+    match interconnect(gpu, k) {
+        Interconnect::NvSwitch | Interconnect::NvSwitchNvls
+            if k.tp * k.pp > NVSWITCH_BOARD_GPUS =>
+        {
+            Interconnect::Network
+        }
+        link => link,
+    }
+}
+
 /// NVLink links from one GPU to the NVSwitches and NCCL's bandwidth per link (GB/s,
 /// `SM80_NVLINK_BW` 20.0, `SM90_NVLINK_BW` 20.6, `SM100_NVLINK_BW` 40.0 in `src/graph/topo.h`), for
 /// the catalog's NVSwitch boards: HGX A100 12 links, HGX H100/H200/H20 and B200 18.
@@ -205,8 +229,8 @@ pub(super) fn vllm_custom_all_reduce(gpu: &Gpu, k: &Knobs) -> bool {
 /// group's, at the profile's first `torch.distributed` collective — connects the ring and the
 /// tree on every channel, the buffers [`nccl_nvswitch_ring_tree_bytes`] sizes over NVSwitch
 /// (the rule SGLang's start uses too).
-fn communicator(gpu: &Gpu, k: &Knobs, ranks: u64) -> (u64, String) {
-    match interconnect(gpu, k) {
+fn communicator(gpu: &Gpu, link: Interconnect, ranks: u64) -> (u64, String) {
+    match link {
         Interconnect::NvSwitch => {
             let (bytes, channels) = nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or_else(|| {
                 // A board outside the catalog's NVSwitch ones (`--interconnect nvswitch`): the
@@ -280,10 +304,9 @@ fn v0_nccl(k: &Knobs) -> (&'static str, u64) {
 /// (`cuMulticastGetGranularity`), which the source does not fix: that rounding is not counted.
 /// Over PCIe and across nodes the figures are [`communicator`]'s (NCCL 2.27's arithmetic, not
 /// re-derived at 2.20/2.21).
-fn v0_communicator(gpu: &Gpu, k: &Knobs, ranks: u64) -> (u64, String) {
-    let link = interconnect(gpu, k);
+fn v0_communicator(gpu: &Gpu, k: &Knobs, link: Interconnect, ranks: u64) -> (u64, String) {
     if !matches!(link, Interconnect::NvSwitch | Interconnect::NvSwitchNvls) {
-        return communicator(gpu, k, ranks);
+        return communicator(gpu, link, ranks);
     }
     let (ring_tree, channels) = nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or_else(|| {
         // A board outside the catalog's NVSwitch ones (`--interconnect`): the search's ceiling,
@@ -384,14 +407,14 @@ fn vllm_v0_before_07(k: &Knobs, gpu: &Gpu) -> (u64, String) {
     let (nccl, _) = v0_nccl(k);
     let mut comms = 0;
     if k.tp > 1 {
-        let (b, text) = v0_communicator(gpu, k, k.tp);
+        let (b, text) = v0_communicator(gpu, k, interconnect(gpu, k), k.tp);
         comms += 2 * b;
         parts.push(format!(
             "2 NCCL {nccl} communicators of the TP group, PyNccl's (built at init) and the process group's (connected by the profile's logits gather), {text} each"
         ));
     }
     if k.pp > 1 {
-        let (b, text) = v0_communicator(gpu, k, k.pp);
+        let (b, text) = v0_communicator(gpu, k, pp_interconnect(gpu, k), k.pp);
         comms += b;
         parts.push(format!(
             "PyNccl's NCCL {nccl} communicator of the PP group, {text}"
@@ -457,8 +480,14 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     // Communicators connected after the baseline: V1 at TP > 1 the process group's (and
     // PyNccl's bulk protocols, inside the same figure); V0 from 0.7 also PyNccl's own and the
     // custom all-reduce buffers (8 MiB + metadata) of the group it set up after the baseline.
-    let ranks = if k.tp > 1 { k.tp } else { k.pp };
-    let (comm, comm_src) = communicator(gpu, k, ranks);
+    // The group at `ranks` is the TP group where there is one, else the PP group; the PP
+    // group's own communicator (V1 before 0.9) is charged at its own link.
+    let (ranks, link) = if k.tp > 1 {
+        (k.tp, interconnect(gpu, k))
+    } else {
+        (k.pp, pp_interconnect(gpu, k))
+    };
+    let (comm, comm_src) = communicator(gpu, link, ranks);
     // V1 before 0.9 takes no baseline, so the CUDA context is inside the budget, and so is
     // every PyNccl communicator `init_device` built before the profile.
     let context = if engine::vllm_context_in_budget(k, v1) {
@@ -472,6 +501,15 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
         (true, true) => u64::from(k.tp > 1),
         (false, true) => 2,
     };
+    // V1 before 0.9 with TP and PP: one of the communicators is the PP group's, at its link.
+    let pp_apart = v1 && context > 0 && k.tp > 1 && k.pp > 1;
+    let (pp_comm, pp_src) = if pp_apart {
+        let link = pp_interconnect(gpu, k);
+        let (b, text) = communicator(gpu, link, k.pp);
+        (Some((b, text)), link != interconnect(gpu, k))
+    } else {
+        (None, false)
+    };
     // The custom all-reduce buffers count where the budget's reference point precedes them:
     // V0 (baseline before the distributed environment) and V1 before 0.9 (no baseline); the
     // `rank_data` tensor among them lands in the profile's PyTorch peak rather than outside
@@ -481,7 +519,11 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     } else {
         0
     };
-    let total = images + n_comms * comm + custom_ar + context;
+    let comms = match &pp_comm {
+        Some((pp_b, _)) => (n_comms - 1) * comm + pp_b,
+        None => n_comms * comm,
+    };
+    let total = images + comms + custom_ar + context;
     let baseline = if context > 0 {
         "V1 before 0.9, no baseline: the CUDA context counted"
     } else if v1 {
@@ -493,10 +535,15 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
         total,
         format!(
             "non-torch memory ({baseline}): {images_src}{}{}",
-            if n_comms > 0 {
-                format!("; {n_comms} NCCL communicator(s) connected by the profile run, {comm_src}")
-            } else {
-                String::new()
+            match (&pp_comm, pp_src) {
+                (Some((_, pp_text)), true) => format!(
+                    "; {} NCCL communicator(s) of the TP group, {comm_src}; the PP group's, which spans nodes (TP x PP wider than an eight-GPU NVSwitch board), {pp_text}",
+                    n_comms - 1
+                ),
+                _ if n_comms > 0 => format!(
+                    "; {n_comms} NCCL communicator(s) connected by the profile run, {comm_src}"
+                ),
+                _ => String::new(),
             },
             if custom_ar > 0 {
                 "; custom all-reduce 0.03 GiB (10 + 8 MiB of IPC buffers by cudaMalloc and an 8 MiB rank_data tensor, custom_all_reduce.py at 0.7.0-0.10.1)"
@@ -587,7 +634,16 @@ pub(super) fn vllm_init_communicators(
     } else {
         0
     };
-    let bytes = first + (groups - 1) * further + custom_ar;
+    // A PP group that spans nodes beside other groups is not one of the measured NVLS groups:
+    // it is charged at the network's communicator figure in place of a further NVLS one. (Alone,
+    // it is the process's first communicator, whose one-time NCCL state the first reading holds.)
+    let pp_net =
+        (nvls && groups > 1 && k.pp > 1 && pp_interconnect(gpu, k) == Interconnect::Network)
+            .then(|| communicator(gpu, Interconnect::Network, k.pp));
+    let bytes = match &pp_net {
+        Some((net, _)) => first + (groups - 2) * further + net + custom_ar,
+        None => first + (groups - 1) * further + custom_ar,
+    };
     let names = [
         (k.tp > 1, "TP"),
         (k.pp > 1, "PP"),
@@ -602,7 +658,11 @@ pub(super) fn vllm_init_communicators(
     Some((
         bytes,
         format!(
-            "beside the budget, the communicators at the baseline (V1 from 0.9 snapshots after the distributed environment): {groups} group(s) ({names}), {src}{}: {:.2} GiB",
+            "beside the budget, the communicators at the baseline (V1 from 0.9 snapshots after the distributed environment): {groups} group(s) ({names}), {src}{}{}: {:.2} GiB",
+            match &pp_net {
+                Some((_, text)) => format!("; the PP group spans nodes (TP x PP wider than an eight-GPU NVSwitch board) and counts in place of a further one at {text}"),
+                None => String::new(),
+            },
             if custom_ar > 0 {
                 ", and the TP group's custom all-reduce buffers, 0.03 GiB"
             } else {

@@ -3567,3 +3567,68 @@ fn vllm_non_torch_counts_custom_all_reduce_where_built_and_nccls_channels() {
     let context = vram_model::gpu::lookup("a100-80g").unwrap().context_bytes();
     assert_eq!(b, images + 2 * 24 * 12 * mib + 26 * mib + context);
 }
+
+/// A PP group whose peers sit on different nodes (TP x PP wider than one eight-GPU NVSwitch
+/// board, vLLM's `reshape(-1, dp, pp, tp)` layout) is charged the network's communicator, not
+/// the board's NVLink figure; the TP group keeps the board's.
+#[test]
+fn a_pp_group_across_nodes_is_charged_the_network_communicator() {
+    let mib = 1u64 << 20;
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let knobs = |tp: u64, pp: u64, version: [u32; 3]| Knobs {
+        tp,
+        pp,
+        engine_version: Some(version),
+        enforce_eager: true,
+        ..Knobs::default()
+    };
+    // The rule: wider than eight GPUs on an NVSwitch board; PCIe boards keep their own link.
+    assert_eq!(
+        non_torch::pp_interconnect(h100, &knobs(8, 2, [0, 8, 5])),
+        Interconnect::Network
+    );
+    assert_eq!(
+        non_torch::pp_interconnect(h100, &knobs(4, 2, [0, 8, 5])),
+        Interconnect::NvSwitchNvls
+    );
+    let l4 = vram_model::gpu::lookup("l4").unwrap();
+    assert_eq!(
+        non_torch::pp_interconnect(l4, &knobs(8, 2, [0, 8, 5])),
+        Interconnect::Pcie
+    );
+    // V1 before 0.9 (no baseline) at TP 8 x PP 2 on two H100 nodes: two TP communicators at the
+    // NVSwitch reading and the PP group's at the network's 51 MiB; within one node (TP 4 x PP 2)
+    // all three at the NVSwitch reading.
+    let nv = 1853 * mib;
+    let at = |tp: u64, pp: u64| {
+        let k = knobs(tp, pp, [0, 8, 5]);
+        let (v1, _) = engine::vllm_v1(&k, h100);
+        assert!(v1);
+        non_torch::vllm_non_torch(&k, v1, h100)
+    };
+    let (across, text) = at(8, 2);
+    let (within, _) = at(4, 2);
+    assert_eq!(within - across, nv - 51 * mib);
+    assert!(text.contains("spans nodes"), "{text}");
+    // V0 before 0.7: PyNccl's PP communicator across nodes at the network's figure.
+    let v0 = |tp: u64, pp: u64| {
+        let k = Knobs {
+            vllm_v0: true,
+            ..knobs(tp, pp, [0, 6, 6])
+        };
+        non_torch::vllm_non_torch(&k, false, h100)
+    };
+    let (b, text) = v0(8, 2);
+    assert!(text.contains("PP group, 0.05 GiB across nodes"), "{text}");
+    assert!(b > 0);
+    // V1 from 0.9 (the baseline's measured groups): the PP group across nodes replaces a further
+    // NVLS group's 0.48 GiB by 51 MiB.
+    let t = llama3();
+    let init = |tp: u64, pp: u64| {
+        non_torch::vllm_init_communicators(&t, h100, &knobs(tp, pp, [0, 19, 0]), true).unwrap()
+    };
+    let (a, text) = init(8, 2);
+    let (w, _) = init(4, 2);
+    assert_eq!(w - a, 492 * mib - 51 * mib);
+    assert!(text.contains("spans nodes"), "{text}");
+}
