@@ -20,6 +20,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 /// Config name (file stem) -> why `vram` cannot match it yet. Prune as support lands.
 const PENDING: &[(&str, &str)] = &[];
 
@@ -85,6 +87,26 @@ fn vram_json(args: &[String]) -> Result<Value, String> {
     serde_json::from_slice(&out.stdout).map_err(|e| format!("stdout is not JSON: {e}"))
 }
 
+/// One cache run of the reference (its batch B and prompt P) as `vram estimate CFG --inference
+/// --batch B --prompt P --new-tokens 1 --json` answers it, tagged `bB pP`.
+fn cache_run(cfg: &str, run: &Value) -> (String, Result<Value, String>) {
+    let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
+    let (b, p) = (b.to_string(), p.to_string());
+    let args = [
+        "estimate",
+        cfg,
+        "--inference",
+        "--batch",
+        &b,
+        "--prompt",
+        &p,
+        "--new-tokens",
+        "1",
+        "--json",
+    ];
+    (format!("b{b} p{p}"), vram_json(&args.map(String::from)))
+}
+
 /// Every mismatch between `vram` and the reference for one config (empty: it matches).
 fn compare(name: &str, entry: &Value) -> Vec<String> {
     let cfg = zoo_dir().join("configs").join(format!("{name}.json"));
@@ -112,24 +134,8 @@ fn compare(name: &str, entry: &Value) -> Vec<String> {
     }
 
     for run in entry["cache"].as_array().expect("cache runs") {
-        let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
-        let args: Vec<String> = [
-            "estimate",
-            &cfg,
-            "--inference",
-            "--batch",
-            &b.to_string(),
-            "--prompt",
-            &p.to_string(),
-            "--new-tokens",
-            "1",
-            "--json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let tag = format!("b{b} p{p}");
-        let v = match vram_json(&args) {
+        let (tag, v) = cache_run(&cfg, run);
+        let v = match v {
             Ok(v) => v,
             Err(e) => {
                 bad.push(format!("{tag}: {e}"));
@@ -519,25 +525,10 @@ fn causal_lm_verdict(model_type: &str, entry: &Value) -> Verdict {
         return Verdict::ParamsOnly(why.to_string());
     };
     for run in runs {
-        let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
-        let args: Vec<String> = [
-            "estimate",
-            &cfg,
-            "--inference",
-            "--batch",
-            &b.to_string(),
-            "--prompt",
-            &p.to_string(),
-            "--new-tokens",
-            "1",
-            "--json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let v = match vram_json(&args) {
+        let (tag, v) = cache_run(&cfg, run);
+        let v = match v {
             Ok(v) => v,
-            Err(e) => return Verdict::Wrong(format!("b{b} p{p}: {e}")),
+            Err(e) => return Verdict::Wrong(format!("{tag}: {e}")),
         };
         for kind in KINDS {
             for field in ["layers", "after_prefill_bytes", "after_decode_bytes"] {
@@ -545,7 +536,7 @@ fn causal_lm_verdict(model_type: &str, entry: &Value) -> Verdict {
                 let got = v["cache_by_kind"][kind][field].as_u64().unwrap_or(0);
                 if got != want {
                     return Verdict::Wrong(format!(
-                        "b{b} p{p} cache_by_kind.{kind}.{field}: vram {got}, transformers {want}"
+                        "{tag} cache_by_kind.{kind}.{field}: vram {got}, transformers {want}"
                     ));
                 }
             }
@@ -796,26 +787,7 @@ fn quantization_config_in_text_config_is_read() {
         "{text}"
     );
     // The HTML report of the same JSON.
-    let dir = std::env::temp_dir().join(format!("vram-kimi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (jf, hf) = (dir.join("e.json"), dir.join("e.html"));
-    std::fs::write(&jf, &json).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args([
-            "report".as_ref(),
-            jf.as_os_str(),
-            "--out".as_ref(),
-            hf.as_os_str(),
-        ])
-        .output()
-        .expect("run vram");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let html = std::fs::read_to_string(&hf).unwrap().replace("&#39;", "'");
-    std::fs::remove_dir_all(&dir).ok();
+    let html = common::unescape(&common::report("kimi", &json).0);
     for (label, b) in [
         ("weights held", held),
         ("weights as stored", stored),
