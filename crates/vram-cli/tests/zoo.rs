@@ -274,26 +274,23 @@ fn reference_file_is_whole() {
     }
 }
 
-/// Every config's mismatches, `vram` run on several configs at once (each a process).
-fn compare_all(models: &serde_json::Map<String, Value>) -> Vec<Vec<String>> {
+/// `f` on every item, on up to eight threads at once (each runs `vram` processes), in order.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let entries: Vec<(&String, &Value)> = models.iter().collect();
     let next = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(8);
-    let mut results: Vec<Option<Vec<String>>> = vec![None; entries.len()];
-    let done: Vec<Vec<(usize, Vec<String>)>> = std::thread::scope(|s| {
+    let mut results: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    let done: Vec<Vec<(usize, R)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
                     loop {
                         let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some((name, entry)) = entries.get(k) else {
-                            break;
-                        };
-                        mine.push((k, compare(name, entry)));
+                        let Some(item) = items.get(k) else { break };
+                        mine.push((k, f(item)));
                     }
                     mine
                 })
@@ -304,13 +301,19 @@ fn compare_all(models: &serde_json::Map<String, Value>) -> Vec<Vec<String>> {
             .map(|h| h.join().expect("worker"))
             .collect()
     });
-    for (k, bad) in done.into_iter().flatten() {
-        results[k] = Some(bad);
+    for (k, r) in done.into_iter().flatten() {
+        results[k] = Some(r);
     }
     results
         .into_iter()
-        .map(|r| r.expect("every config compared"))
+        .map(|r| r.expect("every item done"))
         .collect()
+}
+
+/// Every config's mismatches, `vram` run on several configs at once (each a process).
+fn compare_all(models: &serde_json::Map<String, Value>) -> Vec<Vec<String>> {
+    let entries: Vec<(&String, &Value)> = models.iter().collect();
+    par_map(&entries, |(name, entry)| compare(name, entry))
 }
 
 /// `vram` equals the reference on every config not in `PENDING`.
@@ -554,7 +557,6 @@ fn causal_lm_verdict(model_type: &str, entry: &Value) -> Verdict {
 /// exit 0. The counts are pinned so that a family that stops being exact shows.
 #[test]
 fn every_causal_lm_type_is_exact_or_refused() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let path = zoo_dir().join("causal_lm_expected.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc: Value = serde_json::from_str(&text).expect("causal_lm_expected.json parses");
@@ -579,38 +581,11 @@ fn every_causal_lm_type_is_exact_or_refused() {
         );
     }
 
-    let next = AtomicUsize::new(0);
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(8);
-    let mut verdicts: Vec<Option<Verdict>> = vec![None; built.len()];
-    let done: Vec<Vec<(usize, Verdict)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some((t, e)) = built.get(k) else { break };
-                        mine.push((k, causal_lm_verdict(t, e)));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("worker"))
-            .collect()
-    });
-    for (k, v) in done.into_iter().flatten() {
-        verdicts[k] = Some(v);
-    }
+    let verdicts = par_map(&built, |(t, e)| causal_lm_verdict(t, e));
 
     let mut counts = [0usize; 5];
     let mut wrong = Vec::new();
     for ((t, e), v) in built.iter().zip(verdicts) {
-        let v = v.expect("every type judged");
         let (i, line) = match &v {
             Verdict::Exact => (0, "exact".to_string()),
             Verdict::TextModel => (1, "text model, towers noted".to_string()),
