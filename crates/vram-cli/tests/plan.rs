@@ -119,7 +119,7 @@ fn pins_are_honoured() {
 
 #[test]
 fn nothing_fits_is_a_result() {
-    let (code, out, _) = vram(&[
+    let args = [
         "plan",
         "llama-2-70b",
         "--cluster",
@@ -130,25 +130,14 @@ fn nothing_fits_is_a_result() {
         "8",
         "--seq",
         "4096",
-        "--json",
-    ]);
+    ];
+    let (code, out, _) = vram(&[&args[..], &["--json"]].concat());
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["plans"].as_array().unwrap().len(), 0);
     assert!(v["closest"]["peak_bytes_per_gpu"].as_u64().unwrap() > 24 << 30);
     assert!(!v["suggestions"].as_array().unwrap().is_empty());
-    let (code, out, _) = vram(&[
-        "plan",
-        "llama-2-70b",
-        "--cluster",
-        "workstation",
-        "--gpus",
-        "1",
-        "--global-batch",
-        "8",
-        "--seq",
-        "4096",
-    ]);
+    let (code, out, _) = vram(&args);
     assert_eq!(code, 0);
     assert!(out.contains("nothing fits"), "{out}");
     assert!(out.contains("GPUs would fit it"), "{out}");
