@@ -1,18 +1,8 @@
 //! `vram estimate --finetune lora|qlora`, `--weights` (issue 22): bad input, output contracts.
 
-use std::process::Command;
+mod common;
 
-fn vram(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(args)
-        .output()
-        .expect("run vram");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::vram;
 
 fn json(args: &[&str]) -> serde_json::Value {
     let mut a = args.to_vec();

@@ -1,18 +1,8 @@
 //! End-to-end tests of `vram plan`, `vram batch` and `vram checkpoint`.
 
-use std::process::Command;
+mod common;
 
-fn vram(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(args)
-        .output()
-        .expect("run vram");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{refused, vram};
 
 const BASE: &[&str] = &[
     "plan",
@@ -129,7 +119,7 @@ fn pins_are_honoured() {
 
 #[test]
 fn nothing_fits_is_a_result() {
-    let (code, out, _) = vram(&[
+    let args = [
         "plan",
         "llama-2-70b",
         "--cluster",
@@ -140,25 +130,14 @@ fn nothing_fits_is_a_result() {
         "8",
         "--seq",
         "4096",
-        "--json",
-    ]);
+    ];
+    let (code, out, _) = vram(&[&args[..], &["--json"]].concat());
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["plans"].as_array().unwrap().len(), 0);
     assert!(v["closest"]["peak_bytes_per_gpu"].as_u64().unwrap() > 24 << 30);
     assert!(!v["suggestions"].as_array().unwrap().is_empty());
-    let (code, out, _) = vram(&[
-        "plan",
-        "llama-2-70b",
-        "--cluster",
-        "workstation",
-        "--gpus",
-        "1",
-        "--global-batch",
-        "8",
-        "--seq",
-        "4096",
-    ]);
+    let (code, out, _) = vram(&args);
     assert_eq!(code, 0);
     assert!(out.contains("nothing fits"), "{out}");
     assert!(out.contains("GPUs would fit it"), "{out}");
@@ -198,13 +177,10 @@ fn emit_refuses_what_the_engine_refuses() {
     ] {
         let mut args = with(&["--emit", "deepspeed", "--pp", "4"]);
         args.extend_from_slice(extra);
-        let (code, out, err) = vram(&args);
-        assert_eq!(code, 2, "{err}");
-        assert!(out.is_empty());
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = refused(&args);
         assert!(err.contains(rule), "{err}");
     }
-    let (code, out, err) = vram(&[
+    let err = refused(&[
         "plan",
         "gpt2-xl",
         "--gpu",
@@ -220,9 +196,6 @@ fn emit_refuses_what_the_engine_refuses() {
         "--emit",
         "megatron",
     ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(out.is_empty());
-    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("megatron cannot run this plan") && err.contains("untie"),
         "{err}"
@@ -266,10 +239,7 @@ fn bad_input_exits_2_on_one_line() {
             "128",
         ],
     ] {
-        let (code, out, err) = vram(&args);
-        assert_eq!(code, 2, "{args:?}: {err}");
-        assert!(out.is_empty());
-        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        refused(&args);
     }
 }
 
@@ -675,12 +645,8 @@ fn pins_that_cannot_hold_together_are_named() {
         ),
     ] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vram"))
-            .args(&args)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let (code, _, err) = vram(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(says), "{args:?}: {err}");
     }

@@ -31,18 +31,7 @@ fn readme_examples_print_what_the_readme_shows() {
         cases.env(k, v);
     }
     // What the caller's environment would change: set empty, which vram reads as unset.
-    for k in [
-        "HF_TOKEN",
-        "HUGGING_FACE_HUB_TOKEN",
-        "HF_TOKEN_PATH",
-        "HF_HUB_CACHE",
-        "HUGGINGFACE_HUB_CACHE",
-        "HF_HUB_OFFLINE",
-        "TRANSFORMERS_OFFLINE",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "SSL_CERT_FILE",
-    ] {
+    for &k in fakehub::CALLER_VARS {
         cases.env(k, "");
     }
     cases.case(readme()).run();

@@ -3,7 +3,10 @@
 //! says which layout it assumed; `vram capacity` reads the same storage for a catalog id and
 //! its config file.
 
+mod common;
 mod fakehub;
+
+use common::{report, report_file, unescape};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -432,23 +435,7 @@ fn awq_moe_experts_are_packed_by_the_engines_and_built_by_transformers() {
         "{text}"
     );
     assert!(!text.contains("dequantized into"), "{text}");
-    let (jf, hf) = (dir.join("e.json"), dir.join("e.html"));
-    std::fs::write(&jf, v.to_string()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args([
-            "report".as_ref(),
-            jf.as_os_str(),
-            "--out".as_ref(),
-            hf.as_os_str(),
-        ])
-        .output()
-        .expect("run vram");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let html = std::fs::read_to_string(&hf).unwrap().replace("&#39;", "'");
+    let html = unescape(&report("awq-moe", &v.to_string()).0);
     std::fs::remove_dir_all(&dir).ok();
     assert!(
         html.contains("held as built, not loaded from the checkpoint"),
@@ -478,23 +465,14 @@ fn a_version_1_estimate_renders_what_that_vram_held() {
     let old: Value = serde_json::from_str(&text).unwrap();
     let stored = u(&old["weights_load"], "stored_bytes");
     let d = tmp("v1");
-    let run = |input: &Path, out: &Path| {
-        Command::new(env!("CARGO_BIN_EXE_vram"))
-            .args(["report".as_ref(), input.as_os_str()])
-            .args(["--out".as_ref(), out.as_os_str()])
-            .output()
-            .expect("run vram")
-    };
     let page = d.join("v1.html");
-    let out = run(&w4a16, &page);
+    let out = report_file(&w4a16, &page);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let html = std::fs::read_to_string(&page)
-        .unwrap()
-        .replace("&#39;", "'");
+    let html = unescape(&std::fs::read_to_string(&page).unwrap());
     let gib = format!("{:.1} GiB", stored as f64 / (1u64 << 30) as f64);
     assert!(
         html.contains("weights held as stored") && html.contains(&gib),
@@ -520,7 +498,7 @@ fn a_version_1_estimate_renders_what_that_vram_held() {
         ),
     ] {
         let page = d.join("refused.html");
-        let out = run(&input, &page);
+        let out = report_file(&input, &page);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");

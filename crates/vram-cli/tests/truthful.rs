@@ -2,19 +2,9 @@
 //! name only changes, refusals where a figure would be nonsense, `vram batch` on realistic
 //! lengths.
 
-use std::process::Command;
+mod common;
 
-fn vram(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(args)
-        .output()
-        .expect("run vram");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{refused, unescape, vram};
 
 /// Item 5: clap's own messages name the missing arguments and the accepted values; the
 /// one-line rewrap used to keep only clap's first line, which names none of them.
@@ -33,10 +23,7 @@ fn usage_errors_name_what_is_missing() {
         ),
     ];
     for (args, wanted) in cases {
-        let (code, out, err) = vram(args);
-        assert_eq!(code, 2, "{args:?}");
-        assert!(out.is_empty(), "{args:?}");
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        let err = refused(args);
         for w in *wanted {
             assert!(err.contains(w), "{args:?}: {err} lacks {w}");
         }
@@ -171,10 +158,7 @@ fn cnn_and_encoder_get_what_applies() {
         &["estimate", "gpt2", "--image-size", "512"],
         &["estimate", "resnet-50", "--image-size", "16"],
     ] {
-        let (code, out, err) = vram(args);
-        assert_eq!(code, 2, "{args:?}: {out}");
-        assert!(out.is_empty());
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        let err = refused(args);
         assert!(!err.contains("16777216"));
     }
     let (code, out, err) = vram(&["estimate", "resnet-50", "--micro-batch", "64"]);
@@ -389,7 +373,8 @@ fn a_sampled_decode_is_said_everywhere_and_every_step_samples_nothing() {
         .collect();
     assert!(notes.contains(&full.as_str()), "{notes:?}");
     // The HTML report of that JSON lists it as the text does.
-    let html = report_page("sampled-decode", &json)
+    let html = common::report("sampled-decode", &json)
+        .0
         .replace("&amp;", "&")
         .replace("&#39;", "'")
         .replace("&quot;", "\"");
@@ -429,11 +414,7 @@ fn page_text(html: &str) -> String {
             _ => {}
         }
     }
-    out.replace("&amp;", "&")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
+    unescape(&out)
 }
 
 /// The `<p>` or `<li>` texts of the element with `id`.
@@ -628,10 +609,7 @@ fn text_json_and_html_of_an_estimate_agree() {
 /// refused in one line.
 #[test]
 fn timeline_under_finetune_is_refused() {
-    let (code, out, err) = vram(&["estimate", "llama-3-8b", "--finetune", "lora", "--timeline"]);
-    assert_eq!(code, 2, "{out}{err}");
-    assert!(out.is_empty());
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = refused(&["estimate", "llama-3-8b", "--finetune", "lora", "--timeline"]);
     assert!(
         err.contains("--timeline") && err.contains("--finetune lora"),
         "{err}"
@@ -731,11 +709,7 @@ fn lora_targets_peft_refuses_are_refused_with_the_ones_it_accepts() {
 /// Issue 31 item 5: `vram plan` needs `--gpu` or `--cluster`, and its usage line says so.
 #[test]
 fn plan_usage_names_gpu_or_cluster() {
-    let o = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(["plan", "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&o.stdout);
+    let (_, help, _) = vram(&["plan", "--help"]);
     let usage = help.lines().find(|l| l.starts_with("Usage:")).unwrap();
     assert!(
         usage.contains("<--gpu <GPU>|--cluster <CLUSTER>>"),
@@ -774,11 +748,8 @@ fn plan_usage_names_gpu_or_cluster() {
 #[test]
 fn help_texts_say_what_the_parsers_accept() {
     let help = |cmd: &str| {
-        let o = Command::new(env!("CARGO_BIN_EXE_vram"))
-            .args([cmd, "--help"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout)
+        vram(&[cmd, "--help"])
+            .1
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ")
@@ -1240,38 +1211,12 @@ fn text_and_json(args: &[&str]) -> (String, String, serde_json::Value) {
     (text, json, v)
 }
 
-/// The page `vram report` makes of `json` (`name` names the files it goes through).
-fn report_page(name: &str, json: &str) -> String {
-    // One folder per call: tests run in parallel threads and several render the same kind.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("report-pages")
-        .join(format!("{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (jf, hf) = (
-        dir.join(format!("{name}.json")),
-        dir.join(format!("{name}.html")),
-    );
-    std::fs::write(&jf, json).unwrap();
-    let (code, _, err) = vram(&[
-        "report",
-        jf.to_str().unwrap(),
-        "--out",
-        hf.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{name}: {err}");
-    let html = std::fs::read_to_string(&hf).unwrap();
-    std::fs::remove_dir_all(&dir).ok();
-    html
-}
-
 /// Runs `vram ARGS` for its text, `ARGS --json` for its JSON (schema version 2), and `vram
 /// report` on that JSON for its page (`name` names the files).
 fn three_outputs(name: &str, args: &[&str]) -> (String, serde_json::Value, String) {
     let (text, json, v) = text_and_json(args);
     assert_eq!(v["schema_version"], 2, "{args:?}");
-    (text, v, report_page(name, &json))
+    (text, v, common::report(name, &json).0)
 }
 
 /// The cells of the HTML table with `id`, row by row.
@@ -1541,7 +1486,7 @@ fn every_command_that_describes_a_model_prints_its_notes() {
             "{name}: {json}"
         );
         if name != "doctor" {
-            let html = report_page(&format!("noted-{name}"), &json);
+            let (html, _) = common::report(&format!("noted-{name}"), &json);
             assert!(
                 page_text(section(&html, "notes").unwrap()).contains(note),
                 "{name}: the page lacks the note"

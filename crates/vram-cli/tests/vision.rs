@@ -7,21 +7,12 @@
 //! same reference file.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::Value;
 
-fn vram(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(args)
-        .output()
-        .expect("run vram");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+
+use common::vram;
 
 fn json(args: &[&str]) -> Value {
     let mut a = vec!["estimate"];

@@ -20,6 +20,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 /// Config name (file stem) -> why `vram` cannot match it yet. Prune as support lands.
 const PENDING: &[(&str, &str)] = &[];
 
@@ -85,6 +87,26 @@ fn vram_json(args: &[String]) -> Result<Value, String> {
     serde_json::from_slice(&out.stdout).map_err(|e| format!("stdout is not JSON: {e}"))
 }
 
+/// One cache run of the reference (its batch B and prompt P) as `vram estimate CFG --inference
+/// --batch B --prompt P --new-tokens 1 --json` answers it, tagged `bB pP`.
+fn cache_run(cfg: &str, run: &Value) -> (String, Result<Value, String>) {
+    let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
+    let (b, p) = (b.to_string(), p.to_string());
+    let args = [
+        "estimate",
+        cfg,
+        "--inference",
+        "--batch",
+        &b,
+        "--prompt",
+        &p,
+        "--new-tokens",
+        "1",
+        "--json",
+    ];
+    (format!("b{b} p{p}"), vram_json(&args.map(String::from)))
+}
+
 /// Every mismatch between `vram` and the reference for one config (empty: it matches).
 fn compare(name: &str, entry: &Value) -> Vec<String> {
     let cfg = zoo_dir().join("configs").join(format!("{name}.json"));
@@ -112,24 +134,8 @@ fn compare(name: &str, entry: &Value) -> Vec<String> {
     }
 
     for run in entry["cache"].as_array().expect("cache runs") {
-        let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
-        let args: Vec<String> = [
-            "estimate",
-            &cfg,
-            "--inference",
-            "--batch",
-            &b.to_string(),
-            "--prompt",
-            &p.to_string(),
-            "--new-tokens",
-            "1",
-            "--json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let tag = format!("b{b} p{p}");
-        let v = match vram_json(&args) {
+        let (tag, v) = cache_run(&cfg, run);
+        let v = match v {
             Ok(v) => v,
             Err(e) => {
                 bad.push(format!("{tag}: {e}"));
@@ -268,26 +274,23 @@ fn reference_file_is_whole() {
     }
 }
 
-/// Every config's mismatches, `vram` run on several configs at once (each a process).
-fn compare_all(models: &serde_json::Map<String, Value>) -> Vec<Vec<String>> {
+/// `f` on every item, on up to eight threads at once (each runs `vram` processes), in order.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let entries: Vec<(&String, &Value)> = models.iter().collect();
     let next = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(8);
-    let mut results: Vec<Option<Vec<String>>> = vec![None; entries.len()];
-    let done: Vec<Vec<(usize, Vec<String>)>> = std::thread::scope(|s| {
+    let mut results: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    let done: Vec<Vec<(usize, R)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
                     loop {
                         let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some((name, entry)) = entries.get(k) else {
-                            break;
-                        };
-                        mine.push((k, compare(name, entry)));
+                        let Some(item) = items.get(k) else { break };
+                        mine.push((k, f(item)));
                     }
                     mine
                 })
@@ -298,13 +301,19 @@ fn compare_all(models: &serde_json::Map<String, Value>) -> Vec<Vec<String>> {
             .map(|h| h.join().expect("worker"))
             .collect()
     });
-    for (k, bad) in done.into_iter().flatten() {
-        results[k] = Some(bad);
+    for (k, r) in done.into_iter().flatten() {
+        results[k] = Some(r);
     }
     results
         .into_iter()
-        .map(|r| r.expect("every config compared"))
+        .map(|r| r.expect("every item done"))
         .collect()
+}
+
+/// Every config's mismatches, `vram` run on several configs at once (each a process).
+fn compare_all(models: &serde_json::Map<String, Value>) -> Vec<Vec<String>> {
+    let entries: Vec<(&String, &Value)> = models.iter().collect();
+    par_map(&entries, |(name, entry)| compare(name, entry))
 }
 
 /// `vram` equals the reference on every config not in `PENDING`.
@@ -519,25 +528,10 @@ fn causal_lm_verdict(model_type: &str, entry: &Value) -> Verdict {
         return Verdict::ParamsOnly(why.to_string());
     };
     for run in runs {
-        let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
-        let args: Vec<String> = [
-            "estimate",
-            &cfg,
-            "--inference",
-            "--batch",
-            &b.to_string(),
-            "--prompt",
-            &p.to_string(),
-            "--new-tokens",
-            "1",
-            "--json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let v = match vram_json(&args) {
+        let (tag, v) = cache_run(&cfg, run);
+        let v = match v {
             Ok(v) => v,
-            Err(e) => return Verdict::Wrong(format!("b{b} p{p}: {e}")),
+            Err(e) => return Verdict::Wrong(format!("{tag}: {e}")),
         };
         for kind in KINDS {
             for field in ["layers", "after_prefill_bytes", "after_decode_bytes"] {
@@ -545,7 +539,7 @@ fn causal_lm_verdict(model_type: &str, entry: &Value) -> Verdict {
                 let got = v["cache_by_kind"][kind][field].as_u64().unwrap_or(0);
                 if got != want {
                     return Verdict::Wrong(format!(
-                        "b{b} p{p} cache_by_kind.{kind}.{field}: vram {got}, transformers {want}"
+                        "{tag} cache_by_kind.{kind}.{field}: vram {got}, transformers {want}"
                     ));
                 }
             }
@@ -563,7 +557,6 @@ fn causal_lm_verdict(model_type: &str, entry: &Value) -> Verdict {
 /// exit 0. The counts are pinned so that a family that stops being exact shows.
 #[test]
 fn every_causal_lm_type_is_exact_or_refused() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let path = zoo_dir().join("causal_lm_expected.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc: Value = serde_json::from_str(&text).expect("causal_lm_expected.json parses");
@@ -588,38 +581,11 @@ fn every_causal_lm_type_is_exact_or_refused() {
         );
     }
 
-    let next = AtomicUsize::new(0);
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(8);
-    let mut verdicts: Vec<Option<Verdict>> = vec![None; built.len()];
-    let done: Vec<Vec<(usize, Verdict)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some((t, e)) = built.get(k) else { break };
-                        mine.push((k, causal_lm_verdict(t, e)));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("worker"))
-            .collect()
-    });
-    for (k, v) in done.into_iter().flatten() {
-        verdicts[k] = Some(v);
-    }
+    let verdicts = par_map(&built, |(t, e)| causal_lm_verdict(t, e));
 
     let mut counts = [0usize; 5];
     let mut wrong = Vec::new();
     for ((t, e), v) in built.iter().zip(verdicts) {
-        let v = v.expect("every type judged");
         let (i, line) = match &v {
             Verdict::Exact => (0, "exact".to_string()),
             Verdict::TextModel => (1, "text model, towers noted".to_string()),
@@ -796,26 +762,7 @@ fn quantization_config_in_text_config_is_read() {
         "{text}"
     );
     // The HTML report of the same JSON.
-    let dir = std::env::temp_dir().join(format!("vram-kimi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (jf, hf) = (dir.join("e.json"), dir.join("e.html"));
-    std::fs::write(&jf, &json).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args([
-            "report".as_ref(),
-            jf.as_os_str(),
-            "--out".as_ref(),
-            hf.as_os_str(),
-        ])
-        .output()
-        .expect("run vram");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let html = std::fs::read_to_string(&hf).unwrap().replace("&#39;", "'");
-    std::fs::remove_dir_all(&dir).ok();
+    let html = common::unescape(&common::report("kimi", &json).0);
     for (label, b) in [
         ("weights held", held),
         ("weights as stored", stored),

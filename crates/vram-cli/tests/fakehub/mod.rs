@@ -110,24 +110,27 @@ pub fn vars(hub: &FakeHub, dir: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// `vars`, and the variables of the caller's environment that would change what `vram`
-/// reads removed.
+/// The variables of the caller's environment that would change what `vram` reads from the hub
+/// (`vram_hub::env`; it reads an empty one as unset).
+pub const CALLER_VARS: &[&str] = &[
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_TOKEN_PATH",
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "MODELSCOPE_OFFLINE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "SSL_CERT_FILE",
+    "HF_HUB_ETAG_TIMEOUT",
+    "HF_HUB_DOWNLOAD_TIMEOUT",
+];
+
+/// `vars`, and `CALLER_VARS` removed.
 pub fn env(cmd: &mut Command, hub: &FakeHub, dir: &Path) {
-    for k in [
-        "HF_TOKEN",
-        "HUGGING_FACE_HUB_TOKEN",
-        "HF_TOKEN_PATH",
-        "HF_HUB_CACHE",
-        "HUGGINGFACE_HUB_CACHE",
-        "HF_HUB_OFFLINE",
-        "TRANSFORMERS_OFFLINE",
-        "MODELSCOPE_OFFLINE",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "SSL_CERT_FILE",
-        "HF_HUB_ETAG_TIMEOUT",
-        "HF_HUB_DOWNLOAD_TIMEOUT",
-    ] {
+    for k in CALLER_VARS {
         cmd.env_remove(k);
     }
     for (k, v) in vars(hub, dir) {

@@ -248,28 +248,12 @@ proptest::proptest! {
 
 mod step {
     use super::config;
+    use crate::setups::finetune as spec;
     use vram_model::arch::Model;
     use vram_model::estimate::Category;
     use vram_model::finetune::step::{estimate, FinetuneSpec, Method};
-    use vram_model::finetune::{LoraSpec, Targets, WeightFormat};
+    use vram_model::finetune::WeightFormat;
     use vram_model::setup::{Mode, Setup, Train};
-
-    fn spec(method: Method, weights: WeightFormat) -> FinetuneSpec {
-        FinetuneSpec {
-            method,
-            weights,
-            double_quant: false,
-            lora: LoraSpec {
-                rank: 16,
-                alpha: 32,
-                dropout: 0.0,
-                targets: Targets::AllLinear,
-            },
-            skip_modules: Vec::new(),
-            prepare_kbit: false,
-            gradient_checkpointing: true,
-        }
-    }
 
     fn setup(mb: u64) -> Setup {
         Setup {

@@ -11,7 +11,7 @@
 //! dependence can be above a device the replay runs on. `mistral-7b` below is the case a user
 //! met: "largest micro-batch that fits: 22" beside "micro-batch 22 does NOT fit".
 
-use crate::setups::generate;
+use crate::setups::{finetune, generate};
 use vram_model::arch::Model;
 use vram_model::estimate::{
     fits, largest_batch, largest_context_to, max_batch, Largest, BELOW, SCAN,
@@ -337,29 +337,6 @@ fn checked_above(id: &str, l: &Largest, fits_at: impl Fn(u64) -> bool) {
                 assert!(!fits_at(n), "{id}: {n} fits above the answer {}", l.value);
             }
         }
-    }
-}
-
-/// A LoRA/QLoRA step as `vram estimate --finetune` builds it by default (PEFT's r 16, alpha
-/// 32, all-linear; TRL's gradient checkpointing), at micro-batch 1.
-fn finetune(
-    method: vram_model::finetune::step::Method,
-    weights: vram_model::finetune::WeightFormat,
-) -> vram_model::finetune::step::FinetuneSpec {
-    use vram_model::finetune::{LoraSpec, Targets};
-    vram_model::finetune::step::FinetuneSpec {
-        method,
-        weights,
-        double_quant: false,
-        lora: LoraSpec {
-            rank: 16,
-            alpha: 32,
-            dropout: 0.0,
-            targets: Targets::AllLinear,
-        },
-        skip_modules: Vec::new(),
-        prepare_kbit: false,
-        gradient_checkpointing: true,
     }
 }
 

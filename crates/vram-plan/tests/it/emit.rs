@@ -441,30 +441,7 @@ const LLAMA_3_1_8B: &str = include_str!("../../../../tests/engines/data/configs/
 fn megatron_arguments_build_llama_3_1_8b_not_gpt_2() {
     // Megatron-LM's defaults are GPT-2's (biases on every linear layer, rotary base 10000, no
     // scaling): each way Llama 3.1 differs is written.
-    let model = vram_model::hf::parse_config(LLAMA_3_1_8B, "llama-3.1-8b").unwrap();
-    let Model::Transformer(t) = &model else {
-        unreachable!()
-    };
-    let mut req = Request::new(
-        model.clone(),
-        Cluster::for_gpu("h100-80g", 16).unwrap(),
-        256,
-        4096,
-    );
-    req.pins = Pins {
-        tp: Some(2),
-        pp: Some(1),
-        zero: Some(1),
-        ..Pins::default()
-    };
-    req.top = 1;
-    let p = search(&req, &mut |_| {}).unwrap().plans[0].clone();
-    let job = Job {
-        config: Some(LLAMA_3_1_8B),
-        stack: vram_plan::Stack::Megatron,
-        ..job(t)
-    };
-    let s = vram_plan::emit::emit(vram_plan::emit::Engine::Megatron, &p, &job).unwrap();
+    let s = megatron_script(LLAMA_3_1_8B, "llama-3.1-8b");
     let args: Vec<&str> = s.lines().map(|l| l.trim_end_matches(" \\")).collect();
     for arg in [
         "--disable-bias-linear",
@@ -528,7 +505,9 @@ const MEGATRON_FLAGS: &str = include_str!("../../../../tests/engines/data/megatr
 /// `rms_norm_eps`: `MistralConfig`'s default 1e-6).
 const MISTRAL_7B: &str = include_str!("../../../../tests/engines/data/configs/mistral-7b.json");
 
-fn megatron_args_of(config: &'static str, name: &str) -> Vec<String> {
+/// The Megatron-LM script of the best plan for `config` (Hugging Face's config.json text) on 16
+/// H100 80GB, 256 sequences of 4096 tokens a step, pinned to TP 2, PP 1 and ZeRO 1.
+fn megatron_script(config: &'static str, name: &str) -> String {
     let model = vram_model::hf::parse_config(config, name).unwrap();
     let Model::Transformer(t) = &model else {
         unreachable!()
@@ -552,7 +531,12 @@ fn megatron_args_of(config: &'static str, name: &str) -> Vec<String> {
         stack: vram_plan::Stack::Megatron,
         ..job(t)
     };
-    let s = vram_plan::emit::emit(vram_plan::emit::Engine::Megatron, &p, &job).unwrap();
+    vram_plan::emit::emit(vram_plan::emit::Engine::Megatron, &p, &job).unwrap()
+}
+
+/// The arguments of `megatron_script`, each checked to be one of Megatron-LM's flags.
+fn megatron_args_of(config: &'static str, name: &str) -> Vec<String> {
+    let s = megatron_script(config, name);
     let flags: Vec<&str> = MEGATRON_FLAGS
         .lines()
         .filter(|l| l.starts_with("--"))
