@@ -111,7 +111,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         }
         let gpu = match &a.gpu {
             Some(g) => gpu::lookup(g)?,
-            None => nearest_gpu(msg.total_bytes, msg.backend).gpu,
+            None => msg.nearest_gpu().gpu,
         };
         let resolved = resolve_model(model_arg, &a.hub)?;
         if matches!(resolved.model, Model::Weights(_)) {
@@ -194,12 +194,12 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
                 job.gpu.name
             ));
         } else if d.remedies.iter().any(|r| r.step_time_s.is_some()) {
-            model_notes.push(nearest_gpu(msg.total_bytes, msg.backend).note(msg.total_bytes));
+            model_notes.push(msg.nearest_gpu().note());
         }
     }
     d.notes.splice(0..0, model_notes);
     d.notes.extend(nvml_note);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
     } else {
@@ -251,7 +251,7 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     }
     let mut d = serving::explain_profiled(e, profile.as_ref(), figures.as_ref());
     d.notes = notes;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
     } else {
@@ -375,58 +375,6 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
         writeln!(out, "{l}")?;
     }
     Ok(())
-}
-
-/// The catalog GPU a message that names none is timed on, and the others its total fits as
-/// well.
-struct Nearest {
-    /// The catalog GPU whose memory, as torch reports it, is nearest the message's total.
-    gpu: &'static gpu::Gpu,
-    /// The catalog GPUs (of the backend's vendor) the total could be ([`gpu::by_total`]), the
-    /// nearest first.
-    alike: Vec<&'static gpu::Gpu>,
-}
-
-impl Nearest {
-    /// The note that says how the GPU was picked, and which others the total fits as well.
-    fn note(&self, total: u64) -> String {
-        let g = self.gpu;
-        let ids: Vec<&str> = self.alike.iter().map(|g| g.id).collect();
-        let spread = format!("{:.1} %", gpu::TOTAL_SPREAD * 100.0);
-        let alike = if ids.is_empty() {
-            format!("no catalog GPU's total is within {spread} of the message's, so its GPU is likely one the catalog lacks")
-        } else {
-            format!(
-                "the catalog GPUs whose total is within {spread} of the message's (the most one card's total has been seen to move across platforms and drivers): {}",
-                ids.join(", ")
-            )
-        };
-        format!(
-            "the plans are searched and their step times predicted on the {} ({}), picked only because its memory as torch reports it ({}) is the catalog's nearest to the message's total ({}): the message does not name its GPU, and the total does not tell GPUs apart; {alike}. Give --gpu with yours to time the plans on it",
-            g.name,
-            g.id,
-            hb(g.memory_bytes),
-            hb(total),
-        )
-    }
-}
-
-/// The catalog GPU whose memory is nearest the message's total capacity (an AMD one for a ROCm
-/// build's message, an NVIDIA one for the others; the catalog has no Ascend NPU), with the
-/// catalog GPUs the total could be ([`gpu::by_total`]). The nearest total is no evidence of the
-/// GPU's kind: an RTX 4080's "15.99 GiB total capacity" (aigc-apps/sd-webui-EasyPhoto#281) is
-/// nearer the V100 16GB's 15.78 GiB than the 4080's own 15.67 GiB under Linux.
-fn nearest_gpu(total: u64, backend: Backend) -> Nearest {
-    let rocm = backend == Backend::Hip;
-    let gpu = gpu::GPUS
-        .iter()
-        .filter(|g| g.is_rocm() == rocm)
-        .min_by_key(|g| g.memory_bytes.abs_diff(total))
-        .expect("the GPU catalog has GPUs of both vendors");
-    Nearest {
-        gpu,
-        alike: gpu::by_total(total, rocm),
-    }
 }
 
 fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
