@@ -260,16 +260,15 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// What `vram capacity` says of `model` on `gpu` under the engine that printed `e`, at its
-/// defaults and the `max_model_len` the error names: the device, everything outside the KV
-/// cache, and the KV bytes per token; with the model's notes.
+/// `--model` and `--gpu` for a serving start-up error, resolved and refused where they do not
+/// apply, and the capacity model's figures for them (`CapacityFigures::of`); with the model's
+/// notes.
 fn serving_figures(
     model: &str,
     hub: &crate::input::HubArgs,
     gpu: Option<&str>,
     e: &ServingError,
 ) -> Result<(serving::CapacityFigures, Vec<String>)> {
-    use vram_plan::capacity::{self, Engine, Knobs};
     if matches!(
         e,
         ServingError::VllmMaxSeqLen {
@@ -291,46 +290,7 @@ fn serving_figures(
             "`{model}` is not a transformer; serving engines size a KV cache for transformers"
         ));
     };
-    let engine = match e {
-        ServingError::SglangNotEnoughMemory { .. }
-        | ServingError::SglangWeightsLeaveNoKv { .. } => Engine::Sglang,
-        _ => Engine::Vllm,
-    };
-    let knobs = Knobs {
-        max_model_len: match *e {
-            ServingError::VllmMaxSeqLen { max_model_len, .. }
-            | ServingError::VllmKvMemory { max_model_len, .. } => Some(max_model_len),
-            _ => None,
-        },
-        // SGLang's message names the fraction that failed.
-        mem_fraction_static: match *e {
-            ServingError::SglangNotEnoughMemory {
-                mem_fraction_static,
-            } => mem_fraction_static,
-            ServingError::SglangWeightsLeaveNoKv {
-                mem_fraction_static,
-                ..
-            } => Some(mem_fraction_static),
-            _ => None,
-        },
-        ..Knobs::default()
-    };
-    let c = capacity::capacity(t, gpu, engine, &knobs)?;
-    // The change that starts it, when the model agrees it does not start as it is.
-    let change = if c.starts {
-        None
-    } else {
-        vram_plan::suggest::serving(t, gpu, engine, &knobs)
-    };
-    let figures = serving::CapacityFigures {
-        device_bytes: c.total_bytes,
-        non_kv_bytes: c.weights_bytes
-            + c.non_torch_bytes
-            + c.activation_peak_bytes
-            + c.cuda_graph_bytes,
-        kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
-        change,
-    };
+    let figures = serving::CapacityFigures::of(t, gpu, e)?;
     Ok((figures, vram_report::notes::of_transformer(t)))
 }
 

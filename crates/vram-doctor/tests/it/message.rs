@@ -221,8 +221,15 @@ fn nearest_gpu_is_the_vendors_and_its_note_says_what_picked_it() {
     assert_eq!(alike, ["v100-16g", "rtx-4080"]);
     let note = n.note();
     assert!(note.contains("(v100-16g), picked only because its memory as torch reports it (15.78 GiB) is the catalog's nearest to the message's total (15.99 GiB)"), "{note}");
-    assert!(note.ends_with("v100-16g, rtx-4080. Give --gpu with yours to time the plans on it"), "{note}");
+    assert!(
+        note.ends_with("v100-16g, rtx-4080. Give --gpu with yours to time the plans on it"),
+        "{note}"
+    );
     let hip = parse("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 978.00 MiB. GPU 0 has a total capacity of 15.98 GiB of which 630.00 MiB is free. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.").unwrap();
     let n = hip.nearest_gpu();
-    assert!(n.gpu.is_rocm() && n.alike.iter().all(|g| g.is_rocm()), "{}", n.gpu.id);
+    assert!(
+        n.gpu.is_rocm() && n.alike.iter().all(|g| g.is_rocm()),
+        "{}",
+        n.gpu.id
+    );
 }
