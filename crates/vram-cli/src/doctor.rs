@@ -376,7 +376,6 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
             None => format!("neither free nor PyTorch's: {}", hb(f.unaccounted_bytes)),
         }
     )?;
-    let left = (f.free_bytes + f.unallocated_bytes).saturating_sub(f.requested_bytes);
     writeln!(
         out,
         "this process could hold at most {} (reserved + free{}); missing even with every cached byte usable: {}{}",
@@ -384,7 +383,7 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
         if f.allowed_bytes.is_some() { ", capped by allowed" } else { "" },
         hb(d.shortfall_bytes),
         if d.shortfall_bytes == 0 {
-            format!(" ({} would be left)", hb(left))
+            format!(" ({} would be left)", hb(d.left_bytes))
         } else {
             String::new()
         }
