@@ -125,7 +125,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         }
         let gpu = match &a.gpu {
             Some(g) => gpu::lookup(g)?,
-            None => nearest_gpu(msg.total_bytes, msg.backend).gpu,
+            None => msg.nearest_gpu().gpu,
         };
         let resolved = resolve_model(model_arg, &a.hub)?;
         if matches!(resolved.model, Model::Weights(_)) {
@@ -208,7 +208,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
                 job.gpu.name
             ));
         } else if d.remedies.iter().any(|r| r.step_time_s.is_some()) {
-            model_notes.push(nearest_gpu(msg.total_bytes, msg.backend).note(msg.total_bytes));
+            model_notes.push(msg.nearest_gpu().note());
         }
     }
     d.notes.splice(0..0, model_notes);
@@ -274,16 +274,15 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// What `vram capacity` says of `model` on `gpu` under the engine that printed `e`, at its
-/// defaults and the `max_model_len` the error names: the device, everything outside the KV
-/// cache, and the KV bytes per token; with the model's notes.
+/// `--model` and `--gpu` for a serving start-up error, resolved and refused where they do not
+/// apply, and the capacity model's figures for them (`CapacityFigures::of`); with the model's
+/// notes.
 fn serving_figures(
     model: &str,
     hub: &crate::input::HubArgs,
     gpu: Option<&str>,
     e: &ServingError,
 ) -> Result<(serving::CapacityFigures, Vec<String>)> {
-    use vram_plan::capacity::{self, Engine, Knobs};
     if matches!(
         e,
         ServingError::VllmMaxSeqLen {
@@ -305,46 +304,7 @@ fn serving_figures(
             "`{model}` is not a transformer; serving engines size a KV cache for transformers"
         ));
     };
-    let engine = match e {
-        ServingError::SglangNotEnoughMemory { .. }
-        | ServingError::SglangWeightsLeaveNoKv { .. } => Engine::Sglang,
-        _ => Engine::Vllm,
-    };
-    let knobs = Knobs {
-        max_model_len: match *e {
-            ServingError::VllmMaxSeqLen { max_model_len, .. }
-            | ServingError::VllmKvMemory { max_model_len, .. } => Some(max_model_len),
-            _ => None,
-        },
-        // SGLang's message names the fraction that failed.
-        mem_fraction_static: match *e {
-            ServingError::SglangNotEnoughMemory {
-                mem_fraction_static,
-            } => mem_fraction_static,
-            ServingError::SglangWeightsLeaveNoKv {
-                mem_fraction_static,
-                ..
-            } => Some(mem_fraction_static),
-            _ => None,
-        },
-        ..Knobs::default()
-    };
-    let c = capacity::capacity(t, gpu, engine, &knobs)?;
-    // The change that starts it, when the model agrees it does not start as it is.
-    let change = if c.starts {
-        None
-    } else {
-        vram_plan::suggest::serving(t, gpu, engine, &knobs)
-    };
-    let figures = serving::CapacityFigures {
-        device_bytes: c.total_bytes,
-        non_kv_bytes: c.weights_bytes
-            + c.non_torch_bytes
-            + c.activation_peak_bytes
-            + c.cuda_graph_bytes,
-        kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
-        change,
-    };
+    let figures = serving::CapacityFigures::of(t, gpu, e)?;
     Ok((figures, vram_report::notes::of_transformer(t)))
 }
 
@@ -391,58 +351,6 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
     Ok(())
 }
 
-/// The catalog GPU a message that names none is timed on, and the others its total fits as
-/// well.
-struct Nearest {
-    /// The catalog GPU whose memory, as torch reports it, is nearest the message's total.
-    gpu: &'static gpu::Gpu,
-    /// The catalog GPUs (of the backend's vendor) the total could be ([`gpu::by_total`]), the
-    /// nearest first.
-    alike: Vec<&'static gpu::Gpu>,
-}
-
-impl Nearest {
-    /// The note that says how the GPU was picked, and which others the total fits as well.
-    fn note(&self, total: u64) -> String {
-        let g = self.gpu;
-        let ids: Vec<&str> = self.alike.iter().map(|g| g.id).collect();
-        let spread = format!("{:.1} %", gpu::TOTAL_SPREAD * 100.0);
-        let alike = if ids.is_empty() {
-            format!("no catalog GPU's total is within {spread} of the message's, so its GPU is likely one the catalog lacks")
-        } else {
-            format!(
-                "the catalog GPUs whose total is within {spread} of the message's (the most one card's total has been seen to move across platforms and drivers): {}",
-                ids.join(", ")
-            )
-        };
-        format!(
-            "the plans are searched and their step times predicted on the {} ({}), picked only because its memory as torch reports it ({}) is the catalog's nearest to the message's total ({}): the message does not name its GPU, and the total does not tell GPUs apart; {alike}. Give --gpu with yours to time the plans on it",
-            g.name,
-            g.id,
-            hb(g.memory_bytes),
-            hb(total),
-        )
-    }
-}
-
-/// The catalog GPU whose memory is nearest the message's total capacity (an AMD one for a ROCm
-/// build's message, an NVIDIA one for the others; the catalog has no Ascend NPU), with the
-/// catalog GPUs the total could be ([`gpu::by_total`]). The nearest total is no evidence of the
-/// GPU's kind: an RTX 4080's "15.99 GiB total capacity" (aigc-apps/sd-webui-EasyPhoto#281) is
-/// nearer the V100 16GB's 15.78 GiB than the 4080's own 15.67 GiB under Linux.
-fn nearest_gpu(total: u64, backend: Backend) -> Nearest {
-    let rocm = backend == Backend::Hip;
-    let gpu = gpu::GPUS
-        .iter()
-        .filter(|g| g.is_rocm() == rocm)
-        .min_by_key(|g| g.memory_bytes.abs_diff(total))
-        .expect("the GPU catalog has GPUs of both vendors");
-    Nearest {
-        gpu,
-        alike: gpu::by_total(total, rocm),
-    }
-}
-
 fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
     let m = &d.message;
     let f = &d.figures;
@@ -482,7 +390,6 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
             None => format!("neither free nor PyTorch's: {}", hb(f.unaccounted_bytes)),
         }
     )?;
-    let left = (f.free_bytes + f.unallocated_bytes).saturating_sub(f.requested_bytes);
     writeln!(
         out,
         "this process could hold at most {} (reserved + free{}); missing even with every cached byte usable: {}{}",
@@ -490,7 +397,7 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
         if f.allowed_bytes.is_some() { ", capped by allowed" } else { "" },
         hb(d.shortfall_bytes),
         if d.shortfall_bytes == 0 {
-            format!(" ({} would be left)", hb(left))
+            format!(" ({} would be left)", hb(d.left_bytes))
         } else {
             String::new()
         }

@@ -223,6 +223,10 @@ pub struct Diagnosis {
     /// request − (free + reserved but unallocated), 0 when the request would
     /// have fit without fragmentation.
     pub shortfall_bytes: u64,
+    /// What the request would have left had the cache served it perfectly: (free + reserved
+    /// but unallocated) − request, 0 when short; under MPS, the watermark less Metal's whole
+    /// allocation and the request.
+    pub left_bytes: u64,
     /// Causes, the most important first.
     pub causes: Vec<Cause>,
     /// Remedies, ranked.
@@ -1672,6 +1676,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         usable_bytes: usable,
         non_pytorch_bytes: np,
         shortfall_bytes: shortfall,
+        left_bytes: left,
         causes,
         remedies,
         estimate,
@@ -1868,6 +1873,9 @@ fn mps(m: &OomMessage) -> Diagnosis {
         usable_bytes: could_hold,
         non_pytorch_bytes: Some(other),
         shortfall_bytes: shortfall,
+        left_bytes: watermark.map_or(0, |l| {
+            l.saturating_sub(heaps.saturating_add(other).saturating_add(req))
+        }),
         causes,
         remedies,
         estimate: None,

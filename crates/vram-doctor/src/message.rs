@@ -324,6 +324,57 @@ impl OomMessage {
     }
 }
 
+/// The catalog GPU a message that names none is timed on, and the others its total fits as well.
+#[derive(Debug, Clone)]
+pub struct NearestGpu {
+    /// The catalog GPU whose memory, as torch reports it, is nearest the message's total
+    /// ([`vram_model::gpu::nearest`]): an AMD one for a ROCm build's message, an NVIDIA one for
+    /// the others (the catalog has no Ascend NPU or Apple GPU).
+    pub gpu: &'static vram_model::gpu::Gpu,
+    /// The catalog GPUs of the same vendor the total could be ([`vram_model::gpu::by_total`]),
+    /// the nearest first.
+    pub alike: Vec<&'static vram_model::gpu::Gpu>,
+    /// The message's total.
+    pub total_bytes: u64,
+}
+
+impl OomMessage {
+    /// The catalog GPU nearest this message's total, with the others it could be.
+    pub fn nearest_gpu(&self) -> NearestGpu {
+        let rocm = self.backend == Backend::Hip;
+        NearestGpu {
+            gpu: vram_model::gpu::nearest(self.total_bytes, rocm),
+            alike: vram_model::gpu::by_total(self.total_bytes, rocm),
+            total_bytes: self.total_bytes,
+        }
+    }
+}
+
+impl NearestGpu {
+    /// The note that says how the GPU was picked, and which others the total fits as well.
+    pub fn note(&self) -> String {
+        use vram_model::gpu::TOTAL_SPREAD;
+        let g = self.gpu;
+        let ids: Vec<&str> = self.alike.iter().map(|g| g.id).collect();
+        let spread = format!("{:.1} %", TOTAL_SPREAD * 100.0);
+        let alike = if ids.is_empty() {
+            format!("no catalog GPU's total is within {spread} of the message's, so its GPU is likely one the catalog lacks")
+        } else {
+            format!(
+                "the catalog GPUs whose total is within {spread} of the message's (the most one card's total has been seen to move across platforms and drivers): {}",
+                ids.join(", ")
+            )
+        };
+        format!(
+            "the plans are searched and their step times predicted on the {} ({}), picked only because its memory as torch reports it ({}) is the catalog's nearest to the message's total ({}): the message does not name its GPU, and the total does not tell GPUs apart; {alike}. Give --gpu with yours to time the plans on it",
+            g.name,
+            g.id,
+            crate::human_bytes(g.memory_bytes),
+            crate::human_bytes(self.total_bytes),
+        )
+    }
+}
+
 /// One size as `format_size` prints it: `123 bytes`, `1.50 KiB`, `20.00 MiB`,
 /// `79.19 GiB` (also `TiB`, and `B`/`KB`-style units for tolerance). A size
 /// of 2^64 bytes, as printed, saturates to `u64::MAX` (PyTorch has printed

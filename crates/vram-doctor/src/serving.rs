@@ -179,6 +179,61 @@ pub struct CapacityFigures {
     pub change: Option<CapacityChange>,
 }
 
+impl CapacityFigures {
+    /// What `vram capacity` says of `t` on `gpu` under the engine that printed `e` (SGLang for
+    /// its two errors, vLLM for the others), at the engine's defaults with the `max_model_len`
+    /// vLLM's error names or the `mem_fraction_static` SGLang's names: the device, everything
+    /// outside the KV cache (weights, memory outside PyTorch, the profiled activation peak, CUDA
+    /// graphs), the KV bytes per token, and, where the model agrees it does not start as it is,
+    /// `vram_plan::suggest::serving`'s change.
+    pub fn of(
+        t: &vram_model::arch::Transformer,
+        gpu: &vram_model::gpu::Gpu,
+        e: &ServingError,
+    ) -> vram_plan::Result<Self> {
+        use vram_plan::capacity::{self, Engine, Knobs};
+        let engine = match e {
+            ServingError::SglangNotEnoughMemory { .. }
+            | ServingError::SglangWeightsLeaveNoKv { .. } => Engine::Sglang,
+            _ => Engine::Vllm,
+        };
+        let knobs = Knobs {
+            max_model_len: match *e {
+                ServingError::VllmMaxSeqLen { max_model_len, .. }
+                | ServingError::VllmKvMemory { max_model_len, .. } => Some(max_model_len),
+                _ => None,
+            },
+            // SGLang's message names the fraction that failed.
+            mem_fraction_static: match *e {
+                ServingError::SglangNotEnoughMemory {
+                    mem_fraction_static,
+                } => mem_fraction_static,
+                ServingError::SglangWeightsLeaveNoKv {
+                    mem_fraction_static,
+                    ..
+                } => Some(mem_fraction_static),
+                _ => None,
+            },
+            ..Knobs::default()
+        };
+        let c = capacity::capacity(t, gpu, engine, &knobs)?;
+        let change = if c.starts {
+            None
+        } else {
+            vram_plan::suggest::serving(t, gpu, engine, &knobs)
+        };
+        Ok(CapacityFigures {
+            device_bytes: c.total_bytes,
+            non_kv_bytes: c.weights_bytes
+                + c.non_torch_bytes
+                + c.activation_peak_bytes
+                + c.cuda_graph_bytes,
+            kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
+            change,
+        })
+    }
+}
+
 /// A change that starts the engine, by the capacity model, with what it then holds: the one
 /// type of every serving suggestion.
 pub use vram_plan::suggest::ServingChange as CapacityChange;

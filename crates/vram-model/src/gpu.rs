@@ -714,6 +714,18 @@ pub fn by_total(total: u64, rocm: bool) -> Vec<&'static Gpu> {
     v
 }
 
+/// The catalog GPU (an AMD one where `rocm`, an NVIDIA one otherwise) whose total, as PyTorch
+/// reports it, is nearest `total`: the device `vram doctor` times a message's plans on when the
+/// message names none. The nearest total is no evidence of the GPU's kind (see [`by_total`]): an
+/// RTX 4080's "15.99 GiB total capacity" (aigc-apps/sd-webui-EasyPhoto#281) is nearer the V100
+/// 16GB's 15.78 GiB than the 4080's own 15.67 GiB under Linux.
+pub fn nearest(total: u64, rocm: bool) -> &'static Gpu {
+    GPUS.iter()
+        .filter(|g| g.is_rocm() == rocm)
+        .min_by_key(|g| g.memory_bytes.abs_diff(total))
+        .expect("the GPU catalog has GPUs of both vendors (tested)")
+}
+
 /// Looks up a GPU by id or alias, case-insensitively, or takes a bare size (`23.58GiB`) for a
 /// card the catalog lacks (see [`parse_size`]), or a catalog card with the total torch reports on
 /// the machine at hand (`t4:15636037632B`).
@@ -771,6 +783,44 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
 mod tests {
     use super::*;
     use crate::setup::Precision;
+
+    /// The nearest GPU is the vendor's, at the least distance of any, first among `by_total`'s
+    /// wherever that has any; a catalog total picks a GPU of that total.
+    #[test]
+    fn nearest_is_the_vendors_closest_total() {
+        let gib = |x: f64| (x * (1u64 << 30) as f64) as u64;
+        assert_eq!(nearest(gib(15.99), false).id, "v100-16g");
+        for rocm in [false, true] {
+            assert!(GPUS.iter().any(|g| g.is_rocm() == rocm));
+            for total in [
+                1 << 30,
+                gib(15.99),
+                gib(23.58),
+                gib(79.19),
+                gib(191.5),
+                1 << 50,
+            ] {
+                let n = nearest(total, rocm);
+                assert_eq!(n.is_rocm(), rocm);
+                let d = n.memory_bytes.abs_diff(total);
+                assert!(GPUS
+                    .iter()
+                    .filter(|g| g.is_rocm() == rocm)
+                    .all(|g| g.memory_bytes.abs_diff(total) >= d));
+                if let Some(first) = by_total(total, rocm).first() {
+                    assert_eq!(first.memory_bytes.abs_diff(total), d, "{total}");
+                }
+            }
+        }
+        for g in GPUS {
+            assert_eq!(
+                nearest(g.memory_bytes, g.is_rocm()).memory_bytes,
+                g.memory_bytes,
+                "{}",
+                g.id
+            );
+        }
+    }
 
     /// The catalog's `bf16` is torch's `is_bf16_supported(including_emulation=False)`: every AMD
     /// GPU, and an NVIDIA one of compute capability 8.0 or later. On the others a bf16 ask is

@@ -12,12 +12,15 @@ fn msg(text: &str) -> vram_doctor::message::OomMessage {
 
 #[test]
 fn cached_but_unallocated_memory_is_fragmentation() {
-    // 2.00 GiB requested with 1.50 GiB free and 7.00 GiB reserved but
-    // unallocated: 8.5 GiB could have served it, so fragmentation explains it.
+    // 2.00 GiB requested with 1.50 GiB free and 42.00 GiB reserved but
+    // unallocated: 43.5 GiB could have served it, so fragmentation explains it.
     let d = diagnose(&Inputs::new(msg(&fixture("pytorch-2.5.txt")))).unwrap();
     assert_eq!(d.causes[0].kind, CauseKind::Fragmentation);
     assert!(d.causes[0].sufficient);
     assert_eq!(d.shortfall_bytes, 0);
+    // What the request would have left: 1.50 + 42.00 − 2.00 GiB (text and JSON print this one
+    // figure).
+    assert_eq!(d.left_bytes, gib(1.50) + (42 << 30) - (2 << 30));
     let r = &d.remedies[0];
     assert!(
         r.action.contains("expandable_segments:True") && r.enough,
@@ -39,6 +42,7 @@ fn other_processes_holding_the_missing_memory_come_first() {
     )))
     .unwrap();
     assert_eq!(d.shortfall_bytes, (4 << 30) - (1 << 30) - (500 << 20));
+    assert_eq!(d.left_bytes, 0);
     assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
     assert_eq!(d.causes[0].bytes, 50 << 30);
     assert_eq!(d.remedies[0].kind, CauseKind::OtherProcesses);

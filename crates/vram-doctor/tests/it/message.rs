@@ -207,3 +207,29 @@ fn sizes_saturate_only_at_two_to_the_64() {
     assert_eq!(parse_size("99999999999999999999.00 GiB"), None);
     assert_eq!(parse_size("17179870000.00 GiB"), None);
 }
+
+/// A message names no GPU, only its total: the catalog GPU nearest it is the vendor's (AMD for a
+/// ROCm build's message), and the note names it, both totals and the others the total fits. The
+/// RTX 4080's "15.99 GiB total capacity" (aigc-apps/sd-webui-EasyPhoto#281) is nearest the V100
+/// 16GB's 15.78 GiB, and within `gpu::TOTAL_SPREAD` of the 4080's own 15.67 GiB.
+#[test]
+fn nearest_gpu_is_the_vendors_and_its_note_says_what_picked_it() {
+    let cuda = parse("CUDA out of memory. Tried to allocate 11.39 GiB (GPU 0; 15.99 GiB total capacity; 8.01 GiB already allocated; 5.48 GiB free; 8.14 GiB reserved in total by PyTorch)").unwrap();
+    let n = cuda.nearest_gpu();
+    assert_eq!(n.gpu.id, "v100-16g");
+    let alike: Vec<&str> = n.alike.iter().map(|g| g.id).collect();
+    assert_eq!(alike, ["v100-16g", "rtx-4080"]);
+    let note = n.note();
+    assert!(note.contains("(v100-16g), picked only because its memory as torch reports it (15.78 GiB) is the catalog's nearest to the message's total (15.99 GiB)"), "{note}");
+    assert!(
+        note.ends_with("v100-16g, rtx-4080. Give --gpu with yours to time the plans on it"),
+        "{note}"
+    );
+    let hip = parse("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 978.00 MiB. GPU 0 has a total capacity of 15.98 GiB of which 630.00 MiB is free. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.").unwrap();
+    let n = hip.nearest_gpu();
+    assert!(
+        n.gpu.is_rocm() && n.alike.iter().all(|g| g.is_rocm()),
+        "{}",
+        n.gpu.id
+    );
+}

@@ -680,3 +680,64 @@ fn vrams_own_refusal_is_not_an_engines_error() {
         assert!(err.contains("this is vram's own line"), "{err}");
     }
 }
+
+/// `CapacityFigures::of` is `vram capacity` at the engine's defaults with the error's own knob:
+/// vLLM's `max_model_len`, SGLang's `mem_fraction_static`; everything outside the KV cache is
+/// the capacity's four parts beside it, and a change is offered only where the model agrees the
+/// engine does not start.
+#[test]
+fn capacity_figures_are_the_capacity_models_at_the_errors_knob() {
+    use vram_model::arch::Model;
+    use vram_plan::capacity::{capacity, kv_bytes_per_token, Engine, Knobs};
+    let Model::Transformer(t) = vram_model::catalog::lookup("qwen3-8b").unwrap() else {
+        panic!("qwen3-8b is a transformer")
+    };
+    let gpu = vram_model::gpu::lookup("l4").unwrap();
+    let vllm = ServingError::VllmKvMemory {
+        max_model_len: 32768,
+        needed_bytes: 4608 << 20,
+        available_bytes: gib(1.5),
+        estimated_max_len: None,
+    };
+    let sglang = ServingError::SglangNotEnoughMemory {
+        mem_fraction_static: Some(0.5),
+    };
+    let mut starts = Vec::new();
+    for (e, engine, knobs) in [
+        (
+            &vllm,
+            Engine::Vllm,
+            Knobs {
+                max_model_len: Some(32768),
+                ..Knobs::default()
+            },
+        ),
+        (
+            &sglang,
+            Engine::Sglang,
+            Knobs {
+                mem_fraction_static: Some(0.5),
+                ..Knobs::default()
+            },
+        ),
+    ] {
+        let f = CapacityFigures::of(&t, gpu, e).unwrap();
+        let c = capacity(&t, gpu, engine, &knobs).unwrap();
+        assert_eq!(f.device_bytes, c.total_bytes);
+        assert_eq!(
+            f.non_kv_bytes,
+            c.weights_bytes + c.non_torch_bytes + c.activation_peak_bytes + c.cuda_graph_bytes
+        );
+        assert_eq!(f.kv_bytes_per_token, kv_bytes_per_token(&t, &knobs));
+        let change = if c.starts {
+            None
+        } else {
+            vram_plan::suggest::serving(&t, gpu, engine, &knobs)
+        };
+        assert_eq!(f.change, change, "{}", e.kind());
+        starts.push(c.starts);
+    }
+    // Qwen3-8B's 16 GB of bf16 weights and 32k tokens of KV cache do not start on an L4 under
+    // vLLM's default budget, so the vLLM case's change is the suggestion's.
+    assert!(!starts[0]);
+}

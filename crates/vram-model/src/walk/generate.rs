@@ -1,7 +1,7 @@
 //! The inference walk: one `generate` call of transformers 5.x — the prompt's prefill, then one
 //! forward per new token — with its KV cache.
 //!
-//! Each decoder layer of the prefill is walked op by op ([`prefill_ops`]): the tensors PyTorch
+//! Each decoder layer of the prefill is walked op by op ([`layer_ops`]): the tensors PyTorch
 //! eager allocates and frees in the order the modelling code creates them (norms through an fp32
 //! copy, rotary embeddings through `rotate_half`'s `cat`, the cache update, SDPA and its
 //! `transpose(1, 2).contiguous()`, the feed-forward). That order matters for the reserved bytes:
