@@ -492,10 +492,12 @@ pub const CU124_BARE_CONTEXT_BYTES: u64 = 85_029_615_043 - 7_881 * GIB / 100;
 
 /// What the process's first kernel launch adds outside the caching allocator under lazy module
 /// loading: 96,468,992 B (46 × 2 MiB) on the same H200 run as [`H200_BARE_CONTEXT_BYTES`], and
-/// nothing for the four distinct kernels launched after it. NVIDIA's forum answers attribute it
-/// to the local memory the driver reserves once per context at the first launch that needs it
-/// (max threads per SM × SMs × the per-thread size; here 132 × 2,048 threads, about 357 B a
-/// thread). It is part of [`Gpu::context_bytes`], which is read after kernels have run.
+/// nothing for the four distinct kernels launched after it. It is the lazily loaded module, not
+/// local memory: the same probe under `CUDA_MODULE_LOADING=EAGER` (`gpu/results/2026-11-28/
+/// first_kernel.json`) adds 0 B at the first launch, with the stack limit at its default 1,024 B
+/// on 132 SMs × 2,048 threads both times (the context itself is then 1.32 GB, every module
+/// loaded). BENCHMARKS.md's "kernel images and the driver's local memory" study has the sources.
+/// It is part of [`Gpu::context_bytes`], which is read after kernels have run.
 pub const H200_FIRST_LAUNCH_BYTES: u64 = 96_468_992;
 
 /// cuBLAS workspaces PyTorch allocates through its caching allocator once matrix products have
