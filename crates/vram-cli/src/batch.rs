@@ -44,6 +44,9 @@ const MAX_INPUT: u64 = 256 << 20;
 fn read_lengths(arg: &str) -> Result<Vec<u64>> {
     // Read whole or refused: cut at the limit, the last number would be read short.
     let bytes = if arg == "-" {
+        crate::stdin::prompt_if_terminal(
+            "the sequence lengths (numbers separated by spaces, commas or lines)",
+        );
         let mut bytes = Vec::new();
         std::io::stdin()
             .take(MAX_INPUT + 1)

@@ -86,6 +86,7 @@ fn doctor_err(e: DoctorError) -> anyhow::Error {
 pub fn run(a: &DoctorArgs) -> Result<()> {
     let text = match a.message.as_deref() {
         None | Some("-") => {
+            crate::stdin::prompt_if_terminal("the out-of-memory message or log");
             let mut bytes = Vec::new();
             std::io::stdin()
                 .take(MAX_TEXT + 1)

@@ -29,6 +29,7 @@ mod record;
 mod replay;
 mod report;
 mod serve;
+mod stdin;
 mod top;
 mod trace;
 

@@ -1981,6 +1981,18 @@ fn vram_in(args: &[&str], input: &[u8]) -> (i32, String, String) {
     )
 }
 
+/// Standard input from a pipe gets no prompt (the prompt is for a terminal only): stderr
+/// stays empty for `vram doctor` and `vram batch --lengths -`, as scripts read it.
+#[test]
+fn reading_a_pipe_prints_no_prompt() {
+    let (code, _, err) = vram_in(&["doctor", "--no-nvml"], OOM_2_5.as_bytes());
+    assert_eq!((code, err.as_str()), (0, ""));
+    let (code, _, err) = vram_in(&["doctor", "-", "--no-nvml", "--json"], OOM_2_5.as_bytes());
+    assert_eq!((code, err.as_str()), (0, ""));
+    let (code, _, err) = vram_in(&["batch", "gpt2", "--lengths", "-"], b"128 256\n512\n");
+    assert_eq!((code, err.as_str()), (0, ""));
+}
+
 fn utf16le_with_bom(s: &str) -> Vec<u8> {
     let mut v = vec![0xff, 0xfe];
     v.extend(s.encode_utf16().flat_map(u16::to_le_bytes));

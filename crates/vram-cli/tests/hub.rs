@@ -365,6 +365,67 @@ fn errors_are_one_line_exit_2_and_never_show_the_token() {
     }
 }
 
+/// A token with line breaks in it (pasted across lines, `echo` into the token file) is
+/// cleaned as huggingface_hub 2.4.0's `_clean_token` cleans it and opens the gated repo; one
+/// that is only spaces and line breaks gives way to the token file; one still unfit for an
+/// HTTP header is a one-line exit-2 error naming where it came from, never the token.
+#[test]
+fn a_token_with_line_breaks_is_cleaned_and_a_control_character_is_named() {
+    let hub = fakehub::start();
+    hub.accept_tokens(&[TOKEN]);
+    let d = dir("token-clean");
+    add_repo(&hub, "org/gated", &fakehub::checkpoint(fakehub::TINY, 1));
+    hub.gate("org/gated", &[TOKEN]);
+    let (head, tail) = TOKEN.split_at(9);
+    let broken = format!(" {head}\r\n{tail}\n");
+    let token_file = d.join("hf/token");
+    std::fs::create_dir_all(token_file.parent().unwrap()).unwrap();
+    for (env, file) in [
+        (vec![("HF_TOKEN", broken.as_str())], None),
+        (vec![("HUGGING_FACE_HUB_TOKEN", broken.as_str())], None),
+        (vec![("HF_TOKEN", " \n")], Some(broken.as_str())),
+    ] {
+        match file {
+            Some(f) => std::fs::write(&token_file, f).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&token_file);
+            }
+        }
+        hub.clear_hits();
+        let r = vram_in(&hub, &d, &env, &["estimate", "org/gated", "--json"]);
+        assert_eq!(r.code, 0, "{env:?}: {}", r.err);
+        assert!(hub
+            .hits()
+            .iter()
+            .filter(|h| h.host == "hub")
+            .all(|h| h.authorization.as_deref() == Some(&*format!("Bearer {TOKEN}"))));
+    }
+    let bell = format!("{head}\u{7}{tail}");
+    let _ = std::fs::remove_file(&token_file);
+    let r = vram_in(&hub, &d, &[("HF_TOKEN", &bell)], &["estimate", "org/gated"]);
+    assert_eq!(r.code, 2, "{}", r.err);
+    assert_eq!(r.err.trim().lines().count(), 1, "{}", r.err);
+    assert!(
+        r.err
+            .contains("the token in HF_TOKEN holds a control character"),
+        "{}",
+        r.err
+    );
+    assert!(!r.err.contains(head) && !r.err.contains(tail), "{}", r.err);
+    std::fs::write(&token_file, &bell).unwrap();
+    let r = vram_in(&hub, &d, &[], &["estimate", "org/gated"]);
+    assert_eq!(r.code, 2, "{}", r.err);
+    assert!(
+        r.err
+            .contains(&format!("the token in {} holds", token_file.display())),
+        "{}",
+        r.err
+    );
+    for text in [&r.out, &r.err] {
+        assert!(!text.contains(head) && !text.contains(tail), "{text}");
+    }
+}
+
 fn add_repo(hub: &FakeHub, id: &str, files: &[(String, FakeFile)]) {
     fakehub::add(hub, id, files);
 }

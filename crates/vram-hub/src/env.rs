@@ -157,18 +157,55 @@ fn endpoint(name: &str, value: String) -> Result<String> {
     Ok(e)
 }
 
-/// The token: `HF_TOKEN` (or the older `HUGGING_FACE_HUB_TOKEN`), else the file that
-/// `huggingface-cli login` writes (`HF_TOKEN_PATH`, default `$HF_HOME/token`).
-fn hf_token() -> Option<Token> {
-    for name in ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"] {
-        if let Some(t) = var(name) {
-            return Some(Token::new(t.trim(), name));
+/// The token as huggingface_hub 2.4.0 finds it (`utils/_auth.py`, `get_token` without
+/// OIDC or Colab): `HF_TOKEN` if set and not empty, else the older `HUGGING_FACE_HUB_TOKEN`;
+/// cleaned by [`clean_token`]; if nothing is left, the file that `huggingface-cli login`
+/// writes (`HF_TOKEN_PATH`, default `$HF_HOME/token`), cleaned the same way. A token still
+/// not fit for an HTTP header after that is an error naming where it came from, never the
+/// token itself.
+fn hf_token() -> Result<Option<Token>> {
+    // `os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")`: an empty
+    // HF_TOKEN gives way, one of spaces or line breaks does not (it cleans to nothing).
+    let env = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"]
+        .into_iter()
+        .find_map(|n| {
+            std::env::var(n)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| (n, v))
+        });
+    let found = match env.and_then(|(n, v)| clean_token(&v).map(|t| (t, n.to_string()))) {
+        Some(t) => Some(t),
+        None => {
+            let path = var("HF_TOKEN_PATH").map_or_else(|| hf_home().join("token"), expand);
+            std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|text| clean_token(&text))
+                .map(|t| (t, path.display().to_string()))
         }
+    };
+    let Some((secret, source)) = found else {
+        return Ok(None);
+    };
+    let token = Token::new(secret, source);
+    if ureq::http::HeaderValue::from_str(&token.bearer()).is_err() {
+        return Err(Error::Setting(format!(
+            "the token in {} holds a control character an HTTP header cannot carry \
+             (only line breaks and surrounding spaces are removed): copy the token again, or unset it for public repos",
+            token.source
+        )));
     }
-    let path = var("HF_TOKEN_PATH").map_or_else(|| hf_home().join("token"), expand);
-    let text = std::fs::read_to_string(&path).ok()?;
-    let t = text.trim();
-    (!t.is_empty()).then(|| Token::new(t, path.display().to_string()))
+    Ok(Some(token))
+}
+
+/// huggingface_hub 2.4.0's `_clean_token` (`utils/_auth.py`): every CR and LF removed,
+/// wherever it is (a token pasted across a line break), then the whitespace around it; an
+/// empty result is no token. (Python's `str.strip` also takes U+001C..U+001F as space, which
+/// Rust's `trim` keeps; those then fail the header check and are reported.)
+fn clean_token(raw: &str) -> Option<String> {
+    let t: String = raw.chars().filter(|&c| c != '\r' && c != '\n').collect();
+    let t = t.trim();
+    (!t.is_empty()).then(|| t.to_string())
 }
 
 /// Root certificates from a PEM bundle named by the first of `REQUESTS_CA_BUNDLE`,
@@ -240,7 +277,12 @@ impl Config {
                     .or_else(|| var("HUGGINGFACE_HUB_CACHE"))
                     .map_or_else(|| hf_home().join("hub"), expand);
                 let offline = is_true("HF_HUB_OFFLINE") || is_true("TRANSFORMERS_OFFLINE");
-                common(endpoint, hf_token(), offline, cache)
+                // Offline, nothing is sent: a token unfit for a header does not stop a cache read.
+                let token = match hf_token() {
+                    Err(_) if offline => None,
+                    t => t?,
+                };
+                common(endpoint, token, offline, cache)
             }
             Hub::ModelScope => {
                 // The SDK takes a host name (`MODELSCOPE_DOMAIN`, https); a full URL is taken
@@ -280,4 +322,19 @@ impl Config {
 /// `models--org--name`, huggingface_hub's `repo_folder_name`.
 pub fn hf_folder(repo: &str) -> String {
     format!("models--{}", repo.replace('/', "--"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean_token;
+
+    #[test]
+    fn a_token_is_cleaned_as_huggingface_hub_cleans_it() {
+        // Line breaks anywhere go, then the spaces around; nothing left is no token.
+        assert_eq!(clean_token("hf_ab\r\ncd\n").as_deref(), Some("hf_abcd"));
+        assert_eq!(clean_token("  hf_abcd \t").as_deref(), Some("hf_abcd"));
+        assert_eq!(clean_token(" \r\n\n "), None);
+        // Inner spaces and tabs stay (huggingface_hub keeps them too).
+        assert_eq!(clean_token("hf_a b\tc").as_deref(), Some("hf_a b\tc"));
+    }
 }
