@@ -279,15 +279,26 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "invalid value 'full_and_piecewise' for '--cudagraph-mode",
         ),
         (
-            // The compilation knobs are read at 0.20-0.22 only (`VllmConfig.__post_init__`).
+            // The compilation knobs exist from 0.12 (`OptimizationLevel`, `CompilationConfig.mode`);
+            // 0.11's `-O<n>` is the compilation level.
             vec![
                 "llama-3-8b",
                 "--engine-version",
-                "0.19",
+                "0.11",
                 "--compilation-mode",
                 "none",
             ],
-            "--compilation-mode none is modelled as vLLM V1 0.20-0.22 resolve it (config/vllm.py VllmConfig.__post_init__), not vLLM 0.19",
+            "--compilation-mode none is vLLM V1's from 0.12 (config/vllm.py OptimizationLevel, CompilationConfig.mode; 0.11's -O<n> is the compilation level), not vLLM 0.11",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine-version",
+                "0.11",
+                "--optimization-level",
+                "1",
+            ],
+            "--optimization-level 1 is vLLM V1's from 0.12",
         ),
         (
             vec![
