@@ -1757,3 +1757,107 @@ fn one_setup_commands_say_a_gpu_has_no_bf16() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 35's weak spot 1: SGLang's multimodal reduction of `--mem-fraction-static`
+/// (`mem_fraction_static × 0.95 × clamp(...)`, `server_args.adjust_mem_fraction_for_vlm` at
+/// 0.5) is a float product, 0.7587200976562499 for Qwen3-VL-8B on an H100. Text and HTML print
+/// it to three decimals as SGLang 0.4's own message does ("Automatically reduce
+/// --mem-fraction-static to {:.3f}"), a typed value as typed; `--json` keeps the exact value the
+/// budget was computed from, which rounds to the same figure. No figure a user reads in the text
+/// or the page carries a float's whole repr. SGLang 0.5 logs no line for the reduction
+/// (`adjust_mem_fraction_for_vlm` at 0.5.3), so the start-up log shows none and an assumption
+/// says it; 0.4 logs it (Qwen2.5-VL at 0.4.6: 0.88 x 0.90).
+#[test]
+fn memory_fractions_print_as_the_engine_writes_them() {
+    let long = long_float;
+    let args = [
+        "capacity",
+        "qwen3-vl-8b",
+        "--engine",
+        "sglang",
+        "--gpu",
+        "h100-80g",
+        "--max-model-len",
+        "8192",
+    ];
+    let (code, text, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !text.contains("Automatically reduce")
+            && text.contains("(mem_fraction_static 0.759)")
+            && text.contains("mem_fraction_static 0.834 x 0.9097 = 0.759 for the vision tower"),
+        "{text}"
+    );
+    let (_, v04, _) = vram(&[
+        "capacity",
+        "qwen2.5-vl-7b",
+        "--engine",
+        "sglang",
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.4.6",
+    ]);
+    assert!(
+        v04.contains("Automatically reduce --mem-fraction-static to 0.792 because")
+            && v04.contains("(mem_fraction_static 0.792)"),
+        "{v04}"
+    );
+    assert!(long(&text).is_none(), "{:?} in {text}", long(&text));
+    let (_, json, _) = vram(&[&args[..], &["--json"]].concat());
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let f = v["memory_fraction"].as_f64().unwrap();
+    assert!(f != 0.759 && format!("{f:.3}") == "0.759", "{f}");
+    assert!(long(&v["log"].to_string()).is_none(), "{}", v["log"]);
+    // The page, from the same JSON.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("cap.json");
+    std::fs::write(&input, &json).unwrap();
+    let out = dir.path().join("cap.html");
+    let (code, _, err) = vram(&[
+        "report",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("(mem_fraction_static 0.759)"), "budget row");
+    // A fraction typed with four decimals stays as typed; SGLang 0.4's default (0.88) too.
+    let (_, typed, _) = vram(&[
+        "capacity",
+        "llama-3-8b",
+        "--engine",
+        "sglang",
+        "--mem-fraction-static",
+        "0.8765",
+    ]);
+    assert!(typed.contains("(mem_fraction_static 0.8765)"), "{typed}");
+    let (_, v04, _) = vram(&[
+        "capacity",
+        "llama-3-8b",
+        "--engine",
+        "sglang",
+        "--engine-version",
+        "0.4",
+    ]);
+    assert!(v04.contains("(mem_fraction_static 0.88)"), "{v04}");
+}
+
+/// The first decimal figure with seven or more digits after the point, if any (a float printed
+/// with its whole repr: 0.7587200976562499).
+fn long_float(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'.' && i > 0 && b[i - 1].is_ascii_digit() {
+            let n = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if n >= 7 {
+                return Some(s[i - 1..i + 1 + n].to_string());
+            }
+            i += n;
+        }
+        i += 1;
+    }
+    None
+}

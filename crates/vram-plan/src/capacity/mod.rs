@@ -541,6 +541,21 @@ impl CompilationMode {
     }
 }
 
+/// A memory fraction (`--gpu-memory-utilization`, `--mem-fraction-static`) as people read it: a
+/// value of at most four decimals (one typed, SGLang's defaults, which it rounds to three,
+/// `round((gpu_mem - reserved) / gpu_mem, 3)`) as it is spelled, and one computed beyond that
+/// (SGLang's multimodal reduction, `mem_fraction_static × factor`, 0.7587200976562499) to three
+/// decimals, as SGLang itself writes it ("Automatically reduce --mem-fraction-static to
+/// {:.3f}", `model_runner.py` at 0.4.x). The reports' `--json` keeps the exact value the
+/// budget was computed from.
+pub fn fraction_text(f: f64) -> String {
+    if (f * 1e4).round() / 1e4 == f {
+        format!("{f}")
+    } else {
+        format!("{f:.3}")
+    }
+}
+
 /// The engine's knobs, named as the engine names them. `None`: the engine's default.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Knobs {
