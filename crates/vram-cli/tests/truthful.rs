@@ -1861,3 +1861,71 @@ fn long_float(s: &str) -> Option<String> {
     }
     None
 }
+
+/// Issue 35's weak spot 3: `vram trace` of Qwen3.5 with `vision_config.spatial_merge_size` 100
+/// failed as "out of memory ... device has 548.77 TiB total, 548.77 TiB free": the patch merger's
+/// `linear_fc1` is 11,520,000 x 11,520,000 (483 TiB in fp32), past the 256 TiB the allocator
+/// replay places in one block. The reader now refuses it naming the field (exit 2, one line),
+/// for `trace`, `estimate` and `plan` alike; a tensor past that block that no reader knows of
+/// (a 2^24-token vocabulary's logits at a 2^23 width) is refused by `trace` in one line with
+/// its size, never called out of memory on a device with room.
+#[test]
+fn a_tensor_past_the_replay_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vram-model/data/catalog");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog.join("qwen3.5-27b.json")).unwrap())
+            .unwrap();
+    v["vision_config"]["spatial_merge_size"] = serde_json::json!(100);
+    let merge = dir.path().join("merge.json");
+    std::fs::write(&merge, v.to_string()).unwrap();
+    let merge = merge.to_str().unwrap();
+    let out = dir.path().join("s.pickle");
+    let out = out.to_str().unwrap();
+    for args in [
+        vec!["trace", merge, "--out", out],
+        vec!["estimate", merge],
+        vec![
+            "plan",
+            merge,
+            "--gpu",
+            "h100-80g",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+        ],
+    ] {
+        let (code, stdout, err) = vram(&args);
+        assert_eq!(code, 2, "{args:?}: {stdout}{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("vision_config.spatial_merge_size = 100 is out of range")
+                && err.contains("(11,520,000 x 11,520,000, 483 TiB)"),
+            "{err}"
+        );
+    }
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog.join("qwen3-0.6b.json")).unwrap())
+            .unwrap();
+    v["vocab_size"] = serde_json::json!(1 << 24);
+    v["hidden_size"] = serde_json::json!(1 << 23);
+    v["head_dim"] = serde_json::json!(128);
+    v["num_hidden_layers"] = serde_json::json!(1);
+    v["intermediate_size"] = serde_json::json!(8);
+    let wide = dir.path().join("wide.json");
+    std::fs::write(&wide, v.to_string()).unwrap();
+    let (code, stdout, err) = vram(&["trace", wide.to_str().unwrap(), "--out", out]);
+    assert_eq!(code, 2, "{stdout}{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("one tensor of the step takes 512 TiB")
+            && err.contains("past the 256 TiB the allocator replay places in one block")
+            && !err.contains("out of memory"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(out).exists());
+}
