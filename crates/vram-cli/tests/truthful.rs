@@ -1929,3 +1929,47 @@ fn a_tensor_past_the_replay_is_refused_in_one_line() {
     );
     assert!(!std::path::Path::new(out).exists());
 }
+
+/// Issue 35's weak spot 4: a config of 2^20 layers made `vram plan` and `vram trace` run for
+/// minutes (each walk and allocator replay visits every layer). Past `read::MAX_LAYERS` (1,024,
+/// above DeepNet's 1,000-layer Transformer) every command refuses it in one line naming the
+/// key, exit 2, before reading a layer.
+#[test]
+fn a_layer_count_past_any_model_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vram-model/data/catalog");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog.join("qwen3-0.6b.json")).unwrap())
+            .unwrap();
+    v["num_hidden_layers"] = serde_json::json!(1 << 20);
+    let deep = dir.path().join("deep.json");
+    std::fs::write(&deep, v.to_string()).unwrap();
+    let deep = deep.to_str().unwrap();
+    let out = dir.path().join("s.pickle");
+    for args in [
+        vec!["trace", deep, "--out", out.to_str().unwrap()],
+        vec![
+            "plan",
+            deep,
+            "--gpu",
+            "h100-80g",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+        ],
+        vec!["estimate", deep],
+        vec!["capacity", deep],
+    ] {
+        let (code, stdout, err) = vram(&args);
+        assert_eq!(code, 2, "{args:?}: {stdout}{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("num_hidden_layers = 1048576 is out of range: more than 1024 layers"),
+            "{err}"
+        );
+    }
+}

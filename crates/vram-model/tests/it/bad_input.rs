@@ -202,3 +202,52 @@ fn a_merger_no_device_holds_is_refused_naming_the_merge() {
         );
     }
 }
+
+/// More layers than any model has (`read::MAX_LAYERS`, 1,024: DeepNet's 1,000 is the deepest
+/// Transformer trained) are refused before anything is read, in one line naming the key the
+/// count came from: 2^20 layers made `vram plan` and `vram trace` run for minutes, and reading
+/// 2^24 took 32 s and 6 GiB. A pattern's length counts as its layers; 1,024 layers still read.
+#[test]
+fn a_layer_count_past_any_model_is_refused_naming_its_key() {
+    let qwen3: serde_json::Value =
+        serde_json::from_str(include_str!("../../data/catalog/qwen3-0.6b.json")).unwrap();
+    for (key, n) in [
+        ("num_hidden_layers", 1u64 << 20),
+        ("num_hidden_layers", 1 << 24),
+    ] {
+        let mut v = qwen3.clone();
+        v[key] = serde_json::json!(n);
+        let e = hf::parse_config(&v.to_string(), "deep").unwrap_err();
+        assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "{key} = {n} is out of range: more than 1024 layers"
+            )),
+            "{e}"
+        );
+    }
+    let mut v = qwen3.clone();
+    v["num_hidden_layers"] = serde_json::json!(1024);
+    v["layer_types"] = serde_json::json!(vec!["full_attention"; 1024]);
+    let vram_model::arch::Model::Transformer(t) = hf::parse_config(&v.to_string(), "deep").unwrap()
+    else {
+        panic!("a decoder")
+    };
+    assert_eq!(t.layers(), 1024);
+    v["num_hidden_layers"] = serde_json::json!(1025);
+    v["layer_types"] = serde_json::json!(vec!["full_attention"; 1025]);
+    let e = hf::parse_config(&v.to_string(), "deep").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("num_hidden_layers = 1025 is out of range"),
+        "{e}"
+    );
+    // GPT-2 names its count n_layer.
+    let gpt2 = r#"{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 768,
+        "n_layer": 5000, "n_head": 12}"#;
+    let e = hf::parse_config(gpt2, "gpt2").unwrap_err();
+    assert!(
+        e.to_string().starts_with("n_layer = 5000 is out of range"),
+        "{e}"
+    );
+}
