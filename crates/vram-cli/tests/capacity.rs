@@ -301,6 +301,10 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "--optimization-level 1 is vLLM V1's from 0.12",
         ),
         (
+            vec!["llama-3-8b", "--engine-version", "0.11", "-O1"],
+            "--optimization-level 1 is vLLM V1's from 0.12",
+        ),
+        (
             vec![
                 "llama-3-8b",
                 "--engine",
@@ -2180,4 +2184,31 @@ fn get_rope_refusals_are_one_line() {
     ]));
     assert_eq!(code, 0, "{err}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// vLLM's short form of `--optimization-level` (`-O3`, `-O 3`, `-O=3`: `utils/argparse_utils.py`
+/// from 0.12) is vram's too, with the same answer as the long flag.
+#[test]
+fn the_optimization_level_takes_vllms_short_form() {
+    let run = |flags: &[&str]| {
+        let mut args: Vec<String> = [
+            "capacity",
+            "llama-3-8b",
+            "--engine-version",
+            "0.13",
+            "--json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(flags.iter().map(|s| s.to_string()));
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{flags:?}: {err}");
+        out
+    };
+    let long = run(&["--optimization-level", "0"]);
+    assert_ne!(long, run(&[]));
+    for short in [&["-O0"][..], &["-O", "0"], &["-O=0"]] {
+        assert_eq!(run(short), long, "{short:?}");
+    }
 }
