@@ -82,6 +82,10 @@ struct Segment {
 
 /// Largest request the allocator accepts (256 TiB); larger is out of memory.
 const MAX_SIZE: u64 = SIZE_MASK;
+
+/// The largest request a [`CachingAllocator`] places (2^48 - 1 bytes: its blocks' sizes are
+/// 48-bit keys); a larger one is refused as out of memory whatever the device's size.
+pub const MAX_REQUEST: u64 = MAX_SIZE;
 /// Streams are identified by 16-bit numbers.
 const MAX_STREAM: u32 = u16::MAX as u32;
 

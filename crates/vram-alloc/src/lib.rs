@@ -38,7 +38,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod synthetic;
 
-pub use allocator::CachingAllocator;
+pub use allocator::{CachingAllocator, MAX_REQUEST};
 pub use device::{Device, DeviceCalls, DeviceError, Location, SimDevice};
 pub use error::{AllocError, OomInfo};
 pub use policy::{AllocatorConfig, Policy};

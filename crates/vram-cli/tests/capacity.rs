@@ -279,15 +279,30 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "invalid value 'full_and_piecewise' for '--cudagraph-mode",
         ),
         (
-            // The compilation knobs are read at 0.20-0.22 only (`VllmConfig.__post_init__`).
+            // The compilation knobs exist from 0.12 (`OptimizationLevel`, `CompilationConfig.mode`);
+            // 0.11's `-O<n>` is the compilation level.
             vec![
                 "llama-3-8b",
                 "--engine-version",
-                "0.19",
+                "0.11",
                 "--compilation-mode",
                 "none",
             ],
-            "--compilation-mode none is modelled as vLLM V1 0.20-0.22 resolve it (config/vllm.py VllmConfig.__post_init__), not vLLM 0.19",
+            "--compilation-mode none is vLLM V1's from 0.12 (config/vllm.py OptimizationLevel, CompilationConfig.mode; 0.11's -O<n> is the compilation level), not vLLM 0.11",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine-version",
+                "0.11",
+                "--optimization-level",
+                "1",
+            ],
+            "--optimization-level 1 is vLLM V1's from 0.12",
+        ),
+        (
+            vec!["llama-3-8b", "--engine-version", "0.11", "-O1"],
+            "--optimization-level 1 is vLLM V1's from 0.12",
         ),
         (
             vec![
@@ -2203,4 +2218,31 @@ fn get_rope_refusals_are_one_line() {
     ]));
     assert_eq!(code, 0, "{err}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// vLLM's short form of `--optimization-level` (`-O3`, `-O 3`, `-O=3`: `utils/argparse_utils.py`
+/// from 0.12) is vram's too, with the same answer as the long flag.
+#[test]
+fn the_optimization_level_takes_vllms_short_form() {
+    let run = |flags: &[&str]| {
+        let mut args: Vec<String> = [
+            "capacity",
+            "llama-3-8b",
+            "--engine-version",
+            "0.13",
+            "--json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(flags.iter().map(|s| s.to_string()));
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{flags:?}: {err}");
+        out
+    };
+    let long = run(&["--optimization-level", "0"]);
+    assert_ne!(long, run(&[]));
+    for short in [&["-O0"][..], &["-O", "0"], &["-O=0"]] {
+        assert_eq!(run(short), long, "{short:?}");
+    }
 }

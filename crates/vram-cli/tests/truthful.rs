@@ -1702,3 +1702,219 @@ fn one_setup_commands_say_a_gpu_has_no_bf16() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 35's weak spot 1: SGLang's multimodal reduction of `--mem-fraction-static`
+/// (`mem_fraction_static × 0.95 × clamp(...)`, `server_args.adjust_mem_fraction_for_vlm` at
+/// 0.5) is a float product, 0.7587200976562499 for Qwen3-VL-8B on an H100. Text and HTML print
+/// it to three decimals as SGLang 0.4's own message does ("Automatically reduce
+/// --mem-fraction-static to {:.3f}"), a typed value as typed; `--json` keeps the exact value the
+/// budget was computed from, which rounds to the same figure. No figure a user reads in the text
+/// or the page carries a float's whole repr. SGLang 0.5 logs no line for the reduction
+/// (`adjust_mem_fraction_for_vlm` at 0.5.3), so the start-up log shows none and an assumption
+/// says it; 0.4 logs it (Qwen2.5-VL at 0.4.6: 0.88 x 0.90).
+#[test]
+fn memory_fractions_print_as_the_engine_writes_them() {
+    let long = long_float;
+    let args = [
+        "capacity",
+        "qwen3-vl-8b",
+        "--engine",
+        "sglang",
+        "--gpu",
+        "h100-80g",
+        "--max-model-len",
+        "8192",
+    ];
+    let (code, text, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !text.contains("Automatically reduce")
+            && text.contains("(mem_fraction_static 0.759)")
+            && text.contains("mem_fraction_static 0.834 x 0.9097 = 0.759 for the vision tower"),
+        "{text}"
+    );
+    let (_, v04, _) = vram(&[
+        "capacity",
+        "qwen2.5-vl-7b",
+        "--engine",
+        "sglang",
+        "--gpu",
+        "h100-80g",
+        "--engine-version",
+        "0.4.6",
+    ]);
+    assert!(
+        v04.contains("Automatically reduce --mem-fraction-static to 0.792 because")
+            && v04.contains("(mem_fraction_static 0.792)"),
+        "{v04}"
+    );
+    assert!(long(&text).is_none(), "{:?} in {text}", long(&text));
+    let (_, json, _) = vram(&[&args[..], &["--json"]].concat());
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let f = v["memory_fraction"].as_f64().unwrap();
+    assert!(f != 0.759 && format!("{f:.3}") == "0.759", "{f}");
+    assert!(long(&v["log"].to_string()).is_none(), "{}", v["log"]);
+    // The page, from the same JSON.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("cap.json");
+    std::fs::write(&input, &json).unwrap();
+    let out = dir.path().join("cap.html");
+    let (code, _, err) = vram(&[
+        "report",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("(mem_fraction_static 0.759)"), "budget row");
+    // A fraction typed with four decimals stays as typed; SGLang 0.4's default (0.88) too.
+    let (_, typed, _) = vram(&[
+        "capacity",
+        "llama-3-8b",
+        "--engine",
+        "sglang",
+        "--mem-fraction-static",
+        "0.8765",
+    ]);
+    assert!(typed.contains("(mem_fraction_static 0.8765)"), "{typed}");
+    let (_, v04, _) = vram(&[
+        "capacity",
+        "llama-3-8b",
+        "--engine",
+        "sglang",
+        "--engine-version",
+        "0.4",
+    ]);
+    assert!(v04.contains("(mem_fraction_static 0.88)"), "{v04}");
+}
+
+/// The first decimal figure with seven or more digits after the point, if any (a float printed
+/// with its whole repr: 0.7587200976562499).
+fn long_float(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'.' && i > 0 && b[i - 1].is_ascii_digit() {
+            let n = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if n >= 7 {
+                return Some(s[i - 1..i + 1 + n].to_string());
+            }
+            i += n;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Issue 35's weak spot 3: `vram trace` of Qwen3.5 with `vision_config.spatial_merge_size` 100
+/// failed as "out of memory ... device has 548.77 TiB total, 548.77 TiB free": the patch merger's
+/// `linear_fc1` is 11,520,000 x 11,520,000 (483 TiB in fp32), past the 256 TiB the allocator
+/// replay places in one block. The reader now refuses it naming the field (exit 2, one line),
+/// for `trace`, `estimate` and `plan` alike; a tensor past that block that no reader knows of
+/// (a 2^24-token vocabulary's logits at a 2^23 width) is refused by `trace` in one line with
+/// its size, never called out of memory on a device with room.
+#[test]
+fn a_tensor_past_the_replay_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vram-model/data/catalog");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog.join("qwen3.5-27b.json")).unwrap())
+            .unwrap();
+    v["vision_config"]["spatial_merge_size"] = serde_json::json!(100);
+    let merge = dir.path().join("merge.json");
+    std::fs::write(&merge, v.to_string()).unwrap();
+    let merge = merge.to_str().unwrap();
+    let out = dir.path().join("s.pickle");
+    let out = out.to_str().unwrap();
+    for args in [
+        vec!["trace", merge, "--out", out],
+        vec!["estimate", merge],
+        vec![
+            "plan",
+            merge,
+            "--gpu",
+            "h100-80g",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+        ],
+    ] {
+        let (code, stdout, err) = vram(&args);
+        assert_eq!(code, 2, "{args:?}: {stdout}{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("vision_config.spatial_merge_size = 100 is out of range")
+                && err.contains("(11,520,000 x 11,520,000, 483 TiB)"),
+            "{err}"
+        );
+    }
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog.join("qwen3-0.6b.json")).unwrap())
+            .unwrap();
+    v["vocab_size"] = serde_json::json!(1 << 24);
+    v["hidden_size"] = serde_json::json!(1 << 23);
+    v["head_dim"] = serde_json::json!(128);
+    v["num_hidden_layers"] = serde_json::json!(1);
+    v["intermediate_size"] = serde_json::json!(8);
+    let wide = dir.path().join("wide.json");
+    std::fs::write(&wide, v.to_string()).unwrap();
+    let (code, stdout, err) = vram(&["trace", wide.to_str().unwrap(), "--out", out]);
+    assert_eq!(code, 2, "{stdout}{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("one tensor of the step takes 512 TiB")
+            && err.contains("past the 256 TiB the allocator replay places in one block")
+            && !err.contains("out of memory"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(out).exists());
+}
+
+/// Issue 35's weak spot 4: a config of 2^20 layers made `vram plan` and `vram trace` run for
+/// minutes (each walk and allocator replay visits every layer). Past `read::MAX_LAYERS` (1,024,
+/// above DeepNet's 1,000-layer Transformer) every command refuses it in one line naming the
+/// key, exit 2, before reading a layer.
+#[test]
+fn a_layer_count_past_any_model_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vram-model/data/catalog");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog.join("qwen3-0.6b.json")).unwrap())
+            .unwrap();
+    v["num_hidden_layers"] = serde_json::json!(1 << 20);
+    let deep = dir.path().join("deep.json");
+    std::fs::write(&deep, v.to_string()).unwrap();
+    let deep = deep.to_str().unwrap();
+    let out = dir.path().join("s.pickle");
+    for args in [
+        vec!["trace", deep, "--out", out.to_str().unwrap()],
+        vec![
+            "plan",
+            deep,
+            "--gpu",
+            "h100-80g",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+        ],
+        vec!["estimate", deep],
+        vec!["capacity", deep],
+    ] {
+        let (code, stdout, err) = vram(&args);
+        assert_eq!(code, 2, "{args:?}: {stdout}{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("num_hidden_layers = 1048576 is out of range: more than 1024 layers"),
+            "{err}"
+        );
+    }
+}

@@ -598,7 +598,7 @@ impl CapacityReport {
                     } else {
                         "mem_fraction_static"
                     },
-                    c.memory_fraction
+                    capacity::fraction_text(c.memory_fraction)
                 ),
             },
             Row {

@@ -262,6 +262,28 @@ pub fn snapshot(
     steps: u32,
     policy: Policy,
 ) -> std::result::Result<TraceSnapshot, RunError> {
+    // One tensor past the allocator's largest block cannot be placed on any simulated device
+    // (the replay would call it out of memory on a device with room to spare): refused in one
+    // line with its size. The readers refuse the tensors they know to explode (a patch
+    // merger's, `read::decoders::merger_width`); this holds for any other.
+    let largest = events
+        .iter()
+        .filter_map(|e| match e {
+            TraceEvent::Alloc {
+                bytes, category, ..
+            } => Some((*bytes, *category)),
+            TraceEvent::Free { .. } => None,
+        })
+        .max_by_key(|(b, _)| *b);
+    if let Some((b, category)) = largest.filter(|(b, _)| *b > vram_alloc::MAX_REQUEST) {
+        return Err(input(format!(
+            "one tensor of the step takes {} ({}), past the {} the allocator replay places in one block (no GPU holds it); `vram estimate` gives the step's figures",
+            bytes(b),
+            category.name(),
+            bytes(vram_alloc::MAX_REQUEST)
+        ))
+        .into());
+    }
     // A device that holds the step, whatever a config asks (the walk has no device to refuse
     // it; 64 TiB ran out on a config of 2^20 heads): every allocation at once, each in a segment
     // at most 20 MiB beyond its bytes (PyTorch's 2 MiB and 20 MiB segments, 2 MiB rounding

@@ -569,17 +569,19 @@ pub struct CapacityArgs {
     /// full-and-piecewise, the -O2 level's from 0.12 and V1's own at 0.11].
     #[arg(long, value_enum)]
     pub cudagraph_mode: Option<CudagraphModeArg>,
-    /// vLLM V1 (0.20 to 0.22): the compilation mode set with -cc.mode=none or
-    /// --compilation-config '{"mode": 0}'; TORCH_COMPILE_DISABLE=1 is none (vLLM: "equivalent
-    /// to setting -cc.mode=none"). Any mode but vllm-compile turns a piecewise CUDA-graph mode
-    /// (piecewise, full-and-piecewise) into none [default: the optimization level's,
+    /// vLLM V1 (0.12 to 0.22): the compilation mode set with -cc.mode=none or
+    /// --compilation-config '{"mode": 0}'; from 0.20 TORCH_COMPILE_DISABLE=1 is none (vLLM:
+    /// "equivalent to setting -cc.mode=none"). Any mode but vllm-compile turns a piecewise
+    /// CUDA-graph mode (piecewise, full-and-piecewise; at 0.12 every mode) into none; before
+    /// 0.17 --enforce-eager leaves a mode set here in force [default: the optimization level's,
     /// vllm-compile above -O0].
     #[arg(long, value_enum)]
     pub compilation_mode: Option<CompilationModeArg>,
-    /// vLLM V1 (0.20 to 0.22): the optimization level, -O0 to -O3. Only what it sets for the
-    /// graphs is modelled, where not set otherwise: -O0 no compilation and no CUDA graphs, -O1
-    /// piecewise graphs, -O2 and -O3 full-and-piecewise [default: 2].
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
+    /// vLLM V1 (0.12 to 0.22): the optimization level, -O0 to -O3 (vLLM's own short form, as
+    /// here: -O3, -O 3, -O=3). Only what it sets for the graphs is modelled, where not set
+    /// otherwise: -O0 no compilation and no CUDA graphs, -O1 piecewise graphs, -O2 and -O3
+    /// full-and-piecewise [default: 2].
+    #[arg(long, short = 'O', value_parser = clap::value_parser!(u8).range(0..=3))]
     pub optimization_level: Option<u8>,
     /// How the TP group's GPUs talk, for NCCL's buffers: nvls (NVSwitch with NVLS: HGX
     /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe, or one node without GPU P2P), network

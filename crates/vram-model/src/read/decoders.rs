@@ -756,6 +756,47 @@ fn builds_vision(outer: &Cfg) -> Result<bool> {
     ))
 }
 
+/// Bytes one tensor may take: `vram_alloc`'s largest block, 2^48 bytes (256 TiB), in which the
+/// allocator replay of `vram estimate` and `vram trace` places each tensor; 900 times the
+/// memory of the largest GPU (288 GB: B300, MI355X). A tensor beyond it is held by no device.
+pub(crate) const MAX_TENSOR_BYTES: u64 = 1 << 48;
+
+/// The patch merger's input width, `hidden_size × spatial_merge_size²` (one merged token is
+/// `spatial_merge_size²` patches side by side), for a merger whose widest linear holds
+/// `rows × width` weights, `rows` from the width (Qwen's `linear_fc1` / `mlp.0`: `width ×
+/// width`; Pixtral's `merging_layer`: `hidden_size × width`). Its weights grow with the merge's
+/// fourth (Qwen) or second power: at `spatial_merge_size` 100 Qwen3.5's `linear_fc1` is
+/// 11,520,000 × 11,520,000, 483 TiB in fp32, where every released tower merges 2. A linear
+/// whose fp32 weight passes [`MAX_TENSOR_BYTES`] is refused in one line naming the field
+/// (found by `vram trace` failing on a 552 TiB simulated device, the replay's block limit; at
+/// 4096 the count had overflowed 64 bits).
+fn merger_width(field: &str, hv: u64, m: u64, rows: impl Fn(u64) -> u64) -> Result<u64> {
+    let width = m.checked_mul(m).and_then(|mm| mm.checked_mul(hv));
+    let bytes = width.and_then(|w| rows(w).checked_mul(w)?.checked_mul(4));
+    if let (Some(w), Some(b)) = (width, bytes) {
+        if b <= MAX_TENSOR_BYTES {
+            return Ok(w);
+        }
+    }
+    let key = field.rsplit('.').next().unwrap_or(field);
+    let shape = match (width, bytes) {
+        (Some(w), Some(b)) => format!(
+            " ({} x {}, {})",
+            crate::fmt::thousands(rows(w)),
+            crate::fmt::thousands(w),
+            crate::fmt::bytes(b)
+        ),
+        _ => String::new(),
+    };
+    Err(Error::OutOfRange {
+        field: field.into(),
+        value: m.to_string(),
+        why: format!(
+            "the patch merger's widest linear takes hidden_size {hv} x {key}^2 inputs, and its fp32 weight{shape} passes the 256 TiB one tensor can be placed in (no GPU holds it; released towers merge 2)"
+        ),
+    })
+}
+
 /// The vision tower and projector of a multimodal wrapper, from `vision_config` (missing keys
 /// take the vision config class's defaults).
 pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
@@ -802,23 +843,18 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 None => 0,
             };
             let block = 4 * hv + 3 * hv * hv + 3 * hv + hv * hv + hv + 2 * i * hv + i + hv;
-            // The merger's fc1 holds (hidden_size · merge²)² weights, once per merger: a merge
-            // whose count passes 64 bits is no tower (4096 overflowed, found by mutating the
-            // zoo's configs).
-            let merged = m
-                .checked_mul(m)
-                .and_then(|mm| mm.checked_mul(hv))
-                .filter(|&w| {
-                    w.checked_mul(w)
-                        .and_then(|ww| ww.checked_mul(deepstack + 1))
-                        .is_some_and(|n| n < 1 << 60)
-                })
-                .ok_or_else(|| Error::OutOfRange {
-                    field: "vision_config.spatial_merge_size".into(),
-                    value: m.to_string(),
-                    why: "the patch merger's (hidden_size x spatial_merge_size^2)^2 weights pass 2^60"
-                        .into(),
-                })?;
+            // The merger's fc1 holds (hidden_size · merge²)² weights, once per merger.
+            let merged = merger_width("vision_config.spatial_merge_size", hv, m, |w| w)?;
+            if (merged * merged)
+                .checked_mul(deepstack + 1)
+                .is_none_or(|n| n >= 1 << 60)
+            {
+                return Err(Error::OutOfRange {
+                    field: "vision_config.deepstack_visual_indexes".into(),
+                    value: format!("{deepstack} entries"),
+                    why: "one patch merger each, whose weights together pass 2^60".into(),
+                });
+            }
             let merger = |norm: u64| 2 * norm + merged * merged + merged + out * merged + out;
             let params = hv * ch * tp * p * p
                 + hv
@@ -919,7 +955,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 i * hv + i + hv * i + hv
             };
             let block = 2 * norm + 3 * hv * hv + 3 * hv + hv * hv + hv + mlp;
-            let merged = hv * m * m;
+            let merged = merger_width("vision_config.spatial_merge_size", hv, m, |w| w)?;
             let params = hv * ch * tp * p * p
                 + depth * block
                 + norm
@@ -1318,8 +1354,9 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
             };
             let bias = u64::from(outer.bool("multimodal_projector_bias", false)?);
             let tower = hv * ch * p * p + hv + depth * (2 * hv + 4 * hv * hv + 3 * hv * i);
+            let merged = merger_width("spatial_merge_size", hv, merge, |_| hv)?;
             let projector = hv
-                + hv * merge * merge * hv
+                + merged * hv
                 + feature_layers * hv * text_hidden
                 + text_hidden * text_hidden
                 + bias * 2 * text_hidden;
@@ -1365,7 +1402,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                             tower_linear(
                                 "multi_modal_projector.patch_merger.merging_layer",
                                 hv,
-                                hv * merge * merge,
+                                merged,
                                 0,
                             ),
                             tower_linear(
@@ -1430,7 +1467,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 }
             };
             let ch = 3;
-            let merged = hv * merge * merge;
+            let merged = merger_width("vision_config.merge_kernel_size", hv, merge, |w| w)?;
             let layer = 2 * 2 * hv + 4 * (hv * hv + hv) + (hv * i + i) + (i * hv + hv);
             let tower = ch * p * p * hv + hv + pos_h * pos_w * hv + depth * layer + 2 * hv;
             let projector =

@@ -13,8 +13,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::describe::Model;
 use crate::describe::{Act, Dtype, Quant, Storage};
+use crate::describe::{Model, Transformer};
 use crate::error::{Error, Result};
 use crate::finetune::WeightFormat;
 
@@ -149,6 +149,76 @@ fn refuse_bom(text: &str, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Most layers a model's stacks may have together. The deepest Transformer reported trained is
+/// DeepNet's, 1,000 layers (500 encoder and 500 decoder layers, "2,500 attention and
+/// feed-forward network sublayers": Wang et al. 2022, arXiv:2203.00555); released decoders stop
+/// near 128 (Llama 3.1 405B: 126; the deepest config in vram's zoo and catalog has 128). Every
+/// walk visits each layer (the allocator replay places each layer's tensors, several replays an
+/// answer, and `vram trace` writes each one), so a count far past any model only costs time:
+/// 2^20 layers ran for minutes, and a 4,096-layer trace wrote 405 MB. 1,024 holds DeepNet.
+pub const MAX_LAYERS: u64 = 1 << 10;
+
+/// The config keys a layer count is read from, in the order [`parse_config`] names them when
+/// the count passes [`MAX_LAYERS`] (in `text_config` first for a multimodal wrapper).
+const LAYER_KEYS: &[&str] = &[
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "num_decoder_layers",
+    "hybrid_override_pattern",
+    "layers_block_type",
+    "layer_types",
+];
+
+/// [`MAX_LAYERS`], before anything is read (a reader builds each layer: 2^24 of them took 32 s
+/// and 6 GiB to read): the first of [`LAYER_KEYS`] in the config (`text_config` first) whose
+/// count passes it, refused in one line naming the key; a pattern's or a list's length counts.
+fn refuse_deep(map: &Map<String, Value>) -> Result<()> {
+    match deep_key(map) {
+        Some((field, n)) => Err(too_deep(field, n)),
+        None => Ok(()),
+    }
+}
+
+/// [`MAX_LAYERS`] for a read model, whatever key its count came from ([`refuse_deep`] names the
+/// known ones before reading).
+fn check_layers(t: &Transformer) -> Result<()> {
+    match t.layers() {
+        n if n > MAX_LAYERS => Err(too_deep("the layer count".into(), n)),
+        _ => Ok(()),
+    }
+}
+
+fn too_deep(field: String, n: u64) -> Error {
+    Error::OutOfRange {
+        field,
+        value: n.to_string(),
+        why: format!(
+            "more than {MAX_LAYERS} layers; the deepest Transformer trained has 1,000 (DeepNet, arXiv:2203.00555) and released models stop near 128"
+        ),
+    }
+}
+
+/// The first of [`LAYER_KEYS`] whose count passes [`MAX_LAYERS`], with the count.
+fn deep_key(map: &Map<String, Value>) -> Option<(String, u64)> {
+    let text = match map.get("text_config") {
+        Some(Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    let count = |v: &Value| match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => Some(s.chars().count() as u64),
+        Value::Array(a) => Some(a.len() as u64),
+        _ => None,
+    };
+    text.into_iter().chain([map]).find_map(|m| {
+        LAYER_KEYS.iter().find_map(|k| {
+            let n = count(m.get(*k)?)?;
+            (n > MAX_LAYERS).then(|| (k.to_string(), n))
+        })
+    })
+}
+
 /// Parses the text of a `config.json`.
 ///
 /// `name` is used for display (the catalog id or the file's folder name).
@@ -194,6 +264,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
         map: &map,
         model_type: &model_type,
     };
+    refuse_deep(&map)?;
     let classic = match model_type.as_str() {
         "gpt2" => Some(classic::gpt2(&c)?),
         "gpt_neox" => Some(classic::gpt_neox(&c)?),
@@ -280,6 +351,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<Model> {
             }
         }
     };
+    check_layers(&t)?;
     t.blocks.storage = storage(&c)?;
     if let Some(note) = quant_lookup_note(&map) {
         t.blocks.notes.push(note);

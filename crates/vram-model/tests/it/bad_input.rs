@@ -156,3 +156,98 @@ fn a_merge_that_overflows_the_merger_is_refused() {
     v["vision_config"]["spatial_merge_size"] = serde_json::json!(2);
     assert!(hf::parse_config(&v.to_string(), "qwen3.5").is_ok());
 }
+
+/// The patch merger's widest linear grows with the merge's fourth power: at
+/// `spatial_merge_size` 100 Qwen3.5's `linear_fc1` is 11,520,000 x 11,520,000, 483 TiB in fp32,
+/// past the 256 TiB one tensor can be placed in (`vram trace` replayed it and failed as out of
+/// memory on a 552 TiB simulated device). Refused in one line naming the field and the tensor,
+/// for every tower with a merge (Qwen2-VL's and Qwen2.5-VL's merger overflowed 64 bits at
+/// 5000, a panic); a merge of 10 is still a model.
+#[test]
+fn a_merger_no_device_holds_is_refused_naming_the_merge() {
+    let qwen35 = include_str!("../../../../tests/zoo/configs/qwen3.5-27b.json");
+    let qwen25 = include_str!("../../data/catalog/qwen2.5-vl-7b.json");
+    for (text, name, merge, shape) in [
+        (
+            qwen35,
+            "qwen3.5",
+            100,
+            Some("(11,520,000 x 11,520,000, 483 TiB)"),
+        ),
+        (
+            qwen25,
+            "qwen2.5-vl",
+            100,
+            Some("(12,800,000 x 12,800,000, 596 TiB)"),
+        ),
+        (qwen25, "qwen2.5-vl", 5000, None),
+        (qwen25, "qwen2.5-vl", 1 << 24, None),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["vision_config"]["spatial_merge_size"] = serde_json::json!(merge);
+        let e = hf::parse_config(&v.to_string(), name).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::OutOfRange { .. }), "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "vision_config.spatial_merge_size = {merge} is out of range"
+            )) && msg.contains("passes the 256 TiB one tensor can be placed in")
+                && shape.is_none_or(|s| msg.contains(s)),
+            "{msg}"
+        );
+        v["vision_config"]["spatial_merge_size"] = serde_json::json!(10);
+        assert!(
+            hf::parse_config(&v.to_string(), name).is_ok(),
+            "{name} at 10"
+        );
+    }
+}
+
+/// More layers than any model has (`read::MAX_LAYERS`, 1,024: DeepNet's 1,000 is the deepest
+/// Transformer trained) are refused before anything is read, in one line naming the key the
+/// count came from: 2^20 layers made `vram plan` and `vram trace` run for minutes, and reading
+/// 2^24 took 32 s and 6 GiB. A pattern's length counts as its layers; 1,024 layers still read.
+#[test]
+fn a_layer_count_past_any_model_is_refused_naming_its_key() {
+    let qwen3: serde_json::Value =
+        serde_json::from_str(include_str!("../../data/catalog/qwen3-0.6b.json")).unwrap();
+    for (key, n) in [
+        ("num_hidden_layers", 1u64 << 20),
+        ("num_hidden_layers", 1 << 24),
+    ] {
+        let mut v = qwen3.clone();
+        v[key] = serde_json::json!(n);
+        let e = hf::parse_config(&v.to_string(), "deep").unwrap_err();
+        assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "{key} = {n} is out of range: more than 1024 layers"
+            )),
+            "{e}"
+        );
+    }
+    let mut v = qwen3.clone();
+    v["num_hidden_layers"] = serde_json::json!(1024);
+    v["layer_types"] = serde_json::json!(vec!["full_attention"; 1024]);
+    let vram_model::arch::Model::Transformer(t) = hf::parse_config(&v.to_string(), "deep").unwrap()
+    else {
+        panic!("a decoder")
+    };
+    assert_eq!(t.layers(), 1024);
+    v["num_hidden_layers"] = serde_json::json!(1025);
+    v["layer_types"] = serde_json::json!(vec!["full_attention"; 1025]);
+    let e = hf::parse_config(&v.to_string(), "deep").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("num_hidden_layers = 1025 is out of range"),
+        "{e}"
+    );
+    // GPT-2 names its count n_layer.
+    let gpt2 = r#"{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 768,
+        "n_layer": 5000, "n_head": 12}"#;
+    let e = hf::parse_config(gpt2, "gpt2").unwrap_err();
+    assert!(
+        e.to_string().starts_with("n_layer = 5000 is out of range"),
+        "{e}"
+    );
+}

@@ -89,23 +89,51 @@ pub(super) fn vllm_mamba_blocks_short(
 }
 
 /// Whether vLLM compiles with its own piecewise backend (`CompilationMode.VLLM_COMPILE`), as
-/// `VllmConfig.__post_init__` resolves the mode at 0.20.0, 0.21.0 and 0.22.0: `--enforce-eager`
-/// and `TORCH_COMPILE_DISABLE=1` set `NONE` (taken here as the user's `NONE`), a mode the user
-/// set stays, and an unset one is `VLLM_COMPILE` above `-O0` and `NONE` at `-O0`.
+/// `VllmConfig.__post_init__` resolves the mode ([`vllm_compilation_mode`]).
 pub fn vllm_compiles(k: &Knobs) -> bool {
     vllm_compilation_mode(k) == super::CompilationMode::VllmCompile
 }
 
-/// The compilation mode `VllmConfig.__post_init__` resolves (0.20.0-0.22.0; before 0.20 only
-/// `--enforce-eager` is read: the knobs are refused there): `NONE` under `--enforce-eager`, the
-/// user's mode, else `VLLM_COMPILE` above `-O0` and `NONE` at `-O0`.
+/// Whether `--enforce-eager` sets the compilation mode itself (`NONE`, "Enforce eager set,
+/// disabling torch.compile and CUDAGraphs. This is equivalent to setting -cc.mode=none
+/// -cc.cudagraph_mode=none", `VllmConfig.__post_init__` from 0.17.0), rather than only dropping
+/// the optimization level to `-O0` ("Enforce eager set, overriding optimization level to -O0",
+/// 0.12.0 to 0.16.x), which leaves a mode the user set as it is. Read in `config/vllm.py` of
+/// every minor release's `.0` from 0.12.0 to 0.20.0.
+pub(super) fn vllm_eager_sets_mode(k: &Knobs) -> bool {
+    Engine::Vllm.version_in_force(k) >= [0, 17, 0]
+}
+
+/// The compilation mode `VllmConfig.__post_init__` resolves (`config/vllm.py`, read at every
+/// minor release's `.0` from 0.12.0 to 0.20.0, and 0.21.0 and 0.22.0; the mode and the levels
+/// exist from 0.12, and are refused before): under `--enforce-eager` `NONE` from 0.17, while
+/// 0.12 to 0.16 only drop the level to `-O0`, so a mode the user set stays (and compiles, with
+/// no graphs); otherwise the user's mode, else `VLLM_COMPILE` above `-O0` and `NONE` at `-O0`.
 pub(super) fn vllm_compilation_mode(k: &Knobs) -> super::CompilationMode {
     use super::CompilationMode as C;
-    match (k.enforce_eager, k.compilation_mode) {
-        (true, _) => C::None,
-        (false, Some(m)) => m,
-        (false, None) if k.optimization_level.unwrap_or(2) > 0 => C::VllmCompile,
-        (false, None) => C::None,
+    let level = if k.enforce_eager {
+        0
+    } else {
+        k.optimization_level.unwrap_or(2)
+    };
+    match k.compilation_mode {
+        _ if k.enforce_eager && vllm_eager_sets_mode(k) => C::None,
+        Some(m) => m,
+        None if level > 0 => C::VllmCompile,
+        None => C::None,
+    }
+}
+
+/// Whether a CUDA-graph mode is turned off for want of vLLM's own compilation ("Cudagraph mode
+/// ... is not compatible with compilation mode ... Overriding to NONE", `VllmConfig.__post_init__`):
+/// at 0.12.0 every mode but `NONE` under any compilation mode but `VLLM_COMPILE`; from 0.13.0
+/// only a mode with piecewise graphs (`requires_piecewise_compilation`), so `FULL` and
+/// `FULL_DECODE_ONLY` stay. Read at every minor release's `.0` from 0.12.0 to 0.20.0.
+pub(super) fn vllm_graphs_need_compile(k: &Knobs, m: super::CudagraphMode) -> bool {
+    if Engine::Vllm.version_in_force(k) < [0, 13, 0] {
+        m != super::CudagraphMode::None
+    } else {
+        m.has_piecewise()
     }
 }
 
@@ -119,11 +147,11 @@ pub(super) fn vllm_inductor(k: &Knobs) -> bool {
 
 /// The CUDA-graph mode vLLM V1 (0.11 and later) runs, from the user's choice
 /// ([`Knobs::cudagraph_mode`], [`Knobs::compilation_mode`], [`Knobs::optimization_level`]),
-/// read at 0.20.0, 0.21.0 and 0.22.0 (`VllmConfig.__post_init__`, `config/vllm.py`), and for
-/// what the releases before accept (`--cudagraph-mode` and `--enforce-eager`; the compilation
-/// knobs are refused before 0.20) at 0.11.0, 0.12.0, 0.13.0, 0.15.0, 0.16.0, 0.17.0, 0.18.0 and
-/// 0.19.0, where the same modes come out ([`vllm_graph_mode_source`] names where each release
-/// decides them):
+/// read at 0.20.0, 0.21.0 and 0.22.0 (`VllmConfig.__post_init__`, `config/vllm.py`), and at
+/// 0.11.0, 0.12.0, 0.13.0, 0.15.0, 0.16.0, 0.17.0, 0.18.0 and 0.19.0 (the compilation knobs'
+/// part at every `.0` from 0.12.0: they are refused at 0.11, which has neither), where the same
+/// modes come out but where named ([`vllm_graph_mode_source`] names where each release decides
+/// them):
 /// - `--enforce-eager` sets `NONE` whatever was asked ("Enforce eager set, disabling
 ///   torch.compile and CUDAGraphs").
 /// - Unset, the optimization level's default (`OPTIMIZATION_LEVEL_TO_CONFIG`, applied only to
@@ -134,9 +162,10 @@ pub(super) fn vllm_inductor(k: &Knobs) -> bool {
 ///   `MambaModelConfig`, except `Lfm2ForCausalLM` and `MiniMaxText01ForCausalLM`, which vram
 ///   does not read).
 /// - A mode with piecewise graphs (`PIECEWISE`, `FULL_AND_PIECEWISE`:
-///   `requires_piecewise_compilation`) under any compilation mode but `VLLM_COMPILE`
-///   ([`vllm_compiles`]: `-O0`, `-cc.mode=none`, `TORCH_COMPILE_DISABLE=1`) becomes `NONE`
-///   ("Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE").
+///   `requires_piecewise_compilation`; at 0.12 any mode but `NONE`: [`vllm_graphs_need_compile`])
+///   under any compilation mode but `VLLM_COMPILE` ([`vllm_compiles`]: `-O0`, `-cc.mode=none`,
+///   `TORCH_COMPILE_DISABLE=1`) becomes `NONE` ("Cudagraph mode ... is not compatible with
+///   compilation mode ... Overriding to NONE").
 /// - `FULL` on a hybrid model: its state layers' backends support full graphs for uniform
 ///   batches only (`AttentionCGSupport.UNIFORM_BATCH` in `v1/attention/backends/gdn_attn.py`,
 ///   and in `mamba_attn.py` from 0.17; `UNIFORM_SINGLE_TOKEN_DECODE` there at 0.11-0.16), so
@@ -157,7 +186,7 @@ pub(super) fn vllm_cudagraph_mode(k: &Knobs, hybrid: bool) -> super::CudagraphMo
         _ => M::FullAndPiecewise,
     };
     match k.cudagraph_mode.unwrap_or(level_default) {
-        m if m.has_piecewise() && !compiles => M::None,
+        m if vllm_graphs_need_compile(k, m) && !compiles => M::None,
         M::Full if hybrid && compiles => M::FullAndPiecewise,
         M::Full if hybrid => M::FullDecodeOnly,
         m => m,

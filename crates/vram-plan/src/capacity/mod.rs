@@ -508,12 +508,14 @@ pub fn vllm_compilation_config_flag(field: &str, value: &str) -> String {
 }
 
 /// vLLM's compilation mode (`CompilationConfig.mode`, `CompilationMode` in
-/// `config/compilation.py`, read at 0.20.0, 0.21.0 and 0.22.0), set with `-cc.mode=none` or
-/// `--compilation-config '{"mode": 0}'`; `TORCH_COMPILE_DISABLE=1` sets `NONE` ("This is
-/// equivalent to setting -cc.mode=none", `VllmConfig.__post_init__`). Unset, the optimization
-/// level decides: `VLLM_COMPILE` above `-O0`, `NONE` at `-O0`. Only `VLLM_COMPILE` splits the
-/// graph for piecewise CUDA graphs, so under any other mode a piecewise graph mode becomes
-/// `NONE` ("Cudagraph mode ... is not compatible with compilation mode ... Overriding to NONE").
+/// `config/compilation.py`, from 0.12, whose `level` it replaces; read at 0.12.0-0.22.0), set
+/// with `-cc.mode=none` or `--compilation-config '{"mode": 0}'`; from 0.20
+/// `TORCH_COMPILE_DISABLE=1` sets `NONE` ("This is equivalent to setting -cc.mode=none",
+/// `VllmConfig.__post_init__`). Unset, the optimization level decides: `VLLM_COMPILE` above
+/// `-O0`, `NONE` at `-O0`. Only `VLLM_COMPILE` splits the graph for piecewise CUDA graphs, so
+/// under any other mode a piecewise graph mode becomes `NONE` ("Cudagraph mode ... is not
+/// compatible with compilation mode ... Overriding to NONE"; at 0.12 every graph mode but
+/// `NONE` does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CompilationMode {
@@ -536,6 +538,21 @@ impl CompilationMode {
             CompilationMode::DynamoTraceOnce => "DYNAMO_TRACE_ONCE",
             CompilationMode::VllmCompile => "VLLM_COMPILE",
         }
+    }
+}
+
+/// A memory fraction (`--gpu-memory-utilization`, `--mem-fraction-static`) as people read it: a
+/// value of at most four decimals (one typed, SGLang's defaults, which it rounds to three,
+/// `round((gpu_mem - reserved) / gpu_mem, 3)`) as it is spelled, and one computed beyond that
+/// (SGLang's multimodal reduction, `mem_fraction_static × factor`, 0.7587200976562499) to three
+/// decimals, as SGLang itself writes it ("Automatically reduce --mem-fraction-static to
+/// {:.3f}", `model_runner.py` at 0.4.x). The reports' `--json` keeps the exact value the
+/// budget was computed from.
+pub fn fraction_text(f: f64) -> String {
+    if (f * 1e4).round() / 1e4 == f {
+        format!("{f}")
+    } else {
+        format!("{f:.3}")
     }
 }
 
@@ -632,13 +649,14 @@ pub struct Knobs {
     /// the mode; its rules read at 0.11.0, 0.12.0, 0.13.0, 0.15.0-0.19.0 and 0.20.0-0.22.0.
     pub cudagraph_mode: Option<CudagraphMode>,
     /// vLLM's compilation mode as the user set it (`-cc.mode`, or `TORCH_COMPILE_DISABLE=1`
-    /// for `NONE`; `None`: the optimization level's). Read at 0.20.0-0.22.0.
+    /// for `NONE`; `None`: the optimization level's). From 0.12; read at 0.12.0-0.22.0
+    /// (`engine::vllm_compilation_mode` says where releases differ).
     pub compilation_mode: Option<CompilationMode>,
     /// vLLM's `--optimization-level` (`-O0` to `-O3`; `None`: `-O2`, the default). Only what
     /// it sets for the graphs is modelled: the compilation mode (`NONE` at 0, else
     /// `VLLM_COMPILE`) and the CUDA-graph mode (`NONE`, `PIECEWISE`, then `FULL_AND_PIECEWISE`;
-    /// `OPTIMIZATION_LEVEL_00` to `_03`), each where the user left it unset. Read at
-    /// 0.20.0-0.22.0.
+    /// `OPTIMIZATION_LEVEL_00` to `_03`), each where the user left it unset. From 0.12 (`-O<n>`
+    /// before is the compilation level); read at 0.12.0-0.22.0.
     pub optimization_level: Option<u8>,
 }
 
@@ -889,8 +907,11 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
             )));
         }
     }
-    // The compilation knobs as 0.20.0-0.22.0 resolve them (`VllmConfig.__post_init__`); the
-    // releases before were not read.
+    // The compilation knobs exist from 0.12 (`OptimizationLevel` and `CompilationConfig.mode` in
+    // `config/vllm.py` and `config/compilation.py`, read at 0.11.0-0.20.0, each minor's `.0`):
+    // 0.11 has neither, its `-O<n>` being `--compilation-config`'s `level`, and vram's
+    // `--optimization-level` and `--compilation-mode` spell 0.12's. How each release resolves
+    // them: `engine::vllm_compilation_mode` and `engine::vllm_cudagraph_mode`.
     let compile_knob = match (knobs.compilation_mode, knobs.optimization_level) {
         (Some(m), _) => Some(format!(
             "--compilation-mode {}",
@@ -901,9 +922,9 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
     };
     if let Some(flag) = compile_knob {
         let v = engine.version_in_force(knobs);
-        if engine != Engine::Vllm || v < [0, 20, 0] || knobs.vllm_v0 {
+        if engine != Engine::Vllm || v < [0, 12, 0] || knobs.vllm_v0 {
             return Err(Error::Capacity(format!(
-                "{flag} is modelled as vLLM V1 0.20-0.22 resolve it (config/vllm.py VllmConfig.__post_init__), not {} {}{}",
+                "{flag} is vLLM V1's from 0.12 (config/vllm.py OptimizationLevel, CompilationConfig.mode; 0.11's -O<n> is the compilation level), not {} {}{}",
                 engine.label(),
                 v.map(|n| n.to_string()).join("."),
                 if knobs.vllm_v0 { " V0" } else { "" }

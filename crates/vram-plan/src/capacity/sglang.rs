@@ -314,7 +314,12 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     };
     // SGLang's "GB" is GiB (`GB = 1024 * 1024 * 1024` in mem_cache/memory_pool.py).
     let half = kv_bytes as f64 / 2.0 / GIB;
-    let mut log: Vec<String> = vlm_note.into_iter().collect();
+    let (vlm_log, vlm_assumed) = match vlm_note {
+        VlmFraction::Unchanged => (None, None),
+        VlmFraction::Logged(l) => (Some(l), None),
+        VlmFraction::Silent(a) => (None, Some(a)),
+    };
+    let mut log: Vec<String> = vlm_log.into_iter().collect();
     log.push(format!(
         "Load weight end. avail mem={:.2} GB, mem usage={:.2} GB.",
         post,
@@ -347,8 +352,11 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         log.push(format!(
             "KV Cache is allocated. #tokens: {tokens}, K size: {half:.2} GB, V size: {half:.2} GB"
         ));
+        // The scheduler's line (`scheduler.py`, 0.4.x and 0.5.x), less the fields not modelled
+        // (`max_prefill_tokens`, `max_running_requests`, `available_gpu_mem`); it prints no
+        // `mem_fraction_static`, which the budget row gives.
         log.push(format!(
-            "max_total_num_tokens={tokens}, chunked_prefill_size={cps}, context_len={max_len}, mem_fraction_static={mfs}"
+            "max_total_num_tokens={tokens}, chunked_prefill_size={cps}, context_len={max_len}"
         ));
     } else if rest <= 0.0 && Engine::Sglang.version_in_force(k) >= [0, 5, 14] {
         // From 0.5.14 the budget is checked before the pool is sized (`profile_max_num_token`
@@ -358,6 +366,8 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
         // loading less `pre × (1 − mem_fraction_static)` not positive raises this ValueError,
         // with the smallest fraction `1 − post / pre` and that rounded up to 0.001.
         let minimum = 1.0 - post / pre;
+        // `{mfs}` as SGLang writes it (`--mem-fraction-static={self.mem_fraction_static}`, the
+        // float's repr), the others as its `:.3f` and `:.4f`.
         log.push(format!(
             "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mfs}. Raise --mem-fraction-static above {:.3} (minimum viable = 1 - available/pre = {minimum:.4}). If using speculative decoding, draft weights are now counted.",
             (minimum * 1000.0).ceil() / 1000.0
@@ -430,6 +440,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
                 distributed as f64 / GIB
             )
         }))
+        .chain(vlm_assumed)
         .collect(),
     }
 }
@@ -499,9 +510,14 @@ pub(super) fn sglang_kinds(
 /// (read at 0.4.6.post1): `*= 0.90`; 0.5 (`server_args.py` `adjust_mem_fraction_for_vlm`, read
 /// at 0.5.0rc0): only for the default, `0.95 x clamp(1 - 0.1 x (layers x width^2 / (24 x 1024^2)
 /// - 1), 0.8, 1.05)`, the tower's size against a ViT-L/14.
-pub(super) fn vlm_mem_fraction(t: &Transformer, k: &Knobs, mfs: f64) -> (f64, Option<String>) {
+///
+/// What the user is told: 0.4's `model_runner` logs "Automatically reduce --mem-fraction-static
+/// to {:.3f} because this is a multimodal model." (read at 0.4.1, 0.4.3.post2 and 0.4.6.post1),
+/// returned as [`VlmFraction::Logged`]; 0.5's `adjust_mem_fraction_for_vlm` logs nothing (read at
+/// 0.5.0rc0 and 0.5.3), so the reduction is said in the report's assumptions instead.
+pub(super) fn vlm_mem_fraction(t: &Transformer, k: &Knobs, mfs: f64) -> (f64, VlmFraction) {
     let Some(v) = t.blocks.vision.as_ref() else {
-        return (mfs, None);
+        return (mfs, VlmFraction::Unchanged);
     };
     let ver = Engine::Sglang.version_in_force(k);
     let factor = if ver < [0, 4, 4] {
@@ -512,13 +528,30 @@ pub(super) fn vlm_mem_fraction(t: &Transformer, k: &Knobs, mfs: f64) -> (f64, Op
         let ratio = (v.depth * v.hidden * v.hidden) as f64 / (24.0 * 1024.0 * 1024.0);
         0.95 * (1.0 - 0.1 * (ratio - 1.0)).clamp(0.8, 1.05)
     } else {
-        return (mfs, None);
+        return (mfs, VlmFraction::Unchanged);
     };
     let reduced = mfs * factor;
-    (
-        reduced,
-        Some(format!(
+    let said = if ver < [0, 5, 0] {
+        VlmFraction::Logged(format!(
             "Automatically reduce --mem-fraction-static to {reduced:.3} because this is a multimodal model."
-        )),
-    )
+        ))
+    } else {
+        VlmFraction::Silent(format!(
+            "mem_fraction_static {} x {factor:.4} = {} for the vision tower (server_args.adjust_mem_fraction_for_vlm, read at 0.5.0rc0 and 0.5.3: 0.95 x clamp(1 - 0.1 x (depth x width^2 / (24 x 1024^2) - 1), 0.8, 1.05), the default only; SGLang logs no line for it)",
+            super::fraction_text(mfs),
+            super::fraction_text(reduced)
+        ))
+    };
+    (reduced, said)
+}
+
+/// How SGLang tells of its multimodal reduction of `mem_fraction_static`
+/// ([`vlm_mem_fraction`]).
+pub(super) enum VlmFraction {
+    /// No reduction.
+    Unchanged,
+    /// 0.4: a line of its log.
+    Logged(String),
+    /// 0.5: no line; this is the report's assumption that says it.
+    Silent(String),
 }

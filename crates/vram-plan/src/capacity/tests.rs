@@ -2978,18 +2978,18 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
         .any(|a| a.contains("needs vLLM's own compilation")));
     let (s, short, _) = starts(Some(M::FullDecodeOnly), Some(C::None), None);
     assert!(!s && short.is_some());
-    // Read at 0.20-0.22 only: an older release, V0 or SGLang is refused in one line, and so is
-    // a level vLLM does not have.
+    // From 0.12 only: an older release (0.11's `-O<n>` is the compilation level), V0 or SGLang
+    // is refused in one line, and so is a level vLLM does not have.
     let old = Knobs {
-        engine_version: Some([0, 19, 1]),
+        engine_version: Some([0, 11, 0]),
         ..k(None, Some(C::None), None)
     };
     let err = capacity(&t, gpu, Engine::Vllm, &old)
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("--compilation-mode none is modelled as vLLM V1 0.20-0.22 resolve it")
-            && err.contains("vLLM 0.19.1"),
+        err.contains("--compilation-mode none is vLLM V1's from 0.12")
+            && err.ends_with("not vLLM 0.11.0"),
         "{err}"
     );
     let err = capacity(&t, gpu, Engine::Vllm, &k(None, None, Some(4)))
@@ -2999,6 +2999,116 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
         err.contains("--optimization-level 4 is not one of vLLM's levels"),
         "{err}"
     );
+}
+
+/// `-O` and `--compilation-mode` from 0.12, with the meaning each release gives them
+/// (`VllmConfig.__post_init__` in `config/vllm.py`, read at every minor `.0` from 0.12.0 to
+/// 0.20.0): the levels' graph modes are 0.20's throughout; at 0.12.0 any graph mode but NONE
+/// without vLLM's compilation is overridden to NONE (`cudagraph_mode != NONE`), from 0.13.0
+/// only a piecewise one (`requires_piecewise_compilation()`); before 0.17.0 `--enforce-eager`
+/// only drops the level to -O0 ("overriding optimization level to -O0"), so a compilation mode
+/// the user gave stays and Inductor still runs the profile, with no graphs.
+#[test]
+fn vllm_compilation_knobs_take_each_release_meaning_from_0_12() {
+    use crate::capacity::engine::{vllm_cudagraph_mode, vllm_inductor};
+    use CompilationMode as C;
+    use CudagraphMode as M;
+    let k = |v: [u32; 3], g: Option<M>, c: Option<C>, o: Option<u8>, eager: bool| Knobs {
+        engine_version: Some(v),
+        cudagraph_mode: g,
+        compilation_mode: c,
+        optimization_level: o,
+        enforce_eager: eager,
+        ..Knobs::default()
+    };
+    for minor in 12..=19 {
+        let v = [0, minor, 0];
+        assert_eq!(
+            vllm_cudagraph_mode(&k(v, None, None, Some(0), false), false),
+            M::None
+        );
+        assert_eq!(
+            vllm_cudagraph_mode(&k(v, None, None, Some(1), false), false),
+            M::Piecewise
+        );
+        assert_eq!(
+            vllm_cudagraph_mode(&k(v, None, None, Some(3), false), false),
+            M::FullAndPiecewise
+        );
+        assert_eq!(
+            vllm_cudagraph_mode(&k(v, Some(M::Piecewise), Some(C::None), None, false), false),
+            M::None
+        );
+        // FULL_DECODE_ONLY needs no compilation from 0.13; 0.12 overrides it to NONE.
+        let fdo = vllm_cudagraph_mode(
+            &k(v, Some(M::FullDecodeOnly), Some(C::None), None, false),
+            false,
+        );
+        assert_eq!(
+            fdo,
+            if minor == 12 {
+                M::None
+            } else {
+                M::FullDecodeOnly
+            },
+            "0.{minor}"
+        );
+        let full = vllm_cudagraph_mode(&k(v, Some(M::Full), Some(C::None), None, false), true);
+        assert_eq!(
+            full,
+            if minor == 12 {
+                M::None
+            } else {
+                M::FullDecodeOnly
+            },
+            "0.{minor}"
+        );
+        // --enforce-eager with a mode given: Inductor still runs before 0.17.
+        let eager_compiled = k(v, None, Some(C::VllmCompile), None, true);
+        assert_eq!(vllm_inductor(&eager_compiled), minor < 17, "0.{minor}");
+        assert_eq!(vllm_cudagraph_mode(&eager_compiled, false), M::None);
+        assert!(
+            !vllm_inductor(&k(v, None, None, Some(3), true)),
+            "0.{minor}"
+        );
+    }
+    // Through `capacity`: accepted from 0.12, and at 0.16 `--enforce-eager --compilation-mode
+    // vllm-compile` profiles as compiled (Inductor's peak) with no graphs, where 0.17 runs eager.
+    let llama = llama3();
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let run = |v: [u32; 3], c: Option<C>, eager: bool| {
+        let kk = Knobs {
+            max_model_len: Some(8192),
+            max_num_batched_tokens: Some(8192),
+            max_num_seqs: Some(16),
+            ..k(v, None, c, None, eager)
+        };
+        capacity(&llama, gpu, Engine::Vllm, &kk).unwrap()
+    };
+    let compiled = run([0, 16, 0], None, false);
+    let eager_compiled = run([0, 16, 0], Some(C::VllmCompile), true);
+    let eager = run([0, 16, 0], None, true);
+    assert_eq!(
+        eager_compiled.activation_peak_bytes,
+        compiled.activation_peak_bytes
+    );
+    assert!(eager.activation_peak_bytes > compiled.activation_peak_bytes);
+    assert_eq!(eager_compiled.cuda_graph_bytes, 0);
+    assert!(
+        eager_compiled
+            .assumes
+            .iter()
+            .any(|a| a.contains("leaves the --compilation-mode asked in force")),
+        "{:?}",
+        eager_compiled.assumes
+    );
+    let later = run([0, 17, 0], Some(C::VllmCompile), true);
+    assert_eq!(
+        later.activation_peak_bytes,
+        run([0, 17, 0], None, true).activation_peak_bytes
+    );
+    let at12 = run([0, 12, 0], Some(C::None), false);
+    assert_eq!(at12.cuda_graph_bytes, 0);
 }
 
 /// What `vram capacity` tries for the refused hybrid start, cheapest first: the engine's own
