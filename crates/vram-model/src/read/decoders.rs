@@ -62,6 +62,7 @@ pub const FAMILIES: &[&str] = &[
     "glm",
     "glm4",
     "granite_swa",
+    "granite",
     "phi",
     "starcoder2",
     "gpt_bigcode",
@@ -497,6 +498,7 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
         "hunyuan_v1_dense" | "hunyuan_v1_moe" => hunyuan(c, mt)?,
         "glm" | "glm4" => glm(c, mt)?,
         "granite_swa" => granite_swa(c)?,
+        "granite" => granite(c)?,
         "phi" => phi(c)?,
         "starcoder2" => starcoder2(c)?,
         "gpt_bigcode" => gpt_bigcode(c)?,
@@ -2399,6 +2401,19 @@ fn glm(c: &Cfg, mt: &str) -> Result<Draft> {
     if mt == "glm4" {
         d.norms = 4;
     }
+    Ok(d)
+}
+
+/// Granite 3.x dense (transformers 5.24.0 `models/granite/modeling_granite.py`): Llama's layer
+/// (`GraniteAttention` q/k/v/o with biases = `attention_bias`, `head_dim` from the config or
+/// hidden / heads; a gated `GraniteMLP` with biases = `mlp_bias`; two RMSNorms per layer, a final
+/// one) and `GraniteForCausalLM`'s `lm_head` tied by `tie_word_embeddings`, default false in
+/// `GraniteConfig`. `embedding_multiplier`, `residual_multiplier`, `attention_multiplier` and
+/// `logits_scaling` scale activations only.
+fn granite(c: &Cfg) -> Result<Draft> {
+    let (mut d, _) = common(c, false)?;
+    attention_bias(&mut d, c, "attention_bias", false)?;
+    d.dense.bias = c.bool("mlp_bias", false)?;
     Ok(d)
 }
 

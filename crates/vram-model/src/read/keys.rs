@@ -295,6 +295,7 @@ pub const KNOWN: &[(&str, &[&str])] = &[
     ("glm", &["attention_bias"]),
     ("glm4", &["attention_bias"]),
     ("granite_swa", &["attention_bias", "mlp_bias"]),
+    ("granite", &["attention_bias", "mlp_bias"]),
     ("phi", &["qk_layernorm"]),
     ("starcoder2", &["use_bias", "norm_epsilon"]),
     ("gpt_bigcode", &["add_cross_attention"]),

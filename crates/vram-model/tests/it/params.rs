@@ -506,3 +506,45 @@ fn nemotron_h_latent_projections_follow_mlp_bias() {
     assert_eq!(moe_layers, 40);
     assert_eq!(routed(&biased) - routed(&text), moe_layers * (1024 + 4096));
 }
+
+/// Granite 3.x dense (`model_type: granite`, transformers 5.24.0 `modeling_granite.py`): the
+/// releases' shapes read exactly, and the config keys that change shapes. The counts are
+/// `sum(p.numel())` of `GraniteForCausalLM` built on the meta device by transformers 5.24.0
+/// (tests/zoo/expected.json for the two configs; the variant below built the same way with
+/// `attention_bias`, `mlp_bias` true and `tie_word_embeddings` false: 2,635,143,168).
+#[test]
+fn granite_dense_counts_match_transformers() {
+    use vram_model::arch::Model;
+    let read = |text: &str| match vram_model::hf::parse_config(text, "granite").unwrap() {
+        Model::Transformer(t) => t.param_count(),
+        _ => unreachable!(),
+    };
+    let zoo = |name: &str| {
+        let path = format!(
+            "{}/../../tests/zoo/configs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(path).unwrap()
+    };
+    let two = zoo("granite-3.1-2b-instruct");
+    assert_eq!(read(&two), 2_533_531_648);
+    assert_eq!(read(&zoo("granite-3.1-8b-instruct")), 8_170_848_256);
+    // The multipliers scale activations only: changing them changes no count.
+    let scaled = two.replace("\"logits_scaling\": 8.0", "\"logits_scaling\": 1.0");
+    assert_ne!(scaled, two);
+    assert_eq!(read(&scaled), 2_533_531_648);
+    let variant = two
+        .replace("\"attention_bias\": false", "\"attention_bias\": true")
+        .replace("\"mlp_bias\": false", "\"mlp_bias\": true")
+        .replace(
+            "\"tie_word_embeddings\": true",
+            "\"tie_word_embeddings\": false",
+        );
+    // 40 layers x (q 2,048 + k 512 + v 512 + o 2,048 biases, gate/up 2 x 8,192 + down 2,048
+    // biases) + an untied 49,155 x 2,048 head.
+    assert_eq!(
+        read(&variant) - read(&two),
+        40 * (5_120 + 18_432) + 49_155 * 2_048
+    );
+    assert_eq!(read(&variant), 2_635_143_168);
+}
