@@ -93,7 +93,7 @@ pub fn parse_max_model_len(engine: Engine, version: [u32; 3], text: &str) -> Res
                     // `int(float(number) * mult)`: the same rounding, then truncation.
                     let v: f64 = number.parse().unwrap_or(f64::INFINITY) * mult;
                     return positive(v.is_finite().then_some(v.trunc()).and_then(to_u64))
-                        .map_or_else(|why| refuse(why), Ok);
+                        .map_or_else(refuse, Ok);
                 }
                 if let Some(shift) = binary {
                     if !frac.is_empty() {
@@ -106,7 +106,7 @@ pub fn parse_max_model_len(engine: Engine, version: [u32; 3], text: &str) -> Res
                         .parse::<u64>()
                         .ok()
                         .and_then(|n| n.checked_mul(1u64 << shift));
-                    return positive(v).map_or_else(|why| refuse(why), Ok);
+                    return positive(v).map_or_else(refuse, Ok);
                 }
             }
         }
