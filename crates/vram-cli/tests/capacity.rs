@@ -2246,3 +2246,61 @@ fn the_optimization_level_takes_vllms_short_form() {
         assert_eq!(run(short), long, "{short:?}");
     }
 }
+
+
+/// `--max-model-len` is read as the engine version in force reads it (vLLM's
+/// `human_readable_int` from 0.8.4, `t`/`T` from 0.13.0, `-1`/`auto` from 0.14.0; SGLang
+/// v0.5.3 `type=int`): `4k` is 4000 tokens and `8K` 8192, the same answer as the plain
+/// integer; what the version does not take is refused in one line naming what it takes.
+#[test]
+fn max_model_len_is_read_as_the_engine_reads_it() {
+    let run = |extra: &[&str]| {
+        let mut a: Vec<String> = ["capacity", "llama-3-8b", "--json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        vram(&a)
+    };
+    for (short, long) in [("8K", "8192"), ("4k", "4000"), ("2.5k", "2500")] {
+        let (code, a, err) = run(&["--max-model-len", short]);
+        assert_eq!(code, 0, "{short}: {err}");
+        let (_, b, _) = run(&["--max-model-len", long]);
+        assert_eq!(a, b, "{short} and {long} differ");
+    }
+    // 0.13 reads 1t as 10^12 tokens: past the model's length, not a bad number.
+    let (code, _, err) = run(&["--engine-version", "0.13", "--max-model-len", "1t"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("max_position_embeddings"), "{err}");
+    for (extra, want) in [
+        (
+            vec!["--engine-version", "0.12", "--max-model-len", "1t"],
+            "vLLM 0.12.0 reads --max-model-len as an integer, or a number followed by k, m, g (powers of 1000",
+        ),
+        (
+            vec!["--max-model-len", "1.5K"],
+            "decimals are not allowed with K (vLLM suggests 1.5k)",
+        ),
+        (
+            vec!["--engine-version", "0.14", "--max-model-len", "auto"],
+            "vLLM 0.14.0 takes -1 or auto to fit the length to the memory left",
+        ),
+        (
+            vec!["--engine-version", "0.8.3", "--max-model-len", "8k"],
+            "vLLM 0.8.3 reads --max-model-len as a plain integer (suffixes from vLLM 0.8.4)",
+        ),
+        (
+            vec!["--max-model-len", "-1"],
+            "a length is a positive number",
+        ),
+        (
+            vec!["--engine", "sglang", "--context-length", "32k"],
+            "--context-length \"32k\": SGLang 0.5.0 reads --context-length as a plain integer",
+        ),
+    ] {
+        let (code, out, err) = run(&extra);
+        assert_eq!(code, 2, "{extra:?}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+}

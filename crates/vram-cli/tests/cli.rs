@@ -2276,22 +2276,68 @@ fn control_characters_from_a_config_never_reach_the_terminal() {
     );
 }
 
-/// The second audit: a safetensors header whose dtype the reader does not know (F8_E8M0, the
-/// MXFP scales later safetensors releases name) is valid JSON, and the error says what it is
-/// instead of "not valid JSON".
+/// A safetensors header mixing the dtypes the format added after safetensors 0.4 (F4,
+/// F6_E2M3, F6_E3M2, F8_E8M0, C64) gives its true parameter and byte count (F4 two values a
+/// byte, F6 four in three bytes: huggingface/safetensors 0.8.0 `Dtype::bitsize`), in text and
+/// `--json`; a dtype the format does not name is refused in one line naming the tensor.
 #[test]
-fn a_safetensors_dtype_vram_does_not_read_is_named() {
+fn newer_safetensors_dtypes_are_counted_exactly() {
     let dir = tmp("dtype");
-    let header = r#"{"s":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,4]}}"#;
-    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(&[0; 4]);
-    let f = write(&dir, "scales.safetensors", &bytes);
-    let (code, _, err) = vram(&["estimate", &f]);
+    let st = |name: &str, header: &str, data: usize| {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(&vec![0; data]);
+        write(&dir, name, &bytes)
+    };
+    let mixed = st(
+        "mixed.safetensors",
+        concat!(
+            r#"{"w4":{"dtype":"F4","shape":[4,32],"data_offsets":[0,64]},"#,
+            r#""w4_scale":{"dtype":"F8_E8M0","shape":[4,1],"data_offsets":[64,68]},"#,
+            r#""w6a":{"dtype":"F6_E2M3","shape":[4,8],"data_offsets":[68,92]},"#,
+            r#""w6b":{"dtype":"F6_E3M2","shape":[2,2],"data_offsets":[92,95]},"#,
+            r#""norm":{"dtype":"BF16","shape":[8],"data_offsets":[95,111]},"#,
+            r#""c":{"dtype":"C64","shape":[1],"data_offsets":[111,119]}}"#
+        ),
+        119,
+    );
+    let (code, out, err) = vram(&["estimate", &mixed]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("mixed.safetensors — 177 parameters, 119 B of weights"),
+        "{out}"
+    );
+    let (_, json, _) = vram(&["estimate", &mixed, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        (v["params"].as_u64(), v["weights_bytes"].as_u64()),
+        (Some(177), Some(119))
+    );
+    assert_eq!(v["dtypes"]["F6_E3M2"], 4);
+
+    let odd = st(
+        "odd.safetensors",
+        r#"{"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#,
+        2,
+    );
+    let (code, _, err) = vram(&["estimate", &odd]);
     assert_eq!(code, 2, "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("a tensor's dtype is not one vram reads (unknown variant `F8_E8M0`"),
+        err.contains("tensor `w`: 3 elements of F4 (4 bits each) do not fill whole bytes"),
+        "{err}"
+    );
+
+    let unknown = st(
+        "unknown.safetensors",
+        r#"{"s":{"dtype":"F2","shape":[4],"data_offsets":[0,1]}}"#,
+        1,
+    );
+    let (code, _, err) = vram(&["estimate", &unknown]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("tensor `s`: its dtype is not one vram reads (unknown variant `F2`"),
         "{err}"
     );
     assert!(!err.contains("not valid JSON"), "{err}");

@@ -10,7 +10,7 @@ use vram_model::setup::{
     Allocator, AmpStyle, Attention, DecodeReplay, KvCache, Offload, Optimizer, Precision,
     Recompute, Setup,
 };
-use vram_plan::capacity::{CompilationMode, CudagraphMode, Engine, Interconnect};
+use vram_plan::capacity::{self, CompilationMode, CudagraphMode, Engine, Interconnect};
 use vram_plan::cluster::{self, Cluster};
 use vram_plan::lora::EmitKind;
 use vram_plan::{emit, Pins, RecomputeChoice, Request, Stack};
@@ -195,6 +195,27 @@ impl EstimateArgs {
 }
 
 impl CapacityArgs {
+    /// `--max-model-len` read as the engine version in force reads it (the pinned one, else
+    /// the default; [`vram_plan::capacity::parse_max_model_len`]).
+    fn max_model_len(&self) -> Result<Option<u64>> {
+        let Some(text) = &self.max_model_len else {
+            return Ok(None);
+        };
+        let engine = match self.engine {
+            EngineArg::Vllm => Engine::Vllm,
+            EngineArg::Sglang => Engine::Sglang,
+        };
+        let version = self
+            .engine_version
+            .as_deref()
+            .and_then(capacity::parse_version)
+            .or_else(|| capacity::parse_version(engine.pinned_version()))
+            .unwrap_or_default();
+        capacity::parse_max_model_len(engine, version, text)
+            .map(Some)
+            .map_err(|why| bad_input!("{why}"))
+    }
+
     /// What `vram capacity` is asked.
     pub fn request(&self) -> Result<CapacityRequest> {
         Ok(CapacityRequest {
@@ -205,7 +226,7 @@ impl CapacityArgs {
             engine_version: self.engine_version.clone(),
             gpu: gpu::lookup(&self.gpu)?,
             gpu_memory_utilization: self.gpu_memory_utilization,
-            max_model_len: self.max_model_len,
+            max_model_len: self.max_model_len()?,
             max_num_seqs: self.max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,
             kv_cache_dtype: match self.kv_cache_dtype {

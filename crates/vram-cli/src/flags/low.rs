@@ -509,9 +509,10 @@ pub struct CapacityArgs {
     pub gpu_memory_utilization: Option<f64>,
     /// Longest request (prompt plus output; SGLang --context-length) [default: the model's
     /// max_position_embeddings, stretched by its rope_scaling as vLLM v0.11.0
-    /// `_get_and_verify_max_len` / SGLang v0.5.3 `get_context_length` do].
-    #[arg(long, alias = "context-length")]
-    pub max_model_len: Option<u64>,
+    /// `_get_and_verify_max_len` / SGLang v0.5.3 `get_context_length` do]. Read as the engine
+    /// version's parser reads it: vLLM 0.8.4 on also takes 32k (×1000) and 32K (×1024).
+    #[arg(long, alias = "context-length", allow_hyphen_values = true)]
+    pub max_model_len: Option<String>,
     /// vLLM: most sequences per step [default for `vllm serve`: 1024 on >= 70 GiB GPUs but the
     /// A100, else 256; vLLM v0.11.0 `engine/arg_utils.py` `_set_default_args`]; SGLang
     /// --max-running-requests (the request map's rows; SGLang v0.5.3 `init_memory_pool`).

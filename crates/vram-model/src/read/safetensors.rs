@@ -68,21 +68,34 @@ impl Tally {
             .ok_or_else(|| Error::Safetensors("header is shorter than its stated length".into()))?;
         let text = std::str::from_utf8(json)
             .map_err(|_| Error::Safetensors("header is not UTF-8".into()))?;
-        let meta: safetensors::tensor::Metadata = serde_json::from_str(text).map_err(|e| {
-            let reason = e.to_string();
-            // Valid JSON with a dtype the safetensors 0.4 crate does not name (later formats
-            // added F4, F6_E2M3, F6_E3M2, F8_E8M0 and C64, as huggingface/safetensors' `Dtype`
-            // names them): not a JSON error.
-            if e.is_data() && reason.starts_with("unknown variant") {
-                Error::Safetensors(format!("a tensor's dtype is not one vram reads ({reason})"))
-            } else {
-                Error::Json {
-                    what: "safetensors header".into(),
-                    reason,
-                }
+        // Each entry is read on its own, not through the crate's `Metadata`: its checks (offsets,
+        // sub-byte tensors ending mid-byte) come back as serde errors, which would read as "not
+        // valid JSON"; they are made below, each with its own message.
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(text).map_err(|e| Error::Json {
+                what: "safetensors header".into(),
+                reason: e.to_string(),
+            })?;
+        let mut tensors = Vec::with_capacity(map.len());
+        for (name, value) in map {
+            if name == "__metadata__" {
+                continue;
             }
-        })?;
-        let mut tensors: Vec<_> = meta.tensors().into_iter().collect();
+            let info: safetensors::tensor::TensorInfo =
+                serde_json::from_value(value).map_err(|e| {
+                    let reason = e.to_string();
+                    // A dtype the safetensors crate (0.8.0) does not name, one the format may
+                    // add later.
+                    if reason.starts_with("unknown variant") {
+                        Error::Safetensors(format!(
+                            "tensor `{name}`: its dtype is not one vram reads ({reason})"
+                        ))
+                    } else {
+                        Error::Safetensors(format!("tensor `{name}`: {reason}"))
+                    }
+                })?;
+            tensors.push((name, info));
+        }
         tensors.sort_by_key(|(_, info)| info.data_offsets);
         let mut end = 0usize;
         for (name, info) in tensors {
@@ -92,7 +105,19 @@ impl Tally {
                 .try_fold(1u64, |a, d| a.checked_mul(*d as u64))
                 .ok_or_else(|| Error::Safetensors(format!("tensor `{name}`: shape overflows")))?;
             let (start, stop) = info.data_offsets;
-            let want = numel.checked_mul(info.dtype.size() as u64);
+            // Bytes from bits: the format packs sub-byte dtypes (F4 two to a byte, F6_E2M3 and
+            // F6_E3M2 four to three bytes) and requires a tensor to end on a byte boundary
+            // (huggingface/safetensors 0.8.0, `Dtype::bitsize` and `SafeTensorError::
+            // MisalignedSlice` in safetensors/src/tensor.rs).
+            let bits = numel.checked_mul(info.dtype.bitsize() as u64);
+            if bits.is_some_and(|b| b % 8 != 0) {
+                return Err(Error::Safetensors(format!(
+                    "tensor `{name}`: {numel} elements of {} ({} bits each) do not fill whole bytes",
+                    info.dtype,
+                    info.dtype.bitsize()
+                )));
+            }
+            let want = bits.map(|b| b / 8);
             if start != end || stop < start || want != Some((stop - start) as u64) {
                 return Err(Error::Safetensors(format!("tensor `{name}`: data offsets {start}..{stop} do not match its shape and dtype")));
             }

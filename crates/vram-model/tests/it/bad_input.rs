@@ -251,3 +251,73 @@ fn a_layer_count_past_any_model_is_refused_naming_its_key() {
         "{e}"
     );
 }
+
+
+/// A safetensors file of `(name, dtype, shape, data bytes)` tensors laid end to end.
+fn safetensors_file(tensors: &[(&str, &str, &[u64], u64)]) -> (Vec<u8>, u64) {
+    let mut header = serde_json::Map::new();
+    let mut off = 0;
+    for (name, dtype, shape, bytes) in tensors {
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [off, off + bytes]}),
+        );
+        off += bytes;
+    }
+    let json = serde_json::Value::Object(header).to_string();
+    let mut file = (json.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(json.as_bytes());
+    let len = file.len() as u64 + off;
+    (file, len)
+}
+
+/// The dtypes safetensors added after 0.4 (F4, F6_E2M3, F6_E3M2, F8_E8M0, C64) are read with
+/// their sizes as the format defines them (huggingface/safetensors 0.8.0 `Dtype::bitsize`):
+/// F4 two values a byte, F6 four values in three bytes, F8_E8M0 one, C64 eight.
+#[test]
+fn newer_safetensors_dtypes_count_exact_bytes() {
+    use vram_model::safetensors_header::Tally;
+    let (file, len) = safetensors_file(&[
+        ("w4", "F4", &[4, 32], 64),
+        ("w4.scale", "F8_E8M0", &[4, 1], 4),
+        ("w6a", "F6_E2M3", &[4, 8], 24),
+        ("w6b", "F6_E3M2", &[2, 2], 3),
+        ("norm", "BF16", &[8], 16),
+        ("c", "C64", &[1], 8),
+    ]);
+    let mut t = Tally::default();
+    t.add_header(&file, len).unwrap();
+    let w = t.weights("mixed");
+    assert_eq!(
+        (w.params, w.bytes),
+        (128 + 4 + 32 + 4 + 8 + 1, 64 + 4 + 24 + 3 + 16 + 8)
+    );
+    assert_eq!(t.bytes["F6_E3M2"], 3);
+    assert_eq!(t.elements["F4"], 128);
+
+    // A size the format's packing does not give is refused, naming the tensor.
+    let (file, len) = safetensors_file(&[("w6", "F6_E2M3", &[4], 4)]);
+    let err = Tally::default()
+        .add_header(&file, len)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tensor `w6`: data offsets 0..4 do not match"),
+        "{err}"
+    );
+    // A sub-byte tensor that ends mid-byte is refused as such, not as bad JSON.
+    for (dtype, n, bits) in [("F4", 3u64, 4), ("F6_E3M2", 2, 6)] {
+        let (file, len) = safetensors_file(&[("odd", dtype, &[n], (n * bits).div_ceil(8))]);
+        let err = Tally::default()
+            .add_header(&file, len)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "tensor `odd`: {n} elements of {dtype} ({bits} bits each) do not fill whole bytes"
+            )),
+            "{err}"
+        );
+        assert!(!err.contains("JSON"), "{err}");
+    }
+}

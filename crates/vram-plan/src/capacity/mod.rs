@@ -73,6 +73,7 @@ mod engine;
 mod graphs;
 mod kv_layout;
 mod layers;
+mod lengths;
 mod non_torch;
 mod registry;
 mod sglang;
@@ -85,6 +86,7 @@ pub use engine::{
 };
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches};
+pub use lengths::parse_max_model_len;
 pub use non_torch::Interconnect;
 pub use registry::{registry_check, RegistryCheck};
 pub use weights::{allocated_rounding, allocator_rounding, weights_per_gpu};
