@@ -138,7 +138,14 @@ pub fn write_files(files: &[(&std::path::Path, &[u8])]) -> anyhow::Result<()> {
     let mut streams = Vec::new();
     let mut seen: Vec<std::path::PathBuf> = Vec::new();
     for &(path, bytes) in files {
-        let target = follow_links(path);
+        // A stream is opened by the name given, which the kernel resolves: `/dev/stdout` is a
+        // link to `/proc/self/fd/1`, whose own link text for a pipe (`pipe:[N]`) names no file.
+        let stream = is_stream(path);
+        let target = if stream {
+            path.to_path_buf()
+        } else {
+            follow_links(path)
+        };
         // Two outputs that are one file (`trace --out x --events x`, or a link to the other):
         // the second would replace the first, and the first's line would name what is gone.
         let id = identity(&target);
@@ -149,7 +156,7 @@ pub fn write_files(files: &[(&std::path::Path, &[u8])]) -> anyhow::Result<()> {
             ))));
         }
         seen.push(id);
-        if is_stream(&target) {
+        if stream {
             streams.push((path, target, bytes));
         } else {
             let tmp = stage(&target, bytes).map_err(|e| write_error(path, e))?;
