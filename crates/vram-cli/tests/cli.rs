@@ -3,17 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn vram(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(args)
-        .output()
-        .expect("run vram");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::vram;
 
 /// A fresh temporary folder for one test.
 fn tmp(name: &str) -> PathBuf {
