@@ -197,8 +197,9 @@ fn ring_tree_or_ceiling(gpu: &Gpu, ranks: u64) -> (u64, u32) {
     nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or((ring_tree_bytes(32, ranks), 32))
 }
 
-/// Kernel images an eager forward loads lazily, with the first launch's local memory (measured
-/// on a T4 under vLLM 0.18, after a baseline taken before any kernel).
+/// Kernel images an eager forward loads lazily (measured on a T4 under vLLM 0.18, after a
+/// baseline taken before any kernel; the driver's default local memory is reserved with the
+/// context, before any baseline: BENCHMARKS.md's "kernel images and the driver's local memory").
 const EAGER_IMAGES_BYTES: u64 = 80 * MIB;
 
 /// vLLM's custom all-reduce buffers on each GPU where [`vllm_custom_all_reduce`] builds them
@@ -354,9 +355,9 @@ fn v0_communicator(gpu: &Gpu, k: &Knobs, link: Interconnect, ranks: u64) -> (u64
 /// and any kernel; what each release counts from there is `engine::vllm_context_in_budget`'s
 /// rule (0.6.4 counts the context too). After the reading come:
 /// - **kernel images** loaded lazily by the load and the eager profile run (V0 captures its
-///   graphs after the KV cache), with the first launch's local memory: the figure V0 from 0.7
-///   uses, measured after a baseline taken before any kernel (0.08 GiB on a T4 under vLLM
-///   0.18); not measured under torch 2.4 or 2.5;
+///   graphs after the KV cache): the figure V0 from 0.7 uses ([`EAGER_IMAGES_BYTES`]), measured
+///   after a baseline taken before any kernel (0.08 GiB on a T4 under vLLM 0.18); not measured
+///   under torch 2.4 or 2.5;
 /// - at 0.6.4 **the CUDA context**: the bare context under torch 2.5.1's CUDA 12.4 (its wheel
 ///   requires `nvidia-cuda-runtime-cu12==12.4.127`; [`Gpu::bare_context_bytes`]);
 /// - at TP > 1 **two NCCL communicators of the TP group** ([`v0_communicator`]): PyNccl's,
@@ -392,7 +393,7 @@ fn vllm_v0_before_07(k: &Knobs, gpu: &Gpu) -> (u64, String) {
     let gib = |b: u64| b as f64 / GIB;
     let images = EAGER_IMAGES_BYTES;
     let mut parts = vec![
-        "kernel images of the eager load and profile and the first launch's local memory 0.08 GiB (measured on a T4 under vLLM 0.18 after a baseline taken before any kernel, as here; not measured under torch 2.4/2.5)".to_string(),
+        "kernel images of the eager load and profile 0.08 GiB (measured on a T4 under vLLM 0.18 after a baseline taken before any kernel, as here; not measured under torch 2.4/2.5)".to_string(),
     ];
     let context = match (context_inside, gpu.is_rocm()) {
         (false, _) => 0,
