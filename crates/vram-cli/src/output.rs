@@ -77,6 +77,18 @@ pub fn is_hidden_char(c: char) -> bool {
     c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// `s` with every [`is_hidden_char`] written escaped (`\u{1b}`), the rest as it is.
+pub fn escape_hidden(s: &str) -> String {
+    s.chars()
+        .flat_map(|ch| {
+            let hidden = is_hidden_char(ch);
+            let esc = hidden.then(|| ch.escape_unicode());
+            let plain = (!hidden).then_some(ch);
+            esc.into_iter().flatten().chain(plain)
+        })
+        .collect()
+}
+
 thread_local! {
     static NOTES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
