@@ -167,6 +167,17 @@ impl AllocatorConfig {
                             v.escape_debug()
                         ))
                     })?;
+                    // c10's `parseGarbageCollectionThreshold` (c10/cuda/CUDAAllocatorConfig.cpp,
+                    // read at pytorch b944315b) refuses the setting unless 0 < t < 1
+                    // ("garbage_collect_threshold too small/too big, set it 0.0~1.0"): such a
+                    // job does not start, so it is not replayed.
+                    if !(t > 0.0 && t < 1.0) {
+                        return Err(bad(format!(
+                            "garbage_collection_threshold:{} is outside (0, 1), which PyTorch \
+                             refuses (\"set it 0.0~1.0\")",
+                            v.escape_debug()
+                        )));
+                    }
                     cfg.garbage_collection_threshold = Some(t);
                 }
                 "backend" if v == "native" => {}
@@ -265,5 +276,20 @@ mod tests {
             );
             assert!(!e.contains('['), "{e}");
         }
+    }
+
+    /// A garbage-collection threshold PyTorch refuses (0 or less, 1 or more, NaN) is refused,
+    /// not replayed; one inside (0, 1) is taken.
+    #[test]
+    fn a_threshold_pytorch_refuses_is_refused() {
+        for t in ["0", "-0.5", "1", "1.0", "2", "nan", "inf"] {
+            let e =
+                AllocatorConfig::from_pytorch_conf(&format!("garbage_collection_threshold:{t}"))
+                    .unwrap_err()
+                    .to_string();
+            assert!(e.contains("is outside (0, 1)"), "{t}: {e}");
+        }
+        let c = AllocatorConfig::from_pytorch_conf("garbage_collection_threshold:0.8").unwrap();
+        assert_eq!(c.garbage_collection_threshold, Some(0.8));
     }
 }

@@ -429,18 +429,26 @@ fn looks_like_path(arg: &str) -> bool {
 
 fn folder_name(p: &Path) -> String {
     let abs = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    abs.file_name()
-        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+    shown_name(abs.file_name())
 }
 
 fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+    shown_name(p.file_name())
 }
 
 fn file_stem(p: &Path) -> String {
-    p.file_stem()
-        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+    shown_name(p.file_stem())
+}
+
+/// A file or folder's name as it heads every answer (`model` when there is none), control
+/// characters and bidirectional overrides written escaped ([`crate::output::escape_hidden`]),
+/// as a `_name_or_path` holding one is not used: a folder named with a line break or an escape
+/// sequence neither splits the answer's first line nor reaches the terminal.
+fn shown_name(name: Option<&std::ffi::OsStr>) -> String {
+    name.map_or_else(
+        || "model".into(),
+        |n| crate::output::escape_hidden(&n.to_string_lossy()),
+    )
 }
 
 /// The last path component of a config's `_name_or_path` (`meta-llama/Llama-3.1-8B` gives
@@ -544,12 +552,20 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{file_stem, name_or_path, parse_bytes};
+    use super::{file_stem, folder_name, name_or_path, parse_bytes};
     use std::path::Path;
 
     #[test]
     fn config_files_are_named_by_themselves() {
         assert_eq!(file_stem(Path::new("configs/gpt2.json")), "gpt2");
+        assert_eq!(
+            file_stem(Path::new("dir/evil\nline\u{1b}[31mred.json")),
+            r"evil\u{a}line\u{1b}[31mred"
+        );
+        assert_eq!(
+            folder_name(Path::new("no-such-dir/evil\u{202e}name")),
+            r"evil\u{202e}name"
+        );
         assert_eq!(
             name_or_path(r#"{"_name_or_path": "meta-llama/Llama-3.1-8B", "model_type": "llama"}"#),
             Some("Llama-3.1-8B".into())

@@ -256,17 +256,7 @@ where
 fn one_line(e: &anyhow::Error) -> String {
     let mut s = String::new();
     for (i, c) in e.chain().enumerate() {
-        let text: String = c
-            .to_string()
-            .replace('\n', " ")
-            .chars()
-            .flat_map(|ch| {
-                let hidden = output::is_hidden_char(ch);
-                let esc = hidden.then(|| ch.escape_unicode());
-                let plain = (!hidden).then_some(ch);
-                esc.into_iter().flatten().chain(plain)
-            })
-            .collect();
+        let text = output::escape_hidden(&c.to_string().replace('\n', " "));
         if i > 0 {
             if s.contains(&text) {
                 continue;

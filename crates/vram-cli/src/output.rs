@@ -77,6 +77,18 @@ pub fn is_hidden_char(c: char) -> bool {
     c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// `s` with every [`is_hidden_char`] written escaped (`\u{1b}`), the rest as it is.
+pub fn escape_hidden(s: &str) -> String {
+    s.chars()
+        .flat_map(|ch| {
+            let hidden = is_hidden_char(ch);
+            let esc = hidden.then(|| ch.escape_unicode());
+            let plain = (!hidden).then_some(ch);
+            esc.into_iter().flatten().chain(plain)
+        })
+        .collect()
+}
+
 thread_local! {
     static NOTES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
@@ -138,7 +150,14 @@ pub fn write_files(files: &[(&std::path::Path, &[u8])]) -> anyhow::Result<()> {
     let mut streams = Vec::new();
     let mut seen: Vec<std::path::PathBuf> = Vec::new();
     for &(path, bytes) in files {
-        let target = follow_links(path);
+        // A stream is opened by the name given, which the kernel resolves: `/dev/stdout` is a
+        // link to `/proc/self/fd/1`, whose own link text for a pipe (`pipe:[N]`) names no file.
+        let stream = is_stream(path);
+        let target = if stream {
+            path.to_path_buf()
+        } else {
+            follow_links(path)
+        };
         // Two outputs that are one file (`trace --out x --events x`, or a link to the other):
         // the second would replace the first, and the first's line would name what is gone.
         let id = identity(&target);
@@ -149,7 +168,7 @@ pub fn write_files(files: &[(&std::path::Path, &[u8])]) -> anyhow::Result<()> {
             ))));
         }
         seen.push(id);
-        if is_stream(&target) {
+        if stream {
             streams.push((path, target, bytes));
         } else {
             let tmp = stage(&target, bytes).map_err(|e| write_error(path, e))?;

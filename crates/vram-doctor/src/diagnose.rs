@@ -225,7 +225,7 @@ pub struct Diagnosis {
     pub shortfall_bytes: u64,
     /// What the request would have left had the cache served it perfectly: (free + reserved
     /// but unallocated) − request, 0 when short; under MPS, the watermark less Metal's whole
-    /// allocation and the request.
+    /// allocation and the request (0 with the watermark disabled, when nothing bounds it).
     pub left_bytes: u64,
     /// Causes, the most important first.
     pub causes: Vec<Cause>,

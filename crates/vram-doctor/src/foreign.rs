@@ -153,6 +153,9 @@ impl fmt::Display for Foreign {
 /// assert_eq!(recognise("RuntimeError: CUDA error: out of memory"), None);
 /// ```
 pub fn recognise(text: &str) -> Option<Foreign> {
+    // A coloured log (llama.cpp's `--log-colors`, `docker logs` of a `-t` container) read as the
+    // plain one, as PyTorch's and the serving engines' messages are.
+    let text = &*crate::message::without_terminal_codes(text);
     let flat = text
         .split_whitespace()
         .collect::<Vec<_>>()

@@ -224,10 +224,11 @@ impl CapacityFigures {
         };
         Ok(CapacityFigures {
             device_bytes: c.total_bytes,
-            non_kv_bytes: c.weights_bytes
-                + c.non_torch_bytes
-                + c.activation_peak_bytes
-                + c.cuda_graph_bytes,
+            non_kv_bytes: c
+                .weights_bytes
+                .saturating_add(c.non_torch_bytes)
+                .saturating_add(c.activation_peak_bytes)
+                .saturating_add(c.cuda_graph_bytes),
             kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
             change,
         })

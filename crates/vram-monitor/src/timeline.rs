@@ -109,15 +109,19 @@ fn check_recording(file: &mut File, path: &Path) -> Result<()> {
     file.seek(SeekFrom::Start(0))
         .and_then(|_| (&mut *file).take(1 << 20).read_to_end(&mut head))
         .map_err(|e| MonitorError::io(format!("cannot read {}", path.display()), e))?;
-    let Ok(text) = std::str::from_utf8(&head) else {
-        return Err(refuse("it is not UTF-8 text".into()));
-    };
-    match text.split_once('\n') {
-        Some((first, _)) => serde_json::from_str::<Sample>(first)
-            .map(|_| ())
-            .map_err(|e| refuse(format!("its first line is not a sample: {e}"))),
+    // Only the first line is decoded: the 1 MiB cut may fall inside a character of a later
+    // sample's command line.
+    match head.iter().position(|&b| b == b'\n') {
+        Some(end) => {
+            let Ok(first) = std::str::from_utf8(&head[..end]) else {
+                return Err(refuse("its first line is not UTF-8 text".into()));
+            };
+            serde_json::from_str::<Sample>(first)
+                .map(|_| ())
+                .map_err(|e| refuse(format!("its first line is not a sample: {e}")))
+        }
         // One unterminated line: a torn first write is cut, anything else is not ours.
-        None if text.starts_with(SAMPLE_START) => Ok(()),
+        None if head.starts_with(SAMPLE_START.as_bytes()) => Ok(()),
         None => Err(refuse("it holds no sample line".into())),
     }
 }

@@ -92,6 +92,21 @@ fn the_real_figureless_messages_are_named_and_still_refused() {
     }
 }
 
+/// Each real message with terminal colour codes around every word, as a coloured log holds
+/// it, is named as the plain one (PyTorch's and the serving engines' readers drop the codes too).
+#[test]
+fn a_coloured_message_is_named_as_the_plain_one() {
+    let cases = public();
+    for (source, kind) in REAL {
+        let (_, message) = cases.iter().find(|(s, _)| s == source).unwrap();
+        let coloured: String = message
+            .split_inclusive(char::is_whitespace)
+            .map(|w| format!("\x1b[1;31m{w}\x1b[0m"))
+            .collect();
+        assert_eq!(recognise(&coloured), Some(kind), "{source}");
+    }
+}
+
 #[test]
 fn no_other_public_message_changes_answer() {
     // Only the messages above are named; every other message of every batch reads as before

@@ -94,3 +94,37 @@ fn a_file_that_is_not_a_recording_is_refused_untouched() {
     let tl = parse(&std::fs::read_to_string(&p).unwrap()).unwrap();
     assert_eq!(tl.samples, samples);
 }
+
+/// A recording longer than the 1 MiB head that is checked, whose cut falls inside a character
+/// of a later sample's command line (`é`, two bytes in UTF-8), is still a recording: only its
+/// first line is decoded.
+#[test]
+fn a_recording_cut_inside_a_character_at_one_mib_is_appended_to() {
+    let p = tmp("cut-in-char.jsonl");
+    let mut s = crate::demo_samples(1).remove(0);
+    s.gpus[0].processes[0].command = "é".repeat(40_000);
+    let line = s.to_json_line() + "\n";
+    let start = line.find('é').unwrap();
+    let mut text = String::new();
+    // Whole samples until one more would reach 1 MiB, then one whose `é`s straddle it.
+    while text.len() + line.len() < 1 << 20 {
+        text.push_str(&line);
+    }
+    assert!(text.len() + start < 1 << 20 && text.len() + line.len() > 1 << 20);
+    let mut last = line.clone();
+    if (text.clone() + &last).is_char_boundary(1 << 20) {
+        // One byte more before the command moves the cut onto the second byte of an `é`.
+        s.gpus[0].processes[0].user.push('x');
+        last = s.to_json_line() + "\n";
+    }
+    text.push_str(&last);
+    assert!(
+        !text.is_char_boundary(1 << 20),
+        "the cut falls inside a character"
+    );
+    std::fs::write(&p, &text).unwrap();
+    let mut w = TimelineWriter::open(&p).unwrap();
+    w.append(&s).unwrap();
+    let tl = parse(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    assert_eq!(tl.samples.len(), text.lines().count() + 1);
+}

@@ -181,9 +181,26 @@ pub(super) fn ring_search_channels(links: u32, bw: f64, cc: (u32, u32)) -> u32 {
 /// middle ranks, so from 3 ranks the fullest GPU holds two pairs per channel.
 pub(super) fn nccl_nvswitch_ring_tree_bytes(gpu: &Gpu, ranks: u64) -> Option<(u64, u32)> {
     let channels = nvswitch_channels(gpu)?;
-    let pairs = if ranks >= 3 { 2 } else { 1 };
-    Some((u64::from(channels) * pairs * 12 * MIB, channels))
+    Some((ring_tree_bytes(channels, ranks), channels))
 }
+
+/// [`nccl_nvswitch_ring_tree_bytes`] of `channels`: 12 MiB a send/receive pair, one pair per
+/// channel, two from 3 ranks.
+fn ring_tree_bytes(channels: u32, ranks: u64) -> u64 {
+    let pairs = if ranks >= 3 { 2 } else { 1 };
+    u64::from(channels) * pairs * 12 * MIB
+}
+
+/// [`nccl_nvswitch_ring_tree_bytes`], or for a board outside the catalog's NVSwitch ones
+/// (`--interconnect nvswitch`) the search's ceiling, 16 channels doubled by `ncclTopoPostset`.
+fn ring_tree_or_ceiling(gpu: &Gpu, ranks: u64) -> (u64, u32) {
+    nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or((ring_tree_bytes(32, ranks), 32))
+}
+
+/// Kernel images an eager forward loads lazily (measured on a T4 under vLLM 0.18, after a
+/// baseline taken before any kernel; the driver's default local memory is reserved with the
+/// context, before any baseline: BENCHMARKS.md's "kernel images and the driver's local memory").
+const EAGER_IMAGES_BYTES: u64 = 80 * MIB;
 
 /// vLLM's custom all-reduce buffers on each GPU where [`vllm_custom_all_reduce`] builds them
 /// (`CustomAllreduce.__init__`, the same at 0.7.0, 0.8.3, 0.8.5 and 0.10.1.1): two
@@ -232,12 +249,7 @@ pub(super) fn vllm_custom_all_reduce(gpu: &Gpu, k: &Knobs) -> bool {
 fn communicator(gpu: &Gpu, link: Interconnect, ranks: u64) -> (u64, String) {
     match link {
         Interconnect::NvSwitch => {
-            let (bytes, channels) = nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or_else(|| {
-                // A board outside the catalog's NVSwitch ones (`--interconnect nvswitch`): the
-                // search's ceiling, 16 channels doubled by `ncclTopoPostset`.
-                let pairs = if ranks >= 3 { 2 } else { 1 };
-                (32 * pairs * 12 * MIB, 32)
-            });
+            let (bytes, channels) = ring_tree_or_ceiling(gpu, ranks);
             (
                 bytes,
                 format!(
@@ -308,12 +320,7 @@ fn v0_communicator(gpu: &Gpu, k: &Knobs, link: Interconnect, ranks: u64) -> (u64
     if !matches!(link, Interconnect::NvSwitch | Interconnect::NvSwitchNvls) {
         return communicator(gpu, link, ranks);
     }
-    let (ring_tree, channels) = nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or_else(|| {
-        // A board outside the catalog's NVSwitch ones (`--interconnect`): the search's ceiling,
-        // 16 channels doubled by `ncclTopoPostset`.
-        let pairs = if ranks >= 3 { 2 } else { 1 };
-        (32 * pairs * 12 * MIB, 32)
-    });
+    let (ring_tree, channels) = ring_tree_or_ceiling(gpu, ranks);
     let (nccl, per_head) = v0_nccl(k);
     let nvls = if link == Interconnect::NvSwitchNvls && ranks > 2 {
         u64::from(channels) * 2 * per_head * ranks
@@ -348,9 +355,9 @@ fn v0_communicator(gpu: &Gpu, k: &Knobs, link: Interconnect, ranks: u64) -> (u64
 /// and any kernel; what each release counts from there is `engine::vllm_context_in_budget`'s
 /// rule (0.6.4 counts the context too). After the reading come:
 /// - **kernel images** loaded lazily by the load and the eager profile run (V0 captures its
-///   graphs after the KV cache), with the first launch's local memory: the figure V0 from 0.7
-///   uses, measured after a baseline taken before any kernel (0.08 GiB on a T4 under vLLM
-///   0.18); not measured under torch 2.4 or 2.5;
+///   graphs after the KV cache): the figure V0 from 0.7 uses ([`EAGER_IMAGES_BYTES`]), measured
+///   after a baseline taken before any kernel (0.08 GiB on a T4 under vLLM 0.18); not measured
+///   under torch 2.4 or 2.5;
 /// - at 0.6.4 **the CUDA context**: the bare context under torch 2.5.1's CUDA 12.4 (its wheel
 ///   requires `nvidia-cuda-runtime-cu12==12.4.127`; [`Gpu::bare_context_bytes`]);
 /// - at TP > 1 **two NCCL communicators of the TP group** ([`v0_communicator`]): PyNccl's,
@@ -384,9 +391,9 @@ fn vllm_v0_before_07(k: &Knobs, gpu: &Gpu) -> (u64, String) {
         "V0 0.6.5-0.6.6: the baseline taken once the context existed, before the communicators"
     };
     let gib = |b: u64| b as f64 / GIB;
-    let images = 80 * MIB;
+    let images = EAGER_IMAGES_BYTES;
     let mut parts = vec![
-        "kernel images of the eager load and profile and the first launch's local memory 0.08 GiB (measured on a T4 under vLLM 0.18 after a baseline taken before any kernel, as here; not measured under torch 2.4/2.5)".to_string(),
+        "kernel images of the eager load and profile 0.08 GiB (measured on a T4 under vLLM 0.18 after a baseline taken before any kernel, as here; not measured under torch 2.4/2.5)".to_string(),
     ];
     let context = match (context_inside, gpu.is_rocm()) {
         (false, _) => 0,
@@ -456,7 +463,7 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
         && engine::vllm_cudagraph_mode(k, false) != super::CudagraphMode::None;
     let (images, images_src) = if !v1 || (!engine::vllm_inductor(k) && !graphs_profiled) {
         (
-            80 * MIB,
+            EAGER_IMAGES_BYTES,
             "kernel images of an eager forward 0.08 GiB (measured on a T4, vLLM 0.18)",
         )
     } else if graphs_profiled {
