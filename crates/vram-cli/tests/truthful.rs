@@ -1975,3 +1975,33 @@ fn an_estimate_the_replay_cannot_place_says_no_replay_ran() {
     let j: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(j["reserved_replayed"], true);
 }
+
+/// transformers 5.24's `DynamicLayer` and `StaticLayer` (`cache_utils.py`) make the cache in
+/// the dtype of the key and value states, the dtype the model computes in: `--inference
+/// --precision fp32` caches 4 bytes an element (it said 2 whatever the precision), and
+/// `--kv-dtype` still says otherwise where given.
+#[test]
+fn the_cache_follows_the_precision_in_force() {
+    let kv = |extra: &[&str]| {
+        let mut args = vec!["estimate", "llama-2-7b", "--inference", "--json"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (
+            v["setup"]["mode"]["infer"]["kv_bytes"].as_u64().unwrap(),
+            v["cache_bytes_per_token"].as_u64().unwrap(),
+        )
+    };
+    let (b, bf16) = kv(&[]);
+    let (f, fp32) = kv(&["--precision", "fp32"]);
+    assert_eq!((b, f), (2, 4));
+    // Llama 2 7B: 32 layers, keys and values of 4096 each.
+    assert_eq!(bf16, 32 * 2 * 4096 * 2);
+    assert_eq!(fp32, 2 * bf16);
+    assert_eq!(
+        kv(&["--precision", "fp32", "--kv-dtype", "bf16"]),
+        (2, bf16)
+    );
+    assert_eq!(kv(&["--kv-dtype", "fp8"]).0, 1);
+}
