@@ -1918,3 +1918,90 @@ fn a_layer_count_past_any_model_is_refused_in_one_line() {
         );
     }
 }
+
+/// Where the allocator replay cannot place a step (a tensor past the 256 TiB it places in one
+/// block), `vram estimate` falls back to the walked peak of the tensors' own bytes; the answer
+/// said "reserved from a replay" all the same. Text, `--json` (`reserved_replayed`) and the page
+/// now say that no replay ran, and a step the replay places still says it was replayed.
+#[test]
+fn an_estimate_the_replay_cannot_place_says_no_replay_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vram-model/data/catalog");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog.join("qwen3-0.6b.json")).unwrap())
+            .unwrap();
+    v["vocab_size"] = serde_json::json!(1 << 24);
+    v["hidden_size"] = serde_json::json!(1 << 23);
+    v["head_dim"] = serde_json::json!(128);
+    v["num_hidden_layers"] = serde_json::json!(1);
+    v["intermediate_size"] = serde_json::json!(8);
+    let wide = dir.path().join("wide.json");
+    std::fs::write(&wide, v.to_string()).unwrap();
+    let wide = wide.to_str().unwrap();
+    let said = "reserved and needed are the walked peak of the tensors' own bytes, a lower bound: the pytorch allocator replay could not place the step";
+    let (code, text, err) = vram(&["estimate", wide]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains(said), "{text}");
+    assert!(!text.contains("reserved from a replay"), "{text}");
+    let (code, json, err) = vram(&["estimate", wide, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["reserved_replayed"], false);
+    assert_eq!(j["reserved_bytes"], j["peak_bytes"]);
+    assert_eq!(j["needed_bytes"], j["peak_bytes"]);
+    let saved = dir.path().join("e.json");
+    std::fs::write(&saved, &json).unwrap();
+    let page = dir.path().join("e.html");
+    let (code, _, err) = vram(&[
+        "report",
+        saved.to_str().unwrap(),
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("could not place the step"), "page");
+    assert!(!html.contains("reserved from a replay"), "page");
+    // A step the replay places says so, in the text and the JSON.
+    let small = catalog.join("qwen3-0.6b.json");
+    let small = small.to_str().unwrap();
+    let (_, text, _) = vram(&["estimate", small]);
+    assert!(
+        text.contains("reserved from a replay of the step"),
+        "{text}"
+    );
+    let (_, json, _) = vram(&["estimate", small, "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["reserved_replayed"], true);
+}
+
+/// transformers 5.24's `DynamicLayer` and `StaticLayer` (`cache_utils.py`) make the cache in
+/// the dtype of the key and value states, the dtype the model computes in: `--inference
+/// --precision fp32` caches 4 bytes an element (it said 2 whatever the precision), and
+/// `--kv-dtype` still says otherwise where given.
+#[test]
+fn the_cache_follows_the_precision_in_force() {
+    let kv = |extra: &[&str]| {
+        let mut args = vec!["estimate", "llama-2-7b", "--inference", "--json"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (
+            v["setup"]["mode"]["infer"]["kv_bytes"].as_u64().unwrap(),
+            v["cache_bytes_per_token"].as_u64().unwrap(),
+        )
+    };
+    let (b, bf16) = kv(&[]);
+    let (f, fp32) = kv(&["--precision", "fp32"]);
+    assert_eq!((b, f), (2, 4));
+    // Llama 2 7B: 32 layers, keys and values of 4096 each.
+    assert_eq!(bf16, 32 * 2 * 4096 * 2);
+    assert_eq!(fp32, 2 * bf16);
+    assert_eq!(
+        kv(&["--precision", "fp32", "--kv-dtype", "bf16"]),
+        (2, bf16)
+    );
+    assert_eq!(kv(&["--kv-dtype", "fp8"]).0, 1);
+}

@@ -23,13 +23,7 @@ use std::process::Command;
 mod common;
 
 /// Config name (file stem) -> why `vram` cannot match it yet. Prune as support lands.
-const PENDING: &[(&str, &str)] = &[(
-    "granite-3.1-8b-instruct",
-    "a float32 checkpoint: transformers 5.24 builds it and fills its DynamicCache in float32 \
-     (dtype=\"auto\"), `vram estimate --inference` caches 2 bytes an element even under \
-     --precision fp32; its parameters (8,170,848,256, every component) match and are pinned in \
-     vram-model's granite test",
-)];
+const PENDING: &[(&str, &str)] = &[];
 
 /// The keys of `params_by_component` (TEAM.md, issue 21).
 const COMPONENTS: &[&str] = &[
@@ -94,11 +88,13 @@ fn vram_json(args: &[String]) -> Result<Value, String> {
 }
 
 /// One cache run of the reference (its batch B and prompt P) as `vram estimate CFG --inference
-/// --batch B --prompt P --new-tokens 1 --json` answers it, tagged `bB pP`.
-fn cache_run(cfg: &str, run: &Value) -> (String, Result<Value, String>) {
+/// --batch B --prompt P --new-tokens 1 --json` answers it, tagged `bB pP`; in the reference's
+/// dtype (`entry["dtype"]`, what from_pretrained's dtype="auto" loaded): `--precision fp32` for
+/// a float32 checkpoint, whose cache transformers then holds in float32.
+fn cache_run(cfg: &str, run: &Value, entry: &Value) -> (String, Result<Value, String>) {
     let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
     let (b, p) = (b.to_string(), p.to_string());
-    let args = [
+    let mut args = vec![
         "estimate",
         cfg,
         "--inference",
@@ -110,7 +106,11 @@ fn cache_run(cfg: &str, run: &Value) -> (String, Result<Value, String>) {
         "1",
         "--json",
     ];
-    (format!("b{b} p{p}"), vram_json(&args.map(String::from)))
+    if entry["dtype"].as_str() == Some("float32") {
+        args.extend(["--precision", "fp32"]);
+    }
+    let args: Vec<String> = args.into_iter().map(String::from).collect();
+    (format!("b{b} p{p}"), vram_json(&args))
 }
 
 /// Every mismatch between `vram` and the reference for one config (empty: it matches).
@@ -140,7 +140,7 @@ fn compare(name: &str, entry: &Value) -> Vec<String> {
     }
 
     for run in entry["cache"].as_array().expect("cache runs") {
-        let (tag, v) = cache_run(&cfg, run);
+        let (tag, v) = cache_run(&cfg, run, entry);
         let v = match v {
             Ok(v) => v,
             Err(e) => {
@@ -534,7 +534,7 @@ fn causal_lm_verdict(model_type: &str, entry: &Value) -> Verdict {
         return Verdict::ParamsOnly(why.to_string());
     };
     for run in runs {
-        let (tag, v) = cache_run(&cfg, run);
+        let (tag, v) = cache_run(&cfg, run, entry);
         let v = match v {
             Ok(v) => v,
             Err(e) => return Verdict::Wrong(format!("{tag}: {e}")),

@@ -49,6 +49,13 @@ pub struct EstimateRequest {
     pub kernels: Option<vram_plan::generate::Kernels>,
 }
 
+/// `reserved_replayed` of a report saved before the field: every such report without
+/// `--fragmentation` had its figures from a replay (a step the replay could not place was
+/// reported as replayed then too; the field says it now).
+fn replayed_before_the_field() -> bool {
+    true
+}
+
 /// A full training step or a `generate` call: where its memory goes, whether it fits, the
 /// largest batch and context that fit, what would make it fit, and how fast it serves.
 ///
@@ -104,6 +111,12 @@ pub struct EstimateReport {
     pub amp_style: AmpStyle,
     /// The caching allocator replayed.
     pub allocator: Allocator,
+    /// Whether the allocator replay ran and gave `reserved_bytes` and `needed_bytes`: false
+    /// with `--fragmentation`, and where the replay could not place the step's allocations
+    /// (one past the allocator's largest block), whose figures are then the walked peak of the
+    /// tensors' own bytes, a lower bound. Reports saved before this field read as true.
+    #[serde(default = "replayed_before_the_field")]
+    pub reserved_replayed: bool,
     /// The library versions the estimate follows.
     pub assumes: Assumes,
     /// Whether `total_bytes` fits the GPU.
@@ -634,6 +647,7 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         pipeline_rank: e.pipeline_rank,
         amp_style: e.amp_style,
         allocator: e.allocator,
+        reserved_replayed: e.reserved_replayed,
         assumes: (&e.assumes).into(),
         fits: e.fits(cap),
         headroom_bytes: cap as i64 - e.total_bytes as i64,

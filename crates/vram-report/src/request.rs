@@ -65,8 +65,11 @@ pub struct StepRequest {
     pub new_tokens: u64,
     /// `--kv-cache`.
     pub kv_cache: KvCache,
-    /// `--kv-dtype`, as bytes per element.
-    pub kv_bytes: u64,
+    /// `--kv-dtype`, as bytes per element (`None`: the compute dtype of `precision`, which
+    /// transformers 5.24's `DynamicLayer.lazy_initialization` and `StaticLayer` give the cache:
+    /// the dtype of the key and value states the model's projections make, fp32 under
+    /// `--precision fp32`).
+    pub kv_bytes: Option<u64>,
     /// `--cuda-context` (`None`: the GPU's).
     pub cuda_context: Option<u64>,
     /// `--workspace` (`None`: the GPU's).
@@ -114,7 +117,7 @@ impl Default for StepRequest {
             prompt: None,
             new_tokens: 16,
             kv_cache: KvCache::Dynamic,
-            kv_bytes: 2,
+            kv_bytes: None,
             cuda_context: None,
             workspace: None,
             fragmentation: None,
@@ -409,7 +412,7 @@ impl StepRequest {
                 batch: self.batch,
                 context,
                 new_tokens: self.new_tokens,
-                kv_bytes: self.kv_bytes,
+                kv_bytes: self.kv_bytes.unwrap_or(self.precision.compute_bytes()),
                 kv_cache: self.kv_cache,
             })
         } else {

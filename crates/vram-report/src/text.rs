@@ -230,6 +230,11 @@ impl EstimateReport {
                 "allocator overhead {:.0}% of peak (--fragmentation)",
                 f * 100.0
             ),
+            None if !self.reserved_replayed => format!(
+                "reserved and needed are the walked peak of the tensors' own bytes, a lower bound: the {} allocator replay could not place the step (a tensor past the {} it places in one block, or more than the 1 PiB device it replays on)",
+                o.allocator.name(),
+                bytes(vram_alloc::MAX_REQUEST)
+            ),
             None => format!(
                 "reserved from a replay of the step through the {} allocator (--allocator){}",
                 o.allocator.name(),

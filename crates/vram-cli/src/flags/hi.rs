@@ -101,11 +101,11 @@ impl StepArgs {
                 KvCacheArg::Dynamic => KvCache::Dynamic,
                 KvCacheArg::Static => KvCache::Static,
             },
-            kv_bytes: match self.kv_dtype {
+            kv_bytes: self.kv_dtype.map(|k| match k {
                 KvDtypeArg::Fp32 => 4,
                 KvDtypeArg::Fp16 | KvDtypeArg::Bf16 => 2,
                 KvDtypeArg::Fp8 | KvDtypeArg::Int8 => 1,
-            },
+            }),
             cuda_context: self.cuda_context,
             workspace: self.workspace,
             fragmentation: self.fragmentation,

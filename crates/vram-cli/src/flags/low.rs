@@ -270,9 +270,11 @@ pub struct StepArgs {
     /// Inference: the KV cache of `generate` (dynamic: grows by torch.cat at every token).
     #[arg(long, value_enum, default_value = "dynamic")]
     pub kv_cache: KvCacheArg,
-    /// Inference: KV-cache element type.
-    #[arg(long, value_enum, default_value = "bf16")]
-    pub kv_dtype: KvDtypeArg,
+    /// Inference: KV-cache element type [default: the compute dtype of --precision, as
+    /// transformers' cache holds the key and value states the model makes: fp32 under
+    /// --precision fp32, else bf16/fp16].
+    #[arg(long, value_enum)]
+    pub kv_dtype: Option<KvDtypeArg>,
     /// CUDA context and kernels outside the allocator, e.g. 500MiB [default: the GPU's].
     #[arg(long, value_parser = parse_bytes)]
     pub cuda_context: Option<u64>,

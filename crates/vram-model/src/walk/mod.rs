@@ -372,8 +372,14 @@ pub struct Estimate {
     /// The caching allocator whose replay gave `reserved_bytes`.
     pub allocator: crate::setup::Allocator,
     /// Whether `reserved_bytes` comes from an allocator replay (or a set fragmentation share);
-    /// false for [`estimate_allocated`]'s lower bound.
+    /// false for [`estimate_allocated`]'s lower bound and where the replay could not run.
     pub reserved_exact: bool,
+    /// Whether an allocator replay ran and gave `reserved_bytes` and `needed_bytes`: false
+    /// with a set fragmentation share, for [`estimate_allocated`], and where the replay could
+    /// not place the step's allocations (one past the allocator's largest block,
+    /// `vram_alloc::MAX_REQUEST`, or more than its 1 PiB device holds), whose figures are
+    /// then the walked peak of the tensors' own bytes, a lower bound.
+    pub reserved_replayed: bool,
     /// The software whose behaviour the estimate models.
     pub assumes: Assumes,
     /// The sampled timeline (empty unless asked for).
@@ -1079,21 +1085,22 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
     let mut breakdown = Breakdown(sink.at_peak);
     let mut peak = sink.peak;
     let o = setup.overheads;
-    let (reserved, needed) = match (o.fragmentation, replay) {
+    let (reserved, needed, replayed) = match (o.fragmentation, replay) {
         (Some(f), _) => {
             let r = peak.saturating_add((peak as f64 * f) as u64);
-            (r, r)
+            (r, r, false)
         }
         (None, true) => match step.replay(rank, o.allocator) {
             Some(r) => {
                 // The allocator's blocks are rounded (512 B, unsplit remainders): what
                 // `max_memory_allocated()` reports. The tensors' own bytes stay in the breakdown.
                 peak = peak.max(r.allocated);
-                (r.reserved.max(peak), r.needed.max(peak))
+                (r.reserved.max(peak), r.needed.max(peak), true)
             }
-            None => (peak, peak),
+            // The replay could not place the step (see `Estimate::reserved_replayed`).
+            None => (peak, peak, false),
         },
-        (None, false) => (peak, peak),
+        (None, false) => (peak, peak, false),
     };
     breakdown.0[Category::AllocatorOverhead as usize] = needed.saturating_sub(sink.peak);
     breakdown.0[Category::CudaContext as usize] = o.cuda_context_bytes;
@@ -1112,14 +1119,15 @@ fn run(model: &Model, setup: &Setup, timeline: bool, replay: bool) -> Result<Est
         pipeline_rank: rank,
         amp_style: step.style,
         allocator: o.allocator,
-        reserved_exact: replay || o.fragmentation.is_some(),
+        reserved_exact: replayed || o.fragmentation.is_some(),
+        reserved_replayed: replayed,
         assumes: assumes(model),
         timeline: sink.timeline.unwrap_or_default(),
         mechanisms: match model {
             Model::Transformer(t) => layer::notes(&t.blocks),
             _ => Vec::new(),
         },
-        decode_sampled: if replay && o.fragmentation.is_none() {
+        decode_sampled: if replayed {
             step.decode_sampled()
         } else {
             None
