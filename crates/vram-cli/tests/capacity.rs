@@ -2247,7 +2247,6 @@ fn the_optimization_level_takes_vllms_short_form() {
     }
 }
 
-
 /// `--max-model-len` is read as the engine version in force reads it (vLLM's
 /// `human_readable_int` from 0.8.4, `t`/`T` from 0.13.0, `-1`/`auto` from 0.14.0; SGLang
 /// v0.5.3 `type=int`): `4k` is 4000 tokens and `8K` 8192, the same answer as the plain

@@ -252,7 +252,6 @@ fn a_layer_count_past_any_model_is_refused_naming_its_key() {
     );
 }
 
-
 /// A safetensors file of `(name, dtype, shape, data bytes)` tensors laid end to end.
 fn safetensors_file(tensors: &[(&str, &str, &[u64], u64)]) -> (Vec<u8>, u64) {
     let mut header = serde_json::Map::new();
