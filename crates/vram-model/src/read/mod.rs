@@ -92,6 +92,28 @@ pub fn vllm_raises_capture_sizes(model_type: &str) -> bool {
     model_type == "gpt_oss"
 }
 
+/// The first vLLM release whose `is_mm_prefix_lm` lists this model type, so that its image
+/// tokens attend to each other both ways and the attention selector refuses every backend that
+/// cannot mask so (`AttentionBackend.validate_configuration`: "partial multimodal token full
+/// attention not supported"). Read in the releases' sources (PyPI sdists): none at 0.12.0;
+/// `config/model.py` lists `gemma3` at 0.13.0, adds `paligemma` at 0.14.0, `molmo2` at 0.16.0
+/// (0.15 has no sdist) and `bagel` at 0.18.0; from 0.20.0 the list moves to
+/// `transformers_utils/model_arch_config_convertor.py`, adding `umm` at 0.20.0 and `moondream3`
+/// at 0.21.0, the same at 0.22.1 and 0.23.0. (A config's own `is_mm_prefix_lm`, honoured from
+/// 0.17.0, and Gemma 4's `use_bidirectional_attention: "vision"`, from 0.20.0, are not read.)
+/// Which backend that leaves is the engine's, in `vram_plan::capacity`.
+pub fn vllm_mm_prefix_lm_since(model_type: &str) -> Option<[u32; 3]> {
+    match model_type {
+        "gemma3" => Some([0, 13, 0]),
+        "paligemma" => Some([0, 14, 0]),
+        "molmo2" => Some([0, 16, 0]),
+        "bagel" => Some([0, 18, 0]),
+        "umm" => Some([0, 20, 0]),
+        "moondream3" => Some([0, 21, 0]),
+        _ => None,
+    }
+}
+
 /// Whether vLLM runs this model type's MLP through `models/llama.py`'s `LlamaMLP`, which rebinds
 /// its one local (`x, _ = self.gate_up_proj(x); x = self.act_fn(x)`) so `gate_up` is freed
 /// before `down_proj` (v0.7.2 to v0.11.0): `LlamaForCausalLM`, `MistralForCausalLM`, and

@@ -26,7 +26,8 @@
 //!   again in the caching allocator; under FULL graphs on Hopper, FlashAttention 3's split-KV
 //!   accumulators, `[num_splits, heads, tokens, head_size]` in fp32 with
 //!   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` = 32 (`v1/attention/backends/flash_attn.py`,
-//!   0.11.0), are the larger live set. Every instantiated graph also holds driver memory for its
+//!   0.11.0), are the larger live set; not for a model whose image tokens attend both ways
+//!   (Gemma 3 from 0.13), which runs on Triton attention ([`vllm_runs_triton_attention`]). Every instantiated graph also holds driver memory for its
 //!   kernels: [`DRIVER_BYTES_PER_LAYER_GRAPH`] per decoder layer, per size, per mode.
 //! - **NCCL inside the graphs.** Where vLLM's custom all-reduce is off (PCIe, no P2P, across
 //!   nodes; [`nccl_in_graphs`]), PyNccl's all-reduces are captured into every graph, each keeping
@@ -214,8 +215,12 @@ pub(super) fn vllm_graphs(
     };
     let live = 2 * forward_peak_held(t, largest, k, v1, held);
     // FULL graphs under FlashAttention 3 (Hopper, 16-bit): 32 splits of fp32 partial outputs
-    // (and their log-sum-exp) for every query head on the GPU.
-    let fa3 = gpu.sm_major == 9 && k.dtype_bytes == 2 && !engine::is_rocm(gpu);
+    // (and their log-sum-exp) for every query head on the GPU. Not where the model's image
+    // tokens attend both ways: FlashAttention is refused for them (`vllm_runs_triton_attention`).
+    let fa3 = gpu.sm_major == 9
+        && k.dtype_bytes == 2
+        && !engine::is_rocm(gpu)
+        && !vllm_runs_triton_attention(t, k);
     let accum = match full_sizes.last() {
         Some(&s)
             if fa3
@@ -249,6 +254,19 @@ pub(super) fn vllm_graphs(
         full_sizes,
         piecewise,
     }
+}
+
+/// Whether vLLM's attention selector leaves Triton attention for `t` on CUDA because every
+/// earlier backend refuses its bidirectional image-token mask: the model type is in the
+/// release's `is_mm_prefix_lm` list ([`vram_model::hf::vllm_mm_prefix_lm_since`]), and
+/// FlashAttention and FlashInfer do not override `supports_mm_prefix` (false in the base
+/// `AttentionBackend`) in any release read, 0.13.0 to 0.23.0, while `TritonAttentionBackend` and
+/// `FlexAttentionBackend` return true; the CUDA priority list puts Triton before Flex. Its own
+/// graph buffers (`TritonAttentionMetadataBuilder`: 16 softmax segments for the 3D kernel's
+/// sizes up to 128 / KV heads) are a few MiB and not modelled.
+pub(super) fn vllm_runs_triton_attention(t: &Transformer, k: &Knobs) -> bool {
+    vram_model::hf::vllm_mm_prefix_lm_since(&t.model_type)
+        .is_some_and(|since| Engine::Vllm.version_in_force(k) >= since)
 }
 
 /// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the

@@ -1753,6 +1753,47 @@ fn nccl_all_reduces_captured_without_custom_all_reduce() {
     assert_eq!(g.bytes(), g.pool + g.driver + g.nccl);
 }
 
+/// Gemma 3's image tokens attend both ways from vLLM 0.13 (`is_mm_prefix_lm`), so FlashAttention
+/// is refused and its Hopper FULL-graph split accumulators are not held: the graph pool is the
+/// largest capture's live set alone. At 0.12 (no such list) and for Gemma 3's text-only
+/// `gemma3_text` the accumulators stay. A Hopper log pair (llm-d-planner d3121e05, vLLM 0.19.0,
+/// "Using TRITON_ATTN attention backend") moved from +13.5 % / +23.7 % to +4.3 % / +13.3 %.
+#[test]
+fn mm_prefix_models_hold_no_flash_attention_accumulators() {
+    let parse = |json: &str| match vram_model::hf::parse_config(json, "m").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let gemma3_4b = r#"{"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+        "intermediate_size": 10240, "num_hidden_layers": 34, "sliding_window": 1024}}"#;
+    let vlm = parse(gemma3_4b);
+    let mut text = vlm.clone();
+    text.model_type = "gemma3_text".into();
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    let on = |gpu, t: &Transformer, v| vllm_graphs(t, gpu, &at(v), true, 1024, 8192, None).pool;
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let (q, _) = vlm.blocks.typical().attn_widths();
+    let heads = vlm.blocks.typical().heads;
+    // vLLM's H100 defaults: 1,024 sequences, so FULL decode graphs up to 512 tokens.
+    let accum = 32 * 512 * (q + heads) * 4;
+    assert!(vllm_runs_triton_attention(&vlm, &at([0, 13, 0])));
+    assert!(!vllm_runs_triton_attention(&vlm, &at([0, 12, 0])));
+    assert!(!vllm_runs_triton_attention(&text, &at([0, 19, 0])));
+    // The live set does not depend on the board; on an A100 (FlashAttention 2) no accumulators.
+    let live = on(a100, &vlm, [0, 19, 0]);
+    assert!(accum > live);
+    assert_eq!(on(h100(), &vlm, [0, 19, 0]), live);
+    assert_eq!(on(h100(), &text, [0, 19, 0]), accum);
+    assert_eq!(
+        on(h100(), &vlm, [0, 12, 0]),
+        on(a100, &vlm, [0, 12, 0]).max(accum)
+    );
+}
+
 /// `--interconnect` on one GPU with no TP, PP or DP group changes nothing: refused in one line,
 /// as every flag the run would ignore; with a group it is taken.
 #[test]
