@@ -114,6 +114,16 @@ pub fn vllm_mm_prefix_lm_since(model_type: &str) -> Option<[u32; 3]> {
     }
 }
 
+/// The first vLLM release that runs every attention layer of this model type on Triton
+/// attention when its layers' head sizes differ and the largest is above FlashAttention's 256:
+/// Gemma 4's `Gemma4Config.verify_and_update_config` (`model_executor/models/config.py`, for
+/// `Gemma4ForCausalLM` and `Gemma4ForConditionalGeneration`; present at 0.20.0, 0.20.2, 0.21.0,
+/// 0.22.1 and 0.23.0, absent at 0.18.1 and 0.19.1), unless the user chose a backend. The head
+/// sizes and the backend's memory are the engine's, in `vram_plan::capacity`.
+pub fn vllm_unifies_mixed_head_sizes_since(model_type: &str) -> Option<[u32; 3]> {
+    matches!(model_type, "gemma4" | "gemma4_text").then_some([0, 20, 0])
+}
+
 /// Whether vLLM runs this model type's MLP through `models/llama.py`'s `LlamaMLP`, which rebinds
 /// its one local (`x, _ = self.gate_up_proj(x); x = self.act_fn(x)`) so `gate_up` is freed
 /// before `down_proj` (v0.7.2 to v0.11.0): `LlamaForCausalLM`, `MistralForCausalLM`, and

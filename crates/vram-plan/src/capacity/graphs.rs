@@ -26,9 +26,10 @@
 //!   again in the caching allocator; under FULL graphs on Hopper, FlashAttention 3's split-KV
 //!   accumulators, `[num_splits, heads, tokens, head_size]` in fp32 with
 //!   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` = 32 (`v1/attention/backends/flash_attn.py`,
-//!   0.11.0), are the larger live set; not for a model whose image tokens attend both ways
-//!   (Gemma 3 from 0.13), which runs on Triton attention ([`vllm_runs_triton_attention`]). Every instantiated graph also holds driver memory for its
-//!   kernels: [`DRIVER_BYTES_PER_LAYER_GRAPH`] per decoder layer, per size, per mode.
+//!   0.11.0), are the larger live set; not for a model vLLM runs on Triton attention
+//!   ([`vllm_runs_triton_attention`]: Gemma 3 from 0.13, Gemma 4 from 0.20). Every
+//!   instantiated graph also holds driver memory for its kernels:
+//!   [`DRIVER_BYTES_PER_LAYER_GRAPH`] per decoder layer, per size, per mode.
 //! - **NCCL inside the graphs.** Where vLLM's custom all-reduce is off (PCIe, no P2P, across
 //!   nodes; [`nccl_in_graphs`]), PyNccl's all-reduces are captured into every graph, each keeping
 //!   [`NCCL_CAPTURED_BYTES`], or [`NCCL_CAPTURED_PROXY_BYTES`] over the network.
@@ -256,17 +257,36 @@ pub(super) fn vllm_graphs(
     }
 }
 
-/// Whether vLLM's attention selector leaves Triton attention for `t` on CUDA because every
-/// earlier backend refuses its bidirectional image-token mask: the model type is in the
-/// release's `is_mm_prefix_lm` list ([`vram_model::hf::vllm_mm_prefix_lm_since`]), and
-/// FlashAttention and FlashInfer do not override `supports_mm_prefix` (false in the base
-/// `AttentionBackend`) in any release read, 0.13.0 to 0.23.0, while `TritonAttentionBackend` and
-/// `FlexAttentionBackend` return true; the CUDA priority list puts Triton before Flex. Its own
-/// graph buffers (`TritonAttentionMetadataBuilder`: 16 softmax segments for the 3D kernel's
-/// sizes up to 128 / KV heads) are a few MiB and not modelled.
+/// Whether vLLM runs every attention layer of `t` on Triton attention on CUDA, so that no
+/// FlashAttention state is built:
+/// - its image tokens attend both ways: the model type is in the release's `is_mm_prefix_lm`
+///   list ([`vram_model::hf::vllm_mm_prefix_lm_since`]), and FlashAttention and FlashInfer do
+///   not override `supports_mm_prefix` (false in the base `AttentionBackend`) in any release
+///   read, 0.13.0 to 0.23.0, while `TritonAttentionBackend` and `FlexAttentionBackend` return
+///   true; the CUDA priority list puts Triton before Flex;
+/// - or its layers' head sizes differ, the largest above 256, and the release's model hook
+///   forces Triton for all of them ([`vram_model::hf::vllm_unifies_mixed_head_sizes_since`]:
+///   Gemma 4 from 0.20; before, its wide layers alone leave FlashAttention).
+///
+/// Triton's own graph buffers (`TritonAttentionMetadataBuilder`: 16 softmax segments for the
+/// 3D kernel's sizes up to 128 / KV heads) are a few MiB and not modelled. A backend the user
+/// chose (`--attention-backend`, `VLLM_ATTENTION_BACKEND`) is not read.
 pub(super) fn vllm_runs_triton_attention(t: &Transformer, k: &Knobs) -> bool {
-    vram_model::hf::vllm_mm_prefix_lm_since(&t.model_type)
-        .is_some_and(|since| Engine::Vllm.version_in_force(k) >= since)
+    let v = Engine::Vllm.version_in_force(k);
+    let mm_prefix = vram_model::hf::vllm_mm_prefix_lm_since(&t.model_type).is_some_and(|s| v >= s);
+    let mixed_wide = vram_model::hf::vllm_unifies_mixed_head_sizes_since(&t.model_type)
+        .is_some_and(|s| v >= s)
+        && {
+            let dims: Vec<u64> = t
+                .blocks
+                .kinds
+                .iter()
+                .filter_map(|b| b.mixer.as_attention().map(|a| a.head_dim))
+                .collect();
+            let max = dims.iter().copied().max().unwrap_or(0);
+            max > 256 && dims.iter().any(|&d| d != max)
+        };
+    mm_prefix || mixed_wide
 }
 
 /// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the

@@ -1794,6 +1794,22 @@ fn mm_prefix_models_hold_no_flash_attention_accumulators() {
     );
 }
 
+/// Gemma 4 26B-A4B: sliding layers of head size 256, full layers of 512. From vLLM 0.20 its
+/// config hook (`Gemma4Config`) puts every layer on Triton attention, so its Hopper FULL graphs
+/// hold no FlashAttention accumulators; at 0.19 its sliding layers still run FlashAttention.
+#[test]
+fn gemma4_mixed_head_sizes_run_on_triton_from_0_20() {
+    let t = model("gemma-4-26b-a4b");
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    assert!(!vllm_runs_triton_attention(&t, &at([0, 19, 0])));
+    assert!(vllm_runs_triton_attention(&t, &at([0, 20, 0])));
+    // A model with one head size is not touched by the hook.
+    assert!(!vllm_runs_triton_attention(&llama3(), &at([0, 22, 0])));
+}
+
 /// `--interconnect` on one GPU with no TP, PP or DP group changes nothing: refused in one line,
 /// as every flag the run would ignore; with a group it is taken.
 #[test]
