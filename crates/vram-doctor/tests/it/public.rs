@@ -448,6 +448,21 @@ const BATCHES: &[Batch] = &[
         fit: pinned(7),
         holdout: pinned(8).reported(8),
     },
+    // Batch 23: collected after every message of 1-22 had been seen (issue 35's twenty-second
+    // collection round: domains the earlier batches barely cover, vision, GANs and restoration,
+    // speech and audio, graphs and science, PyTorch 1.x's `cached` layout); the rules may be fitted
+    // on its fit half and on everything above. Both halves stayed unrun until the labelled
+    // messages were committed (dcda38b9); the holdout was then run first, once, on the rules of
+    // dcda38b9 (main 284bd675's), and came out at 18 / 19 (BENCHMARKS.md): its miss is
+    // stylegan2-ada-pytorch#153, a 9.00 GiB request below the 9.89 GiB printed free, named
+    // `unexplained`. The fit half was run after that, 11 / 13 at its first run: its misses are
+    // mozilla/TTS#502 (a 2 MiB request with 4.25 MiB free) and InvokeAI#2182 (20 MiB with 6.59 GiB
+    // free), both named `unexplained`; no rule was fitted on them (BENCHMARKS.md says why).
+    Split {
+        n: 23,
+        fit: pinned(11),
+        holdout: pinned(18).reported(18),
+    },
 ];
 
 #[test]
