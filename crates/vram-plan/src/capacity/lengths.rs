@@ -12,7 +12,11 @@
 //!   the engine's auto-fit), which vram does not model: refused, saying so.
 //! - Before 0.8.4 (0.8.0 to 0.8.3 read in their wheels): plain `type=int`. The function is
 //!   the same in the 0.8.4, 0.8.5, 0.9.0, 0.11.0 and 0.12.0 wheels, and 0.13.0 to 0.20.0's
-//!   likewise (0.10 and 0.21/0.22 were not read; they take their neighbours' rules).
+//!   likewise. The sdists of 0.10.0, 0.10.1.1, 0.10.2 (`engine/arg_utils.py`: the same
+//!   `human_readable_int`, `--max-model-len` one of the fields given it), 0.20.2, 0.21.0, 0.22.1
+//!   and 0.23.0 (`utils/argparse_utils.py`: `human_readable_int` and
+//!   `human_readable_int_or_auto` byte for byte 0.20.0's, `--max-model-len` given the latter)
+//!   were read too (session 11): their neighbours' rules, as modelled.
 //!
 //! SGLang reads `--context-length` with `type=int` (python/sglang/srt/server_args.py at
 //! v0.5.3), a plain integer.
