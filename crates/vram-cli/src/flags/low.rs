@@ -601,8 +601,9 @@ pub struct CapacityArgs {
     /// Weight storage, the engine's --quantization: none, fp8, int8 (8-bit weights, one scale
     /// per output row: W8A8), awq, gptq, bitsandbytes (nf4), mxfp4 [default: the checkpoint's
     /// storage, read from its config's quantization_config as `vram estimate` reads it]. vLLM's
-    /// AWQ/GPTQ kernel: Marlin from compute capability 8.0 (awq_marlin, gptq_marlin name it),
-    /// the plain kernel below, or where awq/gptq is named for a checkpoint that is already so.
+    /// AWQ/GPTQ kernel: Marlin from compute capability 8.0 (7.5 from vLLM 0.14; awq_marlin,
+    /// gptq_marlin name it), the plain kernel below, or where awq/gptq is named for a checkpoint
+    /// that is already so (gptq named runs the Marlin family from vLLM 0.22).
     #[arg(long, alias = "quantization", value_parser = parse_weights)]
     pub weights: Option<vram_report::request::Weights>,
     /// Model dtype.

@@ -512,7 +512,7 @@ pub(super) fn vllm_v0_chunked_by_default(
 ///   `temp_dq`, `[K, N]` in the activation dtype, on every call whatever the token count (the
 ///   reconstruct-then-cuBLAS path uses it above 50 rows).
 pub(super) fn vllm_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<u64> {
-    match plain_awq_gptq(t, k, gpu)? {
+    match plain_awq_gptq(t, k, gpu, Engine::Vllm)? {
         Quantization::Awq => Some(256),
         _ => Some(0),
     }
@@ -526,7 +526,7 @@ pub(super) fn vllm_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Opt
 /// is chosen as in vLLM (`AWQMarlinConfig.override_quantization_method`: compatible and the
 /// method not forced to `awq`).
 pub(super) fn sglang_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<u64> {
-    match plain_awq_gptq(t, k, gpu)? {
+    match plain_awq_gptq(t, k, gpu, Engine::Sglang)? {
         Quantization::Awq if Engine::Sglang.version_in_force(k) < [0, 4, 5] => Some(256),
         _ => Some(0),
     }
@@ -536,12 +536,12 @@ pub(super) fn sglang_dequant_linears(t: &Transformer, k: &Knobs, gpu: &Gpu) -> O
 /// checkpoint's, where it is named outright (`Knobs::marlin` `Some(false)`) or compute
 /// capability is below 8.0 (`check_marlin_supported`). `None`: unquantized, another method,
 /// or a Marlin kernel.
-fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<Quantization> {
+fn plain_awq_gptq(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> Option<Quantization> {
     let method = quantization_in_force(t, k);
     if !matches!(method, Quantization::Awq | Quantization::Gptq) {
         return None;
     }
-    (!marlin_runs(t, k, gpu)).then_some(method)
+    (!marlin_runs(t, k, gpu, engine)).then_some(method)
 }
 
 /// How the engine fails to load a channel-wise AWQ checkpoint (`group_size: -1`), if it does.
@@ -585,7 +585,7 @@ pub(super) fn awq_channelwise_refusal(
             "{name} {version} fails to load this channel-wise AWQ checkpoint: RuntimeError: Trying to create tensor with negative dimension -{h} ({method}.create_weights divides {what} by the config's group_size, -1); a checkpoint quantized with a group size (128) loads"
         )
     };
-    let marlin = marlin_runs(t, k, gpu);
+    let marlin = marlin_runs(t, k, gpu, engine);
     let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
     if marlin && moe {
         return Some(negative("AWQMarlinMoEMethod", "hidden_size"));
@@ -596,9 +596,14 @@ pub(super) fn awq_channelwise_refusal(
     if engine == Engine::Sglang || Engine::Vllm.version_in_force(k) < [0, 9, 1] {
         return Some(negative("AWQLinearMethod", "the input size"));
     }
+    let marlin_from = if Engine::Vllm.version_in_force(k) >= [0, 14, 0] {
+        "7.5"
+    } else {
+        "8.0"
+    };
     (k.tp > 1).then(|| {
         format!(
-            "vLLM {version} refuses this: ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size. (AWQLinearMethod.create_weights: a channel-wise checkpoint's group is a linear's whole input, which a row-parallel linear splits at TP {}; the Marlin kernel, --quantization awq_marlin on compute capability 8.0 or newer, loads it)",
+            "vLLM {version} refuses this: ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size. (AWQLinearMethod.create_weights: a channel-wise checkpoint's group is a linear's whole input, which a row-parallel linear splits at TP {}; the Marlin kernel, --quantization awq_marlin on compute capability {marlin_from} or newer, loads it)",
             k.tp
         )
     })
@@ -628,7 +633,7 @@ pub(super) fn sglang_moe_method_refusal(
     if engine != Engine::Sglang || !t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some()) {
         return None;
     }
-    let method = plain_awq_gptq(t, k, gpu)?;
+    let method = plain_awq_gptq(t, k, gpu, engine)?;
     let v = Engine::Sglang.version_in_force(k);
     let version = super::version_label(engine, k);
     let (name, marlin) = match method {
@@ -704,14 +709,38 @@ pub(super) fn rope_refusal(t: &Transformer, engine: Engine, k: &Knobs) -> Option
 }
 
 /// Whether an AWQ/GPTQ linear runs a Marlin kernel: as `--quantization` names it
-/// ([`Knobs::marlin`]), else from compute capability 8.0 and a group size Marlin takes
-/// (`check_marlin_supported`: `MARLIN_SUPPORTED_GROUP_SIZES` = -1, 32, 64, 128, read at 0.10.1;
-/// the checkpoint's group, [`Quantization::packed_format`]).
-pub(super) fn marlin_runs(t: &Transformer, k: &Knobs, gpu: &Gpu) -> bool {
-    let group = match quantization_in_force(t, k).packed_format(t.blocks.storage.quant) {
+/// ([`Knobs::marlin`]), else from the engine's lowest Marlin compute capability and a group size
+/// Marlin takes (`check_marlin_supported`: `MARLIN_SUPPORTED_GROUP_SIZES` = -1, 32, 64, 128,
+/// read at 0.10.1 and 0.22.0; the checkpoint's group, [`Quantization::packed_format`]).
+///
+/// - **The capability** (`query_marlin_supported_quant_types`, `quantization/utils/
+///   marlin_utils.py`): vLLM returns no type below 8.0 through 0.13.0 (read at 0.11.0, 0.11.2,
+///   0.12.0, 0.13.0) and below 7.5 from 0.14.0 (read at 0.14.0, 0.14.1, 0.16.0, 0.17.1, 0.18.1,
+///   0.19.1, 0.20.2, 0.21.0, 0.22.0), so Turing (T4, RTX 20xx) runs Marlin from 0.14; SGLang's
+///   own copy keeps 8.0 (read at 0.4.10, 0.5.3 and 0.5.10; before 0.4.5 it takes vLLM's).
+/// - **`--quantization gptq` named** keeps the plain `GPTQLinearMethod` through vLLM 0.21; from
+///   0.22.0 `gptq` and `gptq_marlin` both name `AutoGPTQConfig` (`quantization/__init__.py`,
+///   `auto_gptq.py` at 0.22.0 and 0.22.1; `gptq.py` is gone), whose linears take a
+///   mixed-precision kernel (`choose_mp_linear_kernel`: Machete, AllSpark, Marlin, ..., on the
+///   Marlin layout's terms here) on a GPU Marlin supports. Its constructor also calls
+///   `verify_marlin_supported`, which raises below 7.5; that refusal is not modelled (the plain
+///   kernel is kept there). `--quantization awq` keeps the plain kernel at every version read.
+pub(super) fn marlin_runs(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> bool {
+    let q = quantization_in_force(t, k);
+    let group = match q.packed_format(t.blocks.storage.quant) {
         Some(WeightFormat::Awq { group } | WeightFormat::Gptq { group, .. }) => group,
         _ => 128,
     };
-    k.marlin
-        .unwrap_or(gpu.sm_major >= 8 && matches!(group, 0 | 32 | 64 | 128))
+    let v = engine.version_in_force(k);
+    let capable = match engine {
+        Engine::Vllm if v >= [0, 14, 0] => (gpu.sm_major, gpu.sm_minor) >= (7, 5),
+        _ => gpu.sm_major >= 8,
+    } && matches!(group, 0 | 32 | 64 | 128);
+    match k.marlin {
+        Some(false) if engine == Engine::Vllm && q == Quantization::Gptq && v >= [0, 22, 0] => {
+            capable
+        }
+        Some(m) => m,
+        None => capable,
+    }
 }

@@ -639,7 +639,9 @@ pub struct Knobs {
     /// `override_quantization_method` switch only when no method or `awq_marlin`/`gptq_marlin`
     /// is named, the same at 0.6.4 through 0.20.0); `Some(true)` for `awq_marlin`/`gptq_marlin`;
     /// `None` where the config's `quant_method` decides: Marlin from compute capability 8.0
-    /// (`check_marlin_supported`), the plain kernel below. See `engine::vllm_dequant_linears`.
+    /// (7.5 from vLLM 0.14; `check_marlin_supported`), the plain kernel below. From vLLM 0.22 a
+    /// named `gptq` is `AutoGPTQConfig`, the Marlin family where it can run
+    /// (`engine::marlin_runs`). See `engine::vllm_dequant_linears`.
     pub marlin: Option<bool>,
     /// vLLM's `VLLM_USE_V2_MODEL_RUNNER` (`Some(false)`: the V1 model runner, which vram
     /// models; `Some(true)`: the V2 runner, which it does not). `None`: the version's own choice

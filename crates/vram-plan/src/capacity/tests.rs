@@ -424,7 +424,7 @@ fn sglang_0_4_defaults_and_reserved_weights() {
     assert_eq!(c.max_num_batched_tokens, 2048);
     assert_eq!(c.max_num_seqs, 80);
     assert_eq!(
-        allocator_rounding(&t, &k, l4),
+        allocator_rounding(&t, &k, l4, Engine::Sglang),
         64 * 7 * MIB / 2 + 3 * MIB / 2
     );
     assert_eq!(
@@ -1883,6 +1883,42 @@ fn vllm_plain_awq_and_gptq_kernels_by_method_and_gpu() {
         None
     );
     assert_eq!(engine::vllm_dequant_linears(&t, &k(Fp8, None), t4), None);
+    // By version: Marlin from 7.5 at vLLM 0.14 (`query_marlin_supported_quant_types`), so a T4
+    // runs it and a V100 (7.0) does not; SGLang keeps 8.0.
+    let at = |quantization, marlin, v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..k(quantization, marlin)
+    };
+    let v100 = vram_model::gpu::lookup("v100-32g").unwrap();
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &at(Awq, None, [0, 13, 0]), t4),
+        Some(256)
+    );
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &at(Awq, None, [0, 14, 0]), t4),
+        None
+    );
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &at(Gptq, None, [0, 19, 0]), v100),
+        Some(0)
+    );
+    assert_eq!(
+        engine::sglang_dequant_linears(&t, &at(Awq, None, [0, 5, 3]), t4),
+        Some(0)
+    );
+    // From 0.22 `gptq` named is `AutoGPTQConfig`, the Marlin family; `awq` named stays plain.
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &at(Gptq, Some(false), [0, 21, 0]), a100),
+        Some(0)
+    );
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &at(Gptq, Some(false), [0, 22, 0]), a100),
+        None
+    );
+    assert_eq!(
+        engine::vllm_dequant_linears(&t, &at(Awq, Some(false), [0, 22, 0]), a100),
+        Some(256)
+    );
 }
 
 /// The profile run under plain AWQ holds the largest linear's fp16 weight at its matmul: for

@@ -420,6 +420,7 @@ fn linear_rate(
     q: Quantization,
     k: &Knobs,
     gpu: &Gpu,
+    eng: Engine,
     moe_bank: bool,
     freed_leaves: bool,
 ) -> f64 {
@@ -428,7 +429,7 @@ fn linear_rate(
     let (qw, kvw) = t.blocks.typical().attn_widths();
     let f = t.blocks.typical().intermediate.div_ceil(tp).max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
-    let marlin = engine::marlin_runs(t, k, gpu);
+    let marlin = engine::marlin_runs(t, k, gpu, eng);
     // (out, in, unsplit in): QKV and gate-up are column-parallel, the attention output and
     // the down projection row-parallel (their input split by TP).
     let shapes = [
@@ -493,8 +494,8 @@ pub(super) fn logical_weights_per_gpu(
     // vLLM on CUDA measures what is allocated after loading; SGLang and vLLM on ROCm the fall
     // in free device memory, which still holds what loading freed into PyTorch's cache.
     let freed = engine == Engine::Vllm && !engine::is_rocm(gpu);
-    let q = linear_rate(t, k.quantization, k, gpu, false, freed);
-    let q_experts = linear_rate(t, k.quantization, k, gpu, true, freed);
+    let q = linear_rate(t, k.quantization, k, gpu, engine, false, freed);
+    let q_experts = linear_rate(t, k.quantization, k, gpu, engine, true, freed);
     let tp = k.tp as f64;
     let (attn_ways, expert_ways, rest_ways) = parallel_widths(k);
     let sharded = (split.per_layer - split.per_layer_replicated) as f64;
@@ -612,7 +613,13 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64, mlp_sp
 /// one (a hybrid's linear-attention layers too: an approximation). Norms, biases and scales of
 /// one value are left out.
 /// Returns `(bytes, count)`.
-fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> Vec<(u64, u64)> {
+fn weight_tensors(
+    t: &Transformer,
+    k: &Knobs,
+    gpu: &Gpu,
+    eng: Engine,
+    freed_leaves: bool,
+) -> Vec<(u64, u64)> {
     let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
@@ -622,7 +629,7 @@ fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> 
     let up = if t.blocks.typical().gated { 2 * f } else { f };
     let quant = quantization_in_force(t, k);
     let moe = experts > 1;
-    let marlin = engine::marlin_runs(t, k, gpu);
+    let marlin = engine::marlin_runs(t, k, gpu, eng);
     // (out, in, unsplit in, stack, expert bank): QKV and gate-up column-parallel, the
     // attention output and the down projection row-parallel.
     let full_f = t.blocks.typical().intermediate;
@@ -681,7 +688,7 @@ fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> 
 /// position table, then layer by layer [`weight_tensors`]' linears, then an untied head), in
 /// bytes: what the caching allocator sees while the model is built.
 fn weight_tensor_sequence(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Vec<u64> {
-    let grouped = weight_tensors(t, k, gpu, true);
+    let grouped = weight_tensors(t, k, gpu, Engine::Vllm, true);
     let (table, tables) = *grouped.last().expect("weight_tensors ends with the table");
     let layer: Vec<u64> = grouped[..grouped.len() - 1]
         .iter()
@@ -743,8 +750,8 @@ pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization 
 /// 10 MiB (`kMinLargeAlloc`) or more gets a segment rounded up to 2 MiB (`kRoundLarge`);
 /// smaller ones share 2 MiB and 20 MiB segments, counted as packed), over [`weight_tensors`].
 /// An engine that measures its weights by free device memory (SGLang; vLLM on ROCm) sees this.
-pub fn allocator_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
-    weight_tensors(t, k, gpu, false)
+pub fn allocator_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> u64 {
+    weight_tensors(t, k, gpu, engine, false)
         .into_iter()
         .filter(|&(b, _)| round_size(b) >= MIN_LARGE_ALLOC)
         .map(|(b, n)| (allocation_size(round_size(b)) - b) * n)
@@ -773,7 +780,7 @@ pub fn allocated_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
         quantization_in_force(t, k),
         Quantization::None | Quantization::Bitsandbytes
     ) {
-        return weight_tensors(t, k, gpu, true)
+        return weight_tensors(t, k, gpu, Engine::Vllm, true)
             .into_iter()
             .map(|(b, n)| {
                 let r = round_size(b);
