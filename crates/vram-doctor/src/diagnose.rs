@@ -279,9 +279,14 @@ const PAGE_BYTES: u64 = 2 << 20;
 /// 2022) logged 68,701,650,944 bytes free and 68,667,047,936 allocatable on a 64 GiB device
 /// (33 MiB; the PR covers CUDA and HIP and does not name the device); its issue #52 (2025)
 /// logged 1 MiB on an RTX PRO 6000 Blackwell with driver 570.124.06. Neither NVIDIA's
-/// documentation nor those threads give a reserve or a rule for the shortfall (it differs 33×
-/// between the two), so it is no margin and decides nothing: the doctor only says when free
-/// exceeds the request by no more than this (BENCHMARKS.md, "Request below free").
+/// documentation nor those threads give a rule for the shortfall (it differs 33× between the
+/// two), so it is not a reserve the doctor subtracts. What it does decide: free that exceeds
+/// the request by no more than this is not evidence that the request would have fit, since a
+/// driver has been measured refusing that much below its free figure. Such a message is read
+/// as a device with no room (the step, the neighbours or the slack, as the figures say), not as
+/// the figures' puzzle (BENCHMARKS.md, "Request below free" and "The doctor's misses by
+/// mechanism (session 11)": every one of the 575 public messages with a gap this small was
+/// labelled the step or other processes, none `unexplained`).
 const DRIVER_SHORTFALL_MEASURED: u64 = 68_701_650_944 - 68_667_047_936;
 
 /// Why a message lists no processes, for its runtime: PyTorch asks NVML for them
@@ -537,9 +542,11 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   it with free compares the segment; only expandable segments map more (whole
 ///   20 MiB large-pool pages, less the free tail already mapped), which the
 ///   message does not show. Free above the device (unified memory) stays
-///   unexplained alone. When free exceeds the request by no more than the largest
-///   measured driver shortfall (`DRIVER_SHORTFALL_MEASURED`, 33 MiB), the detail says
-///   so; no source gives a rule for that shortfall, so it decides nothing.
+///   unexplained alone. Free that exceeds the request by no more than the largest
+///   measured driver shortfall (`DRIVER_SHORTFALL_MEASURED`, 33 MiB, plus the figures'
+///   rounding) does not show the request fitting: a driver has been measured placing that
+///   much less than its free figure in one allocation. Such a message is read as a full
+///   device, with a note saying so.
 /// - **live tensors above the card**: allocated beyond the message's total
 ///   (free within it) is Windows' shared GPU memory (WDDM's system-memory
 ///   fallback); the failure comes when that runs out too. The step needs more
@@ -642,11 +649,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         let need = reserved.saturating_add(req);
         need > l || (need.saturating_add(cap_margin) > l && req <= free)
     });
-    // Free memory proves nothing unless it exceeds the request by a page and the figures'
-    // rounding (`cudaMalloc` maps 2 MiB pages). The request printed is the segment PyTorch
-    // asked `cudaMalloc` for (`get_allocation_size`: 2 MiB, 20 MiB, or a 2 MiB multiple), so
-    // the page is a margin, not a rounding of the request to its segment.
-    let free_margin = PAGE_BYTES
+    // Free memory proves nothing unless it exceeds the request by more than a driver has been
+    // measured placing below its own free figure in one allocation (`DRIVER_SHORTFALL_MEASURED`,
+    // 33 MiB, more than `cudaMalloc`'s 2 MiB page) and the figures' rounding. The request
+    // printed is the segment PyTorch asked `cudaMalloc` for (`get_allocation_size`: 2 MiB,
+    // 20 MiB, or a 2 MiB multiple), so the margin is the driver's, not a rounding of the request
+    // to its segment.
+    let free_margin = DRIVER_SHORTFALL_MEASURED
+        .max(PAGE_BYTES)
         .saturating_add(rounding(free))
         .saturating_add(rounding(req));
     // Free proves something only when it was read. An underflowed free (2^64 bytes) or ROCm's
@@ -656,8 +666,17 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // the request fitting.
     let free_reconstructed =
         m.free_bytes >= ABSURD || (m.backend == Backend::Hip && m.free_bytes > m.total_bytes);
-    let fits_free = req.saturating_add(free_margin) <= free;
+    let fits_free = req.saturating_add(free_margin) < free;
     let unexplained = !cap_decides && !free_reconstructed && fits_free;
+    if !fits_free && !cap_decides && !free_reconstructed && req < free {
+        notes.push(format!(
+            "free ({}) exceeds the {} request by only {}: a driver's largest single allocation has been measured below the free it reports, by 1 MiB on an RTX PRO 6000 Blackwell (driver 570) and by {} on a 64 GiB device (cuda_memtest #52, #39), so free this close to the request does not show that it would have fit; the device is read as full",
+            hb(free),
+            hb(req),
+            hb(free - req),
+            hb(DRIVER_SHORTFALL_MEASURED)
+        ));
+    }
     if free_reconstructed && fits_free && !cap_decides {
         notes.push(format!(
             "the {} request is below the {} taken as free, but that figure was reconstructed from the device's size less PyTorch's reservation, not read: it leaves out the context and anything else on the device, so it does not show the request fitting",
@@ -888,21 +907,6 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 hb(req),
                 hb(free)
             )
-        };
-        // A gap within the largest measured driver shortfall: said, not ranked on.
-        let gap = free.saturating_sub(req);
-        let detail = if gap
-            <= DRIVER_SHORTFALL_MEASURED
-                .saturating_add(rounding(free))
-                .saturating_add(rounding(req))
-        {
-            format!(
-                "{detail}. Free exceeds the request by only {}: a driver's largest single allocation has been measured below the free it reports, by 1 MiB on an RTX PRO 6000 Blackwell (driver 570) and by {} on a 64 GiB device (cuda_memtest #52, #39), with no documented rule for how much, so a gap this small may be the driver's own",
-                hb(gap),
-                hb(DRIVER_SHORTFALL_MEASURED)
-            )
-        } else {
-            detail
         };
         causes.push((
             if neighbours { 2 } else { 1 },
