@@ -100,7 +100,12 @@ fn rule_2_free_within_the_measured_driver_shortfall_is_a_full_device() {
     let text = "CUDA out of memory. Tried to allocate 930.00 MiB (GPU 0; 3.82 GiB total capacity; 849.56 MiB already allocated; 938.75 MiB free; 1.66 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF";
     let d = diagnose(&Inputs::new(parse(text).unwrap())).unwrap();
     assert!(!has(&d, CauseKind::Unexplained), "{:#?}", d.causes);
-    assert_eq!(d.causes[0].kind, CauseKind::Fragmentation, "{:#?}", d.causes);
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::Fragmentation,
+        "{:#?}",
+        d.causes
+    );
     let note = d
         .notes
         .iter()
