@@ -25,6 +25,8 @@ fn undecided_names_the_threads_cause_on_the_misses_it_can() {
     .unwrap();
     let (mut oom, mut misses, mut named) = (0, 0, 0);
     let mut by_pair = std::collections::BTreeMap::<(String, String), (usize, usize)>::new();
+    // How often each entry is named over all the PyTorch messages, right or wrong.
+    let mut entries = std::collections::BTreeMap::<String, usize>::new();
     for block in text.split("\n\n").filter(|b| b.starts_with("source: ")) {
         let field = |name: &str| {
             block
@@ -50,6 +52,10 @@ fn undecided_names_the_threads_cause_on_the_misses_it_can() {
         oom += 1;
         let unlisted = m.self_process == SelfProcess::NoList;
         let d = diagnose(&Inputs::new(m)).unwrap();
+        for u in &d.undecided {
+            let pair: Vec<String> = u.causes.iter().map(|&k| kind(k)).collect();
+            *entries.entry(pair.join(" or ")).or_default() += 1;
+        }
         let got = kind(d.causes[0].kind);
         let label = field("label: ");
         let accepts = |k: &str| {
@@ -76,6 +82,9 @@ fn undecided_names_the_threads_cause_on_the_misses_it_can() {
         println!("| {} | {got} | {n} | {hit} |", label.replace('|', "\\|"));
     }
     println!("PyTorch messages {oom}, misses {misses}, named {named}");
+    for (pair, n) in &entries {
+        println!("`undecided` {pair}: {n} of the {oom} messages");
+    }
     // Every PyTorch message of the 575 the parser reads (serving errors and refusals are other
     // classes: BENCHMARKS.md's table counts them apart).
     assert_eq!(oom, 444);
