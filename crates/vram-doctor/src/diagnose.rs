@@ -2135,7 +2135,7 @@ fn mps_undecided(causes: &[Cause]) -> Vec<Undecided> {
     }
     vec![Undecided {
         causes: kinds,
-        why: "the high watermark already sits above what Metal recommends for this Mac, so the job may run past it by paging to disk or may need more than the machine has; the message prints no figure for either".to_string(),
+        why: "by default the high watermark is 1.7 times what Metal recommends for this Mac (PYTORCH_MPS_HIGH_WATERMARK_RATIO), so past it the job may run by paging to disk or may need more than the machine has; the message prints no figure for either".to_string(),
         check: "rerun once with PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 and watch Activity Monitor's memory pressure and swap: it runs with little swap, the watermark was the only limit; it swaps heavily or fails, the step is too large for this Mac".to_string(),
     }]
 }
