@@ -428,6 +428,15 @@ fn print_rest(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
     if d.causes.is_empty() {
         writeln!(out, "none found in the figures given")?;
     }
+    if !d.undecided.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "what this message cannot tell apart, and what would:")?;
+        for u in &d.undecided {
+            let names: Vec<&str> = u.causes.iter().map(|&k| kind_name(k, m.backend)).collect();
+            writeln!(out, "- {}: {}", names.join(" or "), u.why)?;
+            writeln!(out, "  check: {}", u.check)?;
+        }
+    }
     if let Some(e) = &d.estimate {
         writeln!(out)?;
         writeln!(

@@ -1307,6 +1307,85 @@ fn doctor_names_llama_cpp_tgi_and_cut_async_errors_the_same_in_text_and_json() {
 }
 
 #[test]
+fn doctor_says_what_would_tell_its_causes_apart_the_same_in_text_and_json() {
+    // Real messages of public.txt whose thread named the cause the doctor ranked second: the
+    // answer names the pair and the one check that separates them, and the text prints exactly
+    // the JSON's `undecided` entries (the doctor has no HTML page: `vram report` refuses its
+    // JSON, so text and JSON are the whole answer).
+    let public = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages/public.txt"),
+    )
+    .unwrap();
+    let message = |source: &str| {
+        public
+            .split("\n\n")
+            .find(|b| b.starts_with(&format!("source: {source}\n")))
+            .and_then(|b| b.split_once("\nmessage:\n"))
+            .unwrap_or_else(|| panic!("{source}"))
+            .1
+            .to_string()
+    };
+    let dir = tmp("doctor-undecided");
+    for (source, pair, check) in [
+        // Labelled fragmentation (max_split_size_mb at the same step); the step leads.
+        (
+            "https://github.com/OpenTalker/SadTalker/issues/229",
+            ["step-too-large", "fragmentation"],
+            "expandable_segments:True",
+        ),
+        // Labelled the step (a smaller model); `unexplained` leads.
+        (
+            "https://github.com/Vaibhavs10/insanely-fast-whisper/issues/162",
+            ["unexplained", "step-too-large"],
+            "memory.used,memory.total",
+        ),
+        // Labelled the step (a smaller batch); memory outside PyTorch leads, no process list.
+        (
+            "https://github.com/ACEsuit/mace/issues/265",
+            ["outside-pytorch", "step-too-large"],
+            "nvidia-smi --query-compute-apps",
+        ),
+        // Labelled fragmentation (the native allocator ran it); cudaMallocAsync's pool.
+        (
+            "https://github.com/pytorch/pytorch/issues/110194",
+            ["step-too-large", "outside-pytorch"],
+            "torch.cuda.memory_reserved()",
+        ),
+    ] {
+        let f = write(&dir, "m.txt", message(source).as_bytes());
+        let (code, out, err) = vram(&["doctor", &f, "--no-nvml"]);
+        let (jcode, jout, _) = vram(&["doctor", &f, "--no-nvml", "--json"]);
+        assert_eq!((code, jcode), (0, 0), "{source}: {err}");
+        let j: serde_json::Value = serde_json::from_str(&jout).unwrap();
+        let undecided = j["undecided"].as_array().unwrap();
+        let u = undecided
+            .iter()
+            .find(|u| u["causes"][0] == pair[0] && u["causes"][1] == pair[1])
+            .unwrap_or_else(|| panic!("{source}: {undecided:#?}"));
+        assert!(
+            u["check"].as_str().unwrap().contains(check),
+            "{source}: {u}"
+        );
+        assert!(
+            out.contains("what this message cannot tell apart, and what would:"),
+            "{source}: {out}"
+        );
+        for u in undecided {
+            assert!(out.contains(u["why"].as_str().unwrap()), "{source}: {out}");
+            assert!(
+                out.contains(&format!("  check: {}", u["check"].as_str().unwrap())),
+                "{source}: {out}"
+            );
+        }
+        assert_eq!(
+            out.matches("  check: ").count(),
+            undecided.len(),
+            "{source}: {out}"
+        );
+    }
+}
+
+#[test]
 fn doctor_bad_input_is_one_line_and_exit_2() {
     let dir = tmp("doctor-bad");
     let stats = write(&dir, "s.json", b"{\"reserved_bytes.all.current\": 1}");

@@ -205,6 +205,19 @@ pub struct Figures {
     pub could_hold_bytes: u64,
 }
 
+/// Causes that one message cannot tell apart, and what would: the ceiling of a doctor that reads
+/// one message (BENCHMARKS.md, "The doctor's misses by mechanism (session 11)": each kind here is
+/// a class of the public messages whose thread named the cause the doctor ranked second).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Undecided {
+    /// The causes, the one the doctor ranks higher first.
+    pub causes: Vec<CauseKind>,
+    /// Why the message's figures cannot decide between them.
+    pub why: String,
+    /// The one check (a command, a setting, a second reading) whose outcome decides.
+    pub check: String,
+}
+
 /// The doctor's answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Diagnosis {
@@ -237,6 +250,8 @@ pub struct Diagnosis {
     pub replay: Vec<PolicySaving>,
     /// Things worth knowing that are neither causes nor remedies.
     pub notes: Vec<String>,
+    /// Causes the message cannot tell apart, each with the check that would.
+    pub undecided: Vec<Undecided>,
 }
 
 /// Bytes as PyTorch's `format_size` writes them (`0 bytes`, `20.00 MiB`).
@@ -279,9 +294,14 @@ const PAGE_BYTES: u64 = 2 << 20;
 /// 2022) logged 68,701,650,944 bytes free and 68,667,047,936 allocatable on a 64 GiB device
 /// (33 MiB; the PR covers CUDA and HIP and does not name the device); its issue #52 (2025)
 /// logged 1 MiB on an RTX PRO 6000 Blackwell with driver 570.124.06. Neither NVIDIA's
-/// documentation nor those threads give a reserve or a rule for the shortfall (it differs 33×
-/// between the two), so it is no margin and decides nothing: the doctor only says when free
-/// exceeds the request by no more than this (BENCHMARKS.md, "Request below free").
+/// documentation nor those threads give a rule for the shortfall (it differs 33× between the
+/// two), so it is not a reserve the doctor subtracts. What it does decide: free that exceeds
+/// the request by no more than this is not evidence that the request would have fit, since a
+/// driver has been measured refusing that much below its free figure. Such a message is read
+/// as a device with no room (the step, the neighbours or the slack, as the figures say), not as
+/// the figures' puzzle (BENCHMARKS.md, "Request below free" and "The doctor's misses by
+/// mechanism (session 11)": every one of the 575 public messages with a gap this small was
+/// labelled the step or other processes, none `unexplained`).
 const DRIVER_SHORTFALL_MEASURED: u64 = 68_701_650_944 - 68_667_047_936;
 
 /// Why a message lists no processes, for its runtime: PyTorch asks NVML for them
@@ -537,9 +557,11 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 ///   it with free compares the segment; only expandable segments map more (whole
 ///   20 MiB large-pool pages, less the free tail already mapped), which the
 ///   message does not show. Free above the device (unified memory) stays
-///   unexplained alone. When free exceeds the request by no more than the largest
-///   measured driver shortfall (`DRIVER_SHORTFALL_MEASURED`, 33 MiB), the detail says
-///   so; no source gives a rule for that shortfall, so it decides nothing.
+///   unexplained alone. Free that exceeds the request by no more than the largest
+///   measured driver shortfall (`DRIVER_SHORTFALL_MEASURED`, 33 MiB, plus the figures'
+///   rounding) does not show the request fitting: a driver has been measured placing that
+///   much less than its free figure in one allocation. Such a message is read as a full
+///   device, with a note saying so.
 /// - **live tensors above the card**: allocated beyond the message's total
 ///   (free within it) is Windows' shared GPU memory (WDDM's system-memory
 ///   fallback); the failure comes when that runs out too. The step needs more
@@ -642,11 +664,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         let need = reserved.saturating_add(req);
         need > l || (need.saturating_add(cap_margin) > l && req <= free)
     });
-    // Free memory proves nothing unless it exceeds the request by a page and the figures'
-    // rounding (`cudaMalloc` maps 2 MiB pages). The request printed is the segment PyTorch
-    // asked `cudaMalloc` for (`get_allocation_size`: 2 MiB, 20 MiB, or a 2 MiB multiple), so
-    // the page is a margin, not a rounding of the request to its segment.
-    let free_margin = PAGE_BYTES
+    // Free memory proves nothing unless it exceeds the request by more than a driver has been
+    // measured placing below its own free figure in one allocation (`DRIVER_SHORTFALL_MEASURED`,
+    // 33 MiB, more than `cudaMalloc`'s 2 MiB page) and the figures' rounding. The request
+    // printed is the segment PyTorch asked `cudaMalloc` for (`get_allocation_size`: 2 MiB,
+    // 20 MiB, or a 2 MiB multiple), so the margin is the driver's, not a rounding of the request
+    // to its segment.
+    let free_margin = DRIVER_SHORTFALL_MEASURED
+        .max(PAGE_BYTES)
         .saturating_add(rounding(free))
         .saturating_add(rounding(req));
     // Free proves something only when it was read. An underflowed free (2^64 bytes) or ROCm's
@@ -656,8 +681,17 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
     // the request fitting.
     let free_reconstructed =
         m.free_bytes >= ABSURD || (m.backend == Backend::Hip && m.free_bytes > m.total_bytes);
-    let fits_free = req.saturating_add(free_margin) <= free;
+    let fits_free = req.saturating_add(free_margin) < free;
     let unexplained = !cap_decides && !free_reconstructed && fits_free;
+    if !fits_free && !cap_decides && !free_reconstructed && req < free {
+        notes.push(format!(
+            "free ({}) exceeds the {} request by only {}: a driver's largest single allocation has been measured below the free it reports, by 1 MiB on an RTX PRO 6000 Blackwell (driver 570) and by {} on a 64 GiB device (cuda_memtest #52, #39), so free this close to the request does not show that it would have fit; the device is read as full",
+            hb(free),
+            hb(req),
+            hb(free - req),
+            hb(DRIVER_SHORTFALL_MEASURED)
+        ));
+    }
     if free_reconstructed && fits_free && !cap_decides {
         notes.push(format!(
             "the {} request is below the {} taken as free, but that figure was reconstructed from the device's size less PyTorch's reservation, not read: it leaves out the context and anything else on the device, so it does not show the request fitting",
@@ -702,9 +736,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         (None, true) => (
             unaccounted,
             format!(
-                "neither free nor PyTorch's, and the message lists no processes ({}): another process, or this process's non-PyTorch allocations ({}, another framework), hold it",
+                "neither free nor PyTorch's, and the message lists no processes ({}): another process, or this process's non-PyTorch allocations ({}, another framework), hold it{}",
                 no_list_reason(backend),
-                backend.libraries()
+                backend.libraries(),
+                if m.layout == Layout::Async {
+                    "; under the cudaMallocAsync backend also the driver pool's cached blocks, which PyTorch does not count (it sets the pool's release threshold to UINT64_MAX and does not trim the pool before raising)"
+                } else {
+                    ""
+                }
             ),
             false,
         ),
@@ -888,21 +927,6 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 hb(req),
                 hb(free)
             )
-        };
-        // A gap within the largest measured driver shortfall: said, not ranked on.
-        let gap = free.saturating_sub(req);
-        let detail = if gap
-            <= DRIVER_SHORTFALL_MEASURED
-                .saturating_add(rounding(free))
-                .saturating_add(rounding(req))
-        {
-            format!(
-                "{detail}. Free exceeds the request by only {}: a driver's largest single allocation has been measured below the free it reports, by 1 MiB on an RTX PRO 6000 Blackwell (driver 570) and by {} on a 64 GiB device (cuda_memtest #52, #39), with no documented rule for how much, so a gap this small may be the driver's own",
-                hb(gap),
-                hb(DRIVER_SHORTFALL_MEASURED)
-            )
-        } else {
-            detail
         };
         causes.push((
             if neighbours { 2 } else { 1 },
@@ -1670,6 +1694,20 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     .total_cmp(&b.step_time_s.unwrap_or(0.0)),
             )
     });
+    let undecided = undecided(&Undecidable {
+        m,
+        causes: &causes,
+        req,
+        free,
+        alloc,
+        private,
+        unaccounted,
+        slack_serves: contributing && available >= req,
+        outside_unowned: outside_cause && !owner_known,
+        growth_known: inp.stats.len() >= 2 || inp.recording.is_some(),
+        step_estimated: estimate.as_ref().is_some_and(|e| !e.fits),
+        replayed: !replay_rows.is_empty(),
+    });
     Ok(Diagnosis {
         message: m.clone(),
         figures: fig,
@@ -1682,7 +1720,202 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         estimate,
         replay: replay_rows,
         notes,
+        undecided,
     })
+}
+
+/// What [`undecided`] reads of a diagnosis.
+struct Undecidable<'a> {
+    m: &'a OomMessage,
+    /// The causes, ranked.
+    causes: &'a [Cause],
+    req: u64,
+    free: u64,
+    alloc: u64,
+    private: u64,
+    /// Neither free, PyTorch's, nor a listed process's (`Figures::unaccounted_bytes`).
+    unaccounted: u64,
+    /// PyTorch's slack and the free memory together could have served this request.
+    slack_serves: bool,
+    /// Memory beyond a context is neither free nor PyTorch's, and NVML does not say whose.
+    outside_unowned: bool,
+    /// Growth between steps is known (two `memory_stats()` dumps or a recording).
+    growth_known: bool,
+    /// The estimate of the given job does not fit: the step is decided.
+    step_estimated: bool,
+    /// A snapshot was replayed: the allocator's policies were compared on this job.
+    replayed: bool,
+}
+
+/// The pairs of causes that this message cannot tell apart, and the check that would. Each is a
+/// class of the public messages the doctor misses because the thread's cause was the one it
+/// ranked second or did not name (BENCHMARKS.md, "The doctor's misses by mechanism (session
+/// 11)"); each check is one the user can run, whose outcome differs between the two.
+fn undecided(u: &Undecidable) -> Vec<Undecided> {
+    let m = u.m;
+    let hb = human_bytes;
+    let backend = m.backend;
+    let has = |k: CauseKind| u.causes.iter().any(|c| c.kind == k);
+    let top = u.causes.first().map(|c| c.kind);
+    let step_leads = top == Some(CauseKind::StepTooLarge);
+    let mut out = Vec::new();
+    // The free figure is read after the refusal (`cudaMemGetInfo` after the last retry).
+    if has(CauseKind::Unexplained) {
+        let other = u
+            .causes
+            .iter()
+            .map(|c| c.kind)
+            .find(|&k| k != CauseKind::Unexplained)
+            .unwrap_or(CauseKind::StepTooLarge);
+        let mut causes = vec![CauseKind::Unexplained, other];
+        if top != Some(CauseKind::Unexplained) {
+            causes.reverse();
+        }
+        out.push(Undecided {
+            causes,
+            why: format!(
+                "the {} request is below the free figure, which PyTorch reads after the refusal: a step or a neighbour that filled the device for that moment and a limit outside PyTorch ({}) print the same message",
+                hb(u.req),
+                if backend == Backend::Cuda {
+                    "a driver, WSL/WDDM, a quota"
+                } else {
+                    "a driver, a quota"
+                }
+            ),
+            check: format!(
+                "watch the device's memory in use while the same step runs ({}): in use reaching the total at the failure is the step or a neighbour (`{}` names whose); in use well below the total when it fails is a limit outside PyTorch",
+                if backend == Backend::Cuda {
+                    "`vram record`, or `nvidia-smi --query-gpu=memory.used,memory.total --format=csv -lms 200`".to_string()
+                } else {
+                    format!("`{}` on the host, repeated", backend.smi())
+                },
+                backend.smi_processes()
+            ),
+        });
+    }
+    // Memory that is neither free nor PyTorch's, with no process list that says whose.
+    if u.outside_unowned
+        && has(CauseKind::OutsidePytorch)
+        && has(CauseKind::StepTooLarge)
+        && !has(CauseKind::Unexplained)
+    {
+        let mut causes = vec![CauseKind::OutsidePytorch, CauseKind::StepTooLarge];
+        if step_leads {
+            causes.reverse();
+        }
+        if m.layout == Layout::Async {
+            // The driver pool's cached blocks are this process's slack, beyond PyTorch's count.
+            causes.push(CauseKind::Fragmentation);
+        }
+        let (why, check) = if m.layout == Layout::Async {
+            (
+                "under the cudaMallocAsync backend PyTorch counts only live allocations: the driver's pool keeps every freed block (PyTorch sets its release threshold to UINT64_MAX and does not trim it before raising, `CUDAMallocAsyncAllocator.cpp`), so this process's own cached memory, another process and the step's own use all print as memory outside PyTorch".to_string(),
+                "print torch.cuda.memory_reserved() (under this backend, the pool's reserved memory) beside memory_allocated() when it fails: reserved well above allocated is the pool's cache (torch.cuda.empty_cache() trims it, or run without `backend:cudaMallocAsync`); otherwise `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` on the host names the other process".to_string(),
+            )
+        } else {
+            (
+                format!(
+                    "the message lists no process ({}), so memory held by another process and this process's own memory outside PyTorch's cache ({}, another framework) look the same, and a smaller step is the fix when the memory is this job's",
+                    no_list_reason(backend),
+                    backend.libraries()
+                ),
+                format!(
+                    "`{}` on the host while the job runs (or just before it starts): another process holding the memory is other processes (stop or move it); only this job's process is its own memory outside PyTorch, which a smaller step shrinks with it{}",
+                    backend.smi_processes(),
+                    if backend == Backend::Cuda {
+                        "; PyTorch 2.1 and later print the processes in the message itself"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        };
+        out.push(Undecided { causes, why, check });
+    } else if step_leads
+        && !has(CauseKind::OutsidePytorch)
+        && !has(CauseKind::OtherProcesses)
+        && u.unaccounted > 0
+        && u.unaccounted >= u.req.saturating_sub(u.free)
+    {
+        // No more than a context's size is neither free nor PyTorch's, but returned it would
+        // have served this request: a context, or another program's memory of that size.
+        let (other, whose) = if m.self_process == SelfProcess::NoList {
+            (
+                CauseKind::OutsidePytorch,
+                format!(
+                    "the message lists no process ({}), so this process's {} and another program's memory of that size look the same",
+                    no_list_reason(backend),
+                    backend.context()
+                ),
+            )
+        } else {
+            (
+                CauseKind::OtherProcesses,
+                "it is in no process NVML listed for this process: the driver's own, or a process NVML does not show (another container, a display server)".to_string(),
+            )
+        };
+        out.push(Undecided {
+            causes: vec![CauseKind::StepTooLarge, other],
+            why: format!(
+                "{} is neither free nor PyTorch's, within a context's size ({}), yet enough to serve the {} request had it been free; {}",
+                hb(u.unaccounted),
+                backend.context_size(),
+                hb(u.req),
+                whose
+            ),
+            check: format!(
+                "`{}` on the host with the job stopped: memory still in use by another program (a browser, a desktop, a stale job) is other processes; a device that is empty without the job means the step",
+                backend.smi_processes()
+            ),
+        });
+    }
+    // Slack that could serve this request beside a step that fills the device.
+    if backend != Backend::Mps
+        && m.layout != Layout::Async
+        && !u.step_estimated
+        && !u.replayed
+        && u.slack_serves
+        && step_leads
+    {
+        // Fragmentation leads only when the slack is more than the live tensors (beyond a
+        // step's own churn); then the figures do decide, and no pair is named.
+        out.push(Undecided {
+            causes: vec![CauseKind::StepTooLarge, CauseKind::Fragmentation],
+            why: "PyTorch's slack and the free memory could serve this request, but the message is one moment of the step: whether the rest of the step fits once the slack is usable (fragmentation) or needs more than the device (the step) it cannot show".to_string(),
+            check: format!(
+                "rerun the same step at the same sizes with `{}=expandable_segments:True`: it runs, the slack was fragmentation (keep the setting); it fails the same way, the step is too large",
+                backend.alloc_conf()
+            ),
+        });
+    }
+    // One request larger than every live tensor together.
+    if step_leads
+        && !has(CauseKind::TensorLargerThanDevice)
+        && u.req > u.alloc.saturating_sub(u.private)
+    {
+        out.push(Undecided {
+            causes: vec![CauseKind::StepTooLarge, CauseKind::TensorLargerThanDevice],
+            why: format!(
+                "the {} request is more than all {} of live tensors: one tensor that large may be the step's (its batch or input size) or one shape gone wrong (a bad sample, attention without a memory-efficient kernel, a whole image instead of tiles), and one message shows only its size",
+                hb(u.req),
+                hb(u.alloc.saturating_sub(u.private))
+            ),
+            check: "read the shape of the tensor being allocated at the traceback's last frame: a dimension that the batch or input size sets is the step; a dimension no setting explains (a sample far larger than the rest, a sequence squared) is that one tensor to fix".to_string(),
+        });
+    }
+    // Growth between steps: one message is one moment.
+    if step_leads && !u.growth_known {
+        out.push(Undecided {
+            causes: vec![CauseKind::StepTooLarge, CauseKind::Leak],
+            why: "one message is one moment: live tensors kept from earlier steps or calls (a leak) and a step that needs this much from the start print the same figures".to_string(),
+            check: format!(
+                "compare {}.memory_allocated() at the same point of two consecutive steps (or give two memory_stats() dumps: `vram doctor --stats a.json --stats b.json`{}): growth from step to step is a leak; flat is the step",
+                backend.torch_module(),
+                if backend == Backend::Cuda { ", or a `vram record` recording" } else { "" }
+            ),
+        });
+    }
+    out
 }
 
 /// Apple's MPS backend (`aten/src/ATen/mps/MPSAllocator.mm`, `alloc_buffer_block`). After its
@@ -1876,12 +2109,35 @@ fn mps(m: &OomMessage) -> Diagnosis {
         left_bytes: watermark.map_or(0, |l| {
             l.saturating_sub(heaps.saturating_add(other).saturating_add(req))
         }),
+        undecided: mps_undecided(&causes),
         causes,
         remedies,
         estimate: None,
         replay: Vec::new(),
         notes,
     }
+}
+
+/// MPS: the watermark and the step, when both are named. Raising the watermark trades the
+/// error for paging; whether the job then runs acceptably is what the message cannot show.
+fn mps_undecided(causes: &[Cause]) -> Vec<Undecided> {
+    let has = |k: CauseKind| causes.iter().any(|c| c.kind == k);
+    if !(has(CauseKind::ProcessCap) && has(CauseKind::StepTooLarge)) {
+        return Vec::new();
+    }
+    let mut kinds = vec![CauseKind::StepTooLarge, CauseKind::ProcessCap];
+    if causes.iter().position(|c| c.kind == CauseKind::ProcessCap)
+        < causes
+            .iter()
+            .position(|c| c.kind == CauseKind::StepTooLarge)
+    {
+        kinds.reverse();
+    }
+    vec![Undecided {
+        causes: kinds,
+        why: "by default the high watermark is 1.7 times what Metal recommends for this Mac (PYTORCH_MPS_HIGH_WATERMARK_RATIO), so past it the job may run by paging to disk or may need more than the machine has; the message prints no figure for either".to_string(),
+        check: "rerun once with PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 and watch Activity Monitor's memory pressure and swap: it runs with little swap, the watermark was the only limit; it swaps heavily or fails, the step is too large for this Mac".to_string(),
+    }]
 }
 
 /// What this process could have, as the step's figures are read against it:

@@ -103,7 +103,7 @@ pub mod stats;
 
 pub use diagnose::{
     diagnose, human_bytes, Cause, CauseKind, Diagnosis, EstimateSummary, Figures, Inputs, Job,
-    PolicySaving, Remedy, CONTEXT_MAX_BYTES,
+    PolicySaving, Remedy, Undecided, CONTEXT_MAX_BYTES,
 };
 
 /// What the doctor found in its input.

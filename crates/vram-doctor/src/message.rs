@@ -79,7 +79,9 @@ pub enum Layout {
     /// The cudaMallocAsync backend: `Allocation on device 0 would exceed allowed memory.
     /// (out of memory)` with `Currently allocated`, `Requested`, `Device limit`, `Free
     /// (according to CUDA)` and `PyTorch limit`. Freed memory goes back to the driver's
-    /// pool, so PyTorch holds no cache of its own: reserved = allocated.
+    /// pool, so PyTorch holds no cache of its own: reserved = allocated. The pool keeps it
+    /// (`lazy_init_device` sets its release threshold to UINT64_MAX; only `empty_cache` trims
+    /// it), so the pool's cached blocks print as memory neither free nor PyTorch's.
     Async,
     /// Apple's MPS backend: `MPS backend out of memory (MPS allocated: A, other allocations:
     /// O, max allowed: L). Tried to allocate S on private pool.` A is the Metal heaps PyTorch

@@ -30,3 +30,4 @@ pub fn gib(v: f64) -> u64 {
 pub fn mib(v: f64) -> u64 {
     (v * (1u64 << 20) as f64).round() as u64
 }
+mod undecided;

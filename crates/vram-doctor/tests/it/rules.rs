@@ -90,29 +90,48 @@ fn rule_2_a_request_no_larger_than_free_is_not_explained() {
 }
 
 #[test]
-fn rule_2_a_gap_within_the_measured_driver_shortfall_is_said_not_ranked() {
+fn rule_2_free_within_the_measured_driver_shortfall_is_a_full_device() {
     // Real (sczhou/CodeFormer#78, batch 19's holdout): 930 MiB refused with 938.75 MiB free.
     // cuda_memtest measured a driver's largest single allocation 1 MiB (#52) and 33 MiB (#39)
-    // below the free it reported, with no documented rule: the verdict stays `unexplained`
-    // and its detail says the gap is within what was measured.
+    // below the free it reported: free 8.75 MiB above the request does not show it fitting,
+    // so the figures' puzzle is not named and the device is read as full (here the slack,
+    // 0.83 GiB beside 0.83 GiB of live tensors, leads; the thread's fix, a smaller input, is
+    // labelled step or fragmentation).
     let text = "CUDA out of memory. Tried to allocate 930.00 MiB (GPU 0; 3.82 GiB total capacity; 849.56 MiB already allocated; 938.75 MiB free; 1.66 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF";
     let d = diagnose(&Inputs::new(parse(text).unwrap())).unwrap();
-    assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
-    let u = &d.causes[0].detail;
-    assert!(u.contains("by only 8.75 MiB"), "{u}");
-    assert!(
-        u.contains("cuda_memtest #52, #39") && u.contains("33.00 MiB"),
-        "{u}"
+    assert!(!has(&d, CauseKind::Unexplained), "{:#?}", d.causes);
+    assert_eq!(
+        d.causes[0].kind,
+        CauseKind::Fragmentation,
+        "{:#?}",
+        d.causes
     );
+    let note = d
+        .notes
+        .iter()
+        .find(|n| n.contains("cuda_memtest #52, #39"))
+        .unwrap_or_else(|| panic!("{:#?}", d.notes));
+    assert!(
+        note.contains("by only 8.75 MiB") && note.contains("33.00 MiB"),
+        "{note}"
+    );
+    // Real (stochasticai/xTuring#140, batch 7's holdout): 44 MiB with 58.62 MiB free, 14.62 MiB
+    // above it, on a card whose live tensors fill it: the step, as the thread's fix was.
+    let text = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 44.00 MiB (GPU 0; 10.75 GiB total capacity; 9.40 GiB already allocated; 58.62 MiB free; 9.76 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF";
+    let d = diagnose(&Inputs::new(parse(text).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    assert!(!has(&d, CauseKind::Unexplained), "{:#?}", d.causes);
+    // 34 MiB above the request and the rounding (past the 33 MiB measured): the figures'
+    // puzzle again.
+    let text = "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 4.00 GiB total capacity; 2.30 GiB already allocated; 55.00 MiB free; 2.50 GiB reserved in total by PyTorch)";
+    let d = diagnose(&Inputs::new(parse(text).unwrap())).unwrap();
+    assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
+    assert!(!d.notes.iter().any(|n| n.contains("cuda_memtest")));
     // Real (pytorch/pytorch#47497): 90 MiB refused with 5.75 GiB free, far beyond it.
     let text = "RuntimeError: CUDA out of memory. Tried to allocate 90.00 MiB (GPU 0; 24.00 GiB total capacity; 13.09 GiB already allocated; 5.75 GiB free; 13.28 GiB reserved in total by PyTorch)";
     let d = diagnose(&Inputs::new(parse(text).unwrap())).unwrap();
     assert_eq!(d.causes[0].kind, CauseKind::Unexplained, "{:#?}", d.causes);
-    assert!(
-        !d.causes[0].detail.contains("cuda_memtest"),
-        "{}",
-        d.causes[0].detail
-    );
+    assert!(!d.notes.iter().any(|n| n.contains("cuda_memtest")));
 }
 
 #[test]
