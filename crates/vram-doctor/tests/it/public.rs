@@ -463,6 +463,16 @@ const BATCHES: &[Batch] = &[
         fit: pinned(11),
         holdout: pinned(18).reported(18),
     },
+    // Batch 24: collected after every message of 1-23 had been seen (issue 35's twenty-third
+    // collection round: what users paste today, PyTorch 2.1+'s layout from 2024-2026 threads on
+    // CUDA, ROCm and XPU, in diffusion and video UIs, vision-language models, TTS, 3D and science
+    // tools); the rules may be fitted on its fit half and on everything above. Both halves stay
+    // unrun until the labelled messages are committed.
+    Split {
+        n: 24,
+        fit: Unrun,
+        holdout: Unrun,
+    },
 ];
 
 #[test]
