@@ -195,7 +195,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
     let single = k.tp * k.pp == 1 && !gpu.is_rocm();
     let (cuda, cuda_build) = sglang_cuda(k);
     let weights = weights_per_gpu(t, k, gpu, Engine::Sglang)
-        + allocator_rounding(t, k, gpu)
+        + allocator_rounding(t, k, gpu, Engine::Sglang)
         + if single { gpu.first_launch_bytes() } else { 0 };
     let (distributed, distributed_note) = sglang_distributed_init(gpu, k);
     let context = if gpu.is_rocm() {

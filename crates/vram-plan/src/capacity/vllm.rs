@@ -81,7 +81,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // allocator's rounding of each tensor is in it, as in SGLang's measure.
     let weights = weights_per_gpu(t, k, gpu, Engine::Vllm)
         + if engine::is_rocm(gpu) {
-            allocator_rounding(t, k, gpu)
+            allocator_rounding(t, k, gpu, Engine::Vllm)
         } else {
             allocated_rounding(t, k, gpu)
         }

@@ -523,7 +523,14 @@ pub(super) fn logical_weights_per_gpu(
     let embed = (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp
         * d
         + position_tables(t) as f64 * d;
-    let head_matrix = if t.blocks.head.tied {
+    // vLLM builds a wrapper's language model from `text_config`, whose tying can differ from
+    // the wrapper's (`Head::vllm_tied`); `split.head` counts the head as the description ties it.
+    let engine_tied = if engine == Engine::Vllm {
+        t.blocks.head.vllm_tied()
+    } else {
+        t.blocks.head.tied
+    };
+    let head_matrix = if engine_tied {
         0.0
     } else {
         vocab_padded * t.hidden() as f64 / tp * d
@@ -612,7 +619,13 @@ pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64, mlp_sp
 /// one (a hybrid's linear-attention layers too: an approximation). Norms, biases and scales of
 /// one value are left out.
 /// Returns `(bytes, count)`.
-fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> Vec<(u64, u64)> {
+fn weight_tensors(
+    t: &Transformer,
+    k: &Knobs,
+    gpu: &Gpu,
+    engine: Engine,
+    freed_leaves: bool,
+) -> Vec<(u64, u64)> {
     let d = k.dtype_bytes;
     let tp = k.tp;
     let h = t.hidden();
@@ -673,7 +686,12 @@ fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> 
     let layers = t.layers().div_ceil(k.pp);
     let mut out: Vec<(u64, u64)> = layer.into_iter().map(|b| (b, layers)).collect();
     let table = padded_vocab(t).div_ceil(tp) * h * d;
-    out.push((table, if t.blocks.head.tied { 1 } else { 2 }));
+    let tied = if engine == Engine::Vllm {
+        t.blocks.head.vllm_tied()
+    } else {
+        t.blocks.head.tied
+    };
+    out.push((table, if tied { 1 } else { 2 }));
     out
 }
 
@@ -681,7 +699,7 @@ fn weight_tensors(t: &Transformer, k: &Knobs, gpu: &Gpu, freed_leaves: bool) -> 
 /// position table, then layer by layer [`weight_tensors`]' linears, then an untied head), in
 /// bytes: what the caching allocator sees while the model is built.
 fn weight_tensor_sequence(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Vec<u64> {
-    let grouped = weight_tensors(t, k, gpu, true);
+    let grouped = weight_tensors(t, k, gpu, Engine::Vllm, true);
     let (table, tables) = *grouped.last().expect("weight_tensors ends with the table");
     let layer: Vec<u64> = grouped[..grouped.len() - 1]
         .iter()
@@ -743,8 +761,8 @@ pub(super) fn quantization_in_force(t: &Transformer, k: &Knobs) -> Quantization 
 /// 10 MiB (`kMinLargeAlloc`) or more gets a segment rounded up to 2 MiB (`kRoundLarge`);
 /// smaller ones share 2 MiB and 20 MiB segments, counted as packed), over [`weight_tensors`].
 /// An engine that measures its weights by free device memory (SGLang; vLLM on ROCm) sees this.
-pub fn allocator_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
-    weight_tensors(t, k, gpu, false)
+pub fn allocator_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> u64 {
+    weight_tensors(t, k, gpu, engine, false)
         .into_iter()
         .filter(|&(b, _)| round_size(b) >= MIN_LARGE_ALLOC)
         .map(|(b, n)| (allocation_size(round_size(b)) - b) * n)
@@ -773,7 +791,7 @@ pub fn allocated_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
         quantization_in_force(t, k),
         Quantization::None | Quantization::Bitsandbytes
     ) {
-        return weight_tensors(t, k, gpu, true)
+        return weight_tensors(t, k, gpu, Engine::Vllm, true)
             .into_iter()
             .map(|(b, n)| {
                 let r = round_size(b);
