@@ -108,6 +108,20 @@ pub struct Head {
     pub softcap: bool,
     /// A tied head's input is rescaled by `d_model^-0.5` first (T5).
     pub tied_rescale: bool,
+    /// A multimodal wrapper whose text model ties otherwise than the wrapper class: the
+    /// `tie_word_embeddings` of `text_config` (its class default where absent). transformers
+    /// ties by the wrapper's config (`tied`), but vLLM builds the language model from
+    /// `text_config` alone (`init_vllm_registered_model(hf_config=config.text_config)` in
+    /// `mistral3.py` and `pixtral.py`, which `llama.py` ties by; read at 0.19.0). `None`: as `tied`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text_tied: Option<bool>,
+}
+
+impl Head {
+    /// Whether vLLM's language model shares the token table with its LM head.
+    pub fn vllm_tied(&self) -> bool {
+        self.text_tied.unwrap_or(self.tied)
+    }
 }
 
 /// Dropout probabilities of the model's config, active in training.

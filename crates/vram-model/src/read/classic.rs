@@ -58,6 +58,7 @@ fn base(c: &Cfg, vocab: u64, hidden: u64, layers: u64, heads: u64) -> Draft {
         final_norm: true,
         pooler: false,
         tied_rescale: false,
+        text_tied: None,
         names: Names::LLAMA,
         checked: Checked::H100Steps,
     }

@@ -194,6 +194,8 @@ pub(super) struct Draft {
     pub(super) pooler: bool,
     /// A tied head's input is rescaled (T5).
     pub(super) tied_rescale: bool,
+    /// The text config's own tying, where a wrapper's decides otherwise ([`Head::text_tied`]).
+    pub(super) text_tied: Option<bool>,
     /// Module names for LoRA targets.
     pub(super) names: Names,
     /// What the family's figures are checked against.
@@ -388,6 +390,7 @@ fn common_with(c: &Cfg, tie_default: bool, layers: u64) -> Result<(Draft, u64)> 
         final_norm: true,
         pooler: false,
         tied_rescale: false,
+        text_tied: None,
         names: Names::LLAMA,
         checked: Checked::Zoo,
     };
@@ -566,12 +569,17 @@ pub(super) fn read(c: &Cfg, outer: &Cfg) -> Result<Transformer> {
     };
     // The class built is the wrapper's: its config's `tie_word_embeddings` decides the tying
     // (modeling_utils.py `tie_weights` reads `self.config`, the top level); Mistral3Config's
-    // own default is true.
+    // own default is true. The text config's own tying is kept where it differs: it is what
+    // vLLM builds ([`Head::text_tied`]).
     if (!std::ptr::eq(c.map, outer.map) || is_mistral3(outer)?) && builds_vision(outer)? {
+        let text_tied = d.tied;
         if outer.find(&["tie_word_embeddings"]).is_some() {
             d.tied = outer.bool("tie_word_embeddings", d.tied)?;
         } else if is_mistral3(outer)? {
             d.tied = true;
+        }
+        if d.tied != text_tied {
+            d.text_tied = Some(text_tied);
         }
     }
     let text_hidden = d.hidden;
@@ -3213,6 +3221,7 @@ pub(super) fn build(d: Draft) -> Result<Transformer> {
         pooler: d.pooler,
         softcap: d.softcap,
         tied_rescale: d.tied_rescale,
+        text_tied: d.text_tied,
     };
     blocks.norm = d.norm;
     blocks.dropout = Dropout {

@@ -178,6 +178,10 @@ fn mistral3_pixtral_tower_counts_as_transformers_does() {
         let v = t.blocks.vision.as_ref().expect("a vision tower");
         assert_eq!(v.params, 403_305_472 + 35_652_608);
         assert_eq!(t.param_count(), 23_340_272_640);
+        // transformers ties by the wrapper (the count above has one table); the text config
+        // alone, which vLLM builds, does not.
+        assert!(t.blocks.head.tied);
+        assert!(!t.blocks.head.vllm_tied());
         let err = image_tokens(v, 1024, 1024).expect_err("Pixtral's images are refused");
         assert!(err.to_string().contains("--images"), "{err}");
     }

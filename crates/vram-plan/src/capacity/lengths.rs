@@ -11,12 +11,11 @@
 //!   "fit the length to the memory left" (vllm/config/model.py `_get_and_verify_max_len`, then
 //!   the engine's auto-fit), which vram does not model: refused, saying so.
 //! - Before 0.8.4 (0.8.0 to 0.8.3 read in their wheels): plain `type=int`. The function is
-//!   the same in the 0.8.4, 0.8.5, 0.9.0, 0.11.0 and 0.12.0 wheels, and 0.13.0 to 0.20.0's
-//!   likewise. The sdists of 0.10.0, 0.10.1.1, 0.10.2 (`engine/arg_utils.py`: the same
-//!   `human_readable_int`, `--max-model-len` one of the fields given it), 0.20.2, 0.21.0, 0.22.1
-//!   and 0.23.0 (`utils/argparse_utils.py`: `human_readable_int` and
-//!   `human_readable_int_or_auto` byte for byte 0.20.0's, `--max-model-len` given the latter)
-//!   were read too (session 11): their neighbours' rules, as modelled.
+//!   the same in the 0.8.4, 0.8.5, 0.9.0, 0.10.0, 0.10.2, 0.11.0 and 0.12.0 wheels (0.10's in
+//!   `engine/arg_utils.py`, which gives `max_model_len` and `max_num_batched_tokens` this type),
+//!   and 0.13.0 to 0.20.0's likewise, as are 0.21.0's and 0.22.1's (`utils/argparse_utils.py`:
+//!   `human_readable_int` with `t`/`T`, and `max_model_len` typed `human_readable_int_or_auto`);
+//!   the sdists of 0.10.1.1, 0.20.2 and 0.23.0 read the same.
 //!
 //! SGLang reads `--context-length` with `type=int` (python/sglang/srt/server_args.py at
 //! v0.5.3), a plain integer.
@@ -197,6 +196,20 @@ mod tests {
         );
         assert_eq!(at([0, 8, 3], "32768"), Ok(32_768));
         assert_eq!(at([0, 8, 4], "32k"), Ok(32_000));
+        // 0.10.0 and 0.10.2 (read in their wheels): the 0.8.4 rule, no t/T, no auto.
+        for v in [[0, 10, 0], [0, 10, 2]] {
+            assert_eq!(at(v, "25.6k"), Ok(25_600));
+            assert_eq!(at(v, "32K"), Ok(32_768));
+            assert!(at(v, "1t").is_err());
+            assert!(at(v, "auto").unwrap_err().contains("k, m, g (powers"));
+        }
+        // 0.21.0 and 0.22.1 (read in their wheels): t/T, and -1/auto for the auto-fit.
+        for v in [[0, 21, 0], [0, 22, 1]] {
+            assert_eq!(at(v, "1T"), Ok(1 << 40));
+            assert_eq!(at(v, "2t"), Ok(2_000_000_000_000));
+            assert!(at(v, "auto").unwrap_err().contains("to fit the length"));
+            assert!(at(v, "-1").unwrap_err().contains("to fit the length"));
+        }
     }
 
     #[test]

@@ -1205,6 +1205,38 @@ fn kimi_k25_tower_splits_as_each_engine_builds_it() {
     );
 }
 
+/// Mistral-Small-3.1-24B-Instruct-2503 (the release's config.json, whose `text_config` sets no
+/// `tie_word_embeddings`): transformers 5.24 ties the head by the wrapper's config (Mistral3Config's
+/// default, true), but vLLM 0.19 builds the language model from `text_config` alone
+/// (`pixtral.py` and `mistral3.py`: `init_vllm_registered_model(hf_config=config.text_config)`;
+/// `llama.py` ties by that config; MistralConfig's default false; Mistral-format `params.json`
+/// read with `tied_embeddings` default false), so its head is a second 131,072 x 5,120 table.
+/// SGLang (not re-read) is left as transformers ties it.
+#[test]
+fn vllm_ties_a_wrappers_head_as_its_text_config_says() {
+    let text = include_str!(
+        "../../../vram-cli/tests/data/serving/configs/mistral-small-3.1-24b-instruct-2503.json"
+    );
+    let Model::Transformer(t) = vram_model::hf::parse_config(text, "mistral-small").unwrap() else {
+        unreachable!()
+    };
+    assert!(t.blocks.head.tied);
+    assert!(!t.blocks.head.vllm_tied());
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let k = Knobs::default();
+    let mut as_transformers = t.clone();
+    as_transformers.blocks.head.text_tied = None;
+    let table = 131_072 * 5_120 * 2;
+    assert_eq!(
+        weights_per_gpu(&t, &k, h100, Engine::Vllm),
+        weights_per_gpu(&as_transformers, &k, h100, Engine::Vllm) + table
+    );
+    assert_eq!(
+        weights_per_gpu(&t, &k, h100, Engine::Sglang),
+        weights_per_gpu(&as_transformers, &k, h100, Engine::Sglang)
+    );
+}
+
 /// vLLM on ROCm logs "Model loading took" as the fall in free device memory
 /// (`RocmPlatform.get_current_memory_usage`), so the caching allocator's rounding is in it; on
 /// CUDA it is `max_memory_allocated`: the tensors, plus each large tensor's whole segment where

@@ -524,7 +524,14 @@ pub(super) fn logical_weights_per_gpu(
     let embed = (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp
         * d
         + position_tables(t) as f64 * d;
-    let head_matrix = if t.blocks.head.tied {
+    // vLLM builds a wrapper's language model from `text_config`, whose tying can differ from
+    // the wrapper's (`Head::vllm_tied`); `split.head` counts the head as the description ties it.
+    let engine_tied = if engine == Engine::Vllm {
+        t.blocks.head.vllm_tied()
+    } else {
+        t.blocks.head.tied
+    };
+    let head_matrix = if engine_tied {
         0.0
     } else {
         vocab_padded * t.hidden() as f64 / tp * d
@@ -617,7 +624,7 @@ fn weight_tensors(
     t: &Transformer,
     k: &Knobs,
     gpu: &Gpu,
-    eng: Engine,
+    engine: Engine,
     freed_leaves: bool,
 ) -> Vec<(u64, u64)> {
     let d = k.dtype_bytes;
@@ -629,7 +636,7 @@ fn weight_tensors(
     let up = if t.blocks.typical().gated { 2 * f } else { f };
     let quant = quantization_in_force(t, k);
     let moe = experts > 1;
-    let marlin = engine::marlin_runs(t, k, gpu, eng);
+    let marlin = engine::marlin_runs(t, k, gpu, engine);
     // (out, in, unsplit in, stack, expert bank): QKV and gate-up column-parallel, the
     // attention output and the down projection row-parallel.
     let full_f = t.blocks.typical().intermediate;
@@ -680,7 +687,12 @@ fn weight_tensors(
     let layers = t.layers().div_ceil(k.pp);
     let mut out: Vec<(u64, u64)> = layer.into_iter().map(|b| (b, layers)).collect();
     let table = padded_vocab(t).div_ceil(tp) * h * d;
-    out.push((table, if t.blocks.head.tied { 1 } else { 2 }));
+    let tied = if engine == Engine::Vllm {
+        t.blocks.head.vllm_tied()
+    } else {
+        t.blocks.head.tied
+    };
+    out.push((table, if tied { 1 } else { 2 }));
     out
 }
 
