@@ -397,10 +397,9 @@ fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
         hb(d.usable_bytes),
         if f.allowed_bytes.is_some() { ", capped by allowed" } else { "" },
         hb(d.shortfall_bytes),
-        if d.shortfall_bytes == 0 {
-            format!(" ({} would be left)", hb(d.left_bytes))
-        } else {
-            String::new()
+        match d.left_bytes {
+            Some(left) if d.shortfall_bytes == 0 => format!(" ({} would be left)", hb(left)),
+            _ => String::new(),
         }
     )?;
     print_rest(out, d)

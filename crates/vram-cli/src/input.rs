@@ -68,7 +68,7 @@ pub struct Resolved {
 impl Resolved {
     /// Parameters counted from the checkpoint's headers.
     pub fn checkpoint_params(&self) -> Option<u64> {
-        self.checkpoint.as_ref().map(|t| t.elements.values().sum())
+        self.checkpoint.as_ref().map(Tally::params)
     }
 
     /// How the checkpoint cross-check line names the checkpoint.

@@ -24,10 +24,15 @@ const LLAMA: &str = r#"{"model_type":"llama","vocab_size":32000,"hidden_size":25
 
 /// A minimal safetensors file: one BF16 tensor of `shape`, zero-filled data.
 fn safetensors(shape: &[u64]) -> Vec<u8> {
+    safetensors_named("w", shape)
+}
+
+/// [`safetensors`] with the tensor named `name`.
+fn safetensors_named(name: &str, shape: &[u64]) -> Vec<u8> {
     let n: u64 = shape.iter().product::<u64>() * 2;
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let header = format!(
-        r#"{{"w":{{"dtype":"BF16","shape":[{}],"data_offsets":[0,{n}]}}}}"#,
+        r#"{{"{name}":{{"dtype":"BF16","shape":[{}],"data_offsets":[0,{n}]}}}}"#,
         dims.join(",")
     );
     let mut v = (header.len() as u64).to_le_bytes().to_vec();
@@ -392,13 +397,33 @@ fn safetensors_header_only() {
     // Sharded: two shards listed in an index.
     let shard_dir = dir.join("sharded");
     std::fs::create_dir_all(&shard_dir).unwrap();
-    write(&shard_dir, "a.safetensors", &safetensors(&[10, 10]));
-    write(&shard_dir, "b.safetensors", &safetensors(&[5]));
-    let index = write(&shard_dir, "model.safetensors.index.json", br#"{"metadata":{},"weight_map":{"x":"a.safetensors","y":"b.safetensors","z":"a.safetensors"}}"#);
+    write(
+        &shard_dir,
+        "a.safetensors",
+        &safetensors_named("x", &[10, 10]),
+    );
+    write(&shard_dir, "b.safetensors", &safetensors_named("y", &[5]));
+    let index = write(
+        &shard_dir,
+        "model.safetensors.index.json",
+        br#"{"metadata":{},"weight_map":{"x":"a.safetensors","y":"b.safetensors"}}"#,
+    );
     let (code, out, err) = vram(&["estimate", &index, "--json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["params"].as_u64(), Some(105));
+    // A tensor stored in two shards is a broken checkpoint (an index maps each name to one
+    // shard): refused in one line naming it, not counted once or twice.
+    write(&shard_dir, "c.safetensors", &safetensors_named("x", &[5]));
+    let dup = write(
+        &shard_dir,
+        "dup.safetensors.index.json",
+        br#"{"metadata":{},"weight_map":{"x":"a.safetensors","y":"c.safetensors"}}"#,
+    );
+    let (code, _, err) = vram(&["estimate", &dup, "--json"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("tensor `x` is stored in two shards"), "{err}");
 }
 
 #[test]

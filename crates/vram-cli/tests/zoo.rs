@@ -88,13 +88,14 @@ fn vram_json(args: &[String]) -> Result<Value, String> {
 }
 
 /// One cache run of the reference (its batch B and prompt P) as `vram estimate CFG --inference
-/// --batch B --prompt P --new-tokens 1 --json` answers it, tagged `bB pP`; in the reference's
-/// dtype (`entry["dtype"]`, what from_pretrained's dtype="auto" loaded): `--precision fp32` for
-/// a float32 checkpoint, whose cache transformers then holds in float32.
+/// --batch B --prompt P --new-tokens 1 --json` answers it, tagged `bB pP`. No `--precision`:
+/// vram's default for `generate` is the dtype from_pretrained's dtype="auto" loads, which the
+/// reference built (`entry["dtype"]`), so a float32 checkpoint's cache is compared in float32
+/// without being asked for, and the run must say it assumed fp32.
 fn cache_run(cfg: &str, run: &Value, entry: &Value) -> (String, Result<Value, String>) {
     let (b, p) = (u(&run["batch"], "batch"), u(&run["prompt"], "prompt"));
     let (b, p) = (b.to_string(), p.to_string());
-    let mut args = vec![
+    let args = vec![
         "estimate",
         cfg,
         "--inference",
@@ -106,11 +107,25 @@ fn cache_run(cfg: &str, run: &Value, entry: &Value) -> (String, Result<Value, St
         "1",
         "--json",
     ];
-    if entry["dtype"].as_str() == Some("float32") {
-        args.extend(["--precision", "fp32"]);
-    }
     let args: Vec<String> = args.into_iter().map(String::from).collect();
-    (format!("b{b} p{p}"), vram_json(&args))
+    let fp32 = entry["dtype"].as_str() == Some("float32");
+    let out = vram_json(&args).and_then(|v| {
+        let precision = v["setup"]["precision"].as_str().unwrap_or("");
+        let said = v["notes"].as_array().is_some_and(|n| {
+            n.iter().any(|n| {
+                n.as_str()
+                    .is_some_and(|n| n.starts_with("precision fp32 (no --precision)"))
+            })
+        });
+        match (fp32, precision, said) {
+            (true, "fp32", true) | (false, "bf16-amp", false) => Ok(v),
+            _ => Err(format!(
+                "default precision {precision} (note said: {said}) for a {} checkpoint",
+                entry["dtype"]
+            )),
+        }
+    });
+    (format!("b{b} p{p}"), out)
 }
 
 /// Every mismatch between `vram` and the reference for one config (empty: it matches).

@@ -238,8 +238,11 @@ pub struct Diagnosis {
     pub shortfall_bytes: u64,
     /// What the request would have left had the cache served it perfectly: (free + reserved
     /// but unallocated) − request, 0 when short; under MPS, the watermark less Metal's whole
-    /// allocation and the request (0 with the watermark disabled, when nothing bounds it).
-    pub left_bytes: u64,
+    /// allocation and the request. `None` (JSON `null`) where no limit bounds the request, so
+    /// nothing is "left" to count: MPS with the watermark disabled
+    /// (`PYTORCH_MPS_HIGH_WATERMARK_RATIO=0`), where Metal itself refused a heap and the
+    /// message prints no figure for what it had.
+    pub left_bytes: Option<u64>,
     /// Causes, the most important first.
     pub causes: Vec<Cause>,
     /// Remedies, ranked.
@@ -1714,7 +1717,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         usable_bytes: usable,
         non_pytorch_bytes: np,
         shortfall_bytes: shortfall,
-        left_bytes: left,
+        left_bytes: Some(left),
         causes,
         remedies,
         estimate,
@@ -2106,9 +2109,8 @@ fn mps(m: &OomMessage) -> Diagnosis {
         usable_bytes: could_hold,
         non_pytorch_bytes: Some(other),
         shortfall_bytes: shortfall,
-        left_bytes: watermark.map_or(0, |l| {
-            l.saturating_sub(heaps.saturating_add(other).saturating_add(req))
-        }),
+        left_bytes: watermark
+            .map(|l| l.saturating_sub(heaps.saturating_add(other).saturating_add(req))),
         undecided: mps_undecided(&causes),
         causes,
         remedies,

@@ -267,7 +267,14 @@ pub fn emit_config(
                 s += &format!("    {k}={v},\n");
             }
             s += ")\n";
-            s += "# model = AutoModelForCausalLM.from_pretrained(model_id, quantization_config=bnb_config, dtype=torch.bfloat16)\n";
+            // The dtype the plan's frozen base was priced in (a float32 config's LoRA base is
+            // fp32: `vram_report::request::FinetuneRequest::spec_for`).
+            let dtype = match spec.weights {
+                WeightFormat::Fp32 => "torch.float32",
+                WeightFormat::Fp16 => "torch.float16",
+                _ => "torch.bfloat16",
+            };
+            s += &format!("# model = AutoModelForCausalLM.from_pretrained(model_id, quantization_config=bnb_config, dtype={dtype})\n");
             s += "# SFTTrainer(model=model, args=sft_config, peft_config=peft_config, train_dataset=...).train()\n";
             s
         }

@@ -57,8 +57,8 @@ pub fn step_tried(setup: &Setup) -> Vec<&'static str> {
 /// LoRA and QLoRA steps that fit ([`lora_alternatives`]).
 ///
 /// Training tries full recomputation, 8-bit Adam, both, ZeRO-3 (over 8 data-parallel GPUs when
-/// fewer are given), ZeRO-3 with recomputation, and optimizer offload under ZeRO; inference an
-/// fp8 KV cache and tensor parallelism 2, 4, 8. Each is decided by
+/// fewer are given), ZeRO-3 with recomputation, and optimizer offload under ZeRO; inference
+/// bf16 weights where it runs in fp32, an fp8 KV cache and tensor parallelism 2, 4, 8. Each is decided by
 /// [`vram_model::estimate::fits`] (at most two allocator replays, none where the peak walk
 /// refuses) before its device total is estimated.
 pub fn step(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
@@ -155,6 +155,17 @@ fn step_tries(setup: &Setup) -> Vec<(&'static str, Setup)> {
             }
         }
         Mode::Infer(i) => {
+            // An fp32 `generate` (a float32 config loaded by from_pretrained's dtype="auto"):
+            // the same model loaded with dtype=torch.bfloat16 holds half the weights, and its
+            // cache the compute dtype's 2 bytes.
+            if setup.precision == setup::Precision::Fp32 {
+                let mut s = *setup;
+                s.precision = setup::Precision::Bf16Amp;
+                if let Mode::Infer(i) = &mut s.mode {
+                    i.kv_bytes = i.kv_bytes.min(2);
+                }
+                tries.push(("--precision bf16-amp", s));
+            }
             if i.kv_bytes > 1 {
                 let mut s = *setup;
                 if let Mode::Infer(i) = &mut s.mode {

@@ -512,7 +512,7 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             None => {}
         }
     } else {
-        let mut spec = req.finetune.spec()?;
+        let mut spec = req.finetune.spec_for(model)?;
         // A checkpoint shipped in bitsandbytes (its quantization_config) loads packed: without
         // --weights, that is QLoRA's base (not a fresh NF4).
         if let (None, Model::Transformer(t)) = (req.finetune.weights, model) {
@@ -542,9 +542,10 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
                     spec.method.name()
                 )));
             }
-            return Ok(Report::Finetune(Box::new(finetune::build(
-                model, &setup, &spec, gpu,
-            )?)));
+            let mut r = finetune::build(model, &setup, &spec, gpu)?;
+            r.notes
+                .extend(crate::notes::of_default_base(&req.finetune, model));
+            return Ok(Report::Finetune(Box::new(r)));
         }
         trainable = model.param_count();
     }

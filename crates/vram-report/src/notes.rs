@@ -90,10 +90,43 @@ pub fn of_tensor_parallel(
     })
 }
 
-/// What a step's request asks that the model will not honour as the user may expect: `--seq`,
-/// or an inference's `--context` (or `--prompt` plus `--new-tokens`), beyond the model's
-/// configured maximum positions. Every report of a step carries it in `notes`.
+/// What a step's request assumed where a flag was left out and the model makes it matter (the
+/// precision of a float32 checkpoint, [`of_default_precision`]), and what it asks that the
+/// model will not honour as the user may expect: `--seq`, or an inference's `--context` (or
+/// `--prompt` plus `--new-tokens`), beyond the model's configured maximum positions. Every
+/// report of a step carries it in `notes`.
 pub fn of_request(req: &crate::request::StepRequest, model: &Model) -> Vec<String> {
+    let mut notes: Vec<String> = of_default_precision(req, model).into_iter().collect();
+    notes.extend(of_request_len(req, model));
+    notes
+}
+
+/// What a step without `--precision` assumed, and why, where the model's stored dtype makes
+/// the workflows' defaults differ: a float32 checkpoint
+/// ([`crate::request::stored_fp32`]; [`crate::request::default_precision`] has the sources).
+/// `None` where `--precision` was given, and on half checkpoints (both workflows run bf16
+/// there; the output's first lines name the precision).
+pub fn of_default_precision(req: &crate::request::StepRequest, model: &Model) -> Option<String> {
+    if req.precision.is_some() || !crate::request::stored_fp32(model) {
+        return None;
+    }
+    Some(if req.inference {
+        "precision fp32 (no --precision): the config's dtype is float32, which transformers 5.24's from_pretrained loads as it is (its default dtype=\"auto\" reads the config), so generate holds the weights and the KV cache in fp32; --precision bf16-amp for a model loaded with dtype=torch.bfloat16".into()
+    } else {
+        "precision bf16-amp (no --precision): TRL 1.16.0's SFTConfig turns bf16 autocast on (bf16=True unless fp16 is set) over the weights its SFTTrainer loads in float32 (the config's dtype here, and its default for a model given by name); --precision fp32 for transformers' Trainer without bf16 (TrainingArguments' default)".into()
+    })
+}
+
+/// What a LoRA step without `--weights` assumed for its frozen base, and why, on a float32
+/// checkpoint ([`crate::request::FinetuneRequest::fp32_base`]); `None` elsewhere.
+pub fn of_default_base(ft: &crate::request::FinetuneRequest, model: &Model) -> Option<String> {
+    ft.fp32_base(model).then(|| {
+        "base fp32 (no --weights): the config's dtype is float32, which transformers 5.24's from_pretrained (dtype=\"auto\") and TRL 1.16.0's SFTTrainer (dtype float32 for a model given by name) both load as it is; --weights bf16 for a base loaded with dtype=torch.bfloat16. The frozen base's step is walked in fp32, as without autocast: under SFTConfig's bf16 autocast its linears' outputs are bf16 and each frozen weight is cast to a bf16 copy as it is used, neither of which is modelled".into()
+    })
+}
+
+/// [`of_seq`] of the request's `--seq`, `--context` or `--prompt` + `--new-tokens`.
+fn of_request_len(req: &crate::request::StepRequest, model: &Model) -> Vec<String> {
     let (flag, len) = match (req.inference, req.seq, req.context, req.prompt) {
         (false, Some(seq), _, _) => ("--seq".to_string(), seq),
         (true, _, Some(c), _) => ("--context".to_string(), c),

@@ -386,7 +386,7 @@ fn ft_search(
     model: &Model,
     r: &FtPlanRequest,
 ) -> Result<(Vec<FtPlan>, vram_model::finetune::step::FinetuneSpec)> {
-    let spec = r.finetune.spec()?;
+    let spec = r.finetune.spec_for(model)?;
     let t = transformer(model)?;
     let plans = lora::search(
         t,

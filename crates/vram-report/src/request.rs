@@ -6,6 +6,7 @@
 //! `checkpoint`, `doctor`).
 
 use vram_model::arch::{Layout, Model, Transformer};
+use vram_model::blocks::{Dtype, Quant};
 use vram_model::finetune::step::{FinetuneSpec, Method};
 use vram_model::finetune::{LoraSpec, Targets, WeightFormat};
 use vram_model::gpu::Gpu;
@@ -21,8 +22,8 @@ use crate::error::{input, Result};
 /// the GPU's default when the step is resolved ([`StepRequest::setup`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepRequest {
-    /// `--precision`.
-    pub precision: Precision,
+    /// `--precision` (`None`: the workflow's default for the model, [`default_precision`]).
+    pub precision: Option<Precision>,
     /// `--amp-style` (`None`: chosen from the parallel layout).
     pub amp_style: Option<AmpStyle>,
     /// `--optimizer`.
@@ -95,7 +96,7 @@ impl Default for StepRequest {
     /// holds the two equal).
     fn default() -> Self {
         StepRequest {
-            precision: Precision::Bf16Amp,
+            precision: None,
             amp_style: None,
             optimizer: Optimizer::Adamw,
             micro_batch: 1,
@@ -132,6 +133,13 @@ impl Default for StepRequest {
 }
 
 impl StepRequest {
+    /// The precision the step runs in: `--precision` where given, else the workflow's default
+    /// for `model` ([`default_precision`]).
+    pub fn precision_for(&self, model: &Model) -> Precision {
+        self.precision
+            .unwrap_or_else(|| default_precision(model, self.inference))
+    }
+
     /// `model` with what the request says of its input: `--image-size` for a CNN, `--images`
     /// on a vision-language model's tower.
     pub fn attach(&self, mut model: Model) -> Result<Model> {
@@ -244,7 +252,7 @@ impl StepRequest {
     pub fn given(&self) -> Vec<&'static str> {
         let d = StepRequest::default();
         [
-            ("--precision", self.precision != d.precision),
+            ("--precision", self.precision.is_some()),
             ("--amp-style", self.amp_style != d.amp_style),
             ("--optimizer", self.optimizer != d.optimizer),
             ("--micro-batch", self.micro_batch != d.micro_batch),
@@ -383,6 +391,7 @@ impl StepRequest {
         };
         let images = image_positions(model)?;
         self.check_mode_flags()?;
+        let precision = self.precision_for(model);
         let mode = if self.inference {
             let context = match (self.context, self.prompt) {
                 (Some(_), Some(_)) => {
@@ -412,7 +421,7 @@ impl StepRequest {
                 batch: self.batch,
                 context,
                 new_tokens: self.new_tokens,
-                kv_bytes: self.kv_bytes.unwrap_or(self.precision.compute_bytes()),
+                kv_bytes: self.kv_bytes.unwrap_or(precision.compute_bytes()),
                 kv_cache: self.kv_cache,
             })
         } else {
@@ -433,7 +442,7 @@ impl StepRequest {
             })
         };
         let setup = Setup {
-            precision: self.precision,
+            precision,
             attention: self.attention,
             parallel: Parallel {
                 dp: self.dp,
@@ -468,6 +477,41 @@ impl StepRequest {
             ));
         }
         Ok(setup)
+    }
+}
+
+/// Whether `model` is stored in float32 and unquantized: its config's `dtype` (`torch_dtype`)
+/// says `float32`, which transformers 5.24's `from_pretrained` loads as it is.
+pub fn stored_fp32(model: &Model) -> bool {
+    match model {
+        Model::Transformer(t) => {
+            let s = &t.blocks.storage;
+            s.dtype == Dtype::F32 && s.quant == Quant::None
+        }
+        _ => false,
+    }
+}
+
+/// The precision of a step when `--precision` is not given, as the libraries a user runs it
+/// with decide by their own defaults:
+///
+/// - **`generate`** (`--inference`) runs in the dtype `from_pretrained` loads: transformers
+///   5.24 defaults to `dtype="auto"` (modeling_utils.py `from_pretrained`: `if dtype is None:
+///   dtype = "auto"`), which `_get_dtype` resolves to the config's `dtype`. A float32 config is
+///   loaded, run and cached in fp32 (`fp32`); a half one in its half dtype (`bf16-amp`'s
+///   compute dtype; fp16 holds the same bytes).
+/// - **Training** runs as TRL 1.16.0's `SFTTrainer` does by default: `SFTConfig.bf16` is
+///   `True` unless `fp16` is set (trainer/base_config.py `__post_init__`), and a model given
+///   by name is loaded in float32 whatever its config says (trainer/utils.py
+///   `create_model_from_path`: `dtype` defaults to `"float32"`), so bf16 autocast over fp32
+///   weights: `bf16-amp`, for every config. (LoRA's frozen base: [`FinetuneRequest::spec_for`].)
+///
+/// Models without a stored dtype (ResNet, catalog ids' bf16) take `bf16-amp`.
+pub fn default_precision(model: &Model, inference: bool) -> Precision {
+    if inference && stored_fp32(model) {
+        Precision::Fp32
+    } else {
+        Precision::Bf16Amp
     }
 }
 
@@ -629,6 +673,24 @@ impl FinetuneRequest {
             None if self.method == Method::Qlora => WeightFormat::Nf4,
             None => WeightFormat::Bf16,
         })
+    }
+
+    /// [`FinetuneRequest::spec`] for `model`: without `--weights`, LoRA's frozen base on a
+    /// float32 checkpoint ([`stored_fp32`]) is fp32, as both ways of loading it give: transformers
+    /// 5.24's `from_pretrained` (`dtype="auto"`, the config's float32) and TRL 1.16.0's
+    /// `SFTTrainer` given the model by name (`create_model_from_path`: `dtype` defaults to
+    /// `"float32"`). A half checkpoint keeps the bf16 base of [`FinetuneRequest::weights`].
+    pub fn spec_for(&self, model: &Model) -> Result<FinetuneSpec> {
+        let mut s = self.spec()?;
+        if self.fp32_base(model) {
+            s.weights = WeightFormat::Fp32;
+        }
+        Ok(s)
+    }
+
+    /// Whether [`FinetuneRequest::spec_for`] holds LoRA's base in fp32 by default on `model`.
+    pub fn fp32_base(&self, model: &Model) -> bool {
+        self.weights.is_none() && self.method == Method::Lora && stored_fp32(model)
     }
 
     /// The whole spec, validated.

@@ -68,7 +68,7 @@ impl StepArgs {
     /// The step these flags describe.
     pub fn request(&self) -> StepRequest {
         StepRequest {
-            precision: self.precision.into(),
+            precision: self.precision.map(Into::into),
             amp_style: self.amp_style.map(|s| match s {
                 AmpStyleArg::Autocast => AmpStyle::Autocast,
                 AmpStyleArg::Deepspeed => AmpStyle::DeepSpeed,

@@ -200,9 +200,10 @@ pub fn parse_weights(s: &str) -> Result<vram_report::request::Weights, String> {
 /// `checkpoint`, `doctor`).
 #[derive(Debug, Clone, Args)]
 pub struct StepArgs {
-    /// Numeric precision.
-    #[arg(long, value_enum, default_value = "bf16-amp")]
-    pub precision: PrecisionArg,
+    /// Numeric precision [default: fp32 for --inference on a float32 config, which
+    /// from_pretrained's dtype="auto" loads as it is; else bf16-amp, TRL's SFTConfig bf16=True].
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
     /// Mixed-precision memory layout [default: deepspeed under ZeRO 2-3, else megatron under
     /// TP or PP > 1, else deepspeed under ZeRO 1, else autocast].
     #[arg(long, value_enum)]

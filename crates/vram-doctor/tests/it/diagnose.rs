@@ -20,7 +20,7 @@ fn cached_but_unallocated_memory_is_fragmentation() {
     assert_eq!(d.shortfall_bytes, 0);
     // What the request would have left: 1.50 + 42.00 − 2.00 GiB (text and JSON print this one
     // figure).
-    assert_eq!(d.left_bytes, gib(1.50) + (42 << 30) - (2 << 30));
+    assert_eq!(d.left_bytes, Some(gib(1.50) + (42 << 30) - (2 << 30)));
     let r = &d.remedies[0];
     assert!(
         r.action.contains("expandable_segments:True") && r.enough,
@@ -42,7 +42,7 @@ fn other_processes_holding_the_missing_memory_come_first() {
     )))
     .unwrap();
     assert_eq!(d.shortfall_bytes, (4 << 30) - (1 << 30) - (500 << 20));
-    assert_eq!(d.left_bytes, 0);
+    assert_eq!(d.left_bytes, Some(0));
     assert_eq!(d.causes[0].kind, CauseKind::OtherProcesses);
     assert_eq!(d.causes[0].bytes, 50 << 30);
     assert_eq!(d.remedies[0].kind, CauseKind::OtherProcesses);

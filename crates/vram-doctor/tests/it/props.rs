@@ -235,7 +235,7 @@ fn consistent(g: &Gen, d: &Diagnosis) -> Result<(), String> {
     if d.shortfall_bytes != req.saturating_sub(free + unalloc) {
         return Err("shortfall".into());
     }
-    if d.left_bytes != (free + unalloc).saturating_sub(req) {
+    if d.left_bytes != Some((free + unalloc).saturating_sub(req)) {
         return Err("left".into());
     }
     // "Enough" only where the figures show it.

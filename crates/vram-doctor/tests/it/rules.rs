@@ -1153,6 +1153,8 @@ fn mps_messages_are_read_against_the_high_watermark() {
         d.shortfall_bytes,
         (gib(8.93) + mib(120.39) + mib(25.0)).saturating_sub(gib(9.07))
     );
+    // Over the watermark: nothing would have been left under it.
+    assert_eq!(d.left_bytes, Some(0));
     assert!(d.remedies.iter().any(|r| r.kind == CauseKind::ProcessCap
         && r.action.starts_with("PYTORCH_MPS_HIGH_WATERMARK_RATIO")));
     assert!(!has(&d, CauseKind::Fragmentation));
@@ -1190,6 +1192,11 @@ fn mps_messages_are_read_against_the_high_watermark() {
     assert_eq!(m.allowed_bytes, None);
     let d = diagnose(&Inputs::new(m)).unwrap();
     assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge);
+    // No limit bounds the request, so no figure says what it would have left (it read 0,
+    // as if the request had used the last byte of a limit).
+    assert_eq!(d.left_bytes, None);
+    let json = serde_json::to_value(&d).unwrap();
+    assert!(json["left_bytes"].is_null(), "{}", json["left_bytes"]);
 
     // Cut before the request: refused in one line.
     let e = parse("MPS backend out of memory (MPS allocated: 18.05 GB, other allocations: 4.48 MB")

@@ -417,6 +417,11 @@ fn step(
     let adapter_bytes = if quantized { 2 } else { 4 };
     if quantized {
         notes.push("TRL's SFTTrainer casts the adapters of a quantized base to bf16 (QLoRA paper's recipe), so their AdamW states are bf16 too; PEFT alone keeps them fp32".into());
+    } else if d == 4 {
+        notes.push(
+            "the adapters are fp32, as their fp32 base: 16 bytes per adapter parameter with AdamW"
+                .into(),
+        );
     } else {
         notes.push("PEFT keeps the adapters fp32 on a half-precision base (autocast_adapter_dtype=True): 16 bytes per adapter parameter with AdamW".into());
     }

@@ -122,6 +122,13 @@ impl Tally {
                 return Err(Error::Safetensors(format!("tensor `{name}`: data offsets {start}..{stop} do not match its shape and dtype")));
             }
             end = stop;
+            if self.tensors.contains_key(&name) {
+                // An index maps each name to one shard; a second copy would be counted once
+                // by name and twice by dtype.
+                return Err(Error::Safetensors(format!(
+                    "tensor `{name}` is stored in two shards"
+                )));
+            }
             let dtype = format!("{:?}", info.dtype);
             *self.elements.entry(dtype.clone()).or_default() += numel;
             *self.bytes.entry(dtype.clone()).or_default() += (stop - start) as u64;
@@ -153,7 +160,7 @@ impl Tally {
     pub fn weights(&self, name: &str) -> Weights {
         Weights {
             name: name.to_string(),
-            params: self.elements.values().sum(),
+            params: self.params(),
             bytes: self.bytes.values().sum(),
             dtypes: self.elements.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         }
@@ -392,7 +399,11 @@ fn component_of(name: &str, layers: u64, moe: &BTreeSet<String>) -> Component {
 /// `Ernie4_5_MoeStatics` (`gate.moe_statics`), whose is an `nn.Parameter`. A buffer's bytes are
 /// held all the same; it counts no parameter.
 fn is_buffer(name: &str) -> bool {
-    name.ends_with(".e_score_correction_bias") && !name.contains(".moe_statics.")
+    (name.ends_with(".e_score_correction_bias") && !name.contains(".moe_statics."))
+        // The same bias in DeepSeek's own naming (DeepSeek-V4's checkpoints: `layers.N.ffn.gate.
+        // bias`), which transformers 5.24's conversion for `deepseek_v4` renames to the router's
+        // `e_score_correction_bias` buffer (conversion_mapping.py, `DeepseekV4TopKRouter`).
+        || name.ends_with(".ffn.gate.bias")
 }
 
 fn is_float(dtype: &str) -> bool {
@@ -400,6 +411,19 @@ fn is_float(dtype: &str) -> bool {
 }
 
 impl Tally {
+    /// The parameters the checkpoint's tensors stand for, as the library counts them
+    /// (`sum(p.numel() for p in model.parameters())`): packed weights unpacked, and no
+    /// quantization state nor buffer counted ([`Tally::unpacked`]). The elements per dtype
+    /// ([`Tally::elements`]) are the stored ones. Every tensor is counted, an MTP block's too
+    /// (which transformers 5.24 leaves unloaded for most model types): the headers alone do not
+    /// say which model class reads them.
+    pub fn params(&self) -> u64 {
+        self.tensors
+            .iter()
+            .map(|(name, t)| self.unpacked(name, t))
+            .sum()
+    }
+
     /// Whether a tensor of this name is in the checkpoint.
     fn has(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
@@ -412,6 +436,37 @@ impl Tally {
             name.strip_suffix(suffix)
                 .is_some_and(|base| self.has(&format!("{base}{with}")))
         };
+        let integer = matches!(
+            t.dtype.as_str(),
+            "I8" | "U8" | "I16" | "U16" | "I32" | "U32" | "I64" | "U64" | "BOOL"
+        );
+        // DeepSeek's own layout (DeepSeek-V4's checkpoints): a linear's `X.weight` stored in
+        // FP8 (`F8_E4M3`) or FP4 (`I8`, below) beside an `F8_E8M0` `X.scale` of exponents. The
+        // scale is quantization state: transformers 5.24 folds it into the weight it loads
+        // (conversion_mapping.py "deepseek_v4"), so it is no parameter. Mixing tensors named
+        // `..._scale` (`hc_attn_scale`) have no `.weight` sibling and stay parameters.
+        let packed_weight_of_scale = name.strip_suffix(".scale").is_some_and(|base| {
+            self.tensors
+                .get(&format!("{base}.weight"))
+                .is_some_and(|w| !is_float(&w.dtype))
+        });
+        // ... and FP4 (e2m1) weights packed two to an `I8` byte, `[out, in/2]`, whose scale
+        // holds one exponent per 32 inputs, `[out, in/32]` (the routed experts of
+        // DeepSeek-V4-Flash: `experts.0.w1.weight` I8 [2048, 2048], `w1.scale` [2048, 128]):
+        // each byte is two parameters.
+        let fp4_pair = t.dtype == "I8"
+            && name.strip_suffix(".weight").is_some_and(|base| {
+                self.tensors.get(&format!("{base}.scale")).is_some_and(|s| {
+                    s.dtype == "F8_E8M0"
+                        && t.shape.len() == 2
+                        && s.shape.len() == 2
+                        && s.shape[0] == t.shape[0]
+                        && s.shape[1] * 32 == t.shape[1] * 2
+                })
+            });
+        if fp4_pair {
+            return numel * 2;
+        }
         let state = [
             ".absmax",
             ".quant_map",
@@ -427,7 +482,18 @@ impl Tally {
             ".weight_shape",
             ".weight_zero_point",
         ];
+        // An integer tensor that is not a packed or 8-bit weight is a buffer or an index table
+        // (DeepSeek-V4's hash-routing `gate.tid2eid`, old checkpoints' `position_ids`): PyTorch
+        // makes no integer `nn.Parameter` that trains (`requires_grad` needs a float dtype), and
+        // the weights that are integers are matched by name below.
+        let integer_state = integer
+            && !(name.ends_with(".weight")
+                || name.ends_with(".qweight")
+                || name.ends_with(".weight_packed")
+                || name.ends_with("_blocks"));
         if is_buffer(name)
+            || packed_weight_of_scale
+            || integer_state
             || state.iter().any(|s| name.ends_with(s))
             || name.contains(".quant_state.")
             || (t.dtype == "U8" && name.ends_with("_scales"))

@@ -689,3 +689,131 @@ fn compressed_tensors_ignore_matches_as_the_libraries_do() {
         "{err}"
     );
 }
+
+/// A safetensors header (8-byte length and JSON) of `tensors` (name, dtype, shape), laid end
+/// to end, and the file length it describes.
+fn header_of(tensors: &[(String, String, Vec<u64>)]) -> (Vec<u8>, u64) {
+    let bits = |d: &str| match d {
+        "F32" | "I32" => 32,
+        "BF16" | "F16" => 16,
+        "I8" | "U8" | "F8_E4M3" | "F8_E8M0" => 8,
+        "I64" => 64,
+        other => panic!("dtype {other} not in the layout"),
+    };
+    let mut map = serde_json::Map::new();
+    let mut end = 0u64;
+    for (name, dtype, shape) in tensors {
+        let bytes = shape.iter().product::<u64>() * bits(dtype) / 8;
+        map.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [end, end + bytes]}),
+        );
+        end += bytes;
+    }
+    let json = serde_json::to_vec(&map).unwrap();
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    let len = 8 + json.len() as u64 + end;
+    out.extend(json);
+    (out, len)
+}
+
+/// DeepSeek-V4-Flash's checkpoint layout (`tests/data/deepseek-v4-flash-header.json`, written
+/// by `tests/zoo/deepseek_v4_header.py` from transformers 5.24's `DeepseekV4ForCausalLM` on the
+/// meta device, in the checkpoint's names and dtypes): FP4 experts packed two to an `I8` byte
+/// with `F8_E8M0` `.scale`s, FP8 linears with block `.scale`s, the hash layers' `tid2eid`
+/// table and the gates' score-correction `bias`. The headers' parameters are exactly the
+/// 284,325,869,015 transformers counts for the model (`tests/zoo/causal_lm_expected.json`),
+/// where summing the stored elements gave the scales as parameters and the FP4 bytes as one.
+#[test]
+fn deepseek_v4_fp4_layout_counts_as_transformers_does() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let layout: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(data.join("deepseek-v4-flash-header.json")).unwrap(),
+    )
+    .unwrap();
+    let mut tensors = Vec::new();
+    for t in layout["tensors"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let dtype = t["dtype"].as_str().unwrap().to_string();
+        let shape: Vec<u64> = t["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
+        match t["experts"].as_u64() {
+            Some(n) => tensors.extend((0..n).map(|e| {
+                (
+                    name.replace("{e}", &e.to_string()),
+                    dtype.clone(),
+                    shape.clone(),
+                )
+            })),
+            None => tensors.push((name.to_string(), dtype, shape)),
+        }
+    }
+    let zoo: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/zoo/causal_lm_expected.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let want = zoo["models"]["deepseek_v4"]["params"].as_u64().unwrap();
+    assert_eq!(layout["transformers_params"].as_u64(), Some(want));
+    assert_eq!(want, 284_325_869_015);
+
+    let (header, len) = header_of(&tensors);
+    let mut tally = Tally::default();
+    tally.add_header(&header, len).unwrap();
+    assert_eq!(tally.params(), want);
+    let w = tally.weights("DeepSeek-V4-Flash");
+    assert_eq!(w.params, want);
+    // The stored elements are what the bytes hold: the scales are there, the FP4 bytes count
+    // one element each.
+    let stored: u64 = tally.elements.values().sum();
+    assert!(stored < want, "{stored}");
+    assert_eq!(w.bytes, tally.bytes.values().sum::<u64>());
+}
+
+/// The rules one at a time, on the shapes the published DeepSeek-V4-Flash checkpoint has (as
+/// public readers of it spell them): an `I8` expert weight with its group-32 `F8_E8M0` scale
+/// is two parameters a byte and the scale none; an FP8 linear's block scale is none; the
+/// `hc_*_scale` mixing tensors (no `.weight` beside them) are parameters; the hash router's
+/// `I64` table and the gate's score-correction bias are buffers.
+#[test]
+fn deepseek_v4_scales_are_not_parameters() {
+    let t = |n: &str, d: &str, s: &[u64]| (n.to_string(), d.to_string(), s.to_vec());
+    let count = |ts: &[(String, String, Vec<u64>)]| {
+        let (h, len) = header_of(ts);
+        let mut tally = Tally::default();
+        tally.add_header(&h, len).unwrap();
+        tally.params()
+    };
+    let expert = [
+        t("layers.0.ffn.experts.0.w1.weight", "I8", &[2048, 2048]),
+        t("layers.0.ffn.experts.0.w1.scale", "F8_E8M0", &[2048, 128]),
+    ];
+    assert_eq!(count(&expert), 2048 * 4096);
+    let fp8 = [
+        t("layers.0.attn.wq_a.weight", "F8_E4M3", &[1024, 4096]),
+        t("layers.0.attn.wq_a.scale", "F8_E8M0", &[8, 32]),
+    ];
+    assert_eq!(count(&fp8), 1024 * 4096);
+    let mixing = [
+        t("layers.0.hc_attn_scale", "F32", &[3]),
+        t("hc_head_scale", "F32", &[1]),
+        t("layers.0.hc_attn_fn", "F32", &[24, 16384]),
+    ];
+    assert_eq!(count(&mixing), 3 + 1 + 24 * 16384);
+    let buffers = [
+        t("layers.0.ffn.gate.tid2eid", "I64", &[129280, 6]),
+        t("layers.3.ffn.gate.bias", "F32", &[256]),
+        t("layers.3.ffn.gate.weight", "BF16", &[256, 4096]),
+    ];
+    assert_eq!(count(&buffers), 256 * 4096);
+    // An I8 weight without a group-32 exponent scale beside it is not read as FP4.
+    let int8 = [t("w.weight", "I8", &[4, 8]), t("w.scale", "F32", &[4])];
+    assert_eq!(count(&int8), 32);
+}
