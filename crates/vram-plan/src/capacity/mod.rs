@@ -946,6 +946,9 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
     if let Some(why) = engine::awq_channelwise_refusal(t, gpu, engine, knobs) {
         return Err(Error::Capacity(why));
     }
+    if let Some(why) = engine::gptq_marlin_refusal(t, gpu, engine, knobs) {
+        return Err(Error::Capacity(why));
+    }
     if let Some(why) = engine::sglang_moe_method_refusal(t, gpu, engine, knobs) {
         return Err(Error::Capacity(why));
     }

@@ -3867,3 +3867,88 @@ fn a_pp_group_across_nodes_is_charged_the_network_communicator() {
     assert_eq!(w - a, 492 * mib - 51 * mib);
     assert!(text.contains("spans nodes"), "{text}");
 }
+
+/// vLLM from 0.22 runs every GPTQ checkpoint on `AutoGPTQConfig`, whose linear method calls
+/// `verify_marlin_supported` (`engine::gptq_marlin_refusal`): below compute capability 7.5 on
+/// CUDA, or at a group size Marlin does not take, start-up stops with the release's own
+/// `ValueError`. `tests/data/marlin_verify/cases.jsonl` holds that text as the release's
+/// `_check_marlin_supported` returns it, run on the CPU by `verify_marlin.py` from 0.22.1's and
+/// 0.23.0's sources (0.22.0's `marlin_utils.py` and `auto_gptq.py` are 0.22.1's, byte for byte):
+/// vram's refusal quotes it exactly, and starts where it is `null`. vLLM 0.21 runs the same
+/// checkpoints on its plain GPTQ kernel.
+#[test]
+fn vllm_0_22_refuses_gptq_where_marlin_cannot_run_in_its_own_words() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let gptq = |group: i64| {
+        let mut t = llama3();
+        t.blocks.storage.quant = Quant::Packed {
+            format: WeightFormat::Gptq {
+                group: u64::try_from(group).unwrap_or(0),
+                desc_act: false,
+            },
+            double_quant: false,
+        };
+        t
+    };
+    let cases = include_str!("../../tests/data/marlin_verify/cases.jsonl");
+    let mut checked = 0;
+    for line in cases.lines() {
+        let c: serde_json::Value = serde_json::from_str(line).unwrap();
+        let gpu = vram_model::gpu::lookup(c["gpu"].as_str().unwrap()).unwrap();
+        let t = gptq(c["group_size"].as_i64().unwrap());
+        let versions: &[[u32; 3]] = match c["version"].as_str().unwrap() {
+            "0.22.1" => &[[0, 22, 0], [0, 22, 1]],
+            _ => &[[0, 23, 0]],
+        };
+        for &v in versions {
+            // Enough memory for the weights everywhere (a 16 GiB card): a short context.
+            let k = Knobs {
+                engine_version: Some(v),
+                max_model_len: Some(1024),
+                ..Knobs::default()
+            };
+            let got = engine::gptq_marlin_refusal(&t, gpu, Engine::Vllm, &k);
+            match c["error"].as_str() {
+                Some(error) => {
+                    let why = got.unwrap_or_else(|| panic!("{c}: not refused"));
+                    assert!(why.contains(error), "{c}: {why}");
+                    assert!(matches!(
+                        capacity(&t, gpu, Engine::Vllm, &k),
+                        Err(Error::Capacity(w)) if w == why
+                    ));
+                }
+                None => assert_eq!(got, None, "{c}"),
+            }
+            checked += 1;
+        }
+        // 0.21 keeps the plain kernel where Marlin cannot run: nothing refused.
+        let k = Knobs {
+            engine_version: Some([0, 21, 0]),
+            ..Knobs::default()
+        };
+        assert_eq!(engine::gptq_marlin_refusal(&t, gpu, Engine::Vllm, &k), None);
+    }
+    assert_eq!(checked, 45);
+    // `--quantization gptq` named at 0.22 is AutoGPTQConfig too; AWQ is not touched.
+    let v100 = vram_model::gpu::lookup("v100-16g").unwrap();
+    let k = Knobs {
+        engine_version: Some([0, 22, 1]),
+        marlin: Some(false),
+        ..Knobs::default()
+    };
+    assert!(engine::gptq_marlin_refusal(&gptq(128), v100, Engine::Vllm, &k).is_some());
+    let mut awq = llama3();
+    awq.blocks.storage.quant = Quant::Packed {
+        format: WeightFormat::Awq { group: 128 },
+        double_quant: false,
+    };
+    assert_eq!(
+        engine::gptq_marlin_refusal(&awq, v100, Engine::Vllm, &k),
+        None
+    );
+    assert_eq!(
+        engine::gptq_marlin_refusal(&gptq(128), v100, Engine::Sglang, &Knobs::default()),
+        None
+    );
+}
