@@ -674,6 +674,51 @@ pub(super) fn gptq_marlin_refusal(
     ))
 }
 
+/// The group sizes `MacheteLinearKernel` takes (0 for -1) where vLLM's GPTQ-Marlin linears
+/// choose among the mixed-precision kernels on a GPU where it runs; empty elsewhere.
+/// `choose_mp_linear_kernel` tries the kernels in order, Machete before Marlin (`_POSSIBLE_KERNELS`:
+/// Machete, Marlin at 0.6.2 and 0.6.3; Machete, AllSpark, Marlin, ... at 0.8.5 and 0.9.2; CUTLASS
+/// W4A8, which takes fp8 activations only, first from 0.11.0; read at 0.10.0, 0.11.0, 0.12.0,
+/// 0.14.1, 0.16.0, 0.17.1, 0.19.1, 0.21.0, 0.22.1 and 0.23.0). `GPTQMarlinLinearMethod` builds
+/// its kernel this way from 0.6.2 (before, it calls the Marlin ops itself: read at 0.6.1), and
+/// `AutoGPTQLinearMethod` from 0.22; SGLang, the plain GPTQ kernel and the MoE methods do not.
+///
+/// - **The GPU.** Machete's `get_min_capability` is 90, so through 0.9 any CUDA GPU from 9.0
+///   (Blackwell too); from 0.10.0 `can_implement` also asks `is_device_capability(90)`: Hopper
+///   (H100, H200, GH200) only.
+/// - **Group sizes** (`machete_utils.py`): -1 and 128 through 0.9.1 (`MACHETE_SUPPORTED_GROUP_SIZES`,
+///   read at 0.6.2, 0.7.2, 0.8.5, 0.9.0, 0.9.1); -1, 64 and 128 for fp16/bf16 activations from
+///   0.9.2 (`query_machete_supported_group_sizes`).
+///
+/// Which linears Machete takes by shape: [`super::Quantization::linear_parts`].
+pub(super) fn machete_groups(
+    t: &Transformer,
+    k: &Knobs,
+    gpu: &Gpu,
+    engine: Engine,
+) -> &'static [u64] {
+    let v = Engine::Vllm.version_in_force(k);
+    let gpu_takes = if v >= [0, 10, 0] {
+        gpu.capability() == (9, 0)
+    } else {
+        gpu.sm_major >= 9
+    };
+    if engine != Engine::Vllm
+        || quantization_in_force(t, k) != Quantization::Gptq
+        || gpu.is_rocm()
+        || !gpu_takes
+        || v < [0, 6, 2]
+        || !marlin_runs(t, k, gpu, engine)
+    {
+        return &[];
+    }
+    if v >= [0, 9, 2] {
+        &[0, 64, 128]
+    } else {
+        &[0, 128]
+    }
+}
+
 /// How SGLang fails to build an MoE layer where a plain (non-Marlin) AWQ or GPTQ method is in
 /// force (`--quantization awq`/`gptq` named outright, or compute capability below 8.0, where
 /// `override_quantization_method` keeps the plain method), if it does. Only the Marlin configs
