@@ -674,14 +674,16 @@ pub(super) fn gptq_marlin_refusal(
     ))
 }
 
-/// The group sizes `MacheteLinearKernel` takes (0 for -1) where vLLM's GPTQ-Marlin linears
-/// choose among the mixed-precision kernels on a GPU where it runs; empty elsewhere.
+/// The group sizes `MacheteLinearKernel` takes (0 for -1) where vLLM's GPTQ- or AWQ-Marlin
+/// linears choose among the mixed-precision kernels on a GPU where it runs; empty elsewhere.
 /// `choose_mp_linear_kernel` tries the kernels in order, Machete before Marlin (`_POSSIBLE_KERNELS`:
 /// Machete, Marlin at 0.6.2 and 0.6.3; Machete, AllSpark, Marlin, ... at 0.8.5 and 0.9.2; CUTLASS
 /// W4A8, which takes fp8 activations only, first from 0.11.0; read at 0.10.0, 0.11.0, 0.12.0,
 /// 0.14.1, 0.16.0, 0.17.1, 0.19.1, 0.21.0, 0.22.1 and 0.23.0). `GPTQMarlinLinearMethod` builds
-/// its kernel this way from 0.6.2 (before, it calls the Marlin ops itself: read at 0.6.1), and
-/// `AutoGPTQLinearMethod` from 0.22; SGLang, the plain GPTQ kernel and the MoE methods do not.
+/// its kernel this way from 0.6.2 (before, it calls the Marlin ops itself: read at 0.6.1),
+/// `AutoGPTQLinearMethod` from 0.22, and `AWQMarlinLinearMethod` from 0.19.0 (read at 0.19.0,
+/// 0.19.1, 0.20.2, 0.21.0, 0.22.1; 0.18.1 calls the Marlin ops itself); SGLang, the plain
+/// kernels and the MoE methods do not.
 ///
 /// - **The GPU.** Machete's `get_min_capability` is 90, so through 0.9 any CUDA GPU from 9.0
 ///   (Blackwell too); from 0.10.0 `can_implement` also asks `is_device_capability(90)`: Hopper
@@ -703,11 +705,15 @@ pub(super) fn machete_groups(
     } else {
         gpu.sm_major >= 9
     };
+    let method_from = match quantization_in_force(t, k) {
+        Quantization::Gptq => [0, 6, 2],
+        Quantization::Awq => [0, 19, 0],
+        _ => return &[],
+    };
     if engine != Engine::Vllm
-        || quantization_in_force(t, k) != Quantization::Gptq
         || gpu.is_rocm()
         || !gpu_takes
-        || v < [0, 6, 2]
+        || v < method_from
         || !marlin_runs(t, k, gpu, engine)
     {
         return &[];

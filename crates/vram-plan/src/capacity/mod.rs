@@ -265,8 +265,8 @@ pub struct LinearLoad {
     /// measures `memory_allocated`; a measure of free device memory (SGLang, vLLM on ROCm)
     /// still sees the freed blocks, cached by PyTorch's allocator.
     pub freed_leaves: bool,
-    /// The group sizes `MacheteLinearKernel` takes (0 for -1) where vLLM's GPTQ-Marlin method
-    /// picks its kernel by `choose_mp_linear_kernel` on a GPU where Machete, listed before
+    /// The group sizes `MacheteLinearKernel` takes (0 for -1) where vLLM's GPTQ- or AWQ-Marlin
+    /// method picks its kernel by `choose_mp_linear_kernel` on a GPU where Machete, listed before
     /// Marlin, can run (`engine::machete_groups`); empty elsewhere. Whether this linear's shape
     /// lets it is decided in [`Quantization::linear_parts`].
     pub machete_groups: &'static [u64],
@@ -329,19 +329,35 @@ impl Quantization {
             // rows of `qzeros` and `scales` (read at 0.6.4, 0.10.1, 0.19.0 and 0.22.0): one on
             // a column-parallel linear, none on a row-parallel one at TP > 1 (where only
             // Marlin loads it: `engine::vllm_awq_refusal`).
+            //
+            // On Hopper vLLM's AWQ-Marlin linears run Machete where it takes them (from 0.19.0,
+            // `engine::machete_groups`; the same shape rules as GPTQ's below). AWQ has zero
+            // points, so Machete's `transform_w_zp` replaces the packed int32 `qzeros`
+            // `[groups, out/8]` with `-scales × zeros` in the scales' dtype, `[groups, out]`.
             Quantization::Awq | Quantization::Wna16 => {
                 let format = self
                     .packed_format(stored)
                     .expect("AWQ and W4A16 are packed formats");
-                let parts = linear_parts(format, false, out, inp);
-                if format != (WeightFormat::Awq { group: 0 }) {
-                    return parts;
-                }
-                let rows = inp / load.full_inp.max(inp);
+                let machete = match format {
+                    WeightFormat::Awq { group } => {
+                        load.marlin
+                            && !load.moe_bank
+                            && load.machete_groups.contains(&group)
+                            && inp % 64 == 0
+                            && out % 128 == 0
+                    }
+                    _ => false,
+                };
+                let rows = if format == (WeightFormat::Awq { group: 0 }) {
+                    inp / load.full_inp.max(inp)
+                } else {
+                    1
+                };
                 linear_tensors(format, false, out, inp)
                     .iter()
-                    .zip(parts)
+                    .zip(linear_parts(format, false, out, inp))
                     .map(|(t, b)| match t.name {
+                        "qzeros" if machete => b * rows * 2 * dtype,
                         "qzeros" | "scales" => b * rows,
                         _ => b,
                     })

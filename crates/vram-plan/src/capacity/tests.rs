@@ -4055,4 +4055,43 @@ fn machete_takes_hopper_gptq_linears_and_keeps_their_zeros_and_g_idx() {
         parts(128, false, 4160, inp, inp, hopper),
         parts(128, false, 4160, inp, inp, &[])
     );
+
+    // AWQ-Marlin reaches Machete from 0.19.0, whose zero points become `-scales × zeros` in the
+    // model dtype: `[in/128, out]` × 2 bytes for the packed `[in/128, out/8]` int32.
+    let mut awq = llama3();
+    awq.blocks.storage.quant = Quant::Packed {
+        format: WeightFormat::Awq { group: 128 },
+        double_quant: false,
+    };
+    assert_eq!(groups(&awq, "h100-80g", [0, 19, 0]), &[0, 64, 128]);
+    assert!(groups(&awq, "h100-80g", [0, 18, 1]).is_empty());
+    let awq_parts = |machete: &'static [u64]| {
+        Quantization::Awq.linear_parts(
+            2,
+            awq.blocks.storage.quant,
+            false,
+            out,
+            inp,
+            false,
+            LinearLoad {
+                marlin: true,
+                full_inp: inp,
+                moe_bank: false,
+                freed_leaves: true,
+                machete_groups: machete,
+            },
+        )
+    };
+    assert_eq!(
+        awq_parts(&[]),
+        vec![
+            inp * out / 8 * 4,
+            inp / 128 * out / 8 * 4,
+            inp / 128 * out * 2
+        ]
+    );
+    assert_eq!(
+        awq_parts(hopper),
+        vec![inp * out / 8 * 4, inp / 128 * out * 2, inp / 128 * out * 2]
+    );
 }
