@@ -175,6 +175,9 @@ pub enum ServingError {
         /// `device_capability` (major × 10 + minor), printed with the weight-type refusal: the
         /// GPU's. `None` for the group-size refusal.
         device_capability: Option<u32>,
+        /// `zp`, printed with the weight-type refusal: `true` for a zero-point method (AWQ's),
+        /// `false` for GPTQ's. `None` for the group-size refusal.
+        zero_points: Option<bool>,
     },
 }
 
@@ -569,6 +572,16 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
                 group_size: int_after("group_size = "),
                 device_capability: int_after("device_capability = ")
                     .and_then(|c| u32::try_from(c).ok()),
+                zero_points: r.find("zp = ").and_then(|j| {
+                    let v = &r[j + "zp = ".len()..];
+                    if v.starts_with("true") {
+                        Some(true)
+                    } else if v.starts_with("false") {
+                        Some(false)
+                    } else {
+                        None
+                    }
+                }),
             });
         }
         if r.starts_with("marlin does not support group_size") {
@@ -576,6 +589,7 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
                 engine: named().unwrap_or("vllm"),
                 group_size: int_after("group_size = "),
                 device_capability: None,
+                zero_points: None,
             });
         }
     }
@@ -989,9 +1003,23 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
             engine,
             group_size,
             device_capability,
+            zero_points,
         } => {
             let group = group_size.map_or("its".into(), |g| g.to_string());
             let explanation = match device_capability.filter(|&c| c < 75) {
+                // A zero-point (AWQ) Marlin method: not the GPTQ path.
+                Some(c) if zero_points == Some(true) => {
+                    remedies.push(ServingRemedy {
+                        action: "a GPU of compute capability 7.5 or newer (Turing, e.g. a T4, and later)".into(),
+                        enough: true,
+                        detail: "Marlin's zero-point type (uint4) is returned from device capability 75 on (vLLM 0.14 and later; 80 before)".into(),
+                    });
+                    format!(
+                        "not a memory error: vLLM's Marlin kernels support no weight type on this GPU (device_capability {c}, i.e. compute capability {}.{}, below 7.5), and a zero-point (AWQ) Marlin method was built for the checkpoint, which checks this at start-up (verify_marlin_supported)",
+                        c / 10,
+                        c % 10
+                    )
+                }
                 Some(c) => {
                     remedies.push(ServingRemedy {
                         action: "vLLM 0.21 or earlier, where a GPTQ checkpoint falls back to the plain GPTQ kernel on this GPU".into(),

@@ -695,6 +695,7 @@ fn vllms_marlin_refusals_are_read_with_their_figures() {
                 engine: "vllm",
                 group_size: group,
                 device_capability: capability,
+                zero_points: capability.map(|_| false),
             },
             "{log}"
         );
@@ -727,6 +728,20 @@ fn vllms_marlin_refusals_are_read_with_their_figures() {
         read += 1;
     }
     assert_eq!(read, 18);
+    // A zero-point (AWQ) Marlin method's refusal (`zp = True`) is not explained as GPTQ's.
+    let awq = parse("ValueError: Marlin does not support weight_bits = uint4. Only types = [] are supported (for group_size = 128, device_capability = 70, zp = True).").unwrap();
+    assert_eq!(
+        awq,
+        ServingError::LoadMarlinUnsupported {
+            engine: "vllm",
+            group_size: Some(128),
+            device_capability: Some(70),
+            zero_points: Some(true),
+        }
+    );
+    let d = explain(&awq, None);
+    assert!(!d.explanation.contains("GPTQ"), "{}", d.explanation);
+    assert!(d.remedies.iter().all(|r| !r.action.contains("GPTQ")));
     // Unrelated lines that mention Marlin are not this refusal.
     assert_eq!(
         parse("INFO Using MarlinLinearKernel for AutoGPTQLinearMethod"),
