@@ -325,6 +325,9 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
             | ServingError::LoadShardNotAligned { .. } => {
                 "the checkpoint's quantized weights do not load as configured"
             }
+            ServingError::LoadMarlinUnsupported { .. } => {
+                "the engine's Marlin kernels do not run this checkpoint here"
+            }
             _ => "not enough memory for the KV cache",
         },
         d.knob

@@ -1004,6 +1004,75 @@ fn channel_wise_awq_refusals_are_compared_with_the_logged_ones_by_kind() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// vLLM 0.22's GPTQ refusals where Marlin cannot run, predicted by `vram capacity` (one line, exit
+/// 2) and read back by the doctor's reader with the kind of the release's own text
+/// (`_check_marlin_supported` at 0.22.1, run on the CPU: `vram-plan/tests/data/marlin_verify`):
+/// a V100 at group size 128, an H100 at group size 256. vLLM 0.21 starts both (its plain GPTQ
+/// kernel), and a T4 at 0.22 starts the group-128 checkpoint.
+#[test]
+fn gptq_marlin_refusals_are_compared_with_the_engines_own_text_by_kind() {
+    let dir = std::env::temp_dir().join(format!("vram-gptq-marlin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = |group: i64| {
+        let cfg = dir.join(format!("g{group}.json"));
+        std::fs::write(
+            &cfg,
+            format!(r#"{{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"vocab_size":128256,"max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":500000.0,"torch_dtype":"float16","tie_word_embeddings":false,"quantization_config":{{"quant_method":"gptq","bits":4,"group_size":{group},"desc_act":false,"sym":true}}}}"#),
+        )
+        .unwrap();
+        cfg.to_string_lossy().into_owned()
+    };
+    let cases: Vec<serde_json::Value> =
+        include_str!("../../vram-plan/tests/data/marlin_verify/cases.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let logged = |gpu: &str, group: i64| {
+        let c = cases
+            .iter()
+            .find(|c| c["version"] == "0.22.1" && c["gpu"] == gpu && c["group_size"] == group)
+            .unwrap();
+        c["error"].as_str().map(String::from)
+    };
+    for (gpu, group) in [("v100-16g", 128), ("h100-80g", 256)] {
+        let cfg = config(group);
+        let run = |version: &str| {
+            vram(&args(&[
+                "capacity",
+                &cfg,
+                "--gpu",
+                gpu,
+                "--engine-version",
+                version,
+                "--max-model-len",
+                "2048",
+            ]))
+        };
+        let (code, _, err) = run("0.22.1");
+        assert_eq!((code, err.trim().lines().count()), (2, 1), "{gpu}: {err}");
+        let engine = logged(gpu, group).unwrap();
+        assert!(err.contains(&engine), "{gpu}: {err}");
+        assert_eq!(refusal_kind(&err), Some("load-marlin-unsupported"), "{err}");
+        assert_eq!(refusal_kind(&err), refusal_kind(&engine), "{err}");
+        let (code, _, err) = run("0.21.0");
+        assert_eq!(code, 0, "{gpu} 0.21: {err}");
+    }
+    assert_eq!(logged("t4", 128), None);
+    let cfg = config(128);
+    let (code, _, err) = vram(&args(&[
+        "capacity",
+        &cfg,
+        "--gpu",
+        "t4",
+        "--engine-version",
+        "0.22.1",
+        "--max-model-len",
+        "2048",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The kind of the start-up refusal in `text`, as the doctor's one reader of them
 /// (`vram_doctor::read`) finds it: an engine's own message by its kind (`vllm-kv-memory`,
 /// `vllm-sampler-warm-up`, `sglang-not-enough-memory`, ...), PyTorch's by `pytorch-oom`; `None`

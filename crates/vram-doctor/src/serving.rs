@@ -160,6 +160,25 @@ pub enum ServingError {
         /// `input` (a row-parallel linear's split input) or `output`.
         side: &'static str,
     },
+    /// vLLM's `Marlin does not support weight_bits = T. Only types = [...] are supported (for
+    /// group_size = G, device_capability = C, zp = Z).` or `Marlin does not support group_size =
+    /// G. Only group_sizes = [-1, 32, 64, 128] are supported.` (`_check_marlin_supported`,
+    /// `quantization/utils/marlin_utils.py`, the same text from 0.10.0 to 0.23.0), raised by
+    /// `verify_marlin_supported` where a Marlin method is built: from 0.22 for every GPTQ
+    /// checkpoint (`AutoGPTQLinearMethod.__init__`), so on a GPU below compute capability 7.5
+    /// or at a group size Marlin does not take.
+    LoadMarlinUnsupported {
+        /// The engine the paste names (`vllm` unless it names SGLang).
+        engine: &'static str,
+        /// The checkpoint's group size, as printed.
+        group_size: Option<i64>,
+        /// `device_capability` (major × 10 + minor), printed with the weight-type refusal: the
+        /// GPU's. `None` for the group-size refusal.
+        device_capability: Option<u32>,
+        /// `zp`, printed with the weight-type refusal: `true` for a zero-point method (AWQ's),
+        /// `false` for GPTQ's. `None` for the group-size refusal.
+        zero_points: Option<bool>,
+    },
 }
 
 /// What the serving capacity model knows about the engine's configuration:
@@ -273,7 +292,9 @@ pub enum ServingCause {
     Profile,
     /// Not memory: the checkpoint's quantized layout does not load as the engine's kernel
     /// creates it at this tensor-parallel size (a group size that does not divide a GPU's share,
-    /// or channel-wise AWQ's `group_size: -1` that a kernel divides by).
+    /// or channel-wise AWQ's `group_size: -1` that a kernel divides by), or the Marlin kernel
+    /// the engine builds for it does not take its group size or the GPU (vLLM 0.22+'s GPTQ below
+    /// compute capability 7.5).
     QuantLayout,
     /// The message cannot show which: vLLM's `No available memory for the cache blocks` says
     /// only that the budget less what was measured before the cache is not positive. The
@@ -318,6 +339,7 @@ impl ServingError {
             ServingError::SglangWeightsLeaveNoKv { .. } => "sglang-weights-leave-no-kv",
             ServingError::LoadNegativeDimension { .. } => "load-negative-dimension",
             ServingError::LoadShardNotAligned { .. } => "load-shard-not-aligned",
+            ServingError::LoadMarlinUnsupported { .. } => "load-marlin-unsupported",
         }
     }
 
@@ -326,7 +348,9 @@ impl ServingError {
     pub fn is_memory(&self) -> bool {
         !matches!(
             self,
-            ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. }
+            ServingError::LoadNegativeDimension { .. }
+                | ServingError::LoadShardNotAligned { .. }
+                | ServingError::LoadMarlinUnsupported { .. }
         )
     }
 }
@@ -531,6 +555,43 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             engine: named().unwrap_or("vllm"),
             side,
         });
+    }
+    if let Some(i) = flat.find("marlin does not support ") {
+        let r = &flat[i..];
+        let int_after = |key: &str| -> Option<i64> {
+            let v = &r[r.find(key)? + key.len()..];
+            let end = v
+                .char_indices()
+                .find(|&(j, c)| !(c.is_ascii_digit() || (j == 0 && c == '-')))
+                .map_or(v.len(), |(j, _)| j);
+            v[..end].parse().ok()
+        };
+        if r.starts_with("marlin does not support weight_bits") {
+            return Some(ServingError::LoadMarlinUnsupported {
+                engine: named().unwrap_or("vllm"),
+                group_size: int_after("group_size = "),
+                device_capability: int_after("device_capability = ")
+                    .and_then(|c| u32::try_from(c).ok()),
+                zero_points: r.find("zp = ").and_then(|j| {
+                    let v = &r[j + "zp = ".len()..];
+                    if v.starts_with("true") {
+                        Some(true)
+                    } else if v.starts_with("false") {
+                        Some(false)
+                    } else {
+                        None
+                    }
+                }),
+            });
+        }
+        if r.starts_with("marlin does not support group_size") {
+            return Some(ServingError::LoadMarlinUnsupported {
+                engine: named().unwrap_or("vllm"),
+                group_size: int_after("group_size = "),
+                device_capability: None,
+                zero_points: None,
+            });
+        }
     }
     // The channel-wise AWQ failure arises while the engine creates the quantized layer's tensors:
     // vLLM's `AWQLinearMethod`/`AWQMoEMethod.create_weights` (`quantization/awq.py`,
@@ -938,6 +999,66 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                 ),
             )
         }
+        ServingError::LoadMarlinUnsupported {
+            engine,
+            group_size,
+            device_capability,
+            zero_points,
+        } => {
+            let group = group_size.map_or("its".into(), |g| g.to_string());
+            let explanation = match device_capability.filter(|&c| c < 75) {
+                // A zero-point (AWQ) Marlin method: not the GPTQ path.
+                Some(c) if zero_points == Some(true) => {
+                    remedies.push(ServingRemedy {
+                        action: "a GPU of compute capability 7.5 or newer (Turing, e.g. a T4, and later)".into(),
+                        enough: true,
+                        detail: "Marlin's zero-point type (uint4) is returned from device capability 75 on (vLLM 0.14 and later; 80 before)".into(),
+                    });
+                    format!(
+                        "not a memory error: vLLM's Marlin kernels support no weight type on this GPU (device_capability {c}, i.e. compute capability {}.{}, below 7.5), and a zero-point (AWQ) Marlin method was built for the checkpoint, which checks this at start-up (verify_marlin_supported)",
+                        c / 10,
+                        c % 10
+                    )
+                }
+                Some(c) => {
+                    remedies.push(ServingRemedy {
+                        action: "vLLM 0.21 or earlier, where a GPTQ checkpoint falls back to the plain GPTQ kernel on this GPU".into(),
+                        enough: true,
+                        detail: "through 0.21 gptq_marlin is chosen only where check_marlin_supported passes, and GPTQLinearMethod takes compute capability 6.0 or newer at any group size".into(),
+                    });
+                    remedies.push(ServingRemedy {
+                        action: "a GPU of compute capability 7.5 or newer (Turing, e.g. a T4, and later)".into(),
+                        enough: true,
+                        detail: "Marlin's GPTQ types (uint4b8, uint8b128) are returned from device capability 75 on (vLLM 0.14 and later; 80 before)".into(),
+                    });
+                    format!(
+                        "not a memory error: vLLM's Marlin kernels support no weight type on this GPU (device_capability {c}, i.e. compute capability {}.{}, below 7.5), and a Marlin method was built for the checkpoint; from vLLM 0.22 every GPTQ checkpoint runs on AutoGPTQConfig (--quantization gptq, gptq_marlin or none), whose linear method checks this at start-up (verify_marlin_supported in AutoGPTQLinearMethod.__init__)",
+                        c / 10,
+                        c % 10
+                    )
+                }
+                None => {
+                    remedies.push(ServingRemedy {
+                        action: "a checkpoint quantized at group size 128 (or 32, 64, or channel-wise -1)".into(),
+                        enough: true,
+                        detail: "MARLIN_SUPPORTED_GROUP_SIZES is [-1, 32, 64, 128] in every release read (0.10–0.23)".into(),
+                    });
+                    remedies.push(ServingRemedy {
+                        action: "vLLM 0.21 or earlier for this checkpoint, which runs it on the plain GPTQ kernel".into(),
+                        enough: true,
+                        detail: "through 0.21 gptq_marlin is chosen only where check_marlin_supported passes; GPTQLinearMethod takes any group size".into(),
+                    });
+                    format!(
+                        "not a memory error: vLLM's Marlin kernels take group sizes -1, 32, 64 and 128, and the checkpoint's is {group}; from vLLM 0.22 every GPTQ checkpoint runs on AutoGPTQConfig (--quantization gptq, gptq_marlin or none), whose linear method checks this at start-up (verify_marlin_supported in AutoGPTQLinearMethod.__init__)"
+                    )
+                }
+            };
+            (
+                engine,
+                "GPU compute capability / quantization_config.group_size",
+                explanation,
+            )
+        }
     };
     // The capacity model's cheapest change, second: after what fits with the memory as it is
     // (a shorter length, a larger fraction), before the generic advice.
@@ -965,9 +1086,9 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         ServingError::VllmSamplerWarmUp { .. } | ServingError::VllmMambaBlocks { .. } => {
             ServingCause::Profile
         }
-        ServingError::LoadNegativeDimension { .. } | ServingError::LoadShardNotAligned { .. } => {
-            ServingCause::QuantLayout
-        }
+        ServingError::LoadNegativeDimension { .. }
+        | ServingError::LoadShardNotAligned { .. }
+        | ServingError::LoadMarlinUnsupported { .. } => ServingCause::QuantLayout,
     };
     ServingDiagnosis {
         engine,

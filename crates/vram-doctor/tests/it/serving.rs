@@ -665,6 +665,90 @@ fn the_engines_load_failures_are_read_by_kind_and_are_not_memory() {
     );
 }
 
+/// vLLM's Marlin refusals (`verify_marlin_supported`; from 0.22 raised for every GPTQ checkpoint
+/// below compute capability 7.5 or at a group size Marlin does not take) are read with their
+/// figures, as load failures and not memory. The texts are the releases' own: 0.22.1's and
+/// 0.23.0's `_check_marlin_supported` run on the CPU (`vram-plan/tests/data/marlin_verify`),
+/// here inside a V1 engine core's log prefix as vLLM prints a traceback's last line.
+#[test]
+fn vllms_marlin_refusals_are_read_with_their_figures() {
+    let cases = include_str!("../../../vram-plan/tests/data/marlin_verify/cases.jsonl");
+    let mut read = 0;
+    for line in cases.lines() {
+        let c: serde_json::Value = serde_json::from_str(line).unwrap();
+        let Some(error) = c["error"].as_str() else {
+            continue;
+        };
+        let log = format!(
+            "(EngineCore_DP0 pid=4242) ERROR 11-28 11:02:13 [core.py:866]   File \"/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/quantization/auto_gptq.py\", line 304, in __init__\n(EngineCore_DP0 pid=4242) ERROR 11-28 11:02:13 [core.py:866] {error}"
+        );
+        let e = parse(&log).unwrap_or_else(|| panic!("{log}"));
+        let group = c["group_size"].as_i64();
+        let capability = match c["gpu"].as_str().unwrap() {
+            "v100-16g" => Some(70),
+            "gtx-1080" => Some(61),
+            _ => None,
+        };
+        assert_eq!(
+            e,
+            ServingError::LoadMarlinUnsupported {
+                engine: "vllm",
+                group_size: group,
+                device_capability: capability,
+                zero_points: capability.map(|_| false),
+            },
+            "{log}"
+        );
+        assert_eq!(e.kind(), "load-marlin-unsupported");
+        assert!(!e.is_memory());
+        let d = explain(&e, None);
+        assert_eq!(d.cause, ServingCause::QuantLayout);
+        assert!(
+            d.explanation.starts_with("not a memory error"),
+            "{}",
+            d.explanation
+        );
+        match capability {
+            Some(cc) => {
+                assert!(
+                    d.explanation
+                        .contains(&format!("compute capability {}.{}", cc / 10, cc % 10)),
+                    "{}",
+                    d.explanation
+                );
+                assert!(d.remedies[0].action.starts_with("vLLM 0.21"));
+            }
+            None => {
+                assert!(d
+                    .explanation
+                    .contains(&format!("the checkpoint's is {}", group.unwrap())));
+                assert!(d.remedies[0].action.contains("group size 128"));
+            }
+        }
+        read += 1;
+    }
+    assert_eq!(read, 18);
+    // A zero-point (AWQ) Marlin method's refusal (`zp = True`) is not explained as GPTQ's.
+    let awq = parse("ValueError: Marlin does not support weight_bits = uint4. Only types = [] are supported (for group_size = 128, device_capability = 70, zp = True).").unwrap();
+    assert_eq!(
+        awq,
+        ServingError::LoadMarlinUnsupported {
+            engine: "vllm",
+            group_size: Some(128),
+            device_capability: Some(70),
+            zero_points: Some(true),
+        }
+    );
+    let d = explain(&awq, None);
+    assert!(!d.explanation.contains("GPTQ"), "{}", d.explanation);
+    assert!(d.remedies.iter().all(|r| !r.action.contains("GPTQ")));
+    // Unrelated lines that mention Marlin are not this refusal.
+    assert_eq!(
+        parse("INFO Using MarlinLinearKernel for AutoGPTQLinearMethod"),
+        None
+    );
+}
+
 /// `vram capacity`'s own refusals of what it does not model (vLLM 0.22's V2 model runner, vLLM
 /// from 0.23), pasted to the doctor, are not read as an engine's error: the refusal says whose
 /// line it is.

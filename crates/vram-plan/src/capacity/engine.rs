@@ -609,6 +609,122 @@ pub(super) fn awq_channelwise_refusal(
     })
 }
 
+/// How vLLM from 0.22 refuses a GPTQ checkpoint that its Marlin-layout kernels cannot run, if it
+/// does. From 0.22.0 `gptq`, `gptq_marlin` and `auto_gptq` all name `AutoGPTQConfig`
+/// (`quantization/__init__.py`; `override_quantization_method` takes every `quant_method: gptq`
+/// checkpoint, with no capability test), and `AutoGPTQLinearMethod.__init__` (`auto_gptq.py`)
+/// calls `verify_marlin_supported`, which raises `_check_marlin_supported`'s message as a
+/// `ValueError` (`quantization/utils/marlin_utils.py`; read at 0.22.0, 0.22.1 and 0.23.0, the
+/// same text since 0.10.0):
+///
+/// - below compute capability 7.5 on CUDA `query_marlin_supported_quant_types` returns no type
+///   (`device_capability < 75`; ROCm skips the test), so `Marlin does not support weight_bits =
+///   uint4b8. Only types = [] are supported (for group_size = G, device_capability = C, zp =
+///   False).`, C being `major * 10 + minor`;
+/// - a group size outside `MARLIN_SUPPORTED_GROUP_SIZES` (-1, 32, 64, 128): `Marlin does not
+///   support group_size = G. Only group_sizes = [-1, 32, 64, 128] are supported.`
+///
+/// The type is `uint4b8` (`TYPE_MAP[(4, True)]`): vram's GPTQ format is the 4-bit symmetric one.
+/// `config/vllm.py`'s minimum capability test (`AutoGPTQConfig.get_min_capability`, 60) comes
+/// first but refuses only GPUs older than Pascal, none of them in vram's catalog. Through 0.21
+/// vLLM runs such a checkpoint on its plain `GPTQLinearMethod` (`gptq.py`: minimum capability 60,
+/// any group size), which [`marlin_runs`] models.
+pub(super) fn gptq_marlin_refusal(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    k: &Knobs,
+) -> Option<String> {
+    let q = quantization_in_force(t, k);
+    if engine != Engine::Vllm || q != Quantization::Gptq {
+        return None;
+    }
+    let v = Engine::Vllm.version_in_force(k);
+    if v < [0, 22, 0] {
+        return None;
+    }
+    let group: i64 = match q.packed_format(t.blocks.storage.quant) {
+        Some(WeightFormat::Gptq { group: 0, .. }) => -1,
+        Some(WeightFormat::Gptq { group, .. }) => i64::try_from(group).unwrap_or(i64::MAX),
+        _ => return None,
+    };
+    let capability = gpu.sm_major * 10 + gpu.sm_minor;
+    let error = if !gpu.is_rocm() && capability < 75 {
+        format!(
+            "ValueError: Marlin does not support weight_bits = uint4b8. Only types = [] are supported (for group_size = {group}, device_capability = {capability}, zp = False)."
+        )
+    } else if ![-1, 32, 64, 128].contains(&group) {
+        format!(
+            "ValueError: Marlin does not support group_size = {group}. Only group_sizes = [-1, 32, 64, 128] are supported."
+        )
+    } else {
+        return None;
+    };
+    let why = if capability < 75 && !gpu.is_rocm() {
+        format!(
+            "its Marlin-layout kernels take compute capability 7.5 or newer and {} is {}.{}",
+            gpu.name, gpu.sm_major, gpu.sm_minor
+        )
+    } else {
+        format!("Marlin takes group sizes -1, 32, 64 and 128, not this checkpoint's {group}")
+    };
+    Some(format!(
+        "vLLM {} refuses this GPTQ checkpoint: {error} (AutoGPTQLinearMethod.__init__ calls verify_marlin_supported: from 0.22 every GPTQ checkpoint runs on AutoGPTQConfig (--quantization gptq, gptq_marlin or none), and {why}; vLLM 0.21 runs it on the plain GPTQ kernel)",
+        super::version_label(engine, k)
+    ))
+}
+
+/// The group sizes `MacheteLinearKernel` takes (0 for -1) where vLLM's GPTQ- or AWQ-Marlin
+/// linears choose among the mixed-precision kernels on a GPU where it runs; empty elsewhere.
+/// `choose_mp_linear_kernel` tries the kernels in order, Machete before Marlin (`_POSSIBLE_KERNELS`:
+/// Machete, Marlin at 0.6.2 and 0.6.3; Machete, AllSpark, Marlin, ... at 0.8.5 and 0.9.2; CUTLASS
+/// W4A8, which takes fp8 activations only, first from 0.11.0; read at 0.10.0, 0.11.0, 0.12.0,
+/// 0.14.1, 0.16.0, 0.17.1, 0.19.1, 0.21.0, 0.22.1 and 0.23.0). `GPTQMarlinLinearMethod` builds
+/// its kernel this way from 0.6.2 (before, it calls the Marlin ops itself: read at 0.6.1),
+/// `AutoGPTQLinearMethod` from 0.22, and `AWQMarlinLinearMethod` from 0.19.0 (read at 0.19.0,
+/// 0.19.1, 0.20.2, 0.21.0, 0.22.1; 0.18.1 calls the Marlin ops itself); SGLang, the plain
+/// kernels and the MoE methods do not.
+///
+/// - **The GPU.** Machete's `get_min_capability` is 90, so through 0.9 any CUDA GPU from 9.0
+///   (Blackwell too); from 0.10.0 `can_implement` also asks `is_device_capability(90)`: Hopper
+///   (H100, H200, GH200) only.
+/// - **Group sizes** (`machete_utils.py`): -1 and 128 through 0.9.1 (`MACHETE_SUPPORTED_GROUP_SIZES`,
+///   read at 0.6.2, 0.7.2, 0.8.5, 0.9.0, 0.9.1); -1, 64 and 128 for fp16/bf16 activations from
+///   0.9.2 (`query_machete_supported_group_sizes`).
+///
+/// Which linears Machete takes by shape: [`super::Quantization::linear_parts`].
+pub(super) fn machete_groups(
+    t: &Transformer,
+    k: &Knobs,
+    gpu: &Gpu,
+    engine: Engine,
+) -> &'static [u64] {
+    let v = Engine::Vllm.version_in_force(k);
+    let gpu_takes = if v >= [0, 10, 0] {
+        gpu.capability() == (9, 0)
+    } else {
+        gpu.sm_major >= 9
+    };
+    let method_from = match quantization_in_force(t, k) {
+        Quantization::Gptq => [0, 6, 2],
+        Quantization::Awq => [0, 19, 0],
+        _ => return &[],
+    };
+    if engine != Engine::Vllm
+        || gpu.is_rocm()
+        || !gpu_takes
+        || v < method_from
+        || !marlin_runs(t, k, gpu, engine)
+    {
+        return &[];
+    }
+    if v >= [0, 9, 2] {
+        &[0, 64, 128]
+    } else {
+        &[0, 128]
+    }
+}
+
 /// How SGLang fails to build an MoE layer where a plain (non-Marlin) AWQ or GPTQ method is in
 /// force (`--quantization awq`/`gptq` named outright, or compute capability below 8.0, where
 /// `override_quantization_method` keeps the plain method), if it does. Only the Marlin configs
@@ -723,8 +839,9 @@ pub(super) fn rope_refusal(t: &Transformer, engine: Engine, k: &Knobs) -> Option
 ///   `auto_gptq.py` at 0.22.0 and 0.22.1; `gptq.py` is gone), whose linears take a
 ///   mixed-precision kernel (`choose_mp_linear_kernel`: Machete, AllSpark, Marlin, ..., on the
 ///   Marlin layout's terms here) on a GPU Marlin supports. Its constructor also calls
-///   `verify_marlin_supported`, which raises below 7.5; that refusal is not modelled (the plain
-///   kernel is kept there). `--quantization awq` keeps the plain kernel at every version read.
+///   `verify_marlin_supported`, which raises below 7.5 and for a group size Marlin does not
+///   take: [`gptq_marlin_refusal`] refuses those before this is asked. `--quantization awq`
+///   keeps the plain kernel at every version read.
 pub(super) fn marlin_runs(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) -> bool {
     let q = quantization_in_force(t, k);
     let group = match q.packed_format(t.blocks.storage.quant) {

@@ -265,6 +265,11 @@ pub struct LinearLoad {
     /// measures `memory_allocated`; a measure of free device memory (SGLang, vLLM on ROCm)
     /// still sees the freed blocks, cached by PyTorch's allocator.
     pub freed_leaves: bool,
+    /// The group sizes `MacheteLinearKernel` takes (0 for -1) where vLLM's GPTQ- or AWQ-Marlin
+    /// method picks its kernel by `choose_mp_linear_kernel` on a GPU where Machete, listed before
+    /// Marlin, can run (`engine::machete_groups`); empty elsewhere. Whether this linear's shape
+    /// lets it is decided in [`Quantization::linear_parts`].
+    pub machete_groups: &'static [u64],
 }
 
 impl Quantization {
@@ -324,19 +329,35 @@ impl Quantization {
             // rows of `qzeros` and `scales` (read at 0.6.4, 0.10.1, 0.19.0 and 0.22.0): one on
             // a column-parallel linear, none on a row-parallel one at TP > 1 (where only
             // Marlin loads it: `engine::vllm_awq_refusal`).
+            //
+            // On Hopper vLLM's AWQ-Marlin linears run Machete where it takes them (from 0.19.0,
+            // `engine::machete_groups`; the same shape rules as GPTQ's below). AWQ has zero
+            // points, so Machete's `transform_w_zp` replaces the packed int32 `qzeros`
+            // `[groups, out/8]` with `-scales × zeros` in the scales' dtype, `[groups, out]`.
             Quantization::Awq | Quantization::Wna16 => {
                 let format = self
                     .packed_format(stored)
                     .expect("AWQ and W4A16 are packed formats");
-                let parts = linear_parts(format, false, out, inp);
-                if format != (WeightFormat::Awq { group: 0 }) {
-                    return parts;
-                }
-                let rows = inp / load.full_inp.max(inp);
+                let machete = match format {
+                    WeightFormat::Awq { group } => {
+                        load.marlin
+                            && !load.moe_bank
+                            && load.machete_groups.contains(&group)
+                            && inp % 64 == 0
+                            && out % 128 == 0
+                    }
+                    _ => false,
+                };
+                let rows = if format == (WeightFormat::Awq { group: 0 }) {
+                    inp / load.full_inp.max(inp)
+                } else {
+                    1
+                };
                 linear_tensors(format, false, out, inp)
                     .iter()
-                    .zip(parts)
+                    .zip(linear_parts(format, false, out, inp))
                     .map(|(t, b)| match t.name {
+                        "qzeros" if machete => b * rows * 2 * dtype,
                         "qzeros" | "scales" => b * rows,
                         _ => b,
                     })
@@ -354,9 +375,51 @@ impl Quantization {
             // input (`marlin_repeat_scales_on_all_ranks`; the plain `GPTQLinearMethod` does
             // the same for a row-parallel linear): a row-parallel linear at TP > 1 keeps
             // `in/group` rows of scales, not `in/TP/group`.
+            //
+            // On Hopper vLLM's GPTQ-Marlin linears run `MacheteLinearKernel` where it can
+            // implement them (`can_implement` in `machete.py`: a group size it takes, the rank's
+            // input a multiple of 64 and output of 128, and no act-order on a split input; read
+            // at 0.6.2, 0.6.3, 0.7.2, 0.8.5, 0.9.2 and 0.10.0 to 0.23.0). Its
+            // `process_weights_after_loading` repacks `qweight` at the same size and keeps the
+            // scales, but leaves `qzeros` as loaded (it rewrites them only with zero points, which
+            // GPTQ has not) and leaves `g_idx` as loaded whatever `desc_act` (nothing empties it);
+            // with act-order it keeps `perm = argsort(g_idx).to(int)`, int32 over the rank's
+            // input, in its `act_perm`, the size of Marlin's `g_idx_sort_indices`.
             Quantization::Gptq => {
                 let format = self.packed_format(stored).expect("GPTQ is a packed format");
                 let desc_act = matches!(format, WeightFormat::Gptq { desc_act: true, .. });
+                let group = match format {
+                    WeightFormat::Gptq { group, .. } => group,
+                    _ => 128,
+                };
+                let machete = load.marlin
+                    && !load.moe_bank
+                    && load.machete_groups.contains(&group)
+                    && inp % 64 == 0
+                    && out % 128 == 0
+                    && !(desc_act && inp != load.full_inp.max(inp));
+                if machete {
+                    let rows_inp = if desc_act {
+                        load.full_inp.max(inp)
+                    } else {
+                        inp
+                    };
+                    let whole = linear_tensors(format, false, out, rows_inp);
+                    let mut v: Vec<u64> = linear_tensors(format, false, out, inp)
+                        .iter()
+                        .map(|t| match t.name {
+                            "scales" | "qzeros" => whole
+                                .iter()
+                                .find(|w| w.name == t.name)
+                                .map_or(t.bytes, |w| w.bytes),
+                            _ => t.bytes,
+                        })
+                        .collect();
+                    if desc_act {
+                        v.push(4 * inp); // act_perm's `perm`
+                    }
+                    return v;
+                }
                 let rows_inp = if desc_act {
                     load.full_inp.max(inp)
                 } else {
@@ -944,6 +1007,9 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
         return Err(Error::Capacity(why));
     }
     if let Some(why) = engine::awq_channelwise_refusal(t, gpu, engine, knobs) {
+        return Err(Error::Capacity(why));
+    }
+    if let Some(why) = engine::gptq_marlin_refusal(t, gpu, engine, knobs) {
         return Err(Error::Capacity(why));
     }
     if let Some(why) = engine::sglang_moe_method_refusal(t, gpu, engine, knobs) {

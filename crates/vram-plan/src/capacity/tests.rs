@@ -2562,6 +2562,7 @@ fn channel_wise_awq_as_the_engines_create_it() {
         full_inp,
         moe_bank: false,
         freed_leaves: false,
+        machete_groups: &[],
     };
     let stored = Quant::Packed {
         format: WeightFormat::Awq { group: 0 },
@@ -3866,4 +3867,231 @@ fn a_pp_group_across_nodes_is_charged_the_network_communicator() {
     let (w, _) = init(4, 2);
     assert_eq!(w - a, 492 * mib - 51 * mib);
     assert!(text.contains("spans nodes"), "{text}");
+}
+
+/// vLLM from 0.22 runs every GPTQ checkpoint on `AutoGPTQConfig`, whose linear method calls
+/// `verify_marlin_supported` (`engine::gptq_marlin_refusal`): below compute capability 7.5 on
+/// CUDA, or at a group size Marlin does not take, start-up stops with the release's own
+/// `ValueError`. `tests/data/marlin_verify/cases.jsonl` holds that text as the release's
+/// `_check_marlin_supported` returns it, run on the CPU by `verify_marlin.py` from 0.22.1's and
+/// 0.23.0's sources (0.22.0's `marlin_utils.py` and `auto_gptq.py` are 0.22.1's, byte for byte):
+/// vram's refusal quotes it exactly, and starts where it is `null`. vLLM 0.21 runs the same
+/// checkpoints on its plain GPTQ kernel.
+#[test]
+fn vllm_0_22_refuses_gptq_where_marlin_cannot_run_in_its_own_words() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let gptq = |group: i64| {
+        let mut t = llama3();
+        t.blocks.storage.quant = Quant::Packed {
+            format: WeightFormat::Gptq {
+                group: u64::try_from(group).unwrap_or(0),
+                desc_act: false,
+            },
+            double_quant: false,
+        };
+        t
+    };
+    let cases = include_str!("../../tests/data/marlin_verify/cases.jsonl");
+    let mut checked = 0;
+    for line in cases.lines() {
+        let c: serde_json::Value = serde_json::from_str(line).unwrap();
+        let gpu = vram_model::gpu::lookup(c["gpu"].as_str().unwrap()).unwrap();
+        let t = gptq(c["group_size"].as_i64().unwrap());
+        let versions: &[[u32; 3]] = match c["version"].as_str().unwrap() {
+            "0.22.1" => &[[0, 22, 0], [0, 22, 1]],
+            _ => &[[0, 23, 0]],
+        };
+        for &v in versions {
+            // Enough memory for the weights everywhere (a 16 GiB card): a short context.
+            let k = Knobs {
+                engine_version: Some(v),
+                max_model_len: Some(1024),
+                ..Knobs::default()
+            };
+            let got = engine::gptq_marlin_refusal(&t, gpu, Engine::Vllm, &k);
+            match c["error"].as_str() {
+                Some(error) => {
+                    let why = got.unwrap_or_else(|| panic!("{c}: not refused"));
+                    assert!(why.contains(error), "{c}: {why}");
+                    assert!(matches!(
+                        capacity(&t, gpu, Engine::Vllm, &k),
+                        Err(Error::Capacity(w)) if w == why
+                    ));
+                }
+                None => assert_eq!(got, None, "{c}"),
+            }
+            checked += 1;
+        }
+        // 0.21 keeps the plain kernel where Marlin cannot run: nothing refused.
+        let k = Knobs {
+            engine_version: Some([0, 21, 0]),
+            ..Knobs::default()
+        };
+        assert_eq!(engine::gptq_marlin_refusal(&t, gpu, Engine::Vllm, &k), None);
+    }
+    assert_eq!(checked, 45);
+    // `--quantization gptq` named at 0.22 is AutoGPTQConfig too; AWQ is not touched.
+    let v100 = vram_model::gpu::lookup("v100-16g").unwrap();
+    let k = Knobs {
+        engine_version: Some([0, 22, 1]),
+        marlin: Some(false),
+        ..Knobs::default()
+    };
+    assert!(engine::gptq_marlin_refusal(&gptq(128), v100, Engine::Vllm, &k).is_some());
+    let mut awq = llama3();
+    awq.blocks.storage.quant = Quant::Packed {
+        format: WeightFormat::Awq { group: 128 },
+        double_quant: false,
+    };
+    assert_eq!(
+        engine::gptq_marlin_refusal(&awq, v100, Engine::Vllm, &k),
+        None
+    );
+    assert_eq!(
+        engine::gptq_marlin_refusal(&gptq(128), v100, Engine::Sglang, &Knobs::default()),
+        None
+    );
+}
+
+/// Machete (`engine::machete_groups`, `Quantization::linear_parts`): which GPUs, releases, group
+/// sizes and linears vLLM's GPTQ-Marlin method runs on it, and what it keeps after loading that
+/// Marlin does not: the checkpoint's `qzeros` and `g_idx`; with act-order its `perm` in place of
+/// Marlin's `g_idx_sort_indices`.
+#[test]
+fn machete_takes_hopper_gptq_linears_and_keeps_their_zeros_and_g_idx() {
+    use vram_model::blocks::Quant;
+    use vram_model::finetune::WeightFormat;
+    let gptq = |group: u64, desc_act: bool| {
+        let mut t = llama3();
+        t.blocks.storage.quant = Quant::Packed {
+            format: WeightFormat::Gptq { group, desc_act },
+            double_quant: false,
+        };
+        t
+    };
+    let gpu = |id| vram_model::gpu::lookup(id).unwrap();
+    let at = |v: [u32; 3]| Knobs {
+        engine_version: Some(v),
+        ..Knobs::default()
+    };
+    let groups = |t: &Transformer, g, v| engine::machete_groups(t, &at(v), gpu(g), Engine::Vllm);
+    let t = gptq(128, false);
+    assert_eq!(groups(&t, "h100-80g", [0, 19, 0]), &[0, 64, 128]);
+    assert_eq!(groups(&t, "h100-80g", [0, 9, 1]), &[0, 128]);
+    assert!(groups(&t, "h100-80g", [0, 6, 1]).is_empty());
+    assert!(groups(&t, "a100-80g", [0, 19, 0]).is_empty());
+    // Blackwell: Machete's minimum capability (90) only, through 0.9; Hopper only from 0.10.
+    assert!(groups(&t, "b200", [0, 19, 0]).is_empty());
+    assert_eq!(groups(&t, "b200", [0, 9, 2]), &[0, 64, 128]);
+    assert!(engine::machete_groups(&t, &at([0, 5, 3]), gpu("h100-80g"), Engine::Sglang).is_empty());
+    // The plain kernel named (`--quantization gptq` on a GPTQ config) before 0.22: no Machete.
+    let plain = Knobs {
+        marlin: Some(false),
+        ..at([0, 19, 0])
+    };
+    assert!(engine::machete_groups(&t, &plain, gpu("h100-80g"), Engine::Vllm).is_empty());
+
+    let stored = |group, desc_act| Quant::Packed {
+        format: WeightFormat::Gptq { group, desc_act },
+        double_quant: false,
+    };
+    let parts = |group, desc_act, out, inp, full_inp, machete: &'static [u64]| {
+        Quantization::Gptq.linear_parts(
+            2,
+            stored(group, desc_act),
+            false,
+            out,
+            inp,
+            false,
+            LinearLoad {
+                marlin: true,
+                full_inp,
+                moe_bank: false,
+                freed_leaves: true,
+                machete_groups: machete,
+            },
+        )
+    };
+    let hopper: &'static [u64] = &[0, 64, 128];
+    let (out, inp) = (4096, 14336);
+    // Marlin: qweight and scales (qzeros and g_idx emptied).
+    assert_eq!(
+        parts(128, false, out, inp, inp, &[]),
+        vec![inp / 8 * out * 4, inp / 128 * out * 2]
+    );
+    // Machete: qweight, qzeros int32 [in/128, out/8], scales, g_idx int32 [in].
+    assert_eq!(
+        parts(128, false, out, inp, inp, hopper),
+        vec![
+            inp / 8 * out * 4,
+            inp / 128 * out / 8 * 4,
+            inp / 128 * out * 2,
+            4 * inp
+        ]
+    );
+    // Act-order: Machete's perm is Marlin's sort indices' size; its qzeros and g_idx stay.
+    assert_eq!(
+        parts(128, true, out, inp, inp, hopper),
+        vec![
+            inp / 8 * out * 4,
+            inp / 128 * out / 8 * 4,
+            inp / 128 * out * 2,
+            4 * inp,
+            4 * inp
+        ]
+    );
+    // Act-order on a split input, a group size Machete does not take, an output that is not a
+    // multiple of 128: Marlin's tensors.
+    assert_eq!(
+        parts(128, true, out, inp / 2, inp, hopper),
+        parts(128, true, out, inp / 2, inp, &[])
+    );
+    assert_eq!(
+        parts(32, false, out, inp, inp, hopper),
+        parts(32, false, out, inp, inp, &[])
+    );
+    assert_eq!(
+        parts(128, false, 4160, inp, inp, hopper),
+        parts(128, false, 4160, inp, inp, &[])
+    );
+
+    // AWQ-Marlin reaches Machete from 0.19.0, whose zero points become `-scales × zeros` in the
+    // model dtype: `[in/128, out]` × 2 bytes for the packed `[in/128, out/8]` int32.
+    let mut awq = llama3();
+    awq.blocks.storage.quant = Quant::Packed {
+        format: WeightFormat::Awq { group: 128 },
+        double_quant: false,
+    };
+    assert_eq!(groups(&awq, "h100-80g", [0, 19, 0]), &[0, 64, 128]);
+    assert!(groups(&awq, "h100-80g", [0, 18, 1]).is_empty());
+    let awq_parts = |machete: &'static [u64]| {
+        Quantization::Awq.linear_parts(
+            2,
+            awq.blocks.storage.quant,
+            false,
+            out,
+            inp,
+            false,
+            LinearLoad {
+                marlin: true,
+                full_inp: inp,
+                moe_bank: false,
+                freed_leaves: true,
+                machete_groups: machete,
+            },
+        )
+    };
+    assert_eq!(
+        awq_parts(&[]),
+        vec![
+            inp * out / 8 * 4,
+            inp / 128 * out / 8 * 4,
+            inp / 128 * out * 2
+        ]
+    );
+    assert_eq!(
+        awq_parts(hopper),
+        vec![inp * out / 8 * 4, inp / 128 * out * 2, inp / 128 * out * 2]
+    );
 }

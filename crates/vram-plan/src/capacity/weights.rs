@@ -430,6 +430,7 @@ fn linear_rate(
     let f = t.blocks.typical().intermediate.div_ceil(tp).max(1);
     let up = if t.blocks.typical().gated { 2 * f } else { f };
     let marlin = engine::marlin_runs(t, k, gpu, eng);
+    let machete_groups = engine::machete_groups(t, k, gpu, eng);
     // (out, in, unsplit in): QKV and gate-up are column-parallel, the attention output and
     // the down projection row-parallel (their input split by TP).
     let shapes = [
@@ -454,6 +455,7 @@ fn linear_rate(
                     full_inp: full,
                     moe_bank,
                     freed_leaves,
+                    machete_groups,
                 },
             )
         })
@@ -637,6 +639,7 @@ fn weight_tensors(
     let quant = quantization_in_force(t, k);
     let moe = experts > 1;
     let marlin = engine::marlin_runs(t, k, gpu, engine);
+    let machete_groups = engine::machete_groups(t, k, gpu, engine);
     // (out, in, unsplit in, stack, expert bank): QKV and gate-up column-parallel, the
     // attention output and the down projection row-parallel.
     let full_f = t.blocks.typical().intermediate;
@@ -678,6 +681,7 @@ fn weight_tensors(
                     full_inp,
                     moe_bank: expert,
                     freed_leaves,
+                    machete_groups,
                 },
             )
             .into_iter()

@@ -306,6 +306,7 @@ fn quantized_linears_hold_what_vllm_keeps() {
         full_inp: inp,
         moe_bank: false,
         freed_leaves: true,
+        machete_groups: &[],
     };
     let block = Quant::Fp8Block {
         bn: 128,
@@ -331,6 +332,7 @@ fn quantized_linears_hold_what_vllm_keeps() {
                 full_inp: 300,
                 moe_bank: false,
                 freed_leaves: true,
+                machete_groups: &[],
             }
         ),
         vec![300_000, 4 * 8 * 3]
@@ -380,6 +382,7 @@ fn quantized_linears_hold_what_vllm_keeps() {
                 full_inp: inp,
                 moe_bank: false,
                 freed_leaves: true,
+                machete_groups: &[],
             },
         )
     };
@@ -397,6 +400,7 @@ fn quantized_linears_hold_what_vllm_keeps() {
             full_inp: inp,
             moe_bank: true,
             freed_leaves: true,
+            machete_groups: &[],
         },
     );
     assert_eq!(bank, vec![plain[0], plain[1] / 2, plain[2]]);
@@ -414,6 +418,7 @@ fn quantized_linears_hold_what_vllm_keeps() {
             full_inp: inp,
             moe_bank: false,
             freed_leaves: false,
+            machete_groups: &[],
         },
     );
     assert_eq!(cached, plain);
@@ -465,6 +470,7 @@ fn quantized_linears_take_the_configs_group_size() {
         full_inp,
         moe_bank: false,
         freed_leaves: true,
+        machete_groups: &[],
     };
     let parts = |q: Quantization, s: Quant, rows: u64, marlin: bool| {
         q.linear_parts(2, s, false, out, rows, false, load(marlin, inp))
@@ -518,11 +524,11 @@ fn quantized_linears_take_the_configs_group_size() {
         Quantization::Awq.packed_format(Quant::None),
         Some(WeightFormat::Awq { group: 128 })
     );
-    // The whole model under vLLM on an H100 (Marlin, qzeros freed): per layer qkv (6144 × 4096),
+    // The whole model under vLLM on an A100 (Marlin, qzeros freed): per layer qkv (6144 × 4096),
     // o (4096 × 4096), gate-up (28672 × 4096), down (4096 × 14336); group 64 adds a scale row
     // per 128 inputs over group 128's; group 256 is not Marlin's, so the plain kernel keeps its
     // qzeros (in·out/512 bytes) and a quarter of group 64's scales (in·out/128).
-    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let gpu = vram_model::gpu::lookup("a100-80g").unwrap();
     let k = Knobs {
         quantization: Quantization::Gptq,
         ..Knobs::default()
@@ -535,5 +541,21 @@ fn quantized_linears_take_the_configs_group_size() {
         (w256 - w128 - 32 * (io / 512 + io / 128 - io / 64)).abs() <= 2,
         "{}",
         w256 - w128
+    );
+    // On an H100 the linears run Machete (`engine::machete_groups`), which keeps the checkpoint's
+    // qzeros (in·out/256 bytes at group 128) and `g_idx` (4 bytes per input row: 4096 × 3 +
+    // 14336 per layer) that Marlin empties; group 64's extra scale and zero rows follow.
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let wh = |t: Transformer| weights_per_gpu(&t, &k, h100, Engine::Vllm) as i64;
+    let g_idx: i64 = 4 * (3 * 4096 + 14336);
+    assert!(
+        (wh(gptq(128)) - w128 - 32 * (io / 256 + g_idx)).abs() <= 2,
+        "{}",
+        wh(gptq(128)) - w128
+    );
+    assert!(
+        (wh(gptq(64)) - wh(gptq(128)) - 32 * (io / 64 + io / 256)).abs() <= 2,
+        "{}",
+        wh(gptq(64)) - wh(gptq(128))
     );
 }
