@@ -115,7 +115,10 @@ def generate(jobs: int, types: list[str]) -> tuple[dict, dict]:
     import transformers
 
     if jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=25) as pool:
+        # Two workers for the whole run: a worker that builds half the types peaks under 1 GB
+        # resident, and each new one pays torch's and transformers' import again (BENCHMARKS.md,
+        # "CI time", session 11).
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             results = pool.map(one, types, chunksize=1)
     else:
         results = [one(t) for t in types]

@@ -8,12 +8,12 @@
 //! runs them (the optimizer states appear in the first step; peaks reset after it).
 
 use serde::Serialize;
-use vram_alloc::{AllocatorConfig, CachingAllocator, Policy, SimDevice};
 
 use super::{lora, weights_bytes, LoraPlan, LoraSpec, SiteKind, WeightFormat, WeightsBytes};
 use crate::describe::Model;
 use crate::error::{Error, Result};
 use crate::setup::{Allocator, Mode, Optimizer, Precision, Recompute, Setup};
+use crate::walk::replay::CallsBuilder;
 use crate::walk::{chain_bytes, Breakdown, Category};
 
 /// Full fine-tuning, LoRA on a half-precision base, or QLoRA on a quantized base.
@@ -1072,75 +1072,19 @@ fn walk(evs: &[Ev]) -> (u64, [u64; 13], String) {
 /// never passed `lo`. So the answer lies on the same side of `decide` as the whole
 /// bisection's (after the caller's clamp to the allocated and reserved peaks, too).
 fn replay(evs: &[Ev], a: Allocator, decide: Option<u64>) -> (u64, u64, u64) {
-    const GRANULE: u64 = vram_alloc::policy::ROUND_LARGE;
-    let Some(roomy) = replay_on(evs, a, 1 << 50) else {
-        return (0, 0, 0);
-    };
-    let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
-    let mut hi = roomy.run_peak;
-    let settled = |lo: u64, hi: u64| decide.is_some_and(|d| hi <= d || lo >= d);
-    // Most steps need what they reserve: one probe a granule below settles them.
-    if hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
-        match replay_on(evs, a, hi - GRANULE) {
-            Some(p) => hi = p.run_peak.min(hi),
-            None => lo = hi - GRANULE,
-        }
-    }
-    while hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
-        let mid = ((lo + (hi - lo) / 2) / GRANULE * GRANULE).clamp(lo + 1, hi - 1);
-        match replay_on(evs, a, mid) {
-            Some(p) => hi = p.run_peak.min(hi),
-            None => lo = mid,
-        }
-    }
-    (roomy.allocated, roomy.reserved, hi)
-}
-
-/// One replay's peaks: allocated and reserved after the warm-up step, and the reserved peak of
-/// the whole run (what the device must hold).
-struct Peaks {
-    allocated: u64,
-    reserved: u64,
-    run_peak: u64,
-}
-
-/// The tape replayed through `a` on a device of `capacity` bytes; `None` when an allocation
-/// fails there (after the allocator's release-and-retry).
-fn replay_on(evs: &[Ev], a: Allocator, capacity: u64) -> Option<Peaks> {
-    let policy = match a {
-        Allocator::Pytorch => Policy::PyTorch,
-        Allocator::PytorchExpandable => Policy::PyTorchExpandable,
-        Allocator::Vramkit => Policy::Vramkit,
-    };
-    let alloc =
-        CachingAllocator::new(SimDevice::new(capacity), AllocatorConfig::new(policy)).ok()?;
-    let mut live: std::collections::HashMap<u64, Vec<u64>> = Default::default();
-    let mut warm_up_peak = 0;
+    // The tape as allocator calls, recorded once; each probe replays them (most from a fork of
+    // the first probe's run: `Calls::needed`).
+    let mut calls = CallsBuilder::default();
     for e in evs {
         match e {
-            Ev::Alloc(k, _, parts) => {
-                let v = live.entry(*k).or_default();
-                for &p in parts {
-                    v.push(alloc.malloc(p.max(1), 0).ok()?);
-                }
-            }
-            Ev::Free(k) => {
-                for a in live.remove(k).unwrap_or_default() {
-                    let _ = alloc.free(a);
-                }
-            }
-            Ev::Phase(p) if p == "reset" => {
-                warm_up_peak = alloc.memory_stats().reserved_bytes[0].peak.max(0) as u64;
-                alloc.reset_peak_stats();
-            }
+            Ev::Alloc(k, _, parts) => calls.alloc(*k, parts),
+            Ev::Free(k) => calls.free(*k),
+            Ev::Phase(p) if p == "reset" => calls.reset_peak(),
             Ev::Phase(_) => {}
         }
     }
-    let st = alloc.memory_stats();
-    let reserved = st.reserved_bytes[0].peak.max(0) as u64;
-    Some(Peaks {
-        allocated: st.allocated_bytes[0].peak.max(0) as u64,
-        reserved,
-        run_peak: reserved.max(warm_up_peak),
-    })
+    match calls.finish().needed(a, decide) {
+        Some(r) => (r.allocated, r.reserved, r.needed),
+        None => (0, 0, 0),
+    }
 }

@@ -17,7 +17,7 @@ pub(crate) mod parts;
 
 pub use crate::mech::{attention_kernel, repeats_kv_at, Kernel};
 pub use replay::set_reference_replay;
-mod replay;
+pub(crate) mod replay;
 mod sinks;
 pub mod trace;
 mod training;

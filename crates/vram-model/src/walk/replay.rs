@@ -411,29 +411,62 @@ impl Forks {
 }
 
 impl Calls {
-    /// The run with room forked at eight points spread over the calls where the runs on
-    /// devices between `lo` and `hi` bytes leave it.
-    fn forks(&self, allocator: Allocator, rises: Vec<(usize, u64)>, lo: u64, hi: u64) -> Forks {
+    /// The run with room on a device with room for everything, with where its bytes in use
+    /// rise (for [`Calls::probe_forking`]); `None` when an allocation fails even there.
+    fn roomy(&self, allocator: Allocator) -> Option<(Peaks, Vec<(usize, u64)>)> {
+        let mut rises = Vec::new();
+        let mut r = self.start(allocator, UNBOUNDED)?;
+        self.advance(&mut r, allocator, self.calls.len(), Some(&mut rises))
+            .ok()?;
+        Some((r.peaks(), rises))
+    }
+
+    /// [`Calls::replay_on`] on a device of `capacity` bytes that also forks its run on the
+    /// way, at up to eight points spread over the calls where the runs on devices between `lo`
+    /// and `capacity` bytes leave the run with room (one point where they all leave it at the
+    /// same call). Up to the call that takes its bytes in use beyond `capacity`, a run on this
+    /// device is the run with room, call for call, so its forks there are forks of the run
+    /// with room, made at no cost beyond the copies: the probes that follow (smaller devices)
+    /// start from them instead of replaying the calls before them again. (Forks of a second
+    /// run with room, made only where more probes were to come, were what they started from
+    /// before; where every probe left the run with room at one call, there were none.)
+    fn probe_forking(
+        &self,
+        allocator: Allocator,
+        capacity: u64,
+        rises: Vec<(usize, u64)>,
+        lo: u64,
+    ) -> (Option<Peaks>, Forks) {
         const N: usize = 8;
         let mut f = Forks {
             rises,
             at: Vec::new(),
         };
-        let (first, last) = (f.shared(lo), f.shared(hi).min(self.calls.len()));
-        if first >= last {
-            return f;
-        }
-        let Some(mut r) = self.start(allocator, UNBOUNDED) else {
-            return f;
+        let Some(mut r) = self.start(allocator, capacity) else {
+            return (None, f);
         };
-        for k in 0..N {
-            let at = first + (last - first) * k / N;
-            if self.advance(&mut r, allocator, at, None).is_err() {
-                break;
+        let (first, last) = (
+            f.shared(lo.min(capacity)).min(self.calls.len()),
+            f.shared(capacity).min(self.calls.len()),
+        );
+        if first < self.calls.len() {
+            let n = if first < last { N } else { 1 };
+            for k in 0..n {
+                let at = first + (last - first) * k / N;
+                if f.at.last().is_some_and(|p: &Replay| p.done == at) {
+                    continue;
+                }
+                if self.advance(&mut r, allocator, at, None).is_err() {
+                    return (None, f);
+                }
+                f.at.push(r.fork());
             }
-            f.at.push(r.fork());
         }
-        f
+        let peaks = self
+            .advance(&mut r, allocator, self.calls.len(), None)
+            .ok()
+            .map(|()| r.peaks());
+        (peaks, f)
     }
 
     /// [`Calls::replay_on`] from the last fork of the run with room a device of `capacity`
@@ -452,6 +485,81 @@ impl Calls {
         self.advance(&mut r, allocator, self.calls.len(), None)
             .ok()?;
         Some(r.peaks())
+    }
+}
+
+/// Builds [`Calls`] from a tape of tensor groups (the fine-tuning step's): a group's tensors are
+/// allocated one after another and freed together.
+#[derive(Default)]
+pub(crate) struct CallsBuilder {
+    calls: Vec<Call>,
+    mallocs: u32,
+    live: HashMap<u64, Vec<u32>, KeyHash>,
+}
+
+impl CallsBuilder {
+    /// `malloc` of each of `parts` (bytes) for the group `key`.
+    pub(crate) fn alloc(&mut self, key: u64, parts: &[u64]) {
+        let slots = self.live.entry(key).or_default();
+        for &p in parts {
+            self.calls.push(Call::Malloc(p.max(1)));
+            slots.push(self.mallocs);
+            self.mallocs += 1;
+        }
+    }
+
+    /// `free` of every tensor of the group `key`.
+    pub(crate) fn free(&mut self, key: u64) {
+        if let Some(slots) = self.live.remove(&key) {
+            self.calls.extend(slots.into_iter().map(Call::Free));
+        }
+    }
+
+    /// `reset_peak_memory_stats()` (the reserved peak so far is kept as the run's).
+    pub(crate) fn reset_peak(&mut self) {
+        self.calls.push(Call::ResetPeak);
+    }
+
+    pub(crate) fn finish(self) -> Calls {
+        Calls {
+            calls: self.calls,
+            mallocs: self.mallocs as usize,
+        }
+    }
+}
+
+impl Calls {
+    /// The allocated and reserved peaks with room, and the reserved peak on the smallest device
+    /// that runs the calls: a bisection on the device's size in [`GRANULE`] steps, one probe a
+    /// granule below the reserved peak first, each probe that runs lowering the bound to its own
+    /// peak. With `decide` (a device's bytes) it stops as soon as its bounds settle on which
+    /// side of it the answer falls. The probes after the first start from forks of the first's
+    /// run ([`Calls::probe_forking`]): the same probes and figures as replaying each from the
+    /// start. `None` when the calls fail even with room.
+    pub(crate) fn needed(&self, allocator: Allocator, decide: Option<u64>) -> Option<Replayed> {
+        let (roomy, rises) = self.roomy(allocator)?;
+        let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
+        let mut hi = roomy.run_peak;
+        let settled = |lo: u64, hi: u64| decide.is_some_and(|d| hi <= d || lo >= d);
+        if hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
+            let (first, forks) = self.probe_forking(allocator, hi - GRANULE, rises, lo);
+            match first {
+                Some(p) => hi = p.run_peak.min(hi),
+                None => lo = hi - GRANULE,
+            }
+            while hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
+                let mid = ((lo + (hi - lo) / 2) / GRANULE * GRANULE).clamp(lo + 1, hi - 1);
+                match self.replay_from(&forks, allocator, mid) {
+                    Some(p) => hi = p.run_peak.min(hi),
+                    None => lo = mid,
+                }
+            }
+        }
+        Some(Replayed {
+            allocated: roomy.allocated,
+            reserved: roomy.reserved,
+            needed: hi,
+        })
     }
 }
 
@@ -477,15 +585,12 @@ impl Step<'_> {
     pub(crate) fn replay(&self, rank: u64, allocator: Allocator) -> Option<Replayed> {
         let calls = (!reference()).then(|| self.record(rank));
         // The run with room, noting where its bytes in use rise (for the forks below).
-        let mut rises = Vec::new();
-        let roomy = match &calls {
-            Some(c) => {
-                let mut r = c.start(allocator, UNBOUNDED)?;
-                c.advance(&mut r, allocator, c.calls.len(), Some(&mut rises))
-                    .ok()?;
-                r.peaks()
-            }
-            None => self.replay_walked_on(rank, allocator, UNBOUNDED)?,
+        let (roomy, rises) = match &calls {
+            Some(c) => c.roomy(allocator)?,
+            None => (
+                self.replay_walked_on(rank, allocator, UNBOUNDED)?,
+                Vec::new(),
+            ),
         };
         let mut forks: Option<Forks> = None;
         let probe = |capacity: u64, forks: &Option<Forks>| match (&calls, forks) {
@@ -498,8 +603,19 @@ impl Step<'_> {
         let mut hi = roomy.run_peak;
         if !reference() && hi.saturating_sub(lo) > GRANULE {
             // Most steps need what they reserve: one probe a granule below settles it (for a
-            // monotone fit, the bisection's answer: nothing below a failing size runs).
-            match probe(hi - GRANULE, &forks) {
+            // monotone fit, the bisection's answer: nothing below a failing size runs). Its run
+            // is forked on the way where the smaller devices' runs leave the run with room:
+            // any probe to come starts there (the same figures; most of a step's calls come
+            // before that point).
+            let first = match &calls {
+                Some(c) => {
+                    let (p, f) = c.probe_forking(allocator, hi - GRANULE, rises, lo);
+                    forks = Some(f);
+                    p
+                }
+                None => probe(hi - GRANULE, &forks),
+            };
+            match first {
                 Some(p) => hi = p.run_peak.min(hi),
                 None => lo = hi - GRANULE,
             }
@@ -513,11 +629,6 @@ impl Step<'_> {
                     Some(p) => hi = p.run_peak.min(hi),
                     None => lo = quarter,
                 }
-            }
-            // Several probes to come: each starts where its device's run leaves the run with
-            // room (the same figures; most of a step's calls come before that point).
-            if let (Some(c), true) = (&calls, hi.saturating_sub(lo) > GRANULE) {
-                forks = Some(c.forks(allocator, std::mem::take(&mut rises), lo, hi));
             }
         }
         while hi.saturating_sub(lo) > GRANULE {
@@ -690,5 +801,112 @@ impl Step<'_> {
             reserved,
             run_peak: sink.run_peak.max(reserved),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The search as it was before forks: every probe replayed from the first call.
+    fn needed_from_scratch(c: &Calls, a: Allocator, decide: Option<u64>) -> Option<Replayed> {
+        let roomy = c.replay_on(a, UNBOUNDED)?;
+        let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
+        let mut hi = roomy.run_peak;
+        let settled = |lo: u64, hi: u64| decide.is_some_and(|d| hi <= d || lo >= d);
+        if hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
+            match c.replay_on(a, hi - GRANULE) {
+                Some(p) => hi = p.run_peak.min(hi),
+                None => lo = hi - GRANULE,
+            }
+        }
+        while hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
+            let mid = ((lo + (hi - lo) / 2) / GRANULE * GRANULE).clamp(lo + 1, hi - 1);
+            match c.replay_on(a, mid) {
+                Some(p) => hi = p.run_peak.min(hi),
+                None => lo = mid,
+            }
+        }
+        Some(Replayed {
+            allocated: roomy.allocated,
+            reserved: roomy.reserved,
+            needed: hi,
+        })
+    }
+
+    /// A training-like tape: weights, then steps whose activations of mixed sizes are made
+    /// layer by layer and freed in reverse with some kept across the step, the peak reset
+    /// after the first. `big` adds one tensor per step larger than all the rest together (the
+    /// case where every smaller device's run leaves the run with room at one call).
+    fn tape(seed: u64, layers: u64, big: bool) -> Calls {
+        let mut x = seed;
+        let mut rnd = |n: u64| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % n
+        };
+        let mib = 1u64 << 20;
+        let mut b = CallsBuilder::default();
+        let mut key = 0;
+        for _ in 0..layers {
+            key += 1;
+            b.alloc(key, &[(1 + rnd(64)) * mib, (1 + rnd(8)) * mib]);
+        }
+        let mut kept = Vec::new();
+        for step in 0..3 {
+            let mut acts = Vec::new();
+            for _ in 0..layers {
+                key += 1;
+                b.alloc(key, &[(1 + rnd(40)) * mib, 1 + rnd(900_000)]);
+                acts.push(key);
+            }
+            if big {
+                key += 1;
+                b.alloc(key, &[layers * 160 * mib]);
+                b.free(key);
+            }
+            for (i, &k) in acts.iter().enumerate().rev() {
+                if i % 7 == 3 && step == 0 {
+                    kept.push(k);
+                } else {
+                    b.free(k);
+                }
+            }
+            if step == 0 {
+                b.reset_peak();
+            }
+        }
+        for k in kept {
+            b.free(k);
+        }
+        b.finish()
+    }
+
+    /// The search from the first probe's forks gives what replaying every probe from the first
+    /// call gives, figure for figure, with and without a device to decide on.
+    #[test]
+    fn needed_from_forks_equals_every_probe_from_scratch() {
+        for seed in 1..=12 {
+            for big in [false, true] {
+                let c = tape(seed, 24 + seed * 3, big);
+                for a in [
+                    Allocator::Pytorch,
+                    Allocator::PytorchExpandable,
+                    Allocator::Vramkit,
+                ] {
+                    let full = c.needed(a, None);
+                    assert_eq!(full, needed_from_scratch(&c, a, None), "seed {seed} {a:?}");
+                    let r = full.unwrap();
+                    for d in [r.allocated, r.needed, (r.allocated + r.reserved) / 2] {
+                        assert_eq!(
+                            c.needed(a, Some(d)),
+                            needed_from_scratch(&c, a, Some(d)),
+                            "seed {seed} {a:?} decide {d}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
