@@ -486,6 +486,16 @@ const BATCHES: &[Batch] = &[
         fit: pinned(15),
         holdout: pinned(10).reported(10),
     },
+    // Batch 25: collected after every message of 1-24 had been seen (issue 35's twenty-fourth
+    // collection round: distributed training, DDP ranks sharing GPU 0, FSDP, DeepSpeed ZeRO, vLLM
+    // tensor parallelism, and non-CUDA devices, Ascend NPU, Intel XPU, ROCm HIP); the rules may be
+    // fitted on its fit half and on everything above. Both halves stay unrun until the labelled
+    // messages are committed.
+    Split {
+        n: 25,
+        fit: Unrun,
+        holdout: Unrun,
+    },
 ];
 
 #[test]
