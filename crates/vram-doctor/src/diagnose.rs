@@ -1860,9 +1860,15 @@ fn undecided(u: &Undecidable) -> Vec<Undecided> {
         out.push(Undecided {
             causes: vec![CauseKind::StepTooLarge, other],
             why: format!(
-                "{} is neither free nor PyTorch's, within a context's size ({}), yet enough to serve the {} request had it been free; {}",
+                "{} is neither free nor PyTorch's, within a context's size ({}), yet enough{} to serve the {} request had it been free; {}",
                 hb(u.unaccounted),
                 backend.context_size(),
+                // Alone, or only with the free memory beside it (the condition above).
+                if u.unaccounted >= u.req {
+                    String::new()
+                } else {
+                    format!(", with the {} free,", hb(u.free))
+                },
                 hb(u.req),
                 whose
             ),
