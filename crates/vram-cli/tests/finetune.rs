@@ -123,6 +123,31 @@ fn text_and_json_agree_and_full_training_suggests_qlora() {
 }
 
 #[test]
+fn suggested_lora_and_qlora_print_the_figure_their_flags_give() {
+    // A float32 config (granite-3.1-8b-instruct's, as published): `--finetune lora` alone holds
+    // its base in fp32 (`FinetuneRequest::spec_for`), so the full step's suggestion of it must
+    // be priced on that base, not on a bf16 one (it printed 18.2 GiB for a step of 36.3 GiB).
+    // On a bf16 catalog model the same holds with a bf16 base.
+    let granite = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/serving/configs/granite-3.1-8b-instruct.json"
+    );
+    for model in [granite, "llama-3-8b"] {
+        let full = json(&["estimate", model, "--gpu", "h100-80g"]);
+        let suggestions = full["suggestions"].as_array().unwrap();
+        for method in ["lora", "qlora"] {
+            let flags = format!("--finetune {method}");
+            let s = suggestions
+                .iter()
+                .find(|s| s["flags"] == flags.as_str())
+                .unwrap_or_else(|| panic!("{model}: {suggestions:#?}"));
+            let run = json(&["estimate", model, "--gpu", "h100-80g", "--finetune", method]);
+            assert_eq!(s["total_bytes"], run["total_bytes"], "{model} {flags}");
+        }
+    }
+}
+
+#[test]
 fn mixtral_qlora_notes_what_bitsandbytes_leaves_in_bf16() {
     let q = json(&[
         "estimate",

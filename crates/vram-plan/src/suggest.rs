@@ -54,17 +54,17 @@ pub fn step_tried(setup: &Setup) -> Vec<&'static str> {
 
 /// Changes of one or two knobs that make a full training or inference step of `model` fit in
 /// `cap` bytes, with the device total each gives (at most three), followed for training by the
-/// LoRA and QLoRA steps that fit ([`lora_alternatives`]).
+/// LoRA and QLoRA steps that fit ([`lora_alternatives`], LoRA's frozen base in `lora_base`).
 ///
 /// Training tries full recomputation, 8-bit Adam, both, ZeRO-3 (over 8 data-parallel GPUs when
 /// fewer are given), ZeRO-3 with recomputation, and optimizer offload under ZeRO; inference
 /// bf16 weights where it runs in fp32, an fp8 KV cache and tensor parallelism 2, 4, 8. Each is decided by
 /// [`vram_model::estimate::fits`] (at most two allocator replays, none where the peak walk
 /// refuses) before its device total is estimated.
-pub fn step(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
+pub fn step(model: &Model, setup: &Setup, cap: u64, lora_base: WeightFormat) -> Vec<Suggestion> {
     let mut out = step_changes(model, setup, cap);
     if let Mode::Train(_) = setup.mode {
-        out.extend(lora_alternatives(model, setup, cap));
+        out.extend(lora_alternatives(model, setup, cap, lora_base));
     }
     out
 }
@@ -213,7 +213,15 @@ fn suggested_lora(model: &Model) -> LoraSpec {
 
 /// LoRA and QLoRA steps (PEFT r=16 on every linear PEFT accepts, TRL's `SFTTrainer` defaults:
 /// gradient checkpointing, one GPU) that fit where the full training step of `setup` does not.
-pub fn lora_alternatives(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggestion> {
+/// LoRA's frozen base is `lora_base`: the one `--finetune lora` takes on this model without
+/// `--weights` (fp32 on a float32 config, `vram_report::request::FinetuneRequest::spec_for`), so
+/// that the flags suggested reproduce the figure printed beside them.
+pub fn lora_alternatives(
+    model: &Model,
+    setup: &Setup,
+    cap: u64,
+    lora_base: WeightFormat,
+) -> Vec<Suggestion> {
     let Mode::Train(t) = setup.mode else {
         return Vec::new();
     };
@@ -229,7 +237,7 @@ pub fn lora_alternatives(model: &Model, setup: &Setup, cap: u64) -> Vec<Suggesti
     let lora = suggested_lora(model);
     let mut out = Vec::new();
     for (flags, method, weights) in [
-        ("--finetune lora", Method::Lora, WeightFormat::Bf16),
+        ("--finetune lora", Method::Lora, lora_base),
         ("--finetune qlora", Method::Qlora, WeightFormat::Nf4),
     ] {
         let spec = FinetuneSpec {

@@ -732,7 +732,15 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
         }
     }
     if !r.fits {
-        r.suggestions = Some(suggest::step(model, &setup, cap));
+        // `--finetune lora`'s base as that flag alone would take it on this model
+        // (`FinetuneRequest::spec_for`: fp32 on a float32 config), so the suggestion's figure is
+        // the one its flags print.
+        let lora_base = if crate::request::stored_fp32(model) {
+            WeightFormat::Fp32
+        } else {
+            WeightFormat::Bf16
+        };
+        r.suggestions = Some(suggest::step(model, &setup, cap, lora_base));
     }
     r.serving = speed(
         model,
