@@ -178,6 +178,15 @@ pub enum ServingError {
         /// `zp`, printed with the weight-type refusal: `true` for a zero-point method (AWQ's),
         /// `false` for GPTQ's. `None` for the group-size refusal.
         zero_points: Option<bool>,
+        /// The checkpoint's weight type the weight-type refusal names (`uint4b8`: 4-bit GPTQ;
+        /// `uint4`: AWQ's). `None` for the group-size refusal.
+        weight_type: Option<String>,
+        /// The types Marlin takes on this device, as the weight-type refusal lists them: none on
+        /// a CUDA GPU below Marlin's floor (`query_marlin_supported_quant_types`: compute
+        /// capability 8.0 through vLLM 0.13, 7.5 from 0.14); others where the device takes some
+        /// but not this one (vLLM's CPU backend: `uint4b8` alone). `None` for the group-size
+        /// refusal.
+        supported_types: Option<Vec<String>>,
     },
 }
 
@@ -582,6 +591,22 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
                         None
                     }
                 }),
+                weight_type: r["marlin does not support weight_bits = ".len()..]
+                    .split(['.', ' '])
+                    .next()
+                    .filter(|t| !t.is_empty())
+                    .map(String::from),
+                supported_types: r.find("only types = [").and_then(|j| {
+                    let v = &r[j + "only types = [".len()..];
+                    let list = &v[..v.find(']')?];
+                    Some(
+                        list.split(',')
+                            .map(str::trim)
+                            .filter(|t| !t.is_empty())
+                            .map(String::from)
+                            .collect(),
+                    )
+                }),
             });
         }
         if r.starts_with("marlin does not support group_size") {
@@ -590,6 +615,8 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
                 group_size: int_after("group_size = "),
                 device_capability: None,
                 zero_points: None,
+                weight_type: None,
+                supported_types: None,
             });
         }
     }
@@ -1004,9 +1031,54 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
             group_size,
             device_capability,
             zero_points,
+            ref weight_type,
+            ref supported_types,
         } => {
             let group = group_size.map_or("its".into(), |g| g.to_string());
-            let explanation = match device_capability.filter(|&c| c < 75) {
+            // The weight-type refusal below Marlin's 7.5 floor (vLLM 0.14+; 8.0 before) is the
+            // GPU's; with the device taking some types, or at 7.5-7.9 (the 8.0 floor through
+            // 0.13), it is what the listed types say, never the group size.
+            let no_types = supported_types.as_ref().is_some_and(|t| t.is_empty());
+            let below_floor =
+                device_capability.filter(|&c| c < 75 && (no_types || supported_types.is_none()));
+            let explanation = match below_floor {
+                None if weight_type.is_some() => {
+                    let ty = weight_type.as_deref().unwrap_or("its type");
+                    let on = device_capability.map_or("on this device".to_string(), |c| {
+                        format!(
+                            "on this GPU (device_capability {c}, i.e. compute capability {}.{})",
+                            c / 10,
+                            c % 10
+                        )
+                    });
+                    if no_types {
+                        remedies.push(ServingRemedy {
+                            action: "a GPU of compute capability 8.0 or newer (Ampere and later)".into(),
+                            enough: true,
+                            detail: "Marlin's weight types are returned from device capability 80 on in every release read (0.10-0.23), from 75 on in vLLM 0.14 and later".into(),
+                        });
+                        remedies.push(ServingRemedy {
+                            action: "vLLM 0.14 or later".into(),
+                            enough: false,
+                            detail: "its Marlin types start at compute capability 7.5 (8.0 through 0.13); the quantization method's own minimum capability is checked too".into(),
+                        });
+                        format!(
+                            "not a memory error: vLLM's Marlin kernels support no weight type {on} in this release (Marlin's types start at compute capability 8.0 through vLLM 0.13, 7.5 from 0.14), and a Marlin method was built for the checkpoint's {ty}, which checks this at start-up (verify_marlin_supported)"
+                        )
+                    } else {
+                        let listed = supported_types
+                            .as_ref()
+                            .map_or(String::new(), |t| t.join(", "));
+                        remedies.push(ServingRemedy {
+                            action: format!("a checkpoint in a weight type Marlin takes {on} ({listed})"),
+                            enough: true,
+                            detail: "the refusal lists the types query_marlin_supported_quant_types returns for this device; the group size is checked only after the type".into(),
+                        });
+                        format!(
+                            "not a memory error: vLLM's Marlin kernels take the weight types {listed} {on}, not the checkpoint's {ty}; a Marlin method was built for it, which checks this at start-up (verify_marlin_supported)"
+                        )
+                    }
+                }
                 // A zero-point (AWQ) Marlin method: not the GPTQ path.
                 Some(c) if zero_points == Some(true) => {
                     remedies.push(ServingRemedy {

@@ -696,6 +696,8 @@ fn vllms_marlin_refusals_are_read_with_their_figures() {
                 group_size: group,
                 device_capability: capability,
                 zero_points: capability.map(|_| false),
+                weight_type: capability.map(|_| "uint4b8".to_string()),
+                supported_types: capability.map(|_| Vec::new()),
             },
             "{log}"
         );
@@ -737,11 +739,37 @@ fn vllms_marlin_refusals_are_read_with_their_figures() {
             group_size: Some(128),
             device_capability: Some(70),
             zero_points: Some(true),
+            weight_type: Some("uint4".into()),
+            supported_types: Some(Vec::new()),
         }
     );
     let d = explain(&awq, None);
     assert!(!d.explanation.contains("GPTQ"), "{}", d.explanation);
     assert!(d.remedies.iter().all(|r| !r.action.contains("GPTQ")));
+    // The weight-type refusal is never explained by the group size: at compute capability 7.5
+    // (no types through vLLM 0.13, whose floor is 8.0) and where the device takes other types
+    // (vLLM's CPU backend lists `uint4b8` alone and prints capability -1), the answer names the
+    // type and the floor or the list, and no remedy asks for group size 128.
+    for (text, says) in [
+        (
+            "ValueError: Marlin does not support weight_bits = uint4b8. Only types = [] are supported (for group_size = 128, device_capability = 75, zp = False).",
+            "8.0 through vLLM 0.13",
+        ),
+        (
+            "ValueError: Marlin does not support weight_bits = uint8b128. Only types = [uint4b8] are supported (for group_size = 128, device_capability = -1, zp = False).",
+            "take the weight types uint4b8 on this device, not the checkpoint's uint8b128",
+        ),
+    ] {
+        let e = parse(text).unwrap();
+        let d = explain(&e, None);
+        assert!(d.explanation.contains(says), "{}", d.explanation);
+        assert!(!d.explanation.contains("group sizes"), "{}", d.explanation);
+        assert!(
+            d.remedies.iter().all(|r| !r.action.contains("group size")),
+            "{:?}",
+            d.remedies
+        );
+    }
     // Unrelated lines that mention Marlin are not this refusal.
     assert_eq!(
         parse("INFO Using MarlinLinearKernel for AutoGPTQLinearMethod"),
