@@ -123,6 +123,42 @@ fn text_and_json_agree_and_full_training_suggests_qlora() {
 }
 
 #[test]
+fn a_float_weights_flag_sets_generates_dtype_and_a_quantized_one_keeps_the_configs() {
+    // granite-3.1-8b-instruct's config is float32. `--inference --weights bf16` is
+    // `from_pretrained(dtype=torch.bfloat16)`: the same step as `--precision bf16-amp` (it priced
+    // fp32 weights, 30.4 GiB, labelled bf16). A quantized `--weights` leaves dtype="auto" at the
+    // config's float32, and the note says so.
+    let granite = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/serving/configs/granite-3.1-8b-instruct.json"
+    );
+    let base = ["estimate", granite, "--inference", "--gpu", "h100-80g"];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        json(&a)
+    };
+    let flagged = with(&["--weights", "bf16"]);
+    let given = with(&["--precision", "bf16-amp"]);
+    assert_eq!(flagged["total_bytes"], given["total_bytes"]);
+    assert_eq!(flagged["description"], given["description"]);
+    let note = |v: &serde_json::Value| {
+        v["notes"].as_array().unwrap().iter().any(|n| {
+            n.as_str()
+                .unwrap()
+                .starts_with("precision fp32 (no --precision)")
+        })
+    };
+    assert!(!note(&flagged));
+    let int8 = with(&["--weights", "int8"]);
+    assert!(note(&int8), "{int8}");
+    let mut a = base.to_vec();
+    a.extend(["--weights", "int8"]);
+    let (_, text, _) = vram(&a);
+    assert!(text.contains("inference (generate), fp32,"), "{text}");
+}
+
+#[test]
 fn suggested_lora_and_qlora_print_the_figure_their_flags_give() {
     // A float32 config (granite-3.1-8b-instruct's, as published): `--finetune lora` alone holds
     // its base in fp32 (`FinetuneRequest::spec_for`), so the full step's suggestion of it must

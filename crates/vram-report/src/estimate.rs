@@ -473,7 +473,26 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             )));
         }
     }
-    let mut setup = req.step.setup(model, Some(gpu))?;
+    // Without --precision, generate runs in the dtype `from_pretrained` is given: a float
+    // `--weights` (dtype=torch.bfloat16, float16 or float32) decides it, as the config's dtype
+    // does without one (`default_precision`). On a float32 config, `--weights bf16` priced
+    // 30.4 GiB of "bf16" weights in an fp32 step (granite-3.1-8b-instruct).
+    let mut step = req.step;
+    if step.inference && step.precision.is_none() {
+        step.precision = match req
+            .finetune
+            .weights
+            .map(|w| w.format())
+            .transpose()?
+            .flatten()
+        {
+            Some(WeightFormat::Fp32) => Some(setup::Precision::Fp32),
+            Some(WeightFormat::Fp16) => Some(setup::Precision::Fp16Amp),
+            Some(WeightFormat::Bf16) => Some(setup::Precision::Bf16Amp),
+            _ => None,
+        };
+    }
+    let mut setup = step.setup(model, Some(gpu))?;
     // Issue 22: --weights for inference; --finetune lora/qlora for training.
     let mut inference_weights = None;
     let mut trainable = 0;
@@ -817,7 +836,17 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
             });
         }
     }
-    r.notes.extend(crate::notes::of_request(&req.step, model));
+    // The default precision's note reads the checkpoint as stored: a quantized `--weights` on
+    // a float32 config leaves `from_pretrained`'s dtype="auto" at float32 for what it computes.
+    match inference_weights {
+        Some(f) if f.is_quantized() => {
+            r.notes.extend(crate::notes::of_default_precision_quantized(
+                &step, &m.model,
+            ));
+            r.notes.extend(crate::notes::of_request(&step, model));
+        }
+        _ => r.notes.extend(crate::notes::of_request(&step, model)),
+    }
     r.notes.extend(image_notes(model, &setup, req.step.images));
     r.notes
         .extend(crate::notes::of_precision(setup.precision, gpu));

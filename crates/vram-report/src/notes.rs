@@ -117,6 +117,19 @@ pub fn of_default_precision(req: &crate::request::StepRequest, model: &Model) ->
     })
 }
 
+/// [`of_default_precision`] for generate under a quantized `--weights` (bitsandbytes, GPTQ, AWQ,
+/// FP8) on a float32 checkpoint: `from_pretrained`'s dtype="auto" still reads the config, so the
+/// step computes and caches in fp32 while the quantized linears keep their storage. `None` where
+/// `--precision` was given or the checkpoint is not float32.
+pub fn of_default_precision_quantized(
+    req: &crate::request::StepRequest,
+    stored: &Model,
+) -> Option<String> {
+    (req.inference && req.precision.is_none() && crate::request::stored_fp32(stored)).then(|| {
+        "precision fp32 (no --precision): the config's dtype is float32, which transformers 5.24's from_pretrained loads as it is (its default dtype=\"auto\" reads the config, beside the quantization config), so generate computes and holds the KV cache in fp32; --precision bf16-amp for a model loaded with dtype=torch.bfloat16".into()
+    })
+}
+
 /// What a LoRA step without `--weights` assumed for its frozen base, and why, on a float32
 /// checkpoint ([`crate::request::FinetuneRequest::fp32_base`]); `None` elsewhere.
 pub fn of_default_base(ft: &crate::request::FinetuneRequest, model: &Model) -> Option<String> {
