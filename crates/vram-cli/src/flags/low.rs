@@ -201,7 +201,8 @@ pub fn parse_weights(s: &str) -> Result<vram_report::request::Weights, String> {
 #[derive(Debug, Clone, Args)]
 pub struct StepArgs {
     /// Numeric precision [default: fp32 for --inference on a float32 config, which
-    /// from_pretrained's dtype="auto" loads as it is; else bf16-amp, TRL's SFTConfig bf16=True].
+    /// from_pretrained's dtype="auto" loads as it is (a float --weights gives the dtype instead);
+    /// else bf16-amp, TRL's SFTConfig bf16=True].
     #[arg(long, value_enum)]
     pub precision: Option<PrecisionArg>,
     /// Mixed-precision memory layout [default: deepspeed under ZeRO 2-3, else megatron under
