@@ -1777,6 +1777,19 @@ fn the_header_names_the_kv_dtype_the_engine_resolves() {
     assert!(head(&["--kv-cache-dtype", "fp8"]).ends_with("KV cache fp8"));
     // This config ships bfloat16.
     assert!(head(&[]).ends_with("KV cache bf16 (auto)"));
+    // On a GPU without bfloat16 vLLM's `_resolve_auto_dtype` serves it in float16 (read at
+    // 0.10.0, 0.11.0 and 0.21.0: `current_platform.supported_dtypes` from compute capability 8.0).
+    let mut v100 = vec!["capacity", cfg, "--gpu", "v100-32g", "--engine", "vllm"];
+    v100.extend(["--engine-version", "0.21.0"]);
+    let (code, out, err) = vram(&args(&v100));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .ends_with("KV cache float16 (auto)"),
+        "{out}"
+    );
     // A config that ships float16 (as Llama 2 and CodeLlama did) keeps it under `auto`.
     let shipped = std::fs::read_to_string(data().join("configs/deepseek-r1-0528-qwen3-8b.json"))
         .unwrap()

@@ -511,9 +511,11 @@ fn as_engine_loads(
 }
 
 /// `--kv-cache-dtype` as the header line names it. `auto` is the model's dtype as the engine
-/// resolves `--dtype` (vLLM v0.11.0 `config/model.py` `_resolve_auto_dtype`: a float16 or
-/// bfloat16 config is kept; a float32 config serves in bfloat16 where the GPU has it, else
-/// float16).
+/// resolves `--dtype` (vLLM `_resolve_auto_dtype`, read at 0.10.0 `config.py`, 0.11.0 and 0.21.0
+/// `config/model.py`: a float16 or bfloat16 config is kept where the GPU supports the dtype
+/// (`current_platform.supported_dtypes`: bfloat16 from compute capability 8.0), else it serves
+/// in float16 with a warning, the same bytes; a float32 config serves in bfloat16 where the GPU
+/// has it, else float16). For SGLang a bfloat16 config is named as stored.
 fn kv_dtype_name(r: &CapacityRequest, config: StoredDtype, g: &Gpu) -> &'static str {
     let half = if g.bf16 {
         "bf16 (auto)"
@@ -527,6 +529,8 @@ fn kv_dtype_name(r: &CapacityRequest, config: StoredDtype, g: &Gpu) -> &'static 
             Dtype::Bfloat16 => "bf16 (auto)",
             Dtype::Auto => match config {
                 StoredDtype::F16 => "float16 (auto)",
+                // SGLang's resolution of a bfloat16 config on such a GPU is not read here.
+                StoredDtype::Bf16 if r.engine == Engine::Vllm => half,
                 StoredDtype::Bf16 => "bf16 (auto)",
                 StoredDtype::F32 => half,
             },
