@@ -109,10 +109,11 @@ def quantize_meta(model):
     model.quantization_method = "bitsandbytes"
 
 
-def step_peak(path, mb, seq, method):
+def step_peak(path, mb, seq, method, load=torch.bfloat16):
     """The peak of the bytes the step's backbone allocates (second step), the op and phase
     there, the tensors alive then, and the parameters' dtypes. `method`: "qlora",
-    "qlora-prepare" or "lora"."""
+    "qlora-prepare" or "lora". `load`: the dtype the base is loaded in (float32: a float32
+    checkpoint under transformers 5's dtype="auto"); the step runs under bf16 autocast."""
     prepare = method == "qlora-prepare"
     lora_only = method == "lora"
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
@@ -131,7 +132,7 @@ def step_peak(path, mb, seq, method):
     with ExitStack() as patches:
         patches.enter_context(mock.patch.object(torch.nn.functional, "scaled_dot_product_attention",
                                                 fused_sdpa))
-        if lora_only or prepare:
+        if lora_only or prepare or load == torch.float32:
             patches.enter_context(mock.patch.object(torch.nn.functional, "linear", autocast_linear))
         # The meta device cannot read a value: no packed sequences (TRL's collator pads, one row
         # each).
@@ -140,7 +141,7 @@ def step_peak(path, mb, seq, method):
         cfg = meta_config(path)
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
-                                                                  dtype=torch.bfloat16)
+                                                                  dtype=load)
         if not lora_only:
             quantize_meta(model)
         if prepare:

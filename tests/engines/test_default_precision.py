@@ -103,3 +103,111 @@ def test_lora_base_is_what_both_loaders_give(checkpoints, name):
         # TRL's loader by name agrees on a float32 checkpoint (on a bfloat16 one it loads
         # float32 too, where vram keeps from_pretrained's bf16 base: a model passed in).
         assert param_bytes(create_model_from_path(str(checkpoints[name]))) == param_bytes(base)
+
+
+def test_qlora_on_a_float32_checkpoint_keeps_the_unpacked_rest_in_float32(checkpoints):
+    """`from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True))` with no
+    dtype: what bitsandbytes does not pack (embedding, norms, head) keeps the config's dtype
+    (transformers 5.24's 4-bit quantizer leaves `update_dtype` as `HfQuantizer`'s, which
+    returns the dtype it is given), and a `Linear4bit` returns its input's dtype, so the
+    residual stream under bf16 autocast is float32. PEFT's `prepare_model_for_kbit_training`
+    then has no half parameter to cast."""
+    import bitsandbytes as bnb
+    from peft import prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    for name in ("float32", "bfloat16"):
+        q = AutoModelForCausalLM.from_pretrained(
+            checkpoints[name],
+            quantization_config=BitsAndBytesConfig(
+                load_in_4bit=True,
+                bnb_4bit_quant_type="nf4",
+                bnb_4bit_compute_dtype=torch.bfloat16,
+            ),
+            device_map="cpu",
+        )
+        rest = [p for p in q.parameters() if not isinstance(p, bnb.nn.Params4bit)]
+        assert {p.dtype for p in rest} == {getattr(torch, name)}
+        rest_bytes = sum(p.numel() * p.element_size() for p in rest)
+        seen = {}
+        down = q.model.layers[0].mlp.down_proj
+        hook = down.register_forward_hook(lambda m, i, o: seen.update(x=i[0].dtype, y=o.dtype))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            q(torch.arange(8)[None])
+        hook.remove()
+        assert seen == {"x": getattr(torch, name), "y": getattr(torch, name)}, seen
+
+        e = estimate(checkpoints[name], "--finetune", "qlora", "--weights", "nf4")
+        assert e["weights"]["unquantized_bytes"] == rest_bytes
+        said = any(n.startswith("the float32 checkpoint loads") for n in e["notes"])
+        assert said == (name == "float32"), e["notes"]
+        if name == "float32":
+            prep = estimate(
+                checkpoints[name], "--finetune", "qlora", "--weights", "nf4", "--prepare-kbit"
+            )
+            before = sum(p.numel() * p.element_size() for p in q.parameters())
+            prepare_model_for_kbit_training(q, use_gradient_checkpointing=False)
+            assert sum(p.numel() * p.element_size() for p in q.parameters()) == before
+            assert prep["breakdown"]["parameters"] == e["breakdown"]["parameters"]
+
+
+def copies_saved(model, runs):
+    """The bf16 copies of frozen base weights that autograd saves in `runs` forwards of
+    `model` inside one bf16 autocast region (outputs kept): {data_ptr: bytes}, and the dtypes
+    of the first q_proj's base output and of the first decoder layer's output."""
+    frozen = {
+        tuple(p.shape[::-1])
+        for n, p in model.named_parameters()
+        if not p.requires_grad and p.dim() == 2 and "embed" not in n and "lm_head" not in n
+    }
+    copies, seen, outs = {}, {}, []
+
+    def pack(t):
+        if t.dtype == torch.bfloat16 and tuple(t.shape) in frozen:
+            copies[t.data_ptr()] = t.numel() * t.element_size()
+        return t
+
+    layer = model.base_model.model.model.layers[0]
+    h1 = layer.self_attn.q_proj.base_layer.register_forward_hook(
+        lambda m, i, o: seen.update(q=o.dtype)
+    )
+    h2 = layer.register_forward_hook(
+        lambda m, i, o: seen.update(layer=(o[0] if isinstance(o, tuple) else o).dtype)
+    )
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            for _ in range(runs):
+                outs.append(model(torch.arange(8)[None]).logits)
+    h1.remove()
+    h2.remove()
+    return copies, seen
+
+
+def test_fp32_lora_base_under_bf16_autocast(checkpoints):
+    """SFTConfig's bf16 autocast over an fp32 LoRA base: each frozen weight is cast to a bf16
+    copy at every use (autocast caches a cast only for a leaf that requires grad) and the
+    matmul saves it for its input's gradient; the linears' outputs are bf16, the layers'
+    (residual) fp32. vram keeps one layer's copies while that layer runs with saving on (the
+    recomputed layer, with TRL's checkpointing), every layer's without checkpointing."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(checkpoints["float32"])
+    model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    model.enable_input_require_grads()  # what TRL does for gradient checkpointing
+    once, seen = copies_saved(model, 1)
+    assert seen == {"q": torch.bfloat16, "layer": torch.float32}, seen
+    twice, _ = copies_saved(model, 2)
+    assert len(twice) == 2 * len(once)  # a new copy per use: nothing cached
+    layers = base.config.num_hidden_layers
+    per_layer = sum(once.values()) // layers
+    assert per_layer * layers == sum(once.values())
+
+    e = estimate(checkpoints["float32"], "--finetune", "lora")
+    assert e["setup"]["precision"] == "bf16-amp"
+    assert e["breakdown"]["weight_copies"] == per_layer
+    nogc = estimate(checkpoints["float32"], "--finetune", "lora", "--no-gradient-checkpointing")
+    assert nogc["breakdown"]["weight_copies"] == sum(once.values())
+    # Without autocast (--precision fp32) nothing is copied.
+    fp32 = estimate(checkpoints["float32"], "--finetune", "lora", "--precision", "fp32")
+    assert fp32["breakdown"].get("weight_copies", 0) == 0

@@ -21,8 +21,8 @@ SEQ = 32
 
 def vram_saved(method):
     # The tiny config says float32; the base measured here is built in bf16 (`build`), which
-    # vram's LoRA takes without --weights only from a half config: name it.
-    base = ["--weights", "bf16"] if method == "lora" else []
+    # vram takes without --weights (LoRA) or --load-dtype (QLoRA) only from a half config: name it.
+    base = ["--weights", "bf16"] if method == "lora" else ["--load-dtype", "bf16"]
     r = run_vram("estimate", TINY, "--finetune", method, "--seq", str(SEQ), "--lora-rank", "8", *base, "--json")
     assert r.returncode == 0, r.stderr
     return {s["path"]: s["bytes"] for s in json.loads(r.stdout)["adapter_saved_bytes"]}

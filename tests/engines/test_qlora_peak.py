@@ -46,3 +46,31 @@ def test_step_peak_matches_the_libraries(method):
     print(f"{method}: libraries {mode.peak / 1e6:.1f} MB ({mode.op_at_peak}, {mode.phase_at_peak}), "
           f"vram {vram / 1e6:.1f} MB ({err:+.2%})")
     assert abs(err) < 0.03, f"{method}: vram {vram} vs the libraries' {mode.peak} ({err:+.2%})"
+
+
+@pytest.mark.parametrize("method", ["qlora", "lora"])
+def test_step_peak_on_a_float32_checkpoint(method, tmp_path):
+    """The same config saying float32: transformers 5.24's from_pretrained (dtype="auto") loads
+    the base in float32. QLoRA keeps what bitsandbytes does not pack in fp32 (the residual
+    stream fp32: a Linear4bit returns its input's dtype); LoRA's base is fp32 under bf16
+    autocast, each frozen weight cast to a bf16 copy at every use. vram takes both from the
+    config without --weights/--load-dtype."""
+    import torch
+
+    cfg = json.load(open(CONFIG))
+    cfg["torch_dtype"] = "float32"
+    cfg.pop("dtype", None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    mode, dtypes = step_peak(str(path), MB, SEQ, method, load=torch.float32)
+    assert "float32" in dtypes
+    r = run_vram("estimate", str(path), *ARGS[method], "--lora-rank", "16", "--lora-targets", "all-linear",
+                 "--micro-batch", str(MB), "--seq", str(SEQ), "--json")
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)
+    adapters = e["trainable_params"] * e["adapter_dtype_bytes"]
+    vram = e["peak_tensor_bytes"] - e["weights"]["total_bytes"] - 3 * adapters - 64 * 2**20
+    err = vram / mode.peak - 1
+    print(f"{method} (float32 load): libraries {mode.peak / 1e6:.1f} MB ({mode.op_at_peak}, "
+          f"{mode.phase_at_peak}), vram {vram / 1e6:.1f} MB ({err:+.2%})")
+    assert abs(err) < 0.03, f"{method}: vram {vram} vs the libraries' {mode.peak} ({err:+.2%})"

@@ -247,6 +247,7 @@ pub fn lora_alternatives(
             lora: lora.clone(),
             skip_modules: Vec::new(),
             prepare_kbit: false,
+            load_fp32: false,
             gradient_checkpointing: true,
         };
         if let Ok(e) = step::estimate(model, &s, &spec) {
@@ -312,6 +313,8 @@ pub fn finetune(model: &Model, setup: &Setup, spec: &FinetuneSpec, cap: u64) -> 
                     "--finetune qlora" => FinetuneSpec {
                         method: Method::Qlora,
                         weights: WeightFormat::Nf4,
+                        // An fp32 base's checkpoint loads its unquantized rest in fp32.
+                        load_fp32: spec.load_fp32 || spec.weights == WeightFormat::Fp32,
                         ..spec.clone()
                     },
                     _ => FinetuneSpec {

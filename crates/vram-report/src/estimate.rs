@@ -562,8 +562,11 @@ pub fn estimate(m: &ModelInput<'_>, req: &EstimateRequest) -> Result<Report> {
                 )));
             }
             let mut r = finetune::build(model, &setup, &spec, gpu)?;
-            r.notes
-                .extend(crate::notes::of_default_base(&req.finetune, model));
+            r.notes.extend(crate::notes::of_default_base(
+                &req.finetune,
+                model,
+                setup.precision.is_amp(),
+            ));
             return Ok(Report::Finetune(Box::new(r)));
         }
         trainable = model.param_count();

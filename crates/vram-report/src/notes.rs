@@ -132,9 +132,21 @@ pub fn of_default_precision_quantized(
 
 /// What a LoRA step without `--weights` assumed for its frozen base, and why, on a float32
 /// checkpoint ([`crate::request::FinetuneRequest::fp32_base`]); `None` elsewhere.
-pub fn of_default_base(ft: &crate::request::FinetuneRequest, model: &Model) -> Option<String> {
+/// `amp`: the step runs under autocast (`bf16-amp`/`fp16-amp`, the training default).
+pub fn of_default_base(
+    ft: &crate::request::FinetuneRequest,
+    model: &Model,
+    amp: bool,
+) -> Option<String> {
     ft.fp32_base(model).then(|| {
-        "base fp32 (no --weights): the config's dtype is float32, which transformers 5.24's from_pretrained (dtype=\"auto\") and TRL 1.16.0's SFTTrainer (dtype float32 for a model given by name) both load as it is; --weights bf16 for a base loaded with dtype=torch.bfloat16. The frozen base's step is walked in fp32, as without autocast: under SFTConfig's bf16 autocast its linears' outputs are bf16 and each frozen weight is cast to a bf16 copy as it is used, neither of which is modelled".into()
+        format!(
+            "base fp32 (no --weights): the config's dtype is float32, which transformers 5.24's from_pretrained (dtype=\"auto\") and TRL 1.16.0's SFTTrainer (dtype float32 for a model given by name) both load as it is; --weights bf16 for a base loaded with dtype=torch.bfloat16. {}",
+            if amp {
+                "The frozen base's step runs under SFTConfig's bf16 autocast: its linears' outputs are bf16 over an fp32 residual stream, and each frozen weight is cast to a bf16 copy at every use; --precision fp32 walks it without autocast"
+            } else {
+                "The frozen base's step is walked in fp32 without autocast, as --precision fp32 asks"
+            }
+        )
     })
 }
 

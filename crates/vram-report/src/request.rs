@@ -639,6 +639,8 @@ pub struct FinetuneRequest {
     pub double_quant: bool,
     /// `--prepare-kbit`.
     pub prepare_kbit: bool,
+    /// `--load-dtype` (`None`: `auto`, the config's dtype).
+    pub load_dtype: Option<String>,
     /// `--no-gradient-checkpointing`.
     pub no_gradient_checkpointing: bool,
 }
@@ -655,6 +657,7 @@ impl Default for FinetuneRequest {
             weights: None,
             double_quant: false,
             prepare_kbit: false,
+            load_dtype: None,
             no_gradient_checkpointing: false,
         }
     }
@@ -685,6 +688,13 @@ impl FinetuneRequest {
         if self.fp32_base(model) {
             s.weights = WeightFormat::Fp32;
         }
+        // QLoRA on a float32 checkpoint: both loaders give float32 unless told otherwise, and
+        // transformers 5.24's bitsandbytes quantizer keeps that dtype for what it does not pack.
+        s.load_fp32 = s.method == Method::Qlora
+            && match self.load_dtype.as_deref() {
+                None | Some("auto") => stored_fp32(model),
+                Some(d) => d == "fp32",
+            };
         Ok(s)
     }
 
@@ -715,6 +725,7 @@ impl FinetuneRequest {
             },
             skip_modules: Vec::new(),
             prepare_kbit: self.prepare_kbit,
+            load_fp32: false,
             gradient_checkpointing: !self.no_gradient_checkpointing,
         };
         if s.method == Method::Full {
@@ -729,9 +740,26 @@ impl FinetuneRequest {
                     "--double-quant, --prepare-kbit and --no-gradient-checkpointing are for --finetune lora/qlora",
                 ));
             }
+            if self.load_dtype.is_some() {
+                return Err(input("--load-dtype is for --finetune qlora"));
+            }
             return Ok(s);
         }
         s.validate()?;
+        match self.load_dtype.as_deref() {
+            None => {}
+            Some(_) if s.method != Method::Qlora => {
+                return Err(input(
+                    "--load-dtype is for --finetune qlora (LoRA's base dtype is --weights bf16/fp16/fp32)",
+                ))
+            }
+            Some("auto" | "bf16" | "fp16" | "fp32") => {}
+            Some(d) => {
+                return Err(input(format!(
+                    "--load-dtype {d}: expected auto, bf16, fp16 or fp32"
+                )))
+            }
+        }
         if s.lora.rank == 0 {
             return Err(input("--lora-rank must be at least 1"));
         }

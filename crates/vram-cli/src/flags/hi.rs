@@ -175,6 +175,7 @@ impl FinetuneArgs {
             weights: self.weights,
             double_quant: self.double_quant,
             prepare_kbit: self.prepare_kbit,
+            load_dtype: self.load_dtype.clone(),
             no_gradient_checkpointing: self.no_gradient_checkpointing,
         })
     }

@@ -353,6 +353,11 @@ pub struct FinetuneArgs {
     /// parameters to fp32); TRL's SFTTrainer does not call it.
     #[arg(long)]
     pub prepare_kbit: bool,
+    /// QLoRA: the dtype the base is loaded with (from_pretrained's dtype=): what bitsandbytes
+    /// does not pack (embedding, norms, head) is held in it: auto (the config's, transformers
+    /// 5.24's default), bf16, fp16, fp32 [default: auto].
+    #[arg(long)]
+    pub load_dtype: Option<String>,
     /// LoRA/QLoRA: turn off gradient checkpointing (TRL's SFTConfig turns it on).
     #[arg(long)]
     pub no_gradient_checkpointing: bool,

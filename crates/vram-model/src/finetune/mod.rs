@@ -487,7 +487,18 @@ pub fn weights_bytes(
     double_quant: bool,
     skip: &[String],
 ) -> WeightsBytes {
-    let d = format.dense_bytes();
+    weights_bytes_loaded(t, format, double_quant, skip, format.dense_bytes())
+}
+
+/// [`weights_bytes`] with what stays unpacked held at `d` bytes an element (4 where a
+/// quantized base's checkpoint loads in float32: `FinetuneSpec::load_fp32`).
+pub fn weights_bytes_loaded(
+    t: &Transformer,
+    format: WeightFormat,
+    double_quant: bool,
+    skip: &[String],
+    d: u64,
+) -> WeightsBytes {
     let mut w = WeightsBytes::default();
     let mut site_params = 0;
     let b = &t.blocks;

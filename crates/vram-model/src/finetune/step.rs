@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::{lora, weights_bytes, LoraPlan, LoraSpec, SiteKind, WeightFormat, WeightsBytes};
+use super::{lora, weights_bytes_loaded, LoraPlan, LoraSpec, SiteKind, WeightFormat, WeightsBytes};
 use crate::describe::Model;
 use crate::error::{Error, Result};
 use crate::setup::{Allocator, Mode, Optimizer, Precision, Recompute, Setup};
@@ -66,6 +66,12 @@ pub struct FinetuneSpec {
     /// `peft.prepare_model_for_kbit_training` was called on the quantized base (TRL's
     /// `SFTTrainer` does not call it; PEFT's QLoRA examples do).
     pub prepare_kbit: bool,
+    /// The checkpoint loads in float32 (a float32 config under transformers 5.24's
+    /// `from_pretrained(dtype="auto")`, whose bitsandbytes quantizer keeps the dtype it is
+    /// given: `HfQuantizer.update_dtype`): what a quantized base leaves unpacked (embedding,
+    /// norms, biases, head, routers, fused experts) is fp32, and so is the residual stream
+    /// (`Linear4bit.forward` returns its input's dtype). No effect on an unquantized base.
+    pub load_fp32: bool,
     /// Gradient checkpointing (TRL's `SFTConfig` default: on, non-reentrant).
     pub gradient_checkpointing: bool,
 }
@@ -207,6 +213,10 @@ struct LayerAdapters {
     /// What a frozen layer's forward still holds, unsaved, when it reaches its last projection,
     /// tensor by tensor (see [`forward_locals`]).
     fwd_locals: Vec<u64>,
+    /// Autocast's half copies of the layer's frozen fp32 linear weights, one per linear (an
+    /// fp32 base under autocast; empty otherwise): what the layer keeps while it runs with
+    /// saving on.
+    copies: Vec<u64>,
     /// The layer's intermediate size (dense MLP; 0 otherwise).
     inter: u64,
     /// Adapter parameter tensors of the layer (element counts).
@@ -296,14 +306,17 @@ fn typical_intermediate(t: &crate::describe::Transformer) -> Option<u64> {
 /// `residual` local), the down projection's base output, and, when the adapters read copies of
 /// their inputs rather than the inputs themselves (fp32 adapters: PEFT's `_cast_input_dtype`;
 /// dropout), the MLP's normed input and the gate·up product, which nothing saves but the MLP's
-/// `forward` still holds. Measured on the meta device with the real libraries:
+/// `forward` still holds. `res`: bytes of an element of the residual stream (and of the norms'
+/// outputs); `act`: of what a linear returns (bf16 under autocast over fp32 weights, where the
+/// stream is fp32). Measured on the meta device with the real libraries:
 /// `tests/engines/qlora_peak.py --lora` (Llama-3.2-1B, 4 × 2048, the peak at the last layer's
 /// recomputed down projection, within 0.1 % of the H200's `max_memory_allocated()`).
 fn forward_locals(
     t: &crate::describe::Transformer,
     b: &crate::describe::Block,
     tok: u64,
-    cmp: u64,
+    res: u64,
+    act: u64,
     adapters_copy_x: bool,
 ) -> Vec<u64> {
     let (crate::describe::Mixer::Attention(_), crate::describe::Ffn::Dense(dense)) =
@@ -311,10 +324,10 @@ fn forward_locals(
     else {
         return Vec::new();
     };
-    let hid = tok * cmp * t.hidden();
-    let mut v = vec![hid, hid];
+    let hid = tok * res * t.hidden();
+    let mut v = vec![hid, tok * act * t.hidden()];
     if adapters_copy_x {
-        v.extend([hid, tok * cmp * dense.intermediate]);
+        v.extend([hid, tok * act * dense.intermediate]);
     }
     v
 }
@@ -408,10 +421,16 @@ fn step(
         ));
     }
     let plan = lora(t, &spec.lora)?;
-    let w = weights_bytes(t, spec.weights, spec.double_quant, &spec.skip_modules);
-    let storage = super::base_storage(t, spec.weights, spec.double_quant);
     let quantized = spec.weights.is_quantized();
-    let d = spec.weights.dense_bytes();
+    // Bytes of one element of what the base holds unpacked: fp32 where a quantized base's
+    // checkpoint loads in float32 (`FinetuneSpec::load_fp32`).
+    let d = if quantized && spec.load_fp32 {
+        4
+    } else {
+        spec.weights.dense_bytes()
+    };
+    let w = weights_bytes_loaded(t, spec.weights, spec.double_quant, &spec.skip_modules, d);
+    let storage = super::base_storage(t, spec.weights, spec.double_quant);
     let mut notes = plan.notes.clone();
     // TRL casts the trainable parameters of a quantized model to bf16 after get_peft_model.
     let adapter_bytes = if quantized { 2 } else { 4 };
@@ -433,10 +452,22 @@ fn step(
     // frozen base is fp32 (measured on the meta device: `tests/engines/qlora_peak.py
     // --prepare`). Only what autocast casts for SDPA stays bf16.
     let prep = spec.prepare_kbit && quantized;
+    // A quantized base whose unpacked parameters are fp32 (prepare_model_for_kbit_training's
+    // cast, or a float32 checkpoint): its embedding feeds an fp32 residual stream, and every
+    // Linear4bit/Linear8bitLt returns its input's dtype, so the base's activations are fp32.
+    let q_stream32 = quantized && (prep || d == 4);
+    // An fp32 LoRA base under autocast (TRL's default bf16=True): each frozen nn.Linear casts
+    // its fp32 weight to bf16 at every use. torch 2.15's autocast caches a cast only for a leaf
+    // that requires grad (aten/src/ATen/autocast_mode.cpp `cached_cast`), which a frozen weight
+    // is not, so every use makes a new copy; the matmul saves it for its input's gradient (the
+    // layer's input requires grad), so a layer that runs with saving on keeps all its copies,
+    // and the linears' outputs are bf16 over an fp32 residual stream (autocast's chain).
+    // Checked on the CPU: tests/engines/test_default_precision.py.
+    let amp_fp32_base = !quantized && d == 4 && setup.precision.is_amp();
     let frozen = Setup {
-        precision: if d == 4 {
+        precision: if d == 4 && !quantized && !amp_fp32_base {
             Precision::Fp32
-        } else if prep {
+        } else if q_stream32 || amp_fp32_base {
             Precision::Bf16Amp
         } else {
             Precision::Bf16
@@ -453,7 +484,16 @@ fn step(
     let mut chain_parts = crate::walk::chain_saved_parts(model, &frozen)?;
     let mut chain = chain;
     let tok = tr.micro_batch * tr.seq;
-    if prep {
+    if amp_fp32_base {
+        // A frozen layer makes no half weight gradient.
+        chain.layer_ffn_backward_tmp = chain
+            .layer_ffn_backward_tmp
+            .saturating_sub(chain.layer_half_grad);
+        chain.layer_mixer_backward_tmp = chain
+            .layer_mixer_backward_tmp
+            .saturating_sub(chain.layer_half_grad);
+    }
+    if q_stream32 {
         // Autocast's chain has the MLP's intermediates in bf16 (an nn.Linear's output); a
         // bitsandbytes Linear4bit returns the fp32 of its input, so the gate, up, activation
         // and product are fp32 here, and so are their gradients.
@@ -474,9 +514,16 @@ fn step(
                 .saturating_sub(chain.layer_half_grad);
         }
     }
-    let cmp = if d == 4 { 4 } else { 2 };
+    let cmp = if d == 4 && !quantized && !amp_fp32_base {
+        4
+    } else {
+        2
+    };
     // Bytes of one element of the frozen base's activations (the residual stream's dtype).
-    let res = if prep { 4 } else { cmp };
+    let res = if q_stream32 || d == 4 { 4 } else { cmp };
+    // Bytes of one element of what the base's linears return: the compute dtype, but fp32
+    // from a bitsandbytes linear fed fp32 (it returns its input's dtype).
+    let act = if q_stream32 { 4 } else { cmp };
     // One hidden-sized activation (the residual stream of the frozen base).
     let hid_bytes = tok * t.hidden() * res;
     // Per-layer adapters (every layer kind's sites; the per-kind table gives the count).
@@ -492,10 +539,11 @@ fn step(
                 kind,
                 tok,
                 res,
-                adapter_bytes == 4 || spec.lora.dropout > 0.0 || prep,
+                act,
+                adapter_bytes == 4 || spec.lora.dropout > 0.0 || q_stream32,
             ),
             inter: match kind.ffn {
-                crate::describe::Ffn::Dense(d) => tok * res * d.intermediate,
+                crate::describe::Ffn::Dense(d) => tok * act * d.intermediate,
                 _ => 0,
             },
             ..LayerAdapters::default()
@@ -534,6 +582,12 @@ fn step(
             };
             let mut fwd = 0;
             let mut bwd = 0;
+            if amp_fp32_base && s.kind == SiteKind::Module {
+                // The bf16 copy of the frozen weight: alive through its matmul where nothing
+                // saves it, kept for backward where the layer saves.
+                fwd = fwd.max(s.out * s.inp * cmp);
+                la.copies.push(s.out * s.inp * cmp);
+            }
             if quant_site && spec.weights.is_bnb_4bit() {
                 // gemm_4bit's fallback (M > 1536) dequantizes the whole weight in the input's
                 // dtype; MatMul4Bit's backward dequantizes again for grad_input.
@@ -555,9 +609,9 @@ fn step(
                 match s.kind {
                     SiteKind::Module => {
                         let p = spec.lora.dropout > 0.0;
-                        if adapter_bytes == 4 {
+                        if adapter_bytes == 4 && cmp != 4 {
                             // Under autocast (TRL's bf16=True), fp32 adapters: x is cast to fp32
-                            // (transient), dropped out when p > 0 (CUDA native_dropout saves a
+                            // (a transient where x is half; an fp32 x is its own), dropped out when p > 0 (CUDA native_dropout saves a
                             // bool mask), cast to bf16 for lora_A (saved), lora_A's bf16 output
                             // saved by lora_B, and autocast's bf16 copies of A and B saved by
                             // their matmuls.
@@ -565,9 +619,19 @@ fn step(
                                 + tok * r * cmp
                                 + r * (s.inp + s.out) * cmp
                                 + if p { tok * s.inp } else { 0 };
-                            fwd = fwd.max(tok * s.inp * 4 * if p { 2 } else { 1 });
+                            // Over an fp32 residual stream the norms' outputs are fp32 (the
+                            // mixer's and the dense MLP's first inputs, 0 and 4), while what a
+                            // linear made under autocast (the attention's output, the MLP's
+                            // intermediate) is bf16 and is copied.
+                            let copies_x = if res == 4 && matches!(s.input, 0 | 4) {
+                                0
+                            } else {
+                                1
+                            };
+                            fwd = fwd.max(tok * s.inp * 4 * (copies_x + u64::from(p)));
                         } else {
-                            // Adapters in the compute dtype read x itself: saved once per input
+                            // Adapters in the compute dtype (bf16 on a quantized base, fp32 on
+                            // an fp32 base without autocast) read x itself: saved once per input
                             // tensor (q/k/v share theirs); with p > 0 each adapter saves its own
                             // dropout output and mask instead.
                             if p {
@@ -576,7 +640,7 @@ fn step(
                                 // The output projection reads the fused kernel's own output
                                 // (laid out [b, s, h, d], so the transpose before it copies
                                 // nothing), which the kernel already saves.
-                            } else if prep {
+                            } else if q_stream32 {
                                 // An fp32 input: autocast casts it to bf16 for lora_A, one copy
                                 // per adapter (its cast cache keeps only weights' casts).
                                 la.saved += tok * s.inp * cmp;
@@ -647,6 +711,18 @@ fn step(
             }
         ));
     }
+    if quantized && spec.load_fp32 {
+        notes.push(format!(
+            "the float32 checkpoint loads what bitsandbytes does not pack in fp32 (transformers 5.24 from_pretrained dtype=\"auto\"): {} of embedding, norms, head and biases; Linear4bit returns its fp32 input's dtype, so the base's activations are fp32",
+            super::fmt_bytes(w.unquantized)
+        ));
+    }
+    if amp_fp32_base {
+        notes.push(format!(
+            "autocast casts each frozen fp32 weight to bf16 at every use (it caches casts only of weights that require grad): a layer keeps its copies ({} for the first) while it runs with saving on; the linears' outputs are bf16 over an fp32 residual stream",
+            super::fmt_bytes(per_kind.first().map_or(0, |l| l.copies.iter().sum()))
+        ));
+    }
     let mut tape = Tape(Vec::new(), 0);
     // Persistent state: the workspace, the base, the adapters.
     tape.alloc(Category::Workspace, vec![setup.overheads.workspace_bytes]);
@@ -708,7 +784,7 @@ fn step(
         }
     }
     half.resize(base_parts.len(), true);
-    if spec.prepare_kbit && quantized {
+    if prep && d != 4 {
         // PEFT 0.21.2 `prepare_model_for_kbit_training`: for each half parameter that is not a
         // `Params4bit`, `param.data = param.data.to(torch.float32)`: the fp32 copy is made, then
         // the half tensor is dropped (its bytes stay cached where it was loaded). The half
@@ -859,6 +935,7 @@ fn step(
                         Category::Activations,
                         frozen_parts(&chain_parts, chain.layer_saved, la, hid_bytes, la.inter),
                     ));
+                    keys.push(tape.alloc(Category::WeightCopies, la.copies.clone()));
                 }
                 let tmp = tape.alloc(
                     Category::Temporaries,
@@ -870,9 +947,9 @@ fn step(
             // TRL's fused LM head: the final hidden (compacted), fp32 statistics, one tile.
             let hid = tape.alloc(Category::Loss, vec![hid_bytes, 2 * tok * 4]);
             let mut tile = tok.min(4096) * t.vocab().min(32768) * cmp;
-            if spec.prepare_kbit && quantized {
-                // The head is fp32 after prepare_model_for_kbit_training: each vocabulary chunk
-                // is cast to the compute dtype (`weight[start:end].to(compute_dtype)`).
+            if (q_stream32 || d == 4) && cmp == 2 {
+                // The head is fp32 (prepare_model_for_kbit_training's cast, a float32
+                // checkpoint): each vocabulary chunk is cast to the compute dtype (`weight[start:end].to(compute_dtype)`).
                 tile += t.vocab().min(32768) * t.hidden() * cmp;
             }
             let fwd_tmp = tape.alloc(Category::Loss, vec![5 * tok * 4, tile]);
@@ -901,6 +978,7 @@ fn step(
                         Category::Activations,
                         frozen_parts(&chain_parts, chain.layer_saved, la, hid_bytes, la.inter),
                     );
+                    let copies = tape.alloc(Category::WeightCopies, la.copies.clone());
                     let locals: u64 = la.fwd_locals.iter().sum::<u64>() + la.tmp_fwd_last;
                     let tmp = tape.alloc(
                         Category::Temporaries,
@@ -913,7 +991,7 @@ fn step(
                         },
                     );
                     tape.free(tmp);
-                    saved
+                    (saved, copies)
                 });
                 // The layer's backward in its two halves, as autograd runs them: the
                 // feed-forward's first (its intermediate-sized gradients once the down
@@ -945,8 +1023,9 @@ fn step(
                 tape.free(g_prev);
                 g_prev = g;
                 tape.free(tmp);
-                if let Some(k) = recomputed {
+                if let Some((k, c)) = recomputed {
                     tape.free(k);
+                    tape.free(c);
                 }
                 for k in kept.pop().unwrap_or_default() {
                     tape.free(k);

@@ -35,6 +35,7 @@ pub fn finetune(method: Method, weights: WeightFormat) -> FinetuneSpec {
         },
         skip_modules: Vec::new(),
         prepare_kbit: false,
+        load_fp32: false,
         gradient_checkpointing: true,
     }
 }

@@ -255,6 +255,7 @@ fn a_text_only_step_gives_the_vision_tower_no_gradients() {
         },
         skip_modules: Vec::new(),
         prepare_kbit: false,
+        load_fp32: false,
         gradient_checkpointing: true,
     };
     let setup = Setup {
