@@ -214,8 +214,9 @@ fn suggested_lora(model: &Model) -> LoraSpec {
 /// LoRA and QLoRA steps (PEFT r=16 on every linear PEFT accepts, TRL's `SFTTrainer` defaults:
 /// gradient checkpointing, one GPU) that fit where the full training step of `setup` does not.
 /// LoRA's frozen base is `lora_base`: the one `--finetune lora` takes on this model without
-/// `--weights` (fp32 on a float32 config, `vram_report::request::FinetuneRequest::spec_for`), so
-/// that the flags suggested reproduce the figure printed beside them.
+/// `--weights` (fp32 on a float32 config, `vram_report::request::FinetuneRequest::spec_for`),
+/// and QLoRA's unpacked rest is fp32 with it, so that the flags suggested reproduce the figure
+/// printed beside them.
 pub fn lora_alternatives(
     model: &Model,
     setup: &Setup,
@@ -247,7 +248,9 @@ pub fn lora_alternatives(
             lora: lora.clone(),
             skip_modules: Vec::new(),
             prepare_kbit: false,
-            load_fp32: false,
+            // A float32 checkpoint (LoRA's base fp32) loads QLoRA's unpacked rest in fp32, as
+            // `--finetune qlora` alone takes it (`FinetuneRequest::spec_for`).
+            load_fp32: method == Method::Qlora && lora_base == WeightFormat::Fp32,
             gradient_checkpointing: true,
         };
         if let Ok(e) = step::estimate(model, &s, &spec) {
