@@ -392,6 +392,20 @@ impl Quantization {
                     WeightFormat::Gptq { group, .. } => group,
                     _ => 128,
                 };
+                let rows_inp = if desc_act {
+                    load.full_inp.max(inp)
+                } else {
+                    inp
+                };
+                let whole = linear_tensors(format, false, out, rows_inp);
+                // Scales and zeros over the whole input where act-order keeps them whole.
+                let rows = |t: &vram_model::finetune::LinearTensor| match t.name {
+                    "scales" | "qzeros" => whole
+                        .iter()
+                        .find(|w| w.name == t.name)
+                        .map_or(t.bytes, |w| w.bytes),
+                    _ => t.bytes,
+                };
                 let machete = load.marlin
                     && !load.moe_bank
                     && load.machete_groups.contains(&group)
@@ -399,33 +413,15 @@ impl Quantization {
                     && out % 128 == 0
                     && !(desc_act && inp != load.full_inp.max(inp));
                 if machete {
-                    let rows_inp = if desc_act {
-                        load.full_inp.max(inp)
-                    } else {
-                        inp
-                    };
-                    let whole = linear_tensors(format, false, out, rows_inp);
                     let mut v: Vec<u64> = linear_tensors(format, false, out, inp)
                         .iter()
-                        .map(|t| match t.name {
-                            "scales" | "qzeros" => whole
-                                .iter()
-                                .find(|w| w.name == t.name)
-                                .map_or(t.bytes, |w| w.bytes),
-                            _ => t.bytes,
-                        })
+                        .map(rows)
                         .collect();
                     if desc_act {
                         v.push(4 * inp); // act_perm's `perm`
                     }
                     return v;
                 }
-                let rows_inp = if desc_act {
-                    load.full_inp.max(inp)
-                } else {
-                    inp
-                };
-                let whole = linear_tensors(format, false, out, rows_inp);
                 let mut v: Vec<u64> = linear_tensors(format, false, out, inp)
                     .iter()
                     .filter(|t| desc_act || t.name != "g_idx")
@@ -433,13 +429,7 @@ impl Quantization {
                         !(load.marlin && !load.moe_bank && load.freed_leaves && t.name == "qzeros")
                     })
                     .map(|t| {
-                        let b = match t.name {
-                            "scales" | "qzeros" => whole
-                                .iter()
-                                .find(|w| w.name == t.name)
-                                .map_or(t.bytes, |w| w.bytes),
-                            _ => t.bytes,
-                        };
+                        let b = rows(t);
                         // `GPTQMarlinMoEMethod.create_weights` makes a bank's `w13_qzeros`/
                         // `w2_qzeros` in the model dtype, not the checkpoint's int32 (read at
                         // vLLM main 00161ce), as `vram_model`'s engine storage counts them.
