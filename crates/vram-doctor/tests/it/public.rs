@@ -504,6 +504,16 @@ const BATCHES: &[Batch] = &[
         fit: pinned(4),
         holdout: pinned(5).reported(5),
     },
+    // Batch 26: collected after every message of 1-25 had been seen (issue 35's twenty-fifth
+    // collection round: projects and angles the earlier batches lack, a repository's own fix note,
+    // PyTorch 0.x's `cuda runtime error (2)`, 2025-2026 diffusion and 3D threads, older threads of
+    // projects no batch holds); the rules may be fitted on its fit half and on everything above.
+    // Both halves stay unrun until the labelled messages are committed.
+    Split {
+        n: 26,
+        fit: Unrun,
+        holdout: Unrun,
+    },
 ];
 
 #[test]
