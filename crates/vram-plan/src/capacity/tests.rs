@@ -1026,6 +1026,53 @@ fn mxfp4_triton_holds_fp32_biases_and_a_padded_scale_copy() {
     assert_eq!(mxfp4_triton_extras(&llama3(), &k, h100), 0);
 }
 
+/// The triton_kernels vendored in vLLM 0.17.0-0.21.0 pads each MXFP4 expert tensor to
+/// multiples of 64 in both dims as it swizzles it for Hopper (`HopperMXValueLayout`): gpt-oss-20b
+/// (24 layers x 32 experts, H 2880) holds `w13` as `[H/2, 2I]` bytes, 1440 -> 1472 rows, and
+/// `w2` as `[I/2, H]`, `I/2` 1440 (TP 1) or 736 (TP 2, I padded to 1472) -> 1472 / 768 rows, and
+/// 384 at TP 4 (I padded to 768) unchanged. 0.14.1 and 0.22.0 vendor the copy without the
+/// pre-pad; Ampere runs Marlin.
+#[test]
+fn mxfp4_hopper_values_prepadded_to_64_in_vendored_triton_kernels() {
+    let t = model("gpt-oss-20b");
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |v: [u32; 3], tp: u64, gpu: &vram_model::gpu::Gpu| {
+        let k = Knobs {
+            engine_version: Some(v),
+            tp,
+            ..Knobs::default()
+        };
+        mxfp4_hopper_value_padding(&t, &k, gpu)
+    };
+    let tp1 = 24 * 32 * ((1472 - 1440) * 5760 + (1472 - 1440) * 2880);
+    assert_eq!(at([0, 19, 0], 1, h100), tp1);
+    assert_eq!(at([0, 17, 0], 1, h100), tp1);
+    assert_eq!(at([0, 21, 0], 1, h100), tp1);
+    assert_eq!(
+        at([0, 19, 0], 2, h100),
+        24 * 32 * ((1472 - 1440) * 2944 + (768 - 736) * 2880)
+    );
+    assert_eq!(at([0, 19, 0], 4, h100), 24 * 32 * (1472 - 1440) * 1536);
+    assert_eq!(at([0, 14, 1], 1, h100), 0);
+    assert_eq!(at([0, 16, 0], 1, h100), 0);
+    assert_eq!(at([0, 22, 0], 1, h100), 0);
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    assert_eq!(at([0, 19, 0], 1, a100), 0);
+    // It is part of what vLLM's weights take.
+    let k = Knobs {
+        engine_version: Some([0, 19, 0]),
+        ..Knobs::default()
+    };
+    let old = Knobs {
+        engine_version: Some([0, 16, 0]),
+        ..k
+    };
+    assert_eq!(
+        weights_per_gpu(&t, &k, h100, Engine::Vllm) - weights_per_gpu(&t, &old, h100, Engine::Vllm),
+        tp1
+    );
+}
+
 #[test]
 fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     let t = llama3();

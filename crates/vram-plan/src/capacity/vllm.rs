@@ -383,7 +383,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         || k.quantization == Quantization::Mxfp4
     {
         let (kernel, im, hm) = engine::vllm_mxfp4_layout(k, gpu);
+        let prepad = super::weights::vllm_mxfp4_value_prepad(k);
         assumes.push(String::from(match (kernel, im, hm) {
+            ("Triton", ..) if prepad => "MXFP4 experts in the Triton layout (Hopper from 0.12, whose wheel builds triton_kernels): the intermediate size per GPU padded to 64, the expert biases in fp32, the scales twice: the checkpoint's stay registered beside HopperMXScaleLayout's padded copy (torch 2.9; _swizzle_mxfp4), and each expert tensor's two dims padded to multiples of 64 bytes by HopperMXValueLayout (the triton_kernels vendored in the wheels of 0.17-0.21)",
             ("Marlin", ..) => "MXFP4 experts in the Marlin layout (compute capability < 9, or Hopper before 0.12, whose Triton path needs the optional triton_kernels package that vLLM's wheel does not bring until 0.12): the hidden size padded to 256 and the intermediate size per GPU to 128 (Mxfp4MoEMethod.create_weights)",
             ("Triton", ..) => "MXFP4 experts in the Triton layout (Hopper from 0.12, whose wheel builds triton_kernels): the intermediate size per GPU padded to 64, the expert biases in fp32, and the scales twice: the checkpoint's stay registered beside HopperMXScaleLayout's padded copy (torch 2.9; _swizzle_mxfp4)",
             _ => "MXFP4 experts in the FlashInfer/ROCm layout: the hidden and intermediate sizes padded to 256 (128 for ROCm before 0.11)",

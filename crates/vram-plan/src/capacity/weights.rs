@@ -53,7 +53,9 @@ pub fn weights_per_gpu(t: &Transformer, k: &Knobs, gpu: &Gpu, engine: Engine) ->
         return base;
     }
     let padding = if mxfp4 {
-        mxfp4_padding(t, k, gpu) + mxfp4_triton_extras(t, k, gpu)
+        mxfp4_padding(t, k, gpu)
+            + mxfp4_triton_extras(t, k, gpu)
+            + mxfp4_hopper_value_padding(t, k, gpu)
     } else {
         0
     };
@@ -374,6 +376,56 @@ pub(super) fn mxfp4_triton_extras(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 
         0
     };
     experts * (bias + scales) * t.layers().div_ceil(k.pp)
+}
+
+/// Whether the triton_kernels that vLLM's wheel vendors (`vllm/third_party/triton_kernels`, the
+/// copy `has_triton_kernels` finds and the engine logs "Loading module triton_kernels from")
+/// pads the MXFP4 values before swizzling them for Hopper. Read in the x86_64 manylinux wheels
+/// of every release from 0.12.0 to 0.23.0: `HopperMXValueLayout.swizzle_data`
+/// (`tensor_details/layout_details/hopper_value.py`) opens with "Pre-pad both matrix dims to
+/// multiples of 64" in 0.17.0 to 0.21.0; 0.12.0 to 0.16.0 and 0.22.0 to 0.23.0 vendor the
+/// older copy, which pads only to its tile packing (16 and 32, which MXFP4's shapes already
+/// meet).
+pub(super) fn vllm_mxfp4_value_prepad(k: &Knobs) -> bool {
+    ([0, 17, 0]..[0, 22, 0]).contains(&Engine::Vllm.version_in_force(k))
+}
+
+/// Bytes vLLM's Triton MXFP4 path on Hopper adds to the expert values on the most loaded GPU
+/// where its triton_kernels pre-pads them ([`vllm_mxfp4_value_prepad`]). `_swizzle_mxfp4`
+/// (`quantization/utils/mxfp4_utils.py`, called for the Triton backends from
+/// `convert_to_mxfp4_moe_kernel_format` in `fused_moe/oracle/mxfp4.py`, read at 0.19.1)
+/// transposes each packed expert tensor so the MXFP4 axis comes first and converts it to
+/// `HopperMXValueLayout` (torch 2.8.1 or newer; `make_default_matmul_mxfp4_w_layout` on compute
+/// capability 9), whose `swizzle_data` pads the last two dims of that uint8 tensor to multiples
+/// of 64 and keeps the padded copy as the layer's weight (the loaded one is deleted):
+/// `w13` `[E, 2I, H/2]` is swizzled as `[E, H/2, 2I]`, `w2` `[E, H, I/2]` as `[E, I/2, H]`,
+/// with `I` the per-GPU intermediate size already padded to 64 ([`engine::vllm_mxfp4_layout`]).
+/// gpt-oss (H 2880): `H/2` = 1440 becomes 1472; at TP 2 `I/2` = 736 becomes 768.
+pub(super) fn mxfp4_hopper_value_padding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
+    let (kernel, im, _) = engine::vllm_mxfp4_layout(k, gpu);
+    if kernel != "Triton" || !vllm_mxfp4_value_prepad(k) {
+        return 0;
+    }
+    let Some(moe) = t.blocks.kinds.iter().find_map(|kind| kind.ffn.moe()) else {
+        return 0;
+    };
+    let (etp, _) = expert_split(k);
+    let experts = moe
+        .experts
+        .div_ceil(if k.expert_parallel { etp } else { 1 });
+    let inter = if k.expert_parallel {
+        moe.expert_intermediate
+    } else {
+        moe.expert_intermediate.div_ceil(k.tp)
+    };
+    let i_pad = inter.div_ceil(im) * im;
+    let up_rows = if moe.gated { 2 * i_pad } else { i_pad };
+    let h = t.hidden();
+    let r64 = |x: u64| x.div_ceil(64) * 64;
+    // Each matrix as swizzled: (packed MXFP4 axis in bytes, the other axis).
+    let grown = |packed: u64, other: u64| r64(packed) * r64(other) - packed * other;
+    let per_expert = grown(h / 2, up_rows) + grown(i_pad / 2, h);
+    experts * per_expert * t.layers().div_ceil(k.pp)
 }
 
 /// How the experts are split: `(ways, whole)`: vLLM with `--enable-expert-parallel` spreads
