@@ -1045,8 +1045,12 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     // V1 on PCIe, eager: the kernel images, and at TP 2 one communicator the profile connects.
     assert_eq!(at("l4", "0.18.1", 1, true), 80 * mib);
     assert_eq!(at("l4", "0.18.1", 2, true), 80 * mib + 51 * mib);
-    // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured.
+    // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured
+    // (0.31 GiB) and, at -O2 from 0.17, FlashInfer's fusion workspace (3 x 512 MiB): together
+    // the 1.81 GiB 0.19's logs show at TP 2.
     assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
+    // Eager: no compile, so no fusion pass and no workspace.
+    assert_eq!(at("h100-80g", "0.19.0", 2, true), 80 * mib + 317 * mib);
     // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair.
     assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 288 * mib);
     // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's; two
@@ -1541,7 +1545,8 @@ fn interconnect_can_be_told() {
     assert_eq!(at(None), 24 * mib + 288 * mib);
     assert_eq!(at(Some(Interconnect::Pcie)), 24 * mib + 51 * mib);
     assert_eq!(at(Some(Interconnect::Network)), 24 * mib + 51 * mib);
-    assert_eq!(at(Some(Interconnect::NvSwitchNvls)), 24 * mib + 1853 * mib);
+    // 0.10 builds no FlashInfer fusion workspace: the NVLS communicator alone.
+    assert_eq!(at(Some(Interconnect::NvSwitchNvls)), 24 * mib + 317 * mib);
 }
 
 /// vLLM V1 before 0.17 profiles the dummy sampler's PyTorch sort unless FlashInfer samples
@@ -3835,7 +3840,7 @@ fn a_pp_group_across_nodes_is_charged_the_network_communicator() {
     // V1 before 0.9 (no baseline) at TP 8 x PP 2 on two H100 nodes: two TP communicators at the
     // NVSwitch reading and the PP group's at the network's 51 MiB; within one node (TP 4 x PP 2)
     // all three at the NVSwitch reading.
-    let nv = 1853 * mib;
+    let nv = 317 * mib;
     let at = |tp: u64, pp: u64| {
         let k = knobs(tp, pp, [0, 8, 5]);
         let (v1, _) = engine::vllm_v1(&k, h100);
@@ -4093,5 +4098,76 @@ fn machete_takes_hopper_gptq_linears_and_keeps_their_zeros_and_g_idx() {
     assert_eq!(
         awq_parts(hopper),
         vec![inp * out / 8 * 4, inp / 128 * out * 2, inp / 128 * out * 2]
+    );
+}
+
+/// FlashInfer's all-reduce + RMSNorm fusion workspace (vLLM 0.17-0.22 at -O2): where the
+/// release's `enable_allreduce_rms_fusion` and `AllReduceFusionPass` build it, and its size by
+/// the allocator of the pinned flashinfer-python (0.6.4-0.6.8.post1: `SymmDeviceMemory`, each
+/// buffer rounded to the 512 MiB multicast granularity; 0.6.11.post2 at vLLM 0.22.1: PyTorch's
+/// symmetric memory, rounded to 2 MiB).
+#[test]
+fn flashinfer_fusion_workspace_follows_the_release_and_the_start() {
+    let t = llama3();
+    let mib = 1u64 << 20;
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let ws = |gpu: &Gpu, version: &str, f: &dyn Fn(&mut Knobs)| {
+        let mut k = Knobs {
+            tp: 2,
+            max_model_len: Some(4096),
+            engine_version: parse_version(version),
+            ..Knobs::default()
+        };
+        f(&mut k);
+        non_torch::vllm_fi_allreduce_workspace(&t, gpu, &k, true, 8192).map(|w| w.0)
+    };
+    let none = |_: &mut Knobs| {};
+    // Off at every level through 0.16; on at -O2 from 0.17: three buffers (128 MiB, 2 KiB of
+    // flags, 384 MiB of Lamport buffers for 8,192 tokens of 4,096) each taking 512 MiB.
+    assert_eq!(ws(h100, "0.16.0", &none), None);
+    assert_eq!(ws(h100, "0.17.1", &none), Some(1536 * mib));
+    assert_eq!(ws(h100, "0.19.0", &none), Some(1536 * mib));
+    // TP 4 (2 MiB of input at most on sm_90): tiny buffers, the same 1.5 GiB once rounded.
+    assert_eq!(ws(h100, "0.19.0", &|k| k.tp = 4), Some(1536 * mib));
+    // No size-table entry for TP 3; TP 1 has nothing to reduce.
+    assert_eq!(ws(h100, "0.19.0", &|k| k.tp = 3), None);
+    assert_eq!(ws(h100, "0.19.0", &|k| k.tp = 1), None);
+    // -O1, --enforce-eager and -cc.mode=none: no fusion pass.
+    assert_eq!(
+        ws(h100, "0.19.0", &|k| k.optimization_level = Some(1)),
+        None
+    );
+    assert_eq!(ws(h100, "0.19.0", &|k| k.enforce_eager = true), None);
+    assert_eq!(
+        ws(h100, "0.19.0", &|k| k.compilation_mode =
+            Some(CompilationMode::None)),
+        None
+    );
+    // DP or PP beside TP: gated off at 0.17-0.20, not at 0.21.
+    assert_eq!(ws(h100, "0.19.0", &|k| k.dp = 2), None);
+    assert_eq!(ws(h100, "0.19.0", &|k| k.pp = 2), None);
+    assert_eq!(ws(h100, "0.21.0", &|k| k.dp = 2), Some(1536 * mib));
+    // Without multicast (PCIe, or across nodes) SymmDeviceMemory refuses and vLLM drops the pass.
+    assert_eq!(
+        ws(h100, "0.19.0", &|k| k.interconnect =
+            Some(Interconnect::Pcie)),
+        None
+    );
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    assert_eq!(ws(a100, "0.19.0", &none), None);
+    // 0.22 (flashinfer 0.6.11.post2): PyTorch's symmetric memory, each buffer plus its 2 KiB
+    // signal pad rounded to 2 MiB: 130 + 2 + 386 MiB.
+    assert_eq!(ws(h100, "0.22.1", &none), Some(518 * mib));
+    // A smaller scheduler budget caps the tokens: 2,048 tokens give 32 + 96 MiB, 34 + 2 + 98.
+    let k = Knobs {
+        tp: 2,
+        engine_version: parse_version("0.22.1"),
+        ..Knobs::default()
+    };
+    let (b, text) = non_torch::vllm_fi_allreduce_workspace(&t, h100, &k, true, 2048).unwrap();
+    assert_eq!(b, 134 * mib);
+    assert!(
+        text.contains("2048 tokens of hidden size 4096 at TP 2"),
+        "{text}"
     );
 }

@@ -151,7 +151,12 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     }
     // Memory outside PyTorch that appears after the snapshot (kernel images, library handles,
     // NCCL and custom all-reduce buffers at TP/PP > 1), by version (`engine::vllm_non_torch`).
-    let (non_torch, non_torch_source) = non_torch::vllm_non_torch(k, v1, gpu);
+    let (mut non_torch, mut non_torch_source) = non_torch::vllm_non_torch(k, v1, gpu);
+    // FlashInfer's all-reduce + RMSNorm fusion workspace, made while the profile run compiles.
+    if let Some((ws, text)) = non_torch::vllm_fi_allreduce_workspace(t, gpu, k, v1, mnbt) {
+        non_torch += ws;
+        non_torch_source = format!("{non_torch_source}; {text}");
+    }
     // The CUDA graphs `capture_model` records after the KV cache is allocated
     // (`graphs::vllm_graphs`: the version's capture sizes, the shared pool, driver memory).
     let captured = (!k.enforce_eager
