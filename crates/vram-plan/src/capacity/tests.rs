@@ -4171,3 +4171,141 @@ fn flashinfer_fusion_workspace_follows_the_release_and_the_start() {
         "{text}"
     );
 }
+
+/// vLLM's own `is_mm_prefix_lm` and its refusal of a chosen FLASH_ATTN, run on the CPU from each
+/// release's source (`tests/data/attn_select/attn_select.py` over 0.12.0, 0.13.0, 0.14.1,
+/// 0.16.0, 0.17.1, 0.18.1, 0.19.1, 0.20.2, 0.21.0 and 0.22.1, written to `cases.jsonl`):
+/// vram's rule (`graphs::vllm_mm_prefix_lm`, fed by the config readers
+/// `read::config_mm_prefix_lm` and `read::bidirectional_vision`) gives the engine's answer for
+/// every config, and its refusal carries the engine's text word for word.
+#[test]
+fn attention_selection_follows_each_releases_own_code() {
+    let cases = include_str!("../../tests/data/attn_select/cases.jsonl");
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let (mut mm_checked, mut refusals_checked) = (0, 0);
+    for line in cases.lines() {
+        let c: serde_json::Value = serde_json::from_str(line).unwrap();
+        let version = parse_version(c["version"].as_str().unwrap());
+        if let Some(name) = c.get("case").and_then(|n| n.as_str()) {
+            let mut config = c["config"].clone();
+            if !c["text_config"].is_null() {
+                config["text_config"] = c["text_config"].clone();
+            }
+            let mut t = llama3();
+            t.model_type = config["model_type"].as_str().unwrap().into();
+            let k = Knobs {
+                engine_version: version,
+                mm_prefix_lm: vram_model::read::config_mm_prefix_lm(&config),
+                bidirectional_vision: vram_model::read::bidirectional_vision(&config),
+                ..Knobs::default()
+            };
+            assert_eq!(
+                graphs::vllm_mm_prefix_lm(&t, &k),
+                c["mm_prefix"].as_bool().unwrap(),
+                "{name} at {}",
+                c["version"]
+            );
+            mm_checked += 1;
+            continue;
+        }
+        // A refusal case: a model of that head size whose image tokens attend both ways or not
+        // (Gemma 3's model type, listed from 0.13; none before).
+        let head = c["head_size"].as_u64().unwrap();
+        let mm = c["mm_prefix"].as_bool().unwrap();
+        let mut t = llama3();
+        t.model_type = if mm { "gemma3" } else { "llama" }.into();
+        for kind in t.blocks.kinds.iter_mut() {
+            if let vram_model::mech::Mixer::Attention(a) = &mut kind.mixer {
+                a.head_dim = head;
+            }
+        }
+        let k = Knobs {
+            engine_version: version,
+            attention_backend: Some(AttentionBackend::FlashAttn),
+            ..Knobs::default()
+        };
+        let ours = engine::attention_backend_refusal(&t, h100, Engine::Vllm, &k);
+        let v = version.unwrap();
+        let engine_mm = mm && v >= [0, 13, 0];
+        match c["error"].as_str() {
+            // 0.22 takes heads to 512 where FlashAttention 4 is built: vram says it cannot tell
+            // (the script's stand-in has no FA4).
+            Some(_) if v >= [0, 22, 0] && head > 256 => {
+                assert!(
+                    ours.as_deref().unwrap().contains("FlashAttention 4"),
+                    "{ours:?}"
+                );
+            }
+            // The script passes the case's flag whatever the release; vram asks the release.
+            Some(e) if engine_mm == mm => {
+                let ours = ours.unwrap_or_else(|| panic!("{line}: vram does not refuse"));
+                assert!(ours.contains(e), "{line}\nvram: {ours}");
+                refusals_checked += 1;
+            }
+            Some(_) => {}
+            None => assert_eq!(ours, None, "{line}"),
+        }
+    }
+    assert_eq!(mm_checked, 130);
+    assert!(refusals_checked >= 20, "{refusals_checked}");
+}
+
+/// A chosen attention backend decides whether FULL graphs on Hopper hold FlashAttention 3's
+/// split accumulators: only FLASH_ATTN's do; Triton for Gemma 3 by default (its image tokens
+/// attend both ways from 0.13) and FlashAttention otherwise. A config's own `is_mm_prefix_lm`
+/// moves Gemma 3 back to FlashAttention from 0.17.
+#[test]
+fn a_chosen_attention_backend_decides_flashattention_graph_state() {
+    let t = llama3();
+    let mib = 1u64 << 20;
+    let at = |b: Option<AttentionBackend>| Knobs {
+        engine_version: parse_version("0.19.0"),
+        attention_backend: b,
+        ..Knobs::default()
+    };
+    let pool = |k: &Knobs| vllm_graphs(&t, h100(), k, true, 1024, 8192, None).pool;
+    let fa = pool(&at(None));
+    assert_eq!(pool(&at(Some(AttentionBackend::FlashAttn))), fa);
+    let triton = pool(&at(Some(AttentionBackend::TritonAttn)));
+    assert!(triton < fa, "{triton} {fa}");
+    assert_eq!(pool(&at(Some(AttentionBackend::Flashinfer))), triton);
+    assert_eq!(pool(&at(Some(AttentionBackend::FlexAttention))), triton);
+    // The accumulators themselves: 32 splits x 512 tokens x (4,096 query + 32 heads) x fp32.
+    assert_eq!(fa, 32 * 512 * (4096 + 32) * 4);
+    assert!(fa > 200 * mib);
+    // Gemma 3 (listed): Triton by default; FLASH_ATTN refused in vLLM's words.
+    let mut g = t.clone();
+    g.model_type = "gemma3".into();
+    assert!(!graphs::vllm_runs_flash_attention(&g, &at(None)));
+    let why = capacity(
+        &g,
+        h100(),
+        Engine::Vllm,
+        &at(Some(AttentionBackend::FlashAttn)),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        why.contains("vLLM 0.19 refuses this: ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: ['partial multimodal token full attention not supported']"),
+        "{why}"
+    );
+    // Its config saying `is_mm_prefix_lm: false` is taken from 0.17, not at 0.16.
+    let own = |v: &str| Knobs {
+        engine_version: parse_version(v),
+        mm_prefix_lm: Some(false),
+        ..Knobs::default()
+    };
+    assert!(graphs::vllm_runs_flash_attention(&g, &own("0.17.1")));
+    assert!(!graphs::vllm_runs_flash_attention(&g, &own("0.16.0")));
+    // The flag before 0.11, on V0 and for SGLang: refused in one line.
+    let old = Knobs {
+        engine_version: parse_version("0.10.1"),
+        attention_backend: Some(AttentionBackend::TritonAttn),
+        ..Knobs::default()
+    };
+    let why = capacity(&t, h100(), Engine::Vllm, &old)
+        .unwrap_err()
+        .to_string();
+    assert!(why.contains("from 0.11"), "{why}");
+    assert!(!why.contains('\n'));
+}
