@@ -11,7 +11,8 @@ on the CPU.
   full step is bf16-amp (fp32 weights under bf16 autocast) on both checkpoints.
 - LoRA: the frozen base is what both loaders give a float32 checkpoint, float32, and vram
   holds it in fp32 (its bytes equal the loaded model's); on a bfloat16 checkpoint vram keeps
-  the bf16 base `from_pretrained` loads.
+  the bf16 base `from_pretrained` loads, while TRL given the model by name loads float32 there
+  too (TRL 1.16.0, the newest on PyPI on 2026-11-28), which `--weights fp32` prices.
 """
 
 import json
@@ -99,10 +100,17 @@ def test_lora_base_is_what_both_loaders_give(checkpoints, name):
     assert e["weights_bytes"] == param_bytes(base)
     said = any(n.startswith("base fp32 (no --weights)") for n in e["notes"])
     assert said == (name == "float32"), e["notes"]
+    # TRL's loader by name (`SFTTrainer(model="id")` calls `create_model_from_path` with
+    # `SFTConfig.model_init_kwargs`, None by default) loads float32 whatever the checkpoint:
+    # on a float32 one it agrees with vram's default; on a bfloat16 one vram keeps
+    # from_pretrained's bf16 base (a model passed in) and prices the by-name load with
+    # `--weights fp32`, the same bytes.
+    by_name = create_model_from_path(str(checkpoints[name]))
+    assert {p.dtype for p in by_name.parameters()} == {torch.float32}
     if name == "float32":
-        # TRL's loader by name agrees on a float32 checkpoint (on a bfloat16 one it loads
-        # float32 too, where vram keeps from_pretrained's bf16 base: a model passed in).
-        assert param_bytes(create_model_from_path(str(checkpoints[name]))) == param_bytes(base)
+        assert param_bytes(by_name) == param_bytes(base)
+    e32 = estimate(checkpoints[name], "--finetune", "lora", "--weights", "fp32")
+    assert e32["weights_bytes"] == param_bytes(by_name)
 
 
 def test_qlora_on_a_float32_checkpoint_keeps_the_unpacked_rest_in_float32(checkpoints):

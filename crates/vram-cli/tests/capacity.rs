@@ -319,6 +319,38 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "invalid value '4' for '--optimization-level",
         ),
         (
+            // A chosen attention backend: vLLM's flag (SGLang's own is another one), read
+            // from 0.11; FLASH_ATTN refused in vLLM's words where FlashAttention cannot run.
+            vec![
+                "llama-3-8b",
+                "--engine",
+                "sglang",
+                "--attention-backend",
+                "triton-attn",
+            ],
+            "--attention-backend is a vLLM flag; not for --engine sglang",
+        ),
+        (
+            vec![
+                "llama-3-8b",
+                "--engine-version",
+                "0.10",
+                "--attention-backend",
+                "TRITON_ATTN",
+            ],
+            "--attention-backend TRITON_ATTN is read for vLLM V1 on CUDA from 0.11",
+        ),
+        (
+            vec![
+                "gemma-4-26b-a4b",
+                "--engine-version",
+                "0.20",
+                "--attention-backend",
+                "flash-attn",
+            ],
+            "vLLM 0.20 refuses this: ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: ['head_size not supported', 'partial multimodal token full attention not supported']",
+        ),
+        (
             // `--quantization` is `--weights`' alias: one flag, one vocabulary.
             vec!["llama-3-8b", "--quantization", "int3"],
             "invalid value 'int3' for '--weights",

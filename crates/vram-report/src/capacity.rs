@@ -105,6 +105,9 @@ pub struct CapacityRequest {
     pub compilation_mode: Option<capacity::CompilationMode>,
     /// vLLM's `--optimization-level` (`-O0` to `-O3`; `None`: `-O2`).
     pub optimization_level: Option<u8>,
+    /// vLLM's `--attention-backend` (`VLLM_ATTENTION_BACKEND` before 0.13; `None`: vLLM's own
+    /// choice).
+    pub attention_backend: Option<capacity::AttentionBackend>,
     /// `--interconnect` (`None`: the GPU's board).
     pub interconnect: Option<Interconnect>,
     /// `--enforce-eager` (SGLang `--disable-cuda-graph`).
@@ -231,6 +234,7 @@ fn knobs_at(
         ("--cudagraph-mode", r.cudagraph_mode.is_some()),
         ("--compilation-mode", r.compilation_mode.is_some()),
         ("--optimization-level", r.optimization_level.is_some()),
+        ("--attention-backend", r.attention_backend.is_some()),
     ];
     let sglang_only = [
         ("--mem-fraction-static", r.mem_fraction_static.is_some()),
@@ -325,6 +329,11 @@ fn knobs_at(
         cudagraph_mode: r.cudagraph_mode,
         compilation_mode: r.compilation_mode,
         optimization_level: r.optimization_level,
+        attention_backend: r.attention_backend,
+        // What decides vLLM's `is_mm_prefix_lm` from the config itself (the release's rule is
+        // `vram_plan::capacity`'s).
+        mm_prefix_lm: vram_model::read::config_mm_prefix_lm(config),
+        bidirectional_vision: vram_model::read::bidirectional_vision(config),
         dp: r.data_parallel_size,
         expert_parallel: r.enable_expert_parallel,
         ep: r.ep_size.unwrap_or(1),

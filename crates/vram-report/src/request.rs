@@ -682,7 +682,10 @@ impl FinetuneRequest {
     /// float32 checkpoint ([`stored_fp32`]) is fp32, as both ways of loading it give: transformers
     /// 5.24's `from_pretrained` (`dtype="auto"`, the config's float32) and TRL 1.16.0's
     /// `SFTTrainer` given the model by name (`create_model_from_path`: `dtype` defaults to
-    /// `"float32"`). A half checkpoint keeps the bf16 base of [`FinetuneRequest::weights`].
+    /// `"float32"`). A half checkpoint keeps the bf16 base of [`FinetuneRequest::weights`],
+    /// `from_pretrained`'s, for a model passed in; TRL given it by name loads float32 there too
+    /// (read at TRL 1.16.0, the newest on PyPI on 2026-11-28), which `--weights fp32` prices
+    /// (`tests/engines/test_default_precision.py`).
     pub fn spec_for(&self, model: &Model) -> Result<FinetuneSpec> {
         let mut s = self.spec()?;
         if self.fp32_base(model) {

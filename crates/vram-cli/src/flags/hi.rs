@@ -10,7 +10,9 @@ use vram_model::setup::{
     Allocator, AmpStyle, Attention, DecodeReplay, KvCache, Offload, Optimizer, Precision,
     Recompute, Setup,
 };
-use vram_plan::capacity::{self, CompilationMode, CudagraphMode, Engine, Interconnect};
+use vram_plan::capacity::{
+    self, AttentionBackend, CompilationMode, CudagraphMode, Engine, Interconnect,
+};
 use vram_plan::cluster::{self, Cluster};
 use vram_plan::lora::EmitKind;
 use vram_plan::{emit, Pins, RecomputeChoice, Request, Stack};
@@ -260,6 +262,12 @@ impl CapacityArgs {
                 CompilationModeArg::VllmCompile => CompilationMode::VllmCompile,
             }),
             optimization_level: self.optimization_level,
+            attention_backend: self.attention_backend.map(|b| match b {
+                AttentionBackendArg::FlashAttn => AttentionBackend::FlashAttn,
+                AttentionBackendArg::TritonAttn => AttentionBackend::TritonAttn,
+                AttentionBackendArg::Flashinfer => AttentionBackend::Flashinfer,
+                AttentionBackendArg::FlexAttention => AttentionBackend::FlexAttention,
+            }),
             interconnect: self.interconnect.map(|i| match i {
                 InterconnectArg::Nvls => Interconnect::NvSwitchNvls,
                 InterconnectArg::Nvswitch => Interconnect::NvSwitch,

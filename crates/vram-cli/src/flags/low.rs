@@ -476,6 +476,23 @@ pub enum CompilationModeArg {
     VllmCompile,
 }
 
+/// `--attention-backend`: vLLM's `AttentionBackendEnum` names, lower case with dashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AttentionBackendArg {
+    /// FLASH_ATTN: FlashAttention (3 on Hopper).
+    #[value(alias = "FLASH_ATTN")]
+    FlashAttn,
+    /// TRITON_ATTN: vLLM's Triton attention.
+    #[value(alias = "TRITON_ATTN")]
+    TritonAttn,
+    /// FLASHINFER.
+    #[value(alias = "FLASHINFER")]
+    Flashinfer,
+    /// FLEX_ATTENTION: PyTorch's flex attention.
+    #[value(alias = "FLEX_ATTENTION")]
+    FlexAttention,
+}
+
 /// `--dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DtypeArg {
@@ -593,6 +610,14 @@ pub struct CapacityArgs {
     /// full-and-piecewise [default: 2].
     #[arg(long, short = 'O', value_parser = clap::value_parser!(u8).range(0..=3))]
     pub optimization_level: Option<u8>,
+    /// vLLM V1 (0.11 to 0.22): the attention backend chosen with --attention-backend (from
+    /// 0.13) or VLLM_ATTENTION_BACKEND (to 0.14). Only FlashAttention's graph state depends on
+    /// it here (FULL graphs on Hopper hold FlashAttention 3's split accumulators, no other
+    /// backend's); FLASH_ATTN is refused, as vLLM refuses it, for a model whose image tokens
+    /// attend both ways or whose heads are wider than 256 [default: vLLM's choice: Triton for
+    /// those models, else FlashAttention].
+    #[arg(long, value_enum)]
+    pub attention_backend: Option<AttentionBackendArg>,
     /// How the TP group's GPUs talk, for NCCL's buffers: nvls (NVSwitch with NVLS: HGX
     /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe, or one node without GPU P2P), network
     /// (a TP group across nodes) [default: the GPU's board in the catalog].

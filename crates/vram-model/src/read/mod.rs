@@ -99,9 +99,10 @@ pub fn vllm_raises_capture_sizes(model_type: &str) -> bool {
 /// `config/model.py` lists `gemma3` at 0.13.0, adds `paligemma` at 0.14.0, `molmo2` at 0.16.0
 /// (0.15 has no sdist) and `bagel` at 0.18.0; from 0.20.0 the list moves to
 /// `transformers_utils/model_arch_config_convertor.py`, adding `umm` at 0.20.0 and `moondream3`
-/// at 0.21.0, the same at 0.22.1 and 0.23.0. (A config's own `is_mm_prefix_lm`, honoured from
-/// 0.17.0, and Gemma 4's `use_bidirectional_attention: "vision"`, from 0.20.0, are not read.)
-/// Which backend that leaves is the engine's, in `vram_plan::capacity`.
+/// at 0.21.0, the same at 0.22.1 and 0.23.0. A config's own `is_mm_prefix_lm` (taken before the
+/// list from 0.17, [`config_mm_prefix_lm`]) and Gemma 4's `use_bidirectional_attention: "vision"`
+/// (what decides for `gemma4` from 0.20, [`bidirectional_vision`]) are read beside it. Which
+/// backend that leaves is the engine's, in `vram_plan::capacity`.
 pub fn vllm_mm_prefix_lm_since(model_type: &str) -> Option<[u32; 3]> {
     match model_type {
         "gemma3" => Some([0, 13, 0]),
@@ -1134,6 +1135,35 @@ pub fn quant_method(config: &serde_json::Value, lookup: QuantLookup) -> Option<&
         .value
         .get("quant_method")?
         .as_str()
+}
+
+/// The config's own `is_mm_prefix_lm`, as Python's `bool()` reads the attribute transformers
+/// keeps for any key (`null`, `false`, `0`, `""`, `[]` and `{}` false); `None` where the config
+/// has no such key. vLLM from 0.17 asks the top-level config (`hasattr(self.hf_config,
+/// "is_mm_prefix_lm")`) before its list of model types; which release does is the engine's, in
+/// `vram_plan::capacity`.
+pub fn config_mm_prefix_lm(config: &serde_json::Value) -> Option<bool> {
+    let v = config.get("is_mm_prefix_lm")?;
+    Some(match v {
+        serde_json::Value::Null => false,
+        serde_json::Value::Bool(b) => *b,
+        serde_json::Value::Number(n) => n.as_f64().is_some_and(|x| x != 0.0),
+        serde_json::Value::String(s) => !s.is_empty(),
+        serde_json::Value::Array(a) => !a.is_empty(),
+        serde_json::Value::Object(o) => !o.is_empty(),
+    })
+}
+
+/// Whether the text config (`text_config`, else the top level: vLLM's `hf_text_config`) sets
+/// `use_bidirectional_attention` to `"vision"`, Gemma 4's switch for image tokens attending
+/// both ways (vLLM's `Gemma4ModelArchConfigConvertor.is_mm_prefix_lm`, from 0.20).
+pub fn bidirectional_vision(config: &serde_json::Value) -> bool {
+    config
+        .get("text_config")
+        .unwrap_or(config)
+        .get("use_bidirectional_attention")
+        .and_then(serde_json::Value::as_str)
+        == Some("vision")
 }
 
 /// Bytes of the recurrent-state dtype a model's `config.json` names (`mamba_ssm_dtype`, at the

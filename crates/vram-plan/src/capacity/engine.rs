@@ -609,6 +609,89 @@ pub(super) fn awq_channelwise_refusal(
     })
 }
 
+/// vLLM's refusal of an attention backend the user chose ([`Knobs::attention_backend`]), in its
+/// words, or vram's one-line refusal of a choice it does not model. A chosen backend is tried
+/// alone: `validate_configuration` (`v1/attention/backend.py`, `attention/backends/abstract.py`
+/// at 0.12-0.13; the same checks in that order from 0.12.0 to 0.22.1) lists its reasons, and `CudaPlatform.get_attn_backend_cls`
+/// raises `ValueError(f"Selected backend {selected_backend} is not valid for this
+/// configuration. Reason: {invalid_reasons}")`, the enum member printing as
+/// `AttentionBackendEnum.FLASH_ATTN` and the list as Python's repr. Read here for
+/// `FLASH_ATTN`: `head_size not supported` above 256 or off a multiple of 8
+/// (`FlashAttentionBackend.supports_head_size` through 0.21; 0.22 takes up to 512 where FA4 is
+/// built, which vram does not know, so a wider head there is not judged), and
+/// `partial multimodal token full attention not supported` for a model whose image tokens
+/// attend both ways (`graphs::vllm_mm_prefix_lm`; no FlashAttention release overrides
+/// `supports_mm_prefix`). The refusal is given only where FlashAttention's other checks pass
+/// as read (16-bit model dtype, the model's KV dtype, a block size of 16s, compute capability
+/// 8.0 or more); a choice outside that is refused by vram as not modelled, and so is the flag
+/// before 0.11 (only V1's FlashAttention graph state depends on it here), on V0, and at 0.11
+/// where FlashAttention cannot run the heads (its selector not read). Other backends are not
+/// checked. `tests/data/attn_select` runs each release's own functions for these cases.
+pub(super) fn attention_backend_refusal(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    k: &Knobs,
+) -> Option<String> {
+    let b = k.attention_backend?;
+    let v = engine.version_in_force(k);
+    let label = super::version_label(engine, k);
+    if engine != Engine::Vllm || v < [0, 11, 0] || k.vllm_v0 || is_rocm(gpu) {
+        return Some(format!(
+            "--attention-backend {} is read for vLLM V1 on CUDA from 0.11 (VLLM_ATTENTION_BACKEND to 0.14, the flag from 0.13); not for {} {label}{}{}",
+            b.name(),
+            engine.label(),
+            if k.vllm_v0 { " V0" } else { "" },
+            if is_rocm(gpu) { " on ROCm" } else { "" }
+        ));
+    }
+    if b != super::AttentionBackend::FlashAttn {
+        return None;
+    }
+    let heads = t
+        .blocks
+        .kinds
+        .iter()
+        .filter_map(|b| b.mixer.as_attention().map(|a| a.head_dim))
+        .max()
+        .unwrap_or(0);
+    let mut reasons = Vec::new();
+    if heads > 256 || heads % 8 != 0 {
+        if v >= [0, 22, 0] {
+            return Some(format!(
+                "--attention-backend FLASH_ATTN with head size {heads}: vLLM {label} takes it only where FlashAttention 4 is built (FlashAttentionBackend.supports_head_size), which vram does not know"
+            ));
+        }
+        reasons.push("head_size not supported");
+    }
+    if super::graphs::vllm_mm_prefix_lm(t, k) {
+        reasons.push("partial multimodal token full attention not supported");
+    }
+    if reasons.is_empty() {
+        return None;
+    }
+    if v < [0, 12, 0] {
+        return Some(format!(
+            "--attention-backend FLASH_ATTN with head size {heads}: how vLLM {label} treats a chosen backend FlashAttention cannot run was not read (its selector is read from 0.12)"
+        ));
+    }
+    let block_ok = k.block_size.is_none_or(|b| b % 16 == 0);
+    if k.dtype_bytes != 2 || k.kv_bytes.is_some() || !block_ok || gpu.sm_major < 8 {
+        return Some(format!(
+            "--attention-backend FLASH_ATTN: vLLM {label} refuses it here ({}), and vram does not model FlashAttention's other checks for this dtype, KV-cache dtype, block size or GPU",
+            reasons.join(", ")
+        ));
+    }
+    let list = reasons
+        .iter()
+        .map(|r| format!("'{r}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "vLLM {label} refuses this: ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: [{list}] (CudaPlatform.get_attn_backend_cls tries a chosen backend alone; TRITON_ATTN takes these layers)"
+    ))
+}
+
 /// How vLLM from 0.22 refuses a GPTQ checkpoint that its Marlin-layout kernels cannot run, if it
 /// does. From 0.22.0 `gptq`, `gptq_marlin` and `auto_gptq` all name `AutoGPTQConfig`
 /// (`quantization/__init__.py`; `override_quantization_method` takes every `quant_method: gptq`

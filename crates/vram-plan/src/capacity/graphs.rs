@@ -26,8 +26,10 @@
 //!   again in the caching allocator; under FULL graphs on Hopper, FlashAttention 3's split-KV
 //!   accumulators, `[num_splits, heads, tokens, head_size]` in fp32 with
 //!   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` = 32 (`v1/attention/backends/flash_attn.py`,
-//!   0.11.0), are the larger live set; not for a model vLLM runs on Triton attention
-//!   ([`vllm_runs_triton_attention`]: Gemma 3 from 0.13, Gemma 4 from 0.20). Every
+//!   0.11.0), are the larger live set; only where FlashAttention runs
+//!   ([`vllm_runs_flash_attention`]: the backend chosen with `--attention-backend`, else not for
+//!   a model vLLM runs on Triton attention, [`vllm_runs_triton_attention`]: Gemma 3 from 0.13,
+//!   Gemma 4 from 0.20). Every
 //!   instantiated graph also holds driver memory for its kernels:
 //!   [`DRIVER_BYTES_PER_LAYER_GRAPH`] per decoder layer, per size, per mode.
 //! - **NCCL inside the graphs.** Where vLLM's custom all-reduce is off (PCIe, no P2P, across
@@ -217,11 +219,12 @@ pub(super) fn vllm_graphs(
     let live = 2 * forward_peak_held(t, largest, k, v1, held);
     // FULL graphs under FlashAttention 3 (Hopper, 16-bit): 32 splits of fp32 partial outputs
     // (and their log-sum-exp) for every query head on the GPU. Not where the model's image
-    // tokens attend both ways: FlashAttention is refused for them (`vllm_runs_triton_attention`).
+    // tokens attend both ways (FlashAttention is refused for them) or another backend runs
+    // (`vllm_runs_flash_attention`).
     let fa3 = gpu.sm_major == 9
         && k.dtype_bytes == 2
         && !engine::is_rocm(gpu)
-        && !vllm_runs_triton_attention(t, k);
+        && vllm_runs_flash_attention(t, k);
     let accum = match full_sizes.last() {
         Some(&s)
             if fa3
@@ -257,36 +260,74 @@ pub(super) fn vllm_graphs(
     }
 }
 
-/// Whether vLLM runs every attention layer of `t` on Triton attention on CUDA, so that no
-/// FlashAttention state is built:
-/// - its image tokens attend both ways: the model type is in the release's `is_mm_prefix_lm`
-///   list ([`vram_model::hf::vllm_mm_prefix_lm_since`]), and FlashAttention and FlashInfer do
-///   not override `supports_mm_prefix` (false in the base `AttentionBackend`) in any release
-///   read, 0.13.0 to 0.23.0, while `TritonAttentionBackend` and `FlexAttentionBackend` return
-///   true; the CUDA priority list puts Triton before Flex;
+/// Whether vLLM's model config says `t`'s image tokens attend both ways (`is_mm_prefix_lm`,
+/// which the attention selector passes as `use_mm_prefix`), at the release in force:
+/// - before 0.13 no release has it;
+/// - from 0.20 a `gemma4` config answers from its text config's `use_bidirectional_attention`
+///   being `"vision"` alone (`Gemma4ModelArchConfigConvertor`, keyed by the config's
+///   `model_type`; read at 0.20.2, 0.21.0, 0.22.1);
+/// - from 0.17 a config with its own `is_mm_prefix_lm` key answers with it (`bool()` of it;
+///   `ModelConfig.is_mm_prefix_lm` at 0.17.1-0.19.1, the base convertor from 0.20), either way;
+/// - else the release's list of model types ([`vram_model::hf::vllm_mm_prefix_lm_since`]).
+pub(super) fn vllm_mm_prefix_lm(t: &Transformer, k: &Knobs) -> bool {
+    let v = Engine::Vllm.version_in_force(k);
+    if v < [0, 13, 0] {
+        return false;
+    }
+    if v >= [0, 20, 0] && t.model_type == "gemma4" {
+        return k.bidirectional_vision;
+    }
+    if let Some(own) = k.mm_prefix_lm.filter(|_| v >= [0, 17, 0]) {
+        return own;
+    }
+    vram_model::hf::vllm_mm_prefix_lm_since(&t.model_type).is_some_and(|s| v >= s)
+}
+
+/// Whether `t`'s attention layers' head sizes differ with the largest above FlashAttention's
+/// 256, the case Gemma 4's config hook sends to Triton from 0.20 when the user chose no backend
+/// ([`vram_model::hf::vllm_unifies_mixed_head_sizes_since`]), and FlashAttention refuses
+/// (`head_size not supported`) when the user chose it.
+pub(super) fn mixed_wide_heads(t: &Transformer) -> bool {
+    let dims: Vec<u64> = t
+        .blocks
+        .kinds
+        .iter()
+        .filter_map(|b| b.mixer.as_attention().map(|a| a.head_dim))
+        .collect();
+    let max = dims.iter().copied().max().unwrap_or(0);
+    max > 256 && dims.iter().any(|&d| d != max)
+}
+
+/// Whether vLLM runs every attention layer of `t` on Triton attention on CUDA when the user chose
+/// no backend, so that no FlashAttention state is built:
+/// - its image tokens attend both ways ([`vllm_mm_prefix_lm`]), and FlashAttention and
+///   FlashInfer do not override `supports_mm_prefix` (false in the base `AttentionBackend`) in
+///   any release read, 0.13.0 to 0.23.0, while `TritonAttentionBackend` and
+///   `FlexAttentionBackend` return true; the CUDA priority list puts Triton before Flex;
 /// - or its layers' head sizes differ, the largest above 256, and the release's model hook
-///   forces Triton for all of them ([`vram_model::hf::vllm_unifies_mixed_head_sizes_since`]:
-///   Gemma 4 from 0.20; before, its wide layers alone leave FlashAttention).
+///   forces Triton for all of them ([`mixed_wide_heads`]: Gemma 4 from 0.20; before, its wide
+///   layers alone leave FlashAttention).
 ///
 /// Triton's own graph buffers (`TritonAttentionMetadataBuilder`: 16 softmax segments for the
-/// 3D kernel's sizes up to 128 / KV heads) are a few MiB and not modelled. A backend the user
-/// chose (`--attention-backend`, `VLLM_ATTENTION_BACKEND`) is not read.
+/// 3D kernel's sizes up to 128 / KV heads) are a few MiB and not modelled.
 pub(super) fn vllm_runs_triton_attention(t: &Transformer, k: &Knobs) -> bool {
     let v = Engine::Vllm.version_in_force(k);
-    let mm_prefix = vram_model::hf::vllm_mm_prefix_lm_since(&t.model_type).is_some_and(|s| v >= s);
     let mixed_wide = vram_model::hf::vllm_unifies_mixed_head_sizes_since(&t.model_type)
         .is_some_and(|s| v >= s)
-        && {
-            let dims: Vec<u64> = t
-                .blocks
-                .kinds
-                .iter()
-                .filter_map(|b| b.mixer.as_attention().map(|a| a.head_dim))
-                .collect();
-            let max = dims.iter().copied().max().unwrap_or(0);
-            max > 256 && dims.iter().any(|&d| d != max)
-        };
-    mm_prefix || mixed_wide
+        && mixed_wide_heads(t);
+    vllm_mm_prefix_lm(t, k) || mixed_wide
+}
+
+/// Whether vLLM V1 runs FlashAttention for `t`'s layers, so that its full graphs hold
+/// FlashAttention 3's split accumulators on Hopper: the user's backend where one was chosen
+/// ([`Knobs::attention_backend`]; one FlashAttention cannot take is refused before this,
+/// `engine::attention_backend_refusal`), else the default choice unless
+/// [`vllm_runs_triton_attention`].
+pub(super) fn vllm_runs_flash_attention(t: &Transformer, k: &Knobs) -> bool {
+    match k.attention_backend {
+        Some(b) => b == super::AttentionBackend::FlashAttn,
+        None => !vllm_runs_triton_attention(t, k),
+    }
 }
 
 /// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the

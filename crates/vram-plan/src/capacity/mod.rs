@@ -596,6 +596,41 @@ impl CompilationMode {
     }
 }
 
+/// An attention backend the user chose for vLLM V1: `--attention-backend` (from 0.13) or the
+/// `VLLM_ATTENTION_BACKEND` environment variable (read at 0.10.2 to 0.14.1, gone at 0.16.0; at
+/// 0.13-0.14 `AttentionConfig` takes either). A chosen backend is tried alone: where its
+/// `validate_configuration` finds reasons, `CudaPlatform.get_attn_backend_cls` raises rather
+/// than fall back (`platforms/cuda.py`, read at 0.13.0, 0.17.1, 0.19.1, 0.20.2, 0.22.1), and
+/// Gemma 4's config hook leaves a chosen backend alone (`Gemma4Config.verify_and_update_config`,
+/// 0.20.2). What vram models of the choice: whether FlashAttention's graph-capture state
+/// exists (`graphs::vllm_runs_flash_attention`) and the refusals [`engine::attention_backend_refusal`]
+/// reads. Each backend's own buffers (FlashInfer's workspace, Triton's softmax segments) are
+/// not modelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AttentionBackend {
+    /// `FLASH_ATTN` (FlashAttention 2, or 3 on Hopper).
+    FlashAttn,
+    /// `TRITON_ATTN`.
+    TritonAttn,
+    /// `FLASHINFER`.
+    Flashinfer,
+    /// `FLEX_ATTENTION`.
+    FlexAttention,
+}
+
+impl AttentionBackend {
+    /// vLLM's name for the backend (`AttentionBackendEnum`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionBackend::FlashAttn => "FLASH_ATTN",
+            AttentionBackend::TritonAttn => "TRITON_ATTN",
+            AttentionBackend::Flashinfer => "FLASHINFER",
+            AttentionBackend::FlexAttention => "FLEX_ATTENTION",
+        }
+    }
+}
+
 /// A memory fraction (`--gpu-memory-utilization`, `--mem-fraction-static`) as people read it: a
 /// value of at most four decimals (one typed, SGLang's defaults, which it rounds to three,
 /// `round((gpu_mem - reserved) / gpu_mem, 3)`) as it is spelled, and one computed beyond that
@@ -715,6 +750,17 @@ pub struct Knobs {
     /// `OPTIMIZATION_LEVEL_00` to `_03`), each where the user left it unset. From 0.12 (`-O<n>`
     /// before is the compilation level); read at 0.12.0-0.22.0.
     pub optimization_level: Option<u8>,
+    /// vLLM's attention backend as the user chose it ([`AttentionBackend`]; `None`: vLLM's own
+    /// choice).
+    pub attention_backend: Option<AttentionBackend>,
+    /// The config's own `is_mm_prefix_lm`, where it has one (truthy as Python's `bool()` reads
+    /// it; [`vram_model::read::config_mm_prefix_lm`]): from 0.17 vLLM takes it before its list
+    /// of model types (`ModelConfig.is_mm_prefix_lm`). `None`: the config has no such key.
+    pub mm_prefix_lm: Option<bool>,
+    /// The text config's `use_bidirectional_attention` is `"vision"`
+    /// ([`vram_model::read::bidirectional_vision`]): what decides `is_mm_prefix_lm` for a
+    /// `gemma4` config from vLLM 0.20 (`Gemma4ModelArchConfigConvertor`).
+    pub bidirectional_vision: bool,
 }
 
 impl Default for Knobs {
@@ -752,6 +798,9 @@ impl Default for Knobs {
             cudagraph_mode: None,
             compilation_mode: None,
             optimization_level: None,
+            attention_backend: None,
+            mm_prefix_lm: None,
+            bidirectional_vision: false,
         }
     }
 }
@@ -992,6 +1041,9 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
         return Err(Error::Capacity(format!(
             "--optimization-level {o} is not one of vLLM's levels (0, 1, 2, 3: OptimizationLevel, config/vllm.py)"
         )));
+    }
+    if let Some(why) = engine::attention_backend_refusal(t, gpu, engine, knobs) {
+        return Err(Error::Capacity(why));
     }
     if let Some(why) = engine::rope_refusal(t, engine, knobs) {
         return Err(Error::Capacity(why));

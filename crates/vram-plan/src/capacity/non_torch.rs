@@ -33,8 +33,11 @@
 //!   search's, 24 on HGX A100 ([`nvswitch_channels`], the rule SGLang's start uses): 12 MiB a
 //!   send/receive pair, one per channel at TP 2 and two from TP 3, 0.28 / 0.56 GiB. On an
 //!   NVSwitch H100 vLLM 0.19's logs show 1.81 GiB over the TP-1 figure at TP 2 and 4 (the fit
-//!   half of `unseen.json`), far above that arithmetic; the measured figure is used and the gap
-//!   is not explained.
+//!   half of `unseen.json`): 1.5 GiB of it is FlashInfer's all-reduce + RMSNorm fusion
+//!   workspace (below), the rest (0.31 GiB, [`NVLS_COMMUNICATOR_BYTES`]) is taken as measured.
+//! - **FlashInfer's fusion workspace** (vLLM 0.17 to 0.22 at `-O2`, TP > 1, Hopper or
+//!   Blackwell with NVSwitch): three `cuMemCreate` buffers made when the profile run first
+//!   compiles the model ([`vllm_fi_allreduce_workspace`]).
 //! - **Pipeline stages without TP** (0.19 on H100, PP 2): 0.07 GiB in all, measured.
 //! - **Beside the budget: the communicators that exist at the baseline.** V1 from 0.9 takes its
 //!   baseline after `init_worker_distributed_environment`, so what that set up is neither in the
@@ -197,6 +200,16 @@ fn ring_tree_or_ceiling(gpu: &Gpu, ranks: u64) -> (u64, u32) {
     nccl_nvswitch_ring_tree_bytes(gpu, ranks).unwrap_or((ring_tree_bytes(32, ranks), 32))
 }
 
+/// What the process group's NCCL communicator, connected by the profile run, leaves outside
+/// PyTorch on each GPU of an NVSwitch board with NVLS: measured, not derived. vLLM 0.19's logs
+/// on NVSwitch H100s (`unseen.json`'s fit half) show 1.81 GiB (1,853 MiB) over the TP-1 figure
+/// at TP 2 and at TP 4; 1.5 GiB of that is FlashInfer's fusion workspace, which 0.19 builds at
+/// both sizes ([`vllm_fi_allreduce_workspace`]), so 317 MiB is the rest. NCCL's own arithmetic
+/// (24 channels x 12 MiB a send/receive pair, 0.28 GiB at TP 2, twice that from 3 ranks with
+/// the tree) is near it at TP 2 but not at TP 4, where the logs show no more; the figure is
+/// used at every TP size and release.
+const NVLS_COMMUNICATOR_BYTES: u64 = 1853 * MIB - 3 * FI_MULTICAST_GRANULARITY;
+
 /// Kernel images an eager forward loads lazily (measured on a T4 under vLLM 0.18, after a
 /// baseline taken before any kernel; the driver's default local memory is reserved with the
 /// context, before any baseline: BENCHMARKS.md's "kernel images and the driver's local memory").
@@ -260,8 +273,8 @@ fn communicator(gpu: &Gpu, link: Interconnect, ranks: u64) -> (u64, String) {
             )
         }
         Interconnect::NvSwitchNvls => (
-            1853 * MIB,
-            "1.81 GiB over NVSwitch (measured in vLLM 0.19's logs on H100 at TP 2 and 4; NCCL's buffer arithmetic gives ~0.6 GiB per communicator)".into(),
+            NVLS_COMMUNICATOR_BYTES,
+            "0.31 GiB over NVSwitch (vLLM 0.19's logs on H100 at TP 2 and 4 show 1.81 GiB, of which 1.5 GiB is FlashInfer's fusion workspace; the rest measured, not derived from NCCL)".into(),
         ),
         Interconnect::Pcie => (
             51 * MIB,
@@ -676,6 +689,130 @@ pub(super) fn vllm_init_communicators(
                 ""
             },
             bytes as f64 / (1u64 << 30) as f64
+        ),
+    ))
+}
+
+/// Bytes a multicast-capable allocation of FlashInfer's `SymmDeviceMemory` is rounded up to on
+/// an NVSwitch board: `_get_allocation_prop` (`flashinfer/comm/mnnvl.py`, the same in
+/// flashinfer-python 0.6.4, 0.6.6 and 0.6.8.post1) rounds the buffer plus its 2,048-byte signal
+/// pad up to the allocation granularity, then to `cuMulticastGetGranularity(...,
+/// CU_MULTICAST_GRANULARITY_RECOMMENDED)`, which the source leaves to the driver. 512 MiB is
+/// the driver's figure as two public readings show it: the peers' pointers of three
+/// workspace buffers of 24, 2 and 68 MiB sit 0x20000000 bytes apart in a TP-2 log of the same
+/// allocator (sgl-project/sglang#18341, 2026-02-07: `SymmDeviceMemory` maps peer `i` at
+/// `base + i x allocation_size`), and vLLM 0.19's logs on NVSwitch H100s show the same memory
+/// outside PyTorch at TP 2 and TP 4 (`unseen.json`'s fit half), where the unrounded
+/// workspaces differ ~100-fold (514 vs 6 MiB for a hidden size of 8,192).
+const FI_MULTICAST_GRANULARITY: u64 = 512 * MIB;
+
+/// FlashInfer's all-reduce + RMSNorm fusion workspace that vLLM allocates outside PyTorch inside
+/// its memory profile, and the sentence that says so; `None` where the release or the start
+/// does not build it.
+///
+/// **When it is on.** `OPTIMIZATION_LEVEL_02` and `_03` set `pass_config.fuse_allreduce_rms`
+/// to `enable_allreduce_rms_fusion` from vLLM 0.17 (`config/vllm.py`, read at 0.17.0, 0.17.1,
+/// 0.18.1, 0.19.1, 0.20.2, 0.21.0, 0.22.1; `False` at every level through 0.16): TP > 1 on
+/// CUDA with FlashInfer installed (`flashinfer-python` is in `requirements/cuda.txt` of every
+/// one of these releases, so the wheel brings it) on compute capability 9.0 or the 10.x
+/// family, and at 0.17-0.20 only with DP 1 and PP 1 (vllm#34458, #35426; 0.21 and 0.22 drop
+/// that gate). The pass (`AllReduceFusionPass`) is an Inductor pass of vLLM's own backend, so
+/// only under `VLLM_COMPILE` ([`engine::vllm_compiles`]; `--enforce-eager` is `NONE`), and it
+/// gives up for a TP size without a size table entry (`flashinfer_max_size`: 2, 4, 8 only).
+/// Its workspace is built only where the device supports multicast (`SymmDeviceMemory` raises
+/// otherwise and vLLM disables the pass, vllm#35085: "expected on GPUs without NVSwitch"), so
+/// here on the NVSwitch boards with NVLS; a TP group across nodes takes FlashInfer's MNNVL
+/// backend from 0.19 (`_resolve_fi_ar_backend`), not modelled.
+///
+/// **When and whose.** `VllmBackend.__call__` (`compilation/backends.py`) runs
+/// `configure_post_pass` when Dynamo first traces the model, which is the profile run's first
+/// forward inside `memory_profiling` (`determine_available_memory`, `v1/worker/gpu_worker.py`);
+/// the pass's constructor calls `get_fi_ar_workspace`, which builds FlashInfer's
+/// `TRTLLMAllReduceFusionWorkspace` (`create_allreduce_fusion_workspace`, backend `trtllm`, the
+/// env default at 0.17-0.18 and what `auto` resolves to on one node from 0.19). Its three
+/// buffers are the driver's (`cuMemCreate`), not the caching allocator's, so the profile's
+/// `non_torch_increase` takes them and the KV pool loses them.
+///
+/// **How much** (`trtllm_create_ipc_workspace_for_all_reduce_fusion`, `flashinfer/comm/trtllm_ar.py`):
+/// with `max_token_num = min(max_size / (hidden x dtype bytes), max_num_batched_tokens)` and the
+/// size table of the release (`FI_ALLREDUCE_FUSION_MAX_SIZE_MB`, the same from 0.16.0 to
+/// 0.23.0: sm_90 64 / 2 / 0.5 MiB at TP 2 / 4 / 8, sm_100 64 / 32 / 1), the buffers are
+/// `tp x tokens x hidden x 2` bytes, `tp x 256 x 4` bytes of flags and three Lamport buffers of
+/// `tp x tokens x hidden` elements (fp16, or fp32 for a float32 model). flashinfer-python 0.6.4
+/// (pinned by vLLM 0.17.1), 0.6.6 (0.18.1, 0.19.1) and 0.6.8.post1 (0.20.2, 0.21.0) give each
+/// its own `SymmDeviceMemory`, rounded to [`FI_MULTICAST_GRANULARITY`]: 1.5 GiB whatever the
+/// model at the default sizes. 0.6.11.post2 (vLLM 0.22.1) allocates them through PyTorch's
+/// symmetric memory (`torch_symmetric_memory.py`: `symm_mem.empty`, whose
+/// `CUDASymmetricMemoryAllocator::alloc` rounds the buffer plus a 2,048-byte signal pad to the
+/// allocation granularity only, 2 MiB, also by `cuMemCreate`). 0.17.0, 0.18.0, 0.20.0 and
+/// 0.22.0 were not read: each takes its series' read release.
+pub(super) fn vllm_fi_allreduce_workspace(
+    t: &Transformer,
+    gpu: &Gpu,
+    k: &Knobs,
+    v1: bool,
+    mnbt: u64,
+) -> Option<(u64, String)> {
+    let v = Engine::Vllm.version_in_force(k);
+    if !v1 || v < [0, 17, 0] || k.tp < 2 || gpu.is_rocm() {
+        return None;
+    }
+    if k.optimization_level.unwrap_or(2) < 2 || !engine::vllm_compiles(k) {
+        return None;
+    }
+    if v < [0, 21, 0] && (k.dp > 1 || k.pp > 1) {
+        return None;
+    }
+    if interconnect(gpu, k) != Interconnect::NvSwitchNvls {
+        return None;
+    }
+    // `FI_ALLREDUCE_FUSION_MAX_SIZE_MB`, in KiB.
+    let max_kib = match (gpu.sm_major, k.tp) {
+        (9, 2) | (10, 2) => 64 * 1024,
+        (9, 4) => 2 * 1024,
+        (9, 8) => 512,
+        (10, 4) => 32 * 1024,
+        (10, 8) => 1024,
+        _ => return None,
+    };
+    let hidden = t.hidden();
+    let elem = k.dtype_bytes;
+    let tokens = (max_kib * 1024 / (hidden * elem)).min(mnbt);
+    let lamport_elem = if elem == 4 { 4 } else { 2 };
+    let sizes = [
+        k.tp * tokens * hidden * 2,
+        k.tp * 256 * 4,
+        3 * k.tp * tokens * hidden * lamport_elem,
+    ];
+    let round = |x: u64, to: u64| x.div_ceil(to) * to;
+    let symm_dev_mem = v < [0, 22, 0];
+    let bytes: u64 = sizes
+        .iter()
+        .map(|&s| {
+            if symm_dev_mem {
+                round(
+                    round(round(s, 2 * MIB) + 2048, 2 * MIB),
+                    FI_MULTICAST_GRANULARITY,
+                )
+            } else {
+                round(round(s, 16) + 2048, 2 * MIB)
+            }
+        })
+        .sum();
+    let how = if symm_dev_mem {
+        "each rounded to the 512 MiB multicast granularity (flashinfer 0.6.4-0.6.8 SymmDeviceMemory)"
+    } else {
+        "each rounded to 2 MiB (flashinfer 0.6.11 through PyTorch's symmetric memory)"
+    };
+    Some((
+        bytes,
+        format!(
+            "FlashInfer's all-reduce + RMSNorm fusion workspace {:.2} GiB (on by default at -O2 from vLLM 0.17 at TP > 1 on Hopper/Blackwell; made by cuMemCreate when the profile run first compiles the model, config/vllm.py enable_allreduce_rms_fusion, allreduce_rms_fusion.py): three buffers for {tokens} tokens of hidden size {hidden} at TP {} ({:.0}, {:.3} and {:.0} MiB), {how}",
+            bytes as f64 / GIB,
+            k.tp,
+            sizes[0] as f64 / MIB as f64,
+            sizes[1] as f64 / MIB as f64,
+            sizes[2] as f64 / MIB as f64,
         ),
     ))
 }

@@ -1092,8 +1092,12 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     // V1 on PCIe, eager: the kernel images, and at TP 2 one communicator the profile connects.
     assert_eq!(at("l4", "0.18.1", 1, true), 80 * mib);
     assert_eq!(at("l4", "0.18.1", 2, true), 80 * mib + 51 * mib);
-    // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured.
+    // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured
+    // (0.31 GiB) and, at -O2 from 0.17, FlashInfer's fusion workspace (3 x 512 MiB): together
+    // the 1.81 GiB 0.19's logs show at TP 2.
     assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
+    // Eager: no compile, so no fusion pass and no workspace.
+    assert_eq!(at("h100-80g", "0.19.0", 2, true), 80 * mib + 317 * mib);
     // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair.
     assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 288 * mib);
     // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's; two
@@ -1588,7 +1592,8 @@ fn interconnect_can_be_told() {
     assert_eq!(at(None), 24 * mib + 288 * mib);
     assert_eq!(at(Some(Interconnect::Pcie)), 24 * mib + 51 * mib);
     assert_eq!(at(Some(Interconnect::Network)), 24 * mib + 51 * mib);
-    assert_eq!(at(Some(Interconnect::NvSwitchNvls)), 24 * mib + 1853 * mib);
+    // 0.10 builds no FlashInfer fusion workspace: the NVLS communicator alone.
+    assert_eq!(at(Some(Interconnect::NvSwitchNvls)), 24 * mib + 317 * mib);
 }
 
 /// vLLM V1 before 0.17 profiles the dummy sampler's PyTorch sort unless FlashInfer samples
@@ -3882,7 +3887,7 @@ fn a_pp_group_across_nodes_is_charged_the_network_communicator() {
     // V1 before 0.9 (no baseline) at TP 8 x PP 2 on two H100 nodes: two TP communicators at the
     // NVSwitch reading and the PP group's at the network's 51 MiB; within one node (TP 4 x PP 2)
     // all three at the NVSwitch reading.
-    let nv = 1853 * mib;
+    let nv = 317 * mib;
     let at = |tp: u64, pp: u64| {
         let k = knobs(tp, pp, [0, 8, 5]);
         let (v1, _) = engine::vllm_v1(&k, h100);
@@ -4141,4 +4146,213 @@ fn machete_takes_hopper_gptq_linears_and_keeps_their_zeros_and_g_idx() {
         awq_parts(hopper),
         vec![inp * out / 8 * 4, inp / 128 * out * 2, inp / 128 * out * 2]
     );
+}
+
+/// FlashInfer's all-reduce + RMSNorm fusion workspace (vLLM 0.17-0.22 at -O2): where the
+/// release's `enable_allreduce_rms_fusion` and `AllReduceFusionPass` build it, and its size by
+/// the allocator of the pinned flashinfer-python (0.6.4-0.6.8.post1: `SymmDeviceMemory`, each
+/// buffer rounded to the 512 MiB multicast granularity; 0.6.11.post2 at vLLM 0.22.1: PyTorch's
+/// symmetric memory, rounded to 2 MiB).
+#[test]
+fn flashinfer_fusion_workspace_follows_the_release_and_the_start() {
+    let t = llama3();
+    let mib = 1u64 << 20;
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let ws = |gpu: &Gpu, version: &str, f: &dyn Fn(&mut Knobs)| {
+        let mut k = Knobs {
+            tp: 2,
+            max_model_len: Some(4096),
+            engine_version: parse_version(version),
+            ..Knobs::default()
+        };
+        f(&mut k);
+        non_torch::vllm_fi_allreduce_workspace(&t, gpu, &k, true, 8192).map(|w| w.0)
+    };
+    let none = |_: &mut Knobs| {};
+    // Off at every level through 0.16; on at -O2 from 0.17: three buffers (128 MiB, 2 KiB of
+    // flags, 384 MiB of Lamport buffers for 8,192 tokens of 4,096) each taking 512 MiB.
+    assert_eq!(ws(h100, "0.16.0", &none), None);
+    assert_eq!(ws(h100, "0.17.1", &none), Some(1536 * mib));
+    assert_eq!(ws(h100, "0.19.0", &none), Some(1536 * mib));
+    // TP 4 (2 MiB of input at most on sm_90): tiny buffers, the same 1.5 GiB once rounded.
+    assert_eq!(ws(h100, "0.19.0", &|k| k.tp = 4), Some(1536 * mib));
+    // No size-table entry for TP 3; TP 1 has nothing to reduce.
+    assert_eq!(ws(h100, "0.19.0", &|k| k.tp = 3), None);
+    assert_eq!(ws(h100, "0.19.0", &|k| k.tp = 1), None);
+    // -O1, --enforce-eager and -cc.mode=none: no fusion pass.
+    assert_eq!(
+        ws(h100, "0.19.0", &|k| k.optimization_level = Some(1)),
+        None
+    );
+    assert_eq!(ws(h100, "0.19.0", &|k| k.enforce_eager = true), None);
+    assert_eq!(
+        ws(h100, "0.19.0", &|k| k.compilation_mode =
+            Some(CompilationMode::None)),
+        None
+    );
+    // DP or PP beside TP: gated off at 0.17-0.20, not at 0.21.
+    assert_eq!(ws(h100, "0.19.0", &|k| k.dp = 2), None);
+    assert_eq!(ws(h100, "0.19.0", &|k| k.pp = 2), None);
+    assert_eq!(ws(h100, "0.21.0", &|k| k.dp = 2), Some(1536 * mib));
+    // Without multicast (PCIe, or across nodes) SymmDeviceMemory refuses and vLLM drops the pass.
+    assert_eq!(
+        ws(h100, "0.19.0", &|k| k.interconnect =
+            Some(Interconnect::Pcie)),
+        None
+    );
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    assert_eq!(ws(a100, "0.19.0", &none), None);
+    // 0.22 (flashinfer 0.6.11.post2): PyTorch's symmetric memory, each buffer plus its 2 KiB
+    // signal pad rounded to 2 MiB: 130 + 2 + 386 MiB.
+    assert_eq!(ws(h100, "0.22.1", &none), Some(518 * mib));
+    // A smaller scheduler budget caps the tokens: 2,048 tokens give 32 + 96 MiB, 34 + 2 + 98.
+    let k = Knobs {
+        tp: 2,
+        engine_version: parse_version("0.22.1"),
+        ..Knobs::default()
+    };
+    let (b, text) = non_torch::vllm_fi_allreduce_workspace(&t, h100, &k, true, 2048).unwrap();
+    assert_eq!(b, 134 * mib);
+    assert!(
+        text.contains("2048 tokens of hidden size 4096 at TP 2"),
+        "{text}"
+    );
+}
+
+/// vLLM's own `is_mm_prefix_lm` and its refusal of a chosen FLASH_ATTN, run on the CPU from each
+/// release's source (`tests/data/attn_select/attn_select.py` over 0.12.0, 0.13.0, 0.14.1,
+/// 0.16.0, 0.17.1, 0.18.1, 0.19.1, 0.20.2, 0.21.0 and 0.22.1, written to `cases.jsonl`):
+/// vram's rule (`graphs::vllm_mm_prefix_lm`, fed by the config readers
+/// `read::config_mm_prefix_lm` and `read::bidirectional_vision`) gives the engine's answer for
+/// every config, and its refusal carries the engine's text word for word.
+#[test]
+fn attention_selection_follows_each_releases_own_code() {
+    let cases = include_str!("../../tests/data/attn_select/cases.jsonl");
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let (mut mm_checked, mut refusals_checked) = (0, 0);
+    for line in cases.lines() {
+        let c: serde_json::Value = serde_json::from_str(line).unwrap();
+        let version = parse_version(c["version"].as_str().unwrap());
+        if let Some(name) = c.get("case").and_then(|n| n.as_str()) {
+            let mut config = c["config"].clone();
+            if !c["text_config"].is_null() {
+                config["text_config"] = c["text_config"].clone();
+            }
+            let mut t = llama3();
+            t.model_type = config["model_type"].as_str().unwrap().into();
+            let k = Knobs {
+                engine_version: version,
+                mm_prefix_lm: vram_model::read::config_mm_prefix_lm(&config),
+                bidirectional_vision: vram_model::read::bidirectional_vision(&config),
+                ..Knobs::default()
+            };
+            assert_eq!(
+                graphs::vllm_mm_prefix_lm(&t, &k),
+                c["mm_prefix"].as_bool().unwrap(),
+                "{name} at {}",
+                c["version"]
+            );
+            mm_checked += 1;
+            continue;
+        }
+        // A refusal case: a model of that head size whose image tokens attend both ways or not
+        // (Gemma 3's model type, listed from 0.13; none before).
+        let head = c["head_size"].as_u64().unwrap();
+        let mm = c["mm_prefix"].as_bool().unwrap();
+        let mut t = llama3();
+        t.model_type = if mm { "gemma3" } else { "llama" }.into();
+        for kind in t.blocks.kinds.iter_mut() {
+            if let vram_model::mech::Mixer::Attention(a) = &mut kind.mixer {
+                a.head_dim = head;
+            }
+        }
+        let k = Knobs {
+            engine_version: version,
+            attention_backend: Some(AttentionBackend::FlashAttn),
+            ..Knobs::default()
+        };
+        let ours = engine::attention_backend_refusal(&t, h100, Engine::Vllm, &k);
+        let v = version.unwrap();
+        let engine_mm = mm && v >= [0, 13, 0];
+        match c["error"].as_str() {
+            // 0.22 takes heads to 512 where FlashAttention 4 is built: vram says it cannot tell
+            // (the script's stand-in has no FA4).
+            Some(_) if v >= [0, 22, 0] && head > 256 => {
+                assert!(
+                    ours.as_deref().unwrap().contains("FlashAttention 4"),
+                    "{ours:?}"
+                );
+            }
+            // The script passes the case's flag whatever the release; vram asks the release.
+            Some(e) if engine_mm == mm => {
+                let ours = ours.unwrap_or_else(|| panic!("{line}: vram does not refuse"));
+                assert!(ours.contains(e), "{line}\nvram: {ours}");
+                refusals_checked += 1;
+            }
+            Some(_) => {}
+            None => assert_eq!(ours, None, "{line}"),
+        }
+    }
+    assert_eq!(mm_checked, 130);
+    assert!(refusals_checked >= 20, "{refusals_checked}");
+}
+
+/// A chosen attention backend decides whether FULL graphs on Hopper hold FlashAttention 3's
+/// split accumulators: only FLASH_ATTN's do; Triton for Gemma 3 by default (its image tokens
+/// attend both ways from 0.13) and FlashAttention otherwise. A config's own `is_mm_prefix_lm`
+/// moves Gemma 3 back to FlashAttention from 0.17.
+#[test]
+fn a_chosen_attention_backend_decides_flashattention_graph_state() {
+    let t = llama3();
+    let mib = 1u64 << 20;
+    let at = |b: Option<AttentionBackend>| Knobs {
+        engine_version: parse_version("0.19.0"),
+        attention_backend: b,
+        ..Knobs::default()
+    };
+    let pool = |k: &Knobs| vllm_graphs(&t, h100(), k, true, 1024, 8192, None).pool;
+    let fa = pool(&at(None));
+    assert_eq!(pool(&at(Some(AttentionBackend::FlashAttn))), fa);
+    let triton = pool(&at(Some(AttentionBackend::TritonAttn)));
+    assert!(triton < fa, "{triton} {fa}");
+    assert_eq!(pool(&at(Some(AttentionBackend::Flashinfer))), triton);
+    assert_eq!(pool(&at(Some(AttentionBackend::FlexAttention))), triton);
+    // The accumulators themselves: 32 splits x 512 tokens x (4,096 query + 32 heads) x fp32.
+    assert_eq!(fa, 32 * 512 * (4096 + 32) * 4);
+    assert!(fa > 200 * mib);
+    // Gemma 3 (listed): Triton by default; FLASH_ATTN refused in vLLM's words.
+    let mut g = t.clone();
+    g.model_type = "gemma3".into();
+    assert!(!graphs::vllm_runs_flash_attention(&g, &at(None)));
+    let why = capacity(
+        &g,
+        h100(),
+        Engine::Vllm,
+        &at(Some(AttentionBackend::FlashAttn)),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        why.contains("vLLM 0.19 refuses this: ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: ['partial multimodal token full attention not supported']"),
+        "{why}"
+    );
+    // Its config saying `is_mm_prefix_lm: false` is taken from 0.17, not at 0.16.
+    let own = |v: &str| Knobs {
+        engine_version: parse_version(v),
+        mm_prefix_lm: Some(false),
+        ..Knobs::default()
+    };
+    assert!(graphs::vllm_runs_flash_attention(&g, &own("0.17.1")));
+    assert!(!graphs::vllm_runs_flash_attention(&g, &own("0.16.0")));
+    // The flag before 0.11, on V0 and for SGLang: refused in one line.
+    let old = Knobs {
+        engine_version: parse_version("0.10.1"),
+        attention_backend: Some(AttentionBackend::TritonAttn),
+        ..Knobs::default()
+    };
+    let why = capacity(&t, h100(), Engine::Vllm, &old)
+        .unwrap_err()
+        .to_string();
+    assert!(why.contains("from 0.11"), "{why}");
+    assert!(!why.contains('\n'));
 }

@@ -211,6 +211,7 @@ fn the_context_limit_is_the_length_capacity_derives() {
             cudagraph_mode: None,
             compilation_mode: None,
             optimization_level: None,
+            attention_backend: None,
             interconnect: None,
             enforce_eager: false,
             block_size: None,
