@@ -273,6 +273,7 @@ fn serving_errors_are_read_like_pytorch_messages() {
             total_bytes: gib(22.05),
             utilization: 0.9,
             desired_bytes: gib(19.84),
+            cpu_backend: false,
         })
     );
     // A log cut at a fixed terminal width, inside a word, under a `[rank0]:` prefix.
