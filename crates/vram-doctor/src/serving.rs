@@ -176,7 +176,10 @@ pub enum ServingError {
     /// 0.5.3 and 0.5.10): `The memory capacity is unbalanced. Some GPUs may be occupied by other
     /// processes. min_per_gpu_memory=M, local_gpu_memory=L, local_gpu_memory * 0.9=Z`, at tensor
     /// parallelism above 1 when the least free memory of any rank is below 0.9 × this rank's
-    /// (both GiB, `get_available_gpu_memory`'s `free / (1 << 30)`).
+    /// (both GiB, `get_available_gpu_memory`'s `free / (1 << 30)`). A `ValueError` unless
+    /// `SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK` is set (0.4.6.post5, 0.5.3); at 0.5.10
+    /// `pre_model_load_memory=M`, a `RuntimeError` only with
+    /// `SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK`, else a warning.
     SglangUnbalancedMemory {
         /// M: the least free memory over the ranks, bytes.
         min_free_bytes: u64,
@@ -546,6 +549,15 @@ pub(crate) fn is_vram_own(text: &str) -> bool {
     flat.contains("vram does not model") || flat.contains("memory profile vram models")
 }
 
+/// Whether `text` is `vram capacity`'s own estimate of an out-of-memory failure (CUDA-graph
+/// capture, the budget and the CUDA context, SGLang's KV pool after its request map), marked
+/// `(estimated)`: where the engine would print PyTorch's message with its own figures, which vram
+/// cannot know.
+pub(crate) fn is_vram_estimate(text: &str) -> bool {
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
+    flat.contains("cuda out of memory") && flat.contains("(estimated")
+}
+
 /// [`parse`] on the flattened, lower-cased text.
 fn parse_flat(flat: &str) -> Option<ServingError> {
     if flat.contains("larger than the maximum number of tokens that can be stored in kv cache") {
@@ -666,18 +678,6 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             total_bytes,
             requested_kv_bytes,
             reserved_bytes,
-        });
-    }
-    if let Some(i) = flat.find("the memory capacity is unbalanced.") {
-        // `min_per_gpu_memory=M, local_gpu_memory=L, ...`, GiB as floats.
-        let after = &flat[i..];
-        let gib = |key: &str| {
-            let v = number_after(after, key)?;
-            (v >= 0.0).then(|| (v * (1u64 << 30) as f64).round() as u64)
-        };
-        return Some(ServingError::SglangUnbalancedMemory {
-            min_free_bytes: gib("min_per_gpu_memory=")?,
-            local_free_bytes: gib("local_gpu_memory=")?,
         });
     }
     if let Some(i) = flat.find("is not supported for the current gpu.") {
@@ -845,6 +845,21 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
         });
         return Some(ServingError::SglangNotEnoughMemory {
             mem_fraction_static,
+        });
+    }
+    // Last: SGLang 0.5.10 logs it as a warning unless SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is
+    // set, so an error above it in the same log is the one that stopped the engine.
+    if let Some(i) = flat.find("the memory capacity is unbalanced.") {
+        // `min_per_gpu_memory=M, local_gpu_memory=L, ...` (0.5.10: `pre_model_load_memory=M`),
+        // GiB as floats.
+        let after = &flat[i..];
+        let gib = |key: &str| {
+            let v = number_after(after, key)?;
+            (v >= 0.0).then(|| (v * (1u64 << 30) as f64).round() as u64)
+        };
+        return Some(ServingError::SglangUnbalancedMemory {
+            min_free_bytes: gib("min_per_gpu_memory=").or_else(|| gib("pre_model_load_memory="))?,
+            local_free_bytes: gib("local_gpu_memory=")?,
         });
     }
     None
