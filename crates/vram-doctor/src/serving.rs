@@ -47,6 +47,15 @@
 //!   `capacity/vllm.rs`), and its tests read that prediction back with [`parse`]: one reader of
 //!   every engine refusal, here, where the log's prefixes and cut lines are already handled.
 //!
+//! * Read from the releases' source for the rest (every memory or capability text of vLLM
+//!   0.10.0–0.23.0 and SGLang 0.4.6.post5–0.5.10, tabulated per release in
+//!   `tests/data/messages/ENGINE-TEXTS.md`): vLLM's CPU backend's start-up and KV-allocation
+//!   checks (`v1/worker/cpu_worker.py`, 0.20.2 on), the pooler warm-up OOM, `--max-model-len
+//!   auto`'s `Cannot auto-fit max_model_len`, the quantization capability checks of both engines
+//!   (`The quantization method Q is not supported for the current GPU. Minimum capability: M.
+//!   Current capability: C.`, and the compressed-tensors / Quark scheme's), and SGLang's
+//!   `The memory capacity is unbalanced` at TP > 1. Each variant names its source.
+//!
 //! **Where the capacity model plugs in.** [`CapacityFigures`] is the one
 //! place the serving capacity model (`vram capacity`, engineer "serving"'s
 //! module) hands its figures to the doctor: KV bytes per token, the memory
