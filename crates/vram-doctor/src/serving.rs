@@ -558,6 +558,28 @@ pub(crate) fn is_vram_own(text: &str) -> bool {
     flat.contains("vram does not model") || flat.contains("memory profile vram models")
 }
 
+/// The engines' start-up refusals that are neither memory nor a quantized checkpoint, named so
+/// that the doctor's refusal says what they are (`tests/data/messages/ENGINE-TEXTS.md`): vLLM's
+/// bfloat16 check (`platforms/cuda.py` and `rocm.py`, 0.10.0–0.23.0) and the attention heads'
+/// tensor-parallel divisibility check (`config/model.py` at 0.23.0; in every release read).
+pub(crate) fn named_refusal(text: &str) -> Option<&'static str> {
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
+    if flat.contains("bfloat16 is only supported on gpus with compute capability") {
+        return Some(
+            "this is vLLM's refusal of a bfloat16 model on a GPU below compute capability 8.0, not \
+             a memory error: start it with --dtype half (float16), which that GPU runs",
+        );
+    }
+    if flat.contains("must be divisible by tensor parallel size") {
+        return Some(
+            "this is the engine's configuration check that --tensor-parallel-size divides the \
+             attention heads, not a memory error: use a tensor-parallel size that divides them \
+             (and pipeline parallelism for the other GPUs)",
+        );
+    }
+    None
+}
+
 /// Whether `text` is `vram capacity`'s own estimate of an out-of-memory failure (CUDA-graph
 /// capture, the budget and the CUDA context, SGLang's KV pool after its request map), marked
 /// `(estimated)`: where the engine would print PyTorch's message with its own figures, which vram

@@ -1017,3 +1017,25 @@ fn engine_start_up_texts_read_from_source_are_read_as_their_kind() {
         );
     }
 }
+
+/// The engines' refusals that are neither memory nor a quantized checkpoint stay refused (no
+/// kind; CAUSES.md labels the TP check `refuse`), in one line that says what they are: vLLM's
+/// bfloat16 check (0.10.0-0.23.0 `platforms/cuda.py`) and the heads' TP divisibility check.
+#[test]
+fn non_memory_start_up_refusals_are_refused_by_name() {
+    for (text, says) in [
+        (
+            "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla V100-SXM2-32GB GPU has compute capability 7.0. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.",
+            "--dtype half",
+        ),
+        (
+            "ValueError: Total number of attention heads (12) must be divisible by tensor parallel size (8).",
+            "divides the attention heads",
+        ),
+    ] {
+        let err = read(text).err().unwrap_or_else(|| panic!("read: {text}"));
+        let msg = err.to_string();
+        assert!(msg.contains(says) && msg.contains("not a memory error"), "{msg}");
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+    }
+}
