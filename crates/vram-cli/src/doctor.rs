@@ -339,6 +339,9 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
             ServingError::VllmCpuKvAllocation { .. } => {
                 "not enough host memory for the KV cache"
             }
+            ServingError::VllmProfilingMemoryChanged { .. } => {
+                "another process released GPU memory during the profile run"
+            }
             ServingError::SglangUnbalancedMemory { .. } => {
                 "unequal free memory across the tensor-parallel GPUs"
             }

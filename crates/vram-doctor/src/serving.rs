@@ -53,7 +53,8 @@
 //!   checks (`v1/worker/cpu_worker.py`, 0.20.2 on), the pooler warm-up OOM, `--max-model-len
 //!   auto`'s `Cannot auto-fit max_model_len`, the quantization capability checks of both engines
 //!   (`The quantization method Q is not supported for the current GPU. Minimum capability: M.
-//!   Current capability: C.`, and the compressed-tensors / Quark scheme's), and SGLang's
+//!   Current capability: C.`, and the compressed-tensors / Quark scheme's), V1's `Error in
+//!   memory profiling` assertion (free memory rose during the profile run), and SGLang's
 //!   `The memory capacity is unbalanced` at TP > 1. Each variant names its source.
 //!
 //! **Where the capacity model plugs in.** [`CapacityFigures`] is the one
@@ -120,6 +121,20 @@ pub enum ServingError {
         desired_bytes: u64,
         /// The CPU backend's wording: host memory of a NUMA node, not a GPU.
         cpu_backend: bool,
+    },
+    /// vLLM's `Error in memory profiling.` (an `AssertionError`): V1's `Initial free memory F0 GiB,
+    /// current free memory F1 GiB.` (`v1/worker/gpu_worker.py`, `determine_available_memory`,
+    /// 0.10.0–0.23.0; raw bytes in `v1/worker/xpu_worker.py` to 0.14.1), V0's `Initial used memory
+    /// U0, currently used memory U1.` (`worker/worker.py`, bytes, to 0.10.x): the GPU had more
+    /// free memory after the profile run than before it, so another process released memory
+    /// while vLLM was starting (vLLM assumes the others' usage does not change).
+    VllmProfilingMemoryChanged {
+        /// What was measured: `free` (V1, XPU) or `used` (V0).
+        measure: &'static str,
+        /// Before the profile run, bytes.
+        before_bytes: u64,
+        /// After it, bytes.
+        after_bytes: u64,
     },
     /// vLLM's CPU backend (`v1/worker/cpu_worker.py`, `determine_available_memory`, from 0.20.2
     /// through 0.23.0): `Available memory on node N (A/T GiB) on kv cache allocation is less than
@@ -417,6 +432,7 @@ impl ServingError {
             ServingError::VllmNoCacheMemory { .. } => "vllm-no-cache-memory",
             ServingError::VllmFreeBelowUtilization { .. } => "vllm-free-below-utilization",
             ServingError::VllmCpuKvAllocation { .. } => "vllm-cpu-kv-allocation",
+            ServingError::VllmProfilingMemoryChanged { .. } => "vllm-profiling-memory-changed",
             ServingError::VllmSamplerWarmUp { .. } => "vllm-sampler-warm-up",
             ServingError::VllmPoolerWarmUp { .. } => "vllm-pooler-warm-up",
             ServingError::SglangUnbalancedMemory { .. } => "sglang-unbalanced-memory",
@@ -547,6 +563,7 @@ pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
         "less than requested memory for kv",
         "when warming up pooler",
         "cannot auto-fit max_model_len",
+        "error in memory profiling.",
     ];
     vllm.iter().any(|p| flat.contains(p)).then_some("vLLM")
 }
@@ -691,6 +708,30 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
                 cpu_backend,
             });
         }
+    }
+    if let Some(i) = flat.find("error in memory profiling.") {
+        let after = &flat[i..];
+        // `... 12.5 GiB` (V1) or a raw byte count (XPU, V0).
+        let size = |key: &str| -> Option<u64> {
+            let r = after[after.find(key)? + key.len()..].trim_start();
+            let v = number_after(r, "")?;
+            let gib = r
+                .split_whitespace()
+                .nth(1)
+                .is_some_and(|u| u.trim_end_matches([',', '.']) == "gib");
+            let b = if gib { v * (1u64 << 30) as f64 } else { v };
+            (b.is_finite() && b >= 0.0 && b < 1.8e19).then_some(b.round() as u64)
+        };
+        let (measure, before, after_key) = if after.contains("initial used memory") {
+            ("used", "initial used memory", "currently used memory")
+        } else {
+            ("free", "initial free memory", "current free memory")
+        };
+        return Some(ServingError::VllmProfilingMemoryChanged {
+            measure,
+            before_bytes: size(before)?,
+            after_bytes: size(after_key)?,
+        });
     }
     if let Some(i) = flat.find("on kv cache allocation is less than requested memory for kv") {
         let j = flat[..i].rfind("available memory on node")?;
@@ -1202,6 +1243,42 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                 },
             )
         }
+        ServingError::VllmProfilingMemoryChanged {
+            measure,
+            before_bytes,
+            after_bytes,
+        } => {
+            let (rose, by) = if measure == "free" {
+                (
+                    after_bytes > before_bytes,
+                    after_bytes.saturating_sub(before_bytes),
+                )
+            } else {
+                (
+                    after_bytes < before_bytes,
+                    before_bytes.saturating_sub(after_bytes),
+                )
+            };
+            remedies.push(ServingRemedy {
+                action: "start vLLM once the GPU's other processes are settled (a previous instance fully exited), or give it a GPU of its own".into(),
+                enough: true,
+                detail: "vLLM sizes its KV cache from the change in the GPU's memory across its profile run, assuming no other process changes its usage meanwhile".into(),
+            });
+            (
+                "vllm",
+                "the GPU's other processes",
+                format!(
+                    "vLLM measures the GPU's {measure} memory before and after its profile run and refuses when the run appears to have freed memory: {measure} memory went from {} to {}{}. Another process on the GPU released memory while vLLM was starting (a previous instance exiting, a process in the same container)",
+                    hb(before_bytes),
+                    hb(after_bytes),
+                    if rose {
+                        format!(" ({} released)", hb(by))
+                    } else {
+                        String::new()
+                    }
+                ),
+            )
+        }
         ServingError::VllmPoolerWarmUp { ref task, requests } => {
             remedies.push(ServingRemedy {
                 action: format!("lower --max-num-seqs below {requests}"),
@@ -1613,6 +1690,7 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         ServingError::SglangNotEnoughMemory { .. }
         | ServingError::SglangWeightsLeaveNoKv { .. } => ServingCause::Weights,
         ServingError::VllmFreeBelowUtilization { .. }
+        | ServingError::VllmProfilingMemoryChanged { .. }
         | ServingError::SglangUnbalancedMemory { .. } => ServingCause::OtherProcesses,
         // Auto-sized from the reservation: nothing left of it means the worker's own memory
         // filled it; a positive request above what the node had means others hold the rest.

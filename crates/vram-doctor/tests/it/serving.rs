@@ -866,7 +866,7 @@ fn capacity_figures_are_the_capacity_models_at_the_errors_knob() {
 #[test]
 fn engine_start_up_texts_read_from_source_are_read_as_their_kind() {
     use vram_doctor::serving::ServingCause::{self, *};
-    let cases: [(&str, ServingError, ServingCause); 11] = [
+    let cases: [(&str, ServingError, ServingCause); 14] = [
         (
             // vLLM 0.23.0, `CPUWorker.__init__`.
             "ValueError: Available memory on node 0 (10.78/15.61 GiB) on startup is less than desired CPU memory utilization (0.7, 10.93 GiB). On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved (despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization 0.5`) or reduce CPU memory used by other processes.",
@@ -976,6 +976,36 @@ fn engine_start_up_texts_read_from_source_are_read_as_their_kind() {
             ServingError::SglangUnbalancedMemory {
                 min_free_bytes: gib(20.5),
                 local_free_bytes: gib(78.9),
+            },
+            OtherProcesses,
+        ),
+        (
+            // vLLM 0.23.0 `gpu_worker.py`, an AssertionError.
+            "AssertionError: Error in memory profiling. Initial free memory 70.12 GiB, current free memory 75.5 GiB. This happens when other processes sharing the same container release GPU memory while vLLM is profiling during initialization.",
+            ServingError::VllmProfilingMemoryChanged {
+                measure: "free",
+                before_bytes: gib(70.12),
+                after_bytes: gib(75.5),
+            },
+            OtherProcesses,
+        ),
+        (
+            // vLLM 0.10.0 `xpu_worker.py`, bytes.
+            "AssertionError: Error in memory profiling. Initial free memory 1000000000, current free memory 2000000000. This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",
+            ServingError::VllmProfilingMemoryChanged {
+                measure: "free",
+                before_bytes: 1_000_000_000,
+                after_bytes: 2_000_000_000,
+            },
+            OtherProcesses,
+        ),
+        (
+            // vLLM 0.10.0 V0 `worker.py`, used memory in bytes.
+            "AssertionError: Error in memory profiling. Initial used memory 30000000000, currently used memory 20000000000. This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",
+            ServingError::VllmProfilingMemoryChanged {
+                measure: "used",
+                before_bytes: 30_000_000_000,
+                after_bytes: 20_000_000_000,
             },
             OtherProcesses,
         ),
