@@ -720,7 +720,7 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
                 .nth(1)
                 .is_some_and(|u| u.trim_end_matches([',', '.']) == "gib");
             let b = if gib { v * (1u64 << 30) as f64 } else { v };
-            (b.is_finite() && b >= 0.0 && b < 1.8e19).then_some(b.round() as u64)
+            (0.0..1.8e19).contains(&b).then_some(b.round() as u64)
         };
         let (measure, before, after_key) = if after.contains("initial used memory") {
             ("used", "initial used memory", "currently used memory")
