@@ -247,7 +247,12 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
         // A load failure is not about memory: no capacity figure changes it.
         Some(_) if !e.is_memory() => (
             None,
-            vec!["--model is not used: this start-up error is the checkpoint's quantized layout, not memory".to_string()],
+            vec![if matches!(e, ServingError::LoadQuantCapability { .. }) {
+                "--model is not used: this start-up error is the GPU's compute capability, not memory"
+            } else {
+                "--model is not used: this start-up error is the checkpoint's quantized layout, not memory"
+            }
+            .to_string()],
         ),
         Some(m) => {
             let (f, n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e)?;
@@ -284,15 +289,9 @@ fn serving_figures(
     gpu: Option<&str>,
     e: &ServingError,
 ) -> Result<(serving::CapacityFigures, Vec<String>)> {
-    if matches!(
-        e,
-        ServingError::VllmMaxSeqLen {
-            cpu_backend: true,
-            ..
-        }
-    ) {
+    if e.on_host() {
         return Err(bad_input!(
-            "--model with vLLM's CPU-backend error: its KV cache is host memory (VLLM_CPU_KVCACHE_SPACE), there is no GPU to model"
+            "--model with vLLM's CPU-backend error: its KV cache is host memory (VLLM_CPU_KVCACHE_SPACE, gpu_memory_utilization of the node), there is no GPU to model"
         ));
     }
     let gpu = gpu.ok_or_else(|| {
@@ -327,6 +326,24 @@ fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<
             }
             ServingError::LoadMarlinUnsupported { .. } => {
                 "the engine's Marlin kernels do not run this checkpoint here"
+            }
+            ServingError::LoadQuantCapability { .. } => {
+                "the GPU is below the quantization method's compute capability"
+            }
+            ServingError::VllmPoolerWarmUp { .. } => {
+                "not enough memory for the pooler's warm-up after the KV cache"
+            }
+            ServingError::VllmFreeBelowUtilization {
+                cpu_backend: true, ..
+            } => "less host memory available than the share asked for",
+            ServingError::VllmCpuKvAllocation { .. } => {
+                "not enough host memory for the KV cache"
+            }
+            ServingError::VllmProfilingMemoryChanged { .. } => {
+                "another process released GPU memory during the profile run"
+            }
+            ServingError::SglangUnbalancedMemory { .. } => {
+                "unequal free memory across the tensor-parallel GPUs"
             }
             _ => "not enough memory for the KV cache",
         },

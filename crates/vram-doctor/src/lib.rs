@@ -137,6 +137,7 @@ pub fn read(text: &str) -> Result<Reading> {
             None if matches!(&e, DoctorError::Unparseable { reason }
                 if reason == message::NO_MESSAGE || reason == message::CUDA_RUNTIME)
                 && !serving::is_vram_own(text)
+                && !serving::is_vram_estimate(text)
                 && serving::named_engine(text).is_none() =>
             {
                 match foreign::recognise(text) {
@@ -156,6 +157,14 @@ fn unfound(text: &str, e: DoctorError) -> DoctorError {
         DoctorError::Unparseable { reason } if reason == message::NO_MESSAGE => {
             DoctorError::Unparseable {
                 reason: match serving::named_engine(text) {
+                    _ if serving::named_refusal(text).is_some() => {
+                        serving::named_refusal(text).unwrap_or_default().to_string()
+                    }
+                    _ if serving::is_vram_estimate(text) => "this is vram's own estimate of \
+                         an out-of-memory failure (`vram capacity`), not an engine's message: \
+                         the engine prints PyTorch's `CUDA out of memory. Tried to allocate ...` \
+                         with its own figures there; paste that"
+                        .to_string(),
                     _ if serving::is_vram_own(text) => "this is vram's own line (`vram \
                          capacity` refusing a configuration whose memory it does not model), \
                          not an engine's error: start the engine to see whether it fits"

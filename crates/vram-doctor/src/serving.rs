@@ -47,6 +47,16 @@
 //!   `capacity/vllm.rs`), and its tests read that prediction back with [`parse`]: one reader of
 //!   every engine refusal, here, where the log's prefixes and cut lines are already handled.
 //!
+//! * Read from the releases' source for the rest (every memory or capability text of vLLM
+//!   0.10.0–0.23.0 and SGLang 0.4.6.post5–0.5.10, tabulated per release in
+//!   `tests/data/messages/ENGINE-TEXTS.md`): vLLM's CPU backend's start-up and KV-allocation
+//!   checks (`v1/worker/cpu_worker.py`, 0.20.2 on), the pooler warm-up OOM, `--max-model-len
+//!   auto`'s `Cannot auto-fit max_model_len`, the quantization capability checks of both engines
+//!   (`The quantization method Q is not supported for the current GPU. Minimum capability: M.
+//!   Current capability: C.`, and the compressed-tensors / Quark scheme's), V1's `Error in
+//!   memory profiling` assertion (free memory rose during the profile run), and SGLang's
+//!   `The memory capacity is unbalanced` at TP > 1. Each variant names its source.
+//!
 //! **Where the capacity model plugs in.** [`CapacityFigures`] is the one
 //! place the serving capacity model (`vram capacity`, engineer "serving"'s
 //! module) hands its figures to the doctor: KV bytes per token, the memory
@@ -96,7 +106,10 @@ pub enum ServingError {
         available_bytes: Option<i64>,
     },
     /// vLLM: `Free memory on device (F/T GiB) on startup is less than desired
-    /// GPU memory utilization (U, X GiB).`
+    /// GPU memory utilization (U, X GiB).`; on its CPU backend (`v1/worker/cpu_worker.py`,
+    /// `CPUWorker.__init__`, from 0.20.2 through 0.23.0): `Available memory on node N (F/T GiB) on
+    /// startup is less than desired CPU memory utilization (U, X GiB).`, the same check on the
+    /// NUMA node's host memory, `gpu_memory_utilization` being the share of it reserved.
     VllmFreeBelowUtilization {
         /// Free bytes at start-up.
         free_bytes: u64,
@@ -106,11 +119,54 @@ pub enum ServingError {
         utilization: f64,
         /// `utilization × total`, bytes.
         desired_bytes: u64,
+        /// The CPU backend's wording: host memory of a NUMA node, not a GPU.
+        cpu_backend: bool,
+    },
+    /// vLLM's `Error in memory profiling.` (an `AssertionError`): V1's `Initial free memory F0 GiB,
+    /// current free memory F1 GiB.` (`v1/worker/gpu_worker.py`, `determine_available_memory`,
+    /// 0.10.0–0.23.0; raw bytes in `v1/worker/xpu_worker.py` to 0.14.1), V0's `Initial used memory
+    /// U0, currently used memory U1.` (`worker/worker.py`, bytes, to 0.10.x): the GPU had more
+    /// free memory after the profile run than before it, so another process released memory
+    /// while vLLM was starting (vLLM assumes the others' usage does not change).
+    VllmProfilingMemoryChanged {
+        /// What was measured: `free` (V1, XPU) or `used` (V0).
+        measure: &'static str,
+        /// Before the profile run, bytes.
+        before_bytes: u64,
+        /// After it, bytes.
+        after_bytes: u64,
+    },
+    /// vLLM's CPU backend (`v1/worker/cpu_worker.py`, `determine_available_memory`, from 0.20.2
+    /// through 0.23.0): `Available memory on node N (A/T GiB) on kv cache allocation is less than
+    /// requested memory for kv (K/R GiB).`, K being the reserved share R less what the worker
+    /// already holds (its resident memory: the weights), or `(K GiB)` when the KV space was set
+    /// (`--kv-cache-memory-bytes`, `VLLM_CPU_KVCACHE_SPACE`). Raised when K is not positive or
+    /// above what the node has available.
+    VllmCpuKvAllocation {
+        /// The node's available host memory, bytes.
+        available_bytes: u64,
+        /// The node's memory, bytes.
+        total_bytes: u64,
+        /// K: the KV cache's request, bytes (negative: the worker already holds more than R).
+        requested_kv_bytes: i64,
+        /// R: the share `gpu_memory_utilization` reserves for the worker, bytes; `None` where
+        /// the KV space was set outright.
+        reserved_bytes: Option<u64>,
     },
     /// vLLM V1 (0.8 on): `CUDA out of memory occurred when warming up sampler with N dummy
     /// requests.`: the warm-up after the KV cache and the CUDA graphs did not fit what they left.
     VllmSamplerWarmUp {
         /// N: the dummy requests (`min(max_num_seqs, max_num_batched_tokens)`).
+        requests: u64,
+    },
+    /// vLLM V1 (`gpu_model_runner.py`, `_dummy_pooler_run`, the same text from 0.10.0 through
+    /// 0.23.0): `CUDA out of memory occurred when warming up pooler (task=T) with N dummy
+    /// requests.`: a pooling model's warm-up, the sampler's counterpart, did not fit what the KV
+    /// cache and the CUDA graphs left.
+    VllmPoolerWarmUp {
+        /// The pooling task the warm-up ran (`embed`, `classify`, ...), when printed.
+        task: Option<String>,
+        /// N: the dummy requests.
         requests: u64,
     },
     /// vLLM, hybrid models (0.23 on): `max_num_seqs (N) exceeds available Mamba cache blocks (M)`
@@ -139,6 +195,37 @@ pub enum ServingError {
         available_bytes: Option<u64>,
         /// What loading took (`mem usage=U GB`), bytes, when the log has the line.
         weights_bytes: Option<u64>,
+    },
+    /// SGLang (`model_executor/model_runner.py`, `init_torch_distributed`; read at 0.4.6.post5,
+    /// 0.5.3 and 0.5.10): `The memory capacity is unbalanced. Some GPUs may be occupied by other
+    /// processes. min_per_gpu_memory=M, local_gpu_memory=L, local_gpu_memory * 0.9=Z`, at tensor
+    /// parallelism above 1 when the least free memory of any rank is below 0.9 × this rank's
+    /// (both GiB, `get_available_gpu_memory`'s `free / (1 << 30)`). A `ValueError` unless
+    /// `SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK` is set (0.4.6.post5, 0.5.3); at 0.5.10
+    /// `pre_model_load_memory=M`, a `RuntimeError` only with
+    /// `SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK`, else a warning.
+    SglangUnbalancedMemory {
+        /// M: the least free memory over the ranks, bytes.
+        min_free_bytes: u64,
+        /// L: this rank's free memory, bytes.
+        local_free_bytes: u64,
+    },
+    /// The quantization method's capability check at start-up: `The quantization method Q is not
+    /// supported for the current GPU. Minimum capability: M. Current capability: C.` (vLLM's
+    /// `_get_quantization_config`, `config.py` at 0.10, `config/vllm.py` 0.11–0.23; SGLang's
+    /// `model_loader/loader.py` at 0.4.6.post5, 0.5.3, 0.5.10; `moe_wna16 + awq` from both
+    /// engines' `moe_wna16.py`), or a compressed-tensors / Quark scheme's `Quantization scheme is
+    /// not supported for the current GPU. Min capability: M. Current capability: C.` (`Required
+    /// capability` in vLLM's compressed-tensors at 0.23). Capabilities are major × 10 + minor.
+    LoadQuantCapability {
+        /// The engine the paste names (`vllm` unless it names SGLang).
+        engine: &'static str,
+        /// The method named (`awq`, `moe_wna16 + awq`, ...); `None` for a scheme's refusal.
+        method: Option<String>,
+        /// M: the method's `get_min_capability()`.
+        minimum_capability: u32,
+        /// C: the GPU's.
+        device_capability: u32,
     },
     /// PyTorch's `Trying to create tensor with negative dimension -N` while an engine creates a
     /// quantized checkpoint's tensors (read only where the paste names vLLM or SGLang and shows
@@ -222,7 +309,8 @@ impl CapacityFigures {
         use vram_plan::capacity::{self, Engine, Knobs};
         let engine = match e {
             ServingError::SglangNotEnoughMemory { .. }
-            | ServingError::SglangWeightsLeaveNoKv { .. } => Engine::Sglang,
+            | ServingError::SglangWeightsLeaveNoKv { .. }
+            | ServingError::SglangUnbalancedMemory { .. } => Engine::Sglang,
             _ => Engine::Vllm,
         };
         let knobs = Knobs {
@@ -303,7 +391,8 @@ pub enum ServingCause {
     /// creates it at this tensor-parallel size (a group size that does not divide a GPU's share,
     /// or channel-wise AWQ's `group_size: -1` that a kernel divides by), or the Marlin kernel
     /// the engine builds for it does not take its group size or the GPU (vLLM 0.22+'s GPTQ below
-    /// compute capability 7.5).
+    /// compute capability 7.5), or the GPU is below the quantization method's minimum compute
+    /// capability, which both engines check at start-up.
     QuantLayout,
     /// The message cannot show which: vLLM's `No available memory for the cache blocks` says
     /// only that the budget less what was measured before the cache is not positive. The
@@ -342,7 +431,12 @@ impl ServingError {
             ServingError::VllmKvMemory { .. } => "vllm-kv-memory",
             ServingError::VllmNoCacheMemory { .. } => "vllm-no-cache-memory",
             ServingError::VllmFreeBelowUtilization { .. } => "vllm-free-below-utilization",
+            ServingError::VllmCpuKvAllocation { .. } => "vllm-cpu-kv-allocation",
+            ServingError::VllmProfilingMemoryChanged { .. } => "vllm-profiling-memory-changed",
             ServingError::VllmSamplerWarmUp { .. } => "vllm-sampler-warm-up",
+            ServingError::VllmPoolerWarmUp { .. } => "vllm-pooler-warm-up",
+            ServingError::SglangUnbalancedMemory { .. } => "sglang-unbalanced-memory",
+            ServingError::LoadQuantCapability { .. } => "load-quant-capability",
             ServingError::VllmMambaBlocks { .. } => "vllm-mamba-blocks",
             ServingError::SglangNotEnoughMemory { .. } => "sglang-not-enough-memory",
             ServingError::SglangWeightsLeaveNoKv { .. } => "sglang-weights-leave-no-kv",
@@ -360,6 +454,21 @@ impl ServingError {
             ServingError::LoadNegativeDimension { .. }
                 | ServingError::LoadShardNotAligned { .. }
                 | ServingError::LoadMarlinUnsupported { .. }
+                | ServingError::LoadQuantCapability { .. }
+        )
+    }
+
+    /// Whether the error is about host memory (vLLM's CPU backend), where no GPU is modelled.
+    pub fn on_host(&self) -> bool {
+        matches!(
+            self,
+            ServingError::VllmFreeBelowUtilization {
+                cpu_backend: true,
+                ..
+            } | ServingError::VllmMaxSeqLen {
+                cpu_backend: true,
+                ..
+            } | ServingError::VllmCpuKvAllocation { .. }
         )
     }
 }
@@ -409,6 +518,25 @@ fn number_after(s: &str, key: &str) -> Option<f64> {
     r[..end].trim_end_matches('.').parse().ok()
 }
 
+/// `F/T unit` (F may be negative, as vLLM's `format_gib` prints a shortfall): F and T, bytes.
+fn size_pair(s: &str) -> Option<(i64, u64)> {
+    let (f, t) = s.split_once('/')?;
+    let unit = t.split_whitespace().nth(1)?;
+    let first = signed_size(&format!("{} {unit}", f.trim()))?;
+    Some((first, parse_size(t.trim())?))
+}
+
+/// A size that may be negative, bytes.
+fn signed_size(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (neg, rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s),
+    };
+    let b = i64::try_from(parse_size(rest)?).ok()?;
+    Some(if neg { -b } else { b })
+}
+
 /// Finds a serving engine's start-up memory error in `text`, if there is one.
 ///
 /// The text is read as PyTorch's message is ([`crate::message::parse`]): each line's log prefixes
@@ -431,6 +559,11 @@ pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
         "no available memory for the cache blocks",
         "less than desired gpu memory utilization",
         "exceeds available mamba cache blocks",
+        "less than desired cpu memory utilization",
+        "less than requested memory for kv",
+        "when warming up pooler",
+        "cannot auto-fit max_model_len",
+        "error in memory profiling.",
     ];
     vllm.iter().any(|p| flat.contains(p)).then_some("vLLM")
 }
@@ -440,6 +573,37 @@ pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
 pub(crate) fn is_vram_own(text: &str) -> bool {
     let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
     flat.contains("vram does not model") || flat.contains("memory profile vram models")
+}
+
+/// The engines' start-up refusals that are neither memory nor a quantized checkpoint, named so
+/// that the doctor's refusal says what they are (`tests/data/messages/ENGINE-TEXTS.md`): vLLM's
+/// bfloat16 check (`platforms/cuda.py` and `rocm.py`, 0.10.0–0.23.0) and the attention heads'
+/// tensor-parallel divisibility check (`config/model.py` at 0.23.0; in every release read).
+pub(crate) fn named_refusal(text: &str) -> Option<&'static str> {
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
+    if flat.contains("bfloat16 is only supported on gpus with compute capability") {
+        return Some(
+            "this is vLLM's refusal of a bfloat16 model on a GPU below compute capability 8.0, not \
+             a memory error: start it with --dtype half (float16), which that GPU runs",
+        );
+    }
+    if flat.contains("must be divisible by tensor parallel size") {
+        return Some(
+            "this is the engine's configuration check that --tensor-parallel-size divides the \
+             attention heads, not a memory error: use a tensor-parallel size that divides them \
+             (and pipeline parallelism for the other GPUs)",
+        );
+    }
+    None
+}
+
+/// Whether `text` is `vram capacity`'s own estimate of an out-of-memory failure (CUDA-graph
+/// capture, the budget and the CUDA context, SGLang's KV pool after its request map), marked
+/// `(estimated)`: where the engine would print PyTorch's message with its own figures, which vram
+/// cannot know.
+pub(crate) fn is_vram_estimate(text: &str) -> bool {
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
+    flat.contains("cuda out of memory") && flat.contains("(estimated")
 }
 
 /// [`parse`] on the flattened, lower-cased text.
@@ -484,7 +648,11 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
     if let Some(e) = crate::mamba::parse(flat) {
         return Some(e);
     }
-    if flat.contains("no available memory for the cache blocks") {
+    // `--max-model-len auto` (vLLM 0.14.1 to 0.23.0, `kv_cache_utils.py`'s auto-fit): the same
+    // finding, no room for even one token of KV cache, in other words.
+    if flat.contains("no available memory for the cache blocks")
+        || flat.contains("cannot auto-fit max_model_len: not enough gpu memory available")
+    {
         let available_bytes = flat.rfind("available kv cache memory: ").and_then(|j| {
             let r = &flat[j + "available kv cache memory: ".len()..];
             let mut w = r.split_whitespace();
@@ -502,22 +670,116 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
         let requests = num(r.split(|c: char| !c.is_ascii_digit()).next()?)?;
         return Some(ServingError::VllmSamplerWarmUp { requests });
     }
-    if let Some(i) = flat.find("on startup is less than desired gpu memory utilization") {
-        // `Free memory on device [cuda:0 ](F/T GiB) on startup ... (U, X GiB)`.
-        let j = flat[..i].rfind("free memory on device")?;
-        let fr = paren_after(&flat[j..], "free memory on device")?;
-        let (f, t) = fr.split_once('/')?;
-        let unit = t.split_whitespace().nth(1)?;
-        let free_bytes = parse_size(&format!("{} {unit}", f.trim()))?;
-        let total_bytes = parse_size(t.trim())?;
-        let ut = paren_after(&flat[i..], "gpu memory utilization")?;
-        let (u, x) = ut.split_once(',')?;
-        return Some(ServingError::VllmFreeBelowUtilization {
-            free_bytes,
-            total_bytes,
-            utilization: u.trim().parse().ok()?,
-            desired_bytes: parse_size(x.trim())?,
+    if let Some(i) = flat.find("cuda out of memory occurred when warming up pooler") {
+        let r = &flat[i + "cuda out of memory occurred when warming up pooler".len()..];
+        let task = r
+            .trim_start()
+            .strip_prefix("(task=")
+            .and_then(|t| t.split_once(')'))
+            .map(|(t, _)| t.trim().to_string());
+        let n = &r[r.find(" with ")? + " with ".len()..];
+        let requests = num(n.split(|c: char| !c.is_ascii_digit()).next()?)?;
+        return Some(ServingError::VllmPoolerWarmUp { task, requests });
+    }
+    // `Free memory on device [cuda:0 ](F/T GiB) on startup ... (U, X GiB)`, and the CPU
+    // backend's `Available memory on node N (F/T GiB) on startup ... CPU memory utilization`.
+    for (check, device, cpu_backend) in [
+        (
+            "on startup is less than desired gpu memory utilization",
+            "free memory on device",
+            false,
+        ),
+        (
+            "on startup is less than desired cpu memory utilization",
+            "available memory on node",
+            true,
+        ),
+    ] {
+        if let Some(i) = flat.find(check) {
+            let j = flat[..i].rfind(device)?;
+            let (free_bytes, total_bytes) = size_pair(&paren_after(&flat[j..], device)?)?;
+            let ut = paren_after(&flat[i..], "memory utilization")?;
+            let (u, x) = ut.split_once(',')?;
+            return Some(ServingError::VllmFreeBelowUtilization {
+                free_bytes: u64::try_from(free_bytes).ok()?,
+                total_bytes,
+                utilization: u.trim().parse().ok()?,
+                desired_bytes: parse_size(x.trim())?,
+                cpu_backend,
+            });
+        }
+    }
+    if let Some(i) = flat.find("error in memory profiling.") {
+        let after = &flat[i..];
+        // `... 12.5 GiB` (V1) or a raw byte count (XPU, V0).
+        let size = |key: &str| -> Option<u64> {
+            let r = after[after.find(key)? + key.len()..].trim_start();
+            let v = number_after(r, "")?;
+            let gib = r
+                .split_whitespace()
+                .nth(1)
+                .is_some_and(|u| u.trim_end_matches([',', '.']) == "gib");
+            let b = if gib { v * (1u64 << 30) as f64 } else { v };
+            (0.0..1.8e19).contains(&b).then_some(b.round() as u64)
+        };
+        let (measure, before, after_key) = if after.contains("initial used memory") {
+            ("used", "initial used memory", "currently used memory")
+        } else {
+            ("free", "initial free memory", "current free memory")
+        };
+        return Some(ServingError::VllmProfilingMemoryChanged {
+            measure,
+            before_bytes: size(before)?,
+            after_bytes: size(after_key)?,
         });
+    }
+    if let Some(i) = flat.find("on kv cache allocation is less than requested memory for kv") {
+        let j = flat[..i].rfind("available memory on node")?;
+        let (available, total_bytes) =
+            size_pair(&paren_after(&flat[j..], "available memory on node")?)?;
+        let req = paren_after(&flat[i..], "requested memory for kv")?;
+        // `(K/R GiB)` where vLLM sized it from the reserved share, `(K GiB)` where it was set.
+        let (requested_kv_bytes, reserved_bytes) = if req.contains('/') {
+            let (k, r) = size_pair(&req)?;
+            (k, Some(r))
+        } else {
+            (signed_size(&req)?, None)
+        };
+        return Some(ServingError::VllmCpuKvAllocation {
+            available_bytes: u64::try_from(available).ok()?,
+            total_bytes,
+            requested_kv_bytes,
+            reserved_bytes,
+        });
+    }
+    if let Some(i) = flat.find("is not supported for the current gpu.") {
+        let before = &flat[..i];
+        let method = before.rfind("the quantization method ").map(|j| {
+            before[j + "the quantization method ".len()..]
+                .trim()
+                .to_string()
+        });
+        let scheme = before.ends_with("quantization scheme ");
+        if method.is_some() || scheme {
+            let after = &flat[i..];
+            let minimum = after
+                .find("minimum capability:")
+                .or_else(|| after.find("min capability:"))
+                .or_else(|| after.find("required capability:"))?;
+            let minimum_capability = number_after(&after[minimum..], "capability:")?;
+            let device_capability = number_after(after, "current capability:")?;
+            let int = |v: f64| (v >= 0.0 && v.fract() == 0.0 && v < 1e6).then_some(v as u32);
+            return Some(ServingError::LoadQuantCapability {
+                engine: if flat.contains("sglang") {
+                    "sglang"
+                } else {
+                    "vllm"
+                },
+                method: method.filter(|m| !m.is_empty()),
+                minimum_capability: int(minimum_capability)?,
+                device_capability: int(device_capability)?,
+            });
+        }
     }
     if let Some(i) = flat
         .find("loaded weights leave no gpu memory for the kv cache under --mem-fraction-static=")
@@ -657,6 +919,21 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             mem_fraction_static,
         });
     }
+    // Last: SGLang 0.5.10 logs it as a warning unless SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is
+    // set, so an error above it in the same log is the one that stopped the engine.
+    if let Some(i) = flat.find("the memory capacity is unbalanced.") {
+        // `min_per_gpu_memory=M, local_gpu_memory=L, ...` (0.5.10: `pre_model_load_memory=M`),
+        // GiB as floats.
+        let after = &flat[i..];
+        let gib = |key: &str| {
+            let v = number_after(after, key)?;
+            (v >= 0.0).then(|| (v * (1u64 << 30) as f64).round() as u64)
+        };
+        return Some(ServingError::SglangUnbalancedMemory {
+            min_free_bytes: gib("min_per_gpu_memory=").or_else(|| gib("pre_model_load_memory="))?,
+            local_free_bytes: gib("local_gpu_memory=")?,
+        });
+    }
     None
 }
 
@@ -687,7 +964,8 @@ pub fn explain_profiled(
     cap: Option<&CapacityFigures>,
 ) -> ServingDiagnosis {
     let mut d = explain_message(err, cap);
-    if let Some(p) = profile.filter(|_| err.is_memory()) {
+    // The profiling lines are a GPU's: a host-memory error (vLLM's CPU backend) keeps its own.
+    if let Some(p) = profile.filter(|_| err.is_memory() && !err.on_host()) {
         apply_profile(&mut d, err, p);
     }
     d
@@ -840,6 +1118,263 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
             total_bytes,
             utilization,
             desired_bytes,
+            cpu_backend: true,
+        } => {
+            let max_u = (free_bytes as f64 / total_bytes.max(1) as f64 * 100.0).floor() / 100.0;
+            remedies.push(ServingRemedy {
+                action: format!("--gpu-memory-utilization {max_u:.2}"),
+                enough: true,
+                detail: format!(
+                    "on the CPU backend this flag is the share of the NUMA node's host memory reserved for the worker: {} available of {}, so at most {max_u:.2} can be asked for (the KV cache shrinks by {})",
+                    hb(free_bytes),
+                    hb(total_bytes),
+                    hb(desired_bytes.saturating_sub((max_u * total_bytes as f64) as u64))
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "stop what holds the node's memory (other processes, a previous instance of the server)".into(),
+                enough: true,
+                detail: format!(
+                    "{} of the node's memory was in use before vLLM started",
+                    hb(total_bytes.saturating_sub(free_bytes))
+                ),
+            });
+            (
+                "vllm",
+                "gpu_memory_utilization",
+                format!(
+                    "vLLM's CPU backend reserves gpu_memory_utilization of the NUMA node's host memory (despite the flag's name): {utilization} × {} = {}, but only {} was available at start-up",
+                    hb(total_bytes),
+                    hb(desired_bytes),
+                    hb(free_bytes)
+                ),
+            )
+        }
+        ServingError::VllmCpuKvAllocation {
+            available_bytes,
+            total_bytes,
+            requested_kv_bytes,
+            reserved_bytes,
+        } => {
+            let asked = hb(requested_kv_bytes.unsigned_abs());
+            match reserved_bytes {
+                Some(r) if requested_kv_bytes <= 0 => {
+                    remedies.push(ServingRemedy {
+                        action: "raise --gpu-memory-utilization".into(),
+                        enough: false,
+                        detail: format!(
+                            "the worker already holds {} (its resident memory: the weights and the runtime) of the {} reserved; the reservation must exceed that by the KV cache wanted, within the {} available",
+                            hb(r.saturating_add(requested_kv_bytes.unsigned_abs())),
+                            hb(r),
+                            hb(available_bytes)
+                        ),
+                    });
+                    remedies.push(ServingRemedy {
+                        action: "a smaller model or lower-precision weights".into(),
+                        enough: false,
+                        detail: "less resident memory leaves the reservation room for the KV cache"
+                            .into(),
+                    });
+                }
+                Some(r) => {
+                    remedies.push(ServingRemedy {
+                        action: "stop what holds the node's memory (other processes)".into(),
+                        enough: true,
+                        detail: format!(
+                            "the KV cache asks {asked} (the {} reserved less what the worker holds), and only {} of the node's {} was available",
+                            hb(r),
+                            hb(available_bytes),
+                            hb(total_bytes)
+                        ),
+                    });
+                    remedies.push(ServingRemedy {
+                        action: "lower --gpu-memory-utilization".into(),
+                        enough: false,
+                        detail: format!(
+                            "the reservation less the worker's own memory must fit the {} available",
+                            hb(available_bytes)
+                        ),
+                    });
+                }
+                None => {
+                    remedies.push(ServingRemedy {
+                        action: format!(
+                            "set --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE) to at most {}",
+                            hb(available_bytes)
+                        ),
+                        enough: true,
+                        detail: format!(
+                            "{asked} was asked and {} was available",
+                            hb(available_bytes)
+                        ),
+                    });
+                    remedies.push(ServingRemedy {
+                        action: "stop what holds the node's memory (other processes)".into(),
+                        enough: false,
+                        detail: format!(
+                            "{} of the node's {} was in use",
+                            hb(total_bytes.saturating_sub(available_bytes)),
+                            hb(total_bytes)
+                        ),
+                    });
+                }
+            }
+            (
+                "vllm",
+                match reserved_bytes {
+                    Some(_) => "gpu_memory_utilization",
+                    None => "kv_cache_memory_bytes / VLLM_CPU_KVCACHE_SPACE",
+                },
+                match reserved_bytes {
+                    Some(r) => format!(
+                        "vLLM's CPU backend gives its KV cache the {} it reserves (gpu_memory_utilization of the node's host memory) less what the worker already holds: {}{asked}, which {}",
+                        hb(r),
+                        if requested_kv_bytes < 0 { "-" } else { "" },
+                        if requested_kv_bytes <= 0 {
+                            "leaves nothing: the worker's own memory (the weights) fills the reservation".to_string()
+                        } else {
+                            format!("is more than the {} the node had available: other processes hold the rest", hb(available_bytes))
+                        }
+                    ),
+                    None => format!(
+                        "vLLM's CPU backend was asked for a {asked} KV cache (--kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE), more than the {} of host memory the node had available",
+                        hb(available_bytes)
+                    ),
+                },
+            )
+        }
+        ServingError::VllmProfilingMemoryChanged {
+            measure,
+            before_bytes,
+            after_bytes,
+        } => {
+            let (rose, by) = if measure == "free" {
+                (
+                    after_bytes > before_bytes,
+                    after_bytes.saturating_sub(before_bytes),
+                )
+            } else {
+                (
+                    after_bytes < before_bytes,
+                    before_bytes.saturating_sub(after_bytes),
+                )
+            };
+            remedies.push(ServingRemedy {
+                action: "start vLLM once the GPU's other processes are settled (a previous instance fully exited), or give it a GPU of its own".into(),
+                enough: true,
+                detail: "vLLM sizes its KV cache from the change in the GPU's memory across its profile run, assuming no other process changes its usage meanwhile".into(),
+            });
+            (
+                "vllm",
+                "the GPU's other processes",
+                format!(
+                    "vLLM measures the GPU's {measure} memory before and after its profile run and refuses when the run appears to have freed memory: {measure} memory went from {} to {}{}. Another process on the GPU released memory while vLLM was starting (a previous instance exiting, a process in the same container)",
+                    hb(before_bytes),
+                    hb(after_bytes),
+                    if rose {
+                        format!(" ({} released)", hb(by))
+                    } else {
+                        String::new()
+                    }
+                ),
+            )
+        }
+        ServingError::VllmPoolerWarmUp { ref task, requests } => {
+            remedies.push(ServingRemedy {
+                action: format!("lower --max-num-seqs below {requests}"),
+                enough: false,
+                detail: format!(
+                    "the warm-up runs the pooler over {requests} dummy requests beside the KV cache and the CUDA graphs; fewer need less"
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "lower --gpu-memory-utilization".into(),
+                enough: false,
+                detail: "the KV cache is sized inside that share of the GPU; what is left beyond it (less the CUDA graphs) is what the warm-up runs in".into(),
+            });
+            (
+                "vllm",
+                "max_num_seqs",
+                format!(
+                    "vLLM V1 warms a pooling model's pooler up{} after allocating the KV cache and capturing the CUDA graphs: a dummy run over {requests} requests must fit what they left of the device, and did not",
+                    task.as_ref().map(|t| format!(" (task {t})")).unwrap_or_default()
+                ),
+            )
+        }
+        ServingError::SglangUnbalancedMemory {
+            min_free_bytes,
+            local_free_bytes,
+        } => {
+            remedies.push(ServingRemedy {
+                action: "stop what holds memory on the GPU with the least free (another process, a previous instance)".into(),
+                enough: true,
+                detail: format!(
+                    "one rank had {} free against this rank's {}: below 0.9 × it, so something outside SGLang holds {} more on that GPU",
+                    hb(min_free_bytes),
+                    hb(local_free_bytes),
+                    hb(local_free_bytes.saturating_sub(min_free_bytes))
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "CUDA_VISIBLE_DEVICES naming only free GPUs".into(),
+                enough: true,
+                detail: "the check compares the ranks' free memory before loading; equal free memory passes it".into(),
+            });
+            (
+                "sglang",
+                "the GPUs' free memory",
+                format!(
+                    "SGLang checks at tensor parallelism above 1 that every GPU has at least 0.9 × this rank's free memory before loading; the least free had {} against {}: other processes hold memory on that GPU",
+                    hb(min_free_bytes),
+                    hb(local_free_bytes)
+                ),
+            )
+        }
+        ServingError::LoadQuantCapability {
+            engine,
+            ref method,
+            minimum_capability,
+            device_capability,
+        } => {
+            let cc = |c: u32| format!("{}.{}", c / 10, c % 10);
+            let what = method
+                .as_ref()
+                .map_or("the checkpoint's quantization scheme".to_string(), |m| {
+                    format!("the {m} method")
+                });
+            remedies.push(ServingRemedy {
+                action: format!(
+                    "a GPU of compute capability {} or newer",
+                    cc(minimum_capability)
+                ),
+                enough: true,
+                detail: format!(
+                    "{what} asks for {} (get_min_capability() = {minimum_capability}); this GPU is {}",
+                    cc(minimum_capability),
+                    cc(device_capability)
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "a checkpoint in a quantization this GPU takes, or the unquantized model".into(),
+                enough: false,
+                detail: "each method has its own minimum (in vLLM 0.23: GGUF 6.0, bitsandbytes 7.0, AWQ and FP8 7.5); the memory it then needs is another question".into(),
+            });
+            (
+                engine,
+                "quantization",
+                format!(
+                    "not a memory error: the engine checks at start-up that the GPU's compute capability ({}) reaches {what}'s minimum ({}), and it does not",
+                    cc(device_capability),
+                    cc(minimum_capability)
+                ),
+            )
+        }
+        ServingError::VllmFreeBelowUtilization {
+            free_bytes,
+            total_bytes,
+            utilization,
+            desired_bytes,
+            cpu_backend: false,
         } => {
             let max_u = (free_bytes as f64 / total_bytes.max(1) as f64 * 100.0).floor() / 100.0;
             remedies.push(ServingRemedy {
@@ -1154,13 +1689,28 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         ServingError::VllmNoCacheMemory { .. } => ServingCause::Undetermined,
         ServingError::SglangNotEnoughMemory { .. }
         | ServingError::SglangWeightsLeaveNoKv { .. } => ServingCause::Weights,
-        ServingError::VllmFreeBelowUtilization { .. } => ServingCause::OtherProcesses,
-        ServingError::VllmSamplerWarmUp { .. } | ServingError::VllmMambaBlocks { .. } => {
-            ServingCause::Profile
-        }
+        ServingError::VllmFreeBelowUtilization { .. }
+        | ServingError::VllmProfilingMemoryChanged { .. }
+        | ServingError::SglangUnbalancedMemory { .. } => ServingCause::OtherProcesses,
+        // Auto-sized from the reservation: nothing left of it means the worker's own memory
+        // filled it; a positive request above what the node had means others hold the rest.
+        // Set outright, the message cannot say which.
+        ServingError::VllmCpuKvAllocation {
+            requested_kv_bytes,
+            reserved_bytes,
+            ..
+        } => match reserved_bytes {
+            Some(_) if *requested_kv_bytes <= 0 => ServingCause::Weights,
+            Some(_) => ServingCause::OtherProcesses,
+            None => ServingCause::Undetermined,
+        },
+        ServingError::VllmSamplerWarmUp { .. }
+        | ServingError::VllmPoolerWarmUp { .. }
+        | ServingError::VllmMambaBlocks { .. } => ServingCause::Profile,
         ServingError::LoadNegativeDimension { .. }
         | ServingError::LoadShardNotAligned { .. }
-        | ServingError::LoadMarlinUnsupported { .. } => ServingCause::QuantLayout,
+        | ServingError::LoadMarlinUnsupported { .. }
+        | ServingError::LoadQuantCapability { .. } => ServingCause::QuantLayout,
     };
     ServingDiagnosis {
         engine,

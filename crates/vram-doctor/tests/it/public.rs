@@ -534,11 +534,16 @@ const BATCHES: &[Batch] = &[
     // refused), TokenFlow-Router's note (72B on two A100s, 0.53 GiB of KV cache, named the context
     // where the fix was TP 4) and vllm#1488 (AWQ on a V100, refused). The fit half was run after
     // that, 7 / 8 at its first run: its miss is sglang#36260 (a peer container's load on a CPU CI
-    // node, named the weights); no rule was fitted on it.
+    // node, named the weights); no rule was fitted on it. Today 8 / 9 on the holdout: the
+    // engines' start-up error texts were then read from their source at every release modelled
+    // (vLLM 0.10-0.23, SGLang 0.4.6-0.5.10; `vram_doctor::serving`), and the reader taught the
+    // ones it lacked, among them the two layouts this holdout refused (the CPU backend's check,
+    // `other-processes` by its figures, and the quantization capability check, not memory); the
+    // TokenFlow-Router note stays named the context. Reported 6 stays.
     Split {
         n: 27,
         fit: pinned(7),
-        holdout: pinned(6).reported(6),
+        holdout: pinned(8).reported(6),
     },
 ];
 

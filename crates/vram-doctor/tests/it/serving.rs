@@ -273,6 +273,7 @@ fn serving_errors_are_read_like_pytorch_messages() {
             total_bytes: gib(22.05),
             utilization: 0.9,
             desired_bytes: gib(19.84),
+            cpu_backend: false,
         })
     );
     // A log cut at a fixed terminal width, inside a word, under a `[rank0]:` prefix.
@@ -852,4 +853,219 @@ fn capacity_figures_are_the_capacity_models_at_the_errors_knob() {
     // Qwen3-8B's 16 GB of bf16 weights and 32k tokens of KV cache do not start on an L4 under
     // vLLM's default budget, so the vLLM case's change is the suggestion's.
     assert!(!starts[0]);
+}
+
+/// The engines' start-up texts the reader was taught from their source (`serving.rs`'s module
+/// docs; the table of every release read is `tests/data/messages/ENGINE-TEXTS.md`), each
+/// rendered from its f-string at the release named, read as its kind with its figures and its
+/// cause: vLLM's CPU-backend checks (0.20.2–0.23.0 `cpu_worker.py`), the pooler warm-up
+/// (0.10.0–0.23.0 `gpu_model_runner.py`), `--max-model-len auto`'s no-room error (0.14.1–0.23.0
+/// `kv_cache_utils.py`), the quantization capability checks (vLLM `config/vllm.py`, `moe_wna16.py`,
+/// compressed-tensors; SGLang `model_loader/loader.py`) and SGLang's unbalanced-memory check
+/// (0.4.6.post5–0.5.10 `model_runner.py`).
+#[test]
+fn engine_start_up_texts_read_from_source_are_read_as_their_kind() {
+    use vram_doctor::serving::ServingCause::{self, *};
+    let cases: [(&str, ServingError, ServingCause); 14] = [
+        (
+            // vLLM 0.23.0, `CPUWorker.__init__`.
+            "ValueError: Available memory on node 0 (10.78/15.61 GiB) on startup is less than desired CPU memory utilization (0.7, 10.93 GiB). On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved (despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization 0.5`) or reduce CPU memory used by other processes.",
+            ServingError::VllmFreeBelowUtilization {
+                free_bytes: gib(10.78),
+                total_bytes: gib(15.61),
+                utilization: 0.7,
+                desired_bytes: gib(10.93),
+                cpu_backend: true,
+            },
+            OtherProcesses,
+        ),
+        (
+            // vLLM 0.23.0, `determine_available_memory`, sized from the reservation.
+            "ValueError: Available memory on node 1 (3.1/31.25 GiB) on kv cache allocation is less than requested memory for kv (-1.52/9.38 GiB). Reduce CPU memory used by other processes.",
+            ServingError::VllmCpuKvAllocation {
+                available_bytes: gib(3.1),
+                total_bytes: gib(31.25),
+                requested_kv_bytes: -i64::try_from(gib(1.52)).unwrap(),
+                reserved_bytes: Some(gib(9.38)),
+            },
+            Weights,
+        ),
+        (
+            "ValueError: Available memory on node 0 (2.0/31.25 GiB) on kv cache allocation is less than requested memory for kv (6.5/9.38 GiB). Reduce CPU memory used by other processes.",
+            ServingError::VllmCpuKvAllocation {
+                available_bytes: gib(2.0),
+                total_bytes: gib(31.25),
+                requested_kv_bytes: i64::try_from(gib(6.5)).unwrap(),
+                reserved_bytes: Some(gib(9.38)),
+            },
+            OtherProcesses,
+        ),
+        (
+            // The KV space set outright (`--kv-cache-memory-bytes`, `VLLM_CPU_KVCACHE_SPACE`).
+            "ValueError: Available memory on node 0 (12.0/31.25 GiB) on kv cache allocation is less than requested memory for kv (40.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.",
+            ServingError::VllmCpuKvAllocation {
+                available_bytes: gib(12.0),
+                total_bytes: gib(31.25),
+                requested_kv_bytes: i64::try_from(gib(40.0)).unwrap(),
+                reserved_bytes: None,
+            },
+            Undetermined,
+        ),
+        (
+            // vLLM 0.10.0-0.23.0, `_dummy_pooler_run`.
+            "RuntimeError: CUDA out of memory occurred when warming up pooler (task=embed) with 512 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",
+            ServingError::VllmPoolerWarmUp {
+                task: Some("embed".into()),
+                requests: 512,
+            },
+            Profile,
+        ),
+        (
+            // vLLM 0.14.1-0.23.0, `--max-model-len auto`.
+            "ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. Try increasing `gpu_memory_utilization`.",
+            ServingError::VllmNoCacheMemory {
+                available_bytes: None,
+            },
+            Undetermined,
+        ),
+        (
+            // vLLM 0.10.0-0.23.0, `_get_quantization_config` (vllm#1488's text, vLLM 0.2).
+            "ValueError: The quantization method awq is not supported for the current GPU. Minimum capability: 75. Current capability: 70.",
+            ServingError::LoadQuantCapability {
+                engine: "vllm",
+                method: Some("awq".into()),
+                minimum_capability: 75,
+                device_capability: 70,
+            },
+            QuantLayout,
+        ),
+        (
+            // `moe_wna16.py` (vLLM 0.10-0.23, SGLang 0.4.6-0.5.10), in an SGLang log.
+            "[2025-06-01 10:00:00 TP0] Scheduler hit an exception: File \"/sgl-workspace/sglang/python/sglang/srt/layers/quantization/moe_wna16.py\"\nValueError: The quantization method moe_wna16 + awq is not supported for the current GPU. Minimum capability: 75. Current capability: 70.",
+            ServingError::LoadQuantCapability {
+                engine: "sglang",
+                method: Some("moe_wna16 + awq".into()),
+                minimum_capability: 75,
+                device_capability: 70,
+            },
+            QuantLayout,
+        ),
+        (
+            // vLLM 0.23.0 compressed-tensors `_check_scheme_supported`.
+            "RuntimeError: Quantization scheme is not supported for the current GPU. Required capability: 89. Current capability: 80.",
+            ServingError::LoadQuantCapability {
+                engine: "vllm",
+                method: None,
+                minimum_capability: 89,
+                device_capability: 80,
+            },
+            QuantLayout,
+        ),
+        (
+            // SGLang 0.5.3 `init_torch_distributed`.
+            "ValueError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. min_per_gpu_memory=20.5, local_gpu_memory=78.9, local_gpu_memory * 0.9=71.01",
+            ServingError::SglangUnbalancedMemory {
+                min_free_bytes: gib(20.5),
+                local_free_bytes: gib(78.9),
+            },
+            OtherProcesses,
+        ),
+        (
+            // SGLang 0.5.10, raised with SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK.
+            "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. pre_model_load_memory=20.5, local_gpu_memory=78.9, local_gpu_memory * 0.9=71.01",
+            ServingError::SglangUnbalancedMemory {
+                min_free_bytes: gib(20.5),
+                local_free_bytes: gib(78.9),
+            },
+            OtherProcesses,
+        ),
+        (
+            // vLLM 0.23.0 `gpu_worker.py`, an AssertionError.
+            "AssertionError: Error in memory profiling. Initial free memory 70.12 GiB, current free memory 75.5 GiB. This happens when other processes sharing the same container release GPU memory while vLLM is profiling during initialization.",
+            ServingError::VllmProfilingMemoryChanged {
+                measure: "free",
+                before_bytes: gib(70.12),
+                after_bytes: gib(75.5),
+            },
+            OtherProcesses,
+        ),
+        (
+            // vLLM 0.10.0 `xpu_worker.py`, bytes.
+            "AssertionError: Error in memory profiling. Initial free memory 1000000000, current free memory 2000000000. This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",
+            ServingError::VllmProfilingMemoryChanged {
+                measure: "free",
+                before_bytes: 1_000_000_000,
+                after_bytes: 2_000_000_000,
+            },
+            OtherProcesses,
+        ),
+        (
+            // vLLM 0.10.0 V0 `worker.py`, used memory in bytes.
+            "AssertionError: Error in memory profiling. Initial used memory 30000000000, currently used memory 20000000000. This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",
+            ServingError::VllmProfilingMemoryChanged {
+                measure: "used",
+                before_bytes: 30_000_000_000,
+                after_bytes: 20_000_000_000,
+            },
+            OtherProcesses,
+        ),
+    ];
+    // At 0.5.10 it is a warning by default: an error after it is the one that stopped the engine.
+    assert_eq!(
+        parse(
+            "WARNING The memory capacity is unbalanced. Some GPUs may be occupied by other processes. pre_model_load_memory=20.5, local_gpu_memory=78.9, local_gpu_memory * 0.9=71.01\nRuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.88"
+        ),
+        Some(ServingError::SglangNotEnoughMemory {
+            mem_fraction_static: Some(0.88)
+        })
+    );
+    for (text, want, cause) in cases {
+        let e = parse(text).unwrap_or_else(|| panic!("not read: {text}"));
+        assert_eq!(e, want, "{text}");
+        assert!(matches!(read(text), Ok(Reading::Serving(_))), "{text}");
+        let d = explain(&e, None);
+        assert_eq!(d.cause, cause, "{text}");
+        assert!(
+            !d.remedies.is_empty() && !d.explanation.is_empty(),
+            "{text}"
+        );
+        // The capability refusals are not memory; the CPU backend's are host memory.
+        assert_eq!(
+            e.is_memory(),
+            !matches!(e, ServingError::LoadQuantCapability { .. })
+        );
+        assert_eq!(
+            e.on_host(),
+            matches!(
+                e,
+                ServingError::VllmCpuKvAllocation { .. }
+                    | ServingError::VllmFreeBelowUtilization {
+                        cpu_backend: true,
+                        ..
+                    }
+            )
+        );
+    }
+}
+
+/// The engines' refusals that are neither memory nor a quantized checkpoint stay refused (no
+/// kind; CAUSES.md labels the TP check `refuse`), in one line that says what they are: vLLM's
+/// bfloat16 check (0.10.0-0.23.0 `platforms/cuda.py`) and the heads' TP divisibility check.
+#[test]
+fn non_memory_start_up_refusals_are_refused_by_name() {
+    for (text, says) in [
+        (
+            "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla V100-SXM2-32GB GPU has compute capability 7.0. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.",
+            "--dtype half",
+        ),
+        (
+            "ValueError: Total number of attention heads (12) must be divisible by tensor parallel size (8).",
+            "divides the attention heads",
+        ),
+    ] {
+        let err = read(text).err().unwrap_or_else(|| panic!("read: {text}"));
+        let msg = err.to_string();
+        assert!(msg.contains(says) && msg.contains("not a memory error"), "{msg}");
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+    }
 }

@@ -342,7 +342,7 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             )
         } else {
             format!(
-                "torch.OutOfMemoryError: CUDA out of memory allocating the KV pool ({:.2} GiB) after the request-to-token map ({:.2} GiB); {:.2} GiB free after loading",
+                "torch.OutOfMemoryError: CUDA out of memory allocating the KV pool ({:.2} GiB) after the request-to-token map ({:.2} GiB); {:.2} GiB free after loading (estimated)",
                 gib(kv_bytes + mamba_bytes),
                 gib(req_to_token),
                 gib(free_after_load)
@@ -373,9 +373,21 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             (minimum * 1000.0).ceil() / 1000.0
         ));
     } else {
-        log.push(
-            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.".into(),
-        );
+        // The fraction is printed from 0.5.3 (`model_runner.py`, `{self.server_args.
+        // mem_fraction_static=}`, read at 0.5.3 to 0.5.9), as `mem_fraction_static=V` from 0.5.10
+        // (`MemoryPoolConfig.__post_init__`, `model_runner_kv_cache_mixin.py`); not through
+        // 0.5.2 (read at 0.4.6.post5, 0.4.7, 0.4.9, 0.4.10.post2, 0.5.0rc2, 0.5.1, 0.5.2).
+        let v = Engine::Sglang.version_in_force(k);
+        let current = if v >= [0, 5, 10] {
+            format!(" Current value: mem_fraction_static={mfs}")
+        } else if v >= [0, 5, 3] {
+            format!(" Current value: self.server_args.mem_fraction_static={mfs}")
+        } else {
+            String::new()
+        };
+        log.push(format!(
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.{current}"
+        ));
     }
     Capacity {
         engine: Engine::Sglang,

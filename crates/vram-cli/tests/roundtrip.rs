@@ -1,0 +1,236 @@
+//! Every start-up failure `vram capacity` predicts, read back by `vram doctor`: the engine's
+//! own texts (`vram_plan::capacity`'s vLLM and SGLang failure lines, and the load refusals of
+//! `capacity/engine.rs`) must come back as the doctor's matching kind with the figures the
+//! capacity answer holds; vram's own estimates of an out-of-memory failure, which no engine
+//! prints in those words, must be refused as such, in one line.
+
+use std::process::Command;
+
+use serde_json::Value;
+use vram_doctor::serving::ServingError;
+use vram_doctor::{read, Reading};
+
+fn vram(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.unwrap_or("").as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `vram capacity ARGS --json`: the answer and its failure line (the log's last line naming an
+/// error), which it must have.
+fn predicted(args: &str) -> (Value, String) {
+    let mut a: Vec<&str> = vec!["capacity"];
+    a.extend(args.split_whitespace());
+    a.push("--json");
+    let (code, out, err) = vram(&a, None);
+    assert_eq!(code, 0, "{args}: {err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["starts"], false, "{args}");
+    let line = v["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .rfind(|l| l.contains("Error:"))
+        .unwrap_or_else(|| panic!("{args}: no failure line in {:?}", v["log"]))
+        .to_string();
+    (v, line)
+}
+
+/// The doctor's reading of `line`, through the library and through `vram doctor --json` (the
+/// same kind, and the CLI exits 0).
+fn serving(line: &str) -> ServingError {
+    let Ok(Reading::Serving(e)) = read(line) else {
+        panic!("not read as a serving error: {line}");
+    };
+    let (code, out, err) = vram(&["doctor", "--json", "-"], Some(line));
+    assert_eq!(code, 0, "{line}: {err}");
+    let d: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["error"]["error"], e.kind(), "{line}");
+    e
+}
+
+fn gib(v: &Value) -> f64 {
+    v.as_u64().unwrap() as f64 / (1u64 << 30) as f64
+}
+
+/// vLLM's KV-cache failures: V1's `KV cache is needed` (0.11.0), V0's `max seq len ... stored in
+/// KV cache` (0.6.4), and `No available memory for the cache blocks`, each with the answer's
+/// figures (the message prints GiB to two decimals).
+#[test]
+fn vllm_kv_cache_failures_read_back_with_their_figures() {
+    let (v, line) = predicted("qwen3-8b --gpu l4 --max-model-len 40960 --engine-version 0.11.0");
+    let ServingError::VllmKvMemory {
+        max_model_len,
+        available_bytes,
+        estimated_max_len,
+        ..
+    } = serving(&line)
+    else {
+        panic!("{line}")
+    };
+    assert_eq!(Some(max_model_len), v["max_model_len"].as_u64(), "{line}");
+    assert_eq!(estimated_max_len, v["max_model_len_that_fits"].as_u64());
+    let avail = available_bytes as f64 / (1u64 << 30) as f64;
+    assert!(
+        (avail - gib(&v["kv_cache_bytes"])).abs() <= 0.005 + 1e-9,
+        "{avail} GiB read, {} GiB in the answer",
+        gib(&v["kv_cache_bytes"])
+    );
+
+    let (v, line) =
+        predicted("llama-3.1-8b --gpu l4 --max-model-len 131072 --engine-version 0.6.4");
+    assert_eq!(
+        serving(&line),
+        ServingError::VllmMaxSeqLen {
+            max_model_len: v["max_model_len"].as_u64().unwrap(),
+            kv_tokens: v["kv_cache_tokens"].as_u64().unwrap(),
+            cpu_backend: false,
+        }
+    );
+
+    let (v, line) = predicted("llama-2-13b --gpu l4 --max-model-len 4096 --engine-version 0.11.0");
+    assert_eq!(
+        serving(&line),
+        ServingError::VllmNoCacheMemory {
+            available_bytes: None
+        }
+    );
+    assert_eq!(v["kv_cache_tokens"], 0);
+}
+
+/// vLLM's failures after the KV cache is sized: the hybrid pool's Mamba blocks below
+/// `max_num_seqs` (0.22.1) and the sampler warm-up (0.11.0), with the answer's figures.
+#[test]
+fn vllm_failures_after_the_cache_read_back_with_their_figures() {
+    let (v, line) =
+        predicted("qwen3.5-27b --gpu h100-80g --max-model-len 16384 --engine-version 0.22.1");
+    assert_eq!(
+        serving(&line),
+        ServingError::VllmMambaBlocks {
+            max_num_seqs: v["max_num_seqs"].as_u64().unwrap(),
+            blocks: v["kv_cache_blocks"].as_u64().unwrap(),
+        }
+    );
+
+    let (v, line) = predicted(
+        "llama-3-8b --gpu a10 --max-model-len 4096 --engine-version 0.11.0 --gpu-memory-utilization 0.95",
+    );
+    let seqs = v["max_num_seqs"].as_u64().unwrap();
+    let tokens = v["max_num_batched_tokens"].as_u64().unwrap();
+    assert_eq!(
+        serving(&line),
+        ServingError::VllmSamplerWarmUp {
+            requests: seqs.min(tokens)
+        }
+    );
+}
+
+/// SGLang's: `Not enough memory` where the pool gets no tokens (0.5.3) and, from 0.5.14,
+/// `Loaded weights leave no GPU memory for the KV cache`, with the fraction the answer used.
+#[test]
+fn sglang_failures_read_back_with_their_figures() {
+    let (v, line) = predicted(
+        "llama-2-13b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.3",
+    );
+    let ServingError::SglangNotEnoughMemory {
+        mem_fraction_static,
+    } = serving(&line)
+    else {
+        panic!("{line}")
+    };
+    // SGLang 0.5.3 prints the fraction (`Current value: ...`).
+    assert_eq!(mem_fraction_static, v["memory_fraction"].as_f64(), "{line}");
+
+    let (v, line) = predicted(
+        "llama-2-13b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.23",
+    );
+    let ServingError::SglangWeightsLeaveNoKv {
+        mem_fraction_static,
+        minimum_fraction,
+        ..
+    } = serving(&line)
+    else {
+        panic!("{line}")
+    };
+    assert_eq!(Some(mem_fraction_static), v["memory_fraction"].as_f64());
+    assert!(
+        minimum_fraction.is_some_and(|m| m > mem_fraction_static),
+        "{line}"
+    );
+}
+
+/// The load refusals `vram capacity` prints as its one-line error (exit 2): vLLM 0.22.1's
+/// Marlin refusal of a GPTQ checkpoint on a V100, read back with the group size, the V100's
+/// device capability and Marlin's empty type list.
+#[test]
+fn load_refusals_read_back_with_their_figures() {
+    let dir = std::env::temp_dir().join(format!("vram-roundtrip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("gptq.json");
+    std::fs::write(
+        &cfg,
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"vocab_size":128256,"max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":500000.0,"torch_dtype":"float16","tie_word_embeddings":false,"quantization_config":{"quant_method":"gptq","bits":4,"group_size":128,"desc_act":false,"sym":true}}"#,
+    )
+    .unwrap();
+    let cfg = cfg.to_string_lossy().into_owned();
+    let (code, _, err) = vram(
+        &[
+            "capacity",
+            &cfg,
+            "--gpu",
+            "v100-16g",
+            "--engine-version",
+            "0.22.1",
+            "--max-model-len",
+            "2048",
+        ],
+        None,
+    );
+    assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
+    assert_eq!(
+        serving(&err),
+        ServingError::LoadMarlinUnsupported {
+            engine: "vllm",
+            group_size: Some(128),
+            device_capability: Some(70),
+            zero_points: Some(false),
+            weight_type: Some("uint4b8".into()),
+            supported_types: Some(Vec::new()),
+        }
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// vram's own estimate of an out-of-memory failure (here CUDA-graph capture after the KV cache,
+/// vLLM 0.11.0 at 0.99 of an L4) has no engine text to match: the engine prints PyTorch's
+/// message with its own figures there. The doctor refuses it as vram's estimate, in one line,
+/// exit 2.
+#[test]
+fn vram_estimated_oom_lines_are_refused_as_vram_own() {
+    let (_, line) = predicted(
+        "llama-3-8b --gpu l4 --max-model-len 8192 --engine-version 0.11.0 --gpu-memory-utilization 0.99",
+    );
+    assert!(line.contains("while capturing CUDA graphs"), "{line}");
+    assert!(read(&line).is_err(), "{line}");
+    let (code, _, err) = vram(&["doctor", "-"], Some(&line));
+    assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
+    assert!(err.contains("vram's own estimate"), "{err}");
+}
