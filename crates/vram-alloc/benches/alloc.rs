@@ -5,7 +5,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use vram_alloc::{replay, synthetic, AllocatorConfig, CachingAllocator, Policy, SimDevice};
+use vram_alloc::{pickle, replay, synthetic, AllocatorConfig, CachingAllocator, Policy, SimDevice};
 
 fn warm(policy: Policy) -> CachingAllocator<SimDevice> {
     let a = CachingAllocator::new(SimDevice::new(1 << 36), AllocatorConfig::new(policy)).unwrap();
@@ -88,5 +88,43 @@ fn replay_trace(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, cached_pair, threads, replay_trace);
+/// Writing a snapshot pickle (what `vram trace` writes: every block of every step in the
+/// history, each entry with a category): entry by entry (`to_pickle`), and through the value
+/// tree it writes the bytes of (`to_value`, then `pickle::to_vec`), which is how `to_pickle`
+/// wrote them before session 12.
+fn snapshot_pickle(c: &mut Criterion) {
+    let events = synthetic::training_events(&synthetic::presets()[0], 20);
+    let a = CachingAllocator::new(
+        SimDevice::new(1 << 40),
+        AllocatorConfig::new(Policy::PyTorch).with_history(usize::MAX),
+    )
+    .unwrap();
+    let mut live = std::collections::HashMap::new();
+    for e in &events {
+        match *e {
+            replay::Event::Alloc { id, size, stream } => {
+                live.insert(id, a.malloc(size, stream).unwrap());
+            }
+            replay::Event::Free { id } => a.free(live.remove(&id).unwrap()).unwrap(),
+        }
+    }
+    let mut snap = a.snapshot();
+    for t in &mut snap.traces {
+        t.category = Some("activations".to_string());
+    }
+    assert_eq!(snap.to_pickle(), pickle::to_vec(&snap.to_value()));
+    let mut g = c.benchmark_group("snapshot_pickle");
+    g.throughput(Throughput::Elements(snap.traces.len() as u64));
+    g.measurement_time(Duration::from_secs(8));
+    g.sample_size(20);
+    g.bench_function("entry_by_entry", |b| {
+        b.iter(|| black_box(&snap).to_pickle())
+    });
+    g.bench_function("value_tree", |b| {
+        b.iter(|| pickle::to_vec(&black_box(&snap).to_value()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, cached_pair, threads, replay_trace, snapshot_pickle);
 criterion_main!(benches);

@@ -662,68 +662,105 @@ pub fn from_slice(data: &[u8]) -> Result<Value, AllocError> {
 
 /// Encodes `v` as a protocol-2 pickle readable by Python and by `MemoryViz.js`.
 pub fn to_vec(v: &Value) -> Vec<u8> {
-    let mut out = vec![0x80, 2];
-    write(v, &mut out);
-    out.push(b'.');
-    out
+    let mut e = Encoder::new();
+    e.value(v);
+    e.finish()
 }
 
-fn write(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::None => out.push(b'N'),
-        Value::Bool(true) => out.push(0x88),
-        Value::Bool(false) => out.push(0x89),
-        Value::Int(i) => write_int(*i, out),
-        Value::Float(f) => {
-            out.push(b'G');
-            out.extend_from_slice(&f.to_be_bytes());
-        }
-        Value::Str(s) => {
-            out.push(b'X');
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
-        }
-        Value::Bytes(b) => {
-            out.push(b'B');
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            out.extend_from_slice(b);
-        }
-        Value::List(xs) => {
-            out.push(b']');
-            for chunk in xs.chunks(1000) {
-                out.push(b'(');
-                for x in chunk {
-                    write(x, out);
-                }
-                out.push(b'e');
+/// Writes a protocol-2 pickle item by item, without a [`Value`] tree: the bytes [`to_vec`]
+/// writes for the equivalent value (it writes through this), for writers whose value would be
+/// large (a snapshot's history: a dict per entry).
+pub(crate) struct Encoder {
+    out: Vec<u8>,
+}
+
+/// Items per `MARK` ... `APPENDS`/`SETITEMS` batch (what Python's pickler batches).
+const BATCH: usize = 1000;
+
+impl Encoder {
+    pub(crate) fn new() -> Encoder {
+        Encoder { out: vec![0x80, 2] }
+    }
+
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        self.out.push(b'.');
+        self.out
+    }
+
+    pub(crate) fn value(&mut self, v: &Value) {
+        match v {
+            Value::None => self.out.push(b'N'),
+            Value::Bool(b) => self.bool(*b),
+            Value::Int(i) => self.int(*i),
+            Value::Float(f) => {
+                self.out.push(b'G');
+                self.out.extend_from_slice(&f.to_be_bytes());
             }
+            Value::Str(s) => self.str(s),
+            Value::Bytes(b) => {
+                self.out.push(b'B');
+                self.out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                self.out.extend_from_slice(b);
+            }
+            Value::List(xs) => self.list(xs, |e, x| e.value(x)),
+            Value::Tuple(xs) => match xs.len() {
+                0 => self.out.push(b')'),
+                n @ 1..=3 => {
+                    for x in xs {
+                        self.value(x);
+                    }
+                    self.out.push(0x84 + n as u8);
+                }
+                _ => {
+                    self.out.push(b'(');
+                    for x in xs {
+                        self.value(x);
+                    }
+                    self.out.push(b't');
+                }
+            },
+            Value::Dict(items) => self.dict(items, |e, (k, v)| {
+                e.value(k);
+                e.value(v);
+            }),
         }
-        Value::Tuple(xs) => match xs.len() {
-            0 => out.push(b')'),
-            n @ 1..=3 => {
-                for x in xs {
-                    write(x, out);
-                }
-                out.push(0x84 + n as u8);
+    }
+
+    pub(crate) fn bool(&mut self, b: bool) {
+        self.out.push(if b { 0x88 } else { 0x89 });
+    }
+
+    pub(crate) fn int(&mut self, i: i64) {
+        write_int(i, &mut self.out);
+    }
+
+    pub(crate) fn str(&mut self, s: &str) {
+        self.out.push(b'X');
+        self.out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+    }
+
+    /// A list of `xs`, each written by `each`.
+    pub(crate) fn list<T>(&mut self, xs: &[T], mut each: impl FnMut(&mut Self, &T)) {
+        self.out.push(b']');
+        for chunk in xs.chunks(BATCH) {
+            self.out.push(b'(');
+            for x in chunk {
+                each(self, x);
             }
-            _ => {
-                out.push(b'(');
-                for x in xs {
-                    write(x, out);
-                }
-                out.push(b't');
+            self.out.push(b'e');
+        }
+    }
+
+    /// A dict of `items`, each written by `each` as its key then its value.
+    pub(crate) fn dict<T>(&mut self, items: &[T], mut each: impl FnMut(&mut Self, &T)) {
+        self.out.push(b'}');
+        for chunk in items.chunks(BATCH) {
+            self.out.push(b'(');
+            for x in chunk {
+                each(self, x);
             }
-        },
-        Value::Dict(items) => {
-            out.push(b'}');
-            for chunk in items.chunks(1000) {
-                out.push(b'(');
-                for (k, v) in chunk {
-                    write(k, out);
-                    write(v, out);
-                }
-                out.push(b'u');
-            }
+            self.out.push(b'u');
         }
     }
 }

@@ -7,7 +7,7 @@
 //! one safely (see [`crate::pickle`]), keeping device 0.
 
 use crate::error::AllocError;
-use crate::pickle::{self, Value};
+use crate::pickle::{self, Encoder, Value};
 
 /// What a history entry records (PyTorch `TraceEntry::Action`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,6 +151,51 @@ pub struct Snapshot {
     pub traces: Vec<TraceEntry>,
 }
 
+/// A value of a snapshot's dicts, for [`Snapshot::to_pickle`] (what [`Snapshot::to_value`]
+/// builds as a [`Value`]).
+#[derive(Clone, Copy)]
+enum Field<'a> {
+    Int(u64),
+    Str(&'a str),
+    Bool(bool),
+    /// `frames`: an empty list (no stack traces are recorded).
+    NoFrames,
+    /// `segment_pool_id`: `(0, 0)`.
+    PoolId,
+    Blocks(&'a [BlockInfo]),
+}
+
+/// The top-level dict's values.
+enum Top {
+    Segments,
+    Traces,
+    Settings,
+}
+
+/// Writes one `(key, value)` of a snapshot's dicts as [`Snapshot::to_value`]'s would be.
+fn field(e: &mut Encoder, (key, v): &(&str, Field)) {
+    e.str(key);
+    match *v {
+        Field::Int(x) => e.int(i64::try_from(x).unwrap_or(i64::MAX)),
+        Field::Str(x) => e.str(x),
+        Field::Bool(b) => e.bool(b),
+        Field::NoFrames => e.list::<()>(&[], |_, _| {}),
+        Field::PoolId => e.value(&Value::Tuple(vec![Value::Int(0), Value::Int(0)])),
+        Field::Blocks(blocks) => e.list(blocks, |e, b| {
+            e.dict(
+                &[
+                    ("address", Field::Int(b.address)),
+                    ("size", Field::Int(b.size)),
+                    ("requested_size", Field::Int(b.requested_size)),
+                    ("state", Field::Str(b.state.name())),
+                    ("frames", Field::NoFrames),
+                ],
+                field,
+            )
+        }),
+    }
+}
+
 fn s(x: &str) -> Value {
     Value::Str(x.to_string())
 }
@@ -244,9 +289,78 @@ impl Snapshot {
     }
 
     /// The snapshot as a pickle for `torch.cuda.memory._dump_snapshot` readers
-    /// and pytorch.org/memory_viz.
+    /// and pytorch.org/memory_viz: the bytes of `pickle::to_vec(&self.to_value())`, written
+    /// entry by entry without that value (a dict of strings per history entry: at a million
+    /// entries, most of the time and memory of writing it).
     pub fn to_pickle(&self) -> Vec<u8> {
-        pickle::to_vec(&self.to_value())
+        let mut e = Encoder::new();
+        let segment = |e: &mut Encoder, g: &SegmentInfo| {
+            let kind = if g.is_small { "small" } else { "large" };
+            e.dict(
+                &[
+                    ("device", Field::Int(0)),
+                    ("address", Field::Int(g.address)),
+                    ("total_size", Field::Int(g.total_size)),
+                    ("allocated_size", Field::Int(g.allocated_size)),
+                    ("active_size", Field::Int(g.active_size)),
+                    ("requested_size", Field::Int(g.requested_size)),
+                    ("stream", Field::Int(g.stream)),
+                    ("segment_type", Field::Str(kind)),
+                    ("segment_pool_id", Field::PoolId),
+                    ("is_expandable", Field::Bool(g.is_expandable)),
+                    ("frames", Field::NoFrames),
+                    ("blocks", Field::Blocks(&g.blocks)),
+                ],
+                field,
+            )
+        };
+        let has_categories = self.traces.iter().any(|t| t.category.is_some());
+        let trace = |e: &mut Encoder, t: &TraceEntry| {
+            let mut d = [("", Field::NoFrames); 8];
+            let mut n = 0;
+            for f in [
+                ("action", Field::Str(t.action.name())),
+                ("addr", Field::Int(t.addr)),
+                ("size", Field::Int(t.size)),
+                ("stream", Field::Int(t.stream)),
+                ("time_us", Field::Int(t.time_us)),
+                ("frames", Field::NoFrames),
+            ] {
+                d[n] = f;
+                n += 1;
+            }
+            if t.action == TraceAction::Oom {
+                d[n] = ("device_free", Field::Int(t.device_free));
+                n += 1;
+            }
+            if has_categories {
+                d[n] = (
+                    "category",
+                    Field::Str(t.category.as_deref().unwrap_or("unknown")),
+                );
+                n += 1;
+            }
+            e.dict(&d[..n], field);
+        };
+        e.dict(
+            &[
+                ("segments", Top::Segments),
+                ("device_traces", Top::Traces),
+                ("allocator_settings", Top::Settings),
+            ],
+            |e, (k, v)| {
+                e.str(k);
+                match v {
+                    Top::Segments => e.list(&self.segments, segment),
+                    Top::Traces => e.list(&[()], |e, _| e.list(&self.traces, trace)),
+                    Top::Settings => e.dict(&[("PYTORCH_CUDA_ALLOC_CONF", "")], |e, (k, v)| {
+                        e.str(k);
+                        e.str(v);
+                    }),
+                }
+            },
+        );
+        e.finish()
     }
 
     /// Reads a PyTorch snapshot pickle (device 0). Never executes code.

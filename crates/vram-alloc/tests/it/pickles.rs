@@ -30,6 +30,39 @@ fn allocator_snapshot_round_trips_through_pickle() {
     assert_eq!(back, snap);
 }
 
+/// `to_pickle` writes its bytes entry by entry, without the value tree: they are the bytes of
+/// that tree (`to_value`) pickled, byte for byte. Segments of both pools with many blocks,
+/// over a thousand history entries (the writer's batches), an `oom` entry, entries with and
+/// without a category, and without any.
+#[test]
+fn pickle_written_entry_by_entry_is_the_value_trees() {
+    for policy in [Policy::PyTorch, Policy::PyTorchExpandable] {
+        let a = new_alloc(policy, 1 << 33);
+        let mut live = Vec::new();
+        for i in 0..1500u64 {
+            live.push(
+                a.malloc(1 + (i * 7919) % (3 * MIB), (i % 2) as u32)
+                    .unwrap(),
+            );
+            if i % 3 == 0 {
+                a.free(live.swap_remove((i as usize * 31) % live.len()))
+                    .unwrap();
+            }
+        }
+        assert!(a.malloc(1 << 40, 0).is_err());
+        let mut snap = a.snapshot();
+        assert!(snap.traces.len() > 2000 && snap.segments.len() > 1);
+        assert!(snap.traces.iter().any(|t| t.action == TraceAction::Oom));
+        let plain = snap.clone();
+        for (i, t) in snap.traces.iter_mut().enumerate() {
+            t.category = (i % 5 != 0).then(|| format!("category {}", i % 3));
+        }
+        for s in [&plain, &snap, &Snapshot::default()] {
+            assert_eq!(s.to_pickle(), pickle::to_vec(&s.to_value()), "{policy:?}");
+        }
+    }
+}
+
 #[test]
 fn reads_cpython_protocol_4_and_2_snapshots() {
     for f in [

@@ -1134,22 +1134,15 @@ fn walk(evs: &[Ev]) -> (u64, [u64; 13], String) {
 }
 
 /// The allocator's figures for the tape: the allocated and reserved peaks after the warm-up
-/// step on a device with room, and the smallest device the whole run gets through (a bisection
-/// on the device's size in `kRoundLarge` steps, as [`crate::walk`]'s replay does; each probe
-/// replays the tape on a device of that size, where PyTorch's `malloc` releases idle cached
-/// segments and retries before it fails, and a probe that runs lowers the bound to its own
-/// peak). With room, every segment made stays cached, so the reserved peak is the sum of
-/// every segment the run ever needed; on a smaller device the retry path runs instead, and
-/// the step can need less than it reserves with room (QLoRA Mistral-7B at micro-batch 8, seq
-/// 1024: 10.40 GB reserved with room, 9.97 GB needed; BENCHMARKS.md).
-///
-/// With `decide` (a device's bytes less the context: only whether the needed bytes fit it is
-/// asked) the bisection stops as soon as its bounds settle that: `hi` at or below it (`hi`
-/// only falls), or `lo` at or above it. The second is exact too: a probe that fails at `lo`
-/// and one that runs at a larger size with a peak at or below `lo` cannot both happen, since
-/// the device's size changes a run only where a `cudaMalloc` would pass it, and that run's
-/// never passed `lo`. So the answer lies on the same side of `decide` as the whole
-/// bisection's (after the caller's clamp to the allocated and reserved peaks, too).
+/// step on a device with room, and the smallest device the whole run gets through (the walk's
+/// replay's search, `walk::replay::smallest_device`, on this tape: each probe replays it on a
+/// device of that size, where PyTorch's `malloc` releases idle cached segments and retries
+/// before it fails). With room, every segment made stays cached, so the reserved peak is the
+/// sum of every segment the run ever needed; on a smaller device the retry path runs instead,
+/// and the step can need less than it reserves with room (QLoRA Mistral-7B at micro-batch 8,
+/// seq 1024: 10.40 GB reserved with room, 9.97 GB needed; BENCHMARKS.md). With `decide` (a
+/// device's bytes less the context: only whether the needed bytes fit it is asked) the search
+/// stops once its bounds settle that (exact: see the search).
 fn replay(evs: &[Ev], a: Allocator, decide: Option<u64>) -> (u64, u64, u64) {
     // The tape as allocator calls, recorded once; each probe replays them (most from a fork of
     // the first probe's run: `Calls::needed`).

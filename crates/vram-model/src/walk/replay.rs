@@ -316,6 +316,7 @@ impl Replay {
 
 impl Calls {
     /// Replays the calls on a device of `capacity` bytes; `None` when an allocation fails.
+    #[cfg(test)]
     fn replay_on(&self, allocator: Allocator, capacity: u64) -> Option<Peaks> {
         self.replay_short(allocator, capacity).ok()
     }
@@ -530,37 +531,80 @@ impl CallsBuilder {
 
 impl Calls {
     /// The allocated and reserved peaks with room, and the reserved peak on the smallest device
-    /// that runs the calls: a bisection on the device's size in [`GRANULE`] steps, one probe a
-    /// granule below the reserved peak first, each probe that runs lowering the bound to its own
-    /// peak. With `decide` (a device's bytes) it stops as soon as its bounds settle on which
-    /// side of it the answer falls. The probes after the first start from forks of the first's
-    /// run ([`Calls::probe_forking`]): the same probes and figures as replaying each from the
-    /// start. `None` when the calls fail even with room.
+    /// that runs the calls ([`smallest_device`], with `decide`). The probes after the first
+    /// start from forks of the first's run ([`Calls::probe_forking`]): the same probes and
+    /// figures as replaying each from the start. `None` when the calls fail even with room.
     pub(crate) fn needed(&self, allocator: Allocator, decide: Option<u64>) -> Option<Replayed> {
         let (roomy, rises) = self.roomy(allocator)?;
-        let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
-        let mut hi = roomy.run_peak;
-        let settled = |lo: u64, hi: u64| decide.is_some_and(|d| hi <= d || lo >= d);
-        if hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
-            let (first, forks) = self.probe_forking(allocator, hi - GRANULE, rises, lo);
-            match first {
-                Some(p) => hi = p.run_peak.min(hi),
-                None => lo = hi - GRANULE,
+        let mut rises = Some(rises);
+        let mut forks: Option<Forks> = None;
+        let needed = smallest_device(&roomy, decide, true, |capacity, lo| match &forks {
+            Some(f) => self.replay_from(f, allocator, capacity),
+            None => {
+                let rises = rises.take().unwrap_or_default();
+                let (p, f) = self.probe_forking(allocator, capacity, rises, lo);
+                forks = Some(f);
+                p
             }
-            while hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
-                let mid = ((lo + (hi - lo) / 2) / GRANULE * GRANULE).clamp(lo + 1, hi - 1);
-                match self.replay_from(&forks, allocator, mid) {
-                    Some(p) => hi = p.run_peak.min(hi),
-                    None => lo = mid,
-                }
-            }
-        }
+        });
         Some(Replayed {
             allocated: roomy.allocated,
             reserved: roomy.reserved,
-            needed: hi,
+            needed,
         })
     }
+}
+
+/// The search for the smallest device that runs a step, the one both replays run (the walk's,
+/// [`Step::replay`], and the fine-tuning tape's, [`Calls::needed`]): the reserved peak on the
+/// smallest device, to the [`GRANULE`], on which no allocation fails, given the run with room
+/// (`roomy`). `probe(capacity, lo)` replays the run on a device of `capacity` bytes (`lo`: the
+/// search's lower bound then, where the probe may fork its run for the probes to come),
+/// `None` when an allocation fails.
+///
+/// Nothing runs below the allocated peak, and the run with room needs at most its own
+/// reserved peak: the bounds start there. A probe that runs lowers the upper bound to its own
+/// reserved peak (the device's size changes a run only where a `cudaMalloc` would pass it, so
+/// a device of that peak runs it identically); one that fails raises the lower bound to its
+/// size. The bisection halves the gap in granules until it is one granule. Two probes come
+/// first (`shortcuts`; off for the reference computation, [`set_reference_replay`]): one a
+/// granule below the reserved peak, since most steps need what they reserve and that one probe
+/// settles it; then, where the upper bound is still over twice 1.25 times the allocated peak
+/// (a long `generate` under PyTorch's default policy caches a segment per KV tensor at each size
+/// class it passes), one probe at 1.25 times the allocated peak, which stands for the
+/// bisection's first halvings, all of which would run. For a fit monotone in the device's size
+/// both give the bisection's answer. With `decide` (a device's bytes; only which side of it the
+/// answer falls on is asked) the search stops once the bounds settle that: the upper bound at or
+/// below it (it only falls), or the lower at or above it (a probe that fails at the lower bound
+/// and one that runs at a larger size with a peak at or below it cannot both happen, by the
+/// same rule), so the answer lies on the side the whole search's would.
+fn smallest_device(
+    roomy: &Peaks,
+    decide: Option<u64>,
+    shortcuts: bool,
+    mut probe: impl FnMut(u64, u64) -> Option<Peaks>,
+) -> u64 {
+    let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
+    let mut hi = roomy.run_peak;
+    let open = |lo: u64, hi: u64| {
+        hi.saturating_sub(lo) > GRANULE && !decide.is_some_and(|d| hi <= d || lo >= d)
+    };
+    let mut at = |capacity: u64, lo: &mut u64, hi: &mut u64| match probe(capacity, *lo) {
+        Some(p) => *hi = p.run_peak.min(*hi),
+        None => *lo = capacity,
+    };
+    if shortcuts && open(lo, hi) {
+        at(hi - GRANULE, &mut lo, &mut hi);
+        let quarter = (roomy.allocated + roomy.allocated / 4).div_ceil(GRANULE) * GRANULE;
+        if hi > 2 * quarter && quarter > lo && open(lo, hi) {
+            at(quarter, &mut lo, &mut hi);
+        }
+    }
+    while open(lo, hi) {
+        let mid = ((lo + (hi - lo) / 2) / GRANULE * GRANULE).clamp(lo + 1, hi - 1);
+        at(mid, &mut lo, &mut hi);
+    }
+    hi
 }
 
 fn policy(a: Allocator) -> Policy {
@@ -579,70 +623,20 @@ const GRANULE: u64 = vram_alloc::policy::ROUND_LARGE;
 
 impl Step<'_> {
     /// Replays rank `rank`'s run through `allocator` and returns its peaks: on a device with
-    /// room, and on the smallest device that runs it (bisection on the device's size; each
-    /// probe is one replay of the recorded calls, and a probe that succeeds lowers the bound
-    /// to its own peak).
+    /// room, and on the smallest device that runs it ([`smallest_device`]; each probe replays the
+    /// calls recorded once, or, for the reference computation, walks the step again).
     pub(crate) fn replay(&self, rank: u64, allocator: Allocator) -> Option<Replayed> {
-        let calls = (!reference()).then(|| self.record(rank));
-        // The run with room, noting where its bytes in use rise (for the forks below).
-        let (roomy, rises) = match &calls {
-            Some(c) => c.roomy(allocator)?,
-            None => (
-                self.replay_walked_on(rank, allocator, UNBOUNDED)?,
-                Vec::new(),
-            ),
-        };
-        let mut forks: Option<Forks> = None;
-        let probe = |capacity: u64, forks: &Option<Forks>| match (&calls, forks) {
-            (Some(c), Some(f)) => c.replay_from(f, allocator, capacity),
-            (Some(c), None) => c.replay_on(allocator, capacity),
-            (None, _) => self.replay_walked_on(rank, allocator, capacity),
-        };
-        // Below the allocated peak nothing runs.
-        let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
-        let mut hi = roomy.run_peak;
-        if !reference() && hi.saturating_sub(lo) > GRANULE {
-            // Most steps need what they reserve: one probe a granule below settles it (for a
-            // monotone fit, the bisection's answer: nothing below a failing size runs). Its run
-            // is forked on the way where the smaller devices' runs leave the run with room:
-            // any probe to come starts there (the same figures; most of a step's calls come
-            // before that point).
-            let first = match &calls {
-                Some(c) => {
-                    let (p, f) = c.probe_forking(allocator, hi - GRANULE, rises, lo);
-                    forks = Some(f);
-                    p
-                }
-                None => probe(hi - GRANULE, &forks),
-            };
-            match first {
-                Some(p) => hi = p.run_peak.min(hi),
-                None => lo = hi - GRANULE,
-            }
-            // A step that caches far more than it holds (a long `generate` under PyTorch's
-            // default policy leaves a segment per KV tensor at each size class it passes): the
-            // bisection's first halvings would all run. One probe a quarter above the allocated
-            // peak stands for them (the same answer for a monotone fit).
-            let quarter = (roomy.allocated + roomy.allocated / 4).div_ceil(GRANULE) * GRANULE;
-            if hi > 2 * quarter && quarter > lo {
-                match probe(quarter, &forks) {
-                    Some(p) => hi = p.run_peak.min(hi),
-                    None => lo = quarter,
-                }
-            }
+        if !reference() {
+            return self.record(rank).needed(allocator, None);
         }
-        while hi.saturating_sub(lo) > GRANULE {
-            let mid = (lo + (hi - lo) / 2) / GRANULE * GRANULE;
-            let mid = mid.clamp(lo + 1, hi - 1);
-            match probe(mid, &forks) {
-                Some(p) => hi = p.run_peak.min(hi),
-                None => lo = mid,
-            }
-        }
+        let roomy = self.replay_walked_on(rank, allocator, UNBOUNDED)?;
+        let needed = smallest_device(&roomy, None, false, |capacity, _| {
+            self.replay_walked_on(rank, allocator, capacity)
+        });
         Some(Replayed {
             allocated: roomy.allocated,
             reserved: roomy.reserved,
-            needed: hi,
+            needed,
         })
     }
 
@@ -808,29 +802,14 @@ impl Step<'_> {
 mod tests {
     use super::*;
 
-    /// The search as it was before forks: every probe replayed from the first call.
+    /// The search with every probe replayed from the first call (no forks).
     fn needed_from_scratch(c: &Calls, a: Allocator, decide: Option<u64>) -> Option<Replayed> {
         let roomy = c.replay_on(a, UNBOUNDED)?;
-        let mut lo = (roomy.allocated / GRANULE * GRANULE).saturating_sub(GRANULE);
-        let mut hi = roomy.run_peak;
-        let settled = |lo: u64, hi: u64| decide.is_some_and(|d| hi <= d || lo >= d);
-        if hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
-            match c.replay_on(a, hi - GRANULE) {
-                Some(p) => hi = p.run_peak.min(hi),
-                None => lo = hi - GRANULE,
-            }
-        }
-        while hi.saturating_sub(lo) > GRANULE && !settled(lo, hi) {
-            let mid = ((lo + (hi - lo) / 2) / GRANULE * GRANULE).clamp(lo + 1, hi - 1);
-            match c.replay_on(a, mid) {
-                Some(p) => hi = p.run_peak.min(hi),
-                None => lo = mid,
-            }
-        }
+        let needed = smallest_device(&roomy, decide, true, |capacity, _| c.replay_on(a, capacity));
         Some(Replayed {
             allocated: roomy.allocated,
             reserved: roomy.reserved,
-            needed: hi,
+            needed,
         })
     }
 

@@ -105,14 +105,17 @@ pub fn training_events_with_phases(
         for _ in 1..steps.max(1) {
             step.walk(0, &mut sink, true, Run::Later);
         }
-        // The persistent state stays allocated at the end of a run.
+        // The persistent state is still live after the last step (freed below).
     }
-    // Anything still live (none for a well-formed walk) is freed at the end.
-    let rest: Vec<u64> = sink
+    // What is still live at the end (the weights, and a training run's optimizer states) is
+    // freed in the order it was made: a fixed order, so one command writes the same
+    // events and the same snapshot bytes every time (the map's own order changes per process).
+    let mut rest: Vec<u64> = sink
         .live
         .drain()
         .flat_map(|(_, v)| v.into_iter().map(|(id, _)| id))
         .collect();
+    rest.sort_unstable();
     sink.events
         .extend(rest.into_iter().map(|id| TraceEvent::Free { id }));
     Ok((sink.events, sink.marks))

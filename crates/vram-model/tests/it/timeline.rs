@@ -80,6 +80,46 @@ fn trace_agrees_with_estimate() {
     }
 }
 
+/// A trace is one sequence of events for one request: what is still live after the last step
+/// (weights, optimizer states) is freed in the order it was made, not in a map's order (which
+/// changes per map, so two traces in one process differed in their last events, and one
+/// `vram trace` command wrote different snapshot bytes run to run).
+#[test]
+fn trace_events_are_the_same_every_time_and_end_in_creation_order() {
+    let model = catalog::lookup("qwen3-0.6b").unwrap();
+    let setup = train(1, 512);
+    let first = training_events(&model, &setup, 2).unwrap();
+    // The weights are live to the end: their frees come in the order they were made.
+    let weights: std::collections::HashSet<u64> = first
+        .iter()
+        .filter_map(|e| match e {
+            TraceEvent::Alloc { id, category, .. } if *category == Category::Parameters => {
+                Some(*id)
+            }
+            _ => None,
+        })
+        .collect();
+    let freed: Vec<u64> = first
+        .iter()
+        .filter_map(|e| match e {
+            TraceEvent::Free { id } if weights.contains(id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        freed.len() > 100 && freed.len() == weights.len(),
+        "{}",
+        freed.len()
+    );
+    assert!(
+        freed.windows(2).all(|w| w[0] < w[1]),
+        "freed in creation order"
+    );
+    for _ in 0..4 {
+        assert_eq!(training_events(&model, &setup, 2).unwrap(), first);
+    }
+}
+
 #[test]
 fn timeline_peak_is_the_max_of_its_points() {
     let model = catalog::lookup("llama-2-7b").unwrap();
