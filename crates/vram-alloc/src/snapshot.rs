@@ -482,7 +482,13 @@ fn opt_u64(v: &Value, key: &str, ctx: &str) -> Result<Option<u64>, AllocError> {
     }
     match v.get(key) {
         None | Some(Value::None) => Ok(None),
-        Some(Value::Int(i)) => Ok(Some(*i as u64)),
+        // Sizes, addresses, streams and times are never negative in a snapshot; `as u64` read
+        // a -1 size as 16 EiB and replayed it as nothing.
+        Some(Value::Int(i)) => u64::try_from(*i)
+            .map(Some)
+            .map_err(|_| AllocError::Snapshot {
+                reason: format!("{ctx}.{key} is {i}, expected a non-negative int"),
+            }),
         Some(other) => Err(AllocError::Snapshot {
             reason: format!("{ctx}.{key} is a {}, expected int", other.type_name()),
         }),

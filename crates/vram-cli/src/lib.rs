@@ -160,7 +160,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match parse(args) {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => {
             // Help and version go to stdout.
@@ -199,6 +199,74 @@ where
             }
         }
     }
+}
+
+/// The command line, with negative numbers taken as values: `--seq -1` and `--fragmentation
+/// -0.1` were "unexpected argument '-1' found" with a tip (`-- -1`) that cannot pass a value to
+/// an option; now they reach the option's own check, which names it and its range.
+fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for n in names {
+        cmd = cmd.mut_subcommand(n, |c| c.allow_negative_numbers(true));
+    }
+    let args = join_negative_values(&cmd, args.into_iter().map(Into::into).collect());
+    let mut matches = cmd.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
+}
+
+/// `--opt -1GiB` as `--opt=-1GiB` where `--opt` takes a value: clap takes a negative number
+/// as a value ([`parse`]) but not a negative size or duration (`-1GiB`, `-1s`), which it read
+/// as the short flag `-1`. The option's own parser then refuses it, naming it.
+fn join_negative_values(
+    cmd: &clap::Command,
+    mut args: Vec<std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let Some(sub) = args
+        .get(1)
+        .and_then(|a| a.to_str())
+        .and_then(|n| cmd.find_subcommand(n))
+    else {
+        return args;
+    };
+    let takes_value = |opt: &str| {
+        sub.get_arguments().any(|a| {
+            let named = match opt.strip_prefix("--") {
+                Some(long) => a.get_long() == Some(long),
+                None => {
+                    opt.len() == 2 && a.get_short().map(String::from).as_deref() == opt.get(1..)
+                }
+            };
+            named && a.get_action().takes_values()
+        })
+    };
+    let mut i = 2;
+    while i + 1 < args.len() {
+        let (Some(opt), Some(val)) = (args[i].to_str(), args[i + 1].to_str()) else {
+            i += 1;
+            continue;
+        };
+        if opt == "--" {
+            break;
+        }
+        let negative = val.len() > 1
+            && val.starts_with('-')
+            && val[1..].starts_with(|c: char| c.is_ascii_digit() || c == '.');
+        if negative && opt.starts_with('-') && !opt.contains('=') && takes_value(opt) {
+            let joined = format!("{opt}={val}");
+            args.splice(i..i + 2, [std::ffi::OsString::from(joined)]);
+        }
+        i += 1;
+    }
+    args
 }
 
 /// clap's usage error on one line, with everything it names: the missing arguments and the

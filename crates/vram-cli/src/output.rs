@@ -250,7 +250,17 @@ fn stage(path: &std::path::Path, bytes: &[u8]) -> io::Result<tempfile::NamedTemp
         use std::os::unix::fs::PermissionsExt;
         builder.permissions(std::fs::Permissions::from_mode(0o666));
     }
-    let mut tmp = builder.tempfile_in(dir)?;
+    // tempfile's error names the temporary (`... at path "/x/.vram-Ab3.partial"`), and a
+    // kind's words alone ("entity not found" for /proc) name no cause: the folder and the OS's
+    // words instead.
+    let mut tmp = builder.tempfile_in(dir).map_err(|e| {
+        let text = e.to_string();
+        let os = text.split(" at path ").next().unwrap_or(&text);
+        io::Error::new(
+            e.kind(),
+            format!("cannot create a file in {}: {os}", dir.display()),
+        )
+    })?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     Ok(tmp)
@@ -258,15 +268,14 @@ fn stage(path: &std::path::Path, bytes: &[u8]) -> io::Result<tempfile::NamedTemp
 
 fn write_error(path: &std::path::Path, e: io::Error) -> anyhow::Error {
     // Without the temporary file's name that tempfile adds to the OS's words.
+    let text = e.to_string();
     let why = match e.raw_os_error() {
-        Some(_) => e.to_string(),
-        None if e
-            .get_ref()
-            .is_some_and(|i| i.to_string().contains(" at path ")) =>
-        {
-            io::Error::from(e.kind()).to_string()
-        }
-        None => e.to_string(),
+        Some(_) => text,
+        // The OS's words, without tempfile's ` at path "<temporary>"`.
+        None => match text.split_once(" at path ") {
+            Some((os, _)) => os.to_string(),
+            None => text,
+        },
     };
     let msg = format!("cannot write {}: {why}", path.display());
     match e.kind() {
@@ -274,7 +283,11 @@ fn write_error(path: &std::path::Path, e: io::Error) -> anyhow::Error {
         | io::ErrorKind::PermissionDenied
         | io::ErrorKind::IsADirectory
         | io::ErrorKind::NotADirectory
-        | io::ErrorKind::ReadOnlyFilesystem => anyhow::Error::new(crate::BadInput(msg)),
+        | io::ErrorKind::ReadOnlyFilesystem
+        // The place the user chose has no room: theirs to change, as a read-only one is.
+        | io::ErrorKind::StorageFull
+        | io::ErrorKind::QuotaExceeded
+        | io::ErrorKind::FileTooLarge => anyhow::Error::new(crate::BadInput(msg)),
         _ => anyhow::anyhow!(msg),
     }
 }

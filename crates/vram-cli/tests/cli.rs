@@ -691,6 +691,256 @@ fn replay_bad_input_exits_2_with_one_line() {
     );
 }
 
+/// A protocol-2 pickle of a snapshot with no segments and one trace of `events`, each
+/// `(action, addr, size)` (BININT: a signed 32-bit integer).
+fn snapshot_pickle(events: &[(&str, i32, i32)]) -> Vec<u8> {
+    fn text(b: &mut Vec<u8>, s: &str) {
+        b.push(b'X');
+        b.extend((s.len() as u32).to_le_bytes());
+        b.extend(s.as_bytes());
+    }
+    let mut b = vec![0x80, 2, b'}', b'('];
+    text(&mut b, "segments");
+    b.push(b']');
+    text(&mut b, "device_traces");
+    b.extend([b']', b']', b'(']);
+    for &(action, addr, size) in events {
+        b.extend([b'}', b'(']);
+        for (k, v) in [("addr", addr), ("size", size)] {
+            text(&mut b, k);
+            b.push(b'J');
+            b.extend(v.to_le_bytes());
+        }
+        text(&mut b, "action");
+        text(&mut b, action);
+        b.push(b'u');
+    }
+    b.extend([b'e', b'a', b'u', b'.']);
+    b
+}
+
+/// Hostile input to every command, found by a sweep of each subcommand and option (session 12):
+/// each case exited 0 with nonsense, exited 1, or named no cause, and is now exit 2 with one
+/// specific line (a `vram record` status line may precede it), nothing on stdout, no file left.
+#[test]
+fn hostile_input_every_command_is_one_line_and_exit_2() {
+    let dir = tmp("hostile");
+    let good = snapshot_pickle(&[("alloc", 4096, 512), ("free_completed", 4096, 512)]);
+    let (code, _, err) = vram(&["replay", &write(&dir, "good.pickle", &good)]);
+    assert_eq!(
+        code, 0,
+        "the pickle builder writes a snapshot vram reads: {err}"
+    );
+    let negative = write(&dir, "neg.pickle", &snapshot_pickle(&[("alloc", 0, -1)]));
+    // Frees of blocks allocated before the history began, and no allocation.
+    let no_allocs = write(
+        &dir,
+        "frees.pickle",
+        &snapshot_pickle(&[("free_completed", 64, 512)]),
+    );
+    let config = write(&dir, "config.json", LLAMA.as_bytes());
+    let gptq_no_bits = write(
+        &dir,
+        "gptq.json",
+        LLAMA
+            .replace(
+                '}',
+                r#","quantization_config":{"quant_method":"gptq","group_size":128}}"#,
+            )
+            .as_bytes(),
+    );
+    let empty = write(&dir, "empty.jsonl", b"");
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = |name: &str| out_dir.join(name).display().to_string();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let doctor = |extra: &[&str]| {
+        let mut v = s(&["doctor", OOM_2_5, "--no-nvml"]);
+        v.extend(s(extra));
+        v
+    };
+    // (args, what the error line must say)
+    let mut cases: Vec<(Vec<String>, &str)> = vec![
+        // A -1 size read as 16 EiB: "as recorded: peak allocated 16384 PiB", every policy 0 B.
+        (
+            s(&["replay", &negative]),
+            "device_traces[0][0].size is -1, expected a non-negative int",
+        ),
+        (doctor(&["--snapshot", &negative]), "size is -1"),
+        // An empty history replayed to "peak reserved 0 bytes, fits" under the doctor's remedies.
+        (
+            doctor(&["--snapshot", &no_allocs]),
+            "the snapshot has no allocation history",
+        ),
+        // A file with no sample was "the recording is too short for a leak verdict".
+        (
+            doctor(&["--recording", &config]),
+            "the recording holds no complete sample",
+        ),
+        (
+            doctor(&["--recording", &empty]),
+            "the recording holds no complete sample",
+        ),
+        // Every strategy printed as "no", exit 0.
+        (
+            s(&["checkpoint", "gpt2", "--gpu", "h100-80g", "--budget", "0"]),
+            "--budget must be more than 0 bytes",
+        ),
+        // Blamed --new-tokens: "--new-tokens 16 leaves no prompt in a context of 16 tokens".
+        (
+            s(&["estimate", "gpt2", "--inference", "--prompt", "0"]),
+            "--prompt must be at least 1 token",
+        ),
+        // "unknown GPU size `0GiB`" for a size that is one, out of range (a bare 0GiB said so).
+        (
+            s(&["estimate", "gpt2", "--gpu", "h100:0GiB"]),
+            "--gpu = h100:0GiB is out of range",
+        ),
+        (
+            s(&["capacity", "llama-3-8b", "--gpu", "h100:1e30GiB"]),
+            "--gpu = h100:1e30GiB is out of range",
+        ),
+        // Negative values were "unexpected argument '-1' found" with a tip (`-- -1`) that
+        // cannot pass a value to an option.
+        (
+            s(&["estimate", "gpt2", "--seq", "-1"]),
+            "invalid value '-1' for '--seq <SEQ>'",
+        ),
+        (
+            s(&["estimate", "gpt2", "--fragmentation", "-0.1"]),
+            "`-0.1` must be between 0 and 10",
+        ),
+        (
+            s(&["estimate", "gpt2", "--cuda-context", "-1GiB"]),
+            "invalid value '-1GiB' for '--cuda-context",
+        ),
+        (
+            s(&["estimate", "gpt2", "--gpu", "-1GiB"]),
+            "--gpu = -1GiB is out of range",
+        ),
+        (
+            s(&[
+                "checkpoint",
+                "gpt2",
+                "--gpu",
+                "h100-80g",
+                "--budget",
+                "-8GiB",
+            ]),
+            "invalid value '-8GiB' for '--budget",
+        ),
+        (
+            s(&["capacity", "llama-3-8b", "--gpu", "h100-80g", "-O", "-1"]),
+            "invalid value '-1' for '--optimization-level",
+        ),
+        (
+            s(&[
+                "capacity",
+                "llama-3-8b",
+                "--gpu",
+                "h100-80g",
+                "--gpu-memory-utilization",
+                "-0.5",
+            ]),
+            "--gpu-memory-utilization -0.5 is outside (0, 1]",
+        ),
+        (
+            s(&["top", "--demo", "--once", "--interval", "-1s"]),
+            "invalid value '-1s' for '--interval",
+        ),
+        (
+            s(&[
+                "replay",
+                &write(&dir, "g.pickle", &good),
+                "--trim-slack",
+                "-1",
+            ]),
+            "--trim-slack -1: expected a non-negative fraction",
+        ),
+        // Read as 4 bits; transformers 5.24's GPTQConfig has no default for `bits` (TypeError).
+        (
+            s(&["estimate", &gptq_no_bits]),
+            "config.json has no `quantization_config.bits`",
+        ),
+        (
+            s(&["capacity", &gptq_no_bits, "--gpu", "h100-80g"]),
+            "no `quantization_config.bits`",
+        ),
+        // Read as the 0.11 series: a patch is a number.
+        (
+            s(&[
+                "capacity",
+                "llama-3-8b",
+                "--gpu",
+                "h100-80g",
+                "--engine-version",
+                "0.11.-1",
+            ]),
+            "--engine-version 0.11.-1: the vllm memory layouts known are",
+        ),
+        // A revision is a path under the cache's refs/: `../../x` wrote outside the cache.
+        (
+            s(&["estimate", "org/name", "--revision", "../../x"]),
+            "--revision `../../x` is not a branch, tag or commit name",
+        ),
+        (
+            s(&["estimate", "org/name", "--revision", ""]),
+            "--revision `` is not a branch, tag or commit name: it is empty",
+        ),
+    ];
+    #[cfg(target_os = "linux")]
+    {
+        // "cannot write /proc/version: entity not found": the kind's words, no cause.
+        cases.push((
+            s(&["trace", "gpt2", "--out", "/proc/version"]),
+            "cannot create a file in /proc: No such file or directory",
+        ));
+        // A full disk was exit 1; the place the user chose has no room, as a read-only one.
+        for args in [
+            s(&["trace", "gpt2", "--out", "/dev/full"]),
+            s(&[
+                "trace",
+                "gpt2",
+                "--out",
+                &out("t.pickle"),
+                "--events",
+                "/dev/full",
+            ]),
+            s(&["report", "--demo", "-o", "/dev/full"]),
+            s(&["record", "--demo", "--count", "1", "-o", "/dev/full"]),
+        ] {
+            cases.push((args, "No space left on device"));
+        }
+    }
+    let mut failures = Vec::new();
+    for (args, needle) in &cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stdout, err) = vram(&argv);
+        let errors: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.starts_with("vram record: "))
+            .collect();
+        if code != 2
+            || errors.len() != 1
+            || !errors[0].starts_with("vram: ")
+            || !errors[0].contains(needle)
+            || !stdout.is_empty()
+        {
+            failures.push(format!(
+                "{args:?}: exit {code}, stderr {err:?}, stdout {} bytes (wanted {needle:?})",
+                stdout.len()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(
+        listing(&out_dir),
+        Vec::<String>::new(),
+        "a refused write left a file"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The names in `dir`, sorted.
 fn listing(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)

@@ -597,6 +597,23 @@ fn figures(m: &OomMessage, notes: &mut Vec<String>) -> Figures {
 /// Only from the inputs: an invalid setup ([`crate::DoctorError::Model`]), a
 /// planner refusal, a snapshot whose events cannot be replayed.
 pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
+    // An empty snapshot replayed to "0 bytes reserved, fits" and an empty recording to "too
+    // short for a leak verdict": evidence the input does not hold. `vram replay` refuses the
+    // first; both are refused here.
+    if inp
+        .events
+        .as_ref()
+        .is_some_and(|e| !e.iter().any(|e| matches!(e, Event::Alloc { .. })))
+    {
+        return Err(crate::DoctorError::Input(
+            "the snapshot has no allocation history (record it with torch.cuda.memory._record_memory_history())".into(),
+        ));
+    }
+    if inp.recording.as_ref().is_some_and(Vec::is_empty) {
+        return Err(crate::DoctorError::Input(
+            "the recording holds no complete sample (a `vram record` timeline, one JSON line per sample)".into(),
+        ));
+    }
     let m = &inp.message;
     if m.layout == Layout::Mps {
         return Ok(mps(m));

@@ -214,6 +214,10 @@ pub enum DoctorError {
     /// A snapshot's events could not be replayed.
     #[error(transparent)]
     Alloc(#[from] vram_alloc::AllocError),
+    /// An input beside the message holds nothing to read: a snapshot with no allocation
+    /// history, a recording with no complete sample.
+    #[error("{0}")]
+    Input(String),
 }
 
 /// Result type of this crate.

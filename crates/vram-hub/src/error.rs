@@ -10,6 +10,9 @@ pub enum Error {
     /// The argument is not a repo id (`org/name`, letters, digits, `-`, `_`, `.`).
     #[error("`{0}` is not a Hub repo id (org/name: letters, digits, '-', '_', '.')")]
     BadRepoId(String),
+    /// The revision is no name git gives a branch, tag or commit (`git check-ref-format`).
+    #[error("--revision `{0}` is not a branch, tag or commit name: {1}")]
+    BadRevision(String, &'static str),
     /// The repo does not exist, or is private and no (valid) token was sent.
     #[error("{repo}: repo not found on {endpoint}{hint}", hint = if *.has_token { " (with the token given; check the name)" } else { " (if it is private, set HF_TOKEN or run `huggingface-cli login`)" })]
     RepoNotFound {

@@ -23,6 +23,30 @@ pub struct Shard {
     pub size: u64,
 }
 
+/// Refuses a revision git could not name (`git check-ref-format`'s rules that matter here):
+/// the revision becomes a path under the cache's `refs/` (as in huggingface_hub), so
+/// `../../x` would write the commit outside the cache, and an empty one asks for nothing.
+/// `refs/pr/1` (a pull request's ref) passes.
+pub fn check_revision(r: &str) -> Result<()> {
+    let why = if r.is_empty() {
+        "it is empty"
+    } else if r.len() > 255 {
+        "longer than 255 bytes"
+    } else if r
+        .bytes()
+        .any(|b| b.is_ascii_control() || b == b' ' || b == b'\\')
+    {
+        "it holds a space, a backslash or a control character"
+    } else if r.split('/').any(|c| c.is_empty() || c.starts_with('.')) {
+        "a part of it is empty or starts with `.` (`..`, `/x`, `x//y`)"
+    } else if r.contains("..") || r.contains("@{") || r.ends_with(".lock") {
+        "git refuses `..`, `@{` and a `.lock` ending"
+    } else {
+        return Ok(());
+    };
+    Err(Error::BadRevision(r.to_string(), why))
+}
+
 /// Whether `id` is a repo id as the Hub takes it: `name` or `org/name`, each part letters,
 /// digits, `-`, `_`, `.`, not starting or ending with `-` or `.`, no `--` or `..`, at most
 /// 96 characters.
@@ -93,6 +117,9 @@ pub struct Repo {
 pub fn open(cfg: &Config, id: &str, revision: Option<&str>) -> Result<Repo> {
     if !is_repo_id(id) || (cfg.hub == Hub::ModelScope && !id.contains('/')) {
         return Err(Error::BadRepoId(id.to_string()));
+    }
+    if let Some(r) = revision {
+        check_revision(r)?;
     }
     let revision = revision.unwrap_or(cfg.hub.default_revision()).to_string();
     let mut repo = Repo {
@@ -662,7 +689,7 @@ pub(crate) fn what_it_is(files: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{encode, is_repo_id, what_it_is};
+    use super::{check_revision, encode, is_repo_id, what_it_is};
 
     #[test]
     fn repo_ids() {
@@ -690,6 +717,33 @@ mod tests {
             assert!(!is_repo_id(bad), "{bad}");
         }
         assert_eq!(encode("refs/pr/1"), "refs%2Fpr%2F1");
+    }
+
+    /// A revision is a path under the cache's `refs/`: `../../x` wrote the commit outside it.
+    #[test]
+    fn revisions_git_could_not_name_are_refused() {
+        for ok in ["main", "v1.0", "refs/pr/1", "5ecfde1", "release-2024_01"] {
+            assert!(check_revision(ok).is_ok(), "{ok}");
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("../../x", "starts with `.`"),
+            ("/abs", "empty"),
+            ("a//b", "empty"),
+            ("a/", "empty"),
+            ("a b", "space"),
+            ("a\\b", "backslash"),
+            ("a\nb", "control"),
+            ("a..b", "`..`"),
+            ("x.lock", "`.lock`"),
+            ("x@{1}", "`@{`"),
+        ] {
+            let e = check_revision(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--revision `") && e.contains(why),
+                "{bad:?}: {e}"
+            );
+        }
     }
 
     #[test]

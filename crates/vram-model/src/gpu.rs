@@ -743,15 +743,8 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
     if let Some(b) = parse_size(name) {
         return Ok(bare(b));
     }
-    // A number and a unit of size, outside what a device holds (0GiB, 1e30GiB).
-    let t = name.trim();
-    let unit = t.trim_start_matches(|c: char| c.is_ascii_digit() || ".eE+-".contains(c));
-    if unit.len() < t.len() && parse_size(&format!("1{unit}")).is_some() {
-        return Err(Error::OutOfRange {
-            field: "--gpu".into(),
-            value: name.into(),
-            why: "a GPU's memory must be more than 0 and less than 1 PB".into(),
-        });
+    if is_size_out_of_range(name) {
+        return Err(size_out_of_range(name));
     }
     // `t4:15636037632B`: a catalog card whose total, as torch reports it on this machine (a log's
     // `total_memory`), differs from the catalog's (another driver, ECC on or off).
@@ -763,6 +756,10 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
                 name: name.into(),
                 known: "a catalog GPU before the colon, e.g. t4:15636037632B".into(),
             });
+        }
+        // `h100:0GiB` is a size, out of range, as a bare `0GiB` is.
+        if is_size_out_of_range(size) {
+            return Err(size_out_of_range(name));
         }
         let b = parse_size(size).ok_or_else(|| Error::Unknown {
             kind: "GPU size",
@@ -779,6 +776,22 @@ pub fn lookup(name: &str) -> Result<&'static Gpu> {
             GPUS.iter().map(|g| g.id).collect::<Vec<_>>().join(", ")
         ),
     })
+}
+
+/// Whether `s` is a number and a unit of size that [`parse_size`] refuses for its value:
+/// outside what a device holds (0GiB, 1e30GiB).
+fn is_size_out_of_range(s: &str) -> bool {
+    let t = s.trim();
+    let unit = t.trim_start_matches(|c: char| c.is_ascii_digit() || ".eE+-".contains(c));
+    unit.len() < t.len() && parse_size(&format!("1{unit}")).is_some() && parse_size(s).is_none()
+}
+
+fn size_out_of_range(name: &str) -> Error {
+    Error::OutOfRange {
+        field: "--gpu".into(),
+        value: name.into(),
+        why: "a GPU's memory must be more than 0 and less than 1 PB".into(),
+    }
 }
 
 #[cfg(test)]
@@ -882,6 +895,14 @@ mod tests {
         assert_eq!(t4.memory_bytes, 15_636_037_632);
         assert!(lookup("t4:lots").is_err() && lookup("nope:14GiB").is_err());
         assert!(lookup("14GiB:14GiB").is_err());
+        // A size after the colon that is one, out of range, says so, as a bare one does.
+        for bad in ["t4:0GiB", "t4:1e30GiB", "0GiB"] {
+            assert!(
+                matches!(lookup(bad), Err(Error::OutOfRange { .. })),
+                "{bad}: {:?}",
+                lookup(bad).map(|g| g.id)
+            );
+        }
         let g = lookup("23.58GiB").unwrap();
         assert_eq!(g.memory_bytes, parse_size("23.58GiB").unwrap());
         assert!(g.name.contains("23.58 GiB"), "{}", g.name);

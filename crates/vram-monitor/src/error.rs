@@ -64,6 +64,15 @@ impl MonitorError {
                 | MonitorError::BadRecordLine { .. }
                 | MonitorError::InvalidScenario { .. }
                 | MonitorError::NotARecording { .. }
+        ) || matches!(
+            self,
+            // The file the user chose is on a full disk or over a quota: theirs to change.
+            MonitorError::Io { source, .. } if matches!(
+                source.kind(),
+                std::io::ErrorKind::StorageFull
+                    | std::io::ErrorKind::QuotaExceeded
+                    | std::io::ErrorKind::FileTooLarge
+            )
         )
     }
 

@@ -23,6 +23,7 @@ use crate::{MonitorError, Result, Sample};
 #[derive(Debug)]
 pub struct TimelineWriter {
     file: File,
+    path: std::path::PathBuf,
     lines: u64,
 }
 
@@ -71,7 +72,11 @@ impl TimelineWriter {
                 repair.map_err(|e| MonitorError::io(ctx("cannot repair"), e))?;
             }
         }
-        Ok(TimelineWriter { file, lines: 0 })
+        Ok(TimelineWriter {
+            file,
+            path: path.to_path_buf(),
+            lines: 0,
+        })
     }
 
     /// Append one sample as one line, flushed.
@@ -84,7 +89,9 @@ impl TimelineWriter {
         self.file
             .write_all(line.as_bytes())
             .and_then(|_| self.file.flush())
-            .map_err(|e| MonitorError::io("cannot append to timeline", e))?;
+            .map_err(|e| {
+                MonitorError::io(format!("cannot append to {}", self.path.display()), e)
+            })?;
         self.lines += 1;
         Ok(())
     }

@@ -374,10 +374,13 @@ pub fn capacity(
             return Err(input(format!("--engine-version {v}: {why}")));
         }
         let known = r.engine.versions();
-        if !known
-            .iter()
-            .any(|k| v == k || v.starts_with(&format!("{k}.")))
-        {
+        // A patch is a number (`0.11.2`, `0.6.3.post1`); `0.11.-1` read as the 0.11 series.
+        if !known.iter().any(|k| {
+            v == k
+                || v.strip_prefix(k)
+                    .and_then(|r| r.strip_prefix('.'))
+                    .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        }) {
             return Err(input(format!(
                 "--engine-version {v}: the {} memory layouts known are {} (read from its source)",
                 r.engine.name(),

@@ -100,6 +100,10 @@ pub fn checkpoint(
     budget: Option<u64>,
     slots: Option<usize>,
 ) -> Result<CheckpointReport> {
+    // No step holds nothing: a budget of 0 bytes printed every strategy as "no" and exited 0.
+    if budget == Some(0) {
+        return Err(input("--budget must be more than 0 bytes"));
+    }
     if let Some(s) = slots.filter(|s| !(8..=8192).contains(s)) {
         return Err(input(format!("--slots {s} must be between 8 and 8192")));
     }

@@ -400,6 +400,9 @@ impl StepRequest {
                     ))
                 }
                 (Some(c), None) => c,
+                // "--new-tokens 16 leaves no prompt in a context of 16 tokens" blamed the
+                // flag the user did not give.
+                (None, Some(0)) => return Err(input("--prompt must be at least 1 token")),
                 (None, Some(p)) => p.saturating_add(self.new_tokens),
                 (None, None) => default_len,
             }

@@ -109,6 +109,52 @@ fn wrong_shapes_are_snapshot_errors() {
     assert!(pickle_err(&data("not_a_dict.pickle")).contains("expected a dict"));
 }
 
+/// A protocol-2 pickle of `{"segments": [], "device_traces": [[{"action": "alloc", key: v}]]}`
+/// (plus `size` 512 when `key` is not `size`): BININT is a signed 32-bit integer.
+fn one_alloc(key: &str, v: i32) -> Vec<u8> {
+    let str_ = |out: &mut Vec<u8>, s: &str| {
+        out.push(b'X');
+        out.extend((s.len() as u32).to_le_bytes());
+        out.extend(s.as_bytes());
+    };
+    let int = |out: &mut Vec<u8>, i: i32| {
+        out.push(b'J');
+        out.extend(i.to_le_bytes());
+    };
+    let mut b = vec![0x80, 2, b'}', b'('];
+    str_(&mut b, "segments");
+    b.push(b']');
+    str_(&mut b, "device_traces");
+    b.extend([b']', b']', b'}', b'(']);
+    str_(&mut b, "action");
+    str_(&mut b, "alloc");
+    str_(&mut b, key);
+    int(&mut b, v);
+    if key != "size" {
+        str_(&mut b, "size");
+        int(&mut b, 512);
+    }
+    b.extend([b'u', b'a', b'a', b'u', b'.']);
+    b
+}
+
+/// A negative size, address, stream or time was read `as u64`: a -1 size became 16 EiB, which
+/// `vram replay` printed as the recorded peak and replayed as nothing, exit 0.
+#[test]
+fn negative_integers_are_snapshot_errors() {
+    let ok = Snapshot::from_pickle(&one_alloc("addr", 4096)).unwrap();
+    assert_eq!((ok.traces[0].addr, ok.traces[0].size), (4096, 512));
+    for key in ["size", "addr", "stream", "time_us"] {
+        let e = pickle_err(&one_alloc(key, -1));
+        assert!(
+            e.contains(&format!(
+                "device_traces[0][0].{key} is -1, expected a non-negative int"
+            )),
+            "{key}: {e}"
+        );
+    }
+}
+
 #[test]
 fn every_truncation_is_an_error_not_a_panic() {
     let full = data("torch_like_snapshot.pickle");

@@ -873,6 +873,15 @@ fn quantization(qc: &Cfg) -> Result<Quant> {
             },
         })
     };
+    // AwqConfig's `bits` defaults to 4; GPTQConfig's has no default (transformers 5.24:
+    // `__init__(self, bits: int, ...)`), so from_pretrained fails with a TypeError on a gptq
+    // config without it, which vram read as 4 bits.
+    if qc.str("quant_method")? == Some("gptq") && qc.find(&["bits"]).is_none() {
+        return Err(Error::MissingField {
+            field: "quantization_config.bits".into(),
+            model_type: qc.model_type.into(),
+        });
+    }
     let bits = qc.opt_u64(&["bits"])?.unwrap_or(4);
     let flag = |k: &str| qc.map.get(k).and_then(Value::as_bool).unwrap_or(false);
     Ok(match qc.str("quant_method")? {
