@@ -79,9 +79,25 @@ pub(super) fn vllm_cublas_workspace(k: &Knobs, gpu: &Gpu, v1: bool) -> u64 {
     }
 }
 
-/// What the profile holds for its whole length once allocated, beside the larger of the
-/// forward's and the sampler's live sets: the Triton sampler's cached buffer and the cuBLAS
-/// workspace. Both stay allocated, so the warm-up after the graphs counts them too.
+/// The profile's peak from the forward's live set and the sampler's (rows included): the cuBLAS
+/// workspace is allocated at the forward's first GEMM and held beside both, the Triton buffer
+/// only from the sampler on (the forward runs first in `profile_run`).
+pub(super) fn vllm_profile_peak(
+    forward: u64,
+    sampler: u64,
+    t: &Transformer,
+    reqs: u64,
+    k: &Knobs,
+    gpu: &Gpu,
+    v1: bool,
+) -> u64 {
+    forward.max(sampler + vllm_triton_sampler_buffer(t, reqs, k, gpu, v1))
+        + vllm_cublas_workspace(k, gpu, v1)
+}
+
+/// What the profile leaves allocated for good: the Triton sampler's cached buffer and the cuBLAS
+/// workspace. The warm-up after the graphs (`compile_or_warm_up_model`) finds both still held
+/// through its forward and its sampler, so its need counts them beside the larger live set.
 pub(super) fn vllm_profile_kept(t: &Transformer, reqs: u64, k: &Knobs, gpu: &Gpu, v1: bool) -> u64 {
     vllm_triton_sampler_buffer(t, reqs, k, gpu, v1) + vllm_cublas_workspace(k, gpu, v1)
 }

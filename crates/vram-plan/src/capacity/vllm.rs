@@ -111,10 +111,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     } else {
         sampler_peak(t, reqs, mnbt, k, sorts) + sampler::vllm_sampler_rows(t, reqs, k, v1)
     };
-    // V1's cached Triton sampler buffer and the cuBLAS workspace stay allocated from their first
-    // use in the profile (`sampler::vllm_profile_kept`).
-    let kept = sampler::vllm_profile_kept(t, reqs, k, gpu, v1);
-    let mut activation = forward.max(logits) + kept;
+    // The cuBLAS workspace from the forward's first GEMM on, V1's cached Triton sampler buffer
+    // from the sampler on (`sampler::vllm_profile_peak`).
+    let mut activation = sampler::vllm_profile_peak(forward, logits, t, reqs, k, gpu, v1);
     // V0's encoder-decoder runner profiles every sequence with a maximal image (Llama 3.2
     // Vision); its vision encoder over all of them is the peak.
     let cross = if v0 {
@@ -324,7 +323,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         && {
             let warm = forward_peak_held(t, reqs, k, compiled, held).max(
                 sampler_peak(t, reqs, reqs, k, sorts) + sampler::vllm_sampler_rows(t, reqs, k, v1),
-            ) + kept;
+            ) + sampler::vllm_profile_kept(t, reqs, k, gpu, v1);
             warm as i128 > left_for_graphs - beyond as i128
         };
     let starts = starts && !mamba_fails && !graphs_fail && !context_fail && !warmup_fails;
