@@ -1427,7 +1427,11 @@ fn capacity_on_unseen_logs() {
 /// round"); the bounds below only catch a regression from those figures.
 #[test]
 fn capacity_on_unseen_logs_round_two() {
-    unseen_round("unseen-round2.json", "round 2", 0.22, 0.31, 0.01);
+    // The fit median moved 0.6 -> 1.02 % (session 12) when the profile's Triton sampler buffer,
+    // the dummy sampler's gathered rows and the cuBLAS workspace were counted
+    // (`capacity::sampler`, read in vLLM 0.9.2-0.22.1 and PyTorch; BENCHMARKS.md, "The dummy
+    // sampler's peak at 0.19"): the Kaggle T4 pools read -0.3..-0.7 % before, -0.5..-1.1 % after.
+    unseen_round("unseen-round2.json", "round 2", 0.22, 0.31, 0.011);
 }
 
 /// Round 3 (`tests/data/serving/unseen-round3.json`: MXFP4 on Ampere and Blackwell, GPTQ-Marlin
@@ -1492,7 +1496,9 @@ fn capacity_on_unseen_logs_round_seven() {
     // Qwen3.5-27B with one sequence +12.0 %, fit median 4.1 %); with it (`capacity/encoder.rs`)
     // the fit median is 2.1 % (2.6 % on main without it) and the largest pool error the
     // holdout's Qwen3-30B-A3B-2507 at utilization 0.5 on an H200 (+11.1 %).
-    unseen_round("unseen-round7.json", "round 7", 0.02, 0.12, 0.025);
+    // Session 12: 2.4 -> 2.7 % with `capacity::sampler`'s terms (the RTX 3090 TP 4 pools, already
+    // short, read 1.2 % shorter; BENCHMARKS.md, "The dummy sampler's peak at 0.19").
+    unseen_round("unseen-round7.json", "round 7", 0.02, 0.12, 0.028);
 }
 
 /// Round 8 (`tests/data/serving/unseen-round8.json`: whole committed vLLM server logs found over
@@ -1531,7 +1537,9 @@ fn capacity_on_unseen_logs_round_nine() {
     // segments), -0.5 / -1.0 % with them (`weights::allocated_rounding`). Its pools with CUDA
     // graphs stay -3.4 / -4.3 %: vram's 0.25 GiB of kernel images and graph-profiling state
     // (measured on H100 under 0.19) against pools the T4 logs show equal to the eager ones.
-    unseen_round("unseen-round9.json", "round 9", 0.015, 0.06, 0.015);
+    // Session 12: the fit median 1.0 -> 1.50 % with `capacity::sampler`'s terms (the T4 pools,
+    // already short, 0.3-0.5 % shorter; BENCHMARKS.md, "The dummy sampler's peak at 0.19").
+    unseen_round("unseen-round9.json", "round 9", 0.015, 0.06, 0.016);
 }
 
 #[test]

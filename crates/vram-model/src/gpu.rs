@@ -515,6 +515,41 @@ pub fn workspace_bytes(sm_major: u32) -> u64 {
 }
 
 impl Gpu {
+    /// The GPU's streaming multiprocessors (NVIDIA) or compute units (AMD), as
+    /// `torch.cuda.get_device_properties().multi_processor_count` reports them: vLLM sizes
+    /// per-program buffers by it (`current_platform.num_compute_units`). The counts are the
+    /// vendors' published configurations of each board (NVIDIA's architecture whitepapers and
+    /// datasheets, AMD's CDNA 2/3 datasheets; one MI250 GCD is half the MI250's 208). A GPU the
+    /// catalog lacks (`custom`) takes the H100 SXM's, as it takes its other rates.
+    pub fn compute_units(&self) -> u64 {
+        match self.id {
+            "a100-40g" | "a100-80g" => 108,
+            "h100-pcie" => 114,
+            "l4" => 58,
+            "l40s" | "l40" => 142,
+            "l20" => 92,
+            "rtx-3090" => 82,
+            "rtx-4090" => 128,
+            "v100-16g" | "v100-32g" => 80,
+            "t4" => 40,
+            "a10" => 72,
+            "a40" | "rtx-a6000" => 84,
+            "rtx-4060" => 24,
+            "rtx-4070" => 46,
+            "rtx-4080" => 76,
+            "rtx-5090" => 170,
+            "gtx-1080" => 20,
+            "h20" | "h20-141g" => 78,
+            "b200" => 148,
+            "mi300x" | "mi325x" => 304,
+            "mi250" => 104,
+            // h100-80g, h200 (GH100 with 132 SMs enabled) and `custom`.
+            _ => 132,
+        }
+    }
+}
+
+impl Gpu {
     /// Bytes outside the caching allocator on this GPU: measured on the H100 80GB HBM3
     /// ([`H100_CUDA13_CONTEXT_BYTES`], also the figure of the H100 PCIe and every GPU not
     /// measured) and the H200 ([`H200_CUDA13_CONTEXT_BYTES`]).

@@ -76,6 +76,7 @@ mod layers;
 mod lengths;
 mod non_torch;
 mod registry;
+mod sampler;
 mod sglang;
 mod vllm;
 mod weights;

@@ -260,18 +260,21 @@ fn eager_profile_holds_the_layer_input_and_the_all_reduce_result() {
             .activation_peak_bytes
     };
     let n = 32768u64;
+    // V1 from 0.9 also holds PyTorch's cuBLAS workspace (32 MiB on Hopper) through the profile
+    // (`sampler::vllm_cublas_workspace`).
+    let ws = 32u64 << 20;
     // Llama-3-8B (h 4096, intermediate 14336): at TP 1 the activation's site, input + residual +
     // normed input + gate_up + activation = 3h + 3f (the 0.6.4 logs' 2.07 and 2.99 GiB).
     let llama = llama3();
     assert_eq!(
         peak(&llama, &at(1, [0, 10, 1], true)),
-        n * (3 * 4096 + 3 * 14336) * 2
+        n * (3 * 4096 + 3 * 14336) * 2 + ws
     );
     // At TP 4 (f = 3584) down_proj's all-reduce is the peak: input, residual, normed input,
     // activation, output and the new result = 5h + f, above 3h + 3f.
     assert_eq!(
         peak(&llama, &at(4, [0, 10, 1], true)),
-        n * (5 * 4096 + 3584) * 2
+        n * (5 * 4096 + 3584) * 2 + ws
     );
     // Before 0.7 (not read) the all-reduce's result is not counted: 3h + 3f.
     assert_eq!(
@@ -282,7 +285,7 @@ fn eager_profile_holds_the_layer_input_and_the_all_reduce_result() {
     // residual + normed input + gate_up.
     assert_eq!(
         peak(&llama, &at(4, [0, 10, 1], false)),
-        n * (4096 + 4096 + 2 * 3584) * 2
+        n * (4096 + 4096 + 2 * 3584) * 2 + ws
     );
     // Qwen3-32B (h 5120, intermediate 25600, f = 6400 at TP 4): Qwen2MLP keeps gate_up, so at
     // down_proj's all-reduce input + residual + normed input + gate_up + activation + output +
@@ -290,7 +293,7 @@ fn eager_profile_holds_the_layer_input_and_the_all_reduce_result() {
     let qwen = model("qwen3-32b");
     assert_eq!(
         peak(&qwen, &at(4, [0, 10, 1], true)),
-        n * (5 * 5120 + 3 * 6400) * 2
+        n * (5 * 5120 + 3 * 6400) * 2 + ws
     );
 }
 
@@ -345,15 +348,26 @@ fn v1_profile_peak_follows_compilation() {
         ..Knobs::default()
     };
     let c = capacity(&t, gpu, Engine::Vllm, &eager).unwrap();
-    assert_eq!(c.activation_peak_bytes, 8192 * (3 * 4096 + 3 * 14336) * 2);
+    // PyTorch's cuBLAS workspace off Hopper (4096 KiB x 2 + 16 KiB x 8) is held from the
+    // forward's first GEMM on; from 0.17 the sampler adds the Triton kernel's cached buffer, one
+    // fp32 vocabulary row per program: min(next_power_of_2(min(108 SMs, 256 rows)), 108) = 108
+    // rows on an A100, which the eager forward's live set still exceeds.
+    let ws = 2 * 4096 * 1024 + 8 * 16 * 1024;
+    let triton = 108 * 128256 * 4;
+    assert_eq!(
+        c.activation_peak_bytes,
+        8192 * (3 * 4096 + 3 * 14336) * 2 + ws
+    );
     let compiled = Knobs {
         enforce_eager: false,
         ..eager
     };
     let c = capacity(&t, gpu, Engine::Vllm, &compiled).unwrap();
     let forward = 8192 * (4096 + 3 * 14336) * 2;
-    let sampler = 256 * 128256 * (2 + 12) + 8192 * 4096 * 2;
-    assert_eq!(c.activation_peak_bytes, forward.max(sampler));
+    // The sampler's rows, the profile's hidden states, and (0.9 on) the gathered last rows and
+    // `rand_like`'s copy of them that `_dummy_sampler_run` computes the logits from.
+    let sampler = 256 * 128256 * (2 + 12) + 8192 * 4096 * 2 + 2 * 256 * 4096 * 2;
+    assert_eq!(c.activation_peak_bytes, forward.max(sampler + triton) + ws);
     // 0.15 sorts: the fp32 row, its values and int64 indices and cub's buffers (38 B).
     let sorted = capacity(
         &t,
@@ -365,8 +379,8 @@ fn v1_profile_peak_follows_compilation() {
         },
     )
     .unwrap();
-    let sort = 256 * 128256 * 38 + 8192 * 4096 * 2;
-    assert_eq!(sorted.activation_peak_bytes, forward.max(sort));
+    let sort = 256 * 128256 * 38 + 8192 * 4096 * 2 + 2 * 256 * 4096 * 2;
+    assert_eq!(sorted.activation_peak_bytes, forward.max(sort) + ws);
 }
 
 /// From 0.20 the CUDA graphs are subtracted before the KV cache is sized
@@ -1617,12 +1631,61 @@ fn flashinfer_sampler_needs_no_sort() {
     // 256 rows (max_num_seqs on an A100) of the padded vocabulary, plus the hidden states of
     // the 2048-token profile batch: the sort's 2 + 4 + 4 + 8 + 8 + 4 + 8 bytes an element
     // against FlashInfer's logits, fp32 copy, masked logits and probabilities (2 + 3 x 4).
+    // (0.9 on: the gathered last rows and their random copy, and the cuBLAS workspace.)
     let rows_vocab = 256 * 128_256u64.div_ceil(64) * 64;
-    let hidden = 2048 * 4096 * 2;
-    assert_eq!(peak(false, "0.10.1"), rows_vocab * 38 + hidden);
-    assert_eq!(peak(true, "0.10.1"), rows_vocab * 14 + hidden);
-    // From 0.17 the Triton kernel needs no sort either way.
-    assert_eq!(peak(false, "0.19.0"), peak(true, "0.19.0"));
+    let hidden = 2048 * 4096 * 2 + 2 * 256 * 4096 * 2;
+    let ws = 2 * 4096 * 1024 + 8 * 16 * 1024;
+    assert_eq!(peak(false, "0.10.1"), rows_vocab * 38 + hidden + ws);
+    assert_eq!(peak(true, "0.10.1"), rows_vocab * 14 + hidden + ws);
+    // From 0.17 the Triton kernel needs no sort either way; it keeps a cached buffer of one fp32
+    // vocabulary row per program (108 on an A100's 108 SMs), which FlashInfer's sampler, deciding
+    // the profile before 0.21, never allocates.
+    assert_eq!(
+        peak(false, "0.19.0"),
+        peak(true, "0.19.0") + 108 * t.vocab() * 4
+    );
+}
+
+/// vLLM 0.19's profile on an H100 (`_dummy_sampler_run`, `topk_topp_triton.py`,
+/// `CublasHandlePool.cpp`): beside the sampler's per-row tensors it holds the gathered last rows
+/// and `rand_like`'s copy, the Triton kernel's cached buffer of `min(next_power_of_2(min(SMs,
+/// rows)), SMs)` fp32 vocabulary rows and the 32 MiB cuBLAS workspace. With the H100's defaults
+/// (1,024 sequences, 8,192 tokens) Llama 3 8B's peak is 1.885 GiB, where llm-d-planner's 0.19.0
+/// H100 logs of Llama-3.1-8B print "torch peak memory increase: 1.89GiB" at TP 1, 2 and 4.
+#[test]
+fn vllm_0_19_profile_holds_the_triton_buffer_and_the_cublas_workspace() {
+    let t = llama3();
+    let v = t.vocab();
+    let peak = |gpu: &str, seqs: Option<u64>| {
+        let k = Knobs {
+            max_model_len: Some(8192),
+            max_num_seqs: seqs,
+            engine_version: Some([0, 19, 0]),
+            ..Knobs::default()
+        };
+        let gpu = vram_model::gpu::lookup(gpu).unwrap();
+        capacity(&t, gpu, Engine::Vllm, &k)
+            .unwrap()
+            .activation_peak_bytes
+    };
+    let padded = v.div_ceil(64) * 64;
+    let sampler =
+        |rows: u64, tokens: u64| rows * padded * 14 + tokens * 4096 * 2 + 2 * rows * 4096 * 2;
+    let h100 = peak("h100-80g", None);
+    assert_eq!(h100, sampler(1024, 8192) + 132 * v * 4 + (32 << 20));
+    assert!((h100 as f64 / (1u64 << 30) as f64 - 1.885).abs() < 0.001);
+    // 64 rows: 64 programs, a power of two already, below the 132 SMs; the compiled forward's
+    // live set is then the larger, and the buffer (allocated after it) is not beside it.
+    assert_eq!(
+        peak("h100-80g", Some(64)),
+        (8192 * (4096 + 3 * 14336) * 2).max(sampler(64, 8192) + 64 * v * 4) + (32 << 20)
+    );
+    // An A100's 108 SMs cap the buffer, and PyTorch's workspace off Hopper is 8.125 MiB (the
+    // A100's default step is 2,048 tokens).
+    assert_eq!(
+        peak("a100-80g", Some(1024)),
+        sampler(1024, 2048) + 108 * v * 4 + 2 * 4096 * 1024 + 8 * 16 * 1024
+    );
 }
 
 /// Below 8 rows the PyTorch path sorts; FlashInfer spares the sort before 0.21, but from 0.21
@@ -3145,7 +3208,9 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
             .unwrap()
             .activation_peak_bytes
     };
-    let eager_loop = 8192 * (3 * 4096 + 3 * 14336) * 2;
+    // Beside the live set: the cuBLAS workspace (32 MiB on Hopper); the Triton sampler's buffer
+    // comes after the forward.
+    let eager_loop = 8192 * (3 * 4096 + 3 * 14336) * 2 + (32 << 20);
     assert_eq!(peak(Some(C::None), None), eager_loop);
     assert_eq!(peak(Some(C::None), Some(M::FullDecodeOnly)), eager_loop);
     assert!(peak(None, None) < eager_loop);

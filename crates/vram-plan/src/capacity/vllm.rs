@@ -109,9 +109,11 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     let logits = if v1_07 {
         v1_07_logits_peak(t, mnbt, k)
     } else {
-        sampler_peak(t, reqs, mnbt, k, sorts)
+        sampler_peak(t, reqs, mnbt, k, sorts) + sampler::vllm_sampler_rows(t, reqs, k, v1)
     };
-    let mut activation = forward.max(logits);
+    // The cuBLAS workspace from the forward's first GEMM on, V1's cached Triton sampler buffer
+    // from the sampler on (`sampler::vllm_profile_peak`).
+    let mut activation = sampler::vllm_profile_peak(forward, logits, t, reqs, k, gpu, v1);
     // V0's encoder-decoder runner profiles every sequence with a maximal image (Llama 3.2
     // Vision); its vision encoder over all of them is the peak.
     let cross = if v0 {
@@ -324,8 +326,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         && Engine::Vllm.version_in_force(k) >= [0, 8, 0]
         && k.pp == 1
         && {
-            let warm = forward_peak_held(t, reqs, k, compiled, held)
-                .max(sampler_peak(t, reqs, reqs, k, sorts));
+            let warm = forward_peak_held(t, reqs, k, compiled, held).max(
+                sampler_peak(t, reqs, reqs, k, sorts) + sampler::vllm_sampler_rows(t, reqs, k, v1),
+            ) + sampler::vllm_profile_kept(t, reqs, k, gpu, v1);
             warm as i128 > left_for_graphs - beyond as i128
         };
     let starts = starts && !mamba_fails && !graphs_fail && !context_fail && !warmup_fails;
@@ -435,6 +438,9 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     }
     if engine::is_rocm(gpu) {
         assumes.push(String::from("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)"));
+    }
+    if let Some(note) = sampler::vllm_profile_kept_note(t, reqs, k, gpu, v1 && !v1_07) {
+        assumes.push(note);
     }
     match engine::vllm_dequant_linears(t, k, gpu) {
         Some(from) if mnbt >= from => assumes.push(String::from(if from > 0 {
