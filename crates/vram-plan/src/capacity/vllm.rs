@@ -89,7 +89,8 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             encoder::deepstack_buffers(t, k, mnbt)
         } else {
             0
-        };
+        }
+        + super::weights::vllm_mla_backend_workspaces(t, k, gpu);
     let reqs = max_num_seqs.min(mnbt);
     // V1 profiles the torch.compile'd model unless --enforce-eager or a compilation mode NONE
     // (`engine::vllm_inductor`); V0 runs it eagerly.
