@@ -437,6 +437,18 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     if engine::is_rocm(gpu) {
         assumes.push(String::from("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)"));
     }
+    let mla_workspaces = super::weights::vllm_mla_backend_workspaces(t, k, gpu);
+    if mla_workspaces > 0 {
+        let (modules, files) = if mla_workspaces > 128 << 20 {
+            (
+                "FlashInfer MLA's and CUTLASS MLA's (compute capability 10.x) modules each make",
+                "flashinfer_mla.py, cutlass_mla.py",
+            )
+        } else {
+            ("FlashInfer MLA's module makes", "flashinfer_mla.py")
+        };
+        assumes.push(format!("MLA: the weights include {} MiB of attention-backend workspace, which vLLM allocates inside the load it measures: its selector imports every MLA backend on its list from 0.11.1, and {modules} a 128 MiB buffer on import ({files}, platforms/cuda.py, read at 0.11.1 to 0.23.0); kv_a_proj_with_mqa and q_a_proj are whole on every TP rank (ReplicatedLinear, deepseek_v2.py)", mla_workspaces >> 20));
+    }
     match engine::vllm_dequant_linears(t, k, gpu) {
         Some(from) if mnbt >= from => assumes.push(String::from(if from > 0 {
             "plain AWQ kernel (--quantization awq, or compute capability < 8.0 where AWQ-Marlin cannot run): from 256 tokens a step AWQLinearMethod.apply dequantizes each linear's whole weight to fp16 and runs torch.matmul, so the profile run holds the largest such weight beside its layer's live set (awq.py, 0.6.4 to 0.20.0)"
