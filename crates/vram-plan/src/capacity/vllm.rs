@@ -89,7 +89,8 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             encoder::deepstack_buffers(t, k, mnbt)
         } else {
             0
-        };
+        }
+        + super::weights::vllm_mla_backend_workspaces(t, k, gpu);
     let reqs = max_num_seqs.min(mnbt);
     // V1 profiles the torch.compile'd model unless --enforce-eager or a compilation mode NONE
     // (`engine::vllm_inductor`); V0 runs it eagerly.
@@ -441,6 +442,18 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     }
     if let Some(note) = sampler::vllm_profile_kept_note(t, reqs, k, gpu, v1 && !v1_07) {
         assumes.push(note);
+    }
+    let mla_workspaces = super::weights::vllm_mla_backend_workspaces(t, k, gpu);
+    if mla_workspaces > 0 {
+        let (modules, files) = if mla_workspaces > 128 << 20 {
+            (
+                "FlashInfer MLA's and CUTLASS MLA's (compute capability 10.x) modules each make",
+                "flashinfer_mla.py, cutlass_mla.py",
+            )
+        } else {
+            ("FlashInfer MLA's module makes", "flashinfer_mla.py")
+        };
+        assumes.push(format!("MLA: the weights include {} MiB of attention-backend workspace, which vLLM allocates inside the load it measures: its selector imports every MLA backend on its list from 0.11.1, and {modules} a 128 MiB buffer on import ({files}, platforms/cuda.py, read at 0.11.1 to 0.23.0); kv_a_proj_with_mqa and q_a_proj are whole on every TP rank (ReplicatedLinear, deepseek_v2.py)", mla_workspaces >> 20));
     }
     match engine::vllm_dequant_linears(t, k, gpu) {
         Some(from) if mnbt >= from => assumes.push(String::from(if from > 0 {

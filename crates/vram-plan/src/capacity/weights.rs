@@ -552,7 +552,13 @@ pub(super) fn logical_weights_per_gpu(
     let q_experts = linear_rate(t, k.quantization, k, gpu, engine, true, freed);
     let tp = k.tp as f64;
     let (attn_ways, expert_ways, rest_ways) = parallel_widths(k);
-    let sharded = (split.per_layer - split.per_layer_replicated) as f64;
+    // vLLM keeps MLA's down-projections whole on every TP rank ([`vllm_mla_whole_down`]).
+    let whole_down = if engine == Engine::Vllm {
+        vllm_mla_whole_down(t) as f64
+    } else {
+        0.0
+    };
+    let sharded = (split.per_layer - split.per_layer_replicated) as f64 - whole_down;
     let (qw, kvw) = t.blocks.typical().attn_widths();
     let attn = ((t.hidden() * (qw + 2 * kvw) + qw * t.hidden()) as f64).min(sharded);
     let experts = if t.blocks.typical().experts > 1 {
@@ -572,7 +578,8 @@ pub(super) fn logical_weights_per_gpu(
     let layer = attn / attn_ways * rate(Component::Mixer, q)
         + rest / rest_ways * rate(rest_role, q)
         + experts / expert_ways * rate(Component::RoutedExperts, q_experts)
-        + split.per_layer_replicated as f64 * d;
+        + split.per_layer_replicated as f64 * d
+        + whole_down * rate(Component::Mixer, q);
     let layers_here = t.layers().div_ceil(k.pp) as f64;
     let vocab_padded = padded_vocab(t) as f64;
     let embed = (vocab_padded * t.hidden() as f64 + t.blocks.embedding_beyond_tables() as f64) / tp
@@ -606,6 +613,63 @@ pub(super) fn logical_weights_per_gpu(
         first.max(last)
     };
     one.round() as u64
+}
+
+/// Parameters per decoder layer (the mean over the layers, as `ParamSplit::per_layer` counts
+/// them) of the MLA down-projections vLLM builds whole on every tensor-parallel rank:
+/// `kv_a_proj_with_mqa` (`hidden → kv_lora_rank + qk_rope_head_dim`) and, with a query rank,
+/// `q_a_proj` (`hidden → q_lora_rank`). `DeepseekV2MLAAttention` and `DeepseekV2Attention` make
+/// both `ReplicatedLinear`s, or with a query rank one `fused_qkv_a_proj`, a
+/// `MergedColumnParallelLinear` with `disable_tp=True` (`DeepSeekV2FusedQkvAProjLinear` from
+/// 0.19): `models/deepseek_v2.py` read at 0.10.0, 0.10.2, 0.11.2, 0.13.0, 0.16.0, 0.19.1 and
+/// 0.23.0. Their biases are vectors, already counted whole; the up-projections (`q_b_proj` or
+/// `q_proj`, `kv_b_proj`) and `o_proj` are column- and row-parallel. The description splits
+/// every linear by TP (`vram_model::mech::Mla`'s tensors), as trainers may (Megatron's
+/// `linear_kv_down_proj` is duplicated under Transformer Engine and column-parallel without
+/// it), so the capacity model moves these here. SGLang's layout is not read and keeps the split.
+pub(super) fn vllm_mla_whole_down(t: &Transformer) -> u64 {
+    let h = t.hidden();
+    let sum: u64 = t
+        .blocks
+        .iter()
+        .filter_map(|b| b.mixer.as_mla())
+        .map(|m| (m.q_lora_rank.unwrap_or(0) + m.kv_lora_rank + m.qk_rope_head_dim) * h)
+        .sum();
+    sum.div_ceil(t.layers().max(1))
+}
+
+/// FlashInfer MLA's and CUTLASS MLA's workspaces, which vLLM allocates when its attention
+/// selector imports their modules, in bytes on every GPU. `flashinfer_mla.py` makes
+/// `g_fi_workspace = torch.zeros(128 MiB, uint8, device="cuda")` and `cutlass_mla.py`
+/// `g_sm100_workspace = SM100Workspace(128 MiB)` (a `torch.empty` on "cuda") at module level.
+/// From 0.11.1 `CudaPlatform.get_valid_backends` walks the whole priority list
+/// (`_get_backend_priorities`) and imports every backend class on it to validate it, not only
+/// the one it picks: for MLA on compute capability 10.x the list holds both modules, on every
+/// other CUDA board FlashInfer MLA's (after FlashAttention MLA and FlashMLA). The walk runs
+/// when the first MLA layer is built (`MLAAttention.__init__` calls `get_attn_backend`), inside
+/// the load that "Model loading took" measures, so torch's `max_memory_allocated` counts the
+/// workspaces there (the worker's init snapshot before it shows no torch memory: DeepSeek-V2-Lite
+/// at vLLM 0.19.0 on an H100 logs `torch_memory=0.0GiB`, then 29.43 GiB loaded for 29.28 GiB of
+/// tensors). Read in `platforms/cuda.py` and `v1/attention/backends/mla/` at 0.11.1, 0.11.2,
+/// 0.12.0, 0.13.0, 0.14.1, 0.16.0, 0.17.1, 0.18.1, 0.19.1, 0.20.2, 0.21.0, 0.22.1 and 0.23.0
+/// (the same lists, loop and 128 MiB buffers). 0.11.0 and before import only the backend they
+/// choose (FlashMLA on Hopper: no workspace; CUTLASS MLA's on Blackwell is not modelled). A
+/// backend the user chooses is tried alone (`get_attn_backend_cls`), and vram's
+/// `--attention-backend` names neither of these two, so none is imported then. `flashinfer`
+/// must import (`trtllm_batch_decode_with_kv_cache_mla`), as vLLM's CUDA builds ship it.
+pub(super) fn vllm_mla_backend_workspaces(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
+    const WORKSPACE: u64 = 128 << 20;
+    let mla = t.blocks.iter().any(|b| b.mixer.as_mla().is_some());
+    if !mla
+        || k.vllm_v0
+        || engine::is_rocm(gpu)
+        || k.attention_backend.is_some()
+        || Engine::Vllm.version_in_force(k) < [0, 11, 1]
+    {
+        return 0;
+    }
+    let modules = if gpu.sm_major == 10 { 2 } else { 1 };
+    modules * WORKSPACE
 }
 
 /// Parameters of a multimodal model's towers and projectors on one GPU of a TP group, held on
@@ -877,4 +941,88 @@ pub fn allocated_rounding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
     }
     let allocated = allocator.memory_stats().allocated_bytes[0].current;
     (allocated.max(0) as u64).saturating_sub(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// DeepSeek-V2-Lite as its checkpoints' config.json gives it (`q_lora_rank: null`).
+    fn deepseek_v2_lite() -> Transformer {
+        let text =
+            include_str!("../../../vram-cli/tests/data/serving/configs/deepseek-v2-lite.json");
+        match vram_model::hf::parse_config(text, "deepseek-v2-lite").unwrap() {
+            vram_model::arch::Model::Transformer(t) => t,
+            _ => unreachable!(),
+        }
+    }
+
+    fn at(tp: u64, v: [u32; 3]) -> Knobs {
+        Knobs {
+            tp,
+            engine_version: Some(v),
+            ..Knobs::default()
+        }
+    }
+
+    /// The per-GPU bytes vLLM 0.19 builds for DeepSeek-V2-Lite at TP 4, from the module shapes
+    /// in `deepseek_v2.py` (0.19.1): `kv_a_proj_with_mqa` whole on every rank, the rest split.
+    #[test]
+    fn vllm_keeps_mla_down_projections_whole_on_every_rank() {
+        let t = deepseek_v2_lite();
+        let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+        assert_eq!(vllm_mla_whole_down(&t), (512 + 64) * 2048);
+        let (h, tp) = (2048u64, 4u64);
+        let attention = 16 * 192 * h / tp // q_proj
+            + 576 * h // kv_a_proj_with_mqa, ReplicatedLinear
+            + 512 // kv_a_layernorm
+            + 512 * 16 * 256 / tp // kv_b_proj
+            + 16 * 128 * h / tp // o_proj
+            + 2 * h; // the layer's two norms
+        let dense = 3 * h * 10944 / tp;
+        let moe = 64 * 3 * h * (1408 / tp) + 3 * h * (2816 / tp) + 64 * h;
+        let ends = 2 * (102_400 / tp) * h + h;
+        let params = 27 * attention + dense + 26 * moe + ends;
+        let rotary = 163_840 * 64 * 2; // DeepSeek's YaRN table, bf16 under Inductor
+        let want = params * 2 + rotary;
+        let got = weights_per_gpu(&t, &at(tp, [0, 19, 0]), h100, Engine::Vllm);
+        // vram counts a layer as the layers' mean, rounded up: a few bytes over 27 layers.
+        assert!(got >= want && got - want < 1024, "{got} vs {want}");
+        // Split by TP too, the same model would be 27 x 576 x 2048 x 3/4 parameters lighter.
+        let sglang = weights_per_gpu(&t, &at(tp, [0, 5, 3]), h100, Engine::Sglang);
+        assert!(sglang < got);
+    }
+
+    /// FlashInfer MLA's module workspace (and CUTLASS MLA's on compute capability 10) is
+    /// allocated when the selector imports every MLA backend on its list, from 0.11.1.
+    #[test]
+    fn vllm_mla_backend_workspaces_follow_the_selector() {
+        let t = deepseek_v2_lite();
+        let gpu = |n: &str| vram_model::gpu::lookup(n).unwrap();
+        let mib = 1 << 20;
+        let ws = |k: &Knobs, g: &str| vllm_mla_backend_workspaces(&t, k, gpu(g));
+        assert_eq!(ws(&at(1, [0, 19, 0]), "h100-80g"), 128 * mib);
+        assert_eq!(ws(&at(4, [0, 19, 0]), "h100-80g"), 128 * mib);
+        assert_eq!(ws(&at(1, [0, 11, 1]), "a100-80g"), 128 * mib);
+        assert_eq!(ws(&at(1, [0, 23, 0]), "b200"), 256 * mib);
+        // 0.11.0 imports only the backend it picks (FlashMLA on Hopper).
+        assert_eq!(ws(&at(1, [0, 11, 0]), "h100-80g"), 0);
+        // A chosen backend is tried alone; ROCm has its own selector.
+        let chosen = Knobs {
+            attention_backend: Some(AttentionBackend::TritonAttn),
+            ..at(1, [0, 19, 0])
+        };
+        assert_eq!(ws(&chosen, "h100-80g"), 0);
+        assert_eq!(ws(&at(1, [0, 19, 0]), "mi300x"), 0);
+        // No MLA layer, no MLA backend.
+        let llama = match vram_model::catalog::lookup("llama-3-8b").unwrap() {
+            vram_model::arch::Model::Transformer(t) => t,
+            _ => unreachable!(),
+        };
+        let h100 = gpu("h100-80g");
+        assert_eq!(
+            vllm_mla_backend_workspaces(&llama, &at(1, [0, 19, 0]), h100),
+            0
+        );
+    }
 }
