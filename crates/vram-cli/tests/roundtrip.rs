@@ -234,3 +234,94 @@ fn vram_estimated_oom_lines_are_refused_as_vram_own() {
     assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
     assert!(err.contains("vram's own estimate"), "{err}");
 }
+
+/// The engines' refusals `vram capacity` predicts that are not about memory (a chosen attention
+/// backend FlashAttention cannot run, a release's registry without the architecture, `get_rope`'s
+/// unknown scaling, SGLang's plain AWQ/GPTQ methods under an MoE layer): the doctor names each,
+/// not as memory, in one line with exit 2, and never advises the choice the line refuses.
+#[test]
+fn non_memory_refusals_are_named_by_the_doctor() {
+    let dir = std::env::temp_dir().join(format!("vram-roundtrip-named-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, json: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, json).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let rope = write(
+        "rope.json",
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"vocab_size":128256,"max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":500000.0,"torch_dtype":"bfloat16","rope_scaling":{"rope_type":"ntk","factor":4.0}}"#,
+    );
+    let moe = |method: &str| {
+        format!(
+            r#"{{"architectures":["MixtralForCausalLM"],"model_type":"mixtral","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"num_local_experts":8,"num_experts_per_tok":2,"vocab_size":32000,"max_position_embeddings":32768,"rms_norm_eps":1e-5,"rope_theta":1000000.0,"torch_dtype":"float16","quantization_config":{{"quant_method":"{method}","bits":4,"group_size":128,"zero_point":true,"version":"gemm","desc_act":false,"sym":true}}}}"#
+        )
+    };
+    let awq = write("awq.json", &moe("awq"));
+    let gptq = write("gptq.json", &moe("gptq"));
+    for (args, says) in [
+        (
+            vec![
+                "gemma-4-26b-a4b",
+                "--engine-version",
+                "0.20",
+                "--attention-backend",
+                "flash-attn",
+            ],
+            "FLASH_ATTN cannot run this model's layers",
+        ),
+        (
+            vec!["gemma-4-26b-a4b", "--engine-version", "0.11.0"],
+            "a release whose registry has them",
+        ),
+        (
+            vec![rope.as_str(), "--engine-version", "0.8.5"],
+            "refusing the config's rope_scaling",
+        ),
+        (
+            vec![
+                awq.as_str(),
+                "--engine",
+                "sglang",
+                "--engine-version",
+                "0.5.3",
+                "--quantization",
+                "awq",
+            ],
+            "--quantization awq_marlin (gptq_marlin), or none",
+        ),
+        (
+            vec![
+                gptq.as_str(),
+                "--engine",
+                "sglang",
+                "--engine-version",
+                "0.5.3",
+                "--quantization",
+                "gptq",
+            ],
+            "--quantization gptq_marlin, or none",
+        ),
+    ] {
+        let mut a = vec!["capacity"];
+        a.extend(&args);
+        a.extend(["--gpu", "h100-80g"]);
+        let (code, _, line) = vram(&a, None);
+        assert_eq!(
+            (code, line.trim().lines().count()),
+            (2, 1),
+            "{args:?}: {line}"
+        );
+        let (code, out, err) = vram(&["doctor", "-"], Some(&line));
+        assert_eq!(
+            (code, err.trim().lines().count()),
+            (2, 1),
+            "{line}: {out}{err}"
+        );
+        assert!(
+            err.contains("not a memory error") && err.contains(says),
+            "{line}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1050,10 +1050,37 @@ fn engine_start_up_texts_read_from_source_are_read_as_their_kind() {
 
 /// The engines' refusals that are neither memory nor a quantized checkpoint stay refused (no
 /// kind; CAUSES.md labels the TP check `refuse`), in one line that says what they are: vLLM's
-/// bfloat16 check (0.10.0-0.23.0 `platforms/cuda.py`) and the heads' TP divisibility check.
+/// bfloat16 check (0.10.0-0.23.0 `platforms/cuda.py`), the heads' TP divisibility check, a
+/// chosen attention backend that cannot run the layers (`platforms/cuda.py`, 0.11.2-0.23.0),
+/// SGLang's plain GPTQ/AWQ method under an MoE layer, `get_rope`'s unknown scaling type and a
+/// registry without the architecture, as each engine raises them.
 #[test]
 fn non_memory_start_up_refusals_are_refused_by_name() {
     for (text, says) in [
+        (
+            "ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: ['head_size not supported']",
+            "FLASH_ATTN cannot run this model's layers",
+        ),
+        (
+            "ValueError: Selected backend _Backend.FLASHINFER is not valid for this configuration. Reason: ['kv_cache_dtype not supported']",
+            "FLASHINFER cannot run this model's layers",
+        ),
+        (
+            "TypeError: GPTQ Method does not support MoE, please use gptq_marlin",
+            "--quantization gptq_marlin, or none",
+        ),
+        (
+            "File \"/sgl-workspace/sglang/python/sglang/srt/layers/moe/fused_moe_triton/layer.py\", line 310, in __init__\n    assert self.quant_method is not None\nAssertionError",
+            "--quantization awq_marlin (gptq_marlin), or none",
+        ),
+        (
+            "ValueError: Unknown RoPE scaling type ntk",
+            "rope_scaling",
+        ),
+        (
+            "ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now. Supported architectures: dict_keys(['AquilaModel'])",
+            "a release whose registry has them",
+        ),
         (
             "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla V100-SXM2-32GB GPU has compute capability 7.0. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.",
             "--dtype half",
