@@ -300,13 +300,16 @@ impl CapacityFigures {
     /// vLLM's error names or the `mem_fraction_static` SGLang's names: the device, everything
     /// outside the KV cache (weights, memory outside PyTorch, the profiled activation peak, CUDA
     /// graphs), the KV bytes per token, and, where the model agrees it does not start as it is,
-    /// `vram_plan::suggest::serving`'s change.
+    /// `vram_plan::suggest::serving`'s change. The paste's own configuration `conf`
+    /// ([`crate::profile::engine_configuration`]) sets the tensor-parallel size and an fp8
+    /// quantization it shows, so that the change is never one the engine already runs.
     pub fn of(
         t: &vram_model::arch::Transformer,
         gpu: &vram_model::gpu::Gpu,
         e: &ServingError,
+        conf: &crate::profile::EngineConfiguration,
     ) -> vram_plan::Result<Self> {
-        use vram_plan::capacity::{self, Engine, Knobs};
+        use vram_plan::capacity::{self, Engine, Knobs, Quantization};
         let engine = match e {
             ServingError::SglangNotEnoughMemory { .. }
             | ServingError::SglangWeightsLeaveNoKv { .. }
@@ -329,6 +332,11 @@ impl CapacityFigures {
                     ..
                 } => Some(mem_fraction_static),
                 _ => None,
+            },
+            tp: conf.tensor_parallel_size.filter(|&n| n > 0).unwrap_or(1),
+            quantization: match conf.quantization.as_deref() {
+                Some("fp8") => Quantization::Fp8,
+                _ => Quantization::None,
             },
             ..Knobs::default()
         };

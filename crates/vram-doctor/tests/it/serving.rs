@@ -794,6 +794,47 @@ fn vrams_own_refusal_is_not_an_engines_error() {
     }
 }
 
+/// The paste's own configuration line sets the capacity model's tensor-parallel size and an
+/// fp8 quantization: the change offered is never one the engine already runs (vllm#13882's
+/// layout: `Initializing a V1 LLM engine (v0.10.1) with config: ... tensor_parallel_size=2`).
+#[test]
+fn capacity_change_is_never_what_the_paste_already_runs() {
+    use vram_model::arch::Model;
+    let Model::Transformer(t) = vram_model::catalog::lookup("llama-3.1-8b").unwrap() else {
+        panic!("llama-3.1-8b is a transformer")
+    };
+    let gpu = vram_model::gpu::lookup("rtx-4090").unwrap();
+    let e = ServingError::VllmMaxSeqLen {
+        max_model_len: 131072,
+        kv_tokens: 93760,
+        cpu_backend: false,
+    };
+    let alone = CapacityFigures::of(&t, gpu, &e, &Default::default()).unwrap();
+    assert_eq!(
+        alone.change.map(|c| c.flags).as_deref(),
+        Some("--tensor-parallel-size 2")
+    );
+    for (line, not) in [
+        (
+            "INFO Initializing a V1 LLM engine (v0.10.1) with config: model='meta-llama/Llama-3.1-8B', tensor_parallel_size=2, quantization=None, enforce_eager=False",
+            "--tensor-parallel-size 2",
+        ),
+        (
+            "INFO Initializing a V1 LLM engine (v0.10.1) with config: model='meta-llama/Llama-3.1-8B', tensor_parallel_size=1, quantization=fp8, enforce_eager=False",
+            "--quantization fp8",
+        ),
+    ] {
+        let conf = vram_doctor::profile::engine_configuration(line);
+        let f = CapacityFigures::of(&t, gpu, &e, &conf).unwrap();
+        let flags = f.change.map(|c| c.flags).unwrap_or_default();
+        assert_ne!(flags, not, "{line}");
+    }
+    let conf =
+        vram_doctor::profile::engine_configuration("tensor_parallel_size=2, quantization=None");
+    assert_eq!(conf.tensor_parallel_size, Some(2));
+    assert_eq!(conf.quantization, None);
+}
+
 /// `CapacityFigures::of` is `vram capacity` at the engine's defaults with the error's own knob:
 /// vLLM's `max_model_len`, SGLang's `mem_fraction_static`; everything outside the KV cache is
 /// the capacity's four parts beside it, and a change is offered only where the model agrees the
@@ -834,7 +875,7 @@ fn capacity_figures_are_the_capacity_models_at_the_errors_knob() {
             },
         ),
     ] {
-        let f = CapacityFigures::of(&t, gpu, e).unwrap();
+        let f = CapacityFigures::of(&t, gpu, e, &Default::default()).unwrap();
         let c = capacity(&t, gpu, engine, &knobs).unwrap();
         assert_eq!(f.device_bytes, c.total_bytes);
         assert_eq!(
