@@ -106,7 +106,9 @@ fn vllm_kv_cache_failures_read_back_with_their_figures() {
         }
     );
 
-    let (v, line) = predicted("llama-2-13b --gpu l4 --max-model-len 4096 --engine-version 0.11.0");
+    let (v, line) = predicted(
+        "qwen3-8b --gpu l4 --max-model-len 4096 --engine-version 0.11.0 --gpu-memory-utilization 0.7",
+    );
     assert_eq!(
         serving(&line),
         ServingError::VllmNoCacheMemory {
@@ -148,7 +150,7 @@ fn vllm_failures_after_the_cache_read_back_with_their_figures() {
 #[test]
 fn sglang_failures_read_back_with_their_figures() {
     let (v, line) = predicted(
-        "llama-2-13b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.3",
+        "qwen3-8b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.3 --mem-fraction-static 0.7",
     );
     let ServingError::SglangNotEnoughMemory {
         mem_fraction_static,
@@ -160,7 +162,7 @@ fn sglang_failures_read_back_with_their_figures() {
     assert_eq!(mem_fraction_static, v["memory_fraction"].as_f64(), "{line}");
 
     let (v, line) = predicted(
-        "llama-2-13b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.23",
+        "qwen3-8b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.23 --mem-fraction-static 0.7",
     );
     let ServingError::SglangWeightsLeaveNoKv {
         mem_fraction_static,
@@ -324,4 +326,33 @@ fn non_memory_refusals_are_named_by_the_doctor() {
         );
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Weights that with the CUDA context exceed the device (Llama-3-70B in bf16 on one H100) never
+/// finish loading: `vram capacity` prints no load line (`Model loading took`, SGLang's `Load
+/// weight end` with a negative free figure) and no KV-cache error after it, only its estimate
+/// of the loader's out-of-memory failure, which the doctor refuses as vram's own.
+#[test]
+fn weights_beyond_the_device_fail_while_loading() {
+    for engine in ["vllm", "sglang"] {
+        let (v, line) = predicted(&format!("llama-3-70b --gpu h100-80g --engine {engine}"));
+        let log: Vec<&str> = v["log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(log, [line.as_str()], "{engine}");
+        assert!(
+            line.contains("while loading the weights") && line.contains("(estimated)"),
+            "{line}"
+        );
+        assert!(
+            v["weights_bytes"].as_u64().unwrap() > v["total_bytes"].as_u64().unwrap(),
+            "{engine}"
+        );
+        let (code, _, err) = vram(&["doctor", "-"], Some(&line));
+        assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
+        assert!(err.contains("vram's own estimate"), "{err}");
+    }
 }
