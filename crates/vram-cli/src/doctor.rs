@@ -255,7 +255,8 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
             .to_string()],
         ),
         Some(m) => {
-            let (f, n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e)?;
+            let conf = vram_doctor::profile::engine_configuration(text);
+            let (f, n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e, &conf)?;
             (Some(f), n)
         }
     };
@@ -288,6 +289,7 @@ fn serving_figures(
     hub: &crate::input::HubArgs,
     gpu: Option<&str>,
     e: &ServingError,
+    conf: &vram_doctor::profile::EngineConfiguration,
 ) -> Result<(serving::CapacityFigures, Vec<String>)> {
     if e.on_host() {
         return Err(bad_input!(
@@ -304,7 +306,7 @@ fn serving_figures(
             "`{model}` is not a transformer; serving engines size a KV cache for transformers"
         ));
     };
-    let figures = serving::CapacityFigures::of(t, gpu, e)?;
+    let figures = serving::CapacityFigures::of(t, gpu, e, conf)?;
     Ok((figures, vram_report::notes::of_transformer(t)))
 }
 

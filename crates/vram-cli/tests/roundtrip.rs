@@ -106,7 +106,9 @@ fn vllm_kv_cache_failures_read_back_with_their_figures() {
         }
     );
 
-    let (v, line) = predicted("llama-2-13b --gpu l4 --max-model-len 4096 --engine-version 0.11.0");
+    let (v, line) = predicted(
+        "qwen3-8b --gpu l4 --max-model-len 4096 --engine-version 0.11.0 --gpu-memory-utilization 0.7",
+    );
     assert_eq!(
         serving(&line),
         ServingError::VllmNoCacheMemory {
@@ -148,7 +150,7 @@ fn vllm_failures_after_the_cache_read_back_with_their_figures() {
 #[test]
 fn sglang_failures_read_back_with_their_figures() {
     let (v, line) = predicted(
-        "llama-2-13b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.3",
+        "qwen3-8b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.3 --mem-fraction-static 0.7",
     );
     let ServingError::SglangNotEnoughMemory {
         mem_fraction_static,
@@ -160,7 +162,7 @@ fn sglang_failures_read_back_with_their_figures() {
     assert_eq!(mem_fraction_static, v["memory_fraction"].as_f64(), "{line}");
 
     let (v, line) = predicted(
-        "llama-2-13b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.23",
+        "qwen3-8b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.23 --mem-fraction-static 0.7",
     );
     let ServingError::SglangWeightsLeaveNoKv {
         mem_fraction_static,
@@ -233,4 +235,124 @@ fn vram_estimated_oom_lines_are_refused_as_vram_own() {
     let (code, _, err) = vram(&["doctor", "-"], Some(&line));
     assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
     assert!(err.contains("vram's own estimate"), "{err}");
+}
+
+/// The engines' refusals `vram capacity` predicts that are not about memory (a chosen attention
+/// backend FlashAttention cannot run, a release's registry without the architecture, `get_rope`'s
+/// unknown scaling, SGLang's plain AWQ/GPTQ methods under an MoE layer): the doctor names each,
+/// not as memory, in one line with exit 2, and never advises the choice the line refuses.
+#[test]
+fn non_memory_refusals_are_named_by_the_doctor() {
+    let dir = std::env::temp_dir().join(format!("vram-roundtrip-named-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, json: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, json).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let rope = write(
+        "rope.json",
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"vocab_size":128256,"max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":500000.0,"torch_dtype":"bfloat16","rope_scaling":{"rope_type":"ntk","factor":4.0}}"#,
+    );
+    let moe = |method: &str| {
+        format!(
+            r#"{{"architectures":["MixtralForCausalLM"],"model_type":"mixtral","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"num_local_experts":8,"num_experts_per_tok":2,"vocab_size":32000,"max_position_embeddings":32768,"rms_norm_eps":1e-5,"rope_theta":1000000.0,"torch_dtype":"float16","quantization_config":{{"quant_method":"{method}","bits":4,"group_size":128,"zero_point":true,"version":"gemm","desc_act":false,"sym":true}}}}"#
+        )
+    };
+    let awq = write("awq.json", &moe("awq"));
+    let gptq = write("gptq.json", &moe("gptq"));
+    for (args, says) in [
+        (
+            vec![
+                "gemma-4-26b-a4b",
+                "--engine-version",
+                "0.20",
+                "--attention-backend",
+                "flash-attn",
+            ],
+            "FLASH_ATTN cannot run this model's layers",
+        ),
+        (
+            vec!["gemma-4-26b-a4b", "--engine-version", "0.11.0"],
+            "a release whose registry has them",
+        ),
+        (
+            vec![rope.as_str(), "--engine-version", "0.8.5"],
+            "refusing the config's rope_scaling",
+        ),
+        (
+            vec![
+                awq.as_str(),
+                "--engine",
+                "sglang",
+                "--engine-version",
+                "0.5.3",
+                "--quantization",
+                "awq",
+            ],
+            "--quantization awq_marlin (gptq_marlin), or none",
+        ),
+        (
+            vec![
+                gptq.as_str(),
+                "--engine",
+                "sglang",
+                "--engine-version",
+                "0.5.3",
+                "--quantization",
+                "gptq",
+            ],
+            "--quantization gptq_marlin, or none",
+        ),
+    ] {
+        let mut a = vec!["capacity"];
+        a.extend(&args);
+        a.extend(["--gpu", "h100-80g"]);
+        let (code, _, line) = vram(&a, None);
+        assert_eq!(
+            (code, line.trim().lines().count()),
+            (2, 1),
+            "{args:?}: {line}"
+        );
+        let (code, out, err) = vram(&["doctor", "-"], Some(&line));
+        assert_eq!(
+            (code, err.trim().lines().count()),
+            (2, 1),
+            "{line}: {out}{err}"
+        );
+        assert!(
+            err.contains("not a memory error") && err.contains(says),
+            "{line}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Weights that with the CUDA context exceed the device (Llama-3-70B in bf16 on one H100) never
+/// finish loading: `vram capacity` prints no load line (`Model loading took`, SGLang's `Load
+/// weight end` with a negative free figure) and no KV-cache error after it, only its estimate
+/// of the loader's out-of-memory failure, which the doctor refuses as vram's own.
+#[test]
+fn weights_beyond_the_device_fail_while_loading() {
+    for engine in ["vllm", "sglang"] {
+        let (v, line) = predicted(&format!("llama-3-70b --gpu h100-80g --engine {engine}"));
+        let log: Vec<&str> = v["log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(log, [line.as_str()], "{engine}");
+        assert!(
+            line.contains("while loading the weights") && line.contains("(estimated)"),
+            "{line}"
+        );
+        assert!(
+            v["weights_bytes"].as_u64().unwrap() > v["total_bytes"].as_u64().unwrap(),
+            "{engine}"
+        );
+        let (code, _, err) = vram(&["doctor", "-"], Some(&line));
+        assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
+        assert!(err.contains("vram's own estimate"), "{err}");
+    }
 }

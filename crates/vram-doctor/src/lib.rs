@@ -158,7 +158,7 @@ fn unfound(text: &str, e: DoctorError) -> DoctorError {
             DoctorError::Unparseable {
                 reason: match serving::named_engine(text) {
                     _ if serving::named_refusal(text).is_some() => {
-                        serving::named_refusal(text).unwrap_or_default().to_string()
+                        serving::named_refusal(text).unwrap_or_default()
                     }
                     _ if serving::is_vram_estimate(text) => "this is vram's own estimate of \
                          an out-of-memory failure (`vram capacity`), not an engine's message: \

@@ -227,6 +227,29 @@ pub fn read(text: &str) -> Option<StartupProfile> {
     Some(p)
 }
 
+/// The engine's configuration as far as a paste shows it, profiling lines or not: the
+/// tensor-parallel size and the quantization method of vLLM's `Initializing ... engine` line or
+/// its `non-default args` dict (what [`read`] puts in a [`StartupProfile`]), for the capacity
+/// model, so that a change it offers is never one the engine already runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineConfiguration {
+    /// `tensor_parallel_size=N`.
+    pub tensor_parallel_size: Option<u64>,
+    /// `quantization=Q`, when not `None`.
+    pub quantization: Option<String>,
+}
+
+/// [`EngineConfiguration`] of `text`.
+pub fn engine_configuration(text: &str) -> EngineConfiguration {
+    let t = crate::message::without_terminal_codes(text).to_ascii_lowercase();
+    let mut p = empty(ProfileLayout::VllmV1);
+    configuration(&t, &mut p);
+    EngineConfiguration {
+        tensor_parallel_size: p.tensor_parallel_size,
+        quantization: p.quantization,
+    }
+}
+
 fn empty(layout: ProfileLayout) -> StartupProfile {
     StartupProfile {
         layout,

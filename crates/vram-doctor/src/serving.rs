@@ -300,13 +300,16 @@ impl CapacityFigures {
     /// vLLM's error names or the `mem_fraction_static` SGLang's names: the device, everything
     /// outside the KV cache (weights, memory outside PyTorch, the profiled activation peak, CUDA
     /// graphs), the KV bytes per token, and, where the model agrees it does not start as it is,
-    /// `vram_plan::suggest::serving`'s change.
+    /// `vram_plan::suggest::serving`'s change. The paste's own configuration `conf`
+    /// ([`crate::profile::engine_configuration`]) sets the tensor-parallel size and an fp8
+    /// quantization it shows, so that the change is never one the engine already runs.
     pub fn of(
         t: &vram_model::arch::Transformer,
         gpu: &vram_model::gpu::Gpu,
         e: &ServingError,
+        conf: &crate::profile::EngineConfiguration,
     ) -> vram_plan::Result<Self> {
-        use vram_plan::capacity::{self, Engine, Knobs};
+        use vram_plan::capacity::{self, Engine, Knobs, Quantization};
         let engine = match e {
             ServingError::SglangNotEnoughMemory { .. }
             | ServingError::SglangWeightsLeaveNoKv { .. }
@@ -329,6 +332,11 @@ impl CapacityFigures {
                     ..
                 } => Some(mem_fraction_static),
                 _ => None,
+            },
+            tp: conf.tensor_parallel_size.filter(|&n| n > 0).unwrap_or(1),
+            quantization: match conf.quantization.as_deref() {
+                Some("fp8") => Quantization::Fp8,
+                _ => Quantization::None,
             },
             ..Knobs::default()
         };
@@ -576,22 +584,93 @@ pub(crate) fn is_vram_own(text: &str) -> bool {
 }
 
 /// The engines' start-up refusals that are neither memory nor a quantized checkpoint, named so
-/// that the doctor's refusal says what they are (`tests/data/messages/ENGINE-TEXTS.md`): vLLM's
-/// bfloat16 check (`platforms/cuda.py` and `rocm.py`, 0.10.0–0.23.0) and the attention heads'
-/// tensor-parallel divisibility check (`config/model.py` at 0.23.0; in every release read).
-pub(crate) fn named_refusal(text: &str) -> Option<&'static str> {
+/// that the doctor's refusal says what they are (`tests/data/messages/ENGINE-TEXTS.md`), each
+/// one that `vram capacity` also predicts in these words (`capacity/engine.rs`, `registry.rs`):
+/// - vLLM's bfloat16 check (`platforms/cuda.py` and `rocm.py`, 0.10.0–0.23.0) and the attention
+///   heads' tensor-parallel divisibility check (`config/model.py` at 0.23.0; in every release
+///   read);
+/// - vLLM's refusal of a chosen attention backend that cannot run the layers
+///   (`CudaPlatform.get_attn_backend_cls`: `Selected backend B is not valid for this
+///   configuration. Reason: [...]`, 0.11.2–0.23.0; not in 0.11.0);
+/// - SGLang's plain GPTQ method under an MoE layer (`GPTQConfig.get_quant_method`'s
+///   `TypeError: GPTQ Method does not support MoE, please use gptq_marlin`, 0.4.10, 0.5.3,
+///   0.5.10 read) and its FusedMoE assertion that a method exists (`assert self.quant_method is
+///   not None`, the plain AWQ or GPTQ config before that TypeError);
+/// - `get_rope`'s refusals of a config's rope scaling (`Unknown RoPE scaling type T`, vLLM
+///   0.10.0–0.23.0's `rotary_embedding`; vLLM 0.12–0.16's M-RoPE with YaRN, `'MRotaryEmbedding'
+///   object has no attribute 'truncate'`);
+/// - a model registry without the config's architecture (`Model architectures [...] are not
+///   supported for now.`, vLLM's `models/registry.py`).
+pub(crate) fn named_refusal(text: &str) -> Option<String> {
     let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
     if flat.contains("bfloat16 is only supported on gpus with compute capability") {
         return Some(
             "this is vLLM's refusal of a bfloat16 model on a GPU below compute capability 8.0, not \
-             a memory error: start it with --dtype half (float16), which that GPU runs",
+             a memory error: start it with --dtype half (float16), which that GPU runs"
+                .into(),
         );
     }
     if flat.contains("must be divisible by tensor parallel size") {
         return Some(
             "this is the engine's configuration check that --tensor-parallel-size divides the \
              attention heads, not a memory error: use a tensor-parallel size that divides them \
-             (and pipeline parallelism for the other GPUs)",
+             (and pipeline parallelism for the other GPUs)"
+                .into(),
+        );
+    }
+    if let Some(i) = flat.find("selected backend ") {
+        let rest = &flat[i + "selected backend ".len()..];
+        if rest.contains("is not valid for this configuration") {
+            // `AttentionBackendEnum.FLASH_ATTN` (0.13+) or `_Backend.FLASH_ATTN`: the member.
+            let name = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .rsplit('.')
+                .next()
+                .unwrap_or_default()
+                .to_ascii_uppercase();
+            return Some(format!(
+                "this is vLLM's refusal of the attention backend chosen with --attention-backend \
+                 (VLLM_ATTENTION_BACKEND to 0.14), not a memory error: {name} cannot run this \
+                 model's layers for the reasons it lists; leave the backend unset, and vLLM \
+                 picks one that runs them"
+            ));
+        }
+    }
+    if flat.contains("gptq method does not support moe") {
+        return Some(
+            "this is SGLang's refusal of an MoE model under the plain GPTQ method, not a memory \
+             error: --quantization gptq_marlin, or none, runs the Marlin MoE method (compute \
+             capability 8.0 or newer)"
+                .into(),
+        );
+    }
+    if flat.contains("assert self.quant_method is not none") && flat.contains("moe") {
+        return Some(
+            "this is SGLang's FusedMoE assertion that the quantization config made a method for \
+             an MoE layer, which the plain AWQ and GPTQ configs do not, not a memory error: \
+             --quantization awq_marlin (gptq_marlin), or none, runs the Marlin MoE method \
+             (compute capability 8.0 or newer)"
+                .into(),
+        );
+    }
+    if flat.contains("unknown rope scaling type")
+        || flat.contains("'mrotaryembedding' object has no attribute 'truncate'")
+    {
+        return Some(
+            "this is the engine's rotary-embedding builder (get_rope) refusing the config's \
+             rope_scaling, not a memory error: a release whose get_rope builds that scaling \
+             type, or the config's rope_scaling in the form this release reads"
+                .into(),
+        );
+    }
+    if flat.contains("model architectures") && flat.contains("are not supported for now") {
+        return Some(
+            "this is the engine's model registry, which lacks the config's architectures in this \
+             release, not a memory error: a release whose registry has them (`vram capacity` \
+             with the config names the releases it read that do)"
+                .into(),
         );
     }
     None

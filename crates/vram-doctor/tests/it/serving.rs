@@ -794,6 +794,47 @@ fn vrams_own_refusal_is_not_an_engines_error() {
     }
 }
 
+/// The paste's own configuration line sets the capacity model's tensor-parallel size and an
+/// fp8 quantization: the change offered is never one the engine already runs (vllm#13882's
+/// layout: `Initializing a V1 LLM engine (v0.10.1) with config: ... tensor_parallel_size=2`).
+#[test]
+fn capacity_change_is_never_what_the_paste_already_runs() {
+    use vram_model::arch::Model;
+    let Model::Transformer(t) = vram_model::catalog::lookup("llama-3.1-8b").unwrap() else {
+        panic!("llama-3.1-8b is a transformer")
+    };
+    let gpu = vram_model::gpu::lookup("rtx-4090").unwrap();
+    let e = ServingError::VllmMaxSeqLen {
+        max_model_len: 131072,
+        kv_tokens: 93760,
+        cpu_backend: false,
+    };
+    let alone = CapacityFigures::of(&t, gpu, &e, &Default::default()).unwrap();
+    assert_eq!(
+        alone.change.map(|c| c.flags).as_deref(),
+        Some("--tensor-parallel-size 2")
+    );
+    for (line, not) in [
+        (
+            "INFO Initializing a V1 LLM engine (v0.10.1) with config: model='meta-llama/Llama-3.1-8B', tensor_parallel_size=2, quantization=None, enforce_eager=False",
+            "--tensor-parallel-size 2",
+        ),
+        (
+            "INFO Initializing a V1 LLM engine (v0.10.1) with config: model='meta-llama/Llama-3.1-8B', tensor_parallel_size=1, quantization=fp8, enforce_eager=False",
+            "--quantization fp8",
+        ),
+    ] {
+        let conf = vram_doctor::profile::engine_configuration(line);
+        let f = CapacityFigures::of(&t, gpu, &e, &conf).unwrap();
+        let flags = f.change.map(|c| c.flags).unwrap_or_default();
+        assert_ne!(flags, not, "{line}");
+    }
+    let conf =
+        vram_doctor::profile::engine_configuration("tensor_parallel_size=2, quantization=None");
+    assert_eq!(conf.tensor_parallel_size, Some(2));
+    assert_eq!(conf.quantization, None);
+}
+
 /// `CapacityFigures::of` is `vram capacity` at the engine's defaults with the error's own knob:
 /// vLLM's `max_model_len`, SGLang's `mem_fraction_static`; everything outside the KV cache is
 /// the capacity's four parts beside it, and a change is offered only where the model agrees the
@@ -834,7 +875,7 @@ fn capacity_figures_are_the_capacity_models_at_the_errors_knob() {
             },
         ),
     ] {
-        let f = CapacityFigures::of(&t, gpu, e).unwrap();
+        let f = CapacityFigures::of(&t, gpu, e, &Default::default()).unwrap();
         let c = capacity(&t, gpu, engine, &knobs).unwrap();
         assert_eq!(f.device_bytes, c.total_bytes);
         assert_eq!(
@@ -1050,10 +1091,37 @@ fn engine_start_up_texts_read_from_source_are_read_as_their_kind() {
 
 /// The engines' refusals that are neither memory nor a quantized checkpoint stay refused (no
 /// kind; CAUSES.md labels the TP check `refuse`), in one line that says what they are: vLLM's
-/// bfloat16 check (0.10.0-0.23.0 `platforms/cuda.py`) and the heads' TP divisibility check.
+/// bfloat16 check (0.10.0-0.23.0 `platforms/cuda.py`), the heads' TP divisibility check, a
+/// chosen attention backend that cannot run the layers (`platforms/cuda.py`, 0.11.2-0.23.0),
+/// SGLang's plain GPTQ/AWQ method under an MoE layer, `get_rope`'s unknown scaling type and a
+/// registry without the architecture, as each engine raises them.
 #[test]
 fn non_memory_start_up_refusals_are_refused_by_name() {
     for (text, says) in [
+        (
+            "ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: ['head_size not supported']",
+            "FLASH_ATTN cannot run this model's layers",
+        ),
+        (
+            "ValueError: Selected backend _Backend.FLASHINFER is not valid for this configuration. Reason: ['kv_cache_dtype not supported']",
+            "FLASHINFER cannot run this model's layers",
+        ),
+        (
+            "TypeError: GPTQ Method does not support MoE, please use gptq_marlin",
+            "--quantization gptq_marlin, or none",
+        ),
+        (
+            "File \"/sgl-workspace/sglang/python/sglang/srt/layers/moe/fused_moe_triton/layer.py\", line 310, in __init__\n    assert self.quant_method is not None\nAssertionError",
+            "--quantization awq_marlin (gptq_marlin), or none",
+        ),
+        (
+            "ValueError: Unknown RoPE scaling type ntk",
+            "rope_scaling",
+        ),
+        (
+            "ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now. Supported architectures: dict_keys(['AquilaModel'])",
+            "a release whose registry has them",
+        ),
         (
             "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla V100-SXM2-32GB GPU has compute capability 7.0. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.",
             "--dtype half",

@@ -807,7 +807,7 @@ pub(super) fn vllm_fi_allreduce_workspace(
     Some((
         bytes,
         format!(
-            "FlashInfer's all-reduce + RMSNorm fusion workspace {:.2} GiB (on by default at -O2 from vLLM 0.17 at TP > 1 on Hopper/Blackwell; made by cuMemCreate when the profile run first compiles the model, config/vllm.py enable_allreduce_rms_fusion, allreduce_rms_fusion.py): three buffers for {tokens} tokens of hidden size {hidden} at TP {} ({:.0}, {:.3} and {:.0} MiB), {how}",
+            "FlashInfer's all-reduce + RMSNorm fusion workspace {:.2} GiB (on at -O2, the default, and -O3 from vLLM 0.17 at TP > 1 on Hopper/Blackwell, built at TP 2, 4 or 8 where the board has multicast (NVSwitch); made by cuMemCreate when the profile run first compiles the model, config/vllm.py enable_allreduce_rms_fusion, allreduce_rms_fusion.py): three buffers for {tokens} tokens of hidden size {hidden} at TP {} ({:.0}, {:.3} and {:.0} MiB), {how}",
             bytes as f64 / GIB,
             k.tp,
             sizes[0] as f64 / MIB as f64,

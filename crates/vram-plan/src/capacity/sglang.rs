@@ -389,6 +389,10 @@ pub(super) fn sglang(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Capacity {
             "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.{current}"
         ));
     }
+    // Weights beyond what is free before loading never finish loading (no `Load weight end`).
+    if post < 0.0 {
+        log = vec![super::vllm::load_failure(weights, context, total)];
+    }
     Capacity {
         engine: Engine::Sglang,
         engine_version: version_label(Engine::Sglang, k),

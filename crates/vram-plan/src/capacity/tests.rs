@@ -4244,6 +4244,11 @@ fn flashinfer_fusion_workspace_follows_the_release_and_the_start() {
     // No size-table entry for TP 3; TP 1 has nothing to reduce.
     assert_eq!(ws(h100, "0.19.0", &|k| k.tp = 3), None);
     assert_eq!(ws(h100, "0.19.0", &|k| k.tp = 1), None);
+    // -O3 sets the pass as -O2 does (`OPTIMIZATION_LEVEL_03`, config/vllm.py at 0.19.1).
+    assert_eq!(
+        ws(h100, "0.19.0", &|k| k.optimization_level = Some(3)),
+        Some(1536 * mib)
+    );
     // -O1, --enforce-eager and -cc.mode=none: no fusion pass.
     assert_eq!(
         ws(h100, "0.19.0", &|k| k.optimization_level = Some(1)),

@@ -471,6 +471,12 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     if cross.is_some() {
         assumes.push(String::from("V0 encoder-decoder profile run (Llama 3.2 Vision): max_num_seqs dummy requests, each with a maximal image (4 tiles of 560 pixels), the vision encoder over all of them at once: fp32 pixels, the aspect-ratio attention mask, the kept intermediate layers' outputs and one layer's MLP (enc_dec_model_runner.py, mllama.py at 0.6.3)"));
     }
+    // Weights that with the CUDA context exceed the device never finish loading: the loader
+    // stops on PyTorch's out-of-memory error, with figures only PyTorch knows, and no line after
+    // it (not `Model loading took`) is printed.
+    if weights.saturating_add(gpu.context_bytes()) > total {
+        log = vec![load_failure(weights, gpu.context_bytes(), total)];
+    }
     Ok(Capacity {
         engine: Engine::Vllm,
         engine_version: version_label(Engine::Vllm, k),
@@ -606,5 +612,17 @@ fn graph_capture_failure(
             2 => format!("{} or {}", fixes[0], fixes[1]),
             _ => format!("{}, {} or {}", fixes[0], fixes[1], fixes[2]),
         }
+    )
+}
+
+/// vram's estimate of the engine's failure when a GPU's share of the weights and the CUDA context
+/// exceed the device: the loader runs out of memory before the KV cache is sized. Marked
+/// `(estimated)`: the engine prints PyTorch's own message there, whose figures vram cannot know.
+pub(super) fn load_failure(weights: u64, context: u64, total: u64) -> String {
+    format!(
+        "torch.OutOfMemoryError: CUDA out of memory while loading the weights: {:.2} GiB of them per GPU and the CUDA context ({:.2} GiB) exceed the {:.2} GiB device (estimated)",
+        weights as f64 / GIB,
+        context as f64 / GIB,
+        total as f64 / GIB
     )
 }
