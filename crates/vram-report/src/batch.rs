@@ -10,6 +10,7 @@ use vram_model::gpu::Gpu;
 use vram_model::setup::Setup;
 use vram_plan::batching::{batch_by_memory, Batches};
 
+use crate::check::{Checker, Ranges};
 use crate::error::{input, Result};
 use crate::{Kind, SCHEMA_VERSION};
 
@@ -37,6 +38,13 @@ pub struct BatchReport {
     /// The model's notes ([`crate::notes::of_step`]).
     #[serde(default)]
     pub notes: Vec<String>,
+}
+
+impl Ranges for BatchReport {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        // `Batches` is inline (flattened).
+        self.batches.ranges(c)
+    }
 }
 
 /// Batches of `lengths` for `model`'s training `setup` (its micro-batch and sequence replaced

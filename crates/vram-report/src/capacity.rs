@@ -13,6 +13,7 @@ use vram_model::read::{quantization_config, QuantLookup};
 use vram_plan::capacity::{self, Capacity, Engine, Interconnect, Knobs, Quantization};
 use vram_plan::suggest::{self, ServingChange};
 
+use crate::check::{Checker, Ranges};
 use crate::error::{input, Result};
 use crate::estimate::ModelInput;
 use crate::parts::GpuRef;
@@ -159,6 +160,17 @@ pub struct CapacityReport {
     /// with config.json, a wrapper read by its text config...), as the text's `note:` lines.
     #[serde(default)]
     pub notes: Vec<String>,
+}
+
+impl Ranges for CapacityReport {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        // The capacity's fields are inline: its paths are the report's own.
+        self.capacity.ranges(c)?;
+        match &self.cheapest_change {
+            Some(ch) => c.field("cheapest_change", ch),
+            None => Ok(()),
+        }
+    }
 }
 
 /// `quant_method` of the model's config.json's quantization settings, found where the engine

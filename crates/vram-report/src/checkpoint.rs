@@ -14,6 +14,7 @@ use vram_plan::checkpoint::{
     Op, Stage,
 };
 
+use crate::check::{Checker, Range, Ranges};
 use crate::error::{input, Result};
 use crate::{Kind, SCHEMA_VERSION};
 
@@ -87,6 +88,32 @@ pub struct CheckpointCandidate {
     pub forwards: usize,
     /// Forward runs of each stage (1: stored; 2: recomputed once; more: nested).
     pub forward_runs: Vec<u32>,
+}
+
+impl Ranges for CheckpointCandidate {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        c.num("cost", self.cost, Range::COST)?;
+        // Recomputation only adds forwards: never below store-all's cost.
+        c.num("overhead", self.overhead, Range::RATIO)?;
+        // Every stage runs its forward at least once.
+        c.each("forward_runs", &self.forward_runs, |c, &r| {
+            c.at_least_1("", u64::from(r))
+        })
+    }
+}
+
+impl Ranges for CheckpointReport {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        c.each("chain", &self.chain, |c, s| s.ranges(c))?;
+        c.each("candidates", &self.candidates, |c, x| x.ranges(c))?;
+        // A segment is `[first, last]` stages of the chain: the text names them by index.
+        let stages = self.chain.len();
+        c.each(
+            "recommended_segments",
+            self.recommended_segments.as_deref().unwrap_or_default(),
+            |c, &(first, last)| c.segment(first, last, stages),
+        )
+    }
 }
 
 /// The checkpoint placement of `model`'s training `setup` (no recomputation asked) on `gpu`:

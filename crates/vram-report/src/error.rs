@@ -20,6 +20,17 @@ pub enum Error {
         /// Why, in one line.
         reason: String,
     },
+    /// A figure of a report read back (`vram report`) that is outside its range: a negative
+    /// size or time, a share above 1, an integer beyond 2^53 (the `check` module's rules).
+    #[error("{path} is {value}, out of range: {range}")]
+    OutOfRange {
+        /// Its JSON path (`plans[0].mfu`).
+        path: String,
+        /// Its value, as the JSON wrote it.
+        value: String,
+        /// The range it must be in, in words.
+        range: String,
+    },
 }
 
 /// `Result` with [`Error`].

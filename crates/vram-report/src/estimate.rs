@@ -11,6 +11,7 @@ use vram_model::{estimate_with_timeline, Category};
 use vram_plan::capacity::Engine;
 use vram_plan::suggest::{self, Suggestion};
 
+use crate::check::{Checker, Ranges};
 use crate::error::{input, Result};
 use crate::parts::{double_option, name_of as name, Assumes, Bytes, GpuRef, Speed, TimelinePoint};
 use crate::request::{image_positions, FinetuneRequest, StepRequest};
@@ -236,6 +237,27 @@ pub struct EstimateReport {
     /// `--timeline`: live bytes at every phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Vec<TimelinePoint>>,
+}
+
+impl Ranges for EstimateReport {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        c.field("gpu", &self.gpu)?;
+        // A fit search's answer is a size that fits: at least 1 (null where none does).
+        for (name, n) in [
+            ("max_micro_batch", self.max_micro_batch),
+            ("max_batch", self.max_batch),
+            ("max_context", self.max_context),
+        ] {
+            if let Some(n) = n.flatten() {
+                c.at_least_1(name, n)?;
+            }
+        }
+        c.field("setup", &self.setup)?;
+        match &self.serving {
+            Some(s) => c.field("serving", s),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Where the context search stops.

@@ -10,6 +10,7 @@ use vram_model::gpu::Gpu;
 use vram_model::setup::{Mode, Setup};
 use vram_plan::suggest::{self, Suggestion};
 
+use crate::check::{Checker, Range, Ranges};
 use crate::error::Result;
 use crate::estimate::SearchChecked;
 use crate::parts::{double_option, Bytes, GpuRef};
@@ -92,6 +93,20 @@ pub struct FinetuneReport {
     pub assumes: Vec<String>,
     /// The setup.
     pub setup: Setup,
+}
+
+impl Ranges for FinetuneReport {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        c.field("gpu", &self.gpu)?;
+        // The micro-batch search's answer fits: at least 1 (null where none does).
+        if let Some(n) = self.max_micro_batch.flatten() {
+            c.at_least_1("max_micro_batch", n)?;
+        }
+        c.at("lora", |c| {
+            c.num("dropout", self.lora.dropout, Range::FRACTION)
+        })?;
+        c.field("setup", &self.setup)
+    }
 }
 
 /// The base's storage.

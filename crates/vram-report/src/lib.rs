@@ -20,6 +20,9 @@
 //! its fields. Every report that describes a model has `notes` ([`notes`]). Sizes
 //! are bytes (`*_bytes`, integers), times seconds (`*_s`), shares fractions (`mfu`). A field
 //! is added without changing the version; one removed, renamed or changed in meaning changes it.
+//! A report read back ([`Report::from_json`]) has every figure checked against its range (the
+//! [`check`] module: no size, time, count or rate below 0, shares from 0 to 1, integers up to
+//! 2^53), each one out of range refused in one line naming its JSON path.
 //!
 //! Version 2 (since 2026-11-28): an estimate's `weights_load` has `held_bytes` (what the step
 //! holds) beside `stored_bytes` (the checkpoint as stored), which version 1 (`vram` up to
@@ -53,6 +56,7 @@
 
 pub mod batch;
 pub mod capacity;
+pub mod check;
 pub mod checkpoint;
 mod error;
 pub mod estimate;
@@ -223,6 +227,12 @@ impl Report {
             .kind
             .and_then(|k| serde_json::from_value(k).ok())
             .ok_or_else(|| unrec("no known `kind` in the report".into()))?;
+        if kind != Kind::TraceEvents {
+            // Before the typed read: a negative size is named by its path (`check`).
+            let tree: serde_json::Value =
+                serde_json::from_str(text).map_err(|e| unrec(format!("not a JSON object: {e}")))?;
+            check::integers(&tree)?;
+        }
         // Straight from the text: the byte maps keep their order.
         let bad =
             |e: serde_json::Error| unrec(format!("a {} report with bad fields: {e}", kind.name()));
@@ -251,7 +261,29 @@ impl Report {
         };
         // Read, an older version's report is this version's.
         *r.schema_version_mut() = SCHEMA_VERSION;
+        r.check()?;
         Ok(r)
+    }
+
+    /// Checks every figure of the report against its range (the `check` module): what
+    /// [`Report::from_json`] does to a report it reads, which may have been edited by hand.
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] naming the first figure out of its range by its JSON path.
+    pub fn check(&self) -> Result<()> {
+        use check::Ranges;
+        let c = &mut check::Checker::default();
+        match self {
+            Report::Estimate(r) => r.ranges(c),
+            Report::Finetune(r) => r.ranges(c),
+            Report::Weights(_) => Ok(()),
+            Report::Capacity(r) => r.ranges(c),
+            Report::Plan(r) => r.ranges(c),
+            Report::FinetunePlan(r) => r.ranges(c),
+            Report::Batch(r) => r.ranges(c),
+            Report::Checkpoint(r) => r.ranges(c),
+            Report::Replay(r) => r.ranges(c),
+        }
     }
 
     fn schema_version_mut(&mut self) -> &mut u32 {

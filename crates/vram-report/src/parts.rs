@@ -5,6 +5,9 @@ use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::check::{Checker, Range, Ranges};
+use crate::error::Result;
+
 /// The name serde gives a unit enum value (`deepspeed`, `bf16-amp`).
 pub(crate) fn name_of<T: Serialize>(v: T) -> String {
     serde_json::to_value(v)
@@ -22,6 +25,13 @@ pub struct GpuRef {
     pub name: String,
     /// Its memory, bytes, as PyTorch's `total_memory` reports it.
     pub memory_bytes: u64,
+}
+
+impl Ranges for GpuRef {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        // Every verdict divides by it.
+        c.at_least_1("memory_bytes", self.memory_bytes)
+    }
 }
 
 impl From<&vram_model::gpu::Gpu> for GpuRef {
@@ -167,6 +177,27 @@ pub struct Speed {
     pub validated: bool,
     /// What the model was held to: the fitted host constant and the measurements checked.
     pub checks: String,
+}
+
+impl Ranges for Speed {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        for (name, v) in [
+            ("prefill_s", self.prefill_s),
+            ("setup_s", self.setup_s),
+            ("prefill_host_s", self.prefill_host_s),
+            ("prefill_gpu_s", self.prefill_gpu_s),
+            ("decode_token_s", self.decode_token_s),
+            ("decode_gpu_s", self.decode_gpu_s),
+            ("decode_host_s", self.decode_host_s),
+            ("generate_s", self.generate_s),
+        ] {
+            c.num(name, v, Range::SECONDS)?;
+        }
+        c.num("decode_bytes", self.decode_bytes, Range::BYTES)?;
+        c.num("decode_kernels", self.decode_kernels, Range::COUNT)?;
+        c.num("decode_calls", self.decode_calls, Range::COUNT)?;
+        c.num("decode_tokens_per_s", self.decode_tokens_per_s, Range::RATE)
+    }
 }
 
 /// Which side bounds a decode step.

@@ -12,6 +12,7 @@ use vram_plan::emit::{self, Job};
 use vram_plan::lora::{self, EmitKind, FtPlan, FtRequest};
 use vram_plan::{search, Outcome, Plan, Progress, Request, Stack};
 
+use crate::check::{Checker, Range, Ranges};
 use crate::error::{input, Result};
 use crate::request::FinetuneRequest;
 use crate::{Kind, SCHEMA_VERSION};
@@ -118,6 +119,27 @@ pub struct PlanRow {
     pub time: StepTime,
 }
 
+impl Ranges for PlanRow {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        c.num("step_time_s", self.step_time_s, Range::SECONDS)?;
+        c.num("tokens_per_s", self.tokens_per_s, Range::RATE)?;
+        // Model FLOPs per second over the GPUs' peak.
+        c.num("mfu", self.mfu, Range::FRACTION)?;
+        c.num("tflops_per_gpu", self.tflops_per_gpu, Range::RATE)?;
+        c.field("time", &self.time)
+    }
+}
+
+impl Ranges for PlanReport {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        c.each("plans", &self.plans, |c, p| p.ranges(c))?;
+        match &self.closest {
+            Some(p) => c.field("closest", p),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Where a step's time goes (`vram_plan::cost::StepTime`), seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[allow(missing_docs)]
@@ -132,6 +154,25 @@ pub struct StepTime {
     pub total_s: f64,
     pub hardware_flops: f64,
     pub model_flops: f64,
+}
+
+impl Ranges for StepTime {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        for (name, v) in [
+            ("compute_s", self.compute_s),
+            ("recompute_s", self.recompute_s),
+            ("model_comm_s", self.model_comm_s),
+            ("dp_comm_s", self.dp_comm_s),
+            ("bubble_s", self.bubble_s),
+            ("optimizer_s", self.optimizer_s),
+            ("offload_s", self.offload_s),
+            ("total_s", self.total_s),
+        ] {
+            c.num(name, v, Range::SECONDS)?;
+        }
+        c.num("hardware_flops", self.hardware_flops, Range::FLOPS)?;
+        c.num("model_flops", self.model_flops, Range::FLOPS)
+    }
 }
 
 fn name_of<T: Serialize>(v: T) -> String {
@@ -356,6 +397,13 @@ pub struct FtPlanRow {
     /// The plan.
     #[serde(flatten)]
     pub plan: FtPlan,
+}
+
+impl Ranges for FinetunePlanReport {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        // Each row's `FtPlan` is flattened into it.
+        c.each("plans", &self.plans, |c, p| p.plan.ranges(c))
+    }
 }
 
 /// The ranking the LoRA/QLoRA plans follow.

@@ -8,7 +8,8 @@ use vram_alloc::replay::{events_from_snapshot, PolicyResult, RecordedFigures};
 use vram_alloc::{AllocatorConfig, Snapshot};
 use vram_model::fmt::{bytes, thousands};
 
-use crate::error::{input, RunError};
+use crate::check::{Checker, Ranges};
+use crate::error::{input, Error, RunError};
 use crate::{Kind, SCHEMA_VERSION};
 
 /// What to replay.
@@ -40,6 +41,12 @@ pub struct ReplayReport {
     pub recorded: RecordedFigures,
     /// One row per configuration, in the request's order.
     pub policies: Vec<PolicyResult>,
+}
+
+impl Ranges for ReplayReport {
+    fn ranges(&self, c: &mut Checker) -> Result<(), Error> {
+        c.each("policies", &self.policies, |c, p| p.ranges(c))
+    }
 }
 
 /// Replays `snap` (the file `name`) under each configuration of `req`.
