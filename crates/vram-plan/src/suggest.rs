@@ -386,8 +386,9 @@ impl ServingChange {
 /// model's pool of M blocks is too small for vLLM's `max_num_seqs` (then the piecewise CUDA-graph
 /// mode, under which vLLM makes no such check), a larger share of the device (the smallest
 /// `--gpu-memory-utilization` or `--mem-fraction-static`, in hundredths, above the one in force
-/// that starts it, up to what bounds it at start-up: [`capacity::share_ceiling`]; the engines'
-/// own KV-cache errors name it first), `--enforce-eager` where one request fits the KV cache but
+/// whose pool holds one request of `max_model_len` (else the smallest that starts: SGLang
+/// starts with any pool), up to what bounds it at start-up: [`capacity::share_ceiling`]; the
+/// engines' own KV-cache errors name it first), `--enforce-eager` where one request fits the KV cache but
 /// vLLM's CUDA graphs (or that check) do not start it, an fp8 KV cache (named as the engine
 /// names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
 /// quantized), more tensor parallelism (2, 4, 8, dividing the heads), then pipeline stages (2,
@@ -420,7 +421,8 @@ fn first_start(
     tries: Vec<Try>,
 ) -> Option<ServingChange> {
     tries.into_iter().find_map(|tr| {
-        tr.steps.into_iter().find_map(|(flags, k)| {
+        let bound = tr.bound;
+        let mut starts = tr.steps.into_iter().filter_map(|(flags, k)| {
             capacity::capacity(t, gpu, engine, &k)
                 .ok()
                 .filter(|c| c.starts)
@@ -429,9 +431,23 @@ fn first_start(
                     max_model_len: c.max_model_len,
                     kv_cache_tokens: c.kv_cache_tokens,
                     max_concurrency: c.max_concurrency,
-                    bound: tr.bound.clone(),
+                    bound: bound.clone(),
                 })
-        })
+        });
+        if bound.is_none() {
+            return starts.next();
+        }
+        // A larger share: the smallest whose pool holds one request of `max_model_len` (vLLM
+        // starts only then; SGLang starts with any pool, so its first start may hold a few
+        // tokens), else the smallest that starts.
+        let mut first = None;
+        for ch in starts {
+            if ch.max_concurrency >= 1.0 {
+                return Some(ch);
+            }
+            first.get_or_insert(ch);
+        }
+        first
     })
 }
 
