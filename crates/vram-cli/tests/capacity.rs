@@ -486,6 +486,9 @@ fn a_job_that_does_not_start_gets_the_length_and_the_change() {
     let fix: Vec<String> = flags.split_whitespace().map(String::from).collect();
     if fix[0] == "--tensor-parallel-size" {
         again[5] = fix[1].clone();
+    } else if fix[0] == "--gpu-memory-utilization" {
+        assert!(fix[1].parse::<f64>().unwrap() > 0.865, "{flags}");
+        again[7] = fix[1].clone();
     } else {
         again.extend(fix);
     }
@@ -752,10 +755,14 @@ fn text_json_and_html_agree_and_the_advice_holds() {
             .find(|l| l.starts_with("cheapest change that starts at max_model_len"))
             .unwrap();
         let want = format!(
-            "cheapest change that starts at max_model_len {}: {flags} ({} tokens, {:.2} requests at once)",
+            "cheapest change that starts at max_model_len {}: {flags} ({} tokens, {:.2} requests at once{})",
             group(len),
             group(change["kv_cache_tokens"].as_u64().unwrap()),
-            change["max_concurrency"].as_f64().unwrap()
+            change["max_concurrency"].as_f64().unwrap(),
+            change["bound"]
+                .as_str()
+                .map(|b| format!("; within {b}"))
+                .unwrap_or_default()
         );
         assert_eq!(*line, want, "{case:?}");
         assert!(
@@ -902,7 +909,9 @@ fn doctor_gives_serving_errors_the_capacity_figures_and_the_change() {
         let (code, out, err) = vram(&a);
         assert_eq!(code, 0, "{fixture}: {err}");
         assert!(
-            out.contains("(capacity model)") || out.contains("the capacity model puts"),
+            out.contains("(capacity model)")
+                || out.contains("the capacity model puts")
+                || out.contains("(vram capacity)"),
             "{fixture}: {out}"
         );
         for l in out
@@ -951,8 +960,20 @@ fn doctor_gives_serving_errors_the_capacity_figures_and_the_change() {
             "--gpu",
             "rtx-4090",
         ]);
-        c.extend(args(&extra));
-        c.extend(flags.split_whitespace().map(String::from));
+        let without = {
+            let mut w = c.clone();
+            w.extend(args(&extra));
+            w.push("--json".into());
+            w
+        };
+        // The change's flag replaces the error's own setting of it (a larger fraction).
+        let fix: Vec<String> = flags.split_whitespace().map(String::from).collect();
+        let mut given = args(&extra);
+        match given.iter().position(|x| *x == fix[0]) {
+            Some(p) => given[p + 1] = fix[1].clone(),
+            None => given.extend(fix),
+        }
+        c.extend(given);
         c.push("--json".into());
         let (code, out, err) = vram(&c);
         assert_eq!(code, 0, "{c:?}: {err}");
@@ -960,9 +981,7 @@ fn doctor_gives_serving_errors_the_capacity_figures_and_the_change() {
         assert_eq!(w["starts"], true, "{c:?}");
         assert_eq!(w["kv_cache_tokens"], change["kv_cache_tokens"], "{c:?}");
         // And without it, it does not.
-        c.truncate(c.len() - 3);
-        c.push("--json".into());
-        let (_, out, _) = vram(&c);
+        let (_, out, _) = vram(&without);
         let wo: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(wo["starts"], false, "{c:?}");
     }
@@ -2450,4 +2469,115 @@ fn max_model_len_is_read_as_the_engine_reads_it() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(want), "{extra:?}: {err}");
     }
+}
+
+/// vLLM V1's start-up check compares `ceil(total × gpu_memory_utilization)` with the memory free
+/// at its snapshot; vram estimates that free memory (the device less the bare CUDA context and,
+/// from 0.11, the process groups' communicators) and states it in its refusal of a share beyond
+/// it. Against every logged snapshot (`init memory snapshot: ... free_memory=F GiB,
+/// total_memory=T GiB` at DEBUG, or `Free memory on device (F/T GiB) on startup` in the
+/// engine's KV-cache message) among the serving logs' own lines: the largest utilization the
+/// check takes agrees with the logged free memory's, and the free memory within 0.12 GiB.
+/// (The communicators' figures were read from the same 0.19 snapshots, `non_torch.rs`: this
+/// holds the arithmetic to them, it is not a holdout.)
+#[test]
+fn free_memory_at_start_against_the_logged_snapshots() {
+    let snapshot = |s: &str| -> Option<(f64, f64)> {
+        let num = |r: &str| -> Option<f64> {
+            r.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .next()?
+                .parse()
+                .ok()
+        };
+        if let Some(i) = s.find("free_memory=") {
+            let r = &s[i + "free_memory=".len()..];
+            let t = &r[r.find("total_memory=")? + "total_memory=".len()..];
+            return Some((num(r)?, num(t)?));
+        }
+        let i = s.find("Free memory on device (")?;
+        let r = &s[i + "Free memory on device (".len()..];
+        let (f, t) = r.split_once('/')?;
+        r.contains(" on startup").then_some(())?;
+        Some((num(f)?, num(t)?))
+    };
+    let mut rows = 0;
+    let mut worst: f64 = 0.0;
+    for entry in std::fs::read_dir(data()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let Some(cases) = v["cases"].as_array() else {
+            continue;
+        };
+        for c in cases {
+            let Some((free, total)) = c["lines"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|l| snapshot(l.as_str()?))
+                .next()
+            else {
+                continue;
+            };
+            let model = c["model"].as_str().unwrap();
+            let model = if model.ends_with(".json") {
+                data().join(model).to_string_lossy().into_owned()
+            } else {
+                model.to_string()
+            };
+            let mut a = vec!["capacity".to_string(), model];
+            let given: Vec<String> = c["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+                .collect();
+            let mut i = 0;
+            while i < given.len() {
+                if given[i] == "--gpu-memory-utilization" {
+                    i += 2;
+                    continue;
+                }
+                a.push(given[i].clone());
+                i += 1;
+            }
+            a.extend(args(&["--gpu-memory-utilization", "1.0"]));
+            let (code, _, err) = vram(&a);
+            let id = c["id"].as_str().unwrap();
+            assert_eq!(code, 2, "{id}: {err}");
+            let est: f64 = err
+                .split("(estimated: ")
+                .nth(1)
+                .and_then(|r| r.split(" GiB free").next())
+                .unwrap_or_else(|| panic!("{id}: {err}"))
+                .parse()
+                .unwrap();
+            let largest: f64 = err
+                .trim()
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .trim_end_matches(')')
+                .parse()
+                .unwrap();
+            let logged_largest = (free / total * 100.0 + 1e-9).floor() / 100.0;
+            eprintln!(
+                "{id:<66} logged {free:>6.2}/{total:.2} GiB (at most {logged_largest:.2})  vram {est:>6.2} (at most {largest:.2})"
+            );
+            // Under WSL the Windows desktop shares the GPU (round 8's RTX 4080: 1.33 GiB in use
+            // at start): not the idle GPU vram's estimate is of. Printed, not held.
+            if id.contains("wsl") {
+                continue;
+            }
+            assert_eq!(largest, logged_largest, "{id}");
+            worst = worst.max((est - free).abs());
+            rows += 1;
+        }
+    }
+    eprintln!("{rows} logged snapshots; largest |free - logged| {worst:.2} GiB");
+    assert!(rows >= 50, "{rows}");
+    assert!(worst <= 0.12, "{worst}");
 }

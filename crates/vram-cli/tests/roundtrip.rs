@@ -233,8 +233,11 @@ fn load_refusals_read_back_with_their_figures() {
 /// exit 2.
 #[test]
 fn vram_estimated_oom_lines_are_refused_as_vram_own() {
+    // vLLM 0.9.0: V1 before its start-up check (0.9.1 on refuses a share beyond what is free
+    // at start, `the_start_up_check_refusal_reads_back_with_its_figures`), so the whole device
+    // is taken and the graphs find no room.
     let (_, line) = predicted(
-        "llama-3-8b --gpu l4 --max-model-len 8192 --engine-version 0.11.0 --gpu-memory-utilization 0.99",
+        "llama-3-8b --gpu l4 --max-model-len 8192 --engine-version 0.9.0 --gpu-memory-utilization 1.0",
     );
     assert!(line.contains("while capturing CUDA graphs"), "{line}");
     assert!(read(&line).is_err(), "{line}");
@@ -361,4 +364,67 @@ fn weights_beyond_the_device_fail_while_loading() {
         assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
         assert!(err.contains("vram's own estimate"), "{err}");
     }
+}
+
+/// vLLM V1's start-up check (`request_memory`, 0.9.1 on): a share of the device beyond what vram
+/// estimates free at start is refused in one line with the engine's own ValueError, which the
+/// doctor reads back as the matching kind with the refusal's figures; the largest share the
+/// refusal names starts the engine's check.
+#[test]
+fn the_start_up_check_refusal_reads_back_with_its_figures() {
+    let args = |u: &str| {
+        vec![
+            "capacity",
+            "qwen3-8b",
+            "--gpu",
+            "h100-80g",
+            "--tensor-parallel-size",
+            "2",
+            "--engine-version",
+            "0.19.1",
+            "--gpu-memory-utilization",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain([u.to_string()])
+        .collect::<Vec<_>>()
+    };
+    let run = |u: &str| {
+        let a = args(u);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        vram(&a, None)
+    };
+    let (code, _, line) = run("0.99");
+    assert_eq!((code, line.trim().lines().count()), (2, 1), "{line}");
+    let ServingError::VllmFreeBelowUtilization {
+        free_bytes,
+        total_bytes,
+        utilization,
+        desired_bytes,
+        cpu_backend,
+    } = serving(line.trim())
+    else {
+        panic!("{line}")
+    };
+    assert!(!cpu_backend);
+    assert_eq!(utilization, 0.99);
+    assert!(
+        free_bytes < desired_bytes && desired_bytes < total_bytes,
+        "{line}"
+    );
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    assert!(
+        (gib(desired_bytes) - 0.99 * gib(total_bytes)).abs() < 0.01,
+        "{line}"
+    );
+    let largest = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .trim_end_matches(')')
+        .to_string();
+    assert!(largest.parse::<f64>().unwrap() < 0.99, "{line}");
+    let (code, _, err) = run(&largest);
+    assert_eq!(code, 0, "{largest}: {err}");
 }

@@ -231,12 +231,18 @@ pub fn read(text: &str) -> Option<StartupProfile> {
 /// tensor-parallel size and the quantization method of vLLM's `Initializing ... engine` line or
 /// its `non-default args` dict (what [`read`] puts in a [`StartupProfile`]), for the capacity
 /// model, so that a change it offers is never one the engine already runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineConfiguration {
-    /// `tensor_parallel_size=N`.
+    /// `tensor_parallel_size=N` (vLLM), `tp_size=N` (SGLang's `ServerArgs(...)`).
     pub tensor_parallel_size: Option<u64>,
     /// `quantization=Q`, when not `None`.
     pub quantization: Option<String>,
+    /// vLLM's `gpu_memory_utilization` as the paste sets it (the `non-default args` dict, or
+    /// `--gpu-memory-utilization U` on a pasted command line), within (0, 1].
+    pub gpu_memory_utilization: Option<f64>,
+    /// SGLang's `mem_fraction_static=F` (its `ServerArgs(...)` line, or
+    /// `--mem-fraction-static F`), within (0, 1].
+    pub mem_fraction_static: Option<f64>,
 }
 
 /// [`EngineConfiguration`] of `text`.
@@ -244,9 +250,22 @@ pub fn engine_configuration(text: &str) -> EngineConfiguration {
     let t = crate::message::without_terminal_codes(text).to_ascii_lowercase();
     let mut p = empty(ProfileLayout::VllmV1);
     configuration(&t, &mut p);
+    let share = |v: Option<&str>| {
+        v.and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .filter(|&u| u > 0.0 && u <= 1.0)
+    };
     EngineConfiguration {
         tensor_parallel_size: p.tensor_parallel_size,
         quantization: p.quantization,
+        gpu_memory_utilization: share(
+            last_key_value(&t, "gpu_memory_utilization=")
+                .or_else(|| last_value(&t, "'gpu_memory_utilization': "))
+                .or_else(|| last_value(&t, "--gpu-memory-utilization ")),
+        ),
+        mem_fraction_static: share(
+            last_key_value(&t, "mem_fraction_static=")
+                .or_else(|| last_value(&t, "--mem-fraction-static ")),
+        ),
     }
 }
 
@@ -280,11 +299,29 @@ fn last_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     Some(r[..end].trim().trim_matches('\''))
 }
 
-/// The engine's configuration as far as the paste shows it (see [`StartupProfile`]).
+/// [`last_value`] of `key` where it starts a name (`tp_size=` but not `moe_dense_tp_size=`).
+fn last_key_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let (i, _) = text.rmatch_indices(key).find(|&(i, _)| {
+        !text[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    })?;
+    let r = &text[i + key.len()..];
+    let end = r.find([',', ')', '}', '\n']).unwrap_or(r.len());
+    Some(r[..end].trim().trim_matches('\''))
+}
+
+/// The engine's configuration as far as the paste shows it (see [`StartupProfile`]): vLLM's
+/// `Initializing ... engine` line and `non-default args` dict, SGLang's `server_args=ServerArgs(
+/// ..., tp_size=2, ...)` line (the same field at 0.4.x and 0.5.x, `server_args.py`) and either
+/// engine's command line.
 fn configuration(t: &str, p: &mut StartupProfile) {
     p.tensor_parallel_size = last_value(t, "tensor_parallel_size=")
         .or_else(|| last_value(t, "'tensor_parallel_size': "))
         .or_else(|| last_value(t, "--tensor-parallel-size "))
+        .or_else(|| last_key_value(t, "tp_size="))
+        .or_else(|| last_value(t, "--tp-size "))
         .and_then(|v| v.split_whitespace().next()?.parse().ok());
     p.engine_version = t
         .rfind("llm engine (v")

@@ -301,8 +301,9 @@ impl CapacityFigures {
     /// outside the KV cache (weights, memory outside PyTorch, the profiled activation peak, CUDA
     /// graphs), the KV bytes per token, and, where the model agrees it does not start as it is,
     /// `vram_plan::suggest::serving`'s change. The paste's own configuration `conf`
-    /// ([`crate::profile::engine_configuration`]) sets the tensor-parallel size and an fp8
-    /// quantization it shows, so that the change is never one the engine already runs.
+    /// ([`crate::profile::engine_configuration`]) sets the tensor-parallel size (vLLM's
+    /// `tensor_parallel_size=`, SGLang's `tp_size=`), an fp8 quantization and the memory share
+    /// it shows, so that the change is never one the engine already runs.
     pub fn of(
         t: &vram_model::arch::Transformer,
         gpu: &vram_model::gpu::Gpu,
@@ -332,7 +333,10 @@ impl CapacityFigures {
                     ..
                 } => Some(mem_fraction_static),
                 _ => None,
-            },
+            }
+            .or(conf.mem_fraction_static),
+            // The paste's own utilization, so that a larger one offered is larger than it.
+            gpu_memory_utilization: conf.gpu_memory_utilization,
             tp: conf.tensor_parallel_size.filter(|&n| n > 0).unwrap_or(1),
             quantization: match conf.quantization.as_deref() {
                 Some("fp8") => Quantization::Fp8,
@@ -340,11 +344,34 @@ impl CapacityFigures {
             },
             ..Knobs::default()
         };
-        let c = capacity::capacity(t, gpu, engine, &knobs)?;
+        // The paste shows the engine past its start-up check at its own utilization; where
+        // vram's estimate of the memory free at start refuses that share, the figures fall back
+        // to the release's default share, and no larger share is offered (vram cannot say by
+        // how much the paste's could still grow).
+        let (c, knobs, own_share) = match capacity::capacity(t, gpu, engine, &knobs) {
+            Ok(c) => (c, knobs, true),
+            Err(_) if knobs.gpu_memory_utilization.is_some() => {
+                let k = Knobs {
+                    gpu_memory_utilization: None,
+                    ..knobs
+                };
+                (capacity::capacity(t, gpu, engine, &k)?, k, false)
+            }
+            Err(e) => return Err(e),
+        };
+        // Where the error says others hold the device, a larger share is the wrong way.
+        let others = matches!(
+            e,
+            ServingError::VllmFreeBelowUtilization { .. }
+                | ServingError::VllmProfilingMemoryChanged { .. }
+                | ServingError::SglangUnbalancedMemory { .. }
+        );
         let change = if c.starts {
             None
-        } else {
+        } else if own_share && !others {
             vram_plan::suggest::serving(t, gpu, engine, &knobs)
+        } else {
+            vram_plan::suggest::serving_without_share(t, gpu, engine, &knobs)
         };
         Ok(CapacityFigures {
             device_bytes: c.total_bytes,
@@ -1749,17 +1776,33 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
     // The capacity model's cheapest change, second: after what fits with the memory as it is
     // (a shorter length, a larger fraction), before the generic advice.
     if let Some(ch) = cap.and_then(|c| c.change.as_ref()) {
-        remedies.insert(
-            1.min(remedies.len()),
-            ServingRemedy {
-                action: ch.flags.clone(),
-                enough: true,
-                detail: format!(
-                    "the capacity model starts it with this change alone at max_model_len {}: {} tokens of KV cache, {:.2} requests of that length at once (vram capacity)",
-                    ch.max_model_len, ch.kv_cache_tokens, ch.max_concurrency
-                ),
-            },
-        );
+        let remedy = ServingRemedy {
+            action: ch.flags.clone(),
+            enough: true,
+            detail: format!(
+                "the capacity model starts it with this change alone at max_model_len {}: {} tokens of KV cache, {:.2} requests of that length at once{} (vram capacity)",
+                ch.max_model_len,
+                ch.kv_cache_tokens,
+                ch.max_concurrency,
+                ch.bound
+                    .as_ref()
+                    .map(|b| format!("; within {b}"))
+                    .unwrap_or_default()
+            ),
+        };
+        // A larger share of the device (`--gpu-memory-utilization 0.95`): the capacity model's
+        // figure, decided by its whole start and bounded by the engine's start-up check, takes
+        // the place of the message's own arithmetic for the same flag rather than stand beside it.
+        let flag = ch.flags.split(' ').next().unwrap_or_default();
+        match remedies.iter().position(|r| {
+            ch.bound.is_some()
+                && !flag.is_empty()
+                && r.action.contains(flag)
+                && !r.action.starts_with("lower")
+        }) {
+            Some(i) => remedies[i] = remedy,
+            None => remedies.insert(1.min(remedies.len()), remedy),
+        }
     }
     let cause = match err {
         ServingError::VllmMaxSeqLen { .. } | ServingError::VllmKvMemory { .. } => {

@@ -16,7 +16,7 @@ use vram_model::finetune::{LoraSpec, Targets, WeightFormat};
 use vram_model::gpu::Gpu;
 use vram_model::setup::{self, Mode, Setup, Train};
 
-use crate::capacity::{self, Engine, Knobs, Quantization};
+use crate::capacity::{self, Capacity, Engine, Knobs, Quantization};
 
 /// One change that makes a step fit the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -359,21 +359,70 @@ pub struct ServingChange {
     pub kv_cache_tokens: u64,
     /// Requests of `max_model_len` held at once.
     pub max_concurrency: f64,
+    /// For a larger share of the device (`--gpu-memory-utilization`, `--mem-fraction-static`):
+    /// what bounds it at start-up, with its figures ([`capacity::ShareCeiling`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<String>,
+}
+
+impl ServingChange {
+    /// What the change gives, as the text prints it after the flags: `(T tokens, C requests at
+    /// once)`, with the bound of a larger share after a semicolon.
+    pub fn gives(&self) -> String {
+        format!(
+            "({} tokens, {:.2} requests at once{})",
+            vram_model::fmt::thousands(self.kv_cache_tokens),
+            self.max_concurrency,
+            self.bound
+                .as_ref()
+                .map(|b| format!("; within {b}"))
+                .unwrap_or_default()
+        )
+    }
 }
 
 /// The cheapest change that makes a job that does not start start, each tried alone at the same
 /// `max_model_len` and kept only if its own run starts: `--max-num-seqs M` first where a hybrid
 /// model's pool of M blocks is too small for vLLM's `max_num_seqs` (then the piecewise CUDA-graph
-/// mode, under which vLLM makes no such check), `--enforce-eager` where one request fits the KV
-/// cache but vLLM's CUDA graphs (or that check) do not start it, an fp8 KV cache (named as the
-/// engine names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
+/// mode, under which vLLM makes no such check), a larger share of the device (the smallest
+/// `--gpu-memory-utilization` or `--mem-fraction-static`, in hundredths, above the one in force
+/// whose pool holds one request of `max_model_len` (else the smallest that starts: SGLang
+/// starts with any pool), up to what bounds it at start-up: [`capacity::share_ceiling`]; the
+/// engines' own KV-cache errors name it first), `--enforce-eager` where one request fits the KV cache but
+/// vLLM's CUDA graphs (or that check) do not start it, an fp8 KV cache (named as the engine
+/// names it: vLLM `fp8`, SGLang `fp8_e4m3`), fp8 weights (not for a checkpoint already stored
 /// quantized), more tensor parallelism (2, 4, 8, dividing the heads), then pipeline stages (2,
 /// 4: another node). Only changes the job has not already made. `None` if none starts it (a lower
 /// `max_model_len` is always [`capacity::Capacity::max_model_len_that_fits`]).
 pub fn serving(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Option<ServingChange> {
-    serving_tries(t, gpu, engine, knobs)
+    first_start(t, gpu, engine, serving_tries(t, gpu, engine, knobs))
+}
+
+/// [`serving`] without a larger share of the device: for a job whose share cannot be known to
+/// grow (the doctor's paste where others hold the GPU, or whose own share vram refuses).
+pub fn serving_without_share(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    knobs: &Knobs,
+) -> Option<ServingChange> {
+    let tries = serving_tries(t, gpu, engine, knobs)
         .into_iter()
-        .find_map(|(flags, k)| {
+        .filter(|tr| tr.bound.is_none())
+        .collect();
+    first_start(t, gpu, engine, tries)
+}
+
+/// The first of `tries` whose run starts the job.
+fn first_start(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    tries: Vec<Try>,
+) -> Option<ServingChange> {
+    tries.into_iter().find_map(|tr| {
+        let bound = tr.bound;
+        let mut starts = tr.steps.into_iter().filter_map(|(flags, k)| {
             capacity::capacity(t, gpu, engine, &k)
                 .ok()
                 .filter(|c| c.starts)
@@ -382,27 +431,96 @@ pub fn serving(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Opt
                     max_model_len: c.max_model_len,
                     kv_cache_tokens: c.kv_cache_tokens,
                     max_concurrency: c.max_concurrency,
+                    bound: bound.clone(),
                 })
-        })
+        });
+        if bound.is_none() {
+            return starts.next();
+        }
+        // A larger share: the smallest whose pool holds one request of `max_model_len` (vLLM
+        // starts only then; SGLang starts with any pool, so its first start may hold a few
+        // tokens), else the smallest that starts.
+        let mut first = None;
+        for ch in starts {
+            if ch.max_concurrency >= 1.0 {
+                return Some(ch);
+            }
+            first.get_or_insert(ch);
+        }
+        first
+    })
 }
 
 /// The changes [`serving`] tries for this job and engine, as the flags it would suggest, named
 /// for the line printed when none starts it (`--enforce-eager` only for vLLM where its CUDA
-/// graphs are what fails).
+/// graphs are what fails; a larger share as the range tried, `--gpu-memory-utilization
+/// 0.91-0.99`).
 pub fn serving_tried(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Vec<String> {
     serving_tries(t, gpu, engine, knobs)
         .into_iter()
-        .map(|(flags, _)| flags)
+        .map(|tr| tr.label)
         .collect()
 }
 
-fn serving_tries(
+/// One change [`serving`] tries: its label, and the settings tried in order (one, or the
+/// shares of a larger `--gpu-memory-utilization` from the smallest), each with its flags.
+struct Try {
+    label: String,
+    steps: Vec<(String, Knobs)>,
+    bound: Option<String>,
+}
+
+impl Try {
+    fn one(flags: String, k: Knobs) -> Self {
+        Try {
+            label: flags.clone(),
+            steps: vec![(flags, k)],
+            bound: None,
+        }
+    }
+}
+
+/// The shares above the one in force, in hundredths, up to what bounds them at start-up
+/// (`None` where there is none to try).
+fn share_try(
     t: &Transformer,
     gpu: &Gpu,
     engine: Engine,
     knobs: &Knobs,
-) -> Vec<(String, Knobs)> {
-    let mut tries: Vec<(String, Knobs)> = Vec::new();
+    now: &Capacity,
+) -> Option<Try> {
+    let ceiling = capacity::share_ceiling(t, gpu, engine, knobs, now);
+    let flag = match engine {
+        Engine::Vllm => "--gpu-memory-utilization",
+        Engine::Sglang => "--mem-fraction-static",
+    };
+    let top = (ceiling.max * 100.0).round() as u32;
+    let steps: Vec<(String, Knobs)> = (1..=top)
+        .map(|h| f64::from(h) / 100.0)
+        .filter(|&u| u > now.memory_fraction + 1e-9)
+        .map(|u| {
+            let mut k = *knobs;
+            match engine {
+                Engine::Vllm => k.gpu_memory_utilization = Some(u),
+                Engine::Sglang => k.mem_fraction_static = Some(u),
+            }
+            (format!("{flag} {u:.2}"), k)
+        })
+        .collect();
+    let (first, last) = (steps.first()?.0.clone(), steps.last()?.0.clone());
+    Some(Try {
+        label: if steps.len() == 1 {
+            first
+        } else {
+            format!("{first}-{}", &last[flag.len() + 1..])
+        },
+        steps,
+        bound: Some(ceiling.text),
+    })
+}
+
+fn serving_tries(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Vec<Try> {
+    let mut tries: Vec<Try> = Vec::new();
     // One request fits the KV cache but the job does not start: vLLM's CUDA graphs, captured
     // after the KV cache, do not fit what is left (`capacity::graphs`); no graphs is the change
     // that costs no memory.
@@ -416,7 +534,7 @@ fn serving_tries(
     {
         let mut k = *knobs;
         k.max_num_seqs = Some(blocks);
-        tries.push((format!("--max-num-seqs {blocks}"), k));
+        tries.push(Try::one(format!("--max-num-seqs {blocks}"), k));
         // vLLM makes the check only when the graph mode has whole-forward graphs
         // (`has_full_cudagraphs`); piecewise graphs keep torch.compile and the graphs between
         // the attention calls, and cost less decode speed than no graphs at all (vLLM's CUDA
@@ -430,7 +548,15 @@ fn serving_tries(
             capacity::CudagraphMode::None
         };
         k.cudagraph_mode = Some(mode);
-        tries.push((mode.compilation_config_flag(), k));
+        tries.push(Try::one(mode.compilation_config_flag(), k));
+    }
+    // A larger share of the device: what vLLM's KV-cache errors and SGLang's "Not enough
+    // memory" name first; it changes no model or kernel, only what is left beside the engine.
+    if let Some(tr) = now
+        .as_ref()
+        .and_then(|c| share_try(t, gpu, engine, knobs, c))
+    {
+        tries.push(tr);
     }
     let graphs_fail = engine == Engine::Vllm
         && !knobs.enforce_eager
@@ -440,7 +566,7 @@ fn serving_tries(
     if graphs_fail {
         let mut k = *knobs;
         k.enforce_eager = true;
-        tries.push(("--enforce-eager".into(), k));
+        tries.push(Try::one("--enforce-eager".into(), k));
     }
     if knobs.kv_bytes.unwrap_or(knobs.dtype_bytes) > 1 {
         let mut k = *knobs;
@@ -450,27 +576,27 @@ fn serving_tries(
             // SGLang 0.5.3 `server_args.py`: choices auto, fp8_e5m2, fp8_e4m3.
             Engine::Sglang => "fp8_e4m3",
         };
-        tries.push((format!("--kv-cache-dtype {name}"), k));
+        tries.push(Try::one(format!("--kv-cache-dtype {name}"), k));
     }
     if knobs.quantization == Quantization::None
         && t.blocks.storage.quant == vram_model::blocks::Quant::None
     {
         let mut k = *knobs;
         k.quantization = Quantization::Fp8;
-        tries.push(("--quantization fp8".into(), k));
+        tries.push(Try::one("--quantization fp8".into(), k));
     }
     for tp in [2, 4, 8] {
         if tp > knobs.tp && t.blocks.typical().heads % tp == 0 {
             let mut k = *knobs;
             k.tp = tp;
-            tries.push((format!("--tensor-parallel-size {tp}"), k));
+            tries.push(Try::one(format!("--tensor-parallel-size {tp}"), k));
         }
     }
     for pp in [2, 4] {
         if pp > knobs.pp && pp <= t.layers() {
             let mut k = *knobs;
             k.pp = pp;
-            tries.push((format!("--pipeline-parallel-size {pp}"), k));
+            tries.push(Try::one(format!("--pipeline-parallel-size {pp}"), k));
         }
     }
     tries

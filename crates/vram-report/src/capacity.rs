@@ -724,14 +724,13 @@ impl CapacityReport {
         });
         v.push(match &self.cheapest_change {
             Some(f) => format!(
-                "cheapest change that starts at max_model_len {}: {} ({} tokens, {:.2} requests at once)",
+                "cheapest change that starts at max_model_len {}: {} {}",
                 thousands(c.max_model_len),
                 f.flags,
-                thousands(f.kv_cache_tokens),
-                f.max_concurrency
+                f.gives()
             ),
             None if self.changes_tried.is_empty() => {
-                "no single change left to try: the job already makes every one modelled (fp8 KV cache, fp8 weights, TP 2-8, PP 2-4)"
+                "no single change left to try: the job already makes every one modelled (the largest memory share its start-up takes, fp8 KV cache, fp8 weights, TP 2-8, PP 2-4)"
                     .into()
             }
             None => format!(

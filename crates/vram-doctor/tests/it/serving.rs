@@ -200,6 +200,7 @@ fn the_capacity_models_change_is_offered_and_no_fraction_above_one() {
             max_model_len: 131072,
             kv_cache_tokens: 150_000,
             max_concurrency: 1.14,
+            bound: None,
         }),
     };
     // 16 GiB + 131072 × 128 KiB = 32 GiB of a 24 GiB GPU.
@@ -833,6 +834,98 @@ fn capacity_change_is_never_what_the_paste_already_runs() {
         vram_doctor::profile::engine_configuration("tensor_parallel_size=2, quantization=None");
     assert_eq!(conf.tensor_parallel_size, Some(2));
     assert_eq!(conf.quantization, None);
+}
+
+/// SGLang's pasted `server_args=ServerArgs(...)` line (its layout at 0.4.x and 0.5.x, as in
+/// `tests/data` here: `..., mem_fraction_static=0.85, ..., tp_size=1, ...`) sets the capacity
+/// model's tensor-parallel size and fraction as vLLM's `tensor_parallel_size=` does; a field
+/// that only ends in `tp_size` (`moe_dense_tp_size=`) is not it.
+#[test]
+fn sglang_server_args_set_the_tp_size_and_fraction() {
+    use vram_model::arch::Model;
+    use vram_plan::capacity::{capacity, Engine, Knobs};
+    let line = "[2025-10-02 09:14:11] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tokenizer_path='Qwen/Qwen3-8B', dtype='auto', kv_cache_dtype='auto', quantization=None, mem_fraction_static=0.62, max_running_requests=None, chunked_prefill_size=2048, tp_size=2, pp_size=1, dp_size=1, moe_dense_tp_size=None, attention_backend='flashinfer')";
+    let conf = vram_doctor::profile::engine_configuration(line);
+    assert_eq!(conf.tensor_parallel_size, Some(2));
+    assert_eq!(conf.mem_fraction_static, Some(0.62));
+    assert_eq!(conf.quantization, None);
+    let only_moe = vram_doctor::profile::engine_configuration(
+        "server_args=ServerArgs(model_path='m', moe_dense_tp_size=4, ep_size=1)",
+    );
+    assert_eq!(only_moe.tensor_parallel_size, None);
+    let cli = vram_doctor::profile::engine_configuration(
+        "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp-size 4 --mem-fraction-static 0.7",
+    );
+    assert_eq!(cli.tensor_parallel_size, Some(4));
+    assert_eq!(cli.mem_fraction_static, Some(0.7));
+    let vllm = vram_doctor::profile::engine_configuration(
+        "non-default args: {'model': 'Qwen/Qwen3-8B', 'gpu_memory_utilization': 0.95, 'tensor_parallel_size': 2}",
+    );
+    assert_eq!(vllm.gpu_memory_utilization, Some(0.95));
+    assert_eq!(vllm.tensor_parallel_size, Some(2));
+    // The figures are the capacity model's at the paste's TP size.
+    let Model::Transformer(t) = vram_model::catalog::lookup("qwen3-8b").unwrap() else {
+        panic!("qwen3-8b is a transformer")
+    };
+    let gpu = vram_model::gpu::lookup("l4").unwrap();
+    let e = ServingError::SglangNotEnoughMemory {
+        mem_fraction_static: Some(0.62),
+    };
+    let f = CapacityFigures::of(&t, gpu, &e, &conf).unwrap();
+    let k = Knobs {
+        tp: 2,
+        mem_fraction_static: Some(0.62),
+        ..Knobs::default()
+    };
+    let c = capacity(&t, gpu, Engine::Sglang, &k).unwrap();
+    assert_eq!(
+        f.non_kv_bytes,
+        c.weights_bytes + c.non_torch_bytes + c.activation_peak_bytes + c.cuda_graph_bytes
+    );
+    assert_eq!(
+        f.kv_bytes_per_token,
+        vram_plan::capacity::kv_bytes_per_token(&t, &k)
+    );
+    let alone = CapacityFigures::of(&t, gpu, &e, &Default::default()).unwrap();
+    assert_ne!(alone.kv_bytes_per_token, f.kv_bytes_per_token);
+}
+
+/// A larger share offered by the capacity model is larger than the paste's own, and takes the
+/// place of the message's arithmetic for the same flag, with the engine's start-up bound.
+#[test]
+fn a_larger_share_offered_to_a_paste_exceeds_its_own() {
+    use vram_model::arch::Model;
+    let Model::Transformer(t) = vram_model::catalog::lookup("qwen3-8b").unwrap() else {
+        panic!("qwen3-8b is a transformer")
+    };
+    let gpu = vram_model::gpu::lookup("l4").unwrap();
+    let e = ServingError::VllmKvMemory {
+        max_model_len: 32768,
+        needed_bytes: 4608 << 20,
+        available_bytes: gib(1.5),
+        estimated_max_len: None,
+    };
+    for own in [None, Some(0.93), Some(0.95)] {
+        let conf = vram_doctor::profile::EngineConfiguration {
+            gpu_memory_utilization: own,
+            ..Default::default()
+        };
+        let f = CapacityFigures::of(&t, gpu, &e, &conf).unwrap();
+        if let Some(ch) = &f.change {
+            if let Some(u) = ch.flags.strip_prefix("--gpu-memory-utilization ") {
+                let u: f64 = u.parse().unwrap();
+                assert!(u > own.unwrap_or(0.9), "{own:?}: {u}");
+                assert!(ch.bound.as_deref().unwrap().contains("start-up check"));
+            }
+        }
+        let d = vram_doctor::serving::explain(&e, Some(&f));
+        let shares = d
+            .remedies
+            .iter()
+            .filter(|r| r.action.contains("--gpu-memory-utilization"))
+            .count();
+        assert!(shares <= 1, "{own:?}: {:?}", d.remedies);
+    }
 }
 
 /// `CapacityFigures::of` is `vram capacity` at the engine's defaults with the error's own knob:

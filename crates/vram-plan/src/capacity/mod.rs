@@ -1067,6 +1067,80 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
     }
 }
 
+/// How far the engine's share of the device (vLLM `--gpu-memory-utilization`, SGLang
+/// `--mem-fraction-static`) can be raised at start-up, and what bounds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShareCeiling {
+    /// The largest share, in hundredths, within the bound.
+    pub max: f64,
+    /// The bound in words, with its figures.
+    pub text: String,
+}
+
+/// [`ShareCeiling`] of the job `k` whose capacity is `now`.
+///
+/// - vLLM V1 from 0.9.1: the start-up check (`vllm::vllm_free_at_start`): `ceil(total × u)`
+///   must be free when the engine starts.
+/// - vLLM V0 and V1 before 0.9.1 check nothing at start (`CacheConfig` takes up to 1); what the
+///   budget leaves of the device for the CUDA context and the graphs is the capacity model's own
+///   start, which every share tried runs.
+/// - SGLang checks no upper bound (`server_args.py`, `model_runner.py` at 0.5.3: only "Not
+///   enough memory" below); by its own definition of the fraction (`server_args.py`
+///   `_handle_gpu_memory_settings`: "mem_fraction_static = (GPU memory capacity - activations -
+///   cuda graph buffers) / GPU memory capacity") the rest of what is free before loading holds the
+///   activations and the CUDA graphs: the fraction at most `1 - (activation peak + graphs) /
+///   free before loading`, by the capacity model's estimates of both.
+pub fn share_ceiling(
+    t: &Transformer,
+    gpu: &Gpu,
+    engine: Engine,
+    k: &Knobs,
+    now: &Capacity,
+) -> ShareCeiling {
+    let gib = |b: u64| b as f64 / GIB;
+    match engine {
+        Engine::Vllm => {
+            let (v1, _) = engine::vllm_v1(k, gpu);
+            match vllm::vllm_free_at_start(t, gpu, k, v1) {
+                Some(s) => {
+                    let max = s.ceiling();
+                    ShareCeiling {
+                        max,
+                        text: format!(
+                            "the start-up check of vLLM V1 (request_memory): gpu_memory_utilization × {:.2} GiB must be free at start, {} on an otherwise idle GPU ({}, estimated): at most {max:.2}",
+                            gib(s.total),
+                            s.free_text(),
+                            s.held
+                        ),
+                    }
+                }
+                None => ShareCeiling {
+                    max: 1.0,
+                    text: format!(
+                        "vLLM {} checks no free memory at start (V1 does from 0.9.1); the budget and, beside it, the CUDA context and graphs must fit the {:.2} GiB device, as the capacity model checks",
+                        version_label(Engine::Vllm, k),
+                        gib(now.total_bytes)
+                    ),
+                },
+            }
+        }
+        Engine::Sglang => {
+            let pre = now.total_bytes.saturating_sub(now.non_torch_bytes);
+            let rest = now.activation_peak_bytes + now.cuda_graph_bytes;
+            let max = ((1.0 - rest as f64 / pre.max(1) as f64) * 100.0).floor() / 100.0;
+            ShareCeiling {
+                max: max.clamp(0.0, 1.0),
+                text: format!(
+                    "SGLang checks no upper bound at start; the rest of the {:.2} GiB free before loading holds the activations and CUDA graphs (the fraction as server_args.py defines it), {:.2} GiB by the estimate of vram: at most {:.2}",
+                    gib(pre),
+                    gib(rest),
+                    max.clamp(0.0, 1.0)
+                ),
+            }
+        }
+    }
+}
+
 /// `0.6.5`, `0.11` (no patch asked or pinned: `major.minor`).
 fn version_label(e: Engine, k: &Knobs) -> String {
     match k.engine_version {

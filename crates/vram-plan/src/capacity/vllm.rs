@@ -69,6 +69,22 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             "vLLM refuses this: ValueError: max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({max_num_seqs}) (SchedulerConfig; raise --max-num-batched-tokens or lower --max-num-seqs)"
         )));
     }
+    // V1's start-up check from 0.9.1, before anything is loaded: the share asked of the device
+    // must be free at start (`vllm_free_at_start`).
+    if let Some(start) = vllm_free_at_start(t, gpu, k, v1) {
+        let requested = (total as f64 * util).ceil() as u64;
+        if start.free < requested {
+            return Err(Error::Capacity(format!(
+                "vLLM {} refuses this: {} (estimated: {} free of {:.2} GiB on an otherwise idle GPU, {}; the largest --gpu-memory-utilization it takes is {:.2})",
+                version_label(Engine::Vllm, k),
+                start.message(util, requested),
+                start.free_text(),
+                total as f64 / GIB,
+                start.held,
+                start.ceiling()
+            )));
+        }
+    }
     if let Some(q) = engine::vllm_07_mla_disabled_by(t, k) {
         return Err(Error::Capacity(format!(
             "vLLM {} does not run MLA under {q} quantization (ModelConfig.use_mla: \"MLA is not supported with {q} quantization. Disabling MLA.\") and caches full K and V per head instead, which vram does not model; vLLM 0.7.3 keeps MLA (--engine-version 0.7.3)",
@@ -625,4 +641,110 @@ pub(super) fn load_failure(weights: u64, context: u64, total: u64) -> String {
         context as f64 / GIB,
         total as f64 / GIB
     )
+}
+
+/// The device memory free when vLLM V1 takes its start-up snapshot, as vram estimates it on a
+/// GPU nothing else uses: what `request_memory` compares `gpu_memory_utilization × total` with.
+pub(super) struct FreeAtStart {
+    /// The device total (torch's `total_memory`), bytes.
+    pub(super) total: u64,
+    /// Free at the snapshot, bytes.
+    pub(super) free: u64,
+    /// What holds the rest, in words.
+    pub(super) held: String,
+    /// The release's text names the device (`init_snapshot.device_`, `cuda:0`: at 0.14.1, not
+    /// at 0.13.0; 0.14.0 not read). Sizes are `round(b / GiB, 2)` as Python writes it at every
+    /// release (`format_gib` from 0.14.1).
+    names_device: bool,
+}
+
+impl FreeAtStart {
+    /// The largest utilization, in hundredths, that the check lets through: `ceil(total × u)`
+    /// at most the free memory (vLLM's `CacheConfig` takes at most 1).
+    pub(super) fn ceiling(&self) -> f64 {
+        (1..=100u32)
+            .rev()
+            .map(|h| f64::from(h) / 100.0)
+            .find(|&u| (self.total as f64 * u).ceil() as u64 <= self.free)
+            .unwrap_or(0.0)
+    }
+
+    /// `78.68 GiB`.
+    pub(super) fn free_text(&self) -> String {
+        format!("{:.2} GiB", self.free as f64 / GIB)
+    }
+
+    /// The engine's ValueError for `util` asking `requested` bytes.
+    fn message(&self, util: f64, requested: u64) -> String {
+        let g = |b: u64| python_round2(b as f64 / GIB);
+        format!(
+            "ValueError: Free memory on device{} ({}/{} GiB) on startup is less than desired GPU memory utilization ({util}, {} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+            if self.names_device { " cuda:0" } else { "" },
+            g(self.free),
+            g(self.total),
+            g(requested)
+        )
+    }
+}
+
+/// Python's `str(round(x, 2))`: at most two decimals, trailing zeros dropped but one
+/// (`78.7`, `79.19`, `78.0`).
+fn python_round2(x: f64) -> String {
+    let s = format!("{:.2}", (x * 100.0).round() / 100.0);
+    let s = s.trim_end_matches('0');
+    if s.ends_with('.') {
+        format!("{s}0")
+    } else {
+        s.to_string()
+    }
+}
+
+/// vLLM V1's start-up check on the share of the device it asks for, from 0.9.1
+/// (`v1/worker/gpu_worker.py` `init_device` at 0.9.1 to 0.13.0, `request_memory` in
+/// `v1/worker/utils.py` from 0.14.1, read at every release in 0.9.1-0.23.0 but 0.14.0, 0.17.0,
+/// 0.18.0, 0.20.0, 0.22.0; absent at 0.8.5 and 0.9.0, which read `init_gpu_memory` and check
+/// nothing, and in V0's `worker.py`): `requested_memory = ceil(total × gpu_memory_utilization)`
+/// must not exceed the free memory of the snapshot, or `ValueError: Free memory on device ... on
+/// startup is less than desired GPU memory utilization`. The snapshot comes once the context
+/// exists and before any kernel (the bare context, [`Gpu::bare_context_bytes`] under the CUDA
+/// 12.8 of the releases' torch; vLLM 0.19's own `worker init memory snapshot` reads 0.51 GiB on
+/// an H100 at TP 1) and, from 0.11.0, after `init_worker_distributed_environment` ("Initialize
+/// the distributed environment BEFORE taking memory snapshot"), so the process groups'
+/// communicators are held too ([`non_torch::vllm_init_communicators`]); from 0.9.1 to 0.10.2 it
+/// comes before them. `None` where the release makes no such check.
+pub(super) fn vllm_free_at_start(
+    t: &Transformer,
+    gpu: &Gpu,
+    k: &Knobs,
+    v1: bool,
+) -> Option<FreeAtStart> {
+    let v = Engine::Vllm.version_in_force(k);
+    if !v1 || v < [0, 9, 1] {
+        return None;
+    }
+    let total = gpu.memory_bytes;
+    let context = if gpu.is_rocm() {
+        gpu.context_bytes()
+    } else {
+        gpu.bare_context_bytes([12, 8])
+    };
+    let comms = if v >= [0, 11, 0] {
+        non_torch::vllm_init_communicators(t, gpu, k, v1)
+    } else {
+        None
+    };
+    let held = match &comms {
+        Some((b, _)) => format!(
+            "the CUDA context {:.2} GiB and the communicators of the process groups {:.2} GiB",
+            context as f64 / GIB,
+            *b as f64 / GIB
+        ),
+        None => format!("the CUDA context {:.2} GiB", context as f64 / GIB),
+    };
+    Some(FreeAtStart {
+        total,
+        free: total.saturating_sub(context + comms.map_or(0, |c| c.0)),
+        held,
+        names_device: v >= [0, 14, 0],
+    })
 }
