@@ -348,22 +348,17 @@ pub(super) fn mxfp4_triton_extras(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 
     if !kernel.contains("Triton") {
         return 0;
     }
-    let Some(moe) = t.blocks.kinds.iter().find_map(|kind| kind.ffn.moe()) else {
+    let Some(TritonExperts {
+        experts,
+        i_pad,
+        up_rows,
+        bias: expert_bias,
+    }) = triton_experts(t, k, im)
+    else {
         return 0;
     };
-    let (etp, _) = expert_split(k);
-    let experts = moe
-        .experts
-        .div_ceil(if k.expert_parallel { etp } else { 1 });
-    let inter = if k.expert_parallel {
-        moe.expert_intermediate
-    } else {
-        moe.expert_intermediate.div_ceil(k.tp)
-    };
-    let i_pad = inter.div_ceil(im) * im;
     let h = t.hidden();
-    let up_rows = if moe.gated { 2 * i_pad } else { i_pad };
-    let bias = if moe.expert_bias {
+    let bias = if expert_bias {
         (up_rows + h) * k.dtype_bytes
     } else {
         0
@@ -376,6 +371,36 @@ pub(super) fn mxfp4_triton_extras(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 
         0
     };
     experts * (bias + scales) * t.layers().div_ceil(k.pp)
+}
+
+/// The MXFP4 expert banks one GPU holds in vLLM's Triton layout: experts per GPU (whole
+/// experts over `tp × dp` with `--enable-expert-parallel`, else all of them), the per-GPU
+/// intermediate size padded to the layout's multiple `im`, and `w13`'s rows (`2I` gated).
+struct TritonExperts {
+    experts: u64,
+    i_pad: u64,
+    up_rows: u64,
+    bias: bool,
+}
+
+fn triton_experts(t: &Transformer, k: &Knobs, im: u64) -> Option<TritonExperts> {
+    let moe = t.blocks.kinds.iter().find_map(|kind| kind.ffn.moe())?;
+    let (etp, _) = expert_split(k);
+    let experts = moe
+        .experts
+        .div_ceil(if k.expert_parallel { etp } else { 1 });
+    let inter = if k.expert_parallel {
+        moe.expert_intermediate
+    } else {
+        moe.expert_intermediate.div_ceil(k.tp)
+    };
+    let i_pad = inter.div_ceil(im) * im;
+    Some(TritonExperts {
+        experts,
+        i_pad,
+        up_rows: if moe.gated { 2 * i_pad } else { i_pad },
+        bias: moe.expert_bias,
+    })
 }
 
 /// Whether the triton_kernels that vLLM's wheel vendors (`vllm/third_party/triton_kernels`, the
@@ -406,20 +431,15 @@ pub(super) fn mxfp4_hopper_value_padding(t: &Transformer, k: &Knobs, gpu: &Gpu) 
     if kernel != "Triton" || !vllm_mxfp4_value_prepad(k) {
         return 0;
     }
-    let Some(moe) = t.blocks.kinds.iter().find_map(|kind| kind.ffn.moe()) else {
+    let Some(TritonExperts {
+        experts,
+        i_pad,
+        up_rows,
+        ..
+    }) = triton_experts(t, k, im)
+    else {
         return 0;
     };
-    let (etp, _) = expert_split(k);
-    let experts = moe
-        .experts
-        .div_ceil(if k.expert_parallel { etp } else { 1 });
-    let inter = if k.expert_parallel {
-        moe.expert_intermediate
-    } else {
-        moe.expert_intermediate.div_ceil(k.tp)
-    };
-    let i_pad = inter.div_ceil(im) * im;
-    let up_rows = if moe.gated { 2 * i_pad } else { i_pad };
     let h = t.hidden();
     let r64 = |x: u64| x.div_ceil(64) * 64;
     // Each matrix as swizzled: (packed MXFP4 axis in bytes, the other axis).
