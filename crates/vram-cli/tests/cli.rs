@@ -1048,22 +1048,9 @@ fn doctor_reads_an_argument_a_file_or_stdin() {
     );
     let (code, out2, _) = vram(&["doctor", &f, "--no-nvml"]);
     assert_eq!((code, &out2), (0, &out));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(["doctor", "--no-nvml", "--json"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(OOM_2_5.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (code, out, err) = common::vram_stdin(&["doctor", "--no-nvml", "--json"], OOM_2_5);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["causes"][0]["kind"], "fragmentation");
     assert_eq!(v["message"]["requested_bytes"], 2u64 << 30);
     assert_eq!(v["remedies"][0]["saves_bytes"], 42u64 << 30);
@@ -2307,34 +2294,17 @@ fn size_flags_share_one_spelling_and_one_sample_is_singular() {
     assert!(err.contains("1 sample appended"), "{err}");
 }
 
-/// `vram` with `input` on standard input.
-fn vram_in(args: &[&str], input: &[u8]) -> (i32, String, String) {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run vram");
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    let o = child.wait_with_output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
 /// Standard input from a pipe gets no prompt (the prompt is for a terminal only): stderr
 /// stays empty for `vram doctor` and `vram batch --lengths -`, as scripts read it.
 #[test]
 fn reading_a_pipe_prints_no_prompt() {
-    let (code, _, err) = vram_in(&["doctor", "--no-nvml"], OOM_2_5.as_bytes());
+    let (code, _, err) = common::vram_stdin(&["doctor", "--no-nvml"], OOM_2_5.as_bytes());
     assert_eq!((code, err.as_str()), (0, ""));
-    let (code, _, err) = vram_in(&["doctor", "-", "--no-nvml", "--json"], OOM_2_5.as_bytes());
+    let (code, _, err) =
+        common::vram_stdin(&["doctor", "-", "--no-nvml", "--json"], OOM_2_5.as_bytes());
     assert_eq!((code, err.as_str()), (0, ""));
-    let (code, _, err) = vram_in(&["batch", "gpt2", "--lengths", "-"], b"128 256\n512\n");
+    let (code, _, err) =
+        common::vram_stdin(&["batch", "gpt2", "--lengths", "-"], b"128 256\n512\n");
     assert_eq!((code, err.as_str()), (0, ""));
 }
 
@@ -2534,7 +2504,7 @@ fn text_saved_as_utf16_with_a_bom_or_colour_codes_reads_the_same() {
         let f = write(&dir, name, &bytes);
         let (code, out, err) = vram(&["doctor", &f, "--no-nvml"]);
         assert_eq!((code, out.as_str()), (0, plain.as_str()), "{name}: {err}");
-        let (code, out, err) = vram_in(&["doctor", "--no-nvml"], &bytes);
+        let (code, out, err) = common::vram_stdin(&["doctor", "--no-nvml"], &bytes);
         assert_eq!(
             (code, out.as_str()),
             (0, plain.as_str()),
@@ -2544,7 +2514,7 @@ fn text_saved_as_utf16_with_a_bom_or_colour_codes_reads_the_same() {
     // Latin-1 around the message: on standard input as from a file.
     let mut latin1 = b"Fehler \xe9: ".to_vec();
     latin1.extend_from_slice(OOM_2_5.as_bytes());
-    let (code, out, err) = vram_in(&["doctor", "--no-nvml"], &latin1);
+    let (code, out, err) = common::vram_stdin(&["doctor", "--no-nvml"], &latin1);
     assert_eq!((code, out.as_str()), (0, plain.as_str()), "{err}");
 
     // Lengths.
@@ -2559,7 +2529,7 @@ fn text_saved_as_utf16_with_a_bom_or_colour_codes_reads_the_same() {
         let (code, out, err) = vram(&["batch", "gpt2", "--lengths", &f]);
         assert_eq!((code, out.as_str()), (0, want.as_str()), "{name}: {err}");
     }
-    let (code, out, err) = vram_in(
+    let (code, out, err) = common::vram_stdin(
         &["batch", "gpt2", "--lengths", "-"],
         &utf16le_with_bom("128 256 512"),
     );

@@ -4,34 +4,12 @@
 //! capacity answer holds; vram's own estimates of an out-of-memory failure, which no engine
 //! prints in those words, must be refused as such, in one line.
 
-use std::process::Command;
+mod common;
+use common::{vram, vram_stdin};
 
 use serde_json::Value;
 use vram_doctor::serving::ServingError;
 use vram_doctor::{read, Reading};
-
-fn vram(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vram"))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.unwrap_or("").as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
 
 /// `vram capacity ARGS --json`: the answer and its failure line (the log's last line naming an
 /// error), which it must have.
@@ -39,7 +17,7 @@ fn predicted(args: &str) -> (Value, String) {
     let mut a: Vec<&str> = vec!["capacity"];
     a.extend(args.split_whitespace());
     a.push("--json");
-    let (code, out, err) = vram(&a, None);
+    let (code, out, err) = vram(&a);
     assert_eq!(code, 0, "{args}: {err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["starts"], false, "{args}");
@@ -60,7 +38,7 @@ fn serving(line: &str) -> ServingError {
     let Ok(Reading::Serving(e)) = read(line) else {
         panic!("not read as a serving error: {line}");
     };
-    let (code, out, err) = vram(&["doctor", "--json", "-"], Some(line));
+    let (code, out, err) = vram_stdin(&["doctor", "--json", "-"], line);
     assert_eq!(code, 0, "{line}: {err}");
     let d: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(d["error"]["error"], e.kind(), "{line}");
@@ -199,19 +177,16 @@ fn load_refusals_read_back_with_their_figures() {
     )
     .unwrap();
     let cfg = cfg.to_string_lossy().into_owned();
-    let (code, _, err) = vram(
-        &[
-            "capacity",
-            &cfg,
-            "--gpu",
-            "v100-16g",
-            "--engine-version",
-            "0.22.1",
-            "--max-model-len",
-            "2048",
-        ],
-        None,
-    );
+    let (code, _, err) = vram(&[
+        "capacity",
+        &cfg,
+        "--gpu",
+        "v100-16g",
+        "--engine-version",
+        "0.22.1",
+        "--max-model-len",
+        "2048",
+    ]);
     assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
     assert_eq!(
         serving(&err),
@@ -241,7 +216,7 @@ fn vram_estimated_oom_lines_are_refused_as_vram_own() {
     );
     assert!(line.contains("while capturing CUDA graphs"), "{line}");
     assert!(read(&line).is_err(), "{line}");
-    let (code, _, err) = vram(&["doctor", "-"], Some(&line));
+    let (code, _, err) = vram_stdin(&["doctor", "-"], &line);
     assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
     assert!(err.contains("vram's own estimate"), "{err}");
 }
@@ -317,13 +292,13 @@ fn non_memory_refusals_are_named_by_the_doctor() {
         let mut a = vec!["capacity"];
         a.extend(&args);
         a.extend(["--gpu", "h100-80g"]);
-        let (code, _, line) = vram(&a, None);
+        let (code, _, line) = vram(&a);
         assert_eq!(
             (code, line.trim().lines().count()),
             (2, 1),
             "{args:?}: {line}"
         );
-        let (code, out, err) = vram(&["doctor", "-"], Some(&line));
+        let (code, out, err) = vram_stdin(&["doctor", "-"], &line);
         assert_eq!(
             (code, err.trim().lines().count()),
             (2, 1),
@@ -360,7 +335,7 @@ fn weights_beyond_the_device_fail_while_loading() {
             v["weights_bytes"].as_u64().unwrap() > v["total_bytes"].as_u64().unwrap(),
             "{engine}"
         );
-        let (code, _, err) = vram(&["doctor", "-"], Some(&line));
+        let (code, _, err) = vram_stdin(&["doctor", "-"], &line);
         assert_eq!((code, err.trim().lines().count()), (2, 1), "{err}");
         assert!(err.contains("vram's own estimate"), "{err}");
     }
@@ -392,7 +367,7 @@ fn the_start_up_check_refusal_reads_back_with_its_figures() {
     let run = |u: &str| {
         let a = args(u);
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        vram(&a, None)
+        vram(&a)
     };
     let (code, _, line) = run("0.99");
     assert_eq!((code, line.trim().lines().count()), (2, 1), "{line}");

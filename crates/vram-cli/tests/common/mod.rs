@@ -19,6 +19,31 @@ pub fn vram(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `vram ARGS` with `stdin` written to its standard input: its exit code, stdout and stderr.
+pub fn vram_stdin(args: &[&str], stdin: impl AsRef<[u8]>) -> (i32, String, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vram");
+    child
+        .stdin
+        .take()
+        .expect("vram's stdin")
+        .write_all(stdin.as_ref())
+        .expect("write vram's stdin");
+    let out = child.wait_with_output().expect("wait for vram");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `vram ARGS` refused as bad input: exit 2, nothing on stdout, one line on stderr, which it
 /// returns.
 pub fn refused(args: &[&str]) -> String {
