@@ -2531,7 +2531,7 @@ fn text_saved_as_utf16_with_a_bom_or_colour_codes_reads_the_same() {
     }
     let (code, out, err) = common::vram_stdin(
         &["batch", "gpt2", "--lengths", "-"],
-        &utf16le_with_bom("128 256 512"),
+        utf16le_with_bom("128 256 512"),
     );
     assert_eq!((code, out.as_str()), (0, want.as_str()), "stdin: {err}");
     let bad = write(&dir, "len_bad.txt", &[0x80, 0x31, 0x32]);
