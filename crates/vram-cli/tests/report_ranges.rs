@@ -27,6 +27,22 @@ fn answer(args: &[&str]) -> String {
     out
 }
 
+/// A training plan of GPT-2 on eight A100s, its best candidate only.
+const PLAN_GPT2: &[&str] = &[
+    "plan",
+    "gpt2",
+    "--gpu",
+    "a100-80g",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "64",
+    "--seq",
+    "1024",
+    "--top",
+    "1",
+];
+
 /// One real answer of every kind `vram report` renders, with the floats each kind holds: an
 /// inference estimate (its serving speed, `--fragmentation`), a LoRA estimate, a capacity
 /// that does not start (its cheapest change), plans (training and LoRA), batches, a checkpoint
@@ -313,20 +329,7 @@ fn report_refuses_a_checkpoint_that_is_not_one_and_writes_nothing() {
         assert!(!page.exists(), "{err}");
     }
     // A plan's MFU above 1 and a negative step time, as the command says them.
-    let plan = answer(&[
-        "plan",
-        "gpt2",
-        "--gpu",
-        "a100-80g",
-        "--gpus",
-        "8",
-        "--global-batch",
-        "64",
-        "--seq",
-        "1024",
-        "--top",
-        "1",
-    ]);
+    let plan = answer(PLAN_GPT2);
     let v: Value = serde_json::from_str(&plan).unwrap();
     for (path, bad, want) in [
         (
@@ -357,20 +360,7 @@ fn report_refuses_a_checkpoint_that_is_not_one_and_writes_nothing() {
 /// infinities are out of every one.
 #[test]
 fn check_refuses_nan_and_infinity() {
-    let plan = answer(&[
-        "plan",
-        "gpt2",
-        "--gpu",
-        "a100-80g",
-        "--gpus",
-        "8",
-        "--global-batch",
-        "64",
-        "--seq",
-        "1024",
-        "--top",
-        "1",
-    ]);
+    let plan = answer(PLAN_GPT2);
     let Report::Plan(p) = Report::from_json(&plan).unwrap() else {
         panic!("not a plan")
     };
