@@ -24,7 +24,7 @@ fn public() -> Vec<(String, String)> {
 
 /// The real messages each kind was recognised on: every one `public.txt` holds of these engines'
 /// figure-less errors (all labelled `refuse` from their threads).
-const REAL: [(&str, Foreign); 8] = [
+const REAL: [(&str, Foreign); 10] = [
     // 2023's single-file backend: `CUDA error 2 at ggml-cuda.cu:359: out of memory`.
     (
         "https://github.com/ggml-org/llama.cpp/issues/1230",
@@ -60,6 +60,15 @@ const REAL: [(&str, Foreign); 8] = [
     ),
     (
         "https://github.com/Comfy-Org/ComfyUI/issues/8336",
+        Foreign::AsyncCut,
+    ),
+    // The same bare line from two ComfyUI custom nodes (batch 28).
+    (
+        "https://github.com/billwuhao/ComfyUI_ACE-Step/issues/14",
+        Foreign::AsyncCut,
+    ),
+    (
+        "https://github.com/BoyuanJiang/FitDiT-ComfyUI/issues/2",
         Foreign::AsyncCut,
     ),
 ];
