@@ -321,11 +321,13 @@ fn moe_caches_share_one_buffer_from_vllm_0_8() {
             .activation_peak_bytes
     };
     // Mixtral-8x7B at TP 2 (h 4096, f 7168, top-2) over V0's 8192 tokens, run eagerly: the
-    // layer input, residual, normed input and the experts' output (4h) beside the caches.
+    // layer input, residual, normed input and the experts' output (4h) beside the caches, and
+    // V0's cuBLAS workspace from 0.7 (32 MiB on Hopper, `sampler::vllm_cublas_workspace`).
     let n = 8192u64;
+    let ws = 32u64 << 20;
     assert_eq!(
         peak(&at([0, 7, 2])),
-        n * (4 * 4096 + 2 * (3 * 7168 + 4096)) * 2
+        n * (4 * 4096 + 2 * (3 * 7168 + 4096)) * 2 + ws
     );
     assert_eq!(
         peak(&at([0, 8, 0])),
@@ -2102,7 +2104,10 @@ fn vllm_plain_awq_profile_holds_the_dequantized_down_proj() {
     let plain = at(Quantization::Awq, Some(false), 32768);
     let marlin = at(Quantization::Awq, Some(true), 32768);
     assert_eq!(plain - marlin, down);
-    assert_eq!(plain, 32768 * (4 * 5120 + 3 * 25600) * 2 + down);
+    // V0 from 0.7 holds PyTorch's cuBLAS workspace too (`sampler::vllm_cublas_workspace`:
+    // 8.125 MiB off Hopper).
+    let ws = 2 * 4096 * 1024 + 8 * 16 * 1024;
+    assert_eq!(plain, 32768 * (4 * 5120 + 3 * 25600) * 2 + down + ws);
     assert_eq!(
         on(4, Quantization::Awq, Some(false), 32768),
         on(4, Quantization::Awq, Some(true), 32768)
