@@ -215,7 +215,7 @@ const NVLS_COMMUNICATOR_BYTES: u64 = 1853 * MIB - 3 * FI_MULTICAST_GRANULARITY;
 /// 0.05 GiB as vLLM 0.8.2 prints it on a T4 ("non_torch_memory takes 0.05GiB", V0 at TP 1,
 /// `unseen-round5.json`, fit; V0 from 0.7 reads its baseline before any kernel). The V1 0.18 T4
 /// eager TP-1 fit logs (kaggle-vllm's OPT-125m and Phi-4-mini, whose V1 baseline at TP 1 is also
-/// before any kernel) leave 51.9 and 50.0 MiB for it once the profile's PyTorch peak counts the
+/// before any kernel) leave 52.1 and 50.8 MiB for it once the profile's PyTorch peak counts the
 /// cuBLAS workspace, the Triton sampler buffer and the sampler's rows
 /// ([`super::sampler`]). The 0.08 GiB used before session 13 was that residual taken while
 /// those three sat outside vram's PyTorch peak, so they were counted twice once `sampler` added
