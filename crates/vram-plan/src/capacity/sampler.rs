@@ -1,6 +1,6 @@
-//! What vLLM V1's profile run holds beside the dummy sampler's per-row tensors
-//! ([`super::activation::sampler_peak`]) and beside the forward's live set, read at the
-//! releases named on each function.
+//! What vLLM V1's profile run (and, for the cuBLAS workspace, V0's from 0.7) holds beside the
+//! dummy sampler's per-row tensors ([`super::activation::sampler_peak`]) and beside the
+//! forward's live set, read at the releases named on each function.
 
 use super::*;
 
