@@ -637,6 +637,18 @@ fn report_refuses_fields_that_disagree_with_each_other() {
         ),
         (
             "plan",
+            "plans[0].label",
+            |_| "tp2 pp1 dp4 mb8x2 zero2".into(),
+            "inconsistent with the row's fields, which read tp1 pp1 dp8 mb8x1 zero1",
+        ),
+        (
+            "plan",
+            "plans[0].zero_stage",
+            |_| 3.into(),
+            "plans[0].label is \"tp1 pp1 dp8 mb8x1 zero1\", inconsistent with the row's fields, which read tp1 pp1 dp8 mb8x1 zero3",
+        ),
+        (
+            "plan",
             "gpus_per_node",
             |_| 0.into(),
             "out of range: a count of at least 1",
@@ -665,6 +677,12 @@ fn report_refuses_fields_that_disagree_with_each_other() {
             "plans[0].trainable_params",
             |_| 7.into(),
             "inconsistent with the report's trainable_params",
+        ),
+        (
+            "ft_plan",
+            "plans[0].label",
+            |_| "dp1 mb4x2".into(),
+            "inconsistent with the row's fields, which read \"dp1 mb8x1\"",
         ),
         (
             "ft_plan",
@@ -735,6 +753,8 @@ fn report_refuses_fields_that_disagree_with_each_other() {
         // breakdown entry or `needed_bytes` makes `total_bytes` disagree, which is named; a plan
         // row's factor, the row.
         let named = match *path {
+            // The label that no longer reads as the row's fields.
+            "plans[0].zero_stage" if bad == 3 => "plans[0].label is ".to_string(),
             "breakdown.activations" | "needed_bytes" => {
                 format!("total_bytes is {}, ", u(&v, "total_bytes"))
             }

@@ -20,18 +20,18 @@
 //! value and the range.
 //!
 //! A third rule holds figures in their ranges to each other, where `vram` writes one from the
-//! others and a page would print both: an estimate's `total_bytes` is its breakdown's sum and
-//! its needed bytes plus the CUDA context, its `headroom_bytes` and `fits` follow from it and
-//! the GPU's memory, its peaks are ordered (tensors, allocated, needed); a setup's parallel
-//! degrees are at least 1 and its ZeRO stage at most 3 (a pipeline rank below the stages), its
-//! micro-batch, sequence and accumulation at least 1, a generation's new tokens fewer than its
-//! context and its cache element 1, 2 or 4 bytes, as the flags require; a plan's degrees multiply to its GPUs and its data
-//! parallelism times micro-batch times accumulation is its global batch, its step time is
-//! its time's total and its tokens per second the global batch's tokens over it; a capacity's
-//! budget is at most the device, its KV cache at most the budget, and the length that fits at
-//! most `max_model_len` (all of it, under vLLM, when the engine starts). A figure that breaks
-//! one is [`crate::Error::Inconsistent`]: one line with its path, its value and what it
-//! disagrees with.
+//! others and a page would print both: an estimate's `total_bytes` is its breakdown's sum and its
+//! needed bytes plus the CUDA context, its `headroom_bytes` and `fits` follow from it and the GPU's
+//! memory, its peaks are ordered (tensors, allocated, needed); a setup's parallel degrees are at
+//! least 1 and its ZeRO stage at most 3 (a pipeline rank below the stages), its micro-batch,
+//! sequence and accumulation at least 1, a generation's new tokens fewer than its context and its
+//! cache element 1, 2 or 4 bytes, as the flags require; a plan's degrees multiply to its GPUs and
+//! its data parallelism times micro-batch times accumulation is its global batch, its label reads
+//! as its fields (degrees, split, ZeRO stage), its step time is its time's total and its tokens per
+//! second the global batch's tokens over it; a capacity's budget is at most the device, its KV
+//! cache at most the budget, and the length that fits at most `max_model_len` (all of it, under
+//! vLLM, when the engine starts). A figure that breaks one is [`crate::Error::Inconsistent`]: one
+//! line with its path, its value and what it disagrees with.
 
 use serde_json::Value;
 

@@ -167,6 +167,29 @@ impl PlanRow {
             batch == r.global_batch,
             || format!("global_batch {}", r.global_batch),
         )?;
+        // The label the text and the page print for the row opens with its layout and ZeRO
+        // stage (`vram_plan::search::Plan::label`).
+        let head = format!(
+            "tp{} pp{} dp{} mb{}x{}",
+            self.tp, self.pp, self.dp, self.micro_batch, self.grad_accum
+        );
+        let zero = format!(" zero{}", self.zero_stage);
+        let rest = self.label.strip_prefix(&head);
+        let labelled = rest.is_some_and(|rest| {
+            (rest.is_empty() || rest.starts_with(' '))
+                && rest.split(' ').any(|w| w.starts_with("zero")) == (self.zero_stage > 0)
+                && (self.zero_stage == 0 || rest.starts_with(&zero))
+        });
+        c.agree("label", format!("{:?}", self.label), labelled, || {
+            format!(
+                "the row's fields, which read {head}{}",
+                if self.zero_stage > 0 {
+                    zero.as_str()
+                } else {
+                    ""
+                }
+            )
+        })?;
         c.agree(
             "step_time_s",
             self.step_time_s,
@@ -517,6 +540,13 @@ impl Ranges for FinetunePlanReport {
                         self.gpu_memory_bytes
                     )
                 },
+            )?;
+            // The label the text and the page print for the row (`FtPlan::label`).
+            c.agree(
+                "label",
+                format!("{:?}", row.label),
+                row.label == p.label(),
+                || format!("the row's fields, which read {:?}", p.label()),
             )?;
             c.agree(
                 "trainable_params",
