@@ -445,6 +445,36 @@ fn report_refuses_fields_that_disagree_with_each_other() {
             answer(&["capacity", "llama-3-8b", "--gpu", "h100-80g"]),
         ),
     ];
+    // Batches with a sequence too long for the GPU, and a replay against a capacity it
+    // runs out of.
+    let lengths = dir.join("lengths.txt");
+    std::fs::write(&lengths, "100 700 1024 30 512 2048 64 999999").unwrap();
+    let pickle = dir.join("gpt2.pickle");
+    let (code, _, err) = vram(&[
+        "trace",
+        "gpt2",
+        "--steps",
+        "2",
+        "--out",
+        pickle.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mut answers = answers;
+    answers.push((
+        "batch",
+        answer(&[
+            "batch",
+            "gpt2",
+            "--gpu",
+            "t4",
+            "--lengths",
+            lengths.to_str().unwrap(),
+        ]),
+    ));
+    answers.push((
+        "replay",
+        answer(&["replay", pickle.to_str().unwrap(), "--capacity", "3GiB"]),
+    ));
     let cases: &[Case] = &[
         // A setup's degrees and sizes, as the flags take them.
         (
@@ -733,6 +763,80 @@ fn report_refuses_fields_that_disagree_with_each_other() {
             |_| 0.into(),
             "out of range: a count of at least 1",
         ),
+        // Batches: a partition of the sequences, each batch fitting.
+        (
+            "batch",
+            "batches[0].indices[0]",
+            |_| 99.into(),
+            "inconsistent with sequences 8: indices are 0 to sequences - 1",
+        ),
+        (
+            "batch",
+            "batches[1].indices[0]",
+            |v| v["batches"][0]["indices"][0].clone(),
+            "inconsistent with another index of the same sequence",
+        ),
+        (
+            "batch",
+            "too_long[0]",
+            |v| v["batches"][0]["indices"][1].clone(),
+            "inconsistent with another index of the same sequence",
+        ),
+        (
+            "batch",
+            "sequences",
+            |_| 9.into(),
+            "inconsistent with the 8 sequences the batches and too_long hold",
+        ),
+        (
+            "batch",
+            "batches[0].total_bytes",
+            |v| (u(v, "capacity_bytes") + 1).into(),
+            "a batch is one that fits",
+        ),
+        // A replay's allocator figures.
+        (
+            "replay",
+            "policies[0].peak_requested_bytes",
+            |v| (u(v, "policies.0.peak_allocated_bytes") + 512).into(),
+            "inconsistent with peak_allocated_bytes",
+        ),
+        (
+            "replay",
+            "policies[0].peak_allocated_bytes",
+            |v| (u(v, "policies.0.peak_reserved_bytes") + 512).into(),
+            "inconsistent with peak_reserved_bytes",
+        ),
+        (
+            "replay",
+            "policies[1].fragmentation",
+            |_| 0.5.into(),
+            "inconsistent with 1 - peak_allocated_bytes / peak_reserved_bytes",
+        ),
+        (
+            "replay",
+            "policies[0].device_frees",
+            |v| (u(v, "policies.0.device_allocs") + 1).into(),
+            "inconsistent with device_allocs",
+        ),
+        (
+            "replay",
+            "capacity_bytes",
+            |_| Value::Null,
+            "inconsistent with capacity_bytes null",
+        ),
+        (
+            "replay",
+            "policies[2].first_oom_event",
+            |_| Value::Null,
+            "inconsistent with would_oom true",
+        ),
+        (
+            "replay",
+            "policies[0].first_oom_event",
+            |v| v["events"].clone(),
+            "indices are 0 to events - 1",
+        ),
     ];
     for (name, json) in &answers {
         Report::from_json(json).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -753,6 +857,8 @@ fn report_refuses_fields_that_disagree_with_each_other() {
         // breakdown entry or `needed_bytes` makes `total_bytes` disagree, which is named; a plan
         // row's factor, the row.
         let named = match *path {
+            // A replay without its capacity: each policy's verdict disagrees with it.
+            "capacity_bytes" => "policies[0].would_oom is true, ".to_string(),
             // The label that no longer reads as the row's fields.
             "plans[0].zero_stage" if bad == 3 => "plans[0].label is ".to_string(),
             "breakdown.activations" | "needed_bytes" => {

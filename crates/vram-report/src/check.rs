@@ -30,8 +30,11 @@
 //! as its fields (degrees, split, ZeRO stage), its step time is its time's total and its tokens per
 //! second the global batch's tokens over it; a capacity's budget is at most the device, its KV
 //! cache at most the budget, and the length that fits at most `max_model_len` (all of it, under
-//! vLLM, when the engine starts). A figure that breaks one is [`crate::Error::Inconsistent`]: one
-//! line with its path, its value and what it disagrees with.
+//! vLLM, when the engine starts); a batch split's indices name each sequence once and each batch
+//! fits; a replay's peaks are ordered (requested, allocated, reserved), its fragmentation is 1 -
+//! allocated / reserved, and its out-of-memory verdicts are there exactly when it was replayed
+//! against a capacity. A figure that breaks one is [`crate::Error::Inconsistent`]: one line with
+//! its path, its value and what it disagrees with.
 
 use serde_json::Value;
 
