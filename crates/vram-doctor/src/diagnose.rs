@@ -1206,7 +1206,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     bytes: private,
                     sufficient,
                     detail: format!(
-                        "{} ({:.0}% of reserved) sits in the private pools of {}, which eager allocations cannot use{}",
+                        "{} ({:.1}% of reserved) sits in the private pools of {}, which eager allocations cannot use{}",
                         hb(private),
                         pct(private, reserved),
                         backend.graphs(),

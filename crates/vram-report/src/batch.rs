@@ -43,7 +43,52 @@ pub struct BatchReport {
 impl Ranges for BatchReport {
     fn ranges(&self, c: &mut Checker) -> Result<()> {
         // `Batches` is inline (flattened).
-        self.batches.ranges(c)
+        self.batches.ranges(c)?;
+        // The batches and the sequences too long for any split the input's sequences: each
+        // index names one of them, once (`vram_plan::batching::batch_by_memory`), and each
+        // batch holds at least one and fits the capacity it was packed for.
+        let n = self.sequences;
+        let mut seen = std::collections::HashSet::new();
+        let mut place = |c: &mut Checker, name: &str, k: usize| -> Result<()> {
+            c.agree(name, k, (k as u64) < n, || {
+                format!("sequences {n}: indices are 0 to sequences - 1")
+            })?;
+            c.agree(name, k, seen.insert(k), || {
+                "another index of the same sequence: each is in one place".into()
+            })
+        };
+        c.each("batches", &self.batches.batches, |c, b| {
+            c.agree("indices", "[]", !b.indices.is_empty(), || {
+                "a batch, which holds at least one sequence".into()
+            })?;
+            for (i, &k) in b.indices.iter().enumerate() {
+                place(c, &format!("indices[{i}]"), k)?;
+            }
+            c.agree(
+                "total_bytes",
+                b.total_bytes,
+                b.total_bytes <= self.capacity_bytes,
+                || {
+                    format!(
+                        "capacity_bytes {}: a batch is one that fits",
+                        self.capacity_bytes
+                    )
+                },
+            )
+        })?;
+        for (i, &k) in self.batches.too_long.iter().enumerate() {
+            place(c, &format!("too_long[{i}]"), k)?;
+        }
+        let placed = self
+            .batches
+            .batches
+            .iter()
+            .map(|b| b.indices.len())
+            .sum::<usize>()
+            + self.batches.too_long.len();
+        c.agree("sequences", n, placed as u64 == n, || {
+            format!("the {placed} sequences the batches and too_long hold")
+        })
     }
 }
 

@@ -164,6 +164,7 @@ pub struct CapacityReport {
 
 impl Ranges for CapacityReport {
     fn ranges(&self, c: &mut Checker) -> Result<()> {
+        c.field("gpu", &self.gpu)?;
         // The capacity's fields are inline: its paths are the report's own.
         self.capacity.ranges(c)?;
         match &self.cheapest_change {

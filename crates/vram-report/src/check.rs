@@ -18,6 +18,23 @@
 //!
 //! A figure out of its range is [`crate::Error::OutOfRange`]: one line with the JSON path, the
 //! value and the range.
+//!
+//! A third rule holds figures in their ranges to each other, where `vram` writes one from the
+//! others and a page would print both: an estimate's `total_bytes` is its breakdown's sum and its
+//! needed bytes plus the CUDA context, its `headroom_bytes` and `fits` follow from it and the GPU's
+//! memory, its peaks are ordered (tensors, allocated, needed); a setup's parallel degrees are at
+//! least 1 and its ZeRO stage at most 3 (a pipeline rank below the stages), its micro-batch,
+//! sequence and accumulation at least 1, a generation's new tokens fewer than its context and its
+//! cache element 1, 2 or 4 bytes, as the flags require; a plan's degrees multiply to its GPUs and
+//! its data parallelism times micro-batch times accumulation is its global batch, its label reads
+//! as its fields (degrees, split, ZeRO stage), its step time is its time's total and its tokens per
+//! second the global batch's tokens over it; a capacity's budget is at most the device, its KV
+//! cache at most the budget, and the length that fits at most `max_model_len` (all of it, under
+//! vLLM, when the engine starts); a batch split's indices name each sequence once and each batch
+//! fits; a replay's peaks are ordered (requested, allocated, reserved), its fragmentation is 1 -
+//! allocated / reserved, and its out-of-memory verdicts are there exactly when it was replayed
+//! against a capacity. A figure that breaks one is [`crate::Error::Inconsistent`]: one line with
+//! its path, its value and what it disagrees with.
 
 use serde_json::Value;
 
@@ -110,6 +127,52 @@ impl Checker {
         Err(self.error(name, v.to_string(), "a count of at least 1".into()))
     }
 
+    /// Checks an integer `v`, the field `name`, against `[lo, hi]` (`what` says the range in
+    /// words).
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] when it is outside.
+    pub fn int(&mut self, name: &str, v: u64, (lo, hi, what): (u64, u64, &str)) -> Result<()> {
+        if (lo..=hi).contains(&v) {
+            return Ok(());
+        }
+        Err(self.error(name, v.to_string(), what.to_string()))
+    }
+
+    /// Checks an integer `v`, the field `name`, is one of `allowed` (`what` says them in words).
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] when it is none of them.
+    pub fn one_of(&mut self, name: &str, v: u64, allowed: &[u64], what: &str) -> Result<()> {
+        if allowed.contains(&v) {
+            return Ok(());
+        }
+        Err(self.error(name, v.to_string(), what.to_string()))
+    }
+
+    /// Checks that the field `name`, of value `value`, agrees with the rest of the report:
+    /// `ok`, else `with` says what it disagrees with.
+    ///
+    /// # Errors
+    /// [`Error::Inconsistent`] when it does not.
+    pub fn agree(
+        &mut self,
+        name: &str,
+        value: impl std::fmt::Display,
+        ok: bool,
+        with: impl FnOnce() -> String,
+    ) -> Result<()> {
+        if ok {
+            return Ok(());
+        }
+        let path = self.path_with(name);
+        Err(Error::Inconsistent {
+            path,
+            value: value.to_string(),
+            with: with(),
+        })
+    }
+
     /// Checks the pair `[first, last]` of stage indices where the checker is: `first <= last <
     /// stages`.
     ///
@@ -129,6 +192,11 @@ impl Checker {
     }
 
     fn error(&mut self, name: &str, value: String, range: String) -> Error {
+        let path = self.path_with(name);
+        Error::OutOfRange { path, value, range }
+    }
+
+    fn path_with(&mut self, name: &str) -> String {
         if !name.is_empty() {
             self.path.push(name.to_string());
         }
@@ -136,7 +204,7 @@ impl Checker {
         if !name.is_empty() {
             self.path.pop();
         }
-        Error::OutOfRange { path, value, range }
+        path
     }
 
     /// [`Checker::num`] of a field that may be null.
@@ -207,11 +275,57 @@ pub const FRAGMENTATION_FLAG: Range = Range {
     what: "a share of the allocated bytes from 0 to 10",
 };
 
+/// A parallel degree, a micro-batch, a sequence or a count of steps: at least 1.
+pub const AT_LEAST_1: (u64, u64, &str) = (1, MAX_INTEGER, "a count of at least 1");
+
+/// A ZeRO stage (`--zero`, DeepSpeed's `zero_optimization.stage`): 0 to 3.
+pub const ZERO_STAGE: (u64, u64, &str) = (0, 3, "a ZeRO stage from 0 to 3");
+
+/// Whether two floats that `vram` computed the same way agree to a part in 10^9 (the JSON
+/// keeps a float's shortest repr, so a figure read back is the one written).
+pub fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
 /// The floats of the types other crates define that a report holds, described here (their
 /// crates do not know the reports): `vram_model`'s `Setup`, `vram_plan`'s `Capacity`,
 /// `ServingChange`, `Batches`, `Stage` and `FtPlan`, and `vram_alloc`'s `PolicyResult`.
 impl Ranges for vram_model::setup::Setup {
     fn ranges(&self, c: &mut Checker) -> Result<()> {
+        use vram_model::setup::Mode;
+        let p = self.parallel;
+        c.at("parallel", |c| {
+            c.int("dp", p.dp, AT_LEAST_1)?;
+            c.int("tp", p.tp, AT_LEAST_1)?;
+            c.int("pp", p.pp, AT_LEAST_1)?;
+            c.int("zero", u64::from(p.zero), ZERO_STAGE)
+        })?;
+        c.at("mode", |c| match self.mode {
+            Mode::Train(t) => c.at("train", |c| {
+                c.int("micro_batch", t.micro_batch, AT_LEAST_1)?;
+                c.int("seq", t.seq, AT_LEAST_1)?;
+                c.int("grad_accum", t.grad_accum, AT_LEAST_1)
+            }),
+            // `vram estimate --inference` refuses `--new-tokens 0` and new tokens that leave
+            // no prompt (`request.rs`), so a setup read back holds the same.
+            Mode::Infer(i) => c.at("infer", |c| {
+                c.int("batch", i.batch, AT_LEAST_1)?;
+                // Bytes per cache element, as `--kv-dtype` sets them.
+                c.one_of(
+                    "kv_bytes",
+                    i.kv_bytes,
+                    &[1, 2, 4],
+                    "1 (fp8, int8), 2 (fp16, bf16) or 4 (fp32) bytes per element",
+                )?;
+                c.int("new_tokens", i.new_tokens, AT_LEAST_1)?;
+                c.agree("new_tokens", i.new_tokens, i.new_tokens < i.context, || {
+                    format!(
+                        "context {}: the prompt is the context less the new tokens, at least 1",
+                        i.context
+                    )
+                })
+            }),
+        })?;
         c.at("overheads", |c| {
             c.opt(
                 "fragmentation",
@@ -222,11 +336,143 @@ impl Ranges for vram_model::setup::Setup {
     }
 }
 
+/// The memory figures an estimate and a LoRA estimate both hold, checked against each other
+/// (the walk's `Estimate`, `vram_model::walk::run`): the breakdown sums to `total_bytes`, which
+/// is `needed_bytes` plus the CUDA context; the peaks are ordered; `headroom_bytes` is the GPU's
+/// memory less the total and `fits` says whether it is at least 0; the breakdown's CUDA context
+/// is the setup's.
+#[derive(Debug)]
+#[allow(missing_docs)]
+pub struct Totals<'a> {
+    pub breakdown: &'a crate::parts::Bytes,
+    pub peak_tensor_bytes: u64,
+    pub peak_bytes: u64,
+    pub reserved_bytes: u64,
+    pub needed_bytes: u64,
+    pub total_bytes: u64,
+    pub cuda_context_bytes: u64,
+    pub gpu: &'a crate::parts::GpuRef,
+    pub gpu_memory_bytes: u64,
+    pub fits: bool,
+    pub headroom_bytes: i64,
+}
+
+impl Ranges for Totals<'_> {
+    fn ranges(&self, c: &mut Checker) -> Result<()> {
+        let parts: u64 = self
+            .breakdown
+            .iter()
+            .fold(0u64, |a, (_, n)| a.saturating_add(n));
+        let total = self.total_bytes;
+        c.agree("total_bytes", total, total == parts, || {
+            format!("the breakdown, which sums to {parts}")
+        })?;
+        let context = self.breakdown.get("cuda_context");
+        c.agree(
+            "setup.overheads.cuda_context_bytes",
+            self.cuda_context_bytes,
+            self.cuda_context_bytes == context,
+            || format!("the breakdown's cuda_context {context}"),
+        )?;
+        c.agree(
+            "total_bytes",
+            total,
+            total == self.needed_bytes.saturating_add(context),
+            || {
+                format!(
+                    "needed_bytes {} plus the CUDA context's {context}",
+                    self.needed_bytes
+                )
+            },
+        )?;
+        c.agree(
+            "peak_tensor_bytes",
+            self.peak_tensor_bytes,
+            self.peak_tensor_bytes <= self.peak_bytes,
+            || format!("peak_bytes {}, which holds every tensor", self.peak_bytes),
+        )?;
+        for (name, v) in [
+            ("needed_bytes", self.needed_bytes),
+            ("reserved_bytes", self.reserved_bytes),
+        ] {
+            c.agree("peak_bytes", self.peak_bytes, self.peak_bytes <= v, || {
+                format!("{name} {v}, which holds the allocated peak")
+            })?;
+        }
+        let gpu = self.gpu_memory_bytes;
+        c.agree(
+            "gpu_memory_bytes",
+            gpu,
+            gpu == self.gpu.memory_bytes,
+            || format!("gpu.memory_bytes {}", self.gpu.memory_bytes),
+        )?;
+        let headroom = i128::from(gpu) - i128::from(total);
+        c.agree(
+            "headroom_bytes",
+            self.headroom_bytes,
+            i128::from(self.headroom_bytes) == headroom,
+            || format!("gpu_memory_bytes {gpu} less total_bytes {total}, {headroom}"),
+        )?;
+        c.agree("fits", self.fits, self.fits == (total <= gpu), || {
+            format!("total_bytes {total} against gpu_memory_bytes {gpu}")
+        })
+    }
+}
+
 impl Ranges for vram_plan::capacity::Capacity {
     fn ranges(&self, c: &mut Checker) -> Result<()> {
         // vLLM's `gpu_memory_utilization` or SGLang's `mem_fraction_static`.
         c.num("memory_fraction", self.memory_fraction, Range::FRACTION)?;
-        c.num("max_concurrency", self.max_concurrency, Range::RATIO)
+        c.num("max_concurrency", self.max_concurrency, Range::RATIO)?;
+        // The engines' own limits, each at least 1 (`vllm/engine/arg_utils.py`,
+        // SGLang's `server_args.py`), and a page of at least one token.
+        c.int("max_model_len", self.max_model_len, AT_LEAST_1)?;
+        c.int("max_num_seqs", self.max_num_seqs, AT_LEAST_1)?;
+        c.int(
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            AT_LEAST_1,
+        )?;
+        c.each("kv_groups", &self.kv_groups, |c, g| {
+            c.int("block_size", g.block_size, AT_LEAST_1)
+        })?;
+        // The budget is a share of the device (`vram_plan::capacity::vllm`, `sglang`), and the
+        // KV cache what the budget leaves.
+        c.agree(
+            "budget_bytes",
+            self.budget_bytes,
+            self.budget_bytes <= self.total_bytes,
+            || {
+                format!(
+                    "total_bytes {}, the device it is a share of",
+                    self.total_bytes
+                )
+            },
+        )?;
+        c.agree(
+            "kv_cache_bytes",
+            self.kv_cache_bytes,
+            self.kv_cache_bytes <= self.budget_bytes,
+            || {
+                format!(
+                    "budget_bytes {}, which it is carved from",
+                    self.budget_bytes
+                )
+            },
+        )?;
+        let (fit, len) = (self.max_model_len_that_fits, self.max_model_len);
+        c.agree("max_model_len_that_fits", fit, fit <= len, || {
+            format!("max_model_len {len}, the longest it is searched to")
+        })?;
+        // vLLM starts only where one request of `max_model_len` fits (`vllm.rs`: `starts`);
+        // SGLang starts with a pool shorter than the context.
+        let vllm = self.engine == vram_plan::capacity::Engine::Vllm;
+        c.agree(
+            "max_model_len_that_fits",
+            fit,
+            !(vllm && self.starts) || fit == len,
+            || format!("starts true under vLLM, which needs max_model_len {len} to fit"),
+        )
     }
 }
 

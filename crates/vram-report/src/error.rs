@@ -31,6 +31,18 @@ pub enum Error {
         /// The range it must be in, in words.
         range: String,
     },
+    /// A figure of a report read back that is in its range but disagrees with the report's
+    /// other fields: a total that is not its parts' sum, a plan whose parallel degrees do not
+    /// multiply to its GPUs (the `check` module's rules).
+    #[error("{path} is {value}, inconsistent with {with}")]
+    Inconsistent {
+        /// Its JSON path (`plans[0].tp`).
+        path: String,
+        /// Its value, as the JSON wrote it.
+        value: String,
+        /// What it disagrees with, and that field's figure, in words.
+        with: String,
+    },
 }
 
 /// `Result` with [`Error`].

@@ -11,7 +11,7 @@ use vram_model::{estimate_with_timeline, Category};
 use vram_plan::capacity::Engine;
 use vram_plan::suggest::{self, Suggestion};
 
-use crate::check::{Checker, Ranges};
+use crate::check::{Checker, Ranges, Totals};
 use crate::error::{input, Result};
 use crate::parts::{double_option, name_of as name, Assumes, Bytes, GpuRef, Speed, TimelinePoint};
 use crate::request::{image_positions, FinetuneRequest, StepRequest};
@@ -253,6 +253,35 @@ impl Ranges for EstimateReport {
             }
         }
         c.field("setup", &self.setup)?;
+        let pp = self.setup.parallel.pp;
+        c.agree(
+            "pipeline_rank",
+            self.pipeline_rank,
+            self.pipeline_rank < pp,
+            || format!("setup.parallel.pp {pp}: ranks are 0 to pp - 1"),
+        )?;
+        for (name, v) in [
+            ("params_per_gpu", self.params_per_gpu),
+            ("trainable_params", self.trainable_params),
+        ] {
+            c.agree(name, v, v <= self.params, || {
+                format!("params {}, the whole model's", self.params)
+            })?;
+        }
+        Totals {
+            breakdown: &self.breakdown,
+            peak_tensor_bytes: self.peak_tensor_bytes,
+            peak_bytes: self.peak_bytes,
+            reserved_bytes: self.reserved_bytes,
+            needed_bytes: self.needed_bytes,
+            total_bytes: self.total_bytes,
+            cuda_context_bytes: self.setup.overheads.cuda_context_bytes,
+            gpu: &self.gpu,
+            gpu_memory_bytes: self.gpu_memory_bytes,
+            fits: self.fits,
+            headroom_bytes: self.headroom_bytes,
+        }
+        .ranges(c)?;
         match &self.serving {
             Some(s) => c.field("serving", s),
             None => Ok(()),

@@ -10,7 +10,7 @@ use vram_model::gpu::Gpu;
 use vram_model::setup::{Mode, Setup};
 use vram_plan::suggest::{self, Suggestion};
 
-use crate::check::{Checker, Range, Ranges};
+use crate::check::{Checker, Range, Ranges, Totals, AT_LEAST_1};
 use crate::error::Result;
 use crate::estimate::SearchChecked;
 use crate::parts::{double_option, Bytes, GpuRef};
@@ -103,9 +103,28 @@ impl Ranges for FinetuneReport {
             c.at_least_1("max_micro_batch", n)?;
         }
         c.at("lora", |c| {
-            c.num("dropout", self.lora.dropout, Range::FRACTION)
+            c.num("dropout", self.lora.dropout, Range::FRACTION)?;
+            // PEFT's `LoraConfig` refuses a rank below 1 ("`r` should be a positive integer").
+            c.int("rank", self.lora.rank, AT_LEAST_1)?;
+            c.each("adapted_modules", &self.lora.adapted_modules, |c, a| {
+                c.int("rank", a.rank, AT_LEAST_1)
+            })
         })?;
-        c.field("setup", &self.setup)
+        c.field("setup", &self.setup)?;
+        Totals {
+            breakdown: &self.breakdown,
+            peak_tensor_bytes: self.peak_tensor_bytes,
+            peak_bytes: self.peak_bytes,
+            reserved_bytes: self.reserved_bytes,
+            needed_bytes: self.needed_bytes,
+            total_bytes: self.total_bytes,
+            cuda_context_bytes: self.setup.overheads.cuda_context_bytes,
+            gpu: &self.gpu,
+            gpu_memory_bytes: self.gpu_memory_bytes,
+            fits: self.fits,
+            headroom_bytes: self.headroom_bytes,
+        }
+        .ranges(c)
     }
 }
 

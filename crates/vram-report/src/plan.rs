@@ -12,7 +12,7 @@ use vram_plan::emit::{self, Job};
 use vram_plan::lora::{self, EmitKind, FtPlan, FtRequest};
 use vram_plan::{search, Outcome, Plan, Progress, Request, Stack};
 
-use crate::check::{Checker, Range, Ranges};
+use crate::check::{same, Checker, Range, Ranges, AT_LEAST_1, ZERO_STAGE};
 use crate::error::{input, Result};
 use crate::request::FinetuneRequest;
 use crate::{Kind, SCHEMA_VERSION};
@@ -130,11 +130,114 @@ impl Ranges for PlanRow {
     }
 }
 
+impl PlanRow {
+    /// The row against its report (`vram_plan::search`: the degrees split the GPUs, the data
+    /// parallel ranks split the global batch into micro-batches and accumulation steps, the
+    /// step time is the time's total and the throughput the batch's tokens over it); `fits`:
+    /// a plan, which fits the GPU, not the closest miss.
+    fn consistent(&self, c: &mut Checker, r: &PlanReport, fits: bool) -> Result<()> {
+        c.int("tp", self.tp, AT_LEAST_1)?;
+        c.int("pp", self.pp, AT_LEAST_1)?;
+        c.int("dp", self.dp, AT_LEAST_1)?;
+        c.int("micro_batch", self.micro_batch, AT_LEAST_1)?;
+        c.int("grad_accum", self.grad_accum, AT_LEAST_1)?;
+        c.int("zero_stage", u64::from(self.zero_stage), ZERO_STAGE)?;
+        // A row's parallel layout and batch split, named by the row (`plans[0]`): any of its
+        // factors may be the one edited.
+        let gpus = self.tp.saturating_mul(self.pp).saturating_mul(self.dp);
+        c.agree(
+            "",
+            format!(
+                "tp {} x pp {} x dp {} = {gpus} GPUs",
+                self.tp, self.pp, self.dp
+            ),
+            gpus == r.gpus,
+            || format!("gpus {}", r.gpus),
+        )?;
+        let batch = self
+            .dp
+            .saturating_mul(self.micro_batch)
+            .saturating_mul(self.grad_accum);
+        c.agree(
+            "",
+            format!(
+                "dp {} x micro_batch {} x grad_accum {} = {batch} sequences",
+                self.dp, self.micro_batch, self.grad_accum
+            ),
+            batch == r.global_batch,
+            || format!("global_batch {}", r.global_batch),
+        )?;
+        // The label the text and the page print for the row opens with its layout and ZeRO
+        // stage (`vram_plan::search::Plan::label`).
+        let head = format!(
+            "tp{} pp{} dp{} mb{}x{}",
+            self.tp, self.pp, self.dp, self.micro_batch, self.grad_accum
+        );
+        let zero = format!(" zero{}", self.zero_stage);
+        let rest = self.label.strip_prefix(&head);
+        let labelled = rest.is_some_and(|rest| {
+            (rest.is_empty() || rest.starts_with(' '))
+                && rest.split(' ').any(|w| w.starts_with("zero")) == (self.zero_stage > 0)
+                && (self.zero_stage == 0 || rest.starts_with(&zero))
+        });
+        c.agree("label", format!("{:?}", self.label), labelled, || {
+            format!(
+                "the row's fields, which read {head}{}",
+                if self.zero_stage > 0 {
+                    zero.as_str()
+                } else {
+                    ""
+                }
+            )
+        })?;
+        c.agree(
+            "step_time_s",
+            self.step_time_s,
+            same(self.step_time_s, self.time.total_s),
+            || format!("time.total_s {}", self.time.total_s),
+        )?;
+        let tokens = (r.global_batch as f64) * (r.seq as f64) / self.step_time_s;
+        c.agree(
+            "tokens_per_s",
+            self.tokens_per_s,
+            same(self.tokens_per_s, tokens),
+            || {
+                format!(
+                    "global_batch {} x seq {} over step_time_s {}, {tokens}",
+                    r.global_batch, r.seq, self.step_time_s
+                )
+            },
+        )?;
+        if fits {
+            c.agree(
+                "peak_bytes_per_gpu",
+                self.peak_bytes_per_gpu,
+                self.peak_bytes_per_gpu <= r.gpu_memory_bytes,
+                || {
+                    format!(
+                        "gpu_memory_bytes {}: a plan is one that fits",
+                        r.gpu_memory_bytes
+                    )
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl Ranges for PlanReport {
     fn ranges(&self, c: &mut Checker) -> Result<()> {
-        c.each("plans", &self.plans, |c, p| p.ranges(c))?;
+        c.int("gpus_per_node", self.gpus_per_node, AT_LEAST_1)?;
+        c.int("seq", self.seq, AT_LEAST_1)?;
+        c.each("plans", &self.plans, |c, p| {
+            p.ranges(c)?;
+            p.consistent(c, self, true)
+        })?;
         match &self.closest {
-            Some(p) => c.field("closest", p),
+            Some(p) => {
+                c.field("closest", p)?;
+                c.at("closest", |c| p.consistent(c, self, false))
+            }
             None => Ok(()),
         }
     }
@@ -401,8 +504,57 @@ pub struct FtPlanRow {
 
 impl Ranges for FinetunePlanReport {
     fn ranges(&self, c: &mut Checker) -> Result<()> {
-        // Each row's `FtPlan` is flattened into it.
-        c.each("plans", &self.plans, |c, p| p.plan.ranges(c))
+        c.int("seq", self.seq, AT_LEAST_1)?;
+        // Each row's `FtPlan` is flattened into it. Against the report, as
+        // `vram_plan::lora` plans them: one replica per GPU, the replicas' micro-batches and
+        // accumulation steps make the global batch, every row fits the GPU and trains the
+        // report's adapters.
+        c.each("plans", &self.plans, |c, row| {
+            let p = &row.plan;
+            p.ranges(c)?;
+            c.int("dp", p.dp, AT_LEAST_1)?;
+            c.int("micro_batch", p.micro_batch, AT_LEAST_1)?;
+            c.int("grad_accum", p.grad_accum, AT_LEAST_1)?;
+            c.agree("dp", p.dp, p.dp == self.gpus, || {
+                format!("gpus {}: one replica per GPU", self.gpus)
+            })?;
+            let batch =
+                p.dp.saturating_mul(p.micro_batch)
+                    .saturating_mul(p.grad_accum);
+            c.agree(
+                "",
+                format!(
+                    "dp {} x micro_batch {} x grad_accum {} = {batch} sequences",
+                    p.dp, p.micro_batch, p.grad_accum
+                ),
+                batch == self.global_batch,
+                || format!("global_batch {}", self.global_batch),
+            )?;
+            c.agree(
+                "bytes_per_gpu",
+                p.bytes_per_gpu,
+                p.bytes_per_gpu <= self.gpu_memory_bytes,
+                || {
+                    format!(
+                        "gpu_memory_bytes {}: a plan is one that fits",
+                        self.gpu_memory_bytes
+                    )
+                },
+            )?;
+            // The label the text and the page print for the row (`FtPlan::label`).
+            c.agree(
+                "label",
+                format!("{:?}", row.label),
+                row.label == p.label(),
+                || format!("the row's fields, which read {:?}", p.label()),
+            )?;
+            c.agree(
+                "trainable_params",
+                p.trainable_params,
+                p.trainable_params == self.trainable_params,
+                || format!("the report's trainable_params {}", self.trainable_params),
+            )
+        })
     }
 }
 

@@ -45,7 +45,83 @@ pub struct ReplayReport {
 
 impl Ranges for ReplayReport {
     fn ranges(&self, c: &mut Checker) -> Result<(), Error> {
-        c.each("policies", &self.policies, |c, p| p.ranges(c))
+        c.each("policies", &self.policies, |c, p| {
+            p.ranges(c)?;
+            // What the allocator's own statistics hold (`vram_alloc::replay::replay`): a
+            // request is rounded up to its block, a block sits in a reserved segment, a segment
+            // is freed only after it was allocated, and `fragmentation` is
+            // `1 - peak_allocated / peak_reserved`.
+            c.agree(
+                "peak_requested_bytes",
+                p.peak_requested_bytes,
+                p.peak_requested_bytes <= p.peak_allocated_bytes,
+                || {
+                    format!(
+                        "peak_allocated_bytes {}, the requests rounded up",
+                        p.peak_allocated_bytes
+                    )
+                },
+            )?;
+            c.agree(
+                "peak_allocated_bytes",
+                p.peak_allocated_bytes,
+                p.peak_allocated_bytes <= p.peak_reserved_bytes,
+                || {
+                    format!(
+                        "peak_reserved_bytes {}, which holds every block",
+                        p.peak_reserved_bytes
+                    )
+                },
+            )?;
+            let frag = if p.peak_reserved_bytes == 0 {
+                0.0
+            } else {
+                1.0 - p.peak_allocated_bytes as f64 / p.peak_reserved_bytes as f64
+            };
+            c.agree(
+                "fragmentation",
+                p.fragmentation,
+                (p.fragmentation - frag).abs() <= 1e-9,
+                || format!("1 - peak_allocated_bytes / peak_reserved_bytes, {frag}"),
+            )?;
+            c.agree(
+                "device_frees",
+                p.device_frees,
+                p.device_frees <= p.device_allocs,
+                || {
+                    format!(
+                        "device_allocs {}: a segment is freed after it is allocated",
+                        p.device_allocs
+                    )
+                },
+            )?;
+            // Replayed against a capacity, each policy says whether it runs out, and where.
+            let show = |v: Option<bool>| v.map_or("null".to_string(), |b| b.to_string());
+            c.agree(
+                "would_oom",
+                show(p.would_oom),
+                p.would_oom.is_some() == self.capacity_bytes.is_some(),
+                || match self.capacity_bytes {
+                    Some(b) => format!("capacity_bytes {b}, against which it is replayed"),
+                    None => "capacity_bytes null: no capacity to run out of".into(),
+                },
+            )?;
+            let at = p
+                .first_oom_event
+                .map_or("null".to_string(), |e| e.to_string());
+            c.agree(
+                "first_oom_event",
+                &at,
+                p.first_oom_event.is_some() == (p.would_oom == Some(true)),
+                || format!("would_oom {}", show(p.would_oom)),
+            )?;
+            c.agree(
+                "first_oom_event",
+                &at,
+                p.first_oom_event.is_none_or(|e| (e as u64) < self.events),
+                || format!("events {}: indices are 0 to events - 1", self.events),
+            )
+        })
     }
 }
 

@@ -710,6 +710,18 @@ fn rule_10_cuda_graph_pools_are_a_cause() {
         .replace("with 20.00 GiB allocated", "with 500.00 MiB allocated");
     let d = diagnose(&Inputs::new(parse(&small).unwrap())).unwrap();
     assert_eq!(d.causes[0].kind, CauseKind::StepTooLarge, "{:#?}", d.causes);
+    // Its share is printed as the step's slack share is, to a tenth of a percent: a whole
+    // percent read "0% of reserved" for pools that hold memory (kaito#976's 46 MiB of 14.45 GiB).
+    let pools = d
+        .causes
+        .iter()
+        .find(|c| c.kind == CauseKind::PrivatePools)
+        .expect("500 MiB of pools that would serve the request are named");
+    assert!(
+        pools.detail.contains("500.00 MiB (0.6% of reserved)"),
+        "{}",
+        pools.detail
+    );
 }
 
 #[test]

@@ -101,7 +101,8 @@ pub fn vllm_raises_capture_sizes(model_type: &str) -> bool {
 /// `transformers_utils/model_arch_config_convertor.py`, adding `umm` at 0.20.0 and `moondream3`
 /// at 0.21.0, the same at 0.22.1 and 0.23.0. A config's own `is_mm_prefix_lm` (taken before the
 /// list from 0.17, [`config_mm_prefix_lm`]) and Gemma 4's `use_bidirectional_attention: "vision"`
-/// (what decides for `gemma4` from 0.20, [`bidirectional_vision`]) are read beside it. Which
+/// (what decides for `gemma4` from 0.20, [`bidirectional_vision`] at
+/// [`vllm_mm_prefix_lm_from_bidirectional_since`]) are read beside it. Which
 /// backend that leaves is the engine's, in `vram_plan::capacity`.
 pub fn vllm_mm_prefix_lm_since(model_type: &str) -> Option<[u32; 3]> {
     match model_type {
@@ -113,6 +114,17 @@ pub fn vllm_mm_prefix_lm_since(model_type: &str) -> Option<[u32; 3]> {
         "moondream3" => Some([0, 21, 0]),
         _ => None,
     }
+}
+
+/// The first vLLM release whose model config answers `is_mm_prefix_lm` for this model type from
+/// its text config's `use_bidirectional_attention` alone ([`bidirectional_vision`]), before the
+/// config's own key and the list of [`vllm_mm_prefix_lm_since`]: `gemma4`, whose
+/// `Gemma4ModelArchConfigConvertor` (`transformers_utils/model_arch_config_convertor.py`, keyed
+/// by the config's `model_type`) is present at 0.20.0, 0.20.2, 0.21.0 and 0.22.1 and absent
+/// before 0.20 (Gemma 4's first release). Which answer that gives is the engine's, in
+/// `vram_plan::capacity`.
+pub fn vllm_mm_prefix_lm_from_bidirectional_since(model_type: &str) -> Option<[u32; 3]> {
+    (model_type == "gemma4").then_some([0, 20, 0])
 }
 
 /// The first vLLM release that runs every attention layer of this model type on Triton

@@ -263,9 +263,9 @@ pub(super) fn vllm_graphs(
 /// Whether vLLM's model config says `t`'s image tokens attend both ways (`is_mm_prefix_lm`,
 /// which the attention selector passes as `use_mm_prefix`), at the release in force:
 /// - before 0.13 no release has it;
-/// - from 0.20 a `gemma4` config answers from its text config's `use_bidirectional_attention`
-///   being `"vision"` alone (`Gemma4ModelArchConfigConvertor`, keyed by the config's
-///   `model_type`; read at 0.20.2, 0.21.0, 0.22.1);
+/// - from the release the reader names (`gemma4` from 0.20:
+///   [`vram_model::hf::vllm_mm_prefix_lm_from_bidirectional_since`]) the text config's
+///   `use_bidirectional_attention` being `"vision"` answers alone;
 /// - from 0.17 a config with its own `is_mm_prefix_lm` key answers with it (`bool()` of it;
 ///   `ModelConfig.is_mm_prefix_lm` at 0.17.1-0.19.1, the base convertor from 0.20), either way;
 /// - else the release's list of model types ([`vram_model::hf::vllm_mm_prefix_lm_since`]).
@@ -274,7 +274,9 @@ pub(super) fn vllm_mm_prefix_lm(t: &Transformer, k: &Knobs) -> bool {
     if v < [0, 13, 0] {
         return false;
     }
-    if v >= [0, 20, 0] && t.model_type == "gemma4" {
+    if vram_model::hf::vllm_mm_prefix_lm_from_bidirectional_since(&t.model_type)
+        .is_some_and(|s| v >= s)
+    {
         return k.bidirectional_vision;
     }
     if let Some(own) = k.mm_prefix_lm.filter(|_| v >= [0, 17, 0]) {

@@ -18,8 +18,9 @@
 //!   first forward: small, and larger once vLLM profiles its CUDA graphs inside the window (from
 //!   0.18, `profile_cudagraph_memory` runs inside `memory_profiling`: two captures per graph mode,
 //!   then `clear_all_graphs`, leaving the graphs' driver state and the capture stream's handles).
-//!   Measured, not derived: 0.08 GiB eager on a T4 (vLLM 0.18, kaggle-vllm's runs, the fit half of
-//!   `unseen-round2.json`), 0.02 GiB compiled without graph profiling (vLLM 0.10,
+//!   Measured, not derived: 0.05 GiB eager on a T4 (vLLM 0.8.2's own "non_torch_memory takes
+//!   0.05GiB", `unseen-round5.json`'s fit half, which the V1 0.18 T4 TP-1 fit logs' residuals
+//!   match once `capacity::sampler`'s terms are counted), 0.02 GiB compiled without graph profiling (vLLM 0.10,
 //!   `logs.json`), 0.25 GiB compiled with it (vLLM 0.19 on H100, `unseen.json`'s fit half).
 //! - **A NCCL communicator connected after the baseline.** vLLM sets `NCCL_CUMEM_ENABLE=0`
 //!   (0.7.0 to 0.10.1.1 read), which leaves NCCL without runtime connection or NVLS, so each
@@ -210,10 +211,17 @@ fn ring_tree_or_ceiling(gpu: &Gpu, ranks: u64) -> (u64, u32) {
 /// used at every TP size and release.
 const NVLS_COMMUNICATOR_BYTES: u64 = 1853 * MIB - 3 * FI_MULTICAST_GRANULARITY;
 
-/// Kernel images an eager forward loads lazily (measured on a T4 under vLLM 0.18, after a
-/// baseline taken before any kernel; the driver's default local memory is reserved with the
-/// context, before any baseline: BENCHMARKS.md's "kernel images and the driver's local memory").
-const EAGER_IMAGES_BYTES: u64 = 80 * MIB;
+/// Kernel images an eager load and profile load lazily, after a baseline taken before any kernel:
+/// 0.05 GiB as vLLM 0.8.2 prints it on a T4 ("non_torch_memory takes 0.05GiB", V0 at TP 1,
+/// `unseen-round5.json`, fit; V0 from 0.7 reads its baseline before any kernel). The V1 0.18 T4
+/// eager TP-1 fit logs (kaggle-vllm's OPT-125m and Phi-4-mini, whose V1 baseline at TP 1 is also
+/// before any kernel) leave 52.1 and 50.8 MiB for it once the profile's PyTorch peak counts the
+/// cuBLAS workspace, the Triton sampler buffer and the sampler's rows
+/// ([`super::sampler`]). The 0.08 GiB used before session 13 was that residual taken while
+/// those three sat outside vram's PyTorch peak, so they were counted twice once `sampler` added
+/// them. The driver's default local memory is reserved with the context, before any baseline
+/// (BENCHMARKS.md's "kernel images and the driver's local memory").
+const EAGER_IMAGES_BYTES: u64 = 51 * MIB;
 
 /// vLLM's custom all-reduce buffers on each GPU where [`vllm_custom_all_reduce`] builds them
 /// (`CustomAllreduce.__init__`, the same at 0.7.0, 0.8.3, 0.8.5 and 0.10.1.1): two
@@ -369,7 +377,7 @@ fn v0_communicator(gpu: &Gpu, k: &Knobs, link: Interconnect, ranks: u64) -> (u64
 /// rule (0.6.4 counts the context too). After the reading come:
 /// - **kernel images** loaded lazily by the load and the eager profile run (V0 captures its
 ///   graphs after the KV cache): the figure V0 from 0.7 uses ([`EAGER_IMAGES_BYTES`]), measured
-///   after a baseline taken before any kernel (0.08 GiB on a T4 under vLLM 0.18); not measured
+///   after a baseline taken before any kernel (0.05 GiB on a T4, printed by vLLM 0.8.2); not measured
 ///   under torch 2.4 or 2.5;
 /// - at 0.6.4 **the CUDA context**: the bare context under torch 2.5.1's CUDA 12.4 (its wheel
 ///   requires `nvidia-cuda-runtime-cu12==12.4.127`; [`Gpu::bare_context_bytes`]);
@@ -406,7 +414,7 @@ fn vllm_v0_before_07(k: &Knobs, gpu: &Gpu) -> (u64, String) {
     let gib = |b: u64| b as f64 / GIB;
     let images = EAGER_IMAGES_BYTES;
     let mut parts = vec![
-        "kernel images of the eager load and profile 0.08 GiB (measured on a T4 under vLLM 0.18 after a baseline taken before any kernel, as here; not measured under torch 2.4/2.5)".to_string(),
+        "kernel images of the eager load and profile 0.05 GiB (printed by vLLM 0.8.2 on a T4 after a baseline taken before any kernel, as here; not measured under torch 2.4/2.5)".to_string(),
     ];
     let context = match (context_inside, gpu.is_rocm()) {
         (false, _) => 0,
@@ -477,7 +485,7 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     let (images, images_src) = if !v1 || (!engine::vllm_inductor(k) && !graphs_profiled) {
         (
             EAGER_IMAGES_BYTES,
-            "kernel images of an eager forward 0.08 GiB (measured on a T4, vLLM 0.18)",
+            "kernel images of an eager load and profile 0.05 GiB (printed by vLLM 0.8.2 on a T4)",
         )
     } else if graphs_profiled {
         (

@@ -1,6 +1,6 @@
-//! What vLLM V1's profile run holds beside the dummy sampler's per-row tensors
-//! ([`super::activation::sampler_peak`]) and beside the forward's live set, read at the
-//! releases named on each function.
+//! What vLLM V1's profile run (and, for the cuBLAS workspace, V0's from 0.7) holds beside the
+//! dummy sampler's per-row tensors ([`super::activation::sampler_peak`]) and beside the
+//! forward's live set, read at the releases named on each function.
 
 use super::*;
 
@@ -65,11 +65,17 @@ pub(super) fn vllm_triton_sampler_buffer(
 /// baseline after the weights are loaded (`memory_profiling`, `utils/mem_utils.py` at 0.19.1,
 /// `utils/__init__.py` at 0.9.2), and the dense checkpoints' loading runs no GEMM, so the
 /// profile's first matrix product allocates it inside the measured torch peak, where it stays.
+/// V0 from 0.7 measures the same way: `determine_num_available_blocks` (`worker/worker.py`,
+/// read at 0.10.0; the baseline rule at 0.8.3) empties the cache, resets the peak and runs
+/// `profile_run` inside `memory_profiling`, so its printed "PyTorch activation peak memory"
+/// holds the workspace too (its T4, RTX 2080 Ti and L40S logs print 0.006-0.017 GiB over vram's
+/// V0 peak without it, at two decimals).
 /// One handle: the model's linears and the LM head run on the current stream. cuBLASLt's own
 /// workspace (1 MiB by default, for GEMMs with a bias epilogue) is not counted, nor a workspace a
 /// quantized checkpoint's `process_weights_after_loading` may already have allocated. CUDA only.
 pub(super) fn vllm_cublas_workspace(k: &Knobs, gpu: &Gpu, v1: bool) -> u64 {
-    if !v1 || Engine::Vllm.version_in_force(k) < [0, 9, 0] || engine::is_rocm(gpu) {
+    let from = if v1 { [0, 9, 0] } else { [0, 7, 0] };
+    if Engine::Vllm.version_in_force(k) < from || engine::is_rocm(gpu) {
         return 0;
     }
     if gpu.capability() == (9, 0) {
@@ -117,10 +123,13 @@ pub(super) fn vllm_profile_kept_note(
         return None;
     }
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    let mut parts = vec![format!(
-        "the dummy sampler's gathered last rows and rand_like's copy of them ({:.1} MiB; gpu_model_runner.py _dummy_run / _dummy_sampler_run, read at 0.9.2 to 0.22.1)",
-        mib(rows)
-    )];
+    let mut parts = vec![];
+    if rows > 0 {
+        parts.push(format!(
+            "the dummy sampler's gathered last rows and rand_like's copy of them ({:.1} MiB; gpu_model_runner.py _dummy_run / _dummy_sampler_run, read at 0.9.2 to 0.22.1)",
+            mib(rows)
+        ));
+    }
     if buffer > 0 {
         let sms = gpu.compute_units();
         parts.push(format!(

@@ -321,11 +321,13 @@ fn moe_caches_share_one_buffer_from_vllm_0_8() {
             .activation_peak_bytes
     };
     // Mixtral-8x7B at TP 2 (h 4096, f 7168, top-2) over V0's 8192 tokens, run eagerly: the
-    // layer input, residual, normed input and the experts' output (4h) beside the caches.
+    // layer input, residual, normed input and the experts' output (4h) beside the caches, and
+    // V0's cuBLAS workspace from 0.7 (32 MiB on Hopper, `sampler::vllm_cublas_workspace`).
     let n = 8192u64;
+    let ws = 32u64 << 20;
     assert_eq!(
         peak(&at([0, 7, 2])),
-        n * (4 * 4096 + 2 * (3 * 7168 + 4096)) * 2
+        n * (4 * 4096 + 2 * (3 * 7168 + 4096)) * 2 + ws
     );
     assert_eq!(
         peak(&at([0, 8, 0])),
@@ -1103,20 +1105,22 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
         };
         capacity(&t, g, Engine::Vllm, &k).unwrap().non_torch_bytes
     };
-    // V1 on PCIe, eager: the kernel images, and at TP 2 one communicator the profile connects.
-    assert_eq!(at("l4", "0.18.1", 1, true), 80 * mib);
-    assert_eq!(at("l4", "0.18.1", 2, true), 80 * mib + 51 * mib);
+    // V1 on PCIe, eager: the kernel images (the T4's printed 0.05 GiB), and at TP 2 one
+    // communicator the profile connects.
+    let images = 51 * mib;
+    assert_eq!(at("l4", "0.18.1", 1, true), images);
+    assert_eq!(at("l4", "0.18.1", 2, true), images + 51 * mib);
     // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured
     // (0.31 GiB) and, at -O2 from 0.17, FlashInfer's fusion workspace (3 x 512 MiB): together
     // the 1.81 GiB 0.19's logs show at TP 2.
     assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
     // Eager: no compile, so no fusion pass and no workspace.
-    assert_eq!(at("h100-80g", "0.19.0", 2, true), 80 * mib + 317 * mib);
+    assert_eq!(at("h100-80g", "0.19.0", 2, true), images + 317 * mib);
     // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair.
     assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 288 * mib);
     // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's; two
     // PCIe GPUs are taken as failing custom all-reduce's P2P check, so no buffers of its own.
-    assert_eq!(at("l4", "0.8.3", 2, true), 80 * mib + 2 * 51 * mib);
+    assert_eq!(at("l4", "0.8.3", 2, true), images + 2 * 51 * mib);
     // V1 before 0.18 compiled: no graph profiling inside the window.
     assert_eq!(at("h100-80g", "0.11.0", 1, false), 24 * mib);
 }
@@ -1539,7 +1543,7 @@ fn vllm_v0_before_07_counts_its_pieces() {
         assert!(!v1, "{version:?}");
         non_torch::vllm_non_torch(&k, v1, g)
     };
-    let images = 80 * mib;
+    let images = 51 * mib;
     // TP 1, context beside the budget: the images alone.
     let (b, text) = at("l40s", 1, 1, [0, 6, 6]);
     assert_eq!(b, images, "{text}");
@@ -2100,7 +2104,10 @@ fn vllm_plain_awq_profile_holds_the_dequantized_down_proj() {
     let plain = at(Quantization::Awq, Some(false), 32768);
     let marlin = at(Quantization::Awq, Some(true), 32768);
     assert_eq!(plain - marlin, down);
-    assert_eq!(plain, 32768 * (4 * 5120 + 3 * 25600) * 2 + down);
+    // V0 from 0.7 holds PyTorch's cuBLAS workspace too (`sampler::vllm_cublas_workspace`:
+    // 8.125 MiB off Hopper).
+    let ws = 2 * 4096 * 1024 + 8 * 16 * 1024;
+    assert_eq!(plain, 32768 * (4 * 5120 + 3 * 25600) * 2 + down + ws);
     assert_eq!(
         on(4, Quantization::Awq, Some(false), 32768),
         on(4, Quantization::Awq, Some(true), 32768)
@@ -3901,7 +3908,7 @@ fn vllm_non_torch_counts_custom_all_reduce_where_built_and_nccls_channels() {
         let (v1, _) = engine::vllm_v1(&k, g);
         non_torch::vllm_non_torch(&k, v1, g)
     };
-    let images = 80 * mib;
+    let images = 51 * mib;
     // V0 0.8.5 on four PCIe GPUs: two communicators of 51 MiB, no custom all-reduce.
     let (b, text) = at("t4", 4, [0, 8, 5], true);
     assert_eq!(b, images + 2 * 51 * mib);

@@ -456,7 +456,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     if engine::is_rocm(gpu) {
         assumes.push(String::from("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)"));
     }
-    if let Some(note) = sampler::vllm_profile_kept_note(t, reqs, k, gpu, v1 && !v1_07) {
+    if let Some(note) = sampler::vllm_profile_kept_note(t, reqs, k, gpu, v1) {
         assumes.push(note);
     }
     let mla_workspaces = super::weights::vllm_mla_backend_workspaces(t, k, gpu);
