@@ -547,12 +547,16 @@ const BATCHES: &[Batch] = &[
     },
     // Batch 28: collected after every message of 1-27 had been seen (issue 35's twenty-seventh
     // collection round: Chinese-language threads and other sources the earlier batches lack); the
-    // rules may be fitted on its fit half and on everything above. Both halves stay unrun until the
-    // labelled messages are committed.
+    // rules may be fitted on its fit half and on everything above. Both halves stayed unrun until
+    // the labelled messages were committed (fa09d112, b42f061b, 0dc67776); main was then merged
+    // (48eb0c73: main 39cb2b07's rules, after the session-13 fit-half review) and the holdout was
+    // run first, once, and came out at 12 / 13 (BENCHMARKS.md): its miss is ice-tong/pytorch-captcha#1
+    // (graphs kept by an evaluation without no_grad, the leak row; one message names the step). The
+    // fit half was run after that, 18 / 18 at its first run.
     Split {
         n: 28,
-        fit: Unrun,
-        holdout: Unrun,
+        fit: pinned(18),
+        holdout: pinned(12).reported(12),
     },
 ];
 
