@@ -282,10 +282,11 @@ fn eager_profile_holds_the_layer_input_and_the_all_reduce_result() {
         n * (3 * 4096 + 3 * 3584) * 2
     );
     // Compiled (V1's default), Inductor frees the input and gate_up: h + max(h + 2f, 3f), here
-    // residual + normed input + gate_up.
+    // residual + normed input + gate_up, beside what the split module holds for the running
+    // piece: the attention output (q = 4096 / 4) and the residual it came in with.
     assert_eq!(
         peak(&llama, &at(4, [0, 10, 1], false)),
-        n * (4096 + 4096 + 2 * 3584) * 2 + ws
+        n * ((1024 + 4096) + 4096 + 4096 + 2 * 3584) * 2 + ws
     );
     // Qwen3-32B (h 5120, intermediate 25600, f = 6400 at TP 4): Qwen2MLP keeps gate_up, so at
     // down_proj's all-reduce input + residual + normed input + gate_up + activation + output +
@@ -363,7 +364,9 @@ fn v1_profile_peak_follows_compilation() {
         ..eager
     };
     let c = capacity(&t, gpu, Engine::Vllm, &compiled).unwrap();
-    let forward = 8192 * (4096 + 3 * 14336) * 2;
+    // The piece's inputs (attention output, incoming residual), the new residual, gate_up and
+    // the activation.
+    let forward = 8192 * (4096 + 2 * 4096 + 3 * 14336) * 2;
     // The sampler's rows, the profile's hidden states, and (0.9 on) the gathered last rows and
     // `rand_like`'s copy of them that `_dummy_sampler_run` computes the logits from.
     let sampler = 256 * 128256 * (2 + 12) + 8192 * 4096 * 2 + 2 * 256 * 4096 * 2;
@@ -1675,10 +1678,11 @@ fn vllm_0_19_profile_holds_the_triton_buffer_and_the_cublas_workspace() {
     assert_eq!(h100, sampler(1024, 8192) + 132 * v * 4 + (32 << 20));
     assert!((h100 as f64 / (1u64 << 30) as f64 - 1.885).abs() < 0.001);
     // 64 rows: 64 programs, a power of two already, below the 132 SMs; the compiled forward's
-    // live set is then the larger, and the buffer (allocated after it) is not beside it.
+    // live set (the piece's attention output and incoming residual, the new residual, gate_up,
+    // the activation) is then the larger, and the buffer (allocated after it) is not beside it.
     assert_eq!(
         peak("h100-80g", Some(64)),
-        (8192 * (4096 + 3 * 14336) * 2).max(sampler(64, 8192) + 64 * v * 4) + (32 << 20)
+        (8192 * (4096 + 2 * 4096 + 3 * 14336) * 2).max(sampler(64, 8192) + 64 * v * 4) + (32 << 20)
     );
     // An A100's 108 SMs cap the buffer, and PyTorch's workspace off Hopper is 8.125 MiB (the
     // A100's default step is 2,048 tokens).
@@ -3213,8 +3217,15 @@ fn vllm_compilation_mode_and_level_decide_the_graph_mode() {
     let eager_loop = 8192 * (3 * 4096 + 3 * 14336) * 2 + (32 << 20);
     assert_eq!(peak(Some(C::None), None), eager_loop);
     assert_eq!(peak(Some(C::None), Some(M::FullDecodeOnly)), eager_loop);
-    assert!(peak(None, None) < eager_loop);
-    assert_eq!(peak(Some(C::StockTorchCompile), None), peak(None, None));
+    // Compiled by stock torch.compile (one graph, no split), Inductor frees what it no longer
+    // needs: the new residual, gate_up and the activation. vLLM's own mode splits the graph at
+    // the attention ops and the split module holds the running piece's inputs (the attention
+    // output and the residual it came in with): at TP 1 on Llama 3 that is the eager loop's
+    // 3h + 3f again, by other tensors.
+    let inductor = 8192 * (4096 + 3 * 14336) * 2 + (32 << 20);
+    assert_eq!(peak(Some(C::StockTorchCompile), None), inductor);
+    assert_eq!(peak(None, None), inductor + 8192 * (4096 + 4096) * 2);
+    assert_eq!(peak(None, None), eager_loop);
     assert!(off
         .assumes
         .iter()
@@ -3335,7 +3346,8 @@ fn vllm_compilation_knobs_take_each_release_meaning_from_0_12() {
         eager_compiled.activation_peak_bytes,
         compiled.activation_peak_bytes
     );
-    assert!(eager.activation_peak_bytes > compiled.activation_peak_bytes);
+    // At TP 1 on Llama 3 the compiled pieces' held inputs make the eager loop's 3h + 3f.
+    assert_eq!(eager.activation_peak_bytes, compiled.activation_peak_bytes);
     assert_eq!(eager_compiled.cuda_graph_bytes, 0);
     assert!(
         eager_compiled
