@@ -298,6 +298,66 @@ fn eager_profile_holds_the_layer_input_and_the_all_reduce_result() {
     );
 }
 
+/// vLLM's piecewise compilation (`CompilationMode.VLLM_COMPILE`) calls each compiled piece from
+/// the split module's generated forward, which drops the piece's arguments only after it
+/// returns (`PiecewiseBackend.__call__(*args)`, read at 0.7.3 through 0.23.0): the piece that
+/// runs the MLP keeps the attention output (q split by TP) and its incoming residual (h). Only
+/// there: not eagerly, not under stock torch.compile, not before 0.7.3 (not read).
+#[test]
+fn piecewise_compilation_holds_the_running_pieces_inputs() {
+    let at = |version: [u32; 3], eager: bool, mode: Option<CompilationMode>| Knobs {
+        tp: 4,
+        enforce_eager: eager,
+        engine_version: Some(version),
+        compilation_mode: mode,
+        ..Knobs::default()
+    };
+    let qwen = model("qwen3-32b");
+    for (k, held) in [
+        (at([0, 19, 1], false, None), true),
+        (at([0, 7, 3], false, None), true),
+        (at([0, 7, 2], false, None), false),
+        (at([0, 19, 1], true, None), false),
+        (
+            at([0, 19, 1], false, Some(CompilationMode::StockTorchCompile)),
+            false,
+        ),
+        // 0.12-0.16: --enforce-eager drops only the level; a mode given still splits.
+        (
+            at([0, 16, 0], true, Some(CompilationMode::VllmCompile)),
+            true,
+        ),
+    ] {
+        assert_eq!(Held::vllm(&qwen, &k).piece_inputs, held, "{k:?}");
+    }
+    // Qwen3-32B at TP 4: h 5120, 64 query heads of 128 (q = 8192, 2048 a GPU), f = 6400. The
+    // compiled MLP's live set grows by exactly the two inputs, in the model dtype.
+    let k = at([0, 19, 1], false, None);
+    let n = 8192u64;
+    let with = forward_peak_held(&qwen, n, &k, true, Held::vllm(&qwen, &k));
+    let without = forward_peak_held(&qwen, n, &k, true, Held::default());
+    assert_eq!(without, n * (5120 + 3 * 6400) * 2);
+    assert_eq!(with - without, n * (2048 + 5120) * 2);
+    // Eager, the flag changes nothing: the eager loop's own holdings are counted instead.
+    let eager = Held {
+        piece_inputs: true,
+        ..Held::vllm(&qwen, &k)
+    };
+    assert_eq!(
+        forward_peak_held(&qwen, n, &k, false, eager),
+        forward_peak_held(
+            &qwen,
+            n,
+            &k,
+            false,
+            Held {
+                piece_inputs: false,
+                ..eager
+            }
+        )
+    );
+}
+
 /// `fused_experts_impl` allocates `[M, top_k, 2f]`, `[M·top_k, f]` and `[M, top_k, h]` apart
 /// through vLLM 0.7 and from 0.8.0 views cache1 and cache3 into one `M·top_k·max(2f, h)`
 /// buffer (`fused_moe.py` 1172-1180 at v0.7.2, 1353 at v0.8.0).
