@@ -69,9 +69,9 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
 ///   (`name = None`) only after the call returns; `PiecewiseBackend.__call__(*args)` holds the
 ///   same tuple while the piece runs (`compilation/backends.py` 596 at 0.7.3, 608 at 0.8.5;
 ///   `cuda_piecewise_backend.py` 86 at 0.10.1 and 0.11.0; `piecewise_backend.py` 182 at
-///   0.14.1, 334 at 0.17.1, 355 at 0.19.1, 358 at 0.23.0). So Inductor's `args.clear()` frees
-///   nothing, and the piece that runs `o_proj`, the MLP and the next layer's QKV keeps its two
-///   inputs, the attention output (`tokens × q`) and the residual it came in with (`tokens × h`),
+///   0.14.1, 334 at 0.17.1, 355 at 0.19.1, 358 at 0.22.1 and 0.23.0). So Inductor's
+///   `args.clear()` frees nothing, and the piece that runs `o_proj`, the MLP and the next
+///   layer's QKV keeps its two inputs, the attention output (`tokens × q`) and the residual it came in with (`tokens × h`),
 ///   beside the new residual: with Inductor as the backend the custom ops are off (`custom_ops`
 ///   "none": `config.py` at 0.7.3 and 0.8.5, `config/vllm.py` at 0.14.1, 0.17.1, 0.19.1, 0.23.0)
 ///   and `RMSNorm.forward_native` makes the residual sum as a new tensor. The capture of a
