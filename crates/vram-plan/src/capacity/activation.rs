@@ -71,10 +71,11 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
 ///   `cuda_piecewise_backend.py` 86 at 0.10.1 and 0.11.0; `piecewise_backend.py` 182 at
 ///   0.14.1, 334 at 0.17.1, 355 at 0.19.1, 358 at 0.22.1 and 0.23.0). So Inductor's
 ///   `args.clear()` frees nothing, and the piece that runs `o_proj`, the MLP and the next
-///   layer's QKV keeps its two inputs, the attention output (`tokens × q`) and the residual it came in with (`tokens × h`),
-///   beside the new residual: with Inductor as the backend the custom ops are off (`custom_ops`
-///   "none": `config.py` at 0.7.3 and 0.8.5, `config/vllm.py` at 0.14.1, 0.17.1, 0.19.1, 0.23.0)
-///   and `RMSNorm.forward_native` makes the residual sum as a new tensor. The capture of a
+///   layer's QKV keeps its two inputs, the attention output (`tokens × q`) and the residual it
+///   came in with (`tokens × h`), beside the new residual: with Inductor as the backend the
+///   custom ops are off (`custom_ops` "none": `config.py` at 0.7.3 and 0.8.5, `config/vllm.py`
+///   at 0.14.1, 0.17.1, 0.19.1, 0.22.1, 0.23.0) and `RMSNorm.forward_native` makes the residual
+///   sum as a new tensor. The capture of a
 ///   CUDA graph runs the same pieces through the same frame, so a graph's live set holds them
 ///   too. Not under the other compilation modes (one whole graph, no split) nor eagerly.
 #[derive(Clone, Copy, Default, Debug)]
