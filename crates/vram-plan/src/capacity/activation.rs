@@ -17,9 +17,9 @@ use super::*;
 /// `gate_up` + activation, beside the running piece's inputs under vLLM's own piecewise
 /// compilation ([`Held`]'s `piece_inputs`). MoE layers (`fused_moe`) allocate their
 /// intermediate caches up front over chunks of at most `VLLM_FUSED_MOE_CHUNK_SIZE` = 32768
-/// tokens (`M`): through vLLM 0.7 three of them, `[M, top_k, 2f]`, `[M·top_k, f]` and `[M, top_k, h]`; from 0.8.0 the first
-/// and the third share one buffer, `[M·top_k·max(2f, h)]` and `[M·top_k, f]` ([`Held`]'s
-/// `moe_cache13`). Attention (the fused QKV output, the attention
+/// tokens (`M`): through vLLM 0.7 three of them, `[M, top_k, 2f]`, `[M·top_k, f]` and
+/// `[M, top_k, h]`; from 0.8.0 the first and the third share one buffer, `[M·top_k·max(2f, h)]`
+/// and `[M·top_k, f]` ([`Held`]'s `moe_cache13`). Attention (the fused QKV output, the attention
 /// output and `o_proj`'s) is counted where it is larger. What the caller's frame adds on top
 /// when the forward runs eagerly is [`Held`].
 pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 {
