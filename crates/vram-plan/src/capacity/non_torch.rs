@@ -295,6 +295,67 @@ fn communicator(gpu: &Gpu, link: Interconnect, ranks: u64) -> (u64, String) {
     }
 }
 
+/// Bytes NCCL's `ncclCuMemAlloc` rounds each device allocation up to with cuMem on:
+/// `cuMemGetAllocationGranularity(..., CU_MEM_ALLOC_GRANULARITY_MINIMUM)` (`src/include/alloc.h`,
+/// v2.27.3-1 to v2.28.9-1), which the source leaves to the driver; 2 MiB, the same figure as
+/// NCCL's own `CUDA_IPC_MIN` (`src/include/comm.h`) and the granule PyTorch's `cuMemCreate`
+/// segments are made of. With cuMem off the same small allocations go through `cudaMalloc`,
+/// which packs them into one page.
+const CUMEM_GRANULE: u64 = 2 * MIB;
+
+/// The first vLLM that leaves `NCCL_CUMEM_ENABLE` alone: `env_override.py` sets it to 0 at
+/// 0.10.1.1 and not at 0.10.2 (nor at any release read after it: 0.11.0, 0.11.2, 0.12.0, 0.13.0,
+/// 0.14.1, 0.16.0, 0.17.1, 0.18.1, 0.19.1, 0.20.2, 0.21.0, 0.22.1, 0.23.0; only the P2P-NCCL KV
+/// connector sets it, for its own communicator). NCCL's default (`NCCL_CUMEM_ENABLE` -2,
+/// `ncclCuMemEnable`, `src/misc/cudawrap.cc`) is then on wherever the driver has VMM support.
+const VLLM_CUMEM_ON_SINCE: [u32; 3] = [0, 10, 2];
+
+/// What the process group's NCCL communicator, created by the profile run's first collective
+/// (the logits all-gather), leaves on each GPU of a PCIe group with cuMem on: vLLM V1 from 0.10.2
+/// ([`VLLM_CUMEM_ON_SINCE`]) under the NCCL its pinned torch ships (torch 2.8.0 pins
+/// `nvidia-nccl-cu12` 2.27.3, 2.9.0-2.10.0 2.27.5, 2.11.0 `nvidia-nccl-cu13` 2.28.9; read at
+/// v2.27.3-1, v2.27.5-1, v2.28.9-1, where the parts below are the same):
+/// - **Runtime connection.** `comm->runtimeConn = cuMemSupport && NCCL_RUNTIME_CONNECT` (default
+///   1, `src/init.cc`), so `ncclCommInitRank` sets the channels up but connects nothing; the
+///   all-gather connects the ring alone (`ncclPrepareTasks` → `ncclTransportRingConnect`, every
+///   channel), not the tree. A ring gives each rank one send and one receive connection per
+///   channel, whatever the group's size. Over P2P (`src/transport/p2p.cc`) the sender holds its
+///   `ncclSendMem` (2 MiB once rounded to `CUDA_IPC_MIN`) and the receiver its `ncclRecvMem` and
+///   every protocol's buffer, whatever the link (`computeBuffSizes`: LL 512 KiB, LL128 4.69 MiB,
+///   Simple 4 MiB), 10 MiB once rounded: 12 MiB a channel.
+/// - **Device state, one granule each** ([`CUMEM_GRANULE`]): `devCommAndChans` and
+///   `rankToLocalRank` (`devCommSetup`), and per channel `initChannel`'s shared `devPeers`, the
+///   channel's `devPeers` and `devRingUserRanks` (`src/channel.cc`).
+/// - **Channels.** 2 on PCIe, as [`communicator`] takes them.
+/// - **Not here.** NCCL's kernel images: PyNccl's communicator, built before V1's baseline, loads
+///   the same `libnccl.so.2` (vLLM's `find_nccl_library` takes the soname torch has loaded) and
+///   calls `ncclInitKernelsForDevice` first. Where the two GPUs cannot reach each other by P2P
+///   (`p2pCanConnect`: `cudaDeviceCanAccessPeer`, and the path check of `ncclTopoCheckP2p`) NCCL
+///   carries the ring over its SHM transport in host memory, leaving the device state alone
+///   (16 MiB); vram's `pcie` stands for both and keeps the P2P figure, on the safe side.
+fn communicator_cumem_pcie() -> (u64, String) {
+    let channels: u64 = 2;
+    let round = |x: u64| x.div_ceil(CUDA_IPC_MIN_BYTES) * CUDA_IPC_MIN_BYTES;
+    // `ncclSendMem` and `ncclRecvMem` are each under a page; LL 8 lines x 512 threads x 8 steps x
+    // 16 B, LL128 120 x 640 x 8 x 8 B, Simple `1 << 22` (`DEFAULT_*BUFFSIZE`, `src/init.cc`).
+    let send = round(4096);
+    let recv = round(4096 + 512 * 1024 + 4_915_200 + 4 * MIB);
+    let ring = channels * (send + recv);
+    let state = (2 + 3 * channels) * CUMEM_GRANULE;
+    let bytes = ring + state;
+    (
+        bytes,
+        format!(
+            "{:.2} GiB over PCIe with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects at run time, so the logits all-gather connects the ring alone: {channels} channels x 12 MiB of P2P send and receive buffers, LL, LL128 and Simple, and {} device-state allocations of 2 MiB each; over SHM, where the GPUs have no P2P, the ring's buffers are in host memory and this is 0.02 GiB)",
+            bytes as f64 / GIB,
+            2 + 3 * channels
+        ),
+    )
+}
+
+/// NCCL's `CUDA_IPC_MIN` (`src/include/comm.h`): what a P2P connection's buffers are rounded to.
+const CUDA_IPC_MIN_BYTES: u64 = 2 * MIB;
+
 /// The NCCL a vLLM V0 release before 0.7 runs, and the NVLS buffer one channel gives one head
 /// in one direction. V0 loads PyTorch's own `libnccl.so.2` for PyNccl (`find_nccl_library`,
 /// `vllm/utils.py` at 0.5.5: the library "brought by PyTorch"), so the NCCL is the pinned
@@ -515,7 +576,11 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     } else {
         (k.pp, pp_interconnect(gpu, k))
     };
-    let (comm, comm_src) = communicator(gpu, link, ranks);
+    let (comm, comm_src) = if v1 && v >= VLLM_CUMEM_ON_SINCE && link == Interconnect::Pcie {
+        communicator_cumem_pcie()
+    } else {
+        communicator(gpu, link, ranks)
+    };
     // V1 before 0.9 takes no baseline, so the CUDA context is inside the budget, and so is
     // every PyNccl communicator `init_device` built before the profile.
     let context = if engine::vllm_context_in_budget(k, v1) {

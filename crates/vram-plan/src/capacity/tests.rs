@@ -1106,10 +1106,16 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
         capacity(&t, g, Engine::Vllm, &k).unwrap().non_torch_bytes
     };
     // V1 on PCIe, eager: the kernel images (the T4's printed 0.05 GiB), and at TP 2 one
-    // communicator the profile connects.
+    // communicator the profile connects: with cuMem off (vLLM through 0.10.1) every channel's
+    // ring and tree at init, 0.05 GiB; with cuMem on (from 0.10.2) the ring alone, connected by
+    // the logits all-gather (2 channels x (2 + 10) MiB), and 8 device-state allocations of one
+    // 2 MiB granule each.
     let images = 51 * mib;
     assert_eq!(at("l4", "0.18.1", 1, true), images);
-    assert_eq!(at("l4", "0.18.1", 2, true), images + 51 * mib);
+    assert_eq!(at("l4", "0.10.1", 2, true), images + 51 * mib);
+    assert_eq!(at("l4", "0.10.2", 2, true), images + (24 + 16) * mib);
+    assert_eq!(at("l4", "0.18.1", 2, true), images + (24 + 16) * mib);
+    assert_eq!(at("l4", "0.18.1", 4, true), images + (24 + 16) * mib);
     // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured
     // (0.31 GiB) and, at -O2 from 0.17, FlashInfer's fusion workspace (3 x 512 MiB): together
     // the 1.81 GiB 0.19's logs show at TP 2.
