@@ -24,7 +24,9 @@
 //!   `logs.json`), 0.25 GiB compiled with it (vLLM 0.19 on H100, `unseen.json`'s fit half).
 //! - **A NCCL communicator connected after the baseline.** vLLM sets `NCCL_CUMEM_ENABLE=0`
 //!   (0.7.0 to 0.10.1.1 read), which leaves NCCL without runtime connection or NVLS, so each
-//!   `ncclCommInitRank` connects the ring and the tree on every channel ([`communicator`]). At
+//!   `ncclCommInitRank` connects the ring and the tree on every channel ([`communicator`]).
+//!   From 0.10.2 it no longer does: with cuMem on NCCL connects at run time, and over PCIe the
+//!   figure is [`communicator_cumem_pcie`]'s (the ring alone, and 2 MiB device-state granules). At
 //!   TP > 1 the profile run's first `torch.distributed` collective (the logits gather,
 //!   `base_device_communicator.py` `dist.all_gather_into_tensor(group=self.device_group)`)
 //!   creates the process group's own NCCL communicator; V0 also connects PyNccl's after its
