@@ -328,15 +328,15 @@ const VLLM_CUMEM_ON_SINCE: [u32; 3] = [0, 10, 2];
 /// - **Device state, one granule each** ([`CUMEM_GRANULE`]): `devCommAndChans` and
 ///   `rankToLocalRank` (`devCommSetup`), and per channel `initChannel`'s shared `devPeers`, the
 ///   channel's `devPeers` and `devRingUserRanks` (`src/channel.cc`).
-/// - **Channels.** 2 on PCIe, as [`communicator`] takes them.
+/// - **Channels** ([`pcie_ring_channels`]): 2 on a Gen3 or Gen4 board, 4 on a Gen5 x16 one.
 /// - **Not here.** NCCL's kernel images: PyNccl's communicator, built before V1's baseline, loads
 ///   the same `libnccl.so.2` (vLLM's `find_nccl_library` takes the soname torch has loaded) and
 ///   calls `ncclInitKernelsForDevice` first. Where the two GPUs cannot reach each other by P2P
 ///   (`p2pCanConnect`: `cudaDeviceCanAccessPeer`, and the path check of `ncclTopoCheckP2p`) NCCL
 ///   carries the ring over its SHM transport in host memory, leaving the device state alone
 ///   (16 MiB); vram's `pcie` stands for both and keeps the P2P figure, on the safe side.
-fn communicator_cumem_pcie() -> (u64, String) {
-    let channels: u64 = 2;
+fn communicator_cumem_pcie(gpu: &Gpu) -> (u64, String) {
+    let channels = pcie_ring_channels(gpu);
     let round = |x: u64| x.div_ceil(CUDA_IPC_MIN_BYTES) * CUDA_IPC_MIN_BYTES;
     // `ncclSendMem` and `ncclRecvMem` are each under a page; LL 8 lines x 512 threads x 8 steps x
     // 16 B, LL128 120 x 640 x 8 x 8 B, Simple `1 << 22` (`DEFAULT_*BUFFSIZE`, `src/init.cc`).
@@ -348,11 +348,30 @@ fn communicator_cumem_pcie() -> (u64, String) {
     (
         bytes,
         format!(
-            "{:.2} GiB over PCIe with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects at run time, so the logits all-gather connects the ring alone: {channels} channels x 12 MiB of P2P send and receive buffers, LL, LL128 and Simple, and {} device-state allocations of 2 MiB each; over SHM, where the GPUs have no P2P, the ring's buffers are in host memory and this is 0.02 GiB)",
+            "{:.2} GiB over PCIe with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects at run time, so the logits all-gather connects the ring alone: {channels} channels (NCCL's ring search on the PCIe link) x 12 MiB of P2P send and receive buffers, LL, LL128 and Simple, and {} device-state allocations of 2 MiB each; over SHM, where the GPUs have no P2P, the ring's buffers are in host memory and this is {:.2} GiB)",
             bytes as f64 / GIB,
-            2 + 3 * channels
+            2 + 3 * channels,
+            state as f64 / GIB
         ),
     )
+}
+
+/// The ring channels NCCL (v2.27.3-1 to v2.28.9-1) gives a single-node group over PCIe. The
+/// link's bandwidth is `width x speed / 80` GB/s (`ncclTopoAddPci`, `src/graph/topo.cc`:
+/// 60 per lane at 8 GT/s, 120 at 16, 240 at 32), so 12 for a Gen3 x16 board, 12 for a Gen4 x8
+/// one, 24 for Gen4 x16 and 48 for Gen5 x16. `ncclTopoCompute` (`src/graph/search.cc`) starts
+/// at the fastest speed not above it and stops at once, because one channel at the link's
+/// speed covers the GPU's total (`graph->nChannels*graph->bwInter >= system->totalBw`).
+/// `ncclTopoDupChannels` doubles that channel only from 25 GB/s, and `ncclTopoPostset` doubles
+/// the result (`src/graph/connect.cc`). So the count is 2, or 4 on the catalog's Gen5 x16
+/// boards (H100 PCIe, RTX 5090). This assumes a path no slower than the GPUs' own links.
+fn pcie_ring_channels(gpu: &Gpu) -> u64 {
+    let gen5_x16 = matches!(gpu.id, "h100-pcie" | "rtx-5090");
+    if gen5_x16 {
+        4
+    } else {
+        2
+    }
 }
 
 /// NCCL's `CUDA_IPC_MIN` (`src/include/comm.h`): what a P2P connection's buffers are rounded to.
@@ -579,7 +598,7 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
         (k.pp, pp_interconnect(gpu, k))
     };
     let (comm, comm_src) = if v1 && v >= VLLM_CUMEM_ON_SINCE && link == Interconnect::Pcie {
-        communicator_cumem_pcie()
+        communicator_cumem_pcie(gpu)
     } else {
         communicator(gpu, link, ranks)
     };

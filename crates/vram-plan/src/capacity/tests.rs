@@ -1116,6 +1116,10 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     assert_eq!(at("l4", "0.10.2", 2, true), images + (24 + 16) * mib);
     assert_eq!(at("l4", "0.18.1", 2, true), images + (24 + 16) * mib);
     assert_eq!(at("l4", "0.18.1", 4, true), images + (24 + 16) * mib);
+    // A Gen5 x16 board's 48 GB/s link makes NCCL duplicate its one channel before
+    // `ncclTopoPostset` doubles it: 4 channels x 12 MiB, and 2 + 3 x 4 granules.
+    assert_eq!(at("h100-pcie", "0.18.1", 2, true), images + (48 + 28) * mib);
+    assert_eq!(at("h100-pcie", "0.10.1", 2, true), images + 51 * mib);
     // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured
     // (0.31 GiB) and, at -O2 from 0.17, FlashInfer's fusion workspace (3 x 512 MiB): together
     // the 1.81 GiB 0.19's logs show at TP 2.
