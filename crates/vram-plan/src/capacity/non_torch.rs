@@ -26,7 +26,7 @@
 //!   (0.7.0 to 0.10.1.1 read), which leaves NCCL without runtime connection or NVLS, so each
 //!   `ncclCommInitRank` connects the ring and the tree on every channel ([`communicator`]).
 //!   From 0.10.2 it no longer does: with cuMem on NCCL connects at run time, and over PCIe the
-//!   figure is [`communicator_cumem_pcie`]'s (the ring alone, and 2 MiB device-state granules). At
+//!   figure is [`communicator_cumem`]'s (the ring alone, and 2 MiB device-state granules). At
 //!   TP > 1 the profile run's first `torch.distributed` collective (the logits gather,
 //!   `base_device_communicator.py` `dist.all_gather_into_tensor(group=self.device_group)`)
 //!   creates the process group's own NCCL communicator; V0 also connects PyNccl's after its
@@ -329,31 +329,46 @@ const VLLM_CUMEM_ON_SINCE: [u32; 3] = [0, 10, 2];
 ///   `rankToLocalRank` (`devCommSetup`), and per channel `initChannel`'s shared `devPeers`, the
 ///   channel's `devPeers` and `devRingUserRanks` (`src/channel.cc`).
 /// - **Channels** ([`pcie_ring_channels`]): 2 on a Gen3 or Gen4 board, 4 on a Gen5 x16 one.
+/// - **Other links keep [`communicator`]'s figure.** NVSwitch without NVLS (A100) would by the
+///   same arithmetic hold the ring alone (24 x 12 MiB at every TP size) and 74 granules
+///   (148 MiB). No A100 log at TP > 1 from these releases checks that, and the one NVSwitch
+///   reading with cuMem on argues against applying it: vLLM 0.19 on H100s at TP 2 (no NVLS at two
+///   GPUs, `ncclNvlsInit`) shows 317 MiB beside FlashInfer's workspace. That is what the 24-channel
+///   ring alone (288 MiB) leaves room for, not the 74 granules. So the granule count is the weaker
+///   half of this figure. The NVLS boards keep [`NVLS_COMMUNICATOR_BYTES`], measured under 0.19
+///   with cuMem already on, and across nodes NCCL's network transport is not derived.
 /// - **Not here.** NCCL's kernel images: PyNccl's communicator, built before V1's baseline, loads
 ///   the same `libnccl.so.2` (vLLM's `find_nccl_library` takes the soname torch has loaded) and
 ///   calls `ncclInitKernelsForDevice` first. Where the two GPUs cannot reach each other by P2P
 ///   (`p2pCanConnect`: `cudaDeviceCanAccessPeer`, and the path check of `ncclTopoCheckP2p`) NCCL
 ///   carries the ring over its SHM transport in host memory, leaving the device state alone
 ///   (16 MiB); vram's `pcie` stands for both and keeps the P2P figure, on the safe side.
-fn communicator_cumem_pcie(gpu: &Gpu) -> (u64, String) {
-    let channels = pcie_ring_channels(gpu);
+fn communicator_cumem(gpu: &Gpu, link: Interconnect) -> Option<(u64, String)> {
+    let (channels, how) = match link {
+        Interconnect::Pcie => (pcie_ring_channels(gpu), "over PCIe"),
+        _ => return None,
+    };
     let round = |x: u64| x.div_ceil(CUDA_IPC_MIN_BYTES) * CUDA_IPC_MIN_BYTES;
     // `ncclSendMem` and `ncclRecvMem` are each under a page; LL 8 lines x 512 threads x 8 steps x
     // 16 B, LL128 120 x 640 x 8 x 8 B, Simple `1 << 22` (`DEFAULT_*BUFFSIZE`, `src/init.cc`).
+    // With P2P reads (sm_80 over NVLink) Simple moves to the sender: 6 + 6 MiB, the same 12.
     let send = round(4096);
     let recv = round(4096 + 512 * 1024 + 4_915_200 + 4 * MIB);
     let ring = channels * (send + recv);
     let state = (2 + 3 * channels) * CUMEM_GRANULE;
     let bytes = ring + state;
-    (
+    let tail = format!(
+        "; over SHM, where the GPUs have no P2P, the ring's buffers are in host memory and this is {:.2} GiB",
+        state as f64 / GIB
+    );
+    Some((
         bytes,
         format!(
-            "{:.2} GiB over PCIe with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects at run time, so the logits all-gather connects the ring alone: {channels} channels (NCCL's ring search on the PCIe link) x 12 MiB of P2P send and receive buffers, LL, LL128 and Simple, and {} device-state allocations of 2 MiB each; over SHM, where the GPUs have no P2P, the ring's buffers are in host memory and this is {:.2} GiB)",
+            "{:.2} GiB {how} with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects at run time, so the logits all-gather connects the ring alone: {channels} channels from NCCL's ring search x 12 MiB of P2P send and receive buffers, LL, LL128 and Simple, and {} device-state allocations of 2 MiB each{tail})",
             bytes as f64 / GIB,
             2 + 3 * channels,
-            state as f64 / GIB
         ),
-    )
+    ))
 }
 
 /// The ring channels NCCL (v2.27.3-1 to v2.28.9-1) gives a single-node group over PCIe. The
@@ -597,11 +612,10 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     } else {
         (k.pp, pp_interconnect(gpu, k))
     };
-    let (comm, comm_src) = if v1 && v >= VLLM_CUMEM_ON_SINCE && link == Interconnect::Pcie {
-        communicator_cumem_pcie(gpu)
-    } else {
-        communicator(gpu, link, ranks)
-    };
+    let cumem = (v1 && v >= VLLM_CUMEM_ON_SINCE)
+        .then(|| communicator_cumem(gpu, link))
+        .flatten();
+    let (comm, comm_src) = cumem.unwrap_or_else(|| communicator(gpu, link, ranks));
     // V1 before 0.9 takes no baseline, so the CUDA context is inside the budget, and so is
     // every PyNccl communicator `init_device` built before the profile.
     let context = if engine::vllm_context_in_budget(k, v1) {

@@ -1126,7 +1126,11 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
     // Eager: no compile, so no fusion pass and no workspace.
     assert_eq!(at("h100-80g", "0.19.0", 2, true), images + 317 * mib);
-    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair.
+    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair, two
+    // pairs a channel from 3 ranks for the tree (kept from 0.10.2 too: `communicator_cumem`
+    // covers PCIe only).
+    assert_eq!(at("a100-80g", "0.10.1", 2, false), 24 * mib + 288 * mib);
+    assert_eq!(at("a100-80g", "0.10.1", 4, false), 24 * mib + 576 * mib);
     assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 288 * mib);
     // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's; two
     // PCIe GPUs are taken as failing custom all-reduce's P2P check, so no buffers of its own.
