@@ -24,7 +24,9 @@
 //!   `logs.json`), 0.25 GiB compiled with it (vLLM 0.19 on H100, `unseen.json`'s fit half).
 //! - **A NCCL communicator connected after the baseline.** vLLM sets `NCCL_CUMEM_ENABLE=0`
 //!   (0.7.0 to 0.10.1.1 read), which leaves NCCL without runtime connection or NVLS, so each
-//!   `ncclCommInitRank` connects the ring and the tree on every channel ([`communicator`]). At
+//!   `ncclCommInitRank` connects the ring and the tree on every channel ([`communicator`]).
+//!   From 0.10.2 it no longer does: with cuMem on NCCL connects at run time, and over PCIe the
+//!   figure is [`communicator_cumem`]'s (the ring alone, and 2 MiB device-state granules). At
 //!   TP > 1 the profile run's first `torch.distributed` collective (the logits gather,
 //!   `base_device_communicator.py` `dist.all_gather_into_tensor(group=self.device_group)`)
 //!   creates the process group's own NCCL communicator; V0 also connects PyNccl's after its
@@ -295,6 +297,101 @@ fn communicator(gpu: &Gpu, link: Interconnect, ranks: u64) -> (u64, String) {
     }
 }
 
+/// Bytes NCCL's `ncclCuMemAlloc` rounds each device allocation up to with cuMem on:
+/// `cuMemGetAllocationGranularity(..., CU_MEM_ALLOC_GRANULARITY_MINIMUM)` (`src/include/alloc.h`,
+/// v2.27.3-1 to v2.28.9-1), which the source leaves to the driver; 2 MiB, the same figure as
+/// NCCL's own `CUDA_IPC_MIN` (`src/include/comm.h`) and the granule PyTorch's `cuMemCreate`
+/// segments are made of. With cuMem off the same small allocations go through `cudaMalloc`,
+/// which packs them into one page.
+const CUMEM_GRANULE: u64 = 2 * MIB;
+
+/// The first vLLM that leaves `NCCL_CUMEM_ENABLE` alone: `env_override.py` sets it to 0 at
+/// 0.10.1.1 and not at 0.10.2 (nor at any release read after it: 0.11.0, 0.11.2, 0.12.0, 0.13.0,
+/// 0.14.1, 0.16.0, 0.17.1, 0.18.1, 0.19.1, 0.20.2, 0.21.0, 0.22.1, 0.23.0; only the P2P-NCCL KV
+/// connector sets it, for its own communicator). NCCL's default (`NCCL_CUMEM_ENABLE` -2,
+/// `ncclCuMemEnable`, `src/misc/cudawrap.cc`) is then on wherever the driver has VMM support.
+const VLLM_CUMEM_ON_SINCE: [u32; 3] = [0, 10, 2];
+
+/// What the process group's NCCL communicator, created by the profile run's first collective
+/// (the logits all-gather), leaves on each GPU of a PCIe group with cuMem on: vLLM V1 from 0.10.2
+/// ([`VLLM_CUMEM_ON_SINCE`]) under the NCCL its pinned torch ships (torch 2.8.0 pins
+/// `nvidia-nccl-cu12` 2.27.3, 2.9.0-2.10.0 2.27.5, 2.11.0 `nvidia-nccl-cu13` 2.28.9; read at
+/// v2.27.3-1, v2.27.5-1, v2.28.9-1, where the parts below are the same):
+/// - **Runtime connection.** `comm->runtimeConn = cuMemSupport && NCCL_RUNTIME_CONNECT` (default
+///   1, `src/init.cc`), so `ncclCommInitRank` sets the channels up but connects nothing; the
+///   all-gather connects the ring alone (`ncclPrepareTasks` → `ncclTransportRingConnect`, every
+///   channel), not the tree. A ring gives each rank one send and one receive connection per
+///   channel, whatever the group's size. Over P2P (`src/transport/p2p.cc`) the sender holds its
+///   `ncclSendMem` (2 MiB once rounded to `CUDA_IPC_MIN`) and the receiver its `ncclRecvMem` and
+///   every protocol's buffer, whatever the link (`computeBuffSizes`: LL 512 KiB, LL128 4.69 MiB,
+///   Simple 4 MiB), 10 MiB once rounded: 12 MiB a channel.
+/// - **Device state, one granule each** ([`CUMEM_GRANULE`]): `devCommAndChans` and
+///   `rankToLocalRank` (`devCommSetup`), and per channel `initChannel`'s shared `devPeers`, the
+///   channel's `devPeers` and `devRingUserRanks` (`src/channel.cc`).
+/// - **Channels** ([`pcie_ring_channels`]): 2 on a Gen3 or Gen4 board, 4 on a Gen5 x16 one.
+/// - **Other links keep [`communicator`]'s figure.** NVSwitch without NVLS (A100) would by the
+///   same arithmetic hold the ring alone (24 x 12 MiB at every TP size) and 74 granules
+///   (148 MiB). No A100 log at TP > 1 from these releases checks that, and the one NVSwitch
+///   reading with cuMem on argues against applying it: vLLM 0.19 on H100s at TP 2 (no NVLS at two
+///   GPUs, `ncclNvlsInit`) shows 317 MiB beside FlashInfer's workspace. That is what the 24-channel
+///   ring alone (288 MiB) leaves room for, not the 74 granules. So the granule count is the weaker
+///   half of this figure. The NVLS boards keep [`NVLS_COMMUNICATOR_BYTES`], measured under 0.19
+///   with cuMem already on, and across nodes NCCL's network transport is not derived.
+/// - **Not here.** NCCL's kernel images: PyNccl's communicator, built before V1's baseline, loads
+///   the same `libnccl.so.2` (vLLM's `find_nccl_library` takes the soname torch has loaded) and
+///   calls `ncclInitKernelsForDevice` first. Where the two GPUs cannot reach each other by P2P
+///   (`p2pCanConnect`: `cudaDeviceCanAccessPeer`, and the path check of `ncclTopoCheckP2p`) NCCL
+///   carries the ring over its SHM transport in host memory, leaving the device state alone
+///   (16 MiB); vram's `pcie` stands for both and keeps the P2P figure, on the safe side.
+fn communicator_cumem(gpu: &Gpu, link: Interconnect) -> Option<(u64, String)> {
+    let (channels, how) = match link {
+        Interconnect::Pcie => (pcie_ring_channels(gpu), "over PCIe"),
+        _ => return None,
+    };
+    let round = |x: u64| x.div_ceil(CUDA_IPC_MIN_BYTES) * CUDA_IPC_MIN_BYTES;
+    // `ncclSendMem` and `ncclRecvMem` are each under a page; LL 8 lines x 512 threads x 8 steps x
+    // 16 B, LL128 120 x 640 x 8 x 8 B, Simple `1 << 22` (`DEFAULT_*BUFFSIZE`, `src/init.cc`).
+    // With P2P reads (sm_80 over NVLink) Simple moves to the sender: 6 + 6 MiB, the same 12.
+    let send = round(4096);
+    let recv = round(4096 + 512 * 1024 + 4_915_200 + 4 * MIB);
+    let ring = channels * (send + recv);
+    let state = (2 + 3 * channels) * CUMEM_GRANULE;
+    let bytes = ring + state;
+    let tail = format!(
+        "; over SHM, where the GPUs have no P2P, the ring's buffers are in host memory and this is {:.2} GiB",
+        state as f64 / GIB
+    );
+    Some((
+        bytes,
+        format!(
+            "{:.2} GiB {how} with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects at run time, so the logits all-gather connects the ring alone: {channels} channels from NCCL's ring search x 12 MiB of P2P send and receive buffers, LL, LL128 and Simple, and {} device-state allocations of 2 MiB each{tail})",
+            bytes as f64 / GIB,
+            2 + 3 * channels,
+        ),
+    ))
+}
+
+/// The ring channels NCCL (v2.27.3-1 to v2.28.9-1) gives a single-node group over PCIe. The
+/// link's bandwidth is `width x speed / 80` GB/s (`ncclTopoAddPci`, `src/graph/topo.cc`:
+/// 60 per lane at 8 GT/s, 120 at 16, 240 at 32), so 12 for a Gen3 x16 board, 12 for a Gen4 x8
+/// one, 24 for Gen4 x16 and 48 for Gen5 x16. `ncclTopoCompute` (`src/graph/search.cc`) starts
+/// at the fastest speed not above it and stops at once, because one channel at the link's
+/// speed covers the GPU's total (`graph->nChannels*graph->bwInter >= system->totalBw`).
+/// `ncclTopoDupChannels` doubles that channel only from 25 GB/s, and `ncclTopoPostset` doubles
+/// the result (`src/graph/connect.cc`). So the count is 2, or 4 on the catalog's Gen5 x16
+/// boards (H100 PCIe, RTX 5090). This assumes a path no slower than the GPUs' own links.
+fn pcie_ring_channels(gpu: &Gpu) -> u64 {
+    let gen5_x16 = matches!(gpu.id, "h100-pcie" | "rtx-5090");
+    if gen5_x16 {
+        4
+    } else {
+        2
+    }
+}
+
+/// NCCL's `CUDA_IPC_MIN` (`src/include/comm.h`): what a P2P connection's buffers are rounded to.
+const CUDA_IPC_MIN_BYTES: u64 = 2 * MIB;
+
 /// The NCCL a vLLM V0 release before 0.7 runs, and the NVLS buffer one channel gives one head
 /// in one direction. V0 loads PyTorch's own `libnccl.so.2` for PyNccl (`find_nccl_library`,
 /// `vllm/utils.py` at 0.5.5: the library "brought by PyTorch"), so the NCCL is the pinned
@@ -515,7 +612,10 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
     } else {
         (k.pp, pp_interconnect(gpu, k))
     };
-    let (comm, comm_src) = communicator(gpu, link, ranks);
+    let cumem = (v1 && v >= VLLM_CUMEM_ON_SINCE)
+        .then(|| communicator_cumem(gpu, link))
+        .flatten();
+    let (comm, comm_src) = cumem.unwrap_or_else(|| communicator(gpu, link, ranks));
     // V1 before 0.9 takes no baseline, so the CUDA context is inside the budget, and so is
     // every PyNccl communicator `init_device` built before the profile.
     let context = if engine::vllm_context_in_budget(k, v1) {

@@ -1169,17 +1169,31 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
         capacity(&t, g, Engine::Vllm, &k).unwrap().non_torch_bytes
     };
     // V1 on PCIe, eager: the kernel images (the T4's printed 0.05 GiB), and at TP 2 one
-    // communicator the profile connects.
+    // communicator the profile connects: with cuMem off (vLLM through 0.10.1) every channel's
+    // ring and tree at init, 0.05 GiB; with cuMem on (from 0.10.2) the ring alone, connected by
+    // the logits all-gather (2 channels x (2 + 10) MiB), and 8 device-state allocations of one
+    // 2 MiB granule each.
     let images = 51 * mib;
     assert_eq!(at("l4", "0.18.1", 1, true), images);
-    assert_eq!(at("l4", "0.18.1", 2, true), images + 51 * mib);
+    assert_eq!(at("l4", "0.10.1", 2, true), images + 51 * mib);
+    assert_eq!(at("l4", "0.10.2", 2, true), images + (24 + 16) * mib);
+    assert_eq!(at("l4", "0.18.1", 2, true), images + (24 + 16) * mib);
+    assert_eq!(at("l4", "0.18.1", 4, true), images + (24 + 16) * mib);
+    // A Gen5 x16 board's 48 GB/s link makes NCCL duplicate its one channel before
+    // `ncclTopoPostset` doubles it: 4 channels x 12 MiB, and 2 + 3 x 4 granules.
+    assert_eq!(at("h100-pcie", "0.18.1", 2, true), images + (48 + 28) * mib);
+    assert_eq!(at("h100-pcie", "0.10.1", 2, true), images + 51 * mib);
     // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured
     // (0.31 GiB) and, at -O2 from 0.17, FlashInfer's fusion workspace (3 x 512 MiB): together
     // the 1.81 GiB 0.19's logs show at TP 2.
     assert_eq!(at("h100-80g", "0.19.0", 2, false), 256 * mib + 1853 * mib);
     // Eager: no compile, so no fusion pass and no workspace.
     assert_eq!(at("h100-80g", "0.19.0", 2, true), images + 317 * mib);
-    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair.
+    // A100 NVSwitch without NVLS: NCCL's buffer arithmetic, 24 channels x one 12 MiB pair, two
+    // pairs a channel from 3 ranks for the tree (kept from 0.10.2 too: `communicator_cumem`
+    // covers PCIe only).
+    assert_eq!(at("a100-80g", "0.10.1", 2, false), 24 * mib + 288 * mib);
+    assert_eq!(at("a100-80g", "0.10.1", 4, false), 24 * mib + 576 * mib);
     assert_eq!(at("a100-80g", "0.19.0", 2, false), 256 * mib + 288 * mib);
     // V0 from 0.7 takes its baseline before the communicators: PyNccl's and the group's; two
     // PCIe GPUs are taken as failing custom all-reduce's P2P check, so no buffers of its own.
