@@ -415,8 +415,23 @@ fn already_made(d: &Value, r: &Ran, kind: &str, bad: &mut Vec<(&'static str, Str
             flags.entry(f).or_default().push(v);
         }
     }
+    // One answer a flag: at most one value (or one bare "raise"), and a floor the engine printed
+    // (`raise --mem-fraction-static above 0.710`) only below the value offered beside it.
     for (f, vs) in flags {
-        if vs.len() > 1 && f != "--compilation-config" {
+        let values: Vec<f64> = vs.iter().filter_map(|v| v.parse().ok()).collect();
+        let above: Vec<f64> = remedies
+            .iter()
+            .filter_map(|r| value_after(r["action"].as_str().unwrap(), &format!("raise {f} above ")))
+            .collect();
+        let bare = vs.iter().filter(|v| v.is_empty()).count();
+        let clash = values.len() > 1
+            || bare > 1
+            || (bare == 1 && !values.is_empty())
+            || above.len() > 1
+            || values.iter().any(|v| above.iter().any(|a| v <= a))
+            // Another form (`--tensor-parallel-size ×2`) beside any other answer.
+            || (vs.len() > values.len() + bare + above.len() && vs.len() > above.len() + 1);
+        if clash && f != "--compilation-config" {
             bad.push(("1 one answer a flag", format!("{f} offered {} times: {vs:?}", vs.len())));
         }
     }

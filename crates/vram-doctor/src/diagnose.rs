@@ -1349,6 +1349,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             if policy == "vramkit" && backend != Backend::Cuda {
                 continue;
             }
+            // The paste sets expandable segments already: not a change left to make.
+            if policy == "pytorch-expandable" && m.expandable_segments {
+                notes.push(format!(
+                    "the paste already sets {action}: it is not offered again (the {} reserved but unallocated were left with it on)",
+                    hb(unalloc)
+                ));
+                continue;
+            }
             let row = replay_rows.iter().find(|r| r.policy == policy);
             let (saves, enough, how) = match row {
                 Some(r) if r.reserves_more_bytes > 0 => (
