@@ -347,6 +347,9 @@ impl CapacityFigures {
                 Some("fp8") => Quantization::Fp8,
                 _ => Quantization::None,
             },
+            enforce_eager: conf.enforce_eager,
+            kv_bytes: conf.kv_cache_fp8.then_some(1),
+            max_num_seqs: conf.max_num_seqs.filter(|&n| n > 0),
             ..Knobs::default()
         };
         // The paste shows the engine past its start-up check at its own utilization; where
@@ -1084,6 +1087,80 @@ pub fn explain_profiled(
         apply_profile(&mut d, err, p);
     }
     d
+}
+
+/// Drops from `d` the remedies that the paste's own configuration (`conf`,
+/// [`crate::profile::engine_configuration`]) shows the engine already runs, and returns a note
+/// for each: no CUDA graphs (`--enforce-eager`, SGLang's `--disable-cuda-graph`), an fp8 KV
+/// cache, the quantization method, a tensor-parallel size no larger than the one it runs, a
+/// `max_num_seqs` no smaller, and a larger share of the GPU no larger than the one that failed
+/// (for every error but free memory below the share, whose remedy is a smaller one).
+pub fn drop_already_made(
+    d: &mut ServingDiagnosis,
+    conf: &crate::profile::EngineConfiguration,
+) -> Vec<String> {
+    let lower_share = matches!(d.error, ServingError::VllmFreeBelowUtilization { .. });
+    let value = |a: &str, flags: &[&str]| {
+        flags.iter().find_map(|f| {
+            a.strip_prefix(f)?
+                .strip_prefix(' ')?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    let made = |a: &str| -> Option<String> {
+        if conf.enforce_eager
+            && (a.starts_with("--enforce-eager") || a.starts_with("--disable-cuda-graph"))
+        {
+            return Some("runs without CUDA graphs".into());
+        }
+        if conf.kv_cache_fp8 && a.starts_with("--kv-cache-dtype fp8") {
+            return Some("runs an fp8 KV cache".into());
+        }
+        if let Some(q) = conf.quantization.as_deref() {
+            if a.strip_prefix("--quantization ") == Some(q) {
+                return Some(format!("runs quantization {q}"));
+            }
+        }
+        if let (Some(n), Some(tp)) = (
+            value(a, &["--tensor-parallel-size", "--tp-size"]),
+            conf.tensor_parallel_size,
+        ) {
+            if n <= tp as f64 {
+                return Some(format!("runs tensor-parallel size {tp}"));
+            }
+        }
+        if let (Some(n), Some(m)) = (value(a, &["--max-num-seqs"]), conf.max_num_seqs) {
+            if n >= m as f64 {
+                return Some(format!("runs max_num_seqs {m}"));
+            }
+        }
+        for (flag, share) in [
+            ("--gpu-memory-utilization", conf.gpu_memory_utilization),
+            ("--mem-fraction-static", conf.mem_fraction_static),
+        ] {
+            if let (Some(v), Some(u)) = (value(a, &[flag]), share) {
+                if !lower_share && v <= u {
+                    return Some(format!("ran at {} {u}, and failed", &flag[2..]));
+                }
+            }
+        }
+        None
+    };
+    let mut notes = Vec::new();
+    d.remedies.retain(|r| match made(&r.action) {
+        Some(why) => {
+            notes.push(format!(
+                "`{}` is not offered: the pasted configuration {why}",
+                r.action
+            ));
+            false
+        }
+        None => true,
+    });
+    notes
 }
 
 fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiagnosis {
