@@ -376,6 +376,17 @@ fn already_made(d: &Value, r: &Ran, kind: &str, bad: &mut Vec<(&'static str, Str
                 flag("1 context", format!("the paste runs {run}"));
             }
         }
+        // The capacity model's change is sized at the context the paste runs, not another.
+        let detail = rem["detail"].as_str().unwrap();
+        if let (Some(i), Some(run)) = (detail.find("at max_model_len "), r.max_model_len) {
+            let n: Option<f64> = detail[i + 17..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse().ok());
+            if n.is_some_and(|n| n != run) {
+                flag("1 context", format!("sized at {n:?}, the paste runs {run}"));
+            }
+        }
         if let Some(u) = value_after(a, "--gpu-memory-utilization ") {
             if let Some(run) = r.utilization {
                 if (lower && u >= run) || (!lower && u <= run) {

@@ -252,6 +252,10 @@ pub struct EngineConfiguration {
     pub kv_cache_fp8: bool,
     /// `max_num_seqs=N` (vLLM's `non-default args`, `'max_num_seqs': N`, `--max-num-seqs N`).
     pub max_num_seqs: Option<u64>,
+    /// The context the engine runs: vLLM's `max_seq_len=N` (its configuration line),
+    /// `'max_model_len': N` or `--max-model-len N`; SGLang's `context_length=N`
+    /// (`ServerArgs(...)`) or `--context-length N`.
+    pub max_model_len: Option<u64>,
 }
 
 /// [`EngineConfiguration`] of `text`.
@@ -294,6 +298,13 @@ pub fn engine_configuration(text: &str) -> EngineConfiguration {
             .or_else(|| last_value(&t, "'max_num_seqs': "))
             .or_else(|| last_value(&t, "--max-num-seqs "))
             .and_then(|v| v.split_whitespace().next()?.parse().ok()),
+        max_model_len: last_key_value(&t, "max_seq_len=")
+            .or_else(|| last_value(&t, "'max_model_len': "))
+            .or_else(|| last_value(&t, "--max-model-len "))
+            .or_else(|| last_key_value(&t, "context_length="))
+            .or_else(|| last_value(&t, "--context-length "))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .filter(|&n: &u64| n > 0),
     }
 }
 

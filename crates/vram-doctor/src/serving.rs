@@ -323,11 +323,14 @@ impl CapacityFigures {
             _ => Engine::Vllm,
         };
         let knobs = Knobs {
+            // The error's own length, else the one the paste's configuration runs (the other
+            // errors name none: a change sized at the model's whole context is not the paste's).
             max_model_len: match *e {
                 ServingError::VllmMaxSeqLen { max_model_len, .. }
                 | ServingError::VllmKvMemory { max_model_len, .. } => Some(max_model_len),
                 _ => None,
-            },
+            }
+            .or(conf.max_model_len),
             // SGLang's message names the fraction that failed.
             mem_fraction_static: match *e {
                 ServingError::SglangNotEnoughMemory {
