@@ -481,7 +481,7 @@ fn already_made(d: &Value, r: &Ran, kind: &str, bad: &mut Vec<(&'static str, Str
 /// A size as `format_size` prints it, in bytes, and the rounding of its print.
 fn size(num: &str, unit: &str) -> Option<(f64, f64)> {
     let v: f64 = num.parse().ok()?;
-    let u = match unit.trim_end_matches([',', ';', ')', '.']) {
+    let u = match unit.trim_end_matches([',', ';', ')', '.', ':']) {
         "bytes" => 1.0,
         "KiB" => 1024.0,
         "MiB" => 1048576.0,
@@ -536,6 +536,26 @@ fn figures(d: &Value, bad: &mut Vec<(&'static str, String)>) {
             if let Some(u) = value_after(a, prefix) {
                 if !(u > 0.0 && u <= 1.0) {
                     bad.push(("2 shares 0-100 %", a.to_string()));
+                }
+            }
+        }
+    }
+    // vLLM's free-memory refusal: "F free of T: at most U of the GPU can be asked for" holds only
+    // if U × T fits in F.
+    for rem in d["remedies"].as_array().unwrap() {
+        let t = rem["detail"].as_str().unwrap();
+        let w: Vec<&str> = t.split_whitespace().collect();
+        if let (Some(i), Some(u)) = (
+            w.iter().position(|&x| x == "free" || x == "available"),
+            w.iter()
+                .position(|&x| x == "most")
+                .and_then(|k| w.get(k + 1)?.parse::<f64>().ok()),
+        ) {
+            let free = i.checked_sub(2).and_then(|n| size(w[n], w[n + 1]));
+            let total = w.get(i + 2).zip(w.get(i + 3)).and_then(|(n, u)| size(n, u));
+            if let (Some(fr), Some(to)) = (free, total) {
+                if w.get(i + 1) == Some(&"of") && u * to.0 > fr.0 + fr.1 + u * to.1 {
+                    bad.push(("2 sums add up", format!("{u} × {} > {}: {t}", to.0, fr.0)));
                 }
             }
         }
@@ -772,38 +792,56 @@ fn agree(text: &str, d: &Value, bad: &mut Vec<(&'static str, String)>) {
 }
 
 /// Every check on every paste: the problems found, by check.
-fn scan() -> (usize, usize, BTreeMap<&'static str, Vec<String>>) {
-    let mut found: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
-    let (mut read, mut refused) = (0, 0);
-    for p in pastes() {
-        let mut args: Vec<&str> = vec!["doctor", "--no-nvml", "-"];
-        args.extend(p.args.iter().map(String::as_str));
-        let (code, text, err) = vram_stdin(&args, &p.text);
-        args.push("--json");
-        let (jcode, json, jerr) = vram_stdin(&args, &p.text);
-        let mut bad = Vec::new();
-        if code != jcode || err != jerr {
+/// One paste through `vram doctor`, text and `--json`: whether it was diagnosed, and the problems
+/// found.
+fn check(p: &Paste) -> (bool, Vec<(&'static str, String)>) {
+    let mut args: Vec<&str> = vec!["doctor", "--no-nvml", "-"];
+    args.extend(p.args.iter().map(String::as_str));
+    let (code, text, err) = vram_stdin(&args, &p.text);
+    args.push("--json");
+    let (jcode, json, jerr) = vram_stdin(&args, &p.text);
+    let mut bad = Vec::new();
+    if code != jcode || err != jerr {
+        bad.push((
+            "3 text = JSON",
+            format!("exit {code} / {jcode}: {err} / {jerr}"),
+        ));
+    }
+    if code != 0 {
+        if code != 2 || err.lines().count() != 1 || !text.is_empty() {
             bad.push((
                 "3 text = JSON",
-                format!("exit {code} / {jcode}: {err} / {jerr}"),
+                format!("refusal not one line, exit 2: {code} {err}"),
             ));
         }
-        if code != 0 {
-            refused += 1;
-            if code != 2 || err.lines().count() != 1 || !text.is_empty() {
-                bad.push((
-                    "3 text = JSON",
-                    format!("refusal not one line, exit 2: {code} {err}"),
-                ));
-            }
-        } else {
-            read += 1;
-            let d: Value = serde_json::from_str(&json).unwrap();
-            let kind = d["error"]["error"].as_str().unwrap_or("pytorch");
-            already_made(&d, &ran(&p.text, &d), kind, &mut bad);
-            figures(&d, &mut bad);
-            agree(&text, &d, &mut bad);
-        }
+        return (false, bad);
+    }
+    let d: Value = serde_json::from_str(&json).unwrap();
+    let kind = d["error"]["error"].as_str().unwrap_or("pytorch");
+    already_made(&d, &ran(&p.text, &d), kind, &mut bad);
+    figures(&d, &mut bad);
+    agree(&text, &d, &mut bad);
+    (true, bad)
+}
+
+/// Every check on every paste (on as many threads as the machine has): the pastes diagnosed and
+/// refused, and the problems found, by check.
+fn scan() -> (usize, usize, BTreeMap<&'static str, Vec<String>>) {
+    let pastes = pastes();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let results: Vec<(bool, Vec<(&'static str, String)>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = pastes
+            .chunks(pastes.len().div_ceil(threads))
+            .map(|chunk| s.spawn(move || chunk.iter().map(check).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let mut found: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let read = results.iter().filter(|(ok, _)| *ok).count();
+    for (p, (_, bad)) in pastes.iter().zip(results) {
         for (check, why) in bad {
             found
                 .entry(check)
@@ -811,7 +849,7 @@ fn scan() -> (usize, usize, BTreeMap<&'static str, Vec<String>>) {
                 .push(format!("{}: {why}", p.name));
         }
     }
-    (read, refused, found)
+    (read, pastes.len() - read, found)
 }
 
 #[test]
