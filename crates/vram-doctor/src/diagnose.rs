@@ -1650,6 +1650,20 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                 ),
             });
         }
+        if summary.fits && step_cause {
+            // The estimate of the setup given fits, yet the message's figures name the step: the
+            // estimate does not describe what ran (the note above), so a plan's saving is against
+            // that estimate, not the failure. One that saves nothing (the setup given, or one
+            // needing more) is no change toward less memory; the others are not shown enough.
+            fixes.retain(|f| f.saves_bytes.is_some_and(|s| s > 0));
+            for f in &mut fixes {
+                f.enough = false;
+                f.detail.push_str(&format!(
+                    "; saves against the estimate of the setup given ({}), which fits and so does not describe what ran",
+                    hb(summary.total_bytes)
+                ));
+            }
+        }
         if !summary.fits || step_cause {
             remedies.append(&mut fixes);
         }
