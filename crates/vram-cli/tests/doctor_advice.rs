@@ -808,6 +808,45 @@ fn agree(text: &str, d: &Value, bad: &mut Vec<(&'static str, String)>) {
             }
         }
     }
+    if d["message"]["backend"] == "mps" {
+        let line = head.lines().next().unwrap_or("");
+        for b in [
+            f["requested_bytes"].as_u64(),
+            f["reserved_bytes"].as_u64(),
+            f["non_pytorch_bytes"].as_u64().or(Some(0)),
+            f["allowed_bytes"].as_u64(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if !line.contains(&hb(b)) {
+                differ("MPS figures", line.to_string(), hb(b));
+            }
+        }
+    }
+    if let Some(e) = d["estimate"].as_object() {
+        let fits = if e["fits"] == true {
+            "fits"
+        } else {
+            "does not fit"
+        };
+        let want = format!(
+            "estimate of the step: {} at the peak ({}), {} allocated; {fits}",
+            hb(e["total_bytes"].as_u64().unwrap()),
+            e["peak_phase"].as_str().unwrap(),
+            hb(e["peak_allocated_bytes"].as_u64().unwrap())
+        );
+        if !head.lines().any(|l| l == want) {
+            differ("estimate", String::new(), want);
+        }
+        for pair in e["breakdown"].as_array().unwrap().iter().take(8) {
+            let (cat, b) = (pair[0].as_str().unwrap(), pair[1].as_u64().unwrap());
+            let line = format!("  {cat:<22} {:>12}", hb(b));
+            if !head.lines().any(|l| l == line) {
+                differ("estimate breakdown", String::new(), line);
+            }
+        }
+    }
     let causes = d["causes"].as_array().unwrap();
     let section = head
         .split_once("causes (most important first):\n")
