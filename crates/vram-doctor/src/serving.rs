@@ -1899,7 +1899,7 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         };
         match remedies.iter().position(same) {
             Some(i) => {
-                remedies[i] = remedy.clone();
+                remedies[i] = remedy;
                 let mut k = 0;
                 remedies.retain(|r| {
                     k += 1;
