@@ -242,7 +242,8 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     }
     // With --model (and --gpu), the capacity model's figures for the engine's defaults turn
     // each knob into a number.
-    let (figures, notes) = match &a.model {
+    let conf = vram_doctor::profile::engine_configuration(text);
+    let (figures, mut notes) = match &a.model {
         None => (None, Vec::new()),
         // A load failure is not about memory: no capacity figure changes it.
         Some(_) if !e.is_memory() => (
@@ -255,7 +256,6 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
             .to_string()],
         ),
         Some(m) => {
-            let conf = vram_doctor::profile::engine_configuration(text);
             let (f, n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e, &conf)?;
             (Some(f), n)
         }
@@ -271,6 +271,8 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
         p.supply_device(vram_model::gpu::lookup(g)?);
     }
     let mut d = serving::explain_profiled(e, profile.as_ref(), figures.as_ref());
+    // A remedy the pasted configuration already runs is left out, and a note says so.
+    notes.extend(serving::drop_already_made(&mut d, &conf));
     d.notes = notes;
     let mut out = crate::output::stdout();
     if a.json {

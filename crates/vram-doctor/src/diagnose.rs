@@ -1349,6 +1349,14 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             if policy == "vramkit" && backend != Backend::Cuda {
                 continue;
             }
+            // The paste sets expandable segments already: not a change left to make.
+            if policy == "pytorch-expandable" && m.expandable_segments {
+                notes.push(format!(
+                    "the paste already sets {action}: it is not offered again (the {} reserved but unallocated were left with it on)",
+                    hb(unalloc)
+                ));
+                continue;
+            }
             let row = replay_rows.iter().find(|r| r.policy == policy);
             let (saves, enough, how) = match row {
                 Some(r) if r.reserves_more_bytes > 0 => (
@@ -1641,6 +1649,20 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
                     if matches!(job.setup.mode, Mode::Train(_)) { "" } else { " (for inference: no smaller batch fits)" }
                 ),
             });
+        }
+        if summary.fits && step_cause {
+            // The estimate of the setup given fits, yet the message's figures name the step: the
+            // estimate does not describe what ran (the note above), so a plan's saving is against
+            // that estimate, not the failure. One that saves nothing (the setup given, or one
+            // needing more) is no change toward less memory; the others are not shown enough.
+            fixes.retain(|f| f.saves_bytes.is_some_and(|s| s > 0));
+            for f in &mut fixes {
+                f.enough = false;
+                f.detail.push_str(&format!(
+                    "; saves against the estimate of the setup given ({}), which fits and so does not describe what ran",
+                    hb(summary.total_bytes)
+                ));
+            }
         }
         if !summary.fits || step_cause {
             remedies.append(&mut fixes);

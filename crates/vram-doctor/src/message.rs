@@ -302,6 +302,9 @@ pub struct OomMessage {
     pub other_processes: Vec<MessageProcess>,
     /// The runtime whose PyTorch build raised the message.
     pub backend: Backend,
+    /// The paste itself sets the allocator's expandable segments ([`sets_expandable_segments`]):
+    /// a remedy that sets them is one the job already runs.
+    pub expandable_segments: bool,
 }
 
 impl OomMessage {
@@ -668,11 +671,47 @@ pub(crate) const CUDA_RUNTIME: &str = "this is the CUDA runtime's `CUDA error: o
 pub fn parse(text: &str) -> Result<OomMessage> {
     // The message's words are matched whatever their case: other bindings reprint it (R's
     // torch writes `reserved in total by Pytorch`), and people retype it.
-    match parse_flat(&flatten(text, " ").to_ascii_lowercase()) {
-        Ok(m) => Ok(m),
+    let mut m = match parse_flat(&flatten(text, " ").to_ascii_lowercase()) {
+        Ok(m) => m,
         // Lines cut at a fixed width, inside a figure: join them as they are.
-        Err(e) => parse_flat(&flatten(text, "").to_ascii_lowercase()).map_err(|_| e),
-    }
+        Err(e) => parse_flat(&flatten(text, "").to_ascii_lowercase()).map_err(|_| e)?,
+    };
+    m.expandable_segments = sets_expandable_segments(text);
+    Ok(m)
+}
+
+/// Whether `text` sets the caching allocator's expandable segments itself: `expandable_segments:
+/// True` in an allocator setting (`PYTORCH_CUDA_ALLOC_CONF`, ROCm's `PYTORCH_HIP_ALLOC_CONF`,
+/// 2.9's `PYTORCH_ALLOC_CONF`; an `export`, an `os.environ[...] =` line, a launcher's env), but
+/// not the hint PyTorch 2.2+ appends to its own message (`If reserved but unallocated memory is
+/// large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation`).
+/// The value is matched as PyTorch's option parser takes it, `True` (`parseExpandableSegments`
+/// accepts `True` or `False` alone: `c10/cuda/CUDAAllocatorConfig.cpp` at v2.1.0-v2.8.0,
+/// `c10/core/AllocatorConfig.cpp` at v2.9.0).
+pub fn sets_expandable_segments(text: &str) -> bool {
+    const SETTING: &str = "expandable_segments:True";
+    // Read as the message is (line prefixes stripped), and without whitespace: PyTorch's hint
+    // wrapped between words or cut at a fixed width inside one is still its hint.
+    let text: String = flatten(text, " ")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    text.match_indices(SETTING).any(|(i, _)| {
+        let before = text[..i].to_ascii_lowercase();
+        let before = before.trim_end_matches(['"', '\'', '=']);
+        let hint = [
+            "pytorch_cuda_alloc_conf",
+            "pytorch_hip_alloc_conf",
+            "pytorch_alloc_conf",
+        ]
+        .iter()
+        .any(|v| {
+            before
+                .strip_suffix(v)
+                .is_some_and(|b| b.ends_with("trysetting"))
+        });
+        !hint
+    })
 }
 
 fn parse_flat(flat: &str) -> Result<OomMessage> {
@@ -864,6 +903,7 @@ fn parse_one(msg: &str) -> Result<OomMessage> {
         this_process_bytes,
         other_processes,
         backend: Backend::Cuda,
+        expandable_segments: false,
     })
 }
 
@@ -954,6 +994,7 @@ fn async_layout(text: &str) -> Result<OomMessage> {
         this_process_bytes: None,
         other_processes: Vec::new(),
         backend: Backend::Cuda,
+        expandable_segments: false,
     })
 }
 
@@ -992,6 +1033,7 @@ fn mps_layout(text: &str) -> Result<OomMessage> {
         this_process_bytes: Some(heaps.saturating_add(other)),
         other_processes: Vec::new(),
         backend: Backend::Mps,
+        expandable_segments: false,
     })
 }
 
@@ -1048,5 +1090,6 @@ fn legacy(requested_bytes: u64, r: &str) -> Result<OomMessage> {
         this_process_bytes: None,
         other_processes: Vec::new(),
         backend: Backend::Cuda,
+        expandable_segments: false,
     })
 }

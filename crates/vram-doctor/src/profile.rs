@@ -243,6 +243,19 @@ pub struct EngineConfiguration {
     /// SGLang's `mem_fraction_static=F` (its `ServerArgs(...)` line, or
     /// `--mem-fraction-static F`), within (0, 1].
     pub mem_fraction_static: Option<f64>,
+    /// The engine runs without CUDA graphs: vLLM's `enforce_eager=True` (its configuration line,
+    /// `'enforce_eager': True` in the non-default args) or `--enforce-eager`; SGLang's
+    /// `disable_cuda_graph=True` or `--disable-cuda-graph`.
+    pub enforce_eager: bool,
+    /// The KV cache is fp8: `kv_cache_dtype=fp8...` (`fp8`, `fp8_e4m3`, `fp8_e5m2`) in the
+    /// configuration line or `--kv-cache-dtype fp8...`.
+    pub kv_cache_fp8: bool,
+    /// `max_num_seqs=N` (vLLM's `non-default args`, `'max_num_seqs': N`, `--max-num-seqs N`).
+    pub max_num_seqs: Option<u64>,
+    /// The context the engine runs: vLLM's `max_seq_len=N` (its configuration line),
+    /// `'max_model_len': N` or `--max-model-len N`; SGLang's `context_length=N`
+    /// (`ServerArgs(...)`) or `--context-length N`.
+    pub max_model_len: Option<u64>,
 }
 
 /// [`EngineConfiguration`] of `text`.
@@ -266,6 +279,32 @@ pub fn engine_configuration(text: &str) -> EngineConfiguration {
             last_key_value(&t, "mem_fraction_static=")
                 .or_else(|| last_value(&t, "--mem-fraction-static ")),
         ),
+        enforce_eager: [
+            last_key_value(&t, "enforce_eager="),
+            last_value(&t, "'enforce_eager': "),
+            last_key_value(&t, "disable_cuda_graph="),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|v| v == "true")
+            || t.contains("--enforce-eager")
+            || t.contains("--disable-cuda-graph ")
+            || t.ends_with("--disable-cuda-graph"),
+        kv_cache_fp8: last_key_value(&t, "kv_cache_dtype=")
+            .or_else(|| last_value(&t, "'kv_cache_dtype': "))
+            .or_else(|| last_value(&t, "--kv-cache-dtype "))
+            .is_some_and(|v| v.starts_with("fp8")),
+        max_num_seqs: last_key_value(&t, "max_num_seqs=")
+            .or_else(|| last_value(&t, "'max_num_seqs': "))
+            .or_else(|| last_value(&t, "--max-num-seqs "))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok()),
+        max_model_len: last_key_value(&t, "max_seq_len=")
+            .or_else(|| last_value(&t, "'max_model_len': "))
+            .or_else(|| last_value(&t, "--max-model-len "))
+            .or_else(|| last_key_value(&t, "context_length="))
+            .or_else(|| last_value(&t, "--context-length "))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .filter(|&n: &u64| n > 0),
     }
 }
 

@@ -292,6 +292,11 @@ pub struct CapacityFigures {
     /// error's `max_model_len` (`vram_plan::suggest::serving`, the change `vram capacity`
     /// offers too), if one does.
     pub change: Option<CapacityChange>,
+    /// The share of the GPU the failed start ran at, where the paste shows it (vLLM's
+    /// `gpu_memory_utilization`, SGLang's `mem_fraction_static` from its error or its
+    /// configuration): a larger share the capacity model works out at or below it is one the
+    /// engine already ran, and is not offered as enough.
+    pub failed_share: Option<f64>,
 }
 
 impl CapacityFigures {
@@ -318,11 +323,14 @@ impl CapacityFigures {
             _ => Engine::Vllm,
         };
         let knobs = Knobs {
+            // The error's own length, else the one the paste's configuration runs (the other
+            // errors name none: a change sized at the model's whole context is not the paste's).
             max_model_len: match *e {
                 ServingError::VllmMaxSeqLen { max_model_len, .. }
                 | ServingError::VllmKvMemory { max_model_len, .. } => Some(max_model_len),
                 _ => None,
-            },
+            }
+            .or(conf.max_model_len),
             // SGLang's message names the fraction that failed.
             mem_fraction_static: match *e {
                 ServingError::SglangNotEnoughMemory {
@@ -342,6 +350,9 @@ impl CapacityFigures {
                 Some("fp8") => Quantization::Fp8,
                 _ => Quantization::None,
             },
+            enforce_eager: conf.enforce_eager,
+            kv_bytes: conf.kv_cache_fp8.then_some(1),
+            max_num_seqs: conf.max_num_seqs.filter(|&n| n > 0),
             ..Knobs::default()
         };
         // The paste shows the engine past its start-up check at its own utilization; where
@@ -382,6 +393,10 @@ impl CapacityFigures {
                 .saturating_add(c.cuda_graph_bytes),
             kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
             change,
+            failed_share: match engine {
+                Engine::Sglang => knobs.mem_fraction_static,
+                _ => conf.gpu_memory_utilization,
+            },
         })
     }
 }
@@ -1077,6 +1092,80 @@ pub fn explain_profiled(
     d
 }
 
+/// Drops from `d` the remedies that the paste's own configuration (`conf`,
+/// [`crate::profile::engine_configuration`]) shows the engine already runs, and returns a note
+/// for each: no CUDA graphs (`--enforce-eager`, SGLang's `--disable-cuda-graph`), an fp8 KV
+/// cache, the quantization method, a tensor-parallel size no larger than the one it runs, a
+/// `max_num_seqs` no smaller, and a larger share of the GPU no larger than the one that failed
+/// (for every error but free memory below the share, whose remedy is a smaller one).
+pub fn drop_already_made(
+    d: &mut ServingDiagnosis,
+    conf: &crate::profile::EngineConfiguration,
+) -> Vec<String> {
+    let lower_share = matches!(d.error, ServingError::VllmFreeBelowUtilization { .. });
+    let value = |a: &str, flags: &[&str]| {
+        flags.iter().find_map(|f| {
+            a.strip_prefix(f)?
+                .strip_prefix(' ')?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    let made = |a: &str| -> Option<String> {
+        if conf.enforce_eager
+            && (a.starts_with("--enforce-eager") || a.starts_with("--disable-cuda-graph"))
+        {
+            return Some("runs without CUDA graphs".into());
+        }
+        if conf.kv_cache_fp8 && a.starts_with("--kv-cache-dtype fp8") {
+            return Some("runs an fp8 KV cache".into());
+        }
+        if let Some(q) = conf.quantization.as_deref() {
+            if a.strip_prefix("--quantization ") == Some(q) {
+                return Some(format!("runs quantization {q}"));
+            }
+        }
+        if let (Some(n), Some(tp)) = (
+            value(a, &["--tensor-parallel-size", "--tp-size"]),
+            conf.tensor_parallel_size,
+        ) {
+            if n <= tp as f64 {
+                return Some(format!("runs tensor-parallel size {tp}"));
+            }
+        }
+        if let (Some(n), Some(m)) = (value(a, &["--max-num-seqs"]), conf.max_num_seqs) {
+            if n >= m as f64 {
+                return Some(format!("runs max_num_seqs {m}"));
+            }
+        }
+        for (flag, share) in [
+            ("--gpu-memory-utilization", conf.gpu_memory_utilization),
+            ("--mem-fraction-static", conf.mem_fraction_static),
+        ] {
+            if let (Some(v), Some(u)) = (value(a, &[flag]), share) {
+                if !lower_share && v <= u {
+                    return Some(format!("ran at {} {u}, and failed", &flag[2..]));
+                }
+            }
+        }
+        None
+    };
+    let mut notes = Vec::new();
+    d.remedies.retain(|r| match made(&r.action) {
+        Some(why) => {
+            notes.push(format!(
+                "`{}` is not offered: the pasted configuration {why}",
+                r.action
+            ));
+            false
+        }
+        None => true,
+    });
+    notes
+}
+
 fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> ServingDiagnosis {
     let hb = human_bytes;
     let mut remedies = Vec::new();
@@ -1227,7 +1316,9 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
             cpu_backend: true,
         } => {
             let max_u = (free_bytes as f64 / total_bytes.max(1) as f64 * 100.0).floor() / 100.0;
-            remedies.push(ServingRemedy {
+            // vLLM takes a share above 0 only (`CacheConfig`: gt=0): below a hundredth free,
+            // no share it takes fits, and only freeing the node is left.
+            remedies.extend((max_u >= 0.01).then(|| ServingRemedy {
                 action: format!("--gpu-memory-utilization {max_u:.2}"),
                 enough: true,
                 detail: format!(
@@ -1236,7 +1327,7 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                     hb(total_bytes),
                     hb(desired_bytes.saturating_sub((max_u * total_bytes as f64) as u64))
                 ),
-            });
+            }));
             remedies.push(ServingRemedy {
                 action: "stop what holds the node's memory (other processes, a previous instance of the server)".into(),
                 enough: true,
@@ -1483,7 +1574,9 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
             cpu_backend: false,
         } => {
             let max_u = (free_bytes as f64 / total_bytes.max(1) as f64 * 100.0).floor() / 100.0;
-            remedies.push(ServingRemedy {
+            // vLLM takes a share above 0 only (`CacheConfig`: gt=0): below a hundredth of the
+            // GPU free, no share it takes fits what is free (vllm-omni#276's 0.00).
+            remedies.extend((max_u >= 0.01).then(|| ServingRemedy {
                 action: format!("--gpu-memory-utilization {max_u:.2}"),
                 enough: true,
                 detail: format!(
@@ -1492,7 +1585,7 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                     hb(total_bytes),
                     hb(desired_bytes.saturating_sub((max_u * total_bytes as f64) as u64))
                 ),
-            });
+            }));
             remedies.push(ServingRemedy {
                 action: "stop what holds the rest of the GPU (another process, a previous instance of the server)".into(),
                 enough: true,
@@ -1793,14 +1886,26 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         // A larger share of the device (`--gpu-memory-utilization 0.95`): the capacity model's
         // figure, decided by its whole start and bounded by the engine's start-up check, takes
         // the place of the message's own arithmetic for the same flag rather than stand beside it.
+        // Every such remedy for the flag gives way to it (one figure a flag), but for a floor
+        // the engine printed (`raise --mem-fraction-static above 0.710`), which it keeps.
         let flag = ch.flags.split(' ').next().unwrap_or_default();
-        match remedies.iter().position(|r| {
+        let floor = format!("raise {flag} above ");
+        let same = |r: &ServingRemedy| {
             ch.bound.is_some()
                 && !flag.is_empty()
                 && r.action.contains(flag)
                 && !r.action.starts_with("lower")
-        }) {
-            Some(i) => remedies[i] = remedy,
+                && !r.action.starts_with(&floor)
+        };
+        match remedies.iter().position(same) {
+            Some(i) => {
+                remedies[i] = remedy;
+                let mut k = 0;
+                remedies.retain(|r| {
+                    k += 1;
+                    k - 1 == i || !same(r)
+                });
+            }
             None => remedies.insert(1.min(remedies.len()), remedy),
         }
     }
@@ -1871,7 +1976,7 @@ fn fraction_by_capacity(
 ) -> ServingRemedy {
     let need = c.non_kv_bytes.saturating_add(min_kv);
     let enough = need <= c.device_bytes;
-    ServingRemedy {
+    let r = ServingRemedy {
         action: if enough {
             format!(
                 "{flag} {:.2}",
@@ -1891,6 +1996,29 @@ fn fraction_by_capacity(
                 format!(": more than the whole GPU, no {knob} is enough")
             }
         ),
+    };
+    above_failed(r, c, flag)
+}
+
+/// `r`, a share `flag` the capacity model works out, unless it is at or below the share the
+/// failed start ran at ([`CapacityFigures::failed_share`]): the engine already ran that and it
+/// did not start, so the model's estimate of what precedes the cache is short there, and the
+/// remedy becomes a larger share than the one that failed, not enough by itself.
+fn above_failed(r: ServingRemedy, c: &CapacityFigures, flag: &str) -> ServingRemedy {
+    let value = r
+        .action
+        .strip_prefix(flag)
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    match (value, c.failed_share) {
+        (Some(v), Some(f)) if v <= f => ServingRemedy {
+            action: format!("raise {flag} above {f}"),
+            enough: false,
+            detail: format!(
+                "{}, which gives {v:.2}: at or below the {f} this start failed at, so the estimate is short of what the engine used here; how much more it needs, the engine's own profiling lines say",
+                r.detail
+            ),
+        },
+        _ => r,
     }
 }
 
@@ -1915,7 +2043,7 @@ fn raise_utilization(
                 .non_kv_bytes
                 .saturating_add(c.kv_bytes_per_token.saturating_mul(max_model_len));
             let u = frac_up(need as f64 / c.device_bytes.max(1) as f64);
-            utilization_remedy(
+            let r = utilization_remedy(
                 u,
                 format!(
                     "{why}: {} outside the cache + {max_model_len} tokens × {} per token = {} of the {} GPU (capacity model){}",
@@ -1925,7 +2053,8 @@ fn raise_utilization(
                     human_bytes(c.device_bytes),
                     if u > 1.0 { ", more than the whole GPU: no utilization is enough" } else { "" }
                 ),
-            )
+            );
+            above_failed(r, c, "--gpu-memory-utilization")
         }
         None => ServingRemedy {
             action: "raise --gpu-memory-utilization".into(),
@@ -2151,6 +2280,13 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                         let k = budget.and_then(|b| {
                             [2u64, 4, 8].into_iter().find(|k| bytes / k + rest < b)
                         });
+                        // Without the log's size, the capacity model's change to a tensor-parallel
+                        // size (from the size it assumed) says the same as `×k`, in absolute terms.
+                        let capacity_tp = d.remedies.iter().any(|r| {
+                            r.detail.contains("(vram capacity)")
+                                && r.action.starts_with("--tensor-parallel-size ")
+                        });
+                        if !(k.is_some() && p.tensor_parallel_size.is_none() && capacity_tp) {
                         remedies.push(ServingRemedy {
                             action: match (k, p.tensor_parallel_size) {
                                 (Some(k), Some(tp)) => format!("--tensor-parallel-size {}", tp * k),
@@ -2170,6 +2306,7 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                                 None => format!("the weights take {} of the budget{short_words}", hb(bytes)),
                             },
                         });
+                        }
                         remedies.push(ServingRemedy {
                             action: match &p.quantization {
                                 Some(q) => format!("a checkpoint with fewer bits per weight than this {q} one, or a smaller model"),
@@ -2248,7 +2385,7 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
             let kv = p.kv_bytes.and_then(|k| u64::try_from(k).ok());
             if let (Some(t), Some(x), Some(k)) = (total, non_kv, kv.filter(|_| kv_tokens > 0)) {
                 let need = (k as f64 * max_model_len as f64 / kv_tokens as f64) as u64;
-                profile_utilization(d, x, need, t, max_model_len);
+                profile_utilization(d, p, x, need, t, max_model_len);
             }
         }
         ServingError::VllmKvMemory {
@@ -2257,7 +2394,7 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
             ..
         } => {
             if let (Some(t), Some(x)) = (total, non_kv) {
-                profile_utilization(d, x, needed_bytes, t, max_model_len);
+                profile_utilization(d, p, x, needed_bytes, t, max_model_len);
             }
         }
         ServingError::VllmSamplerWarmUp { .. } => {
@@ -2287,9 +2424,23 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
 }
 
 /// The utilization that holds what the profile measured before the cache and one request of
-/// `max_model_len` (`need` bytes of cache), in place of the message-only remedy.
-fn profile_utilization(d: &mut ServingDiagnosis, non_kv: u64, need: u64, total: u64, len: u64) {
+/// `max_model_len` (`need` bytes of cache), in place of the message-only remedy and, when the
+/// log printed its own figures, of the capacity model's (the engine's measurement of what
+/// preceded the cache beats vram's estimate of it: vllm#10517's 18.33 GiB against the capacity
+/// model's 16.89 GiB gave a utilization of 0.87, below the 0.90 that failed). A budget completed
+/// from supplied figures yields to the capacity model's, when given, as the no-cache error's does.
+fn profile_utilization(
+    d: &mut ServingDiagnosis,
+    p: &StartupProfile,
+    non_kv: u64,
+    need: u64,
+    total: u64,
+    len: u64,
+) {
     let hb = human_bytes;
+    if p.supplied.is_some() && d.capacity.is_some() {
+        return;
+    }
     let u = frac_up((non_kv + need) as f64 / total.max(1) as f64);
     let r = utilization_remedy(
         u,
@@ -2302,14 +2453,20 @@ fn profile_utilization(d: &mut ServingDiagnosis, non_kv: u64, need: u64, total: 
             if u > 1.0 { ", more than the whole GPU: no utilization is enough" } else { "" }
         ),
     );
-    match d
+    // The capacity model's whole-start change (`(vram capacity)`) stays: it is a different flag
+    // or, for a larger share, bounded by the engine's start-up check.
+    let raises = |r: &ServingRemedy| {
+        r.action.contains("--gpu-memory-utilization")
+            && !r.action.starts_with("lower")
+            && !r.detail.contains("(vram capacity)")
+    };
+    let at = d
         .remedies
         .iter()
-        .position(|r| r.action.contains("--gpu-memory-utilization") && d.capacity.is_none())
-    {
-        Some(i) => d.remedies[i] = r,
-        None => d.remedies.insert(1.min(d.remedies.len()), r),
-    }
+        .position(raises)
+        .unwrap_or(1.min(d.remedies.len()));
+    d.remedies.retain(|x| !raises(x));
+    d.remedies.insert(at.min(d.remedies.len()), r);
 }
 
 /// SGLang's `Load weight` lines: the fraction below which the KV pool is empty. (0.5.23's

@@ -175,6 +175,7 @@ fn the_capacity_model_plugs_in_through_capacity_figures() {
         non_kv_bytes: 20 << 30,
         kv_bytes_per_token: 128 << 10,
         change: None,
+        failed_share: None,
     };
     let e = parse(&fixture("vllm-v0-max-seq-len.txt")).unwrap();
     let d = explain(&e, Some(&cap));
@@ -185,6 +186,40 @@ fn the_capacity_model_plugs_in_through_capacity_figures() {
     let d = explain(&e, Some(&cap));
     // 20 GiB + one token of KV over 80 GiB: 0.25 (rounded up to 0.26).
     assert_eq!(d.remedies[0].action, "--mem-fraction-static 0.26");
+    // The same figures where the paste shows the start failed at a larger share (SGLang's
+    // message names 0.6; a vLLM command line 0.5): the model's share is one the engine already
+    // ran, so a larger share than the failed one is asked for, not offered as enough.
+    let ran = CapacityFigures {
+        failed_share: Some(0.6),
+        ..cap.clone()
+    };
+    let d = explain(
+        &parse(&fixture("sglang-not-enough.txt")).unwrap(),
+        Some(&ran),
+    );
+    assert_eq!(
+        d.remedies[0].action,
+        "raise --mem-fraction-static above 0.6"
+    );
+    assert!(!d.remedies[0].enough);
+    assert!(
+        d.remedies[0].detail.contains("gives 0.26"),
+        "{}",
+        d.remedies[0].detail
+    );
+    let ran = CapacityFigures {
+        failed_share: Some(0.5),
+        ..cap.clone()
+    };
+    let d = explain(
+        &parse(&fixture("vllm-v0-max-seq-len.txt")).unwrap(),
+        Some(&ran),
+    );
+    assert_eq!(
+        d.remedies[1].action,
+        "raise --gpu-memory-utilization above 0.5"
+    );
+    assert!(!d.remedies[1].enough);
 }
 
 /// The capacity model's change comes second, marked enough, with its figures; a fraction the
@@ -202,6 +237,7 @@ fn the_capacity_models_change_is_offered_and_no_fraction_above_one() {
             max_concurrency: 1.14,
             bound: None,
         }),
+        failed_share: None,
     };
     // 16 GiB + 131072 × 128 KiB = 32 GiB of a 24 GiB GPU.
     let d = explain(
