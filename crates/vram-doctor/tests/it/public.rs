@@ -558,6 +558,15 @@ const BATCHES: &[Batch] = &[
         fit: pinned(18),
         holdout: pinned(12).reported(12),
     },
+    // Batch 29: collected after every message of 1-28 had been seen (issue 35's twenty-eighth
+    // collection round: Chinese-language threads of Chinese LLM, speech and vision repositories and
+    // repositories no earlier batch names); the rules may be fitted on its fit half and on
+    // everything above. Both halves stay unrun until the labelled messages are committed.
+    Split {
+        n: 29,
+        fit: Unrun,
+        holdout: Unrun,
+    },
 ];
 
 #[test]
