@@ -14,11 +14,12 @@ use super::*;
 /// rebinding, are in [`Held`]). A plain MLP rebinds its
 /// one local: `tokens × (3h + 2f)`. Under `torch.compile` (vLLM V1's default) Inductor frees each
 /// buffer after its last use: the larger of residual + normed input + `gate_up` and residual +
-/// `gate_up` + activation. MoE layers (`fused_moe`) allocate their intermediate caches up front
-/// over chunks of at most `VLLM_FUSED_MOE_CHUNK_SIZE` = 32768 tokens (`M`): through vLLM 0.7
-/// three of them, `[M, top_k, 2f]`, `[M·top_k, f]` and `[M, top_k, h]`; from 0.8.0 the first
-/// and the third share one buffer, `[M·top_k·max(2f, h)]` and `[M·top_k, f]` ([`Held`]'s
-/// `moe_cache13`). Attention (the fused QKV output, the attention
+/// `gate_up` + activation, beside the running piece's inputs under vLLM's own piecewise
+/// compilation ([`Held`]'s `piece_inputs`). MoE layers (`fused_moe`) allocate their
+/// intermediate caches up front over chunks of at most `VLLM_FUSED_MOE_CHUNK_SIZE` = 32768
+/// tokens (`M`): through vLLM 0.7 three of them, `[M, top_k, 2f]`, `[M·top_k, f]` and
+/// `[M, top_k, h]`; from 0.8.0 the first and the third share one buffer, `[M·top_k·max(2f, h)]`
+/// and `[M·top_k, f]` ([`Held`]'s `moe_cache13`). Attention (the fused QKV output, the attention
 /// output and `o_proj`'s) is counted where it is larger. What the caller's frame adds on top
 /// when the forward runs eagerly is [`Held`].
 pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bool) -> u64 {
@@ -61,25 +62,45 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
 ///   path for AWQ/GPTQ experts, read at v0.8.5, does the same (`fused_marlin_moe.py` 264-277,
 ///   `intermediate_cache13` of `M * topk * max(2 * N, K)`), unchunked. The live caches are
 ///   `M·top_k·(max(2f, h) + f)` instead of `M·top_k·(3f + h)`.
+/// - `piece_inputs`: compiled by vLLM's own backend (`CompilationMode.VLLM_COMPILE`, V1's
+///   default), the forward is split at the attention ops (`split_graph`, `torch.fx.passes.
+///   split_module.split_module(..., keep_original_order=True)`) and the split module's
+///   generated `forward` calls each compiled piece with its arguments as locals, dropping them
+///   (`name = None`) only after the call returns; `PiecewiseBackend.__call__(*args)` holds the
+///   same tuple while the piece runs (`compilation/backends.py` 596 at 0.7.3, 608 at 0.8.5;
+///   `cuda_piecewise_backend.py` 86 at 0.10.1 and 0.11.0; `piecewise_backend.py` 182 at
+///   0.14.1, 334 at 0.17.1, 355 at 0.19.1, 358 at 0.22.1 and 0.23.0). So Inductor's
+///   `args.clear()` frees nothing, and the piece that runs `o_proj`, the MLP and the next
+///   layer's QKV keeps its two inputs, the attention output (`tokens × q`) and the residual it
+///   came in with (`tokens × h`), beside the new residual: with Inductor as the backend the
+///   custom ops are off (`custom_ops` "none": `config.py` at 0.7.3 and 0.8.5, `config/vllm.py`
+///   at 0.14.1, 0.17.1, 0.19.1, 0.22.1, 0.23.0) and `RMSNorm.forward_native` makes the residual
+///   sum as a new tensor. The capture of a
+///   CUDA graph runs the same pieces through the same frame, so a graph's live set holds them
+///   too. Not under the other compilation modes (one whole graph, no split) nor eagerly.
 #[derive(Clone, Copy, Default, Debug)]
 pub(super) struct Held {
     pub input: bool,
     pub reduce_out: bool,
     pub gate_up_freed: bool,
     pub moe_cache13: bool,
+    pub piece_inputs: bool,
 }
 
 impl Held {
-    /// What vLLM's eager forward holds for this model at this version: the layer input always,
-    /// the all-reduce's new result from 0.7 (0.7.2 is the oldest read; 0.6 not read, left out),
-    /// `gate_up` freed for the model types vLLM runs through `llama.py`'s `LlamaMLP`
-    /// (`LlamaForCausalLM`, `MistralForCausalLM`; Phi-3 subclasses it).
+    /// What vLLM's forward holds for this model at this version: eagerly, the layer input
+    /// always, the all-reduce's new result from 0.7 (0.7.2 is the oldest read; 0.6 not read,
+    /// left out), `gate_up` freed for the model types vLLM runs through `llama.py`'s `LlamaMLP`
+    /// (`LlamaForCausalLM`, `MistralForCausalLM`; Phi-3 subclasses it); compiled, each piece's
+    /// inputs under vLLM's own compilation mode from 0.7.3 (the oldest read).
     pub(super) fn vllm(t: &Transformer, k: &Knobs) -> Self {
         Held {
             input: true,
             reduce_out: Engine::Vllm.version_in_force(k) >= [0, 7, 0],
             gate_up_freed: vram_model::hf::vllm_mlp_frees_gate_up(&t.model_type),
             moe_cache13: Engine::Vllm.version_in_force(k) >= [0, 8, 0],
+            piece_inputs: Engine::Vllm.version_in_force(k) >= [0, 7, 3]
+                && super::engine::vllm_compiles(k),
         }
     }
 }
@@ -151,13 +172,15 @@ pub(super) fn forward_peak_held(
         f,
         gated,
     } = w;
-    // The caller's extra tensors exist only where the forward runs eagerly.
+    // The caller's extra tensors exist only where the forward runs eagerly; compiled piecewise,
+    // the running piece's inputs instead (attention output and incoming residual).
     let input = if held.input && !compiled { h } else { 0 };
     let reduced = if held.reduce_out && !compiled && tp > 1 {
         h
     } else {
         0
     };
+    let pieces = piece_inputs(&w, compiled, held);
     // Residual, normed input (the layer's input buffer) and `o_proj`'s output, with its
     // all-reduce result.
     let attn = tokens * (3 * h + qkv + q_tp + reduced);
@@ -166,10 +189,10 @@ pub(super) fn forward_peak_held(
         // phase stays the peak; the held input is live through both.
         let m = tokens.min(32768);
         let topk = t.blocks.typical().top_k.max(1);
-        tokens * (3 * h + input) + m * topk * moe_cache_width(f, h, held.moe_cache13)
+        tokens * (3 * h + input + pieces) + m * topk * moe_cache_width(f, h, held.moe_cache13)
     } else if compiled {
         let up = if gated { 2 * f } else { f };
-        tokens * (h + (h + up).max(up + f))
+        tokens * (pieces + h + (h + up).max(up + f))
     } else {
         let down = w.eager_down(held.gate_up_freed) + input + reduced;
         if gated && held.gate_up_freed {
@@ -180,6 +203,16 @@ pub(super) fn forward_peak_held(
         }
     };
     attn.max(mlp) * d
+}
+
+/// Elements per token a compiled piece's arguments keep live ([`Held`]'s `piece_inputs`): the
+/// attention output (`q` split over TP) and the residual the piece came in with (`h`).
+fn piece_inputs(w: &Widths, compiled: bool, held: Held) -> u64 {
+    if compiled && held.piece_inputs {
+        w.q + w.h
+    } else {
+        0
+    }
 }
 
 /// Activation peak of the same forward where every quantized linear first makes its whole
@@ -216,17 +249,21 @@ pub(super) fn dequant_forward_peak(
     } = w;
     let up = if gated { 2 * f } else { f };
     let input = if held.input && !compiled { h } else { 0 };
+    // `qkv_proj`, `gate_up_proj` and `down_proj` run in the piece that holds the previous
+    // attention's output and residual; `o_proj` in the one after the attention, whose inputs
+    // the eager count there already covers.
+    let pieces = piece_inputs(&w, compiled, held);
     let mut sites = vec![
-        tokens * (2 * h + qkv) + h * qkv,
+        tokens * (2 * h + qkv + pieces) + h * qkv,
         tokens * (3 * h + qkv + q_tp) + q_tp * h,
     ];
     if t.blocks.typical().experts <= 1 {
         let down_live = if compiled {
-            tokens * (2 * h + f)
+            tokens * (2 * h + f + pieces)
         } else {
             tokens * w.eager_down(held.gate_up_freed)
         };
-        sites.push(tokens * (2 * h + up + input) + h * up);
+        sites.push(tokens * (2 * h + up + input + pieces) + h * up);
         sites.push(down_live + tokens * input + f * h);
     }
     let peak = sites.into_iter().max().unwrap_or(0) * d;

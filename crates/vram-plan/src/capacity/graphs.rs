@@ -211,9 +211,12 @@ pub(super) fn vllm_graphs(
         full_sizes.last().copied().unwrap_or(0)
     };
     // The largest capture's live set, once in the pool and once from its warm-up run.
-    // No caller's frame in a captured graph; only the version's MoE cache layout carries over.
+    // No eager caller's frame in a captured graph; the version's MoE cache layout and the
+    // running piece's inputs (captured through the same split module) carry over.
+    let vllm_held = Held::vllm(t, k);
     let held = Held {
-        moe_cache13: Held::vllm(t, k).moe_cache13,
+        moe_cache13: vllm_held.moe_cache13,
+        piece_inputs: vllm_held.piece_inputs,
         ..Held::default()
     };
     let live = 2 * forward_peak_held(t, largest, k, v1, held);
