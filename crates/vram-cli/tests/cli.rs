@@ -2867,7 +2867,7 @@ fn hostile_input_round_two_is_one_line_and_exit_2() {
             vec![],
             "needs 8.58 GiB of KV cache at tensor-parallel size 1 by the capacity model, where the paste's vLLM needed 16.00 GiB",
         ),
-        (kv_doctor("llama-3-8b"), vec![], "larger than the model's max_position_embeddings 8192"),
+        (kv_doctor("llama-3-8b"), vec![], "--model llama-3-8b cannot run as the paste ran (its max_model_len, TP size and share): --max-model-len 131072 is larger than the model's max_position_embeddings 8192"),
         // Parallel flags in combination.
         (cap(&["--data-parallel-size", "0"]), vec![], "--data-parallel-size and --ep-size must be between 1 and 1024"),
         (cap(&["--enable-expert-parallel"]), vec![], "`llama-3-8b` has no experts to spread"),
