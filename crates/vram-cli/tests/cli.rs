@@ -2852,6 +2852,8 @@ fn hostile_input_round_two_is_one_line_and_exit_2() {
     );
     let hub_html = canned_http(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 21\r\nConnection: close\r\n\r\n<html>captive</html>\n");
     let hub_junk = canned_http(b"\x00\x01 not http\r\n\r\n");
+    // The Hub's headers over a body that is no JSON (a proxy's page served as the file).
+    let hub_page = canned_http(b"HTTP/1.1 200 OK\r\nX-Repo-Commit: 0123456789abcdef0123456789abcdef01234567\r\nETag: \"abc\"\r\nContent-Length: 21\r\nConnection: close\r\n\r\n<html>captive</html>\n");
     // (args, environment, what the error line must say)
     type Case<'a> = (Vec<String>, Vec<(&'a str, String)>, &'a str);
     let cases: Vec<Case> = vec![
@@ -2916,6 +2918,7 @@ fn hostile_input_round_two_is_one_line_and_exit_2() {
         (s(&["capacity", "org/x", "--gpu", "h100-80g"]), vec![("HF_ENDPOINT", hub_500)], "answered HTTP 500 to 3 tries"),
         (s(&["estimate", "org/x"]), vec![("HF_ENDPOINT", hub_html)], "no X-Repo-Commit header (not a Hugging Face Hub endpoint?"),
         (s(&["estimate", "org/x"]), vec![("HF_ENDPOINT", hub_junk)], "cannot reach http://127.0.0.1:"),
+        (s(&["estimate", "org/page"]), vec![("HF_ENDPOINT", hub_page)], "org/page@0123456 config.json: config.json is not valid JSON: expected value at line 1 column 1"),
     ];
     let hf_home = dir.join("hf");
     let mut failures = Vec::new();
