@@ -2785,3 +2785,169 @@ fn report_names_a_catalog_listing() {
     assert_eq!(code, 2);
     assert!(err.contains("JSON that is not an object"), "{err}");
 }
+
+/// A loopback server that answers every request with `response` (status line, headers and body
+/// as given), for the Hub path's failures; its address. Serves until the test process ends.
+fn canned_http(response: &'static [u8]) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 8192];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(response);
+        }
+    });
+    addr
+}
+
+/// Bad input, second pass (session 13): parallel flags in combination, a `--model` that is
+/// not the pasted log's, degenerate configs, broken safetensors headers and a Hub that answers
+/// 404, 500 or a page that is not one. Each is exit 2, one specific line, nothing on stdout.
+/// Found failing before this pass: the two `doctor --model` cases (the paste's KV figure and
+/// another model's were mixed in one remedy, exit 0); the rest held and are pinned here.
+#[test]
+fn hostile_input_round_two_is_one_line_and_exit_2() {
+    let dir = tmp("hostile2");
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let cap = |extra: &[&str]| {
+        let mut v = s(&["capacity", "llama-3-8b", "--gpu", "h100-80g"]);
+        v.extend(s(extra));
+        v
+    };
+    let moe = |extra: &[&str]| {
+        let mut v = s(&["capacity", "mixtral-8x7b", "--gpu", "h100-80g"]);
+        v.extend(s(extra));
+        v
+    };
+    let config = |name: &str, field: &str, value: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let mut j: serde_json::Value = serde_json::from_str(LLAMA).unwrap();
+        j[field] = serde_json::from_str(value).unwrap();
+        std::fs::write(d.join("config.json"), j.to_string()).unwrap();
+        d.display().to_string()
+    };
+    let raw_config = |name: &str, bytes: &[u8]| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("config.json"), bytes).unwrap();
+        d.display().to_string()
+    };
+    // A safetensors file of header length `len` (little-endian u64) followed by `rest`.
+    let st = |name: &str, len: u64, rest: &[u8]| {
+        let mut b = len.to_le_bytes().to_vec();
+        b.extend_from_slice(rest);
+        write(&dir, name, &b)
+    };
+    let kv_paste = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-doctor/tests/data/messages/vllm-v1-kv-memory.txt")
+        .display()
+        .to_string();
+    let kv_doctor = |model: &str| s(&["doctor", &kv_paste, "--model", model, "--gpu", "h100-80g"]);
+    let hub_404 = canned_http(b"HTTP/1.1 404 Not Found\r\nX-Error-Code: RepoNotFound\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let hub_500 = canned_http(
+        b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\nConnection: close\r\n\r\noops!",
+    );
+    let hub_html = canned_http(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 21\r\nConnection: close\r\n\r\n<html>captive</html>\n");
+    let hub_junk = canned_http(b"\x00\x01 not http\r\n\r\n");
+    // The Hub's headers over a body that is no JSON (a proxy's page served as the file).
+    let hub_page = canned_http(b"HTTP/1.1 200 OK\r\nX-Repo-Commit: 0123456789abcdef0123456789abcdef01234567\r\nETag: \"abc\"\r\nContent-Length: 21\r\nConnection: close\r\n\r\n<html>captive</html>\n");
+    // (args, environment, what the error line must say)
+    type Case<'a> = (Vec<String>, Vec<(&'a str, String)>, &'a str);
+    let cases: Vec<Case> = vec![
+        // The paste needs 16.00 GiB for one 131072-token request (128 KiB per token: an 8B
+        // Llama 3.1); a 70B or DeepSeek-V3 --model was priced into the same remedy, exit 0.
+        (
+            kv_doctor("llama-3.1-70b"),
+            vec![],
+            "needs 40.00 GiB of KV cache at tensor-parallel size 1 by the capacity model, where the paste's vLLM needed 16.00 GiB",
+        ),
+        (
+            kv_doctor("deepseek-v3"),
+            vec![],
+            "needs 8.58 GiB of KV cache at tensor-parallel size 1 by the capacity model, where the paste's vLLM needed 16.00 GiB",
+        ),
+        (kv_doctor("llama-3-8b"), vec![], "--model llama-3-8b cannot run as the paste ran (its max_model_len, TP size and share): --max-model-len 131072 is larger than the model's max_position_embeddings 8192"),
+        // Parallel flags in combination.
+        (cap(&["--data-parallel-size", "0"]), vec![], "--data-parallel-size and --ep-size must be between 1 and 1024"),
+        (cap(&["--enable-expert-parallel"]), vec![], "`llama-3-8b` has no experts to spread"),
+        (s(&["capacity", "llama-3-8b", "--gpu", "h100-80g", "--engine", "sglang", "--ep-size", "2", "--tp-size", "2"]), vec![], "`llama-3-8b` has no experts to spread"),
+        (moe(&["--engine", "sglang", "--ep-size", "4", "--tp-size", "2"]), vec![], "--ep-size 4 does not divide --tp-size 2"),
+        (moe(&["--enable-expert-parallel", "--tensor-parallel-size", "3"]), vec![], "--tensor-parallel-size 3 does not divide the model's 32 attention heads"),
+        (cap(&["--pipeline-parallel-size", "33"]), vec![], "--pipeline-parallel-size 33 exceeds the model's 32 layers"),
+        (cap(&["--pipeline-parallel-size", "0"]), vec![], "must be between 1 and 1024"),
+        (cap(&["--pipeline-parallel-size", "2", "--mem-fraction-static", "0.8"]), vec![], "--mem-fraction-static is an SGLang flag; not for --engine vllm"),
+        (cap(&["--enable-dp-attention"]), vec![], "--enable-dp-attention is an SGLang flag"),
+        (moe(&["--engine", "sglang", "--enable-expert-parallel"]), vec![], "--enable-expert-parallel is a vLLM flag; not for --engine sglang"),
+        (cap(&["--gpu-memory-utilization", "0"]), vec![], "--gpu-memory-utilization 0 is outside (0, 1]"),
+        (cap(&["--gpu-memory-utilization", "1.5"]), vec![], "--gpu-memory-utilization 1.5 is outside (0, 1]"),
+        (cap(&["--gpu-memory-utilization", "NaN"]), vec![], "--gpu-memory-utilization NaN is outside (0, 1]"),
+        (cap(&["--engine", "sglang", "--mem-fraction-static", "nan"]), vec![], "--mem-fraction-static NaN is outside (0, 1]"),
+        (cap(&["--max-model-len", "0"]), vec![], "--max-model-len \"0\": a length is a positive number"),
+        (cap(&["--max-model-len", "10000000"]), vec![], "--max-model-len 10000000 is larger than the model's max_position_embeddings 8192"),
+        (cap(&["--max-model-len", "99999999999999999999"]), vec![], "too large"),
+        (cap(&["--engine", "sglang", "--context-length", "0"]), vec![], "--context-length \"0\": a length is a positive number"),
+        // Degenerate and broken configs.
+        (s(&["estimate", &config("l0", "num_hidden_layers", "0")]), vec![], "num_hidden_layers = 0 is out of range"),
+        (s(&["plan", &config("h0", "num_attention_heads", "0"), "--gpu", "h100-80g", "--gpus", "8", "--global-batch", "64", "--seq", "512"]), vec![], "num_attention_heads = 0 is out of range"),
+        (s(&["estimate", &config("h7", "num_attention_heads", "7"), "--inference"]), vec![], "is not divisible by 7"),
+        (s(&["capacity", &config("v0", "vocab_size", "0"), "--gpu", "h100-80g"]), vec![], "vocab_size = 0 is out of range"),
+        (s(&["estimate", &config("neg", "num_hidden_layers", "-1")]), vec![], "num_hidden_layers = -1 is out of range"),
+        (s(&["estimate", &config("half", "num_hidden_layers", "2.5")]), vec![], "num_hidden_layers = 2.5 is out of range"),
+        (s(&["estimate", &config("wide", "hidden_size", "1000000000")]), vec![], "hidden_size = 1000000000 is out of range"),
+        (s(&["estimate", &raw_config("trunc", br#"{"model_type":"llama","hidden_size":"#)]), vec![], "config.json is not valid JSON"),
+        (s(&["estimate", &raw_config("bin", b"\xff\xfe\x00\x01garbage")]), vec![], "is not UTF-8 text"),
+        (s(&["estimate", &raw_config("arr", b"[1, 2]")]), vec![], "should be an object, found an array"),
+        // Broken safetensors headers.
+        (s(&["estimate", &write(&dir, "tiny.safetensors", b"\x01\x02")]), vec![], "shorter than the 8-byte header length"),
+        (s(&["estimate", &st("past.safetensors", 100_000, b"{}")]), vec![], "runs past the end of the"),
+        (s(&["estimate", &st("huge.safetensors", u64::MAX, b"{}")]), vec![], "header length 18446744073709551615 is not between 1 and 100000000"),
+        (s(&["estimate", &st("cut.safetensors", 20, br#"{"w":{"dtype":"BF16""#)]), vec![], "safetensors header is not valid JSON"),
+        (
+            s(&["estimate", &{
+                let h = br#"{"w":{"dtype":"F64","shape":[1099511627776,1099511627776,1099511627776],"data_offsets":[0,8]}}"#;
+                st("over.safetensors", h.len() as u64, h)
+            }]),
+            vec![],
+            "shape overflows",
+        ),
+        // A Hub that answers 404, 500, a page that is not the Hub's, or not HTTP.
+        (s(&["estimate", "org/x"]), vec![("HF_ENDPOINT", hub_404)], "org/x: repo not found on http://127.0.0.1:"),
+        (s(&["capacity", "org/x", "--gpu", "h100-80g"]), vec![("HF_ENDPOINT", hub_500)], "answered HTTP 500 to 3 tries"),
+        (s(&["estimate", "org/x"]), vec![("HF_ENDPOINT", hub_html)], "no X-Repo-Commit header (not a Hugging Face Hub endpoint?"),
+        (s(&["estimate", "org/x"]), vec![("HF_ENDPOINT", hub_junk)], "cannot reach http://127.0.0.1:"),
+        (s(&["estimate", "org/page"]), vec![("HF_ENDPOINT", hub_page)], "org/page@0123456 config.json: config.json is not valid JSON: expected value at line 1 column 1"),
+    ];
+    let hf_home = dir.join("hf");
+    let mut failures = Vec::new();
+    for (args, env, needle) in &cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vram"))
+            .args(args)
+            .env("HF_HOME", &hf_home)
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_HUB_OFFLINE")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        let (code, stdout, err) = (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if code != 2
+            || err.lines().count() != 1
+            || !err.starts_with("vram: ")
+            || !err.contains(needle)
+            || !stdout.is_empty()
+        {
+            failures.push(format!(
+                "{args:?}: exit {code}, stderr {err:?}, stdout {} bytes (wanted {needle:?})",
+                stdout.len()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -370,6 +370,36 @@ impl CapacityFigures {
             }
             Err(e) => return Err(e),
         };
+        // vLLM's KV-memory error prints what one request of max_model_len needs; the model
+        // given with --model needs what its KV groups take for that length (the sum vLLM's
+        // `check_enough_kv_cache_memory` makes, as `vram capacity` prints it). Where the two
+        // disagree beyond the printed figure's rounding (0.005 GiB) and one block per layer at
+        // the largest block size (128 tokens, for a `--block-size` the paste does not show),
+        // the paste is of another model, or of a KV dtype or parallel layout it does not show:
+        // its figures and the model's would be mixed in one remedy.
+        if let ServingError::VllmKvMemory {
+            max_model_len,
+            needed_bytes,
+            ..
+        } = *e
+        {
+            let model_needed: u64 = c
+                .kv_groups
+                .iter()
+                .map(|g| g.layers * g.blocks_per_request * g.page_bytes)
+                .sum();
+            const GIB: f64 = (1u64 << 30) as f64;
+            let slack = (0.005 * GIB) as u64 + 128 * capacity::kv_bytes_per_token(t, &knobs);
+            if model_needed.abs_diff(needed_bytes) > slack {
+                return Err(vram_plan::Error::Capacity(format!(
+                    "--model {}: one request of {max_model_len} tokens needs {:.2} GiB of KV cache at tensor-parallel size {} by the capacity model, where the paste's vLLM needed {:.2} GiB: the paste is of another model, or of a KV-cache dtype or pipeline split it does not show; give --model the model it serves",
+                    t.name,
+                    model_needed as f64 / GIB,
+                    knobs.tp,
+                    needed_bytes as f64 / GIB
+                )));
+            }
+        }
         // Where the error says others hold the device, a larger share is the wrong way.
         let others = matches!(
             e,

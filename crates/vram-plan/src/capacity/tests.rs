@@ -938,6 +938,36 @@ fn expert_parallel_spreads_the_experts_over_tp_times_dp() {
     assert_eq!(w(&tp4), w(&Knobs { dp: 1, ..tp4 }));
 }
 
+/// An expert-parallel group that does not divide the experts: vLLM's `determine_expert_map`
+/// gives the first `experts % ways` ranks one more (from 0.10.1), or at 0.10.0 the last rank
+/// the rest. Mixtral's 8 experts over TP 2 × DP 3 = 6 GPUs: the most loaded holds 2 (as over TP 2 × DP 2 =
+/// 4 GPUs), not 8/6; over 16 GPUs 1 (as over 8), not half of one; at 0.10.0 over 16 GPUs the
+/// last rank holds all 8.
+#[test]
+fn expert_parallel_that_does_not_divide_the_experts_prices_the_most_loaded_gpu() {
+    let t = model("mixtral-8x7b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let ep = |tp: u64, dp: u64, v: Option<[u32; 3]>| Knobs {
+        tp,
+        dp,
+        expert_parallel: true,
+        engine_version: v,
+        ..Knobs::default()
+    };
+    let w = |k: &Knobs| weights_per_gpu(&t, k, gpu, Engine::Vllm);
+    assert_eq!(w(&ep(2, 3, None)), w(&ep(2, 2, None)));
+    // Over 16 GPUs one whole expert each (32 layers of 3 × 4096 × 14336 bf16), with attention
+    // and the rest split 16 ways: more than the expert, less than over 8 GPUs (the same expert,
+    // the rest split 8 ways).
+    let one_expert = 32 * 3 * 4096 * 14336 * 2u64;
+    assert!(w(&ep(16, 1, None)) > one_expert, "{}", w(&ep(16, 1, None)));
+    assert!(w(&ep(16, 1, None)) < w(&ep(8, 1, None)));
+    let all_eight = w(&ep(16, 1, Some([0, 10, 0])));
+    assert!(all_eight > 8 * one_expert, "{all_eight}");
+    // Where the GPUs divide the experts the split is unchanged (8 over 8: one each).
+    assert!(w(&ep(8, 1, None)) > one_expert && w(&ep(8, 1, None)) < 2 * one_expert);
+}
+
 /// SGLang's DP attention runs attention TP over tp / dp GPUs: at TP 8, DP 4 each GPU keeps
 /// 2 of Qwen3-30B-A3B's 4 KV heads instead of one (replicated) head.
 #[test]

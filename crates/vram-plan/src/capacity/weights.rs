@@ -312,12 +312,7 @@ pub(super) fn mxfp4_padding(t: &Transformer, k: &Knobs, gpu: &Gpu) -> u64 {
         return 0;
     };
     let (_, im, hm) = engine::vllm_mxfp4_layout(k, gpu);
-    let (etp, _) = expert_split(k);
-    let per_gpu_experts =
-        t.blocks
-            .typical()
-            .experts
-            .div_ceil(if k.expert_parallel { etp } else { 1 });
+    let per_gpu_experts = experts_on_most_loaded(t.blocks.typical().experts, k);
     let i_part = if k.expert_parallel {
         inter
     } else {
@@ -385,10 +380,7 @@ struct TritonExperts {
 
 fn triton_experts(t: &Transformer, k: &Knobs, im: u64) -> Option<TritonExperts> {
     let moe = t.blocks.kinds.iter().find_map(|kind| kind.ffn.moe())?;
-    let (etp, _) = expert_split(k);
-    let experts = moe
-        .experts
-        .div_ceil(if k.expert_parallel { etp } else { 1 });
+    let experts = experts_on_most_loaded(moe.experts, k);
     let inter = if k.expert_parallel {
         moe.expert_intermediate
     } else {
@@ -457,6 +449,27 @@ pub(super) fn expert_split(k: &Knobs) -> (u64, bool) {
         (k.tp * k.dp, true)
     } else {
         (k.tp, false)
+    }
+}
+
+/// Whole experts on the most loaded GPU under vLLM's `--enable-expert-parallel` (`ways` =
+/// `tp × dp` GPUs, [`expert_split`]), as `determine_expert_map` hands them out. From 0.10.1
+/// (read at 0.10.1.1, 0.10.2, 0.11.0, 0.14.1, 0.19.1 and, in `expert_map_manager.py`, 0.23.0)
+/// the first `experts % ways` ranks take one more than `experts / ways`: the most loaded holds
+/// `⌈experts / ways⌉`. At 0.10.0 (read there; older releases taken to do the same) every rank
+/// but the last takes `experts / ways` and the last the rest, which may be all of them (8
+/// experts over 16 GPUs). Neither refuses a split that does not divide the experts (0.19.1
+/// asserts an even split only under EPLB), so neither does vram. `experts` without EP.
+pub(super) fn experts_on_most_loaded(experts: u64, k: &Knobs) -> u64 {
+    let (ways, whole) = expert_split(k);
+    if !whole || ways <= 1 {
+        return experts;
+    }
+    if Engine::Vllm.version_in_force(k) >= [0, 10, 1] {
+        experts.div_ceil(ways)
+    } else {
+        let base = experts / ways;
+        base.max(experts - (ways - 1) * base)
     }
 }
 
@@ -587,6 +600,14 @@ pub(super) fn logical_weights_per_gpu(
         0.0
     };
     let rest = sharded - attn - experts;
+    // The routed experts' share: a `1 / ways` part of each, or with EP the whole experts the
+    // most loaded GPU holds (the same bytes where the GPUs divide the experts).
+    let n_experts = t.blocks.typical().experts;
+    let experts_here = if expert_split(k).1 && n_experts > 1 && n_experts % expert_split(k).0 != 0 {
+        experts / n_experts as f64 * experts_on_most_loaded(n_experts, k) as f64
+    } else {
+        experts / expert_ways
+    };
     // The roles the checkpoint's ignore list leaves in the dtype (the rest of a MoE layer is
     // its shared experts, of a dense one its MLP).
     let rate = |c: Component, q: f64| if ignored(t, k, c) { d } else { q };
@@ -597,7 +618,7 @@ pub(super) fn logical_weights_per_gpu(
     };
     let layer = attn / attn_ways * rate(Component::Mixer, q)
         + rest / rest_ways * rate(rest_role, q)
-        + experts / expert_ways * rate(Component::RoutedExperts, q_experts)
+        + experts_here * rate(Component::RoutedExperts, q_experts)
         + split.per_layer_replicated as f64 * d
         + whole_down * rate(Component::Mixer, q);
     let layers_here = t.layers().div_ceil(k.pp) as f64;
