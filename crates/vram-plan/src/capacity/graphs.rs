@@ -243,8 +243,9 @@ pub(super) fn vllm_graphs(
         }
         _ => 0,
     };
-    // Where piecewise graphs come first (`get_capture_descs` lists PIECEWISE before FULL, and
-    // `capture_model` and `profile_cudagraph_memory` walk that order, 0.19.1), the pool already
+    // Where piecewise graphs come first (`capture_model` captures the mixed-mode sizes before
+    // the FULL decode ones at 0.11.0 and 0.13.0; from 0.16 `get_capture_descs` lists PIECEWISE
+    // before FULL, read at 0.16.0, 0.18.1, 0.19.1, 0.22.1 and 0.23.0), the pool already
     // holds their live set's segments when the FULL graphs ask for the accumulators: one tensor
     // far larger than any free block there, and PyTorch's caching allocator never joins blocks
     // of different segments (`CUDACachingAllocator.cpp`, no expandable segments by default), so
@@ -329,8 +330,10 @@ pub(super) fn mixed_wide_heads(t: &Transformer) -> bool {
 ///   forces Triton for all of them ([`mixed_wide_heads`]: Gemma 4 from 0.20; before, its wide
 ///   layers alone leave FlashAttention).
 ///
-/// Triton's own graph buffers (`TritonAttentionMetadataBuilder`: 16 softmax segments for the
-/// 3D kernel's sizes up to 128 / KV heads) are a few MiB and not modelled.
+/// Triton's own buffers (`TritonAttentionMetadataBuilder`: 16 softmax segments for the 3D
+/// kernel's sizes up to 128 / KV heads, a few MiB a KV-cache group) are made with the KV cache,
+/// before `capture_model` reads free memory (0.19.1), so they are in no graph figure; not
+/// modelled.
 pub(super) fn vllm_runs_triton_attention(t: &Transformer, k: &Knobs) -> bool {
     let v = Engine::Vllm.version_in_force(k);
     let mixed_wide = vram_model::hf::vllm_unifies_mixed_head_sizes_since(&t.model_type)
