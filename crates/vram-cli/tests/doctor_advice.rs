@@ -245,6 +245,8 @@ struct Ran {
     expandable: bool,
     eager: bool,
     no_graphs: bool,
+    /// The paste's vLLM CUDA-graph mode is PIECEWISE or NONE.
+    piecewise: bool,
     max_model_len: Option<f64>,
     utilization: Option<f64>,
     fraction: Option<f64>,
@@ -300,6 +302,14 @@ fn ran(text: &str, d: &Value) -> Ran {
         expandable: truthy(&["expandable_segments"]),
         eager: truthy(&["enforce_eager"]) || t.contains("--enforce-eager"),
         no_graphs: truthy(&["disable_cuda_graph"]) || t.contains("--disable-cuda-graph "),
+        piecewise: [
+            "cudagraphmode.piecewise",
+            "cudagraphmode.none",
+            "\"cudagraph_mode\": \"piecewise\"",
+            "cudagraph_mode=piecewise",
+        ]
+        .iter()
+        .any(|k| t.contains(k)),
         max_model_len: [
             num(&err["max_model_len"]),
             last_number(
@@ -392,6 +402,14 @@ fn already_made(d: &Value, r: &Ran, kind: &str, bad: &mut Vec<(&'static str, Str
         }
         if (a == "--enforce-eager" && r.eager) || (a == "--disable-cuda-graph" && r.no_graphs) {
             flag("1 graphs off", "the paste runs without CUDA graphs".into());
+        }
+        // vLLM's Mamba-blocks check runs only with whole-forward graphs: under a paste that runs
+        // eager or piecewise, a graph-mode change is no remedy (and PIECEWISE is no change).
+        if kind == "vllm-mamba-blocks"
+            && (a.contains("cudagraph_mode") || a == "--enforce-eager")
+            && (r.eager || r.piecewise)
+        {
+            flag("1 graphs off", "the paste's mode has no full graphs".into());
         }
         if let (Some(v), Some(run)) = (
             value_after(a, "--max-model-len ").or_else(|| value_after(a, "--context-length ")),
@@ -494,6 +512,23 @@ fn already_made(d: &Value, r: &Ran, kind: &str, bad: &mut Vec<(&'static str, Str
             }
             if rem["saves_bytes"].as_u64() == Some(0) {
                 flag("1 plan", "saves nothing".into());
+            }
+            // A knob the user set away from its default is named by every plan (`--zero 0`
+            // where the plan has none), or, for `--recompute-layers`, dropped in the detail:
+            // flags that leave it out would silently keep the user's setting.
+            for (f, v) in &r.step {
+                let default = matches!(
+                    (f.as_str(), v.as_str()),
+                    ("--zero", "0") | ("--recompute", "none") | ("--offload", "none")
+                );
+                let knob = ["--zero", "--recompute", "--offload", "--recompute-layers"]
+                    .contains(&f.as_str());
+                let named = w.contains(&f.as_str())
+                    || (f == "--recompute-layers"
+                        && detail.contains(&format!("without the given --recompute-layers {v}")));
+                if knob && !default && !named {
+                    flag("1 plan", format!("keeps the given {f} {v} unsaid"));
+                }
             }
         }
         // Plans are alternative whole setups, each with its own micro-batch.
@@ -1003,7 +1038,8 @@ fn a_change_the_paste_already_made_is_not_offered() {
     // runs (the capacity model then sizes the cache at fp8, and no note is needed).
     let log = capacity_log("qwen3-8b", "l4", "--max-model-len 40960");
     let model = ["--model", "qwen3-8b", "--gpu", "l4"];
-    let cases: [(String, String, &[&str], &str, bool); 3] = [
+    const PIECEWISE: &str = r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#;
+    let cases: [(String, String, &[&str], &str, bool); 5] = [
         (
             format!("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n{OOM}"),
             OOM.to_string(),
@@ -1016,6 +1052,22 @@ fn a_change_the_paste_already_made_is_not_offered() {
             MAMBA.to_string(),
             &[],
             "--enforce-eager",
+            true,
+        ),
+        // vLLM makes the Mamba-blocks check only with whole-forward graphs: a configuration that
+        // runs eager or piecewise is not offered the piecewise mode either.
+        (
+            format!("INFO Initializing a V1 LLM engine (v0.23.0) with config: model='m', enforce_eager=True, quantization=None\n{MAMBA}"),
+            MAMBA.to_string(),
+            &[],
+            PIECEWISE,
+            true,
+        ),
+        (
+            format!("INFO Initializing a V1 LLM engine (v0.23.0) with config: model='m', enforce_eager=False, compilation_config={{'mode': 3, 'cudagraph_mode': <CUDAGraphMode.PIECEWISE: 1>}}\n{MAMBA}"),
+            MAMBA.to_string(),
+            &[],
+            PIECEWISE,
             true,
         ),
         (
@@ -1053,7 +1105,13 @@ fn a_change_the_paste_already_made_is_not_offered() {
             "{:?}",
             actions(&with)
         );
-        let notes = with["notes"].to_string();
+        let notes: Vec<&str> = with["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let notes = notes.join("\n");
         assert!(
             !noted
                 || (notes.contains(action)

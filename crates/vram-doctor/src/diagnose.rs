@@ -2336,7 +2336,7 @@ fn step_remedies(
             // 8-bit Adam changes the optimizer: worth it only when faster.
             .filter(|p| opt == t.optimizer || p.step_time_s < best_so_far * 0.99)
         {
-            let mut action = plan_flags(plan);
+            let mut action = plan_flags(plan, &t, p.zero);
             if opt != t.optimizer {
                 action.push_str(" --optimizer adam8bit");
             }
@@ -2352,6 +2352,10 @@ fn step_remedies(
                 )
             };
             let after = in_room(plan.peak_bytes_per_gpu);
+            let layers = match (t.recompute_layers, plan.recompute_layers) {
+                (Some(k), None) => format!("; without the given --recompute-layers {k}"),
+                _ => String::new(),
+            };
             fixes.push(Remedy {
                 kind: CauseKind::StepTooLarge,
                 action,
@@ -2359,7 +2363,7 @@ fn step_remedies(
                 enough: true,
                 step_time_s: Some(plan.step_time_s),
                 detail: format!(
-                    "{}: {} per GPU of the {}, {:.3} s/step predicted, same global batch of {}{precision}",
+                    "{}: {} per GPU of the {}, {:.3} s/step predicted, same global batch of {}{precision}{layers}",
                     plan.label(),
                     hb(after),
                     room_words(fig),
@@ -2372,14 +2376,19 @@ fn step_remedies(
     Ok((summary, fixes))
 }
 
-/// The `vram estimate` flags of a plan's per-GPU choices.
-fn plan_flags(p: &vram_plan::Plan) -> String {
+/// The `vram estimate` flags of a plan's per-GPU choices, against the setup the user gave (`t`,
+/// ZeRO stage `zero`): a knob the plan leaves at its default is named too when the user's setup
+/// set it (`--zero 0`, `--recompute none`, `--offload none`), so that the flags never silently
+/// keep the user's setting (a `--recompute-layers` the plan does not use, which has no "all"
+/// value, is said in the remedy's detail).
+fn plan_flags(p: &vram_plan::Plan, t: &vram_model::setup::Train, zero: u8) -> String {
     use vram_model::setup::{Offload, Recompute};
     let mut f = format!(
         "--micro-batch {} --grad-accum {}",
         p.micro_batch, p.grad_accum
     );
     match p.recompute {
+        Recompute::None if t.recompute != Recompute::None => f.push_str(" --recompute none"),
         Recompute::None => {}
         Recompute::Selective => f.push_str(" --recompute selective"),
         Recompute::Full => f.push_str(" --recompute full"),
@@ -2387,10 +2396,11 @@ fn plan_flags(p: &vram_plan::Plan) -> String {
     if let Some(k) = p.recompute_layers {
         f.push_str(&format!(" --recompute-layers {k}"));
     }
-    if p.zero_stage > 0 {
+    if p.zero_stage > 0 || zero > 0 {
         f.push_str(&format!(" --zero {}", p.zero_stage));
     }
     match p.offload {
+        Offload::None if t.offload != Offload::None => f.push_str(" --offload none"),
         Offload::None => {}
         Offload::Optimizer => f.push_str(" --offload optimizer"),
         Offload::Params => f.push_str(" --offload params"),

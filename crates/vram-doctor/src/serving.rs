@@ -1153,6 +1153,31 @@ pub fn drop_already_made(
         None
     };
     let mut notes = Vec::new();
+    // vLLM makes the Mamba-blocks check only when the graph mode has whole-forward graphs
+    // (`resolve_cudagraph_mode_and_sizes`, `config/compilation.py`, 0.20.0-0.23.0), and
+    // `enforce_eager` sets the mode to NONE (`VllmConfig.__post_init__`): a run configured as
+    // pasted does not raise it, so the graph-mode changes are no remedy for it.
+    let graphs_moot = matches!(d.error, ServingError::VllmMambaBlocks { .. })
+        && conf.full_cudagraphs() == Some(false);
+    if graphs_moot {
+        let piecewise = vram_plan::capacity::CudagraphMode::Piecewise.compilation_config_flag();
+        let before = d.remedies.len();
+        d.remedies
+            .retain(|r| r.action != piecewise && !r.action.starts_with("--enforce-eager"));
+        if d.remedies.len() < before {
+            let mode = if conf.enforce_eager {
+                "enforce_eager (vLLM then sets the CUDA-graph mode to NONE)".to_string()
+            } else {
+                format!(
+                    "CUDA-graph mode {}",
+                    conf.cudagraph_mode.as_deref().unwrap_or("NONE")
+                )
+            };
+            notes.push(format!(
+                "`{piecewise}` and `--enforce-eager` are not offered: the pasted configuration runs {mode}, a mode without whole-forward graphs, and vLLM makes this check only with them; a run configured as pasted does not raise this error, so the configuration and the error come from different runs (a restart with other flags, another engine in the log). For the run that raised it, lower --max-num-seqs or raise the utilization as above"
+            ));
+        }
+    }
     d.remedies.retain(|r| match made(&r.action) {
         Some(why) => {
             notes.push(format!(
