@@ -723,7 +723,7 @@ fn figures(d: &Value, bad: &mut Vec<(&'static str, String)>) {
     }
 }
 
-/// The names the text gives a cause kind (`kind_name` in the CLI; the graph pools by runtime).
+/// The names the text gives a cause kind (`vram_doctor::CauseKind::label`; the graph pools by runtime).
 fn kind_names(kind: &str) -> &'static [&'static str] {
     match kind {
         "process-cap" => &["per-process cap", "the MPS high watermark"],
@@ -957,7 +957,72 @@ fn check(p: &Paste) -> (bool, Vec<(&'static str, String)>) {
     already_made(&d, &r, kind, &mut bad);
     figures(&d, &mut bad);
     agree(&text, &d, &mut bad);
+    page_agrees(&json, &text, &mut bad);
     (true, bad)
+}
+
+/// `vram report` on the answer's `--json`: a page whose words are the text's, in the text's
+/// order (bullets, brackets, full stops and colons aside, case folded for the section titles):
+/// the cause, the remedies in order and every figure.
+fn page_agrees(json: &str, text: &str, bad: &mut Vec<(&'static str, String)>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!("vram-doctor-advice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let (input, out) = (dir.join(format!("{n}.json")), dir.join(format!("{n}.html")));
+    std::fs::write(&input, json).unwrap();
+    let (code, _, err) = common::vram(&[
+        "report",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let html = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&input);
+    let _ = std::fs::remove_file(&out);
+    if code != 0 || !html.contains("data-kind=\"doctor\"") {
+        bad.push(("3 page = JSON", format!("vram report: exit {code}: {err}")));
+        return;
+    }
+    let body = &html[html.find("<body").unwrap_or(0)..];
+    let mut plain = String::new();
+    let mut in_tag = false;
+    for c in body.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                plain.push(' ');
+            }
+            c if !in_tag => plain.push(c),
+            _ => {}
+        }
+    }
+    let plain = plain
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    let words = |s: &str| -> Vec<String> {
+        s.split_whitespace()
+            .map(|w| w.trim_matches(['[', ']', '.', ':']).to_lowercase())
+            // The text's bullet (`- `) is the page's list item.
+            .filter(|w| !w.is_empty() && w != "-")
+            .collect()
+    };
+    let page = words(&plain);
+    let mut at = 0;
+    for w in words(text) {
+        match page[at..].iter().position(|p| *p == w) {
+            Some(i) => at += i + 1,
+            None => {
+                bad.push(("3 page = JSON", format!("`{w}` missing or out of order")));
+                return;
+            }
+        }
+    }
 }
 
 /// Every check on every paste (on as many threads as the machine has): the pastes diagnosed and
@@ -1007,6 +1072,7 @@ fn the_doctors_advice_holds_on_every_real_paste() {
         "2 shares 0-100 %",
         "2 sums add up",
         "3 text = JSON",
+        "3 page = JSON",
     ] {
         println!("{check:<22} {}", found.get(check).map_or(0, Vec::len));
     }

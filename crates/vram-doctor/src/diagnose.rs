@@ -1,6 +1,6 @@
 //! Causes and ranked remedies from the message and whatever else is known.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vram_alloc::replay::{self, Event};
 use vram_model::arch::Model;
 use vram_model::gpu::Gpu;
@@ -61,7 +61,7 @@ impl Inputs {
 }
 
 /// What ran the memory out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CauseKind {
     /// `set_per_process_memory_fraction`'s cap: PyTorch's reserved bytes plus
@@ -88,6 +88,29 @@ pub enum CauseKind {
     StepTooLarge,
     /// Memory grows from step to step.
     Leak,
+}
+
+impl CauseKind {
+    /// The cause's name in the text and the page, for the message's device runtime.
+    pub fn label(self, backend: Backend) -> &'static str {
+        match self {
+            CauseKind::ProcessCap if backend == Backend::Mps => "the MPS high watermark",
+            CauseKind::ProcessCap => "per-process cap",
+            CauseKind::Unexplained => "the figures do not explain it",
+            CauseKind::TensorLargerThanDevice => "one tensor larger than the device",
+            CauseKind::OutsidePytorch => "memory outside PyTorch",
+            CauseKind::PrivatePools => match backend {
+                Backend::Cuda => "CUDA-graph private pools",
+                Backend::Hip => "HIP-graph private pools",
+                Backend::Npu => "NPU-graph private pools",
+                Backend::Mps => "MPS-graph private pools",
+            },
+            CauseKind::Fragmentation => "fragmentation",
+            CauseKind::StepTooLarge => "the step is too large",
+            CauseKind::OtherProcesses => "other processes",
+            CauseKind::Leak => "growth (leak?)",
+        }
+    }
 }
 
 /// One cause, with the bytes it accounts for.
@@ -139,17 +162,22 @@ pub struct PolicySaving {
     pub would_oom: bool,
 }
 
+/// [`PolicySaving::against_default`] of its fields (the page reads them from the JSON).
+pub fn against_default(policy: &str, reserves_more_bytes: u64, saves_bytes: u64) -> String {
+    if policy == "pytorch" {
+        "(the baseline)".into()
+    } else if reserves_more_bytes > 0 {
+        format!("reserves {} more", human_bytes(reserves_more_bytes))
+    } else {
+        format!("saves {}", human_bytes(saves_bytes))
+    }
+}
+
 impl PolicySaving {
     /// How it compares with PyTorch's default policy, as printed: `saves X`,
     /// `reserves X more`, or `(the baseline)` for the default itself.
     pub fn against_default(&self) -> String {
-        if self.policy == "pytorch" {
-            "(the baseline)".into()
-        } else if self.reserves_more_bytes > 0 {
-            format!("reserves {} more", human_bytes(self.reserves_more_bytes))
-        } else {
-            format!("saves {}", human_bytes(self.saves_bytes))
-        }
+        against_default(&self.policy, self.reserves_more_bytes, self.saves_bytes)
     }
 }
 

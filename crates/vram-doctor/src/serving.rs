@@ -455,6 +455,42 @@ pub enum ServingCause {
 }
 
 impl ServingError {
+    /// What the error is, in words (the first line of the doctor's text and page).
+    pub fn headline(&self) -> &'static str {
+        match self {
+            ServingError::VllmSamplerWarmUp { .. } => {
+                "not enough memory for the warm-up after the KV cache"
+            }
+            ServingError::VllmMambaBlocks { .. } => {
+                "fewer Mamba state blocks than max_num_seqs for the CUDA graphs"
+            }
+            ServingError::LoadNegativeDimension { .. }
+            | ServingError::LoadShardNotAligned { .. } => {
+                "the checkpoint's quantized weights do not load as configured"
+            }
+            ServingError::LoadMarlinUnsupported { .. } => {
+                "the engine's Marlin kernels do not run this checkpoint here"
+            }
+            ServingError::LoadQuantCapability { .. } => {
+                "the GPU is below the quantization method's compute capability"
+            }
+            ServingError::VllmPoolerWarmUp { .. } => {
+                "not enough memory for the pooler's warm-up after the KV cache"
+            }
+            ServingError::VllmFreeBelowUtilization {
+                cpu_backend: true, ..
+            } => "less host memory available than the share asked for",
+            ServingError::VllmCpuKvAllocation { .. } => "not enough host memory for the KV cache",
+            ServingError::VllmProfilingMemoryChanged { .. } => {
+                "another process released GPU memory during the profile run"
+            }
+            ServingError::SglangUnbalancedMemory { .. } => {
+                "unequal free memory across the tensor-parallel GPUs"
+            }
+            _ => "not enough memory for the KV cache",
+        }
+    }
+
     /// Why no engine could have printed this error's figures, when none could: a line edited by
     /// hand, which the doctor refuses rather than explains. vLLM takes `gpu_memory_utilization`
     /// only in (0, 1] (`CacheConfig`: `Field(default=0.9, gt=0, le=1)` in `vllm/config/cache.py`;
@@ -528,6 +564,8 @@ impl ServingError {
 pub struct ServingDiagnosis {
     /// The engine (`vllm`, `sglang`).
     pub engine: &'static str,
+    /// What the error is, in words ([`ServingError::headline`]).
+    pub headline: &'static str,
     /// The error and its figures.
     pub error: ServingError,
     /// What took the memory the KV cache needed.
@@ -1966,6 +2004,7 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
     };
     ServingDiagnosis {
         engine,
+        headline: err.headline(),
         error: err.clone(),
         cause,
         knob,
