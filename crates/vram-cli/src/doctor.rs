@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use vram_doctor::message::Backend;
-use vram_doctor::serving::{self, ServingDiagnosis, ServingError};
-use vram_doctor::{human_bytes as hb, stats, Diagnosis, DoctorError, Inputs, Job};
+use vram_doctor::serving::{self, ServingError};
+use vram_doctor::{stats, DoctorError, Inputs, Job};
 use vram_model::arch::Model;
 use vram_model::gpu;
 use vram_monitor::{NvmlSource, Source};
@@ -218,7 +218,7 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
     } else {
-        print_text(&mut out, &d).context("writing the diagnosis")?;
+        print_answer(&mut out, &d).context("writing the diagnosis")?;
     }
     Ok(())
 }
@@ -278,7 +278,7 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
     } else {
-        print_serving(&mut out, &d).context("writing the diagnosis")?;
+        print_answer(&mut out, &d).context("writing the diagnosis")?;
     }
     Ok(())
 }
@@ -319,226 +319,11 @@ fn serving_figures(
     Ok((figures, vram_report::notes::of_transformer(t)))
 }
 
-fn print_serving(out: &mut impl Write, d: &ServingDiagnosis) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "{} start-up error: {} ({})",
-        d.engine,
-        match d.error {
-            ServingError::VllmSamplerWarmUp { .. } => {
-                "not enough memory for the warm-up after the KV cache"
-            }
-            ServingError::VllmMambaBlocks { .. } => {
-                "fewer Mamba state blocks than max_num_seqs for the CUDA graphs"
-            }
-            ServingError::LoadNegativeDimension { .. }
-            | ServingError::LoadShardNotAligned { .. } => {
-                "the checkpoint's quantized weights do not load as configured"
-            }
-            ServingError::LoadMarlinUnsupported { .. } => {
-                "the engine's Marlin kernels do not run this checkpoint here"
-            }
-            ServingError::LoadQuantCapability { .. } => {
-                "the GPU is below the quantization method's compute capability"
-            }
-            ServingError::VllmPoolerWarmUp { .. } => {
-                "not enough memory for the pooler's warm-up after the KV cache"
-            }
-            ServingError::VllmFreeBelowUtilization {
-                cpu_backend: true, ..
-            } => "less host memory available than the share asked for",
-            ServingError::VllmCpuKvAllocation { .. } => {
-                "not enough host memory for the KV cache"
-            }
-            ServingError::VllmProfilingMemoryChanged { .. } => {
-                "another process released GPU memory during the profile run"
-            }
-            ServingError::SglangUnbalancedMemory { .. } => {
-                "unequal free memory across the tensor-parallel GPUs"
-            }
-            _ => "not enough memory for the KV cache",
-        },
-        d.knob
-    )?;
-    writeln!(out, "{}", d.explanation)?;
-    writeln!(out)?;
-    writeln!(out, "remedies (best first):")?;
-    for (i, r) in d.remedies.iter().enumerate() {
-        writeln!(
-            out,
-            "{}. {}{}",
-            i + 1,
-            r.action,
-            if r.enough {
-                "  [enough]"
-            } else {
-                "  [not enough alone]"
-            }
-        )?;
-        writeln!(out, "   {}", r.detail)?;
-    }
-    for l in vram_report::notes::lines(&d.notes) {
-        writeln!(out, "{l}")?;
-    }
+/// The text of an answer: made from its JSON by `vram_report::doctor`, which also renders its
+/// page (`vram report`), so the text, the JSON and the page say the same.
+fn print_answer(out: &mut impl Write, d: &impl serde::Serialize) -> Result<()> {
+    let v = serde_json::to_value(d)?;
+    let a = vram_report::doctor::Answer::from_value(v)?;
+    write!(out, "{}", a.text())?;
     Ok(())
-}
-
-fn print_text(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
-    let m = &d.message;
-    let f = &d.figures;
-    if m.backend == Backend::Mps {
-        // No device size nor free memory: the message's own three figures and the watermark.
-        writeln!(
-            out,
-            "MPS (Apple GPU): {} requested; PyTorch's Metal heaps {}, other Metal allocations {}; high watermark {}",
-            hb(f.requested_bytes),
-            hb(f.reserved_bytes),
-            hb(f.non_pytorch_bytes.unwrap_or(0)),
-            f.allowed_bytes.map_or("disabled".to_string(), hb),
-        )?;
-        if f.allowed_bytes.is_some() {
-            writeln!(
-                out,
-                "PyTorch's heaps could reach at most {} under the watermark; over it by {}",
-                hb(d.usable_bytes),
-                hb(d.shortfall_bytes)
-            )?;
-        }
-        return print_rest(out, d);
-    }
-    writeln!(
-        out,
-        "{} {}: {} requested, {} free of {}; PyTorch: {} allocated, {} reserved ({} of it unallocated); {}",
-        m.backend.device_word(),
-        m.device,
-        hb(f.requested_bytes),
-        hb(f.free_bytes),
-        hb(f.total_bytes),
-        hb(f.allocated_bytes),
-        hb(f.reserved_bytes),
-        hb(f.unallocated_bytes),
-        match d.non_pytorch_bytes {
-            Some(n) => format!("outside PyTorch in this process: {}", hb(n)),
-            None => format!("neither free nor PyTorch's: {}", hb(f.unaccounted_bytes)),
-        }
-    )?;
-    writeln!(
-        out,
-        "this process could hold at most {} (reserved + free{}); missing even with every cached byte usable: {}{}",
-        hb(d.usable_bytes),
-        if f.allowed_bytes.is_some() { ", capped by allowed" } else { "" },
-        hb(d.shortfall_bytes),
-        match d.left_bytes {
-            Some(left) if d.shortfall_bytes == 0 => format!(" ({} would be left)", hb(left)),
-            _ => String::new(),
-        }
-    )?;
-    print_rest(out, d)
-}
-
-/// Causes, estimate, replay, remedies and notes: the same for every layout.
-fn print_rest(out: &mut impl Write, d: &Diagnosis) -> std::io::Result<()> {
-    let m = &d.message;
-    writeln!(out)?;
-    writeln!(out, "causes (most important first):")?;
-    for (i, c) in d.causes.iter().enumerate() {
-        writeln!(
-            out,
-            "{}. {}{}: {}",
-            i + 1,
-            kind_name(c.kind, m.backend),
-            if c.sufficient {
-                " (explains it alone)"
-            } else {
-                ""
-            },
-            c.detail
-        )?;
-    }
-    if d.causes.is_empty() {
-        writeln!(out, "none found in the figures given")?;
-    }
-    if !d.undecided.is_empty() {
-        writeln!(out)?;
-        writeln!(out, "what this message cannot tell apart, and what would:")?;
-        for u in &d.undecided {
-            let names: Vec<&str> = u.causes.iter().map(|&k| kind_name(k, m.backend)).collect();
-            writeln!(out, "- {}: {}", names.join(" or "), u.why)?;
-            writeln!(out, "  check: {}", u.check)?;
-        }
-    }
-    if let Some(e) = &d.estimate {
-        writeln!(out)?;
-        writeln!(
-            out,
-            "estimate of the step: {} at the peak ({}), {} allocated; {}",
-            hb(e.total_bytes),
-            e.peak_phase,
-            hb(e.peak_allocated_bytes),
-            if e.fits { "fits" } else { "does not fit" }
-        )?;
-        for (cat, b) in e.breakdown.iter().take(8) {
-            writeln!(out, "  {cat:<22} {:>12}", hb(*b))?;
-        }
-    }
-    if !d.replay.is_empty() {
-        writeln!(out)?;
-        writeln!(
-            out,
-            "snapshot replayed in the {} usable:",
-            hb(d.usable_bytes)
-        )?;
-        for r in &d.replay {
-            writeln!(
-                out,
-                "  {:<20} peak reserved {:>12}  {:<24}  {}",
-                r.policy,
-                hb(r.peak_reserved_bytes),
-                r.against_default(),
-                if r.would_oom { "out of memory" } else { "fits" }
-            )?;
-        }
-    }
-    writeln!(out)?;
-    writeln!(out, "remedies (best first):")?;
-    for (i, r) in d.remedies.iter().enumerate() {
-        writeln!(
-            out,
-            "{}. {}{}",
-            i + 1,
-            r.action,
-            match (r.enough, r.saves_bytes) {
-                (true, Some(s)) => format!("  [enough; saves {}]", hb(s)),
-                (true, None) => "  [enough]".to_string(),
-                (false, Some(s)) => format!("  [saves {}; not enough alone]", hb(s)),
-                (false, None) => "  [not enough alone]".to_string(),
-            }
-        )?;
-        writeln!(out, "   {}", r.detail)?;
-    }
-    for l in vram_report::notes::lines(&d.notes) {
-        writeln!(out, "{l}")?;
-    }
-    Ok(())
-}
-
-fn kind_name(k: vram_doctor::CauseKind, backend: Backend) -> &'static str {
-    use vram_doctor::CauseKind::*;
-    match k {
-        ProcessCap if backend == Backend::Mps => "the MPS high watermark",
-        ProcessCap => "per-process cap",
-        Unexplained => "the figures do not explain it",
-        TensorLargerThanDevice => "one tensor larger than the device",
-        OutsidePytorch => "memory outside PyTorch",
-        PrivatePools => match backend {
-            Backend::Cuda => "CUDA-graph private pools",
-            Backend::Hip => "HIP-graph private pools",
-            Backend::Npu => "NPU-graph private pools",
-            Backend::Mps => "MPS-graph private pools",
-        },
-        Fragmentation => "fragmentation",
-        StepTooLarge => "the step is too large",
-        OtherProcesses => "other processes",
-        Leak => "growth (leak?)",
-    }
 }

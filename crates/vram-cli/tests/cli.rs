@@ -1321,7 +1321,7 @@ fn text_causes(out: &str) -> Vec<String> {
 
 #[test]
 fn doctor_text_and_json_name_the_same_causes_in_the_same_order() {
-    // The names the text prints for each JSON kind (vram-cli's kind_name).
+    // The names the text prints for each JSON kind (vram_doctor::CauseKind::label).
     let name = |k: &str| match k {
         "process-cap" => "per-process cap",
         "unexplained" => "the figures do not explain it",
@@ -1927,7 +1927,14 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
     no_tensor.extend_from_slice(b"{}");
     let no_tensor = write(&dir, "empty.safetensors", &no_tensor);
     let (_, doctor_json, _) = vram(&["doctor", OOM_2_5, "--no-nvml", "--json"]);
-    let doctor_json = write(&dir, "doctor.json", doctor_json.as_bytes());
+    // A doctor's answer edited by hand: a shortfall beside what would be left; a remedy's
+    // `enough` a string.
+    let mut edited: serde_json::Value = serde_json::from_str(&doctor_json).unwrap();
+    edited["shortfall_bytes"] = 1.into();
+    let doctor_json = write(&dir, "doctor.json", edited.to_string().as_bytes());
+    edited["shortfall_bytes"] = 0.into();
+    edited["remedies"][0]["enough"] = "yes".into();
+    let doctor_type_json = write(&dir, "doctor-type.json", edited.to_string().as_bytes());
     // Neither UTF-8 nor UTF-16 with a byte-order mark (FF FE would read as UTF-16LE).
     let binary_json = write(&dir, "binary.json", &[0x80, 0xfe, b'{', 0x00]);
     let vllm = "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (84320). Try increasing gpu_memory_utilization or decreasing max_model_len when initializing the engine.";
@@ -1990,13 +1997,19 @@ fn what_the_audit_found_is_one_line_and_exit_2() {
                 .to_vec(),
             "item 1 `xxxxxxxxxxxxxxxxxxxxxxxx...` is not a whole number",
         ),
-        // The list of what `vram report` renders left out batch, checkpoint and top, and a
-        // doctor's JSON was "JSON object with keys [...]".
+        // A doctor's JSON was "JSON object with keys [...]", then "has no page"; a page now,
+        // and a hand-edited one is refused in one line naming the field.
         (
             ["report", &doctor_json, "-o", &out("d.html")]
                 .map(String::from)
                 .to_vec(),
-            "the --json of vram doctor has no page",
+            "a vram doctor answer (PyTorch message) whose figures disagree: shortfall_bytes 1 and left_bytes",
+        ),
+        (
+            ["report", &doctor_type_json, "-o", &out("d.html")]
+                .map(String::from)
+                .to_vec(),
+            "a vram doctor answer (PyTorch message) with a bad field: invalid type: string \"yes\", expected a boolean",
         ),
         (
             ["report", &binary_json, "-o", &out("d.html")]

@@ -245,6 +245,8 @@ struct Ran {
     expandable: bool,
     eager: bool,
     no_graphs: bool,
+    /// The paste's vLLM CUDA-graph mode is PIECEWISE or NONE.
+    piecewise: bool,
     max_model_len: Option<f64>,
     utilization: Option<f64>,
     fraction: Option<f64>,
@@ -300,6 +302,14 @@ fn ran(text: &str, d: &Value) -> Ran {
         expandable: truthy(&["expandable_segments"]),
         eager: truthy(&["enforce_eager"]) || t.contains("--enforce-eager"),
         no_graphs: truthy(&["disable_cuda_graph"]) || t.contains("--disable-cuda-graph "),
+        piecewise: [
+            "cudagraphmode.piecewise",
+            "cudagraphmode.none",
+            "\"cudagraph_mode\": \"piecewise\"",
+            "cudagraph_mode=piecewise",
+        ]
+        .iter()
+        .any(|k| t.contains(k)),
         max_model_len: [
             num(&err["max_model_len"]),
             last_number(
@@ -392,6 +402,14 @@ fn already_made(d: &Value, r: &Ran, kind: &str, bad: &mut Vec<(&'static str, Str
         }
         if (a == "--enforce-eager" && r.eager) || (a == "--disable-cuda-graph" && r.no_graphs) {
             flag("1 graphs off", "the paste runs without CUDA graphs".into());
+        }
+        // vLLM's Mamba-blocks check runs only with whole-forward graphs: under a paste that runs
+        // eager or piecewise, a graph-mode change is no remedy (and PIECEWISE is no change).
+        if kind == "vllm-mamba-blocks"
+            && (a.contains("cudagraph_mode") || a == "--enforce-eager")
+            && (r.eager || r.piecewise)
+        {
+            flag("1 graphs off", "the paste's mode has no full graphs".into());
         }
         if let (Some(v), Some(run)) = (
             value_after(a, "--max-model-len ").or_else(|| value_after(a, "--context-length ")),
@@ -494,6 +512,23 @@ fn already_made(d: &Value, r: &Ran, kind: &str, bad: &mut Vec<(&'static str, Str
             }
             if rem["saves_bytes"].as_u64() == Some(0) {
                 flag("1 plan", "saves nothing".into());
+            }
+            // A knob the user set away from its default is named by every plan (`--zero 0`
+            // where the plan has none), or, for `--recompute-layers`, dropped in the detail:
+            // flags that leave it out would silently keep the user's setting.
+            for (f, v) in &r.step {
+                let default = matches!(
+                    (f.as_str(), v.as_str()),
+                    ("--zero", "0") | ("--recompute", "none") | ("--offload", "none")
+                );
+                let knob = ["--zero", "--recompute", "--offload", "--recompute-layers"]
+                    .contains(&f.as_str());
+                let named = w.contains(&f.as_str())
+                    || (f == "--recompute-layers"
+                        && detail.contains(&format!("without the given --recompute-layers {v}")));
+                if knob && !default && !named {
+                    flag("1 plan", format!("keeps the given {f} {v} unsaid"));
+                }
             }
         }
         // Plans are alternative whole setups, each with its own micro-batch.
@@ -688,7 +723,7 @@ fn figures(d: &Value, bad: &mut Vec<(&'static str, String)>) {
     }
 }
 
-/// The names the text gives a cause kind (`kind_name` in the CLI; the graph pools by runtime).
+/// The names the text gives a cause kind (`vram_doctor::CauseKind::label`; the graph pools by runtime).
 fn kind_names(kind: &str) -> &'static [&'static str] {
     match kind {
         "process-cap" => &["per-process cap", "the MPS high watermark"],
@@ -922,7 +957,72 @@ fn check(p: &Paste) -> (bool, Vec<(&'static str, String)>) {
     already_made(&d, &r, kind, &mut bad);
     figures(&d, &mut bad);
     agree(&text, &d, &mut bad);
+    page_agrees(&json, &text, &mut bad);
     (true, bad)
+}
+
+/// `vram report` on the answer's `--json`: a page whose words are the text's, in the text's
+/// order (bullets, brackets, full stops and colons aside, case folded for the section titles):
+/// the cause, the remedies in order and every figure.
+fn page_agrees(json: &str, text: &str, bad: &mut Vec<(&'static str, String)>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!("vram-doctor-advice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let (input, out) = (dir.join(format!("{n}.json")), dir.join(format!("{n}.html")));
+    std::fs::write(&input, json).unwrap();
+    let (code, _, err) = common::vram(&[
+        "report",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let html = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&input);
+    let _ = std::fs::remove_file(&out);
+    if code != 0 || !html.contains("data-kind=\"doctor\"") {
+        bad.push(("3 page = JSON", format!("vram report: exit {code}: {err}")));
+        return;
+    }
+    let body = &html[html.find("<body").unwrap_or(0)..];
+    let mut plain = String::new();
+    let mut in_tag = false;
+    for c in body.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                plain.push(' ');
+            }
+            c if !in_tag => plain.push(c),
+            _ => {}
+        }
+    }
+    let plain = plain
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    let words = |s: &str| -> Vec<String> {
+        s.split_whitespace()
+            .map(|w| w.trim_matches(['[', ']', '.', ':']).to_lowercase())
+            // The text's bullet (`- `) is the page's list item.
+            .filter(|w| !w.is_empty() && w != "-")
+            .collect()
+    };
+    let page = words(&plain);
+    let mut at = 0;
+    for w in words(text) {
+        match page[at..].iter().position(|p| *p == w) {
+            Some(i) => at += i + 1,
+            None => {
+                bad.push(("3 page = JSON", format!("`{w}` missing or out of order")));
+                return;
+            }
+        }
+    }
 }
 
 /// Every check on every paste (on as many threads as the machine has): the pastes diagnosed and
@@ -972,6 +1072,7 @@ fn the_doctors_advice_holds_on_every_real_paste() {
         "2 shares 0-100 %",
         "2 sums add up",
         "3 text = JSON",
+        "3 page = JSON",
     ] {
         println!("{check:<22} {}", found.get(check).map_or(0, Vec::len));
     }
@@ -1004,7 +1105,8 @@ fn a_change_the_paste_already_made_is_not_offered() {
     // doctor refuses it in one line rather than offer fp8 again (checked after the loop).
     let log = capacity_log("qwen3-8b", "l4", "--max-model-len 40960");
     let model = ["--model", "qwen3-8b", "--gpu", "l4"];
-    let cases: [(String, String, &[&str], &str, bool); 2] = [
+    const PIECEWISE: &str = r#"--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"#;
+    let cases: [(String, String, &[&str], &str, bool); 4] = [
         (
             format!("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n{OOM}"),
             OOM.to_string(),
@@ -1017,6 +1119,22 @@ fn a_change_the_paste_already_made_is_not_offered() {
             MAMBA.to_string(),
             &[],
             "--enforce-eager",
+            true,
+        ),
+        // vLLM makes the Mamba-blocks check only with whole-forward graphs: a configuration that
+        // runs eager or piecewise is not offered the piecewise mode either.
+        (
+            format!("INFO Initializing a V1 LLM engine (v0.23.0) with config: model='m', enforce_eager=True, quantization=None\n{MAMBA}"),
+            MAMBA.to_string(),
+            &[],
+            PIECEWISE,
+            true,
+        ),
+        (
+            format!("INFO Initializing a V1 LLM engine (v0.23.0) with config: model='m', enforce_eager=False, compilation_config={{'mode': 3, 'cudagraph_mode': <CUDAGraphMode.PIECEWISE: 1>}}\n{MAMBA}"),
+            MAMBA.to_string(),
+            &[],
+            PIECEWISE,
             true,
         ),
     ];
@@ -1047,7 +1165,13 @@ fn a_change_the_paste_already_made_is_not_offered() {
             "{:?}",
             actions(&with)
         );
-        let notes = with["notes"].to_string();
+        let notes: Vec<&str> = with["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let notes = notes.join("\n");
         assert!(
             !noted
                 || (notes.contains(action)

@@ -1,6 +1,6 @@
 //! Causes and ranked remedies from the message and whatever else is known.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vram_alloc::replay::{self, Event};
 use vram_model::arch::Model;
 use vram_model::gpu::Gpu;
@@ -61,7 +61,7 @@ impl Inputs {
 }
 
 /// What ran the memory out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CauseKind {
     /// `set_per_process_memory_fraction`'s cap: PyTorch's reserved bytes plus
@@ -88,6 +88,29 @@ pub enum CauseKind {
     StepTooLarge,
     /// Memory grows from step to step.
     Leak,
+}
+
+impl CauseKind {
+    /// The cause's name in the text and the page, for the message's device runtime.
+    pub fn label(self, backend: Backend) -> &'static str {
+        match self {
+            CauseKind::ProcessCap if backend == Backend::Mps => "the MPS high watermark",
+            CauseKind::ProcessCap => "per-process cap",
+            CauseKind::Unexplained => "the figures do not explain it",
+            CauseKind::TensorLargerThanDevice => "one tensor larger than the device",
+            CauseKind::OutsidePytorch => "memory outside PyTorch",
+            CauseKind::PrivatePools => match backend {
+                Backend::Cuda => "CUDA-graph private pools",
+                Backend::Hip => "HIP-graph private pools",
+                Backend::Npu => "NPU-graph private pools",
+                Backend::Mps => "MPS-graph private pools",
+            },
+            CauseKind::Fragmentation => "fragmentation",
+            CauseKind::StepTooLarge => "the step is too large",
+            CauseKind::OtherProcesses => "other processes",
+            CauseKind::Leak => "growth (leak?)",
+        }
+    }
 }
 
 /// One cause, with the bytes it accounts for.
@@ -139,17 +162,22 @@ pub struct PolicySaving {
     pub would_oom: bool,
 }
 
+/// [`PolicySaving::against_default`] of its fields (the page reads them from the JSON).
+pub fn against_default(policy: &str, reserves_more_bytes: u64, saves_bytes: u64) -> String {
+    if policy == "pytorch" {
+        "(the baseline)".into()
+    } else if reserves_more_bytes > 0 {
+        format!("reserves {} more", human_bytes(reserves_more_bytes))
+    } else {
+        format!("saves {}", human_bytes(saves_bytes))
+    }
+}
+
 impl PolicySaving {
     /// How it compares with PyTorch's default policy, as printed: `saves X`,
     /// `reserves X more`, or `(the baseline)` for the default itself.
     pub fn against_default(&self) -> String {
-        if self.policy == "pytorch" {
-            "(the baseline)".into()
-        } else if self.reserves_more_bytes > 0 {
-            format!("reserves {} more", human_bytes(self.reserves_more_bytes))
-        } else {
-            format!("saves {}", human_bytes(self.saves_bytes))
-        }
+        against_default(&self.policy, self.reserves_more_bytes, self.saves_bytes)
     }
 }
 
@@ -2336,7 +2364,7 @@ fn step_remedies(
             // 8-bit Adam changes the optimizer: worth it only when faster.
             .filter(|p| opt == t.optimizer || p.step_time_s < best_so_far * 0.99)
         {
-            let mut action = plan_flags(plan);
+            let mut action = plan_flags(plan, &t, p.zero);
             if opt != t.optimizer {
                 action.push_str(" --optimizer adam8bit");
             }
@@ -2352,6 +2380,10 @@ fn step_remedies(
                 )
             };
             let after = in_room(plan.peak_bytes_per_gpu);
+            let layers = match (t.recompute_layers, plan.recompute_layers) {
+                (Some(k), None) => format!("; without the given --recompute-layers {k}"),
+                _ => String::new(),
+            };
             fixes.push(Remedy {
                 kind: CauseKind::StepTooLarge,
                 action,
@@ -2359,7 +2391,7 @@ fn step_remedies(
                 enough: true,
                 step_time_s: Some(plan.step_time_s),
                 detail: format!(
-                    "{}: {} per GPU of the {}, {:.3} s/step predicted, same global batch of {}{precision}",
+                    "{}: {} per GPU of the {}, {:.3} s/step predicted, same global batch of {}{precision}{layers}",
                     plan.label(),
                     hb(after),
                     room_words(fig),
@@ -2372,14 +2404,19 @@ fn step_remedies(
     Ok((summary, fixes))
 }
 
-/// The `vram estimate` flags of a plan's per-GPU choices.
-fn plan_flags(p: &vram_plan::Plan) -> String {
+/// The `vram estimate` flags of a plan's per-GPU choices, against the setup the user gave (`t`,
+/// ZeRO stage `zero`): a knob the plan leaves at its default is named too when the user's setup
+/// set it (`--zero 0`, `--recompute none`, `--offload none`), so that the flags never silently
+/// keep the user's setting (a `--recompute-layers` the plan does not use, which has no "all"
+/// value, is said in the remedy's detail).
+fn plan_flags(p: &vram_plan::Plan, t: &vram_model::setup::Train, zero: u8) -> String {
     use vram_model::setup::{Offload, Recompute};
     let mut f = format!(
         "--micro-batch {} --grad-accum {}",
         p.micro_batch, p.grad_accum
     );
     match p.recompute {
+        Recompute::None if t.recompute != Recompute::None => f.push_str(" --recompute none"),
         Recompute::None => {}
         Recompute::Selective => f.push_str(" --recompute selective"),
         Recompute::Full => f.push_str(" --recompute full"),
@@ -2387,10 +2424,11 @@ fn plan_flags(p: &vram_plan::Plan) -> String {
     if let Some(k) = p.recompute_layers {
         f.push_str(&format!(" --recompute-layers {k}"));
     }
-    if p.zero_stage > 0 {
+    if p.zero_stage > 0 || zero > 0 {
         f.push_str(&format!(" --zero {}", p.zero_stage));
     }
     match p.offload {
+        Offload::None if t.offload != Offload::None => f.push_str(" --offload none"),
         Offload::None => {}
         Offload::Optimizer => f.push_str(" --offload optimizer"),
         Offload::Params => f.push_str(" --offload params"),

@@ -102,8 +102,8 @@ pub mod serving;
 pub mod stats;
 
 pub use diagnose::{
-    diagnose, human_bytes, Cause, CauseKind, Diagnosis, EstimateSummary, Figures, Inputs, Job,
-    PolicySaving, Remedy, Undecided, CONTEXT_MAX_BYTES,
+    against_default, diagnose, human_bytes, Cause, CauseKind, Diagnosis, EstimateSummary, Figures,
+    Inputs, Job, PolicySaving, Remedy, Undecided, CONTEXT_MAX_BYTES,
 };
 
 /// What the doctor found in its input.

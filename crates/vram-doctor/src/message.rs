@@ -93,7 +93,7 @@ pub enum Layout {
 }
 
 /// Which device runtime's PyTorch build raised the message: it names the allocator's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
     /// `CUDA out of memory` (settings in `PYTORCH_CUDA_ALLOC_CONF`).

@@ -256,6 +256,52 @@ pub struct EngineConfiguration {
     /// `'max_model_len': N` or `--max-model-len N`; SGLang's `context_length=N`
     /// (`ServerArgs(...)`) or `--context-length N`.
     pub max_model_len: Option<u64>,
+    /// vLLM's CUDA-graph mode as the paste shows it, upper case (`NONE`, `PIECEWISE`, `FULL`,
+    /// `FULL_DECODE_ONLY`, `FULL_AND_PIECEWISE`): the configuration line's `compilation_config`
+    /// (`'cudagraph_mode': <CUDAGraphMode.X: ...>`, printed after `VllmConfig.__post_init__` has
+    /// resolved it), or a command's `--compilation-config '{"cudagraph_mode": "X"}'` /
+    /// `-cc.cudagraph_mode=X`.
+    pub cudagraph_mode: Option<String>,
+}
+
+impl EngineConfiguration {
+    /// Whether the run the paste configures captures whole-forward CUDA graphs (vLLM's
+    /// `CUDAGraphMode.has_full_cudagraphs`, `config/compilation.py`): `Some(false)` under
+    /// `enforce_eager` (`VllmConfig.__post_init__` then sets the mode to `NONE`; read at 0.10.1.1,
+    /// 0.11.0 and 0.20.0-0.23.0) or a mode with no `FULL` part, `Some(true)` for a mode with one, `None` when
+    /// the paste shows neither.
+    pub fn full_cudagraphs(&self) -> Option<bool> {
+        if self.enforce_eager {
+            return Some(false);
+        }
+        let m = self.cudagraph_mode.as_deref()?;
+        match m {
+            "NONE" | "PIECEWISE" => Some(false),
+            _ if m.starts_with("FULL") => Some(true),
+            _ => None,
+        }
+    }
+}
+
+/// The CUDA-graph mode's name after `key` (see [`EngineConfiguration::cudagraph_mode`]).
+fn cudagraph_mode(t: &str) -> Option<String> {
+    [
+        "'cudagraph_mode': ",
+        "\"cudagraph_mode\": ",
+        "cudagraph_mode=",
+    ]
+    .iter()
+    .filter_map(|k| Some((t.rfind(k)?, k.len())))
+    .max()
+    .and_then(|(i, n)| {
+        let r = t[i + n..].trim_start_matches(['<', '\'', '"']);
+        let r = r.strip_prefix("cudagraphmode.").unwrap_or(r);
+        let name: String = r
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        (!name.is_empty()).then(|| name.to_ascii_uppercase())
+    })
 }
 
 /// [`EngineConfiguration`] of `text`.
@@ -305,6 +351,7 @@ pub fn engine_configuration(text: &str) -> EngineConfiguration {
             .or_else(|| last_value(&t, "--context-length "))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .filter(|&n: &u64| n > 0),
+        cudagraph_mode: cudagraph_mode(&t),
     }
 }
 

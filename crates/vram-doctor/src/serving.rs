@@ -485,6 +485,42 @@ pub enum ServingCause {
 }
 
 impl ServingError {
+    /// What the error is, in words (the first line of the doctor's text and page).
+    pub fn headline(&self) -> &'static str {
+        match self {
+            ServingError::VllmSamplerWarmUp { .. } => {
+                "not enough memory for the warm-up after the KV cache"
+            }
+            ServingError::VllmMambaBlocks { .. } => {
+                "fewer Mamba state blocks than max_num_seqs for the CUDA graphs"
+            }
+            ServingError::LoadNegativeDimension { .. }
+            | ServingError::LoadShardNotAligned { .. } => {
+                "the checkpoint's quantized weights do not load as configured"
+            }
+            ServingError::LoadMarlinUnsupported { .. } => {
+                "the engine's Marlin kernels do not run this checkpoint here"
+            }
+            ServingError::LoadQuantCapability { .. } => {
+                "the GPU is below the quantization method's compute capability"
+            }
+            ServingError::VllmPoolerWarmUp { .. } => {
+                "not enough memory for the pooler's warm-up after the KV cache"
+            }
+            ServingError::VllmFreeBelowUtilization {
+                cpu_backend: true, ..
+            } => "less host memory available than the share asked for",
+            ServingError::VllmCpuKvAllocation { .. } => "not enough host memory for the KV cache",
+            ServingError::VllmProfilingMemoryChanged { .. } => {
+                "another process released GPU memory during the profile run"
+            }
+            ServingError::SglangUnbalancedMemory { .. } => {
+                "unequal free memory across the tensor-parallel GPUs"
+            }
+            _ => "not enough memory for the KV cache",
+        }
+    }
+
     /// Why no engine could have printed this error's figures, when none could: a line edited by
     /// hand, which the doctor refuses rather than explains. vLLM takes `gpu_memory_utilization`
     /// only in (0, 1] (`CacheConfig`: `Field(default=0.9, gt=0, le=1)` in `vllm/config/cache.py`;
@@ -558,6 +594,8 @@ impl ServingError {
 pub struct ServingDiagnosis {
     /// The engine (`vllm`, `sglang`).
     pub engine: &'static str,
+    /// What the error is, in words ([`ServingError::headline`]).
+    pub headline: &'static str,
     /// The error and its figures.
     pub error: ServingError,
     /// What took the memory the KV cache needed.
@@ -1183,6 +1221,31 @@ pub fn drop_already_made(
         None
     };
     let mut notes = Vec::new();
+    // vLLM makes the Mamba-blocks check only when the graph mode has whole-forward graphs
+    // (`resolve_cudagraph_mode_and_sizes`, `config/compilation.py`, 0.20.0-0.23.0), and
+    // `enforce_eager` sets the mode to NONE (`VllmConfig.__post_init__`): a run configured as
+    // pasted does not raise it, so the graph-mode changes are no remedy for it.
+    let graphs_moot = matches!(d.error, ServingError::VllmMambaBlocks { .. })
+        && conf.full_cudagraphs() == Some(false);
+    if graphs_moot {
+        let piecewise = vram_plan::capacity::CudagraphMode::Piecewise.compilation_config_flag();
+        let before = d.remedies.len();
+        d.remedies
+            .retain(|r| r.action != piecewise && !r.action.starts_with("--enforce-eager"));
+        if d.remedies.len() < before {
+            let mode = if conf.enforce_eager {
+                "enforce_eager (vLLM then sets the CUDA-graph mode to NONE)".to_string()
+            } else {
+                format!(
+                    "CUDA-graph mode {}",
+                    conf.cudagraph_mode.as_deref().unwrap_or("NONE")
+                )
+            };
+            notes.push(format!(
+                "`{piecewise}` and `--enforce-eager` are not offered: the pasted configuration runs {mode}, a mode without whole-forward graphs, and vLLM makes this check only with them; a run configured as pasted does not raise this error, so the configuration and the error come from different runs (a restart with other flags, another engine in the log). For the run that raised it, lower --max-num-seqs or raise the utilization as above"
+            ));
+        }
+    }
     d.remedies.retain(|r| match made(&r.action) {
         Some(why) => {
             notes.push(format!(
@@ -1971,6 +2034,7 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
     };
     ServingDiagnosis {
         engine,
+        headline: err.headline(),
         error: err.clone(),
         cause,
         knob,

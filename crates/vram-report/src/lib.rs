@@ -58,6 +58,7 @@ pub mod batch;
 pub mod capacity;
 pub mod check;
 pub mod checkpoint;
+pub mod doctor;
 mod error;
 pub mod estimate;
 pub mod finetune;

@@ -10,11 +10,13 @@
 //! | plan      | a report of `kind` `plan` or `finetune_plan` (`vram plan --json`)  |
 //! | batch     | a report of `kind` `batch` (`vram batch --json`)                   |
 //! | checkpoint | a report of `kind` `checkpoint` (`vram checkpoint --json`)        |
+//! | doctor    | `vram doctor --json` ([`crate::doctor::Answer`])                    |
 //!
 //! Every page but a recording's renders the typed report ([`crate::Report`]): the same
 //! fields and the same sentences ([`crate::text`]) as the text output, sizes in its format.
 
 mod capacity;
+mod doctor;
 mod estimate;
 mod plan;
 mod steps;
@@ -46,6 +48,8 @@ pub enum PageKind {
     Batch,
     /// `vram checkpoint --json`.
     Checkpoint,
+    /// `vram doctor --json`.
+    Doctor,
 }
 
 impl PageKind {
@@ -59,6 +63,7 @@ impl PageKind {
             PageKind::Capacity => "capacity",
             PageKind::Batch => "batch",
             PageKind::Checkpoint => "checkpoint",
+            PageKind::Doctor => "doctor",
         }
     }
 }
@@ -66,6 +71,7 @@ impl PageKind {
 enum Input {
     Recording(Vec<Sample>, bool),
     Report(Report),
+    Doctor(crate::doctor::Answer),
 }
 
 fn unrec(reason: impl Into<String>) -> Error {
@@ -91,16 +97,14 @@ fn detect(text: &str) -> Result<Input> {
                 Err(unrec(
                     "a JSON object without schema_version: not the --json of this vram's estimate, capacity or plan (an older vram's? run the command again)",
                 ))
-            } else if m.contains_key("remedies")
-                && (m.contains_key("causes") || m.contains_key("knob"))
-            {
-                Err(unrec(
-                    "the --json of vram doctor has no page: its text and its JSON are the whole answer",
-                ))
+            } else if crate::doctor::looks_like(&m) {
+                Ok(Input::Doctor(crate::doctor::Answer::from_value(
+                    Value::Object(m),
+                )?))
             } else {
                 let keys: Vec<&str> = m.keys().map(String::as_str).take(8).collect();
                 Err(unrec(format!(
-                    "JSON object with keys [{}] is not the --json of vram estimate, plan, batch, checkpoint, replay, capacity or top, nor a recording",
+                    "JSON object with keys [{}] is not the --json of vram estimate, plan, batch, checkpoint, replay, capacity, doctor or top, nor a recording",
                     keys.join(", ")
                 )))
             }
@@ -141,6 +145,7 @@ pub fn detect_kind(text: &str) -> Result<PageKind> {
     Ok(match detect(text)? {
         Input::Recording(..) => PageKind::Recording,
         Input::Report(r) => page_kind(&r),
+        Input::Doctor(_) => PageKind::Doctor,
     })
 }
 
@@ -164,6 +169,7 @@ pub fn render(text: &str, name: &str) -> Result<(PageKind, String)> {
     let (kind, body) = match detect(text)? {
         Input::Recording(samples, torn) => (PageKind::Recording, recording(&samples, torn)),
         Input::Report(r) => (page_kind(&r), report(&r)),
+        Input::Doctor(a) => (PageKind::Doctor, doctor::doctor(&a)),
     };
     Ok((
         kind,
