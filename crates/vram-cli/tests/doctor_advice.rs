@@ -214,12 +214,7 @@ fn capacity_logs() -> Vec<Paste> {
         let (code, json, err) = common::vram(&a);
         assert_eq!(code, 0, "{a:?}: {err}");
         let v: Value = serde_json::from_str(&json).unwrap();
-        let log: Vec<&str> = v["log"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let log = common::log_lines(&v);
         let command = match engine {
             "sglang" => format!(
                 "$ python -m sglang.launch_server --model-path {model} {}",
@@ -1231,11 +1226,6 @@ fn capacity_log(model: &str, gpu: &str, knobs: &str) -> String {
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["starts"], false, "{a:?}");
-    let lines: Vec<&str> = v["log"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let lines = common::log_lines(&v);
     lines.join("\n")
 }

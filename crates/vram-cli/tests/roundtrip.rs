@@ -21,11 +21,8 @@ fn predicted(args: &str) -> (Value, String) {
     assert_eq!(code, 0, "{args}: {err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["starts"], false, "{args}");
-    let line = v["log"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
+    let line = common::log_lines(&v)
+        .into_iter()
         .rfind(|l| l.contains("Error:"))
         .unwrap_or_else(|| panic!("{args}: no failure line in {:?}", v["log"]))
         .to_string();
@@ -320,12 +317,7 @@ fn non_memory_refusals_are_named_by_the_doctor() {
 fn weights_beyond_the_device_fail_while_loading() {
     for engine in ["vllm", "sglang"] {
         let (v, line) = predicted(&format!("llama-3-70b --gpu h100-80g --engine {engine}"));
-        let log: Vec<&str> = v["log"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let log = common::log_lines(&v);
         assert_eq!(log, [line.as_str()], "{engine}");
         assert!(
             line.contains("while loading the weights") && line.contains("(estimated)"),

@@ -1137,6 +1137,22 @@ fn frac_up(x: f64) -> f64 {
     (x * 100.0).ceil() / 100.0
 }
 
+/// The largest `--gpu-memory-utilization`, in hundredths, whose share of `total_bytes` fits in
+/// `free_bytes`, with what the KV cache shrinks by against the `desired_bytes` the failed share
+/// asked for; none below a hundredth, since vLLM takes a share above 0 only (`CacheConfig`:
+/// gt=0).
+fn utilization_within_free(
+    free_bytes: u64,
+    total_bytes: u64,
+    desired_bytes: u64,
+) -> Option<(f64, u64)> {
+    let max_u = (free_bytes as f64 / total_bytes.max(1) as f64 * 100.0).floor() / 100.0;
+    (max_u >= 0.01).then(|| {
+        let shrink = desired_bytes.saturating_sub((max_u * total_bytes as f64) as u64);
+        (max_u, shrink)
+    })
+}
+
 /// Explains a serving start-up error: the knob it names, what it does, and
 /// what to set, with the message's figures and, when given, the capacity
 /// model's. [`explain_profiled`] also reads the engine's own profiling lines.
@@ -1408,17 +1424,15 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
             desired_bytes,
             cpu_backend: true,
         } => {
-            let max_u = (free_bytes as f64 / total_bytes.max(1) as f64 * 100.0).floor() / 100.0;
-            // vLLM takes a share above 0 only (`CacheConfig`: gt=0): below a hundredth free,
-            // no share it takes fits, and only freeing the node is left.
-            remedies.extend((max_u >= 0.01).then(|| ServingRemedy {
+            // Below a hundredth free, only freeing the node is left.
+            remedies.extend(utilization_within_free(free_bytes, total_bytes, desired_bytes).map(|(max_u, shrink)| ServingRemedy {
                 action: format!("--gpu-memory-utilization {max_u:.2}"),
                 enough: true,
                 detail: format!(
                     "on the CPU backend this flag is the share of the NUMA node's host memory reserved for the worker: {} available of {}, so at most {max_u:.2} can be asked for (the KV cache shrinks by {})",
                     hb(free_bytes),
                     hb(total_bytes),
-                    hb(desired_bytes.saturating_sub((max_u * total_bytes as f64) as u64))
+                    hb(shrink)
                 ),
             }));
             remedies.push(ServingRemedy {
@@ -1666,17 +1680,16 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
             desired_bytes,
             cpu_backend: false,
         } => {
-            let max_u = (free_bytes as f64 / total_bytes.max(1) as f64 * 100.0).floor() / 100.0;
-            // vLLM takes a share above 0 only (`CacheConfig`: gt=0): below a hundredth of the
-            // GPU free, no share it takes fits what is free (vllm-omni#276's 0.00).
-            remedies.extend((max_u >= 0.01).then(|| ServingRemedy {
+            // Below a hundredth of the GPU free, no share vLLM takes fits what is free
+            // (vllm-omni#276's 0.00).
+            remedies.extend(utilization_within_free(free_bytes, total_bytes, desired_bytes).map(|(max_u, shrink)| ServingRemedy {
                 action: format!("--gpu-memory-utilization {max_u:.2}"),
                 enough: true,
                 detail: format!(
                     "{} free of {}: at most {max_u:.2} of the GPU can be asked for (the KV cache shrinks by {})",
                     hb(free_bytes),
                     hb(total_bytes),
-                    hb(desired_bytes.saturating_sub((max_u * total_bytes as f64) as u64))
+                    hb(shrink)
                 ),
             }));
             remedies.push(ServingRemedy {

@@ -154,18 +154,10 @@ impl PlanRow {
             gpus == r.gpus,
             || format!("gpus {}", r.gpus),
         )?;
-        let batch = self
-            .dp
-            .saturating_mul(self.micro_batch)
-            .saturating_mul(self.grad_accum);
-        c.agree(
-            "",
-            format!(
-                "dp {} x micro_batch {} x grad_accum {} = {batch} sequences",
-                self.dp, self.micro_batch, self.grad_accum
-            ),
-            batch == r.global_batch,
-            || format!("global_batch {}", r.global_batch),
+        batch_split(
+            c,
+            (self.dp, self.micro_batch, self.grad_accum),
+            r.global_batch,
         )?;
         // The label the text and the page print for the row opens with its layout and ZeRO
         // stage (`vram_plan::search::Plan::label`).
@@ -209,20 +201,41 @@ impl PlanRow {
             },
         )?;
         if fits {
-            c.agree(
+            fits_gpu(
+                c,
                 "peak_bytes_per_gpu",
                 self.peak_bytes_per_gpu,
-                self.peak_bytes_per_gpu <= r.gpu_memory_bytes,
-                || {
-                    format!(
-                        "gpu_memory_bytes {}: a plan is one that fits",
-                        r.gpu_memory_bytes
-                    )
-                },
+                r.gpu_memory_bytes,
             )?;
         }
         Ok(())
     }
+}
+
+/// A plan row's data-parallel ranks, micro-batches and accumulation steps make the report's
+/// global batch (`vram_plan::search` and `vram_plan::lora` split it so); named by the row, since
+/// any of the three may be the one edited.
+fn batch_split(
+    c: &mut Checker,
+    (dp, micro_batch, grad_accum): (u64, u64, u64),
+    global_batch: u64,
+) -> Result<()> {
+    let batch = dp.saturating_mul(micro_batch).saturating_mul(grad_accum);
+    c.agree(
+        "",
+        format!(
+            "dp {dp} x micro_batch {micro_batch} x grad_accum {grad_accum} = {batch} sequences"
+        ),
+        batch == global_batch,
+        || format!("global_batch {global_batch}"),
+    )
+}
+
+/// A plan row's memory per GPU, `name`, within the GPU's: a plan is one that fits.
+fn fits_gpu(c: &mut Checker, name: &str, bytes: u64, gpu_memory_bytes: u64) -> Result<()> {
+    c.agree(name, bytes, bytes <= gpu_memory_bytes, || {
+        format!("gpu_memory_bytes {gpu_memory_bytes}: a plan is one that fits")
+    })
 }
 
 impl Ranges for PlanReport {
@@ -518,29 +531,8 @@ impl Ranges for FinetunePlanReport {
             c.agree("dp", p.dp, p.dp == self.gpus, || {
                 format!("gpus {}: one replica per GPU", self.gpus)
             })?;
-            let batch =
-                p.dp.saturating_mul(p.micro_batch)
-                    .saturating_mul(p.grad_accum);
-            c.agree(
-                "",
-                format!(
-                    "dp {} x micro_batch {} x grad_accum {} = {batch} sequences",
-                    p.dp, p.micro_batch, p.grad_accum
-                ),
-                batch == self.global_batch,
-                || format!("global_batch {}", self.global_batch),
-            )?;
-            c.agree(
-                "bytes_per_gpu",
-                p.bytes_per_gpu,
-                p.bytes_per_gpu <= self.gpu_memory_bytes,
-                || {
-                    format!(
-                        "gpu_memory_bytes {}: a plan is one that fits",
-                        self.gpu_memory_bytes
-                    )
-                },
-            )?;
+            batch_split(c, (p.dp, p.micro_batch, p.grad_accum), self.global_batch)?;
+            fits_gpu(c, "bytes_per_gpu", p.bytes_per_gpu, self.gpu_memory_bytes)?;
             // The label the text and the page print for the row (`FtPlan::label`).
             c.agree(
                 "label",

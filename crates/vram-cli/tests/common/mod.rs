@@ -44,6 +44,16 @@ pub fn vram_stdin(args: &[&str], stdin: impl AsRef<[u8]>) -> (i32, String, Strin
     )
 }
 
+/// The start-up log of a `vram capacity --json` answer (its `log` array), one line an entry.
+pub fn log_lines(v: &serde_json::Value) -> Vec<&str> {
+    v["log"]
+        .as_array()
+        .expect("a capacity answer's log")
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .collect()
+}
+
 /// `vram ARGS` refused as bad input: exit 2, nothing on stdout, one line on stderr, which it
 /// returns.
 pub fn refused(args: &[&str]) -> String {
