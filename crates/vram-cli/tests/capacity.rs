@@ -1656,6 +1656,16 @@ fn capacity_on_unseen_logs_round_fifteen() {
     unseen_round("unseen-round15.json", "round 15", 0.025, 0.09, 0.01);
 }
 
+/// Round 16 (`tests/data/serving/unseen-round16.json`: one author's vLLM starts of Qwen3-8B on
+/// one A100 40GB, dariustanrd/tokenkaki: `vllm serve` and `vllm bench latency` under 0.9.2 and
+/// 0.19.1), split the same way and committed before vram ran on it; all four fell in the holdout
+/// (BENCHMARKS.md, "sixteenth round").
+#[test]
+fn capacity_on_unseen_logs_round_sixteen() {
+    // Regression guards: set from the first run (BENCHMARKS.md, "sixteenth round").
+    unseen_round("unseen-round16.json", "round 16", 0.05, 0.5, 0.05);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
