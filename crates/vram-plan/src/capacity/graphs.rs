@@ -26,7 +26,9 @@
 //!   again in the caching allocator; under FULL graphs on Hopper, FlashAttention 3's split-KV
 //!   accumulators, `[num_splits, heads, tokens, head_size]` in fp32 with
 //!   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` = 32 (`v1/attention/backends/flash_attn.py`,
-//!   0.11.0), are the larger live set; only where FlashAttention runs
+//!   0.11.0), in a segment of their own on top of the piecewise graphs' live set where those
+//!   are captured first (`FULL_AND_PIECEWISE`), else the larger of the two; only where
+//!   FlashAttention runs
 //!   ([`vllm_runs_flash_attention`]: the backend chosen with `--attention-backend`, else not for
 //!   a model vLLM runs on Triton attention, [`vllm_runs_triton_attention`]: Gemma 3 from 0.13,
 //!   Gemma 4 from 0.20). Every
@@ -241,6 +243,17 @@ pub(super) fn vllm_graphs(
         }
         _ => 0,
     };
+    // Where piecewise graphs come first (`capture_model` captures the mixed-mode sizes before
+    // the FULL decode ones at 0.11.0 and 0.13.0; from 0.16 `get_capture_descs` lists PIECEWISE
+    // before FULL, read at 0.16.0, 0.18.1, 0.19.1, 0.22.1 and 0.23.0), the pool already
+    // holds their live set's segments when the FULL graphs ask for the accumulators: one tensor
+    // far larger than any free block there, and PyTorch's caching allocator never joins blocks
+    // of different segments (`CUDACachingAllocator.cpp`, no expandable segments by default), so
+    // the pool grows by a new segment and keeps both. The warm-up's eager copy is not kept:
+    // `torch.cuda.graph.__enter__` empties the cache before each capture. vLLM 0.19's own
+    // profile shows it: "FULL ... first-capture" after the PIECEWISE pair is the accumulators
+    // plus 2-4 MiB (Llama-3.1-8B 260 MiB for 258.0, Qwen2.5-7B 228 for 225.8). With FULL graphs
+    // alone, the live set reuses the accumulators' segment: the larger of the two.
     let layers = t.layers().div_ceil(k.pp);
     let graphs = (if piecewise { sizes.len() } else { 0 } + full_sizes.len()) as u64;
     // Each forward all-reduces twice a layer (attention's and the MLP's or MoE's row-parallel
@@ -254,7 +267,11 @@ pub(super) fn vllm_graphs(
         graphs * (2 * layers + 1) * per
     });
     Graphs {
-        pool: live.max(accum),
+        pool: if piecewise {
+            live + accum
+        } else {
+            live.max(accum)
+        },
         driver: graphs * layers * DRIVER_BYTES_PER_LAYER_GRAPH,
         nccl,
         sizes,
@@ -313,8 +330,10 @@ pub(super) fn mixed_wide_heads(t: &Transformer) -> bool {
 ///   forces Triton for all of them ([`mixed_wide_heads`]: Gemma 4 from 0.20; before, its wide
 ///   layers alone leave FlashAttention).
 ///
-/// Triton's own graph buffers (`TritonAttentionMetadataBuilder`: 16 softmax segments for the
-/// 3D kernel's sizes up to 128 / KV heads) are a few MiB and not modelled.
+/// Triton's own buffers (`TritonAttentionMetadataBuilder`: 16 softmax segments for the 3D
+/// kernel's sizes up to 128 / KV heads, a few MiB a KV-cache group) are made with the KV cache,
+/// before `capture_model` reads free memory (0.19.1), so they are in no graph figure; not
+/// modelled.
 pub(super) fn vllm_runs_triton_attention(t: &Transformer, k: &Knobs) -> bool {
     let v = Engine::Vllm.version_in_force(k);
     let mixed_wide = vram_model::hf::vllm_unifies_mixed_head_sizes_since(&t.model_type)
