@@ -1662,8 +1662,10 @@ fn capacity_on_unseen_logs_round_fifteen() {
 /// (BENCHMARKS.md, "sixteenth round").
 #[test]
 fn capacity_on_unseen_logs_round_sixteen() {
-    // Regression guards: set from the first run (BENCHMARKS.md, "sixteenth round").
-    unseen_round("unseen-round16.json", "round 16", 0.05, 0.5, 0.05);
+    // Regression guards (BENCHMARKS.md, "sixteenth round"), as first run (holdout, once, at
+    // 50c18e40): weights -0.0 % on all four, pools -0.3 % (0.19.1) and +0.2 % (0.9.2), every
+    // start as logged. The round has no fit half, so its median guard holds nothing.
+    unseen_round("unseen-round16.json", "round 16", 0.01, 0.01, 0.01);
 }
 
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
