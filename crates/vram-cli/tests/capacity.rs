@@ -1656,6 +1656,18 @@ fn capacity_on_unseen_logs_round_fifteen() {
     unseen_round("unseen-round15.json", "round 15", 0.025, 0.09, 0.01);
 }
 
+/// Round 16 (`tests/data/serving/unseen-round16.json`: one author's vLLM starts of Qwen3-8B on
+/// one A100 40GB, dariustanrd/tokenkaki: `vllm serve` and `vllm bench latency` under 0.9.2 and
+/// 0.19.1), split the same way and committed before vram ran on it; all four fell in the holdout
+/// (BENCHMARKS.md, "sixteenth round").
+#[test]
+fn capacity_on_unseen_logs_round_sixteen() {
+    // Regression guards (BENCHMARKS.md, "sixteenth round"), as first run (holdout, once, at
+    // 50c18e40): weights -0.0 % on all four, pools -0.3 % (0.19.1) and +0.2 % (0.9.2), every
+    // start as logged. The round has no fit half, so its median guard holds nothing.
+    unseen_round("unseen-round16.json", "round 16", 0.01, 0.01, 0.01);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
