@@ -78,6 +78,16 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
 ///   sum as a new tensor. The capture of a
 ///   CUDA graph runs the same pieces through the same frame, so a graph's live set holds them
 ///   too. Not under the other compilation modes (one whole graph, no split) nor eagerly.
+/// - `moe_workspace`: from 0.14.0 the unquantized experts run through the modular kernel
+///   (`FusedMoEModularKernel` with `TritonExperts`: `unquantized_fused_moe_method.py`
+///   `process_weights_after_loading` at 0.14.0, `oracle/unquantized.py`
+///   `make_unquantized_moe_kernel` at 0.19.1; 0.13.0 still calls `fused_experts`), whose
+///   caches are views into the worker's one persistent workspace (`v1/worker/workspace.py`
+///   `WorkspaceManager.get_simultaneous`, which only ever grows it and never frees it), sized
+///   as [`vllm_moe_workspace`] says. So the buffer the profile's forward makes stays allocated
+///   through the dummy sampler, the warm-up and the CUDA-graph captures.
+/// - `workspace_kept`: the workspace is already allocated at its largest (after the profile
+///   run): a forward then adds nothing for the experts' caches.
 #[derive(Clone, Copy, Default, Debug)]
 pub(super) struct Held {
     pub input: bool,
@@ -85,6 +95,8 @@ pub(super) struct Held {
     pub gate_up_freed: bool,
     pub moe_cache13: bool,
     pub piece_inputs: bool,
+    pub moe_workspace: bool,
+    pub workspace_kept: bool,
 }
 
 impl Held {
@@ -101,7 +113,53 @@ impl Held {
             moe_cache13: Engine::Vllm.version_in_force(k) >= [0, 8, 0],
             piece_inputs: Engine::Vllm.version_in_force(k) >= [0, 7, 3]
                 && super::engine::vllm_compiles(k),
+            moe_workspace: vllm_moe_workspace_applies(t, k),
+            workspace_kept: false,
         }
+    }
+}
+
+/// Whether the experts' caches live in vLLM's persistent workspace ([`Held`]'s
+/// `moe_workspace`): a MoE model from vLLM 0.14.0 with unquantized experts on the Triton
+/// path, without expert or data parallelism (the paths read: `MoEPrepareAndFinalizeNoEP` with
+/// `TritonExperts`). Quantized experts (FP8, Marlin, MXFP4) take other kernels, not read here.
+fn vllm_moe_workspace_applies(t: &Transformer, k: &Knobs) -> bool {
+    t.blocks.typical().experts > 1
+        && Engine::Vllm.version_in_force(k) >= [0, 14, 0]
+        && k.quantization == Quantization::None
+        && t.blocks.storage.quant == vram_model::blocks::Quant::None
+        && !k.expert_parallel
+        && k.dp <= 1
+}
+
+/// Bytes of vLLM's persistent MoE workspace after a forward over `tokens` tokens, where it
+/// applies ([`Held`]'s `moe_workspace`), else 0. `TritonExperts.workspace_shapes` (`fused_moe.py`
+/// at 0.14.1 and 0.19.1) asks for `workspace13` of `[M, top_k, max(f, h)]` (the activation's
+/// output, and the fused output `[M, h]` folded into it) and `workspace2` of `[M, top_k,
+/// max(2f, h)]` (the gated up-projection, then the down-projection's per-expert output), in the
+/// model dtype, each rounded up to 256 bytes (`get_simultaneous`). Through 0.17 `M` is a chunk
+/// of at most `VLLM_FUSED_MOE_CHUNK_SIZE` = 16384 tokens (`envs.py` at 0.14.1 and 0.17.1;
+/// activation chunking on by default), with the whole `[tokens, h]` output a third buffer when
+/// there is more than one chunk (`modular_kernel.py` `_allocate_buffers` at 0.14.1); from 0.18
+/// (read at 0.18.1 and 0.19.1) there is no chunking and the output shares `workspace13`.
+pub(super) fn vllm_moe_workspace(t: &Transformer, tokens: u64, k: &Knobs) -> u64 {
+    if !vllm_moe_workspace_applies(t, k) || tokens == 0 {
+        return 0;
+    }
+    let w = Widths::of(t, k.tp);
+    let topk = t.blocks.typical().top_k.max(1);
+    let d = k.dtype_bytes;
+    let n = if w.gated { 2 * w.f } else { w.f };
+    let chunked = Engine::Vllm.version_in_force(k) < [0, 18, 0];
+    let m = if chunked { tokens.min(16384) } else { tokens };
+    let ws13 = m * topk * w.f.max(w.h) * d;
+    let ws2 = m * topk * n.max(w.h) * d;
+    let out = tokens * w.h * d;
+    let round = |b: u64| b.div_ceil(256) * 256;
+    if chunked && m < tokens {
+        round(ws13) + round(ws2) + round(out)
+    } else {
+        round(ws13.max(out)) + round(ws2)
     }
 }
 
@@ -184,12 +242,25 @@ pub(super) fn forward_peak_held(
     // Residual, normed input (the layer's input buffer) and `o_proj`'s output, with its
     // all-reduce result.
     let attn = tokens * (3 * h + qkv + q_tp + reduced);
+    // The experts' caches in bytes where they sit in vLLM's persistent workspace (nothing
+    // where it is already held); 0 otherwise, where the caches are counted below.
+    let workspace = if held.moe_workspace && !held.workspace_kept {
+        vllm_moe_workspace(t, tokens, k)
+    } else {
+        0
+    };
     let mlp = if t.blocks.typical().experts > 1 {
         // The experts' all-reduce runs after `fused_moe` has freed its caches, so the caches'
-        // phase stays the peak; the held input is live through both.
+        // phase stays the peak; the held input is live through both. (A persistent workspace
+        // is not freed; the all-reduce's residual, output and result are the 3h counted here.)
         let m = tokens.min(32768);
         let topk = t.blocks.typical().top_k.max(1);
-        tokens * (3 * h + input + pieces) + m * topk * moe_cache_width(f, h, held.moe_cache13)
+        let caches = if held.moe_workspace {
+            0
+        } else {
+            m * topk * moe_cache_width(f, h, held.moe_cache13)
+        };
+        tokens * (3 * h + input + pieces) + caches
     } else if compiled {
         let up = if gated { 2 * f } else { f };
         tokens * (pieces + h + (h + up).max(up + f))
@@ -202,7 +273,7 @@ pub(super) fn forward_peak_held(
             tokens * down
         }
     };
-    attn.max(mlp) * d
+    (attn * d).max(mlp * d + workspace)
 }
 
 /// Elements per token a compiled piece's arguments keep live ([`Held`]'s `piece_inputs`): the

@@ -214,11 +214,15 @@ pub(super) fn vllm_graphs(
     };
     // The largest capture's live set, once in the pool and once from its warm-up run.
     // No eager caller's frame in a captured graph; the version's MoE cache layout and the
-    // running piece's inputs (captured through the same split module) carry over.
+    // running piece's inputs (captured through the same split module) carry over. From 0.14
+    // the experts' caches are views into the persistent workspace the profile run already
+    // grew past any capture size (`activation::Held`'s `moe_workspace`): nothing in the pool.
     let vllm_held = Held::vllm(t, k);
     let held = Held {
         moe_cache13: vllm_held.moe_cache13,
         piece_inputs: vllm_held.piece_inputs,
+        moe_workspace: vllm_held.moe_workspace,
+        workspace_kept: true,
         ..Held::default()
     };
     let live = 2 * forward_peak_held(t, largest, k, v1, held);

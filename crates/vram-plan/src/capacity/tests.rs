@@ -396,6 +396,67 @@ fn moe_caches_share_one_buffer_from_vllm_0_8() {
     );
 }
 
+/// From vLLM 0.14 unquantized experts run through `FusedMoEModularKernel` with `TritonExperts`,
+/// whose caches are views into the worker's persistent workspace (`v1/worker/workspace.py`):
+/// `workspace13` `[M, top_k, max(f, h)]` with the output folded in, `workspace2` `[M, top_k,
+/// max(2f, h)]`, never freed, so it sits under the dummy sampler too. Not at 0.13 (still
+/// `fused_experts`), nor for quantized experts or expert parallelism (other paths, not read).
+#[test]
+fn vllm_moe_workspace_persists_from_0_14() {
+    let t = model("mixtral-8x7b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
+    let at = |version: [u32; 3]| Knobs {
+        max_model_len: Some(8192),
+        tp: 2,
+        engine_version: Some(version),
+        ..Knobs::default()
+    };
+    let n = 8192u64;
+    // Mixtral-8x7B at TP 2: h 4096, f 7168, top-2, bf16.
+    let mixtral = n * 2 * (7168 + 2 * 7168) * 2;
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0])), mixtral);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 14, 1])), mixtral);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 13, 0])), 0);
+    let ep = Knobs {
+        expert_parallel: true,
+        ..at([0, 19, 0])
+    };
+    assert_eq!(vllm_moe_workspace(&t, n, &ep), 0);
+    let fp8 = Knobs {
+        quantization: Quantization::Fp8,
+        ..at([0, 19, 0])
+    };
+    assert_eq!(vllm_moe_workspace(&t, n, &fp8), 0);
+    // A fine-grained MoE (Qwen3-30B-A3B: h 2048, f 768, top-8): both views are hidden-wide, not
+    // `max(2f, h) + f` as `fused_experts_impl`'s caches.
+    let qwen = model("qwen3-30b-a3b");
+    assert_eq!(
+        vllm_moe_workspace(
+            &qwen,
+            n,
+            &Knobs {
+                tp: 1,
+                ..at([0, 19, 0])
+            }
+        ),
+        n * 8 * (2048 + 2048) * 2
+    );
+    // Through 0.17 the chunk is at most 16384 tokens, the whole output then a buffer apart.
+    let m = 32768u64;
+    assert_eq!(
+        vllm_moe_workspace(&t, m, &at([0, 17, 1])),
+        16384 * 2 * (7168 + 2 * 7168) * 2 + m * 4096 * 2
+    );
+    // The profile's peak: the sampler's phase now holds the workspace (1,024 rows of Mixtral's
+    // 32,000-token vocabulary) and passes the forward's, as the llm-d-planner log's 1.21 GiB.
+    let k = at([0, 19, 0]);
+    let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+    let held = Held::vllm(&t, &k);
+    let forward = forward_peak_held(&t, n, &k, true, held);
+    assert!(c.activation_peak_bytes > forward, "{c:?}");
+    assert!(c.activation_peak_bytes >= mixtral + 1024 * 32000 * (2 + 3 * 4));
+}
+
 /// V1 compiles the model (Inductor frees each buffer after its last use) unless
 /// --enforce-eager; its dummy sampler's top-k/top-p runs as a Triton kernel from 0.17 and as
 /// a sort before.

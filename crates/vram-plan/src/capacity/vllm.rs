@@ -128,6 +128,14 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     } else {
         sampler_peak(t, reqs, mnbt, k, sorts) + sampler::vllm_sampler_rows(t, reqs, k, v1)
     };
+    // From 0.14 the experts' caches the forward made stay allocated in vLLM's persistent
+    // workspace while the dummy sampler runs (`activation::Held`'s `moe_workspace`).
+    let workspace = if held.moe_workspace {
+        vllm_moe_workspace(t, mnbt, k)
+    } else {
+        0
+    };
+    let logits = logits + workspace;
     // The cuBLAS workspace from the forward's first GEMM on, V1's cached Triton sampler buffer
     // from the sampler on (`sampler::vllm_profile_peak`).
     let mut activation = sampler::vllm_profile_peak(forward, logits, t, reqs, k, gpu, v1);
@@ -343,9 +351,15 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         && Engine::Vllm.version_in_force(k) >= [0, 8, 0]
         && k.pp == 1
         && {
-            let warm = forward_peak_held(t, reqs, k, compiled, held).max(
+            // The MoE workspace the profile grew is held through both, at its profile size.
+            let kept = Held {
+                workspace_kept: true,
+                ..held
+            };
+            let warm = forward_peak_held(t, reqs, k, compiled, kept).max(
                 sampler_peak(t, reqs, reqs, k, sorts) + sampler::vllm_sampler_rows(t, reqs, k, v1),
-            ) + sampler::vllm_profile_kept(t, reqs, k, gpu, v1);
+            ) + sampler::vllm_profile_kept(t, reqs, k, gpu, v1)
+                + workspace;
             warm as i128 > left_for_graphs - beyond as i128
         };
     let starts = starts && !mamba_fails && !graphs_fail && !context_fail && !warmup_fails;
@@ -458,6 +472,12 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     }
     if let Some(note) = sampler::vllm_profile_kept_note(t, reqs, k, gpu, v1) {
         assumes.push(note);
+    }
+    if held.moe_workspace {
+        assumes.push(format!(
+            "MoE: the unquantized experts' caches are views into vLLM's persistent workspace ({:.1} MiB after the profile's forward over {mnbt} tokens; TritonExperts.workspace_shapes, v1/worker/workspace.py, read at 0.14.1 and 0.19.1), which stays allocated under the dummy sampler and is already there when the CUDA graphs are captured",
+            workspace as f64 / (1u64 << 20) as f64
+        ));
     }
     let mla_workspaces = super::weights::vllm_mla_backend_workspaces(t, k, gpu);
     if mla_workspaces > 0 {
