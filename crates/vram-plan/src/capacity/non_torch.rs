@@ -288,7 +288,7 @@ fn communicator(gpu: &Gpu, link: Interconnect, ranks: u64) -> (u64, String) {
         ),
         Interconnect::Pcie => (
             51 * MIB,
-            "0.05 GiB over PCIe or without P2P (NCCL 2.27: 2 channels x ring and tree x 4.5 MiB of Simple and LL buffers, and the communicator's device state)".into(),
+            "0.05 GiB over PCIe or without P2P (NCCL 2.21-2.27, whose buffer defaults agree: 2 channels x ring and tree x 4.5 MiB of Simple and LL buffers, and the communicator's device state; the LL128 buffer NCCL also makes is not counted)".into(),
         ),
         Interconnect::Network => (
             51 * MIB,
