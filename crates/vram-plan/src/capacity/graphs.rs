@@ -50,7 +50,10 @@
 //!   under R550 (CUDA 12.4). vram does not know the driver, so these constants describe R550+
 //!   hosts; the two V1 0.8 PCIe refusals it still predicts to start (vllm#17469, vllm#17462;
 //!   BENCHMARKS.md, "Where the graph memory of vllm#17469 and vllm#17462 goes") need several
-//!   times them.
+//!   times them. R535's extra is not only NCCL's: round 16's A100 40GB starts (TP 1, driver
+//!   535.247.01, no collective in any graph) hold 4-5× [`DRIVER_BYTES_PER_LAYER_GRAPH`] per
+//!   graph, where other A100 hosts' logs (rounds 4 and 8) hold about 1× (BENCHMARKS.md, "After
+//!   round 16").
 //! - **Inside or outside the KV budget.** Up to 0.19 the graphs are captured after the KV cache
 //!   is sized (`compile_or_warm_up_model` after `initialize_from_config`, `gpu_worker.py` at
 //!   0.8.5, 0.10.1, 0.11.0): they must fit in what `gpu_memory_utilization` leaves. 0.19 profiles
