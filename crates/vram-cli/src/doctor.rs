@@ -311,10 +311,11 @@ fn serving_figures(
     // The capacity model's refusals here are of the paste's own settings (its max_model_len,
     // TP size, utilization) on the model given, which the user did not type as flags.
     let figures = serving::CapacityFigures::of(t, gpu, e, conf).map_err(|err| match err {
-        vram_plan::Error::Capacity(m) if !m.starts_with("--model ") => bad_input!(
+        serving::FiguresError::Settings(vram_plan::Error::Capacity(m)) => bad_input!(
             "--model {model} cannot run as the paste ran (its max_model_len, TP size and share): {m}"
         ),
-        other => anyhow::Error::new(other),
+        serving::FiguresError::NotThePastesModel(m) => bad_input!("{m}"),
+        serving::FiguresError::Settings(other) => anyhow::Error::new(other),
     })?;
     Ok((figures, vram_report::notes::of_transformer(t)))
 }

@@ -299,6 +299,19 @@ pub struct CapacityFigures {
     pub failed_share: Option<f64>,
 }
 
+/// Why [`CapacityFigures::of`] gave no figures.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FiguresError {
+    /// The capacity model refused the paste's own settings (its `max_model_len`, TP size or
+    /// share) on the model given: settings the user did not type as flags.
+    #[error(transparent)]
+    Settings(#[from] vram_plan::Error),
+    /// The model given is not the paste's: its KV need at the paste's length differs from what
+    /// the engine printed by more than the print's rounding and one block.
+    #[error("{0}")]
+    NotThePastesModel(String),
+}
+
 impl CapacityFigures {
     /// What `vram capacity` says of `t` on `gpu` under the engine that printed `e` (SGLang for
     /// its two errors, vLLM for the others), at the engine's defaults with the `max_model_len`
@@ -314,7 +327,7 @@ impl CapacityFigures {
         gpu: &vram_model::gpu::Gpu,
         e: &ServingError,
         conf: &crate::profile::EngineConfiguration,
-    ) -> vram_plan::Result<Self> {
+    ) -> Result<Self, FiguresError> {
         use vram_plan::capacity::{self, Engine, Knobs, Quantization};
         let engine = match e {
             ServingError::SglangNotEnoughMemory { .. }
@@ -368,7 +381,7 @@ impl CapacityFigures {
                 };
                 (capacity::capacity(t, gpu, engine, &k)?, k, false)
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         // vLLM's KV-memory error prints what one request of max_model_len needs; the model
         // given with --model needs what its KV groups take for that length (the sum vLLM's
@@ -391,7 +404,7 @@ impl CapacityFigures {
             const GIB: f64 = (1u64 << 30) as f64;
             let slack = (0.005 * GIB) as u64 + 128 * capacity::kv_bytes_per_token(t, &knobs);
             if model_needed.abs_diff(needed_bytes) > slack {
-                return Err(vram_plan::Error::Capacity(format!(
+                return Err(FiguresError::NotThePastesModel(format!(
                     "--model {}: one request of {max_model_len} tokens needs {:.2} GiB of KV cache at tensor-parallel size {} by the capacity model, where the paste's vLLM needed {:.2} GiB: the paste is of another model, or of a KV-cache dtype or pipeline split it does not show; give --model the model it serves",
                     t.name,
                     model_needed as f64 / GIB,
