@@ -15,6 +15,17 @@ fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/serving")
 }
 
+/// A case's `model` as `vram capacity` takes it: a committed config (`*.json`) by its path in
+/// the test data, else the catalog id as written.
+fn model_arg(c: &serde_json::Value) -> String {
+    let model = c["model"].as_str().unwrap();
+    if model.ends_with(".json") {
+        data().join(model).to_string_lossy().into_owned()
+    } else {
+        model.to_string()
+    }
+}
+
 fn vram(args: &[String]) -> (i32, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_vram"))
         .args(args)
@@ -87,12 +98,7 @@ fn capacity_against_real_logs() {
             "{id}: every case names its source"
         );
         engines.insert(c["engine"].as_str().unwrap().to_string());
-        let model = c["model"].as_str().unwrap();
-        let model = if model.ends_with(".json") {
-            data().join(model).to_string_lossy().into_owned()
-        } else {
-            model.to_string()
-        };
+        let model = model_arg(c);
         let mut args = vec!["capacity".to_string(), model];
         args.extend(
             c["args"]
@@ -1198,12 +1204,7 @@ struct Errors {
 /// planner's where it predicted the same run.
 fn unseen_case(c: &serde_json::Value) -> Result<(Errors, Option<(f64, f64)>), String> {
     let gib = (1u64 << 30) as f64;
-    let model = c["model"].as_str().unwrap();
-    let model = if model.ends_with(".json") {
-        data().join(model).to_string_lossy().into_owned()
-    } else {
-        model.to_string()
-    };
+    let model = model_arg(c);
     let mut a = vec!["capacity".to_string(), model];
     a.extend(
         c["args"]
@@ -1784,12 +1785,7 @@ fn cuda_graph_memory_against_logs() {
             let Some(logged) = c["logged"]["graphs_gib"].as_f64() else {
                 continue;
             };
-            let model = c["model"].as_str().unwrap();
-            let model = if model.ends_with(".json") {
-                data().join(model).to_string_lossy().into_owned()
-            } else {
-                model.to_string()
-            };
+            let model = model_arg(c);
             let mut a = vec!["capacity".to_string(), model];
             a.extend(
                 c["args"]
@@ -2052,12 +2048,7 @@ fn encoder_budget_lines_match_the_logs() {
             .iter()
             .find(|c| c["id"] == id)
             .unwrap_or_else(|| panic!("{id} not in its round"));
-        let model = c["model"].as_str().unwrap();
-        let model = if model.ends_with(".json") {
-            data().join(model).to_string_lossy().into_owned()
-        } else {
-            model.to_string()
-        };
+        let model = model_arg(c);
         let mut a = vec!["capacity".to_string(), model];
         a.extend(
             c["args"]
@@ -2138,12 +2129,7 @@ fn every_logged_start_loads_its_architecture_at_its_logged_version() {
             } else {
                 v
             };
-            let model = c["model"].as_str().unwrap();
-            let model = if model.ends_with(".json") {
-                data().join(model).to_string_lossy().into_owned()
-            } else {
-                model.to_string()
-            };
+            let model = model_arg(c);
             let args: Vec<String> = c["args"]
                 .as_array()
                 .unwrap()
@@ -2546,12 +2532,7 @@ fn free_memory_at_start_against_the_logged_snapshots() {
             else {
                 continue;
             };
-            let model = c["model"].as_str().unwrap();
-            let model = if model.ends_with(".json") {
-                data().join(model).to_string_lossy().into_owned()
-            } else {
-                model.to_string()
-            };
+            let model = model_arg(c);
             let mut a = vec!["capacity".to_string(), model];
             let given: Vec<String> = c["args"]
                 .as_array()
