@@ -212,6 +212,24 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
             model_notes.push(msg.nearest_gpu().note());
         }
     }
+    if let Some(job) = inp.job.as_ref().filter(|_| a.gpu.is_some()) {
+        // The plans are searched on the given GPU (`Cluster::for_gpu`): a card smaller than the
+        // message's device (beyond the spread one card's total shows across drivers) makes
+        // them fit the smaller card, and plans that only the message's device holds are not
+        // among them.
+        let spread = 1.0 + vram_model::gpu::TOTAL_SPREAD;
+        if (job.gpu.memory_bytes as f64) * spread < msg.total_bytes as f64
+            && d.remedies.iter().any(|r| r.step_time_s.is_some())
+        {
+            model_notes.push(format!(
+                "--gpu {} holds {}, less than the message's device ({} in all): the plans are searched to fit the {} and timed on it, so a faster plan that only the message's device holds is not among them; give --gpu with the message's device to plan for it",
+                job.gpu.id,
+                vram_doctor::human_bytes(job.gpu.memory_bytes),
+                vram_doctor::human_bytes(msg.total_bytes),
+                job.gpu.name,
+            ));
+        }
+    }
     d.notes.splice(0..0, model_notes);
     d.notes.extend(nvml_note);
     let mut out = crate::output::stdout();

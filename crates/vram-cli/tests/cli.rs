@@ -1221,6 +1221,47 @@ fn doctor_says_the_gpu_it_times_the_plans_on_was_picked_by_memory_alone() {
     assert!(named.contains("s/step predicted"), "{named}");
 }
 
+/// `--gpu` names the GPU the plans are searched and timed on. One with less memory than the
+/// message's device (an RTX 4090 for a 79.19 GiB total) makes every plan fit the smaller card,
+/// so the answer says so and how to plan for the message's device; text and JSON carry the same
+/// note. A GPU as large as the message's (within the spread one card's total shows), or larger,
+/// adds no such note.
+#[test]
+fn doctor_says_when_the_given_gpu_is_smaller_than_the_messages_device() {
+    let msg = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.12 GiB memory in use. Of the allocated memory 75.31 GiB is allocated by PyTorch, and 1.33 GiB is reserved by PyTorch but unallocated.";
+    let base = ["doctor", msg, "--model", "qwen3-1.7b", "--no-nvml"];
+    let (code, out, err) = vram(&[&base[..], &["--gpu", "rtx-4090"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let note = out
+        .lines()
+        .find_map(|l| l.strip_prefix("note: --gpu rtx-4090 holds "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        note.contains("less than the message's device (79.19 GiB in all): the plans are searched to fit the NVIDIA GeForce RTX 4090"),
+        "{note}"
+    );
+    assert!(out.contains("s/step predicted"), "{out}");
+    let (code, json, _) = vram(&[&base[..], &["--gpu", "rtx-4090", "--json"]].concat());
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str() == Some(&format!("--gpu rtx-4090 holds {note}"))),
+        "{json}"
+    );
+    for gpu in ["h100-80g", "h200"] {
+        let (code, same, err) = vram(&[&base[..], &["--gpu", gpu]].concat());
+        assert_eq!(code, 0, "{gpu}: {err}");
+        assert!(
+            !same.contains("less than the message's device"),
+            "{gpu}: {same}"
+        );
+    }
+}
+
 /// The doctor's plans follow `vram plan`'s rule on a GPU without native bf16 (compute
 /// capability below 8.0), whether picked by the message's memory (the V100 16GB for a 15.99 GiB
 /// total) or named (`--gpu t4`, `--gpu gtx-1080`): each plan is searched in fp16 AMP, its action
