@@ -220,7 +220,7 @@ pub(super) fn vllm_graphs(
     // running piece's inputs (captured through the same split module) carry over. From 0.14
     // the experts' caches are views into the persistent workspace the profile run already
     // grew past any capture size (`activation::Held`'s `moe_workspace`): nothing in the pool.
-    let vllm_held = Held::vllm(t, k);
+    let vllm_held = Held::vllm(t, k, gpu);
     let held = Held {
         moe_cache13: vllm_held.moe_cache13,
         piece_inputs: vllm_held.piece_inputs,

@@ -313,6 +313,7 @@ fn piecewise_compilation_holds_the_running_pieces_inputs() {
         ..Knobs::default()
     };
     let qwen = model("qwen3-32b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
     for (k, held) in [
         (at([0, 19, 1], false, None), true),
         (at([0, 7, 3], false, None), true),
@@ -328,20 +329,20 @@ fn piecewise_compilation_holds_the_running_pieces_inputs() {
             true,
         ),
     ] {
-        assert_eq!(Held::vllm(&qwen, &k).piece_inputs, held, "{k:?}");
+        assert_eq!(Held::vllm(&qwen, &k, gpu).piece_inputs, held, "{k:?}");
     }
     // Qwen3-32B at TP 4: h 5120, 64 query heads of 128 (q = 8192, 2048 a GPU), f = 6400. The
     // compiled MLP's live set grows by exactly the two inputs, in the model dtype.
     let k = at([0, 19, 1], false, None);
     let n = 8192u64;
-    let with = forward_peak_held(&qwen, n, &k, true, Held::vllm(&qwen, &k));
+    let with = forward_peak_held(&qwen, n, &k, true, Held::vllm(&qwen, &k, gpu));
     let without = forward_peak_held(&qwen, n, &k, true, Held::default());
     assert_eq!(without, n * (5120 + 3 * 6400) * 2);
     assert_eq!(with - without, n * (2048 + 5120) * 2);
     // Eager, the flag changes nothing: the eager loop's own holdings are counted instead.
     let eager = Held {
         piece_inputs: true,
-        ..Held::vllm(&qwen, &k)
+        ..Held::vllm(&qwen, &k, gpu)
     };
     assert_eq!(
         forward_peak_held(&qwen, n, &k, false, eager),
@@ -400,7 +401,8 @@ fn moe_caches_share_one_buffer_from_vllm_0_8() {
 /// whose caches are views into the worker's persistent workspace (`v1/worker/workspace.py`):
 /// `workspace13` `[M, top_k, max(f, h)]` with the output folded in, `workspace2` `[M, top_k,
 /// max(2f, h)]`, never freed, so it sits under the dummy sampler too. Not at 0.13 (still
-/// `fused_experts`), nor for quantized experts or expert parallelism (other paths, not read).
+/// `fused_experts`), nor with expert parallelism (other paths, not read). `--quantization fp8`
+/// takes the same kernel off Blackwell; AWQ's experts call `fused_marlin_moe` directly.
 #[test]
 fn vllm_moe_workspace_persists_from_0_14() {
     let t = model("mixtral-8x7b");
@@ -414,19 +416,32 @@ fn vllm_moe_workspace_persists_from_0_14() {
     let n = 8192u64;
     // Mixtral-8x7B at TP 2: h 4096, f 7168, top-2, bf16.
     let mixtral = n * 2 * (7168 + 2 * 7168) * 2;
-    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0])), mixtral);
-    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 14, 1])), mixtral);
-    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 13, 0])), 0);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0]), gpu), mixtral);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 14, 1]), gpu), mixtral);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 13, 0]), gpu), 0);
     let ep = Knobs {
         expert_parallel: true,
         ..at([0, 19, 0])
     };
-    assert_eq!(vllm_moe_workspace(&t, n, &ep), 0);
+    assert_eq!(vllm_moe_workspace(&t, n, &ep, gpu), 0);
+    // `--quantization fp8` runs the same modular kernel: TritonExperts from compute capability
+    // 8.9 (the 0.22.1 H100 log's "Using TRITON Fp8 MoE backend"), MarlinExperts below, whose
+    // workspace is the same bytes; not on Blackwell (FlashInfer, not read).
     let fp8 = Knobs {
         quantization: Quantization::Fp8,
         ..at([0, 19, 0])
     };
-    assert_eq!(vllm_moe_workspace(&t, n, &fp8), 0);
+    assert_eq!(vllm_moe_workspace(&t, n, &fp8, gpu), mixtral);
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    assert_eq!(vllm_moe_workspace(&t, n, &fp8, a100), mixtral);
+    let b200 = vram_model::gpu::lookup("b200").unwrap();
+    assert_eq!(vllm_moe_workspace(&t, n, &fp8, b200), 0);
+    // AWQ experts call `fused_marlin_moe` directly through 0.21: freed temporaries.
+    let awq = Knobs {
+        quantization: Quantization::Awq,
+        ..at([0, 19, 0])
+    };
+    assert_eq!(vllm_moe_workspace(&t, n, &awq, a100), 0);
     // A fine-grained MoE (Qwen3-30B-A3B: h 2048, f 768, top-8): both views are hidden-wide, not
     // `max(2f, h) + f` as `fused_experts_impl`'s caches.
     let qwen = model("qwen3-30b-a3b");
@@ -437,24 +452,49 @@ fn vllm_moe_workspace_persists_from_0_14() {
             &Knobs {
                 tp: 1,
                 ..at([0, 19, 0])
-            }
+            },
+            gpu
         ),
         n * 8 * (2048 + 2048) * 2
     );
     // Through 0.17 the chunk is at most 16384 tokens, the whole output then a buffer apart.
     let m = 32768u64;
     assert_eq!(
-        vllm_moe_workspace(&t, m, &at([0, 17, 1])),
+        vllm_moe_workspace(&t, m, &at([0, 17, 1]), gpu),
         16384 * 2 * (7168 + 2 * 7168) * 2 + m * 4096 * 2
     );
     // The profile's peak: the sampler's phase now holds the workspace (1,024 rows of Mixtral's
     // 32,000-token vocabulary) and passes the forward's, as the llm-d-planner log's 1.21 GiB.
     let k = at([0, 19, 0]);
     let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
-    let held = Held::vllm(&t, &k);
+    let held = Held::vllm(&t, &k, gpu);
     let forward = forward_peak_held(&t, n, &k, true, held);
     assert!(c.activation_peak_bytes > forward, "{c:?}");
     assert!(c.activation_peak_bytes >= mixtral + 1024 * 32000 * (2 + 3 * 4));
+}
+
+/// MXFP4 experts keep their caches in the persistent workspace only on Marlin (compute
+/// capability below 9) and only from 0.17, where `Mxfp4MoEMethod` builds `FusedMoEKernel` with
+/// `MarlinExperts` (0.16 calls `fused_marlin_moe` directly; Hopper runs triton_kernels' own
+/// temporaries), at the padded widths Marlin's layout holds.
+#[test]
+fn vllm_moe_workspace_for_mxfp4_follows_the_marlin_kernel() {
+    let t = model("gpt-oss-20b");
+    let at = |version: [u32; 3]| Knobs {
+        max_model_len: Some(8192),
+        engine_version: Some(version),
+        ..Knobs::default()
+    };
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let n = 2048u64;
+    // gpt-oss-20b: h 2880 padded to 3072, f 2880 padded to 2944, top-4, bf16: workspace13
+    // `[M·4, max(f, h)]` and workspace2 `M·4·max(2f, h)`.
+    let marlin = n * 4 * (3072 + 2 * 2944) * 2;
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0]), a100), marlin);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 17, 1]), a100), marlin);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 16, 0]), a100), 0);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0]), h100), 0);
 }
 
 /// V1 compiles the model (Inductor frees each buffer after its last use) unless
@@ -1409,14 +1449,47 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         gated: false,
         deepstack: 0,
         tp_split: true,
+        projector_split: 0,
         images: None,
         linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
-    assert_eq!(weights::vision_tower_per_gpu(&v, 1, true), 895_028_755.0);
-    let tp2 = weights::vision_tower_per_gpu(&v, 2, true);
+    assert_eq!(
+        weights::vision_tower_per_gpu(&v, 1, true, true),
+        895_028_755.0
+    );
+    let tp2 = weights::vision_tower_per_gpu(&v, 2, true, true);
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
+}
+
+/// vLLM builds Qwen's patch mergers (and Qwen3-VL's deepstack mergers) from
+/// `ColumnParallelLinear` / `RowParallelLinear` (`Qwen3_VisionPatchMerger`, `qwen3_vl.py` at
+/// 0.11.0 to 0.23.0), so they split across the TP group with the encoder layers; SGLang's were
+/// not read and stay whole. Qwen3.5-27B's tower: width 1152, 27 layers of MLP 4304, one merger
+/// of `4608 -> 4608 -> 5120`; Qwen3-VL-30B-A3B's: four mergers into 2048.
+#[test]
+fn qwen_patch_mergers_split_across_tp_in_vllm() {
+    let layers = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304u64);
+    let merger = |out: u64| 4608 * 4608 + 4608 + out * 4608;
+    for (id, split_mergers) in [
+        ("qwen3.5-27b", merger(5120)),
+        ("qwen3-vl-30b-a3b", 4 * merger(2048)),
+    ] {
+        let t = model(id);
+        let all = weights::towers_per_gpu(&t, 1, Engine::Vllm);
+        let split = (layers + split_mergers) as f64;
+        assert_eq!(
+            weights::towers_per_gpu(&t, 4, Engine::Vllm),
+            split / 4.0 + (all - split),
+            "{id}"
+        );
+        assert_eq!(
+            weights::towers_per_gpu(&t, 4, Engine::Sglang),
+            layers as f64 / 4.0 + (all - layers as f64),
+            "{id}"
+        );
+    }
 }
 
 /// Kimi-K2.5's MoonViT per GPU at TP 8: vLLM splits the layers' attention and MLP
