@@ -762,6 +762,12 @@ pub struct Knobs {
     /// ([`vram_model::read::bidirectional_vision`]): what decides `is_mm_prefix_lm` for a
     /// `gemma4` config from vLLM 0.20 (`Gemma4ModelArchConfigConvertor`).
     pub bidirectional_vision: bool,
+    /// The host's NVIDIA driver branch (the major version: 535 for `535.161.08`) where a paste
+    /// or log prints it (`collect_env`'s `Nvidia driver version:`, `nvidia-smi`'s `Driver
+    /// Version:`). `None`: not known, and the graphs' driver memory is priced as measured on the
+    /// hosts of `graphs.rs`'s fit half. Only branches before R550 change a figure
+    /// (`graphs::driver_bytes_per_layer_graph`).
+    pub driver: Option<u32>,
 }
 
 impl Default for Knobs {
@@ -802,6 +808,7 @@ impl Default for Knobs {
             attention_backend: None,
             mm_prefix_lm: None,
             bidirectional_vision: false,
+            driver: None,
         }
     }
 }
