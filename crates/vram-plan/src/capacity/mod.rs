@@ -149,6 +149,16 @@ impl Engine {
     }
 }
 
+/// What the graphs assume of a host whose NVIDIA driver branch is `driver` (the line the
+/// capacity model's assumptions carry for it), where it changes a figure: before R550
+/// (`graphs.rs`). `None` for later branches and an unknown driver.
+pub fn driver_graph_assumption(driver: Option<u32>) -> Option<String> {
+    graphs::driver_assumption(&Knobs {
+        driver,
+        ..Knobs::default()
+    })
+}
+
 /// `major.minor[.patch]` as numbers (`0.6.5` → `[0, 6, 5]`); `None` if it is not of that form.
 pub fn parse_version(v: &str) -> Option<[u32; 3]> {
     let mut out = [0u32; 3];
