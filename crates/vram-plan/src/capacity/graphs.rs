@@ -27,7 +27,8 @@
 //!   accumulators, `[num_splits, heads, tokens, head_size]` in fp32 with
 //!   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` = 32 (`v1/attention/backends/flash_attn.py`,
 //!   0.11.0), in a segment of their own on top of the piecewise graphs' live set where those
-//!   are captured first (`FULL_AND_PIECEWISE`), else the larger of the two; only where
+//!   are captured first (`FULL_AND_PIECEWISE`), else the larger of the two (MLA layers on
+//!   `FLASH_ATTN_MLA` keep the same splits over the latent, [`vllm_flash_attn_mla`]); only where
 //!   FlashAttention runs
 //!   ([`vllm_runs_flash_attention`]: the backend chosen with `--attention-backend`, else not for
 //!   a model vLLM runs on Triton attention, [`vllm_runs_triton_attention`]: Gemma 3 from 0.13,
@@ -237,17 +238,21 @@ pub(super) fn vllm_graphs(
         && k.dtype_bytes == 2
         && !engine::is_rocm(gpu)
         && vllm_runs_flash_attention(t, k);
+    let latent = layer_caches(t)
+        .iter()
+        .any(|c| matches!(c, CacheLayout::Latent { .. }));
     let accum = match full_sizes.last() {
-        Some(&s)
-            if fa3
-                && !layer_caches(t)
-                    .iter()
-                    .any(|c| matches!(c, CacheLayout::Latent { .. })) =>
-        {
+        Some(&s) if fa3 && !latent => {
             let (q, _) = t.blocks.typical().attn_widths();
             let heads = t.blocks.typical().heads.div_ceil(k.tp);
             32 * s * (q.div_ceil(k.tp) + heads) * 4
         }
+        // The same split accumulators under `FLASH_ATTN_MLA`, over the latent: the decode
+        // attends with the latent as V (`q_v`), so each split keeps `kv_lora_rank` fp32 values
+        // and one log-sum-exp per query head on the GPU.
+        Some(&s) if latent => vllm_flash_attn_mla(t, gpu, k, v1).map_or(0, |m| {
+            32 * s * m.heads.div_ceil(k.tp) * (m.kv_lora_rank + 1) * 4
+        }),
         _ => 0,
     };
     // Where piecewise graphs come first (`capture_model` captures the mixed-mode sizes before
@@ -285,6 +290,42 @@ pub(super) fn vllm_graphs(
         full_sizes,
         piecewise,
     }
+}
+
+/// The MLA layer whose decode runs on FlashAttention 3 (`FLASH_ATTN_MLA`) with split
+/// accumulators under whole-forward graphs, where vLLM picks that backend; `None` elsewhere.
+///
+/// Read at 0.11.2, 0.14.1, 0.19.1 and 0.23.0 (`v1/attention/backends/mla/flashattn_mla.py`,
+/// `platforms/cuda.py`): on compute capability 9 with no backend named, the MLA priority list
+/// starts with `FLASH_ATTN_MLA` (from 0.11.2; 0.10.2 and 0.11.0 try FlashMLA first, 0.11.1 not
+/// read), which takes 16-bit weights and a 16-bit KV cache only (`supported_dtypes`,
+/// `supported_kv_cache_dtypes`: no fp8). Its metadata builder sets `max_num_splits` to
+/// `flash_attn_max_num_splits_for_cuda_graph` (32; `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH`
+/// at 0.11.2) when the graph mode has full graphs, and the decode calls FlashAttention 3 with the
+/// latent as V, so each captured call allocates `[splits, heads, tokens, kv_lora_rank]` fp32
+/// partial outputs and `[splits, heads, tokens]` log-sum-exps in the graph pool. vLLM's own
+/// profile shows them: DeepSeek-V2-Lite's first FULL capture is 522 MiB at 512 tokens and 16
+/// heads (32 × 512 × 16 × 513 × 4 B = 513 MiB, plus one graph's driver share), and Kimi-VL-A3B's
+/// 522 MiB at TP 1 and 264 at TP 2 (llm-d-planner's vLLM 0.19.0 H100 logs, DEBUG lines).
+/// DeepSeek's sparse MLA (an indexer) runs the sparse backends instead.
+fn vllm_flash_attn_mla<'a>(
+    t: &'a Transformer,
+    gpu: &Gpu,
+    k: &Knobs,
+    v1: bool,
+) -> Option<&'a vram_model::mech::Mla> {
+    let v = Engine::Vllm.version_in_force(k);
+    let picked = v1
+        && v >= [0, 11, 2]
+        && gpu.sm_major == 9
+        && !engine::is_rocm(gpu)
+        && k.dtype_bytes == 2
+        && k.kv_bytes.is_none_or(|b| b == 2)
+        && k.attention_backend.is_none();
+    t.blocks
+        .iter()
+        .find_map(|b| b.mixer.as_mla())
+        .filter(|m| picked && m.indexer.is_none())
 }
 
 /// Whether vLLM's model config says `t`'s image tokens attend both ways (`is_mm_prefix_lm`,

@@ -4640,3 +4640,41 @@ fn flash_attention_accumulators_add_to_the_piecewise_pool() {
     assert_eq!(full.pool, accum);
     assert!(full.pool < both.pool);
 }
+
+/// FlashAttention 3's MLA decode (`FLASH_ATTN_MLA`, vLLM's first MLA backend on Hopper from
+/// 0.11.2) keeps 32 splits of fp32 partial outputs over the latent, plus their log-sum-exps, in
+/// the pool of whole-forward graphs: DeepSeek-V3 at TP 8 has 16 heads a GPU and a 512-wide
+/// latent. Not with an fp8 KV cache (the backend takes 16-bit caches only), before 0.11.2
+/// (FlashMLA first), off Hopper, or for sparse MLA (DeepSeek-V3.2's indexer).
+#[test]
+fn flash_attention_mla_accumulators_follow_the_latent() {
+    let t = model("deepseek-v3");
+    let at = |v: &str, mode: Option<CudagraphMode>, kv_bytes: Option<u64>| Knobs {
+        engine_version: parse_version(v),
+        cudagraph_mode: mode,
+        kv_bytes,
+        tp: 8,
+        ..Knobs::default()
+    };
+    let g = |gpu, k: &Knobs| vllm_graphs(&t, gpu, k, true, 1024, 8192, None);
+    let accum = 32 * 512 * 16 * (512 + 1) * 4;
+    let piecewise = g(h100(), &at("0.19.0", Some(CudagraphMode::Piecewise), None));
+    let both = g(h100(), &at("0.19.0", None, None));
+    assert_eq!(both.full_sizes.last(), Some(&512));
+    assert_eq!(both.pool, piecewise.pool + accum);
+    let fp8 = g(h100(), &at("0.19.0", None, Some(1)));
+    assert_eq!(fp8.pool, piecewise.pool);
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let off_hopper = g(a100, &at("0.19.0", None, None));
+    let off_hopper_pw = g(a100, &at("0.19.0", Some(CudagraphMode::Piecewise), None));
+    assert_eq!(off_hopper.pool, off_hopper_pw.pool);
+    let early = g(h100(), &at("0.11.0", None, None));
+    let early_pw = g(h100(), &at("0.11.0", Some(CudagraphMode::Piecewise), None));
+    assert_eq!(early.pool, early_pw.pool);
+    let sparse = model("deepseek-v3.2");
+    let gs = |k: &Knobs| vllm_graphs(&sparse, h100(), k, true, 1024, 8192, None);
+    assert_eq!(
+        gs(&at("0.19.0", None, None)).pool,
+        gs(&at("0.19.0", Some(CudagraphMode::Piecewise), None)).pool
+    );
+}
