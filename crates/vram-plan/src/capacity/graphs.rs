@@ -101,6 +101,34 @@ fn nccl_in_graphs(gpu: &Gpu, k: &Knobs) -> Option<bool> {
     Some(non_torch::interconnect(gpu, k) == Interconnect::Network)
 }
 
+/// The cuBLAS workspace the capture's own stream gets. PyTorch keeps one workspace per cuBLAS
+/// handle and stream, allocated through its caching allocator at the first GEMM on a stream it
+/// has not seen and held for the process (`getCurrentCUDABlasHandle`,
+/// `cublas_handle_stream_to_workspace`, `aten/src/ATen/cuda/CublasHandlePool.cpp`; sized by
+/// [`sampler::vllm_cublas_workspace`]). vLLM captures inside `graph_capture`, which runs the
+/// warm-ups and the captures on a stream it makes there (`torch.cuda.Stream()`,
+/// `GroupCoordinator.graph_capture` in `distributed/parallel_state.py`), after `capture_model`
+/// has read free memory (read at 0.10.0, 0.10.1.1, 0.11.0, 0.14.1, 0.17.1, 0.19.1 and 0.23.0), so
+/// "took" holds a new workspace. vLLM's own profile agrees: on llm-d-planner's 0.19.0 H100 logs
+/// the piecewise pool (first capture less one graph's share) of the 16-bit dense models is 24-34
+/// MiB above the live set vram gives, and the online-FP8 runs of the same models, whose linears
+/// run on CUTLASS, keep 40 MiB less than the 16-bit ones on both hosts that print it (Llama 3 8B
+/// on llm-d-planner's, Qwen3-8B on round 10's). Only where the captured forward runs a dense
+/// GEMM through PyTorch: 16- or 32-bit linears, bitsandbytes' dequantize-then-matmul, and MXFP4
+/// checkpoints (16-bit attention). FP8, INT8 and the Marlin-family 4-bit paths run their own
+/// kernels; an unquantized MoE router beside them is not counted. vLLM V1 from 0.10; V0 and V1
+/// before 0.10 not read.
+fn capture_stream_cublas(gpu: &Gpu, k: &Knobs, v1: bool) -> u64 {
+    let torch_gemm = matches!(
+        k.quantization,
+        Quantization::None | Quantization::Bitsandbytes | Quantization::Mxfp4
+    );
+    if !v1 || Engine::Vllm.version_in_force(k) < [0, 10, 0] || !torch_gemm {
+        return 0;
+    }
+    sampler::vllm_cublas_workspace(k, gpu, v1)
+}
+
 /// The graphs one vLLM start-up captures.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Graphs {
@@ -117,12 +145,14 @@ pub(super) struct Graphs {
     pub driver: u64,
     /// What the NCCL all-reduces captured into the graphs keep (TP without custom all-reduce).
     pub nccl: u64,
+    /// PyTorch's cuBLAS workspace for the capture's own stream ([`capture_stream_cublas`]).
+    pub cublas: u64,
 }
 
 impl Graphs {
     /// What `capture_model` logs as "took".
     pub fn bytes(&self) -> u64 {
-        self.pool + self.driver + self.nccl
+        self.pool + self.driver + self.nccl + self.cublas
     }
 }
 
@@ -286,6 +316,11 @@ pub(super) fn vllm_graphs(
         },
         driver: graphs * layers * DRIVER_BYTES_PER_LAYER_GRAPH,
         nccl,
+        cublas: if graphs > 0 {
+            capture_stream_cublas(gpu, k, v1)
+        } else {
+            0
+        },
         sizes,
         full_sizes,
         piecewise,

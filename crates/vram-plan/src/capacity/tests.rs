@@ -2070,7 +2070,7 @@ fn nccl_all_reduces_captured_without_custom_all_reduce() {
     );
     assert_eq!(graphs(3, None).nccl, n * NCCL_CAPTURED_BYTES);
     let g = graphs(2, Some(Interconnect::Pcie));
-    assert_eq!(g.bytes(), g.pool + g.driver + g.nccl);
+    assert_eq!(g.bytes(), g.pool + g.driver + g.nccl + g.cublas);
 }
 
 /// Gemma 3's image tokens attend both ways from vLLM 0.13 (`is_mm_prefix_lm`), so FlashAttention
