@@ -4678,3 +4678,36 @@ fn flash_attention_mla_accumulators_follow_the_latent() {
         gs(&at("0.19.0", Some(CudagraphMode::Piecewise), None)).pool
     );
 }
+
+/// The capture's own stream gets a cuBLAS workspace of its own (PyTorch keys them by handle and
+/// stream; vLLM's `graph_capture` makes the stream): 32 MiB on Hopper, 8.1 MiB elsewhere, only
+/// where the captured linears run through PyTorch's GEMMs, from vLLM 0.10, and not without graphs.
+#[test]
+fn the_capture_stream_gets_its_own_cublas_workspace() {
+    let t = llama3();
+    let at = |v: &str, quantization: Quantization| Knobs {
+        engine_version: parse_version(v),
+        quantization,
+        ..Knobs::default()
+    };
+    let g = |gpu, k: &Knobs| vllm_graphs(&t, gpu, k, true, 1024, 8192, None);
+    let hopper = g(h100(), &at("0.19.0", Quantization::None));
+    assert_eq!(hopper.cublas, 32 << 20);
+    assert_eq!(
+        hopper.bytes(),
+        hopper.pool + hopper.driver + hopper.nccl + (32 << 20)
+    );
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    assert_eq!(
+        g(a100, &at("0.19.0", Quantization::None)).cublas,
+        2 * 4096 * 1024 + 8 * 16 * 1024
+    );
+    assert_eq!(g(h100(), &at("0.19.0", Quantization::Fp8)).cublas, 0);
+    assert_eq!(g(h100(), &at("0.19.0", Quantization::Int8)).cublas, 0);
+    assert_eq!(g(h100(), &at("0.9.2", Quantization::None)).cublas, 0);
+    let none = Knobs {
+        cudagraph_mode: Some(CudagraphMode::None),
+        ..at("0.19.0", Quantization::None)
+    };
+    assert_eq!(g(h100(), &none).bytes(), 0);
+}
