@@ -439,7 +439,37 @@ pub(super) fn vllm_runs_flash_attention(t: &Transformer, k: &Knobs) -> bool {
 
 /// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the
 /// version keys no mode (V0, V1 before 0.11: piecewise graphs, or V0's full ones).
+///
+/// A model with chunked local attention (Llama 4's `attention_chunk_size` on its RoPE layers,
+/// `ChunkedLocalAttention` in `llama4.py`) keeps no whole-forward graphs: the chunked layers'
+/// metadata builder declares `AttentionCGSupport.NEVER` (`chunked_local_attention.py`, read at
+/// 0.11.0, 0.11.2, 0.12.0, 0.13.0, 0.14.1, 0.16.0, 0.17.1, 0.18.1, 0.19.1, 0.20.2, 0.21.0, 0.22.1
+/// and 0.23.0), and vLLM then drops a mode with full decode graphs to `PIECEWISE` where attention
+/// is compiled piecewise, else to `NONE` ("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with
+/// ChunkedLocalAttention_8192_FlashAttentionBackend backend (support: AttentionCGSupport.NEVER);
+/// setting cudagraph_mode=PIECEWISE because attention is compiled piecewise", the model runner
+/// through 0.19, `config/compilation.py` from 0.20; llm-d-planner's Llama-4-Scout log at 0.19.0
+/// prints it and profiles "PIECEWISE=51" alone).
 pub(super) fn vllm_graph_mode(t: &Transformer, k: &Knobs, v1: bool) -> Option<CudagraphMode> {
-    (v1 && Engine::Vllm.version_in_force(k) >= [0, 11, 0])
-        .then(|| engine::vllm_cudagraph_mode(k, layers::is_hybrid(t)))
+    (v1 && Engine::Vllm.version_in_force(k) >= [0, 11, 0]).then(|| {
+        let mode = engine::vllm_cudagraph_mode(k, layers::is_hybrid(t));
+        if mode.has_full() && chunked_local_attention(t) {
+            if engine::vllm_compiles(k) {
+                CudagraphMode::Piecewise
+            } else {
+                CudagraphMode::None
+            }
+        } else {
+            mode
+        }
+    })
+}
+
+/// Whether some attention layer of `t` attends within chunks (vLLM's `ChunkedLocalAttention`).
+pub(super) fn chunked_local_attention(t: &Transformer) -> bool {
+    t.blocks.iter().any(|b| {
+        b.mixer
+            .as_attention()
+            .is_some_and(|a| matches!(a.window, vram_model::mech::Window::Chunked(_)))
+    })
 }

@@ -3813,6 +3813,7 @@ fn get_rope_refusals_in_the_engines_words() {
 fn hybrid_is_one_predicate_that_matches_the_pool() {
     let gpu = vram_model::gpu::lookup("h200").unwrap();
     let mut hybrids = Vec::new();
+    let mut chunked_ids = Vec::new();
     for id in catalog::ids() {
         let Ok(Model::Transformer(t)) = catalog::lookup(id) else {
             continue;
@@ -3831,8 +3832,12 @@ fn hybrid_is_one_predicate_that_matches_the_pool() {
             cudagraph_mode: Some(CudagraphMode::Full),
             ..k
         };
+        // Chunked local attention (Llama 4) supports no full graphs: piecewise alone.
+        let chunked = graphs::chunked_local_attention(&t);
         let want = if pool_has_state {
             CudagraphMode::FullAndPiecewise
+        } else if chunked {
+            CudagraphMode::Piecewise
         } else {
             CudagraphMode::Full
         };
@@ -3840,7 +3845,12 @@ fn hybrid_is_one_predicate_that_matches_the_pool() {
         if pool_has_state {
             hybrids.push(id);
         }
+        if chunked {
+            chunked_ids.push(id);
+        }
     }
+    // Llama 4 Scout and Maverick.
+    assert_eq!(chunked_ids, ["llama-4-scout", "llama-4-maverick"]);
     // qwen3.5 (Gated DeltaNet), qwen3-next, Nemotron-H (Mamba2) and the Nemotron 3 hybrids.
     assert!(hybrids.len() >= 5, "{hybrids:?}");
     assert!(hybrids.contains(&"nemotron-h-56b") && hybrids.contains(&"qwen3.5-27b"));
