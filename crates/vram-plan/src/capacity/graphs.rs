@@ -35,6 +35,9 @@
 //!   Gemma 4 from 0.20). Every
 //!   instantiated graph also holds driver memory for its kernels:
 //!   [`DRIVER_BYTES_PER_LAYER_GRAPH`] per decoder layer, per size, per mode.
+//! - **The capture stream's cuBLAS workspace.** `graph_capture` runs the captures on a stream of
+//!   its own, and PyTorch gives each stream its own cuBLAS workspace, so "took" holds one more
+//!   ([`capture_stream_cublas`]).
 //! - **NCCL inside the graphs.** Where vLLM's custom all-reduce is off (PCIe, no P2P, across
 //!   nodes; [`nccl_in_graphs`]), PyNccl's all-reduces are captured into every graph, each keeping
 //!   [`NCCL_CAPTURED_BYTES`], or [`NCCL_CAPTURED_PROXY_BYTES`] over the network.
