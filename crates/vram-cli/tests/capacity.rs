@@ -1837,6 +1837,69 @@ fn cuda_graph_memory_against_logs() {
     }
 }
 
+/// vLLM's CUDA-graph memory in the rounds `cuda_graph_memory_against_logs` does not read (5, 6,
+/// 8, 9, 10 and 16), printed per row beside vram's figure. Not fitted: the rows come from hosts
+/// whose per-graph driver memory differs (BENCHMARKS.md, "The CUDA-graph rows that read wrong").
+/// Round 10's nine graph rows (one RunPod H100 under driver 580.126.09) are held where they read:
+/// high by 30 to 70 %, because that host's graphs keep about half of the per-graph driver share
+/// `DRIVER_BYTES_PER_LAYER_GRAPH` was measured at (vLLM's own profile on the host prints 0.50 GiB
+/// where llm-d-planner's host prints 0.84 for the same model, capture list and capture code), so
+/// that a change to the graph terms shows here as well as in the 0.19 rows.
+#[test]
+fn cuda_graph_memory_in_the_later_rounds() {
+    let gib = (1u64 << 30) as f64;
+    eprintln!(
+        "\nlater rounds: CUDA graphs\n{:<62} {:<8} {:<8} {:>7} {:>7} {:>7}",
+        "case", "half", "vLLM", "logged", "vram", "error"
+    );
+    let mut round10 = vec![];
+    for file in [
+        "unseen-round5.json",
+        "unseen-round6.json",
+        "unseen-round8.json",
+        "unseen-round9.json",
+        "unseen-round10.json",
+        "unseen-round16.json",
+    ] {
+        let text = std::fs::read_to_string(data().join(file)).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for c in doc["cases"].as_array().unwrap() {
+            let Some(logged) = c["logged"]["graphs_gib"].as_f64() else {
+                continue;
+            };
+            let mut a = vec!["capacity".to_string(), model_arg(c)];
+            a.extend(
+                c["args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_str().unwrap().to_string()),
+            );
+            a.push("--json".into());
+            let (code, out, err) = vram(&a);
+            assert_eq!(code, 0, "{}: {err}", c["id"]);
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let est = v["cuda_graph_bytes"].as_f64().unwrap() / gib;
+            let e = est / logged - 1.0;
+            let version = c["version"].as_str().unwrap();
+            eprintln!(
+                "{:<62} {:<8} {:<8} {logged:>7.2} {est:>7.2} {:>+6.1}%",
+                c["id"].as_str().unwrap(),
+                c["half"].as_str().unwrap(),
+                version.split_whitespace().next().unwrap(),
+                e * 100.0
+            );
+            if file == "unseen-round10.json" {
+                round10.push(e);
+            }
+        }
+    }
+    assert_eq!(round10.len(), 9);
+    for e in &round10 {
+        assert!((0.30..0.70).contains(e), "round 10 graph row reads {e}");
+    }
+}
+
 /// A job that nothing starts names the changes tried for its engine, no other engine's flags:
 /// SGLang has no `--enforce-eager`; text and JSON name the same list.
 #[test]

@@ -27,13 +27,17 @@
 //!   accumulators, `[num_splits, heads, tokens, head_size]` in fp32 with
 //!   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` = 32 (`v1/attention/backends/flash_attn.py`,
 //!   0.11.0), in a segment of their own on top of the piecewise graphs' live set where those
-//!   are captured first (`FULL_AND_PIECEWISE`), else the larger of the two; only where
+//!   are captured first (`FULL_AND_PIECEWISE`), else the larger of the two (MLA layers on
+//!   `FLASH_ATTN_MLA` keep the same splits over the latent, [`vllm_flash_attn_mla`]); only where
 //!   FlashAttention runs
 //!   ([`vllm_runs_flash_attention`]: the backend chosen with `--attention-backend`, else not for
 //!   a model vLLM runs on Triton attention, [`vllm_runs_triton_attention`]: Gemma 3 from 0.13,
 //!   Gemma 4 from 0.20). Every
 //!   instantiated graph also holds driver memory for its kernels:
 //!   [`DRIVER_BYTES_PER_LAYER_GRAPH`] per decoder layer, per size, per mode.
+//! - **The capture stream's cuBLAS workspace.** `graph_capture` runs the captures on a stream of
+//!   its own, and PyTorch gives each stream its own cuBLAS workspace, so "took" holds one more
+//!   ([`capture_stream_cublas`]).
 //! - **NCCL inside the graphs.** Where vLLM's custom all-reduce is off (PCIe, no P2P, across
 //!   nodes; [`nccl_in_graphs`]), PyNccl's all-reduces are captured into every graph, each keeping
 //!   [`NCCL_CAPTURED_BYTES`], or [`NCCL_CAPTURED_PROXY_BYTES`] over the network.
@@ -154,6 +158,34 @@ fn nccl_in_graphs(gpu: &Gpu, k: &Knobs) -> Option<bool> {
     Some(non_torch::interconnect(gpu, k) == Interconnect::Network)
 }
 
+/// The cuBLAS workspace the capture's own stream gets. PyTorch keeps one workspace per cuBLAS
+/// handle and stream, allocated through its caching allocator at the first GEMM on a stream it
+/// has not seen and held for the process (`getCurrentCUDABlasHandle`,
+/// `cublas_handle_stream_to_workspace`, `aten/src/ATen/cuda/CublasHandlePool.cpp`; sized by
+/// [`sampler::vllm_cublas_workspace`]). vLLM captures inside `graph_capture`, which runs the
+/// warm-ups and the captures on a stream it makes there (`torch.cuda.Stream()`,
+/// `GroupCoordinator.graph_capture` in `distributed/parallel_state.py`), after `capture_model`
+/// has read free memory (read at 0.10.0, 0.10.1.1, 0.11.0, 0.14.1, 0.17.1, 0.19.1 and 0.23.0), so
+/// "took" holds a new workspace. vLLM's own profile agrees: on llm-d-planner's 0.19.0 H100 logs
+/// the piecewise pool (first capture less one graph's share) of the 16-bit dense models is 24-34
+/// MiB above the live set vram gives, and the online-FP8 runs of the same models, whose linears
+/// run on CUTLASS, keep 40 MiB less than the 16-bit ones on both hosts that print it (Llama 3 8B
+/// on llm-d-planner's, Qwen3-8B on round 10's). Only where the captured forward runs a dense
+/// GEMM through PyTorch: 16- or 32-bit linears, bitsandbytes' dequantize-then-matmul, and MXFP4
+/// checkpoints (16-bit attention). FP8, INT8 and the Marlin-family 4-bit paths run their own
+/// kernels; an unquantized MoE router beside them is not counted. vLLM V1 from 0.10; V0 and V1
+/// before 0.10 not read.
+fn capture_stream_cublas(gpu: &Gpu, k: &Knobs, v1: bool) -> u64 {
+    let torch_gemm = matches!(
+        k.quantization,
+        Quantization::None | Quantization::Bitsandbytes | Quantization::Mxfp4
+    );
+    if !v1 || Engine::Vllm.version_in_force(k) < [0, 10, 0] || !torch_gemm {
+        return 0;
+    }
+    sampler::vllm_cublas_workspace(k, gpu, v1)
+}
+
 /// The graphs one vLLM start-up captures.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Graphs {
@@ -170,12 +202,14 @@ pub(super) struct Graphs {
     pub driver: u64,
     /// What the NCCL all-reduces captured into the graphs keep (TP without custom all-reduce).
     pub nccl: u64,
+    /// PyTorch's cuBLAS workspace for the capture's own stream ([`capture_stream_cublas`]).
+    pub cublas: u64,
 }
 
 impl Graphs {
     /// What `capture_model` logs as "took".
     pub fn bytes(&self) -> u64 {
-        self.pool + self.driver + self.nccl
+        self.pool + self.driver + self.nccl + self.cublas
     }
 }
 
@@ -291,17 +325,21 @@ pub(super) fn vllm_graphs(
         && k.dtype_bytes == 2
         && !engine::is_rocm(gpu)
         && vllm_runs_flash_attention(t, k);
+    let latent = layer_caches(t)
+        .iter()
+        .any(|c| matches!(c, CacheLayout::Latent { .. }));
     let accum = match full_sizes.last() {
-        Some(&s)
-            if fa3
-                && !layer_caches(t)
-                    .iter()
-                    .any(|c| matches!(c, CacheLayout::Latent { .. })) =>
-        {
+        Some(&s) if fa3 && !latent => {
             let (q, _) = t.blocks.typical().attn_widths();
             let heads = t.blocks.typical().heads.div_ceil(k.tp);
             32 * s * (q.div_ceil(k.tp) + heads) * 4
         }
+        // The same split accumulators under `FLASH_ATTN_MLA`, over the latent: the decode
+        // attends with the latent as V (`q_v`), so each split keeps `kv_lora_rank` fp32 values
+        // and one log-sum-exp per query head on the GPU.
+        Some(&s) if latent => vllm_flash_attn_mla(t, gpu, k, v1).map_or(0, |m| {
+            32 * s * m.heads.div_ceil(k.tp) * (m.kv_lora_rank + 1) * 4
+        }),
         _ => 0,
     };
     // Where piecewise graphs come first (`capture_model` captures the mixed-mode sizes before
@@ -335,10 +373,51 @@ pub(super) fn vllm_graphs(
         },
         driver: graphs * layers * driver_bytes_per_layer_graph(k),
         nccl,
+        cublas: if graphs > 0 {
+            capture_stream_cublas(gpu, k, v1)
+        } else {
+            0
+        },
         sizes,
         full_sizes,
         piecewise,
     }
+}
+
+/// The MLA layer whose decode runs on FlashAttention 3 (`FLASH_ATTN_MLA`) with split
+/// accumulators under whole-forward graphs, where vLLM picks that backend; `None` elsewhere.
+///
+/// Read at 0.11.2, 0.14.1, 0.19.1 and 0.23.0 (`v1/attention/backends/mla/flashattn_mla.py`,
+/// `platforms/cuda.py`): on compute capability 9 with no backend named, the MLA priority list
+/// starts with `FLASH_ATTN_MLA` (from 0.11.2; 0.10.2 and 0.11.0 try FlashMLA first, 0.11.1 not
+/// read), which takes 16-bit weights and a 16-bit KV cache only (`supported_dtypes`,
+/// `supported_kv_cache_dtypes`: no fp8). Its metadata builder sets `max_num_splits` to
+/// `flash_attn_max_num_splits_for_cuda_graph` (32; `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH`
+/// at 0.11.2) when the graph mode has full graphs, and the decode calls FlashAttention 3 with the
+/// latent as V, so each captured call allocates `[splits, heads, tokens, kv_lora_rank]` fp32
+/// partial outputs and `[splits, heads, tokens]` log-sum-exps in the graph pool. vLLM's own
+/// profile shows them: DeepSeek-V2-Lite's first FULL capture is 522 MiB at 512 tokens and 16
+/// heads (32 × 512 × 16 × 513 × 4 B = 513 MiB, plus one graph's driver share), and Kimi-VL-A3B's
+/// 522 MiB at TP 1 and 264 at TP 2 (llm-d-planner's vLLM 0.19.0 H100 logs, DEBUG lines).
+/// DeepSeek's sparse MLA (an indexer) runs the sparse backends instead.
+fn vllm_flash_attn_mla<'a>(
+    t: &'a Transformer,
+    gpu: &Gpu,
+    k: &Knobs,
+    v1: bool,
+) -> Option<&'a vram_model::mech::Mla> {
+    let v = Engine::Vllm.version_in_force(k);
+    let picked = v1
+        && v >= [0, 11, 2]
+        && gpu.sm_major == 9
+        && !engine::is_rocm(gpu)
+        && k.dtype_bytes == 2
+        && k.kv_bytes.is_none_or(|b| b == 2)
+        && k.attention_backend.is_none();
+    t.blocks
+        .iter()
+        .find_map(|b| b.mixer.as_mla())
+        .filter(|m| picked && m.indexer.is_none())
 }
 
 /// Whether vLLM's model config says `t`'s image tokens attend both ways (`is_mm_prefix_lm`,
@@ -417,7 +496,37 @@ pub(super) fn vllm_runs_flash_attention(t: &Transformer, k: &Knobs) -> bool {
 
 /// The graph mode vLLM V1 runs from 0.11 (`engine::vllm_cudagraph_mode`); `None` where the
 /// version keys no mode (V0, V1 before 0.11: piecewise graphs, or V0's full ones).
+///
+/// A model with chunked local attention (Llama 4's `attention_chunk_size` on its RoPE layers,
+/// `ChunkedLocalAttention` in `llama4.py`) keeps no whole-forward graphs: the chunked layers'
+/// metadata builder declares `AttentionCGSupport.NEVER` (`chunked_local_attention.py`, read at
+/// 0.11.0, 0.11.2, 0.12.0, 0.13.0, 0.14.1, 0.16.0, 0.17.1, 0.18.1, 0.19.1, 0.20.2, 0.21.0, 0.22.1
+/// and 0.23.0), and vLLM then drops a mode with full decode graphs to `PIECEWISE` where attention
+/// is compiled piecewise, else to `NONE` ("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with
+/// ChunkedLocalAttention_8192_FlashAttentionBackend backend (support: AttentionCGSupport.NEVER);
+/// setting cudagraph_mode=PIECEWISE because attention is compiled piecewise", the model runner
+/// through 0.19, `config/compilation.py` from 0.20; llm-d-planner's Llama-4-Scout log at 0.19.0
+/// prints it and profiles "PIECEWISE=51" alone).
 pub(super) fn vllm_graph_mode(t: &Transformer, k: &Knobs, v1: bool) -> Option<CudagraphMode> {
-    (v1 && Engine::Vllm.version_in_force(k) >= [0, 11, 0])
-        .then(|| engine::vllm_cudagraph_mode(k, layers::is_hybrid(t)))
+    (v1 && Engine::Vllm.version_in_force(k) >= [0, 11, 0]).then(|| {
+        let mode = engine::vllm_cudagraph_mode(k, layers::is_hybrid(t));
+        if mode.has_full() && chunked_local_attention(t) {
+            if engine::vllm_compiles(k) {
+                CudagraphMode::Piecewise
+            } else {
+                CudagraphMode::None
+            }
+        } else {
+            mode
+        }
+    })
+}
+
+/// Whether some attention layer of `t` attends within chunks (vLLM's `ChunkedLocalAttention`).
+pub(super) fn chunked_local_attention(t: &Transformer) -> bool {
+    t.blocks.iter().any(|b| {
+        b.mixer
+            .as_attention()
+            .is_some_and(|a| matches!(a.window, vram_model::mech::Window::Chunked(_)))
+    })
 }

@@ -2143,7 +2143,7 @@ fn nccl_all_reduces_captured_without_custom_all_reduce() {
     );
     assert_eq!(graphs(3, None).nccl, n * NCCL_CAPTURED_BYTES);
     let g = graphs(2, Some(Interconnect::Pcie));
-    assert_eq!(g.bytes(), g.pool + g.driver + g.nccl);
+    assert_eq!(g.bytes(), g.pool + g.driver + g.nccl + g.cublas);
 }
 
 /// Gemma 3's image tokens attend both ways from vLLM 0.13 (`is_mm_prefix_lm`), so FlashAttention
@@ -3886,6 +3886,7 @@ fn get_rope_refusals_in_the_engines_words() {
 fn hybrid_is_one_predicate_that_matches_the_pool() {
     let gpu = vram_model::gpu::lookup("h200").unwrap();
     let mut hybrids = Vec::new();
+    let mut chunked_ids = Vec::new();
     for id in catalog::ids() {
         let Ok(Model::Transformer(t)) = catalog::lookup(id) else {
             continue;
@@ -3904,8 +3905,12 @@ fn hybrid_is_one_predicate_that_matches_the_pool() {
             cudagraph_mode: Some(CudagraphMode::Full),
             ..k
         };
+        // Chunked local attention (Llama 4) supports no full graphs: piecewise alone.
+        let chunked = graphs::chunked_local_attention(&t);
         let want = if pool_has_state {
             CudagraphMode::FullAndPiecewise
+        } else if chunked {
+            CudagraphMode::Piecewise
         } else {
             CudagraphMode::Full
         };
@@ -3913,7 +3918,12 @@ fn hybrid_is_one_predicate_that_matches_the_pool() {
         if pool_has_state {
             hybrids.push(id);
         }
+        if chunked {
+            chunked_ids.push(id);
+        }
     }
+    // Llama 4 Scout and Maverick.
+    assert_eq!(chunked_ids, ["llama-4-scout", "llama-4-maverick"]);
     // qwen3.5 (Gated DeltaNet), qwen3-next, Nemotron-H (Mamba2) and the Nemotron 3 hybrids.
     assert!(hybrids.len() >= 5, "{hybrids:?}");
     assert!(hybrids.contains(&"nemotron-h-56b") && hybrids.contains(&"qwen3.5-27b"));
@@ -4894,4 +4904,75 @@ fn r535_graph_memory_against_logs() {
     );
     eprintln!("{}", r535.log.last().map_or("", String::as_str));
     assert!(r535.cuda_graph_bytes > 3 * today.cuda_graph_bytes);
+}
+
+/// FlashAttention 3's MLA decode (`FLASH_ATTN_MLA`, vLLM's first MLA backend on Hopper from
+/// 0.11.2) keeps 32 splits of fp32 partial outputs over the latent, plus their log-sum-exps, in
+/// the pool of whole-forward graphs: DeepSeek-V3 at TP 8 has 16 heads a GPU and a 512-wide
+/// latent. Not with an fp8 KV cache (the backend takes 16-bit caches only), before 0.11.2
+/// (FlashMLA first), off Hopper, or for sparse MLA (DeepSeek-V3.2's indexer).
+#[test]
+fn flash_attention_mla_accumulators_follow_the_latent() {
+    let t = model("deepseek-v3");
+    let at = |v: &str, mode: Option<CudagraphMode>, kv_bytes: Option<u64>| Knobs {
+        engine_version: parse_version(v),
+        cudagraph_mode: mode,
+        kv_bytes,
+        tp: 8,
+        ..Knobs::default()
+    };
+    let g = |gpu, k: &Knobs| vllm_graphs(&t, gpu, k, true, 1024, 8192, None);
+    let accum = 32 * 512 * 16 * (512 + 1) * 4;
+    let piecewise = g(h100(), &at("0.19.0", Some(CudagraphMode::Piecewise), None));
+    let both = g(h100(), &at("0.19.0", None, None));
+    assert_eq!(both.full_sizes.last(), Some(&512));
+    assert_eq!(both.pool, piecewise.pool + accum);
+    let fp8 = g(h100(), &at("0.19.0", None, Some(1)));
+    assert_eq!(fp8.pool, piecewise.pool);
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let off_hopper = g(a100, &at("0.19.0", None, None));
+    let off_hopper_pw = g(a100, &at("0.19.0", Some(CudagraphMode::Piecewise), None));
+    assert_eq!(off_hopper.pool, off_hopper_pw.pool);
+    let early = g(h100(), &at("0.11.0", None, None));
+    let early_pw = g(h100(), &at("0.11.0", Some(CudagraphMode::Piecewise), None));
+    assert_eq!(early.pool, early_pw.pool);
+    let sparse = model("deepseek-v3.2");
+    let gs = |k: &Knobs| vllm_graphs(&sparse, h100(), k, true, 1024, 8192, None);
+    assert_eq!(
+        gs(&at("0.19.0", None, None)).pool,
+        gs(&at("0.19.0", Some(CudagraphMode::Piecewise), None)).pool
+    );
+}
+
+/// The capture's own stream gets a cuBLAS workspace of its own (PyTorch keys them by handle and
+/// stream; vLLM's `graph_capture` makes the stream): 32 MiB on Hopper, 8.1 MiB elsewhere, only
+/// where the captured linears run through PyTorch's GEMMs, from vLLM 0.10, and not without graphs.
+#[test]
+fn the_capture_stream_gets_its_own_cublas_workspace() {
+    let t = llama3();
+    let at = |v: &str, quantization: Quantization| Knobs {
+        engine_version: parse_version(v),
+        quantization,
+        ..Knobs::default()
+    };
+    let g = |gpu, k: &Knobs| vllm_graphs(&t, gpu, k, true, 1024, 8192, None);
+    let hopper = g(h100(), &at("0.19.0", Quantization::None));
+    assert_eq!(hopper.cublas, 32 << 20);
+    assert_eq!(
+        hopper.bytes(),
+        hopper.pool + hopper.driver + hopper.nccl + (32 << 20)
+    );
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    assert_eq!(
+        g(a100, &at("0.19.0", Quantization::None)).cublas,
+        2 * 4096 * 1024 + 8 * 16 * 1024
+    );
+    assert_eq!(g(h100(), &at("0.19.0", Quantization::Fp8)).cublas, 0);
+    assert_eq!(g(h100(), &at("0.19.0", Quantization::Int8)).cublas, 0);
+    assert_eq!(g(h100(), &at("0.9.2", Quantization::None)).cublas, 0);
+    let none = Knobs {
+        cudagraph_mode: Some(CudagraphMode::None),
+        ..at("0.19.0", Quantization::None)
+    };
+    assert_eq!(g(h100(), &none).bytes(), 0);
 }
