@@ -1685,6 +1685,14 @@ fn capacity_on_unseen_logs_round_seventeen() {
     unseen_round("unseen-round17.json", "round 17", 0.03, 0.025, 0.015);
 }
 
+/// Round 18 (BENCHMARKS.md, "eighteenth round"): two SGLang 0.5 starts of Qwen3-VL-30B-A3B
+/// from committed log files, split before any run (SPLIT.md, "Round 18").
+#[test]
+fn capacity_on_unseen_logs_round_eighteen() {
+    // First run: bounds wide open so that the one run prints both halves as they come out.
+    unseen_round("unseen-round18.json", "round 18", 1.0, 1.0, 1.0);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
