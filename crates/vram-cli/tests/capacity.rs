@@ -1689,8 +1689,11 @@ fn capacity_on_unseen_logs_round_seventeen() {
 /// from committed log files, split before any run (SPLIT.md, "Round 18").
 #[test]
 fn capacity_on_unseen_logs_round_eighteen() {
-    // First run: bounds wide open so that the one run prints both halves as they come out.
-    unseen_round("unseen-round18.json", "round 18", 1.0, 1.0, 1.0);
+    // Regression guards (BENCHMARKS.md, "eighteenth round"), as first run (bounds open for it):
+    // holdout B200 weights -0.2 %, pool +0.3 %; fit A100-80G weights -0.1 %, pool -3.4 % (0.10
+    // GiB of a 2.80 GiB pool: the log's free memory before loading is 0.20 GiB above vram's,
+    // whose CUDA context on the A100 is the H200's stand-in); both starts as logged.
+    unseen_round("unseen-round18.json", "round 18", 0.01, 0.04, 0.035);
 }
 
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
