@@ -1685,6 +1685,17 @@ fn capacity_on_unseen_logs_round_seventeen() {
     unseen_round("unseen-round17.json", "round 17", 0.03, 0.025, 0.015);
 }
 
+/// Round 18 (BENCHMARKS.md, "eighteenth round"): two SGLang 0.5 starts of Qwen3-VL-30B-A3B
+/// from committed log files, split before any run (SPLIT.md, "Round 18").
+#[test]
+fn capacity_on_unseen_logs_round_eighteen() {
+    // Regression guards (BENCHMARKS.md, "eighteenth round"), as first run (bounds open for it):
+    // holdout B200 weights -0.2 %, pool +0.3 %; fit A100-80G weights -0.1 %, pool -3.4 % (0.10
+    // GiB of a 2.80 GiB pool: the log's free memory before loading is 0.20 GiB above vram's,
+    // whose CUDA context on the A100 is the H200's stand-in); both starts as logged.
+    unseen_round("unseen-round18.json", "round 18", 0.01, 0.04, 0.035);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
