@@ -261,6 +261,33 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     // With --model (and --gpu), the capacity model's figures for the engine's defaults turn
     // each knob into a number.
     let conf = vram_doctor::profile::engine_configuration(text);
+    // The engine's own profiling lines, when the paste holds them, say what took the room.
+    let mut profile = vram_doctor::profile::read(text);
+    // The device the paste prints (vLLM's free-memory check, its profile's total) is the one the
+    // capacity figures are of: a --gpu of another size would mix two devices in one answer.
+    let pasted_total = match *e {
+        ServingError::VllmFreeBelowUtilization {
+            total_bytes,
+            cpu_backend: false,
+            ..
+        } => Some(total_bytes),
+        _ => None,
+    }
+    .or(profile.as_ref().and_then(|p| p.total_bytes));
+    if let (Some(_), Some(g), Some(total)) = (&a.model, a.gpu.as_deref(), pasted_total) {
+        let g = vram_model::gpu::lookup(g)?;
+        let r = total as f64 / g.memory_bytes.max(1) as f64;
+        let spread = 1.0 + vram_model::gpu::TOTAL_SPREAD;
+        if r > spread || r * spread < 1.0 {
+            return Err(bad_input!(
+                "--gpu {} holds {}, but the paste's device has {}: the capacity figures would be of another GPU than the engine's; give --gpu the paste's device, or its total (--gpu {:.2}GiB)",
+                g.id,
+                vram_doctor::human_bytes(g.memory_bytes),
+                vram_doctor::human_bytes(total),
+                total as f64 / (1u64 << 30) as f64
+            ));
+        }
+    }
     let (figures, mut notes) = match &a.model {
         None => (None, Vec::new()),
         // A load failure is not about memory: no capacity figure changes it.
@@ -278,8 +305,6 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
             (Some(f), n)
         }
     };
-    // The engine's own profiling lines, when the paste holds them, say what took the room.
-    let mut profile = vram_doctor::profile::read(text);
     if let Some(reason) = profile.as_ref().and_then(|p| p.impossible()) {
         return Err(doctor_err(DoctorError::Unparseable { reason }));
     }

@@ -1262,6 +1262,74 @@ fn doctor_says_when_the_given_gpu_is_smaller_than_the_messages_device() {
     }
 }
 
+/// With `--model` and `--gpu`, vLLM's no-cache error is offered a utilization only where the cache
+/// then holds one request of max_model_len (the engine's next check): Llama 3.1 8B at its own
+/// 131072 tokens needs 32.90 GiB on a 23.55 GiB RTX 4090, so none is enough (0.72 was offered
+/// as enough, beside the capacity model's TP 2 at 131072), and the answer does not ask for the
+/// `--gpu` it was given. The paste's device given as its total runs the free-memory error's
+/// figures on it, and the capacity model's change is not that error's fix.
+#[test]
+fn doctor_serving_remedies_hold_for_the_start_they_name() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let paste = dir.join("vllm-no-cache-blocks.txt").display().to_string();
+    let args = [
+        "doctor",
+        &paste,
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "rtx-4090",
+    ];
+    let (code, out, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("or name the GPU, --gpu"), "{out}");
+    let (code, json, _) = vram(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let rs = v["remedies"].as_array().unwrap();
+    let u = rs
+        .iter()
+        .find(|r| {
+            r["action"]
+                .as_str()
+                .unwrap()
+                .contains("--gpu-memory-utilization")
+        })
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(u["enough"], false, "{u}");
+    assert!(
+        u["detail"].as_str().unwrap().contains("131072 tokens")
+            && u["detail"]
+                .as_str()
+                .unwrap()
+                .contains("no utilization is enough"),
+        "{u}"
+    );
+    let free = dir
+        .join("vllm-free-below-utilization.txt")
+        .display()
+        .to_string();
+    let (code, out, err) = vram(&[
+        "doctor",
+        &free,
+        "--model",
+        "llama-3.1-70b",
+        "--gpu",
+        "121.63GiB",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1. --gpu-memory-utilization 0.86  [enough]"),
+        "{out}"
+    );
+    for line in out.lines().filter(|l| l.contains("(vram capacity)")) {
+        assert!(
+            line.trim_start().starts_with("not this error's fix"),
+            "{out}"
+        );
+    }
+}
+
 /// The doctor's plans follow `vram plan`'s rule on a GPU without native bf16 (compute
 /// capability below 8.0), whether picked by the message's memory (the V100 16GB for a 15.99 GiB
 /// total) or named (`--gpu t4`, `--gpu gtx-1080`): each plan is searched in fp16 AMP, its action
@@ -2900,6 +2968,10 @@ fn hostile_input_round_two_is_one_line_and_exit_2() {
         .display()
         .to_string();
     let kv_doctor = |model: &str| s(&["doctor", &kv_paste, "--model", model, "--gpu", "h100-80g"]);
+    let free_paste = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-doctor/tests/data/messages/vllm-free-below-utilization.txt")
+        .display()
+        .to_string();
     let hub_404 = canned_http(b"HTTP/1.1 404 Not Found\r\nX-Error-Code: RepoNotFound\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     let hub_500 = canned_http(
         b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\nConnection: close\r\n\r\noops!",
@@ -2922,6 +2994,13 @@ fn hostile_input_round_two_is_one_line_and_exit_2() {
             kv_doctor("deepseek-v3"),
             vec![],
             "needs 8.58 GiB of KV cache at tensor-parallel size 1 by the capacity model, where the paste's vLLM needed 16.00 GiB",
+        ),
+        // The paste's device has 121.63 GiB (its free-memory check); an RTX 4090's figures
+        // were put beside it in one answer, exit 0.
+        (
+            s(&["doctor", &free_paste, "--model", "llama-3.1-8b", "--gpu", "rtx-4090"]),
+            vec![],
+            "--gpu rtx-4090 holds 23.55 GiB, but the paste's device has 121.63 GiB: the capacity figures would be of another GPU than the engine's; give --gpu the paste's device, or its total (--gpu 121.63GiB)",
         ),
         (kv_doctor("llama-3-8b"), vec![], "--model llama-3-8b cannot run as the paste ran (its max_model_len, TP size and share): --max-model-len 131072 is larger than the model's max_position_embeddings 8192"),
         // Parallel flags in combination.

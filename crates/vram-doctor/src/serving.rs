@@ -288,6 +288,12 @@ pub struct CapacityFigures {
     pub non_kv_bytes: u64,
     /// KV-cache bytes per token of context per GPU, all layers.
     pub kv_bytes_per_token: u64,
+    /// The `max_model_len` the capacity model ran at: the error's, else the one the paste's
+    /// configuration runs, else the model's own (the engine's default).
+    pub max_model_len: u64,
+    /// Whether the paste shows that length (its error or its configuration); false where it is
+    /// the model's own.
+    pub max_model_len_shown: bool,
     /// The cheapest single change with which the capacity model starts the engine at the
     /// error's `max_model_len` (`vram_plan::suggest::serving`, the change `vram capacity`
     /// offers too), if one does.
@@ -435,6 +441,8 @@ impl CapacityFigures {
                 .saturating_add(c.activation_peak_bytes)
                 .saturating_add(c.cuda_graph_bytes),
             kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
+            max_model_len: c.max_model_len,
+            max_model_len_shown: knobs.max_model_len.is_some(),
             change,
             failed_share: match engine {
                 Engine::Sglang => knobs.mem_fraction_static,
@@ -1386,12 +1394,16 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         ServingError::VllmNoCacheMemory { available_bytes } => {
             let short = available_bytes.filter(|&b| b < 0).map(|b| b.unsigned_abs());
             let r = match cap {
-                Some(c) => fraction_by_capacity(
-                    c,
-                    c.kv_bytes_per_token.saturating_mul(VLLM_BLOCK),
-                    "--gpu-memory-utilization",
-                    "what precedes the cache",
-                    "utilization",
+                // Past this error the engine checks that one request of max_model_len fits the
+                // cache (V1's `check_enough_kv_cache_memory`, V0's `raise_if_cache_size_invalid`),
+                // so a share that leaves one block is not enough to start.
+                Some(c) => raise_utilization(
+                    cap,
+                    c.max_model_len,
+                    format!(
+                        "the cache must then hold one request of max_model_len{}, as vLLM checks next",
+                        if c.max_model_len_shown { "" } else { " (the model's own: the paste shows none)" }
+                    ),
                 ),
                 None => ServingRemedy {
                     action: "raise --gpu-memory-utilization".into(),
@@ -1988,11 +2000,25 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
     // The capacity model's cheapest change, second: after what fits with the memory as it is
     // (a shorter length, a larger fraction), before the generic advice.
     if let Some(ch) = cap.and_then(|c| c.change.as_ref()) {
+        // Where other processes hold the device (the free-memory check at start, the profile's
+        // change in free memory, SGLang's unbalanced ranks), the check fails the same whatever
+        // the change: it is what the start needs past that check, not this error's fix.
+        let others = matches!(
+            err,
+            ServingError::VllmFreeBelowUtilization { .. }
+                | ServingError::VllmProfilingMemoryChanged { .. }
+                | ServingError::SglangUnbalancedMemory { .. }
+        );
         let remedy = ServingRemedy {
             action: ch.flags.clone(),
-            enough: true,
+            enough: !others,
             detail: format!(
-                "the capacity model starts it with this change alone at max_model_len {}: {} tokens of KV cache, {:.2} requests of that length at once{} (vram capacity)",
+                "{} at max_model_len {}: {} tokens of KV cache, {:.2} requests of that length at once{} (vram capacity)",
+                if others {
+                    "not this error's fix (what other processes hold fails the same check whatever this changes); past that check the capacity model does not start it as it is, and starts it with this change alone"
+                } else {
+                    "the capacity model starts it with this change alone"
+                },
                 ch.max_model_len,
                 ch.kv_cache_tokens,
                 ch.max_concurrency,
@@ -2354,7 +2380,25 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
             let mut remedies = Vec::new();
             // A budget from supplied figures yields to the capacity model's own, when given.
             let measured = p.supplied.is_none() || d.capacity.is_none();
-            if let (Some(t), Some(x), true) = (total, non_kv, measured) {
+            if let (Some(t), Some(x), true, Some(c)) = (total, non_kv, measured, &d.capacity) {
+                // With the model, the cache must also hold one request of max_model_len, which
+                // the engine checks next: one block of cache is not a start.
+                let need = c.kv_bytes_per_token.saturating_mul(c.max_model_len);
+                let u = frac_up((x + need) as f64 / t.max(1) as f64);
+                remedies.push(utilization_remedy(
+                    u,
+                    format!(
+                        "the engine measured {} before the cache; with {} of cache for one request of max_model_len ({} tokens{}), which vLLM checks next, that is {} of the {} device{}",
+                        hb(x),
+                        hb(need),
+                        c.max_model_len,
+                        if c.max_model_len_shown { "" } else { ", the model's own: the paste shows none" },
+                        hb(x + need),
+                        hb(t),
+                        if u > 1.0 { ", more than the whole GPU: no utilization is enough" } else { "" }
+                    ),
+                ));
+            } else if let (Some(t), Some(x), true) = (total, non_kv, measured) {
                 let u = share_above(x, t);
                 remedies.push(utilization_remedy(
                     u,
@@ -2477,7 +2521,9 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                     "{}. Which part took the room these lines cannot show: {}",
                     d.explanation,
                     if p.budget_bytes.is_none() {
-                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line; or name the GPU, --gpu, for its total)"
+                        // `--gpu` completes a V1 budget only beside the printed weights and cache
+                        // (`StartupProfile::supply_device`), so the sentence names both lines.
+                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line; with V1's `Model loading took` and `Available KV cache memory` lines both pasted, naming the GPU, --gpu, gives its total)"
                     } else if p.supplied.is_some() {
                         "with the supplied figures, the weights and the rest are too close to tell apart, or each default utilization names a different one (VLLM_LOGGING_LEVEL=DEBUG prints the budget and the profile's parts)"
                     } else {

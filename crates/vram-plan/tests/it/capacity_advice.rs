@@ -381,7 +381,9 @@ fn sglang_offers_a_larger_fraction_within_its_reserve() {
     }
     assert_eq!(c.bound.as_deref(), Some(ceiling.text.as_str()));
     assert!(
-        ceiling.text.contains("SGLang leaves beside its static pool: it checks no upper bound"),
+        ceiling
+            .text
+            .contains("SGLang leaves beside its static pool: it checks no upper bound"),
         "{}",
         ceiling.text
     );
