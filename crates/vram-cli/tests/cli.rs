@@ -1070,7 +1070,7 @@ fn doctor_reads_the_engines_profile_lines_in_a_pasted_serving_log() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("the weights took the most: 5.20 GiB"), "{out}");
     assert!(
-        out.contains("1. --gpu-memory-utilization 0.84  [enough]"),
+        out.contains("1. --gpu-memory-utilization 0.84  [not enough alone]"),
         "{out}"
     );
     let (code, json, _) = vram(&["doctor", &f, "--no-nvml", "--json"]);

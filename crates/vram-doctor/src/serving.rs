@@ -2378,6 +2378,21 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
         ServingError::VllmNoCacheMemory { .. } => {
             let short = p.kv_bytes.map(|k| if k < 0 { k.unsigned_abs() } else { 0 });
             let mut remedies = Vec::new();
+            // Past this error the engine checks that one request of max_model_len fits the cache
+            // (V0's `raise_if_cache_size_invalid`, V1's `check_enough_kv_cache_memory`): a remedy
+            // that leaves the cache something is enough only where that request is sized, by the
+            // capacity model's KV bytes per token at its max_model_len.
+            let request = d
+                .capacity
+                .as_ref()
+                .map(|c| c.kv_bytes_per_token.saturating_mul(c.max_model_len));
+            let next_check = match request {
+                Some(q) => format!(
+                    "; one request of max_model_len, which vLLM checks next, needs {} of cache (capacity model)",
+                    hb(q)
+                ),
+                None => "; vLLM then checks that one request of max_model_len fits the cache, which these lines do not size (--model and --gpu size it)".to_string(),
+            };
             // A budget from supplied figures yields to the capacity model's own, when given.
             let measured = p.supplied.is_none() || d.capacity.is_none();
             if let (Some(t), Some(x), true, Some(c)) = (total, non_kv, measured, &d.capacity) {
@@ -2400,7 +2415,7 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                 ));
             } else if let (Some(t), Some(x), true) = (total, non_kv, measured) {
                 let u = share_above(x, t);
-                remedies.push(utilization_remedy(
+                let mut r = utilization_remedy(
                     u,
                     format!(
                         "the budget must hold the {} measured before the cache and a cache: {} / {} = {:.4} of the device; each 0.01 above it adds {} of KV cache, as long as that share of the device is free at start-up{}",
@@ -2409,9 +2424,11 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                         hb(t),
                         x as f64 / t as f64,
                         hb(t / 100),
-                        if u > 1.0 { "; more than the whole GPU, no utilization is enough" } else { "" }
+                        if u > 1.0 { "; more than the whole GPU, no utilization is enough".to_string() } else { next_check.clone() }
                     ),
-                ));
+                );
+                r.enough = false;
+                remedies.push(r);
             }
             if let Some((part, bytes)) = p.largest() {
                 let parts = p.parts().unwrap_or_default();
@@ -2457,15 +2474,24 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                                 (Some(k), None) => format!("--tensor-parallel-size ×{k} (the weights over {k} times as many GPUs)"),
                                 (None, _) => "--tensor-parallel-size (more GPUs) or a smaller checkpoint".into(),
                             },
-                            enough: k.is_some(),
+                            // The request at the present size bounds the one over more GPUs.
+                            enough: k.is_some_and(|k| {
+                                request.is_some_and(|q| {
+                                    budget.unwrap_or(0).saturating_sub(bytes / k + rest) >= q
+                                })
+                            }),
                             detail: match k {
                                 Some(k) => format!(
-                                    "{} of weights per GPU instead of {}, with the rest as measured ({}), leaves {} of the {} budget for the cache; NCCL's buffers grow with the GPUs",
+                                    "{} of weights per GPU instead of {}, with the rest as measured ({}), leaves {} of the {} budget for the cache{}; NCCL's buffers grow with the GPUs",
                                     hb(bytes / k),
                                     hb(bytes),
                                     hb(rest),
                                     hb(budget.unwrap_or(0).saturating_sub(bytes / k + rest)),
                                     hb(budget.unwrap_or(0)),
+                                    match request {
+                                        Some(q) => format!("; one request of max_model_len, which vLLM checks next, needs at most {} of it (capacity model, at the present size)", hb(q)),
+                                        None => next_check.clone(),
+                                    }
                                 ),
                                 None => format!("the weights take {} of the budget{short_words}", hb(bytes)),
                             },
@@ -2491,14 +2517,14 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                     }),
                     Part::CudaGraphs => remedies.push(ServingRemedy {
                         action: "--enforce-eager (or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)".into(),
-                        enough: short.is_some_and(|s| bytes > s),
-                        detail: format!("drops the CUDA graphs' {} estimate from the budget{short_words}", hb(bytes)),
+                        enough: short.is_some_and(|s| request.is_some_and(|q| bytes > s + q)),
+                        detail: format!("drops the CUDA graphs' {} estimate from the budget{short_words}{next_check}", hb(bytes)),
                     }),
                     Part::OutsidePytorch | Part::Others => remedies.push(ServingRemedy {
                         action: "stop what else holds or takes memory on the GPU (another server, a trainer, co-resident models) before the start".into(),
-                        enough: short.is_some_and(|s| bytes > s),
+                        enough: short.is_some_and(|s| request.is_some_and(|q| bytes > s + q)),
                         detail: format!(
-                            "{} of it counted against gpu_memory_utilization's share{short_words}",
+                            "{} of it counted against gpu_memory_utilization's share{short_words}{next_check}",
                             hb(bytes)
                         ),
                     }),
