@@ -310,8 +310,18 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     }
     // A V1 log that prints no budget gets the named GPU's total (the catalog's, as PyTorch
     // reports it) and the logged or default utilization; the profile says which it used.
+    let mut gpu_used = a.model.is_some();
     if let (Some(p), Some(g)) = (profile.as_mut(), a.gpu.as_deref()) {
+        let before = p.clone();
         p.supply_device(vram_model::gpu::lookup(g)?);
+        gpu_used |= *p != before;
+    }
+    // Without --model, --gpu only completes a V1 budget or marks a ROCm device; elsewhere the
+    // answer is the paste's alone, and says so rather than seem to count the GPU named.
+    if a.gpu.is_some() && !gpu_used {
+        notes.push(
+            "--gpu is not used: with a serving start-up error it sizes the capacity model's figures with --model, or completes a vLLM V1 budget the log does not print (beside its `Model loading took` and `Available KV cache memory` lines), and this paste has neither".to_string(),
+        );
     }
     let mut d = serving::explain_profiled(e, profile.as_ref(), figures.as_ref());
     // A remedy the pasted configuration already runs is left out, and a note says so.

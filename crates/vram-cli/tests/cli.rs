@@ -1330,6 +1330,36 @@ fn doctor_serving_remedies_hold_for_the_start_they_name() {
     }
 }
 
+/// `--gpu` without `--model` on a serving start-up error is used only to complete a V1 budget
+/// the log does not print; elsewhere it was silently ignored (a PyTorch message refuses it), so
+/// the answer says it is not used, in text and JSON alike. Where it completes the budget
+/// (vllm#23278's lines), no such note.
+#[test]
+fn doctor_says_when_a_serving_paste_does_not_use_the_gpu_given() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let paste = dir.join("vllm-v0-max-seq-len.txt").display().to_string();
+    let args = ["doctor", &paste, "--gpu", "rtx-4090"];
+    let (code, out, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    let note = out
+        .lines()
+        .find_map(|l| l.strip_prefix("note: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(note.starts_with("--gpu is not used: "), "{note}");
+    let (code, json, _) = vram(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["notes"][0].as_str(), Some(note), "{json}");
+    let log = "gpu_model_runner.py:2007] Model loading took 65.9651 GiB and 12.799889 seconds\n\
+               gpu_worker.py:276] Available KV cache memory: -2.14 GiB\n\
+               ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n";
+    let d = tmp("doctor-gpu-used");
+    let f = write(&d, "serve.log", log.as_bytes());
+    let (code, out, err) = vram(&["doctor", &f, "--gpu", "h100-80g"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("--gpu is not used"), "{out}");
+}
+
 /// The doctor's plans follow `vram plan`'s rule on a GPU without native bf16 (compute
 /// capability below 8.0), whether picked by the message's memory (the V100 16GB for a 15.99 GiB
 /// total) or named (`--gpu t4`, `--gpu gtx-1080`): each plan is searched in fp16 AMP, its action
