@@ -294,6 +294,10 @@ pub struct CapacityFigures {
     /// Whether the paste shows that length (its error or its configuration); false where it is
     /// the model's own.
     pub max_model_len_shown: bool,
+    /// The tensor-parallel size the capacity model ran at: the paste's configuration's, else 1.
+    pub tensor_parallel_size: u64,
+    /// Whether the paste shows that size; false where 1 is assumed.
+    pub tensor_parallel_shown: bool,
     /// The cheapest single change with which the capacity model starts the engine at the
     /// error's `max_model_len` (`vram_plan::suggest::serving`, the change `vram capacity`
     /// offers too), if one does.
@@ -443,6 +447,8 @@ impl CapacityFigures {
             kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
             max_model_len: c.max_model_len,
             max_model_len_shown: knobs.max_model_len.is_some(),
+            tensor_parallel_size: knobs.tp,
+            tensor_parallel_shown: conf.tensor_parallel_size.is_some_and(|n| n > 0),
             change,
             failed_share: match engine {
                 Engine::Sglang => knobs.mem_fraction_static,
@@ -1999,25 +2005,36 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
     };
     // The capacity model's cheapest change, second: after what fits with the memory as it is
     // (a shorter length, a larger fraction), before the generic advice.
-    if let Some(ch) = cap.and_then(|c| c.change.as_ref()) {
-        // Where other processes hold the device (the free-memory check at start, the profile's
-        // change in free memory, SGLang's unbalanced ranks), the check fails the same whatever
-        // the change: it is what the start needs past that check, not this error's fix.
-        let others = matches!(
-            err,
-            ServingError::VllmFreeBelowUtilization { .. }
-                | ServingError::VllmProfilingMemoryChanged { .. }
-                | ServingError::SglangUnbalancedMemory { .. }
-        );
+    // Where other processes hold the device (the free-memory check at start, the profile's
+    // change in free memory, SGLang's unbalanced ranks), the check fails the same whatever the
+    // change: it is what the start needs past that check, at the settings the capacity model ran
+    // (named), not this error's fix. SGLang's unbalanced check runs only above TP 1, so figures at
+    // the TP 1 assumed where the paste shows none are of another start, and none is offered.
+    let others = matches!(
+        err,
+        ServingError::VllmFreeBelowUtilization { .. }
+            | ServingError::VllmProfilingMemoryChanged { .. }
+            | ServingError::SglangUnbalancedMemory { .. }
+    );
+    let of_another_start = matches!(err, ServingError::SglangUnbalancedMemory { .. })
+        && cap.is_some_and(|c| !c.tensor_parallel_shown);
+    if let Some((c, ch)) = cap
+        .filter(|_| !of_another_start)
+        .and_then(|c| c.change.as_ref().map(|ch| (c, ch)))
+    {
         let remedy = ServingRemedy {
             action: ch.flags.clone(),
             enough: !others,
             detail: format!(
                 "{} at max_model_len {}: {} tokens of KV cache, {:.2} requests of that length at once{} (vram capacity)",
                 if others {
-                    "not this error's fix (what other processes hold fails the same check whatever this changes); past that check the capacity model does not start it as it is, and starts it with this change alone"
+                    format!(
+                        "not this error's fix (what other processes hold fails the same check whatever this changes); past that check, at tensor-parallel size {}{}, the capacity model does not start it, and starts it with this change alone",
+                        c.tensor_parallel_size,
+                        if c.tensor_parallel_shown { "" } else { " (assumed: the paste shows none)" }
+                    )
                 } else {
-                    "the capacity model starts it with this change alone"
+                    "the capacity model starts it with this change alone".to_string()
                 },
                 ch.max_model_len,
                 ch.kv_cache_tokens,

@@ -203,6 +203,8 @@ fn the_weights_that_take_most_of_the_budget_are_named_with_measured_remedies() {
         kv_bytes_per_token: 56 << 10,
         max_model_len: 32768,
         max_model_len_shown: false,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
         change: None,
         failed_share: None,
     };

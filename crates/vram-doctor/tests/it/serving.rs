@@ -176,6 +176,8 @@ fn the_capacity_model_plugs_in_through_capacity_figures() {
         kv_bytes_per_token: 128 << 10,
         max_model_len: 131072,
         max_model_len_shown: true,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
         change: None,
         failed_share: None,
     };
@@ -234,6 +236,8 @@ fn the_capacity_models_change_is_offered_and_no_fraction_above_one() {
         kv_bytes_per_token: 128 << 10,
         max_model_len: 131072,
         max_model_len_shown: true,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
         change: Some(CapacityChange {
             flags: "--tensor-parallel-size 2".into(),
             max_model_len: 131072,
@@ -290,6 +294,8 @@ fn no_cache_blocks_with_the_model_sizes_one_request_of_max_model_len() {
         kv_bytes_per_token: 128 << 10,
         max_model_len: 131072,
         max_model_len_shown: false,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
         change: None,
         failed_share: None,
     };
@@ -336,6 +342,8 @@ fn the_capacity_change_is_not_enough_for_an_error_other_processes_cause() {
         kv_bytes_per_token: 320 << 10,
         max_model_len: 131072,
         max_model_len_shown: false,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
         change: Some(CapacityChange {
             flags: "--tensor-parallel-size 2".into(),
             max_model_len: 131072,
@@ -360,7 +368,56 @@ fn the_capacity_change_is_not_enough_for_an_error_other_processes_cause() {
         "{}",
         tp.detail
     );
+    assert!(
+        tp.detail
+            .contains("at tensor-parallel size 1 (assumed: the paste shows none), the capacity model does not start it"),
+        "{}",
+        tp.detail
+    );
+    // SGLang's unbalanced-memory check runs only above TP 1: figures at an assumed TP 1 are of
+    // another start, and no change is offered from them; at a TP the paste shows, it is, not
+    // as enough.
+    let unbalanced = ServingError::SglangUnbalancedMemory {
+        min_free_bytes: gib(60.5),
+        local_free_bytes: gib(78.2),
+    };
+    let d = explain(&unbalanced, Some(&cap));
+    assert!(
+        d.remedies
+            .iter()
+            .all(|r| !r.detail.contains("(vram capacity)")),
+        "{:?}",
+        d.remedies
+    );
+    let shown = CapacityFigures {
+        tensor_parallel_size: 2,
+        tensor_parallel_shown: true,
+        change: Some(CapacityChange {
+            flags: "--tensor-parallel-size 4".into(),
+            max_model_len: 131072,
+            kv_cache_tokens: 300_000,
+            max_concurrency: 2.28,
+            bound: None,
+        }),
+        ..cap.clone()
+    };
+    let d = explain(&unbalanced, Some(&shown));
+    let r = d
+        .remedies
+        .iter()
+        .find(|r| r.detail.contains("(vram capacity)"))
+        .unwrap_or_else(|| panic!("{:?}", d.remedies));
+    assert!(
+        !r.enough
+            && r.detail
+                .contains("at tensor-parallel size 2, the capacity model"),
+        "{r:?}"
+    );
     // The utilization within what was free stays the fix.
+    let d = explain(
+        &parse(&fixture("vllm-free-below-utilization.txt")).unwrap(),
+        Some(&cap),
+    );
     assert!(
         d.remedies[0]
             .action
