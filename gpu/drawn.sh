@@ -3,6 +3,7 @@
 # the three prepared runs, in the order of what each result settles, under one budget.
 #
 #   1. gpu/first_kernel.py   (issue 35: the first kernel's driver memory, SGLang's TP-1 window)  ~10 s
+#  1b. gpu/graph_cost.py     (issue 35: a graph's driver memory per node and per graph, a small cudaMalloc's) ~10 s
 #   2. gpu/run.sh device env check plugin   (issue 34: the plug-in's cap on the CUDA backend)     ~60 s
 #   3. gpu/measure3.py host-costs + Llama-3.1-8B decode profiles at batch 1 and 16 (issue 33)    ~70 s
 #   4. gpu/run.sh device hostadam ab capped (issue 34: the 1 % A/B, the planned host tier)     ~370 s
@@ -43,6 +44,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 
 echo "== 1 first_kernel (at $(used) s)"
 OUT=$WORK timeout 60 "$PY" gpu/first_kernel.py || echo "== first_kernel failed ($?)"
+pack
+
+echo "== 1b graph_cost (at $(used) s)"
+OUT=$WORK timeout 60 "$PY" gpu/graph_cost.py || echo "== graph_cost failed ($?)"
 pack
 
 echo "== 2 run.sh env check plugin (at $(used) s)"

@@ -301,7 +301,9 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
             .to_string()],
         ),
         Some(m) => {
-            let (f, n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e, &conf)?;
+            let (f, mut n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e, &conf)?;
+            // The pasted driver, where it moves the graphs' figure, says so.
+            n.extend(vram_plan::capacity::driver_graph_assumption(conf.driver));
             (Some(f), n)
         }
     };

@@ -3114,3 +3114,39 @@ fn hostile_input_round_two_is_one_line_and_exit_2() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A paste whose `collect_env` names an NVIDIA driver before R550 prices the CUDA graphs at the
+/// R535 figure when the doctor runs the capacity model (`--model`), and says so in text and
+/// JSON alike; a later driver, or none, adds no such note.
+#[test]
+fn doctor_names_a_pasted_driver_before_r550() {
+    let error = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n";
+    let dir = tmp("doctor-driver");
+    let note = "CUDA graphs on driver R535 (before R550)";
+    for (name, env, noted) in [
+        ("r535.log", "Nvidia driver version: 535.161.08\n", true),
+        ("r550.log", "Nvidia driver version: 550.54.15\n", false),
+        ("none.log", "", false),
+    ] {
+        let f = write(&dir, name, format!("{env}{error}").as_bytes());
+        let run = |json: bool| {
+            let mut a = vec!["doctor", f.as_str(), "--no-nvml", "--model", "llama-3.1-8b"];
+            a.extend(["--gpu", "l20"]);
+            if json {
+                a.push("--json");
+            }
+            let (code, out, err) = vram(&a);
+            assert_eq!(code, 0, "{name}: {err}");
+            out
+        };
+        let text = run(false);
+        assert_eq!(text.contains(note), noted, "{name}: {text}");
+        let v: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
+        let in_json = v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains(note));
+        assert_eq!(in_json, noted, "{name}: {v}");
+    }
+}

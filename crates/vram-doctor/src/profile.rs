@@ -262,6 +262,11 @@ pub struct EngineConfiguration {
     /// resolved it), or a command's `--compilation-config '{"cudagraph_mode": "X"}'` /
     /// `-cc.cudagraph_mode=X`.
     pub cudagraph_mode: Option<String>,
+    /// The host's NVIDIA driver branch (the major version), where the paste prints the driver:
+    /// `collect_env`'s `Nvidia driver version: 535.161.08` or `nvidia-smi`'s `Driver Version:
+    /// 535.86.10`. The capacity model prices the graphs' driver memory by it
+    /// (`vram_plan::capacity::Knobs::driver`).
+    pub driver: Option<u32>,
 }
 
 impl EngineConfiguration {
@@ -352,7 +357,19 @@ pub fn engine_configuration(text: &str) -> EngineConfiguration {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .filter(|&n: &u64| n > 0),
         cudagraph_mode: cudagraph_mode(&t),
+        driver: driver_branch(&t),
     }
+}
+
+/// The NVIDIA driver's branch the (lower-cased) paste prints: the major version of
+/// `collect_env`'s `nvidia driver version: 535.161.08` or `nvidia-smi`'s `driver version:
+/// 535.86.10` (the last one printed), where it reads as a driver (three digits, a dot after).
+fn driver_branch(t: &str) -> Option<u32> {
+    let v = last_value(t, "nvidia driver version:").or_else(|| last_value(t, "driver version:"))?;
+    let (major, rest) = v.split_whitespace().next()?.split_once('.')?;
+    (major.len() == 3 && rest.starts_with(|c: char| c.is_ascii_digit()))
+        .then(|| major.parse().ok())
+        .flatten()
 }
 
 fn empty(layout: ProfileLayout) -> StartupProfile {

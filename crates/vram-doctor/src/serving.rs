@@ -376,6 +376,7 @@ impl CapacityFigures {
             enforce_eager: conf.enforce_eager,
             kv_bytes: conf.kv_cache_fp8.then_some(1),
             max_num_seqs: conf.max_num_seqs.filter(|&n| n > 0),
+            driver: conf.driver,
             ..Knobs::default()
         };
         // The paste shows the engine past its start-up check at its own utilization; where

@@ -372,6 +372,10 @@ fn knobs_at(
             t.max_positions(),
             engine,
         ),
+        // `vram capacity` takes no driver: no source says which driver a start without one
+        // should be priced for, so its graphs keep the figures measured on the fit hosts. A
+        // pasted driver reaches the model through the doctor (`vram_doctor::profile`).
+        driver: None,
     })
 }
 

@@ -1418,3 +1418,45 @@ fn non_memory_start_up_refusals_are_refused_by_name() {
         assert_eq!(msg.lines().count(), 1, "{msg}");
     }
 }
+
+/// A pasted driver line (`collect_env`'s `Nvidia driver version:`, `nvidia-smi`'s `Driver
+/// Version:`) names the host's driver branch, and before R550 the capacity model prices the
+/// CUDA graphs' driver share at the R535 figure: everything outside the KV cache grows, the KV
+/// need per token does not. A CUDA version is not a driver.
+#[test]
+fn a_pasted_driver_before_r550_prices_the_graphs_at_r535() {
+    use vram_model::arch::Model;
+    for (text, branch) in [
+        ("Nvidia driver version: 535.161.08\ncuDNN version: Could not collect", Some(535)),
+        (
+            "| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |",
+            Some(550),
+        ),
+        ("CUDA Driver Version / Runtime Version          12.2 / 12.1", None),
+        ("PyTorch version: 2.6.0+cu124", None),
+    ] {
+        let conf = vram_doctor::profile::engine_configuration(text);
+        assert_eq!(conf.driver, branch, "{text}");
+    }
+    let Model::Transformer(t) = vram_model::catalog::lookup("llama-3.1-8b").unwrap() else {
+        panic!("llama-3.1-8b is a transformer")
+    };
+    let gpu = vram_model::gpu::lookup("a100-80g").unwrap();
+    let e = ServingError::VllmMaxSeqLen {
+        max_model_len: 131072,
+        kv_tokens: 93760,
+        cpu_backend: false,
+    };
+    let at = |driver: &str| {
+        let conf = vram_doctor::profile::engine_configuration(driver);
+        CapacityFigures::of(&t, gpu, &e, &conf).unwrap()
+    };
+    let (unknown, r535, r550) = (
+        at(""),
+        at("Nvidia driver version: 535.161.08"),
+        at("Nvidia driver version: 550.54.15"),
+    );
+    assert!(r535.non_kv_bytes > unknown.non_kv_bytes);
+    assert_eq!(r535.kv_bytes_per_token, unknown.kv_bytes_per_token);
+    assert_eq!(r550, unknown);
+}

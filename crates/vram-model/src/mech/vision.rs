@@ -69,6 +69,13 @@ pub struct Vision {
     /// A family whose towers vLLM alone builds as transformers modules
     /// (`hf::vllm_replicates_towers`: Gemma 4) keeps `true` for SGLang's split tower.
     pub tp_split: bool,
+    /// Parameters of the projector that vLLM builds from its parallel linear layers, split
+    /// across a TP group as the encoder layers are (where `tp_split`): the patch merger of
+    /// Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, and each of Qwen3-VL's deepstack mergers,
+    /// whose `linear_fc1` / `mlp.0` is a `ColumnParallelLinear` (weight and bias split) and
+    /// `linear_fc2` / `mlp.2` a `RowParallelLinear` (weight split, bias whole). 0 where the
+    /// projector is built from plain `nn.Linear`s (mllama's) or was not read.
+    pub projector_split: u64,
     /// The images each sequence carries (`--images`), none by default.
     pub images: Option<Images>,
     /// The `nn.Linear`s of the tower and projector as transformers names them (PEFT's

@@ -897,6 +897,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 gated: false,
                 deepstack,
                 tp_split: true,
+                projector_split: (1 + deepstack) * (merged * merged + merged + out * merged),
                 images: None,
                 // Qwen3VLVisionBlock's fused qkv and proj, the MLP's linear_fc1/linear_fc2; the
                 // patch merger's and each deepstack merger's linear_fc1/linear_fc2 (the patch
@@ -1012,6 +1013,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 gated: v25,
                 deepstack: 0,
                 tp_split: true,
+                projector_split: merged * merged + merged + out * merged,
                 images: None,
                 linears: vec![
                     (per_block, depth),
@@ -1070,6 +1072,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 gated: false,
                 deepstack: 0,
                 tp_split: true,
+                projector_split: 0,
                 images: None,
                 // SiglipEncoderLayer's q/k/v/out_proj and fc1/fc2; the pooling head's
                 // nn.MultiheadAttention keeps its out_proj as an nn.Linear subclass
@@ -1157,6 +1160,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 gated: false,
                 deepstack: 0,
                 tp_split: true,
+                projector_split: 0,
                 images: None,
                 // Llama4UnfoldConvolution's linear, the encoder layers' q/k/v/o_proj and
                 // fc1/fc2, the vision adapter's MLP (Llama4VisionMLP2: fc1 from the tower's
@@ -1225,6 +1229,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 gated: true,
                 deepstack: 0,
                 tp_split: true,
+                projector_split: 0,
                 images: None,
                 // The patch embedder's input_proj; the encoder layers' projections, each an
                 // nn.Linear named `linear` inside a Gemma4ClippableLinear; embed_vision's
@@ -1312,6 +1317,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 gated: false,
                 deepstack: 0,
                 tp_split: true,
+                projector_split: 0,
                 images: None,
                 // The local and global encoder layers' q/k/v/o_proj and fc1/fc2 (the same
                 // names and shapes), and the projector, itself one nn.Linear.
@@ -1391,6 +1397,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 // into `PixtralForConditionalGeneration`, whose `VisionTransformer` and adapter
                 // are plain `nn.Linear`s on every GPU (model_executor/models/pixtral.py).
                 tp_split: false,
+                projector_split: 0,
                 images: None,
                 // PixtralAttentionLayer's q/k/v/o_proj and gated feed_forward; the projector's
                 // patch merger and linear_1/linear_2.
@@ -1508,6 +1515,7 @@ pub(super) fn vision(outer: &Cfg, text_hidden: u64) -> Result<Option<Vision>> {
                 // both build the projector from ReplicatedLinear / plain modules (read at
                 // vllm-project/vllm 009dff45 and 055e47c2, sgl-project/sglang 00a239e5).
                 tp_split: true,
+                projector_split: 0,
                 images: None,
                 linears: vec![
                     (

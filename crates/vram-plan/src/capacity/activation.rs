@@ -78,7 +78,9 @@ pub(super) fn forward_peak(t: &Transformer, tokens: u64, k: &Knobs, compiled: bo
 ///   sum as a new tensor. The capture of a
 ///   CUDA graph runs the same pieces through the same frame, so a graph's live set holds them
 ///   too. Not under the other compilation modes (one whole graph, no split) nor eagerly.
-/// - `moe_workspace`: from 0.14.0 the unquantized experts run through the modular kernel
+/// - `moe_workspace`: the widths `(h, f)` the experts' caches are sized by where they live in
+///   the persistent workspace ([`vllm_moe_workspace_widths`], which says for which paths), else
+///   `None`. From 0.14.0 the unquantized experts run through the modular kernel
 ///   (`FusedMoEModularKernel` with `TritonExperts`: `unquantized_fused_moe_method.py`
 ///   `process_weights_after_loading` at 0.14.0, `oracle/unquantized.py`
 ///   `make_unquantized_moe_kernel` at 0.19.1; 0.13.0 still calls `fused_experts`), whose
@@ -95,7 +97,7 @@ pub(super) struct Held {
     pub gate_up_freed: bool,
     pub moe_cache13: bool,
     pub piece_inputs: bool,
-    pub moe_workspace: bool,
+    pub moe_workspace: Option<(u64, u64)>,
     pub workspace_kept: bool,
 }
 
@@ -105,7 +107,7 @@ impl Held {
     /// left out), `gate_up` freed for the model types vLLM runs through `llama.py`'s `LlamaMLP`
     /// (`LlamaForCausalLM`, `MistralForCausalLM`; Phi-3 subclasses it); compiled, each piece's
     /// inputs under vLLM's own compilation mode from 0.7.3 (the oldest read).
-    pub(super) fn vllm(t: &Transformer, k: &Knobs) -> Self {
+    pub(super) fn vllm(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Self {
         Held {
             input: true,
             reduce_out: Engine::Vllm.version_in_force(k) >= [0, 7, 0],
@@ -113,48 +115,106 @@ impl Held {
             moe_cache13: Engine::Vllm.version_in_force(k) >= [0, 8, 0],
             piece_inputs: Engine::Vllm.version_in_force(k) >= [0, 7, 3]
                 && super::engine::vllm_compiles(k),
-            moe_workspace: vllm_moe_workspace_applies(t, k),
+            moe_workspace: vllm_moe_workspace_widths(t, k, gpu),
             workspace_kept: false,
         }
     }
 }
 
-/// Whether the experts' caches live in vLLM's persistent workspace ([`Held`]'s
-/// `moe_workspace`): a MoE model from vLLM 0.14.0 with unquantized experts on the Triton
-/// path, without expert or data parallelism (the paths read: `MoEPrepareAndFinalizeNoEP` with
-/// `TritonExperts`). Quantized experts (FP8, Marlin, MXFP4) take other kernels, not read here.
-fn vllm_moe_workspace_applies(t: &Transformer, k: &Knobs) -> bool {
-    t.blocks.typical().experts > 1
-        && Engine::Vllm.version_in_force(k) >= [0, 14, 0]
-        && k.quantization == Quantization::None
-        && t.blocks.storage.quant == vram_model::blocks::Quant::None
-        && !k.expert_parallel
-        && k.dp <= 1
+/// Where the experts' caches live in vLLM's persistent workspace ([`Held`]'s `moe_workspace`),
+/// the hidden and per-GPU intermediate widths its experts class sizes them by; `None` where
+/// they do not. From 0.14.0, without expert or data parallelism, the experts run through
+/// `FusedMoEModularKernel` (`FusedMoEKernel` from 0.17) with `MoEPrepareAndFinalizeNoEP`, whose
+/// `_allocate_buffers` takes them from the worker's `WorkspaceManager`, for:
+/// - unquantized experts (`TritonExperts`; read at 0.13.0, 0.14.0, 0.14.1, 0.17.1, 0.18.1,
+///   0.19.1);
+/// - `--quantization fp8` (online: per-tensor weight scales, dynamic activation scales) on CUDA
+///   below compute capability 10: `Fp8MoEMethod.apply` calls its modular `self.kernel` for every
+///   backend but FlashInfer TRT-LLM (read at 0.14.1; `self.moe_kernel` at 0.17.1 to 0.23.0), and
+///   the backend is `TritonExperts` from compute capability 8.9, `MarlinExperts` below
+///   (weight-only FP8): `select_fp8_moe_backend` at 0.14.1 takes FlashInfer only under
+///   `VLLM_USE_FLASHINFER_MOE_FP8` and vLLM's CUTLASS only where `allow_vllm_cutlass`, which
+///   `Fp8MoEMethod` leaves `False` (0.16.0 to 0.23.0 pass `allow_vllm_cutlass=False`); from 0.17
+///   the priority list puts FlashInfer CUTLASS first, but `FlashInferExperts` takes FP8
+///   per-tensor only with static activation scales (`_supports_quant_scheme` at 0.17.1, 0.19.1
+///   and 0.22.1), and DeepGEMM block scales only. The Qwen3-30B-A3B-2507 log at 0.22.1 on an
+///   H100 prints "Using TRITON Fp8 MoE backend". The workspace is in the activation dtype
+///   (`workspace_dtype` is not overridden by either class), `MarlinExperts.workspace_shapes`
+///   (`(M·top_k, max(f, h))` and `M·top_k·max(2f, h)`) the same bytes as Triton's. vram's
+///   `Quantization::Fp8` does not say whether a checkpoint's activation scales are static: one
+///   that has them takes FlashInfer CUTLASS on Hopper from 0.17 where FlashInfer is installed,
+///   whose workspace is `[M, h]` alone (`FlashInferExperts.workspace_shapes` at 0.19.1), and
+///   is priced here as Triton's;
+/// - MXFP4 on Marlin (compute capability below 9, [`super::engine::vllm_mxfp4_layout`]) from
+///   0.17: `Mxfp4MoEMethod` builds `FusedMoEKernel(…, MarlinExperts)` (read at 0.17.1, 0.18.1;
+///   the oracle's `make_mxfp4_moe_kernel` at 0.19.1), where 0.14.1 and 0.16.0 call
+///   `fused_marlin_moe` directly, whose caches are freed temporaries. Marlin's widths are the
+///   padded ones its layout holds (hidden to 256, intermediate to 128,
+///   `mxfp4_round_up_hidden_size_and_intermediate_size`).
+///
+/// Not here, the caches being temporaries or not read: MXFP4 on Hopper (`triton_kernel_moe_forward`
+/// allocates its own, through 0.16 directly and from 0.17 as the monolithic
+/// `OAITritonMxfp4ExpertsMonolithic`, read at 0.19.1), AWQ-Marlin and GPTQ-Marlin through 0.21
+/// and 0.19 (`fused_marlin_moe` called directly, read at 0.14.1 to 0.21.0), block FP8 checkpoints
+/// (DeepGEMM or FlashInfer CUTLASS by release, not sized), Blackwell's FlashInfer paths and ROCm.
+fn vllm_moe_workspace_widths(t: &Transformer, k: &Knobs, gpu: &Gpu) -> Option<(u64, u64)> {
+    use vram_model::blocks::Quant;
+    let version = Engine::Vllm.version_in_force(k);
+    if t.blocks.typical().experts <= 1 || version < [0, 14, 0] || k.expert_parallel || k.dp > 1 {
+        return None;
+    }
+    let w = Widths::of(t, k.tp);
+    let stored = t.blocks.storage.quant;
+    match k.quantization {
+        Quantization::None if stored == Quant::None => Some((w.h, w.f)),
+        Quantization::Fp8
+            if stored == Quant::None && !super::engine::is_rocm(gpu) && gpu.sm_major < 10 =>
+        {
+            Some((w.h, w.f))
+        }
+        Quantization::None | Quantization::Mxfp4
+            if super::weights::quantization_in_force(t, k) == Quantization::Mxfp4
+                && version >= [0, 17, 0]
+                && super::engine::vllm_mxfp4_layout(k, gpu).0 == "Marlin" =>
+        {
+            let (_, im, hm) = super::engine::vllm_mxfp4_layout(k, gpu);
+            Some((w.h.div_ceil(hm) * hm, w.f.div_ceil(im) * im))
+        }
+        _ => None,
+    }
 }
 
 /// Bytes of vLLM's persistent MoE workspace after a forward over `tokens` tokens, where it
-/// applies ([`Held`]'s `moe_workspace`), else 0. `TritonExperts.workspace_shapes` (`fused_moe.py`
-/// at 0.14.1 and 0.19.1) asks for `workspace13` of `[M, top_k, max(f, h)]` (the activation's
-/// output, and the fused output `[M, h]` folded into it) and `workspace2` of `[M, top_k,
-/// max(2f, h)]` (the gated up-projection, then the down-projection's per-expert output), in the
-/// model dtype, each rounded up to 256 bytes (`get_simultaneous`). Through 0.17 `M` is a chunk
-/// of at most `VLLM_FUSED_MOE_CHUNK_SIZE` = 16384 tokens (`envs.py` at 0.14.1 and 0.17.1;
-/// activation chunking on by default), with the whole `[tokens, h]` output a third buffer when
-/// there is more than one chunk (`modular_kernel.py` `_allocate_buffers` at 0.14.1); from 0.18
-/// (read at 0.18.1 and 0.19.1) there is no chunking and the output shares `workspace13`.
-pub(super) fn vllm_moe_workspace(t: &Transformer, tokens: u64, k: &Knobs) -> u64 {
-    if !vllm_moe_workspace_applies(t, k) || tokens == 0 {
+/// applies ([`Held`]'s `moe_workspace`, [`vllm_moe_workspace_widths`]), else 0.
+/// `TritonExperts.workspace_shapes` (`fused_moe.py` at 0.14.1 and 0.19.1) asks for
+/// `workspace13` of `[M, top_k, max(f, h)]` (the activation's output, and the fused output
+/// `[M, h]` folded into it) and `workspace2` of `[M, top_k, max(2f, h)]` (the gated
+/// up-projection, then the down-projection's per-expert output), in the model dtype, each
+/// rounded up to 256 bytes (`get_simultaneous`). Through 0.17 `M` is a chunk of at most
+/// `VLLM_FUSED_MOE_CHUNK_SIZE` = 16384 tokens (`envs.py` at 0.14.1 and 0.17.1; activation
+/// chunking on by default), with the whole `[tokens, h]` output a third buffer when there is
+/// more than one chunk (`modular_kernel.py` `_allocate_buffers` at 0.14.1); from 0.18 (read at
+/// 0.18.1 and 0.19.1) there is no chunking and the output shares `workspace13`.
+pub(super) fn vllm_moe_workspace(t: &Transformer, tokens: u64, k: &Knobs, gpu: &Gpu) -> u64 {
+    vllm_moe_workspace_widths(t, k, gpu)
+        .map_or(0, |widths| moe_workspace_bytes(t, tokens, k, widths))
+}
+
+/// [`vllm_moe_workspace`] for the experts class's widths `(h, f)`
+/// ([`vllm_moe_workspace_widths`]).
+fn moe_workspace_bytes(t: &Transformer, tokens: u64, k: &Knobs, (h, f): (u64, u64)) -> u64 {
+    if tokens == 0 {
         return 0;
     }
     let w = Widths::of(t, k.tp);
     let topk = t.blocks.typical().top_k.max(1);
     let d = k.dtype_bytes;
-    let n = if w.gated { 2 * w.f } else { w.f };
+    let n = if w.gated { 2 * f } else { f };
     let chunked = Engine::Vllm.version_in_force(k) < [0, 18, 0];
     let m = if chunked { tokens.min(16384) } else { tokens };
-    let ws13 = m * topk * w.f.max(w.h) * d;
-    let ws2 = m * topk * n.max(w.h) * d;
-    let out = tokens * w.h * d;
+    let ws13 = m * topk * f.max(h) * d;
+    let ws2 = m * topk * n.max(h) * d;
+    let out = tokens * h * d;
     let round = |b: u64| b.div_ceil(256) * 256;
     if chunked && m < tokens {
         round(ws13) + round(ws2) + round(out)
@@ -244,10 +304,9 @@ pub(super) fn forward_peak_held(
     let attn = tokens * (3 * h + qkv + q_tp + reduced);
     // The experts' caches in bytes where they sit in vLLM's persistent workspace (nothing
     // where it is already held); 0 otherwise, where the caches are counted below.
-    let workspace = if held.moe_workspace && !held.workspace_kept {
-        vllm_moe_workspace(t, tokens, k)
-    } else {
-        0
+    let workspace = match held.moe_workspace {
+        Some(widths) if !held.workspace_kept => moe_workspace_bytes(t, tokens, k, widths),
+        _ => 0,
     };
     let mlp = if t.blocks.typical().experts > 1 {
         // The experts' all-reduce runs after `fused_moe` has freed its caches, so the caches'
@@ -255,7 +314,7 @@ pub(super) fn forward_peak_held(
         // is not freed; the all-reduce's residual, output and result are the 3h counted here.)
         let m = tokens.min(32768);
         let topk = t.blocks.typical().top_k.max(1);
-        let caches = if held.moe_workspace {
+        let caches = if held.moe_workspace.is_some() {
             0
         } else {
             m * topk * moe_cache_width(f, h, held.moe_cache13)

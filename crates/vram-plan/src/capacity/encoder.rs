@@ -663,6 +663,7 @@ mod tests {
             gated: true,
             deepstack: 0,
             tp_split: false,
+            projector_split: 0,
             images: None,
             linears: vec![],
         };

@@ -37,23 +37,23 @@
 //! - **NCCL inside the graphs.** Where vLLM's custom all-reduce is off (PCIe, no P2P, across
 //!   nodes; [`nccl_in_graphs`]), PyNccl's all-reduces are captured into every graph, each keeping
 //!   [`NCCL_CAPTURED_BYTES`], or [`NCCL_CAPTURED_PROXY_BYTES`] over the network.
-//! - **What no source here sizes: the driver's share.** Both figures above are measured on
-//!   recent drivers. The graphs' memory outside PyTorch's pool is the CUDA driver's (nodes of
-//!   the instantiated graphs: torch's `CUDAGraph::capture_end` instantiates each graph, and
-//!   vLLM 0.8's piecewise mode makes one per piece per size) and, under NCCL before 2.22 (vLLM
-//!   0.8 loads 2.21.5 with torch 2.6), one small device buffer per captured collective
-//!   (`uploadWork`: `ncclCudaMalloc(&plan->workHead, nWork)` for persistent plans, a plain
-//!   `cudaMalloc` since vLLM's `env_override.py` sets `NCCL_CUMEM_ENABLE=0`; from 2.22
-//!   `finishPlan` puts a small collective's work in the kernel's arguments instead). What
-//!   those cost on the device is set by the driver: vllm#5517 measured the same NCCL-in-graph
-//!   start on A10G and L4 at 3.81 GiB of graphs under driver R535 (CUDA 12.2/12.3) and 1.14 GiB
-//!   under R550 (CUDA 12.4). vram does not know the driver, so these constants describe R550+
-//!   hosts; the two V1 0.8 PCIe refusals it still predicts to start (vllm#17469, vllm#17462;
-//!   BENCHMARKS.md, "Where the graph memory of vllm#17469 and vllm#17462 goes") need several
-//!   times them. R535's extra is not only NCCL's: round 16's A100 40GB starts (TP 1, driver
-//!   535.247.01, no collective in any graph) hold 4-5× [`DRIVER_BYTES_PER_LAYER_GRAPH`] per
-//!   graph, where other A100 hosts' logs (rounds 4 and 8) hold about 1× (BENCHMARKS.md, "After
-//!   round 16").
+//! - **The driver's share, by driver branch.** The graphs' memory outside PyTorch's pool is the
+//!   CUDA driver's (nodes of the instantiated graphs: torch's `CUDAGraph::capture_end`
+//!   instantiates each graph, and vLLM's piecewise mode makes one per piece per size) and, under
+//!   NCCL before 2.22 (vLLM 0.8 loads 2.21.5 with torch 2.6), one small device buffer per
+//!   captured collective (`uploadWork`: `ncclCudaMalloc(&plan->workHead, nWork)` for persistent
+//!   plans, a plain `cudaMalloc` since vLLM's `env_override.py` sets `NCCL_CUMEM_ENABLE=0`; from
+//!   2.22 `finishPlan` puts a small collective's work in the kernel's arguments instead). What
+//!   those cost on the device is set by the driver and is in no open source: vllm#5517 measured
+//!   the same NCCL-in-graph start on A10G and L4 at 3.81 GiB of graphs under the CUDA 12.2 and
+//!   12.3 drivers (R535, R545) and 1.14 GiB under 12.4 (R550). Where a paste or log names the
+//!   driver ([`Knobs::driver`]) and it is older than R550, each layer's graph share is
+//!   [`DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550`] (fitted on R535 logs that print both) and the
+//!   captured all-reduces' shares scale alike; otherwise the figures measured on the fit hosts,
+//!   whose driver their logs do not print. At the R535 figure vllm#17462 (R535, V1 0.8.4, TP 2
+//!   over PCIe) is refused, but at the sampler warm-up after the graphs where the engine failed
+//!   inside `capture_end`; vllm#17469's host prints no driver (BENCHMARKS.md, "The driver's
+//!   share of the graphs, by driver branch").
 //! - **Inside or outside the KV budget.** Up to 0.19 the graphs are captured after the KV cache
 //!   is sized (`compile_or_warm_up_model` after `initialize_from_config`, `gpu_worker.py` at
 //!   0.8.5, 0.10.1, 0.11.0): they must fit in what `gpu_memory_utilization` leaves. 0.19 profiles
@@ -69,6 +69,60 @@ use super::*;
 /// decoder layers on the GPU; 0.19 MiB piecewise and 0.19 MiB full. Measured, not derived: the
 /// instantiated graph's kernel nodes live in driver memory that no source here sizes.
 pub(super) const DRIVER_BYTES_PER_LAYER_GRAPH: u64 = 192 * 1024;
+
+/// Driver memory of one captured graph per decoder layer on NVIDIA drivers before R550 (715
+/// KiB, 3.7 × [`DRIVER_BYTES_PER_LAYER_GRAPH`]): the mean over the fit half of the logs that
+/// print both the graphs' memory and an R535 driver (MareNostrum 5's H100 64GB, driver
+/// 535.86.10, vLLM 0.15.1, `FULL_AND_PIECEWISE` over 51 + 35 sizes: Qwen2.5-1.5B "took 1.76
+/// GiB" and Qwen2.5-14B "took 3.06 GiB", 720 and 710 KiB per layer per graph once vram's pool
+/// is taken off). Where the branch ends: vllm#5517 measured one NCCL-in-graph start at 3.81 GiB
+/// under the CUDA 12.2 and 12.3 drivers (R535, R545) and 1.14 GiB under 12.4 (R550), the
+/// toolkit unchanged. What the driver keeps per node of an instantiated graph is in no open
+/// source: measured, not derived (BENCHMARKS.md, "The driver's share of the graphs, by driver
+/// branch").
+pub(super) const DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550: u64 = 715 * 1024;
+
+/// The first driver branch measured at [`DRIVER_BYTES_PER_LAYER_GRAPH`]'s size (vllm#5517).
+const FIRST_LEANER_DRIVER: u32 = 550;
+
+/// Whether the knobs name a host whose driver is older than R550.
+pub(super) fn driver_before_r550(k: &Knobs) -> bool {
+    k.driver.is_some_and(|d| d < FIRST_LEANER_DRIVER)
+}
+
+/// Driver memory per decoder layer per graph on the host the knobs describe: the R535 figure
+/// where they name a driver before R550, else the one measured on the fit hosts.
+pub(super) fn driver_bytes_per_layer_graph(k: &Knobs) -> u64 {
+    if driver_before_r550(k) {
+        DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550
+    } else {
+        DRIVER_BYTES_PER_LAYER_GRAPH
+    }
+}
+
+/// What one captured all-reduce keeps on the host the knobs describe. Both NCCL figures are
+/// the driver's share of the nodes a captured collective adds (their own text), so a driver
+/// before R550 scales them by the same ratio as the layers' nodes; vllm#5517's R535/R550
+/// ratio (3.35 ×) is of a start whose graphs hold NCCL's all-reduces.
+fn nccl_captured_bytes(per: u64, k: &Knobs) -> u64 {
+    if driver_before_r550(k) {
+        per * DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550 / DRIVER_BYTES_PER_LAYER_GRAPH
+    } else {
+        per
+    }
+}
+
+/// The assumption line for a host whose driver is older than R550; `None` otherwise.
+pub(super) fn driver_assumption(k: &Knobs) -> Option<String> {
+    driver_before_r550(k).then(|| {
+        format!(
+            "CUDA graphs on driver R{} (before R550): {} KiB of driver memory per layer per size per mode instead of {} KiB, and each captured all-reduce's share scaled alike (measured on R535 H100 logs of vLLM 0.15.1; vllm#5517: the same start's graphs 3.35 x larger under R535/R545 than R550)",
+            k.driver.unwrap_or_default(),
+            DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550 / 1024,
+            DRIVER_BYTES_PER_LAYER_GRAPH / 1024,
+        )
+    })
+}
 
 /// Device memory one NCCL all-reduce captured into a graph keeps when its transport needs no
 /// proxy (P2P or shared memory inside a node): 68 KiB, measured on the fit half of
@@ -220,7 +274,7 @@ pub(super) fn vllm_graphs(
     // running piece's inputs (captured through the same split module) carry over. From 0.14
     // the experts' caches are views into the persistent workspace the profile run already
     // grew past any capture size (`activation::Held`'s `moe_workspace`): nothing in the pool.
-    let vllm_held = Held::vllm(t, k);
+    let vllm_held = Held::vllm(t, k, gpu);
     let held = Held {
         moe_cache13: vllm_held.moe_cache13,
         piece_inputs: vllm_held.piece_inputs,
@@ -271,7 +325,7 @@ pub(super) fn vllm_graphs(
         } else {
             NCCL_CAPTURED_BYTES
         };
-        graphs * (2 * layers + 1) * per
+        graphs * (2 * layers + 1) * nccl_captured_bytes(per, k)
     });
     Graphs {
         pool: if piecewise {
@@ -279,7 +333,7 @@ pub(super) fn vllm_graphs(
         } else {
             live.max(accum)
         },
-        driver: graphs * layers * DRIVER_BYTES_PER_LAYER_GRAPH,
+        driver: graphs * layers * driver_bytes_per_layer_graph(k),
         nccl,
         sizes,
         full_sizes,

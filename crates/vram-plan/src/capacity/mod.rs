@@ -149,6 +149,16 @@ impl Engine {
     }
 }
 
+/// What the graphs assume of a host whose NVIDIA driver branch is `driver` (the line the
+/// capacity model's assumptions carry for it), where it changes a figure: before R550
+/// (`graphs.rs`). `None` for later branches and an unknown driver.
+pub fn driver_graph_assumption(driver: Option<u32>) -> Option<String> {
+    graphs::driver_assumption(&Knobs {
+        driver,
+        ..Knobs::default()
+    })
+}
+
 /// `major.minor[.patch]` as numbers (`0.6.5` → `[0, 6, 5]`); `None` if it is not of that form.
 pub fn parse_version(v: &str) -> Option<[u32; 3]> {
     let mut out = [0u32; 3];
@@ -762,6 +772,12 @@ pub struct Knobs {
     /// ([`vram_model::read::bidirectional_vision`]): what decides `is_mm_prefix_lm` for a
     /// `gemma4` config from vLLM 0.20 (`Gemma4ModelArchConfigConvertor`).
     pub bidirectional_vision: bool,
+    /// The host's NVIDIA driver branch (the major version: 535 for `535.161.08`) where a paste
+    /// or log prints it (`collect_env`'s `Nvidia driver version:`, `nvidia-smi`'s `Driver
+    /// Version:`). `None`: not known, and the graphs' driver memory is priced as measured on the
+    /// hosts of `graphs.rs`'s fit half. Only branches before R550 change a figure
+    /// (`graphs::driver_bytes_per_layer_graph`).
+    pub driver: Option<u32>,
 }
 
 impl Default for Knobs {
@@ -802,6 +818,7 @@ impl Default for Knobs {
             attention_backend: None,
             mm_prefix_lm: None,
             bidirectional_vision: false,
+            driver: None,
         }
     }
 }

@@ -313,6 +313,7 @@ fn piecewise_compilation_holds_the_running_pieces_inputs() {
         ..Knobs::default()
     };
     let qwen = model("qwen3-32b");
+    let gpu = vram_model::gpu::lookup("h100-80g").unwrap();
     for (k, held) in [
         (at([0, 19, 1], false, None), true),
         (at([0, 7, 3], false, None), true),
@@ -328,20 +329,20 @@ fn piecewise_compilation_holds_the_running_pieces_inputs() {
             true,
         ),
     ] {
-        assert_eq!(Held::vllm(&qwen, &k).piece_inputs, held, "{k:?}");
+        assert_eq!(Held::vllm(&qwen, &k, gpu).piece_inputs, held, "{k:?}");
     }
     // Qwen3-32B at TP 4: h 5120, 64 query heads of 128 (q = 8192, 2048 a GPU), f = 6400. The
     // compiled MLP's live set grows by exactly the two inputs, in the model dtype.
     let k = at([0, 19, 1], false, None);
     let n = 8192u64;
-    let with = forward_peak_held(&qwen, n, &k, true, Held::vllm(&qwen, &k));
+    let with = forward_peak_held(&qwen, n, &k, true, Held::vllm(&qwen, &k, gpu));
     let without = forward_peak_held(&qwen, n, &k, true, Held::default());
     assert_eq!(without, n * (5120 + 3 * 6400) * 2);
     assert_eq!(with - without, n * (2048 + 5120) * 2);
     // Eager, the flag changes nothing: the eager loop's own holdings are counted instead.
     let eager = Held {
         piece_inputs: true,
-        ..Held::vllm(&qwen, &k)
+        ..Held::vllm(&qwen, &k, gpu)
     };
     assert_eq!(
         forward_peak_held(&qwen, n, &k, false, eager),
@@ -400,7 +401,8 @@ fn moe_caches_share_one_buffer_from_vllm_0_8() {
 /// whose caches are views into the worker's persistent workspace (`v1/worker/workspace.py`):
 /// `workspace13` `[M, top_k, max(f, h)]` with the output folded in, `workspace2` `[M, top_k,
 /// max(2f, h)]`, never freed, so it sits under the dummy sampler too. Not at 0.13 (still
-/// `fused_experts`), nor for quantized experts or expert parallelism (other paths, not read).
+/// `fused_experts`), nor with expert parallelism (other paths, not read). `--quantization fp8`
+/// takes the same kernel off Blackwell; AWQ's experts call `fused_marlin_moe` directly.
 #[test]
 fn vllm_moe_workspace_persists_from_0_14() {
     let t = model("mixtral-8x7b");
@@ -414,19 +416,32 @@ fn vllm_moe_workspace_persists_from_0_14() {
     let n = 8192u64;
     // Mixtral-8x7B at TP 2: h 4096, f 7168, top-2, bf16.
     let mixtral = n * 2 * (7168 + 2 * 7168) * 2;
-    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0])), mixtral);
-    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 14, 1])), mixtral);
-    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 13, 0])), 0);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0]), gpu), mixtral);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 14, 1]), gpu), mixtral);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 13, 0]), gpu), 0);
     let ep = Knobs {
         expert_parallel: true,
         ..at([0, 19, 0])
     };
-    assert_eq!(vllm_moe_workspace(&t, n, &ep), 0);
+    assert_eq!(vllm_moe_workspace(&t, n, &ep, gpu), 0);
+    // `--quantization fp8` runs the same modular kernel: TritonExperts from compute capability
+    // 8.9 (the 0.22.1 H100 log's "Using TRITON Fp8 MoE backend"), MarlinExperts below, whose
+    // workspace is the same bytes; not on Blackwell (FlashInfer, not read).
     let fp8 = Knobs {
         quantization: Quantization::Fp8,
         ..at([0, 19, 0])
     };
-    assert_eq!(vllm_moe_workspace(&t, n, &fp8), 0);
+    assert_eq!(vllm_moe_workspace(&t, n, &fp8, gpu), mixtral);
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    assert_eq!(vllm_moe_workspace(&t, n, &fp8, a100), mixtral);
+    let b200 = vram_model::gpu::lookup("b200").unwrap();
+    assert_eq!(vllm_moe_workspace(&t, n, &fp8, b200), 0);
+    // AWQ experts call `fused_marlin_moe` directly through 0.21: freed temporaries.
+    let awq = Knobs {
+        quantization: Quantization::Awq,
+        ..at([0, 19, 0])
+    };
+    assert_eq!(vllm_moe_workspace(&t, n, &awq, a100), 0);
     // A fine-grained MoE (Qwen3-30B-A3B: h 2048, f 768, top-8): both views are hidden-wide, not
     // `max(2f, h) + f` as `fused_experts_impl`'s caches.
     let qwen = model("qwen3-30b-a3b");
@@ -437,24 +452,49 @@ fn vllm_moe_workspace_persists_from_0_14() {
             &Knobs {
                 tp: 1,
                 ..at([0, 19, 0])
-            }
+            },
+            gpu
         ),
         n * 8 * (2048 + 2048) * 2
     );
     // Through 0.17 the chunk is at most 16384 tokens, the whole output then a buffer apart.
     let m = 32768u64;
     assert_eq!(
-        vllm_moe_workspace(&t, m, &at([0, 17, 1])),
+        vllm_moe_workspace(&t, m, &at([0, 17, 1]), gpu),
         16384 * 2 * (7168 + 2 * 7168) * 2 + m * 4096 * 2
     );
     // The profile's peak: the sampler's phase now holds the workspace (1,024 rows of Mixtral's
     // 32,000-token vocabulary) and passes the forward's, as the llm-d-planner log's 1.21 GiB.
     let k = at([0, 19, 0]);
     let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
-    let held = Held::vllm(&t, &k);
+    let held = Held::vllm(&t, &k, gpu);
     let forward = forward_peak_held(&t, n, &k, true, held);
     assert!(c.activation_peak_bytes > forward, "{c:?}");
     assert!(c.activation_peak_bytes >= mixtral + 1024 * 32000 * (2 + 3 * 4));
+}
+
+/// MXFP4 experts keep their caches in the persistent workspace only on Marlin (compute
+/// capability below 9) and only from 0.17, where `Mxfp4MoEMethod` builds `FusedMoEKernel` with
+/// `MarlinExperts` (0.16 calls `fused_marlin_moe` directly; Hopper runs triton_kernels' own
+/// temporaries), at the padded widths Marlin's layout holds.
+#[test]
+fn vllm_moe_workspace_for_mxfp4_follows_the_marlin_kernel() {
+    let t = model("gpt-oss-20b");
+    let at = |version: [u32; 3]| Knobs {
+        max_model_len: Some(8192),
+        engine_version: Some(version),
+        ..Knobs::default()
+    };
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let h100 = vram_model::gpu::lookup("h100-80g").unwrap();
+    let n = 2048u64;
+    // gpt-oss-20b: h 2880 padded to 3072, f 2880 padded to 2944, top-4, bf16: workspace13
+    // `[M·4, max(f, h)]` and workspace2 `M·4·max(2f, h)`.
+    let marlin = n * 4 * (3072 + 2 * 2944) * 2;
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0]), a100), marlin);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 17, 1]), a100), marlin);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 16, 0]), a100), 0);
+    assert_eq!(vllm_moe_workspace(&t, n, &at([0, 19, 0]), h100), 0);
 }
 
 /// V1 compiles the model (Inductor frees each buffer after its last use) unless
@@ -1409,14 +1449,47 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         gated: false,
         deepstack: 0,
         tp_split: true,
+        projector_split: 0,
         images: None,
         linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
-    assert_eq!(weights::vision_tower_per_gpu(&v, 1, true), 895_028_755.0);
-    let tp2 = weights::vision_tower_per_gpu(&v, 2, true);
+    assert_eq!(
+        weights::vision_tower_per_gpu(&v, 1, true, true),
+        895_028_755.0
+    );
+    let tp2 = weights::vision_tower_per_gpu(&v, 2, true, true);
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
+}
+
+/// vLLM builds Qwen's patch mergers (and Qwen3-VL's deepstack mergers) from
+/// `ColumnParallelLinear` / `RowParallelLinear` (`Qwen3_VisionPatchMerger`, `qwen3_vl.py` at
+/// 0.11.0 to 0.23.0), so they split across the TP group with the encoder layers; SGLang's were
+/// not read and stay whole. Qwen3.5-27B's tower: width 1152, 27 layers of MLP 4304, one merger
+/// of `4608 -> 4608 -> 5120`; Qwen3-VL-30B-A3B's: four mergers into 2048.
+#[test]
+fn qwen_patch_mergers_split_across_tp_in_vllm() {
+    let layers = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304u64);
+    let merger = |out: u64| 4608 * 4608 + 4608 + out * 4608;
+    for (id, split_mergers) in [
+        ("qwen3.5-27b", merger(5120)),
+        ("qwen3-vl-30b-a3b", 4 * merger(2048)),
+    ] {
+        let t = model(id);
+        let all = weights::towers_per_gpu(&t, 1, Engine::Vllm);
+        let split = (layers + split_mergers) as f64;
+        assert_eq!(
+            weights::towers_per_gpu(&t, 4, Engine::Vllm),
+            split / 4.0 + (all - split),
+            "{id}"
+        );
+        assert_eq!(
+            weights::towers_per_gpu(&t, 4, Engine::Sglang),
+            layers as f64 / 4.0 + (all - layers as f64),
+            "{id}"
+        );
+    }
 }
 
 /// Kimi-K2.5's MoonViT per GPU at TP 8: vLLM splits the layers' attention and MLP
@@ -4639,4 +4712,186 @@ fn flash_attention_accumulators_add_to_the_piecewise_pool() {
     assert!(!full.piecewise);
     assert_eq!(full.pool, accum);
     assert!(full.pool < both.pool);
+}
+
+/// A paste or log that names a driver before R550 prices each layer's graph share at the R535
+/// figure and each captured all-reduce's share by the same ratio; R550 and later, and an
+/// unknown driver, keep the figures measured on the fit hosts. The pool does not move.
+#[test]
+fn graphs_on_a_driver_before_r550_keep_the_r535_share() {
+    let t = llama3();
+    let a100 = vram_model::gpu::lookup("a100-80g").unwrap();
+    let graphs = |tp: u64, driver: Option<u32>| {
+        let k = Knobs {
+            tp,
+            engine_version: parse_version("0.15.1"),
+            interconnect: (tp > 1).then_some(Interconnect::Pcie),
+            driver,
+            ..Knobs::default()
+        };
+        vllm_graphs(&t, a100, &k, true, 256, 2048, None)
+    };
+    let known = graphs(1, None);
+    // 51 piecewise sizes to 512 and 35 FULL decode sizes to max_num_seqs, 32 layers.
+    assert_eq!(known.driver, 86 * 32 * DRIVER_BYTES_PER_LAYER_GRAPH);
+    for newer in [550, 570, 580] {
+        assert_eq!(graphs(1, Some(newer)), known, "R{newer}");
+    }
+    for older in [470, 535, 545] {
+        let g = graphs(1, Some(older));
+        assert_eq!(g.pool, known.pool, "R{older}");
+        assert_eq!(g.driver, 86 * 32 * DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550);
+    }
+    let pcie = graphs(2, None);
+    let pcie535 = graphs(2, Some(535));
+    assert!(pcie.nccl > 0);
+    assert_eq!(
+        pcie535.nccl,
+        86 * 65
+            * (NCCL_CAPTURED_BYTES * DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550
+                / DRIVER_BYTES_PER_LAYER_GRAPH)
+    );
+    assert_eq!(pcie535.pool, pcie.pool);
+}
+
+/// The graphs' memory on hosts that print both it and an R535 driver, against what vLLM logged
+/// ("Graph capturing finished ... took X GiB"), split as the logs already are (`SPLIT.md`): the
+/// R535 share was fitted on the fit half (MareNostrum 5's H100 64GB, 535.86.10, vLLM 0.15.1), the
+/// holdout half is printed as it comes out and bounded loosely (BENCHMARKS.md, "The driver's
+/// share of the graphs, by driver branch").
+#[test]
+fn r535_graph_memory_against_logs() {
+    let parse = |text: &str, name: &str| match vram_model::read::parse_config(text, name).unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    let mut h100 = *vram_model::gpu::lookup("h100-80g").unwrap();
+    h100.memory_bytes = 65247 << 20;
+    let mut a100 = *vram_model::gpu::lookup("a100-40g").unwrap();
+    a100.memory_bytes = (39.39 * (1u64 << 30) as f64) as u64;
+    let mn = |len: u64| Knobs {
+        engine_version: parse_version("0.15.1"),
+        max_model_len: Some(len),
+        max_num_seqs: Some(256),
+        ..Knobs::default()
+    };
+    let tk = |v: &str, mnbt: u64| Knobs {
+        engine_version: parse_version(v),
+        max_num_batched_tokens: Some(mnbt),
+        ..Knobs::default()
+    };
+    let qwen3 = model("qwen3-8b");
+    let rows: Vec<(&str, &str, Transformer, Gpu, Knobs, f64)> = vec![
+        (
+            "fit",
+            "MareNostrum 5, Qwen2.5-1.5B, 0.15.1",
+            parse(
+                include_str!("../../../vram-cli/tests/data/serving/configs/qwen2-1.5b.json"),
+                "qwen2-1.5b",
+            ),
+            h100,
+            mn(4096),
+            1.76,
+        ),
+        (
+            "fit",
+            "MareNostrum 5, Qwen2.5-14B, 0.15.1",
+            parse(
+                include_str!(
+                    "../../../vram-cli/tests/data/serving/configs/qwen2.5-14b-instruct.json"
+                ),
+                "qwen2.5-14b",
+            ),
+            h100,
+            mn(4096),
+            3.06,
+        ),
+        (
+            "holdout",
+            "MareNostrum 5, Qwen2.5-7B, 0.15.1",
+            parse(
+                include_str!("../../../vram-cli/tests/data/serving/configs/qwen2-7b.json"),
+                "qwen2-7b",
+            ),
+            h100,
+            mn(4096),
+            1.96,
+        ),
+        (
+            "holdout",
+            "tokenkaki, Qwen3-8B, 0.19.1 serve",
+            qwen3.clone(),
+            a100,
+            tk("0.19.1", 2048),
+            2.44,
+        ),
+        (
+            "holdout",
+            "tokenkaki, Qwen3-8B, 0.19.1 latency",
+            qwen3.clone(),
+            a100,
+            tk("0.19.1", 8192),
+            2.44,
+        ),
+        (
+            "holdout",
+            "tokenkaki, Qwen3-8B, 0.9.2 latency",
+            qwen3.clone(),
+            a100,
+            tk("0.9.2", 8192),
+            2.24,
+        ),
+        (
+            "holdout",
+            "tokenkaki, Qwen3-8B, 0.9.2 serve",
+            qwen3,
+            a100,
+            tk("0.9.2", 2048),
+            2.24,
+        ),
+    ];
+    let gib = (1u64 << 30) as f64;
+    for half in ["fit", "holdout"] {
+        let mut errs = vec![];
+        for (_, name, t, gpu, k, logged) in rows.iter().filter(|r| r.0 == half) {
+            let graphs = |driver| {
+                let k = Knobs { driver, ..*k };
+                capacity(t, gpu, Engine::Vllm, &k).unwrap().cuda_graph_bytes as f64 / gib
+            };
+            let (today, r535) = (graphs(None), graphs(Some(535)));
+            let e = r535 / logged - 1.0;
+            eprintln!(
+                "{half:<8} {name:<40} logged {logged:.2}  unknown driver {today:.2} ({:+.1}%)  R535 {r535:.2} ({:+.1}%)",
+                (today / logged - 1.0) * 100.0,
+                e * 100.0
+            );
+            errs.push(e.abs());
+        }
+        errs.sort_by(f64::total_cmp);
+        let median = errs[errs.len() / 2];
+        let bound = if half == "fit" { 0.05 } else { 0.30 };
+        assert!(median < bound, "{half}: median |error| {median}");
+    }
+    // vllm#17462 (holdout refusal; collect_env prints driver 535.161.08): Qwen3-32B at TP 2 on
+    // two L20s, vLLM 0.8.4, failed in `capture_end`. Its graphs hold NCCL's all-reduces; what
+    // comes out is printed (BENCHMARKS.md says whether it starts).
+    let k = Knobs {
+        tp: 2,
+        max_model_len: Some(16384),
+        engine_version: parse_version("0.8.4"),
+        ..Knobs::default()
+    };
+    let l20 = vram_model::gpu::lookup("l20").unwrap();
+    let qwen32 = model("qwen3-32b");
+    let at = |driver| capacity(&qwen32, l20, Engine::Vllm, &Knobs { driver, ..k }).unwrap();
+    let (today, r535) = (at(None), at(Some(535)));
+    eprintln!(
+        "vllm#17462: graphs {:.2} GiB (unknown driver, starts {}), {:.2} GiB at R535 (starts {})",
+        today.cuda_graph_bytes as f64 / gib,
+        today.starts,
+        r535.cuda_graph_bytes as f64 / gib,
+        r535.starts
+    );
+    eprintln!("{}", r535.log.last().map_or("", String::as_str));
+    assert!(r535.cuda_graph_bytes > 3 * today.cuda_graph_bytes);
 }

@@ -116,7 +116,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     // (`engine::vllm_dequant_linears`); the profile run's largest one is in its peak.
     // Run eagerly, the model's layer loop holds each layer's input and every all-reduce makes
     // its result as a new tensor (`activation::Held`; read from 0.7.2, not before).
-    let held = Held::vllm(t, k);
+    let held = Held::vllm(t, k, gpu);
     let forward = match engine::vllm_dequant_linears(t, k, gpu) {
         Some(from) if mnbt >= from => dequant_forward_peak(t, mnbt, k, compiled, held),
         _ => forward_peak_held(t, mnbt, k, compiled, held),
@@ -130,8 +130,8 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     };
     // From 0.14 the experts' caches the forward made stay allocated in vLLM's persistent
     // workspace while the dummy sampler runs (`activation::Held`'s `moe_workspace`).
-    let workspace = if held.moe_workspace {
-        vllm_moe_workspace(t, mnbt, k)
+    let workspace = if held.moe_workspace.is_some() {
+        vllm_moe_workspace(t, mnbt, k, gpu)
     } else {
         0
     };
@@ -473,9 +473,23 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
     if let Some(note) = sampler::vllm_profile_kept_note(t, reqs, k, gpu, v1) {
         assumes.push(note);
     }
-    if held.moe_workspace {
+    if held.moe_workspace.is_some() {
+        let experts = match super::weights::quantization_in_force(t, k) {
+            Quantization::Fp8 if gpu.sm_major > 8 || gpu.sm_minor >= 9 => {
+                "the FP8 experts' caches (Fp8MoEMethod's modular kernel, TritonExperts.workspace_shapes, read at 0.14.1, 0.17.1, 0.19.1 and 0.22.1)"
+            }
+            Quantization::Fp8 => {
+                "the weight-only FP8 experts' caches (Fp8MoEMethod's modular kernel, MarlinExperts.workspace_shapes, read at 0.14.1 and 0.19.1)"
+            }
+            Quantization::Mxfp4 => {
+                "the MXFP4 experts' caches on Marlin (FusedMoEKernel with MarlinExperts, its padded hidden and intermediate sizes, read at 0.17.1, 0.18.1 and 0.19.1)"
+            }
+            _ => {
+                "the unquantized experts' caches (TritonExperts.workspace_shapes, read at 0.14.1 and 0.19.1)"
+            }
+        };
         assumes.push(format!(
-            "MoE: the unquantized experts' caches are views into vLLM's persistent workspace ({:.1} MiB after the profile's forward over {mnbt} tokens; TritonExperts.workspace_shapes, v1/worker/workspace.py, read at 0.14.1 and 0.19.1), which stays allocated under the dummy sampler and is already there when the CUDA graphs are captured",
+            "MoE: {experts} are views into vLLM's persistent workspace ({:.1} MiB after the profile's forward over {mnbt} tokens; v1/worker/workspace.py), which stays allocated under the dummy sampler and is already there when the CUDA graphs are captured",
             workspace as f64 / (1u64 << 20) as f64
         ));
     }
@@ -555,7 +569,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             } else {
                 "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) and, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators in a segment of their own (the larger of the two where FULL graphs are captured alone; not for the models vLLM runs on Triton attention: Gemma 3 and the other bidirectional-image-token models from 0.13, by the release's list or the config's own is_mm_prefix_lm from 0.17 and Gemma 4's use_bidirectional_attention from 0.20, Gemma 4's mixed 256/512 head sizes from 0.20; nor under a backend other than FLASH_ATTN chosen with --attention-backend); 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); where custom all-reduce is off (PCIe, no P2P, across nodes, TP sizes other than 2/4/6/8) PyNccl's all-reduces captured in every graph, 68 KiB each and 212 KiB over the network (measured on vLLM 0.10.1 logs); gpt-oss's own capture sizes (to 1024); captured after the KV cache, so they must fit what the budget, the CUDA context and the profile's released peak leave (estimated)"
             },
-        ].map(String::from)).chain([non_torch_source]).chain(init_comms.map(|c| c.1)).collect(),
+        ].map(String::from)).chain(graphs::driver_assumption(k)).chain([non_torch_source]).chain(init_comms.map(|c| c.1)).collect(),
     })
 }
 
