@@ -1090,7 +1090,7 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
 pub struct ShareCeiling {
     /// The largest share, in hundredths, within the bound.
     pub max: f64,
-    /// The bound in words, with its figures.
+    /// The bound in words, with its figures: a noun phrase, printed after "within" (`ServingChange::gives`).
     pub text: String,
 }
 
@@ -1134,7 +1134,7 @@ pub fn share_ceiling(
                 None => ShareCeiling {
                     max: 1.0,
                     text: format!(
-                        "vLLM {} checks no free memory at start (V1 does from 0.9.1); the budget and, beside it, the CUDA context and graphs must fit the {:.2} GiB device, as the capacity model checks",
+                        "what the device holds beside the budget: vLLM {} checks no free memory at start (V1 does from 0.9.1), so the budget and, beside it, the CUDA context and graphs must fit the {:.2} GiB device, as the capacity model checks",
                         version_label(Engine::Vllm, k),
                         gib(now.total_bytes)
                     ),
@@ -1148,7 +1148,7 @@ pub fn share_ceiling(
             ShareCeiling {
                 max: max.clamp(0.0, 1.0),
                 text: format!(
-                    "SGLang checks no upper bound at start; the rest of the {:.2} GiB free before loading holds the activations and CUDA graphs (the fraction as server_args.py defines it), {:.2} GiB by the estimate of vram: at most {:.2}",
+                    "what SGLang leaves beside its static pool: it checks no upper bound at start, and the rest of the {:.2} GiB free before loading holds the activations and CUDA graphs (the fraction as server_args.py defines it), {:.2} GiB by the estimate of vram: at most {:.2}",
                     gib(pre),
                     gib(rest),
                     max.clamp(0.0, 1.0)
