@@ -124,6 +124,31 @@ pub(super) fn driver_assumption(k: &Knobs) -> Option<String> {
     })
 }
 
+/// The assumption line for the host's driver in a vLLM start whose graphs are `captured`
+/// (`false`: `--enforce-eager` or a mode without graphs). Without a driver (`vram capacity`
+/// without `--driver`, a paste that prints none) the figures are those of a driver of R550 or
+/// later, and the line says so and names `--driver`; a driver before R550 gets
+/// [`driver_assumption`]'s line; R550 or later, the figures as they are. Where no graph is
+/// captured a given driver moves nothing, and the line says that instead.
+pub(super) fn driver_line(k: &Knobs, captured: bool) -> Option<String> {
+    match (k.driver, captured) {
+        (None, false) => None,
+        (Some(d), false) => Some(format!(
+            "driver R{d}: no CUDA graph is captured, so the driver moves no figure"
+        )),
+        (None, true) => Some(format!(
+            "NVIDIA driver R{FIRST_LEANER_DRIVER} or later assumed for the CUDA graphs' driver memory, {} KiB per layer per size per mode (give --driver 535.161.08, or the branch 535, for an older one: before R{FIRST_LEANER_DRIVER} vram prices it at {} KiB, as vllm#5517 measured the same start's graphs 3.35 x larger under R535/R545 than R550)",
+            DRIVER_BYTES_PER_LAYER_GRAPH / 1024,
+            DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550 / 1024,
+        )),
+        (Some(d), true) if d < FIRST_LEANER_DRIVER => driver_assumption(k),
+        (Some(d), true) => Some(format!(
+            "CUDA graphs on driver R{d} (R{FIRST_LEANER_DRIVER} or later): {} KiB of driver memory per layer per size per mode",
+            DRIVER_BYTES_PER_LAYER_GRAPH / 1024,
+        )),
+    }
+}
+
 /// Device memory one NCCL all-reduce captured into a graph keeps when its transport needs no
 /// proxy (P2P or shared memory inside a node): 68 KiB, measured on the fit half of
 /// `unseen-round4.json` (vLLM 0.10.1, NCCL 2.26.2, Qwen2-7B at TP 2 on A100s without P2P: 0.25
