@@ -482,8 +482,16 @@ fn the_driver_is_an_input_and_every_output_names_it() {
     let mut graphs = vec![];
     for (i, (driver, line, starts)) in [
         (None, "NVIDIA driver R550 or later assumed", true),
-        (Some("535.161.08"), "CUDA graphs on driver R535 (before R550)", false),
-        (Some("R570"), "CUDA graphs on driver R570 (R550 or later)", true),
+        (
+            Some("535.161.08"),
+            "CUDA graphs on driver R535 (before R550)",
+            false,
+        ),
+        (
+            Some("R570"),
+            "CUDA graphs on driver R570 (R550 or later)",
+            true,
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -519,7 +527,12 @@ fn the_driver_is_an_input_and_every_output_names_it() {
             .collect();
         assert_eq!(said.len(), 1, "{driver:?}: {said:?}");
         assert!(said[0].starts_with(line), "{driver:?}: {}", said[0]);
-        assert_eq!(said[0].contains("--driver"), driver.is_none(), "{}", said[0]);
+        assert_eq!(
+            said[0].contains("--driver"),
+            driver.is_none(),
+            "{}",
+            said[0]
+        );
         let assumed = text.lines().find(|l| l.starts_with("assumed: ")).unwrap();
         assert!(assumed.contains(said[0]), "{driver:?}: {assumed}");
         assert!(html.contains(said[0]), "{driver:?}");

@@ -3090,8 +3090,15 @@ fn doctor_takes_the_driver_as_a_flag() {
         ),
         (
             vec![
-                "doctor", sglang, "--no-nvml", "--model", "llama-3.1-8b", "--gpu", "l20",
-                "--driver", "535",
+                "doctor",
+                sglang,
+                "--no-nvml",
+                "--model",
+                "llama-3.1-8b",
+                "--gpu",
+                "l20",
+                "--driver",
+                "535",
             ],
             "this is an SGLang start-up error",
         ),

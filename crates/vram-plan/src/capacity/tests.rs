@@ -4911,9 +4911,22 @@ fn a_driver_is_read_as_its_branch() {
     ] {
         assert_eq!(parse_driver(s), Ok(branch), "{s}");
     }
-    for s in ["12.4", "12", "5350", "535.x", "535..08", "", "R", "410.48.1.2", "-535", "300"] {
+    for s in [
+        "12.4",
+        "12",
+        "5350",
+        "535.x",
+        "535..08",
+        "",
+        "R",
+        "410.48.1.2",
+        "-535",
+        "300",
+    ] {
         assert!(parse_driver(s).is_err(), "{s}");
     }
     assert!(parse_driver("12.4").unwrap_err().contains("CUDA version"));
-    assert!(parse_driver("384.81").unwrap_err().contains("older than R410"));
+    assert!(parse_driver("384.81")
+        .unwrap_err()
+        .contains("older than R410"));
 }
