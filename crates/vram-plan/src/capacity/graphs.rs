@@ -46,11 +46,12 @@
 //!   2.22 `finishPlan` puts a small collective's work in the kernel's arguments instead). What
 //!   those cost on the device is set by the driver and is in no open source: vllm#5517 measured
 //!   the same NCCL-in-graph start on A10G and L4 at 3.81 GiB of graphs under the CUDA 12.2 and
-//!   12.3 drivers (R535, R545) and 1.14 GiB under 12.4 (R550). Where a paste or log names the
-//!   driver ([`Knobs::driver`]) and it is older than R550, each layer's graph share is
-//!   [`DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550`] (fitted on R535 logs that print both) and the
-//!   captured all-reduces' shares scale alike; otherwise the figures measured on the fit hosts,
-//!   whose driver their logs do not print. At the R535 figure vllm#17462 (R535, V1 0.8.4, TP 2
+//!   12.3 drivers (R535, R545) and 1.14 GiB under 12.4 (R550). Where a paste, a log or
+//!   `--driver` names the driver ([`Knobs::driver`]) and it is older than R550, each layer's
+//!   graph share is [`DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550`] (fitted on R535 logs that
+//!   print both) and the captured all-reduces' shares scale alike; otherwise the figures
+//!   measured on the fit hosts, whose driver their logs do not print, priced as R550 or later
+//!   and said so in the assumptions ([`driver_line`]). At the R535 figure vllm#17462 (R535, V1 0.8.4, TP 2
 //!   over PCIe) is refused, but at the sampler warm-up after the graphs where the engine failed
 //!   inside `capture_end`; vllm#17469's host prints no driver (BENCHMARKS.md, "The driver's
 //!   share of the graphs, by driver branch").
