@@ -38,6 +38,12 @@ pub struct DoctorArgs {
     /// GPU, and a note says which others it fits as well].
     #[arg(long)]
     gpu: Option<String>,
+    /// A serving start-up error with --model: the host's NVIDIA driver, as nvidia-smi prints it
+    /// (535.161.08) or its branch (535), for the capacity figures' CUDA graphs (as `vram
+    /// capacity --driver`) [default: the paste's `Nvidia driver version:` or `Driver Version:`
+    /// line, else R550 or later].
+    #[arg(long, value_parser = vram_plan::capacity::parse_driver)]
+    driver: Option<u32>,
     #[command(flatten)]
     step: StepArgs,
     /// A `torch.cuda.memory_stats()` dump as JSON; give two (earlier first)
@@ -116,6 +122,11 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         vram_doctor::Reading::Oom(m) => m,
         vram_doctor::Reading::Serving(e) => return serving(a, &e, &text),
     };
+    if a.driver.is_some() {
+        return Err(bad_input!(
+            "--driver prices vLLM's CUDA graphs (a vLLM start-up error with --model); this is a PyTorch out-of-memory message"
+        ));
+    }
     let mut inp = Inputs::new(msg.clone());
     let mut model_notes = Vec::new();
     if let Some(model_arg) = &a.model {
@@ -260,7 +271,24 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     }
     // With --model (and --gpu), the capacity model's figures for the engine's defaults turn
     // each knob into a number.
-    let conf = vram_doctor::profile::engine_configuration(text);
+    let mut conf = vram_doctor::profile::engine_configuration(text);
+    if a.driver.is_some() {
+        if e.engine() == vram_plan::capacity::Engine::Sglang {
+            return Err(bad_input!(
+                "--driver prices vLLM's CUDA graphs by driver branch; vram's SGLang graphs take no driver, and this is an SGLang start-up error"
+            ));
+        }
+        if a.model.is_none() {
+            return Err(bad_input!(
+                "--driver prices the capacity figures' CUDA graphs, which need --model (and --gpu)"
+            ));
+        }
+    }
+    // The driver given wins over the one the paste prints; SGLang's graphs take none.
+    conf.driver = a.driver.or(conf.driver);
+    if e.engine() == vram_plan::capacity::Engine::Sglang {
+        conf.driver = None;
+    }
     // The engine's own profiling lines, when the paste holds them, say what took the room.
     let mut profile = vram_doctor::profile::read(text);
     // The device the paste prints (vLLM's free-memory check, its profile's total) is the one the

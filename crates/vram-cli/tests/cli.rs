@@ -3150,3 +3150,75 @@ fn doctor_names_a_pasted_driver_before_r550() {
         assert_eq!(in_json, noted, "{name}: {v}");
     }
 }
+
+/// `vram doctor --driver` gives the host's driver for a vLLM start-up error with `--model`, as
+/// `vram capacity --driver` does, and wins over the one the paste prints; without `--model`, on
+/// an SGLang error or a PyTorch message it has nothing to price and is refused in one line.
+#[test]
+fn doctor_takes_the_driver_as_a_flag() {
+    let error = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n";
+    let dir = tmp("doctor-driver-flag");
+    let note = "CUDA graphs on driver R535 (before R550)";
+    let bare = write(&dir, "bare.log", error.as_bytes());
+    let r550 = write(
+        &dir,
+        "r550.log",
+        format!("Nvidia driver version: 550.54.15\n{error}").as_bytes(),
+    );
+    for (f, driver, noted) in [
+        (&bare, None, false),
+        (&bare, Some("535.161.08"), true),
+        (&r550, None, false),
+        (&r550, Some("535"), true),
+    ] {
+        let mut a = vec!["doctor", f.as_str(), "--no-nvml", "--model", "llama-3.1-8b"];
+        a.extend(["--gpu", "l20", "--json"]);
+        if let Some(d) = driver {
+            a.extend(["--driver", d]);
+        }
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 0, "{f} {driver:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let in_json = v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains(note));
+        assert_eq!(in_json, noted, "{f} {driver:?}: {v}");
+    }
+    let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB memory in use. Of the allocated memory 35.00 GiB is allocated by PyTorch, and 42.00 GiB is reserved by PyTorch but unallocated.";
+    let sglang = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.";
+    for (a, want) in [
+        (
+            vec!["doctor", bare.as_str(), "--no-nvml", "--driver", "535"],
+            "need --model",
+        ),
+        (
+            vec!["doctor", oom, "--no-nvml", "--driver", "535"],
+            "this is a PyTorch out-of-memory message",
+        ),
+        (
+            vec![
+                "doctor",
+                sglang,
+                "--no-nvml",
+                "--model",
+                "llama-3.1-8b",
+                "--gpu",
+                "l20",
+                "--driver",
+                "535",
+            ],
+            "this is an SGLang start-up error",
+        ),
+        (
+            vec!["doctor", bare.as_str(), "--no-nvml", "--driver", "12.2"],
+            "reads as a CUDA version",
+        ),
+    ] {
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 2, "{a:?}: {out}{err}");
+        assert!(err.contains(want), "{a:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{a:?}: {err}");
+    }
+}

@@ -339,12 +339,7 @@ impl CapacityFigures {
         conf: &crate::profile::EngineConfiguration,
     ) -> Result<Self, FiguresError> {
         use vram_plan::capacity::{self, Engine, Knobs, Quantization};
-        let engine = match e {
-            ServingError::SglangNotEnoughMemory { .. }
-            | ServingError::SglangWeightsLeaveNoKv { .. }
-            | ServingError::SglangUnbalancedMemory { .. } => Engine::Sglang,
-            _ => Engine::Vllm,
-        };
+        let engine = e.engine();
         let knobs = Knobs {
             // The error's own length, else the one the paste's configuration runs (the other
             // errors name none: a change sized at the model's whole context is not the paste's).
@@ -587,6 +582,17 @@ impl ServingError {
             ServingError::LoadNegativeDimension { .. } => "load-negative-dimension",
             ServingError::LoadShardNotAligned { .. } => "load-shard-not-aligned",
             ServingError::LoadMarlinUnsupported { .. } => "load-marlin-unsupported",
+        }
+    }
+
+    /// The engine whose error this is: SGLang's three messages, else vLLM.
+    pub fn engine(&self) -> vram_plan::capacity::Engine {
+        use vram_plan::capacity::Engine;
+        match self {
+            ServingError::SglangNotEnoughMemory { .. }
+            | ServingError::SglangWeightsLeaveNoKv { .. }
+            | ServingError::SglangUnbalancedMemory { .. } => Engine::Sglang,
+            _ => Engine::Vllm,
         }
     }
 

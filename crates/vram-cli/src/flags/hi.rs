@@ -275,6 +275,7 @@ impl CapacityArgs {
                 InterconnectArg::Network => Interconnect::Network,
             }),
             enforce_eager: self.enforce_eager,
+            driver: self.driver,
             block_size: self.block_size,
             weights: self.weights,
             dtype: match self.dtype {

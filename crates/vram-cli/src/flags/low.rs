@@ -626,6 +626,12 @@ pub struct CapacityArgs {
     /// No CUDA graphs (SGLang: --disable-cuda-graph).
     #[arg(long, alias = "disable-cuda-graph")]
     pub enforce_eager: bool,
+    /// vLLM: the host's NVIDIA driver, as nvidia-smi's `Driver Version:` prints it (535.161.08)
+    /// or its branch (535). Before R550 the CUDA graphs' driver memory is priced at the R535
+    /// figure, 3.7 x the later one (vllm#5517 measured the step between R545 and R550)
+    /// [default: R550 or later].
+    #[arg(long, value_parser = vram_plan::capacity::parse_driver)]
+    pub driver: Option<u32>,
     /// vLLM block size [16 on CUDA, `platforms/cuda.py`; one of 1, 8, 16, 32, 64, 128] /
     /// SGLang --page-size [1, `server_args._handle_page_size`], tokens.
     #[arg(long, alias = "page-size")]

@@ -4976,3 +4976,38 @@ fn the_capture_stream_gets_its_own_cublas_workspace() {
     };
     assert_eq!(g(h100(), &none).bytes(), 0);
 }
+
+/// `--driver` takes nvidia-smi's driver version or its branch; a CUDA version, a number that is
+/// no driver branch and a branch older than CUDA graphs are refused.
+#[test]
+fn a_driver_is_read_as_its_branch() {
+    for (s, branch) in [
+        ("535.161.08", 535),
+        ("535", 535),
+        ("R535", 535),
+        ("r550", 550),
+        ("550.54.15", 550),
+        (" 580.159.04 ", 580),
+        ("470.256.02", 470),
+    ] {
+        assert_eq!(parse_driver(s), Ok(branch), "{s}");
+    }
+    for s in [
+        "12.4",
+        "12",
+        "5350",
+        "535.x",
+        "535..08",
+        "",
+        "R",
+        "410.48.1.2",
+        "-535",
+        "300",
+    ] {
+        assert!(parse_driver(s).is_err(), "{s}");
+    }
+    assert!(parse_driver("12.4").unwrap_err().contains("CUDA version"));
+    assert!(parse_driver("384.81")
+        .unwrap_err()
+        .contains("older than R410"));
+}
