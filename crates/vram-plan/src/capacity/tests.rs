@@ -1314,6 +1314,34 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     // `ncclTopoPostset` doubles it: 4 channels x 12 MiB, and 2 + 3 x 4 granules.
     assert_eq!(at("h100-pcie", "0.18.1", 2, true), images + (48 + 28) * mib);
     assert_eq!(at("h100-pcie", "0.10.1", 2, true), images + 51 * mib);
+    // GeForce RTX boards: the stock driver gives no peer access, so NCCL's SHM transport keeps
+    // the ring's buffers in host memory and the device holds the state granules alone (8 on a
+    // Gen4 board, 14 on the Gen5 x16 RTX 5090). A datacenter PCIe board keeps the P2P figure.
+    assert_eq!(at("rtx-3090", "0.19.0", 4, true), images + 16 * mib);
+    assert_eq!(at("rtx-4090", "0.18.1", 2, true), images + 16 * mib);
+    assert_eq!(at("rtx-5090", "0.18.1", 2, true), images + 28 * mib);
+    assert_eq!(at("t4", "0.18.1", 2, true), images + (24 + 16) * mib);
+    // With cuMem off (through 0.10.1) the figure is not derived per transport: unchanged.
+    assert_eq!(at("rtx-4090", "0.10.1", 2, true), images + 51 * mib);
+    // Told: a datacenter board without P2P (NCCL_P2P_DISABLE=1, or a host path NCCL will not
+    // use for it) takes the SHM figure, and a GeForce board with a patched driver the P2P one.
+    let told = |gpu: &str, link: Interconnect| {
+        let g = vram_model::gpu::lookup(gpu).unwrap();
+        let k = Knobs {
+            tp: 2,
+            max_model_len: Some(4096),
+            enforce_eager: true,
+            engine_version: parse_version("0.18.1"),
+            interconnect: Some(link),
+            ..Knobs::default()
+        };
+        capacity(&t, g, Engine::Vllm, &k).unwrap().non_torch_bytes
+    };
+    assert_eq!(told("t4", Interconnect::Shm), images + 16 * mib);
+    assert_eq!(
+        told("rtx-4090", Interconnect::Pcie),
+        images + (24 + 16) * mib
+    );
     // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured
     // (0.31 GiB) and, at -O2 from 0.17, FlashInfer's fusion workspace (3 x 512 MiB): together
     // the 1.81 GiB 0.19's logs show at TP 2.
