@@ -1482,22 +1482,21 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
-    assert_eq!(
-        weights::vision_tower_per_gpu(&v, 1, true, true),
-        895_028_755.0
-    );
-    let tp2 = weights::vision_tower_per_gpu(&v, 2, true, true);
+    assert_eq!(weights::vision_tower_per_gpu(&v, 1, true), 895_028_755.0);
+    let tp2 = weights::vision_tower_per_gpu(&v, 2, true);
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
 }
 
 /// vLLM builds Qwen's patch mergers (and Qwen3-VL's deepstack mergers) from
 /// `ColumnParallelLinear` / `RowParallelLinear` (`Qwen3_VisionPatchMerger`, `qwen3_vl.py` at
-/// 0.11.0 to 0.23.0), so they split across the TP group with the encoder layers; SGLang's were
-/// not read and stay whole. Qwen3.5-27B's tower: width 1152, 27 layers of MLP 4304, one merger
-/// of `4608 -> 4608 -> 5120`; Qwen3-VL-30B-A3B's: four mergers into 2048.
+/// 0.11.0 to 0.23.0), so they split across the TP group with the encoder layers; so does SGLang
+/// (`Qwen2VisionPatchMerger`, `Qwen2_5_VisionPatchMerger` at 0.4.6.post5, 0.5.10 and 0.5.13,
+/// `Qwen3VLMoeVisionPatchMerger` at 0.5.10 and 0.5.13, which Qwen3.5 inherits). Qwen3.5-27B's
+/// tower: width 1152, 27 layers of MLP 4304, one merger of `4608 -> 4608 -> 5120`;
+/// Qwen3-VL-30B-A3B's: four mergers into 2048.
 #[test]
-fn qwen_patch_mergers_split_across_tp_in_vllm() {
+fn qwen_patch_mergers_split_across_tp() {
     let layers = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304u64);
     let merger = |out: u64| 4608 * 4608 + 4608 + out * 4608;
     for (id, split_mergers) in [
@@ -1514,7 +1513,7 @@ fn qwen_patch_mergers_split_across_tp_in_vllm() {
         );
         assert_eq!(
             weights::towers_per_gpu(&t, 4, Engine::Sglang),
-            layers as f64 / 4.0 + (all - layers as f64),
+            split / 4.0 + (all - split),
             "{id}"
         );
     }
