@@ -2420,6 +2420,46 @@ fn settings_that_act_are_taken() {
     }
 }
 
+/// `--interconnect shm`: one node's GPUs without peer-to-peer access, where NCCL's ring (cuMem
+/// on, vLLM from 0.10.2) keeps its buffers in host memory, so the communicator the profile
+/// connects leaves only its 2 MiB device-state granules: 2 channels x 12 MiB less on a Gen4
+/// board. GeForce RTX boards take it by default (no P2P under NVIDIA's stock driver); `pcie`
+/// says a patched driver grants it.
+#[test]
+fn interconnect_shm_keeps_nccls_ring_in_host_memory() {
+    let non_torch = |gpu: &str, link: Option<&str>| {
+        let mut args = vec![
+            "capacity",
+            "llama-3-8b",
+            "--gpu",
+            gpu,
+            "--engine-version",
+            "0.18.1",
+            "--enforce-eager",
+            "--tensor-parallel-size",
+            "2",
+            "--json",
+        ];
+        if let Some(l) = link {
+            args.extend(["--interconnect", l]);
+        }
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["non_torch_bytes"].as_u64().unwrap()
+    };
+    let ring = 24u64 << 20;
+    assert_eq!(non_torch("l4", None), non_torch("l4", Some("shm")) + ring);
+    assert_eq!(
+        non_torch("rtx-4090", None),
+        non_torch("rtx-4090", Some("shm"))
+    );
+    assert_eq!(
+        non_torch("rtx-4090", Some("pcie")),
+        non_torch("rtx-4090", None) + ring
+    );
+}
+
 /// `checkpoint --budget` takes the spellings `--gpu` takes (one parser): `12G` is 12 GiB, as is
 /// `12GiB`; `vram record` counts one sample in the singular.
 #[test]

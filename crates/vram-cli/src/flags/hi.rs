@@ -272,6 +272,7 @@ impl CapacityArgs {
                 InterconnectArg::Nvls => Interconnect::NvSwitchNvls,
                 InterconnectArg::Nvswitch => Interconnect::NvSwitch,
                 InterconnectArg::Pcie => Interconnect::Pcie,
+                InterconnectArg::Shm => Interconnect::Shm,
                 InterconnectArg::Network => Interconnect::Network,
             }),
             enforce_eager: self.enforce_eager,

@@ -442,8 +442,11 @@ pub enum InterconnectArg {
     Nvls,
     /// NVLink through NVSwitches without NVLS (HGX A100).
     Nvswitch,
-    /// PCIe, or GPUs of one node without peer-to-peer access.
+    /// PCIe with peer-to-peer access (the default for PCIe boards other than GeForce RTX).
     Pcie,
+    /// One node's GPUs without peer-to-peer access: NCCL over host shared memory (the default
+    /// for GeForce RTX boards; also NCCL_P2P_DISABLE=1, or a container without P2P).
+    Shm,
     /// A TP group across nodes.
     Network,
 }
@@ -619,8 +622,10 @@ pub struct CapacityArgs {
     #[arg(long, value_enum)]
     pub attention_backend: Option<AttentionBackendArg>,
     /// How the TP group's GPUs talk, for NCCL's buffers: nvls (NVSwitch with NVLS: HGX
-    /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe, or one node without GPU P2P), network
-    /// (a TP group across nodes) [default: the GPU's board in the catalog].
+    /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe with GPU P2P), shm (one node without
+    /// GPU P2P: NCCL over host memory, as with NCCL_P2P_DISABLE=1), network (a TP group across
+    /// nodes) [default: the GPU's board in the catalog; shm for GeForce RTX, whose stock driver
+    /// gives no P2P].
     #[arg(long, value_enum)]
     pub interconnect: Option<InterconnectArg>,
     /// No CUDA graphs (SGLang: --disable-cuda-graph).
