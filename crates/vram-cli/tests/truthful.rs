@@ -2152,3 +2152,71 @@ fn the_cache_follows_the_precision_in_force() {
     );
     assert_eq!(kv(&["--kv-dtype", "fp8"]).0, 1);
 }
+
+/// An XPU paste (torch's `XPU out of memory`, an Intel GPU) was read as CUDA's: its answer
+/// named `nvidia-smi`, `vram top`, MPS's CUDA limits and `PYTORCH_CUDA_ALLOC_CONF`. It is its
+/// own backend now: `xpu-smi` (Intel XPU Manager 2.0's `xpu-smi ps` for each process's
+/// memory), `torch.xpu`, and no allocator setting (no release-tagged copy of torch's XPU
+/// allocator was read; a note says so). With --model, the plans' times are said to be the
+/// nearest catalog GPU's, not the XPU's.
+#[test]
+fn an_xpu_paste_gets_no_cuda_only_advice() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("xpu-paste");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-doctor/tests/data/messages/xpu-idle-device.txt");
+    // The fixture's layout with a step that fills the device and leaves slack (fragmentation
+    // among the causes, where a CUDA paste is offered expandable segments).
+    let filled = dir.join("xpu-filled.txt");
+    std::fs::write(
+        &filled,
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.56 GiB of which 1.20 GiB is free. Of the allocated memory 10.10 GiB is allocated by PyTorch, and 3.90 GiB is reserved by PyTorch but unallocated. Please use `empty_cache` to release all unoccupied cached memory.\n",
+    )
+    .unwrap();
+    let fixture = fixture.to_string_lossy().into_owned();
+    let filled = filled.to_string_lossy().into_owned();
+    let runs: [Vec<&str>; 3] = [
+        vec!["doctor", &fixture],
+        vec!["doctor", &filled],
+        vec![
+            "doctor",
+            &filled,
+            "--model",
+            "qwen3-0.6b",
+            "--seq",
+            "2048",
+            "--micro-batch",
+            "8",
+        ],
+    ];
+    for args in &runs {
+        let (code, text, err) = vram(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let mut a = args.clone();
+        a.push("--json");
+        let (code, json, err) = vram(&a);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["message"]["backend"], "xpu", "{json}");
+        for out in [&text, &json] {
+            for cuda in [
+                "nvidia-smi",
+                "vram top",
+                "vram record",
+                "CUDA_MPS",
+                "PYTORCH_CUDA_ALLOC_CONF=",
+                "torch.cuda",
+            ] {
+                assert!(!out.contains(cuda), "{args:?}: {cuda} in {out}");
+            }
+            assert!(out.contains("xpu-smi"), "{args:?}: {out}");
+        }
+    }
+    let (_, text, _) = vram(&runs[1]);
+    assert!(
+        text.contains("note: no allocator setting is advised for an XPU paste"),
+        "{text}"
+    );
+    let (_, text, _) = vram(&runs[2]);
+    assert!(text.contains("the catalog has no Intel GPU"), "{text}");
+}
