@@ -337,7 +337,9 @@ def capacity(model: Any, **knobs: Any) -> Capacity:
     """What ``engine`` (``"vllm"``, the default, or ``"sglang"``) would log at start-up for
     ``model`` on ``gpu``: ``vram capacity MODEL --json`` with the engine's knobs as keywords,
     e.g. ``engine="vllm", gpu="a100-80g", gpu_memory_utilization=0.9, max_model_len=8192,
-    tensor_parallel_size=2, kv_cache_dtype="fp8"``; SGLang's ``mem_fraction_static=0.85``.
+    tensor_parallel_size=2, kv_cache_dtype="fp8"``; SGLang's ``mem_fraction_static=0.85``,
+    ``context_length=8192`` (each engine's own flag: SGLang refuses ``max_model_len``, vLLM
+    ``context_length``, as the command does).
     ``model`` as in :func:`estimate`."""
     knobs.pop("json", None)
     with _model_arg(model) as arg:

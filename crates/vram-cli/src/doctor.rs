@@ -213,10 +213,17 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
     }
     let mut d = vram_doctor::diagnose(&inp).map_err(doctor_err)?;
     if let Some(job) = inp.job.as_ref().filter(|_| a.gpu.is_none()) {
-        if msg.backend == Backend::Npu && d.remedies.iter().any(|r| r.step_time_s.is_some()) {
+        let timed = d.remedies.iter().any(|r| r.step_time_s.is_some());
+        if msg.backend == Backend::Npu && timed {
             // The catalog has no Ascend NPU: the plans' times are another device's.
             model_notes.push(format!(
                 "the plans' step times are predicted for the {} (the catalog GPU nearest the NPU's memory; the catalog has no Ascend NPU): they rank the plans, they are not the NPU's times",
+                job.gpu.name
+            ));
+        } else if msg.backend == Backend::Xpu && timed {
+            // Nor an Intel GPU.
+            model_notes.push(format!(
+                "the plans' step times are predicted for the {} (the catalog GPU nearest the XPU's memory; the catalog has no Intel GPU): they rank the plans, they are not the XPU's times",
                 job.gpu.name
             ));
         } else if d.remedies.iter().any(|r| r.step_time_s.is_some()) {

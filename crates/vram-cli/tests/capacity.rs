@@ -689,7 +689,7 @@ fn text_json_and_html_agree_and_the_advice_holds() {
             "sglang",
             "--gpu",
             "rtx-4090",
-            "--max-model-len",
+            "--context-length",
             "8192",
         ],
         &[
@@ -957,7 +957,13 @@ fn max_model_len_follows_the_engines_rope_scaling_rules() {
     let run = |model: &str, engine: &str, len: Option<u64>| {
         let mut a = args(&["capacity", model, "--engine", engine, "--gpu", "h100-80g"]);
         if let Some(l) = len {
-            a.extend(args(&["--max-model-len", &l.to_string()]));
+            // Each engine's own flag (SGLang's parser has no --max-model-len).
+            let flag = if engine == "sglang" {
+                "--context-length"
+            } else {
+                "--max-model-len"
+            };
+            a.extend(args(&[flag, &l.to_string()]));
         }
         a.push("--json".into());
         vram(&a)
@@ -988,7 +994,7 @@ fn max_model_len_follows_the_engines_rope_scaling_rules() {
     // SGLang does not scale a rope_scaling that names original_max_position_embeddings.
     let (code, _, err) = run(&yarn, "sglang", Some(65536));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--max-model-len 65536"), "{err}");
+    assert!(err.contains("--context-length 65536"), "{err}");
     // Both scale `linear` by its factor.
     for engine in ["vllm", "sglang"] {
         let (code, out, err) = run(&linear, engine, None);

@@ -180,14 +180,14 @@ fn capacity_logs() -> Vec<Paste> {
             "l4",
             "sglang",
             "0.5.23",
-            "--max-model-len 4096 --mem-fraction-static 0.7",
+            "--context-length 4096 --mem-fraction-static 0.7",
         ),
         (
             "qwen3-8b",
             "l4",
             "sglang",
             "0.5.3",
-            "--max-model-len 4096 --mem-fraction-static 0.7",
+            "--context-length 4096 --mem-fraction-static 0.7",
         ),
         (
             "llama-3.1-8b",

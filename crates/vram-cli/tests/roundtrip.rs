@@ -131,7 +131,7 @@ fn vllm_failures_after_the_cache_read_back_with_their_figures() {
 #[test]
 fn sglang_failures_read_back_with_their_figures() {
     let (v, line) = predicted(
-        "qwen3-8b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.3 --mem-fraction-static 0.7",
+        "qwen3-8b --gpu l4 --context-length 4096 --engine sglang --engine-version 0.5.3 --mem-fraction-static 0.7",
     );
     let ServingError::SglangNotEnoughMemory {
         mem_fraction_static,
@@ -143,7 +143,7 @@ fn sglang_failures_read_back_with_their_figures() {
     assert_eq!(mem_fraction_static, v["memory_fraction"].as_f64(), "{line}");
 
     let (v, line) = predicted(
-        "qwen3-8b --gpu l4 --max-model-len 4096 --engine sglang --engine-version 0.5.23 --mem-fraction-static 0.7",
+        "qwen3-8b --gpu l4 --context-length 4096 --engine sglang --engine-version 0.5.23 --mem-fraction-static 0.7",
     );
     let ServingError::SglangWeightsLeaveNoKv {
         mem_fraction_static,

@@ -1191,11 +1191,158 @@ fn a_small_bare_gpu_is_named_by_its_size() {
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(
-            "does NOT fit on a 1.02 MiB GPU (rates of the NVIDIA H100 80GB SXM assumed) (1.02 MiB)"
+            "does NOT fit on a 1.02 MiB GPU (rates of the NVIDIA H100 80GB SXM assumed): "
         ),
         "{out}"
     );
     assert!(!out.contains("0.00 GiB"), "{out}");
+}
+
+/// A bare-size `--gpu` names its size in its name, and the lines that put a GPU's memory in
+/// parentheses after its name printed it a second time in a second pair ("a 23.58 GiB GPU
+/// (rates of the NVIDIA H100 80GB SXM assumed) (23.6 GiB)"); a catalog GPU keeps its size.
+/// `vram plan` refused a bare size outright ("unknown GPU `custom`": its cluster looked the
+/// catalog id up again) and planned a card given with its own total (`t4:10GiB`) on the
+/// catalog's total.
+#[test]
+fn a_bare_gpu_size_is_printed_once() {
+    let bare = "a 23.58 GiB GPU (rates of the NVIDIA H100 80GB SXM assumed)";
+    let cases: [(&[&str], String); 4] = [
+        (
+            &["capacity", "qwen3-8b", "--gpu", "23.58GiB"],
+            format!("qwen3-8b on {bare} with vLLM"),
+        ),
+        (
+            &["estimate", "qwen3-8b", "--gpu", "23.58GiB"],
+            format!("does NOT fit on {bare}: "),
+        ),
+        (
+            &[
+                "estimate",
+                "qwen3-8b",
+                "--gpu",
+                "23.58GiB",
+                "--finetune",
+                "lora",
+            ],
+            format!("fits on {bare}: "),
+        ),
+        (
+            &["estimate", "qwen3-8b", "--gpu", "h100-80g"],
+            "does NOT fit on NVIDIA H100 80GB SXM (79.2 GiB): ".to_string(),
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, out, err) = vram(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains(&want), "{args:?}: {out}");
+        assert!(!out.contains(") ("), "{args:?}: {out}");
+        let mut a = args.to_vec();
+        a.push("--json");
+        let (_, json, _) = vram(&a);
+        assert!(!json.contains(") ("), "{args:?}: {json}");
+    }
+    let plan = |gpu: &str| {
+        vram(&[
+            "plan",
+            "qwen3-8b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--gpu",
+            gpu,
+            "--json",
+        ])
+    };
+    let (code, out, err) = plan("23.58GiB");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gpu_memory_bytes"], 25_318_832_210u64, "{out}");
+    let (code, out, err) = plan("t4:10GiB");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gpu_memory_bytes"], 10u64 << 30, "{out}");
+}
+
+/// Each engine's spelling of a capacity flag is taken for that engine, and refused, naming the
+/// engine's own, for the other: vLLM v0.22.1 `engine/arg_utils.py` has --max-model-len,
+/// --max-num-seqs, --enforce-eager, --block-size and no --context-length,
+/// --max-running-requests, --tp-size, --pp-size, --dp-size, --disable-cuda-graph, --page-size;
+/// SGLang v0.5.3 `srt/server_args.py` the other way round. They were taken silently as
+/// aliases, and SGLang's own --max-running-requests was refused as "--max-num-seqs is a vLLM
+/// flag".
+#[test]
+fn each_engine_takes_its_own_spelling_of_a_flag() {
+    let refusals: [(&str, &str, &str); 11] = [
+        ("vllm", "--context-length=4096", "--context-length is an SGLang flag; not for --engine vllm, whose flag is --max-model-len"),
+        ("vllm", "--max-running-requests=8", "--max-running-requests is an SGLang flag; not for --engine vllm, whose flag is --max-num-seqs"),
+        ("vllm", "--tp-size=2", "--tp-size is an SGLang flag; not for --engine vllm, whose flag is --tensor-parallel-size"),
+        ("vllm", "--pp-size=2", "--pp-size is an SGLang flag; not for --engine vllm, whose flag is --pipeline-parallel-size"),
+        ("vllm", "--dp-size=2", "--dp-size is an SGLang flag; not for --engine vllm, whose flag is --data-parallel-size"),
+        ("vllm", "--disable-cuda-graph", "--disable-cuda-graph is an SGLang flag; not for --engine vllm, whose flag is --enforce-eager"),
+        ("vllm", "--page-size=16", "--page-size is an SGLang flag; not for --engine vllm, whose flag is --block-size"),
+        ("sglang", "--max-model-len=4096", "--max-model-len is a vLLM flag; not for --engine sglang, whose flag is --context-length"),
+        ("sglang", "--max-num-seqs=8", "--max-num-seqs is a vLLM flag; not for --engine sglang, whose flag is --max-running-requests"),
+        ("sglang", "--enforce-eager", "--enforce-eager is a vLLM flag; not for --engine sglang, whose flag is --disable-cuda-graph"),
+        ("sglang", "--block-size=16", "--block-size is a vLLM flag; not for --engine sglang, whose flag is --page-size"),
+    ];
+    for (engine, flag, want) in refusals {
+        let (code, out, err) = vram(&["capacity", "qwen3-8b", "--engine", engine, flag]);
+        assert_eq!(code, 2, "{engine} {flag}: {out}");
+        assert_eq!(err.trim(), format!("vram: {want}"), "{engine} {flag}");
+    }
+    // The engine's own spelling gives what vram's other spelling gives.
+    let figures = |args: &[&str]| {
+        let mut a = vec!["capacity", "qwen3-8b", "--json"];
+        a.extend_from_slice(args);
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v.as_object_mut().unwrap().remove("notes");
+        v
+    };
+    let sglang = figures(&[
+        "--engine",
+        "sglang",
+        "--context-length",
+        "4096",
+        "--max-running-requests",
+        "8",
+        "--page-size",
+        "16",
+        "--disable-cuda-graph",
+        "--tp-size",
+        "2",
+    ]);
+    let sglang_long = figures(&[
+        "--engine",
+        "sglang",
+        "--context-length",
+        "4096",
+        "--max-running-requests",
+        "8",
+        "--page-size",
+        "16",
+        "--disable-cuda-graph",
+        "--tensor-parallel-size",
+        "2",
+    ]);
+    assert_eq!(sglang, sglang_long);
+    assert_eq!(sglang["max_model_len"], 4096);
+    let vllm = figures(&[
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "8",
+        "--block-size",
+        "32",
+        "--enforce-eager",
+    ]);
+    assert_eq!(vllm["max_model_len"], 4096);
+    assert_eq!(vllm["max_num_seqs"], 8);
 }
 
 /// Runs `vram ARGS` for its text and `ARGS --json` for its JSON (as written and parsed), both
@@ -1722,7 +1869,7 @@ fn memory_fractions_print_as_the_engine_writes_them() {
         "sglang",
         "--gpu",
         "h100-80g",
-        "--max-model-len",
+        "--context-length",
         "8192",
     ];
     let (code, text, err) = vram(&args);
@@ -2004,4 +2151,72 @@ fn the_cache_follows_the_precision_in_force() {
         (2, bf16)
     );
     assert_eq!(kv(&["--kv-dtype", "fp8"]).0, 1);
+}
+
+/// An XPU paste (torch's `XPU out of memory`, an Intel GPU) was read as CUDA's: its answer
+/// named `nvidia-smi`, `vram top`, MPS's CUDA limits and `PYTORCH_CUDA_ALLOC_CONF`. It is its
+/// own backend now: `xpu-smi` (Intel XPU Manager 2.0's `xpu-smi ps` for each process's
+/// memory), `torch.xpu`, and no allocator setting (no release-tagged copy of torch's XPU
+/// allocator was read; a note says so). With --model, the plans' times are said to be the
+/// nearest catalog GPU's, not the XPU's.
+#[test]
+fn an_xpu_paste_gets_no_cuda_only_advice() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("xpu-paste");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-doctor/tests/data/messages/xpu-idle-device.txt");
+    // The fixture's layout with a step that fills the device and leaves slack (fragmentation
+    // among the causes, where a CUDA paste is offered expandable segments).
+    let filled = dir.join("xpu-filled.txt");
+    std::fs::write(
+        &filled,
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.56 GiB of which 1.20 GiB is free. Of the allocated memory 10.10 GiB is allocated by PyTorch, and 3.90 GiB is reserved by PyTorch but unallocated. Please use `empty_cache` to release all unoccupied cached memory.\n",
+    )
+    .unwrap();
+    let fixture = fixture.to_string_lossy().into_owned();
+    let filled = filled.to_string_lossy().into_owned();
+    let runs: [Vec<&str>; 3] = [
+        vec!["doctor", &fixture],
+        vec!["doctor", &filled],
+        vec![
+            "doctor",
+            &filled,
+            "--model",
+            "qwen3-0.6b",
+            "--seq",
+            "2048",
+            "--micro-batch",
+            "8",
+        ],
+    ];
+    for args in &runs {
+        let (code, text, err) = vram(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let mut a = args.clone();
+        a.push("--json");
+        let (code, json, err) = vram(&a);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["message"]["backend"], "xpu", "{json}");
+        for out in [&text, &json] {
+            for cuda in [
+                "nvidia-smi",
+                "vram top",
+                "vram record",
+                "CUDA_MPS",
+                "PYTORCH_CUDA_ALLOC_CONF=",
+                "torch.cuda",
+            ] {
+                assert!(!out.contains(cuda), "{args:?}: {cuda} in {out}");
+            }
+            assert!(out.contains("xpu-smi"), "{args:?}: {out}");
+        }
+    }
+    let (_, text, _) = vram(&runs[1]);
+    assert!(
+        text.contains("note: no allocator setting is advised for an XPU paste"),
+        "{text}"
+    );
+    let (_, text, _) = vram(&runs[2]);
+    assert!(text.contains("the catalog has no Intel GPU"), "{text}");
 }

@@ -104,6 +104,7 @@ impl CauseKind {
                 Backend::Hip => "HIP-graph private pools",
                 Backend::Npu => "NPU-graph private pools",
                 Backend::Mps => "MPS-graph private pools",
+                Backend::Xpu => "XPU-graph private pools",
             },
             CauseKind::Fragmentation => "fragmentation",
             CauseKind::StepTooLarge => "the step is too large",
@@ -335,6 +336,9 @@ const PAGE_BYTES: u64 = 2 << 20;
 /// labelled the step or other processes, none `unexplained`).
 const DRIVER_SHORTFALL_MEASURED: u64 = 68_701_650_944 - 68_667_047_936;
 
+/// Said where an allocator setting would be advised for an XPU paste ([`Backend::Xpu`]).
+pub const XPU_SETTINGS_NOTE: &str = "no allocator setting is advised for an XPU paste: vramkit has not read torch's XPU caching allocator (c10/xpu/XPUCachingAllocator.cpp) at a release, so which environment variable a given torch reads and whether it takes expandable segments is not known here; PYTORCH_CUDA_ALLOC_CONF is CUDA's";
+
 /// Why a message lists no processes, for its runtime: PyTorch asks NVML for them
 /// (`reportProcessMemoryInfo`, CUDA builds from 2.1), so ROCm and torch_npu never list any.
 fn no_list_reason(backend: Backend) -> &'static str {
@@ -343,6 +347,7 @@ fn no_list_reason(backend: Backend) -> &'static str {
         Backend::Hip => "ROCm builds list none: PyTorch lists processes through NVIDIA's NVML, built only with the CUDA driver API",
         Backend::Npu => "torch_npu lists none",
         Backend::Mps => "the MPS backend lists none",
+        Backend::Xpu => "torch's XPU message lists none",
     }
 }
 
@@ -1364,7 +1369,10 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         // on an H200 (gpu/results/, 2026-11-27: summary.json; 2026-11-28:
         // ab_llama.json's three pairs) its median step was 0.94x on GPT-2 and
         // 1.01-1.12x on the 1.1 B Llama-style loop.
-        let expandable = format!("{}=expandable_segments:True", m.backend.alloc_conf());
+        let expandable = format!(
+            "{}=expandable_segments:True",
+            m.backend.alloc_conf().unwrap_or_default()
+        );
         for (policy, action, cost) in [
             (
                 "pytorch-expandable",
@@ -1380,6 +1388,12 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             // vramkit's allocator drives the CUDA driver (libcuda): nothing it can install on
             // a ROCm or torch_npu build.
             if policy == "vramkit" && backend != Backend::Cuda {
+                continue;
+            }
+            // No allocator setting is advised where its variable was not read at a release
+            // (XPU); a note says so.
+            if policy == "pytorch-expandable" && backend.alloc_conf().is_none() {
+                notes.push(XPU_SETTINGS_NOTE.to_string());
                 continue;
             }
             // The paste sets expandable segments already: not a change left to make.
@@ -1952,6 +1966,7 @@ fn undecided(u: &Undecidable) -> Vec<Undecided> {
     }
     // Slack that could serve this request beside a step that fills the device.
     if backend != Backend::Mps
+        && backend.alloc_conf().is_some()
         && m.layout != Layout::Async
         && !u.step_estimated
         && !u.replayed
@@ -1965,7 +1980,7 @@ fn undecided(u: &Undecidable) -> Vec<Undecided> {
             why: "PyTorch's slack and the free memory could serve this request, but the message is one moment of the step: whether the rest of the step fits once the slack is usable (fragmentation) or needs more than the device (the step) it cannot show".to_string(),
             check: format!(
                 "rerun the same step at the same sizes with `{}=expandable_segments:True`: it runs, the slack was fragmentation (keep the setting); it fails the same way, the step is too large",
-                backend.alloc_conf()
+                backend.alloc_conf().unwrap_or_default()
             ),
         });
     }

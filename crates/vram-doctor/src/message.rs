@@ -105,23 +105,31 @@ pub enum Backend {
     /// Apple's MPS backend (Metal), `MPS backend out of memory`: its only allocator limit is
     /// `PYTORCH_MPS_HIGH_WATERMARK_RATIO`.
     Mps,
+    /// Intel GPUs through torch's XPU backend, `XPU out of memory` (the 2.x layout, with an
+    /// `empty_cache` hint). The allocator's settings are not named: no release-tagged copy of
+    /// torch's `c10/xpu/XPUCachingAllocator.cpp` was reachable here (the stored one is an
+    /// untagged main-branch commit, 00d512ae), so which variable a given torch release reads,
+    /// and whether it takes expandable segments, is not known ([`Backend::alloc_conf`]).
+    Xpu,
 }
 
 impl Backend {
-    /// The environment variable that holds the caching allocator's settings.
-    pub fn alloc_conf(self) -> &'static str {
+    /// The environment variable that holds the caching allocator's settings; `None` where
+    /// vramkit has not read it at a release ([`Backend::Xpu`]), so no setting is advised.
+    pub fn alloc_conf(self) -> Option<&'static str> {
         match self {
-            Backend::Cuda => "PYTORCH_CUDA_ALLOC_CONF",
-            Backend::Hip => "PYTORCH_HIP_ALLOC_CONF",
-            Backend::Npu => "PYTORCH_NPU_ALLOC_CONF",
-            Backend::Mps => "PYTORCH_MPS_HIGH_WATERMARK_RATIO",
+            Backend::Cuda => Some("PYTORCH_CUDA_ALLOC_CONF"),
+            Backend::Hip => Some("PYTORCH_HIP_ALLOC_CONF"),
+            Backend::Npu => Some("PYTORCH_NPU_ALLOC_CONF"),
+            Backend::Mps => Some("PYTORCH_MPS_HIGH_WATERMARK_RATIO"),
+            Backend::Xpu => None,
         }
     }
 
     /// What the message calls the device (`(GPU 0;` or `(NPU 0;`).
     pub fn device_word(self) -> &'static str {
         match self {
-            Backend::Cuda | Backend::Hip => "GPU",
+            Backend::Cuda | Backend::Hip | Backend::Xpu => "GPU",
             Backend::Npu => "NPU",
             Backend::Mps => "MPS",
         }
@@ -136,6 +144,7 @@ impl Backend {
             Backend::Hip => "hip_context",
             Backend::Npu => "npu_context",
             Backend::Mps => "mps_context",
+            Backend::Xpu => "xpu_context",
         }
     }
 
@@ -146,6 +155,7 @@ impl Backend {
             Backend::Hip => "HIP context",
             Backend::Npu => "NPU (CANN) context",
             Backend::Mps => "Metal device state",
+            Backend::Xpu => "XPU runtime context (SYCL, Level Zero)",
         }
     }
 
@@ -161,6 +171,9 @@ impl Backend {
                 "an NPU context is taken as at most 1.5 GiB (the CUDA figure; vramkit has not measured one on Ascend)"
             }
             Backend::Mps => "vramkit has not measured the Metal runtime's own memory",
+            Backend::Xpu => {
+                "an XPU context is taken as at most 1.5 GiB (the CUDA figure; vramkit has not measured one on an Intel GPU)"
+            }
         }
     }
 
@@ -171,6 +184,8 @@ impl Backend {
             Backend::Hip => "hipMalloc",
             Backend::Npu => "aclrtMalloc",
             Backend::Mps => "newHeapWithDescriptor",
+            // `allocPrimitive` in c10/xpu/XPUCachingAllocator.cpp (main, 00d512ae).
+            Backend::Xpu => "sycl::aligned_alloc_device",
         }
     }
 
@@ -181,6 +196,7 @@ impl Backend {
             Backend::Hip => "RCCL buffers, rocBLAS/hipBLASLt/MIOpen workspaces",
             Backend::Npu => "HCCL buffers, CANN operator workspaces",
             Backend::Mps => "the MPS backend's implicit allocations (MPSGraph, MPSNDArray)",
+            Backend::Xpu => "oneCCL buffers, oneDNN/oneMKL workspaces",
         }
     }
 
@@ -191,6 +207,7 @@ impl Backend {
             Backend::Hip => "rocm-smi",
             Backend::Npu => "npu-smi info",
             Backend::Mps => "Activity Monitor",
+            Backend::Xpu => "xpu-smi",
         }
     }
 
@@ -201,6 +218,8 @@ impl Backend {
             Backend::Hip => "rocm-smi --showpids",
             Backend::Npu => "npu-smi info",
             Backend::Mps => "Activity Monitor (GPU and memory columns)",
+            // Intel XPU Manager 2.0's `xpu-smi ps`: each process's device memory (Linux).
+            Backend::Xpu => "xpu-smi ps",
         }
     }
 
@@ -211,6 +230,7 @@ impl Backend {
             Backend::Hip => "RCCL's buffers (RCCL reads NCCL_BUFFSIZE; fewer communicators)",
             Backend::Npu => "HCCL's buffers (HCCL_BUFFSIZE, fewer communicators)",
             Backend::Mps => "no collective library (MPS runs on one device)",
+            Backend::Xpu => "oneCCL's buffers (fewer communicators)",
         }
     }
 
@@ -221,6 +241,7 @@ impl Backend {
             Backend::Hip => "HIP graphs (torch.cuda.CUDAGraph on ROCm)",
             Backend::Npu => "NPU graphs (ACL graphs)",
             Backend::Mps => "MPS graphs",
+            Backend::Xpu => "XPU graphs",
         }
     }
 
@@ -230,6 +251,7 @@ impl Backend {
             Backend::Cuda | Backend::Hip => "torch.cuda",
             Backend::Npu => "torch.npu",
             Backend::Mps => "torch.mps",
+            Backend::Xpu => "torch.xpu",
         }
     }
 }
@@ -766,6 +788,8 @@ fn parse_flat(flat: &str) -> Result<OomMessage> {
                     Backend::Hip
                 } else if before.ends_with("npu ") {
                     Backend::Npu
+                } else if before.ends_with("xpu ") {
+                    Backend::Xpu
                 } else {
                     Backend::Cuda
                 };

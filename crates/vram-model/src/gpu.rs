@@ -66,6 +66,14 @@ pub struct Gpu {
 }
 
 impl Gpu {
+    /// The GPU as a sentence names it beside its memory: `NVIDIA H100 80GB SXM (79.2 GiB)`. A GPU
+    /// given by its size alone already names that size, so it reads as its name alone (`a 23.58
+    /// GiB GPU (rates of the NVIDIA H100 80GB SXM assumed)`), not with a second size in a second
+    /// pair of parentheses.
+    pub fn with_memory(&self) -> String {
+        named_with_memory(self.id, self.name, self.memory_bytes)
+    }
+
     /// The compute capability `(major, minor)`, as `torch.cuda.get_device_capability()` gives it.
     pub fn capability(&self) -> (u32, u32) {
         (self.sm_major, self.sm_minor)
@@ -673,6 +681,15 @@ pub fn size_bytes(s: &str) -> Option<f64> {
         _ => return None,
     };
     Some(v * mult).filter(|b| b.is_finite())
+}
+
+/// [`Gpu::with_memory`] from a GPU's id, name and memory (as an answer's JSON carries them).
+pub fn named_with_memory(id: &str, name: &str, memory_bytes: u64) -> String {
+    if id == "custom" {
+        name.to_string()
+    } else {
+        format!("{name} ({})", crate::fmt::bytes(memory_bytes))
+    }
 }
 
 /// A GPU the catalog lacks, given by its size: the memory as given, every rate (and the

@@ -162,7 +162,9 @@ impl Cluster {
             "h200" => "hgx-h200",
             _ => "8x-rtx4090",
         };
-        Cluster::from_preset(preset(preset_name)?, Some(gpu.id), gpus)
+        // The name as given, not the catalog id: a bare size (`23.58GiB`, id `custom`) and a
+        // card with its own total (`t4:15636037632B`) are looked up again as what was given.
+        Cluster::from_preset(preset(preset_name)?, Some(gpu_name), gpus)
     }
 
     /// Nodes used (the last may be partial).

@@ -235,7 +235,6 @@ fn knobs_at(
             "--gpu-memory-utilization",
             r.gpu_memory_utilization.is_some(),
         ),
-        ("--max-num-seqs", r.max_num_seqs.is_some()),
         (
             "--max-num-batched-tokens",
             r.max_num_batched_tokens.is_some(),
@@ -582,9 +581,8 @@ fn kv_dtype_name(r: &CapacityRequest, config: StoredDtype, g: &Gpu) -> &'static 
 /// The first line of the text, `description` in `--json`.
 fn header(name: &str, g: &Gpu, c: &Capacity, kv: &str) -> String {
     format!(
-        "{name} on {} ({}) with {} {}: max_model_len {}, {} {}, {} {}, KV cache {kv}",
-        g.name,
-        bytes(g.memory_bytes),
+        "{name} on {} with {} {}: max_model_len {}, {} {}, {} {}, KV cache {kv}",
+        g.with_memory(),
         c.engine.label(),
         c.engine_version,
         thousands(c.max_model_len),

@@ -291,7 +291,7 @@ pub const MODELS_LINE: &str = "models: PEFT 0.21.2, bitsandbytes 0.50.2, transfo
 impl FinetuneReport {
     /// The verdict line.
     pub fn verdict(&self) -> String {
-        verdict(&self.gpu.name, self.gpu.memory_bytes, self.total_bytes)
+        verdict(&self.gpu, self.total_bytes)
     }
 
     /// The line of the micro-batch search.

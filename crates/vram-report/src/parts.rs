@@ -27,6 +27,13 @@ pub struct GpuRef {
     pub memory_bytes: u64,
 }
 
+impl GpuRef {
+    /// The GPU as a sentence names it beside its memory ([`vram_model::gpu::Gpu::with_memory`]).
+    pub fn with_memory(&self) -> String {
+        vram_model::gpu::named_with_memory(&self.id, &self.name, self.memory_bytes)
+    }
+}
+
 impl Ranges for GpuRef {
     fn ranges(&self, c: &mut Checker) -> Result<()> {
         // Every verdict divides by it.

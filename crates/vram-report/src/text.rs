@@ -10,22 +10,20 @@ use vram_model::setup::Mode;
 use crate::estimate::{EstimateReport, SearchChecked, StorageQuant, WeightsReport};
 use crate::parts::{Bound, Speed};
 
-/// The verdict on a device total against a GPU.
-pub fn verdict(gpu_name: &str, cap: u64, total: u64) -> String {
+/// The verdict on a device total against a GPU (named with its memory,
+/// [`crate::parts::GpuRef::with_memory`]).
+pub fn verdict(gpu: &crate::parts::GpuRef, total: u64) -> String {
+    let cap = gpu.memory_bytes;
+    let gpu = gpu.with_memory();
     if total <= cap {
         let room = cap - total;
         format!(
-            "fits on {gpu_name} ({}): {} free ({:.0}% headroom)",
-            bytes(cap),
+            "fits on {gpu}: {} free ({:.0}% headroom)",
             bytes(room),
             100.0 * room as f64 / cap as f64
         )
     } else {
-        format!(
-            "does NOT fit on {gpu_name} ({}): {} short",
-            bytes(cap),
-            bytes(total - cap)
-        )
+        format!("does NOT fit on {gpu}: {} short", bytes(total - cap))
     }
 }
 
@@ -141,7 +139,7 @@ const RELEASE: &str =
 impl EstimateReport {
     /// The verdict line.
     pub fn verdict(&self) -> String {
-        verdict(&self.gpu.name, self.gpu.memory_bytes, self.total_bytes)
+        verdict(&self.gpu, self.total_bytes)
     }
 
     /// The lines of the fit searches: the largest micro-batch (training), or the largest batch

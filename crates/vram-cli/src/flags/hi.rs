@@ -198,10 +198,80 @@ impl EstimateArgs {
 }
 
 impl CapacityArgs {
-    /// `--max-model-len` read as the engine version in force reads it (the pinned one, else
-    /// the default; [`vram_plan::capacity::parse_max_model_len`]).
+    /// Refuses a flag that one engine spells and the other's parser does not take, naming the
+    /// engine's own (vLLM v0.22.1 `engine/arg_utils.py` `add_cli_args`, SGLang v0.5.3
+    /// `srt/server_args.py` `add_cli_args`: vLLM has no --context-length,
+    /// --max-running-requests, --tp-size, --pp-size, --dp-size, --disable-cuda-graph or
+    /// --page-size; SGLang no --max-model-len, --max-num-seqs, --enforce-eager or
+    /// --block-size, nor a flag these begin, which its parser would take as an abbreviation).
+    fn engine_spelling(&self) -> Result<()> {
+        // (vLLM's flag, set; SGLang's flag, set)
+        let pairs = [
+            (
+                "--max-model-len",
+                self.max_model_len.is_some(),
+                "--context-length",
+                self.context_length.is_some(),
+            ),
+            (
+                "--max-num-seqs",
+                self.max_num_seqs.is_some(),
+                "--max-running-requests",
+                self.max_running_requests.is_some(),
+            ),
+            (
+                "--tensor-parallel-size",
+                false,
+                "--tp-size",
+                self.tp_size.is_some(),
+            ),
+            (
+                "--pipeline-parallel-size",
+                false,
+                "--pp-size",
+                self.pp_size.is_some(),
+            ),
+            (
+                "--data-parallel-size",
+                false,
+                "--dp-size",
+                self.dp_size.is_some(),
+            ),
+            (
+                "--enforce-eager",
+                self.enforce_eager,
+                "--disable-cuda-graph",
+                self.disable_cuda_graph,
+            ),
+            (
+                "--block-size",
+                self.block_size.is_some(),
+                "--page-size",
+                self.page_size.is_some(),
+            ),
+        ];
+        for (vllm, vllm_set, sglang, sglang_set) in pairs {
+            match self.engine {
+                EngineArg::Vllm if sglang_set => {
+                    return Err(bad_input!(
+                        "{sglang} is an SGLang flag; not for --engine vllm, whose flag is {vllm}"
+                    ))
+                }
+                EngineArg::Sglang if vllm_set => {
+                    return Err(bad_input!(
+                        "{vllm} is a vLLM flag; not for --engine sglang, whose flag is {sglang}"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `--max-model-len` (`--context-length`) read as the engine version in force reads it
+    /// (the pinned one, else the default; [`vram_plan::capacity::parse_max_model_len`]).
     fn max_model_len(&self) -> Result<Option<u64>> {
-        let Some(text) = &self.max_model_len else {
+        let Some(text) = self.max_model_len.as_ref().or(self.context_length.as_ref()) else {
             return Ok(None);
         };
         let engine = match self.engine {
@@ -221,6 +291,7 @@ impl CapacityArgs {
 
     /// What `vram capacity` is asked.
     pub fn request(&self) -> Result<CapacityRequest> {
+        self.engine_spelling()?;
         Ok(CapacityRequest {
             engine: match self.engine {
                 EngineArg::Vllm => Engine::Vllm,
@@ -230,7 +301,7 @@ impl CapacityArgs {
             gpu: gpu::lookup(&self.gpu)?,
             gpu_memory_utilization: self.gpu_memory_utilization,
             max_model_len: self.max_model_len()?,
-            max_num_seqs: self.max_num_seqs,
+            max_num_seqs: self.max_num_seqs.or(self.max_running_requests),
             max_num_batched_tokens: self.max_num_batched_tokens,
             kv_cache_dtype: match self.kv_cache_dtype {
                 KvCacheDtypeArg::Auto => KvCacheDtype::Auto,
@@ -239,9 +310,9 @@ impl CapacityArgs {
                 KvCacheDtypeArg::Fp8E5m2 => KvCacheDtype::Fp8E5m2,
                 KvCacheDtypeArg::Bfloat16 => KvCacheDtype::Bfloat16,
             },
-            tensor_parallel_size: self.tensor_parallel_size,
-            pipeline_parallel_size: self.pipeline_parallel_size,
-            data_parallel_size: self.data_parallel_size,
+            tensor_parallel_size: self.tp_size.unwrap_or(self.tensor_parallel_size),
+            pipeline_parallel_size: self.pp_size.unwrap_or(self.pipeline_parallel_size),
+            data_parallel_size: self.dp_size.unwrap_or(self.data_parallel_size),
             enable_expert_parallel: self.enable_expert_parallel,
             ep_size: self.ep_size,
             enable_dp_attention: self.enable_dp_attention,
@@ -275,9 +346,9 @@ impl CapacityArgs {
                 InterconnectArg::Shm => Interconnect::Shm,
                 InterconnectArg::Network => Interconnect::Network,
             }),
-            enforce_eager: self.enforce_eager,
+            enforce_eager: self.enforce_eager || self.disable_cuda_graph,
             driver: self.driver,
-            block_size: self.block_size,
+            block_size: self.block_size.or(self.page_size),
             weights: self.weights,
             dtype: match self.dtype {
                 DtypeArg::Auto => Dtype::Auto,

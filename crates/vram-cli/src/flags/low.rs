@@ -536,17 +536,25 @@ pub struct CapacityArgs {
     /// `vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`; 0.92 from vLLM 0.20].
     #[arg(long)]
     pub gpu_memory_utilization: Option<f64>,
-    /// Longest request (prompt plus output; SGLang --context-length) [default: the model's
+    /// vLLM: longest request, prompt plus output (SGLang's flag is --context-length; each
+    /// engine's parser refuses the other's, as here) [default: the model's
     /// max_position_embeddings, stretched by its rope_scaling as vLLM v0.11.0
     /// `_get_and_verify_max_len` / SGLang v0.5.3 `get_context_length` do]. Read as the engine
     /// version's parser reads it: vLLM 0.8.4 on also takes 32k (×1000) and 32K (×1024).
-    #[arg(long, alias = "context-length", allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true)]
     pub max_model_len: Option<String>,
-    /// vLLM: most sequences per step [default for `vllm serve`: 1024 on >= 70 GiB GPUs but the
-    /// A100, else 256; vLLM v0.11.0 `engine/arg_utils.py` `_set_default_args`]; SGLang
-    /// --max-running-requests (the request map's rows; SGLang v0.5.3 `init_memory_pool`).
-    #[arg(long, alias = "max-running-requests")]
+    /// SGLang: longest request, vLLM's --max-model-len [default: as there].
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "max_model_len")]
+    pub context_length: Option<String>,
+    /// vLLM: most sequences per step (SGLang's flag is --max-running-requests) [default for
+    /// `vllm serve`: 1024 on >= 70 GiB GPUs but the A100, else 256; vLLM v0.11.0
+    /// `engine/arg_utils.py` `_set_default_args`].
+    #[arg(long)]
     pub max_num_seqs: Option<u64>,
+    /// SGLang: most running requests, the request map's rows (SGLang v0.5.3
+    /// `init_memory_pool`); vLLM's --max-num-seqs.
+    #[arg(long, conflicts_with = "max_num_seqs")]
+    pub max_running_requests: Option<u64>,
     /// vLLM: most tokens per step [default for `vllm serve`: 8192 on >= 70 GiB GPUs but the
     /// A100, else 2048; vLLM v0.11.0 `_set_default_args`].
     #[arg(long)]
@@ -555,16 +563,27 @@ pub struct CapacityArgs {
     /// fp8_e5m2; SGLang v0.5.3: auto, fp8_e4m3, fp8_e5m2).
     #[arg(long, value_enum, default_value = "auto")]
     pub kv_cache_dtype: KvCacheDtypeArg,
-    /// Tensor-parallel GPUs (1 to 1024, dividing the attention heads).
-    #[arg(long, alias = "tp-size", alias = "tp", default_value_t = 1)]
+    /// Tensor-parallel GPUs (1 to 1024, dividing the attention heads): both engines' flag;
+    /// --tp is vram's short form (vLLM's is -tp), --tp-size SGLang's alone.
+    #[arg(long, alias = "tp", default_value_t = 1)]
     pub tensor_parallel_size: u64,
+    /// SGLang: its short name for --tensor-parallel-size, which vLLM refuses.
+    #[arg(long, conflicts_with = "tensor_parallel_size")]
+    pub tp_size: Option<u64>,
     /// Pipeline-parallel stages (1 to the model's layers; on one node or across nodes: the
-    /// same stages).
-    #[arg(long, alias = "pp-size", alias = "pp", default_value_t = 1)]
+    /// same stages): both engines' flag; --pp is vram's short form (vLLM's is -pp).
+    #[arg(long, alias = "pp", default_value_t = 1)]
     pub pipeline_parallel_size: u64,
-    /// Data-parallel replicas of the TP group (vLLM --data-parallel-size, SGLang --dp-size).
-    #[arg(long, alias = "dp-size", alias = "dp", default_value_t = 1)]
+    /// SGLang: its short name for --pipeline-parallel-size, which vLLM refuses.
+    #[arg(long, conflicts_with = "pipeline_parallel_size")]
+    pub pp_size: Option<u64>,
+    /// Data-parallel replicas of the TP group: both engines' flag; --dp is vram's short form
+    /// (vLLM's is -dp).
+    #[arg(long, alias = "dp", default_value_t = 1)]
     pub data_parallel_size: u64,
+    /// SGLang: its short name for --data-parallel-size, which vLLM refuses.
+    #[arg(long, conflicts_with = "data_parallel_size")]
+    pub dp_size: Option<u64>,
     /// vLLM: spread whole experts over the TP x DP GPUs.
     #[arg(long)]
     pub enable_expert_parallel: bool,
@@ -628,8 +647,8 @@ pub struct CapacityArgs {
     /// gives no P2P].
     #[arg(long, value_enum)]
     pub interconnect: Option<InterconnectArg>,
-    /// No CUDA graphs (SGLang: --disable-cuda-graph).
-    #[arg(long, alias = "disable-cuda-graph")]
+    /// vLLM: no CUDA graphs (SGLang's flag is --disable-cuda-graph).
+    #[arg(long)]
     pub enforce_eager: bool,
     /// vLLM: the host's NVIDIA driver, as nvidia-smi's `Driver Version:` prints it (535.161.08)
     /// or its branch (535). Before R550 the CUDA graphs' driver memory is priced at the R535
@@ -637,10 +656,17 @@ pub struct CapacityArgs {
     /// [default: R550 or later].
     #[arg(long, value_parser = vram_plan::capacity::parse_driver)]
     pub driver: Option<u32>,
-    /// vLLM block size [16 on CUDA, `platforms/cuda.py`; one of 1, 8, 16, 32, 64, 128] /
-    /// SGLang --page-size [1, `server_args._handle_page_size`], tokens.
-    #[arg(long, alias = "page-size")]
+    /// SGLang: no CUDA graphs, vLLM's --enforce-eager.
+    #[arg(long)]
+    pub disable_cuda_graph: bool,
+    /// vLLM: KV cache block size, tokens [16 on CUDA, `platforms/cuda.py`; one of 1, 8, 16,
+    /// 32, 64, 128] (SGLang's flag is --page-size).
+    #[arg(long)]
     pub block_size: Option<u64>,
+    /// SGLang: KV cache page size, tokens [1, `server_args._handle_page_size`]; vLLM's
+    /// --block-size.
+    #[arg(long, conflicts_with = "block_size")]
+    pub page_size: Option<u64>,
     /// Weight storage, the engine's --quantization: none, fp8, int8 (8-bit weights, one scale
     /// per output row: W8A8), awq, gptq, bitsandbytes (nf4), mxfp4 [default: the checkpoint's
     /// storage, read from its config's quantization_config as `vram estimate` reads it]. vLLM's

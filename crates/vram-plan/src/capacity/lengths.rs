@@ -38,10 +38,7 @@ const VLLM_AUTO: [u32; 3] = [0, 14, 0];
 pub fn parse_max_model_len(engine: Engine, version: [u32; 3], text: &str) -> Result<u64, String> {
     let shown = format!("{}.{}.{}", version[0], version[1], version[2]);
     let value = text.trim();
-    let flag = match engine {
-        Engine::Vllm => "--max-model-len",
-        Engine::Sglang => "--context-length",
-    };
+    let flag = engine.len_flag();
     let takes = match engine {
         Engine::Sglang => format!("SGLang {shown} reads {flag} as a plain integer"),
         Engine::Vllm if version < VLLM_SUFFIXES => {

@@ -115,6 +115,31 @@ pub enum Engine {
 }
 
 impl Engine {
+    /// The engine's own flag for the longest request: vLLM `--max-model-len`, SGLang
+    /// `--context-length` (each parser lacks the other's: vLLM v0.22.1 `engine/arg_utils.py`,
+    /// SGLang v0.5.3 `srt/server_args.py`).
+    pub fn len_flag(self) -> &'static str {
+        match self {
+            Engine::Vllm => "--max-model-len",
+            Engine::Sglang => "--context-length",
+        }
+    }
+    /// The engine's own flag for [`Knobs::max_num_seqs`]: vLLM `--max-num-seqs`, SGLang
+    /// `--max-running-requests`.
+    pub fn seqs_flag(self) -> &'static str {
+        match self {
+            Engine::Vllm => "--max-num-seqs",
+            Engine::Sglang => "--max-running-requests",
+        }
+    }
+    /// The engine's own flag for [`Knobs::block_size`]: vLLM `--block-size`, SGLang
+    /// `--page-size`.
+    pub fn block_flag(self) -> &'static str {
+        match self {
+            Engine::Vllm => "--block-size",
+            Engine::Sglang => "--page-size",
+        }
+    }
     /// `vllm` or `sglang`.
     pub fn name(self) -> &'static str {
         match self {
@@ -937,7 +962,7 @@ impl Capacity {
     }
 }
 
-fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
+fn validate(t: &Transformer, engine: Engine, k: &Knobs) -> Result<()> {
     if let Some(u) = k.gpu_memory_utilization {
         if !(u > 0.0 && u <= 1.0) {
             return Err(Error::Capacity(format!(
@@ -1004,25 +1029,30 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
     }
     if let Some(l) = k.max_model_len {
         if l == 0 {
-            return Err(Error::Capacity("--max-model-len must be at least 1".into()));
+            return Err(Error::Capacity(format!(
+                "{} must be at least 1",
+                engine.len_flag()
+            )));
         }
         let limit = model_max_len(t, k);
         if l > limit {
             return Err(Error::Capacity(match k.derived_max_model_len {
                 None => format!(
-                    "--max-model-len {l} is larger than the model's max_position_embeddings {limit} and its config has no rope_scaling that stretches it (vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to override)"
+                    "{} {l} is larger than the model's max_position_embeddings {limit} and its config has no rope_scaling that stretches it (vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to override)",
+                    engine.len_flag()
                 ),
                 Some(_) => format!(
-                    "--max-model-len {l} is larger than the model's {limit} positions (max_position_embeddings {} stretched by its rope_scaling)",
+                    "{} {l} is larger than the model's {limit} positions (max_position_embeddings {} stretched by its rope_scaling)",
+                    engine.len_flag(),
                     t.max_positions()
                 ),
             }));
         }
     }
     for (name, v) in [
-        ("--max-num-seqs", k.max_num_seqs),
+        (engine.seqs_flag(), k.max_num_seqs),
         ("--max-num-batched-tokens", k.max_num_batched_tokens),
-        ("--block-size", k.block_size),
+        (engine.block_flag(), k.block_size),
         ("--max-total-tokens", k.max_total_tokens),
         ("--chunked-prefill-size", k.chunked_prefill_size),
         ("--cuda-graph-max-bs", k.cuda_graph_max_bs),
@@ -1045,7 +1075,7 @@ fn validate(t: &Transformer, k: &Knobs) -> Result<()> {
 /// The capacity of `t` served by `engine` on `gpu` with `knobs`, as the engine computes it at
 /// start-up (the CUDA context is the GPU's, [`vram_model::gpu::Gpu::context_bytes`]).
 pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Result<Capacity> {
-    validate(t, knobs)?;
+    validate(t, engine, knobs)?;
     // SGLang's DP and DP-attention groups build no NCCL communicator at start-up
     // (`sglang::sglang_distributed_init`): only a TP or PP group of more than one GPU uses it.
     if engine == Engine::Sglang && knobs.interconnect.is_some() && knobs.tp * knobs.pp == 1 {

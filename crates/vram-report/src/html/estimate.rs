@@ -59,8 +59,8 @@ fn word(name: &str, w: &str) -> (String, String, String) {
 }
 
 /// The verdict paragraph and the GPU line.
-fn gpu_and_verdict(name: &str, mem: u64, fits: bool, verdict: &str) -> String {
-    let mut o = p("gpu", "", &format!("GPU: {name} ({})", bytes(mem)));
+fn gpu_and_verdict(gpu: &crate::parts::GpuRef, fits: bool, verdict: &str) -> String {
+    let mut o = p("gpu", "", &format!("GPU: {}", gpu.with_memory()));
     o.push_str(&p("verdict", if fits { "good" } else { "bad" }, verdict));
     o
 }
@@ -108,12 +108,7 @@ fn breakdown(b: &Bytes) -> String {
 pub(super) fn estimate(r: &EstimateReport) -> String {
     let mut o = format!("<h2>Estimate for {}</h2>", esc(&r.model));
     o.push_str(&p("setup", "", &r.description));
-    o.push_str(&gpu_and_verdict(
-        &r.gpu.name,
-        r.gpu.memory_bytes,
-        r.fits,
-        &r.verdict(),
-    ));
+    o.push_str(&gpu_and_verdict(&r.gpu, r.fits, &r.verdict()));
     o.push_str(&ul("fit", &r.fit_lines()));
     o.push_str(&suggestions(&r.suggestions, &r.suggestion_lines()));
     // The figures of the text's table, each named once.
@@ -353,12 +348,7 @@ pub(super) fn finetune(r: &FinetuneReport) -> String {
     let mut o = format!("<h2>Estimate for {}</h2>", esc(&r.model));
     o.push_str(&p("title", "", &r.title()));
     o.push_str(&p("setup", "", &r.description));
-    o.push_str(&gpu_and_verdict(
-        &r.gpu.name,
-        r.gpu.memory_bytes,
-        r.fits,
-        &r.verdict(),
-    ));
+    o.push_str(&gpu_and_verdict(&r.gpu, r.fits, &r.verdict()));
     o.push_str(&ul("fit", &r.fit_lines()));
     o.push_str(&suggestions(&r.suggestions, &r.suggestion_lines()));
     let mut rows = vec![
