@@ -231,9 +231,19 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "layouts known",
         ),
         (
-            // Past the newest release read (0.22.1): what 0.23 changed, in one line.
+            // Past the newest release modelled (0.24.0): what 0.25 changed, in one line.
             vec!["llama-3-8b", "--engine-version", "0.29"],
-            "--engine-version 0.29: vLLM 0.23 changed the start-up memory profile vram models",
+            "--engine-version 0.29: vLLM 0.25 changed the start-up memory profile vram models",
+        ),
+        (
+            // 0.23 runs a dense Llama on its V2 model runner by default (config/vllm.py).
+            vec!["llama-3.1-8b", "--engine-version", "0.23.0"],
+            "vLLM 0.23 runs LlamaForCausalLM on its V2 model runner by default",
+        ),
+        (
+            // A description without a config.json names no architecture: the runner is unknown.
+            vec!["llama-3-8b", "--engine-version", "0.24"],
+            "this model names no architecture (no config.json)",
         ),
         (
             vec!["qwen3-8b", "--engine-version", "0.22.1"],
