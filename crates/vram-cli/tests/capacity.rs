@@ -241,9 +241,10 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "vLLM 0.23 runs LlamaForCausalLM on its V2 model runner by default",
         ),
         (
-            // A description without a config.json names no architecture: the runner is unknown.
+            // The catalog's llama-3-8b names only its model_type, llama: transformers'
+            // LlamaForCausalLM, on the V2 runner at 0.24.
             vec!["llama-3-8b", "--engine-version", "0.24"],
-            "this model names no architecture (no config.json)",
+            "vLLM 0.24 runs LlamaForCausalLM on its V2 model runner by default",
         ),
         (
             vec!["qwen3-8b", "--engine-version", "0.22.1"],

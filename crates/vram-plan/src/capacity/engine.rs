@@ -411,9 +411,40 @@ pub const VLLM_V2_RUNNER_LACKS: &[([u32; 2], &[&str])] = &[
 /// 0.22 a model with recurrent state (`has_inner_state`, "hybrid/mamba models") goes back to V1;
 /// from 0.23 only under `--mamba-cache-mode align`, which vram does not take (default `none`).
 /// The features of [`VLLM_V2_RUNNER_LACKS`] are taken to be off, as they are by default. A
-/// model that names no architecture (a catalog description without a config.json) is refused
-/// at those releases, since the runner cannot be told.
+/// config that names no architecture is refused at those releases, since the runner cannot be
+/// told ([`vllm_v2_runner_of`] reads its `model_type` first).
 pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<String> {
+    vllm_v2_runner_of(archs, None, t, k)
+}
+
+/// The causal-LM class transformers builds for a `model_type`, for the architectures of
+/// [`VLLM_V2_RUNNER_DEFAULTS`]: `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`
+/// (`transformers/models/auto/modeling_auto.py`, transformers 5.24.0).
+const CAUSAL_LM_CLASSES: &[(&str, &str)] = &[
+    ("llama", "LlamaForCausalLM"),
+    ("mistral", "MistralForCausalLM"),
+    ("qwen3", "Qwen3ForCausalLM"),
+    ("deepseek_v2", "DeepseekV2ForCausalLM"),
+    ("qwen2_moe", "Qwen2MoeForCausalLM"),
+    ("granitemoe", "GraniteMoeForCausalLM"),
+];
+
+/// [`vllm_v2_runner`] for a config that may name no `architectures` (the catalog's short
+/// configs): its `model_type` then stands for transformers' causal-LM class of that type
+/// ([`CAUSAL_LM_CLASSES`]; a type outside them is no default of the V2 runner). Only with
+/// neither is the start refused as one whose runner cannot be told.
+pub fn vllm_v2_runner_of(
+    archs: &[String],
+    model_type: Option<&str>,
+    t: &Transformer,
+    k: &Knobs,
+) -> Option<String> {
+    if archs.is_empty() {
+        if let Some(mt) = model_type {
+            let (_, class) = CAUSAL_LM_CLASSES.iter().find(|(m, _)| *m == mt)?;
+            return vllm_v2_runner_of(&[class.to_string()], None, t, k);
+        }
+    }
     use vram_model::blocks::Quant;
     let version = super::version_label(Engine::Vllm, k);
     match k.vllm_v2_runner {
@@ -435,10 +466,10 @@ pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<St
     let defaults = in_series(VLLM_V2_RUNNER_DEFAULTS)?;
     let lacks = in_series(VLLM_V2_RUNNER_LACKS).unwrap_or(&[]);
     if archs.is_empty() {
-        // A description without a config.json names no architecture, and the runner turns on
-        // it: say so rather than assume V1.
+        // A config that names neither its architectures nor its model_type: the runner turns
+        // on the architecture, so say so rather than assume V1.
         return Some(format!(
-            "vLLM {version} runs {} on its V2 model runner by default (config/vllm.py use_v2_model_runner), whose memory profile vram does not model, and this model names no architecture (no config.json), so vram cannot tell which runner starts it: give the checkpoint's config.json, or --vllm-use-v2-model-runner 0 where the V1 runner runs it",
+            "vLLM {version} runs {} on its V2 model runner by default (config/vllm.py use_v2_model_runner), whose memory profile vram does not model, and this model's config names neither its architectures nor its model_type, so vram cannot tell which runner starts it: give the checkpoint's config.json, or --vllm-use-v2-model-runner 0 where the V1 runner runs it",
             defaults.join(", ")
         ));
     }

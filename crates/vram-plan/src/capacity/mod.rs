@@ -82,8 +82,8 @@ mod vllm;
 mod weights;
 
 pub use engine::{
-    vllm_compiles, vllm_default_utilization, vllm_v2_runner, VLLM_DEFAULT_UTILIZATION,
-    VLLM_V2_RUNNER_DEFAULTS, VLLM_V2_RUNNER_LACKS,
+    vllm_compiles, vllm_default_utilization, vllm_v2_runner, vllm_v2_runner_of,
+    VLLM_DEFAULT_UTILIZATION, VLLM_V2_RUNNER_DEFAULTS, VLLM_V2_RUNNER_LACKS,
 };
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches};

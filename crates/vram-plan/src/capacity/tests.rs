@@ -2072,7 +2072,26 @@ fn versions_past_0_24_and_the_v2_runner_are_not_modelled() {
     // No architecture named (no config.json): the runner cannot be told at 0.22-0.24, so the
     // start is refused unless the user says V1; 0.21 has no V2 default.
     let why = vllm_v2_runner(&[], &llama3(), &at([0, 23, 0], Quantization::None)).unwrap();
-    assert!(why.contains("names no architecture"), "{why}");
+    assert!(
+        why.contains("names neither its architectures nor its model_type"),
+        "{why}"
+    );
+    // A catalog config names its model_type: llama is transformers' LlamaForCausalLM (V2 at
+    // 0.23), gpt2 is in no V2 list (V1).
+    let why = vllm_v2_runner_of(
+        &[],
+        Some("llama"),
+        &llama3(),
+        &at([0, 23, 0], Quantization::None),
+    );
+    assert!(why.unwrap().starts_with("vLLM 0.23 runs LlamaForCausalLM"));
+    assert!(vllm_v2_runner_of(
+        &[],
+        Some("gpt2"),
+        &llama3(),
+        &at([0, 24, 0], Quantization::None)
+    )
+    .is_none());
     assert!(vllm_v2_runner(&[], &llama3(), &env([0, 23, 0], false)).is_none());
     assert!(vllm_v2_runner(&[], &llama3(), &at([0, 21, 0], Quantization::None)).is_none());
     let series: Vec<[u32; 2]> = VLLM_V2_RUNNER_DEFAULTS.iter().map(|(s, _)| *s).collect();
