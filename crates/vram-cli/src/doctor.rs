@@ -38,6 +38,12 @@ pub struct DoctorArgs {
     /// GPU, and a note says which others it fits as well].
     #[arg(long)]
     gpu: Option<String>,
+    /// A serving start-up error with --model: the host's NVIDIA driver, as nvidia-smi prints it
+    /// (535.161.08) or its branch (535), for the capacity figures' CUDA graphs (as `vram
+    /// capacity --driver`) [default: the paste's `Nvidia driver version:` or `Driver Version:`
+    /// line, else R550 or later].
+    #[arg(long, value_parser = vram_plan::capacity::parse_driver)]
+    driver: Option<u32>,
     #[command(flatten)]
     step: StepArgs,
     /// A `torch.cuda.memory_stats()` dump as JSON; give two (earlier first)
@@ -116,6 +122,11 @@ pub fn run(a: &DoctorArgs) -> Result<()> {
         vram_doctor::Reading::Oom(m) => m,
         vram_doctor::Reading::Serving(e) => return serving(a, &e, &text),
     };
+    if a.driver.is_some() {
+        return Err(bad_input!(
+            "--driver prices vLLM's CUDA graphs (a vLLM start-up error with --model); this is a PyTorch out-of-memory message"
+        ));
+    }
     let mut inp = Inputs::new(msg.clone());
     let mut model_notes = Vec::new();
     if let Some(model_arg) = &a.model {
@@ -260,7 +271,51 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
     }
     // With --model (and --gpu), the capacity model's figures for the engine's defaults turn
     // each knob into a number.
-    let conf = vram_doctor::profile::engine_configuration(text);
+    let mut conf = vram_doctor::profile::engine_configuration(text);
+    if a.driver.is_some() {
+        if e.engine() == vram_plan::capacity::Engine::Sglang {
+            return Err(bad_input!(
+                "--driver prices vLLM's CUDA graphs by driver branch; vram's SGLang graphs take no driver, and this is an SGLang start-up error"
+            ));
+        }
+        if a.model.is_none() {
+            return Err(bad_input!(
+                "--driver prices the capacity figures' CUDA graphs, which need --model (and --gpu)"
+            ));
+        }
+    }
+    // The driver given wins over the one the paste prints; SGLang's graphs take none.
+    conf.driver = a.driver.or(conf.driver);
+    if e.engine() == vram_plan::capacity::Engine::Sglang {
+        conf.driver = None;
+    }
+    // The engine's own profiling lines, when the paste holds them, say what took the room.
+    let mut profile = vram_doctor::profile::read(text);
+    // The device the paste prints (vLLM's free-memory check, its profile's total) is the one the
+    // capacity figures are of: a --gpu of another size would mix two devices in one answer.
+    let pasted_total = match *e {
+        ServingError::VllmFreeBelowUtilization {
+            total_bytes,
+            cpu_backend: false,
+            ..
+        } => Some(total_bytes),
+        _ => None,
+    }
+    .or(profile.as_ref().and_then(|p| p.total_bytes));
+    if let (Some(_), Some(g), Some(total)) = (&a.model, a.gpu.as_deref(), pasted_total) {
+        let g = vram_model::gpu::lookup(g)?;
+        let r = total as f64 / g.memory_bytes.max(1) as f64;
+        let spread = 1.0 + vram_model::gpu::TOTAL_SPREAD;
+        if r > spread || r * spread < 1.0 {
+            return Err(bad_input!(
+                "--gpu {} holds {}, but the paste's device has {}: the capacity figures would be of another GPU than the engine's; give --gpu the paste's device, or its total (--gpu {:.2}GiB)",
+                g.id,
+                vram_doctor::human_bytes(g.memory_bytes),
+                vram_doctor::human_bytes(total),
+                total as f64 / (1u64 << 30) as f64
+            ));
+        }
+    }
     let (figures, mut notes) = match &a.model {
         None => (None, Vec::new()),
         // A load failure is not about memory: no capacity figure changes it.
@@ -280,15 +335,23 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
             (Some(f), n)
         }
     };
-    // The engine's own profiling lines, when the paste holds them, say what took the room.
-    let mut profile = vram_doctor::profile::read(text);
     if let Some(reason) = profile.as_ref().and_then(|p| p.impossible()) {
         return Err(doctor_err(DoctorError::Unparseable { reason }));
     }
     // A V1 log that prints no budget gets the named GPU's total (the catalog's, as PyTorch
     // reports it) and the logged or default utilization; the profile says which it used.
+    let mut gpu_used = a.model.is_some();
     if let (Some(p), Some(g)) = (profile.as_mut(), a.gpu.as_deref()) {
+        let before = p.clone();
         p.supply_device(vram_model::gpu::lookup(g)?);
+        gpu_used |= *p != before;
+    }
+    // Without --model, --gpu only completes a V1 budget or marks a ROCm device; elsewhere the
+    // answer is the paste's alone, and says so rather than seem to count the GPU named.
+    if a.gpu.is_some() && !gpu_used {
+        notes.push(
+            "--gpu is not used: with a serving start-up error it sizes the capacity model's figures with --model, or completes a vLLM V1 budget the log does not print (beside its `Model loading took` and `Available KV cache memory` lines), and this paste has neither".to_string(),
+        );
     }
     let mut d = serving::explain_profiled(e, profile.as_ref(), figures.as_ref());
     // A remedy the pasted configuration already runs is left out, and a note says so.

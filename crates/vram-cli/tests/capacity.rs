@@ -434,6 +434,19 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             vec!["llama-3.1-8b", "--max-num-seqs", "100000000"],
             "max_num_batched_tokens (8192) must be greater than or equal to max_num_seqs (100000000)",
         ),
+        // The host's driver: nvidia-smi's driver version or its branch, not a CUDA version.
+        (
+            vec!["llama-3.1-8b", "--driver", "12.4"],
+            "reads as a CUDA version",
+        ),
+        (vec!["llama-3.1-8b", "--driver", "latest"], "as nvidia-smi prints it"),
+        (vec!["llama-3.1-8b", "--driver", "5350"], "as nvidia-smi prints it"),
+        (vec!["llama-3.1-8b", "--driver", ""], "as nvidia-smi prints it"),
+        (vec!["llama-3.1-8b", "--driver", "384.81"], "older than R410"),
+        (
+            vec!["llama-3.1-8b", "--engine", "sglang", "--driver", "535"],
+            "not for --engine sglang",
+        ),
     ] {
         let mut a = vec!["capacity".to_string()];
         a.extend(args.iter().map(|s| s.to_string()));
@@ -455,6 +468,101 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("vLLM 0.22.1"), "{out}");
     assert!(out.contains("the V1 model runner"), "{out}");
+}
+
+/// `--driver` is an input: without it the assumptions say a driver of R550 or later is priced
+/// and name `--driver`; a driver before R550 prices the CUDA graphs at the R535 figure and says
+/// so; R550 or later changes no figure. Text, `--json` and the HTML report carry the same line.
+/// vllm#17462's setup (Qwen3-32B, two L20s, TP 2, vLLM 0.8.4) starts without a driver and is
+/// refused under the driver its `collect_env` prints.
+#[test]
+fn the_driver_is_an_input_and_every_output_names_it() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity-driver");
+    std::fs::create_dir_all(&dir).unwrap();
+    let setup = [
+        "qwen3-32b",
+        "--engine-version",
+        "0.8.4",
+        "--gpu",
+        "l20",
+        "--tensor-parallel-size",
+        "2",
+        "--max-model-len",
+        "16384",
+    ];
+    let mut graphs = vec![];
+    for (i, (driver, line, starts)) in [
+        (None, "NVIDIA driver R550 or later assumed", true),
+        (
+            Some("535.161.08"),
+            "CUDA graphs on driver R535 (before R550)",
+            false,
+        ),
+        (
+            Some("R570"),
+            "CUDA graphs on driver R570 (R550 or later)",
+            true,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut a = args(&["capacity"]);
+        a.extend(args(&setup));
+        if let Some(d) = driver {
+            a.extend(args(&["--driver", d]));
+        }
+        let (code, text, err) = vram(&a);
+        assert_eq!(code, 0, "{driver:?}: {err}");
+        a.push("--json".into());
+        let (code, json, err) = vram(&a);
+        assert_eq!(code, 0, "{driver:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let jf = dir.join(format!("driver{i}.json"));
+        let hf = dir.join(format!("driver{i}.html"));
+        std::fs::write(&jf, &json).unwrap();
+        let (code, _, err) = vram(&args(&[
+            "report",
+            jf.to_str().unwrap(),
+            "--out",
+            hf.to_str().unwrap(),
+        ]));
+        assert_eq!(code, 0, "{err}");
+        let html = html_text(&std::fs::read_to_string(&hf).unwrap());
+        let said: Vec<&str> = v["assumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap())
+            .filter(|x| x.contains("driver R"))
+            .collect();
+        assert_eq!(said.len(), 1, "{driver:?}: {said:?}");
+        assert!(said[0].starts_with(line), "{driver:?}: {}", said[0]);
+        assert_eq!(
+            said[0].contains("--driver"),
+            driver.is_none(),
+            "{}",
+            said[0]
+        );
+        let assumed = text.lines().find(|l| l.starts_with("assumed: ")).unwrap();
+        assert!(assumed.contains(said[0]), "{driver:?}: {assumed}");
+        assert!(html.contains(said[0]), "{driver:?}");
+        assert_eq!(v["starts"], serde_json::json!(starts), "{driver:?}");
+        graphs.push(v["cuda_graph_bytes"].as_u64().unwrap());
+    }
+    // R535's graphs are larger; R570's are those of no driver given.
+    assert!(graphs[1] > 3 * graphs[0], "{graphs:?}");
+    assert_eq!(graphs[2], graphs[0]);
+    // Without graphs a driver moves nothing, and the line says so.
+    let mut a = args(&["capacity"]);
+    a.extend(args(&setup));
+    a.extend(args(&["--enforce-eager", "--driver", "535", "--json"]));
+    let (code, json, err) = vram(&a);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        json.contains("driver R535: no CUDA graph is captured, so the driver moves no figure"),
+        "{json}"
+    );
 }
 
 /// What a run that does not start says: the largest length that would, and a change that
@@ -2653,6 +2761,10 @@ fn free_memory_at_start_against_the_logged_snapshots() {
             a.extend(args(&["--gpu-memory-utilization", "1.0"]));
             let (code, _, err) = vram(&a);
             let id = c["id"].as_str().unwrap();
+            // A case of a release vram does not model yet (its `modelled_from`) is refused whole.
+            if c.get("modelled_from").is_some() && err.contains("vram models vLLM 0.5 to") {
+                continue;
+            }
             assert_eq!(code, 2, "{id}: {err}");
             let est: f64 = err
                 .split("(estimated: ")

@@ -1070,7 +1070,7 @@ fn doctor_reads_the_engines_profile_lines_in_a_pasted_serving_log() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("the weights took the most: 5.20 GiB"), "{out}");
     assert!(
-        out.contains("1. --gpu-memory-utilization 0.84  [enough]"),
+        out.contains("1. --gpu-memory-utilization 0.84  [not enough alone]"),
         "{out}"
     );
     let (code, json, _) = vram(&["doctor", &f, "--no-nvml", "--json"]);
@@ -1260,6 +1260,104 @@ fn doctor_says_when_the_given_gpu_is_smaller_than_the_messages_device() {
             "{gpu}: {same}"
         );
     }
+}
+
+/// With `--model` and `--gpu`, vLLM's no-cache error is offered a utilization only where the cache
+/// then holds one request of max_model_len (the engine's next check): Llama 3.1 8B at its own
+/// 131072 tokens needs 32.90 GiB on a 23.55 GiB RTX 4090, so none is enough (0.72 was offered
+/// as enough, beside the capacity model's TP 2 at 131072), and the answer does not ask for the
+/// `--gpu` it was given. The paste's device given as its total runs the free-memory error's
+/// figures on it, and the capacity model's change is not that error's fix.
+#[test]
+fn doctor_serving_remedies_hold_for_the_start_they_name() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let paste = dir.join("vllm-no-cache-blocks.txt").display().to_string();
+    let args = [
+        "doctor",
+        &paste,
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "rtx-4090",
+    ];
+    let (code, out, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("or name the GPU, --gpu"), "{out}");
+    let (code, json, _) = vram(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let rs = v["remedies"].as_array().unwrap();
+    let u = rs
+        .iter()
+        .find(|r| {
+            r["action"]
+                .as_str()
+                .unwrap()
+                .contains("--gpu-memory-utilization")
+        })
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(u["enough"], false, "{u}");
+    assert!(
+        u["detail"].as_str().unwrap().contains("131072 tokens")
+            && u["detail"]
+                .as_str()
+                .unwrap()
+                .contains("no utilization is enough"),
+        "{u}"
+    );
+    let free = dir
+        .join("vllm-free-below-utilization.txt")
+        .display()
+        .to_string();
+    let (code, out, err) = vram(&[
+        "doctor",
+        &free,
+        "--model",
+        "llama-3.1-70b",
+        "--gpu",
+        "121.63GiB",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1. --gpu-memory-utilization 0.86  [enough]"),
+        "{out}"
+    );
+    for line in out.lines().filter(|l| l.contains("(vram capacity)")) {
+        assert!(
+            line.trim_start().starts_with("not this error's fix"),
+            "{out}"
+        );
+    }
+}
+
+/// `--gpu` without `--model` on a serving start-up error is used only to complete a V1 budget
+/// the log does not print; elsewhere it was silently ignored (a PyTorch message refuses it), so
+/// the answer says it is not used, in text and JSON alike. Where it completes the budget
+/// (vllm#23278's lines), no such note.
+#[test]
+fn doctor_says_when_a_serving_paste_does_not_use_the_gpu_given() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vram-doctor/tests/data/messages");
+    let paste = dir.join("vllm-v0-max-seq-len.txt").display().to_string();
+    let args = ["doctor", &paste, "--gpu", "rtx-4090"];
+    let (code, out, err) = vram(&args);
+    assert_eq!(code, 0, "{err}");
+    let note = out
+        .lines()
+        .find_map(|l| l.strip_prefix("note: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(note.starts_with("--gpu is not used: "), "{note}");
+    let (code, json, _) = vram(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["notes"][0].as_str(), Some(note), "{json}");
+    let log = "gpu_model_runner.py:2007] Model loading took 65.9651 GiB and 12.799889 seconds\n\
+               gpu_worker.py:276] Available KV cache memory: -2.14 GiB\n\
+               ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n";
+    let d = tmp("doctor-gpu-used");
+    let f = write(&d, "serve.log", log.as_bytes());
+    let (code, out, err) = vram(&["doctor", &f, "--gpu", "h100-80g"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("--gpu is not used"), "{out}");
 }
 
 /// The doctor's plans follow `vram plan`'s rule on a GPU without native bf16 (compute
@@ -2322,6 +2420,46 @@ fn settings_that_act_are_taken() {
     }
 }
 
+/// `--interconnect shm`: one node's GPUs without peer-to-peer access, where NCCL's ring (cuMem
+/// on, vLLM from 0.10.2) keeps its buffers in host memory, so the communicator the profile
+/// connects leaves only its 2 MiB device-state granules: 2 channels x 12 MiB less on a Gen4
+/// board. GeForce RTX boards take it by default (no P2P under NVIDIA's stock driver); `pcie`
+/// says a patched driver grants it.
+#[test]
+fn interconnect_shm_keeps_nccls_ring_in_host_memory() {
+    let non_torch = |gpu: &str, link: Option<&str>| {
+        let mut args = vec![
+            "capacity",
+            "llama-3-8b",
+            "--gpu",
+            gpu,
+            "--engine-version",
+            "0.18.1",
+            "--enforce-eager",
+            "--tensor-parallel-size",
+            "2",
+            "--json",
+        ];
+        if let Some(l) = link {
+            args.extend(["--interconnect", l]);
+        }
+        let (code, out, err) = vram(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["non_torch_bytes"].as_u64().unwrap()
+    };
+    let ring = 24u64 << 20;
+    assert_eq!(non_torch("l4", None), non_torch("l4", Some("shm")) + ring);
+    assert_eq!(
+        non_torch("rtx-4090", None),
+        non_torch("rtx-4090", Some("shm"))
+    );
+    assert_eq!(
+        non_torch("rtx-4090", Some("pcie")),
+        non_torch("rtx-4090", None) + ring
+    );
+}
+
 /// `checkpoint --budget` takes the spellings `--gpu` takes (one parser): `12G` is 12 GiB, as is
 /// `12GiB`; `vram record` counts one sample in the singular.
 #[test]
@@ -2900,6 +3038,10 @@ fn hostile_input_round_two_is_one_line_and_exit_2() {
         .display()
         .to_string();
     let kv_doctor = |model: &str| s(&["doctor", &kv_paste, "--model", model, "--gpu", "h100-80g"]);
+    let free_paste = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../vram-doctor/tests/data/messages/vllm-free-below-utilization.txt")
+        .display()
+        .to_string();
     let hub_404 = canned_http(b"HTTP/1.1 404 Not Found\r\nX-Error-Code: RepoNotFound\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     let hub_500 = canned_http(
         b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\nConnection: close\r\n\r\noops!",
@@ -2922,6 +3064,13 @@ fn hostile_input_round_two_is_one_line_and_exit_2() {
             kv_doctor("deepseek-v3"),
             vec![],
             "needs 8.58 GiB of KV cache at tensor-parallel size 1 by the capacity model, where the paste's vLLM needed 16.00 GiB",
+        ),
+        // The paste's device has 121.63 GiB (its free-memory check); an RTX 4090's figures
+        // were put beside it in one answer, exit 0.
+        (
+            s(&["doctor", &free_paste, "--model", "llama-3.1-8b", "--gpu", "rtx-4090"]),
+            vec![],
+            "--gpu rtx-4090 holds 23.55 GiB, but the paste's device has 121.63 GiB: the capacity figures would be of another GPU than the engine's; give --gpu the paste's device, or its total (--gpu 121.63GiB)",
         ),
         (kv_doctor("llama-3-8b"), vec![], "--model llama-3-8b cannot run as the paste ran (its max_model_len, TP size and share): --max-model-len 131072 is larger than the model's max_position_embeddings 8192"),
         // Parallel flags in combination.
@@ -3039,5 +3188,77 @@ fn doctor_names_a_pasted_driver_before_r550() {
             .iter()
             .any(|n| n.as_str().unwrap().contains(note));
         assert_eq!(in_json, noted, "{name}: {v}");
+    }
+}
+
+/// `vram doctor --driver` gives the host's driver for a vLLM start-up error with `--model`, as
+/// `vram capacity --driver` does, and wins over the one the paste prints; without `--model`, on
+/// an SGLang error or a PyTorch message it has nothing to price and is refused in one line.
+#[test]
+fn doctor_takes_the_driver_as_a_flag() {
+    let error = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n";
+    let dir = tmp("doctor-driver-flag");
+    let note = "CUDA graphs on driver R535 (before R550)";
+    let bare = write(&dir, "bare.log", error.as_bytes());
+    let r550 = write(
+        &dir,
+        "r550.log",
+        format!("Nvidia driver version: 550.54.15\n{error}").as_bytes(),
+    );
+    for (f, driver, noted) in [
+        (&bare, None, false),
+        (&bare, Some("535.161.08"), true),
+        (&r550, None, false),
+        (&r550, Some("535"), true),
+    ] {
+        let mut a = vec!["doctor", f.as_str(), "--no-nvml", "--model", "llama-3.1-8b"];
+        a.extend(["--gpu", "l20", "--json"]);
+        if let Some(d) = driver {
+            a.extend(["--driver", d]);
+        }
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 0, "{f} {driver:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let in_json = v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains(note));
+        assert_eq!(in_json, noted, "{f} {driver:?}: {v}");
+    }
+    let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.68 GiB memory in use. Of the allocated memory 35.00 GiB is allocated by PyTorch, and 42.00 GiB is reserved by PyTorch but unallocated.";
+    let sglang = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.";
+    for (a, want) in [
+        (
+            vec!["doctor", bare.as_str(), "--no-nvml", "--driver", "535"],
+            "need --model",
+        ),
+        (
+            vec!["doctor", oom, "--no-nvml", "--driver", "535"],
+            "this is a PyTorch out-of-memory message",
+        ),
+        (
+            vec![
+                "doctor",
+                sglang,
+                "--no-nvml",
+                "--model",
+                "llama-3.1-8b",
+                "--gpu",
+                "l20",
+                "--driver",
+                "535",
+            ],
+            "this is an SGLang start-up error",
+        ),
+        (
+            vec!["doctor", bare.as_str(), "--no-nvml", "--driver", "12.2"],
+            "reads as a CUDA version",
+        ),
+    ] {
+        let (code, out, err) = vram(&a);
+        assert_eq!(code, 2, "{a:?}: {out}{err}");
+        assert!(err.contains(want), "{a:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{a:?}: {err}");
     }
 }

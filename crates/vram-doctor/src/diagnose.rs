@@ -1358,7 +1358,12 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
         // PyTorch 2.11.0+cu130, 2026-11-22), five training loops (GPT-2,
         // BERT, ResNet-50, Pythia-1.4B, Llama-3-8B cut to 4 layers), median
         // step against PyTorch's default allocator: expandable segments
-        // 1.00-1.09x, the vramkit plug-in 1.08-1.82x.
+        // 1.00-1.09x, the vramkit plug-in 1.08-1.82x under the policy of main at
+        // ae4ab64, which unmapped free pages in every step
+        // (shared/groundtruth/gpu-runs.md). Today's policy keeps them mapped;
+        // on an H200 (gpu/results/, 2026-11-27: summary.json; 2026-11-28:
+        // ab_llama.json's three pairs) its median step was 0.94x on GPT-2 and
+        // 1.01-1.12x on the 1.1 B Llama-style loop.
         let expandable = format!("{}=expandable_segments:True", m.backend.alloc_conf());
         for (policy, action, cost) in [
             (
@@ -1369,7 +1374,7 @@ pub fn diagnose(inp: &Inputs) -> Result<Diagnosis> {
             (
                 "vramkit",
                 "vramkit's allocator (import vramkit.torch; vramkit.torch.install())",
-                "1.08-1.82x the default's step time on five training loops measured on an H100",
+                "0.94x the default's median step on GPT-2 and 1.01-1.12x on a 1.1 B Llama-style model, measured on an H200 (gpu/results/); the 1.08-1.82x of five training loops on an H100 was an earlier policy that unmapped free pages every step",
             ),
         ] {
             // vramkit's allocator drives the CUDA driver (libcuda): nothing it can install on

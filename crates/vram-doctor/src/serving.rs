@@ -288,6 +288,16 @@ pub struct CapacityFigures {
     pub non_kv_bytes: u64,
     /// KV-cache bytes per token of context per GPU, all layers.
     pub kv_bytes_per_token: u64,
+    /// The `max_model_len` the capacity model ran at: the error's, else the one the paste's
+    /// configuration runs, else the model's own (the engine's default).
+    pub max_model_len: u64,
+    /// Whether the paste shows that length (its error or its configuration); false where it is
+    /// the model's own.
+    pub max_model_len_shown: bool,
+    /// The tensor-parallel size the capacity model ran at: the paste's configuration's, else 1.
+    pub tensor_parallel_size: u64,
+    /// Whether the paste shows that size; false where 1 is assumed.
+    pub tensor_parallel_shown: bool,
     /// The cheapest single change with which the capacity model starts the engine at the
     /// error's `max_model_len` (`vram_plan::suggest::serving`, the change `vram capacity`
     /// offers too), if one does.
@@ -329,12 +339,7 @@ impl CapacityFigures {
         conf: &crate::profile::EngineConfiguration,
     ) -> Result<Self, FiguresError> {
         use vram_plan::capacity::{self, Engine, Knobs, Quantization};
-        let engine = match e {
-            ServingError::SglangNotEnoughMemory { .. }
-            | ServingError::SglangWeightsLeaveNoKv { .. }
-            | ServingError::SglangUnbalancedMemory { .. } => Engine::Sglang,
-            _ => Engine::Vllm,
-        };
+        let engine = e.engine();
         let knobs = Knobs {
             // The error's own length, else the one the paste's configuration runs (the other
             // errors name none: a change sized at the model's whole context is not the paste's).
@@ -436,6 +441,10 @@ impl CapacityFigures {
                 .saturating_add(c.activation_peak_bytes)
                 .saturating_add(c.cuda_graph_bytes),
             kv_bytes_per_token: capacity::kv_bytes_per_token(t, &knobs),
+            max_model_len: c.max_model_len,
+            max_model_len_shown: knobs.max_model_len.is_some(),
+            tensor_parallel_size: knobs.tp,
+            tensor_parallel_shown: conf.tensor_parallel_size.is_some_and(|n| n > 0),
             change,
             failed_share: match engine {
                 Engine::Sglang => knobs.mem_fraction_static,
@@ -573,6 +582,17 @@ impl ServingError {
             ServingError::LoadNegativeDimension { .. } => "load-negative-dimension",
             ServingError::LoadShardNotAligned { .. } => "load-shard-not-aligned",
             ServingError::LoadMarlinUnsupported { .. } => "load-marlin-unsupported",
+        }
+    }
+
+    /// The engine whose error this is: SGLang's three messages, else vLLM.
+    pub fn engine(&self) -> vram_plan::capacity::Engine {
+        use vram_plan::capacity::Engine;
+        match self {
+            ServingError::SglangNotEnoughMemory { .. }
+            | ServingError::SglangWeightsLeaveNoKv { .. }
+            | ServingError::SglangUnbalancedMemory { .. } => Engine::Sglang,
+            _ => Engine::Vllm,
         }
     }
 
@@ -1387,12 +1407,16 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         ServingError::VllmNoCacheMemory { available_bytes } => {
             let short = available_bytes.filter(|&b| b < 0).map(|b| b.unsigned_abs());
             let r = match cap {
-                Some(c) => fraction_by_capacity(
-                    c,
-                    c.kv_bytes_per_token.saturating_mul(VLLM_BLOCK),
-                    "--gpu-memory-utilization",
-                    "what precedes the cache",
-                    "utilization",
+                // Past this error the engine checks that one request of max_model_len fits the
+                // cache (V1's `check_enough_kv_cache_memory`, V0's `raise_if_cache_size_invalid`),
+                // so a share that leaves one block is not enough to start.
+                Some(c) => raise_utilization(
+                    cap,
+                    c.max_model_len,
+                    format!(
+                        "the cache must then hold one request of max_model_len{}, as vLLM checks next",
+                        if c.max_model_len_shown { "" } else { " (the model's own: the paste shows none)" }
+                    ),
                 ),
                 None => ServingRemedy {
                     action: "raise --gpu-memory-utilization".into(),
@@ -1988,12 +2012,37 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
     };
     // The capacity model's cheapest change, second: after what fits with the memory as it is
     // (a shorter length, a larger fraction), before the generic advice.
-    if let Some(ch) = cap.and_then(|c| c.change.as_ref()) {
+    // Where other processes hold the device (the free-memory check at start, the profile's
+    // change in free memory, SGLang's unbalanced ranks), the check fails the same whatever the
+    // change: it is what the start needs past that check, at the settings the capacity model ran
+    // (named), not this error's fix. SGLang's unbalanced check runs only above TP 1, so figures at
+    // the TP 1 assumed where the paste shows none are of another start, and none is offered.
+    let others = matches!(
+        err,
+        ServingError::VllmFreeBelowUtilization { .. }
+            | ServingError::VllmProfilingMemoryChanged { .. }
+            | ServingError::SglangUnbalancedMemory { .. }
+    );
+    let of_another_start = matches!(err, ServingError::SglangUnbalancedMemory { .. })
+        && cap.is_some_and(|c| !c.tensor_parallel_shown);
+    if let Some((c, ch)) = cap
+        .filter(|_| !of_another_start)
+        .and_then(|c| c.change.as_ref().map(|ch| (c, ch)))
+    {
         let remedy = ServingRemedy {
             action: ch.flags.clone(),
-            enough: true,
+            enough: !others,
             detail: format!(
-                "the capacity model starts it with this change alone at max_model_len {}: {} tokens of KV cache, {:.2} requests of that length at once{} (vram capacity)",
+                "{} at max_model_len {}: {} tokens of KV cache, {:.2} requests of that length at once{} (vram capacity)",
+                if others {
+                    format!(
+                        "not this error's fix (what other processes hold fails the same check whatever this changes); past that check, at tensor-parallel size {}{}, the capacity model does not start it, and starts it with this change alone",
+                        c.tensor_parallel_size,
+                        if c.tensor_parallel_shown { "" } else { " (assumed: the paste shows none)" }
+                    )
+                } else {
+                    "the capacity model starts it with this change alone".to_string()
+                },
                 ch.max_model_len,
                 ch.kv_cache_tokens,
                 ch.max_concurrency,
@@ -2353,11 +2402,44 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
         ServingError::VllmNoCacheMemory { .. } => {
             let short = p.kv_bytes.map(|k| if k < 0 { k.unsigned_abs() } else { 0 });
             let mut remedies = Vec::new();
+            // Past this error the engine checks that one request of max_model_len fits the cache
+            // (V0's `raise_if_cache_size_invalid`, V1's `check_enough_kv_cache_memory`): a remedy
+            // that leaves the cache something is enough only where that request is sized, by the
+            // capacity model's KV bytes per token at its max_model_len.
+            let request = d
+                .capacity
+                .as_ref()
+                .map(|c| c.kv_bytes_per_token.saturating_mul(c.max_model_len));
+            let next_check = match request {
+                Some(q) => format!(
+                    "; one request of max_model_len, which vLLM checks next, needs {} of cache (capacity model)",
+                    hb(q)
+                ),
+                None => "; vLLM then checks that one request of max_model_len fits the cache, which these lines do not size (--model and --gpu size it)".to_string(),
+            };
             // A budget from supplied figures yields to the capacity model's own, when given.
             let measured = p.supplied.is_none() || d.capacity.is_none();
-            if let (Some(t), Some(x), true) = (total, non_kv, measured) {
-                let u = share_above(x, t);
+            if let (Some(t), Some(x), true, Some(c)) = (total, non_kv, measured, &d.capacity) {
+                // With the model, the cache must also hold one request of max_model_len, which
+                // the engine checks next: one block of cache is not a start.
+                let need = c.kv_bytes_per_token.saturating_mul(c.max_model_len);
+                let u = frac_up((x + need) as f64 / t.max(1) as f64);
                 remedies.push(utilization_remedy(
+                    u,
+                    format!(
+                        "the engine measured {} before the cache; with {} of cache for one request of max_model_len ({} tokens{}), which vLLM checks next, that is {} of the {} device{}",
+                        hb(x),
+                        hb(need),
+                        c.max_model_len,
+                        if c.max_model_len_shown { "" } else { ", the model's own: the paste shows none" },
+                        hb(x + need),
+                        hb(t),
+                        if u > 1.0 { ", more than the whole GPU: no utilization is enough" } else { "" }
+                    ),
+                ));
+            } else if let (Some(t), Some(x), true) = (total, non_kv, measured) {
+                let u = share_above(x, t);
+                let mut r = utilization_remedy(
                     u,
                     format!(
                         "the budget must hold the {} measured before the cache and a cache: {} / {} = {:.4} of the device; each 0.01 above it adds {} of KV cache, as long as that share of the device is free at start-up{}",
@@ -2366,9 +2448,11 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                         hb(t),
                         x as f64 / t as f64,
                         hb(t / 100),
-                        if u > 1.0 { "; more than the whole GPU, no utilization is enough" } else { "" }
+                        if u > 1.0 { "; more than the whole GPU, no utilization is enough".to_string() } else { next_check.clone() }
                     ),
-                ));
+                );
+                r.enough = false;
+                remedies.push(r);
             }
             if let Some((part, bytes)) = p.largest() {
                 let parts = p.parts().unwrap_or_default();
@@ -2414,15 +2498,24 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                                 (Some(k), None) => format!("--tensor-parallel-size ×{k} (the weights over {k} times as many GPUs)"),
                                 (None, _) => "--tensor-parallel-size (more GPUs) or a smaller checkpoint".into(),
                             },
-                            enough: k.is_some(),
+                            // The request at the present size bounds the one over more GPUs.
+                            enough: k.is_some_and(|k| {
+                                request.is_some_and(|q| {
+                                    budget.unwrap_or(0).saturating_sub(bytes / k + rest) >= q
+                                })
+                            }),
                             detail: match k {
                                 Some(k) => format!(
-                                    "{} of weights per GPU instead of {}, with the rest as measured ({}), leaves {} of the {} budget for the cache; NCCL's buffers grow with the GPUs",
+                                    "{} of weights per GPU instead of {}, with the rest as measured ({}), leaves {} of the {} budget for the cache{}; NCCL's buffers grow with the GPUs",
                                     hb(bytes / k),
                                     hb(bytes),
                                     hb(rest),
                                     hb(budget.unwrap_or(0).saturating_sub(bytes / k + rest)),
                                     hb(budget.unwrap_or(0)),
+                                    match request {
+                                        Some(q) => format!("; one request of max_model_len, which vLLM checks next, needs at most {} of it (capacity model, at the present size)", hb(q)),
+                                        None => next_check.clone(),
+                                    }
                                 ),
                                 None => format!("the weights take {} of the budget{short_words}", hb(bytes)),
                             },
@@ -2448,14 +2541,14 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                     }),
                     Part::CudaGraphs => remedies.push(ServingRemedy {
                         action: "--enforce-eager (or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)".into(),
-                        enough: short.is_some_and(|s| bytes > s),
-                        detail: format!("drops the CUDA graphs' {} estimate from the budget{short_words}", hb(bytes)),
+                        enough: short.is_some_and(|s| request.is_some_and(|q| bytes > s + q)),
+                        detail: format!("drops the CUDA graphs' {} estimate from the budget{short_words}{next_check}", hb(bytes)),
                     }),
                     Part::OutsidePytorch | Part::Others => remedies.push(ServingRemedy {
                         action: "stop what else holds or takes memory on the GPU (another server, a trainer, co-resident models) before the start".into(),
-                        enough: short.is_some_and(|s| bytes > s),
+                        enough: short.is_some_and(|s| request.is_some_and(|q| bytes > s + q)),
                         detail: format!(
-                            "{} of it counted against gpu_memory_utilization's share{short_words}",
+                            "{} of it counted against gpu_memory_utilization's share{short_words}{next_check}",
                             hb(bytes)
                         ),
                     }),
@@ -2478,7 +2571,9 @@ fn apply_profile(d: &mut ServingDiagnosis, err: &ServingError, p: &StartupProfil
                     "{}. Which part took the room these lines cannot show: {}",
                     d.explanation,
                     if p.budget_bytes.is_none() {
-                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line; or name the GPU, --gpu, for its total)"
+                        // `--gpu` completes a V1 budget only beside the printed weights and cache
+                        // (`StartupProfile::supply_device`), so the sentence names both lines.
+                        "the budget is not printed (V1 prints it, and the profile's parts, with VLLM_LOGGING_LEVEL=DEBUG; V0 from 0.6.5 in its `model weights take` line; with V1's `Model loading took` and `Available KV cache memory` lines both pasted, naming the GPU, --gpu, gives its total)"
                     } else if p.supplied.is_some() {
                         "with the supplied figures, the weights and the rest are too close to tell apart, or each default utilization names a different one (VLLM_LOGGING_LEVEL=DEBUG prints the budget and the profile's parts)"
                     } else {

@@ -113,6 +113,9 @@ pub struct CapacityRequest {
     pub interconnect: Option<Interconnect>,
     /// `--enforce-eager` (SGLang `--disable-cuda-graph`).
     pub enforce_eager: bool,
+    /// `--driver`: the host's NVIDIA driver branch (535 for `535.161.08`; `None`: R550 or
+    /// later assumed), vLLM only.
+    pub driver: Option<u32>,
     /// `--block-size` (SGLang `--page-size`).
     pub block_size: Option<u64>,
     /// `--weights` (alias `--quantization`; `None`: the config's `quantization_config`).
@@ -261,6 +264,12 @@ fn knobs_at(
         Engine::Vllm => ("an SGLang", &sglang_only[..]),
         Engine::Sglang => ("a vLLM", &vllm_only[..]),
     };
+    // The host's driver is no engine flag; it prices vLLM's graphs only (`graphs.rs`).
+    if engine == Engine::Sglang && r.driver.is_some() {
+        return Err(input(
+            "--driver prices vLLM's CUDA graphs by driver branch; vram's SGLang graphs take no driver (not for --engine sglang)",
+        ));
+    }
     if let Some((flag, _)) = wrong.iter().find(|(_, set)| *set) {
         return Err(input(format!(
             "{flag} is {other} flag; not for --engine {}",
@@ -372,10 +381,9 @@ fn knobs_at(
             t.max_positions(),
             engine,
         ),
-        // `vram capacity` takes no driver: no source says which driver a start without one
-        // should be priced for, so its graphs keep the figures measured on the fit hosts. A
-        // pasted driver reaches the model through the doctor (`vram_doctor::profile`).
-        driver: None,
+        // `--driver`; without it the graphs are priced for R550 or later, which the
+        // assumptions say (`vram_plan::capacity`'s `graphs::driver_line`).
+        driver: r.driver,
     })
 }
 

@@ -272,9 +272,11 @@ impl CapacityArgs {
                 InterconnectArg::Nvls => Interconnect::NvSwitchNvls,
                 InterconnectArg::Nvswitch => Interconnect::NvSwitch,
                 InterconnectArg::Pcie => Interconnect::Pcie,
+                InterconnectArg::Shm => Interconnect::Shm,
                 InterconnectArg::Network => Interconnect::Network,
             }),
             enforce_eager: self.enforce_eager,
+            driver: self.driver,
             block_size: self.block_size,
             weights: self.weights,
             dtype: match self.dtype {

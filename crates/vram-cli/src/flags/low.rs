@@ -442,8 +442,11 @@ pub enum InterconnectArg {
     Nvls,
     /// NVLink through NVSwitches without NVLS (HGX A100).
     Nvswitch,
-    /// PCIe, or GPUs of one node without peer-to-peer access.
+    /// PCIe with peer-to-peer access (the default for PCIe boards other than GeForce RTX).
     Pcie,
+    /// One node's GPUs without peer-to-peer access: NCCL over host shared memory (the default
+    /// for GeForce RTX boards; also NCCL_P2P_DISABLE=1, or a container without P2P).
+    Shm,
     /// A TP group across nodes.
     Network,
 }
@@ -620,13 +623,21 @@ pub struct CapacityArgs {
     #[arg(long, value_enum)]
     pub attention_backend: Option<AttentionBackendArg>,
     /// How the TP group's GPUs talk, for NCCL's buffers: nvls (NVSwitch with NVLS: HGX
-    /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe, or one node without GPU P2P), network
-    /// (a TP group across nodes) [default: the GPU's board in the catalog].
+    /// H100/H200/B200), nvswitch (HGX A100), pcie (PCIe with GPU P2P), shm (one node without
+    /// GPU P2P: NCCL over host memory, as with NCCL_P2P_DISABLE=1), network (a TP group across
+    /// nodes) [default: the GPU's board in the catalog; shm for GeForce RTX, whose stock driver
+    /// gives no P2P].
     #[arg(long, value_enum)]
     pub interconnect: Option<InterconnectArg>,
     /// No CUDA graphs (SGLang: --disable-cuda-graph).
     #[arg(long, alias = "disable-cuda-graph")]
     pub enforce_eager: bool,
+    /// vLLM: the host's NVIDIA driver, as nvidia-smi's `Driver Version:` prints it (535.161.08)
+    /// or its branch (535). Before R550 the CUDA graphs' driver memory is priced at the R535
+    /// figure, 3.7 x the later one (vllm#5517 measured the step between R545 and R550)
+    /// [default: R550 or later].
+    #[arg(long, value_parser = vram_plan::capacity::parse_driver)]
+    pub driver: Option<u32>,
     /// vLLM block size [16 on CUDA, `platforms/cuda.py`; one of 1, 8, 16, 32, 64, 128] /
     /// SGLang --page-size [1, `server_args._handle_page_size`], tokens.
     #[arg(long, alias = "page-size")]

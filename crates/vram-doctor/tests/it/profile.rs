@@ -181,9 +181,45 @@ fn the_weights_that_take_most_of_the_budget_are_named_with_measured_remedies() {
     assert_eq!(p.largest(), Some((Part::Weights, gib(5.20))));
     let d = explain_profiled(&parse(&text).unwrap(), Some(&p), None);
     assert_eq!(d.cause, ServingCause::Weights);
-    // (5.60 + 1.05) / 8.00 = 0.83125 of the device holds what preceded the cache: 0.84.
+    // (5.60 + 1.05) / 8.00 = 0.83125 of the device holds what preceded the cache: 0.84. It
+    // leaves the cache 0.07 GiB, and vLLM then checks that one request of max_model_len fits
+    // the cache (0.7.3's `raise_if_cache_size_invalid`), which these lines do not size: not
+    // enough alone (it was marked enough; Qwen2.5-7B's 32768 tokens need 1.75 GiB).
     assert_eq!(d.remedies[0].action, "--gpu-memory-utilization 0.84");
-    assert!(d.remedies[0].enough);
+    assert!(!d.remedies[0].enough);
+    assert!(
+        d.remedies[0]
+            .detail
+            .contains("vLLM then checks that one request of max_model_len fits the cache"),
+        "{}",
+        d.remedies[0].detail
+    );
+    assert!(!d.remedies[1].enough, "{:?}", d.remedies[1]);
+    // With the model's figures (Qwen2.5-7B: 56 KiB a token, 32768 tokens), the utilization holds
+    // what the engine measured and that request: (6.65 + 1.75) / 8.00 is more than the device.
+    let cap = vram_doctor::serving::CapacityFigures {
+        device_bytes: 8 << 30,
+        non_kv_bytes: gib(6.65),
+        kv_bytes_per_token: 56 << 10,
+        max_model_len: 32768,
+        max_model_len_shown: false,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
+        change: None,
+        failed_share: None,
+    };
+    let with = explain_profiled(&parse(&text).unwrap(), Some(&p), Some(&cap));
+    assert_eq!(with.remedies[0].action, "raise --gpu-memory-utilization");
+    assert!(!with.remedies[0].enough);
+    assert!(
+        with.remedies[0]
+            .detail
+            .contains("1.75 GiB of cache for one request of max_model_len (32768 tokens"),
+        "{}",
+        with.remedies[0].detail
+    );
+    // Twice the GPUs leave 1.55 GiB, less than the request at the present size: not shown enough.
+    assert!(!with.remedies[1].enough, "{:?}", with.remedies[1]);
     // Half the weights (2.60) and the rest as measured (1.45) leave the 5.60 GiB budget 1.55.
     // The configuration line says TP 1 and bitsandbytes: twice the GPUs, and no "quantize" advice.
     assert_eq!(p.tensor_parallel_size, Some(1));

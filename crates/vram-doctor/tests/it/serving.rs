@@ -174,6 +174,10 @@ fn the_capacity_model_plugs_in_through_capacity_figures() {
         device_bytes: 80 << 30,
         non_kv_bytes: 20 << 30,
         kv_bytes_per_token: 128 << 10,
+        max_model_len: 131072,
+        max_model_len_shown: true,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
         change: None,
         failed_share: None,
     };
@@ -230,6 +234,10 @@ fn the_capacity_models_change_is_offered_and_no_fraction_above_one() {
         device_bytes: 24 << 30,
         non_kv_bytes: 16 << 30,
         kv_bytes_per_token: 128 << 10,
+        max_model_len: 131072,
+        max_model_len_shown: true,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
         change: Some(CapacityChange {
             flags: "--tensor-parallel-size 2".into(),
             max_model_len: 131072,
@@ -272,6 +280,150 @@ fn the_capacity_models_change_is_offered_and_no_fraction_above_one() {
         assert!(!d.remedies[0].enough);
         assert_eq!(d.remedies[1].action, "--tensor-parallel-size 2", "{f}");
     }
+}
+
+/// vLLM's no-cache error with the model's figures: past it the engine checks that one request
+/// of max_model_len fits the cache, so the utilization offered holds what precedes the cache
+/// and that request, not one block (0.26 of the made-up 80 GiB GPU left 16 tokens of cache and
+/// was marked enough, where one request of 131072 tokens needs 16 GiB: 0.45).
+#[test]
+fn no_cache_blocks_with_the_model_sizes_one_request_of_max_model_len() {
+    let cap = CapacityFigures {
+        device_bytes: 80 << 30,
+        non_kv_bytes: 20 << 30,
+        kv_bytes_per_token: 128 << 10,
+        max_model_len: 131072,
+        max_model_len_shown: false,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
+        change: None,
+        failed_share: None,
+    };
+    let d = explain(
+        &parse(&fixture("vllm-no-cache-blocks.txt")).unwrap(),
+        Some(&cap),
+    );
+    let u = &d.remedies[0];
+    assert_eq!(
+        u.action, "--gpu-memory-utilization 0.45",
+        "{:?}",
+        d.remedies
+    );
+    assert!(u.enough);
+    assert!(
+        u.detail
+            .contains("one request of max_model_len (the model's own: the paste shows none)")
+            && u.detail.contains("131072 tokens"),
+        "{}",
+        u.detail
+    );
+    // On a 24 GiB GPU the same request needs 36 GiB: no utilization is enough.
+    let small = CapacityFigures {
+        device_bytes: 24 << 30,
+        ..cap
+    };
+    let d = explain(
+        &parse(&fixture("vllm-no-cache-blocks.txt")).unwrap(),
+        Some(&small),
+    );
+    assert_eq!(d.remedies[0].action, "raise --gpu-memory-utilization");
+    assert!(!d.remedies[0].enough, "{:?}", d.remedies[0]);
+}
+
+/// Where other processes hold the device (vLLM's free-memory check at start), the capacity
+/// model's change (more GPUs, fp8) does not pass that check: each GPU's free memory is compared
+/// with the share the same way. It is offered as what the start needs past the check, not as
+/// enough (it was "[enough] ... starts it with this change alone").
+#[test]
+fn the_capacity_change_is_not_enough_for_an_error_other_processes_cause() {
+    let cap = CapacityFigures {
+        device_bytes: 120 << 30,
+        non_kv_bytes: 140 << 30,
+        kv_bytes_per_token: 320 << 10,
+        max_model_len: 131072,
+        max_model_len_shown: false,
+        tensor_parallel_size: 1,
+        tensor_parallel_shown: false,
+        change: Some(CapacityChange {
+            flags: "--tensor-parallel-size 2".into(),
+            max_model_len: 131072,
+            kv_cache_tokens: 150_000,
+            max_concurrency: 1.14,
+            bound: None,
+        }),
+        failed_share: None,
+    };
+    let d = explain(
+        &parse(&fixture("vllm-free-below-utilization.txt")).unwrap(),
+        Some(&cap),
+    );
+    let tp = d
+        .remedies
+        .iter()
+        .find(|r| r.action == "--tensor-parallel-size 2")
+        .unwrap_or_else(|| panic!("{:?}", d.remedies));
+    assert!(!tp.enough, "{tp:?}");
+    assert!(
+        tp.detail.starts_with("not this error's fix"),
+        "{}",
+        tp.detail
+    );
+    assert!(
+        tp.detail
+            .contains("at tensor-parallel size 1 (assumed: the paste shows none), the capacity model does not start it"),
+        "{}",
+        tp.detail
+    );
+    // SGLang's unbalanced-memory check runs only above TP 1: figures at an assumed TP 1 are of
+    // another start, and no change is offered from them; at a TP the paste shows, it is, not
+    // as enough.
+    let unbalanced = ServingError::SglangUnbalancedMemory {
+        min_free_bytes: gib(60.5),
+        local_free_bytes: gib(78.2),
+    };
+    let d = explain(&unbalanced, Some(&cap));
+    assert!(
+        d.remedies
+            .iter()
+            .all(|r| !r.detail.contains("(vram capacity)")),
+        "{:?}",
+        d.remedies
+    );
+    let shown = CapacityFigures {
+        tensor_parallel_size: 2,
+        tensor_parallel_shown: true,
+        change: Some(CapacityChange {
+            flags: "--tensor-parallel-size 4".into(),
+            max_model_len: 131072,
+            kv_cache_tokens: 300_000,
+            max_concurrency: 2.28,
+            bound: None,
+        }),
+        ..cap.clone()
+    };
+    let d = explain(&unbalanced, Some(&shown));
+    let r = d
+        .remedies
+        .iter()
+        .find(|r| r.detail.contains("(vram capacity)"))
+        .unwrap_or_else(|| panic!("{:?}", d.remedies));
+    assert!(
+        !r.enough
+            && r.detail
+                .contains("at tensor-parallel size 2, the capacity model"),
+        "{r:?}"
+    );
+    // The utilization within what was free stays the fix.
+    let d = explain(
+        &parse(&fixture("vllm-free-below-utilization.txt")).unwrap(),
+        Some(&cap),
+    );
+    assert!(
+        d.remedies[0]
+            .action
+            .starts_with("--gpu-memory-utilization 0.86")
+            && d.remedies[0].enough
+    );
 }
 
 #[test]

@@ -50,11 +50,12 @@
 //!   2.22 `finishPlan` puts a small collective's work in the kernel's arguments instead). What
 //!   those cost on the device is set by the driver and is in no open source: vllm#5517 measured
 //!   the same NCCL-in-graph start on A10G and L4 at 3.81 GiB of graphs under the CUDA 12.2 and
-//!   12.3 drivers (R535, R545) and 1.14 GiB under 12.4 (R550). Where a paste or log names the
-//!   driver ([`Knobs::driver`]) and it is older than R550, each layer's graph share is
-//!   [`DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550`] (fitted on R535 logs that print both) and the
-//!   captured all-reduces' shares scale alike; otherwise the figures measured on the fit hosts,
-//!   whose driver their logs do not print. At the R535 figure vllm#17462 (R535, V1 0.8.4, TP 2
+//!   12.3 drivers (R535, R545) and 1.14 GiB under 12.4 (R550). Where a paste, a log or
+//!   `--driver` names the driver ([`Knobs::driver`]) and it is older than R550, each layer's
+//!   graph share is [`DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550`] (fitted on R535 logs that
+//!   print both) and the captured all-reduces' shares scale alike; otherwise the figures
+//!   measured on the fit hosts, whose driver their logs do not print, priced as R550 or later
+//!   and said so in the assumptions ([`driver_line`]). At the R535 figure vllm#17462 (R535, V1 0.8.4, TP 2
 //!   over PCIe) is refused, but at the sampler warm-up after the graphs where the engine failed
 //!   inside `capture_end`; vllm#17469's host prints no driver (BENCHMARKS.md, "The driver's
 //!   share of the graphs, by driver branch").
@@ -126,6 +127,31 @@ pub(super) fn driver_assumption(k: &Knobs) -> Option<String> {
             DRIVER_BYTES_PER_LAYER_GRAPH / 1024,
         )
     })
+}
+
+/// The assumption line for the host's driver in a vLLM start whose graphs are `captured`
+/// (`false`: `--enforce-eager` or a mode without graphs). Without a driver (`vram capacity`
+/// without `--driver`, a paste that prints none) the figures are those of a driver of R550 or
+/// later, and the line says so and names `--driver`; a driver before R550 gets
+/// [`driver_assumption`]'s line; R550 or later, the figures as they are. Where no graph is
+/// captured a given driver moves nothing, and the line says that instead.
+pub(super) fn driver_line(k: &Knobs, captured: bool) -> Option<String> {
+    match (k.driver, captured) {
+        (None, false) => None,
+        (Some(d), false) => Some(format!(
+            "driver R{d}: no CUDA graph is captured, so the driver moves no figure"
+        )),
+        (None, true) => Some(format!(
+            "NVIDIA driver R{FIRST_LEANER_DRIVER} or later assumed for the CUDA graphs' driver memory, {} KiB per layer per size per mode (give --driver 535.161.08, or the branch 535, for an older one: before R{FIRST_LEANER_DRIVER} vram prices it at {} KiB, as vllm#5517 measured the same start's graphs 3.35 x larger under R535/R545 than R550)",
+            DRIVER_BYTES_PER_LAYER_GRAPH / 1024,
+            DRIVER_BYTES_PER_LAYER_GRAPH_BEFORE_R550 / 1024,
+        )),
+        (Some(d), true) if d < FIRST_LEANER_DRIVER => driver_assumption(k),
+        (Some(d), true) => Some(format!(
+            "CUDA graphs on driver R{d} (R{FIRST_LEANER_DRIVER} or later): {} KiB of driver memory per layer per size per mode",
+            DRIVER_BYTES_PER_LAYER_GRAPH / 1024,
+        )),
+    }
 }
 
 /// Device memory one NCCL all-reduce captured into a graph keeps when its transport needs no

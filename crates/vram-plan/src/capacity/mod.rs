@@ -159,6 +159,39 @@ pub fn driver_graph_assumption(driver: Option<u32>) -> Option<String> {
     })
 }
 
+/// The NVIDIA driver's branch (its major version) from `--driver`: the version as `nvidia-smi`'s
+/// `Driver Version:` or `collect_env`'s `Nvidia driver version:` prints it (`535.161.08`,
+/// `550.54.15`), or the branch alone (`535`, `R535`). A CUDA version (`12.4`, what `nvidia-smi`
+/// prints beside the driver) is refused by name, as is a branch before R410, the first driver of
+/// CUDA 10.0 (CUDA 10.0.130 release notes: >= 410.48), which CUDA graphs need.
+pub fn parse_driver(s: &str) -> std::result::Result<u32, String> {
+    let form = "expected the NVIDIA driver's version as nvidia-smi prints it (535.161.08) or its branch (535)";
+    let v = s.trim();
+    let v = v.strip_prefix(['R', 'r']).unwrap_or(v);
+    let mut parts = v.split('.');
+    let major = parts.next().unwrap_or_default();
+    let rest: Vec<&str> = parts.collect();
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if !digits(major) || rest.len() > 2 || !rest.iter().all(|p| digits(p)) {
+        return Err(form.to_string());
+    }
+    if major.len() <= 2 && !rest.is_empty() {
+        return Err(format!(
+            "{v} reads as a CUDA version (nvidia-smi's `CUDA Version:`), not the driver's; {form}"
+        ));
+    }
+    let branch: u32 = match (major.len(), major.parse()) {
+        (3, Ok(n)) => n,
+        _ => return Err(form.to_string()),
+    };
+    if branch < 410 {
+        return Err(format!(
+            "R{branch} is older than R410, the first driver of CUDA 10.0, which CUDA graphs need; {form}"
+        ));
+    }
+    Ok(branch)
+}
+
 /// `major.minor[.patch]` as numbers (`0.6.5` → `[0, 6, 5]`); `None` if it is not of that form.
 pub fn parse_version(v: &str) -> Option<[u32; 3]> {
     let mut out = [0u32; 3];
@@ -775,8 +808,9 @@ pub struct Knobs {
     pub bidirectional_vision: bool,
     /// The host's NVIDIA driver branch (the major version: 535 for `535.161.08`) where a paste
     /// or log prints it (`collect_env`'s `Nvidia driver version:`, `nvidia-smi`'s `Driver
-    /// Version:`). `None`: not known, and the graphs' driver memory is priced as measured on the
-    /// hosts of `graphs.rs`'s fit half. Only branches before R550 change a figure
+    /// Version:`) or `vram capacity --driver` gives it ([`parse_driver`]). `None`: not known,
+    /// and the graphs' driver memory is priced for a driver of R550 or later, which the
+    /// assumptions say (`graphs::driver_line`). Only branches before R550 change a figure
     /// (`graphs::driver_bytes_per_layer_graph`).
     pub driver: Option<u32>,
 }
@@ -1091,7 +1125,7 @@ pub fn capacity(t: &Transformer, gpu: &Gpu, engine: Engine, knobs: &Knobs) -> Re
 pub struct ShareCeiling {
     /// The largest share, in hundredths, within the bound.
     pub max: f64,
-    /// The bound in words, with its figures.
+    /// The bound in words, with its figures: a noun phrase, printed after "within" (`ServingChange::gives`).
     pub text: String,
 }
 
@@ -1135,7 +1169,7 @@ pub fn share_ceiling(
                 None => ShareCeiling {
                     max: 1.0,
                     text: format!(
-                        "vLLM {} checks no free memory at start (V1 does from 0.9.1); the budget and, beside it, the CUDA context and graphs must fit the {:.2} GiB device, as the capacity model checks",
+                        "what the device holds beside the budget: vLLM {} checks no free memory at start (V1 does from 0.9.1), so the budget and, beside it, the CUDA context and graphs must fit the {:.2} GiB device, as the capacity model checks",
                         version_label(Engine::Vllm, k),
                         gib(now.total_bytes)
                     ),
@@ -1149,7 +1183,7 @@ pub fn share_ceiling(
             ShareCeiling {
                 max: max.clamp(0.0, 1.0),
                 text: format!(
-                    "SGLang checks no upper bound at start; the rest of the {:.2} GiB free before loading holds the activations and CUDA graphs (the fraction as server_args.py defines it), {:.2} GiB by the estimate of vram: at most {:.2}",
+                    "what SGLang leaves beside its static pool: it checks no upper bound at start, and the rest of the {:.2} GiB free before loading holds the activations and CUDA graphs (the fraction as server_args.py defines it), {:.2} GiB by the estimate of vram: at most {:.2}",
                     gib(pre),
                     gib(rest),
                     max.clamp(0.0, 1.0)

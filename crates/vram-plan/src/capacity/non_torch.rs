@@ -67,11 +67,17 @@ pub enum Interconnect {
     NvSwitchNvls,
     /// NVLink through NVSwitches without NVLS (HGX/DGX A100).
     NvSwitch,
-    /// PCIe (GeForce, L4, L40, A10, T4, V100 PCIe, H100 PCIe) and AMD Instinct (RCCL over xGMI,
-    /// not modelled separately); also GPUs of one node without peer-to-peer access (containers
-    /// that hide it: vLLM logs "Custom allreduce is disabled because your platform lacks GPU P2P
-    /// capability"), where NCCL goes through host shared memory with as few channels.
+    /// PCIe with peer-to-peer access (L4, L40, A10, T4, V100 PCIe, H100 PCIe) and AMD Instinct
+    /// (RCCL over xGMI, not modelled separately).
     Pcie,
+    /// GPUs of one node that NCCL connects through host shared memory, without peer-to-peer
+    /// access: by default the GeForce RTX boards, which NVIDIA's stock driver gives none
+    /// ([`stock_driver_denies_p2p`]); asked for (`--interconnect shm`) where a user runs with
+    /// `NCCL_P2P_DISABLE=1`, where a container hides peer access (vLLM then logs "Custom
+    /// allreduce is disabled because your platform lacks GPU P2P capability or P2P test
+    /// failed"), or where the host's PCIe path is one NCCL will not use for P2P (its default
+    /// level is PXB: PHB and beyond only between two GPUs on an AMD CPU, `ncclTopoCheckP2p`).
+    Shm,
     /// A TP group that spans nodes (vLLM over Ray: "Custom allreduce is disabled because this
     /// process group spans across nodes"): NCCL's network transport between them.
     Network,
@@ -86,6 +92,7 @@ pub(super) fn interconnect(gpu: &Gpu, k: &Knobs) -> Interconnect {
     match gpu.id {
         "h100-80g" | "h200" | "h20" | "h20-141g" | "b200" => Interconnect::NvSwitchNvls,
         "a100-40g" | "a100-80g" => Interconnect::NvSwitch,
+        _ if stock_driver_denies_p2p(gpu) => Interconnect::Shm,
         _ => Interconnect::Pcie,
     }
 }
@@ -240,8 +247,10 @@ pub(super) const VLLM_CUSTOM_ALL_REDUCE_BYTES: u64 = 26 * MIB;
 /// itself off — logging "Custom allreduce is disabled because ..." and allocating nothing —
 /// for a group that spans nodes, a world size other than 2, 4, 6 or 8, more than two GPUs that
 /// are not all NVLink-connected (`is_fully_connected`/`is_full_nvlink`), and GPUs that fail
-/// the P2P check. vram's `pcie` interconnect stands for PCIe boards and GPUs without P2P
-/// alike, so TP 2 over it is taken as failing the check (no buffers), as the graphs take it.
+/// the P2P check. Over `shm` the GPUs have no P2P, so the check fails. Over `pcie` TP 2 is
+/// taken as failing it too (no buffers), as the graphs take it: the PCIe logs read (Kaggle's
+/// T4s, `--disable-custom-all-reduce`) run without it, and whether a given host passes is not
+/// in vram's input.
 /// On ROCm: `ParallelConfig` sets `disable_custom_all_reduce` on every ROCm GPU through 0.8.0;
 /// from 0.8.3 (0.8.1-0.8.2 not read) `RocmPlatform.use_custom_allreduce` keeps it for the MI300
 /// series only (`gfx94`: MI300X, MI325X; `gfx95` added by 0.10.1), xGMI-connected (fully
@@ -289,6 +298,10 @@ fn communicator(gpu: &Gpu, link: Interconnect, ranks: u64) -> (u64, String) {
         Interconnect::Pcie => (
             51 * MIB,
             "0.05 GiB over PCIe or without P2P (NCCL 2.21-2.27, whose buffer defaults agree: 2 channels x ring and tree x 4.5 MiB of Simple and LL buffers, and the communicator's device state; the LL128 buffer NCCL also makes is not counted)".into(),
+        ),
+        Interconnect::Shm => (
+            51 * MIB,
+            "0.05 GiB without P2P, taken as PCIe's figure (with cuMem off NCCL's SHM transport puts the ring's and tree's buffers in host memory; what it leaves on the device at init is not derived here, so PCIe's 2 channels x ring and tree x 4.5 MiB is kept, on the safe side)".into(),
         ),
         Interconnect::Network => (
             51 * MIB,
@@ -339,13 +352,20 @@ const VLLM_CUMEM_ON_SINCE: [u32; 3] = [0, 10, 2];
 ///   with cuMem already on, and across nodes NCCL's network transport is not derived.
 /// - **Not here.** NCCL's kernel images: PyNccl's communicator, built before V1's baseline, loads
 ///   the same `libnccl.so.2` (vLLM's `find_nccl_library` takes the soname torch has loaded) and
-///   calls `ncclInitKernelsForDevice` first. Where the two GPUs cannot reach each other by P2P
-///   (`p2pCanConnect`: `cudaDeviceCanAccessPeer`, and the path check of `ncclTopoCheckP2p`) NCCL
-///   carries the ring over its SHM transport in host memory, leaving the device state alone
-///   (16 MiB); vram's `pcie` stands for both and keeps the P2P figure, on the safe side.
+///   calls `ncclInitKernelsForDevice` first.
+/// - **Without P2P** ([`Interconnect::Shm`]: by default the GeForce RTX boards) NCCL carries the ring
+///   over its SHM transport: `ncclTopoCheckP2p` (`src/graph/paths.cc`) clears P2P when NVML's
+///   read or write P2P status between the two GPUs is not OK, and `p2pCanConnect` when
+///   `cudaDeviceCanAccessPeer` says no, so the ring's connections go to `shmCanConnect`
+///   (`src/transport/shm.cc`), whose send and receive buffers are host memory (`ncclShmOpen`, or
+///   `ncclCuMemHostAlloc` with cuMem host allocations); it allocates on the device only with
+///   `NCCL_SHM_USE_CUDA_MEMCPY`, off by default. The device state stays: 16 MiB on a Gen4 board.
+///   Where the GPUs could have P2P but the host's path forbids it (NCCL's default level is PXB,
+///   PHB and beyond only between two GPUs on an AMD CPU), vram cannot tell from the GPU and
+///   keeps the P2P figure, on the safe side, unless told (`--interconnect shm`).
 fn communicator_cumem(gpu: &Gpu, link: Interconnect) -> Option<(u64, String)> {
-    let (channels, how) = match link {
-        Interconnect::Pcie => (pcie_ring_channels(gpu), "over PCIe"),
+    let channels = match link {
+        Interconnect::Pcie | Interconnect::Shm => pcie_ring_channels(gpu),
         _ => return None,
     };
     let round = |x: u64| x.div_ceil(CUDA_IPC_MIN_BYTES) * CUDA_IPC_MIN_BYTES;
@@ -354,17 +374,32 @@ fn communicator_cumem(gpu: &Gpu, link: Interconnect) -> Option<(u64, String)> {
     // With P2P reads (sm_80 over NVLink) Simple moves to the sender: 6 + 6 MiB, the same 12.
     let send = round(4096);
     let recv = round(4096 + 512 * 1024 + 4_915_200 + 4 * MIB);
-    let ring = channels * (send + recv);
     let state = (2 + 3 * channels) * CUMEM_GRANULE;
+    if link == Interconnect::Shm {
+        let why = if stock_driver_denies_p2p(gpu) {
+            "NVIDIA's stock driver gives GeForce RTX boards no peer access, so "
+        } else {
+            ""
+        };
+        return Some((
+            state,
+            format!(
+                "{:.2} GiB without P2P, with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects the ring at the logits all-gather; {why}NCCL's SHM transport keeps the ring's buffers in host memory and the device holds {} device-state allocations of 2 MiB each, {channels} channels from NCCL's ring search)",
+                state as f64 / GIB,
+                2 + 3 * channels,
+            ),
+        ));
+    }
+    let ring = channels * (send + recv);
     let bytes = ring + state;
     let tail = format!(
-        "; over SHM, where the GPUs have no P2P, the ring's buffers are in host memory and this is {:.2} GiB",
+        "; without P2P (--interconnect shm) NCCL's SHM transport keeps the ring's buffers in host memory and this is {:.2} GiB",
         state as f64 / GIB
     );
     Some((
         bytes,
         format!(
-            "{:.2} GiB {how} with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects at run time, so the logits all-gather connects the ring alone: {channels} channels from NCCL's ring search x 12 MiB of P2P send and receive buffers, LL, LL128 and Simple, and {} device-state allocations of 2 MiB each{tail})",
+            "{:.2} GiB over PCIe with cuMem on (vLLM from 0.10.2 no longer sets NCCL_CUMEM_ENABLE=0; NCCL 2.27/2.28 connects at run time, so the logits all-gather connects the ring alone: {channels} channels from NCCL's ring search x 12 MiB of P2P send and receive buffers, LL, LL128 and Simple, and {} device-state allocations of 2 MiB each{tail})",
             bytes as f64 / GIB,
             2 + 3 * channels,
         ),
@@ -387,6 +422,25 @@ fn pcie_ring_channels(gpu: &Gpu) -> u64 {
     } else {
         2
     }
+}
+
+/// Whether NVIDIA's stock driver refuses peer access between two of these GPUs over PCIe, so
+/// that NCCL cannot use its P2P transport between them. The GeForce RTX boards of the catalog
+/// (30, 40 and 50 series): `nvidia-smi topo -p2p rw` reads `GNS` ("GPU not supported") between
+/// two RTX 5090s on stock drivers (noonghunna/club-3090#1124, #1229, #1130, 2026), the CUDA
+/// sample's `p2pBandwidthLatencyTest` reads "CANNOT Access Peer" between eight RTX 3090s
+/// (NVIDIA/nccl#1127), and club-3090's `docs/PCIE_P2P.md` (read at 4a29ab57) states
+/// that the stock driver refuses P2P on GeForce cards and that granting it takes a patched
+/// kernel module (the tinygrad and aikitoria forks of open-gpu-kernel-modules, whose issues show
+/// RTX 4090 and 5090 peer access only under them). One commenter in nccl#1127 got 3090 P2P
+/// back by going from driver 545 to 535; vram does not take the driver, and in 2026 two 3090s on
+/// driver 595.71.05 had P2P only through aikitoria's module (club-3090#158). An NVLink bridge
+/// (RTX 3090 pairs) is not a catalog board. The GTX 1080 is left out: no source read.
+pub(super) fn stock_driver_denies_p2p(gpu: &Gpu) -> bool {
+    matches!(
+        gpu.id,
+        "rtx-3090" | "rtx-4060" | "rtx-4070" | "rtx-4080" | "rtx-4090" | "rtx-5090"
+    )
 }
 
 /// NCCL's `CUDA_IPC_MIN` (`src/include/comm.h`): what a P2P connection's buffers are rounded to.

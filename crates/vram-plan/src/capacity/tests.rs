@@ -1314,6 +1314,34 @@ fn non_torch_memory_follows_the_baseline_and_the_interconnect() {
     // `ncclTopoPostset` doubles it: 4 channels x 12 MiB, and 2 + 3 x 4 granules.
     assert_eq!(at("h100-pcie", "0.18.1", 2, true), images + (48 + 28) * mib);
     assert_eq!(at("h100-pcie", "0.10.1", 2, true), images + 51 * mib);
+    // GeForce RTX boards: the stock driver gives no peer access, so NCCL's SHM transport keeps
+    // the ring's buffers in host memory and the device holds the state granules alone (8 on a
+    // Gen4 board, 14 on the Gen5 x16 RTX 5090). A datacenter PCIe board keeps the P2P figure.
+    assert_eq!(at("rtx-3090", "0.19.0", 4, true), images + 16 * mib);
+    assert_eq!(at("rtx-4090", "0.18.1", 2, true), images + 16 * mib);
+    assert_eq!(at("rtx-5090", "0.18.1", 2, true), images + 28 * mib);
+    assert_eq!(at("t4", "0.18.1", 2, true), images + (24 + 16) * mib);
+    // With cuMem off (through 0.10.1) the figure is not derived per transport: unchanged.
+    assert_eq!(at("rtx-4090", "0.10.1", 2, true), images + 51 * mib);
+    // Told: a datacenter board without P2P (NCCL_P2P_DISABLE=1, or a host path NCCL will not
+    // use for it) takes the SHM figure, and a GeForce board with a patched driver the P2P one.
+    let told = |gpu: &str, link: Interconnect| {
+        let g = vram_model::gpu::lookup(gpu).unwrap();
+        let k = Knobs {
+            tp: 2,
+            max_model_len: Some(4096),
+            enforce_eager: true,
+            engine_version: parse_version("0.18.1"),
+            interconnect: Some(link),
+            ..Knobs::default()
+        };
+        capacity(&t, g, Engine::Vllm, &k).unwrap().non_torch_bytes
+    };
+    assert_eq!(told("t4", Interconnect::Shm), images + 16 * mib);
+    assert_eq!(
+        told("rtx-4090", Interconnect::Pcie),
+        images + (24 + 16) * mib
+    );
     // Compiled 0.18+ profiles its graphs inside the window; NVLS boards' communicator measured
     // (0.31 GiB) and, at -O2 from 0.17, FlashInfer's fusion workspace (3 x 512 MiB): together
     // the 1.81 GiB 0.19's logs show at TP 2.
@@ -1454,22 +1482,21 @@ fn a_vision_towers_embeddings_and_projector_stay_whole_under_tp() {
         linears: Vec::new(),
     };
     let split = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120) as u64;
-    assert_eq!(
-        weights::vision_tower_per_gpu(&v, 1, true, true),
-        895_028_755.0
-    );
-    let tp2 = weights::vision_tower_per_gpu(&v, 2, true, true);
+    assert_eq!(weights::vision_tower_per_gpu(&v, 1, true), 895_028_755.0);
+    let tp2 = weights::vision_tower_per_gpu(&v, 2, true);
     assert_eq!(tp2, split as f64 / 2.0 + (895_028_755 - split) as f64);
     assert!((895_028_755.0 - split as f64 - 108_596_755.0).abs() < 1.0);
 }
 
 /// vLLM builds Qwen's patch mergers (and Qwen3-VL's deepstack mergers) from
 /// `ColumnParallelLinear` / `RowParallelLinear` (`Qwen3_VisionPatchMerger`, `qwen3_vl.py` at
-/// 0.11.0 to 0.23.0), so they split across the TP group with the encoder layers; SGLang's were
-/// not read and stay whole. Qwen3.5-27B's tower: width 1152, 27 layers of MLP 4304, one merger
-/// of `4608 -> 4608 -> 5120`; Qwen3-VL-30B-A3B's: four mergers into 2048.
+/// 0.11.0 to 0.23.0), so they split across the TP group with the encoder layers; so does SGLang
+/// (`Qwen2VisionPatchMerger`, `Qwen2_5_VisionPatchMerger` at 0.4.6.post5, 0.5.10 and 0.5.13,
+/// `Qwen3VLMoeVisionPatchMerger` at 0.5.10 and 0.5.13, which Qwen3.5 inherits). Qwen3.5-27B's
+/// tower: width 1152, 27 layers of MLP 4304, one merger of `4608 -> 4608 -> 5120`;
+/// Qwen3-VL-30B-A3B's: four mergers into 2048.
 #[test]
-fn qwen_patch_mergers_split_across_tp_in_vllm() {
+fn qwen_patch_mergers_split_across_tp() {
     let layers = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304u64);
     let merger = |out: u64| 4608 * 4608 + 4608 + out * 4608;
     for (id, split_mergers) in [
@@ -1486,7 +1513,7 @@ fn qwen_patch_mergers_split_across_tp_in_vllm() {
         );
         assert_eq!(
             weights::towers_per_gpu(&t, 4, Engine::Sglang),
-            layers as f64 / 4.0 + (all - layers as f64),
+            split / 4.0 + (all - split),
             "{id}"
         );
     }
@@ -5024,4 +5051,39 @@ fn the_capture_stream_gets_its_own_cublas_workspace() {
         ..at("0.19.0", Quantization::None)
     };
     assert_eq!(g(h100(), &none).bytes(), 0);
+}
+
+/// `--driver` takes nvidia-smi's driver version or its branch; a CUDA version, a number that is
+/// no driver branch and a branch older than CUDA graphs are refused.
+#[test]
+fn a_driver_is_read_as_its_branch() {
+    for (s, branch) in [
+        ("535.161.08", 535),
+        ("535", 535),
+        ("R535", 535),
+        ("r550", 550),
+        ("550.54.15", 550),
+        (" 580.159.04 ", 580),
+        ("470.256.02", 470),
+    ] {
+        assert_eq!(parse_driver(s), Ok(branch), "{s}");
+    }
+    for s in [
+        "12.4",
+        "12",
+        "5350",
+        "535.x",
+        "535..08",
+        "",
+        "R",
+        "410.48.1.2",
+        "-535",
+        "300",
+    ] {
+        assert!(parse_driver(s).is_err(), "{s}");
+    }
+    assert!(parse_driver("12.4").unwrap_err().contains("CUDA version"));
+    assert!(parse_driver("384.81")
+        .unwrap_err()
+        .contains("older than R410"));
 }

@@ -569,7 +569,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             } else {
                 "CUDA graphs (graphs.rs): the version's capture sizes; the shared pool holds the largest capture's live set twice (the capture and its warm-up) and, for FULL graphs on Hopper, FlashAttention 3's 32-split accumulators in a segment of their own (the larger of the two where FULL graphs are captured alone; not for the models vLLM runs on Triton attention: Gemma 3 and the other bidirectional-image-token models from 0.13, by the release's list or the config's own is_mm_prefix_lm from 0.17 and Gemma 4's use_bidirectional_attention from 0.20, Gemma 4's mixed 256/512 head sizes from 0.20; nor under a backend other than FLASH_ATTN chosen with --attention-backend); 192 KiB of driver memory per layer per size per mode (the median of vLLM 0.19's own per-graph profile on the fit half); where custom all-reduce is off (PCIe, no P2P, across nodes, TP sizes other than 2/4/6/8) PyNccl's all-reduces captured in every graph, 68 KiB each and 212 KiB over the network (measured on vLLM 0.10.1 logs); gpt-oss's own capture sizes (to 1024); captured after the KV cache, so they must fit what the budget, the CUDA context and the profile's released peak leave (estimated)"
             },
-        ].map(String::from)).chain(graphs::driver_assumption(k)).chain([non_torch_source]).chain(init_comms.map(|c| c.1)).collect(),
+        ].map(String::from)).chain(graphs::driver_line(k, captured.is_some())).chain([non_torch_source]).chain(init_comms.map(|c| c.1)).collect(),
     })
 }
 

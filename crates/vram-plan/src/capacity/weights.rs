@@ -730,11 +730,10 @@ pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
     }
     let mlp_split =
         !(engine == Engine::Sglang && vram_model::hf::sglang_replicates_tower_mlp(&t.model_type));
-    // SGLang's projectors were not read: kept whole there.
-    let projector_split = engine == Engine::Vllm;
-    let vision = b.vision.as_ref().map_or(0.0, |v| {
-        vision_tower_per_gpu(v, tp, mlp_split, projector_split)
-    });
+    let vision = b
+        .vision
+        .as_ref()
+        .map_or(0.0, |v| vision_tower_per_gpu(v, tp, mlp_split));
     let audio = b.audio.as_ref().map_or(0.0, |a| {
         let split = a.tp_split_params.min(a.params) as f64;
         split / tp.max(1) as f64 + (a.params as f64 - split)
@@ -755,22 +754,23 @@ pub(super) fn towers_per_gpu(t: &Transformer, tp: u64, engine: Engine) -> f64 {
 /// Mistral-format weights) is whole on every GPU.
 /// Where `mlp_split` is false the layers' MLP is whole on every GPU instead
 /// (`vram_model::hf::sglang_replicates_tower_mlp`: SGLang's MoonViT).
-/// Where `projector_split` is true the projector's parallel linears
-/// ([`vram_model::mech::Vision::projector_split`]) split too: vLLM's Qwen patch mergers
-/// (`Qwen3_VisionPatchMerger` in `qwen3_vl.py`, read at 0.11.0, 0.12.0, 0.19.1 and 0.23.0;
-/// `Qwen2_5_VisionPatchMerger` and `Qwen2VisionPatchMerger` in `qwen2_5_vl.py` / `qwen2_vl.py`,
-/// read at 0.10.0 to 0.23.0; Qwen3.5 builds `Qwen3_VisionTransformer`, `qwen3_5.py` at 0.19.1),
-/// each `disable_tp` only under `--mm-encoder-tp-mode data`, which vram does not model. The logs
+/// The projector's parallel linears ([`vram_model::mech::Vision::projector_split`]) split too:
+/// vLLM's Qwen patch mergers (`Qwen3_VisionPatchMerger` in `qwen3_vl.py`, read at 0.11.0,
+/// 0.12.0, 0.19.1 and 0.23.0; `Qwen2_5_VisionPatchMerger` and `Qwen2VisionPatchMerger` in
+/// `qwen2_5_vl.py` / `qwen2_vl.py`, read at 0.10.0 to 0.23.0; Qwen3.5 builds
+/// `Qwen3_VisionTransformer`, `qwen3_5.py` at 0.19.1), each `disable_tp` only under
+/// `--mm-encoder-tp-mode data`, which vram does not model; and SGLang's, read in its wheels:
+/// `Qwen2VisionPatchMerger` and `Qwen2_5_VisionPatchMerger` (Column/RowParallelLinear) at
+/// 0.4.6.post5, 0.5.10 and 0.5.13, `Qwen3VLMoeVisionPatchMerger` for the merger and each
+/// deepstack merger at 0.5.10 and 0.5.13 (Qwen3.5's `Qwen3_5ForConditionalGeneration`
+/// inherits `Qwen3VLForConditionalGeneration` at 0.5.13), whole only under
+/// `--mm-enable-dp-encoder` (off by default), which vram does not model; Qwen3-VL's split over
+/// the attention TP group, the TP group without DP attention. The logs
 /// agree: Qwen3-VL-30B-A3B loads 58.2294 GiB at TP 1 (vLLM 0.11 development build) and 29.3115
 /// at TP 2 (0.12.0), 0.39 GiB more than half: what every GPU holds whole (the M-RoPE table
 /// 0.25 GiB, the deepstack buffers 0.09, the router and the tower's embeddings, norms and
 /// biases 0.03); with its four mergers (0.23 GiB) whole too it would be 0.60.
-pub(super) fn vision_tower_per_gpu(
-    v: &vram_model::mech::Vision,
-    tp: u64,
-    mlp_split: bool,
-    projector_split: bool,
-) -> f64 {
+pub(super) fn vision_tower_per_gpu(v: &vram_model::mech::Vision, tp: u64, mlp_split: bool) -> f64 {
     if !v.tp_split {
         return v.params as f64;
     }
@@ -780,12 +780,7 @@ pub(super) fn vision_tower_per_gpu(
         (true, false) => 2,
     };
     let layers = v.depth * (4 * v.hidden * v.hidden + mlp * v.hidden * v.intermediate);
-    let projector = if projector_split {
-        v.projector_split
-    } else {
-        0
-    };
-    let split = (layers + projector).min(v.params) as f64;
+    let split = (layers + v.projector_split).min(v.params) as f64;
     split / tp.max(1) as f64 + (v.params as f64 - split)
 }
 

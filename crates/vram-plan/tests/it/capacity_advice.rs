@@ -381,8 +381,51 @@ fn sglang_offers_a_larger_fraction_within_its_reserve() {
     }
     assert_eq!(c.bound.as_deref(), Some(ceiling.text.as_str()));
     assert!(
-        ceiling.text.contains("SGLang checks no upper bound"),
+        ceiling
+            .text
+            .contains("SGLang leaves beside its static pool: it checks no upper bound"),
         "{}",
         ceiling.text
     );
+}
+
+/// A larger share's bound is printed after "within" (`ServingChange::gives`, the doctor's
+/// remedy), so every engine's bound text is a noun phrase: vLLM V1's start-up check, what the
+/// device holds beside the budget where vLLM checks nothing at start (0.9.0), and what SGLang
+/// leaves beside its static pool ("within vLLM 0.9.0 checks no free memory" and "within SGLang
+/// checks no upper bound" were printed before).
+#[test]
+fn a_larger_shares_bound_reads_after_within() {
+    let t = model("qwen3-8b");
+    for (engine, version, g) in [
+        (Engine::Vllm, Some("0.19.1"), "l4"),
+        (Engine::Vllm, Some("0.9.0"), "l4"),
+        (Engine::Vllm, Some("0.6.4"), "l4"),
+        (Engine::Sglang, None, "l4"),
+    ] {
+        let g = gpu::lookup(g).unwrap();
+        let k = Knobs {
+            max_model_len: Some(32768),
+            ..Knobs::default()
+        };
+        let k = match version {
+            Some(v) => at(v, k),
+            None => k,
+        };
+        let now = capacity(&t, g, engine, &k).unwrap();
+        let text = share_ceiling(&t, g, engine, &k, &now).text;
+        assert!(
+            text.starts_with("the start-up check of vLLM V1")
+                || text.starts_with("what the device holds beside the budget")
+                || text.starts_with("what SGLang leaves beside its static pool"),
+            "{version:?}: within {text}"
+        );
+        // The figures stay: the rule's own words and the ceiling.
+        assert!(
+            text.contains("checks no free memory at start")
+                || text.contains("checks no upper bound at start")
+                || text.contains("must be free at start"),
+            "{text}"
+        );
+    }
 }

@@ -214,6 +214,7 @@ fn the_context_limit_is_the_length_capacity_derives() {
             attention_backend: None,
             interconnect: None,
             enforce_eager: false,
+            driver: None,
             block_size: None,
             weights: None,
             dtype: vram_report::capacity::Dtype::Auto,
