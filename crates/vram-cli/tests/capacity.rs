@@ -1821,8 +1821,11 @@ fn capacity_on_unseen_logs_round_eighteen() {
 /// modelled that is one case, the RTX 4090 0.23.0 Qwen2.5-Coder-7B start (holdout).
 #[test]
 fn capacity_on_unseen_logs_round_nineteen() {
-    // Bounds open for the first run.
-    unseen_round("unseen-round19.json", "round 19", 1.0, 1.0, 1.0);
+    // Regression guards (BENCHMARKS.md, "nineteenth round"), as first run (bounds open for it):
+    // holdout RTX 4090 0.23.0 weights -0.3 %, pool +12.0 % (vram 6.79 GiB where the log has
+    // 6.06; not traced: the log prints no profile breakdown at INFO); no fit case is of a series
+    // vram models.
+    unseen_round("unseen-round19.json", "round 19", 0.01, 0.13, 0.035);
 }
 
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
