@@ -231,9 +231,20 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "layouts known",
         ),
         (
-            // Past the newest release read (0.22.1): what 0.23 changed, in one line.
+            // Past the newest release modelled (0.24.0): what 0.25 changed, in one line.
             vec!["llama-3-8b", "--engine-version", "0.29"],
-            "--engine-version 0.29: vLLM 0.23 changed the start-up memory profile vram models",
+            "--engine-version 0.29: vLLM 0.25 changed the start-up memory profile vram models",
+        ),
+        (
+            // 0.23 runs a dense Llama on its V2 model runner by default (config/vllm.py).
+            vec!["llama-3.1-8b", "--engine-version", "0.23.0"],
+            "vLLM 0.23 runs LlamaForCausalLM on its V2 model runner by default",
+        ),
+        (
+            // The catalog's llama-3-8b names only its model_type, llama: transformers'
+            // LlamaForCausalLM, on the V2 runner at 0.24.
+            vec!["llama-3-8b", "--engine-version", "0.24"],
+            "vLLM 0.24 runs LlamaForCausalLM on its V2 model runner by default",
         ),
         (
             vec!["qwen3-8b", "--engine-version", "0.22.1"],
@@ -1810,6 +1821,19 @@ fn capacity_on_unseen_logs_round_eighteen() {
     unseen_round("unseen-round18.json", "round 18", 0.01, 0.04, 0.035);
 }
 
+/// Round 19 (SPLIT.md, "Round 19"): vLLM 0.23-0.30 starts that earlier rounds left out as
+/// versions vram refused, committed unrun with the series each needs (`modelled_from`). Only
+/// the cases of a series vram models run; the others are named as skipped. With 0.23 and 0.24
+/// modelled that is one case, the RTX 4090 0.23.0 Qwen2.5-Coder-7B start (holdout).
+#[test]
+fn capacity_on_unseen_logs_round_nineteen() {
+    // Regression guards (BENCHMARKS.md, "nineteenth round"), as first run (bounds open for it):
+    // holdout RTX 4090 0.23.0 weights -0.3 %, pool +12.0 % (vram 6.79 GiB where the log has
+    // 6.06; not traced: the log prints no profile breakdown at INFO); no fit case is of a series
+    // vram models.
+    unseen_round("unseen-round19.json", "round 19", 0.01, 0.13, 0.035);
+}
+
 /// One round of unseen start-ups: each half printed, the fit half held to its pool median and
 /// outcomes, every case to the regression guards (`weights_bound` on the weights, `pool_bound` on
 /// each pool, `fit_kv_bound` on the fit half's pool median).
@@ -1835,9 +1859,20 @@ fn unseen_round_with(
         );
         let mut h = Half::default();
         let mut bounded_kv: Vec<Option<f64>> = vec![];
+        let mut skipped: Vec<String> = vec![];
         for c in doc["cases"].as_array().unwrap() {
             if c["half"] != half {
                 continue;
+            }
+            // A case that needs a vLLM series vram does not model yet (round 19's
+            // `modelled_from`) is named, not run.
+            if let Some(from) = c["modelled_from"].as_str() {
+                let unmodelled = vram_plan::capacity::parse_version(from)
+                    .and_then(|v| vram_plan::capacity::Engine::Vllm.unmodelled(v));
+                if unmodelled.is_some() {
+                    skipped.push(format!("{} (vLLM {from})", c["id"].as_str().unwrap()));
+                    continue;
+                }
             }
             let Some((e, _)) = h.run(c, 50) else {
                 continue;
@@ -1875,6 +1910,12 @@ fn unseen_round_with(
             }
         }
         h.print(&format!("{half} ({round})"));
+        if !skipped.is_empty() {
+            eprintln!(
+                "{half} ({round}): not run, a series vram does not model: {}",
+                skipped.join(", ")
+            );
+        }
         // Checked after both halves are printed, so that a fit-half failure never hides the
         // holdout's figures.
         let refused: Vec<_> = h

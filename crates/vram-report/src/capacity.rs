@@ -428,7 +428,8 @@ pub fn capacity(
     let archs = vram_model::read::architectures(&config);
     let registry = capacity::registry_check(r.engine, &archs, &k)?;
     if r.engine == Engine::Vllm {
-        if let Some(why) = capacity::vllm_v2_runner(&archs, t, &k) {
+        let model_type = config["model_type"].as_str();
+        if let Some(why) = capacity::vllm_v2_runner_of(&archs, model_type, t, &k) {
             return Err(input(why));
         }
     }

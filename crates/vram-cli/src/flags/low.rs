@@ -522,7 +522,7 @@ pub struct CapacityArgs {
     /// The serving engine.
     #[arg(long, value_enum, default_value = "vllm")]
     pub engine: EngineArg,
-    /// The engine's version whose memory layout applies: vllm 0.5 to 0.22 (V0 to 0.7; from 0.8
+    /// The engine's version whose memory layout applies: vllm 0.5 to 0.24 (V0 to 0.7; from 0.8
     /// to 0.10 V1, falling back to V0 on GPUs older than Ampere, fp32 and an fp8 KV cache off
     /// Hopper), sglang 0.4 to 0.5; a patch release (0.6.5) takes its minor version's rules
     /// [default: vllm 0.11, sglang 0.5].
@@ -598,10 +598,11 @@ pub struct CapacityArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub vllm_use_v1: Option<u8>,
     /// vLLM: the VLLM_USE_V2_MODEL_RUNNER environment variable (0: the V1 model runner, which
-    /// vram models, as vLLM 0.22 also picks where the start uses a feature the V2 runner
-    /// lacks, such as --reasoning-parser; 1: the V2 runner, which vram does not model)
+    /// vram models, as vLLM 0.22-0.24 also pick where the start uses a feature the V2 runner
+    /// lacks, such as --enable-prompt-embeds; 1: the V2 runner, which vram does not model)
     /// [default: the version's own choice: 0.22 runs a dense, unquantized Qwen3ForCausalLM on
-    /// V2].
+    /// V2, 0.23 also Llama and Mistral, 0.24 these and DeepseekV2, Qwen2-MoE and
+    /// Granite-MoE, quantized or not].
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub vllm_use_v2_model_runner: Option<u8>,
     /// vLLM V1: the sampler runs FlashInfer's top-k/top-p kernels (the log's "Using FlashInfer

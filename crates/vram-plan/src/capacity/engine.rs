@@ -19,10 +19,11 @@
 //!   sampler cannot take, so the PyTorch path runs in every profile whatever the sampler in force
 //!   (`gpu_model_runner.py` and `topk_topp_sampler.py` `forward_cuda` at 0.21.0).
 //! - **The model runner.** 0.22 runs a dense `Qwen3ForCausalLM` checkpoint without a
-//!   `quantization_config` on its V2 model runner (`vllm/v1/worker/gpu/`) by default
+//!   `quantization_config` on its V2 model runner (`vllm/v1/worker/gpu/`) by default; 0.23 adds
+//!   Llama and Mistral, 0.24 three MoE architectures and drops the dense, unquantized condition
 //!   (`config/vllm.py` `use_v2_model_runner`, `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read at
-//!   0.22.0 and 0.22.1: [`VLLM_V2_RUNNER_DEFAULTS`], [`VLLM_V2_RUNNER_LACKS`]), whose profile
-//!   vram does not model.
+//!   0.22.0, 0.22.1, 0.23.0 and 0.24.0: [`VLLM_V2_RUNNER_DEFAULTS`], [`VLLM_V2_RUNNER_LACKS`]),
+//!   whose profile vram does not model.
 
 use vram_model::arch::Transformer;
 use vram_model::finetune::WeightFormat;
@@ -306,45 +307,144 @@ pub fn vllm_default_utilization(version: [u32; 3]) -> f64 {
 
 /// vLLM's `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` by release series: the architectures whose
 /// checkpoints run on the V2 model runner (`vllm/v1/worker/gpu/`) unless the start says
-/// otherwise. Read from `vllm/config/vllm.py` in the 0.22.0 and 0.22.1 sdists (line 69, the two
-/// files identical): `frozenset({"Qwen3ForCausalLM"})`. 0.21.0 has no such list: its
-/// `VLLM_USE_V2_MODEL_RUNNER` defaults to 0 (`vllm/envs.py`), so every model runs on V1. From
-/// 0.23 vLLM is refused whole ([`super::Engine::unmodelled`]).
-pub const VLLM_V2_RUNNER_DEFAULTS: &[([u32; 2], &[&str])] = &[([0, 22], &["Qwen3ForCausalLM"])];
+/// otherwise. Read from `vllm/config/vllm.py` in the sdists: 0.22.0 and 0.22.1 (line 69, the two
+/// files identical) `{"Qwen3ForCausalLM"}`; 0.23.0 (line 69) adds `LlamaForCausalLM` and
+/// `MistralForCausalLM`; 0.24.0 (line 68) adds `DeepseekV2ForCausalLM`, `Qwen2MoeForCausalLM`
+/// and `GraniteMoeForCausalLM`. 0.21.0 has no such list: its `VLLM_USE_V2_MODEL_RUNNER`
+/// defaults to 0 (`vllm/envs.py`), so every model runs on V1. From 0.25 vLLM is refused whole
+/// ([`super::Engine::unmodelled`]).
+pub const VLLM_V2_RUNNER_DEFAULTS: &[([u32; 2], &[&str])] = &[
+    ([0, 22], &["Qwen3ForCausalLM"]),
+    (
+        [0, 23],
+        &["LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"],
+    ),
+    (
+        [0, 24],
+        &[
+            "Qwen3ForCausalLM",
+            "DeepseekV2ForCausalLM",
+            "Qwen2MoeForCausalLM",
+            "GraniteMoeForCausalLM",
+            "LlamaForCausalLM",
+            "MistralForCausalLM",
+        ],
+    ),
+];
 
-/// What sends a model of [`VLLM_V2_RUNNER_DEFAULTS`] back to the V1 runner at 0.22, as the
-/// `vllm serve` flags that set it: `VllmConfig._get_v2_model_runner_unsupported_features`
-/// (`config/vllm.py`, 0.22.0 and 0.22.1), in its order. Each is off by default, and vram
-/// has no input for them; `--vllm-use-v2-model-runner 0` stands for any of them. Sequence
-/// parallelism is not on by default at any `-O` level: `IS_DENSE` is `False`, so
-/// `pass_config.enable_sp` is off unless asked for. Beside these the V1 runner runs without
-/// Triton (`HAS_TRITON`), which the CUDA and ROCm wheels ship.
-pub const VLLM_V2_RUNNER_LACKS: &[&str] = &[
-    "--prefill-context-parallel-size above 1",
-    "--compilation-config with mode 1 (STOCK_TORCH_COMPILE)",
-    "--compilation-config with pass_config.enable_sp (sequence parallelism) at TP above 1",
-    "--speculative-config with a method other than eagle, eagle3 or mtp, or with parallel drafting, or eagle3 with PP",
-    "--reasoning-parser or --reasoning-config",
-    "--enable-dbo",
-    "--enable-return-routed-experts",
-    "--logits-processors or a vllm.logits_processors plug-in",
-    "--enable-prompt-embeds",
-    "--logprobs-mode raw_logits or processed_logits",
-    "--kv-sharing-fast-prefill",
-    "--ec-transfer-config",
+/// What sends a model of [`VLLM_V2_RUNNER_DEFAULTS`] back to the V1 runner, by release series,
+/// as the `vllm serve` flags that set it: `VllmConfig._get_v2_model_runner_unsupported_features`
+/// (`config/vllm.py`), in its order, read at 0.22.0, 0.22.1, 0.23.0 and 0.24.0. 0.23 drops the
+/// reasoning config (budget enforcement) and sends a hybrid/mamba model back only with
+/// `--mamba-cache-mode align` (default `none`, `config/cache.py`); 0.24 adds pipeline
+/// parallelism under the external launcher, dynamic speculative decoding and elastic expert
+/// parallelism, and takes `dflash` drafting. Each is off by default, and vram has no input for
+/// them; `--vllm-use-v2-model-runner 0` stands for any of them. Sequence parallelism is not on
+/// by default at any `-O` level: `IS_DENSE` is `False`, so `pass_config.enable_sp` is off unless
+/// asked for. Beside these the V1 runner runs without Triton (`HAS_TRITON`), which the CUDA and
+/// ROCm wheels ship.
+pub const VLLM_V2_RUNNER_LACKS: &[([u32; 2], &[&str])] = &[
+    (
+        [0, 22],
+        &[
+            "--prefill-context-parallel-size above 1",
+            "--compilation-config with mode 1 (STOCK_TORCH_COMPILE)",
+            "--compilation-config with pass_config.enable_sp (sequence parallelism) at TP above 1",
+            "--speculative-config with a method other than eagle, eagle3 or mtp, or with parallel drafting, or eagle3 with PP",
+            "--reasoning-parser or --reasoning-config",
+            "--enable-dbo",
+            "--enable-return-routed-experts",
+            "--logits-processors or a vllm.logits_processors plug-in",
+            "--enable-prompt-embeds",
+            "--logprobs-mode raw_logits or processed_logits",
+            "--kv-sharing-fast-prefill",
+            "--ec-transfer-config",
+        ],
+    ),
+    (
+        [0, 23],
+        &[
+            "--mamba-cache-mode align for a hybrid/mamba model",
+            "--prefill-context-parallel-size above 1",
+            "--compilation-config with mode 1 (STOCK_TORCH_COMPILE)",
+            "--compilation-config with pass_config.enable_sp (sequence parallelism) at TP above 1",
+            "--speculative-config with a method other than eagle, eagle3 or mtp, or with parallel drafting, or eagle3 with PP",
+            "--enable-dbo",
+            "--enable-return-routed-experts",
+            "--logits-processors or a vllm.logits_processors plug-in",
+            "--enable-prompt-embeds",
+            "--logprobs-mode raw_logits or processed_logits",
+            "--kv-sharing-fast-prefill",
+            "--ec-transfer-config",
+        ],
+    ),
+    (
+        [0, 24],
+        &[
+            "--mamba-cache-mode align for a hybrid/mamba model",
+            "--prefill-context-parallel-size above 1",
+            "--compilation-config with mode 1 (STOCK_TORCH_COMPILE)",
+            "--compilation-config with pass_config.enable_sp (sequence parallelism) at TP above 1",
+            "--distributed-executor-backend external_launcher with PP above 1",
+            "--speculative-config with a method other than eagle, eagle3, mtp or dflash, dynamic speculative decoding, parallel drafting other than dflash's, or eagle3 with PP",
+            "--enable-dbo",
+            "--enable-elastic-ep",
+            "--enable-return-routed-experts",
+            "--logits-processors or a vllm.logits_processors plug-in",
+            "--enable-prompt-embeds",
+            "--logprobs-mode raw_logits or processed_logits",
+            "--kv-sharing-fast-prefill",
+            "--ec-transfer-config",
+        ],
+    ),
 ];
 
 /// vLLM's refusal when the V2 model runner would run, whose memory profile vram does not
 /// model. `--vllm-use-v2-model-runner` ([`Knobs::vllm_v2_runner`]) decides when given, as
 /// `VLLM_USE_V2_MODEL_RUNNER` does; else `VllmConfig.use_v2_model_runner` (`config/vllm.py`,
-/// 0.22.0 and 0.22.1): the runner type is `generate` (what `vram capacity` serves), an
-/// architecture of the config is in [`VLLM_V2_RUNNER_DEFAULTS`] for the series in force,
-/// `ModelConfig.is_moe` is false (no experts), `is_quantized` is false — the checkpoint's
-/// config has no `quantization_config` (`getattr(hf_config, "quantization_config")`; an
-/// in-flight `--quantization fp8` over a bf16 checkpoint does not count) — and the model has
-/// no recurrent state (`has_inner_state`, "hybrid/mamba models"). The features of
-/// [`VLLM_V2_RUNNER_LACKS`] are taken to be off, as they are by default.
+/// read at 0.22.0, 0.22.1, 0.23.0 and 0.24.0): the runner type is `generate` (what `vram
+/// capacity` serves) and an architecture of the config is in [`VLLM_V2_RUNNER_DEFAULTS`] for the
+/// series in force. At 0.22 and 0.23 `_is_default_v2_model_runner_model` also asks that
+/// `ModelConfig.is_moe` be false (no experts) and `is_quantized` false — the checkpoint's config
+/// has no `quantization_config` (`getattr(hf_config, "quantization_config")`; an in-flight
+/// `--quantization fp8` over a bf16 checkpoint does not count); 0.24 drops both conditions. At
+/// 0.22 a model with recurrent state (`has_inner_state`, "hybrid/mamba models") goes back to V1;
+/// from 0.23 only under `--mamba-cache-mode align`, which vram does not take (default `none`).
+/// The features of [`VLLM_V2_RUNNER_LACKS`] are taken to be off, as they are by default. A
+/// config that names no architecture is refused at those releases, since the runner cannot be
+/// told ([`vllm_v2_runner_of`] reads its `model_type` first).
 pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<String> {
+    vllm_v2_runner_of(archs, None, t, k)
+}
+
+/// The causal-LM class transformers builds for a `model_type`, for the architectures of
+/// [`VLLM_V2_RUNNER_DEFAULTS`]: `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`
+/// (`transformers/models/auto/modeling_auto.py`, transformers 5.24.0).
+const CAUSAL_LM_CLASSES: &[(&str, &str)] = &[
+    ("llama", "LlamaForCausalLM"),
+    ("mistral", "MistralForCausalLM"),
+    ("qwen3", "Qwen3ForCausalLM"),
+    ("deepseek_v2", "DeepseekV2ForCausalLM"),
+    ("qwen2_moe", "Qwen2MoeForCausalLM"),
+    ("granitemoe", "GraniteMoeForCausalLM"),
+];
+
+/// [`vllm_v2_runner`] for a config that may name no `architectures` (the catalog's short
+/// configs): its `model_type` then stands for transformers' causal-LM class of that type
+/// ([`CAUSAL_LM_CLASSES`]; a type outside them is no default of the V2 runner). Only with
+/// neither is the start refused as one whose runner cannot be told.
+pub fn vllm_v2_runner_of(
+    archs: &[String],
+    model_type: Option<&str>,
+    t: &Transformer,
+    k: &Knobs,
+) -> Option<String> {
+    if archs.is_empty() {
+        if let Some(mt) = model_type {
+            let (_, class) = CAUSAL_LM_CLASSES.iter().find(|(m, _)| *m == mt)?;
+            return vllm_v2_runner_of(&[class.to_string()], None, t, k);
+        }
+    }
     use vram_model::blocks::Quant;
     let version = super::version_label(Engine::Vllm, k);
     match k.vllm_v2_runner {
@@ -357,19 +457,44 @@ pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<St
         None => {}
     }
     let v = Engine::Vllm.version_in_force(k);
-    let (_, defaults) = VLLM_V2_RUNNER_DEFAULTS
-        .iter()
-        .find(|(series, _)| v[..2] == series[..])?;
+    let in_series = |table: &'static [([u32; 2], &'static [&'static str])]| {
+        table
+            .iter()
+            .find(|(series, _)| v[..2] == series[..])
+            .map(|&(_, names)| names)
+    };
+    let defaults = in_series(VLLM_V2_RUNNER_DEFAULTS)?;
+    let lacks = in_series(VLLM_V2_RUNNER_LACKS).unwrap_or(&[]);
+    if archs.is_empty() {
+        // A config that names neither its architectures nor its model_type: the runner turns
+        // on the architecture, so say so rather than assume V1.
+        return Some(format!(
+            "vLLM {version} runs {} on its V2 model runner by default (config/vllm.py use_v2_model_runner), whose memory profile vram does not model, and this model's config names neither its architectures nor its model_type, so vram cannot tell which runner starts it: give the checkpoint's config.json, or --vllm-use-v2-model-runner 0 where the V1 runner runs it",
+            defaults.join(", ")
+        ));
+    }
     let arch = archs.iter().find(|a| defaults.contains(&a.as_str()))?;
     let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
     let quantized = !matches!(t.blocks.storage.quant, Quant::None);
-    let inner_state = super::layers::is_hybrid(t);
-    (!moe && !quantized && !inner_state).then(|| {
-        format!(
-            "vLLM {version} runs {arch} on its V2 model runner by default (config/vllm.py use_v2_model_runner: a dense {arch} checkpoint without a quantization_config), whose memory profile vram does not model; where the start sets VLLM_USE_V2_MODEL_RUNNER=0 or one of what that runner lacks ({}), vLLM runs its V1 runner: say so with --vllm-use-v2-model-runner 0; --engine-version 0.21 is the newest that runs it on V1 by default",
-            VLLM_V2_RUNNER_LACKS.join("; ")
-        )
-    })
+    let dense_only = v < [0, 24, 0];
+    let inner_state = v < [0, 23, 0] && super::layers::is_hybrid(t);
+    if (dense_only && (moe || quantized)) || inner_state {
+        return None;
+    }
+    // The newest release whose default list does not hold this architecture runs it on V1.
+    let v1_release = VLLM_V2_RUNNER_DEFAULTS
+        .iter()
+        .find(|(_, names)| names.contains(&arch.as_str()))
+        .map_or_else(String::new, |(series, _)| format!("0.{}", series[1] - 1));
+    let which = if dense_only {
+        format!("a dense {arch} checkpoint without a quantization_config")
+    } else {
+        format!("a {arch} checkpoint, MoE and quantized ones included")
+    };
+    Some(format!(
+        "vLLM {version} runs {arch} on its V2 model runner by default (config/vllm.py use_v2_model_runner: {which}), whose memory profile vram does not model; where the start sets VLLM_USE_V2_MODEL_RUNNER=0 or one of what that runner lacks ({}), vLLM runs its V1 runner: say so with --vllm-use-v2-model-runner 0; --engine-version {v1_release} is the newest that runs it on V1 by default",
+        lacks.join("; ")
+    ))
 }
 
 /// vLLM's MXFP4 MoE kernel for this GPU and version, and the rounding its weight layout needs

@@ -82,8 +82,8 @@ mod vllm;
 mod weights;
 
 pub use engine::{
-    vllm_compiles, vllm_default_utilization, vllm_v2_runner, VLLM_DEFAULT_UTILIZATION,
-    VLLM_V2_RUNNER_DEFAULTS, VLLM_V2_RUNNER_LACKS,
+    vllm_compiles, vllm_default_utilization, vllm_v2_runner, vllm_v2_runner_of,
+    VLLM_DEFAULT_UTILIZATION, VLLM_V2_RUNNER_DEFAULTS, VLLM_V2_RUNNER_LACKS,
 };
 pub use kv_layout::{KvGroup, KvKind, KV_KINDS};
 pub use layers::{kv_bytes_per_token, layer_caches};
@@ -167,7 +167,7 @@ impl Engine {
         match self {
             Engine::Vllm => &[
                 "0.5", "0.6", "0.7", "0.8", "0.9", "0.10", "0.11", "0.12", "0.13", "0.14", "0.15",
-                "0.16", "0.17", "0.18", "0.19", "0.20", "0.21", "0.22",
+                "0.16", "0.17", "0.18", "0.19", "0.20", "0.21", "0.22", "0.23", "0.24",
             ],
             Engine::Sglang => &["0.4", "0.5"],
         }
@@ -272,11 +272,12 @@ pub fn parse_engine_version(v: &str) -> Option<([u32; 3], Pin)> {
 impl Engine {
     /// Why vram does not model this release (the first change past the newest version it
     /// models, read from the engine's source at that release); `None` when it is modelled or
-    /// older. vLLM 0.21.0–0.33.0 were read release by release (BENCHMARKS.md, "vLLM past 0.20").
+    /// older. vLLM 0.21.0–0.33.0 were read release by release; 0.23 and 0.24 move no byte vram
+    /// counts on the V1 runner with their defaults (BENCHMARKS.md, "vLLM past 0.20").
     pub fn unmodelled(self, v: [u32; 3]) -> Option<&'static str> {
         match self {
-            Engine::Vllm if v >= [0, 23, 0] => Some(
-                "vLLM 0.23 changed the start-up memory profile vram models: its CUDA-graph estimate also captures the multimodal encoder's graphs (gpu_model_runner.py profile_cudagraph_memory) and the sampler's noise may be fp64 (topk_topp_sampler.py random_sample); vram models vLLM 0.5 to 0.22",
+            Engine::Vllm if v >= [0, 25, 0] => Some(
+                "vLLM 0.25 changed the start-up memory profile vram models: determine_available_memory carves the frontend's multimodal IPC memory out of the KV-cache budget (gpu_worker.py _reserve_mm_ipc_gpu_memory), and memory_profiling's measure and the CUDA-graph estimate changed; vram models vLLM 0.5 to 0.24",
             ),
             _ => None,
         }

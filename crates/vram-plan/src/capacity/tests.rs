@@ -2010,17 +2010,19 @@ fn vllm_0_20_defaults_to_0_92_of_the_device() {
     assert_eq!(at([0, 21, 0], Some(0.8)), 0.8);
 }
 
-/// vLLM 0.23.0 and later are refused with what changed; 0.22 refuses only what its V2 model
-/// runner takes by default (a dense, unquantized `Qwen3ForCausalLM`).
+/// vLLM 0.25.0 and later are refused with what changed; 0.22 to 0.24 refuse only what their V2
+/// model runner takes by default (`DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, 0.22.0-0.24.0).
 #[test]
-fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
+fn versions_past_0_24_and_the_v2_runner_are_not_modelled() {
     assert!(Engine::Vllm.unmodelled([0, 22, 1]).is_none());
+    assert!(Engine::Vllm.unmodelled([0, 23, 0]).is_none());
+    assert!(Engine::Vllm.unmodelled([0, 24, 0]).is_none());
     let why = Engine::Vllm.unmodelled([0, 29, 0]).unwrap();
     assert!(
-        why.starts_with("vLLM 0.23 changed") && why.contains("0.5 to 0.22"),
+        why.starts_with("vLLM 0.25 changed") && why.contains("0.5 to 0.24"),
         "{why}"
     );
-    assert!(Engine::Vllm.unmodelled([0, 23, 0]).is_some());
+    assert!(Engine::Vllm.unmodelled([0, 25, 0]).is_some());
     assert!(Engine::Sglang.unmodelled([0, 29, 0]).is_none());
     let qwen3 = match catalog::lookup("qwen3-8b").unwrap() {
         Model::Transformer(t) => t,
@@ -2034,7 +2036,8 @@ fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
     };
     let why = vllm_v2_runner(&archs, &qwen3, &at([0, 22, 0], Quantization::None)).unwrap();
     assert!(
-        why.starts_with("vLLM 0.22 runs Qwen3ForCausalLM on its V2 model runner"),
+        why.starts_with("vLLM 0.22 runs Qwen3ForCausalLM on its V2 model runner")
+            && why.contains("--engine-version 0.21 is the newest"),
         "{why}"
     );
     assert!(vllm_v2_runner(&archs, &qwen3, &at([0, 21, 0], Quantization::None)).is_none());
@@ -2049,14 +2052,32 @@ fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
         e8m0: false,
     };
     assert!(vllm_v2_runner(&archs, &fp8_checkpoint, &at([0, 22, 1], Quantization::None)).is_none());
+    assert!(vllm_v2_runner(&archs, &fp8_checkpoint, &at([0, 23, 0], Quantization::None)).is_none());
+    // 0.24 drops the dense, unquantized condition: the FP8 checkpoint runs on V2.
+    assert!(vllm_v2_runner(&archs, &fp8_checkpoint, &at([0, 24, 0], Quantization::None)).is_some());
+    // Llama joins the list at 0.23: V1 at 0.22, V2 from 0.23, and 0.22 is named as the newest
+    // release that runs it on V1.
     let llama = vec!["LlamaForCausalLM".to_string()];
     assert!(vllm_v2_runner(&llama, &llama3(), &at([0, 22, 0], Quantization::None)).is_none());
-    // An MoE model (`is_moe`) stays on V1 whatever its architecture.
+    let why = vllm_v2_runner(&llama, &llama3(), &at([0, 23, 0], Quantization::None)).unwrap();
+    assert!(
+        why.starts_with("vLLM 0.23 runs LlamaForCausalLM on its V2 model runner")
+            && why.contains("--engine-version 0.22 is the newest")
+            && !why.contains("--reasoning-parser"),
+        "{why}"
+    );
+    // An MoE model (`is_moe`) stays on V1 at 0.22 and 0.23 whatever its architecture; at
+    // 0.24 a Qwen2-MoE checkpoint runs on V2, a Qwen3-MoE one (not in the list) on V1.
     let moe = match catalog::lookup("qwen3-30b-a3b").unwrap() {
         Model::Transformer(t) => t,
         _ => unreachable!(),
     };
     assert!(vllm_v2_runner(&archs, &moe, &at([0, 22, 0], Quantization::None)).is_none());
+    assert!(vllm_v2_runner(&archs, &moe, &at([0, 23, 0], Quantization::None)).is_none());
+    let qwen2_moe = vec!["Qwen2MoeForCausalLM".to_string()];
+    assert!(vllm_v2_runner(&qwen2_moe, &moe, &at([0, 24, 0], Quantization::None)).is_some());
+    let qwen3_moe = vec!["Qwen3MoeForCausalLM".to_string()];
+    assert!(vllm_v2_runner(&qwen3_moe, &moe, &at([0, 24, 0], Quantization::None)).is_none());
     // VLLM_USE_V2_MODEL_RUNNER decides when given: 0 keeps V1 (what vram models), 1 asks
     // for V2 at any version.
     let env = |v: [u32; 3], on: bool| Knobs {
@@ -2064,18 +2085,46 @@ fn versions_past_0_22_and_the_v2_runner_are_not_modelled() {
         ..at(v, Quantization::None)
     };
     assert!(vllm_v2_runner(&archs, &qwen3, &env([0, 22, 1], false)).is_none());
+    assert!(vllm_v2_runner(&llama, &llama3(), &env([0, 24, 0], false)).is_none());
     let why = vllm_v2_runner(&llama, &llama3(), &env([0, 21, 0], true)).unwrap();
     assert!(why.starts_with("--vllm-use-v2-model-runner 1"), "{why}");
-    // The refusal names what sends the model back to V1, from the list read at 0.22.
+    // The refusal names what sends the model back to V1, from the list read at that release.
     let why = vllm_v2_runner(&archs, &qwen3, &at([0, 22, 1], Quantization::None)).unwrap();
     assert!(
         why.contains("--reasoning-parser") && why.contains("--vllm-use-v2-model-runner 0"),
         "{why}"
     );
-    assert_eq!(
-        VLLM_V2_RUNNER_DEFAULTS,
-        &[([0, 22], &["Qwen3ForCausalLM"][..])]
+    let why = vllm_v2_runner(&archs, &qwen3, &at([0, 24, 0], Quantization::None)).unwrap();
+    assert!(why.contains("--enable-elastic-ep"), "{why}");
+    // No architecture named (no config.json): the runner cannot be told at 0.22-0.24, so the
+    // start is refused unless the user says V1; 0.21 has no V2 default.
+    let why = vllm_v2_runner(&[], &llama3(), &at([0, 23, 0], Quantization::None)).unwrap();
+    assert!(
+        why.contains("names neither its architectures nor its model_type"),
+        "{why}"
     );
+    // A catalog config names its model_type: llama is transformers' LlamaForCausalLM (V2 at
+    // 0.23), gpt2 is in no V2 list (V1).
+    let why = vllm_v2_runner_of(
+        &[],
+        Some("llama"),
+        &llama3(),
+        &at([0, 23, 0], Quantization::None),
+    );
+    assert!(why.unwrap().starts_with("vLLM 0.23 runs LlamaForCausalLM"));
+    assert!(vllm_v2_runner_of(
+        &[],
+        Some("gpt2"),
+        &llama3(),
+        &at([0, 24, 0], Quantization::None)
+    )
+    .is_none());
+    assert!(vllm_v2_runner(&[], &llama3(), &env([0, 23, 0], false)).is_none());
+    assert!(vllm_v2_runner(&[], &llama3(), &at([0, 21, 0], Quantization::None)).is_none());
+    let series: Vec<[u32; 2]> = VLLM_V2_RUNNER_DEFAULTS.iter().map(|(s, _)| *s).collect();
+    assert_eq!(series, [[0, 22], [0, 23], [0, 24]]);
+    assert_eq!(VLLM_V2_RUNNER_DEFAULTS[0].1, &["Qwen3ForCausalLM"][..]);
+    assert_eq!(VLLM_V2_RUNNER_DEFAULTS[2].1.len(), 6);
 }
 
 /// SGLang's request-to-token map is allocated outside the profile: Llama 4 Scout's 10M-position
