@@ -48,7 +48,7 @@
 //!   every engine refusal, here, where the log's prefixes and cut lines are already handled.
 //!
 //! * Read from the releases' source for the rest (every memory or capability text of vLLM
-//!   0.10.0–0.23.0 and SGLang 0.4.6.post5–0.5.10, tabulated per release in
+//!   0.10.0–0.33.0 and SGLang 0.4.6.post5–0.5.10, tabulated per release in
 //!   `tests/data/messages/ENGINE-TEXTS.md`): vLLM's CPU backend's start-up and KV-allocation
 //!   checks (`v1/worker/cpu_worker.py`, 0.20.2 on), the pooler warm-up OOM, `--max-model-len
 //!   auto`'s `Cannot auto-fit max_model_len`, the quantization capability checks of both engines
@@ -107,7 +107,7 @@ pub enum ServingError {
     },
     /// vLLM: `Free memory on device (F/T GiB) on startup is less than desired
     /// GPU memory utilization (U, X GiB).`; on its CPU backend (`v1/worker/cpu_worker.py`,
-    /// `CPUWorker.__init__`, from 0.20.2 through 0.23.0): `Available memory on node N (F/T GiB) on
+    /// `CPUWorker.__init__`, from 0.20.2 through 0.32.0): `Available memory on node N (F/T GiB) on
     /// startup is less than desired CPU memory utilization (U, X GiB).`, the same check on the
     /// NUMA node's host memory, `gpu_memory_utilization` being the share of it reserved.
     VllmFreeBelowUtilization {
@@ -137,11 +137,12 @@ pub enum ServingError {
         after_bytes: u64,
     },
     /// vLLM's CPU backend (`v1/worker/cpu_worker.py`, `determine_available_memory`, from 0.20.2
-    /// through 0.23.0): `Available memory on node N (A/T GiB) on kv cache allocation is less than
+    /// through 0.33.0): `Available memory on node N (A/T GiB) on kv cache allocation is less than
     /// requested memory for kv (K/R GiB).`, K being the reserved share R less what the worker
     /// already holds (its resident memory: the weights), or `(K GiB)` when the KV space was set
     /// (`--kv-cache-memory-bytes`, `VLLM_CPU_KVCACHE_SPACE`). Raised when K is not positive or
-    /// above what the node has available.
+    /// above what the node has available (from 0.33.0 only above it: a K not positive is
+    /// [`Self::VllmCpuWorkerFillsReservation`]).
     VllmCpuKvAllocation {
         /// The node's available host memory, bytes.
         available_bytes: u64,
