@@ -408,6 +408,12 @@ impl CapacityFigures {
             kv_bytes: conf.kv_cache_fp8.then_some(1),
             max_num_seqs: conf.max_num_seqs.filter(|&n| n > 0),
             driver: conf.driver,
+            // The paste's own vLLM release, where it prints one (a refused one never gets here:
+            // [`Self::unmodelled_release`]); else vram's default release.
+            engine_version: match engine {
+                Engine::Vllm => conf.engine_version,
+                Engine::Sglang => None,
+            },
             ..Knobs::default()
         };
         // The paste shows the engine past its start-up check at its own utilization; where

@@ -1536,3 +1536,56 @@ fn vllm_0_24_to_0_33_start_up_texts_are_read_as_their_kind() {
         );
     }
 }
+
+/// The capacity figures for a vLLM paste are the capacity model's at the release the paste
+/// prints (`Initializing a V1 LLM engine (v0.20.2)`), whose memory outside the KV cache is not
+/// 0.11's (vram's default release, which the figures used whatever the paste printed); a paste
+/// of a release vram refuses gets none ([`CapacityFigures::unmodelled_release`]).
+#[test]
+fn capacity_figures_are_at_the_pastes_own_vllm_release() {
+    use vram_model::arch::Model;
+    use vram_plan::capacity::{capacity, Engine, Knobs};
+    let Model::Transformer(t) = vram_model::catalog::lookup("qwen3-8b").unwrap() else {
+        panic!("qwen3-8b is a transformer")
+    };
+    let gpu = vram_model::gpu::lookup("l4").unwrap();
+    let e = ServingError::VllmNoCacheMemory {
+        available_bytes: None,
+    };
+    let conf = vram_doctor::profile::engine_configuration(
+        "INFO [core.py:93] Initializing a V1 LLM engine (v0.20.2) with config: model='Qwen/Qwen3-8B', max_seq_len=8192",
+    );
+    assert_eq!(conf.engine_version, Some([0, 20, 2]));
+    assert_eq!(CapacityFigures::unmodelled_release(&e, &conf), None);
+    let f = CapacityFigures::of(&t, gpu, &e, &conf).unwrap();
+    let at = |v: Option<[u32; 3]>| {
+        let k = Knobs {
+            max_model_len: Some(8192),
+            engine_version: v,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        c.weights_bytes + c.non_torch_bytes + c.activation_peak_bytes + c.cuda_graph_bytes
+    };
+    assert_eq!(f.non_kv_bytes, at(Some([0, 20, 2])));
+    let default = CapacityFigures::of(
+        &t,
+        gpu,
+        &e,
+        &vram_doctor::profile::EngineConfiguration {
+            max_model_len: Some(8192),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(default.non_kv_bytes, at(None));
+    assert_ne!(f.non_kv_bytes, default.non_kv_bytes);
+    let later = vram_doctor::profile::engine_configuration(
+        "INFO [core.py:140] Initializing a V1 LLM engine (v0.29.0) with config: model='Qwen/Qwen3-8B'",
+    );
+    let why = CapacityFigures::unmodelled_release(&e, &later).unwrap();
+    assert!(
+        why.starts_with("--model is not used: the paste is vLLM 0.29.0's"),
+        "{why}"
+    );
+}
