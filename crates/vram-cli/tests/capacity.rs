@@ -2642,11 +2642,6 @@ fn free_memory_at_start_against_the_logged_snapshots() {
             a.extend(args(&["--gpu-memory-utilization", "1.0"]));
             let (code, _, err) = vram(&a);
             let id = c["id"].as_str().unwrap();
-            // Round 19's cases name the vLLM series they need modelled (`modelled_from`): while
-            // vram refuses that release (`Engine::unmodelled`), there is no estimate to check.
-            if c.get("modelled_from").is_some() && err.contains("vram models vLLM 0.5 to") {
-                continue;
-            }
             assert_eq!(code, 2, "{id}: {err}");
             let est: f64 = err
                 .split("(estimated: ")
