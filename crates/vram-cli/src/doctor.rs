@@ -335,6 +335,13 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
             }
             .to_string()],
         ),
+        // A release the capacity model refuses: its figures would be another release's.
+        Some(_) if serving::CapacityFigures::unmodelled_release(e, &conf).is_some() => (
+            None,
+            serving::CapacityFigures::unmodelled_release(e, &conf)
+                .into_iter()
+                .collect(),
+        ),
         Some(m) => {
             let (f, mut n) = serving_figures(m, &a.hub, a.gpu.as_deref(), e, &conf)?;
             // The pasted driver, where it moves the graphs' figure, says so.

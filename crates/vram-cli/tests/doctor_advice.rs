@@ -1229,3 +1229,46 @@ fn capacity_log(model: &str, gpu: &str, knobs: &str) -> String {
     let lines = common::log_lines(&v);
     lines.join("\n")
 }
+
+/// A paste of a vLLM release the capacity model refuses (0.23 on, `Engine::unmodelled`) gets no
+/// capacity figures with `--model`: they would be vram's default release's, not the paste's. The
+/// answer says so in a note, and reads the message alone; the same paste at a modelled release
+/// gets the figures.
+#[test]
+fn model_figures_are_not_offered_for_a_release_vram_refuses() {
+    let log = capacity_log("qwen3-8b", "l4", "--max-model-len 40960");
+    let run = |version: &str| {
+        let text = format!("INFO 11-20 10:00:00 [core.py:140] Initializing a V1 LLM engine (v{version}) with config: model='Qwen/Qwen3-8B'\n{log}");
+        let (code, out, err) = vram_stdin(
+            &[
+                "doctor",
+                "--no-nvml",
+                "-",
+                "--json",
+                "--model",
+                "qwen3-8b",
+                "--gpu",
+                "l4",
+            ],
+            &text,
+        );
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let refused = run("0.27.0");
+    assert!(refused["capacity"].is_null(), "{refused}");
+    let notes = refused["notes"].to_string();
+    assert!(
+        notes.contains("--model is not used") && notes.contains("vLLM 0.27.0"),
+        "{notes}"
+    );
+    assert!(
+        !refused["remedies"].to_string().contains("(vram capacity)"),
+        "{refused}"
+    );
+    let modelled = run("0.11.0");
+    assert!(!modelled["capacity"].is_null(), "{modelled}");
+    assert!(!modelled["notes"]
+        .to_string()
+        .contains("--model is not used"));
+}

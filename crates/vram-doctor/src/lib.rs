@@ -157,6 +157,9 @@ fn unfound(text: &str, e: DoctorError) -> DoctorError {
         DoctorError::Unparseable { reason } if reason == message::NO_MESSAGE => {
             DoctorError::Unparseable {
                 reason: match serving::named_engine(text) {
+                    _ if serving::unread_memory_error(text).is_some() => {
+                        serving::unread_memory_error(text).unwrap_or_default()
+                    }
                     _ if serving::named_refusal(text).is_some() => {
                         serving::named_refusal(text).unwrap_or_default()
                     }

@@ -267,6 +267,11 @@ pub struct EngineConfiguration {
     /// 535.86.10`. The capacity model prices the graphs' driver memory by it
     /// (`vram_plan::capacity::Knobs::driver`).
     pub driver: Option<u32>,
+    /// vLLM's version as the paste prints it (`Initializing a V1 LLM engine (v0.27.0) with
+    /// config`, `vLLM API server version 0.27.0`; the same lines at 0.23.0–0.33.0's
+    /// `v1/engine/core.py` and `entrypoints/api_server.py`): the capacity model's figures for a
+    /// release it refuses (`vram_plan::capacity::Engine::unmodelled`) are not the paste's.
+    pub engine_version: Option<[u32; 3]>,
 }
 
 impl EngineConfiguration {
@@ -358,6 +363,7 @@ pub fn engine_configuration(text: &str) -> EngineConfiguration {
             .filter(|&n: &u64| n > 0),
         cudagraph_mode: cudagraph_mode(&t),
         driver: driver_branch(&t),
+        engine_version: p.engine_version,
     }
 }
 
@@ -433,6 +439,17 @@ fn configuration(t: &str, p: &mut StartupProfile) {
             t.rfind("vllm api server version ")
                 .map(|i| &t[i + "vllm api server version ".len()..])
         })
+        // `vllm serve` from 0.16 (`log_version_and_model`, `entrypoints/utils.py`, later
+        // `entrypoints/serve/utils/api_utils.py`, read at 0.16.0-0.23.0): `vLLM server version
+        // X, serving model M`, or its logo with `version X` beside the block letters.
+        .or_else(|| {
+            t.rfind("vllm server version ")
+                .map(|i| &t[i + "vllm server version ".len()..])
+        })
+        .or_else(|| {
+            t.rfind("█  version ")
+                .map(|i| &t[i + "█  version ".len()..])
+        })
         .and_then(|r| {
             let end = r
                 .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -485,8 +502,17 @@ fn vllm_v1(t: &str) -> StartupProfile {
     let mut p = empty(ProfileLayout::VllmV1);
     p.weights_bytes =
         last_size_u(t, "weights memory: ").or_else(|| last_size_u(t, "model loading took "));
-    p.activation_bytes = last_size_u(t, "torch peak memory increase: ");
-    p.non_torch_bytes = last_size_u(t, "non-torch forward increase memory: ");
+    // From 0.27 (`utils/mem_utils.py`, `memory_profiling`, read at 0.27.0-0.33.0) the budget's
+    // non-KV figure is `total_consumed` (the fall in free device memory from before the engine
+    // to after the profile) plus the transient peak headroom (`torch_peak − torch_allocated`
+    // after it), and the DEBUG line prints `total consumed (from mem_get_info): C` where it
+    // printed `non-torch forward increase memory: N`. Its `torch peak memory increase` is no
+    // longer a part of the budget, so neither figure is read as one: the parts are the weights
+    // and the rest (`B − W − K`).
+    if !t.contains("total consumed (from mem_get_info): ") {
+        p.activation_bytes = last_size_u(t, "torch peak memory increase: ");
+        p.non_torch_bytes = last_size_u(t, "non-torch forward increase memory: ");
+    }
     p.kv_bytes = last_size(t, "available kv cache memory: ");
     p.total_bytes = last_size_u(t, "total_memory=");
     p.utilization = last_number(t, "'gpu_memory_utilization': ")
@@ -512,7 +538,13 @@ fn vllm_v1(t: &str) -> StartupProfile {
             .map(|(b, u)| (b as f64 / u).round() as u64);
     }
     p.cuda_graph_bytes = last_size_u(t, "estimated cuda graph memory: ");
-    p.cuda_graphs_counted = t.contains("vllm_memory_profiler_estimate_cudagraphs=1)");
+    // `CUDA graph memory profiling is enabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).`
+    // (0.18.1, 0.19.1) and `... is enabled (default since v0.21.0).` (0.20.0-0.33.0,
+    // `gpu_worker.py`, `determine_available_memory`): the estimate is taken from the budget. The
+    // disabled branch's lines (`In v0.19, CUDA graph memory profiling will be enabled by default
+    // (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), ...` at 0.18-0.19, `... is disabled` from
+    // 0.20) do not say it is.
+    p.cuda_graphs_counted = t.contains("cuda graph memory profiling is enabled");
     p
 }
 

@@ -48,7 +48,7 @@
 //!   every engine refusal, here, where the log's prefixes and cut lines are already handled.
 //!
 //! * Read from the releases' source for the rest (every memory or capability text of vLLM
-//!   0.10.0–0.23.0 and SGLang 0.4.6.post5–0.5.10, tabulated per release in
+//!   0.10.0–0.33.0 and SGLang 0.4.6.post5–0.5.10, tabulated per release in
 //!   `tests/data/messages/ENGINE-TEXTS.md`): vLLM's CPU backend's start-up and KV-allocation
 //!   checks (`v1/worker/cpu_worker.py`, 0.20.2 on), the pooler warm-up OOM, `--max-model-len
 //!   auto`'s `Cannot auto-fit max_model_len`, the quantization capability checks of both engines
@@ -107,7 +107,7 @@ pub enum ServingError {
     },
     /// vLLM: `Free memory on device (F/T GiB) on startup is less than desired
     /// GPU memory utilization (U, X GiB).`; on its CPU backend (`v1/worker/cpu_worker.py`,
-    /// `CPUWorker.__init__`, from 0.20.2 through 0.23.0): `Available memory on node N (F/T GiB) on
+    /// `CPUWorker.__init__`, from 0.20.2 through 0.32.0): `Available memory on node N (F/T GiB) on
     /// startup is less than desired CPU memory utilization (U, X GiB).`, the same check on the
     /// NUMA node's host memory, `gpu_memory_utilization` being the share of it reserved.
     VllmFreeBelowUtilization {
@@ -137,11 +137,12 @@ pub enum ServingError {
         after_bytes: u64,
     },
     /// vLLM's CPU backend (`v1/worker/cpu_worker.py`, `determine_available_memory`, from 0.20.2
-    /// through 0.23.0): `Available memory on node N (A/T GiB) on kv cache allocation is less than
+    /// through 0.33.0): `Available memory on node N (A/T GiB) on kv cache allocation is less than
     /// requested memory for kv (K/R GiB).`, K being the reserved share R less what the worker
     /// already holds (its resident memory: the weights), or `(K GiB)` when the KV space was set
     /// (`--kv-cache-memory-bytes`, `VLLM_CPU_KVCACHE_SPACE`). Raised when K is not positive or
-    /// above what the node has available.
+    /// above what the node has available (from 0.33.0 only above it: a K not positive is
+    /// [`Self::VllmCpuWorkerFillsReservation`]).
     VllmCpuKvAllocation {
         /// The node's available host memory, bytes.
         available_bytes: u64,
@@ -152,6 +153,20 @@ pub enum ServingError {
         /// R: the share `gpu_memory_utilization` reserves for the worker, bytes; `None` where
         /// the KV space was set outright.
         reserved_bytes: Option<u64>,
+    },
+    /// vLLM's CPU backend from 0.33.0 (`v1/worker/cpu_worker.py`, `determine_available_memory`,
+    /// line 229): `The worker already uses C GiB (model weights and runtime), more than the R GiB
+    /// of CPU memory reserved for it on node N, leaving none for the KV cache. ... To resolve:
+    /// increase `--gpu-memory-utilization` to more than M, or set the KV cache size explicitly
+    /// ...`, M being `ceil(C / total × 100) / 100`. 0.20.2–0.32.0 raised this case as
+    /// [`Self::VllmCpuKvAllocation`] with a request `K = R − C ≤ 0`.
+    VllmCpuWorkerFillsReservation {
+        /// C: the worker's resident memory (the weights and the runtime), bytes.
+        consumed_bytes: u64,
+        /// R: the share `gpu_memory_utilization` reserves of the node's memory, bytes.
+        reserved_bytes: u64,
+        /// M: the share vLLM says the reservation must exceed, when printed.
+        minimum_utilization: Option<f64>,
     },
     /// vLLM V1 (0.8 on): `CUDA out of memory occurred when warming up sampler with N dummy
     /// requests.`: the warm-up after the KV cache and the CUDA graphs did not fit what they left.
@@ -323,6 +338,32 @@ pub enum FiguresError {
 }
 
 impl CapacityFigures {
+    /// Why the capacity model's figures would not be the paste's: the paste is of a vLLM release
+    /// whose start-up memory `vram capacity` refuses (`Engine::unmodelled`: 0.23 on), which
+    /// [`Self::of`] would otherwise price at vram's default release. `None` for SGLang's errors,
+    /// a paste that prints no version, and the releases modelled.
+    pub fn unmodelled_release(
+        e: &ServingError,
+        conf: &crate::profile::EngineConfiguration,
+    ) -> Option<String> {
+        use vram_plan::capacity::Engine;
+        if matches!(
+            e,
+            ServingError::SglangNotEnoughMemory { .. }
+                | ServingError::SglangWeightsLeaveNoKv { .. }
+                | ServingError::SglangUnbalancedMemory { .. }
+        ) {
+            return None;
+        }
+        let v = conf.engine_version?;
+        let why = Engine::Vllm.unmodelled(v)?;
+        Some(format!(
+            "--model is not used: the paste is vLLM {}.{}.{}'s, a release vram's capacity model \
+             refuses ({why}); the answer reads the message and the log's own figures alone",
+            v[0], v[1], v[2]
+        ))
+    }
+
     /// What `vram capacity` says of `t` on `gpu` under the engine that printed `e` (SGLang for
     /// its two errors, vLLM for the others), at the engine's defaults with the `max_model_len`
     /// vLLM's error names or the `mem_fraction_static` SGLang's names: the device, everything
@@ -372,6 +413,12 @@ impl CapacityFigures {
             kv_bytes: conf.kv_cache_fp8.then_some(1),
             max_num_seqs: conf.max_num_seqs.filter(|&n| n > 0),
             driver: conf.driver,
+            // The paste's own vLLM release, where it prints one (a refused one never gets here:
+            // [`Self::unmodelled_release`]); else vram's default release.
+            engine_version: match engine {
+                Engine::Vllm => conf.engine_version,
+                Engine::Sglang => None,
+            },
             ..Knobs::default()
         };
         // The paste shows the engine past its start-up check at its own utilization; where
@@ -533,7 +580,10 @@ impl ServingError {
             ServingError::VllmFreeBelowUtilization {
                 cpu_backend: true, ..
             } => "less host memory available than the share asked for",
-            ServingError::VllmCpuKvAllocation { .. } => "not enough host memory for the KV cache",
+            ServingError::VllmCpuKvAllocation { .. }
+            | ServingError::VllmCpuWorkerFillsReservation { .. } => {
+                "not enough host memory for the KV cache"
+            }
             ServingError::VllmProfilingMemoryChanged { .. } => {
                 "another process released GPU memory during the profile run"
             }
@@ -571,6 +621,9 @@ impl ServingError {
             ServingError::VllmNoCacheMemory { .. } => "vllm-no-cache-memory",
             ServingError::VllmFreeBelowUtilization { .. } => "vllm-free-below-utilization",
             ServingError::VllmCpuKvAllocation { .. } => "vllm-cpu-kv-allocation",
+            ServingError::VllmCpuWorkerFillsReservation { .. } => {
+                "vllm-cpu-worker-fills-reservation"
+            }
             ServingError::VllmProfilingMemoryChanged { .. } => "vllm-profiling-memory-changed",
             ServingError::VllmSamplerWarmUp { .. } => "vllm-sampler-warm-up",
             ServingError::VllmPoolerWarmUp { .. } => "vllm-pooler-warm-up",
@@ -619,6 +672,7 @@ impl ServingError {
                 cpu_backend: true,
                 ..
             } | ServingError::VllmCpuKvAllocation { .. }
+                | ServingError::VllmCpuWorkerFillsReservation { .. }
         )
     }
 }
@@ -716,6 +770,7 @@ pub(crate) fn named_engine(text: &str) -> Option<&'static str> {
         "when warming up pooler",
         "cannot auto-fit max_model_len",
         "error in memory profiling.",
+        "of cpu memory reserved for it on node",
     ];
     vllm.iter().any(|p| flat.contains(p)).then_some("vLLM")
 }
@@ -818,6 +873,72 @@ pub(crate) fn named_refusal(text: &str) -> Option<String> {
         );
     }
     None
+}
+
+/// vLLM's start-up memory errors the doctor finds but does not diagnose (no cause it reads
+/// covers them), said as what they are, with the message's own figures:
+/// - the frontend's multimodal GPU decoding reserve (`mm_ipc_gpu_memory_gb`'s raw frames, plus
+///   the hardware decoders' surfaces per API server), carved out of the KV cache's budget after
+///   the profile: `frontend multimodal GPU decoding reserves R GiB (F GiB raw-frame budget, D GiB
+///   decoder cache budget), but only A GiB is available for the KV cache.` (`v1/worker/
+///   gpu_worker.py`, `_reserve_mm_ipc_gpu_memory`, 0.25.0-0.26.0; `multimodal/gpu_ipc_memory.py`,
+///   `reserve_mm_ipc_gpu_memory`, 0.27.0-0.33.0, which also names `hw_decoders`);
+/// - the start-up check with the weights held by another process (the weight-cache loader's
+///   `get_external_weight_memory`; `v1/worker/utils.py`, `request_memory`, 0.32.0-0.33.0):
+///   `Externally held weights on device D (W/T GiB) exceed the desired GPU memory utilization
+///   (U, X GiB).` and `Free memory on device D (F/T GiB) on startup is less than the engine's
+///   budget after excluding external process's weights (U, E GiB).`
+pub(crate) fn unread_memory_error(text: &str) -> Option<String> {
+    let orig = crate::message::flatten(text, " ");
+    // ASCII lower-casing keeps every byte offset: a figure is found in `flat` and quoted from
+    // `orig`, as printed.
+    let flat = orig.to_ascii_lowercase();
+    let paren_after = |from: usize, pat: &str| -> Option<String> {
+        let at = from + flat[from..].find(pat)? + pat.len();
+        let open = at + flat[at..].find('(')?;
+        let close = open + flat[open..].find(')')?;
+        Some(orig[open + 1..close].trim().to_string())
+    };
+    if let Some(i) = flat.find("externally held weights on device ") {
+        let held = paren_after(i, "externally held weights on device")?;
+        let share = paren_after(i, "exceed the desired gpu memory utilization")?;
+        return Some(format!(
+            "this is vLLM's (0.32 on) start-up check with the weights held by another process \
+             (the weight cache's loader): those weights, {held}, exceed the budget \
+             gpu_memory_utilization gives ({share}); the doctor does not diagnose it: a larger \
+             --gpu-memory-utilization holds them"
+        ));
+    }
+    if let Some(i) =
+        flat.find("is less than the engine's budget after excluding external process's weights")
+    {
+        let j = flat[..i].rfind("free memory on device")?;
+        let free = paren_after(j, "free memory on device")?;
+        let budget = paren_after(i, "external process's weights")?;
+        return Some(format!(
+            "this is vLLM's (0.32 on) start-up check with the weights held by another process \
+             (the weight cache's loader): the memory free at start-up ({free}) is below the \
+             engine's budget less those weights ({budget}); the doctor does not diagnose it: \
+             other processes hold the rest, or a smaller --gpu-memory-utilization asks less"
+        ));
+    }
+    let i = flat.find("frontend multimodal gpu decoding reserves ")?;
+    let r = &flat[i + "frontend multimodal gpu decoding reserves ".len()..];
+    let reserved = r.split(" gib").next()?.trim();
+    let available = r
+        .split_once("but only ")?
+        .1
+        .split(" gib is available for the kv cache")
+        .next()?
+        .trim();
+    Some(format!(
+        "this is vLLM's (0.25 on) reserve for the frontend's multimodal GPU decoding, \
+         {reserved} GiB (raw frames under --mm-ipc-gpu-memory-gb, and the hardware decoders' \
+         memory per API server where a GPU video backend decodes), taken from what the budget \
+         left for the KV cache, {available} GiB, after the profile: the doctor does not \
+         diagnose it; a smaller --mm-ipc-gpu-memory-gb, a CPU video backend, or a larger \
+         --gpu-memory-utilization leaves the cache room"
+    ))
 }
 
 /// Whether `text` is `vram capacity`'s own estimate of an out-of-memory failure (CUDA-graph
@@ -956,6 +1077,20 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             after_bytes: size(after_key)?,
         });
     }
+    if let Some(i) = flat.find("the worker already uses ") {
+        let after = &flat[i..];
+        if after.contains("of cpu memory reserved for it on node") {
+            let gib = |key: &str| {
+                let v = number_after(after, key)?;
+                (v >= 0.0).then(|| (v * (1u64 << 30) as f64).round() as u64)
+            };
+            return Some(ServingError::VllmCpuWorkerFillsReservation {
+                consumed_bytes: gib("the worker already uses ")?,
+                reserved_bytes: gib("more than the ")?,
+                minimum_utilization: number_after(after, "--gpu-memory-utilization` to more than "),
+            });
+        }
+    }
     if let Some(i) = flat.find("on kv cache allocation is less than requested memory for kv") {
         let j = flat[..i].rfind("available memory on node")?;
         let (available, total_bytes) =
@@ -975,6 +1110,19 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
             reserved_bytes,
         });
     }
+    // vLLM's compressed-tensors and Quark checks passed their text to `RuntimeError` as three
+    // strings through 0.28.0 (`compressed_tensors.py`'s `_check_scheme_supported`, `quark.py`'s,
+    // read at 0.10.0 and 0.23.0-0.28.0; one string from 0.29.0), as SGLang's copies do
+    // (0.4.5.post3, 0.4.6.post5, 0.4.10, 0.5.3, 0.5.10), so Python prints the tuple:
+    // `RuntimeError: ('Quantization scheme is not supported for ', 'the current GPU. Min
+    // capability: 80. ', 'Current capability: 75.')`. Its pieces are joined back here.
+    let joined;
+    let flat = if flat.contains("quantization scheme is not supported for ', '") {
+        joined = flat.replace("', '", "");
+        joined.as_str()
+    } else {
+        flat
+    };
     if let Some(i) = flat.find("is not supported for the current gpu.") {
         let before = &flat[..i];
         let method = before.rfind("the quantization method ").map(|j| {
@@ -1585,6 +1733,42 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                 },
             )
         }
+        ServingError::VllmCpuWorkerFillsReservation {
+            consumed_bytes,
+            reserved_bytes,
+            minimum_utilization,
+        } => {
+            remedies.push(ServingRemedy {
+                action: match minimum_utilization {
+                    Some(m) => format!("raise --gpu-memory-utilization above {m}"),
+                    None => "raise --gpu-memory-utilization".into(),
+                },
+                enough: false,
+                detail: format!(
+                    "the reservation must exceed the worker's {} by the KV cache wanted, within what the node has available",
+                    hb(consumed_bytes)
+                ),
+            });
+            remedies.push(ServingRemedy {
+                action: "set --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE)".into(),
+                enough: false,
+                detail: "a KV cache of the size set, no longer the reservation less the worker's memory, as long as the node has it available".into(),
+            });
+            remedies.push(ServingRemedy {
+                action: "a smaller model or lower-precision weights".into(),
+                enough: false,
+                detail: "less resident memory leaves the reservation room for the KV cache".into(),
+            });
+            (
+                "vllm",
+                "gpu_memory_utilization",
+                format!(
+                    "vLLM's CPU backend gives its KV cache the {} it reserves (gpu_memory_utilization of the node's host memory) less what the worker already holds, {} (its resident memory: the weights and the runtime), which leaves nothing: the worker's own memory fills the reservation",
+                    hb(reserved_bytes),
+                    hb(consumed_bytes)
+                ),
+            )
+        }
         ServingError::VllmProfilingMemoryChanged {
             measure,
             before_bytes,
@@ -2100,6 +2284,7 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
             Some(_) => ServingCause::OtherProcesses,
             None => ServingCause::Undetermined,
         },
+        ServingError::VllmCpuWorkerFillsReservation { .. } => ServingCause::Weights,
         ServingError::VllmSamplerWarmUp { .. }
         | ServingError::VllmPoolerWarmUp { .. }
         | ServingError::VllmMambaBlocks { .. } => ServingCause::Profile,

@@ -524,3 +524,105 @@ fn a_log_with_colour_codes_reads_as_the_plain_one() {
     }
     assert!(coloured_prefixes > 0, "no block has a worker prefix");
 }
+
+/// Whether the budget took the CUDA graphs' estimate is what the log's own line says:
+/// `CUDA graph memory profiling is enabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).` at
+/// 0.18.1/0.19.1 and `... is enabled (default since v0.21.0).` at 0.20.0-0.33.0
+/// (`v1/worker/gpu_worker.py`, `determine_available_memory`: 0.23.0 line 495, 0.29.0 line 640).
+/// The other branch's lines (0.18.1/0.19.1: `In v0.19, CUDA graph memory profiling will be
+/// enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), which ...`; from 0.20: `...
+/// is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)`) say it did not. The reader took
+/// the first 0.19 line for the second, and missed the 0.20+ line.
+#[test]
+fn the_graph_estimate_is_counted_where_the_log_says_its_profiling_is_enabled() {
+    // vLLM 0.23.0 at 0.92 on an H100: 72.85 − 16.76 − 1.30 = 54.79 GiB for the cache.
+    let log = |line: &str| {
+        format!(
+            "gpu_worker.py:412] Initial free memory: 78.68 GiB; Requested memory: 0.920000 (util), 72.85 GiB\n\
+             gpu_model_runner.py:6518] Estimated CUDA graph memory: 1.30 GiB total\n\
+             gpu_worker.py:478] Memory profiling takes 21.74 seconds. Total non KV cache memory: 16.76GiB; torch peak memory increase: 2.87GiB; non-torch forward increase memory: 0.25GiB; weights memory: 13.64GiB.\n\
+             gpu_worker.py:481] Available KV cache memory: 54.79 GiB\n\
+             {line}\n\
+             RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine."
+        )
+    };
+    let cases = [
+        ("gpu_worker.py:495] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9036 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.9364. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.", true),
+        ("gpu_worker.py:453] CUDA graph memory profiling is enabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will become the default in v0.19. The current --gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9036 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.9364.", true),
+        ("gpu_worker.py:471] In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), which more accurately accounts for CUDA graph memory during KV cache allocation. To try it now, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from 0.9200 to 0.9364 to maintain the same effective KV cache size.", false),
+        ("gpu_worker.py:512] CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph memory is not accounted for during KV cache allocation, which may require lowering --gpu-memory-utilization to avoid OOM. Consider re-enabling it (the default as of v0.21.0) and increasing --gpu-memory-utilization from 0.9200 to 0.9364.", false),
+    ];
+    for (line, counted) in cases {
+        let p = profile::read(&log(line)).unwrap();
+        assert_eq!(p.cuda_graphs_counted, counted, "{line}");
+        assert_eq!(p.cuda_graph_bytes, Some(gib(1.30)));
+        let parts = p.parts().unwrap();
+        assert_eq!(
+            parts.iter().any(|&(q, _)| q == Part::CudaGraphs),
+            counted,
+            "{parts:?}"
+        );
+    }
+    // Counted, the parts add up to the budget less the cache, as the engine's arithmetic does.
+    let p = profile::read(&log(cases[0].0)).unwrap();
+    let sum: u64 = p.parts().unwrap().iter().map(|&(_, b)| b).sum();
+    let want = gib(72.85) - gib(54.79);
+    assert!(sum.abs_diff(want) < (1 << 30) / 50, "{sum} vs {want}");
+}
+
+/// vLLM 0.27.0-0.33.0's DEBUG profile line (`utils/mem_utils.py`, `MemoryProfilingResult.
+/// __repr__`, 0.27.0 line 220): `total consumed (from mem_get_info): C` where 0.26 printed
+/// `non-torch forward increase memory: N`, the budget's non-KV figure being `C` plus the
+/// transient peak headroom, not the weights, the torch peak increase and N. Its `torch peak
+/// memory increase` is not a part of that budget, so it is not named as the activation peak:
+/// the parts are the weights and the rest, `B − W − K`.
+#[test]
+fn vllm_0_27s_profile_line_is_read_as_its_own_budget() {
+    // 72.85 − 17.50 − 1.30 (the graphs, counted) = 54.05 GiB for the cache.
+    let text = "INFO vLLM API server version 0.27.0\n\
+                gpu_worker.py:560] Initial free memory: 78.68 GiB; Requested memory: 0.920000 (util), 72.85 GiB\n\
+                gpu_model_runner.py:6900] Estimated CUDA graph memory: 1.30 GiB total\n\
+                gpu_worker.py:570] Memory profiling takes 21.74 seconds. Total non KV cache memory: 17.50GiB; torch peak memory increase: 2.87GiB; total consumed (from mem_get_info): 15.10GiB; weights memory: 13.64GiB.\n\
+                gpu_worker.py:571] Available KV cache memory: 54.05 GiB\n\
+                gpu_worker.py:590] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9036 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.9364. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.\n\
+                RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.";
+    let p = profile::read(text).unwrap();
+    assert_eq!(p.engine_version, Some([0, 27, 0]));
+    assert_eq!(p.weights_bytes, Some(gib(13.64)));
+    assert_eq!(p.activation_bytes, None);
+    assert_eq!(p.non_torch_bytes, None);
+    assert_eq!(
+        p.parts().unwrap(),
+        vec![
+            (Part::Weights, gib(13.64)),
+            (Part::Rest, gib(72.85) - gib(13.64) - gib(54.05))
+        ]
+    );
+    let d = explain_profiled(&parse(text).unwrap(), Some(&p), None);
+    assert!(!d.explanation.contains("2.87"), "{}", d.explanation);
+    // The 0.26 line is read as before: the activation peak and memory outside PyTorch.
+    let old = text.replace("version 0.27.0", "version 0.26.0").replace(
+        "total consumed (from mem_get_info): 15.10GiB",
+        "non-torch forward increase memory: 0.99GiB",
+    );
+    let p = profile::read(&old).unwrap();
+    assert_eq!(p.activation_bytes, Some(gib(2.87)));
+    assert_eq!(p.non_torch_bytes, Some(gib(0.99)));
+}
+
+/// The version `vllm serve` prints from 0.16 (`log_version_and_model`: `vLLM server version X,
+/// serving model M`, or its logo with `version X`, read at 0.16.0-0.23.0), as well as the engine
+/// core's `Initializing a V1 LLM engine (vX)` and the old `vLLM API server version X`.
+#[test]
+fn the_logged_vllm_version_is_read_from_each_line_that_prints_it() {
+    for (line, want) in [
+        ("INFO 11-20 10:00:00 [api_utils.py:330] vLLM server version 0.27.0, serving model Qwen/Qwen3-8B", [0, 27, 0]),
+        ("INFO 11-20 10:00:00 [api_utils.py:340] \n       \u{1b}[97;1m█     █     █▄   ▄█\u{1b}[0m\n \u{1b}[93m▄▄\u{1b}[0m \u{1b}[94m▄█\u{1b}[0m \u{1b}[97;1m█     █     █ ▀▄▀ █\u{1b}[0m  version \u{1b}[97;1m0.33.0\u{1b}[0m\n  model   Qwen/Qwen3-8B", [0, 33, 0]),
+        ("INFO 11-20 10:00:00 [core.py:140] Initializing a V1 LLM engine (v0.29.0) with config: model='m'", [0, 29, 0]),
+        ("INFO 05-01 10:00:00 [api_server.py:1839] vLLM API server version 0.11.0", [0, 11, 0]),
+    ] {
+        let text = format!("{line}\nINFO Model loading took 14.99 GiB memory and 20.1 seconds\nINFO Available KV cache memory: -1.25 GiB\nValueError: No available memory for the cache blocks.");
+        assert_eq!(profile::read(&text).unwrap().engine_version, Some(want), "{line}");
+        assert_eq!(profile::engine_configuration(&text).engine_version, Some(want));
+    }
+}

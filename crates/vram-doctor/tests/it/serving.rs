@@ -1273,7 +1273,8 @@ fn engine_start_up_texts_read_from_source_are_read_as_their_kind() {
             QuantLayout,
         ),
         (
-            // vLLM 0.23.0 compressed-tensors `_check_scheme_supported`.
+            // vLLM 0.29.0-0.33.0 compressed-tensors `_check_scheme_supported` (one string; to
+            // 0.28.0 a tuple, read in `vllm_0_24_to_0_33_start_up_texts_are_read_as_their_kind`).
             "RuntimeError: Quantization scheme is not supported for the current GPU. Required capability: 89. Current capability: 80.",
             ServingError::LoadQuantCapability {
                 engine: "vllm",
@@ -1459,4 +1460,284 @@ fn a_pasted_driver_before_r550_prices_the_graphs_at_r535() {
     assert!(r535.non_kv_bytes > unknown.non_kv_bytes);
     assert_eq!(r535.kv_bytes_per_token, unknown.kv_bytes_per_token);
     assert_eq!(r550, unknown);
+}
+
+/// Every memory and capability start-up text the doctor reads, as vLLM 0.24.0-0.33.0 raise it
+/// (every `raise` and `assert` of each sdist parsed with Python's `ast`, f-strings rendered;
+/// `tests/data/messages/ENGINE-TEXTS.md`): the texts of 0.23.0, most at new lines or files (0.33.0
+/// moved the KV-cache checks to `v1/core/kv_cache_planning.py`), and three that drifted:
+/// - compressed-tensors' and Quark's scheme check passed three strings to `RuntimeError` through
+///   0.28.0, so Python printed a tuple, which was not read; 0.29.0 joined them;
+/// - vLLM 0.33.0's CPU backend raises the worker-fills-its-reservation case in words of its own
+///   (`cpu_worker.py` line 229), where 0.20.2-0.32.0 raised it as `less than requested memory for
+///   kv (-K/R GiB)`; the start-up check `less than desired CPU memory utilization` is gone at
+///   0.33.0 (in 0.20.2-0.32.0, read above);
+/// - the frontend multimodal reserve (0.25.0 on) is a memory error no cause the doctor reads
+///   covers: it is named, with its figures, and refused.
+#[test]
+fn vllm_0_24_to_0_33_start_up_texts_are_read_as_their_kind() {
+    use vram_doctor::serving::ServingCause::{self, *};
+    let cases: Vec<(&str, ServingError, ServingCause)> = vec![
+        (
+            // 0.33.0 `v1/core/kv_cache_planning.py:57` (0.23.0-0.32.0 `kv_cache_utils.py`).
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on the CPU backend, despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
+            ServingError::VllmNoCacheMemory {
+                available_bytes: None,
+            },
+            Undetermined,
+        ),
+        (
+            // 0.33.0 `kv_cache_planning.py:77`.
+            "ValueError: To serve at least one request with the model's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (9.50 GiB). Based on the available memory, the estimated maximum model length is 77824. Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
+            ServingError::VllmKvMemory {
+                max_model_len: 131072,
+                needed_bytes: gib(16.0),
+                available_bytes: gib(9.5),
+                estimated_max_len: Some(77824),
+            },
+            Context,
+        ),
+        (
+            // 0.33.0 `kv_cache_planning.py:1381`.
+            "ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. Try increasing `gpu_memory_utilization`.",
+            ServingError::VllmNoCacheMemory {
+                available_bytes: None,
+            },
+            Undetermined,
+        ),
+        (
+            // 0.33.0 `v1/worker/utils.py:762`.
+            "ValueError: Free memory on device cuda:0 (20.5/79.19 GiB) on startup is less than desired GPU memory utilization (0.92, 72.85 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+            ServingError::VllmFreeBelowUtilization {
+                free_bytes: gib(20.5),
+                total_bytes: gib(79.19),
+                utilization: 0.92,
+                desired_bytes: gib(72.85),
+                cpu_backend: false,
+            },
+            OtherProcesses,
+        ),
+        (
+            // 0.33.0 `v1/worker/gpu_worker.py:732` (from 0.29.0 the initial figure is a local).
+            "AssertionError: Error in memory profiling. Initial free memory 70.12 GiB, current free memory 75.5 GiB. This happens when other processes sharing the same container release GPU memory while vLLM is profiling during initialization. To fix this, ensure consistent GPU memory allocation or isolate vLLM in its own container.",
+            ServingError::VllmProfilingMemoryChanged {
+                measure: "free",
+                before_bytes: gib(70.12),
+                after_bytes: gib(75.5),
+            },
+            OtherProcesses,
+        ),
+        (
+            // 0.33.0 `v1/worker/gpu_model_runner.py:5929`.
+            "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",
+            ServingError::VllmSamplerWarmUp { requests: 1024 },
+            Profile,
+        ),
+        (
+            // 0.33.0 `v1/worker/gpu/pool/pooling_runner.py:206`: the V2 model runner's pooler
+            // (0.27.0 on), the V1 runner's text (`gpu_model_runner.py:6032`).
+            "RuntimeError: CUDA out of memory occurred when warming up pooler (task=embed) with 256 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",
+            ServingError::VllmPoolerWarmUp {
+                task: Some("embed".into()),
+                requests: 256,
+            },
+            Profile,
+        ),
+        (
+            // 0.33.0 `config/compilation.py:1525`.
+            "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (856). Each decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 856 or increase gpu_memory_utilization.",
+            ServingError::VllmMambaBlocks {
+                max_num_seqs: 1024,
+                blocks: 856,
+            },
+            Profile,
+        ),
+        (
+            // 0.33.0 `v1/worker/cpu_worker.py:242`: a positive request above what is available.
+            "ValueError: Available memory on node 0 (2.0/31.25 GiB) on kv cache allocation is less than requested memory for kv (6.5/9.38 GiB). Reduce CPU memory used by other processes.",
+            ServingError::VllmCpuKvAllocation {
+                available_bytes: gib(2.0),
+                total_bytes: gib(31.25),
+                requested_kv_bytes: i64::try_from(gib(6.5)).unwrap(),
+                reserved_bytes: Some(gib(9.38)),
+            },
+            OtherProcesses,
+        ),
+        (
+            // 0.33.0 `v1/worker/cpu_worker.py:229`: new in 0.33.0.
+            "ValueError: The worker already uses 10.9 GiB (model weights and runtime), more than the 9.38 GiB of CPU memory reserved for it on node 0, leaving none for the KV cache. On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved (despite its name). To resolve: increase `--gpu-memory-utilization` to more than 0.35, or set the KV cache size explicitly with `--kv-cache-memory-bytes` or VLLM_CPU_KVCACHE_SPACE.",
+            ServingError::VllmCpuWorkerFillsReservation {
+                consumed_bytes: gib(10.9),
+                reserved_bytes: gib(9.38),
+                minimum_utilization: Some(0.35),
+            },
+            Weights,
+        ),
+        (
+            // 0.33.0 `config/vllm.py:931`.
+            "ValueError: The quantization method awq_marlin is not supported for the current GPU. Minimum capability: 75. Current capability: 70.",
+            ServingError::LoadQuantCapability {
+                engine: "vllm",
+                method: Some("awq_marlin".into()),
+                minimum_capability: 75,
+                device_capability: 70,
+            },
+            QuantLayout,
+        ),
+        (
+            // 0.28.0 `compressed_tensors.py:385`: the three strings as Python prints them.
+            "RuntimeError: ('Quantization scheme is not supported for ', 'the current GPU. Required capability: ', '89. Current capability: 80.')",
+            ServingError::LoadQuantCapability {
+                engine: "vllm",
+                method: None,
+                minimum_capability: 89,
+                device_capability: 80,
+            },
+            QuantLayout,
+        ),
+        (
+            // 0.23.0 `quantization/quark/quark.py:233` (and SGLang 0.5.10's copy, `quark.py:188`).
+            "RuntimeError: ('Quantization scheme is not supported for ', 'the current GPU. Min capability: 89. ', 'Current capability: 86.')",
+            ServingError::LoadQuantCapability {
+                engine: "vllm",
+                method: None,
+                minimum_capability: 89,
+                device_capability: 86,
+            },
+            QuantLayout,
+        ),
+        (
+            // 0.33.0 `quark/quark.py:357`, one string.
+            "RuntimeError: Quantization scheme is not supported for the current GPU. Min capability: 89. Current capability: 86.",
+            ServingError::LoadQuantCapability {
+                engine: "vllm",
+                method: None,
+                minimum_capability: 89,
+                device_capability: 86,
+            },
+            QuantLayout,
+        ),
+        (
+            // 0.33.0 `quantization/utils/marlin_utils.py:146`.
+            "ValueError: Marlin does not support group_size = 256. Only group_sizes = [-1, 32, 64, 128] are supported.",
+            ServingError::LoadMarlinUnsupported {
+                engine: "vllm",
+                group_size: Some(256),
+                device_capability: None,
+                zero_points: None,
+                weight_type: None,
+                supported_types: None,
+            },
+            QuantLayout,
+        ),
+        (
+            // 0.31.0-0.33.0 `quark/schemes/quark_w4a16_int4.py:91`, with its figures.
+            "ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size. input_size_per_partition=1760, group_size=128.",
+            ServingError::LoadShardNotAligned {
+                engine: "vllm",
+                side: "input",
+            },
+            QuantLayout,
+        ),
+    ];
+    for (text, want, cause) in cases {
+        let e = parse(text).unwrap_or_else(|| panic!("not read: {text}"));
+        assert_eq!(e, want, "{text}");
+        assert!(matches!(read(text), Ok(Reading::Serving(_))), "{text}");
+        let d = explain(&e, None);
+        assert_eq!(d.cause, cause, "{text}");
+        assert!(
+            !d.remedies.is_empty() && !d.explanation.is_empty(),
+            "{text}"
+        );
+    }
+    // The new CPU text's answer: host memory, the reservation and the worker's figures said.
+    let e = parse("ValueError: The worker already uses 10.9 GiB (model weights and runtime), more than the 9.38 GiB of CPU memory reserved for it on node 0, leaving none for the KV cache. To resolve: increase `--gpu-memory-utilization` to more than 0.35, or set the KV cache size explicitly with `--kv-cache-memory-bytes` or VLLM_CPU_KVCACHE_SPACE.").unwrap();
+    assert!(e.on_host() && e.is_memory());
+    let d = explain(&e, None);
+    assert_eq!(
+        d.remedies[0].action,
+        "raise --gpu-memory-utilization above 0.35"
+    );
+    assert!(
+        d.explanation.contains("9.38 GiB") && d.explanation.contains("10.90 GiB"),
+        "{}",
+        d.explanation
+    );
+    // The multimodal reserve (0.27.0-0.33.0 `multimodal/gpu_ipc_memory.py:245`; 0.25.0-0.26.0
+    // `gpu_worker.py`, without `or hw_decoders`): named with its figures, not read as a kind.
+    let mm = "ValueError: frontend multimodal GPU decoding reserves 6.00 GiB (4.00 GiB raw-frame budget, 2.00 GiB decoder cache budget), but only 3.25 GiB is available for the KV cache. Reduce mm_ipc_gpu_memory_gb or hw_decoders, use a different video backend, or increase gpu_memory_utilization.";
+    assert_eq!(parse(mm), None);
+    let why = read(mm).err().unwrap().to_string();
+    assert!(
+        why.contains("multimodal") && why.contains("6.00 GiB") && why.contains("3.25 GiB"),
+        "{why}"
+    );
+    assert!(!why.contains("no out-of-memory message found"), "{why}");
+    // 0.32.0-0.33.0 `v1/worker/utils.py:731` and `:741`: the start-up check with the weights
+    // held by another process, named with its figures and refused.
+    for (text, says) in [
+        ("ValueError: Externally held weights on device cuda:0 (70.00/79.19 GiB) exceed the desired GPU memory utilization (0.8, 63.35 GiB). Increase GPU memory utilization or reduce GPU memory used by other processes.", ["70.00/79.19 GiB", "0.8, 63.35 GiB"]),
+        ("ValueError: Free memory on device cuda:0 (5.00/79.19 GiB) on startup is less than the engine's budget after excluding external process's weights (0.92, 12.85 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.", ["5.00/79.19 GiB", "0.92, 12.85 GiB"]),
+    ] {
+        assert_eq!(parse(text), None, "{text}");
+        let why = read(text).err().unwrap().to_string();
+        assert!(
+            why.contains("held by another process") && says.iter().all(|s| why.contains(s)),
+            "{why}"
+        );
+    }
+}
+
+/// The capacity figures for a vLLM paste are the capacity model's at the release the paste
+/// prints (`Initializing a V1 LLM engine (v0.20.2)`), whose memory outside the KV cache is not
+/// 0.11's (vram's default release, which the figures used whatever the paste printed); a paste
+/// of a release vram refuses gets none ([`CapacityFigures::unmodelled_release`]).
+#[test]
+fn capacity_figures_are_at_the_pastes_own_vllm_release() {
+    use vram_model::arch::Model;
+    use vram_plan::capacity::{capacity, Engine, Knobs};
+    let Model::Transformer(t) = vram_model::catalog::lookup("qwen3-8b").unwrap() else {
+        panic!("qwen3-8b is a transformer")
+    };
+    let gpu = vram_model::gpu::lookup("l4").unwrap();
+    let e = ServingError::VllmNoCacheMemory {
+        available_bytes: None,
+    };
+    let conf = vram_doctor::profile::engine_configuration(
+        "INFO [core.py:93] Initializing a V1 LLM engine (v0.20.2) with config: model='Qwen/Qwen3-8B', max_seq_len=8192",
+    );
+    assert_eq!(conf.engine_version, Some([0, 20, 2]));
+    assert_eq!(CapacityFigures::unmodelled_release(&e, &conf), None);
+    let f = CapacityFigures::of(&t, gpu, &e, &conf).unwrap();
+    let at = |v: Option<[u32; 3]>| {
+        let k = Knobs {
+            max_model_len: Some(8192),
+            engine_version: v,
+            ..Knobs::default()
+        };
+        let c = capacity(&t, gpu, Engine::Vllm, &k).unwrap();
+        c.weights_bytes + c.non_torch_bytes + c.activation_peak_bytes + c.cuda_graph_bytes
+    };
+    assert_eq!(f.non_kv_bytes, at(Some([0, 20, 2])));
+    let default = CapacityFigures::of(
+        &t,
+        gpu,
+        &e,
+        &vram_doctor::profile::EngineConfiguration {
+            max_model_len: Some(8192),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(default.non_kv_bytes, at(None));
+    assert_ne!(f.non_kv_bytes, default.non_kv_bytes);
+    let later = vram_doctor::profile::engine_configuration(
+        "INFO [core.py:140] Initializing a V1 LLM engine (v0.29.0) with config: model='Qwen/Qwen3-8B'",
+    );
+    let why = CapacityFigures::unmodelled_release(&e, &later).unwrap();
+    assert!(
+        why.starts_with("--model is not used: the paste is vLLM 0.29.0's"),
+        "{why}"
+    );
 }
