@@ -639,9 +639,18 @@ pub(super) fn vllm_non_torch(k: &Knobs, v1: bool, gpu: &Gpu) -> (u64, String) {
             "kernel images of an eager load and profile 0.05 GiB (printed by vLLM 0.8.2 on a T4)",
         )
     } else if graphs_profiled {
+        // The figure is of starts whose compile added nothing inside the profile: on H100 under
+        // 0.19.0 a cold compile (llm-d-planner's Llama-3.1-8B log, "Compiling a graph for
+        // compile range") printed the same 0.25 GiB as a cache hit (its Qwen2.5-7B, 0.24). Later
+        // starts that compiled cold logged smaller pools than the same flags with the cache warm:
+        // vLLM 0.23.0 on an RTX 4090 by 0.78 GiB (StellaLee/vllm-experiment, server_dynchunk0
+        // against server_dynchunk1), 0.29.0 on an RTX 5090 by 1.74 and 1.71 GiB (0.98 GiB of it
+        // non-torch, the rest the torch peak, by vLLM's own breakdown; wrbooth/vllm-serve-bench).
+        // What the compile allocates was not traced to torch's source, so no term is added; the
+        // sentence says so.
         (
             256 * MIB,
-            "kernel images and the CUDA-graph profiling's driver state 0.25 GiB (measured on H100, vLLM 0.19)",
+            "kernel images and the CUDA-graph profiling's driver state 0.25 GiB (measured on H100, vLLM 0.19), for a start whose torch.compile cache is warm or whose compile adds nothing; not counted: a first start that compiles inside the profile (its log prints 'Compiling a graph for compile range'), logged with a KV pool 0.78 GiB smaller than a warm start of the same flags (vLLM 0.23.0, RTX 4090) and 1.7 GiB smaller (0.29.0, RTX 5090)",
         )
     } else {
         (
