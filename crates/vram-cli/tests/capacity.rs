@@ -231,9 +231,9 @@ fn bad_capacity_inputs_are_one_line_exit_2() {
             "layouts known",
         ),
         (
-            // Past the newest release modelled (0.24.0): what 0.25 changed, in one line.
+            // Past the newest release modelled (0.26.0): what 0.27 changed, in one line.
             vec!["llama-3-8b", "--engine-version", "0.29"],
-            "--engine-version 0.29: vLLM 0.25 changed the start-up memory profile vram models",
+            "--engine-version 0.29: vLLM 0.27 changed the start-up memory profile vram models",
         ),
         (
             // 0.23 runs a dense Llama on its V2 model runner by default (config/vllm.py).
