@@ -5134,3 +5134,33 @@ fn a_driver_is_read_as_its_branch() {
         .unwrap_err()
         .contains("older than R410"));
 }
+
+/// vLLM 0.26 profiles the CUDA-graph estimate where `is_cuda_alike()` (`gpu_worker.py`
+/// `determine_available_memory`; 0.20.0 to 0.25.1 only on CUDA), so on ROCm the graphs come out
+/// of the budget before the KV cache from 0.26, as they do on CUDA from 0.20.
+#[test]
+fn vllm_0_26_subtracts_the_graph_estimate_on_rocm_too() {
+    let t = qwq32b();
+    let mi = vram_model::gpu::lookup("mi300x").unwrap();
+    let at = |v: [u32; 3]| {
+        let k = Knobs {
+            engine_version: Some(v),
+            // Qwen2 has no experts: from 0.25 it runs on V2 unless told otherwise.
+            vllm_v2_runner: Some(false),
+            ..Knobs::default()
+        };
+        capacity(&t, mi, Engine::Vllm, &k).unwrap()
+    };
+    let (before, after) = (at([0, 25, 1]), at([0, 26, 0]));
+    assert!(!before.cuda_graph_in_budget && after.cuda_graph_in_budget);
+    assert!(after.cuda_graph_bytes > 0);
+    assert_eq!(
+        before.kv_cache_bytes / before.kv_cache_blocks.max(1),
+        after.kv_cache_bytes / after.kv_cache_blocks.max(1)
+    );
+    // The pool is smaller by the graphs, to within one block.
+    let page = after.kv_cache_bytes / after.kv_cache_blocks;
+    let fall = before.kv_cache_bytes - after.kv_cache_bytes;
+    assert!(fall + page > after.cuda_graph_bytes && fall < after.cuda_graph_bytes + page);
+    assert!(after.assumes.iter().any(|a| a.contains("is_cuda_alike")));
+}
