@@ -20,10 +20,14 @@
 //!   (`gpu_model_runner.py` and `topk_topp_sampler.py` `forward_cuda` at 0.21.0).
 //! - **The model runner.** 0.22 runs a dense `Qwen3ForCausalLM` checkpoint without a
 //!   `quantization_config` on its V2 model runner (`vllm/v1/worker/gpu/`) by default; 0.23 adds
-//!   Llama and Mistral, 0.24 three MoE architectures and drops the dense, unquantized condition
-//!   (`config/vllm.py` `use_v2_model_runner`, `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read at
-//!   0.22.0, 0.22.1, 0.23.0 and 0.24.0: [`VLLM_V2_RUNNER_DEFAULTS`], [`VLLM_V2_RUNNER_LACKS`]),
-//!   whose profile vram does not model.
+//!   Llama and Mistral, 0.24 three MoE architectures and drops the dense, unquantized condition;
+//!   from 0.25 every model without experts that is not hybrid runs on it too, beside the MoE
+//!   architectures listed (`config/vllm.py` `use_v2_model_runner`,
+//!   `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read at 0.22.0, 0.22.1, 0.23.0, 0.24.0, 0.25.0,
+//!   0.25.1 and 0.26.0: [`VLLM_V2_RUNNER_DEFAULTS`], [`VLLM_V2_RUNNER_LACKS`]), whose profile
+//!   vram does not model.
+//! - **The graph estimate on ROCm.** 0.20.0 to 0.25.1 profile the CUDA-graph estimate only on
+//!   CUDA; 0.26.0 also on ROCm (`is_cuda_alike`), so it comes out of the budget there too.
 
 use vram_model::arch::Transformer;
 use vram_model::finetune::WeightFormat;
