@@ -1230,7 +1230,7 @@ fn capacity_log(model: &str, gpu: &str, knobs: &str) -> String {
     lines.join("\n")
 }
 
-/// A paste of a vLLM release the capacity model refuses (0.23 on, `Engine::unmodelled`) gets no
+/// A paste of a vLLM release the capacity model refuses (0.27 on, `Engine::unmodelled`) gets no
 /// capacity figures with `--model`: they would be vram's default release's, not the paste's. The
 /// answer says so in a note, and reads the message alone; the same paste at a modelled release
 /// gets the figures.

@@ -339,7 +339,7 @@ pub enum FiguresError {
 
 impl CapacityFigures {
     /// Why the capacity model's figures would not be the paste's: the paste is of a vLLM release
-    /// whose start-up memory `vram capacity` refuses (`Engine::unmodelled`: 0.23 on), which
+    /// whose start-up memory `vram capacity` refuses (`Engine::unmodelled`: 0.27 on), which
     /// [`Self::of`] would otherwise price at vram's default release. `None` for SGLang's errors,
     /// a paste that prints no version, and the releases modelled.
     pub fn unmodelled_release(

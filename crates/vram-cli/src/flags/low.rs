@@ -522,7 +522,7 @@ pub struct CapacityArgs {
     /// The serving engine.
     #[arg(long, value_enum, default_value = "vllm")]
     pub engine: EngineArg,
-    /// The engine's version whose memory layout applies: vllm 0.5 to 0.24 (V0 to 0.7; from 0.8
+    /// The engine's version whose memory layout applies: vllm 0.5 to 0.26 (V0 to 0.7; from 0.8
     /// to 0.10 V1, falling back to V0 on GPUs older than Ampere, fp32 and an fp8 KV cache off
     /// Hopper), sglang 0.4 to 0.5; a patch release (0.6.5) takes its minor version's rules
     /// [default: vllm 0.11, sglang 0.5].

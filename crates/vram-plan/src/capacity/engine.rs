@@ -20,10 +20,14 @@
 //!   (`gpu_model_runner.py` and `topk_topp_sampler.py` `forward_cuda` at 0.21.0).
 //! - **The model runner.** 0.22 runs a dense `Qwen3ForCausalLM` checkpoint without a
 //!   `quantization_config` on its V2 model runner (`vllm/v1/worker/gpu/`) by default; 0.23 adds
-//!   Llama and Mistral, 0.24 three MoE architectures and drops the dense, unquantized condition
-//!   (`config/vllm.py` `use_v2_model_runner`, `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read at
-//!   0.22.0, 0.22.1, 0.23.0 and 0.24.0: [`VLLM_V2_RUNNER_DEFAULTS`], [`VLLM_V2_RUNNER_LACKS`]),
-//!   whose profile vram does not model.
+//!   Llama and Mistral, 0.24 three MoE architectures and drops the dense, unquantized condition;
+//!   from 0.25 every model without experts that is not hybrid runs on it too, beside the MoE
+//!   architectures listed (`config/vllm.py` `use_v2_model_runner`,
+//!   `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read at 0.22.0, 0.22.1, 0.23.0, 0.24.0, 0.25.0,
+//!   0.25.1 and 0.26.0: [`VLLM_V2_RUNNER_DEFAULTS`], [`VLLM_V2_RUNNER_LACKS`]), whose profile
+//!   vram does not model.
+//! - **The graph estimate on ROCm.** 0.20.0 to 0.25.1 profile the CUDA-graph estimate only on
+//!   CUDA; 0.26.0 also on ROCm (`is_cuda_alike`), so it comes out of the budget there too.
 
 use vram_model::arch::Transformer;
 use vram_model::finetune::WeightFormat;
@@ -59,8 +63,11 @@ pub(super) fn vllm_v1(k: &Knobs, gpu: &Gpu) -> (bool, Option<&'static str>) {
 
 /// Whether V1 subtracts its CUDA-graph estimate before sizing the KV cache (0.20 and later).
 pub(super) fn vllm_graphs_in_budget(k: &Knobs, v1: bool, gpu: &Gpu) -> bool {
-    // ROCm: "On ROCm, cudagraph_memory_estimate is always 0" (gpu_worker.py, 0.20.0).
-    v1 && Engine::Vllm.version_in_force(k) >= [0, 20, 0] && !is_rocm(gpu)
+    // ROCm: "On ROCm, cudagraph_memory_estimate is always 0" (gpu_worker.py, 0.20.0; 0.21.0 to
+    // 0.25.1 profile the graphs only where `is_cuda()`); 0.26.0 asks `is_cuda_alike()`, true on
+    // ROCm as well (`determine_available_memory`, read against 0.25.1).
+    let v = Engine::Vllm.version_in_force(k);
+    v1 && v >= [0, 20, 0] && (!is_rocm(gpu) || v >= [0, 26, 0])
 }
 
 /// Whether vLLM refuses to start a hybrid model (Mamba2 / Gated DeltaNet state layers) whose
@@ -310,9 +317,12 @@ pub fn vllm_default_utilization(version: [u32; 3]) -> f64 {
 /// otherwise. Read from `vllm/config/vllm.py` in the sdists: 0.22.0 and 0.22.1 (line 69, the two
 /// files identical) `{"Qwen3ForCausalLM"}`; 0.23.0 (line 69) adds `LlamaForCausalLM` and
 /// `MistralForCausalLM`; 0.24.0 (line 68) adds `DeepseekV2ForCausalLM`, `Qwen2MoeForCausalLM`
-/// and `GraniteMoeForCausalLM`. 0.21.0 has no such list: its `VLLM_USE_V2_MODEL_RUNNER`
-/// defaults to 0 (`vllm/envs.py`), so every model runs on V1. From 0.25 vLLM is refused whole
-/// ([`super::Engine::unmodelled`]).
+/// and `GraniteMoeForCausalLM`. 0.25.0 (line 68; 0.25.1 the same) keeps only the three MoE
+/// architectures, since from 0.25 `_is_default_v2_model_runner_model` sends every model
+/// without experts to the V2 runner anyway ([`vllm_v2_runner_of`]); 0.26.0 (line 69) adds
+/// `InklingForCausalLM`, `InklingForConditionalGeneration` and `LongcatFlashNgramForCausalLM`.
+/// 0.21.0 has no such list: its `VLLM_USE_V2_MODEL_RUNNER` defaults to 0 (`vllm/envs.py`), so
+/// every model runs on V1. From 0.27 vLLM is refused whole ([`super::Engine::unmodelled`]).
 pub const VLLM_V2_RUNNER_DEFAULTS: &[([u32; 2], &[&str])] = &[
     ([0, 22], &["Qwen3ForCausalLM"]),
     (
@@ -330,6 +340,25 @@ pub const VLLM_V2_RUNNER_DEFAULTS: &[([u32; 2], &[&str])] = &[
             "MistralForCausalLM",
         ],
     ),
+    (
+        [0, 25],
+        &[
+            "DeepseekV2ForCausalLM",
+            "Qwen2MoeForCausalLM",
+            "GraniteMoeForCausalLM",
+        ],
+    ),
+    (
+        [0, 26],
+        &[
+            "DeepseekV2ForCausalLM",
+            "GraniteMoeForCausalLM",
+            "InklingForCausalLM",
+            "InklingForConditionalGeneration",
+            "LongcatFlashNgramForCausalLM",
+            "Qwen2MoeForCausalLM",
+        ],
+    ),
 ];
 
 /// What sends a model of [`VLLM_V2_RUNNER_DEFAULTS`] back to the V1 runner, by release series,
@@ -338,7 +367,10 @@ pub const VLLM_V2_RUNNER_DEFAULTS: &[([u32; 2], &[&str])] = &[
 /// reasoning config (budget enforcement) and sends a hybrid/mamba model back only with
 /// `--mamba-cache-mode align` (default `none`, `config/cache.py`); 0.24 adds pipeline
 /// parallelism under the external launcher, dynamic speculative decoding and elastic expert
-/// parallelism, and takes `dflash` drafting. Each is off by default, and vram has no input for
+/// parallelism, and takes `dflash` drafting. 0.25.0 (0.25.1 the same) drops the hybrid/mamba
+/// align case (a hybrid model is no default of the V2 runner from 0.25) and dynamic
+/// speculative decoding, and takes `dspark` drafting; 0.26.0 keeps prefill context parallelism
+/// on V2 for an MLA model and drops the logprobs modes. Each is off by default, and vram has no input for
 /// them; `--vllm-use-v2-model-runner 0` stands for any of them. Sequence parallelism is not on
 /// by default at any `-O` level: `IS_DENSE` is `False`, so `pass_config.enable_sp` is off unless
 /// asked for. Beside these the V1 runner runs without Triton (`HAS_TRITON`), which the CUDA and
@@ -397,17 +429,56 @@ pub const VLLM_V2_RUNNER_LACKS: &[([u32; 2], &[&str])] = &[
             "--ec-transfer-config",
         ],
     ),
+    (
+        [0, 25],
+        &[
+            "--prefill-context-parallel-size above 1",
+            "--compilation-config with mode 1 (STOCK_TORCH_COMPILE)",
+            "--compilation-config with pass_config.enable_sp (sequence parallelism) at TP above 1",
+            "--distributed-executor-backend external_launcher with PP above 1",
+            "--speculative-config with ngram/ngram_gpu or a method other than eagle, eagle3, mtp, dflash or dspark, parallel drafting other than dflash's or dspark's, or eagle3 with PP",
+            "--enable-dbo",
+            "--enable-elastic-ep",
+            "--enable-return-routed-experts",
+            "--logits-processors or a vllm.logits_processors plug-in",
+            "--enable-prompt-embeds",
+            "--logprobs-mode raw_logits or processed_logits",
+            "--kv-sharing-fast-prefill",
+            "--ec-transfer-config",
+        ],
+    ),
+    (
+        [0, 26],
+        &[
+            "--prefill-context-parallel-size above 1 for a model without MLA",
+            "--compilation-config with mode 1 (STOCK_TORCH_COMPILE)",
+            "--compilation-config with pass_config.enable_sp (sequence parallelism) at TP above 1",
+            "--distributed-executor-backend external_launcher with PP above 1",
+            "--speculative-config with ngram/ngram_gpu or a method other than eagle, eagle3, mtp, dflash or dspark, parallel drafting other than dflash's or dspark's, or eagle3 with PP",
+            "--enable-dbo",
+            "--enable-elastic-ep",
+            "--enable-return-routed-experts",
+            "--logits-processors or a vllm.logits_processors plug-in",
+            "--enable-prompt-embeds",
+            "--kv-sharing-fast-prefill",
+            "--ec-transfer-config",
+        ],
+    ),
 ];
 
 /// vLLM's refusal when the V2 model runner would run, whose memory profile vram does not
 /// model. `--vllm-use-v2-model-runner` ([`Knobs::vllm_v2_runner`]) decides when given, as
 /// `VLLM_USE_V2_MODEL_RUNNER` does; else `VllmConfig.use_v2_model_runner` (`config/vllm.py`,
-/// read at 0.22.0, 0.22.1, 0.23.0 and 0.24.0): the runner type is `generate` (what `vram
+/// read at 0.22.0, 0.22.1, 0.23.0, 0.24.0, 0.25.0, 0.25.1 and 0.26.0): the runner type is `generate` (what `vram
 /// capacity` serves) and an architecture of the config is in [`VLLM_V2_RUNNER_DEFAULTS`] for the
 /// series in force. At 0.22 and 0.23 `_is_default_v2_model_runner_model` also asks that
 /// `ModelConfig.is_moe` be false (no experts) and `is_quantized` false — the checkpoint's config
 /// has no `quantization_config` (`getattr(hf_config, "quantization_config")`; an in-flight
-/// `--quantization fp8` over a bf16 checkpoint does not count); 0.24 drops both conditions. At
+/// `--quantization fp8` over a bf16 checkpoint does not count); 0.24 drops both conditions;
+/// from 0.25 any model without experts runs on V2 as well, and a hybrid or attention-free one
+/// never does by default ([`vllm_v2_by_default`]), so at 0.25 and 0.26 vram models the V1
+/// runner's starts of MoE models outside the list, hybrid models and starts that say
+/// `--vllm-use-v2-model-runner 0`. At
 /// 0.22 a model with recurrent state (`has_inner_state`, "hybrid/mamba models") goes back to V1;
 /// from 0.23 only under `--mamba-cache-mode align`, which vram does not take (default `none`).
 /// The features of [`VLLM_V2_RUNNER_LACKS`] are taken to be off, as they are by default. A
@@ -441,8 +512,9 @@ pub fn vllm_v2_runner_of(
 ) -> Option<String> {
     if archs.is_empty() {
         if let Some(mt) = model_type {
-            let (_, class) = CAUSAL_LM_CLASSES.iter().find(|(m, _)| *m == mt)?;
-            return vllm_v2_runner_of(&[class.to_string()], None, t, k);
+            if let Some((_, class)) = CAUSAL_LM_CLASSES.iter().find(|(m, _)| *m == mt) {
+                return vllm_v2_runner_of(&[class.to_string()], None, t, k);
+            }
         }
     }
     use vram_model::blocks::Quant;
@@ -465,36 +537,85 @@ pub fn vllm_v2_runner_of(
     };
     let defaults = in_series(VLLM_V2_RUNNER_DEFAULTS)?;
     let lacks = in_series(VLLM_V2_RUNNER_LACKS).unwrap_or(&[]);
+    let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
+    let quantized = !matches!(t.blocks.storage.quant, Quant::None);
+    let hybrid = super::layers::is_hybrid(t);
+    // From 0.25 a generating model without experts that is neither hybrid nor attention-free
+    // runs on V2 whatever its architecture (`... or not model_config.is_moe`).
+    let any_dense = v >= [0, 25, 0];
     if archs.is_empty() {
-        // A config that names neither its architectures nor its model_type: the runner turns
-        // on the architecture, so say so rather than assume V1.
+        // No architecture, and a model_type outside [`CAUSAL_LM_CLASSES`] or none: from 0.25
+        // the experts decide for a model that is not hybrid; before, a known type is no listed
+        // class (V1), and a config with neither cannot be told.
+        if any_dense && !moe && !hybrid {
+            return Some(v2_refusal(
+                &version,
+                "this model",
+                "a generating model without experts that is not hybrid, whatever its architecture",
+                lacks,
+                "0.24",
+            ));
+        }
+        if model_type.is_some() || (any_dense && hybrid) {
+            return None;
+        }
         return Some(format!(
             "vLLM {version} runs {} on its V2 model runner by default (config/vllm.py use_v2_model_runner), whose memory profile vram does not model, and this model's config names neither its architectures nor its model_type, so vram cannot tell which runner starts it: give the checkpoint's config.json, or --vllm-use-v2-model-runner 0 where the V1 runner runs it",
             defaults.join(", ")
         ));
     }
-    let arch = archs.iter().find(|a| defaults.contains(&a.as_str()))?;
-    let moe = t.blocks.kinds.iter().any(|kind| kind.ffn.moe().is_some());
-    let quantized = !matches!(t.blocks.storage.quant, Quant::None);
-    let dense_only = v < [0, 24, 0];
-    let inner_state = v < [0, 23, 0] && super::layers::is_hybrid(t);
-    if (dense_only && (moe || quantized)) || inner_state {
-        return None;
-    }
-    // The newest release whose default list does not hold this architecture runs it on V1.
+    let series = [v[0], v[1]];
+    let arch = archs
+        .iter()
+        .find(|a| vllm_v2_by_default(series, defaults, a, moe, quantized, hybrid))?;
+    // The newest release series whose default does not put this model on V2.
     let v1_release = VLLM_V2_RUNNER_DEFAULTS
         .iter()
-        .find(|(_, names)| names.contains(&arch.as_str()))
-        .map_or_else(String::new, |(series, _)| format!("0.{}", series[1] - 1));
-    let which = if dense_only {
+        .find(|(s, names)| vllm_v2_by_default(*s, names, arch, moe, quantized, hybrid))
+        .map_or_else(String::new, |(s, _)| format!("0.{}", s[1] - 1));
+    let which = if any_dense && !defaults.contains(&arch.as_str()) {
+        String::from(
+            "a generating model without experts that is not hybrid, whatever its architecture",
+        )
+    } else if v < [0, 24, 0] {
         format!("a dense {arch} checkpoint without a quantization_config")
     } else {
         format!("a {arch} checkpoint, MoE and quantized ones included")
     };
-    Some(format!(
+    Some(v2_refusal(&version, arch, &which, lacks, &v1_release))
+}
+
+/// Whether vLLM's `_is_default_v2_model_runner_model` (`config/vllm.py`) is true for an
+/// architecture at a release series whose `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` is `names`:
+/// 0.22 asks for a listed, dense, unquantized model without recurrent state (`has_inner_state`
+/// sends it back); 0.23 the same but lets a hybrid model through (only `--mamba-cache-mode
+/// align` sends it back); 0.24 any listed model; from 0.25 any model that is neither hybrid nor
+/// attention-free (`is_hybrid`, `is_attention_free`; vram's [`super::layers::is_hybrid`] holds
+/// both) and is listed or has no experts (`or not model_config.is_moe`; read at 0.25.0, 0.25.1
+/// and 0.26.0).
+fn vllm_v2_by_default(
+    series: [u32; 2],
+    names: &[&str],
+    arch: &str,
+    moe: bool,
+    quantized: bool,
+    hybrid: bool,
+) -> bool {
+    let listed = names.contains(&arch);
+    match series {
+        [0, 22] => listed && !moe && !quantized && !hybrid,
+        [0, 23] => listed && !moe && !quantized,
+        [0, 24] => listed,
+        _ => !hybrid && (listed || !moe),
+    }
+}
+
+/// The one-line refusal of a start the V2 model runner would run.
+fn v2_refusal(version: &str, arch: &str, which: &str, lacks: &[&str], v1_release: &str) -> String {
+    format!(
         "vLLM {version} runs {arch} on its V2 model runner by default (config/vllm.py use_v2_model_runner: {which}), whose memory profile vram does not model; where the start sets VLLM_USE_V2_MODEL_RUNNER=0 or one of what that runner lacks ({}), vLLM runs its V1 runner: say so with --vllm-use-v2-model-runner 0; --engine-version {v1_release} is the newest that runs it on V1 by default",
         lacks.join("; ")
-    ))
+    )
 }
 
 /// vLLM's MXFP4 MoE kernel for this GPU and version, and the rounding its weight layout needs

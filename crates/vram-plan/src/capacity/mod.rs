@@ -167,7 +167,8 @@ impl Engine {
         match self {
             Engine::Vllm => &[
                 "0.5", "0.6", "0.7", "0.8", "0.9", "0.10", "0.11", "0.12", "0.13", "0.14", "0.15",
-                "0.16", "0.17", "0.18", "0.19", "0.20", "0.21", "0.22", "0.23", "0.24",
+                "0.16", "0.17", "0.18", "0.19", "0.20", "0.21", "0.22", "0.23", "0.24", "0.25",
+                "0.26",
             ],
             Engine::Sglang => &["0.4", "0.5"],
         }
@@ -272,12 +273,13 @@ pub fn parse_engine_version(v: &str) -> Option<([u32; 3], Pin)> {
 impl Engine {
     /// Why vram does not model this release (the first change past the newest version it
     /// models, read from the engine's source at that release); `None` when it is modelled or
-    /// older. vLLM 0.21.0–0.33.0 were read release by release; 0.23 and 0.24 move no byte vram
-    /// counts on the V1 runner with their defaults (BENCHMARKS.md, "vLLM past 0.20").
+    /// older. vLLM 0.21.0–0.33.0 were read release by release; 0.23 to 0.26 move no byte vram
+    /// counts on the V1 runner with their defaults but 0.26's CUDA-graph estimate on ROCm
+    /// (BENCHMARKS.md, "vLLM past 0.20").
     pub fn unmodelled(self, v: [u32; 3]) -> Option<&'static str> {
         match self {
-            Engine::Vllm if v >= [0, 25, 0] => Some(
-                "vLLM 0.25 changed the start-up memory profile vram models: determine_available_memory carves the frontend's multimodal IPC memory out of the KV-cache budget (gpu_worker.py _reserve_mm_ipc_gpu_memory), and memory_profiling's measure and the CUDA-graph estimate changed; vram models vLLM 0.5 to 0.24",
+            Engine::Vllm if v >= [0, 27, 0] => Some(
+                "vLLM 0.27 changed the start-up memory profile vram models: memory_profiling counts the fall in free device memory since before the engine was created plus the profile's transient peak (utils/mem_utils.py total_consumed) in place of the weights, the non-torch increase and the torch peak increase; vram models vLLM 0.5 to 0.26",
             ),
             _ => None,
         }

@@ -2010,19 +2010,27 @@ fn vllm_0_20_defaults_to_0_92_of_the_device() {
     assert_eq!(at([0, 21, 0], Some(0.8)), 0.8);
 }
 
-/// vLLM 0.25.0 and later are refused with what changed; 0.22 to 0.24 refuse only what their V2
-/// model runner takes by default (`DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, 0.22.0-0.24.0).
+/// vLLM 0.27.0 and later are refused with what changed; 0.22 to 0.26 refuse only what their V2
+/// model runner takes by default (`DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` and, from 0.25, any
+/// model without experts; 0.22.0-0.26.0).
 #[test]
-fn versions_past_0_24_and_the_v2_runner_are_not_modelled() {
-    assert!(Engine::Vllm.unmodelled([0, 22, 1]).is_none());
-    assert!(Engine::Vllm.unmodelled([0, 23, 0]).is_none());
-    assert!(Engine::Vllm.unmodelled([0, 24, 0]).is_none());
+fn versions_past_0_26_and_the_v2_runner_are_not_modelled() {
+    for v in [
+        [0, 22, 1],
+        [0, 23, 0],
+        [0, 24, 0],
+        [0, 25, 0],
+        [0, 25, 1],
+        [0, 26, 0],
+    ] {
+        assert!(Engine::Vllm.unmodelled(v).is_none(), "{v:?}");
+    }
     let why = Engine::Vllm.unmodelled([0, 29, 0]).unwrap();
     assert!(
-        why.starts_with("vLLM 0.25 changed") && why.contains("0.5 to 0.24"),
+        why.starts_with("vLLM 0.27 changed") && why.contains("0.5 to 0.26"),
         "{why}"
     );
-    assert!(Engine::Vllm.unmodelled([0, 25, 0]).is_some());
+    assert!(Engine::Vllm.unmodelled([0, 27, 0]).is_some());
     assert!(Engine::Sglang.unmodelled([0, 29, 0]).is_none());
     let qwen3 = match catalog::lookup("qwen3-8b").unwrap() {
         Model::Transformer(t) => t,
@@ -2122,9 +2130,48 @@ fn versions_past_0_24_and_the_v2_runner_are_not_modelled() {
     assert!(vllm_v2_runner(&[], &llama3(), &env([0, 23, 0], false)).is_none());
     assert!(vllm_v2_runner(&[], &llama3(), &at([0, 21, 0], Quantization::None)).is_none());
     let series: Vec<[u32; 2]> = VLLM_V2_RUNNER_DEFAULTS.iter().map(|(s, _)| *s).collect();
-    assert_eq!(series, [[0, 22], [0, 23], [0, 24]]);
+    assert_eq!(series, [[0, 22], [0, 23], [0, 24], [0, 25], [0, 26]]);
+    let lacks: Vec<[u32; 2]> = VLLM_V2_RUNNER_LACKS.iter().map(|(s, _)| *s).collect();
+    assert_eq!(lacks, series);
     assert_eq!(VLLM_V2_RUNNER_DEFAULTS[0].1, &["Qwen3ForCausalLM"][..]);
     assert_eq!(VLLM_V2_RUNNER_DEFAULTS[2].1.len(), 6);
+    assert_eq!(VLLM_V2_RUNNER_DEFAULTS[3].1.len(), 3);
+    assert_eq!(VLLM_V2_RUNNER_DEFAULTS[4].1.len(), 6);
+    // From 0.25 any model without experts runs on V2 whatever its architecture (gpt2 and
+    // Qwen2 are in no list), named or not; 0.24 is the newest that runs such a model on V1.
+    for v in [[0, 25, 0], [0, 26, 0]] {
+        let why =
+            vllm_v2_runner_of(&[], Some("gpt2"), &llama3(), &at(v, Quantization::None)).unwrap();
+        assert!(
+            why.contains("a generating model without experts")
+                && why.contains("0.24 is the newest"),
+            "{why}"
+        );
+        let qwen2 = vec!["Qwen2ForCausalLM".to_string()];
+        assert!(vllm_v2_runner(&qwen2, &llama3(), &at(v, Quantization::None)).is_some());
+        // Llama was listed from 0.23: that stays the newest V1 release named.
+        let why = vllm_v2_runner(&llama, &llama3(), &at(v, Quantization::None)).unwrap();
+        assert!(why.contains("--engine-version 0.22 is the newest"), "{why}");
+        assert!(vllm_v2_runner(&[], &llama3(), &at(v, Quantization::None)).is_some());
+        // An MoE outside the list (Qwen3-MoE, round 19's 0.26 start) runs on V1; Qwen2-MoE,
+        // listed, on V2; VLLM_USE_V2_MODEL_RUNNER=0 keeps any of them on V1.
+        assert!(vllm_v2_runner(&qwen3_moe, &moe, &at(v, Quantization::None)).is_none());
+        assert!(vllm_v2_runner(&qwen2_moe, &moe, &at(v, Quantization::None)).is_some());
+        assert!(vllm_v2_runner(&qwen2, &llama3(), &env(v, false)).is_none());
+    }
+    // A hybrid model is no default of V2 from 0.25 (`is_hybrid`), whatever its experts.
+    let hybrid = match catalog::lookup("nemotron-h-56b").unwrap() {
+        Model::Transformer(t) => t,
+        _ => unreachable!(),
+    };
+    assert!(layers::is_hybrid(&hybrid));
+    let arch = vec!["SomeHybridForCausalLM".to_string()];
+    assert!(vllm_v2_runner(&arch, &hybrid, &at([0, 26, 0], Quantization::None)).is_none());
+    let why = vllm_v2_runner(&qwen2_moe, &moe, &at([0, 26, 0], Quantization::None)).unwrap();
+    assert!(
+        !why.contains("--logprobs-mode") && why.contains("without MLA"),
+        "{why}"
+    );
 }
 
 /// SGLang's request-to-token map is allocated outside the profile: Llama 4 Scout's 10M-position
@@ -5118,4 +5165,34 @@ fn vllm_non_torch_names_a_cold_compile_as_not_counted() {
     let (bytes, text) = at(true);
     assert!(bytes < 256 << 20, "{text}");
     assert!(!text.contains("compiles inside the profile"), "{text}");
+}
+
+/// vLLM 0.26 profiles the CUDA-graph estimate where `is_cuda_alike()` (`gpu_worker.py`
+/// `determine_available_memory`; 0.20.0 to 0.25.1 only on CUDA), so on ROCm the graphs come out
+/// of the budget before the KV cache from 0.26, as they do on CUDA from 0.20.
+#[test]
+fn vllm_0_26_subtracts_the_graph_estimate_on_rocm_too() {
+    let t = qwq32b();
+    let mi = vram_model::gpu::lookup("mi300x").unwrap();
+    let at = |v: [u32; 3]| {
+        let k = Knobs {
+            engine_version: Some(v),
+            // Qwen2 has no experts: from 0.25 it runs on V2 unless told otherwise.
+            vllm_v2_runner: Some(false),
+            ..Knobs::default()
+        };
+        capacity(&t, mi, Engine::Vllm, &k).unwrap()
+    };
+    let (before, after) = (at([0, 25, 1]), at([0, 26, 0]));
+    assert!(!before.cuda_graph_in_budget && after.cuda_graph_in_budget);
+    assert!(after.cuda_graph_bytes > 0);
+    assert_eq!(
+        before.kv_cache_bytes / before.kv_cache_blocks.max(1),
+        after.kv_cache_bytes / after.kv_cache_blocks.max(1)
+    );
+    // The pool is smaller by the graphs, to within one block.
+    let page = after.kv_cache_bytes / after.kv_cache_blocks;
+    let fall = before.kv_cache_bytes - after.kv_cache_bytes;
+    assert!(fall + page > after.cuda_graph_bytes && fall < after.cuda_graph_bytes + page);
+    assert!(after.assumes.iter().any(|a| a.contains("is_cuda_alike")));
 }

@@ -406,17 +406,33 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
             format!("{why} is not supported by the V1 Engine. Falling back to V0."),
         );
     }
-    let mut assumes: Vec<String> = vec![String::from(if v0 {
-        "vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults; V0 runs up to 0.7, and from 0.8 to 0.10 where V1 falls back: compute capability < 8.0, fp32, an fp8 KV cache off Hopper, VLLM_USE_V1=0)"
+    let series = Engine::Vllm.version_in_force(k);
+    let mut assumes: Vec<String> = vec![if v0 {
+        String::from("vLLM V0 (worker.determine_num_available_blocks, ModelRunner.profile_run with top-k/top-p sampling, EngineArgs defaults; V0 runs up to 0.7, and from 0.8 to 0.10 where V1 falls back: compute capability < 8.0, fp32, an fp8 KV cache off Hopper, VLLM_USE_V1=0)")
     } else {
-        "vLLM V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`; read at 0.10.1, 0.11.0, 0.14.1, 0.19.0, 0.20.0, 0.21.0 and 0.22.1)"
-    })];
-    if !v0 && Engine::Vllm.version_in_force(k)[..2] == [0, 22] {
-        // What `engine::vllm_v2_runner` let through: 0.22's V1 runner.
-        assumes.push(String::from(match k.vllm_v2_runner {
-            Some(false) => "the V1 model runner (v1/worker/gpu_model_runner.py), as VLLM_USE_V2_MODEL_RUNNER=0 or a feature the V2 runner lacks makes 0.22 take it (--vllm-use-v2-model-runner 0)",
-            _ => "the V1 model runner (v1/worker/gpu_model_runner.py), which 0.22 takes for a model outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, an MoE or a checkpoint with a quantization_config (config/vllm.py use_v2_model_runner)",
-        }));
+        // The releases whose start-up path was read; a later series adds its own reading
+        // (BENCHMARKS.md, "vLLM past 0.20").
+        let later = match series[..2] {
+            [0, 23] => ", 0.22.1 and 0.23.0",
+            [0, 24] => ", 0.22.1, 0.23.0 and 0.24.0",
+            [0, 25] => ", 0.22.1, 0.23.0, 0.24.0, 0.25.0 and 0.25.1",
+            [0, 26] => ", 0.22.1, 0.23.0, 0.24.0, 0.25.0, 0.25.1 and 0.26.0",
+            _ => " and 0.22.1",
+        };
+        format!("vLLM V1 (gpu_worker.determine_available_memory, kv_cache_utils, arg_utils defaults for `vllm serve`; read at 0.10.1, 0.11.0, 0.14.1, 0.19.0, 0.20.0, 0.21.0{later})")
+    }];
+    if !v0 && series >= [0, 22, 0] {
+        // What `engine::vllm_v2_runner` let through: the V1 runner of 0.22 on.
+        let (s0, s1) = (series[0], series[1]);
+        assumes.push(match k.vllm_v2_runner {
+            Some(false) => format!("the V1 model runner (v1/worker/gpu_model_runner.py), as VLLM_USE_V2_MODEL_RUNNER=0 or a feature the V2 runner lacks makes {s0}.{s1} take it (--vllm-use-v2-model-runner 0)"),
+            _ if series >= [0, 25, 0] => format!("the V1 model runner (v1/worker/gpu_model_runner.py), which {s0}.{s1} takes for a hybrid model or one with experts outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (config/vllm.py _is_default_v2_model_runner_model)"),
+            _ if series >= [0, 24, 0] => format!("the V1 model runner (v1/worker/gpu_model_runner.py), which {s0}.{s1} takes for a model outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (config/vllm.py use_v2_model_runner)"),
+            _ => format!("the V1 model runner (v1/worker/gpu_model_runner.py), which {s0}.{s1} takes for a model outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, an MoE or a checkpoint with a quantization_config (config/vllm.py use_v2_model_runner)"),
+        });
+    }
+    if !v0 && series >= [0, 25, 0] {
+        assumes.push(String::from("no frontend multimodal IPC reserve: 0.25 on carve --mm-ipc-gpu-memory-gb (default 0) and, under a GPU video decoder (PyNvVideoCodec; the default backend is opencv), 128 MiB and a 1.8 GiB CUDA context per API server out of the KV cache (gpu_worker.py _reserve_mm_ipc_gpu_memory); vram takes neither, so a start that sets one has a smaller pool than this"));
     }
     if t.blocks.storage.quant == vram_model::blocks::Quant::Mxfp4
         || k.quantization == Quantization::Mxfp4
@@ -468,7 +484,7 @@ pub(super) fn vllm(t: &Transformer, gpu: &Gpu, k: &Knobs) -> Result<Capacity> {
         });
     }
     if engine::is_rocm(gpu) {
-        assumes.push(String::from("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18)"));
+        assumes.push(format!("ROCm: vLLM's 'model weights' is the device memory in use that loading added (RocmPlatform.get_current_memory_usage: mem_get_info, not max_memory_allocated, and no empty_cache), so the caching allocator's rounding is counted in it (2 MiB segments for tensors of 10 MiB and more); cached temporaries of the load are not; {}", if engine::vllm_graphs_in_budget(k, v1, gpu) { "the CUDA-graph estimate profiled and subtracted before the KV cache as on CUDA (is_cuda_alike, gpu_worker.py 0.26.0)" } else { "no CUDA-graph profiling inside the window on ROCm (gpu_worker.py, 0.18; is_cuda() to 0.25.1)" }));
     }
     if let Some(note) = sampler::vllm_profile_kept_note(t, reqs, k, gpu, v1) {
         assumes.push(note);
