@@ -2521,7 +2521,10 @@ fn vllm_0_24_refuses_an_architecture_it_removed_and_0_23_runs_it() {
     };
     let (code, out, err) = at("0.23.0");
     assert_eq!(code, 0, "{err}");
-    assert!(out.lines().next().unwrap().contains("with vLLM 0.23"), "{out}");
+    assert!(
+        out.lines().next().unwrap().contains("with vLLM 0.23"),
+        "{out}"
+    );
     assert!(!out.contains("model registry"), "{out}");
     for v in ["0.24.0", "0.24"] {
         let (code, out, err) = at(v);
