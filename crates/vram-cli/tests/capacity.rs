@@ -2495,6 +2495,49 @@ fn an_engine_release_without_the_architecture() {
     assert!(!text.contains("model registry"), "{text}");
 }
 
+/// vLLM 0.24.0 removed fourteen architectures 0.23.0 loads (`_PREVIOUSLY_SUPPORTED_MODELS` in
+/// its `models/registry.py`, "supported in vLLM until v0.23.0"), Xverse among them: a 0.23.0
+/// start runs and a 0.24.0 start is refused in 0.24.0's words, one line, exit 2. The config is
+/// a Llama-shaped decoder carrying Xverse's architecture and model type (the registry reads
+/// only the name; the shape is not checked against a checkpoint).
+#[test]
+fn vllm_0_24_refuses_an_architecture_it_removed_and_0_23_runs_it() {
+    let dir = std::env::temp_dir().join(format!("vram-capacity-xverse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"architectures":["XverseForCausalLM"],"model_type":"xverse","hidden_act":"silu","hidden_size":4096,"intermediate_size":11008,"max_position_embeddings":8192,"num_attention_heads":32,"num_hidden_layers":32,"rms_norm_eps":1e-6,"vocab_size":100534,"torch_dtype":"bfloat16"}"#,
+    )
+    .unwrap();
+    let at = |v: &str| {
+        vram(&[
+            "capacity".to_string(),
+            config.to_string_lossy().into_owned(),
+            "--gpu".into(),
+            "h100".into(),
+            "--engine-version".into(),
+            v.into(),
+        ])
+    };
+    let (code, out, err) = at("0.23.0");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().next().unwrap().contains("with vLLM 0.23"),
+        "{out}"
+    );
+    assert!(!out.contains("model registry"), "{out}");
+    for v in ["0.24.0", "0.24"] {
+        let (code, out, err) = at(v);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(out.is_empty());
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("vLLM 0.24.0 refuses this: ValueError: Model architecture XverseForCausalLM was supported in vLLM until v0.23.0, and is not supported anymore. Please use an older version of vLLM if you want to use this model architecture."), "{err}");
+        assert!(err.contains("from 0.5.0 to 0.23.0"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// vLLM 0.20 to 0.22 refuse a hybrid model whose KV pool holds fewer blocks than `max_num_seqs`
 /// (`config/compilation.py` `resolve_cudagraph_mode_and_sizes`): vram's prediction for
 /// Qwen3.5-27B on an H100 at vLLM 0.22.1's default 1024 sequences reads back as the same kind

@@ -240,6 +240,11 @@ fn non_memory_refusals_are_named_by_the_doctor() {
             r#"{{"architectures":["MixtralForCausalLM"],"model_type":"mixtral","hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"num_local_experts":8,"num_experts_per_tok":2,"vocab_size":32000,"max_position_embeddings":32768,"rms_norm_eps":1e-5,"rope_theta":1000000.0,"torch_dtype":"float16","quantization_config":{{"quant_method":"{method}","bits":4,"group_size":128,"zero_point":true,"version":"gemm","desc_act":false,"sym":true}}}}"#
         )
     };
+    // Xverse's name on a Llama-shaped decoder: vLLM 0.24.0 names it as removed.
+    let xverse = write(
+        "xverse.json",
+        r#"{"architectures":["XverseForCausalLM"],"model_type":"xverse","hidden_act":"silu","hidden_size":4096,"intermediate_size":11008,"max_position_embeddings":8192,"num_attention_heads":32,"num_hidden_layers":32,"rms_norm_eps":1e-6,"vocab_size":100534,"torch_dtype":"bfloat16"}"#,
+    );
     let awq = write("awq.json", &moe("awq"));
     let gptq = write("gptq.json", &moe("gptq"));
     for (args, says) in [
@@ -256,6 +261,10 @@ fn non_memory_refusals_are_named_by_the_doctor() {
         (
             vec!["gemma-4-26b-a4b", "--engine-version", "0.11.0"],
             "a release whose registry has them",
+        ),
+        (
+            vec![xverse.as_str(), "--engine-version", "0.24.0"],
+            "which removed the config's architecture in this release",
         ),
         (
             vec![rope.as_str(), "--engine-version", "0.8.5"],

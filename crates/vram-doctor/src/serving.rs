@@ -799,7 +799,10 @@ pub(crate) fn is_vram_own(text: &str) -> bool {
 ///   0.10.0–0.23.0's `rotary_embedding`; vLLM 0.12–0.16's M-RoPE with YaRN, `'MRotaryEmbedding'
 ///   object has no attribute 'truncate'`);
 /// - a model registry without the config's architecture (`Model architectures [...] are not
-///   supported for now.`, vLLM's `models/registry.py`).
+///   supported for now.`, vLLM's `models/registry.py`), or naming it as removed: `Model
+///   architecture A was supported in vLLM until vX, and is not supported anymore.`
+///   (`_PREVIOUSLY_SUPPORTED_MODELS`, 0.10.0 on) and `Model architecture A is not supported
+///   in-tree anymore. Please install the plugin at URL` (`_OOT_SUPPORTED_MODELS`, 0.19.0 on).
 pub(crate) fn named_refusal(text: &str) -> Option<String> {
     let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
     if flat.contains("bfloat16 is only supported on gpus with compute capability") {
@@ -869,6 +872,20 @@ pub(crate) fn named_refusal(text: &str) -> Option<String> {
             "this is the engine's model registry, which lacks the config's architectures in this \
              release, not a memory error: a release whose registry has them (`vram capacity` \
              with the config names the releases it read that do)"
+                .into(),
+        );
+    }
+    if flat.contains("was supported in vllm until") && flat.contains("is not supported anymore") {
+        return Some(
+            "this is vLLM's model registry, which removed the config's architecture in this \
+             release, not a memory error: the release the message names or an older one loads it"
+                .into(),
+        );
+    }
+    if flat.contains("is not supported in-tree anymore") {
+        return Some(
+            "this is vLLM's model registry, which moved the config's architecture out of vLLM \
+             into a plugin, not a memory error: the plugin the message names loads it"
                 .into(),
         );
     }

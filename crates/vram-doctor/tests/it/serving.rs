@@ -1405,6 +1405,14 @@ fn non_memory_start_up_refusals_are_refused_by_name() {
             "a release whose registry has them",
         ),
         (
+            "ValueError: Model architecture XverseForCausalLM was supported in vLLM until v0.23.0, and is not supported anymore. Please use an older version of vLLM if you want to use this model architecture.",
+            "the release the message names or an older one loads it",
+        ),
+        (
+            "ValueError: Model architecture BartForConditionalGeneration is not supported in-tree anymore. Please install the plugin at https://github.com/vllm-project/bart-plugin if you want to use this model architecture.",
+            "the plugin the message names loads it",
+        ),
+        (
             "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla V100-SXM2-32GB GPU has compute capability 7.0. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.",
             "--dtype half",
         ),

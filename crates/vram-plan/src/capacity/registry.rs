@@ -1,11 +1,15 @@
 //! Which architectures each engine release can load: the model registry of every final vLLM
-//! release 0.5.0–0.22.1 (`_VLLM_MODELS`) and SGLang 0.4.0–0.5.23 (`EntryClass` of
-//! `srt/models/*.py`), generated into `data/engine-archs.tsv` by `data/engine-archs.py`.
+//! release 0.5.0–0.26.0 (`_VLLM_MODELS`) and SGLang 0.4.0–0.5.23 (`EntryClass` of
+//! `srt/models/*.py`), generated into `data/engine-archs.tsv` by `data/engine-archs.py`. The
+//! table holds releases vram does not model ([`Engine::unmodelled`]); a default moves only to
+//! one it models.
 //!
 //! The engine looks the config's `architectures` up at start-up (vLLM
 //! `ModelRegistry.inspect_model_cls`, SGLang `get_model_architecture`): any one of them in the
 //! registry loads; none refuses with the release's own `ValueError` (or, where vLLM lists the
-//! architecture in `_PREVIOUSLY_SUPPORTED_MODELS`, its "was supported in vLLM until" one).
+//! architecture in `_PREVIOUSLY_SUPPORTED_MODELS`, its "was supported in vLLM until" one, and
+//! from 0.19.0 in `_OOT_SUPPORTED_MODELS`, its "not supported in-tree anymore" one: each in the
+//! words of the release asked for).
 //! Releases that fall back to a Transformers backend (vLLM from 0.7.2, SGLang from 0.4.7) try
 //! that first, which loads only where the installed transformers has a compatible class.
 
@@ -50,9 +54,9 @@ struct Table {
     releases: HashMap<&'static str, Vec<Release>>,
     /// (engine, architecture) → the runs of releases that have it (`None`: to the newest read).
     archs: HashMap<Key, Runs>,
-    /// (engine, architecture) → the first release naming it in `_PREVIOUSLY_SUPPORTED_MODELS`,
-    /// and that refusal.
-    dropped: HashMap<Key, (Rel, &'static str)>,
+    /// (engine, architecture) → the refusals releases word for it by name, in release order:
+    /// the first release that words it so, and the words (`-`: from this release, none).
+    dropped: HashMap<Key, Vec<(Rel, &'static str)>>,
 }
 
 /// The table `text` describes; a line of no known kind, or with a field missing, is an error
@@ -85,7 +89,7 @@ fn parse_table(text: &'static str) -> std::result::Result<Table, String> {
                 t.archs.insert((e, a), runs);
             }
             ["dropped", e, a, v, words] => {
-                t.dropped.insert((e, a), (rel(v), words));
+                t.dropped.entry((e, a)).or_default().push((rel(v), words));
             }
             _ => return Err(format!("engine-archs.tsv line {}: `{line}`", n + 1)),
         }
@@ -198,9 +202,19 @@ pub fn registry_check(engine: Engine, archs: &[String], k: &Knobs) -> Result<Reg
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let refusal = match t.dropped.get(&(engine.name(), archs[0].as_str())) {
-            Some(&(since, words)) if since <= at.version => words.to_string(),
-            _ => format!(
+        // The release's own words for the first of the architectures it names (its
+        // `_raise_for_unsupported` loops over them in order; the newest wording at or before
+        // the release), else its generic refusal.
+        let named_words = archs.iter().find_map(|a| {
+            t.dropped
+                .get(&(engine.name(), a.as_str()))
+                .and_then(|w| w.iter().rev().find(|&&(since, _)| since <= at.version))
+                .map(|&(_, words)| words)
+                .filter(|&w| w != "-")
+        });
+        let refusal = match named_words {
+            Some(words) => words.to_string(),
+            None => format!(
                 "{} Supported architectures: …",
                 at.words.replace("{architectures}", &python_list)
             ),
@@ -226,6 +240,27 @@ pub fn registry_check(engine: Engine, archs: &[String], k: &Knobs) -> Result<Reg
             }
         )));
     }
+    // The default moves only to a release vram models (the table reads releases past those).
+    let modelled = |r: &&Release| engine.unmodelled(three(r)).is_none();
+    let later = releases
+        .iter()
+        .filter(modelled)
+        .find(|r| r.version > at.version && loads(r));
+    let Some(nearest) = later.or_else(|| releases.iter().filter(modelled).rev().find(|r| loads(r)))
+    else {
+        return Ok(RegistryCheck {
+            version: None,
+            note: Some(format!(
+                "{list} is in {name}'s model registry only from {}, a release vram does not model; {name} {label} (the default) loads it only {}",
+                nearest.label,
+                if at.fallback {
+                    "through its Transformers backend, where the installed transformers has a compatible class"
+                } else {
+                    "not at all (this release has no Transformers backend)"
+                }
+            )),
+        });
+    };
     Ok(RegistryCheck {
         version: Some(three(nearest)),
         note: Some(format!(
@@ -250,7 +285,8 @@ mod tests {
         let releases: usize = t.releases.values().map(Vec::len).sum();
         assert_eq!(releases, kinds("release\t"));
         assert_eq!(t.archs.len(), kinds("arch\t"));
-        assert_eq!(t.dropped.len(), kinds("dropped\t"));
+        let dropped: usize = t.dropped.values().map(Vec::len).sum();
+        assert_eq!(dropped, kinds("dropped\t"));
         assert_eq!(
             data.clone().count(),
             kinds("release\t") + kinds("arch\t") + kinds("dropped\t")

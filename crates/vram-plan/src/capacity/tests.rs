@@ -2603,6 +2603,79 @@ fn the_default_moves_to_the_nearest_release_with_the_architecture() {
     );
 }
 
+/// The registry read through vLLM 0.26.0: 0.24.0 names fourteen architectures 0.23.0 loads in
+/// `_PREVIOUSLY_SUPPORTED_MODELS` (its `registry.py`), so a 0.24 start of one refuses with
+/// 0.24's own words and a 0.23 start runs; a release's own wording is the one quoted (Phi-3
+/// Small's changed at 0.10.1; Bart moved to `_OOT_SUPPORTED_MODELS`, a plugin, at 0.19.0).
+#[test]
+fn the_registry_quotes_each_release_s_own_refusal_through_0_26() {
+    let pinned = |v: &str| {
+        let (version, pin) = parse_engine_version(v).unwrap();
+        Knobs {
+            engine_version: Some(version),
+            engine_pin: pin,
+            ..Knobs::default()
+        }
+    };
+    let refusal = |arch: &str, v: &str| {
+        let archs = vec![arch.to_string()];
+        match registry_check(Engine::Vllm, &archs, &pinned(v)) {
+            Err(Error::Capacity(e)) => e,
+            other => panic!("vLLM {v} should refuse {arch}: {other:?}"),
+        }
+    };
+    let minimax = vec!["MiniMaxText01ForCausalLM".to_string()];
+    assert_eq!(
+        registry_check(Engine::Vllm, &minimax, &pinned("0.23.0")).unwrap(),
+        RegistryCheck::default()
+    );
+    for v in ["0.24.0", "0.24"] {
+        let e = refusal("MiniMaxText01ForCausalLM", v);
+        assert!(
+            e.starts_with("vLLM 0.24.0 refuses this: ValueError: Model architecture MiniMaxText01ForCausalLM was supported in vLLM until v0.23.0, and is not supported anymore."),
+            "{e}"
+        );
+        assert!(e.contains("from 0.8.3 to 0.23.0"), "{e}");
+        assert!(!e.contains('\n'));
+    }
+    // Dropped at 0.23.0, one release earlier.
+    assert!(refusal("JAISLMHeadModel", "0.23.0").contains("until v0.22.0"));
+    // Each release's wording: "version 0.9.2" at 0.10.0, "v0.9.2" from 0.10.1.
+    assert!(refusal("Phi3SmallForCausalLM", "0.10.0").contains("until version 0.9.2,"));
+    assert!(refusal("Phi3SmallForCausalLM", "0.24.0").contains("until v0.9.2,"));
+    assert!(refusal("BartForConditionalGeneration", "0.18.1").contains("until v0.10.2,"));
+    assert!(refusal("BartForConditionalGeneration", "0.24.0").contains(
+        "Model architecture BartForConditionalGeneration is not supported in-tree anymore. Please install the plugin at https://github.com/vllm-project/bart-plugin"
+    ));
+    // Mllama, dropped at 0.11.0, still refused at 0.24.
+    assert!(refusal("MllamaForConditionalGeneration", "0.24.0").contains("until v0.10.2,"));
+    // An architecture 0.24.0 added loads there and not at 0.23.0.
+    let hrm = vec!["HrmTextForCausalLM".to_string()];
+    assert_eq!(
+        registry_check(Engine::Vllm, &hrm, &pinned("0.24.0")).unwrap(),
+        RegistryCheck::default()
+    );
+    assert!(refusal("HrmTextForCausalLM", "0.23.0").contains("from 0.24.0"));
+}
+
+/// The table reads releases vram does not model (0.25.0-0.26.0): the default moves only to a
+/// modelled release, and says so where the first that has the architecture is not one.
+#[test]
+fn the_default_moves_only_to_a_modelled_release() {
+    let inkling = vec!["LlavaOnevision2ForConditionalGeneration".to_string()];
+    let c = registry_check(Engine::Vllm, &inkling, &Knobs::default()).unwrap();
+    if Engine::Vllm.unmodelled([0, 25, 0]).is_some() {
+        assert_eq!(c.version, None);
+        let note = c.note.unwrap();
+        assert!(
+            note.starts_with("LlavaOnevision2ForConditionalGeneration is in vLLM's model registry only from 0.25.0, a release vram does not model; vLLM 0.11 (the default) loads it only through its Transformers backend"),
+            "{note}"
+        );
+    } else {
+        assert_eq!(c.version, Some([0, 25, 0]));
+    }
+}
+
 /// vLLM 0.7.0-0.7.2 turns MLA off for an MLA model under AWQ/GPTQ/bitsandbytes/int8
 /// (`ModelConfig.use_mla` at 0.7.2) and caches full K and V, which is not modelled: one line,
 /// naming the engine's warning; FP8 keeps MLA, and 0.7.3 (no such gate) is modelled.
