@@ -305,7 +305,9 @@ fn serving(a: &DoctorArgs, e: &ServingError, text: &str) -> Result<()> {
             total_bytes,
             cpu_backend: false,
             ..
-        } => Some(total_bytes),
+        }
+        | ServingError::VllmExternalWeightsFillShare { total_bytes, .. }
+        | ServingError::VllmFreeBelowEngineBudget { total_bytes, .. } => Some(total_bytes),
         _ => None,
     }
     .or(profile.as_ref().and_then(|p| p.total_bytes));

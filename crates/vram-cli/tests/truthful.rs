@@ -1273,6 +1273,123 @@ fn a_bare_gpu_size_is_printed_once() {
     assert_eq!(v["gpu_memory_bytes"], 10u64 << 30, "{out}");
 }
 
+/// A GPU given by its size alone is named by that size wherever a plan, a batch or a checkpoint
+/// names its GPU, in the text, `--json` and the page alike: `vram plan --gpu 23.58GiB` printed
+/// "on 8 x custom", `vram batch` "on custom (23.6 GiB)" and both `"gpu": "custom"`, the catalog's
+/// placeholder id. The one rule is `Gpu::with_memory`'s: a bare GPU's name names its size.
+#[test]
+fn a_bare_gpu_size_is_named_by_its_size_in_plans_batches_and_checkpoints() {
+    let bare = "a 23.58 GiB GPU (rates of the NVIDIA H100 80GB SXM assumed)";
+    let no_custom = |what: &str, text: &str, v: &serde_json::Value, html: &str| {
+        assert_eq!(v["gpu"], bare, "{what}");
+        for (form, s) in [("text", text), ("page", &page_text(html))] {
+            assert!(!s.contains("custom"), "{what} {form}: {s}");
+        }
+        assert!(!v.to_string().contains("\"custom\""), "{what}: {v}");
+    };
+    let (text, v, html) = three_outputs(
+        "plan",
+        &[
+            "plan",
+            "qwen3-8b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--gpu",
+            "23.58GiB",
+        ],
+    );
+    no_custom("plan", &text, &v, &html);
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.contains(
+            " on 8 x 23.58 GiB GPUs (rates of the NVIDIA H100 80GB SXM assumed) (8 per node, "
+        ),
+        "{first}"
+    );
+    assert_eq!(v["description"], first);
+    assert!(page_text(section(&html, "setup").unwrap()).contains(first));
+
+    let lengths = data("lengths-lognormal-300.txt");
+    let (text, v, html) = three_outputs(
+        "batch",
+        &["batch", "gpt2", "--gpu", "23.58GiB", "--lengths", &lengths],
+    );
+    no_custom("batch", &text, &v, &html);
+    let first = text.lines().next().unwrap();
+    assert!(first.contains(&format!(" on {bare}; ")), "{first}");
+    assert!(!first.contains(") ("), "{first}");
+    assert_eq!(page_text(section(&html, "summary").unwrap()).trim(), first);
+    // A catalog GPU keeps its id and its size.
+    let (text, v, _) = three_outputs(
+        "batch",
+        &["batch", "gpt2", "--gpu", "h100-80g", "--lengths", &lengths],
+    );
+    assert_eq!(v["gpu"], "h100-80g");
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains(" on h100-80g (79.2 GiB); "),
+        "{text}"
+    );
+
+    let (text, v, html) = three_outputs(
+        "checkpoint",
+        &[
+            "checkpoint",
+            "llama-2-7b",
+            "--gpu",
+            "23.58GiB",
+            "--micro-batch",
+            "2",
+            "--seq",
+            "4096",
+            "--optimizer",
+            "adam8bit",
+        ],
+    );
+    no_custom("checkpoint", &text, &v, &html);
+    assert!(text.contains(&format!(" on {bare} ")), "{text}");
+}
+
+/// SGLang's capacity header names the largest CUDA graph's batch (`cuda_graph_max_bs`); under
+/// `--disable-cuda-graph` no graph is captured, and the header said `cuda_graph_max_bs 256`
+/// still. It says the graphs are off, in the text, `--json` and the page.
+#[test]
+fn sglang_without_cuda_graphs_names_no_graph_batch() {
+    let args = |eager: bool| {
+        let mut a = vec![
+            "capacity", "qwen3-8b", "--engine", "sglang", "--gpu", "h100-80g",
+        ];
+        if eager {
+            a.push("--disable-cuda-graph");
+        }
+        a
+    };
+    let (text, v, html) = three_outputs("capacity", &args(true));
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.contains(", no CUDA graphs (--disable-cuda-graph), chunked_prefill_size "),
+        "{first}"
+    );
+    assert!(!first.contains("cuda_graph_max_bs"), "{first}");
+    assert_eq!(v["description"], first);
+    assert!(page_text(&html).contains(first), "{html}");
+    assert_eq!(v["cuda_graph_bytes"], 0);
+    let (text, _, _) = three_outputs("capacity", &args(false));
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains(", cuda_graph_max_bs 256, "),
+        "{text}"
+    );
+}
+
 /// Each engine's spelling of a capacity flag is taken for that engine, and refused, naming the
 /// engine's own, for the other: vLLM v0.22.1 `engine/arg_utils.py` has --max-model-len,
 /// --max-num-seqs, --enforce-eager, --block-size and no --context-length,

@@ -122,6 +122,36 @@ pub enum ServingError {
         /// The CPU backend's wording: host memory of a NUMA node, not a GPU.
         cpu_backend: bool,
     },
+    /// vLLM from 0.32 (`v1/worker/utils.py`, `request_memory`, read at 0.33.0), when the model
+    /// loader reports weights that another process holds on the device for it
+    /// (`get_external_weight_memory`): `Externally held weights on device D (W/T GiB) exceed the
+    /// desired GPU memory utilization (U, X GiB).` The share `ceil(U × T)` counts those weights,
+    /// and they fill it: nothing is left for the engine's own memory.
+    VllmExternalWeightsFillShare {
+        /// The weights the other process holds, bytes.
+        weights_bytes: u64,
+        /// Device bytes.
+        total_bytes: u64,
+        /// `gpu_memory_utilization`.
+        utilization: f64,
+        /// `utilization × total`, bytes.
+        desired_bytes: u64,
+    },
+    /// The same check's other failure (vLLM 0.32+, read at 0.33.0): `Free memory on device D
+    /// (F/T GiB) on startup is less than the engine's budget after excluding external process's
+    /// weights (U, E GiB).`, E being `ceil(U × T)` less the externally held weights W. Those
+    /// weights are not free memory and are not asked for, so what is missing is held by other
+    /// processes beyond them.
+    VllmFreeBelowEngineBudget {
+        /// Free bytes at start-up.
+        free_bytes: u64,
+        /// Device bytes.
+        total_bytes: u64,
+        /// `gpu_memory_utilization`.
+        utilization: f64,
+        /// E: the share less the externally held weights, bytes.
+        engine_bytes: u64,
+    },
     /// vLLM's `Error in memory profiling.` (an `AssertionError`): V1's `Initial free memory F0 GiB,
     /// current free memory F1 GiB.` (`v1/worker/gpu_worker.py`, `determine_available_memory`,
     /// 0.10.0–0.23.0; raw bytes in `v1/worker/xpu_worker.py` to 0.14.1), V0's `Initial used memory
@@ -470,6 +500,7 @@ impl CapacityFigures {
         let others = matches!(
             e,
             ServingError::VllmFreeBelowUtilization { .. }
+                | ServingError::VllmFreeBelowEngineBudget { .. }
                 | ServingError::VllmProfilingMemoryChanged { .. }
                 | ServingError::SglangUnbalancedMemory { .. }
         );
@@ -587,6 +618,12 @@ impl ServingError {
             ServingError::VllmProfilingMemoryChanged { .. } => {
                 "another process released GPU memory during the profile run"
             }
+            ServingError::VllmExternalWeightsFillShare { .. } => {
+                "the weights another process holds fill the share of the GPU asked for"
+            }
+            ServingError::VllmFreeBelowEngineBudget { .. } => {
+                "less GPU memory free than the share asked for, the held weights aside"
+            }
             ServingError::SglangUnbalancedMemory { .. } => {
                 "unequal free memory across the tensor-parallel GPUs"
             }
@@ -602,6 +639,8 @@ impl ServingError {
     pub fn impossible(&self) -> Option<String> {
         match self {
             ServingError::VllmFreeBelowUtilization { utilization, .. }
+            | ServingError::VllmExternalWeightsFillShare { utilization, .. }
+            | ServingError::VllmFreeBelowEngineBudget { utilization, .. }
                 if !(*utilization > 0.0 && *utilization <= 1.0) =>
             {
                 Some(format!(
@@ -620,6 +659,8 @@ impl ServingError {
             ServingError::VllmKvMemory { .. } => "vllm-kv-memory",
             ServingError::VllmNoCacheMemory { .. } => "vllm-no-cache-memory",
             ServingError::VllmFreeBelowUtilization { .. } => "vllm-free-below-utilization",
+            ServingError::VllmExternalWeightsFillShare { .. } => "vllm-external-weights-fill-share",
+            ServingError::VllmFreeBelowEngineBudget { .. } => "vllm-free-below-engine-budget",
             ServingError::VllmCpuKvAllocation { .. } => "vllm-cpu-kv-allocation",
             ServingError::VllmCpuWorkerFillsReservation { .. } => {
                 "vllm-cpu-worker-fills-reservation"
@@ -892,53 +933,20 @@ pub(crate) fn named_refusal(text: &str) -> Option<String> {
     None
 }
 
-/// vLLM's start-up memory errors the doctor finds but does not diagnose (no cause it reads
-/// covers them), said as what they are, with the message's own figures:
-/// - the frontend's multimodal GPU decoding reserve (`mm_ipc_gpu_memory_gb`'s raw frames, plus
-///   the hardware decoders' surfaces per API server), carved out of the KV cache's budget after
-///   the profile: `frontend multimodal GPU decoding reserves R GiB (F GiB raw-frame budget, D GiB
-///   decoder cache budget), but only A GiB is available for the KV cache.` (`v1/worker/
-///   gpu_worker.py`, `_reserve_mm_ipc_gpu_memory`, 0.25.0-0.26.0; `multimodal/gpu_ipc_memory.py`,
-///   `reserve_mm_ipc_gpu_memory`, 0.27.0-0.33.0, which also names `hw_decoders`);
-/// - the start-up check with the weights held by another process (the weight-cache loader's
-///   `get_external_weight_memory`; `v1/worker/utils.py`, `request_memory`, 0.32.0-0.33.0):
-///   `Externally held weights on device D (W/T GiB) exceed the desired GPU memory utilization
-///   (U, X GiB).` and `Free memory on device D (F/T GiB) on startup is less than the engine's
-///   budget after excluding external process's weights (U, E GiB).`
+/// vLLM's start-up memory error the doctor finds but does not diagnose, said as what it is, with
+/// the message's own figures: the frontend's multimodal GPU decoding reserve
+/// (`mm_ipc_gpu_memory_gb`'s raw frames, plus the hardware decoders' surfaces per API server),
+/// carved out of the KV cache's budget after the profile: `frontend multimodal GPU decoding
+/// reserves R GiB (F GiB raw-frame budget, D GiB decoder cache budget), but only A GiB is
+/// available for the KV cache.` (`v1/worker/gpu_worker.py`, `_reserve_mm_ipc_gpu_memory`,
+/// 0.25.0-0.26.0; `multimodal/gpu_ipc_memory.py`, `reserve_mm_ipc_gpu_memory`, 0.27.0-0.33.0,
+/// which also names `hw_decoders`). No row of CAUSES.md names its fixes (a smaller reserve, a CPU
+/// video backend): the nearest, `serving-profile`, is the profile run's peak or CUDA graphs,
+/// which this reserve is not. Its remedies are those the message's figures leave open: a smaller
+/// `--mm-ipc-gpu-memory-gb` only where the raw-frame budget is not already 0, a CPU video backend
+/// only where the decoders reserve something, each said as enough alone only where it is.
 pub(crate) fn unread_memory_error(text: &str) -> Option<String> {
-    let orig = crate::message::flatten(text, " ");
-    // ASCII lower-casing keeps every byte offset: a figure is found in `flat` and quoted from
-    // `orig`, as printed.
-    let flat = orig.to_ascii_lowercase();
-    let paren_after = |from: usize, pat: &str| -> Option<String> {
-        let at = from + flat[from..].find(pat)? + pat.len();
-        let open = at + flat[at..].find('(')?;
-        let close = open + flat[open..].find(')')?;
-        Some(orig[open + 1..close].trim().to_string())
-    };
-    if let Some(i) = flat.find("externally held weights on device ") {
-        let held = paren_after(i, "externally held weights on device")?;
-        let share = paren_after(i, "exceed the desired gpu memory utilization")?;
-        return Some(format!(
-            "this is vLLM's (0.32 on) start-up check with the weights held by another process \
-             (the weight cache's loader): those weights, {held}, exceed the budget \
-             gpu_memory_utilization gives ({share}); the doctor does not diagnose it: a larger \
-             --gpu-memory-utilization holds them"
-        ));
-    }
-    if let Some(i) =
-        flat.find("is less than the engine's budget after excluding external process's weights")
-    {
-        let j = flat[..i].rfind("free memory on device")?;
-        let free = paren_after(j, "free memory on device")?;
-        let budget = paren_after(i, "external process's weights")?;
-        return Some(format!(
-            "this is vLLM's (0.32 on) start-up check with the weights held by another process \
-             (the weight cache's loader): the memory free at start-up ({free}) is below the \
-             engine's budget less those weights ({budget}); the doctor does not diagnose it: \
-             other processes hold the rest, or a smaller --gpu-memory-utilization asks less"
-        ));
-    }
+    let flat = crate::message::flatten(text, " ").to_ascii_lowercase();
     let i = flat.find("frontend multimodal gpu decoding reserves ")?;
     let r = &flat[i + "frontend multimodal gpu decoding reserves ".len()..];
     let reserved = r.split(" gib").next()?.trim();
@@ -948,13 +956,47 @@ pub(crate) fn unread_memory_error(text: &str) -> Option<String> {
         .split(" gib is available for the kv cache")
         .next()?
         .trim();
+    // The two budgets in the parenthesis (0 or absent reads as none).
+    let budget = |name: &str| -> f64 {
+        r.split_once(name)
+            .and_then(|(b, _)| b.rsplit(['(', ',']).next())
+            .and_then(|b| b.trim().trim_end_matches("gib").trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let (frames, decoders) = (
+        budget(" gib raw-frame budget"),
+        budget(" gib decoder cache budget"),
+    );
+    let avail: f64 = available.parse().ok()?;
+    let mut ways = Vec::new();
+    if frames > 0.0 {
+        ways.push(if decoders < avail {
+            format!(
+                "--mm-ipc-gpu-memory-gb below {:.2} (the decoders' {decoders:.2} GiB kept)",
+                avail - decoders
+            )
+        } else {
+            "a smaller --mm-ipc-gpu-memory-gb (not enough alone: the decoders' reserve already \
+             takes it all)"
+                .to_string()
+        });
+    }
+    if decoders > 0.0 {
+        ways.push(if frames < avail {
+            "a CPU video backend (no decoder reserve)".to_string()
+        } else {
+            "a CPU video backend (not enough alone: the raw frames' budget already takes it all)"
+                .to_string()
+        });
+    }
+    ways.push("a larger --gpu-memory-utilization".to_string());
     Some(format!(
         "this is vLLM's (0.25 on) reserve for the frontend's multimodal GPU decoding, \
-         {reserved} GiB (raw frames under --mm-ipc-gpu-memory-gb, and the hardware decoders' \
-         memory per API server where a GPU video backend decodes), taken from what the budget \
-         left for the KV cache, {available} GiB, after the profile: the doctor does not \
-         diagnose it; a smaller --mm-ipc-gpu-memory-gb, a CPU video backend, or a larger \
-         --gpu-memory-utilization leaves the cache room"
+         {reserved} GiB (raw frames under --mm-ipc-gpu-memory-gb, {frames:.2} GiB, and the \
+         hardware decoders' memory per API server where a GPU video backend decodes, \
+         {decoders:.2} GiB), taken from what the budget left for the KV cache, {available} GiB, \
+         after the profile: the doctor does not diagnose it; {} leaves the cache room",
+        ways.join(", or ")
     ))
 }
 
@@ -1041,6 +1083,39 @@ fn parse_flat(flat: &str) -> Option<ServingError> {
         let n = &r[r.find(" with ")? + " with ".len()..];
         let requests = num(n.split(|c: char| !c.is_ascii_digit()).next()?)?;
         return Some(ServingError::VllmPoolerWarmUp { task, requests });
+    }
+    // vLLM 0.32+'s check with weights held by another process (`request_memory`, 0.33.0):
+    // `Externally held weights on device D (W/T GiB) exceed the desired GPU memory utilization
+    // (U, X GiB).` and `Free memory on device D (F/T GiB) on startup is less than the engine's
+    // budget after excluding external process's weights (U, E GiB).`
+    let share_pair = |s: &str| -> Option<(f64, u64)> {
+        let (u, x) = s.split_once(',')?;
+        Some((u.trim().parse().ok()?, parse_size(x.trim())?))
+    };
+    if let Some(i) = flat.find("externally held weights on device ") {
+        let (weights, total_bytes) = size_pair(&paren_after(&flat[i..], "weights on device")?)?;
+        let (utilization, desired_bytes) =
+            share_pair(&paren_after(&flat[i..], "desired gpu memory utilization")?)?;
+        return Some(ServingError::VllmExternalWeightsFillShare {
+            weights_bytes: u64::try_from(weights).ok()?,
+            total_bytes,
+            utilization,
+            desired_bytes,
+        });
+    }
+    if let Some(i) =
+        flat.find("is less than the engine's budget after excluding external process's weights")
+    {
+        let j = flat[..i].rfind("free memory on device")?;
+        let (free, total_bytes) = size_pair(&paren_after(&flat[j..], "free memory on device")?)?;
+        let (utilization, engine_bytes) =
+            share_pair(&paren_after(&flat[i..], "external process's weights")?)?;
+        return Some(ServingError::VllmFreeBelowEngineBudget {
+            free_bytes: u64::try_from(free).ok()?,
+            total_bytes,
+            utilization,
+            engine_bytes,
+        });
     }
     // `Free memory on device [cuda:0 ](F/T GiB) on startup ... (U, X GiB)`, and the CPU
     // backend's `Available memory on node N (F/T GiB) on startup ... CPU memory utilization`.
@@ -1385,7 +1460,11 @@ pub fn drop_already_made(
     d: &mut ServingDiagnosis,
     conf: &crate::profile::EngineConfiguration,
 ) -> Vec<String> {
-    let lower_share = matches!(d.error, ServingError::VllmFreeBelowUtilization { .. });
+    let lower_share = matches!(
+        d.error,
+        ServingError::VllmFreeBelowUtilization { .. }
+            | ServingError::VllmFreeBelowEngineBudget { .. }
+    );
     let value = |a: &str, flags: &[&str]| {
         flags.iter().find_map(|f| {
             a.strip_prefix(f)?
@@ -1947,6 +2026,84 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
                 ),
             )
         }
+        ServingError::VllmExternalWeightsFillShare {
+            weights_bytes,
+            total_bytes,
+            utilization,
+            desired_bytes,
+        } => {
+            // The share must pass the held weights before anything is left for the engine's
+            // own memory; a share above 1 is none vLLM takes.
+            let above = share_above(weights_bytes, total_bytes);
+            if above <= 1.0 {
+                remedies.push(ServingRemedy {
+                    action: format!("raise --gpu-memory-utilization above {above:.2}"),
+                    enough: false,
+                    detail: format!(
+                        "the held weights alone are {} of the GPU's {}; the engine's own memory (the profile run's peak, CUDA graphs, the KV cache) needs the share past them",
+                        hb(weights_bytes),
+                        hb(total_bytes)
+                    ),
+                });
+            }
+            remedies.push(ServingRemedy {
+                action: "more GPUs (--tensor-parallel-size) or a quantized checkpoint".into(),
+                enough: false,
+                detail: "each GPU then holds fewer bytes of weights inside the same share".into(),
+            });
+            (
+                "vllm",
+                "gpu_memory_utilization",
+                format!(
+                    "from 0.32 vLLM counts the weights another process holds on the GPU for it (the model loader's external weights) inside gpu_memory_utilization × the GPU: {utilization} × {} = {}, and those weights, {}, fill it, leaving nothing for the engine's own memory",
+                    hb(total_bytes),
+                    hb(desired_bytes),
+                    hb(weights_bytes)
+                ),
+            )
+        }
+        ServingError::VllmFreeBelowEngineBudget {
+            free_bytes,
+            total_bytes,
+            utilization,
+            engine_bytes,
+        } => {
+            // The held weights W = ceil(U × T) - E; the check passes when ceil(U' × T) - W is
+            // at most what is free, so the share may rise to (F + W) / T.
+            let desired = (utilization * total_bytes as f64).ceil() as u64;
+            let held = desired.saturating_sub(engine_bytes);
+            remedies.extend(utilization_within_free(free_bytes + held, total_bytes, desired).map(|(max_u, shrink)| ServingRemedy {
+                action: format!("--gpu-memory-utilization {max_u:.2}"),
+                enough: true,
+                detail: format!(
+                    "{} free of {}, besides the {} of held weights the share counts: at most {max_u:.2} of the GPU can be asked for (the engine's own memory shrinks by {})",
+                    hb(free_bytes),
+                    hb(total_bytes),
+                    hb(held),
+                    hb(shrink)
+                ),
+            }));
+            remedies.push(ServingRemedy {
+                action: "stop what holds the rest of the GPU (another process, a previous instance of the server)".into(),
+                enough: true,
+                detail: format!(
+                    "{} of the GPU was in use before vLLM started beyond the {} of held weights",
+                    hb(total_bytes.saturating_sub(free_bytes).saturating_sub(held)),
+                    hb(held)
+                ),
+            });
+            (
+                "vllm",
+                "gpu_memory_utilization",
+                format!(
+                    "from 0.32, with weights another process holds on the GPU for it, vLLM asks at start-up for gpu_memory_utilization × the GPU less those weights: {utilization} × {} - {} = {}, but only {} was free at start-up",
+                    hb(total_bytes),
+                    hb(held),
+                    hb(engine_bytes),
+                    hb(free_bytes)
+                ),
+            )
+        }
         ServingError::SglangNotEnoughMemory {
             mem_fraction_static,
         } => {
@@ -2221,6 +2378,7 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
     let others = matches!(
         err,
         ServingError::VllmFreeBelowUtilization { .. }
+            | ServingError::VllmFreeBelowEngineBudget { .. }
             | ServingError::VllmProfilingMemoryChanged { .. }
             | ServingError::SglangUnbalancedMemory { .. }
     );
@@ -2287,8 +2445,12 @@ fn explain_message(err: &ServingError, cap: Option<&CapacityFigures>) -> Serving
         ServingError::SglangNotEnoughMemory { .. }
         | ServingError::SglangWeightsLeaveNoKv { .. } => ServingCause::Weights,
         ServingError::VllmFreeBelowUtilization { .. }
+        | ServingError::VllmFreeBelowEngineBudget { .. }
         | ServingError::VllmProfilingMemoryChanged { .. }
         | ServingError::SglangUnbalancedMemory { .. } => ServingCause::OtherProcesses,
+        // The weights, held by another process for this one, fill the share
+        // (CAUSES.md's `serving-weights`: the weights leave no room at all).
+        ServingError::VllmExternalWeightsFillShare { .. } => ServingCause::Weights,
         // Auto-sized from the reservation: nothing left of it means the worker's own memory
         // filled it; a positive request above what the node had means others hold the rest.
         // Set outright, the message cannot say which.

@@ -74,6 +74,33 @@ impl Gpu {
         named_with_memory(self.id, self.name, self.memory_bytes)
     }
 
+    /// How an answer writes the GPU where it names it in a list or a count (and the `gpu` field
+    /// of `vram plan`'s, `vram batch`'s and `vram checkpoint`'s JSON): a catalog GPU by its id
+    /// (`h100`), one given by its size alone by its name, which names that size (`a 23.58 GiB
+    /// GPU (rates of the NVIDIA H100 80GB SXM assumed)`), never by the placeholder id `custom`.
+    pub fn label(&self) -> &'static str {
+        if self.id == "custom" {
+            self.name
+        } else {
+            self.id
+        }
+    }
+
+    /// `n` of this GPU, as a plan's first line counts them: `8 x h100`; for a GPU given by its
+    /// size alone, `8 x 23.58 GiB GPUs (rates of the NVIDIA H100 80GB SXM assumed)`.
+    pub fn times(&self, n: u64) -> String {
+        if self.id == "custom" {
+            format!(
+                "{n} x {} GPU{} ({})",
+                bare_size(self.memory_bytes),
+                if n == 1 { "" } else { "s" },
+                bare_rates()
+            )
+        } else {
+            format!("{n} x {}", self.id)
+        }
+    }
+
     /// The compute capability `(major, minor)`, as `torch.cuda.get_device_capability()` gives it.
     pub fn capability(&self) -> (u32, u32) {
         (self.sm_major, self.sm_minor)
@@ -692,6 +719,32 @@ pub fn named_with_memory(id: &str, name: &str, memory_bytes: u64) -> String {
     }
 }
 
+/// [`Gpu::with_memory`] from a GPU's [`Gpu::label`] and memory (as `vram batch`'s JSON carries
+/// them): a label that is no catalog id is the name of a GPU given by its size, which already
+/// names that size.
+pub fn label_with_memory(label: &str, memory_bytes: u64) -> String {
+    if GPUS.iter().any(|g| g.id == label) {
+        format!("{label} ({})", crate::fmt::bytes(memory_bytes))
+    } else {
+        label.to_string()
+    }
+}
+
+/// A bare size as a GPU given by it names it: two decimals of GiB, as torch's messages give a
+/// total; below 1 GiB (where that would read 0.00), the unit that shows it.
+fn bare_size(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+    } else {
+        crate::fmt::bytes(bytes)
+    }
+}
+
+/// What a GPU given by its size alone takes from the catalog, in words.
+fn bare_rates() -> String {
+    format!("rates of the {} assumed", GPUS[2].name)
+}
+
 /// A GPU the catalog lacks, given by its size: the memory as given, every rate (and the
 /// context and workspace) of the H100 SXM, which the output names. Leaked once per distinct
 /// size, so that it lives as long as the catalog's entries.
@@ -703,20 +756,8 @@ fn bare(bytes: u64) -> &'static Gpu {
     let mut m = made.lock().unwrap_or_else(|e| e.into_inner());
     m.entry(bytes).or_insert_with(|| {
         let h = &GPUS[2];
-        let name: &'static str = Box::leak(
-            format!(
-                "a {} GPU (rates of the {} assumed)",
-                // Two decimals of GiB, as torch's messages give a total; below 1 GiB (where
-                // that would read 0.00), the unit that shows it.
-                if bytes >= 1 << 30 {
-                    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
-                } else {
-                    crate::fmt::bytes(bytes)
-                },
-                h.name
-            )
-            .into_boxed_str(),
-        );
+        let name: &'static str =
+            Box::leak(format!("a {} GPU ({})", bare_size(bytes), bare_rates()).into_boxed_str());
         Box::leak(Box::new(Gpu {
             id: "custom",
             name,

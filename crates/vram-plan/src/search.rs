@@ -1104,7 +1104,12 @@ fn suggest(req: &Request, least: u64) -> Vec<String> {
     let mut out = vec![format!(
         "the closest configuration needs {:.1} GiB per GPU; {} has {:.1} GiB",
         least as f64 / GIB,
-        req.cluster.gpu.id,
+        // A GPU given by its size alone by its name, which gives the size it has.
+        if req.cluster.gpu.id == "custom" {
+            "the GPU given"
+        } else {
+            req.cluster.gpu.id
+        },
         req.cluster.gpu.memory_bytes as f64 / GIB
     )];
     let bigger: Vec<&str> = vram_model::gpu::GPUS

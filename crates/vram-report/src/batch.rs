@@ -15,7 +15,7 @@ use crate::error::{input, Result};
 use crate::{Kind, SCHEMA_VERSION};
 
 /// Batches whose estimated step fits the GPU, longest sequences first. `--json` is this object
-/// (`schema_version`: [`crate::SCHEMA_VERSION`]): `model`, `gpu` (its catalog id), `capacity_bytes`, `sequences`,
+/// (`schema_version`: [`crate::SCHEMA_VERSION`]): `model`, `gpu` (its catalog id, or the name of a GPU given by its size), `capacity_bytes`, `sequences`,
 /// `batches` (each `indices`, `padded_len`, `total_bytes`), `too_long`, `fill`, `notes`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BatchReport {
@@ -25,7 +25,7 @@ pub struct BatchReport {
     pub kind: Kind,
     /// The model's name.
     pub model: String,
-    /// The GPU's catalog id.
+    /// The GPU's catalog id, or the name of one given by its size ([`vram_model::gpu::Gpu::label`]).
     pub gpu: String,
     /// Its memory: the budget of every batch's step.
     pub capacity_bytes: u64,
@@ -109,7 +109,7 @@ pub fn batch(
         schema_version: SCHEMA_VERSION,
         kind: Kind::Batch,
         model: model.name().to_string(),
-        gpu: gpu.id.to_string(),
+        gpu: gpu.label().to_string(),
         capacity_bytes: gpu.memory_bytes,
         sequences: lengths.len() as u64,
         batches: b,
@@ -133,12 +133,11 @@ impl BatchReport {
     pub fn summary(&self) -> String {
         let n = self.batches.batches.len();
         let head = format!(
-            "{} sequence{} -> {n} batch{} on {} ({})",
+            "{} sequence{} -> {n} batch{} on {}",
             self.sequences,
             if self.sequences == 1 { "" } else { "s" },
             if n == 1 { "" } else { "es" },
-            self.gpu,
-            bytes(self.capacity_bytes),
+            vram_model::gpu::label_with_memory(&self.gpu, self.capacity_bytes),
         );
         if self.batches.batches.is_empty() {
             // No padded token at all: no share of them to speak of.

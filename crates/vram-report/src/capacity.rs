@@ -465,7 +465,7 @@ pub fn capacity(
         schema_version: SCHEMA_VERSION,
         kind: Kind::Capacity,
         model: t.name.clone(),
-        description: header(&t.name, g, &c, kv),
+        description: header(&t.name, g, &c, kv, r.enforce_eager),
         kv_cache_dtype: kv.into(),
         gpu: g.into(),
         capacity: c,
@@ -579,20 +579,23 @@ fn kv_dtype_name(r: &CapacityRequest, config: StoredDtype, g: &Gpu) -> &'static 
     }
 }
 
-/// The first line of the text, `description` in `--json`.
-fn header(name: &str, g: &Gpu, c: &Capacity, kv: &str) -> String {
+/// The first line of the text, `description` in `--json`. SGLang's batch figure is the largest
+/// CUDA graph's: under `--disable-cuda-graph` (`eager`) no graph is captured, so the line says
+/// that instead of a batch size nothing uses.
+fn header(name: &str, g: &Gpu, c: &Capacity, kv: &str, eager: bool) -> String {
     format!(
-        "{name} on {} with {} {}: max_model_len {}, {} {}, {} {}, KV cache {kv}",
+        "{name} on {} with {} {}: max_model_len {}, {}, {} {}, KV cache {kv}",
         g.with_memory(),
         c.engine.label(),
         c.engine_version,
         thousands(c.max_model_len),
         if c.engine == Engine::Vllm {
-            "max_num_seqs"
+            format!("max_num_seqs {}", c.max_num_seqs)
+        } else if eager {
+            "no CUDA graphs (--disable-cuda-graph)".to_string()
         } else {
-            "cuda_graph_max_bs"
+            format!("cuda_graph_max_bs {}", c.max_num_seqs)
         },
-        c.max_num_seqs,
         if c.engine == Engine::Vllm {
             "max_num_batched_tokens"
         } else {

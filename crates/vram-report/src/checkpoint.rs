@@ -29,7 +29,7 @@ pub struct CheckpointReport {
     pub kind: Kind,
     /// The model's name.
     pub model: String,
-    /// The GPU's catalog id.
+    /// The GPU's catalog id, or the name of one given by its size ([`vram_model::gpu::Gpu::label`]).
     pub gpu: String,
     /// Micro-batch of the step.
     pub micro_batch: u64,
@@ -188,7 +188,7 @@ pub fn checkpoint(
         schema_version: SCHEMA_VERSION,
         kind: Kind::Checkpoint,
         model: model.name().to_string(),
-        gpu: gpu.id.to_string(),
+        gpu: gpu.label().to_string(),
         micro_batch: tr.micro_batch,
         seq: tr.seq,
         tp: setup.parallel.tp,

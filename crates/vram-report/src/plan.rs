@@ -40,7 +40,7 @@ pub struct PlanReport {
     pub params: u64,
     /// The setup line the text prints first.
     pub description: String,
-    /// The GPU's catalog id.
+    /// The GPU's catalog id, or the name of one given by its size ([`vram_model::gpu::Gpu::label`]).
     pub gpu: String,
     /// The GPU's memory.
     pub gpu_memory_bytes: u64,
@@ -347,17 +347,16 @@ pub fn report(req: &Request, out: &Outcome) -> PlanReport {
         model: req.model.name().to_string(),
         params: req.model.param_count(),
         description: format!(
-            "{} ({} parameters) on {} x {} ({} per node, {}), global batch {} x {} tokens",
+            "{} ({} parameters) on {} ({} per node, {}), global batch {} x {} tokens",
             req.model.name(),
             thousands(req.model.param_count()),
-            c.gpus,
-            c.gpu.id,
+            c.gpu.times(c.gpus),
             c.gpus_per_node,
             c.fabric,
             req.global_batch,
             req.seq
         ),
-        gpu: c.gpu.id.to_string(),
+        gpu: c.gpu.label().to_string(),
         gpu_memory_bytes: c.gpu.memory_bytes,
         gpus: c.gpus,
         gpus_per_node: c.gpus_per_node,
@@ -487,7 +486,7 @@ pub struct FinetunePlanReport {
     pub weights: String,
     /// The adapters' parameters.
     pub trainable_params: u64,
-    /// The GPU's catalog id.
+    /// The GPU's catalog id, or the name of one given by its size ([`vram_model::gpu::Gpu::label`]).
     pub gpu: String,
     /// The GPU's memory.
     pub gpu_memory_bytes: u64,
@@ -607,20 +606,19 @@ pub fn finetune_plan(model: &Model, r: &FtPlanRequest) -> Result<FinetunePlanRep
         model: t.name.clone(),
         params: t.param_count(),
         description: format!(
-            "{} ({} parameters, {} trainable) {} on {} x {} (DDP), global batch {} x {} tokens",
+            "{} ({} parameters, {} trainable) {} on {} (DDP), global batch {} x {} tokens",
             t.name,
             thousands(t.param_count()),
             thousands(trainable),
             spec.method.name(),
-            r.gpus,
-            r.gpu.id,
+            r.gpu.times(r.gpus),
             r.global_batch,
             r.seq
         ),
         finetune: spec.method.name().into(),
         weights: spec.weights.name(),
         trainable_params: trainable,
-        gpu: r.gpu.id.into(),
+        gpu: r.gpu.label().into(),
         gpu_memory_bytes: r.gpu.memory_bytes,
         gpus: r.gpus,
         global_batch: r.global_batch,
@@ -641,10 +639,9 @@ pub fn finetune_emit(model: &Model, r: &FtPlanRequest, kind: EmitKind) -> Result
     let (plans, spec) = ft_search(model, r)?;
     let Some(best) = plans.first() else {
         return Err(input(format!(
-            "no {} configuration fits on {} x {}: try --finetune qlora, a smaller --seq or more GPUs",
+            "no {} configuration fits on {}: try --finetune qlora, a smaller --seq or more GPUs",
             spec.method.name(),
-            r.gpus,
-            r.gpu.id
+            r.gpu.times(r.gpus)
         )));
     };
     let t = transformer(model)?;

@@ -1682,19 +1682,82 @@ fn vllm_0_24_to_0_33_start_up_texts_are_read_as_their_kind() {
         "{why}"
     );
     assert!(!why.contains("no out-of-memory message found"), "{why}");
-    // 0.32.0-0.33.0 `v1/worker/utils.py:731` and `:741`: the start-up check with the weights
-    // held by another process, named with its figures and refused.
-    for (text, says) in [
-        ("ValueError: Externally held weights on device cuda:0 (70.00/79.19 GiB) exceed the desired GPU memory utilization (0.8, 63.35 GiB). Increase GPU memory utilization or reduce GPU memory used by other processes.", ["70.00/79.19 GiB", "0.8, 63.35 GiB"]),
-        ("ValueError: Free memory on device cuda:0 (5.00/79.19 GiB) on startup is less than the engine's budget after excluding external process's weights (0.92, 12.85 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.", ["5.00/79.19 GiB", "0.92, 12.85 GiB"]),
-    ] {
-        assert_eq!(parse(text), None, "{text}");
-        let why = read(text).err().unwrap().to_string();
-        assert!(
-            why.contains("held by another process") && says.iter().all(|s| why.contains(s)),
-            "{why}"
-        );
-    }
+    // Only the knobs the figures leave open: with no raw-frame budget, no smaller
+    // --mm-ipc-gpu-memory-gb; with no decoder reserve, no CPU video backend.
+    let frames_only = "ValueError: frontend multimodal GPU decoding reserves 4.00 GiB (4.00 GiB raw-frame budget, 0.00 GiB decoder cache budget), but only 3.25 GiB is available for the KV cache. Reduce mm_ipc_gpu_memory_gb, use a different video backend, or increase gpu_memory_utilization.";
+    let why = read(frames_only).err().unwrap().to_string();
+    assert!(why.contains("--mm-ipc-gpu-memory-gb below 3.25"), "{why}");
+    assert!(!why.contains("CPU video backend"), "{why}");
+    let decoders_only = "ValueError: frontend multimodal GPU decoding reserves 2.00 GiB (0.00 GiB raw-frame budget, 2.00 GiB decoder cache budget), but only 1.50 GiB is available for the KV cache. Reduce mm_ipc_gpu_memory_gb or hw_decoders, use a different video backend, or increase gpu_memory_utilization.";
+    let why = read(decoders_only).err().unwrap().to_string();
+    assert!(!why.contains("--mm-ipc-gpu-memory-gb below"), "{why}");
+    assert!(
+        why.contains("a CPU video backend (no decoder reserve)"),
+        "{why}"
+    );
+    // Both: 6.00 of 3.25 GiB, the decoders' 2.00 leaving 1.25 for frames; frames of 4.00 alone
+    // take it all, so the CPU backend alone is not enough.
+    let why = read(mm).err().unwrap().to_string();
+    assert!(why.contains("--mm-ipc-gpu-memory-gb below 1.25"), "{why}");
+    assert!(
+        why.contains("a CPU video backend (not enough alone"),
+        "{why}"
+    );
+}
+
+/// vLLM 0.32+'s start-up check with weights another process holds (`v1/worker/utils.py`,
+/// `request_memory`, read at 0.33.0), mapped by CAUSES.md: weights that fill the share are
+/// `serving-weights`; free memory below the share less those weights is `other-processes`,
+/// with a share no larger than (F + W) / T.
+#[test]
+fn vllm_external_weights_checks_are_read_and_mapped() {
+    let full = "ValueError: Externally held weights on device cuda:0 (70.00/79.19 GiB) exceed the desired GPU memory utilization (0.8, 63.35 GiB). Increase GPU memory utilization or reduce GPU memory used by other processes.";
+    let e = parse(full).unwrap();
+    assert_eq!(
+        e,
+        ServingError::VllmExternalWeightsFillShare {
+            weights_bytes: gib(70.0),
+            total_bytes: gib(79.19),
+            utilization: 0.8,
+            desired_bytes: gib(63.35),
+        }
+    );
+    let d = explain(&e, None);
+    assert_eq!(d.cause, ServingCause::Weights);
+    // 70.00 / 79.19 = 0.884: the share must pass it.
+    assert_eq!(
+        d.remedies[0].action,
+        "raise --gpu-memory-utilization above 0.89"
+    );
+    assert!(!d.remedies[0].enough);
+    assert!(d.explanation.contains("70.00 GiB"), "{}", d.explanation);
+    let free = "ValueError: Free memory on device cuda:0 (5.00/79.19 GiB) on startup is less than the engine's budget after excluding external process's weights (0.92, 12.85 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.";
+    let e = parse(free).unwrap();
+    assert_eq!(
+        e,
+        ServingError::VllmFreeBelowEngineBudget {
+            free_bytes: gib(5.0),
+            total_bytes: gib(79.19),
+            utilization: 0.92,
+            engine_bytes: gib(12.85),
+        }
+    );
+    let d = explain(&e, None);
+    assert_eq!(d.cause, ServingCause::OtherProcesses);
+    // W = 0.92 x 79.19 - 12.85 = 60.00 GiB held; (5.00 + 60.00) / 79.19 = 0.8208: at most 0.82,
+    // where the free-memory check alone (5.00 / 79.19) would say 0.06.
+    assert_eq!(d.remedies[0].action, "--gpu-memory-utilization 0.82");
+    assert!(d.remedies[0].enough);
+    assert!(
+        d.remedies[1]
+            .action
+            .starts_with("stop what holds the rest of the GPU"),
+        "{:?}",
+        d.remedies
+    );
+    // A share outside (0, 1] is no vLLM's: refused as edited by hand.
+    let edited = full.replace("(0.8, 63.35 GiB)", "(1.8, 63.35 GiB)");
+    assert!(parse(&edited).unwrap().impossible().is_some());
 }
 
 /// The capacity figures for a vLLM paste are the capacity model's at the release the paste
