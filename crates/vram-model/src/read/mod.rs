@@ -92,6 +92,22 @@ pub fn vllm_raises_capture_sizes(model_type: &str) -> bool {
     model_type == "gpt_oss"
 }
 
+/// The causal-LM class transformers builds for a `model_type`, where a config names no
+/// `architectures` (the catalog's short configs): `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`
+/// (`transformers/models/auto/modeling_auto.py`, transformers 5.24.0), for the types whose class
+/// an engine's per-architecture table names (vLLM's V2-runner defaults, 0.22-0.26).
+pub fn causal_lm_class(model_type: &str) -> Option<&'static str> {
+    match model_type {
+        "llama" => Some("LlamaForCausalLM"),
+        "mistral" => Some("MistralForCausalLM"),
+        "qwen3" => Some("Qwen3ForCausalLM"),
+        "deepseek_v2" => Some("DeepseekV2ForCausalLM"),
+        "qwen2_moe" => Some("Qwen2MoeForCausalLM"),
+        "granitemoe" => Some("GraniteMoeForCausalLM"),
+        _ => None,
+    }
+}
+
 /// The first vLLM release whose `is_mm_prefix_lm` lists this model type, so that its image
 /// tokens attend to each other both ways and the attention selector refuses every backend that
 /// cannot mask so (`AttentionBackend.validate_configuration`: "partial multimodal token full

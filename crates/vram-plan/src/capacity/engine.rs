@@ -488,21 +488,9 @@ pub fn vllm_v2_runner(archs: &[String], t: &Transformer, k: &Knobs) -> Option<St
     vllm_v2_runner_of(archs, None, t, k)
 }
 
-/// The causal-LM class transformers builds for a `model_type`, for the architectures of
-/// [`VLLM_V2_RUNNER_DEFAULTS`]: `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`
-/// (`transformers/models/auto/modeling_auto.py`, transformers 5.24.0).
-const CAUSAL_LM_CLASSES: &[(&str, &str)] = &[
-    ("llama", "LlamaForCausalLM"),
-    ("mistral", "MistralForCausalLM"),
-    ("qwen3", "Qwen3ForCausalLM"),
-    ("deepseek_v2", "DeepseekV2ForCausalLM"),
-    ("qwen2_moe", "Qwen2MoeForCausalLM"),
-    ("granitemoe", "GraniteMoeForCausalLM"),
-];
-
 /// [`vllm_v2_runner`] for a config that may name no `architectures` (the catalog's short
 /// configs): its `model_type` then stands for transformers' causal-LM class of that type
-/// ([`CAUSAL_LM_CLASSES`]; a type outside them is no default of the V2 runner). Only with
+/// (`vram_model::hf::causal_lm_class`; a type it does not name is no default of the V2 runner). Only with
 /// neither is the start refused as one whose runner cannot be told.
 pub fn vllm_v2_runner_of(
     archs: &[String],
@@ -512,7 +500,7 @@ pub fn vllm_v2_runner_of(
 ) -> Option<String> {
     if archs.is_empty() {
         if let Some(mt) = model_type {
-            if let Some((_, class)) = CAUSAL_LM_CLASSES.iter().find(|(m, _)| *m == mt) {
+            if let Some(class) = vram_model::hf::causal_lm_class(mt) {
                 return vllm_v2_runner_of(&[class.to_string()], None, t, k);
             }
         }
@@ -544,7 +532,7 @@ pub fn vllm_v2_runner_of(
     // runs on V2 whatever its architecture (`... or not model_config.is_moe`).
     let any_dense = v >= [0, 25, 0];
     if archs.is_empty() {
-        // No architecture, and a model_type outside [`CAUSAL_LM_CLASSES`] or none: from 0.25
+        // No architecture, and a model_type `hf::causal_lm_class` does not name, or none: from 0.25
         // the experts decide for a model that is not hybrid; before, a known type is no listed
         // class (V1), and a config with neither cannot be told.
         if any_dense && !moe && !hybrid {

@@ -433,7 +433,8 @@ fn pcie_ring_channels(gpu: &Gpu) -> u64 {
 /// that the stock driver refuses P2P on GeForce cards and that granting it takes a patched
 /// kernel module (the tinygrad and aikitoria forks of open-gpu-kernel-modules, whose issues show
 /// RTX 4090 and 5090 peer access only under them). One commenter in nccl#1127 got 3090 P2P
-/// back by going from driver 545 to 535; vram does not take the driver, and in 2026 two 3090s on
+/// back by going from driver 545 to 535; vram's `--driver` prices only the graphs (one report
+/// is no rule for the transport), and in 2026 two 3090s on
 /// driver 595.71.05 had P2P only through aikitoria's module (club-3090#158). An NVLink bridge
 /// (RTX 3090 pairs) is not a catalog board. The GTX 1080 is left out: no source read.
 pub(super) fn stock_driver_denies_p2p(gpu: &Gpu) -> bool {
