@@ -512,23 +512,7 @@ fn the_driver_is_an_input_and_every_output_names_it() {
         if let Some(d) = driver {
             a.extend(args(&["--driver", d]));
         }
-        let (code, text, err) = vram(&a);
-        assert_eq!(code, 0, "{driver:?}: {err}");
-        a.push("--json".into());
-        let (code, json, err) = vram(&a);
-        assert_eq!(code, 0, "{driver:?}: {err}");
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        let jf = dir.join(format!("driver{i}.json"));
-        let hf = dir.join(format!("driver{i}.html"));
-        std::fs::write(&jf, &json).unwrap();
-        let (code, _, err) = vram(&args(&[
-            "report",
-            jf.to_str().unwrap(),
-            "--out",
-            hf.to_str().unwrap(),
-        ]));
-        assert_eq!(code, 0, "{err}");
-        let html = html_text(&std::fs::read_to_string(&hf).unwrap());
+        let (text, v, html, _) = text_json_page(a, &dir, &format!("driver{i}"));
         let said: Vec<&str> = v["assumes"]
             .as_array()
             .unwrap()
@@ -656,6 +640,34 @@ fn html_text(s: &str) -> String {
         .replace("&#39;", "'")
 }
 
+/// One capacity answer in every output: `vram capacity ARGS` as text, then with `--json`, then
+/// that JSON rendered by `vram report` into `dir/NAME.html`; each must succeed. The text, the
+/// parsed JSON, the page's text and what `vram report` said on stderr.
+fn text_json_page(
+    mut a: Vec<String>,
+    dir: &std::path::Path,
+    name: &str,
+) -> (String, serde_json::Value, String, String) {
+    let (code, text, err) = vram(&a);
+    assert_eq!(code, 0, "{a:?}: {err}");
+    a.push("--json".into());
+    let (code, json, err) = vram(&a);
+    assert_eq!(code, 0, "{a:?}: {err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let jf = dir.join(format!("{name}.json"));
+    let hf = dir.join(format!("{name}.html"));
+    std::fs::write(&jf, &json).unwrap();
+    let (code, _, err) = vram(&args(&[
+        "report",
+        jf.to_str().unwrap(),
+        "--out",
+        hf.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "{err}");
+    let html = html_text(&std::fs::read_to_string(&hf).unwrap());
+    (text, v, html, err)
+}
+
 /// The text, `--json` and the HTML report (`vram report` on the JSON) of one answer say the
 /// same, on a job that starts, two that do not (one without room for any KV cache), SGLang,
 /// TP > 1 on a hybrid linear-attention model and an MLA model; and what the answer advises is
@@ -726,24 +738,9 @@ fn text_json_and_html_agree_and_the_advice_holds() {
     for (i, case) in cases.iter().enumerate() {
         let mut a = args(&["capacity"]);
         a.extend(args(case));
-        let (code, text, err) = vram(&a);
-        assert_eq!(code, 0, "{case:?}: {err}");
-        a.push("--json".into());
-        let (code, json, err) = vram(&a);
-        assert_eq!(code, 0, "{case:?}: {err}");
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        let jf = dir.join(format!("case{i}.json"));
-        let hf = dir.join(format!("case{i}.html"));
-        std::fs::write(&jf, &json).unwrap();
-        let (code, _, err) = vram(&args(&[
-            "report",
-            jf.to_str().unwrap(),
-            "--out",
-            hf.to_str().unwrap(),
-        ]));
-        assert_eq!(code, 0, "{err}");
+        let (text, v, html, err) = text_json_page(a.clone(), &dir, &format!("case{i}"));
         assert!(err.contains("(capacity)"), "{err}");
-        let html = html_text(&std::fs::read_to_string(&hf).unwrap());
+        a.push("--json".into());
         let lines: Vec<&str> = text.lines().collect();
         // The setup line.
         assert_eq!(lines[0], v["description"].as_str().unwrap(), "{case:?}");
